@@ -1,0 +1,66 @@
+# nerve — one binary, built for x86-64-v3 with run-time dispatch to AVX-512 and AMX kernels.
+#   make          build/nerve
+#   make test     install missing packages, build, run the tests, then again under ASan+UBSan
+#   make demo     install missing packages, build, and run the demo
+CC      ?= gcc
+WARN    := -Wall -Wextra -Werror
+BASE    := -std=c11 -D_GNU_SOURCE -Isrc -ffp-contract=off -fno-math-errno -pthread -MMD -MP
+OPT     := -O2 -march=x86-64-v3 -g
+SAN     := -O1 -march=x86-64-v3 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDLIBS  := -lm -lpthread
+
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/engine/*.c src/model/*.c src/train/*.c src/serve/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+
+# $(call objs,variant,sources)
+objs = $(patsubst %.c,build/$(1)/obj/%.o,$(2))
+
+.PHONY: all test demo deps clean
+all: build/nerve
+
+define variant
+build/$(1)/obj/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASE) $$(WARN) $(2) -c $$< -o $$@
+
+build/$(1)/libnerve.a: $$(call objs,$(1),$$(LIB_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+
+build/$(1)/nerve: $$(call objs,$(1),$$(CLI_SRC)) build/$(1)/libnerve.a
+	$$(CC) $(2) $$^ $$(LDLIBS) -o $$@
+
+build/$(1)/tests/%: build/$(1)/obj/tests/%.o build/$(1)/libnerve.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) $$^ $$(LDLIBS) -o $$@
+
+-include $$(shell find build/$(1)/obj -name '*.d' 2>/dev/null)
+endef
+$(eval $(call variant,release,$(OPT)))
+$(eval $(call variant,asan,$(SAN)))
+
+build/nerve: build/release/nerve
+	cp $< $@
+
+TESTS_release := $(patsubst tests/%.c,build/release/tests/%,$(TEST_SRC))
+TESTS_asan    := $(patsubst tests/%.c,build/asan/tests/%,$(TEST_SRC))
+
+deps:
+	@scripts/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory build/nerve $(TESTS_release) build/asan/nerve $(TESTS_asan)
+	@rm -f build/results.txt
+	@RESULTS_FILE=build/results.txt tests/run.sh release build/release/tests build/release/nerve
+	@RESULTS_FILE=build/results.txt ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  tests/run.sh asan+ubsan build/asan/tests build/asan/nerve
+	@awk '{p+=$$1; f+=$$2; s+=$$3} END {printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; printf "\n"; exit (f > 0)}' build/results.txt
+
+demo: deps
+	@$(MAKE) --no-print-directory build/nerve
+	@scripts/demo.sh
+
+clean:
+	rm -rf build

@@ -1,0 +1,156 @@
+#include "base/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+nv_err nv_file_map(const char *path, nv_mapped *out) {
+    out->data = NULL;
+    out->len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nv_fail(NV_EIO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return nv_fail(NV_EIO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return nv_fail(NV_EIO, "%s: not a regular file", path);
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return nv_fail(NV_EIO, "%s: mmap: %s", path, strerror(e));
+        }
+        out->data = p;
+        out->len = (size_t)st.st_size;
+    }
+    close(fd);
+    return NV_OK;
+}
+
+void nv_file_unmap(nv_mapped *m) {
+    if (m->data) munmap((void *)m->data, m->len);
+    m->data = NULL;
+    m->len = 0;
+}
+
+nv_err nv_read_view(nv_reader *r, const void **dst, size_t n, const char *field) {
+    if (n > nv_reader_left(r))
+        return nv_fail(NV_EFORMAT, "%s: truncated: %s needs %zu bytes at offset %zu, file has %zu",
+                       r->what, field, n, r->pos, r->len);
+    *dst = r->p + r->pos;
+    r->pos += n;
+    return NV_OK;
+}
+
+nv_err nv_read_bytes(nv_reader *r, void *dst, size_t n, const char *field) {
+    const void *src = NULL;
+    NV_TRY(nv_read_view(r, &src, n, field));
+    if (n) memcpy(dst, src, n);
+    return NV_OK;
+}
+
+nv_err nv_read_u8(nv_reader *r, uint8_t *v, const char *field) { return nv_read_bytes(r, v, 1, field); }
+nv_err nv_read_u32(nv_reader *r, uint32_t *v, const char *field) { return nv_read_bytes(r, v, 4, field); }
+nv_err nv_read_i32(nv_reader *r, int32_t *v, const char *field) { return nv_read_bytes(r, v, 4, field); }
+nv_err nv_read_u64(nv_reader *r, uint64_t *v, const char *field) { return nv_read_bytes(r, v, 8, field); }
+nv_err nv_read_f32(nv_reader *r, float *v, const char *field) { return nv_read_bytes(r, v, 4, field); }
+
+static int write_full(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp) return nv_fail(NV_ENOMEM, "out of memory");
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        nv_err e = nv_fail(NV_EIO, "%s: %s", tmp, strerror(errno));
+        free(tmp);
+        return e;
+    }
+    for (int i = 0; i < n; i++) {
+        if (write_full(fd, parts[i].ptr, parts[i].len) != 0) goto fail;
+    }
+    if (fsync(fd) != 0) goto fail;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) goto fail;
+    free(tmp);
+    return NV_OK;
+fail:;
+    nv_err e = nv_fail(NV_EIO, "%s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    free(tmp);
+    return e;
+}
+
+nv_err nv_file_read_all(const char *path, char **out, size_t *len) {
+    nv_mapped m;
+    NV_TRY(nv_file_map(path, &m));
+    char *buf = malloc(m.len + 1);
+    if (!buf) {
+        nv_file_unmap(&m);
+        return nv_fail(NV_ENOMEM, "%s: out of memory", path);
+    }
+    if (m.len) memcpy(buf, m.data, m.len);
+    buf[m.len] = '\0';
+    *out = buf;
+    if (len) *len = m.len;
+    nv_file_unmap(&m);
+    return NV_OK;
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+int nv_data_path(const char *rel, char *buf, size_t cap) {
+    const char *env = getenv("NERVE_DATA");
+    if (env && *env) {
+        snprintf(buf, cap, "%s/%s", env, rel);
+        return file_exists(buf);
+    }
+    /* The executable lives in <checkout>/build[/...]; the data sits in <checkout>/../shared/data. */
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        for (int up = 0; up < 4; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash || slash == exe) break;
+            *slash = '\0';
+            snprintf(buf, cap, "%s/../shared/data/%s", exe, rel);
+            if (file_exists(buf)) return 1;
+        }
+    }
+    snprintf(buf, cap, "../shared/data/%s", rel);
+    return file_exists(buf);
+}

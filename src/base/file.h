@@ -1,0 +1,59 @@
+/* Read-only file mapping and a bounds-checked reader over untrusted bytes.
+ *
+ * Contract: nv_file_map() maps a whole file (an empty file maps to len 0, data NULL).
+ * nv_reader never reads past its end: every read returns NV_EFORMAT with a message naming
+ * what was being read when too few bytes remain. Writers: nv_file_write_atomic() writes a
+ * temporary file beside the target, fsyncs it and renames it over the target, so a reader
+ * sees either the old or the new file, never a torn one. */
+#ifndef NV_FILE_H
+#define NV_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct {
+    const uint8_t *data;
+    size_t len;
+} nv_mapped;
+
+nv_err nv_file_map(const char *path, nv_mapped *out);
+void nv_file_unmap(nv_mapped *m);
+
+typedef struct {
+    const uint8_t *p;
+    size_t len, pos;
+    const char *what; /* file name used in error messages */
+} nv_reader;
+
+static inline nv_reader nv_reader_make(const void *p, size_t len, const char *what) {
+    nv_reader r = {(const uint8_t *)p, len, 0, what};
+    return r;
+}
+static inline size_t nv_reader_left(const nv_reader *r) { return r->len - r->pos; }
+nv_err nv_read_bytes(nv_reader *r, void *dst, size_t n, const char *field);
+/* Returns a pointer into the buffer (no copy) after checking n bytes remain. */
+nv_err nv_read_view(nv_reader *r, const void **dst, size_t n, const char *field);
+nv_err nv_read_u8(nv_reader *r, uint8_t *v, const char *field);
+nv_err nv_read_u32(nv_reader *r, uint32_t *v, const char *field);
+nv_err nv_read_i32(nv_reader *r, int32_t *v, const char *field);
+nv_err nv_read_u64(nv_reader *r, uint64_t *v, const char *field);
+nv_err nv_read_f32(nv_reader *r, float *v, const char *field);
+
+/* Writes the concatenation of n (ptr,len) parts to path atomically (tmp + fsync + rename). */
+typedef struct {
+    const void *ptr;
+    size_t len;
+} nv_iov;
+nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n);
+
+/* Reads a whole small file into a NUL-terminated heap buffer (caller frees). */
+nv_err nv_file_read_all(const char *path, char **out, size_t *len);
+
+/* Directory holding the shared data: $NERVE_DATA, else ../shared/data beside the checkout
+ * (found relative to the executable, then to the working directory). Writes the path of
+ * rel inside it to buf. Returns 1 when that file exists, 0 otherwise. */
+int nv_data_path(const char *rel, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,65 @@
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/cli.h"
+
+int cli_error(const char *cmd, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "nerve %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_error(cmd, 2, "%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_error(cmd, 2, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') {
+        cli_error(cmd, 2, "%s expects a non-negative integer, got '%s'", flag, s);
+        return 0;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) {
+        cli_error(cmd, 2, "%s expects a non-negative integer, got '%s'", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        cli_error(cmd, 2, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s);
+        return 0;
+    }
+    *out = (float)v;
+    return 1;
+}

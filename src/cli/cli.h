@@ -1,0 +1,23 @@
+/* The nerve command's subcommands and the strict option parsers they share.
+ * Every subcommand returns the process exit code: 0 success, 1 failure, 2 usage error; it
+ * reports an error as one line "nerve <cmd>: <message>" on stderr. */
+#ifndef NV_CLI_H
+#define NV_CLI_H
+
+#include <stdint.h>
+
+int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_init(int argc, char **argv);
+
+/* Parse a whole string as a number within [lo, hi]; on failure print
+ * "nerve <cmd>: <flag> ..." and return 0. */
+int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out);
+int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
+/* The value after argv[*i] (advancing *i), or NULL after printing a usage error. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,152 @@
+/* nerve generate: sample text from a llama2.c checkpoint, printing exactly what llama2.c's run
+ * prints for the same model, tokenizer, prompt, steps, temperature, top-p and seed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "base/timer.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "model/forward.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+
+#define CMD "generate"
+#define PREFILL_CHUNK 64
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
+            "                      [--engine E] [--threads N]\n"
+            "  -m MODEL      llama2.c checkpoint (v0 or v1)\n"
+            "  -z TOKENIZER  llama2.c tokenizer.bin (default: tokenizers/tokenizer.bin in the shared data)\n"
+            "  -p PROMPT     text to continue (also -i); default empty\n"
+            "  -n STEPS      positions to run, prompt included (default 256; 0 or more than the context = context)\n"
+            "  -t TEMP       temperature, 0 = greedy (default 1.0)\n"
+            "  --top-p P     nucleus sampling threshold, 0 or 1 = off (default 0.9)\n"
+            "  -s SEED       random seed (default: the time)\n"
+            "  --engine E    scalar, avx2, avx512, amx-bf16, amx-int8 (default: the fastest that probes well)\n"
+            "  --threads N   threads for the engines (default: one per core)\n");
+}
+
+/* llama2.c's safe_printf: skip empty pieces and lone unprintable bytes. */
+static void print_piece(const char *piece) {
+    if (nv_piece_printable(piece)) fputs(piece, stdout);
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL;
+    int steps = 256, threads = 0;
+    float temperature = 1.0f, top_p = 0.9f;
+    uint64_t seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m")) model_path = v;
+        else if (!strcmp(a, "-z")) tok_path = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "-i")) prompt = v;
+        else if (!strcmp(a, "-n")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &steps)) return 2; }
+        else if (!strcmp(a, "-t")) { if (!cli_float(CMD, a, v, 0, 1e6, &temperature)) return 2; }
+        else if (!strcmp(a, "--top-p")) { if (!cli_float(CMD, a, v, 0, 1, &top_p)) return 2; }
+        else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
+        else if (!strcmp(a, "--engine")) engine_name = v;
+        else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
+        else return cli_error(CMD, 2, "unknown option '%s' (see nerve generate --help)", a);
+    }
+    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
+    if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
+
+    char default_tok[4096];
+    if (!tok_path) {
+        nv_data_path("tokenizers/tokenizer.bin", default_tok, sizeof default_tok);
+        tok_path = default_tok;
+    }
+    nv_engine_id engine;
+    if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    engine = nv_engine_best();
+    if (engine_name) {
+        if (nv_engine_parse(engine_name, &engine) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+        if (!nv_engine_available(engine))
+            return cli_error(CMD, 1, "engine %s is off: %s", engine_name, nv_engine_why_off(engine));
+    }
+
+    nv_model model;
+    nv_tokenizer *tok = NULL;
+    nv_sampler sampler = {0};
+    nv_state state = {0};
+    int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
+    if (nv_model_load(model_path, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    const nv_config *c = &model.config;
+    if (nv_tokenizer_load(tok_path, c->vocab_size, &tok) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
+        nv_state_init(&state, c, PREFILL_CHUNK, c->seq_len, 0) != NV_OK ||
+        nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
+
+    /* Prefill: the prompt tokens whose successors are forced, run in chunks. */
+    double t0 = nv_now();
+    int n_forced = n_prompt < steps ? n_prompt : steps;
+    int pos = 0, stopped = 0;
+    /* run.c prints each forced pair (prompt[i], prompt[i+1]) for the positions it runs */
+    int n_pairs = n_prompt - 1 < steps ? n_prompt - 1 : steps;
+    for (int i = 0; i < n_pairs && !stopped; i++) {
+        if (prompt_tokens[i + 1] == 1) stopped = 1; /* BOS delimits sequences, as in run.c */
+        else print_piece(nv_tokenizer_decode(tok, prompt_tokens[i], prompt_tokens[i + 1]));
+    }
+    fflush(stdout);
+    while (pos < n_forced) {
+        int n = n_forced - pos < PREFILL_CHUNK ? n_forced - pos : PREFILL_CHUNK;
+        if (nv_forward(&model, &state, prompt_tokens + pos, n, pos) != NV_OK) {
+            cli_error(CMD, 1, "%s", nv_errmsg());
+            goto done;
+        }
+        pos += n;
+    }
+    double t_prefill = nv_now();
+    int generated = 0;
+    if (!stopped && n_forced == n_prompt) {
+        int token = prompt_tokens[n_prompt - 1];
+        while (1) {
+            int next = nv_sample(&sampler, state.logits);
+            if (next == 1) break;
+            print_piece(nv_tokenizer_decode(tok, token, next));
+            fflush(stdout);
+            generated++;
+            token = next;
+            if (pos >= steps) break;
+            if (nv_forward(&model, &state, &token, 1, pos) != NV_OK) {
+                cli_error(CMD, 1, "%s", nv_errmsg());
+                goto done;
+            }
+            pos++;
+        }
+    }
+    double t_end = nv_now();
+    /* run.c ends with a newline; our stdout is the text alone, so pipes get exactly the sample */
+    if (isatty(STDOUT_FILENO)) printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "nerve: %d prompt tokens (%.1f tok/s), %d generated (%.1f tok/s), engine %s\n", n_forced,
+            t_prefill > t0 ? n_forced / (t_prefill - t0) : 0.0, generated,
+            t_end > t_prefill && generated > 1 ? (generated - 1) / (t_end - t_prefill) : 0.0, nv_engine_name(engine));
+    rc = 0;
+done:
+    free(prompt_tokens);
+    nv_state_free(&state);
+    nv_sampler_free(&sampler);
+    if (tok) nv_tokenizer_free(tok);
+    nv_model_free(&model);
+    return rc;
+}

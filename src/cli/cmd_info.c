@@ -1,0 +1,46 @@
+/* nerve info: the CPU, its run-time features, and which engines are on (and why not). */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+
+#define CMD "info"
+
+int cmd_info(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: nerve info\n  prints the CPU, its instruction-set features and the engines found\n");
+            return 0;
+        }
+        return cli_error(CMD, 2, "unknown option '%s'", argv[i]);
+    }
+    const nv_cpu_info *c = nv_cpu_probe();
+    printf("cpu:      %s\n", c->model);
+    printf("cores:    %d\n", c->cores);
+    printf("memory:   %.1f GiB\n", (double)c->mem_total_bytes / (1024.0 * 1024 * 1024));
+    printf("features:");
+    struct {
+        const char *name;
+        int on;
+    } f[] = {{"AVX2", c->avx2 && c->os_avx},   {"FMA", c->fma},
+             {"AVX-512F", c->avx512f && c->os_avx512}, {"AVX512-BF16", c->avx512_bf16 && c->os_avx512},
+             {"AMX-TILE", c->amx_tile},         {"AMX-BF16", c->amx_bf16},
+             {"AMX-INT8", c->amx_int8}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) printf(" %s%s", f[i].on ? "+" : "-", f[i].name);
+    printf("\n");
+    if (c->amx_tile)
+        printf("amx:      tile permission %s%s%s\n", c->amx_permission ? "granted" : "not granted",
+               c->amx_why[0] ? ": " : "", c->amx_why);
+    else
+        printf("amx:      not available: %s\n", c->amx_why);
+    if (nv_engines_init(NULL, 0) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    printf("engines:\n");
+    for (int e = 0; e < NV_ENGINE_COUNT; e++) {
+        if (nv_engine_available((nv_engine_id)e)) printf("  %-9s on\n", nv_engine_name((nv_engine_id)e));
+        else printf("  %-9s off: %s\n", nv_engine_name((nv_engine_id)e), nv_engine_why_off((nv_engine_id)e));
+    }
+    printf("best:     %s\n", nv_engine_name(nv_engine_best()));
+    return 0;
+}

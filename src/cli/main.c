@@ -1,0 +1,39 @@
+/* nerve: train and serve Llama-family transformers on the CPU's matrix engines. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"generate", cmd_generate, "sample text from a checkpoint"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},
+    {"info", cmd_info, "what this machine offers: CPU, features, engines"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: nerve <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`nerve <command> --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "nerve: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,73 @@
+#include "model/config.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Generous bounds: large enough for any Llama-family model we can run, small enough that
+ * products of two or three fields fit in 64 bits with room to spare. */
+#define MAX_WIDTH (1 << 17)
+#define MAX_LAYERS 1024
+#define MAX_VOCAB (1 << 22)
+#define MAX_SEQ (1 << 22)
+
+nv_err nv_config_validate(const nv_config *c) {
+#define BOUND(field, lo, hi)                                                                    \
+    if (c->field < (lo) || c->field > (hi))                                                     \
+        return nv_fail(NV_EFORMAT, "model config: " #field " = %d is outside [%d, %d]", c->field, \
+                       (int)(lo), (int)(hi));
+    BOUND(dim, 1, MAX_WIDTH);
+    BOUND(hidden_dim, 1, MAX_WIDTH * 8);
+    BOUND(n_layers, 1, MAX_LAYERS);
+    BOUND(n_heads, 1, 4096);
+    BOUND(n_kv_heads, 1, 4096);
+    BOUND(head_dim, 2, 4096);
+    BOUND(vocab_size, 1, MAX_VOCAB);
+    BOUND(seq_len, 1, MAX_SEQ);
+#undef BOUND
+    if (c->n_heads % c->n_kv_heads != 0)
+        return nv_fail(NV_EFORMAT, "model config: n_heads %d is not a multiple of n_kv_heads %d", c->n_heads,
+                       c->n_kv_heads);
+    if (c->head_dim % 2 != 0)
+        return nv_fail(NV_EFORMAT, "model config: head_dim %d is odd (RoPE rotates pairs)", c->head_dim);
+    if ((int64_t)c->n_heads * c->head_dim > MAX_WIDTH)
+        return nv_fail(NV_EFORMAT, "model config: n_heads * head_dim is too large");
+    if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
+        return nv_fail(NV_EFORMAT, "model config: rope theta must be positive");
+    if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
+        return nv_fail(NV_EFORMAT, "model config: norm epsilon must be in (0, 1)");
+    return NV_OK;
+}
+
+uint64_t nv_config_param_count(const nv_config *c) {
+    uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
+    uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c);
+    uint64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
+    if (c->qk_norm) per_layer += 2 * (uint64_t)c->head_dim;
+    uint64_t total = (uint64_t)c->vocab_size * d + L * per_layer + d;
+    if (!c->shared_classifier) total += (uint64_t)c->vocab_size * d;
+    return total;
+}
+
+typedef struct {
+    const char *name;
+    nv_config c;
+} preset;
+
+static const preset presets[] = {
+    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0}},
+    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0}},
+    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0}},
+    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0}},
+    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1}},
+};
+
+nv_err nv_config_preset(const char *name, nv_config *c) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(name, presets[i].name) == 0) {
+            *c = presets[i].c;
+            return NV_OK;
+        }
+    return nv_fail(NV_EINVAL, "unknown preset '%s' (known: %s)", name, nv_config_preset_names());
+}
+
+const char *nv_config_preset_names(void) { return "stories260K, stories15M, stories42M, stories110M, qwen3-0.6B"; }

@@ -1,0 +1,42 @@
+/* Model configuration for the Llama family, and the named presets.
+ *
+ * head_dim is dim / n_heads for llama2.c checkpoints; Qwen3-style models set it separately
+ * (q_dim = n_heads * head_dim may differ from dim). nv_config_validate() is the single gate every
+ * loader passes a config through: it bounds every field so that later size arithmetic cannot
+ * overflow and every division is exact. */
+#ifndef NV_CONFIG_H
+#define NV_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct {
+    int dim;          /* residual stream width */
+    int hidden_dim;   /* SwiGLU inner width */
+    int n_layers;
+    int n_heads;      /* query heads */
+    int n_kv_heads;   /* key/value heads (GQA when < n_heads) */
+    int head_dim;     /* per-head width */
+    int vocab_size;
+    int seq_len;      /* maximum context */
+    float rope_theta;
+    float norm_eps;
+    int shared_classifier; /* classifier weights are the token embedding */
+    int qk_norm;           /* Qwen3: RMSNorm on each query and key head before RoPE */
+} nv_config;
+
+static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
+static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * c->head_dim; }
+
+nv_err nv_config_validate(const nv_config *c);
+/* Number of fp32 parameters (the classifier counted once when shared). */
+uint64_t nv_config_param_count(const nv_config *c);
+
+/* Fills c with a named preset (stories260K, stories15M, stories42M, stories110M, qwen3-0.6B). */
+nv_err nv_config_preset(const char *name, nv_config *c);
+/* Comma-separated preset names, for usage messages. */
+const char *nv_config_preset_names(void);
+
+#endif

@@ -1,0 +1,171 @@
+#include "model/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits) {
+    memset(s, 0, sizeof *s);
+    if (max_tokens < 1 || cache_len < 1 || cache_len > c->seq_len)
+        return nv_fail(NV_EINVAL, "state: bad sizes (chunk %d, cache %d, model context %d)", max_tokens, cache_len,
+                       c->seq_len);
+    size_t T = (size_t)max_tokens, q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c);
+    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, wide = q > d ? q : d;
+    size_t cache = (size_t)c->n_layers * (size_t)cache_len * kv;
+    s->max_tokens = max_tokens;
+    s->cache_len = cache_len;
+    s->all_logits = all_logits;
+    s->x = calloc(T * d, sizeof(float));
+    s->xb = calloc(T * wide, sizeof(float));
+    s->xb2 = calloc(T * d, sizeof(float));
+    s->hb = calloc(T * h, sizeof(float));
+    s->hb2 = calloc(T * h, sizeof(float));
+    s->q = calloc(T * q, sizeof(float));
+    s->k = calloc(T * kv, sizeof(float));
+    s->v = calloc(T * kv, sizeof(float));
+    s->att = calloc((size_t)cache_len, sizeof(float));
+    s->logits = calloc((all_logits ? T : 1) * (size_t)c->vocab_size, sizeof(float));
+    s->key_cache = calloc(cache, sizeof(float));
+    s->value_cache = calloc(cache, sizeof(float));
+    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->att || !s->logits ||
+        !s->key_cache || !s->value_cache) {
+        nv_state_free(s);
+        return nv_fail(NV_ENOMEM, "cannot allocate the run state (KV cache of %zu MB)", cache * 8 >> 20);
+    }
+    return NV_OK;
+}
+
+void nv_state_free(nv_state *s) {
+    float *all[] = {s->x, s->xb, s->xb2, s->hb, s->hb2, s->q, s->k, s->v, s->att, s->logits, s->key_cache, s->value_cache};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    memset(s, 0, sizeof *s);
+}
+
+void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps) {
+    float ss = 0.0f;
+    for (int j = 0; j < size; j++) ss += x[j] * x[j];
+    ss /= (float)size;
+    ss += eps;
+    ss = 1.0f / sqrtf(ss);
+    for (int j = 0; j < size; j++) o[j] = weight[j] * (ss * x[j]);
+}
+
+void nv_softmax(float *x, int size) {
+    float max_val = x[0];
+    for (int i = 1; i < size; i++)
+        if (x[i] > max_val) max_val = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < size; i++) {
+        x[i] = expf(x[i] - max_val);
+        sum += x[i];
+    }
+    for (int i = 0; i < size; i++) x[i] /= sum;
+}
+
+void nv_rope(float *vec, int n_heads, int head_dim, int pos, float theta) {
+    for (int h = 0; h < n_heads; h++) {
+        float *v = vec + (size_t)h * head_dim;
+        for (int i = 0; i < head_dim; i += 2) {
+            /* same float expression as run.c, so the rotation is bit-identical */
+            float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
+            float val = (float)pos * freq;
+            float fcr = cosf(val), fci = sinf(val);
+            float v0 = v[i], v1 = v[i + 1];
+            v[i] = v0 * fcr - v1 * fci;
+            v[i + 1] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+/* Causal attention of n query rows (positions pos..pos+n-1) over the layer's cache. */
+static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos) {
+    int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c);
+    int kv_mul = c->n_heads / c->n_kv_heads;
+    float scale = sqrtf((float)hd);
+    for (int t = 0; t < n; t++) {
+        int p = pos + t;
+        for (int h = 0; h < c->n_heads; h++) {
+            const float *q = s->q + (size_t)t * q_dim + (size_t)h * hd;
+            size_t koff = (size_t)(h / kv_mul) * hd;
+            float *att = s->att;
+            for (int u = 0; u <= p; u++) {
+                const float *k = kc + (size_t)u * kv_dim + koff;
+                float score = 0.0f;
+                for (int i = 0; i < hd; i++) score += q[i] * k[i];
+                att[u] = score / scale;
+            }
+            nv_softmax(att, p + 1);
+            float *xb = s->xb + (size_t)t * q_dim + (size_t)h * hd;
+            memset(xb, 0, (size_t)hd * sizeof(float));
+            for (int u = 0; u <= p; u++) {
+                const float *v = vc + (size_t)u * kv_dim + koff;
+                float a = att[u];
+                for (int i = 0; i < hd; i++) xb[i] += a * v[i];
+            }
+        }
+    }
+}
+
+static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
+    const nv_config *c = &m->config;
+    const nv_weights *w = &m->w;
+    const nv_layer_plans *lp = &m->plans[l];
+    int d = c->dim, hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), h = c->hidden_dim;
+    float *kc = s->key_cache + (size_t)l * s->cache_len * kv_dim;
+    float *vc = s->value_cache + (size_t)l * s->cache_len * kv_dim;
+
+    for (int t = 0; t < n; t++)
+        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
+    nv_plan_run(lp->wq, s->xb, n, s->q);
+    nv_plan_run(lp->wk, s->xb, n, s->k);
+    nv_plan_run(lp->wv, s->xb, n, s->v);
+    for (int t = 0; t < n; t++) {
+        float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim;
+        if (c->qk_norm) {
+            for (int hh = 0; hh < c->n_heads; hh++)
+                nv_rmsnorm(q + hh * hd, q + hh * hd, w->q_norm + (size_t)l * hd, hd, c->norm_eps);
+            for (int hh = 0; hh < c->n_kv_heads; hh++)
+                nv_rmsnorm(k + hh * hd, k + hh * hd, w->k_norm + (size_t)l * hd, hd, c->norm_eps);
+        }
+        nv_rope(q, c->n_heads, hd, pos + t, c->rope_theta);
+        nv_rope(k, c->n_kv_heads, hd, pos + t, c->rope_theta);
+        memcpy(kc + (size_t)(pos + t) * kv_dim, k, (size_t)kv_dim * sizeof(float));
+        memcpy(vc + (size_t)(pos + t) * kv_dim, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+    }
+    attention(c, s, kc, vc, n, pos);
+    nv_plan_run(lp->wo, s->xb, n, s->xb2);
+    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb2[i];
+
+    for (int t = 0; t < n; t++)
+        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
+    nv_plan_run(lp->w1, s->xb, n, s->hb);
+    nv_plan_run(lp->w3, s->xb, n, s->hb2);
+    for (size_t i = 0; i < (size_t)n * h; i++) {
+        float val = s->hb[i];
+        val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
+        val *= s->hb2[i];
+        s->hb[i] = val;
+    }
+    nv_plan_run(lp->w2, s->hb, n, s->xb);
+    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb[i];
+}
+
+nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {
+    const nv_config *c = &m->config;
+    if (!m->plans) return nv_fail(NV_EINVAL, "forward: plans not built");
+    if (n < 1 || n > s->max_tokens) return nv_fail(NV_EINVAL, "forward: %d tokens do not fit a chunk of %d", n, s->max_tokens);
+    if (pos < 0 || pos + n > s->cache_len)
+        return nv_fail(NV_ERANGE, "forward: positions %d..%d exceed the context of %d", pos, pos + n - 1, s->cache_len);
+    int d = c->dim;
+    for (int t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return nv_fail(NV_ERANGE, "forward: token id %d outside the vocabulary of %d", tokens[t], c->vocab_size);
+        memcpy(s->x + (size_t)t * d, m->w.tok_emb + (size_t)tokens[t] * d, (size_t)d * sizeof(float));
+    }
+    for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, l, n, pos);
+    int first = s->all_logits ? 0 : n - 1, rows = n - first;
+    for (int t = first; t < n; t++)
+        nv_rmsnorm(s->xb + (size_t)(t - first) * d, s->x + (size_t)t * d, m->w.rms_final, d, c->norm_eps);
+    nv_plan_run(m->cls_plan, s->xb, rows, s->logits);
+    return NV_OK;
+}

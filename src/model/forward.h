@@ -1,0 +1,35 @@
+/* The fp32 forward pass of one sequence with a KV cache, as small pure functions over plain
+ * structs (llama2.c's run.c generalised to GQA, separate head_dim, QK-norm and chunks of tokens).
+ *
+ * nv_forward() runs tokens[0..n) at positions pos..pos+n-1, appending their keys and values to
+ * the cache, and leaves the logits of the last token (or of every token) in s->logits. Every
+ * matrix product goes through the model's plans; with the scalar engine the arithmetic is
+ * exactly llama2.c's, so greedy decoding reproduces it byte for byte. Running a prompt as one
+ * chunk or token by token gives identical results. */
+#ifndef NV_FORWARD_H
+#define NV_FORWARD_H
+
+#include "model/model.h"
+
+typedef struct {
+    int max_tokens; /* tokens per forward chunk */
+    int cache_len;  /* positions the KV cache holds */
+    float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att;
+    float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
+    int all_logits;
+    float *key_cache;   /* [L][cache_len][kv_dim] */
+    float *value_cache; /* [L][cache_len][kv_dim] */
+} nv_state;
+
+nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits);
+void nv_state_free(nv_state *s);
+
+nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos);
+
+/* Building blocks, shared with training. */
+void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);
+void nv_softmax(float *x, int size);
+/* Rotates pairs (2i, 2i+1) of every head of vec (n_heads x head_dim) for position pos. */
+void nv_rope(float *vec, int n_heads, int head_dim, int pos, float theta);
+
+#endif

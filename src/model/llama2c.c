@@ -1,0 +1,279 @@
+/* llama2.c checkpoints: reading v0/v1, writing v1, and random initialisation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "model/model.h"
+
+#define V1_MAGIC 0x616b3432u /* "ak42" */
+#define V1_HEADER_BYTES 256
+
+/* Number of fp32 values of each part, in version-1 order. */
+typedef struct {
+    uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm;
+} part_sizes;
+
+static part_sizes sizes_of(const nv_config *c) {
+    uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
+    uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c);
+    part_sizes s = {0};
+    s.rms_att = L * d;
+    s.rms_ffn = L * d;
+    s.rms_final = d;
+    s.tok_emb = (uint64_t)c->vocab_size * d;
+    s.wq = L * q * d;
+    s.wk = L * kv * d;
+    s.wv = L * kv * d;
+    s.wo = L * d * q;
+    s.w1 = L * h * d;
+    s.w2 = L * d * h;
+    s.w3 = L * h * d;
+    s.wcls = c->shared_classifier ? 0 : (uint64_t)c->vocab_size * d;
+    s.q_norm = c->qk_norm ? L * (uint64_t)c->head_dim : 0;
+    s.k_norm = s.q_norm;
+    return s;
+}
+
+void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
+    part_sizes s = sizes_of(c);
+    w->rms_att = p, p += s.rms_att;
+    w->rms_ffn = p, p += s.rms_ffn;
+    w->rms_final = p, p += s.rms_final;
+    w->tok_emb = p, p += s.tok_emb;
+    w->wq = p, p += s.wq;
+    w->wk = p, p += s.wk;
+    w->wv = p, p += s.wv;
+    w->wo = p, p += s.wo;
+    w->w1 = p, p += s.w1;
+    w->w2 = p, p += s.w2;
+    w->w3 = p, p += s.w3;
+    w->wcls = c->shared_classifier ? w->tok_emb : p;
+    p += s.wcls;
+    w->q_norm = c->qk_norm ? p : NULL;
+    p += s.q_norm;
+    w->k_norm = c->qk_norm ? p : NULL;
+}
+
+static nv_err alloc_params(nv_model *m) {
+    m->n_params = nv_config_param_count(&m->config);
+    if (m->n_params > (SIZE_MAX / 4) / 2) return nv_fail(NV_ENOMEM, "model too large");
+    m->params = calloc((size_t)m->n_params, sizeof(float));
+    if (!m->params)
+        return nv_fail(NV_ENOMEM, "cannot allocate %.1f MB for the weights", (double)m->n_params * 4 / 1e6);
+    m->params_owned = 1;
+    nv_weights_point(&m->w, &m->config, m->params);
+    return NV_OK;
+}
+
+nv_err nv_model_alloc(nv_model *m, const nv_config *c) {
+    memset(m, 0, sizeof *m);
+    NV_TRY(nv_config_validate(c));
+    m->config = *c;
+    return alloc_params(m);
+}
+
+/* Copies n floats from the reader (v0 layout differs from ours, so v0 is copied). */
+static nv_err read_part(nv_reader *r, float *dst, uint64_t n, const char *name) {
+    return nv_read_bytes(r, dst, (size_t)n * sizeof(float), name);
+}
+
+static nv_err load_v0(nv_model *m, nv_reader *r, const int32_t hdr[7]) {
+    nv_config *c = &m->config;
+    /* v0 stores two unused RoPE tables (seq_len x head_dim/2 each) before the classifier. */
+    part_sizes s = sizes_of(c);
+    uint64_t freq = (uint64_t)c->seq_len * (uint64_t)(c->head_dim / 2);
+    uint64_t want = s.tok_emb + s.rms_att + s.wq + s.wk + s.wv + s.wo + s.rms_ffn + s.w1 + s.w2 + s.w3 +
+                    s.rms_final + 2 * freq + s.wcls;
+    uint64_t have = nv_reader_left(r);
+    if (have != want * 4)
+        return nv_fail(NV_EFORMAT,
+                       "%s: llama2.c v0 checkpoint (dim %d, layers %d, vocab %d) needs %llu bytes of weights, file has %llu",
+                       r->what, hdr[0], hdr[2], abs(hdr[5]), (unsigned long long)(want * 4),
+                       (unsigned long long)have);
+    NV_TRY(alloc_params(m));
+    nv_weights *w = &m->w;
+    NV_TRY(read_part(r, w->tok_emb, s.tok_emb, "token embedding"));
+    NV_TRY(read_part(r, w->rms_att, s.rms_att, "attention norms"));
+    NV_TRY(read_part(r, w->wq, s.wq, "wq"));
+    NV_TRY(read_part(r, w->wk, s.wk, "wk"));
+    NV_TRY(read_part(r, w->wv, s.wv, "wv"));
+    NV_TRY(read_part(r, w->wo, s.wo, "wo"));
+    NV_TRY(read_part(r, w->rms_ffn, s.rms_ffn, "ffn norms"));
+    NV_TRY(read_part(r, w->w1, s.w1, "w1"));
+    NV_TRY(read_part(r, w->w2, s.w2, "w2"));
+    NV_TRY(read_part(r, w->w3, s.w3, "w3"));
+    NV_TRY(read_part(r, w->rms_final, s.rms_final, "final norm"));
+    const void *skip;
+    NV_TRY(nv_read_view(r, &skip, (size_t)(2 * freq * 4), "rope tables"));
+    if (!c->shared_classifier) NV_TRY(read_part(r, w->wcls, s.wcls, "classifier"));
+    return NV_OK;
+}
+
+static void config_from_header(nv_config *c, const int32_t h[7], int shared) {
+    memset(c, 0, sizeof *c);
+    c->dim = h[0];
+    c->hidden_dim = h[1];
+    c->n_layers = h[2];
+    c->n_heads = h[3];
+    c->n_kv_heads = h[4];
+    c->vocab_size = h[5];
+    c->seq_len = h[6];
+    c->head_dim = c->n_heads > 0 && c->dim % c->n_heads == 0 ? c->dim / c->n_heads : 0;
+    c->rope_theta = 10000.0f;
+    c->norm_eps = 1e-5f;
+    c->shared_classifier = shared;
+    c->qk_norm = 0;
+}
+
+static nv_err check_header(const nv_config *c, const char *path) {
+    if (c->n_heads <= 0 || c->dim <= 0 || c->dim % c->n_heads != 0)
+        return nv_fail(NV_EFORMAT, "%s: not a llama2.c checkpoint (dim %d is not a multiple of n_heads %d)", path,
+                       c->dim, c->n_heads);
+    nv_err e = nv_config_validate(c);
+    if (e != NV_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", nv_errmsg());
+        return nv_fail(e, "%s: not a valid llama2.c checkpoint: %s", path, msg);
+    }
+    return NV_OK;
+}
+
+nv_err nv_model_load(const char *path, nv_model *m) {
+    memset(m, 0, sizeof *m);
+    nv_mapped map;
+    NV_TRY(nv_file_map(path, &map));
+    nv_reader r = nv_reader_make(map.data, map.len, path);
+    nv_err e;
+    uint32_t magic = 0;
+    if (map.len < 28) {
+        e = nv_fail(NV_EFORMAT, "%s: too short (%zu bytes) to be a llama2.c checkpoint", path, map.len);
+        goto fail;
+    }
+    memcpy(&magic, map.data, 4);
+    int32_t hdr[7];
+    if (magic == V1_MAGIC) {
+        int32_t version;
+        uint8_t shared;
+        nv_read_u32(&r, &magic, "magic");
+        if ((e = nv_read_i32(&r, &version, "version")) != NV_OK) goto fail;
+        if (version != 1) {
+            e = nv_fail(NV_EUNSUPPORTED, "%s: llama2.c checkpoint version %d is not supported (only 0 and 1: fp32)",
+                        path, version);
+            goto fail;
+        }
+        for (int i = 0; i < 7; i++)
+            if ((e = nv_read_i32(&r, &hdr[i], "header")) != NV_OK) goto fail;
+        if ((e = nv_read_u8(&r, &shared, "shared-classifier flag")) != NV_OK) goto fail;
+        if (shared > 1) {
+            e = nv_fail(NV_EFORMAT, "%s: bad shared-classifier flag %u", path, shared);
+            goto fail;
+        }
+        config_from_header(&m->config, hdr, shared);
+        if ((e = check_header(&m->config, path)) != NV_OK) goto fail;
+        if (map.len < V1_HEADER_BYTES) {
+            e = nv_fail(NV_EFORMAT, "%s: truncated header", path);
+            goto fail;
+        }
+        r.pos = V1_HEADER_BYTES;
+        m->n_params = nv_config_param_count(&m->config);
+        if ((uint64_t)nv_reader_left(&r) != m->n_params * 4) {
+            e = nv_fail(NV_EFORMAT, "%s: llama2.c v1 checkpoint needs %llu bytes of weights, file has %zu", path,
+                        (unsigned long long)(m->n_params * 4), nv_reader_left(&r));
+            goto fail;
+        }
+        /* The mapping is private and read-only; weights are used in place. */
+        m->params = (float *)(map.data + V1_HEADER_BYTES);
+        m->mapped = map;
+        nv_weights_point(&m->w, &m->config, m->params);
+        return NV_OK;
+    }
+    for (int i = 0; i < 7; i++) nv_read_i32(&r, &hdr[i], "header");
+    int shared = hdr[5] > 0;
+    if (hdr[5] < 0) hdr[5] = hdr[5] == INT32_MIN ? 0 : -hdr[5];
+    config_from_header(&m->config, hdr, shared);
+    if ((e = check_header(&m->config, path)) != NV_OK) goto fail;
+    if ((e = load_v0(m, &r, hdr)) != NV_OK) goto fail;
+    nv_file_unmap(&map);
+    return NV_OK;
+fail:
+    nv_file_unmap(&map);
+    if (m->params_owned) free(m->params);
+    memset(m, 0, sizeof *m);
+    return e;
+}
+
+void nv_model_init_random(nv_model *m, uint64_t seed) {
+    const nv_config *c = &m->config;
+    part_sizes s = sizes_of(c);
+    nv_rng rng;
+    nv_rng_seed(&rng, seed);
+    float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * (float)c->n_layers);
+    nv_weights *w = &m->w;
+    for (uint64_t i = 0; i < s.rms_att; i++) w->rms_att[i] = 1.0f;
+    for (uint64_t i = 0; i < s.rms_ffn; i++) w->rms_ffn[i] = 1.0f;
+    for (uint64_t i = 0; i < s.rms_final; i++) w->rms_final[i] = 1.0f;
+    for (uint64_t i = 0; i < s.q_norm; i++) w->q_norm[i] = w->k_norm[i] = 1.0f;
+    struct {
+        float *p;
+        uint64_t n;
+        float std;
+    } mats[] = {{w->tok_emb, s.tok_emb, std}, {w->wq, s.wq, std},  {w->wk, s.wk, std},
+                {w->wv, s.wv, std},           {w->wo, s.wo, std_res}, {w->w1, s.w1, std},
+                {w->w2, s.w2, std_res},       {w->w3, s.w3, std},  {w->wcls, s.wcls, std}};
+    for (size_t j = 0; j < sizeof mats / sizeof mats[0]; j++)
+        for (uint64_t i = 0; i < mats[j].n; i++) mats[j].p[i] = mats[j].std * nv_rng_normal(&rng);
+}
+
+nv_err nv_model_save_v1(const nv_model *m, const char *path) {
+    const nv_config *c = &m->config;
+    if (c->qk_norm || c->head_dim * c->n_heads != c->dim)
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 cannot hold this shape (head_dim %d x %d heads != dim %d%s)",
+                       path, c->head_dim, c->n_heads, c->dim, c->qk_norm ? ", QK-norm" : "");
+    uint8_t hdr[V1_HEADER_BYTES] = {0};
+    uint32_t magic = V1_MAGIC;
+    int32_t version = 1;
+    int32_t p[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len};
+    memcpy(hdr, &magic, 4);
+    memcpy(hdr + 4, &version, 4);
+    memcpy(hdr + 8, p, sizeof p);
+    hdr[36] = (uint8_t)(c->shared_classifier ? 1 : 0);
+    nv_iov parts[2] = {{hdr, sizeof hdr}, {m->params, (size_t)m->n_params * sizeof(float)}};
+    return nv_file_write_atomic(path, parts, 2);
+}
+
+nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
+    const nv_config *c = &m->config;
+    int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
+    m->plans = calloc((size_t)c->n_layers, sizeof *m->plans);
+    if (!m->plans) return nv_fail(NV_ENOMEM, "out of memory");
+    m->engine = e;
+    for (int l = 0; l < c->n_layers; l++) {
+        nv_layer_plans *lp = &m->plans[l];
+        NV_TRY(nv_plan_build(&lp->wq, e, m->w.wq + (size_t)l * q * d, q, d));
+        NV_TRY(nv_plan_build(&lp->wk, e, m->w.wk + (size_t)l * kv * d, kv, d));
+        NV_TRY(nv_plan_build(&lp->wv, e, m->w.wv + (size_t)l * kv * d, kv, d));
+        NV_TRY(nv_plan_build(&lp->wo, e, m->w.wo + (size_t)l * d * q, d, q));
+        NV_TRY(nv_plan_build(&lp->w1, e, m->w.w1 + (size_t)l * h * d, h, d));
+        NV_TRY(nv_plan_build(&lp->w2, e, m->w.w2 + (size_t)l * d * h, d, h));
+        NV_TRY(nv_plan_build(&lp->w3, e, m->w.w3 + (size_t)l * h * d, h, d));
+    }
+    return nv_plan_build(&m->cls_plan, e, m->w.wcls, c->vocab_size, d);
+}
+
+void nv_model_free(nv_model *m) {
+    if (m->plans) {
+        for (int l = 0; l < m->config.n_layers; l++) {
+            nv_layer_plans *lp = &m->plans[l];
+            nv_plan *all[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
+            for (size_t i = 0; i < 7; i++)
+                if (all[i]) nv_plan_free(all[i]);
+        }
+        free(m->plans);
+    }
+    if (m->cls_plan) nv_plan_free(m->cls_plan);
+    if (m->params_owned) free(m->params);
+    nv_file_unmap(&m->mapped);
+    memset(m, 0, sizeof *m);
+}

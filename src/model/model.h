@@ -1,0 +1,69 @@
+/* A Llama-family model: config, fp32 weights, and the engine plans built over them.
+ *
+ * Weights are a struct of pointers into one fp32 block, in the order of llama2.c's version-1
+ * export (per-layer norms, final norm, embedding, wq, wk, wv, wo, w1, w2, w3 for all layers,
+ * then the classifier when not shared, then Qwen3 q/k norms). The block is either a read-only
+ * mapping of a checkpoint (v1: used in place) or owned memory (v0 files, whose order differs, and
+ * freshly initialised models).
+ *
+ * Loaders check every size against the file length before reading anything, and validate the
+ * config (nv_config_validate). A truncated, garbage or wrong-magic file is NV_EFORMAT. */
+#ifndef NV_MODEL_H
+#define NV_MODEL_H
+
+#include <stdint.h>
+
+#include "base/file.h"
+#include "engine/engine.h"
+#include "model/config.h"
+
+typedef struct {
+    float *rms_att;   /* [L][dim] */
+    float *rms_ffn;   /* [L][dim] */
+    float *rms_final; /* [dim] */
+    float *tok_emb;   /* [vocab][dim] */
+    float *wq;        /* [L][q_dim][dim] */
+    float *wk;        /* [L][kv_dim][dim] */
+    float *wv;        /* [L][kv_dim][dim] */
+    float *wo;        /* [L][dim][q_dim] */
+    float *w1;        /* [L][hidden][dim] gate */
+    float *w2;        /* [L][dim][hidden] down */
+    float *w3;        /* [L][hidden][dim] up */
+    float *wcls;      /* [vocab][dim]; == tok_emb when shared */
+    float *q_norm;    /* [L][head_dim] (qk_norm only) */
+    float *k_norm;    /* [L][head_dim] (qk_norm only) */
+} nv_weights;
+
+typedef struct {
+    nv_plan *wq, *wk, *wv, *wo, *w1, *w2, *w3;
+} nv_layer_plans;
+
+typedef struct {
+    nv_config config;
+    nv_weights w;
+    float *params;        /* the whole block (owned or inside `mapped`) */
+    uint64_t n_params;
+    int params_owned;
+    nv_mapped mapped;     /* the checkpoint mapping, when weights are used in place */
+    nv_engine_id engine;  /* engine the plans were asked for */
+    nv_layer_plans *plans; /* [L], NULL until nv_model_build_plans */
+    nv_plan *cls_plan;
+} nv_model;
+
+/* Points w at the parts of a params block laid out in version-1 order. */
+void nv_weights_point(nv_weights *w, const nv_config *c, float *params);
+
+/* Loads a llama2.c checkpoint: legacy v0 (7 int header, negative vocab = separate classifier)
+ * or version 1 ("ak42" magic, fp32). */
+nv_err nv_model_load(const char *path, nv_model *m);
+/* A model with freshly allocated, zeroed weights of config c. */
+nv_err nv_model_alloc(nv_model *m, const nv_config *c);
+/* Random initialisation (normal(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1). */
+void nv_model_init_random(nv_model *m, uint64_t seed);
+/* Writes m as a llama2.c version-1 checkpoint, atomically. */
+nv_err nv_model_save_v1(const nv_model *m, const char *path);
+/* Builds one plan per weight matrix on engine e (falling down the ladder where e is off). */
+nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);
+void nv_model_free(nv_model *m);
+
+#endif

@@ -1,0 +1,91 @@
+#include "model/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/rng.h"
+#include "model/forward.h"
+
+nv_err nv_sampler_init(nv_sampler *s, int vocab_size, float temperature, float top_p, uint64_t seed) {
+    if (vocab_size < 1) return nv_fail(NV_EINVAL, "sampler: empty vocabulary");
+    if (!(temperature >= 0.0f) || !isfinite(temperature))
+        return nv_fail(NV_EINVAL, "temperature must be a finite number >= 0 (got %g)", temperature);
+    if (!(top_p >= 0.0f && top_p <= 1.0f)) return nv_fail(NV_EINVAL, "top-p must be in [0, 1] (got %g)", top_p);
+    s->vocab_size = vocab_size;
+    s->temperature = temperature;
+    s->top_p = top_p;
+    s->rng_state = seed;
+    s->probindex = malloc((size_t)vocab_size * sizeof *s->probindex);
+    if (!s->probindex) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    return NV_OK;
+}
+
+void nv_sampler_free(nv_sampler *s) {
+    free(s->probindex);
+    s->probindex = NULL;
+}
+
+int nv_argmax(const float *v, int n) {
+    int best = 0;
+    float max_p = v[0];
+    for (int i = 1; i < n; i++)
+        if (v[i] > max_p) {
+            max_p = v[i];
+            best = i;
+        }
+    return best;
+}
+
+static int sample_mult(const float *probs, int n, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += probs[i];
+        if (coin < cdf) return i;
+    }
+    return n - 1; /* rounding errors */
+}
+
+static int compare_prob_desc(const void *a, const void *b) {
+    const nv_prob_index *x = a, *y = b;
+    if (x->prob > y->prob) return -1;
+    if (x->prob < y->prob) return 1;
+    return 0;
+}
+
+static int sample_topp(const float *probs, int n, float topp, nv_prob_index *probindex, float coin) {
+    /* Tokens below (1 - topp) / (n - 1) can never be in the nucleus: drop them before sorting. */
+    int n0 = 0;
+    const float cutoff = (1.0f - topp) / (float)(n - 1);
+    for (int i = 0; i < n; i++)
+        if (probs[i] >= cutoff) {
+            probindex[n0].index = i;
+            probindex[n0].prob = probs[i];
+            n0++;
+        }
+    qsort(probindex, (size_t)n0, sizeof *probindex, compare_prob_desc);
+    float cumulative = 0.0f;
+    int last_idx = n0 - 1;
+    for (int i = 0; i < n0; i++) {
+        cumulative += probindex[i].prob;
+        if (cumulative > topp) {
+            last_idx = i;
+            break;
+        }
+    }
+    float r = coin * cumulative, cdf = 0.0f;
+    for (int i = 0; i <= last_idx; i++) {
+        cdf += probindex[i].prob;
+        if (r < cdf) return probindex[i].index;
+    }
+    return probindex[last_idx].index;
+}
+
+int nv_sample(nv_sampler *s, float *logits) {
+    int n = s->vocab_size;
+    if (s->temperature == 0.0f) return nv_argmax(logits, n);
+    for (int q = 0; q < n; q++) logits[q] /= s->temperature;
+    nv_softmax(logits, n);
+    float coin = nv_xorshift_f32(&s->rng_state);
+    if (s->top_p <= 0 || s->top_p >= 1 || n < 2) return sample_mult(logits, n, coin);
+    return sample_topp(logits, n, s->top_p, s->probindex, coin);
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every test program of one build and adds up their results.
+# usage: tests/run.sh LABEL BINDIR NERVE_BIN  -> appends "passed failed skipped" to $RESULTS_FILE
+set -u
+label=$1 bindir=$2 nerve=$3
+export NERVE_BIN=$nerve
+p=0 f=0 s=0
+for t in "$bindir"/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    echo "== [$label] $name"
+    out=$("$t" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -v '^@@ RESULT'
+    res=$(printf '%s\n' "$out" | grep '^@@ RESULT' | tail -n1)
+    if [ -z "$res" ]; then
+        echo "  FAIL     $name crashed or exited early (exit $rc)"
+        f=$((f + 1))
+        continue
+    fi
+    set -- $res
+    p=$((p + $3)) f=$((f + $4)) s=$((s + $5))
+    if [ "$rc" -ne 0 ] && [ "$4" -eq 0 ]; then
+        echo "  FAIL     $name exited $rc after its cases"
+        f=$((f + 1))
+    fi
+done
+echo "$p $f $s" >> "${RESULTS_FILE:?}"
