@@ -17,7 +17,7 @@
 
 static int t_passed, t_failed, t_skipped;
 static int t_case_failed, t_case_skipped;
-static char t_skip_reason[512];
+static char t_skip_reason[4400];
 
 #define T_CHECK(cond, ...)                                              \
     do {                                                                \
@@ -42,8 +42,8 @@ static inline const char *t_data(const char *rel) {
     static int next;
     char *b = bufs[next++ & 7];
     if (!nv_data_path(rel, b, sizeof bufs[0])) {
-        char why[4200];
-        snprintf(why, sizeof why, "no ../shared/data/%s (set NERVE_DATA to its folder)", rel);
+        char why[600];
+        snprintf(why, sizeof why, "no ../shared/data/%.400s (set NERVE_DATA to its folder)", rel);
         t_skip(why);
         return NULL;
     }

@@ -84,8 +84,13 @@ int cmd_generate(int argc, char **argv) {
     int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
     if (nv_model_load(model_path, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     const nv_config *c = &model.config;
-    if (nv_tokenizer_load(tok_path, c->vocab_size, &tok) != NV_OK) {
+    if (nv_tokenizer_load(tok_path, 0, &tok) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (nv_tokenizer_vocab_size(tok) != c->vocab_size) {
+        cli_error(CMD, 1, "%s has %d tokens but the model's vocabulary is %d: pass the model's tokenizer with -z",
+                  tok_path, nv_tokenizer_vocab_size(tok), c->vocab_size);
         goto done;
     }
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||

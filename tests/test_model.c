@@ -1,0 +1,344 @@
+/* Model core: llama2.c checkpoints (v0, v1, malformed), the fp32 forward pass, the sampler. */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "base/rng.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "t.h"
+
+static char tmpdir[256];
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][512];
+    static int i;
+    char *b = buf[i++ & 3];
+    snprintf(b, sizeof buf[0], "%s/%s", tmpdir, name);
+    return b;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+/* Greedy decode of n steps from BOS, token by token (or one chunk for the prompt). */
+static int greedy_tokens(const nv_model *m, int steps, int *out) {
+    nv_state s;
+    if (nv_state_init(&s, &m->config, 1, m->config.seq_len, 0) != NV_OK) return 0;
+    int token = 1, n = 0;
+    for (int pos = 0; pos < steps; pos++) {
+        if (nv_forward(m, &s, &token, 1, pos) != NV_OK) break;
+        token = nv_argmax(s.logits, m->config.vocab_size);
+        out[n++] = token;
+    }
+    nv_state_free(&s);
+    return n;
+}
+
+static void test_load_v0_stories260K(void) {
+    const char *p = t_data("models/stories260K.bin");
+    if (!p) return;
+    nv_model m;
+    nv_err e = nv_model_load(p, &m);
+    T_CHECK(e == NV_OK, "%s", nv_errmsg());
+    if (e) return;
+    const nv_config *c = &m.config;
+    T_CHECK(c->dim == 64 && c->hidden_dim == 172 && c->n_layers == 5 && c->n_heads == 8 && c->n_kv_heads == 4 &&
+                c->vocab_size == 512 && c->seq_len == 512 && c->shared_classifier == 1 && c->head_dim == 8,
+            "unexpected config dim=%d hidden=%d", c->dim, c->hidden_dim);
+    nv_model_free(&m);
+}
+
+static void test_v1_roundtrip_and_exact_greedy(void) {
+    const char *p = t_data("models/stories260K.bin");
+    if (!p) return;
+    nv_model a, b;
+    if (nv_model_load(p, &a) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    const char *out = tmp_path("v1.bin");
+    T_CHECK(nv_model_save_v1(&a, out) == NV_OK, "%s", nv_errmsg());
+    nv_err e = nv_model_load(out, &b);
+    T_CHECK(e == NV_OK, "%s", nv_errmsg());
+    if (e) {
+        nv_model_free(&a);
+        return;
+    }
+    T_CHECK(b.n_params == a.n_params && memcmp(a.params, b.params, a.n_params * 4) == 0, "weights differ after v1 round trip");
+    T_CHECK(nv_model_build_plans(&a, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_model_build_plans(&b, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    int ta[64], tb[64];
+    int na = greedy_tokens(&a, 64, ta), nb = greedy_tokens(&b, 64, tb);
+    T_CHECK(na == 64 && nb == 64 && memcmp(ta, tb, sizeof ta) == 0, "v0 and v1 greedy tokens differ");
+    nv_model_free(&a);
+    nv_model_free(&b);
+}
+
+static void test_chunked_prefill_is_exact(void) {
+    const char *p = t_data("models/stories260K.bin");
+    if (!p) return;
+    nv_model m;
+    if (nv_model_load(p, &m) != NV_OK || nv_model_build_plans(&m, NV_ENGINE_SCALAR) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    int toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (i * 37 + 11) % 512;
+    toks[0] = 1;
+    nv_state one, chunk;
+    T_CHECK(nv_state_init(&one, &m.config, 1, 64, 0) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_state_init(&chunk, &m.config, 16, 64, 1) == NV_OK, "%s", nv_errmsg());
+    for (int pos = 0; pos < 40; pos++) nv_forward(&m, &one, &toks[pos], 1, pos);
+    /* chunks of 16, 16, 8: every row's logits must equal the token-by-token ones bit for bit */
+    int pos = 0, ok = 1;
+    nv_state ref;
+    nv_state_init(&ref, &m.config, 1, 64, 0);
+    while (pos < 40) {
+        int n = 40 - pos < 16 ? 40 - pos : 16;
+        T_CHECK(nv_forward(&m, &chunk, toks + pos, n, pos) == NV_OK, "%s", nv_errmsg());
+        for (int t = 0; t < n; t++) {
+            nv_forward(&m, &ref, &toks[pos + t], 1, pos + t);
+            if (memcmp(ref.logits, chunk.logits + (size_t)t * 512, 512 * 4) != 0) ok = 0;
+        }
+        pos += n;
+    }
+    T_CHECK(ok, "chunked logits differ from token-by-token logits");
+    T_CHECK(memcmp(one.key_cache, chunk.key_cache, (size_t)5 * 64 * 32 * 4) == 0, "KV caches differ");
+    /* out-of-range inputs are errors, not crashes */
+    int bad = 512;
+    T_CHECK(nv_forward(&m, &one, &bad, 1, 0) == NV_ERANGE, "token id out of range accepted");
+    T_CHECK(nv_forward(&m, &one, toks, 1, 64) == NV_ERANGE, "position beyond the cache accepted");
+    T_CHECK(nv_forward(&m, &one, toks, 2, 0) == NV_EINVAL, "chunk larger than the state accepted");
+    nv_state_free(&one);
+    nv_state_free(&chunk);
+    nv_state_free(&ref);
+    nv_model_free(&m);
+}
+
+/* GQA + separate head_dim + QK-norm + separate classifier: forward runs, is finite, chunk-exact. */
+static void test_general_config_forward(void) {
+    nv_config c = {48, 80, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 0, 1};
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 7);
+    for (int i = 0; i < 2 * 16; i++) m.w.q_norm[i] = 1.0f + 0.01f * (float)i;
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    nv_state a, b;
+    nv_state_init(&a, &c, 1, 32, 0);
+    nv_state_init(&b, &c, 8, 32, 0);
+    int toks[8] = {1, 5, 9, 33, 96, 0, 2, 50};
+    for (int i = 0; i < 8; i++) nv_forward(&m, &a, &toks[i], 1, i);
+    nv_forward(&m, &b, toks, 8, 0);
+    int finite = 1;
+    for (int i = 0; i < 97; i++) finite &= isfinite(a.logits[i]);
+    T_CHECK(finite, "non-finite logits");
+    T_CHECK(memcmp(a.logits, b.logits, 97 * 4) == 0, "chunked vs token-by-token differ with QK-norm/GQA");
+    T_CHECK(m.w.wcls != m.w.tok_emb, "separate classifier expected");
+    /* a shape llama2.c v1 cannot hold is refused, nothing written */
+    T_CHECK(nv_model_save_v1(&m, tmp_path("qk.bin")) == NV_EUNSUPPORTED, "v1 save of QK-norm model accepted");
+    T_CHECK(access(tmp_path("qk.bin"), F_OK) != 0, "file written for refused save");
+    nv_state_free(&a);
+    nv_state_free(&b);
+    nv_model_free(&m);
+}
+
+static void test_separate_classifier_v0_and_v1(void) {
+    /* a tiny v0 file with negative vocab (separate classifier) built by hand */
+    nv_config c = {16, 24, 1, 2, 2, 8, 11, 6, 10000.0f, 1e-5f, 0, 0};
+    nv_model m;
+    nv_model_alloc(&m, &c);
+    nv_model_init_random(&m, 3);
+    const nv_weights *w = &m.w;
+    int32_t hdr[7] = {16, 24, 1, 2, 2, -11, 6};
+    const char *path = tmp_path("v0sep.bin");
+    FILE *f = fopen(path, "wb");
+    fwrite(hdr, 4, 7, f);
+    struct {
+        const float *p;
+        size_t n;
+    } parts[] = {{w->tok_emb, 11 * 16}, {w->rms_att, 16}, {w->wq, 256}, {w->wk, 256}, {w->wv, 256}, {w->wo, 256},
+                 {w->rms_ffn, 16},      {w->w1, 384},     {w->w2, 384}, {w->w3, 384}, {w->rms_final, 16}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) fwrite(parts[i].p, 4, parts[i].n, f);
+    float zeros[6 * 4] = {0};
+    fwrite(zeros, 4, 6 * 4, f); /* freq tables: seq_len * head_dim/2, twice */
+    fwrite(zeros, 4, 6 * 4, f);
+    fwrite(w->wcls, 4, 11 * 16, f);
+    fclose(f);
+    nv_model l;
+    nv_err e = nv_model_load(path, &l);
+    T_CHECK(e == NV_OK, "%s", nv_errmsg());
+    if (!e) {
+        T_CHECK(!l.config.shared_classifier && l.config.vocab_size == 11, "v0 negative vocab not read as separate");
+        T_CHECK(memcmp(l.params, m.params, m.n_params * 4) == 0, "v0 weights differ");
+        T_CHECK(nv_model_save_v1(&l, tmp_path("v1sep.bin")) == NV_OK, "%s", nv_errmsg());
+        nv_model v1;
+        T_CHECK(nv_model_load(tmp_path("v1sep.bin"), &v1) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(!v1.config.shared_classifier && memcmp(v1.w.wcls, m.w.wcls, 11 * 16 * 4) == 0, "v1 classifier differs");
+        nv_model_free(&v1);
+        nv_model_free(&l);
+    }
+    nv_model_free(&m);
+}
+
+static void expect_refused(const char *name, const void *data, size_t len, nv_err want) {
+    const char *path = tmp_path(name);
+    write_file(path, data, len);
+    nv_model m;
+    nv_err e = nv_model_load(path, &m);
+    T_CHECK(e == want, "%s: expected %s, got %s (%s)", name, nv_err_name(want), nv_err_name(e), nv_errmsg());
+    T_CHECK(e == NV_OK || strlen(nv_errmsg()) > 0, "%s: no message", name);
+    T_CHECK(e == NV_OK || strchr(nv_errmsg(), '\n') == NULL, "%s: message is not one line", name);
+    if (e == NV_OK) nv_model_free(&m);
+}
+
+static void test_malformed_checkpoints_refused(void) {
+    const char *p = t_data("models/stories260K.bin");
+    if (!p) return;
+    nv_mapped good;
+    if (nv_file_map(p, &good) != NV_OK) return;
+    uint8_t *buf = malloc(good.len + 64);
+    memcpy(buf, good.data, good.len);
+    /* truncated at several points: inside the header, inside the weights, one float short */
+    expect_refused("empty.bin", buf, 0, NV_EFORMAT);
+    expect_refused("trunc10.bin", buf, 10, NV_EFORMAT);
+    expect_refused("trunc100.bin", buf, 100, NV_EFORMAT);
+    expect_refused("trunc_half.bin", buf, good.len / 2, NV_EFORMAT);
+    expect_refused("trunc_4.bin", buf, good.len - 4, NV_EFORMAT);
+    expect_refused("extra.bin", buf, good.len + 8, NV_EFORMAT);
+    /* garbage */
+    uint8_t garbage[4096];
+    uint64_t st = 99;
+    for (size_t i = 0; i < sizeof garbage; i++) garbage[i] = (uint8_t)(nv_xorshift_u32(&st) >> 24);
+    expect_refused("garbage.bin", garbage, sizeof garbage, NV_EFORMAT);
+    /* absurd / inconsistent headers */
+    int32_t h[7];
+    memcpy(h, buf, sizeof h);
+    int32_t bad[][7] = {{h[0], h[1], h[2], 7, h[4], h[5], h[6]},        /* dim not a multiple of heads */
+                        {h[0], h[1], h[2], h[3], 3, h[5], h[6]},        /* heads not a multiple of kv heads */
+                        {0x40000000, h[1], h[2], h[3], h[4], h[5], h[6]}, /* huge dim */
+                        {h[0], h[1], -5, h[3], h[4], h[5], h[6]},        /* negative layers */
+                        {h[0], h[1], h[2], h[3], h[4], INT32_MIN, h[6]}, /* vocab that cannot be negated */
+                        {h[0], h[1], h[2], h[3], h[4], h[5], 0}};        /* no context */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memcpy(buf, good.data, good.len);
+        memcpy(buf, bad[i], sizeof bad[i]);
+        char name[32];
+        snprintf(name, sizeof name, "badhdr%zu.bin", i);
+        expect_refused(name, buf, good.len, NV_EFORMAT);
+    }
+    /* v1 magic with an unknown version, and a v1 header with a bad flag */
+    uint8_t v1[300] = {0};
+    uint32_t magic = 0x616b3432;
+    int32_t version = 2;
+    memcpy(v1, &magic, 4);
+    memcpy(v1 + 4, &version, 4);
+    expect_refused("v2.bin", v1, sizeof v1, NV_EUNSUPPORTED);
+    version = 1;
+    memcpy(v1 + 4, &version, 4);
+    memcpy(v1 + 8, h, sizeof h);
+    v1[36] = 7;
+    expect_refused("v1flag.bin", v1, sizeof v1, NV_EFORMAT);
+    v1[36] = 1;
+    expect_refused("v1short.bin", v1, sizeof v1, NV_EFORMAT);
+    expect_refused("v1hdr.bin", v1, 30, NV_EFORMAT);
+    free(buf);
+    nv_file_unmap(&good);
+    /* a directory and a missing file are i/o errors */
+    nv_model m;
+    T_CHECK(nv_model_load(tmpdir, &m) == NV_EIO, "directory accepted");
+    T_CHECK(nv_model_load(tmp_path("missing.bin"), &m) == NV_EIO, "missing file accepted");
+}
+
+static void test_sampler(void) {
+    float logits[6] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f, 1.9f};
+    nv_sampler s;
+    T_CHECK(nv_sampler_init(&s, 6, 0.0f, 0.9f, 1) == NV_OK, "%s", nv_errmsg());
+    float l[6];
+    memcpy(l, logits, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 1, "greedy must pick the first maximum");
+    nv_sampler_free(&s);
+    T_CHECK(nv_sampler_init(&s, 6, -1.0f, 0.9f, 1) == NV_EINVAL, "negative temperature accepted");
+    T_CHECK(nv_sampler_init(&s, 6, 1.0f, 1.5f, 1) == NV_EINVAL, "top-p > 1 accepted");
+    /* same seed -> same sequence; different seed -> a different one */
+    int a[64], b[64], c[64];
+    for (int r = 0; r < 3; r++) {
+        nv_sampler_init(&s, 6, 1.0f, 0.0f, r == 2 ? 43 : 42);
+        for (int i = 0; i < 64; i++) {
+            memcpy(l, logits, sizeof l);
+            (r == 0 ? a : r == 1 ? b : c)[i] = nv_sample(&s, l);
+        }
+        nv_sampler_free(&s);
+    }
+    T_CHECK(memcmp(a, b, sizeof a) == 0, "same seed gave different samples");
+    T_CHECK(memcmp(a, c, sizeof a) != 0, "different seeds gave identical samples");
+    /* frequencies follow softmax(logits / T) */
+    int counts[6] = {0};
+    const int N = 20000;
+    nv_sampler_init(&s, 6, 0.7f, 0.0f, 5);
+    for (int i = 0; i < N; i++) {
+        memcpy(l, logits, sizeof l);
+        counts[nv_sample(&s, l)]++;
+    }
+    nv_sampler_free(&s);
+    memcpy(l, logits, sizeof l);
+    for (int i = 0; i < 6; i++) l[i] /= 0.7f;
+    nv_softmax(l, 6);
+    for (int i = 0; i < 6; i++)
+        T_CHECK(fabsf((float)counts[i] / N - l[i]) < 0.015f, "token %d: frequency %.3f vs probability %.3f", i,
+                (float)counts[i] / N, l[i]);
+    /* top-p 0.5 keeps only the nucleus: tokens 1, 3 (p ~0.3 each) and not the tail */
+    nv_sampler_init(&s, 6, 1.0f, 0.5f, 9);
+    int outside = 0;
+    for (int i = 0; i < 2000; i++) {
+        memcpy(l, logits, sizeof l);
+        int t = nv_sample(&s, l);
+        outside += !(t == 1 || t == 3);
+    }
+    nv_sampler_free(&s);
+    T_CHECK(outside == 0, "%d samples outside the top-p nucleus", outside);
+}
+
+static void test_init_presets(void) {
+    nv_config c;
+    T_CHECK(nv_config_preset("stories15M", &c) == NV_OK && c.dim == 288 && c.n_layers == 6, "stories15M preset");
+    T_CHECK(nv_config_preset("nope", &c) == NV_EINVAL, "unknown preset accepted");
+    T_CHECK(nv_config_preset("stories110M", &c) == NV_OK && nv_config_param_count(&c) > 100000000ull &&
+                nv_config_param_count(&c) < 120000000ull,
+            "stories110M parameter count %llu", (unsigned long long)nv_config_param_count(&c));
+    nv_config_preset("stories260K", &c);
+    nv_model m, l;
+    nv_model_alloc(&m, &c);
+    nv_model_init_random(&m, 11);
+    T_CHECK(nv_model_save_v1(&m, tmp_path("init.bin")) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_model_load(tmp_path("init.bin"), &l) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(memcmp(l.params, m.params, m.n_params * 4) == 0, "init weights differ after reload");
+    double sum2 = 0;
+    for (int i = 0; i < 512 * 64; i++) sum2 += (double)m.w.tok_emb[i] * m.w.tok_emb[i];
+    double std = sqrt(sum2 / (512 * 64));
+    T_CHECK(std > 0.018 && std < 0.022, "embedding std %.4f, expected ~0.02", std);
+    nv_model_free(&m);
+    nv_model_free(&l);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nerve-test-model-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    nv_engines_init("scalar", 1);
+    T_RUN(test_load_v0_stories260K);
+    T_RUN(test_v1_roundtrip_and_exact_greedy);
+    T_RUN(test_chunked_prefill_is_exact);
+    T_RUN(test_general_config_forward);
+    T_RUN(test_separate_classifier_v0_and_v1);
+    T_RUN(test_malformed_checkpoints_refused);
+    T_RUN(test_sampler);
+    T_RUN(test_init_presets);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return t_done();
+}
