@@ -492,6 +492,63 @@ static void test_merge_rules(void) {
     nv_tokenizer_free(t);
 }
 
+/* Random vocabularies over a tiny alphabet (so merges, long chains and ties abound; scores
+ * include -0 and +0, which run.c's '>' treats as equal) against the literal run.c loop. */
+static void test_random_vocabs(void) {
+    if (!make_tmpdir()) return;
+    static const char *alphabet[] = {"a", "b", " ", "\n", "\xc3\xa9", "\xe4\xb8\xad"};
+    static const float score_set[] = {-1, -2, -3, 0.0f, -0.0f, 5, -1e9f};
+    int bad = 0, total = 0;
+    for (int v = 0; v < 30; v++) {
+        int k = 10 + (int)(rng() % 150);
+        const char **pieces = malloc((size_t)(k + 1) * sizeof *pieces);
+        float *scores = malloc((size_t)(k + 1) * sizeof *scores);
+        char (*store)[32] = malloc((size_t)(k + 1) * sizeof *store);
+        int np = 0;
+        strcpy(store[np], " ");
+        pieces[np] = store[np];
+        scores[np++] = -1;
+        for (int i = 0; i < k; i++) {
+            char w[32] = "";
+            int parts = 1 + (int)(rng() % 5);
+            for (int j = 0; j < parts; j++) strcat(w, alphabet[rng() % 6]);
+            int dup = 0;
+            for (int j = 0; j < np; j++) dup |= !strcmp(store[j], w);
+            if (dup) continue;
+            strcpy(store[np], w);
+            pieces[np] = store[np];
+            scores[np++] = score_set[rng() % 7];
+        }
+        buf b = {0};
+        build_vocab(&b, pieces, scores, np);
+        nv_tokenizer *t = load_or_fail(write_tmp("random.bin", b.p, b.n), 0);
+        free(b.p);
+        free(pieces);
+        free(scores);
+        free(store);
+        if (!t) continue;
+        ref_tok ref;
+        ref_init(&ref, t);
+        for (int it = 0; it < 60; it++) {
+            char text[400] = "";
+            int parts = (int)(rng() % 100);
+            for (int j = 0; j < parts; j++) strcat(text, alphabet[rng() % 6]);
+            int *ids, n, nr;
+            T_CHECK(nv_tokenizer_encode(t, text, it & 1, 0, &ids, &n) == NV_OK, "%s", nv_errmsg());
+            int *r = ref_encode(&ref, text, it & 1, 0, &nr);
+            total++;
+            if (n != nr || memcmp(ids, r, (size_t)n * sizeof(int)) != 0) {
+                if (bad++ < 3) T_CHECK(0, "vocab %d: \"%s\" differs from run.c", v, text);
+            }
+            free(r);
+            free(ids);
+        }
+        free(ref.sorted);
+        nv_tokenizer_free(t);
+    }
+    T_CHECK(bad == 0, "%d of %d encodings differ from run.c", bad, total);
+}
+
 /* ---- (c) malformed files ---------------------------------------------------------------- */
 
 static void expect_format_error(const char *what, const void *data, size_t len, int vocab) {
@@ -680,7 +737,7 @@ static void test_long_text(void) {
 
 static void cleanup_tmpdir(void) {
     if (!tmpdir[0]) return;
-    const char *names[] = {"rules.bin", "chunks.bin", "tiny.bin", "bad.bin", "good.bin", "garbage.bin", "lenient.bin"};
+    const char *names[] = {"rules.bin", "chunks.bin", "tiny.bin", "bad.bin", "good.bin", "garbage.bin", "lenient.bin", "random.bin"};
     char path[128];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
@@ -695,6 +752,7 @@ int main(void) {
     T_RUN(test_roundtrip_llama32000);
     T_RUN(test_roundtrip_tok512);
     T_RUN(test_merge_rules);
+    T_RUN(test_random_vocabs);
     T_RUN(test_malformed);
     T_RUN(test_lenient_pieces);
     T_RUN(test_long_text);

@@ -127,16 +127,33 @@ nv_err nv_file_read_all(const char *path, char **out, size_t *len) {
     return NV_OK;
 }
 
-static int file_exists(const char *p) {
+int nv_file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
+}
+
+nv_err nv_mkdirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return nv_fail(NV_EINVAL, "path too long: %s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return nv_fail(NV_EIO, "%s: %s", buf, strerror(errno));
+            *p = c;
+            if (!c) break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return nv_fail(NV_EIO, "%s: not a directory", path);
+    return NV_OK;
 }
 
 int nv_data_path(const char *rel, char *buf, size_t cap) {
     const char *env = getenv("NERVE_DATA");
     if (env && *env) {
         snprintf(buf, cap, "%s/%s", env, rel);
-        return file_exists(buf);
+        return nv_file_exists(buf);
     }
     /* The executable lives in <checkout>/build[/...]; the data sits in <checkout>/../shared/data. */
     char exe[4096];
@@ -148,9 +165,9 @@ int nv_data_path(const char *rel, char *buf, size_t cap) {
             if (!slash || slash == exe) break;
             *slash = '\0';
             snprintf(buf, cap, "%s/../shared/data/%s", exe, rel);
-            if (file_exists(buf)) return 1;
+            if (nv_file_exists(buf)) return 1;
         }
     }
     snprintf(buf, cap, "../shared/data/%s", rel);
-    return file_exists(buf);
+    return nv_file_exists(buf);
 }

@@ -56,4 +56,8 @@ nv_err nv_file_read_all(const char *path, char **out, size_t *len);
  * rel inside it to buf. Returns 1 when that file exists, 0 otherwise. */
 int nv_data_path(const char *rel, char *buf, size_t cap);
 
+/* mkdir -p: creates path and its missing parents (mode 0755). */
+nv_err nv_mkdirs(const char *path);
+int nv_file_exists(const char *path);
+
 #endif

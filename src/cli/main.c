@@ -9,6 +9,8 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
+    {"train", cmd_train, "train a model from scratch, fine-tune one, or resume a run"},
+    {"export", cmd_export, "write a training checkpoint as a llama2.c model"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},

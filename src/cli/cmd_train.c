@@ -1,0 +1,192 @@
+/* nerve train: train from scratch or fine-tune, resumable, on the fastest engine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "train/data.h"
+#include "train/train.h"
+
+#define CMD "train"
+#define MAX_DATA 64
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
+            "                   [--qk-norm] [--separate-classifier] [--context N]] [--init-from model.bin]\n"
+            "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
+            "                   [--warmup N] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
+            "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
+            "                   [--val-frac F] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
+            "  presets: %s\n"
+            "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32) or text files (tokenized with -z)\n"
+            "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
+            "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 --out runs/train\n"
+            "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin and tokenizer.bin\n",
+            nv_config_preset_names());
+}
+
+int cmd_train(int argc, char **argv) {
+    nv_train_opts o;
+    nv_train_defaults(&o);
+    const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL;
+    const char *data[MAX_DATA];
+    int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
+    int qk_norm = 0, separate = 0;
+    float val_frac = 0.05f;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--resume")) { o.resume = 1; continue; }
+        if (!strcmp(a, "--quiet")) { o.quiet = 1; continue; }
+        if (!strcmp(a, "--qk-norm")) { qk_norm = 1; continue; }
+        if (!strcmp(a, "--separate-classifier")) { separate = 1; continue; }
+        if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
+        if (!strcmp(a, "--data")) {
+            if (i + 1 >= argc || argv[i + 1][0] == '-') return cli_error(CMD, 2, "--data needs at least one path");
+            while (i + 1 < argc && argv[i + 1][0] != '-') {
+                if (n_data == MAX_DATA) return cli_error(CMD, 2, "at most %d data files", MAX_DATA);
+                data[n_data++] = argv[++i];
+            }
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        int ok = 1;
+        if (!strcmp(a, "--preset")) preset = v;
+        else if (!strcmp(a, "-z")) tok_path = v;
+        else if (!strcmp(a, "--init-from")) init_from = v;
+        else if (!strcmp(a, "--engine")) engine_name = v;
+        else if (!strcmp(a, "--out")) o.out_dir = v;
+        else if (!strcmp(a, "--dim")) ok = cli_int(CMD, a, v, 1, 1 << 16, &dim);
+        else if (!strcmp(a, "--layers")) ok = cli_int(CMD, a, v, 1, 1024, &layers);
+        else if (!strcmp(a, "--heads")) ok = cli_int(CMD, a, v, 1, 4096, &heads);
+        else if (!strcmp(a, "--kv-heads")) ok = cli_int(CMD, a, v, 1, 4096, &kv_heads);
+        else if (!strcmp(a, "--hidden")) ok = cli_int(CMD, a, v, 1, 1 << 20, &hidden);
+        else if (!strcmp(a, "--head-dim")) ok = cli_int(CMD, a, v, 2, 4096, &head_dim);
+        else if (!strcmp(a, "--context")) ok = cli_int(CMD, a, v, 1, 1 << 22, &context);
+        else if (!strcmp(a, "--steps")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.steps);
+        else if (!strcmp(a, "--batch")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.batch);
+        else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq);
+        else if (!strcmp(a, "--accum")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.accum);
+        else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps);
+        else if (!strcmp(a, "--eval-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.eval_every);
+        else if (!strcmp(a, "--eval-batches")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.eval_batches);
+        else if (!strcmp(a, "--ckpt-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.ckpt_every);
+        else if (!strcmp(a, "--threads")) ok = cli_int(CMD, a, v, 1, 1024, &threads);
+        else if (!strcmp(a, "--seed")) ok = cli_u64(CMD, a, v, &o.seed);
+        else if (!strcmp(a, "--lr")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.lr);
+        else if (!strcmp(a, "--min-lr-frac")) ok = cli_float(CMD, a, v, 0, 1, &o.adamw.min_lr_frac);
+        else if (!strcmp(a, "--weight-decay")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.weight_decay);
+        else if (!strcmp(a, "--clip")) ok = cli_float(CMD, a, v, 0, 1e6, &o.adamw.grad_clip);
+        else if (!strcmp(a, "--beta2")) ok = cli_float(CMD, a, v, 0, 0.999999, &o.adamw.beta2);
+        else if (!strcmp(a, "--val-frac")) ok = cli_float(CMD, a, v, 0, 0.9, &val_frac);
+        else if (!strcmp(a, "--time-limit")) {
+            float t;
+            ok = cli_float(CMD, a, v, 0, 1e9, &t);
+            o.time_limit_s = t;
+        } else return cli_error(CMD, 2, "unknown option '%s' (see nerve train --help)", a);
+        if (!ok) return 2;
+    }
+
+    char default_data[4096], default_tok[4096];
+    if (n_data == 0) {
+        nv_data_path("corpus/tinystories_train_first1000.txt", default_data, sizeof default_data);
+        data[n_data++] = default_data;
+        if (!tok_path) {
+            nv_data_path("models/tok512.bin", default_tok, sizeof default_tok);
+            tok_path = default_tok;
+        }
+    }
+    if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    o.engine = nv_engine_best();
+    if (engine_name) {
+        if (nv_engine_parse(engine_name, &o.engine) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+        if (!nv_engine_available(o.engine))
+            return cli_error(CMD, 1, "engine %s is off: %s", engine_name, nv_engine_why_off(o.engine));
+    }
+
+    nv_tokenizer *tok = NULL;
+    nv_model init = {0};
+    nv_dataset ds = {0};
+    int rc = 1;
+    if (tok_path && nv_tokenizer_load(tok_path, 0, &tok) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    nv_config *c = &o.config;
+    if (init_from) {
+        if (preset || dim) {
+            rc = cli_error(CMD, 2, "--init-from takes the model's shape from the file: drop --preset/--dim");
+            goto done;
+        }
+        if (nv_model_load(init_from, &init) != NV_OK) {
+            cli_error(CMD, 1, "%s", nv_errmsg());
+            goto done;
+        }
+        *c = init.config;
+        o.init_params = init.params;
+    } else if (dim) {
+        if (!layers || !heads) {
+            rc = cli_error(CMD, 2, "--dim needs --layers and --heads");
+            goto done;
+        }
+        memset(c, 0, sizeof *c);
+        c->dim = dim;
+        c->n_layers = layers;
+        c->n_heads = heads;
+        c->n_kv_heads = kv_heads ? kv_heads : heads;
+        c->head_dim = head_dim ? head_dim : (dim % heads == 0 ? dim / heads : 0);
+        c->hidden_dim = hidden ? hidden : ((2 * 4 * dim / 3 + 31) / 32) * 32; /* llama's 8/3 d, rounded to 32 */
+        c->vocab_size = 32000;
+        c->seq_len = 256;
+        c->rope_theta = 10000.0f;
+        c->norm_eps = 1e-5f;
+        c->shared_classifier = !separate;
+        c->qk_norm = qk_norm;
+    } else if (nv_config_preset(preset ? preset : "stories260K", c) != NV_OK) {
+        rc = cli_error(CMD, 2, "%s", nv_errmsg());
+        goto done;
+    }
+    if (!init_from) {
+        if (tok) c->vocab_size = nv_tokenizer_vocab_size(tok);
+        if (context) c->seq_len = context;
+        if (c->seq_len < o.seq) c->seq_len = o.seq;
+        if (nv_config_validate(c) != NV_OK) {
+            rc = cli_error(CMD, 2, "%s", nv_errmsg());
+            goto done;
+        }
+    } else if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size) {
+        cli_error(CMD, 1, "%s has %d tokens but %s has a vocabulary of %d", tok_path, nv_tokenizer_vocab_size(tok),
+                  init_from, c->vocab_size);
+        goto done;
+    }
+    if (o.seq > c->seq_len) {
+        rc = cli_error(CMD, 2, "--seq %d exceeds the model's context of %d", o.seq, c->seq_len);
+        goto done;
+    }
+    if (nv_dataset_open(&ds, data, n_data, tok, c->vocab_size, val_frac) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    fprintf(stderr, "nerve: data: %llu training tokens, %llu validation tokens; unigram baseline loss %.3f\n",
+            (unsigned long long)ds.train_tokens, (unsigned long long)ds.val_tokens,
+            nv_dataset_unigram_loss(&ds, c->vocab_size));
+    o.tokenizer_path = tok_path;
+    if (nv_train_run(&o, &ds) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    rc = 0;
+done:
+    nv_dataset_close(&ds);
+    nv_model_free(&init);
+    if (tok) nv_tokenizer_free(tok);
+    return rc;
+}

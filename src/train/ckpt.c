@@ -1,0 +1,141 @@
+#include "train/ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
+#define CKPT_VERSION 1u
+
+/* Word-at-a-time multiply-rotate hash: detects torn and corrupted files at memory speed. */
+uint64_t nv_checksum64(const void *data, size_t len, uint64_t h) {
+    const uint8_t *p = data;
+    const uint64_t k = 0x9E3779B97F4A7C15ull;
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ (w * k)) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+        p += 8;
+        len -= 8;
+    }
+    while (len--) h = (h ^ *p++) * 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+}
+
+void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
+    h->dim = c->dim;
+    h->hidden_dim = c->hidden_dim;
+    h->n_layers = c->n_layers;
+    h->n_heads = c->n_heads;
+    h->n_kv_heads = c->n_kv_heads;
+    h->head_dim = c->head_dim;
+    h->vocab_size = c->vocab_size;
+    h->seq_len = c->seq_len;
+    h->shared_classifier = c->shared_classifier;
+    h->qk_norm = c->qk_norm;
+    h->rope_theta = c->rope_theta;
+    h->norm_eps = c->norm_eps;
+}
+
+void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
+    c->dim = h->dim;
+    c->hidden_dim = h->hidden_dim;
+    c->n_layers = h->n_layers;
+    c->n_heads = h->n_heads;
+    c->n_kv_heads = h->n_kv_heads;
+    c->head_dim = h->head_dim;
+    c->vocab_size = h->vocab_size;
+    c->seq_len = h->seq_len;
+    c->shared_classifier = h->shared_classifier;
+    c->qk_norm = h->qk_norm;
+    c->rope_theta = h->rope_theta;
+    c->norm_eps = h->norm_eps;
+}
+
+/* The checksum of a checkpoint's parts, hashed part by part in file order. */
+static uint64_t ckpt_sum(uint32_t version, uint32_t hbytes, const nv_ckpt_header *h, const float *params,
+                         const float *m, const float *v) {
+    size_t n = (size_t)h->n_params * sizeof(float);
+    uint64_t sum = nv_checksum64(CKPT_MAGIC, 8, 0);
+    sum = nv_checksum64(&version, 4, sum);
+    sum = nv_checksum64(&hbytes, 4, sum);
+    sum = nv_checksum64(h, sizeof *h, sum);
+    sum = nv_checksum64(params, n, sum);
+    sum = nv_checksum64(m, n, sum);
+    return nv_checksum64(v, n, sum);
+}
+
+nv_err nv_ckpt_save(const char *path, const nv_ckpt_header *h, const float *params, const float *m, const float *v) {
+    uint32_t version = CKPT_VERSION, hbytes = (uint32_t)sizeof *h;
+    size_t n = (size_t)h->n_params * sizeof(float);
+    uint64_t sum = ckpt_sum(version, hbytes, h, params, m, v);
+    nv_iov parts[] = {{CKPT_MAGIC, 8}, {&version, 4}, {&hbytes, 4}, {h, sizeof *h},
+                      {params, n},     {m, n},        {v, n},       {&sum, 8}};
+    return nv_file_write_atomic(path, parts, 8);
+}
+
+nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
+    memset(out, 0, sizeof *out);
+    nv_mapped map;
+    NV_TRY(nv_file_map(path, &map));
+    nv_reader r = nv_reader_make(map.data, map.len, path);
+    nv_err e;
+    char magic[8];
+    uint32_t version, hbytes;
+    if ((e = nv_read_bytes(&r, magic, 8, "magic")) || memcmp(magic, CKPT_MAGIC, 8) != 0) {
+        e = nv_fail(NV_EFORMAT, "%s: not a nerve training checkpoint (bad magic)", path);
+        goto fail;
+    }
+    if ((e = nv_read_u32(&r, &version, "version"))) goto fail;
+    if (version != CKPT_VERSION) {
+        e = nv_fail(NV_EUNSUPPORTED, "%s: checkpoint format version %u is not supported (this build reads %u)", path,
+                    version, CKPT_VERSION);
+        goto fail;
+    }
+    if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
+    if (hbytes != sizeof out->h) {
+        e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, sizeof out->h);
+        goto fail;
+    }
+    if ((e = nv_read_bytes(&r, &out->h, sizeof out->h, "header"))) goto fail;
+    nv_config c;
+    nv_ckpt_header_get_config(&out->h, &c);
+    if ((e = nv_config_validate(&c))) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", nv_errmsg());
+        e = nv_fail(NV_EFORMAT, "%s: %s", path, msg);
+        goto fail;
+    }
+    if (out->h.n_params != nv_config_param_count(&c)) {
+        e = nv_fail(NV_EFORMAT, "%s: parameter count %llu does not match its config", path,
+                    (unsigned long long)out->h.n_params);
+        goto fail;
+    }
+    size_t n = (size_t)out->h.n_params * sizeof(float);
+    if (nv_reader_left(&r) != 3 * n + 8) {
+        e = nv_fail(NV_EFORMAT, "%s: truncated or oversized: %zu bytes of state, expected %zu", path,
+                    nv_reader_left(&r), 3 * n + 8);
+        goto fail;
+    }
+    const float *params = (const float *)(map.data + r.pos);
+    uint64_t want;
+    memcpy(&want, map.data + map.len - 8, 8);
+    if (want != ckpt_sum(version, hbytes, &out->h, params, params + out->h.n_params, params + 2 * out->h.n_params)) {
+        e = nv_fail(NV_EFORMAT, "%s: checksum mismatch: the checkpoint is corrupted", path);
+        goto fail;
+    }
+    out->params = params;
+    out->m = out->params + out->h.n_params;
+    out->v = out->m + out->h.n_params;
+    out->map = map;
+    return NV_OK;
+fail:
+    nv_file_unmap(&map);
+    return e;
+}
+
+void nv_ckpt_close(nv_ckpt *c) {
+    nv_file_unmap(&c->map);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,51 @@
+/* Training checkpoints: weights, AdamW state, step, data cursor and run identity in one file.
+ *
+ *   "NVCKPT01"  8-byte magic
+ *   uint32      format version (1)
+ *   uint32      header bytes (sizeof nv_ckpt_header)
+ *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run
+ *   fp32        params[n], adam m[n], adam v[n]
+ *   uint64      checksum of everything before it
+ *
+ * Written atomically (temporary file, fsync, rename), so an interrupted write leaves the
+ * previous checkpoint in place. Reading checks the magic, version, header size, that the config
+ * is valid and implies n_params, the exact file length and the checksum, before anything is used:
+ * a truncated or corrupted file is refused with one clear error. */
+#ifndef NV_CKPT_H
+#define NV_CKPT_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+#include "base/file.h"
+#include "model/config.h"
+
+typedef struct {
+    int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, seq_len, shared_classifier, qk_norm;
+    float rope_theta, norm_eps;
+    int64_t step;        /* optimizer updates done */
+    int64_t tokens_seen;
+    uint64_t data_rng, data_windows;
+    uint64_t n_params;
+    int32_t batch, seq, accum, reserved;
+    uint64_t seed;
+    float last_loss, last_val_loss;
+} nv_ckpt_header;
+
+void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);
+void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c);
+
+nv_err nv_ckpt_save(const char *path, const nv_ckpt_header *h, const float *params, const float *m, const float *v);
+
+/* Maps and verifies path; on success the three arrays point into the mapping (unmap when done). */
+typedef struct {
+    nv_ckpt_header h;
+    nv_mapped map;
+    const float *params, *m, *v;
+} nv_ckpt;
+nv_err nv_ckpt_load(const char *path, nv_ckpt *out);
+void nv_ckpt_close(nv_ckpt *c);
+
+uint64_t nv_checksum64(const void *data, size_t len, uint64_t seed);
+
+#endif

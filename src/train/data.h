@@ -1,0 +1,66 @@
+/* Training data: token streams from llama2.c pretokenized shards (flat little-endian uint16,
+ * `.bin`), uint32 shards for vocabularies over 65535 (`.u32`), or plain text tokenized at load
+ * (any other extension; documents split at blank lines, `<|endoftext|>`, or lines when the file
+ * has no blank line; each document starts with BOS).
+ *
+ * Shards are memory-mapped. Every token is checked against the vocabulary at load, so a
+ * malformed shard is an error, never an out-of-range read. The last val_frac of each source is
+ * held out for validation. Windows of T+1 tokens are drawn at random positions by a seeded
+ * generator whose whole state is nv_data_cursor, which checkpoints save and restore. */
+#ifndef NV_DATA_H
+#define NV_DATA_H
+
+#include <stdint.h>
+
+#include "base/file.h"
+#include "model/tokenizer.h"
+
+typedef struct {
+    char path[512];
+    nv_mapped map;      /* shards */
+    uint32_t *owned;    /* text, tokenized */
+    int width;          /* 2 or 4 bytes per token */
+    uint64_t n_tokens;
+    uint64_t n_train;   /* tokens [0, n_train) train, [n_train, n_tokens) validate */
+} nv_source;
+
+typedef struct {
+    nv_source *src;
+    int n_src;
+    uint64_t train_tokens, val_tokens;
+} nv_dataset;
+
+typedef struct {
+    uint64_t rng;      /* xorshift state */
+    uint64_t windows;  /* windows drawn so far */
+} nv_data_cursor;
+
+/* tok may be NULL when every path is a shard. */
+nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
+                       float val_frac);
+void nv_dataset_close(nv_dataset *ds);
+static inline uint32_t nv_source_token(const nv_source *s, uint64_t i) {
+    if (s->owned) return s->owned[i];
+    if (s->width == 2) {
+        uint16_t v;
+        __builtin_memcpy(&v, s->map.data + 2 * i, 2);
+        return v;
+    }
+    uint32_t v;
+    __builtin_memcpy(&v, s->map.data + 4 * i, 4);
+    return v;
+}
+
+void nv_data_cursor_init(nv_data_cursor *c, uint64_t seed);
+/* Fills inputs/targets [B*T] with B random training windows; needs train_tokens > T per source
+ * chosen (sources too short for a window are never chosen). */
+nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets);
+/* Deterministic validation batch number i (0-based) of evenly spaced windows; returns 0 when
+ * the validation split cannot hold a window. */
+int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets);
+
+/* Unigram entropy of the training split in nats per token: the loss a model that ignores
+ * context can reach, the baseline training must beat. */
+double nv_dataset_unigram_loss(const nv_dataset *ds, int vocab_size);
+
+#endif

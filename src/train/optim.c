@@ -1,0 +1,94 @@
+#include "train/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+void nv_adamw_defaults(nv_adamw_opts *o) {
+    o->lr = 1e-3f;
+    o->min_lr_frac = 0.1f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->eps = 1e-8f;
+    o->weight_decay = 0.1f;
+    o->grad_clip = 1.0f;
+    o->warmup_steps = 0;
+    o->total_steps = 1;
+    o->decay_embeddings = 0;
+}
+
+nv_err nv_adamw_init(nv_adamw *a, const nv_adamw_opts *o, const nv_config *c, uint64_t n_params) {
+    memset(a, 0, sizeof *a);
+    a->o = *o;
+    a->n = n_params;
+    a->m = calloc((size_t)n_params, sizeof(float));
+    a->v = calloc((size_t)n_params, sizeof(float));
+    a->decay = calloc((size_t)n_params, 1);
+    if (!a->m || !a->v || !a->decay) {
+        nv_adamw_free(a);
+        return nv_fail(NV_ENOMEM, "cannot allocate optimizer state");
+    }
+    /* Mark the matrices: point a weights struct at a block of the same layout, read offsets. */
+    nv_weights w;
+    nv_weights_point(&w, c, a->m);
+    const float *base = a->m;
+    size_t L = (size_t)c->n_layers, d = (size_t)c->dim, h = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
+    struct {
+        const float *p;
+        size_t n;
+    } mats[] = {{w.wq, L * qd * d}, {w.wk, L * kvd * d}, {w.wv, L * kvd * d}, {w.wo, L * d * qd},
+                {w.w1, L * h * d},   {w.w2, L * d * h},   {w.w3, L * h * d},
+                {c->shared_classifier ? NULL : w.wcls, V * d},
+                {o->decay_embeddings ? w.tok_emb : NULL, V * d}};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if (mats[i].p) memset(a->decay + (mats[i].p - base), 1, mats[i].n);
+    return NV_OK;
+}
+
+void nv_adamw_free(nv_adamw *a) {
+    free(a->m);
+    free(a->v);
+    free(a->decay);
+    memset(a, 0, sizeof *a);
+}
+
+float nv_lr_at(const nv_adamw_opts *o, long step) {
+    if (o->warmup_steps > 0 && step < o->warmup_steps) return o->lr * (float)(step + 1) / (float)o->warmup_steps;
+    long span = o->total_steps - o->warmup_steps;
+    if (span <= 0) return o->lr;
+    double frac = (double)(step - o->warmup_steps) / (double)span;
+    if (frac > 1.0) frac = 1.0;
+    double floor_lr = (double)o->lr * o->min_lr_frac;
+    return (float)(floor_lr + 0.5 * ((double)o->lr - floor_lr) * (1.0 + cos(M_PI * frac)));
+}
+
+double nv_grad_norm(const float *g, uint64_t n) {
+    double s = 0.0;
+    for (uint64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    return sqrt(s);
+}
+
+double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out) {
+    const nv_adamw_opts *o = &a->o;
+    double norm = nv_grad_norm(grads, a->n);
+    float clip = 1.0f;
+    if (o->grad_clip > 0 && norm > o->grad_clip) clip = (float)(o->grad_clip / norm);
+    float lr = nv_lr_at(o, a->step);
+    a->step++;
+    float b1 = o->beta1, b2 = o->beta2;
+    float bc1 = 1.0f - powf(b1, (float)a->step), bc2 = 1.0f - powf(b2, (float)a->step);
+    float wd = o->weight_decay;
+    for (uint64_t i = 0; i < a->n; i++) {
+        float g = grads[i] * clip;
+        float m = a->m[i] = b1 * a->m[i] + (1.0f - b1) * g;
+        float v = a->v[i] = b2 * a->v[i] + (1.0f - b2) * g * g;
+        float update = (m / bc1) / (sqrtf(v / bc2) + o->eps);
+        if (a->decay[i]) update += wd * params[i];
+        params[i] -= lr * update;
+    }
+    if (lr_out) *lr_out = lr;
+    return norm;
+}

@@ -1,0 +1,39 @@
+/* AdamW with decoupled weight decay, global-norm gradient clipping, and the learning-rate
+ * schedule (linear warmup, then cosine decay to a floor).
+ *
+ * Decay applies per parameter through a mask: matrices decay; norms and embeddings do not unless
+ * asked (decay_embeddings). The state (m, v, step) is what a checkpoint saves. */
+#ifndef NV_OPTIM_H
+#define NV_OPTIM_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/config.h"
+
+typedef struct {
+    float lr, min_lr_frac, beta1, beta2, eps, weight_decay, grad_clip;
+    int warmup_steps, total_steps;
+    int decay_embeddings;
+} nv_adamw_opts;
+
+typedef struct {
+    nv_adamw_opts o;
+    uint64_t n;
+    float *m, *v;
+    uint8_t *decay; /* [n] 1 where weight decay applies */
+    long step;      /* updates done */
+} nv_adamw;
+
+void nv_adamw_defaults(nv_adamw_opts *o);
+nv_err nv_adamw_init(nv_adamw *a, const nv_adamw_opts *o, const nv_config *c, uint64_t n_params);
+void nv_adamw_free(nv_adamw *a);
+/* Learning rate for update number step (0-based). */
+float nv_lr_at(const nv_adamw_opts *o, long step);
+/* L2 norm of the gradient vector. */
+double nv_grad_norm(const float *g, uint64_t n);
+/* One update of params from grads (clipped to grad_clip by global norm when > 0).
+ * Returns the pre-clip gradient norm; *lr_out receives the rate used. */
+double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out);
+
+#endif

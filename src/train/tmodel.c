@@ -1,0 +1,465 @@
+#include "train/tmodel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward.h"
+
+/* ---- layout ---------------------------------------------------------------------------- */
+
+typedef struct {
+    float *rope_cos, *rope_sin; /* [T][head_dim/2] */
+    float *dx, *dx2, *dxn, *dtmp, *dq, *dk, *dv, *dao, *dh1, *dh3, *dhg, *datt;
+} scratch_ptrs;
+
+static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *base) {
+    size_t BT = (size_t)B * T, L = (size_t)c->n_layers, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
+    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
+    size_t H = (size_t)c->n_heads, KVH = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
+    size_t qk = c->qk_norm ? 1 : 0;
+    struct {
+        float **p;
+        size_t n;
+    } parts[] = {
+        {&a->x, (L + 1) * BT * d}, {&a->xn1, L * BT * d}, {&a->rstd1, L * BT},
+        {&a->qraw, qk * L * BT * qd}, {&a->kraw, qk * L * BT * kvd}, {&a->qrstd, qk * L * BT * H},
+        {&a->krstd, qk * L * BT * KVH}, {&a->q, L * BT * qd}, {&a->k, L * BT * kvd}, {&a->v, L * BT * kvd},
+        {&a->att, L * (size_t)B * H * T * T}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
+        {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * BT * h}, {&a->h3, L * BT * h},
+        {&a->hg, L * BT * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (base) *parts[i].p = parts[i].n ? base + total : NULL;
+        total += (parts[i].n + 15) & ~(size_t)15; /* keep every part 64-byte aligned */
+    }
+    return total;
+}
+
+static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *s, float *base) {
+    size_t BT = (size_t)B * T, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
+    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), half = (size_t)c->head_dim / 2;
+    size_t wide = qd > d ? qd : d;
+    struct {
+        float **p;
+        size_t n;
+    } parts[] = {{&s->rope_cos, (size_t)T * half}, {&s->rope_sin, (size_t)T * half}, {&s->dx, BT * d},
+                 {&s->dx2, BT * d}, {&s->dxn, BT * wide}, {&s->dtmp, BT * wide}, {&s->dq, BT * qd}, {&s->dk, BT * kvd},
+                 {&s->dv, BT * kvd}, {&s->dao, BT * qd}, {&s->dh1, BT * h}, {&s->dh3, BT * h},
+                 {&s->dhg, BT * h}, {&s->datt, (size_t)T}};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (base) *parts[i].p = base + total;
+        total += (parts[i].n + 15) & ~(size_t)15;
+    }
+    return total;
+}
+
+static scratch_ptrs scratch_of(const nv_tmodel *tm) {
+    scratch_ptrs s;
+    scratch_layout(&tm->m.config, tm->B, tm->T, &s, tm->scratch);
+    return s;
+}
+
+nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
+                      nv_engine_id engine) {
+    memset(tm, 0, sizeof *tm);
+    if (B < 1 || T < 1 || T > c->seq_len)
+        return nv_fail(NV_EINVAL, "batch %d x sequence %d does not fit the model's context of %d", B, T, c->seq_len);
+    NV_TRY(nv_model_alloc(&tm->m, c));
+    if (init) memcpy(tm->m.params, init, (size_t)tm->m.n_params * sizeof(float));
+    else nv_model_init_random(&tm->m, seed);
+    tm->B = B;
+    tm->T = T;
+    tm->grads = calloc((size_t)tm->m.n_params, sizeof(float));
+    size_t na = acts_layout(c, B, T, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
+    tm->act_mem = aligned_alloc(64, na * sizeof(float));
+    tm->scratch = aligned_alloc(64, ns * sizeof(float));
+    if (!tm->grads || !tm->act_mem || !tm->scratch) {
+        nv_tmodel_free(tm);
+        return nv_fail(NV_ENOMEM, "cannot allocate %.0f MB of activations for batch %d x %d",
+                       (double)(na + ns) * 4 / 1e6, B, T);
+    }
+    memset(tm->act_mem, 0, na * sizeof(float));
+    memset(tm->scratch, 0, ns * sizeof(float));
+    acts_layout(c, B, T, &tm->a, tm->act_mem);
+    nv_weights_point(&tm->g, c, tm->grads);
+    scratch_ptrs s = scratch_of(tm);
+    int half = c->head_dim / 2;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            /* the expression of nv_rope, so training and inference rotate identically */
+            float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+            float val = (float)t * freq;
+            s.rope_cos[t * half + i] = cosf(val);
+            s.rope_sin[t * half + i] = sinf(val);
+        }
+    nv_err e = nv_model_build_plans(&tm->m, engine);
+    if (e != NV_OK) {
+        nv_tmodel_free(tm);
+        return e;
+    }
+    double BT = (double)B * T, d = c->dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
+    double per_token = c->n_layers * (d * qd * 2 + d * kvd * 2 + 3 * d * c->hidden_dim) + d * c->vocab_size;
+    double attn = c->n_layers * (double)c->n_heads * c->head_dim * (double)T * 2.0; /* QK^T and AV, causal half */
+    tm->flops_per_step = 6.0 * BT * per_token + 3.0 * 2.0 * BT * attn / 2.0;
+    return NV_OK;
+}
+
+void nv_tmodel_free(nv_tmodel *tm) {
+    nv_model_free(&tm->m);
+    free(tm->grads);
+    free(tm->act_mem);
+    free(tm->scratch);
+    memset(tm, 0, sizeof *tm);
+}
+
+void nv_tmodel_zero_grad(nv_tmodel *tm) { memset(tm->grads, 0, (size_t)tm->m.n_params * sizeof(float)); }
+
+void nv_tmodel_refresh(nv_tmodel *tm) {
+    const nv_config *c = &tm->m.config;
+    int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
+    const nv_weights *w = &tm->m.w;
+    for (int l = 0; l < c->n_layers; l++) {
+        nv_layer_plans *lp = &tm->m.plans[l];
+        nv_plan_refresh(lp->wq, w->wq + (size_t)l * q * d);
+        nv_plan_refresh(lp->wk, w->wk + (size_t)l * kv * d);
+        nv_plan_refresh(lp->wv, w->wv + (size_t)l * kv * d);
+        nv_plan_refresh(lp->wo, w->wo + (size_t)l * d * q);
+        nv_plan_refresh(lp->w1, w->w1 + (size_t)l * h * d);
+        nv_plan_refresh(lp->w2, w->w2 + (size_t)l * d * h);
+        nv_plan_refresh(lp->w3, w->w3 + (size_t)l * h * d);
+    }
+    nv_plan_refresh(tm->m.cls_plan, w->wcls);
+}
+
+/* ---- layers ----------------------------------------------------------------------------- */
+
+void nv_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n, float eps) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *o = out + (size_t)r * n;
+        float ss = 0.0f;
+        for (int j = 0; j < n; j++) ss += xr[j] * xr[j];
+        ss /= (float)n;
+        ss += eps;
+        float s = 1.0f / sqrtf(ss);
+        rstd[r] = s;
+        for (int j = 0; j < n; j++) o[j] = w[j] * (s * xr[j]);
+    }
+}
+
+void nv_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
+                         int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n, *dr = dout + (size_t)r * n;
+        float *dxr = dx + (size_t)r * n;
+        float s = rstd[r], dot = 0.0f;
+        for (int j = 0; j < n; j++) {
+            dot += w[j] * dr[j] * xr[j];
+            dw[j] += dr[j] * xr[j] * s;
+        }
+        float coef = dot * s * s * s / (float)n;
+        for (int j = 0; j < n; j++) dxr[j] += s * w[j] * dr[j] - coef * xr[j];
+    }
+}
+
+/* Rotates each head's pairs by +angle (sign 1) or -angle (sign -1, the backward). */
+static void rope_rows(float *v, int rows, int T, int n_heads, int hd, const float *cosv, const float *sinv, float sign) {
+    int half = hd / 2;
+    for (int r = 0; r < rows; r++) {
+        int t = r % T;
+        const float *cr = cosv + (size_t)t * half, *sr = sinv + (size_t)t * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *p = v + (size_t)r * n_heads * hd + (size_t)h * hd;
+            for (int i = 0; i < half; i++) {
+                float fc = cr[i], fs = sign * sr[i];
+                float v0 = p[2 * i], v1 = p[2 * i + 1];
+                p[2 * i] = v0 * fc - v1 * fs;
+                p[2 * i + 1] = v0 * fs + v1 * fc;
+            }
+        }
+    }
+}
+
+/* Per-head RMSNorm (QK-norm): rows*n_heads vectors of hd. */
+static void headnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n_heads, int hd,
+                             float eps) {
+    nv_rmsnorm_forward(out, rstd, x, w, rows * n_heads, hd, eps);
+}
+
+static void attention_forward(const nv_config *c, int B, int T, const float *q, const float *k, const float *v,
+                              float *att, float *out) {
+    int H = c->n_heads, hd = c->head_dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
+    int kv_mul = H / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            size_t koff = (size_t)(h / kv_mul) * hd;
+            for (int t = 0; t < T; t++) {
+                const float *qt = q + ((size_t)b * T + t) * qd + (size_t)h * hd;
+                float *a = att + (((size_t)b * H + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int u = 0; u <= t; u++) {
+                    const float *ku = k + ((size_t)b * T + u) * kvd + koff;
+                    float s = 0.0f;
+                    for (int i = 0; i < hd; i++) s += qt[i] * ku[i];
+                    s *= scale;
+                    a[u] = s;
+                    if (s > maxv) maxv = s;
+                }
+                float sum = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    a[u] = expf(a[u] - maxv);
+                    sum += a[u];
+                }
+                float inv = 1.0f / sum;
+                float *o = out + ((size_t)b * T + t) * qd + (size_t)h * hd;
+                memset(o, 0, (size_t)hd * sizeof(float));
+                for (int u = 0; u <= t; u++) {
+                    a[u] *= inv;
+                    const float *vu = v + ((size_t)b * T + u) * kvd + koff;
+                    for (int i = 0; i < hd; i++) o[i] += a[u] * vu[i];
+                }
+            }
+        }
+}
+
+/* dq, dk, dv are accumulated (+=); dk/dv of a KV head gather every query head of its group. */
+static void attention_backward(const nv_config *c, int B, int T, const float *q, const float *k, const float *v,
+                               const float *att, const float *dout, float *dq, float *dk, float *dv, float *datt) {
+    int H = c->n_heads, hd = c->head_dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
+    int kv_mul = H / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            size_t koff = (size_t)(h / kv_mul) * hd;
+            for (int t = 0; t < T; t++) {
+                const float *a = att + (((size_t)b * H + h) * T + t) * T;
+                const float *dot_ = dout + ((size_t)b * T + t) * qd + (size_t)h * hd;
+                const float *qt = q + ((size_t)b * T + t) * qd + (size_t)h * hd;
+                float *dqt = dq + ((size_t)b * T + t) * qd + (size_t)h * hd;
+                float sum = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    const float *vu = v + ((size_t)b * T + u) * kvd + koff;
+                    float *dvu = dv + ((size_t)b * T + u) * kvd + koff;
+                    float s = 0.0f;
+                    for (int i = 0; i < hd; i++) {
+                        s += dot_[i] * vu[i];
+                        dvu[i] += a[u] * dot_[i];
+                    }
+                    datt[u] = s;
+                    sum += a[u] * s;
+                }
+                for (int u = 0; u <= t; u++) {
+                    float ds = a[u] * (datt[u] - sum) * scale;
+                    const float *ku = k + ((size_t)b * T + u) * kvd + koff;
+                    float *dku = dk + ((size_t)b * T + u) * kvd + koff;
+                    for (int i = 0; i < hd; i++) {
+                        dqt[i] += ds * ku[i];
+                        dku[i] += ds * qt[i];
+                    }
+                }
+            }
+        }
+}
+
+#ifndef NV_HAVE_ENGINE_BACKWARD
+/* Reference products until the engines provide them: dx = dy . W and dw += dy^T . x. */
+static void ref_run_dx(const nv_plan *p, const float *w, const float *dy, int m, float *dx) {
+    int n = nv_plan_n(p), k = nv_plan_k(p);
+    for (int r = 0; r < m; r++) {
+        float *o = dx + (size_t)r * k;
+        memset(o, 0, (size_t)k * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            float g = dy[(size_t)r * n + i];
+            const float *wi = w + (size_t)i * k;
+            for (int j = 0; j < k; j++) o[j] += g * wi[j];
+        }
+    }
+}
+static void ref_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
+    (void)e;
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < n; i++) {
+            float g = dy[(size_t)r * n + i];
+            float *d = dw + (size_t)i * k;
+            const float *xr = x + (size_t)r * k;
+            for (int j = 0; j < k; j++) d[j] += g * xr[j];
+        }
+}
+#define RUN_DX(p, w, dy, m, dx) ref_run_dx(p, w, dy, m, dx)
+#define GEMM_DW(e, dy, x, m, n, k, dw) ref_gemm_dw(e, dy, x, m, n, k, dw)
+#else
+#define RUN_DX(p, w, dy, m, dx) nv_plan_run_dx(p, dy, m, dx)
+#define GEMM_DW(e, dy, x, m, n, k, dw) nv_gemm_dw(e, dy, x, m, n, k, dw)
+#endif
+
+/* acc += dy . W (through a temporary: the plan API overwrites) */
+static void run_dx_add(const nv_plan *p, const float *w, const float *dy, int m, float *acc, float *tmp) {
+    (void)w;
+    RUN_DX(p, w, dy, m, tmp);
+    size_t n = (size_t)m * nv_plan_k(p);
+    for (size_t i = 0; i < n; i++) acc[i] += tmp[i];
+}
+
+/* ---- whole model ----------------------------------------------------------------------- */
+
+#define LAYER(ptr, l, per) ((ptr) + (size_t)(l) * (per))
+
+float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
+    const nv_config *c = &tm->m.config;
+    const nv_weights *w = &tm->m.w;
+    nv_acts *a = &tm->a;
+    scratch_ptrs s = scratch_of(tm);
+    int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim, V = c->vocab_size;
+    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
+    size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
+    tm->inputs = inputs;
+    tm->targets = targets;
+
+    for (int r = 0; r < BT; r++) memcpy(a->x + (size_t)r * d, w->tok_emb + (size_t)inputs[r] * d, (size_t)d * sizeof(float));
+    for (int l = 0; l < c->n_layers; l++) {
+        const nv_layer_plans *lp = &tm->m.plans[l];
+        float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
+        float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
+        float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
+        float *att = LAYER(a->att, l, (size_t)B * H * T * T), *xout = LAYER(a->x, l + 1, sd);
+
+        nv_rmsnorm_forward(xn1, LAYER(a->rstd1, l, BT), x, w->rms_att + (size_t)l * d, BT, d, c->norm_eps);
+        if (c->qk_norm) {
+            float *qraw = LAYER(a->qraw, l, sq), *kraw = LAYER(a->kraw, l, skv);
+            nv_plan_run(lp->wq, xn1, BT, qraw);
+            nv_plan_run(lp->wk, xn1, BT, kraw);
+            headnorm_forward(q, LAYER(a->qrstd, l, (size_t)BT * H), qraw, w->q_norm + (size_t)l * hd, BT, H, hd, c->norm_eps);
+            headnorm_forward(k, LAYER(a->krstd, l, (size_t)BT * KVH), kraw, w->k_norm + (size_t)l * hd, BT, KVH, hd,
+                             c->norm_eps);
+        } else {
+            nv_plan_run(lp->wq, xn1, BT, q);
+            nv_plan_run(lp->wk, xn1, BT, k);
+        }
+        nv_plan_run(lp->wv, xn1, BT, v);
+        rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
+        rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
+        attention_forward(c, B, T, q, k, v, att, ao);
+        nv_plan_run(lp->wo, ao, BT, x2);
+        for (size_t i = 0; i < sd; i++) x2[i] += x[i];
+        nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
+        nv_plan_run(lp->w1, xn2, BT, h1);
+        nv_plan_run(lp->w3, xn2, BT, h3);
+        for (size_t i = 0; i < sh; i++) hg[i] = h1[i] / (1.0f + expf(-h1[i])) * h3[i];
+        nv_plan_run(lp->w2, hg, BT, xout);
+        for (size_t i = 0; i < sd; i++) xout[i] += x2[i];
+    }
+    nv_rmsnorm_forward(a->xnf, a->rstdf, LAYER(a->x, c->n_layers, sd), w->rms_final, BT, d, c->norm_eps);
+    nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
+    if (!targets) return 0.0f;
+    /* cross-entropy; logits become probabilities in place for the backward */
+    double total = 0.0;
+    for (int r = 0; r < BT; r++) {
+        float *lg = a->logits + (size_t)r * V;
+        float maxv = lg[0];
+        for (int i = 1; i < V; i++)
+            if (lg[i] > maxv) maxv = lg[i];
+        float sum = 0.0f;
+        for (int i = 0; i < V; i++) {
+            lg[i] = expf(lg[i] - maxv);
+            sum += lg[i];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < V; i++) lg[i] *= inv;
+        total += -log((double)lg[targets[r]] + 1e-30);
+    }
+    tm->loss = (float)(total / BT);
+    return tm->loss;
+}
+
+void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
+    const nv_config *c = &tm->m.config;
+    const nv_weights *w = &tm->m.w;
+    nv_weights *g = &tm->g;
+    nv_acts *a = &tm->a;
+    scratch_ptrs s = scratch_of(tm);
+    nv_engine_id e = nv_plan_engine(tm->m.cls_plan);
+    int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim, V = c->vocab_size;
+    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
+    size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
+
+    /* dlogits = (p - onehot) * scale / BT, in place */
+    float dscale = grad_scale / (float)BT;
+    for (int r = 0; r < BT; r++) {
+        float *lg = a->logits + (size_t)r * V;
+        lg[tm->targets[r]] -= 1.0f;
+        for (int i = 0; i < V; i++) lg[i] *= dscale;
+    }
+    RUN_DX(tm->m.cls_plan, w->wcls, a->logits, BT, s.dxn);
+    GEMM_DW(e, a->logits, a->xnf, BT, V, d, g->wcls); /* == g->tok_emb when shared */
+    memset(s.dx, 0, sd * sizeof(float));
+    nv_rmsnorm_backward(s.dx, g->rms_final, s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d);
+
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        const nv_layer_plans *lp = &tm->m.plans[l];
+        float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
+        float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
+        float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
+        float *att = LAYER(a->att, l, (size_t)B * H * T * T);
+        size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
+
+        /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
+        RUN_DX(lp->w2, w->w2 + (size_t)l * wf_n, s.dx, BT, s.dhg);
+        GEMM_DW(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n);
+        for (size_t i = 0; i < sh; i++) {
+            float sg = 1.0f / (1.0f + expf(-h1[i]));
+            float silu = h1[i] * sg;
+            s.dh3[i] = s.dhg[i] * silu;
+            s.dh1[i] = s.dhg[i] * h3[i] * sg * (1.0f + h1[i] * (1.0f - sg));
+        }
+        memset(s.dxn, 0, sd * sizeof(float));
+        run_dx_add(lp->w1, w->w1 + (size_t)l * wf_n, s.dh1, BT, s.dxn, s.dtmp);
+        run_dx_add(lp->w3, w->w3 + (size_t)l * wf_n, s.dh3, BT, s.dxn, s.dtmp);
+        GEMM_DW(e, s.dh1, xn2, BT, hid, d, g->w1 + (size_t)l * wf_n);
+        GEMM_DW(e, s.dh3, xn2, BT, hid, d, g->w3 + (size_t)l * wf_n);
+        memcpy(s.dx2, s.dx, sd * sizeof(float));
+        nv_rmsnorm_backward(s.dx2, g->rms_ffn + (size_t)l * d, s.dxn, x2, w->rms_ffn + (size_t)l * d,
+                            LAYER(a->rstd2, l, BT), BT, d);
+
+        /* attention: x2 = x + Wo . attn(q, k, v) */
+        RUN_DX(lp->wo, w->wo + (size_t)l * wo_n, s.dx2, BT, s.dao);
+        GEMM_DW(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n);
+        memset(s.dq, 0, sq * sizeof(float));
+        memset(s.dk, 0, skv * sizeof(float));
+        memset(s.dv, 0, skv * sizeof(float));
+        attention_backward(c, B, T, q, k, v, att, s.dao, s.dq, s.dk, s.dv, s.datt);
+        rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
+        rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);
+        const float *dq_in = s.dq, *dk_in = s.dk;
+        if (c->qk_norm) {
+            /* back through the per-head norms into the raw projections (dao is free now) */
+            float *dqraw = s.dao, *dkraw = s.dxn;
+            memset(dqraw, 0, sq * sizeof(float));
+            memset(dkraw, 0, skv * sizeof(float));
+            nv_rmsnorm_backward(dqraw, g->q_norm + (size_t)l * hd, s.dq, LAYER(a->qraw, l, sq), w->q_norm + (size_t)l * hd,
+                                LAYER(a->qrstd, l, (size_t)BT * H), BT * H, hd);
+            nv_rmsnorm_backward(dkraw, g->k_norm + (size_t)l * hd, s.dk, LAYER(a->kraw, l, skv),
+                                w->k_norm + (size_t)l * hd, LAYER(a->krstd, l, (size_t)BT * KVH), BT * KVH, hd);
+            memcpy(s.dq, dqraw, sq * sizeof(float));
+            memcpy(s.dk, dkraw, skv * sizeof(float));
+        }
+        memset(s.dxn, 0, sd * sizeof(float));
+        run_dx_add(lp->wq, w->wq + (size_t)l * wq_n, dq_in, BT, s.dxn, s.dtmp);
+        run_dx_add(lp->wk, w->wk + (size_t)l * wkv_n, dk_in, BT, s.dxn, s.dtmp);
+        run_dx_add(lp->wv, w->wv + (size_t)l * wkv_n, s.dv, BT, s.dxn, s.dtmp);
+        GEMM_DW(e, dq_in, xn1, BT, qd, d, g->wq + (size_t)l * wq_n);
+        GEMM_DW(e, dk_in, xn1, BT, kvd, d, g->wk + (size_t)l * wkv_n);
+        GEMM_DW(e, s.dv, xn1, BT, kvd, d, g->wv + (size_t)l * wkv_n);
+        memcpy(s.dx, s.dx2, sd * sizeof(float));
+        nv_rmsnorm_backward(s.dx, g->rms_att + (size_t)l * d, s.dxn, x, w->rms_att + (size_t)l * d,
+                            LAYER(a->rstd1, l, BT), BT, d);
+    }
+    for (int r = 0; r < BT; r++) {
+        float *ge = g->tok_emb + (size_t)tm->inputs[r] * d;
+        const float *dxr = s.dx + (size_t)r * d;
+        for (int j = 0; j < d; j++) ge[j] += dxr[j];
+    }
+}

@@ -1,0 +1,64 @@
+/* The model as training sees it: fp32 master parameters and their gradients, activations for a
+ * batch of B sequences of T tokens, and one forward and one backward function per layer type
+ * (the llm.c habit). Parameters and gradients are single contiguous blocks in the version-1
+ * order of nv_weights, with a struct of pointers into each; activations likewise.
+ *
+ * Every matrix product runs through the model's engine plans: forward y = x.W^T, backward
+ * dx = dy.W (nv_plan_run_dx) and dW += dy^T.x (nv_gemm_dw). The plans are built once; after the
+ * optimizer changes the master weights, nv_tmodel_refresh() rewrites their packed copies
+ * (nv_plan_refresh), so nothing is ever rebuilt because weights changed. */
+#ifndef NV_TMODEL_H
+#define NV_TMODEL_H
+
+#include "model/model.h"
+
+typedef struct {
+    float *x;           /* [L+1][BT][d] residual stream entering each layer; x[L] leaves the last */
+    float *xn1, *rstd1; /* [L][BT][d], [L][BT] attention RMSNorm */
+    float *qraw, *kraw; /* [L][BT][qd], [L][BT][kvd] projections before QK-norm (qk_norm only) */
+    float *qrstd, *krstd; /* [L][BT][H], [L][BT][KVH] (qk_norm only) */
+    float *q, *k, *v;   /* [L][BT][qd|kvd] after QK-norm and RoPE */
+    float *att;         /* [L][B][H][T][T] attention probabilities (causal; upper part unused) */
+    float *ao;          /* [L][BT][qd] attention output before wo */
+    float *x2;          /* [L][BT][d] residual after attention */
+    float *xn2, *rstd2; /* [L][BT][d], [L][BT] FFN RMSNorm */
+    float *h1, *h3, *hg; /* [L][BT][hidden] gate, up, silu(gate)*up */
+    float *xnf, *rstdf; /* [BT][d], [BT] final norm */
+    float *logits;      /* [BT][V]; the backward turns it into dlogits in place */
+} nv_acts;
+
+typedef struct {
+    nv_model m;        /* config, master weights (owned, writable) and plans */
+    float *grads;      /* [n_params] */
+    nv_weights g;      /* pointers into grads */
+    int B, T;
+    nv_acts a;
+    float *act_mem;
+    float *scratch;    /* backward temporaries */
+    const int *inputs, *targets; /* of the last forward, [B*T] */
+    float loss;        /* mean loss of the last forward */
+    double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
+} nv_tmodel;
+
+/* Takes ownership of nothing: copies init (n_params floats, version-1 order) or initialises
+ * randomly with seed when init is NULL. */
+nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
+                      nv_engine_id engine);
+void nv_tmodel_free(nv_tmodel *tm);
+
+/* Forward over inputs [B*T]; with targets, returns the mean cross-entropy (else 0). */
+float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
+/* Backward of the last forward (which must have had targets); adds grad_scale * dLoss/dparam
+ * into grads (grad_scale = 1/accum_steps averages micro-batches). */
+void nv_tmodel_backward(nv_tmodel *tm, float grad_scale);
+void nv_tmodel_zero_grad(nv_tmodel *tm);
+/* Rewrites every plan's packed weights from the master weights. */
+void nv_tmodel_refresh(nv_tmodel *tm);
+
+/* Building blocks (exposed for tests). */
+void nv_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n, float eps);
+/* dx += ..., dw += ...; dx may alias nothing else. */
+void nv_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
+                         int rows, int n);
+
+#endif

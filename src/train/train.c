@@ -1,0 +1,359 @@
+#include "train/train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "train/ckpt.h"
+#include "train/tmodel.h"
+
+volatile int nv_train_stop_requested;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    nv_train_stop_requested = 1;
+}
+
+void nv_train_defaults(nv_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->batch = 8;
+    o->seq = 256;
+    o->accum = 1;
+    o->steps = 1000;
+    o->seed = 1337;
+    nv_adamw_defaults(&o->adamw);
+    o->adamw.lr = 5e-4f;
+    o->adamw.warmup_steps = 100;
+    o->eval_every = 100;
+    o->eval_batches = 8;
+    o->ckpt_every = 500;
+    o->out_dir = "runs/train";
+    o->engine = NV_ENGINE_SCALAR;
+}
+
+typedef struct {
+    int n, cap;
+    float *step, *loss;
+} series;
+
+static void series_add(series *s, float step, float loss) {
+    if (s->n == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 256;
+        float *a = realloc(s->step, (size_t)nc * sizeof(float)), *b = NULL;
+        if (a) s->step = a;
+        b = realloc(s->loss, (size_t)nc * sizeof(float));
+        if (b) s->loss = b;
+        if (!a || !b) return;
+        s->cap = nc;
+    }
+    s->step[s->n] = step;
+    s->loss[s->n] = loss;
+    s->n++;
+}
+
+/* A self-contained SVG of the training and validation loss against the step. */
+static void write_svg(const char *path, const series *tr, const series *va, int total_steps) {
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    const double W = 800, H = 420, L = 60, R = 20, T = 30, B = 50;
+    double lo = INFINITY, hi = -INFINITY;
+    const series *all[2] = {tr, va};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < all[k]->n; i++) {
+            if (all[k]->loss[i] < lo) lo = all[k]->loss[i];
+            if (all[k]->loss[i] > hi) hi = all[k]->loss[i];
+        }
+    if (!(hi > lo)) lo = 0, hi = lo + 1;
+    double pad = (hi - lo) * 0.05;
+    lo -= pad, hi += pad;
+    double xs = (W - L - R) / (total_steps > 0 ? total_steps : 1), ys = (H - T - B) / (hi - lo);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">nerve train: loss</text>\n", L);
+    for (int i = 0; i <= 5; i++) {
+        double v = lo + (hi - lo) * i / 5, y = H - B - (v - lo) * ys;
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", L - 6, y + 4, v);
+    }
+    for (int i = 0; i <= 4; i++) {
+        double s = (double)total_steps * i / 4, x = L + s * xs;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.0f</text>\n", x, H - B + 18, s);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n", (W + L) / 2, H - 12);
+    const char *colors[2] = {"#1f77b4", "#ff7f0e"}, *names[2] = {"train", "validation"};
+    for (int k = 0; k < 2; k++) {
+        if (!all[k]->n) continue;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", colors[k]);
+        for (int i = 0; i < all[k]->n; i++)
+            fprintf(f, "%.1f,%.1f ", L + all[k]->step[i] * xs, H - B - (all[k]->loss[i] - lo) * ys);
+        fprintf(f, "\"/>\n");
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", W - R - 90, T + 16.0 * k, colors[k], names[k]);
+    }
+    fprintf(f, "</svg>\n");
+    fclose(f);
+}
+
+/* Keeps the metrics lines of steps <= last_step (a resumed run rewrites what came after) and
+ * reloads them into the loss series. */
+static void metrics_restore(const char *path, long last_step, series *tr, series *va) {
+    char *text = NULL;
+    size_t len = 0;
+    if (nv_file_read_all(path, &text, &len) != NV_OK) return;
+    FILE *f = fopen(path, "w");
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        long step = 0;
+        float loss = 0, val = 0;
+        const char *p = strstr(line, "\"step\":");
+        if (!p || sscanf(p, "\"step\":%ld", &step) != 1 || step > last_step) continue;
+        if (f) fprintf(f, "%s\n", line);
+        if ((p = strstr(line, "\"loss\":")) && sscanf(p, "\"loss\":%f", &loss) == 1) series_add(tr, (float)step, loss);
+        if ((p = strstr(line, "\"val_loss\":")) && sscanf(p, "\"val_loss\":%f", &val) == 1) series_add(va, (float)step, val);
+    }
+    if (f) fclose(f);
+    free(text);
+}
+
+static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg) {
+    double sum = 0;
+    int n = 0;
+    for (int i = 0; i < batches; i++) {
+        if (!nv_data_val_batch(ds, i, tm->B, tm->T, in, tg)) break;
+        sum += nv_tmodel_forward(tm, in, tg);
+        n++;
+    }
+    return n ? (float)(sum / n) : NAN;
+}
+
+static void fmt_duration(char *buf, size_t cap, double s) {
+    if (s < 0 || !isfinite(s)) snprintf(buf, cap, "?");
+    else if (s < 60) snprintf(buf, cap, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+static nv_err copy_file(const char *from, const char *to) {
+    char *data = NULL;
+    size_t len = 0;
+    NV_TRY(nv_file_read_all(from, &data, &len));
+    nv_iov part = {data, len};
+    nv_err e = nv_file_write_atomic(to, &part, 1);
+    free(data);
+    return e;
+}
+
+nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
+    const nv_config *c = &o->config;
+    if (o->batch < 1 || o->seq < 1 || o->accum < 1 || o->steps < 1)
+        return nv_fail(NV_EINVAL, "batch, seq, accum and steps must be positive");
+    if (o->seq > c->seq_len) return nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len);
+    NV_TRY(nv_mkdirs(o->out_dir));
+    char ckpt_path[4200], metrics_path[4200], svg_path[4200], model_path[4200];
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", o->out_dir);
+    snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", o->out_dir);
+    snprintf(svg_path, sizeof svg_path, "%s/loss.svg", o->out_dir);
+    snprintf(model_path, sizeof model_path, "%s/model.bin", o->out_dir);
+    if (!o->resume && nv_file_exists(ckpt_path))
+        return nv_fail(NV_EINVAL, "%s already holds a checkpoint: pass --resume to continue it, or choose another --out",
+                       o->out_dir);
+
+    /* Resume state is verified in full before anything is allocated or written. */
+    nv_ckpt ck = {0};
+    if (o->resume) {
+        NV_TRY(nv_ckpt_load(ckpt_path, &ck));
+        nv_config kc;
+        nv_ckpt_header_get_config(&ck.h, &kc);
+        if (memcmp(&kc, c, sizeof kc) != 0 || ck.h.batch != o->batch || ck.h.seq != o->seq || ck.h.accum != o->accum ||
+            ck.h.seed != o->seed) {
+            nv_ckpt_close(&ck);
+            return nv_fail(NV_EINVAL, "%s was written by a run with other settings: resume with the same model, "
+                                      "--batch, --seq, --accum and --seed", ckpt_path);
+        }
+    }
+
+    nv_tmodel tm;
+    nv_err e = nv_tmodel_init(&tm, c, o->resume ? ck.params : o->init_params, o->seed, o->batch, o->seq, o->engine);
+    if (e) {
+        nv_ckpt_close(&ck);
+        return e;
+    }
+    nv_adamw opt;
+    nv_adamw_opts ao = o->adamw;
+    ao.total_steps = o->steps;
+    if ((e = nv_adamw_init(&opt, &ao, c, tm.m.n_params))) {
+        nv_tmodel_free(&tm);
+        nv_ckpt_close(&ck);
+        return e;
+    }
+    nv_data_cursor cur;
+    nv_data_cursor_init(&cur, o->seed);
+    long step0 = 0;
+    int64_t tokens_seen = 0;
+    series tr = {0}, va = {0};
+    if (o->resume) {
+        memcpy(opt.m, ck.m, (size_t)tm.m.n_params * sizeof(float));
+        memcpy(opt.v, ck.v, (size_t)tm.m.n_params * sizeof(float));
+        opt.step = (long)ck.h.step;
+        step0 = (long)ck.h.step;
+        tokens_seen = ck.h.tokens_seen;
+        cur.rng = ck.h.data_rng;
+        cur.windows = ck.h.data_windows;
+        nv_ckpt_close(&ck);
+        metrics_restore(metrics_path, step0, &tr, &va);
+        nv_info("resuming %s at step %ld of %d", ckpt_path, step0, o->steps);
+    } else {
+        FILE *f = fopen(metrics_path, "w");
+        if (f) fclose(f);
+    }
+    if (o->tokenizer_path) {
+        char tok_dst[4200];
+        snprintf(tok_dst, sizeof tok_dst, "%s/tokenizer.bin", o->out_dir);
+        if (strcmp(o->tokenizer_path, tok_dst) != 0 && copy_file(o->tokenizer_path, tok_dst) != NV_OK)
+            nv_warn("could not copy the tokenizer into %s: %s", o->out_dir, nv_errmsg());
+    }
+
+    struct sigaction sa, old_int, old_term;
+    int handlers = 0;
+    size_t bt = (size_t)o->batch * o->seq;
+    int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
+    FILE *metrics = fopen(metrics_path, "a");
+    if (!in || !tg || !metrics) {
+        e = nv_fail(!metrics ? NV_EIO : NV_ENOMEM, "cannot open %s or allocate batches", metrics_path);
+        goto done;
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    handlers = 1;
+    nv_train_stop_requested = 0;
+
+    long builds_after_setup = nv_plan_builds();
+    double t_start = nv_now(), sum_f = 0, sum_b = 0, sum_o = 0, sum_step = 0;
+    long steps_run = 0;
+    int tty = isatty(STDERR_FILENO) && !o->quiet;
+    float last_loss = 0, last_val = NAN;
+    nv_info("training %.2fM parameters on %s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step)",
+            (double)tm.m.n_params / 1e6, nv_engine_name(nv_plan_engine(tm.m.cls_plan)), o->steps, o->batch, o->seq,
+            o->accum, tm.flops_per_step * o->accum / 1e9);
+    long step;
+    for (step = step0; step < o->steps; step++) {
+        double t0 = nv_now(), tf = 0, tb = 0;
+        nv_tmodel_zero_grad(&tm);
+        double loss = 0;
+        for (int a = 0; a < o->accum; a++) {
+            if ((e = nv_data_next_batch(ds, &cur, o->batch, o->seq, in, tg))) goto done;
+            double ta = nv_now();
+            loss += nv_tmodel_forward(&tm, in, tg);
+            double tb0 = nv_now();
+            nv_tmodel_backward(&tm, 1.0f / (float)o->accum);
+            tf += tb0 - ta;
+            tb += nv_now() - tb0;
+        }
+        loss /= o->accum;
+        double to0 = nv_now();
+        float lr;
+        double gnorm = nv_adamw_step(&opt, tm.m.params, tm.grads, &lr);
+        nv_tmodel_refresh(&tm); /* packed engine copies follow the master weights; plans are not rebuilt */
+        double t1 = nv_now(), dt = t1 - t0;
+        tokens_seen += (int64_t)bt * o->accum;
+        sum_f += tf, sum_b += tb, sum_o += t1 - to0, sum_step += dt;
+        steps_run++;
+        last_loss = (float)loss;
+        int last = step + 1 == o->steps;
+        float val = NAN;
+        if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
+            val = eval_val(&tm, ds, o->eval_batches, in, tg);
+            if (!isnan(val)) last_val = val;
+        }
+        double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * o->accum / dt / 1e12;
+        fprintf(metrics,
+                "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,"
+                "\"ms_forward\":%.2f,\"ms_backward\":%.2f,\"ms_optimizer\":%.2f,\"ms_wait\":0,\"tflops\":%.4f,"
+                "\"tokens\":%lld,\"plan_builds\":%ld",
+                step + 1, loss, lr, gnorm, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tflops,
+                (long long)tokens_seen, nv_plan_builds());
+        if (!isnan(val)) fprintf(metrics, ",\"val_loss\":%.9g", val);
+        fprintf(metrics, "}\n");
+        fflush(metrics);
+        series_add(&tr, (float)(step + 1), (float)loss);
+        if (!isnan(val)) series_add(&va, (float)(step + 1), val);
+
+        double avg = sum_step / steps_run;
+        char eta[32], vbuf[32] = "";
+        fmt_duration(eta, sizeof eta, avg * (o->steps - step - 1));
+        if (!isnan(last_val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", last_val);
+        char line[512];
+        snprintf(line, sizeof line,
+                 "step %ld/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, wait 0) | "
+                 "%.3f TFLOP/s | ETA %s",
+                 step + 1, o->steps, loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tflops, eta);
+        if (tty) fprintf(stderr, "\r\033[K%s", line);
+        else if (!o->quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
+
+        int stop = nv_train_stop_requested || (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s);
+        if (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0)) {
+            nv_ckpt_header h;
+            memset(&h, 0, sizeof h);
+            nv_ckpt_header_set_config(&h, c);
+            h.step = opt.step;
+            h.tokens_seen = tokens_seen;
+            h.data_rng = cur.rng;
+            h.data_windows = cur.windows;
+            h.n_params = tm.m.n_params;
+            h.batch = o->batch;
+            h.seq = o->seq;
+            h.accum = o->accum;
+            h.seed = o->seed;
+            h.last_loss = last_loss;
+            h.last_val_loss = last_val;
+            if ((e = nv_ckpt_save(ckpt_path, &h, tm.m.params, opt.m, opt.v))) goto done;
+            write_svg(svg_path, &tr, &va, o->steps);
+        }
+        if (stop && !last) {
+            if (tty) fprintf(stderr, "\n");
+            nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, ckpt_path);
+            step++;
+            break;
+        }
+    }
+    if (tty) fprintf(stderr, "\n");
+    if (step >= o->steps && !nv_train_stop_requested) {
+        if (nv_model_save_v1(&tm.m, model_path) == NV_OK) nv_info("wrote %s", model_path);
+        else nv_info("model.bin not written: %s", nv_errmsg());
+    }
+    if (steps_run > 0) {
+        double wall = nv_now() - t_start, n = (double)steps_run;
+        fprintf(stderr,
+                "nerve: efficiency: %ld steps in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward %.1f "
+                "(%.0f%%) + optimizer %.1f (%.0f%%) + waiting 0; %.3f TFLOP/s achieved on %s; %ld plans built at setup, "
+                "%ld since\n",
+                steps_run, wall, (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
+                100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
+                100 * sum_o / sum_step, tm.flops_per_step * o->accum * n / sum_step / 1e12,
+                nv_engine_name(nv_plan_engine(tm.m.cls_plan)), builds_after_setup, nv_plan_builds() - builds_after_setup);
+    }
+done:
+    if (handlers) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+    }
+    if (metrics) fclose(metrics);
+    free(in);
+    free(tg);
+    free(tr.step);
+    free(tr.loss);
+    free(va.step);
+    free(va.loss);
+    nv_adamw_free(&opt);
+    nv_tmodel_free(&tm);
+    return e;
+}

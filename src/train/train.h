@@ -1,0 +1,39 @@
+/* The training loop: micro-batches with gradient accumulation, AdamW with the packed-weight
+ * refresh in the same pass, periodic validation, atomic checkpoints (every N steps, at the end,
+ * on SIGINT/SIGTERM), metrics as JSON Lines, a loss-curve SVG and an efficiency report.
+ *
+ * The run folder holds: ckpt.bin (resume state), metrics.jsonl (one object per step), loss.svg,
+ * model.bin (llama2.c v1 export of the final weights, when the shape allows) and, when one was
+ * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`).
+ * Resuming (same arguments, same folder) continues the exact loss sequence of an uninterrupted
+ * run: every piece of state that influences the next step is in the checkpoint. */
+#ifndef NV_TRAIN_H
+#define NV_TRAIN_H
+
+#include "engine/engine.h"
+#include "model/config.h"
+#include "train/data.h"
+#include "train/optim.h"
+
+typedef struct {
+    nv_config config;
+    const float *init_params; /* fine-tuning start (n_params floats) or NULL for random init */
+    int batch, seq, accum, steps;
+    uint64_t seed;
+    nv_adamw_opts adamw;
+    int eval_every, eval_batches, ckpt_every;
+    const char *out_dir;
+    const char *tokenizer_path; /* copied into the run folder when set */
+    int resume;
+    nv_engine_id engine;
+    int quiet;                 /* no live progress line */
+    double time_limit_s;       /* stop (checkpointed, clean) after this long; 0 = none */
+} nv_train_opts;
+
+void nv_train_defaults(nv_train_opts *o);
+/* Runs (or resumes) training. Returns NV_OK also when stopped by a signal after saving. */
+nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *train);
+/* Set by the SIGINT/SIGTERM handler that nv_train_run installs; exposed for tests. */
+extern volatile int nv_train_stop_requested;
+
+#endif

@@ -1,0 +1,183 @@
+/* Training gradients: every parameter tensor's gradient from the fp32 path matches central
+ * finite differences; the fast engines' gradients match fp32 within their precision. */
+#include "base/rng.h"
+#include "engine/engine.h"
+#include "train/tmodel.h"
+#include "t.h"
+
+typedef struct {
+    const char *name;
+    size_t off, n; /* offset into params, count */
+} tensor;
+
+static int tensors_of(const nv_tmodel *tm, tensor *out) {
+    const nv_weights *w = &tm->m.w;
+    const nv_config *c = &tm->m.config;
+    size_t L = (size_t)c->n_layers, d = (size_t)c->dim, h = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
+    const float *base = tm->m.params;
+    struct {
+        const char *name;
+        const float *p;
+        size_t n;
+    } all[] = {{"rms_att", w->rms_att, L * d}, {"rms_ffn", w->rms_ffn, L * d}, {"rms_final", w->rms_final, d},
+               {"tok_emb", w->tok_emb, V * d},  {"wq", w->wq, L * qd * d},     {"wk", w->wk, L * kvd * d},
+               {"wv", w->wv, L * kvd * d},      {"wo", w->wo, L * d * qd},     {"w1", w->w1, L * h * d},
+               {"w2", w->w2, L * d * h},        {"w3", w->w3, L * h * d},
+               {"wcls", c->shared_classifier ? NULL : w->wcls, V * d},
+               {"q_norm", w->q_norm, L * (size_t)c->head_dim}, {"k_norm", w->k_norm, L * (size_t)c->head_dim}};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i].p) out[n++] = (tensor){all[i].name, (size_t)(all[i].p - base), all[i].n};
+    return n;
+}
+
+static void make_batch(int B, int T, int V, int *in, int *tg, uint64_t seed) {
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)(nv_xorshift_u32(&seed) % (unsigned)V);
+        tg[i] = (int)(nv_xorshift_u32(&seed) % (unsigned)V);
+    }
+}
+
+/* Scales weights up from the 0.02 init so that every path carries a visible gradient. */
+static void perturb_init(nv_tmodel *tm, uint64_t seed) {
+    nv_rng r;
+    nv_rng_seed(&r, seed);
+    for (uint64_t i = 0; i < tm->m.n_params; i++) tm->m.params[i] *= 12.0f;
+    const nv_config *c = &tm->m.config;
+    size_t nn = (size_t)c->n_layers * c->dim * 2 + c->dim;
+    for (size_t i = 0; i < nn; i++) tm->m.w.rms_att[i] = 1.0f + 0.3f * nv_rng_normal(&r); /* rms_att..rms_final are contiguous */
+    if (c->qk_norm)
+        for (int i = 0; i < c->n_layers * c->head_dim; i++) {
+            tm->m.w.q_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
+            tm->m.w.k_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
+        }
+    nv_tmodel_refresh(tm);
+}
+
+static void check_fd(const nv_config *c, int B, int T) {
+    nv_tmodel tm;
+    nv_err e = nv_tmodel_init(&tm, c, NULL, 5, B, T, NV_ENGINE_SCALAR);
+    T_CHECK(e == NV_OK, "%s", nv_errmsg());
+    if (e) return;
+    perturb_init(&tm, 6);
+    int in[64], tg[64];
+    make_batch(B, T, c->vocab_size, in, tg, 77);
+    nv_tmodel_zero_grad(&tm);
+    float loss = nv_tmodel_forward(&tm, in, tg);
+    T_CHECK(isfinite(loss) && loss > 0, "loss %f", loss);
+    nv_tmodel_backward(&tm, 1.0f);
+    tensor ts[16];
+    int nt = tensors_of(&tm, ts);
+    const float h = 1e-2f;
+    for (int ti = 0; ti < nt; ti++) {
+        tensor *t = &ts[ti];
+        /* the 4 largest gradients and 8 random entries */
+        size_t pick[12];
+        int np = 0;
+        for (int rank = 0; rank < 4 && rank < (int)t->n; rank++) {
+            size_t best = 0;
+            float bv = -1;
+            for (size_t i = 0; i < t->n; i++) {
+                int used = 0;
+                for (int j = 0; j < np; j++) used |= pick[j] == i;
+                float g = fabsf(tm.grads[t->off + i]);
+                if (!used && g > bv) bv = g, best = i;
+            }
+            pick[np++] = best;
+        }
+        uint64_t st = 1234 + (uint64_t)ti;
+        while (np < 12) pick[np++] = nv_xorshift_u32(&st) % t->n;
+        int bad = 0;
+        float worst_an = 0, worst_fd = 0;
+        for (int j = 0; j < np; j++) {
+            float *p = &tm.m.params[t->off + pick[j]];
+            float orig = *p;
+            *p = orig + h;
+            nv_tmodel_refresh(&tm);
+            double lp = nv_tmodel_forward(&tm, in, tg);
+            *p = orig - h;
+            nv_tmodel_refresh(&tm);
+            double lm = nv_tmodel_forward(&tm, in, tg);
+            *p = orig;
+            nv_tmodel_refresh(&tm);
+            float fd = (float)((lp - lm) / (2.0 * h)), an = tm.grads[t->off + pick[j]];
+            if (fabsf(fd - an) > 3e-4f + 3e-2f * fabsf(an)) {
+                bad++;
+                worst_an = an, worst_fd = fd;
+            }
+        }
+        T_CHECK(bad == 0, "%s: %d of %d entries differ (e.g. analytic %.6g vs finite difference %.6g)", t->name, bad, np,
+                worst_an, worst_fd);
+    }
+    nv_tmodel_free(&tm);
+}
+
+static void test_fd_gqa_tied(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0};
+    check_fd(&c, 2, 5);
+}
+
+static void test_fd_separate_classifier_qknorm(void) {
+    /* q_dim (2 x 8 = 16) differs from dim (12), one KV head shared by both query heads */
+    nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1};
+    check_fd(&c, 2, 6);
+}
+
+static void test_fd_mha_separate(void) {
+    nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0};
+    check_fd(&c, 1, 7);
+}
+
+/* Gradients on each fast engine vs the fp32 scalar path on the same batch. */
+static void test_engines_match_fp32(void) {
+    nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0};
+    int B = 2, T = 16, in[32], tg[32];
+    make_batch(B, T, c.vocab_size, in, tg, 5);
+    nv_tmodel ref;
+    if (nv_tmodel_init(&ref, &c, NULL, 9, B, T, NV_ENGINE_SCALAR) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    perturb_init(&ref, 3);
+    nv_tmodel_zero_grad(&ref);
+    float lref = nv_tmodel_forward(&ref, in, tg);
+    nv_tmodel_backward(&ref, 1.0f);
+    int tested = 0;
+    for (int e = 1; e < NV_ENGINE_COUNT; e++) {
+        if (!nv_engine_available((nv_engine_id)e)) continue;
+        nv_tmodel tm;
+        if (nv_tmodel_init(&tm, &c, ref.m.params, 0, B, T, (nv_engine_id)e) != NV_OK) {
+            T_CHECK(0, "%s", nv_errmsg());
+            continue;
+        }
+        tested++;
+        nv_tmodel_zero_grad(&tm);
+        float l = nv_tmodel_forward(&tm, in, tg);
+        nv_tmodel_backward(&tm, 1.0f);
+        /* fp32 engines: summation order only; bf16/int8: relative error of a few 2^-8 */
+        int low_precision = e >= NV_ENGINE_AMX_BF16;
+        double num = 0, den = 0;
+        for (uint64_t i = 0; i < ref.m.n_params; i++) {
+            double dlt = (double)tm.grads[i] - ref.grads[i];
+            num += dlt * dlt;
+            den += (double)ref.grads[i] * ref.grads[i];
+        }
+        double rel = sqrt(num / (den + 1e-30));
+        T_CHECK(rel < (low_precision ? 0.05 : 1e-4), "%s: gradient relative L2 error %.3g", nv_engine_name((nv_engine_id)e), rel);
+        T_CHECK(fabsf(l - lref) < (low_precision ? 0.02f : 1e-4f) * lref, "%s: loss %f vs fp32 %f",
+                nv_engine_name((nv_engine_id)e), l, lref);
+        nv_tmodel_free(&tm);
+    }
+    nv_tmodel_free(&ref);
+    if (!tested) t_skip("no engine besides scalar on this machine");
+}
+
+int main(void) {
+    nv_engines_init(NULL, 0);
+    T_RUN(test_fd_gqa_tied);
+    T_RUN(test_fd_separate_classifier_qknorm);
+    T_RUN(test_fd_mha_separate);
+    T_RUN(test_engines_match_fp32);
+    return t_done();
+}
