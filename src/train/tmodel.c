@@ -37,7 +37,8 @@ static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *b
     return total;
 }
 
-static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *s, float *base) {
+static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out, float *base) {
+    scratch_ptrs dummy, *s = out ? out : &dummy;
     size_t BT = (size_t)B * T, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), half = (size_t)c->head_dim / 2;
     size_t wide = qd > d ? qd : d;

@@ -244,6 +244,17 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     nv_info("training %.2fM parameters on %s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step)",
             (double)tm.m.n_params / 1e6, nv_engine_name(nv_plan_engine(tm.m.cls_plan)), o->steps, o->batch, o->seq,
             o->accum, tm.flops_per_step * o->accum / 1e9);
+    if (!o->resume && o->eval_every > 0) {
+        /* the starting point of the validation curve (fine-tuning shows its gain against it) */
+        float v0 = eval_val(&tm, ds, o->eval_batches, in, tg);
+        if (!isnan(v0)) {
+            fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g}\n", v0);
+            fflush(metrics);
+            series_add(&va, 0.0f, v0);
+            last_val = v0;
+            if (!o->quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
+        }
+    }
     long step;
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;

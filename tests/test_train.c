@@ -1,0 +1,219 @@
+/* nerve train end to end: bit-exact resume after SIGINT, refused corrupt checkpoints, constant
+ * plan builds, export, and fine-tuning stories260K lowering its validation loss. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "train/ckpt.h"
+#include "t.h"
+
+static char tmpdir[256];
+
+static int run_nerve(const char *args, char *err, size_t cap) {
+    char cmd[8192], errp[600];
+    snprintf(errp, sizeof errp, "%s/stderr.txt", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s </dev/null", t_nerve_bin(), args, errp);
+    int st = system(cmd);
+    if (err) {
+        char *e = NULL;
+        nv_file_read_all(errp, &e, NULL);
+        snprintf(err, cap, "%s", e ? e : "");
+        free(e);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The tiny model every case trains: 2 layers, GQA, tok512 vocabulary, 32-token windows. */
+static void train_args(char *buf, size_t cap, const char *out, const char *extra) {
+    const char *data = t_data("corpus/tinystories_valid_head.txt"), *tok = t_data("models/tok512.bin");
+    snprintf(buf, cap,
+             "train --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 --data %s -z %s --steps 24 --batch 4 "
+             "--seq 32 --lr 3e-3 --warmup 4 --eval-every 8 --eval-batches 2 --ckpt-every 6 --seed 7 --quiet --out %s %s",
+             data ? data : "x", tok ? tok : "x", out, extra);
+}
+
+/* Losses by step from metrics.jsonl, as the exact strings written. */
+static int read_losses(const char *dir, char losses[][32], int max) {
+    char path[800], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (nv_file_read_all(path, &text, NULL) != NV_OK) return 0;
+    int n = 0;
+    for (char *p = text; (p = strstr(p, "\"loss\":")) != NULL && n < max; p += 7) {
+        char *end = strchr(p + 7, ',');
+        size_t len = end ? (size_t)(end - p - 7) : 0;
+        if (len >= 32) len = 31;
+        memcpy(losses[n], p + 7, len);
+        losses[n][len] = '\0';
+        n++;
+    }
+    free(text);
+    return n;
+}
+
+static int count_steps(const char *dir) {
+    char l[64][32];
+    return read_losses(dir, l, 64);
+}
+
+static void test_resume_after_sigint_is_bit_exact(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    char args[4096], err[4096], full[600], split[600];
+    snprintf(full, sizeof full, "%s/full", tmpdir);
+    snprintf(split, sizeof split, "%s/split", tmpdir);
+    train_args(args, sizeof args, full, "");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "uninterrupted run failed: %s", err);
+
+    /* the same run, interrupted with SIGINT part way, then resumed */
+    train_args(args, sizeof args, split, "");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec %s %s >/dev/null 2>%s/split.err", t_nerve_bin(), args, tmpdir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int waited = 0;
+    while (count_steps(split) < 9 && waited < 60000) {
+        usleep(5000);
+        waited += 5;
+    }
+    kill(pid, SIGINT);
+    int st;
+    waitpid(pid, &st, 0);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "interrupted run did not exit cleanly (status %d)", st);
+    int done_before = count_steps(split);
+    T_CHECK(done_before >= 9 && done_before < 24, "interrupt landed at step %d", done_before);
+    train_args(args, sizeof args, split, "--resume");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume failed: %s", err);
+
+    char a[64][32], b[64][32];
+    int na = read_losses(full, a, 64), nb = read_losses(split, b, 64);
+    T_CHECK(na == 24 && nb == 24, "steps logged: %d uninterrupted, %d interrupted+resumed", na, nb);
+    for (int i = 0; i < na && i < nb; i++) T_CHECK(strcmp(a[i], b[i]) == 0, "step %d: loss %s vs %s", i + 1, a[i], b[i]);
+    /* plans are built once: the count logged at every step is the same */
+    char path[800], *text = NULL;
+    snprintf(path, sizeof path, "%.600s/metrics.jsonl", full);
+    nv_file_read_all(path, &text, NULL);
+    long first = -1, differ = 0;
+    for (char *p = text; p && (p = strstr(p, "\"plan_builds\":")); p += 14) {
+        long v = strtol(p + 14, NULL, 10);
+        if (first < 0) first = v;
+        differ += v != first;
+    }
+    free(text);
+    T_CHECK(first > 0 && differ == 0, "plan builds changed during training (first %ld, %ld differ)", first, differ);
+    snprintf(path, sizeof path, "%.600s/loss.svg", full);
+    T_CHECK(nv_file_exists(path), "no loss.svg");
+}
+
+static void test_corrupt_checkpoint_refused_and_kept(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    char args[4096], err[4096], dir[600], ck[700];
+    snprintf(dir, sizeof dir, "%s/full", tmpdir);
+    snprintf(ck, sizeof ck, "%s/ckpt.bin", dir);
+    char *orig = NULL;
+    size_t len = 0;
+    if (nv_file_read_all(ck, &orig, &len) != NV_OK) {
+        T_CHECK(0, "no checkpoint from the previous case");
+        return;
+    }
+    /* flip one byte in the weights */
+    FILE *f = fopen(ck, "r+b");
+    fseek(f, (long)len / 2, SEEK_SET);
+    fputc(orig[len / 2] ^ 0x40, f);
+    fclose(f);
+    train_args(args, sizeof args, dir, "--resume");
+    int rc = run_nerve(args, err, sizeof err);
+    const char *line = strstr(err, "nerve train:");
+    T_CHECK(rc == 1 && line && strstr(line, "checksum") && strchr(line, '\n') == strrchr(err, '\n'), "corrupt: rc %d '%s'", rc, err);
+    char *after = NULL;
+    size_t alen = 0;
+    nv_file_read_all(ck, &after, &alen);
+    T_CHECK(after && alen == len && memcmp(after, orig, len / 2) == 0, "the refused checkpoint was modified");
+    free(after);
+    /* truncated */
+    if (truncate(ck, (off_t)(len - 100)) != 0) T_CHECK(0, "truncate failed");
+    rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "truncated"), "truncated: rc %d '%s'", rc, err);
+    /* restore, then: a new run into a folder holding a checkpoint is refused without --resume */
+    nv_iov part = {orig, len};
+    nv_file_write_atomic(ck, &part, 1);
+    train_args(args, sizeof args, dir, "");
+    rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "--resume"), "overwrite: rc %d '%s'", rc, err);
+    /* resuming with different settings is refused */
+    train_args(args, sizeof args, dir, "--resume --seed 8");
+    rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "same"), "different seed: rc %d '%s'", rc, err);
+    free(orig);
+}
+
+static void test_export_then_generate(void) {
+    const char *tok = t_data("models/tok512.bin");
+    if (!tok || !t_data("corpus/tinystories_valid_head.txt")) return;
+    char args[4096], err[4096];
+    snprintf(args, sizeof args, "export %s/full -o %s/exported.bin", tmpdir, tmpdir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "export failed: %s", err);
+    snprintf(args, sizeof args, "generate -m %s/exported.bin -z %s -n 30 -t 0", tmpdir, tok);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from export failed: %s", err);
+    snprintf(args, sizeof args, "generate -m %s/full/model.bin -z %s/full/tokenizer.bin -n 30 -t 0", tmpdir, tmpdir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run's model.bin failed: %s", err);
+}
+
+static float val_at(const char *dir, int want_step) {
+    char path[800], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (nv_file_read_all(path, &text, NULL) != NV_OK) return NAN;
+    float v = NAN;
+    for (char *line = text; line && *line;) {
+        char *next = strchr(line, '\n');
+        int step;
+        char *vp = strstr(line, "\"val_loss\":");
+        if (sscanf(line, "{\"step\":%d", &step) == 1 && step == want_step && vp) v = strtof(vp + 11, NULL);
+        line = next ? next + 1 : NULL;
+    }
+    free(text);
+    return v;
+}
+
+static void test_finetune_stories260K_lowers_val_loss(void) {
+    const char *m = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    const char *data = t_data("corpus/tinystories_valid_head.txt");
+    if (!m || !tok || !data) return;
+    char args[4096], err[4096], dir[600];
+    snprintf(dir, sizeof dir, "%s/ft", tmpdir);
+    snprintf(args, sizeof args,
+             "train --init-from %s -z %s --data %s --steps 10 --batch 4 --seq 64 --lr 1e-4 --warmup 2 --eval-every 10 "
+             "--eval-batches 4 --quiet --out %s",
+             m, tok, data, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "fine-tune failed: %s", err);
+    float before = val_at(dir, 0), after = val_at(dir, 10);
+    T_CHECK(isfinite(before) && isfinite(after) && after < before, "validation loss %.4f -> %.4f", before, after);
+}
+
+static void test_bad_training_args(void) {
+    char err[4096], args[4096];
+    const char *bad[] = {"train --steps 0", "train --batch x", "train --preset nope", "train --dim 30 --layers 2",
+                         "train --dim 32 --layers 1 --heads 5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run_nerve(bad[i], err, sizeof err);
+        T_CHECK(rc == 2 || rc == 1, "'%s' exit %d", bad[i], rc);
+        T_CHECK(strncmp(err, "nerve train:", 12) == 0, "'%s' printed '%s'", bad[i], err);
+    }
+    snprintf(args, sizeof args, "train --data %s/missing.txt --out %s/x", tmpdir, tmpdir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "missing.txt"), "missing data: '%s'", err);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nerve-test-train-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    T_RUN(test_resume_after_sigint_is_bit_exact);
+    T_RUN(test_corrupt_checkpoint_refused_and_kept);
+    T_RUN(test_export_then_generate);
+    T_RUN(test_finetune_stories260K_lowers_val_loss);
+    T_RUN(test_bad_training_args);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return t_done();
+}
