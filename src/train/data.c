@@ -48,12 +48,14 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
     NV_TRY(nv_file_map(s->path, &m));
     const char *t = (const char *)m.data;
     size_t len = m.len;
-    int blank_lines = 0;
+    static const char eot[] = "<|endoftext|>";
+    /* One document per line only when the file marks documents neither by blank lines nor by
+     * <|endoftext|> (a marked story keeps its single line breaks). */
+    int blank_lines = len && memmem(t, len, eot, sizeof eot - 1) != NULL;
     for (size_t i = 0; i + 1 < len && !blank_lines; i++) blank_lines = t[i] == '\n' && t[i + 1] == '\n';
     uint64_t cap = 0;
     size_t start = 0;
     nv_err e = NV_OK;
-    static const char eot[] = "<|endoftext|>";
     for (size_t i = 0; i <= len && e == NV_OK; i++) {
         size_t cut = 0, skip = 0;
         if (i == len) cut = 1;

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "model/forward.h"
+#include "train/attention.h"
 
 /* ---- layout ---------------------------------------------------------------------------- */
 
@@ -48,7 +50,7 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
     } parts[] = {{&s->rope_cos, (size_t)T * half}, {&s->rope_sin, (size_t)T * half}, {&s->dx, BT * d},
                  {&s->dx2, BT * d}, {&s->dxn, BT * wide}, {&s->dtmp, BT * wide}, {&s->dq, BT * qd}, {&s->dk, BT * kvd},
                  {&s->dv, BT * kvd}, {&s->dao, BT * qd}, {&s->dh1, BT * h}, {&s->dh3, BT * h},
-                 {&s->dhg, BT * h}, {&s->datt, (size_t)T}};
+                 {&s->dhg, BT * h}, {&s->datt, nv_attention_workspace(c, B, T)}};
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (base) *parts[i].p = base + total;
@@ -190,119 +192,41 @@ static void headnorm_forward(float *out, float *rstd, const float *x, const floa
     nv_rmsnorm_forward(out, rstd, x, w, rows * n_heads, hd, eps);
 }
 
-static void attention_forward(const nv_config *c, int B, int T, const float *q, const float *k, const float *v,
-                              float *att, float *out) {
-    int H = c->n_heads, hd = c->head_dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
-    int kv_mul = H / c->n_kv_heads;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            size_t koff = (size_t)(h / kv_mul) * hd;
-            for (int t = 0; t < T; t++) {
-                const float *qt = q + ((size_t)b * T + t) * qd + (size_t)h * hd;
-                float *a = att + (((size_t)b * H + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int u = 0; u <= t; u++) {
-                    const float *ku = k + ((size_t)b * T + u) * kvd + koff;
-                    float s = 0.0f;
-                    for (int i = 0; i < hd; i++) s += qt[i] * ku[i];
-                    s *= scale;
-                    a[u] = s;
-                    if (s > maxv) maxv = s;
-                }
-                float sum = 0.0f;
-                for (int u = 0; u <= t; u++) {
-                    a[u] = expf(a[u] - maxv);
-                    sum += a[u];
-                }
-                float inv = 1.0f / sum;
-                float *o = out + ((size_t)b * T + t) * qd + (size_t)h * hd;
-                memset(o, 0, (size_t)hd * sizeof(float));
-                for (int u = 0; u <= t; u++) {
-                    a[u] *= inv;
-                    const float *vu = v + ((size_t)b * T + u) * kvd + koff;
-                    for (int i = 0; i < hd; i++) o[i] += a[u] * vu[i];
-                }
-            }
-        }
-}
-
-/* dq, dk, dv are accumulated (+=); dk/dv of a KV head gather every query head of its group. */
-static void attention_backward(const nv_config *c, int B, int T, const float *q, const float *k, const float *v,
-                               const float *att, const float *dout, float *dq, float *dk, float *dv, float *datt) {
-    int H = c->n_heads, hd = c->head_dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
-    int kv_mul = H / c->n_kv_heads;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            size_t koff = (size_t)(h / kv_mul) * hd;
-            for (int t = 0; t < T; t++) {
-                const float *a = att + (((size_t)b * H + h) * T + t) * T;
-                const float *dot_ = dout + ((size_t)b * T + t) * qd + (size_t)h * hd;
-                const float *qt = q + ((size_t)b * T + t) * qd + (size_t)h * hd;
-                float *dqt = dq + ((size_t)b * T + t) * qd + (size_t)h * hd;
-                float sum = 0.0f;
-                for (int u = 0; u <= t; u++) {
-                    const float *vu = v + ((size_t)b * T + u) * kvd + koff;
-                    float *dvu = dv + ((size_t)b * T + u) * kvd + koff;
-                    float s = 0.0f;
-                    for (int i = 0; i < hd; i++) {
-                        s += dot_[i] * vu[i];
-                        dvu[i] += a[u] * dot_[i];
-                    }
-                    datt[u] = s;
-                    sum += a[u] * s;
-                }
-                for (int u = 0; u <= t; u++) {
-                    float ds = a[u] * (datt[u] - sum) * scale;
-                    const float *ku = k + ((size_t)b * T + u) * kvd + koff;
-                    float *dku = dk + ((size_t)b * T + u) * kvd + koff;
-                    for (int i = 0; i < hd; i++) {
-                        dqt[i] += ds * ku[i];
-                        dku[i] += ds * qt[i];
-                    }
-                }
-            }
-        }
-}
-
-#ifndef NV_HAVE_ENGINE_BACKWARD
-/* Reference products until the engines provide them: dx = dy . W and dw += dy^T . x. */
-static void ref_run_dx(const nv_plan *p, const float *w, const float *dy, int m, float *dx) {
-    int n = nv_plan_n(p), k = nv_plan_k(p);
-    for (int r = 0; r < m; r++) {
-        float *o = dx + (size_t)r * k;
-        memset(o, 0, (size_t)k * sizeof(float));
-        for (int i = 0; i < n; i++) {
-            float g = dy[(size_t)r * n + i];
-            const float *wi = w + (size_t)i * k;
-            for (int j = 0; j < k; j++) o[j] += g * wi[j];
-        }
-    }
-}
-static void ref_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
-    (void)e;
-    for (int r = 0; r < m; r++)
-        for (int i = 0; i < n; i++) {
-            float g = dy[(size_t)r * n + i];
-            float *d = dw + (size_t)i * k;
-            const float *xr = x + (size_t)r * k;
-            for (int j = 0; j < k; j++) d[j] += g * xr[j];
-        }
-}
-#define RUN_DX(p, w, dy, m, dx) ref_run_dx(p, w, dy, m, dx)
-#define GEMM_DW(e, dy, x, m, n, k, dw) ref_gemm_dw(e, dy, x, m, n, k, dw)
-#else
-#define RUN_DX(p, w, dy, m, dx) nv_plan_run_dx(p, dy, m, dx)
-#define GEMM_DW(e, dy, x, m, n, k, dw) nv_gemm_dw(e, dy, x, m, n, k, dw)
-#endif
-
 /* acc += dy . W (through a temporary: the plan API overwrites) */
-static void run_dx_add(const nv_plan *p, const float *w, const float *dy, int m, float *acc, float *tmp) {
-    (void)w;
-    RUN_DX(p, w, dy, m, tmp);
+static void run_dx_add(const nv_plan *p, const float *dy, int m, float *acc, float *tmp) {
+    nv_plan_run_dx(p, dy, m, tmp);
     size_t n = (size_t)m * nv_plan_k(p);
     for (size_t i = 0; i < n; i++) acc[i] += tmp[i];
+}
+
+#define CE_TASKS 64
+typedef struct {
+    float *logits;
+    const int *targets;
+    int V, rows;
+    double partial[CE_TASKS];
+} ce_job;
+
+/* Softmax in place and the summed -log p(target) of a contiguous block of rows. */
+static void cross_entropy_task(void *ctx, int task, int n_tasks) {
+    ce_job *j = ctx;
+    int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
+    double total = 0.0;
+    for (int r = r0; r < r1; r++) {
+        float *lg = j->logits + (size_t)r * j->V;
+        float maxv = lg[0];
+        for (int i = 1; i < j->V; i++)
+            if (lg[i] > maxv) maxv = lg[i];
+        float sum = 0.0f;
+        for (int i = 0; i < j->V; i++) {
+            lg[i] = expf(lg[i] - maxv);
+            sum += lg[i];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < j->V; i++) lg[i] *= inv;
+        total += -log((double)lg[j->targets[r]] + 1e-30);
+    }
+    j->partial[task] = total;
 }
 
 /* ---- whole model ----------------------------------------------------------------------- */
@@ -343,7 +267,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         nv_plan_run(lp->wv, xn1, BT, v);
         rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
         rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
-        attention_forward(c, B, T, q, k, v, att, ao);
+        nv_attention_forward(c, B, T, q, k, v, att, ao, s.datt);
         nv_plan_run(lp->wo, ao, BT, x2);
         for (size_t i = 0; i < sd; i++) x2[i] += x[i];
         nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
@@ -357,21 +281,11 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
     if (!targets) return 0.0f;
     /* cross-entropy; logits become probabilities in place for the backward */
+    ce_job cj = {a->logits, targets, V, BT, {0}};
+    int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
+    nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0;
-    for (int r = 0; r < BT; r++) {
-        float *lg = a->logits + (size_t)r * V;
-        float maxv = lg[0];
-        for (int i = 1; i < V; i++)
-            if (lg[i] > maxv) maxv = lg[i];
-        float sum = 0.0f;
-        for (int i = 0; i < V; i++) {
-            lg[i] = expf(lg[i] - maxv);
-            sum += lg[i];
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < V; i++) lg[i] *= inv;
-        total += -log((double)lg[targets[r]] + 1e-30);
-    }
+    for (int i = 0; i < n_tasks; i++) total += cj.partial[i]; /* fixed order: deterministic */
     tm->loss = (float)(total / BT);
     return tm->loss;
 }
@@ -394,8 +308,8 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         lg[tm->targets[r]] -= 1.0f;
         for (int i = 0; i < V; i++) lg[i] *= dscale;
     }
-    RUN_DX(tm->m.cls_plan, w->wcls, a->logits, BT, s.dxn);
-    GEMM_DW(e, a->logits, a->xnf, BT, V, d, g->wcls); /* == g->tok_emb when shared */
+    nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
+    nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls); /* == g->tok_emb when shared */
     memset(s.dx, 0, sd * sizeof(float));
     nv_rmsnorm_backward(s.dx, g->rms_final, s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d);
 
@@ -408,8 +322,8 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
-        RUN_DX(lp->w2, w->w2 + (size_t)l * wf_n, s.dx, BT, s.dhg);
-        GEMM_DW(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n);
+        nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
+        nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n);
         for (size_t i = 0; i < sh; i++) {
             float sg = 1.0f / (1.0f + expf(-h1[i]));
             float silu = h1[i] * sg;
@@ -417,21 +331,21 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
             s.dh1[i] = s.dhg[i] * h3[i] * sg * (1.0f + h1[i] * (1.0f - sg));
         }
         memset(s.dxn, 0, sd * sizeof(float));
-        run_dx_add(lp->w1, w->w1 + (size_t)l * wf_n, s.dh1, BT, s.dxn, s.dtmp);
-        run_dx_add(lp->w3, w->w3 + (size_t)l * wf_n, s.dh3, BT, s.dxn, s.dtmp);
-        GEMM_DW(e, s.dh1, xn2, BT, hid, d, g->w1 + (size_t)l * wf_n);
-        GEMM_DW(e, s.dh3, xn2, BT, hid, d, g->w3 + (size_t)l * wf_n);
+        run_dx_add(lp->w1, s.dh1, BT, s.dxn, s.dtmp);
+        run_dx_add(lp->w3, s.dh3, BT, s.dxn, s.dtmp);
+        nv_gemm_dw(e, s.dh1, xn2, BT, hid, d, g->w1 + (size_t)l * wf_n);
+        nv_gemm_dw(e, s.dh3, xn2, BT, hid, d, g->w3 + (size_t)l * wf_n);
         memcpy(s.dx2, s.dx, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx2, g->rms_ffn + (size_t)l * d, s.dxn, x2, w->rms_ffn + (size_t)l * d,
                             LAYER(a->rstd2, l, BT), BT, d);
 
         /* attention: x2 = x + Wo . attn(q, k, v) */
-        RUN_DX(lp->wo, w->wo + (size_t)l * wo_n, s.dx2, BT, s.dao);
-        GEMM_DW(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n);
+        nv_plan_run_dx(lp->wo, s.dx2, BT, s.dao);
+        nv_gemm_dw(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n);
         memset(s.dq, 0, sq * sizeof(float));
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
-        attention_backward(c, B, T, q, k, v, att, s.dao, s.dq, s.dk, s.dv, s.datt);
+        nv_attention_backward(c, B, T, q, k, v, att, s.dao, s.dq, s.dk, s.dv, s.datt);
         rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
         rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);
         const float *dq_in = s.dq, *dk_in = s.dk;
@@ -448,12 +362,12 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
             memcpy(s.dk, dkraw, skv * sizeof(float));
         }
         memset(s.dxn, 0, sd * sizeof(float));
-        run_dx_add(lp->wq, w->wq + (size_t)l * wq_n, dq_in, BT, s.dxn, s.dtmp);
-        run_dx_add(lp->wk, w->wk + (size_t)l * wkv_n, dk_in, BT, s.dxn, s.dtmp);
-        run_dx_add(lp->wv, w->wv + (size_t)l * wkv_n, s.dv, BT, s.dxn, s.dtmp);
-        GEMM_DW(e, dq_in, xn1, BT, qd, d, g->wq + (size_t)l * wq_n);
-        GEMM_DW(e, dk_in, xn1, BT, kvd, d, g->wk + (size_t)l * wkv_n);
-        GEMM_DW(e, s.dv, xn1, BT, kvd, d, g->wv + (size_t)l * wkv_n);
+        run_dx_add(lp->wq, dq_in, BT, s.dxn, s.dtmp);
+        run_dx_add(lp->wk, dk_in, BT, s.dxn, s.dtmp);
+        run_dx_add(lp->wv, s.dv, BT, s.dxn, s.dtmp);
+        nv_gemm_dw(e, dq_in, xn1, BT, qd, d, g->wq + (size_t)l * wq_n);
+        nv_gemm_dw(e, dk_in, xn1, BT, kvd, d, g->wk + (size_t)l * wkv_n);
+        nv_gemm_dw(e, s.dv, xn1, BT, kvd, d, g->wv + (size_t)l * wkv_n);
         memcpy(s.dx, s.dx2, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx, g->rms_att + (size_t)l * d, s.dxn, x, w->rms_att + (size_t)l * d,
                             LAYER(a->rstd1, l, BT), BT, d);
