@@ -7,11 +7,13 @@
 #include <stdint.h>
 
 int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
 
 /* Parse a whole string as a number within [lo, hi]; on failure print
  * "nerve <cmd>: <flag> ..." and return 0. */

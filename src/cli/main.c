@@ -12,7 +12,9 @@ static const struct {
     {"train", cmd_train, "train a model from scratch, fine-tune one, or resume a run"},
     {"export", cmd_export, "write a training checkpoint as a llama2.c model"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)"},
     {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},
     {"info", cmd_info, "what this machine offers: CPU, features, engines"},
 };

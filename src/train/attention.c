@@ -29,7 +29,7 @@ static void transpose_block(float *dst, const float *src, int T, int T8, int hd,
 }
 
 /* s[u] = sum_i x[i] * mt[i][u] for u < n (n rounded up to 8; mt rows are T8 long). */
-static void row_times_transposed(float *s, const float *x, const float *mt, int hd, int T8, int n) {
+static inline __attribute__((always_inline)) void row_times_transposed(float *s, const float *x, const float *mt, int hd, int T8, int n) {
     int n8 = pad8(n);
     for (int u = 0; u < n8; u += 8) _mm256_storeu_ps(s + u, _mm256_setzero_ps());
     for (int i = 0; i < hd; i++) {
@@ -41,7 +41,7 @@ static void row_times_transposed(float *s, const float *x, const float *mt, int 
 }
 
 /* y[i] += a * x[i] over hd values. */
-static void axpy(float *y, float a, const float *x, int hd) {
+static inline __attribute__((always_inline)) void axpy(float *y, float a, const float *x, int hd) {
     int i = 0;
     __m256 va = _mm256_set1_ps(a);
     for (; i + 8 <= hd; i += 8)

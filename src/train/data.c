@@ -81,7 +81,10 @@ nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv
     ds->n_src = n;
     for (int i = 0; i < n; i++) {
         nv_source *s = &ds->src[i];
-        snprintf(s->path, sizeof s->path, "%s", paths[i]);
+        if (snprintf(s->path, sizeof s->path, "%s", paths[i]) >= (int)sizeof s->path) {
+            nv_dataset_close(ds);
+            return nv_fail(NV_EINVAL, "data path too long: %.80s...", paths[i]);
+        }
         nv_err e;
         if (has_suffix(s->path, ".bin") || has_suffix(s->path, ".u32")) {
             s->width = has_suffix(s->path, ".u32") ? 4 : 2;
@@ -158,15 +161,19 @@ nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
 
 int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets) {
     /* windows tile each source's validation split, in order across sources */
-    uint64_t per[64];
     uint64_t total = 0;
-    int ns = ds->n_src < 64 ? ds->n_src : 64;
+    int ns = ds->n_src;
+    uint64_t *per = calloc((size_t)ns, sizeof *per);
+    if (!per) return 0;
     for (int s = 0; s < ns; s++) {
         uint64_t len = ds->src[s].n_tokens - ds->src[s].n_train;
         per[s] = len > (uint64_t)T ? (len - 1) / (uint64_t)T : 0;
         total += per[s];
     }
-    if (!total) return 0;
+    if (!total) {
+        free(per);
+        return 0;
+    }
     for (int b = 0; b < B; b++) {
         uint64_t w = ((uint64_t)i * B + b) % total;
         int s = 0;
@@ -178,6 +185,7 @@ int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, in
             targets[b * T + t] = (int)nv_source_token(src, start + (uint64_t)t + 1);
         }
     }
+    free(per);
     return 1;
 }
 
@@ -186,7 +194,10 @@ double nv_dataset_unigram_loss(const nv_dataset *ds, int vocab_size) {
     if (!cnt) return 0.0;
     double n = 0;
     for (int i = 0; i < ds->n_src; i++)
-        for (uint64_t j = 0; j < ds->src[i].n_train; j++) cnt[nv_source_token(&ds->src[i], j)] += 1, n += 1;
+        for (uint64_t j = 0; j < ds->src[i].n_train; j++) {
+            uint32_t t = nv_source_token(&ds->src[i], j);
+            if (t < (uint32_t)vocab_size) cnt[t] += 1, n += 1;
+        }
     double h = 0;
     for (int v = 0; v < vocab_size; v++)
         if (cnt[v] > 0) h -= cnt[v] / n * log(cnt[v] / n);

@@ -1,0 +1,140 @@
+/* nerve tokenizer train: learn a byte-fallback BPE vocabulary from text files and write it in
+ * llama2.c's tokenizer.bin format (see model/bpe_train.h for the rules). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "base/timer.h"
+#include "cli/cli.h"
+#include "model/bpe_train.h"
+
+static const char *const tokenizer_usage =
+    "usage: nerve tokenizer train --vocab N [--max-chars M] -o OUT TEXT...\n"
+    "  --vocab N       tokens in all: 259 reserved (<unk>, <s>, </s>, 256 byte tokens), one per\n"
+    "                  character kept from the text, then learned pieces\n"
+    "  --max-chars M   read at most the first M bytes of text, all files together (cut at a\n"
+    "                  character boundary); default: all of it\n"
+    "  -o OUT          the tokenizer.bin to write (atomically)\n"
+    "Lines are sentences with a leading space, as SentencePiece does; \"<|endoftext|>\" ends a\n"
+    "line and is dropped. The output loads with -z in every nerve command.\n";
+
+static int tokenizer_train(int argc, char **argv) {
+    const char *cmd = "tokenizer", *out_path = NULL;
+    int vocab = 0, options_done = 0, n_paths = 0;
+    uint64_t max_chars = UINT64_MAX;
+    nv_mapped *maps = NULL;
+    nv_iov *texts = NULL;
+    int n_maps = 0, n_texts = 0, rc = 2;
+    const char **paths = calloc((size_t)argc, sizeof *paths);
+    if (!paths) return cli_error(cmd, 1, "out of memory");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!options_done && a[0] == '-' && a[1] != '\0') {
+            if (!strcmp(a, "--")) {
+                options_done = 1;
+            } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+                fputs(tokenizer_usage, stdout);
+                free(paths);
+                return 0;
+            } else if (!strcmp(a, "--vocab")) {
+                const char *v = cli_value(cmd, argc, argv, &i);
+                if (!v || !cli_int(cmd, "--vocab", v, NV_BPE_RESERVED + 1, NV_BPE_MAX_VOCAB, &vocab)) goto done;
+            } else if (!strcmp(a, "--max-chars")) {
+                const char *v = cli_value(cmd, argc, argv, &i);
+                if (!v || !cli_u64(cmd, "--max-chars", v, &max_chars)) goto done;
+                if (max_chars == 0) {
+                    cli_error(cmd, 2, "--max-chars must be at least 1");
+                    goto done;
+                }
+            } else if (!strcmp(a, "-o")) {
+                if (!(out_path = cli_value(cmd, argc, argv, &i))) goto done;
+            } else {
+                cli_error(cmd, 2, "unknown option '%s' (see nerve tokenizer --help)", a);
+                goto done;
+            }
+        } else {
+            paths[n_paths++] = a;
+        }
+    }
+    if (!vocab) {
+        cli_error(cmd, 2, "missing --vocab N (see nerve tokenizer --help)");
+        goto done;
+    }
+    if (!out_path) {
+        cli_error(cmd, 2, "missing -o OUT (see nerve tokenizer --help)");
+        goto done;
+    }
+    if (!n_paths) {
+        cli_error(cmd, 2, "missing TEXT files to train on (see nerve tokenizer --help)");
+        goto done;
+    }
+
+    rc = 1;
+    maps = calloc((size_t)n_paths, sizeof *maps);
+    texts = calloc((size_t)n_paths, sizeof *texts);
+    if (!maps || !texts) {
+        cli_error(cmd, 1, "out of memory");
+        goto done;
+    }
+    for (; n_maps < n_paths; n_maps++) {
+        if (nv_file_map(paths[n_maps], &maps[n_maps]) != NV_OK) {
+            cli_error(cmd, 1, "%s", nv_errmsg());
+            goto done;
+        }
+    }
+    uint64_t budget = max_chars;
+    for (int i = 0; i < n_paths && budget > 0; i++) {
+        size_t len = maps[i].len;
+        if ((uint64_t)len > budget) {
+            len = (size_t)budget;
+            /* never split a character: back up to the start of the one that was cut */
+            for (int k = 0; k < 3 && len > 0 && (maps[i].data[len] & 0xC0) == 0x80; k++) len--;
+            budget = 0;
+        } else {
+            budget -= (uint64_t)len;
+        }
+        texts[n_texts++] = (nv_iov){maps[i].data, len};
+    }
+
+    double t0 = nv_now();
+    nv_bpe_opts o = {.vocab_size = vocab};
+    nv_bpe_result r;
+    nv_err e = nv_bpe_train(texts, n_texts, &o, &r);
+    double secs = nv_now() - t0;
+    if (e != NV_OK) {
+        rc = cli_error(cmd, e == NV_ERANGE ? 2 : 1, "%s", nv_errmsg());
+        goto done;
+    }
+    nv_iov part = {r.data, r.len};
+    e = nv_file_write_atomic(out_path, &part, 1);
+    if (e != NV_OK) {
+        cli_error(cmd, 1, "%s", nv_errmsg());
+    } else {
+        if (r.n_tokens < vocab)
+            fprintf(stderr, "nerve tokenizer: note: no pair occurs twice any more; wrote %d tokens, not %d\n", r.n_tokens,
+                    vocab);
+        printf("wrote %s: %d tokens (%d characters, %d learned pieces; %d rare characters left to the byte fallback) "
+               "from %llu bytes, %llu distinct words, in %.2f s\n",
+               out_path, r.n_tokens, r.n_chars, r.n_learned, r.n_dropped, (unsigned long long)r.n_bytes,
+               (unsigned long long)r.n_words, secs);
+        rc = 0;
+    }
+    nv_bpe_result_free(&r);
+done:
+    for (int i = 0; i < n_maps; i++) nv_file_unmap(&maps[i]);
+    free(maps);
+    free(texts);
+    free(paths);
+    return rc;
+}
+
+int cmd_tokenizer(int argc, char **argv) {
+    if (argc < 2) return cli_error("tokenizer", 2, "missing subcommand: nerve tokenizer train --vocab N -o OUT TEXT... (see --help)");
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(tokenizer_usage, stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "train")) return tokenizer_train(argc - 1, argv + 1);
+    return cli_error("tokenizer", 2, "unknown subcommand '%s' (only 'train'; see nerve tokenizer --help)", argv[1]);
+}

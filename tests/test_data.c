@@ -1,0 +1,400 @@
+/* Training data loader: u16 (.bin) and u32 (.u32) shards, random windows from the training
+ * split only, the cursor's determinism and resumption, validation batches, text files split
+ * into BOS-led documents, the unigram baseline, and malformed inputs. */
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "model/tokenizer.h"
+#include "t.h"
+#include "train/data.h"
+
+static char tmpdir[64];
+
+static const char *tmp_path(const char *name) {
+    static char bufs[8][600];
+    static int next;
+    char *b = bufs[next++ & 7];
+    snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
+    return b;
+}
+
+static const char *write_tmp(const char *name, const void *data, size_t len) {
+    const char *p = tmp_path(name);
+    FILE *f = fopen(p, "wb");
+    T_CHECK(f != NULL, "cannot create %s", p);
+    if (!f) return p;
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+    return p;
+}
+
+/* A u16 shard whose token i is first + i: every window shows where it came from. */
+static const char *write_ramp_u16(const char *name, int n, int first) {
+    uint16_t *v = malloc((size_t)n * sizeof *v);
+    for (int i = 0; i < n; i++) v[i] = (uint16_t)(first + i);
+    const char *p = write_tmp(name, v, (size_t)n * sizeof *v);
+    free(v);
+    return p;
+}
+
+static const char *write_ramp_u32(const char *name, int n, uint32_t first) {
+    uint32_t *v = malloc((size_t)n * sizeof *v);
+    for (int i = 0; i < n; i++) v[i] = first + (uint32_t)i;
+    const char *p = write_tmp(name, v, (size_t)n * sizeof *v);
+    free(v);
+    return p;
+}
+
+static int open_ok(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab, float val) {
+    nv_err e = nv_dataset_open(ds, paths, n, tok, vocab, val);
+    T_CHECK(e == NV_OK, "open: %s", nv_errmsg());
+    return e == NV_OK;
+}
+
+/* ---- shards and windows ------------------------------------------------------------------ */
+
+static void test_u16_windows_from_training_split(void) {
+    const char *p = write_ramp_u16("ramp.bin", 5000, 0);
+    nv_dataset ds;
+    if (!open_ok(&ds, &p, 1, NULL, 5000, 0.1f)) return;
+    T_CHECK(ds.n_src == 1 && ds.src[0].width == 2 && ds.src[0].n_tokens == 5000, "width %d tokens %llu",
+            ds.src[0].width, (unsigned long long)ds.src[0].n_tokens);
+    T_CHECK(ds.train_tokens == 4500 && ds.val_tokens == 500, "split %llu/%llu", (unsigned long long)ds.train_tokens,
+            (unsigned long long)ds.val_tokens);
+    enum { B = 4, T = 16 };
+    int in[B * T], tg[B * T], lo = 1 << 30, hi = -1;
+    nv_data_cursor c;
+    nv_data_cursor_init(&c, 7);
+    for (int it = 0; it < 500; it++) {
+        T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+        for (int b = 0; b < B; b++) {
+            int s = in[b * T];
+            lo = s < lo ? s : lo;
+            hi = s > hi ? s : hi;
+            for (int t = 0; t < T; t++) {
+                T_CHECK(in[b * T + t] == s + t && tg[b * T + t] == s + t + 1, "window %d,%d not contiguous", it, b);
+                if (t + 1 < T) T_CHECK(tg[b * T + t] == in[b * T + t + 1], "targets are not inputs shifted by one");
+            }
+            /* the last target is token s + T, which must lie in [0, 4500) */
+            T_CHECK(s >= 0 && s + T < 4500, "window at %d reaches the held-out tail", s);
+        }
+    }
+    T_CHECK(c.windows == 500 * B, "cursor counted %llu windows", (unsigned long long)c.windows);
+    T_CHECK(lo < 100 && hi > 4400, "2000 windows starting only in [%d, %d]", lo, hi);
+    nv_dataset_close(&ds);
+}
+
+static void test_u32_and_mixed_sources(void) {
+    const char *paths[2] = {write_ramp_u32("big.u32", 3000, 70000), write_ramp_u16("small.bin", 1000, 10)};
+    nv_dataset ds;
+    if (!open_ok(&ds, paths, 2, NULL, 100000, 0.2f)) return;
+    T_CHECK(ds.src[0].width == 4 && ds.src[0].n_tokens == 3000 && ds.src[1].width == 2 && ds.src[1].n_tokens == 1000,
+            "widths %d %d", ds.src[0].width, ds.src[1].width);
+    T_CHECK(nv_source_token(&ds.src[0], 2999) == 72999 && nv_source_token(&ds.src[1], 5) == 15, "token values");
+    T_CHECK(ds.train_tokens == 2400 + 800 && ds.val_tokens == 600 + 200, "split");
+    enum { B = 8, T = 32 };
+    int in[B * T], tg[B * T], from_big = 0, from_small = 0;
+    nv_data_cursor c;
+    nv_data_cursor_init(&c, 123);
+    for (int it = 0; it < 200; it++) {
+        T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+        for (int b = 0; b < B; b++) {
+            int s = in[b * T], big = s >= 70000;
+            from_big += big;
+            from_small += !big;
+            int end = big ? 70000 + 2400 : 10 + 800; /* first held-out token */
+            for (int t = 0; t < T; t++)
+                T_CHECK(in[b * T + t] == s + t && tg[b * T + t] == s + t + 1, "a window mixes sources or skips");
+            T_CHECK(s + T < end && s >= (big ? 70000 : 10), "window at %d leaves the training split", s);
+        }
+    }
+    /* windows are drawn in proportion to the starts each source offers: 2368 vs 768 */
+    T_CHECK(from_big > 2 * from_small && from_small > 200, "big %d small %d", from_big, from_small);
+    nv_dataset_close(&ds);
+}
+
+static void test_cursor_deterministic_and_resumable(void) {
+    const char *p = write_ramp_u16("det.bin", 20000, 0);
+    nv_dataset ds;
+    if (!open_ok(&ds, &p, 1, NULL, 20000, 0.05f)) return;
+    enum { B = 3, T = 8, N = 50 };
+    int a_in[N][B * T], a_tg[N][B * T], in[B * T], tg[B * T];
+    nv_data_cursor c1, c2, saved;
+    nv_data_cursor_init(&c1, 42);
+    nv_data_cursor_init(&c2, 42);
+    for (int i = 0; i < N; i++) nv_data_next_batch(&ds, &c1, B, T, a_in[i], a_tg[i]);
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        nv_data_next_batch(&ds, &c2, B, T, in, tg);
+        same &= memcmp(in, a_in[i], sizeof in) == 0 && memcmp(tg, a_tg[i], sizeof tg) == 0;
+        if (i == N / 2 - 1) saved = c2; /* what a checkpoint stores */
+    }
+    T_CHECK(same, "same seed, different batches");
+    T_CHECK(memcmp(&c1, &c2, sizeof c1) == 0, "cursors differ after the same draws");
+    /* resume from the saved cursor: the second half again */
+    same = 1;
+    for (int i = N / 2; i < N; i++) {
+        nv_data_next_batch(&ds, &saved, B, T, in, tg);
+        same &= memcmp(in, a_in[i], sizeof in) == 0;
+    }
+    T_CHECK(same && saved.windows == (uint64_t)N * B, "resumed cursor gives another stream");
+    /* another seed, another stream */
+    nv_data_cursor c3;
+    nv_data_cursor_init(&c3, 43);
+    nv_data_next_batch(&ds, &c3, B, T, in, tg);
+    T_CHECK(memcmp(in, a_in[0], sizeof in) != 0, "seeds 42 and 43 gave the same first batch");
+    /* seed 0 is usable */
+    nv_data_cursor_init(&c3, 0);
+    nv_data_next_batch(&ds, &c3, B, T, in, tg);
+    nv_data_next_batch(&ds, &c3, B, T, a_in[0], tg);
+    T_CHECK(memcmp(in, a_in[0], sizeof in) != 0, "seed 0 repeats itself");
+    nv_dataset_close(&ds);
+}
+
+static void test_val_batches(void) {
+    const char *p = write_ramp_u16("val.bin", 10000, 0);
+    nv_dataset ds;
+    if (!open_ok(&ds, &p, 1, NULL, 10000, 0.1f)) return;
+    enum { B = 4, T = 32 };
+    int in[B * T], tg[B * T], in2[B * T], tg2[B * T];
+    /* the 1000-token tail holds (1000 - 1) / 32 = 31 windows; 40 batches go round it */
+    int seen[31] = {0};
+    for (int i = 0; i < 40; i++) {
+        T_CHECK(nv_data_val_batch(&ds, i, B, T, in, tg) == 1, "no validation batch %d", i);
+        T_CHECK(nv_data_val_batch(&ds, i, B, T, in2, tg2) == 1 && memcmp(in, in2, sizeof in) == 0 &&
+                    memcmp(tg, tg2, sizeof tg) == 0, "batch %d is not deterministic", i);
+        for (int b = 0; b < B; b++) {
+            int s = in[b * T];
+            T_CHECK(s >= 9000 && s + T <= 9999, "validation window at %d leaves the held-out tail", s);
+            T_CHECK((s - 9000) % T == 0, "windows do not tile the tail: %d", s);
+            if (s >= 9000 && (s - 9000) / T < 31) seen[(s - 9000) / T]++;
+            for (int t = 0; t < T; t++) T_CHECK(in[b * T + t] == s + t && tg[b * T + t] == s + t + 1, "shift");
+        }
+    }
+    for (int w = 0; w < 31; w++) T_CHECK(seen[w] > 0, "validation window %d never used", w);
+    /* batches differ from one index to the next */
+    nv_data_val_batch(&ds, 0, B, T, in, tg);
+    nv_data_val_batch(&ds, 1, B, T, in2, tg2);
+    T_CHECK(memcmp(in, in2, sizeof in) != 0, "batches 0 and 1 are equal");
+    /* a tail too short for one window */
+    T_CHECK(nv_data_val_batch(&ds, 0, 1, 1000, in, tg) == 0, "a 1001-token window fit in 1000 tokens");
+    nv_dataset_close(&ds);
+    if (!open_ok(&ds, &p, 1, NULL, 10000, 0.0f)) return;
+    T_CHECK(ds.val_tokens == 0 && nv_data_val_batch(&ds, 0, B, T, in, tg) == 0, "no split, yet a validation batch");
+    nv_dataset_close(&ds);
+}
+
+static void test_unigram_loss(void) {
+    /* training split: 0 x4, 1 x2, 2 x1, 3 x1 (8 tokens); held-out tail: 9 x2, never counted */
+    uint16_t v[10] = {0, 1, 0, 2, 0, 1, 3, 0, 9, 9};
+    const char *p = write_tmp("uni.bin", v, sizeof v);
+    nv_dataset ds;
+    if (!open_ok(&ds, &p, 1, NULL, 10, 0.2f)) return;
+    double want = -(0.5 * log(0.5) + 0.25 * log(0.25) + 2 * 0.125 * log(0.125)); /* 1.75 bits = 1.2130 nats */
+    double got = nv_dataset_unigram_loss(&ds, 10);
+    T_CHECK(fabs(got - want) < 1e-12, "unigram loss %.15f, want %.15f", got, want);
+    nv_dataset_close(&ds);
+    /* uniform over 4 tokens: ln 4 */
+    uint16_t u[8] = {3, 2, 1, 0, 0, 1, 2, 3};
+    p = write_tmp("uni4.bin", u, sizeof u);
+    if (!open_ok(&ds, &p, 1, NULL, 4, 0.0f)) return;
+    got = nv_dataset_unigram_loss(&ds, 4);
+    T_CHECK(fabs(got - log(4.0)) < 1e-12, "uniform: %.15f", got);
+    nv_dataset_close(&ds);
+}
+
+/* ---- malformed inputs -------------------------------------------------------------------- */
+
+static void expect_open_fails(const char *path, const nv_tokenizer *tok, int vocab, nv_err want, const char *needle) {
+    nv_dataset ds;
+    nv_err e = nv_dataset_open(&ds, &path, 1, tok, vocab, 0.1f);
+    T_CHECK(e == want, "%s: got %s (%s), want %s", path, nv_err_name(e), nv_errmsg(), nv_err_name(want));
+    T_CHECK(strstr(nv_errmsg(), needle) != NULL, "%s: message '%s' lacks '%s'", path, nv_errmsg(), needle);
+    T_CHECK(strchr(nv_errmsg(), '\n') == NULL, "message is not one line");
+    T_CHECK(ds.src == NULL && ds.n_src == 0, "a failed open left sources behind");
+    if (e == NV_OK) nv_dataset_close(&ds);
+}
+
+static void test_malformed_inputs(void) {
+    uint16_t bad[6] = {1, 2, 3, 600, 4, 5};
+    expect_open_fails(write_tmp("oov.bin", bad, sizeof bad), NULL, 512, NV_EFORMAT, "600");
+    uint32_t bad32[3] = {1, 70000, 100000};
+    expect_open_fails(write_tmp("oov.u32", bad32, sizeof bad32), NULL, 100000, NV_EFORMAT, "100000");
+    expect_open_fails(write_tmp("odd.bin", "abc", 3), NULL, 512, NV_EFORMAT, "odd.bin");
+    expect_open_fails(write_tmp("odd.u32", "abcdef", 6), NULL, 512, NV_EFORMAT, "4-byte");
+    expect_open_fails(tmp_path("missing.bin"), NULL, 512, NV_EIO, "missing.bin");
+    expect_open_fails(tmp_path("missing.txt"), NULL, 512, NV_EINVAL, "tokenizer");
+    expect_open_fails(tmpdir, NULL, 512, NV_EINVAL, "tokenizer");
+    /* a token that fits the tokenizer but not the model's vocabulary */
+    const char *z = t_data("models/tok512.bin");
+    if (z) {
+        nv_tokenizer *tok = NULL;
+        T_CHECK(nv_tokenizer_load(z, 0, &tok) == NV_OK, "%s", nv_errmsg());
+        const char *txt = write_tmp("story.txt", "Once upon a time there was a cat.\n", 35);
+        expect_open_fails(txt, tok, 300, NV_EFORMAT, "outside the vocabulary");
+        expect_open_fails(tmp_path("missing.txt"), tok, 512, NV_EIO, "missing.txt");
+        nv_tokenizer_free(tok);
+    }
+    /* the second of two paths is bad: nothing is kept */
+    const char *two[2] = {write_ramp_u16("good.bin", 100, 0), tmp_path("missing.bin")};
+    nv_dataset ds;
+    T_CHECK(nv_dataset_open(&ds, two, 2, NULL, 512, 0.1f) == NV_EIO && ds.src == NULL, "second path missing");
+    T_CHECK(nv_dataset_open(&ds, two, 0, NULL, 512, 0.1f) == NV_EINVAL, "no paths accepted");
+    T_CHECK(nv_dataset_open(&ds, two, 1, NULL, 512, 1.0f) == NV_EINVAL, "val_frac 1 accepted");
+    T_CHECK(nv_dataset_open(&ds, two, 1, NULL, 512, -0.1f) == NV_EINVAL, "val_frac -0.1 accepted");
+    T_CHECK(nv_dataset_open(&ds, two, 1, NULL, 512, NAN) == NV_EINVAL, "val_frac NaN accepted");
+    /* too short for a window: 100 tokens, 90 for training */
+    if (open_ok(&ds, two, 1, NULL, 512, 0.1f)) {
+        int in[128], tg[128];
+        nv_data_cursor c;
+        nv_data_cursor_init(&c, 1);
+        T_CHECK(nv_data_next_batch(&ds, &c, 1, 89, in, tg) == NV_OK, "89+1 tokens fit in 90: %s", nv_errmsg());
+        T_CHECK(in[0] == 0 && tg[88] == 89, "the only window");
+        nv_err e = nv_data_next_batch(&ds, &c, 1, 90, in, tg);
+        T_CHECK(e == NV_EINVAL && strstr(nv_errmsg(), "too short"), "90+1 tokens in 90: %s", nv_errmsg());
+        nv_dataset_close(&ds);
+    }
+    /* an empty shard opens with no tokens and cannot give a window */
+    const char *empty = write_tmp("empty.bin", "", 0);
+    if (open_ok(&ds, &empty, 1, NULL, 512, 0.1f)) {
+        int in[8], tg[8];
+        nv_data_cursor c;
+        nv_data_cursor_init(&c, 1);
+        T_CHECK(ds.train_tokens == 0 && nv_data_next_batch(&ds, &c, 1, 4, in, tg) == NV_EINVAL, "empty shard");
+        nv_dataset_close(&ds);
+    }
+}
+
+/* ---- text files -------------------------------------------------------------------------- */
+
+/* What the loader should produce: each document stripped of surrounding blanks and encoded
+ * with BOS. */
+typedef struct {
+    int *ids;
+    int n, cap, docs;
+} expect_ids;
+
+static void expect_doc(expect_ids *x, const nv_tokenizer *t, const char *doc) {
+    int *ids, n;
+    T_CHECK(nv_tokenizer_encode(t, doc, 1, 0, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    if (x->n + n > x->cap) {
+        x->cap = 2 * (x->n + n);
+        x->ids = realloc(x->ids, (size_t)x->cap * sizeof *x->ids);
+    }
+    memcpy(x->ids + x->n, ids, (size_t)n * sizeof *ids);
+    x->n += n;
+    x->docs++;
+    free(ids);
+}
+
+static void check_text(const nv_tokenizer *t, const char *name, const char *text, const char *const *docs, int ndocs) {
+    const char *p = write_tmp(name, text, strlen(text));
+    expect_ids x = {0};
+    for (int i = 0; i < ndocs; i++) expect_doc(&x, t, docs[i]);
+    nv_dataset ds;
+    if (!open_ok(&ds, &p, 1, t, 512, 0.0f)) {
+        free(x.ids);
+        return;
+    }
+    const nv_source *s = &ds.src[0];
+    int bos = 0, same = (int)s->n_tokens == x.n;
+    for (uint64_t i = 0; i < s->n_tokens; i++) {
+        bos += nv_source_token(s, i) == NV_TOKEN_BOS;
+        if (same && (int)nv_source_token(s, i) != x.ids[i]) same = 0;
+    }
+    T_CHECK(s->n_tokens > 0 && nv_source_token(s, 0) == NV_TOKEN_BOS, "%s: does not start with BOS", name);
+    T_CHECK(bos == ndocs, "%s: %d documents, want %d", name, bos, ndocs);
+    T_CHECK(same, "%s: %llu tokens differ from the %d expected", name, (unsigned long long)s->n_tokens, x.n);
+    nv_dataset_close(&ds);
+    free(x.ids);
+}
+
+static void test_text_documents(void) {
+    const char *z = t_data("models/tok512.bin");
+    if (!z) return;
+    nv_tokenizer *t = NULL;
+    if (nv_tokenizer_load(z, 0, &t) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    /* blank lines separate documents; single line breaks stay inside one */
+    const char *blank = "One day a cat sat on a mat.\nIt was happy.\n\nThe dog ran to the park.\n\n\n\n  A bird sang.  \n";
+    const char *blank_docs[] = {"One day a cat sat on a mat.\nIt was happy.", "The dog ran to the park.", "A bird sang."};
+    check_text(t, "blank.txt", blank, blank_docs, 3);
+    /* no blank line: one document per line */
+    const char *lines = "First story here.\nSecond one.\r\nThird, with no line break at the end";
+    const char *line_docs[] = {"First story here.", "Second one.", "Third, with no line break at the end"};
+    check_text(t, "lines.txt", lines, line_docs, 3);
+    /* <|endoftext|> separates documents, with or without line breaks around it */
+    const char *eot = "Tim had a red ball.\nHe liked it.<|endoftext|>\nSue had a kite.\n<|endoftext|><|endoftext|>Max ran."
+                      "<|endoftext|>";
+    const char *eot_docs[] = {"Tim had a red ball.\nHe liked it.", "Sue had a kite.", "Max ran."};
+    check_text(t, "eot.txt", eot, eot_docs, 3);
+
+    /* the shared sample: five stories between <|endoftext|> markers, line breaks inside */
+    const char *sp = t_data("corpus/tinystories_sample.txt");
+    char *sample = NULL;
+    if (sp && nv_file_read_all(sp, &sample, NULL) == NV_OK) {
+        expect_ids x = {0};
+        for (char *d = sample;;) {
+            char *end = strstr(d, "<|endoftext|>");
+            if (end) *end = '\0';
+            while (*d == '\n' || *d == ' ' || *d == '\r') d++;
+            size_t n = strlen(d);
+            while (n && (d[n - 1] == '\n' || d[n - 1] == ' ' || d[n - 1] == '\r')) d[--n] = '\0';
+            if (n) expect_doc(&x, t, d);
+            if (!end) break;
+            d = end + 13;
+        }
+        T_CHECK(x.docs == 5, "the sample has %d stories", x.docs);
+        nv_dataset ds;
+        if (open_ok(&ds, &sp, 1, t, 512, 0.1f)) {
+            const nv_source *s = &ds.src[0];
+            int bos = 0, same = (int)s->n_tokens == x.n;
+            for (uint64_t i = 0; i < s->n_tokens; i++) {
+                bos += nv_source_token(s, i) == NV_TOKEN_BOS;
+                if (same && (int)nv_source_token(s, i) != x.ids[i]) same = 0;
+            }
+            T_CHECK(bos == 5 && same, "sample: %d BOS, tokens %s", bos, same ? "equal" : "differ");
+            T_CHECK(s->n_train == s->n_tokens - (uint64_t)((double)s->n_tokens * 0.1f), "split of text");
+            /* windows over text come from the training split too */
+            enum { B = 2, T = 64 };
+            int in[B * T], tg[B * T];
+            nv_data_cursor c;
+            nv_data_cursor_init(&c, 5);
+            for (int it = 0; it < 50; it++) {
+                T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+                for (int i = 0; i + 1 < B * T; i++)
+                    if ((i + 1) % T) T_CHECK(tg[i] == in[i + 1], "text window not shifted");
+            }
+            nv_dataset_close(&ds);
+        }
+        free(x.ids);
+        free(sample);
+    }
+    /* an empty text file opens with no tokens */
+    const char *empty = write_tmp("empty.txt", "", 0);
+    nv_dataset ds;
+    if (open_ok(&ds, &empty, 1, t, 512, 0.1f)) {
+        T_CHECK(ds.train_tokens == 0 && ds.val_tokens == 0, "empty text has tokens");
+        nv_dataset_close(&ds);
+    }
+    nv_tokenizer_free(t);
+}
+
+int main(void) {
+    strcpy(tmpdir, "/tmp/nv_test_data_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    T_RUN(test_u16_windows_from_training_split);
+    T_RUN(test_u32_and_mixed_sources);
+    T_RUN(test_cursor_deterministic_and_resumable);
+    T_RUN(test_val_batches);
+    T_RUN(test_unigram_loss);
+    T_RUN(test_malformed_inputs);
+    T_RUN(test_text_documents);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return t_done();
+}
