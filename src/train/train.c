@@ -337,7 +337,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
     }
     if (tty) fprintf(stderr, "\n");
-    if (step >= o->steps && !nv_train_stop_requested) {
+    /* the weights as they stand, ready for `nerve generate`, however the run ended */
+    if (steps_run > 0) {
         if (nv_model_save_v1(&tm.m, model_path) == NV_OK) nv_info("wrote %s", model_path);
         else nv_info("model.bin not written: %s", nv_errmsg());
     }

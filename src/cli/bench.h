@@ -1,0 +1,34 @@
+/* nerve bench: measured figures, side by side with peers measured in the same run.
+ *
+ * Each subcommand prints a readable table, or with --json one JSON object per measured row
+ * (JSON Lines) with the fields of ../shared/design.md "Benchmarks": bench, engine, threads, the
+ * shape fields that apply, the figures that apply, and ok:false with why for a peer that could
+ * not be measured. */
+#ifndef NV_BENCH_H
+#define NV_BENCH_H
+
+#include <stdio.h>
+
+typedef struct {
+    int json;
+    int threads;    /* 0 = every core */
+    int quick;      /* fewer repeats and smaller shapes, for tests */
+    const char *engine; /* restrict to one engine, or NULL */
+} bench_opts;
+
+/* One result row: fields are appended with the row_* helpers, then row_end prints it. */
+typedef struct {
+    char json[2048];
+    char text[1024];
+    size_t jn, tn;
+} bench_row;
+
+void row_begin(bench_row *r, const char *bench, const char *engine, int threads);
+void row_int(bench_row *r, const char *key, long long v);
+void row_num(bench_row *r, const char *key, double v);
+void row_str(bench_row *r, const char *key, const char *v);
+void row_end(bench_row *r, const bench_opts *o);
+
+int bench_train(int argc, char **argv, const bench_opts *o);
+
+#endif

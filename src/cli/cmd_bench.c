@@ -1,0 +1,102 @@
+/* nerve bench <what>: dispatch and the shared row printer. */
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+
+#define CMD "bench"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **, const bench_opts *);
+    const char *help;
+} benches[] = {
+    {"train", bench_train, "ms/step, tokens/s and TFLOP/s of training steps, against PyTorch on the CPU"},
+};
+
+static void appendf(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
+    if (*n >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    if (w > 0) *n += (size_t)w < cap - *n ? (size_t)w : cap - *n - 1;
+}
+
+void row_begin(bench_row *r, const char *bench, const char *engine, int threads) {
+    r->jn = r->tn = 0;
+    r->json[0] = r->text[0] = '\0';
+    appendf(r->json, sizeof r->json, &r->jn, "{\"bench\":\"%s\",\"engine\":\"%s\",\"threads\":%d", bench, engine, threads);
+    appendf(r->text, sizeof r->text, &r->tn, "%-7s %-13s threads=%-2d", bench, engine, threads);
+}
+
+void row_int(bench_row *r, const char *key, long long v) {
+    appendf(r->json, sizeof r->json, &r->jn, ",\"%s\":%lld", key, v);
+    appendf(r->text, sizeof r->text, &r->tn, " %s=%lld", key, v);
+}
+
+void row_num(bench_row *r, const char *key, double v) {
+    if (!isfinite(v)) {
+        appendf(r->json, sizeof r->json, &r->jn, ",\"%s\":null", key);
+        return;
+    }
+    appendf(r->json, sizeof r->json, &r->jn, ",\"%s\":%.6g", key, v);
+    appendf(r->text, sizeof r->text, &r->tn, " %s=%.4g", key, v);
+}
+
+void row_str(bench_row *r, const char *key, const char *v) {
+    appendf(r->json, sizeof r->json, &r->jn, ",\"%s\":\"", key);
+    for (const char *p = v; *p; p++) {
+        if (*p == '"' || *p == '\\') appendf(r->json, sizeof r->json, &r->jn, "\\%c", *p);
+        else if ((unsigned char)*p < 0x20) appendf(r->json, sizeof r->json, &r->jn, " ");
+        else appendf(r->json, sizeof r->json, &r->jn, "%c", *p);
+    }
+    appendf(r->json, sizeof r->json, &r->jn, "\"");
+    appendf(r->text, sizeof r->text, &r->tn, " %s=%s", key, v);
+}
+
+void row_end(bench_row *r, const bench_opts *o) {
+    if (o->json) printf("%s}\n", r->json);
+    else printf("%s\n", r->text);
+    fflush(stdout);
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: nerve bench <what> [--json] [--threads N] [--engine E] [--quick] [options]\n\n");
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        fprintf(f, "  %-9s %s\n", benches[i].name, benches[i].help);
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    bench_opts o = {0};
+    /* common flags are taken out; the rest goes to the subcommand */
+    int n = 1;
+    char **rest = argv;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) o.json = 1;
+        else if (!strcmp(argv[i], "--quick")) o.quick = 1;
+        else if (!strcmp(argv[i], "--threads")) {
+            const char *v = cli_value(CMD, argc, argv, &i);
+            if (!v || !cli_int(CMD, "--threads", v, 1, 1024, &o.threads)) return 2;
+        } else if (!strcmp(argv[i], "--engine")) {
+            const char *v = cli_value(CMD, argc, argv, &i);
+            nv_engine_id e;
+            if (!v) return 2;
+            if (nv_engine_parse(v, &e) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+            o.engine = v;
+        } else rest[n++] = argv[i];
+    }
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        if (!strcmp(argv[1], benches[i].name)) {
+            rest[0] = argv[1];
+            return benches[i].fn(n, rest, &o);
+        }
+    return cli_error(CMD, 2, "unknown benchmark '%s' (see nerve bench --help)", argv[1]);
+}
