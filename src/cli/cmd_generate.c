@@ -70,7 +70,7 @@ int cmd_generate(int argc, char **argv) {
     }
     nv_engine_id engine;
     if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-    engine = nv_engine_best();
+    engine = nv_engine_best_fp32(); /* exact fp32 by default: bf16/int8 engines are opt-in here */
     if (engine_name) {
         if (nv_engine_parse(engine_name, &engine) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
         if (!nv_engine_available(engine))

@@ -1,23 +1,212 @@
+/* Engines: probing, latching, the ladder; plans: packing, refresh, threading; the reference scalar
+ * engine. The vector and tile loops live in kern_*.c (see kern.h). */
 #include "engine/engine.h"
 
+#include <immintrin.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/log.h"
+#include "base/pool.h"
+#include "engine/kern.h"
 
 static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar", "avx2", "avx512", "amx-bf16", "amx-int8"};
 
 static int engines_ready;
+static int pool_ready;
 static int engine_on[NV_ENGINE_COUNT];
 static char engine_why[NV_ENGINE_COUNT][160];
-static long plan_build_count;
+static atomic_long plan_build_count;
+static int emulate;
+static const nv_kern_fp32 *engine_fp32[NV_ENGINE_COUNT]; /* avx2, avx512 */
+static const nv_kern_amx *engine_amx;                     /* amx-bf16, amx-int8 */
+static int force_inline; /* self-test: every task on the calling thread */
+static int force_split;  /* self-test: split even tiny products across the pool */
+
+/* int8 products accumulate k * 127 * 127 in int32. */
+#define INT8_MAX_K 131072
 
 struct nv_plan {
     nv_engine_id engine;
     int n, k;
-    const float *w; /* scalar: the caller's weights, read in place */
+    const float *w;  /* scalar: the caller's weights, read in place */
+    void *pack;      /* fp32 panels, bf16 or int8 VNNI tiles (64-byte aligned) */
+    size_t pack_bytes;
+    float *wscale;   /* amx-int8: per-output-channel scales, padded to the tile columns */
+    int np;          /* fp32: panels of nr outputs; amx: column tiles of 16 */
+    int kp;          /* amx: depth padded to the tile depth */
+    const nv_kern_fp32 *kf;
+    const nv_kern_amx *ka;
 };
+
+/* ---------------------------------------------------------------- small helpers */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+static inline int rup(int a, int b) { return cdiv(a, b) * b; }
+
+static void *aalloc(size_t bytes) {
+    if (bytes == 0) bytes = 64;
+    bytes = (bytes + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes);
+}
+
+static void run_tasks(void (*fn)(void *, int, int), void *ctx, int n) {
+    if (force_inline || n <= 1)
+        for (int t = 0; t < n; t++) fn(ctx, t, n);
+    else
+        nv_pool_run(fn, ctx, n);
+}
+
+/* Work split: rows in units of runit, columns in units of cunit (panels, tiles); a task owns one
+ * block of the grid. Tiny products run as one task (the pool costs a few microseconds). */
+typedef struct {
+    int rows, runit, nru; /* rows, row unit, row units */
+    int cols;             /* column units */
+    int rt, ct;           /* row and column blocks */
+} grid;
+
+static int grid_make(grid *g, int rows, int runit, int cols, double macs) {
+    int T = force_inline ? 1 : nv_pool_threads();
+    if (T > 1 && (macs >= 65536.0 || force_split)) T *= 2; /* two tasks per thread balance uneven blocks */
+    else T = 1;
+    g->rows = rows;
+    g->runit = runit;
+    g->nru = cdiv(rows, runit);
+    g->cols = cols;
+    g->ct = imin(cols, T);
+    if (g->ct < 1) g->ct = 1;
+    g->rt = imin(g->nru, cdiv(T, g->ct));
+    if (g->rt < 1) g->rt = 1;
+    return g->rt * g->ct;
+}
+
+static void grid_task(const grid *g, int task, int *r0, int *r1, int *c0, int *c1) {
+    int ci = task % g->ct, ri = task / g->ct;
+    *c0 = (int)((long)g->cols * ci / g->ct);
+    *c1 = (int)((long)g->cols * (ci + 1) / g->ct);
+    int u0 = (int)((long)g->nru * ri / g->rt), u1 = (int)((long)g->nru * (ri + 1) / g->rt);
+    *r0 = u0 * g->runit;
+    *r1 = imin(g->rows, u1 * g->runit);
+}
+
+/* dst[c*ldd + r] = src[r*lss + c] for r < rows, c < cols: 8 x 8 blocks in AVX2 registers (the
+ * project's baseline, x86-64-v3), scalar edges. Used by packing (refresh runs every optimizer step)
+ * and by the transposes of dx and dW. */
+static inline void tr8x8(const float *src, size_t lss, float *dst, size_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lss), r2 = _mm256_loadu_ps(src + 2 * lss),
+           r3 = _mm256_loadu_ps(src + 3 * lss), r4 = _mm256_loadu_ps(src + 4 * lss), r5 = _mm256_loadu_ps(src + 5 * lss),
+           r6 = _mm256_loadu_ps(src + 6 * lss), r7 = _mm256_loadu_ps(src + 7 * lss);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+           u3 = _mm256_shuffle_ps(t1, t3, 0xee), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+static void transpose(const float *src, size_t lss, int rows, int cols, float *dst, size_t ldd) {
+    int r8 = rows & ~7, c8 = cols & ~7;
+    for (int r = 0; r < r8; r += 8) {
+        for (int c = 0; c < c8; c += 8) tr8x8(src + (size_t)r * lss + c, lss, dst + (size_t)c * ldd + r, ldd);
+        for (int c = c8; c < cols; c++)
+            for (int i = r; i < r + 8; i++) dst[(size_t)c * ldd + i] = src[(size_t)i * lss + c];
+    }
+    for (int r = r8; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lss + c];
+}
+
+/* 8 floats -> 8 bf16, the same bits as nv_bf16_from_f32 (round to nearest even, NaN kept quiet). */
+static inline __m128i bf16x8(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), isnan);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+
+/* dst[j] = bf16(src[j] (* colscale[j])) for j < k. */
+static void row_to_bf16(const float *src, const float *colscale, uint16_t *dst, int k) {
+    int j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 v = _mm256_loadu_ps(src + j);
+        if (colscale) v = _mm256_mul_ps(v, _mm256_loadu_ps(colscale + j));
+        _mm_storeu_si128((__m128i *)(dst + j), bf16x8(v));
+    }
+    for (; j < k; j++) dst[j] = nv_bf16_from_f32(colscale ? src[j] * colscale[j] : src[j]);
+}
+
+/* Quantises one row: scale = max|x| / 127, q = round(x / scale) (to nearest even, as rintf and
+ * cvtps2dq under the default MXCSR). A NaN or infinity in the row makes the scale NaN, so the row's
+ * outputs are NaN as they would be in fp32. Returns the scale. */
+static float row_to_int8(const float *src, int8_t *dst, int k) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 vmax = _mm256_setzero_ps(), vnan = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 v = _mm256_loadu_ps(src + j);
+        vmax = _mm256_max_ps(vmax, _mm256_and_ps(v, absmask));
+        vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    float lanes[8], amax = 0.0f;
+    _mm256_storeu_ps(lanes, vmax);
+    for (int i = 0; i < 8; i++) amax = lanes[i] > amax ? lanes[i] : amax;
+    if (_mm256_movemask_ps(vnan)) amax = NAN;
+    for (; j < k; j++) amax = fabsf(src[j]) > amax || src[j] != src[j] ? fabsf(src[j]) : amax;
+    const int finite = isfinite(amax);
+    const float inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127), pick = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
+    for (j = 0; j + 8 <= k; j += 8) {
+        __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + j), vinv));
+        q = _mm256_max_epi32(_mm256_min_epi32(q, hi), lo); /* NaN converts to INT_MIN: -127 (the row is NaN anyway) */
+        __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q, q), _mm256_setzero_si256());
+        _mm_storel_epi64((__m128i *)(dst + j), _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, pick)));
+    }
+    for (; j < k; j++) {
+        float v = rintf(src[j] * inv);
+        dst[j] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : v == v ? (int)v : 0);
+    }
+    return finite ? amax / 127.0f : NAN;
+}
+
+/* 16 columns of two rows into VNNI pairs: out[2c + e] = bf16(row_e[c]); a NULL row or the columns
+ * at and past nc are zero. */
+static void vnni_pair16(const float *r0, const float *r1, int nc, uint16_t *out) {
+    if (r0 && r1 && nc >= 16) {
+        for (int h = 0; h < 16; h += 8) {
+            __m128i a = bf16x8(_mm256_loadu_ps(r0 + h)), b = bf16x8(_mm256_loadu_ps(r1 + h));
+            _mm_storeu_si128((__m128i *)(out + 2 * h), _mm_unpacklo_epi16(a, b));
+            _mm_storeu_si128((__m128i *)(out + 2 * h + 8), _mm_unpackhi_epi16(a, b));
+        }
+        return;
+    }
+    for (int c = 0; c < 16; c++) {
+        out[2 * c] = r0 && c < nc ? nv_bf16_from_f32(r0[c]) : 0;
+        out[2 * c + 1] = r1 && c < nc ? nv_bf16_from_f32(r1[c]) : 0;
+    }
+}
+
+static void fill_nan(float *y, size_t count) {
+    for (size_t i = 0; i < count; i++) y[i] = NAN;
+}
+
+/* ---------------------------------------------------------------- engines */
 
 const char *nv_engine_name(nv_engine_id e) { return (unsigned)e < NV_ENGINE_COUNT ? engine_names[e] : "?"; }
 
@@ -35,30 +224,6 @@ static void engine_latch(nv_engine_id e, const char *why) {
     snprintf(engine_why[e], sizeof engine_why[e], "%s", why);
 }
 
-nv_err nv_engines_init(const char *allow, int threads) {
-    (void)threads;
-    if (engines_ready) return NV_OK;
-    if (!allow) allow = getenv("NERVE_ENGINES");
-    int allowed[NV_ENGINE_COUNT];
-    for (int i = 0; i < NV_ENGINE_COUNT; i++) allowed[i] = !allow || !*allow;
-    if (allow && *allow) {
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", allow);
-        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            nv_engine_id e = NV_ENGINE_SCALAR;
-            NV_TRY(nv_engine_parse(tok, &e));
-            allowed[e] = 1;
-        }
-    }
-    engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
-    for (int i = 1; i < NV_ENGINE_COUNT; i++) {
-        if (!allowed[i]) engine_latch((nv_engine_id)i, "excluded by NERVE_ENGINES/--engine");
-        else engine_latch((nv_engine_id)i, "not built in this version");
-    }
-    engines_ready = 1;
-    return NV_OK;
-}
-
 int nv_engine_available(nv_engine_id e) { return (unsigned)e < NV_ENGINE_COUNT && engine_on[e]; }
 const char *nv_engine_why_off(nv_engine_id e) { return (unsigned)e < NV_ENGINE_COUNT ? engine_why[e] : "?"; }
 
@@ -70,32 +235,225 @@ nv_engine_id nv_engine_best(void) {
     return NV_ENGINE_SCALAR;
 }
 
-nv_err nv_plan_build(nv_plan **out, nv_engine_id want, const float *w, int n, int k) {
-    if (n <= 0 || k <= 0) return nv_fail(NV_EINVAL, "plan: bad shape %d x %d", n, k);
-    if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
-    nv_engine_id e = want;
+nv_engine_id nv_engine_best_fp32(void) {
+    for (int e = NV_ENGINE_AVX512; e > 0; e--)
+        if (engine_on[e]) return (nv_engine_id)e;
+    return NV_ENGINE_SCALAR;
+}
+
+static nv_engine_id engine_resolve(nv_engine_id e) {
+    if ((unsigned)e >= NV_ENGINE_COUNT) e = NV_ENGINE_SCALAR;
     while (!nv_engine_available(e)) e = nv_engine_next_down(e);
+    return e;
+}
+
+void nv_engines_set_emulation(int on) { emulate = on; }
+int nv_engines_emulated(void) { return emulate; }
+
+void nv_engines_reset(void) {
+    engines_ready = 0;
+    for (int e = 0; e < NV_ENGINE_COUNT; e++) {
+        engine_on[e] = 0;
+        engine_why[e][0] = '\0';
+    }
+}
+
+/* ---------------------------------------------------------------- packing */
+
+typedef struct {
+    nv_plan *p;
+    const float *w;
+} pack_ctx;
+
+/* fp32 panels: P[p][kk][c] = W[p*nr + c][kk]. */
+static void pack_fp32_task(void *vc, int task, int nt) {
+    pack_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const int nr = p->kf->nr, n = p->n, k = p->k;
+    int p0 = (int)((long)p->np * task / nt), p1 = (int)((long)p->np * (task + 1) / nt);
+    for (int pi = p0; pi < p1; pi++) {
+        float *dst = (float *)p->pack + (size_t)pi * k * nr;
+        const int rows = imin(nr, n - pi * nr); /* outputs of this panel; the rest are zero */
+        for (int k0 = 0; k0 < k; k0 += 256)
+            transpose(c->w + (size_t)pi * nr * k + k0, k, rows, imin(256, k - k0), dst + (size_t)k0 * nr, nr);
+        if (rows < nr)
+            for (int kk = 0; kk < k; kk++)
+                for (int cc = rows; cc < nr; cc++) dst[(size_t)kk * nr + cc] = 0.0f;
+    }
+}
+
+/* bf16 VNNI tiles: tile (t, kb), row i, column c, pair e holds W[t*16 + c][kb*32 + 2i + e]. */
+static void pack_bf16_task(void *vc, int task, int nt) {
+    pack_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const int n = p->n, k = p->k, KB = p->kp / 32;
+    int t0 = (int)((long)p->np * task / nt), t1 = (int)((long)p->np * (task + 1) / nt);
+    for (int t = t0; t < t1; t++) {
+        uint16_t *tile = (uint16_t *)p->pack + (size_t)t * KB * 512;
+        for (int cc = 0; cc < 16; cc++) {
+            int row = t * 16 + cc;
+            const float *src = row < n ? c->w + (size_t)row * k : NULL;
+            for (int kk = 0; kk < p->kp; kk++) {
+                uint16_t v = src && kk < k ? nv_bf16_from_f32(src[kk]) : 0;
+                tile[(size_t)(kk / 32) * 512 + ((kk % 32) / 2) * 32 + cc * 2 + (kk % 2)] = v;
+            }
+        }
+    }
+}
+
+/* int8 VNNI tiles with per-output-channel scales: scale = max|W[row]| / 127,
+ * q = round(W / scale) in [-127, 127]; tile (t, kb), row i, column c, quad e holds
+ * q[t*16 + c][kb*64 + 4i + e]. */
+static void pack_int8_task(void *vc, int task, int nt) {
+    pack_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const int n = p->n, k = p->k, KB = p->kp / 64;
+    int t0 = (int)((long)p->np * task / nt), t1 = (int)((long)p->np * (task + 1) / nt);
+    for (int t = t0; t < t1; t++) {
+        int8_t *tile = (int8_t *)p->pack + (size_t)t * KB * 1024;
+        for (int cc = 0; cc < 16; cc++) {
+            int row = t * 16 + cc;
+            const float *src = row < n ? c->w + (size_t)row * k : NULL;
+            float amax = 0.0f;
+            if (src)
+                for (int kk = 0; kk < k; kk++) amax = fabsf(src[kk]) > amax || src[kk] != src[kk] ? fabsf(src[kk]) : amax;
+            /* a NaN or infinity makes the channel's scale NaN: its outputs are NaN, as in fp32 */
+            int finite = isfinite(amax);
+            float scale = finite ? amax / 127.0f : NAN, inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+            p->wscale[row] = scale;
+            for (int kk = 0; kk < p->kp; kk++) {
+                int q = 0;
+                if (src && kk < k) {
+                    float v = rintf(src[kk] * inv);
+                    q = v > 127.0f ? 127 : v < -127.0f ? -127 : v == v ? (int)v : 0;
+                }
+                tile[(size_t)(kk / 64) * 1024 + ((kk % 64) / 4) * 64 + cc * 4 + (kk % 4)] = (int8_t)q;
+            }
+        }
+    }
+}
+
+static void plan_pack(nv_plan *p, const float *w) {
+    pack_ctx c = {p, w};
+    void (*fn)(void *, int, int) = NULL;
+    switch (p->engine) {
+    case NV_ENGINE_SCALAR: p->w = w; return;
+    case NV_ENGINE_AVX2:
+    case NV_ENGINE_AVX512: fn = pack_fp32_task; break;
+    case NV_ENGINE_AMX_BF16: fn = pack_bf16_task; break;
+    case NV_ENGINE_AMX_INT8: fn = pack_int8_task; break;
+    default: return;
+    }
+    int tasks = 1;
+    if (!force_inline && nv_pool_threads() > 1 && (double)p->n * p->k >= 65536.0)
+        tasks = imin(p->np, 2 * nv_pool_threads());
+    run_tasks(fn, &c, tasks);
+}
+
+static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n, int k) {
+    if (n <= 0 || k <= 0) return nv_fail(NV_EINVAL, "plan: bad shape %d x %d", n, k);
+    if (!w) return nv_fail(NV_EINVAL, "plan: no weights");
+    if ((size_t)n * (size_t)k > ((size_t)1 << 40)) return nv_fail(NV_ENOMEM, "plan: %d x %d is too large", n, k);
     nv_plan *p = calloc(1, sizeof *p);
     if (!p) return nv_fail(NV_ENOMEM, "plan: out of memory");
     p->engine = e;
     p->n = n;
     p->k = k;
-    p->w = w;
-    plan_build_count++;
+    switch (e) {
+    case NV_ENGINE_AVX2:
+    case NV_ENGINE_AVX512:
+        p->kf = engine_fp32[e];
+        p->np = cdiv(n, p->kf->nr);
+        p->pack_bytes = (size_t)p->np * p->kf->nr * k * sizeof(float);
+        break;
+    case NV_ENGINE_AMX_BF16:
+        p->ka = engine_amx;
+        p->np = cdiv(n, 16);
+        p->kp = rup(k, NV_AMX_BF16_DEPTH);
+        p->pack_bytes = (size_t)p->np * 16 * p->kp * 2;
+        break;
+    case NV_ENGINE_AMX_INT8:
+        p->ka = engine_amx;
+        p->np = cdiv(n, 16);
+        p->kp = rup(k, NV_AMX_INT8_DEPTH);
+        p->pack_bytes = (size_t)p->np * 16 * p->kp;
+        p->wscale = calloc((size_t)p->np * 16, sizeof(float));
+        if (!p->wscale) {
+            free(p);
+            return nv_fail(NV_ENOMEM, "plan: out of memory");
+        }
+        break;
+    default: break;
+    }
+    if (p->pack_bytes && !(p->pack = aalloc(p->pack_bytes))) {
+        size_t bytes = p->pack_bytes;
+        free(p->wscale);
+        free(p);
+        return nv_fail(NV_ENOMEM, "plan: out of memory for %zu bytes of packed weights", bytes);
+    }
+    plan_pack(p, w);
     *out = p;
     return NV_OK;
 }
 
-void nv_plan_refresh(nv_plan *p, const float *w) { p->w = w; }
+nv_err nv_plan_build(nv_plan **out, nv_engine_id want, const float *w, int n, int k) {
+    if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
+    nv_engine_id e = engine_resolve(want);
+    if (e == NV_ENGINE_AMX_INT8 && k > INT8_MAX_K) e = engine_resolve(NV_ENGINE_AMX_BF16);
+    NV_TRY(plan_build_on(out, e, w, n, k));
+    atomic_fetch_add(&plan_build_count, 1);
+    return NV_OK;
+}
 
-/* Left-to-right fp32 sums, the exact arithmetic of llama2.c's matmul. */
-static void scalar_run(const nv_plan *p, const float *x, int m, float *y) {
-    const int n = p->n, k = p->k;
-    for (int r = 0; r < m; r++) {
-        const float *xr = x + (size_t)r * k;
-        float *yr = y + (size_t)r * n;
-        for (int i = 0; i < n; i++) {
-            const float *wi = p->w + (size_t)i * k;
+void nv_plan_refresh(nv_plan *p, const float *w) { plan_pack(p, w); }
+
+nv_engine_id nv_plan_engine(const nv_plan *p) { return p->engine; }
+int nv_plan_n(const nv_plan *p) { return p->n; }
+int nv_plan_k(const nv_plan *p) { return p->k; }
+long nv_plan_builds(void) { return atomic_load(&plan_build_count); }
+
+size_t nv_plan_packed_bytes(const nv_plan *p) {
+    if (p->engine == NV_ENGINE_SCALAR) return (size_t)p->n * p->k * sizeof(float);
+    return p->pack_bytes + (p->wscale ? (size_t)p->n * sizeof(float) : 0);
+}
+
+void nv_plan_free(nv_plan *p) {
+    if (!p) return;
+    free(p->pack);
+    free(p->wscale);
+    free(p);
+}
+
+/* ---------------------------------------------------------------- scalar engine */
+
+typedef struct {
+    const nv_plan *p;
+    const nv_kern_fp32 *kf; /* dw: the engine's kernels (no plan) */
+    const nv_kern_amx *ka;
+    const float *a, *b; /* run: x; dx: dy; dw: dy, x */
+    float *out;
+    int m, n, k;
+    grid g;
+    void *abuf;              /* converted activations (amx) or dy transposed (fp32 dw) */
+    size_t lda;              /* elements per row of abuf */
+    int depth;               /* padded reduction length */
+    const float *colscale;   /* to_bf16: per-column factor (int8 dx folds the weight scales into dy) */
+    float *rowscale;         /* int8: per-row activation scales */
+    atomic_int fail;         /* a task ran out of memory and wrote NaN */
+} op_ctx;
+
+/* y = x . W^T: left-to-right fp32 sums, the exact arithmetic of llama2.c's matmul. */
+static void scalar_run_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    int r0, r1, c0, c1;
+    grid_task(&c->g, task, &r0, &r1, &c0, &c1);
+    const int n = c->n, k = c->k;
+    for (int r = r0; r < r1; r++) {
+        const float *xr = c->a + (size_t)r * k;
+        float *yr = c->out + (size_t)r * n;
+        for (int i = c0; i < c1; i++) {
+            const float *wi = c->p->w + (size_t)i * k;
             float val = 0.0f;
             for (int j = 0; j < k; j++) val += wi[j] * xr[j];
             yr[i] = val;
@@ -103,9 +461,682 @@ static void scalar_run(const nv_plan *p, const float *x, int m, float *y) {
     }
 }
 
-void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) { scalar_run(p, x, m, y); }
-nv_engine_id nv_plan_engine(const nv_plan *p) { return p->engine; }
-int nv_plan_n(const nv_plan *p) { return p->n; }
-int nv_plan_k(const nv_plan *p) { return p->k; }
-void nv_plan_free(nv_plan *p) { free(p); }
-long nv_plan_builds(void) { return plan_build_count; }
+/* dx = dy . W: each element summed left to right over the n outputs. */
+static void scalar_dx_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    int r0, r1, c0, c1;
+    grid_task(&c->g, task, &r0, &r1, &c0, &c1);
+    const int n = c->n, k = c->k;
+    for (int r = r0; r < r1; r++) {
+        const float *dy = c->a + (size_t)r * n;
+        float *dx = c->out + (size_t)r * k;
+        for (int j = c0; j < c1; j++) dx[j] = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const float d = dy[i], *wi = c->p->w + (size_t)i * k;
+            for (int j = c0; j < c1; j++) dx[j] += d * wi[j];
+        }
+    }
+}
+
+/* dw += dy^T . x: each element summed left to right over the m rows, starting from dw. */
+static void scalar_dw_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    int r0, r1, c0, c1;
+    grid_task(&c->g, task, &r0, &r1, &c0, &c1);
+    const int n = c->n, k = c->k;
+    for (int i = 0; i < c->m; i++) {
+        const float *dy = c->a + (size_t)i * n, *x = c->b + (size_t)i * k;
+        for (int a = r0; a < r1; a++) {
+            const float d = dy[a];
+            float *dw = c->out + (size_t)a * k;
+            for (int j = c0; j < c1; j++) dw[j] += d * x[j];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- fp32 panel engines */
+
+static void fp32_run_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const int nr = p->kf->nr, n = c->n, k = c->k;
+    int r0, r1, c0, c1;
+    grid_task(&c->g, task, &r0, &r1, &c0, &c1);
+    if (r0 >= r1 || c0 >= c1) return;
+    p->kf->gemm(c->a + (size_t)r0 * k, k, r1 - r0, k, (const float *)p->pack + (size_t)c0 * k * nr, c1 - c0,
+                c->out + (size_t)r0 * n + (size_t)c0 * nr, n, n - c0 * nr, 0);
+}
+
+#define SLICE_PANELS 32 /* panels gathered at once for dx / dW: 32 x kc x nr floats (512 KiB for avx2) */
+
+/* dx = dy . W with the n outputs as the depth: per depth slice a0..a0+ka (ka <= kc) and group of
+ * output panels, gather the slice of W^T panels, T[q][a - a0][c] = W[a][(qg + q)*nr + c], from the
+ * forward panels (each nr x nr block is a transpose of a contiguous block), and run the panel kernel
+ * accumulating through dx. Slicing at multiples of kc keeps the kernel's arithmetic (kern.h). */
+static void fp32_dx_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const nv_kern_fp32 *kf = p->kf;
+    const int nr = kf->nr, kc = kf->kc, n = c->n, k = c->k;
+    int r0, r1, q0, q1;
+    grid_task(&c->g, task, &r0, &r1, &q0, &q1);
+    if (r0 >= r1 || q0 >= q1) return;
+    float *T = aalloc((size_t)SLICE_PANELS * kc * nr * sizeof(float));
+    if (!T) {
+        atomic_store(&c->fail, 1);
+        for (int r = r0; r < r1; r++) fill_nan(c->out + (size_t)r * k + (size_t)q0 * nr, (size_t)imin(k - q0 * nr, (q1 - q0) * nr));
+        return;
+    }
+    const float *P = p->pack;
+    for (int qg = q0; qg < q1; qg += SLICE_PANELS) {
+        const int g = imin(SLICE_PANELS, q1 - qg);
+        for (int a0 = 0; a0 < n; a0 += kc) {
+            const int ka = imin(kc, n - a0);
+            for (int q = 0; q < g; q++) {
+                const int j0 = (qg + q) * nr, jv = imin(nr, k - j0); /* valid columns of this panel */
+                float *dst = T + (size_t)q * ka * nr;
+                for (int a = a0; a < a0 + ka; a += nr) {
+                    /* block: src[j][c2] = W[a + c2][j0 + j] (contiguous nr x nr), dst[c2][j] */
+                    const float *src = P + ((size_t)(a / nr) * k + j0) * nr;
+                    const int av = imin(nr, a0 + ka - a);
+                    float *d = dst + (size_t)(a - a0) * nr;
+                    transpose(src, nr, jv, av, d, nr);
+                    if (jv < nr)
+                        for (int c2 = 0; c2 < av; c2++)
+                            for (int j = jv; j < nr; j++) d[(size_t)c2 * nr + j] = 0.0f;
+                }
+            }
+            kf->gemm(c->a + (size_t)r0 * n + a0, n, r1 - r0, ka, T, g, c->out + (size_t)r0 * k + (size_t)qg * nr, k, k - qg * nr,
+                     a0 > 0);
+        }
+    }
+    free(T);
+}
+
+/* dyT[a][i] = dy[i][a] */
+static void transpose_task(void *vc, int task, int nt) {
+    op_ctx *c = vc;
+    const int m = c->m, n = c->n;
+    int a0 = (int)((long)n * task / nt), a1 = (int)((long)n * (task + 1) / nt);
+    float *dst = (float *)c->abuf;
+    for (int i0 = 0; i0 < m; i0 += 64)
+        for (int b0 = a0; b0 < a1; b0 += 64)
+            transpose(c->a + (size_t)i0 * n + b0, n, imin(64, m - i0), imin(64, a1 - b0), dst + (size_t)b0 * m + i0, m);
+}
+
+/* dw += dyT . x with the m rows as the depth: per depth slice i0..i0+ki (ki <= kc) and group of
+ * panels of x's columns, Px[q][i - i0][c] = x[i][(qg + q)*nr + c], then the panel kernel on the
+ * rows of dyT, accumulating into dw. */
+static void fp32_dw_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_kern_fp32 *kf = c->kf;
+    const int nr = kf->nr, kc = kf->kc, m = c->m, k = c->k;
+    int a0, a1, q0, q1;
+    grid_task(&c->g, task, &a0, &a1, &q0, &q1);
+    if (a0 >= a1 || q0 >= q1) return;
+    float *Px = aalloc((size_t)SLICE_PANELS * kc * nr * sizeof(float));
+    if (!Px) {
+        atomic_store(&c->fail, 1);
+        for (int a = a0; a < a1; a++) fill_nan(c->out + (size_t)a * k + (size_t)q0 * nr, (size_t)imin(k - q0 * nr, (q1 - q0) * nr));
+        return;
+    }
+    const float *dyT = c->abuf;
+    for (int qg = q0; qg < q1; qg += SLICE_PANELS) {
+        const int g = imin(SLICE_PANELS, q1 - qg);
+        for (int i0 = 0; i0 < m; i0 += kc) {
+            const int ki = imin(kc, m - i0);
+            for (int i = 0; i < ki; i++) {
+                const float *src = c->b + (size_t)(i0 + i) * k;
+                for (int q = 0; q < g; q++) {
+                    const int j0 = (qg + q) * nr, jv = imin(nr, k - j0);
+                    float *d = Px + ((size_t)q * ki + i) * nr;
+                    if (jv == nr && nr == 16) memcpy(d, src + j0, 16 * sizeof(float));
+                    else if (jv == nr && nr == 32) memcpy(d, src + j0, 32 * sizeof(float));
+                    else {
+                        for (int cc = 0; cc < jv; cc++) d[cc] = src[j0 + cc];
+                        for (int cc = jv; cc < nr; cc++) d[cc] = 0.0f;
+                    }
+                }
+            }
+            kf->gemm(dyT + (size_t)a0 * m + i0, m, a1 - a0, ki, Px, g, c->out + (size_t)a0 * k + (size_t)qg * nr, k, k - qg * nr, 1);
+        }
+    }
+    free(Px);
+}
+
+/* ---------------------------------------------------------------- AMX engines */
+
+/* Activation rows -> bf16 rows of depth elements (zero past k), optionally scaled per column. */
+static void to_bf16_task(void *vc, int task, int nt) {
+    op_ctx *c = vc;
+    const int rows = c->m, k = c->k, depth = c->depth;
+    const float *colscale = c->colscale;
+    int r0 = (int)((long)rows * task / nt), r1 = (int)((long)rows * (task + 1) / nt);
+    uint16_t *dst = (uint16_t *)c->abuf;
+    for (int r = r0; r < r1; r++) {
+        uint16_t *d = dst + (size_t)r * depth;
+        row_to_bf16(c->a + (size_t)r * k, colscale, d, k);
+        for (int j = k; j < depth; j++) d[j] = 0;
+    }
+}
+
+/* Activation rows -> int8 with a per-row scale: scale = max|x| / 127, q = round(x / scale). */
+static void to_int8_task(void *vc, int task, int nt) {
+    op_ctx *c = vc;
+    const int rows = c->m, k = c->k, depth = c->depth;
+    int r0 = (int)((long)rows * task / nt), r1 = (int)((long)rows * (task + 1) / nt);
+    int8_t *dst = (int8_t *)c->abuf;
+    for (int r = r0; r < r1; r++) {
+        int8_t *d = dst + (size_t)r * depth;
+        c->rowscale[r] = row_to_int8(c->a + (size_t)r * k, d, k);
+        for (int j = k; j < depth; j++) d[j] = 0;
+    }
+}
+
+static void amx_run_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const int n = c->n;
+    int r0, r1, u0, u1;
+    grid_task(&c->g, task, &r0, &r1, &u0, &u1);
+    int t0 = 2 * u0, t1 = imin(p->np, 2 * u1);
+    if (r0 >= r1 || t0 >= t1) return;
+    float *y = c->out + (size_t)r0 * n + (size_t)t0 * 16;
+    if (p->engine == NV_ENGINE_AMX_INT8)
+        p->ka->int8_gemm((const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
+                         (const int8_t *)p->pack + (size_t)t0 * (p->kp / 64) * 1024, t1 - t0, c->rowscale + r0,
+                         p->wscale + (size_t)t0 * 16, y, n, n - t0 * 16);
+    else
+        p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
+                         (const uint16_t *)p->pack + (size_t)t0 * (p->kp / 32) * 512, t1 - t0, y, n, n - t0 * 16, 0);
+}
+
+/* Builds the VNNI tile of W^T for dx: depth block kb (outputs a = kb*32 .. +31) x column tile t
+ * (inputs j = t*16 .. +15): U[i][c][e] = W[kb*32 + 2i + e][t*16 + c]. It takes from the two forward
+ * tiles of output tiles 2kb and 2kb+1 at the depth block holding those inputs. int8 plans give
+ * their quantised values, which bf16 holds exactly (dy carries the scales). Outside W: zero (the
+ * forward tiles are zero-padded; output tiles past the plan are skipped). */
+static void dx_tile(const nv_plan *p, int t, int kb, uint16_t *U) {
+    memset(U, 0, 512 * sizeof(uint16_t));
+    for (int h = 0; h < 2; h++) {
+        const int ft = 2 * kb + h; /* forward column tile: outputs ft*16 .. +15 */
+        if (ft >= p->np) break;
+        for (int ar = 0; ar < 16; ar++) {
+            const int i = (h * 16 + ar) >> 1, e = ar & 1;
+            uint16_t *u = U + i * 32 + e;
+            if (p->engine == NV_ENGINE_AMX_INT8) {
+                const int8_t *F = (const int8_t *)p->pack + ((size_t)ft * (p->kp / 64) + t / 4) * 1024;
+                for (int c = 0; c < 16; c++) {
+                    const int jl = (t % 4) * 16 + c; /* input within the 64-deep block */
+                    u[c * 2] = nv_bf16_from_f32((float)F[(jl >> 2) * 64 + ar * 4 + (jl & 3)]);
+                }
+            } else {
+                const uint16_t *F = (const uint16_t *)p->pack + ((size_t)ft * (p->kp / 32) + t / 2) * 512;
+                for (int c = 0; c < 16; c++) {
+                    const int jl = (t % 2) * 16 + c; /* input within the 32-deep block */
+                    u[c * 2] = F[(jl >> 1) * 32 + ar * 2 + (jl & 1)];
+                }
+            }
+        }
+    }
+}
+
+/* dx = dy . W: per task, the VNNI tiles of W^T (depth = n, columns = k) for its column tiles are
+ * gathered from the forward tiles, then the bf16 tile loop runs with dy (bf16) as A. */
+static void amx_dx_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const int k = c->k, KB = c->depth / 32, ktiles = cdiv(k, 16);
+    int r0, r1, u0, u1;
+    grid_task(&c->g, task, &r0, &r1, &u0, &u1);
+    int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
+    if (r0 >= r1 || t0 >= t1) return;
+    uint16_t *U = aalloc((size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t));
+    if (!U) {
+        atomic_store(&c->fail, 1);
+        for (int r = r0; r < r1; r++) fill_nan(c->out + (size_t)r * k + (size_t)t0 * 16, (size_t)imin(k - t0 * 16, (t1 - t0) * 16));
+        return;
+    }
+    for (int t = t0; t < t1; t++)
+        for (int kb = 0; kb < KB; kb++) dx_tile(p, t, kb, U + ((size_t)(t - t0) * KB + kb) * 512);
+    p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, c->depth, U, t1 - t0,
+                     c->out + (size_t)r0 * k + (size_t)t0 * 16, k, k - t0 * 16, 0);
+    free(U);
+}
+
+/* dyT[a][i] = bf16(dy[i][a]), depth (rows of dy) padded with zeros. */
+static void to_bf16_t_task(void *vc, int task, int nt) {
+    op_ctx *c = vc;
+    const int m = c->m, n = c->n, depth = c->depth;
+    int a0 = (int)((long)n * task / nt), a1 = (int)((long)n * (task + 1) / nt);
+    uint16_t *dst = (uint16_t *)c->abuf;
+    float tmp[64 * 64];
+    for (int i0 = 0; i0 < m; i0 += 64)
+        for (int b0 = a0; b0 < a1; b0 += 64) {
+            const int ib = imin(64, m - i0), ab = imin(64, a1 - b0);
+            transpose(c->a + (size_t)i0 * n + b0, n, ib, ab, tmp, 64);
+            for (int a = 0; a < ab; a++) row_to_bf16(tmp + a * 64, NULL, dst + (size_t)(b0 + a) * depth + i0, ib);
+        }
+    for (int a = a0; a < a1; a++)
+        for (int i = m; i < depth; i++) dst[(size_t)a * depth + i] = 0;
+}
+
+/* dw += dyT . x on bf16 tiles: per task, x's VNNI tiles (depth = m rows, columns = k) for its
+ * column tiles, then the tile loop accumulates into dw. */
+static void amx_dw_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_kern_amx *ka = c->ka;
+    const int m = c->m, k = c->k, KB = c->depth / 32, ktiles = cdiv(k, 16);
+    int a0, a1, u0, u1;
+    grid_task(&c->g, task, &a0, &a1, &u0, &u1);
+    int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
+    if (a0 >= a1 || t0 >= t1) return;
+    uint16_t *X = aalloc((size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t));
+    if (!X) {
+        atomic_store(&c->fail, 1);
+        for (int a = a0; a < a1; a++) fill_nan(c->out + (size_t)a * k + (size_t)t0 * 16, (size_t)imin(k - t0 * 16, (t1 - t0) * 16));
+        return;
+    }
+    for (int t = t0; t < t1; t++)
+        for (int kb = 0; kb < KB; kb++) {
+            uint16_t *tile = X + ((size_t)(t - t0) * KB + kb) * 512;
+            for (int i = 0; i < 16; i++) {
+                const int row = kb * 32 + 2 * i;
+                const float *r0 = row < m ? c->b + (size_t)row * k + t * 16 : NULL;
+                const float *r1 = row + 1 < m ? c->b + (size_t)(row + 1) * k + t * 16 : NULL;
+                vnni_pair16(r0, r1, k - t * 16, tile + i * 32);
+            }
+        }
+    ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)a0 * c->lda, c->lda, a1 - a0, c->depth, X, t1 - t0,
+                  c->out + (size_t)a0 * k + (size_t)t0 * 16, k, k - t0 * 16, 1);
+    free(X);
+}
+
+/* Rows of an AMX A buffer: exactly m below one tile, else whole tiles (zero rows at the end). */
+static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
+
+static int conv_tasks(int rows, size_t elems) {
+    if (force_inline || nv_pool_threads() <= 1 || elems < 65536) return 1;
+    return imin(rows, 2 * nv_pool_threads());
+}
+
+/* ---------------------------------------------------------------- plan entry points */
+
+void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
+    if (m <= 0) return;
+    const int n = p->n, k = p->k;
+    const double macs = (double)m * n * k;
+    op_ctx c = {.p = p, .a = x, .out = y, .m = m, .n = n, .k = k};
+    switch (p->engine) {
+    case NV_ENGINE_AVX2:
+    case NV_ENGINE_AVX512:
+        run_tasks(fp32_run_task, &c, grid_make(&c.g, m, p->kf->mr, p->np, macs));
+        return;
+    case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AMX_INT8: {
+        const int rows = amx_rows(m), int8 = p->engine == NV_ENGINE_AMX_INT8;
+        void *abuf = aalloc((size_t)rows * p->kp * (int8 ? 1 : 2));
+        float *xs = int8 ? aalloc((size_t)rows * sizeof(float)) : NULL;
+        if (!abuf || (int8 && !xs)) {
+            free(abuf);
+            free(xs);
+            nv_warn("plan: out of memory for %d x %d activations; output set to NaN", m, k);
+            fill_nan(y, (size_t)m * n);
+            return;
+        }
+        if (rows > m) memset((char *)abuf + (size_t)m * p->kp * (int8 ? 1 : 2), 0, (size_t)(rows - m) * p->kp * (int8 ? 1 : 2));
+        if (xs)
+            for (int r = m; r < rows; r++) xs[r] = 0.0f;
+        c.abuf = abuf;
+        c.rowscale = xs;
+        c.depth = p->kp;
+        c.lda = (size_t)p->kp;
+        run_tasks(int8 ? to_int8_task : to_bf16_task, &c, conv_tasks(m, (size_t)m * k));
+        run_tasks(amx_run_task, &c, grid_make(&c.g, m, 32, cdiv(p->np, 2), macs));
+        free(abuf);
+        free(xs);
+        return;
+    }
+    default:
+        run_tasks(scalar_run_task, &c, grid_make(&c.g, m, 1, n, macs));
+        return;
+    }
+}
+
+void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
+    if (m <= 0) return;
+    const int n = p->n, k = p->k;
+    const double macs = (double)m * n * k;
+    op_ctx c = {.p = p, .a = dy, .out = dx, .m = m, .n = n, .k = k};
+    switch (p->engine) {
+    case NV_ENGINE_AVX2:
+    case NV_ENGINE_AVX512:
+        run_tasks(fp32_dx_task, &c, grid_make(&c.g, m, p->kf->mr, cdiv(k, p->kf->nr), macs));
+        break;
+    case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AMX_INT8: {
+        const int rows = amx_rows(m), depth = rup(n, 32);
+        uint16_t *abuf = aalloc((size_t)rows * depth * 2);
+        if (!abuf) {
+            nv_warn("plan: out of memory for %d x %d gradients; dx set to NaN", m, n);
+            fill_nan(dx, (size_t)m * k);
+            return;
+        }
+        memset(abuf + (size_t)m * depth, 0, (size_t)(rows - m) * depth * 2);
+        /* to_bf16_task converts c.k columns of c.a per row: here the n columns of dy. */
+        op_ctx cv = {.a = dy, .m = m, .k = n, .depth = depth, .abuf = abuf, .colscale = p->wscale};
+        run_tasks(to_bf16_task, &cv, conv_tasks(m, (size_t)m * n));
+        c.abuf = abuf;
+        c.depth = depth;
+        c.lda = (size_t)depth;
+        run_tasks(amx_dx_task, &c, grid_make(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
+        free(abuf);
+        break;
+    }
+    default:
+        run_tasks(scalar_dx_task, &c, grid_make(&c.g, m, 1, k, macs));
+        break;
+    }
+    if (atomic_load(&c.fail)) nv_warn("plan: out of memory in dx; some outputs set to NaN");
+}
+
+/* dw += dy^T . x on engine e as it is (no ladder). */
+static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
+    const double macs = (double)m * n * k;
+    op_ctx c = {.a = dy, .b = x, .out = dw, .m = m, .n = n, .k = k};
+    switch (e) {
+    case NV_ENGINE_AVX2:
+    case NV_ENGINE_AVX512: {
+        c.kf = engine_fp32[e];
+        float *dyT = aalloc((size_t)n * m * sizeof(float));
+        if (!dyT) break; /* falls to the scalar loop below */
+        c.abuf = dyT;
+        run_tasks(transpose_task, &c, conv_tasks(n, (size_t)m * n));
+        run_tasks(fp32_dw_task, &c, grid_make(&c.g, n, c.kf->mr, cdiv(k, c.kf->nr), macs));
+        free(dyT);
+        if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
+        return;
+    }
+    case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AMX_INT8: {
+        const int rows = amx_rows(n), depth = rup(m, 32);
+        uint16_t *abuf = aalloc((size_t)rows * depth * 2);
+        if (!abuf) break;
+        memset(abuf + (size_t)n * depth, 0, (size_t)(rows - n) * depth * 2);
+        c.ka = engine_amx;
+        c.abuf = abuf;
+        c.depth = depth;
+        c.lda = (size_t)depth;
+        run_tasks(to_bf16_t_task, &c, conv_tasks(n, (size_t)m * n));
+        run_tasks(amx_dw_task, &c, grid_make(&c.g, n, 32, cdiv(cdiv(k, 16), 2), macs));
+        free(abuf);
+        if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
+        return;
+    }
+    default: break;
+    }
+    run_tasks(scalar_dw_task, &c, grid_make(&c.g, n, 1, k, macs));
+}
+
+void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    if (!engines_ready && nv_engines_init(NULL, 0) != NV_OK) e = NV_ENGINE_SCALAR;
+    gemm_dw_on(engine_resolve(e), dy, x, m, n, k, dw);
+}
+
+/* ---------------------------------------------------------------- probing */
+
+/* Deterministic test data in [-1, 1). */
+static void fill_rand(float *v, size_t count, uint64_t *s) {
+    for (size_t i = 0; i < count; i++) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((double)(*s >> 40) / (double)(1ull << 23) - 1.0);
+    }
+}
+
+#define U32 (1.0 / 16777216.0) /* fp32 unit roundoff 2^-24 */
+
+/* Worst-case bound on |engine - scalar| for one element of a product with reduction length K,
+ * where S = sum |a||b| over the reduction (see engine.h for the derivations). qa and qb are the
+ * int8 quantisation half-steps (scale / 2) of the two operands (0 when not quantised), sa and sb
+ * the sums of |a| and |b| over the reduction, c0 the magnitude of a value accumulated into. */
+static double elem_bound(nv_engine_id e, int K, double S, double sa, double sb, double qa, double qb, double c0) {
+    double fp = 2.0 * (K + 2) * U32 * (S + c0);
+    switch (e) {
+    case NV_ENGINE_AMX_BF16: return (1.0 / 128 + 1.0 / 65536) * S + fp * (1 + 1.0 / 64) + 1e-30 * K;
+    case NV_ENGINE_AMX_INT8: {
+        double Q = qb * sa + qa * sb + K * qa * qb;
+        return Q + (K + 12) * U32 * (S + Q) + 2.0 * (K + 2) * U32 * (S + c0) + 1e-30 * K;
+    }
+    default: return fp;
+    }
+}
+
+static float max_abs(const float *v, int count) {
+    float a = 0.0f;
+    for (int i = 0; i < count; i++) a = fmaxf(a, fabsf(v[i]));
+    return a;
+}
+
+/* One engine's self-test: y, dx and dw on awkward shapes against the scalar reference, every
+ * element within the engine's worst-case bound, then the same run split over the pool must give
+ * identical bits. Returns 1 when the engine passes, else 0 with the reason in why. */
+static int selftest(nv_engine_id e, char *why, size_t len) {
+    static const int shapes[][3] = {{17, 37, 100}, {1, 37, 100}, {3, 20, 45}, {40, 50, 70}};
+    int ok = 1;
+    uint64_t seed = 0x5eed0000u + (uint64_t)e;
+    for (size_t si = 0; ok && si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        float *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * m * k), *dy = malloc(sizeof(float) * m * n);
+        float *y = malloc(sizeof(float) * m * n), *yr = malloc(sizeof(float) * m * n), *y2 = malloc(sizeof(float) * m * n);
+        float *dx = malloc(sizeof(float) * m * k), *dxr = malloc(sizeof(float) * m * k);
+        float *dw = malloc(sizeof(float) * n * k), *dwr = malloc(sizeof(float) * n * k), *dw0 = malloc(sizeof(float) * n * k);
+        nv_plan *pe = NULL, *ps = NULL;
+        if (!w || !x || !dy || !y || !yr || !y2 || !dx || !dxr || !dw || !dwr || !dw0) {
+            snprintf(why, len, "self-test: out of memory");
+            ok = 0;
+            goto next;
+        }
+        fill_rand(w, (size_t)n * k, &seed);
+        fill_rand(x, (size_t)m * k, &seed);
+        fill_rand(dy, (size_t)m * n, &seed);
+        fill_rand(dw0, (size_t)n * k, &seed);
+        if (plan_build_on(&pe, e, w, n, k) != NV_OK || plan_build_on(&ps, NV_ENGINE_SCALAR, w, n, k) != NV_OK) {
+            snprintf(why, len, "self-test: %s", nv_errmsg());
+            ok = 0;
+            goto next;
+        }
+        nv_plan_run(pe, x, m, y);
+        nv_plan_run(ps, x, m, yr);
+        nv_plan_run_dx(pe, dy, m, dx);
+        nv_plan_run_dx(ps, dy, m, dxr);
+        memcpy(dw, dw0, sizeof(float) * n * k);
+        memcpy(dwr, dw0, sizeof(float) * n * k);
+        gemm_dw_on(e, dy, x, m, n, k, dw);
+        gemm_dw_on(NV_ENGINE_SCALAR, dy, x, m, n, k, dwr);
+        /* y: reduction over k */
+        for (int r = 0; ok && r < m; r++) {
+            double qx = e == NV_ENGINE_AMX_INT8 ? max_abs(x + (size_t)r * k, k) / 127.0f * 0.5 : 0;
+            for (int j = 0; ok && j < n; j++) {
+                double S = 0, sx = 0, sw = 0;
+                for (int i = 0; i < k; i++) {
+                    S += fabs((double)x[(size_t)r * k + i] * w[(size_t)j * k + i]);
+                    sx += fabsf(x[(size_t)r * k + i]);
+                    sw += fabsf(w[(size_t)j * k + i]);
+                }
+                double qw = e == NV_ENGINE_AMX_INT8 ? max_abs(w + (size_t)j * k, k) / 127.0f * 0.5 : 0;
+                double err = fabs((double)y[(size_t)r * n + j] - yr[(size_t)r * n + j]);
+                if (!(err <= elem_bound(e, k, S, sx, sw, qx, qw, 0))) {
+                    snprintf(why, len, "self-test: y[%d][%d] of %dx%dx%d is %g, scalar %g", r, j, m, n, k, y[(size_t)r * n + j],
+                             yr[(size_t)r * n + j]);
+                    ok = 0;
+                }
+            }
+        }
+        /* dx: reduction over n; the int8 engine uses its quantised weights (half-step scale/2 per a) */
+        for (int r = 0; ok && r < m; r++)
+            for (int j = 0; ok && j < k; j++) {
+                double S = 0, B = 0;
+                for (int a = 0; a < n; a++) {
+                    double d = fabs((double)dy[(size_t)r * n + a]), wa = fabs((double)w[(size_t)a * k + j]);
+                    S += d * wa;
+                    if (e == NV_ENGINE_AMX_INT8) {
+                        double h = max_abs(w + (size_t)a * k, k) / 127.0f * 0.5;
+                        B += d * (h + 3 * U32 * wa) + d * (wa + h) * (1.0 / 256) * (1 + 1.0 / 8192);
+                    }
+                }
+                double bound = e == NV_ENGINE_AMX_INT8 ? B + 2.0 * (n + 2) * U32 * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
+                                                       : elem_bound(e, n, S, 0, 0, 0, 0, 0);
+                double err = fabs((double)dx[(size_t)r * k + j] - dxr[(size_t)r * k + j]);
+                if (!(err <= bound)) {
+                    snprintf(why, len, "self-test: dx[%d][%d] of %dx%dx%d is %g, scalar %g", r, j, m, n, k, dx[(size_t)r * k + j],
+                             dxr[(size_t)r * k + j]);
+                    ok = 0;
+                }
+            }
+        /* dw: reduction over m, bf16 operands on both AMX engines */
+        for (int a = 0; ok && a < n; a++)
+            for (int j = 0; ok && j < k; j++) {
+                double S = 0;
+                for (int r = 0; r < m; r++) S += fabs((double)dy[(size_t)r * n + a] * x[(size_t)r * k + j]);
+                nv_engine_id be = e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : e;
+                double bound = elem_bound(be, m, S, 0, 0, 0, 0, fabs((double)dw0[(size_t)a * k + j]));
+                double err = fabs((double)dw[(size_t)a * k + j] - dwr[(size_t)a * k + j]);
+                if (!(err <= bound)) {
+                    snprintf(why, len, "self-test: dw[%d][%d] of %dx%dx%d is %g, scalar %g", a, j, m, n, k, dw[(size_t)a * k + j],
+                             dwr[(size_t)a * k + j]);
+                    ok = 0;
+                }
+            }
+        /* the same product split over the pool's threads must give identical bits */
+        if (ok && !force_inline) {
+            force_split = 1;
+            nv_plan_run(pe, x, m, y2);
+            force_split = 0;
+            if (memcmp(y, y2, sizeof(float) * m * n) != 0) {
+                snprintf(why, len, "self-test: %dx%dx%d differs when split over %d threads", m, n, k, nv_pool_threads());
+                ok = 0;
+            }
+        }
+    next:
+        nv_plan_free(pe);
+        nv_plan_free(ps);
+        free(w), free(x), free(dy), free(y), free(yr), free(y2), free(dx), free(dxr), free(dw), free(dwr), free(dw0);
+    }
+    return ok;
+}
+
+/* A wrong instruction or configuration in a kernel faults (#UD -> SIGILL, #GP -> SIGSEGV) rather
+ * than computing wrongly: the first self-test runs on this thread with those signals trapped, so
+ * that, too, latches the engine off instead of killing the process. */
+static sigjmp_buf probe_jmp;
+static volatile sig_atomic_t probe_sig;
+static void probe_trap(int sig) {
+    probe_sig = sig;
+    siglongjmp(probe_jmp, 1);
+}
+
+static int guarded_selftest(nv_engine_id e, char *why, size_t len) {
+    static const int sigs[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE};
+    struct sigaction sa, old[4];
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = probe_trap;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
+    volatile int ok = 0;
+    force_inline = 1;
+    if (sigsetjmp(probe_jmp, 1) == 0) {
+        ok = selftest(e, why, len);
+    } else {
+        snprintf(why, len, "self-test crashed with %s", probe_sig == SIGILL ? "SIGILL (illegal instruction)"
+                                                       : probe_sig == SIGSEGV ? "SIGSEGV" : probe_sig == SIGBUS ? "SIGBUS" : "SIGFPE");
+        ok = 0;
+    }
+    force_inline = 0;
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
+    if (ok) ok = selftest(e, why, len); /* again through the pool */
+    return ok;
+}
+
+/* Whether the CPU and OS offer what engine e needs; else the reason in why. */
+static int engine_hw(nv_engine_id e, const nv_cpu_info *c, char *why, size_t len) {
+    switch (e) {
+    case NV_ENGINE_AVX2:
+        if (nv_cpu_has_avx2(c)) return 1;
+        snprintf(why, len, "%s", !c->avx2 || !c->fma ? "CPU lacks AVX2/FMA" : "OS does not enable AVX state (XCR0)");
+        return 0;
+    case NV_ENGINE_AVX512:
+        if (emulate) {
+            if (nv_cpu_has_avx2(c)) return 1;
+            snprintf(why, len, "emulation needs AVX2");
+            return 0;
+        }
+        if (nv_cpu_has_avx512(c)) return 1;
+        snprintf(why, len, "%s", !(c->avx512f && c->avx512bw && c->avx512vl) ? "CPU lacks AVX-512F/BW/VL"
+                                                                              : "OS does not enable AVX-512 state (XCR0)");
+        return 0;
+    case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AMX_INT8: {
+        if (emulate) return 1;
+        int has = e == NV_ENGINE_AMX_BF16 ? nv_cpu_has_amx_bf16(c) : nv_cpu_has_amx_int8(c);
+        if (has) return 1;
+        if (c->amx_why[0]) snprintf(why, len, "%s", c->amx_why);
+        else snprintf(why, len, "CPU lacks %s", e == NV_ENGINE_AMX_BF16 ? "AMX-BF16" : "AMX-INT8");
+        return 0;
+    }
+    default: return 1;
+    }
+}
+
+nv_err nv_engines_init(const char *allow, int threads) {
+    const nv_cpu_info *cpu = nv_cpu_probe(); /* the AMX permission is asked for before any worker starts */
+    if (!pool_ready || threads > 0) {
+        NV_TRY(nv_pool_init(threads));
+        pool_ready = 1;
+    }
+    if (engines_ready) return NV_OK;
+    if (!allow) allow = getenv("NERVE_ENGINES");
+    int allowed[NV_ENGINE_COUNT];
+    for (int i = 0; i < NV_ENGINE_COUNT; i++) allowed[i] = !allow || !*allow;
+    if (allow && *allow) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", allow);
+        for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+            nv_engine_id e = NV_ENGINE_SCALAR;
+            NV_TRY(nv_engine_parse(tok, &e));
+            allowed[e] = 1;
+        }
+    }
+    engine_fp32[NV_ENGINE_AVX2] = &nv_kern_avx2;
+    engine_fp32[NV_ENGINE_AVX512] = emulate ? &nv_kern_avx512_emu : &nv_kern_avx512;
+    engine_amx = emulate ? &nv_kern_amx_emu : &nv_kern_amx_hw;
+    engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
+    engine_why[NV_ENGINE_SCALAR][0] = '\0';
+    for (int i = 1; i < NV_ENGINE_COUNT; i++) {
+        nv_engine_id e = (nv_engine_id)i;
+        char why[160] = "";
+        if (!allowed[i]) {
+            engine_latch(e, "excluded by NERVE_ENGINES/--engine");
+        } else if (!engine_hw(e, cpu, why, sizeof why)) {
+            engine_latch(e, why);
+            nv_debug("engine %s off: %s", engine_names[i], why);
+        } else if (!guarded_selftest(e, why, sizeof why)) {
+            engine_latch(e, why);
+            nv_warn("engine %s latched off: %s", engine_names[i], why);
+        } else {
+            engine_on[i] = 1;
+            engine_why[i][0] = '\0';
+            nv_debug("engine %s on%s", engine_names[i], emulate && i >= NV_ENGINE_AVX512 ? " (emulated)" : "");
+        }
+    }
+    engines_ready = 1;
+    return NV_OK;
+}

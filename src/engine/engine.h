@@ -16,7 +16,43 @@
  * The scalar engine sums each dot product left to right in fp32, exactly as llama2.c's run.c,
  * and reads the caller's weights in place (the caller keeps them alive for the plan's life).
  *
- * Plans run on the shared thread pool (nv_pool), split over output channels. */
+ * Plans run on the shared thread pool (nv_pool, sized by nv_engines_init's `threads`), split over
+ * output channels and, when m is large, over rows. Results never depend on the thread count. For
+ * avx2 and avx512 every output element is one chain of fused multiply-adds in input order, so
+ * their results are bit-identical to each other, and nv_plan_run's rows do not depend on m (a
+ * row's result does not depend on the rows batched with it).
+ * A plan is read-only while it runs: any number of threads may run the same plan at once;
+ * nv_plan_refresh must not overlap a run of the same plan. Non-scalar plans keep no pointer to w.
+ *
+ * Engines and their layouts:
+ *   scalar    reads W in place; dx and dW summed left to right (the reference).
+ *   avx2      W packed in panels of 16 outputs x k (P[p][kk][c] = W[16p+c][kk]); a 6 x 16 micro-kernel
+ *             (12 ymm accumulators), depth blocks of 256; m == 1 streams two panels at a time.
+ *   avx512    the same kernel source at 16 lanes: panels of 32 outputs, an 8 x 32 micro-kernel.
+ *   amx-bf16  W rounded to bf16 in 1 KiB VNNI tiles (16 outputs x 32 inputs); x converted to bf16
+ *             per call; 2 x 2 tile blocks (32 rows x 32 outputs), fp32 accumulate and output;
+ *             below 16 rows the tiles are configured with exactly m rows (decode streams W once).
+ *   amx-int8  W quantised per output channel (scale = max|W[n]| / 127) in VNNI tiles of 16 x 64;
+ *             x quantised per row at run time (scale = max|x[r]| / 127), tdpbssd into int32,
+ *             y = acc * xscale[r] * wscale[n]. Plans with k > 131072 (int32 could overflow) are
+ *             built on amx-bf16 instead.
+ * Training products on each engine:
+ *   nv_plan_run_dx  avx2/avx512: the same panel kernel over panels of W^T gathered per task from
+ *                   the forward panels. amx-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered
+ *                   from the forward tiles). amx-int8: bf16 tiles too, on the quantised weights
+ *                   (exact in bf16) with the per-channel scales folded into dy before rounding.
+ *   nv_gemm_dw      avx2/avx512: the panel kernel on dy^T and panels of x, accumulating into dw.
+ *                   amx-bf16 and amx-int8: bf16 tiles (dy and x rounded to bf16), fp32 accumulate.
+ *
+ * Accuracy against scalar, per element, with S = sum |a||b| over the reduction of length K and
+ * u = 2^-24 (what the probe's self-test and tests/test_engine.c check):
+ *   avx2, avx512  two fp32 summation orders: |err| <= 2 (K + 2) u S.
+ *   bf16 (tiles)  each operand rounded to bf16 (relative 2^-8): |err| <= (2^-7 + 2^-16) S + fp32 terms.
+ *   int8          with half-steps hx = xscale/2, hw = wscale/2:
+ *                 |err| <= hw sum|x| + hx sum|w| + K hx hw + (K + 12) u (S + those) + fp32 terms.
+ * The probe (nv_engines_init) runs y, dx and dW of each engine on awkward shapes against scalar
+ * within these bounds, first on the calling thread with SIGILL/SIGSEGV trapped, then split over the
+ * pool (which must give identical bits); any failure latches the engine off with one warning. */
 #ifndef NV_ENGINE_H
 #define NV_ENGINE_H
 
@@ -34,15 +70,19 @@ typedef enum {
     NV_ENGINE_COUNT
 } nv_engine_id;
 
-/* Probes every engine once (idempotent). allow: comma-separated engine names, or NULL to use
- * $NERVE_ENGINES, or all when that is unset. threads <= 0 means one per online core. */
+/* Probes every engine once (idempotent until nv_engines_reset). allow: comma-separated engine
+ * names, or NULL to use $NERVE_ENGINES, or all when that is unset; an unknown name is NV_EINVAL.
+ * threads: size of the shared pool, <= 0 for one per core this process may use; a later call with
+ * threads > 0 resizes the pool (call it while no plan is running). */
 nv_err nv_engines_init(const char *allow, int threads);
 int nv_engine_available(nv_engine_id e);
 const char *nv_engine_name(nv_engine_id e);
 /* Why an engine is off ("" when it is on). */
 const char *nv_engine_why_off(nv_engine_id e);
-/* The fastest available engine for fp32-accurate work, and for any work. */
+/* The highest rung that is on, for any work (may be bf16 or int8). */
 nv_engine_id nv_engine_best(void);
+/* The highest fp32 rung that is on (avx512, avx2 or scalar), for fp32-accurate work. */
+nv_engine_id nv_engine_best_fp32(void);
 nv_err nv_engine_parse(const char *name, nv_engine_id *out);
 /* The next rung down the ladder from e (scalar stays scalar). */
 nv_engine_id nv_engine_next_down(nv_engine_id e);
@@ -59,5 +99,18 @@ int nv_plan_k(const nv_plan *p);
 void nv_plan_free(nv_plan *p);
 /* Total plans built in this process (training checks this stays constant after step 1). */
 long nv_plan_builds(void);
+
+/* dx[m x k] = dy[m x n] . W (the gradient of nv_plan_run with respect to x). */
+void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
+/* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
+ * rung down that is on. */
+void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
+/* Bytes of weight one pass of the plan reads: the packed copy (with int8 scales), or for scalar the
+ * caller's n x k floats. */
+size_t nv_plan_packed_bytes(const nv_plan *p);
+
+/* Test-only: forget the probe so that the next nv_engines_init() probes again with its new allow
+ * list. Plans built before stay valid. */
+void nv_engines_reset(void);
 
 #endif

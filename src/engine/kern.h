@@ -1,0 +1,94 @@
+/* Internal interface between engine.c (plans, packing, threading, probing) and the kernels.
+ * Not part of the public API; tests include it only to switch on the emulated kernels.
+ *
+ * fp32 panel kernels (avx2, avx512): the right-hand operand is packed in column panels of NR
+ * outputs: panel p holds P[p][kk][c] = W[p*NR + c][kk] for kk < K, c < NR (zero past the last
+ * output), so the inner loop streams it contiguously. gemm() computes, for rows r < rows and
+ * columns j < min(ncols, np*NR):
+ *     C[r*ldc + j] = (accumulate ? C[r*ldc + j] : 0) + sum_kk A[r*lda + kk] * P[j/NR][kk][j%NR]
+ * Every element is one fused-multiply-add chain over kk = 0..K-1 in order, whatever the row or
+ * panel grouping, so results do not depend on how work is split across threads or on m.
+ *
+ * AMX kernels: A is row-major (bf16 or int8) with a row stride of lda elements, K padded with zeros
+ * to the tile depth (32 bf16 / 64 int8); when rows >= 16 the buffer must hold rows rounded up to a
+ * multiple of 16 (zero rows). B is a sequence of 1 KiB tiles in VNNI layout, column tile t and depth
+ * block kb at B + (t*KB + kb)*TILE: tile row i, column c holds the 2 (bf16) or 4 (int8) consecutive
+ * K values kb*D + i*2 + e (resp. i*4 + e) of output column t*16 + c. Each call configures the tile
+ * registers of the calling thread itself and releases them at the end. */
+#ifndef NV_KERN_H
+#define NV_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NV_KERN_FP32_KC 256
+
+typedef struct {
+    const char *name;
+    int nr; /* outputs per panel */
+    int mr; /* rows per micro-kernel */
+    int kc; /* depth block of gemm(): splitting K at multiples of kc (accumulating through C) gives
+               the same bits as one call */
+    void (*gemm)(const float *A, size_t lda, int rows, int K, const float *P, int np, float *C, size_t ldc, int ncols,
+                 int accumulate);
+} nv_kern_fp32;
+
+extern const nv_kern_fp32 nv_kern_avx2;
+extern const nv_kern_fp32 nv_kern_avx512;
+extern const nv_kern_fp32 nv_kern_avx512_emu; /* the avx512 kernel logic on pairs of AVX2 vectors */
+
+typedef struct {
+    const char *name;
+    /* C[rows x ncols] (+)= A . B over ntiles column tiles of 16, Kp a multiple of 32. */
+    void (*bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C, size_t ldc,
+                      int ncols, int accumulate);
+    /* C[r][j] = (float)(A . B)[r][j] * xscale[r] * wscale[j], Kp a multiple of 64. */
+    void (*int8_gemm)(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xscale,
+                      const float *wscale, float *C, size_t ldc, int ncols);
+} nv_kern_amx;
+
+extern const nv_kern_amx nv_kern_amx_hw;
+extern const nv_kern_amx nv_kern_amx_emu; /* tile registers emulated in C, checked against the ISA rules */
+
+#define NV_AMX_TILE_BYTES 1024
+#define NV_AMX_BF16_DEPTH 32
+#define NV_AMX_INT8_DEPTH 64
+
+/* The 64-byte tile configuration (palette 1). */
+typedef struct {
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((aligned(64))) nv_amx_cfg;
+_Static_assert(sizeof(nv_amx_cfg) == 64, "tile config must be 64 bytes");
+
+/* fp32 -> bf16, round to nearest even (NaN stays NaN). */
+static inline uint16_t nv_bf16_from_f32(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+static inline float nv_f32_from_bf16(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
+/* Test-only: make the next nv_engines_init() run avx512, amx-bf16 and amx-int8 on their emulated
+ * kernels (whatever this CPU has), so their packing, tiling and remainder logic is tested here. */
+void nv_engines_set_emulation(int on);
+int nv_engines_emulated(void);
+/* Test-only fault injection into the emulated kernels, to prove the probe's self-test catches a
+ * subtly wrong kernel: amx drops the last K group of every tile product (2 of 32 bf16 terms, 4 of
+ * 64 int8 terms); avx512 scales every broadcast A value by 1 + 2^-12. */
+void nv_kern_amx_emu_inject(int on);
+void nv_kern_avx512_emu_inject(int on);
+
+#endif

@@ -1,0 +1,31 @@
+/* The avx2 engine's kernel: 8-wide fp32 FMA, 6 rows x 16 outputs per micro-kernel (12 accumulators).
+ * Compiled for the project's baseline (x86-64-v3 includes AVX2 and FMA). */
+#include <immintrin.h>
+
+#include "engine/kern.h"
+
+static const int32_t mask_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256i *)(mask_src + 8 - n)); }
+
+#define KP(name) avx2_##name
+#define VF __m256
+#define VW 8
+#define MR 6
+#define vzero() _mm256_setzero_ps()
+#define vloadu(p) _mm256_loadu_ps(p)
+#define vbcast(f) _mm256_set1_ps(f)
+#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define vstoreu(p, v) _mm256_storeu_ps(p, v)
+static inline __m256 vload_n(const float *p, int n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    if (n <= 0) return _mm256_setzero_ps();
+    return _mm256_maskload_ps(p, lane_mask(n));
+}
+static inline void vstore_n(float *p, __m256 v, int n) {
+    if (n >= 8) _mm256_storeu_ps(p, v);
+    else if (n > 0) _mm256_maskstore_ps(p, lane_mask(n), v);
+}
+
+#include "engine/kern_fp32_tmpl.h"
+
+const nv_kern_fp32 nv_kern_avx2 = {"avx2", 2 * VW, MR, NV_KERN_FP32_KC, avx2_gemm};

@@ -1,0 +1,32 @@
+/* The avx512 engine's kernel: 16-wide fp32 FMA, 8 rows x 32 outputs per micro-kernel (16 zmm
+ * accumulators). This file alone is compiled for AVX-512 (the target pragma below); engine.c calls
+ * it only after the run-time probe found AVX-512F/BW/VL enabled by the OS and its self-test passed.
+ * The same kernel logic runs on this machine through kern_avx512_emu.c (pairs of AVX2 vectors). */
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#include <immintrin.h>
+
+#include "engine/kern.h"
+
+#define KP(name) avx512_##name
+#define VF __m512
+#define VW 16
+#define MR 8
+#define vzero() _mm512_setzero_ps()
+#define vloadu(p) _mm512_loadu_ps(p)
+#define vbcast(f) _mm512_set1_ps(f)
+#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define vstoreu(p, v) _mm512_storeu_ps(p, v)
+static inline __mmask16 lane_mask(int n) { return (__mmask16)((1u << n) - 1u); }
+static inline __m512 vload_n(const float *p, int n) {
+    if (n >= 16) return _mm512_loadu_ps(p);
+    if (n <= 0) return _mm512_setzero_ps();
+    return _mm512_maskz_loadu_ps(lane_mask(n), p);
+}
+static inline void vstore_n(float *p, __m512 v, int n) {
+    if (n >= 16) _mm512_storeu_ps(p, v);
+    else if (n > 0) _mm512_mask_storeu_ps(p, lane_mask(n), v);
+}
+
+#include "engine/kern_fp32_tmpl.h"
+
+const nv_kern_fp32 nv_kern_avx512 = {"avx512", 2 * VW, MR, NV_KERN_FP32_KC, avx512_gemm};

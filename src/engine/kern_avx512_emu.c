@@ -1,0 +1,59 @@
+/* Test-only: the avx512 kernel (16 lanes, 8 x 32 micro-kernel, 16-lane masks) executed on pairs of
+ * AVX2 vectors, so the logic shared with kern_avx512.c is exercised on machines without AVX-512.
+ * Only the vector primitives differ from the real kernel. */
+#include <immintrin.h>
+
+#include "engine/kern.h"
+
+typedef struct {
+    __m256 lo, hi;
+} v16;
+
+static const int32_t mask_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256i *)(mask_src + 8 - n)); }
+static inline __m256 load8_n(const float *p, int n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    if (n <= 0) return _mm256_setzero_ps();
+    return _mm256_maskload_ps(p, lane_mask(n));
+}
+static inline void store8_n(float *p, __m256 v, int n) {
+    if (n >= 8) _mm256_storeu_ps(p, v);
+    else if (n > 0) _mm256_maskstore_ps(p, lane_mask(n), v);
+}
+static inline v16 vzero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline v16 vloadu(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+static int emu_inject; /* nv_kern_avx512_emu_inject(): every A value off by 2^-12 relative */
+static inline v16 vbcast(float f) {
+    if (emu_inject) f *= 1.0f + 1.0f / 4096;
+    return (v16){_mm256_set1_ps(f), _mm256_set1_ps(f)};
+}
+static inline v16 vfma(v16 a, v16 b, v16 c) { return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+static inline void vstoreu(float *p, v16 v) {
+    _mm256_storeu_ps(p, v.lo);
+    _mm256_storeu_ps(p + 8, v.hi);
+}
+static inline v16 vload_n(const float *p, int n) {
+    if (n >= 16) return vloadu(p);
+    if (n <= 0) return vzero();
+    /* like a 16-lane mask: nothing at or past p+n is touched */
+    return (v16){load8_n(p, n), n > 8 ? load8_n(p + 8, n - 8) : _mm256_setzero_ps()};
+}
+static inline void vstore_n(float *p, v16 v, int n) {
+    if (n >= 16) {
+        vstoreu(p, v);
+        return;
+    }
+    store8_n(p, v.lo, n);
+    if (n > 8) store8_n(p + 8, v.hi, n - 8);
+}
+
+#define KP(name) avx512emu_##name
+#define VF v16
+#define VW 16
+#define MR 8
+
+#include "engine/kern_fp32_tmpl.h"
+
+const nv_kern_fp32 nv_kern_avx512_emu = {"avx512 (emulated)", 2 * VW, MR, NV_KERN_FP32_KC, avx512emu_gemm};
+
+void nv_kern_avx512_emu_inject(int on) { emu_inject = on; }

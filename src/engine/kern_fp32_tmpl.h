@@ -1,0 +1,159 @@
+/* fp32 panel GEMM, written once for any vector width (see kern.h for the contract).
+ * The including file defines, then includes this file:
+ *   KP(name)   function-name prefix      VF   vector type       VW   lanes (8 or 16)
+ *   MR         rows per micro-kernel (2..12)
+ *   vzero() vloadu(p) vbcast(f) vfma(a,b,c)=a*b+c vstoreu(p,v)
+ *   vload_n(p,n)     lanes >= n read as 0, nothing past p+n is touched (n may be <= 0 or >= VW)
+ *   vstore_n(p,v,n)  stores lanes < n only
+ * Micro-kernel: MR rows x 2 vectors (NR = 2*VW outputs), B streamed from the panel, A broadcast. */
+
+#define NR (2 * VW)
+#define KC NV_KERN_FP32_KC /* depth block: a panel slice of KC*NR floats stays in L1 while rows stream by */
+#define MC (24 * MR) /* row block: an A block of MC*KC floats stays in L2 while all panels stream by */
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE void KP(ukern)(const int mr, int K, const float *A, size_t lda, const float *B, float *C, size_t ldc,
+                                    int nc, int load_c) {
+    VF c0[MR], c1[MR];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        if (load_c) {
+            if (nc >= NR) {
+                c0[r] = vloadu(C + r * ldc);
+                c1[r] = vloadu(C + r * ldc + VW);
+            } else {
+                c0[r] = vload_n(C + r * ldc, nc);
+                c1[r] = vload_n(C + r * ldc + VW, nc - VW);
+            }
+        } else {
+            c0[r] = vzero();
+            c1[r] = vzero();
+        }
+    }
+    const float *a[MR];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) a[r] = A + r * lda;
+    for (int kk = 0; kk < K; kk++) {
+        VF b0 = vloadu(B), b1 = vloadu(B + VW);
+        B += NR;
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            VF x = vbcast(a[r][kk]);
+            c0[r] = vfma(x, b0, c0[r]);
+            c1[r] = vfma(x, b1, c1[r]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        if (nc >= NR) {
+            vstoreu(C + r * ldc, c0[r]);
+            vstoreu(C + r * ldc + VW, c1[r]);
+        } else {
+            vstore_n(C + r * ldc, c0[r], nc);
+            vstore_n(C + r * ldc + VW, c1[r], nc - VW);
+        }
+    }
+}
+
+/* One row against two panels (decode): four independent chains, the same arithmetic per element. */
+static ALWAYS_INLINE void KP(ukern_row2)(int K, const float *a, const float *B0, const float *B1, float *C, int nc,
+                                         int load_c) {
+    VF c0, c1, c2, c3;
+    if (load_c) {
+        c0 = vload_n(C, nc);
+        c1 = vload_n(C + VW, nc - VW);
+        c2 = vload_n(C + NR, nc - NR);
+        c3 = vload_n(C + NR + VW, nc - NR - VW);
+    } else {
+        c0 = c1 = c2 = c3 = vzero();
+    }
+    for (int kk = 0; kk < K; kk++) {
+        VF x = vbcast(a[kk]);
+        c0 = vfma(x, vloadu(B0), c0);
+        c1 = vfma(x, vloadu(B0 + VW), c1);
+        c2 = vfma(x, vloadu(B1), c2);
+        c3 = vfma(x, vloadu(B1 + VW), c3);
+        B0 += NR;
+        B1 += NR;
+    }
+    vstore_n(C, c0, nc);
+    vstore_n(C + VW, c1, nc - VW);
+    vstore_n(C + NR, c2, nc - NR);
+    vstore_n(C + NR + VW, c3, nc - NR - VW);
+}
+
+static void KP(block)(int mr, int K, const float *A, size_t lda, const float *B, float *C, size_t ldc, int nc, int load_c) {
+    switch (mr) {
+#define KP_CASE(R) \
+    case R: KP(ukern)(R, K, A, lda, B, C, ldc, nc, load_c); break;
+        KP_CASE(1)
+        KP_CASE(2)
+#if MR >= 3
+        KP_CASE(3)
+#endif
+#if MR >= 4
+        KP_CASE(4)
+#endif
+#if MR >= 5
+        KP_CASE(5)
+#endif
+#if MR >= 6
+        KP_CASE(6)
+#endif
+#if MR >= 7
+        KP_CASE(7)
+#endif
+#if MR >= 8
+        KP_CASE(8)
+#endif
+#if MR >= 9
+        KP_CASE(9)
+#endif
+#if MR >= 10
+        KP_CASE(10)
+#endif
+#if MR >= 11
+        KP_CASE(11)
+#endif
+#if MR >= 12
+        KP_CASE(12)
+#endif
+#undef KP_CASE
+    default: break;
+    }
+}
+
+static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P, int np, float *C, size_t ldc, int ncols,
+                     int accumulate) {
+    const size_t pstride = (size_t)K * NR;
+    if (rows == 1) {
+        int p = 0;
+        for (; p + 1 < np; p += 2)
+            KP(ukern_row2)(K, A, P + p * pstride, P + (p + 1) * pstride, C + (size_t)p * NR, ncols - p * NR, accumulate);
+        if (p < np) KP(ukern)(1, K, A, lda, P + p * pstride, C + (size_t)p * NR, ldc, ncols - p * NR, accumulate);
+        return;
+    }
+    /* Depth blocks outermost, then row blocks: the A block (MC x KC) stays in L2 while every panel
+     * slice (KC x NR, in L1 across the row block) streams by. Partial sums go through C (exact). */
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        int kc = K - k0 < KC ? K - k0 : KC;
+        int load_c = accumulate || k0 > 0;
+        for (int r0 = 0; r0 < rows; r0 += MC) {
+            int r1 = rows - r0 < MC ? rows : r0 + MC;
+            for (int p = 0; p < np; p++) {
+                const float *B = P + p * pstride + (size_t)k0 * NR;
+                int nc = ncols - p * NR;
+                for (int r = r0; r < r1; r += MR) {
+                    int mr = r1 - r < MR ? r1 - r : MR;
+                    KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc, load_c);
+                }
+            }
+        }
+    }
+}
+
+#undef NR
+#undef KC
+#undef MC
+#undef ALWAYS_INLINE

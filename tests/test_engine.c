@@ -1,0 +1,527 @@
+/* Engines and plans against the scalar reference.
+ *
+ * For every engine that is on here: y = x.W^T on awkward shapes (M in {1,3,16,17,255,256}, K in
+ * {31,64,100,768}, N in {1,15,16,33,100}), refresh without rebuilding, dx = dy.W, dW += dy^T.x,
+ * and identical bits with 1 and 2 threads. Engines this CPU lacks print skipped with the reason;
+ * avx512, amx-bf16 and amx-int8 then run the same cases on their emulated kernels (the real kernel
+ * source over emulated vectors / tile registers), so their packing, tiling and remainder logic is
+ * checked on any machine. Then the ladder (NERVE_ENGINES restrictions) and the probe: a subtly
+ * wrong kernel must be latched off by the self-test.
+ *
+ * Tolerances, per element, with S = sum |a||b| over the reduction of length K, u = 2^-24:
+ *   avx2, avx512  1e-5 S (two fp32 summation orders differ by at most 2 (K+2) u S in the worst
+ *                 case; 1e-5 is the contract's figure).
+ *   bf16 tiles    a and b each rounded to bf16 (8 significant bits, relative error <= 2^-8), so a
+ *                 product is off by <= (2^-7 + 2^-16)|a||b|; plus both fp32 sums: 2 (K+2) u S.
+ *   int8          x quantised per row with half-step hx = (max|x|/127)/2 and W per output channel
+ *                 with hw = (max|W[n]|/127)/2 (each up to 3u|v| more from fp32 scale arithmetic):
+ *                 |xw - x'w'| <= |x| hw + |w| hx + hx hw, summed: hw sum|x| + hx sum|w| + K hx hw,
+ *                 plus (K+12) u (S + that) for the scale roundings and 2 (K+2) u S for the sums.
+ *   int8 dx       the quantised weights (exact in bf16) times dy scaled per channel and rounded to
+ *                 bf16: sum_a |dy_a| (hw_a + 3u|W_a|) + 2^-8 (1 + 2^-13) sum_a |dy_a| (|W_a| + hw_a). */
+#include <stdint.h>
+
+#include "base/log.h"
+#include "base/pool.h"
+#include "engine/engine.h"
+#include "engine/kern.h"
+#include "t.h"
+
+#define U (1.0 / 16777216.0)
+
+static nv_engine_id E; /* the engine under test */
+
+static void rnd(float *v, size_t n, uint64_t *s) {
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((double)(*s >> 40) / (double)(1ull << 23) - 1.0);
+    }
+}
+
+static double half_step(const float *v, int n) {
+    float a = 0.0f;
+    for (int i = 0; i < n; i++) a = fmaxf(a, fabsf(v[i]));
+    return (double)(a / 127.0f) * 0.5;
+}
+
+static double bf16_tol(int K, double S, double c0) {
+    return (1.0 / 128 + 1.0 / 65536) * S + 2.0 * (K + 2) * U * (S + c0) * (1 + 1.0 / 64) + 1e-30 * K;
+}
+
+/* Tolerance for y[r][j] of engine e: sa = sum|x_r|, sb = sum|w_j|, ha, hb their int8 half-steps. */
+static double y_tol(nv_engine_id e, int K, double S, double sa, double sb, double ha, double hb) {
+    switch (e) {
+    case NV_ENGINE_AMX_BF16: return bf16_tol(K, S, 0);
+    case NV_ENGINE_AMX_INT8: {
+        double Q = hb * sa + ha * sb + K * ha * hb;
+        return Q + (K + 12) * U * (S + Q) + 2.0 * (K + 2) * U * S + 1e-30 * K;
+    }
+    default: return 1e-5 * S;
+    }
+}
+
+/* ---------------------------------------------------------------- y on awkward shapes */
+
+static const int Ms[] = {1, 3, 16, 17, 255, 256}, Ks[] = {31, 64, 100, 768}, Ns[] = {1, 15, 16, 33, 100};
+#define NM 6
+#define NK 4
+#define NN 5
+
+/* Per shape, computed once and shared by every engine: data, the scalar result, and the sums the
+ * tolerances need. */
+typedef struct {
+    int ready, m, n, k;
+    float *x, *w, *y;
+    double *S, *sa, *sb, *ha, *hb;
+} shape_ref;
+static shape_ref refs[NM][NK][NN];
+
+static const shape_ref *ref_get(int mi, int ki, int ni) {
+    shape_ref *r = &refs[mi][ki][ni];
+    if (r->ready) return r;
+    const int m = Ms[mi], k = Ks[ki], n = Ns[ni];
+    uint64_t seed = 1000003u * (uint64_t)(mi * 100 + ki * 10 + ni + 1);
+    r->m = m, r->n = n, r->k = k;
+    r->x = malloc(sizeof(float) * m * k);
+    r->w = malloc(sizeof(float) * n * k);
+    r->y = malloc(sizeof(float) * m * n);
+    r->S = malloc(sizeof(double) * m * n);
+    r->sa = malloc(sizeof(double) * m);
+    r->ha = malloc(sizeof(double) * m);
+    r->sb = malloc(sizeof(double) * n);
+    r->hb = malloc(sizeof(double) * n);
+    rnd(r->x, (size_t)m * k, &seed);
+    rnd(r->w, (size_t)n * k, &seed);
+    nv_plan *p;
+    if (nv_plan_build(&p, NV_ENGINE_SCALAR, r->w, n, k) != NV_OK) abort();
+    nv_plan_run(p, r->x, m, r->y);
+    nv_plan_free(p);
+    for (int i = 0; i < m; i++) {
+        const float *x = r->x + (size_t)i * k;
+        r->sa[i] = 0;
+        for (int kk = 0; kk < k; kk++) r->sa[i] += fabsf(x[kk]);
+        r->ha[i] = half_step(x, k);
+        for (int j = 0; j < n; j++) {
+            const float *w = r->w + (size_t)j * k;
+            double S = 0;
+            for (int kk = 0; kk < k; kk++) S += fabs((double)x[kk] * w[kk]);
+            r->S[(size_t)i * n + j] = S;
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        const float *w = r->w + (size_t)j * k;
+        r->sb[j] = 0;
+        for (int kk = 0; kk < k; kk++) r->sb[j] += fabsf(w[kk]);
+        r->hb[j] = half_step(w, k);
+    }
+    r->ready = 1;
+    return r;
+}
+
+static void refs_free(void) {
+    for (int a = 0; a < NM; a++)
+        for (int b = 0; b < NK; b++)
+            for (int c = 0; c < NN; c++) {
+                shape_ref *r = &refs[a][b][c];
+                if (!r->ready) continue;
+                free(r->x), free(r->w), free(r->y), free(r->S), free(r->sa), free(r->sb), free(r->ha), free(r->hb);
+                r->ready = 0;
+            }
+}
+
+/* Checks y against the reference; returns the number of elements out of bounds. */
+static int check_y(nv_engine_id e, const shape_ref *r, const float *y, const char *what) {
+    int bad = 0;
+    for (int i = 0; i < r->m; i++)
+        for (int j = 0; j < r->n; j++) {
+            size_t at = (size_t)i * r->n + j;
+            double tol = y_tol(e, r->k, r->S[at], r->sa[i], r->sb[j], r->ha[i], r->hb[j]);
+            double err = fabs((double)y[at] - r->y[at]);
+            if (!(err <= tol)) {
+                if (bad++ == 0)
+                    T_CHECK(0, "%s %s m=%d n=%d k=%d: y[%d][%d] = %.9g, scalar %.9g, |err| %.3g > tol %.3g", nv_engine_name(e), what,
+                            r->m, r->n, r->k, i, j, y[at], r->y[at], err, tol);
+            }
+        }
+    return bad;
+}
+
+static void test_run_shapes(void) {
+    for (int mi = 0; mi < NM; mi++)
+        for (int ki = 0; ki < NK; ki++)
+            for (int ni = 0; ni < NN; ni++) {
+                if (Ks[ki] == 768 && Ms[mi] > 17) continue; /* the large K only where it is cheap */
+                const shape_ref *r = ref_get(mi, ki, ni);
+                nv_plan *p;
+                T_CHECK(nv_plan_build(&p, E, r->w, r->n, r->k) == NV_OK, "build: %s", nv_errmsg());
+                T_CHECK(nv_plan_engine(p) == E, "plan on %s, asked %s", nv_engine_name(nv_plan_engine(p)), nv_engine_name(E));
+                T_CHECK(nv_plan_n(p) == r->n && nv_plan_k(p) == r->k, "plan shape");
+                float *y = malloc(sizeof(float) * (r->m * r->n + 1));
+                y[r->m * r->n] = 12345.0f; /* guard past the end */
+                nv_plan_run(p, r->x, r->m, y);
+                check_y(E, r, y, "plan_run");
+                T_CHECK(y[r->m * r->n] == 12345.0f, "wrote past y (m=%d n=%d k=%d)", r->m, r->n, r->k);
+                nv_plan_run(p, r->x, 0, y); /* m = 0: nothing */
+                T_CHECK(y[r->m * r->n] == 12345.0f, "m = 0 wrote");
+                free(y);
+                nv_plan_free(p);
+            }
+}
+
+/* ---------------------------------------------------------------- refresh */
+
+static void test_refresh(void) {
+    const shape_ref *r = ref_get(3, 2, 3); /* 17 x 33 x 100 */
+    const int m = r->m, n = r->n, k = r->k;
+    float *w2 = malloc(sizeof(float) * n * k), *y1 = malloc(sizeof(float) * m * n), *y2 = malloc(sizeof(float) * m * n),
+          *yr = malloc(sizeof(float) * m * n);
+    uint64_t seed = 77;
+    rnd(w2, (size_t)n * k, &seed);
+    for (int i = 0; i < n * k; i++) w2[i] *= 3.0f; /* a different magnitude too */
+    nv_plan *p, *ps;
+    T_CHECK(nv_plan_build(&p, E, r->w, n, k) == NV_OK, "build");
+    size_t bytes = nv_plan_packed_bytes(p);
+    T_CHECK(bytes >= (E == NV_ENGINE_AMX_INT8 ? (size_t)n * k : (size_t)n * k * 2), "packed bytes %zu", bytes);
+    long builds = nv_plan_builds();
+    nv_plan_run(p, r->x, m, y1);
+    nv_plan_refresh(p, w2);
+    nv_plan_run(p, r->x, m, y2);
+    T_CHECK(nv_plan_builds() == builds, "refresh counted as a build");
+    T_CHECK(nv_plan_packed_bytes(p) == bytes, "refresh changed the packed size");
+    T_CHECK(memcmp(y1, y2, sizeof(float) * m * n) != 0, "refresh did not change the result");
+    T_CHECK(nv_plan_build(&ps, NV_ENGINE_SCALAR, w2, n, k) == NV_OK, "build scalar");
+    nv_plan_run(ps, r->x, m, yr);
+    int bad = 0;
+    for (int i = 0; i < m && !bad; i++) {
+        double sa = 0;
+        for (int kk = 0; kk < k; kk++) sa += fabsf(r->x[(size_t)i * k + kk]);
+        for (int j = 0; j < n; j++) {
+            double S = 0, sb = 0;
+            for (int kk = 0; kk < k; kk++) {
+                S += fabs((double)r->x[(size_t)i * k + kk] * w2[(size_t)j * k + kk]);
+                sb += fabsf(w2[(size_t)j * k + kk]);
+            }
+            double tol = y_tol(E, k, S, sa, sb, half_step(r->x + (size_t)i * k, k), half_step(w2 + (size_t)j * k, k));
+            if (!(fabs((double)y2[(size_t)i * n + j] - yr[(size_t)i * n + j]) <= tol)) {
+                T_CHECK(0, "after refresh y[%d][%d] = %g, scalar %g", i, j, y2[(size_t)i * n + j], yr[(size_t)i * n + j]);
+                bad = 1;
+                break;
+            }
+        }
+    }
+    nv_plan_free(p);
+    nv_plan_free(ps);
+    free(w2), free(y1), free(y2), free(yr);
+}
+
+/* A NaN in x poisons its row of y and an infinity in W its column; the other outputs stay finite
+ * (the int8 engine marks the row's or channel's scale NaN rather than quantising garbage). */
+static void test_nonfinite_propagates(void) {
+    const int m = 3, n = 20, k = 40;
+    float w[20 * 40], x[3 * 40], y[3 * 20];
+    uint64_t seed = 5;
+    rnd(w, sizeof w / sizeof w[0], &seed);
+    rnd(x, sizeof x / sizeof x[0], &seed);
+    x[1 * k + 7] = NAN;
+    w[2 * k + 3] = INFINITY;
+    nv_plan *p;
+    T_CHECK(nv_plan_build(&p, E, w, n, k) == NV_OK, "build");
+    nv_plan_run(p, x, m, y);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            int poisoned = i == 1 || j == 2;
+            T_CHECK(poisoned ? !isfinite(y[i * n + j]) : isfinite(y[i * n + j]), "y[%d][%d] = %g", i, j, y[i * n + j]);
+        }
+    nv_plan_free(p);
+}
+
+/* ---------------------------------------------------------------- dx and dW */
+
+static const int train_shapes[][3] = {{1, 15, 31}, {3, 16, 64}, {17, 33, 100}, {16, 1, 64}, {40, 100, 15}, {256, 100, 100}, {255, 37, 768}};
+#define NTRAIN (int)(sizeof train_shapes / sizeof train_shapes[0])
+
+static void test_dx(void) {
+    for (int s = 0; s < NTRAIN; s++) {
+        const int m = train_shapes[s][0], n = train_shapes[s][1], k = train_shapes[s][2];
+        float *w = malloc(sizeof(float) * n * k), *dy = malloc(sizeof(float) * m * n), *dx = malloc(sizeof(float) * (m * k + 1)),
+              *dxr = malloc(sizeof(float) * m * k);
+        double *h = malloc(sizeof(double) * n);
+        uint64_t seed = 4242 + s;
+        rnd(w, (size_t)n * k, &seed);
+        rnd(dy, (size_t)m * n, &seed);
+        for (int a = 0; a < n; a++) h[a] = half_step(w + (size_t)a * k, k);
+        nv_plan *p, *ps;
+        T_CHECK(nv_plan_build(&p, E, w, n, k) == NV_OK && nv_plan_build(&ps, NV_ENGINE_SCALAR, w, n, k) == NV_OK, "build");
+        dx[m * k] = 777.0f;
+        nv_plan_run_dx(p, dy, m, dx);
+        nv_plan_run_dx(ps, dy, m, dxr);
+        T_CHECK(dx[m * k] == 777.0f, "dx wrote past its end");
+        int bad = 0;
+        for (int i = 0; i < m && !bad; i++)
+            for (int j = 0; j < k; j++) {
+                double S = 0, B = 0;
+                for (int a = 0; a < n; a++) {
+                    double d = fabs((double)dy[(size_t)i * n + a]), wa = fabs((double)w[(size_t)a * k + j]);
+                    S += d * wa;
+                    B += d * (h[a] + 3 * U * wa) + d * (wa + h[a]) * (1.0 / 256) * (1 + 1.0 / 8192);
+                }
+                double tol = E == NV_ENGINE_AMX_INT8   ? B + 2.0 * (n + 2) * U * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
+                             : E == NV_ENGINE_AMX_BF16 ? bf16_tol(n, S, 0)
+                                                       : 1e-5 * S;
+                double err = fabs((double)dx[(size_t)i * k + j] - dxr[(size_t)i * k + j]);
+                if (!(err <= tol)) {
+                    T_CHECK(0, "m=%d n=%d k=%d: dx[%d][%d] = %.9g, scalar %.9g, |err| %.3g > %.3g", m, n, k, i, j, dx[(size_t)i * k + j],
+                            dxr[(size_t)i * k + j], err, tol);
+                    bad = 1;
+                    break;
+                }
+            }
+        nv_plan_free(p);
+        nv_plan_free(ps);
+        free(w), free(dy), free(dx), free(dxr), free(h);
+    }
+}
+
+static void test_dw(void) {
+    for (int s = 0; s < NTRAIN; s++) {
+        const int m = train_shapes[s][0], n = train_shapes[s][1], k = train_shapes[s][2];
+        float *x = malloc(sizeof(float) * m * k), *dy = malloc(sizeof(float) * m * n), *dw0 = malloc(sizeof(float) * n * k),
+              *dw = malloc(sizeof(float) * (n * k + 1)), *dwr = malloc(sizeof(float) * n * k);
+        uint64_t seed = 999 + s;
+        rnd(x, (size_t)m * k, &seed);
+        rnd(dy, (size_t)m * n, &seed);
+        rnd(dw0, (size_t)n * k, &seed);
+        memcpy(dw, dw0, sizeof(float) * n * k);
+        memcpy(dwr, dw0, sizeof(float) * n * k);
+        dw[n * k] = 555.0f;
+        nv_gemm_dw(E, dy, x, m, n, k, dw);
+        nv_gemm_dw(NV_ENGINE_SCALAR, dy, x, m, n, k, dwr);
+        T_CHECK(dw[n * k] == 555.0f, "dw wrote past its end");
+        int bad = 0;
+        for (int a = 0; a < n && !bad; a++)
+            for (int j = 0; j < k; j++) {
+                double S = 0, c0 = fabs((double)dw0[(size_t)a * k + j]);
+                for (int i = 0; i < m; i++) S += fabs((double)dy[(size_t)i * n + a] * x[(size_t)i * k + j]);
+                double tol = E >= NV_ENGINE_AMX_BF16 ? bf16_tol(m, S, c0) : 1e-5 * (S + c0);
+                double err = fabs((double)dw[(size_t)a * k + j] - dwr[(size_t)a * k + j]);
+                if (!(err <= tol)) {
+                    T_CHECK(0, "m=%d n=%d k=%d: dw[%d][%d] = %.9g, scalar %.9g, |err| %.3g > %.3g", m, n, k, a, j, dw[(size_t)a * k + j],
+                            dwr[(size_t)a * k + j], err, tol);
+                    bad = 1;
+                    break;
+                }
+            }
+        free(x), free(dy), free(dw0), free(dw), free(dwr);
+    }
+}
+
+/* ---------------------------------------------------------------- threads */
+
+/* y, dx and dW with 1 and with 2 threads: identical bits (every element is computed by the same
+ * operations whatever the split). */
+static void test_threads_identical(void) {
+    static const int shapes[][3] = {{256, 100, 100}, {1, 100, 768}, {40, 37, 64}};
+    int before = nv_pool_threads();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        float *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * m * k), *dy = malloc(sizeof(float) * m * n);
+        float *y[2], *dx[2], *dw[2];
+        uint64_t seed = 31337 + s;
+        rnd(w, (size_t)n * k, &seed);
+        rnd(x, (size_t)m * k, &seed);
+        rnd(dy, (size_t)m * n, &seed);
+        nv_plan *p;
+        T_CHECK(nv_plan_build(&p, E, w, n, k) == NV_OK, "build");
+        for (int t = 0; t < 2; t++) {
+            nv_pool_init(t + 1);
+            y[t] = malloc(sizeof(float) * m * n);
+            dx[t] = malloc(sizeof(float) * m * k);
+            dw[t] = calloc((size_t)n * k, sizeof(float));
+            nv_plan_run(p, x, m, y[t]);
+            nv_plan_run_dx(p, dy, m, dx[t]);
+            nv_gemm_dw(E, dy, x, m, n, k, dw[t]);
+        }
+        T_CHECK(memcmp(y[0], y[1], sizeof(float) * m * n) == 0, "y differs between 1 and 2 threads (%dx%dx%d)", m, n, k);
+        T_CHECK(memcmp(dx[0], dx[1], sizeof(float) * m * k) == 0, "dx differs between 1 and 2 threads (%dx%dx%d)", m, n, k);
+        T_CHECK(memcmp(dw[0], dw[1], sizeof(float) * n * k) == 0, "dw differs between 1 and 2 threads (%dx%dx%d)", m, n, k);
+        nv_plan_free(p);
+        for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]), free(dw[t]);
+        free(w), free(x), free(dy);
+    }
+    nv_pool_init(before);
+}
+
+/* avx2 and avx512 compute every element as the same chain of fused multiply-adds in input order
+ * (only the vector width and blocking differ), so their y, dx and dW must agree bit for bit. */
+static void test_avx512_bits_equal_avx2(void) {
+    if (!nv_engine_available(NV_ENGINE_AVX512) || !nv_engine_available(NV_ENGINE_AVX2)) {
+        t_skip(!nv_engine_available(NV_ENGINE_AVX512) ? nv_engine_why_off(NV_ENGINE_AVX512) : nv_engine_why_off(NV_ENGINE_AVX2));
+        return;
+    }
+    static const int shapes[][3] = {{1, 100, 768}, {17, 33, 100}, {255, 100, 31}, {40, 37, 600}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        float *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * m * k), *dy = malloc(sizeof(float) * m * n);
+        float *y[2], *dx[2], *dw[2];
+        uint64_t seed = 2024 + s;
+        rnd(w, (size_t)n * k, &seed);
+        rnd(x, (size_t)m * k, &seed);
+        rnd(dy, (size_t)m * n, &seed);
+        for (int i = 0; i < 2; i++) {
+            nv_engine_id e = i ? NV_ENGINE_AVX512 : NV_ENGINE_AVX2;
+            nv_plan *p;
+            T_CHECK(nv_plan_build(&p, e, w, n, k) == NV_OK && nv_plan_engine(p) == e, "build");
+            y[i] = malloc(sizeof(float) * m * n);
+            dx[i] = malloc(sizeof(float) * m * k);
+            dw[i] = malloc(sizeof(float) * n * k);
+            memcpy(dw[i], w, sizeof(float) * n * k);
+            nv_plan_run(p, x, m, y[i]);
+            nv_plan_run_dx(p, dy, m, dx[i]);
+            nv_gemm_dw(e, dy, x, m, n, k, dw[i]);
+            nv_plan_free(p);
+        }
+        T_CHECK(memcmp(y[0], y[1], sizeof(float) * m * n) == 0, "y bits differ (%dx%dx%d)", m, n, k);
+        T_CHECK(memcmp(dx[0], dx[1], sizeof(float) * m * k) == 0, "dx bits differ (%dx%dx%d)", m, n, k);
+        T_CHECK(memcmp(dw[0], dw[1], sizeof(float) * n * k) == 0, "dw bits differ (%dx%dx%d)", m, n, k);
+        for (int i = 0; i < 2; i++) free(y[i]), free(dx[i]), free(dw[i]);
+        free(w), free(x), free(dy);
+    }
+}
+
+/* ---------------------------------------------------------------- per engine */
+
+static char skip_why[200];
+static void skip_case(void) { t_skip(skip_why); }
+
+static void run_engine_cases(nv_engine_id e, const char *suffix) {
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {{"plan_run on awkward shapes", test_run_shapes},
+                 {"refresh without rebuilding", test_refresh},
+                 {"NaN and infinity propagate", test_nonfinite_propagates},
+                 {"run_dx", test_dx},
+                 {"gemm_dw", test_dw},
+                 {"1 and 2 threads give identical bits", test_threads_identical}};
+    E = e;
+    snprintf(skip_why, sizeof skip_why, "engine %s is off: %s", nv_engine_name(e), nv_engine_why_off(e));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s%s: %s", nv_engine_name(e), suffix, cases[i].name);
+        t_run(name, nv_engine_available(e) ? cases[i].fn : skip_case);
+    }
+}
+
+/* ---------------------------------------------------------------- ladder and probe */
+
+static void reinit(const char *allow) {
+    nv_engines_reset();
+    T_CHECK(nv_engines_init(allow, 0) == NV_OK, "init(%s): %s", allow ? allow : "NULL", nv_errmsg());
+}
+
+static void test_ladder_scalar_only(void) {
+    reinit("scalar");
+    for (int e = 1; e < NV_ENGINE_COUNT; e++) {
+        T_CHECK(!nv_engine_available((nv_engine_id)e), "%s on with allow=scalar", nv_engine_name((nv_engine_id)e));
+        T_CHECK(strstr(nv_engine_why_off((nv_engine_id)e), "excluded") != NULL, "why: %s", nv_engine_why_off((nv_engine_id)e));
+    }
+    T_CHECK(nv_engine_best() == NV_ENGINE_SCALAR, "best is %s", nv_engine_name(nv_engine_best()));
+    float w[6] = {1, 2, 3, 4, 5, 6}, x[3] = {1, -1, 2}, y[2], dx[3], dw[6] = {0};
+    nv_plan *p;
+    T_CHECK(nv_plan_build(&p, NV_ENGINE_AMX_BF16, w, 2, 3) == NV_OK, "build");
+    T_CHECK(nv_plan_engine(p) == NV_ENGINE_SCALAR, "amx-bf16 plan fell to %s, want scalar", nv_engine_name(nv_plan_engine(p)));
+    nv_plan_run(p, x, 1, y);
+    T_CHECK(y[0] == 5.0f && y[1] == 11.0f, "y = %g %g", y[0], y[1]);
+    float dy[2] = {1, 2};
+    nv_plan_run_dx(p, dy, 1, dx);
+    T_CHECK(dx[0] == 9.0f && dx[1] == 12.0f && dx[2] == 15.0f, "dx = %g %g %g", dx[0], dx[1], dx[2]);
+    nv_gemm_dw(NV_ENGINE_AMX_INT8, dy, x, 1, 2, 3, dw);
+    T_CHECK(dw[0] == 1 && dw[1] == -1 && dw[2] == 2 && dw[3] == 2 && dw[4] == -2 && dw[5] == 4, "dw");
+    nv_plan_free(p);
+}
+
+static void test_ladder_avx2_only(void) {
+    reinit("avx2");
+    if (!nv_engine_available(NV_ENGINE_AVX2)) {
+        char why[200];
+        snprintf(why, sizeof why, "avx2 is off: %s", nv_engine_why_off(NV_ENGINE_AVX2));
+        t_skip(why);
+        return;
+    }
+    T_CHECK(!nv_engine_available(NV_ENGINE_AMX_INT8) && !nv_engine_available(NV_ENGINE_AVX512), "only avx2 (and scalar)");
+    float w[4] = {1, 2, 3, 4};
+    nv_plan *p;
+    T_CHECK(nv_plan_build(&p, NV_ENGINE_AMX_INT8, w, 2, 2) == NV_OK, "build");
+    T_CHECK(nv_plan_engine(p) == NV_ENGINE_AVX2, "amx-int8 plan fell to %s, want avx2", nv_engine_name(nv_plan_engine(p)));
+    T_CHECK(nv_engine_best() == NV_ENGINE_AVX2 && nv_engine_best_fp32() == NV_ENGINE_AVX2, "best");
+    nv_plan_free(p);
+    T_CHECK(nv_engine_next_down(NV_ENGINE_AMX_INT8) == NV_ENGINE_AMX_BF16 && nv_engine_next_down(NV_ENGINE_AMX_BF16) == NV_ENGINE_AVX512 &&
+                nv_engine_next_down(NV_ENGINE_AVX512) == NV_ENGINE_AVX2 && nv_engine_next_down(NV_ENGINE_AVX2) == NV_ENGINE_SCALAR &&
+                nv_engine_next_down(NV_ENGINE_SCALAR) == NV_ENGINE_SCALAR,
+            "ladder order");
+}
+
+static void test_bad_allow_list(void) {
+    nv_engines_reset();
+    T_CHECK(nv_engines_init("scalar,warp-drive", 0) == NV_EINVAL, "unknown engine accepted");
+    nv_engine_id e;
+    T_CHECK(nv_engine_parse("amx-int8", &e) == NV_OK && e == NV_ENGINE_AMX_INT8, "parse");
+    T_CHECK(nv_engine_parse("AMX", &e) != NV_OK, "parse accepted junk");
+}
+
+/* A kernel that is subtly wrong (emulated avx512 off by 2^-12 per value, emulated AMX dropping the
+ * last K group of each tile product) must fail the probe's self-test: latched off with the reason,
+ * and plans fall down the ladder past them. */
+static void test_probe_latches_wrong_kernels(void) {
+    nv_engines_set_emulation(1);
+    nv_kern_amx_emu_inject(1);
+    nv_kern_avx512_emu_inject(1);
+    reinit(NULL);
+    nv_kern_amx_emu_inject(0);
+    nv_kern_avx512_emu_inject(0);
+    nv_engines_set_emulation(0);
+    for (int e = NV_ENGINE_AVX512; e < NV_ENGINE_COUNT; e++) {
+        const char *why = nv_engine_why_off((nv_engine_id)e);
+        if (e == NV_ENGINE_AVX512 && strstr(why, "emulation needs AVX2")) continue;
+        T_CHECK(!nv_engine_available((nv_engine_id)e), "wrong %s kernel passed the self-test", nv_engine_name((nv_engine_id)e));
+        T_CHECK(strncmp(why, "self-test", 9) == 0, "%s why: '%s'", nv_engine_name((nv_engine_id)e), why);
+    }
+    float w[4] = {1, 2, 3, 4};
+    nv_plan *p;
+    T_CHECK(nv_plan_build(&p, NV_ENGINE_AMX_INT8, w, 2, 2) == NV_OK, "build");
+    T_CHECK(nv_plan_engine(p) <= NV_ENGINE_AVX2, "plan on %s", nv_engine_name(nv_plan_engine(p)));
+    nv_plan_free(p);
+}
+
+static void test_probe_report(void) {
+    reinit(NULL);
+    for (int e = 0; e < NV_ENGINE_COUNT; e++)
+        printf("    %-9s %s%s\n", nv_engine_name((nv_engine_id)e), nv_engine_available((nv_engine_id)e) ? "on" : "off: ",
+               nv_engine_why_off((nv_engine_id)e));
+    T_CHECK(nv_engine_available(NV_ENGINE_SCALAR), "scalar off");
+    T_CHECK(nv_engine_best() >= nv_engine_best_fp32(), "best");
+    T_CHECK(nv_pool_threads() >= 1, "pool");
+}
+
+int main(void) {
+    nv_engines_init(NULL, 2);
+    T_RUN(test_probe_report);
+    for (int e = NV_ENGINE_AVX2; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, "");
+    T_RUN(test_avx512_bits_equal_avx2);
+    /* The engines this CPU lacks, on their emulated kernels. */
+    nv_engines_set_emulation(1);
+    nv_engines_reset();
+    nv_engines_init(NULL, 2);
+    nv_engines_set_emulation(0);
+    for (int e = NV_ENGINE_AVX512; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, " (emulated)");
+    t_run("test_avx512_bits_equal_avx2 (emulated)", test_avx512_bits_equal_avx2);
+    T_RUN(test_ladder_scalar_only);
+    T_RUN(test_ladder_avx2_only);
+    T_RUN(test_bad_allow_list);
+    T_RUN(test_probe_latches_wrong_kernels);
+    nv_engines_reset();
+    nv_engines_init(NULL, 0);
+    refs_free();
+    nv_pool_shutdown();
+    return t_done();
+}
