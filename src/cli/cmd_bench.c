@@ -76,8 +76,9 @@ int cmd_bench(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     bench_opts o = {0};
-    /* common flags are taken out; the rest goes to the subcommand */
-    int n = 1;
+    const char *name = argv[1];
+    /* common flags are taken out; the rest goes to the subcommand (compacted in place after argv[1]) */
+    int n = 2;
     char **rest = argv;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) o.json = 1;
@@ -94,9 +95,6 @@ int cmd_bench(int argc, char **argv) {
         } else rest[n++] = argv[i];
     }
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        if (!strcmp(argv[1], benches[i].name)) {
-            rest[0] = argv[1];
-            return benches[i].fn(n, rest, &o);
-        }
-    return cli_error(CMD, 2, "unknown benchmark '%s' (see nerve bench --help)", argv[1]);
+        if (!strcmp(name, benches[i].name)) return benches[i].fn(n - 1, rest + 1, &o);
+    return cli_error(CMD, 2, "unknown benchmark '%s' (see nerve bench --help)", name);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "model/model.h"
 
 void nv_adamw_defaults(nv_adamw_opts *o) {
@@ -65,10 +66,58 @@ float nv_lr_at(const nv_adamw_opts *o, long step) {
     return (float)(floor_lr + 0.5 * ((double)o->lr - floor_lr) * (1.0 + cos(M_PI * frac)));
 }
 
-double nv_grad_norm(const float *g, uint64_t n) {
+/* Both passes are memory-bound: split into fixed chunks over the pool. The chunking does not
+ * depend on the thread count, and partial sums are added in chunk order, so results are the same
+ * on any number of threads (resume stays bit-exact). */
+#define OPT_CHUNKS 64
+
+typedef struct {
+    const float *g;
+    uint64_t n;
+    double partial[OPT_CHUNKS];
+} norm_job;
+
+static void norm_task(void *ctx, int task, int n_tasks) {
+    norm_job *j = ctx;
+    uint64_t a = j->n * (uint64_t)task / (uint64_t)n_tasks, b = j->n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
     double s = 0.0;
-    for (uint64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    for (uint64_t i = a; i < b; i++) s += (double)j->g[i] * j->g[i];
+    j->partial[task] = s;
+}
+
+double nv_grad_norm(const float *g, uint64_t n) {
+    norm_job j = {g, n, {0}};
+    nv_pool_run(norm_task, &j, OPT_CHUNKS);
+    double s = 0.0;
+    for (int i = 0; i < OPT_CHUNKS; i++) s += j.partial[i];
     return sqrt(s);
+}
+
+typedef struct {
+    nv_adamw *a;
+    float *params;
+    const float *grads;
+    float clip, lr, bc1, bc2;
+} adam_job;
+
+static void adam_task(void *ctx, int task, int n_tasks) {
+    adam_job *j = ctx;
+    nv_adamw *a = j->a;
+    const nv_adamw_opts *o = &a->o;
+    uint64_t lo = a->n * (uint64_t)task / (uint64_t)n_tasks, hi = a->n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
+    float b1 = o->beta1, b2 = o->beta2, wd = o->weight_decay, eps = o->eps;
+    float clip = j->clip, lr = j->lr, ibc1 = 1.0f / j->bc1, ibc2 = 1.0f / j->bc2;
+    float *p = j->params, *m = a->m, *v = a->v;
+    const float *gr = j->grads;
+    const uint8_t *dk = a->decay;
+    for (uint64_t i = lo; i < hi; i++) {
+        float g = gr[i] * clip;
+        float mi = m[i] = b1 * m[i] + (1.0f - b1) * g;
+        float vi = v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        float update = (mi * ibc1) / (sqrtf(vi * ibc2) + eps);
+        if (dk[i]) update += wd * p[i];
+        p[i] -= lr * update;
+    }
 }
 
 double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out) {
@@ -78,17 +127,8 @@ double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_o
     if (o->grad_clip > 0 && norm > o->grad_clip) clip = (float)(o->grad_clip / norm);
     float lr = nv_lr_at(o, a->step);
     a->step++;
-    float b1 = o->beta1, b2 = o->beta2;
-    float bc1 = 1.0f - powf(b1, (float)a->step), bc2 = 1.0f - powf(b2, (float)a->step);
-    float wd = o->weight_decay;
-    for (uint64_t i = 0; i < a->n; i++) {
-        float g = grads[i] * clip;
-        float m = a->m[i] = b1 * a->m[i] + (1.0f - b1) * g;
-        float v = a->v[i] = b2 * a->v[i] + (1.0f - b2) * g * g;
-        float update = (m / bc1) / (sqrtf(v / bc2) + o->eps);
-        if (a->decay[i]) update += wd * params[i];
-        params[i] -= lr * update;
-    }
+    adam_job j = {a, params, grads, clip, lr, 1.0f - powf(o->beta1, (float)a->step), 1.0f - powf(o->beta2, (float)a->step)};
+    nv_pool_run(adam_task, &j, OPT_CHUNKS);
     if (lr_out) *lr_out = lr;
     return norm;
 }
