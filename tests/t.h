@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "base/file.h"
 
@@ -68,15 +69,74 @@ static inline void t_run(const char *name, void (*fn)(void)) {
 }
 #define T_RUN(fn) t_run(#fn, fn)
 
-static inline int t_done(void) {
-    printf("@@ RESULT %d %d %d\n", t_passed, t_failed, t_skipped);
-    return t_failed ? 1 : 0;
-}
-
 /* The nerve binary under test (set by tests/run.sh). */
 static inline const char *t_nerve_bin(void) {
     const char *b = getenv("NERVE_BIN");
     return b && *b ? b : "build/nerve";
+}
+
+/* A private temporary folder for this test program, made on first use, removed by t_done(). */
+static char t_tmp[128];
+static inline const char *t_tmpdir(void) {
+    if (!t_tmp[0]) {
+        snprintf(t_tmp, sizeof t_tmp, "/tmp/nerve-test-XXXXXX");
+        if (!mkdtemp(t_tmp)) {
+            fprintf(stderr, "cannot create a temporary folder\n");
+            exit(1);
+        }
+    }
+    return t_tmp;
+}
+
+/* name inside the temporary folder (eight rotating buffers). */
+static inline const char *t_path(const char *name) {
+    static char bufs[8][640];
+    static int next;
+    char *b = bufs[next++ & 7];
+    snprintf(b, sizeof bufs[0], "%s/%.500s", t_tmpdir(), name);
+    return b;
+}
+
+/* Writes data to name in the temporary folder; returns its path. */
+static inline const char *t_write(const char *name, const void *data, size_t len) {
+    const char *p = t_path(name);
+    FILE *f = fopen(p, "wb");
+    T_CHECK(f != NULL, "cannot create %s", p);
+    if (!f) return p;
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+    return p;
+}
+
+/* Runs `nerve ARGS` (ARGS already shell-quoted) with no input; t_out and t_err then hold its
+ * stdout and stderr. Returns the exit code (128 when it did not exit normally). */
+static char *t_out, *t_err;
+static inline int t_nerve(const char *args) {
+    char cmd[8192], out[700], err[700];
+    snprintf(out, sizeof out, "%s/nerve.stdout", t_tmpdir()); /* not t_path: callers hold its buffers */
+    snprintf(err, sizeof err, "%s/nerve.stderr", t_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", t_nerve_bin(), args, out, err);
+    int st = system(cmd);
+    free(t_out);
+    free(t_err);
+    t_out = t_err = NULL;
+    nv_file_read_all(out, &t_out, NULL);
+    nv_file_read_all(err, &t_err, NULL);
+    if (!t_out) t_out = calloc(1, 1);
+    if (!t_err) t_err = calloc(1, 1);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static inline int t_done(void) {
+    free(t_out);
+    free(t_err);
+    if (t_tmp[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", t_tmp);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", t_tmp);
+    }
+    printf("@@ RESULT %d %d %d\n", t_passed, t_failed, t_skipped);
+    return t_failed ? 1 : 0;
 }
 
 static inline int t_close(float a, float b, float rel, float abs_tol) {

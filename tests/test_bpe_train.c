@@ -9,27 +9,6 @@
 #include "model/tokenizer.h"
 #include "t.h"
 
-static char tmpdir[64];
-static char out_path[512], err_path[512];
-static char *out_text, *err_text;
-
-static const char *tmp_path(const char *name) {
-    static char bufs[4][600];
-    static int next;
-    char *b = bufs[next++ & 3];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-    return b;
-}
-
-static const char *write_tmp(const char *name, const void *data, size_t len) {
-    const char *p = tmp_path(name);
-    FILE *f = fopen(p, "wb");
-    T_CHECK(f != NULL, "cannot create %s", p);
-    if (!f) return p;
-    if (len) fwrite(data, 1, len, f);
-    fclose(f);
-    return p;
-}
 
 /* Trains on one text; returns 1 on success (r filled), 0 after recording a failure. */
 static int train1(const char *text, size_t len, int vocab, nv_bpe_result *r) {
@@ -44,7 +23,7 @@ static int train1(const char *text, size_t len, int vocab, nv_bpe_result *r) {
 static nv_tokenizer *train_load(const char *name, const char *text, size_t len, int vocab, nv_bpe_result *stats) {
     nv_bpe_result r;
     if (!train1(text, len, vocab, &r)) return NULL;
-    const char *p = write_tmp(name, r.data, r.len);
+    const char *p = t_write(name, r.data, r.len);
     if (stats) {
         *stats = r;
         stats->data = NULL;
@@ -199,7 +178,7 @@ static void test_tinystories_vocab_512_1024_4096(void) {
                 (unsigned long long)st.n_bytes);
         /* the exact vocab_size load reads the same file */
         nv_tokenizer *t2 = NULL;
-        T_CHECK(nv_tokenizer_load(tmp_path(name), vocabs[v], &t2) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_tokenizer_load(t_path(name), vocabs[v], &t2) == NV_OK, "%s", nv_errmsg());
         nv_tokenizer_free(t2);
         check_layout(t, &st);
         int n = round_trip(t, text);
@@ -243,8 +222,8 @@ static void test_deterministic(void) {
          * the target size */
         if (train1(text, len, 512, &b)) {
             nv_tokenizer *t1 = NULL, *t2 = NULL;
-            nv_tokenizer_load(write_tmp("d1024.bin", a.data, a.len), 0, &t1);
-            nv_tokenizer_load(write_tmp("d512.bin", b.data, b.len), 0, &t2);
+            nv_tokenizer_load(t_write("d1024.bin", a.data, a.len), 0, &t1);
+            nv_tokenizer_load(t_write("d512.bin", b.data, b.len), 0, &t2);
             T_CHECK(t1 && t2, "load");
             for (int i = 0; t1 && t2 && i < 512; i++)
                 T_CHECK(strcmp(nv_tokenizer_piece(t1, i), nv_tokenizer_piece(t2, i)) == 0, "id %d differs", i);
@@ -388,24 +367,10 @@ static void test_api_errors(void) {
 
 /* ---- the command ------------------------------------------------------------------------- */
 
-static int nerve(const char *args) {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", t_nerve_bin(), args, out_path, err_path);
-    int st = system(cmd);
-    free(out_text);
-    free(err_text);
-    out_text = err_text = NULL;
-    nv_file_read_all(out_path, &out_text, NULL);
-    nv_file_read_all(err_path, &err_text, NULL);
-    if (!out_text) out_text = calloc(1, 1);
-    if (!err_text) err_text = calloc(1, 1);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static int one_error_line(void) {
     int lines = 0;
-    for (const char *s = err_text; *s; s++) lines += *s == '\n';
-    return lines == 1 && strncmp(err_text, "nerve tokenizer: ", 17) == 0;
+    for (const char *s = t_err; *s; s++) lines += *s == '\n';
+    return lines == 1 && strncmp(t_err, "nerve tokenizer: ", 17) == 0;
 }
 
 static int have_nerve(void) {
@@ -418,15 +383,15 @@ static void test_cli_train(void) {
     const char *corpus = t_data("corpus/tinystories_valid_head.txt");
     if (!corpus || !have_nerve()) return;
     char args[2048];
-    snprintf(args, sizeof args, "tokenizer train --vocab 512 %s -o %s", corpus, tmp_path("cli512.bin"));
-    int rc = nerve(args);
-    T_CHECK(rc == 0 && strstr(out_text, "512 tokens"), "exit %d: %s %s", rc, out_text, err_text);
+    snprintf(args, sizeof args, "tokenizer train --vocab 512 %s -o %s", corpus, t_path("cli512.bin"));
+    int rc = t_nerve(args);
+    T_CHECK(rc == 0 && strstr(t_out, "512 tokens"), "exit %d: %s %s", rc, t_out, t_err);
     /* the command writes what the library trains */
     size_t len;
     char *text = NULL, *file = NULL;
     size_t flen = 0;
     nv_file_read_all(corpus, &text, &len);
-    nv_file_read_all(tmp_path("cli512.bin"), &file, &flen);
+    nv_file_read_all(t_path("cli512.bin"), &file, &flen);
     nv_bpe_result r;
     if (text && file && train1(text, len, 512, &r)) {
         T_CHECK(flen == r.len && memcmp(file, r.data, r.len) == 0, "CLI output differs from the library's");
@@ -435,30 +400,30 @@ static void test_cli_train(void) {
     free(file);
     /* --max-chars cuts at a character boundary: byte 16 is the second byte of the third "é" */
     const char *src = "café café café\ncafé café café\n";
-    const char *p = write_tmp("cafe.txt", src, strlen(src));
-    snprintf(args, sizeof args, "tokenizer train --vocab 300 --max-chars 16 %s %s -o %s", p, p, tmp_path("cut.bin"));
-    T_CHECK(nerve(args) == 0, "max-chars: %s", err_text);
+    const char *p = t_write("cafe.txt", src, strlen(src));
+    snprintf(args, sizeof args, "tokenizer train --vocab 300 --max-chars 16 %s %s -o %s", p, p, t_path("cut.bin"));
+    T_CHECK(t_nerve(args) == 0, "max-chars: %s", t_err);
     file = NULL;
-    nv_file_read_all(tmp_path("cut.bin"), &file, &flen);
+    nv_file_read_all(t_path("cut.bin"), &file, &flen);
     if (file && train1(src, 15, 300, &r)) {
         T_CHECK(flen == r.len && memcmp(file, r.data, r.len) == 0, "--max-chars 16 is not the first 15 bytes");
         nv_bpe_result_free(&r);
     }
     free(file);
     /* several files: the second one adds to the first */
-    snprintf(args, sizeof args, "tokenizer train --vocab 300 %s %s -o %s", p, p, tmp_path("two.bin"));
-    T_CHECK(nerve(args) == 0 && strstr(out_text, "from 72 bytes"), "two files: %s %s", out_text, err_text);
+    snprintf(args, sizeof args, "tokenizer train --vocab 300 %s %s -o %s", p, p, t_path("two.bin"));
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "from 72 bytes"), "two files: %s %s", t_out, t_err);
     /* help */
-    T_CHECK(nerve("tokenizer --help") == 0 && strstr(out_text, "--vocab"), "help");
-    T_CHECK(nerve("tokenizer train --help") == 0 && strstr(out_text, "--max-chars"), "help");
-    T_CHECK(nerve("--help") == 0 && strstr(out_text, "tokenizer"), "not listed in nerve --help");
+    T_CHECK(t_nerve("tokenizer --help") == 0 && strstr(t_out, "--vocab"), "help");
+    T_CHECK(t_nerve("tokenizer train --help") == 0 && strstr(t_out, "--max-chars"), "help");
+    T_CHECK(t_nerve("--help") == 0 && strstr(t_out, "tokenizer"), "not listed in nerve --help");
     free(text);
 }
 
 static void test_cli_errors(void) {
     const char *corpus = t_data("corpus/tinystories_valid_head.txt");
     if (!corpus || !have_nerve()) return;
-    const char *o = tmp_path("bad.bin");
+    const char *o = t_path("bad.bin");
     char args[2048];
     struct {
         const char *fmt;
@@ -484,34 +449,30 @@ static void test_cli_errors(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *a1 = corpus, *a2 = o;
-        if (strstr(cases[i].fmt, "%s/missing") || strstr(cases[i].fmt, "%s/ ")) a1 = tmpdir;
-        if (strstr(cases[i].fmt, "-o %s/")) a2 = tmpdir;
-        if (strstr(cases[i].fmt, "-o %s/x.bin")) a1 = tmpdir;
+        if (strstr(cases[i].fmt, "%s/missing") || strstr(cases[i].fmt, "%s/ ")) a1 = t_tmpdir();
+        if (strstr(cases[i].fmt, "-o %s/")) a2 = t_tmpdir();
+        if (strstr(cases[i].fmt, "-o %s/x.bin")) a1 = t_tmpdir();
         snprintf(args, sizeof args, cases[i].fmt, a1, a2);
-        int rc = nerve(args);
+        int rc = t_nerve(args);
         T_CHECK(rc == cases[i].rc && one_error_line(), "'%s': exit %d (want %d), stderr '%s'", args, rc, cases[i].rc,
-                err_text);
+                t_err);
     }
     T_CHECK(access(o, F_OK) != 0, "a failed run left %s", o);
-    const char *empty = write_tmp("empty.txt", "", 0), *nl = write_tmp("nl.txt", "\n\n\n", 3);
+    const char *empty = t_write("empty.txt", "", 0), *nl = t_write("nl.txt", "\n\n\n", 3);
     snprintf(args, sizeof args, "tokenizer train --vocab 512 %s %s -o %s", empty, nl, o);
-    int rc = nerve(args);
-    T_CHECK(rc == 1 && one_error_line() && strstr(err_text, "empty"), "empty text: exit %d '%s'", rc, err_text);
+    int rc = t_nerve(args);
+    T_CHECK(rc == 1 && one_error_line() && strstr(t_err, "empty"), "empty text: exit %d '%s'", rc, t_err);
     /* a failed run keeps an existing output */
-    write_tmp("keep.bin", "old", 3);
-    snprintf(args, sizeof args, "tokenizer train --vocab 512 %s -o %s", empty, tmp_path("keep.bin"));
-    T_CHECK(nerve(args) == 1, "empty text");
+    t_write("keep.bin", "old", 3);
+    snprintf(args, sizeof args, "tokenizer train --vocab 512 %s -o %s", empty, t_path("keep.bin"));
+    T_CHECK(t_nerve(args) == 1, "empty text");
     char *kept = NULL;
-    nv_file_read_all(tmp_path("keep.bin"), &kept, NULL);
+    nv_file_read_all(t_path("keep.bin"), &kept, NULL);
     T_CHECK(kept && strcmp(kept, "old") == 0, "output overwritten by a failed run");
     free(kept);
 }
 
 int main(void) {
-    strcpy(tmpdir, "/tmp/nv_test_bpe_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
-    snprintf(out_path, sizeof out_path, "%s/stdout", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", tmpdir);
     T_RUN(test_tiny_corpus_first_merges);
     T_RUN(test_tinystories_vocab_512_1024_4096);
     T_RUN(test_deterministic);
@@ -521,10 +482,5 @@ int main(void) {
     T_RUN(test_api_errors);
     T_RUN(test_cli_train);
     T_RUN(test_cli_errors);
-    free(out_text);
-    free(err_text);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     return t_done();
 }

@@ -9,31 +9,12 @@
 #include "t.h"
 #include "train/data.h"
 
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name) {
-    static char bufs[8][600];
-    static int next;
-    char *b = bufs[next++ & 7];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-    return b;
-}
-
-static const char *write_tmp(const char *name, const void *data, size_t len) {
-    const char *p = tmp_path(name);
-    FILE *f = fopen(p, "wb");
-    T_CHECK(f != NULL, "cannot create %s", p);
-    if (!f) return p;
-    if (len) fwrite(data, 1, len, f);
-    fclose(f);
-    return p;
-}
 
 /* A u16 shard whose token i is first + i: every window shows where it came from. */
 static const char *write_ramp_u16(const char *name, int n, int first) {
     uint16_t *v = malloc((size_t)n * sizeof *v);
     for (int i = 0; i < n; i++) v[i] = (uint16_t)(first + i);
-    const char *p = write_tmp(name, v, (size_t)n * sizeof *v);
+    const char *p = t_write(name, v, (size_t)n * sizeof *v);
     free(v);
     return p;
 }
@@ -41,7 +22,7 @@ static const char *write_ramp_u16(const char *name, int n, int first) {
 static const char *write_ramp_u32(const char *name, int n, uint32_t first) {
     uint32_t *v = malloc((size_t)n * sizeof *v);
     for (int i = 0; i < n; i++) v[i] = first + (uint32_t)i;
-    const char *p = write_tmp(name, v, (size_t)n * sizeof *v);
+    const char *p = t_write(name, v, (size_t)n * sizeof *v);
     free(v);
     return p;
 }
@@ -188,7 +169,7 @@ static void test_val_batches(void) {
 static void test_unigram_loss(void) {
     /* training split: 0 x4, 1 x2, 2 x1, 3 x1 (8 tokens); held-out tail: 9 x2, never counted */
     uint16_t v[10] = {0, 1, 0, 2, 0, 1, 3, 0, 9, 9};
-    const char *p = write_tmp("uni.bin", v, sizeof v);
+    const char *p = t_write("uni.bin", v, sizeof v);
     nv_dataset ds;
     if (!open_ok(&ds, &p, 1, NULL, 10, 0.2f)) return;
     double want = -(0.5 * log(0.5) + 0.25 * log(0.25) + 2 * 0.125 * log(0.125)); /* 1.75 bits = 1.2130 nats */
@@ -197,7 +178,7 @@ static void test_unigram_loss(void) {
     nv_dataset_close(&ds);
     /* uniform over 4 tokens: ln 4 */
     uint16_t u[8] = {3, 2, 1, 0, 0, 1, 2, 3};
-    p = write_tmp("uni4.bin", u, sizeof u);
+    p = t_write("uni4.bin", u, sizeof u);
     if (!open_ok(&ds, &p, 1, NULL, 4, 0.0f)) return;
     got = nv_dataset_unigram_loss(&ds, 4);
     T_CHECK(fabs(got - log(4.0)) < 1e-12, "uniform: %.15f", got);
@@ -218,26 +199,26 @@ static void expect_open_fails(const char *path, const nv_tokenizer *tok, int voc
 
 static void test_malformed_inputs(void) {
     uint16_t bad[6] = {1, 2, 3, 600, 4, 5};
-    expect_open_fails(write_tmp("oov.bin", bad, sizeof bad), NULL, 512, NV_EFORMAT, "600");
+    expect_open_fails(t_write("oov.bin", bad, sizeof bad), NULL, 512, NV_EFORMAT, "600");
     uint32_t bad32[3] = {1, 70000, 100000};
-    expect_open_fails(write_tmp("oov.u32", bad32, sizeof bad32), NULL, 100000, NV_EFORMAT, "100000");
-    expect_open_fails(write_tmp("odd.bin", "abc", 3), NULL, 512, NV_EFORMAT, "odd.bin");
-    expect_open_fails(write_tmp("odd.u32", "abcdef", 6), NULL, 512, NV_EFORMAT, "4-byte");
-    expect_open_fails(tmp_path("missing.bin"), NULL, 512, NV_EIO, "missing.bin");
-    expect_open_fails(tmp_path("missing.txt"), NULL, 512, NV_EINVAL, "tokenizer");
-    expect_open_fails(tmpdir, NULL, 512, NV_EINVAL, "tokenizer");
+    expect_open_fails(t_write("oov.u32", bad32, sizeof bad32), NULL, 100000, NV_EFORMAT, "100000");
+    expect_open_fails(t_write("odd.bin", "abc", 3), NULL, 512, NV_EFORMAT, "odd.bin");
+    expect_open_fails(t_write("odd.u32", "abcdef", 6), NULL, 512, NV_EFORMAT, "4-byte");
+    expect_open_fails(t_path("missing.bin"), NULL, 512, NV_EIO, "missing.bin");
+    expect_open_fails(t_path("missing.txt"), NULL, 512, NV_EINVAL, "tokenizer");
+    expect_open_fails(t_tmpdir(), NULL, 512, NV_EINVAL, "tokenizer");
     /* a token that fits the tokenizer but not the model's vocabulary */
     const char *z = t_data("models/tok512.bin");
     if (z) {
         nv_tokenizer *tok = NULL;
         T_CHECK(nv_tokenizer_load(z, 0, &tok) == NV_OK, "%s", nv_errmsg());
-        const char *txt = write_tmp("story.txt", "Once upon a time there was a cat.\n", 35);
+        const char *txt = t_write("story.txt", "Once upon a time there was a cat.\n", 35);
         expect_open_fails(txt, tok, 300, NV_EFORMAT, "outside the vocabulary");
-        expect_open_fails(tmp_path("missing.txt"), tok, 512, NV_EIO, "missing.txt");
+        expect_open_fails(t_path("missing.txt"), tok, 512, NV_EIO, "missing.txt");
         nv_tokenizer_free(tok);
     }
     /* the second of two paths is bad: nothing is kept */
-    const char *two[2] = {write_ramp_u16("good.bin", 100, 0), tmp_path("missing.bin")};
+    const char *two[2] = {write_ramp_u16("good.bin", 100, 0), t_path("missing.bin")};
     nv_dataset ds;
     T_CHECK(nv_dataset_open(&ds, two, 2, NULL, 512, 0.1f) == NV_EIO && ds.src == NULL, "second path missing");
     T_CHECK(nv_dataset_open(&ds, two, 0, NULL, 512, 0.1f) == NV_EINVAL, "no paths accepted");
@@ -256,7 +237,7 @@ static void test_malformed_inputs(void) {
         nv_dataset_close(&ds);
     }
     /* an empty shard opens with no tokens and cannot give a window */
-    const char *empty = write_tmp("empty.bin", "", 0);
+    const char *empty = t_write("empty.bin", "", 0);
     if (open_ok(&ds, &empty, 1, NULL, 512, 0.1f)) {
         int in[8], tg[8];
         nv_data_cursor c;
@@ -289,7 +270,7 @@ static void expect_doc(expect_ids *x, const nv_tokenizer *t, const char *doc) {
 }
 
 static void check_text(const nv_tokenizer *t, const char *name, const char *text, const char *const *docs, int ndocs) {
-    const char *p = write_tmp(name, text, strlen(text));
+    const char *p = t_write(name, text, strlen(text));
     expect_ids x = {0};
     for (int i = 0; i < ndocs; i++) expect_doc(&x, t, docs[i]);
     nv_dataset ds;
@@ -374,7 +355,7 @@ static void test_text_documents(void) {
         free(sample);
     }
     /* an empty text file opens with no tokens */
-    const char *empty = write_tmp("empty.txt", "", 0);
+    const char *empty = t_write("empty.txt", "", 0);
     nv_dataset ds;
     if (open_ok(&ds, &empty, 1, t, 512, 0.1f)) {
         T_CHECK(ds.train_tokens == 0 && ds.val_tokens == 0, "empty text has tokens");
@@ -384,8 +365,6 @@ static void test_text_documents(void) {
 }
 
 int main(void) {
-    strcpy(tmpdir, "/tmp/nv_test_data_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
     T_RUN(test_u16_windows_from_training_split);
     T_RUN(test_u32_and_mixed_sources);
     T_RUN(test_cursor_deterministic_and_resumable);
@@ -393,8 +372,5 @@ int main(void) {
     T_RUN(test_unigram_loss);
     T_RUN(test_malformed_inputs);
     T_RUN(test_text_documents);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     return t_done();
 }

@@ -8,22 +8,6 @@
 #include "model/sampler.h"
 #include "t.h"
 
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int i;
-    char *b = buf[i++ & 3];
-    snprintf(b, sizeof buf[0], "%s/%s", tmpdir, name);
-    return b;
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    if (len) fwrite(data, 1, len, f);
-    fclose(f);
-}
 
 /* Greedy decode of n steps from BOS, token by token (or one chunk for the prompt). */
 static int greedy_tokens(const nv_model *m, int steps, int *out) {
@@ -61,7 +45,7 @@ static void test_v1_roundtrip_and_exact_greedy(void) {
         T_CHECK(0, "%s", nv_errmsg());
         return;
     }
-    const char *out = tmp_path("v1.bin");
+    const char *out = t_path("v1.bin");
     T_CHECK(nv_model_save_v1(&a, out) == NV_OK, "%s", nv_errmsg());
     nv_err e = nv_model_load(out, &b);
     T_CHECK(e == NV_OK, "%s", nv_errmsg());
@@ -140,8 +124,8 @@ static void test_general_config_forward(void) {
     T_CHECK(memcmp(a.logits, b.logits, 97 * 4) == 0, "chunked vs token-by-token differ with QK-norm/GQA");
     T_CHECK(m.w.wcls != m.w.tok_emb, "separate classifier expected");
     /* a shape llama2.c v1 cannot hold is refused, nothing written */
-    T_CHECK(nv_model_save_v1(&m, tmp_path("qk.bin")) == NV_EUNSUPPORTED, "v1 save of QK-norm model accepted");
-    T_CHECK(access(tmp_path("qk.bin"), F_OK) != 0, "file written for refused save");
+    T_CHECK(nv_model_save_v1(&m, t_path("qk.bin")) == NV_EUNSUPPORTED, "v1 save of QK-norm model accepted");
+    T_CHECK(access(t_path("qk.bin"), F_OK) != 0, "file written for refused save");
     nv_state_free(&a);
     nv_state_free(&b);
     nv_model_free(&m);
@@ -155,7 +139,7 @@ static void test_separate_classifier_v0_and_v1(void) {
     nv_model_init_random(&m, 3);
     const nv_weights *w = &m.w;
     int32_t hdr[7] = {16, 24, 1, 2, 2, -11, 6};
-    const char *path = tmp_path("v0sep.bin");
+    const char *path = t_path("v0sep.bin");
     FILE *f = fopen(path, "wb");
     fwrite(hdr, 4, 7, f);
     struct {
@@ -175,9 +159,9 @@ static void test_separate_classifier_v0_and_v1(void) {
     if (!e) {
         T_CHECK(!l.config.shared_classifier && l.config.vocab_size == 11, "v0 negative vocab not read as separate");
         T_CHECK(memcmp(l.params, m.params, m.n_params * 4) == 0, "v0 weights differ");
-        T_CHECK(nv_model_save_v1(&l, tmp_path("v1sep.bin")) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_model_save_v1(&l, t_path("v1sep.bin")) == NV_OK, "%s", nv_errmsg());
         nv_model v1;
-        T_CHECK(nv_model_load(tmp_path("v1sep.bin"), &v1) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_model_load(t_path("v1sep.bin"), &v1) == NV_OK, "%s", nv_errmsg());
         T_CHECK(!v1.config.shared_classifier && memcmp(v1.w.wcls, m.w.wcls, 11 * 16 * 4) == 0, "v1 classifier differs");
         nv_model_free(&v1);
         nv_model_free(&l);
@@ -186,8 +170,7 @@ static void test_separate_classifier_v0_and_v1(void) {
 }
 
 static void expect_refused(const char *name, const void *data, size_t len, nv_err want) {
-    const char *path = tmp_path(name);
-    write_file(path, data, len);
+    const char *path = t_write(name, data, len);
     nv_model m;
     nv_err e = nv_model_load(path, &m);
     T_CHECK(e == want, "%s: expected %s, got %s (%s)", name, nv_err_name(want), nv_err_name(e), nv_errmsg());
@@ -250,8 +233,8 @@ static void test_malformed_checkpoints_refused(void) {
     nv_file_unmap(&good);
     /* a directory and a missing file are i/o errors */
     nv_model m;
-    T_CHECK(nv_model_load(tmpdir, &m) == NV_EIO, "directory accepted");
-    T_CHECK(nv_model_load(tmp_path("missing.bin"), &m) == NV_EIO, "missing file accepted");
+    T_CHECK(nv_model_load(t_tmpdir(), &m) == NV_EIO, "directory accepted");
+    T_CHECK(nv_model_load(t_path("missing.bin"), &m) == NV_EIO, "missing file accepted");
 }
 
 static void test_sampler(void) {
@@ -314,8 +297,8 @@ static void test_init_presets(void) {
     nv_model m, l;
     nv_model_alloc(&m, &c);
     nv_model_init_random(&m, 11);
-    T_CHECK(nv_model_save_v1(&m, tmp_path("init.bin")) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(nv_model_load(tmp_path("init.bin"), &l) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_model_save_v1(&m, t_path("init.bin")) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_model_load(t_path("init.bin"), &l) == NV_OK, "%s", nv_errmsg());
     T_CHECK(memcmp(l.params, m.params, m.n_params * 4) == 0, "init weights differ after reload");
     double sum2 = 0;
     for (int i = 0; i < 512 * 64; i++) sum2 += (double)m.w.tok_emb[i] * m.w.tok_emb[i];
@@ -326,8 +309,6 @@ static void test_init_presets(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/nerve-test-model-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
     nv_engines_init("scalar", 1);
     T_RUN(test_load_v0_stories260K);
     T_RUN(test_v1_roundtrip_and_exact_greedy);
@@ -337,8 +318,5 @@ int main(void) {
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);
     T_RUN(test_init_presets);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     return t_done();
 }

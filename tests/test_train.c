@@ -7,11 +7,10 @@
 #include "train/ckpt.h"
 #include "t.h"
 
-static char tmpdir[256];
 
 static int run_nerve(const char *args, char *err, size_t cap) {
     char cmd[8192], errp[600];
-    snprintf(errp, sizeof errp, "%s/stderr.txt", tmpdir);
+    snprintf(errp, sizeof errp, "%s/stderr.txt", t_tmpdir());
     snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s </dev/null", t_nerve_bin(), args, errp);
     int st = system(cmd);
     if (err) {
@@ -58,15 +57,15 @@ static int count_steps(const char *dir) {
 static void test_resume_after_sigint_is_bit_exact(void) {
     if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
     char args[4096], err[4096], full[600], split[600];
-    snprintf(full, sizeof full, "%s/full", tmpdir);
-    snprintf(split, sizeof split, "%s/split", tmpdir);
+    snprintf(full, sizeof full, "%s/full", t_tmpdir());
+    snprintf(split, sizeof split, "%s/split", t_tmpdir());
     train_args(args, sizeof args, full, "");
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "uninterrupted run failed: %s", err);
 
     /* the same run, interrupted with SIGINT part way, then resumed */
     train_args(args, sizeof args, split, "");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "exec %s %s >/dev/null 2>%s/split.err", t_nerve_bin(), args, tmpdir);
+    snprintf(cmd, sizeof cmd, "exec %s %s >/dev/null 2>%s/split.err", t_nerve_bin(), args, t_tmpdir());
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -109,7 +108,7 @@ static void test_resume_after_sigint_is_bit_exact(void) {
 static void test_corrupt_checkpoint_refused_and_kept(void) {
     if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
     char args[4096], err[4096], dir[600], ck[700];
-    snprintf(dir, sizeof dir, "%s/full", tmpdir);
+    snprintf(dir, sizeof dir, "%s/full", t_tmpdir());
     snprintf(ck, sizeof ck, "%s/ckpt.bin", dir);
     char *orig = NULL;
     size_t len = 0;
@@ -152,11 +151,11 @@ static void test_export_then_generate(void) {
     const char *tok = t_data("models/tok512.bin");
     if (!tok || !t_data("corpus/tinystories_valid_head.txt")) return;
     char args[4096], err[4096];
-    snprintf(args, sizeof args, "export %s/full -o %s/exported.bin", tmpdir, tmpdir);
+    snprintf(args, sizeof args, "export %s/full -o %s/exported.bin", t_tmpdir(), t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "export failed: %s", err);
-    snprintf(args, sizeof args, "generate -m %s/exported.bin -z %s -n 30 -t 0", tmpdir, tok);
+    snprintf(args, sizeof args, "generate -m %s/exported.bin -z %s -n 30 -t 0", t_tmpdir(), tok);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from export failed: %s", err);
-    snprintf(args, sizeof args, "generate -m %s/full/model.bin -z %s/full/tokenizer.bin -n 30 -t 0", tmpdir, tmpdir);
+    snprintf(args, sizeof args, "generate -m %s/full/model.bin -z %s/full/tokenizer.bin -n 30 -t 0", t_tmpdir(), t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run's model.bin failed: %s", err);
 }
 
@@ -181,7 +180,7 @@ static void test_finetune_stories260K_lowers_val_loss(void) {
     const char *data = t_data("corpus/tinystories_valid_head.txt");
     if (!m || !tok || !data) return;
     char args[4096], err[4096], dir[600];
-    snprintf(dir, sizeof dir, "%s/ft", tmpdir);
+    snprintf(dir, sizeof dir, "%s/ft", t_tmpdir());
     snprintf(args, sizeof args,
              "train --init-from %s -z %s --data %s --steps 10 --batch 4 --seq 64 --lr 1e-4 --warmup 2 --eval-every 10 "
              "--eval-batches 4 --quiet --out %s",
@@ -200,20 +199,15 @@ static void test_bad_training_args(void) {
         T_CHECK(rc == 2 || rc == 1, "'%s' exit %d", bad[i], rc);
         T_CHECK(strncmp(err, "nerve train:", 12) == 0, "'%s' printed '%s'", bad[i], err);
     }
-    snprintf(args, sizeof args, "train --data %s/missing.txt --out %s/x", tmpdir, tmpdir);
+    snprintf(args, sizeof args, "train --data %s/missing.txt --out %s/x", t_tmpdir(), t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "missing.txt"), "missing data: '%s'", err);
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/nerve-test-train-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
     T_RUN(test_resume_after_sigint_is_bit_exact);
     T_RUN(test_corrupt_checkpoint_refused_and_kept);
     T_RUN(test_export_then_generate);
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_bad_training_args);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     return t_done();
 }

@@ -13,6 +13,7 @@ int cmd_info(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 
 /* Parse a whole string as a number within [lo, hi]; on failure print

@@ -15,6 +15,7 @@ static const struct {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)"},
+    {"bench", cmd_bench, "measure the engines, training, generation and serving against peers"},
     {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},
     {"info", cmd_info, "what this machine offers: CPU, features, engines"},
 };

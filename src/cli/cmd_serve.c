@@ -1,0 +1,249 @@
+/* nerve serve: an OpenAI-compatible HTTP server with continuous batching over a paged KV cache.
+ * Loads the model and tokenizer, starts the scheduler loop (serve/sched.h) and the HTTP front
+ * (serve/http.h), then waits for SIGINT/SIGTERM: on the first it stops accepting, ends queued
+ * requests (503), lets running ones finish for up to GRACE_S seconds, cancels the rest and exits
+ * 0; a second signal cancels at once. */
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "model/tokenizer.h"
+#include "serve/api.h"
+#include "serve/chat.h"
+#include "serve/http.h"
+#include "serve/sched.h"
+
+#define CMD "serve"
+#define GRACE_S 5.0
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
+            "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
+            "                   [--chat-template plain|chatml|llama2] [--max-batch N] [--prefill-chunk N]\n"
+            "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
+            "  -m MODEL             llama2.c checkpoint (v0 or v1)\n"
+            "  -z TOKENIZER         llama2.c tokenizer.bin (default: tokenizers/tokenizer.bin in the shared data)\n"
+            "  --port P             TCP port (default 8000; 0 = any free port, printed at start)\n"
+            "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
+            "  --alias NAME         model id in the API (default: the model's file name without extension)\n"
+            "  --engine E           scalar, avx2, avx512, amx-bf16, amx-int8 (default: the fastest that probes well)\n"
+            "  --threads N          threads for the engines (default: one per core)\n"
+            "  --api-key KEY        require 'Authorization: Bearer KEY' (default: $NERVE_API_KEY, else none)\n"
+            "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
+            "  --chat-template T    plain, chatml or llama2 (default: what the model declares; plain for llama2.c files)\n"
+            "  --max-batch N        sequences decoded together per step (default 16)\n"
+            "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 128)\n"
+            "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
+            "  --kv-memory SIZE     KV cache budget, e.g. 512M, 2G (default 512M; also --kv-budget)\n"
+            "  --kv-block N         positions per KV block (default 16)\n"
+            "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
+            "  --max-body SIZE      largest request body (default 1M)\n");
+}
+
+/* "512M", "2G", "64k", "1048576", "1.5G" (binary units; an optional trailing B or iB). */
+static int parse_size(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) goto bad;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0, end++; break;
+    case 'M': mul = 1024.0 * 1024, end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024, end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: break;
+    }
+    if (mul > 1 && (end[0] == 'i' || end[0] == 'I')) end++;
+    if (end[0] == 'B' || end[0] == 'b') end++;
+    if (*end || v * mul > 1e18) goto bad;
+    *out = (uint64_t)(v * mul);
+    return 1;
+bad:
+    cli_error(CMD, 2, "%s expects a size like 512M or 2G, got '%s'", flag, s);
+    return 0;
+}
+
+/* The model's id: its file name without directory and extension. */
+static void model_id_of(const char *path, char *id, size_t cap) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(id, cap, "%s", base);
+    char *dot = strrchr(id, '.');
+    if (dot && dot != id) *dot = '\0';
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
+    const char *api_key = NULL, *template_name = NULL;
+    int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 128, max_queue = 64, kv_block = 16;
+    float timeout = 600.0f;
+    uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--cors")) {
+            cors = 1;
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m")) model_path = v;
+        else if (!strcmp(a, "-z")) tok_path = v;
+        else if (!strcmp(a, "--port")) { if (!cli_int(CMD, a, v, 0, 65535, &port)) return 2; }
+        else if (!strcmp(a, "--host")) host = v;
+        else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--engine")) engine_name = v;
+        else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--chat-template")) template_name = v;
+        else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
+        else if (!strcmp(a, "--prefill-chunk")) { if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2; }
+        else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
+        else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
+        else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
+        else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }
+        else if (!strcmp(a, "--timeout")) { if (!cli_float(CMD, a, v, 0.001, 1e7, &timeout)) return 2; }
+        else return cli_error(CMD, 2, "unknown option '%s' (see nerve serve --help)", a);
+    }
+    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve serve --help)");
+    if (!api_key) api_key = getenv("NERVE_API_KEY");
+    if (api_key && !*api_key) api_key = NULL;
+    nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
+    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    int step_delay_ms = 0;
+    const char *delay = getenv("NERVE_TEST_STEP_DELAY_MS");
+    if (delay && *delay) step_delay_ms = atoi(delay);
+
+    /* Signals are taken by sigwait in this thread: block them before any thread starts. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char default_tok[4096];
+    if (!tok_path) {
+        nv_data_path("tokenizers/tokenizer.bin", default_tok, sizeof default_tok);
+        tok_path = default_tok;
+    }
+    if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    nv_engine_id engine = nv_engine_best();
+    if (engine_name) {
+        if (nv_engine_parse(engine_name, &engine) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+        if (!nv_engine_available(engine))
+            return cli_error(CMD, 1, "engine %s is off: %s", engine_name, nv_engine_why_off(engine));
+    }
+
+    nv_model model;
+    nv_tokenizer *tok = NULL;
+    nv_metrics metrics;
+    nv_sched sched;
+    nv_http *http = NULL;
+    int rc = 1, sched_ok = 0;
+    char model_id[256];
+    if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
+    else model_id_of(model_path, model_id, sizeof model_id);
+    nv_metrics_init(&metrics);
+    if (nv_model_load(model_path, &model) != NV_OK) {
+        nv_metrics_free(&metrics);
+        return cli_error(CMD, 1, "%s", nv_errmsg());
+    }
+    const nv_config *c = &model.config;
+    if (nv_tokenizer_load(tok_path, 0, &tok) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (nv_tokenizer_vocab_size(tok) != c->vocab_size) {
+        cli_error(CMD, 1, "%s has %d tokens but the model's vocabulary is %d: pass the model's tokenizer with -z",
+                  tok_path, nv_tokenizer_vocab_size(tok), c->vocab_size);
+        goto done;
+    }
+    if (nv_model_build_plans(&model, engine) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    nv_sched_opts so = {.max_batch = max_batch,
+                        .prefill_chunk = prefill_chunk,
+                        .max_queue = max_queue,
+                        .block_size = kv_block,
+                        .kv_bytes = kv_bytes,
+                        .step_delay_ms = step_delay_ms};
+    if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    sched_ok = 1;
+    if (nv_sched_start(&sched) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    nv_api_ctx ctx = {.model_id = model_id,
+                      .tok = tok,
+                      .tmpl = tmpl,
+                      .seq_len = c->seq_len,
+                      .vocab_size = c->vocab_size,
+                      .capacity = nv_sched_capacity(&sched)};
+    nv_http_opts ho = {.host = host,
+                       .port = port,
+                       .api_key = api_key,
+                       .cors = cors,
+                       .max_body = (size_t)max_body,
+                       .timeout_s = timeout,
+                       .engine = nv_engine_name(nv_plan_engine(model.cls_plan))};
+    if (nv_http_start(&http, &ho, &sched, &metrics, &ctx) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
+    char shown[300];
+    snprintf(shown, sizeof shown, fmt_host, host);
+    fprintf(stderr,
+            "nerve serve: listening on http://%s:%d (model %s, engine %s, chat template %s, KV %d blocks x %d tokens = "
+            "%.1f MiB, max batch %d, prefill chunk %d%s)\n",
+            shown, nv_http_port(http), model_id, ho.engine, nv_chat_template_name(tmpl), sched.pool.n_blocks,
+            sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
+            prefill_chunk, api_key ? ", API key required" : "");
+    fflush(stderr);
+
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0) {
+    }
+    fprintf(stderr, "nerve serve: %s: finishing running requests (up to %.0f s), then stopping\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", GRACE_S);
+    nv_http_quiesce(http);
+    nv_sched_drain(&sched);
+    double until = nv_now() + GRACE_S;
+    struct timespec tick = {0, 100 * 1000 * 1000};
+    while ((nv_sched_busy(&sched) || nv_http_active(http)) && nv_now() < until)
+        if (sigtimedwait(&sigs, NULL, &tick) > 0) break; /* a second signal: cancel now */
+    nv_sched_stop(&sched);
+    /* let the connection threads send what the scheduler's last words were (bounded) */
+    for (double t = nv_now() + 1.0; nv_http_active(http) && nv_now() < t;) {
+        struct timespec ms10 = {0, 10 * 1000 * 1000};
+        nanosleep(&ms10, NULL);
+    }
+    rc = 0;
+done:
+    if (sched_ok) nv_sched_stop(&sched);
+    if (http) nv_http_stop(http);
+    if (sched_ok) nv_sched_free(&sched);
+    if (tok) nv_tokenizer_free(tok);
+    nv_model_free(&model);
+    nv_metrics_free(&metrics);
+    if (rc == 0) fprintf(stderr, "nerve serve: stopped\n");
+    return rc;
+}

@@ -1,0 +1,285 @@
+#include "model/batch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pool.h"
+#include "model/forward.h"
+
+/* Tasks an attention pass is split into (each owns a scratch row of scores). */
+#define ATT_TASKS 32
+
+size_t nv_kv_block_floats(const nv_config *c, int block_size) {
+    return (size_t)c->n_layers * 2 * (size_t)block_size * (size_t)nv_config_kv_dim(c);
+}
+
+nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks) {
+    memset(kv, 0, sizeof *kv);
+    if (block_size < 1 || n_blocks < 1)
+        return nv_fail(NV_EINVAL, "kv pages: bad sizes (%d blocks of %d positions)", n_blocks, block_size);
+    size_t per = nv_kv_block_floats(c, block_size);
+    if ((size_t)n_blocks > SIZE_MAX / sizeof(float) / per) return nv_fail(NV_ENOMEM, "kv pages: size overflows");
+    kv->data = calloc((size_t)n_blocks * per, sizeof(float));
+    if (!kv->data)
+        return nv_fail(NV_ENOMEM, "cannot allocate %zu MB of KV pages", ((size_t)n_blocks * per * sizeof(float)) >> 20);
+    kv->block_size = block_size;
+    kv->n_blocks = n_blocks;
+    kv->n_layers = c->n_layers;
+    kv->kv_dim = nv_config_kv_dim(c);
+    return NV_OK;
+}
+
+void nv_kv_pages_free(nv_kv_pages *kv) {
+    free(kv->data);
+    memset(kv, 0, sizeof *kv);
+}
+
+nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs) {
+    memset(s, 0, sizeof *s);
+    if (max_rows < 1 || max_seqs < 1 || max_seqs > max_rows)
+        return nv_fail(NV_EINVAL, "batch state: bad sizes (%d rows, %d sequences)", max_rows, max_seqs);
+    size_t T = (size_t)max_rows, q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c);
+    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, wide = q > d ? q : d;
+    s->max_rows = max_rows;
+    s->max_seqs = max_seqs;
+    s->x = calloc(T * d, sizeof(float));
+    s->xb = calloc(T * wide, sizeof(float));
+    s->xb2 = calloc(T * d, sizeof(float));
+    s->hb = calloc(T * h, sizeof(float));
+    s->hb2 = calloc(T * h, sizeof(float));
+    s->q = calloc(T * q, sizeof(float));
+    s->k = calloc(T * kv, sizeof(float));
+    s->v = calloc(T * kv, sizeof(float));
+    s->att = calloc((size_t)ATT_TASKS * (size_t)c->seq_len, sizeof(float));
+    s->rope = malloc((size_t)c->seq_len * (size_t)c->head_dim * sizeof(float));
+    s->row_seq = calloc(T, sizeof(int));
+    s->row_pos = calloc(T, sizeof(int));
+    s->logit_row = calloc((size_t)max_seqs, sizeof(int));
+    s->logits = calloc((size_t)max_seqs * (size_t)c->vocab_size, sizeof(float));
+    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->att || !s->row_seq ||
+        !s->row_pos || !s->logit_row || !s->logits || !s->rope) {
+        nv_batch_state_free(s);
+        return nv_fail(NV_ENOMEM, "cannot allocate the batch state (%d rows)", max_rows);
+    }
+    /* cos/sin of every (position, pair), by the very float expressions of nv_rope */
+    int hd = c->head_dim;
+    for (int i = 0; i < hd; i += 2) {
+        float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
+        for (int pos = 0; pos < c->seq_len; pos++) {
+            float val = (float)pos * freq;
+            s->rope[(size_t)pos * hd + i] = cosf(val);
+            s->rope[(size_t)pos * hd + i + 1] = sinf(val);
+        }
+    }
+    s->rope_theta = c->rope_theta;
+    s->head_dim = hd;
+    s->seq_len = c->seq_len;
+    return NV_OK;
+}
+
+void nv_batch_state_free(nv_batch_state *s) {
+    void *all[] = {s->x,  s->xb,  s->xb2,     s->hb,      s->hb2,       s->q,      s->k,
+                   s->v,  s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    memset(s, 0, sizeof *s);
+}
+
+/* nv_rope's rotation with the angles from the table (the same cosf/sinf values). */
+static void rope_row(float *vec, int n_heads, int hd, const float *cs) {
+    for (int h = 0; h < n_heads; h++) {
+        float *v = vec + (size_t)h * hd;
+        for (int i = 0; i < hd; i += 2) {
+            float fcr = cs[i], fci = cs[i + 1];
+            float v0 = v[i], v1 = v[i + 1];
+            v[i] = v0 * fcr - v1 * fci;
+            v[i + 1] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+typedef struct {
+    const nv_model *m;
+    nv_batch_state *s;
+    const nv_kv_pages *kv;
+    const nv_batch_seq *seqs;
+    int l, n;
+} layer_job;
+
+/* Rows task, task + n_tasks, ...: QK-norm, RoPE, and the row's keys and values into its block. */
+static void rows_task(void *ctx, int task, int n_tasks) {
+    const layer_job *j = ctx;
+    const nv_config *c = &j->m->config;
+    const nv_weights *w = &j->m->w;
+    nv_batch_state *s = j->s;
+    int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = j->kv->block_size, l = j->l;
+    for (int t = task; t < j->n; t += n_tasks) {
+        float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim;
+        int p = s->row_pos[t];
+        if (c->qk_norm) {
+            for (int hh = 0; hh < c->n_heads; hh++)
+                nv_rmsnorm(q + hh * hd, q + hh * hd, w->q_norm + (size_t)l * hd, hd, c->norm_eps);
+            for (int hh = 0; hh < c->n_kv_heads; hh++)
+                nv_rmsnorm(k + hh * hd, k + hh * hd, w->k_norm + (size_t)l * hd, hd, c->norm_eps);
+        }
+        rope_row(q, c->n_heads, hd, s->rope + (size_t)p * hd);
+        rope_row(k, c->n_kv_heads, hd, s->rope + (size_t)p * hd);
+        int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
+        float *kt = nv_kv_keys(j->kv, blk, l) + off; /* keys are stored transposed: [kv_dim][B] */
+        for (int i = 0; i < kv_dim; i++) kt[(size_t)i * B] = k[i];
+        memcpy(nv_kv_values(j->kv, blk, l) + (size_t)off * kv_dim, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+    }
+}
+
+/* Causal attention of (row, head) units task, task + n_tasks, ... over each row's own pages: the
+ * sums of forward.c's attention() in the same order for every element. Scores: lanes are 8
+ * positions of a block (keys are stored transposed), each lane summing q[i] k[i] over i in order.
+ * Outputs: lanes are 8 dimensions of the head, each summing att[u] v[u][i] over u in order, kept
+ * in registers across all positions. Lane-wise vector arithmetic rounds exactly as scalar code. */
+static void attention_task(void *ctx, int task, int n_tasks) {
+    const layer_job *j = ctx;
+    const nv_config *c = &j->m->config;
+    nv_batch_state *s = j->s;
+    const nv_kv_pages *kv = j->kv;
+    int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = kv->block_size, l = j->l;
+    int kv_mul = c->n_heads / c->n_kv_heads, units = j->n * c->n_heads;
+    float scale = sqrtf((float)hd);
+    float *att = s->att + (size_t)task * s->seq_len;
+    for (int unit = task; unit < units; unit += n_tasks) {
+        int r = unit / c->n_heads, h = unit % c->n_heads, p = s->row_pos[r];
+        const int *blocks = j->seqs[s->row_seq[r]].blocks;
+        const float *q = s->q + (size_t)r * q_dim + (size_t)h * hd;
+        size_t koff = (size_t)(h / kv_mul) * hd;
+        for (int u0 = 0; u0 <= p; u0 += B) {
+            const float *kt = nv_kv_keys(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
+            int cnt = p - u0 + 1 < B ? p - u0 + 1 : B, z0 = 0;
+            for (; z0 + 8 <= B && z0 < cnt; z0 += 8) {
+                float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                for (int i = 0; i < hd; i++) {
+                    const float qi = q[i], *kr = kt + (size_t)i * B + z0;
+                    for (int z = 0; z < 8; z++) a[z] += qi * kr[z];
+                }
+                int m = cnt - z0 < 8 ? cnt - z0 : 8;
+                for (int z = 0; z < m; z++) att[u0 + z0 + z] = a[z] / scale;
+            }
+            for (int z = z0; z < cnt; z++) { /* a block size that is not a multiple of 8 */
+                float score = 0.0f;
+                for (int i = 0; i < hd; i++) score += q[i] * kt[(size_t)i * B + z];
+                att[u0 + z] = score / scale;
+            }
+        }
+        nv_softmax(att, p + 1);
+        float *xb = s->xb + (size_t)r * q_dim + (size_t)h * hd;
+        int i0 = 0;
+        for (; i0 + 8 <= hd; i0 += 8) {
+            float o[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int u0 = 0; u0 <= p; u0 += B) {
+                const float *vb = nv_kv_values(kv, blocks[u0 / B], l) + koff + i0;
+                int cnt = p - u0 + 1 < B ? p - u0 + 1 : B;
+                for (int z = 0; z < cnt; z++) {
+                    const float a = att[u0 + z], *v = vb + (size_t)z * kv_dim;
+                    for (int e = 0; e < 8; e++) o[e] += a * v[e];
+                }
+            }
+            memcpy(xb + i0, o, sizeof o);
+        }
+        for (; i0 < hd; i0++) { /* a head size that is not a multiple of 8 */
+            float o = 0.0f;
+            for (int u = 0; u <= p; u++) o += att[u] * nv_kv_values(kv, blocks[u / B], l)[(size_t)(u % B) * kv_dim + koff + i0];
+            xb[i0] = o;
+        }
+    }
+}
+
+static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
+                          int l, int n) {
+    const nv_config *c = &m->config;
+    const nv_weights *w = &m->w;
+    const nv_layer_plans *lp = &m->plans[l];
+    int d = c->dim, h = c->hidden_dim;
+
+    for (int t = 0; t < n; t++)
+        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
+    nv_plan_run(lp->wq, s->xb, n, s->q);
+    nv_plan_run(lp->wk, s->xb, n, s->k);
+    nv_plan_run(lp->wv, s->xb, n, s->v);
+    layer_job job = {m, s, kv, seqs, l, n};
+    nv_pool_run(rows_task, &job, n < ATT_TASKS ? n : ATT_TASKS);
+    /* every row's K/V of this step is in place before any row attends (causality by position) */
+    int units = n * c->n_heads;
+    nv_pool_run(attention_task, &job, units < ATT_TASKS ? units : ATT_TASKS);
+    nv_plan_run(lp->wo, s->xb, n, s->xb2);
+    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb2[i];
+
+    for (int t = 0; t < n; t++)
+        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
+    nv_plan_run(lp->w1, s->xb, n, s->hb);
+    nv_plan_run(lp->w3, s->xb, n, s->hb2);
+    for (size_t i = 0; i < (size_t)n * h; i++) {
+        float val = s->hb[i];
+        val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
+        val *= s->hb2[i];
+        s->hb[i] = val;
+    }
+    nv_plan_run(lp->w2, s->hb, n, s->xb);
+    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb[i];
+}
+
+static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
+                          int n_seqs, int *rows) {
+    const nv_config *c = &m->config;
+    if (!m->plans) return nv_fail(NV_EINVAL, "batch: plans not built");
+    if (n_seqs < 1 || n_seqs > s->max_seqs)
+        return nv_fail(NV_EINVAL, "batch: %d sequences do not fit a state of %d", n_seqs, s->max_seqs);
+    if (kv->n_layers != c->n_layers || kv->kv_dim != nv_config_kv_dim(c))
+        return nv_fail(NV_EINVAL, "batch: KV pages were made for another model shape");
+    if (s->head_dim != c->head_dim || s->seq_len != c->seq_len || s->rope_theta != c->rope_theta)
+        return nv_fail(NV_EINVAL, "batch: the state was made for another model shape");
+    long total = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const nv_batch_seq *q = &seqs[i];
+        if (q->n < 1 || !q->tokens || !q->blocks) return nv_fail(NV_EINVAL, "batch: sequence %d is empty", i);
+        if (q->pos < 0 || (long)q->pos + q->n > c->seq_len)
+            return nv_fail(NV_ERANGE, "batch: positions %d..%ld exceed the context of %d", q->pos,
+                           (long)q->pos + q->n - 1, c->seq_len);
+        for (int t = 0; t < q->n; t++)
+            if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
+                return nv_fail(NV_ERANGE, "batch: token id %d outside the vocabulary of %d", q->tokens[t],
+                               c->vocab_size);
+        int last_block = (q->pos + q->n - 1) / kv->block_size;
+        for (int b = 0; b <= last_block; b++)
+            if (q->blocks[b] < 0 || q->blocks[b] >= kv->n_blocks)
+                return nv_fail(NV_ERANGE, "batch: block id %d outside the pool of %d", q->blocks[b], kv->n_blocks);
+        total += q->n;
+    }
+    if (total > s->max_rows) return nv_fail(NV_EINVAL, "batch: %ld rows do not fit a state of %d", total, s->max_rows);
+    *rows = (int)total;
+    return NV_OK;
+}
+
+nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
+                        int n_seqs) {
+    const nv_config *c = &m->config;
+    int n = 0, d = c->dim;
+    NV_TRY(batch_check(m, s, kv, seqs, n_seqs, &n));
+    int r = 0;
+    for (int i = 0; i < n_seqs; i++)
+        for (int t = 0; t < seqs[i].n; t++, r++) {
+            s->row_seq[r] = i;
+            s->row_pos[r] = seqs[i].pos + t;
+            memcpy(s->x + (size_t)r * d, m->w.tok_emb + (size_t)seqs[i].tokens[t] * d, (size_t)d * sizeof(float));
+        }
+    for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, seqs, l, n);
+    /* classifier over the last row of each sequence that wants logits, stacked */
+    int rows = 0;
+    r = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        r += seqs[i].n;
+        s->logit_row[i] = -1;
+        if (!seqs[i].logits) continue;
+        nv_rmsnorm(s->xb + (size_t)rows * d, s->x + (size_t)(r - 1) * d, m->w.rms_final, d, c->norm_eps);
+        s->logit_row[i] = rows++;
+    }
+    if (rows) nv_plan_run(m->cls_plan, s->xb, rows, s->logits);
+    return NV_OK;
+}

@@ -1,0 +1,92 @@
+/* The fp32 forward pass over a batch of sequences whose KV lives in fixed-size pages.
+ *
+ * A step is a list of sequences, each contributing rows: one decode token, or a chunk of its
+ * prompt. The rows of all sequences are stacked, so every matrix product of the model runs once
+ * per step through its plan with m = total rows; only attention is per sequence, over that
+ * sequence's own pages through its block table.
+ *
+ * Contract:
+ * - Paged KV storage (nv_kv_pages): n_blocks blocks of block_size positions. A block is one
+ *   contiguous unit holding, for every layer, the keys then the values of its positions; the
+ *   keys of a (block, layer) are stored transposed, [kv_dim][block_size] (element (t, i) at
+ *   keys + i*block_size + t), so scores of consecutive positions vectorise; the values are
+ *   [block_size][kv_dim]. Keys of block b, layer l start at
+ *   data + ((b*L + l)*2 + 0)*block_size*kv_dim, values at the same place with +1 instead of +0.
+ *   Keeping a block's layers together lets a block be copied, hashed or written to disk as one
+ *   range (the prefix cache builds on this).
+ * - Sequence i (nv_batch_seq) runs tokens[0..n) at positions pos..pos+n-1; its block table
+ *   `blocks` maps position p to block blocks[p / block_size] and must cover 0..pos+n-1. The
+ *   keys and values of positions < pos must already be in its blocks (written by earlier
+ *   steps); this step writes those of pos..pos+n-1. Distinct sequences in one step must not
+ *   write the same block (blocks shared read-only by several sequences are fine).
+ * - With logits set, the logits of the sequence's last row are computed; nv_batch_logits()
+ *   returns them until the next step.
+ * - Arithmetic: every row goes through exactly the operations of nv_forward (forward.c) in the
+ *   same order — the same RMSNorm, RoPE, left-to-right attention sums over positions 0..p and
+ *   softmax — and plans compute each row of a product independently, so a sequence's logits do
+ *   not depend on what else is in the batch, on how its prompt was chunked, or on which blocks
+ *   hold it: with the scalar engine they are bit-identical to nv_forward's.
+ * - RoPE angles come from a table filled at nv_batch_state_init with nv_rope's own float
+ *   expressions (so the same cosf/sinf values); the per-row work and attention run on the thread
+ *   pool (base/pool.h), split by rows and by (row, head), which changes no summation order.
+ * - A state is used by one thread at a time. */
+#ifndef NV_BATCH_H
+#define NV_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct {
+    int block_size; /* positions per block */
+    int n_blocks;
+    int n_layers, kv_dim;
+    float *data; /* [n_blocks][L][2][block_size][kv_dim] */
+} nv_kv_pages;
+
+/* Floats in one block: n_layers * 2 * block_size * kv_dim. */
+size_t nv_kv_block_floats(const nv_config *c, int block_size);
+nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks);
+void nv_kv_pages_free(nv_kv_pages *kv);
+static inline float *nv_kv_keys(const nv_kv_pages *kv, int block, int layer) {
+    return kv->data + (((size_t)block * kv->n_layers + (size_t)layer) * 2) * (size_t)kv->block_size * kv->kv_dim;
+}
+static inline float *nv_kv_values(const nv_kv_pages *kv, int block, int layer) {
+    return nv_kv_keys(kv, block, layer) + (size_t)kv->block_size * kv->kv_dim;
+}
+
+typedef struct {
+    const int *tokens; /* n ids */
+    int n;             /* rows: 1 to decode, or a prompt chunk */
+    int pos;           /* position of tokens[0] */
+    const int *blocks; /* block table covering positions 0..pos+n-1 */
+    int logits;        /* 1: compute the logits of the last row */
+} nv_batch_seq;
+
+typedef struct {
+    int max_rows, max_seqs;
+    float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att;
+    int *row_seq, *row_pos; /* [max_rows] */
+    int *logit_row;         /* [max_seqs]: row of s->logits for sequence i, -1 when none */
+    float *logits;          /* [max_seqs][vocab] */
+    float *rope;            /* [seq_len][head_dim]: cos, sin of each position and pair */
+    float rope_theta;
+    int head_dim, seq_len;
+} nv_batch_state;
+
+/* Scratch for steps of at most max_rows stacked rows from at most max_seqs sequences. */
+nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs);
+void nv_batch_state_free(nv_batch_state *s);
+
+/* Runs one step. Checks the shapes (rows, positions against the context, token ids, block ids
+ * against the pages) before touching anything: NV_EINVAL / NV_ERANGE on a bad batch. */
+nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
+                        int n_seqs);
+
+/* The logits of sequence i of the last step (NULL when it did not ask for them). */
+static inline float *nv_batch_logits(const nv_batch_state *s, const nv_config *c, int i) {
+    return s->logit_row[i] < 0 ? NULL : s->logits + (size_t)s->logit_row[i] * c->vocab_size;
+}
+
+#endif

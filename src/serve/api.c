@@ -1,0 +1,604 @@
+#include "serve/api.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/rng.h"
+#include "base/timer.h"
+
+#define E400 400, "invalid_request_error"
+
+void nv_api_error_set(nv_api_error *e, int status, const char *type, const char *code, const char *param,
+                      const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+char *nv_api_error_json(const nv_api_error *e) {
+    cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
+    nv_buf msg = {0};
+    nv_utf8_sanitize(&msg, e->message, strlen(e->message)); /* messages may quote the client's bytes */
+    cJSON_AddStringToObject(o, "message", msg.data ? msg.data : "");
+    cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
+    else cJSON_AddNullToObject(o, "param");
+    if (e->code) cJSON_AddStringToObject(o, "code", e->code);
+    else cJSON_AddNullToObject(o, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    nv_buf_free(&msg);
+    return s;
+}
+
+/* ---- field readers: absent and null read as "not given" ---------------------------------- */
+
+static const cJSON *field(const cJSON *root, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int get_number(const cJSON *root, const char *key, double lo, double hi, double *out, int *given,
+                      nv_api_error *err) {
+    const cJSON *v = field(root, key);
+    *given = v != NULL;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+        nv_api_error_set(err, E400, NULL, key, "'%s' must be a number", key);
+        return err->status;
+    }
+    if (v->valuedouble < lo || v->valuedouble > hi) {
+        nv_api_error_set(err, E400, NULL, key, "'%s' must be between %g and %g (got %g)", key, lo, hi, v->valuedouble);
+        return err->status;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_int(const cJSON *root, const char *key, double lo, double hi, long long *out, int *given,
+                   nv_api_error *err) {
+    const cJSON *v = field(root, key);
+    *given = v != NULL;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble)) {
+        nv_api_error_set(err, E400, NULL, key, "'%s' must be an integer", key);
+        return err->status;
+    }
+    if (v->valuedouble < lo || v->valuedouble > hi) {
+        nv_api_error_set(err, E400, NULL, key, "'%s' must be between %.0f and %.0f (got %.0f)", key, lo, hi,
+                         v->valuedouble);
+        return err->status;
+    }
+    *out = (long long)v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *err) {
+    const cJSON *v = field(root, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) {
+        nv_api_error_set(err, E400, NULL, key, "'%s' must be a boolean", key);
+        return err->status;
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* A field this server does not implement: fine when absent, null or at its neutral value. */
+static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
+    const cJSON *v = field(root, key);
+    if (!v) return 0;
+    int neutral = 0;
+    if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < -2 || v->valuedouble > 2) {
+            nv_api_error_set(err, E400, NULL, key, "'%s' must be a number between -2 and 2", key);
+            return err->status;
+        }
+        neutral = v->valuedouble == 0;
+    } else if (!strcmp(key, "logprobs")) {
+        neutral = cJSON_IsFalse(v) || (cJSON_IsNumber(v) && v->valuedouble == 0);
+    } else if (!strcmp(key, "top_logprobs")) {
+        neutral = cJSON_IsNumber(v) && v->valuedouble == 0;
+    } else if (!strcmp(key, "best_of")) {
+        neutral = cJSON_IsNumber(v) && v->valuedouble == 1;
+    } else if (!strcmp(key, "suffix")) {
+        neutral = cJSON_IsString(v) && !v->valuestring[0];
+    } else if (!strcmp(key, "logit_bias")) {
+        neutral = cJSON_IsObject(v) && !v->child;
+    } else if (!strcmp(key, "tools") || !strcmp(key, "functions")) {
+        neutral = cJSON_IsArray(v) && !v->child;
+    } else if (!strcmp(key, "response_format")) {
+        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+        neutral = t && cJSON_IsString(t) && !strcmp(t->valuestring, "text");
+    }
+    if (!neutral) {
+        nv_api_error_set(err, E400, "unsupported_parameter", key, "'%s' is not supported by this server", key);
+        return err->status;
+    }
+    return 0;
+}
+
+/* ---- prompts --------------------------------------------------------------------------------- */
+
+static int prompt_from_ids(const nv_api_ctx *ctx, const cJSON *arr, nv_api_request *out, nv_api_error *err) {
+    int n = cJSON_GetArraySize(arr);
+    if (n < 1) {
+        nv_api_error_set(err, E400, NULL, "prompt", "'prompt' must not be an empty list of token ids");
+        return err->status;
+    }
+    if (n > ctx->seq_len) {
+        nv_api_error_set(err, E400, "context_length_exceeded", "prompt",
+                         "This model's maximum context length is %d tokens, but the prompt has %d", ctx->seq_len, n);
+        return err->status;
+    }
+    out->prompt_ids = malloc((size_t)n * sizeof(int));
+    if (!out->prompt_ids) {
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return err->status;
+    }
+    int i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble >= ctx->vocab_size) {
+            nv_api_error_set(err, E400, NULL, "prompt", "token id at 'prompt[%d]' must be an integer in [0, %d)", i,
+                             ctx->vocab_size);
+            return err->status;
+        }
+        out->prompt_ids[i] = (int)e->valuedouble;
+    }
+    out->req.n_prompt = n;
+    if (out->echo) {
+        nv_buf b = {0};
+        for (int j = 0; j < n; j++) {
+            int id = out->prompt_ids[j];
+            if (id == NV_TOKEN_BOS) continue;
+            const char *p = nv_tokenizer_decode(ctx->tok, j ? out->prompt_ids[j - 1] : NV_TOKEN_BOS, id);
+            if (p) nv_buf_puts(&b, p);
+        }
+        nv_buf s = {0};
+        nv_utf8_sanitize(&s, b.data ? b.data : "", b.len);
+        nv_buf_free(&b);
+        out->echo_text = nv_buf_take(&s);
+    }
+    return 0;
+}
+
+static int prompt_from_text(const nv_api_ctx *ctx, const char *text, const char *param, nv_api_request *out,
+                            nv_api_error *err) {
+    if (nv_tokenizer_encode(ctx->tok, text, 1, 0, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
+        nv_api_error_set(err, 500, "server_error", NULL, param, "cannot tokenize the prompt: %s", nv_errmsg());
+        return err->status;
+    }
+    if (out->echo) {
+        nv_buf s = {0};
+        nv_utf8_sanitize(&s, text, strlen(text));
+        out->echo_text = nv_buf_take(&s);
+    }
+    return 0;
+}
+
+static int parse_prompt(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) {
+        nv_api_error_set(err, E400, "missing_required_parameter", "prompt", "'prompt' is required");
+        return err->status;
+    }
+    if (cJSON_IsString(p)) return prompt_from_text(ctx, p->valuestring, "prompt", out, err);
+    if (cJSON_IsArray(p)) {
+        const cJSON *first = p->child;
+        if (first && cJSON_IsNumber(first)) return prompt_from_ids(ctx, p, out, err);
+        if (cJSON_GetArraySize(p) == 1 && cJSON_IsString(first))
+            return prompt_from_text(ctx, first->valuestring, "prompt", out, err);
+        if (cJSON_GetArraySize(p) == 1 && cJSON_IsArray(first)) return prompt_from_ids(ctx, first, out, err);
+        if (cJSON_GetArraySize(p) > 1 && (cJSON_IsString(first) || cJSON_IsArray(first))) {
+            nv_api_error_set(err, E400, NULL, "prompt",
+                             "only one prompt per request is supported (send one request per prompt)");
+            return err->status;
+        }
+    }
+    nv_api_error_set(err, E400, NULL, "prompt", "'prompt' must be a string, a list of one string, or a list of token ids");
+    return err->status;
+}
+
+/* The text of a message's content: a string, or a list of {"type":"text","text":...} parts. */
+static int message_text(const cJSON *content, int i, nv_buf *text, nv_api_error *err) {
+    if (cJSON_IsString(content)) {
+        nv_buf_puts(text, content->valuestring);
+        return 0;
+    }
+    if (cJSON_IsArray(content)) {
+        for (const cJSON *part = content->child; part; part = part->next) {
+            const cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+            const cJSON *t = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
+            if (!type || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !t || !cJSON_IsString(t)) {
+                nv_api_error_set(err, E400, NULL, "messages",
+                                 "'messages[%d].content' parts must be {\"type\": \"text\", \"text\": string} "
+                                 "(this model reads text only)",
+                                 i);
+                return err->status;
+            }
+            nv_buf_puts(text, t->valuestring);
+        }
+        return 0;
+    }
+    nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].content' must be a string or a list of text parts", i);
+    return err->status;
+}
+
+static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *msgs = field(root, "messages");
+    if (!msgs) {
+        nv_api_error_set(err, E400, "missing_required_parameter", "messages", "'messages' is required");
+        return err->status;
+    }
+    if (!cJSON_IsArray(msgs)) {
+        nv_api_error_set(err, E400, NULL, "messages", "'messages' must be a list of messages");
+        return err->status;
+    }
+    int n = cJSON_GetArraySize(msgs);
+    if (n < 1) {
+        nv_api_error_set(err, E400, NULL, "messages", "'messages' must contain at least one message");
+        return err->status;
+    }
+    nv_chat_msg *m = calloc((size_t)n, sizeof *m);
+    nv_buf *texts = calloc((size_t)n, sizeof *texts);
+    int rc = 0, i = 0;
+    if (!m || !texts) {
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        rc = err->status;
+    }
+    for (const cJSON *msg = msgs->child; msg && !rc; msg = msg->next, i++) {
+        const cJSON *role = cJSON_IsObject(msg) ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
+        if (!cJSON_IsObject(msg)) {
+            nv_api_error_set(err, E400, NULL, "messages", "'messages[%d]' must be an object", i);
+            rc = err->status;
+        } else if (!role || !cJSON_IsString(role)) {
+            nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].role' is required and must be a string", i);
+            rc = err->status;
+        } else if (!nv_chat_role_known(role->valuestring)) {
+            nv_api_error_set(err, E400, NULL, "messages",
+                             "'messages[%d].role' must be one of system, developer, user, assistant (got '%.64s')", i,
+                             role->valuestring);
+            rc = err->status;
+        } else {
+            const cJSON *content = field(msg, "content");
+            if (!content) {
+                if (strcmp(role->valuestring, "assistant") != 0) {
+                    nv_api_error_set(err, E400, "missing_required_parameter", "messages",
+                                     "'messages[%d].content' is required", i);
+                    rc = err->status;
+                }
+            } else {
+                rc = message_text(content, i, &texts[i], err);
+            }
+            m[i].role = role->valuestring;
+        }
+    }
+    for (int j = 0; j < n && !rc; j++) {
+        if (texts[j].oom) {
+            nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            rc = err->status;
+        }
+        m[j].content = texts[j].data ? texts[j].data : "";
+    }
+    if (!rc && nv_chat_render(ctx->tmpl, ctx->tok, m, n, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
+        nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
+        rc = err->status;
+    }
+    if (texts)
+        for (int j = 0; j < n; j++) nv_buf_free(&texts[j]);
+    free(texts);
+    free(m);
+    return rc;
+}
+
+static int parse_stop(const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *s = field(root, "stop");
+    if (!s) return 0;
+    const cJSON *one = s, *list = NULL;
+    if (cJSON_IsArray(s)) {
+        list = s;
+        one = NULL;
+        if (cJSON_GetArraySize(s) > 4) {
+            nv_api_error_set(err, E400, NULL, "stop", "'stop' may list at most 4 strings");
+            return err->status;
+        }
+    }
+    int k = 0;
+    for (const cJSON *e = list ? list->child : one; e; e = list ? e->next : NULL) {
+        if (!cJSON_IsString(e)) {
+            nv_api_error_set(err, E400, NULL, "stop", "'stop' must be a string or a list of strings");
+            return err->status;
+        }
+        if (strlen(e->valuestring) > 256) {
+            nv_api_error_set(err, E400, NULL, "stop", "stop strings may be at most 256 bytes long");
+            return err->status;
+        }
+        if (!e->valuestring[0]) continue;
+        if (!(out->stop_copy[k] = strdup(e->valuestring))) {
+            nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return err->status;
+        }
+        out->req.stop[k] = out->stop_copy[k];
+        k++;
+    }
+    out->req.n_stop = k;
+    return 0;
+}
+
+static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    int rc, given;
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model)) {
+        nv_api_error_set(err, E400, NULL, "model", "'model' must be a string");
+        return err->status;
+    }
+    if (model && strcmp(model->valuestring, ctx->model_id) != 0) {
+        nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model",
+                         "The model '%.200s' does not exist (this server has '%.200s')", model->valuestring,
+                         ctx->model_id);
+        return err->status;
+    }
+    if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) {
+            nv_api_error_set(err, E400, NULL, "stream_options", "'stream_options' must be an object");
+            return err->status;
+        }
+        if (!out->stream) {
+            nv_api_error_set(err, E400, NULL, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+            return err->status;
+        }
+        if ((rc = get_bool(so, "include_usage", &out->include_usage, err))) {
+            snprintf(err->param, sizeof err->param, "stream_options.include_usage");
+            return rc;
+        }
+    }
+    long long n = 1;
+    if ((rc = get_int(root, "n", 1, 128, &n, &given, err))) return rc;
+    if (n != 1) {
+        nv_api_error_set(err, E400, "unsupported_value", "n", "'n' must be 1: this server returns one choice per request");
+        return err->status;
+    }
+    double t = 1.0, p = 1.0;
+    if ((rc = get_number(root, "temperature", 0, 2, &t, &given, err))) return rc;
+    if ((rc = get_number(root, "top_p", 0, 1, &p, &given, err))) return rc;
+    if (given && p <= 0) {
+        nv_api_error_set(err, E400, NULL, "top_p", "'top_p' must be greater than 0 and at most 1");
+        return err->status;
+    }
+    out->req.temperature = (float)t;
+    out->req.top_p = (float)p;
+    long long seed = 0;
+    if ((rc = get_int(root, "seed", -9.2e18, 9.2e18, &seed, &given, err))) return rc;
+    if (given) {
+        out->req.seed = (uint64_t)seed;
+    } else {
+        static _Atomic uint64_t counter;
+        nv_rng r;
+        nv_rng_seed(&r, (uint64_t)time(NULL) ^ ((uint64_t)(nv_now() * 1e9) << 7) ^ atomic_fetch_add(&counter, 1) * 0x9E37ull);
+        out->req.seed = r.state;
+    }
+    const char *bad[] = {"presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "best_of", "suffix",
+                         "logit_bias", "tools", "functions", "response_format"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if ((rc = unsupported(root, bad[i], err))) return rc;
+    const cJSON *user = field(root, "user");
+    if (user && !cJSON_IsString(user)) {
+        nv_api_error_set(err, E400, NULL, "user", "'user' must be a string");
+        return err->status;
+    }
+    if (!chat && (rc = get_bool(root, "echo", &out->echo, err))) return rc;
+    if ((rc = parse_stop(root, out, err))) return rc;
+    if (chat) {
+        const char *ts = nv_chat_template_stop(ctx->tmpl);
+        if (ts && out->req.n_stop < NV_MAX_STOP) {
+            if (!(out->stop_copy[out->req.n_stop] = strdup(ts))) {
+                nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                return err->status;
+            }
+            out->req.stop[out->req.n_stop] = out->stop_copy[out->req.n_stop];
+            out->req.n_stop++;
+        }
+    }
+
+    long long max_tokens = 0, mct = 0;
+    int mt_given = 0, mct_given = 0;
+    if ((rc = get_int(root, "max_tokens", 1, 1e9, &max_tokens, &mt_given, err))) return rc;
+    if (chat && (rc = get_int(root, "max_completion_tokens", 1, 1e9, &mct, &mct_given, err))) return rc;
+    const char *mt_param = "max_tokens";
+    if (mct_given) {
+        max_tokens = mct;
+        mt_given = 1;
+        mt_param = "max_completion_tokens";
+    }
+
+    if ((rc = chat ? parse_messages(ctx, root, out, err) : parse_prompt(ctx, root, out, err))) return rc;
+    const char *pp = chat ? "messages" : "prompt";
+    long np = out->req.n_prompt;
+    if (np >= ctx->seq_len) {
+        nv_api_error_set(err, E400, "context_length_exceeded", pp,
+                         "This model's maximum context length is %d tokens, but the prompt has %ld tokens", ctx->seq_len,
+                         np);
+        return err->status;
+    }
+    if (np > ctx->capacity) {
+        nv_api_error_set(err, E400, "context_length_exceeded", pp,
+                         "The prompt has %ld tokens but the server's KV cache holds at most %ld per request "
+                         "(raise --kv-memory)",
+                         np, ctx->capacity);
+        return err->status;
+    }
+    long room = ctx->seq_len - np, pool_room = ctx->capacity - np + 1;
+    if (mt_given) {
+        if (np + max_tokens > ctx->seq_len) {
+            nv_api_error_set(err, E400, "context_length_exceeded", mt_param,
+                             "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+                             "(%ld in the prompt, %lld for the completion)",
+                             ctx->seq_len, np + max_tokens, np, max_tokens);
+            return err->status;
+        }
+        if (max_tokens > pool_room) {
+            nv_api_error_set(err, E400, "context_length_exceeded", mt_param,
+                             "%ld prompt tokens + %lld completion tokens do not fit the server's KV cache, which holds "
+                             "at most %ld positions per request (raise --kv-memory)",
+                             np, max_tokens, ctx->capacity);
+            return err->status;
+        }
+    } else {
+        max_tokens = chat ? room : 16;
+        if (max_tokens > room) max_tokens = room;
+        if (max_tokens > pool_room) max_tokens = pool_room;
+    }
+    out->req.max_tokens = (int)max_tokens;
+    out->req.prompt = out->prompt_ids;
+    out->req.vocab_size = ctx->vocab_size;
+    return 0;
+}
+
+int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    out->chat = chat;
+    const char *end = NULL;
+    cJSON *root = body && len ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
+    if (root && end) /* nothing but white space may follow the value */
+        for (const char *p = end; p < body + len; p++)
+            if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+                cJSON_Delete(root);
+                root = NULL;
+                break;
+            }
+    int rc;
+    if (!root) {
+        nv_api_error_set(err, E400, "invalid_json", NULL,
+                         len ? "We could not parse the JSON body of your request: it is not valid JSON"
+                             : "The request body is empty: send a JSON object");
+        rc = err->status;
+    } else if (!cJSON_IsObject(root)) {
+        nv_api_error_set(err, E400, "invalid_json", NULL, "The request body must be a JSON object");
+        rc = err->status;
+    } else {
+        rc = parse_root(ctx, chat, root, out, err);
+    }
+    cJSON_Delete(root);
+    if (rc) nv_api_request_free(out);
+    return rc;
+}
+
+void nv_api_request_free(nv_api_request *r) {
+    free(r->prompt_ids);
+    free(r->echo_text);
+    for (int i = 0; i < NV_MAX_STOP; i++) free(r->stop_copy[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- responses --------------------------------------------------------------------------------- */
+
+void nv_api_meta_init(nv_api_meta *m, int chat, const char *model) {
+    static _Atomic uint64_t counter;
+    nv_rng r;
+    nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9)) ^ (atomic_fetch_add(&counter, 1) << 40) ^ (uint64_t)time(NULL));
+    uint64_t a = r.state;
+    nv_rng_seed(&r, a);
+    snprintf(m->id, sizeof m->id, "%s-%016llx%08llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)a,
+             (unsigned long long)(r.state & 0xffffffffu));
+    m->created = (long)time(NULL);
+    m->model = model;
+    m->chat = chat;
+}
+
+const char *nv_api_finish_reason(nv_finish f) { return f == NV_FINISH_STOP ? "stop" : "length"; }
+
+static cJSON *envelope(const nv_api_meta *m, const char *object) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", m->id);
+    cJSON_AddStringToObject(root, "object", object);
+    cJSON_AddNumberToObject(root, "created", (double)m->created);
+    cJSON_AddStringToObject(root, "model", m->model);
+    return root;
+}
+
+static void add_usage(cJSON *root, int prompt_tokens, int completion_tokens) {
+    cJSON *u = cJSON_AddObjectToObject(root, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion_tokens);
+}
+
+static char *print_free(cJSON *root) {
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
+                      int completion_tokens) {
+    cJSON *root = envelope(m, m->chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (m->chat) {
+        cJSON *msg = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(msg, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text);
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", finish);
+    add_usage(root, prompt_tokens, completion_tokens);
+    return print_free(root);
+}
+
+char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null) {
+    cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (m->chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (text && (role || *text || !finish)) cJSON_AddStringToObject(d, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text ? text : "");
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    if (usage_null) cJSON_AddNullToObject(root, "usage");
+    return print_free(root);
+}
+
+char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens) {
+    cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddArrayToObject(root, "choices");
+    add_usage(root, prompt_tokens, completion_tokens);
+    return print_free(root);
+}
+
+char *nv_api_models(const char *model_id, long created, int single) {
+    cJSON *mo = cJSON_CreateObject();
+    cJSON_AddStringToObject(mo, "id", model_id);
+    cJSON_AddStringToObject(mo, "object", "model");
+    cJSON_AddNumberToObject(mo, "created", (double)created);
+    cJSON_AddStringToObject(mo, "owned_by", "nerve");
+    if (single) return print_free(mo);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, mo);
+    return print_free(root);
+}

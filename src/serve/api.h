@@ -1,0 +1,78 @@
+/* The OpenAI API's JSON: request validation and response bodies (no HTTP here).
+ *
+ * Contract:
+ * - nv_api_parse() checks a /v1/completions or /v1/chat/completions body completely before
+ *   anything runs: JSON syntax, the type and range of every field it knows, the model name, the
+ *   prompt's length against the context and the KV pool, and the features this server does not
+ *   have (n > 1, logprobs, penalties, tools, ...: a clear 400 rather than a silent ignore).
+ *   Unknown fields are ignored, as OpenAI's own server does. On failure it fills an
+ *   nv_api_error with the HTTP status and the fields of OpenAI's error body
+ *   {"error":{"message","type","param","code"}} and returns the status; on success it returns 0
+ *   and the request's prompt ids and sampling parameters.
+ * - Defaults: max_tokens 16 for completions (OpenAI's), the rest of the context for chat;
+ *   either way capped by what one request can reserve in the KV pool. temperature 1, top_p 1,
+ *   seed random. An explicit max_tokens that does not fit the context is a 400
+ *   (context_length_exceeded), as OpenAI answers.
+ * - Response builders return malloc'd JSON text (NULL when out of memory). */
+#ifndef NV_SERVE_API_H
+#define NV_SERVE_API_H
+
+#include <stddef.h>
+
+#include "serve/chat.h"
+#include "serve/sched.h"
+
+typedef struct {
+    int status;       /* HTTP status */
+    const char *type; /* invalid_request_error, ... */
+    const char *code; /* NULL -> null */
+    char param[64];   /* "" -> null */
+    char message[512];
+} nv_api_error;
+
+typedef struct {
+    const char *model_id;
+    const nv_tokenizer *tok;
+    nv_chat_template tmpl;
+    int seq_len, vocab_size;
+    long capacity; /* positions one request can reserve */
+} nv_api_ctx;
+
+typedef struct {
+    int chat, stream, include_usage, echo;
+    nv_req_params req; /* prompt and stop strings point into this struct */
+    int *prompt_ids;
+    char *echo_text; /* the prompt as text, when echo */
+    char *stop_copy[NV_MAX_STOP];
+} nv_api_request;
+
+void nv_api_error_set(nv_api_error *e, int status, const char *type, const char *code, const char *param,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error":{...}} */
+char *nv_api_error_json(const nv_api_error *e);
+
+int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err);
+void nv_api_request_free(nv_api_request *r);
+
+typedef struct {
+    char id[64];
+    long created;
+    const char *model;
+    int chat;
+} nv_api_meta;
+
+/* Fills id ("cmpl-..." or "chatcmpl-...") and created. */
+void nv_api_meta_init(nv_api_meta *m, int chat, const char *model);
+/* The whole (non-streamed) response. */
+char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
+                      int completion_tokens);
+/* One streamed chunk: text (may be "") and/or finish (NULL while running); role adds the chat
+ * role delta; usage_null adds "usage":null (stream_options.include_usage). */
+char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null);
+/* The final usage chunk (choices: []). */
+char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens);
+/* GET /v1/models, and one model. */
+char *nv_api_models(const char *model_id, long created, int single);
+const char *nv_api_finish_reason(nv_finish f);
+
+#endif

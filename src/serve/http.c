@@ -1,0 +1,517 @@
+#include "serve/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/timer.h"
+
+struct nv_http {
+    struct MHD_Daemon *d;
+    nv_http_opts o;
+    nv_sched *s;
+    nv_metrics *m;
+    nv_api_ctx ctx;
+    long created;
+    int port;
+    atomic_int stopping;
+    atomic_int active; /* requests received whose response has not completed */
+};
+
+typedef enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT } route_id;
+
+typedef struct {
+    route_id route;
+    const char *method;
+    nv_buf body;
+    int too_big;
+    int responded;
+    double t0;
+} conn_ctx;
+
+typedef struct {
+    nv_http *h;
+    nv_req *r;
+    nv_api_meta meta;
+    int fd;
+    int include_usage;
+    int finished; /* the last event is in out */
+    nv_buf out;   /* SSE bytes not yet handed to libmicrohttpd */
+    size_t off;
+} stream_ctx;
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* 1 when the peer has closed (or reset) its end of the socket. */
+static int conn_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return 1;
+    if (p.revents & POLLIN) {
+        char b;
+        return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    }
+    return 0;
+}
+
+/* Equality whose time depends only on the key's length, not on where the strings differ. */
+static int key_equal(const char *given, const char *key) {
+    size_t gl = strlen(given), kl = strlen(key);
+    volatile unsigned char d = (unsigned char)(gl != kl);
+    for (size_t i = 0; i < kl; i++) d |= (unsigned char)(key[i] ^ (i < gl ? given[i] : 0));
+    return d == 0;
+}
+
+static int auth_ok(nv_http *h, struct MHD_Connection *c) {
+    if (!h->o.api_key || !*h->o.api_key) return 1;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!v || strncasecmp(v, "Bearer ", 7) != 0) return 0;
+    v += 7;
+    while (*v == ' ') v++;
+    return key_equal(v, h->o.api_key);
+}
+
+static void add_common_headers(nv_http *h, struct MHD_Response *resp, const char *ctype) {
+    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (h->o.cors) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
+}
+
+static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const char *what) {
+    (void)c;
+    static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
+                                        "/v1/chat/completions"};
+    nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
+            what ? what : "");
+}
+
+/* Queues body (malloc'd, taken) with status. */
+static enum MHD_Result respond(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, int status, const char *ctype,
+                               char *body, const char *hname, const char *hval) {
+    if (!body) {
+        body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        status = 500;
+        ctype = "application/json";
+        if (!body) return MHD_NO;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    add_common_headers(h, resp, ctype);
+    if (hname) MHD_add_response_header(resp, hname, hval);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    cc->responded = 1;
+    nv_metrics_status(h->m, status);
+    if (status >= 400 || cc->route >= R_COMPLETIONS) access_log(cc, c, status, NULL);
+    return ret;
+}
+
+static enum MHD_Result respond_error(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_api_error *e) {
+    const char *hname = NULL, *hval = NULL;
+    if (e->status == 429) hname = MHD_HTTP_HEADER_RETRY_AFTER, hval = "1";
+    else if (e->status == 401) hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE, hval = "Bearer";
+    else if (e->status == 503) hname = MHD_HTTP_HEADER_RETRY_AFTER, hval = "5";
+    return respond(h, c, cc, e->status, "application/json", nv_api_error_json(e), hname, hval);
+}
+
+static enum MHD_Result fail(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, int status, const char *type,
+                            const char *code, const char *msg) {
+    nv_api_error e;
+    nv_api_error_set(&e, status, type, code, NULL, "%s", msg);
+    return respond_error(h, c, cc, &e);
+}
+
+/* ---- routing ------------------------------------------------------------------------------- */
+
+static route_id route_of(const char *url) {
+    if (!strcmp(url, "/health")) return R_HEALTH;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
+    if (!strncmp(url, "/v1/", 4)) url += 3;
+    if (!strcmp(url, "/models")) return R_MODELS;
+    if (!strncmp(url, "/models/", 8) && url[8]) return R_MODEL;
+    if (!strcmp(url, "/completions")) return R_COMPLETIONS;
+    if (!strcmp(url, "/chat/completions")) return R_CHAT;
+    return R_NONE;
+}
+
+static int route_is_post(route_id r) { return r == R_COMPLETIONS || r == R_CHAT; }
+
+/* ---- streams ------------------------------------------------------------------------------- */
+
+static void sse_event(stream_ctx *st, char *json) {
+    if (!json) {
+        st->out.oom = 1;
+        return;
+    }
+    nv_buf_puts(&st->out, "data: ");
+    nv_buf_puts(&st->out, json);
+    nv_buf_puts(&st->out, "\n\n");
+    free(json);
+}
+
+static void stream_end(stream_ctx *st, const nv_req_status *rs) {
+    if (rs->finish == NV_FINISH_STOP || rs->finish == NV_FINISH_LENGTH) {
+        sse_event(st, nv_api_chunk(&st->meta, "", 0, nv_api_finish_reason(rs->finish), st->include_usage));
+        if (st->include_usage) sse_event(st, nv_api_usage_chunk(&st->meta, rs->prompt_tokens, rs->completion_tokens));
+    } else {
+        nv_api_error e;
+        if (rs->finish == NV_FINISH_TIMEOUT)
+            nv_api_error_set(&e, 408, "timeout_error", "timeout", NULL, "the request ran past the server's timeout of %g s",
+                             st->h->o.timeout_s);
+        else if (rs->finish == NV_FINISH_SHUTDOWN)
+            nv_api_error_set(&e, 503, "server_error", "service_unavailable", NULL, "the server is shutting down");
+        else
+            nv_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed (%s)", nv_finish_name(rs->finish));
+        sse_event(st, nv_api_error_json(&e));
+    }
+    nv_buf_puts(&st->out, "data: [DONE]\n\n");
+    st->finished = 1;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_ctx *st = cls;
+    nv_http *h = st->h;
+    for (;;) {
+        if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st->out.len > st->off) {
+            size_t n = st->out.len - st->off < max ? st->out.len - st->off : max;
+            memcpy(buf, st->out.data + st->off, n);
+            st->off += n;
+            if (st->off == st->out.len) {
+                st->out.len = st->off = 0;
+            }
+            return (ssize_t)n;
+        }
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        nv_buf text = {0};
+        nv_req_status rs;
+        nv_req_poll(h->s, st->r, 0.1, &text, &rs);
+        if (text.len) sse_event(st, nv_api_chunk(&st->meta, text.data, 0, NULL, st->include_usage));
+        nv_buf_free(&text);
+        if (rs.done) {
+            stream_end(st, &rs);
+        } else if (st->out.len == 0 && conn_gone(st->fd)) {
+            nv_req_cancel(h->s, st->r);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    stream_ctx *st = cls;
+    if (!st->finished) nv_req_cancel(st->h->s, st->r); /* the client went away */
+    nv_req_release(st->h->s, st->r);
+    nv_buf_free(&st->out);
+    free(st);
+}
+
+/* ---- completions --------------------------------------------------------------------------- */
+
+static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    int chat = cc->route == R_CHAT;
+    nv_api_request ar;
+    nv_api_error err;
+    if (nv_api_parse(&h->ctx, chat, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
+    ar.req.timeout_s = h->o.timeout_s;
+    nv_req *r = NULL;
+    if (nv_req_create(&r, &ar.req) != NV_OK) {
+        nv_api_error_set(&err, 400, "invalid_request_error", NULL, NULL, "%s", nv_errmsg());
+        nv_api_request_free(&ar);
+        return respond_error(h, c, cc, &err);
+    }
+    nv_submit sub = atomic_load(&h->stopping) ? NV_SUBMIT_STOPPING : nv_sched_submit(h->s, r);
+    if (sub != NV_SUBMIT_OK) {
+        nv_req_release(NULL, r);
+        nv_api_request_free(&ar);
+        if (sub == NV_SUBMIT_QUEUE_FULL)
+            return fail(h, c, cc, 429, "rate_limit_exceeded", "rate_limit_exceeded",
+                        "The server is at capacity: every sequence slot and queue place is taken. Retry shortly.");
+        if (sub == NV_SUBMIT_TOO_BIG)
+            return fail(h, c, cc, 400, "invalid_request_error", "context_length_exceeded",
+                        "The request needs more KV cache blocks than the whole pool holds (raise --kv-memory)");
+        return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
+    }
+    nv_api_meta meta;
+    nv_api_meta_init(&meta, chat, h->ctx.model_id);
+    int fd = conn_fd(c);
+
+    if (ar.stream) {
+        stream_ctx *st = calloc(1, sizeof *st);
+        if (!st) goto oom;
+        st->h = h;
+        st->r = r;
+        st->meta = meta;
+        st->fd = fd;
+        st->include_usage = ar.include_usage;
+        if (chat) sse_event(st, nv_api_chunk(&meta, "", 1, NULL, st->include_usage));
+        else if (ar.echo && ar.echo_text && *ar.echo_text)
+            sse_event(st, nv_api_chunk(&meta, ar.echo_text, 0, NULL, st->include_usage));
+        nv_api_request_free(&ar);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+        if (!resp) {
+            stream_free(st);
+            return MHD_NO;
+        }
+        add_common_headers(h, resp, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        cc->responded = 1;
+        nv_metrics_status(h->m, 200);
+        access_log(cc, c, 200, "stream");
+        return ret;
+    }
+
+    nv_buf text = {0};
+    nv_req_status rs;
+    if (ar.echo && ar.echo_text) nv_buf_puts(&text, ar.echo_text);
+    for (;;) {
+        nv_req_poll(h->s, r, 0.1, &text, &rs);
+        if (rs.done) break;
+        if (conn_gone(fd)) {
+            nv_req_cancel(h->s, r);
+            nv_req_release(h->s, r);
+            nv_buf_free(&text);
+            nv_api_request_free(&ar);
+            access_log(cc, c, 499, "client closed the connection");
+            return MHD_NO;
+        }
+    }
+    nv_req_release(h->s, r);
+    nv_api_request_free(&ar);
+    if (text.oom) {
+        nv_buf_free(&text);
+        return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+    }
+    enum MHD_Result ret;
+    if (rs.finish == NV_FINISH_STOP || rs.finish == NV_FINISH_LENGTH) {
+        char *body = nv_api_response(&meta, text.data ? text.data : "", nv_api_finish_reason(rs.finish),
+                                     rs.prompt_tokens, rs.completion_tokens);
+        ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
+    } else if (rs.finish == NV_FINISH_TIMEOUT) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "The request ran past the server's timeout of %g s", h->o.timeout_s);
+        ret = fail(h, c, cc, 408, "timeout_error", "timeout", msg);
+    } else if (rs.finish == NV_FINISH_SHUTDOWN) {
+        ret = fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
+    } else {
+        ret = fail(h, c, cc, 500, "server_error", NULL, "Generation failed");
+    }
+    nv_buf_free(&text);
+    return ret;
+oom:
+    nv_req_cancel(h->s, r);
+    nv_req_release(h->s, r);
+    nv_api_request_free(&ar);
+    return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+}
+
+/* ---- the access handler ---------------------------------------------------------------------- */
+
+static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url,
+                                const char *method) {
+    int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
+    if (!strcmp(method, "OPTIONS") && h->o.cors && cc->route != R_NONE) {
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        add_common_headers(h, resp, NULL);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        cc->responded = 1;
+        nv_metrics_status(h->m, 204);
+        return ret;
+    }
+    if (cc->route == R_NONE) {
+        nv_api_error e;
+        nv_api_error_set(&e, 404, "invalid_request_error", "not_found", NULL, "Not found: %s %.200s", method, url);
+        return respond_error(h, c, cc, &e);
+    }
+    int want_post = route_is_post(cc->route);
+    if ((want_post && !is_post) || (!want_post && !is_get)) {
+        nv_api_error e;
+        nv_api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %.200s (use %s)",
+                         method, url, want_post ? "POST" : "GET");
+        const char *allow = want_post ? "POST" : "GET";
+        return respond(h, c, cc, 405, "application/json", nv_api_error_json(&e), MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    if (cc->route == R_HEALTH) {
+        int stopping = atomic_load(&h->stopping);
+        return respond(h, c, cc, stopping ? 503 : 200, "application/json",
+                       strdup(stopping ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}"), NULL, NULL);
+    }
+    if (!auth_ok(h, c))
+        return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
+                    "Invalid or missing API key: send the header 'Authorization: Bearer <key>'");
+    if (cc->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "The request body is larger than the server's limit of %zu bytes", h->o.max_body);
+        return fail(h, c, cc, 413, "invalid_request_error", "request_too_large", msg);
+    }
+    switch (cc->route) {
+    case R_METRICS: {
+        nv_metrics_gauges g;
+        nv_sched_gauges(h->s, &g);
+        g.model_id = h->ctx.model_id;
+        g.engine = h->o.engine;
+        return respond(h, c, cc, 200, "text/plain; version=0.0.4; charset=utf-8", nv_metrics_render(h->m, &g), NULL, NULL);
+    }
+    case R_MODELS:
+        return respond(h, c, cc, 200, "application/json", nv_api_models(h->ctx.model_id, h->created, 0), NULL, NULL);
+    case R_MODEL: {
+        const char *id = strrchr(url, '/') + 1;
+        if (strcmp(id, h->ctx.model_id) != 0) {
+            nv_api_error e;
+            nv_api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                             "The model '%.200s' does not exist", id);
+            return respond_error(h, c, cc, &e);
+        }
+        return respond(h, c, cc, 200, "application/json", nv_api_models(h->ctx.model_id, h->created, 1), NULL, NULL);
+    }
+    default:
+        if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
+        return completions(h, c, cc);
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    nv_http *h = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) {
+        if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
+        *con_cls = cc;
+        atomic_fetch_add(&h->active, 1);
+        cc->t0 = nv_now();
+        cc->route = route_of(url);
+        cc->method = method;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (n > h->o.max_body) {
+                cc->too_big = 1;
+                /* refuse before reading the body (libmicrohttpd closes the connection after) */
+                if (!auth_ok(h, c) && cc->route != R_HEALTH)
+                    return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
+                                "Invalid or missing API key: send the header 'Authorization: Bearer <key>'");
+                char msg[128];
+                snprintf(msg, sizeof msg, "The request body is larger than the server's limit of %zu bytes",
+                         h->o.max_body);
+                return fail(h, c, cc, 413, "invalid_request_error", "request_too_large", msg);
+            }
+        }
+        return MHD_YES;
+    }
+    if (cc->responded) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cc->too_big && cc->body.len + *upload_size <= h->o.max_body) nv_buf_append(&cc->body, upload, *upload_size);
+        else {
+            cc->too_big = 1;
+            nv_buf_free(&cc->body);
+        }
+        if (cc->body.oom) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(h, c, cc, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c, (void)toe;
+    nv_http *h = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) return;
+    atomic_fetch_sub(&h->active, 1);
+    nv_buf_free(&cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = '\0';
+    nv_debug("serve: libmicrohttpd: %s", line);
+}
+
+nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metrics *m, const nv_api_ctx *ctx) {
+    *out = NULL;
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    int gai = getaddrinfo(o->host, port, &hints, &ai);
+    if (gai != 0 || !ai) return nv_fail(NV_EINVAL, "cannot resolve --host '%s': %s", o->host, gai_strerror(gai));
+    nv_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        freeaddrinfo(ai);
+        return nv_fail(NV_ENOMEM, "out of memory");
+    }
+    h->o = *o;
+    h->s = s;
+    h->m = m;
+    h->ctx = *ctx;
+    h->created = (long)time(NULL);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    unsigned idle = (unsigned)(o->timeout_s > 0 ? o->timeout_s + 30 : 600);
+    h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_THREAD_STACK_SIZE,
+                            (size_t)(4u << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!h->d) {
+        free(h);
+        return nv_fail(NV_EIO, "cannot listen on %s:%d (address in use or not available)", o->host, o->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : o->port;
+    *out = h;
+    return NV_OK;
+}
+
+int nv_http_port(const nv_http *h) { return h->port; }
+
+int nv_http_active(nv_http *h) { return atomic_load(&h->active); }
+
+void nv_http_quiesce(nv_http *h) {
+    atomic_store(&h->stopping, 1);
+    MHD_socket fd = MHD_quiesce_daemon(h->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void nv_http_stop(nv_http *h) {
+    if (!h) return;
+    MHD_stop_daemon(h->d);
+    free(h);
+}

@@ -1,0 +1,52 @@
+/* The HTTP front of `nerve serve`, on libmicrohttpd: routes, authentication, CORS, the
+ * OpenAI endpoints (whole responses and SSE streams), /health and /metrics.
+ *
+ * Contract:
+ * - One thread per connection (libmicrohttpd's thread-per-connection mode with poll). A
+ *   completion request is validated (serve/api.h), submitted to the scheduler and then waited
+ *   for by its connection thread; while it waits, the thread checks every 100 ms whether the
+ *   client has closed its socket and, if so, cancels the request (its KV blocks return to the
+ *   pool at the scheduler's next iteration). A stream is a chunked response whose content
+ *   callback blocks for the next text; a client that goes away mid-stream makes the write fail
+ *   or the socket check fire, and the request is cancelled the same way.
+ * - Routes: GET /health (never authenticated), GET /metrics, GET /v1/models,
+ *   GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions (also without the
+ *   /v1 prefix); OPTIONS for CORS preflight when cors is on. Wrong method: 405; unknown path:
+ *   404; every error carries OpenAI's body {"error":{"message","type","param","code"}}.
+ * - With api_key set, everything but /health and CORS preflights needs
+ *   "Authorization: Bearer KEY" (compared in time independent of where the keys differ), else
+ *   401. No CORS header is ever sent unless cors is on.
+ * - A body larger than max_body is refused with 413 (at once when Content-Length says so).
+ * - A full queue answers 429 with Retry-After; a stopping server answers 503. */
+#ifndef NV_SERVE_HTTP_H
+#define NV_SERVE_HTTP_H
+
+#include <stddef.h>
+
+#include "serve/api.h"
+#include "serve/metrics.h"
+#include "serve/sched.h"
+
+typedef struct {
+    const char *host; /* numeric address or name to bind */
+    int port;         /* 0: any free port (see nv_http_port) */
+    const char *api_key;
+    int cors;
+    size_t max_body;
+    double timeout_s;
+    const char *engine; /* shown in /metrics */
+} nv_http_opts;
+
+typedef struct nv_http nv_http;
+
+nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metrics *m, const nv_api_ctx *ctx);
+int nv_http_port(const nv_http *h);
+/* Requests received whose response has not been sent completely. */
+int nv_http_active(nv_http *h);
+/* Stops accepting connections; open ones are still served (new requests on them get 503). */
+void nv_http_quiesce(nv_http *h);
+/* Closes every connection, joins their threads and frees h. Requests must be finished first
+ * (nv_sched_stop), so no connection thread is left waiting. */
+void nv_http_stop(nv_http *h);
+
+#endif

@@ -1,0 +1,160 @@
+#include "serve/metrics.h"
+
+#include <string.h>
+
+#include "engine/engine.h"
+#include "serve/buf.h"
+
+static const char *const finish_names[NV_FINISH_COUNT] = {"none",    "stop",     "length", "cancelled",
+                                                          "timeout", "shutdown", "error"};
+
+const char *nv_finish_name(nv_finish f) { return (unsigned)f < NV_FINISH_COUNT ? finish_names[f] : "?"; }
+
+static void hist_init(nv_hist *h, const double *le, int n) {
+    memset(h, 0, sizeof *h);
+    h->n = n;
+    memcpy(h->le, le, (size_t)n * sizeof *le);
+}
+
+static void hist_add(nv_hist *h, double v) {
+    for (int i = 0; i < h->n; i++)
+        if (v <= h->le[i]) {
+            h->counts[i]++;
+            break;
+        }
+    h->count++;
+    h->sum += v;
+}
+
+void nv_metrics_init(nv_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    static const double ttft[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+    static const double itl[] = {0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+    static const double e2e[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+    hist_init(&m->ttft, ttft, 14);
+    hist_init(&m->itl, itl, 14);
+    hist_init(&m->e2e, e2e, 14);
+}
+
+void nv_metrics_free(nv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void nv_metrics_status(nv_metrics *m, int status) {
+    pthread_mutex_lock(&m->mu);
+    if (status >= 100 && status < 600) m->by_status[status]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void nv_metrics_finish(nv_metrics *m, nv_finish f, int prompt_tokens, int completion_tokens, double e2e_s) {
+    pthread_mutex_lock(&m->mu);
+    if ((unsigned)f < NV_FINISH_COUNT) m->finished[f]++;
+    m->prompt_tokens += (uint64_t)(prompt_tokens > 0 ? prompt_tokens : 0);
+    m->completion_tokens += (uint64_t)(completion_tokens > 0 ? completion_tokens : 0);
+    hist_add(&m->e2e, e2e_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void nv_metrics_ttft(nv_metrics *m, double s) {
+    pthread_mutex_lock(&m->mu);
+    hist_add(&m->ttft, s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void nv_metrics_itl(nv_metrics *m, double s) {
+    pthread_mutex_lock(&m->mu);
+    hist_add(&m->itl, s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void nv_metrics_step(nv_metrics *m, int rows) {
+    pthread_mutex_lock(&m->mu);
+    m->steps++;
+    m->step_rows += (uint64_t)rows;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* A label value with \, " and newline escaped. */
+static void put_label(nv_buf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '\\') nv_buf_puts(b, "\\\\");
+        else if (*s == '"') nv_buf_puts(b, "\\\"");
+        else if (*s == '\n') nv_buf_puts(b, "\\n");
+        else nv_buf_append(b, s, 1);
+    }
+}
+
+static void head(nv_buf *b, const char *name, const char *type, const char *help) {
+    nv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_hist(nv_buf *b, const char *name, const char *help, const nv_hist *h) {
+    head(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n; i++) {
+        cum += h->counts[i];
+        nv_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+    }
+    nv_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->count,
+                  name, h->sum, name, (unsigned long long)h->count);
+}
+
+char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
+    nv_buf b = {0};
+    pthread_mutex_lock(&m->mu);
+    head(&b, "nerve_info", "gauge", "The served model and the engine its plans run on.");
+    nv_buf_puts(&b, "nerve_info{model=\"");
+    put_label(&b, g->model_id ? g->model_id : "");
+    nv_buf_puts(&b, "\",engine=\"");
+    put_label(&b, g->engine ? g->engine : "");
+    nv_buf_puts(&b, "\"} 1\n");
+    head(&b, "nerve_requests_total", "counter", "HTTP responses by status code.");
+    for (int s = 100; s < 600; s++)
+        if (m->by_status[s]) nv_buf_printf(&b, "nerve_requests_total{status=\"%d\"} %llu\n", s, (unsigned long long)m->by_status[s]);
+    head(&b, "nerve_sequences_finished_total", "counter", "Generations that ended, by how they ended.");
+    for (int f = 1; f < NV_FINISH_COUNT; f++)
+        nv_buf_printf(&b, "nerve_sequences_finished_total{reason=\"%s\"} %llu\n", finish_names[f],
+                      (unsigned long long)m->finished[f]);
+    head(&b, "nerve_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.");
+    nv_buf_printf(&b, "nerve_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+    head(&b, "nerve_completion_tokens_total", "counter", "Generated tokens of finished sequences.");
+    nv_buf_printf(&b, "nerve_completion_tokens_total %llu\n", (unsigned long long)m->completion_tokens);
+    head(&b, "nerve_steps_total", "counter", "Batched forward steps run.");
+    nv_buf_printf(&b, "nerve_steps_total %llu\n", (unsigned long long)m->steps);
+    head(&b, "nerve_step_rows_total", "counter", "Token rows over all steps (rows per step = this / steps).");
+    nv_buf_printf(&b, "nerve_step_rows_total %llu\n", (unsigned long long)m->step_rows);
+    put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);
+    put_hist(&b, "nerve_inter_token_latency_seconds", "Between consecutive generated tokens of a sequence.", &m->itl);
+    put_hist(&b, "nerve_request_duration_seconds", "From arrival to the end of generation.", &m->e2e);
+    pthread_mutex_unlock(&m->mu);
+
+    head(&b, "nerve_queue_depth", "gauge", "Requests waiting for admission.");
+    nv_buf_printf(&b, "nerve_queue_depth %d\n", g->waiting);
+    head(&b, "nerve_running_sequences", "gauge", "Sequences in the running batch.");
+    nv_buf_printf(&b, "nerve_running_sequences %d\n", g->running);
+    head(&b, "nerve_max_batch", "gauge", "Most sequences in one step (--max-batch).");
+    nv_buf_printf(&b, "nerve_max_batch %d\n", g->max_batch);
+    head(&b, "nerve_kv_blocks_total", "gauge", "KV cache blocks in the pool.");
+    nv_buf_printf(&b, "nerve_kv_blocks_total %d\n", g->kv_total);
+    head(&b, "nerve_kv_blocks_in_use", "gauge", "KV cache blocks holding a sequence's keys and values.");
+    nv_buf_printf(&b, "nerve_kv_blocks_in_use %d\n", g->kv_in_use);
+    head(&b, "nerve_kv_blocks_free", "gauge", "KV cache blocks on the free list.");
+    nv_buf_printf(&b, "nerve_kv_blocks_free %d\n", g->kv_total - g->kv_in_use);
+    head(&b, "nerve_kv_blocks_reserved", "gauge", "Free blocks promised to admitted sequences.");
+    nv_buf_printf(&b, "nerve_kv_blocks_reserved %d\n", g->kv_reserved);
+    head(&b, "nerve_kv_block_size_tokens", "gauge", "Positions per KV block.");
+    nv_buf_printf(&b, "nerve_kv_block_size_tokens %d\n", g->kv_block_size);
+    head(&b, "nerve_kv_block_bytes", "gauge", "Bytes per KV block.");
+    nv_buf_printf(&b, "nerve_kv_block_bytes %zu\n", g->kv_block_bytes);
+    head(&b, "nerve_engine_available", "gauge", "1 when the engine probed well and is on.");
+    for (int e = 0; e < NV_ENGINE_COUNT; e++)
+        nv_buf_printf(&b, "nerve_engine_available{engine=\"%s\"} %d\n", nv_engine_name((nv_engine_id)e),
+                      nv_engine_available((nv_engine_id)e));
+    head(&b, "nerve_engine_latched", "gauge", "Engines latched off, with the reason.");
+    for (int e = 0; e < NV_ENGINE_COUNT; e++) {
+        if (nv_engine_available((nv_engine_id)e)) continue;
+        nv_buf_printf(&b, "nerve_engine_latched{engine=\"%s\",reason=\"", nv_engine_name((nv_engine_id)e));
+        put_label(&b, nv_engine_why_off((nv_engine_id)e));
+        nv_buf_puts(&b, "\"} 1\n");
+    }
+    return nv_buf_take(&b);
+}

@@ -1,0 +1,65 @@
+/* Server metrics and their Prometheus text rendering.
+ *
+ * Contract: counters and histograms are updated from any thread (HTTP connection threads count
+ * responses by status, the scheduler loop counts tokens and latencies); every function takes the
+ * metrics' own lock. Gauges that belong to the scheduler (queue depth, running sequences, KV
+ * blocks) are passed to nv_metrics_render() by the caller, read under the scheduler's lock.
+ * The text follows the Prometheus exposition format 0.0.4 (HELP/TYPE lines, cumulative
+ * histogram buckets with le="+Inf", _sum and _count; label values escaped). */
+#ifndef NV_SERVE_METRICS_H
+#define NV_SERVE_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* How a sequence ended. */
+typedef enum {
+    NV_FINISH_NONE = 0,
+    NV_FINISH_STOP,      /* end of text or a stop string */
+    NV_FINISH_LENGTH,    /* max_tokens or the context */
+    NV_FINISH_CANCELLED, /* the client went away */
+    NV_FINISH_TIMEOUT,   /* --timeout passed */
+    NV_FINISH_SHUTDOWN,  /* the server is stopping */
+    NV_FINISH_ERROR,     /* the forward pass failed */
+    NV_FINISH_COUNT
+} nv_finish;
+const char *nv_finish_name(nv_finish f);
+
+#define NV_HIST_BUCKETS 14
+typedef struct {
+    int n;
+    double le[NV_HIST_BUCKETS];
+    uint64_t counts[NV_HIST_BUCKETS]; /* per bucket (not cumulative); above the last: count - sum */
+    uint64_t count;
+    double sum;
+} nv_hist;
+
+typedef struct {
+    pthread_mutex_t mu;
+    uint64_t by_status[600]; /* responses by HTTP status (index = status) */
+    uint64_t finished[NV_FINISH_COUNT];
+    uint64_t prompt_tokens, completion_tokens;
+    uint64_t steps, step_rows;
+    nv_hist ttft, itl, e2e;
+} nv_metrics;
+
+typedef struct {
+    int waiting, running;
+    int kv_in_use, kv_total, kv_reserved, kv_block_size;
+    size_t kv_block_bytes;
+    int max_batch;
+    const char *model_id, *engine;
+} nv_metrics_gauges;
+
+void nv_metrics_init(nv_metrics *m);
+void nv_metrics_free(nv_metrics *m);
+void nv_metrics_status(nv_metrics *m, int status);
+void nv_metrics_finish(nv_metrics *m, nv_finish f, int prompt_tokens, int completion_tokens, double e2e_s);
+void nv_metrics_ttft(nv_metrics *m, double s);
+void nv_metrics_itl(nv_metrics *m, double s);
+void nv_metrics_step(nv_metrics *m, int rows);
+/* Prometheus text (malloc'd, NUL-terminated; NULL when out of memory). */
+char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g);
+
+#endif

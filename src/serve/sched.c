@@ -1,0 +1,544 @@
+#include "serve/sched.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/timer.h"
+#include "model/sampler.h"
+
+struct nv_req {
+    /* immutable after creation */
+    int *prompt;
+    int n_prompt, max_tokens;
+    char *stop[NV_MAX_STOP];
+    int n_stop;
+    double t_arrival, deadline;
+    int blocks_needed;
+    /* guarded by the scheduler's lock */
+    int refs;
+    int cancel;
+    int done;
+    nv_finish finish;
+    int n_gen_pub;
+    nv_buf out;
+    pthread_cond_t cv;
+    nv_req *next; /* queue link */
+    /* the loop thread's own */
+    nv_sampler sampler;
+    int *blocks;
+    int n_alloc, reserved;
+    int pos;  /* positions whose keys and values are written */
+    int last; /* the token the next decode row feeds (and decode()'s previous token) */
+    int n_gen;
+    nv_finish fin;
+    nv_buf pending; /* text not yet safe to publish */
+    nv_buf emit;    /* text to publish after this step */
+    double t_last;
+};
+
+/* ---- text helpers ---------------------------------------------------------------------- */
+
+size_t nv_stop_holdback(const char *text, size_t n, const char *const *stop, int n_stop) {
+    size_t best = 0;
+    for (int i = 0; i < n_stop; i++) {
+        size_t L = strlen(stop[i]);
+        for (size_t k = (L - 1 < n ? L - 1 : n); k > best; k--)
+            if (L > 0 && memcmp(text + n - k, stop[i], k) == 0) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+static int utf8_need(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0; /* continuation byte or never valid */
+}
+
+size_t nv_utf8_incomplete_tail(const char *text, size_t n) {
+    const unsigned char *b = (const unsigned char *)text;
+    for (size_t k = 1; k <= 4 && k <= n; k++) {
+        unsigned char c = b[n - k];
+        if ((c & 0xC0) == 0x80) continue; /* continuation: keep looking for the lead byte */
+        int need = utf8_need(c);
+        return need > (int)k ? k : 0;
+    }
+    return 0;
+}
+
+void nv_utf8_sanitize(nv_buf *out, const char *text, size_t n) {
+    const unsigned char *b = (const unsigned char *)text;
+    size_t i = 0, run = 0; /* run: start of the current stretch of valid bytes */
+    while (i < n) {
+        unsigned char c = b[i];
+        int need = utf8_need(c), ok = need > 0 && i + (size_t)need <= n;
+        for (int j = 1; ok && j < need; j++) {
+            unsigned char d = b[i + (size_t)j];
+            unsigned lo = 0x80, hi = 0xBF;
+            if (j == 1) {
+                if (c == 0xE0) lo = 0xA0;      /* overlong */
+                else if (c == 0xED) hi = 0x9F; /* surrogates */
+                else if (c == 0xF0) lo = 0x90; /* overlong */
+                else if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
+            }
+            if (d < lo || d > hi) ok = 0;
+        }
+        if (ok) {
+            i += (size_t)need;
+            continue;
+        }
+        nv_buf_append(out, b + run, i - run);
+        nv_buf_puts(out, "\xEF\xBF\xBD");
+        i++;
+        run = i;
+    }
+    nv_buf_append(out, b + run, n - run);
+}
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+static void cond_init_mono(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(s * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void req_free(nv_req *r) {
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->blocks);
+    nv_sampler_free(&r->sampler);
+    nv_buf_free(&r->out);
+    nv_buf_free(&r->pending);
+    nv_buf_free(&r->emit);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
+    *out = NULL;
+    if (p->n_prompt < 1 || p->max_tokens < 1 || p->n_stop < 0 || p->n_stop > NV_MAX_STOP)
+        return nv_fail(NV_EINVAL, "request: empty prompt or no tokens to generate");
+    nv_req *r = calloc(1, sizeof *r);
+    if (!r) return nv_fail(NV_ENOMEM, "request: out of memory");
+    cond_init_mono(&r->cv);
+    r->refs = 1;
+    r->prompt = malloc((size_t)p->n_prompt * sizeof(int));
+    if (!r->prompt) goto oom;
+    memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int));
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    for (int i = 0; i < p->n_stop; i++) {
+        if (!p->stop[i] || !*p->stop[i]) continue;
+        if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) goto oom;
+        r->n_stop++;
+    }
+    /* llama2.c's xorshift stays at 0 forever from state 0 */
+    uint64_t seed = p->seed ? p->seed : 0x2545F4914F6CDD1Dull;
+    if (nv_sampler_init(&r->sampler, p->vocab_size, p->temperature, p->top_p, seed) != NV_OK) {
+        req_free(r);
+        return NV_EINVAL;
+    }
+    r->t_arrival = nv_now();
+    r->deadline = p->timeout_s > 0 ? r->t_arrival + p->timeout_s : 0;
+    r->last = r->prompt[r->n_prompt - 1];
+    *out = r;
+    return NV_OK;
+oom:
+    req_free(r);
+    return nv_fail(NV_ENOMEM, "request: out of memory");
+}
+
+static void req_unref_locked(nv_req *r) {
+    if (--r->refs == 0) req_free(r);
+}
+
+void nv_req_release(nv_sched *s, nv_req *r) {
+    if (!r) return;
+    if (!s) {
+        req_unref_locked(r);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    req_unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void nv_req_cancel(nv_sched *s, nv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    r->cancel = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_req_status *st) {
+    pthread_mutex_lock(&s->mu);
+    if (!r->done && r->out.len == 0 && wait_s > 0) cond_wait_s(&r->cv, &s->mu, wait_s);
+    if (r->out.len) {
+        nv_buf_append(out, r->out.data, r->out.len);
+        nv_buf_consume(&r->out, r->out.len);
+    }
+    st->done = r->done;
+    st->finish = r->finish;
+    st->prompt_tokens = r->n_prompt;
+    st->completion_tokens = r->n_gen_pub;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the scheduler ------------------------------------------------------------------------- */
+
+long nv_sched_capacity(const nv_sched *s) {
+    long pool = (long)s->pool.n_blocks * s->pool.block_size;
+    return pool < s->model->config.seq_len ? pool : s->model->config.seq_len;
+}
+
+nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok, nv_metrics *metrics,
+                     const nv_sched_opts *o) {
+    memset(s, 0, sizeof *s);
+    if (o->max_batch < 1 || o->prefill_chunk < 1 || o->max_queue < 1)
+        return nv_fail(NV_EINVAL, "scheduler: max batch, prefill chunk and queue must be at least 1");
+    pthread_mutex_init(&s->mu, NULL);
+    cond_init_mono(&s->cv);
+    s->inited = 1;
+    s->model = model;
+    s->tok = tok;
+    s->metrics = metrics;
+    s->o = *o;
+    const nv_config *c = &model->config;
+    nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, o->kv_bytes, 0);
+    if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch + o->prefill_chunk, o->max_batch);
+    if (e != NV_OK) {
+        nv_sched_free(s);
+        return e;
+    }
+    s->running = calloc((size_t)o->max_batch, sizeof *s->running);
+    s->step_req = calloc((size_t)o->max_batch, sizeof *s->step_req);
+    s->seqs = calloc((size_t)o->max_batch, sizeof *s->seqs);
+    if (!s->running || !s->step_req || !s->seqs) {
+        nv_sched_free(s);
+        return nv_fail(NV_ENOMEM, "scheduler: out of memory");
+    }
+    return NV_OK;
+}
+
+/* Ends r with fin: returns its blocks and the rest of its reservation, wakes its waiter and
+ * drops the scheduler's reference. Lock held; r is no longer queued or running. */
+static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
+    for (int i = 0; i < r->n_alloc; i++) nv_kv_unref(&s->pool, r->blocks[i]);
+    r->n_alloc = 0;
+    nv_kv_unreserve(&s->pool, r->reserved);
+    r->reserved = 0;
+    r->done = 1;
+    r->finish = fin;
+    r->n_gen_pub = r->n_gen;
+    nv_metrics_finish(s->metrics, fin, r->n_prompt, r->n_gen, nv_now() - r->t_arrival);
+    pthread_cond_broadcast(&r->cv);
+    req_unref_locked(r);
+}
+
+static void remove_running(nv_sched *s, int i) {
+    memmove(s->running + i, s->running + i + 1, (size_t)(s->n_running - i - 1) * sizeof *s->running);
+    s->n_running--;
+}
+
+/* Retires what was cancelled, timed out or shut down. */
+static void sweep(nv_sched *s, double now) {
+    nv_req **link = &s->wait_head, *prev = NULL;
+    while (*link) {
+        nv_req *r = *link;
+        nv_finish fin = r->cancel ? NV_FINISH_CANCELLED
+                        : s->stopping ? NV_FINISH_SHUTDOWN
+                        : (r->deadline > 0 && now > r->deadline) ? NV_FINISH_TIMEOUT
+                                                                 : NV_FINISH_NONE;
+        if (fin == NV_FINISH_NONE) {
+            prev = r;
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        if (s->wait_tail == r) s->wait_tail = prev;
+        s->n_waiting--;
+        r->next = NULL;
+        retire(s, r, fin);
+    }
+    for (int i = 0; i < s->n_running;) {
+        nv_req *r = s->running[i];
+        nv_finish fin = r->cancel ? NV_FINISH_CANCELLED
+                        : s->stopping == 2 ? NV_FINISH_SHUTDOWN
+                        : (r->deadline > 0 && now > r->deadline) ? NV_FINISH_TIMEOUT
+                                                                 : NV_FINISH_NONE;
+        if (fin == NV_FINISH_NONE) {
+            i++;
+            continue;
+        }
+        remove_running(s, i);
+        retire(s, r, fin);
+    }
+}
+
+static void admit(nv_sched *s) {
+    while (s->wait_head && s->n_running < s->o.max_batch && !s->stopping) {
+        nv_req *r = s->wait_head;
+        if (!nv_kv_reserve(&s->pool, r->blocks_needed)) break; /* the head waits; nobody overtakes it */
+        s->wait_head = r->next;
+        if (!s->wait_head) s->wait_tail = NULL;
+        s->n_waiting--;
+        r->next = NULL;
+        r->reserved = r->blocks_needed;
+        r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
+        if (!r->blocks) {
+            nv_log(NV_LOG_WARN, "serve: out of memory admitting a request");
+            retire(s, r, NV_FINISH_ERROR);
+            continue;
+        }
+        s->running[s->n_running++] = r;
+    }
+}
+
+/* Chooses this step's rows (lock held): one decode row per generating sequence, prompt chunks
+ * from a budget of prefill_chunk rows in admission order. Takes the blocks the rows reach. */
+static int plan_step(nv_sched *s) {
+    int budget = s->o.prefill_chunk, n = 0, B = s->pool.block_size;
+    for (int i = 0; i < s->n_running; i++) {
+        nv_req *r = s->running[i];
+        nv_batch_seq q = {0};
+        if (r->pos < r->n_prompt) {
+            if (budget == 0) continue;
+            q.n = r->n_prompt - r->pos < budget ? r->n_prompt - r->pos : budget;
+            budget -= q.n;
+            q.tokens = r->prompt + r->pos;
+            q.logits = r->pos + q.n == r->n_prompt;
+        } else {
+            q.n = 1;
+            q.tokens = &r->last;
+            q.logits = 1;
+        }
+        q.pos = r->pos;
+        q.blocks = r->blocks;
+        while ((long)r->n_alloc * B < (long)r->pos + q.n) {
+            int b = r->reserved > 0 ? nv_kv_alloc(&s->pool) : -1;
+            if (b < 0) break;
+            r->reserved--;
+            r->blocks[r->n_alloc++] = b;
+        }
+        if ((long)r->n_alloc * B < (long)r->pos + q.n) { /* cannot happen: admission reserved every block */
+            nv_log(NV_LOG_WARN, "serve: a sequence outgrew its KV reservation");
+            remove_running(s, i--);
+            retire(s, r, NV_FINISH_ERROR);
+            continue;
+        }
+        for (int t = 0; t < q.n; t++) {
+            int p = r->pos + t;
+            nv_kv_record(&s->pool, r->blocks[p / B], p % B, q.tokens[t]);
+        }
+        s->seqs[n] = q;
+        s->step_req[n++] = r;
+    }
+    return n;
+}
+
+/* Moves what is safe of r's pending text to r->emit (everything when final). */
+static void flush_text(nv_req *r, int final) {
+    size_t n = r->pending.len, keep = 0;
+    if (!n) return;
+    if (!final) {
+        keep = nv_stop_holdback(r->pending.data, n, (const char *const *)r->stop, r->n_stop);
+        size_t u = nv_utf8_incomplete_tail(r->pending.data, n);
+        if (u > keep) keep = u;
+    }
+    nv_utf8_sanitize(&r->emit, r->pending.data, n - keep);
+    nv_buf_consume(&r->pending, n - keep);
+}
+
+/* A sampled token: text, stop strings, limits (loop thread, no lock). */
+static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
+    const nv_config *c = &s->model->config;
+    if (tok == NV_TOKEN_BOS || tok == NV_TOKEN_EOS) {
+        r->fin = NV_FINISH_STOP;
+        flush_text(r, 1);
+        return;
+    }
+    const char *piece = nv_tokenizer_decode(s->tok, r->last, tok);
+    r->last = tok;
+    r->n_gen++;
+    if (r->n_gen == 1) nv_metrics_ttft(s->metrics, now - r->t_arrival);
+    else nv_metrics_itl(s->metrics, now - r->t_last);
+    r->t_last = now;
+    if (piece) nv_buf_puts(&r->pending, piece);
+    if (r->n_stop && r->pending.len) {
+        size_t cut = (size_t)-1;
+        for (int i = 0; i < r->n_stop; i++) {
+            const char *hit = memmem(r->pending.data, r->pending.len, r->stop[i], strlen(r->stop[i]));
+            if (hit && (size_t)(hit - r->pending.data) < cut) cut = (size_t)(hit - r->pending.data);
+        }
+        if (cut != (size_t)-1) {
+            r->pending.len = cut;
+            r->pending.data[cut] = '\0';
+            r->fin = NV_FINISH_STOP;
+        }
+    }
+    if (!r->fin && (r->n_gen >= r->max_tokens || r->pos >= c->seq_len)) r->fin = NV_FINISH_LENGTH;
+    flush_text(r, r->fin != NV_FINISH_NONE);
+}
+
+static void *sched_loop(void *arg) {
+    nv_sched *s = arg;
+    const nv_config *c = &s->model->config;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        sweep(s, nv_now());
+        if (s->stopping == 2) break;
+        admit(s);
+        if (s->n_running == 0) {
+            cond_wait_s(&s->cv, &s->mu, 0.1);
+            continue;
+        }
+        int n = plan_step(s);
+        if (n == 0) continue;
+        pthread_mutex_unlock(&s->mu);
+
+        int rows = 0;
+        for (int i = 0; i < n; i++) rows += s->seqs[i].n;
+        nv_err e = nv_batch_forward(s->model, &s->bs, &s->pool.pages, s->seqs, n);
+        double now = nv_now();
+        if (e != NV_OK) nv_log(NV_LOG_WARN, "serve: forward failed: %s", nv_errmsg());
+        for (int i = 0; i < n; i++) {
+            nv_req *r = s->step_req[i];
+            if (e != NV_OK) {
+                r->fin = NV_FINISH_ERROR;
+                continue;
+            }
+            r->pos += s->seqs[i].n;
+            float *logits = nv_batch_logits(&s->bs, c, i);
+            if (!logits) continue;
+            on_token(s, r, nv_sample(&r->sampler, logits), now);
+        }
+        nv_metrics_step(s->metrics, rows);
+        if (s->o.step_delay_ms > 0) usleep((useconds_t)s->o.step_delay_ms * 1000u);
+
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < n; i++) {
+            nv_req *r = s->step_req[i];
+            if (r->emit.len) {
+                nv_buf_append(&r->out, r->emit.data, r->emit.len);
+                nv_buf_consume(&r->emit, r->emit.len);
+            }
+            r->n_gen_pub = r->n_gen;
+            if (r->fin != NV_FINISH_NONE) {
+                for (int j = 0; j < s->n_running; j++)
+                    if (s->running[j] == r) {
+                        remove_running(s, j);
+                        break;
+                    }
+                retire(s, r, r->fin);
+            } else {
+                pthread_cond_broadcast(&r->cv);
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+nv_err nv_sched_start(nv_sched *s) {
+    if (pthread_create(&s->thread, NULL, sched_loop, s) != 0)
+        return nv_fail(NV_ENOMEM, "scheduler: cannot start the loop thread");
+    s->started = 1;
+    return NV_OK;
+}
+
+nv_submit nv_sched_submit(nv_sched *s, nv_req *r) {
+    const nv_config *c = &s->model->config;
+    long positions = (long)r->n_prompt + r->max_tokens - 1;
+    if (positions > c->seq_len) positions = c->seq_len;
+    r->blocks_needed = nv_kv_blocks_for(&s->pool, positions);
+    pthread_mutex_lock(&s->mu);
+    nv_submit res = NV_SUBMIT_OK;
+    if (s->stopping) res = NV_SUBMIT_STOPPING;
+    else if (r->blocks_needed > s->pool.n_blocks) res = NV_SUBMIT_TOO_BIG;
+    else if (s->n_waiting >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
+    if (res == NV_SUBMIT_OK) {
+        r->refs++;
+        if (s->wait_tail) s->wait_tail->next = r;
+        else s->wait_head = r;
+        s->wait_tail = r;
+        s->n_waiting++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return res;
+}
+
+void nv_sched_drain(nv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping < 1) s->stopping = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int nv_sched_busy(nv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_waiting + s->n_running;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void nv_sched_stop(nv_sched *s) {
+    if (!s->started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 2;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->started = 0;
+    /* the loop retires everything before it exits; anything left was never admitted */
+    pthread_mutex_lock(&s->mu);
+    sweep(s, nv_now());
+    pthread_mutex_unlock(&s->mu);
+}
+
+void nv_sched_free(nv_sched *s) {
+    nv_sched_stop(s);
+    if (s->inited) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+    free(s->running);
+    free(s->step_req);
+    free(s->seqs);
+    nv_batch_state_free(&s->bs);
+    nv_kv_pool_free(&s->pool);
+    memset(s, 0, sizeof *s);
+}
+
+void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
+    pthread_mutex_lock(&s->mu);
+    g->waiting = s->n_waiting;
+    g->running = s->n_running;
+    g->kv_in_use = nv_kv_in_use(&s->pool);
+    g->kv_total = s->pool.n_blocks;
+    g->kv_reserved = s->pool.n_reserved;
+    g->kv_block_size = s->pool.block_size;
+    g->kv_block_bytes = s->pool.block_bytes;
+    g->max_batch = s->o.max_batch;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,124 @@
+/* The scheduler: continuous batching over the paged KV cache, in a loop thread that owns the
+ * model.
+ *
+ * Contract:
+ * - Requests are submitted from any thread (nv_sched_submit) into a FIFO queue of at most
+ *   max_queue entries; a full queue is refused (the HTTP layer answers 429 with Retry-After).
+ * - Every iteration the loop (1) retires cancelled, timed-out and (when stopping) shut-down
+ *   requests, (2) admits queued requests in arrival order while fewer than max_batch run and
+ *   the KV pool can *reserve* every block the request may ever need — ceil((prompt + max_tokens
+ *   - 1) / block_size) — so memory is never over-committed and nothing is ever preempted; the
+ *   head of the queue waits when it does not fit (no overtaking, so no starvation), (3) runs one
+ *   batched forward (model/batch.h) over every running sequence: one decode row each, plus
+ *   prompt rows of sequences still in prefill, at most prefill_chunk prompt rows per step, given
+ *   to them in admission order, (4) samples each sequence that finished its prompt or decoded,
+ *   with its own sampler (greedy at temperature 0), (5) turns tokens into text and publishes it,
+ *   (6) retires finished sequences, returning their blocks and unused reservation.
+ * - Generation ends at token EOS (2) or BOS (1) or a stop string ("stop"; the stop string and
+ *   what follows are not part of the text), or after max_tokens tokens or at the end of the
+ *   context ("length"). Published text is always valid UTF-8: an incomplete character at the
+ *   end is held back until it completes (invalid bytes become U+FFFD), and so is a tail that
+ *   could still grow into a stop string.
+ * - Requests are reference counted: the submitter holds one reference, the scheduler another
+ *   while the request is queued or running. nv_req_cancel() asks the loop to drop a request
+ *   (its blocks return to the pool at the next iteration); nv_req_release() drops the caller's
+ *   reference. All request state shared between threads is guarded by the scheduler's lock.
+ * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
+ *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
+#ifndef NV_SERVE_SCHED_H
+#define NV_SERVE_SCHED_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "model/batch.h"
+#include "model/tokenizer.h"
+#include "serve/buf.h"
+#include "serve/kv.h"
+#include "serve/metrics.h"
+
+#define NV_MAX_STOP 8
+
+typedef struct nv_req nv_req;
+
+typedef struct {
+    const int *prompt; /* copied */
+    int n_prompt;
+    int max_tokens;
+    float temperature, top_p;
+    uint64_t seed; /* the sampler's xorshift state, as llama2.c's -s (0 is mapped to a fixed non-zero state) */
+    const char *stop[NV_MAX_STOP]; /* copied; empty strings are ignored */
+    int n_stop;
+    double timeout_s; /* <= 0: none */
+    int vocab_size;   /* the model's (sizes the sampler) */
+} nv_req_params;
+
+typedef struct {
+    int done;
+    nv_finish finish;
+    int prompt_tokens, completion_tokens;
+} nv_req_status;
+
+typedef struct {
+    int max_batch;     /* sequences per step */
+    int prefill_chunk; /* prompt rows per step */
+    int max_queue;     /* queued requests before 429 */
+    int block_size;    /* positions per KV block */
+    uint64_t kv_bytes; /* KV pool budget */
+    int step_delay_ms; /* testing hook: sleep after each step (0 = off) */
+} nv_sched_opts;
+
+typedef struct {
+    const nv_model *model;
+    const nv_tokenizer *tok;
+    nv_metrics *metrics;
+    nv_sched_opts o;
+    nv_kv_pool pool;
+    nv_batch_state bs;
+    pthread_t thread;
+    int started, inited;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    nv_req *wait_head, *wait_tail;
+    int n_waiting;
+    nv_req **running;
+    int n_running;
+    int stopping; /* 0 serving, 1 draining, 2 stopping */
+    /* the loop's scratch for one step */
+    nv_batch_seq *seqs;
+    nv_req **step_req;
+} nv_sched;
+
+typedef enum { NV_SUBMIT_OK = 0, NV_SUBMIT_QUEUE_FULL, NV_SUBMIT_STOPPING, NV_SUBMIT_TOO_BIG } nv_submit;
+
+nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok, nv_metrics *metrics,
+                     const nv_sched_opts *o);
+nv_err nv_sched_start(nv_sched *s);
+void nv_sched_drain(nv_sched *s);
+/* Queued plus running requests. */
+int nv_sched_busy(nv_sched *s);
+void nv_sched_stop(nv_sched *s);
+void nv_sched_free(nv_sched *s);
+void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g);
+/* Positions the whole pool can hold (the largest prompt + max_tokens one request can reserve). */
+long nv_sched_capacity(const nv_sched *s);
+
+/* A new request holding one reference (the caller's). */
+nv_err nv_req_create(nv_req **out, const nv_req_params *p);
+nv_submit nv_sched_submit(nv_sched *s, nv_req *r);
+/* Waits up to wait_s seconds for new text or the end; appends new text to out. */
+void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_req_status *st);
+void nv_req_cancel(nv_sched *s, nv_req *r);
+/* Drops the caller's reference (frees the request when it was the last). For a request never
+ * submitted, s may be NULL. */
+void nv_req_release(nv_sched *s, nv_req *r);
+
+/* Text helpers, exposed for tests: the length of the longest suffix of text[0..n) that is a
+ * proper prefix of one of the stop strings; the length of an incomplete UTF-8 character at
+ * the end of text (0 when it ends on a boundary); and a copy of text with every invalid UTF-8
+ * sequence replaced by U+FFFD appended to out. */
+size_t nv_stop_holdback(const char *text, size_t n, const char *const *stop, int n_stop);
+size_t nv_utf8_incomplete_tail(const char *text, size_t n);
+void nv_utf8_sanitize(nv_buf *out, const char *text, size_t n);
+
+#endif

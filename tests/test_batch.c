@@ -1,0 +1,186 @@
+/* The batched forward over paged KV (model/batch.h) and the KV block pool (serve/kv.h): a
+ * sequence's logits in a mixed batch — prompt chunks beside decode rows, blocks scattered over
+ * the pool — are bit-identical to nv_forward's for the same sequence alone. */
+#include <stdint.h>
+
+#include "base/rng.h"
+#include "engine/engine.h"
+#include "model/batch.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "serve/kv.h"
+#include "t.h"
+
+#define NSEQ 4
+#define LEN 40
+#define POOL 64
+#define MAX_TABLE 16
+
+/* Per sequence: logits after every position, computed alone, token by token, by nv_forward. */
+static int reference(const nv_model *m, const int *toks, int n, float *out) {
+    nv_state s;
+    if (nv_state_init(&s, &m->config, 1, m->config.seq_len, 0) != NV_OK) return 0;
+    int ok = 1;
+    for (int p = 0; p < n && ok; p++) {
+        ok = nv_forward(m, &s, toks + p, 1, p) == NV_OK;
+        memcpy(out + (size_t)p * m->config.vocab_size, s.logits, (size_t)m->config.vocab_size * sizeof(float));
+    }
+    nv_state_free(&s);
+    return ok;
+}
+
+/* Runs NSEQ sequences together: each step, sequence i takes a chunk of chunk[i] positions (1 =
+ * decode-like), starting at step start[i], with blocks handed out in a shuffled order; checks
+ * every step's logits against the references. Returns the number of mismatching chunks. */
+static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], int BLOCK, int *checked) {
+    const nv_config *c = &m->config;
+    static const int chunk[NSEQ] = {7, 1, 3, 16};
+    static const int start[NSEQ] = {0, 0, 2, 5};
+    nv_kv_pages kv;
+    nv_batch_state bs;
+    if (nv_kv_pages_init(&kv, c, BLOCK, POOL) != NV_OK || nv_batch_state_init(&bs, c, 32, NSEQ) != NV_OK) return -1;
+    int perm[POOL];
+    for (int i = 0; i < POOL; i++) perm[i] = i;
+    nv_rng rng;
+    nv_rng_seed(&rng, 7);
+    for (int i = POOL - 1; i > 0; i--) {
+        int j = (int)(nv_rng_uniform(&rng) * (float)(i + 1)) % (i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int table[NSEQ][MAX_TABLE], next = 0, pos[NSEQ] = {0}, bad = 0;
+    for (int i = 0; i < NSEQ; i++)
+        for (int b = 0; b < (LEN + BLOCK - 1) / BLOCK; b++) table[i][b] = perm[next++];
+    for (int step = 0; step < 64; step++) {
+        nv_batch_seq seqs[NSEQ];
+        int who[NSEQ], n = 0;
+        for (int i = 0; i < NSEQ; i++) {
+            if (step < start[i] || pos[i] >= LEN) continue;
+            int k = LEN - pos[i] < chunk[i] ? LEN - pos[i] : chunk[i];
+            seqs[n] = (nv_batch_seq){toks[i] + pos[i], k, pos[i], table[i], 1};
+            who[n++] = i;
+        }
+        if (!n) break;
+        if (nv_batch_forward(m, &bs, &kv, seqs, n) != NV_OK) {
+            fprintf(stderr, "    batch forward: %s\n", nv_errmsg());
+            bad++;
+            break;
+        }
+        for (int j = 0; j < n; j++) {
+            int i = who[j], last = pos[i] + seqs[j].n - 1;
+            const float *got = nv_batch_logits(&bs, c, j);
+            if (!got || memcmp(got, ref[i] + (size_t)last * c->vocab_size, (size_t)c->vocab_size * sizeof(float)) != 0)
+                bad++;
+            (*checked)++;
+            pos[i] += seqs[j].n;
+        }
+    }
+    nv_batch_state_free(&bs);
+    nv_kv_pages_free(&kv);
+    return bad;
+}
+
+static void check_model(nv_model *m, const char *what) {
+    const nv_config *c = &m->config;
+    int toks[NSEQ][LEN];
+    float *ref[NSEQ];
+    nv_rng rng;
+    nv_rng_seed(&rng, 3);
+    for (int i = 0; i < NSEQ; i++) {
+        toks[i][0] = 1;
+        for (int p = 1; p < LEN; p++) toks[i][p] = 3 + (int)(nv_rng_uniform(&rng) * (float)(c->vocab_size - 3));
+        ref[i] = malloc((size_t)LEN * c->vocab_size * sizeof(float));
+        T_CHECK(ref[i] && reference(m, toks[i], LEN, ref[i]), "%s: reference forward failed", what);
+    }
+    /* block 4: the scalar remainder paths; block 16: 8-wide score lanes */
+    for (int block = 4; block <= 16; block += 12) {
+        int checked = 0, bad = run_mixed(m, toks, ref, block, &checked);
+        T_CHECK(bad == 0 && checked > 40, "%s (%s, blocks of %d): %d of %d chunks differ from the sequence run alone",
+                what, nv_engine_name(m->engine), block, bad, checked);
+    }
+    for (int i = 0; i < NSEQ; i++) free(ref[i]);
+}
+
+static void test_batch_equals_alone_stories260K(void) {
+    const char *p = t_data("models/stories260K.bin");
+    if (!p) return;
+    nv_engine_id engines[2] = {NV_ENGINE_SCALAR, nv_engine_best()};
+    for (int e = 0; e < (engines[1] == NV_ENGINE_SCALAR ? 1 : 2); e++) {
+        nv_model m;
+        if (nv_model_load(p, &m) != NV_OK || nv_model_build_plans(&m, engines[e]) != NV_OK) {
+            T_CHECK(0, "load: %s", nv_errmsg());
+            return;
+        }
+        check_model(&m, "stories260K");
+        nv_model_free(&m);
+    }
+}
+
+static void test_batch_equals_alone_qk_norm_gqa(void) {
+    nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-6f, 0, 1}; /* head_dim 12: 8 lanes + 4 */
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 11);
+    /* non-trivial QK-norm weights */
+    for (int i = 0; i < c.n_layers * c.head_dim; i++) m.w.q_norm[i] = 0.5f + 0.03f * (float)i, m.w.k_norm[i] = 1.5f - 0.02f * (float)i;
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    check_model(&m, "qk-norm GQA");
+    nv_model_free(&m);
+}
+
+static void test_batch_rejects_bad_batches(void) {
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0};
+    nv_model m;
+    nv_kv_pages kv;
+    nv_batch_state bs;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4) == NV_OK && nv_batch_state_init(&bs, &c, 4, 2) == NV_OK, "%s", nv_errmsg());
+    int toks[8] = {1, 5, 6, 7, 8, 9, 10, 11}, table[8] = {0, 1, 2, 3, 4, 0, 0, 0};
+    nv_batch_seq q = {toks, 4, 0, table, 1};
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
+    q.n = 5; /* more rows than the state holds */
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "5 rows in a 4-row state accepted");
+    q = (nv_batch_seq){toks, 2, 15, table, 1}; /* position 16 is in block table[4] = 4, outside a pool of 4 */
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "block outside the pool accepted");
+    q = (nv_batch_seq){toks, 2, 31, table, 1}; /* past the context of 32 */
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "positions past the context accepted");
+    int bad_tok = 50;
+    q = (nv_batch_seq){&bad_tok, 1, 0, table, 1};
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "token outside the vocabulary accepted");
+    nv_batch_state_free(&bs);
+    nv_kv_pages_free(&kv);
+    nv_model_free(&m);
+}
+
+static void test_kv_pool_accounting(void) {
+    nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0};
+    nv_kv_pool p;
+    size_t bb = nv_kv_block_bytes(&c, 16);
+    T_CHECK(bb == (size_t)2 * 2 * 16 * 16 * 4, "block bytes %zu", bb);
+    T_CHECK(nv_kv_pool_init(&p, &c, 16, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 5, "%s", nv_errmsg());
+    T_CHECK(nv_kv_reserve(&p, 3) && !nv_kv_reserve(&p, 3) && nv_kv_reserve(&p, 2), "reservations over-commit");
+    T_CHECK(!nv_kv_reserve(&p, 1), "reserved past the pool");
+    int a = nv_kv_alloc(&p), b = nv_kv_alloc(&p);
+    T_CHECK(a >= 0 && b >= 0 && a != b && nv_kv_in_use(&p) == 2 && p.n_reserved == 3, "alloc accounting");
+    nv_kv_record(&p, a, 0, 42);
+    nv_kv_record(&p, a, 1, 43);
+    T_CHECK(p.fill[a] == 2 && p.tokens[(size_t)a * 16 + 1] == 43, "token content not recorded");
+    nv_kv_ref(&p, a); /* shared by a second table */
+    nv_kv_unref(&p, a);
+    T_CHECK(nv_kv_in_use(&p) == 2, "a shared block was freed while still referenced");
+    nv_kv_unref(&p, a);
+    nv_kv_unref(&p, b);
+    nv_kv_unreserve(&p, 3);
+    T_CHECK(nv_kv_in_use(&p) == 0 && p.n_free == 5 && p.n_reserved == 0, "blocks not all free at the end");
+    nv_kv_pool_free(&p);
+    T_CHECK(nv_kv_pool_init(&p, &c, 16, bb - 1, 0) == NV_EINVAL, "a budget below one block accepted");
+}
+
+int main(void) {
+    nv_engines_init(NULL, 0);
+    T_RUN(test_batch_equals_alone_stories260K);
+    T_RUN(test_batch_equals_alone_qk_norm_gqa);
+    T_RUN(test_batch_rejects_bad_batches);
+    T_RUN(test_kv_pool_accounting);
+    return t_done();
+}

@@ -1,0 +1,926 @@
+/* nerve serve end to end: the real binary on a free loopback port, driven over plain sockets.
+ * Whole and streamed responses, llama2.c's golden text through the API, 8 concurrent greedy
+ * requests equal to each alone, 16 concurrent clients, a table of bad requests, disconnects,
+ * 429 with a tiny KV budget, timeouts, auth and CORS, and a clean exit 0 on SIGTERM. */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "t.h"
+
+static char tmpdir[256];
+static const char *model_path, *tok_path;
+
+/* ---- server processes ----------------------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char log[600];
+} server;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void print_log(const server *s) {
+    char *text = NULL;
+    nv_file_read_all(s->log, &text, NULL);
+    fprintf(stderr, "    --- server log (%s) ---\n%s    ---\n", s->log, text ? text : "(none)");
+    free(text);
+}
+
+/* Starts `nerve serve -m MODEL -z TOK --port 0 ARGS` with env (NAME=VALUE or NULL); waits for
+ * its "listening on" line. */
+static int server_start(server *s, const char *name, const char *args, const char *env) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->log, sizeof s->log, "%s/%s.log", tmpdir, name);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec %s%s '%s' serve -m '%s' -z '%s' --port 0 %s 2>'%s' >/dev/null </dev/null",
+             env ? env : "", env ? " " : "", t_nerve_bin(), model_path, tok_path, args, s->log);
+    if (env) {
+        /* `exec VAR=value cmd` is not valid sh: use env(1) */
+        snprintf(cmd, sizeof cmd, "exec env %s '%s' serve -m '%s' -z '%s' --port 0 %s 2>'%s' >/dev/null </dev/null",
+                 env, t_nerve_bin(), model_path, tok_path, args, s->log);
+    }
+    pid_t pid = fork();
+    if (pid < 0) return 0;
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    s->pid = pid;
+    for (double t0 = now_s(); now_s() - t0 < 30;) {
+        char *text = NULL;
+        if (nv_file_read_all(s->log, &text, NULL) == NV_OK && text) {
+            const char *p = strstr(text, "listening on http://127.0.0.1:");
+            if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        }
+        free(text);
+        if (s->port > 0) return 1;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            s->pid = 0;
+            print_log(s);
+            return 0;
+        }
+        sleep_ms(20);
+    }
+    print_log(s);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    s->pid = 0;
+    return 0;
+}
+
+/* SIGTERM, then waits (bounded) for the exit; returns the exit code (-1 when killed). */
+static int server_stop(server *s) {
+    if (!s->pid) return -1;
+    kill(s->pid, SIGTERM);
+    int st = 0;
+    for (double t0 = now_s(); now_s() - t0 < 20;) {
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            s->pid = 0;
+            int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            if (rc != 0) print_log(s);
+            return rc;
+        }
+        sleep_ms(20);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+    print_log(s);
+    return -1;
+}
+
+/* ---- a small HTTP/1.1 client over plain sockets ---------------------------------------------- */
+
+typedef struct {
+    int status;
+    char *head; /* status line and headers */
+    char *body; /* de-chunked */
+    size_t body_len;
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->head);
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+static int connect_to(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0) return 0;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 1;
+}
+
+static char *build_request(const char *method, const char *path, const char *headers, const char *body, size_t *len) {
+    size_t blen = body ? strlen(body) : 0, cap = blen + 1024 + (headers ? strlen(headers) : 0);
+    char *req = malloc(cap);
+    int n = snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s", method, path,
+                     headers ? headers : "");
+    if (body) n += snprintf(req + n, cap - (size_t)n, "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
+    n += snprintf(req + n, cap - (size_t)n, "\r\n");
+    if (body) memcpy(req + n, body, blen);
+    *len = (size_t)n + blen;
+    return req;
+}
+
+static int parse_response(char *raw, size_t n, resp *r) {
+    char *sep = strstr(raw, "\r\n\r\n");
+    if (!sep || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) return 0;
+    size_t hl = (size_t)(sep - raw);
+    r->head = malloc(hl + 1);
+    memcpy(r->head, raw, hl);
+    r->head[hl] = '\0';
+    char *b = sep + 4;
+    size_t left = n - (size_t)(b - raw);
+    r->body = malloc(left + 1);
+    r->body_len = 0;
+    if (strcasestr(r->head, "Transfer-Encoding: chunked")) {
+        while (left > 0) {
+            char *end;
+            unsigned long sz = strtoul(b, &end, 16);
+            char *crlf = strstr(b, "\r\n");
+            if (!crlf || sz == 0) break;
+            b = crlf + 2;
+            left = n - (size_t)(b - raw);
+            if (sz > left) sz = left;
+            memcpy(r->body + r->body_len, b, sz);
+            r->body_len += sz;
+            b += sz;
+            if (left >= sz + 2) b += 2;
+            left = n > (size_t)(b - raw) ? n - (size_t)(b - raw) : 0;
+        }
+    } else {
+        memcpy(r->body, b, left);
+        r->body_len = left;
+    }
+    r->body[r->body_len] = '\0';
+    return 1;
+}
+
+static int read_all(int fd, char **out, size_t *n) {
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 + 1 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    *n = len;
+    return len > 0;
+}
+
+/* Sends raw bytes and reads the whole answer. */
+static int http_raw(int port, const char *raw, size_t len, resp *r) {
+    memset(r, 0, sizeof *r);
+    int fd = connect_to(port);
+    if (fd < 0) return 0;
+    char *buf;
+    size_t n;
+    int ok = send_all(fd, raw, len) && read_all(fd, &buf, &n);
+    if (ok) {
+        ok = parse_response(buf, n, r);
+        free(buf);
+    }
+    close(fd);
+    return ok;
+}
+
+static int http(int port, const char *method, const char *path, const char *headers, const char *body, resp *r) {
+    size_t len;
+    char *req = build_request(method, path, headers, body, &len);
+    int ok = http_raw(port, req, len, r);
+    free(req);
+    return ok;
+}
+
+/* The value of a metric line "name value" (exact name, labels included), or -1. */
+static double metric(int port, const char *name) {
+    resp r;
+    double v = -1;
+    if (http(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200) {
+        size_t nl = strlen(name);
+        for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+            if (!strncmp(p, name, nl) && p[nl] == ' ') {
+                v = atof(p + nl + 1);
+                break;
+            }
+    }
+    resp_free(&r);
+    return v;
+}
+
+/* Waits (bounded) until no sequence runs and every KV block is free. */
+static int wait_pool_idle(int port) {
+    for (double t0 = now_s(); now_s() - t0 < 15; sleep_ms(20))
+        if (metric(port, "nerve_running_sequences") == 0 && metric(port, "nerve_kv_blocks_in_use") == 0 &&
+            metric(port, "nerve_queue_depth") == 0 && metric(port, "nerve_kv_blocks_reserved") == 0)
+            return 1;
+    return 0;
+}
+
+/* ---- OpenAI response helpers ----------------------------------------------------------------- */
+
+typedef struct {
+    int status;
+    char text[8192];
+    char finish[32];
+    int prompt_tokens, completion_tokens;
+    int events, done, error_event, usage_chunk;
+} result;
+
+static void copy_text(result *out, const cJSON *choice, int chat, int stream) {
+    const cJSON *t = NULL;
+    if (!chat) t = cJSON_GetObjectItem(choice, "text");
+    else t = cJSON_GetObjectItem(cJSON_GetObjectItem(choice, stream ? "delta" : "message"), "content");
+    if (cJSON_IsString(t)) strncat(out->text, t->valuestring, sizeof out->text - strlen(out->text) - 1);
+    const cJSON *f = cJSON_GetObjectItem(choice, "finish_reason");
+    if (cJSON_IsString(f)) snprintf(out->finish, sizeof out->finish, "%s", f->valuestring);
+}
+
+static void copy_usage(result *out, const cJSON *root) {
+    const cJSON *u = cJSON_GetObjectItem(root, "usage");
+    if (!cJSON_IsObject(u)) return;
+    out->prompt_tokens = cJSON_GetObjectItem(u, "prompt_tokens")->valueint;
+    out->completion_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
+}
+
+/* POSTs body to the endpoint and collects text, finish reason and usage (streamed or not). */
+static int complete(int port, int chat, const char *headers, const char *body, result *out) {
+    memset(out, 0, sizeof *out);
+    resp r;
+    if (!http(port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", headers, body, &r)) return 0;
+    out->status = r.status;
+    int ok = 1;
+    if (r.status == 200 && strstr(r.head, "text/event-stream")) {
+        char *save = NULL;
+        for (char *ev = strtok_r(r.body, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+            if (strncmp(ev, "data: ", 6) != 0) {
+                ok = 0;
+                continue;
+            }
+            ev += 6;
+            out->events++;
+            if (!strcmp(ev, "[DONE]")) {
+                out->done++;
+                continue;
+            }
+            cJSON *root = cJSON_Parse(ev);
+            if (!root) {
+                ok = 0;
+                continue;
+            }
+            if (cJSON_GetObjectItem(root, "error")) out->error_event++;
+            const cJSON *choices = cJSON_GetObjectItem(root, "choices");
+            if (cJSON_IsArray(choices) && cJSON_GetArraySize(choices) == 0) out->usage_chunk++;
+            if (cJSON_IsArray(choices) && cJSON_GetArraySize(choices) == 1)
+                copy_text(out, cJSON_GetArrayItem(choices, 0), chat, 1);
+            copy_usage(out, root);
+            cJSON_Delete(root);
+        }
+    } else if (r.status == 200) {
+        cJSON *root = cJSON_Parse(r.body);
+        const cJSON *choices = root ? cJSON_GetObjectItem(root, "choices") : NULL;
+        ok = cJSON_IsArray(choices) && cJSON_GetArraySize(choices) == 1;
+        if (ok) copy_text(out, cJSON_GetArrayItem(choices, 0), chat, 0);
+        if (root) copy_usage(out, root);
+        cJSON_Delete(root);
+    }
+    resp_free(&r);
+    return ok;
+}
+
+/* An error body must be exactly {"error":{"message":str,"type":str,"param":str|null,"code":str|null}}. */
+static int error_body_ok(const char *body, const char *param, const char *code, char *why, size_t cap) {
+    cJSON *root = cJSON_Parse(body);
+    const cJSON *e = root ? cJSON_GetObjectItem(root, "error") : NULL;
+    int ok = 0;
+    if (!cJSON_IsObject(e) || cJSON_GetArraySize(root) != 1) snprintf(why, cap, "no error object");
+    else if (cJSON_GetArraySize(e) != 4) snprintf(why, cap, "error object has %d fields", cJSON_GetArraySize(e));
+    else {
+        const cJSON *m = cJSON_GetObjectItem(e, "message"), *t = cJSON_GetObjectItem(e, "type"),
+                    *p = cJSON_GetObjectItem(e, "param"), *c = cJSON_GetObjectItem(e, "code");
+        if (!cJSON_IsString(m) || !*m->valuestring || !cJSON_IsString(t) || !p || !c ||
+            !(cJSON_IsString(p) || cJSON_IsNull(p)) || !(cJSON_IsString(c) || cJSON_IsNull(c)))
+            snprintf(why, cap, "fields of the wrong type");
+        else if (param && (!cJSON_IsString(p) || strcmp(p->valuestring, param)))
+            snprintf(why, cap, "param is %s, want %s", cJSON_IsString(p) ? p->valuestring : "null", param);
+        else if (code && (!cJSON_IsString(c) || strcmp(c->valuestring, code)))
+            snprintf(why, cap, "code is %s, want %s", cJSON_IsString(c) ? c->valuestring : "null", code);
+        else ok = 1;
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* ---- the main server ------------------------------------------------------------------------- */
+
+static server main_srv;
+static int main_up;
+
+static void test_basic_endpoints(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    int port = main_srv.port;
+    resp r;
+    T_CHECK(http(port, "GET", "/health", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "ok"), "health %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 200, "models %d", r.status);
+    cJSON *m = cJSON_Parse(r.body);
+    const cJSON *d0 = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "data"), 0);
+    T_CHECK(d0 && !strcmp(cJSON_GetObjectItem(d0, "id")->valuestring, "tiny-stories") &&
+                !strcmp(cJSON_GetObjectItem(m, "object")->valuestring, "list"),
+            "models body %s", r.body);
+    cJSON_Delete(m);
+    T_CHECK(!strcasestr(r.head, "Access-Control-Allow-Origin"), "CORS header without --cors");
+    resp_free(&r);
+    T_CHECK(http(port, "GET", "/v1/models/tiny-stories", NULL, NULL, &r) && r.status == 200, "model %d", r.status);
+    resp_free(&r);
+
+    /* a whole completion: every field OpenAI clients read */
+    T_CHECK(http(port, "POST", "/v1/completions", NULL, "{\"model\":\"tiny-stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0}", &r) &&
+                r.status == 200,
+            "completion %d %s", r.status, r.body);
+    cJSON *c = cJSON_Parse(r.body);
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0), *u = cJSON_GetObjectItem(c, "usage");
+    T_CHECK(c && !strncmp(cJSON_GetObjectItem(c, "id")->valuestring, "cmpl-", 5) &&
+                !strcmp(cJSON_GetObjectItem(c, "object")->valuestring, "text_completion") &&
+                cJSON_IsNumber(cJSON_GetObjectItem(c, "created")) &&
+                !strcmp(cJSON_GetObjectItem(c, "model")->valuestring, "tiny-stories") && ch &&
+                cJSON_GetObjectItem(ch, "index")->valueint == 0 && cJSON_IsString(cJSON_GetObjectItem(ch, "text")) &&
+                !strcmp(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length") && u &&
+                cJSON_GetObjectItem(u, "completion_tokens")->valueint == 24 &&
+                cJSON_GetObjectItem(u, "prompt_tokens")->valueint == 5 &&
+                cJSON_GetObjectItem(u, "total_tokens")->valueint == 29,
+            "completion body %s", r.body);
+    cJSON_Delete(c);
+    resp_free(&r);
+
+    /* the same as a stream, as chat, and as a streamed chat with usage: the same text */
+    result whole, s, chat, schat;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0}", &whole);
+    T_CHECK(complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,\"stream\":true}", &s),
+            "bad stream");
+    T_CHECK(s.status == 200 && s.done == 1 && !strcmp(s.text, whole.text) && !strcmp(s.finish, "length") && s.usage_chunk == 0,
+            "stream: status %d done %d finish %s text '%s' vs '%s'", s.status, s.done, s.finish, s.text, whole.text);
+    T_CHECK(strlen(whole.text) > 20, "short completion '%s'", whole.text);
+    T_CHECK(complete(port, 1, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":24,\"temperature\":0}", &chat),
+            "bad chat");
+    T_CHECK(chat.status == 200 && !strcmp(chat.text, whole.text) && chat.prompt_tokens == 5, "chat (plain template): '%s'", chat.text);
+    T_CHECK(complete(port, 1, NULL,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_completion_tokens\":24,"
+                     "\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+                     &schat),
+            "bad chat stream");
+    T_CHECK(schat.status == 200 && schat.done == 1 && schat.usage_chunk == 1 && !strcmp(schat.text, whole.text) &&
+                schat.completion_tokens == 24 && schat.prompt_tokens == 5 && !strcmp(schat.finish, "length"),
+            "chat stream: done %d usage %d completion %d '%s'", schat.done, schat.usage_chunk, schat.completion_tokens,
+            schat.text);
+
+    /* echo, token-id prompts */
+    result echo, ids;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,\"echo\":true}", &echo);
+    char want[9000];
+    snprintf(want, sizeof want, "Once upon a time%s", whole.text);
+    T_CHECK(echo.status == 200 && !strcmp(echo.text, want), "echo: '%s'", echo.text);
+    complete(port, 0, NULL, "{\"prompt\":[1,403,407,261,378],\"max_tokens\":4,\"temperature\":0}", &ids);
+    T_CHECK(ids.status == 200 && ids.prompt_tokens == 5 && ids.completion_tokens == 4, "token prompt: %d", ids.status);
+}
+
+static void test_stop_strings_and_sampling(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    int port = main_srv.port;
+    result whole, cut, list, a, b, c;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}", &whole);
+    /* stop at a word from the greedy text: the text before it, finish "stop" */
+    const char *w = strstr(whole.text, "girl");
+    T_CHECK(w != NULL, "greedy text lacks 'girl': %s", whole.text);
+    if (!w) return;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":\"girl\"}", &cut);
+    T_CHECK(cut.status == 200 && !strcmp(cut.finish, "stop") && strlen(cut.text) == (size_t)(w - whole.text) &&
+                !strncmp(cut.text, whole.text, strlen(cut.text)),
+            "stop: finish %s text '%s'", cut.finish, cut.text);
+    complete(port, 0, NULL,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":[\"zzz\",\"girl\"],\"stream\":true}", &list);
+    T_CHECK(list.status == 200 && !strcmp(list.finish, "stop") && !strcmp(list.text, cut.text), "streamed stop list: '%s'",
+            list.text);
+    /* the same seed gives the same sample; another seed (almost surely) another */
+    const char *fmt = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1.0,\"top_p\":0.9,\"seed\":%d}";
+    char body[256];
+    snprintf(body, sizeof body, fmt, 1234);
+    complete(port, 0, NULL, body, &a);
+    complete(port, 0, NULL, body, &b);
+    snprintf(body, sizeof body, fmt, 99);
+    complete(port, 0, NULL, body, &c);
+    T_CHECK(a.status == 200 && !strcmp(a.text, b.text), "same seed, different text");
+    T_CHECK(strcmp(a.text, c.text) != 0, "different seeds, same text");
+}
+
+#define NCONC 8
+static const char *prompts[NCONC] = {"Once upon a time",  "Lily and Ben",  "The dog",      "One day, a little",
+                                     "Tom had a big red", "The sun was",   "A cat named",  "She wanted to"};
+
+typedef struct {
+    int port, chat, stream, max_tokens;
+    const char *prompt;
+    result res;
+} job;
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    char body[1024];
+    if (j->chat)
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,\"temperature\":0,\"stream\":%s}",
+                 j->prompt, j->max_tokens, j->stream ? "true" : "false");
+    else
+        snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0,\"stream\":%s}", j->prompt,
+                 j->max_tokens, j->stream ? "true" : "false");
+    complete(j->port, j->chat, NULL, body, &j->res);
+    return NULL;
+}
+
+static void test_eight_concurrent_greedy_equal_alone(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    job alone[NCONC], together[NCONC];
+    for (int i = 0; i < NCONC; i++) {
+        alone[i] = (job){main_srv.port, 0, 0, 48 + 3 * i, prompts[i], {0}};
+        run_job(&alone[i]);
+        T_CHECK(alone[i].res.status == 200 && alone[i].res.text[0], "alone %d: %d", i, alone[i].res.status);
+    }
+    pthread_t th[NCONC];
+    for (int i = 0; i < NCONC; i++) {
+        together[i] = alone[i];
+        together[i].stream = i & 1;
+        together[i].chat = (i >> 1) & 1;
+        memset(&together[i].res, 0, sizeof together[i].res);
+        pthread_create(&th[i], NULL, run_job, &together[i]);
+    }
+    for (int i = 0; i < NCONC; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NCONC; i++)
+        T_CHECK(together[i].res.status == 200 && !strcmp(together[i].res.text, alone[i].res.text) &&
+                    !strcmp(together[i].res.finish, alone[i].res.finish),
+                "request %d (chat %d stream %d) differs in a batch:\n      alone    '%s'\n      together '%s'", i,
+                together[i].chat, together[i].stream, alone[i].res.text, together[i].res.text);
+    T_CHECK(metric(main_srv.port, "nerve_step_rows_total") > metric(main_srv.port, "nerve_steps_total"),
+            "no step ever batched more than one row");
+    T_CHECK(wait_pool_idle(main_srv.port), "blocks still in use after the requests ended");
+}
+
+static void test_sixteen_clients(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    enum { N = 16 };
+    job jobs[N];
+    pthread_t th[N];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            jobs[i] = (job){main_srv.port, i % 3 == 0, (i + round) & 1, 12 + i, prompts[i % NCONC], {0}};
+            pthread_create(&th[i], NULL, run_job, &jobs[i]);
+        }
+        for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < N; i++)
+            T_CHECK(jobs[i].res.status == 200 && jobs[i].res.text[0] &&
+                        (jobs[i].res.completion_tokens == 0 || jobs[i].res.completion_tokens <= 12 + i),
+                    "client %d round %d: status %d text '%s'", i, round, jobs[i].res.status, jobs[i].res.text);
+    }
+    T_CHECK(wait_pool_idle(main_srv.port), "blocks still in use after 16 clients");
+}
+
+typedef struct {
+    const char *method, *path, *body;
+    int status;
+    const char *param, *code;
+} bad_case;
+
+static void test_bad_requests_table(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    int port = main_srv.port;
+    static char long_prompt[20000];
+    strcpy(long_prompt, "{\"prompt\":\"");
+    for (int i = 0; i < 700; i++) strcat(long_prompt, "Once upon a ");
+    strcat(long_prompt, "\"}");
+    static char deep[60000]; /* nested 25000 deep: refused by the parser's depth limit, not a crash */
+    strcpy(deep, "{\"prompt\":");
+    memset(deep + strlen(deep), '[', 25000);
+    strcat(deep, "}");
+    const char *C = "/v1/completions", *H = "/v1/chat/completions";
+    const bad_case cases[] = {
+        {"POST", C, "{", 400, NULL, "invalid_json"},
+        {"POST", C, "", 400, NULL, "invalid_json"},
+        {"POST", C, "[]", 400, NULL, "invalid_json"},
+        {"POST", C, "\"hi\"", 400, NULL, "invalid_json"},
+        {"POST", C, "{\"prompt\":\"x\"} trailing", 400, NULL, "invalid_json"},
+        {"POST", C, deep, 400, NULL, "invalid_json"},
+        {"POST", C, "{}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":5}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":[]}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":[1,2,99999]}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":\"10\"}", 400, "max_tokens", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":-5}", 400, "max_tokens", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":1.5}", 400, "max_tokens", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":600}", 400, "max_tokens", "context_length_exceeded"},
+        {"POST", C, long_prompt, 400, "prompt", "context_length_exceeded"},
+        {"POST", C, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", 400, "temperature", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"temperature\":-1}", 400, "temperature", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"temperature\":3}", 400, "temperature", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"top_p\":0}", 400, "top_p", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"top_p\":1.5}", 400, "top_p", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"n\":2}", 400, "n", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"stop\":5}", 400, "stop", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"stop\":[\"a\",7]}", 400, "stop", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"model\":\"gpt-4\"}", 404, "model", "model_not_found"},
+        {"POST", C, "{\"prompt\":\"x\",\"model\":7}", 400, "model", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"seed\":\"abc\"}", 400, "seed", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"seed\":1.5}", 400, "seed", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logprobs\":5}", 400, "logprobs", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"presence_penalty\":1}", 400, "presence_penalty", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"echo\":1}", 400, "echo", NULL},
+        {"POST", H, "{}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":\"hi\"}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[]}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[5]}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[{\"content\":\"hi\"}]}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"robot\",\"content\":\"hi\"}]}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}", 400, "messages", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":0}", 400, "max_completion_tokens", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3}", 400, "n", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"model\":\"nope\"}", 404, "model", "model_not_found"},
+        {"GET", C, NULL, 405, NULL, "method_not_allowed"},
+        {"GET", H, NULL, 405, NULL, "method_not_allowed"},
+        {"POST", "/health", "{}", 405, NULL, "method_not_allowed"},
+        {"DELETE", "/v1/models", NULL, 405, NULL, "method_not_allowed"},
+        {"GET", "/nope", NULL, 404, NULL, "not_found"},
+        {"GET", "/v1/models/gpt-4", NULL, 404, "model", "model_not_found"},
+        {"OPTIONS", C, NULL, 405, NULL, "method_not_allowed"},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    T_CHECK(n >= 30, "only %d cases", n);
+    for (int i = 0; i < n; i++) {
+        const bad_case *k = &cases[i];
+        resp r;
+        int ok = http(port, k->method, k->path, NULL, k->body, &r);
+        char why[200] = "";
+        T_CHECK(ok && r.status == k->status && error_body_ok(r.body, k->param, k->code, why, sizeof why),
+                "case %d: %s %s %.60s -> %d (want %d) %s body %.300s", i, k->method, k->path, k->body ? k->body : "",
+                r.status, k->status, why, r.body ? r.body : "");
+        resp_free(&r);
+    }
+    /* bodies over --max-body: announced by Content-Length (refused before reading), and chunked */
+    const char *big = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 10000000\r\n\r\n";
+    resp r;
+    char why[200] = "";
+    T_CHECK(http_raw(port, big, strlen(big), &r) && r.status == 413 &&
+                error_body_ok(r.body, NULL, "request_too_large", why, sizeof why),
+            "Content-Length over the limit: %d %s", r.status, why);
+    resp_free(&r);
+    size_t cap = 200000, len = 0;
+    char *chunked = malloc(cap);
+    len += (size_t)snprintf(chunked, cap, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                          "Transfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < 20; i++) {
+        len += (size_t)snprintf(chunked + len, cap - len, "1000\r\n");
+        memset(chunked + len, 'a', 4096);
+        len += 4096;
+        len += (size_t)snprintf(chunked + len, cap - len, "\r\n");
+    }
+    len += (size_t)snprintf(chunked + len, cap - len, "0\r\n\r\n");
+    T_CHECK(http_raw(port, chunked, len, &r) && r.status == 413, "chunked body over the limit: %d", r.status);
+    resp_free(&r);
+    free(chunked);
+    /* still serving */
+    result ok;
+    T_CHECK(http(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "health after bad requests: %d", r.status);
+    resp_free(&r);
+    complete(port, 0, NULL, "{\"prompt\":\"Once\",\"max_tokens\":5}", &ok);
+    T_CHECK(ok.status == 200 && ok.completion_tokens >= 1, "completion after bad requests: %d", ok.status);
+    T_CHECK(metric(port, "nerve_requests_total{status=\"400\"}") >= 40, "400s not counted in /metrics");
+}
+
+/* Option errors exit 2, bad files and an address in use exit 1, each with one line on stderr. */
+static void test_cli_errors(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    struct {
+        const char *args;
+        int rc;
+    } cases[] = {
+        {"serve", 2},
+        {"serve -m M -z Z --bogus", 2},
+        {"serve -m M -z Z --kv-memory lots", 2},
+        {"serve -m M -z Z --chat-template jinja", 2},
+        {"serve -m M -z Z --port 70000", 2},
+        {"serve -m M -z Z --max-batch 0", 2},
+        {"serve -m /nonexistent/model.bin -z Z --port 0", 1},
+        {"serve -m M -z Z --port 0 --kv-memory 1K", 1},
+        {"serve -m M -z Z --port PORT", 1},
+        {"serve --help", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[2048] = "", port[16];
+        snprintf(port, sizeof port, "%d", main_srv.port);
+        /* substitute M, Z and PORT */
+        for (const char *p = cases[i].args; *p;) {
+            const char *sub = NULL;
+            size_t skip = 1;
+            if (!strncmp(p, "PORT", 4)) sub = port, skip = 4;
+            else if (p[0] == 'M' && (p[1] == ' ' || !p[1])) sub = model_path;
+            else if (p[0] == 'Z' && (p[1] == ' ' || !p[1])) sub = tok_path;
+            if (sub) strncat(args, sub, sizeof args - strlen(args) - 1);
+            else strncat(args, p, 1);
+            p += skip;
+        }
+        char cmd[4096], errp[600], *err = NULL;
+        snprintf(errp, sizeof errp, "%s/cli.err", tmpdir);
+        snprintf(cmd, sizeof cmd, "timeout 30 '%s' %s >/dev/null 2>'%s' </dev/null", t_nerve_bin(), args, errp);
+        int st = system(cmd), rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        nv_file_read_all(errp, &err, NULL);
+        int lines = 0;
+        for (const char *q = err ? err : ""; *q; q++) lines += *q == '\n';
+        T_CHECK(rc == cases[i].rc && (rc == 0 || (lines == 1 && strstr(err, "nerve serve:"))), "'%s': exit %d, stderr '%s'",
+                cases[i].args, rc, err ? err : "");
+        free(err);
+    }
+}
+
+/* ---- llama2.c's text through the API (scalar engine) ------------------------------------------- */
+
+static void test_golden_through_api(void) {
+    const char *want_path = t_data("models/stories260K_greedy200.expected.txt");
+    if (!want_path) return;
+    server s;
+    if (!server_start(&s, "golden", "--engine scalar --alias stories260K --prefill-chunk 3 --kv-block 32", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    char *want = NULL;
+    nv_file_read_all(want_path, &want, NULL);
+    result r;
+    complete(s.port, 0, NULL, "{\"prompt\":\"\",\"max_tokens\":200,\"temperature\":0}", &r);
+    T_CHECK(r.status == 200 && want && !strcmp(r.text, want), "greedy from BOS differs from llama2.c:\n%s", r.text);
+    /* sampling with a seed: exactly what `nerve generate -s` (llama2.c's run -s) prints */
+    complete(s.port, 0, NULL,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0.8,\"top_p\":0.9,\"seed\":42}", &r);
+    char cmd[4096], out[600], *gen = NULL;
+    snprintf(out, sizeof out, "%s/generate.txt", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -z '%s' --engine scalar -p 'Once upon a time' -n %d -t 0.8 --top-p 0.9 -s 42 >'%s' 2>/dev/null",
+             t_nerve_bin(), model_path, tok_path, r.prompt_tokens + 60 - 1, out);
+    T_CHECK(system(cmd) == 0 && nv_file_read_all(out, &gen, NULL) == NV_OK, "generate failed");
+    char expect[9000];
+    snprintf(expect, sizeof expect, "Once upon a time%s", r.text);
+    T_CHECK(gen && r.status == 200 && !strcmp(gen, expect), "seeded sample differs from generate:\n  api:      %s\n  generate: %s",
+            expect, gen ? gen : "");
+    free(gen);
+    free(want);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
+}
+
+/* ---- a tiny KV pool: queueing, 429, disconnects, SIGTERM with a request in flight ------------- */
+
+/* Opens a stream and reads until the first generated text arrives; returns the socket. */
+static int open_stream(int port, const char *body) {
+    size_t len;
+    char *req = build_request("POST", "/v1/completions", NULL, body, &len);
+    int fd = connect_to(port);
+    if (fd >= 0 && !send_all(fd, req, len)) {
+        close(fd);
+        fd = -1;
+    }
+    free(req);
+    if (fd < 0) return -1;
+    char buf[8192];
+    size_t got = 0;
+    while (got < sizeof buf - 1) {
+        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+        buf[got] = '\0';
+        if (strstr(buf, "\"text\":\"") && !strstr(buf, "\"text\":\"\"")) return fd;
+    }
+    close(fd);
+    return -1;
+}
+
+static int wait_metric(int port, const char *name, double want) {
+    for (double t0 = now_s(); now_s() - t0 < 10; sleep_ms(10))
+        if (metric(port, name) == want) return 1;
+    return 0;
+}
+
+static void test_tiny_pool_queue_429_disconnect(void) {
+    server s;
+    /* stories260K: one block of 16 positions is 5 layers x 2 x 16 x 32 floats = 20 KiB; 60K = 3 blocks */
+    if (!server_start(&s, "tiny", "--kv-memory 60K --max-batch 1 --max-queue 1", "NERVE_TEST_STEP_DELAY_MS=80")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    int port = s.port;
+    T_CHECK(metric(port, "nerve_kv_blocks_total") == 3, "pool of %g blocks", metric(port, "nerve_kv_blocks_total"));
+    /* r1 takes the whole pool (5 + 40 - 1 positions = 3 blocks) */
+    const char *long_req = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stream\":true}";
+    int fd1 = open_stream(port, long_req);
+    T_CHECK(fd1 >= 0, "first stream did not start");
+    /* r2 waits in the queue */
+    job r2 = {port, 0, 0, 3, "Once", {0}};
+    pthread_t th;
+    pthread_create(&th, NULL, run_job, &r2);
+    T_CHECK(wait_metric(port, "nerve_queue_depth", 1), "second request not queued");
+    /* r3: queue and pool full -> 429 with Retry-After */
+    resp r;
+    T_CHECK(http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3}", &r) && r.status == 429 &&
+                strcasestr(r.head, "Retry-After:") && error_body_ok(r.body, NULL, "rate_limit_exceeded", (char[200]){0}, 200),
+            "third request: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* a request that could never fit the pool is a 400, not a 429 */
+    T_CHECK(http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":45}", &r) &&
+                r.status == 400 && error_body_ok(r.body, "max_tokens", "context_length_exceeded", (char[200]){0}, 200),
+            "oversized request: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* r1's client goes away mid-stream: cancelled, its blocks return, r2 runs */
+    double cancelled0 = metric(port, "nerve_sequences_finished_total{reason=\"cancelled\"}");
+    if (fd1 >= 0) close(fd1);
+    pthread_join(th, NULL);
+    T_CHECK(r2.res.status == 200 && r2.res.completion_tokens == 3, "queued request: %d", r2.res.status);
+    T_CHECK(wait_pool_idle(port), "blocks not free after the disconnect");
+    T_CHECK(metric(port, "nerve_sequences_finished_total{reason=\"cancelled\"}") == cancelled0 + 1,
+            "the disconnected stream was not cancelled");
+
+    /* a non-streaming client that disconnects while waiting */
+    size_t len;
+    char *req = build_request("POST", "/v1/completions", NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40}", &len);
+    int fd = connect_to(port);
+    T_CHECK(fd >= 0 && send_all(fd, req, len), "send");
+    free(req);
+    T_CHECK(wait_metric(port, "nerve_running_sequences", 1), "request did not start");
+    if (fd >= 0) close(fd);
+    T_CHECK(wait_pool_idle(port), "blocks not free after a non-streaming disconnect");
+    T_CHECK(metric(port, "nerve_sequences_finished_total{reason=\"cancelled\"}") == cancelled0 + 2,
+            "the disconnected request was not cancelled");
+
+    /* SIGTERM while a stream runs: it finishes (grace), then exit 0 */
+    job last = {port, 0, 1, 10, "Once upon a time", {0}};
+    pthread_create(&th, NULL, run_job, &last);
+    T_CHECK(wait_metric(port, "nerve_running_sequences", 1), "last request did not start");
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
+    pthread_join(th, NULL);
+    T_CHECK(last.res.status == 200 && last.res.done == 1 && last.res.completion_tokens == 0 && !strcmp(last.res.finish, "length"),
+            "stream during shutdown: status %d done %d finish '%s'", last.res.status, last.res.done, last.res.finish);
+}
+
+/* ---- auth, CORS, timeouts ----------------------------------------------------------------------- */
+
+static void test_auth_cors_timeout(void) {
+    server s;
+    if (!server_start(&s, "auth", "--cors --timeout 1", "NERVE_API_KEY=sekret NERVE_TEST_STEP_DELAY_MS=15")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    int port = s.port;
+    const char *good = "Authorization: Bearer sekret\r\n";
+    const char *bad[] = {NULL, "Authorization: Bearer sekreT\r\n", "Authorization: Bearer sekret2\r\n",
+                         "Authorization: Bearer sekre\r\n", "Authorization: Basic sekret\r\n", "Authorization: sekret\r\n"};
+    resp r;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char why[200] = "";
+        T_CHECK(http(port, "GET", "/v1/models", bad[i], NULL, &r) && r.status == 401 &&
+                    error_body_ok(r.body, NULL, "invalid_api_key", why, sizeof why) && strcasestr(r.head, "WWW-Authenticate"),
+                "auth case %zu: %d %s", i, r.status, why);
+        resp_free(&r);
+    }
+    T_CHECK(http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\"}", &r) && r.status == 401, "completion without key: %d",
+            r.status);
+    resp_free(&r);
+    T_CHECK(http(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 401, "metrics without key: %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "health needs no key: %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(port, "GET", "/v1/models", good, NULL, &r) && r.status == 200 &&
+                strcasestr(r.head, "Access-Control-Allow-Origin: *"),
+            "with the key: %d", r.status);
+    resp_free(&r);
+    result ok;
+    complete(port, 0, good, "{\"prompt\":\"Once\",\"max_tokens\":3}", &ok);
+    T_CHECK(ok.status == 200 && ok.completion_tokens == 3, "completion with the key: %d", ok.status);
+    T_CHECK(http(port, "OPTIONS", "/v1/chat/completions", "Origin: http://example.com\r\nAccess-Control-Request-Method: POST\r\n",
+                 NULL, &r) &&
+                r.status == 204 && strcasestr(r.head, "Access-Control-Allow-Origin: *") &&
+                strcasestr(r.head, "Access-Control-Allow-Headers"),
+            "CORS preflight: %d", r.status);
+    resp_free(&r);
+
+    /* --timeout 1: a request needing ~3 s ends with 408 (whole) or an error event (stream) */
+    result t1, t2;
+    complete(port, 0, good, "{\"prompt\":\"Once\",\"max_tokens\":200,\"temperature\":0}", &t1);
+    T_CHECK(t1.status == 408, "timeout: status %d", t1.status);
+    complete(port, 1, good,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],\"max_tokens\":200,\"temperature\":0,\"stream\":true}", &t2);
+    T_CHECK(t2.status == 200 && t2.error_event == 1 && t2.done == 1, "streamed timeout: status %d error events %d done %d",
+            t2.status, t2.error_event, t2.done);
+    for (double t0 = now_s(); now_s() - t0 < 10; sleep_ms(20)) {
+        resp m;
+        int idle = 0;
+        if (http(port, "GET", "/metrics", good, NULL, &m) && m.status == 200)
+            idle = strstr(m.body, "\nnerve_kv_blocks_in_use 0\n") && strstr(m.body, "reason=\"timeout\"} 2\n");
+        resp_free(&m);
+        if (idle) break;
+        T_CHECK(now_s() - t0 < 9.9, "timed-out requests not retired / blocks not free");
+    }
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
+}
+
+static void test_serve_data(void) {
+    t_data("models/stories260K.bin");
+    t_data("models/tok512.bin");
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nerve-test-serve-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    model_path = t_data("models/stories260K.bin");
+    tok_path = t_data("models/tok512.bin");
+    if (model_path && tok_path) {
+        static char mp[4096], tp[4096];
+        snprintf(mp, sizeof mp, "%s", model_path);
+        snprintf(tp, sizeof tp, "%s", tok_path);
+        model_path = mp;
+        tok_path = tp;
+        main_up = server_start(&main_srv, "main", "--alias tiny-stories --max-batch 8 --prefill-chunk 8 --kv-memory 4M --max-body 64K", NULL);
+        if (!main_up) fprintf(stderr, "    the main server did not start\n");
+    }
+    if (!model_path || !tok_path) {
+        T_RUN(test_serve_data); /* reports the skip */
+        return t_done();
+    }
+    T_RUN(test_basic_endpoints);
+    T_RUN(test_stop_strings_and_sampling);
+    T_RUN(test_eight_concurrent_greedy_equal_alone);
+    T_RUN(test_sixteen_clients);
+    T_RUN(test_bad_requests_table);
+    T_RUN(test_cli_errors);
+    if (main_up) {
+        int rc = server_stop(&main_srv);
+        if (rc != 0) {
+            fprintf(stderr, "    main server exit %d\n", rc);
+            t_failed++;
+        }
+    }
+    T_RUN(test_golden_through_api);
+    T_RUN(test_tiny_pool_queue_429_disconnect);
+    T_RUN(test_auth_cors_timeout);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return t_done();
+}

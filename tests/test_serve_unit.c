@@ -1,0 +1,163 @@
+/* The server's pieces without HTTP: stop-string and UTF-8 hold-back, chat templates, the
+ * OpenAI request parser's defaults and limits, and the response JSON shapes. */
+#include <cjson/cJSON.h>
+
+#include "model/tokenizer.h"
+#include "serve/api.h"
+#include "serve/chat.h"
+#include "serve/sched.h"
+#include "t.h"
+
+static void test_stop_holdback(void) {
+    const char *stops[] = {"world", "xyz"};
+    T_CHECK(nv_stop_holdback("hello wor", 9, stops, 2) == 3, "prefix 'wor' of 'world' not held");
+    T_CHECK(nv_stop_holdback("hello", 5, stops, 2) == 0, "nothing to hold");
+    T_CHECK(nv_stop_holdback("abcx", 4, stops, 2) == 1, "prefix 'x' of 'xyz' not held");
+    T_CHECK(nv_stop_holdback("w", 1, stops, 2) == 1, "short text");
+    T_CHECK(nv_stop_holdback("world", 5, stops, 2) == 0, "a whole stop string is found, not held");
+    const char *one[] = {"c"};
+    T_CHECK(nv_stop_holdback("abc", 3, one, 1) == 0, "a one-byte stop string has no proper prefix");
+}
+
+static void test_utf8(void) {
+    T_CHECK(nv_utf8_incomplete_tail("a\xC3", 2) == 1, "2-byte lead");
+    T_CHECK(nv_utf8_incomplete_tail("a\xE2\x82", 3) == 2, "3-byte char missing one");
+    T_CHECK(nv_utf8_incomplete_tail("a\xE2\x82\xAC", 4) == 0, "complete euro sign");
+    T_CHECK(nv_utf8_incomplete_tail("\xF0\x9F\x98", 3) == 3, "4-byte char missing one");
+    T_CHECK(nv_utf8_incomplete_tail("a\x80", 2) == 0, "stray continuation is not 'incomplete'");
+    T_CHECK(nv_utf8_incomplete_tail("", 0) == 0, "empty");
+    struct {
+        const char *in, *out;
+    } cases[] = {
+        {"plain", "plain"},
+        {"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"},
+        {"a\xFF" "b", "a\xEF\xBF\xBD" "b"},
+        {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},                     /* overlong */
+        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},     /* surrogate */
+        {"x\xE2\x82", "x\xEF\xBF\xBD\xEF\xBF\xBD"},                   /* truncated at the end */
+        {"\xF4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* above U+10FFFF */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nv_buf b = {0};
+        nv_utf8_sanitize(&b, cases[i].in, strlen(cases[i].in));
+        T_CHECK(b.data && !strcmp(b.data, cases[i].out), "sanitize case %zu", i);
+        nv_buf_free(&b);
+    }
+}
+
+static int same_ids(const int *a, int na, const int *b, int nb) { return na == nb && !memcmp(a, b, (size_t)na * sizeof(int)); }
+
+/* ids of the concatenation of encode(text_i, bos_i, eos_i) */
+static int expect_ids(const nv_tokenizer *tok, int *out, const char *t1, int b1, int e1, const char *t2, int b2, int e2) {
+    int *a = NULL, *b = NULL, na = 0, nb = 0;
+    nv_tokenizer_encode(tok, t1, b1, e1, &a, &na);
+    if (t2) nv_tokenizer_encode(tok, t2, b2, e2, &b, &nb);
+    memcpy(out, a, (size_t)na * sizeof(int));
+    if (b) memcpy(out + na, b, (size_t)nb * sizeof(int));
+    free(a);
+    free(b);
+    return na + nb;
+}
+
+static void test_chat_templates(void) {
+    const char *zp = t_data("models/tok512.bin");
+    if (!zp) return;
+    nv_tokenizer *tok = NULL;
+    T_CHECK(nv_tokenizer_load(zp, 0, &tok) == NV_OK, "%s", nv_errmsg());
+    if (!tok) return;
+    nv_chat_msg msgs[] = {{"system", "Be kind."}, {"user", "Hi there"}, {"assistant", "Hello!"}, {"user", "Tell a story"}};
+    int *ids = NULL, n = 0, want[4096], nw;
+    T_CHECK(nv_chat_render(NV_CHAT_PLAIN, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want, "Be kind.\nHi there\nHello!\nTell a story", 1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "plain template");
+    free(ids);
+    T_CHECK(nv_chat_render(NV_CHAT_CHATML, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want,
+                    "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+                    "Hello!<|im_end|>\n<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\n",
+                    1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "chatml template");
+    free(ids);
+    T_CHECK(nv_chat_render(NV_CHAT_LLAMA2, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want, "[INST] <<SYS>>\nBe kind.\n<</SYS>>\n\nHi there [/INST] Hello! ", 1, 1,
+                    "[INST] Tell a story [/INST]", 1, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "llama2 template");
+    free(ids);
+    T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_CHATML), "<|im_end|>") && !nv_chat_template_stop(NV_CHAT_PLAIN),
+            "template stop strings");
+    nv_chat_template t;
+    T_CHECK(nv_chat_template_parse("llama2", &t) == NV_OK && t == NV_CHAT_LLAMA2 &&
+                nv_chat_template_parse("jinja", &t) == NV_EINVAL,
+            "template names");
+    nv_tokenizer_free(tok);
+}
+
+static void test_api_parse_defaults_and_limits(void) {
+    const char *zp = t_data("models/tok512.bin");
+    if (!zp) return;
+    nv_tokenizer *tok = NULL;
+    if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100};
+    nv_api_request r;
+    nv_api_error e;
+    const char *simple = "{\"prompt\":\"Once upon a time\"}";
+    T_CHECK(nv_api_parse(&ctx, 0, simple, strlen(simple), &r, &e) == 0, "%s", e.message);
+    T_CHECK(r.req.n_prompt == 5 && r.req.max_tokens == 16 && r.req.temperature == 1.0f && r.req.top_p == 1.0f &&
+                r.req.n_stop == 0 && !r.stream,
+            "completion defaults: %d %d", r.req.n_prompt, r.req.max_tokens);
+    nv_api_request_free(&r);
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}]}],\"seed\":7,"
+                       "\"stop\":\"END\",\"temperature\":0}";
+    T_CHECK(nv_api_parse(&ctx, 1, chat, strlen(chat), &r, &e) == 0, "%s", e.message);
+    /* chat: the rest of the context, capped by what the pool holds for one request (100 positions) */
+    T_CHECK(r.req.max_tokens == 100 - r.req.n_prompt + 1, "chat max_tokens %d", r.req.max_tokens);
+    T_CHECK(r.req.seed == 7 && r.req.n_stop == 2 && !strcmp(r.req.stop[0], "END") && !strcmp(r.req.stop[1], "<|im_end|>"),
+            "seed / stop strings");
+    nv_api_request_free(&r);
+    const char *big = "{\"prompt\":\"Once\",\"max_tokens\":100}";
+    T_CHECK(nv_api_parse(&ctx, 0, big, strlen(big), &r, &e) == 400 && !strcmp(e.code, "context_length_exceeded") &&
+                !strcmp(e.param, "max_tokens"),
+            "over the pool: %d %s", e.status, e.message);
+    char *j = nv_api_error_json(&e);
+    cJSON *root = cJSON_Parse(j);
+    const cJSON *err = cJSON_GetObjectItem(root, "error");
+    T_CHECK(err && cJSON_GetArraySize(err) == 4 && cJSON_IsString(cJSON_GetObjectItem(err, "message")) &&
+                !strcmp(cJSON_GetObjectItem(err, "param")->valuestring, "max_tokens"),
+            "error json %s", j);
+    cJSON_Delete(root);
+    free(j);
+    nv_tokenizer_free(tok);
+}
+
+static void test_api_response_shapes(void) {
+    nv_api_meta m;
+    nv_api_meta_init(&m, 1, "model-x");
+    T_CHECK(!strncmp(m.id, "chatcmpl-", 9) && strlen(m.id) > 20, "id %s", m.id);
+    char *s = nv_api_chunk(&m, "", 0, "stop", 1);
+    cJSON *root = cJSON_Parse(s);
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+    T_CHECK(c0 && cJSON_GetArraySize(cJSON_GetObjectItem(c0, "delta")) == 0 &&
+                !strcmp(cJSON_GetObjectItem(c0, "finish_reason")->valuestring, "stop") &&
+                cJSON_IsNull(cJSON_GetObjectItem(root, "usage")) &&
+                !strcmp(cJSON_GetObjectItem(root, "object")->valuestring, "chat.completion.chunk"),
+            "final chat chunk %s", s);
+    cJSON_Delete(root);
+    free(s);
+    s = nv_api_response(&m, "tab\there \"quoted\"", "length", 3, 4);
+    root = cJSON_Parse(s);
+    const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0), "message");
+    T_CHECK(msg && !strcmp(cJSON_GetObjectItem(msg, "content")->valuestring, "tab\there \"quoted\"") &&
+                cJSON_GetObjectItem(cJSON_GetObjectItem(root, "usage"), "total_tokens")->valueint == 7,
+            "chat response %s", s);
+    cJSON_Delete(root);
+    free(s);
+}
+
+int main(void) {
+    T_RUN(test_stop_holdback);
+    T_RUN(test_utf8);
+    T_RUN(test_chat_templates);
+    T_RUN(test_api_parse_defaults_and_limits);
+    T_RUN(test_api_response_shapes);
+    return t_done();
+}
