@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "engine/engine.h"
+
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -24,5 +26,9 @@ int cli_float(const char *cmd, const char *flag, const char *s, double lo, doubl
 /* The value after argv[*i] (advancing *i), or NULL after printing a usage error. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Probes the engines on `threads` threads and picks `name`, or when NULL the fastest engine
+ * (the fastest exact fp32 one when exact_fp32). Returns 0, or the exit code after printing why
+ * (2: unknown engine name, 1: that engine is off on this machine). */
+int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, nv_engine_id *out);
 
 #endif

@@ -69,13 +69,9 @@ int cmd_generate(int argc, char **argv) {
         tok_path = default_tok;
     }
     nv_engine_id engine;
-    if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-    engine = nv_engine_best_fp32(); /* exact fp32 by default: bf16/int8 engines are opt-in here */
-    if (engine_name) {
-        if (nv_engine_parse(engine_name, &engine) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-        if (!nv_engine_available(engine))
-            return cli_error(CMD, 1, "engine %s is off: %s", engine_name, nv_engine_why_off(engine));
-    }
+    /* exact fp32 by default, so the output is llama2.c's: bf16/int8 engines are opt-in here */
+    int erc = cli_engine(CMD, engine_name, threads, 1, &engine);
+    if (erc) return erc;
 
     nv_model model;
     nv_tokenizer *tok = NULL;
@@ -84,13 +80,8 @@ int cmd_generate(int argc, char **argv) {
     int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
     if (nv_model_load(model_path, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     const nv_config *c = &model.config;
-    if (nv_tokenizer_load(tok_path, 0, &tok) != NV_OK) {
+    if (nv_tokenizer_load_for_model(tok_path, c->vocab_size, &tok) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
-        goto done;
-    }
-    if (nv_tokenizer_vocab_size(tok) != c->vocab_size) {
-        cli_error(CMD, 1, "%s has %d tokens but the model's vocabulary is %d: pass the model's tokenizer with -z",
-                  tok_path, nv_tokenizer_vocab_size(tok), c->vocab_size);
         goto done;
     }
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||

@@ -104,13 +104,8 @@ int cmd_train(int argc, char **argv) {
             tok_path = default_tok;
         }
     }
-    if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-    o.engine = nv_engine_best();
-    if (engine_name) {
-        if (nv_engine_parse(engine_name, &o.engine) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-        if (!nv_engine_available(o.engine))
-            return cli_error(CMD, 1, "engine %s is off: %s", engine_name, nv_engine_why_off(o.engine));
-    }
+    int erc = cli_engine(CMD, engine_name, threads, 0, &o.engine);
+    if (erc) return erc;
 
     nv_tokenizer *tok = NULL;
     nv_model init = {0};
@@ -163,8 +158,8 @@ int cmd_train(int argc, char **argv) {
             goto done;
         }
     } else if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size) {
-        cli_error(CMD, 1, "%s has %d tokens but %s has a vocabulary of %d", tok_path, nv_tokenizer_vocab_size(tok),
-                  init_from, c->vocab_size);
+        cli_error(CMD, 1, "%s has %d tokens but %s has a vocabulary of %d: pass its tokenizer with -z", tok_path,
+                  nv_tokenizer_vocab_size(tok), init_from, c->vocab_size);
         goto done;
     }
     if (o.seq > c->seq_len) {

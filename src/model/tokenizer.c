@@ -432,3 +432,13 @@ int nv_piece_printable(const char *piece) {
     }
     return 1;
 }
+
+nv_err nv_tokenizer_load_for_model(const char *path, int vocab_size, nv_tokenizer **out) {
+    NV_TRY(nv_tokenizer_load(path, 0, out));
+    if (nv_tokenizer_vocab_size(*out) == vocab_size) return NV_OK;
+    nv_err e = nv_fail(NV_EFORMAT, "%s has %d tokens but the model's vocabulary is %d: pass the model's tokenizer with -z",
+                       path, nv_tokenizer_vocab_size(*out), vocab_size);
+    nv_tokenizer_free(*out);
+    *out = NULL;
+    return e;
+}

@@ -31,6 +31,9 @@ typedef struct nv_tokenizer nv_tokenizer;
 #define NV_TOKEN_EOS 2
 
 nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out);
+/* Loads every entry of path and checks that their number is the model's vocabulary size:
+ * NV_EFORMAT with a message naming both sizes when they differ. */
+nv_err nv_tokenizer_load_for_model(const char *path, int vocab_size, nv_tokenizer **out);
 void nv_tokenizer_free(nv_tokenizer *t);
 
 int nv_tokenizer_vocab_size(const nv_tokenizer *t);
