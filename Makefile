@@ -50,7 +50,7 @@ deps:
 	@scripts/deps.sh
 
 test: deps
-	@$(MAKE) --no-print-directory build/nerve $(TESTS_release) build/asan/nerve $(TESTS_asan)
+	@$(MAKE) --no-print-directory -j$$(nproc) build/nerve $(TESTS_release) build/asan/nerve $(TESTS_asan)
 	@rm -f build/results.txt
 	@RESULTS_FILE=build/results.txt tests/run.sh release build/release/tests build/release/nerve
 	@RESULTS_FILE=build/results.txt ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -59,7 +59,7 @@ test: deps
 	@awk '{p+=$$1; f+=$$2; s+=$$3} END {printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; printf "\n"; exit (f > 0)}' build/results.txt
 
 demo: deps
-	@$(MAKE) --no-print-directory build/nerve
+	@$(MAKE) --no-print-directory -j$$(nproc) build/nerve
 	@scripts/demo.sh
 
 clean:
