@@ -9,8 +9,10 @@ for t in "$bindir"/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     echo "== [$label] $name"
-    out=$("$t" 2>&1)
+    # a hung test must not hang the suite: 10 minutes each at most
+    out=$(timeout 600 "$t" 2>&1)
     rc=$?
+    [ "$rc" -eq 124 ] && echo "  FAIL     $name timed out after 600 s"
     printf '%s\n' "$out" | grep -v '^@@ RESULT'
     res=$(printf '%s\n' "$out" | grep '^@@ RESULT' | tail -n1)
     if [ -z "$res" ]; then
