@@ -103,12 +103,29 @@ static void backward_task(void *ctx, int task, int n_tasks) {
             row_times_transposed(datt, dot_, vt, hd, T8, t + 1); /* datt[u] = dout . v_u */
             float sum = 0.0f;
             for (int u = 0; u <= t; u++) sum += a[u] * datt[u];
-            for (int u = 0; u <= t; u++) {
-                size_t row = ((size_t)b * T + u) * kvd + koff;
-                axpy(j->dv + row, a[u], dot_, hd);
-                float ds = a[u] * (datt[u] - sum) * scale;
-                axpy(dqt, ds, j->k + row, hd);
-                axpy(j->dk + row, ds, qt, hd);
+            if (hd % 8 == 0 && hd <= 128) {
+                /* dq of this row stays in registers across the u loop */
+                __m256 acc[16];
+                int nv = hd / 8;
+                for (int w = 0; w < nv; w++) acc[w] = _mm256_loadu_ps(dqt + 8 * w);
+                for (int u = 0; u <= t; u++) {
+                    size_t row = ((size_t)b * T + u) * kvd + koff;
+                    axpy(j->dv + row, a[u], dot_, hd);
+                    float ds = a[u] * (datt[u] - sum) * scale;
+                    __m256 vds = _mm256_set1_ps(ds);
+                    const float *ku = j->k + row;
+                    for (int w = 0; w < nv; w++) acc[w] = _mm256_fmadd_ps(vds, _mm256_loadu_ps(ku + 8 * w), acc[w]);
+                    axpy(j->dk + row, ds, qt, hd);
+                }
+                for (int w = 0; w < nv; w++) _mm256_storeu_ps(dqt + 8 * w, acc[w]);
+            } else {
+                for (int u = 0; u <= t; u++) {
+                    size_t row = ((size_t)b * T + u) * kvd + koff;
+                    axpy(j->dv + row, a[u], dot_, hd);
+                    float ds = a[u] * (datt[u] - sum) * scale;
+                    axpy(dqt, ds, j->k + row, hd);
+                    axpy(j->dk + row, ds, qt, hd);
+                }
             }
         }
 }
