@@ -2,6 +2,8 @@
 #   make          build/nerve
 #   make test     install missing packages, build, run the tests, then again under ASan+UBSan
 #   make demo     install missing packages, build, and run the demo
+#   make bench-peers  build/peers/nerve-peer: the OpenBLAS/oneDNN peers of `nerve bench matmul`
+#                 (after scripts/deps.sh --bench); nerve itself never links them
 CC      ?= gcc
 WARN    := -Wall -Wextra -Werror
 BASE    := -std=c11 -D_GNU_SOURCE -Isrc -ffp-contract=off -fno-math-errno -pthread -MMD -MP
@@ -16,7 +18,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 # $(call objs,variant,sources)
 objs = $(patsubst %.c,build/$(1)/obj/%.o,$(2))
 
-.PHONY: all test demo deps clean
+.PHONY: all test demo deps clean bench-peers
 all: build/nerve
 
 define variant
@@ -61,6 +63,24 @@ test: deps
 demo: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) build/nerve
 	@scripts/demo.sh
+
+# The peers, built with whichever of OpenBLAS (cblas.h, via pkg-config when it knows openblas) and
+# oneDNN (dnnl.h) is installed.
+PEER_PC   := $(shell pkg-config --exists openblas 2>/dev/null && echo yes)
+PEER_CBLAS := $(firstword $(wildcard /usr/include/*/openblas-pthread/cblas.h /usr/include/*/openblas*/cblas.h /usr/include/openblas/cblas.h))
+PEER_BLAS := $(or $(PEER_PC),$(PEER_CBLAS))
+PEER_DNNL := $(wildcard /usr/include/dnnl.h)
+PEER_CFLAGS := $(if $(PEER_BLAS),-DHAVE_OPENBLAS $(if $(PEER_PC),$(shell pkg-config --cflags openblas),-I$(dir $(PEER_CBLAS)))) \
+               $(if $(PEER_DNNL),-DHAVE_DNNL)
+PEER_LIBS := $(if $(PEER_BLAS),$(if $(PEER_PC),$(shell pkg-config --libs openblas),-lopenblas)) $(if $(PEER_DNNL),-ldnnl)
+
+bench-peers: build/peers/nerve-peer
+
+build/peers/nerve-peer: bench/peers.c
+	@if [ -z "$(PEER_BLAS)$(PEER_DNNL)" ]; then \
+	  echo "bench-peers: neither OpenBLAS nor oneDNN is installed: run scripts/deps.sh --bench" >&2; exit 1; fi
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(PEER_CFLAGS) $< $(PEER_LIBS) -o $@
 
 clean:
 	rm -rf build

@@ -30,5 +30,24 @@ void row_str(bench_row *r, const char *key, const char *v);
 void row_end(bench_row *r, const bench_opts *o);
 
 int bench_train(int argc, char **argv, const bench_opts *o);
+int bench_matmul(int argc, char **argv, const bench_opts *o);   /* bench_engine.c */
+int bench_peak(int argc, char **argv, const bench_opts *o);
+int bench_cache(int argc, char **argv, const bench_opts *o);
+int bench_chain(int argc, char **argv, const bench_opts *o);
+int bench_accuracy(int argc, char **argv, const bench_opts *o); /* bench_model.c */
+int bench_generate(int argc, char **argv, const bench_opts *o);
+
+/* Helpers of the engine and model benches (bench_engine.c). */
+/* The thread counts to measure: --threads N alone, else 1 and every core. Returns how many. */
+int bench_thread_list(const bench_opts *o, int *out);
+/* Whether engine e (an nv_engine_id) gets rows: --engine E alone, else every engine but scalar. */
+int bench_engine_wanted(const bench_opts *o, int e);
+/* Appends ok:false and why to a row. */
+void row_fail(bench_row *r, const char *why);
+/* Median seconds of fn(ctx) after one warm-up call, over at least min_reps calls and min_s seconds
+ * (at most 1000 calls); *reps gets the count (may be NULL). */
+double bench_median(void (*fn)(void *), void *ctx, int min_reps, double min_s, int *reps);
+/* count uniform values in [-scale, scale) from seed (caller frees), NULL when out of memory. */
+float *bench_rand(size_t count, float scale, unsigned long long seed);
 
 #endif

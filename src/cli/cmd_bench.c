@@ -15,6 +15,12 @@ static const struct {
     const char *help;
 } benches[] = {
     {"train", bench_train, "ms/step, tokens/s and TFLOP/s of training steps, against PyTorch on the CPU"},
+    {"matmul", bench_matmul, "GFLOP/s of one matmul plan per engine, against OpenBLAS and oneDNN (--no-peers)"},
+    {"peak", bench_peak, "tile-unit and FMA peak per core and all cores, and memory read bandwidth"},
+    {"cache", bench_cache, "plan throughput as the weight working set grows 0.1 -> 512 MB (--m ROWS)"},
+    {"chain", bench_chain, "utilization as 1 -> 64 plans of 768x768 run back to back (--m ROWS, --max N)"},
+    {"accuracy", bench_accuracy, "logit error and top-1 agreement of every engine against scalar (stories260K)"},
+    {"generate", bench_generate, "prefill and decode tokens/s on a stories110M-shaped model, vs the bandwidth bound"},
 };
 
 static void appendf(char *buf, size_t cap, size_t *n, const char *fmt, ...) {

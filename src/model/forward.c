@@ -1,8 +1,11 @@
 #include "model/forward.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/pool.h"
 
 nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits) {
     memset(s, 0, sizeof *s);
@@ -23,7 +26,7 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     s->q = calloc(T * q, sizeof(float));
     s->k = calloc(T * kv, sizeof(float));
     s->v = calloc(T * kv, sizeof(float));
-    s->att = calloc((size_t)cache_len, sizeof(float));
+    s->att = calloc((size_t)c->n_heads * cache_len, sizeof(float)); /* one score row per head */
     s->logits = calloc((all_logits ? T : 1) * (size_t)c->vocab_size, sizeof(float));
     s->key_cache = calloc(cache, sizeof(float));
     s->value_cache = calloc(cache, sizeof(float));
@@ -77,33 +80,67 @@ void nv_rope(float *vec, int n_heads, int head_dim, int pos, float theta) {
     }
 }
 
-/* Causal attention of n query rows (positions pos..pos+n-1) over the layer's cache. */
-static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos) {
+typedef struct {
+    const nv_config *c;
+    nv_state *s;
+    const float *kc, *vc;
+    int n, pos;
+} attn_job;
+
+/* One head per task, over all n query rows. Vector lanes hold different positions (scores) or
+ * different dimensions (the weighted sum of values), never parts of one sum, and multiply and
+ * add stay separate: every value is computed exactly as llama2.c's scalar loops compute it. */
+static void attention_head(void *ctx, int h, int n_heads) {
+    (void)n_heads;
+    const attn_job *j = ctx;
+    const nv_config *c = j->c;
+    nv_state *s = j->s;
     int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c);
     int kv_mul = c->n_heads / c->n_kv_heads;
     float scale = sqrtf((float)hd);
-    for (int t = 0; t < n; t++) {
-        int p = pos + t;
-        for (int h = 0; h < c->n_heads; h++) {
-            const float *q = s->q + (size_t)t * q_dim + (size_t)h * hd;
-            size_t koff = (size_t)(h / kv_mul) * hd;
-            float *att = s->att;
-            for (int u = 0; u <= p; u++) {
-                const float *k = kc + (size_t)u * kv_dim + koff;
-                float score = 0.0f;
-                for (int i = 0; i < hd; i++) score += q[i] * k[i];
-                att[u] = score / scale;
+    size_t koff = (size_t)(h / kv_mul) * hd;
+    float *att = s->att + (size_t)h * s->cache_len;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 vscale = _mm256_set1_ps(scale);
+    int gather_ok = (size_t)s->cache_len * kv_dim < ((size_t)1 << 31);
+    for (int t = 0; t < j->n; t++) {
+        int p = j->pos + t;
+        const float *q = s->q + (size_t)t * q_dim + (size_t)h * hd;
+        int u = 0;
+        if (gather_ok)
+            for (; u + 8 <= p + 1; u += 8) {
+                __m256i idx = _mm256_mullo_epi32(_mm256_add_epi32(_mm256_set1_epi32(u), lane), _mm256_set1_epi32(kv_dim));
+                const float *kbase = j->kc + koff;
+                __m256 score = _mm256_setzero_ps();
+                for (int i = 0; i < hd; i++)
+                    score = _mm256_add_ps(score, _mm256_mul_ps(_mm256_set1_ps(q[i]), _mm256_i32gather_ps(kbase + i, idx, 4)));
+                _mm256_storeu_ps(att + u, _mm256_div_ps(score, vscale));
             }
-            nv_softmax(att, p + 1);
-            float *xb = s->xb + (size_t)t * q_dim + (size_t)h * hd;
-            memset(xb, 0, (size_t)hd * sizeof(float));
-            for (int u = 0; u <= p; u++) {
-                const float *v = vc + (size_t)u * kv_dim + koff;
-                float a = att[u];
-                for (int i = 0; i < hd; i++) xb[i] += a * v[i];
-            }
+        for (; u <= p; u++) {
+            const float *k = j->kc + (size_t)u * kv_dim + koff;
+            float score = 0.0f;
+            for (int i = 0; i < hd; i++) score += q[i] * k[i];
+            att[u] = score / scale;
+        }
+        nv_softmax(att, p + 1);
+        float *xb = s->xb + (size_t)t * q_dim + (size_t)h * hd;
+        memset(xb, 0, (size_t)hd * sizeof(float));
+        for (u = 0; u <= p; u++) {
+            const float *v = j->vc + (size_t)u * kv_dim + koff;
+            float a = att[u];
+            int i = 0;
+            __m256 va = _mm256_set1_ps(a);
+            for (; i + 8 <= hd; i += 8)
+                _mm256_storeu_ps(xb + i, _mm256_add_ps(_mm256_loadu_ps(xb + i), _mm256_mul_ps(va, _mm256_loadu_ps(v + i))));
+            for (; i < hd; i++) xb[i] += a * v[i];
         }
     }
+}
+
+/* Causal attention of n query rows (positions pos..pos+n-1) over the layer's cache. */
+static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos) {
+    attn_job j = {c, s, kc, vc, n, pos};
+    nv_pool_run(attention_head, &j, c->n_heads);
 }
 
 static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {

@@ -249,6 +249,10 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     m->plans = calloc((size_t)c->n_layers, sizeof *m->plans);
     if (!m->plans) return nv_fail(NV_ENOMEM, "out of memory");
     m->engine = e;
+    /* W8A8 everywhere loses too much at the FFN down projection, whose input (the SwiGLU
+     * product) has outlier channels that a per-token int8 scale flattens; like llama.cpp's
+     * mixed quantisations, that matrix and the classifier stay on bf16 tiles under amx-int8. */
+    nv_engine_id sensitive = e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : e;
     for (int l = 0; l < c->n_layers; l++) {
         nv_layer_plans *lp = &m->plans[l];
         NV_TRY(nv_plan_build(&lp->wq, e, m->w.wq + (size_t)l * q * d, q, d));
@@ -256,10 +260,10 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
         NV_TRY(nv_plan_build(&lp->wv, e, m->w.wv + (size_t)l * kv * d, kv, d));
         NV_TRY(nv_plan_build(&lp->wo, e, m->w.wo + (size_t)l * d * q, d, q));
         NV_TRY(nv_plan_build(&lp->w1, e, m->w.w1 + (size_t)l * h * d, h, d));
-        NV_TRY(nv_plan_build(&lp->w2, e, m->w.w2 + (size_t)l * d * h, d, h));
+        NV_TRY(nv_plan_build(&lp->w2, sensitive, m->w.w2 + (size_t)l * d * h, d, h));
         NV_TRY(nv_plan_build(&lp->w3, e, m->w.w3 + (size_t)l * h * d, h, d));
     }
-    return nv_plan_build(&m->cls_plan, e, m->w.wcls, c->vocab_size, d);
+    return nv_plan_build(&m->cls_plan, sensitive, m->w.wcls, c->vocab_size, d);
 }
 
 void nv_model_free(nv_model *m) {
