@@ -12,6 +12,7 @@
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/peak.h"
 #include "train/optim.h"
 #include "train/tmodel.h"
 
@@ -121,7 +122,20 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             row_int(&r, "batch", batch);
             row_num(&r, "ms_per_step", ms);
             row_num(&r, "tokens_per_s", tps);
-            row_num(&r, "tflops", tm.flops_per_step / (ms / 1e3) / 1e12);
+            double tflops = tm.flops_per_step / (ms / 1e3) / 1e12;
+            row_num(&r, "tflops", tflops);
+            /* against the peak of this engine's unit, measured now on all the threads */
+            nv_peak_unit unit = id == NV_ENGINE_AMX_BF16 || id == NV_ENGINE_AMX_INT8 ? NV_PEAK_AMX_BF16
+                                : id == NV_ENGINE_AVX512                         ? NV_PEAK_AVX512
+                                                                                 : NV_PEAK_AVX2;
+            char pwhy[200];
+            if (id != NV_ENGINE_SCALAR && nv_peak_available(unit, pwhy, sizeof pwhy)) {
+                double peak = nv_peak_run(unit, threads, 0.3);
+                if (peak > 0) {
+                    row_num(&r, "peak_tflops", peak / 1e12);
+                    row_num(&r, "peak_frac", tflops * 1e12 / peak);
+                }
+            }
             row_end(&r, o);
             if (tps > best_tps) best_tps = tps, best_engine = nv_engine_name(id);
             free(in);
