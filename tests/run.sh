@@ -4,6 +4,10 @@
 set -u
 label=$1 bindir=$2 nerve=$3
 export NERVE_BIN=$nerve
+# anything a test leaves in the user's cache folders (the server's KV disk cache) stays private to the run
+XDG_CACHE_HOME=$(mktemp -d)
+export XDG_CACHE_HOME
+trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 p=0 f=0 s=0
 for t in "$bindir"/test_*; do
     [ -x "$t" ] || continue

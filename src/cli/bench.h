@@ -36,6 +36,8 @@ int bench_cache(int argc, char **argv, const bench_opts *o);
 int bench_chain(int argc, char **argv, const bench_opts *o);
 int bench_accuracy(int argc, char **argv, const bench_opts *o); /* bench_model.c */
 int bench_generate(int argc, char **argv, const bench_opts *o);
+int bench_serve(int argc, char **argv, const bench_opts *o);  /* bench_serve.c */
+int bench_prefix(int argc, char **argv, const bench_opts *o);
 
 /* Helpers of the engine and model benches (bench_engine.c). */
 /* The thread counts to measure: --threads N alone, else 1 and every core. Returns how many. */

@@ -21,6 +21,8 @@ static const struct {
     {"chain", bench_chain, "utilization as 1 -> 64 plans of 768x768 run back to back (--m ROWS, --max N)"},
     {"accuracy", bench_accuracy, "logit error and top-1 agreement of every engine against scalar (stories260K)"},
     {"generate", bench_generate, "prefill and decode tokens/s on a stories110M-shaped model, vs the bandwidth bound"},
+    {"serve", bench_serve, "tokens/s, TTFT and inter-token latency of a real server with 1, 4, 16 streaming clients"},
+    {"prefix", bench_prefix, "TTFT of a 2,000-token shared prefix + 50 new tokens: cold, RAM hit, disk hit after a restart"},
 };
 
 static void appendf(char *buf, size_t cap, size_t *n, const char *fmt, ...) {

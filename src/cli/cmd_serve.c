@@ -1,5 +1,5 @@
-/* nerve serve: an OpenAI-compatible HTTP server with continuous batching over a paged KV cache.
- * Loads the model and tokenizer, starts the scheduler loop (serve/sched.h) and the HTTP front
+/* nerve serve: an OpenAI-compatible HTTP server with continuous batching over a paged KV cache
+ * with a prefix cache (RAM tier in the pool, SSD tier on disk). Loads the model and tokenizer, starts the scheduler loop (serve/sched.h) and the HTTP front
  * (serve/http.h), then waits for SIGINT/SIGTERM: on the first it stops accepting, ends queued
  * requests (503), lets running ones finish for up to GRACE_S seconds, cancels the rest and exits
  * 0; a second signal cancels at once. */
@@ -31,6 +31,7 @@ static void usage(FILE *f) {
             "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
             "                   [--chat-template plain|chatml|llama2] [--max-batch N] [--prefill-chunk N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
+            "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin (default: tokenizers/tokenizer.bin in the shared data)\n"
             "  --port P             TCP port (default 8000; 0 = any free port, printed at start)\n"
@@ -47,7 +48,12 @@ static void usage(FILE *f) {
             "  --kv-memory SIZE     KV cache budget, e.g. 512M, 2G (default 512M; also --kv-budget)\n"
             "  --kv-block N         positions per KV block (default 16)\n"
             "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
-            "  --max-body SIZE      largest request body (default 1M)\n");
+            "  --max-body SIZE      largest request body (default 1M)\n"
+            "  --kv-ram-cache SIZE  prefix cache, RAM tier: KV of finished requests kept in the pool for reuse,\n"
+            "                       reclaimed when needed (default: as much as --kv-memory; 0 = keep none)\n"
+            "  --kv-disk-cache SIZE prefix cache, SSD tier: cap on this model's block files (default 8G; 0 = off)\n"
+            "  --kv-cache-dir DIR   SSD tier directory (default $XDG_CACHE_HOME/nerve/kv, else ~/.cache/nerve/kv)\n"
+            "  --no-prefix-cache    no prefix cache at all (every prompt is prefilled)\n");
 }
 
 /* "512M", "2G", "64k", "1048576", "1.5G" (binary units; an optional trailing B or iB). */
@@ -88,7 +94,9 @@ int cmd_serve(int argc, char **argv) {
     const char *api_key = NULL, *template_name = NULL;
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 128, max_queue = 64, kv_block = 16;
     float timeout = 600.0f;
-    uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20;
+    uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
+    int prefix_cache = 1;
+    const char *cache_dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -97,6 +105,10 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--cors")) {
             cors = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-prefix-cache")) {
+            prefix_cache = 0;
             continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -115,6 +127,12 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
         else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
         else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }
+        else if (!strcmp(a, "--kv-ram-cache")) { if (!parse_size(a, v, &ram_cache)) return 2; }
+        else if (!strcmp(a, "--kv-disk-cache")) { if (!parse_size(a, v, &disk_cache)) return 2; }
+        else if (!strcmp(a, "--kv-cache-dir")) {
+            if (!*v) return cli_error(CMD, 2, "--kv-cache-dir needs a directory (use --kv-disk-cache 0 for no SSD tier)");
+            cache_dir = v;
+        }
         else if (!strcmp(a, "--timeout")) { if (!cli_float(CMD, a, v, 0.001, 1e7, &timeout)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve serve --help)", a);
     }
@@ -134,6 +152,16 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file size limit makes the SSD tier's writes fail (EFBIG), not the server */
+
+    char default_dir[4096] = "";
+    if (!cache_dir && prefix_cache && disk_cache > 0) {
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (xdg && xdg[0] == '/') snprintf(default_dir, sizeof default_dir, "%s/nerve/kv", xdg);
+        else if (home && home[0] == '/') snprintf(default_dir, sizeof default_dir, "%s/.cache/nerve/kv", home);
+        else nv_warn("serve: prefix cache: neither XDG_CACHE_HOME nor HOME is set: no SSD tier (see --kv-cache-dir)");
+        cache_dir = default_dir[0] ? default_dir : NULL;
+    }
 
     char default_tok[4096];
     if (!tok_path) {
@@ -181,7 +209,11 @@ int cmd_serve(int argc, char **argv) {
                         .max_queue = max_queue,
                         .block_size = kv_block,
                         .kv_bytes = kv_bytes,
-                        .step_delay_ms = step_delay_ms};
+                        .step_delay_ms = step_delay_ms,
+                        .prefix_cache = prefix_cache,
+                        .ram_cache_bytes = ram_cache,
+                        .disk_dir = cache_dir,
+                        .disk_bytes = disk_cache};
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -208,15 +240,28 @@ int cmd_serve(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    char cache_line[4400] = ", no prefix cache";
+    if (sched.prefix_on) {
+        double ram_mib = (double)sched.pool.max_idle * (double)sched.pool.block_bytes / 1048576.0;
+        if (sched.disk) {
+            nv_metrics_gauges g;
+            nv_sched_gauges(&sched, &g);
+            snprintf(cache_line, sizeof cache_line, ", prefix cache: RAM %.1f MiB, SSD %s (%ld blocks, %.1f of %.1f MiB)", ram_mib,
+                     nv_disk_dir(sched.disk), g.disk.files, (double)g.disk.bytes / 1048576.0,
+                     (double)g.disk.max_bytes / 1048576.0);
+        } else {
+            snprintf(cache_line, sizeof cache_line, ", prefix cache: RAM %.1f MiB, no SSD tier", ram_mib);
+        }
+    }
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
             "nerve serve: listening on http://%s:%d (model %s, engine %s, chat template %s, KV %d blocks x %d tokens = "
-            "%.1f MiB, max batch %d, prefill chunk %d%s)\n",
+            "%.1f MiB, max batch %d, prefill chunk %d%s%s)\n",
             shown, nv_http_port(http), model_id, ho.engine, nv_chat_template_name(tmpl), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
-            prefill_chunk, api_key ? ", API key required" : "");
+            prefill_chunk, cache_line, api_key ? ", API key required" : "");
     fflush(stderr);
 
     int sig = 0;

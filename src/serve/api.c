@@ -531,11 +531,13 @@ static cJSON *envelope(const nv_api_meta *m, const char *object) {
     return root;
 }
 
-static void add_usage(cJSON *root, int prompt_tokens, int completion_tokens) {
+static void add_usage(cJSON *root, int prompt_tokens, int completion_tokens, int cached_tokens) {
     cJSON *u = cJSON_AddObjectToObject(root, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", cached_tokens);
 }
 
 static char *print_free(cJSON *root) {
@@ -546,6 +548,11 @@ static char *print_free(cJSON *root) {
 
 char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                       int completion_tokens) {
+    return nv_api_response_cached(m, text, finish, prompt_tokens, completion_tokens, 0);
+}
+
+char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
+                             int completion_tokens, int cached_tokens) {
     cJSON *root = envelope(m, m->chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
@@ -559,7 +566,7 @@ char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish
     }
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish);
-    add_usage(root, prompt_tokens, completion_tokens);
+    add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
     return print_free(root);
 }
 
@@ -582,10 +589,10 @@ char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char 
     return print_free(root);
 }
 
-char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens) {
+char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens) {
     cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");
     cJSON_AddArrayToObject(root, "choices");
-    add_usage(root, prompt_tokens, completion_tokens);
+    add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
     return print_free(root);
 }
 

@@ -63,14 +63,17 @@ typedef struct {
 
 /* Fills id ("cmpl-..." or "chatcmpl-...") and created. */
 void nv_api_meta_init(nv_api_meta *m, int chat, const char *model);
-/* The whole (non-streamed) response. */
+/* The whole (non-streamed) response. usage carries prompt_tokens_details.cached_tokens: the
+ * prompt tokens served from the prefix cache (0 in nv_api_response). */
 char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                       int completion_tokens);
+char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
+                             int completion_tokens, int cached_tokens);
 /* One streamed chunk: text (may be "") and/or finish (NULL while running); role adds the chat
  * role delta; usage_null adds "usage":null (stream_options.include_usage). */
 char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null);
 /* The final usage chunk (choices: []). */
-char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens);
+char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens);
 /* GET /v1/models, and one model. */
 char *nv_api_models(const char *model_id, long created, int single);
 const char *nv_api_finish_reason(nv_finish f);

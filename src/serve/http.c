@@ -169,7 +169,8 @@ static void sse_event(stream_ctx *st, char *json) {
 static void stream_end(stream_ctx *st, const nv_req_status *rs) {
     if (rs->finish == NV_FINISH_STOP || rs->finish == NV_FINISH_LENGTH) {
         sse_event(st, nv_api_chunk(&st->meta, "", 0, nv_api_finish_reason(rs->finish), st->include_usage));
-        if (st->include_usage) sse_event(st, nv_api_usage_chunk(&st->meta, rs->prompt_tokens, rs->completion_tokens));
+        if (st->include_usage)
+            sse_event(st, nv_api_usage_chunk(&st->meta, rs->prompt_tokens, rs->completion_tokens, rs->cached_tokens));
     } else {
         nv_api_error e;
         if (rs->finish == NV_FINISH_TIMEOUT)
@@ -303,8 +304,8 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     }
     enum MHD_Result ret;
     if (rs.finish == NV_FINISH_STOP || rs.finish == NV_FINISH_LENGTH) {
-        char *body = nv_api_response(&meta, text.data ? text.data : "", nv_api_finish_reason(rs.finish),
-                                     rs.prompt_tokens, rs.completion_tokens);
+        char *body = nv_api_response_cached(&meta, text.data ? text.data : "", nv_api_finish_reason(rs.finish),
+                                            rs.prompt_tokens, rs.completion_tokens, rs.cached_tokens);
         ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
     } else if (rs.finish == NV_FINISH_TIMEOUT) {
         char msg[128];

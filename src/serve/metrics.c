@@ -73,6 +73,16 @@ void nv_metrics_step(nv_metrics *m, int rows) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void nv_metrics_prefix(nv_metrics *m, int ram_hits, int ram_misses, int disk_hits, int disk_misses, int cached_tokens) {
+    pthread_mutex_lock(&m->mu);
+    m->prefix_hits[0] += (uint64_t)(ram_hits > 0 ? ram_hits : 0);
+    m->prefix_misses[0] += (uint64_t)(ram_misses > 0 ? ram_misses : 0);
+    m->prefix_hits[1] += (uint64_t)(disk_hits > 0 ? disk_hits : 0);
+    m->prefix_misses[1] += (uint64_t)(disk_misses > 0 ? disk_misses : 0);
+    m->cached_tokens += (uint64_t)(cached_tokens > 0 ? cached_tokens : 0);
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* A label value with \, " and newline escaped. */
 static void put_label(nv_buf *b, const char *s) {
     for (; *s; s++) {
@@ -125,7 +135,55 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);
     put_hist(&b, "nerve_inter_token_latency_seconds", "Between consecutive generated tokens of a sequence.", &m->itl);
     put_hist(&b, "nerve_request_duration_seconds", "From arrival to the end of generation.", &m->e2e);
+    uint64_t hits[2] = {m->prefix_hits[0], m->prefix_hits[1]}, misses[2] = {m->prefix_misses[0], m->prefix_misses[1]};
+    uint64_t cached = m->cached_tokens;
     pthread_mutex_unlock(&m->mu);
+    if (g->prefix_on) {
+        static const char *const tiers[2] = {"ram", "disk"};
+        const nv_disk_stats *d = &g->disk;
+        head(&b, "nerve_prefix_cache_hits_total", "counter",
+             "Prompt blocks a lookup found, by tier (disk: read back and verified).");
+        for (int t = 0; t < 2; t++)
+            nv_buf_printf(&b, "nerve_prefix_cache_hits_total{tier=\"%s\"} %llu\n", tiers[t], (unsigned long long)hits[t]);
+        head(&b, "nerve_prefix_cache_misses_total", "counter",
+             "Reusable prompt blocks a tier could not supply (the rest of the lookup after its last hit).");
+        for (int t = 0; t < 2; t++)
+            nv_buf_printf(&b, "nerve_prefix_cache_misses_total{tier=\"%s\"} %llu\n", tiers[t], (unsigned long long)misses[t]);
+        head(&b, "nerve_prefix_cached_tokens_total", "counter", "Prompt tokens whose KV came from the cache, not prefill.");
+        nv_buf_printf(&b, "nerve_prefix_cached_tokens_total %llu\n", (unsigned long long)cached);
+        head(&b, "nerve_prefix_cache_blocks", "gauge", "Blocks held by each tier (RAM: indexed blocks in the pool).");
+        nv_buf_printf(&b, "nerve_prefix_cache_blocks{tier=\"ram\"} %d\n", g->ram_blocks);
+        nv_buf_printf(&b, "nerve_prefix_cache_blocks{tier=\"disk\"} %ld\n", g->disk_on ? d->files : 0L);
+        head(&b, "nerve_prefix_cache_bytes", "gauge", "Bytes held by each tier.");
+        nv_buf_printf(&b, "nerve_prefix_cache_bytes{tier=\"ram\"} %llu\n",
+                      (unsigned long long)((uint64_t)g->ram_blocks * g->kv_block_bytes));
+        nv_buf_printf(&b, "nerve_prefix_cache_bytes{tier=\"disk\"} %llu\n", (unsigned long long)(g->disk_on ? d->bytes : 0));
+        head(&b, "nerve_prefix_cache_max_bytes", "gauge",
+             "Each tier's budget (RAM: idle cached blocks, --kv-ram-cache; disk: --kv-disk-cache).");
+        nv_buf_printf(&b, "nerve_prefix_cache_max_bytes{tier=\"ram\"} %llu\n",
+                      (unsigned long long)((uint64_t)g->ram_max_idle * g->kv_block_bytes));
+        nv_buf_printf(&b, "nerve_prefix_cache_max_bytes{tier=\"disk\"} %llu\n", (unsigned long long)(g->disk_on ? d->max_bytes : 0));
+        head(&b, "nerve_prefix_cache_idle_blocks", "gauge", "Cached blocks in RAM that no sequence references (reclaimable).");
+        nv_buf_printf(&b, "nerve_prefix_cache_idle_blocks %d\n", g->kv_idle);
+        head(&b, "nerve_prefix_cache_evictions_total", "counter", "Cached blocks evicted, by tier.");
+        nv_buf_printf(&b, "nerve_prefix_cache_evictions_total{tier=\"ram\"} %llu\n", (unsigned long long)g->kv_evictions);
+        nv_buf_printf(&b, "nerve_prefix_cache_evictions_total{tier=\"disk\"} %llu\n",
+                      (unsigned long long)(g->disk_on ? d->evictions : 0));
+        head(&b, "nerve_prefix_disk_up", "gauge", "1 while the SSD tier is on and its writer runs (0: off or stopped on an error).");
+        nv_buf_printf(&b, "nerve_prefix_disk_up %d\n", g->disk_on && d->writer_up);
+        head(&b, "nerve_prefix_disk_write_queue_depth", "gauge", "Blocks queued for the SSD writer or being written.");
+        nv_buf_printf(&b, "nerve_prefix_disk_write_queue_depth %d\n", g->disk_on ? d->queue_depth : 0);
+        head(&b, "nerve_prefix_disk_writes_total", "counter",
+             "Block writes: written, dropped (queue full or writer stopped), failed.");
+        nv_buf_printf(&b, "nerve_prefix_disk_writes_total{result=\"written\"} %llu\n", (unsigned long long)(g->disk_on ? d->writes : 0));
+        nv_buf_printf(&b, "nerve_prefix_disk_writes_total{result=\"dropped\"} %llu\n",
+                      (unsigned long long)(g->disk_on ? d->write_drops : 0));
+        nv_buf_printf(&b, "nerve_prefix_disk_writes_total{result=\"failed\"} %llu\n",
+                      (unsigned long long)(g->disk_on ? d->write_errors : 0));
+        head(&b, "nerve_prefix_disk_rejected_total", "counter",
+             "Block files removed because they failed a check (other model or format, truncated, bad checksum).");
+        nv_buf_printf(&b, "nerve_prefix_disk_rejected_total %llu\n", (unsigned long long)(g->disk_on ? d->rejected : 0));
+    }
 
     head(&b, "nerve_queue_depth", "gauge", "Requests waiting for admission.");
     nv_buf_printf(&b, "nerve_queue_depth %d\n", g->waiting);
@@ -137,7 +195,7 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     nv_buf_printf(&b, "nerve_kv_blocks_total %d\n", g->kv_total);
     head(&b, "nerve_kv_blocks_in_use", "gauge", "KV cache blocks holding a sequence's keys and values.");
     nv_buf_printf(&b, "nerve_kv_blocks_in_use %d\n", g->kv_in_use);
-    head(&b, "nerve_kv_blocks_free", "gauge", "KV cache blocks on the free list.");
+    head(&b, "nerve_kv_blocks_free", "gauge", "KV cache blocks not referenced by a sequence (free, or idle cached blocks).");
     nv_buf_printf(&b, "nerve_kv_blocks_free %d\n", g->kv_total - g->kv_in_use);
     head(&b, "nerve_kv_blocks_reserved", "gauge", "Free blocks promised to admitted sequences.");
     nv_buf_printf(&b, "nerve_kv_blocks_reserved %d\n", g->kv_reserved);

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "serve/disk.h"
+
 /* How a sequence ended. */
 typedef enum {
     NV_FINISH_NONE = 0,
@@ -42,6 +44,9 @@ typedef struct {
     uint64_t prompt_tokens, completion_tokens;
     uint64_t steps, step_rows;
     nv_hist ttft, itl, e2e;
+    /* prefix cache lookups, in blocks: [0] RAM, [1] SSD */
+    uint64_t prefix_hits[2], prefix_misses[2];
+    uint64_t cached_tokens;
 } nv_metrics;
 
 typedef struct {
@@ -50,6 +55,15 @@ typedef struct {
     size_t kv_block_bytes;
     int max_batch;
     const char *model_id, *engine;
+    /* the prefix cache */
+    int prefix_on;
+    int kv_idle;           /* cached blocks no sequence references */
+    uint64_t kv_evictions; /* idle cached blocks reused for other data */
+    int ram_blocks;        /* blocks indexed in RAM (referenced or idle) */
+    int ram_max_idle;      /* --kv-ram-cache in blocks */
+    int disk_on;
+    const char *disk_dir;
+    nv_disk_stats disk;
 } nv_metrics_gauges;
 
 void nv_metrics_init(nv_metrics *m);
@@ -59,6 +73,9 @@ void nv_metrics_finish(nv_metrics *m, nv_finish f, int prompt_tokens, int comple
 void nv_metrics_ttft(nv_metrics *m, double s);
 void nv_metrics_itl(nv_metrics *m, double s);
 void nv_metrics_step(nv_metrics *m, int rows);
+/* One lookup's outcome in blocks (a tier's misses: the prompt blocks it could not supply), and
+ * the prompt tokens it served. */
+void nv_metrics_prefix(nv_metrics *m, int ram_hits, int ram_misses, int disk_hits, int disk_misses, int cached_tokens);
 /* Prometheus text (malloc'd, NUL-terminated; NULL when out of memory). */
 char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g);
 

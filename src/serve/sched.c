@@ -38,7 +38,24 @@ struct nv_req {
     nv_buf pending; /* text not yet safe to publish */
     nv_buf emit;    /* text to publish after this step */
     double t_last;
+    /* the prefix cache (the loop thread's own; n_cached is also read under the lock) */
+    uint64_t *hashes;              /* [blocks_needed] chain hashes of the full blocks */
+    int n_lookup;                  /* prompt blocks a lookup may reuse (hashed at the first lookup), -1 before */
+    int n_hashed;                  /* blocks 0..n_hashed-1 are hashed (and indexed when they could be) */
+    int restore_next, restore_end; /* blocks [restore_next, restore_end) wait to be read from disk */
+    int n_cached;                  /* prompt tokens served from the cache */
+    int disk_from;                 /* the first block asked of the SSD tier */
 };
+
+/* Disk bytes read per loop iteration at most (at least one block), so a long restore does not
+ * stall the other sequences' decoding. */
+#define RESTORE_BYTES (64u << 20)
+
+typedef struct {
+    nv_req *r;
+    int k;
+    int ok;
+} restore_item;
 
 /* ---- text helpers ---------------------------------------------------------------------- */
 
@@ -126,6 +143,7 @@ static void req_free(nv_req *r) {
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->blocks);
+    free(r->hashes);
     nv_sampler_free(&r->sampler);
     nv_buf_free(&r->out);
     nv_buf_free(&r->pending);
@@ -161,6 +179,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->t_arrival = nv_now();
     r->deadline = p->timeout_s > 0 ? r->t_arrival + p->timeout_s : 0;
     r->last = r->prompt[r->n_prompt - 1];
+    r->n_lookup = -1;
     *out = r;
     return NV_OK;
 oom:
@@ -201,6 +220,7 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_req_stat
     st->finish = r->finish;
     st->prompt_tokens = r->n_prompt;
     st->completion_tokens = r->n_gen_pub;
+    st->cached_tokens = r->n_cached;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -209,6 +229,37 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_req_stat
 long nv_sched_capacity(const nv_sched *s) {
     long pool = (long)s->pool.n_blocks * s->pool.block_size;
     return pool < s->model->config.seq_len ? pool : s->model->config.seq_len;
+}
+
+/* The prefix cache: identity, the RAM tier over the pool, the SSD tier when asked for (an
+ * unusable directory is one warning, and serving goes on without it). */
+static nv_err prefix_init(nv_sched *s) {
+    const nv_sched_opts *o = &s->o;
+    const nv_config *c = &s->model->config;
+    uint64_t id = nv_prefix_model_id(s->model, o->block_size);
+    NV_TRY(nv_prefix_init(&s->prefix, &s->pool, id));
+    s->prefix_on = 1;
+    uint64_t idle = o->ram_cache_bytes / s->pool.block_bytes;
+    nv_kv_set_max_idle(&s->pool, idle > (uint64_t)s->pool.n_blocks ? s->pool.n_blocks : (int)idle);
+    uint64_t per_iter = RESTORE_BYTES / s->pool.block_bytes;
+    s->restore_cap = per_iter < 1 ? 1 : per_iter > (uint64_t)s->pool.n_blocks ? s->pool.n_blocks : (int)per_iter;
+    s->restore = calloc((size_t)s->restore_cap, sizeof(restore_item));
+    if (!s->restore) return nv_fail(NV_ENOMEM, "scheduler: out of memory");
+    if (o->disk_dir && *o->disk_dir && o->disk_bytes > 0) {
+        int q = s->pool.n_blocks / 4;
+        nv_disk_opts d = {.root = o->disk_dir,
+                          .model_id = id,
+                          .block_size = o->block_size,
+                          .n_layers = c->n_layers,
+                          .kv_dim = nv_config_kv_dim(c),
+                          .max_bytes = o->disk_bytes,
+                          .queue_cap = q < 1 ? 1 : q > 64 ? 64 : q};
+        if (nv_disk_open(&s->disk, &d) != NV_OK) {
+            nv_warn("serve: prefix cache: %s; running without the SSD tier (serving goes on)", nv_errmsg());
+            s->disk = NULL;
+        }
+    }
+    return NV_OK;
 }
 
 nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok, nv_metrics *metrics,
@@ -237,14 +288,20 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
+    if (o->prefix_cache && (e = prefix_init(s)) != NV_OK) {
+        nv_sched_free(s);
+        return e;
+    }
     return NV_OK;
 }
 
 /* Ends r with fin: returns its blocks and the rest of its reservation, wakes its waiter and
  * drops the scheduler's reference. Lock held; r is no longer queued or running. */
 static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
-    for (int i = 0; i < r->n_alloc; i++) nv_kv_unref(&s->pool, r->blocks[i]);
+    /* last block first: a prefix's first blocks end up the most recently used idle ones */
+    for (int i = r->n_alloc - 1; i >= 0; i--) nv_kv_unref(&s->pool, r->blocks[i]);
     r->n_alloc = 0;
+    r->restore_next = r->restore_end = 0;
     nv_kv_unreserve(&s->pool, r->reserved);
     r->reserved = 0;
     r->done = 1;
@@ -295,22 +352,146 @@ static void sweep(nv_sched *s, double now) {
     }
 }
 
+/* Queues block b (full, indexed) for the SSD writer, pinned by a reference until reaped. */
+static void disk_write(nv_sched *s, int32_t b, uint64_t hash, uint64_t parent) {
+    if (!s->disk) return;
+    nv_disk_job j = {.hash = hash,
+                     .parent = parent,
+                     .tokens = s->pool.tokens + (size_t)b * s->pool.block_size,
+                     .payload = nv_kv_keys(&s->pool.pages, b, 0),
+                     .block = b};
+    nv_kv_ref(&s->pool, b);
+    if (!nv_disk_enqueue(s->disk, &j)) nv_kv_unref(&s->pool, b);
+}
+
+/* Drops the SSD writer's references on the blocks it is done with. */
+static void reap_disk(nv_sched *s) {
+    if (!s->disk) return;
+    int32_t done[64];
+    int n;
+    while ((n = nv_disk_reap(s->disk, done, 64)) > 0)
+        for (int i = 0; i < n; i++) nv_kv_unref(&s->pool, done[i]);
+}
+
+/* The request's block table and hash chain, and the chain hashes of the prompt blocks a lookup
+ * may reuse (computed once, at the request's first lookup). 0 when out of memory. */
+static int prepare(nv_sched *s, nv_req *r) {
+    if (!r->blocks) r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
+    if (!r->blocks) return 0;
+    if (!s->prefix_on || r->n_lookup >= 0) return 1;
+    int B = s->pool.block_size;
+    r->hashes = malloc((size_t)r->blocks_needed * sizeof *r->hashes);
+    if (!r->hashes) return 0;
+    int n = (r->n_prompt - 1) / B;
+    if (n > r->blocks_needed) n = r->blocks_needed;
+    uint64_t parent = 0;
+    for (int k = 0; k < n; k++) parent = r->hashes[k] = nv_prefix_chain(s->prefix.model_id, parent, r->prompt + k * B, B);
+    r->n_lookup = n;
+    return 1;
+}
+
 static void admit(nv_sched *s) {
+    int B = s->pool.block_size;
     while (s->wait_head && s->n_running < s->o.max_batch && !s->stopping) {
         nv_req *r = s->wait_head;
-        if (!nv_kv_reserve(&s->pool, r->blocks_needed)) break; /* the head waits; nobody overtakes it */
-        s->wait_head = r->next;
-        if (!s->wait_head) s->wait_tail = NULL;
-        s->n_waiting--;
-        r->next = NULL;
-        r->reserved = r->blocks_needed;
-        r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
-        if (!r->blocks) {
+        if (!prepare(s, r)) {
+            s->wait_head = r->next;
+            if (!s->wait_head) s->wait_tail = NULL;
+            s->n_waiting--;
+            r->next = NULL;
             nv_log(NV_LOG_WARN, "serve: out of memory admitting a request");
             retire(s, r, NV_FINISH_ERROR);
             continue;
         }
+        /* the longest cached prefix: RAM first, then the chain goes on from disk */
+        int hits = 0, idle_hits = 0, on_disk = 0;
+        if (s->prefix_on) {
+            for (; hits < r->n_lookup; hits++) {
+                int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], hits ? r->hashes[hits - 1] : 0, r->prompt + hits * B);
+                if (b < 0) break;
+                r->blocks[hits] = b;
+                if (s->pool.refs[b] == 0) idle_hits++;
+            }
+            while (s->disk && hits + on_disk < r->n_lookup && nv_disk_has(s->disk, r->hashes[hits + on_disk])) on_disk++;
+        }
+        int need = r->blocks_needed - hits; /* blocks of its own, disk restores included */
+        if (nv_kv_available(&s->pool) < need + idle_hits) break; /* the head waits; nobody overtakes it */
+        s->wait_head = r->next;
+        if (!s->wait_head) s->wait_tail = NULL;
+        s->n_waiting--;
+        r->next = NULL;
+        for (int k = 0; k < hits; k++) nv_kv_ref(&s->pool, r->blocks[k]);
+        nv_kv_reserve(&s->pool, need); /* cannot fail: checked above */
+        r->reserved = need;
+        r->n_alloc = hits;
+        for (int k = 0; k < on_disk; k++) {
+            r->blocks[r->n_alloc++] = nv_kv_alloc(&s->pool);
+            r->reserved--;
+        }
+        r->pos = hits * B;
+        r->n_cached = hits * B;
+        r->n_hashed = hits;
+        r->restore_next = r->disk_from = hits;
+        r->restore_end = hits + on_disk;
+        if (s->prefix_on) {
+            /* a shared block whose file was dropped or evicted gets another chance at the SSD tier */
+            for (int k = 0; s->disk && k < hits; k++)
+                if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], k ? r->hashes[k - 1] : 0);
+            int miss = r->n_lookup - hits;
+            nv_metrics_prefix(s->metrics, hits, miss, 0, on_disk || !s->disk ? 0 : miss, on_disk ? 0 : r->n_cached);
+        }
         s->running[s->n_running++] = r;
+    }
+}
+
+/* Reads the disk blocks admitted requests wait for, at most restore_cap blocks per call, with
+ * the lock released while reading (the blocks are the requests' own; only this thread touches
+ * the pool). A block that fails its checks ends that request's hit: it is prefilled instead.
+ * Lock held on entry and exit. */
+static void restore_from_disk(nv_sched *s) {
+    if (!s->disk) return;
+    restore_item *it = s->restore;
+    int n = 0, B = s->pool.block_size;
+    for (int i = 0; i < s->n_running && n < s->restore_cap; i++) {
+        nv_req *r = s->running[i];
+        for (int k = r->restore_next; k < r->restore_end && n < s->restore_cap; k++) it[n++] = (restore_item){r, k, 0};
+    }
+    if (!n) return;
+    pthread_mutex_unlock(&s->mu);
+    double t0 = nv_now();
+    for (int i = 0; i < n; i++) nv_disk_prefetch(s->disk, it[i].r->hashes[it[i].k]); /* the device reads in parallel */
+    nv_req *failed = NULL;
+    for (int i = 0; i < n; i++) {
+        nv_req *r = it[i].r;
+        int k = it[i].k;
+        if (r == failed) continue;
+        it[i].ok = nv_disk_load(s->disk, r->hashes[k], k ? r->hashes[k - 1] : 0, r->prompt + k * B,
+                                nv_kv_keys(&s->pool.pages, r->blocks[k], 0));
+        if (!it[i].ok) failed = r;
+    }
+    nv_debug("serve: prefix cache: read %d blocks from disk in %.1f ms%s", n, (nv_now() - t0) * 1e3,
+             failed ? " (a block failed its checks)" : "");
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++) {
+        nv_req *r = it[i].r;
+        int k = it[i].k;
+        if (k != r->restore_next || k >= r->restore_end) continue; /* after a failure of this request */
+        if (!it[i].ok) {
+            r->restore_end = k;
+        } else {
+            int32_t b = r->blocks[k];
+            for (int t = 0; t < B; t++) nv_kv_record(&s->pool, b, t, r->prompt[k * B + t]);
+            nv_prefix_insert(&s->prefix, b, r->hashes[k], k ? r->hashes[k - 1] : 0);
+            r->restore_next = k + 1;
+            r->pos = (k + 1) * B;
+            r->n_cached = r->pos;
+            r->n_hashed = k + 1;
+        }
+        if (r->restore_next >= r->restore_end) { /* done: count it */
+            int blocks = r->n_cached / B;
+            r->restore_next = r->restore_end = 0;
+            nv_metrics_prefix(s->metrics, 0, 0, blocks - r->disk_from, r->n_lookup - blocks, r->n_cached);
+        }
     }
 }
 
@@ -321,6 +502,7 @@ static int plan_step(nv_sched *s) {
     for (int i = 0; i < s->n_running; i++) {
         nv_req *r = s->running[i];
         nv_batch_seq q = {0};
+        if (r->restore_next < r->restore_end) continue; /* still reading its prefix from disk */
         if (r->pos < r->n_prompt) {
             if (budget == 0) continue;
             q.n = r->n_prompt - r->pos < budget ? r->n_prompt - r->pos : budget;
@@ -400,14 +582,32 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
     flush_text(r, r->fin != NV_FINISH_NONE);
 }
 
+/* Hashes r's newly full blocks by chain and indexes them (lock held): the RAM tier, and a
+ * write to the SSD tier for each block indexed for the first time. */
+static void index_full_blocks(nv_sched *s, nv_req *r) {
+    int B = s->pool.block_size;
+    while ((long)(r->n_hashed + 1) * B <= r->pos && r->n_hashed < r->n_alloc) {
+        int k = r->n_hashed;
+        int32_t b = r->blocks[k];
+        uint64_t parent = k ? r->hashes[k - 1] : 0;
+        uint64_t h = k < r->n_lookup ? r->hashes[k]
+                                     : nv_prefix_chain(s->prefix.model_id, parent, (const int *)s->pool.tokens + (size_t)b * B, B);
+        r->hashes[k] = h;
+        r->n_hashed++;
+        if (nv_prefix_insert(&s->prefix, b, h, parent)) disk_write(s, b, h, parent);
+    }
+}
+
 static void *sched_loop(void *arg) {
     nv_sched *s = arg;
     const nv_config *c = &s->model->config;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        reap_disk(s);
         sweep(s, nv_now());
         if (s->stopping == 2) break;
         admit(s);
+        restore_from_disk(s);
         if (s->n_running == 0) {
             cond_wait_s(&s->cv, &s->mu, 0.1);
             continue;
@@ -438,6 +638,7 @@ static void *sched_loop(void *arg) {
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < n; i++) {
             nv_req *r = s->step_req[i];
+            if (s->prefix_on && e == NV_OK) index_full_blocks(s, r);
             if (r->emit.len) {
                 nv_buf_append(&r->out, r->emit.data, r->emit.len);
                 nv_buf_consume(&r->emit, r->emit.len);
@@ -518,6 +719,14 @@ void nv_sched_stop(nv_sched *s) {
 
 void nv_sched_free(nv_sched *s) {
     nv_sched_stop(s);
+    if (s->disk) { /* the writer finishes its queue; then every pinned block comes back */
+        nv_disk_close(s->disk);
+        reap_disk(s);
+        nv_disk_free(s->disk);
+        s->disk = NULL;
+    }
+    nv_prefix_free(&s->prefix);
+    free(s->restore);
     if (s->inited) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
@@ -531,6 +740,7 @@ void nv_sched_free(nv_sched *s) {
 }
 
 void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
+    memset(g, 0, sizeof *g);
     pthread_mutex_lock(&s->mu);
     g->waiting = s->n_waiting;
     g->running = s->n_running;
@@ -540,5 +750,15 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
     g->kv_block_size = s->pool.block_size;
     g->kv_block_bytes = s->pool.block_bytes;
     g->max_batch = s->o.max_batch;
+    g->prefix_on = s->prefix_on;
+    g->kv_idle = s->pool.n_idle;
+    g->kv_evictions = s->pool.evictions;
+    g->ram_blocks = s->prefix_on ? nv_prefix_blocks(&s->prefix) : 0;
+    g->ram_max_idle = s->pool.max_idle;
     pthread_mutex_unlock(&s->mu);
+    g->disk_on = s->disk != NULL;
+    if (s->disk) {
+        nv_disk_stats_get(s->disk, &g->disk);
+        g->disk_dir = nv_disk_dir(s->disk);
+    }
 }

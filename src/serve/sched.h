@@ -23,6 +23,19 @@
  *   while the request is queued or running. nv_req_cancel() asks the loop to drop a request
  *   (its blocks return to the pool at the next iteration); nv_req_release() drops the caller's
  *   reference. All request state shared between threads is guarded by the scheduler's lock.
+ * - Prefix cache (serve/prefix.h, serve/disk.h; off with prefix_cache = 0): admission first
+ *   looks the prompt's full blocks up — at most (prompt - 1) / block_size of them, so at least
+ *   one prompt token is always computed — in RAM (shared by reference: the request's table
+ *   points at the cached blocks), then continues the chain from the SSD tier. The request
+ *   reserves only the blocks it does not share, and counts reviving idle cached blocks against
+ *   the pool, so memory is never over-committed. Disk blocks are read into the request's own
+ *   blocks by the loop before the request's first step, with the lock released and at most
+ *   RESTORE_BYTES per iteration (other sequences keep decoding); a block that fails its checks
+ *   ends the hit there and is prefilled instead. After every step each sequence's newly full
+ *   blocks (prompt or generated) are hashed by chain and indexed in RAM, and queued for the
+ *   SSD writer (which pins them with a reference until nv_disk_reap hands them back). A
+ *   finished sequence returns its blocks last-first, so a prefix's first blocks are the last
+ *   evicted. The status reports the prompt tokens served from the cache (cached_tokens).
  * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
  *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
 #ifndef NV_SERVE_SCHED_H
@@ -34,8 +47,10 @@
 #include "model/batch.h"
 #include "model/tokenizer.h"
 #include "serve/buf.h"
+#include "serve/disk.h"
 #include "serve/kv.h"
 #include "serve/metrics.h"
+#include "serve/prefix.h"
 
 #define NV_MAX_STOP 8
 
@@ -57,6 +72,7 @@ typedef struct {
     int done;
     nv_finish finish;
     int prompt_tokens, completion_tokens;
+    int cached_tokens; /* prompt tokens whose KV came from the prefix cache */
 } nv_req_status;
 
 typedef struct {
@@ -66,6 +82,11 @@ typedef struct {
     int block_size;    /* positions per KV block */
     uint64_t kv_bytes; /* KV pool budget */
     int step_delay_ms; /* testing hook: sleep after each step (0 = off) */
+    /* the prefix cache */
+    int prefix_cache;          /* 0: off (no sharing, no tiers) */
+    uint64_t ram_cache_bytes;  /* idle cached blocks kept in the pool (capped by the pool) */
+    const char *disk_dir;      /* the SSD tier's directory; NULL: no SSD tier */
+    uint64_t disk_bytes;       /* the SSD tier's cap (0: no SSD tier) */
 } nv_sched_opts;
 
 typedef struct {
@@ -87,6 +108,12 @@ typedef struct {
     /* the loop's scratch for one step */
     nv_batch_seq *seqs;
     nv_req **step_req;
+    /* the prefix cache */
+    int prefix_on;
+    nv_prefix prefix;
+    nv_disk *disk; /* NULL: no SSD tier */
+    void *restore; /* the loop's scratch for disk reads */
+    int restore_cap;
 } nv_sched;
 
 typedef enum { NV_SUBMIT_OK = 0, NV_SUBMIT_QUEUE_FULL, NV_SUBMIT_STOPPING, NV_SUBMIT_TOO_BIG } nv_submit;

@@ -4,24 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h" /* nv_checksum64, the file's checksum */
+
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
 #define CKPT_VERSION 1u
-
-/* Word-at-a-time multiply-rotate hash: detects torn and corrupted files at memory speed. */
-uint64_t nv_checksum64(const void *data, size_t len, uint64_t h) {
-    const uint8_t *p = data;
-    const uint64_t k = 0x9E3779B97F4A7C15ull;
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ (w * k)) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 29;
-        p += 8;
-        len -= 8;
-    }
-    while (len--) h = (h ^ *p++) * 0x94D049BB133111EBull;
-    return h ^ (h >> 31);
-}
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;

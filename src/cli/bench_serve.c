@@ -1,0 +1,789 @@
+/* nerve bench serve / nerve bench prefix: end-to-end serving figures from a real server.
+ *
+ * Both start `nerve serve` (this very binary) as a child process on a loopback port, on a model
+ * made for the purpose by `nerve init` (stories110M shape, 4096-token context; --quick: the
+ * stories260K shape) in a temporary folder, and drive it with streamed requests from a small
+ * HTTP client written here over plain sockets: time to first token (TTFT) is from sending the
+ * request to the first generated text, inter-token latency (ITL) the gaps between streamed text
+ * events. Prompts are random token ids (the weights are random too: speed does not depend on
+ * either).
+ *
+ * serve:  N concurrent clients x M requests each, for N = 1, 4, 16: one row per N with
+ *         tokens_per_s (completion tokens / wall time, prefill included), decode_tokens_per_s
+ *         (N x the median per-request decode rate, (tokens - 1) / (last - first token)),
+ *         ttft_ms_p50/p99, itl_ms_p50/p99, and ratio_vs: decode_tokens_per_s against N = 1
+ *         (target: >= 6 at N = 16).
+ * prefix: TTFT of a shared prefix plus new tokens, one row per case: cold (first sight), ram
+ *         (the same prefix again), disk (again, after a server restart, with the block files
+ *         dropped from the page cache so they are read from the device); ratio_vs = the case's
+ *         TTFT / cold's (targets: ram <= 0.05, disk <= 0.10). */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/cpu.h"
+#include "base/file.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "cli/bench.h"
+#include "cli/cli.h"
+
+/* ---- the child server -------------------------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char engine[64];
+    char log[4200];
+} child;
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static int self_exe(char *buf, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    return 1;
+}
+
+/* Runs argv (NULL-terminated) with output to log; returns the exit code (-1 when it did not run). */
+static int run_wait(char *const *argv, const char *log) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644), in = open("/dev/null", O_RDONLY);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        if (in >= 0) dup2(in, 0);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Starts `nerve serve -m model -z tok --port 0 args...` and waits for its start line. */
+static int child_start(child *c, const char *exe, const char *model, const char *tok, char **args, int n_args,
+                       const char *log, char *why, size_t cap) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->log, sizeof c->log, "%s", log);
+    unlink(log);
+    char *argv[64];
+    int k = 0;
+    argv[k++] = (char *)exe;
+    argv[k++] = "serve";
+    argv[k++] = "-m";
+    argv[k++] = (char *)model;
+    argv[k++] = "-z";
+    argv[k++] = (char *)tok;
+    argv[k++] = "--port";
+    argv[k++] = "0";
+    for (int i = 0; i < n_args && k < 63; i++) argv[k++] = args[i];
+    argv[k] = NULL;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, cap, "fork: %s", strerror(errno));
+        return 0;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* the server goes when the bench goes */
+        if (getppid() != parent) _exit(1);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644), in = open("/dev/null", O_RDONLY);
+        if (fd >= 0) dup2(fd, 2);
+        if (in >= 0) dup2(in, 0), dup2(in, 1);
+        setenv("NERVE_LOG", "warn", 1); /* no access lines */
+        execv(exe, argv);
+        _exit(127);
+    }
+    c->pid = pid;
+    for (double t0 = nv_now(); nv_now() - t0 < 900;) {
+        char *text = NULL;
+        if (nv_file_read_all(log, &text, NULL) == NV_OK && text) {
+            const char *p = strstr(text, "listening on http://127.0.0.1:");
+            if (p) c->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+            const char *e = strstr(text, "engine ");
+            if (e) sscanf(e + 7, "%63[^,)]", c->engine);
+        }
+        free(text);
+        if (c->port > 0) return 1;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            c->pid = 0;
+            char *t = NULL;
+            nv_file_read_all(log, &t, NULL);
+            snprintf(why, cap, "the server did not start: %.300s", t ? t : "");
+            free(t);
+            return 0;
+        }
+        sleep_s(0.05);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    c->pid = 0;
+    snprintf(why, cap, "the server did not start within 900 s");
+    return 0;
+}
+
+/* SIGTERM and wait (the SSD writer finishes its queue); 0 on a clean exit. */
+static int child_stop(child *c) {
+    if (!c->pid) return -1;
+    kill(c->pid, SIGTERM);
+    for (double t0 = nv_now(); nv_now() - t0 < 120; sleep_s(0.02)) {
+        int st;
+        if (waitpid(c->pid, &st, WNOHANG) == c->pid) {
+            c->pid = 0;
+            return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+        }
+    }
+    kill(c->pid, SIGKILL);
+    waitpid(c->pid, NULL, 0);
+    c->pid = 0;
+    return -1;
+}
+
+/* ---- the HTTP client ------------------------------------------------------------------------------ */
+
+static int connect_port(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {900, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int send_req(int fd, const char *method, const char *path, const char *body) {
+    size_t blen = body ? strlen(body) : 0;
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     method, path, blen);
+    const char *parts[2] = {head, body ? body : ""};
+    size_t lens[2] = {(size_t)n, blen};
+    for (int i = 0; i < 2; i++)
+        for (size_t off = 0; off < lens[i];) {
+            ssize_t k = send(fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
+            if (k <= 0) return 0;
+            off += (size_t)k;
+        }
+    return 1;
+}
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} gbuf;
+
+static int gb_add(gbuf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 8192;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return 0;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 1;
+}
+
+/* One streamed request's timings. */
+typedef struct {
+    int status, tokens, cached, done;
+    double t_send, t_first, t_last; /* t_first 0: no text came */
+    double *gaps;
+    int n_gaps, cap_gaps;
+} sresult;
+
+static void on_event(sresult *r, const char *data, double now) {
+    if (!strcmp(data, "[DONE]")) {
+        r->done = 1;
+        return;
+    }
+    cJSON *root = cJSON_Parse(data);
+    if (!root) return;
+    const cJSON *ch = cJSON_GetObjectItem(root, "choices"), *c0 = cJSON_GetArrayItem(ch, 0);
+    const cJSON *t = c0 ? cJSON_GetObjectItem(c0, "text") : NULL;
+    const cJSON *f = c0 ? cJSON_GetObjectItem(c0, "finish_reason") : NULL;
+    int text = cJSON_IsString(t) && t->valuestring[0];
+    if (text || (cJSON_IsString(f) && !r->t_first)) { /* a token (or the end of a stream without text) */
+        if (!r->t_first) r->t_first = now;
+        else if (text) {
+            if (r->n_gaps == r->cap_gaps) {
+                int cap = r->cap_gaps ? r->cap_gaps * 2 : 256;
+                double *g = realloc(r->gaps, (size_t)cap * sizeof *g);
+                if (g) r->gaps = g, r->cap_gaps = cap;
+            }
+            if (r->n_gaps < r->cap_gaps) r->gaps[r->n_gaps++] = now - r->t_last;
+        }
+        if (text) r->t_last = now;
+    }
+    const cJSON *u = cJSON_GetObjectItem(root, "usage");
+    if (cJSON_IsObject(u)) {
+        const cJSON *ct = cJSON_GetObjectItem(u, "completion_tokens");
+        const cJSON *cached = cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens");
+        if (cJSON_IsNumber(ct)) r->tokens = ct->valueint;
+        if (cJSON_IsNumber(cached)) r->cached = cached->valueint;
+    }
+    cJSON_Delete(root);
+}
+
+/* POSTs a streamed completion and times its events as they arrive (chunked transfer decoded on
+ * the fly). 1 when the stream ended with [DONE]. */
+static int stream_post(int port, const char *body, sresult *r) {
+    memset(r, 0, sizeof *r);
+    int fd = connect_port(port);
+    if (fd < 0) return 0;
+    r->t_send = nv_now();
+    if (!send_req(fd, "POST", "/v1/completions", body)) {
+        close(fd);
+        return 0;
+    }
+    gbuf raw = {0}, sse = {0};
+    size_t rp = 0, sp = 0, left = 0;
+    int in_body = 0, chunked = 0, want_size = 1, want_crlf = 0;
+    char buf[65536];
+    for (;;) {
+        ssize_t k = recv(fd, buf, sizeof buf, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        double now = nv_now();
+        if (!gb_add(&raw, buf, (size_t)k)) break;
+        if (!in_body) {
+            char *sep = strstr(raw.p, "\r\n\r\n");
+            if (!sep) continue;
+            *sep = '\0';
+            sscanf(raw.p, "HTTP/1.%*d %d", &r->status);
+            chunked = strcasestr(raw.p, "Transfer-Encoding: chunked") != NULL;
+            rp = (size_t)(sep - raw.p) + 4;
+            in_body = 1;
+        }
+        /* body bytes raw[rp..) -> sse */
+        while (rp < raw.len) {
+            if (!chunked) {
+                gb_add(&sse, raw.p + rp, raw.len - rp);
+                rp = raw.len;
+            } else if (want_crlf) {
+                if (raw.len - rp < 2) break;
+                rp += 2;
+                want_crlf = 0;
+                want_size = 1;
+            } else if (want_size) {
+                char *crlf = strstr(raw.p + rp, "\r\n");
+                if (!crlf) break;
+                left = strtoul(raw.p + rp, NULL, 16);
+                rp = (size_t)(crlf - raw.p) + 2;
+                want_size = 0;
+                if (left == 0) rp = raw.len; /* the last chunk */
+            } else {
+                size_t n = raw.len - rp < left ? raw.len - rp : left;
+                gb_add(&sse, raw.p + rp, n);
+                rp += n;
+                left -= n;
+                if (!left) want_crlf = 1;
+            }
+        }
+        /* complete events */
+        for (char *e; sse.p && (e = strstr(sse.p + sp, "\n\n"));) {
+            *e = '\0';
+            if (!strncmp(sse.p + sp, "data: ", 6)) on_event(r, sse.p + sp + 6, now);
+            sp = (size_t)(e - sse.p) + 2;
+        }
+    }
+    close(fd);
+    if (r->status != 200 && raw.p && !r->status) sscanf(raw.p, "HTTP/1.%*d %d", &r->status);
+    free(raw.p);
+    free(sse.p);
+    return r->status == 200 && r->done;
+}
+
+/* The value of metric `name` (exact, labels included), or -1. */
+static double metric(int port, const char *name) {
+    int fd = connect_port(port);
+    if (fd < 0) return -1;
+    gbuf b = {0};
+    if (send_req(fd, "GET", "/metrics", NULL)) {
+        char buf[16384];
+        ssize_t k;
+        while ((k = recv(fd, buf, sizeof buf, 0)) > 0) gb_add(&b, buf, (size_t)k);
+    }
+    close(fd);
+    double v = -1;
+    size_t nl = strlen(name);
+    for (const char *p = b.p; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, nl) && p[nl] == ' ') {
+            v = atof(p + nl + 1);
+            break;
+        }
+    free(b.p);
+    return v;
+}
+
+/* ---- helpers -------------------------------------------------------------------------------------- */
+
+/* {"prompt":[ids],"max_tokens":k,...,"stream":true} with n random ids after BOS. */
+static char *prompt_body(const int *ids, int n, int max_tokens, uint64_t seed) {
+    size_t cap = (size_t)n * 8 + 256;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    size_t len = (size_t)snprintf(b, cap, "{\"prompt\":[");
+    for (int i = 0; i < n; i++) len += (size_t)snprintf(b + len, cap - len, i ? ",%d" : "%d", ids[i]);
+    snprintf(b + len, cap - len,
+             "],\"max_tokens\":%d,\"temperature\":1,\"seed\":%llu,\"stream\":true,"
+             "\"stream_options\":{\"include_usage\":true}}",
+             max_tokens, (unsigned long long)seed);
+    return b;
+}
+
+static void random_ids(int *ids, int n, int vocab, uint64_t seed) {
+    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
+    ids[0] = 1; /* BOS */
+    for (int i = 1; i < n; i++) ids[i] = 3 + (int)(nv_xorshift_u32(&st) % (uint32_t)(vocab - 3));
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of v[0..n) (sorted in place); NAN when empty. */
+static double pct(double *v, int n, double p) {
+    if (n <= 0) return 0.0 / 0.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    int i = (int)(p * n + 0.999999) - 1;
+    return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb, (void)flag, (void)f;
+    remove(p);
+    return 0;
+}
+
+static void rm_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+typedef struct {
+    char dir[512];
+    char model[700], tok[4096], exe[4096];
+    int vocab;
+} setup;
+
+/* A temporary folder with a fresh model of the preset (or the given one) and its tokenizer. */
+static int bench_setup(setup *s, const bench_opts *o, const char *model, const char *tok, int seq_len, char *why,
+                       size_t cap) {
+    memset(s, 0, sizeof *s);
+    if (!self_exe(s->exe, sizeof s->exe)) {
+        snprintf(why, cap, "cannot find this program's path");
+        return 0;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(s->dir, sizeof s->dir, "%s/nerve-bench-serve-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(s->dir)) {
+        snprintf(why, cap, "cannot create a temporary folder: %s", strerror(errno));
+        return 0;
+    }
+    const char *preset = o->quick ? "stories260K" : "stories110M";
+    if (tok) snprintf(s->tok, sizeof s->tok, "%s", tok);
+    else if (!nv_data_path(o->quick ? "models/tok512.bin" : "tokenizers/tokenizer.bin", s->tok, sizeof s->tok)) {
+        snprintf(why, cap, "tokenizer %.400s not found in the shared data (pass -z)", s->tok);
+        return 0;
+    }
+    if (model) {
+        snprintf(s->model, sizeof s->model, "%s", model);
+    } else {
+        snprintf(s->model, sizeof s->model, "%s/model.bin", s->dir);
+        char seq[16], log[700];
+        snprintf(seq, sizeof seq, "%d", seq_len);
+        snprintf(log, sizeof log, "%s/init.log", s->dir);
+        char *argv[] = {s->exe, "init", "--preset", (char *)preset, "--seq-len", seq, "-o", s->model, NULL};
+        if (run_wait(argv, log) != 0) {
+            char *t = NULL;
+            nv_file_read_all(log, &t, NULL);
+            snprintf(why, cap, "nerve init failed: %.300s", t ? t : "");
+            free(t);
+            return 0;
+        }
+    }
+    FILE *f = fopen(s->model, "rb");
+    int hdr[7] = {0};
+    if (f) { /* the vocabulary: llama2.c header (v1 files start with magic and version) */
+        uint32_t magic = 0;
+        if (fread(&magic, 4, 1, f) == 1 && magic == 0x616b3432u) fseek(f, 8, SEEK_SET);
+        else fseek(f, 0, SEEK_SET);
+        if (fread(hdr, sizeof(int), 7, f) != 7) hdr[5] = 0;
+        fclose(f);
+    }
+    s->vocab = hdr[5] < 0 ? -hdr[5] : hdr[5];
+    if (s->vocab < 16) {
+        snprintf(why, cap, "cannot read the vocabulary size of %s", s->model);
+        return 0;
+    }
+    return 1;
+}
+
+static void add_arg(char **args, int *n, const char *a) { args[(*n)++] = (char *)a; }
+
+/* The server's arguments every bench adds: threads, engine. */
+static void common_args(char **args, int *n, const bench_opts *o, char *threads_buf) {
+    if (o->threads) {
+        snprintf(threads_buf, 16, "%d", o->threads);
+        add_arg(args, n, "--threads");
+        add_arg(args, n, threads_buf);
+    }
+    if (o->engine) {
+        add_arg(args, n, "--engine");
+        add_arg(args, n, o->engine);
+    }
+}
+
+static void fail_row(const char *bench, const char *why, const bench_opts *o, int threads) {
+    bench_row r;
+    row_begin(&r, bench, "nerve", threads);
+    r.jn += (size_t)snprintf(r.json + r.jn, sizeof r.json - r.jn, ",\"ok\":false");
+    row_str(&r, "why", why);
+    row_end(&r, o);
+}
+
+/* ---- bench serve ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int port, requests, prompt, tokens, vocab, client;
+    sresult *res; /* [requests] */
+    int ok;
+} client_job;
+
+static void *client_main(void *arg) {
+    client_job *j = arg;
+    int *ids = malloc((size_t)j->prompt * sizeof *ids);
+    j->ok = ids != NULL;
+    for (int i = 0; ids && i < j->requests; i++) {
+        uint64_t seed = (uint64_t)j->client * 1000 + (uint64_t)i + 17;
+        random_ids(ids, j->prompt, j->vocab, seed);
+        char *body = prompt_body(ids, j->prompt, j->tokens, seed);
+        if (!body || !stream_post(j->port, body, &j->res[i])) j->ok = 0;
+        free(body);
+    }
+    free(ids);
+    return NULL;
+}
+
+int bench_serve(int argc, char **argv, const bench_opts *o) {
+    const char *CMD = "bench serve", *model = NULL, *tok = NULL;
+    int requests = 2, prompt = o->quick ? 8 : 32, tokens = o->quick ? 16 : 128;
+    int clients[8] = {1, 4, 16}, n_clients = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--requests")) { if (!cli_int(CMD, a, v, 1, 1000, &requests)) return 2; }
+        else if (!strcmp(a, "--prompt")) { if (!cli_int(CMD, a, v, 2, 100000, &prompt)) return 2; }
+        else if (!strcmp(a, "--tokens")) { if (!cli_int(CMD, a, v, 1, 100000, &tokens)) return 2; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z")) tok = v;
+        else if (!strcmp(a, "--clients")) {
+            n_clients = 0;
+            for (const char *p = v; *p && n_clients < 8;) {
+                char *end;
+                long c = strtol(p, &end, 10);
+                if (end == p || c < 1 || c > 256) return cli_error(CMD, 2, "--clients expects a list like 1,4,16");
+                clients[n_clients++] = (int)c;
+                p = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') return cli_error(CMD, 2, "--clients expects a list like 1,4,16");
+            }
+        } else
+            return cli_error(CMD, 2, "unknown option '%s' (--clients LIST, --requests M, --prompt N, --tokens N, -m MODEL, -z TOK)", a);
+    }
+    int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;
+    for (int i = 0; i < n_clients; i++) max_clients = clients[i] > max_clients ? clients[i] : max_clients;
+    char why[1024] = "";
+    setup su;
+    if (!bench_setup(&su, o, model, tok, o->quick ? 512 : 4096, why, sizeof why)) {
+        fail_row("serve", why, o, threads);
+        if (su.dir[0]) rm_tree(su.dir);
+        return 1;
+    }
+    char *args[32], kvdir[700], mb[16], th[16], log[700];
+    int na = 0;
+    snprintf(kvdir, sizeof kvdir, "%s/kv", su.dir);
+    snprintf(mb, sizeof mb, "%d", max_clients);
+    snprintf(log, sizeof log, "%s/serve.log", su.dir);
+    add_arg(args, &na, "--max-batch");
+    add_arg(args, &na, mb);
+    add_arg(args, &na, "--kv-cache-dir");
+    add_arg(args, &na, kvdir);
+    common_args(args, &na, o, th);
+    child srv;
+    if (!child_start(&srv, su.exe, su.model, su.tok, args, na, log, why, sizeof why)) {
+        fail_row("serve", why, o, threads);
+        rm_tree(su.dir);
+        return 1;
+    }
+    const char *model_name = o->quick ? "stories260K" : "stories110M";
+    if (model) model_name = model;
+    /* warm-up: the weights paged in, the first step's allocations done */
+    {
+        client_job w = {srv.port, 1, prompt, tokens < 4 ? tokens : 4, su.vocab, 999, calloc(1, sizeof(sresult)), 0};
+        client_main(&w);
+        free(w.res[0].gaps);
+        free(w.res);
+    }
+    int rc = 0;
+    double base_decode = 0;
+    for (int ci = 0; ci < n_clients; ci++) {
+        int n = clients[ci];
+        client_job *jobs = calloc((size_t)n, sizeof *jobs);
+        pthread_t *th_ids = calloc((size_t)n, sizeof *th_ids);
+        int all = 1;
+        double t0 = nv_now();
+        for (int c = 0; c < n; c++) {
+            jobs[c] = (client_job){srv.port, requests, prompt, tokens, su.vocab, c + 100 * ci, calloc((size_t)requests, sizeof(sresult)), 0};
+            pthread_create(&th_ids[c], NULL, client_main, &jobs[c]);
+        }
+        for (int c = 0; c < n; c++) pthread_join(th_ids[c], NULL);
+        double wall = nv_now() - t0;
+        int n_req = n * requests, n_gaps = 0;
+        long total_tokens = 0;
+        for (int c = 0; c < n; c++) {
+            all &= jobs[c].ok;
+            for (int i = 0; i < requests; i++) n_gaps += jobs[c].res[i].n_gaps;
+        }
+        double *ttft = calloc((size_t)n_req, sizeof *ttft), *rate = calloc((size_t)n_req, sizeof *rate);
+        double *gaps = calloc((size_t)(n_gaps ? n_gaps : 1), sizeof *gaps);
+        int nt = 0, nr = 0, ng = 0;
+        for (int c = 0; c < n; c++)
+            for (int i = 0; i < requests; i++) {
+                sresult *r = &jobs[c].res[i];
+                total_tokens += r->tokens;
+                if (r->t_first > 0) ttft[nt++] = r->t_first - r->t_send;
+                if (r->tokens > 1 && r->t_last > r->t_first) rate[nr++] = (r->tokens - 1) / (r->t_last - r->t_first);
+                for (int g = 0; g < r->n_gaps; g++) gaps[ng++] = r->gaps[g];
+                free(r->gaps);
+            }
+        double decode = n * pct(rate, nr, 0.5);
+        bench_row row;
+        row_begin(&row, "serve", srv.engine[0] ? srv.engine : "nerve", threads);
+        row_str(&row, "model", model_name);
+        row_int(&row, "clients", n);
+        row_int(&row, "requests", n_req);
+        row_int(&row, "prompt", prompt);
+        row_int(&row, "max_tokens", tokens);
+        if (!all) {
+            row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"ok\":false");
+            row_str(&row, "why", "a request failed");
+            rc = 1;
+        }
+        row_int(&row, "completion_tokens", total_tokens);
+        row_num(&row, "tokens_per_s", total_tokens / wall);
+        row_num(&row, "decode_tokens_per_s", decode);
+        double p50 = pct(ttft, nt, 0.5) * 1e3, p99 = pct(ttft, nt, 0.99) * 1e3;
+        row_num(&row, "ttft_ms_p50", p50);
+        row_num(&row, "ttft_ms_p99", p99);
+        double i50 = pct(gaps, ng, 0.5) * 1e3, i99 = pct(gaps, ng, 0.99) * 1e3;
+        row_num(&row, "itl_ms_p50", i50);
+        row_num(&row, "itl_ms_p99", i99);
+        if (ci == 0 && n == 1) base_decode = decode;
+        if (base_decode > 0) {
+            row_num(&row, "ratio_vs", decode / base_decode);
+            row_str(&row, "ratio_of", "clients=1 decode_tokens_per_s");
+        }
+        row_end(&row, o);
+        for (int c = 0; c < n; c++) free(jobs[c].res);
+        free(jobs);
+        free(th_ids);
+        free(ttft);
+        free(rate);
+        free(gaps);
+    }
+    if (child_stop(&srv) != 0) rc = 1;
+    rm_tree(su.dir);
+    return rc;
+}
+
+/* ---- bench prefix --------------------------------------------------------------------------------- */
+
+/* Drops the block files from the page cache (written back first), so a restart reads the device. */
+static void drop_page_cache(const char *root) {
+    DIR *d = opendir(root);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char sub[1200];
+        snprintf(sub, sizeof sub, "%s/%s", root, de->d_name);
+        DIR *m = opendir(sub);
+        for (struct dirent *f; m && (f = readdir(m));) {
+            if (f->d_name[0] == '.') continue;
+            char p[1500];
+            snprintf(p, sizeof p, "%s/%s", sub, f->d_name);
+            int fd = open(p, O_RDONLY);
+            if (fd < 0) continue;
+            fdatasync(fd);
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+        }
+        if (m) closedir(m);
+    }
+    if (d) closedir(d);
+}
+
+/* TTFT of one request (max_tokens 1) of ids; cached tokens in *cached. Negative on failure. */
+static double ttft_of(int port, const int *ids, int n, int *cached) {
+    char *body = prompt_body(ids, n, 1, 7);
+    sresult r;
+    int ok = body && stream_post(port, body, &r);
+    free(body);
+    free(r.gaps);
+    *cached = r.cached;
+    return ok && r.t_first > 0 ? r.t_first - r.t_send : -1;
+}
+
+int bench_prefix(int argc, char **argv, const bench_opts *o) {
+    const char *CMD = "bench prefix", *model = NULL, *tok = NULL;
+    int prefix = o->quick ? 400 : 2000, fresh = o->quick ? 20 : 50, reps = o->quick ? 2 : 3, keep_cache = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--keep-page-cache")) {
+            keep_cache = 1;
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--prefix")) { if (!cli_int(CMD, a, v, 16, 1 << 20, &prefix)) return 2; }
+        else if (!strcmp(a, "--new")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &fresh)) return 2; }
+        else if (!strcmp(a, "--reps")) { if (!cli_int(CMD, a, v, 1, 100, &reps)) return 2; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z")) tok = v;
+        else
+            return cli_error(CMD, 2, "unknown option '%s' (--prefix N, --new N, --reps R, --keep-page-cache, -m MODEL, -z TOK)", a);
+    }
+    int threads = o->threads ? o->threads : nv_cpu_probe()->cores;
+    int n = prefix + fresh, seq_len = 1024;
+    while (seq_len < n + 2) seq_len *= 2;
+    if (!o->quick && seq_len < 4096) seq_len = 4096;
+    char why[1024] = "";
+    setup su;
+    if (!bench_setup(&su, o, model, tok, seq_len, why, sizeof why)) {
+        fail_row("prefix", why, o, threads);
+        if (su.dir[0]) rm_tree(su.dir);
+        return 1;
+    }
+    const char *model_name = model ? model : o->quick ? "stories260K" : "stories110M";
+    char *args[32], kvdir[700], th[16], log[700];
+    int na = 0;
+    snprintf(kvdir, sizeof kvdir, "%s/kv", su.dir);
+    add_arg(args, &na, "--kv-cache-dir");
+    add_arg(args, &na, kvdir);
+    common_args(args, &na, o, th);
+    int *ids = malloc((size_t)n * sizeof *ids), *warm = malloc(64 * sizeof *warm);
+    double *t_cold = calloc((size_t)reps, sizeof(double)), *t_ram = calloc((size_t)reps, sizeof(double));
+    double *t_disk = calloc((size_t)reps, sizeof(double));
+    int cached[3] = {1 << 30, 1 << 30, 1 << 30}, cold_cached = 0, rc = 0, c;
+    child srv;
+    snprintf(log, sizeof log, "%s/serve1.log", su.dir);
+    if (!ids || !warm || !t_cold || !t_ram || !t_disk) {
+        snprintf(why, sizeof why, "out of memory");
+        goto fail;
+    }
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) snprintf(log, sizeof log, "%s/serve2.log", su.dir);
+        if (!child_start(&srv, su.exe, su.model, su.tok, args, na, log, why, sizeof why)) goto fail;
+        random_ids(warm, 64, su.vocab, 999 + (uint64_t)phase); /* warm-up, sharing nothing */
+        if (ttft_of(srv.port, warm, 64, &c) < 0) {
+            snprintf(why, sizeof why, "the warm-up request failed");
+            child_stop(&srv);
+            goto fail;
+        }
+        for (int r = 0; r < reps; r++) {
+            random_ids(ids, prefix, su.vocab, 100 + (uint64_t)r); /* the shared prefix */
+            /* new tokens: a different tail per case */
+            for (int k = 0; k < (phase == 0 ? 2 : 1); k++) {
+                int tail_seed = phase == 0 ? k : 2;
+                uint64_t st = (uint64_t)(r * 10 + tail_seed + 1) * 0x2545F4914F6CDD1Dull;
+                for (int i = prefix; i < n; i++) ids[i] = 3 + (int)(nv_xorshift_u32(&st) % (uint32_t)(su.vocab - 3));
+                double t = ttft_of(srv.port, ids, n, &c);
+                if (t < 0) {
+                    snprintf(why, sizeof why, "a request failed");
+                    child_stop(&srv);
+                    goto fail;
+                }
+                int cs = phase == 0 ? k : 2;
+                (cs == 0 ? t_cold : cs == 1 ? t_ram : t_disk)[r] = t;
+                if (cs == 0) cold_cached += c;
+                else if (c < cached[cs]) cached[cs] = c;
+            }
+        }
+        if (phase == 0) { /* every block on disk before the restart */
+            for (double t0 = nv_now(); nv_now() - t0 < 600 && metric(srv.port, "nerve_prefix_disk_write_queue_depth") != 0;)
+                sleep_s(0.05);
+        }
+        if (child_stop(&srv) != 0) {
+            snprintf(why, sizeof why, "the server did not stop cleanly");
+            goto fail;
+        }
+        if (phase == 0 && !keep_cache) drop_page_cache(kvdir);
+    }
+    const char *names[3] = {"cold", "ram", "disk"};
+    double *times[3] = {t_cold, t_ram, t_disk}, cold = pct(t_cold, reps, 0.5) * 1e3;
+    const double targets[3] = {0, 0.05, 0.10};
+    for (int k = 0; k < 3; k++) {
+        double ms = pct(times[k], reps, 0.5) * 1e3;
+        bench_row row;
+        row_begin(&row, "prefix", srv.engine[0] ? srv.engine : "nerve", threads);
+        row_str(&row, "model", model_name);
+        row_str(&row, "case", names[k]);
+        row_int(&row, "seq", n);
+        row_int(&row, "prefix", prefix);
+        row_int(&row, "reps", reps);
+        row_int(&row, "cached_tokens", k == 0 ? cold_cached / reps : cached[k]);
+        row_num(&row, "ttft_ms_p50", ms);
+        row_num(&row, "ttft_ms_p99", pct(times[k], reps, 0.99) * 1e3);
+        if (k > 0) {
+            row_num(&row, "ratio_vs", ms / cold);
+            row_str(&row, "ratio_of", "cold");
+            row_num(&row, "target_ratio", targets[k]);
+        }
+        if (k == 2) row_str(&row, "page_cache", keep_cache ? "kept" : "dropped");
+        row_end(&row, o);
+    }
+    goto done;
+fail:
+    fail_row("prefix", why, o, threads);
+    rc = 1;
+done:
+    free(ids);
+    free(warm);
+    free(t_cold);
+    free(t_ram);
+    free(t_disk);
+    rm_tree(su.dir);
+    return rc;
+}

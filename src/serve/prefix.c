@@ -1,0 +1,102 @@
+#include "serve/prefix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(int) == 4, "token ids are hashed as 32-bit integers");
+
+static uint64_t mix_u64(uint64_t h, uint64_t v) { return nv_checksum64(&v, sizeof v, h); }
+
+static uint64_t mix_f32(uint64_t h, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return mix_u64(h, u);
+}
+
+static uint64_t mix_plan(uint64_t h, const nv_plan *p) { return mix_u64(h, p ? (uint64_t)nv_plan_engine(p) + 1 : 0); }
+
+uint64_t nv_prefix_model_id(const nv_model *m, int block_size) {
+    const nv_config *c = &m->config;
+    static const char tag[] = "nerve kv prefix cache";
+    uint64_t h = nv_checksum64(tag, sizeof tag - 1, 0);
+    h = mix_u64(h, NV_PREFIX_NUMERICS);
+    h = mix_u64(h, NV_KV_DTYPE_F32);
+    h = mix_u64(h, 1); /* layout: per block, per layer, keys [kv_dim][block] then values [block][kv_dim] */
+    h = mix_u64(h, (uint64_t)block_size);
+    /* the config, field by field (the context length does not change a position's KV) */
+    int fields[] = {c->dim,        c->hidden_dim, c->n_layers,          c->n_heads, c->n_kv_heads,
+                    c->head_dim,   c->vocab_size, c->shared_classifier, c->qk_norm, nv_config_kv_dim(c)};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix_u64(h, (uint64_t)(uint32_t)fields[i]);
+    h = mix_f32(h, c->rope_theta);
+    h = mix_f32(h, c->norm_eps);
+    /* the engine of every plan: engines round differently */
+    for (int l = 0; m->plans && l < c->n_layers; l++) {
+        const nv_layer_plans *lp = &m->plans[l];
+        const nv_plan *ps[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) h = mix_plan(h, ps[i]);
+    }
+    h = mix_plan(h, m->cls_plan);
+    /* the weights' content */
+    h = mix_u64(h, m->n_params);
+    return nv_hash64(m->params, (size_t)m->n_params * sizeof(float), h);
+}
+
+uint64_t nv_prefix_chain(uint64_t model_id, uint64_t parent, const int *tokens, int n) {
+    uint64_t h = mix_u64(model_id, parent);
+    h = mix_u64(h, (uint64_t)n);
+    h = nv_checksum64(tokens, (size_t)n * sizeof(int), h);
+    return h ? h : 1; /* 0 is "no parent" */
+}
+
+static void on_evict(void *ctx, int32_t b) {
+    nv_prefix *c = ctx;
+    if (nv_map64_get(&c->index, c->hash[b]) == b) nv_map64_del(&c->index, c->hash[b]);
+}
+
+nv_err nv_prefix_init(nv_prefix *c, nv_kv_pool *pool, uint64_t model_id) {
+    memset(c, 0, sizeof *c);
+    c->model_id = model_id;
+    c->block_size = pool->block_size;
+    c->pool = pool;
+    c->hash = calloc((size_t)pool->n_blocks, sizeof *c->hash);
+    c->parent = calloc((size_t)pool->n_blocks, sizeof *c->parent);
+    if (!c->hash || !c->parent || nv_map64_init(&c->index, (size_t)pool->n_blocks) != NV_OK) {
+        nv_prefix_free(c);
+        return nv_fail(NV_ENOMEM, "prefix cache: out of memory");
+    }
+    pool->on_evict = on_evict;
+    pool->evict_ctx = c;
+    return NV_OK;
+}
+
+void nv_prefix_free(nv_prefix *c) {
+    if (c->pool && c->pool->evict_ctx == c) {
+        c->pool->on_evict = NULL;
+        c->pool->evict_ctx = NULL;
+    }
+    nv_map64_free(&c->index);
+    free(c->hash);
+    free(c->parent);
+    memset(c, 0, sizeof *c);
+}
+
+int32_t nv_prefix_find(const nv_prefix *c, uint64_t hash, uint64_t parent, const int *tokens) {
+    int32_t b = nv_map64_get(&c->index, hash);
+    if (b < 0) return -1;
+    const nv_kv_pool *p = c->pool;
+    int B = c->block_size;
+    if (!p->cached[b] || p->fill[b] != B || c->hash[b] != hash || c->parent[b] != parent) return -1;
+    if (memcmp(p->tokens + (size_t)b * B, tokens, (size_t)B * sizeof(int)) != 0) return -1;
+    return b;
+}
+
+int nv_prefix_insert(nv_prefix *c, int32_t b, uint64_t hash, uint64_t parent) {
+    nv_kv_pool *p = c->pool;
+    if (p->cached[b] || p->refs[b] < 1 || p->fill[b] != c->block_size) return 0;
+    if (nv_map64_get(&c->index, hash) >= 0) return 0;
+    if (nv_map64_put(&c->index, hash, b) != NV_OK) return 0;
+    c->hash[b] = hash;
+    c->parent[b] = parent;
+    nv_kv_set_cached(p, b);
+    return 1;
+}

@@ -1,0 +1,101 @@
+/* nerve bench serve and nerve bench prefix, --quick (a stories260K-shaped model): each runs a
+ * real server as a child process and prints one JSON row per clients value / per case, with the
+ * fields of ../shared/design.md "Benchmarks". Speed targets are not checked here (benchmarks
+ * measure, tests check): only that the rows are there, well formed and plausible. */
+#include <cjson/cJSON.h>
+
+#include "t.h"
+
+/* Parses stdout's JSON Lines into rows[]; returns how many (-1 on a malformed line). */
+static int parse_rows(const char *out, cJSON **rows, int cap) {
+    int n = 0;
+    const char *p = out;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        if (len) {
+            cJSON *row = cJSON_ParseWithLength(p, len);
+            if (!row || n == cap) {
+                cJSON_Delete(row);
+                return -1;
+            }
+            rows[n++] = row;
+        }
+        p += len + (nl ? 1 : 0);
+    }
+    return n;
+}
+
+static double num(const cJSON *row, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(row, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static const char *str(const cJSON *row, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(row, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static int has_data(void) {
+    return t_data("models/tok512.bin") != NULL;
+}
+
+static void test_bench_serve_quick(void) {
+    if (!has_data()) return;
+    /* the tiny model decodes a token in well under a millisecond, so a stream's events can reach
+       the client in one read (gaps of 0); the server's test hook (inherited by the child server)
+       spaces steps so that every figure is measurable */
+    setenv("NERVE_TEST_STEP_DELAY_MS", "2", 1);
+    int rc = t_nerve("bench serve --quick --json");
+    T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
+    cJSON *rows[16];
+    int n = parse_rows(t_out, rows, 16);
+    T_CHECK(n == 3, "%d rows: %s", n, t_out);
+    static const int clients[3] = {1, 4, 16};
+    for (int i = 0; i < n && i < 3; i++) {
+        const cJSON *r = rows[i];
+        T_CHECK(!strcmp(str(r, "bench"), "serve") && str(r, "engine")[0] && num(r, "threads") >= 1, "row %d head", i);
+        T_CHECK(num(r, "clients") == clients[i] && num(r, "requests") == clients[i] * 2, "row %d clients %g", i,
+                num(r, "clients"));
+        T_CHECK(!cJSON_GetObjectItem(r, "ok"), "row %d failed: %s", i, str(r, "why"));
+        T_CHECK(num(r, "tokens_per_s") > 0 && num(r, "decode_tokens_per_s") > 0 && num(r, "completion_tokens") > 0,
+                "row %d throughput", i);
+        T_CHECK(num(r, "ttft_ms_p50") > 0 && num(r, "ttft_ms_p99") >= num(r, "ttft_ms_p50"), "row %d TTFT %g %g", i,
+                num(r, "ttft_ms_p50"), num(r, "ttft_ms_p99"));
+        T_CHECK(num(r, "itl_ms_p50") > 0 && num(r, "itl_ms_p99") >= num(r, "itl_ms_p50"), "row %d ITL", i);
+        T_CHECK(num(r, "ratio_vs") > 0 && !strcmp(str(r, "model"), "stories260K"), "row %d ratio", i);
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
+    /* the readable table: one line per clients value */
+    rc = t_nerve("bench serve --quick --clients 2 --requests 1");
+    T_CHECK(rc == 0 && strstr(t_out, "clients=2") && strstr(t_out, "itl_ms_p50="), "table: %s %s", t_out, t_err);
+    T_CHECK(t_nerve("bench serve --clients 0") == 2, "a bad --clients accepted");
+    unsetenv("NERVE_TEST_STEP_DELAY_MS");
+}
+
+static void test_bench_prefix_quick(void) {
+    if (!has_data()) return;
+    int rc = t_nerve("bench prefix --quick --json");
+    T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
+    cJSON *rows[16];
+    int n = parse_rows(t_out, rows, 16);
+    T_CHECK(n == 3, "%d rows: %s", n, t_out);
+    static const char *cases[3] = {"cold", "ram", "disk"};
+    for (int i = 0; i < n && i < 3; i++) {
+        const cJSON *r = rows[i];
+        T_CHECK(!strcmp(str(r, "bench"), "prefix") && !strcmp(str(r, "case"), cases[i]) && str(r, "engine")[0], "row %d: %s",
+                i, str(r, "case"));
+        T_CHECK(!cJSON_GetObjectItem(r, "ok"), "row %d failed: %s", i, str(r, "why"));
+        T_CHECK(num(r, "ttft_ms_p50") > 0 && num(r, "seq") == 420 && num(r, "prefix") == 400, "row %d", i);
+        /* the hits were real: the whole prefix came from the cache (and nothing, cold) */
+        T_CHECK(num(r, "cached_tokens") == (i == 0 ? 0 : 400), "row %d cached %g", i, num(r, "cached_tokens"));
+        if (i > 0) T_CHECK(num(r, "ratio_vs") > 0, "row %d ratio", i);
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
+}
+
+int main(void) {
+    T_RUN(test_bench_serve_quick);
+    T_RUN(test_bench_prefix_quick);
+    return t_done();
+}
