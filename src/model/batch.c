@@ -7,8 +7,11 @@
 #include "base/pool.h"
 #include "model/forward.h"
 
-/* Tasks an attention pass is split into (each owns a scratch row of scores). */
+/* Tasks an attention pass is split into (each owns GROUP scratch rows of scores). */
 #define ATT_TASKS 32
+/* Consecutive prefill rows of one sequence attend together, GROUP at a time: each key and value
+ * block is then read once for all of them instead of once per row. */
+#define GROUP 8
 
 size_t nv_kv_block_floats(const nv_config *c, int block_size) {
     return (size_t)c->n_layers * 2 * (size_t)block_size * (size_t)nv_config_kv_dim(c);
@@ -51,14 +54,15 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
     s->q = calloc(T * q, sizeof(float));
     s->k = calloc(T * kv, sizeof(float));
     s->v = calloc(T * kv, sizeof(float));
-    s->att = calloc((size_t)ATT_TASKS * (size_t)c->seq_len, sizeof(float));
+    s->att = calloc((size_t)ATT_TASKS * GROUP * (size_t)c->seq_len, sizeof(float));
+    s->group_start = calloc(T, sizeof(int));
     s->rope = malloc((size_t)c->seq_len * (size_t)c->head_dim * sizeof(float));
     s->row_seq = calloc(T, sizeof(int));
     s->row_pos = calloc(T, sizeof(int));
     s->logit_row = calloc((size_t)max_seqs, sizeof(int));
     s->logits = calloc((size_t)max_seqs * (size_t)c->vocab_size, sizeof(float));
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->att || !s->row_seq ||
-        !s->row_pos || !s->logit_row || !s->logits || !s->rope) {
+        !s->row_pos || !s->logit_row || !s->logits || !s->rope || !s->group_start) {
         nv_batch_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the batch state (%d rows)", max_rows);
     }
@@ -80,7 +84,7 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
 
 void nv_batch_state_free(nv_batch_state *s) {
     void *all[] = {s->x,  s->xb,  s->xb2,     s->hb,      s->hb2,       s->q,      s->k,
-                   s->v,  s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope};
+                   s->v,  s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope, s->group_start};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
 }
@@ -103,7 +107,7 @@ typedef struct {
     nv_batch_state *s;
     const nv_kv_pages *kv;
     const nv_batch_seq *seqs;
-    int l, n;
+    int l, n, n_groups;
 } layer_job;
 
 /* Rows task, task + n_tasks, ...: QK-norm, RoPE, and the row's keys and values into its block. */
@@ -131,64 +135,93 @@ static void rows_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-/* Causal attention of (row, head) units task, task + n_tasks, ... over each row's own pages: the
- * sums of forward.c's attention() in the same order for every element. Scores: lanes are 8
- * positions of a block (keys are stored transposed), each lane summing q[i] k[i] over i in order.
- * Outputs: lanes are 8 dimensions of the head, each summing att[u] v[u][i] over u in order, kept
- * in registers across all positions. Lane-wise vector arithmetic rounds exactly as scalar code. */
+/* Causal attention of (group, head) units task, task + n_tasks, ... over each row's own pages: the
+ * sums of forward.c's attention() in the same order for every element. A group is up to GROUP
+ * consecutive rows of one sequence at consecutive positions (a prefill chunk), or a single row.
+ * Scores: lanes are 8 positions of a block (keys are stored transposed), each lane summing
+ * q[i] k[i] over i in order. Outputs: lanes are 8 dimensions of the head, each summing
+ * att[u] v[u][i] over u in order. Each key/value block is loaded once for the whole group. Lane-wise
+ * vector arithmetic rounds exactly as scalar code. */
 static void attention_task(void *ctx, int task, int n_tasks) {
     const layer_job *j = ctx;
     const nv_config *c = &j->m->config;
     nv_batch_state *s = j->s;
     const nv_kv_pages *kv = j->kv;
     int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = kv->block_size, l = j->l;
-    int kv_mul = c->n_heads / c->n_kv_heads, units = j->n * c->n_heads;
+    int kv_mul = c->n_heads / c->n_kv_heads, units = j->n_groups * c->n_heads;
     float scale = sqrtf((float)hd);
-    float *att = s->att + (size_t)task * s->seq_len;
+    float *att0 = s->att + (size_t)task * GROUP * s->seq_len;
     for (int unit = task; unit < units; unit += n_tasks) {
-        int r = unit / c->n_heads, h = unit % c->n_heads, p = s->row_pos[r];
-        const int *blocks = j->seqs[s->row_seq[r]].blocks;
-        const float *q = s->q + (size_t)r * q_dim + (size_t)h * hd;
+        int g = unit / c->n_heads, h = unit % c->n_heads;
+        int r0 = s->group_start[g], r1 = g + 1 < j->n_groups ? s->group_start[g + 1] : j->n, G = r1 - r0;
+        int p0 = s->row_pos[r0], plast = s->row_pos[r1 - 1];
+        const int *blocks = j->seqs[s->row_seq[r0]].blocks;
         size_t koff = (size_t)(h / kv_mul) * hd;
-        for (int u0 = 0; u0 <= p; u0 += B) {
+        /* scores of every row, block by block: row g sees positions 0..p0+g */
+        for (int u0 = 0; u0 <= plast; u0 += B) {
             const float *kt = nv_kv_keys(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
-            int cnt = p - u0 + 1 < B ? p - u0 + 1 : B, z0 = 0;
-            for (; z0 + 8 <= B && z0 < cnt; z0 += 8) {
-                float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                for (int i = 0; i < hd; i++) {
-                    const float qi = q[i], *kr = kt + (size_t)i * B + z0;
-                    for (int z = 0; z < 8; z++) a[z] += qi * kr[z];
+            for (int gr = 0; gr < G; gr++) {
+                int p = p0 + gr;
+                if (u0 > p) continue;
+                const float *q = s->q + (size_t)(r0 + gr) * q_dim + (size_t)h * hd;
+                float *att = att0 + (size_t)gr * s->seq_len;
+                int cnt = p - u0 + 1 < B ? p - u0 + 1 : B, z0 = 0;
+                for (; z0 + 8 <= B && z0 < cnt; z0 += 8) {
+                    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    for (int i = 0; i < hd; i++) {
+                        const float qi = q[i], *kr = kt + (size_t)i * B + z0;
+                        for (int z = 0; z < 8; z++) a[z] += qi * kr[z];
+                    }
+                    int m = cnt - z0 < 8 ? cnt - z0 : 8;
+                    for (int z = 0; z < m; z++) att[u0 + z0 + z] = a[z] / scale;
                 }
-                int m = cnt - z0 < 8 ? cnt - z0 : 8;
-                for (int z = 0; z < m; z++) att[u0 + z0 + z] = a[z] / scale;
-            }
-            for (int z = z0; z < cnt; z++) { /* a block size that is not a multiple of 8 */
-                float score = 0.0f;
-                for (int i = 0; i < hd; i++) score += q[i] * kt[(size_t)i * B + z];
-                att[u0 + z] = score / scale;
+                for (int z = z0; z < cnt; z++) { /* a block size that is not a multiple of 8 */
+                    float score = 0.0f;
+                    for (int i = 0; i < hd; i++) score += q[i] * kt[(size_t)i * B + z];
+                    att[u0 + z] = score / scale;
+                }
             }
         }
-        nv_softmax(att, p + 1);
-        float *xb = s->xb + (size_t)r * q_dim + (size_t)h * hd;
+        for (int gr = 0; gr < G; gr++) nv_softmax(att0 + (size_t)gr * s->seq_len, p0 + gr + 1);
         int i0 = 0;
         for (; i0 + 8 <= hd; i0 += 8) {
-            float o[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int u0 = 0; u0 <= p; u0 += B) {
+            float o[GROUP][8];
+            memset(o, 0, sizeof o);
+            for (int u0 = 0; u0 <= plast; u0 += B) {
                 const float *vb = nv_kv_values(kv, blocks[u0 / B], l) + koff + i0;
-                int cnt = p - u0 + 1 < B ? p - u0 + 1 : B;
-                for (int z = 0; z < cnt; z++) {
-                    const float a = att[u0 + z], *v = vb + (size_t)z * kv_dim;
-                    for (int e = 0; e < 8; e++) o[e] += a * v[e];
+                for (int gr = 0; gr < G; gr++) {
+                    int p = p0 + gr;
+                    if (u0 > p) continue;
+                    const float *att = att0 + (size_t)gr * s->seq_len;
+                    int cnt = p - u0 + 1 < B ? p - u0 + 1 : B;
+                    for (int z = 0; z < cnt; z++) {
+                        const float a = att[u0 + z], *v = vb + (size_t)z * kv_dim;
+                        for (int e = 0; e < 8; e++) o[gr][e] += a * v[e];
+                    }
                 }
             }
-            memcpy(xb + i0, o, sizeof o);
+            for (int gr = 0; gr < G; gr++) memcpy(s->xb + (size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0, o[gr], sizeof o[gr]);
         }
-        for (; i0 < hd; i0++) { /* a head size that is not a multiple of 8 */
-            float o = 0.0f;
-            for (int u = 0; u <= p; u++) o += att[u] * nv_kv_values(kv, blocks[u / B], l)[(size_t)(u % B) * kv_dim + koff + i0];
-            xb[i0] = o;
-        }
+        for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
+            for (int gr = 0; gr < G; gr++) {
+                const float *att = att0 + (size_t)gr * s->seq_len;
+                float o = 0.0f;
+                for (int u = 0; u <= p0 + gr; u++)
+                    o += att[u] * nv_kv_values(kv, blocks[u / B], l)[(size_t)(u % B) * kv_dim + koff + i0];
+                s->xb[(size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0] = o;
+            }
     }
+}
+
+/* Splits the step's rows into attention groups (see attention_task); returns their number. */
+static int make_groups(nv_batch_state *s, int n) {
+    int groups = 0;
+    for (int t = 0; t < n; t++) {
+        int start = groups == 0 || t - s->group_start[groups - 1] >= GROUP || s->row_seq[t] != s->row_seq[t - 1] ||
+                    s->row_pos[t] != s->row_pos[t - 1] + 1;
+        if (start) s->group_start[groups++] = t;
+    }
+    return groups;
 }
 
 static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
@@ -203,10 +236,10 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     nv_plan_run(lp->wq, s->xb, n, s->q);
     nv_plan_run(lp->wk, s->xb, n, s->k);
     nv_plan_run(lp->wv, s->xb, n, s->v);
-    layer_job job = {m, s, kv, seqs, l, n};
+    layer_job job = {m, s, kv, seqs, l, n, make_groups(s, n)};
     nv_pool_run(rows_task, &job, n < ATT_TASKS ? n : ATT_TASKS);
     /* every row's K/V of this step is in place before any row attends (causality by position) */
-    int units = n * c->n_heads;
+    int units = job.n_groups * c->n_heads;
     nv_pool_run(attention_task, &job, units < ATT_TASKS ? units : ATT_TASKS);
     nv_plan_run(lp->wo, s->xb, n, s->xb2);
     for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb2[i];

@@ -68,6 +68,7 @@ typedef struct {
     int max_rows, max_seqs;
     float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att;
     int *row_seq, *row_pos; /* [max_rows] */
+    int *group_start;       /* [max_rows] first row of each attention group of a step */
     int *logit_row;         /* [max_seqs]: row of s->logits for sequence i, -1 when none */
     float *logits;          /* [max_seqs][vocab] */
     float *rope;            /* [seq_len][head_dim]: cos, sin of each position and pair */
