@@ -35,6 +35,8 @@ static ALWAYS_INLINE void KP(ukern)(const int mr, int K, const float *A, size_t 
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) a[r] = A + r * lda;
     for (int kk = 0; kk < K; kk++) {
+        /* weights arrive from memory when a few rows share them: ask for them early */
+        __builtin_prefetch(B + 16 * NR, 0, 0);
         VF b0 = vloadu(B), b1 = vloadu(B + VW);
         B += NR;
 #pragma GCC unroll 12
