@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve_util.h"
 #include "t.h"
 
 static char tmpdir[256];
@@ -26,111 +27,17 @@ static const char *model_path, *tok_path;
 
 /* ---- server processes ------------------------------------------------------------------------- */
 
-typedef struct {
-    pid_t pid;
-    int port;
-    char log[600];
-} server;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static char *read_log(const server *s) {
-    char *text = NULL;
-    nv_file_read_all(s->log, &text, NULL);
-    return text ? text : calloc(1, 1);
-}
-
-static void print_log(const server *s) {
-    char *text = read_log(s);
-    fprintf(stderr, "    --- server log (%s) ---\n%s    ---\n", s->log, text);
-    free(text);
-}
-
-/* Starts `[pre] nerve serve -m MODEL -z TOK --port 0 ARGS` with env (NAME=VALUE ...) and waits
- * for its "listening on" line. */
+/* Starts `[pre] nerve serve -m MODEL -z TOK --port 0 ARGS` with env (NAME=VALUE ...). */
 static int server_start(server *s, const char *name, const char *model, const char *args, const char *env,
                         const char *pre) {
-    memset(s, 0, sizeof *s);
-    snprintf(s->log, sizeof s->log, "%s/%s.log", tmpdir, name);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s exec env %s '%s' serve -m '%s' -z '%s' --port 0 %s 2>'%s' >/dev/null </dev/null",
-             pre ? pre : "", env ? env : "NERVE_LOG=info", t_nerve_bin(), model ? model : model_path, tok_path, args, s->log);
-    pid_t pid = fork();
-    if (pid < 0) return 0;
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    s->pid = pid;
-    for (double t0 = now_s(); now_s() - t0 < 60;) {
-        char *text = read_log(s);
-        const char *p = strstr(text, "listening on http://127.0.0.1:");
-        if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
-        free(text);
-        if (s->port > 0) return 1;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            s->pid = 0;
-            print_log(s);
-            return 0;
-        }
-        sleep_ms(20);
-    }
-    print_log(s);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    s->pid = 0;
-    return 0;
+    return server_spawn(s, name, pre, env, model ? model : model_path, tok_path, args, 60);
 }
 
-/* SIGTERM, then waits (bounded) for the exit; returns the exit code (-1 when killed). */
-static int server_stop(server *s) {
-    if (!s->pid) return -1;
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    for (double t0 = now_s(); now_s() - t0 < 30;) {
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
-            int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-            if (rc != 0) print_log(s);
-            return rc;
-        }
-        sleep_ms(20);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-    print_log(s);
-    return -1;
-}
+static int server_stop(server *s) { return server_stop_within(s, 30); }
 
 /* ---- a small HTTP/1.1 client over plain sockets ------------------------------------------------ */
 
-static int connect_to(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {120, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+static int connect_to(int port) { return connect_to_within(port, 120); }
 
 static int send_request(int fd, const char *method, const char *path, const char *body) {
     size_t blen = body ? strlen(body) : 0;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve_util.h"
 #include "t.h"
 
 static char tmpdir[256];
@@ -22,93 +23,12 @@ static const char *model_path, *tok_path;
 
 /* ---- server processes ----------------------------------------------------------------------- */
 
-typedef struct {
-    pid_t pid;
-    int port;
-    char log[600];
-} server;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static void print_log(const server *s) {
-    char *text = NULL;
-    nv_file_read_all(s->log, &text, NULL);
-    fprintf(stderr, "    --- server log (%s) ---\n%s    ---\n", s->log, text ? text : "(none)");
-    free(text);
-}
-
-/* Starts `nerve serve -m MODEL -z TOK --port 0 ARGS` with env (NAME=VALUE or NULL); waits for
- * its "listening on" line. */
+/* Starts `nerve serve -m MODEL -z TOK --port 0 ARGS` with env (NAME=VALUE or NULL). */
 static int server_start(server *s, const char *name, const char *args, const char *env) {
-    memset(s, 0, sizeof *s);
-    snprintf(s->log, sizeof s->log, "%s/%s.log", tmpdir, name);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec %s%s '%s' serve -m '%s' -z '%s' --port 0 %s 2>'%s' >/dev/null </dev/null",
-             env ? env : "", env ? " " : "", t_nerve_bin(), model_path, tok_path, args, s->log);
-    if (env) {
-        /* `exec VAR=value cmd` is not valid sh: use env(1) */
-        snprintf(cmd, sizeof cmd, "exec env %s '%s' serve -m '%s' -z '%s' --port 0 %s 2>'%s' >/dev/null </dev/null",
-                 env, t_nerve_bin(), model_path, tok_path, args, s->log);
-    }
-    pid_t pid = fork();
-    if (pid < 0) return 0;
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    s->pid = pid;
-    for (double t0 = now_s(); now_s() - t0 < 30;) {
-        char *text = NULL;
-        if (nv_file_read_all(s->log, &text, NULL) == NV_OK && text) {
-            const char *p = strstr(text, "listening on http://127.0.0.1:");
-            if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
-        }
-        free(text);
-        if (s->port > 0) return 1;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            s->pid = 0;
-            print_log(s);
-            return 0;
-        }
-        sleep_ms(20);
-    }
-    print_log(s);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    s->pid = 0;
-    return 0;
+    return server_spawn(s, name, NULL, env, model_path, tok_path, args, 30);
 }
 
-/* SIGTERM, then waits (bounded) for the exit; returns the exit code (-1 when killed). */
-static int server_stop(server *s) {
-    if (!s->pid) return -1;
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    for (double t0 = now_s(); now_s() - t0 < 20;) {
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
-            int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-            if (rc != 0) print_log(s);
-            return rc;
-        }
-        sleep_ms(20);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-    print_log(s);
-    return -1;
-}
+static int server_stop(server *s) { return server_stop_within(s, 20); }
 
 /* ---- a small HTTP/1.1 client over plain sockets ---------------------------------------------- */
 
@@ -125,22 +45,7 @@ static void resp_free(resp *r) {
     memset(r, 0, sizeof *r);
 }
 
-static int connect_to(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {60, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+static int connect_to(int port) { return connect_to_within(port, 60); }
 
 static int send_all(int fd, const char *p, size_t n) {
     while (n) {
@@ -886,8 +791,7 @@ static void test_serve_data(void) {
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/nerve-test-serve-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    snprintf(tmpdir, sizeof tmpdir, "%s", t_tmpdir());
     model_path = t_data("models/stories260K.bin");
     tok_path = t_data("models/tok512.bin");
     if (model_path && tok_path) {
@@ -919,8 +823,5 @@ int main(void) {
     T_RUN(test_golden_through_api);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_auth_cors_timeout);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     return t_done();
 }
