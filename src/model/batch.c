@@ -229,7 +229,7 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     const nv_config *c = &m->config;
     const nv_weights *w = &m->w;
     const nv_layer_plans *lp = &m->plans[l];
-    int d = c->dim, h = c->hidden_dim;
+    int d = c->dim;
 
     for (int t = 0; t < n; t++)
         nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
@@ -241,21 +241,7 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     /* every row's K/V of this step is in place before any row attends (causality by position) */
     int units = job.n_groups * c->n_heads;
     nv_pool_run(attention_task, &job, units < ATT_TASKS ? units : ATT_TASKS);
-    nv_plan_run(lp->wo, s->xb, n, s->xb2);
-    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb2[i];
-
-    for (int t = 0; t < n; t++)
-        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run(lp->w1, s->xb, n, s->hb);
-    nv_plan_run(lp->w3, s->xb, n, s->hb2);
-    for (size_t i = 0; i < (size_t)n * h; i++) {
-        float val = s->hb[i];
-        val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
-        val *= s->hb2[i];
-        s->hb[i] = val;
-    }
-    nv_plan_run(lp->w2, s->hb, n, s->xb);
-    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb[i];
+    nv_layer_tail(m, l, n, s->x, s->xb, s->xb2, s->hb, s->hb2);
 }
 
 static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,

@@ -143,11 +143,32 @@ static void attention(const nv_config *c, nv_state *s, const float *kc, const fl
     nv_pool_run(attention_head, &j, c->n_heads);
 }
 
+void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2) {
+    const nv_config *c = &m->config;
+    const nv_layer_plans *lp = &m->plans[l];
+    int d = c->dim, h = c->hidden_dim;
+    nv_plan_run(lp->wo, xb, n, xb2);
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb2[i];
+
+    for (int t = 0; t < n; t++)
+        nv_rmsnorm(xb + (size_t)t * d, x + (size_t)t * d, m->w.rms_ffn + (size_t)l * d, d, c->norm_eps);
+    nv_plan_run(lp->w1, xb, n, hb);
+    nv_plan_run(lp->w3, xb, n, hb2);
+    for (size_t i = 0; i < (size_t)n * h; i++) {
+        float val = hb[i];
+        val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
+        val *= hb2[i];
+        hb[i] = val;
+    }
+    nv_plan_run(lp->w2, hb, n, xb);
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
+}
+
 static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
     const nv_config *c = &m->config;
     const nv_weights *w = &m->w;
     const nv_layer_plans *lp = &m->plans[l];
-    int d = c->dim, hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), h = c->hidden_dim;
+    int d = c->dim, hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c);
     float *kc = s->key_cache + (size_t)l * s->cache_len * kv_dim;
     float *vc = s->value_cache + (size_t)l * s->cache_len * kv_dim;
 
@@ -170,21 +191,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
         memcpy(vc + (size_t)(pos + t) * kv_dim, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
     }
     attention(c, s, kc, vc, n, pos);
-    nv_plan_run(lp->wo, s->xb, n, s->xb2);
-    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb2[i];
-
-    for (int t = 0; t < n; t++)
-        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run(lp->w1, s->xb, n, s->hb);
-    nv_plan_run(lp->w3, s->xb, n, s->hb2);
-    for (size_t i = 0; i < (size_t)n * h; i++) {
-        float val = s->hb[i];
-        val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
-        val *= s->hb2[i];
-        s->hb[i] = val;
-    }
-    nv_plan_run(lp->w2, s->hb, n, s->xb);
-    for (size_t i = 0; i < (size_t)n * d; i++) s->x[i] += s->xb[i];
+    nv_layer_tail(m, l, n, s->x, s->xb, s->xb2, s->hb, s->hb2);
 }
 
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {

@@ -26,6 +26,11 @@ void nv_state_free(nv_state *s);
 
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos);
 
+/* The rest of layer l after attention, on n rows (shared with the batched forward): x += wo.xb,
+ * then x += w2.(silu(w1.xn) * w3.xn) with xn = RMSNorm(x); xb holds the attention output on
+ * entry; xb2, hb and hb2 are scratch of n x dim, n x hidden, n x hidden. */
+void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2);
+
 /* Building blocks, shared with training. */
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);
 void nv_softmax(float *x, int size);
