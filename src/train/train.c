@@ -9,7 +9,9 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "base/pool.h"
 #include "base/timer.h"
+#include "engine/peak.h"
 #include "train/ckpt.h"
 #include "train/tmodel.h"
 
@@ -344,14 +346,25 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;
+        nv_engine_id used = nv_plan_engine(tm.m.cls_plan);
+        double achieved = tm.flops_per_step * o->accum * n / sum_step;
+        /* the peak of the unit this engine runs on, measured now with the same threads */
+        nv_peak_unit unit = used >= NV_ENGINE_AMX_BF16 ? NV_PEAK_AMX_BF16 : used == NV_ENGINE_AVX512 ? NV_PEAK_AVX512 : NV_PEAK_AVX2;
+        char why[160], peak_text[96] = "";
+        if (used != NV_ENGINE_SCALAR && nv_peak_available(unit, why, sizeof why)) {
+            double peak = nv_peak_run(unit, nv_pool_threads(), 0.2);
+            if (peak > 0)
+                snprintf(peak_text, sizeof peak_text, " = %.0f%% of the %.2f TFLOP/s %s peak measured now", 100 * achieved / peak,
+                         peak / 1e12, nv_peak_instr(unit));
+        }
         fprintf(stderr,
                 "nerve: efficiency: %ld steps in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward %.1f "
-                "(%.0f%%) + optimizer %.1f (%.0f%%) + waiting 0; %.3f TFLOP/s achieved on %s; %ld plans built at setup, "
-                "%ld since\n",
+                "(%.0f%%) + optimizer %.1f (%.0f%%) + waiting 0; %.3f TFLOP/s achieved on %s%s; %ld plans built at "
+                "setup, %ld since\n",
                 steps_run, wall, (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
                 100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
-                100 * sum_o / sum_step, tm.flops_per_step * o->accum * n / sum_step / 1e12,
-                nv_engine_name(nv_plan_engine(tm.m.cls_plan)), builds_after_setup, nv_plan_builds() - builds_after_setup);
+                100 * sum_o / sum_step, achieved / 1e12, nv_engine_name(used), peak_text, builds_after_setup,
+                nv_plan_builds() - builds_after_setup);
     }
 done:
     if (handlers) {
