@@ -1,5 +1,6 @@
 #include "model/batch.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,7 +159,29 @@ static void attention_task(void *ctx, int task, int n_tasks) {
         const int *blocks = j->seqs[s->row_seq[r0]].blocks;
         size_t koff = (size_t)(h / kv_mul) * hd;
         /* scores of every row, block by block: row g sees positions 0..p0+g */
-        for (int u0 = 0; u0 <= plast; u0 += B) {
+        int u_done = 0;
+        if (G == 1 && B % 8 == 0 && B <= 32) {
+            /* a decode row: two blocks at a time, up to eight independent sums in flight (the scores
+             * of positions past p0 in the last block land in the scratch row, past its used part) */
+            const float *q = s->q + (size_t)r0 * q_dim + (size_t)h * hd;
+            const __m256 vscale = _mm256_set1_ps(scale);
+            int nz = B / 8, nblk = p0 / B + 1;
+            for (int bi = 0; bi + 2 <= nblk; bi += 2) {
+                const float *k0 = nv_kv_keys(kv, blocks[bi], l) + koff * B, *k1 = nv_kv_keys(kv, blocks[bi + 1], l) + koff * B;
+                __m256 acc[8];
+                for (int c = 0; c < 2 * nz; c++) acc[c] = _mm256_setzero_ps();
+                for (int i = 0; i < hd; i++) {
+                    const __m256 qi = _mm256_set1_ps(q[i]);
+                    for (int c = 0; c < nz; c++) { /* multiply, then add: no fused rounding */
+                        acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, _mm256_loadu_ps(k0 + (size_t)i * B + 8 * c)));
+                        acc[nz + c] = _mm256_add_ps(acc[nz + c], _mm256_mul_ps(qi, _mm256_loadu_ps(k1 + (size_t)i * B + 8 * c)));
+                    }
+                }
+                for (int c = 0; c < 2 * nz; c++) _mm256_storeu_ps(att0 + (size_t)bi * B + 8 * c, _mm256_div_ps(acc[c], vscale));
+                u_done = (bi + 2) * B;
+            }
+        }
+        for (int u0 = u_done; u0 <= plast; u0 += B) {
             const float *kt = nv_kv_keys(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
             for (int gr = 0; gr < G; gr++) {
                 int p = p0 + gr;
@@ -184,6 +207,26 @@ static void attention_task(void *ctx, int task, int n_tasks) {
         }
         for (int gr = 0; gr < G; gr++) nv_softmax(att0 + (size_t)gr * s->seq_len, p0 + gr + 1);
         int i0 = 0;
+        if (G == 1) /* a decode row: 64 dimensions at a time, eight independent sums in registers */
+            for (; i0 + 64 <= hd; i0 += 64) {
+                __m256 o[8];
+#pragma GCC unroll 8
+                for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
+                for (int u0 = 0; u0 <= p0; u0 += B) {
+                    const float *vb = nv_kv_values(kv, blocks[u0 / B], l) + koff + i0;
+                    int cnt = p0 - u0 + 1 < B ? p0 - u0 + 1 : B;
+                    for (int z = 0; z < cnt; z++) {
+                        const __m256 a = _mm256_set1_ps(att0[u0 + z]);
+                        const float *v = vb + (size_t)z * kv_dim;
+#pragma GCC unroll 8
+                        for (int e = 0; e < 8; e++) /* multiply, then add: no fused rounding */
+                            o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(a, _mm256_loadu_ps(v + 8 * e)));
+                    }
+                }
+                float *dst = s->xb + (size_t)r0 * q_dim + (size_t)h * hd + i0;
+#pragma GCC unroll 8
+                for (int e = 0; e < 8; e++) _mm256_storeu_ps(dst + 8 * e, o[e]);
+            }
         for (; i0 + 8 <= hd; i0 += 8) {
             float o[GROUP][8];
             memset(o, 0, sizeof o);
