@@ -128,6 +128,17 @@ static void test_batch_equals_alone_qk_norm_gqa(void) {
     nv_model_free(&m);
 }
 
+/* head_dim 72: the decode rows' 64-dimension path plus an 8-lane remainder, with GQA */
+static void test_batch_equals_alone_wide_heads(void) {
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0};
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 5);
+    T_CHECK(nv_model_build_plans(&m, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
+    check_model(&m, "head_dim 72");
+    nv_model_free(&m);
+}
+
 static void test_batch_rejects_bad_batches(void) {
     nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0};
     nv_model m;
@@ -179,6 +190,7 @@ static void test_kv_pool_accounting(void) {
 int main(void) {
     nv_engines_init(NULL, 0);
     T_RUN(test_batch_equals_alone_stories260K);
+    T_RUN(test_batch_equals_alone_wide_heads);
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
     T_RUN(test_batch_rejects_bad_batches);
     T_RUN(test_kv_pool_accounting);
