@@ -65,7 +65,9 @@ static void test_resume_after_sigint_is_bit_exact(void) {
     /* the same run, interrupted with SIGINT part way, then resumed */
     train_args(args, sizeof args, split, "");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "exec %s %s >/dev/null 2>%s/split.err", t_nerve_bin(), args, t_tmpdir());
+    /* 15 ms after each step: the interrupt lands part way however fast this machine trains */
+    snprintf(cmd, sizeof cmd, "exec env NERVE_TEST_STEP_DELAY_MS=15 %s %s >/dev/null 2>%s/split.err", t_nerve_bin(), args,
+             t_tmpdir());
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);

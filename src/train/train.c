@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
@@ -257,6 +258,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             if (!o->quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
         }
     }
+    /* test hook: a pause after each step, so a test can interrupt a tiny run part way reliably */
+    const char *delay_env = getenv("NERVE_TEST_STEP_DELAY_MS");
+    int step_delay_ms = delay_env ? atoi(delay_env) : 0;
     long step;
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;
@@ -312,6 +316,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (tty) fprintf(stderr, "\r\033[K%s", line);
         else if (!o->quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
 
+        if (step_delay_ms > 0) {
+            struct timespec ts = {step_delay_ms / 1000, (long)(step_delay_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         int stop = nv_train_stop_requested || (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s);
         if (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0)) {
             nv_ckpt_header h;
