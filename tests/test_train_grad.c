@@ -173,11 +173,47 @@ static void test_engines_match_fp32(void) {
     if (!tested) t_skip("no engine besides scalar on this machine");
 }
 
+/* Two micro-batches of one window accumulated with scale 1/2 give the gradient of one batch of
+ * both windows (the loss is a mean over windows). */
+static void test_accumulation_equals_larger_batch(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0};
+    int T = 6, in[12], tg[12];
+    make_batch(2, T, c.vocab_size, in, tg, 31);
+    nv_tmodel big, small;
+    if (nv_tmodel_init(&big, &c, NULL, 3, 2, T, NV_ENGINE_SCALAR) != NV_OK ||
+        nv_tmodel_init(&small, &c, big.m.params, 0, 1, T, NV_ENGINE_SCALAR) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    perturb_init(&big, 4);
+    memcpy(small.m.params, big.m.params, big.m.n_params * sizeof(float));
+    nv_tmodel_refresh(&small);
+    nv_tmodel_zero_grad(&big);
+    float lb = nv_tmodel_forward(&big, in, tg);
+    nv_tmodel_backward(&big, 1.0f);
+    nv_tmodel_zero_grad(&small);
+    float l0 = nv_tmodel_forward(&small, in, tg);
+    nv_tmodel_backward(&small, 0.5f);
+    float l1 = nv_tmodel_forward(&small, in + T, tg + T);
+    nv_tmodel_backward(&small, 0.5f);
+    T_CHECK(fabsf((l0 + l1) / 2 - lb) < 1e-5f * lb, "losses: (%f + %f) / 2 vs %f", l0, l1, lb);
+    double num = 0, den = 0;
+    for (uint64_t i = 0; i < big.m.n_params; i++) {
+        double d = (double)big.grads[i] - small.grads[i];
+        num += d * d;
+        den += (double)big.grads[i] * big.grads[i];
+    }
+    T_CHECK(sqrt(num / (den + 1e-30)) < 1e-5, "accumulated gradient differs: relative L2 %.3g", sqrt(num / (den + 1e-30)));
+    nv_tmodel_free(&big);
+    nv_tmodel_free(&small);
+}
+
 int main(void) {
     nv_engines_init(NULL, 0);
     T_RUN(test_fd_gqa_tied);
     T_RUN(test_fd_separate_classifier_qknorm);
     T_RUN(test_fd_mha_separate);
+    T_RUN(test_accumulation_equals_larger_batch);
     T_RUN(test_engines_match_fp32);
     return t_done();
 }
