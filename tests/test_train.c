@@ -159,6 +159,8 @@ static void test_export_then_generate(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from export failed: %s", err);
     snprintf(args, sizeof args, "generate -m %s/full/model.bin -z %s/full/tokenizer.bin -n 30 -t 0", t_tmpdir(), t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run's model.bin failed: %s", err);
+    snprintf(args, sizeof args, "generate -m %s/full -n 30 -t 0", t_tmpdir()); /* the folder: model.bin + tokenizer.bin */
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run folder failed: %s", err);
 }
 
 static float val_at(const char *dir, int want_step) {

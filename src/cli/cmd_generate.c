@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,8 +22,9 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--engine E] [--threads N]\n"
-            "  -m MODEL      llama2.c checkpoint (v0 or v1)\n"
-            "  -z TOKENIZER  llama2.c tokenizer.bin (default: tokenizers/tokenizer.bin in the shared data)\n"
+            "  -m MODEL      llama2.c checkpoint (v0 or v1), or a `nerve train` run folder (its model.bin)\n"
+            "  -z TOKENIZER  llama2.c tokenizer.bin (default: the run folder's tokenizer.bin, else\n"
+            "                tokenizers/tokenizer.bin in the shared data)\n"
             "  -p PROMPT     text to continue (also -i); default empty\n"
             "  -n STEPS      positions to run, prompt included (default 256; 0 or more than the context = context)\n"
             "  -t TEMP       temperature, 0 = greedy (default 1.0)\n"
@@ -63,7 +65,15 @@ int cmd_generate(int argc, char **argv) {
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
     if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
 
-    char default_tok[4096];
+    /* a training run folder holds model.bin and its tokenizer.bin */
+    char run_model[4200], default_tok[4200];
+    struct stat st;
+    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(default_tok, sizeof default_tok, "%s/tokenizer.bin", model_path);
+        if (!tok_path && nv_file_exists(default_tok)) tok_path = default_tok;
+        snprintf(run_model, sizeof run_model, "%s/model.bin", model_path);
+        model_path = run_model;
+    }
     if (!tok_path) {
         nv_data_path("tokenizers/tokenizer.bin", default_tok, sizeof default_tok);
         tok_path = default_tok;
