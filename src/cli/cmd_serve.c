@@ -168,13 +168,9 @@ int cmd_serve(int argc, char **argv) {
         nv_data_path("tokenizers/tokenizer.bin", default_tok, sizeof default_tok);
         tok_path = default_tok;
     }
-    if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-    nv_engine_id engine = nv_engine_best();
-    if (engine_name) {
-        if (nv_engine_parse(engine_name, &engine) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-        if (!nv_engine_available(engine))
-            return cli_error(CMD, 1, "engine %s is off: %s", engine_name, nv_engine_why_off(engine));
-    }
+    nv_engine_id engine;
+    int erc = cli_engine(CMD, engine_name, threads, 0, &engine); /* the fastest engine that probes well */
+    if (erc) return erc;
 
     nv_model model;
     nv_tokenizer *tok = NULL;
@@ -191,13 +187,8 @@ int cmd_serve(int argc, char **argv) {
         return cli_error(CMD, 1, "%s", nv_errmsg());
     }
     const nv_config *c = &model.config;
-    if (nv_tokenizer_load(tok_path, 0, &tok) != NV_OK) {
+    if (nv_tokenizer_load_for_model(tok_path, c->vocab_size, &tok) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
-        goto done;
-    }
-    if (nv_tokenizer_vocab_size(tok) != c->vocab_size) {
-        cli_error(CMD, 1, "%s has %d tokens but the model's vocabulary is %d: pass the model's tokenizer with -z",
-                  tok_path, nv_tokenizer_vocab_size(tok), c->vocab_size);
         goto done;
     }
     if (nv_model_build_plans(&model, engine) != NV_OK) {
