@@ -442,6 +442,17 @@ typedef struct {
     atomic_int fail;         /* a task ran out of memory and wrote NaN */
 } op_ctx;
 
+/* A task's scratch buffer, or NULL after marking the op failed and filling the task's block of the
+ * output (rows r0..r1, columns col0..col0+cols clipped to k) with NaN: a failed allocation is
+ * reported by the caller and never leaves silently wrong numbers behind. */
+static void *task_scratch(op_ctx *c, size_t bytes, int r0, int r1, int col0, int cols) {
+    void *p = aalloc(bytes);
+    if (p) return p;
+    atomic_store(&c->fail, 1);
+    for (int r = r0; r < r1; r++) fill_nan(c->out + (size_t)r * c->k + col0, (size_t)imin(c->k - col0, cols));
+    return NULL;
+}
+
 /* y = x . W^T: left-to-right fp32 sums, the exact arithmetic of llama2.c's matmul. */
 static void scalar_run_task(void *vc, int task, int nt) {
     (void)nt;
@@ -525,12 +536,8 @@ static void fp32_dx_task(void *vc, int task, int nt) {
     int r0, r1, q0, q1;
     grid_task(&c->g, task, &r0, &r1, &q0, &q1);
     if (r0 >= r1 || q0 >= q1) return;
-    float *T = aalloc((size_t)SLICE_PANELS * kc * nr * sizeof(float));
-    if (!T) {
-        atomic_store(&c->fail, 1);
-        for (int r = r0; r < r1; r++) fill_nan(c->out + (size_t)r * k + (size_t)q0 * nr, (size_t)imin(k - q0 * nr, (q1 - q0) * nr));
-        return;
-    }
+    float *T = task_scratch(c, (size_t)SLICE_PANELS * kc * nr * sizeof(float), r0, r1, q0 * nr, (q1 - q0) * nr);
+    if (!T) return;
     const float *P = p->pack;
     for (int qg = q0; qg < q1; qg += SLICE_PANELS) {
         const int g = imin(SLICE_PANELS, q1 - qg);
@@ -579,12 +586,8 @@ static void fp32_dw_task(void *vc, int task, int nt) {
     int a0, a1, q0, q1;
     grid_task(&c->g, task, &a0, &a1, &q0, &q1);
     if (a0 >= a1 || q0 >= q1) return;
-    float *Px = aalloc((size_t)SLICE_PANELS * kc * nr * sizeof(float));
-    if (!Px) {
-        atomic_store(&c->fail, 1);
-        for (int a = a0; a < a1; a++) fill_nan(c->out + (size_t)a * k + (size_t)q0 * nr, (size_t)imin(k - q0 * nr, (q1 - q0) * nr));
-        return;
-    }
+    float *Px = task_scratch(c, (size_t)SLICE_PANELS * kc * nr * sizeof(float), a0, a1, q0 * nr, (q1 - q0) * nr);
+    if (!Px) return;
     const float *dyT = c->abuf;
     for (int qg = q0; qg < q1; qg += SLICE_PANELS) {
         const int g = imin(SLICE_PANELS, q1 - qg);
@@ -698,12 +701,8 @@ static void amx_dx_task(void *vc, int task, int nt) {
     grid_task(&c->g, task, &r0, &r1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
     if (r0 >= r1 || t0 >= t1) return;
-    uint16_t *U = aalloc((size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t));
-    if (!U) {
-        atomic_store(&c->fail, 1);
-        for (int r = r0; r < r1; r++) fill_nan(c->out + (size_t)r * k + (size_t)t0 * 16, (size_t)imin(k - t0 * 16, (t1 - t0) * 16));
-        return;
-    }
+    uint16_t *U = task_scratch(c, (size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t), r0, r1, t0 * 16, (t1 - t0) * 16);
+    if (!U) return;
     for (int t = t0; t < t1; t++)
         for (int kb = 0; kb < KB; kb++) dx_tile(p, t, kb, U + ((size_t)(t - t0) * KB + kb) * 512);
     p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, c->depth, U, t1 - t0,
@@ -739,12 +738,8 @@ static void amx_dw_task(void *vc, int task, int nt) {
     grid_task(&c->g, task, &a0, &a1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
     if (a0 >= a1 || t0 >= t1) return;
-    uint16_t *X = aalloc((size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t));
-    if (!X) {
-        atomic_store(&c->fail, 1);
-        for (int a = a0; a < a1; a++) fill_nan(c->out + (size_t)a * k + (size_t)t0 * 16, (size_t)imin(k - t0 * 16, (t1 - t0) * 16));
-        return;
-    }
+    uint16_t *X = task_scratch(c, (size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t), a0, a1, t0 * 16, (t1 - t0) * 16);
+    if (!X) return;
     for (int t = t0; t < t1; t++)
         for (int kb = 0; kb < KB; kb++) {
             uint16_t *tile = X + ((size_t)(t - t0) * KB + kb) * 512;
