@@ -8,6 +8,7 @@
 #include "model/bpe_train.h"
 #include "model/tokenizer.h"
 #include "t.h"
+#include "tok_util.h"
 
 
 /* Trains on one text; returns 1 on success (r filled), 0 after recording a failure. */
@@ -33,25 +34,6 @@ static nv_tokenizer *train_load(const char *name, const char *text, size_t len, 
     nv_err e = nv_tokenizer_load(p, 0, &t);
     T_CHECK(e == NV_OK, "load %s: %s", p, nv_errmsg());
     return e == NV_OK ? t : NULL;
-}
-
-/* decode(prev, tok) concatenated over ids[1..n), as run.c prints a sequence starting at BOS. */
-static char *decode_all(const nv_tokenizer *t, const int *ids, int n) {
-    size_t cap = 64, len = 0;
-    char *out = malloc(cap);
-    out[0] = '\0';
-    for (int i = 1; i < n; i++) {
-        const char *p = nv_tokenizer_decode(t, ids[i - 1], ids[i]);
-        if (!p) continue;
-        size_t pl = strlen(p);
-        while (len + pl + 1 > cap) {
-            cap *= 2;
-            out = realloc(out, cap);
-        }
-        memcpy(out + len, p, pl + 1);
-        len += pl;
-    }
-    return out;
 }
 
 /* Encodes text with BOS, checks decode gives it back; returns the token count (BOS excluded). */

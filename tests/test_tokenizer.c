@@ -7,6 +7,7 @@
 
 #include "model/tokenizer.h"
 #include "t.h"
+#include "tok_util.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -29,25 +30,6 @@ static nv_tokenizer *load_or_fail(const char *path, int vocab) {
     nv_err e = nv_tokenizer_load(path, vocab, &t);
     T_CHECK(e == NV_OK, "load %s: %s", path, nv_errmsg());
     return e == NV_OK ? t : NULL;
-}
-
-/* The concatenation of decode(prev, tok) over ids[1..n) (ids[0] is BOS), as run.c prints. */
-static char *decode_all(const nv_tokenizer *t, const int *ids, int n) {
-    size_t cap = 64, len = 0;
-    char *out = malloc(cap);
-    out[0] = '\0';
-    for (int i = 1; i < n; i++) {
-        const char *p = nv_tokenizer_decode(t, ids[i - 1], ids[i]);
-        if (!p) continue;
-        size_t pl = strlen(p);
-        while (len + pl + 1 > cap) {
-            cap *= 2;
-            out = realloc(out, cap);
-        }
-        memcpy(out + len, p, pl + 1);
-        len += pl;
-    }
-    return out;
 }
 
 /* ---- run.c encode(), transcribed: qsort + bsearch lookups, sprintf per pair, O(n^2) ------- */

@@ -1,0 +1,30 @@
+/* Tokenizer helpers shared by the tokenizer tests. Header-only like t.h. */
+#ifndef NV_TEST_TOK_UTIL_H
+#define NV_TEST_TOK_UTIL_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/tokenizer.h"
+
+/* decode(prev, tok) concatenated over ids[1..n) (ids[0] is BOS), as run.c prints a sequence;
+ * the caller frees the result. */
+static inline char *decode_all(const nv_tokenizer *t, const int *ids, int n) {
+    size_t cap = 64, len = 0;
+    char *out = malloc(cap);
+    out[0] = '\0';
+    for (int i = 1; i < n; i++) {
+        const char *p = nv_tokenizer_decode(t, ids[i - 1], ids[i]);
+        if (!p) continue;
+        size_t pl = strlen(p);
+        while (len + pl + 1 > cap) {
+            cap *= 2;
+            out = realloc(out, cap);
+        }
+        memcpy(out + len, p, pl + 1);
+        len += pl;
+    }
+    return out;
+}
+
+#endif
