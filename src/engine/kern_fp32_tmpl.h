@@ -10,11 +10,15 @@
 #define NR (2 * VW)
 #define KC NV_KERN_FP32_KC /* depth block: a panel slice of KC*NR floats stays in L1 while rows stream by */
 #define MC (24 * MR) /* row block: an A block of MC*KC floats stays in L2 while all panels stream by */
+#define KS 64        /* depth slice of the few-rows order (gemm_few): a slice of KS*NR floats stays in L1 */
+#define LINE_FLOATS 16 /* floats per 64-byte cache line */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+/* pf/npf: while it runs, the kernel asks for the panel rows pf[0..npf) (NR floats each) ahead of
+ * their use (npf = 0: none). */
 static ALWAYS_INLINE void KP(ukern)(const int mr, int K, const float *A, size_t lda, const float *B, float *C, size_t ldc,
-                                    int nc, int load_c) {
+                                    int nc, int load_c, const float *pf, int npf) {
     VF c0[MR], c1[MR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
@@ -35,8 +39,8 @@ static ALWAYS_INLINE void KP(ukern)(const int mr, int K, const float *A, size_t 
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) a[r] = A + r * lda;
     for (int kk = 0; kk < K; kk++) {
-        /* weights arrive from memory when a few rows share them: ask for them early */
-        __builtin_prefetch(B + 16 * NR, 0, 0);
+        if (kk < npf)
+            for (int q = 0; q < NR; q += LINE_FLOATS) __builtin_prefetch(pf + (size_t)kk * NR + q, 0, 0);
         VF b0 = vloadu(B), b1 = vloadu(B + VW);
         B += NR;
 #pragma GCC unroll 12
@@ -85,10 +89,11 @@ static ALWAYS_INLINE void KP(ukern_row2)(int K, const float *a, const float *B0,
     vstore_n(C + NR + VW, c3, nc - NR - VW);
 }
 
-static void KP(block)(int mr, int K, const float *A, size_t lda, const float *B, float *C, size_t ldc, int nc, int load_c) {
+static void KP(block)(int mr, int K, const float *A, size_t lda, const float *B, float *C, size_t ldc, int nc, int load_c,
+                     const float *pf, int npf) {
     switch (mr) {
 #define KP_CASE(R) \
-    case R: KP(ukern)(R, K, A, lda, B, C, ldc, nc, load_c); break;
+    case R: KP(ukern)(R, K, A, lda, B, C, ldc, nc, load_c, pf, npf); break;
         KP_CASE(1)
         KP_CASE(2)
 #if MR >= 3
@@ -126,6 +131,31 @@ static void KP(block)(int mr, int K, const float *A, size_t lda, const float *B,
     }
 }
 
+/* A few rows (decode steps): every weight is used by only these rows, so the product streams the
+ * panels from memory once and the time goes to hiding that stream. Panels outermost, then depth
+ * slices of KS in memory order: each slice stays in L1 for all row passes, and the next slice in
+ * memory is the next one used, so each pass asks for its share of it ahead of time. */
+static void KP(gemm_few)(const float *A, size_t lda, int rows, int K, const float *P, int np, float *C, size_t ldc,
+                         int ncols, int accumulate) {
+    const size_t pstride = (size_t)K * NR;
+    const int npass = (rows + MR - 1) / MR;
+    for (int p = 0; p < np; p++) {
+        const int nc = ncols - p * NR;
+        for (int k0 = 0; k0 < K; k0 += KS) {
+            const int kc = K - k0 < KS ? K - k0 : KS, load_c = accumulate || k0 > 0;
+            const float *B = P + p * pstride + (size_t)k0 * NR; /* the next slice starts at B + kc*NR */
+            int next = k0 + kc < K ? (K - k0 - kc < KS ? K - k0 - kc : KS) : (p + 1 < np ? (K < KS ? K : KS) : 0);
+            const int share = (next + npass - 1) / npass;
+            for (int r = 0, j = 0; r < rows; r += MR, j++) {
+                const int mr = rows - r < MR ? rows - r : MR, lo = j * share;
+                const int npf = next - lo < share ? (next - lo > 0 ? next - lo : 0) : share;
+                KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc, load_c,
+                          B + (size_t)(kc + lo) * NR, npf);
+            }
+        }
+    }
+}
+
 static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P, int np, float *C, size_t ldc, int ncols,
                      int accumulate) {
     const size_t pstride = (size_t)K * NR;
@@ -133,7 +163,11 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
         int p = 0;
         for (; p + 1 < np; p += 2)
             KP(ukern_row2)(K, A, P + p * pstride, P + (p + 1) * pstride, C + (size_t)p * NR, ncols - p * NR, accumulate);
-        if (p < np) KP(ukern)(1, K, A, lda, P + p * pstride, C + (size_t)p * NR, ldc, ncols - p * NR, accumulate);
+        if (p < np) KP(ukern)(1, K, A, lda, P + p * pstride, C + (size_t)p * NR, ldc, ncols - p * NR, accumulate, NULL, 0);
+        return;
+    }
+    if (rows <= 4 * MR) {
+        KP(gemm_few)(A, lda, rows, K, P, np, C, ldc, ncols, accumulate);
         return;
     }
     /* Depth blocks outermost, then row blocks: the A block (MC x KC) stays in L2 while every panel
@@ -148,7 +182,9 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
                 int nc = ncols - p * NR;
                 for (int r = r0; r < r1; r += MR) {
                     int mr = r1 - r < MR ? r1 - r : MR;
-                    KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc, load_c);
+                    /* the first row block reads the slice from memory: ask for it a little ahead */
+                    KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc,
+                              load_c, B + 16 * NR, r == r0 ? kc : 0);
                 }
             }
         }
@@ -156,6 +192,8 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
 }
 
 #undef NR
+#undef KS
+#undef LINE_FLOATS
 #undef KC
 #undef MC
 #undef ALWAYS_INLINE
