@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/pool.h"
 #include "base/timer.h"
 #include "model/sampler.h"
 
@@ -284,7 +285,8 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->running = calloc((size_t)o->max_batch, sizeof *s->running);
     s->step_req = calloc((size_t)o->max_batch, sizeof *s->step_req);
     s->seqs = calloc((size_t)o->max_batch, sizeof *s->seqs);
-    if (!s->running || !s->step_req || !s->seqs) {
+    s->step_tok = calloc((size_t)o->max_batch, sizeof *s->step_tok);
+    if (!s->running || !s->step_req || !s->seqs || !s->step_tok) {
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
@@ -598,9 +600,24 @@ static void index_full_blocks(nv_sched *s, nv_req *r) {
     }
 }
 
+/* Samples the step's sequences on the pool: each has its own sampler and logits row, and a
+ * softmax over the vocabulary per sequence is a few percent of a step worth sharing out. */
+typedef struct {
+    nv_sched *s;
+    int n;
+} sample_job;
+
+static void sample_task(void *ctx, int task, int n_tasks) {
+    const sample_job *j = ctx;
+    nv_sched *s = j->s;
+    for (int i = task; i < j->n; i += n_tasks) {
+        float *logits = nv_batch_logits(&s->bs, &s->model->config, i);
+        s->step_tok[i] = logits ? nv_sample(&s->step_req[i]->sampler, logits) : -1;
+    }
+}
+
 static void *sched_loop(void *arg) {
     nv_sched *s = arg;
-    const nv_config *c = &s->model->config;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         reap_disk(s);
@@ -621,6 +638,10 @@ static void *sched_loop(void *arg) {
         nv_err e = nv_batch_forward(s->model, &s->bs, &s->pool.pages, s->seqs, n);
         double now = nv_now();
         if (e != NV_OK) nv_log(NV_LOG_WARN, "serve: forward failed: %s", nv_errmsg());
+        else {
+            sample_job sj = {s, n};
+            nv_pool_run(sample_task, &sj, n);
+        }
         for (int i = 0; i < n; i++) {
             nv_req *r = s->step_req[i];
             if (e != NV_OK) {
@@ -628,9 +649,7 @@ static void *sched_loop(void *arg) {
                 continue;
             }
             r->pos += s->seqs[i].n;
-            float *logits = nv_batch_logits(&s->bs, c, i);
-            if (!logits) continue;
-            on_token(s, r, nv_sample(&r->sampler, logits), now);
+            if (s->step_tok[i] >= 0) on_token(s, r, s->step_tok[i], now);
         }
         nv_metrics_step(s->metrics, rows);
         if (s->o.step_delay_ms > 0) usleep((useconds_t)s->o.step_delay_ms * 1000u);
@@ -734,6 +753,7 @@ void nv_sched_free(nv_sched *s) {
     free(s->running);
     free(s->step_req);
     free(s->seqs);
+    free(s->step_tok);
     nv_batch_state_free(&s->bs);
     nv_kv_pool_free(&s->pool);
     memset(s, 0, sizeof *s);

@@ -108,6 +108,7 @@ typedef struct {
     /* the loop's scratch for one step */
     nv_batch_seq *seqs;
     nv_req **step_req;
+    int *step_tok; /* the token sampled for each, -1 when it asked for no logits */
     /* the prefix cache */
     int prefix_on;
     nv_prefix prefix;
