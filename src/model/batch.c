@@ -152,7 +152,8 @@ static void attention_task(void *ctx, int task, int n_tasks) {
     int kv_mul = c->n_heads / c->n_kv_heads, units = j->n_groups * c->n_heads;
     float scale = sqrtf((float)hd);
     float *att0 = s->att + (size_t)task * GROUP * s->seq_len;
-    for (int unit = task; unit < units; unit += n_tasks) {
+    /* a task takes consecutive heads of a sequence: their keys and values lie side by side */
+    for (int unit = (int)((long)units * task / n_tasks); unit < (int)((long)units * (task + 1) / n_tasks); unit++) {
         int g = unit / c->n_heads, h = unit % c->n_heads;
         int r0 = s->group_start[g], r1 = g + 1 < j->n_groups ? s->group_start[g + 1] : j->n, G = r1 - r0;
         int p0 = s->row_pos[r0], plast = s->row_pos[r1 - 1];
