@@ -74,8 +74,12 @@ typedef struct {
 
 static int grid_make(grid *g, int rows, int runit, int cols, double macs) {
     int T = force_inline ? 1 : nv_pool_threads();
-    if (T > 1 && (macs >= 65536.0 || force_split)) T *= 2; /* two tasks per thread balance uneven blocks */
-    else T = 1;
+    if (T > 1 && (macs >= 65536.0 || force_split))
+        /* two tasks per thread balance uneven blocks; a few rows against many weights (decode)
+         * split finer, so a thread held up elsewhere leaves little for the others to wait on */
+        T *= rows <= 4 * runit && macs >= 4194304.0 ? 8 : 2;
+    else
+        T = 1;
     g->rows = rows;
     g->runit = runit;
     g->nru = cdiv(rows, runit);
