@@ -136,6 +136,32 @@ static void rows_task(void *ctx, int task, int n_tasks) {
     }
 }
 
+/* Scores of one decode row against two key blocks of B = 8*NZ positions ([hd][B] each): 2*NZ
+ * independent sums held in registers (NZ is a constant in each instance), multiply then add. */
+static inline __attribute__((always_inline)) void scores_pair(const int NZ, const float *q, int hd, const float *k0,
+                                                              const float *k1, float scale, float *out) {
+    __m256 acc[8];
+    for (int c = 0; c < 2 * NZ; c++) acc[c] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i++) {
+        const __m256 qi = _mm256_set1_ps(q[i]);
+        for (int c = 0; c < NZ; c++) {
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, _mm256_loadu_ps(k0 + (size_t)i * 8 * NZ + 8 * c)));
+            acc[NZ + c] = _mm256_add_ps(acc[NZ + c], _mm256_mul_ps(qi, _mm256_loadu_ps(k1 + (size_t)i * 8 * NZ + 8 * c)));
+        }
+    }
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int c = 0; c < 2 * NZ; c++) _mm256_storeu_ps(out + 8 * c, _mm256_div_ps(acc[c], vscale));
+}
+
+static void scores_pair_any(int nz, const float *q, int hd, const float *k0, const float *k1, float scale, float *out) {
+    switch (nz) {
+    case 1: scores_pair(1, q, hd, k0, k1, scale, out); break;
+    case 2: scores_pair(2, q, hd, k0, k1, scale, out); break;
+    case 3: scores_pair(3, q, hd, k0, k1, scale, out); break;
+    default: scores_pair(4, q, hd, k0, k1, scale, out); break;
+    }
+}
+
 /* Causal attention of (group, head) units task, task + n_tasks, ... over each row's own pages: the
  * sums of forward.c's attention() in the same order for every element. A group is up to GROUP
  * consecutive rows of one sequence at consecutive positions (a prefill chunk), or a single row.
@@ -165,20 +191,10 @@ static void attention_task(void *ctx, int task, int n_tasks) {
             /* a decode row: two blocks at a time, up to eight independent sums in flight (the scores
              * of positions past p0 in the last block land in the scratch row, past its used part) */
             const float *q = s->q + (size_t)r0 * q_dim + (size_t)h * hd;
-            const __m256 vscale = _mm256_set1_ps(scale);
             int nz = B / 8, nblk = p0 / B + 1;
             for (int bi = 0; bi + 2 <= nblk; bi += 2) {
-                const float *k0 = nv_kv_keys(kv, blocks[bi], l) + koff * B, *k1 = nv_kv_keys(kv, blocks[bi + 1], l) + koff * B;
-                __m256 acc[8];
-                for (int c = 0; c < 2 * nz; c++) acc[c] = _mm256_setzero_ps();
-                for (int i = 0; i < hd; i++) {
-                    const __m256 qi = _mm256_set1_ps(q[i]);
-                    for (int c = 0; c < nz; c++) { /* multiply, then add: no fused rounding */
-                        acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, _mm256_loadu_ps(k0 + (size_t)i * B + 8 * c)));
-                        acc[nz + c] = _mm256_add_ps(acc[nz + c], _mm256_mul_ps(qi, _mm256_loadu_ps(k1 + (size_t)i * B + 8 * c)));
-                    }
-                }
-                for (int c = 0; c < 2 * nz; c++) _mm256_storeu_ps(att0 + (size_t)bi * B + 8 * c, _mm256_div_ps(acc[c], vscale));
+                scores_pair_any(nz, q, hd, nv_kv_keys(kv, blocks[bi], l) + koff * B,
+                                nv_kv_keys(kv, blocks[bi + 1], l) + koff * B, scale, att0 + (size_t)bi * B);
                 u_done = (bi + 2) * B;
             }
         }
