@@ -43,18 +43,11 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
     memset(s, 0, sizeof *s);
     if (max_rows < 1 || max_seqs < 1 || max_seqs > max_rows)
         return nv_fail(NV_EINVAL, "batch state: bad sizes (%d rows, %d sequences)", max_rows, max_seqs);
-    size_t T = (size_t)max_rows, q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c);
-    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, wide = q > d ? q : d;
+    size_t T = (size_t)max_rows;
     s->max_rows = max_rows;
     s->max_seqs = max_seqs;
-    s->x = calloc(T * d, sizeof(float));
-    s->xb = calloc(T * wide, sizeof(float));
-    s->xb2 = calloc(T * d, sizeof(float));
-    s->hb = calloc(T * h, sizeof(float));
-    s->hb2 = calloc(T * h, sizeof(float));
-    s->q = calloc(T * q, sizeof(float));
-    s->k = calloc(T * kv, sizeof(float));
-    s->v = calloc(T * kv, sizeof(float));
+    nv_err e = nv_rows_init(&s->r, c, max_rows);
+    if (e != NV_OK) return e;
     s->att = calloc((size_t)ATT_TASKS * GROUP * (size_t)c->seq_len, sizeof(float));
     s->group_start = calloc(T, sizeof(int));
     s->rope = malloc((size_t)c->seq_len * (size_t)c->head_dim * sizeof(float));
@@ -62,8 +55,7 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
     s->row_pos = calloc(T, sizeof(int));
     s->logit_row = calloc((size_t)max_seqs, sizeof(int));
     s->logits = calloc((size_t)max_seqs * (size_t)c->vocab_size, sizeof(float));
-    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->att || !s->row_seq ||
-        !s->row_pos || !s->logit_row || !s->logits || !s->rope || !s->group_start) {
+    if (!s->att || !s->row_seq || !s->row_pos || !s->logit_row || !s->logits || !s->rope || !s->group_start) {
         nv_batch_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the batch state (%d rows)", max_rows);
     }
@@ -84,8 +76,8 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
 }
 
 void nv_batch_state_free(nv_batch_state *s) {
-    void *all[] = {s->x,  s->xb,  s->xb2,     s->hb,      s->hb2,       s->q,      s->k,
-                   s->v,  s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope, s->group_start};
+    nv_rows_free(&s->r);
+    void *all[] = {s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope, s->group_start};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
 }
@@ -119,7 +111,7 @@ static void rows_task(void *ctx, int task, int n_tasks) {
     nv_batch_state *s = j->s;
     int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = j->kv->block_size, l = j->l;
     for (int t = task; t < j->n; t += n_tasks) {
-        float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim;
+        float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         int p = s->row_pos[t];
         if (c->qk_norm) {
             for (int hh = 0; hh < c->n_heads; hh++)
@@ -132,7 +124,7 @@ static void rows_task(void *ctx, int task, int n_tasks) {
         int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
         float *kt = nv_kv_keys(j->kv, blk, l) + off; /* keys are stored transposed: [kv_dim][B] */
         for (int i = 0; i < kv_dim; i++) kt[(size_t)i * B] = k[i];
-        memcpy(nv_kv_values(j->kv, blk, l) + (size_t)off * kv_dim, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(nv_kv_values(j->kv, blk, l) + (size_t)off * kv_dim, s->r.v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
     }
 }
 
@@ -190,7 +182,7 @@ static void attention_task(void *ctx, int task, int n_tasks) {
         if (G == 1 && B % 8 == 0 && B <= 32) {
             /* a decode row: two blocks at a time, up to eight independent sums in flight (the scores
              * of positions past p0 in the last block land in the scratch row, past its used part) */
-            const float *q = s->q + (size_t)r0 * q_dim + (size_t)h * hd;
+            const float *q = s->r.q + (size_t)r0 * q_dim + (size_t)h * hd;
             int nz = B / 8, nblk = p0 / B + 1;
             for (int bi = 0; bi + 2 <= nblk; bi += 2) {
                 scores_pair_any(nz, q, hd, nv_kv_keys(kv, blocks[bi], l) + koff * B,
@@ -203,7 +195,7 @@ static void attention_task(void *ctx, int task, int n_tasks) {
             for (int gr = 0; gr < G; gr++) {
                 int p = p0 + gr;
                 if (u0 > p) continue;
-                const float *q = s->q + (size_t)(r0 + gr) * q_dim + (size_t)h * hd;
+                const float *q = s->r.q + (size_t)(r0 + gr) * q_dim + (size_t)h * hd;
                 float *att = att0 + (size_t)gr * s->seq_len;
                 int cnt = p - u0 + 1 < B ? p - u0 + 1 : B, z0 = 0;
                 for (; z0 + 8 <= B && z0 < cnt; z0 += 8) {
@@ -240,7 +232,7 @@ static void attention_task(void *ctx, int task, int n_tasks) {
                             o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(a, _mm256_loadu_ps(v + 8 * e)));
                     }
                 }
-                float *dst = s->xb + (size_t)r0 * q_dim + (size_t)h * hd + i0;
+                float *dst = s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0;
 #pragma GCC unroll 8
                 for (int e = 0; e < 8; e++) _mm256_storeu_ps(dst + 8 * e, o[e]);
             }
@@ -260,7 +252,7 @@ static void attention_task(void *ctx, int task, int n_tasks) {
                     }
                 }
             }
-            for (int gr = 0; gr < G; gr++) memcpy(s->xb + (size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0, o[gr], sizeof o[gr]);
+            for (int gr = 0; gr < G; gr++) memcpy(s->r.xb + (size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0, o[gr], sizeof o[gr]);
         }
         for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
             for (int gr = 0; gr < G; gr++) {
@@ -268,7 +260,7 @@ static void attention_task(void *ctx, int task, int n_tasks) {
                 float o = 0.0f;
                 for (int u = 0; u <= p0 + gr; u++)
                     o += att[u] * nv_kv_values(kv, blocks[u / B], l)[(size_t)(u % B) * kv_dim + koff + i0];
-                s->xb[(size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0] = o;
+                s->r.xb[(size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0] = o;
             }
     }
 }
@@ -292,16 +284,16 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     int d = c->dim;
 
     for (int t = 0; t < n; t++)
-        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run(lp->wq, s->xb, n, s->q);
-    nv_plan_run(lp->wk, s->xb, n, s->k);
-    nv_plan_run(lp->wv, s->xb, n, s->v);
+        nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
+    nv_plan_run(lp->wq, s->r.xb, n, s->r.q);
+    nv_plan_run(lp->wk, s->r.xb, n, s->r.k);
+    nv_plan_run(lp->wv, s->r.xb, n, s->r.v);
     layer_job job = {m, s, kv, seqs, l, n, make_groups(s, n)};
     nv_pool_run(rows_task, &job, n < ATT_TASKS ? n : ATT_TASKS);
     /* every row's K/V of this step is in place before any row attends (causality by position) */
     int units = job.n_groups * c->n_heads;
     nv_pool_run(attention_task, &job, units < ATT_TASKS ? units : ATT_TASKS);
-    nv_layer_tail(m, l, n, s->x, s->xb, s->xb2, s->hb, s->hb2);
+    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2);
 }
 
 static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
@@ -346,7 +338,7 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
         for (int t = 0; t < seqs[i].n; t++, r++) {
             s->row_seq[r] = i;
             s->row_pos[r] = seqs[i].pos + t;
-            memcpy(s->x + (size_t)r * d, m->w.tok_emb + (size_t)seqs[i].tokens[t] * d, (size_t)d * sizeof(float));
+            memcpy(s->r.x + (size_t)r * d, m->w.tok_emb + (size_t)seqs[i].tokens[t] * d, (size_t)d * sizeof(float));
         }
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, seqs, l, n);
     /* classifier over the last row of each sequence that wants logits, stacked */
@@ -356,9 +348,9 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
         r += seqs[i].n;
         s->logit_row[i] = -1;
         if (!seqs[i].logits) continue;
-        nv_rmsnorm(s->xb + (size_t)rows * d, s->x + (size_t)(r - 1) * d, m->w.rms_final, d, c->norm_eps);
+        nv_rmsnorm(s->r.xb + (size_t)rows * d, s->r.x + (size_t)(r - 1) * d, m->w.rms_final, d, c->norm_eps);
         s->logit_row[i] = rows++;
     }
-    if (rows) nv_plan_run(m->cls_plan, s->xb, rows, s->logits);
+    if (rows) nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
     return NV_OK;
 }

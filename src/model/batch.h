@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/forward.h"
 #include "model/model.h"
 
 typedef struct {
@@ -66,7 +67,8 @@ typedef struct {
 
 typedef struct {
     int max_rows, max_seqs;
-    float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att;
+    nv_rows r;
+    float *att;
     int *row_seq, *row_pos; /* [max_rows] */
     int *group_start;       /* [max_rows] first row of each attention group of a step */
     int *logit_row;         /* [max_seqs]: row of s->logits for sequence i, -1 when none */

@@ -12,26 +12,18 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     if (max_tokens < 1 || cache_len < 1 || cache_len > c->seq_len)
         return nv_fail(NV_EINVAL, "state: bad sizes (chunk %d, cache %d, model context %d)", max_tokens, cache_len,
                        c->seq_len);
-    size_t T = (size_t)max_tokens, q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c);
-    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, wide = q > d ? q : d;
+    size_t T = (size_t)max_tokens, kv = (size_t)nv_config_kv_dim(c);
     size_t cache = (size_t)c->n_layers * (size_t)cache_len * kv;
     s->max_tokens = max_tokens;
     s->cache_len = cache_len;
     s->all_logits = all_logits;
-    s->x = calloc(T * d, sizeof(float));
-    s->xb = calloc(T * wide, sizeof(float));
-    s->xb2 = calloc(T * d, sizeof(float));
-    s->hb = calloc(T * h, sizeof(float));
-    s->hb2 = calloc(T * h, sizeof(float));
-    s->q = calloc(T * q, sizeof(float));
-    s->k = calloc(T * kv, sizeof(float));
-    s->v = calloc(T * kv, sizeof(float));
+    nv_err e = nv_rows_init(&s->r, c, max_tokens);
+    if (e != NV_OK) return e;
     s->att = calloc((size_t)c->n_heads * cache_len, sizeof(float)); /* one score row per head */
     s->logits = calloc((all_logits ? T : 1) * (size_t)c->vocab_size, sizeof(float));
     s->key_cache = calloc(cache, sizeof(float));
     s->value_cache = calloc(cache, sizeof(float));
-    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->att || !s->logits ||
-        !s->key_cache || !s->value_cache) {
+    if (!s->att || !s->logits || !s->key_cache || !s->value_cache) {
         nv_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the run state (KV cache of %zu MB)", cache * 8 >> 20);
     }
@@ -39,9 +31,35 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
 }
 
 void nv_state_free(nv_state *s) {
-    float *all[] = {s->x, s->xb, s->xb2, s->hb, s->hb2, s->q, s->k, s->v, s->att, s->logits, s->key_cache, s->value_cache};
+    nv_rows_free(&s->r);
+    float *all[] = {s->att, s->logits, s->key_cache, s->value_cache};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
+}
+
+nv_err nv_rows_init(nv_rows *r, const nv_config *c, int T) {
+    memset(r, 0, sizeof *r);
+    size_t n = (size_t)T, q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c);
+    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, wide = q > d ? q : d;
+    r->x = calloc(n * d, sizeof(float));
+    r->xb = calloc(n * wide, sizeof(float)); /* attention's output rows are q_dim wide */
+    r->xb2 = calloc(n * d, sizeof(float));
+    r->hb = calloc(n * h, sizeof(float));
+    r->hb2 = calloc(n * h, sizeof(float));
+    r->q = calloc(n * q, sizeof(float));
+    r->k = calloc(n * kv, sizeof(float));
+    r->v = calloc(n * kv, sizeof(float));
+    if (!r->x || !r->xb || !r->xb2 || !r->hb || !r->hb2 || !r->q || !r->k || !r->v) {
+        nv_rows_free(r);
+        return nv_fail(NV_ENOMEM, "cannot allocate the activations of %d rows", T);
+    }
+    return NV_OK;
+}
+
+void nv_rows_free(nv_rows *r) {
+    float *all[] = {r->x, r->xb, r->xb2, r->hb, r->hb2, r->q, r->k, r->v};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    memset(r, 0, sizeof *r);
 }
 
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps) {
@@ -105,7 +123,7 @@ static void attention_head(void *ctx, int h, int n_heads) {
     int gather_ok = (size_t)s->cache_len * kv_dim < ((size_t)1 << 31);
     for (int t = 0; t < j->n; t++) {
         int p = j->pos + t;
-        const float *q = s->q + (size_t)t * q_dim + (size_t)h * hd;
+        const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
         int u = 0;
         if (gather_ok)
             for (; u + 8 <= p + 1; u += 8) {
@@ -123,7 +141,7 @@ static void attention_head(void *ctx, int h, int n_heads) {
             att[u] = score / scale;
         }
         nv_softmax(att, p + 1);
-        float *xb = s->xb + (size_t)t * q_dim + (size_t)h * hd;
+        float *xb = s->r.xb + (size_t)t * q_dim + (size_t)h * hd;
         memset(xb, 0, (size_t)hd * sizeof(float));
         for (u = 0; u <= p; u++) {
             const float *v = j->vc + (size_t)u * kv_dim + koff;
@@ -173,12 +191,12 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
     float *vc = s->value_cache + (size_t)l * s->cache_len * kv_dim;
 
     for (int t = 0; t < n; t++)
-        nv_rmsnorm(s->xb + (size_t)t * d, s->x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run(lp->wq, s->xb, n, s->q);
-    nv_plan_run(lp->wk, s->xb, n, s->k);
-    nv_plan_run(lp->wv, s->xb, n, s->v);
+        nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
+    nv_plan_run(lp->wq, s->r.xb, n, s->r.q);
+    nv_plan_run(lp->wk, s->r.xb, n, s->r.k);
+    nv_plan_run(lp->wv, s->r.xb, n, s->r.v);
     for (int t = 0; t < n; t++) {
-        float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim;
+        float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         if (c->qk_norm) {
             for (int hh = 0; hh < c->n_heads; hh++)
                 nv_rmsnorm(q + hh * hd, q + hh * hd, w->q_norm + (size_t)l * hd, hd, c->norm_eps);
@@ -188,10 +206,10 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
         nv_rope(q, c->n_heads, hd, pos + t, c->rope_theta);
         nv_rope(k, c->n_kv_heads, hd, pos + t, c->rope_theta);
         memcpy(kc + (size_t)(pos + t) * kv_dim, k, (size_t)kv_dim * sizeof(float));
-        memcpy(vc + (size_t)(pos + t) * kv_dim, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(vc + (size_t)(pos + t) * kv_dim, s->r.v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
     }
     attention(c, s, kc, vc, n, pos);
-    nv_layer_tail(m, l, n, s->x, s->xb, s->xb2, s->hb, s->hb2);
+    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2);
 }
 
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {
@@ -204,12 +222,12 @@ nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int 
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return nv_fail(NV_ERANGE, "forward: token id %d outside the vocabulary of %d", tokens[t], c->vocab_size);
-        memcpy(s->x + (size_t)t * d, m->w.tok_emb + (size_t)tokens[t] * d, (size_t)d * sizeof(float));
+        memcpy(s->r.x + (size_t)t * d, m->w.tok_emb + (size_t)tokens[t] * d, (size_t)d * sizeof(float));
     }
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, l, n, pos);
     int first = s->all_logits ? 0 : n - 1, rows = n - first;
     for (int t = first; t < n; t++)
-        nv_rmsnorm(s->xb + (size_t)(t - first) * d, s->x + (size_t)t * d, m->w.rms_final, d, c->norm_eps);
-    nv_plan_run(m->cls_plan, s->xb, rows, s->logits);
+        nv_rmsnorm(s->r.xb + (size_t)(t - first) * d, s->r.x + (size_t)t * d, m->w.rms_final, d, c->norm_eps);
+    nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
     return NV_OK;
 }

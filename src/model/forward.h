@@ -11,10 +11,21 @@
 
 #include "model/model.h"
 
+/* Activations of up to T token rows, kept by the single-sequence and the batched forward alike:
+ * x the residual stream, xb/xb2 normalised input and attention output, hb/hb2 the FFN's hidden
+ * rows, q/k/v the projections. */
+typedef struct {
+    float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v;
+} nv_rows;
+
+nv_err nv_rows_init(nv_rows *r, const nv_config *c, int T);
+void nv_rows_free(nv_rows *r);
+
 typedef struct {
     int max_tokens; /* tokens per forward chunk */
     int cache_len;  /* positions the KV cache holds */
-    float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att;
+    nv_rows r;
+    float *att;
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
     int all_logits;
     float *key_cache;   /* [L][cache_len][kv_dim] */
