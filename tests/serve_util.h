@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/net.h"
 #include "t.h"
 
 typedef struct {
@@ -104,21 +105,6 @@ static inline int server_stop_within(server *s, double wait_s) {
 }
 
 /* A blocking TCP connection to 127.0.0.1:port with send/receive timeouts, or -1. */
-static inline int connect_to_within(int port, int timeout_s) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {timeout_s, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+static inline int connect_to_within(int port, int timeout_s) { return nv_loopback_connect(port, timeout_s); }
 
 #endif

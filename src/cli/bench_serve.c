@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "base/cpu.h"
+#include "base/net.h"
 #include "base/file.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -165,23 +166,6 @@ static int child_stop(child *c) {
 
 /* ---- the HTTP client ------------------------------------------------------------------------------ */
 
-static int connect_port(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {900, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 static int send_req(int fd, const char *method, const char *path, const char *body) {
     size_t blen = body ? strlen(body) : 0;
     char head[512];
@@ -265,7 +249,7 @@ static void on_event(sresult *r, const char *data, double now) {
  * the fly). 1 when the stream ended with [DONE]. */
 static int stream_post(int port, const char *body, sresult *r) {
     memset(r, 0, sizeof *r);
-    int fd = connect_port(port);
+    int fd = nv_loopback_connect(port, 900);
     if (fd < 0) return 0;
     r->t_send = nv_now();
     if (!send_req(fd, "POST", "/v1/completions", body)) {
@@ -332,7 +316,7 @@ static int stream_post(int port, const char *body, sresult *r) {
 
 /* The value of metric `name` (exact, labels included), or -1. */
 static double metric(int port, const char *name) {
-    int fd = connect_port(port);
+    int fd = nv_loopback_connect(port, 900);
     if (fd < 0) return -1;
     gbuf b = {0};
     if (send_req(fd, "GET", "/metrics", NULL)) {
