@@ -53,8 +53,10 @@ static inline int server_spawn(server *s, const char *name, const char *pre, con
     memset(s, 0, sizeof *s);
     snprintf(s->log, sizeof s->log, "%s/%.300s.log", t_tmpdir(), name);
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s exec env %s '%s' serve -m '%s' -z '%s' --port 0 %s 2>'%s' >/dev/null </dev/null",
-             pre ? pre : "", env ? env : "NERVE_LOG=info", t_nerve_bin(), model, tok, args, s->log);
+    char ztok[4200] = ""; /* tok NULL: no -z (the server's default) */
+    if (tok) snprintf(ztok, sizeof ztok, "-z '%s'", tok);
+    snprintf(cmd, sizeof cmd, "%s exec env %s '%s' serve -m '%s' %s --port 0 %s 2>'%s' >/dev/null </dev/null",
+             pre ? pre : "", env ? env : "NERVE_LOG=info", t_nerve_bin(), model, ztok, args, s->log);
     pid_t pid = fork();
     if (pid < 0) return 0;
     if (pid == 0) {

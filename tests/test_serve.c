@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -631,6 +632,42 @@ static void test_golden_through_api(void) {
     T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
 }
 
+/* ---- a `nerve train` run folder as the model ------------------------------------------------- */
+
+static void test_run_folder(void) {
+    const char *want_path = t_data("models/stories260K_greedy200.expected.txt");
+    char *model = NULL, *tok = NULL, *want = NULL;
+    size_t model_len = 0, tok_len = 0;
+    if (!want_path || nv_file_read_all(model_path, &model, &model_len) != NV_OK ||
+        nv_file_read_all(tok_path, &tok, &tok_len) != NV_OK || nv_file_read_all(want_path, &want, NULL) != NV_OK) {
+        T_CHECK(0, "cannot read the shared model files");
+        free(model), free(tok), free(want);
+        return;
+    }
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s", t_path("my-run"));
+    T_CHECK(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    t_write("my-run/model.bin", model, model_len);
+    t_write("my-run/tokenizer.bin", tok, tok_len);
+    char slash[710];
+    snprintf(slash, sizeof slash, "%s/", dir); /* the id is the folder's name, trailing slash or not */
+    server s;
+    if (!server_spawn(&s, "run-folder", NULL, NULL, slash, NULL, "--engine scalar", 30)) {
+        T_CHECK(0, "server on a run folder did not start");
+    } else {
+        resp r;
+        T_CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"id\":\"my-run\""),
+                "models %d %s", r.status, r.body ? r.body : "");
+        resp_free(&r);
+        result c;
+        complete(s.port, 0, NULL, "{\"model\":\"my-run\",\"prompt\":\"\",\"max_tokens\":40,\"temperature\":0}", &c);
+        T_CHECK(c.status == 200 && c.text[0] && !strncmp(want, c.text, strlen(c.text)),
+                "greedy from the run folder's model and tokenizer is not llama2.c's: %s", c.text);
+        T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
+    }
+    free(model), free(tok), free(want);
+}
+
 /* ---- a tiny KV pool: queueing, 429, disconnects, SIGTERM with a request in flight ------------- */
 
 /* Opens a stream and reads until the first generated text arrives; returns the socket. */
@@ -821,6 +858,7 @@ int main(void) {
         }
     }
     T_RUN(test_golden_through_api);
+    T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_auth_cors_timeout);
     return t_done();

@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
+#include "base/file.h"
 #include "cli/cli.h"
 
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
@@ -71,4 +73,18 @@ int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, n
     if (nv_engine_parse(name, out) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
     if (!nv_engine_available(*out)) return cli_error(cmd, 1, "engine %s is off: %s", name, nv_engine_why_off(*out));
     return 0;
+}
+
+void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
+    struct stat st;
+    if (stat(*model, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(buf->tok, sizeof buf->tok, "%s/tokenizer.bin", *model);
+        if (!*tok && nv_file_exists(buf->tok)) *tok = buf->tok;
+        snprintf(buf->model, sizeof buf->model, "%s/model.bin", *model);
+        *model = buf->model;
+    }
+    if (!*tok) {
+        nv_data_path("tokenizers/tokenizer.bin", buf->tok, sizeof buf->tok);
+        *tok = buf->tok;
+    }
 }

@@ -31,4 +31,13 @@ int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((fo
  * (2: unknown engine name, 1: that engine is off on this machine). */
 int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, nv_engine_id *out);
 
+/* The model and tokenizer paths of `-m MODEL [-z TOKENIZER]`. MODEL may be a `nerve train` run
+ * folder: its model.bin, and its tokenizer.bin unless -z was given. Without either, the tokenizer
+ * is tokenizers/tokenizer.bin in the shared data. *model and *tok are updated in place (pointing
+ * into the buffers when changed). */
+typedef struct {
+    char model[4200], tok[4200];
+} cli_paths;
+void cli_model_paths(const char **model, const char **tok, cli_paths *buf);
+
 #endif

@@ -65,19 +65,8 @@ int cmd_generate(int argc, char **argv) {
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
     if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
 
-    /* a training run folder holds model.bin and its tokenizer.bin */
-    char run_model[4200], default_tok[4200];
-    struct stat st;
-    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(default_tok, sizeof default_tok, "%s/tokenizer.bin", model_path);
-        if (!tok_path && nv_file_exists(default_tok)) tok_path = default_tok;
-        snprintf(run_model, sizeof run_model, "%s/model.bin", model_path);
-        model_path = run_model;
-    }
-    if (!tok_path) {
-        nv_data_path("tokenizers/tokenizer.bin", default_tok, sizeof default_tok);
-        tok_path = default_tok;
-    }
+    cli_paths paths;
+    cli_model_paths(&model_path, &tok_path, &paths);
     nv_engine_id engine;
     /* exact fp32 by default, so the output is llama2.c's: bf16/int8 engines are opt-in here */
     int erc = cli_engine(CMD, engine_name, threads, 1, &engine);

@@ -32,8 +32,9 @@ static void usage(FILE *f) {
             "                   [--chat-template plain|chatml|llama2] [--max-batch N] [--prefill-chunk N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
-            "  -m MODEL             llama2.c checkpoint (v0 or v1)\n"
-            "  -z TOKENIZER         llama2.c tokenizer.bin (default: tokenizers/tokenizer.bin in the shared data)\n"
+            "  -m MODEL             llama2.c checkpoint (v0 or v1), or a `nerve train` run folder (its model.bin)\n"
+            "  -z TOKENIZER         llama2.c tokenizer.bin (default: the run folder's tokenizer.bin, else\n"
+            "                       tokenizers/tokenizer.bin in the shared data)\n"
             "  --port P             TCP port (default 8000; 0 = any free port, printed at start)\n"
             "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
             "  --alias NAME         model id in the API (default: the model's file name without extension)\n"
@@ -82,9 +83,12 @@ bad:
 
 /* The model's id: its file name without directory and extension. */
 static void model_id_of(const char *path, char *id, size_t cap) {
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    snprintf(id, cap, "%s", base);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "runs/train/" names the folder */
+    const char *base = path;
+    for (size_t i = 0; i < n; i++)
+        if (path[i] == '/') base = path + i + 1;
+    snprintf(id, cap, "%.*s", (int)(n - (size_t)(base - path)), base);
     char *dot = strrchr(id, '.');
     if (dot && dot != id) *dot = '\0';
 }
@@ -163,11 +167,11 @@ int cmd_serve(int argc, char **argv) {
         cache_dir = default_dir[0] ? default_dir : NULL;
     }
 
-    char default_tok[4096];
-    if (!tok_path) {
-        nv_data_path("tokenizers/tokenizer.bin", default_tok, sizeof default_tok);
-        tok_path = default_tok;
-    }
+    char model_id[256];
+    if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
+    else model_id_of(model_path, model_id, sizeof model_id); /* a run folder: its name */
+    cli_paths paths;
+    cli_model_paths(&model_path, &tok_path, &paths);
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, 0, &engine); /* the fastest engine that probes well */
     if (erc) return erc;
@@ -178,9 +182,6 @@ int cmd_serve(int argc, char **argv) {
     nv_sched sched;
     nv_http *http = NULL;
     int rc = 1, sched_ok = 0;
-    char model_id[256];
-    if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
-    else model_id_of(model_path, model_id, sizeof model_id);
     nv_metrics_init(&metrics);
     if (nv_model_load(model_path, &model) != NV_OK) {
         nv_metrics_free(&metrics);

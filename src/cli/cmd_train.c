@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32) or text files (tokenized with -z)\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
-            "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 --out runs/train\n"
+            "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
+            "            --steps when that is less) --out runs/train\n"
             "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin and tokenizer.bin\n",
             nv_config_preset_names());
 }
@@ -36,7 +37,7 @@ int cmd_train(int argc, char **argv) {
     const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL;
     const char *data[MAX_DATA];
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
-    int qk_norm = 0, separate = 0;
+    int qk_norm = 0, separate = 0, warmup_given = 0;
     float val_frac = 0.05f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -75,7 +76,7 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--batch")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.batch);
         else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq);
         else if (!strcmp(a, "--accum")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.accum);
-        else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps);
+        else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps), warmup_given = 1;
         else if (!strcmp(a, "--eval-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.eval_every);
         else if (!strcmp(a, "--eval-batches")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.eval_batches);
         else if (!strcmp(a, "--ckpt-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.ckpt_every);
@@ -94,6 +95,9 @@ int cmd_train(int argc, char **argv) {
         } else return cli_error(CMD, 2, "unknown option '%s' (see nerve train --help)", a);
         if (!ok) return 2;
     }
+
+    /* a short run still warms up and decays: the default warmup is at most a tenth of the run */
+    if (!warmup_given && o.adamw.warmup_steps > o.steps / 10) o.adamw.warmup_steps = o.steps / 10;
 
     char default_data[4096], default_tok[4096];
     if (n_data == 0) {
