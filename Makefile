@@ -84,3 +84,51 @@ build/peers/nerve-peer: bench/peers.c
 
 clean:
 	rm -rf build
+
+# ---- fuzzing (clang + libFuzzer; never part of `make test`) ---------------------------------------
+#   make fuzz        build/fuzz/fuzz_{model,tokenizer,ckpt,api}: libFuzzer + ASan + UBSan (docs/fuzzing.md)
+#   make fuzz-run    runs each for FUZZ_SECONDS (default 60) on a fresh copy of fuzz/corpus/NAME
+#   make fuzz-seeds  regenerates fuzz/corpus from fuzz/gen_seeds.c
+# clang ignores `#pragma GCC target`, so the files whose kernels gcc compiles under that pragma get
+# the same features on their command line (their code only runs after the engine probe says so).
+FUZZ_CC      ?= clang
+FUZZ_NAMES   := model tokenizer ckpt api
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS   := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \
+                -std=c11 -D_GNU_SOURCE -Isrc -pthread -march=x86-64-v3 -ffp-contract=off -fno-math-errno
+FUZZ_TARGET_kern_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq
+FUZZ_TARGET_kern_amx    := -mamx-tile -mamx-bf16 -mamx-int8
+FUZZ_TARGET_peak        := -mavx512f -mamx-tile -mamx-bf16 -mamx-int8
+FUZZ_BINS    := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_NAMES))
+
+.PHONY: fuzz fuzz-run fuzz-seeds
+fuzz: $(FUZZ_BINS)
+
+build/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -MMD -MP -Wno-unknown-pragmas $(FUZZ_TARGET_$(basename $(notdir $<))) -c $< -o $@
+
+build/fuzz/libnerve.a: $(call objs,fuzz,$(LIB_SRC))
+	@rm -f $@
+	ar rcs $@ $^
+
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.h build/fuzz/libnerve.a
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(WARN) $< build/fuzz/libnerve.a $(LDLIBS) -o $@
+
+-include $(shell find build/fuzz/obj -name '*.d' 2>/dev/null)
+
+fuzz-run: fuzz
+	@set -e; tmp=$${TMPDIR:-/tmp}; [ -w /dev/shm ] && tmp=/dev/shm; \
+	for n in $(FUZZ_NAMES); do \
+	  dir=$$(mktemp -d "$$tmp/nerve-corpus-$$n-XXXXXX"); cp fuzz/corpus/$$n/* "$$dir"/; \
+	  dict=; [ -f fuzz/$$n.dict ] && dict=-dict=fuzz/$$n.dict; \
+	  echo "== fuzz_$$n: $(FUZZ_SECONDS)s on a copy of fuzz/corpus/$$n"; \
+	  TMPDIR=$$tmp build/fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 \
+	    -print_final_stats=1 -artifact_prefix=build/fuzz/$$n- $$dict "$$dir" || { echo "fuzz_$$n: failed, input saved under build/fuzz/"; exit 1; }; \
+	  rm -rf "$$dir"; \
+	done
+
+fuzz-seeds: build/release/libnerve.a
+	@mkdir -p build/fuzz
+	$(CC) $(BASE) $(WARN) $(OPT) fuzz/gen_seeds.c build/release/libnerve.a $(LDLIBS) -o build/fuzz/gen_seeds
+	build/fuzz/gen_seeds fuzz/corpus
