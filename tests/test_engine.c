@@ -393,6 +393,64 @@ static void test_avx512_bits_equal_avx2(void) {
 static char skip_why[200];
 static void skip_case(void) { t_skip(skip_why); }
 
+/* A group of plans on one x gives each plan's nv_plan_run bits, and its epilogue visits every
+ * element of m x n exactly once, after that element's products (it checks they are in place). */
+typedef struct {
+    int n;
+    int *visits;
+    const float *y0, *y1, *want0, *want1;
+    int bad;
+} visit_ctx;
+
+static void visit_ep(void *vc, int r0, int r1, int c0, int c1) {
+    visit_ctx *v = vc;
+    for (int r = r0; r < r1; r++)
+        for (int c = c0; c < c1; c++) {
+            size_t i = (size_t)r * v->n + c;
+            __atomic_add_fetch(&v->visits[i], 1, __ATOMIC_RELAXED);
+            if (memcmp(&v->y0[i], &v->want0[i], sizeof(float)) || memcmp(&v->y1[i], &v->want1[i], sizeof(float)))
+                __atomic_store_n(&v->bad, 1, __ATOMIC_RELAXED);
+        }
+}
+
+static void test_group(void) {
+    static const int ms[] = {1, 3, 17, 40, 256};
+    const int k = 100, ns[3] = {33, 16, 100};
+    uint64_t seed = 4242;
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        const int m = ms[mi];
+        float *x = malloc(sizeof(float) * m * k), *w[3], *y[3], *want[3];
+        nv_plan *p[3];
+        rnd(x, (size_t)m * k, &seed);
+        for (int i = 0; i < 3; i++) {
+            w[i] = malloc(sizeof(float) * ns[i] * k);
+            rnd(w[i], (size_t)ns[i] * k, &seed);
+            T_CHECK(nv_plan_build(&p[i], E, w[i], ns[i], k) == NV_OK, "build");
+            y[i] = malloc(sizeof(float) * m * ns[i]);
+            want[i] = malloc(sizeof(float) * m * ns[i]);
+            nv_plan_run(p[i], x, m, want[i]);
+        }
+        /* three plans of different widths (q, k, v of a GQA layer), no epilogue */
+        nv_plan_run_group((const nv_plan *const *)p, 3, x, m, y, NULL, NULL);
+        for (int i = 0; i < 3; i++)
+            T_CHECK(!memcmp(y[i], want[i], sizeof(float) * m * ns[i]), "m=%d: plan %d of the group differs from its own run", m, i);
+        /* two plans of one width with an epilogue (w1, w3 and SwiGLU; here both from the same W) */
+        nv_plan *w13[2];
+        T_CHECK(nv_plan_build(&w13[0], E, w[2], 100, k) == NV_OK && nv_plan_build(&w13[1], E, w[2], 100, k) == NV_OK, "build");
+        float *y13[2] = {y[2], malloc(sizeof(float) * m * 100)};
+        visit_ctx v = {100, calloc((size_t)m * 100, sizeof(int)), y13[0], y13[1], want[2], want[2], 0};
+        nv_plan_run_group((const nv_plan *const *)w13, 2, x, m, y13, visit_ep, &v);
+        int once = 1;
+        for (int i = 0; i < m * 100; i++) once &= v.visits[i] == 1;
+        T_CHECK(once, "m=%d: the epilogue did not visit every element exactly once", m);
+        T_CHECK(!v.bad, "m=%d: the epilogue ran before its block's products were in place", m);
+        free(y13[1]), free(v.visits);
+        nv_plan_free(w13[0]), nv_plan_free(w13[1]);
+        for (int i = 0; i < 3; i++) nv_plan_free(p[i]), free(w[i]), free(y[i]), free(want[i]);
+        free(x);
+    }
+}
+
 static void run_engine_cases(nv_engine_id e, const char *suffix) {
     static const struct {
         const char *name;
@@ -402,7 +460,8 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"NaN and infinity propagate", test_nonfinite_propagates},
                  {"run_dx", test_dx},
                  {"gemm_dw", test_dw},
-                 {"1 and 2 threads give identical bits", test_threads_identical}};
+                 {"1 and 2 threads give identical bits", test_threads_identical},
+                 {"a plan group gives its plans' bits and one epilogue pass", test_group}};
     E = e;
     snprintf(skip_why, sizeof skip_why, "engine %s is off: %s", nv_engine_name(e), nv_engine_why_off(e));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -767,6 +767,76 @@ static int conv_tasks(int rows, size_t elems) {
     return imin(rows, 2 * nv_pool_threads());
 }
 
+/* ---------------------------------------------------------------- plan groups */
+
+#define GROUP_MAX 8
+
+typedef struct {
+    op_ctx c[GROUP_MAX];
+    int count, tasks[GROUP_MAX];
+    void (*fn)(void *, int, int);
+    int cunit; /* output columns per grid column unit (plan 0) */
+    nv_plan_epilogue ep;
+    void *ep_ctx;
+} group_ctx;
+
+/* Task t runs task t of every plan (plans of one n share one grid, so the same block), then the
+ * epilogue on that block. */
+static void group_task(void *vg, int task, int nt) {
+    (void)nt;
+    group_ctx *g = vg;
+    for (int i = 0; i < g->count; i++)
+        if (task < g->tasks[i]) g->fn(&g->c[i], task, g->tasks[i]);
+    if (!g->ep || task >= g->tasks[0]) return;
+    int r0, r1, u0, u1;
+    grid_task(&g->c[0].g, task, &r0, &r1, &u0, &u1);
+    const int c0 = u0 * g->cunit, c1 = imin(g->c[0].n, u1 * g->cunit);
+    if (r0 < r1 && c0 < c1) g->ep(g->ep_ctx, r0, r1, c0, c1);
+}
+
+typedef struct {
+    nv_plan_epilogue ep;
+    void *ctx;
+    int m, n;
+} rows_ep_ctx;
+
+static void rows_ep_task(void *vc, int task, int nt) {
+    const rows_ep_ctx *c = vc;
+    int r0 = (int)((long)c->m * task / nt), r1 = (int)((long)c->m * (task + 1) / nt);
+    if (r0 < r1) c->ep(c->ctx, r0, r1, 0, c->n);
+}
+
+void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, int m, float *const *ys,
+                       nv_plan_epilogue ep, void *ep_ctx) {
+    if (m <= 0 || count <= 0) return;
+    const nv_engine_id e = plans[0]->engine;
+    int fused = count <= GROUP_MAX && (e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
+    for (int i = 1; i < count; i++)
+        if (plans[i]->engine != e || plans[i]->k != plans[0]->k || (ep && plans[i]->n != plans[0]->n)) fused = 0;
+    if (!fused) { /* the AMX engines convert x per plan: run them one by one, then the epilogue by rows */
+        for (int i = 0; i < count; i++) nv_plan_run(plans[i], x, m, ys[i]);
+        if (ep) {
+            rows_ep_ctx rc = {ep, ep_ctx, m, plans[0]->n};
+            run_tasks(rows_ep_task, &rc, conv_tasks(m, (size_t)m * plans[0]->n));
+        }
+        return;
+    }
+    group_ctx g = {.count = count, .ep = ep, .ep_ctx = ep_ctx};
+    g.fn = e == NV_ENGINE_SCALAR ? scalar_run_task : fp32_run_task;
+    g.cunit = e == NV_ENGINE_SCALAR ? 1 : plans[0]->kf->nr;
+    int most = 0;
+    for (int i = 0; i < count; i++) {
+        const nv_plan *p = plans[i];
+        op_ctx *c = &g.c[i];
+        *c = (op_ctx){.p = p, .a = x, .out = ys[i], .m = m, .n = p->n, .k = p->k};
+        /* sized by the whole group's work, so a group of small products still splits */
+        double macs = (double)m * p->k * p->n * count;
+        g.tasks[i] = e == NV_ENGINE_SCALAR ? grid_make(&c->g, m, 1, p->n, macs) : grid_make(&c->g, m, p->kf->mr, p->np, macs);
+        if (g.tasks[i] > most) most = g.tasks[i];
+    }
+    run_tasks(group_task, &g, most);
+}
+
 /* ---------------------------------------------------------------- plan entry points */
 
 void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {

@@ -93,6 +93,15 @@ nv_err nv_plan_build(nv_plan **out, nv_engine_id want, const float *w, int n, in
 void nv_plan_refresh(nv_plan *p, const float *w);
 /* y[m x n] = x[m x k] . W^T */
 void nv_plan_run(const nv_plan *p, const float *x, int m, float *y);
+/* Runs several plans on the same x as one job on the pool: ys[i] = x . W_i^T for i < count, each
+ * exactly what nv_plan_run gives. With an epilogue, every plan must have the same n, and once all
+ * products are done ep(ctx, r0, r1, c0, c1) runs on disjoint blocks of rows r0..r1-1 and output
+ * columns c0..c1-1 covering m x n, each on the thread that computed that block where the engine
+ * allows (SwiGLU, a residual add: elementwise work that would otherwise run on one thread after a
+ * second hand-off). */
+typedef void (*nv_plan_epilogue)(void *ctx, int r0, int r1, int c0, int c1);
+void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, int m, float *const *ys,
+                       nv_plan_epilogue ep, void *ep_ctx);
 nv_engine_id nv_plan_engine(const nv_plan *p);
 int nv_plan_n(const nv_plan *p);
 int nv_plan_k(const nv_plan *p);

@@ -285,9 +285,8 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
 
     for (int t = 0; t < n; t++)
         nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run(lp->wq, s->r.xb, n, s->r.q);
-    nv_plan_run(lp->wk, s->r.xb, n, s->r.k);
-    nv_plan_run(lp->wv, s->r.xb, n, s->r.v);
+    nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
+                      (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     layer_job job = {m, s, kv, seqs, l, n, make_groups(s, n)};
     nv_pool_run(rows_task, &job, n < ATT_TASKS ? n : ATT_TASKS);
     /* every row's K/V of this step is in place before any row attends (causality by position) */

@@ -161,25 +161,50 @@ static void attention(const nv_config *c, nv_state *s, const float *kc, const fl
     nv_pool_run(attention_head, &j, c->n_heads);
 }
 
+typedef struct {
+    float *x;         /* the residual stream: x += y */
+    const float *y;   /* residual: the product; SwiGLU: w3's output */
+    float *h;         /* SwiGLU: w1's output, replaced by silu(h) * y */
+    int stride;       /* floats per row of all of them */
+} tail_ep;
+
+static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
+    const tail_ep *e = vc;
+    for (int r = r0; r < r1; r++) {
+        float *x = e->x + (size_t)r * e->stride;
+        const float *y = e->y + (size_t)r * e->stride;
+        for (int i = c0; i < c1; i++) x[i] += y[i];
+    }
+}
+
+static void swiglu_ep(void *vc, int r0, int r1, int c0, int c1) {
+    const tail_ep *e = vc;
+    for (int r = r0; r < r1; r++) {
+        float *h = e->h + (size_t)r * e->stride;
+        const float *g = e->y + (size_t)r * e->stride;
+        for (int i = c0; i < c1; i++) {
+            float val = h[i];
+            val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
+            val *= g[i];
+            h[i] = val;
+        }
+    }
+}
+
 void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2) {
     const nv_config *c = &m->config;
     const nv_layer_plans *lp = &m->plans[l];
     int d = c->dim, h = c->hidden_dim;
-    nv_plan_run(lp->wo, xb, n, xb2);
-    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb2[i];
+    /* each product's elementwise follow-up runs on the block's own thread, in the same job */
+    tail_ep res = {x, xb2, NULL, d};
+    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, residual_ep, &res);
 
     for (int t = 0; t < n; t++)
         nv_rmsnorm(xb + (size_t)t * d, x + (size_t)t * d, m->w.rms_ffn + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run(lp->w1, xb, n, hb);
-    nv_plan_run(lp->w3, xb, n, hb2);
-    for (size_t i = 0; i < (size_t)n * h; i++) {
-        float val = hb[i];
-        val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
-        val *= hb2[i];
-        hb[i] = val;
-    }
-    nv_plan_run(lp->w2, hb, n, xb);
-    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
+    tail_ep glu = {NULL, hb2, hb, h};
+    nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
+    tail_ep res2 = {x, xb, NULL, d};
+    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, residual_ep, &res2);
 }
 
 static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
@@ -192,9 +217,8 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
 
     for (int t = 0; t < n; t++)
         nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run(lp->wq, s->r.xb, n, s->r.q);
-    nv_plan_run(lp->wk, s->r.xb, n, s->r.k);
-    nv_plan_run(lp->wv, s->r.xb, n, s->r.v);
+    nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
+                      (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     for (int t = 0; t < n; t++) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         if (c->qk_norm) {
