@@ -237,6 +237,43 @@ static void test_malformed_checkpoints_refused(void) {
     T_CHECK(nv_model_load(t_path("missing.bin"), &m) == NV_EIO, "missing file accepted");
 }
 
+/* logit_bias and OpenAI's penalties adjust the raw logits before sampling (greedy too). */
+static void test_sampler_adjustments(void) {
+    const float logits[4] = {3.0f, 2.5f, 1.0f, 0.0f};
+    float l[4];
+    nv_sampler s;
+    T_CHECK(nv_sampler_init(&s, 4, 0.0f, 0.0f, 1) == NV_OK, "%s", nv_errmsg());
+    /* a bias of -100 bans the greedy pick; +100 forces a token */
+    int tok[2] = {0, 3};
+    float bias[2] = {-100.0f, 0.0f};
+    T_CHECK(nv_sampler_set_bias(&s, tok, bias, 2) == NV_OK, "%s", nv_errmsg());
+    memcpy(l, logits, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 1, "a -100 bias did not ban token 0");
+    bias[1] = 100.0f;
+    nv_sampler_set_bias(&s, tok, bias, 2);
+    memcpy(l, logits, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 3, "a +100 bias did not force token 3");
+    T_CHECK(nv_sampler_set_bias(&s, (int[]){4}, (float[]){1.0f}, 1) == NV_ERANGE, "a token outside the vocabulary was accepted");
+    nv_sampler_set_bias(&s, NULL, NULL, 0);
+    /* frequency: each time token 0 is generated it loses 0.3 (3.0 -> 2.4 after two: 1 wins) */
+    T_CHECK(nv_sampler_set_penalties(&s, 0.0f, 0.3f) == NV_OK, "%s", nv_errmsg());
+    memcpy(l, logits, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 0, "no penalty before any token");
+    nv_sampler_accept(&s, 0);
+    memcpy(l, logits, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 0 && l[0] == 3.0f - 0.3f, "one occurrence: logit %g", l[0]);
+    nv_sampler_accept(&s, 0);
+    memcpy(l, logits, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 1, "two occurrences should hand the pick to token 1 (logit %g)", l[0]);
+    /* presence: once per distinct token, however often */
+    nv_sampler_set_penalties(&s, 1.0f, 0.0f);
+    memcpy(l, logits, sizeof l);
+    nv_sample(&s, l);
+    T_CHECK(l[0] == 2.0f && l[1] == 2.5f, "presence: logits %g %g", l[0], l[1]);
+    T_CHECK(nv_sampler_set_penalties(&s, NAN, 0.0f) == NV_EINVAL, "a NaN penalty was accepted");
+    nv_sampler_free(&s);
+}
+
 static void test_sampler(void) {
     float logits[6] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f, 1.9f};
     nv_sampler s;
@@ -317,6 +354,7 @@ int main(void) {
     T_RUN(test_separate_classifier_v0_and_v1);
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);
+    T_RUN(test_sampler_adjustments);
     T_RUN(test_init_presets);
     return t_done();
 }

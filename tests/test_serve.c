@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "model/tokenizer.h"
 #include "serve_util.h"
 #include "t.h"
 
@@ -363,6 +364,28 @@ static void test_stop_strings_and_sampling(void) {
     complete(port, 0, NULL, body, &c);
     T_CHECK(a.status == 200 && !strcmp(a.text, b.text), "same seed, different text");
     T_CHECK(strcmp(a.text, c.text) != 0, "different seeds, same text");
+    /* logit_bias: +100 on one token makes greedy repeat it; a frequency penalty changes the
+     * greedy text (stories260K repeats itself within 60 tokens), neutral values change nothing */
+    result forced, pen, neutral, plain;
+    nv_tokenizer *t_tok = NULL;
+    T_CHECK(nv_tokenizer_load(tok_path, 512, &t_tok) == NV_OK, "%s", nv_errmsg());
+    if (!t_tok) return;
+    int t_id = nv_tokenizer_lookup(t_tok, "ing"); /* a plain text piece of tok512 */
+    T_CHECK(t_id > 2, "tok512 has no piece 'ing'");
+    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,\"temperature\":0,\"logit_bias\":{\"%d\":100}}", t_id);
+    complete(port, 0, NULL, body, &forced);
+    const char *piece = nv_tokenizer_decode(t_tok, t_id, t_id);
+    char five[256] = "";
+    for (int i = 0; i < 5; i++) strncat(five, piece, sizeof five - strlen(five) - 1);
+    T_CHECK(forced.status == 200 && !strcmp(forced.text, five), "logit_bias +100: '%s', want '%s'", forced.text, five);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}", &plain);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"frequency_penalty\":2}", &pen);
+    complete(port, 0, NULL,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"frequency_penalty\":0,\"presence_penalty\":0,\"logit_bias\":{}}",
+             &neutral);
+    T_CHECK(pen.status == 200 && strcmp(pen.text, plain.text) != 0, "frequency_penalty 2 left the greedy text unchanged");
+    T_CHECK(neutral.status == 200 && !strcmp(neutral.text, plain.text), "neutral penalties changed the text");
+    nv_tokenizer_free(t_tok);
 }
 
 #define NCONC 8
@@ -487,7 +510,13 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"seed\":\"abc\"}", 400, "seed", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"seed\":1.5}", 400, "seed", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"logprobs\":5}", 400, "logprobs", NULL},
-        {"POST", C, "{\"prompt\":\"x\",\"presence_penalty\":1}", 400, "presence_penalty", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", 400, "presence_penalty", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"frequency_penalty\":\"high\"}", 400, "frequency_penalty", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logit_bias\":[1,2]}", 400, "logit_bias", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", 400, "logit_bias", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logit_bias\":{\"512\":1}}", 400, "logit_bias", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}", 400, "logit_bias", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":\"ban\"}}", 400, "logit_bias", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"echo\":1}", 400, "echo", NULL},
         {"POST", H, "{}", 400, "messages", NULL},
         {"POST", H, "{\"messages\":\"hi\"}", 400, "messages", NULL},

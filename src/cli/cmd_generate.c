@@ -21,7 +21,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
-            "                      [--engine E] [--threads N]\n"
+            "                      [--presence-penalty X] [--frequency-penalty X] [--engine E] [--threads N]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), or a `nerve train` run folder (its model.bin)\n"
             "  -z TOKENIZER  llama2.c tokenizer.bin (default: the run folder's tokenizer.bin, else\n"
             "                tokenizers/tokenizer.bin in the shared data)\n"
@@ -30,6 +30,8 @@ static void usage(FILE *f) {
             "  -t TEMP       temperature, 0 = greedy (default 1.0)\n"
             "  --top-p P     nucleus sampling threshold, 0 or 1 = off (default 0.9)\n"
             "  -s SEED       random seed (default: the time)\n"
+            "  --presence-penalty X, --frequency-penalty X\n"
+            "                OpenAI's penalties on tokens generated so far, -2..2 (default 0: off)\n"
             "  --engine E    scalar, avx2, avx512, amx-bf16, amx-int8 (default: the fastest that probes well)\n"
             "  --threads N   threads for the engines (default: one per core)\n");
 }
@@ -42,7 +44,7 @@ static void print_piece(const char *piece) {
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL;
     int steps = 256, threads = 0;
-    float temperature = 1.0f, top_p = 0.9f;
+    float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -57,6 +59,8 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &steps)) return 2; }
         else if (!strcmp(a, "-t")) { if (!cli_float(CMD, a, v, 0, 1e6, &temperature)) return 2; }
         else if (!strcmp(a, "--top-p")) { if (!cli_float(CMD, a, v, 0, 1, &top_p)) return 2; }
+        else if (!strcmp(a, "--presence-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &presence)) return 2; }
+        else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &frequency)) return 2; }
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
@@ -84,6 +88,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
+        nv_sampler_set_penalties(&sampler, presence, frequency) != NV_OK ||
         nv_state_init(&state, c, PREFILL_CHUNK, c->seq_len, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
@@ -117,6 +122,7 @@ int cmd_generate(int argc, char **argv) {
         while (1) {
             int next = nv_sample(&sampler, state.logits);
             if (next == 1) break;
+            nv_sampler_accept(&sampler, next);
             print_piece(nv_tokenizer_decode(tok, token, next));
             fflush(stdout);
             generated++;

@@ -2,11 +2,13 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/rng.h"
 #include "model/forward.h"
 
 nv_err nv_sampler_init(nv_sampler *s, int vocab_size, float temperature, float top_p, uint64_t seed) {
+    memset(s, 0, sizeof *s);
     if (vocab_size < 1) return nv_fail(NV_EINVAL, "sampler: empty vocabulary");
     if (!(temperature >= 0.0f) || !isfinite(temperature))
         return nv_fail(NV_EINVAL, "temperature must be a finite number >= 0 (got %g)", temperature);
@@ -22,7 +24,59 @@ nv_err nv_sampler_init(nv_sampler *s, int vocab_size, float temperature, float t
 
 void nv_sampler_free(nv_sampler *s) {
     free(s->probindex);
+    free(s->bias_tok);
+    free(s->bias);
+    free(s->counts);
+    free(s->seen);
     s->probindex = NULL;
+    s->bias_tok = s->counts = s->seen = NULL;
+    s->bias = NULL;
+    s->n_bias = s->n_seen = 0;
+}
+
+nv_err nv_sampler_set_bias(nv_sampler *s, const int *tok, const float *bias, int n) {
+    free(s->bias_tok);
+    free(s->bias);
+    s->bias_tok = NULL;
+    s->bias = NULL;
+    s->n_bias = 0;
+    if (n <= 0) return NV_OK;
+    for (int i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= s->vocab_size || !isfinite(bias[i]))
+            return nv_fail(NV_ERANGE, "logit bias: token %d outside the vocabulary of %d, or a bias that is not finite", tok[i],
+                           s->vocab_size);
+    s->bias_tok = malloc((size_t)n * sizeof *s->bias_tok);
+    s->bias = malloc((size_t)n * sizeof *s->bias);
+    if (!s->bias_tok || !s->bias) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    memcpy(s->bias_tok, tok, (size_t)n * sizeof *tok);
+    memcpy(s->bias, bias, (size_t)n * sizeof *bias);
+    s->n_bias = n;
+    return NV_OK;
+}
+
+nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency) {
+    if (!isfinite(presence) || !isfinite(frequency)) return nv_fail(NV_EINVAL, "penalties must be finite numbers");
+    s->presence = presence;
+    s->frequency = frequency;
+    if ((presence != 0.0f || frequency != 0.0f) && !s->counts) {
+        s->counts = calloc((size_t)s->vocab_size, sizeof *s->counts);
+        s->seen = malloc((size_t)s->vocab_size * sizeof *s->seen);
+        if (!s->counts || !s->seen) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    }
+    return NV_OK;
+}
+
+void nv_sampler_accept(nv_sampler *s, int tok) {
+    if (!s->counts || tok < 0 || tok >= s->vocab_size) return;
+    if (s->counts[tok]++ == 0) s->seen[s->n_seen++] = tok;
+}
+
+static void adjust_logits(const nv_sampler *s, float *logits) {
+    for (int i = 0; i < s->n_bias; i++) logits[s->bias_tok[i]] += s->bias[i];
+    for (int i = 0; i < s->n_seen; i++) {
+        int t = s->seen[i];
+        logits[t] -= (float)s->counts[t] * s->frequency + s->presence;
+    }
 }
 
 int nv_argmax(const float *v, int n) {
@@ -82,6 +136,7 @@ static int sample_topp(const float *probs, int n, float topp, nv_prob_index *pro
 
 int nv_sample(nv_sampler *s, float *logits) {
     int n = s->vocab_size;
+    adjust_logits(s, logits);
     if (s->temperature == 0.0f) return nv_argmax(logits, n);
     for (int q = 0; q < n; q++) logits[q] /= s->temperature;
     nv_softmax(logits, n);

@@ -18,10 +18,26 @@ typedef struct {
     float top_p;       /* <= 0 or >= 1 disables nucleus sampling */
     uint64_t rng_state;
     nv_prob_index *probindex; /* scratch for top-p */
+    /* OpenAI's logit adjustments, applied to the raw logits before everything else (greedy too):
+     * logit_bias adds bias[i] to token bias_tok[i]; a token generated c times so far loses
+     * c * frequency + presence. Off (NULL / 0) unless set. */
+    int n_bias;
+    int *bias_tok;
+    float *bias;
+    float presence, frequency;
+    int *counts;     /* [vocab] times each token was accepted, when a penalty is on */
+    int *seen;       /* the distinct accepted tokens, in order */
+    int n_seen;
 } nv_sampler;
 
 nv_err nv_sampler_init(nv_sampler *s, int vocab_size, float temperature, float top_p, uint64_t seed);
 void nv_sampler_free(nv_sampler *s);
+/* logit_bias: n (token, bias) pairs, copied; tokens must be in the vocabulary. */
+nv_err nv_sampler_set_bias(nv_sampler *s, const int *tok, const float *bias, int n);
+/* presence and frequency penalties (OpenAI's: both 0 is off). */
+nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency);
+/* Counts a generated token for the penalties (a no-op when they are off). */
+void nv_sampler_accept(nv_sampler *s, int tok);
 /* Picks the next token; modifies logits in place (scaled and softmaxed when temperature > 0). */
 int nv_sample(nv_sampler *s, float *logits);
 int nv_argmax(const float *v, int n);

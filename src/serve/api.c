@@ -1,6 +1,7 @@
 #include "serve/api.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -95,18 +96,63 @@ static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *
     return 0;
 }
 
+#define MAX_LOGIT_BIAS 1024
+
+/* presence_penalty, frequency_penalty (-2..2) and logit_bias ({"token id": -100..100, ...}). */
+static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    double presence = 0, frequency = 0;
+    int given, rc;
+    if ((rc = get_number(root, "presence_penalty", -2, 2, &presence, &given, err))) return rc;
+    if ((rc = get_number(root, "frequency_penalty", -2, 2, &frequency, &given, err))) return rc;
+    out->req.presence_penalty = (float)presence;
+    out->req.frequency_penalty = (float)frequency;
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb) return 0;
+    if (!cJSON_IsObject(lb)) {
+        nv_api_error_set(err, E400, NULL, "logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+        return err->status;
+    }
+    int n = cJSON_GetArraySize(lb);
+    if (n > MAX_LOGIT_BIAS) {
+        nv_api_error_set(err, E400, NULL, "logit_bias", "'logit_bias' holds %d tokens; at most %d", n, MAX_LOGIT_BIAS);
+        return err->status;
+    }
+    if (n == 0) return 0;
+    out->bias_tok = malloc((size_t)n * sizeof *out->bias_tok);
+    out->bias = malloc((size_t)n * sizeof *out->bias);
+    if (!out->bias_tok || !out->bias) {
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return err->status;
+    }
+    int i = 0;
+    for (const cJSON *e = lb->child; e; e = e->next, i++) {
+        char *end = NULL;
+        errno = 0;
+        long id = e->string && e->string[0] ? strtol(e->string, &end, 10) : -1;
+        if (!end || *end || errno || id < 0 || id >= ctx->vocab_size) {
+            nv_api_error_set(err, E400, NULL, "logit_bias", "'logit_bias': '%.40s' is not a token id of this model (0..%d)",
+                             e->string ? e->string : "", ctx->vocab_size - 1);
+            return err->status;
+        }
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100) {
+            nv_api_error_set(err, E400, NULL, "logit_bias", "'logit_bias': the bias of token %ld must be a number between -100 and 100", id);
+            return err->status;
+        }
+        out->bias_tok[i] = (int)id;
+        out->bias[i] = (float)e->valuedouble;
+    }
+    out->req.bias_tok = out->bias_tok;
+    out->req.bias = out->bias;
+    out->req.n_bias = n;
+    return 0;
+}
+
 /* A field this server does not implement: fine when absent, null or at its neutral value. */
 static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
     const cJSON *v = field(root, key);
     if (!v) return 0;
     int neutral = 0;
-    if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < -2 || v->valuedouble > 2) {
-            nv_api_error_set(err, E400, NULL, key, "'%s' must be a number between -2 and 2", key);
-            return err->status;
-        }
-        neutral = v->valuedouble == 0;
-    } else if (!strcmp(key, "logprobs")) {
+    if (!strcmp(key, "logprobs")) {
         neutral = cJSON_IsFalse(v) || (cJSON_IsNumber(v) && v->valuedouble == 0);
     } else if (!strcmp(key, "top_logprobs")) {
         neutral = cJSON_IsNumber(v) && v->valuedouble == 0;
@@ -114,8 +160,6 @@ static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
         neutral = cJSON_IsNumber(v) && v->valuedouble == 1;
     } else if (!strcmp(key, "suffix")) {
         neutral = cJSON_IsString(v) && !v->valuestring[0];
-    } else if (!strcmp(key, "logit_bias")) {
-        neutral = cJSON_IsObject(v) && !v->child;
     } else if (!strcmp(key, "tools") || !strcmp(key, "functions")) {
         neutral = cJSON_IsArray(v) && !v->child;
     } else if (!strcmp(key, "response_format")) {
@@ -391,8 +435,8 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         nv_rng_seed(&r, (uint64_t)time(NULL) ^ ((uint64_t)(nv_now() * 1e9) << 7) ^ atomic_fetch_add(&counter, 1) * 0x9E37ull);
         out->req.seed = r.state;
     }
-    const char *bad[] = {"presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "best_of", "suffix",
-                         "logit_bias", "tools", "functions", "response_format"};
+    if ((rc = logit_adjustments(ctx, root, out, err))) return rc;
+    const char *bad[] = {"logprobs", "top_logprobs", "best_of", "suffix", "tools", "functions", "response_format"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if ((rc = unsupported(root, bad[i], err))) return rc;
     const cJSON *user = field(root, "user");
@@ -500,6 +544,8 @@ int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, 
 
 void nv_api_request_free(nv_api_request *r) {
     free(r->prompt_ids);
+    free(r->bias_tok);
+    free(r->bias);
     free(r->echo_text);
     for (int i = 0; i < NV_MAX_STOP; i++) free(r->stop_copy[i]);
     memset(r, 0, sizeof *r);

@@ -44,6 +44,8 @@ typedef struct {
     int *prompt_ids;
     char *echo_text; /* the prompt as text, when echo */
     char *stop_copy[NV_MAX_STOP];
+    int *bias_tok; /* logit_bias, when given */
+    float *bias;
 } nv_api_request;
 
 void nv_api_error_set(nv_api_error *e, int status, const char *type, const char *code, const char *param,

@@ -173,7 +173,9 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     }
     /* llama2.c's xorshift stays at 0 forever from state 0 */
     uint64_t seed = p->seed ? p->seed : 0x2545F4914F6CDD1Dull;
-    if (nv_sampler_init(&r->sampler, p->vocab_size, p->temperature, p->top_p, seed) != NV_OK) {
+    if (nv_sampler_init(&r->sampler, p->vocab_size, p->temperature, p->top_p, seed) != NV_OK ||
+        nv_sampler_set_bias(&r->sampler, p->bias_tok, p->bias, p->n_bias) != NV_OK ||
+        nv_sampler_set_penalties(&r->sampler, p->presence_penalty, p->frequency_penalty) != NV_OK) {
         req_free(r);
         return NV_EINVAL;
     }
@@ -561,6 +563,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
         flush_text(r, 1);
         return;
     }
+    nv_sampler_accept(&r->sampler, tok);
     const char *piece = nv_tokenizer_decode(s->tok, r->last, tok);
     r->last = tok;
     r->n_gen++;

@@ -66,6 +66,10 @@ typedef struct {
     int n_stop;
     double timeout_s; /* <= 0: none */
     int vocab_size;   /* the model's (sizes the sampler) */
+    float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 (0: off) */
+    const int *bias_tok;                       /* logit_bias: n_bias (token, bias) pairs, copied */
+    const float *bias;
+    int n_bias;
 } nv_req_params;
 
 typedef struct {
