@@ -274,6 +274,41 @@ static void test_sampler_adjustments(void) {
     nv_sampler_free(&s);
 }
 
+/* Settings the API accepts that once read before the top-p scratch (found by fuzz/fuzz_api.c):
+ * top_p below 1/vocab over near-uniform logits kept no candidate, and a temperature so small
+ * that logits / T overflow made every probability NaN. */
+static void test_sampler_extremes(void) {
+    enum { V = 512 };
+    float *l = malloc(V * sizeof *l);
+    nv_sampler s;
+    T_CHECK(nv_sampler_init(&s, V, 1.0f, 0.001f, 7) == NV_OK, "%s", nv_errmsg());
+    for (int step = 0; step < 4; step++) {
+        for (int i = 0; i < V; i++) l[i] = 0.0f;
+        int t = nv_sample(&s, l);
+        T_CHECK(t == 0, "top_p 0.001 over flat logits: token %d, expected the first top token", t);
+    }
+    nv_sampler_free(&s);
+    const float logits[6] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f, 1.9f}, negative[3] = {-3.0f, -1.0f, -2.0f};
+    const float tops[2] = {0.9f, 1.0f};
+    for (int k = 0; k < 2; k++) {
+        nv_sampler_init(&s, 6, 1e-40f, tops[k], 7);
+        memcpy(l, logits, sizeof logits);
+        T_CHECK(nv_sample(&s, l) == 1, "temperature 1e-40, top_p %g: not greedy", tops[k]);
+        nv_sampler_free(&s);
+        nv_sampler_init(&s, 3, 1e-40f, tops[k], 7);
+        memcpy(l, negative, sizeof negative);
+        T_CHECK(nv_sample(&s, l) == 1, "temperature 1e-40, negative logits, top_p %g: not greedy", tops[k]);
+        nv_sampler_free(&s);
+    }
+    /* NaN logits (a malformed model's) give some token of the vocabulary */
+    nv_sampler_init(&s, 6, 1.0f, 0.5f, 7);
+    for (int i = 0; i < 6; i++) l[i] = NAN;
+    int t = nv_sample(&s, l);
+    T_CHECK(t >= 0 && t < 6, "NaN logits: token %d", t);
+    nv_sampler_free(&s);
+    free(l);
+}
+
 static void test_sampler(void) {
     float logits[6] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f, 1.9f};
     nv_sampler s;
@@ -355,6 +390,7 @@ int main(void) {
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);
     T_RUN(test_sampler_adjustments);
+    T_RUN(test_sampler_extremes);
     T_RUN(test_init_presets);
     return t_done();
 }

@@ -116,6 +116,9 @@ static int sample_topp(const float *probs, int n, float topp, nv_prob_index *pro
             probindex[n0].prob = probs[i];
             n0++;
         }
+    /* None passes when top_p < 1/n and the distribution is near uniform (max p < cutoff): the
+     * nucleus is then the top token alone (its p >= 1/n > top_p). Also NaN probabilities. */
+    if (n0 == 0) return nv_argmax(probs, n);
     qsort(probindex, (size_t)n0, sizeof *probindex, compare_prob_desc);
     float cumulative = 0.0f;
     int last_idx = n0 - 1;
@@ -138,6 +141,10 @@ int nv_sample(nv_sampler *s, float *logits) {
     int n = s->vocab_size;
     adjust_logits(s, logits);
     if (s->temperature == 0.0f) return nv_argmax(logits, n);
+    /* A temperature so small that the largest logit over it overflows is greedy (its limit):
+     * dividing would make the softmax all NaN. */
+    int best = nv_argmax(logits, n);
+    if (!isfinite(logits[best] / s->temperature)) return best;
     for (int q = 0; q < n; q++) logits[q] /= s->temperature;
     nv_softmax(logits, n);
     float coin = nv_xorshift_f32(&s->rng_state);

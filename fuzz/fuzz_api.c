@@ -1,0 +1,172 @@
+/* libFuzzer harness: nv_api_parse on untrusted /v1/completions and /v1/chat/completions bodies.
+ *
+ * The input is the JSON body (not NUL-terminated, as libmicrohttpd hands it over). It is
+ * parsed as a completion (chat = 0) and as a chat under each template (plain, chatml, llama2:
+ * nv_api_parse renders the messages through nv_chat_render itself, as the server does), with
+ * the context the server builds for stories260K: its tokenizer (models/tok512.bin from the
+ * shared data, found by nv_data_path / NERVE_DATA), seq_len 512, vocab 512, and a KV pool
+ * holding 300 positions per request so both the context and the pool limits are reachable.
+ *
+ * Checked, as src/serve/api.h promises: a failure returns its HTTP status, fills a message,
+ * frees everything, and nv_api_error_json gives valid JSON; a success gives a prompt of
+ * 1..seq_len-1 ids within the vocabulary that fits the pool, max_tokens >= 1 within the
+ * context and the pool, sampling parameters in range, at most NV_MAX_STOP non-empty stop
+ * strings; nv_req_create (the next thing the server does) accepts it, a sampler set up as the
+ * scheduler sets up the request's (temperature, top_p, seed, logit_bias, penalties) picks tokens
+ * inside the vocabulary for a few steps over flat and sloped logits (what a freshly initialised
+ * and a trained model give), and the response bodies built from it are valid JSON. */
+#include <cjson/cJSON.h>
+
+#include "base/file.h"
+#include "fuzz_util.h"
+#include "model/sampler.h"
+#include "serve/api.h"
+
+#define FZ_MAX_INPUT (1u << 20)
+#define FZ_SEQ_LEN 512
+#define FZ_VOCAB 512
+#define FZ_CAPACITY 300
+
+static nv_tokenizer *tok;
+
+/* <unk>, <s>, </s>, the 256 byte tokens, then " a".." z" and two-letter pieces up to 512
+ * tokens: a stand-in when the shared data is absent. */
+static nv_err synthetic_tokenizer(nv_tokenizer **out) {
+    size_t cap = 16384, n = 0;
+    uint8_t *b = malloc(cap);
+    if (!b) return nv_fail(NV_ENOMEM, "out of memory");
+#define PUT(p, len) (memcpy(b + n, (p), (len)), n += (len))
+    int32_t max_len = 8;
+    PUT(&max_len, 4);
+    for (int id = 0; id < FZ_VOCAB; id++) {
+        char s[16];
+        if (id == 0) snprintf(s, sizeof s, "<unk>");
+        else if (id == 1) snprintf(s, sizeof s, "\n<s>\n");
+        else if (id == 2) snprintf(s, sizeof s, "\n</s>\n");
+        else if (id < 259) snprintf(s, sizeof s, "<0x%02X>", id - 3);
+        else if (id < 259 + 26) snprintf(s, sizeof s, " %c", 'a' + (id - 259));
+        else snprintf(s, sizeof s, "%c%c", 'a' + (id - 285) / 26, 'a' + (id - 285) % 26);
+        float score = id < 259 ? 0.0f : -(float)id;
+        int32_t len = (int32_t)strlen(s);
+        PUT(&score, 4);
+        PUT(&len, 4);
+        PUT(s, (size_t)len);
+    }
+#undef PUT
+    char path[512];
+    int rc = fz_write_temp("apitok", b, n, path, sizeof path);
+    free(b);
+    if (rc != 0) return nv_fail(NV_EIO, "cannot write the stand-in tokenizer");
+    nv_err e = nv_tokenizer_load(path, FZ_VOCAB, out);
+    unlink(path);
+    return e;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    char path[4096];
+    if (nv_data_path("models/tok512.bin", path, sizeof path)) {
+        if (nv_tokenizer_load_for_model(path, FZ_VOCAB, &tok) != NV_OK) {
+            fprintf(stderr, "fuzz_api: %s\n", nv_errmsg());
+            exit(1);
+        }
+    } else {
+        fprintf(stderr, "fuzz_api: no shared data (%s; set NERVE_DATA): using a stand-in 512-token tokenizer\n", path);
+        if (synthetic_tokenizer(&tok) != NV_OK) {
+            fprintf(stderr, "fuzz_api: %s\n", nv_errmsg());
+            exit(1);
+        }
+    }
+    return 0;
+}
+
+static void check_json(char *s, const char *what) {
+    FZ_CHECK(s != NULL, "%s: no JSON", what);
+    cJSON *j = cJSON_Parse(s);
+    FZ_CHECK(j != NULL, "%s is not valid JSON: %s", what, s);
+    cJSON_Delete(j);
+    free(s);
+}
+
+/* The scheduler's sampling for this request: three steps, each token counted for the penalties. */
+static void check_sampling(const nv_req_params *q) {
+    nv_sampler sm;
+    fz_clear_error();
+    nv_err e = nv_sampler_init(&sm, q->vocab_size, q->temperature, q->top_p, q->seed ? q->seed : 1);
+    if (e == NV_OK) e = nv_sampler_set_bias(&sm, q->bias_tok, q->bias, q->n_bias);
+    if (e == NV_OK) e = nv_sampler_set_penalties(&sm, q->presence_penalty, q->frequency_penalty);
+    FZ_CHECK(e == NV_OK, "sampler refused a parsed request: %s", nv_errmsg());
+    float *logits = malloc((size_t)q->vocab_size * sizeof *logits);
+    FZ_CHECK(logits != NULL, "out of memory");
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < q->vocab_size; i++) logits[i] = step == 0 ? 0.0f : (float)((i * 7 + step) % 13) * 0.25f;
+        int tok = nv_sample(&sm, logits);
+        FZ_CHECK(tok >= 0 && tok < q->vocab_size, "sampled token %d", tok);
+        nv_sampler_accept(&sm, tok);
+    }
+    free(logits);
+    nv_sampler_free(&sm);
+}
+
+static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
+    const nv_req_params *q = &r->req;
+    FZ_CHECK(r->chat == chat, "chat flag");
+    FZ_CHECK(q->n_prompt >= 1 && q->n_prompt < ctx->seq_len && q->n_prompt <= ctx->capacity, "prompt of %d ids",
+             q->n_prompt);
+    FZ_CHECK(q->prompt == r->prompt_ids && r->prompt_ids != NULL, "prompt pointer");
+    for (int i = 0; i < q->n_prompt; i++)
+        FZ_CHECK(q->prompt[i] >= 0 && q->prompt[i] < ctx->vocab_size, "prompt id %d", q->prompt[i]);
+    FZ_CHECK(q->max_tokens >= 1 && (long)q->n_prompt + q->max_tokens <= ctx->seq_len &&
+                 q->max_tokens <= ctx->capacity - q->n_prompt + 1,
+             "max_tokens %d with %d prompt ids", q->max_tokens, q->n_prompt);
+    FZ_CHECK(q->temperature >= 0 && q->temperature <= 2 && q->top_p > 0 && q->top_p <= 1, "temperature %g top_p %g",
+             q->temperature, q->top_p);
+    FZ_CHECK(q->n_stop >= 0 && q->n_stop <= NV_MAX_STOP, "%d stop strings", q->n_stop);
+    for (int i = 0; i < q->n_stop; i++) FZ_CHECK(q->stop[i] && q->stop[i][0] && strlen(q->stop[i]) <= 256, "stop %d", i);
+    FZ_CHECK(q->vocab_size == ctx->vocab_size, "vocab_size");
+    FZ_CHECK(!r->echo || chat || r->echo_text != NULL, "echo without text");
+
+    nv_req *req = NULL;
+    fz_clear_error();
+    nv_err e = nv_req_create(&req, q);
+    FZ_CHECK(e == NV_OK, "nv_req_create refused a parsed request: %s", nv_errmsg());
+    nv_req_release(NULL, req);
+    check_sampling(q);
+
+    nv_api_meta meta;
+    nv_api_meta_init(&meta, chat, ctx->model_id);
+    const char *text = r->echo_text ? r->echo_text : "";
+    check_json(nv_api_response(&meta, text, "stop", q->n_prompt, 0), "response");
+    check_json(nv_api_chunk(&meta, text, chat, NULL, r->include_usage), "chunk");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > FZ_MAX_INPUT) return -1;
+    nv_api_ctx ctx = {.model_id = "stories260K",
+                      .tok = tok,
+                      .tmpl = NV_CHAT_PLAIN,
+                      .seq_len = FZ_SEQ_LEN,
+                      .vocab_size = FZ_VOCAB,
+                      .capacity = FZ_CAPACITY};
+    const nv_chat_template passes[] = {NV_CHAT_PLAIN, NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2};
+    for (int pass = 0; pass < 4; pass++) {
+        int chat = pass > 0;
+        ctx.tmpl = passes[pass];
+        nv_api_request r;
+        nv_api_error err;
+        int rc = nv_api_parse(&ctx, chat, (const char *)data, size, &r, &err);
+        if (rc != 0) {
+            FZ_CHECK(rc == err.status && rc >= 400 && rc < 600, "status %d / %d", rc, err.status);
+            FZ_CHECK(err.message[0] != '\0', "error without a message");
+            FZ_CHECK(r.prompt_ids == NULL && r.echo_text == NULL && r.stop_copy[0] == NULL, "failed parse kept memory");
+            check_json(nv_api_error_json(&err), "error body");
+            /* not JSON / not an object: the chat passes would say the same */
+            if (err.code && !strcmp(err.code, "invalid_json")) break;
+            continue;
+        }
+        check_request(&ctx, chat, &r);
+        nv_api_request_free(&r);
+    }
+    return 0;
+}

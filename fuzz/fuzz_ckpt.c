@@ -1,0 +1,109 @@
+/* libFuzzer harness: nv_ckpt_load on untrusted training checkpoints.
+ *
+ * Each input is tried twice: as it is, and, when its length is the one its header's n_params
+ * implies, with the trailing checksum recomputed (as src/train/ckpt.c chains it), so that the
+ * fuzzer also reaches what follows the checksum test instead of stopping at it. A failure must
+ * carry one line of message and leave nothing mapped. On success the harness checks the
+ * header's config is valid and implies n_params, the three arrays lie inside the mapping, and
+ * does what `nerve export` does: writes the weights as a llama2.c v1 model (refused only for
+ * shapes v1 cannot hold) and loads that back, which must give the same weights. */
+#include <stddef.h>
+
+#include "base/hash.h"
+#include "fuzz_util.h"
+#include "model/model.h"
+#include "train/ckpt.h"
+
+#define FZ_MAX_INPUT (1u << 20)
+#define FZ_PREFIX 16 /* magic, version, header size */
+
+static volatile float sink;
+
+static void check_array(const nv_ckpt *c, const float *p, const char *name) {
+    uint64_t n = c->h.n_params;
+    const uint8_t *b = (const uint8_t *)p;
+    FZ_CHECK(b >= c->map.data + FZ_PREFIX + sizeof c->h && b + n * 4 <= c->map.data + c->map.len - 8,
+             "%s lies outside the file", name);
+    if (n) sink += p[0] + p[n - 1];
+}
+
+static void check_export(const nv_ckpt *ck) {
+    nv_model m;
+    memset(&m, 0, sizeof m);
+    nv_ckpt_header_get_config(&ck->h, &m.config);
+    m.params = (float *)ck->params;
+    m.n_params = ck->h.n_params;
+    char path[512];
+    if (fz_temp_name("ckpt-v1", path, sizeof path) != 0) return;
+    const nv_config *c = &m.config;
+    int fits = !c->qk_norm && c->head_dim * c->n_heads == c->dim;
+    fz_clear_error();
+    nv_err e = nv_model_save_v1(&m, path);
+    fz_check_error(e, "nv_model_save_v1");
+    FZ_CHECK(fits ? e == NV_OK : e == NV_EUNSUPPORTED, "export of a valid checkpoint: %s (%s)", nv_err_name(e),
+             nv_errmsg());
+    if (e != NV_OK) return;
+    nv_model b;
+    e = nv_model_load(path, &b);
+    unlink(path);
+    FZ_CHECK(e == NV_OK, "the exported model does not load: %s", nv_errmsg());
+    FZ_CHECK(b.config.dim == c->dim && b.config.n_layers == c->n_layers && b.config.vocab_size == c->vocab_size &&
+                 b.config.n_kv_heads == c->n_kv_heads && b.config.seq_len == c->seq_len &&
+                 b.config.shared_classifier == (c->shared_classifier != 0),
+             "exported config differs");
+    FZ_CHECK(b.n_params == m.n_params && memcmp(b.params, m.params, (size_t)m.n_params * 4) == 0,
+             "exported weights differ");
+    nv_model_free(&b);
+}
+
+static nv_err load_ckpt(const char *path, void *out) { return nv_ckpt_load(path, out); }
+
+static void try_load(const uint8_t *data, size_t size) {
+    nv_ckpt ck;
+    int rc = fz_load_bytes("ckpt", data, size, load_ckpt, &ck, "nv_ckpt_load");
+    if (rc < 0) return;
+    if (rc != NV_OK) {
+        FZ_CHECK(ck.map.data == NULL && ck.params == NULL, "failed load left state behind");
+        return;
+    }
+    nv_config c;
+    nv_ckpt_header_get_config(&ck.h, &c);
+    FZ_CHECK(nv_config_validate(&c) == NV_OK, "accepted config is invalid: %s", nv_errmsg());
+    FZ_CHECK(ck.h.n_params == nv_config_param_count(&c), "n_params does not match the config");
+    FZ_CHECK(ck.map.len == FZ_PREFIX + sizeof ck.h + 12 * ck.h.n_params + 8, "file of %zu bytes accepted", ck.map.len);
+    check_array(&ck, ck.params, "params");
+    check_array(&ck, ck.m, "adam m");
+    check_array(&ck, ck.v, "adam v");
+    check_export(&ck);
+    nv_ckpt_close(&ck);
+    FZ_CHECK(ck.map.data == NULL, "close left the mapping");
+}
+
+/* The checksum ckpt.c expects, chained part by part in file order; 0 when the length does not
+ * match the header's n_params (nothing to fix). */
+static int fix_checksum(uint8_t *buf, size_t size) {
+    size_t hdr = FZ_PREFIX + sizeof(nv_ckpt_header);
+    if (size < hdr + 8) return 0;
+    uint64_t n;
+    memcpy(&n, buf + FZ_PREFIX + offsetof(nv_ckpt_header, n_params), 8);
+    if (n > FZ_MAX_INPUT || size != hdr + 12 * n + 8) return 0;
+    uint64_t sum = nv_checksum64(buf, 8, 0);
+    sum = nv_checksum64(buf + 8, 4, sum);
+    sum = nv_checksum64(buf + 12, 4, sum);
+    sum = nv_checksum64(buf + FZ_PREFIX, sizeof(nv_ckpt_header), sum);
+    for (int k = 0; k < 3; k++) sum = nv_checksum64(buf + hdr + (size_t)k * n * 4, (size_t)n * 4, sum);
+    if (memcmp(buf + size - 8, &sum, 8) == 0) return 0;
+    memcpy(buf + size - 8, &sum, 8);
+    return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > FZ_MAX_INPUT) return -1;
+    try_load(data, size);
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy) return 0;
+    if (size) memcpy(copy, data, size);
+    if (fix_checksum(copy, size)) try_load(copy, size);
+    free(copy);
+    return 0;
+}

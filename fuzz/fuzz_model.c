@@ -1,0 +1,126 @@
+/* libFuzzer harness: nv_model_load on untrusted llama2.c checkpoints (legacy v0 and v1).
+ *
+ * The input is the checkpoint file. A failure must carry one line of message. On success the
+ * harness checks what src/model/model.h promises: the config is valid, n_params is the
+ * config's count, every tensor lies inside the parameter block (and its first and last values
+ * are read, so ASan sees a v0 copy that is too short), a v1 file is exactly header + weights;
+ * then it writes the model as v1 and loads it back, which must give the same config and
+ * weights, and runs what `nerve generate` does next: scalar plans and two forward steps (the KV
+ * cache capped at 4 positions), which must succeed, while an out-of-range token and a position
+ * past the cache must be refused. */
+#include "fuzz_util.h"
+#include "model/forward.h"
+#include "model/model.h"
+
+/* Inputs above this are skipped: a model that big only makes the fuzzer allocate. */
+#define FZ_MAX_INPUT (1u << 20)
+
+static volatile float sink;
+
+/* [p, p + n) must lie inside the block [base, base + total). */
+static void check_part(const nv_model *m, const float *p, uint64_t n, const char *name) {
+    if (n == 0) return;
+    FZ_CHECK(p != NULL, "%s is NULL", name);
+    FZ_CHECK(p >= m->params && (uint64_t)(p - m->params) + n <= m->n_params,
+             "%s [%td, +%llu) lies outside the %llu parameters", name, p - m->params, (unsigned long long)n,
+             (unsigned long long)m->n_params);
+    sink += p[0] + p[n - 1];
+}
+
+static void check_model(const nv_model *m, size_t file_len, int v1) {
+    const nv_config *c = &m->config;
+    fz_clear_error();
+    FZ_CHECK(nv_config_validate(c) == NV_OK, "loaded config is invalid: %s", nv_errmsg());
+    FZ_CHECK(m->n_params == nv_config_param_count(c), "n_params %llu, config implies %llu",
+             (unsigned long long)m->n_params, (unsigned long long)nv_config_param_count(c));
+    FZ_CHECK(c->head_dim * c->n_heads == c->dim, "llama2.c head_dim %d x %d heads != dim %d", c->head_dim,
+             c->n_heads, c->dim);
+    if (v1) FZ_CHECK(file_len == 256 + m->n_params * 4, "v1 file of %zu bytes accepted for %llu parameters", file_len,
+                     (unsigned long long)m->n_params);
+    uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
+    uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c), v = (uint64_t)c->vocab_size;
+    const nv_weights *w = &m->w;
+    check_part(m, w->rms_att, L * d, "rms_att");
+    check_part(m, w->rms_ffn, L * d, "rms_ffn");
+    check_part(m, w->rms_final, d, "rms_final");
+    check_part(m, w->tok_emb, v * d, "tok_emb");
+    check_part(m, w->wq, L * q * d, "wq");
+    check_part(m, w->wk, L * kv * d, "wk");
+    check_part(m, w->wv, L * kv * d, "wv");
+    check_part(m, w->wo, L * d * q, "wo");
+    check_part(m, w->w1, L * h * d, "w1");
+    check_part(m, w->w2, L * d * h, "w2");
+    check_part(m, w->w3, L * h * d, "w3");
+    check_part(m, w->wcls, v * d, "wcls");
+    FZ_CHECK((w->wcls == w->tok_emb) == (c->shared_classifier != 0), "classifier sharing does not match the flag");
+}
+
+/* Save as v1, load again: same config, same weights. */
+static void check_roundtrip(const nv_model *m) {
+    char path[512];
+    if (fz_temp_name("model-v1", path, sizeof path) != 0) return;
+    fz_clear_error();
+    nv_err e = nv_model_save_v1(m, path);
+    fz_check_error(e, "nv_model_save_v1");
+    FZ_CHECK(e == NV_OK, "a loaded llama2.c model could not be saved as v1: %s", nv_errmsg());
+    nv_model b;
+    e = nv_model_load(path, &b);
+    unlink(path);
+    FZ_CHECK(e == NV_OK, "the v1 copy of a loaded model does not load: %s", nv_errmsg());
+    FZ_CHECK(memcmp(&b.config, &m->config, sizeof b.config) == 0, "config changed in the v1 round trip");
+    FZ_CHECK(b.n_params == m->n_params && memcmp(b.params, m->params, (size_t)m->n_params * 4) == 0,
+             "weights changed in the v1 round trip");
+    nv_model_free(&b);
+}
+
+/* Plans on the scalar engine and a forward pass of BOS then EOS. */
+static void check_forward(nv_model *m) {
+    const nv_config *c = &m->config;
+    fz_clear_error();
+    nv_err e = nv_model_build_plans(m, NV_ENGINE_SCALAR);
+    FZ_CHECK(e == NV_OK, "plans for a loaded model: %s", nv_errmsg());
+    int cache = c->seq_len < 4 ? c->seq_len : 4;
+    nv_state s;
+    e = nv_state_init(&s, c, 1, cache, 0);
+    FZ_CHECK(e == NV_OK, "state for a loaded model: %s", nv_errmsg());
+    int toks[2] = {1 % c->vocab_size, 2 % c->vocab_size}; /* BOS, EOS */
+    for (int pos = 0; pos < 2 && pos < cache; pos++) {
+        e = nv_forward(m, &s, &toks[pos], 1, pos);
+        FZ_CHECK(e == NV_OK, "forward at %d: %s", pos, nv_errmsg());
+        for (int i = 0; i < c->vocab_size; i++) sink += s.logits[i];
+    }
+    int bad = c->vocab_size;
+    FZ_CHECK(nv_forward(m, &s, &bad, 1, 0) == NV_ERANGE, "token %d accepted", bad);
+    FZ_CHECK(nv_forward(m, &s, toks, 1, cache) == NV_ERANGE, "position %d past the cache accepted", cache);
+    nv_state_free(&s);
+}
+
+static nv_err load_model(const char *path, void *out) { return nv_model_load(path, out); }
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    if (nv_engines_init("scalar", 1) != NV_OK) {
+        fprintf(stderr, "fuzz_model: %s\n", nv_errmsg());
+        exit(1);
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > FZ_MAX_INPUT) return -1; /* not added to the corpus */
+    nv_model m;
+    int rc = fz_load_bytes("model", data, size, load_model, &m, "nv_model_load");
+    if (rc < 0) return 0;
+    if (rc != NV_OK) {
+        /* a failed load leaves nothing behind */
+        FZ_CHECK(m.params == NULL && m.mapped.data == NULL && m.plans == NULL, "failed load left state behind");
+        return 0;
+    }
+    int v1 = size >= 4 && memcmp(data, "24ka", 4) == 0; /* "ak42" little-endian */
+    check_model(&m, size, v1);
+    check_roundtrip(&m);
+    check_forward(&m);
+    nv_model_free(&m);
+    return 0;
+}

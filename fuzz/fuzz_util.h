@@ -1,0 +1,106 @@
+/* Helpers shared by the libFuzzer harnesses (fuzz/fuzz_*.c).
+ *
+ * The loaders take a path, so a harness writes its input to a private temporary file
+ * (mkstemp in $TMPDIR, else /tmp) and unlinks it afterwards. FZ_CHECK states a property the
+ * harness expects of the library (beyond "no crash"): when it fails, the harness aborts with a
+ * message, and libFuzzer records the input as a crash. */
+#ifndef NV_FUZZ_UTIL_H
+#define NV_FUZZ_UTIL_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/err.h"
+
+#define FZ_CHECK(cond, ...)                                                       \
+    do {                                                                          \
+        if (!(cond)) {                                                            \
+            fprintf(stderr, "%s:%d: property failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                         \
+            fputc('\n', stderr);                                                  \
+            abort();                                                              \
+        }                                                                         \
+    } while (0)
+
+/* A fresh temporary file name: "<dir>/nerve-fuzz-<tag>-XXXXXX", created empty (fd returned,
+ * -1 on failure after a message). */
+static inline int fz_temp_fd(const char *tag, char *path, size_t cap) {
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir) dir = "/tmp";
+    snprintf(path, cap, "%s/nerve-fuzz-%s-XXXXXX", dir, tag);
+    int fd = mkstemp(path);
+    if (fd < 0) fprintf(stderr, "fuzz: cannot create a temporary file in %s: %s\n", dir, strerror(errno));
+    return fd;
+}
+
+/* Writes data to a fresh temporary file; its path goes to path. Returns 0, or -1 (after a
+ * message) when the file could not be written, which the harness treats as "skip this input". */
+static inline int fz_write_temp(const char *tag, const uint8_t *data, size_t len, char *path, size_t cap) {
+    int fd = fz_temp_fd(tag, path, cap);
+    if (fd < 0) return -1;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            fprintf(stderr, "fuzz: cannot write %s: %s\n", path, strerror(errno));
+            close(fd);
+            unlink(path);
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    close(fd);
+    return 0;
+}
+
+/* A temporary path that does not exist yet (for writers that create their own file). */
+static inline int fz_temp_name(const char *tag, char *path, size_t cap) {
+    int fd = fz_temp_fd(tag, path, cap);
+    if (fd < 0) return -1;
+    close(fd);
+    unlink(path);
+    return 0;
+}
+
+/* Clears this thread's error message, so that a failure without nv_fail() shows up. */
+static inline void fz_clear_error(void) { nv_fail(NV_OK, "%s", ""); }
+
+/* The error contract of src/base/err.h: a failure carries one non-empty line. */
+static inline void fz_check_error(nv_err e, const char *what) {
+    if (e == NV_OK) return;
+    const char *msg = nv_errmsg();
+    FZ_CHECK(msg[0] != '\0', "%s failed (%s) without a message", what, nv_err_name(e));
+    FZ_CHECK(strchr(msg, '\n') == NULL, "%s: message is not one line: %s", what, msg);
+}
+
+/* Runs a loader that takes a path on data: writes it to a temporary file, calls load(path, out),
+ * removes the file and checks the error contract. Returns the loader's code, or -1 when the
+ * file could not be written (skip the input). */
+typedef nv_err (*fz_loader)(const char *path, void *out);
+static inline int fz_load_bytes(const char *tag, const uint8_t *data, size_t size, fz_loader load, void *out,
+                                const char *what) {
+    char path[512];
+    if (fz_write_temp(tag, data, size, path, sizeof path) != 0) return -1;
+    fz_clear_error();
+    nv_err e = load(path, out);
+    unlink(path);
+    fz_check_error(e, what);
+    return (int)e;
+}
+
+/* A NUL-terminated copy of the n bytes at data (caller frees); NULL when out of memory. */
+static inline char *fz_text(const uint8_t *data, size_t n) {
+    char *s = malloc(n + 1);
+    if (!s) return NULL;
+    if (n) memcpy(s, data, n);
+    s[n] = '\0';
+    return s;
+}
+
+#endif

@@ -1,0 +1,216 @@
+/* Writes the fuzzers' seed corpus (make fuzz-seeds): tiny valid inputs of every format, a few
+ * kilobytes each, so that mutation starts from the structure the parsers expect.
+ *
+ *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api}/... */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "model/model.h"
+#include "serve/buf.h"
+#include "train/ckpt.h"
+
+static const char *root;
+
+/* DIR/sub/name, with DIR/sub created. */
+static const char *seed_path(const char *sub, const char *name) {
+    static char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/%s", root, sub);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (nv_mkdirs(dir) != NV_OK) {
+        fprintf(stderr, "gen_seeds: %s\n", nv_errmsg());
+        exit(1);
+    }
+    return path;
+}
+
+static void check(nv_err e) {
+    if (e == NV_OK) return;
+    fprintf(stderr, "gen_seeds: %s\n", nv_errmsg());
+    exit(1);
+}
+
+static void put(const char *sub, const char *name, const void *data, size_t len) {
+    nv_iov part = {data, len};
+    check(nv_file_write_atomic(seed_path(sub, name), &part, 1));
+}
+
+static void put_buf(const char *sub, const char *name, const nv_buf *b) {
+    if (b->oom) check(nv_fail(NV_ENOMEM, "out of memory"));
+    put(sub, name, b->data, b->len);
+}
+
+static void add(nv_buf *b, const void *d, size_t n) { nv_buf_append(b, d, n); }
+static void add_i32(nv_buf *b, int32_t v) { add(b, &v, 4); }
+
+/* ---- models: llama2.c v1 (shared / separate classifier) and v0 ------------------------------ */
+
+static void model_v0(const nv_model *m, const char *name) {
+    const nv_config *c = &m->config;
+    const nv_weights *w = &m->w;
+    nv_buf b = {0};
+    int32_t hdr[7] = {c->dim,     c->hidden_dim,
+                      c->n_layers, c->n_heads,
+                      c->n_kv_heads, c->shared_classifier ? c->vocab_size : -c->vocab_size,
+                      c->seq_len};
+    add(&b, hdr, sizeof hdr);
+    size_t L = (size_t)c->n_layers, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
+    size_t q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c), v = (size_t)c->vocab_size;
+    add(&b, w->tok_emb, v * d * 4);
+    add(&b, w->rms_att, L * d * 4);
+    add(&b, w->wq, L * q * d * 4);
+    add(&b, w->wk, L * kv * d * 4);
+    add(&b, w->wv, L * kv * d * 4);
+    add(&b, w->wo, L * d * q * 4);
+    add(&b, w->rms_ffn, L * d * 4);
+    add(&b, w->w1, L * h * d * 4);
+    add(&b, w->w2, L * d * h * 4);
+    add(&b, w->w3, L * h * d * 4);
+    add(&b, w->rms_final, d * 4);
+    size_t freq = (size_t)c->seq_len * (size_t)(c->head_dim / 2) * 2;
+    float *zeros = calloc(freq, 4);
+    add(&b, zeros, freq * 4);
+    free(zeros);
+    if (!c->shared_classifier) add(&b, w->wcls, v * d * 4);
+    put_buf("model", name, &b);
+    nv_buf_free(&b);
+}
+
+static void models(void) {
+    /* dim 8, hidden 16, 2 heads of 4, 1 KV head (GQA), vocab 16, context 8 */
+    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0};
+    for (int shared = 1; shared >= 0; shared--) {
+        c.shared_classifier = shared;
+        c.n_layers = shared ? 1 : 2;
+        nv_model m;
+        check(nv_model_alloc(&m, &c));
+        nv_model_init_random(&m, 7);
+        check(nv_model_save_v1(&m, seed_path("model", shared ? "v1_dim8_shared.bin" : "v1_dim8_sep.bin")));
+        model_v0(&m, shared ? "v0_dim8_shared.bin" : "v0_dim8_sep.bin");
+        nv_model_free(&m);
+    }
+}
+
+/* ---- tokenizers --------------------------------------------------------------------------------- */
+
+static void add_piece(nv_buf *b, const char *s, size_t len, float score) {
+    add(b, &score, 4);
+    add_i32(b, (int32_t)len);
+    add(b, s, len);
+}
+
+static void tokenizers(void) {
+    /* <unk>, <s>, </s>, the byte tokens, then merges for a few English words */
+    static const char *merges[] = {" ",  "e",  "t",  "o",   "n",   " t",   "he",   " the", "on",   "ce",    " a",
+                                   "in", "im", " O", " On", "Onc", " Once", " u",  "up",   " upon", " time", "\xc3\xa9",
+                                   "<|", "|>", "im_", "<|im_start|>", "<|im_end|>", "[INST]", "[/INST]"};
+    nv_buf b = {0};
+    add_i32(&b, 12);
+    add_piece(&b, "<unk>", 5, 0);
+    add_piece(&b, "\n<s>\n", 5, 0);
+    add_piece(&b, "\n</s>\n", 6, 0);
+    for (int i = 0; i < 256; i++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", i);
+        add_piece(&b, s, 6, 0);
+    }
+    for (size_t i = 0; i < sizeof merges / sizeof merges[0]; i++)
+        add_piece(&b, merges[i], strlen(merges[i]), -(float)i);
+    put_buf("tokenizer", "bytes_and_merges.bin", &b);
+
+    /* no byte tokens; an embedded NUL, a duplicate, an empty piece, a long piece */
+    b.len = 0;
+    add_i32(&b, 4);
+    add_piece(&b, "<unk>", 5, 0);
+    add_piece(&b, "<s>", 3, 0);
+    add_piece(&b, "</s>", 4, 0);
+    add_piece(&b, " ", 1, -1);
+    add_piece(&b, "a", 1, -2);
+    add_piece(&b, "ab\0c", 4, -3);
+    add_piece(&b, "a", 1, 5);
+    add_piece(&b, "", 0, 1);
+    add_piece(&b, " aaaaaaaa", 9, -4);
+    add_piece(&b, "<0x41>", 6, -5);
+    put_buf("tokenizer", "odd_pieces.bin", &b);
+    nv_buf_free(&b);
+}
+
+/* ---- training checkpoints ------------------------------------------------------------------------ */
+
+static void ckpts(void) {
+    nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0},  /* llama2.c shape */
+                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1}};    /* Qwen3-like: head_dim 6, QK-norm */
+    for (int i = 0; i < 2; i++) {
+        nv_model m;
+        check(nv_model_alloc(&m, &cs[i]));
+        nv_model_init_random(&m, 11 + (uint64_t)i);
+        nv_ckpt_header h;
+        memset(&h, 0, sizeof h);
+        nv_ckpt_header_set_config(&h, &cs[i]);
+        h.step = 3;
+        h.tokens_seen = 96;
+        h.data_rng = 12345;
+        h.data_windows = 7;
+        h.n_params = m.n_params;
+        h.batch = 4;
+        h.seq = 8;
+        h.accum = 1;
+        h.seed = 42;
+        h.last_loss = 2.5f;
+        h.last_val_loss = 2.75f;
+        /* adam m and v: the weights scaled, so the three arrays differ */
+        float *mo = malloc(m.n_params * 4), *vo = malloc(m.n_params * 4);
+        if (!mo || !vo) exit(1);
+        for (uint64_t j = 0; j < m.n_params; j++) {
+            mo[j] = 0.1f * m.params[j];
+            vo[j] = m.params[j] * m.params[j];
+        }
+        check(nv_ckpt_save(seed_path("ckpt", i ? "qk_norm.ckpt" : "dim8.ckpt"), &h, m.params, mo, vo));
+        free(mo);
+        free(vo);
+        nv_model_free(&m);
+    }
+}
+
+/* ---- API bodies ------------------------------------------------------------------------------------ */
+
+static void api(void) {
+    static const char *bodies[][2] = {
+        {"completion.json", "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"max_tokens\":32,"
+                            "\"temperature\":0.8,\"top_p\":0.9,\"seed\":7,\"stop\":[\"\\n\",\"The end\"]}"},
+        {"completion_ids.json", "{\"prompt\":[1,403,407,261,378],\"echo\":true,\"stream\":true,"
+                                "\"stream_options\":{\"include_usage\":true}}"},
+        {"completion_list.json", "{\"prompt\":[\"Lily \\u00e9\\ud83d\\ude00\"],\"n\":1,\"logprobs\":null,"
+                                 "\"presence_penalty\":0,\"user\":\"u\",\"suffix\":\"\"}"},
+        {"chat.json", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"},"
+                      "{\"role\":\"user\",\"content\":\"Hi there\"},{\"role\":\"assistant\",\"content\":\"Hello!\"},"
+                      "{\"role\":\"user\",\"content\":\"Tell a story\"}],\"max_completion_tokens\":20}"},
+        {"chat_parts.json", "{\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"A\"},"
+                            "{\"type\":\"text\",\"text\":\"B\"}]},{\"role\":\"user\",\"content\":\"  x  \"},"
+                            "{\"role\":\"assistant\",\"content\":null}],\"stop\":\"END\",\"response_format\":"
+                            "{\"type\":\"text\"},\"tools\":[],\"logit_bias\":{}}"},
+        {"penalties.json", "{\"prompt\":\"Once upon\",\"presence_penalty\":0.5,\"frequency_penalty\":-1.25,"
+                           "\"logit_bias\":{\"35\":-100,\"400\":5.5},\"temperature\":0.7,\"top_p\":0.5}"},
+        /* both once read before the sampler's top-p scratch (docs/fuzzing.md) */
+        {"tiny_top_p.json", "{\"prompt\":\"a\",\"top_p\":0.001}"},
+        {"tiny_temperature.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":1e-40,"
+                                  "\"top_p\":0.5}"},
+        {"bad_fields.json", "{\"prompt\":\"a\",\"n\":2,\"top_p\":0,\"max_tokens\":1e9,\"best_of\":3}"},
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
+        put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: gen_seeds DIR\n");
+        return 2;
+    }
+    root = argv[1];
+    models();
+    tokenizers();
+    ckpts();
+    api();
+    return 0;
+}
