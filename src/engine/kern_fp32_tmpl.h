@@ -182,9 +182,9 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
                 int nc = ncols - p * NR;
                 for (int r = r0; r < r1; r += MR) {
                     int mr = r1 - r < MR ? r1 - r : MR;
-                    /* the first row block reads the slice from memory: ask for it a little ahead */
+                    /* the slice comes from memory when a few passes share it: ask a little ahead */
                     KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc,
-                              load_c, B + 16 * NR, r == r0 ? kc : 0);
+                              load_c, B + 16 * NR, kc);
                 }
             }
         }
