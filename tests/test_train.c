@@ -107,6 +107,31 @@ static void test_resume_after_sigint_is_bit_exact(void) {
     T_CHECK(nv_file_exists(path), "no loss.svg");
 }
 
+/* A checkpoint written by nv_ckpt_save loads back; header flags other than 0/1 are refused
+ * (found by fuzz/fuzz_ckpt.c: any non-zero value used to read as true). */
+static void test_ckpt_roundtrip_and_flags(void) {
+    nv_config c;
+    T_CHECK(nv_config_preset("stories260K", &c) == NV_OK, "%s", nv_errmsg());
+    nv_ckpt_header h;
+    memset(&h, 0, sizeof h);
+    nv_ckpt_header_set_config(&h, &c);
+    h.n_params = nv_config_param_count(&c);
+    h.step = 7;
+    size_t n = (size_t)h.n_params;
+    float *p = calloc(n, sizeof(float)), *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = (float)i * 1e-3f, m[i] = -p[i], v[i] = 2 * p[i];
+    const char *path = t_path("unit.ckpt");
+    T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK, "%s", nv_errmsg());
+    nv_ckpt k;
+    T_CHECK(nv_ckpt_load(path, &k) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(k.h.step == 7 && !memcmp(k.params, p, n * sizeof(float)) && !memcmp(k.v, v, n * sizeof(float)), "round trip");
+    nv_ckpt_close(&k);
+    h.qk_norm = 2;
+    T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_ckpt_load(path, &k) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "flag 2 accepted: %s", nv_errmsg());
+    free(p), free(m), free(v);
+}
+
 static void test_corrupt_checkpoint_refused_and_kept(void) {
     if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
     char args[4096], err[4096], dir[600], ck[700];
@@ -209,6 +234,7 @@ static void test_bad_training_args(void) {
 
 int main(void) {
     T_RUN(test_resume_after_sigint_is_bit_exact);
+    T_RUN(test_ckpt_roundtrip_and_flags);
     T_RUN(test_corrupt_checkpoint_refused_and_kept);
     T_RUN(test_export_then_generate);
     T_RUN(test_finetune_stories260K_lowers_val_loss);

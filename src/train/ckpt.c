@@ -85,6 +85,11 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
         goto fail;
     }
     if ((e = nv_read_bytes(&r, &out->h, sizeof out->h, "header"))) goto fail;
+    if ((out->h.shared_classifier != 0 && out->h.shared_classifier != 1) || (out->h.qk_norm != 0 && out->h.qk_norm != 1)) {
+        e = nv_fail(NV_EFORMAT, "%s: header flags (shared classifier %d, QK-norm %d) must be 0 or 1", path,
+                    (int)out->h.shared_classifier, (int)out->h.qk_norm);
+        goto fail;
+    }
     nv_config c;
     nv_ckpt_header_get_config(&out->h, &c);
     if ((e = nv_config_validate(&c))) {
