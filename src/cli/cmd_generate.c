@@ -32,7 +32,8 @@ static void usage(FILE *f) {
             "  -s SEED       random seed (default: the time)\n"
             "  --presence-penalty X, --frequency-penalty X\n"
             "                OpenAI's penalties on tokens generated so far, -2..2 (default 0: off)\n"
-            "  --engine E    scalar, avx2, avx512, amx-bf16, amx-int8 (default: the fastest that probes well)\n"
+            "  --engine E    scalar, avx2, avx512, amx-bf16, amx-int8 (default: the fastest exact fp32 one that\n"
+            "                probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n");
 }
 
