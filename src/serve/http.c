@@ -233,8 +233,10 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     if (nv_api_parse(&h->ctx, chat, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
     ar.req.timeout_s = h->o.timeout_s;
     nv_req *r = NULL;
-    if (nv_req_create(&r, &ar.req) != NV_OK) {
-        nv_api_error_set(&err, 400, "invalid_request_error", NULL, NULL, "%s", nv_errmsg());
+    nv_err ce = nv_req_create(&r, &ar.req);
+    if (ce != NV_OK) {
+        if (ce == NV_ENOMEM) nv_api_error_set(&err, 500, "server_error", NULL, NULL, "%s", nv_errmsg());
+        else nv_api_error_set(&err, 400, "invalid_request_error", NULL, NULL, "%s", nv_errmsg());
         nv_api_request_free(&ar);
         return respond_error(h, c, cc, &err);
     }

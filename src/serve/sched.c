@@ -173,11 +173,12 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     }
     /* llama2.c's xorshift stays at 0 forever from state 0 */
     uint64_t seed = p->seed ? p->seed : 0x2545F4914F6CDD1Dull;
-    if (nv_sampler_init(&r->sampler, p->vocab_size, p->temperature, p->top_p, seed) != NV_OK ||
-        nv_sampler_set_bias(&r->sampler, p->bias_tok, p->bias, p->n_bias) != NV_OK ||
-        nv_sampler_set_penalties(&r->sampler, p->presence_penalty, p->frequency_penalty) != NV_OK) {
+    nv_err e = nv_sampler_init(&r->sampler, p->vocab_size, p->temperature, p->top_p, seed);
+    if (e == NV_OK) e = nv_sampler_set_bias(&r->sampler, p->bias_tok, p->bias, p->n_bias);
+    if (e == NV_OK) e = nv_sampler_set_penalties(&r->sampler, p->presence_penalty, p->frequency_penalty);
+    if (e != NV_OK) {
         req_free(r);
-        return NV_EINVAL;
+        return e;
     }
     r->t_arrival = nv_now();
     r->deadline = p->timeout_s > 0 ? r->t_arrival + p->timeout_s : 0;
