@@ -388,6 +388,99 @@ static void test_stop_strings_and_sampling(void) {
     nv_tokenizer_free(t_tok);
 }
 
+/* The chat shape's logprobs.content records of one response body or SSE stream, flattened. */
+static cJSON *chat_logprobs(const char *body, int stream) {
+    cJSON *all = cJSON_CreateArray();
+    const char *p = body;
+    while (p && *p) {
+        const char *json = p;
+        if (stream) {
+            json = strstr(p, "data: {");
+            if (!json) break;
+            json += 6;
+        }
+        const char *end = stream ? strstr(json, "\n\n") : json + strlen(json);
+        char *one = strndup(json, end ? (size_t)(end - json) : strlen(json));
+        cJSON *root = cJSON_Parse(one);
+        free(one);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+        const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content");
+        const cJSON *e;
+        cJSON_ArrayForEach(e, content) cJSON_AddItemToArray(all, cJSON_Duplicate(e, 1));
+        cJSON_Delete(root);
+        if (!stream || !end) break;
+        p = end;
+    }
+    return all;
+}
+
+static void test_logprobs(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    int port = main_srv.port;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":12,"
+                       "\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3%s}";
+    char b1[512], b2[512];
+    snprintf(b1, sizeof b1, body, "");
+    snprintf(b2, sizeof b2, body, ",\"stream\":true");
+    resp whole, streamed;
+    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b1, &whole) && whole.status == 200, "chat logprobs %d", whole.status);
+    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b2, &streamed) && streamed.status == 200, "streamed %d", streamed.status);
+    cJSON *root = cJSON_Parse(whole.body);
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+    const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content"));
+    int completion = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "usage"), "completion_tokens")->valueint;
+    cJSON *a = chat_logprobs(whole.body, 0), *b = chat_logprobs(streamed.body, 1);
+    T_CHECK(cJSON_GetArraySize(a) == completion && completion == 12, "%d records for %d tokens", cJSON_GetArraySize(a), completion);
+    char joined[2048] = "";
+    int ok = 1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        const char *tok = cJSON_GetStringValue(cJSON_GetObjectItem(e, "token"));
+        double lp = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "logprob"));
+        const cJSON *tops = cJSON_GetObjectItem(e, "top_logprobs"), *t0 = cJSON_GetArrayItem(tops, 0);
+        strncat(joined, tok ? tok : "", sizeof joined - strlen(joined) - 1);
+        ok &= lp <= 0 && cJSON_GetArraySize(tops) == 3 && cJSON_GetArraySize(cJSON_GetObjectItem(e, "bytes")) == (int)strlen(tok);
+        /* greedy: the chosen token is the most likely one */
+        ok &= t0 && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(t0, "token")), tok) &&
+              cJSON_GetNumberValue(cJSON_GetObjectItem(t0, "logprob")) == lp;
+        for (int j = 1; j < 3; j++)
+            ok &= cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(tops, j - 1), "logprob")) >=
+                  cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(tops, j), "logprob"));
+    }
+    T_CHECK(ok, "a record is not a greedy log-probability with 3 sorted alternatives: %s", whole.body);
+    T_CHECK(text && !strcmp(joined, text), "tokens '%s' do not spell the text '%s'", joined, text ? text : "");
+    T_CHECK(cJSON_Compare(a, b, 1), "streamed records differ from the whole response's");
+    cJSON_Delete(a), cJSON_Delete(b), cJSON_Delete(root);
+    resp_free(&whole), resp_free(&streamed);
+
+    /* completions: tokens, token_logprobs, top_logprobs, text_offset; a stop string drops the
+     * tokens that only spelled it (a token that starts inside the text and runs into it stays) */
+    resp r;
+    T_CHECK(http(port, "POST", "/v1/completions", NULL,
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":30,\"temperature\":0,\"logprobs\":2,\"stop\":\"girl\"}", &r) &&
+                r.status == 200,
+            "completion logprobs %d", r.status);
+    root = cJSON_Parse(r.body);
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+    text = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "text"));
+    const cJSON *lp = cJSON_GetObjectItem(c0, "logprobs"), *toks = cJSON_GetObjectItem(lp, "tokens");
+    const cJSON *offs = cJSON_GetObjectItem(lp, "text_offset"), *tl = cJSON_GetObjectItem(lp, "token_logprobs");
+    int n = cJSON_GetArraySize(toks);
+    joined[0] = '\0';
+    ok = n > 0 && cJSON_GetArraySize(offs) == n && cJSON_GetArraySize(tl) == n &&
+         cJSON_GetArraySize(cJSON_GetObjectItem(lp, "top_logprobs")) == n;
+    for (int i = 0; ok && i < n; i++) {
+        ok &= cJSON_GetArrayItem(offs, i)->valueint == (int)strlen(joined);
+        strncat(joined, cJSON_GetStringValue(cJSON_GetArrayItem(toks, i)), sizeof joined - strlen(joined) - 1);
+    }
+    T_CHECK(ok && text && !strncmp(joined, text, strlen(text)) &&
+                cJSON_GetArrayItem(offs, n - 1)->valueint < (int)strlen(text) &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason")), "stop"),
+            "completions logprobs: tokens '%s' text '%s' body %s", joined, text ? text : "", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
+}
+
 #define NCONC 8
 static const char *prompts[NCONC] = {"Once upon a time",  "Lily and Ben",  "The dog",      "One day, a little",
                                      "Tom had a big red", "The sun was",   "A cat named",  "She wanted to"};
@@ -509,7 +602,12 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"model\":7}", 400, "model", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"seed\":\"abc\"}", 400, "seed", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"seed\":1.5}", 400, "seed", NULL},
-        {"POST", C, "{\"prompt\":\"x\",\"logprobs\":5}", 400, "logprobs", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true}", 400, "logprobs", "unsupported_parameter"},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":3}", 400, "logprobs", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", 400, "presence_penalty", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"frequency_penalty\":\"high\"}", 400, "frequency_penalty", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"logit_bias\":[1,2]}", 400, "logit_bias", NULL},
@@ -875,6 +973,7 @@ int main(void) {
     }
     T_RUN(test_basic_endpoints);
     T_RUN(test_stop_strings_and_sampling);
+    T_RUN(test_logprobs);
     T_RUN(test_eight_concurrent_greedy_equal_alone);
     T_RUN(test_sixteen_clients);
     T_RUN(test_bad_requests_table);

@@ -1,6 +1,6 @@
 // Drives a running `nerve serve` (stories260K) with the official OpenAI Node SDK and asserts what
 // a client reads: models, completions, chat (whole and streamed with usage), sampling fields,
-// and the error bodies. Usage: node check.mjs BASE_URL API_KEY
+// log-probabilities, and the error bodies. Usage: node check.mjs BASE_URL API_KEY
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
 
@@ -35,6 +35,15 @@ const seeded = (seed) => client.chat.completions.create({ model, messages: msg, 
                                                           frequency_penalty: 0.5, presence_penalty: 0.2, logit_bias: { '400': -100 } });
 const [a, b] = [await seeded(42), await seeded(42)];
 assert.equal(a.choices[0].message.content, b.choices[0].message.content, 'the same seed gave different text');
+
+const lp = await client.chat.completions.create({ model, messages: msg, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
+const content = lp.choices[0].logprobs.content;
+assert.equal(content.length, lp.usage.completion_tokens);
+assert.equal(content.map((t) => t.token).join(''), lp.choices[0].message.content);
+for (const t of content) {
+  assert.ok(t.logprob <= 0 && t.top_logprobs.length === 3 && t.top_logprobs[0].token === t.token);
+  assert.deepEqual(Buffer.from(t.bytes).toString('utf8'), t.token);
+}
 
 const comp = await client.completions.create({ model, prompt: 'Lily and Ben', max_tokens: 16, temperature: 0, stop: ['.'] });
 assert.equal(comp.object, 'text_completion');

@@ -147,16 +147,32 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     return 0;
 }
 
+/* chat: logprobs (bool) and top_logprobs (0..20, with logprobs); completions: logprobs (0..5,
+ * the alternatives per token; null or absent: none). */
+static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_api_error *err) {
+    long long k = 0;
+    int given = 0, rc;
+    if (chat) {
+        if ((rc = get_bool(root, "logprobs", &out->req.logprobs, err))) return rc;
+        if ((rc = get_int(root, "top_logprobs", 0, NV_MAX_TOP_LOGPROBS, &k, &given, err))) return rc;
+        if (given && !out->req.logprobs) {
+            nv_api_error_set(err, E400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            return err->status;
+        }
+    } else {
+        if ((rc = get_int(root, "logprobs", 0, 5, &k, &given, err))) return rc;
+        out->req.logprobs = given;
+    }
+    out->req.top_logprobs = (int)k;
+    return 0;
+}
+
 /* A field this server does not implement: fine when absent, null or at its neutral value. */
 static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
     const cJSON *v = field(root, key);
     if (!v) return 0;
     int neutral = 0;
-    if (!strcmp(key, "logprobs")) {
-        neutral = cJSON_IsFalse(v) || (cJSON_IsNumber(v) && v->valuedouble == 0);
-    } else if (!strcmp(key, "top_logprobs")) {
-        neutral = cJSON_IsNumber(v) && v->valuedouble == 0;
-    } else if (!strcmp(key, "best_of")) {
+    if (!strcmp(key, "best_of")) {
         neutral = cJSON_IsNumber(v) && v->valuedouble == 1;
     } else if (!strcmp(key, "suffix")) {
         neutral = cJSON_IsString(v) && !v->valuestring[0];
@@ -436,7 +452,8 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         out->req.seed = r.state;
     }
     if ((rc = logit_adjustments(ctx, root, out, err))) return rc;
-    const char *bad[] = {"logprobs", "top_logprobs", "best_of", "suffix", "tools", "functions", "response_format"};
+    if ((rc = parse_logprobs(root, chat, out, err))) return rc;
+    const char *bad[] = {"best_of", "suffix", "tools", "functions", "response_format"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if ((rc = unsupported(root, bad[i], err))) return rc;
     const cJSON *user = field(root, "user");
@@ -445,6 +462,11 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         return err->status;
     }
     if (!chat && (rc = get_bool(root, "echo", &out->echo, err))) return rc;
+    if (out->echo && out->req.logprobs) {
+        nv_api_error_set(err, E400, "unsupported_parameter", "logprobs",
+                         "'logprobs' with 'echo' (the prompt's log-probabilities) is not supported by this server");
+        return err->status;
+    }
     if ((rc = parse_stop(root, out, err))) return rc;
     if (chat) {
         const char *ts = nv_chat_template_stop(ctx->tmpl);
@@ -554,6 +576,7 @@ void nv_api_request_free(nv_api_request *r) {
 /* ---- responses --------------------------------------------------------------------------------- */
 
 void nv_api_meta_init(nv_api_meta *m, int chat, const char *model) {
+    memset(m, 0, sizeof *m);
     static _Atomic uint64_t counter;
     nv_rng r;
     nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9)) ^ (atomic_fetch_add(&counter, 1) << 40) ^ (uint64_t)time(NULL));
@@ -592,6 +615,82 @@ static char *print_free(cJSON *root) {
     return s;
 }
 
+/* A token as text for the logprobs fields: its piece (valid UTF-8; a lone byte of a longer
+ * character becomes U+FFFD), and the piece's raw bytes. */
+static void add_token(cJSON *o, const nv_api_meta *m, int tok, const char *key_token, nv_buf *b) {
+    const char *piece = nv_tokenizer_decode(m->lp_tok, 0, tok);
+    size_t n = piece ? strlen(piece) : 0;
+    b->len = 0;
+    nv_utf8_sanitize(b, piece ? piece : "", n);
+    cJSON_AddStringToObject(o, key_token, b->data ? b->data : "");
+    if (m->chat) {
+        cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    }
+}
+
+/* choice.logprobs: null, or the records m->lps in OpenAI's chat or completions shape. */
+static void add_logprobs(cJSON *c, const nv_api_meta *m) {
+    if (!m->lp_on) {
+        cJSON_AddNullToObject(c, "logprobs");
+        return;
+    }
+    cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
+    nv_buf b = {0};
+    if (m->chat) {
+        cJSON *content = cJSON_AddArrayToObject(lp, "content");
+        for (int i = 0; i < m->n_lps; i++) {
+            const nv_token_lp *t = &m->lps[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddItemToArray(content, e);
+            add_token(e, m, t->tok, "token", &b);
+            cJSON_AddNumberToObject(e, "logprob", t->logprob);
+            cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int j = 0; j < t->n_top; j++) {
+                cJSON *a = cJSON_CreateObject();
+                cJSON_AddItemToArray(tops, a);
+                add_token(a, m, t->top_tok[j], "token", &b);
+                cJSON_AddNumberToObject(a, "logprob", t->top_lp[j]);
+            }
+        }
+    } else {
+        cJSON *tokens = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
+        cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
+        long off = m->text_offset;
+        for (int i = 0; i < m->n_lps; i++) {
+            const nv_token_lp *t = &m->lps[i];
+            cJSON *holder = cJSON_CreateObject();
+            add_token(holder, m, t->tok, "t", &b);
+            cJSON *str = cJSON_DetachItemFromObject(holder, "t");
+            cJSON_Delete(holder);
+            cJSON_AddItemToArray(tokens, str);
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
+            cJSON *alt = cJSON_CreateObject();
+            for (int j = 0; j < t->n_top; j++) {
+                const char *piece = nv_tokenizer_decode(m->lp_tok, 0, t->top_tok[j]);
+                b.len = 0;
+                nv_utf8_sanitize(&b, piece ? piece : "", piece ? strlen(piece) : 0);
+                if (!cJSON_GetObjectItemCaseSensitive(alt, b.data ? b.data : ""))
+                    cJSON_AddNumberToObject(alt, b.data ? b.data : "", t->top_lp[j]);
+            }
+            cJSON_AddItemToArray(tops, alt);
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+            const char *piece = nv_tokenizer_decode(m->lp_tok, 0, t->tok);
+            off += piece ? (long)strlen(piece) : 0;
+        }
+    }
+    nv_buf_free(&b);
+}
+
+long nv_api_text_advance(const nv_api_meta *m) {
+    long off = m->text_offset;
+    for (int i = 0; i < m->n_lps; i++) {
+        const char *piece = nv_tokenizer_decode(m->lp_tok, 0, m->lps[i].tok);
+        off += piece ? (long)strlen(piece) : 0;
+    }
+    return off;
+}
+
 char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                       int completion_tokens) {
     return nv_api_response_cached(m, text, finish, prompt_tokens, completion_tokens, 0);
@@ -610,7 +709,7 @@ char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char 
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    add_logprobs(c, m);
     cJSON_AddStringToObject(c, "finish_reason", finish);
     add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
     return print_free(root);
@@ -628,7 +727,7 @@ char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char 
     } else {
         cJSON_AddStringToObject(c, "text", text ? text : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    add_logprobs(c, m);
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     if (usage_null) cJSON_AddNullToObject(root, "usage");

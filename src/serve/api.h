@@ -61,10 +61,20 @@ typedef struct {
     long created;
     const char *model;
     int chat;
+    /* logprobs: when lp_on, responses and chunks carry the records lps[0..n_lps) (set by the
+     * caller before each one; NULL/0 gives an empty list) and lp_tok names their tokens;
+     * text_offset is the completions shape's byte offset of the first record's text */
+    int lp_on;
+    const nv_tokenizer *lp_tok;
+    const nv_token_lp *lps;
+    int n_lps;
+    long text_offset;
 } nv_api_meta;
 
-/* Fills id ("cmpl-..." or "chatcmpl-...") and created. */
+/* Fills id ("cmpl-..." or "chatcmpl-...") and created; logprobs off. */
 void nv_api_meta_init(nv_api_meta *m, int chat, const char *model);
+/* The text offset after m's records (the next chunk's text_offset). */
+long nv_api_text_advance(const nv_api_meta *m);
 /* The whole (non-streamed) response. usage carries prompt_tokens_details.cached_tokens: the
  * prompt tokens served from the prefix cache (0 in nv_api_response). */
 char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,

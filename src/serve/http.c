@@ -203,9 +203,19 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         nv_buf text = {0};
+        nv_lp_list lps = {0};
         nv_req_status rs;
-        nv_req_poll(h->s, st->r, 0.1, &text, &rs);
-        if (text.len) sse_event(st, nv_api_chunk(&st->meta, text.data, 0, NULL, st->include_usage));
+        nv_req_poll(h->s, st->r, 0.1, &text, st->meta.lp_on ? &lps : NULL, &rs);
+        if (lps.oom) st->out.oom = 1;
+        if (text.len || lps.n) {
+            st->meta.lps = lps.v;
+            st->meta.n_lps = lps.n;
+            sse_event(st, nv_api_chunk(&st->meta, text.data ? text.data : "", 0, NULL, st->include_usage));
+            st->meta.text_offset = nv_api_text_advance(&st->meta);
+            st->meta.lps = NULL;
+            st->meta.n_lps = 0;
+        }
+        free(lps.v);
         nv_buf_free(&text);
         if (rs.done) {
             stream_end(st, &rs);
@@ -254,6 +264,8 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     }
     nv_api_meta meta;
     nv_api_meta_init(&meta, chat, h->ctx.model_id);
+    meta.lp_on = ar.req.logprobs;
+    meta.lp_tok = h->ctx.tok;
     int fd = conn_fd(c);
 
     if (ar.stream) {
@@ -284,14 +296,16 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     }
 
     nv_buf text = {0};
+    nv_lp_list lps = {0};
     nv_req_status rs;
     if (ar.echo && ar.echo_text) nv_buf_puts(&text, ar.echo_text);
     for (;;) {
-        nv_req_poll(h->s, r, 0.1, &text, &rs);
+        nv_req_poll(h->s, r, 0.1, &text, meta.lp_on ? &lps : NULL, &rs);
         if (rs.done) break;
         if (conn_gone(fd)) {
             nv_req_cancel(h->s, r);
             nv_req_release(h->s, r);
+            free(lps.v);
             nv_buf_free(&text);
             nv_api_request_free(&ar);
             access_log(cc, c, 499, "client closed the connection");
@@ -300,10 +314,13 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     }
     nv_req_release(h->s, r);
     nv_api_request_free(&ar);
-    if (text.oom) {
+    if (text.oom || lps.oom) {
+        free(lps.v);
         nv_buf_free(&text);
         return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     }
+    meta.lps = lps.v;
+    meta.n_lps = lps.n;
     enum MHD_Result ret;
     if (rs.finish == NV_FINISH_STOP || rs.finish == NV_FINISH_LENGTH) {
         char *body = nv_api_response_cached(&meta, text.data ? text.data : "", nv_api_finish_reason(rs.finish),
@@ -318,6 +335,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     } else {
         ret = fail(h, c, cc, 500, "server_error", NULL, "Generation failed");
     }
+    free(lps.v);
     nv_buf_free(&text);
     return ret;
 oom:

@@ -1,6 +1,7 @@
 #include "serve/sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +27,7 @@ struct nv_req {
     nv_finish finish;
     int n_gen_pub;
     nv_buf out;
+    int lp_pub, lp_sent; /* log-prob records published / handed to nv_req_poll */
     pthread_cond_t cv;
     nv_req *next; /* queue link */
     /* the loop thread's own */
@@ -39,6 +41,15 @@ struct nv_req {
     nv_buf pending; /* text not yet safe to publish */
     nv_buf emit;    /* text to publish after this step */
     double t_last;
+    /* log-probabilities (lp_k >= 0): one record per generated token, with the byte range its text
+     * took in the pending stream, so a record is published with the text it produced */
+    int lp_k;
+    float *lp_raw;     /* [vocab] this step's raw logits (sampling overwrites the row) */
+    nv_token_lp lp_step; /* this step's record, filled by the sample task */
+    nv_token_lp *lps;
+    size_t *lp_start, *lp_end;
+    int n_lps, cap_lps, lp_flushed;
+    size_t pend_total, pend_done; /* bytes appended to / taken out of pending, all told */
     /* the prefix cache (the loop thread's own; n_cached is also read under the lock) */
     uint64_t *hashes;              /* [blocks_needed] chain hashes of the full blocks */
     int n_lookup;                  /* prompt blocks a lookup may reuse (hashed at the first lookup), -1 before */
@@ -145,6 +156,10 @@ static void req_free(nv_req *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->blocks);
     free(r->hashes);
+    free(r->lp_raw);
+    free(r->lps);
+    free(r->lp_start);
+    free(r->lp_end);
     nv_sampler_free(&r->sampler);
     nv_buf_free(&r->out);
     nv_buf_free(&r->pending);
@@ -176,6 +191,9 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     nv_err e = nv_sampler_init(&r->sampler, p->vocab_size, p->temperature, p->top_p, seed);
     if (e == NV_OK) e = nv_sampler_set_bias(&r->sampler, p->bias_tok, p->bias, p->n_bias);
     if (e == NV_OK) e = nv_sampler_set_penalties(&r->sampler, p->presence_penalty, p->frequency_penalty);
+    r->lp_k = !p->logprobs ? -1 : p->top_logprobs < 0 ? 0 : p->top_logprobs > NV_MAX_TOP_LOGPROBS ? NV_MAX_TOP_LOGPROBS : p->top_logprobs;
+    if (e == NV_OK && r->lp_k >= 0 && !(r->lp_raw = malloc((size_t)p->vocab_size * sizeof(float))))
+        e = nv_fail(NV_ENOMEM, "request: out of memory");
     if (e != NV_OK) {
         req_free(r);
         return e;
@@ -213,13 +231,28 @@ void nv_req_cancel(nv_sched *s, nv_req *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_req_status *st) {
+void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list *lps, nv_req_status *st) {
     pthread_mutex_lock(&s->mu);
-    if (!r->done && r->out.len == 0 && wait_s > 0) cond_wait_s(&r->cv, &s->mu, wait_s);
+    if (!r->done && r->out.len == 0 && r->lp_sent == r->lp_pub && wait_s > 0) cond_wait_s(&r->cv, &s->mu, wait_s);
     if (r->out.len) {
         nv_buf_append(out, r->out.data, r->out.len);
         nv_buf_consume(&r->out, r->out.len);
     }
+    if (lps && r->lp_pub > r->lp_sent) {
+        int n = r->lp_pub - r->lp_sent;
+        if (lps->n + n > lps->cap) {
+            int cap = lps->cap ? lps->cap : 64;
+            while (cap < lps->n + n) cap *= 2;
+            nv_token_lp *v = realloc(lps->v, (size_t)cap * sizeof *v);
+            if (v) lps->v = v, lps->cap = cap;
+            else lps->oom = 1;
+        }
+        if (!lps->oom) {
+            memcpy(lps->v + lps->n, r->lps + r->lp_sent, (size_t)n * sizeof *lps->v);
+            lps->n += n;
+        }
+    }
+    r->lp_sent = r->lp_pub;
     st->done = r->done;
     st->finish = r->finish;
     st->prompt_tokens = r->n_prompt;
@@ -546,7 +579,10 @@ static int plan_step(nv_sched *s) {
 /* Moves what is safe of r's pending text to r->emit (everything when final). */
 static void flush_text(nv_req *r, int final) {
     size_t n = r->pending.len, keep = 0;
-    if (!n) return;
+    if (!n) {
+        while (r->lp_flushed < r->n_lps && r->lp_end[r->lp_flushed] <= r->pend_done) r->lp_flushed++;
+        return;
+    }
     if (!final) {
         keep = nv_stop_holdback(r->pending.data, n, (const char *const *)r->stop, r->n_stop);
         size_t u = nv_utf8_incomplete_tail(r->pending.data, n);
@@ -554,6 +590,56 @@ static void flush_text(nv_req *r, int final) {
     }
     nv_utf8_sanitize(&r->emit, r->pending.data, n - keep);
     nv_buf_consume(&r->pending, n - keep);
+    r->pend_done += n - keep;
+    while (r->lp_flushed < r->n_lps && r->lp_end[r->lp_flushed] <= r->pend_done) r->lp_flushed++;
+}
+
+/* Appends this step's record (r->lp_step) for a token whose text takes the next len bytes. */
+static void lp_record(nv_req *r, size_t len) {
+    if (r->n_lps == r->cap_lps) {
+        int cap = r->cap_lps ? 2 * r->cap_lps : 64;
+        nv_token_lp *v = realloc(r->lps, (size_t)cap * sizeof *v);
+        size_t *a = v ? realloc(r->lp_start, (size_t)cap * sizeof *a) : NULL;
+        if (v) r->lps = v;
+        if (a) r->lp_start = a;
+        size_t *b = a ? realloc(r->lp_end, (size_t)cap * sizeof *b) : NULL;
+        if (b) r->lp_end = b;
+        if (!b) {
+            nv_log(NV_LOG_WARN, "serve: out of memory for log-probabilities; the rest of this answer has none");
+            r->lp_k = -1;
+            return;
+        }
+        r->cap_lps = cap;
+    }
+    r->lps[r->n_lps] = r->lp_step;
+    r->lp_start[r->n_lps] = r->pend_total;
+    r->lp_end[r->n_lps] = r->pend_total + len;
+    r->n_lps++;
+}
+
+/* The log-softmax of raw logits at tok, and the k most likely tokens (ties: the lower id first). */
+static void lp_compute(const float *raw, int n, int tok, int k, nv_token_lp *out) {
+    float maxv = raw[0];
+    for (int i = 1; i < n; i++)
+        if (raw[i] > maxv) maxv = raw[i];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += expf(raw[i] - maxv);
+    const float lse = maxv + (float)log(sum);
+    out->tok = tok;
+    out->logprob = raw[tok] - lse;
+    out->n_top = 0;
+    for (int i = 0; i < n && k > 0; i++) {
+        if (out->n_top == k && !(raw[i] > out->top_lp[k - 1])) continue;
+        int j = out->n_top < k ? out->n_top++ : k - 1;
+        while (j > 0 && raw[i] > out->top_lp[j - 1]) {
+            out->top_lp[j] = out->top_lp[j - 1];
+            out->top_tok[j] = out->top_tok[j - 1];
+            j--;
+        }
+        out->top_lp[j] = raw[i];
+        out->top_tok[j] = i;
+    }
+    for (int j = 0; j < out->n_top; j++) out->top_lp[j] -= lse;
 }
 
 /* A sampled token: text, stop strings, limits (loop thread, no lock). */
@@ -568,6 +654,9 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
     const char *piece = nv_tokenizer_decode(s->tok, r->last, tok);
     r->last = tok;
     r->n_gen++;
+    size_t piece_len = piece ? strlen(piece) : 0;
+    if (r->lp_k >= 0) lp_record(r, piece_len);
+    r->pend_total += piece_len;
     if (r->n_gen == 1) nv_metrics_ttft(s->metrics, now - r->t_arrival);
     else nv_metrics_itl(s->metrics, now - r->t_last);
     r->t_last = now;
@@ -582,6 +671,10 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
             r->pending.len = cut;
             r->pending.data[cut] = '\0';
             r->fin = NV_FINISH_STOP;
+            /* tokens whose text lies wholly in the stop string are not part of the answer */
+            r->pend_total = r->pend_done + cut;
+            while (r->n_lps > r->lp_flushed && r->lp_start[r->n_lps - 1] >= r->pend_total && r->n_lps > 0) r->n_lps--;
+            if (r->n_lps > 0 && r->lp_end[r->n_lps - 1] > r->pend_total) r->lp_end[r->n_lps - 1] = r->pend_total;
         }
     }
     if (!r->fin && (r->n_gen >= r->max_tokens || r->pos >= c->seq_len)) r->fin = NV_FINISH_LENGTH;
@@ -616,7 +709,15 @@ static void sample_task(void *ctx, int task, int n_tasks) {
     nv_sched *s = j->s;
     for (int i = task; i < j->n; i += n_tasks) {
         float *logits = nv_batch_logits(&s->bs, &s->model->config, i);
-        s->step_tok[i] = logits ? nv_sample(&s->step_req[i]->sampler, logits) : -1;
+        nv_req *r = s->step_req[i];
+        if (!logits) {
+            s->step_tok[i] = -1;
+            continue;
+        }
+        const int n = s->model->config.vocab_size;
+        if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
+        s->step_tok[i] = nv_sample(&r->sampler, logits);
+        if (r->lp_k >= 0) lp_compute(r->lp_raw, n, s->step_tok[i], r->lp_k, &r->lp_step);
     }
 }
 
@@ -666,6 +767,7 @@ static void *sched_loop(void *arg) {
                 nv_buf_append(&r->out, r->emit.data, r->emit.len);
                 nv_buf_consume(&r->emit, r->emit.len);
             }
+            r->lp_pub = r->lp_flushed;
             r->n_gen_pub = r->n_gen;
             if (r->fin != NV_FINISH_NONE) {
                 for (int j = 0; j < s->n_running; j++)

@@ -56,6 +56,24 @@
 
 typedef struct nv_req nv_req;
 
+/* One generated token's log-probability under the model (the log-softmax of its raw logits,
+ * before temperature, penalties and bias) and its n_top most likely alternatives, best first. */
+#define NV_MAX_TOP_LOGPROBS 20
+typedef struct {
+    int tok;
+    float logprob;
+    int n_top;
+    int top_tok[NV_MAX_TOP_LOGPROBS];
+    float top_lp[NV_MAX_TOP_LOGPROBS];
+} nv_token_lp;
+
+/* A growing list of them (the caller frees v). */
+typedef struct {
+    nv_token_lp *v;
+    int n, cap;
+    int oom;
+} nv_lp_list;
+
 typedef struct {
     const int *prompt; /* copied */
     int n_prompt;
@@ -70,6 +88,8 @@ typedef struct {
     const int *bias_tok;                       /* logit_bias: n_bias (token, bias) pairs, copied */
     const float *bias;
     int n_bias;
+    int logprobs;     /* 1: report each token's log-probability */
+    int top_logprobs; /* with it, the most likely alternatives per token (0..NV_MAX_TOP_LOGPROBS) */
 } nv_req_params;
 
 typedef struct {
@@ -138,8 +158,9 @@ long nv_sched_capacity(const nv_sched *s);
 /* A new request holding one reference (the caller's). */
 nv_err nv_req_create(nv_req **out, const nv_req_params *p);
 nv_submit nv_sched_submit(nv_sched *s, nv_req *r);
-/* Waits up to wait_s seconds for new text or the end; appends new text to out. */
-void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_req_status *st);
+/* Waits up to wait_s seconds for new text or the end; appends new text to out and, when lps is
+ * given, the log-probabilities of the tokens that text came from. */
+void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list *lps, nv_req_status *st);
 void nv_req_cancel(nv_sched *s, nv_req *r);
 /* Drops the caller's reference (frees the request when it was the last). For a request never
  * submitted, s may be NULL. */
