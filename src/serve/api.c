@@ -617,8 +617,8 @@ static char *print_free(cJSON *root) {
 
 /* A token as text for the logprobs fields: its piece (valid UTF-8; a lone byte of a longer
  * character becomes U+FFFD), and the piece's raw bytes. */
-static void add_token(cJSON *o, const nv_api_meta *m, int tok, const char *key_token, nv_buf *b) {
-    const char *piece = nv_tokenizer_decode(m->lp_tok, 0, tok);
+static void add_token(cJSON *o, const nv_api_meta *m, int prev, int tok, const char *key_token, nv_buf *b) {
+    const char *piece = nv_tokenizer_decode(m->lp_tok, prev, tok);
     size_t n = piece ? strlen(piece) : 0;
     b->len = 0;
     nv_utf8_sanitize(b, piece ? piece : "", n);
@@ -643,13 +643,13 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
             const nv_token_lp *t = &m->lps[i];
             cJSON *e = cJSON_CreateObject();
             cJSON_AddItemToArray(content, e);
-            add_token(e, m, t->tok, "token", &b);
+            add_token(e, m, t->prev, t->tok, "token", &b);
             cJSON_AddNumberToObject(e, "logprob", t->logprob);
             cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
             for (int j = 0; j < t->n_top; j++) {
                 cJSON *a = cJSON_CreateObject();
                 cJSON_AddItemToArray(tops, a);
-                add_token(a, m, t->top_tok[j], "token", &b);
+                add_token(a, m, t->prev, t->top_tok[j], "token", &b);
                 cJSON_AddNumberToObject(a, "logprob", t->top_lp[j]);
             }
         }
@@ -660,14 +660,14 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
         for (int i = 0; i < m->n_lps; i++) {
             const nv_token_lp *t = &m->lps[i];
             cJSON *holder = cJSON_CreateObject();
-            add_token(holder, m, t->tok, "t", &b);
+            add_token(holder, m, t->prev, t->tok, "t", &b);
             cJSON *str = cJSON_DetachItemFromObject(holder, "t");
             cJSON_Delete(holder);
             cJSON_AddItemToArray(tokens, str);
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
             cJSON *alt = cJSON_CreateObject();
             for (int j = 0; j < t->n_top; j++) {
-                const char *piece = nv_tokenizer_decode(m->lp_tok, 0, t->top_tok[j]);
+                const char *piece = nv_tokenizer_decode(m->lp_tok, t->prev, t->top_tok[j]);
                 b.len = 0;
                 nv_utf8_sanitize(&b, piece ? piece : "", piece ? strlen(piece) : 0);
                 if (!cJSON_GetObjectItemCaseSensitive(alt, b.data ? b.data : ""))
@@ -675,7 +675,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
             }
             cJSON_AddItemToArray(tops, alt);
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            const char *piece = nv_tokenizer_decode(m->lp_tok, 0, t->tok);
+            const char *piece = nv_tokenizer_decode(m->lp_tok, t->prev, t->tok);
             off += piece ? (long)strlen(piece) : 0;
         }
     }
@@ -685,7 +685,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
 long nv_api_text_advance(const nv_api_meta *m) {
     long off = m->text_offset;
     for (int i = 0; i < m->n_lps; i++) {
-        const char *piece = nv_tokenizer_decode(m->lp_tok, 0, m->lps[i].tok);
+        const char *piece = nv_tokenizer_decode(m->lp_tok, m->lps[i].prev, m->lps[i].tok);
         off += piece ? (long)strlen(piece) : 0;
     }
     return off;

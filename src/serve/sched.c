@@ -651,6 +651,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
         return;
     }
     nv_sampler_accept(&r->sampler, tok);
+    r->lp_step.prev = r->last;
     const char *piece = nv_tokenizer_decode(s->tok, r->last, tok);
     r->last = tok;
     r->n_gen++;

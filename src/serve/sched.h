@@ -61,6 +61,7 @@ typedef struct nv_req nv_req;
 #define NV_MAX_TOP_LOGPROBS 20
 typedef struct {
     int tok;
+    int prev; /* the token before it (its text depends on it: no leading space after BOS) */
     float logprob;
     int n_top;
     int top_tok[NV_MAX_TOP_LOGPROBS];
