@@ -496,6 +496,68 @@ static void test_logprobs(void) {
     resp_free(&r);
 }
 
+/* n choices: greedy choices are all the alone text; seeded sampled ones differ from each other,
+ * and a stream carries every choice's chunks under its index, spelling the same texts. */
+static void test_n_choices(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    int port = main_srv.port;
+    result alone;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"temperature\":0}", &alone);
+    resp r;
+    T_CHECK(http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"temperature\":0,\"n\":3}", &r) &&
+                r.status == 200,
+            "n=3 %d", r.status);
+    cJSON *root = cJSON_Parse(r.body);
+    const cJSON *ch = cJSON_GetObjectItem(root, "choices");
+    int ok = cJSON_GetArraySize(ch) == 3 && cJSON_GetObjectItem(cJSON_GetObjectItem(root, "usage"), "completion_tokens")->valueint == 48;
+    for (int i = 0; ok && i < 3; i++) {
+        const cJSON *c = cJSON_GetArrayItem(ch, i);
+        ok &= cJSON_GetObjectItem(c, "index")->valueint == i && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "text")), alone.text);
+    }
+    T_CHECK(ok, "greedy n=3: %s", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
+
+    const char *sampled = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":24,\"temperature\":1,"
+                          "\"seed\":7,\"n\":2%s}";
+    char b1[400], b2[400];
+    snprintf(b1, sizeof b1, sampled, "");
+    snprintf(b2, sizeof b2, sampled, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    resp whole, streamed;
+    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b1, &whole) && whole.status == 200, "n=2 %d", whole.status);
+    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b2, &streamed) && streamed.status == 200, "n=2 stream %d", streamed.status);
+    root = cJSON_Parse(whole.body);
+    ch = cJSON_GetObjectItem(root, "choices");
+    const char *t0 = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(ch, 0), "message"), "content"));
+    const char *t1 = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(ch, 1), "message"), "content"));
+    T_CHECK(t0 && t1 && strcmp(t0, t1) != 0, "two sampled choices are the same text");
+    /* the stream: each event's choices[0] has an index; concatenate per index */
+    char got[2][1024] = {"", ""};
+    int finishes = 0, usage_tokens = -1;
+    for (const char *p = streamed.body; p && (p = strstr(p, "data: {")); p += 6) {
+        const char *end = strstr(p, "\n\n");
+        char *one = strndup(p + 6, end ? (size_t)(end - p - 6) : strlen(p + 6));
+        cJSON *ev = cJSON_Parse(one);
+        free(one);
+        const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0);
+        const cJSON *u = cJSON_GetObjectItem(ev, "usage");
+        if (cJSON_IsObject(u)) usage_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
+        if (c) {
+            int i = cJSON_GetObjectItem(c, "index")->valueint;
+            const char *d = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content"));
+            if (i >= 0 && i < 2 && d) strncat(got[i], d, sizeof got[i] - strlen(got[i]) - 1);
+            if (cJSON_IsString(cJSON_GetObjectItem(c, "finish_reason"))) finishes++;
+        }
+        cJSON_Delete(ev);
+    }
+    T_CHECK(t0 && t1 && !strcmp(got[0], t0) && !strcmp(got[1], t1), "streamed choices '%s' / '%s' differ from '%s' / '%s'", got[0],
+            got[1], t0 ? t0 : "", t1 ? t1 : "");
+    T_CHECK(finishes == 2 && usage_tokens == cJSON_GetObjectItem(cJSON_GetObjectItem(root, "usage"), "completion_tokens")->valueint,
+            "finishes %d, usage %d", finishes, usage_tokens);
+    cJSON_Delete(root);
+    resp_free(&whole), resp_free(&streamed);
+}
+
 #define NCONC 8
 static const char *prompts[NCONC] = {"Once upon a time",  "Lily and Ben",  "The dog",      "One day, a little",
                                      "Tom had a big red", "The sun was",   "A cat named",  "She wanted to"};
@@ -607,7 +669,7 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"temperature\":3}", 400, "temperature", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_p\":0}", 400, "top_p", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_p\":1.5}", 400, "top_p", NULL},
-        {"POST", C, "{\"prompt\":\"x\",\"n\":2}", 400, "n", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"n\":17}", 400, "n", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":5}", 400, "stop", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":[\"a\",7]}", 400, "stop", NULL},
@@ -643,7 +705,7 @@ static void test_bad_requests_table(void) {
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":0}", 400, "max_completion_tokens", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format", NULL},
-        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3}", 400, "n", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":0}", 400, "n", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"model\":\"nope\"}", 404, "model", "model_not_found"},
         {"GET", C, NULL, 405, NULL, "method_not_allowed"},
         {"GET", H, NULL, 405, NULL, "method_not_allowed"},
@@ -989,6 +1051,7 @@ int main(void) {
     T_RUN(test_basic_endpoints);
     T_RUN(test_stop_strings_and_sampling);
     T_RUN(test_logprobs);
+    T_RUN(test_n_choices);
     T_RUN(test_eight_concurrent_greedy_equal_alone);
     T_RUN(test_sixteen_clients);
     T_RUN(test_bad_requests_table);

@@ -45,6 +45,9 @@ for (const t of content) {
   assert.deepEqual(Buffer.from(t.bytes).toString('utf8'), t.token);
 }
 
+const two = await client.chat.completions.create({ model, messages: msg, max_tokens: 8, temperature: 1, seed: 3, n: 2 });
+assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+
 const comp = await client.completions.create({ model, prompt: 'Lily and Ben', max_tokens: 16, temperature: 0, stop: ['.'] });
 assert.equal(comp.object, 'text_completion');
 assert.equal(comp.choices[0].finish_reason, 'stop');

@@ -427,11 +427,8 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         }
     }
     long long n = 1;
-    if ((rc = get_int(root, "n", 1, 128, &n, &given, err))) return rc;
-    if (n != 1) {
-        nv_api_error_set(err, E400, "unsupported_value", "n", "'n' must be 1: this server returns one choice per request");
-        return err->status;
-    }
+    if ((rc = get_int(root, "n", 1, NV_MAX_CHOICES, &n, &given, err))) return rc;
+    out->n = (int)n;
     double t = 1.0, p = 1.0;
     if ((rc = get_number(root, "temperature", 0, 2, &t, &given, err))) return rc;
     if ((rc = get_number(root, "top_p", 0, 1, &p, &given, err))) return rc;
@@ -698,19 +695,32 @@ char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish
 
 char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                              int completion_tokens, int cached_tokens) {
+    nv_api_choice one = {text, finish, m->lps, m->n_lps};
+    return nv_api_response_choices(m, &one, 1, prompt_tokens, completion_tokens, cached_tokens);
+}
+
+char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int n, int prompt_tokens,
+                              int completion_tokens, int cached_tokens) {
     cJSON *root = envelope(m, m->chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (m->chat) {
-        cJSON *msg = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", text);
-    } else {
-        cJSON_AddStringToObject(c, "text", text);
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    for (int i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, c);
+        cJSON_AddNumberToObject(c, "index", i);
+        if (m->chat) {
+            cJSON *msg = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", ch[i].text);
+        } else {
+            cJSON_AddStringToObject(c, "text", ch[i].text);
+        }
+        nv_api_meta mi = *m;
+        mi.lps = ch[i].lps;
+        mi.n_lps = ch[i].n_lps;
+        mi.text_offset = 0;
+        add_logprobs(c, &mi);
+        cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
     }
-    add_logprobs(c, m);
-    cJSON_AddStringToObject(c, "finish_reason", finish);
     add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
     return print_free(root);
 }
@@ -719,7 +729,7 @@ char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char 
     cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", m->index);
     if (m->chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role) cJSON_AddStringToObject(d, "role", "assistant");

@@ -38,8 +38,11 @@ typedef struct {
     long capacity; /* positions one request can reserve */
 } nv_api_ctx;
 
+#define NV_MAX_CHOICES 16
+
 typedef struct {
     int chat, stream, include_usage, echo;
+    int n; /* choices (1..NV_MAX_CHOICES): that many sequences from the one prompt */
     nv_req_params req; /* prompt and stop strings point into this struct */
     int *prompt_ids;
     char *echo_text; /* the prompt as text, when echo */
@@ -64,6 +67,7 @@ typedef struct {
     /* logprobs: when lp_on, responses and chunks carry the records lps[0..n_lps) (set by the
      * caller before each one; NULL/0 gives an empty list) and lp_tok names their tokens;
      * text_offset is the completions shape's byte offset of the first record's text */
+    int index; /* the choice a chunk belongs to */
     int lp_on;
     const nv_tokenizer *lp_tok;
     const nv_token_lp *lps;
@@ -81,6 +85,15 @@ char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish
                       int completion_tokens);
 char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                              int completion_tokens, int cached_tokens);
+/* The whole response with n choices (n > 1 requests); each choice's logprobs come from its own
+ * lps (m->lp_on says whether to report them). */
+typedef struct {
+    const char *text, *finish;
+    const nv_token_lp *lps;
+    int n_lps;
+} nv_api_choice;
+char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *choices, int n, int prompt_tokens,
+                              int completion_tokens, int cached_tokens);
 /* One streamed chunk: text (may be "") and/or finish (NULL while running); role adds the chat
  * role delta; usage_null adds "usage":null (stream_options.include_usage). */
 char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null);

@@ -40,7 +40,11 @@ typedef struct {
 
 typedef struct {
     nv_http *h;
-    nv_req *r;
+    nv_req *r[NV_MAX_CHOICES]; /* one sequence per choice */
+    int n;
+    int ended[NV_MAX_CHOICES];       /* the choice's finish chunk is out */
+    long text_offset[NV_MAX_CHOICES]; /* completions logprobs: bytes of text sent per choice */
+    int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
     int include_usage;
@@ -166,22 +170,73 @@ static void sse_event(stream_ctx *st, char *json) {
     free(json);
 }
 
-static void stream_end(stream_ctx *st, const nv_req_status *rs) {
-    if (rs->finish == NV_FINISH_STOP || rs->finish == NV_FINISH_LENGTH) {
-        sse_event(st, nv_api_chunk(&st->meta, "", 0, nv_api_finish_reason(rs->finish), st->include_usage));
-        if (st->include_usage)
-            sse_event(st, nv_api_usage_chunk(&st->meta, rs->prompt_tokens, rs->completion_tokens, rs->cached_tokens));
-    } else {
-        nv_api_error e;
-        if (rs->finish == NV_FINISH_TIMEOUT)
-            nv_api_error_set(&e, 408, "timeout_error", "timeout", NULL, "the request ran past the server's timeout of %g s",
-                             st->h->o.timeout_s);
-        else if (rs->finish == NV_FINISH_SHUTDOWN)
-            nv_api_error_set(&e, 503, "server_error", "service_unavailable", NULL, "the server is shutting down");
-        else
-            nv_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed (%s)", nv_finish_name(rs->finish));
-        sse_event(st, nv_api_error_json(&e));
-    }
+/* The error event of a choice that did not end with stop or length. */
+static void stream_error(stream_ctx *st, nv_finish f) {
+    nv_api_error e;
+    if (f == NV_FINISH_TIMEOUT)
+        nv_api_error_set(&e, 408, "timeout_error", "timeout", NULL, "the request ran past the server's timeout of %g s",
+                         st->h->o.timeout_s);
+    else if (f == NV_FINISH_SHUTDOWN)
+        nv_api_error_set(&e, 503, "server_error", "service_unavailable", NULL, "the server is shutting down");
+    else
+        nv_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed (%s)", nv_finish_name(f));
+    sse_event(st, nv_api_error_json(&e));
+}
+
+static void stream_cancel_all(stream_ctx *st) {
+    for (int i = 0; i < st->n; i++)
+        if (!st->ended[i]) nv_req_cancel(st->h->s, st->r[i]);
+}
+
+/* Polls every unfinished choice once (waiting on the first when none had news), turning its new
+ * text into a chunk with that choice's index; a choice that ended gets its finish chunk, and when
+ * all have, the usage chunk and [DONE]. A choice that failed ends the whole stream. */
+static void stream_poll(stream_ctx *st) {
+    int news = 0, waited = 0;
+    for (int pass = 0; pass < 2 && !news && !st->finished; pass++)
+        for (int i = 0; i < st->n && !st->finished; i++) {
+            if (st->ended[i]) continue;
+            nv_buf text = {0};
+            nv_lp_list lps = {0};
+            nv_req_status rs;
+            double wait = pass == 1 && !waited ? 0.1 : 0.0;
+            waited |= wait > 0;
+            nv_req_poll(st->h->s, st->r[i], wait, &text, st->meta.lp_on ? &lps : NULL, &rs);
+            if (lps.oom || text.oom) st->out.oom = 1;
+            st->meta.index = i;
+            if (text.len || lps.n) {
+                st->meta.lps = lps.v;
+                st->meta.n_lps = lps.n;
+                st->meta.text_offset = st->text_offset[i];
+                sse_event(st, nv_api_chunk(&st->meta, text.data ? text.data : "", 0, NULL, st->include_usage));
+                st->text_offset[i] = nv_api_text_advance(&st->meta);
+                st->meta.lps = NULL;
+                st->meta.n_lps = 0;
+                news = 1;
+            }
+            free(lps.v);
+            nv_buf_free(&text);
+            if (!rs.done) continue;
+            news = 1;
+            st->ended[i] = 1;
+            if (rs.finish != NV_FINISH_STOP && rs.finish != NV_FINISH_LENGTH) {
+                stream_error(st, rs.finish);
+                stream_cancel_all(st);
+                nv_buf_puts(&st->out, "data: [DONE]\n\n");
+                st->finished = 1;
+                break;
+            }
+            sse_event(st, nv_api_chunk(&st->meta, "", 0, nv_api_finish_reason(rs.finish), st->include_usage));
+            st->prompt_tokens = rs.prompt_tokens;
+            st->cached_tokens = rs.cached_tokens;
+            st->completion_tokens += rs.completion_tokens;
+        }
+    if (st->finished) return;
+    int all = 1;
+    for (int i = 0; i < st->n; i++) all &= st->ended[i];
+    if (!all) return;
+    if (st->include_usage)
+        sse_event(st, nv_api_usage_chunk(&st->meta, st->prompt_tokens, st->completion_tokens, st->cached_tokens));
     nv_buf_puts(&st->out, "data: [DONE]\n\n");
     st->finished = 1;
 }
@@ -189,7 +244,6 @@ static void stream_end(stream_ctx *st, const nv_req_status *rs) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_ctx *st = cls;
-    nv_http *h = st->h;
     for (;;) {
         if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st->out.len > st->off) {
@@ -202,25 +256,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        nv_buf text = {0};
-        nv_lp_list lps = {0};
-        nv_req_status rs;
-        nv_req_poll(h->s, st->r, 0.1, &text, st->meta.lp_on ? &lps : NULL, &rs);
-        if (lps.oom) st->out.oom = 1;
-        if (text.len || lps.n) {
-            st->meta.lps = lps.v;
-            st->meta.n_lps = lps.n;
-            sse_event(st, nv_api_chunk(&st->meta, text.data ? text.data : "", 0, NULL, st->include_usage));
-            st->meta.text_offset = nv_api_text_advance(&st->meta);
-            st->meta.lps = NULL;
-            st->meta.n_lps = 0;
-        }
-        free(lps.v);
-        nv_buf_free(&text);
-        if (rs.done) {
-            stream_end(st, &rs);
-        } else if (st->out.len == 0 && conn_gone(st->fd)) {
-            nv_req_cancel(h->s, st->r);
+        stream_poll(st);
+        if (!st->finished && st->out.len == 0 && conn_gone(st->fd)) {
+            stream_cancel_all(st);
+            for (int i = 0; i < st->n; i++) st->ended[i] = 1;
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -228,13 +267,22 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream_ctx *st = cls;
-    if (!st->finished) nv_req_cancel(st->h->s, st->r); /* the client went away */
-    nv_req_release(st->h->s, st->r);
+    for (int i = 0; i < st->n; i++) {
+        if (!st->finished && !st->ended[i]) nv_req_cancel(st->h->s, st->r[i]); /* the client went away */
+        nv_req_release(st->h->s, st->r[i]);
+    }
     nv_buf_free(&st->out);
     free(st);
 }
 
 /* ---- completions --------------------------------------------------------------------------- */
+
+static void release_all(nv_http *h, nv_req **r, int n, int cancel) {
+    for (int i = 0; i < n; i++) {
+        if (cancel) nv_req_cancel(h->s, r[i]);
+        nv_req_release(h->s, r[i]);
+    }
+}
 
 static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     int chat = cc->route == R_CHAT;
@@ -242,17 +290,26 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_api_error err;
     if (nv_api_parse(&h->ctx, chat, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
     ar.req.timeout_s = h->o.timeout_s;
-    nv_req *r = NULL;
-    nv_err ce = nv_req_create(&r, &ar.req);
-    if (ce != NV_OK) {
+    /* n choices: n sequences from the one prompt, seeds apart so sampled choices differ */
+    const int n = ar.n > 1 ? ar.n : 1;
+    nv_req *r[NV_MAX_CHOICES] = {0};
+    int made = 0;
+    for (; made < n; made++) {
+        nv_req_params p = ar.req;
+        p.seed = ar.req.seed + (uint64_t)made * 0x9E3779B97F4A7C15ull;
+        nv_err ce = nv_req_create(&r[made], &p);
+        if (ce == NV_OK) continue;
         if (ce == NV_ENOMEM) nv_api_error_set(&err, 500, "server_error", NULL, NULL, "%s", nv_errmsg());
         else nv_api_error_set(&err, 400, "invalid_request_error", NULL, NULL, "%s", nv_errmsg());
+        for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
         nv_api_request_free(&ar);
         return respond_error(h, c, cc, &err);
     }
-    nv_submit sub = atomic_load(&h->stopping) ? NV_SUBMIT_STOPPING : nv_sched_submit(h->s, r);
-    if (sub != NV_SUBMIT_OK) {
-        nv_req_release(NULL, r);
+    for (int i = 0; i < n; i++) {
+        nv_submit sub = atomic_load(&h->stopping) ? NV_SUBMIT_STOPPING : nv_sched_submit(h->s, r[i]);
+        if (sub == NV_SUBMIT_OK) continue;
+        release_all(h, r, i, 1); /* the choices already queued go too: all or nothing */
+        for (int j = i; j < n; j++) nv_req_release(NULL, r[j]);
         nv_api_request_free(&ar);
         if (sub == NV_SUBMIT_QUEUE_FULL)
             return fail(h, c, cc, 429, "rate_limit_exceeded", "rate_limit_exceeded",
@@ -270,15 +327,23 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
 
     if (ar.stream) {
         stream_ctx *st = calloc(1, sizeof *st);
-        if (!st) goto oom;
+        if (!st) {
+            release_all(h, r, n, 1);
+            nv_api_request_free(&ar);
+            return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+        }
         st->h = h;
-        st->r = r;
+        memcpy(st->r, r, sizeof r);
+        st->n = n;
         st->meta = meta;
         st->fd = fd;
         st->include_usage = ar.include_usage;
-        if (chat) sse_event(st, nv_api_chunk(&meta, "", 1, NULL, st->include_usage));
-        else if (ar.echo && ar.echo_text && *ar.echo_text)
-            sse_event(st, nv_api_chunk(&meta, ar.echo_text, 0, NULL, st->include_usage));
+        for (int i = 0; i < n; i++) {
+            st->meta.index = i;
+            if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
+            else if (ar.echo && ar.echo_text && *ar.echo_text)
+                sse_event(st, nv_api_chunk(&st->meta, ar.echo_text, 0, NULL, st->include_usage));
+        }
         nv_api_request_free(&ar);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
         if (!resp) {
@@ -295,54 +360,53 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         return ret;
     }
 
-    nv_buf text = {0};
-    nv_lp_list lps = {0};
-    nv_req_status rs;
-    if (ar.echo && ar.echo_text) nv_buf_puts(&text, ar.echo_text);
-    for (;;) {
-        nv_req_poll(h->s, r, 0.1, &text, meta.lp_on ? &lps : NULL, &rs);
-        if (rs.done) break;
-        if (conn_gone(fd)) {
-            nv_req_cancel(h->s, r);
-            nv_req_release(h->s, r);
-            free(lps.v);
-            nv_buf_free(&text);
-            nv_api_request_free(&ar);
-            access_log(cc, c, 499, "client closed the connection");
-            return MHD_NO;
+    nv_buf text[NV_MAX_CHOICES] = {0};
+    nv_lp_list lps[NV_MAX_CHOICES] = {0};
+    nv_req_status rs[NV_MAX_CHOICES];
+    int oom = 0;
+    for (int i = 0; i < n; i++)
+        if (ar.echo && ar.echo_text) nv_buf_puts(&text[i], ar.echo_text);
+    for (int i = 0; i < n; i++) { /* in turn: a choice's wait lets the others run too */
+        for (;;) {
+            nv_req_poll(h->s, r[i], 0.1, &text[i], meta.lp_on ? &lps[i] : NULL, &rs[i]);
+            if (rs[i].done) break;
+            if (conn_gone(fd)) {
+                release_all(h, r, n, 1);
+                for (int j = 0; j < n; j++) free(lps[j].v), nv_buf_free(&text[j]);
+                nv_api_request_free(&ar);
+                access_log(cc, c, 499, "client closed the connection");
+                return MHD_NO;
+            }
         }
+        oom |= text[i].oom || lps[i].oom;
     }
-    nv_req_release(h->s, r);
+    release_all(h, r, n, 0);
     nv_api_request_free(&ar);
-    if (text.oom || lps.oom) {
-        free(lps.v);
-        nv_buf_free(&text);
-        return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
-    }
-    meta.lps = lps.v;
-    meta.n_lps = lps.n;
     enum MHD_Result ret;
-    if (rs.finish == NV_FINISH_STOP || rs.finish == NV_FINISH_LENGTH) {
-        char *body = nv_api_response_cached(&meta, text.data ? text.data : "", nv_api_finish_reason(rs.finish),
-                                            rs.prompt_tokens, rs.completion_tokens, rs.cached_tokens);
+    int failed = -1, completion = 0;
+    for (int i = 0; i < n; i++) {
+        completion += rs[i].completion_tokens;
+        if (failed < 0 && rs[i].finish != NV_FINISH_STOP && rs[i].finish != NV_FINISH_LENGTH) failed = i;
+    }
+    if (oom) {
+        ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+    } else if (failed < 0) {
+        nv_api_choice ch[NV_MAX_CHOICES];
+        for (int i = 0; i < n; i++)
+            ch[i] = (nv_api_choice){text[i].data ? text[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n};
+        char *body = nv_api_response_choices(&meta, ch, n, rs[0].prompt_tokens, completion, rs[0].cached_tokens);
         ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
-    } else if (rs.finish == NV_FINISH_TIMEOUT) {
+    } else if (rs[failed].finish == NV_FINISH_TIMEOUT) {
         char msg[128];
         snprintf(msg, sizeof msg, "The request ran past the server's timeout of %g s", h->o.timeout_s);
         ret = fail(h, c, cc, 408, "timeout_error", "timeout", msg);
-    } else if (rs.finish == NV_FINISH_SHUTDOWN) {
+    } else if (rs[failed].finish == NV_FINISH_SHUTDOWN) {
         ret = fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
     } else {
         ret = fail(h, c, cc, 500, "server_error", NULL, "Generation failed");
     }
-    free(lps.v);
-    nv_buf_free(&text);
+    for (int i = 0; i < n; i++) free(lps[i].v), nv_buf_free(&text[i]);
     return ret;
-oom:
-    nv_req_cancel(h->s, r);
-    nv_req_release(h->s, r);
-    nv_api_request_free(&ar);
-    return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
 }
 
 /* ---- the access handler ---------------------------------------------------------------------- */
