@@ -414,17 +414,24 @@ static cJSON *chat_logprobs(const char *body, int stream) {
     return all;
 }
 
+/* POSTs body_fmt (one %s) to path twice: as it is, and with stream_extra in the %s; both 200. */
+static int post_whole_and_streamed(int port, const char *path, const char *body_fmt, const char *stream_extra, resp *whole,
+                                   resp *streamed) {
+    char b1[1024], b2[1024];
+    snprintf(b1, sizeof b1, body_fmt, "");
+    snprintf(b2, sizeof b2, body_fmt, stream_extra);
+    int ok = http(port, "POST", path, NULL, b1, whole) && whole->status == 200;
+    return http(port, "POST", path, NULL, b2, streamed) && streamed->status == 200 && ok;
+}
+
 static void test_logprobs(void) {
     if (!main_up) return t_skip("the main server did not start");
     int port = main_srv.port;
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":12,"
                        "\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3%s}";
-    char b1[512], b2[512];
-    snprintf(b1, sizeof b1, body, "");
-    snprintf(b2, sizeof b2, body, ",\"stream\":true");
     resp whole, streamed;
-    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b1, &whole) && whole.status == 200, "chat logprobs %d", whole.status);
-    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b2, &streamed) && streamed.status == 200, "streamed %d", streamed.status);
+    T_CHECK(post_whole_and_streamed(port, "/v1/chat/completions", body, ",\"stream\":true", &whole, &streamed),
+            "chat logprobs %d / streamed %d", whole.status, streamed.status);
     cJSON *root = cJSON_Parse(whole.body);
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
     const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content"));
@@ -520,12 +527,10 @@ static void test_n_choices(void) {
 
     const char *sampled = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":24,\"temperature\":1,"
                           "\"seed\":7,\"n\":2%s}";
-    char b1[400], b2[400];
-    snprintf(b1, sizeof b1, sampled, "");
-    snprintf(b2, sizeof b2, sampled, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
     resp whole, streamed;
-    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b1, &whole) && whole.status == 200, "n=2 %d", whole.status);
-    T_CHECK(http(port, "POST", "/v1/chat/completions", NULL, b2, &streamed) && streamed.status == 200, "n=2 stream %d", streamed.status);
+    T_CHECK(post_whole_and_streamed(port, "/v1/chat/completions", sampled, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}",
+                                    &whole, &streamed),
+            "n=2 %d / streamed %d", whole.status, streamed.status);
     root = cJSON_Parse(whole.body);
     ch = cJSON_GetObjectItem(root, "choices");
     const char *t0 = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(ch, 0), "message"), "content"));
