@@ -561,6 +561,28 @@ static void test_n_choices(void) {
             "finishes %d, usage %d", finishes, usage_tokens);
     cJSON_Delete(root);
     resp_free(&whole), resp_free(&streamed);
+
+    /* a list of prompts x n: choice k is prompt k / n; greedy, each is that prompt's alone text */
+    result other;
+    complete(port, 0, NULL, "{\"prompt\":\"Lily and Ben\",\"max_tokens\":16,\"temperature\":0}", &other);
+    T_CHECK(http(port, "POST", "/v1/completions", NULL,
+                 "{\"prompt\":[\"Once upon a time\",\"Lily and Ben\"],\"max_tokens\":16,\"temperature\":0,\"n\":2}", &r) &&
+                r.status == 200,
+            "two prompts %d", r.status);
+    root = cJSON_Parse(r.body);
+    ch = cJSON_GetObjectItem(root, "choices");
+    const cJSON *u = cJSON_GetObjectItem(root, "usage");
+    ok = cJSON_GetArraySize(ch) == 4 &&
+         cJSON_GetObjectItem(u, "prompt_tokens")->valueint == alone.prompt_tokens + other.prompt_tokens &&
+         cJSON_GetObjectItem(u, "completion_tokens")->valueint == 64;
+    for (int i = 0; ok && i < 4; i++) {
+        const cJSON *c = cJSON_GetArrayItem(ch, i);
+        ok &= cJSON_GetObjectItem(c, "index")->valueint == i &&
+              !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "text")), i < 2 ? alone.text : other.text);
+    }
+    T_CHECK(ok, "two prompts x 2: %s", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
 }
 
 #define NCONC 8
@@ -662,7 +684,9 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":5}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":[]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":[1,2,99999]}", 400, "prompt", NULL},
-        {"POST", C, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":[\"a\",5]}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":[\"a\",\"b\"],\"n\":9}", 400, "n", NULL},
+        {"POST", C, "{\"prompt\":[\"a\",[1,2,99999]]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":\"10\"}", 400, "max_tokens", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":-5}", 400, "max_tokens", NULL},

@@ -258,16 +258,37 @@ static int parse_prompt(const nv_api_ctx *ctx, const cJSON *root, nv_api_request
     if (cJSON_IsArray(p)) {
         const cJSON *first = p->child;
         if (first && cJSON_IsNumber(first)) return prompt_from_ids(ctx, p, out, err);
-        if (cJSON_GetArraySize(p) == 1 && cJSON_IsString(first))
-            return prompt_from_text(ctx, first->valuestring, "prompt", out, err);
-        if (cJSON_GetArraySize(p) == 1 && cJSON_IsArray(first)) return prompt_from_ids(ctx, first, out, err);
-        if (cJSON_GetArraySize(p) > 1 && (cJSON_IsString(first) || cJSON_IsArray(first))) {
-            nv_api_error_set(err, E400, NULL, "prompt",
-                             "only one prompt per request is supported (send one request per prompt)");
+        int n = cJSON_GetArraySize(p);
+        if (n > NV_MAX_CHOICES) {
+            nv_api_error_set(err, E400, NULL, "prompt", "'prompt' lists %d prompts; at most %d", n, NV_MAX_CHOICES);
             return err->status;
         }
+        /* several prompts: the first fills the request, the others its list of more */
+        int i = 0;
+        for (const cJSON *e = first; e; e = e->next, i++) {
+            nv_api_request one;
+            memset(&one, 0, sizeof one);
+            one.echo = out->echo;
+            nv_api_request *dst = i == 0 ? out : &one;
+            int rc;
+            if (cJSON_IsString(e)) rc = prompt_from_text(ctx, e->valuestring, "prompt", dst, err);
+            else if (cJSON_IsArray(e) && e->child && cJSON_IsNumber(e->child)) rc = prompt_from_ids(ctx, e, dst, err);
+            else {
+                nv_api_error_set(err, E400, NULL, "prompt",
+                                 "'prompt[%d]' must be a string or a list of token ids (all prompts of one kind)", i);
+                rc = err->status;
+            }
+            if (i > 0) {
+                out->more[i - 1].ids = one.prompt_ids;
+                out->more[i - 1].n = one.req.n_prompt;
+                out->more[i - 1].echo_text = one.echo_text;
+                out->n_more = i;
+            }
+            if (rc) return rc;
+        }
+        if (i > 0) return 0;
     }
-    nv_api_error_set(err, E400, NULL, "prompt", "'prompt' must be a string, a list of one string, or a list of token ids");
+    nv_api_error_set(err, E400, NULL, "prompt", "'prompt' must be a string, a list of token ids, or a list of those");
     return err->status;
 }
 
@@ -490,7 +511,14 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
 
     if ((rc = chat ? parse_messages(ctx, root, out, err) : parse_prompt(ctx, root, out, err))) return rc;
     const char *pp = chat ? "messages" : "prompt";
-    long np = out->req.n_prompt;
+    long np = out->req.n_prompt; /* the longest prompt sets the room every one of them has */
+    for (int i = 0; i < out->n_more; i++)
+        if (out->more[i].n > np) np = out->more[i].n;
+    if ((long)(out->n_more + 1) * out->n > NV_MAX_CHOICES) {
+        nv_api_error_set(err, E400, NULL, "n", "%d prompts x n %d = %d choices; at most %d", out->n_more + 1, out->n,
+                         (out->n_more + 1) * out->n, NV_MAX_CHOICES);
+        return err->status;
+    }
     if (np >= ctx->seq_len) {
         nv_api_error_set(err, E400, "context_length_exceeded", pp,
                          "This model's maximum context length is %d tokens, but the prompt has %ld tokens", ctx->seq_len,
@@ -563,6 +591,7 @@ int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, 
 
 void nv_api_request_free(nv_api_request *r) {
     free(r->prompt_ids);
+    for (int i = 0; i < r->n_more; i++) free(r->more[i].ids), free(r->more[i].echo_text);
     free(r->bias_tok);
     free(r->bias);
     free(r->echo_text);

@@ -42,7 +42,14 @@ typedef struct {
 
 typedef struct {
     int chat, stream, include_usage, echo;
-    int n; /* choices (1..NV_MAX_CHOICES): that many sequences from the one prompt */
+    int n; /* choices per prompt: that many sequences from each prompt */
+    /* completions: prompts after the first (a list of several); prompts x n <= NV_MAX_CHOICES */
+    int n_more;
+    struct {
+        int *ids;
+        int n;
+        char *echo_text;
+    } more[NV_MAX_CHOICES - 1];
     nv_req_params req; /* prompt and stop strings point into this struct */
     int *prompt_ids;
     char *echo_text; /* the prompt as text, when echo */

@@ -41,7 +41,7 @@ typedef struct {
 typedef struct {
     nv_http *h;
     nv_req *r[NV_MAX_CHOICES]; /* one sequence per choice */
-    int n;
+    int n, per;                /* choices, choices per prompt */
     int ended[NV_MAX_CHOICES];       /* the choice's finish chunk is out */
     long text_offset[NV_MAX_CHOICES]; /* completions logprobs: bytes of text sent per choice */
     int prompt_tokens, completion_tokens, cached_tokens;
@@ -227,8 +227,8 @@ static void stream_poll(stream_ctx *st) {
                 break;
             }
             sse_event(st, nv_api_chunk(&st->meta, "", 0, nv_api_finish_reason(rs.finish), st->include_usage));
-            st->prompt_tokens = rs.prompt_tokens;
-            st->cached_tokens = rs.cached_tokens;
+            if (i % st->per == 0) st->prompt_tokens += rs.prompt_tokens; /* each prompt once */
+            if (i == 0) st->cached_tokens = rs.cached_tokens;
             st->completion_tokens += rs.completion_tokens;
         }
     if (st->finished) return;
@@ -290,13 +290,21 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_api_error err;
     if (nv_api_parse(&h->ctx, chat, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
     ar.req.timeout_s = h->o.timeout_s;
-    /* n choices: n sequences from the one prompt, seeds apart so sampled choices differ */
-    const int n = ar.n > 1 ? ar.n : 1;
+    /* n choices per prompt: n sequences from each, seeds apart so sampled choices differ; choice
+     * k is prompt k / per of the list, choice k % per of it */
+    const int per = ar.n > 1 ? ar.n : 1, n = per * (ar.n_more + 1);
     nv_req *r[NV_MAX_CHOICES] = {0};
+    const char *echo[NV_MAX_CHOICES];
     int made = 0;
     for (; made < n; made++) {
         nv_req_params p = ar.req;
-        p.seed = ar.req.seed + (uint64_t)made * 0x9E3779B97F4A7C15ull;
+        const int q = made / per;
+        if (q > 0) {
+            p.prompt = ar.more[q - 1].ids;
+            p.n_prompt = ar.more[q - 1].n;
+        }
+        echo[made] = q > 0 ? ar.more[q - 1].echo_text : ar.echo_text;
+        p.seed = ar.req.seed + (uint64_t)(made % per) * 0x9E3779B97F4A7C15ull;
         nv_err ce = nv_req_create(&r[made], &p);
         if (ce == NV_OK) continue;
         if (ce == NV_ENOMEM) nv_api_error_set(&err, 500, "server_error", NULL, NULL, "%s", nv_errmsg());
@@ -338,11 +346,11 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         st->meta = meta;
         st->fd = fd;
         st->include_usage = ar.include_usage;
+        st->per = per;
         for (int i = 0; i < n; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
-            else if (ar.echo && ar.echo_text && *ar.echo_text)
-                sse_event(st, nv_api_chunk(&st->meta, ar.echo_text, 0, NULL, st->include_usage));
+            else if (ar.echo && echo[i] && *echo[i]) sse_event(st, nv_api_chunk(&st->meta, echo[i], 0, NULL, st->include_usage));
         }
         nv_api_request_free(&ar);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
@@ -365,7 +373,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_req_status rs[NV_MAX_CHOICES];
     int oom = 0;
     for (int i = 0; i < n; i++)
-        if (ar.echo && ar.echo_text) nv_buf_puts(&text[i], ar.echo_text);
+        if (ar.echo && echo[i]) nv_buf_puts(&text[i], echo[i]);
     for (int i = 0; i < n; i++) { /* in turn: a choice's wait lets the others run too */
         for (;;) {
             nv_req_poll(h->s, r[i], 0.1, &text[i], meta.lp_on ? &lps[i] : NULL, &rs[i]);
@@ -383,9 +391,10 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     release_all(h, r, n, 0);
     nv_api_request_free(&ar);
     enum MHD_Result ret;
-    int failed = -1, completion = 0;
+    int failed = -1, completion = 0, prompt = 0;
     for (int i = 0; i < n; i++) {
         completion += rs[i].completion_tokens;
+        if (i % per == 0) prompt += rs[i].prompt_tokens; /* each prompt once */
         if (failed < 0 && rs[i].finish != NV_FINISH_STOP && rs[i].finish != NV_FINISH_LENGTH) failed = i;
     }
     if (oom) {
@@ -394,7 +403,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         nv_api_choice ch[NV_MAX_CHOICES];
         for (int i = 0; i < n; i++)
             ch[i] = (nv_api_choice){text[i].data ? text[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n};
-        char *body = nv_api_response_choices(&meta, ch, n, rs[0].prompt_tokens, completion, rs[0].cached_tokens);
+        char *body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
         ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
     } else if (rs[failed].finish == NV_FINISH_TIMEOUT) {
         char msg[128];
