@@ -641,18 +641,30 @@ static char *print_free(cJSON *root) {
     return s;
 }
 
-/* A token as text for the logprobs fields: its piece (valid UTF-8; a lone byte of a longer
- * character becomes U+FFFD), and the piece's raw bytes. */
-static void add_token(cJSON *o, const nv_api_meta *m, int prev, int tok, const char *key_token, nv_buf *b) {
+/* A token's piece as the text shows it (after BOS, without its leading space). */
+static const char *token_piece(const nv_api_meta *m, int prev, int tok) {
     const char *piece = nv_tokenizer_decode(m->lp_tok, prev, tok);
-    size_t n = piece ? strlen(piece) : 0;
+    return piece ? piece : "";
+}
+
+/* The piece as a JSON string: valid UTF-8 (a lone byte of a longer character becomes U+FFFD),
+ * in b, which the caller reuses. */
+static const char *token_text(const nv_api_meta *m, int prev, int tok, nv_buf *b) {
+    const char *piece = token_piece(m, prev, tok);
     b->len = 0;
-    nv_utf8_sanitize(b, piece ? piece : "", n);
-    cJSON_AddStringToObject(o, key_token, b->data ? b->data : "");
-    if (m->chat) {
-        cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
-        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
-    }
+    nv_utf8_sanitize(b, piece, strlen(piece));
+    return b->data ? b->data : "";
+}
+
+/* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
+static cJSON *chat_token(const nv_api_meta *m, int prev, int tok, float logprob, nv_buf *b) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", token_text(m, prev, tok, b));
+    const char *piece = token_piece(m, prev, tok);
+    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    cJSON_AddNumberToObject(o, "logprob", logprob);
+    return o;
 }
 
 /* choice.logprobs: null, or the records m->lps in OpenAI's chat or completions shape. */
@@ -667,17 +679,10 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
         cJSON *content = cJSON_AddArrayToObject(lp, "content");
         for (int i = 0; i < m->n_lps; i++) {
             const nv_token_lp *t = &m->lps[i];
-            cJSON *e = cJSON_CreateObject();
+            cJSON *e = chat_token(m, t->prev, t->tok, t->logprob, &b);
             cJSON_AddItemToArray(content, e);
-            add_token(e, m, t->prev, t->tok, "token", &b);
-            cJSON_AddNumberToObject(e, "logprob", t->logprob);
             cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
-            for (int j = 0; j < t->n_top; j++) {
-                cJSON *a = cJSON_CreateObject();
-                cJSON_AddItemToArray(tops, a);
-                add_token(a, m, t->prev, t->top_tok[j], "token", &b);
-                cJSON_AddNumberToObject(a, "logprob", t->top_lp[j]);
-            }
+            for (int j = 0; j < t->n_top; j++) cJSON_AddItemToArray(tops, chat_token(m, t->prev, t->top_tok[j], t->top_lp[j], &b));
         }
     } else {
         cJSON *tokens = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
@@ -685,24 +690,16 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
         long off = m->text_offset;
         for (int i = 0; i < m->n_lps; i++) {
             const nv_token_lp *t = &m->lps[i];
-            cJSON *holder = cJSON_CreateObject();
-            add_token(holder, m, t->prev, t->tok, "t", &b);
-            cJSON *str = cJSON_DetachItemFromObject(holder, "t");
-            cJSON_Delete(holder);
-            cJSON_AddItemToArray(tokens, str);
+            cJSON_AddItemToArray(tokens, cJSON_CreateString(token_text(m, t->prev, t->tok, &b)));
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
             cJSON *alt = cJSON_CreateObject();
             for (int j = 0; j < t->n_top; j++) {
-                const char *piece = nv_tokenizer_decode(m->lp_tok, t->prev, t->top_tok[j]);
-                b.len = 0;
-                nv_utf8_sanitize(&b, piece ? piece : "", piece ? strlen(piece) : 0);
-                if (!cJSON_GetObjectItemCaseSensitive(alt, b.data ? b.data : ""))
-                    cJSON_AddNumberToObject(alt, b.data ? b.data : "", t->top_lp[j]);
+                const char *key = token_text(m, t->prev, t->top_tok[j], &b);
+                if (!cJSON_GetObjectItemCaseSensitive(alt, key)) cJSON_AddNumberToObject(alt, key, t->top_lp[j]);
             }
             cJSON_AddItemToArray(tops, alt);
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            const char *piece = nv_tokenizer_decode(m->lp_tok, t->prev, t->tok);
-            off += piece ? (long)strlen(piece) : 0;
+            off += (long)strlen(token_piece(m, t->prev, t->tok));
         }
     }
     nv_buf_free(&b);
@@ -710,10 +707,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
 
 long nv_api_text_advance(const nv_api_meta *m) {
     long off = m->text_offset;
-    for (int i = 0; i < m->n_lps; i++) {
-        const char *piece = nv_tokenizer_decode(m->lp_tok, m->lps[i].prev, m->lps[i].tok);
-        off += piece ? (long)strlen(piece) : 0;
-    }
+    for (int i = 0; i < m->n_lps; i++) off += (long)strlen(token_piece(m, m->lps[i].prev, m->lps[i].tok));
     return off;
 }
 

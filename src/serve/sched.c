@@ -47,7 +47,9 @@ struct nv_req {
     float *lp_raw;     /* [vocab] this step's raw logits (sampling overwrites the row) */
     nv_token_lp lp_step; /* this step's record, filled by the sample task */
     nv_token_lp *lps;
-    size_t *lp_start, *lp_end;
+    struct lp_span {
+        size_t start, end; /* the bytes of pending text record i produced, counted from the first */
+    } *lp_span;
     int n_lps, cap_lps, lp_flushed;
     size_t pend_total, pend_done; /* bytes appended to / taken out of pending, all told */
     /* the prefix cache (the loop thread's own; n_cached is also read under the lock) */
@@ -158,8 +160,7 @@ static void req_free(nv_req *r) {
     free(r->hashes);
     free(r->lp_raw);
     free(r->lps);
-    free(r->lp_start);
-    free(r->lp_end);
+    free(r->lp_span);
     nv_sampler_free(&r->sampler);
     nv_buf_free(&r->out);
     nv_buf_free(&r->pending);
@@ -579,19 +580,18 @@ static int plan_step(nv_sched *s) {
 /* Moves what is safe of r's pending text to r->emit (everything when final). */
 static void flush_text(nv_req *r, int final) {
     size_t n = r->pending.len, keep = 0;
-    if (!n) {
-        while (r->lp_flushed < r->n_lps && r->lp_end[r->lp_flushed] <= r->pend_done) r->lp_flushed++;
-        return;
+    if (n) {
+        if (!final) {
+            keep = nv_stop_holdback(r->pending.data, n, (const char *const *)r->stop, r->n_stop);
+            size_t u = nv_utf8_incomplete_tail(r->pending.data, n);
+            if (u > keep) keep = u;
+        }
+        nv_utf8_sanitize(&r->emit, r->pending.data, n - keep);
+        nv_buf_consume(&r->pending, n - keep);
+        r->pend_done += n - keep;
     }
-    if (!final) {
-        keep = nv_stop_holdback(r->pending.data, n, (const char *const *)r->stop, r->n_stop);
-        size_t u = nv_utf8_incomplete_tail(r->pending.data, n);
-        if (u > keep) keep = u;
-    }
-    nv_utf8_sanitize(&r->emit, r->pending.data, n - keep);
-    nv_buf_consume(&r->pending, n - keep);
-    r->pend_done += n - keep;
-    while (r->lp_flushed < r->n_lps && r->lp_end[r->lp_flushed] <= r->pend_done) r->lp_flushed++;
+    /* the log-prob records whose text has now left pending go with it (empty pieces too) */
+    while (r->lp_flushed < r->n_lps && r->lp_span[r->lp_flushed].end <= r->pend_done) r->lp_flushed++;
 }
 
 /* Appends this step's record (r->lp_step) for a token whose text takes the next len bytes. */
@@ -599,12 +599,10 @@ static void lp_record(nv_req *r, size_t len) {
     if (r->n_lps == r->cap_lps) {
         int cap = r->cap_lps ? 2 * r->cap_lps : 64;
         nv_token_lp *v = realloc(r->lps, (size_t)cap * sizeof *v);
-        size_t *a = v ? realloc(r->lp_start, (size_t)cap * sizeof *a) : NULL;
         if (v) r->lps = v;
-        if (a) r->lp_start = a;
-        size_t *b = a ? realloc(r->lp_end, (size_t)cap * sizeof *b) : NULL;
-        if (b) r->lp_end = b;
-        if (!b) {
+        struct lp_span *sp = v ? realloc(r->lp_span, (size_t)cap * sizeof *sp) : NULL;
+        if (sp) r->lp_span = sp;
+        if (!sp) {
             nv_log(NV_LOG_WARN, "serve: out of memory for log-probabilities; the rest of this answer has none");
             r->lp_k = -1;
             return;
@@ -612,8 +610,7 @@ static void lp_record(nv_req *r, size_t len) {
         r->cap_lps = cap;
     }
     r->lps[r->n_lps] = r->lp_step;
-    r->lp_start[r->n_lps] = r->pend_total;
-    r->lp_end[r->n_lps] = r->pend_total + len;
+    r->lp_span[r->n_lps] = (struct lp_span){r->pend_total, r->pend_total + len};
     r->n_lps++;
 }
 
@@ -674,8 +671,8 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
             r->fin = NV_FINISH_STOP;
             /* tokens whose text lies wholly in the stop string are not part of the answer */
             r->pend_total = r->pend_done + cut;
-            while (r->n_lps > r->lp_flushed && r->lp_start[r->n_lps - 1] >= r->pend_total && r->n_lps > 0) r->n_lps--;
-            if (r->n_lps > 0 && r->lp_end[r->n_lps - 1] > r->pend_total) r->lp_end[r->n_lps - 1] = r->pend_total;
+            while (r->n_lps > r->lp_flushed && r->lp_span[r->n_lps - 1].start >= r->pend_total) r->n_lps--;
+            if (r->n_lps > 0 && r->lp_span[r->n_lps - 1].end > r->pend_total) r->lp_span[r->n_lps - 1].end = r->pend_total;
         }
     }
     if (!r->fin && (r->n_gen >= r->max_tokens || r->pos >= c->seq_len)) r->fin = NV_FINISH_LENGTH;
