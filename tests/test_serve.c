@@ -388,29 +388,36 @@ static void test_stop_strings_and_sampling(void) {
     nv_tokenizer_free(t_tok);
 }
 
+/* The next "data: {...}" event of an SSE body at *p, parsed (NULL at the end); *p moves past it. */
+static cJSON *next_sse_json(const char **p) {
+    const char *json = *p ? strstr(*p, "data: {") : NULL;
+    if (!json) return NULL;
+    json += 6;
+    const char *end = strstr(json, "\n\n");
+    size_t n = end ? (size_t)(end - json) : strlen(json);
+    char *one = strndup(json, n);
+    cJSON *ev = cJSON_Parse(one);
+    free(one);
+    *p = json + n;
+    return ev;
+}
+
+static void append_chat_logprobs(cJSON *all, const cJSON *root) {
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+    const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content"), *e;
+    cJSON_ArrayForEach(e, content) cJSON_AddItemToArray(all, cJSON_Duplicate(e, 1));
+}
+
 /* The chat shape's logprobs.content records of one response body or SSE stream, flattened. */
 static cJSON *chat_logprobs(const char *body, int stream) {
-    cJSON *all = cJSON_CreateArray();
-    const char *p = body;
-    while (p && *p) {
-        const char *json = p;
-        if (stream) {
-            json = strstr(p, "data: {");
-            if (!json) break;
-            json += 6;
-        }
-        const char *end = stream ? strstr(json, "\n\n") : json + strlen(json);
-        char *one = strndup(json, end ? (size_t)(end - json) : strlen(json));
-        cJSON *root = cJSON_Parse(one);
-        free(one);
-        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
-        const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content");
-        const cJSON *e;
-        cJSON_ArrayForEach(e, content) cJSON_AddItemToArray(all, cJSON_Duplicate(e, 1));
-        cJSON_Delete(root);
-        if (!stream || !end) break;
-        p = end;
+    cJSON *all = cJSON_CreateArray(), *ev;
+    if (!stream) {
+        ev = cJSON_Parse(body);
+        append_chat_logprobs(all, ev);
+        cJSON_Delete(ev);
+        return all;
     }
+    for (const char *p = body; (ev = next_sse_json(&p)); cJSON_Delete(ev)) append_chat_logprobs(all, ev);
     return all;
 }
 
@@ -539,11 +546,8 @@ static void test_n_choices(void) {
     /* the stream: each event's choices[0] has an index; concatenate per index */
     char got[2][1024] = {"", ""};
     int finishes = 0, usage_tokens = -1;
-    for (const char *p = streamed.body; p && (p = strstr(p, "data: {")); p += 6) {
-        const char *end = strstr(p, "\n\n");
-        char *one = strndup(p + 6, end ? (size_t)(end - p - 6) : strlen(p + 6));
-        cJSON *ev = cJSON_Parse(one);
-        free(one);
+    cJSON *ev;
+    for (const char *p = streamed.body; (ev = next_sse_json(&p)); cJSON_Delete(ev)) {
         const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0);
         const cJSON *u = cJSON_GetObjectItem(ev, "usage");
         if (cJSON_IsObject(u)) usage_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
@@ -553,7 +557,6 @@ static void test_n_choices(void) {
             if (i >= 0 && i < 2 && d) strncat(got[i], d, sizeof got[i] - strlen(got[i]) - 1);
             if (cJSON_IsString(cJSON_GetObjectItem(c, "finish_reason"))) finishes++;
         }
-        cJSON_Delete(ev);
     }
     T_CHECK(t0 && t1 && !strcmp(got[0], t0) && !strcmp(got[1], t1), "streamed choices '%s' / '%s' differ from '%s' / '%s'", got[0],
             got[1], t0 ? t0 : "", t1 ? t1 : "");
