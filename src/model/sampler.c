@@ -142,10 +142,15 @@ int nv_sample(nv_sampler *s, float *logits) {
     adjust_logits(s, logits);
     if (s->temperature == 0.0f) return nv_argmax(logits, n);
     /* A temperature so small that the largest logit over it overflows is greedy (its limit):
-     * dividing would make the softmax all NaN. */
-    int best = nv_argmax(logits, n);
-    if (!isfinite(logits[best] / s->temperature)) return best;
-    for (int q = 0; q < n; q++) logits[q] /= s->temperature;
+     * the softmax would be all NaN. The first maximum is found in the same pass as the division. */
+    int best = 0;
+    float maxv = logits[0];
+    for (int q = 0; q < n; q++) {
+        const float v = logits[q];
+        if (v > maxv) maxv = v, best = q;
+        logits[q] = v / s->temperature;
+    }
+    if (!isfinite(maxv / s->temperature)) return best;
     nv_softmax(logits, n);
     float coin = nv_xorshift_f32(&s->rng_state);
     if (s->top_p <= 0 || s->top_p >= 1 || n < 2) return sample_mult(logits, n, coin);
