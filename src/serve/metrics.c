@@ -97,6 +97,12 @@ static void head(nv_buf *b, const char *name, const char *type, const char *help
     nv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A metric with no labels: its HELP/TYPE lines and its one value. */
+static void put_one(nv_buf *b, const char *name, const char *type, const char *help, unsigned long long v) {
+    head(b, name, type, help);
+    nv_buf_printf(b, "%s %llu\n", name, v);
+}
+
 static void put_hist(nv_buf *b, const char *name, const char *help, const nv_hist *h) {
     head(b, name, "histogram", help);
     uint64_t cum = 0;
@@ -124,14 +130,14 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     for (int f = 1; f < NV_FINISH_COUNT; f++)
         nv_buf_printf(&b, "nerve_sequences_finished_total{reason=\"%s\"} %llu\n", finish_names[f],
                       (unsigned long long)m->finished[f]);
-    head(&b, "nerve_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.");
-    nv_buf_printf(&b, "nerve_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
-    head(&b, "nerve_completion_tokens_total", "counter", "Generated tokens of finished sequences.");
-    nv_buf_printf(&b, "nerve_completion_tokens_total %llu\n", (unsigned long long)m->completion_tokens);
-    head(&b, "nerve_steps_total", "counter", "Batched forward steps run.");
-    nv_buf_printf(&b, "nerve_steps_total %llu\n", (unsigned long long)m->steps);
-    head(&b, "nerve_step_rows_total", "counter", "Token rows over all steps (rows per step = this / steps).");
-    nv_buf_printf(&b, "nerve_step_rows_total %llu\n", (unsigned long long)m->step_rows);
+    put_one(&b, "nerve_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.", m->prompt_tokens);
+    put_one(&b, "nerve_completion_tokens_total", "counter",
+            "Generated tokens of finished sequences.",
+            m->completion_tokens);
+    put_one(&b, "nerve_steps_total", "counter", "Batched forward steps run.", m->steps);
+    put_one(&b, "nerve_step_rows_total", "counter",
+            "Token rows over all steps (rows per step = this / steps).",
+            m->step_rows);
     put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);
     put_hist(&b, "nerve_inter_token_latency_seconds", "Between consecutive generated tokens of a sequence.", &m->itl);
     put_hist(&b, "nerve_request_duration_seconds", "From arrival to the end of generation.", &m->e2e);
@@ -149,8 +155,9 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
              "Reusable prompt blocks a tier could not supply (the rest of the lookup after its last hit).");
         for (int t = 0; t < 2; t++)
             nv_buf_printf(&b, "nerve_prefix_cache_misses_total{tier=\"%s\"} %llu\n", tiers[t], (unsigned long long)misses[t]);
-        head(&b, "nerve_prefix_cached_tokens_total", "counter", "Prompt tokens whose KV came from the cache, not prefill.");
-        nv_buf_printf(&b, "nerve_prefix_cached_tokens_total %llu\n", (unsigned long long)cached);
+        put_one(&b, "nerve_prefix_cached_tokens_total", "counter",
+                "Prompt tokens whose KV came from the cache, not prefill.",
+                cached);
         head(&b, "nerve_prefix_cache_blocks", "gauge", "Blocks held by each tier (RAM: indexed blocks in the pool).");
         nv_buf_printf(&b, "nerve_prefix_cache_blocks{tier=\"ram\"} %d\n", g->ram_blocks);
         nv_buf_printf(&b, "nerve_prefix_cache_blocks{tier=\"disk\"} %ld\n", g->disk_on ? d->files : 0L);
@@ -163,16 +170,19 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
         nv_buf_printf(&b, "nerve_prefix_cache_max_bytes{tier=\"ram\"} %llu\n",
                       (unsigned long long)((uint64_t)g->ram_max_idle * g->kv_block_bytes));
         nv_buf_printf(&b, "nerve_prefix_cache_max_bytes{tier=\"disk\"} %llu\n", (unsigned long long)(g->disk_on ? d->max_bytes : 0));
-        head(&b, "nerve_prefix_cache_idle_blocks", "gauge", "Cached blocks in RAM that no sequence references (reclaimable).");
-        nv_buf_printf(&b, "nerve_prefix_cache_idle_blocks %d\n", g->kv_idle);
+        put_one(&b, "nerve_prefix_cache_idle_blocks", "gauge",
+                "Cached blocks in RAM that no sequence references (reclaimable).",
+                g->kv_idle);
         head(&b, "nerve_prefix_cache_evictions_total", "counter", "Cached blocks evicted, by tier.");
         nv_buf_printf(&b, "nerve_prefix_cache_evictions_total{tier=\"ram\"} %llu\n", (unsigned long long)g->kv_evictions);
         nv_buf_printf(&b, "nerve_prefix_cache_evictions_total{tier=\"disk\"} %llu\n",
                       (unsigned long long)(g->disk_on ? d->evictions : 0));
-        head(&b, "nerve_prefix_disk_up", "gauge", "1 while the SSD tier is on and its writer runs (0: off or stopped on an error).");
-        nv_buf_printf(&b, "nerve_prefix_disk_up %d\n", g->disk_on && d->writer_up);
-        head(&b, "nerve_prefix_disk_write_queue_depth", "gauge", "Blocks queued for the SSD writer or being written.");
-        nv_buf_printf(&b, "nerve_prefix_disk_write_queue_depth %d\n", g->disk_on ? d->queue_depth : 0);
+        put_one(&b, "nerve_prefix_disk_up", "gauge",
+                "1 while the SSD tier is on and its writer runs (0: off or stopped on an error).",
+                g->disk_on && d->writer_up);
+        put_one(&b, "nerve_prefix_disk_write_queue_depth", "gauge",
+                "Blocks queued for the SSD writer or being written.",
+                g->disk_on ? d->queue_depth : 0);
         head(&b, "nerve_prefix_disk_writes_total", "counter",
              "Block writes: written, dropped (queue full or writer stopped), failed.");
         nv_buf_printf(&b, "nerve_prefix_disk_writes_total{result=\"written\"} %llu\n", (unsigned long long)(g->disk_on ? d->writes : 0));
@@ -180,29 +190,24 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
                       (unsigned long long)(g->disk_on ? d->write_drops : 0));
         nv_buf_printf(&b, "nerve_prefix_disk_writes_total{result=\"failed\"} %llu\n",
                       (unsigned long long)(g->disk_on ? d->write_errors : 0));
-        head(&b, "nerve_prefix_disk_rejected_total", "counter",
-             "Block files removed because they failed a check (other model or format, truncated, bad checksum).");
-        nv_buf_printf(&b, "nerve_prefix_disk_rejected_total %llu\n", (unsigned long long)(g->disk_on ? d->rejected : 0));
+        put_one(&b, "nerve_prefix_disk_rejected_total", "counter",
+                "Block files removed because they failed a check (other model or format, truncated, bad checksum).",
+                g->disk_on ? d->rejected : 0);
     }
 
-    head(&b, "nerve_queue_depth", "gauge", "Requests waiting for admission.");
-    nv_buf_printf(&b, "nerve_queue_depth %d\n", g->waiting);
-    head(&b, "nerve_running_sequences", "gauge", "Sequences in the running batch.");
-    nv_buf_printf(&b, "nerve_running_sequences %d\n", g->running);
-    head(&b, "nerve_max_batch", "gauge", "Most sequences in one step (--max-batch).");
-    nv_buf_printf(&b, "nerve_max_batch %d\n", g->max_batch);
-    head(&b, "nerve_kv_blocks_total", "gauge", "KV cache blocks in the pool.");
-    nv_buf_printf(&b, "nerve_kv_blocks_total %d\n", g->kv_total);
-    head(&b, "nerve_kv_blocks_in_use", "gauge", "KV cache blocks holding a sequence's keys and values.");
-    nv_buf_printf(&b, "nerve_kv_blocks_in_use %d\n", g->kv_in_use);
-    head(&b, "nerve_kv_blocks_free", "gauge", "KV cache blocks not referenced by a sequence (free, or idle cached blocks).");
-    nv_buf_printf(&b, "nerve_kv_blocks_free %d\n", g->kv_total - g->kv_in_use);
-    head(&b, "nerve_kv_blocks_reserved", "gauge", "Free blocks promised to admitted sequences.");
-    nv_buf_printf(&b, "nerve_kv_blocks_reserved %d\n", g->kv_reserved);
-    head(&b, "nerve_kv_block_size_tokens", "gauge", "Positions per KV block.");
-    nv_buf_printf(&b, "nerve_kv_block_size_tokens %d\n", g->kv_block_size);
-    head(&b, "nerve_kv_block_bytes", "gauge", "Bytes per KV block.");
-    nv_buf_printf(&b, "nerve_kv_block_bytes %zu\n", g->kv_block_bytes);
+    put_one(&b, "nerve_queue_depth", "gauge", "Requests waiting for admission.", g->waiting);
+    put_one(&b, "nerve_running_sequences", "gauge", "Sequences in the running batch.", g->running);
+    put_one(&b, "nerve_max_batch", "gauge", "Most sequences in one step (--max-batch).", g->max_batch);
+    put_one(&b, "nerve_kv_blocks_total", "gauge", "KV cache blocks in the pool.", g->kv_total);
+    put_one(&b, "nerve_kv_blocks_in_use", "gauge",
+            "KV cache blocks holding a sequence's keys and values.",
+            g->kv_in_use);
+    put_one(&b, "nerve_kv_blocks_free", "gauge",
+            "KV cache blocks not referenced by a sequence (free, or idle cached blocks).",
+            g->kv_total - g->kv_in_use);
+    put_one(&b, "nerve_kv_blocks_reserved", "gauge", "Free blocks promised to admitted sequences.", g->kv_reserved);
+    put_one(&b, "nerve_kv_block_size_tokens", "gauge", "Positions per KV block.", g->kv_block_size);
+    put_one(&b, "nerve_kv_block_bytes", "gauge", "Bytes per KV block.", g->kv_block_bytes);
     head(&b, "nerve_engine_available", "gauge", "1 when the engine probed well and is on.");
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
         nv_buf_printf(&b, "nerve_engine_available{engine=\"%s\"} %d\n", nv_engine_name((nv_engine_id)e),
