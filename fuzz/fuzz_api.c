@@ -9,8 +9,8 @@
  *
  * Checked, as src/serve/api.h promises: a failure returns its HTTP status, fills a message,
  * frees everything, and nv_api_error_json gives valid JSON; a success gives a prompt of
- * 1..seq_len-1 ids within the vocabulary that fits the pool, max_tokens >= 1 within the
- * context and the pool, sampling parameters in range, at most NV_MAX_STOP non-empty stop
+ * 1..seq_len-1 ids within the vocabulary that fits the pool, max_tokens >= 1 (0 only with echo)
+ * within the context and the pool, prompt log-probabilities exactly with echo and logprobs, sampling parameters in range, at most NV_MAX_STOP non-empty stop
  * strings; nv_req_create (the next thing the server does) accepts it, a sampler set up as the
  * scheduler sets up the request's (temperature, top_p, seed, logit_bias, penalties) picks tokens
  * inside the vocabulary for a few steps over flat and sloped logits (what a freshly initialised
@@ -117,7 +117,7 @@ static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     FZ_CHECK(q->prompt == r->prompt_ids && r->prompt_ids != NULL, "prompt pointer");
     for (int i = 0; i < q->n_prompt; i++)
         FZ_CHECK(q->prompt[i] >= 0 && q->prompt[i] < ctx->vocab_size, "prompt id %d", q->prompt[i]);
-    FZ_CHECK(q->max_tokens >= 1 && (long)q->n_prompt + q->max_tokens <= ctx->seq_len &&
+    FZ_CHECK((q->max_tokens >= 1 || (q->max_tokens == 0 && r->echo && !chat)) && (long)q->n_prompt + q->max_tokens <= ctx->seq_len &&
                  q->max_tokens <= ctx->capacity - q->n_prompt + 1,
              "max_tokens %d with %d prompt ids", q->max_tokens, q->n_prompt);
     FZ_CHECK(q->temperature >= 0 && q->temperature <= 2 && q->top_p > 0 && q->top_p <= 1, "temperature %g top_p %g",
@@ -126,6 +126,7 @@ static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     for (int i = 0; i < q->n_stop; i++) FZ_CHECK(q->stop[i] && q->stop[i][0] && strlen(q->stop[i]) <= 256, "stop %d", i);
     FZ_CHECK(q->vocab_size == ctx->vocab_size, "vocab_size");
     FZ_CHECK(!r->echo || chat || r->echo_text != NULL, "echo without text");
+    FZ_CHECK(q->prompt_logprobs == (r->echo && q->logprobs), "prompt log-probabilities without echo and logprobs");
 
     nv_req *req = NULL;
     fz_clear_error();

@@ -16,6 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <math.h>
+
+#include "engine/engine.h"
+#include "model/forward.h"
+#include "model/model.h"
 #include "model/tokenizer.h"
 #include "serve_util.h"
 #include "t.h"
@@ -713,7 +718,7 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"seed\":1.5}", 400, "seed", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs", NULL},
-        {"POST", C, "{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true}", 400, "logprobs", "unsupported_parameter"},
+        {"POST", C, "{\"prompt\":\"x\",\"echo\":true,\"max_tokens\":-1}", 400, "max_tokens", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":3}", 400, "logprobs", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", NULL},
@@ -865,6 +870,143 @@ static void test_golden_through_api(void) {
             expect, gen ? gen : "");
     free(gen);
     free(want);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
+}
+
+/* ---- echo with logprobs: the prompt's own log-probabilities ----------------------------------- */
+
+/* The completions records of a whole body or an SSE stream, flattened: tokens, token_logprobs,
+ * top_logprobs into three arrays, the text into text. */
+static void completion_records(const char *body, int stream, cJSON *tokens, cJSON *lps, cJSON *tops, char *text, size_t cap) {
+    cJSON *ev = NULL;
+    const char *p = body;
+    text[0] = '\0';
+    for (int first = 1; (ev = stream ? next_sse_json(&p) : first ? cJSON_Parse(body) : NULL); first = 0, cJSON_Delete(ev)) {
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0);
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "text"));
+        if (t) strncat(text, t, cap - strlen(text) - 1);
+        const cJSON *lp = cJSON_GetObjectItem(c0, "logprobs"), *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(lp, "tokens")) cJSON_AddItemToArray(tokens, cJSON_Duplicate(e, 1));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(lp, "token_logprobs")) cJSON_AddItemToArray(lps, cJSON_Duplicate(e, 1));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(lp, "top_logprobs")) cJSON_AddItemToArray(tops, cJSON_Duplicate(e, 1));
+    }
+}
+
+/* log-softmax(raw)[tok], computed as the server computes it */
+static float ref_logprob(const float *raw, int n, int tok) {
+    float maxv = raw[0];
+    for (int i = 1; i < n; i++)
+        if (raw[i] > maxv) maxv = raw[i];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += expf(raw[i] - maxv);
+    return raw[tok] - (maxv + (float)log(sum));
+}
+
+static int cached_tokens(const char *body) {
+    cJSON *root = cJSON_Parse(body);
+    const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "usage"), "prompt_tokens_details"),
+                                         "cached_tokens");
+    int v = cJSON_IsNumber(c) ? c->valueint : -1;
+    cJSON_Delete(root);
+    return v;
+}
+
+/* Scalar engine, prompts split across steps (chunks of 3) and blocks of 4 positions: every
+ * record is the model's own log-softmax of the prompt, bit for bit (nv_forward over the whole
+ * prompt is the reference); the echoed text, the records and the generated tail agree whole and
+ * streamed; a scored prompt never takes its blocks from the prefix cache, but leaves them there. */
+static void test_prompt_logprobs(void) {
+    server s;
+    if (!server_start(&s, "prompt-logprobs", "--engine scalar --prefill-chunk 3 --kv-block 4", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    nv_tokenizer *tok = NULL;
+    nv_model m;
+    nv_state st;
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_model_load(model_path, &m) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_tokenizer_load_for_model(tok_path, m.config.vocab_size, &tok) == NV_OK &&
+                nv_tokenizer_encode(tok, "Once upon a time there was a little girl named Lily", 1, 0, &ids, &n) == NV_OK,
+            "%s", nv_errmsg());
+    T_CHECK(nv_state_init(&st, &m.config, n, m.config.seq_len, 1) == NV_OK && nv_forward(&m, &st, ids, n, 0) == NV_OK, "%s",
+            nv_errmsg());
+    const int V = m.config.vocab_size;
+    char list[1024] = "", body[1400];
+    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", ids[i]);
+
+    /* max_tokens 0: the prompt alone */
+    resp r;
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":0,\"echo\":true,\"logprobs\":3}", list);
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, body, &r) && r.status == 200, "prompt only: %d %s", r.status, r.body);
+    cJSON *toks = cJSON_CreateArray(), *lps = cJSON_CreateArray(), *tops = cJSON_CreateArray();
+    char text[4096], joined[4096] = "";
+    completion_records(r.body, 0, toks, lps, tops, text, sizeof text);
+    int ok = cJSON_GetArraySize(toks) == n && cJSON_GetArraySize(lps) == n && cJSON_GetArraySize(tops) == n &&
+             cJSON_IsNull(cJSON_GetArrayItem(lps, 0)) && cJSON_IsNull(cJSON_GetArrayItem(tops, 0));
+    for (int i = 1; ok && i < n; i++) {
+        const cJSON *lp = cJSON_GetArrayItem(lps, i), *top = cJSON_GetArrayItem(tops, i), *alt;
+        float want = ref_logprob(st.logits + (size_t)(i - 1) * V, V, ids[i]);
+        ok &= cJSON_IsNumber(lp) && (float)lp->valuedouble == want;
+        double best = -INFINITY;
+        cJSON_ArrayForEach(alt, top) best = alt->valuedouble > best ? alt->valuedouble : best;
+        ok &= cJSON_GetArraySize(top) >= 1 && cJSON_GetArraySize(top) <= 3 && best >= lp->valuedouble;
+        if (!ok) fprintf(stderr, "    record %d: %s, want %.9g\n", i, cJSON_PrintUnformatted(lp), (double)want);
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, toks) strncat(joined, cJSON_GetStringValue(e), sizeof joined - strlen(joined) - 1);
+    T_CHECK(ok, "prompt records are not the model's log-probabilities: %s", r.body);
+    T_CHECK(!strcmp(joined, text) && strstr(r.body, "\"finish_reason\":\"length\"") &&
+                strstr(r.body, "\"completion_tokens\":0") && cached_tokens(r.body) == 0,
+            "prompt only: tokens '%s' text '%s' body %s", joined, text, r.body);
+    char echo_text[4096];
+    snprintf(echo_text, sizeof echo_text, "%s", text);
+    cJSON *prompt_lps = lps;
+    cJSON_Delete(toks), cJSON_Delete(tops);
+    resp_free(&r);
+
+    /* with a greedy tail, whole and streamed: the prompt's records, then the tail's */
+    resp whole, streamed;
+    char fmt[1400];
+    snprintf(fmt, sizeof fmt, "{\"prompt\":[%s],\"max_tokens\":5,\"temperature\":0,\"echo\":true,\"logprobs\":3%%s}", list);
+    T_CHECK(post_whole_and_streamed(s.port, "/v1/completions", fmt, ",\"stream\":true", &whole, &streamed), "echo+logprobs %d / %d",
+            whole.status, streamed.status);
+    cJSON *wt = cJSON_CreateArray(), *wl = cJSON_CreateArray(), *wtop = cJSON_CreateArray();
+    cJSON *st_t = cJSON_CreateArray(), *st_l = cJSON_CreateArray(), *st_top = cJSON_CreateArray();
+    char wtext[4096], stext[4096];
+    completion_records(whole.body, 0, wt, wl, wtop, wtext, sizeof wtext);
+    completion_records(streamed.body, 1, st_t, st_l, st_top, stext, sizeof stext);
+    ok = cJSON_GetArraySize(wl) == n + 5 && !strncmp(wtext, echo_text, strlen(echo_text)) && strlen(wtext) > strlen(echo_text);
+    for (int i = 0; ok && i < n; i++) ok &= cJSON_Compare(cJSON_GetArrayItem(wl, i), cJSON_GetArrayItem(prompt_lps, i), 1);
+    T_CHECK(ok, "echo with a tail: %s", whole.body);
+    T_CHECK(cJSON_Compare(wt, st_t, 1) && cJSON_Compare(wl, st_l, 1) && cJSON_Compare(wtop, st_top, 1) && !strcmp(wtext, stext),
+            "streamed records or text differ from the whole response's:\n%s\n%s", whole.body, streamed.body);
+    cJSON_Delete(wt), cJSON_Delete(wl), cJSON_Delete(wtop), cJSON_Delete(st_t), cJSON_Delete(st_l), cJSON_Delete(st_top);
+    resp_free(&whole), resp_free(&streamed);
+
+    /* the prefix cache: a plain request reuses the scored prompts' blocks; a scored one does not */
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":1}", list);
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, body, &r) && r.status == 200 && cached_tokens(r.body) > 0,
+            "a plain request did not reuse the cached prompt: %s", r.body);
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":0,\"echo\":true,\"logprobs\":3}", list);
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, body, &r) && r.status == 200 && cached_tokens(r.body) == 0,
+            "a scored prompt came from the cache: %s", r.body);
+    toks = cJSON_CreateArray(), lps = cJSON_CreateArray(), tops = cJSON_CreateArray();
+    completion_records(r.body, 0, toks, lps, tops, text, sizeof text);
+    T_CHECK(cJSON_Compare(lps, prompt_lps, 1), "the same prompt scored twice differs");
+    cJSON_Delete(toks), cJSON_Delete(lps), cJSON_Delete(tops), cJSON_Delete(prompt_lps);
+    resp_free(&r);
+    /* echo alone with max_tokens 0: the text, nothing generated */
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once upon\",\"max_tokens\":0,\"echo\":true}", &r) &&
+                r.status == 200 && strstr(r.body, "\"text\":\"Once upon\"") && strstr(r.body, "\"logprobs\":null"),
+            "echo, max_tokens 0: %s", r.body);
+    resp_free(&r);
+    T_CHECK(wait_pool_idle(s.port), "blocks still in use");
+    free(ids);
+    nv_state_free(&st);
+    nv_tokenizer_free(tok);
+    nv_model_free(&m);
     T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
 }
 
@@ -1096,6 +1238,7 @@ int main(void) {
         }
     }
     T_RUN(test_golden_through_api);
+    T_RUN(test_prompt_logprobs);
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_auth_cors_timeout);

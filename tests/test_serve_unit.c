@@ -126,6 +126,16 @@ static void test_api_parse_defaults_and_limits(void) {
             "error json %s", j);
     cJSON_Delete(root);
     free(j);
+    /* a positive top_p too small for a float still samples (the most likely token), never 0 */
+    const char *tiny = "{\"prompt\":\"Once\",\"top_p\":2e-91}";
+    T_CHECK(nv_api_parse(&ctx, 0, tiny, strlen(tiny), &r, &e) == 0 && r.req.top_p > 0.0f, "tiny top_p: %g", (double)r.req.top_p);
+    nv_api_request_free(&r);
+    /* echo: max_tokens may be 0, and logprobs then score the prompt */
+    const char *scored = "{\"prompt\":\"Once\",\"echo\":true,\"logprobs\":1,\"max_tokens\":0}";
+    T_CHECK(nv_api_parse(&ctx, 0, scored, strlen(scored), &r, &e) == 0 && r.req.max_tokens == 0 && r.req.prompt_logprobs &&
+                r.req.logprobs && r.req.top_logprobs == 1,
+            "echo + logprobs: %s", e.message);
+    nv_api_request_free(&r);
     nv_tokenizer_free(tok);
 }
 

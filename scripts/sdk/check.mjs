@@ -53,6 +53,15 @@ assert.equal(comp.object, 'text_completion');
 assert.equal(comp.choices[0].finish_reason, 'stop');
 assert.ok(!comp.choices[0].text.includes('.'));
 
+// scoring a text, as evaluation harnesses do: echo, logprobs, nothing generated
+const scored = await client.completions.create({ model, prompt: 'Lily and Ben went to the park', max_tokens: 0, echo: true, logprobs: 1 });
+const sl = scored.choices[0].logprobs;
+assert.equal(scored.choices[0].text, 'Lily and Ben went to the park');
+assert.equal(sl.token_logprobs.length, scored.usage.prompt_tokens);
+assert.equal(sl.token_logprobs[0], null);
+assert.ok(sl.token_logprobs.slice(1).every((v) => v <= 0));
+assert.equal(sl.tokens.join(''), scored.choices[0].text);
+
 await assert.rejects(client.chat.completions.create({ model, messages: [], max_tokens: 5 }),
                      (e) => e.status === 400 && e.param === 'messages');
 await assert.rejects(client.chat.completions.create({ model: 'gpt-4', messages: msg }),

@@ -339,7 +339,9 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
             s->row_pos[r] = seqs[i].pos + t;
             memcpy(s->r.x + (size_t)r * d, m->w.tok_emb + (size_t)seqs[i].tokens[t] * d, (size_t)d * sizeof(float));
         }
+    s->step_rows = 0;
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, seqs, l, n);
+    s->step_rows = n;
     /* classifier over the last row of each sequence that wants logits, stacked */
     int rows = 0;
     r = 0;
@@ -351,5 +353,17 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
         s->logit_row[i] = rows++;
     }
     if (rows) nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
+    return NV_OK;
+}
+
+nv_err nv_batch_row_logits(const nv_model *m, nv_batch_state *s, int row, int count, float *out) {
+    const nv_config *c = &m->config;
+    if (row < 0 || count < 1 || row + count > s->step_rows)
+        return nv_fail(NV_EINVAL, "batch: rows %d..%d are not in the last step of %d rows", row, row + count - 1,
+                       s->step_rows);
+    int d = c->dim;
+    for (int t = 0; t < count; t++)
+        nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)(row + t) * d, m->w.rms_final, d, c->norm_eps);
+    nv_plan_run(m->cls_plan, s->r.xb, count, out);
     return NV_OK;
 }

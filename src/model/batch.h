@@ -74,6 +74,7 @@ typedef struct {
     int *logit_row;         /* [max_seqs]: row of s->logits for sequence i, -1 when none */
     float *logits;          /* [max_seqs][vocab] */
     float *rope;            /* [seq_len][head_dim]: cos, sin of each position and pair */
+    int step_rows;          /* rows of the last step (0 before the first) */
     float rope_theta;
     int head_dim, seq_len;
 } nv_batch_state;
@@ -91,5 +92,10 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
 static inline float *nv_batch_logits(const nv_batch_state *s, const nv_config *c, int i) {
     return s->logit_row[i] < 0 ? NULL : s->logits + (size_t)s->logit_row[i] * c->vocab_size;
 }
+
+/* The logits of rows [row, row + count) of the last step (its sequences' rows stacked in order),
+ * into out [count][vocab]: the final norm and classifier that give a sequence's last row its
+ * logits, so the same bits. Valid until the next step. NV_EINVAL when the rows are not in it. */
+nv_err nv_batch_row_logits(const nv_model *m, nv_batch_state *s, int row, int count, float *out);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -458,7 +459,8 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         return err->status;
     }
     out->req.temperature = (float)t;
-    out->req.top_p = (float)p;
+    /* a positive top_p below float's range keeps only the most likely token, as any tiny one does */
+    out->req.top_p = (float)p > 0 ? (float)p : FLT_MIN;
     long long seed = 0;
     if ((rc = get_int(root, "seed", -9.2e18, 9.2e18, &seed, &given, err))) return rc;
     if (given) {
@@ -480,11 +482,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         return err->status;
     }
     if (!chat && (rc = get_bool(root, "echo", &out->echo, err))) return rc;
-    if (out->echo && out->req.logprobs) {
-        nv_api_error_set(err, E400, "unsupported_parameter", "logprobs",
-                         "'logprobs' with 'echo' (the prompt's log-probabilities) is not supported by this server");
-        return err->status;
-    }
+    out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
     if ((rc = parse_stop(root, out, err))) return rc;
     if (chat) {
         const char *ts = nv_chat_template_stop(ctx->tmpl);
@@ -500,7 +498,8 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
 
     long long max_tokens = 0, mct = 0;
     int mt_given = 0, mct_given = 0;
-    if ((rc = get_int(root, "max_tokens", 1, 1e9, &max_tokens, &mt_given, err))) return rc;
+    /* 0 with echo: the prompt alone (with logprobs, scored), as OpenAI's legacy completions allow */
+    if ((rc = get_int(root, "max_tokens", out->echo ? 0 : 1, 1e9, &max_tokens, &mt_given, err))) return rc;
     if (chat && (rc = get_int(root, "max_completion_tokens", 1, 1e9, &mct, &mct_given, err))) return rc;
     const char *mt_param = "max_tokens";
     if (mct_given) {
@@ -641,8 +640,10 @@ static char *print_free(cJSON *root) {
     return s;
 }
 
-/* A token's piece as the text shows it (after BOS, without its leading space). */
+/* A token's piece as the text shows it (after BOS, without its leading space; BOS itself, which
+ * an echoed prompt may begin with, shows nothing). */
 static const char *token_piece(const nv_api_meta *m, int prev, int tok) {
+    if (tok == NV_TOKEN_BOS) return "";
     const char *piece = nv_tokenizer_decode(m->lp_tok, prev, tok);
     return piece ? piece : "";
 }
@@ -691,6 +692,13 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
         for (int i = 0; i < m->n_lps; i++) {
             const nv_token_lp *t = &m->lps[i];
             cJSON_AddItemToArray(tokens, cJSON_CreateString(token_text(m, t->prev, t->tok, &b)));
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+            off += (long)strlen(token_piece(m, t->prev, t->tok));
+            if (t->unscored) { /* an echoed prompt's first token */
+                cJSON_AddItemToArray(lps, cJSON_CreateNull());
+                cJSON_AddItemToArray(tops, cJSON_CreateNull());
+                continue;
+            }
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
             cJSON *alt = cJSON_CreateObject();
             for (int j = 0; j < t->n_top; j++) {
@@ -698,8 +706,6 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
                 if (!cJSON_GetObjectItemCaseSensitive(alt, key)) cJSON_AddNumberToObject(alt, key, t->top_lp[j]);
             }
             cJSON_AddItemToArray(tops, alt);
-            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            off += (long)strlen(token_piece(m, t->prev, t->tok));
         }
     }
     nv_buf_free(&b);

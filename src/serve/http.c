@@ -44,6 +44,7 @@ typedef struct {
     int n, per;                /* choices, choices per prompt */
     int ended[NV_MAX_CHOICES];       /* the choice's finish chunk is out */
     long text_offset[NV_MAX_CHOICES]; /* completions logprobs: bytes of text sent per choice */
+    char *echo[NV_MAX_CHOICES];       /* echo with logprobs: the prompt, sent with its records */
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -202,6 +203,15 @@ static void stream_poll(stream_ctx *st) {
             double wait = pass == 1 && !waited ? 0.1 : 0.0;
             waited |= wait > 0;
             nv_req_poll(st->h->s, st->r[i], wait, &text, st->meta.lp_on ? &lps : NULL, &rs);
+            if (st->echo[i] && lps.n) { /* the prompt's records are in: its text goes first */
+                nv_buf both = {0};
+                nv_buf_puts(&both, st->echo[i]);
+                if (text.len) nv_buf_append(&both, text.data, text.len);
+                nv_buf_free(&text);
+                text = both;
+                free(st->echo[i]);
+                st->echo[i] = NULL;
+            }
             if (lps.oom || text.oom) st->out.oom = 1;
             st->meta.index = i;
             if (text.len || lps.n) {
@@ -271,6 +281,7 @@ static void stream_free(void *cls) {
         if (!st->finished && !st->ended[i]) nv_req_cancel(st->h->s, st->r[i]); /* the client went away */
         nv_req_release(st->h->s, st->r[i]);
     }
+    for (int i = 0; i < st->n; i++) free(st->echo[i]);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -350,7 +361,10 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         for (int i = 0; i < n; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
-            else if (ar.echo && echo[i] && *echo[i]) sse_event(st, nv_api_chunk(&st->meta, echo[i], 0, NULL, st->include_usage));
+            else if (ar.echo && echo[i] && *echo[i] && meta.lp_on) {
+                if (!(st->echo[i] = strdup(echo[i]))) st->out.oom = 1; /* sent when its records are */
+            } else if (ar.echo && echo[i] && *echo[i])
+                sse_event(st, nv_api_chunk(&st->meta, echo[i], 0, NULL, st->include_usage));
         }
         nv_api_request_free(&ar);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);

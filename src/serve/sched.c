@@ -52,6 +52,10 @@ struct nv_req {
     } *lp_span;
     int n_lps, cap_lps, lp_flushed;
     size_t pend_total, pend_done; /* bytes appended to / taken out of pending, all told */
+    /* prompt log-probabilities (prompt_logprobs): record i for prompt token i, filled as the
+     * prompt runs (loop thread), published whole when it has (plp_ready, under the lock) */
+    nv_token_lp *plps;
+    int plp_ready, plp_sent;
     /* the prefix cache (the loop thread's own; n_cached is also read under the lock) */
     uint64_t *hashes;              /* [blocks_needed] chain hashes of the full blocks */
     int n_lookup;                  /* prompt blocks a lookup may reuse (hashed at the first lookup), -1 before */
@@ -161,6 +165,7 @@ static void req_free(nv_req *r) {
     free(r->lp_raw);
     free(r->lps);
     free(r->lp_span);
+    free(r->plps);
     nv_sampler_free(&r->sampler);
     nv_buf_free(&r->out);
     nv_buf_free(&r->pending);
@@ -171,8 +176,8 @@ static void req_free(nv_req *r) {
 
 nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     *out = NULL;
-    if (p->n_prompt < 1 || p->max_tokens < 1 || p->n_stop < 0 || p->n_stop > NV_MAX_STOP)
-        return nv_fail(NV_EINVAL, "request: empty prompt or no tokens to generate");
+    if (p->n_prompt < 1 || p->max_tokens < 0 || p->n_stop < 0 || p->n_stop > NV_MAX_STOP)
+        return nv_fail(NV_EINVAL, "request: empty prompt or a negative number of tokens");
     nv_req *r = calloc(1, sizeof *r);
     if (!r) return nv_fail(NV_ENOMEM, "request: out of memory");
     cond_init_mono(&r->cv);
@@ -195,6 +200,10 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->lp_k = !p->logprobs ? -1 : p->top_logprobs < 0 ? 0 : p->top_logprobs > NV_MAX_TOP_LOGPROBS ? NV_MAX_TOP_LOGPROBS : p->top_logprobs;
     if (e == NV_OK && r->lp_k >= 0 && !(r->lp_raw = malloc((size_t)p->vocab_size * sizeof(float))))
         e = nv_fail(NV_ENOMEM, "request: out of memory");
+    if (e == NV_OK && r->lp_k >= 0 && p->prompt_logprobs) {
+        if (!(r->plps = calloc((size_t)p->n_prompt, sizeof *r->plps))) e = nv_fail(NV_ENOMEM, "request: out of memory");
+        else r->plps[0] = (nv_token_lp){.tok = r->prompt[0], .prev = NV_TOKEN_BOS, .unscored = 1};
+    }
     if (e != NV_OK) {
         req_free(r);
         return e;
@@ -232,27 +241,37 @@ void nv_req_cancel(nv_sched *s, nv_req *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static void lp_list_append(nv_lp_list *lps, const nv_token_lp *src, int n) {
+    if (lps->oom) return;
+    if (lps->n + n > lps->cap) {
+        int cap = lps->cap ? lps->cap : 64;
+        while (cap < lps->n + n) cap *= 2;
+        nv_token_lp *v = realloc(lps->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            lps->oom = 1;
+            return;
+        }
+        lps->v = v;
+        lps->cap = cap;
+    }
+    memcpy(lps->v + lps->n, src, (size_t)n * sizeof *lps->v);
+    lps->n += n;
+}
+
 void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list *lps, nv_req_status *st) {
     pthread_mutex_lock(&s->mu);
-    if (!r->done && r->out.len == 0 && r->lp_sent == r->lp_pub && wait_s > 0) cond_wait_s(&r->cv, &s->mu, wait_s);
+    int prompt_news = r->plp_ready && !r->plp_sent;
+    if (!r->done && r->out.len == 0 && r->lp_sent == r->lp_pub && !prompt_news && wait_s > 0) {
+        cond_wait_s(&r->cv, &s->mu, wait_s);
+        prompt_news = r->plp_ready && !r->plp_sent;
+    }
     if (r->out.len) {
         nv_buf_append(out, r->out.data, r->out.len);
         nv_buf_consume(&r->out, r->out.len);
     }
-    if (lps && r->lp_pub > r->lp_sent) {
-        int n = r->lp_pub - r->lp_sent;
-        if (lps->n + n > lps->cap) {
-            int cap = lps->cap ? lps->cap : 64;
-            while (cap < lps->n + n) cap *= 2;
-            nv_token_lp *v = realloc(lps->v, (size_t)cap * sizeof *v);
-            if (v) lps->v = v, lps->cap = cap;
-            else lps->oom = 1;
-        }
-        if (!lps->oom) {
-            memcpy(lps->v + lps->n, r->lps + r->lp_sent, (size_t)n * sizeof *lps->v);
-            lps->n += n;
-        }
-    }
+    if (lps && prompt_news) lp_list_append(lps, r->plps, r->n_prompt);
+    if (lps && r->lp_pub > r->lp_sent) lp_list_append(lps, r->lps + r->lp_sent, r->lp_pub - r->lp_sent);
+    r->plp_sent |= prompt_news;
     r->lp_sent = r->lp_pub;
     st->done = r->done;
     st->finish = r->finish;
@@ -444,7 +463,7 @@ static void admit(nv_sched *s) {
         }
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
         int hits = 0, idle_hits = 0, on_disk = 0;
-        if (s->prefix_on) {
+        if (s->prefix_on && !r->plps) { /* a prompt whose log-probabilities are asked for runs in full */
             for (; hits < r->n_lookup; hits++) {
                 int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], hits ? r->hashes[hits - 1] : 0, r->prompt + hits * B);
                 if (b < 0) break;
@@ -472,7 +491,7 @@ static void admit(nv_sched *s) {
         r->n_hashed = hits;
         r->restore_next = r->disk_from = hits;
         r->restore_end = hits + on_disk;
-        if (s->prefix_on) {
+        if (s->prefix_on && !r->plps) {
             /* a shared block whose file was dropped or evicted gets another chance at the SSD tier */
             for (int k = 0; s->disk && k < hits; k++)
                 if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], k ? r->hashes[k - 1] : 0);
@@ -547,7 +566,7 @@ static int plan_step(nv_sched *s) {
             q.n = r->n_prompt - r->pos < budget ? r->n_prompt - r->pos : budget;
             budget -= q.n;
             q.tokens = r->prompt + r->pos;
-            q.logits = r->pos + q.n == r->n_prompt;
+            q.logits = r->pos + q.n == r->n_prompt && r->max_tokens > 0;
         } else {
             q.n = 1;
             q.tokens = &r->last;
@@ -719,6 +738,50 @@ static void sample_task(void *ctx, int task, int n_tasks) {
     }
 }
 
+/* Prompt log-probabilities: the logits of every prompt row of this step whose next token is in
+ * the prompt (row p scores token p + 1), PLP_ROWS rows per classifier product, each row's
+ * log-softmax on the pool. */
+#define PLP_ROWS 16
+typedef struct {
+    nv_sched *s;
+    nv_req *r;
+    int p0; /* position of the first row */
+} plp_job;
+
+static void plp_task(void *ctx, int task, int n_tasks) {
+    const plp_job *j = ctx;
+    const int vocab = j->s->model->config.vocab_size;
+    (void)n_tasks;
+    nv_token_lp *rec = &j->r->plps[j->p0 + task + 1];
+    lp_compute(j->s->plp_logits + (size_t)task * vocab, vocab, j->r->prompt[j->p0 + task + 1], j->r->lp_k, rec);
+    rec->prev = j->r->prompt[j->p0 + task];
+}
+
+static void prompt_logprobs(nv_sched *s, int n) {
+    const int vocab = s->model->config.vocab_size, chunk = PLP_ROWS < s->bs.max_rows ? PLP_ROWS : s->bs.max_rows;
+    for (int i = 0, row = 0; i < n; row += s->seqs[i].n, i++) {
+        nv_req *r = s->step_req[i];
+        const nv_batch_seq *q = &s->seqs[i];
+        if (!r->plps || q->pos >= r->n_prompt) continue;
+        int scored = r->n_prompt - 1 - q->pos < q->n ? r->n_prompt - 1 - q->pos : q->n; /* rows with a next prompt token */
+        if (scored > 0 && !s->plp_logits && !(s->plp_logits = malloc((size_t)chunk * vocab * sizeof(float)))) {
+            nv_log(NV_LOG_WARN, "serve: out of memory for prompt log-probabilities");
+            r->fin = NV_FINISH_ERROR;
+            continue;
+        }
+        for (int t = 0; t < scored; t += chunk) {
+            int c = scored - t < chunk ? scored - t : chunk;
+            if (nv_batch_row_logits(s->model, &s->bs, row + t, c, s->plp_logits) != NV_OK) {
+                nv_log(NV_LOG_WARN, "serve: prompt log-probabilities: %s", nv_errmsg());
+                r->fin = NV_FINISH_ERROR;
+                break;
+            }
+            plp_job j = {s, r, q->pos + t};
+            nv_pool_run(plp_task, &j, c);
+        }
+    }
+}
+
 static void *sched_loop(void *arg) {
     nv_sched *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -742,6 +805,7 @@ static void *sched_loop(void *arg) {
         double now = nv_now();
         if (e != NV_OK) nv_log(NV_LOG_WARN, "serve: forward failed: %s", nv_errmsg());
         else {
+            prompt_logprobs(s, n);
             sample_job sj = {s, n};
             nv_pool_run(sample_task, &sj, n);
         }
@@ -752,7 +816,8 @@ static void *sched_loop(void *arg) {
                 continue;
             }
             r->pos += s->seqs[i].n;
-            if (s->step_tok[i] >= 0) on_token(s, r, s->step_tok[i], now);
+            if (s->step_tok[i] >= 0 && !r->fin) on_token(s, r, s->step_tok[i], now);
+            else if (r->max_tokens == 0 && r->pos >= r->n_prompt && !r->fin) r->fin = NV_FINISH_LENGTH; /* prompt only */
         }
         nv_metrics_step(s->metrics, rows);
         if (s->o.step_delay_ms > 0) usleep((useconds_t)s->o.step_delay_ms * 1000u);
@@ -767,6 +832,7 @@ static void *sched_loop(void *arg) {
             }
             r->lp_pub = r->lp_flushed;
             r->n_gen_pub = r->n_gen;
+            if (r->plps && r->pos >= r->n_prompt) r->plp_ready = 1;
             if (r->fin != NV_FINISH_NONE) {
                 for (int j = 0; j < s->n_running; j++)
                     if (s->running[j] == r) {
@@ -792,7 +858,7 @@ nv_err nv_sched_start(nv_sched *s) {
 
 nv_submit nv_sched_submit(nv_sched *s, nv_req *r) {
     const nv_config *c = &s->model->config;
-    long positions = (long)r->n_prompt + r->max_tokens - 1;
+    long positions = (long)r->n_prompt + (r->max_tokens > 0 ? r->max_tokens - 1 : 0);
     if (positions > c->seq_len) positions = c->seq_len;
     r->blocks_needed = nv_kv_blocks_for(&s->pool, positions);
     pthread_mutex_lock(&s->mu);
@@ -850,6 +916,7 @@ void nv_sched_free(nv_sched *s) {
     }
     nv_prefix_free(&s->prefix);
     free(s->restore);
+    free(s->plp_logits);
     if (s->inited) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

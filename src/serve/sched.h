@@ -56,12 +56,13 @@
 
 typedef struct nv_req nv_req;
 
-/* One generated token's log-probability under the model (the log-softmax of its raw logits,
+/* One token's log-probability under the model (the log-softmax of its raw logits,
  * before temperature, penalties and bias) and its n_top most likely alternatives, best first. */
 #define NV_MAX_TOP_LOGPROBS 20
 typedef struct {
     int tok;
     int prev; /* the token before it (its text depends on it: no leading space after BOS) */
+    int unscored; /* the prompt's first token: nothing precedes it, so no log-probability */
     float logprob;
     int n_top;
     int top_tok[NV_MAX_TOP_LOGPROBS];
@@ -78,7 +79,7 @@ typedef struct {
 typedef struct {
     const int *prompt; /* copied */
     int n_prompt;
-    int max_tokens;
+    int max_tokens; /* 0: run the prompt only (for its log-probabilities), finish "length" */
     float temperature, top_p;
     uint64_t seed; /* the sampler's xorshift state, as llama2.c's -s (0 is mapped to a fixed non-zero state) */
     const char *stop[NV_MAX_STOP]; /* copied; empty strings are ignored */
@@ -91,6 +92,9 @@ typedef struct {
     int n_bias;
     int logprobs;     /* 1: report each token's log-probability */
     int top_logprobs; /* with it, the most likely alternatives per token (0..NV_MAX_TOP_LOGPROBS) */
+    int prompt_logprobs; /* with logprobs: the prompt's tokens too, published before the first
+                            generated token's (such a request computes its prompt in full: no
+                            prefix-cache hits) */
 } nv_req_params;
 
 typedef struct {
@@ -140,6 +144,7 @@ typedef struct {
     nv_disk *disk; /* NULL: no SSD tier */
     void *restore; /* the loop's scratch for disk reads */
     int restore_cap;
+    float *plp_logits; /* the loop's scratch for prompt log-probabilities (made at first use) */
 } nv_sched;
 
 typedef enum { NV_SUBMIT_OK = 0, NV_SUBMIT_QUEUE_FULL, NV_SUBMIT_STOPPING, NV_SUBMIT_TOO_BIG } nv_submit;
@@ -160,7 +165,8 @@ long nv_sched_capacity(const nv_sched *s);
 nv_err nv_req_create(nv_req **out, const nv_req_params *p);
 nv_submit nv_sched_submit(nv_sched *s, nv_req *r);
 /* Waits up to wait_s seconds for new text or the end; appends new text to out and, when lps is
- * given, the log-probabilities of the tokens that text came from. */
+ * given, the log-probabilities of the tokens that text came from (with prompt_logprobs, first
+ * one record per prompt token, once the prompt has run). */
 void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list *lps, nv_req_status *st);
 void nv_req_cancel(nv_sched *s, nv_req *r);
 /* Drops the caller's reference (frees the request when it was the last). For a request never
