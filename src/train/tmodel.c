@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "base/vmath.h"
 #include "model/forward.h"
 #include "train/attention.h"
 
@@ -199,6 +200,66 @@ static void run_dx_add(const nv_plan *p, const float *dy, int m, float *acc, flo
     for (size_t i = 0; i < n; i++) acc[i] += tmp[i];
 }
 
+/* Element-wise passes (SwiGLU and its backward, residual adds, scaling) on the pool, 8 lanes at a
+ * time, each task a fixed contiguous range: no reductions, so the same bits whatever the threads. */
+typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_ADD, EW_SCALE } ew_kind;
+typedef struct {
+    ew_kind kind;
+    size_t n;
+    float *out, *out2;
+    const float *a, *b, *c;
+    float s;
+} ew_job;
+
+static void ew_range(const ew_job *j, size_t i0, size_t i1) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    size_t i = i0;
+    switch (j->kind) {
+    case EW_SWIGLU: /* out = silu(a) * b */
+        for (; i + 8 <= i1; i += 8) {
+            __m256 h = _mm256_loadu_ps(j->a + i);
+            __m256 e = nv_exp256(_mm256_sub_ps(zero, h));
+            _mm256_storeu_ps(j->out + i, _mm256_mul_ps(_mm256_div_ps(h, _mm256_add_ps(one, e)), _mm256_loadu_ps(j->b + i)));
+        }
+        for (; i < i1; i++) j->out[i] = j->a[i] / (1.0f + expf(-j->a[i])) * j->b[i];
+        break;
+    case EW_SWIGLU_BACK: /* a = h1, b = h3, c = d(out): out = dh1, out2 = dh3 */
+        for (; i + 8 <= i1; i += 8) {
+            __m256 h = _mm256_loadu_ps(j->a + i), g = _mm256_loadu_ps(j->c + i);
+            __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, nv_exp256(_mm256_sub_ps(zero, h))));
+            _mm256_storeu_ps(j->out2 + i, _mm256_mul_ps(g, _mm256_mul_ps(h, sg)));
+            __m256 dsilu = _mm256_mul_ps(sg, _mm256_add_ps(one, _mm256_mul_ps(h, _mm256_sub_ps(one, sg))));
+            _mm256_storeu_ps(j->out + i, _mm256_mul_ps(_mm256_mul_ps(g, _mm256_loadu_ps(j->b + i)), dsilu));
+        }
+        for (; i < i1; i++) {
+            float sg = 1.0f / (1.0f + expf(-j->a[i]));
+            j->out2[i] = j->c[i] * (j->a[i] * sg);
+            j->out[i] = j->c[i] * j->b[i] * (sg * (1.0f + j->a[i] * (1.0f - sg)));
+        }
+        break;
+    case EW_ADD: /* out = a + b */
+        for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(j->out + i, _mm256_add_ps(_mm256_loadu_ps(j->a + i), _mm256_loadu_ps(j->b + i)));
+        for (; i < i1; i++) j->out[i] = j->a[i] + j->b[i];
+        break;
+    case EW_SCALE: /* out *= s */
+        for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(j->out + i, _mm256_mul_ps(_mm256_loadu_ps(j->out + i), _mm256_set1_ps(j->s)));
+        for (; i < i1; i++) j->out[i] *= j->s;
+        break;
+    }
+}
+
+static void ew_task(void *ctx, int task, int n_tasks) {
+    const ew_job *j = ctx;
+    size_t blocks = (j->n + 7) / 8; /* ranges start on 8-element boundaries */
+    size_t i0 = blocks * (size_t)task / (size_t)n_tasks * 8, i1 = blocks * (size_t)(task + 1) / (size_t)n_tasks * 8;
+    ew_range(j, i0, i1 < j->n ? i1 : j->n);
+}
+
+static void ew_run(ew_job j) {
+    size_t tasks = j.n / 16384 + 1, most = 2 * (size_t)nv_pool_threads();
+    nv_pool_run(ew_task, &j, (int)(tasks < most ? tasks : most));
+}
+
 #define CE_TASKS 64
 typedef struct {
     float *logits;
@@ -214,16 +275,25 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     double total = 0.0;
     for (int r = r0; r < r1; r++) {
         float *lg = j->logits + (size_t)r * j->V;
-        float maxv = lg[0];
-        for (int i = 1; i < j->V; i++)
+        const int V = j->V, V8 = V & ~7;
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        for (int i = 0; i < V8; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(lg + i));
+        float maxv = nv_hmax256(vmax);
+        for (int i = V8; i < V; i++)
             if (lg[i] > maxv) maxv = lg[i];
-        float sum = 0.0f;
-        for (int i = 0; i < j->V; i++) {
+        const __m256 vm = _mm256_set1_ps(maxv);
+        __m256 vsum = _mm256_setzero_ps();
+        for (int i = 0; i < V8; i += 8) {
+            __m256 e = nv_exp256(_mm256_sub_ps(_mm256_loadu_ps(lg + i), vm));
+            _mm256_storeu_ps(lg + i, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float sum = nv_hsum256(vsum);
+        for (int i = V8; i < V; i++) {
             lg[i] = expf(lg[i] - maxv);
             sum += lg[i];
         }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < j->V; i++) lg[i] *= inv;
+        ew_range(&(ew_job){.kind = EW_SCALE, .out = lg, .s = 1.0f / sum}, 0, (size_t)V);
         total += -log((double)lg[j->targets[r]] + 1e-30);
     }
     j->partial[task] = total;
@@ -269,13 +339,13 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
         nv_attention_forward(c, B, T, q, k, v, att, ao, s.datt);
         nv_plan_run(lp->wo, ao, BT, x2);
-        for (size_t i = 0; i < sd; i++) x2[i] += x[i];
+        ew_run((ew_job){.kind = EW_ADD, .n = sd, .out = x2, .a = x2, .b = x});
         nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
         nv_plan_run(lp->w1, xn2, BT, h1);
         nv_plan_run(lp->w3, xn2, BT, h3);
-        for (size_t i = 0; i < sh; i++) hg[i] = h1[i] / (1.0f + expf(-h1[i])) * h3[i];
+        ew_run((ew_job){.kind = EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3});
         nv_plan_run(lp->w2, hg, BT, xout);
-        for (size_t i = 0; i < sd; i++) xout[i] += x2[i];
+        ew_run((ew_job){.kind = EW_ADD, .n = sd, .out = xout, .a = xout, .b = x2});
     }
     nv_rmsnorm_forward(a->xnf, a->rstdf, LAYER(a->x, c->n_layers, sd), w->rms_final, BT, d, c->norm_eps);
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
@@ -303,11 +373,8 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
 
     /* dlogits = (p - onehot) * scale / BT, in place */
     float dscale = grad_scale / (float)BT;
-    for (int r = 0; r < BT; r++) {
-        float *lg = a->logits + (size_t)r * V;
-        lg[tm->targets[r]] -= 1.0f;
-        for (int i = 0; i < V; i++) lg[i] *= dscale;
-    }
+    for (int r = 0; r < BT; r++) a->logits[(size_t)r * V + tm->targets[r]] -= 1.0f;
+    ew_run((ew_job){.kind = EW_SCALE, .n = (size_t)BT * V, .out = a->logits, .s = dscale});
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
     nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls); /* == g->tok_emb when shared */
     memset(s.dx, 0, sd * sizeof(float));
@@ -324,12 +391,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
         nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
         nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n);
-        for (size_t i = 0; i < sh; i++) {
-            float sg = 1.0f / (1.0f + expf(-h1[i]));
-            float silu = h1[i] * sg;
-            s.dh3[i] = s.dhg[i] * silu;
-            s.dh1[i] = s.dhg[i] * h3[i] * sg * (1.0f + h1[i] * (1.0f - sg));
-        }
+        ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
         memset(s.dxn, 0, sd * sizeof(float));
         run_dx_add(lp->w1, s.dh1, BT, s.dxn, s.dtmp);
         run_dx_add(lp->w3, s.dh3, BT, s.dxn, s.dtmp);

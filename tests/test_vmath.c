@@ -1,0 +1,55 @@
+/* base/vmath.h: the vector exp against libm's expf over its whole range (ulp distance), its edges
+ * (underflow to 0, overflow to inf, NaN through), and the horizontal sum and max. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/vmath.h"
+#include "t.h"
+
+static int64_t ordered(float f) { /* floats as integers in order: the ulp distance is a difference */
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return i < 0 ? (int64_t)INT32_MIN - i : i;
+}
+
+static float exp1(float x) {
+    float out[8];
+    _mm256_storeu_ps(out, nv_exp256(_mm256_set1_ps(x)));
+    return out[0];
+}
+
+static void test_exp_ulp(void) {
+    int64_t worst = 0;
+    float at = 0;
+    for (float x = -87.0f; x <= 88.7f; x += 0.00097f) { /* ~180,000 points across the range */
+        float a = exp1(x), b = expf(x);
+        int64_t d = llabs(ordered(a) - ordered(b));
+        if (d > worst) worst = d, at = x;
+    }
+    T_CHECK(worst <= 2, "nv_exp256 is %lld ulp from expf at %.9g", (long long)worst, (double)at);
+    /* every lane is its own */
+    float in[8] = {-3, -1, 0, 0.5f, 1, 2, 10, -20}, out[8];
+    _mm256_storeu_ps(out, nv_exp256(_mm256_loadu_ps(in)));
+    for (int i = 0; i < 8; i++) T_CHECK(fabsf(out[i] - expf(in[i])) <= 2e-7f * expf(in[i]), "lane %d", i);
+}
+
+static void test_exp_edges(void) {
+    T_CHECK(exp1(0.0f) == 1.0f, "e^0 = %.9g", (double)exp1(0.0f));
+    T_CHECK(exp1(-88.5f) == 0.0f && exp1(-1000.0f) == 0.0f && exp1(-INFINITY) == 0.0f, "underflow");
+    T_CHECK(isinf(exp1(89.0f)) && isinf(exp1(INFINITY)) && exp1(88.7f) < INFINITY, "overflow: %g", (double)exp1(88.7f));
+    T_CHECK(isnan(exp1(NAN)), "NaN lost");
+}
+
+static void test_horizontal(void) {
+    float v[8] = {1, -2, 3.5f, 4, -5, 6, 0.25f, -7};
+    T_CHECK(nv_hsum256(_mm256_loadu_ps(v)) == 0.75f, "sum %g", (double)nv_hsum256(_mm256_loadu_ps(v)));
+    T_CHECK(nv_hmax256(_mm256_loadu_ps(v)) == 6.0f, "max %g", (double)nv_hmax256(_mm256_loadu_ps(v)));
+}
+
+int main(void) {
+    T_RUN(test_exp_ulp);
+    T_RUN(test_exp_edges);
+    T_RUN(test_horizontal);
+    return t_done();
+}
