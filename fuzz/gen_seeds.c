@@ -1,7 +1,7 @@
 /* Writes the fuzzers' seed corpus (make fuzz-seeds): tiny valid inputs of every format, a few
  * kilobytes each, so that mutation starts from the structure the parsers expect.
  *
- *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api}/... */
+ *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api}/... (GGUF seeds through tests/gguf_write.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "serve/buf.h"
 #include "train/ckpt.h"
+#include "../tests/gguf_write.h"
 
 static const char *root;
 
@@ -90,6 +91,10 @@ static void models(void) {
         model_v0(&m, shared ? "v0_dim8_shared.bin" : "v0_dim8_sep.bin");
         nv_model_free(&m);
     }
+    /* GGUF: every tensor type the loader converts, and a vocabulary (the tokenizer fuzzer's too) */
+    gguf_write_model(seed_path("model", "v3_types.gguf"), "llama", 3, 0);
+    gguf_write_model(seed_path("model", "v2_vocab.gguf"), "llama", 2, 1);
+    gguf_write_model(seed_path("tokenizer", "v2_vocab.gguf"), "llama", 2, 1);
 }
 
 /* ---- tokenizers --------------------------------------------------------------------------------- */

@@ -194,8 +194,9 @@ static int first_diff(const int *a, int na, const int *b, int nb) {
     return d;
 }
 
-static void test_ggml_vocab_cases(void) {
-    const char *tokp = t_data("tokenizers/tokenizer.bin");
+/* llama.cpp's SPM test cases through a vocabulary: tokenizer.bin, or the same vocabulary read
+ * from llama.cpp's own vocab-only GGUF file. */
+static void ggml_vocab_cases(const char *tokp) {
     const char *inp = t_data("tokenizers/ggml-vocab-llama-spm.gguf.inp");
     const char *outp = t_data("tokenizers/ggml-vocab-llama-spm.gguf.out");
     if (!tokp || !inp || !outp) return;
@@ -252,12 +253,15 @@ static void test_ggml_vocab_cases(void) {
     T_CHECK(*op == '\0', ".out has lines beyond the %d inputs", cases);
     /* The files hold 46 inputs (47 pieces when the text after the last separator is counted). */
     T_CHECK(cases == 46, "expected 46 cases, found %d", cases);
-    printf("    %d/%d llama.cpp SPM vocabulary cases reproduced\n", passed, cases);
+    printf("    %d/%d llama.cpp SPM vocabulary cases reproduced (%s)\n", passed, cases, tokp);
     free(in);
     free(out);
     free(ref.sorted);
     nv_tokenizer_free(t);
 }
+
+static void test_ggml_vocab_cases(void) { ggml_vocab_cases(t_data("tokenizers/tokenizer.bin")); }
+static void test_ggml_vocab_cases_gguf(void) { ggml_vocab_cases(t_data("tokenizers/ggml-vocab-llama-spm.gguf")); }
 
 /* ---- (b) round trips and agreement with run.c on random text --------------------------- */
 
@@ -730,6 +734,7 @@ static void cleanup_tmpdir(void) {
 
 int main(void) {
     T_RUN(test_ggml_vocab_cases);
+    T_RUN(test_ggml_vocab_cases_gguf);
     T_RUN(test_known_ids_and_decode);
     T_RUN(test_roundtrip_llama32000);
     T_RUN(test_roundtrip_tok512);

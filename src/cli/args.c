@@ -7,6 +7,7 @@
 
 #include "base/file.h"
 #include "cli/cli.h"
+#include "model/gguf.h"
 
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
     va_list ap;
@@ -75,6 +76,15 @@ int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, n
     return 0;
 }
 
+/* 1 when path is a GGUF file whose metadata names a tokenizer. */
+static int gguf_with_vocab(const char *path) {
+    nv_gguf g;
+    if (nv_gguf_open(path, &g) != NV_OK) return 0;
+    int yes = nv_gguf_find(&g, "tokenizer.ggml.tokens") != NULL;
+    nv_gguf_close(&g);
+    return yes;
+}
+
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
     struct stat st;
     if (stat(*model, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -83,6 +93,7 @@ void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
         snprintf(buf->model, sizeof buf->model, "%s/model.bin", *model);
         *model = buf->model;
     }
+    if (!*tok && gguf_with_vocab(*model)) *tok = *model; /* a GGUF model carries its tokenizer */
     if (!*tok) {
         nv_data_path("tokenizers/tokenizer.bin", buf->tok, sizeof buf->tok);
         *tok = buf->tok;

@@ -22,8 +22,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--presence-penalty X] [--frequency-penalty X] [--engine E] [--threads N]\n"
-            "  -m MODEL      llama2.c checkpoint (v0 or v1), or a `nerve train` run folder (its model.bin)\n"
-            "  -z TOKENIZER  llama2.c tokenizer.bin (default: the run folder's tokenizer.bin, else\n"
+            "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q8_0),\n"
+            "                or a `nerve train` run folder (its model.bin)\n"
+            "  -z TOKENIZER  llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
+            "                tokenizer.bin, the GGUF model's own vocabulary, else\n"
             "                tokenizers/tokenizer.bin in the shared data)\n"
             "  -p PROMPT     text to continue (also -i); default empty\n"
             "  -n STEPS      positions to run, prompt included (default 256; 0 or more than the context = context)\n"

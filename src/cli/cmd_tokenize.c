@@ -8,7 +8,7 @@
 
 static const char *const tokenize_usage =
     "usage: nerve tokenize -z TOKENIZER [--bos] [--] TEXT\n"
-    "  -z TOKENIZER  tokenizer in llama2.c tokenizer.bin format\n"
+    "  -z TOKENIZER  tokenizer in llama2.c tokenizer.bin format, or a GGUF file's vocabulary\n"
     "  --bos         prepend the BOS id (1)\n"
     "Prints the ids of TEXT space-separated on one line (no EOS).\n";
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "model/gguf.h"
 #include "model/model.h"
 
 #define V1_MAGIC 0x616b3432u /* "ak42" */
@@ -144,6 +145,10 @@ nv_err nv_model_load(const char *path, nv_model *m) {
     memset(m, 0, sizeof *m);
     nv_mapped map;
     NV_TRY(nv_file_map(path, &map));
+    if (nv_gguf_is(map.data, map.len)) {
+        nv_file_unmap(&map);
+        return nv_gguf_load_model(path, m);
+    }
     nv_reader r = nv_reader_make(map.data, map.len, path);
     nv_err e;
     uint32_t magic = 0;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "model/gguf.h"
 
 /* Longest max_token_length header we believe; Llama's is 27, and anything near this is a
  * corrupt or foreign file rather than a vocabulary. */
@@ -185,8 +186,18 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
         nv_file_unmap(&m);
         return nv_fail(NV_ENOMEM, "out of memory");
     }
-    nv_err e = tok_build(path, &m, vocab_size, t);
-    nv_file_unmap(&m);
+    nv_err e;
+    if (nv_gguf_is(m.data, m.len)) { /* a GGUF file's vocabulary, as tokenizer.bin bytes */
+        nv_file_unmap(&m);
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        e = nv_gguf_tokenizer_bytes(path, &bytes, &len);
+        if (e == NV_OK) e = tok_build(path, &(nv_mapped){bytes, len}, vocab_size, t);
+        free(bytes);
+    } else {
+        e = tok_build(path, &m, vocab_size, t);
+        nv_file_unmap(&m);
+    }
     if (e != NV_OK) {
         nv_tokenizer_free(t);
         return e;

@@ -1,0 +1,484 @@
+#include "model/gguf.h"
+
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
+enum { T_F32 = 0, T_F16 = 1, T_Q8_0 = 8, T_BF16 = 30 };
+#define Q8_0_BLOCK 32 /* values per block: an fp16 scale, then 32 int8 */
+#define MAX_ALIGN (1u << 20)
+
+int nv_gguf_is(const void *data, size_t len) { return len >= 4 && memcmp(data, "GGUF", 4) == 0; }
+
+/* A name from the file as message text: at most 100 bytes, anything but printable ASCII as '?'. */
+static const char *shown(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < 100 && k + 1 < cap; i++) out[k++] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    out[k] = '\0';
+    return out;
+}
+
+/* ---- the parser ---------------------------------------------------------------------------- */
+
+typedef struct {
+    nv_reader r;
+    int wide; /* version >= 2: counts, lengths and dimensions are 64-bit */
+} gg_cursor;
+
+static nv_err rd_count(gg_cursor *c, uint64_t *v, const char *field) {
+    if (c->wide) return nv_read_u64(&c->r, v, field);
+    uint32_t u;
+    NV_TRY(nv_read_u32(&c->r, &u, field));
+    *v = u;
+    return NV_OK;
+}
+
+static nv_err rd_string(gg_cursor *c, const char **s, size_t *len, const char *field) {
+    uint64_t n;
+    NV_TRY(rd_count(c, &n, field));
+    if (n > nv_reader_left(&c->r))
+        return nv_fail(NV_EFORMAT, "%s: %s of %llu bytes runs past the end of the file", c->r.what, field,
+                       (unsigned long long)n);
+    const void *p;
+    NV_TRY(nv_read_view(&c->r, &p, (size_t)n, field));
+    *s = p;
+    *len = (size_t)n;
+    return NV_OK;
+}
+
+static size_t scalar_size(uint32_t type) {
+    switch (type) {
+    case GG_U8: case GG_I8: case GG_BOOL: return 1;
+    case GG_U16: case GG_I16: return 2;
+    case GG_U32: case GG_I32: case GG_F32: return 4;
+    case GG_U64: case GG_I64: case GG_F64: return 8;
+    default: return 0;
+    }
+}
+
+/* Skips one value of type (not an array) and checks it is inside the file. */
+static nv_err skip_value(gg_cursor *c, uint32_t type, const char *key) {
+    if (type == GG_STR) {
+        const char *s;
+        size_t n;
+        return rd_string(c, &s, &n, key);
+    }
+    size_t sz = scalar_size(type);
+    if (!sz) return nv_fail(NV_EFORMAT, "%s: metadata '%s' has unknown type %u", c->r.what, key, type);
+    const void *p;
+    return nv_read_view(&c->r, &p, sz, key);
+}
+
+static nv_err parse_kv(gg_cursor *c, nv_gguf_kv *kv) {
+    NV_TRY(rd_string(c, &kv->key, &kv->key_len, "metadata key"));
+    char key[128];
+    shown(kv->key, kv->key_len, key, sizeof key);
+    NV_TRY(nv_read_u32(&c->r, &kv->type, key));
+    if (kv->type != GG_ARR) {
+        kv->val = c->r.p + c->r.pos;
+        return skip_value(c, kv->type, key);
+    }
+    NV_TRY(nv_read_u32(&c->r, &kv->elem, key));
+    NV_TRY(rd_count(c, &kv->count, key));
+    if (kv->elem == GG_ARR) return nv_fail(NV_EFORMAT, "%s: metadata '%s' nests arrays", c->r.what, key);
+    size_t sz = scalar_size(kv->elem);
+    if (kv->elem != GG_STR && !sz) return nv_fail(NV_EFORMAT, "%s: metadata '%s' has unknown element type %u", c->r.what, key, kv->elem);
+    /* each element takes at least one byte (a string at least its length field) */
+    if (kv->count > nv_reader_left(&c->r))
+        return nv_fail(NV_EFORMAT, "%s: metadata '%s' claims %llu elements, more than the file holds", c->r.what, key,
+                       (unsigned long long)kv->count);
+    kv->val = c->r.p + c->r.pos;
+    if (kv->elem != GG_STR) {
+        const void *p;
+        return nv_read_view(&c->r, &p, (size_t)kv->count * sz, key);
+    }
+    for (uint64_t i = 0; i < kv->count; i++) NV_TRY(skip_value(c, GG_STR, key));
+    return NV_OK;
+}
+
+/* Bytes of a tensor of n values of type, or 0 (unknown type, or a row that does not fill its blocks). */
+static uint64_t tensor_bytes(uint32_t type, uint64_t n, uint64_t row) {
+    switch (type) {
+    case T_F32: return n * 4;
+    case T_F16: case T_BF16: return n * 2;
+    case T_Q8_0: return row % Q8_0_BLOCK ? 0 : n / Q8_0_BLOCK * (2 + Q8_0_BLOCK);
+    default: return 0;
+    }
+}
+
+static const char *type_name(uint32_t type) {
+    static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "?", "?", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
+                                  "Q4_K", "Q5_K", "Q6_K", "Q8_K"};
+    if (type < sizeof names / sizeof names[0]) return names[type];
+    return type == T_BF16 ? "BF16" : "?";
+}
+
+static nv_err parse_tensor(gg_cursor *c, nv_gguf_tensor *t, uint64_t *offset) {
+    NV_TRY(rd_string(c, &t->name, &t->name_len, "tensor name"));
+    char name[128];
+    shown(t->name, t->name_len, name, sizeof name);
+    NV_TRY(nv_read_u32(&c->r, &t->n_dims, name));
+    if (t->n_dims < 1 || t->n_dims > 4)
+        return nv_fail(NV_EFORMAT, "%s: tensor '%s' has %u dimensions (1 to 4 supported)", c->r.what, name, t->n_dims);
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        NV_TRY(rd_count(c, &t->dims[d], name));
+        if (t->dims[d] == 0 || t->dims[d] > (1ull << 32) || n > (1ull << 40) / t->dims[d])
+            return nv_fail(NV_EFORMAT, "%s: tensor '%s' has an absurd shape", c->r.what, name);
+        n *= t->dims[d];
+    }
+    for (uint32_t d = t->n_dims; d < 4; d++) t->dims[d] = 1;
+    NV_TRY(nv_read_u32(&c->r, &t->type, name));
+    NV_TRY(nv_read_u64(&c->r, offset, name));
+    t->bytes = tensor_bytes(t->type, n, t->dims[0]);
+    return NV_OK;
+}
+
+void nv_gguf_close(nv_gguf *g) {
+    free(g->kv);
+    free(g->t);
+    nv_file_unmap(&g->map);
+    memset(g, 0, sizeof *g);
+}
+
+nv_err nv_gguf_open(const char *path, nv_gguf *g) {
+    memset(g, 0, sizeof *g);
+    NV_TRY(nv_file_map(path, &g->map));
+    g->path = path;
+    gg_cursor c = {nv_reader_make(g->map.data, g->map.len, path), 0};
+    nv_err e;
+    uint64_t *offsets = NULL;
+    if (!nv_gguf_is(g->map.data, g->map.len)) {
+        e = nv_fail(NV_EFORMAT, "%s: not a GGUF file", path);
+        goto fail;
+    }
+    c.r.pos = 4;
+    if ((e = nv_read_u32(&c.r, &g->version, "version")) != NV_OK) goto fail;
+    if (g->version < 1 || g->version > 3) {
+        e = nv_fail(NV_EUNSUPPORTED, "%s: GGUF version %u (1 to 3 supported)", path, g->version);
+        goto fail;
+    }
+    c.wide = g->version >= 2;
+    if ((e = rd_count(&c, &g->n_tensors, "tensor count")) != NV_OK || (e = rd_count(&c, &g->n_kv, "metadata count")) != NV_OK)
+        goto fail;
+    if (g->n_tensors > g->map.len / 8 || g->n_kv > g->map.len / 8) {
+        e = nv_fail(NV_EFORMAT, "%s: %llu tensors and %llu metadata entries cannot fit a file of %zu bytes", path,
+                    (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv, g->map.len);
+        goto fail;
+    }
+    g->kv = calloc((size_t)g->n_kv + 1, sizeof *g->kv);
+    g->t = calloc((size_t)g->n_tensors + 1, sizeof *g->t);
+    offsets = calloc((size_t)g->n_tensors + 1, sizeof *offsets);
+    if (!g->kv || !g->t || !offsets) {
+        e = nv_fail(NV_ENOMEM, "%s: out of memory for the GGUF directory", path);
+        goto fail;
+    }
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if ((e = parse_kv(&c, &g->kv[i])) != NV_OK) goto fail;
+    uint64_t align = 32;
+    const nv_gguf_kv *a = nv_gguf_find(g, "general.alignment");
+    if (a) {
+        uint32_t v = 0;
+        if (a->type == GG_U32) memcpy(&v, a->val, 4);
+        if (v == 0 || v > MAX_ALIGN || (v & (v - 1))) {
+            e = nv_fail(NV_EFORMAT, "%s: general.alignment must be a power of two up to %u", path, MAX_ALIGN);
+            goto fail;
+        }
+        align = v;
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if ((e = parse_tensor(&c, &g->t[i], &offsets[i])) != NV_OK) goto fail;
+    uint64_t base = (c.r.pos + align - 1) / align * align;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        nv_gguf_tensor *t = &g->t[i];
+        if (offsets[i] % align || base + offsets[i] < base || offsets[i] > g->map.len || t->bytes > g->map.len ||
+            base + offsets[i] + t->bytes > g->map.len) {
+            char name[128];
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' lies outside the file or off its alignment", path,
+                        shown(t->name, t->name_len, name, sizeof name));
+            goto fail;
+        }
+        t->data = g->map.data + base + offsets[i];
+    }
+    free(offsets);
+    return NV_OK;
+fail:
+    free(offsets);
+    nv_gguf_close(g);
+    return e;
+}
+
+static int name_is(const char *s, size_t n, const char *want) { return strlen(want) == n && memcmp(s, want, n) == 0; }
+
+const nv_gguf_kv *nv_gguf_find(const nv_gguf *g, const char *key) {
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (name_is(g->kv[i].key, g->kv[i].key_len, key)) return &g->kv[i];
+    return NULL;
+}
+
+const nv_gguf_tensor *nv_gguf_tensor_find(const nv_gguf *g, const char *name) {
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (name_is(g->t[i].name, g->t[i].name_len, name)) return &g->t[i];
+    return NULL;
+}
+
+/* An integer value (any integer type) of key into *out; absent: dflt, or an error when dflt < 0. */
+static nv_err get_int(const nv_gguf *g, const char *key, int64_t dflt, int64_t *out) {
+    const nv_gguf_kv *kv = nv_gguf_find(g, key);
+    if (!kv) {
+        if (dflt < 0) return nv_fail(NV_EFORMAT, "%s: metadata '%s' is missing", g->path, key);
+        *out = dflt;
+        return NV_OK;
+    }
+    int64_t v;
+    switch (kv->type) {
+    case GG_U8: v = *kv->val; break;
+    case GG_I8: v = (int8_t)*kv->val; break;
+    case GG_U16: { uint16_t x; memcpy(&x, kv->val, 2); v = x; break; }
+    case GG_I16: { int16_t x; memcpy(&x, kv->val, 2); v = x; break; }
+    case GG_U32: { uint32_t x; memcpy(&x, kv->val, 4); v = x; break; }
+    case GG_I32: { int32_t x; memcpy(&x, kv->val, 4); v = x; break; }
+    case GG_U64: { uint64_t x; memcpy(&x, kv->val, 8); v = x > INT64_MAX ? INT64_MAX : (int64_t)x; break; }
+    case GG_I64: memcpy(&v, kv->val, 8); break;
+    default: return nv_fail(NV_EFORMAT, "%s: metadata '%s' is not an integer", g->path, key);
+    }
+    *out = v;
+    return NV_OK;
+}
+
+static nv_err get_float(const nv_gguf *g, const char *key, float dflt, float *out) {
+    const nv_gguf_kv *kv = nv_gguf_find(g, key);
+    if (!kv) {
+        *out = dflt;
+        return NV_OK;
+    }
+    if (kv->type == GG_F32) memcpy(out, kv->val, 4);
+    else if (kv->type == GG_F64) {
+        double d;
+        memcpy(&d, kv->val, 8);
+        *out = (float)d;
+    } else
+        return nv_fail(NV_EFORMAT, "%s: metadata '%s' is not a number", g->path, key);
+    return NV_OK;
+}
+
+/* A string value: its bytes (not NUL-terminated) and length; NULL when absent or not a string. */
+static const char *get_str(const nv_gguf *g, const char *key, size_t *len) {
+    const nv_gguf_kv *kv = nv_gguf_find(g, key);
+    if (!kv || kv->type != GG_STR) return NULL;
+    gg_cursor c = {nv_reader_make(kv->val, (size_t)(g->map.data + g->map.len - kv->val), g->path), g->version >= 2};
+    const char *s = NULL;
+    if (rd_string(&c, &s, len, key) != NV_OK) return NULL; /* cannot happen: checked at open */
+    return s;
+}
+
+/* ---- the model ----------------------------------------------------------------------------- */
+
+static float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Converts tensor t (n values) into dst. */
+static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
+    const uint8_t *p = t->data;
+    switch (t->type) {
+    case T_F32: memcpy(dst, p, (size_t)n * 4); break;
+    case T_F16:
+    case T_BF16:
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = t->type == T_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+        break;
+    case T_Q8_0:
+        for (uint64_t b = 0; b < n / Q8_0_BLOCK; b++, p += 2 + Q8_0_BLOCK) {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            const float d = f16_to_f32(h);
+            for (int i = 0; i < Q8_0_BLOCK; i++) dst[b * Q8_0_BLOCK + i] = d * (float)(int8_t)p[2 + i];
+        }
+        break;
+    }
+}
+
+/* Finds name with the shape [d0] or [d0, d1] (dims[0] fastest) and converts it into dst. */
+static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, float *dst, int optional, int *found) {
+    const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name);
+    if (found) *found = t != NULL;
+    if (!t) return optional ? NV_OK : nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
+    if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u); supported: F32, F16, BF16, Q8_0", g->path, name,
+                                  type_name(t->type), t->type);
+    uint64_t want[4] = {d0, d1, 1, 1};
+    for (int i = 0; i < 4; i++)
+        if (t->dims[i] != want[i])
+            return nv_fail(NV_EFORMAT, "%s: tensor '%s' is [%llu, %llu, %llu, %llu], expected [%llu, %llu]", g->path, name,
+                           (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], (unsigned long long)t->dims[2],
+                           (unsigned long long)t->dims[3], (unsigned long long)d0, (unsigned long long)d1);
+    to_f32(t, dst, d0 * d1);
+    return NV_OK;
+}
+
+static nv_err config_of(const nv_gguf *g, nv_config *c) {
+    size_t n = 0;
+    const char *arch = get_str(g, "general.architecture", &n);
+    if (!arch) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
+    char shown_arch[128];
+    if (!name_is(arch, n, "llama"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama only)", g->path,
+                       shown(arch, n, shown_arch, sizeof shown_arch));
+    int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, rot;
+    NV_TRY(get_int(g, "llama.embedding_length", -1, &dim));
+    NV_TRY(get_int(g, "llama.feed_forward_length", -1, &hidden));
+    NV_TRY(get_int(g, "llama.block_count", -1, &layers));
+    NV_TRY(get_int(g, "llama.attention.head_count", -1, &heads));
+    NV_TRY(get_int(g, "llama.attention.head_count_kv", heads, &kv_heads));
+    NV_TRY(get_int(g, "llama.context_length", -1, &ctx));
+    if (heads <= 0 || dim <= 0 || dim % heads)
+        return nv_fail(NV_EFORMAT, "%s: embedding_length %lld is not a multiple of head_count %lld", g->path, (long long)dim,
+                       (long long)heads);
+    NV_TRY(get_int(g, "llama.attention.key_length", dim / heads, &head_dim));
+    NV_TRY(get_int(g, "llama.rope.dimension_count", head_dim, &rot));
+    if (rot != head_dim)
+        return nv_fail(NV_EUNSUPPORTED, "%s: rotary dimension %lld differs from the head size %lld", g->path, (long long)rot,
+                       (long long)head_dim);
+    const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
+    if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
+    const int64_t lim = 1 << 30;
+    if (dim > lim || hidden > lim || layers > lim || heads > lim || kv_heads > lim || ctx > lim || head_dim > lim ||
+        emb->dims[1] > (uint64_t)lim || hidden < 1 || layers < 1 || kv_heads < 1 || ctx < 1 || head_dim < 1)
+        return nv_fail(NV_EFORMAT, "%s: model dimensions out of range", g->path);
+    memset(c, 0, sizeof *c);
+    c->dim = (int)dim;
+    c->hidden_dim = (int)hidden;
+    c->n_layers = (int)layers;
+    c->n_heads = (int)heads;
+    c->n_kv_heads = (int)kv_heads;
+    c->head_dim = (int)head_dim;
+    c->vocab_size = (int)emb->dims[1];
+    c->seq_len = (int)ctx;
+    NV_TRY(get_float(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta));
+    NV_TRY(get_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps));
+    c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
+    return nv_config_validate(c);
+}
+
+nv_err nv_gguf_load_model(const char *path, nv_model *m) {
+    memset(m, 0, sizeof *m);
+    nv_gguf g;
+    NV_TRY(nv_gguf_open(path, &g));
+    nv_config c;
+    nv_err e = config_of(&g, &c);
+    if (e == NV_OK) e = nv_model_alloc(m, &c);
+    if (e != NV_OK) {
+        nv_gguf_close(&g);
+        return e;
+    }
+    const uint64_t d = (uint64_t)c.dim, h = (uint64_t)c.hidden_dim, V = (uint64_t)c.vocab_size;
+    const uint64_t qd = (uint64_t)nv_config_q_dim(&c), kvd = (uint64_t)nv_config_kv_dim(&c);
+    nv_weights *w = &m->w;
+    e = take(&g, "token_embd.weight", d, V, w->tok_emb, 0, NULL);
+    if (e == NV_OK) e = take(&g, "output_norm.weight", d, 1, w->rms_final, 0, NULL);
+    if (e == NV_OK && !c.shared_classifier) e = take(&g, "output.weight", d, V, w->wcls, 0, NULL);
+    for (int l = 0; e == NV_OK && l < c.n_layers; l++) {
+        struct {
+            const char *name;
+            uint64_t d0, d1;
+            float *dst;
+        } parts[] = {{"attn_norm", d, 1, w->rms_att + l * d},       {"attn_q", d, qd, w->wq + l * qd * d},
+                     {"attn_k", d, kvd, w->wk + l * kvd * d},       {"attn_v", d, kvd, w->wv + l * kvd * d},
+                     {"attn_output", qd, d, w->wo + l * d * qd},    {"ffn_norm", d, 1, w->rms_ffn + l * d},
+                     {"ffn_gate", d, h, w->w1 + l * h * d},         {"ffn_down", h, d, w->w2 + l * d * h},
+                     {"ffn_up", d, h, w->w3 + l * h * d}};
+        for (size_t i = 0; e == NV_OK && i < sizeof parts / sizeof parts[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].name);
+            e = take(&g, name, parts[i].d0, parts[i].d1, parts[i].dst, 0, NULL);
+        }
+    }
+    nv_gguf_close(&g);
+    if (e != NV_OK) nv_model_free(m);
+    return e;
+}
+
+/* ---- the tokenizer ------------------------------------------------------------------------- */
+
+nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    nv_gguf g;
+    NV_TRY(nv_gguf_open(path, &g));
+    nv_err e = NV_OK;
+    size_t n = 0;
+    const char *model = get_str(&g, "tokenizer.ggml.model", &n);
+    const nv_gguf_kv *toks = nv_gguf_find(&g, "tokenizer.ggml.tokens"), *scores = nv_gguf_find(&g, "tokenizer.ggml.scores");
+    int64_t unk, bos, eos;
+    if (!model || !toks) e = nv_fail(NV_EFORMAT, "%s: no tokenizer in this GGUF file (tokenizer.ggml.model/tokens)", path);
+    else if (!name_is(model, n, "llama")) {
+        char sm[128];
+        e = nv_fail(NV_EUNSUPPORTED, "%s: tokenizer '%s' is not supported (llama's SentencePiece only)", path, shown(model, n, sm, sizeof sm));
+    }
+    else if (toks->type != GG_ARR || toks->elem != GG_STR || toks->count < 3 || toks->count > (1u << 24))
+        e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.tokens is not a list of 3 to 2^24 strings", path);
+    else if (scores && (scores->type != GG_ARR || scores->elem != GG_F32 || scores->count != toks->count))
+        e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.scores is not one float per token", path);
+    else if ((e = get_int(&g, "tokenizer.ggml.unknown_token_id", 0, &unk)) == NV_OK &&
+             (e = get_int(&g, "tokenizer.ggml.bos_token_id", 1, &bos)) == NV_OK &&
+             (e = get_int(&g, "tokenizer.ggml.eos_token_id", 2, &eos)) == NV_OK && (unk != 0 || bos != 1 || eos != 2))
+        e = nv_fail(NV_EUNSUPPORTED, "%s: <unk>, BOS, EOS are ids %lld, %lld, %lld; this tokenizer needs 0, 1, 2", path, (long long)unk,
+                    (long long)bos, (long long)eos);
+    if (e != NV_OK) {
+        nv_gguf_close(&g);
+        return e;
+    }
+    /* llama2.c's layout: int32 max length, then per token float score, int32 length, bytes */
+    gg_cursor c = {nv_reader_make(toks->val, (size_t)(g.map.data + g.map.len - toks->val), path), g.version >= 2};
+    size_t total = 4;
+    for (uint64_t i = 0; i < toks->count; i++) {
+        const char *s;
+        size_t sl;
+        rd_string(&c, &s, &sl, "token"); /* checked at open */
+        total += 8 + sl;
+    }
+    uint8_t *buf = malloc(total), *p = buf + 4;
+    if (!buf) {
+        nv_gguf_close(&g);
+        return nv_fail(NV_ENOMEM, "%s: out of memory for the vocabulary", path);
+    }
+    c.r.pos = 0;
+    int32_t longest = 1;
+    for (uint64_t i = 0; i < toks->count; i++) {
+        const char *s;
+        size_t sl;
+        rd_string(&c, &s, &sl, "token");
+        float score = 0.0f;
+        if (scores) memcpy(&score, scores->val + 4 * i, 4);
+        memcpy(p, &score, 4);
+        uint8_t *piece = p + 8;
+        size_t k = 0;
+        for (size_t j = 0; j < sl; j++) {
+            if (j + 2 < sl && (uint8_t)s[j] == 0xE2 && (uint8_t)s[j + 1] == 0x96 && (uint8_t)s[j + 2] == 0x81) {
+                piece[k++] = ' '; /* SentencePiece's word boundary */
+                j += 2;
+            } else
+                piece[k++] = (uint8_t)s[j];
+        }
+        int32_t kl = (int32_t)k;
+        memcpy(p + 4, &kl, 4);
+        if (kl > longest) longest = kl;
+        p += 8 + k;
+    }
+    if (longest > 65536) longest = 65536; /* the header is a hint; longer pieces still load */
+    memcpy(buf, &longest, 4);
+    nv_gguf_close(&g);
+    *out = buf;
+    *len = (size_t)(p - buf);
+    return NV_OK;
+}

@@ -1,0 +1,71 @@
+/* GGUF, llama.cpp's model format, read-only: versions 1 to 3.
+ *
+ * Contract:
+ * - nv_gguf_open maps the file and checks all of it before returning: the header, every
+ *   metadata value (arrays of scalars or strings; nested arrays are refused), every tensor's
+ *   name, shape (1 to 4 dimensions), type and data range (aligned to general.alignment,
+ *   default 32, inside the file). Anything malformed or truncated is NV_EFORMAT with a one-line
+ *   message; nothing is read past the end of the mapping. Version 1 stores counts, lengths and
+ *   dimensions as 32-bit values, later versions as 64-bit ones.
+ * - nv_gguf_load_model (behind nv_model_load, which recognises the magic) takes architecture
+ *   "llama": the config from llama.* metadata (head_count_kv defaults to head_count,
+ *   rope.freq_base to 10000, layer_norm_rms_epsilon to 1e-5; rope.dimension_count, when present,
+ *   must equal the head size) and the tensors token_embd, output_norm, output (absent: the
+ *   classifier is the embedding) and blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
+ *   ffn_norm, ffn_gate, ffn_down, ffn_up}, each shape checked, converted to fp32 (F32, F16, BF16,
+ *   Q8_0; other types are NV_EUNSUPPORTED naming the type). llama.cpp stores Llama's Q/K weights
+ *   in Meta's rotary layout, the one this project's RoPE uses, so no permutation is applied.
+ * - nv_gguf_tokenizer_bytes (behind nv_tokenizer_load) turns a "llama" (SentencePiece)
+ *   vocabulary into llama2.c's tokenizer.bin bytes: U+2581 becomes a space, scores are kept, and
+ *   <unk>, BOS and EOS must be ids 0, 1, 2 as this project's tokenizer assumes. */
+#ifndef NV_GGUF_H
+#define NV_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "base/file.h"
+#include "model/model.h"
+
+typedef struct {
+    const char *key;
+    size_t key_len;
+    uint32_t type;     /* GGUF value type */
+    const uint8_t *val; /* the value; for arrays, the first element */
+    uint32_t elem;     /* arrays: the element type */
+    uint64_t count;    /* arrays: the number of elements */
+} nv_gguf_kv;
+
+typedef struct {
+    const char *name;
+    size_t name_len;
+    uint32_t n_dims;
+    uint64_t dims[4]; /* dims[0] varies fastest */
+    uint32_t type;    /* ggml type */
+    const uint8_t *data;
+    uint64_t bytes;
+} nv_gguf_tensor;
+
+typedef struct {
+    nv_mapped map;
+    const char *path;
+    uint32_t version;
+    uint64_t n_kv, n_tensors;
+    nv_gguf_kv *kv;
+    nv_gguf_tensor *t;
+} nv_gguf;
+
+/* 1 when data starts with GGUF's magic. */
+int nv_gguf_is(const void *data, size_t len);
+nv_err nv_gguf_open(const char *path, nv_gguf *g);
+void nv_gguf_close(nv_gguf *g);
+const nv_gguf_kv *nv_gguf_find(const nv_gguf *g, const char *key);
+const nv_gguf_tensor *nv_gguf_tensor_find(const nv_gguf *g, const char *name);
+
+/* Loads a GGUF model (see above) into m, weights converted to fp32 in owned memory. */
+nv_err nv_gguf_load_model(const char *path, nv_model *m);
+/* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
+nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
+
+#endif

@@ -1,0 +1,205 @@
+/* GGUF models and vocabularies: the real files in ../shared/data (stories260K as GGUF v1 gives
+ * the very weights and vocabulary of the llama2.c files; a v3 F16 model loads and runs), a
+ * synthetic v3 file with every supported tensor type converted exactly, and malformed files
+ * (every truncation, bad versions, types, shapes, offsets, architectures) refused with a clear
+ * error. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "gguf_write.h"
+#include "t.h"
+
+static void test_stories260k_gguf_equals_bin(void) {
+    const char *gp = t_data("gguf/tinyllamas-stories-260k-f32.gguf"), *bp = t_data("models/stories260K.bin");
+    if (!gp || !bp) return;
+    nv_model g, b;
+    T_CHECK(nv_model_load(gp, &g) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_model_load(bp, &b) == NV_OK, "%s", nv_errmsg());
+    const nv_config *x = &g.config, *y = &b.config;
+    T_CHECK(x->dim == y->dim && x->hidden_dim == y->hidden_dim && x->n_layers == y->n_layers && x->n_heads == y->n_heads &&
+                x->n_kv_heads == y->n_kv_heads && x->head_dim == y->head_dim && x->vocab_size == y->vocab_size &&
+                x->seq_len == y->seq_len && x->rope_theta == y->rope_theta && x->norm_eps == y->norm_eps,
+            "config differs: dim %d/%d layers %d/%d vocab %d/%d seq %d/%d eps %g/%g", x->dim, y->dim, x->n_layers,
+            y->n_layers, x->vocab_size, y->vocab_size, x->seq_len, y->seq_len, (double)x->norm_eps, (double)y->norm_eps);
+    size_t L = (size_t)x->n_layers, d = (size_t)x->dim, h = (size_t)x->hidden_dim, V = (size_t)x->vocab_size;
+    size_t qd = (size_t)nv_config_q_dim(x), kvd = (size_t)nv_config_kv_dim(x);
+    struct {
+        const char *name;
+        const float *a, *b;
+        size_t n;
+    } parts[] = {{"tok_emb", g.w.tok_emb, b.w.tok_emb, V * d}, {"rms_att", g.w.rms_att, b.w.rms_att, L * d},
+                 {"rms_ffn", g.w.rms_ffn, b.w.rms_ffn, L * d}, {"rms_final", g.w.rms_final, b.w.rms_final, d},
+                 {"wq", g.w.wq, b.w.wq, L * qd * d},          {"wk", g.w.wk, b.w.wk, L * kvd * d},
+                 {"wv", g.w.wv, b.w.wv, L * kvd * d},          {"wo", g.w.wo, b.w.wo, L * d * qd},
+                 {"w1", g.w.w1, b.w.w1, L * h * d},            {"w2", g.w.w2, b.w.w2, L * d * h},
+                 {"w3", g.w.w3, b.w.w3, L * h * d},            {"wcls", g.w.wcls, b.w.wcls, V * d}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        T_CHECK(memcmp(parts[i].a, parts[i].b, parts[i].n * 4) == 0, "%s differs from the llama2.c file's", parts[i].name);
+    nv_model_free(&g);
+    nv_model_free(&b);
+
+    /* its vocabulary is tok512, piece for piece (llama2.c writes BOS/EOS as "\n<s>\n"/"\n</s>\n") */
+    nv_tokenizer *tg = NULL, *tb = NULL;
+    T_CHECK(nv_tokenizer_load(gp, 0, &tg) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_tokenizer_load(t_data("models/tok512.bin"), 0, &tb) == NV_OK, "%s", nv_errmsg());
+    if (!tg || !tb) return;
+    int n = nv_tokenizer_vocab_size(tg), bad = 0;
+    T_CHECK(n == nv_tokenizer_vocab_size(tb), "vocabulary %d vs %d", n, nv_tokenizer_vocab_size(tb));
+    for (int i = 3; i < n; i++)
+        bad += strcmp(nv_tokenizer_piece(tg, i), nv_tokenizer_piece(tb, i)) != 0 || nv_tokenizer_score(tg, i) != nv_tokenizer_score(tb, i);
+    T_CHECK(bad == 0, "%d pieces or scores differ", bad);
+    nv_tokenizer_free(tg);
+    nv_tokenizer_free(tb);
+}
+
+/* llama-2-tiny-random: GGUF v3, F16 matrices and F32 norms, 32000 tokens: loads, converts, runs. */
+static void test_tiny_random_v3_f16(void) {
+    const char *p = t_data("gguf/llama-2-tiny-random.gguf");
+    if (!p) return;
+    nv_model m;
+    T_CHECK(nv_model_load(p, &m) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    T_CHECK(m.config.dim == 8 && m.config.n_layers == 1 && m.config.vocab_size == 32000, "config: dim %d layers %d vocab %d",
+            m.config.dim, m.config.n_layers, m.config.vocab_size);
+    nv_gguf g;
+    T_CHECK(nv_gguf_open(p, &g) == NV_OK, "%s", nv_errmsg());
+    const nv_gguf_tensor *t = nv_gguf_tensor_find(&g, "blk.0.attn_q.weight");
+    T_CHECK(t && t->type == 1, "attn_q is not F16");
+    int same = 1;
+    for (uint64_t i = 0; t && i < t->dims[0] * t->dims[1]; i++) {
+        uint16_t hbits;
+        memcpy(&hbits, t->data + 2 * i, 2);
+        same &= m.w.wq[i] == _cvtsh_ss(hbits);
+    }
+    T_CHECK(same, "F16 weights not converted exactly");
+    nv_gguf_close(&g);
+    nv_state s;
+    int toks[3] = {1, 15043, 3186};
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK && nv_state_init(&s, &m.config, 3, 8, 0) == NV_OK &&
+                nv_forward(&m, &s, toks, 3, 0) == NV_OK,
+            "%s", nv_errmsg());
+    int finite = 1;
+    for (int i = 0; i < m.config.vocab_size; i++) finite &= isfinite(s.logits[i]);
+    T_CHECK(finite, "non-finite logits");
+    nv_state_free(&s);
+    nv_model_free(&m);
+    nv_tokenizer *tok = NULL;
+    T_CHECK(nv_tokenizer_load(p, 32000, &tok) == NV_OK, "%s", nv_errmsg());
+    nv_tokenizer_free(tok);
+}
+
+static void test_synthetic_types(void) {
+    const char *p = t_path("synthetic.gguf");
+    gguf_write_model(p, "llama", 3, 0);
+    nv_model m;
+    T_CHECK(nv_model_load(p, &m) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    T_CHECK(m.config.dim == GW_DIM && m.config.n_kv_heads == GW_KVH && m.config.head_dim == GW_HD && m.config.vocab_size == GW_VOCAB &&
+                m.config.norm_eps == 1e-6f && m.config.shared_classifier && m.config.rope_theta == 10000.0f,
+            "config");
+    const float *dst[GW_NT] = {m.w.tok_emb, m.w.rms_final, m.w.rms_att, m.w.wq, m.w.wk, m.w.wv, m.w.wo,
+                            m.w.rms_ffn, m.w.w1,       m.w.w2,        m.w.w3};
+    for (size_t k = 0; k < GW_NT; k++) {
+        int bad = 0;
+        for (uint64_t i = 0; i < gw_tensors[k].d0 * gw_tensors[k].d1; i++) bad += dst[k][i] != gw_value((int)k, i);
+        T_CHECK(bad == 0, "%s (type %u): %d values differ", gw_tensors[k].name, gw_tensors[k].type, bad);
+    }
+    nv_model_free(&m);
+    /* with a vocabulary: U+2581 is a space, the scores are kept */
+    gguf_write_model(p, "llama", 2, 1);
+    nv_tokenizer *t = NULL;
+    T_CHECK(nv_tokenizer_load(p, GW_VOCAB, &t) == NV_OK, "%s", nv_errmsg());
+    if (!t) return;
+    T_CHECK(!strcmp(nv_tokenizer_piece(t, 5), " ab") && nv_tokenizer_score(t, 5) == -1.5f, "piece 5 '%s'", nv_tokenizer_piece(t, 5));
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_tokenizer_encode(t, "ab", 1, 0, &ids, &n) == NV_OK && n == 2 && ids[1] == 5, "encode 'ab': %d ids", n);
+    free(ids);
+    nv_tokenizer_free(t);
+}
+
+/* A copy of the synthetic file with len bytes of it, and bytes at off replaced. */
+static const char *variant(const char *src, size_t len, size_t off, const void *bytes, size_t n) {
+    char *data;
+    size_t size;
+    if (nv_file_read_all(src, &data, &size) != NV_OK) return NULL;
+    if (n && off + n <= size) memcpy(data + off, bytes, n);
+    const char *p = t_path("variant.gguf");
+    FILE *f = fopen(p, "wb");
+    fwrite(data, 1, len < size ? len : size, f);
+    fclose(f);
+    free(data);
+    return p;
+}
+
+static size_t find(const char *path, const char *needle) {
+    char *data;
+    size_t size;
+    if (nv_file_read_all(path, &data, &size) != NV_OK) return 0;
+    size_t at = 0;
+    for (size_t i = 0; i + strlen(needle) <= size; i++)
+        if (!memcmp(data + i, needle, strlen(needle))) {
+            at = i;
+            break;
+        }
+    free(data);
+    return at;
+}
+
+static void expect(const char *p, nv_err want, const char *what) {
+    nv_model m;
+    nv_err e = nv_model_load(p, &m);
+    T_CHECK(e == want, "%s: %s (%s)", what, nv_err_name(e), nv_errmsg());
+    if (e == NV_OK) nv_model_free(&m);
+    T_CHECK(e == NV_OK || (strlen(nv_errmsg()) > 10 && !strchr(nv_errmsg(), '\n')), "%s: message '%s'", what, nv_errmsg());
+}
+
+static void test_malformed(void) {
+    char src[4200];
+    snprintf(src, sizeof src, "%s", t_path("good.gguf"));
+    size_t size = gguf_write_model(src, "llama", 3, 0);
+    /* every truncation is refused */
+    int bad = 0;
+    for (size_t len = 0; len < size; len += len < 600 ? 1 : 61) {
+        nv_model m;
+        const char *p = variant(src, len, 0, NULL, 0);
+        nv_err e = nv_model_load(p, &m);
+        if (e != NV_EFORMAT) {
+            if (bad++ < 3) T_CHECK(0, "truncated to %zu of %zu bytes: %s (%s)", len, size, nv_err_name(e), nv_errmsg());
+            if (e == NV_OK) nv_model_free(&m);
+        }
+    }
+    T_CHECK(bad == 0, "%d truncations not refused", bad);
+    uint32_t v9 = 9, q4k = 12, two = 2;
+    uint64_t huge = 1ull << 50;
+    expect(variant(src, size, 4, &v9, 4), NV_EUNSUPPORTED, "version 9");
+    expect(variant(src, size, 8, &huge, 8), NV_EFORMAT, "absurd tensor count");
+    size_t at = find(src, "blk.0.attn_q.weight") + strlen("blk.0.attn_q.weight");
+    expect(variant(src, size, at + 4 + 16, &q4k, 4), NV_EUNSUPPORTED, "a Q4_K tensor");
+    expect(variant(src, size, at + 4 + 8, &two, 4), NV_EFORMAT, "a wrongly shaped tensor");
+    expect(variant(src, size, at + 4 + 16 + 4, &huge, 8), NV_EFORMAT, "a tensor past the end");
+    uint64_t odd = 8;
+    expect(variant(src, size, at + 4 + 16 + 4, &odd, 8), NV_EFORMAT, "a misaligned tensor");
+    at = find(src, "llama.block_count");
+    expect(variant(src, size, at, "xlama", 5), NV_EFORMAT, "block_count missing");
+    expect(variant(src, size, at + strlen("llama.block_count"), (uint32_t[]){9}, 4), NV_EFORMAT, "an array where a number was");
+    gguf_write_model(t_path("arch.gguf"), "qwen2", 3, 0);
+    expect(t_path("arch.gguf"), NV_EUNSUPPORTED, "architecture qwen2");
+    nv_tokenizer *t = NULL;
+    T_CHECK(nv_tokenizer_load(src, 0, &t) == NV_EFORMAT, "a GGUF file without a vocabulary: %s", nv_errmsg());
+}
+
+int main(void) {
+    T_RUN(test_stories260k_gguf_equals_bin);
+    T_RUN(test_tiny_random_v3_f16);
+    T_RUN(test_synthetic_types);
+    T_RUN(test_malformed);
+    return t_done();
+}
