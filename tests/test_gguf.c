@@ -196,10 +196,31 @@ static void test_malformed(void) {
     T_CHECK(nv_tokenizer_load(src, 0, &t) == NV_EFORMAT, "a GGUF file without a vocabulary: %s", nv_errmsg());
 }
 
+/* A GGUF model is a starting point for training: its run folder gets a tokenizer.bin (the
+ * vocabulary converted, not the GGUF file) and a model.bin that generate reads. */
+static void test_finetune_from_gguf(void) {
+    const char *gp = t_data("gguf/tinyllamas-stories-260k-f32.gguf"), *data = t_data("corpus/tinystories_valid_head.txt");
+    if (!gp || !data) return;
+    char args[4200], dir[700];
+    snprintf(dir, sizeof dir, "%s/ft-gguf", t_tmpdir());
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 2 --batch 2 --seq 32 --quiet --out %s", gp, gp,
+             data, dir);
+    T_CHECK(t_nerve(args) == 0, "fine-tune from GGUF failed");
+    char tp[800];
+    snprintf(tp, sizeof tp, "%s/tokenizer.bin", dir);
+    char *bytes = NULL;
+    size_t len = 0;
+    T_CHECK(nv_file_read_all(tp, &bytes, &len) == NV_OK && !nv_gguf_is(bytes, len), "tokenizer.bin is not in tokenizer.bin format");
+    free(bytes);
+    snprintf(args, sizeof args, "generate -m %s -p 'Once upon' -n 8 -t 0", dir);
+    T_CHECK(t_nerve(args) == 0, "generate from the run folder failed");
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
     T_RUN(test_synthetic_types);
     T_RUN(test_malformed);
+    T_RUN(test_finetune_from_gguf);
     return t_done();
 }

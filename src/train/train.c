@@ -13,6 +13,7 @@
 #include "base/pool.h"
 #include "base/timer.h"
 #include "engine/peak.h"
+#include "model/gguf.h"
 #include "train/ckpt.h"
 #include "train/tmodel.h"
 
@@ -142,10 +143,16 @@ static void fmt_duration(char *buf, size_t cap, double s) {
     else snprintf(buf, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-static nv_err copy_file(const char *from, const char *to) {
+/* The tokenizer into the run folder as tokenizer.bin: copied, or from a GGUF file its vocabulary
+ * written in tokenizer.bin's format. */
+static nv_err copy_tokenizer(const char *from, const char *to) {
     char *data = NULL;
     size_t len = 0;
     NV_TRY(nv_file_read_all(from, &data, &len));
+    if (nv_gguf_is(data, len)) {
+        free(data);
+        NV_TRY(nv_gguf_tokenizer_bytes(from, (uint8_t **)&data, &len));
+    }
     nv_iov part = {data, len};
     nv_err e = nv_file_write_atomic(to, &part, 1);
     free(data);
@@ -218,7 +225,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (o->tokenizer_path) {
         char tok_dst[4200];
         snprintf(tok_dst, sizeof tok_dst, "%s/tokenizer.bin", o->out_dir);
-        if (strcmp(o->tokenizer_path, tok_dst) != 0 && copy_file(o->tokenizer_path, tok_dst) != NV_OK)
+        if (strcmp(o->tokenizer_path, tok_dst) != 0 && copy_tokenizer(o->tokenizer_path, tok_dst) != NV_OK)
             nv_warn("could not copy the tokenizer into %s: %s", o->out_dir, nv_errmsg());
     }
 
