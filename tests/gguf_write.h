@@ -58,12 +58,13 @@ static uint64_t gw_bytes(const gw_tensor *t) {
 /* value i of tensor k: small exact numbers so every type holds them exactly (Q8_0: scale 1/64) */
 static float gw_value(int k, uint64_t i) { return (float)((int)((i * 7 + (uint64_t)k * 13) % 127) - 63) / 64.0f; }
 
-static size_t gguf_write_model(const char *path, const char *arch, uint32_t version, int vocab) {
+/* chat_template: tokenizer.chat_template's text (needs vocab), or NULL for none */
+static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t version, int vocab, const char *chat_template) {
     gw_buf w = {0};
     gw_put(&w, "GGUF", 4);
     gw_u32(&w, version);
     gw_u64(&w, GW_NT);
-    gw_u64(&w, vocab ? 11 : 8);
+    gw_u64(&w, vocab ? (chat_template ? 12 : 11) : 8);
     gw_str(&w, "general.architecture");
     gw_u32(&w, 8);
     gw_str(&w, arch);
@@ -83,6 +84,11 @@ static size_t gguf_write_model(const char *path, const char *arch, uint32_t vers
         gw_u32(&w, 8);
         gw_u64(&w, GW_VOCAB);
         for (int i = 0; i < GW_VOCAB; i++) gw_str(&w, pieces[i]);
+        if (chat_template) {
+            gw_str(&w, "tokenizer.chat_template");
+            gw_u32(&w, 8);
+            gw_str(&w, chat_template);
+        }
         gw_str(&w, "tokenizer.ggml.scores");
         gw_u32(&w, 9);
         gw_u32(&w, 6);
@@ -138,6 +144,10 @@ static size_t gguf_write_model(const char *path, const char *arch, uint32_t vers
     size_t n = w.n;
     free(w.b);
     return n;
+}
+
+static size_t gguf_write_model(const char *path, const char *arch, uint32_t version, int vocab) {
+    return gguf_write_model_ex(path, arch, version, vocab, NULL);
 }
 
 #endif

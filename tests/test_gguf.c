@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "gguf_write.h"
+#include "serve_util.h"
 #include "t.h"
 
 static void test_stories260k_gguf_equals_bin(void) {
@@ -216,11 +217,36 @@ static void test_finetune_from_gguf(void) {
     T_CHECK(t_nerve(args) == 0, "generate from the run folder failed");
 }
 
+/* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
+ * --chat-template says otherwise. */
+static void test_serve_declared_template(void) {
+    struct {
+        const char *tmpl, *args, *want;
+    } cases[] = {{"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "", "chat template chatml"},
+                 {"{{ bos_token }}[INST] {{ m.content }} [/INST]", "", "chat template llama2"},
+                 {"{{ m.content }}", "", "chat template plain"},
+                 {"<|im_start|>", "--chat-template llama2", "chat template llama2"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *p = t_path("chat.gguf");
+        gguf_write_model_ex(p, "llama", 3, 1, cases[i].tmpl);
+        server s;
+        char args[200], name[32];
+        snprintf(args, sizeof args, "--no-prefix-cache %s", cases[i].args);
+        snprintf(name, sizeof name, "gguf-serve-%zu", i); /* a log of its own: the start waits for its line */
+        T_CHECK(server_spawn(&s, name, NULL, NULL, p, NULL, args, 30), "server %zu did not start", i);
+        char *log = read_log(&s);
+        T_CHECK(log && strstr(log, cases[i].want), "case %zu: no '%s' in:\n%s", i, cases[i].want, log ? log : "");
+        free(log);
+        T_CHECK(server_stop_within(&s, 20) == 0, "server %zu did not exit 0", i);
+    }
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
     T_RUN(test_synthetic_types);
     T_RUN(test_malformed);
     T_RUN(test_finetune_from_gguf);
+    T_RUN(test_serve_declared_template);
     return t_done();
 }

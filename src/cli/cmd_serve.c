@@ -16,6 +16,7 @@
 #include "base/timer.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "serve/api.h"
 #include "serve/chat.h"
@@ -44,7 +45,8 @@ static void usage(FILE *f) {
             "  --threads N          threads for the engines (default: one per core)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
-            "  --chat-template T    plain, chatml or llama2 (default: what the model declares; plain for llama2.c files)\n"
+            "  --chat-template T    plain, chatml or llama2 (default: what the model declares: a GGUF file's\n"
+            "                       tokenizer.chat_template recognised as ChatML or [INST]; else plain)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 128)\n"
             "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
@@ -93,6 +95,22 @@ static void model_id_of(const char *path, char *id, size_t cap) {
     snprintf(id, cap, "%.*s", (int)(n - (size_t)(base - path)), base);
     char *dot = strrchr(id, '.');
     if (dot && dot != id) *dot = '\0';
+}
+
+/* The chat template a GGUF model declares (tokenizer.chat_template, a Jinja text this server does
+ * not run): recognised by its markers as ChatML or Llama-2's [INST]; anything else, or a llama2.c
+ * file, is plain. */
+static nv_chat_template declared_template(const char *model_path) {
+    nv_gguf g;
+    if (nv_gguf_open(model_path, &g) != NV_OK) return NV_CHAT_PLAIN;
+    size_t n = 0;
+    const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
+    nv_chat_template r = NV_CHAT_PLAIN;
+    if (t && memmem(t, n, "<|im_start|>", 12)) r = NV_CHAT_CHATML;
+    else if (t && memmem(t, n, "[INST]", 6)) r = NV_CHAT_LLAMA2;
+    else if (t) nv_warn("serve: the model's chat template is neither ChatML nor Llama-2's [INST]: chat uses plain (see --chat-template)");
+    nv_gguf_close(&g);
+    return r;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -147,6 +165,7 @@ int cmd_serve(int argc, char **argv) {
     if (api_key && !*api_key) api_key = NULL;
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
     if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    int tmpl_given = template_name != NULL;
     int step_delay_ms = 0;
     const char *delay = getenv("NERVE_TEST_STEP_DELAY_MS");
     if (delay && *delay) step_delay_ms = atoi(delay);
@@ -174,6 +193,7 @@ int cmd_serve(int argc, char **argv) {
     else model_id_of(model_path, model_id, sizeof model_id); /* a run folder: its name */
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
+    if (!tmpl_given) tmpl = declared_template(model_path);
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, 0, &engine); /* the fastest engine that probes well */
     if (erc) return erc;

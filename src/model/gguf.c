@@ -264,8 +264,7 @@ static nv_err get_float(const nv_gguf *g, const char *key, float dflt, float *ou
     return NV_OK;
 }
 
-/* A string value: its bytes (not NUL-terminated) and length; NULL when absent or not a string. */
-static const char *get_str(const nv_gguf *g, const char *key, size_t *len) {
+const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len) {
     const nv_gguf_kv *kv = nv_gguf_find(g, key);
     if (!kv || kv->type != GG_STR) return NULL;
     gg_cursor c = {nv_reader_make(kv->val, (size_t)(g->map.data + g->map.len - kv->val), g->path), g->version >= 2};
@@ -328,7 +327,7 @@ static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1,
 
 static nv_err config_of(const nv_gguf *g, nv_config *c) {
     size_t n = 0;
-    const char *arch = get_str(g, "general.architecture", &n);
+    const char *arch = nv_gguf_string(g, "general.architecture", &n);
     if (!arch) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
     char shown_arch[128];
     if (!name_is(arch, n, "llama"))
@@ -417,7 +416,7 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     NV_TRY(nv_gguf_open(path, &g));
     nv_err e = NV_OK;
     size_t n = 0;
-    const char *model = get_str(&g, "tokenizer.ggml.model", &n);
+    const char *model = nv_gguf_string(&g, "tokenizer.ggml.model", &n);
     const nv_gguf_kv *toks = nv_gguf_find(&g, "tokenizer.ggml.tokens"), *scores = nv_gguf_find(&g, "tokenizer.ggml.scores");
     int64_t unk, bos, eos;
     if (!model || !toks) e = nv_fail(NV_EFORMAT, "%s: no tokenizer in this GGUF file (tokenizer.ggml.model/tokens)", path);

@@ -62,6 +62,8 @@ nv_err nv_gguf_open(const char *path, nv_gguf *g);
 void nv_gguf_close(nv_gguf *g);
 const nv_gguf_kv *nv_gguf_find(const nv_gguf *g, const char *key);
 const nv_gguf_tensor *nv_gguf_tensor_find(const nv_gguf *g, const char *name);
+/* A string value: its bytes (not NUL-terminated) and length; NULL when absent or not a string. */
+const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len);
 
 /* Loads a GGUF model (see above) into m, weights converted to fp32 in owned memory. */
 nv_err nv_gguf_load_model(const char *path, nv_model *m);
