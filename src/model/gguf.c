@@ -308,11 +308,11 @@ static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
     }
 }
 
-/* Finds name with the shape [d0] or [d0, d1] (dims[0] fastest) and converts it into dst. */
-static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, float *dst, int optional, int *found) {
+/* Finds name with the shape [d0] or [d0, d1] (dims[0] fastest) and a type this loader converts;
+ * with dst, converts it there. */
+static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, float *dst) {
     const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name);
-    if (found) *found = t != NULL;
-    if (!t) return optional ? NV_OK : nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
+    if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
     if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u); supported: F32, F16, BF16, Q8_0", g->path, name,
                                   type_name(t->type), t->type);
     uint64_t want[4] = {d0, d1, 1, 1};
@@ -321,7 +321,7 @@ static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1,
             return nv_fail(NV_EFORMAT, "%s: tensor '%s' is [%llu, %llu, %llu, %llu], expected [%llu, %llu]", g->path, name,
                            (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], (unsigned long long)t->dims[2],
                            (unsigned long long)t->dims[3], (unsigned long long)d0, (unsigned long long)d1);
-    to_f32(t, dst, d0 * d1);
+    if (dst) to_f32(t, dst, d0 * d1);
     return NV_OK;
 }
 
@@ -369,41 +369,46 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     return nv_config_validate(c);
 }
 
+/* Every tensor of the model, checked (m NULL) or converted into m's weights. */
+static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
+    const uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
+    const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c);
+    nv_weights *w = m ? &m->w : NULL;
+#define AT(field, off) (w ? w->field + (off) : NULL)
+    NV_TRY(take(g, "token_embd.weight", d, V, AT(tok_emb, 0)));
+    NV_TRY(take(g, "output_norm.weight", d, 1, AT(rms_final, 0)));
+    if (!c->shared_classifier) NV_TRY(take(g, "output.weight", d, V, AT(wcls, 0)));
+    for (uint64_t l = 0; l < (uint64_t)c->n_layers; l++) {
+        struct {
+            const char *name;
+            uint64_t d0, d1;
+            float *dst;
+        } parts[] = {{"attn_norm", d, 1, AT(rms_att, l * d)},      {"attn_q", d, qd, AT(wq, l * qd * d)},
+                     {"attn_k", d, kvd, AT(wk, l * kvd * d)},      {"attn_v", d, kvd, AT(wv, l * kvd * d)},
+                     {"attn_output", qd, d, AT(wo, l * d * qd)},   {"ffn_norm", d, 1, AT(rms_ffn, l * d)},
+                     {"ffn_gate", d, h, AT(w1, l * h * d)},        {"ffn_down", h, d, AT(w2, l * d * h)},
+                     {"ffn_up", d, h, AT(w3, l * h * d)}};
+#undef AT
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%llu.%s.weight", (unsigned long long)l, parts[i].name);
+            NV_TRY(take(g, name, parts[i].d0, parts[i].d1, parts[i].dst));
+        }
+    }
+    return NV_OK;
+}
+
 nv_err nv_gguf_load_model(const char *path, nv_model *m) {
     memset(m, 0, sizeof *m);
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
     nv_config c;
+    /* the whole model is checked before any weight memory is taken */
     nv_err e = config_of(&g, &c);
+    if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
-    if (e != NV_OK) {
-        nv_gguf_close(&g);
-        return e;
-    }
-    const uint64_t d = (uint64_t)c.dim, h = (uint64_t)c.hidden_dim, V = (uint64_t)c.vocab_size;
-    const uint64_t qd = (uint64_t)nv_config_q_dim(&c), kvd = (uint64_t)nv_config_kv_dim(&c);
-    nv_weights *w = &m->w;
-    e = take(&g, "token_embd.weight", d, V, w->tok_emb, 0, NULL);
-    if (e == NV_OK) e = take(&g, "output_norm.weight", d, 1, w->rms_final, 0, NULL);
-    if (e == NV_OK && !c.shared_classifier) e = take(&g, "output.weight", d, V, w->wcls, 0, NULL);
-    for (int l = 0; e == NV_OK && l < c.n_layers; l++) {
-        struct {
-            const char *name;
-            uint64_t d0, d1;
-            float *dst;
-        } parts[] = {{"attn_norm", d, 1, w->rms_att + l * d},       {"attn_q", d, qd, w->wq + l * qd * d},
-                     {"attn_k", d, kvd, w->wk + l * kvd * d},       {"attn_v", d, kvd, w->wv + l * kvd * d},
-                     {"attn_output", qd, d, w->wo + l * d * qd},    {"ffn_norm", d, 1, w->rms_ffn + l * d},
-                     {"ffn_gate", d, h, w->w1 + l * h * d},         {"ffn_down", h, d, w->w2 + l * d * h},
-                     {"ffn_up", d, h, w->w3 + l * h * d}};
-        for (size_t i = 0; e == NV_OK && i < sizeof parts / sizeof parts[0]; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].name);
-            e = take(&g, name, parts[i].d0, parts[i].d1, parts[i].dst, 0, NULL);
-        }
-    }
+    if (e == NV_OK && (e = take_all(&g, &c, m)) != NV_OK) nv_model_free(m);
     nv_gguf_close(&g);
-    if (e != NV_OK) nv_model_free(m);
     return e;
 }
 
