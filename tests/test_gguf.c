@@ -126,6 +126,75 @@ static void test_synthetic_types(void) {
     nv_tokenizer_free(t);
 }
 
+/* The quantized types against values worked out by hand from llama.cpp's block layouts. */
+static void put_half(uint8_t *p, float f) {
+    uint16_t h = _cvtss_sh(f, 0);
+    memcpy(p, &h, 2);
+}
+
+static void test_quant_blocks(void) {
+    uint8_t b[256];
+    float y[256];
+    /* Q4_0: d 0.5; byte j: value j in the low nibble, 15 - j in the high one; minus 8 */
+    memset(b, 0, sizeof b);
+    put_half(b, 0.5f);
+    for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    T_CHECK(nv_gguf_dequant(2, b, 32, y) == NV_OK && y[0] == -4.0f && y[3] == -2.5f && y[16] == 3.5f && y[31] == -4.0f,
+            "Q4_0: %g %g %g %g", (double)y[0], (double)y[3], (double)y[16], (double)y[31]);
+    /* Q4_1: d 0.25, m 1 */
+    put_half(b, 0.25f);
+    put_half(b + 2, 1.0f);
+    for (int j = 0; j < 16; j++) b[4 + j] = (uint8_t)(j | (15 - j) << 4);
+    T_CHECK(nv_gguf_dequant(3, b, 32, y) == NV_OK && y[0] == 1.0f && y[5] == 2.25f && y[16] == 4.75f, "Q4_1: %g %g %g",
+            (double)y[0], (double)y[5], (double)y[16]);
+    /* Q5_0: d 1, fifth bits 0x80000001 (value 0 and value 31), nibbles j / 0; minus 16 */
+    memset(b, 0, sizeof b);
+    put_half(b, 1.0f);
+    uint32_t qh = 0x80000001u;
+    memcpy(b + 2, &qh, 4);
+    for (int j = 0; j < 16; j++) b[6 + j] = (uint8_t)j;
+    T_CHECK(nv_gguf_dequant(6, b, 32, y) == NV_OK && y[0] == 0.0f && y[1] == -15.0f && y[16] == -16.0f && y[31] == 0.0f,
+            "Q5_0: %g %g %g %g", (double)y[0], (double)y[1], (double)y[16], (double)y[31]);
+    /* Q5_1: d 2, m -3 */
+    put_half(b, 2.0f);
+    put_half(b + 2, -3.0f);
+    memcpy(b + 4, &qh, 4);
+    for (int j = 0; j < 16; j++) b[8 + j] = (uint8_t)j;
+    T_CHECK(nv_gguf_dequant(7, b, 32, y) == NV_OK && y[0] == 29.0f && y[2] == 1.0f && y[31] == 29.0f, "Q5_1: %g %g %g",
+            (double)y[0], (double)y[2], (double)y[31]);
+    /* Q4_K: d 1, dmin 0.5; sub-block scales/mins 1/5 2/6 3/7 4/8 (bytes 0-7), then 17/2 2/3 3/4
+     * 4/5 (bytes 8-11 with byte 0's top bits adding 16 to the fifth scale); nibbles i % 16 / 15 - i % 16 */
+    memset(b, 0, sizeof b);
+    put_half(b, 1.0f);
+    put_half(b + 2, 0.5f);
+    const uint8_t sc[12] = {0x41, 2, 3, 4, 5, 6, 7, 8, 0x21, 0x32, 0x43, 0x54};
+    memcpy(b + 4, sc, 12);
+    for (int i = 0; i < 128; i++) b[16 + i] = (uint8_t)((i % 16) | (15 - i % 16) << 4);
+    T_CHECK(nv_gguf_dequant(12, b, 256, y) == NV_OK && y[0] == -2.5f && y[32] == 27.0f && y[128] == -1.0f && y[129] == 16.0f &&
+                y[255] == 4.0f * 0.0f - 2.5f,
+            "Q4_K: %g %g %g %g %g", (double)y[0], (double)y[32], (double)y[128], (double)y[129], (double)y[255]);
+    /* Q5_K: the same, with fifth bits for value 0 (bit 0 of byte 0) and value 32 (bit 1 of byte 0) */
+    memset(b, 0, sizeof b);
+    put_half(b, 1.0f);
+    put_half(b + 2, 0.5f);
+    memcpy(b + 4, sc, 12);
+    b[16] = 0x3;
+    for (int i = 0; i < 128; i++) b[48 + i] = (uint8_t)((i % 16) | (15 - i % 16) << 4);
+    T_CHECK(nv_gguf_dequant(13, b, 256, y) == NV_OK && y[0] == 13.5f && y[32] == 59.0f && y[1] == -1.5f, "Q5_K: %g %g %g",
+            (double)y[0], (double)y[32], (double)y[1]);
+    /* Q6_K: low nibbles i % 16, high pairs of value 0's group 0/1/2/3 (byte 0xE4), scales 1..16, d 1; minus 32 */
+    memset(b, 0, sizeof b);
+    for (int i = 0; i < 128; i++) b[i] = (uint8_t)(i % 16);
+    b[128] = 0xE4;
+    for (int i = 0; i < 16; i++) b[192 + i] = (uint8_t)(i + 1);
+    put_half(b + 208, 1.0f);
+    T_CHECK(nv_gguf_dequant(14, b, 256, y) == NV_OK && y[0] == -32.0f && y[17] == -62.0f && y[32] == -48.0f && y[64] == 0.0f &&
+                y[96] == 112.0f && y[128] == -288.0f,
+            "Q6_K: %g %g %g %g %g %g", (double)y[0], (double)y[17], (double)y[32], (double)y[64], (double)y[96], (double)y[128]);
+    T_CHECK(nv_gguf_dequant(12, b, 100, y) == NV_EUNSUPPORTED && nv_gguf_dequant(10, b, 256, y) == NV_EUNSUPPORTED,
+            "partial blocks or Q2_K accepted");
+}
+
 /* A copy of the synthetic file with len bytes of it, and bytes at off replaced. */
 static const char *variant(const char *src, size_t len, size_t off, const void *bytes, size_t n) {
     char *data;
@@ -178,12 +247,12 @@ static void test_malformed(void) {
         }
     }
     T_CHECK(bad == 0, "%d truncations not refused", bad);
-    uint32_t v9 = 9, q4k = 12, two = 2;
+    uint32_t v9 = 9, q2k = 10, two = 2;
     uint64_t huge = 1ull << 50;
     expect(variant(src, size, 4, &v9, 4), NV_EUNSUPPORTED, "version 9");
     expect(variant(src, size, 8, &huge, 8), NV_EFORMAT, "absurd tensor count");
     size_t at = find(src, "blk.0.attn_q.weight") + strlen("blk.0.attn_q.weight");
-    expect(variant(src, size, at + 4 + 16, &q4k, 4), NV_EUNSUPPORTED, "a Q4_K tensor");
+    expect(variant(src, size, at + 4 + 16, &q2k, 4), NV_EUNSUPPORTED, "a Q2_K tensor");
     expect(variant(src, size, at + 4 + 8, &two, 4), NV_EFORMAT, "a wrongly shaped tensor");
     expect(variant(src, size, at + 4 + 16 + 4, &huge, 8), NV_EFORMAT, "a tensor past the end");
     uint64_t odd = 8;
@@ -245,6 +314,7 @@ int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
     T_RUN(test_synthetic_types);
+    T_RUN(test_quant_blocks);
     T_RUN(test_malformed);
     T_RUN(test_finetune_from_gguf);
     T_RUN(test_serve_declared_template);

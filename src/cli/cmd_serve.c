@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "                   [--chat-template plain|chatml|llama2] [--max-batch N] [--prefill-chunk N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
-            "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q8_0),\n"
+            "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       or a `nerve train` run folder (its model.bin)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
             "                       tokenizer.bin, the GGUF model's own vocabulary, else\n"

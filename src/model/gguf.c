@@ -6,8 +6,10 @@
 #include <string.h>
 
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
-enum { T_F32 = 0, T_F16 = 1, T_Q8_0 = 8, T_BF16 = 30 };
-#define Q8_0_BLOCK 32 /* values per block: an fp16 scale, then 32 int8 */
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
+       T_BF16 = 30 };
+#define QK 32   /* values per block of the simple types */
+#define QK_K 256 /* values per super-block of the k-quants */
 #define MAX_ALIGN (1u << 20)
 
 int nv_gguf_is(const void *data, size_t len) { return len >= 4 && memcmp(data, "GGUF", 4) == 0; }
@@ -98,14 +100,28 @@ static nv_err parse_kv(gg_cursor *c, nv_gguf_kv *kv) {
     return NV_OK;
 }
 
-/* Bytes of a tensor of n values of type, or 0 (unknown type, or a row that does not fill its blocks). */
+/* Values per block and bytes per block of a type this loader converts; 0 for any other. */
+static int block_of(uint32_t type, uint64_t *bytes) {
+    static const struct {
+        uint32_t type;
+        int values, bytes;
+    } k[] = {{T_F32, 1, 4},      {T_F16, 1, 2},      {T_BF16, 1, 2},      {T_Q4_0, QK, 18},     {T_Q4_1, QK, 20},
+             {T_Q5_0, QK, 22},   {T_Q5_1, QK, 24},   {T_Q8_0, QK, 34},    {T_Q4_K, QK_K, 144}, {T_Q5_K, QK_K, 176},
+             {T_Q6_K, QK_K, 210}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i].type == type) {
+            *bytes = (uint64_t)k[i].bytes;
+            return k[i].values;
+        }
+    return 0;
+}
+
+/* Bytes of a tensor of n values of type, or 0 (a type not converted, or rows that do not fill
+ * their blocks). */
 static uint64_t tensor_bytes(uint32_t type, uint64_t n, uint64_t row) {
-    switch (type) {
-    case T_F32: return n * 4;
-    case T_F16: case T_BF16: return n * 2;
-    case T_Q8_0: return row % Q8_0_BLOCK ? 0 : n / Q8_0_BLOCK * (2 + Q8_0_BLOCK);
-    default: return 0;
-    }
+    uint64_t bb = 0;
+    int per = block_of(type, &bb);
+    return per && row % (uint64_t)per == 0 ? n / (uint64_t)per * bb : 0;
 }
 
 static const char *type_name(uint32_t type) {
@@ -284,6 +300,97 @@ static float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+static float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return f16_to_f32(h);
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block's 12 packed bytes. */
+static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* One block of a quantized type into y (block_of's values), as llama.cpp's reference dequantizers
+ * define them. */
+static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
+    switch (type) {
+    case T_Q4_0:
+    case T_Q4_1: { /* d [, m], 16 bytes: value j in the low nibble of byte j, j + 16 in its high one */
+        const float d = half_at(b), m = type == T_Q4_1 ? half_at(b + 2) : -8.0f * d;
+        const uint8_t *qs = b + (type == T_Q4_1 ? 4 : 2);
+        for (int j = 0; j < QK / 2; j++) {
+            y[j] = (float)(qs[j] & 0xF) * d + m;
+            y[j + QK / 2] = (float)(qs[j] >> 4) * d + m;
+        }
+        break;
+    }
+    case T_Q5_0:
+    case T_Q5_1: { /* as Q4 with a fifth bit per value from a 32-bit mask (bit j for value j) */
+        const int one = type == T_Q5_1;
+        const float d = half_at(b), m = one ? half_at(b + 2) : -16.0f * d;
+        uint32_t qh;
+        memcpy(&qh, b + (one ? 4 : 2), 4);
+        const uint8_t *qs = b + (one ? 8 : 6);
+        for (int j = 0; j < QK / 2; j++) {
+            y[j] = (float)((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) * d + m;
+            y[j + QK / 2] = (float)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) * d + m;
+        }
+        break;
+    }
+    case T_Q8_0: {
+        const float d = half_at(b);
+        for (int j = 0; j < QK; j++) y[j] = d * (float)(int8_t)b[2 + j];
+        break;
+    }
+    case T_Q4_K:
+    case T_Q5_K: { /* d, dmin, 12 bytes of 6-bit scales/mins for 8 sub-blocks of 32 [, 32 bytes of fifth bits], 128 bytes of nibbles */
+        const int five = type == T_Q5_K;
+        const float d = half_at(b), dmin = half_at(b + 2);
+        const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
+        for (int c = 0; c < 4; c++, qs += 32) { /* 64 values: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+            int s0, m0, s1, m1;
+            scale_min_k4(2 * c, sc, &s0, &m0);
+            scale_min_k4(2 * c + 1, sc, &s1, &m1);
+            for (int l = 0; l < 32; l++) {
+                int lo = qs[l] & 0xF, hi = qs[l] >> 4;
+                if (five) {
+                    lo += (qh[l] >> (2 * c)) & 1 ? 16 : 0;
+                    hi += (qh[l] >> (2 * c + 1)) & 1 ? 16 : 0;
+                }
+                y[64 * c + l] = d * (float)s0 * (float)lo - dmin * (float)m0;
+                y[64 * c + 32 + l] = d * (float)s1 * (float)hi - dmin * (float)m1;
+            }
+        }
+        break;
+    }
+    case T_Q6_K: { /* 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, d */
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = half_at(b + 208);
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, y += 128)
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        break;
+    }
+    }
+}
+
 /* Converts tensor t (n values) into dst. */
 static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
     const uint8_t *p = t->data;
@@ -297,14 +404,12 @@ static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
             dst[i] = t->type == T_F16 ? f16_to_f32(h) : bf16_to_f32(h);
         }
         break;
-    case T_Q8_0:
-        for (uint64_t b = 0; b < n / Q8_0_BLOCK; b++, p += 2 + Q8_0_BLOCK) {
-            uint16_t h;
-            memcpy(&h, p, 2);
-            const float d = f16_to_f32(h);
-            for (int i = 0; i < Q8_0_BLOCK; i++) dst[b * Q8_0_BLOCK + i] = d * (float)(int8_t)p[2 + i];
-        }
+    default: {
+        uint64_t bb = 0;
+        const int per = block_of(t->type, &bb);
+        for (uint64_t i = 0; i < n / (uint64_t)per; i++) dequant_block(t->type, p + i * bb, dst + i * (uint64_t)per);
         break;
+    }
     }
 }
 
@@ -313,7 +418,7 @@ static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
 static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, float *dst) {
     const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name);
     if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
-    if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u); supported: F32, F16, BF16, Q8_0", g->path, name,
+    if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K", g->path, name,
                                   type_name(t->type), t->type);
     uint64_t want[4] = {d0, d1, 1, 1};
     for (int i = 0; i < 4; i++)
@@ -322,6 +427,15 @@ static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1,
                            (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], (unsigned long long)t->dims[2],
                            (unsigned long long)t->dims[3], (unsigned long long)d0, (unsigned long long)d1);
     if (dst) to_f32(t, dst, d0 * d1);
+    return NV_OK;
+}
+
+nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) {
+    if (!tensor_bytes(type, n, n))
+        return nv_fail(NV_EUNSUPPORTED, "GGUF type %s (%u) with %llu values: not converted", type_name(type), type,
+                       (unsigned long long)n);
+    nv_gguf_tensor t = {.type = type, .data = data};
+    to_f32(&t, out, n);
     return NV_OK;
 }
 

@@ -13,7 +13,9 @@
  *   must equal the head size) and the tensors token_embd, output_norm, output (absent: the
  *   classifier is the embedding) and blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  *   ffn_norm, ffn_gate, ffn_down, ffn_up}, each shape checked, converted to fp32 (F32, F16, BF16,
- *   Q8_0; other types are NV_EUNSUPPORTED naming the type). llama.cpp stores Llama's Q/K weights
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K as llama.cpp's reference dequantizers define
+ *   them; other types are NV_EUNSUPPORTED naming the type). The whole model is checked before any
+ *   weight memory is taken. llama.cpp stores Llama's Q/K weights
  *   in Meta's rotary layout, the one this project's RoPE uses, so no permutation is applied.
  * - nv_gguf_tokenizer_bytes (behind nv_tokenizer_load) turns a "llama" (SentencePiece)
  *   vocabulary into llama2.c's tokenizer.bin bytes: U+2581 becomes a space, scores are kept, and
@@ -65,6 +67,8 @@ const nv_gguf_tensor *nv_gguf_tensor_find(const nv_gguf *g, const char *name);
 /* A string value: its bytes (not NUL-terminated) and length; NULL when absent or not a string. */
 const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len);
 
+/* n values of ggml type `type` at data (whole blocks) to fp32, as the loader converts them. */
+nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out);
 /* Loads a GGUF model (see above) into m, weights converted to fp32 in owned memory. */
 nv_err nv_gguf_load_model(const char *path, nv_model *m);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
