@@ -58,13 +58,24 @@ static uint64_t gw_bytes(const gw_tensor *t) {
 /* value i of tensor k: small exact numbers so every type holds them exactly (Q8_0: scale 1/64) */
 static float gw_value(int k, uint64_t i) { return (float)((int)((i * 7 + (uint64_t)k * 13) % 127) - 63) / 64.0f; }
 
+/* Tests may set this: a linear RoPE scaling factor written as llama.rope.scaling.{type,factor}. */
+static float gw_rope_scale;
+
 /* chat_template: tokenizer.chat_template's text (needs vocab), or NULL for none */
 static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t version, int vocab, const char *chat_template) {
     gw_buf w = {0};
     gw_put(&w, "GGUF", 4);
     gw_u32(&w, version);
     gw_u64(&w, GW_NT);
-    gw_u64(&w, vocab ? (chat_template ? 12 : 11) : 8);
+    gw_u64(&w, (vocab ? (chat_template ? 12 : 11) : 8) + (gw_rope_scale != 0.0f ? 2 : 0));
+    if (gw_rope_scale != 0.0f) {
+        gw_str(&w, "llama.rope.scaling.type");
+        gw_u32(&w, 8);
+        gw_str(&w, "linear");
+        gw_str(&w, "llama.rope.scaling.factor");
+        gw_u32(&w, 6);
+        gw_put(&w, &gw_rope_scale, 4);
+    }
     gw_str(&w, "general.architecture");
     gw_u32(&w, 8);
     gw_str(&w, arch);

@@ -251,7 +251,7 @@ static void test_malformed(void) {
     uint64_t huge = 1ull << 50;
     expect(variant(src, size, 4, &v9, 4), NV_EUNSUPPORTED, "version 9");
     expect(variant(src, size, 8, &huge, 8), NV_EFORMAT, "absurd tensor count");
-    size_t at = find(src, "blk.0.attn_q.weight") + strlen("blk.0.attn_q.weight");
+    size_t at = find(src, "blk.0.attn_q.weight") + strlen("blk.0.attn_q.weight"), at0 = at;
     expect(variant(src, size, at + 4 + 16, &q2k, 4), NV_EUNSUPPORTED, "a Q2_K tensor");
     expect(variant(src, size, at + 4 + 8, &two, 4), NV_EFORMAT, "a wrongly shaped tensor");
     expect(variant(src, size, at + 4 + 16 + 4, &huge, 8), NV_EFORMAT, "a tensor past the end");
@@ -260,6 +260,14 @@ static void test_malformed(void) {
     at = find(src, "llama.block_count");
     expect(variant(src, size, at, "xlama", 5), NV_EFORMAT, "block_count missing");
     expect(variant(src, size, at + strlen("llama.block_count"), (uint32_t[]){9}, 4), NV_EFORMAT, "an array where a number was");
+    uint64_t zero = 0;
+    expect(variant(src, size, at0 + 4 + 16 + 4, &zero, 8), NV_EFORMAT, "two tensors on the same bytes");
+    size_t k_at = find(src, "blk.0.attn_k.weight");
+    expect(variant(src, size, k_at, "blk.0.attn_q.weight", 19), NV_EFORMAT, "a tensor name twice");
+    gw_rope_scale = 4.0f;
+    gguf_write_model(t_path("scaled.gguf"), "llama", 3, 0);
+    gw_rope_scale = 0.0f;
+    expect(t_path("scaled.gguf"), NV_EUNSUPPORTED, "RoPE scaling");
     gguf_write_model(t_path("arch.gguf"), "qwen2", 3, 0);
     expect(t_path("arch.gguf"), NV_EUNSUPPORTED, "architecture qwen2");
     nv_tokenizer *t = NULL;

@@ -11,6 +11,7 @@ enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q
 #define QK 32   /* values per block of the simple types */
 #define QK_K 256 /* values per super-block of the k-quants */
 #define MAX_ALIGN (1u << 20)
+#define MAX_TENSORS (1u << 20) /* a 1,000-layer model has ~9,000 */
 
 int nv_gguf_is(const void *data, size_t len) { return len >= 4 && memcmp(data, "GGUF", 4) == 0; }
 
@@ -152,6 +153,42 @@ static nv_err parse_tensor(gg_cursor *c, nv_gguf_tensor *t, uint64_t *offset) {
     return NV_OK;
 }
 
+static int by_data(const void *a, const void *b) {
+    const nv_gguf_tensor *x = *(const nv_gguf_tensor *const *)a, *y = *(const nv_gguf_tensor *const *)b;
+    return x->data < y->data ? -1 : x->data > y->data;
+}
+
+static int by_name(const void *a, const void *b) {
+    const nv_gguf_tensor *x = *(const nv_gguf_tensor *const *)a, *y = *(const nv_gguf_tensor *const *)b;
+    int c = memcmp(x->name, y->name, x->name_len < y->name_len ? x->name_len : y->name_len);
+    return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Tensors own their bytes and their names: no two share data (else a small file could expand
+ * into any amount of fp32) and no name repeats. */
+static nv_err check_disjoint(const nv_gguf *g) {
+    if (g->n_tensors < 2) return NV_OK;
+    const nv_gguf_tensor **v = malloc((size_t)g->n_tensors * sizeof *v);
+    if (!v) return nv_fail(NV_ENOMEM, "%s: out of memory for the GGUF directory", g->path);
+    for (uint64_t i = 0; i < g->n_tensors; i++) v[i] = &g->t[i];
+    nv_err e = NV_OK;
+    qsort(v, (size_t)g->n_tensors, sizeof *v, by_data);
+    for (uint64_t i = 1; i < g->n_tensors && e == NV_OK; i++)
+        if (v[i - 1]->data + v[i - 1]->bytes > v[i]->data) {
+            char a[128], b[128];
+            e = nv_fail(NV_EFORMAT, "%s: tensors '%s' and '%s' overlap", g->path, shown(v[i - 1]->name, v[i - 1]->name_len, a, sizeof a),
+                        shown(v[i]->name, v[i]->name_len, b, sizeof b));
+        }
+    qsort(v, (size_t)g->n_tensors, sizeof *v, by_name);
+    for (uint64_t i = 1; i < g->n_tensors && e == NV_OK; i++)
+        if (by_name(&v[i - 1], &v[i]) == 0) {
+            char a[128];
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' appears twice", g->path, shown(v[i]->name, v[i]->name_len, a, sizeof a));
+        }
+    free(v);
+    return e;
+}
+
 void nv_gguf_close(nv_gguf *g) {
     free(g->kv);
     free(g->t);
@@ -179,7 +216,7 @@ nv_err nv_gguf_open(const char *path, nv_gguf *g) {
     c.wide = g->version >= 2;
     if ((e = rd_count(&c, &g->n_tensors, "tensor count")) != NV_OK || (e = rd_count(&c, &g->n_kv, "metadata count")) != NV_OK)
         goto fail;
-    if (g->n_tensors > g->map.len / 8 || g->n_kv > g->map.len / 8) {
+    if (g->n_tensors > MAX_TENSORS || g->n_tensors > g->map.len / 8 || g->n_kv > g->map.len / 8) {
         e = nv_fail(NV_EFORMAT, "%s: %llu tensors and %llu metadata entries cannot fit a file of %zu bytes", path,
                     (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv, g->map.len);
         goto fail;
@@ -218,6 +255,7 @@ nv_err nv_gguf_open(const char *path, nv_gguf *g) {
         }
         t->data = g->map.data + base + offsets[i];
     }
+    if ((e = check_disjoint(g)) != NV_OK) goto fail;
     free(offsets);
     return NV_OK;
 fail:
@@ -462,6 +500,15 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     if (rot != head_dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: rotary dimension %lld differs from the head size %lld", g->path, (long long)rot,
                        (long long)head_dim);
+    /* RoPE scaling (linear, YaRN, Llama 3's frequency factors) is not implemented: refuse rather
+     * than run with the wrong positions */
+    size_t sl = 0;
+    const char *scaling = nv_gguf_string(g, "llama.rope.scaling.type", &sl);
+    float factor = 1.0f;
+    NV_TRY(get_float(g, "llama.rope.scaling.factor", 1.0f, &factor));
+    if ((scaling && !name_is(scaling, sl, "none")) || (factor != 1.0f && factor != 0.0f) ||
+        nv_gguf_tensor_find(g, "rope_freqs.weight"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (llama.rope.scaling / rope_freqs), which is not supported", g->path);
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;

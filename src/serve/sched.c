@@ -832,7 +832,7 @@ static void *sched_loop(void *arg) {
             }
             r->lp_pub = r->lp_flushed;
             r->n_gen_pub = r->n_gen;
-            if (r->plps && r->pos >= r->n_prompt) r->plp_ready = 1;
+            if (r->plps && r->pos >= r->n_prompt && r->fin != NV_FINISH_ERROR) r->plp_ready = 1; /* never half-computed records */
             if (r->fin != NV_FINISH_NONE) {
                 for (int j = 0; j < s->n_running; j++)
                     if (s->running[j] == r) {

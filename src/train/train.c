@@ -143,19 +143,25 @@ static void fmt_duration(char *buf, size_t cap, double s) {
     else snprintf(buf, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-/* The tokenizer into the run folder as tokenizer.bin: copied, or from a GGUF file its vocabulary
- * written in tokenizer.bin's format. */
+/* The tokenizer into the run folder as tokenizer.bin: copied, or from a GGUF file (a whole model,
+ * maybe gigabytes: only its vocabulary is read) the vocabulary in tokenizer.bin's format. */
 static nv_err copy_tokenizer(const char *from, const char *to) {
-    char *data = NULL;
-    size_t len = 0;
-    NV_TRY(nv_file_read_all(from, &data, &len));
-    if (nv_gguf_is(data, len)) {
-        free(data);
-        NV_TRY(nv_gguf_tokenizer_bytes(from, (uint8_t **)&data, &len));
+    nv_mapped m;
+    NV_TRY(nv_file_map(from, &m));
+    uint8_t *conv = NULL;
+    size_t len = m.len;
+    const void *data = m.data;
+    nv_err e = NV_OK;
+    if (nv_gguf_is(m.data, m.len)) {
+        e = nv_gguf_tokenizer_bytes(from, &conv, &len);
+        data = conv;
     }
-    nv_iov part = {data, len};
-    nv_err e = nv_file_write_atomic(to, &part, 1);
-    free(data);
+    if (e == NV_OK) {
+        nv_iov part = {data, len};
+        e = nv_file_write_atomic(to, &part, 1);
+    }
+    free(conv);
+    nv_file_unmap(&m);
     return e;
 }
 
