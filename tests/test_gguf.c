@@ -294,6 +294,45 @@ static void test_finetune_from_gguf(void) {
     T_CHECK(t_nerve(args) == 0, "generate from the run folder failed");
 }
 
+/* nerve export to GGUF: stories260K and tok512 written as one GGUF file read back give the same
+ * weights, the same vocabulary and llama2.c's greedy text; a run folder exports with its own. */
+static void test_export_roundtrip(void) {
+    const char *bp = t_data("models/stories260K.bin"), *tp = t_data("models/tok512.bin");
+    const char *want = t_data("models/stories260K_greedy200.expected.txt");
+    if (!bp || !tp || !want) return;
+    char out[700], args[4200];
+    snprintf(out, sizeof out, "%s/exported.gguf", t_tmpdir());
+    snprintf(args, sizeof args, "export %s -z %s -o %s", bp, tp, out);
+    T_CHECK(t_nerve(args) == 0, "export failed: %s", t_err);
+    nv_model a, b;
+    T_CHECK(nv_model_load(bp, &a) == NV_OK && nv_model_load(out, &b) == NV_OK, "%s", nv_errmsg());
+    if (!a.params || !b.params) return;
+    T_CHECK(a.n_params == b.n_params && !memcmp(a.params, b.params, a.n_params * 4) && !memcmp(&a.config, &b.config, sizeof a.config),
+            "weights or config changed in the GGUF round trip");
+    nv_model_free(&a);
+    nv_model_free(&b);
+    nv_tokenizer *ta = NULL, *tb = NULL;
+    T_CHECK(nv_tokenizer_load(tp, 0, &ta) == NV_OK && nv_tokenizer_load(out, 0, &tb) == NV_OK, "%s", nv_errmsg());
+    int bad = !ta || !tb || nv_tokenizer_vocab_size(ta) != nv_tokenizer_vocab_size(tb);
+    for (int i = 3; !bad && i < nv_tokenizer_vocab_size(ta); i++)
+        bad += strcmp(nv_tokenizer_piece(ta, i), nv_tokenizer_piece(tb, i)) || nv_tokenizer_score(ta, i) != nv_tokenizer_score(tb, i);
+    T_CHECK(!bad, "the vocabulary changed in the GGUF round trip");
+    nv_tokenizer_free(ta);
+    nv_tokenizer_free(tb);
+    char *gold = NULL;
+    nv_file_read_all(want, &gold, NULL);
+    snprintf(args, sizeof args, "generate -m %s -t 0 -n 200", out);
+    T_CHECK(t_nerve(args) == 0 && gold && !strcmp(t_out, gold), "greedy text from the exported file differs:\n%s", t_out);
+    free(gold);
+    /* a run folder (test_finetune_from_gguf's) exports with its tokenizer.bin */
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/ft-gguf", t_tmpdir());
+    snprintf(args, sizeof args, "export %s -o %s/run.gguf", dir, t_tmpdir());
+    T_CHECK(t_nerve(args) == 0, "export of a run folder failed: %s", t_err);
+    snprintf(args, sizeof args, "generate -m %s/run.gguf -p 'Once upon' -n 8 -t 0", t_tmpdir());
+    T_CHECK(t_nerve(args) == 0, "the run folder's GGUF does not generate: %s", t_err);
+}
+
 /* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
  * --chat-template says otherwise. */
 static void test_serve_declared_template(void) {
@@ -325,6 +364,7 @@ int main(void) {
     T_RUN(test_quant_blocks);
     T_RUN(test_malformed);
     T_RUN(test_finetune_from_gguf);
+    T_RUN(test_export_roundtrip);
     T_RUN(test_serve_declared_template);
     return t_done();
 }

@@ -1,21 +1,53 @@
-/* nerve export: a training checkpoint's weights as a llama2.c checkpoint `nerve generate` reads. */
+/* nerve export: a training checkpoint's (or a model file's) weights as a llama2.c checkpoint that
+ * `nerve generate` reads, or as a GGUF file with its vocabulary that llama.cpp reads. */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "cli/cli.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "train/ckpt.h"
 
 #define CMD "export"
 
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && !strcmp(s + n - t, tail);
+}
+
+/* The output's name without folder and extension (GGUF's general.name). */
+static void base_name(const char *path, char *out, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    snprintf(out, cap, "%s", slash ? slash + 1 : path);
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out) *dot = '\0';
+}
+
+static int write_out(const nv_model *m, const char *out, const char *tok_path, int gguf) {
+    if (!gguf) return nv_model_save_v1(m, out) == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
+    nv_tokenizer *tok = NULL;
+    if (tok_path && nv_tokenizer_load_for_model(tok_path, m->config.vocab_size, &tok) != NV_OK)
+        return cli_error(CMD, 1, "%s", nv_errmsg());
+    if (!tok) nv_warn("export: no tokenizer (-z): %s gets no vocabulary, which llama.cpp needs", out);
+    char name[256];
+    base_name(out, name, sizeof name);
+    nv_err e = nv_gguf_save(m, tok, name, out);
+    nv_tokenizer_free(tok);
+    return e == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
+}
+
 int cmd_export(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
+    const char *in = NULL, *out = NULL, *tok_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR -o model.bin\n"
-                   "  writes the weights of a training checkpoint as a llama2.c version-1 checkpoint\n");
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]\n"
+                   "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
+                   "  file as a llama2.c version-1 checkpoint, or, when OUT ends in .gguf, as a GGUF v3 llama\n"
+                   "  model (F32) with the vocabulary of -z (default: the run folder's tokenizer.bin, or a GGUF\n"
+                   "  input's own), as llama.cpp reads it\n");
             return 0;
         }
         if (a[0] != '-') {
@@ -25,24 +57,46 @@ int cmd_export(int argc, char **argv) {
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "-o")) out = v;
+        else if (!strcmp(a, "-z")) tok_path = v;
         else return cli_error(CMD, 2, "unknown option '%s'", a);
     }
-    if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR -o model.bin");
-    char path[4200];
+    if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
+    const int gguf = ends_with(out, ".gguf");
+    char path[4200], probe[4200], run_tok[4200];
     snprintf(path, sizeof path, "%s", in);
-    char probe[4200];
     snprintf(probe, sizeof probe, "%s/ckpt.bin", in);
-    if (nv_file_exists(probe)) snprintf(path, sizeof path, "%s", probe);
+    snprintf(run_tok, sizeof run_tok, "%s/tokenizer.bin", in);
+    if (nv_file_exists(probe)) {
+        snprintf(path, sizeof path, "%s", probe);
+        if (!tok_path && nv_file_exists(run_tok)) tok_path = run_tok;
+    }
     nv_ckpt ck;
-    if (nv_ckpt_load(path, &ck) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
-    nv_model m = {0};
-    nv_ckpt_header_get_config(&ck.h, &m.config);
-    m.params = (float *)ck.params; /* read only: the writer only reads it */
-    m.n_params = ck.h.n_params;
-    long long step = (long long)ck.h.step;
-    nv_err e = nv_model_save_v1(&m, out);
-    nv_ckpt_close(&ck);
-    if (e) return cli_error(CMD, 1, "%s", nv_errmsg());
-    fprintf(stderr, "nerve: wrote %s (step %lld)\n", out, step);
-    return 0;
+    if (nv_ckpt_load(path, &ck) == NV_OK) {
+        nv_model m = {0};
+        nv_ckpt_header_get_config(&ck.h, &m.config);
+        m.params = (float *)ck.params; /* read only: the writers only read it */
+        m.n_params = ck.h.n_params;
+        nv_weights_point(&m.w, &m.config, m.params);
+        long long step = (long long)ck.h.step;
+        int rc = write_out(&m, out, tok_path, gguf);
+        nv_ckpt_close(&ck);
+        if (!rc) fprintf(stderr, "nerve: wrote %s (step %lld)\n", out, step);
+        return rc;
+    }
+    char why[512];
+    snprintf(why, sizeof why, "%s", nv_errmsg());
+    nv_model m;
+    if (nv_model_load(path, &m) != NV_OK)
+        return cli_error(CMD, 1, "%s is neither a training checkpoint (%s) nor a model (%s)", path, why, nv_errmsg());
+    if (!tok_path && gguf) {
+        nv_gguf g; /* a GGUF input brings its own vocabulary */
+        if (nv_gguf_open(path, &g) == NV_OK) {
+            if (nv_gguf_find(&g, "tokenizer.ggml.tokens")) tok_path = path;
+            nv_gguf_close(&g);
+        }
+    }
+    int rc = write_out(&m, out, tok_path, gguf);
+    nv_model_free(&m);
+    if (!rc) fprintf(stderr, "nerve: wrote %s\n", out);
+    return rc;
 }

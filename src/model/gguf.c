@@ -647,3 +647,179 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     *len = (size_t)(p - buf);
     return NV_OK;
 }
+
+/* ---- the writer ---------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} out_buf;
+
+static void ob_put(out_buf *b, const void *p, size_t n) {
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t cap = (b->n + n) * 2 + 4096;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+static void ob_u32(out_buf *b, uint32_t v) { ob_put(b, &v, 4); }
+static void ob_u64(out_buf *b, uint64_t v) { ob_put(b, &v, 8); }
+static void ob_str(out_buf *b, const char *s, size_t n) {
+    ob_u64(b, n);
+    ob_put(b, s, n);
+}
+static void ob_key(out_buf *b, const char *key, uint32_t type) {
+    ob_str(b, key, strlen(key));
+    ob_u32(b, type);
+}
+static void kv_u32(out_buf *b, const char *key, uint32_t v) {
+    ob_key(b, key, GG_U32);
+    ob_u32(b, v);
+}
+static void kv_f32(out_buf *b, const char *key, float v) {
+    ob_key(b, key, GG_F32);
+    ob_put(b, &v, 4);
+}
+static void kv_str(out_buf *b, const char *key, const char *v) {
+    ob_key(b, key, GG_STR);
+    ob_str(b, v, strlen(v));
+}
+
+/* The vocabulary as GGUF's SentencePiece arrays: pieces with U+2581 for spaces, scores, types. */
+static int vocab_kvs(out_buf *b, const nv_tokenizer *tok) {
+    const int n = nv_tokenizer_vocab_size(tok);
+    kv_str(b, "tokenizer.ggml.model", "llama");
+    ob_key(b, "tokenizer.ggml.tokens", GG_ARR);
+    ob_u32(b, GG_STR);
+    ob_u64(b, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        const char *p = i == NV_TOKEN_UNK ? "<unk>" : i == NV_TOKEN_BOS ? "<s>" : i == NV_TOKEN_EOS ? "</s>" : nv_tokenizer_piece(tok, i);
+        size_t len = 0;
+        for (const char *q = p; *q; q++) len += *q == ' ' ? 3 : 1;
+        ob_u64(b, len);
+        for (const char *q = p; *q; q++) ob_put(b, *q == ' ' ? "\xe2\x96\x81" : q, *q == ' ' ? 3 : 1);
+    }
+    ob_key(b, "tokenizer.ggml.scores", GG_ARR);
+    ob_u32(b, GG_F32);
+    ob_u64(b, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        float s = nv_tokenizer_score(tok, i);
+        ob_put(b, &s, 4);
+    }
+    ob_key(b, "tokenizer.ggml.token_type", GG_ARR); /* 1 normal, 2 unknown, 3 control, 6 byte */
+    ob_u32(b, GG_I32);
+    ob_u64(b, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        const char *p = nv_tokenizer_piece(tok, i);
+        unsigned x;
+        char end;
+        int32_t type = i == NV_TOKEN_UNK ? 2 : i <= NV_TOKEN_EOS ? 3 : sscanf(p, "<0x%2X%c", &x, &end) == 2 && end == '>' && strlen(p) == 6 ? 6 : 1;
+        ob_put(b, &type, 4);
+    }
+    kv_u32(b, "tokenizer.ggml.unknown_token_id", NV_TOKEN_UNK);
+    kv_u32(b, "tokenizer.ggml.bos_token_id", NV_TOKEN_BOS);
+    kv_u32(b, "tokenizer.ggml.eos_token_id", NV_TOKEN_EOS);
+    return 7;
+}
+
+nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path) {
+    const nv_config *c = &m->config;
+    if (c->qk_norm)
+        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF's llama architecture has no QK-norm; this model cannot be written as one", path);
+    if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
+        return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
+    const uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
+    const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c);
+    const nv_weights *w = &m->w;
+    /* the tensors, in llama.cpp's order: name, [d0, d1], data */
+    size_t nt = 2 + (c->shared_classifier ? 0 : 1) + 9 * (size_t)c->n_layers;
+    struct wt {
+        char name[64];
+        uint64_t d0, d1;
+        const float *p;
+    } *t = calloc(nt, sizeof *t);
+    if (!t) return nv_fail(NV_ENOMEM, "out of memory");
+    size_t k = 0;
+#define ADD(nm, a, b, ptr) (snprintf(t[k].name, sizeof t[k].name, "%s", nm), t[k].d0 = (a), t[k].d1 = (b), t[k].p = (ptr), k++)
+    ADD("token_embd.weight", d, V, w->tok_emb);
+    ADD("output_norm.weight", d, 1, w->rms_final);
+    if (!c->shared_classifier) ADD("output.weight", d, V, w->wcls);
+    for (uint64_t l = 0; l < (uint64_t)c->n_layers; l++) {
+        const struct {
+            const char *nm;
+            uint64_t a, b;
+            const float *p;
+        } parts[] = {{"attn_norm", d, 1, w->rms_att + l * d},      {"attn_q", d, qd, w->wq + l * qd * d},
+                     {"attn_k", d, kvd, w->wk + l * kvd * d},      {"attn_v", d, kvd, w->wv + l * kvd * d},
+                     {"attn_output", qd, d, w->wo + l * d * qd},   {"ffn_norm", d, 1, w->rms_ffn + l * d},
+                     {"ffn_gate", d, h, w->w1 + l * h * d},        {"ffn_down", h, d, w->w2 + l * d * h},
+                     {"ffn_up", d, h, w->w3 + l * h * d}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "blk.%llu.%s.weight", (unsigned long long)l, parts[i].nm);
+            ADD(nm, parts[i].a, parts[i].b, parts[i].p);
+        }
+    }
+#undef ADD
+    out_buf b = {0};
+    ob_put(&b, "GGUF", 4);
+    ob_u32(&b, 3);
+    ob_u64(&b, nt);
+    size_t kv_at = b.n;
+    ob_u64(&b, 0); /* the metadata count, filled in below */
+    uint64_t n_kv = 13;
+    kv_str(&b, "general.architecture", "llama");
+    kv_str(&b, "general.name", name);
+    kv_u32(&b, "general.file_type", 0); /* all F32 */
+    kv_u32(&b, "llama.context_length", (uint32_t)c->seq_len);
+    kv_u32(&b, "llama.embedding_length", (uint32_t)c->dim);
+    kv_u32(&b, "llama.block_count", (uint32_t)c->n_layers);
+    kv_u32(&b, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
+    kv_u32(&b, "llama.rope.dimension_count", (uint32_t)c->head_dim);
+    kv_u32(&b, "llama.attention.head_count", (uint32_t)c->n_heads);
+    kv_u32(&b, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    kv_u32(&b, "llama.attention.key_length", (uint32_t)c->head_dim);
+    kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
+    kv_f32(&b, "llama.rope.freq_base", c->rope_theta);
+    if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
+    if (!b.oom) memcpy(b.p + kv_at, &n_kv, 8);
+    uint64_t off = 0;
+    for (size_t i = 0; i < nt; i++) {
+        ob_str(&b, t[i].name, strlen(t[i].name));
+        ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
+        ob_u64(&b, t[i].d0);
+        if (t[i].d1 != 1) ob_u64(&b, t[i].d1);
+        ob_u32(&b, T_F32);
+        ob_u64(&b, off);
+        off += (t[i].d0 * t[i].d1 * 4 + 31) / 32 * 32;
+    }
+    static const uint8_t zeros[32];
+    ob_put(&b, zeros, (32 - b.n % 32) % 32);
+    /* header, then each tensor and its padding: one atomic write */
+    nv_iov *parts = calloc(2 * nt + 1, sizeof *parts);
+    nv_err e = NV_OK;
+    if (b.oom || !parts) e = nv_fail(NV_ENOMEM, "out of memory");
+    else {
+        int np = 0;
+        parts[np++] = (nv_iov){b.p, b.n};
+        for (size_t i = 0; i < nt; i++) {
+            size_t bytes = (size_t)(t[i].d0 * t[i].d1 * 4);
+            parts[np++] = (nv_iov){t[i].p, bytes};
+            if (bytes % 32) parts[np++] = (nv_iov){zeros, 32 - bytes % 32};
+        }
+        e = nv_file_write_atomic(path, parts, np);
+    }
+    free(parts);
+    free(b.p);
+    free(t);
+    return e;
+}

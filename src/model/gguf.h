@@ -29,6 +29,7 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 
 typedef struct {
     const char *key;
@@ -71,6 +72,10 @@ const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len);
 nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out);
 /* Loads a GGUF model (see above) into m, weights converted to fp32 in owned memory. */
 nv_err nv_gguf_load_model(const char *path, nv_model *m);
+/* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model with
+ * F32 tensors, atomically: what llama.cpp reads, and nv_gguf_load_model reads back bit for bit.
+ * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
+nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
 
