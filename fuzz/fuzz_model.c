@@ -10,6 +10,7 @@
  * past the cache must be refused. */
 #include "fuzz_util.h"
 #include "model/forward.h"
+#include "model/gguf.h"
 #include "model/model.h"
 
 /* Inputs above this are skipped: a model that big only makes the fuzzer allocate. */
@@ -81,6 +82,28 @@ static void check_roundtrip(const nv_model *m) {
     nv_model_free(&b);
 }
 
+/* Save as GGUF, load again: the same config and weights (a QK-norm model is refused). */
+static void check_gguf_roundtrip(const nv_model *m) {
+    char path[512];
+    if (fz_temp_name("model-gguf", path, sizeof path) != 0) return;
+    fz_clear_error();
+    nv_err e = nv_gguf_save(m, NULL, "fuzz", path);
+    fz_check_error(e, "nv_gguf_save");
+    FZ_CHECK(m->config.qk_norm ? e == NV_EUNSUPPORTED : e == NV_OK, "GGUF export: %s (%s)", nv_err_name(e), nv_errmsg());
+    if (e != NV_OK) {
+        unlink(path);
+        return;
+    }
+    nv_model b;
+    e = nv_model_load(path, &b);
+    unlink(path);
+    FZ_CHECK(e == NV_OK, "the GGUF copy of a loaded model does not load: %s", nv_errmsg());
+    FZ_CHECK(memcmp(&b.config, &m->config, sizeof b.config) == 0, "config changed in the GGUF round trip");
+    FZ_CHECK(b.n_params == m->n_params && memcmp(b.params, m->params, (size_t)m->n_params * 4) == 0,
+             "weights changed in the GGUF round trip");
+    nv_model_free(&b);
+}
+
 /* Plans on the scalar engine and a forward pass of BOS then EOS. */
 static void check_forward(nv_model *m) {
     const nv_config *c = &m->config;
@@ -128,6 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int v1 = size >= 4 && memcmp(data, "24ka", 4) == 0; /* "ak42" little-endian */
     check_model(&m, size, v1);
     check_roundtrip(&m);
+    check_gguf_roundtrip(&m);
     check_forward(&m);
     nv_model_free(&m);
     return 0;
