@@ -47,14 +47,14 @@ static void test_stories260k_gguf_equals_bin(void) {
     nv_model_free(&g);
     nv_model_free(&b);
 
-    /* its vocabulary is tok512, piece for piece (llama2.c writes BOS/EOS as "\n<s>\n"/"\n</s>\n") */
+    /* its vocabulary is tok512, piece for piece (BOS/EOS written "\n<s>\n"/"\n</s>\n" as llama2.c's) */
     nv_tokenizer *tg = NULL, *tb = NULL;
     T_CHECK(nv_tokenizer_load(gp, 0, &tg) == NV_OK, "%s", nv_errmsg());
     T_CHECK(nv_tokenizer_load(t_data("models/tok512.bin"), 0, &tb) == NV_OK, "%s", nv_errmsg());
     if (!tg || !tb) return;
     int n = nv_tokenizer_vocab_size(tg), bad = 0;
     T_CHECK(n == nv_tokenizer_vocab_size(tb), "vocabulary %d vs %d", n, nv_tokenizer_vocab_size(tb));
-    for (int i = 3; i < n; i++)
+    for (int i = 0; i < n; i++)
         bad += strcmp(nv_tokenizer_piece(tg, i), nv_tokenizer_piece(tb, i)) != 0 || nv_tokenizer_score(tg, i) != nv_tokenizer_score(tb, i);
     T_CHECK(bad == 0, "%d pieces or scores differ", bad);
     nv_tokenizer_free(tg);
@@ -314,7 +314,7 @@ static void test_export_roundtrip(void) {
     nv_tokenizer *ta = NULL, *tb = NULL;
     T_CHECK(nv_tokenizer_load(tp, 0, &ta) == NV_OK && nv_tokenizer_load(out, 0, &tb) == NV_OK, "%s", nv_errmsg());
     int bad = !ta || !tb || nv_tokenizer_vocab_size(ta) != nv_tokenizer_vocab_size(tb);
-    for (int i = 3; !bad && i < nv_tokenizer_vocab_size(ta); i++)
+    for (int i = 0; !bad && i < nv_tokenizer_vocab_size(ta); i++)
         bad += strcmp(nv_tokenizer_piece(ta, i), nv_tokenizer_piece(tb, i)) || nv_tokenizer_score(ta, i) != nv_tokenizer_score(tb, i);
     T_CHECK(!bad, "the vocabulary changed in the GGUF round trip");
     nv_tokenizer_free(ta);

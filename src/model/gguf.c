@@ -610,7 +610,7 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
         const char *s;
         size_t sl;
         rd_string(&c, &s, &sl, "token"); /* checked at open */
-        total += 8 + sl;
+        total += 8 + (sl > 7 ? sl : 7); /* room for BOS/EOS written as llama2.c's "\n</s>\n" */
     }
     uint8_t *buf = malloc(total), *p = buf + 4;
     if (!buf) {
@@ -623,6 +623,10 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
         const char *s;
         size_t sl;
         rd_string(&c, &s, &sl, "token");
+        if (i == NV_TOKEN_BOS || i == NV_TOKEN_EOS) { /* as llama2.c's export writes them: no text can spell them */
+            s = i == NV_TOKEN_BOS ? "\n<s>\n" : "\n</s>\n";
+            sl = strlen(s);
+        }
         float score = 0.0f;
         if (scores) memcpy(&score, scores->val + 4 * i, 4);
         memcpy(p, &score, 4);

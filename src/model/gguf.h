@@ -18,7 +18,8 @@
  *   weight memory is taken. llama.cpp stores Llama's Q/K weights
  *   in Meta's rotary layout, the one this project's RoPE uses, so no permutation is applied.
  * - nv_gguf_tokenizer_bytes (behind nv_tokenizer_load) turns a "llama" (SentencePiece)
- *   vocabulary into llama2.c's tokenizer.bin bytes: U+2581 becomes a space, scores are kept, and
+ *   vocabulary into llama2.c's tokenizer.bin bytes: U+2581 becomes a space, scores are kept, BOS/EOS are written "\n<s>\n"/"\n</s>\n"
+ *   as llama2.c's export writes them (no text spells them), and
  *   <unk>, BOS and EOS must be ids 0, 1, 2 as this project's tokenizer assumes. */
 #ifndef NV_GGUF_H
 #define NV_GGUF_H
