@@ -36,8 +36,7 @@ static void check_export(const nv_ckpt *ck) {
     char path[512];
     if (fz_temp_name("ckpt-v1", path, sizeof path) != 0) return;
     const nv_config *c = &m.config;
-    /* what llama2.c's v1 header can say: no QK-norm, head_dim = dim / heads, theta 10000, eps 1e-5 */
-    int fits = !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f;
+    int fits = fz_fits_v1(c);
     fz_clear_error();
     nv_err e = nv_model_save_v1(&m, path);
     fz_check_error(e, "nv_model_save_v1");

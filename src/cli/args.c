@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "base/file.h"
@@ -76,13 +77,15 @@ int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, n
     return 0;
 }
 
-/* 1 when path is a GGUF file whose metadata names a tokenizer. */
-static int gguf_with_vocab(const char *path) {
-    nv_gguf g;
-    if (nv_gguf_open(path, &g) != NV_OK) return 0;
-    int yes = nv_gguf_find(&g, "tokenizer.ggml.tokens") != NULL;
-    nv_gguf_close(&g);
-    return yes;
+void cli_base_name(const char *path, char *out, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "runs/train/" names the folder */
+    const char *base = path;
+    for (size_t i = 0; i < n; i++)
+        if (path[i] == '/') base = path + i + 1;
+    snprintf(out, cap, "%.*s", (int)(n - (size_t)(base - path)), base);
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out) *dot = '\0';
 }
 
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
@@ -93,7 +96,7 @@ void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
         snprintf(buf->model, sizeof buf->model, "%s/model.bin", *model);
         *model = buf->model;
     }
-    if (!*tok && gguf_with_vocab(*model)) *tok = *model; /* a GGUF model carries its tokenizer */
+    if (!*tok && nv_gguf_has_vocab(*model)) *tok = *model; /* a GGUF model carries its tokenizer */
     if (!*tok) {
         nv_data_path("tokenizers/tokenizer.bin", buf->tok, sizeof buf->tok);
         *tok = buf->tok;

@@ -17,14 +17,6 @@ static int ends_with(const char *s, const char *tail) {
     return n >= t && !strcmp(s + n - t, tail);
 }
 
-/* The output's name without folder and extension (GGUF's general.name). */
-static void base_name(const char *path, char *out, size_t cap) {
-    const char *slash = strrchr(path, '/');
-    snprintf(out, cap, "%s", slash ? slash + 1 : path);
-    char *dot = strrchr(out, '.');
-    if (dot && dot != out) *dot = '\0';
-}
-
 static int write_out(const nv_model *m, const char *out, const char *tok_path, int gguf) {
     if (!gguf) return nv_model_save_v1(m, out) == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
     nv_tokenizer *tok = NULL;
@@ -32,7 +24,7 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, i
         return cli_error(CMD, 1, "%s", nv_errmsg());
     if (!tok) nv_warn("export: no tokenizer (-z): %s gets no vocabulary, which llama.cpp needs", out);
     char name[256];
-    base_name(out, name, sizeof name);
+    cli_base_name(out, name, sizeof name); /* general.name */
     nv_err e = nv_gguf_save(m, tok, name, out);
     nv_tokenizer_free(tok);
     return e == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
@@ -88,13 +80,7 @@ int cmd_export(int argc, char **argv) {
     nv_model m;
     if (nv_model_load(path, &m) != NV_OK)
         return cli_error(CMD, 1, "%s is neither a training checkpoint (%s) nor a model (%s)", path, why, nv_errmsg());
-    if (!tok_path && gguf) {
-        nv_gguf g; /* a GGUF input brings its own vocabulary */
-        if (nv_gguf_open(path, &g) == NV_OK) {
-            if (nv_gguf_find(&g, "tokenizer.ggml.tokens")) tok_path = path;
-            nv_gguf_close(&g);
-        }
-    }
+    if (!tok_path && gguf && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
     int rc = write_out(&m, out, tok_path, gguf);
     nv_model_free(&m);
     if (!rc) fprintf(stderr, "nerve: wrote %s\n", out);

@@ -85,18 +85,6 @@ bad:
     return 0;
 }
 
-/* The model's id: its file name without directory and extension. */
-static void model_id_of(const char *path, char *id, size_t cap) {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--; /* "runs/train/" names the folder */
-    const char *base = path;
-    for (size_t i = 0; i < n; i++)
-        if (path[i] == '/') base = path + i + 1;
-    snprintf(id, cap, "%.*s", (int)(n - (size_t)(base - path)), base);
-    char *dot = strrchr(id, '.');
-    if (dot && dot != id) *dot = '\0';
-}
-
 /* The chat template a GGUF model declares (tokenizer.chat_template, a Jinja text this server does
  * not run): recognised by its markers as ChatML or Llama-2's [INST]; anything else, or a llama2.c
  * file, is plain. */
@@ -190,7 +178,7 @@ int cmd_serve(int argc, char **argv) {
 
     char model_id[256];
     if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
-    else model_id_of(model_path, model_id, sizeof model_id); /* a run folder: its name */
+    else cli_base_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
     if (!tmpl_given) tmpl = declared_template(model_path);

@@ -530,33 +530,55 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     return nv_config_validate(c);
 }
 
-/* Every tensor of the model, checked (m NULL) or converted into m's weights. */
-static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
+/* The model's tensors in llama.cpp's names and order, each with its GGUF shape [d0, d1] (d0 the
+ * input width) and where it lives in w (NULL when w is): the one map the reader and the writer
+ * share. */
+typedef struct {
+    char name[64];
+    uint64_t d0, d1;
+    float *p;
+} tensor_ref;
+
+static size_t tensor_count(const nv_config *c) { return 2 + (c->shared_classifier ? 0 : 1) + 9 * (size_t)c->n_layers; }
+
+static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t) {
     const uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c);
-    nv_weights *w = m ? &m->w : NULL;
+    size_t k = 0;
 #define AT(field, off) (w ? w->field + (off) : NULL)
-    NV_TRY(take(g, "token_embd.weight", d, V, AT(tok_emb, 0)));
-    NV_TRY(take(g, "output_norm.weight", d, 1, AT(rms_final, 0)));
-    if (!c->shared_classifier) NV_TRY(take(g, "output.weight", d, V, AT(wcls, 0)));
+#define ADD(...) (snprintf(t[k].name, sizeof t[k].name, __VA_ARGS__), k++)
+    t[k] = (tensor_ref){.d0 = d, .d1 = V, .p = AT(tok_emb, 0)}, ADD("token_embd.weight");
+    t[k] = (tensor_ref){.d0 = d, .d1 = 1, .p = AT(rms_final, 0)}, ADD("output_norm.weight");
+    if (!c->shared_classifier) t[k] = (tensor_ref){.d0 = d, .d1 = V, .p = AT(wcls, 0)}, ADD("output.weight");
     for (uint64_t l = 0; l < (uint64_t)c->n_layers; l++) {
-        struct {
+        const struct {
             const char *name;
             uint64_t d0, d1;
-            float *dst;
-        } parts[] = {{"attn_norm", d, 1, AT(rms_att, l * d)},      {"attn_q", d, qd, AT(wq, l * qd * d)},
-                     {"attn_k", d, kvd, AT(wk, l * kvd * d)},      {"attn_v", d, kvd, AT(wv, l * kvd * d)},
-                     {"attn_output", qd, d, AT(wo, l * d * qd)},   {"ffn_norm", d, 1, AT(rms_ffn, l * d)},
-                     {"ffn_gate", d, h, AT(w1, l * h * d)},        {"ffn_down", h, d, AT(w2, l * d * h)},
+            float *p;
+        } parts[] = {{"attn_norm", d, 1, AT(rms_att, l * d)},    {"attn_q", d, qd, AT(wq, l * qd * d)},
+                     {"attn_k", d, kvd, AT(wk, l * kvd * d)},    {"attn_v", d, kvd, AT(wv, l * kvd * d)},
+                     {"attn_output", qd, d, AT(wo, l * d * qd)}, {"ffn_norm", d, 1, AT(rms_ffn, l * d)},
+                     {"ffn_gate", d, h, AT(w1, l * h * d)},      {"ffn_down", h, d, AT(w2, l * d * h)},
                      {"ffn_up", d, h, AT(w3, l * h * d)}};
-#undef AT
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "blk.%llu.%s.weight", (unsigned long long)l, parts[i].name);
-            NV_TRY(take(g, name, parts[i].d0, parts[i].d1, parts[i].dst));
+            t[k] = (tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p};
+            ADD("blk.%llu.%s.weight", (unsigned long long)l, parts[i].name);
         }
     }
-    return NV_OK;
+#undef ADD
+#undef AT
+    return k;
+}
+
+/* Every tensor of the model, checked (m NULL) or converted into m's weights. */
+static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
+    tensor_ref *t = calloc(tensor_count(c), sizeof *t);
+    if (!t) return nv_fail(NV_ENOMEM, "out of memory");
+    size_t n = tensor_map(c, m ? &m->w : NULL, t);
+    nv_err e = NV_OK;
+    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, t[i].p);
+    free(t);
+    return e;
 }
 
 nv_err nv_gguf_load_model(const char *path, nv_model *m) {
@@ -574,6 +596,14 @@ nv_err nv_gguf_load_model(const char *path, nv_model *m) {
 }
 
 /* ---- the tokenizer ------------------------------------------------------------------------- */
+
+int nv_gguf_has_vocab(const char *path) {
+    nv_gguf g;
+    if (nv_gguf_open(path, &g) != NV_OK) return 0;
+    int yes = nv_gguf_find(&g, "tokenizer.ggml.tokens") != NULL;
+    nv_gguf_close(&g);
+    return yes;
+}
 
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     *out = NULL;
@@ -741,39 +771,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF's llama architecture has no QK-norm; this model cannot be written as one", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
-    const uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
-    const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c);
-    const nv_weights *w = &m->w;
-    /* the tensors, in llama.cpp's order: name, [d0, d1], data */
-    size_t nt = 2 + (c->shared_classifier ? 0 : 1) + 9 * (size_t)c->n_layers;
-    struct wt {
-        char name[64];
-        uint64_t d0, d1;
-        const float *p;
-    } *t = calloc(nt, sizeof *t);
+    const size_t nt = tensor_count(c);
+    tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) return nv_fail(NV_ENOMEM, "out of memory");
-    size_t k = 0;
-#define ADD(nm, a, b, ptr) (snprintf(t[k].name, sizeof t[k].name, "%s", nm), t[k].d0 = (a), t[k].d1 = (b), t[k].p = (ptr), k++)
-    ADD("token_embd.weight", d, V, w->tok_emb);
-    ADD("output_norm.weight", d, 1, w->rms_final);
-    if (!c->shared_classifier) ADD("output.weight", d, V, w->wcls);
-    for (uint64_t l = 0; l < (uint64_t)c->n_layers; l++) {
-        const struct {
-            const char *nm;
-            uint64_t a, b;
-            const float *p;
-        } parts[] = {{"attn_norm", d, 1, w->rms_att + l * d},      {"attn_q", d, qd, w->wq + l * qd * d},
-                     {"attn_k", d, kvd, w->wk + l * kvd * d},      {"attn_v", d, kvd, w->wv + l * kvd * d},
-                     {"attn_output", qd, d, w->wo + l * d * qd},   {"ffn_norm", d, 1, w->rms_ffn + l * d},
-                     {"ffn_gate", d, h, w->w1 + l * h * d},        {"ffn_down", h, d, w->w2 + l * d * h},
-                     {"ffn_up", d, h, w->w3 + l * h * d}};
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-            char nm[64];
-            snprintf(nm, sizeof nm, "blk.%llu.%s.weight", (unsigned long long)l, parts[i].nm);
-            ADD(nm, parts[i].a, parts[i].b, parts[i].p);
-        }
-    }
-#undef ADD
+    tensor_map(c, &m->w, t);
     out_buf b = {0};
     ob_put(&b, "GGUF", 4);
     ob_u32(&b, 3);

@@ -77,6 +77,8 @@ nv_err nv_gguf_load_model(const char *path, nv_model *m);
  * F32 tensors, atomically: what llama.cpp reads, and nv_gguf_load_model reads back bit for bit.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path);
+/* 1 when path is a GGUF file whose metadata holds a vocabulary. */
+int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
 
