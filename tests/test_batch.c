@@ -1,6 +1,8 @@
 /* The batched forward over paged KV (model/batch.h) and the KV block pool (serve/kv.h): a
  * sequence's logits in a mixed batch — prompt chunks beside decode rows, blocks scattered over
- * the pool — are bit-identical to nv_forward's for the same sequence alone. */
+ * the pool — are bit-identical to nv_forward's for the same sequence alone (fp32 pages), and to
+ * the same sequence decoded alone token by token in fp16 pages, which stay close to fp32. */
+#include <math.h>
 #include <stdint.h>
 
 #include "base/rng.h"
@@ -29,16 +31,39 @@ static int reference(const nv_model *m, const int *toks, int n, float *out) {
     return ok;
 }
 
+/* The same logits from paged KV of dtype: the sequence alone, one position per step. */
+static int reference_paged(const nv_model *m, const int *toks, int n, nv_kv_dtype dtype, int BLOCK, float *out) {
+    const nv_config *c = &m->config;
+    nv_kv_pages kv;
+    nv_batch_state bs;
+    int table[MAX_TABLE * 4], ok = 1;
+    for (int i = 0; i < MAX_TABLE * 4; i++) table[i] = i;
+    if (nv_kv_pages_init(&kv, c, BLOCK, MAX_TABLE * 4, dtype) != NV_OK) return 0;
+    if (nv_batch_state_init(&bs, c, 1, 1) != NV_OK) {
+        nv_kv_pages_free(&kv);
+        return 0;
+    }
+    for (int p = 0; p < n && ok; p++) {
+        nv_batch_seq q = {toks + p, 1, p, table, 1};
+        ok = nv_batch_forward(m, &bs, &kv, &q, 1) == NV_OK;
+        if (ok) memcpy(out + (size_t)p * c->vocab_size, nv_batch_logits(&bs, c, 0), (size_t)c->vocab_size * sizeof(float));
+    }
+    nv_batch_state_free(&bs);
+    nv_kv_pages_free(&kv);
+    return ok;
+}
+
 /* Runs NSEQ sequences together: each step, sequence i takes a chunk of chunk[i] positions (1 =
  * decode-like), starting at step start[i], with blocks handed out in a shuffled order; checks
  * every step's logits against the references. Returns the number of mismatching chunks. */
-static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], int BLOCK, int *checked) {
+static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], int BLOCK, nv_kv_dtype dtype,
+                     int *checked) {
     const nv_config *c = &m->config;
     static const int chunk[NSEQ] = {7, 1, 3, 16};
     static const int start[NSEQ] = {0, 0, 2, 5};
     nv_kv_pages kv;
     nv_batch_state bs;
-    if (nv_kv_pages_init(&kv, c, BLOCK, POOL) != NV_OK || nv_batch_state_init(&bs, c, 32, NSEQ) != NV_OK) return -1;
+    if (nv_kv_pages_init(&kv, c, BLOCK, POOL, dtype) != NV_OK || nv_batch_state_init(&bs, c, 32, NSEQ) != NV_OK) return -1;
     int perm[POOL];
     for (int i = 0; i < POOL; i++) perm[i] = i;
     nv_rng rng;
@@ -94,9 +119,32 @@ static void check_model(nv_model *m, const char *what) {
     }
     /* block 4: the scalar remainder paths; block 16: 8-wide score lanes */
     for (int block = 4; block <= 16; block += 12) {
-        int checked = 0, bad = run_mixed(m, toks, ref, block, &checked);
+        int checked = 0, bad = run_mixed(m, toks, ref, block, NV_KV_F32, &checked);
         T_CHECK(bad == 0 && checked > 40, "%s (%s, blocks of %d): %d of %d chunks differ from the sequence run alone",
                 what, nv_engine_name(m->engine), block, bad, checked);
+    }
+    /* fp16 pages: the mixed batch equals the sequence decoded alone in fp16 pages, bit for bit,
+     * and the logits stay within fp16's rounding of fp32's */
+    float *ref16[NSEQ];
+    for (int block = 4; block <= 16; block += 12) {
+        double worst = 0, scale = 0;
+        for (int i = 0; i < NSEQ; i++) {
+            ref16[i] = malloc((size_t)LEN * c->vocab_size * sizeof(float));
+            T_CHECK(ref16[i] && reference_paged(m, toks[i], LEN, NV_KV_F16, block, ref16[i]), "%s: fp16 reference: %s",
+                    what, nv_errmsg());
+            for (size_t k = 0; k < (size_t)LEN * c->vocab_size; k++) {
+                double d = fabs((double)ref16[i][k] - ref[i][k]);
+                worst = d > worst || d != d ? d : worst;
+                scale = fmax(scale, fabs((double)ref[i][k]));
+            }
+        }
+        /* stories260K: ~1e-3 of the largest logit (fp16 keeps 11 significant bits) */
+        T_CHECK(worst <= 4e-3 * scale, "%s (blocks of %d): fp16 pages move a logit by %.3g (largest logit %.3g)", what,
+                block, worst, scale);
+        int checked = 0, bad = run_mixed(m, toks, ref16, block, NV_KV_F16, &checked);
+        T_CHECK(bad == 0 && checked > 40, "%s (%s, fp16, blocks of %d): %d of %d chunks differ from the sequence alone",
+                what, nv_engine_name(m->engine), block, bad, checked);
+        for (int i = 0; i < NSEQ; i++) free(ref16[i]);
     }
     for (int i = 0; i < NSEQ; i++) free(ref[i]);
 }
@@ -145,7 +193,7 @@ static void test_batch_rejects_bad_batches(void) {
     nv_kv_pages kv;
     nv_batch_state bs;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4) == NV_OK && nv_batch_state_init(&bs, &c, 4, 2) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4, NV_KV_F32) == NV_OK && nv_batch_state_init(&bs, &c, 4, 2) == NV_OK, "%s", nv_errmsg());
     int toks[8] = {1, 5, 6, 7, 8, 9, 10, 11}, table[8] = {0, 1, 2, 3, 4, 0, 0, 0};
     nv_batch_seq q = {toks, 4, 0, table, 1};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
@@ -166,9 +214,15 @@ static void test_batch_rejects_bad_batches(void) {
 static void test_kv_pool_accounting(void) {
     nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0};
     nv_kv_pool p;
-    size_t bb = nv_kv_block_bytes(&c, 16);
+    size_t bb = nv_kv_block_bytes(&c, 16, NV_KV_F32);
     T_CHECK(bb == (size_t)2 * 2 * 16 * 16 * 4, "block bytes %zu", bb);
-    T_CHECK(nv_kv_pool_init(&p, &c, 16, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 5, "%s", nv_errmsg());
+    T_CHECK(nv_kv_block_bytes(&c, 16, NV_KV_F16) * 2 == bb, "fp16 blocks are not half the size");
+    T_CHECK(nv_kv_pool_init(&p, &c, 16, NV_KV_F16, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 10, "%s", nv_errmsg());
+    nv_kv_pool_free(&p);
+    T_CHECK(nv_kv_pool_init(&p, &c, 16, (nv_kv_dtype)3, bb * 5, 0) == NV_EINVAL, "an unknown element type accepted");
+    T_CHECK(nv_kv_dtype_parse("f16") == NV_KV_F16 && nv_kv_dtype_parse("f32") == NV_KV_F32 && !nv_kv_dtype_parse("q8_0"),
+            "dtype names");
+    T_CHECK(nv_kv_pool_init(&p, &c, 16, NV_KV_F32, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 5, "%s", nv_errmsg());
     T_CHECK(nv_kv_reserve(&p, 3) && !nv_kv_reserve(&p, 3) && nv_kv_reserve(&p, 2), "reservations over-commit");
     T_CHECK(!nv_kv_reserve(&p, 1), "reserved past the pool");
     int a = nv_kv_alloc(&p), b = nv_kv_alloc(&p);
@@ -184,7 +238,34 @@ static void test_kv_pool_accounting(void) {
     nv_kv_unreserve(&p, 3);
     T_CHECK(nv_kv_in_use(&p) == 0 && p.n_free == 5 && p.n_reserved == 0, "blocks not all free at the end");
     nv_kv_pool_free(&p);
-    T_CHECK(nv_kv_pool_init(&p, &c, 16, bb - 1, 0) == NV_EINVAL, "a budget below one block accepted");
+    T_CHECK(nv_kv_pool_init(&p, &c, 16, NV_KV_F32, bb - 1, 0) == NV_EINVAL, "a budget below one block accepted");
+}
+
+/* Keys and values beyond fp16's range are stored as +-65504, not infinity: the logits stay finite. */
+static void test_f16_pages_saturate(void) {
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0};
+    nv_model m;
+    nv_kv_pages kv;
+    nv_batch_state bs;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 9);
+    for (int i = 0; i < c.dim * c.dim; i++) m.w.wv[i] *= 1e7f, m.w.wk[i] *= 1e7f;
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4, NV_KV_F16) == NV_OK && nv_batch_state_init(&bs, &c, 8, 1) == NV_OK, "%s",
+            nv_errmsg());
+    int toks[6] = {1, 5, 6, 7, 8, 9}, table[4] = {0, 1, 2, 3};
+    nv_batch_seq q = {toks, 6, 0, table, 1};
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
+    float big = 0;
+    for (size_t i = 0; i < nv_kv_keys_at(&kv, 2, 0); i++) big = fmaxf(big, fabsf(nv_kv_get(&kv, i)));
+    T_CHECK(big == 65504.0f, "largest stored magnitude %g, expected the fp16 limit", big);
+    const float *lg = nv_batch_logits(&bs, &c, 0);
+    int finite = 1;
+    for (int i = 0; i < c.vocab_size; i++) finite &= isfinite(lg[i]);
+    T_CHECK(finite, "logits not finite");
+    nv_batch_state_free(&bs);
+    nv_kv_pages_free(&kv);
+    nv_model_free(&m);
 }
 
 int main(void) {
@@ -194,5 +275,6 @@ int main(void) {
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
     T_RUN(test_batch_rejects_bad_batches);
     T_RUN(test_kv_pool_accounting);
+    T_RUN(test_f16_pages_saturate);
     return t_done();
 }

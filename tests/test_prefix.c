@@ -116,8 +116,8 @@ static void test_pool_idle_list(void) {
     nv_config c;
     nv_config_preset("stories260K", &c);
     nv_kv_pool p;
-    size_t bb = nv_kv_block_bytes(&c, 4);
-    T_CHECK(nv_kv_pool_init(&p, &c, 4, bb * 6, 0) == NV_OK && p.n_blocks == 6, "init");
+    size_t bb = nv_kv_block_bytes(&c, 4, NV_KV_F32);
+    T_CHECK(nv_kv_pool_init(&p, &c, 4, NV_KV_F32, bb * 6, 0) == NV_OK && p.n_blocks == 6, "init");
     p.on_evict = record_evict;
     n_evicted = 0;
     T_CHECK(nv_kv_reserve(&p, 3), "reserve");
@@ -159,7 +159,7 @@ static void test_prefix_index(void) {
     nv_config c;
     nv_config_preset("stories260K", &c);
     nv_kv_pool p;
-    T_CHECK(nv_kv_pool_init(&p, &c, 4, nv_kv_block_bytes(&c, 4) * 4, 0) == NV_OK, "init");
+    T_CHECK(nv_kv_pool_init(&p, &c, 4, NV_KV_F32, nv_kv_block_bytes(&c, 4, NV_KV_F32) * 4, 0) == NV_OK, "init");
     nv_prefix px;
     T_CHECK(nv_prefix_init(&px, &p, 77) == NV_OK, "prefix init");
     nv_kv_reserve(&p, 4);
@@ -200,11 +200,12 @@ static void test_model_identity(void) {
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 3);
     T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
-    uint64_t id = nv_prefix_model_id(&m, 16);
-    T_CHECK(id == nv_prefix_model_id(&m, 16), "not deterministic");
-    T_CHECK(id != nv_prefix_model_id(&m, 8), "block size ignored");
+    uint64_t id = nv_prefix_model_id(&m, 16, NV_KV_F32);
+    T_CHECK(id == nv_prefix_model_id(&m, 16, NV_KV_F32), "not deterministic");
+    T_CHECK(id != nv_prefix_model_id(&m, 8, NV_KV_F32), "block size ignored");
+    T_CHECK(id != nv_prefix_model_id(&m, 16, NV_KV_F16), "element type ignored");
     m.params[m.n_params - 1] += 1e-6f; /* the very last weight */
-    T_CHECK(id != nv_prefix_model_id(&m, 16), "weights ignored");
+    T_CHECK(id != nv_prefix_model_id(&m, 16, NV_KV_F32), "weights ignored");
     m.params[m.n_params - 1] -= 1e-6f;
     nv_engine_id best = nv_engine_best();
     if (best != NV_ENGINE_SCALAR) {
@@ -212,7 +213,7 @@ static void test_model_identity(void) {
         nv_model_alloc(&m2, &c);
         nv_model_init_random(&m2, 3);
         nv_model_build_plans(&m2, best);
-        T_CHECK(nv_prefix_model_id(&m2, 16) != id, "the engine is not part of the identity");
+        T_CHECK(nv_prefix_model_id(&m2, 16, NV_KV_F32) != id, "the engine is not part of the identity");
         nv_model_free(&m2);
     }
     nv_model_free(&m);
@@ -228,7 +229,7 @@ static void test_model_identity(void) {
 
 static nv_disk_opts disk_opts(const char *root, uint64_t model, uint64_t max_bytes, int queue) {
     nv_disk_opts o = {.root = root, .model_id = model, .block_size = DB, .n_layers = DL, .kv_dim = DKV,
-                      .max_bytes = max_bytes, .queue_cap = queue};
+                      .dtype = NV_KV_F32, .max_bytes = max_bytes, .queue_cap = queue};
     return o;
 }
 
@@ -322,6 +323,16 @@ static void test_disk_round_trip(void) {
     uint8_t tmp[PAYLOAD];
     T_CHECK(!nv_disk_load(d, wrong.hash, wrong.parent, wrong.tokens, tmp), "tokens not compared");
     nv_disk_free(d);
+    /* fp32 blocks are never read into fp16 pages (nor an unknown element type opened) */
+    nv_disk_opts o16 = o;
+    o16.dtype = NV_KV_F16;
+    T_CHECK(nv_disk_open(&d, &o16) == NV_OK, "%s", nv_errmsg());
+    if (!d) return;
+    nv_disk_stats_get(d, &st);
+    T_CHECK(st.files == 0 && st.rejected == 4, "fp16 index found %ld fp32 files, rejected %" PRIu64, st.files, st.rejected);
+    nv_disk_free(d);
+    o16.dtype = (nv_kv_dtype)7;
+    T_CHECK(nv_disk_open(&d, &o16) != NV_OK, "an unknown element type opened");
 }
 
 /* Rewrites the header's version and checksum of a block file. */

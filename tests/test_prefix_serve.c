@@ -506,10 +506,10 @@ static void test_unusable_dir_and_failing_writer(void) {
 }
 
 static void test_pool_pressure_reclaims_cached_blocks(void) {
-    /* 8 blocks of 16 positions; each request needs 7: the second can only run by reclaiming the
-       first one's idle cached blocks */
+    /* 8 blocks of 16 positions (10 KiB each in fp16); each request needs 7: the second can only run
+       by reclaiming the first one's idle cached blocks */
     server s;
-    if (!server_start(&s, "tiny", NULL, "--kv-memory 160K --max-batch 1 --max-queue 2 --kv-disk-cache 0", NULL, NULL)) {
+    if (!server_start(&s, "tiny", NULL, "--kv-memory 80K --max-batch 1 --max-queue 2 --kv-disk-cache 0", NULL, NULL)) {
         T_CHECK(0, "server did not start");
         return;
     }

@@ -807,6 +807,7 @@ static void test_cli_errors(void) {
         {"serve -m M -z Z --bogus", 2},
         {"serve -m M -z Z --kv-memory lots", 2},
         {"serve -m M -z Z --chat-template jinja", 2},
+        {"serve -m M -z Z --kv-cache-dtype q8_0", 2},
         {"serve -m M -z Z --port 70000", 2},
         {"serve -m M -z Z --max-batch 0", 2},
         {"serve -m /nonexistent/model.bin -z Z --port 0", 1},
@@ -847,7 +848,7 @@ static void test_golden_through_api(void) {
     const char *want_path = t_data("models/stories260K_greedy200.expected.txt");
     if (!want_path) return;
     server s;
-    if (!server_start(&s, "golden", "--engine scalar --alias stories260K --prefill-chunk 3 --kv-block 32", NULL)) {
+    if (!server_start(&s, "golden", "--engine scalar --kv-cache-dtype f32 --alias stories260K --prefill-chunk 3 --kv-block 32", NULL)) {
         T_CHECK(0, "server did not start");
         return;
     }
@@ -917,7 +918,7 @@ static int cached_tokens(const char *body) {
  * streamed; a scored prompt never takes its blocks from the prefix cache, but leaves them there. */
 static void test_prompt_logprobs(void) {
     server s;
-    if (!server_start(&s, "prompt-logprobs", "--engine scalar --prefill-chunk 3 --kv-block 4", NULL)) {
+    if (!server_start(&s, "prompt-logprobs", "--engine scalar --kv-cache-dtype f32 --prefill-chunk 3 --kv-block 4", NULL)) {
         T_CHECK(0, "server did not start");
         return;
     }
@@ -1080,8 +1081,8 @@ static int wait_metric(int port, const char *name, double want) {
 
 static void test_tiny_pool_queue_429_disconnect(void) {
     server s;
-    /* stories260K: one block of 16 positions is 5 layers x 2 x 16 x 32 floats = 20 KiB; 60K = 3 blocks */
-    if (!server_start(&s, "tiny", "--kv-memory 60K --max-batch 1 --max-queue 1", "NERVE_TEST_STEP_DELAY_MS=80")) {
+    /* stories260K: one block of 16 positions is 5 layers x 2 x 16 x 32 fp16 values = 10 KiB; 30K = 3 blocks */
+    if (!server_start(&s, "tiny", "--kv-memory 30K --max-batch 1 --max-queue 1", "NERVE_TEST_STEP_DELAY_MS=80")) {
         T_CHECK(0, "server did not start");
         return;
     }

@@ -33,6 +33,7 @@ static void usage(FILE *f) {
             "                   [--chat-template plain|chatml|llama2] [--max-batch N] [--prefill-chunk N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
+            "                   [--kv-cache-dtype f16|f32]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       or a `nerve train` run folder (its model.bin)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
@@ -48,10 +49,12 @@ static void usage(FILE *f) {
             "  --chat-template T    plain, chatml or llama2 (default: what the model declares: a GGUF file's\n"
             "                       tokenizer.chat_template recognised as ChatML or [INST]; else plain)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
-            "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 128)\n"
+            "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
             "  --kv-memory SIZE     KV cache budget, e.g. 512M, 2G (default 512M; also --kv-budget)\n"
             "  --kv-block N         positions per KV block (default 16)\n"
+            "  --kv-cache-dtype T   element type of cached keys and values: f16 (default: half the memory and\n"
+            "                       the reads of f32) or f32 (outputs bit-identical to nerve generate)\n"
             "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
             "  --max-body SIZE      largest request body (default 1M)\n"
             "  --kv-ram-cache SIZE  prefix cache, RAM tier: KV of finished requests kept in the pool for reuse,\n"
@@ -104,11 +107,12 @@ static nv_chat_template declared_template(const char *model_path) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
     const char *api_key = NULL, *template_name = NULL;
-    int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 128, max_queue = 64, kv_block = 16;
+    int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
     int prefix_cache = 1;
     const char *cache_dir = NULL;
+    nv_kv_dtype kv_dtype = NV_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -137,6 +141,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--prefill-chunk")) { if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2; }
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
+        else if (!strcmp(a, "--kv-cache-dtype")) {
+            if (!(kv_dtype = nv_kv_dtype_parse(v))) return cli_error(CMD, 2, "--kv-cache-dtype expects f16 or f32, not '%s'", v);
+        }
         else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
         else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }
         else if (!strcmp(a, "--kv-ram-cache")) { if (!parse_size(a, v, &ram_cache)) return 2; }
@@ -211,6 +218,7 @@ int cmd_serve(int argc, char **argv) {
                         .max_queue = max_queue,
                         .block_size = kv_block,
                         .kv_bytes = kv_bytes,
+                        .kv_dtype = kv_dtype,
                         .step_delay_ms = step_delay_ms,
                         .prefix_cache = prefix_cache,
                         .ram_cache_bytes = ram_cache,
@@ -259,9 +267,10 @@ int cmd_serve(int argc, char **argv) {
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
-            "nerve serve: listening on http://%s:%d (model %s, engine %s, chat template %s, KV %d blocks x %d tokens = "
+            "nerve serve: listening on http://%s:%d (model %s, engine %s, chat template %s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s)\n",
-            shown, nv_http_port(http), model_id, ho.engine, nv_chat_template_name(tmpl), sched.pool.n_blocks,
+            shown, nv_http_port(http), model_id, ho.engine, nv_chat_template_name(tmpl),
+            nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
             prefill_chunk, cache_line, api_key ? ", API key required" : "");
     fflush(stderr);

@@ -14,29 +14,57 @@
  * block is then read once for all of them instead of once per row. */
 #define GROUP 8
 
-size_t nv_kv_block_floats(const nv_config *c, int block_size) {
-    return (size_t)c->n_layers * 2 * (size_t)block_size * (size_t)nv_config_kv_dim(c);
+const char *nv_kv_dtype_name(nv_kv_dtype t) { return t == NV_KV_F32 ? "f32" : t == NV_KV_F16 ? "f16" : NULL; }
+
+nv_kv_dtype nv_kv_dtype_parse(const char *name) {
+    if (!strcmp(name, "f32") || !strcmp(name, "fp32") || !strcmp(name, "float32")) return NV_KV_F32;
+    if (!strcmp(name, "f16") || !strcmp(name, "fp16") || !strcmp(name, "float16")) return NV_KV_F16;
+    return (nv_kv_dtype)0;
 }
 
-nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks) {
+size_t nv_kv_block_bytes(const nv_config *c, int block_size, nv_kv_dtype t) {
+    return (size_t)c->n_layers * 2 * (size_t)block_size * (size_t)nv_config_kv_dim(c) * nv_kv_dtype_bytes(t);
+}
+
+nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t) {
     memset(kv, 0, sizeof *kv);
     if (block_size < 1 || n_blocks < 1)
         return nv_fail(NV_EINVAL, "kv pages: bad sizes (%d blocks of %d positions)", n_blocks, block_size);
-    size_t per = nv_kv_block_floats(c, block_size);
-    if ((size_t)n_blocks > SIZE_MAX / sizeof(float) / per) return nv_fail(NV_ENOMEM, "kv pages: size overflows");
-    kv->data = calloc((size_t)n_blocks * per, sizeof(float));
-    if (!kv->data)
-        return nv_fail(NV_ENOMEM, "cannot allocate %zu MB of KV pages", ((size_t)n_blocks * per * sizeof(float)) >> 20);
+    if (!nv_kv_dtype_name(t)) return nv_fail(NV_EINVAL, "kv pages: unknown element type %d", (int)t);
+    size_t per = nv_kv_block_bytes(c, block_size, t);
+    if ((size_t)n_blocks > SIZE_MAX / per) return nv_fail(NV_ENOMEM, "kv pages: size overflows");
+    kv->data = calloc((size_t)n_blocks, per);
+    if (!kv->data) return nv_fail(NV_ENOMEM, "cannot allocate %zu MB of KV pages", ((size_t)n_blocks * per) >> 20);
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
     kv->n_layers = c->n_layers;
     kv->kv_dim = nv_config_kv_dim(c);
+    kv->dtype = t;
     return NV_OK;
 }
 
 void nv_kv_pages_free(nv_kv_pages *kv) {
     free(kv->data);
     memset(kv, 0, sizeof *kv);
+}
+
+/* fp16 stores saturate: a value past the largest finite fp16 becomes it, not infinity (NaN stays). */
+static inline uint16_t to_f16(float x) {
+    x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x;
+    return (uint16_t)_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+}
+
+float nv_kv_get(const nv_kv_pages *kv, size_t i) {
+    return kv->dtype == NV_KV_F16 ? _cvtsh_ss(((const uint16_t *)kv->data)[i]) : ((const float *)kv->data)[i];
+}
+
+/* Loads of page elements as fp32: F16 is a constant in each instance of the kernels below. */
+static inline __attribute__((always_inline)) __m256 kv_load8(const void *base, size_t i, const int F16) {
+    return F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+               : _mm256_loadu_ps((const float *)base + i);
+}
+static inline __attribute__((always_inline)) float kv_load1(const void *base, size_t i, const int F16) {
+    return F16 ? _cvtsh_ss(((const uint16_t *)base)[i]) : ((const float *)base)[i];
 }
 
 nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs) {
@@ -122,35 +150,50 @@ static void rows_task(void *ctx, int task, int n_tasks) {
         rope_row(q, c->n_heads, hd, s->rope + (size_t)p * hd);
         rope_row(k, c->n_kv_heads, hd, s->rope + (size_t)p * hd);
         int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
-        float *kt = nv_kv_keys(j->kv, blk, l) + off; /* keys are stored transposed: [kv_dim][B] */
-        for (int i = 0; i < kv_dim; i++) kt[(size_t)i * B] = k[i];
-        memcpy(nv_kv_values(j->kv, blk, l) + (size_t)off * kv_dim, s->r.v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        /* keys are stored transposed: [kv_dim][B] */
+        size_t kat = nv_kv_keys_at(j->kv, blk, l) + off, vat = nv_kv_values_at(j->kv, blk, l) + (size_t)off * hd;
+        const float *v = s->r.v + (size_t)t * kv_dim;
+        if (j->kv->dtype == NV_KV_F16) {
+            uint16_t *pages = j->kv->data;
+            for (int i = 0; i < kv_dim; i++) pages[kat + (size_t)i * B] = to_f16(k[i]);
+            for (int i = 0; i < kv_dim; i++) pages[vat + (size_t)(i / hd) * B * hd + i % hd] = to_f16(v[i]);
+        } else {
+            float *pages = j->kv->data;
+            for (int i = 0; i < kv_dim; i++) pages[kat + (size_t)i * B] = k[i];
+            for (int hh = 0; hh < c->n_kv_heads; hh++)
+                memcpy(pages + vat + (size_t)hh * B * hd, v + (size_t)hh * hd, (size_t)hd * sizeof(float));
+        }
     }
 }
 
-/* Scores of one decode row against two key blocks of B = 8*NZ positions ([hd][B] each): 2*NZ
- * independent sums held in registers (NZ is a constant in each instance), multiply then add. */
-static inline __attribute__((always_inline)) void scores_pair(const int NZ, const float *q, int hd, const float *k0,
-                                                              const float *k1, float scale, float *out) {
+/* Scores of one decode row against two key blocks of B = 8*NZ positions ([hd][B] each, at
+ * elements k0 and k1 of the pages): 2*NZ independent sums held in registers (NZ and F16 are
+ * constants in each instance), multiply then add. */
+static inline __attribute__((always_inline)) void scores_pair(const int NZ, const float *q, int hd, const void *pages,
+                                                              size_t k0, size_t k1, float scale, float *out,
+                                                              const int F16) {
     __m256 acc[8];
     for (int c = 0; c < 2 * NZ; c++) acc[c] = _mm256_setzero_ps();
     for (int i = 0; i < hd; i++) {
         const __m256 qi = _mm256_set1_ps(q[i]);
         for (int c = 0; c < NZ; c++) {
-            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, _mm256_loadu_ps(k0 + (size_t)i * 8 * NZ + 8 * c)));
-            acc[NZ + c] = _mm256_add_ps(acc[NZ + c], _mm256_mul_ps(qi, _mm256_loadu_ps(k1 + (size_t)i * 8 * NZ + 8 * c)));
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, kv_load8(pages, k0 + (size_t)i * 8 * NZ + 8 * c, F16)));
+            acc[NZ + c] =
+                _mm256_add_ps(acc[NZ + c], _mm256_mul_ps(qi, kv_load8(pages, k1 + (size_t)i * 8 * NZ + 8 * c, F16)));
         }
     }
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int c = 0; c < 2 * NZ; c++) _mm256_storeu_ps(out + 8 * c, _mm256_div_ps(acc[c], vscale));
 }
 
-static void scores_pair_any(int nz, const float *q, int hd, const float *k0, const float *k1, float scale, float *out) {
+static inline __attribute__((always_inline)) void scores_pair_any(int nz, const float *q, int hd, const void *pages,
+                                                                  size_t k0, size_t k1, float scale, float *out,
+                                                                  const int F16) {
     switch (nz) {
-    case 1: scores_pair(1, q, hd, k0, k1, scale, out); break;
-    case 2: scores_pair(2, q, hd, k0, k1, scale, out); break;
-    case 3: scores_pair(3, q, hd, k0, k1, scale, out); break;
-    default: scores_pair(4, q, hd, k0, k1, scale, out); break;
+    case 1: scores_pair(1, q, hd, pages, k0, k1, scale, out, F16); break;
+    case 2: scores_pair(2, q, hd, pages, k0, k1, scale, out, F16); break;
+    case 3: scores_pair(3, q, hd, pages, k0, k1, scale, out, F16); break;
+    default: scores_pair(4, q, hd, pages, k0, k1, scale, out, F16); break;
     }
 }
 
@@ -160,13 +203,14 @@ static void scores_pair_any(int nz, const float *q, int hd, const float *k0, con
  * Scores: lanes are 8 positions of a block (keys are stored transposed), each lane summing
  * q[i] k[i] over i in order. Outputs: lanes are 8 dimensions of the head, each summing
  * att[u] v[u][i] over u in order. Each key/value block is loaded once for the whole group. Lane-wise
- * vector arithmetic rounds exactly as scalar code. */
-static void attention_task(void *ctx, int task, int n_tasks) {
-    const layer_job *j = ctx;
+ * vector arithmetic (multiply, then add: no fused rounding) rounds exactly as scalar code. */
+static inline __attribute__((always_inline)) void attention_units(const layer_job *j, int task, int n_tasks,
+                                                                  const int F16) {
     const nv_config *c = &j->m->config;
     nv_batch_state *s = j->s;
     const nv_kv_pages *kv = j->kv;
-    int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = kv->block_size, l = j->l;
+    const void *pages = kv->data;
+    int hd = c->head_dim, q_dim = nv_config_q_dim(c), B = kv->block_size, l = j->l;
     int kv_mul = c->n_heads / c->n_kv_heads, units = j->n_groups * c->n_heads;
     float scale = sqrtf((float)hd);
     float *att0 = s->att + (size_t)task * GROUP * s->seq_len;
@@ -185,13 +229,13 @@ static void attention_task(void *ctx, int task, int n_tasks) {
             const float *q = s->r.q + (size_t)r0 * q_dim + (size_t)h * hd;
             int nz = B / 8, nblk = p0 / B + 1;
             for (int bi = 0; bi + 2 <= nblk; bi += 2) {
-                scores_pair_any(nz, q, hd, nv_kv_keys(kv, blocks[bi], l) + koff * B,
-                                nv_kv_keys(kv, blocks[bi + 1], l) + koff * B, scale, att0 + (size_t)bi * B);
+                scores_pair_any(nz, q, hd, pages, nv_kv_keys_at(kv, blocks[bi], l) + koff * B,
+                                nv_kv_keys_at(kv, blocks[bi + 1], l) + koff * B, scale, att0 + (size_t)bi * B, F16);
                 u_done = (bi + 2) * B;
             }
         }
         for (int u0 = u_done; u0 <= plast; u0 += B) {
-            const float *kt = nv_kv_keys(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
+            const size_t kt = nv_kv_keys_at(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
             for (int gr = 0; gr < G; gr++) {
                 int p = p0 + gr;
                 if (u0 > p) continue;
@@ -199,17 +243,17 @@ static void attention_task(void *ctx, int task, int n_tasks) {
                 float *att = att0 + (size_t)gr * s->seq_len;
                 int cnt = p - u0 + 1 < B ? p - u0 + 1 : B, z0 = 0;
                 for (; z0 + 8 <= B && z0 < cnt; z0 += 8) {
-                    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                    for (int i = 0; i < hd; i++) {
-                        const float qi = q[i], *kr = kt + (size_t)i * B + z0;
-                        for (int z = 0; z < 8; z++) a[z] += qi * kr[z];
-                    }
+                    __m256 a = _mm256_setzero_ps();
+                    for (int i = 0; i < hd; i++)
+                        a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(q[i]), kv_load8(pages, kt + (size_t)i * B + z0, F16)));
+                    float sums[8];
+                    _mm256_storeu_ps(sums, a);
                     int m = cnt - z0 < 8 ? cnt - z0 : 8;
-                    for (int z = 0; z < m; z++) att[u0 + z0 + z] = a[z] / scale;
+                    for (int z = 0; z < m; z++) att[u0 + z0 + z] = sums[z] / scale;
                 }
                 for (int z = z0; z < cnt; z++) { /* a block size that is not a multiple of 8 */
                     float score = 0.0f;
-                    for (int i = 0; i < hd; i++) score += q[i] * kt[(size_t)i * B + z];
+                    for (int i = 0; i < hd; i++) score += q[i] * kv_load1(pages, kt + (size_t)i * B + z, F16);
                     att[u0 + z] = score / scale;
                 }
             }
@@ -222,14 +266,13 @@ static void attention_task(void *ctx, int task, int n_tasks) {
 #pragma GCC unroll 8
                 for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
                 for (int u0 = 0; u0 <= p0; u0 += B) {
-                    const float *vb = nv_kv_values(kv, blocks[u0 / B], l) + koff + i0;
+                    const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
                     int cnt = p0 - u0 + 1 < B ? p0 - u0 + 1 : B;
                     for (int z = 0; z < cnt; z++) {
                         const __m256 a = _mm256_set1_ps(att0[u0 + z]);
-                        const float *v = vb + (size_t)z * kv_dim;
+                        const size_t v = vb + (size_t)z * hd;
 #pragma GCC unroll 8
-                        for (int e = 0; e < 8; e++) /* multiply, then add: no fused rounding */
-                            o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(a, _mm256_loadu_ps(v + 8 * e)));
+                        for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(a, kv_load8(pages, v + 8 * e, F16)));
                     }
                 }
                 float *dst = s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0;
@@ -237,32 +280,38 @@ static void attention_task(void *ctx, int task, int n_tasks) {
                 for (int e = 0; e < 8; e++) _mm256_storeu_ps(dst + 8 * e, o[e]);
             }
         for (; i0 + 8 <= hd; i0 += 8) {
-            float o[GROUP][8];
-            memset(o, 0, sizeof o);
+            __m256 o[GROUP];
+            for (int gr = 0; gr < G; gr++) o[gr] = _mm256_setzero_ps();
             for (int u0 = 0; u0 <= plast; u0 += B) {
-                const float *vb = nv_kv_values(kv, blocks[u0 / B], l) + koff + i0;
+                const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
                 for (int gr = 0; gr < G; gr++) {
                     int p = p0 + gr;
                     if (u0 > p) continue;
                     const float *att = att0 + (size_t)gr * s->seq_len;
                     int cnt = p - u0 + 1 < B ? p - u0 + 1 : B;
-                    for (int z = 0; z < cnt; z++) {
-                        const float a = att[u0 + z], *v = vb + (size_t)z * kv_dim;
-                        for (int e = 0; e < 8; e++) o[gr][e] += a * v[e];
-                    }
+                    for (int z = 0; z < cnt; z++)
+                        o[gr] = _mm256_add_ps(o[gr], _mm256_mul_ps(_mm256_set1_ps(att[u0 + z]),
+                                                                   kv_load8(pages, vb + (size_t)z * hd, F16)));
                 }
             }
-            for (int gr = 0; gr < G; gr++) memcpy(s->r.xb + (size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0, o[gr], sizeof o[gr]);
+            for (int gr = 0; gr < G; gr++) _mm256_storeu_ps(s->r.xb + (size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0, o[gr]);
         }
         for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
             for (int gr = 0; gr < G; gr++) {
                 const float *att = att0 + (size_t)gr * s->seq_len;
                 float o = 0.0f;
                 for (int u = 0; u <= p0 + gr; u++)
-                    o += att[u] * nv_kv_values(kv, blocks[u / B], l)[(size_t)(u % B) * kv_dim + koff + i0];
+                    o += att[u] * kv_load1(pages, nv_kv_values_at(kv, blocks[u / B], l) + koff * B + (size_t)(u % B) * hd + i0,
+                                           F16);
                 s->r.xb[(size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0] = o;
             }
     }
+}
+
+static void attention_task(void *ctx, int task, int n_tasks) {
+    const layer_job *j = ctx;
+    if (j->kv->dtype == NV_KV_F16) attention_units(j, task, n_tasks, 1);
+    else attention_units(j, task, n_tasks, 0);
 }
 
 /* Splits the step's rows into attention groups (see attention_task); returns their number. */

@@ -6,14 +6,17 @@
  * sequence's own pages through its block table.
  *
  * Contract:
- * - Paged KV storage (nv_kv_pages): n_blocks blocks of block_size positions. A block is one
- *   contiguous unit holding, for every layer, the keys then the values of its positions; the
- *   keys of a (block, layer) are stored transposed, [kv_dim][block_size] (element (t, i) at
- *   keys + i*block_size + t), so scores of consecutive positions vectorise; the values are
- *   [block_size][kv_dim]. Keys of block b, layer l start at
- *   data + ((b*L + l)*2 + 0)*block_size*kv_dim, values at the same place with +1 instead of +0.
+ * - Paged KV storage (nv_kv_pages): n_blocks blocks of block_size positions, each element an
+ *   fp32 or an fp16 (dtype; fp16 halves the memory and the bytes attention reads, as llama.cpp's
+ *   default f16 cache does). A block is one contiguous unit holding, for every layer, the keys
+ *   then the values of its positions; the keys of a (block, layer) are stored transposed,
+ *   [kv_dim][block_size] (element (t, i) at keys + i*block_size + t), so scores of consecutive
+ *   positions vectorise; the values are [n_kv_heads][block_size][head_dim] (one head's values of
+ *   a block are one contiguous run, read front to back). Keys of block b, layer l start at
+ *   element ((b*L + l)*2 + 0)*block_size*kv_dim, values at the same place with +1 instead of +0.
  *   Keeping a block's layers together lets a block be copied, hashed or written to disk as one
- *   range (the prefix cache builds on this).
+ *   range (the prefix cache builds on this). fp16 stores round to nearest and saturate at
+ *   +-65504 (a key or value beyond fp16's range does not become infinite).
  * - Sequence i (nv_batch_seq) runs tokens[0..n) at positions pos..pos+n-1; its block table
  *   `blocks` maps position p to block blocks[p / block_size] and must cover 0..pos+n-1. The
  *   keys and values of positions < pos must already be in its blocks (written by earlier
@@ -25,7 +28,9 @@
  *   same order — the same RMSNorm, RoPE, left-to-right attention sums over positions 0..p and
  *   softmax — and plans compute each row of a product independently, so a sequence's logits do
  *   not depend on what else is in the batch, on how its prompt was chunked, or on which blocks
- *   hold it: with the scalar engine they are bit-identical to nv_forward's.
+ *   hold it: with the scalar engine and fp32 pages they are bit-identical to nv_forward's. fp16
+ *   pages differ from nv_forward only by the rounding of the stored keys and values (the sums
+ *   are the same fp32 sums), and are still independent of the batch, the chunking and the blocks.
  * - RoPE angles come from a table filled at nv_batch_state_init with nv_rope's own float
  *   expressions (so the same cosf/sinf values); the per-row work and attention run on the thread
  *   pool (base/pool.h), split by rows and by (row, head), which changes no summation order.
@@ -39,23 +44,38 @@
 #include "model/forward.h"
 #include "model/model.h"
 
+/* Element types of KV pages; the values are the codes block files record (serve/disk.h). */
+typedef enum { NV_KV_F32 = 1, NV_KV_F16 = 2 } nv_kv_dtype;
+
 typedef struct {
     int block_size; /* positions per block */
     int n_blocks;
     int n_layers, kv_dim;
-    float *data; /* [n_blocks][L][2][block_size][kv_dim] */
+    nv_kv_dtype dtype;
+    void *data; /* [n_blocks][L][2][block_size][kv_dim] elements of dtype */
 } nv_kv_pages;
 
-/* Floats in one block: n_layers * 2 * block_size * kv_dim. */
-size_t nv_kv_block_floats(const nv_config *c, int block_size);
-nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks);
+/* "f32" / "f16" (NULL for anything else), and back (0 when unknown). */
+const char *nv_kv_dtype_name(nv_kv_dtype t);
+nv_kv_dtype nv_kv_dtype_parse(const char *name);
+static inline size_t nv_kv_dtype_bytes(nv_kv_dtype t) { return t == NV_KV_F16 ? 2 : 4; }
+/* Bytes of one block: n_layers * 2 * block_size * kv_dim elements. */
+size_t nv_kv_block_bytes(const nv_config *c, int block_size, nv_kv_dtype t);
+nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t);
 void nv_kv_pages_free(nv_kv_pages *kv);
-static inline float *nv_kv_keys(const nv_kv_pages *kv, int block, int layer) {
-    return kv->data + (((size_t)block * kv->n_layers + (size_t)layer) * 2) * (size_t)kv->block_size * kv->kv_dim;
+/* Element index of the keys of (block, layer); the values follow block_size * kv_dim later. */
+static inline size_t nv_kv_keys_at(const nv_kv_pages *kv, int block, int layer) {
+    return (((size_t)block * kv->n_layers + (size_t)layer) * 2) * (size_t)kv->block_size * kv->kv_dim;
 }
-static inline float *nv_kv_values(const nv_kv_pages *kv, int block, int layer) {
-    return nv_kv_keys(kv, block, layer) + (size_t)kv->block_size * kv->kv_dim;
+static inline size_t nv_kv_values_at(const nv_kv_pages *kv, int block, int layer) {
+    return nv_kv_keys_at(kv, block, layer) + (size_t)kv->block_size * kv->kv_dim;
 }
+/* The bytes of a whole block (what the prefix cache copies and writes to disk). */
+static inline void *nv_kv_block_data(const nv_kv_pages *kv, int block) {
+    return (char *)kv->data + nv_kv_keys_at(kv, block, 0) * nv_kv_dtype_bytes(kv->dtype);
+}
+/* Element i of the pages as fp32. */
+float nv_kv_get(const nv_kv_pages *kv, size_t i);
 
 typedef struct {
     const int *tokens; /* n ids */

@@ -147,7 +147,7 @@ static int header_ok(const nv_disk *d, const disk_header *h, const int32_t *toke
     const nv_disk_opts *o = &d->o;
     if (memcmp(h->magic, DISK_MAGIC, 8) != 0 || h->version != NV_DISK_VERSION) return 0;
     if (h->header_bytes != NV_DISK_HEADER_BYTES + 4u * (uint32_t)o->block_size) return 0;
-    if (h->model_id != o->model_id || h->n_tokens != (uint32_t)o->block_size || h->dtype != NV_KV_DTYPE_F32 ||
+    if (h->model_id != o->model_id || h->n_tokens != (uint32_t)o->block_size || h->dtype != (uint32_t)o->dtype ||
         h->n_layers != (uint32_t)o->n_layers || h->kv_dim != (uint32_t)o->kv_dim || h->payload_bytes != d->payload_bytes)
         return 0;
     if (h->header_sum != header_sum(h, tokens, h->n_tokens)) return 0;
@@ -190,7 +190,7 @@ static int write_block(nv_disk *d, const nv_disk_job *j, uint64_t counter, char 
     h.hash = j->hash;
     h.parent = j->parent;
     h.n_tokens = (uint32_t)o->block_size;
-    h.dtype = NV_KV_DTYPE_F32;
+    h.dtype = (uint32_t)o->dtype;
     h.n_layers = (uint32_t)o->n_layers;
     h.kv_dim = (uint32_t)o->kv_dim;
     h.payload_bytes = d->payload_bytes;
@@ -356,7 +356,7 @@ static void scan(nv_disk *d) {
 nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
     *out = NULL;
     if (!o->root || !*o->root) return nv_fail(NV_EINVAL, "SSD tier: no directory");
-    if (o->block_size < 1 || o->n_layers < 1 || o->kv_dim < 1 || o->queue_cap < 1)
+    if (o->block_size < 1 || o->n_layers < 1 || o->kv_dim < 1 || o->queue_cap < 1 || !nv_kv_dtype_name(o->dtype))
         return nv_fail(NV_EINVAL, "SSD tier: bad geometry");
     nv_disk *d = calloc(1, sizeof *d);
     if (!d) return nv_fail(NV_ENOMEM, "SSD tier: out of memory");
@@ -366,7 +366,7 @@ nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
         free(d);
         return nv_fail(NV_EINVAL, "SSD tier: directory name too long");
     }
-    d->payload_bytes = (uint64_t)o->n_layers * 2 * (uint64_t)o->block_size * (uint64_t)o->kv_dim * sizeof(float);
+    d->payload_bytes = (uint64_t)o->n_layers * 2 * (uint64_t)o->block_size * (uint64_t)o->kv_dim * nv_kv_dtype_bytes(o->dtype);
     d->file_bytes = NV_DISK_HEADER_BYTES + 4ull * (uint64_t)o->block_size + d->payload_bytes;
     d->free_e = d->lru_head = d->lru_tail = -1;
     d->st.writer_up = 1;

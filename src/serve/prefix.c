@@ -15,13 +15,13 @@ static uint64_t mix_f32(uint64_t h, float f) {
 
 static uint64_t mix_plan(uint64_t h, const nv_plan *p) { return mix_u64(h, p ? (uint64_t)nv_plan_engine(p) + 1 : 0); }
 
-uint64_t nv_prefix_model_id(const nv_model *m, int block_size) {
+uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype) {
     const nv_config *c = &m->config;
     static const char tag[] = "nerve kv prefix cache";
     uint64_t h = nv_checksum64(tag, sizeof tag - 1, 0);
     h = mix_u64(h, NV_PREFIX_NUMERICS);
-    h = mix_u64(h, NV_KV_DTYPE_F32);
-    h = mix_u64(h, 1); /* layout: per block, per layer, keys [kv_dim][block] then values [block][kv_dim] */
+    h = mix_u64(h, (uint64_t)dtype);
+    h = mix_u64(h, 2); /* layout: per block, per layer, keys [kv_dim][block] then values [kv_heads][block][head_dim] */
     h = mix_u64(h, (uint64_t)block_size);
     /* the config, field by field (the context length does not change a position's KV) */
     int fields[] = {c->dim,        c->hidden_dim, c->n_layers,          c->n_heads, c->n_kv_heads,

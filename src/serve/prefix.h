@@ -5,7 +5,7 @@
  * Contract:
  * - Model identity (nv_prefix_model_id): a 64-bit hash of everything the keys and values of a
  *   position depend on besides the tokens: the weights' content (hashed once at start), the
- *   config, the KV dtype and layout (fp32, keys transposed per block), the block size, layers
+ *   config, the KV element type (fp32 or fp16) and layout (keys transposed per block), the block size, layers
  *   and kv_dim, the engine each plan runs on (engines round differently) and a version of the
  *   forward arithmetic (NV_PREFIX_NUMERICS, bumped whenever a change could alter a single
  *   bit of KV). Two servers share cached KV only when all of these agree, so a hit is exact.
@@ -34,8 +34,6 @@
 
 /* Bump when the forward pass's arithmetic changes in a way that could change KV bits. */
 #define NV_PREFIX_NUMERICS 1u
-/* KV dtype codes (the block file header's dtype). */
-#define NV_KV_DTYPE_F32 1u
 
 typedef struct {
     uint64_t model_id;
@@ -47,7 +45,7 @@ typedef struct {
 } nv_prefix;
 
 /* Model identity for KV blocks of block_size positions (hashes the weights: ~memory speed). */
-uint64_t nv_prefix_model_id(const nv_model *m, int block_size);
+uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype);
 /* The chain hash of a block holding tokens[0..n) after the block whose hash is parent. */
 uint64_t nv_prefix_chain(uint64_t model_id, uint64_t parent, const int *tokens, int n);
 

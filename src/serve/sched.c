@@ -293,7 +293,7 @@ long nv_sched_capacity(const nv_sched *s) {
 static nv_err prefix_init(nv_sched *s) {
     const nv_sched_opts *o = &s->o;
     const nv_config *c = &s->model->config;
-    uint64_t id = nv_prefix_model_id(s->model, o->block_size);
+    uint64_t id = nv_prefix_model_id(s->model, o->block_size, s->pool.pages.dtype);
     NV_TRY(nv_prefix_init(&s->prefix, &s->pool, id));
     s->prefix_on = 1;
     uint64_t idle = o->ram_cache_bytes / s->pool.block_bytes;
@@ -309,6 +309,7 @@ static nv_err prefix_init(nv_sched *s) {
                           .block_size = o->block_size,
                           .n_layers = c->n_layers,
                           .kv_dim = nv_config_kv_dim(c),
+                          .dtype = s->pool.pages.dtype,
                           .max_bytes = o->disk_bytes,
                           .queue_cap = q < 1 ? 1 : q > 64 ? 64 : q};
         if (nv_disk_open(&s->disk, &d) != NV_OK) {
@@ -332,7 +333,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->metrics = metrics;
     s->o = *o;
     const nv_config *c = &model->config;
-    nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, o->kv_bytes, 0);
+    nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, o->kv_dtype ? o->kv_dtype : NV_KV_F16, o->kv_bytes, 0);
     if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch + o->prefill_chunk, o->max_batch);
     if (e != NV_OK) {
         nv_sched_free(s);
@@ -416,7 +417,7 @@ static void disk_write(nv_sched *s, int32_t b, uint64_t hash, uint64_t parent) {
     nv_disk_job j = {.hash = hash,
                      .parent = parent,
                      .tokens = s->pool.tokens + (size_t)b * s->pool.block_size,
-                     .payload = nv_kv_keys(&s->pool.pages, b, 0),
+                     .payload = nv_kv_block_data(&s->pool.pages, b),
                      .block = b};
     nv_kv_ref(&s->pool, b);
     if (!nv_disk_enqueue(s->disk, &j)) nv_kv_unref(&s->pool, b);
@@ -524,7 +525,7 @@ static void restore_from_disk(nv_sched *s) {
         int k = it[i].k;
         if (r == failed) continue;
         it[i].ok = nv_disk_load(s->disk, r->hashes[k], k ? r->hashes[k - 1] : 0, r->prompt + k * B,
-                                nv_kv_keys(&s->pool.pages, r->blocks[k], 0));
+                                nv_kv_block_data(&s->pool.pages, r->blocks[k]));
         if (!it[i].ok) failed = r;
     }
     nv_debug("serve: prefix cache: read %d blocks from disk in %.1f ms%s", n, (nv_now() - t0) * 1e3,

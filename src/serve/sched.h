@@ -110,6 +110,7 @@ typedef struct {
     int max_queue;     /* queued requests before 429 */
     int block_size;    /* positions per KV block */
     uint64_t kv_bytes; /* KV pool budget */
+    nv_kv_dtype kv_dtype; /* the pool's element type (0: fp16) */
     int step_delay_ms; /* testing hook: sleep after each step (0 = off) */
     /* the prefix cache */
     int prefix_cache;          /* 0: off (no sharing, no tiers) */
