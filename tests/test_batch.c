@@ -11,25 +11,13 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "serve/kv.h"
+#include "forward_ref.h"
 #include "t.h"
 
 #define NSEQ 4
 #define LEN 40
 #define POOL 64
 #define MAX_TABLE 16
-
-/* Per sequence: logits after every position, computed alone, token by token, by nv_forward. */
-static int reference(const nv_model *m, const int *toks, int n, float *out) {
-    nv_state s;
-    if (nv_state_init(&s, &m->config, 1, m->config.seq_len, 0) != NV_OK) return 0;
-    int ok = 1;
-    for (int p = 0; p < n && ok; p++) {
-        ok = nv_forward(m, &s, toks + p, 1, p) == NV_OK;
-        memcpy(out + (size_t)p * m->config.vocab_size, s.logits, (size_t)m->config.vocab_size * sizeof(float));
-    }
-    nv_state_free(&s);
-    return ok;
-}
 
 /* The same logits from paged KV of dtype: the sequence alone, one position per step. */
 static int reference_paged(const nv_model *m, const int *toks, int n, nv_kv_dtype dtype, int BLOCK, float *out) {
@@ -115,7 +103,7 @@ static void check_model(nv_model *m, const char *what) {
         toks[i][0] = 1;
         for (int p = 1; p < LEN; p++) toks[i][p] = 3 + (int)(nv_rng_uniform(&rng) * (float)(c->vocab_size - 3));
         ref[i] = malloc((size_t)LEN * c->vocab_size * sizeof(float));
-        T_CHECK(ref[i] && reference(m, toks[i], LEN, ref[i]), "%s: reference forward failed", what);
+        T_CHECK(ref[i] && t_forward_logits(m, toks[i], LEN, ref[i]), "%s: reference forward failed", what);
     }
     /* block 4: the scalar remainder paths; block 16: 8-wide score lanes */
     for (int block = 4; block <= 16; block += 12) {

@@ -451,6 +451,59 @@ static void test_group(void) {
     }
 }
 
+/* Block-quantized plans (int8 values, per-block scales and optional offsets, slices turned into
+ * fp32 in L1) give exactly the bits of an fp32 plan on the same weights as floats; the AMX engines
+ * refuse them (the caller then builds an fp32 plan). */
+static void test_quant(void) {
+    static const int shapes[][3] = {{1, 37, 288}, {1, 64, 512}, {2, 64, 96}, {3, 33, 64}, {5, 20, 100},
+                                    {7, 100, 288}, {16, 48, 512}, {17, 15, 32}, {25, 64, 96}, {200, 40, 288}};
+    uint64_t seed = 4242;
+    for (int qb = 16; qb <= 32; qb += 16)
+        for (int off = 0; off < 2; off++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], nb = (k + qb - 1) / qb;
+                int8_t *q = malloc((size_t)n * k);
+                float *s = malloc(sizeof(float) * n * nb), *o = malloc(sizeof(float) * n * nb);
+                float *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * m * k);
+                float *y0 = malloc(sizeof(float) * m * n), *y1 = malloc(sizeof(float) * m * n);
+                rnd(s, (size_t)n * nb, &seed);
+                rnd(o, (size_t)n * nb, &seed);
+                rnd(x, (size_t)m * k, &seed);
+                for (size_t i = 0; i < (size_t)n * k; i++) {
+                    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                    q[i] = (int8_t)(seed >> 56);
+                }
+                for (int j = 0; j < n; j++)
+                    for (int kk = 0; kk < k; kk++) {
+                        float v = (float)q[(size_t)j * k + kk] * s[(size_t)j * nb + kk / qb];
+                        if (off) v = v + o[(size_t)j * nb + kk / qb];
+                        w[(size_t)j * k + kk] = v;
+                    }
+                nv_qweights qw = {q, s, off ? o : NULL, qb};
+                nv_plan *pq = NULL, *pf = NULL;
+                nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
+                if (E != NV_ENGINE_AVX2 && E != NV_ENGINE_AVX512) {
+                    T_CHECK(e == NV_EUNSUPPORTED && !pq, "%s built a block-quantized plan", nv_engine_name(E));
+                } else if (e != NV_OK || nv_plan_build(&pf, E, w, n, k) != NV_OK) {
+                    T_CHECK(0, "build: %s", nv_errmsg());
+                } else {
+                    nv_plan_run(pq, x, m, y0);
+                    nv_plan_run(pf, x, m, y1);
+                    T_CHECK(memcmp(y0, y1, sizeof(float) * m * n) == 0,
+                            "%dx%dx%d, blocks of %d%s: differs from the fp32 plan", m, n, k, qb, off ? " with offsets" : "");
+                    T_CHECK(nv_plan_quantized(pq) && !nv_plan_quantized(pf) &&
+                                nv_plan_packed_bytes(pq) * 2 < nv_plan_packed_bytes(pf),
+                            "packed bytes %zu vs %zu", nv_plan_packed_bytes(pq), nv_plan_packed_bytes(pf));
+                }
+                nv_plan_free(pq);
+                nv_plan_free(pf);
+                free(q), free(s), free(o), free(w), free(x), free(y0), free(y1);
+            }
+    nv_plan *p = NULL;
+    nv_qweights bad = {NULL, NULL, NULL, 32};
+    T_CHECK(nv_plan_build_quant(&p, E, &bad, 4, 64) != NV_OK && !p, "weights without values accepted");
+}
+
 static void run_engine_cases(nv_engine_id e, const char *suffix) {
     static const struct {
         const char *name;
@@ -461,7 +514,8 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"run_dx", test_dx},
                  {"gemm_dw", test_dw},
                  {"1 and 2 threads give identical bits", test_threads_identical},
-                 {"a plan group gives its plans' bits and one epilogue pass", test_group}};
+                 {"a plan group gives its plans' bits and one epilogue pass", test_group},
+                 {"block-quantized plans give the bits of fp32 plans", test_quant}};
     E = e;
     snprintf(skip_why, sizeof skip_why, "engine %s is off: %s", nv_engine_name(e), nv_engine_why_off(e));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -16,6 +16,7 @@
 #include "model/tokenizer.h"
 #include "gguf_write.h"
 #include "serve_util.h"
+#include "forward_ref.h"
 #include "t.h"
 
 static void test_stories260k_gguf_equals_bin(void) {
@@ -333,6 +334,71 @@ static void test_export_roundtrip(void) {
     T_CHECK(t_nerve(args) == 0, "the run folder's GGUF does not generate: %s", t_err);
 }
 
+/* `nerve export --type q8_0` writes llama.cpp's Q8_0 (values within 0.6 of a step of the fp32
+ * ones); loading it keeps the matrices as int8 for avx2/avx512 plans, which give exactly the logits
+ * of fp32 plans over the dequantized weights, and stay close to the fp32 model's. */
+static void test_q8_0_export_and_quantized_plans(void) {
+    const char *bp = t_data("models/stories260K.bin"), *tp = t_data("models/tok512.bin");
+    if (!bp || !tp) return;
+    char out[700], args[4200];
+    snprintf(out, sizeof out, "%s/q8.gguf", t_tmpdir());
+    snprintf(args, sizeof args, "export %s -z %s -o %s --type q8_0", bp, tp, out);
+    T_CHECK(t_nerve(args) == 0, "export failed: %s", t_err);
+    snprintf(args, sizeof args, "export %s -o %s/q8.bin --type q8_0", bp, t_tmpdir());
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF"), "q8_0 to a llama2.c file: %s", t_err);
+    snprintf(args, sizeof args, "export %s -o %s/q4.gguf --type q4_0", bp, t_tmpdir());
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--type"), "unknown type: %s", t_err);
+    nv_model b, q, f;
+    T_CHECK(nv_model_load(bp, &b) == NV_OK && nv_model_load(out, &q) == NV_OK && nv_model_load(out, &f) == NV_OK, "%s",
+            nv_errmsg());
+    if (!b.params || !q.params || !f.params) return;
+    const nv_config *c = &b.config;
+    /* every matrix whose rows are whole blocks is Q8_0: its values within 0.6 steps (fp16 scale) */
+    double worst = 0;
+    for (uint64_t i = 0; i < b.n_params; i++) worst = fmax(worst, fabs((double)b.params[i] - q.params[i]));
+    float amax = 0;
+    for (uint64_t i = 0; i < b.n_params; i++) amax = fmaxf(amax, fabsf(b.params[i]));
+    T_CHECK(worst > 0 && worst <= 0.6 * amax / 127, "Q8_0 moved a weight by %g (largest weight %g)", worst, (double)amax);
+    T_CHECK(q.quant && q.quant[0].q && q.quant[0].qb == 32 && !q.quant[0].o && !q.quant[5].q,
+            "Q8_0 sources: wq kept, w2 (rows of 172, not whole blocks) F32");
+    /* f: the same file with its quantized sources dropped, so fp32 plans over the same floats */
+    for (int i = 0; f.quant && i <= c->n_layers * NV_LAYER_MATRICES; i++) free(f.quant[i].q), free(f.quant[i].s), free(f.quant[i].o);
+    free(f.quant);
+    f.quant = NULL;
+    const nv_engine_id e = nv_engine_best_fp32();
+    T_CHECK(nv_model_build_plans(&b, e) == NV_OK && nv_model_build_plans(&q, e) == NV_OK && nv_model_build_plans(&f, e) == NV_OK,
+            "%s", nv_errmsg());
+    if (e != NV_ENGINE_SCALAR)
+        T_CHECK(nv_plan_quantized(q.plans[0].wq) && !nv_plan_quantized(q.plans[0].w2) && nv_plan_quantized(q.cls_plan) &&
+                    !nv_plan_quantized(f.plans[0].wq),
+                "which plans are block-quantized");
+    enum { N = 40 };
+    int toks[N];
+    for (int i = 0; i < N; i++) toks[i] = i ? 3 + (i * 7919) % (c->vocab_size - 3) : 1;
+    const size_t V = (size_t)c->vocab_size;
+    float *lb = malloc(N * V * 4), *lq = malloc(N * V * 4), *lf = malloc(N * V * 4);
+    T_CHECK(lb && lq && lf && t_forward_logits(&b, toks, N, lb) && t_forward_logits(&q, toks, N, lq) && t_forward_logits(&f, toks, N, lf), "forward");
+    T_CHECK(!memcmp(lq, lf, N * V * 4), "block-quantized plans differ from fp32 plans over the same weights");
+    int agree = 0;
+    double dmax = 0, lmax = 0;
+    for (int p = 0; p < N; p++) {
+        const float *x = lb + p * V, *y = lq + p * V;
+        int ix = 0, iy = 0;
+        for (size_t v = 0; v < V; v++) {
+            ix = x[v] > x[ix] ? (int)v : ix, iy = y[v] > y[iy] ? (int)v : iy;
+            dmax = fmax(dmax, fabs((double)x[v] - y[v]));
+            lmax = fmax(lmax, fabs((double)x[v]));
+        }
+        agree += ix == iy;
+    }
+    T_CHECK(agree >= N * 9 / 10 && dmax < 0.05 * lmax, "Q8_0 against fp32: top-1 %d of %d, logits moved %g (largest %g)",
+            agree, N, dmax, lmax);
+    free(lb), free(lq), free(lf);
+    nv_model_free(&b);
+    nv_model_free(&q);
+    nv_model_free(&f);
+}
+
 /* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
  * --chat-template says otherwise. */
 static void test_serve_declared_template(void) {
@@ -365,6 +431,7 @@ int main(void) {
     T_RUN(test_malformed);
     T_RUN(test_finetune_from_gguf);
     T_RUN(test_export_roundtrip);
+    T_RUN(test_q8_0_export_and_quantized_plans);
     T_RUN(test_serve_declared_template);
     return t_done();
 }

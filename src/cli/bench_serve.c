@@ -45,6 +45,7 @@
 #include "base/timer.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "model/model.h"
 
 /* ---- the child server -------------------------------------------------------------------------- */
 
@@ -421,16 +422,13 @@ static int bench_setup(setup *s, const bench_opts *o, const char *model, const c
             return 0;
         }
     }
-    FILE *f = fopen(s->model, "rb");
-    int hdr[7] = {0};
-    if (f) { /* the vocabulary: llama2.c header (v1 files start with magic and version) */
-        uint32_t magic = 0;
-        if (fread(&magic, 4, 1, f) == 1 && magic == 0x616b3432u) fseek(f, 8, SEEK_SET);
-        else fseek(f, 0, SEEK_SET);
-        if (fread(hdr, sizeof(int), 7, f) != 7) hdr[5] = 0;
-        fclose(f);
+    nv_model m; /* the vocabulary size, from any model file the server reads (llama2.c, GGUF) */
+    if (nv_model_load(s->model, &m) != NV_OK) {
+        snprintf(why, cap, "%s", nv_errmsg());
+        return 0;
     }
-    s->vocab = hdr[5] < 0 ? -hdr[5] : hdr[5];
+    s->vocab = m.config.vocab_size;
+    nv_model_free(&m);
     if (s->vocab < 16) {
         snprintf(why, cap, "cannot read the vocabulary size of %s", s->model);
         return 0;

@@ -43,6 +43,10 @@ struct nv_plan {
     int kp;          /* amx: depth padded to the tile depth */
     const nv_kern_fp32 *kf;
     const nv_kern_amx *ka;
+    /* block-quantized (nv_plan_build_quant): pack holds int8 panels, with per-block scales and
+       offsets beside them */
+    int quant, qb;
+    float *qscale, *qoff; /* [np][k/qb][nr] */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -267,7 +271,16 @@ void nv_engines_reset(void) {
 typedef struct {
     nv_plan *p;
     const float *w;
+    const nv_qweights *qw; /* block-quantized plans */
 } pack_ctx;
+
+/* Runs a packing task over the plan's panels, split over the pool when the matrix is large. */
+static void pack_run(void (*fn)(void *, int, int), pack_ctx *c) {
+    int tasks = 1;
+    if (!force_inline && nv_pool_threads() > 1 && (double)c->p->n * c->p->k >= 65536.0)
+        tasks = imin(c->p->np, 2 * nv_pool_threads());
+    run_tasks(fn, c, tasks);
+}
 
 /* fp32 panels: P[p][kk][c] = W[p*nr + c][kk]. */
 static void pack_fp32_task(void *vc, int task, int nt) {
@@ -338,7 +351,7 @@ static void pack_int8_task(void *vc, int task, int nt) {
 }
 
 static void plan_pack(nv_plan *p, const float *w) {
-    pack_ctx c = {p, w};
+    pack_ctx c = {p, w, NULL};
     void (*fn)(void *, int, int) = NULL;
     switch (p->engine) {
     case NV_ENGINE_SCALAR: p->w = w; return;
@@ -348,21 +361,26 @@ static void plan_pack(nv_plan *p, const float *w) {
     case NV_ENGINE_AMX_INT8: fn = pack_int8_task; break;
     default: return;
     }
-    int tasks = 1;
-    if (!force_inline && nv_pool_threads() > 1 && (double)p->n * p->k >= 65536.0)
-        tasks = imin(p->np, 2 * nv_pool_threads());
-    run_tasks(fn, &c, tasks);
+    pack_run(fn, &c);
 }
 
-static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n, int k) {
-    if (n <= 0 || k <= 0) return nv_fail(NV_EINVAL, "plan: bad shape %d x %d", n, k);
-    if (!w) return nv_fail(NV_EINVAL, "plan: no weights");
+/* A zeroed plan of shape n x k on engine e (the shape already checked positive). */
+static nv_err plan_new(nv_plan **out, nv_engine_id e, int n, int k) {
     if ((size_t)n * (size_t)k > ((size_t)1 << 40)) return nv_fail(NV_ENOMEM, "plan: %d x %d is too large", n, k);
     nv_plan *p = calloc(1, sizeof *p);
     if (!p) return nv_fail(NV_ENOMEM, "plan: out of memory");
     p->engine = e;
     p->n = n;
     p->k = k;
+    *out = p;
+    return NV_OK;
+}
+
+static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n, int k) {
+    if (n <= 0 || k <= 0) return nv_fail(NV_EINVAL, "plan: bad shape %d x %d", n, k);
+    if (!w) return nv_fail(NV_EINVAL, "plan: no weights");
+    nv_plan *p;
+    NV_TRY(plan_new(&p, e, n, k));
     switch (e) {
     case NV_ENGINE_AVX2:
     case NV_ENGINE_AVX512:
@@ -409,7 +427,13 @@ nv_err nv_plan_build(nv_plan **out, nv_engine_id want, const float *w, int n, in
     return NV_OK;
 }
 
-void nv_plan_refresh(nv_plan *p, const float *w) { plan_pack(p, w); }
+void nv_plan_refresh(nv_plan *p, const float *w) {
+    if (p->quant) { /* inference-only: its values came from a quantized file, not from fp32 weights */
+        nv_warn("plan: a block-quantized plan cannot be refreshed from fp32 weights; left as it is");
+        return;
+    }
+    plan_pack(p, w);
+}
 
 nv_engine_id nv_plan_engine(const nv_plan *p) { return p->engine; }
 int nv_plan_n(const nv_plan *p) { return p->n; }
@@ -418,14 +442,74 @@ long nv_plan_builds(void) { return atomic_load(&plan_build_count); }
 
 size_t nv_plan_packed_bytes(const nv_plan *p) {
     if (p->engine == NV_ENGINE_SCALAR) return (size_t)p->n * p->k * sizeof(float);
+    if (p->quant)
+        return p->pack_bytes + (size_t)p->np * cdiv(p->k, p->qb) * p->kf->nr * sizeof(float) * (p->qoff ? 2 : 1);
     return p->pack_bytes + (p->wscale ? (size_t)p->n * sizeof(float) : 0);
 }
+
+int nv_plan_quantized(const nv_plan *p) { return p->quant; }
 
 void nv_plan_free(nv_plan *p) {
     if (!p) return;
     free(p->pack);
     free(p->wscale);
+    free(p->qscale);
+    free(p->qoff);
     free(p);
+}
+
+/* ---------------------------------------------------------------- block-quantized plans */
+
+/* Q[p][kk][c] = q[(p*nr + c)*k + kk]; S, O [p][b][c] = s, o[(p*nr + c)*nb + b]; zero past the last output. */
+static void pack_quant_task(void *vc, int task, int nt) {
+    pack_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const nv_qweights *w = c->qw;
+    const int nr = p->kf->nr, n = p->n, k = p->k, nb = cdiv(k, p->qb);
+    int p0 = (int)((long)p->np * task / nt), p1 = (int)((long)p->np * (task + 1) / nt);
+    for (int pi = p0; pi < p1; pi++) {
+        int8_t *dq = (int8_t *)p->pack + (size_t)pi * k * nr;
+        float *ds = p->qscale + (size_t)pi * nb * nr, *dof = p->qoff ? p->qoff + (size_t)pi * nb * nr : NULL;
+        for (int cc = 0; cc < nr; cc++) {
+            const int j = pi * nr + cc;
+            const int8_t *q = j < n ? w->q + (size_t)j * k : NULL;
+            for (int kk = 0; kk < k; kk++) dq[(size_t)kk * nr + cc] = q ? q[kk] : 0;
+            for (int b = 0; b < nb; b++) {
+                ds[(size_t)b * nr + cc] = j < n ? w->s[(size_t)j * nb + b] : 0.0f;
+                if (dof) dof[(size_t)b * nr + cc] = j < n ? w->o[(size_t)j * nb + b] : 0.0f;
+            }
+        }
+    }
+}
+
+nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k) {
+    *out = NULL;
+    if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
+    const nv_engine_id e = engine_resolve(want);
+    if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
+        return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
+    if (n <= 0 || k <= 0 || !w || !w->q || !w->s || w->qb < 1 || w->qb > k)
+        return nv_fail(NV_EINVAL, "plan: bad block-quantized weights (%d x %d, blocks of %d)", n, k, w ? w->qb : 0);
+    nv_plan *p;
+    NV_TRY(plan_new(&p, e, n, k));
+    p->kf = engine_fp32[e];
+    p->np = cdiv(n, p->kf->nr);
+    p->quant = 1;
+    p->qb = w->qb;
+    p->pack_bytes = (size_t)p->np * p->kf->nr * k;
+    const size_t ns = (size_t)p->np * cdiv(k, w->qb) * p->kf->nr;
+    p->pack = aalloc(p->pack_bytes);
+    p->qscale = aalloc(ns * sizeof(float));
+    if (w->o) p->qoff = aalloc(ns * sizeof(float));
+    if (!p->pack || !p->qscale || (w->o && !p->qoff)) {
+        nv_plan_free(p);
+        return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
+    }
+    pack_ctx c = {p, NULL, w};
+    pack_run(pack_quant_task, &c);
+    atomic_fetch_add(&plan_build_count, 1);
+    *out = p;
+    return NV_OK;
 }
 
 /* ---------------------------------------------------------------- scalar engine */
@@ -521,6 +605,13 @@ static void fp32_run_task(void *vc, int task, int nt) {
     int r0, r1, c0, c1;
     grid_task(&c->g, task, &r0, &r1, &c0, &c1);
     if (r0 >= r1 || c0 >= c1) return;
+    if (p->quant) {
+        const size_t sb = (size_t)c0 * cdiv(k, p->qb) * nr;
+        p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * nr, p->qscale + sb,
+                       p->qoff ? p->qoff + sb : NULL, p->qb, c1 - c0, c->out + (size_t)r0 * n + (size_t)c0 * nr, n,
+                       n - c0 * nr);
+        return;
+    }
     p->kf->gemm(c->a + (size_t)r0 * k, k, r1 - r0, k, (const float *)p->pack + (size_t)c0 * k * nr, c1 - c0,
                 c->out + (size_t)r0 * n + (size_t)c0 * nr, n, n - c0 * nr, 0);
 }
@@ -882,6 +973,11 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
 
 void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
     if (m <= 0) return;
+    if (p->quant) {
+        nv_warn("plan: block-quantized plans are for inference; dx set to NaN");
+        fill_nan(dx, (size_t)m * p->k);
+        return;
+    }
     const int n = p->n, k = p->k;
     const double macs = (double)m * n * k;
     op_ctx c = {.p = p, .a = dy, .out = dx, .m = m, .n = n, .k = k};

@@ -114,6 +114,21 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
 /* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
  * rung down that is on. */
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
+/* Block-quantized weights, the form GGUF's quantized types decompose into exactly: for output j
+ * and input kk, W[j][kk] = (float)q[j*k + kk] * s[j*nb + kk/qb], then + o[j*nb + kk/qb] when o is
+ * not NULL (a separate add), with nb = ceil(k / qb). */
+typedef struct {
+    const int8_t *q;
+    const float *s, *o;
+    int qb;
+} nv_qweights;
+/* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4):
+ * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
+ * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
+ * avx512 only (NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
+ * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
+nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
+int nv_plan_quantized(const nv_plan *p);
 /* Bytes of weight one pass of the plan reads: the packed copy (with int8 scales), or for scalar the
  * caller's n x k floats. */
 size_t nv_plan_packed_bytes(const nv_plan *p);

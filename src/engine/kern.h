@@ -9,6 +9,12 @@
  * Every element is one fused-multiply-add chain over kk = 0..K-1 in order, whatever the row or
  * panel grouping, so results do not depend on how work is split across threads or on m.
  *
+ * Block-quantized panels (gemm_q8): the same panels with int8 values, Q[p][kk][c], and per block
+ * of qb depths a scale S[p][kk/qb][c] and, when O is not NULL, an offset O[p][kk/qb][c]. The
+ * weight is (float)Q * S (+ O: a separate add), computed in fp32 into a slice buffer in L1 just
+ * before use, then the fp32 micro-kernels run on it: the result is bit-identical to gemm() over
+ * panels holding those fp32 weights (GGUF's quantized types decompose exactly into this form).
+ *
  * AMX kernels: A is row-major (bf16 or int8) with a row stride of lda elements, K padded with zeros
  * to the tile depth (32 bf16 / 64 int8); when rows >= 16 the buffer must hold rows rounded up to a
  * multiple of 16 (zero rows). B is a sequence of 1 KiB tiles in VNNI layout, column tile t and depth
@@ -31,6 +37,8 @@ typedef struct {
                the same bits as one call */
     void (*gemm)(const float *A, size_t lda, int rows, int K, const float *P, int np, float *C, size_t ldc, int ncols,
                  int accumulate);
+    void (*gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, const float *S, const float *O, int qb,
+                    int np, float *C, size_t ldc, int ncols);
 } nv_kern_fp32;
 
 extern const nv_kern_fp32 nv_kern_avx2;

@@ -16,6 +16,9 @@ static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256
 #define vbcast(f) _mm256_set1_ps(f)
 #define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define vstoreu(p, v) _mm256_storeu_ps(p, v)
+#define vmul(a, b) _mm256_mul_ps(a, b)
+#define vadd(a, b) _mm256_add_ps(a, b)
+#define vload_q8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
 static inline __m256 vload_n(const float *p, int n) {
     if (n >= 8) return _mm256_loadu_ps(p);
     if (n <= 0) return _mm256_setzero_ps();
@@ -28,4 +31,4 @@ static inline void vstore_n(float *p, __m256 v, int n) {
 
 #include "engine/kern_fp32_tmpl.h"
 
-const nv_kern_fp32 nv_kern_avx2 = {"avx2", 2 * VW, MR, NV_KERN_FP32_KC, avx2_gemm};
+const nv_kern_fp32 nv_kern_avx2 = {"avx2", 2 * VW, MR, NV_KERN_FP32_KC, avx2_gemm, avx2_gemm_q8};

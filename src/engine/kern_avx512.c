@@ -16,6 +16,9 @@
 #define vbcast(f) _mm512_set1_ps(f)
 #define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define vstoreu(p, v) _mm512_storeu_ps(p, v)
+#define vmul(a, b) _mm512_mul_ps(a, b)
+#define vadd(a, b) _mm512_add_ps(a, b)
+#define vload_q8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
 static inline __mmask16 lane_mask(int n) { return (__mmask16)((1u << n) - 1u); }
 static inline __m512 vload_n(const float *p, int n) {
     if (n >= 16) return _mm512_loadu_ps(p);
@@ -29,4 +32,4 @@ static inline void vstore_n(float *p, __m512 v, int n) {
 
 #include "engine/kern_fp32_tmpl.h"
 
-const nv_kern_fp32 nv_kern_avx512 = {"avx512", 2 * VW, MR, NV_KERN_FP32_KC, avx512_gemm};
+const nv_kern_fp32 nv_kern_avx512 = {"avx512", 2 * VW, MR, NV_KERN_FP32_KC, avx512_gemm, avx512_gemm_q8};

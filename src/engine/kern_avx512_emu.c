@@ -32,6 +32,12 @@ static inline void vstoreu(float *p, v16 v) {
     _mm256_storeu_ps(p, v.lo);
     _mm256_storeu_ps(p + 8, v.hi);
 }
+static inline v16 vmul(v16 a, v16 b) { return (v16){_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+static inline v16 vadd(v16 a, v16 b) { return (v16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+static inline v16 vload_q8(const int8_t *p) {
+    return (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))),
+                 _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))))};
+}
 static inline v16 vload_n(const float *p, int n) {
     if (n >= 16) return vloadu(p);
     if (n <= 0) return vzero();
@@ -54,6 +60,6 @@ static inline void vstore_n(float *p, v16 v, int n) {
 
 #include "engine/kern_fp32_tmpl.h"
 
-const nv_kern_fp32 nv_kern_avx512_emu = {"avx512 (emulated)", 2 * VW, MR, NV_KERN_FP32_KC, avx512emu_gemm};
+const nv_kern_fp32 nv_kern_avx512_emu = {"avx512 (emulated)", 2 * VW, MR, NV_KERN_FP32_KC, avx512emu_gemm, avx512emu_gemm_q8};
 
 void nv_kern_avx512_emu_inject(int on) { emu_inject = on; }

@@ -191,6 +191,125 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
     }
 }
 
+/* ---- block-quantized panels (kern.h): each slice of QS depths of a panel is turned into fp32
+ * weights in an L1 buffer, then the fp32 micro-kernels run on it exactly as gemm() would. */
+#define QS (NV_KERN_FP32_KC * 16 / NR) /* a slice buffer of QS*NR floats: 16 KiB */
+
+static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf,
+                                        const int HAS_O) {
+    for (int kb = k0; kb < k0 + kc;) { /* one scale block (or its part inside the slice) at a time */
+        const int b = kb / qb, ke = (b + 1) * qb < k0 + kc ? (b + 1) * qb : k0 + kc;
+        const VF s0 = vloadu(S + (size_t)b * NR), s1 = vloadu(S + (size_t)b * NR + VW);
+        const VF o0 = HAS_O ? vloadu(O + (size_t)b * NR) : vzero(), o1 = HAS_O ? vloadu(O + (size_t)b * NR + VW) : vzero();
+        for (int kk = kb; kk < ke; kk++) {
+            const int8_t *q = Q + (size_t)kk * NR;
+            float *d = buf + (size_t)(kk - k0) * NR;
+            VF w0 = vmul(vload_q8(q), s0), w1 = vmul(vload_q8(q + VW), s1);
+            if (HAS_O) w0 = vadd(w0, o0), w1 = vadd(w1, o1);
+            vstoreu(d, w0);
+            vstoreu(d + VW, w1);
+        }
+        kb = ke;
+    }
+}
+
+static ALWAYS_INLINE void KP(dequant)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf) {
+    if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1);
+    else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0);
+}
+
+/* One row against two block-quantized panels (decode), each weight made in registers right before
+ * its fused multiply-add: the same weights and the same chains as ukern_row2 over fp32 panels.
+ * Panels are short streams (K x NR bytes), so the next pair (at pf, 2 x K x NR bytes) is asked for
+ * meanwhile, a line per four depths of each. */
+static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0, const float *S0, const float *O0,
+                                        const int8_t *Q1, const float *S1, const float *O1, int qb, float *C, int nc,
+                                        const int8_t *pf, const int HAS_O) {
+    VF c0 = vzero(), c1 = vzero(), c2 = vzero(), c3 = vzero();
+    for (int k0 = 0; k0 < K; k0 += qb) {
+        const int b = k0 / qb, ke = K - k0 < qb ? K : k0 + qb;
+        const VF s0 = vloadu(S0 + (size_t)b * NR), s1 = vloadu(S0 + (size_t)b * NR + VW);
+        const VF s2 = vloadu(S1 + (size_t)b * NR), s3 = vloadu(S1 + (size_t)b * NR + VW);
+        for (int kk = k0; kk < ke; kk++) {
+            if (pf && (kk & 3) == 0)
+                for (int l = 0; l < 2 * NR; l += 64 / 4) __builtin_prefetch(pf + (size_t)kk * 2 * NR + l * 4, 0, 0);
+            const VF x = vbcast(a[kk]);
+            const int8_t *q0 = Q0 + (size_t)kk * NR, *q1 = Q1 + (size_t)kk * NR;
+            VF w0 = vmul(vload_q8(q0), s0), w1 = vmul(vload_q8(q0 + VW), s1);
+            VF w2 = vmul(vload_q8(q1), s2), w3 = vmul(vload_q8(q1 + VW), s3);
+            if (HAS_O) {
+                w0 = vadd(w0, vloadu(O0 + (size_t)b * NR));
+                w1 = vadd(w1, vloadu(O0 + (size_t)b * NR + VW));
+                w2 = vadd(w2, vloadu(O1 + (size_t)b * NR));
+                w3 = vadd(w3, vloadu(O1 + (size_t)b * NR + VW));
+            }
+            c0 = vfma(x, w0, c0);
+            c1 = vfma(x, w1, c1);
+            c2 = vfma(x, w2, c2);
+            c3 = vfma(x, w3, c3);
+        }
+    }
+    vstore_n(C, c0, nc);
+    vstore_n(C + VW, c1, nc - VW);
+    vstore_n(C + NR, c2, nc - NR);
+    vstore_n(C + NR + VW, c3, nc - NR - VW);
+}
+
+/* The same loop orders as gemm(): one row streams two panels at a time, a few rows take panels
+ * outermost (the weights stream once), more rows take depth blocks outermost with row blocks of
+ * MC (the A block stays in L2) and dequantize each slice once per row block. */
+static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, const float *S, const float *O,
+                        int qb, int np, float *C, size_t ldc, int ncols) {
+    const size_t qstride = (size_t)K * NR, sstride = (size_t)((K + qb - 1) / qb) * NR;
+    float buf0[QS * NR] __attribute__((aligned(64)));
+#define PANEL(p) Q + (size_t)(p) * qstride, S + (size_t)(p) * sstride, O ? O + (size_t)(p) * sstride : NULL, qb
+    if (rows == 1) {
+        int p = 0;
+        for (; p + 1 < np; p += 2) {
+            const int8_t *q0 = Q + (size_t)p * qstride, *q1 = q0 + qstride;
+            const float *s0 = S + (size_t)p * sstride, *s1 = s0 + sstride;
+            const int8_t *pf = p + 3 < np ? q1 + qstride : NULL;
+            if (O)
+                KP(row2_q8_o)(K, A, q0, s0, O + (size_t)p * sstride, q1, s1, O + (size_t)(p + 1) * sstride, qb,
+                              C + (size_t)p * NR, ncols - p * NR, pf, 1);
+            else
+                KP(row2_q8_o)(K, A, q0, s0, NULL, q1, s1, NULL, qb, C + (size_t)p * NR, ncols - p * NR, pf, 0);
+        }
+        for (; p < np; p++)
+            for (int k0 = 0; k0 < K; k0 += QS) {
+                const int kc = K - k0 < QS ? K - k0 : QS;
+                KP(dequant)(PANEL(p), k0, kc, buf0);
+                KP(ukern)(1, kc, A + k0, lda, buf0, C + (size_t)p * NR, ldc, ncols - p * NR, k0 > 0, NULL, 0);
+            }
+        return;
+    }
+    if (rows <= 4 * MR) {
+        for (int p = 0; p < np; p++)
+            for (int k0 = 0; k0 < K; k0 += QS) {
+                const int kc = K - k0 < QS ? K - k0 : QS;
+                KP(dequant)(PANEL(p), k0, kc, buf0);
+                for (int r = 0; r < rows; r += MR)
+                    KP(block)(rows - r < MR ? rows - r : MR, kc, A + (size_t)r * lda + k0, lda, buf0,
+                              C + (size_t)r * ldc + (size_t)p * NR, ldc, ncols - p * NR, k0 > 0, NULL, 0);
+            }
+        return;
+    }
+    for (int k0 = 0; k0 < K; k0 += QS) {
+        const int kc = K - k0 < QS ? K - k0 : QS;
+        for (int r0 = 0; r0 < rows; r0 += MC) {
+            const int r1 = rows - r0 < MC ? rows : r0 + MC;
+            for (int p = 0; p < np; p++) {
+                KP(dequant)(PANEL(p), k0, kc, buf0);
+                for (int r = r0; r < r1; r += MR)
+                    KP(block)(r1 - r < MR ? r1 - r : MR, kc, A + (size_t)r * lda + k0, lda, buf0,
+                              C + (size_t)r * ldc + (size_t)p * NR, ldc, ncols - p * NR, k0 > 0, NULL, 0);
+            }
+        }
+    }
+#undef PANEL
+}
+#undef QS
+
 #undef NR
 #undef KS
 #undef LINE_FLOATS

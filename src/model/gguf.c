@@ -1,6 +1,7 @@
 #include "model/gguf.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,78 +356,99 @@ static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     }
 }
 
-/* One block of a quantized type into y (block_of's values), as llama.cpp's reference dequantizers
- * define them. */
-static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
+/* The block-quantized form of a quantized type (engine.h nv_qweights): values q as int8, and per
+ * qb values a scale s and, for the types with a minimum, an offset o, with y = (float)q * s, then
+ * + o. Every type here decomposes into it exactly, with the floats llama.cpp's reference
+ * dequantizers compute; 0 for a type that is not quantized. */
+static int quant_form(uint32_t type, int *qb, int *offset) {
+    *qb = type == T_Q6_K ? 16 : 32;
+    *offset = type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 || type == T_Q4_K || type == T_Q5_K;
+    return type == T_Q8_0 || type == T_Q6_K || *offset;
+}
+
+/* One block of a quantized type (block_of's values) into q, and its sub-blocks' s and o. */
+static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s, float *o) {
     switch (type) {
     case T_Q4_0:
     case T_Q4_1: { /* d [, m], 16 bytes: value j in the low nibble of byte j, j + 16 in its high one */
-        const float d = half_at(b), m = type == T_Q4_1 ? half_at(b + 2) : -8.0f * d;
+        s[0] = half_at(b);
+        o[0] = type == T_Q4_1 ? half_at(b + 2) : -8.0f * s[0];
         const uint8_t *qs = b + (type == T_Q4_1 ? 4 : 2);
         for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)(qs[j] & 0xF) * d + m;
-            y[j + QK / 2] = (float)(qs[j] >> 4) * d + m;
+            q[j] = (int8_t)(qs[j] & 0xF);
+            q[j + QK / 2] = (int8_t)(qs[j] >> 4);
         }
         break;
     }
     case T_Q5_0:
     case T_Q5_1: { /* as Q4 with a fifth bit per value from a 32-bit mask (bit j for value j) */
         const int one = type == T_Q5_1;
-        const float d = half_at(b), m = one ? half_at(b + 2) : -16.0f * d;
+        s[0] = half_at(b);
+        o[0] = one ? half_at(b + 2) : -16.0f * s[0];
         uint32_t qh;
         memcpy(&qh, b + (one ? 4 : 2), 4);
         const uint8_t *qs = b + (one ? 8 : 6);
         for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) * d + m;
-            y[j + QK / 2] = (float)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) * d + m;
+            q[j] = (int8_t)((qs[j] & 0xF) | (((qh >> j) & 1) << 4));
+            q[j + QK / 2] = (int8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
         }
         break;
     }
-    case T_Q8_0: {
-        const float d = half_at(b);
-        for (int j = 0; j < QK; j++) y[j] = d * (float)(int8_t)b[2 + j];
+    case T_Q8_0:
+        s[0] = half_at(b);
+        memcpy(q, b + 2, QK);
         break;
-    }
     case T_Q4_K:
     case T_Q5_K: { /* d, dmin, 12 bytes of 6-bit scales/mins for 8 sub-blocks of 32 [, 32 bytes of fifth bits], 128 bytes of nibbles */
         const int five = type == T_Q5_K;
         const float d = half_at(b), dmin = half_at(b + 2);
         const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
         for (int c = 0; c < 4; c++, qs += 32) { /* 64 values: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
-            int s0, m0, s1, m1;
-            scale_min_k4(2 * c, sc, &s0, &m0);
-            scale_min_k4(2 * c + 1, sc, &s1, &m1);
+            for (int h = 0; h < 2; h++) { /* value d*sc*q - dmin*m: scale d*sc, offset -(dmin*m) */
+                int sv, mv;
+                scale_min_k4(2 * c + h, sc, &sv, &mv);
+                s[2 * c + h] = d * (float)sv;
+                o[2 * c + h] = -(dmin * (float)mv);
+            }
             for (int l = 0; l < 32; l++) {
                 int lo = qs[l] & 0xF, hi = qs[l] >> 4;
                 if (five) {
                     lo += (qh[l] >> (2 * c)) & 1 ? 16 : 0;
                     hi += (qh[l] >> (2 * c + 1)) & 1 ? 16 : 0;
                 }
-                y[64 * c + l] = d * (float)s0 * (float)lo - dmin * (float)m0;
-                y[64 * c + 32 + l] = d * (float)s1 * (float)hi - dmin * (float)m1;
+                q[64 * c + l] = (int8_t)lo;
+                q[64 * c + 32 + l] = (int8_t)hi;
             }
         }
         break;
     }
-    case T_Q6_K: { /* 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, d */
+    case T_Q6_K: { /* 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per 16 values), d */
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         const float d = half_at(b + 208);
-        for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, y += 128)
+        for (int i = 0; i < 16; i++) s[i] = d * (float)sc[i];
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32, q += 128)
             for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * (float)sc[is] * (float)q1;
-                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
-                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
-                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+                q[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                q[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
             }
         break;
     }
     }
+}
+
+/* One block of a quantized type into y (block_of's values): its decomposition, multiplied out. */
+static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
+    int8_t q[QK_K];
+    float s[QK_K / 16], o[QK_K / 16];
+    int qb, offset;
+    uint64_t bytes;
+    const int per = block_of(type, &bytes);
+    quant_form(type, &qb, &offset);
+    decompose_block(type, b, q, s, o);
+    for (int j = 0; j < per; j++) y[j] = offset ? (float)q[j] * s[j / qb] + o[j / qb] : (float)q[j] * s[j / qb];
 }
 
 /* Converts tensor t (n values) into dst. */
@@ -581,6 +603,38 @@ static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     return e;
 }
 
+/* The quantized plan matrices of the file, decomposed into m->quant (engine.h nv_qweights). */
+static nv_err take_quant(const nv_gguf *g, nv_model *m) {
+    const nv_config *c = &m->config;
+    static const char *const parts[NV_LAYER_MATRICES] = {"attn_q",   "attn_k",   "attn_v", "attn_output",
+                                                          "ffn_gate", "ffn_down", "ffn_up"};
+    const int count = c->n_layers * NV_LAYER_MATRICES + 1;
+    for (int i = 0; i < count; i++) {
+        char name[64];
+        if (i < count - 1)
+            snprintf(name, sizeof name, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, parts[i % NV_LAYER_MATRICES]);
+        else
+            snprintf(name, sizeof name, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
+        const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: take_all checked */
+        int qb, offset;
+        if (!t || !quant_form(t->type, &qb, &offset)) continue;
+        if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
+        uint64_t bb = 0;
+        const uint64_t n = t->dims[0] * t->dims[1], per = (uint64_t)block_of(t->type, &bb), nb = n / (uint64_t)qb;
+        nv_qmatrix *qm = &m->quant[i];
+        qm->qb = qb;
+        qm->q = malloc((size_t)n);
+        qm->s = malloc((size_t)nb * sizeof(float));
+        qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
+        if (!qm->q || !qm->s || (offset && !qm->o)) return nv_fail(NV_ENOMEM, "out of memory for %s's quantized values", name);
+        float o_unused[QK_K / 16];
+        for (uint64_t b = 0; b < n / per; b++)
+            decompose_block(t->type, (const uint8_t *)t->data + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
+                            offset ? qm->o + b * per / (uint64_t)qb : o_unused);
+    }
+    return NV_OK;
+}
+
 nv_err nv_gguf_load_model(const char *path, nv_model *m) {
     memset(m, 0, sizeof *m);
     nv_gguf g;
@@ -590,7 +644,7 @@ nv_err nv_gguf_load_model(const char *path, nv_model *m) {
     nv_err e = config_of(&g, &c);
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
-    if (e == NV_OK && (e = take_all(&g, &c, m)) != NV_OK) nv_model_free(m);
+    if (e == NV_OK && ((e = take_all(&g, &c, m)) != NV_OK || (e = take_quant(&g, m)) != NV_OK)) nv_model_free(m);
     nv_gguf_close(&g);
     return e;
 }
@@ -765,8 +819,22 @@ static int vocab_kvs(out_buf *b, const nv_tokenizer *tok) {
     return 7;
 }
 
-nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path) {
+/* x (n values, n a multiple of 32) as Q8_0 blocks, as llama.cpp's quantize_row_q8_0_ref. */
+static void quantize_q8_0(const float *x, uint64_t n, uint8_t *out) {
+    for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 34) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t h = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(out, &h, 2);
+        for (int j = 0; j < QK; j++) out[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    }
+}
+
+nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
     const nv_config *c = &m->config;
+    if (type != NV_GGUF_F32 && type != NV_GGUF_Q8_0)
+        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32 or Q8_0)", path, type);
     if (c->qk_norm)
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF's llama architecture has no QK-norm; this model cannot be written as one", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
@@ -784,7 +852,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 13;
     kv_str(&b, "general.architecture", "llama");
     kv_str(&b, "general.name", name);
-    kv_u32(&b, "general.file_type", 0); /* all F32 */
+    kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : 0); /* llama.cpp's MOSTLY_Q8_0, ALL_F32 */
     kv_u32(&b, "llama.context_length", (uint32_t)c->seq_len);
     kv_u32(&b, "llama.embedding_length", (uint32_t)c->dim);
     kv_u32(&b, "llama.block_count", (uint32_t)c->n_layers);
@@ -797,32 +865,43 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, "llama.rope.freq_base", c->rope_theta);
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
     if (!b.oom) memcpy(b.p + kv_at, &n_kv, 8);
+    /* matrices in Q8_0 where asked and their rows are whole blocks; vectors (norms) stay F32 */
+    uint8_t **qdata = calloc(nt, sizeof *qdata);
+    uint64_t *bytes = calloc(nt, sizeof *bytes);
+    int oom = !qdata || !bytes;
     uint64_t off = 0;
-    for (size_t i = 0; i < nt; i++) {
+    for (size_t i = 0; i < nt && !oom; i++) {
+        const uint64_t n = t[i].d0 * t[i].d1;
+        const int q8 = type == NV_GGUF_Q8_0 && t[i].d1 != 1 && t[i].d0 % QK == 0;
+        bytes[i] = q8 ? n / QK * 34 : n * 4;
+        if (q8 && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
+        if (q8 && qdata[i]) quantize_q8_0(t[i].p, n, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);
         if (t[i].d1 != 1) ob_u64(&b, t[i].d1);
-        ob_u32(&b, T_F32);
+        ob_u32(&b, q8 ? T_Q8_0 : T_F32);
         ob_u64(&b, off);
-        off += (t[i].d0 * t[i].d1 * 4 + 31) / 32 * 32;
+        off += (bytes[i] + 31) / 32 * 32;
     }
     static const uint8_t zeros[32];
     ob_put(&b, zeros, (32 - b.n % 32) % 32);
     /* header, then each tensor and its padding: one atomic write */
     nv_iov *parts = calloc(2 * nt + 1, sizeof *parts);
     nv_err e = NV_OK;
-    if (b.oom || !parts) e = nv_fail(NV_ENOMEM, "out of memory");
+    if (b.oom || !parts || oom) e = nv_fail(NV_ENOMEM, "out of memory");
     else {
         int np = 0;
         parts[np++] = (nv_iov){b.p, b.n};
         for (size_t i = 0; i < nt; i++) {
-            size_t bytes = (size_t)(t[i].d0 * t[i].d1 * 4);
-            parts[np++] = (nv_iov){t[i].p, bytes};
-            if (bytes % 32) parts[np++] = (nv_iov){zeros, 32 - bytes % 32};
+            parts[np++] = (nv_iov){qdata[i] ? (const void *)qdata[i] : (const void *)t[i].p, (size_t)bytes[i]};
+            if (bytes[i] % 32) parts[np++] = (nv_iov){zeros, 32 - bytes[i] % 32};
         }
         e = nv_file_write_atomic(path, parts, np);
     }
+    for (size_t i = 0; qdata && i < nt; i++) free(qdata[i]);
+    free(qdata);
+    free(bytes);
     free(parts);
     free(b.p);
     free(t);

@@ -73,10 +73,15 @@ const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len);
 nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out);
 /* Loads a GGUF model (see above) into m, weights converted to fp32 in owned memory. */
 nv_err nv_gguf_load_model(const char *path, nv_model *m);
-/* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model with
- * F32 tensors, atomically: what llama.cpp reads, and nv_gguf_load_model reads back bit for bit.
+/* Tensor types nv_gguf_save writes (ggml's codes). */
+#define NV_GGUF_F32 0u
+#define NV_GGUF_Q8_0 8u
+/* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model,
+ * atomically: what llama.cpp reads. type NV_GGUF_F32: every tensor F32, read back bit for bit.
+ * NV_GGUF_Q8_0: the matrices whose rows are whole blocks of 32 quantized as llama.cpp's
+ * reference quantizer does (scale max|x|/127 in fp16, values rounded), the rest F32.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
-nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path);
+nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type);
 /* 1 when path is a GGUF file whose metadata holds a vocabulary. */
 int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */

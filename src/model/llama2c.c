@@ -252,6 +252,17 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     return nv_file_write_atomic(path, parts, 2);
 }
 
+/* Matrix idx's plan: block-quantized when it has such a source and the engine takes it. */
+static nv_err build_plan(const nv_model *m, int idx, nv_plan **out, nv_engine_id e, const float *w, int n, int k) {
+    const nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
+    if (qm && qm->q) {
+        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb};
+        nv_err err = nv_plan_build_quant(out, e, &qw, n, k);
+        if (err != NV_EUNSUPPORTED) return err;
+    }
+    return nv_plan_build(out, e, w, n, k);
+}
+
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     const nv_config *c = &m->config;
     int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
@@ -264,15 +275,16 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     nv_engine_id sensitive = e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : e;
     for (int l = 0; l < c->n_layers; l++) {
         nv_layer_plans *lp = &m->plans[l];
-        NV_TRY(nv_plan_build(&lp->wq, e, m->w.wq + (size_t)l * q * d, q, d));
-        NV_TRY(nv_plan_build(&lp->wk, e, m->w.wk + (size_t)l * kv * d, kv, d));
-        NV_TRY(nv_plan_build(&lp->wv, e, m->w.wv + (size_t)l * kv * d, kv, d));
-        NV_TRY(nv_plan_build(&lp->wo, e, m->w.wo + (size_t)l * d * q, d, q));
-        NV_TRY(nv_plan_build(&lp->w1, e, m->w.w1 + (size_t)l * h * d, h, d));
-        NV_TRY(nv_plan_build(&lp->w2, sensitive, m->w.w2 + (size_t)l * d * h, d, h));
-        NV_TRY(nv_plan_build(&lp->w3, e, m->w.w3 + (size_t)l * h * d, h, d));
+        const int i = l * NV_LAYER_MATRICES;
+        NV_TRY(build_plan(m, i + 0, &lp->wq, e, m->w.wq + (size_t)l * q * d, q, d));
+        NV_TRY(build_plan(m, i + 1, &lp->wk, e, m->w.wk + (size_t)l * kv * d, kv, d));
+        NV_TRY(build_plan(m, i + 2, &lp->wv, e, m->w.wv + (size_t)l * kv * d, kv, d));
+        NV_TRY(build_plan(m, i + 3, &lp->wo, e, m->w.wo + (size_t)l * d * q, d, q));
+        NV_TRY(build_plan(m, i + 4, &lp->w1, e, m->w.w1 + (size_t)l * h * d, h, d));
+        NV_TRY(build_plan(m, i + 5, &lp->w2, sensitive, m->w.w2 + (size_t)l * d * h, d, h));
+        NV_TRY(build_plan(m, i + 6, &lp->w3, e, m->w.w3 + (size_t)l * h * d, h, d));
     }
-    return nv_plan_build(&m->cls_plan, sensitive, m->w.wcls, c->vocab_size, d);
+    return build_plan(m, c->n_layers * NV_LAYER_MATRICES, &m->cls_plan, sensitive, m->w.wcls, c->vocab_size, d);
 }
 
 void nv_model_free(nv_model *m) {
@@ -286,6 +298,13 @@ void nv_model_free(nv_model *m) {
         free(m->plans);
     }
     if (m->cls_plan) nv_plan_free(m->cls_plan);
+    if (m->quant)
+        for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
+            free(m->quant[i].q);
+            free(m->quant[i].s);
+            free(m->quant[i].o);
+        }
+    free(m->quant);
     if (m->params_owned) free(m->params);
     nv_file_unmap(&m->mapped);
     memset(m, 0, sizeof *m);

@@ -38,6 +38,16 @@ typedef struct {
     nv_plan *wq, *wk, *wv, *wo, *w1, *w2, *w3;
 } nv_layer_plans;
 
+/* The block-quantized source of a plan matrix (a GGUF file's quantized tensor; see nv_qweights). */
+typedef struct {
+    int8_t *q;
+    float *s, *o;
+    int qb;
+} nv_qmatrix;
+
+/* Plan matrices per layer in nv_model.quant, then the classifier at n_layers * NV_LAYER_MATRICES. */
+#define NV_LAYER_MATRICES 7
+
 typedef struct {
     nv_config config;
     nv_weights w;
@@ -48,6 +58,10 @@ typedef struct {
     nv_engine_id engine;  /* engine the plans were asked for */
     nv_layer_plans *plans; /* [L], NULL until nv_model_build_plans */
     nv_plan *cls_plan;
+    /* [L][NV_LAYER_MATRICES] (wq, wk, wv, wo, w1, w2, w3), then the classifier: block-quantized
+       sources kept from a quantized GGUF file (entries with q NULL have none), or NULL. Plans on
+       avx2/avx512 are built from them (int8 in memory, the same bits as fp32 plans on w). */
+    nv_qmatrix *quant;
 } nv_model;
 
 /* Points w at the parts of a params block laid out in version-1 order. */
@@ -62,7 +76,8 @@ nv_err nv_model_alloc(nv_model *m, const nv_config *c);
 void nv_model_init_random(nv_model *m, uint64_t seed);
 /* Writes m as a llama2.c version-1 checkpoint, atomically. */
 nv_err nv_model_save_v1(const nv_model *m, const char *path);
-/* Builds one plan per weight matrix on engine e (falling down the ladder where e is off). */
+/* Builds one plan per weight matrix on engine e (falling down the ladder where e is off); a matrix
+ * with a block-quantized source gets a block-quantized plan where the engine takes one. */
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);
 void nv_model_free(nv_model *m);
 
