@@ -4,7 +4,8 @@
  * x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so n ln2 is exact), a degree-6 polynomial
  * for e^r, and 2^n built in the exponent bits. Below about -87.7 the result is 0 (expf gives
  * subnormals down to -103), above 88.72 +inf; NaN stays NaN. Not for inference: the forward pass and
- * the sampler keep libm's expf so their output matches llama2.c bit for bit. */
+ * the sampler keep libm's expf so their output matches llama2.c bit for bit.
+ * Also lane helpers: an in-register 8 x 8 transpose, horizontal sum and maximum. */
 #ifndef NV_VMATH_H
 #define NV_VMATH_H
 
@@ -32,6 +33,25 @@ static inline __m256 nv_exp256(__m256 x) {
     __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
     p = _mm256_mul_ps(p, scale);
     return _mm256_blendv_ps(p, _mm256_add_ps(p, p), _mm256_castsi256_ps(top));
+}
+
+/* Transposes the 8 x 8 block held in r[0..7] (row i in r[i]) in place: afterwards r[j] holds
+ * column j. Pure data movement (unpack, shuffle, lane permute). */
+static inline void nv_tr8x8_ps(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]), t2 = _mm256_unpacklo_ps(r[2], r[3]),
+           t3 = _mm256_unpackhi_ps(r[2], r[3]), t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]),
+           t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+           u3 = _mm256_shuffle_ps(t1, t3, 0xee), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
 /* The sum of the 8 lanes. */

@@ -422,13 +422,12 @@ static int bench_setup(setup *s, const bench_opts *o, const char *model, const c
             return 0;
         }
     }
-    nv_model m; /* the vocabulary size, from any model file the server reads (llama2.c, GGUF) */
-    if (nv_model_load(s->model, &m) != NV_OK) {
+    nv_config mc; /* the vocabulary size, from any model file the server reads (llama2.c, GGUF) */
+    if (nv_model_read_config(s->model, &mc) != NV_OK) {
         snprintf(why, cap, "%s", nv_errmsg());
         return 0;
     }
-    s->vocab = m.config.vocab_size;
-    nv_model_free(&m);
+    s->vocab = mc.vocab_size;
     if (s->vocab < 16) {
         snprintf(why, cap, "cannot read the vocabulary size of %s", s->model);
         return 0;

@@ -97,6 +97,7 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
 
     /* Prefill: the prompt tokens whose successors are forced, run in chunks. */

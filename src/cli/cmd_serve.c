@@ -213,6 +213,7 @@ int cmd_serve(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     nv_sched_opts so = {.max_batch = max_batch,
                         .prefill_chunk = prefill_chunk,
                         .max_queue = max_queue,

@@ -14,6 +14,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/pool.h"
+#include "base/vmath.h"
 #include "engine/kern.h"
 
 static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar", "avx2", "avx512", "amx-bf16", "amx-int8"};
@@ -108,23 +109,10 @@ static void grid_task(const grid *g, int task, int *r0, int *r1, int *c0, int *c
  * project's baseline, x86-64-v3), scalar edges. Used by packing (refresh runs every optimizer step)
  * and by the transposes of dx and dW. */
 static inline void tr8x8(const float *src, size_t lss, float *dst, size_t ldd) {
-    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lss), r2 = _mm256_loadu_ps(src + 2 * lss),
-           r3 = _mm256_loadu_ps(src + 3 * lss), r4 = _mm256_loadu_ps(src + 4 * lss), r5 = _mm256_loadu_ps(src + 5 * lss),
-           r6 = _mm256_loadu_ps(src + 6 * lss), r7 = _mm256_loadu_ps(src + 7 * lss);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
-           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
-           u3 = _mm256_shuffle_ps(t1, t3, 0xee), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
-           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+    __m256 r[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (size_t)i * lss);
+    nv_tr8x8_ps(r);
+    for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (size_t)i * ldd, r[i]);
 }
 
 static void transpose(const float *src, size_t lss, int rows, int cols, float *dst, size_t ldd) {

@@ -129,7 +129,8 @@ typedef struct {
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
 int nv_plan_quantized(const nv_plan *p);
-/* Bytes of weight one pass of the plan reads: the packed copy (with int8 scales), or for scalar the
+/* Bytes of weight one pass of the plan reads: the packed copy (with amx-int8's per-channel scales, or
+ * a block-quantized plan's int8 panels with their block scales and offsets), or for scalar the
  * caller's n x k floats. */
 size_t nv_plan_packed_bytes(const nv_plan *p);
 

@@ -5,6 +5,8 @@
  *   vzero() vloadu(p) vbcast(f) vfma(a,b,c)=a*b+c vstoreu(p,v)
  *   vload_n(p,n)     lanes >= n read as 0, nothing past p+n is touched (n may be <= 0 or >= VW)
  *   vstore_n(p,v,n)  stores lanes < n only
+ *   vmul(a,b) vadd(a,b)   lane-wise, not fused
+ *   vload_q8(p)      VW int8 values at p (exactly VW bytes read) as floats
  * Micro-kernel: MR rows x 2 vectors (NR = 2*VW outputs), B streamed from the panel, A broadcast. */
 
 #define NR (2 * VW)

@@ -52,7 +52,7 @@ typedef struct {
     int n_blocks;
     int n_layers, kv_dim;
     nv_kv_dtype dtype;
-    void *data; /* [n_blocks][L][2][block_size][kv_dim] elements of dtype */
+    void *data; /* per block, per layer: keys [kv_dim][block_size], values [n_kv_heads][block_size][head_dim] */
 } nv_kv_pages;
 
 /* "f32" / "f16" (NULL for anything else), and back (0 when unknown). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "base/vmath.h"
 
 nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits) {
     memset(s, 0, sizeof *s);
@@ -105,6 +106,39 @@ typedef struct {
     int n, pos;
 } attn_job;
 
+/* Scores of positions u..u+8G-1 (G groups of 8 lanes, G independent chains): each lane sums
+ * q[i] k[i] over i in order, keys read 8 x 8 and transposed in registers. */
+static inline __attribute__((always_inline)) void scores_groups(const int G, const float *q, const float *kbase,
+                                                                int kv_dim, int hd, int u, __m256 vscale, float *att) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const int hd8 = hd & ~7;
+    for (int i0 = 0; i0 < hd8; i0 += 8) {
+        __m256 k[2][8];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) k[g][l] = _mm256_loadu_ps(kbase + (size_t)(u + 8 * g + l) * kv_dim + i0);
+            nv_tr8x8_ps(k[g]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m256 qi = _mm256_set1_ps(q[i0 + i]);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(qi, k[g][i]));
+        }
+    }
+    for (int i = hd8; i < hd; i++) { /* a head size that is not a multiple of 8 */
+        const __m256 qi = _mm256_set1_ps(q[i]);
+        for (int g = 0; g < G; g++) {
+            const float *kb = kbase + (size_t)(u + 8 * g) * kv_dim + i;
+            const __m256 kv = _mm256_setr_ps(kb[0], kb[kv_dim], kb[2 * (size_t)kv_dim], kb[3 * (size_t)kv_dim], kb[4 * (size_t)kv_dim],
+                                             kb[5 * (size_t)kv_dim], kb[6 * (size_t)kv_dim], kb[7 * (size_t)kv_dim]);
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(qi, kv));
+        }
+    }
+    for (int g = 0; g < G; g++) _mm256_storeu_ps(att + u + 8 * g, _mm256_div_ps(acc[g], vscale));
+}
+
 /* One head per task, over all n query rows. Vector lanes hold different positions (scores) or
  * different dimensions (the weighted sum of values), never parts of one sum, and multiply and
  * add stay separate: every value is computed exactly as llama2.c's scalar loops compute it. */
@@ -118,22 +152,13 @@ static void attention_head(void *ctx, int h, int n_heads) {
     float scale = sqrtf((float)hd);
     size_t koff = (size_t)(h / kv_mul) * hd;
     float *att = s->att + (size_t)h * s->cache_len;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 vscale = _mm256_set1_ps(scale);
-    int gather_ok = (size_t)s->cache_len * kv_dim < ((size_t)1 << 31);
     for (int t = 0; t < j->n; t++) {
         int p = j->pos + t;
         const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
         int u = 0;
-        if (gather_ok)
-            for (; u + 8 <= p + 1; u += 8) {
-                __m256i idx = _mm256_mullo_epi32(_mm256_add_epi32(_mm256_set1_epi32(u), lane), _mm256_set1_epi32(kv_dim));
-                const float *kbase = j->kc + koff;
-                __m256 score = _mm256_setzero_ps();
-                for (int i = 0; i < hd; i++)
-                    score = _mm256_add_ps(score, _mm256_mul_ps(_mm256_set1_ps(q[i]), _mm256_i32gather_ps(kbase + i, idx, 4)));
-                _mm256_storeu_ps(att + u, _mm256_div_ps(score, vscale));
-            }
+        for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, j->kc + koff, kv_dim, hd, u, vscale, att);
+        for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, j->kc + koff, kv_dim, hd, u, vscale, att);
         for (; u <= p; u++) {
             const float *k = j->kc + (size_t)u * kv_dim + koff;
             float score = 0.0f;
@@ -142,15 +167,30 @@ static void attention_head(void *ctx, int h, int n_heads) {
         }
         nv_softmax(att, p + 1);
         float *xb = s->r.xb + (size_t)t * q_dim + (size_t)h * hd;
-        memset(xb, 0, (size_t)hd * sizeof(float));
-        for (u = 0; u <= p; u++) {
-            const float *v = j->vc + (size_t)u * kv_dim + koff;
-            float a = att[u];
-            int i = 0;
-            __m256 va = _mm256_set1_ps(a);
-            for (; i + 8 <= hd; i += 8)
-                _mm256_storeu_ps(xb + i, _mm256_add_ps(_mm256_loadu_ps(xb + i), _mm256_mul_ps(va, _mm256_loadu_ps(v + i))));
-            for (; i < hd; i++) xb[i] += a * v[i];
+        int i0 = 0;
+        for (; i0 + 64 <= hd; i0 += 64) { /* 64 dimensions at a time, eight sums held in registers */
+            __m256 o[8];
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
+            for (u = 0; u <= p; u++) {
+                const float *v = j->vc + (size_t)u * kv_dim + koff + i0;
+                const __m256 va = _mm256_set1_ps(att[u]);
+#pragma GCC unroll 8
+                for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(va, _mm256_loadu_ps(v + 8 * e)));
+            }
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++) _mm256_storeu_ps(xb + i0 + 8 * e, o[e]);
+        }
+        for (; i0 + 8 <= hd; i0 += 8) {
+            __m256 o = _mm256_setzero_ps();
+            for (u = 0; u <= p; u++)
+                o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[u]), _mm256_loadu_ps(j->vc + (size_t)u * kv_dim + koff + i0)));
+            _mm256_storeu_ps(xb + i0, o);
+        }
+        for (; i0 < hd; i0++) {
+            float o = 0.0f;
+            for (u = 0; u <= p; u++) o += att[u] * j->vc[(size_t)u * kv_dim + koff + i0];
+            xb[i0] = o;
         }
     }
 }

@@ -635,6 +635,14 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m) {
     return NV_OK;
 }
 
+nv_err nv_gguf_read_config(const char *path, nv_config *c) {
+    nv_gguf g;
+    NV_TRY(nv_gguf_open(path, &g));
+    nv_err e = config_of(&g, c);
+    nv_gguf_close(&g);
+    return e;
+}
+
 nv_err nv_gguf_load_model(const char *path, nv_model *m) {
     memset(m, 0, sizeof *m);
     nv_gguf g;
@@ -827,7 +835,10 @@ static void quantize_q8_0(const float *x, uint64_t n, uint8_t *out) {
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         const uint16_t h = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         memcpy(out, &h, 2);
-        for (int j = 0; j < QK; j++) out[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+        for (int j = 0; j < QK; j++) { /* clamped: a non-finite or vanishing block must not overflow int8 */
+            const float v = x[j] * id;
+            out[2 + j] = (uint8_t)(int8_t)roundf(v != v ? 0.0f : fminf(127.0f, fmaxf(-127.0f, v)));
+        }
     }
 }
 

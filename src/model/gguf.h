@@ -71,6 +71,8 @@ const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len);
 
 /* n values of ggml type `type` at data (whole blocks) to fp32, as the loader converts them. */
 nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out);
+/* The config of a GGUF model without reading its tensors. */
+nv_err nv_gguf_read_config(const char *path, nv_config *c);
 /* Loads a GGUF model (see above) into m, weights converted to fp32 in owned memory. */
 nv_err nv_gguf_load_model(const char *path, nv_model *m);
 /* Tensor types nv_gguf_save writes (ggml's codes). */

@@ -287,6 +287,30 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     return build_plan(m, c->n_layers * NV_LAYER_MATRICES, &m->cls_plan, sensitive, m->w.wcls, c->vocab_size, d);
 }
 
+nv_err nv_model_read_config(const char *path, nv_config *c) {
+    nv_mapped map;
+    NV_TRY(nv_file_map(path, &map));
+    const int gguf = nv_gguf_is(map.data, map.len);
+    nv_file_unmap(&map);
+    if (gguf) return nv_gguf_read_config(path, c);
+    nv_model m; /* a v1 file is mapped in place: cheap */
+    NV_TRY(nv_model_load(path, &m));
+    *c = m.config;
+    nv_model_free(&m);
+    return NV_OK;
+}
+
+void nv_model_drop_quant_sources(nv_model *m) {
+    if (m->quant)
+        for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
+            free(m->quant[i].q);
+            free(m->quant[i].s);
+            free(m->quant[i].o);
+        }
+    free(m->quant);
+    m->quant = NULL;
+}
+
 void nv_model_free(nv_model *m) {
     if (m->plans) {
         for (int l = 0; l < m->config.n_layers; l++) {
@@ -298,13 +322,7 @@ void nv_model_free(nv_model *m) {
         free(m->plans);
     }
     if (m->cls_plan) nv_plan_free(m->cls_plan);
-    if (m->quant)
-        for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
-            free(m->quant[i].q);
-            free(m->quant[i].s);
-            free(m->quant[i].o);
-        }
-    free(m->quant);
+    nv_model_drop_quant_sources(m);
     if (m->params_owned) free(m->params);
     nv_file_unmap(&m->mapped);
     memset(m, 0, sizeof *m);

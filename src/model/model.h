@@ -60,7 +60,8 @@ typedef struct {
     nv_plan *cls_plan;
     /* [L][NV_LAYER_MATRICES] (wq, wk, wv, wo, w1, w2, w3), then the classifier: block-quantized
        sources kept from a quantized GGUF file (entries with q NULL have none), or NULL. Plans on
-       avx2/avx512 are built from them (int8 in memory, the same bits as fp32 plans on w). */
+       avx2/avx512 are built from them (kept as int8, the same bits as fp32 plans on w);
+       nv_model_drop_quant_sources frees them once the plans are built. */
     nv_qmatrix *quant;
 } nv_model;
 
@@ -70,6 +71,8 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *params);
 /* Loads a llama2.c checkpoint: legacy v0 (7 int header, negative vocab = separate classifier)
  * or version 1 ("ak42" magic, fp32). */
 nv_err nv_model_load(const char *path, nv_model *m);
+/* The config of a model file (llama2.c or GGUF) without converting its weights. */
+nv_err nv_model_read_config(const char *path, nv_config *c);
 /* A model with freshly allocated, zeroed weights of config c. */
 nv_err nv_model_alloc(nv_model *m, const nv_config *c);
 /* Random initialisation (normal(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1). */
@@ -79,6 +82,9 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path);
 /* Builds one plan per weight matrix on engine e (falling down the ladder where e is off); a matrix
  * with a block-quantized source gets a block-quantized plan where the engine takes one. */
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);
+/* Frees the block-quantized sources (m->quant) once the plans are built: the plans hold their own
+ * packed copy. Later plan builds are then fp32. */
+void nv_model_drop_quant_sources(nv_model *m);
 void nv_model_free(nv_model *m);
 
 #endif
