@@ -175,6 +175,59 @@ static void test_batch_equals_alone_wide_heads(void) {
     nv_model_free(&m);
 }
 
+/* Gives every plan matrix of m a block-quantized source (4-bit values with a scale and an offset
+ * per 16, as Q4_K-like files decompose) and makes m's fp32 weights exactly those numbers. */
+static int quantize_model(nv_model *m) {
+    const nv_config *c = &m->config;
+    const int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim, L = c->n_layers;
+    if (!(m->quant = calloc((size_t)L * NV_LAYER_MATRICES + 1, sizeof *m->quant))) return 0;
+    for (int i = 0; i <= L * NV_LAYER_MATRICES; i++) {
+        const int l = i / NV_LAYER_MATRICES, part = i % NV_LAYER_MATRICES, cls = i == L * NV_LAYER_MATRICES;
+        float *const at[NV_LAYER_MATRICES] = {m->w.wq + (size_t)l * q * d, m->w.wk + (size_t)l * kv * d,
+                                              m->w.wv + (size_t)l * kv * d, m->w.wo + (size_t)l * d * q,
+                                              m->w.w1 + (size_t)l * h * d, m->w.w2 + (size_t)l * d * h,
+                                              m->w.w3 + (size_t)l * h * d};
+        const int ns[NV_LAYER_MATRICES] = {q, kv, kv, d, h, d, h}, ks[NV_LAYER_MATRICES] = {d, d, d, q, d, h, d};
+        float *w = cls ? m->w.wcls : at[part];
+        const int n = cls ? c->vocab_size : ns[part], k = cls ? d : ks[part], nb = (k + 15) / 16;
+        nv_qmatrix *qm = &m->quant[i];
+        qm->qb = 16;
+        qm->q = malloc((size_t)n * k);
+        qm->s = malloc(sizeof(float) * n * nb);
+        qm->o = malloc(sizeof(float) * n * nb);
+        if (!qm->q || !qm->s || !qm->o) return 0;
+        for (int j = 0; j < n; j++)
+            for (int b = 0; b < nb; b++) {
+                float lo = 0, hi = 0;
+                for (int kk = b * 16; kk < k && kk < b * 16 + 16; kk++)
+                    lo = fminf(lo, w[(size_t)j * k + kk]), hi = fmaxf(hi, w[(size_t)j * k + kk]);
+                const float s = hi > lo ? (hi - lo) / 15.0f : 1.0f, o = lo;
+                qm->s[(size_t)j * nb + b] = s;
+                qm->o[(size_t)j * nb + b] = o;
+                for (int kk = b * 16; kk < k && kk < b * 16 + 16; kk++) {
+                    const int v = (int)fminf(15.0f, fmaxf(0.0f, roundf((w[(size_t)j * k + kk] - o) / s)));
+                    qm->q[(size_t)j * k + kk] = (int8_t)v;
+                    w[(size_t)j * k + kk] = (float)v * s + o;
+                }
+            }
+    }
+    return 1;
+}
+
+/* Block-quantized plans keep batch invariance: the mixed batch equals each sequence alone. */
+static void test_batch_equals_alone_quantized(void) {
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0};
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 8);
+    T_CHECK(quantize_model(&m), "out of memory");
+    T_CHECK(nv_model_build_plans(&m, nv_engine_best_fp32()) == NV_OK, "%s", nv_errmsg());
+    if (nv_engine_best_fp32() != NV_ENGINE_SCALAR)
+        T_CHECK(nv_plan_quantized(m.plans[0].wq) && nv_plan_quantized(m.cls_plan), "the plans are not block-quantized");
+    check_model(&m, "block-quantized");
+    nv_model_free(&m);
+}
+
 static void test_batch_rejects_bad_batches(void) {
     nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0};
     nv_model m;
@@ -261,6 +314,7 @@ int main(void) {
     T_RUN(test_batch_equals_alone_stories260K);
     T_RUN(test_batch_equals_alone_wide_heads);
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
+    T_RUN(test_batch_equals_alone_quantized);
     T_RUN(test_batch_rejects_bad_batches);
     T_RUN(test_kv_pool_accounting);
     T_RUN(test_f16_pages_saturate);
