@@ -109,7 +109,7 @@ typedef struct {
 /* Scores of positions u..u+8G-1 (G groups of 8 lanes, G independent chains): each lane sums
  * q[i] k[i] over i in order, keys read 8 x 8 and transposed in registers. */
 static inline __attribute__((always_inline)) void scores_groups(const int G, const float *q, const float *kbase,
-                                                                int kv_dim, int hd, int u, __m256 vscale, float *att) {
+                                                                int stride, int hd, int u, __m256 vscale, float *att) {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const int hd8 = hd & ~7;
     for (int i0 = 0; i0 < hd8; i0 += 8) {
@@ -117,7 +117,7 @@ static inline __attribute__((always_inline)) void scores_groups(const int G, con
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
 #pragma GCC unroll 8
-            for (int l = 0; l < 8; l++) k[g][l] = _mm256_loadu_ps(kbase + (size_t)(u + 8 * g + l) * kv_dim + i0);
+            for (int l = 0; l < 8; l++) k[g][l] = _mm256_loadu_ps(kbase + (size_t)(u + 8 * g + l) * stride + i0);
             nv_tr8x8_ps(k[g]);
         }
 #pragma GCC unroll 8
@@ -130,9 +130,9 @@ static inline __attribute__((always_inline)) void scores_groups(const int G, con
     for (int i = hd8; i < hd; i++) { /* a head size that is not a multiple of 8 */
         const __m256 qi = _mm256_set1_ps(q[i]);
         for (int g = 0; g < G; g++) {
-            const float *kb = kbase + (size_t)(u + 8 * g) * kv_dim + i;
-            const __m256 kv = _mm256_setr_ps(kb[0], kb[kv_dim], kb[2 * (size_t)kv_dim], kb[3 * (size_t)kv_dim], kb[4 * (size_t)kv_dim],
-                                             kb[5 * (size_t)kv_dim], kb[6 * (size_t)kv_dim], kb[7 * (size_t)kv_dim]);
+            const float *kb = kbase + (size_t)(u + 8 * g) * stride + i;
+            const size_t st = (size_t)stride;
+            const __m256 kv = _mm256_setr_ps(kb[0], kb[st], kb[2 * st], kb[3 * st], kb[4 * st], kb[5 * st], kb[6 * st], kb[7 * st]);
             acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(qi, kv));
         }
     }
@@ -147,20 +147,22 @@ static void attention_head(void *ctx, int h, int n_heads) {
     const attn_job *j = ctx;
     const nv_config *c = j->c;
     nv_state *s = j->s;
-    int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c);
+    int hd = c->head_dim, q_dim = nv_config_q_dim(c);
     int kv_mul = c->n_heads / c->n_kv_heads;
     float scale = sqrtf((float)hd);
-    size_t koff = (size_t)(h / kv_mul) * hd;
+    /* this head's keys and values: one contiguous [cache_len][hd] run each */
+    const size_t hoff = (size_t)(h / kv_mul) * s->cache_len * hd;
+    const float *kh = j->kc + hoff, *vh = j->vc + hoff;
     float *att = s->att + (size_t)h * s->cache_len;
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int t = 0; t < j->n; t++) {
         int p = j->pos + t;
         const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
         int u = 0;
-        for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, j->kc + koff, kv_dim, hd, u, vscale, att);
-        for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, j->kc + koff, kv_dim, hd, u, vscale, att);
+        for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh, hd, hd, u, vscale, att);
+        for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh, hd, hd, u, vscale, att);
         for (; u <= p; u++) {
-            const float *k = j->kc + (size_t)u * kv_dim + koff;
+            const float *k = kh + (size_t)u * hd;
             float score = 0.0f;
             for (int i = 0; i < hd; i++) score += q[i] * k[i];
             att[u] = score / scale;
@@ -173,7 +175,7 @@ static void attention_head(void *ctx, int h, int n_heads) {
 #pragma GCC unroll 8
             for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
             for (u = 0; u <= p; u++) {
-                const float *v = j->vc + (size_t)u * kv_dim + koff + i0;
+                const float *v = vh + (size_t)u * hd + i0;
                 const __m256 va = _mm256_set1_ps(att[u]);
 #pragma GCC unroll 8
                 for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(va, _mm256_loadu_ps(v + 8 * e)));
@@ -184,12 +186,12 @@ static void attention_head(void *ctx, int h, int n_heads) {
         for (; i0 + 8 <= hd; i0 += 8) {
             __m256 o = _mm256_setzero_ps();
             for (u = 0; u <= p; u++)
-                o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[u]), _mm256_loadu_ps(j->vc + (size_t)u * kv_dim + koff + i0)));
+                o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[u]), _mm256_loadu_ps(vh + (size_t)u * hd + i0)));
             _mm256_storeu_ps(xb + i0, o);
         }
         for (; i0 < hd; i0++) {
             float o = 0.0f;
-            for (u = 0; u <= p; u++) o += att[u] * j->vc[(size_t)u * kv_dim + koff + i0];
+            for (u = 0; u <= p; u++) o += att[u] * vh[(size_t)u * hd + i0];
             xb[i0] = o;
         }
     }
@@ -269,8 +271,11 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
         }
         nv_rope(q, c->n_heads, hd, pos + t, c->rope_theta);
         nv_rope(k, c->n_kv_heads, hd, pos + t, c->rope_theta);
-        memcpy(kc + (size_t)(pos + t) * kv_dim, k, (size_t)kv_dim * sizeof(float));
-        memcpy(vc + (size_t)(pos + t) * kv_dim, s->r.v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        for (int hh = 0; hh < c->n_kv_heads; hh++) { /* per head: [kv_heads][cache_len][hd] */
+            const size_t at = ((size_t)hh * s->cache_len + (size_t)(pos + t)) * hd;
+            memcpy(kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));
+            memcpy(vc + at, s->r.v + (size_t)t * kv_dim + (size_t)hh * hd, (size_t)hd * sizeof(float));
+        }
     }
     attention(c, s, kc, vc, n, pos);
     nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2);

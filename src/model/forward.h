@@ -28,8 +28,8 @@ typedef struct {
     float *att;
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
     int all_logits;
-    float *key_cache;   /* [L][cache_len][kv_dim] */
-    float *value_cache; /* [L][cache_len][kv_dim] */
+    float *key_cache;   /* [L][n_kv_heads][cache_len][head_dim]: a head's keys are one run */
+    float *value_cache; /* [L][n_kv_heads][cache_len][head_dim] */
 } nv_state;
 
 nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits);
