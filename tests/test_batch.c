@@ -192,6 +192,7 @@ static int quantize_model(nv_model *m) {
         const int n = cls ? c->vocab_size : ns[part], k = cls ? d : ks[part], nb = (k + 15) / 16;
         nv_qmatrix *qm = &m->quant[i];
         qm->qb = 16;
+        qm->count = (size_t)n * k;
         qm->q = malloc((size_t)n * k);
         qm->s = malloc(sizeof(float) * n * nb);
         qm->o = malloc(sizeof(float) * n * nb);

@@ -14,6 +14,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "serve/prefix.h"
 #include "gguf_write.h"
 #include "serve_util.h"
 #include "forward_ref.h"
@@ -393,6 +394,40 @@ static void test_q8_0_export_and_quantized_plans(void) {
     }
     T_CHECK(agree >= N * 9 / 10 && dmax < 0.05 * lmax, "Q8_0 against fp32: top-1 %d of %d, logits moved %g (largest %g)",
             agree, N, dmax, lmax);
+
+    /* loaded for inference (generate, serve): the quantized matrices get no fp32 copy unless a plan
+       needs one, and the logits are the same */
+    const size_t wq_n = (size_t)nv_config_q_dim(c) * c->dim;
+    for (int variant = 0; variant < 3; variant++) {
+        nv_model z;
+        T_CHECK(nv_model_load_quantized(out, &z) == NV_OK, "%s", nv_errmsg());
+        if (!z.params) break;
+        int zero = 1;
+        for (size_t i = 0; i < wq_n; i++) zero &= z.w.wq[i] == 0.0f;
+        T_CHECK(zero && z.quant && z.quant[0].pending && !z.quant[5].pending, "wq made up front, or w2 (F32) pending");
+        if (variant == 0) { /* the fast engine: block-quantized plans, wq never made */
+            uint64_t id = nv_prefix_model_id(&z, 16, NV_KV_F16);
+            z.quant[3].q[7] ^= 1; /* the prefix cache tells models apart by their quantized matrices too */
+            T_CHECK(nv_prefix_model_id(&z, 16, NV_KV_F16) != id, "a pending matrix is not part of the model identity");
+            z.quant[3].q[7] ^= 1;
+            float *lz = malloc(N * V * 4);
+            T_CHECK(nv_model_build_plans(&z, e) == NV_OK && lz && t_forward_logits(&z, toks, N, lz) && !memcmp(lz, lq, N * V * 4),
+                    "logits differ when loaded for inference");
+            free(lz);
+            zero = 1;
+            for (size_t i = 0; e != NV_ENGINE_SCALAR && i < wq_n; i++) zero &= z.w.wq[i] == 0.0f;
+            T_CHECK(zero, "fp32 weights made although the plans are block-quantized");
+        } else if (variant == 1) { /* the scalar engine reads fp32 weights: made exactly as a full load's */
+            T_CHECK(nv_model_build_plans(&z, NV_ENGINE_SCALAR) == NV_OK && !z.quant[0].pending &&
+                        !memcmp(z.w.wq, q.w.wq, wq_n * 4),
+                    "fp32 weights made for the scalar engine differ from a full load's");
+        } else { /* sources dropped before an fp32 plan needed them: a clear error, not zeros */
+            nv_model_drop_quant_sources(&z);
+            T_CHECK(nv_model_build_plans(&z, NV_ENGINE_SCALAR) == NV_EINVAL && strstr(nv_errmsg(), "dropped"),
+                    "planning with dropped pending weights: %s", nv_errmsg());
+        }
+        nv_model_free(&z);
+    }
     free(lb), free(lq), free(lf);
     nv_model_free(&b);
     nv_model_free(&q);

@@ -84,7 +84,7 @@ int cmd_generate(int argc, char **argv) {
     nv_sampler sampler = {0};
     nv_state state = {0};
     int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
-    if (nv_model_load(model_path, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    if (nv_model_load_quantized(model_path, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     const nv_config *c = &model.config;
     if (nv_tokenizer_load_for_model(tok_path, c->vocab_size, &tok) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());

@@ -200,7 +200,7 @@ int cmd_serve(int argc, char **argv) {
     nv_http *http = NULL;
     int rc = 1, sched_ok = 0;
     nv_metrics_init(&metrics);
-    if (nv_model_load(model_path, &model) != NV_OK) {
+    if (nv_model_load_quantized(model_path, &model) != NV_OK) {
         nv_metrics_free(&metrics);
         return cli_error(CMD, 1, "%s", nv_errmsg());
     }
@@ -213,7 +213,6 @@ int cmd_serve(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
-    nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     nv_sched_opts so = {.max_batch = max_batch,
                         .prefill_chunk = prefill_chunk,
                         .max_queue = max_queue,
@@ -230,6 +229,7 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     sched_ok = 1;
+    nv_model_drop_quant_sources(&model); /* the plans hold their own copy; the prefix cache has hashed them */
     if (nv_sched_start(&sched) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

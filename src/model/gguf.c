@@ -448,7 +448,7 @@ static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
     const int per = block_of(type, &bytes);
     quant_form(type, &qb, &offset);
     decompose_block(type, b, q, s, o);
-    for (int j = 0; j < per; j++) y[j] = offset ? (float)q[j] * s[j / qb] + o[j / qb] : (float)q[j] * s[j / qb];
+    nv_qmatrix_to_f32(q, s, offset ? o : NULL, qb, (size_t)per, y);
 }
 
 /* Converts tensor t (n values) into dst. */
@@ -592,30 +592,47 @@ static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t)
     return k;
 }
 
-/* Every tensor of the model, checked (m NULL) or converted into m's weights. */
+/* The tensor name of plan matrix i (nv_model.quant's order). */
+static void plan_tensor_name(const nv_config *c, int i, char *name, size_t cap) {
+    static const char *const parts[NV_LAYER_MATRICES] = {"attn_q",   "attn_k",   "attn_v", "attn_output",
+                                                          "ffn_gate", "ffn_down", "ffn_up"};
+    if (i < c->n_layers * NV_LAYER_MATRICES)
+        snprintf(name, cap, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, parts[i % NV_LAYER_MATRICES]);
+    else
+        snprintf(name, cap, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
+}
+
+/* 1 when m keeps tensor `name` only quantized (its fp32 values pending). */
+static int is_pending(const nv_model *m, const char *name) {
+    for (int i = 0; m && m->quant && i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
+        char pn[64];
+        plan_tensor_name(&m->config, i, pn, sizeof pn);
+        if (m->quant[i].pending && !strcmp(pn, name)) return 1;
+    }
+    return 0;
+}
+
+/* Every tensor of the model, checked (m NULL) or converted into m's weights (but those pending). */
 static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     tensor_ref *t = calloc(tensor_count(c), sizeof *t);
     if (!t) return nv_fail(NV_ENOMEM, "out of memory");
     size_t n = tensor_map(c, m ? &m->w : NULL, t);
     nv_err e = NV_OK;
-    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, t[i].p);
+    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, is_pending(m, t[i].name) ? NULL : t[i].p);
     free(t);
     return e;
 }
 
-/* The quantized plan matrices of the file, decomposed into m->quant (engine.h nv_qweights). */
-static nv_err take_quant(const nv_gguf *g, nv_model *m) {
+/* The quantized plan matrices of the file, decomposed into m->quant (engine.h nv_qweights); with
+ * pending, marked so that take_all leaves their fp32 values unmade (never the token embedding,
+ * which lookups read). */
+static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
     const nv_config *c = &m->config;
-    static const char *const parts[NV_LAYER_MATRICES] = {"attn_q",   "attn_k",   "attn_v", "attn_output",
-                                                          "ffn_gate", "ffn_down", "ffn_up"};
     const int count = c->n_layers * NV_LAYER_MATRICES + 1;
     for (int i = 0; i < count; i++) {
         char name[64];
-        if (i < count - 1)
-            snprintf(name, sizeof name, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, parts[i % NV_LAYER_MATRICES]);
-        else
-            snprintf(name, sizeof name, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
-        const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: take_all checked */
+        plan_tensor_name(c, i, name, sizeof name);
+        const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: checked before */
         int qb, offset;
         if (!t || !quant_form(t->type, &qb, &offset)) continue;
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
@@ -623,6 +640,8 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m) {
         const uint64_t n = t->dims[0] * t->dims[1], per = (uint64_t)block_of(t->type, &bb), nb = n / (uint64_t)qb;
         nv_qmatrix *qm = &m->quant[i];
         qm->qb = qb;
+        qm->count = (size_t)n;
+        qm->pending = pending && strcmp(name, "token_embd.weight") != 0;
         qm->q = malloc((size_t)n);
         qm->s = malloc((size_t)nb * sizeof(float));
         qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
@@ -643,19 +662,23 @@ nv_err nv_gguf_read_config(const char *path, nv_config *c) {
     return e;
 }
 
-nv_err nv_gguf_load_model(const char *path, nv_model *m) {
+static nv_err load_model(const char *path, nv_model *m, int pending) {
     memset(m, 0, sizeof *m);
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
     nv_config c;
-    /* the whole model is checked before any weight memory is taken */
+    /* the whole model is checked before any weight memory is taken (the fp32 block is zeroed
+       memory: what is never written, pending matrices, is never touched) */
     nv_err e = config_of(&g, &c);
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
-    if (e == NV_OK && ((e = take_all(&g, &c, m)) != NV_OK || (e = take_quant(&g, m)) != NV_OK)) nv_model_free(m);
+    if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK)) nv_model_free(m);
     nv_gguf_close(&g);
     return e;
 }
+
+nv_err nv_gguf_load_model(const char *path, nv_model *m) { return load_model(path, m, 0); }
+nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m) { return load_model(path, m, 1); }
 
 /* ---- the tokenizer ------------------------------------------------------------------------- */
 

@@ -75,6 +75,8 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out);
 nv_err nv_gguf_read_config(const char *path, nv_config *c);
 /* Loads a GGUF model (see above) into m, weights converted to fp32 in owned memory. */
 nv_err nv_gguf_load_model(const char *path, nv_model *m);
+/* The same with the quantized plan matrices kept only quantized (nv_model_load_quantized). */
+nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
 /* Tensor types nv_gguf_save writes (ggml's codes). */
 #define NV_GGUF_F32 0u
 #define NV_GGUF_Q8_0 8u

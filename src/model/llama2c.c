@@ -141,13 +141,18 @@ static nv_err check_header(const nv_config *c, const char *path) {
     return NV_OK;
 }
 
-nv_err nv_model_load(const char *path, nv_model *m) {
+static nv_err load_any(const char *path, nv_model *m, int quantized);
+
+nv_err nv_model_load(const char *path, nv_model *m) { return load_any(path, m, 0); }
+nv_err nv_model_load_quantized(const char *path, nv_model *m) { return load_any(path, m, 1); }
+
+static nv_err load_any(const char *path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
     nv_mapped map;
     NV_TRY(nv_file_map(path, &map));
     if (nv_gguf_is(map.data, map.len)) {
         nv_file_unmap(&map);
-        return nv_gguf_load_model(path, m);
+        return quantized ? nv_gguf_load_model_quantized(path, m) : nv_gguf_load_model(path, m);
     }
     nv_reader r = nv_reader_make(map.data, map.len, path);
     nv_err e;
@@ -252,14 +257,21 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     return nv_file_write_atomic(path, parts, 2);
 }
 
-/* Matrix idx's plan: block-quantized when it has such a source and the engine takes it. */
-static nv_err build_plan(const nv_model *m, int idx, nv_plan **out, nv_engine_id e, const float *w, int n, int k) {
-    const nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
+/* Matrix idx's plan: block-quantized when it has such a source and the engine takes it; else fp32,
+ * making the fp32 weights first when they are still pending. */
+static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k) {
+    nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
     if (qm && qm->q) {
         const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb};
         nv_err err = nv_plan_build_quant(out, e, &qw, n, k);
         if (err != NV_EUNSUPPORTED) return err;
+        if (qm->pending) {
+            nv_qmatrix_to_f32(qm->q, qm->s, qm->o, qm->qb, (size_t)n * k, w);
+            qm->pending = 0;
+        }
     }
+    if (qm && qm->pending)
+        return nv_fail(NV_EINVAL, "plan %d: its quantized weights were dropped before an fp32 plan needed them", idx);
     return nv_plan_build(out, e, w, n, k);
 }
 
@@ -301,14 +313,14 @@ nv_err nv_model_read_config(const char *path, nv_config *c) {
 }
 
 void nv_model_drop_quant_sources(nv_model *m) {
-    if (m->quant)
-        for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
-            free(m->quant[i].q);
-            free(m->quant[i].s);
-            free(m->quant[i].o);
-        }
-    free(m->quant);
-    m->quant = NULL;
+    for (int i = 0; m->quant && i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
+        nv_qmatrix *qm = &m->quant[i]; /* `pending` stays: those fp32 weights can no longer be made */
+        free(qm->q);
+        free(qm->s);
+        free(qm->o);
+        qm->q = NULL;
+        qm->s = qm->o = NULL;
+    }
 }
 
 void nv_model_free(nv_model *m) {
@@ -323,6 +335,7 @@ void nv_model_free(nv_model *m) {
     }
     if (m->cls_plan) nv_plan_free(m->cls_plan);
     nv_model_drop_quant_sources(m);
+    free(m->quant);
     if (m->params_owned) free(m->params);
     nv_file_unmap(&m->mapped);
     memset(m, 0, sizeof *m);

@@ -43,7 +43,15 @@ typedef struct {
     int8_t *q;
     float *s, *o;
     int qb;
+    size_t count; /* values (rows x columns, rows whole blocks) */
+    int pending;  /* its fp32 weights in params are not made yet (nv_model_load_quantized) */
 } nv_qmatrix;
+
+/* The fp32 weights of n values of a block-quantized matrix whose rows are whole blocks:
+ * y = (float)q * s, then + o (a separate add): the one formula of every quantized type. */
+static inline void nv_qmatrix_to_f32(const int8_t *q, const float *s, const float *o, int qb, size_t n, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = o ? (float)q[i] * s[i / (size_t)qb] + o[i / (size_t)qb] : (float)q[i] * s[i / (size_t)qb];
+}
 
 /* Plan matrices per layer in nv_model.quant, then the classifier at n_layers * NV_LAYER_MATRICES. */
 #define NV_LAYER_MATRICES 7
@@ -71,6 +79,11 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *params);
 /* Loads a llama2.c checkpoint: legacy v0 (7 int header, negative vocab = separate classifier)
  * or version 1 ("ak42" magic, fp32). */
 nv_err nv_model_load(const char *path, nv_model *m);
+/* For inference (generate, serve): as nv_model_load, but a GGUF file's quantized plan matrices
+ * (not the token embedding) get no fp32 copy up front — their values in params stay zero, marked
+ * pending, and nv_model_build_plans makes them only for a plan that cannot run block-quantized.
+ * Such a model is for plans only: export, training and direct reads of m->w need nv_model_load. */
+nv_err nv_model_load_quantized(const char *path, nv_model *m);
 /* The config of a model file (llama2.c or GGUF) without converting its weights. */
 nv_err nv_model_read_config(const char *path, nv_config *c);
 /* A model with freshly allocated, zeroed weights of config c. */
@@ -83,7 +96,7 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path);
  * with a block-quantized source gets a block-quantized plan where the engine takes one. */
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);
 /* Frees the block-quantized sources (m->quant) once the plans are built: the plans hold their own
- * packed copy. Later plan builds are then fp32. */
+ * packed copy. Later plan builds are then fp32, and fail for a matrix still pending. */
 void nv_model_drop_quant_sources(nv_model *m);
 void nv_model_free(nv_model *m);
 

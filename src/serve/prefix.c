@@ -36,9 +36,20 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) h = mix_plan(h, ps[i]);
     }
     h = mix_plan(h, m->cls_plan);
-    /* the weights' content */
+    /* the weights' content: the fp32 block, and the block-quantized sources (the only form of a
+       matrix whose fp32 weights are pending) */
     h = mix_u64(h, m->n_params);
-    return nv_hash64(m->params, (size_t)m->n_params * sizeof(float), h);
+    h = nv_hash64(m->params, (size_t)m->n_params * sizeof(float), h);
+    for (int i = 0; m->quant && i <= c->n_layers * NV_LAYER_MATRICES; i++) {
+        const nv_qmatrix *qm = &m->quant[i];
+        if (!qm->q) continue;
+        const size_t blocks = qm->count / (size_t)qm->qb;
+        h = mix_u64(h, (uint64_t)i);
+        h = nv_hash64(qm->q, qm->count, h);
+        h = nv_hash64(qm->s, blocks * sizeof(float), h);
+        if (qm->o) h = nv_hash64(qm->o, blocks * sizeof(float), h);
+    }
+    return h;
 }
 
 uint64_t nv_prefix_chain(uint64_t model_id, uint64_t parent, const int *tokens, int n) {
