@@ -5,9 +5,10 @@
  * config's count, every tensor lies inside the parameter block (and its first and last values
  * are read, so ASan sees a v0 copy that is too short), a v1 file is exactly header + weights;
  * then it writes the model as v1 and loads it back, which must give the same config and
- * weights, and runs what `nerve generate` does next: scalar plans and two forward steps (the KV
- * cache capped at 4 positions), which must succeed, while an out-of-range token and a position
- * past the cache must be refused. */
+ * weights; loads it as generate and serve do (a GGUF file's quantized matrices pending), whose
+ * scalar plans must make exactly the same fp32 weights; and runs what `nerve generate` does next:
+ * scalar plans and two forward steps (the KV cache capped at 4 positions), which must succeed,
+ * while an out-of-range token and a position past the cache must be refused. */
 #include "fuzz_util.h"
 #include "model/forward.h"
 #include "model/gguf.h"
@@ -105,6 +106,21 @@ static void check_forward(nv_model *m) {
 }
 
 static nv_err load_model(const char *path, void *out) { return nv_model_load(path, out); }
+static nv_err load_quantized(const char *path, void *out) { return nv_model_load_quantized(path, out); }
+
+/* The inference load of the same bytes (GGUF quantized matrices left pending): it loads whenever
+ * the full load does, and scalar plans make exactly the full load's fp32 weights. */
+static void check_quantized(const nv_model *m, const uint8_t *data, size_t size) {
+    nv_model z;
+    int rc = fz_load_bytes("model-q", data, size, load_quantized, &z, "nv_model_load_quantized");
+    if (rc < 0) return;
+    FZ_CHECK(rc == NV_OK, "the inference load fails where the full load succeeded: %s", nv_errmsg());
+    fz_clear_error();
+    FZ_CHECK(nv_model_build_plans(&z, NV_ENGINE_SCALAR) == NV_OK, "plans after the inference load: %s", nv_errmsg());
+    FZ_CHECK(z.n_params == m->n_params && memcmp(z.params, m->params, (size_t)m->n_params * 4) == 0,
+             "fp32 weights made from pending matrices differ from the full load's");
+    nv_model_free(&z);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
@@ -130,6 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_model(&m, size, v1);
     check_resave(&m, 0);
     check_resave(&m, 1);
+    check_quantized(&m, data, size);
     check_forward(&m);
     nv_model_free(&m);
     return 0;
