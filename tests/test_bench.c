@@ -173,6 +173,22 @@ static void test_bench_generate_cases(void) {
     free(out);
 }
 
+/* --model takes a model file as well as a preset; anything else is an error. */
+static void test_bench_generate_model_file(void) {
+    const char *mp = t_data("models/stories260K.bin");
+    if (!have_nerve() || !mp) return;
+    char what[1200];
+    int rc = -1;
+    snprintf(what, sizeof what, "generate --engine avx2 --case decode --model '%s'", mp);
+    char *out = run_bench(what, &rc);
+    T_CHECK(out && rc == 0 && strstr(out, "\"weights\":\"from the file\"") && strstr(out, "\"tokens_per_s\":"),
+            "bench generate on a model file: rc %d, %.300s", rc, out ? out : "");
+    free(out);
+    out = run_bench("generate --case decode --model /nonexistent/model.bin", &rc);
+    T_CHECK(rc != 0, "a --model that is neither a preset nor a file was accepted");
+    free(out);
+}
+
 /* ---------------------------------------------------------------- accuracy */
 
 #define POSITIONS 512
@@ -331,6 +347,7 @@ int main(void) {
     T_RUN(test_bench_accuracy);
     T_RUN(test_bench_generate);
     T_RUN(test_bench_generate_cases);
+    T_RUN(test_bench_generate_model_file);
     T_RUN(test_accuracy_avx2);
     T_RUN(test_accuracy_avx512);
     T_RUN(test_accuracy_amx_bf16);

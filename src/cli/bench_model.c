@@ -232,20 +232,30 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(argv[i - 1], "--chunk")) { if (!cli_int("bench generate", "--chunk", v, 1, 4096, &chunk)) return 2; }
         else if (!strcmp(argv[i - 1], "--model")) preset = v;
         else if (!strcmp(argv[i - 1], "--case")) only_case = v;
-        else return cli_error("bench generate", 2, "unknown option '%s' (--steps N, --chunk N, --model PRESET, --case NAME)", argv[i - 1]);
+        else return cli_error("bench generate", 2, "unknown option '%s' (--steps N, --chunk N, --model PRESET|FILE, --case NAME)", argv[i - 1]);
     }
     if (only_case && strcmp(only_case, "prefill256") && strcmp(only_case, "prefill2048") && strcmp(only_case, "decode"))
         return cli_error("bench generate", 2, "unknown case '%s' (prefill256, prefill2048, decode)", only_case);
     nv_config c;
-    if (nv_config_preset(preset, &c) != NV_OK) return cli_error("bench generate", 2, "%s", nv_errmsg());
-    c.seq_len = o->quick ? c.seq_len : 4096;
+    nv_model m;
+    /* a preset (random weights, context 4096), or a model file as it is (a GGUF file's quantized
+       matrices then run from block-quantized plans where the engine has them) */
+    const int from_file = nv_config_preset(preset, &c) != NV_OK;
+    if (from_file) {
+        if (nv_engines_init(NULL, o->threads) != NV_OK || nv_model_load(preset, &m) != NV_OK)
+            return cli_error("bench generate", 1, "--model %s is neither a preset nor a model file: %s", preset, nv_errmsg());
+        c = m.config;
+    } else {
+        c.seq_len = o->quick ? c.seq_len : 4096;
+    }
     if (lens[1] > c.seq_len) lens[1] = c.seq_len;
     if (lens[0] > lens[1]) lens[0] = lens[1];
     if (prompt_decode + steps > c.seq_len) steps = c.seq_len - prompt_decode;
-    if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
-    nv_model m;
-    if (nv_model_alloc(&m, &c) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
-    nv_model_init_random(&m, 1234);
+    if (!from_file) {
+        if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
+        if (nv_model_alloc(&m, &c) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
+        nv_model_init_random(&m, 1234);
+    }
     const int cache_len = lens[1] > prompt_decode + steps ? lens[1] : prompt_decode + steps;
     int *prompt = malloc(sizeof(int) * (size_t)cache_len);
     if (!prompt) {
@@ -293,7 +303,7 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
                 row_begin(&r, "generate", en, T);
                 row_str(&r, "case", cases[ci]);
                 row_str(&r, "model", preset);
-                row_str(&r, "weights", "random init in memory");
+                row_str(&r, "weights", from_file ? "from the file" : "random init in memory");
                 int seq = ci < 2 ? lens[ci] : steps;
                 row_int(&r, "seq", seq);
                 if (!have_state) {
