@@ -242,9 +242,16 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
        matrices then run from block-quantized plans where the engine has them) */
     const int from_file = nv_config_preset(preset, &c) != NV_OK;
     if (from_file) {
-        if (nv_engines_init(NULL, o->threads) != NV_OK || nv_model_load(preset, &m) != NV_OK)
+        if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
+        /* as generate and serve load it: fp32 copies of quantized matrices only where a plan needs one */
+        if (nv_model_load_quantized(preset, &m) != NV_OK)
             return cli_error("bench generate", 1, "--model %s is neither a preset nor a model file: %s", preset, nv_errmsg());
         c = m.config;
+        if (c.seq_len <= prompt_decode) {
+            nv_model_free(&m);
+            return cli_error("bench generate", 1, "%s: a context of %d positions leaves no room to decode after a %d-token prompt",
+                             preset, c.seq_len, prompt_decode);
+        }
     } else {
         c.seq_len = o->quick ? c.seq_len : 4096;
     }
