@@ -8,7 +8,7 @@
 
 #include "base/file.h"
 #include "model/model.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 #include "train/ckpt.h"
 #include "../tests/gguf_write.h"
 

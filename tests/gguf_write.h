@@ -11,27 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 
-typedef struct {
-    uint8_t *b;
-    size_t n, cap;
-} gw_buf;
-
-static void gw_put(gw_buf *w, const void *p, size_t n) {
-    if (w->n + n > w->cap) {
-        w->cap = (w->n + n) * 2 + 1024;
-        w->b = realloc(w->b, w->cap);
-    }
-    memcpy(w->b + w->n, p, n);
-    w->n += n;
-}
-static void gw_u32(gw_buf *w, uint32_t v) { gw_put(w, &v, 4); }
-static void gw_u64(gw_buf *w, uint64_t v) { gw_put(w, &v, 8); }
-static void gw_str(gw_buf *w, const char *s) {
+static void gw_u32(nv_buf *w, uint32_t v) { nv_buf_append(w, &v, 4); }
+static void gw_u64(nv_buf *w, uint64_t v) { nv_buf_append(w, &v, 8); }
+static void gw_str(nv_buf *w, const char *s) {
     gw_u64(w, strlen(s));
-    gw_put(w, s, strlen(s));
+    nv_buf_append(w, s, strlen(s));
 }
-static void gw_kv_u32(gw_buf *w, const char *k, uint32_t v) {
+static void gw_kv_u32(nv_buf *w, const char *k, uint32_t v) {
     gw_str(w, k);
     gw_u32(w, 4);
     gw_u32(w, v);
@@ -63,8 +51,8 @@ static float gw_rope_scale;
 
 /* chat_template: tokenizer.chat_template's text (needs vocab), or NULL for none */
 static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t version, int vocab, const char *chat_template) {
-    gw_buf w = {0};
-    gw_put(&w, "GGUF", 4);
+    nv_buf w = {0};
+    nv_buf_append(&w, "GGUF", 4);
     gw_u32(&w, version);
     gw_u64(&w, GW_NT);
     gw_u64(&w, (vocab ? (chat_template ? 12 : 11) : 8) + (gw_rope_scale != 0.0f ? 2 : 0));
@@ -74,7 +62,7 @@ static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t v
         gw_str(&w, "linear");
         gw_str(&w, "llama.rope.scaling.factor");
         gw_u32(&w, 6);
-        gw_put(&w, &gw_rope_scale, 4);
+        nv_buf_append(&w, &gw_rope_scale, 4);
     }
     gw_str(&w, "general.architecture");
     gw_u32(&w, 8);
@@ -106,13 +94,13 @@ static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t v
         gw_u64(&w, GW_VOCAB);
         for (int i = 0; i < GW_VOCAB; i++) {
             float sc = -0.5f * (float)i + 1.0f;
-            gw_put(&w, &sc, 4);
+            nv_buf_append(&w, &sc, 4);
         }
     }
     gw_str(&w, "llama.attention.layer_norm_rms_epsilon");
     gw_u32(&w, 6);
     float eps = 1e-6f;
-    gw_put(&w, &eps, 4);
+    nv_buf_append(&w, &eps, 4);
     uint64_t off = 0;
     for (size_t k = 0; k < GW_NT; k++) {
         gw_str(&w, gw_tensors[k].name);
@@ -123,37 +111,37 @@ static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t v
         gw_u64(&w, off);
         off += (gw_bytes(&gw_tensors[k]) + 31) / 32 * 32;
     }
-    while (w.n % 32) gw_put(&w, "", 1);
+    while (w.len % 32) nv_buf_append(&w, "", 1);
     for (size_t k = 0; k < GW_NT; k++) {
         const gw_tensor *t = &gw_tensors[k];
         uint64_t n = t->d0 * t->d1;
         for (uint64_t i = 0; i < n; i++) {
             float v = gw_value((int)k, i);
-            if (t->type == 0) gw_put(&w, &v, 4);
+            if (t->type == 0) nv_buf_append(&w, &v, 4);
             else if (t->type == 1) {
                 uint16_t hbits = _cvtss_sh(v, 0);
-                gw_put(&w, &hbits, 2);
+                nv_buf_append(&w, &hbits, 2);
             } else if (t->type == 30) {
                 uint32_t u;
                 memcpy(&u, &v, 4);
                 uint16_t hbits = (uint16_t)(u >> 16);
-                gw_put(&w, &hbits, 2);
+                nv_buf_append(&w, &hbits, 2);
             } else if (i % 32 == 0) {
                 uint16_t scale = _cvtss_sh(1.0f / 64.0f, 0);
-                gw_put(&w, &scale, 2);
+                nv_buf_append(&w, &scale, 2);
                 for (int j = 0; j < 32; j++) {
                     int8_t q = (int8_t)(gw_value((int)k, i + (uint64_t)j) * 64.0f);
-                    gw_put(&w, &q, 1);
+                    nv_buf_append(&w, &q, 1);
                 }
             }
         }
-        while (w.n % 32) gw_put(&w, "", 1);
+        while (w.len % 32) nv_buf_append(&w, "", 1);
     }
     FILE *f = fopen(path, "wb");
-    fwrite(w.b, 1, w.n, f);
+    fwrite(w.data, 1, w.len, f);
     fclose(f);
-    size_t n = w.n;
-    free(w.b);
+    size_t n = w.len;
+    nv_buf_free(&w);
     return n;
 }
 

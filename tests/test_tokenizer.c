@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "model/tokenizer.h"
 #include "t.h"
 #include "tok_util.h"
@@ -368,29 +369,16 @@ static const char *write_tmp(const char *name, const void *data, size_t len) {
     return path;
 }
 
-typedef struct {
-    unsigned char *p;
-    size_t n, cap;
-} buf;
-
-static void buf_put(buf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void buf_i32(buf *b, int32_t v) { buf_put(b, &v, 4); }
-static void buf_tok(buf *b, const char *s, float score) {
-    buf_put(b, &score, 4);
+static void buf_i32(nv_buf *b, int32_t v) { nv_buf_append(b, &v, 4); }
+static void buf_tok(nv_buf *b, const char *s, float score) {
+    nv_buf_append(b, &score, 4);
     buf_i32(b, (int32_t)strlen(s));
-    buf_put(b, s, strlen(s));
+    nv_buf_append(b, s, strlen(s));
 }
 
 /* <unk>, <s>, </s>, the 256 byte tokens, then extra pieces. */
-static void build_vocab(buf *b, const char **pieces, const float *scores, int n) {
-    b->n = 0;
+static void build_vocab(nv_buf *b, const char **pieces, const float *scores, int n) {
+    nv_buf_consume(b, b->len);
     buf_i32(b, 8);
     buf_tok(b, "<unk>", 0);
     buf_tok(b, "\n<s>\n", 0);
@@ -422,10 +410,10 @@ static void test_merge_rules(void) {
      * 267 "aa" again (duplicate), 268 " a", 269 "cc" (-1e10, exactly run.c's floor) */
     const char *pieces[] = {" ", "a", "aa", "b", "ab", "ba", "c", "bc", "aa", " a", "cc"};
     float scores[] = {-1, -1, -5, -1, -5, -2e10f, -1, NAN, 100, -6, -1e10f};
-    buf b = {0};
+    nv_buf b = {0};
     build_vocab(&b, pieces, scores, 11);
-    nv_tokenizer *t = load_or_fail(write_tmp("rules.bin", b.p, b.n), 0);
-    free(b.p);
+    nv_tokenizer *t = load_or_fail(write_tmp("rules.bin", b.data, b.len), 0);
+    nv_buf_free(&b);
     if (!t) return;
     T_CHECK(nv_tokenizer_lookup(t, "aa") == 261, "duplicate string: lowest id, got %d", nv_tokenizer_lookup(t, "aa"));
     /* " aaa": " a"(-6) loses to "aa"(-5); both "aa" pairs tie at -5 and the leftmost wins. */
@@ -447,10 +435,10 @@ static void test_merge_rules(void) {
      * stray continuation bytes. */
     const char *p2[] = {" ", "\xe4\xb8\xad", "\x80\x80\x80\x80", "a\x80"};
     float s2[] = {-1, -1, -1, -1};
-    b = (buf){0};
+    b = (nv_buf){0};
     build_vocab(&b, p2, s2, 4);
-    t = load_or_fail(write_tmp("chunks.bin", b.p, b.n), 0);
-    free(b.p);
+    t = load_or_fail(write_tmp("chunks.bin", b.data, b.len), 0);
+    nv_buf_free(&b);
     if (!t) return;
     T_CHECK(encode_is(t, "\x80\x80\x80\x80\x80\xe4\xb8\xad", (int[]){259, 261, 0x83, 260}, 4),
             "stray continuation bytes in fours, then a 3-byte code point");
@@ -462,14 +450,14 @@ static void test_merge_rules(void) {
     nv_tokenizer_free(t);
 
     /* No " " piece and a vocabulary too small for byte ids: nothing may index past the end. */
-    buf c = {0};
+    nv_buf c = {0};
     buf_i32(&c, 4);
     buf_tok(&c, "<unk>", 0);
     buf_tok(&c, "\n<s>\n", 0);
     buf_tok(&c, "\n</s>\n", 0);
     buf_tok(&c, "ab", -1);
-    t = load_or_fail(write_tmp("tiny.bin", c.p, c.n), 0);
-    free(c.p);
+    t = load_or_fail(write_tmp("tiny.bin", c.data, c.len), 0);
+    nv_buf_free(&c);
     if (!t) return;
     int *ids, n;
     T_CHECK(nv_tokenizer_encode(t, "ab \xe4\xb8\xad", 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
@@ -505,10 +493,10 @@ static void test_random_vocabs(void) {
             pieces[np] = store[np];
             scores[np++] = score_set[rng() % 7];
         }
-        buf b = {0};
+        nv_buf b = {0};
         build_vocab(&b, pieces, scores, np);
-        nv_tokenizer *t = load_or_fail(write_tmp("random.bin", b.p, b.n), 0);
-        free(b.p);
+        nv_tokenizer *t = load_or_fail(write_tmp("random.bin", b.data, b.len), 0);
+        nv_buf_free(&b);
         free(pieces);
         free(scores);
         free(store);
@@ -549,31 +537,31 @@ static void expect_format_error(const char *what, const void *data, size_t len, 
 
 static void test_malformed(void) {
     if (!make_tmpdir()) return;
-    buf b = {0};
+    nv_buf b = {0};
     const char *pieces[] = {" ", "a"};
     float scores[] = {-1, -2};
     build_vocab(&b, pieces, scores, 2); /* 261 tokens */
-    size_t good_len = b.n;
+    size_t good_len = b.len;
 
-    expect_format_error("empty file", b.p, 0, 0);
-    for (size_t cut = 1; cut <= 4; cut++) expect_format_error("truncated header/no tokens", b.p, cut, 0);
+    expect_format_error("empty file", b.data, 0, 0);
+    for (size_t cut = 1; cut <= 4; cut++) expect_format_error("truncated header/no tokens", b.data, cut, 0);
     /* Every cut inside the file fails when the vocabulary size is known... */
     size_t cuts[] = {5, 8, 11, 12, 13, 14, 20, 21, 40, good_len / 2, good_len - 2, good_len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         char what[64];
         snprintf(what, sizeof what, "truncated at %zu of %zu", cuts[i], good_len);
-        expect_format_error(what, b.p, cuts[i], 261);
+        expect_format_error(what, b.data, cuts[i], 261);
     }
     /* ...and a cut inside an entry fails even when reading to the end. */
     /* The last entry ("a") is 4+4+1 bytes: score at len-9, length at len-5, piece at len-1. */
-    expect_format_error("cut in a score", b.p, good_len - 7, 0);
-    expect_format_error("cut in a length", b.p, good_len - 3, 0);
-    expect_format_error("cut before a piece", b.p, good_len - 1, 0);
-    expect_format_error("cut in a piece", b.p, 4 + 8 + 2, 0);
-    expect_format_error("vocab_size beyond the file", b.p, good_len, 262);
+    expect_format_error("cut in a score", b.data, good_len - 7, 0);
+    expect_format_error("cut in a length", b.data, good_len - 3, 0);
+    expect_format_error("cut before a piece", b.data, good_len - 1, 0);
+    expect_format_error("cut in a piece", b.data, 4 + 8 + 2, 0);
+    expect_format_error("vocab_size beyond the file", b.data, good_len, 262);
 
     nv_tokenizer *t;
-    const char *p = write_tmp("good.bin", b.p, good_len);
+    const char *p = write_tmp("good.bin", b.data, good_len);
     T_CHECK(nv_tokenizer_load(p, 0, &t) == NV_OK && nv_tokenizer_vocab_size(t) == 261, "good file");
     nv_tokenizer_free(t);
     T_CHECK(nv_tokenizer_load(p, 100, &t) == NV_OK && nv_tokenizer_vocab_size(t) == 100,
@@ -587,7 +575,7 @@ static void test_malformed(void) {
     unsigned char *m = malloc(good_len);
     int32_t v;
     /* Negative length of the first entry (offset 4 + 4). */
-    memcpy(m, b.p, good_len);
+    memcpy(m, b.data, good_len);
     v = -1;
     memcpy(m + 8, &v, 4);
     expect_format_error("negative length", m, good_len, 0);
@@ -597,13 +585,13 @@ static void test_malformed(void) {
     v = INT32_MAX;
     memcpy(m + 8, &v, 4);
     expect_format_error("huge length", m, good_len, 0);
-    memcpy(m, b.p, good_len);
+    memcpy(m, b.data, good_len);
     int32_t headers[] = {0, -5, INT32_MAX, 1 << 20};
     for (size_t i = 0; i < 4; i++) {
         memcpy(m, &headers[i], 4);
         expect_format_error("bad max_token_length", m, good_len, 0);
     }
-    memcpy(m, b.p, good_len);
+    memcpy(m, b.data, good_len);
     expect_format_error("only two tokens", m, 4 + 8 + 5 + 8 + 5, 0);
     free(m);
 
@@ -638,13 +626,13 @@ static void test_malformed(void) {
         T_CHECK(e == NV_EFORMAT || e == NV_OK, "garbage: %s", nv_err_name(e));
         nv_tokenizer_free(g);
     }
-    free(b.p);
+    nv_buf_free(&b);
 }
 
 /* Pieces longer than the header's max_token_length and embedded NULs must not overrun. */
 static void test_lenient_pieces(void) {
     if (!make_tmpdir()) return;
-    buf b = {0};
+    nv_buf b = {0};
     char longp[300];
     memset(longp, 'x', sizeof longp - 1);
     longp[sizeof longp - 1] = '\0';
@@ -652,11 +640,11 @@ static void test_lenient_pieces(void) {
     float scores[] = {-1, -1, -2, -3};
     build_vocab(&b, pieces, scores, 4); /* header says 8 */
     float s = -4;
-    buf_put(&b, &s, 4);
+    nv_buf_append(&b, &s, 4);
     buf_i32(&b, 3);
-    buf_put(&b, "x\0y", 3);
-    nv_tokenizer *t = load_or_fail(write_tmp("lenient.bin", b.p, b.n), 0);
-    free(b.p);
+    nv_buf_append(&b, "x\0y", 3);
+    nv_tokenizer *t = load_or_fail(write_tmp("lenient.bin", b.data, b.len), 0);
+    nv_buf_free(&b);
     if (!t) return;
     T_CHECK(!strcmp(nv_tokenizer_piece(t, 263), "x"), "embedded NUL ends the piece");
     int *ids, n;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
+
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
        T_BF16 = 30 };
@@ -769,52 +771,31 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
 
 /* ---- the writer ---------------------------------------------------------------------------- */
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-    int oom;
-} out_buf;
-
-static void ob_put(out_buf *b, const void *p, size_t n) {
-    if (b->oom) return;
-    if (b->n + n > b->cap) {
-        size_t cap = (b->n + n) * 2 + 4096;
-        uint8_t *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void ob_u32(out_buf *b, uint32_t v) { ob_put(b, &v, 4); }
-static void ob_u64(out_buf *b, uint64_t v) { ob_put(b, &v, 8); }
-static void ob_str(out_buf *b, const char *s, size_t n) {
+static void ob_u32(nv_buf *b, uint32_t v) { nv_buf_append(b, &v, 4); }
+static void ob_u64(nv_buf *b, uint64_t v) { nv_buf_append(b, &v, 8); }
+static void ob_str(nv_buf *b, const char *s, size_t n) {
     ob_u64(b, n);
-    ob_put(b, s, n);
+    nv_buf_append(b, s, n);
 }
-static void ob_key(out_buf *b, const char *key, uint32_t type) {
+static void ob_key(nv_buf *b, const char *key, uint32_t type) {
     ob_str(b, key, strlen(key));
     ob_u32(b, type);
 }
-static void kv_u32(out_buf *b, const char *key, uint32_t v) {
+static void kv_u32(nv_buf *b, const char *key, uint32_t v) {
     ob_key(b, key, GG_U32);
     ob_u32(b, v);
 }
-static void kv_f32(out_buf *b, const char *key, float v) {
+static void kv_f32(nv_buf *b, const char *key, float v) {
     ob_key(b, key, GG_F32);
-    ob_put(b, &v, 4);
+    nv_buf_append(b, &v, 4);
 }
-static void kv_str(out_buf *b, const char *key, const char *v) {
+static void kv_str(nv_buf *b, const char *key, const char *v) {
     ob_key(b, key, GG_STR);
     ob_str(b, v, strlen(v));
 }
 
 /* The vocabulary as GGUF's SentencePiece arrays: pieces with U+2581 for spaces, scores, types. */
-static int vocab_kvs(out_buf *b, const nv_tokenizer *tok) {
+static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
     const int n = nv_tokenizer_vocab_size(tok);
     kv_str(b, "tokenizer.ggml.model", "llama");
     ob_key(b, "tokenizer.ggml.tokens", GG_ARR);
@@ -825,14 +806,14 @@ static int vocab_kvs(out_buf *b, const nv_tokenizer *tok) {
         size_t len = 0;
         for (const char *q = p; *q; q++) len += *q == ' ' ? 3 : 1;
         ob_u64(b, len);
-        for (const char *q = p; *q; q++) ob_put(b, *q == ' ' ? "\xe2\x96\x81" : q, *q == ' ' ? 3 : 1);
+        for (const char *q = p; *q; q++) nv_buf_append(b, *q == ' ' ? "\xe2\x96\x81" : q, *q == ' ' ? 3 : 1);
     }
     ob_key(b, "tokenizer.ggml.scores", GG_ARR);
     ob_u32(b, GG_F32);
     ob_u64(b, (uint64_t)n);
     for (int i = 0; i < n; i++) {
         float s = nv_tokenizer_score(tok, i);
-        ob_put(b, &s, 4);
+        nv_buf_append(b, &s, 4);
     }
     ob_key(b, "tokenizer.ggml.token_type", GG_ARR); /* 1 normal, 2 unknown, 3 control, 6 byte */
     ob_u32(b, GG_I32);
@@ -842,7 +823,7 @@ static int vocab_kvs(out_buf *b, const nv_tokenizer *tok) {
         unsigned x;
         char end;
         int32_t type = i == NV_TOKEN_UNK ? 2 : i <= NV_TOKEN_EOS ? 3 : sscanf(p, "<0x%2X%c", &x, &end) == 2 && end == '>' && strlen(p) == 6 ? 6 : 1;
-        ob_put(b, &type, 4);
+        nv_buf_append(b, &type, 4);
     }
     kv_u32(b, "tokenizer.ggml.unknown_token_id", NV_TOKEN_UNK);
     kv_u32(b, "tokenizer.ggml.bos_token_id", NV_TOKEN_BOS);
@@ -877,11 +858,11 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) return nv_fail(NV_ENOMEM, "out of memory");
     tensor_map(c, &m->w, t);
-    out_buf b = {0};
-    ob_put(&b, "GGUF", 4);
+    nv_buf b = {0};
+    nv_buf_append(&b, "GGUF", 4);
     ob_u32(&b, 3);
     ob_u64(&b, nt);
-    size_t kv_at = b.n;
+    size_t kv_at = b.len;
     ob_u64(&b, 0); /* the metadata count, filled in below */
     uint64_t n_kv = 13;
     kv_str(&b, "general.architecture", "llama");
@@ -898,7 +879,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
     kv_f32(&b, "llama.rope.freq_base", c->rope_theta);
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
-    if (!b.oom) memcpy(b.p + kv_at, &n_kv, 8);
+    if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
     /* matrices in Q8_0 where asked and their rows are whole blocks; vectors (norms) stay F32 */
     uint8_t **qdata = calloc(nt, sizeof *qdata);
     uint64_t *bytes = calloc(nt, sizeof *bytes);
@@ -919,14 +900,14 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         off += (bytes[i] + 31) / 32 * 32;
     }
     static const uint8_t zeros[32];
-    ob_put(&b, zeros, (32 - b.n % 32) % 32);
+    nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
     /* header, then each tensor and its padding: one atomic write */
     nv_iov *parts = calloc(2 * nt + 1, sizeof *parts);
     nv_err e = NV_OK;
     if (b.oom || !parts || oom) e = nv_fail(NV_ENOMEM, "out of memory");
     else {
         int np = 0;
-        parts[np++] = (nv_iov){b.p, b.n};
+        parts[np++] = (nv_iov){b.data, b.len};
         for (size_t i = 0; i < nt; i++) {
             parts[np++] = (nv_iov){qdata[i] ? (const void *)qdata[i] : (const void *)t[i].p, (size_t)bytes[i]};
             if (bytes[i] % 32) parts[np++] = (nv_iov){zeros, 32 - bytes[i] % 32};
@@ -937,7 +918,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     free(qdata);
     free(bytes);
     free(parts);
-    free(b.p);
+    nv_buf_free(&b);
     free(t);
     return e;
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/buf.h"
+#include "base/buf.h"
 
 static const char *const names[] = {"plain", "chatml", "llama2"};
 

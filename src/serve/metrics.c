@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 
 static const char *const finish_names[NV_FINISH_COUNT] = {"none",    "stop",     "length", "cancelled",
                                                           "timeout", "shutdown", "error"};

@@ -46,7 +46,7 @@
 
 #include "model/batch.h"
 #include "model/tokenizer.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 #include "serve/disk.h"
 #include "serve/kv.h"
 #include "serve/metrics.h"

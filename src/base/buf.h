@@ -2,8 +2,8 @@
  *
  * Contract: after any failed allocation the buffer is marked failed (oom = 1) and every later
  * append is a no-op, so a caller checks once at the end instead of after every append. */
-#ifndef NV_SERVE_BUF_H
-#define NV_SERVE_BUF_H
+#ifndef NV_BASE_BUF_H
+#define NV_BASE_BUF_H
 
 #include <stddef.h>
 
