@@ -240,9 +240,9 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
     nv_model m;
     /* a preset (random weights, context 4096), or a model file as it is (a GGUF file's quantized
        matrices then run from block-quantized plans where the engine has them) */
+    if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
     const int from_file = nv_config_preset(preset, &c) != NV_OK;
     if (from_file) {
-        if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
         /* as generate and serve load it: fp32 copies of quantized matrices only where a plan needs one */
         if (nv_model_load_quantized(preset, &m) != NV_OK)
             return cli_error("bench generate", 1, "--model %s is neither a preset nor a model file: %s", preset, nv_errmsg());
@@ -259,7 +259,6 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
     if (lens[0] > lens[1]) lens[0] = lens[1];
     if (prompt_decode + steps > c.seq_len) steps = c.seq_len - prompt_decode;
     if (!from_file) {
-        if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
         if (nv_model_alloc(&m, &c) != NV_OK) return cli_error("bench generate", 1, "%s", nv_errmsg());
         nv_model_init_random(&m, 1234);
     }

@@ -368,7 +368,8 @@ static int quant_form(uint32_t type, int *qb, int *offset) {
     return type == T_Q8_0 || type == T_Q6_K || *offset;
 }
 
-/* One block of a quantized type (block_of's values) into q, and its sub-blocks' s and o. */
+/* One block of a quantized type (block_of's values) into q, and its sub-blocks' s and, for the
+ * types with an offset (quant_form), o. */
 static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s, float *o) {
     switch (type) {
     case T_Q4_0:
@@ -648,10 +649,9 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         qm->s = malloc((size_t)nb * sizeof(float));
         qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
         if (!qm->q || !qm->s || (offset && !qm->o)) return nv_fail(NV_ENOMEM, "out of memory for %s's quantized values", name);
-        float o_unused[QK_K / 16];
-        for (uint64_t b = 0; b < n / per; b++)
+        for (uint64_t b = 0; b < n / per; b++) /* o is written only for the types with an offset */
             decompose_block(t->type, (const uint8_t *)t->data + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
-                            offset ? qm->o + b * per / (uint64_t)qb : o_unused);
+                            offset ? qm->o + b * per / (uint64_t)qb : NULL);
     }
     return NV_OK;
 }
