@@ -40,18 +40,24 @@ static ALWAYS_INLINE void KP(ukern)(const int mr, int K, const float *A, size_t 
     const float *a[MR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) a[r] = A + r * lda;
-    for (int kk = 0; kk < K; kk++) {
-        if (kk < npf)
-            for (int q = 0; q < NR; q += LINE_FLOATS) __builtin_prefetch(pf + (size_t)kk * NR + q, 0, 0);
-        VF b0 = vloadu(B), b1 = vloadu(B + VW);
-        B += NR;
-#pragma GCC unroll 12
-        for (int r = 0; r < mr; r++) {
-            VF x = vbcast(a[r][kk]);
-            c0[r] = vfma(x, b0, c0[r]);
-            c1[r] = vfma(x, b1, c1[r]);
-        }
+#define KP_STEP(kk)                                                                                                    \
+    do {                                                                                                               \
+        VF b0 = vloadu(B), b1 = vloadu(B + VW);                                                                        \
+        B += NR;                                                                                                       \
+        _Pragma("GCC unroll 12") for (int r = 0; r < mr; r++) {                                                        \
+            VF x = vbcast(a[r][kk]);                                                                                   \
+            c0[r] = vfma(x, b0, c0[r]);                                                                                \
+            c1[r] = vfma(x, b1, c1[r]);                                                                                \
+        }                                                                                                              \
+    } while (0)
+    /* Two loops, so that the steps that ask for nothing carry no test for it. */
+    int kk = 0;
+    for (; kk < npf && kk < K; kk++) {
+        for (int q = 0; q < NR; q += LINE_FLOATS) __builtin_prefetch(pf + (size_t)kk * NR + q, 0, 0);
+        KP_STEP(kk);
     }
+    for (; kk < K; kk++) KP_STEP(kk);
+#undef KP_STEP
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
         if (nc >= NR) {
@@ -184,9 +190,20 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
                 int nc = ncols - p * NR;
                 for (int r = r0; r < r1; r += MR) {
                     int mr = r1 - r < MR ? r1 - r : MR;
-                    /* the slice comes from memory when a few passes share it: ask a little ahead */
+                    /* C is read before the first multiply-add (the sums continue from it): ask for the
+                     * next tile now, so that it arrives while this one computes. */
+                    if (load_c) {
+                        const int rn = r + MR < r1 ? r + MR : r0, pn = r + MR < r1 ? p : p + 1;
+                        if (pn < np)
+                            for (int i = 0; i < (r1 - rn < MR ? r1 - rn : MR); i++) {
+                                const float *cp = C + (size_t)(rn + i) * ldc + (size_t)pn * NR;
+                                __builtin_prefetch(cp, 1, 3);
+                                __builtin_prefetch(cp + NR - 1, 1, 3);
+                            }
+                    }
+                    /* the slice comes from far only for the first pass over it: that pass asks ahead */
                     KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc,
-                              load_c, B + 16 * NR, kc);
+                              load_c, B + 16 * NR, r == r0 ? kc : 0);
                 }
             }
         }
