@@ -452,12 +452,14 @@ static void test_group(void) {
 }
 
 /* Block-quantized plans (int8 values, per-block scales and optional offsets, slices turned into
- * fp32 in L1) give exactly the bits of an fp32 plan on the same weights as floats; the AMX engines
- * refuse them (the caller then builds an fp32 plan). */
+ * fp32 in L1) give exactly the bits of an fp32 plan on the same weights as floats, with 8-bit panels
+ * and, when every value is 0..15, with 4-bit ones; the AMX engines refuse them (the caller then
+ * builds an fp32 plan). */
 static void test_quant(void) {
     static const int shapes[][3] = {{1, 37, 288}, {1, 64, 512}, {2, 64, 96}, {3, 33, 64}, {5, 20, 100},
                                     {7, 100, 288}, {16, 48, 512}, {17, 15, 32}, {25, 64, 96}, {200, 40, 288}};
     uint64_t seed = 4242;
+    for (int bits = 4; bits <= 8; bits += 4)
     for (int qb = 16; qb <= 32; qb += 16)
         for (int off = 0; off < 2; off++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -471,8 +473,9 @@ static void test_quant(void) {
                 rnd(x, (size_t)m * k, &seed);
                 for (size_t i = 0; i < (size_t)n * k; i++) {
                     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-                    q[i] = (int8_t)(seed >> 56);
+                    q[i] = bits == 4 ? (int8_t)(seed >> 60) : (int8_t)(seed >> 56);
                 }
+                if (bits == 8) q[(size_t)n * k / 2] = 16; /* one value past 4 bits keeps the plan at 8 */
                 for (int j = 0; j < n; j++)
                     for (int kk = 0; kk < k; kk++) {
                         float v = (float)q[(size_t)j * k + kk] * s[(size_t)j * nb + kk / qb];
@@ -489,11 +492,15 @@ static void test_quant(void) {
                 } else {
                     nv_plan_run(pq, x, m, y0);
                     nv_plan_run(pf, x, m, y1);
-                    T_CHECK(memcmp(y0, y1, sizeof(float) * m * n) == 0,
-                            "%dx%dx%d, blocks of %d%s: differs from the fp32 plan", m, n, k, qb, off ? " with offsets" : "");
-                    T_CHECK(nv_plan_quantized(pq) && !nv_plan_quantized(pf) &&
-                                nv_plan_packed_bytes(pq) * 2 < nv_plan_packed_bytes(pf),
-                            "packed bytes %zu vs %zu", nv_plan_packed_bytes(pq), nv_plan_packed_bytes(pf));
+                    T_CHECK(memcmp(y0, y1, sizeof(float) * m * n) == 0, "%dx%dx%d, %d-bit, blocks of %d%s: differs from the fp32 plan",
+                            m, n, k, bits, qb, off ? " with offsets" : "");
+                    /* the padded outputs (fp32 panels: 4 bytes per weight) times bits per value, plus the
+                     * float scales (and offsets) per block */
+                    const size_t outs = nv_plan_packed_bytes(pf) / 4 / (size_t)k;
+                    const size_t want = outs * (size_t)k * bits / 8 + outs * (size_t)nb * 4 * (off ? 2 : 1);
+                    T_CHECK(nv_plan_quantized(pq) == bits && !nv_plan_quantized(pf) && nv_plan_packed_bytes(pq) == want,
+                            "%d-bit: quantized %d, packed bytes %zu vs %zu", bits, nv_plan_quantized(pq),
+                            nv_plan_packed_bytes(pq), nv_plan_packed_bytes(pf));
                 }
                 nv_plan_free(pq);
                 nv_plan_free(pf);

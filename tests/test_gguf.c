@@ -335,33 +335,37 @@ static void test_export_roundtrip(void) {
     T_CHECK(t_nerve(args) == 0, "the run folder's GGUF does not generate: %s", t_err);
 }
 
-/* `nerve export --type q8_0` writes llama.cpp's Q8_0 (values within 0.6 of a step of the fp32
- * ones); loading it keeps the matrices as int8 for avx2/avx512 plans, which give exactly the logits
- * of fp32 plans over the dequantized weights, and stay close to the fp32 model's. */
-static void test_q8_0_export_and_quantized_plans(void) {
+/* `nerve export --type q8_0|q4_0` writes llama.cpp's Q8_0 (values within 0.6 of a step of the
+ * fp32 ones) or Q4_0 (within a step: the value of largest magnitude is exact, its opposite clamps
+ * to 7 steps); loading it keeps the matrices as int8 or 4-bit values for avx2/avx512 plans, which
+ * give exactly the logits of fp32 plans over the dequantized weights, and stay close to the fp32
+ * model's (Q4_0 less so: 16 levels). */
+static void export_and_quantized_plans(const char *type, int bits) {
     const char *bp = t_data("models/stories260K.bin"), *tp = t_data("models/tok512.bin");
     if (!bp || !tp) return;
     char out[700], args[4200];
-    snprintf(out, sizeof out, "%s/q8.gguf", t_tmpdir());
-    snprintf(args, sizeof args, "export %s -z %s -o %s --type q8_0", bp, tp, out);
+    snprintf(out, sizeof out, "%s/%s.gguf", t_tmpdir(), type);
+    snprintf(args, sizeof args, "export %s -z %s -o %s --type %s", bp, tp, out, type);
     T_CHECK(t_nerve(args) == 0, "export failed: %s", t_err);
-    snprintf(args, sizeof args, "export %s -o %s/q8.bin --type q8_0", bp, t_tmpdir());
-    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF"), "q8_0 to a llama2.c file: %s", t_err);
-    snprintf(args, sizeof args, "export %s -o %s/q4.gguf --type q4_0", bp, t_tmpdir());
+    snprintf(args, sizeof args, "export %s -o %s/%s.bin --type %s", bp, t_tmpdir(), type, type);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF"), "%s to a llama2.c file: %s", type, t_err);
+    snprintf(args, sizeof args, "export %s -o %s/q5.gguf --type q5_k", bp, t_tmpdir());
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--type"), "unknown type: %s", t_err);
     nv_model b, q, f;
     T_CHECK(nv_model_load(bp, &b) == NV_OK && nv_model_load(out, &q) == NV_OK && nv_model_load(out, &f) == NV_OK, "%s",
             nv_errmsg());
     if (!b.params || !q.params || !f.params) return;
     const nv_config *c = &b.config;
-    /* every matrix whose rows are whole blocks is Q8_0: its values within 0.6 steps (fp16 scale) */
+    /* every matrix whose rows are whole blocks is quantized: each value within 0.6 steps (Q8_0) or
+       1.05 steps (Q4_0) of its block's, the step being its largest magnitude / 127 or / 8 */
     double worst = 0;
     for (uint64_t i = 0; i < b.n_params; i++) worst = fmax(worst, fabs((double)b.params[i] - q.params[i]));
     float amax = 0;
     for (uint64_t i = 0; i < b.n_params; i++) amax = fmaxf(amax, fabsf(b.params[i]));
-    T_CHECK(worst > 0 && worst <= 0.6 * amax / 127, "Q8_0 moved a weight by %g (largest weight %g)", worst, (double)amax);
-    T_CHECK(q.quant && q.quant[0].q && q.quant[0].qb == 32 && !q.quant[0].o && !q.quant[5].q,
-            "Q8_0 sources: wq kept, w2 (rows of 172, not whole blocks) F32");
+    const double bound = bits == 8 ? 0.6 * amax / 127 : 1.05 * amax / 8;
+    T_CHECK(worst > 0 && worst <= bound, "%s moved a weight by %g (largest weight %g)", type, worst, (double)amax);
+    T_CHECK(q.quant && q.quant[0].q && q.quant[0].qb == 32 && !q.quant[0].o == (bits == 8) && !q.quant[5].q,
+            "%s sources: wq kept (with offsets for Q4_0), w2 (rows of 172, not whole blocks) F32", type);
     /* f: the same file with its quantized sources dropped, so fp32 plans over the same floats */
     for (int i = 0; f.quant && i <= c->n_layers * NV_LAYER_MATRICES; i++) free(f.quant[i].q), free(f.quant[i].s), free(f.quant[i].o);
     free(f.quant);
@@ -370,9 +374,9 @@ static void test_q8_0_export_and_quantized_plans(void) {
     T_CHECK(nv_model_build_plans(&b, e) == NV_OK && nv_model_build_plans(&q, e) == NV_OK && nv_model_build_plans(&f, e) == NV_OK,
             "%s", nv_errmsg());
     if (e != NV_ENGINE_SCALAR)
-        T_CHECK(nv_plan_quantized(q.plans[0].wq) && !nv_plan_quantized(q.plans[0].w2) && nv_plan_quantized(q.cls_plan) &&
-                    !nv_plan_quantized(f.plans[0].wq),
-                "which plans are block-quantized");
+        T_CHECK(nv_plan_quantized(q.plans[0].wq) == bits && !nv_plan_quantized(q.plans[0].w2) &&
+                    nv_plan_quantized(q.cls_plan) == bits && !nv_plan_quantized(f.plans[0].wq),
+                "which plans are block-quantized, with how many bits");
     enum { N = 40 };
     int toks[N];
     for (int i = 0; i < N; i++) toks[i] = i ? 3 + (i * 7919) % (c->vocab_size - 3) : 1;
@@ -392,8 +396,9 @@ static void test_q8_0_export_and_quantized_plans(void) {
         }
         agree += ix == iy;
     }
-    T_CHECK(agree >= N * 9 / 10 && dmax < 0.05 * lmax, "Q8_0 against fp32: top-1 %d of %d, logits moved %g (largest %g)",
-            agree, N, dmax, lmax);
+    T_CHECK(bits == 8 ? agree >= N * 9 / 10 && dmax < 0.05 * lmax : agree >= N / 2 && dmax < 0.5 * lmax,
+            "%s against fp32: top-1 %d of %d, logits moved %g (largest %g)", type, agree, N, dmax, lmax);
+    if (getenv("T_VERBOSE")) printf("    %s against fp32: top-1 %d of %d, logits moved %g (largest %g)\n", type, agree, N, dmax, lmax);
 
     /* loaded for inference (generate, serve): the quantized matrices get no fp32 copy unless a plan
        needs one, and the logits are the same */
@@ -433,6 +438,8 @@ static void test_q8_0_export_and_quantized_plans(void) {
     nv_model_free(&q);
     nv_model_free(&f);
 }
+static void test_q8_0_export_and_quantized_plans(void) { export_and_quantized_plans("q8_0", 8); }
+static void test_q4_0_export_and_quantized_plans(void) { export_and_quantized_plans("q4_0", 4); }
 
 /* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
  * --chat-template says otherwise. */
@@ -467,6 +474,7 @@ int main(void) {
     T_RUN(test_finetune_from_gguf);
     T_RUN(test_export_roundtrip);
     T_RUN(test_q8_0_export_and_quantized_plans);
+    T_RUN(test_q4_0_export_and_quantized_plans);
     T_RUN(test_serve_declared_template);
     return t_done();
 }

@@ -44,9 +44,9 @@ struct nv_plan {
     int kp;          /* amx: depth padded to the tile depth */
     const nv_kern_fp32 *kf;
     const nv_kern_amx *ka;
-    /* block-quantized (nv_plan_build_quant): pack holds int8 panels, with per-block scales and
-       offsets beside them */
-    int quant, qb;
+    /* block-quantized (nv_plan_build_quant): pack holds int8 panels (4-bit ones, q4, when every
+       value is 0..15), with per-block scales and offsets beside them */
+    int quant, q4, qb;
     float *qscale, *qoff; /* [np][k/qb][nr] */
 };
 
@@ -435,7 +435,7 @@ size_t nv_plan_packed_bytes(const nv_plan *p) {
     return p->pack_bytes + (p->wscale ? (size_t)p->n * sizeof(float) : 0);
 }
 
-int nv_plan_quantized(const nv_plan *p) { return p->quant; }
+int nv_plan_quantized(const nv_plan *p) { return p->quant ? (p->q4 ? 4 : 8) : 0; }
 
 void nv_plan_free(nv_plan *p) {
     if (!p) return;
@@ -448,20 +448,27 @@ void nv_plan_free(nv_plan *p) {
 
 /* ---------------------------------------------------------------- block-quantized plans */
 
-/* Q[p][kk][c] = q[(p*nr + c)*k + kk]; S, O [p][b][c] = s, o[(p*nr + c)*nb + b]; zero past the last output. */
+/* Q[p][kk][c] = q[(p*nr + c)*k + kk] (4-bit panels: byte kk*nr/2 + c holds c and c + nr/2);
+ * S, O [p][b][c] = s, o[(p*nr + c)*nb + b]; zero past the last output. */
 static void pack_quant_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
     const nv_qweights *w = c->qw;
     const int nr = p->kf->nr, n = p->n, k = p->k, nb = cdiv(k, p->qb);
     int p0 = (int)((long)p->np * task / nt), p1 = (int)((long)p->np * (task + 1) / nt);
+    const int qw = p->q4 ? nr / 2 : nr;
     for (int pi = p0; pi < p1; pi++) {
-        int8_t *dq = (int8_t *)p->pack + (size_t)pi * k * nr;
+        int8_t *dq = (int8_t *)p->pack + (size_t)pi * k * qw;
         float *ds = p->qscale + (size_t)pi * nb * nr, *dof = p->qoff ? p->qoff + (size_t)pi * nb * nr : NULL;
+        if (p->q4) memset(dq, 0, (size_t)k * qw);
         for (int cc = 0; cc < nr; cc++) {
             const int j = pi * nr + cc;
             const int8_t *q = j < n ? w->q + (size_t)j * k : NULL;
-            for (int kk = 0; kk < k; kk++) dq[(size_t)kk * nr + cc] = q ? q[kk] : 0;
+            if (!p->q4)
+                for (int kk = 0; kk < k; kk++) dq[(size_t)kk * nr + cc] = q ? q[kk] : 0;
+            else if (q)
+                for (int kk = 0; kk < k; kk++)
+                    dq[(size_t)kk * qw + cc % qw] |= (int8_t)(uint8_t)(q[kk] << (cc < qw ? 0 : 4));
             for (int b = 0; b < nb; b++) {
                 ds[(size_t)b * nr + cc] = j < n ? w->s[(size_t)j * nb + b] : 0.0f;
                 if (dof) dof[(size_t)b * nr + cc] = j < n ? w->o[(size_t)j * nb + b] : 0.0f;
@@ -484,7 +491,10 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     p->np = cdiv(n, p->kf->nr);
     p->quant = 1;
     p->qb = w->qb;
-    p->pack_bytes = (size_t)p->np * p->kf->nr * k;
+    /* 4-bit panels when the values allow (Q4_0, Q4_1, Q4_K): half the bytes to stream */
+    p->q4 = 1;
+    for (size_t i = 0; i < (size_t)n * k && p->q4; i++) p->q4 = w->q[i] >= 0 && w->q[i] <= 15;
+    p->pack_bytes = (size_t)p->np * p->kf->nr * k / (p->q4 ? 2 : 1);
     const size_t ns = (size_t)p->np * cdiv(k, w->qb) * p->kf->nr;
     p->pack = aalloc(p->pack_bytes);
     p->qscale = aalloc(ns * sizeof(float));
@@ -595,7 +605,8 @@ static void fp32_run_task(void *vc, int task, int nt) {
     if (r0 >= r1 || c0 >= c1) return;
     if (p->quant) {
         const size_t sb = (size_t)c0 * cdiv(k, p->qb) * nr;
-        p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * nr, p->qscale + sb,
+        p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * (p->q4 ? nr / 2 : nr), p->q4,
+                       p->qscale + sb,
                        p->qoff ? p->qoff + sb : NULL, p->qb, c1 - c0, c->out + (size_t)r0 * n + (size_t)c0 * nr, n,
                        n - c0 * nr);
         return;

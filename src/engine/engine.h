@@ -122,13 +122,14 @@ typedef struct {
     const float *s, *o;
     int qb;
 } nv_qweights;
-/* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4):
+/* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4),
+ * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K: about 0.6-0.75 bytes per weight):
  * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
  * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
  * avx512 only (NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
-int nv_plan_quantized(const nv_plan *p);
+int nv_plan_quantized(const nv_plan *p); /* 0: fp32 weights; 8 or 4: bits per stored value */
 /* Bytes of weight one pass of the plan reads: the packed copy (with amx-int8's per-channel scales, or
  * a block-quantized plan's int8 panels with their block scales and offsets), or for scalar the
  * caller's n x k floats. */

@@ -19,6 +19,13 @@ static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256
 #define vmul(a, b) _mm256_mul_ps(a, b)
 #define vadd(a, b) _mm256_add_ps(a, b)
 #define vload_q8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+/* one widening load, each byte in a 32-bit lane: its low nibble is an and, its high one a shift */
+#define vload_q4(p, lo, hi)                                                                                            \
+    do {                                                                                                               \
+        const __m256i b_ = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)));                               \
+        lo = _mm256_cvtepi32_ps(_mm256_and_si256(b_, _mm256_set1_epi32(15)));                                          \
+        hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b_, 4));                                                             \
+    } while (0)
 static inline __m256 vload_n(const float *p, int n) {
     if (n >= 8) return _mm256_loadu_ps(p);
     if (n <= 0) return _mm256_setzero_ps();

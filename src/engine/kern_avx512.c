@@ -19,6 +19,12 @@
 #define vmul(a, b) _mm512_mul_ps(a, b)
 #define vadd(a, b) _mm512_add_ps(a, b)
 #define vload_q8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define vload_q4(p, lo, hi)                                                                                            \
+    do {                                                                                                               \
+        const __m512i b_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)));                                \
+        lo = _mm512_cvtepi32_ps(_mm512_and_si512(b_, _mm512_set1_epi32(15)));                                          \
+        hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b_, 4));                                                             \
+    } while (0)
 static inline __mmask16 lane_mask(int n) { return (__mmask16)((1u << n) - 1u); }
 static inline __m512 vload_n(const float *p, int n) {
     if (n >= 16) return _mm512_loadu_ps(p);

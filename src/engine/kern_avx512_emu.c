@@ -38,6 +38,14 @@ static inline v16 vload_q8(const int8_t *p) {
     return (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))),
                  _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))))};
 }
+static inline void vload_q4_emu(const int8_t *p, v16 *lo, v16 *hi) {
+    const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
+    const __m256i f = _mm256_set1_epi32(15);
+    *lo = (v16){_mm256_cvtepi32_ps(_mm256_and_si256(a, f)), _mm256_cvtepi32_ps(_mm256_and_si256(b, f))};
+    *hi = (v16){_mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4)), _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4))};
+}
+#define vload_q4(p, lo, hi) vload_q4_emu(p, &(lo), &(hi))
 static inline v16 vload_n(const float *p, int n) {
     if (n >= 16) return vloadu(p);
     if (n <= 0) return vzero();

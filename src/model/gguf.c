@@ -846,10 +846,28 @@ static void quantize_q8_0(const float *x, uint64_t n, uint8_t *out) {
     }
 }
 
+/* x (n values, n a multiple of 32) as Q4_0 blocks, as llama.cpp's quantize_row_q4_0_ref. */
+static void quantize_q4_0(const float *x, uint64_t n, uint8_t *out) {
+    for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 18) {
+        float amax = 0.0f, max = 0.0f; /* the value of largest magnitude, with its sign */
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+        const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t h = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(out, &h, 2);
+        for (int j = 0; j < QK / 2; j++) { /* clamped before the cast, as quantize_q8_0 */
+            float v0 = x[j] * id + 8.5f, v1 = x[j + QK / 2] * id + 8.5f;
+            v0 = v0 != v0 ? 8.0f : fminf(15.0f, fmaxf(0.0f, v0));
+            v1 = v1 != v1 ? 8.0f : fminf(15.0f, fmaxf(0.0f, v1));
+            out[2 + j] = (uint8_t)((int)v0 | (int)v1 << 4);
+        }
+    }
+}
+
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
     const nv_config *c = &m->config;
-    if (type != NV_GGUF_F32 && type != NV_GGUF_Q8_0)
-        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32 or Q8_0)", path, type);
+    if (type != NV_GGUF_F32 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0)
+        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, Q8_0 or Q4_0)", path, type);
     if (c->qk_norm)
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF's llama architecture has no QK-norm; this model cannot be written as one", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
@@ -867,7 +885,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 13;
     kv_str(&b, "general.architecture", "llama");
     kv_str(&b, "general.name", name);
-    kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : 0); /* llama.cpp's MOSTLY_Q8_0, ALL_F32 */
+    kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : type == NV_GGUF_Q4_0 ? 2 : 0); /* llama.cpp's MOSTLY_Q8_0, MOSTLY_Q4_0, ALL_F32 */
     kv_u32(&b, "llama.context_length", (uint32_t)c->seq_len);
     kv_u32(&b, "llama.embedding_length", (uint32_t)c->dim);
     kv_u32(&b, "llama.block_count", (uint32_t)c->n_layers);
@@ -880,22 +898,22 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, "llama.rope.freq_base", c->rope_theta);
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
     if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
-    /* matrices in Q8_0 where asked and their rows are whole blocks; vectors (norms) stay F32 */
+    /* matrices in the type asked where their rows are whole blocks; vectors (norms) stay F32 */
     uint8_t **qdata = calloc(nt, sizeof *qdata);
     uint64_t *bytes = calloc(nt, sizeof *bytes);
     int oom = !qdata || !bytes;
     uint64_t off = 0;
     for (size_t i = 0; i < nt && !oom; i++) {
         const uint64_t n = t[i].d0 * t[i].d1;
-        const int q8 = type == NV_GGUF_Q8_0 && t[i].d1 != 1 && t[i].d0 % QK == 0;
-        bytes[i] = q8 ? n / QK * 34 : n * 4;
-        if (q8 && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
-        if (q8 && qdata[i]) quantize_q8_0(t[i].p, n, qdata[i]);
+        const int quant = type != NV_GGUF_F32 && t[i].d1 != 1 && t[i].d0 % QK == 0;
+        bytes[i] = quant ? n / QK * (type == NV_GGUF_Q8_0 ? 34 : 18) : n * 4;
+        if (quant && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
+        if (quant && qdata[i]) (type == NV_GGUF_Q8_0 ? quantize_q8_0 : quantize_q4_0)(t[i].p, n, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);
         if (t[i].d1 != 1) ob_u64(&b, t[i].d1);
-        ob_u32(&b, q8 ? T_Q8_0 : T_F32);
+        ob_u32(&b, quant ? type : T_F32);
         ob_u64(&b, off);
         off += (bytes[i] + 31) / 32 * 32;
     }

@@ -79,11 +79,13 @@ nv_err nv_gguf_load_model(const char *path, nv_model *m);
 nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
 /* Tensor types nv_gguf_save writes (ggml's codes). */
 #define NV_GGUF_F32 0u
+#define NV_GGUF_Q4_0 2u
 #define NV_GGUF_Q8_0 8u
 /* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model,
  * atomically: what llama.cpp reads. type NV_GGUF_F32: every tensor F32, read back bit for bit.
- * NV_GGUF_Q8_0: the matrices whose rows are whole blocks of 32 quantized as llama.cpp's
- * reference quantizer does (scale max|x|/127 in fp16, values rounded), the rest F32.
+ * NV_GGUF_Q8_0 / NV_GGUF_Q4_0: the matrices whose rows are whole blocks of 32 quantized as
+ * llama.cpp's reference quantizers do (Q8_0: scale max|x|/127, values rounded; Q4_0: scale
+ * -(the value of largest magnitude)/8, values 0..15 around 8; scales in fp16), the rest F32.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type);
 /* 1 when path is a GGUF file whose metadata holds a vocabulary. */
