@@ -364,6 +364,16 @@ static void export_and_quantized_plans(const char *type, int bits) {
     for (uint64_t i = 0; i < b.n_params; i++) amax = fmaxf(amax, fabsf(b.params[i]));
     const double bound = bits == 8 ? 0.6 * amax / 127 : 1.05 * amax / 8;
     T_CHECK(worst > 0 && worst <= bound, "%s moved a weight by %g (largest weight %g)", type, worst, (double)amax);
+    const size_t wq_len = (size_t)nv_config_q_dim(&b.config) * b.config.dim; /* and per block of wq */
+    for (size_t b0 = 0; b0 + 32 <= wq_len; b0 += 32) {
+        float bmax = 0, bworst = 0;
+        for (int j = 0; j < 32; j++) bmax = fmaxf(bmax, fabsf(b.w.wq[b0 + j]));
+        for (int j = 0; j < 32; j++) bworst = fmaxf(bworst, fabsf(b.w.wq[b0 + j] - q.w.wq[b0 + j]));
+        if (bworst > (bits == 8 ? 0.6f * bmax / 127 : 1.05f * bmax / 8)) {
+            T_CHECK(0, "%s: block %zu of wq moved by %g (its largest %g)", type, b0 / 32, (double)bworst, (double)bmax);
+            break;
+        }
+    }
     T_CHECK(q.quant && q.quant[0].q && q.quant[0].qb == 32 && !q.quant[0].o == (bits == 8) && !q.quant[5].q,
             "%s sources: wq kept (with offsets for Q4_0), w2 (rows of 172, not whole blocks) F32", type);
     /* f: the same file with its quantized sources dropped, so fp32 plans over the same floats */
@@ -439,6 +449,30 @@ static void export_and_quantized_plans(const char *type, int bits) {
     nv_model_free(&f);
 }
 static void test_q8_0_export_and_quantized_plans(void) { export_and_quantized_plans("q8_0", 8); }
+
+/* The Q4_0 writer on a block whose answer is known: the value of largest magnitude (-8) sets the
+ * scale (1) and comes back exact, values round half up to a level (x + 8.5 truncated), a value past
+ * +7 clamps to 7, and the second 16 values are the high nibbles (a swap would move them). */
+static void test_q4_0_writer_known_block(void) {
+    const char *bp = t_data("models/stories260K.bin");
+    if (!bp) return;
+    nv_model m;
+    T_CHECK(nv_model_load(bp, &m) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    static const float x[32] = {-8, -7, 7, 0.4f, 0.5f, -0.5f, -0.6f, 7.9f, 3.25f, -3.5f, 1, 2, 3, 4, 5, 6,
+                                -1, -2, -3, -4, -5, -6, 0, 0.49f, 6.5f, -7.5f, 1.5f, 2.5f, -2.5f, 0.1f, -0.1f, 5.5f};
+    static const float want[32] = {-8, -7, 7, 0, 1, 0, -1, 7, 3, -3, 1, 2, 3, 4, 5, 6,
+                                   -1, -2, -3, -4, -5, -6, 0, 0, 7, -7, 2, 3, -2, 0, 0, 6};
+    memcpy(m.w.wq, x, sizeof x);
+    const char *p = t_path("known_q4.gguf");
+    T_CHECK(nv_gguf_save(&m, NULL, "known", p, NV_GGUF_Q4_0) == NV_OK, "%s", nv_errmsg());
+    nv_model r;
+    T_CHECK(nv_model_load(p, &r) == NV_OK, "%s", nv_errmsg());
+    if (r.params)
+        for (int j = 0; j < 32; j++) T_CHECK(r.w.wq[j] == want[j], "value %d: %g written, %g read back, want %g", j, (double)x[j], (double)r.w.wq[j], (double)want[j]);
+    nv_model_free(&r);
+    nv_model_free(&m);
+}
 static void test_q4_0_export_and_quantized_plans(void) { export_and_quantized_plans("q4_0", 4); }
 
 /* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
@@ -475,6 +509,7 @@ int main(void) {
     T_RUN(test_export_roundtrip);
     T_RUN(test_q8_0_export_and_quantized_plans);
     T_RUN(test_q4_0_export_and_quantized_plans);
+    T_RUN(test_q4_0_writer_known_block);
     T_RUN(test_serve_declared_template);
     return t_done();
 }

@@ -199,13 +199,15 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
                         if (pn < np)
                             for (int i = 0; i < (r1 - rn < MR ? r1 - rn : MR); i++) {
                                 const float *cp = C + (size_t)(rn + i) * ldc + (size_t)pn * NR;
-                                __builtin_prefetch(cp, 1, 3);
-                                __builtin_prefetch(cp + NR - 1, 1, 3);
+                                __builtin_prefetch(cp, 1, 3); /* the tile's last column too: it may cross a line */
+                                __builtin_prefetch(cp + (ncols - pn * NR < NR ? ncols - pn * NR : NR) - 1, 1, 3);
                             }
                     }
-                    /* the slice comes from far only for the first pass over it: that pass asks ahead */
+                    /* the slice comes from far only for the first pass over it: that pass asks 16 depths
+                     * ahead, never past the last panel's end */
+                    const long ahead = (long)(np - p) * K - k0 - 16;
                     KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc,
-                              load_c, B + 16 * NR, r == r0 ? kc : 0);
+                              load_c, ahead > 0 ? B + 16 * NR : B, r == r0 ? (int)(ahead < kc ? (ahead > 0 ? ahead : 0) : kc) : 0);
                 }
             }
         }
@@ -269,8 +271,9 @@ static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0,
         const VF s0 = vloadu(S0 + (size_t)b * NR), s1 = vloadu(S0 + (size_t)b * NR + VW);
         const VF s2 = vloadu(S1 + (size_t)b * NR), s3 = vloadu(S1 + (size_t)b * NR + VW);
         for (int kk = k0; kk < ke; kk++) {
-            if (pf && (kk & 3) == 0)
-                for (int l = 0; l < 8 * QW(Q4); l += 64) __builtin_prefetch(pf + (size_t)kk * 2 * QW(Q4) + l, 0, 0);
+            if (pf && (kk & 3) == 0) /* four depths of the next pair, within its 2 x K x QW bytes */
+                for (size_t off = (size_t)kk * 2 * QW(Q4), l = 0; l < 8 * QW(Q4) && off + l < (size_t)K * 2 * QW(Q4); l += 64)
+                    __builtin_prefetch(pf + off + l, 0, 0);
             const VF x = vbcast(a[kk]);
             const int8_t *q0 = Q0 + (size_t)kk * QW(Q4), *q1 = Q1 + (size_t)kk * QW(Q4);
             VF w0, w1, w2, w3;
