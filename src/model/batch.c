@@ -58,6 +58,21 @@ float nv_kv_get(const nv_kv_pages *kv, size_t i) {
     return kv->dtype == NV_KV_F16 ? _cvtsh_ss(((const uint16_t *)kv->data)[i]) : ((const float *)kv->data)[i];
 }
 
+/* Asks for count page elements (at most 4 KiB of them) from element i on: the start of a head's keys
+ * or values in the next block, which lies a whole block of all layers away (no hardware stream
+ * finds it). */
+static inline void kv_prefetch(const void *base, size_t i, size_t count, const int F16) {
+    const size_t bytes = count * (F16 ? 2 : 4) < 4096 ? count * (F16 ? 2 : 4) : 4096;
+    const char *p = (const char *)base + i * (F16 ? 2 : 4);
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
+/* Lanes 0..n-1 set (0 < n < 8). */
+static inline __m256i lane_mask8(int n) {
+    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(m + 8 - n));
+}
+
 /* Loads of page elements as fp32: F16 is a constant in each instance of the kernels below. */
 static inline __attribute__((always_inline)) __m256 kv_load8(const void *base, size_t i, const int F16) {
     return F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
@@ -197,6 +212,129 @@ static inline __attribute__((always_inline)) void scores_pair_any(int nz, const 
     }
 }
 
+/* Scores of R rows of a group (queries q[r], row r seeing cnt[r] positions of the block, cnt[r] <= 0:
+ * none) against 8*NZ positions z0.. of one key block ([hd][B] at element kt): R*NZ independent sums,
+ * each lane summing q[i] k[i] over i in order, multiply then add, as the one-row loop. */
+static inline __attribute__((always_inline)) void scores_rows(const int R, const int NZ, const float *const *q, int hd,
+                                                              const void *pages, size_t kt, int B, int z0,
+                                                              const int *cnt, float scale, float *const *att,
+                                                              const int F16) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NZ; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i++) {
+        __m256 k[2];
+#pragma GCC unroll 4
+        for (int c = 0; c < NZ; c++) k[c] = kv_load8(pages, kt + (size_t)i * B + z0 + 8 * c, F16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256 qi = _mm256_set1_ps(q[r][i]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NZ; c++) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(qi, k[c]));
+        }
+    }
+    const __m256 vscale = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NZ; c++) { /* the lanes past the row's count are not stored */
+            const int n = cnt[r] - z0 - 8 * c;
+            const __m256 v = _mm256_div_ps(acc[r][c], vscale);
+            if (n >= 8) _mm256_storeu_ps(att[r] + z0 + 8 * c, v);
+            else if (n > 0) _mm256_maskstore_ps(att[r] + z0 + 8 * c, lane_mask8(n), v);
+        }
+}
+
+static inline __attribute__((always_inline)) void scores_rows_any(int R, int NZ, const float *const *q, int hd,
+                                                                  const void *pages, size_t kt, int B, int z0,
+                                                                  const int *cnt, float scale, float *const *att,
+                                                                  const int F16) {
+#define SR(r, nz) scores_rows(r, nz, q, hd, pages, kt, B, z0, cnt, scale, att, F16)
+    switch (R * 2 + NZ - 1) {
+    case 2: SR(1, 1); break;
+    case 3: SR(1, 2); break;
+    case 4: SR(2, 1); break;
+    case 5: SR(2, 2); break;
+    case 6: SR(3, 1); break;
+    case 7: SR(3, 2); break;
+    case 8: SR(4, 1); break;
+    default: SR(4, 2); break;
+    }
+#undef SR
+}
+
+/* Outputs of the G rows of a group (row g sees positions 0..last0 + g) over NV*8 dimensions at
+ * element i0 of the head: blocks outermost, so each block's values are read from memory once and
+ * swept by every row that sees them from L1; a row's NV sums stay in registers across the block and
+ * wait in its output row between blocks (exact: an fp32 store and load). Each lane still sums
+ * att[u] v[u][i] over u in order, multiply then add. */
+static inline __attribute__((always_inline)) void values_group(const int NV, int G, const float *att0, size_t att_ld,
+                                                               int last0, const nv_kv_pages *kv, const int *blocks,
+                                                               int l, size_t koff, int hd, int i0, float *out0,
+                                                               size_t out_ld, const int F16) {
+    const int B = kv->block_size;
+    const void *pages = kv->data;
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < NV; c++) _mm256_storeu_ps(out0 + (size_t)g * out_ld + 8 * c, _mm256_setzero_ps());
+    enum { CHUNK = 64 }; /* positions made fp32 at once (fp16 pages): 16 KiB at most */
+    float vbuf[CHUNK * 64] __attribute__((aligned(32)));
+    for (int u0 = 0; u0 <= last0 + G - 1; u0 += B) {
+        const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
+        if (u0 + B <= last0 + G - 1 && i0 == 0)
+            kv_prefetch(pages, nv_kv_values_at(kv, blocks[u0 / B + 1], l) + koff * B, (size_t)B * hd, F16);
+        const int seen = last0 + G - u0 < B ? last0 + G - u0 : B; /* positions of the block the last row sees */
+        for (int z0 = 0; z0 < seen; z0 += CHUNK) {
+            const int zn = seen - z0 < CHUNK ? seen - z0 : CHUNK;
+            const float *v = (const float *)pages + vb + (size_t)z0 * hd; /* fp32 pages: read in place */
+            size_t vld = (size_t)hd;
+            if (F16) { /* each value made fp32 once for all the rows, not once per row */
+                for (int z = 0; z < zn; z++)
+#pragma GCC unroll 8
+                    for (int c = 0; c < NV; c++)
+                        _mm256_store_ps(vbuf + (size_t)z * 8 * NV + 8 * c, kv_load8(pages, vb + (size_t)(z0 + z) * hd + 8 * c, 1));
+                v = vbuf;
+                vld = (size_t)8 * NV;
+            }
+            for (int g = u0 + z0 > last0 ? u0 + z0 - last0 : 0; g < G; g++) {
+                const float *att = att0 + (size_t)g * att_ld + u0 + z0;
+                float *out = out0 + (size_t)g * out_ld;
+                const int cnt = last0 + g - u0 - z0 + 1 < zn ? last0 + g - u0 - z0 + 1 : zn;
+                __m256 o[8];
+#pragma GCC unroll 8
+                for (int c = 0; c < NV; c++) o[c] = _mm256_loadu_ps(out + 8 * c);
+                for (int z = 0; z < cnt; z++) {
+                    const __m256 a = _mm256_set1_ps(att[z]);
+#pragma GCC unroll 8
+                    for (int c = 0; c < NV; c++)
+                        o[c] = _mm256_add_ps(o[c], _mm256_mul_ps(a, _mm256_loadu_ps(v + (size_t)z * vld + 8 * c)));
+                }
+#pragma GCC unroll 8
+                for (int c = 0; c < NV; c++) _mm256_storeu_ps(out + 8 * c, o[c]);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void values_group_any(int NV, int G, const float *att0, size_t att_ld,
+                                                                   int last0, const nv_kv_pages *kv, const int *blocks,
+                                                                   int l, size_t koff, int hd, int i0, float *out0,
+                                                                   size_t out_ld, const int F16) {
+#define VG(nv) values_group(nv, G, att0, att_ld, last0, kv, blocks, l, koff, hd, i0, out0, out_ld, F16)
+    switch (NV) {
+    case 1: VG(1); break;
+    case 2: VG(2); break;
+    case 3: VG(3); break;
+    case 4: VG(4); break;
+    case 5: VG(5); break;
+    case 6: VG(6); break;
+    case 7: VG(7); break;
+    default: VG(8); break;
+    }
+#undef VG
+}
+
 /* Causal attention of (group, head) units task, task + n_tasks, ... over each row's own pages: the
  * sums of forward.c's attention() in the same order for every element. A group is up to GROUP
  * consecutive rows of one sequence at consecutive positions (a prefill chunk), or a single row.
@@ -234,7 +372,27 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                 u_done = (bi + 2) * B;
             }
         }
-        for (int u0 = u_done; u0 <= plast; u0 += B) {
+        for (int u0 = u_done; u0 <= plast && B % 8 == 0; u0 += B) {
+            /* four rows and sixteen positions at a time: eight sums in flight, each key vector loaded
+             * once for four rows (rows that do not reach the block are skipped) */
+            const size_t kt = nv_kv_keys_at(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
+            if (u0 + B <= plast) kv_prefetch(pages, nv_kv_keys_at(kv, blocks[u0 / B + 1], l) + koff * B, (size_t)B * hd, F16);
+            for (int gr = u0 > p0 ? u0 - p0 : 0; gr < G; gr += 4) {
+                const int R = G - gr < 4 ? G - gr : 4;
+                const float *qr[4];
+                float *ar[4];
+                int cnt[4];
+                for (int r = 0; r < R; r++) {
+                    qr[r] = s->r.q + (size_t)(r0 + gr + r) * q_dim + (size_t)h * hd;
+                    ar[r] = att0 + (size_t)(gr + r) * s->seq_len + u0;
+                    cnt[r] = p0 + gr + r - u0 + 1 < B ? p0 + gr + r - u0 + 1 : B;
+                }
+                for (int z0 = 0; z0 < cnt[R - 1]; z0 += 16)
+                    scores_rows_any(R, B - z0 >= 16 ? 2 : 1, qr, hd, pages, kt, B, z0, cnt, scale, ar, F16);
+            }
+            u_done = u0 + B;
+        }
+        for (int u0 = u_done; u0 <= plast; u0 += B) { /* a block size that is not a multiple of 8 */
             const size_t kt = nv_kv_keys_at(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
             for (int gr = 0; gr < G; gr++) {
                 int p = p0 + gr;
@@ -279,23 +437,9 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
 #pragma GCC unroll 8
                 for (int e = 0; e < 8; e++) _mm256_storeu_ps(dst + 8 * e, o[e]);
             }
-        for (; i0 + 8 <= hd; i0 += 8) {
-            __m256 o[GROUP];
-            for (int gr = 0; gr < G; gr++) o[gr] = _mm256_setzero_ps();
-            for (int u0 = 0; u0 <= plast; u0 += B) {
-                const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
-                for (int gr = 0; gr < G; gr++) {
-                    int p = p0 + gr;
-                    if (u0 > p) continue;
-                    const float *att = att0 + (size_t)gr * s->seq_len;
-                    int cnt = p - u0 + 1 < B ? p - u0 + 1 : B;
-                    for (int z = 0; z < cnt; z++)
-                        o[gr] = _mm256_add_ps(o[gr], _mm256_mul_ps(_mm256_set1_ps(att[u0 + z]),
-                                                                   kv_load8(pages, vb + (size_t)z * hd, F16)));
-                }
-            }
-            for (int gr = 0; gr < G; gr++) _mm256_storeu_ps(s->r.xb + (size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0, o[gr]);
-        }
+        for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv)
+            values_group_any(nv, G, att0, s->seq_len, p0, kv, blocks, l, koff, hd, i0,
+                             s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0, q_dim, F16);
         for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
             for (int gr = 0; gr < G; gr++) {
                 const float *att = att0 + (size_t)gr * s->seq_len;

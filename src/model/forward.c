@@ -72,16 +72,28 @@ void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float e
     for (int j = 0; j < size; j++) o[j] = weight[j] * (ss * x[j]);
 }
 
+/* llama2.c's softmax, value for value: the maximum (exact in any order: 8 lanes, NaN ignored as the
+ * scalar comparison ignores it), libm's expf, the sum left to right, then each value divided by it
+ * (8 lanes: the same correctly rounded division). */
 void nv_softmax(float *x, int size) {
     float max_val = x[0];
-    for (int i = 1; i < size; i++)
-        if (x[i] > max_val) max_val = x[i];
-    float sum = 0.0f;
-    for (int i = 0; i < size; i++) {
-        x[i] = expf(x[i] - max_val);
-        sum += x[i];
+    int i = 1;
+    if (size >= 9) {
+        __m256 m = _mm256_set1_ps(x[0]);
+        for (; i + 8 <= size; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m); /* NaN in x: keeps m */
+        float lanes[8];
+        _mm256_storeu_ps(lanes, m);
+        for (int j = 0; j < 8; j++)
+            if (lanes[j] > max_val) max_val = lanes[j];
     }
-    for (int i = 0; i < size; i++) x[i] /= sum;
+    for (; i < size; i++)
+        if (x[i] > max_val) max_val = x[i];
+    for (i = 0; i < size; i++) x[i] = expf(x[i] - max_val);
+    float sum = 0.0f;
+    for (i = 0; i < size; i++) sum += x[i];
+    const __m256 vs = _mm256_set1_ps(sum);
+    for (i = 0; i + 8 <= size; i += 8) _mm256_storeu_ps(x + i, _mm256_div_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < size; i++) x[i] /= sum;
 }
 
 void nv_rope(float *vec, int n_heads, int head_dim, int pos, float theta) {
