@@ -137,6 +137,46 @@ static void test_general_config_forward(void) {
     nv_model_free(&m);
 }
 
+/* Prompt rows attend in groups (each key transposed once for them, values swept 64 positions at a
+ * time): with head sizes of 72 (64 + 8 dimensions) and 10 (8 + a scalar tail), GQA, 90 positions
+ * in chunks of 16 and of 5, every row's logits equal the token-by-token ones bit for bit. */
+static void test_chunked_attention_shapes(void) {
+    static const int head_dims[] = {72, 10};
+    for (size_t hi = 0; hi < sizeof head_dims / sizeof head_dims[0]; hi++) {
+        const int hd = head_dims[hi];
+        nv_config c = {64, 96, 2, 4, 2, hd, 61, 96, 10000.0f, 1e-5f, 1, 0};
+        nv_model m;
+        T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+        nv_model_init_random(&m, 11 + (uint64_t)hd);
+        T_CHECK(nv_model_build_plans(&m, nv_engine_best_fp32()) == NV_OK, "%s", nv_errmsg());
+        enum { N = 90 };
+        int toks[N];
+        for (int i = 0; i < N; i++) toks[i] = (i * 17 + 3) % 61;
+        nv_state one;
+        T_CHECK(nv_state_init(&one, &c, 1, 96, 0) == NV_OK, "%s", nv_errmsg());
+        float *want = malloc(sizeof(float) * N * 61);
+        for (int p = 0; want && p < N; p++) {
+            nv_forward(&m, &one, &toks[p], 1, p);
+            memcpy(want + (size_t)p * 61, one.logits, sizeof(float) * 61);
+        }
+        for (int chunk = 16; chunk >= 5; chunk -= 11) {
+            nv_state st;
+            T_CHECK(nv_state_init(&st, &c, chunk, 96, 1) == NV_OK, "%s", nv_errmsg());
+            int same = 1;
+            for (int p = 0; want && p < N; p += chunk) {
+                const int n = N - p < chunk ? N - p : chunk;
+                T_CHECK(nv_forward(&m, &st, toks + p, n, p) == NV_OK, "%s", nv_errmsg());
+                same &= memcmp(st.logits, want + (size_t)p * 61, sizeof(float) * n * 61) == 0;
+            }
+            T_CHECK(same, "head size %d, chunks of %d: logits differ from token-by-token", hd, chunk);
+            nv_state_free(&st);
+        }
+        free(want);
+        nv_state_free(&one);
+        nv_model_free(&m);
+    }
+}
+
 static void test_separate_classifier_v0_and_v1(void) {
     /* a tiny v0 file with negative vocab (separate classifier) built by hand */
     nv_config c = {16, 24, 1, 2, 2, 8, 11, 6, 10000.0f, 1e-5f, 0, 0};
@@ -392,6 +432,7 @@ int main(void) {
     T_RUN(test_v1_roundtrip_and_exact_greedy);
     T_RUN(test_chunked_prefill_is_exact);
     T_RUN(test_general_config_forward);
+    T_RUN(test_chunked_attention_shapes);
     T_RUN(test_separate_classifier_v0_and_v1);
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "model/attn_kern.h"
 #include "model/forward.h"
 
 /* Tasks an attention pass is split into (each owns GROUP scratch rows of scores). */
@@ -65,21 +66,6 @@ static inline void kv_prefetch(const void *base, size_t i, size_t count, const i
     const size_t bytes = count * (F16 ? 2 : 4) < 4096 ? count * (F16 ? 2 : 4) : 4096;
     const char *p = (const char *)base + i * (F16 ? 2 : 4);
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
-}
-
-/* Lanes 0..n-1 set (0 < n < 8). */
-static inline __m256i lane_mask8(int n) {
-    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    return _mm256_loadu_si256((const __m256i *)(m + 8 - n));
-}
-
-/* Loads of page elements as fp32: F16 is a constant in each instance of the kernels below. */
-static inline __attribute__((always_inline)) __m256 kv_load8(const void *base, size_t i, const int F16) {
-    return F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
-               : _mm256_loadu_ps((const float *)base + i);
-}
-static inline __attribute__((always_inline)) float kv_load1(const void *base, size_t i, const int F16) {
-    return F16 ? _cvtsh_ss(((const uint16_t *)base)[i]) : ((const float *)base)[i];
 }
 
 nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs) {
@@ -212,59 +198,6 @@ static inline __attribute__((always_inline)) void scores_pair_any(int nz, const 
     }
 }
 
-/* Scores of R rows of a group (queries q[r], row r seeing cnt[r] positions of the block, cnt[r] <= 0:
- * none) against 8*NZ positions z0.. of one key block ([hd][B] at element kt): R*NZ independent sums,
- * each lane summing q[i] k[i] over i in order, multiply then add, as the one-row loop. */
-static inline __attribute__((always_inline)) void scores_rows(const int R, const int NZ, const float *const *q, int hd,
-                                                              const void *pages, size_t kt, int B, int z0,
-                                                              const int *cnt, float scale, float *const *att,
-                                                              const int F16) {
-    __m256 acc[4][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NZ; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int i = 0; i < hd; i++) {
-        __m256 k[2];
-#pragma GCC unroll 4
-        for (int c = 0; c < NZ; c++) k[c] = kv_load8(pages, kt + (size_t)i * B + z0 + 8 * c, F16);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m256 qi = _mm256_set1_ps(q[r][i]);
-#pragma GCC unroll 4
-            for (int c = 0; c < NZ; c++) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(qi, k[c]));
-        }
-    }
-    const __m256 vscale = _mm256_set1_ps(scale);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NZ; c++) { /* the lanes past the row's count are not stored */
-            const int n = cnt[r] - z0 - 8 * c;
-            const __m256 v = _mm256_div_ps(acc[r][c], vscale);
-            if (n >= 8) _mm256_storeu_ps(att[r] + z0 + 8 * c, v);
-            else if (n > 0) _mm256_maskstore_ps(att[r] + z0 + 8 * c, lane_mask8(n), v);
-        }
-}
-
-static inline __attribute__((always_inline)) void scores_rows_any(int R, int NZ, const float *const *q, int hd,
-                                                                  const void *pages, size_t kt, int B, int z0,
-                                                                  const int *cnt, float scale, float *const *att,
-                                                                  const int F16) {
-#define SR(r, nz) scores_rows(r, nz, q, hd, pages, kt, B, z0, cnt, scale, att, F16)
-    switch (R * 2 + NZ - 1) {
-    case 2: SR(1, 1); break;
-    case 3: SR(1, 2); break;
-    case 4: SR(2, 1); break;
-    case 5: SR(2, 2); break;
-    case 6: SR(3, 1); break;
-    case 7: SR(3, 2); break;
-    case 8: SR(4, 1); break;
-    default: SR(4, 2); break;
-    }
-#undef SR
-}
-
 /* Outputs of the G rows of a group (row g sees positions 0..last0 + g) over NV*8 dimensions at
  * element i0 of the head: blocks outermost, so each block's values are read from memory once and
  * swept by every row that sees them from L1; a row's NV sums stay in registers across the block and
@@ -300,18 +233,7 @@ static inline __attribute__((always_inline)) void values_group(const int NV, int
             for (int g = u0 + z0 > last0 ? u0 + z0 - last0 : 0; g < G; g++) {
                 const float *att = att0 + (size_t)g * att_ld + u0 + z0;
                 float *out = out0 + (size_t)g * out_ld;
-                const int cnt = last0 + g - u0 - z0 + 1 < zn ? last0 + g - u0 - z0 + 1 : zn;
-                __m256 o[8];
-#pragma GCC unroll 8
-                for (int c = 0; c < NV; c++) o[c] = _mm256_loadu_ps(out + 8 * c);
-                for (int z = 0; z < cnt; z++) {
-                    const __m256 a = _mm256_set1_ps(att[z]);
-#pragma GCC unroll 8
-                    for (int c = 0; c < NV; c++)
-                        o[c] = _mm256_add_ps(o[c], _mm256_mul_ps(a, _mm256_loadu_ps(v + (size_t)z * vld + 8 * c)));
-                }
-#pragma GCC unroll 8
-                for (int c = 0; c < NV; c++) _mm256_storeu_ps(out + 8 * c, o[c]);
+                values_rows_add(NV, att, v, vld, last0 + g - u0 - z0 + 1 < zn ? last0 + g - u0 - z0 + 1 : zn, out);
             }
         }
     }

@@ -7,6 +7,10 @@
 
 #include "base/pool.h"
 #include "base/vmath.h"
+#include "model/attn_kern.h"
+
+/* Prompt rows of a chunk that attend together, per head: each key and value is read once for them. */
+#define ATT_ROWS 16
 
 nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits) {
     memset(s, 0, sizeof *s);
@@ -20,11 +24,13 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     s->all_logits = all_logits;
     nv_err e = nv_rows_init(&s->r, c, max_tokens);
     if (e != NV_OK) return e;
-    s->att = calloc((size_t)c->n_heads * cache_len, sizeof(float)); /* one score row per head */
+    s->att_rows = max_tokens < ATT_ROWS ? max_tokens : ATT_ROWS;
+    s->att = calloc((size_t)c->n_heads * s->att_rows * cache_len, sizeof(float));
+    s->kt = calloc((size_t)nv_config_q_dim(c) * 16, sizeof(float));
     s->logits = calloc((all_logits ? T : 1) * (size_t)c->vocab_size, sizeof(float));
     s->key_cache = calloc(cache, sizeof(float));
     s->value_cache = calloc(cache, sizeof(float));
-    if (!s->att || !s->logits || !s->key_cache || !s->value_cache) {
+    if (!s->att || !s->kt || !s->logits || !s->key_cache || !s->value_cache) {
         nv_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the run state (KV cache of %zu MB)", cache * 8 >> 20);
     }
@@ -33,7 +39,7 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
 
 void nv_state_free(nv_state *s) {
     nv_rows_free(&s->r);
-    float *all[] = {s->att, s->logits, s->key_cache, s->value_cache};
+    float *all[] = {s->att, s->kt, s->logits, s->key_cache, s->value_cache};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
 }
@@ -151,61 +157,153 @@ static inline __attribute__((always_inline)) void scores_groups(const int G, con
     for (int g = 0; g < G; g++) _mm256_storeu_ps(att + u + 8 * g, _mm256_div_ps(acc[g], vscale));
 }
 
-/* One head per task, over all n query rows. Vector lanes hold different positions (scores) or
- * different dimensions (the weighted sum of values), never parts of one sum, and multiply and
- * add stay separate: every value is computed exactly as llama2.c's scalar loops compute it. */
+/* One query row t (position p) of head h: scores against keys 8 x 8 transposed in registers, then
+ * the weighted sum of values 64 dimensions at a time, sums in registers over all positions. */
+static void attend_row(const attn_job *j, int h, int t, float *att) {
+    const nv_config *c = j->c;
+    nv_state *s = j->s;
+    const int hd = c->head_dim, q_dim = nv_config_q_dim(c), p = j->pos + t;
+    const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * s->cache_len * hd;
+    const float *kh = j->kc + hoff, *vh = j->vc + hoff;
+    const float scale = sqrtf((float)hd);
+    const __m256 vscale = _mm256_set1_ps(scale);
+    const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
+    int u = 0;
+    for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh, hd, hd, u, vscale, att);
+    for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh, hd, hd, u, vscale, att);
+    for (; u <= p; u++) {
+        const float *k = kh + (size_t)u * hd;
+        float score = 0.0f;
+        for (int i = 0; i < hd; i++) score += q[i] * k[i];
+        att[u] = score / scale;
+    }
+    nv_softmax(att, p + 1);
+    float *xb = s->r.xb + (size_t)t * q_dim + (size_t)h * hd;
+    int i0 = 0;
+    for (; i0 + 64 <= hd; i0 += 64) { /* 64 dimensions at a time, eight sums held in registers */
+        __m256 o[8];
+#pragma GCC unroll 8
+        for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
+        for (u = 0; u <= p; u++) {
+            const float *v = vh + (size_t)u * hd + i0;
+            const __m256 va = _mm256_set1_ps(att[u]);
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(va, _mm256_loadu_ps(v + 8 * e)));
+        }
+#pragma GCC unroll 8
+        for (int e = 0; e < 8; e++) _mm256_storeu_ps(xb + i0 + 8 * e, o[e]);
+    }
+    for (; i0 + 8 <= hd; i0 += 8) {
+        __m256 o = _mm256_setzero_ps();
+        for (u = 0; u <= p; u++)
+            o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[u]), _mm256_loadu_ps(vh + (size_t)u * hd + i0)));
+        _mm256_storeu_ps(xb + i0, o);
+    }
+    for (; i0 < hd; i0++) {
+        float o = 0.0f;
+        for (u = 0; u <= p; u++) o += att[u] * vh[(size_t)u * hd + i0];
+        xb[i0] = o;
+    }
+}
+
+/* Keys u0..u0+nu-1 (nu <= 16) of a head ([position][hd]) into kt[hd][16], zero past nu. */
+static void keys_t16(const float *kh, int hd, int u0, int nu, float *kt) {
+    const int hd8 = hd & ~7;
+    for (int g = 0; g < 2; g++) {
+        const float *k = kh + (size_t)(u0 + 8 * g) * hd;
+        if (8 * g + 8 <= nu) {
+            for (int i0 = 0; i0 < hd8; i0 += 8) {
+                __m256 r[8];
+#pragma GCC unroll 8
+                for (int l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(k + (size_t)l * hd + i0);
+                nv_tr8x8_ps(r);
+#pragma GCC unroll 8
+                for (int l = 0; l < 8; l++) _mm256_storeu_ps(kt + (size_t)(i0 + l) * 16 + 8 * g, r[l]);
+            }
+            for (int i = hd8; i < hd; i++)
+                for (int l = 0; l < 8; l++) kt[(size_t)i * 16 + 8 * g + l] = k[(size_t)l * hd + i];
+        } else {
+            for (int i = 0; i < hd; i++)
+                for (int l = 0; l < 8; l++) kt[(size_t)i * 16 + 8 * g + l] = 8 * g + l < nu ? k[(size_t)l * hd + i] : 0.0f;
+        }
+    }
+}
+
+static inline void values_rows_add_any(int NV, const float *att, const float *v, size_t vld, int cnt, float *out) {
+    switch (NV) {
+    case 1: values_rows_add(1, att, v, vld, cnt, out); break;
+    case 2: values_rows_add(2, att, v, vld, cnt, out); break;
+    case 3: values_rows_add(3, att, v, vld, cnt, out); break;
+    case 4: values_rows_add(4, att, v, vld, cnt, out); break;
+    case 5: values_rows_add(5, att, v, vld, cnt, out); break;
+    case 6: values_rows_add(6, att, v, vld, cnt, out); break;
+    case 7: values_rows_add(7, att, v, vld, cnt, out); break;
+    default: values_rows_add(8, att, v, vld, cnt, out); break;
+    }
+}
+
+/* G consecutive query rows t0.. of head h (positions p0 = pos + t0 on): each 16 keys transposed once
+ * for all of them and scored four rows at a time (eight sums in flight); then the values swept 64
+ * positions at a time by every row that sees them, a row's sums in registers within a sweep and in
+ * its output row between sweeps (an fp32 store and load: exact). The same sums as attend_row. */
+static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
+    const nv_config *c = j->c;
+    nv_state *s = j->s;
+    const int hd = c->head_dim, q_dim = nv_config_q_dim(c), p0 = j->pos + t0, plast = p0 + G - 1;
+    const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * s->cache_len * hd, ald = (size_t)s->cache_len;
+    const float *kh = j->kc + hoff, *vh = j->vc + hoff;
+    float *kt = s->kt + (size_t)h * hd * 16;
+    const float scale = sqrtf((float)hd);
+    for (int u0 = 0; u0 <= plast; u0 += 16) {
+        const int nu = plast - u0 + 1 < 16 ? plast - u0 + 1 : 16;
+        keys_t16(kh, hd, u0, nu, kt);
+        for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g += 4) {
+            const int R = G - g < 4 ? G - g : 4;
+            const float *qr[4];
+            float *ar[4];
+            int cnt[4];
+            for (int r = 0; r < R; r++) {
+                qr[r] = s->r.q + (size_t)(t0 + g + r) * q_dim + (size_t)h * hd;
+                ar[r] = att + (size_t)(g + r) * ald + u0;
+                cnt[r] = p0 + g + r - u0 + 1 < 16 ? p0 + g + r - u0 + 1 : 16;
+            }
+            scores_rows_any(R, nu > 8 ? 2 : 1, qr, hd, kt, 0, 16, 0, cnt, scale, ar, 0);
+        }
+    }
+    for (int g = 0; g < G; g++) nv_softmax(att + (size_t)g * ald, p0 + g + 1);
+    float *xb = s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd;
+    int i0 = 0;
+    for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv) {
+        for (int g = 0; g < G; g++) memset(xb + (size_t)g * q_dim + i0, 0, sizeof(float) * 8 * nv);
+        for (int u0 = 0; u0 <= plast; u0 += 64) {
+            const int zn = plast - u0 + 1 < 64 ? plast - u0 + 1 : 64;
+            for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++)
+                values_rows_add_any(nv, att + (size_t)g * ald + u0, vh + (size_t)u0 * hd + i0, (size_t)hd,
+                                    p0 + g - u0 + 1 < zn ? p0 + g - u0 + 1 : zn, xb + (size_t)g * q_dim + i0);
+        }
+    }
+    for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
+        for (int g = 0; g < G; g++) {
+            const float *a = att + (size_t)g * ald;
+            float o = 0.0f;
+            for (int u = 0; u <= p0 + g; u++) o += a[u] * vh[(size_t)u * hd + i0];
+            xb[(size_t)g * q_dim + i0] = o;
+        }
+}
+
+/* One head per task, over all n query rows: alone (decode) or in groups of att_rows (a prompt).
+ * Vector lanes hold different positions (scores) or different dimensions (the weighted sum of
+ * values), never parts of one sum, and multiply and add stay separate: every value is computed
+ * exactly as llama2.c's scalar loops compute it. */
 static void attention_head(void *ctx, int h, int n_heads) {
     (void)n_heads;
     const attn_job *j = ctx;
-    const nv_config *c = j->c;
     nv_state *s = j->s;
-    int hd = c->head_dim, q_dim = nv_config_q_dim(c);
-    int kv_mul = c->n_heads / c->n_kv_heads;
-    float scale = sqrtf((float)hd);
-    /* this head's keys and values: one contiguous [cache_len][hd] run each */
-    const size_t hoff = (size_t)(h / kv_mul) * s->cache_len * hd;
-    const float *kh = j->kc + hoff, *vh = j->vc + hoff;
-    float *att = s->att + (size_t)h * s->cache_len;
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (int t = 0; t < j->n; t++) {
-        int p = j->pos + t;
-        const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
-        int u = 0;
-        for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh, hd, hd, u, vscale, att);
-        for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh, hd, hd, u, vscale, att);
-        for (; u <= p; u++) {
-            const float *k = kh + (size_t)u * hd;
-            float score = 0.0f;
-            for (int i = 0; i < hd; i++) score += q[i] * k[i];
-            att[u] = score / scale;
-        }
-        nv_softmax(att, p + 1);
-        float *xb = s->r.xb + (size_t)t * q_dim + (size_t)h * hd;
-        int i0 = 0;
-        for (; i0 + 64 <= hd; i0 += 64) { /* 64 dimensions at a time, eight sums held in registers */
-            __m256 o[8];
-#pragma GCC unroll 8
-            for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
-            for (u = 0; u <= p; u++) {
-                const float *v = vh + (size_t)u * hd + i0;
-                const __m256 va = _mm256_set1_ps(att[u]);
-#pragma GCC unroll 8
-                for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(va, _mm256_loadu_ps(v + 8 * e)));
-            }
-#pragma GCC unroll 8
-            for (int e = 0; e < 8; e++) _mm256_storeu_ps(xb + i0 + 8 * e, o[e]);
-        }
-        for (; i0 + 8 <= hd; i0 += 8) {
-            __m256 o = _mm256_setzero_ps();
-            for (u = 0; u <= p; u++)
-                o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[u]), _mm256_loadu_ps(vh + (size_t)u * hd + i0)));
-            _mm256_storeu_ps(xb + i0, o);
-        }
-        for (; i0 < hd; i0++) {
-            float o = 0.0f;
-            for (u = 0; u <= p; u++) o += att[u] * vh[(size_t)u * hd + i0];
-            xb[i0] = o;
-        }
+    float *att = s->att + (size_t)h * s->att_rows * s->cache_len;
+    for (int t0 = 0; t0 < j->n; t0 += s->att_rows) {
+        const int G = j->n - t0 < s->att_rows ? j->n - t0 : s->att_rows;
+        if (G == 1) attend_row(j, h, t0, att);
+        else attend_rows(j, h, t0, G, att);
     }
 }
 

@@ -25,7 +25,9 @@ typedef struct {
     int max_tokens; /* tokens per forward chunk */
     int cache_len;  /* positions the KV cache holds */
     nv_rows r;
-    float *att;
+    float *att;         /* [n_heads][att_rows][cache_len]: scores of the rows a head attends at once */
+    int att_rows;
+    float *kt;          /* [n_heads][head_dim][16]: 16 positions of a head's keys, transposed */
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
     int all_logits;
     float *key_cache;   /* [L][n_kv_heads][cache_len][head_dim]: a head's keys are one run */

@@ -1,0 +1,98 @@
+/* Attention kernels shared by the single-sequence forward (forward.c) and the batched one
+ * (batch.c). Every sum runs in the order of llama2.c's scalar loops — lanes hold different
+ * positions or different dimensions, never parts of one sum, and multiply and add stay separate —
+ * so any grouping of rows gives the same values. */
+#ifndef NV_ATTN_KERN_H
+#define NV_ATTN_KERN_H
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Lanes 0..n-1 set (0 < n < 8). */
+static inline __m256i lane_mask8(int n) {
+    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(m + 8 - n));
+}
+
+/* Loads of elements as fp32 from fp16 (F16 = 1) or fp32 storage: F16 is a constant in each instance
+ * of the kernels below. */
+static inline __attribute__((always_inline)) __m256 kv_load8(const void *base, size_t i, const int F16) {
+    return F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+               : _mm256_loadu_ps((const float *)base + i);
+}
+static inline __attribute__((always_inline)) float kv_load1(const void *base, size_t i, const int F16) {
+    return F16 ? _cvtsh_ss(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* Scores of R rows (queries q[r], row r seeing cnt[r] positions of the block, cnt[r] <= 0: none)
+ * against 8*NZ positions z0.. of a block of keys stored transposed ([hd][B] at element kt of base):
+ * R*NZ independent sums, each lane summing q[i] k[i] over i in order, multiply then add, as the
+ * one-row loops, then divided by scale; att[r][z] gets position z's score (z < cnt[r]). */
+static inline __attribute__((always_inline)) void scores_rows(const int R, const int NZ, const float *const *q, int hd,
+                                                              const void *base, size_t kt, int B, int z0,
+                                                              const int *cnt, float scale, float *const *att,
+                                                              const int F16) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NZ; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i++) {
+        __m256 k[2];
+#pragma GCC unroll 4
+        for (int c = 0; c < NZ; c++) k[c] = kv_load8(base, kt + (size_t)i * B + z0 + 8 * c, F16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256 qi = _mm256_set1_ps(q[r][i]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NZ; c++) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(qi, k[c]));
+        }
+    }
+    const __m256 vscale = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NZ; c++) { /* the lanes past the row's count are not stored */
+            const int n = cnt[r] - z0 - 8 * c;
+            const __m256 v = _mm256_div_ps(acc[r][c], vscale);
+            if (n >= 8) _mm256_storeu_ps(att[r] + z0 + 8 * c, v);
+            else if (n > 0) _mm256_maskstore_ps(att[r] + z0 + 8 * c, lane_mask8(n), v);
+        }
+}
+
+static inline __attribute__((always_inline)) void scores_rows_any(int R, int NZ, const float *const *q, int hd,
+                                                                  const void *base, size_t kt, int B, int z0,
+                                                                  const int *cnt, float scale, float *const *att,
+                                                                  const int F16) {
+#define SR(r, nz) scores_rows(r, nz, q, hd, base, kt, B, z0, cnt, scale, att, F16)
+    switch (R * 2 + NZ - 1) {
+    case 2: SR(1, 1); break;
+    case 3: SR(1, 2); break;
+    case 4: SR(2, 1); break;
+    case 5: SR(2, 2); break;
+    case 6: SR(3, 1); break;
+    case 7: SR(3, 2); break;
+    case 8: SR(4, 1); break;
+    default: SR(4, 2); break;
+    }
+#undef SR
+}
+
+/* out[0 .. 8*NV) += att[z] v[z][0 .. 8*NV) for z < cnt in order (v rows vld floats apart): a row's
+ * NV sums held in registers over the positions, loaded from and stored back to out (exact). */
+static inline __attribute__((always_inline)) void values_rows_add(const int NV, const float *att, const float *v,
+                                                                  size_t vld, int cnt, float *out) {
+    __m256 o[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++) o[c] = _mm256_loadu_ps(out + 8 * c);
+    for (int z = 0; z < cnt; z++) {
+        const __m256 a = _mm256_set1_ps(att[z]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) o[c] = _mm256_add_ps(o[c], _mm256_mul_ps(a, _mm256_loadu_ps(v + (size_t)z * vld + 8 * c)));
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++) _mm256_storeu_ps(out + 8 * c, o[c]);
+}
+
+#endif
