@@ -177,6 +177,31 @@ static void test_chunked_attention_shapes(void) {
     }
 }
 
+/* nv_softmax (8-lane max, exp and division) gives llama2.c's scalar loop's values bit for bit, on
+ * rows whose spread passes expf's slow path (differences beyond -88), with NaN, and of every
+ * length 1-40. */
+static void test_softmax_matches_scalar(void) {
+    uint64_t seed = 99;
+    int same = 1;
+    for (int size = 1; size <= 40; size++)
+        for (int kind = 0; kind < 3; kind++) {
+            float x[40], want[40];
+            for (int i = 0; i < size; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) - 0.5) * (kind == 1 ? 400.0f : 20.0f);
+            }
+            if (kind == 2 && size > 3) x[size / 2] = NAN;
+            float mx = x[0], sum = 0.0f;
+            for (int i = 1; i < size; i++)
+                if (x[i] > mx) mx = x[i];
+            for (int i = 0; i < size; i++) want[i] = expf(x[i] - mx), sum += want[i];
+            for (int i = 0; i < size; i++) want[i] /= sum;
+            nv_softmax(x, size);
+            same &= memcmp(x, want, sizeof(float) * (size_t)size) == 0;
+        }
+    T_CHECK(same, "nv_softmax differs from the scalar loop");
+}
+
 static void test_separate_classifier_v0_and_v1(void) {
     /* a tiny v0 file with negative vocab (separate classifier) built by hand */
     nv_config c = {16, 24, 1, 2, 2, 8, 11, 6, 10000.0f, 1e-5f, 0, 0};
@@ -433,6 +458,7 @@ int main(void) {
     T_RUN(test_chunked_prefill_is_exact);
     T_RUN(test_general_config_forward);
     T_RUN(test_chunked_attention_shapes);
+    T_RUN(test_softmax_matches_scalar);
     T_RUN(test_separate_classifier_v0_and_v1);
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);

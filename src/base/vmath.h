@@ -4,12 +4,13 @@
  * x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so n ln2 is exact), a degree-6 polynomial
  * for e^r, and 2^n built in the exponent bits. Below about -87.7 the result is 0 (expf gives
  * subnormals down to -103), above 88.72 +inf; NaN stays NaN. Not for inference: the forward pass and
- * the sampler keep libm's expf so their output matches llama2.c bit for bit.
+ * the sampler need llama2.c's values bit for bit (nv_expf256_libm below).
  * Also lane helpers: an in-register 8 x 8 transpose, horizontal sum and maximum. */
 #ifndef NV_VMATH_H
 #define NV_VMATH_H
 
 #include <immintrin.h>
+#include <stdint.h>
 
 static inline __m256 nv_exp256(__m256 x) {
     /* max/min return their second operand for a NaN first one: NaN goes through */
@@ -34,6 +35,46 @@ static inline __m256 nv_exp256(__m256 x) {
     p = _mm256_mul_ps(p, scale);
     return _mm256_blendv_ps(p, _mm256_add_ps(p, p), _mm256_castsi256_ps(top));
 }
+
+/* nv_expf256_libm: e^x on 8 lanes, bit for bit the expf of glibc 2.27 and later in the FMA build
+ * that x86-64-v3 machines run (what llama2.c calls), so the forward pass and the sampler can take
+ * 8 lanes at a time and keep llama2.c's exact values. The same steps in double precision: with
+ * N = 32, z = x N/ln2 rounded to an integer k by adding 1.5*2^52 (fused), r = x N/ln2 - k (fused),
+ * s = 2^(k/N) from a 32-entry table of 2^(i/N) (bits less i << 47) with k/N's integer part added
+ * to the exponent, p(r) = (c0 r + c1) r^2 + (c2 r + 1), rounded once to float from p*s. Lanes with
+ * |x| >= 88 or NaN take expf's slow path there: their bits are set in *special and their values
+ * must be taken from expf by the caller. Whether this process's expf is that one is checked once
+ * at run time by nv_expf_libm_matches() (base/vmath.c). */
+extern const uint64_t nv_exp2f_tab[32];
+
+static inline __m256d nv_expf4_core(__m128 x) {
+    const __m256d xd = _mm256_cvtps_pd(x);
+    const __m256d invln2n = _mm256_castsi256_pd(_mm256_set1_epi64x(0x40471547652b82feLL));
+    const __m256d shift = _mm256_castsi256_pd(_mm256_set1_epi64x(0x4338000000000000LL));
+    const __m256d z = _mm256_fmadd_pd(invln2n, xd, shift);
+    const __m256i ki = _mm256_castpd_si256(z);
+    const __m256d r = _mm256_fmsub_pd(invln2n, xd, _mm256_sub_pd(z, shift));
+    __m256i t = _mm256_i64gather_epi64((const long long *)nv_exp2f_tab, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
+    const __m256d c0 = _mm256_castsi256_pd(_mm256_set1_epi64x(0x3ebc6af84b912394LL));
+    const __m256d c1 = _mm256_castsi256_pd(_mm256_set1_epi64x(0x3f2ebfce50fac4f3LL));
+    const __m256d c2 = _mm256_castsi256_pd(_mm256_set1_epi64x(0x3f962e42ff0c52d6LL));
+    const __m256d p = _mm256_fmadd_pd(_mm256_fmadd_pd(c0, r, c1), _mm256_mul_pd(r, r), _mm256_fmadd_pd(c2, r, _mm256_set1_pd(1.0)));
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(t));
+}
+
+static inline __m256 nv_expf256_libm(__m256 x, int *special) {
+    /* |x| >= 88 or not finite: the top 12 bits of the magnitude above 0x42a, as expf tests them */
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+    *special = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))));
+    const __m128 lo = _mm256_cvtpd_ps(nv_expf4_core(_mm256_castps256_ps128(x)));
+    const __m128 hi = _mm256_cvtpd_ps(nv_expf4_core(_mm256_extractf128_ps(x, 1)));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
+/* 1 when nv_expf256_libm gives this process's expf bit for bit (checked once, on a spread of
+ * inputs); else callers use expf. */
+int nv_expf_libm_matches(void);
 
 /* Transposes the 8 x 8 block held in r[0..7] (row i in r[i]) in place: afterwards r[j] holds
  * column j. Pure data movement (unpack, shuffle, lane permute). */

@@ -79,8 +79,9 @@ void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float e
 }
 
 /* llama2.c's softmax, value for value: the maximum (exact in any order: 8 lanes, NaN ignored as the
- * scalar comparison ignores it), libm's expf, the sum left to right, then each value divided by it
- * (8 lanes: the same correctly rounded division). */
+ * scalar comparison ignores it), expf (8 lanes with the same bits where nv_expf_libm_matches(),
+ * libm's for the lanes it leaves), the sum left to right, then each value divided by it (8 lanes:
+ * the same correctly rounded division). */
 void nv_softmax(float *x, int size) {
     float max_val = x[0];
     int i = 1;
@@ -94,7 +95,22 @@ void nv_softmax(float *x, int size) {
     }
     for (; i < size; i++)
         if (x[i] > max_val) max_val = x[i];
-    for (i = 0; i < size; i++) x[i] = expf(x[i] - max_val);
+    i = 0;
+    if (size >= 8 && nv_expf_libm_matches()) {
+        const __m256 vmax = _mm256_set1_ps(max_val);
+        for (; i + 8 <= size; i += 8) {
+            int special;
+            const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vmax);
+            _mm256_storeu_ps(x + i, nv_expf256_libm(d, &special));
+            for (int l = 0; special; l++, special >>= 1) /* |x - max| >= 88, or NaN: expf itself */
+                if (special & 1) {
+                    float dl[8];
+                    _mm256_storeu_ps(dl, d);
+                    x[i + l] = expf(dl[l]);
+                }
+        }
+    }
+    for (; i < size; i++) x[i] = expf(x[i] - max_val);
     float sum = 0.0f;
     for (i = 0; i < size; i++) sum += x[i];
     const __m256 vs = _mm256_set1_ps(sum);
