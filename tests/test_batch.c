@@ -105,8 +105,11 @@ static void check_model(nv_model *m, const char *what) {
         ref[i] = malloc((size_t)LEN * c->vocab_size * sizeof(float));
         T_CHECK(ref[i] && t_forward_logits(m, toks[i], LEN, ref[i]), "%s: reference forward failed", what);
     }
-    /* block 4: the scalar remainder paths; block 16: 8-wide score lanes */
-    for (int block = 4; block <= 16; block += 12) {
+    /* block 4: the scalar remainder paths; 16: 8-wide score lanes, 16 positions per grouped pass;
+     * 24: a grouped pass of 16 then one of 8, and three lane groups for decode rows */
+    static const int blocks[] = {4, 16, 24};
+    for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+        const int block = blocks[bi];
         int checked = 0, bad = run_mixed(m, toks, ref, block, NV_KV_F32, &checked);
         T_CHECK(bad == 0 && checked > 40, "%s (%s, blocks of %d): %d of %d chunks differ from the sequence run alone",
                 what, nv_engine_name(m->engine), block, bad, checked);

@@ -220,15 +220,16 @@ static inline __attribute__((always_inline)) void values_group(const int NV, int
         const int seen = last0 + G - u0 < B ? last0 + G - u0 : B; /* positions of the block the last row sees */
         for (int z0 = 0; z0 < seen; z0 += CHUNK) {
             const int zn = seen - z0 < CHUNK ? seen - z0 : CHUNK;
-            const float *v = (const float *)pages + vb + (size_t)z0 * hd; /* fp32 pages: read in place */
-            size_t vld = (size_t)hd;
-            if (F16) { /* each value made fp32 once for all the rows, not once per row */
+            const float *v = vbuf;
+            size_t vld = (size_t)8 * NV;
+            if (!F16) { /* fp32 pages: read in place */
+                v = (const float *)pages + vb + (size_t)z0 * hd;
+                vld = (size_t)hd;
+            } else { /* each value made fp32 once for all the rows, not once per row */
                 for (int z = 0; z < zn; z++)
 #pragma GCC unroll 8
                     for (int c = 0; c < NV; c++)
                         _mm256_store_ps(vbuf + (size_t)z * 8 * NV + 8 * c, kv_load8(pages, vb + (size_t)(z0 + z) * hd + 8 * c, 1));
-                v = vbuf;
-                vld = (size_t)8 * NV;
             }
             for (int g = u0 + z0 > last0 ? u0 + z0 - last0 : 0; g < G; g++) {
                 const float *att = att0 + (size_t)g * att_ld + u0 + z0;

@@ -226,6 +226,10 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
 static void keys_t16(const float *kh, int hd, int u0, int nu, float *kt) {
     const int hd8 = hd & ~7;
     for (int g = 0; g < 2; g++) {
+        if (8 * g >= nu) { /* no key here: zeros (and no pointer past the cache) */
+            for (int i = 0; i < hd; i++) memset(kt + (size_t)i * 16 + 8 * g, 0, 8 * sizeof(float));
+            continue;
+        }
         const float *k = kh + (size_t)(u0 + 8 * g) * hd;
         if (8 * g + 8 <= nu) {
             for (int i0 = 0; i0 < hd8; i0 += 8) {
