@@ -24,37 +24,70 @@ typedef struct {
     float *att, *out, *dq, *dk, *dv, *ws;
 } attn_job;
 
-/* dst[i][u] = src[(b*T + u) * stride + i] for u < T, zero in the padding. */
+/* dst[i][u] = src[(b*T + u) * stride + i] for u < T, zero in the padding: 8 x 8 blocks in registers,
+ * the edges one by one. */
 static void transpose_block(float *dst, const float *src, int T, int T8, int hd, size_t stride) {
+    const int T_8 = T & ~7, hd8 = hd & ~7;
+    for (int u0 = 0; u0 < T_8; u0 += 8)
+        for (int i0 = 0; i0 < hd8; i0 += 8) {
+            __m256 r[8];
+            for (int l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (size_t)(u0 + l) * stride + i0);
+            nv_tr8x8_ps(r);
+            for (int l = 0; l < 8; l++) _mm256_storeu_ps(dst + (size_t)(i0 + l) * T8 + u0, r[l]);
+        }
     for (int u = 0; u < T; u++)
-        for (int i = 0; i < hd; i++) dst[(size_t)i * T8 + u] = src[(size_t)u * stride + i];
+        for (int i = u < T_8 ? hd8 : 0; i < hd; i++) dst[(size_t)i * T8 + u] = src[(size_t)u * stride + i];
     for (int i = 0; i < hd; i++)
         for (int u = T; u < T8; u++) dst[(size_t)i * T8 + u] = 0.0f;
 }
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* s[8W] = sum_i x[i] mt[i][0..8W): W independent sums per lane group, in registers across i. */
-INLINE void dots_block(const int W, float *s, const float *x, const float *mt, int hd, int T8) {
-    __m256 acc[8];
-    #pragma GCC unroll 8
-    for (int w = 0; w < W; w++) acc[w] = _mm256_setzero_ps();
+/* s[r][u0 .. u0+8W) = sum_i x[r][i] mt[i][..] for R rows at once: each loaded piece of mt serves R
+ * rows (R*W sums in flight, each a fused chain over i in order). */
+INLINE void dots_rows_block(const int R, const int W, float *const *s, const float *const *x, const float *mt, int hd,
+                            int T8, int u0) {
+    __m256 acc[4][2];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 2
+        for (int w = 0; w < W; w++) acc[r][w] = _mm256_setzero_ps();
     for (int i = 0; i < hd; i++) {
-        const __m256 xi = _mm256_broadcast_ss(x + i);
-        const float *row = mt + (size_t)i * T8;
-        #pragma GCC unroll 8
-        for (int w = 0; w < W; w++) acc[w] = _mm256_fmadd_ps(xi, _mm256_loadu_ps(row + 8 * w), acc[w]);
+        const float *row = mt + (size_t)i * T8 + u0;
+        __m256 m[2];
+        #pragma GCC unroll 2
+        for (int w = 0; w < W; w++) m[w] = _mm256_loadu_ps(row + 8 * w);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256 xi = _mm256_broadcast_ss(x[r] + i);
+            #pragma GCC unroll 2
+            for (int w = 0; w < W; w++) acc[r][w] = _mm256_fmadd_ps(xi, m[w], acc[r][w]);
+        }
     }
-    #pragma GCC unroll 8
-    for (int w = 0; w < W; w++) _mm256_storeu_ps(s + 8 * w, acc[w]);
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 2
+        for (int w = 0; w < W; w++) _mm256_storeu_ps(s[r] + u0 + 8 * w, acc[r][w]);
 }
 
-/* s[u] = sum_i x[i] * mt[i][u] for u < n rounded up to 8 (mt rows are T8 long). */
-static void row_times_transposed(float *s, const float *x, const float *mt, int hd, int T8, int n) {
+/* s[r][u] = sum_i x[r][i] * mt[i][u] for R <= 4 rows and u < n rounded up to 8 (mt rows are T8
+ * long), mt read once for the R rows. */
+static void rows_times_transposed(int R, float *const *s, const float *const *x, const float *mt, int hd, int T8, int n) {
     int u = 0, n8 = pad8(n);
-    for (; u + 64 <= n8; u += 64) dots_block(8, s + u, x, mt + u, hd, T8);
-    for (; u + 32 <= n8; u += 32) dots_block(4, s + u, x, mt + u, hd, T8);
-    for (; u < n8; u += 8) dots_block(1, s + u, x, mt + u, hd, T8);
+#define DR(r, w) dots_rows_block(r, w, s, x, mt, hd, T8, u)
+    for (; u + 16 <= n8; u += 16) switch (R) {
+        case 1: DR(1, 2); break;
+        case 2: DR(2, 2); break;
+        case 3: DR(3, 2); break;
+        default: DR(4, 2); break;
+        }
+    for (; u < n8; u += 8) switch (R) {
+        case 1: DR(1, 1); break;
+        case 2: DR(2, 1); break;
+        case 3: DR(3, 1); break;
+        default: DR(4, 1); break;
+        }
+#undef DR
 }
 
 /* a[u] = softmax(scale * s)[u] for u < n; s (n rounded up to 8 long) is scratch. */
@@ -147,13 +180,22 @@ static void forward_task(void *ctx, int task, int n_tasks) {
     float *kt = j->ws + (size_t)task * (hd + ROWS) * T8, *s = kt + (size_t)hd * T8;
     float scale = 1.0f / sqrtf((float)hd);
     transpose_block(kt, j->k + (size_t)b * T * kvd + koff, T, T8, hd, (size_t)kvd);
-    for (int t = 0; t < T; t++) {
-        const float *qt = j->q + ((size_t)b * T + t) * qd + (size_t)h * hd;
-        float *a = j->att + (((size_t)b * H + h) * T + t) * T;
-        row_times_transposed(s, qt, kt, hd, T8, t + 1);
-        softmax_row(a, s, t + 1, scale);
-        weighted_sum(j->out + ((size_t)b * T + t) * qd + (size_t)h * hd, a, t + 1, j->v + (size_t)b * T * kvd + koff,
-                     (size_t)kvd, hd, 0);
+    for (int t0 = 0; t0 < T; t0 += 4) { /* four rows share each load of the transposed keys */
+        const int R = T - t0 < 4 ? T - t0 : 4;
+        const float *qr[4];
+        float *sr[4];
+        for (int r = 0; r < R; r++) {
+            qr[r] = j->q + ((size_t)b * T + t0 + r) * qd + (size_t)h * hd;
+            sr[r] = s + (size_t)r * T8;
+        }
+        rows_times_transposed(R, sr, qr, kt, hd, T8, t0 + R);
+        for (int r = 0; r < R; r++) {
+            const int t = t0 + r;
+            float *a = j->att + (((size_t)b * H + h) * T + t) * T;
+            softmax_row(a, sr[r], t + 1, scale);
+            weighted_sum(j->out + ((size_t)b * T + t) * qd + (size_t)h * hd, a, t + 1, j->v + (size_t)b * T * kvd + koff,
+                         (size_t)kvd, hd, 0);
+        }
     }
 }
 
@@ -202,11 +244,21 @@ static void backward_task(void *ctx, int task, int n_tasks) {
             const float *att0 = j->att + (((size_t)b * H + h) * T + t0) * T;
             const float *dout0 = j->dout + ((size_t)b * T + t0) * qd + (size_t)h * hd;
             const float *q0 = j->q + ((size_t)b * T + t0) * qd + (size_t)h * hd;
-            /* each query row: dS = P (dP - rowsum(P dP)) scale with dP = dout . v, and dq = dS K */
+            /* dP = dout . v for the block's rows, four rows per load of the transposed values */
+            for (int r0 = t0; r0 < t1; r0 += 4) {
+                const int R = t1 - r0 < 4 ? t1 - r0 : 4;
+                const float *xr[4];
+                float *sr[4];
+                for (int r = 0; r < R; r++) {
+                    xr[r] = dout0 + (size_t)(r0 + r - t0) * qd;
+                    sr[r] = ds0 + (size_t)(r0 + r - t0) * T8;
+                }
+                rows_times_transposed(R, sr, xr, vt, hd, T8, r0 + R);
+            }
+            /* each query row: dS = P (dP - rowsum(P dP)) scale, and dq = dS K */
             for (int t = t0; t < t1; t++) {
                 const float *a = att0 + (size_t)(t - t0) * T;
                 float *ds = ds0 + (size_t)(t - t0) * T8;
-                row_times_transposed(ds, dout0 + (size_t)(t - t0) * qd, vt, hd, T8, t + 1);
                 const int n = t + 1;
                 __m256 vsum = _mm256_setzero_ps();
                 int u = 0;
