@@ -19,6 +19,7 @@
  *                 plus (K+12) u (S + that) for the scale roundings and 2 (K+2) u S for the sums.
  *   int8 dx       the quantised weights (exact in bf16) times dy scaled per channel and rounded to
  *                 bf16: sum_a |dy_a| (hw_a + 3u|W_a|) + 2^-8 (1 + 2^-13) sum_a |dy_a| (|W_a| + hw_a). */
+#include <immintrin.h>
 #include <stdint.h>
 
 #include "base/log.h"
@@ -453,15 +454,15 @@ static void test_group(void) {
 
 /* Block-quantized plans (int8 values, per-block scales and optional offsets, slices turned into
  * fp32 in L1) give exactly the bits of an fp32 plan on the same weights as floats, with 8-bit panels
- * and, when every value is 0..15, with 4-bit ones; the AMX engines refuse them (the caller then
- * builds an fp32 plan). */
+ * and, when every value is 0..15, with 4-bit ones; so do fp16 weights kept as fp16 (bits 16); the
+ * AMX engines refuse them (the caller then builds an fp32 plan). */
 static void test_quant(void) {
     static const int shapes[][3] = {{1, 37, 288}, {1, 64, 512}, {1, 80, 96}, {2, 64, 96}, {3, 33, 64}, {5, 20, 100},
                                     {7, 100, 288}, {16, 48, 512}, {17, 15, 32}, {25, 64, 96}, {200, 40, 288}};
     uint64_t seed = 4242;
-    for (int bits = 4; bits <= 8; bits += 4)
-    for (int qb = 16; qb <= 32; qb += 16)
-        for (int off = 0; off < 2; off++)
+    for (int bits = 4; bits <= 16; bits *= 2)
+    for (int qb = 16; qb <= (bits == 16 ? 16 : 32); qb += 16) /* fp16: no blocks, no offsets */
+        for (int off = 0; off < (bits == 16 ? 1 : 2); off++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], nb = (k + qb - 1) / qb;
                 int8_t *q = malloc((size_t)n * k);
@@ -476,13 +477,18 @@ static void test_quant(void) {
                     q[i] = bits == 4 ? (int8_t)(seed >> 60) : (int8_t)(seed >> 56);
                 }
                 if (bits == 8) q[(size_t)n * k / 2] = 16; /* one value past 4 bits keeps the plan at 8 */
+                uint16_t *h = bits == 16 ? malloc(sizeof(uint16_t) * n * k) : NULL;
                 for (int j = 0; j < n; j++)
                     for (int kk = 0; kk < k; kk++) {
                         float v = (float)q[(size_t)j * k + kk] * s[(size_t)j * nb + kk / qb];
                         if (off) v = v + o[(size_t)j * nb + kk / qb];
+                        if (h) { /* fp16 weights, of every exponent fp16 has */
+                            h[(size_t)j * k + kk] = (uint16_t)_cvtss_sh(v * 1e-3f * (float)(1 << (kk % 20)), _MM_FROUND_TO_NEAREST_INT);
+                            v = _cvtsh_ss(h[(size_t)j * k + kk]);
+                        }
                         w[(size_t)j * k + kk] = v;
                     }
-                nv_qweights qw = {q, s, off ? o : NULL, qb};
+                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h};
                 nv_plan *pq = NULL, *pf = NULL;
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
                 if (E != NV_ENGINE_AVX2 && E != NV_ENGINE_AVX512) {
@@ -497,17 +503,17 @@ static void test_quant(void) {
                     /* the padded outputs (fp32 panels: 4 bytes per weight) times bits per value, plus the
                      * float scales (and offsets) per block */
                     const size_t outs = nv_plan_packed_bytes(pf) / 4 / (size_t)k;
-                    const size_t want = outs * (size_t)k * bits / 8 + outs * (size_t)nb * 4 * (off ? 2 : 1);
+                    const size_t want = outs * (size_t)k * bits / 8 + (h ? 0 : outs * (size_t)nb * 4 * (off ? 2 : 1));
                     T_CHECK(nv_plan_quantized(pq) == bits && !nv_plan_quantized(pf) && nv_plan_packed_bytes(pq) == want,
                             "%d-bit: quantized %d, packed bytes %zu vs %zu", bits, nv_plan_quantized(pq),
                             nv_plan_packed_bytes(pq), nv_plan_packed_bytes(pf));
                 }
                 nv_plan_free(pq);
                 nv_plan_free(pf);
-                free(q), free(s), free(o), free(w), free(x), free(y0), free(y1);
+                free(q), free(s), free(o), free(w), free(x), free(y0), free(y1), free(h);
             }
     nv_plan *p = NULL;
-    nv_qweights bad = {NULL, NULL, NULL, 32};
+    nv_qweights bad = {NULL, NULL, NULL, 32, NULL};
     T_CHECK(nv_plan_build_quant(&p, E, &bad, 4, 64) != NV_OK && !p, "weights without values accepted");
 }
 

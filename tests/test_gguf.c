@@ -335,11 +335,11 @@ static void test_export_roundtrip(void) {
     T_CHECK(t_nerve(args) == 0, "the run folder's GGUF does not generate: %s", t_err);
 }
 
-/* `nerve export --type q8_0|q4_0` writes llama.cpp's Q8_0 (values within 0.6 of a step of the
- * fp32 ones) or Q4_0 (within a step: the value of largest magnitude is exact, its opposite clamps
- * to 7 steps); loading it keeps the matrices as int8 or 4-bit values for avx2/avx512 plans, which
- * give exactly the logits of fp32 plans over the dequantized weights, and stay close to the fp32
- * model's (Q4_0 less so: 16 levels). */
+/* `nerve export --type q8_0|q4_0|f16` writes llama.cpp's Q8_0 (values within 0.6 of a step of the
+ * fp32 ones), Q4_0 (within a step: the value of largest magnitude is exact, its opposite clamps to
+ * 7 steps) or F16 (every matrix, within half an fp16 ulp); loading it keeps the matrices as int8,
+ * 4-bit or fp16 values for avx2/avx512 plans, which give exactly the logits of fp32 plans over the
+ * dequantized weights, and stay close to the fp32 model's (Q4_0 less so: 16 levels). */
 static void export_and_quantized_plans(const char *type, int bits) {
     const char *bp = t_data("models/stories260K.bin"), *tp = t_data("models/tok512.bin");
     if (!bp || !tp) return;
@@ -362,29 +362,33 @@ static void export_and_quantized_plans(const char *type, int bits) {
     for (uint64_t i = 0; i < b.n_params; i++) worst = fmax(worst, fabs((double)b.params[i] - q.params[i]));
     float amax = 0;
     for (uint64_t i = 0; i < b.n_params; i++) amax = fmaxf(amax, fabsf(b.params[i]));
-    const double bound = bits == 8 ? 0.6 * amax / 127 : 1.05 * amax / 8;
+    const double bound = bits == 16 ? amax / 2048 + 0x1p-24 : bits == 8 ? 0.6 * amax / 127 : 1.05 * amax / 8;
     T_CHECK(worst > 0 && worst <= bound, "%s moved a weight by %g (largest weight %g)", type, worst, (double)amax);
     const size_t wq_len = (size_t)nv_config_q_dim(&b.config) * b.config.dim; /* and per block of wq */
     for (size_t b0 = 0; b0 + 32 <= wq_len; b0 += 32) {
         float bmax = 0, bworst = 0;
         for (int j = 0; j < 32; j++) bmax = fmaxf(bmax, fabsf(b.w.wq[b0 + j]));
         for (int j = 0; j < 32; j++) bworst = fmaxf(bworst, fabsf(b.w.wq[b0 + j] - q.w.wq[b0 + j]));
-        if (bworst > (bits == 8 ? 0.6f * bmax / 127 : 1.05f * bmax / 8)) {
+        if (bworst > (bits == 16 ? bmax / 2048 + 0x1p-24f : bits == 8 ? 0.6f * bmax / 127 : 1.05f * bmax / 8)) {
             T_CHECK(0, "%s: block %zu of wq moved by %g (its largest %g)", type, b0 / 32, (double)bworst, (double)bmax);
             break;
         }
     }
-    T_CHECK(q.quant && q.quant[0].q && q.quant[0].qb == 32 && !q.quant[0].o == (bits == 8) && !q.quant[5].q,
-            "%s sources: wq kept (with offsets for Q4_0), w2 (rows of 172, not whole blocks) F32", type);
+    if (bits == 16)
+        T_CHECK(q.quant && q.quant[0].h && !q.quant[0].q && q.quant[5].h, "F16 sources: wq and w2 kept as fp16");
+    else
+        T_CHECK(q.quant && q.quant[0].q && q.quant[0].qb == 32 && !q.quant[0].o == (bits == 8) && !q.quant[5].q,
+                "%s sources: wq kept (with offsets for Q4_0), w2 (rows of 172, not whole blocks) F32", type);
     /* f: the same file with its quantized sources dropped, so fp32 plans over the same floats */
-    for (int i = 0; f.quant && i <= c->n_layers * NV_LAYER_MATRICES; i++) free(f.quant[i].q), free(f.quant[i].s), free(f.quant[i].o);
+    for (int i = 0; f.quant && i <= c->n_layers * NV_LAYER_MATRICES; i++)
+        free(f.quant[i].q), free(f.quant[i].s), free(f.quant[i].o), free(f.quant[i].h);
     free(f.quant);
     f.quant = NULL;
     const nv_engine_id e = nv_engine_best_fp32();
     T_CHECK(nv_model_build_plans(&b, e) == NV_OK && nv_model_build_plans(&q, e) == NV_OK && nv_model_build_plans(&f, e) == NV_OK,
             "%s", nv_errmsg());
     if (e != NV_ENGINE_SCALAR)
-        T_CHECK(nv_plan_quantized(q.plans[0].wq) == bits && !nv_plan_quantized(q.plans[0].w2) &&
+        T_CHECK(nv_plan_quantized(q.plans[0].wq) == bits && nv_plan_quantized(q.plans[0].w2) == (bits == 16 ? 16 : 0) &&
                     nv_plan_quantized(q.cls_plan) == bits && !nv_plan_quantized(f.plans[0].wq),
                 "which plans are block-quantized, with how many bits");
     enum { N = 40 };
@@ -406,7 +410,7 @@ static void export_and_quantized_plans(const char *type, int bits) {
         }
         agree += ix == iy;
     }
-    T_CHECK(bits == 8 ? agree >= N * 9 / 10 && dmax < 0.05 * lmax : agree >= N / 2 && dmax < 0.5 * lmax,
+    T_CHECK(bits >= 8 ? agree >= N * 9 / 10 && dmax < 0.05 * lmax : agree >= N / 2 && dmax < 0.5 * lmax,
             "%s against fp32: top-1 %d of %d, logits moved %g (largest %g)", type, agree, N, dmax, lmax);
     if (getenv("T_VERBOSE")) printf("    %s against fp32: top-1 %d of %d, logits moved %g (largest %g)\n", type, agree, N, dmax, lmax);
 
@@ -419,12 +423,15 @@ static void export_and_quantized_plans(const char *type, int bits) {
         if (!z.params) break;
         int zero = 1;
         for (size_t i = 0; i < wq_n; i++) zero &= z.w.wq[i] == 0.0f;
-        T_CHECK(zero && z.quant && z.quant[0].pending && !z.quant[5].pending, "wq made up front, or w2 (F32) pending");
+        T_CHECK(zero && z.quant && z.quant[0].pending && z.quant[5].pending == (bits == 16),
+                "wq made up front, or w2 (F32 unless F16) pending");
         if (variant == 0) { /* the fast engine: block-quantized plans, wq never made */
             uint64_t id = nv_prefix_model_id(&z, 16, NV_KV_F16);
-            z.quant[3].q[7] ^= 1; /* the prefix cache tells models apart by their quantized matrices too */
+            if (bits == 16) z.quant[3].h[7] ^= 1; /* the prefix cache tells models apart by their quantized matrices too */
+            else z.quant[3].q[7] ^= 1;
             T_CHECK(nv_prefix_model_id(&z, 16, NV_KV_F16) != id, "a pending matrix is not part of the model identity");
-            z.quant[3].q[7] ^= 1;
+            if (bits == 16) z.quant[3].h[7] ^= 1;
+            else z.quant[3].q[7] ^= 1;
             float *lz = malloc(N * V * 4);
             T_CHECK(nv_model_build_plans(&z, e) == NV_OK && lz && t_forward_logits(&z, toks, N, lz) && !memcmp(lz, lq, N * V * 4),
                     "logits differ when loaded for inference");
@@ -474,6 +481,7 @@ static void test_q4_0_writer_known_block(void) {
     nv_model_free(&m);
 }
 static void test_q4_0_export_and_quantized_plans(void) { export_and_quantized_plans("q4_0", 4); }
+static void test_f16_export_and_half_plans(void) { export_and_quantized_plans("f16", 16); }
 
 /* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
  * --chat-template says otherwise. */
@@ -510,6 +518,7 @@ int main(void) {
     T_RUN(test_q8_0_export_and_quantized_plans);
     T_RUN(test_q4_0_export_and_quantized_plans);
     T_RUN(test_q4_0_writer_known_block);
+    T_RUN(test_f16_export_and_half_plans);
     T_RUN(test_serve_declared_template);
     return t_done();
 }

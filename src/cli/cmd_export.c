@@ -35,12 +35,13 @@ int cmd_export(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|q8_0|q4_0]\n"
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q4_0]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  file as a llama2.c version-1 checkpoint, or, when OUT ends in .gguf, as a GGUF v3 llama\n"
                    "  model with the vocabulary of -z (default: the run folder's tokenizer.bin, or a GGUF\n"
                    "  input's own), as llama.cpp reads it\n"
-                   "  --type T  GGUF only: f32 (default, exact), q8_0 (the weight matrices quantized to 8 bits\n"
+                   "  --type T  GGUF only: f32 (default, exact), f16 (the weight matrices in half precision, 2x\n"
+                   "            smaller, ~2x faster decode), q8_0 (the weight matrices quantized to 8 bits\n"
                    "            in blocks of 32, ~3.8x smaller; nerve serves them as int8, ~2x faster decode) or\n"
                    "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values)\n");
             return 0;
@@ -59,8 +60,9 @@ int cmd_export(int argc, char **argv) {
     uint32_t type = NV_GGUF_F32;
     if (!strcmp(type_name, "q8_0") || !strcmp(type_name, "Q8_0")) type = NV_GGUF_Q8_0;
     else if (!strcmp(type_name, "q4_0") || !strcmp(type_name, "Q4_0")) type = NV_GGUF_Q4_0;
+    else if (!strcmp(type_name, "f16") || !strcmp(type_name, "F16")) type = NV_GGUF_F16;
     else if (strcmp(type_name, "f32") && strcmp(type_name, "F32"))
-        return cli_error(CMD, 2, "--type expects f32, q8_0 or q4_0, not '%s'", type_name);
+        return cli_error(CMD, 2, "--type expects f32, f16, q8_0 or q4_0, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
     const int gguf = ends_with(out, ".gguf");
     if (type != NV_GGUF_F32 && !gguf) return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf)", type_name);

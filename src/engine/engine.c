@@ -46,7 +46,7 @@ struct nv_plan {
     const nv_kern_amx *ka;
     /* block-quantized (nv_plan_build_quant): pack holds int8 panels (4-bit ones, q4, when every
        value is 0..15), with per-block scales and offsets beside them */
-    int quant, q4, qb;
+    int quant, bits, qb; /* bits per stored value: 4, 8, or 16 (fp16, no scales) */
     float *qscale, *qoff; /* [np][k/qb][nr] */
 };
 
@@ -431,11 +431,11 @@ long nv_plan_builds(void) { return atomic_load(&plan_build_count); }
 size_t nv_plan_packed_bytes(const nv_plan *p) {
     if (p->engine == NV_ENGINE_SCALAR) return (size_t)p->n * p->k * sizeof(float);
     if (p->quant)
-        return p->pack_bytes + (size_t)p->np * cdiv(p->k, p->qb) * p->kf->nr * sizeof(float) * (p->qoff ? 2 : 1);
+        return p->pack_bytes + (p->qscale ? (size_t)p->np * cdiv(p->k, p->qb) * p->kf->nr * sizeof(float) * (p->qoff ? 2 : 1) : 0);
     return p->pack_bytes + (p->wscale ? (size_t)p->n * sizeof(float) : 0);
 }
 
-int nv_plan_quantized(const nv_plan *p) { return p->quant ? (p->q4 ? 4 : 8) : 0; }
+int nv_plan_quantized(const nv_plan *p) { return p->quant ? p->bits : 0; }
 
 void nv_plan_free(nv_plan *p) {
     if (!p) return;
@@ -456,15 +456,23 @@ static void pack_quant_task(void *vc, int task, int nt) {
     const nv_qweights *w = c->qw;
     const int nr = p->kf->nr, n = p->n, k = p->k, nb = cdiv(k, p->qb);
     int p0 = (int)((long)p->np * task / nt), p1 = (int)((long)p->np * (task + 1) / nt);
-    const int qw = p->q4 ? nr / 2 : nr;
+    const int qw = nr * p->bits / 8; /* bytes per depth */
     for (int pi = p0; pi < p1; pi++) {
         int8_t *dq = (int8_t *)p->pack + (size_t)pi * k * qw;
+        if (p->bits == 16) { /* fp16 panels: H[p][kk][c] = h[(p*nr + c)*k + kk], zero past the last output */
+            uint16_t *dh = (uint16_t *)dq;
+            for (int cc = 0; cc < nr; cc++) {
+                const int j = pi * nr + cc;
+                for (int kk = 0; kk < k; kk++) dh[(size_t)kk * nr + cc] = j < n ? w->h[(size_t)j * k + kk] : 0;
+            }
+            continue;
+        }
         float *ds = p->qscale + (size_t)pi * nb * nr, *dof = p->qoff ? p->qoff + (size_t)pi * nb * nr : NULL;
-        if (p->q4) memset(dq, 0, (size_t)k * qw);
+        if (p->bits == 4) memset(dq, 0, (size_t)k * qw);
         for (int cc = 0; cc < nr; cc++) {
             const int j = pi * nr + cc;
             const int8_t *q = j < n ? w->q + (size_t)j * k : NULL;
-            if (!p->q4)
+            if (p->bits == 8)
                 for (int kk = 0; kk < k; kk++) dq[(size_t)kk * nr + cc] = q ? q[kk] : 0;
             else if (q)
                 for (int kk = 0; kk < k; kk++)
@@ -483,23 +491,24 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     const nv_engine_id e = engine_resolve(want);
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
         return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
-    if (n <= 0 || k <= 0 || !w || !w->q || !w->s || w->qb < 1 || w->qb > k)
+    if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
         return nv_fail(NV_EINVAL, "plan: bad block-quantized weights (%d x %d, blocks of %d)", n, k, w ? w->qb : 0);
     nv_plan *p;
     NV_TRY(plan_new(&p, e, n, k));
     p->kf = engine_fp32[e];
     p->np = cdiv(n, p->kf->nr);
     p->quant = 1;
-    p->qb = w->qb;
+    p->qb = w->h ? k : w->qb;
     /* 4-bit panels when the values allow (Q4_0, Q4_1, Q4_K): half the bytes to stream */
-    p->q4 = 1;
-    for (size_t i = 0; i < (size_t)n * k && p->q4; i++) p->q4 = w->q[i] >= 0 && w->q[i] <= 15;
-    p->pack_bytes = (size_t)p->np * p->kf->nr * k / (p->q4 ? 2 : 1);
-    const size_t ns = (size_t)p->np * cdiv(k, w->qb) * p->kf->nr;
+    p->bits = w->h ? 16 : 4;
+    for (size_t i = 0; !w->h && i < (size_t)n * k && p->bits == 4; i++)
+        if (w->q[i] < 0 || w->q[i] > 15) p->bits = 8;
+    p->pack_bytes = (size_t)p->np * p->kf->nr * k * p->bits / 8;
+    const size_t ns = (size_t)p->np * cdiv(k, p->qb) * p->kf->nr;
     p->pack = aalloc(p->pack_bytes);
-    p->qscale = aalloc(ns * sizeof(float));
-    if (w->o) p->qoff = aalloc(ns * sizeof(float));
-    if (!p->pack || !p->qscale || (w->o && !p->qoff)) {
+    if (!w->h) p->qscale = aalloc(ns * sizeof(float));
+    if (w->o && !w->h) p->qoff = aalloc(ns * sizeof(float));
+    if (!p->pack || (!w->h && !p->qscale) || (w->o && !w->h && !p->qoff)) {
         nv_plan_free(p);
         return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
     }
@@ -605,8 +614,8 @@ static void fp32_run_task(void *vc, int task, int nt) {
     if (r0 >= r1 || c0 >= c1) return;
     if (p->quant) {
         const size_t sb = (size_t)c0 * cdiv(k, p->qb) * nr;
-        p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * (p->q4 ? nr / 2 : nr), p->q4,
-                       p->qscale + sb,
+        p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * nr * p->bits / 8, p->bits,
+                       p->qscale ? p->qscale + sb : NULL,
                        p->qoff ? p->qoff + sb : NULL, p->qb, c1 - c0, c->out + (size_t)r0 * n + (size_t)c0 * nr, n,
                        n - c0 * nr);
         return;

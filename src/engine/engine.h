@@ -116,20 +116,23 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
 /* Block-quantized weights, the form GGUF's quantized types decompose into exactly: for output j
  * and input kk, W[j][kk] = (float)q[j*k + kk] * s[j*nb + kk/qb], then + o[j*nb + kk/qb] when o is
- * not NULL (a separate add), with nb = ceil(k / qb). */
+ * not NULL (a separate add), with nb = ceil(k / qb). Or half-precision weights: when h is not NULL,
+ * W[j][kk] = h[j*k + kk] as fp16 (q, s, o, qb unused). */
 typedef struct {
     const int8_t *q;
     const float *s, *o;
     int qb;
+    const uint16_t *h;
 } nv_qweights;
 /* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4),
- * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K: about 0.6-0.75 bytes per weight):
+ * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K: about 0.6-0.75 bytes per weight),
+ * or over fp16 weights kept as fp16 (2 bytes per weight):
  * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
  * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
  * avx512 only (NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
-int nv_plan_quantized(const nv_plan *p); /* 0: fp32 weights; 8 or 4: bits per stored value */
+int nv_plan_quantized(const nv_plan *p); /* 0: fp32 weights; 4, 8 or 16 (fp16): bits per stored value */
 /* Bytes of weight one pass of the plan reads: the packed copy (with amx-int8's per-channel scales, or
  * a block-quantized plan's int8 panels with their block scales and offsets), or for scalar the
  * caller's n x k floats. */

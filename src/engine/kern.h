@@ -12,7 +12,8 @@
  * Block-quantized panels (gemm_q8): the same panels with int8 values, Q[p][kk][c], and per block
  * of qb depths a scale S[p][kk/qb][c] and, when O is not NULL, an offset O[p][kk/qb][c]; with q4,
  * values 0..15 two to a byte, NR/2 bytes per depth: byte c holds output c in its low nibble and
- * output c + NR/2 in its high one (Q4_0/Q4_1/Q4_K weights: ~0.6-0.75 bytes per weight). The
+ * output c + NR/2 in its high one (Q4_0/Q4_1/Q4_K weights: ~0.6-0.75 bytes per weight); with
+ * bits 16, fp16 weights, 2*NR bytes per depth, S and O NULL (the weight is the fp16 value). The
  * weight is (float)Q * S (+ O: a separate add), computed in fp32 into a slice buffer in L1 just
  * before use, then the fp32 micro-kernels run on it: the result is bit-identical to gemm() over
  * panels holding those fp32 weights (GGUF's quantized types decompose exactly into this form).
@@ -39,7 +40,7 @@ typedef struct {
                the same bits as one call */
     void (*gemm)(const float *A, size_t lda, int rows, int K, const float *P, int np, float *C, size_t ldc, int ncols,
                  int accumulate);
-    void (*gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int q4, const float *S, const float *O,
+    void (*gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int bits, const float *S, const float *O,
                     int qb, int np, float *C, size_t ldc, int ncols);
 } nv_kern_fp32;
 

@@ -19,6 +19,7 @@ static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256
 #define vmul(a, b) _mm256_mul_ps(a, b)
 #define vadd(a, b) _mm256_add_ps(a, b)
 #define vload_q8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 /* one widening load, each byte in a 32-bit lane: its low nibble is an and, its high one a shift */
 #define vload_q4(p, lo, hi)                                                                                            \
     do {                                                                                                               \

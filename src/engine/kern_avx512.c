@@ -19,6 +19,7 @@
 #define vmul(a, b) _mm512_mul_ps(a, b)
 #define vadd(a, b) _mm512_add_ps(a, b)
 #define vload_q8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define vload_q4(p, lo, hi)                                                                                            \
     do {                                                                                                               \
         const __m512i b_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)));                                \

@@ -46,6 +46,9 @@ static inline void vload_q4_emu(const int8_t *p, v16 *lo, v16 *hi) {
     *hi = (v16){_mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4)), _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4))};
 }
 #define vload_q4(p, lo, hi) vload_q4_emu(p, &(lo), &(hi))
+static inline v16 vload_h(const int8_t *p) {
+    return (v16){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
+}
 static inline v16 vload_n(const float *p, int n) {
     if (n >= 16) return vloadu(p);
     if (n <= 0) return vzero();

@@ -9,6 +9,7 @@
  *   vload_q8(p)      VW int8 values at p (exactly VW bytes read) as floats
  *   vload_q4(p, lo, hi)  the low and the high nibbles of the VW bytes at p (exactly VW bytes read)
  *                    as floats 0..15, into the vectors lo and hi
+ *   vload_h(p)       VW fp16 values at byte address p as floats (exact)
  * Micro-kernel: MR rows x 2 vectors (NR = 2*VW outputs), B streamed from the panel, A broadcast. */
 
 #define NR (2 * VW)
@@ -216,28 +217,39 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
 
 /* ---- block-quantized panels (kern.h): each slice of QS depths of a panel is turned into fp32
  * weights in an L1 buffer, then the fp32 micro-kernels run on it exactly as gemm() would.
- * Q4: 4-bit panels, NR/2 bytes per depth (byte c: output c in its low nibble, c + VW in its high). */
+ * BITS: 8 (int8 panels), 4 (NR/2 bytes per depth: byte c holds output c in its low nibble, c + VW
+ * in its high) or 16 (fp16 weights, 2*NR bytes per depth, no scales or offsets). */
 #define QS (NV_KERN_FP32_KC * 16 / NR) /* a slice buffer of QS*NR floats: 16 KiB */
-#define QW(Q4) ((Q4) ? NR / 2 : NR)  /* panel bytes per depth */
+#define QW(BITS) ((size_t)NR * (BITS) / 8) /* panel bytes per depth */
 
-/* The 2*VW weights of one depth of a panel, before scale and offset. */
-#define LOAD_Q(q, Q4, w0, w1)                                                                                          \
+/* The 2*VW weights of one depth of a panel, before scale and offset (fp16: the weights). */
+#define LOAD_Q(q, BITS, w0, w1)                                                                                        \
     do {                                                                                                               \
-        if (Q4) vload_q4(q, w0, w1);                                                                                   \
+        if ((BITS) == 16) w0 = vload_h(q), w1 = vload_h((q) + 2 * VW);                                                 \
+        else if ((BITS) == 4) vload_q4(q, w0, w1);                                                                     \
         else w0 = vload_q8(q), w1 = vload_q8((q) + VW);                                                                \
     } while (0)
 
 static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf,
-                                        const int HAS_O, const int Q4) {
+                                        const int HAS_O, const int BITS) {
+    if (BITS == 16) {
+        for (int kk = k0; kk < k0 + kc; kk++) {
+            VF w0, w1;
+            LOAD_Q(Q + (size_t)kk * QW(16), 16, w0, w1);
+            vstoreu(buf + (size_t)(kk - k0) * NR, w0);
+            vstoreu(buf + (size_t)(kk - k0) * NR + VW, w1);
+        }
+        return;
+    }
     for (int kb = k0; kb < k0 + kc;) { /* one scale block (or its part inside the slice) at a time */
         const int b = kb / qb, ke = (b + 1) * qb < k0 + kc ? (b + 1) * qb : k0 + kc;
         const VF s0 = vloadu(S + (size_t)b * NR), s1 = vloadu(S + (size_t)b * NR + VW);
         const VF o0 = HAS_O ? vloadu(O + (size_t)b * NR) : vzero(), o1 = HAS_O ? vloadu(O + (size_t)b * NR + VW) : vzero();
         for (int kk = kb; kk < ke; kk++) {
-            const int8_t *q = Q + (size_t)kk * QW(Q4);
+            const int8_t *q = Q + (size_t)kk * QW(BITS);
             float *d = buf + (size_t)(kk - k0) * NR;
             VF w0, w1;
-            LOAD_Q(q, Q4, w0, w1);
+            LOAD_Q(q, BITS, w0, w1);
             w0 = vmul(w0, s0), w1 = vmul(w1, s1);
             if (HAS_O) w0 = vadd(w0, o0), w1 = vadd(w1, o1);
             vstoreu(d, w0);
@@ -248,13 +260,14 @@ static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *S, const f
 }
 
 static ALWAYS_INLINE void KP(dequant)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf,
-                                      int q4) {
-    if (q4) {
-        if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1, 1);
-        else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 1);
+                                      int bits) {
+    if (bits == 16) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 16);
+    else if (bits == 4) {
+        if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1, 4);
+        else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 4);
     } else {
-        if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1, 0);
-        else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 0);
+        if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1, 8);
+        else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 8);
     }
 }
 
@@ -264,22 +277,25 @@ static ALWAYS_INLINE void KP(dequant)(const int8_t *Q, const float *S, const flo
  * meanwhile, every four depths. */
 static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0, const float *S0, const float *O0,
                                         const int8_t *Q1, const float *S1, const float *O1, int qb, float *C, int nc,
-                                        const int8_t *pf, const int HAS_O, const int Q4) {
+                                        const int8_t *pf, const int HAS_O, const int BITS) {
     VF c0 = vzero(), c1 = vzero(), c2 = vzero(), c3 = vzero();
     for (int k0 = 0; k0 < K; k0 += qb) {
         const int b = k0 / qb, ke = K - k0 < qb ? K : k0 + qb;
-        const VF s0 = vloadu(S0 + (size_t)b * NR), s1 = vloadu(S0 + (size_t)b * NR + VW);
-        const VF s2 = vloadu(S1 + (size_t)b * NR), s3 = vloadu(S1 + (size_t)b * NR + VW);
+        VF s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero(); /* fp16 weights have no scales */
+        if (BITS != 16) {
+            s0 = vloadu(S0 + (size_t)b * NR), s1 = vloadu(S0 + (size_t)b * NR + VW);
+            s2 = vloadu(S1 + (size_t)b * NR), s3 = vloadu(S1 + (size_t)b * NR + VW);
+        }
         for (int kk = k0; kk < ke; kk++) {
             if (pf && (kk & 3) == 0) /* four depths of the next pair, within its 2 x K x QW bytes */
-                for (size_t off = (size_t)kk * 2 * QW(Q4), l = 0; l < 8 * QW(Q4) && off + l < (size_t)K * 2 * QW(Q4); l += 64)
+                for (size_t off = (size_t)kk * 2 * QW(BITS), l = 0; l < 8 * QW(BITS) && off + l < (size_t)K * 2 * QW(BITS); l += 64)
                     __builtin_prefetch(pf + off + l, 0, 0);
             const VF x = vbcast(a[kk]);
-            const int8_t *q0 = Q0 + (size_t)kk * QW(Q4), *q1 = Q1 + (size_t)kk * QW(Q4);
+            const int8_t *q0 = Q0 + (size_t)kk * QW(BITS), *q1 = Q1 + (size_t)kk * QW(BITS);
             VF w0, w1, w2, w3;
-            LOAD_Q(q0, Q4, w0, w1);
-            LOAD_Q(q1, Q4, w2, w3);
-            w0 = vmul(w0, s0), w1 = vmul(w1, s1), w2 = vmul(w2, s2), w3 = vmul(w3, s3);
+            LOAD_Q(q0, BITS, w0, w1);
+            LOAD_Q(q1, BITS, w2, w3);
+            if (BITS != 16) w0 = vmul(w0, s0), w1 = vmul(w1, s1), w2 = vmul(w2, s2), w3 = vmul(w3, s3);
             if (HAS_O) {
                 w0 = vadd(w0, vloadu(O0 + (size_t)b * NR));
                 w1 = vadd(w1, vloadu(O0 + (size_t)b * NR + VW));
@@ -301,32 +317,33 @@ static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0,
 /* The same loop orders as gemm(): one row streams two panels at a time, a few rows take panels
  * outermost (the weights stream once), more rows take depth blocks outermost with row blocks of
  * MC (the A block stays in L2) and dequantize each slice once per row block. */
-static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int q4, const float *S, const float *O,
+static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int bits, const float *S, const float *O,
                         int qb, int np, float *C, size_t ldc, int ncols) {
-    const size_t qstride = (size_t)K * QW(q4), sstride = (size_t)((K + qb - 1) / qb) * NR;
+    const size_t qstride = (size_t)K * QW(bits), sstride = (size_t)((K + qb - 1) / qb) * NR;
     float buf0[QS * NR] __attribute__((aligned(64)));
-#define PANEL(p) Q + (size_t)(p) * qstride, S + (size_t)(p) * sstride, O ? O + (size_t)(p) * sstride : NULL, qb
+#define PANEL(p) Q + (size_t)(p) * qstride, S ? S + (size_t)(p) * sstride : NULL, O ? O + (size_t)(p) * sstride : NULL, qb
     if (rows == 1) {
         int p = 0;
         for (; p + 1 < np; p += 2) {
             const int8_t *q0 = Q + (size_t)p * qstride, *q1 = q0 + qstride;
-            const float *s0 = S + (size_t)p * sstride, *s1 = s0 + sstride;
+            const float *s0 = S ? S + (size_t)p * sstride : NULL, *s1 = S ? s0 + sstride : NULL;
             const int8_t *pf = p + 3 < np ? q1 + qstride : NULL;
             const float *o0 = O ? O + (size_t)p * sstride : NULL, *o1 = O ? o0 + sstride : NULL;
-#define ROW2(HAS_O, Q4) KP(row2_q8_o)(K, A, q0, s0, o0, q1, s1, o1, qb, C + (size_t)p * NR, ncols - p * NR, pf, HAS_O, Q4)
-            if (q4) {
-                if (O) ROW2(1, 1);
-                else ROW2(0, 1);
+#define ROW2(HAS_O, BITS) KP(row2_q8_o)(K, A, q0, s0, o0, q1, s1, o1, qb, C + (size_t)p * NR, ncols - p * NR, pf, HAS_O, BITS)
+            if (bits == 16) ROW2(0, 16);
+            else if (bits == 4) {
+                if (O) ROW2(1, 4);
+                else ROW2(0, 4);
             } else {
-                if (O) ROW2(1, 0);
-                else ROW2(0, 0);
+                if (O) ROW2(1, 8);
+                else ROW2(0, 8);
             }
 #undef ROW2
         }
         for (; p < np; p++)
             for (int k0 = 0; k0 < K; k0 += QS) {
                 const int kc = K - k0 < QS ? K - k0 : QS;
-                KP(dequant)(PANEL(p), k0, kc, buf0, q4);
+                KP(dequant)(PANEL(p), k0, kc, buf0, bits);
                 KP(ukern)(1, kc, A + k0, lda, buf0, C + (size_t)p * NR, ldc, ncols - p * NR, k0 > 0, NULL, 0);
             }
         return;
@@ -335,7 +352,7 @@ static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_
         for (int p = 0; p < np; p++)
             for (int k0 = 0; k0 < K; k0 += QS) {
                 const int kc = K - k0 < QS ? K - k0 : QS;
-                KP(dequant)(PANEL(p), k0, kc, buf0, q4);
+                KP(dequant)(PANEL(p), k0, kc, buf0, bits);
                 for (int r = 0; r < rows; r += MR)
                     KP(block)(rows - r < MR ? rows - r : MR, kc, A + (size_t)r * lda + k0, lda, buf0,
                               C + (size_t)r * ldc + (size_t)p * NR, ldc, ncols - p * NR, k0 > 0, NULL, 0);
@@ -347,7 +364,7 @@ static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_
         for (int r0 = 0; r0 < rows; r0 += MC) {
             const int r1 = rows - r0 < MC ? rows : r0 + MC;
             for (int p = 0; p < np; p++) {
-                KP(dequant)(PANEL(p), k0, kc, buf0, q4);
+                KP(dequant)(PANEL(p), k0, kc, buf0, bits);
                 for (int r = r0; r < r1; r += MR)
                     KP(block)(r1 - r < MR ? r1 - r : MR, kc, A + (size_t)r * lda + k0, lda, buf0,
                               C + (size_t)r * ldc + (size_t)p * NR, ldc, ncols - p * NR, k0 > 0, NULL, 0);

@@ -637,8 +637,16 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         plan_tensor_name(c, i, name, sizeof name);
         const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: checked before */
         int qb, offset;
-        if (!t || !quant_form(t->type, &qb, &offset)) continue;
+        if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16)) continue;
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
+        if (t->type == T_F16) { /* fp16 plans: the values as they are (F16C makes them fp32 exactly) */
+            nv_qmatrix *qm = &m->quant[i];
+            qm->count = (size_t)(t->dims[0] * t->dims[1]);
+            qm->pending = pending && strcmp(name, "token_embd.weight") != 0;
+            if (!(qm->h = malloc(qm->count * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
+            memcpy(qm->h, t->data, qm->count * sizeof(uint16_t));
+            continue;
+        }
         uint64_t bb = 0;
         const uint64_t n = t->dims[0] * t->dims[1], per = (uint64_t)block_of(t->type, &bb), nb = n / (uint64_t)qb;
         nv_qmatrix *qm = &m->quant[i];
@@ -866,8 +874,8 @@ static void quantize_q4_0(const float *x, uint64_t n, uint8_t *out) {
 
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
     const nv_config *c = &m->config;
-    if (type != NV_GGUF_F32 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0)
-        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, Q8_0 or Q4_0)", path, type);
+    if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0)
+        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0 or Q4_0)", path, type);
     if (c->qk_norm)
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF's llama architecture has no QK-norm; this model cannot be written as one", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
@@ -885,7 +893,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 13;
     kv_str(&b, "general.architecture", "llama");
     kv_str(&b, "general.name", name);
-    kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : type == NV_GGUF_Q4_0 ? 2 : 0); /* llama.cpp's MOSTLY_Q8_0, MOSTLY_Q4_0, ALL_F32 */
+    kv_u32(&b, "general.file_type", type); /* llama.cpp's ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
     kv_u32(&b, "llama.context_length", (uint32_t)c->seq_len);
     kv_u32(&b, "llama.embedding_length", (uint32_t)c->dim);
     kv_u32(&b, "llama.block_count", (uint32_t)c->n_layers);
@@ -905,10 +913,15 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t off = 0;
     for (size_t i = 0; i < nt && !oom; i++) {
         const uint64_t n = t[i].d0 * t[i].d1;
-        const int quant = type != NV_GGUF_F32 && t[i].d1 != 1 && t[i].d0 % QK == 0;
-        bytes[i] = quant ? n / QK * (type == NV_GGUF_Q8_0 ? 34 : 18) : n * 4;
+        const int quant = type != NV_GGUF_F32 && t[i].d1 != 1 && (type == NV_GGUF_F16 || t[i].d0 % QK == 0);
+        bytes[i] = !quant ? n * 4 : type == NV_GGUF_F16 ? n * 2 : n / QK * (type == NV_GGUF_Q8_0 ? 34 : 18);
         if (quant && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
-        if (quant && qdata[i]) (type == NV_GGUF_Q8_0 ? quantize_q8_0 : quantize_q4_0)(t[i].p, n, qdata[i]);
+        if (quant && qdata[i] && type == NV_GGUF_F16)
+            for (uint64_t v = 0; v < n; v++) {
+                const uint16_t h = (uint16_t)_cvtss_sh(t[i].p[v], _MM_FROUND_TO_NEAREST_INT);
+                memcpy(qdata[i] + 2 * v, &h, 2);
+            }
+        else if (quant && qdata[i]) (type == NV_GGUF_Q8_0 ? quantize_q8_0 : quantize_q4_0)(t[i].p, n, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);

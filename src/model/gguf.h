@@ -79,6 +79,7 @@ nv_err nv_gguf_load_model(const char *path, nv_model *m);
 nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
 /* Tensor types nv_gguf_save writes (ggml's codes). */
 #define NV_GGUF_F32 0u
+#define NV_GGUF_F16 1u
 #define NV_GGUF_Q4_0 2u
 #define NV_GGUF_Q8_0 8u
 /* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model,
@@ -86,6 +87,7 @@ nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
  * NV_GGUF_Q8_0 / NV_GGUF_Q4_0: the matrices whose rows are whole blocks of 32 quantized as
  * llama.cpp's reference quantizers do (Q8_0: scale max|x|/127, values rounded; Q4_0: scale
  * -(the value of largest magnitude)/8, values 0..15 around 8; scales in fp16), the rest F32.
+ * NV_GGUF_F16: every matrix in fp16 (round to nearest even, beyond +-65504 infinite), norms F32.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type);
 /* 1 when path is a GGUF file whose metadata holds a vocabulary. */

@@ -261,12 +261,12 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
  * making the fp32 weights first when they are still pending. */
 static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k) {
     nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
-    if (qm && qm->q) {
-        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb};
+    if (qm && (qm->q || qm->h)) {
+        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb, qm->h};
         nv_err err = nv_plan_build_quant(out, e, &qw, n, k);
         if (err != NV_EUNSUPPORTED) return err;
         if (qm->pending) {
-            nv_qmatrix_to_f32(qm->q, qm->s, qm->o, qm->qb, (size_t)n * k, w);
+            nv_qmatrix_fill_f32(qm, w);
             qm->pending = 0;
         }
     }
@@ -318,8 +318,10 @@ void nv_model_drop_quant_sources(nv_model *m) {
         free(qm->q);
         free(qm->s);
         free(qm->o);
+        free(qm->h);
         qm->q = NULL;
         qm->s = qm->o = NULL;
+        qm->h = NULL;
     }
 }
 

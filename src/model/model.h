@@ -11,6 +11,7 @@
 #ifndef NV_MODEL_H
 #define NV_MODEL_H
 
+#include <immintrin.h>
 #include <stdint.h>
 
 #include "base/file.h"
@@ -38,11 +39,13 @@ typedef struct {
     nv_plan *wq, *wk, *wv, *wo, *w1, *w2, *w3;
 } nv_layer_plans;
 
-/* The block-quantized source of a plan matrix (a GGUF file's quantized tensor; see nv_qweights). */
+/* The block-quantized source of a plan matrix (a GGUF file's quantized tensor; see nv_qweights),
+ * or, for an F16 tensor, its fp16 values in h (q, s, o NULL). */
 typedef struct {
     int8_t *q;
     float *s, *o;
     int qb;
+    uint16_t *h;
     size_t count; /* values (rows x columns, rows whole blocks) */
     int pending;  /* its fp32 weights in params are not made yet (nv_model_load_quantized) */
 } nv_qmatrix;
@@ -51,6 +54,14 @@ typedef struct {
  * y = (float)q * s, then + o (a separate add): the one formula of every quantized type. */
 static inline void nv_qmatrix_to_f32(const int8_t *q, const float *s, const float *o, int qb, size_t n, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = o ? (float)q[i] * s[i / (size_t)qb] + o[i / (size_t)qb] : (float)q[i] * s[i / (size_t)qb];
+}
+/* The fp32 weights of a plan matrix's source (its count values): fp16 converted exactly, or the
+ * block-quantized formula. */
+static inline void nv_qmatrix_fill_f32(const nv_qmatrix *qm, float *y) {
+    if (qm->h)
+        for (size_t i = 0; i < qm->count; i++) y[i] = _cvtsh_ss(qm->h[i]);
+    else
+        nv_qmatrix_to_f32(qm->q, qm->s, qm->o, qm->qb, qm->count, y);
 }
 
 /* Plan matrices per layer in nv_model.quant, then the classifier at n_layers * NV_LAYER_MATRICES. */

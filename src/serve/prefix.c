@@ -42,6 +42,10 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
     h = nv_hash64(m->params, (size_t)m->n_params * sizeof(float), h);
     for (int i = 0; m->quant && i <= c->n_layers * NV_LAYER_MATRICES; i++) {
         const nv_qmatrix *qm = &m->quant[i];
+        if (qm->h) {
+            h = mix_u64(h, (uint64_t)i);
+            h = nv_hash64(qm->h, qm->count * sizeof(uint16_t), h);
+        }
         if (!qm->q) continue;
         const size_t blocks = qm->count / (size_t)qm->qb;
         h = mix_u64(h, (uint64_t)i);
