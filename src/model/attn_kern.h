@@ -27,12 +27,13 @@ static inline __attribute__((always_inline)) float kv_load1(const void *base, si
 
 /* Scores of R rows (queries q[r], row r seeing cnt[r] positions of the block, cnt[r] <= 0: none)
  * against 8*NZ positions z0.. of a block of keys stored transposed ([hd][B] at element kt of base):
- * R*NZ independent sums, each lane summing q[i] k[i] over i in order, multiply then add, as the
- * one-row loops, then divided by scale; att[r][z] gets position z's score (z < cnt[r]). */
-static inline __attribute__((always_inline)) void scores_rows(const int R, const int NZ, const float *const *q, int hd,
-                                                              const void *base, size_t kt, int B, int z0,
-                                                              const int *cnt, float scale, float *const *att,
-                                                              const int F16) {
+ * R*NZ independent sums, each lane summing q[i] k[i] over i in order — multiply then add, as
+ * llama2.c's loops, or with FUSED one fused multiply-add per step (training) — then divided by
+ * scale (1 is exact); att[r][z] gets position z's score (z < cnt[r]). */
+static inline __attribute__((always_inline)) void scores_rows(const int R, const int NZ, const int FUSED,
+                                                              const float *const *q, int hd, const void *base, size_t kt,
+                                                              int B, int z0, const int *cnt, float scale,
+                                                              float *const *att, const int F16) {
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -46,7 +47,8 @@ static inline __attribute__((always_inline)) void scores_rows(const int R, const
         for (int r = 0; r < R; r++) {
             const __m256 qi = _mm256_set1_ps(q[r][i]);
 #pragma GCC unroll 4
-            for (int c = 0; c < NZ; c++) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(qi, k[c]));
+            for (int c = 0; c < NZ; c++)
+                acc[r][c] = FUSED ? _mm256_fmadd_ps(qi, k[c], acc[r][c]) : _mm256_add_ps(acc[r][c], _mm256_mul_ps(qi, k[c]));
         }
     }
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -61,11 +63,11 @@ static inline __attribute__((always_inline)) void scores_rows(const int R, const
         }
 }
 
-static inline __attribute__((always_inline)) void scores_rows_any(int R, int NZ, const float *const *q, int hd,
-                                                                  const void *base, size_t kt, int B, int z0,
+static inline __attribute__((always_inline)) void scores_rows_any(int R, int NZ, const int FUSED, const float *const *q,
+                                                                  int hd, const void *base, size_t kt, int B, int z0,
                                                                   const int *cnt, float scale, float *const *att,
                                                                   const int F16) {
-#define SR(r, nz) scores_rows(r, nz, q, hd, base, kt, B, z0, cnt, scale, att, F16)
+#define SR(r, nz) scores_rows(r, nz, FUSED, q, hd, base, kt, B, z0, cnt, scale, att, F16)
     switch (R * 2 + NZ - 1) {
     case 2: SR(1, 1); break;
     case 3: SR(1, 2); break;
@@ -93,6 +95,19 @@ static inline __attribute__((always_inline)) void values_rows_add(const int NV, 
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++) _mm256_storeu_ps(out + 8 * c, o[c]);
+}
+
+static inline void values_rows_add_any(int NV, const float *att, const float *v, size_t vld, int cnt, float *out) {
+    switch (NV) {
+    case 1: values_rows_add(1, att, v, vld, cnt, out); break;
+    case 2: values_rows_add(2, att, v, vld, cnt, out); break;
+    case 3: values_rows_add(3, att, v, vld, cnt, out); break;
+    case 4: values_rows_add(4, att, v, vld, cnt, out); break;
+    case 5: values_rows_add(5, att, v, vld, cnt, out); break;
+    case 6: values_rows_add(6, att, v, vld, cnt, out); break;
+    case 7: values_rows_add(7, att, v, vld, cnt, out); break;
+    default: values_rows_add(8, att, v, vld, cnt, out); break;
+    }
 }
 
 #endif

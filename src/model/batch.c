@@ -203,7 +203,7 @@ static inline __attribute__((always_inline)) void scores_pair_any(int nz, const 
  * swept by every row that sees them from L1; a row's NV sums stay in registers across the block and
  * wait in its output row between blocks (exact: an fp32 store and load). Each lane still sums
  * att[u] v[u][i] over u in order, multiply then add. */
-static inline __attribute__((always_inline)) void values_group(const int NV, int G, const float *att0, size_t att_ld,
+static inline __attribute__((always_inline)) void values_group(int NV, int G, const float *att0, size_t att_ld,
                                                                int last0, const nv_kv_pages *kv, const int *blocks,
                                                                int l, size_t koff, int hd, int i0, float *out0,
                                                                size_t out_ld, const int F16) {
@@ -227,35 +227,16 @@ static inline __attribute__((always_inline)) void values_group(const int NV, int
                 vld = (size_t)hd;
             } else { /* each value made fp32 once for all the rows, not once per row */
                 for (int z = 0; z < zn; z++)
-#pragma GCC unroll 8
                     for (int c = 0; c < NV; c++)
                         _mm256_store_ps(vbuf + (size_t)z * 8 * NV + 8 * c, kv_load8(pages, vb + (size_t)(z0 + z) * hd + 8 * c, 1));
             }
             for (int g = u0 + z0 > last0 ? u0 + z0 - last0 : 0; g < G; g++) {
                 const float *att = att0 + (size_t)g * att_ld + u0 + z0;
                 float *out = out0 + (size_t)g * out_ld;
-                values_rows_add(NV, att, v, vld, last0 + g - u0 - z0 + 1 < zn ? last0 + g - u0 - z0 + 1 : zn, out);
+                values_rows_add_any(NV, att, v, vld, last0 + g - u0 - z0 + 1 < zn ? last0 + g - u0 - z0 + 1 : zn, out);
             }
         }
     }
-}
-
-static inline __attribute__((always_inline)) void values_group_any(int NV, int G, const float *att0, size_t att_ld,
-                                                                   int last0, const nv_kv_pages *kv, const int *blocks,
-                                                                   int l, size_t koff, int hd, int i0, float *out0,
-                                                                   size_t out_ld, const int F16) {
-#define VG(nv) values_group(nv, G, att0, att_ld, last0, kv, blocks, l, koff, hd, i0, out0, out_ld, F16)
-    switch (NV) {
-    case 1: VG(1); break;
-    case 2: VG(2); break;
-    case 3: VG(3); break;
-    case 4: VG(4); break;
-    case 5: VG(5); break;
-    case 6: VG(6); break;
-    case 7: VG(7); break;
-    default: VG(8); break;
-    }
-#undef VG
 }
 
 /* Causal attention of (group, head) units task, task + n_tasks, ... over each row's own pages: the
@@ -311,7 +292,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                     cnt[r] = p0 + gr + r - u0 + 1 < B ? p0 + gr + r - u0 + 1 : B;
                 }
                 for (int z0 = 0; z0 < cnt[R - 1]; z0 += 16)
-                    scores_rows_any(R, B - z0 >= 16 ? 2 : 1, qr, hd, pages, kt, B, z0, cnt, scale, ar, F16);
+                    scores_rows_any(R, B - z0 >= 16 ? 2 : 1, 0, qr, hd, pages, kt, B, z0, cnt, scale, ar, F16);
             }
             u_done = u0 + B;
         }
@@ -361,7 +342,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                 for (int e = 0; e < 8; e++) _mm256_storeu_ps(dst + 8 * e, o[e]);
             }
         for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv)
-            values_group_any(nv, G, att0, s->seq_len, p0, kv, blocks, l, koff, hd, i0,
+            values_group(nv, G, att0, s->seq_len, p0, kv, blocks, l, koff, hd, i0,
                              s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0, q_dim, F16);
         for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
             for (int gr = 0; gr < G; gr++) {

@@ -249,19 +249,6 @@ static void keys_t16(const float *kh, int hd, int u0, int nu, float *kt) {
     }
 }
 
-static inline void values_rows_add_any(int NV, const float *att, const float *v, size_t vld, int cnt, float *out) {
-    switch (NV) {
-    case 1: values_rows_add(1, att, v, vld, cnt, out); break;
-    case 2: values_rows_add(2, att, v, vld, cnt, out); break;
-    case 3: values_rows_add(3, att, v, vld, cnt, out); break;
-    case 4: values_rows_add(4, att, v, vld, cnt, out); break;
-    case 5: values_rows_add(5, att, v, vld, cnt, out); break;
-    case 6: values_rows_add(6, att, v, vld, cnt, out); break;
-    case 7: values_rows_add(7, att, v, vld, cnt, out); break;
-    default: values_rows_add(8, att, v, vld, cnt, out); break;
-    }
-}
-
 /* G consecutive query rows t0.. of head h (positions p0 = pos + t0 on): each 16 keys transposed once
  * for all of them and scored four rows at a time (eight sums in flight); then the values swept 64
  * positions at a time by every row that sees them, a row's sums in registers within a sweep and in
@@ -287,7 +274,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
                 ar[r] = att + (size_t)(g + r) * ald + u0;
                 cnt[r] = p0 + g + r - u0 + 1 < 16 ? p0 + g + r - u0 + 1 : 16;
             }
-            scores_rows_any(R, nu > 8 ? 2 : 1, qr, hd, kt, 0, 16, 0, cnt, scale, ar, 0);
+            scores_rows_any(R, nu > 8 ? 2 : 1, 0, qr, hd, kt, 0, 16, 0, cnt, scale, ar, 0);
         }
     }
     for (int g = 0; g < G; g++) nv_softmax(att + (size_t)g * ald, p0 + g + 1);

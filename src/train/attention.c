@@ -6,6 +6,7 @@
 
 #include "base/pool.h"
 #include "base/vmath.h"
+#include "model/attn_kern.h"
 
 /* backward: query rows whose dk/dv contributions are gathered per pass over the keys */
 #define ROWS 16
@@ -43,51 +44,11 @@ static void transpose_block(float *dst, const float *src, int T, int T8, int hd,
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* s[r][u0 .. u0+8W) = sum_i x[r][i] mt[i][..] for R rows at once: each loaded piece of mt serves R
- * rows (R*W sums in flight, each a fused chain over i in order). */
-INLINE void dots_rows_block(const int R, const int W, float *const *s, const float *const *x, const float *mt, int hd,
-                            int T8, int u0) {
-    __m256 acc[4][2];
-    #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        #pragma GCC unroll 2
-        for (int w = 0; w < W; w++) acc[r][w] = _mm256_setzero_ps();
-    for (int i = 0; i < hd; i++) {
-        const float *row = mt + (size_t)i * T8 + u0;
-        __m256 m[2];
-        #pragma GCC unroll 2
-        for (int w = 0; w < W; w++) m[w] = _mm256_loadu_ps(row + 8 * w);
-        #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m256 xi = _mm256_broadcast_ss(x[r] + i);
-            #pragma GCC unroll 2
-            for (int w = 0; w < W; w++) acc[r][w] = _mm256_fmadd_ps(xi, m[w], acc[r][w]);
-        }
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        #pragma GCC unroll 2
-        for (int w = 0; w < W; w++) _mm256_storeu_ps(s[r] + u0 + 8 * w, acc[r][w]);
-}
-
 /* s[r][u] = sum_i x[r][i] * mt[i][u] for R <= 4 rows and u < n rounded up to 8 (mt rows are T8
- * long), mt read once for the R rows. */
+ * long), each a fused chain over i in order; mt is read once for the R rows (model/attn_kern.h). */
 static void rows_times_transposed(int R, float *const *s, const float *const *x, const float *mt, int hd, int T8, int n) {
-    int u = 0, n8 = pad8(n);
-#define DR(r, w) dots_rows_block(r, w, s, x, mt, hd, T8, u)
-    for (; u + 16 <= n8; u += 16) switch (R) {
-        case 1: DR(1, 2); break;
-        case 2: DR(2, 2); break;
-        case 3: DR(3, 2); break;
-        default: DR(4, 2); break;
-        }
-    for (; u < n8; u += 8) switch (R) {
-        case 1: DR(1, 1); break;
-        case 2: DR(2, 1); break;
-        case 3: DR(3, 1); break;
-        default: DR(4, 1); break;
-        }
-#undef DR
+    const int n8 = pad8(n), all[4] = {n8, n8, n8, n8};
+    for (int u = 0; u < n8; u += 16) scores_rows_any(R, n8 - u >= 16 ? 2 : 1, 1, x, hd, mt, 0, T8, u, all, 1.0f, s, 0);
 }
 
 /* a[u] = softmax(scale * s)[u] for u < n; s (n rounded up to 8 long) is scratch. */
