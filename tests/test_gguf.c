@@ -351,6 +351,16 @@ static void export_and_quantized_plans(const char *type, int bits) {
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF"), "%s to a llama2.c file: %s", type, t_err);
     snprintf(args, sizeof args, "export %s -o %s/q5.gguf --type q5_k", bp, t_tmpdir());
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--type"), "unknown type: %s", t_err);
+    nv_gguf g; /* general.file_type is llama.cpp's file type: MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
+    if (nv_gguf_open(out, &g) == NV_OK) {
+        const nv_gguf_kv *ft = nv_gguf_find(&g, "general.file_type");
+        uint32_t v = 0;
+        if (ft && ft->type == 4) memcpy(&v, ft->val, 4); /* GGUF value type 4: uint32 */
+        T_CHECK(ft && ft->type == 4 && v == (uint32_t)(bits == 16 ? 1 : bits == 4 ? 2 : 7), "%s: general.file_type %u", type, v);
+        nv_gguf_close(&g);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
     nv_model b, q, f;
     T_CHECK(nv_model_load(bp, &b) == NV_OK && nv_model_load(out, &q) == NV_OK && nv_model_load(out, &f) == NV_OK, "%s",
             nv_errmsg());

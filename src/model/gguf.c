@@ -893,7 +893,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 13;
     kv_str(&b, "general.architecture", "llama");
     kv_str(&b, "general.name", name);
-    kv_u32(&b, "general.file_type", type); /* llama.cpp's ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
+    /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
+    kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : type);
     kv_u32(&b, "llama.context_length", (uint32_t)c->seq_len);
     kv_u32(&b, "llama.embedding_length", (uint32_t)c->dim);
     kv_u32(&b, "llama.block_count", (uint32_t)c->n_layers);
