@@ -44,9 +44,9 @@ struct nv_plan {
     int kp;          /* amx: depth padded to the tile depth */
     const nv_kern_fp32 *kf;
     const nv_kern_amx *ka;
-    /* block-quantized (nv_plan_build_quant): pack holds int8 panels (4-bit ones, q4, when every
-       value is 0..15), with per-block scales and offsets beside them */
-    int quant, bits, qb; /* bits per stored value: 4, 8, or 16 (fp16, no scales) */
+    /* block-quantized (nv_plan_build_quant): pack holds int8 panels (4-bit ones when every value
+       is 0..15) with per-block scales and offsets beside them, or fp16 panels without them */
+    int quant, bits, qb; /* bits per stored value: 4, 8, or 16 (fp16) */
     float *qscale, *qoff; /* [np][k/qb][nr] */
 };
 
@@ -448,8 +448,8 @@ void nv_plan_free(nv_plan *p) {
 
 /* ---------------------------------------------------------------- block-quantized plans */
 
-/* Q[p][kk][c] = q[(p*nr + c)*k + kk] (4-bit panels: byte kk*nr/2 + c holds c and c + nr/2);
- * S, O [p][b][c] = s, o[(p*nr + c)*nb + b]; zero past the last output. */
+/* Q[p][kk][c] = q[(p*nr + c)*k + kk] (4-bit panels: byte kk*nr/2 + c holds c and c + nr/2; fp16
+ * panels: h in place of q); S, O [p][b][c] = s, o[(p*nr + c)*nb + b]; zero past the last output. */
 static void pack_quant_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
@@ -506,9 +506,11 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     p->pack_bytes = (size_t)p->np * p->kf->nr * k * p->bits / 8;
     const size_t ns = (size_t)p->np * cdiv(k, p->qb) * p->kf->nr;
     p->pack = aalloc(p->pack_bytes);
-    if (!w->h) p->qscale = aalloc(ns * sizeof(float));
-    if (w->o && !w->h) p->qoff = aalloc(ns * sizeof(float));
-    if (!p->pack || (!w->h && !p->qscale) || (w->o && !w->h && !p->qoff)) {
+    if (!w->h) { /* fp16 weights have no scales or offsets */
+        p->qscale = aalloc(ns * sizeof(float));
+        if (w->o) p->qoff = aalloc(ns * sizeof(float));
+    }
+    if (!p->pack || (!w->h && (!p->qscale || (w->o && !p->qoff)))) {
         nv_plan_free(p);
         return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
     }

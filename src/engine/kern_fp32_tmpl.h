@@ -191,6 +191,10 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
             for (int p = 0; p < np; p++) {
                 const float *B = P + p * pstride + (size_t)k0 * NR;
                 int nc = ncols - p * NR;
+                /* the slice comes from far only for the first pass over it: that pass asks 16 depths
+                 * ahead, never past the last panel's end */
+                const long ahead = (long)(np - p) * K - k0 - 16;
+                const int npf = ahead <= 0 ? 0 : ahead < kc ? (int)ahead : kc;
                 for (int r = r0; r < r1; r += MR) {
                     int mr = r1 - r < MR ? r1 - r : MR;
                     /* C is read before the first multiply-add (the sums continue from it): ask for the
@@ -204,11 +208,8 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
                                 __builtin_prefetch(cp + (ncols - pn * NR < NR ? ncols - pn * NR : NR) - 1, 1, 3);
                             }
                     }
-                    /* the slice comes from far only for the first pass over it: that pass asks 16 depths
-                     * ahead, never past the last panel's end */
-                    const long ahead = (long)(np - p) * K - k0 - 16;
                     KP(block)(mr, kc, A + (size_t)r * lda + k0, lda, B, C + (size_t)r * ldc + (size_t)p * NR, ldc, nc,
-                              load_c, ahead > 0 ? B + 16 * NR : B, r == r0 ? (int)(ahead < kc ? (ahead > 0 ? ahead : 0) : kc) : 0);
+                              load_c, npf ? B + 16 * NR : B, r == r0 ? npf : 0);
                 }
             }
         }

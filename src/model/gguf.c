@@ -347,6 +347,12 @@ static float half_at(const uint8_t *p) {
     return f16_to_f32(h);
 }
 
+/* Its inverse for the writer: f rounded to the nearest fp16 (beyond +-65504: infinite). */
+static void put_half(uint8_t *p, float f) {
+    const uint16_t h = (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    memcpy(p, &h, 2);
+}
+
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block's 12 packed bytes. */
 static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
@@ -639,20 +645,18 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         int qb, offset;
         if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16)) continue;
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
+        const uint64_t n = t->dims[0] * t->dims[1];
+        nv_qmatrix *qm = &m->quant[i];
+        qm->count = (size_t)n;
+        qm->pending = pending && strcmp(name, "token_embd.weight") != 0;
         if (t->type == T_F16) { /* fp16 plans: the values as they are (F16C makes them fp32 exactly) */
-            nv_qmatrix *qm = &m->quant[i];
-            qm->count = (size_t)(t->dims[0] * t->dims[1]);
-            qm->pending = pending && strcmp(name, "token_embd.weight") != 0;
-            if (!(qm->h = malloc(qm->count * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
-            memcpy(qm->h, t->data, qm->count * sizeof(uint16_t));
+            if (!(qm->h = malloc((size_t)n * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
+            memcpy(qm->h, t->data, (size_t)n * sizeof(uint16_t));
             continue;
         }
         uint64_t bb = 0;
-        const uint64_t n = t->dims[0] * t->dims[1], per = (uint64_t)block_of(t->type, &bb), nb = n / (uint64_t)qb;
-        nv_qmatrix *qm = &m->quant[i];
+        const uint64_t per = (uint64_t)block_of(t->type, &bb), nb = n / (uint64_t)qb;
         qm->qb = qb;
-        qm->count = (size_t)n;
-        qm->pending = pending && strcmp(name, "token_embd.weight") != 0;
         qm->q = malloc((size_t)n);
         qm->s = malloc((size_t)nb * sizeof(float));
         qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
@@ -845,8 +849,7 @@ static void quantize_q8_0(const float *x, uint64_t n, uint8_t *out) {
         float amax = 0.0f;
         for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        const uint16_t h = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        memcpy(out, &h, 2);
+        put_half(out, d);
         for (int j = 0; j < QK; j++) { /* clamped: a non-finite or vanishing block must not overflow int8 */
             const float v = x[j] * id;
             out[2 + j] = (uint8_t)(int8_t)roundf(v != v ? 0.0f : fminf(127.0f, fmaxf(-127.0f, v)));
@@ -861,8 +864,7 @@ static void quantize_q4_0(const float *x, uint64_t n, uint8_t *out) {
         for (int j = 0; j < QK; j++)
             if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
         const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        const uint16_t h = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        memcpy(out, &h, 2);
+        put_half(out, d);
         for (int j = 0; j < QK / 2; j++) { /* clamped before the cast, as quantize_q8_0 */
             float v0 = x[j] * id + 8.5f, v1 = x[j + QK / 2] * id + 8.5f;
             v0 = v0 != v0 ? 8.0f : fminf(15.0f, fmaxf(0.0f, v0));
@@ -870,6 +872,11 @@ static void quantize_q4_0(const float *x, uint64_t n, uint8_t *out) {
             out[2 + j] = (uint8_t)((int)v0 | (int)v1 << 4);
         }
     }
+}
+
+/* x (n values) as F16. */
+static void quantize_f16(const float *x, uint64_t n, uint8_t *out) {
+    for (uint64_t v = 0; v < n; v++) put_half(out + 2 * v, x[v]);
 }
 
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
@@ -917,12 +924,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         const int quant = type != NV_GGUF_F32 && t[i].d1 != 1 && (type == NV_GGUF_F16 || t[i].d0 % QK == 0);
         bytes[i] = !quant ? n * 4 : type == NV_GGUF_F16 ? n * 2 : n / QK * (type == NV_GGUF_Q8_0 ? 34 : 18);
         if (quant && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
-        if (quant && qdata[i] && type == NV_GGUF_F16)
-            for (uint64_t v = 0; v < n; v++) {
-                const uint16_t h = (uint16_t)_cvtss_sh(t[i].p[v], _MM_FROUND_TO_NEAREST_INT);
-                memcpy(qdata[i] + 2 * v, &h, 2);
-            }
-        else if (quant && qdata[i]) (type == NV_GGUF_Q8_0 ? quantize_q8_0 : quantize_q4_0)(t[i].p, n, qdata[i]);
+        if (quant && qdata[i])
+            (type == NV_GGUF_F16 ? quantize_f16 : type == NV_GGUF_Q8_0 ? quantize_q8_0 : quantize_q4_0)(t[i].p, n, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);
