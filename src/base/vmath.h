@@ -95,6 +95,25 @@ static inline void nv_tr8x8_ps(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+/* dst[c*ldd + r] = src[r*lss + c] for r < rows, c < cols: 8 x 8 blocks in registers, the edges one
+ * by one; nothing outside those rows and columns is read or written. Used by plan packing (every
+ * optimizer step refreshes), the backward products and attention's transposed keys and values. */
+static inline void nv_transpose(const float *src, size_t lss, int rows, int cols, float *dst, size_t ldd) {
+    const int r8 = rows & ~7, c8 = cols & ~7;
+    for (int r = 0; r < r8; r += 8) {
+        for (int c = 0; c < c8; c += 8) {
+            __m256 t[8];
+            for (int i = 0; i < 8; i++) t[i] = _mm256_loadu_ps(src + (size_t)(r + i) * lss + c);
+            nv_tr8x8_ps(t);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (size_t)(c + i) * ldd + r, t[i]);
+        }
+        for (int c = c8; c < cols; c++)
+            for (int i = r; i < r + 8; i++) dst[(size_t)c * ldd + i] = src[(size_t)i * lss + c];
+    }
+    for (int r = r8; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lss + c];
+}
+
 /* The sum of the 8 lanes. */
 static inline float nv_hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -105,27 +105,6 @@ static void grid_task(const grid *g, int task, int *r0, int *r1, int *c0, int *c
     *r1 = imin(g->rows, u1 * g->runit);
 }
 
-/* dst[c*ldd + r] = src[r*lss + c] for r < rows, c < cols: 8 x 8 blocks in AVX2 registers (the
- * project's baseline, x86-64-v3), scalar edges. Used by packing (refresh runs every optimizer step)
- * and by the transposes of dx and dW. */
-static inline void tr8x8(const float *src, size_t lss, float *dst, size_t ldd) {
-    __m256 r[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (size_t)i * lss);
-    nv_tr8x8_ps(r);
-    for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (size_t)i * ldd, r[i]);
-}
-
-static void transpose(const float *src, size_t lss, int rows, int cols, float *dst, size_t ldd) {
-    int r8 = rows & ~7, c8 = cols & ~7;
-    for (int r = 0; r < r8; r += 8) {
-        for (int c = 0; c < c8; c += 8) tr8x8(src + (size_t)r * lss + c, lss, dst + (size_t)c * ldd + r, ldd);
-        for (int c = c8; c < cols; c++)
-            for (int i = r; i < r + 8; i++) dst[(size_t)c * ldd + i] = src[(size_t)i * lss + c];
-    }
-    for (int r = r8; r < rows; r++)
-        for (int c = 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lss + c];
-}
-
 /* 8 floats -> 8 bf16, the same bits as nv_bf16_from_f32 (round to nearest even, NaN kept quiet). */
 static inline __m128i bf16x8(__m256 v) {
     const __m256i u = _mm256_castps_si256(v);
@@ -280,7 +259,7 @@ static void pack_fp32_task(void *vc, int task, int nt) {
         float *dst = (float *)p->pack + (size_t)pi * k * nr;
         const int rows = imin(nr, n - pi * nr); /* outputs of this panel; the rest are zero */
         for (int k0 = 0; k0 < k; k0 += 256)
-            transpose(c->w + (size_t)pi * nr * k + k0, k, rows, imin(256, k - k0), dst + (size_t)k0 * nr, nr);
+            nv_transpose(c->w + (size_t)pi * nr * k + k0, k, rows, imin(256, k - k0), dst + (size_t)k0 * nr, nr);
         if (rows < nr)
             for (int kk = 0; kk < k; kk++)
                 for (int cc = rows; cc < nr; cc++) dst[(size_t)kk * nr + cc] = 0.0f;
@@ -656,7 +635,7 @@ static void fp32_dx_task(void *vc, int task, int nt) {
                     const float *src = P + ((size_t)(a / nr) * k + j0) * nr;
                     const int av = imin(nr, a0 + ka - a);
                     float *d = dst + (size_t)(a - a0) * nr;
-                    transpose(src, nr, jv, av, d, nr);
+                    nv_transpose(src, nr, jv, av, d, nr);
                     if (jv < nr)
                         for (int c2 = 0; c2 < av; c2++)
                             for (int j = jv; j < nr; j++) d[(size_t)c2 * nr + j] = 0.0f;
@@ -677,7 +656,7 @@ static void transpose_task(void *vc, int task, int nt) {
     float *dst = (float *)c->abuf;
     for (int i0 = 0; i0 < m; i0 += 64)
         for (int b0 = a0; b0 < a1; b0 += 64)
-            transpose(c->a + (size_t)i0 * n + b0, n, imin(64, m - i0), imin(64, a1 - b0), dst + (size_t)b0 * m + i0, m);
+            nv_transpose(c->a + (size_t)i0 * n + b0, n, imin(64, m - i0), imin(64, a1 - b0), dst + (size_t)b0 * m + i0, m);
 }
 
 /* dw += dyT . x with the m rows as the depth: per depth slice i0..i0+ki (ki <= kc) and group of
@@ -825,7 +804,7 @@ static void to_bf16_t_task(void *vc, int task, int nt) {
     for (int i0 = 0; i0 < m; i0 += 64)
         for (int b0 = a0; b0 < a1; b0 += 64) {
             const int ib = imin(64, m - i0), ab = imin(64, a1 - b0);
-            transpose(c->a + (size_t)i0 * n + b0, n, ib, ab, tmp, 64);
+            nv_transpose(c->a + (size_t)i0 * n + b0, n, ib, ab, tmp, 64);
             for (int a = 0; a < ab; a++) row_to_bf16(tmp + a * 64, NULL, dst + (size_t)(b0 + a) * depth + i0, ib);
         }
     for (int a = a0; a < a1; a++)

@@ -222,31 +222,11 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
     }
 }
 
-/* Keys u0..u0+nu-1 (nu <= 16) of a head ([position][hd]) into kt[hd][16], zero past nu. */
+/* Keys u0..u0+nu-1 (nu <= 16) of a head ([position][hd]) into kt[hd][16], zero past nu (no key
+ * past the cache is read). */
 static void keys_t16(const float *kh, int hd, int u0, int nu, float *kt) {
-    const int hd8 = hd & ~7;
-    for (int g = 0; g < 2; g++) {
-        if (8 * g >= nu) { /* no key here: zeros (and no pointer past the cache) */
-            for (int i = 0; i < hd; i++) memset(kt + (size_t)i * 16 + 8 * g, 0, 8 * sizeof(float));
-            continue;
-        }
-        const float *k = kh + (size_t)(u0 + 8 * g) * hd;
-        if (8 * g + 8 <= nu) {
-            for (int i0 = 0; i0 < hd8; i0 += 8) {
-                __m256 r[8];
-#pragma GCC unroll 8
-                for (int l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(k + (size_t)l * hd + i0);
-                nv_tr8x8_ps(r);
-#pragma GCC unroll 8
-                for (int l = 0; l < 8; l++) _mm256_storeu_ps(kt + (size_t)(i0 + l) * 16 + 8 * g, r[l]);
-            }
-            for (int i = hd8; i < hd; i++)
-                for (int l = 0; l < 8; l++) kt[(size_t)i * 16 + 8 * g + l] = k[(size_t)l * hd + i];
-        } else {
-            for (int i = 0; i < hd; i++)
-                for (int l = 0; l < 8; l++) kt[(size_t)i * 16 + 8 * g + l] = 8 * g + l < nu ? k[(size_t)l * hd + i] : 0.0f;
-        }
-    }
+    nv_transpose(kh + (size_t)u0 * hd, (size_t)hd, nu, hd, kt, 16);
+    for (int i = 0; nu < 16 && i < hd; i++) memset(kt + (size_t)i * 16 + nu, 0, (size_t)(16 - nu) * sizeof(float));
 }
 
 /* G consecutive query rows t0.. of head h (positions p0 = pos + t0 on): each 16 keys transposed once

@@ -25,19 +25,9 @@ typedef struct {
     float *att, *out, *dq, *dk, *dv, *ws;
 } attn_job;
 
-/* dst[i][u] = src[(b*T + u) * stride + i] for u < T, zero in the padding: 8 x 8 blocks in registers,
- * the edges one by one. */
+/* dst[i][u] = src[(b*T + u) * stride + i] for u < T, zero in the padding. */
 static void transpose_block(float *dst, const float *src, int T, int T8, int hd, size_t stride) {
-    const int T_8 = T & ~7, hd8 = hd & ~7;
-    for (int u0 = 0; u0 < T_8; u0 += 8)
-        for (int i0 = 0; i0 < hd8; i0 += 8) {
-            __m256 r[8];
-            for (int l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (size_t)(u0 + l) * stride + i0);
-            nv_tr8x8_ps(r);
-            for (int l = 0; l < 8; l++) _mm256_storeu_ps(dst + (size_t)(i0 + l) * T8 + u0, r[l]);
-        }
-    for (int u = 0; u < T; u++)
-        for (int i = u < T_8 ? hd8 : 0; i < hd; i++) dst[(size_t)i * T8 + u] = src[(size_t)u * stride + i];
+    nv_transpose(src, stride, T, hd, dst, (size_t)T8);
     for (int i = 0; i < hd; i++)
         for (int u = T; u < T8; u++) dst[(size_t)i * T8 + u] = 0.0f;
 }
