@@ -114,6 +114,12 @@ static inline void nv_transpose(const float *src, size_t lss, int rows, int cols
         for (int c = 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lss + c];
 }
 
+/* A mask of lanes 0..n-1 for maskload/maskstore (0 < n < 8). */
+static inline __m256i nv_lane_mask8(int n) {
+    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(m + 8 - n));
+}
+
 /* The sum of the 8 lanes. */
 static inline float nv_hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -2,10 +2,9 @@
  * Compiled for the project's baseline (x86-64-v3 includes AVX2 and FMA). */
 #include <immintrin.h>
 
+#include "base/vmath.h"
 #include "engine/kern.h"
 
-static const int32_t mask_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256i *)(mask_src + 8 - n)); }
 
 #define KP(name) avx2_##name
 #define VF __m256
@@ -30,11 +29,11 @@ static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256
 static inline __m256 vload_n(const float *p, int n) {
     if (n >= 8) return _mm256_loadu_ps(p);
     if (n <= 0) return _mm256_setzero_ps();
-    return _mm256_maskload_ps(p, lane_mask(n));
+    return _mm256_maskload_ps(p, nv_lane_mask8(n));
 }
 static inline void vstore_n(float *p, __m256 v, int n) {
     if (n >= 8) _mm256_storeu_ps(p, v);
-    else if (n > 0) _mm256_maskstore_ps(p, lane_mask(n), v);
+    else if (n > 0) _mm256_maskstore_ps(p, nv_lane_mask8(n), v);
 }
 
 #include "engine/kern_fp32_tmpl.h"

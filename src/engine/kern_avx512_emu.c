@@ -3,22 +3,21 @@
  * Only the vector primitives differ from the real kernel. */
 #include <immintrin.h>
 
+#include "base/vmath.h"
 #include "engine/kern.h"
 
 typedef struct {
     __m256 lo, hi;
 } v16;
 
-static const int32_t mask_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-static inline __m256i lane_mask(int n) { return _mm256_loadu_si256((const __m256i *)(mask_src + 8 - n)); }
 static inline __m256 load8_n(const float *p, int n) {
     if (n >= 8) return _mm256_loadu_ps(p);
     if (n <= 0) return _mm256_setzero_ps();
-    return _mm256_maskload_ps(p, lane_mask(n));
+    return _mm256_maskload_ps(p, nv_lane_mask8(n));
 }
 static inline void store8_n(float *p, __m256 v, int n) {
     if (n >= 8) _mm256_storeu_ps(p, v);
-    else if (n > 0) _mm256_maskstore_ps(p, lane_mask(n), v);
+    else if (n > 0) _mm256_maskstore_ps(p, nv_lane_mask8(n), v);
 }
 static inline v16 vzero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 static inline v16 vloadu(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }

@@ -9,11 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Lanes 0..n-1 set (0 < n < 8). */
-static inline __m256i lane_mask8(int n) {
-    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    return _mm256_loadu_si256((const __m256i *)(m + 8 - n));
-}
+#include "base/vmath.h"
 
 /* Loads of elements as fp32 from fp16 (F16 = 1) or fp32 storage: F16 is a constant in each instance
  * of the kernels below. */
@@ -59,7 +55,7 @@ static inline __attribute__((always_inline)) void scores_rows(const int R, const
             const int n = cnt[r] - z0 - 8 * c;
             const __m256 v = _mm256_div_ps(acc[r][c], vscale);
             if (n >= 8) _mm256_storeu_ps(att[r] + z0 + 8 * c, v);
-            else if (n > 0) _mm256_maskstore_ps(att[r] + z0 + 8 * c, lane_mask8(n), v);
+            else if (n > 0) _mm256_maskstore_ps(att[r] + z0 + 8 * c, nv_lane_mask8(n), v);
         }
 }
 
