@@ -389,6 +389,50 @@ static void test_avx512_bits_equal_avx2(void) {
     }
 }
 
+/* out[r][c] == the chain acc = fmaf(A[r*ars + d*ads], B[c*bcs + d*bds], acc) over d < depth, from
+ * init[r][c] (or 0), bit for bit; reports the first difference. */
+static int check_chain(const char *what, const float *out, int rows, int cols, int depth, const float *A, size_t ars,
+                       size_t ads, const float *B, size_t bcs, size_t bds, const float *init) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            float acc = init ? init[(size_t)r * cols + c] : 0.0f;
+            for (int d = 0; d < depth; d++) acc = fmaf(A[r * ars + d * ads], B[c * bcs + d * bds], acc);
+            if (memcmp(&acc, &out[(size_t)r * cols + c], sizeof acc)) {
+                T_CHECK(0, "%s[%d][%d] = %.9g, the chain gives %.9g", what, r, c, out[(size_t)r * cols + c], acc);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+/* The fp32 engines compute every element of y, dx and dW as one chain of fused multiply-adds in
+ * input order (dW continuing from its old value), however they block the depth, the rows and the
+ * threads: shapes whose depths cross several depth blocks (and a last block a little over one),
+ * and dW row counts past one row block, checked bit for bit against fmaf. */
+static void test_fma_chains(void) {
+    static const int shapes[][3] = {{600, 300, 20}, {300, 70, 330}, {30, 290, 7}, {1, 50, 330}, {7, 9, 600}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        float *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * m * k), *dy = malloc(sizeof(float) * m * n);
+        float *y = malloc(sizeof(float) * m * n), *dx = malloc(sizeof(float) * m * k), *dw = malloc(sizeof(float) * n * k);
+        uint64_t seed = 4242 + s;
+        rnd(w, (size_t)n * k, &seed);
+        rnd(x, (size_t)m * k, &seed);
+        rnd(dy, (size_t)m * n, &seed);
+        memcpy(dw, w, sizeof(float) * n * k);
+        nv_plan *p;
+        T_CHECK(nv_plan_build(&p, E, w, n, k) == NV_OK && nv_plan_engine(p) == E, "build");
+        nv_plan_run(p, x, m, y);
+        nv_plan_run_dx(p, dy, m, dx);
+        nv_gemm_dw(E, dy, x, m, n, k, dw);
+        T_CHECK(check_chain("y", y, m, n, k, x, k, 1, w, k, 1, NULL) && check_chain("dx", dx, m, k, n, dy, n, 1, w, 1, k, NULL) &&
+                    check_chain("dw", dw, n, k, m, dy, 1, n, x, 1, k, w),
+                "%dx%dx%d", m, n, k);
+        nv_plan_free(p);
+        free(w), free(x), free(dy), free(y), free(dx), free(dw);
+    }
+}
+
 /* ---------------------------------------------------------------- per engine */
 
 static char skip_why[200];
@@ -535,6 +579,11 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
         char name[160];
         snprintf(name, sizeof name, "%s%s: %s", nv_engine_name(e), suffix, cases[i].name);
         t_run(name, nv_engine_available(e) ? cases[i].fn : skip_case);
+    }
+    if (e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512) {
+        char name[160];
+        snprintf(name, sizeof name, "%s%s: y, dx and dW are one fused multiply-add chain per element", nv_engine_name(e), suffix);
+        t_run(name, nv_engine_available(e) ? test_fma_chains : skip_case);
     }
 }
 

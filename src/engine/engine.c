@@ -53,6 +53,7 @@ struct nv_plan {
 /* ---------------------------------------------------------------- small helpers */
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 static inline int rup(int a, int b) { return cdiv(a, b) * b; }
 
@@ -77,22 +78,37 @@ typedef struct {
     int rt, ct;           /* row and column blocks */
 } grid;
 
-static int grid_make(grid *g, int rows, int runit, int cols, double macs) {
+static int grid_tasks(int rows, int runit, double macs) {
     int T = force_inline ? 1 : nv_pool_threads();
     if (T > 1 && (macs >= 65536.0 || force_split))
         /* two tasks per thread balance uneven blocks; a few rows against many weights (decode)
          * split finer, so a thread held up elsewhere leaves little for the others to wait on */
-        T *= rows <= 4 * runit && macs >= 4194304.0 ? 8 : 2;
-    else
-        T = 1;
+        return T * (rows <= 4 * runit && macs >= 4194304.0 ? 8 : 2);
+    return 1;
+}
+
+static void grid_init(grid *g, int rows, int runit, int cols) {
     g->rows = rows;
     g->runit = runit;
     g->nru = cdiv(rows, runit);
     g->cols = cols;
-    g->ct = imin(cols, T);
-    if (g->ct < 1) g->ct = 1;
-    g->rt = imin(g->nru, cdiv(T, g->ct));
-    if (g->rt < 1) g->rt = 1;
+}
+
+/* Columns split first: every task reads all rows of the activations, each its own weights. */
+static int grid_make(grid *g, int rows, int runit, int cols, double macs) {
+    const int T = grid_tasks(rows, runit, macs);
+    grid_init(g, rows, runit, cols);
+    g->ct = imax(1, imin(cols, T));
+    g->rt = imax(1, imin(g->nru, cdiv(T, g->ct)));
+    return g->rt * g->ct;
+}
+
+/* Rows split first: for a product whose row operand is the large one (dw's dy^T). */
+static int grid_make_rows(grid *g, int rows, int runit, int cols, double macs) {
+    const int T = grid_tasks(rows, runit, macs);
+    grid_init(g, rows, runit, cols);
+    g->rt = imax(1, imin(g->nru, T));
+    g->ct = imax(1, imin(cols, cdiv(T, g->rt)));
     return g->rt * g->ct;
 }
 
@@ -510,7 +526,7 @@ typedef struct {
     float *out;
     int m, n, k;
     grid g;
-    void *abuf;              /* converted activations (amx) or dy transposed (fp32 dw) */
+    void *abuf;              /* converted activations (amx) or x packed in panels (fp32 dw) */
     size_t lda;              /* elements per row of abuf */
     int depth;               /* padded reduction length */
     const float *colscale;   /* to_bf16: per-column factor (int8 dx folds the weight scales into dy) */
@@ -648,52 +664,59 @@ static void fp32_dx_task(void *vc, int task, int nt) {
     free(T);
 }
 
-/* dyT[a][i] = dy[i][a] */
-static void transpose_task(void *vc, int task, int nt) {
+/* x's columns as the depth slices of dw's panels, [slice][panel][i][c] = x[slice*kc + i][panel*nr + c]
+ * (zero past column k): per depth slice the panels lie back to back, as the panel kernel reads them. */
+static void pack_x_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
-    const int m = c->m, n = c->n;
-    int a0 = (int)((long)n * task / nt), a1 = (int)((long)n * (task + 1) / nt);
-    float *dst = (float *)c->abuf;
-    for (int i0 = 0; i0 < m; i0 += 64)
-        for (int b0 = a0; b0 < a1; b0 += 64)
-            nv_transpose(c->a + (size_t)i0 * n + b0, n, imin(64, m - i0), imin(64, a1 - b0), dst + (size_t)b0 * m + i0, m);
+    const int nr = c->kf->nr, kc = c->kf->kc, m = c->m, k = c->k, np = cdiv(k, nr);
+    const int i0 = (int)((long)m * task / nt), i1 = (int)((long)m * (task + 1) / nt);
+    float *Px = c->abuf;
+    for (int i = i0; i < i1; i++) {
+        const int s = i / kc, ki = imin(kc, m - s * kc);
+        const float *src = c->b + (size_t)i * k;
+        float *d = Px + (size_t)s * kc * np * nr + (size_t)(i - s * kc) * nr;
+        for (int q = 0; q < np; q++, d += (size_t)ki * nr) {
+            const int j0 = q * nr, jv = imin(nr, k - j0);
+            memcpy(d, src + j0, (size_t)jv * sizeof(float));
+            if (jv < nr) memset(d + jv, 0, (size_t)(nr - jv) * sizeof(float));
+        }
+    }
 }
 
-/* dw += dyT . x with the m rows as the depth: per depth slice i0..i0+ki (ki <= kc) and group of
- * panels of x's columns, Px[q][i - i0][c] = x[i][(qg + q)*nr + c], then the panel kernel on the
- * rows of dyT, accumulating into dw. */
+/* dw rows per block: At (rows x kc) and the packed x slice (kc x k) should share L2 (measured on
+ * 512 KiB: 16 micro-kernel rows when x is wide, more when x is narrow and the slice small). */
+static int dw_block_rows(const nv_kern_fp32 *kf, int k) {
+    const size_t budget = 384 << 10, slice = (size_t)kf->kc * rup(k, kf->nr) * sizeof(float);
+    int units = 16;
+    if (slice <= budget / 2) units = imin(48, (int)((budget - slice) / ((size_t)kf->kc * kf->mr * sizeof(float))));
+    return units * kf->mr;
+}
+
+/* dw += dy^T . x with the m rows as the depth. A task owns a block of dw's rows (dy's columns) and
+ * of its panels; per block of rows and depth slice it transposes that piece of dy into a small
+ * buffer, At[a][i] = dy[i0 + i][a0 + a], which stays in cache while the packed x slices stream by,
+ * and runs the panel kernel accumulating into dw. dy is read once and never copied whole. */
 static void fp32_dw_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
     const nv_kern_fp32 *kf = c->kf;
-    const int nr = kf->nr, kc = kf->kc, m = c->m, k = c->k;
+    const int nr = kf->nr, kc = kf->kc, m = c->m, n = c->n, k = c->k, np = cdiv(k, nr), rb = dw_block_rows(kf, k);
     int a0, a1, q0, q1;
     grid_task(&c->g, task, &a0, &a1, &q0, &q1);
     if (a0 >= a1 || q0 >= q1) return;
-    float *Px = task_scratch(c, (size_t)SLICE_PANELS * kc * nr * sizeof(float), a0, a1, q0 * nr, (q1 - q0) * nr);
-    if (!Px) return;
-    const float *dyT = c->abuf;
-    for (int qg = q0; qg < q1; qg += SLICE_PANELS) {
-        const int g = imin(SLICE_PANELS, q1 - qg);
+    float *At = task_scratch(c, (size_t)rb * kc * sizeof(float), a0, a1, q0 * nr, (q1 - q0) * nr);
+    if (!At) return;
+    const float *Px = c->abuf;
+    for (int b0 = a0; b0 < a1; b0 += rb) {
+        const int rows = imin(rb, a1 - b0);
         for (int i0 = 0; i0 < m; i0 += kc) {
             const int ki = imin(kc, m - i0);
-            for (int i = 0; i < ki; i++) {
-                const float *src = c->b + (size_t)(i0 + i) * k;
-                for (int q = 0; q < g; q++) {
-                    const int j0 = (qg + q) * nr, jv = imin(nr, k - j0);
-                    float *d = Px + ((size_t)q * ki + i) * nr;
-                    if (jv == nr && nr == 16) memcpy(d, src + j0, 16 * sizeof(float));
-                    else if (jv == nr && nr == 32) memcpy(d, src + j0, 32 * sizeof(float));
-                    else {
-                        for (int cc = 0; cc < jv; cc++) d[cc] = src[j0 + cc];
-                        for (int cc = jv; cc < nr; cc++) d[cc] = 0.0f;
-                    }
-                }
-            }
-            kf->gemm(dyT + (size_t)a0 * m + i0, m, a1 - a0, ki, Px, g, c->out + (size_t)a0 * k + (size_t)qg * nr, k, k - qg * nr, 1);
+            nv_transpose(c->a + (size_t)i0 * n + b0, n, ki, rows, At, ki);
+            kf->gemm(At, ki, rows, ki, Px + ((size_t)i0 * np + (size_t)q0 * ki) * nr, q1 - q0,
+                     c->out + (size_t)b0 * k + (size_t)q0 * nr, k, k - q0 * nr, 1);
         }
     }
-    free(Px);
+    free(At);
 }
 
 /* ---------------------------------------------------------------- AMX engines */
@@ -1010,12 +1033,12 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
     case NV_ENGINE_AVX2:
     case NV_ENGINE_AVX512: {
         c.kf = engine_fp32[e];
-        float *dyT = aalloc((size_t)n * m * sizeof(float));
-        if (!dyT) break; /* falls to the scalar loop below */
-        c.abuf = dyT;
-        run_tasks(transpose_task, &c, conv_tasks(n, (size_t)m * n));
-        run_tasks(fp32_dw_task, &c, grid_make(&c.g, n, c.kf->mr, cdiv(k, c.kf->nr), macs));
-        free(dyT);
+        float *Px = aalloc((size_t)m * rup(k, c.kf->nr) * sizeof(float));
+        if (!Px) break; /* falls to the scalar loop below */
+        c.abuf = Px;
+        run_tasks(pack_x_task, &c, conv_tasks(m, (size_t)m * k));
+        run_tasks(fp32_dw_task, &c, grid_make_rows(&c.g, n, c.kf->mr, cdiv(k, c.kf->nr), macs));
+        free(Px);
         if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
         return;
     }

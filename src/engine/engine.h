@@ -41,7 +41,9 @@
  *                   the forward panels. amx-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered
  *                   from the forward tiles). amx-int8: bf16 tiles too, on the quantised weights
  *                   (exact in bf16) with the per-channel scales folded into dy before rounding.
- *   nv_gemm_dw      avx2/avx512: the panel kernel on dy^T and panels of x, accumulating into dw.
+ *   nv_gemm_dw      avx2/avx512: the panel kernel on dy^T and panels of x, accumulating into dw;
+ *                   x is packed once per call, dy transposed a block of rows x depth slice at a
+ *                   time into a buffer that stays in cache (never a whole copy of dy).
  *                   amx-bf16 and amx-int8: bf16 tiles (dy and x rounded to bf16), fp32 accumulate.
  *
  * Accuracy against scalar, per element, with S = sum |a||b| over the reduction of length K and

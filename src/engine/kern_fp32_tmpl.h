@@ -183,8 +183,10 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
     }
     /* Depth blocks outermost, then row blocks: the A block (MC x KC) stays in L2 while every panel
      * slice (KC x NR, in L1 across the row block) streams by. Partial sums go through C (exact). */
-    for (int k0 = 0; k0 < K; k0 += KC) {
-        int kc = K - k0 < KC ? K - k0 : KC;
+    for (int k0 = 0, kc; k0 < K; k0 += kc) {
+        /* a short last block would cost a pass over C for a few depths: the last block takes up
+         * to KC/4 more (the sums are one chain per element, so any split gives the same bits) */
+        kc = K - k0 <= KC + KC / 4 ? K - k0 : KC;
         int load_c = accumulate || k0 > 0;
         for (int r0 = 0; r0 < rows; r0 += MC) {
             int r1 = rows - r0 < MC ? rows : r0 + MC;

@@ -31,6 +31,7 @@ static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *b
         {&a->att, L * (size_t)B * H * T * T}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
         {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * BT * h}, {&a->h3, L * BT * h},
         {&a->hg, L * BT * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
+        {&a->pscale, BT},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -193,22 +194,14 @@ static void headnorm_forward(float *out, float *rstd, const float *x, const floa
     nv_rmsnorm_forward(out, rstd, x, w, rows * n_heads, hd, eps);
 }
 
-/* acc += dy . W (through a temporary: the plan API overwrites) */
-static void run_dx_add(const nv_plan *p, const float *dy, int m, float *acc, float *tmp) {
-    nv_plan_run_dx(p, dy, m, tmp);
-    size_t n = (size_t)m * nv_plan_k(p);
-    for (size_t i = 0; i < n; i++) acc[i] += tmp[i];
-}
-
-/* Element-wise passes (SwiGLU and its backward, residual adds, scaling) on the pool, 8 lanes at a
+/* Element-wise passes (SwiGLU and its backward, residual adds) on the pool, 8 lanes at a
  * time, each task a fixed contiguous range: no reductions, so the same bits whatever the threads. */
-typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_ADD, EW_SCALE } ew_kind;
+typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_ADD } ew_kind;
 typedef struct {
     ew_kind kind;
     size_t n;
     float *out, *out2;
     const float *a, *b, *c;
-    float s;
 } ew_job;
 
 static void ew_range(const ew_job *j, size_t i0, size_t i1) {
@@ -241,10 +234,6 @@ static void ew_range(const ew_job *j, size_t i0, size_t i1) {
         for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(j->out + i, _mm256_add_ps(_mm256_loadu_ps(j->a + i), _mm256_loadu_ps(j->b + i)));
         for (; i < i1; i++) j->out[i] = j->a[i] + j->b[i];
         break;
-    case EW_SCALE: /* out *= s */
-        for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(j->out + i, _mm256_mul_ps(_mm256_loadu_ps(j->out + i), _mm256_set1_ps(j->s)));
-        for (; i < i1; i++) j->out[i] *= j->s;
-        break;
     }
 }
 
@@ -262,13 +251,15 @@ static void ew_run(ew_job j) {
 
 #define CE_TASKS 64
 typedef struct {
-    float *logits;
+    float *logits, *pscale;
     const int *targets;
     int V, rows;
+    float dscale; /* dlogits_task */
     double partial[CE_TASKS];
 } ce_job;
 
-/* Softmax in place and the summed -log p(target) of a contiguous block of rows. */
+/* The softmax's exps in place (their scale to probabilities in pscale, applied by the backward's one
+ * pass over the logits) and the summed -log p(target) of a contiguous block of rows. */
 static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     ce_job *j = ctx;
     int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
@@ -293,10 +284,33 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
             lg[i] = expf(lg[i] - maxv);
             sum += lg[i];
         }
-        ew_range(&(ew_job){.kind = EW_SCALE, .out = lg, .s = 1.0f / sum}, 0, (size_t)V);
-        total += -log((double)lg[j->targets[r]] + 1e-30);
+        const float inv = 1.0f / sum;
+        j->pscale[r] = inv;
+        total += -log((double)(lg[j->targets[r]] * inv) + 1e-30);
     }
     j->partial[task] = total;
+}
+
+/* dlogits = (p - onehot(target)) * dscale, p = exp * pscale, in place over a block of rows. */
+static void dlogits_task(void *ctx, int task, int n_tasks) {
+    ce_job *j = ctx;
+    int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
+    const __m256 vd = _mm256_set1_ps(j->dscale);
+    for (int r = r0; r < r1; r++) {
+        float *lg = j->logits + (size_t)r * j->V;
+        const float inv = j->pscale[r], e_target = lg[j->targets[r]];
+        const __m256 vs = _mm256_set1_ps(inv);
+        int i = 0;
+        for (; i + 8 <= j->V; i += 8) _mm256_storeu_ps(lg + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(lg + i), vs), vd));
+        for (; i < j->V; i++) lg[i] = lg[i] * inv * j->dscale;
+        lg[j->targets[r]] = (e_target * inv - 1.0f) * j->dscale;
+    }
+}
+
+/* acc += dy . W (through a temporary: the plan API overwrites) */
+static void run_dx_add(const nv_plan *p, const float *dy, int m, float *acc, float *tmp) {
+    nv_plan_run_dx(p, dy, m, tmp);
+    ew_run((ew_job){.kind = EW_ADD, .n = (size_t)m * nv_plan_k(p), .out = acc, .a = acc, .b = tmp});
 }
 
 /* ---- whole model ----------------------------------------------------------------------- */
@@ -350,8 +364,8 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     nv_rmsnorm_forward(a->xnf, a->rstdf, LAYER(a->x, c->n_layers, sd), w->rms_final, BT, d, c->norm_eps);
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
     if (!targets) return 0.0f;
-    /* cross-entropy; logits become probabilities in place for the backward */
-    ce_job cj = {a->logits, targets, V, BT, {0}};
+    /* cross-entropy; the logits become the softmax's exps for the backward */
+    ce_job cj = {.logits = a->logits, .pscale = a->pscale, .targets = targets, .V = V, .rows = BT};
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0;
@@ -372,9 +386,9 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
 
     /* dlogits = (p - onehot) * scale / BT, in place */
-    float dscale = grad_scale / (float)BT;
-    for (int r = 0; r < BT; r++) a->logits[(size_t)r * V + tm->targets[r]] -= 1.0f;
-    ew_run((ew_job){.kind = EW_SCALE, .n = (size_t)BT * V, .out = a->logits, .s = dscale});
+    ce_job dj = {.logits = a->logits, .pscale = a->pscale, .targets = tm->targets, .V = V, .rows = BT,
+                 .dscale = grad_scale / (float)BT};
+    nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
     nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls); /* == g->tok_emb when shared */
     memset(s.dx, 0, sd * sizeof(float));

@@ -24,7 +24,9 @@ typedef struct {
     float *xn2, *rstd2; /* [L][BT][d], [L][BT] FFN RMSNorm */
     float *h1, *h3, *hg; /* [L][BT][hidden] gate, up, silu(gate)*up */
     float *xnf, *rstdf; /* [BT][d], [BT] final norm */
-    float *logits;      /* [BT][V]; the backward turns it into dlogits in place */
+    float *logits;      /* [BT][V]; the cross-entropy leaves exp(logit - row max) here, the backward
+                           turns that into dlogits in place */
+    float *pscale;      /* [BT] 1 / each row's sum of exps: logits[r][i] * pscale[r] is p(i) */
 } nv_acts;
 
 typedef struct {
