@@ -208,6 +208,26 @@ static void test_adamw_matches_reference(void) {
     }
 }
 
+/* A forward without targets (evaluation) has no loss to differentiate: the backward leaves the
+ * gradients as they are instead of reading targets that are not there. */
+static void test_backward_needs_targets(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0};
+    nv_tmodel tm;
+    if (nv_tmodel_init(&tm, &c, NULL, 4, 1, 6, NV_ENGINE_SCALAR) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    int in[6], tg[6];
+    make_batch(1, 6, c.vocab_size, in, tg, 11);
+    nv_tmodel_zero_grad(&tm);
+    T_CHECK(nv_tmodel_forward(&tm, in, NULL) == 0.0f, "loss without targets");
+    nv_tmodel_backward(&tm, 1.0f);
+    int zero = 1;
+    for (uint64_t i = 0; i < tm.m.n_params; i++) zero &= tm.grads[i] == 0.0f;
+    T_CHECK(zero, "gradients changed by a backward without targets");
+    nv_tmodel_free(&tm);
+}
+
 /* Gradients on each fast engine vs the fp32 scalar path on the same batch. */
 static void test_engines_match_fp32(void) {
     nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0};
@@ -369,5 +389,6 @@ int main(void) {
     T_RUN(test_engines_match_fp32);
     T_RUN(test_attention_kernels);
     T_RUN(test_adamw_matches_reference);
+    T_RUN(test_backward_needs_targets);
     return t_done();
 }

@@ -621,7 +621,7 @@ static void fp32_run_task(void *vc, int task, int nt) {
                 c->out + (size_t)r0 * n + (size_t)c0 * nr, n, n - c0 * nr, 0);
 }
 
-#define SLICE_PANELS 32 /* panels gathered at once for dx / dW: 32 x kc x nr floats (512 KiB for avx2) */
+#define SLICE_PANELS 32 /* panels gathered at once for dx: 32 x kc x nr floats (512 KiB for avx2) */
 
 /* dx = dy . W with the n outputs as the depth: per depth slice a0..a0+ka (ka <= kc) and group of
  * output panels, gather the slice of W^T panels, T[q][a - a0][c] = W[a][(qg + q)*nr + c], from the
@@ -689,13 +689,14 @@ static int dw_block_rows(const nv_kern_fp32 *kf, int k) {
     const size_t budget = 384 << 10, slice = (size_t)kf->kc * rup(k, kf->nr) * sizeof(float);
     int units = 16;
     if (slice <= budget / 2) units = imin(48, (int)((budget - slice) / ((size_t)kf->kc * kf->mr * sizeof(float))));
-    return units * kf->mr;
+    return imax(1, units) * kf->mr;
 }
 
 /* dw += dy^T . x with the m rows as the depth. A task owns a block of dw's rows (dy's columns) and
  * of its panels; per block of rows and depth slice it transposes that piece of dy into a small
  * buffer, At[a][i] = dy[i0 + i][a0 + a], which stays in cache while the packed x slices stream by,
- * and runs the panel kernel accumulating into dw. dy is read once and never copied whole. */
+ * and runs the panel kernel accumulating into dw. dy is never copied whole (and read once unless
+ * dw's columns are split too, when few rows leave threads idle). */
 static void fp32_dw_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
@@ -704,7 +705,7 @@ static void fp32_dw_task(void *vc, int task, int nt) {
     int a0, a1, q0, q1;
     grid_task(&c->g, task, &a0, &a1, &q0, &q1);
     if (a0 >= a1 || q0 >= q1) return;
-    float *At = task_scratch(c, (size_t)rb * kc * sizeof(float), a0, a1, q0 * nr, (q1 - q0) * nr);
+    float *At = task_scratch(c, (size_t)imin(rb, a1 - a0) * kc * sizeof(float), a0, a1, q0 * nr, (q1 - q0) * nr);
     if (!At) return;
     const float *Px = c->abuf;
     for (int b0 = a0; b0 < a1; b0 += rb) {

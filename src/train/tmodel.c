@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/pool.h"
 #include "base/vmath.h"
 #include "model/forward.h"
@@ -380,6 +381,10 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     nv_weights *g = &tm->g;
     nv_acts *a = &tm->a;
     scratch_ptrs s = scratch_of(tm);
+    if (!tm->targets) { /* the forward computed no loss: nothing to differentiate */
+        nv_warn("training: backward without a forward that had targets; gradients left as they are");
+        return;
+    }
     nv_engine_id e = nv_plan_engine(tm->m.cls_plan);
     int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim, V = c->vocab_size;
     int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
