@@ -202,6 +202,35 @@ static void test_softmax_matches_scalar(void) {
     T_CHECK(same, "nv_softmax differs from the scalar loop");
 }
 
+/* nv_silu_mul (8 lanes) gives run.c's scalar SwiGLU values bit for bit: inputs past expf's slow
+ * path (|x| >= 88), signed zeros, infinities and NaN, and every length 1-40. */
+static void test_silu_matches_scalar(void) {
+    uint64_t seed = 7;
+    int same = 1;
+    for (int n = 1; n <= 40; n++)
+        for (int kind = 0; kind < 3; kind++) {
+            float h[40], g[40], want[40];
+            for (int i = 0; i < n; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                h[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) - 0.5) * (kind == 1 ? 400.0f : 24.0f);
+                g[i] = (float)((double)(seed >> 20 & 0xfffff) / (double)(1 << 20) - 0.5) * 3.0f;
+            }
+            if (kind == 2) {
+                const float odd[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 89.0f, -104.0f, 1e-30f};
+                for (int i = 0; i < n && i < 8; i++) h[(i * 5) % n] = odd[i];
+            }
+            for (int i = 0; i < n; i++) {
+                float val = h[i];
+                val *= (1.0f / (1.0f + expf(-val)));
+                val *= g[i];
+                want[i] = val;
+            }
+            nv_silu_mul(h, g, n);
+            same &= memcmp(h, want, sizeof(float) * (size_t)n) == 0;
+        }
+    T_CHECK(same, "nv_silu_mul differs from the scalar loop");
+}
+
 static void test_separate_classifier_v0_and_v1(void) {
     /* a tiny v0 file with negative vocab (separate classifier) built by hand */
     nv_config c = {16, 24, 1, 2, 2, 8, 11, 6, 10000.0f, 1e-5f, 0, 0};
@@ -459,6 +488,7 @@ int main(void) {
     T_RUN(test_general_config_forward);
     T_RUN(test_chunked_attention_shapes);
     T_RUN(test_softmax_matches_scalar);
+    T_RUN(test_silu_matches_scalar);
     T_RUN(test_separate_classifier_v0_and_v1);
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);

@@ -10,6 +10,7 @@
 #define NV_VMATH_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 static inline __m256 nv_exp256(__m256 x) {
@@ -75,6 +76,22 @@ static inline __m256 nv_expf256_libm(__m256 x, int *special) {
 /* 1 when nv_expf256_libm gives this process's expf bit for bit (checked once, on a spread of
  * inputs); else callers use expf. */
 int nv_expf_libm_matches(void);
+
+/* expf of 8 lanes, every lane bit for bit (the special lanes from expf itself); only where
+ * nv_expf_libm_matches(). */
+static inline __m256 nv_expf256_exact(__m256 x) {
+    int special;
+    __m256 e = nv_expf256_libm(x, &special);
+    if (special) {
+        float xl[8], el[8];
+        _mm256_storeu_ps(xl, x);
+        _mm256_storeu_ps(el, e);
+        for (int l = 0; l < 8; l++)
+            if (special >> l & 1) el[l] = expf(xl[l]);
+        e = _mm256_loadu_ps(el);
+    }
+    return e;
+}
 
 /* Transposes the 8 x 8 block held in r[0..7] (row i in r[i]) in place: afterwards r[j] holds
  * column j. Pure data movement (unpack, shuffle, lane permute). */

@@ -88,18 +88,9 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
         nv_batch_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the batch state (%d rows)", max_rows);
     }
-    /* cos/sin of every (position, pair), by the very float expressions of nv_rope */
-    int hd = c->head_dim;
-    for (int i = 0; i < hd; i += 2) {
-        float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
-        for (int pos = 0; pos < c->seq_len; pos++) {
-            float val = (float)pos * freq;
-            s->rope[(size_t)pos * hd + i] = cosf(val);
-            s->rope[(size_t)pos * hd + i + 1] = sinf(val);
-        }
-    }
+    nv_rope_table(s->rope, c, c->seq_len);
     s->rope_theta = c->rope_theta;
-    s->head_dim = hd;
+    s->head_dim = c->head_dim;
     s->seq_len = c->seq_len;
     return NV_OK;
 }
@@ -109,19 +100,6 @@ void nv_batch_state_free(nv_batch_state *s) {
     void *all[] = {s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope, s->group_start};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
-}
-
-/* nv_rope's rotation with the angles from the table (the same cosf/sinf values). */
-static void rope_row(float *vec, int n_heads, int hd, const float *cs) {
-    for (int h = 0; h < n_heads; h++) {
-        float *v = vec + (size_t)h * hd;
-        for (int i = 0; i < hd; i += 2) {
-            float fcr = cs[i], fci = cs[i + 1];
-            float v0 = v[i], v1 = v[i + 1];
-            v[i] = v0 * fcr - v1 * fci;
-            v[i + 1] = v0 * fci + v1 * fcr;
-        }
-    }
 }
 
 typedef struct {
@@ -136,20 +114,12 @@ typedef struct {
 static void rows_task(void *ctx, int task, int n_tasks) {
     const layer_job *j = ctx;
     const nv_config *c = &j->m->config;
-    const nv_weights *w = &j->m->w;
     nv_batch_state *s = j->s;
     int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = j->kv->block_size, l = j->l;
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         int p = s->row_pos[t];
-        if (c->qk_norm) {
-            for (int hh = 0; hh < c->n_heads; hh++)
-                nv_rmsnorm(q + hh * hd, q + hh * hd, w->q_norm + (size_t)l * hd, hd, c->norm_eps);
-            for (int hh = 0; hh < c->n_kv_heads; hh++)
-                nv_rmsnorm(k + hh * hd, k + hh * hd, w->k_norm + (size_t)l * hd, hd, c->norm_eps);
-        }
-        rope_row(q, c->n_heads, hd, s->rope + (size_t)p * hd);
-        rope_row(k, c->n_kv_heads, hd, s->rope + (size_t)p * hd);
+        nv_qk_norm_rope(j->m, l, q, k, s->rope + (size_t)p * hd);
         int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
         /* keys are stored transposed: [kv_dim][B] */
         size_t kat = nv_kv_keys_at(j->kv, blk, l) + off, vat = nv_kv_values_at(j->kv, blk, l) + (size_t)off * hd;

@@ -31,7 +31,7 @@
  *   hold it: with the scalar engine and fp32 pages they are bit-identical to nv_forward's. fp16
  *   pages differ from nv_forward only by the rounding of the stored keys and values (the sums
  *   are the same fp32 sums), and are still independent of the batch, the chunking and the blocks.
- * - RoPE angles come from a table filled at nv_batch_state_init with nv_rope's own float
+ * - RoPE angles come from nv_rope_table, filled at nv_batch_state_init with run.c's float
  *   expressions (so the same cosf/sinf values); the per-row work and attention run on the thread
  *   pool (base/pool.h), split by rows and by (row, head), which changes no summation order.
  * - A state is used by one thread at a time. */

@@ -27,19 +27,21 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     s->att_rows = max_tokens < ATT_ROWS ? max_tokens : ATT_ROWS;
     s->att = calloc((size_t)c->n_heads * s->att_rows * cache_len, sizeof(float));
     s->kt = calloc((size_t)nv_config_q_dim(c) * 16, sizeof(float));
+    s->rope = malloc((size_t)cache_len * (size_t)c->head_dim * sizeof(float));
     s->logits = calloc((all_logits ? T : 1) * (size_t)c->vocab_size, sizeof(float));
     s->key_cache = calloc(cache, sizeof(float));
     s->value_cache = calloc(cache, sizeof(float));
-    if (!s->att || !s->kt || !s->logits || !s->key_cache || !s->value_cache) {
+    if (!s->att || !s->kt || !s->rope || !s->logits || !s->key_cache || !s->value_cache) {
         nv_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the run state (KV cache of %zu MB)", cache * 8 >> 20);
     }
+    nv_rope_table(s->rope, c, cache_len);
     return NV_OK;
 }
 
 void nv_state_free(nv_state *s) {
     nv_rows_free(&s->r);
-    float *all[] = {s->att, s->kt, s->logits, s->key_cache, s->value_cache};
+    float *all[] = {s->att, s->kt, s->rope, s->logits, s->key_cache, s->value_cache};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
 }
@@ -98,17 +100,7 @@ void nv_softmax(float *x, int size) {
     i = 0;
     if (size >= 8 && nv_expf_libm_matches()) {
         const __m256 vmax = _mm256_set1_ps(max_val);
-        for (; i + 8 <= size; i += 8) {
-            int special;
-            const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vmax);
-            _mm256_storeu_ps(x + i, nv_expf256_libm(d, &special));
-            for (int l = 0; special; l++, special >>= 1) /* |x - max| >= 88, or NaN: expf itself */
-                if (special & 1) {
-                    float dl[8];
-                    _mm256_storeu_ps(dl, d);
-                    x[i + l] = expf(dl[l]);
-                }
-        }
+        for (; i + 8 <= size; i += 8) _mm256_storeu_ps(x + i, nv_expf256_exact(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax)));
     }
     for (; i < size; i++) x[i] = expf(x[i] - max_val);
     float sum = 0.0f;
@@ -118,14 +110,24 @@ void nv_softmax(float *x, int size) {
     for (; i < size; i++) x[i] /= sum;
 }
 
-void nv_rope(float *vec, int n_heads, int head_dim, int pos, float theta) {
+void nv_rope_table(float *cs, const nv_config *c, int npos) {
+    const int hd = c->head_dim;
+    for (int i = 0; i < hd; i += 2) {
+        /* the float expressions of run.c, so the rotation is bit-identical */
+        float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
+        for (int pos = 0; pos < npos; pos++) {
+            float val = (float)pos * freq;
+            cs[(size_t)pos * hd + i] = cosf(val);
+            cs[(size_t)pos * hd + i + 1] = sinf(val);
+        }
+    }
+}
+
+void nv_rope_apply(float *vec, int n_heads, int head_dim, const float *cs) {
     for (int h = 0; h < n_heads; h++) {
         float *v = vec + (size_t)h * head_dim;
         for (int i = 0; i < head_dim; i += 2) {
-            /* same float expression as run.c, so the rotation is bit-identical */
-            float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
-            float val = (float)pos * freq;
-            float fcr = cosf(val), fci = sinf(val);
+            float fcr = cs[i], fci = cs[i + 1];
             float v0 = v[i], v1 = v[i + 1];
             v[i] = v0 * fcr - v1 * fci;
             v[i + 1] = v0 * fci + v1 * fcr;
@@ -301,6 +303,26 @@ static void attention(const nv_config *c, nv_state *s, const float *kc, const fl
 }
 
 typedef struct {
+    float *o;
+    const float *x, *w;
+    int n, d;
+    float eps;
+} norm_job;
+
+static void norm_task(void *ctx, int task, int n_tasks) {
+    const norm_job *j = ctx;
+    for (int t = (int)((long)j->n * task / n_tasks); t < (int)((long)j->n * (task + 1) / n_tasks); t++)
+        nv_rmsnorm(j->o + (size_t)t * j->d, j->x + (size_t)t * j->d, j->w, j->d, j->eps);
+}
+
+/* RMSNorm of n rows of d, on the pool when there are enough of them (each row as nv_rmsnorm). */
+static void norm_rows(float *o, const float *x, const float *w, int n, int d, float eps) {
+    norm_job j = {o, x, w, n, d, eps};
+    const int tasks = (size_t)n * d < 32768 ? 1 : 2 * nv_pool_threads();
+    nv_pool_run(norm_task, &j, tasks < n ? tasks : n);
+}
+
+typedef struct {
     float *x;         /* the residual stream: x += y */
     const float *y;   /* residual: the product; SwiGLU: w3's output */
     float *h;         /* SwiGLU: w1's output, replaced by silu(h) * y */
@@ -316,18 +338,26 @@ static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
     }
 }
 
+void nv_silu_mul(float *h, const float *g, int n) {
+    int i = 0;
+    if (n >= 8 && nv_expf_libm_matches()) /* 8 lanes with the loop's operations and expf's bits */
+        for (const __m256 one = _mm256_set1_ps(1.0f); i + 8 <= n; i += 8) {
+            const __m256 val = _mm256_loadu_ps(h + i);
+            const __m256 e = nv_expf256_exact(_mm256_xor_ps(val, _mm256_set1_ps(-0.0f)));
+            _mm256_storeu_ps(h + i, _mm256_mul_ps(_mm256_mul_ps(val, _mm256_div_ps(one, _mm256_add_ps(one, e))), _mm256_loadu_ps(g + i)));
+        }
+    for (; i < n; i++) {
+        float val = h[i];
+        val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
+        val *= g[i];
+        h[i] = val;
+    }
+}
+
 static void swiglu_ep(void *vc, int r0, int r1, int c0, int c1) {
     const tail_ep *e = vc;
-    for (int r = r0; r < r1; r++) {
-        float *h = e->h + (size_t)r * e->stride;
-        const float *g = e->y + (size_t)r * e->stride;
-        for (int i = c0; i < c1; i++) {
-            float val = h[i];
-            val *= (1.0f / (1.0f + expf(-val))); /* SiLU */
-            val *= g[i];
-            h[i] = val;
-        }
-    }
+    for (int r = r0; r < r1; r++)
+        nv_silu_mul(e->h + (size_t)r * e->stride + c0, e->y + (size_t)r * e->stride + c0, c1 - c0);
 }
 
 void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2) {
@@ -338,43 +368,63 @@ void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *
     tail_ep res = {x, xb2, NULL, d};
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, residual_ep, &res);
 
-    for (int t = 0; t < n; t++)
-        nv_rmsnorm(xb + (size_t)t * d, x + (size_t)t * d, m->w.rms_ffn + (size_t)l * d, d, c->norm_eps);
+    norm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
     tail_ep glu = {NULL, hb2, hb, h};
     nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
     tail_ep res2 = {x, xb, NULL, d};
     nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, residual_ep, &res2);
 }
 
-static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
+void nv_qk_norm_rope(const nv_model *m, int l, float *q, float *k, const float *cs) {
     const nv_config *c = &m->config;
-    const nv_weights *w = &m->w;
-    const nv_layer_plans *lp = &m->plans[l];
-    int d = c->dim, hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c);
-    float *kc = s->key_cache + (size_t)l * s->cache_len * kv_dim;
-    float *vc = s->value_cache + (size_t)l * s->cache_len * kv_dim;
+    const int hd = c->head_dim;
+    if (c->qk_norm) {
+        for (int hh = 0; hh < c->n_heads; hh++)
+            nv_rmsnorm(q + hh * hd, q + hh * hd, m->w.q_norm + (size_t)l * hd, hd, c->norm_eps);
+        for (int hh = 0; hh < c->n_kv_heads; hh++)
+            nv_rmsnorm(k + hh * hd, k + hh * hd, m->w.k_norm + (size_t)l * hd, hd, c->norm_eps);
+    }
+    nv_rope_apply(q, c->n_heads, hd, cs);
+    nv_rope_apply(k, c->n_kv_heads, hd, cs);
+}
 
-    for (int t = 0; t < n; t++)
-        nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
-    nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
-                      (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
-    for (int t = 0; t < n; t++) {
+typedef struct {
+    const nv_model *m;
+    nv_state *s;
+    float *kc, *vc;
+    int l, n, pos;
+} rows_job;
+
+/* Rows task, task + n_tasks, ...: QK-norm, RoPE, and the row's key and value into the cache. */
+static void qkv_rows_task(void *ctx, int task, int n_tasks) {
+    const rows_job *j = ctx;
+    const nv_config *c = &j->m->config;
+    nv_state *s = j->s;
+    const int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c);
+    for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
-        if (c->qk_norm) {
-            for (int hh = 0; hh < c->n_heads; hh++)
-                nv_rmsnorm(q + hh * hd, q + hh * hd, w->q_norm + (size_t)l * hd, hd, c->norm_eps);
-            for (int hh = 0; hh < c->n_kv_heads; hh++)
-                nv_rmsnorm(k + hh * hd, k + hh * hd, w->k_norm + (size_t)l * hd, hd, c->norm_eps);
-        }
-        nv_rope(q, c->n_heads, hd, pos + t, c->rope_theta);
-        nv_rope(k, c->n_kv_heads, hd, pos + t, c->rope_theta);
+        const int p = j->pos + t;
+        nv_qk_norm_rope(j->m, j->l, q, k, s->rope + (size_t)p * hd);
         for (int hh = 0; hh < c->n_kv_heads; hh++) { /* per head: [kv_heads][cache_len][hd] */
-            const size_t at = ((size_t)hh * s->cache_len + (size_t)(pos + t)) * hd;
-            memcpy(kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));
-            memcpy(vc + at, s->r.v + (size_t)t * kv_dim + (size_t)hh * hd, (size_t)hd * sizeof(float));
+            const size_t at = ((size_t)hh * s->cache_len + (size_t)p) * hd;
+            memcpy(j->kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));
+            memcpy(j->vc + at, s->r.v + (size_t)t * kv_dim + (size_t)hh * hd, (size_t)hd * sizeof(float));
         }
     }
-    attention(c, s, kc, vc, n, pos);
+}
+
+static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
+    const nv_config *c = &m->config;
+    const nv_layer_plans *lp = &m->plans[l];
+    const int d = c->dim, kv_dim = nv_config_kv_dim(c);
+    rows_job rj = {m, s, s->key_cache + (size_t)l * s->cache_len * kv_dim, s->value_cache + (size_t)l * s->cache_len * kv_dim,
+                   l, n, pos};
+    norm_rows(s->r.xb, s->r.x, m->w.rms_att + (size_t)l * d, n, d, c->norm_eps);
+    nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
+                      (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
+    const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
+    nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
+    attention(c, s, rj.kc, rj.vc, n, pos);
     nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2);
 }
 
@@ -392,8 +442,7 @@ nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int 
     }
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, l, n, pos);
     int first = s->all_logits ? 0 : n - 1, rows = n - first;
-    for (int t = first; t < n; t++)
-        nv_rmsnorm(s->r.xb + (size_t)(t - first) * d, s->r.x + (size_t)t * d, m->w.rms_final, d, c->norm_eps);
+    norm_rows(s->r.xb, s->r.x + (size_t)first * d, m->w.rms_final, rows, d, c->norm_eps);
     nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
     return NV_OK;
 }

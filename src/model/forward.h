@@ -28,6 +28,7 @@ typedef struct {
     float *att;         /* [n_heads][att_rows][cache_len]: scores of the rows a head attends at once */
     int att_rows;
     float *kt;          /* [n_heads][head_dim][16]: 16 positions of a head's keys, transposed */
+    float *rope;        /* [cache_len][head_dim]: nv_rope_table's cos, sin of every position */
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
     int all_logits;
     float *key_cache;   /* [L][n_kv_heads][cache_len][head_dim]: a head's keys are one run */
@@ -47,7 +48,15 @@ void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *
 /* Building blocks, shared with training. */
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);
 void nv_softmax(float *x, int size);
-/* Rotates pairs (2i, 2i+1) of every head of vec (n_heads x head_dim) for position pos. */
-void nv_rope(float *vec, int n_heads, int head_dim, int pos, float theta);
+/* h[i] = silu(h[i]) * g[i], run.c's expressions value for value (expf 8 lanes at a time with its bits). */
+void nv_silu_mul(float *h, const float *g, int n);
+/* RoPE: cs[pos][head_dim] = cos, sin of each position < npos and pair (2i, 2i+1), by run.c's float
+ * expressions; nv_rope_apply rotates the pairs of every head of vec (n_heads x head_dim) by the
+ * angles of one position's row of that table. */
+void nv_rope_table(float *cs, const nv_config *c, int npos);
+void nv_rope_apply(float *vec, int n_heads, int head_dim, const float *cs);
+/* One row's query and key heads of layer l: QK-norm (when the model has it), then RoPE by the
+ * angles cs of its position (shared by the single-sequence and the batched forward). */
+void nv_qk_norm_rope(const nv_model *m, int l, float *q, float *k, const float *cs);
 
 #endif

@@ -95,7 +95,7 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
     int half = c->head_dim / 2;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
-            /* the expression of nv_rope, so training and inference rotate identically */
+            /* the expressions of nv_rope_table, so training and inference rotate identically */
             float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
             float val = (float)t * freq;
             s.rope_cos[t * half + i] = cosf(val);
