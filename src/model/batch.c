@@ -350,8 +350,7 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     const nv_layer_plans *lp = &m->plans[l];
     int d = c->dim;
 
-    for (int t = 0; t < n; t++)
-        nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
+    nv_rmsnorm_rows(s->r.xb, s->r.x, w->rms_att + (size_t)l * d, n, d, c->norm_eps);
     nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     layer_job job = {m, s, kv, seqs, l, n, make_groups(s, n)};
@@ -429,8 +428,7 @@ nv_err nv_batch_row_logits(const nv_model *m, nv_batch_state *s, int row, int co
         return nv_fail(NV_EINVAL, "batch: rows %d..%d are not in the last step of %d rows", row, row + count - 1,
                        s->step_rows);
     int d = c->dim;
-    for (int t = 0; t < count; t++)
-        nv_rmsnorm(s->r.xb + (size_t)t * d, s->r.x + (size_t)(row + t) * d, m->w.rms_final, d, c->norm_eps);
+    nv_rmsnorm_rows(s->r.xb, s->r.x + (size_t)row * d, m->w.rms_final, count, d, c->norm_eps);
     nv_plan_run(m->cls_plan, s->r.xb, count, out);
     return NV_OK;
 }

@@ -315,8 +315,7 @@ static void norm_task(void *ctx, int task, int n_tasks) {
         nv_rmsnorm(j->o + (size_t)t * j->d, j->x + (size_t)t * j->d, j->w, j->d, j->eps);
 }
 
-/* RMSNorm of n rows of d, on the pool when there are enough of them (each row as nv_rmsnorm). */
-static void norm_rows(float *o, const float *x, const float *w, int n, int d, float eps) {
+void nv_rmsnorm_rows(float *o, const float *x, const float *w, int n, int d, float eps) {
     norm_job j = {o, x, w, n, d, eps};
     const int tasks = (size_t)n * d < 32768 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(norm_task, &j, tasks < n ? tasks : n);
@@ -368,7 +367,7 @@ void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *
     tail_ep res = {x, xb2, NULL, d};
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, residual_ep, &res);
 
-    norm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
+    nv_rmsnorm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
     tail_ep glu = {NULL, hb2, hb, h};
     nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
     tail_ep res2 = {x, xb, NULL, d};
@@ -419,7 +418,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
     const int d = c->dim, kv_dim = nv_config_kv_dim(c);
     rows_job rj = {m, s, s->key_cache + (size_t)l * s->cache_len * kv_dim, s->value_cache + (size_t)l * s->cache_len * kv_dim,
                    l, n, pos};
-    norm_rows(s->r.xb, s->r.x, m->w.rms_att + (size_t)l * d, n, d, c->norm_eps);
+    nv_rmsnorm_rows(s->r.xb, s->r.x, m->w.rms_att + (size_t)l * d, n, d, c->norm_eps);
     nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
@@ -442,7 +441,7 @@ nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int 
     }
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, l, n, pos);
     int first = s->all_logits ? 0 : n - 1, rows = n - first;
-    norm_rows(s->r.xb, s->r.x + (size_t)first * d, m->w.rms_final, rows, d, c->norm_eps);
+    nv_rmsnorm_rows(s->r.xb, s->r.x + (size_t)first * d, m->w.rms_final, rows, d, c->norm_eps);
     nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
     return NV_OK;
 }

@@ -47,6 +47,8 @@ void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *
 
 /* Building blocks, shared with training. */
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);
+/* nv_rmsnorm of n rows of d (x and o d apart), on the thread pool when there are enough of them. */
+void nv_rmsnorm_rows(float *o, const float *x, const float *weight, int n, int d, float eps);
 void nv_softmax(float *x, int size);
 /* h[i] = silu(h[i]) * g[i], run.c's expressions value for value (expf 8 lanes at a time with its bits). */
 void nv_silu_mul(float *h, const float *g, int n);
