@@ -202,6 +202,29 @@ static void test_softmax_matches_scalar(void) {
     T_CHECK(same, "nv_softmax differs from the scalar loop");
 }
 
+/* nv_softmax_causal (eight rows' sums side by side) gives each row nv_softmax's values bit for bit:
+ * blocks of 1-20 rows starting at 1-19 values, wide spreads, a NaN; the padding after each row is
+ * neither read into its sum nor written. */
+static void test_softmax_causal_matches_rows(void) {
+    uint64_t seed = 5;
+    int same = 1;
+    const size_t ld = 64;
+    for (int rows = 1; rows <= 20; rows++)
+        for (int size0 = 1; size0 <= 19; size0 += 3) {
+            float x[20 * 64], want[20 * 64];
+            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) - 0.5) * (rows % 3 ? 30.0f : 300.0f);
+            }
+            if (rows == 13) x[3 * ld + 2] = NAN;
+            memcpy(want, x, sizeof x);
+            for (int g = 0; g < rows; g++) nv_softmax(want + (size_t)g * ld, size0 + g);
+            nv_softmax_causal(x, ld, size0, rows);
+            same &= memcmp(x, want, sizeof x) == 0;
+        }
+    T_CHECK(same, "nv_softmax_causal differs from nv_softmax row by row");
+}
+
 /* nv_silu_mul (8 lanes) gives run.c's scalar SwiGLU values bit for bit: inputs past expf's slow
  * path (|x| >= 88), signed zeros, infinities and NaN, and every length 1-40. */
 static void test_silu_matches_scalar(void) {
@@ -489,6 +512,7 @@ int main(void) {
     T_RUN(test_chunked_attention_shapes);
     T_RUN(test_softmax_matches_scalar);
     T_RUN(test_silu_matches_scalar);
+    T_RUN(test_softmax_causal_matches_rows);
     T_RUN(test_separate_classifier_v0_and_v1);
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);

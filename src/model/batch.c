@@ -290,7 +290,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                 }
             }
         }
-        for (int gr = 0; gr < G; gr++) nv_softmax(att0 + (size_t)gr * s->seq_len, p0 + gr + 1);
+        nv_softmax_causal(att0, (size_t)s->seq_len, p0 + 1, G);
         int i0 = 0;
         if (G == 1) /* a decode row: 64 dimensions at a time, eight independent sums in registers */
             for (; i0 + 64 <= hd; i0 += 64) {

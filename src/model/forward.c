@@ -10,7 +10,7 @@
 #include "model/attn_kern.h"
 
 /* Prompt rows of a chunk that attend together, per head: each key and value is read once for them. */
-#define ATT_ROWS 16
+#define ATT_ROWS 32
 
 nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits) {
     memset(s, 0, sizeof *s);
@@ -80,11 +80,10 @@ void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float e
     for (int j = 0; j < size; j++) o[j] = weight[j] * (ss * x[j]);
 }
 
-/* llama2.c's softmax, value for value: the maximum (exact in any order: 8 lanes, NaN ignored as the
- * scalar comparison ignores it), expf (8 lanes with the same bits where nv_expf_libm_matches(),
- * libm's for the lanes it leaves), the sum left to right, then each value divided by it (8 lanes:
- * the same correctly rounded division). */
-void nv_softmax(float *x, int size) {
+/* x[i] = expf(x[i] - max) for i < size, llama2.c's values: the maximum (exact in any order: 8 lanes,
+ * NaN ignored as the scalar comparison ignores it), expf 8 lanes at a time with its bits where
+ * nv_expf_libm_matches(), libm's otherwise. */
+static void softmax_exps(float *x, int size) {
     float max_val = x[0];
     int i = 1;
     if (size >= 9) {
@@ -103,11 +102,45 @@ void nv_softmax(float *x, int size) {
         for (; i + 8 <= size; i += 8) _mm256_storeu_ps(x + i, nv_expf256_exact(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax)));
     }
     for (; i < size; i++) x[i] = expf(x[i] - max_val);
-    float sum = 0.0f;
-    for (i = 0; i < size; i++) sum += x[i];
+}
+
+/* x[i] /= sum (8 lanes: the same correctly rounded division). */
+static void softmax_divide(float *x, int size, float sum) {
     const __m256 vs = _mm256_set1_ps(sum);
-    for (i = 0; i + 8 <= size; i += 8) _mm256_storeu_ps(x + i, _mm256_div_ps(_mm256_loadu_ps(x + i), vs));
+    int i = 0;
+    for (; i + 8 <= size; i += 8) _mm256_storeu_ps(x + i, _mm256_div_ps(_mm256_loadu_ps(x + i), vs));
     for (; i < size; i++) x[i] /= sum;
+}
+
+/* llama2.c's softmax, value for value: the exps, their sum left to right, then each divided by it. */
+void nv_softmax(float *x, int size) {
+    softmax_exps(x, size);
+    float sum = 0.0f;
+    for (int i = 0; i < size; i++) sum += x[i];
+    softmax_divide(x, size, sum);
+}
+
+void nv_softmax_causal(float *x, size_t ld, int size0, int rows) {
+    for (int g0 = 0; g0 < rows; g0 += 8) {
+        const int R = rows - g0 < 8 ? rows - g0 : 8, last = size0 + g0 + R - 1;
+        for (int r = 0; r < R; r++) softmax_exps(x + (size_t)(g0 + r) * ld, size0 + g0 + r);
+        /* eight rows' sums side by side, lane r row g0 + r: each still left to right (8 x 8 blocks
+         * transposed in registers; a row's lanes past its end add +0, which changes no sum) */
+        __m256 acc = _mm256_setzero_ps();
+        for (int i0 = 0; i0 < last; i0 += 8) {
+            __m256 t[8];
+            for (int r = 0; r < 8; r++) {
+                const int n = r < R ? size0 + g0 + r - i0 : 0;
+                const float *row = x + (size_t)(g0 + r) * ld + i0;
+                t[r] = n >= 8 ? _mm256_loadu_ps(row) : n > 0 ? _mm256_maskload_ps(row, nv_lane_mask8(n)) : _mm256_setzero_ps();
+            }
+            nv_tr8x8_ps(t);
+            for (int c = 0; c < 8; c++) acc = _mm256_add_ps(acc, t[c]);
+        }
+        float sums[8];
+        _mm256_storeu_ps(sums, acc);
+        for (int r = 0; r < R; r++) softmax_divide(x + (size_t)(g0 + r) * ld, size0 + g0 + r, sums[r]);
+    }
 }
 
 void nv_rope_table(float *cs, const nv_config *c, int npos) {
@@ -259,7 +292,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
             scores_rows_any(R, nu > 8 ? 2 : 1, 0, qr, hd, kt, 0, 16, 0, cnt, scale, ar, 0);
         }
     }
-    for (int g = 0; g < G; g++) nv_softmax(att + (size_t)g * ald, p0 + g + 1);
+    nv_softmax_causal(att, ald, p0 + 1, G);
     float *xb = s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd;
     int i0 = 0;
     for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv) {

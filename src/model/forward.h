@@ -50,6 +50,9 @@ void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float e
 /* nv_rmsnorm of n rows of d (x and o d apart), on the thread pool when there are enough of them. */
 void nv_rmsnorm_rows(float *o, const float *x, const float *weight, int n, int d, float eps);
 void nv_softmax(float *x, int size);
+/* nv_softmax of each of rows rows ld apart, row g holding size0 + g values (a causal block of
+ * query rows): the same values, eight rows' sums carried side by side. */
+void nv_softmax_causal(float *x, size_t ld, int size0, int rows);
 /* h[i] = silu(h[i]) * g[i], run.c's expressions value for value (expf 8 lanes at a time with its bits). */
 void nv_silu_mul(float *h, const float *g, int n);
 /* RoPE: cs[pos][head_dim] = cos, sin of each position < npos and pair (2i, 2i+1), by run.c's float
