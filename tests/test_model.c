@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "base/rng.h"
+#include "base/vmath.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -159,7 +160,9 @@ static void test_chunked_attention_shapes(void) {
             nv_forward(&m, &one, &toks[p], 1, p);
             memcpy(want + (size_t)p * 61, one.logits, sizeof(float) * 61);
         }
-        for (int chunk = 16; chunk >= 5; chunk -= 11) {
+        static const int chunks[] = {33, 32, 16, 5}; /* attention groups of 32 and of 1, 16 and 5 rows */
+        for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+            const int chunk = chunks[ci];
             nv_state st;
             T_CHECK(nv_state_init(&st, &c, chunk, 96, 1) == NV_OK, "%s", nv_errmsg());
             int same = 1;
@@ -173,6 +176,14 @@ static void test_chunked_attention_shapes(void) {
         }
         free(want);
         nv_state_free(&one);
+        /* a state made for another head size or RoPE base is refused, not used with wrong angles */
+        nv_config other = c;
+        other.rope_theta = 500.0f;
+        nv_state wrong;
+        T_CHECK(nv_state_init(&wrong, &other, 4, 96, 0) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_forward(&m, &wrong, toks, 4, 0) != NV_OK && strstr(nv_errmsg(), "another model"),
+                "a state for another RoPE base was accepted");
+        nv_state_free(&wrong);
         nv_model_free(&m);
     }
 }
@@ -252,6 +263,7 @@ static void test_silu_matches_scalar(void) {
             same &= memcmp(h, want, sizeof(float) * (size_t)n) == 0;
         }
     T_CHECK(same, "nv_silu_mul differs from the scalar loop");
+    if (!nv_expf_libm_matches()) printf("    (this libm's expf is not glibc's: the 8-lane path was not exercised)\n");
 }
 
 static void test_separate_classifier_v0_and_v1(void) {

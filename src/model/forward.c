@@ -36,6 +36,8 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
         return nv_fail(NV_ENOMEM, "cannot allocate the run state (KV cache of %zu MB)", cache * 8 >> 20);
     }
     nv_rope_table(s->rope, c, cache_len);
+    s->head_dim = c->head_dim;
+    s->rope_theta = c->rope_theta;
     return NV_OK;
 }
 
@@ -131,7 +133,7 @@ void nv_softmax_causal(float *x, size_t ld, int size0, int rows) {
             __m256 t[8];
             for (int r = 0; r < 8; r++) {
                 const int n = r < R ? size0 + g0 + r - i0 : 0;
-                const float *row = x + (size_t)(g0 + r) * ld + i0;
+                const float *row = n > 0 ? x + (size_t)(g0 + r) * ld + i0 : NULL;
                 t[r] = n >= 8 ? _mm256_loadu_ps(row) : n > 0 ? _mm256_maskload_ps(row, nv_lane_mask8(n)) : _mm256_setzero_ps();
             }
             nv_tr8x8_ps(t);
@@ -463,6 +465,8 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {
     const nv_config *c = &m->config;
     if (!m->plans) return nv_fail(NV_EINVAL, "forward: plans not built");
+    if (s->head_dim != c->head_dim || s->rope_theta != c->rope_theta)
+        return nv_fail(NV_EINVAL, "forward: the state was made for another model shape");
     if (n < 1 || n > s->max_tokens) return nv_fail(NV_EINVAL, "forward: %d tokens do not fit a chunk of %d", n, s->max_tokens);
     if (pos < 0 || pos + n > s->cache_len)
         return nv_fail(NV_ERANGE, "forward: positions %d..%d exceed the context of %d", pos, pos + n - 1, s->cache_len);

@@ -29,6 +29,8 @@ typedef struct {
     int att_rows;
     float *kt;          /* [n_heads][head_dim][16]: 16 positions of a head's keys, transposed */
     float *rope;        /* [cache_len][head_dim]: nv_rope_table's cos, sin of every position */
+    int head_dim;       /* of the config the state (and its table) was made for */
+    float rope_theta;
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
     int all_logits;
     float *key_cache;   /* [L][n_kv_heads][cache_len][head_dim]: a head's keys are one run */
@@ -50,8 +52,8 @@ void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float e
 /* nv_rmsnorm of n rows of d (x and o d apart), on the thread pool when there are enough of them. */
 void nv_rmsnorm_rows(float *o, const float *x, const float *weight, int n, int d, float eps);
 void nv_softmax(float *x, int size);
-/* nv_softmax of each of rows rows ld apart, row g holding size0 + g values (a causal block of
- * query rows): the same values, eight rows' sums carried side by side. */
+/* nv_softmax of each of rows rows ld apart, row g holding size0 + g values (size0 >= 1; a causal
+ * block of query rows): the same values, eight rows' sums carried side by side. */
 void nv_softmax_causal(float *x, size_t ld, int size0, int rows);
 /* h[i] = silu(h[i]) * g[i], run.c's expressions value for value (expf 8 lanes at a time with its bits). */
 void nv_silu_mul(float *h, const float *g, int n);
