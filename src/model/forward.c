@@ -210,8 +210,33 @@ static inline __attribute__((always_inline)) void scores_groups(const int G, con
     for (int g = 0; g < G; g++) _mm256_storeu_ps(att + u + 8 * g, _mm256_div_ps(acc[g], vscale));
 }
 
+/* xb[g] = sum_u att[g][u] v[u] over u <= p0 + g for G rows (att rows ald apart, xb rows xld apart,
+ * values [position][hd]): the values swept 64 positions at a time by every row that sees them, a
+ * row's sums in registers within a sweep and in its output row between sweeps (an fp32 store and
+ * load: exact), each lane summing over u in order, multiply then add, as llama2.c's loop. */
+static void rows_values(const float *att, size_t ald, int G, int p0, const float *vh, int hd, float *xb, size_t xld) {
+    const int plast = p0 + G - 1;
+    int i0 = 0;
+    for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv) {
+        for (int g = 0; g < G; g++) memset(xb + (size_t)g * xld + i0, 0, sizeof(float) * 8 * nv);
+        for (int u0 = 0; u0 <= plast; u0 += 64) {
+            const int zn = plast - u0 + 1 < 64 ? plast - u0 + 1 : 64;
+            for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++)
+                values_rows_add_any(nv, att + (size_t)g * ald + u0, vh + (size_t)u0 * hd + i0, (size_t)hd,
+                                    p0 + g - u0 + 1 < zn ? p0 + g - u0 + 1 : zn, xb + (size_t)g * xld + i0);
+        }
+    }
+    for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
+        for (int g = 0; g < G; g++) {
+            const float *a = att + (size_t)g * ald;
+            float o = 0.0f;
+            for (int u = 0; u <= p0 + g; u++) o += a[u] * vh[(size_t)u * hd + i0];
+            xb[(size_t)g * xld + i0] = o;
+        }
+}
+
 /* One query row t (position p) of head h: scores against keys 8 x 8 transposed in registers, then
- * the weighted sum of values 64 dimensions at a time, sums in registers over all positions. */
+ * the weighted sum of values. */
 static void attend_row(const attn_job *j, int h, int t, float *att) {
     const nv_config *c = j->c;
     nv_state *s = j->s;
@@ -231,32 +256,7 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
         att[u] = score / scale;
     }
     nv_softmax(att, p + 1);
-    float *xb = s->r.xb + (size_t)t * q_dim + (size_t)h * hd;
-    int i0 = 0;
-    for (; i0 + 64 <= hd; i0 += 64) { /* 64 dimensions at a time, eight sums held in registers */
-        __m256 o[8];
-#pragma GCC unroll 8
-        for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
-        for (u = 0; u <= p; u++) {
-            const float *v = vh + (size_t)u * hd + i0;
-            const __m256 va = _mm256_set1_ps(att[u]);
-#pragma GCC unroll 8
-            for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(va, _mm256_loadu_ps(v + 8 * e)));
-        }
-#pragma GCC unroll 8
-        for (int e = 0; e < 8; e++) _mm256_storeu_ps(xb + i0 + 8 * e, o[e]);
-    }
-    for (; i0 + 8 <= hd; i0 += 8) {
-        __m256 o = _mm256_setzero_ps();
-        for (u = 0; u <= p; u++)
-            o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[u]), _mm256_loadu_ps(vh + (size_t)u * hd + i0)));
-        _mm256_storeu_ps(xb + i0, o);
-    }
-    for (; i0 < hd; i0++) {
-        float o = 0.0f;
-        for (u = 0; u <= p; u++) o += att[u] * vh[(size_t)u * hd + i0];
-        xb[i0] = o;
-    }
+    rows_values(att, s->cache_len, 1, p, vh, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
 }
 
 /* Keys u0..u0+nu-1 (nu <= 16) of a head ([position][hd]) into kt[hd][16], zero past nu (no key
@@ -267,9 +267,8 @@ static void keys_t16(const float *kh, int hd, int u0, int nu, float *kt) {
 }
 
 /* G consecutive query rows t0.. of head h (positions p0 = pos + t0 on): each 16 keys transposed once
- * for all of them and scored four rows at a time (eight sums in flight); then the values swept 64
- * positions at a time by every row that sees them, a row's sums in registers within a sweep and in
- * its output row between sweeps (an fp32 store and load: exact). The same sums as attend_row. */
+ * for all of them and scored four rows at a time (eight sums in flight); then the values
+ * (rows_values). The same sums as attend_row. */
 static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
     const nv_config *c = j->c;
     nv_state *s = j->s;
@@ -295,24 +294,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
         }
     }
     nv_softmax_causal(att, ald, p0 + 1, G);
-    float *xb = s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd;
-    int i0 = 0;
-    for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv) {
-        for (int g = 0; g < G; g++) memset(xb + (size_t)g * q_dim + i0, 0, sizeof(float) * 8 * nv);
-        for (int u0 = 0; u0 <= plast; u0 += 64) {
-            const int zn = plast - u0 + 1 < 64 ? plast - u0 + 1 : 64;
-            for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++)
-                values_rows_add_any(nv, att + (size_t)g * ald + u0, vh + (size_t)u0 * hd + i0, (size_t)hd,
-                                    p0 + g - u0 + 1 < zn ? p0 + g - u0 + 1 : zn, xb + (size_t)g * q_dim + i0);
-        }
-    }
-    for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
-        for (int g = 0; g < G; g++) {
-            const float *a = att + (size_t)g * ald;
-            float o = 0.0f;
-            for (int u = 0; u <= p0 + g; u++) o += a[u] * vh[(size_t)u * hd + i0];
-            xb[(size_t)g * q_dim + i0] = o;
-        }
+    rows_values(att, ald, G, p0, vh, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);
 }
 
 /* One head per task, over all n query rows: alone (decode) or in groups of att_rows (a prompt).
