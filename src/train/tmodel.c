@@ -92,15 +92,20 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
     acts_layout(c, B, T, &tm->a, tm->act_mem);
     nv_weights_point(&tm->g, c, tm->grads);
     scratch_ptrs s = scratch_of(tm);
-    int half = c->head_dim / 2;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            /* the expressions of nv_rope_table, so training and inference rotate identically */
-            float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
-            float val = (float)t * freq;
-            s.rope_cos[t * half + i] = cosf(val);
-            s.rope_sin[t * half + i] = sinf(val);
-        }
+    /* inference's angles (nv_rope_table), so training and inference rotate identically, split into
+     * the cos and sin rows rope_rows reads */
+    const int half = c->head_dim / 2;
+    float *cs = malloc((size_t)T * c->head_dim * sizeof(float));
+    if (!cs) {
+        nv_tmodel_free(tm);
+        return nv_fail(NV_ENOMEM, "cannot allocate the RoPE table");
+    }
+    nv_rope_table(cs, c, T);
+    for (size_t i = 0; i < (size_t)T * half; i++) {
+        s.rope_cos[i] = cs[2 * i];
+        s.rope_sin[i] = cs[2 * i + 1];
+    }
+    free(cs);
     nv_err e = nv_model_build_plans(&tm->m, engine);
     if (e != NV_OK) {
         nv_tmodel_free(tm);
