@@ -238,7 +238,8 @@ static void test_nonfinite_propagates(void) {
 
 /* ---------------------------------------------------------------- dx and dW */
 
-static const int train_shapes[][3] = {{1, 15, 31}, {3, 16, 64}, {17, 33, 100}, {16, 1, 64}, {40, 100, 15}, {256, 100, 100}, {255, 37, 768}};
+static const int train_shapes[][3] = {{1, 15, 31}, {3, 16, 64}, {17, 33, 100}, {16, 1, 64}, {40, 100, 15}, {256, 100, 100}, {255, 37, 768},
+                                           {8193, 100, 20}}; /* deep enough for several AMX dw row blocks per task */
 #define NTRAIN (int)(sizeof train_shapes / sizeof train_shapes[0])
 
 static void test_dx(void) {

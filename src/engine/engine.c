@@ -818,53 +818,70 @@ static void amx_dx_task(void *vc, int task, int nt) {
     free(U);
 }
 
-/* dyT[a][i] = bf16(dy[i][a]), depth (rows of dy) padded with zeros. */
-static void to_bf16_t_task(void *vc, int task, int nt) {
-    op_ctx *c = vc;
-    const int m = c->m, n = c->n, depth = c->depth;
-    int a0 = (int)((long)n * task / nt), a1 = (int)((long)n * (task + 1) / nt);
-    uint16_t *dst = (uint16_t *)c->abuf;
+/* Rows of an AMX A buffer: exactly m below one tile, else whole tiles (zero rows at the end). */
+static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
+
+/* Rows b0..b0+rows of dy^T as bf16 rows of depth elements: dst[a][i] = bf16(dy[i][b0 + a]), zero for
+ * i >= m (dy is m x n). Transposed through an L1 block of 64 x 64. */
+static void dy_t_to_bf16(const float *dy, int m, int n, int b0, int rows, uint16_t *dst, int depth) {
     float tmp[64 * 64];
     for (int i0 = 0; i0 < m; i0 += 64)
-        for (int b0 = a0; b0 < a1; b0 += 64) {
-            const int ib = imin(64, m - i0), ab = imin(64, a1 - b0);
-            nv_transpose(c->a + (size_t)i0 * n + b0, n, ib, ab, tmp, 64);
-            for (int a = 0; a < ab; a++) row_to_bf16(tmp + a * 64, NULL, dst + (size_t)(b0 + a) * depth + i0, ib);
+        for (int a0 = 0; a0 < rows; a0 += 64) {
+            const int ib = imin(64, m - i0), ab = imin(64, rows - a0);
+            nv_transpose(dy + (size_t)i0 * n + b0 + a0, n, ib, ab, tmp, 64);
+            for (int a = 0; a < ab; a++) row_to_bf16(tmp + a * 64, NULL, dst + (size_t)(a0 + a) * depth + i0, ib);
         }
-    for (int a = a0; a < a1; a++)
-        for (int i = m; i < depth; i++) dst[(size_t)a * depth + i] = 0;
+    for (int a = 0; a < rows; a++) memset(dst + (size_t)a * depth + m, 0, (size_t)(depth - m) * sizeof(uint16_t));
 }
 
-/* dw += dyT . x on bf16 tiles: per task, x's VNNI tiles (depth = m rows, columns = k) for its
- * column tiles, then the tile loop accumulates into dw. */
+/* x's VNNI tiles for dw (depth = m rows of x, columns = k), tile (t, kb) at (t * KB + kb) * 512:
+ * [i][c][e] = bf16(x[kb*32 + 2i + e][t*16 + c]), zero outside x. Split over tiles. */
+static void pack_x_vnni_task(void *vc, int task, int nt) {
+    op_ctx *c = vc;
+    const int m = c->m, k = c->k, KB = c->depth / 32, count = cdiv(k, 16) * KB;
+    const int u0 = (int)((long)count * task / nt), u1 = (int)((long)count * (task + 1) / nt);
+    uint16_t *X = c->abuf;
+    for (int u = u0; u < u1; u++) {
+        const int t = u / KB, kb = u % KB;
+        for (int i = 0; i < 16; i++) {
+            const int row = kb * 32 + 2 * i;
+            const float *r0 = row < m ? c->b + (size_t)row * k + t * 16 : NULL;
+            const float *r1 = row + 1 < m ? c->b + (size_t)(row + 1) * k + t * 16 : NULL;
+            vnni_pair16(r0, r1, k - t * 16, X + (size_t)u * 512 + i * 32);
+        }
+    }
+}
+
+/* dw rows per block: the block's bf16 dy^T rows (rows x depth) stay in L2 (a quarter of the 2 MiB
+ * of the AMX cores) while x's tiles stream by; whole tile pairs, at least one. */
+static int amx_dw_block_rows(int depth) { return imax(32, (int)((512u << 10) / ((size_t)depth * 2)) / 32 * 32); }
+
+/* dw += dy^T . x on bf16 tiles, the m rows as the depth. A task owns a block of dw's rows (dy's
+ * columns) and of its column tiles; per block of rows it turns that piece of dy into bf16 rows of
+ * dy^T in a small buffer and runs the tile loop over the shared x tiles, adding into dw. dy is never
+ * converted whole. Each dw element is one tile chain over the whole depth added to dw, whatever the
+ * blocks. */
 static void amx_dw_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
-    const nv_kern_amx *ka = c->ka;
-    const int m = c->m, k = c->k, KB = c->depth / 32, ktiles = cdiv(k, 16);
+    const int m = c->m, n = c->n, k = c->k, depth = c->depth, KB = depth / 32, ktiles = cdiv(k, 16);
+    const int rb = amx_dw_block_rows(depth);
     int a0, a1, u0, u1;
     grid_task(&c->g, task, &a0, &a1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
     if (a0 >= a1 || t0 >= t1) return;
-    uint16_t *X = task_scratch(c, (size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t), a0, a1, t0 * 16, (t1 - t0) * 16);
-    if (!X) return;
-    for (int t = t0; t < t1; t++)
-        for (int kb = 0; kb < KB; kb++) {
-            uint16_t *tile = X + ((size_t)(t - t0) * KB + kb) * 512;
-            for (int i = 0; i < 16; i++) {
-                const int row = kb * 32 + 2 * i;
-                const float *r0 = row < m ? c->b + (size_t)row * k + t * 16 : NULL;
-                const float *r1 = row + 1 < m ? c->b + (size_t)(row + 1) * k + t * 16 : NULL;
-                vnni_pair16(r0, r1, k - t * 16, tile + i * 32);
-            }
-        }
-    ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)a0 * c->lda, c->lda, a1 - a0, c->depth, X, t1 - t0,
-                  c->out + (size_t)a0 * k + (size_t)t0 * 16, k, k - t0 * 16, 1);
-    free(X);
+    uint16_t *At = task_scratch(c, (size_t)amx_rows(imin(rb, a1 - a0)) * depth * sizeof(uint16_t), a0, a1, t0 * 16,
+                                (t1 - t0) * 16);
+    if (!At) return;
+    for (int b0 = a0; b0 < a1; b0 += rb) {
+        const int rows = imin(rb, a1 - b0), arows = amx_rows(rows);
+        dy_t_to_bf16(c->a, m, n, b0, rows, At, depth);
+        memset(At + (size_t)rows * depth, 0, (size_t)(arows - rows) * depth * sizeof(uint16_t)); /* the tile's zero rows */
+        c->ka->bf16_gemm(At, depth, rows, depth, (const uint16_t *)c->abuf + (size_t)t0 * KB * 512, t1 - t0,
+                         c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, 1);
+    }
+    free(At);
 }
-
-/* Rows of an AMX A buffer: exactly m below one tile, else whole tiles (zero rows at the end). */
-static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
 
 static int conv_tasks(int rows, size_t elems) {
     if (force_inline || nv_pool_threads() <= 1 || elems < 65536) return 1;
@@ -1045,17 +1062,15 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
     }
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
-        const int rows = amx_rows(n), depth = rup(m, 32);
-        uint16_t *abuf = aalloc((size_t)rows * depth * 2);
-        if (!abuf) break;
-        memset(abuf + (size_t)n * depth, 0, (size_t)(rows - n) * depth * 2);
+        const int depth = rup(m, 32);
+        uint16_t *X = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
+        if (!X) break;
         c.ka = engine_amx;
-        c.abuf = abuf;
+        c.abuf = X;
         c.depth = depth;
-        c.lda = (size_t)depth;
-        run_tasks(to_bf16_t_task, &c, conv_tasks(n, (size_t)m * n));
-        run_tasks(amx_dw_task, &c, grid_make(&c.g, n, 32, cdiv(cdiv(k, 16), 2), macs));
-        free(abuf);
+        run_tasks(pack_x_vnni_task, &c, conv_tasks(m, (size_t)m * k));
+        run_tasks(amx_dw_task, &c, grid_make_rows(&c.g, n, 32, cdiv(cdiv(k, 16), 2), macs));
+        free(X);
         if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
         return;
     }
