@@ -722,18 +722,22 @@ static void fp32_dw_task(void *vc, int task, int nt) {
 
 /* ---------------------------------------------------------------- AMX engines */
 
+/* Rows r0..r1 of src (cols floats each) -> bf16 rows of depth elements at dst (zero past cols),
+ * optionally scaled per column. */
+static void rows_to_bf16(const float *src, int cols, const float *colscale, int r0, int r1, uint16_t *dst, int depth) {
+    for (int r = r0; r < r1; r++) {
+        uint16_t *d = dst + (size_t)(r - r0) * depth;
+        row_to_bf16(src + (size_t)r * cols, colscale, d, cols);
+        memset(d + cols, 0, (size_t)(depth - cols) * sizeof(uint16_t));
+    }
+}
+
 /* Activation rows -> bf16 rows of depth elements (zero past k), optionally scaled per column. */
 static void to_bf16_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
-    const int rows = c->m, k = c->k, depth = c->depth;
-    const float *colscale = c->colscale;
-    int r0 = (int)((long)rows * task / nt), r1 = (int)((long)rows * (task + 1) / nt);
-    uint16_t *dst = (uint16_t *)c->abuf;
-    for (int r = r0; r < r1; r++) {
-        uint16_t *d = dst + (size_t)r * depth;
-        row_to_bf16(c->a + (size_t)r * k, colscale, d, k);
-        for (int j = k; j < depth; j++) d[j] = 0;
-    }
+    const int rows = c->m;
+    const int r0 = (int)((long)rows * task / nt), r1 = (int)((long)rows * (task + 1) / nt);
+    rows_to_bf16(c->a, c->k, c->colscale, r0, r1, (uint16_t *)c->abuf + (size_t)r0 * c->depth, c->depth);
 }
 
 /* Activation rows -> int8 with a per-row scale: scale = max|x| / 127, q = round(x / scale). */
@@ -798,28 +802,47 @@ static void dx_tile(const nv_plan *p, int t, int kb, uint16_t *U) {
     }
 }
 
-/* dx = dy . W: per task, the VNNI tiles of W^T (depth = n, columns = k) for its column tiles are
- * gathered from the forward tiles, then the bf16 tile loop runs with dy (bf16) as A. */
-static void amx_dx_task(void *vc, int task, int nt) {
-    (void)nt;
+/* The VNNI tiles of W^T for dx (depth = n, columns = k), tile (t, kb) at (t * KB + kb) * 512.
+ * Split over tiles. */
+static void dx_tiles_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
-    const nv_plan *p = c->p;
-    const int k = c->k, KB = c->depth / 32, ktiles = cdiv(k, 16);
-    int r0, r1, u0, u1;
-    grid_task(&c->g, task, &r0, &r1, &u0, &u1);
-    int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
-    if (r0 >= r1 || t0 >= t1) return;
-    uint16_t *U = task_scratch(c, (size_t)(t1 - t0) * KB * 512 * sizeof(uint16_t), r0, r1, t0 * 16, (t1 - t0) * 16);
-    if (!U) return;
-    for (int t = t0; t < t1; t++)
-        for (int kb = 0; kb < KB; kb++) dx_tile(p, t, kb, U + ((size_t)(t - t0) * KB + kb) * 512);
-    p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, c->depth, U, t1 - t0,
-                     c->out + (size_t)r0 * k + (size_t)t0 * 16, k, k - t0 * 16, 0);
-    free(U);
+    const int KB = c->depth / 32, count = cdiv(c->k, 16) * KB;
+    const int u0 = (int)((long)count * task / nt), u1 = (int)((long)count * (task + 1) / nt);
+    for (int u = u0; u < u1; u++) dx_tile(c->p, u / KB, u % KB, (uint16_t *)c->abuf + (size_t)u * 512);
 }
 
 /* Rows of an AMX A buffer: exactly m below one tile, else whole tiles (zero rows at the end). */
 static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
+
+/* Rows per block of an AMX product that converts its A rows (depth bf16 each) as it goes: the block
+ * stays in L2 (a quarter of the 2 MiB of the AMX cores) while the B tiles stream by; whole tile
+ * pairs, at least one. */
+static int amx_block_rows(int depth) { return imax(32, (int)((512u << 10) / ((size_t)depth * 2)) / 32 * 32); }
+
+/* dx = dy . W with the shared W^T tiles: a task owns a block of dx's rows and of its column tiles;
+ * per block of rows it turns that piece of dy (times the weight scales, for int8 plans) into bf16
+ * rows in a small buffer and runs the tile loop. dy is never converted whole. */
+static void amx_dx_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const int n = c->n, k = c->k, depth = c->depth, KB = depth / 32, ktiles = cdiv(k, 16), rb = amx_block_rows(depth);
+    int r0, r1, u0, u1;
+    grid_task(&c->g, task, &r0, &r1, &u0, &u1);
+    int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
+    if (r0 >= r1 || t0 >= t1) return;
+    uint16_t *A = task_scratch(c, (size_t)amx_rows(imin(rb, r1 - r0)) * depth * sizeof(uint16_t), r0, r1, t0 * 16,
+                               (t1 - t0) * 16);
+    if (!A) return;
+    for (int b0 = r0; b0 < r1; b0 += rb) {
+        const int rows = imin(rb, r1 - b0), arows = amx_rows(rows);
+        rows_to_bf16(c->a, n, p->wscale, b0, b0 + rows, A, depth);
+        memset(A + (size_t)rows * depth, 0, (size_t)(arows - rows) * depth * sizeof(uint16_t)); /* the tile's zero rows */
+        p->ka->bf16_gemm(A, depth, rows, depth, (const uint16_t *)c->abuf + (size_t)t0 * KB * 512, t1 - t0,
+                         c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, 0);
+    }
+    free(A);
+}
 
 /* Rows b0..b0+rows of dy^T as bf16 rows of depth elements: dst[a][i] = bf16(dy[i][b0 + a]), zero for
  * i >= m (dy is m x n). Transposed through an L1 block of 64 x 64. */
@@ -852,10 +875,6 @@ static void pack_x_vnni_task(void *vc, int task, int nt) {
     }
 }
 
-/* dw rows per block: the block's bf16 dy^T rows (rows x depth) stay in L2 (a quarter of the 2 MiB
- * of the AMX cores) while x's tiles stream by; whole tile pairs, at least one. */
-static int amx_dw_block_rows(int depth) { return imax(32, (int)((512u << 10) / ((size_t)depth * 2)) / 32 * 32); }
-
 /* dw += dy^T . x on bf16 tiles, the m rows as the depth. A task owns a block of dw's rows (dy's
  * columns) and of its column tiles; per block of rows it turns that piece of dy into bf16 rows of
  * dy^T in a small buffer and runs the tile loop over the shared x tiles, adding into dw. dy is never
@@ -865,7 +884,7 @@ static void amx_dw_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
     const int m = c->m, n = c->n, k = c->k, depth = c->depth, KB = depth / 32, ktiles = cdiv(k, 16);
-    const int rb = amx_dw_block_rows(depth);
+    const int rb = amx_block_rows(depth);
     int a0, a1, u0, u1;
     grid_task(&c->g, task, &a0, &a1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
@@ -1018,22 +1037,18 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
         break;
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
-        const int rows = amx_rows(m), depth = rup(n, 32);
-        uint16_t *abuf = aalloc((size_t)rows * depth * 2);
-        if (!abuf) {
-            nv_warn("plan: out of memory for %d x %d gradients; dx set to NaN", m, n);
+        const int depth = rup(n, 32);
+        uint16_t *U = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
+        if (!U) {
+            nv_warn("plan: out of memory for the %d x %d transposed weights; dx set to NaN", n, k);
             fill_nan(dx, (size_t)m * k);
             return;
         }
-        memset(abuf + (size_t)m * depth, 0, (size_t)(rows - m) * depth * 2);
-        /* to_bf16_task converts c.k columns of c.a per row: here the n columns of dy. */
-        op_ctx cv = {.a = dy, .m = m, .k = n, .depth = depth, .abuf = abuf, .colscale = p->wscale};
-        run_tasks(to_bf16_task, &cv, conv_tasks(m, (size_t)m * n));
-        c.abuf = abuf;
+        c.abuf = U;
         c.depth = depth;
-        c.lda = (size_t)depth;
-        run_tasks(amx_dx_task, &c, grid_make(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
-        free(abuf);
+        run_tasks(dx_tiles_task, &c, conv_tasks(k, (size_t)n * k));
+        run_tasks(amx_dx_task, &c, grid_make_rows(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
+        free(U);
         break;
     }
     default:
