@@ -11,6 +11,7 @@
 #include "base/buf.h"
 #include "train/ckpt.h"
 #include "../tests/gguf_write.h"
+#include "model/gguf.h"
 
 static const char *root;
 
@@ -95,6 +96,13 @@ static void models(void) {
     gguf_write_model(seed_path("model", "v3_types.gguf"), "llama", 3, 0);
     gguf_write_model(seed_path("model", "v2_vocab.gguf"), "llama", 2, 1);
     gguf_write_model(seed_path("tokenizer", "v2_vocab.gguf"), "llama", 2, 1);
+    /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
+    nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1};
+    nv_model m;
+    check(nv_model_alloc(&m, &q));
+    nv_model_init_random(&m, 9);
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32));
+    nv_model_free(&m);
 }
 
 /* ---- tokenizers --------------------------------------------------------------------------------- */

@@ -517,6 +517,123 @@ static void test_serve_declared_template(void) {
     }
 }
 
+/* A model with QK-norm (GQA, RoPE base 1e6) is written as
+ * llama.cpp's qwen3 architecture: its query and key rows in qwen3's RoPE order (pairs half a head
+ * apart), checked here against an independent rotation of that kind; read back, every weight is
+ * the same bit for bit; its Q8_0 export read for inference (quantized sources reordered, fp32
+ * weights pending) gives the logits of the same file read in full. */
+static void test_qwen3_roundtrip(void) {
+    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1}; /* rows of 64: whole Q8_0 blocks */
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    nv_model_init_random(&m, 11);
+    const int L = c.n_layers, hd = c.head_dim, d = c.dim;
+    for (int i = 0; i < L * hd; i++) m.w.q_norm[i] = 1.0f + 0.01f * (float)i, m.w.k_norm[i] = 0.5f + 0.02f * (float)(i % 7);
+    char out[700], q8[700];
+    snprintf(out, sizeof out, "%s/qwen3.gguf", t_tmpdir());
+    snprintf(q8, sizeof q8, "%s/qwen3-q8.gguf", t_tmpdir());
+    T_CHECK(nv_gguf_save(&m, NULL, "qk", out, NV_GGUF_F32) == NV_OK && nv_gguf_save(&m, NULL, "qk", q8, NV_GGUF_Q8_0) == NV_OK,
+            "%s", nv_errmsg());
+    nv_gguf g;
+    if (nv_gguf_open(out, &g) == NV_OK) {
+        size_t n = 0;
+        const char *arch = nv_gguf_string(&g, "general.architecture", &n);
+        T_CHECK(arch && n == 5 && !memcmp(arch, "qwen3", 5), "architecture");
+        const nv_gguf_tensor *tq = nv_gguf_tensor_find(&g, "blk.1.attn_q.weight"), *tn = nv_gguf_tensor_find(&g, "blk.1.attn_q_norm.weight");
+        const nv_gguf_tensor *tk = nv_gguf_tensor_find(&g, "blk.1.attn_k.weight");
+        T_CHECK(tq && tn && tk && nv_gguf_tensor_find(&g, "blk.0.attn_k_norm.weight"), "qwen3 tensors missing");
+        if (tq && tn && tk) {
+            /* one query and key at position 37 of layer 1: the file's weights, QK-norm, then RoPE on pairs
+               (i, i + hd/2) in double precision; this project's weights and path on pairs (2i, 2i + 1) */
+            float x[64], qf[64], kf[32], cs[16];
+            for (int j = 0; j < d; j++) x[j] = sinf(0.37f * (float)j);
+            const float *wq = (const float *)tq->data, *wk = (const float *)tk->data, *qn = (const float *)tn->data;
+            const float *kn = (const float *)nv_gguf_tensor_find(&g, "blk.1.attn_k_norm.weight")->data;
+            double ref_q[64], ref_k[32];
+            for (int side = 0; side < 2; side++) {
+                const int heads = side ? c.n_kv_heads : c.n_heads;
+                const float *w = side ? wk : wq, *nw = side ? kn : qn;
+                double *r = side ? ref_k : ref_q;
+                for (int h = 0; h < heads; h++) {
+                    double v[16], ss = 0;
+                    for (int i = 0; i < hd; i++) {
+                        v[i] = 0;
+                        for (int j = 0; j < d; j++) v[i] += (double)w[(size_t)(h * hd + i) * d + j] * x[j];
+                        ss += v[i] * v[i];
+                    }
+                    const double inv = 1.0 / sqrt(ss / hd + (double)c.norm_eps);
+                    for (int i = 0; i < hd; i++) v[i] *= inv * nw[i];
+                    for (int i = 0; i < hd / 2; i++) {
+                        const double a = 37.0 * pow((double)c.rope_theta, -2.0 * i / hd), c0 = cos(a), s0 = sin(a);
+                        r[h * hd + i] = v[i] * c0 - v[i + hd / 2] * s0;
+                        r[h * hd + i + hd / 2] = v[i] * s0 + v[i + hd / 2] * c0;
+                    }
+                }
+            }
+            for (int o = 0; o < 64; o++) {
+                qf[o] = 0;
+                for (int j = 0; j < d; j++) qf[o] += m.w.wq[((size_t)1 * 64 + o) * d + j] * x[j];
+            }
+            for (int o = 0; o < 32; o++) {
+                kf[o] = 0;
+                for (int j = 0; j < d; j++) kf[o] += m.w.wk[((size_t)1 * 32 + o) * d + j] * x[j];
+            }
+            float table[38 * 16];
+            nv_rope_table(table, &c, 38);
+            memcpy(cs, table + 37 * 16, sizeof cs);
+            nv_qk_norm_rope(&m, 1, qf, kf, cs);
+            double worst = 0;
+            for (int h = 0; h < 4; h++)
+                for (int i = 0; i < hd / 2; i++)
+                    for (int e = 0; e < 2; e++) {
+                        worst = fmax(worst, fabs(qf[h * hd + 2 * i + e] - ref_q[h * hd + i + e * hd / 2]));
+                        if (h < 2) worst = fmax(worst, fabs(kf[h * hd + 2 * i + e] - ref_k[h * hd + i + e * hd / 2]));
+                    }
+            T_CHECK(worst < 1e-4, "the file's rows under qwen3's RoPE differ from this project's by %g", worst);
+        }
+        nv_gguf_close(&g);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
+    nv_model b;
+    T_CHECK(nv_model_load(out, &b) == NV_OK, "%s", nv_errmsg());
+    if (b.params) {
+        T_CHECK(!memcmp(&b.config, &c, sizeof c) && b.n_params == m.n_params && !memcmp(b.params, m.params, m.n_params * 4),
+                "config or weights changed in the qwen3 round trip");
+        nv_model_free(&b);
+    }
+    /* Q8_0: read for inference (sources reordered, fp32 pending) and read in full give the same logits */
+    nv_model zq, zf;
+    T_CHECK(nv_model_load_quantized(q8, &zq) == NV_OK && nv_model_load(q8, &zf) == NV_OK, "%s", nv_errmsg());
+    if (zq.params && zf.params) {
+        for (int i = 0; zf.quant && i <= c.n_layers * NV_LAYER_MATRICES; i++)
+            free(zf.quant[i].q), free(zf.quant[i].s), free(zf.quant[i].o), free(zf.quant[i].h);
+        free(zf.quant);
+        zf.quant = NULL;
+        const nv_engine_id e = nv_engine_best_fp32();
+        enum { N = 20 };
+        int toks[N];
+        for (int i = 0; i < N; i++) toks[i] = (i * 31 + 1) % c.vocab_size;
+        float *lq = malloc(N * 97 * 4), *lf = malloc(N * 97 * 4), *lm = malloc(N * 97 * 4);
+        T_CHECK(nv_model_build_plans(&zq, e) == NV_OK && nv_model_build_plans(&zf, e) == NV_OK && nv_model_build_plans(&m, e) == NV_OK,
+                "%s", nv_errmsg());
+        T_CHECK(lq && lf && lm && t_forward_logits(&zq, toks, N, lq) && t_forward_logits(&zf, toks, N, lf) &&
+                    t_forward_logits(&m, toks, N, lm),
+                "forward");
+        if (lq && lf && lm) {
+            T_CHECK(!memcmp(lq, lf, N * 97 * 4), "Q8_0 qwen3 read for inference differs from the full read");
+            double dmax = 0, lmax = 0;
+            for (int i = 0; i < N * 97; i++) dmax = fmax(dmax, fabs((double)lm[i] - lf[i])), lmax = fmax(lmax, fabs((double)lm[i]));
+            T_CHECK(dmax < 0.05 * lmax, "Q8_0 qwen3 logits moved %g (largest %g)", dmax, lmax);
+        }
+        free(lq), free(lf), free(lm);
+    }
+    nv_model_free(&zq);
+    nv_model_free(&zf);
+    nv_model_free(&m);
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
@@ -530,5 +647,6 @@ int main(void) {
     T_RUN(test_q4_0_writer_known_block);
     T_RUN(test_f16_export_and_half_plans);
     T_RUN(test_serve_declared_template);
+    T_RUN(test_qwen3_roundtrip);
     return t_done();
 }

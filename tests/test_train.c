@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/model.h"
 #include "train/ckpt.h"
 #include "t.h"
 
@@ -188,6 +189,33 @@ static void test_export_then_generate(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run folder failed: %s", err);
 }
 
+/* A shape llama2.c's format cannot hold (QK-norm, head size 16 with dim 32) ends its run with
+ * model.gguf (qwen3) holding exactly the checkpoint's weights, and the run folder generates. */
+static void test_qk_norm_run_writes_gguf(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    char args[4096], err[4096], dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/qk", t_tmpdir());
+    train_args(args, sizeof args, dir, "--qk-norm --head-dim 16");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "train failed: %s", err);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    T_CHECK(!nv_file_exists(path), "model.bin written for a QK-norm shape");
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    nv_model m;
+    nv_ckpt k;
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/ckpt.bin", dir);
+    T_CHECK(nv_model_load(path, &m) == NV_OK && nv_ckpt_load(ck, &k) == NV_OK, "%s", nv_errmsg());
+    if (m.params && k.params) {
+        T_CHECK(m.config.qk_norm && m.config.head_dim == 16 && m.n_params == k.h.n_params &&
+                    !memcmp(m.params, k.params, (size_t)m.n_params * sizeof(float)),
+                "model.gguf differs from the checkpoint's weights");
+        nv_ckpt_close(&k);
+    }
+    nv_model_free(&m);
+    snprintf(args, sizeof args, "generate -m %s -n 30 -t 0", dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run folder failed: %s", err);
+}
+
 static float val_at(const char *dir, int want_step) {
     char path[800], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -237,6 +265,7 @@ int main(void) {
     T_RUN(test_ckpt_roundtrip_and_flags);
     T_RUN(test_corrupt_checkpoint_refused_and_kept);
     T_RUN(test_export_then_generate);
+    T_RUN(test_qk_norm_run_writes_gguf);
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_bad_training_args);
     return t_done();

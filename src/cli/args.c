@@ -93,7 +93,13 @@ void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
     if (stat(*model, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(buf->tok, sizeof buf->tok, "%s/tokenizer.bin", *model);
         if (!*tok && nv_file_exists(buf->tok)) *tok = buf->tok;
+        /* model.bin, or model.gguf for the shapes llama2.c's format cannot hold */
         snprintf(buf->model, sizeof buf->model, "%s/model.bin", *model);
+        if (!nv_file_exists(buf->model)) {
+            char gguf[sizeof buf->model];
+            snprintf(gguf, sizeof gguf, "%s/model.gguf", *model);
+            if (nv_file_exists(gguf)) memcpy(buf->model, gguf, sizeof gguf);
+        }
         *model = buf->model;
     }
     if (!*tok && nv_gguf_has_vocab(*model)) *tok = *model; /* a GGUF model carries its tokenizer */

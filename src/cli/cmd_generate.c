@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--presence-penalty X] [--frequency-penalty X] [--engine E] [--threads N]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
-            "                or a `nerve train` run folder (its model.bin)\n"
+            "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  -z TOKENIZER  llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
             "                tokenizer.bin, the GGUF model's own vocabulary, else\n"
             "                tokenizers/tokenizer.bin in the shared data)\n"

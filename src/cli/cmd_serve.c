@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
-            "                       or a `nerve train` run folder (its model.bin)\n"
+            "                       or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
             "                       tokenizer.bin, the GGUF model's own vocabulary, else\n"
             "                       tokenizers/tokenizer.bin in the shared data)\n"

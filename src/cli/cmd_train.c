@@ -27,7 +27,8 @@ static void usage(FILE *f) {
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
-            "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin and tokenizer.bin\n",
+            "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin (model.gguf\n"
+            "  when llama2.c's format cannot hold the shape, as with --qk-norm) and tokenizer.bin\n",
             nv_config_preset_names());
 }
 

@@ -508,43 +508,67 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
     return NV_OK;
 }
 
+/* The architectures read and written: llama (RoPE on pairs of consecutive head values, as
+ * llama2.c) and qwen3 (llama with RMSNorm on each query and key head before RoPE; llama.cpp's
+ * qwen3 rotates pairs half a head apart, so its Q and K rows are stored in that order). */
+static const char *arch_of(const nv_config *c) { return c->qk_norm ? "qwen3" : "llama"; }
+
+/* "<arch>.<suffix>" into buf. */
+static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
+    snprintf(buf, cap, "%s.%s", arch, suffix);
+    return buf;
+}
+
 static nv_err config_of(const nv_gguf *g, nv_config *c) {
     size_t n = 0;
-    const char *arch = nv_gguf_string(g, "general.architecture", &n);
-    if (!arch) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
-    char shown_arch[128];
-    if (!name_is(arch, n, "llama"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama only)", g->path,
-                       shown(arch, n, shown_arch, sizeof shown_arch));
-    int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, rot;
-    NV_TRY(get_int(g, "llama.embedding_length", -1, &dim));
-    NV_TRY(get_int(g, "llama.feed_forward_length", -1, &hidden));
-    NV_TRY(get_int(g, "llama.block_count", -1, &layers));
-    NV_TRY(get_int(g, "llama.attention.head_count", -1, &heads));
-    NV_TRY(get_int(g, "llama.attention.head_count_kv", heads, &kv_heads));
-    NV_TRY(get_int(g, "llama.context_length", -1, &ctx));
-    if (heads <= 0 || dim <= 0 || dim % heads)
-        return nv_fail(NV_EFORMAT, "%s: embedding_length %lld is not a multiple of head_count %lld", g->path, (long long)dim,
-                       (long long)heads);
-    NV_TRY(get_int(g, "llama.attention.key_length", dim / heads, &head_dim));
-    NV_TRY(get_int(g, "llama.rope.dimension_count", head_dim, &rot));
+    const char *arch_s = nv_gguf_string(g, "general.architecture", &n);
+    if (!arch_s) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
+    char shown_arch[128], k[96];
+    const int qwen3 = name_is(arch_s, n, "qwen3");
+    if (!name_is(arch_s, n, "llama") && !qwen3)
+        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama or qwen3)", g->path,
+                       shown(arch_s, n, shown_arch, sizeof shown_arch));
+    const char *arch = qwen3 ? "qwen3" : "llama";
+    int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "feed_forward_length"), -1, &hidden));
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "block_count"), -1, &layers));
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "attention.head_count"), -1, &heads));
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "attention.head_count_kv"), heads, &kv_heads));
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "context_length"), -1, &ctx));
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "attention.key_length"), 0, &head_dim));
+    if (head_dim == 0) { /* the head size defaults to embedding_length / head_count */
+        if (heads <= 0 || dim <= 0 || dim % heads)
+            return nv_fail(NV_EFORMAT, "%s: embedding_length %lld is not a multiple of head_count %lld", g->path,
+                           (long long)dim, (long long)heads);
+        head_dim = dim / heads;
+    }
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "attention.value_length"), head_dim, &v_dim));
+    if (v_dim != head_dim)
+        return nv_fail(NV_EUNSUPPORTED, "%s: value heads of %lld differ from key heads of %lld", g->path, (long long)v_dim,
+                       (long long)head_dim);
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "rope.dimension_count"), head_dim, &rot));
     if (rot != head_dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: rotary dimension %lld differs from the head size %lld", g->path, (long long)rot,
                        (long long)head_dim);
     /* RoPE scaling (linear, YaRN, Llama 3's frequency factors) is not implemented: refuse rather
      * than run with the wrong positions */
     size_t sl = 0;
-    const char *scaling = nv_gguf_string(g, "llama.rope.scaling.type", &sl);
+    const char *scaling = nv_gguf_string(g, akey(k, sizeof k, arch, "rope.scaling.type"), &sl);
     float factor = 1.0f;
-    NV_TRY(get_float(g, "llama.rope.scaling.factor", 1.0f, &factor));
+    NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.factor"), 1.0f, &factor));
     if ((scaling && !name_is(scaling, sl, "none")) || (factor != 1.0f && factor != 0.0f) ||
         nv_gguf_tensor_find(g, "rope_freqs.weight"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (llama.rope.scaling / rope_freqs), which is not supported", g->path);
+        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling / rope_freqs), which is not supported",
+                       g->path, arch);
+    if (nv_gguf_tensor_find(g, "blk.0.attn_q.bias") || nv_gguf_tensor_find(g, "blk.0.attn_k.bias") ||
+        nv_gguf_tensor_find(g, "blk.0.attn_v.bias") || nv_gguf_tensor_find(g, "blk.0.attn_output.bias"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: attention biases are not supported", g->path);
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;
     if (dim > lim || hidden > lim || layers > lim || heads > lim || kv_heads > lim || ctx > lim || head_dim > lim ||
-        emb->dims[1] > (uint64_t)lim || hidden < 1 || layers < 1 || kv_heads < 1 || ctx < 1 || head_dim < 1)
+        emb->dims[1] > (uint64_t)lim || dim < 1 || heads < 1 || hidden < 1 || layers < 1 || kv_heads < 1 || ctx < 1 || head_dim < 1)
         return nv_fail(NV_EFORMAT, "%s: model dimensions out of range", g->path);
     memset(c, 0, sizeof *c);
     c->dim = (int)dim;
@@ -555,9 +579,10 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     c->head_dim = (int)head_dim;
     c->vocab_size = (int)emb->dims[1];
     c->seq_len = (int)ctx;
-    NV_TRY(get_float(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta));
-    NV_TRY(get_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps));
+    NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.freq_base"), 10000.0f, &c->rope_theta));
+    NV_TRY(get_float(g, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps));
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
+    c->qk_norm = qwen3;
     return nv_config_validate(c);
 }
 
@@ -570,7 +595,9 @@ typedef struct {
     float *p;
 } tensor_ref;
 
-static size_t tensor_count(const nv_config *c) { return 2 + (c->shared_classifier ? 0 : 1) + 9 * (size_t)c->n_layers; }
+static size_t tensor_count(const nv_config *c) {
+    return 2 + (c->shared_classifier ? 0 : 1) + (c->qk_norm ? 11 : 9) * (size_t)c->n_layers;
+}
 
 static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t) {
     const uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
@@ -594,6 +621,11 @@ static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t)
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             t[k] = (tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p};
             ADD("blk.%llu.%s.weight", (unsigned long long)l, parts[i].name);
+        }
+        if (c->qk_norm) {
+            const uint64_t hd = (uint64_t)c->head_dim;
+            t[k] = (tensor_ref){.d0 = hd, .d1 = 1, .p = AT(q_norm, l * hd)}, ADD("blk.%llu.attn_q_norm.weight", (unsigned long long)l);
+            t[k] = (tensor_ref){.d0 = hd, .d1 = 1, .p = AT(k_norm, l * hd)}, ADD("blk.%llu.attn_k_norm.weight", (unsigned long long)l);
         }
     }
 #undef ADD
@@ -668,6 +700,55 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
     return NV_OK;
 }
 
+/* Reorders the rows of each head of a matrix (heads x hd rows of row_bytes) between this project's
+ * RoPE order, which rotates rows (2i, 2i + 1), and the order of qwen3 files, which rotate rows
+ * (i, i + hd/2): to_half moves row 2i to i and row 2i + 1 to i + hd/2, else back. The attention
+ * scores are the same either way (q and k reordered alike; QK-norm's weights with them). */
+static nv_err rope_pairs_reorder(void *base, size_t row_bytes, int heads, int hd, int to_half) {
+    if (!base) return NV_OK;
+    uint8_t *tmp = malloc((size_t)hd * row_bytes);
+    if (!tmp) return nv_fail(NV_ENOMEM, "out of memory");
+    for (int h = 0; h < heads; h++) {
+        uint8_t *head = (uint8_t *)base + (size_t)h * hd * row_bytes;
+        memcpy(tmp, head, (size_t)hd * row_bytes);
+        for (int i = 0; i < hd / 2; i++)
+            for (int e = 0; e < 2; e++) {
+                const size_t pair = (size_t)(2 * i + e), half = (size_t)(i + e * (hd / 2));
+                memcpy(head + (to_half ? half : pair) * row_bytes, tmp + (to_half ? pair : half) * row_bytes, row_bytes);
+            }
+    }
+    free(tmp);
+    return NV_OK;
+}
+
+/* A block-quantized or fp16 source of heads x hd rows, reordered as rope_pairs_reorder. */
+static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int to_half) {
+    if (qm->h) return rope_pairs_reorder(qm->h, (size_t)cols * sizeof(uint16_t), heads, hd, to_half);
+    if (!qm->q) return NV_OK;
+    const size_t scales = (size_t)(cols / qm->qb) * sizeof(float);
+    NV_TRY(rope_pairs_reorder(qm->q, (size_t)cols, heads, hd, to_half));
+    NV_TRY(rope_pairs_reorder(qm->s, scales, heads, hd, to_half));
+    return rope_pairs_reorder(qm->o, scales, heads, hd, to_half);
+}
+
+/* Every query and key row of m (the fp32 weights unless pending, the quantized sources, the
+ * QK-norm weights) reordered between this project's RoPE order and qwen3's. */
+static nv_err qk_rows_reorder(nv_model *m, int to_half) {
+    const nv_config *c = &m->config;
+    const int d = c->dim, hd = c->head_dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
+    for (int l = 0; l < c->n_layers; l++) {
+        nv_qmatrix *qq = m->quant ? &m->quant[l * NV_LAYER_MATRICES + 0] : NULL;
+        nv_qmatrix *qk = m->quant ? &m->quant[l * NV_LAYER_MATRICES + 1] : NULL;
+        if (!qq || !qq->pending) NV_TRY(rope_pairs_reorder(m->w.wq + (size_t)l * qd * d, (size_t)d * 4, c->n_heads, hd, to_half));
+        if (!qk || !qk->pending) NV_TRY(rope_pairs_reorder(m->w.wk + (size_t)l * kvd * d, (size_t)d * 4, c->n_kv_heads, hd, to_half));
+        if (qq) NV_TRY(qmatrix_reorder(qq, d, c->n_heads, hd, to_half));
+        if (qk) NV_TRY(qmatrix_reorder(qk, d, c->n_kv_heads, hd, to_half));
+        NV_TRY(rope_pairs_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, to_half));
+        NV_TRY(rope_pairs_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, to_half));
+    }
+    return NV_OK;
+}
+
 nv_err nv_gguf_read_config(const char *path, nv_config *c) {
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
@@ -686,7 +767,9 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
     nv_err e = config_of(&g, &c);
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
-    if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK)) nv_model_free(m);
+    if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK ||
+                       (c.qk_norm && (e = qk_rows_reorder(m, 0)) != NV_OK)))
+        nv_model_free(m);
     nv_gguf_close(&g);
     return e;
 }
@@ -883,35 +966,55 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0)
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0 or Q4_0)", path, type);
-    if (c->qk_norm)
-        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF's llama architecture has no QK-norm; this model cannot be written as one", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
+    /* qwen3: the query and key rows (and QK-norm weights) in that architecture's RoPE order, in copies */
+    nv_model qw = {.config = *c, .w = m->w};
+    float *qk_copy = NULL;
+    if (c->qk_norm) {
+        const size_t L = (size_t)c->n_layers, d = (size_t)c->dim, hd = (size_t)c->head_dim;
+        const size_t nq = L * (size_t)nv_config_q_dim(c) * d, nk = L * (size_t)nv_config_kv_dim(c) * d;
+        if (!(qk_copy = malloc((nq + nk + 2 * L * hd) * sizeof(float)))) return nv_fail(NV_ENOMEM, "out of memory");
+        qw.w.wq = memcpy(qk_copy, m->w.wq, nq * sizeof(float));
+        qw.w.wk = memcpy(qk_copy + nq, m->w.wk, nk * sizeof(float));
+        qw.w.q_norm = memcpy(qk_copy + nq + nk, m->w.q_norm, L * hd * sizeof(float));
+        qw.w.k_norm = memcpy(qk_copy + nq + nk + L * hd, m->w.k_norm, L * hd * sizeof(float));
+        if (qk_rows_reorder(&qw, 1) != NV_OK) {
+            free(qk_copy);
+            return NV_ENOMEM;
+        }
+    }
     const size_t nt = tensor_count(c);
     tensor_ref *t = calloc(nt, sizeof *t);
-    if (!t) return nv_fail(NV_ENOMEM, "out of memory");
-    tensor_map(c, &m->w, t);
+    if (!t) {
+        free(qk_copy);
+        return nv_fail(NV_ENOMEM, "out of memory");
+    }
+    tensor_map(c, &qw.w, t);
+    const char *arch = arch_of(c);
+    char k[96];
     nv_buf b = {0};
     nv_buf_append(&b, "GGUF", 4);
     ob_u32(&b, 3);
     ob_u64(&b, nt);
     size_t kv_at = b.len;
     ob_u64(&b, 0); /* the metadata count, filled in below */
-    uint64_t n_kv = 13;
-    kv_str(&b, "general.architecture", "llama");
+    uint64_t n_kv = 14;
+    kv_str(&b, "general.architecture", arch);
     kv_str(&b, "general.name", name);
     /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
     kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : type);
-    kv_u32(&b, "llama.context_length", (uint32_t)c->seq_len);
-    kv_u32(&b, "llama.embedding_length", (uint32_t)c->dim);
-    kv_u32(&b, "llama.block_count", (uint32_t)c->n_layers);
-    kv_u32(&b, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
-    kv_u32(&b, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    kv_u32(&b, "llama.attention.head_count", (uint32_t)c->n_heads);
-    kv_u32(&b, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    kv_u32(&b, "llama.attention.key_length", (uint32_t)c->head_dim);
-    kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
-    kv_f32(&b, "llama.rope.freq_base", c->rope_theta);
+    kv_u32(&b, akey(k, sizeof k, arch, "context_length"), (uint32_t)c->seq_len);
+    kv_u32(&b, akey(k, sizeof k, arch, "embedding_length"), (uint32_t)c->dim);
+    kv_u32(&b, akey(k, sizeof k, arch, "block_count"), (uint32_t)c->n_layers);
+    kv_u32(&b, akey(k, sizeof k, arch, "feed_forward_length"), (uint32_t)c->hidden_dim);
+    kv_u32(&b, akey(k, sizeof k, arch, "rope.dimension_count"), (uint32_t)c->head_dim);
+    kv_u32(&b, akey(k, sizeof k, arch, "attention.head_count"), (uint32_t)c->n_heads);
+    kv_u32(&b, akey(k, sizeof k, arch, "attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+    kv_u32(&b, akey(k, sizeof k, arch, "attention.key_length"), (uint32_t)c->head_dim);
+    kv_u32(&b, akey(k, sizeof k, arch, "attention.value_length"), (uint32_t)c->head_dim);
+    kv_f32(&b, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), c->norm_eps);
+    kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
     if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
     /* matrices in the type asked where their rows are whole blocks; vectors (norms) stay F32 */
@@ -955,5 +1058,6 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     free(parts);
     nv_buf_free(&b);
     free(t);
+    free(qk_copy);
     return e;
 }

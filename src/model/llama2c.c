@@ -236,6 +236,10 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
         for (uint64_t i = 0; i < mats[j].n; i++) mats[j].p[i] = mats[j].std * nv_rng_normal(&rng);
 }
 
+int nv_config_fits_v1(const nv_config *c) {
+    return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f;
+}
+
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     const nv_config *c = &m->config;
     if (c->qk_norm || c->head_dim * c->n_heads != c->dim)

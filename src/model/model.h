@@ -101,8 +101,11 @@ nv_err nv_model_read_config(const char *path, nv_config *c);
 nv_err nv_model_alloc(nv_model *m, const nv_config *c);
 /* Random initialisation (normal(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1). */
 void nv_model_init_random(nv_model *m, uint64_t seed);
-/* Writes m as a llama2.c version-1 checkpoint, atomically. */
+/* Writes m as a llama2.c version-1 checkpoint, atomically (refused unless nv_config_fits_v1). */
 nv_err nv_model_save_v1(const nv_model *m, const char *path);
+/* 1 when llama2.c's version-1 format holds this shape: no QK-norm, head_dim x heads = dim, RoPE theta
+ * 10000 and norm eps 1e-5 (the format has no field for them); otherwise GGUF does. */
+int nv_config_fits_v1(const nv_config *c);
 /* Builds one plan per weight matrix on engine e (falling down the ladder where e is off); a matrix
  * with a block-quantized source gets a block-quantized plan where the engine takes one. */
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);

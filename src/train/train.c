@@ -362,8 +362,16 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (tty) fprintf(stderr, "\n");
     /* the weights as they stand, ready for `nerve generate`, however the run ended */
     if (steps_run > 0) {
-        if (nv_model_save_v1(&tm.m, model_path) == NV_OK) nv_info("wrote %s", model_path);
-        else nv_info("model.bin not written: %s", nv_errmsg());
+        nv_err saved;
+        if (nv_config_fits_v1(&tm.m.config)) {
+            saved = nv_model_save_v1(&tm.m, model_path);
+        } else { /* a shape llama2.c's format cannot hold (QK-norm, other head sizes, RoPE base): GGUF */
+            const char *slash = strrchr(o->out_dir, '/'), *name = slash && slash[1] ? slash + 1 : o->out_dir;
+            snprintf(model_path, sizeof model_path, "%s/model.gguf", o->out_dir);
+            saved = nv_gguf_save(&tm.m, NULL, name, model_path, NV_GGUF_F32);
+        }
+        if (saved == NV_OK) nv_info("wrote %s", model_path);
+        else nv_info("%s not written: %s", model_path, nv_errmsg());
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;
