@@ -13,6 +13,7 @@
 
 #include "base/cpu.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "base/pool.h"
 #include "base/vmath.h"
 #include "engine/kern.h"
@@ -57,11 +58,7 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 static inline int rup(int a, int b) { return cdiv(a, b) * b; }
 
-static void *aalloc(size_t bytes) {
-    if (bytes == 0) bytes = 64;
-    bytes = (bytes + 63) & ~(size_t)63;
-    return aligned_alloc(64, bytes);
-}
+static void *aalloc(size_t bytes) { return nv_alloc_large(64, bytes); }
 
 static void run_tasks(void (*fn)(void *, int, int), void *ctx, int n) {
     if (force_inline || n <= 1)

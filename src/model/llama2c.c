@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "base/rng.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -60,7 +61,7 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
 static nv_err alloc_params(nv_model *m) {
     m->n_params = nv_config_param_count(&m->config);
     if (m->n_params > (SIZE_MAX / 4) / 2) return nv_fail(NV_ENOMEM, "model too large");
-    m->params = calloc((size_t)m->n_params, sizeof(float));
+    m->params = nv_calloc_large((size_t)m->n_params, sizeof(float));
     if (!m->params)
         return nv_fail(NV_ENOMEM, "cannot allocate %.1f MB for the weights", (double)m->n_params * 4 / 1e6);
     m->params_owned = 1;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "base/pool.h"
 #include "model/model.h"
 
@@ -25,8 +26,8 @@ nv_err nv_adamw_init(nv_adamw *a, const nv_adamw_opts *o, const nv_config *c, ui
     memset(a, 0, sizeof *a);
     a->o = *o;
     a->n = n_params;
-    a->m = calloc((size_t)n_params, sizeof(float));
-    a->v = calloc((size_t)n_params, sizeof(float));
+    a->m = nv_calloc_large((size_t)n_params, sizeof(float));
+    a->v = nv_calloc_large((size_t)n_params, sizeof(float));
     a->decay = calloc((size_t)n_params, 1);
     if (!a->m || !a->v || !a->decay) {
         nv_adamw_free(a);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/mem.h"
 #include "base/pool.h"
 #include "base/vmath.h"
 #include "model/forward.h"
@@ -78,10 +79,10 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
     else nv_model_init_random(&tm->m, seed);
     tm->B = B;
     tm->T = T;
-    tm->grads = calloc((size_t)tm->m.n_params, sizeof(float));
+    tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));
     size_t na = acts_layout(c, B, T, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
-    tm->act_mem = aligned_alloc(64, na * sizeof(float));
-    tm->scratch = aligned_alloc(64, ns * sizeof(float));
+    tm->act_mem = nv_alloc_large(64, na * sizeof(float));
+    tm->scratch = nv_alloc_large(64, ns * sizeof(float));
     if (!tm->grads || !tm->act_mem || !tm->scratch) {
         nv_tmodel_free(tm);
         return nv_fail(NV_ENOMEM, "cannot allocate %.0f MB of activations for batch %d x %d",

@@ -1,0 +1,35 @@
+#include "base/mem.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* Advises the whole 2 MiB pages inside [p, p + bytes). Below a few huge pages it is not worth a
+ * system call; a kernel without THP refuses the advice, which changes nothing. */
+static void advise_huge(void *p, size_t bytes) {
+    if (!p || bytes < 4 * HUGE_PAGE) return;
+    const uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    const uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(HUGE_PAGE - 1);
+#ifdef MADV_HUGEPAGE
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)lo, (void)hi;
+#endif
+}
+
+void *nv_calloc_large(size_t n, size_t size) {
+    void *p = calloc(n, size);
+    if (p) advise_huge(p, n * size); /* calloc checked n * size for overflow */
+    return p;
+}
+
+void *nv_alloc_large(size_t align, size_t bytes) {
+    if (bytes == 0) bytes = align;
+    if (bytes > SIZE_MAX - align) return NULL;
+    bytes = (bytes + align - 1) / align * align;
+    void *p = aligned_alloc(align, bytes);
+    advise_huge(p, bytes);
+    return p;
+}
