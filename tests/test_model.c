@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "base/pool.h"
 #include "base/rng.h"
 #include "base/vmath.h"
 #include "model/forward.h"
@@ -515,6 +516,48 @@ static void test_init_presets(void) {
     nv_model_free(&l);
 }
 
+/* nv_rng_jump(n) leaves the state n sequential draws leave; random initialisation draws its stream
+ * in pieces from jumped states and gives exactly the sequential stream's values (the one order:
+ * token embedding, wq, wk, wv, wo, w1, w2, w3, classifier), on one thread or two. */
+static void test_rng_jump_and_parallel_init(void) {
+    static const uint64_t steps[] = {0, 1, 2, 63, 64, 65, 1000, 123457};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        nv_rng a, b;
+        nv_rng_seed(&a, 42 + i);
+        b = a;
+        for (uint64_t k = 0; k < steps[i]; k++) nv_xorshift_u32(&a.state);
+        nv_rng_jump(&b, steps[i]);
+        T_CHECK(a.state == b.state, "jump %llu", (unsigned long long)steps[i]);
+    }
+    nv_config c = {64, 96, 3, 4, 2, 16, 9000, 32, 10000.0f, 1e-5f, 0, 1}; /* > 2^20 normals: drawn in pieces */
+    nv_model m1, m2;
+    T_CHECK(nv_model_alloc(&m1, &c) == NV_OK && nv_model_alloc(&m2, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m1.params || !m2.params) return;
+    const int before = nv_pool_threads();
+    nv_pool_init(1);
+    nv_model_init_random(&m1, 5);
+    nv_pool_init(2);
+    nv_model_init_random(&m2, 5);
+    nv_pool_init(before);
+    T_CHECK(!memcmp(m1.params, m2.params, m1.n_params * 4), "initialisation depends on the thread count");
+    nv_rng r;
+    nv_rng_seed(&r, 5);
+    const float std = 0.02f, res = 0.02f / sqrtf(6.0f);
+    const struct {
+        const float *p;
+        size_t n;
+        float std;
+    } mats[] = {{m1.w.tok_emb, 9000 * 64, std}, {m1.w.wq, 3 * 64 * 64, std},   {m1.w.wk, 3 * 32 * 64, std},
+                {m1.w.wv, 3 * 32 * 64, std},    {m1.w.wo, 3 * 64 * 64, res},   {m1.w.w1, 3 * 96 * 64, std},
+                {m1.w.w2, 3 * 64 * 96, res},    {m1.w.w3, 3 * 96 * 64, std},   {m1.w.wcls, 9000 * 64, std}};
+    size_t bad = 0, total = 0;
+    for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++)
+        for (size_t i = 0; i < mats[k].n; i++, total++) bad += mats[k].p[i] != mats[k].std * nv_rng_normal(&r);
+    T_CHECK(bad == 0 && total > (1u << 20), "%zu of %zu values differ from the sequential stream", bad, total);
+    nv_model_free(&m1);
+    nv_model_free(&m2);
+}
+
 int main(void) {
     nv_engines_init("scalar", 1);
     T_RUN(test_load_v0_stories260K);
@@ -531,5 +574,6 @@ int main(void) {
     T_RUN(test_sampler_adjustments);
     T_RUN(test_sampler_extremes);
     T_RUN(test_init_presets);
+    T_RUN(test_rng_jump_and_parallel_init);
     return t_done();
 }

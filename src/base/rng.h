@@ -28,7 +28,11 @@ static inline void nv_rng_seed(nv_rng *r, uint64_t seed) {
     r->state = (z ^ (z >> 31)) | 1;
 }
 static inline float nv_rng_uniform(nv_rng *r) { return nv_xorshift_f32(&r->state); }
-/* Standard normal by Box-Muller. */
+/* Advances r by n draws of nv_xorshift_u32 (n states) in O(log n): xorshift64 is linear over
+ * GF(2), so n steps are one 64 x 64 bit matrix, made by squaring. The state afterwards is exactly
+ * the one n sequential draws leave, so a stream can be cut into pieces drawn in parallel. */
+void nv_rng_jump(nv_rng *r, uint64_t n);
+/* Standard normal by Box-Muller (two uniform draws). */
 static inline float nv_rng_normal(nv_rng *r) {
     float u1 = nv_rng_uniform(r), u2 = nv_rng_uniform(r);
     if (u1 < 1e-12f) u1 = 1e-12f;

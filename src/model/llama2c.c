@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/pool.h"
 #include "base/rng.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -215,6 +216,33 @@ fail:
     return e;
 }
 
+typedef struct {
+    float *p;
+    uint64_t n;
+    float std;
+} init_mat;
+
+#define INIT_PIECES 16 /* pieces of the normal stream drawn in parallel (any number gives the same values) */
+
+typedef struct {
+    const init_mat *mats;
+    uint64_t total, piece;           /* normals in all, per piece */
+    uint64_t starts[INIT_PIECES];    /* the generator's state where each piece begins */
+} init_job;
+
+/* Piece `task` of the stream of normals that fills the matrices one after another. */
+static void init_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const init_job *j = ctx;
+    uint64_t g = (uint64_t)task * j->piece, end = g + j->piece < j->total ? g + j->piece : j->total, base = 0;
+    nv_rng rng = {j->starts[task]};
+    int k = 0;
+    for (; g < end; g++) {
+        while (g - base >= j->mats[k].n) base += j->mats[k++].n; /* next matrix (skipping empty ones) */
+        j->mats[k].p[g - base] = j->mats[k].std * nv_rng_normal(&rng);
+    }
+}
+
 void nv_model_init_random(nv_model *m, uint64_t seed) {
     const nv_config *c = &m->config;
     part_sizes s = sizes_of(c);
@@ -226,15 +254,21 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
     for (uint64_t i = 0; i < s.rms_ffn; i++) w->rms_ffn[i] = 1.0f;
     for (uint64_t i = 0; i < s.rms_final; i++) w->rms_final[i] = 1.0f;
     for (uint64_t i = 0; i < s.q_norm; i++) w->q_norm[i] = w->k_norm[i] = 1.0f;
-    struct {
-        float *p;
-        uint64_t n;
-        float std;
-    } mats[] = {{w->tok_emb, s.tok_emb, std}, {w->wq, s.wq, std},  {w->wk, s.wk, std},
-                {w->wv, s.wv, std},           {w->wo, s.wo, std_res}, {w->w1, s.w1, std},
-                {w->w2, s.w2, std_res},       {w->w3, s.w3, std},  {w->wcls, s.wcls, std}};
-    for (size_t j = 0; j < sizeof mats / sizeof mats[0]; j++)
-        for (uint64_t i = 0; i < mats[j].n; i++) mats[j].p[i] = mats[j].std * nv_rng_normal(&rng);
+    const init_mat mats[] = {{w->tok_emb, s.tok_emb, std}, {w->wq, s.wq, std},      {w->wk, s.wk, std},
+                             {w->wv, s.wv, std},           {w->wo, s.wo, std_res},  {w->w1, s.w1, std},
+                             {w->w2, s.w2, std_res},       {w->w3, s.w3, std},      {w->wcls, s.wcls, std}};
+    /* one stream of normals (two draws each) through the matrices in this order; its pieces start
+       where the generator would be after the pieces before them, so the values do not depend on
+       how many threads draw them */
+    init_job j = {.mats = mats};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) j.total += mats[i].n;
+    const int pieces = j.total < ((uint64_t)1 << 20) ? 1 : INIT_PIECES;
+    j.piece = (j.total + (uint64_t)pieces - 1) / (uint64_t)pieces;
+    for (int i = 0; i < pieces; i++) {
+        j.starts[i] = rng.state;
+        nv_rng_jump(&rng, 2 * j.piece);
+    }
+    nv_pool_run(init_task, &j, pieces);
 }
 
 int nv_config_fits_v1(const nv_config *c) {
