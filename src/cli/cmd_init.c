@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "cli/cli.h"
 #include "model/model.h"
 
@@ -40,6 +41,7 @@ int cmd_init(int argc, char **argv) {
     if (seq_len) c.seq_len = seq_len;
     nv_model m;
     if (nv_model_alloc(&m, &c) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    nv_pool_init(0); /* the initial weights are drawn on every core (the same values on any count) */
     nv_model_init_random(&m, seed);
     nv_err e = nv_model_save_v1(&m, out);
     nv_model_free(&m);
