@@ -266,6 +266,7 @@ static void test_malformed(void) {
     expect(variant(src, size, at0 + 4 + 16 + 4, &zero, 8), NV_EFORMAT, "two tensors on the same bytes");
     size_t k_at = find(src, "blk.0.attn_k.weight");
     expect(variant(src, size, k_at, "blk.0.attn_q.weight", 19), NV_EFORMAT, "a tensor name twice");
+    expect(variant(src, size, k_at, "blk.0.attn_k.w.bias", 19), NV_EUNSUPPORTED, "a bias tensor");
     gw_rope_scale = 4.0f;
     gguf_write_model(t_path("scaled.gguf"), "llama", 3, 0);
     gw_rope_scale = 0.0f;

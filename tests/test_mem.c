@@ -25,13 +25,13 @@ static void test_calloc_large(void) {
 static void test_alloc_large(void) {
     static const size_t sizes[] = {0, 1, 63, 65, (size_t)10 << 20, ((size_t)10 << 20) + 1};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        unsigned char *p = nv_alloc_large(64, sizes[s]);
+        unsigned char *p = nv_alloc_large(64, sizes[s], (int)(s & 1));
         T_CHECK(p != NULL && (uintptr_t)p % 64 == 0, "%zu bytes: %p", sizes[s], (void *)p);
         if (!p) continue;
         memset(p, 1, sizes[s] ? (sizes[s] + 63) / 64 * 64 : 64); /* the rounded size is usable */
         free(p);
     }
-    T_CHECK(nv_alloc_large(64, SIZE_MAX - 8) == NULL, "a size past SIZE_MAX accepted");
+    T_CHECK(nv_alloc_large(64, SIZE_MAX - 8, 1) == NULL, "a size past SIZE_MAX accepted");
 }
 
 int main(void) {

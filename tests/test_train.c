@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/gguf.h"
 #include "model/model.h"
 #include "train/ckpt.h"
 #include "t.h"
@@ -214,6 +215,10 @@ static void test_qk_norm_run_writes_gguf(void) {
     nv_model_free(&m);
     snprintf(args, sizeof args, "generate -m %s -n 30 -t 0", dir);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run folder failed: %s", err);
+    /* the file carries the run's vocabulary, as llama.cpp needs */
+    T_CHECK(nv_gguf_has_vocab(path), "model.gguf has no vocabulary");
+    snprintf(args, sizeof args, "generate -m %s -n 30 -t 0", path);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from model.gguf alone failed: %s", err);
 }
 
 static float val_at(const char *dir, int want_step) {

@@ -25,11 +25,11 @@ void *nv_calloc_large(size_t n, size_t size) {
     return p;
 }
 
-void *nv_alloc_large(size_t align, size_t bytes) {
+void *nv_alloc_large(size_t align, size_t bytes, int huge) {
     if (bytes == 0) bytes = align;
     if (bytes > SIZE_MAX - align) return NULL;
     bytes = (bytes + align - 1) / align * align;
     void *p = aligned_alloc(align, bytes);
-    advise_huge(p, bytes);
+    if (huge) advise_huge(p, bytes);
     return p;
 }

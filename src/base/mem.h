@@ -10,7 +10,9 @@
 
 /* calloc(n, size), large buffers advised as above. */
 void *nv_calloc_large(size_t n, size_t size);
-/* aligned_alloc(align, bytes rounded up to align), large buffers advised as above (not zeroed). */
-void *nv_alloc_large(size_t align, size_t bytes);
+/* aligned_alloc(align, bytes rounded up to align), not zeroed; advised as above when huge (a buffer
+ * that lives long: per-call temporaries skip the system call, and the compaction a huge-page fault
+ * may wait for). */
+void *nv_alloc_large(size_t align, size_t bytes, int huge);
 
 #endif

@@ -32,7 +32,7 @@ int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((fo
 int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, nv_engine_id *out);
 
 /* The model and tokenizer paths of `-m MODEL [-z TOKENIZER]`. MODEL may be a `nerve train` run
- * folder: its model.bin, and its tokenizer.bin unless -z was given; or a GGUF file, whose own
+ * folder: its model.bin (else its model.gguf), and its tokenizer.bin unless -z was given; or a GGUF file, whose own
  * vocabulary is the tokenizer unless -z was given. Otherwise the tokenizer is
  * tokenizers/tokenizer.bin in the shared data. *model and *tok are updated in place (pointing
  * into the buffers when changed). */

@@ -38,7 +38,7 @@ int cmd_export(int argc, char **argv) {
             printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q4_0]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  file as a llama2.c version-1 checkpoint, or, when OUT ends in .gguf, as a GGUF v3 llama\n"
-                   "  model with the vocabulary of -z (default: the run folder's tokenizer.bin, or a GGUF\n"
+                   "  model (qwen3 for a QK-norm model) with the vocabulary of -z (default: the run folder's tokenizer.bin, or a GGUF\n"
                    "  input's own), as llama.cpp reads it\n"
                    "  --type T  GGUF only: f32 (default, exact), f16 (the weight matrices in half precision, 2x\n"
                    "            smaller, ~2x faster decode), q8_0 (the weight matrices quantized to 8 bits\n"

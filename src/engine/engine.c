@@ -58,7 +58,9 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 static inline int rup(int a, int b) { return cdiv(a, b) * b; }
 
-static void *aalloc(size_t bytes) { return nv_alloc_large(64, bytes); }
+static void *aalloc(size_t bytes) { return nv_alloc_large(64, bytes, 0); }
+/* A plan's packed weights: kept for the plan's life, so worth huge pages. */
+static void *pack_alloc(size_t bytes) { return nv_alloc_large(64, bytes, 1); }
 
 static void run_tasks(void (*fn)(void *, int, int), void *ctx, int n) {
     if (force_inline || n <= 1)
@@ -387,7 +389,7 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
         break;
     default: break;
     }
-    if (p->pack_bytes && !(p->pack = aalloc(p->pack_bytes))) {
+    if (p->pack_bytes && !(p->pack = pack_alloc(p->pack_bytes))) {
         size_t bytes = p->pack_bytes;
         free(p->wscale);
         free(p);
@@ -497,10 +499,10 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
         if (w->q[i] < 0 || w->q[i] > 15) p->bits = 8;
     p->pack_bytes = (size_t)p->np * p->kf->nr * k * p->bits / 8;
     const size_t ns = (size_t)p->np * cdiv(k, p->qb) * p->kf->nr;
-    p->pack = aalloc(p->pack_bytes);
+    p->pack = pack_alloc(p->pack_bytes);
     if (!w->h) { /* fp16 weights have no scales or offsets */
-        p->qscale = aalloc(ns * sizeof(float));
-        if (w->o) p->qoff = aalloc(ns * sizeof(float));
+        p->qscale = pack_alloc(ns * sizeof(float));
+        if (w->o) p->qoff = pack_alloc(ns * sizeof(float));
     }
     if (!p->pack || (!w->h && (!p->qscale || (w->o && !p->qoff)))) {
         nv_plan_free(p);
@@ -811,9 +813,9 @@ static void dx_tiles_task(void *vc, int task, int nt) {
 /* Rows of an AMX A buffer: exactly m below one tile, else whole tiles (zero rows at the end). */
 static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
 
-/* Rows per block of an AMX product that converts its A rows (depth bf16 each) as it goes: the block
- * stays in L2 (a quarter of the 2 MiB of the AMX cores) while the B tiles stream by; whole tile
- * pairs, at least one. */
+/* Rows per block of an AMX product that converts its A rows (depth bf16 each) as it goes: up to a
+ * depth of 8,192 the block (at most 512 KiB, a quarter of the 2 MiB L2 of the AMX cores) stays in L2
+ * while the B tiles stream by; deeper products take one tile pair, 32 rows (64 bytes per depth). */
 static int amx_block_rows(int depth) { return imax(32, (int)((512u << 10) / ((size_t)depth * 2)) / 32 * 32); }
 
 /* dx = dy . W with the shared W^T tiles: a task owns a block of dx's rows and of its column tiles;

@@ -561,15 +561,20 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
         nv_gguf_tensor_find(g, "rope_freqs.weight"))
         return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling / rope_freqs), which is not supported",
                        g->path, arch);
-    if (nv_gguf_tensor_find(g, "blk.0.attn_q.bias") || nv_gguf_tensor_find(g, "blk.0.attn_k.bias") ||
-        nv_gguf_tensor_find(g, "blk.0.attn_v.bias") || nv_gguf_tensor_find(g, "blk.0.attn_output.bias"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: attention biases are not supported", g->path);
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;
     if (dim > lim || hidden > lim || layers > lim || heads > lim || kv_heads > lim || ctx > lim || head_dim > lim ||
         emb->dims[1] > (uint64_t)lim || dim < 1 || heads < 1 || hidden < 1 || layers < 1 || kv_heads < 1 || ctx < 1 || head_dim < 1)
         return nv_fail(NV_EFORMAT, "%s: model dimensions out of range", g->path);
+    /* tensors this model has no place for would be dropped silently: refuse the ones that change it */
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const char *nm = g->t[i].name;
+        const size_t nl = g->t[i].name_len;
+        if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5))
+            return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is a bias, which this model does not have", g->path,
+                           shown(nm, nl, shown_arch, sizeof shown_arch));
+    }
     memset(c, 0, sizeof *c);
     c->dim = (int)dim;
     c->hidden_dim = (int)hidden;

@@ -81,8 +81,8 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
     tm->T = T;
     tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));
     size_t na = acts_layout(c, B, T, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
-    tm->act_mem = nv_alloc_large(64, na * sizeof(float));
-    tm->scratch = nv_alloc_large(64, ns * sizeof(float));
+    tm->act_mem = nv_alloc_large(64, na * sizeof(float), 1);
+    tm->scratch = nv_alloc_large(64, ns * sizeof(float), 1);
     if (!tm->grads || !tm->act_mem || !tm->scratch) {
         nv_tmodel_free(tm);
         return nv_fail(NV_ENOMEM, "cannot allocate %.0f MB of activations for batch %d x %d",

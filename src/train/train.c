@@ -363,15 +363,33 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     /* the weights as they stand, ready for `nerve generate`, however the run ended */
     if (steps_run > 0) {
         nv_err saved;
+        char other[4200];
         if (nv_config_fits_v1(&tm.m.config)) {
             saved = nv_model_save_v1(&tm.m, model_path);
-        } else { /* a shape llama2.c's format cannot hold (QK-norm, other head sizes, RoPE base): GGUF */
-            const char *slash = strrchr(o->out_dir, '/'), *name = slash && slash[1] ? slash + 1 : o->out_dir;
+            snprintf(other, sizeof other, "%s/model.gguf", o->out_dir);
+        } else { /* a shape llama2.c's format cannot hold (QK-norm, other head sizes, RoPE base): GGUF, with
+                    the run's vocabulary when it has one, as llama.cpp needs */
+            char name[256], tok_path[4200];
+            size_t len = strlen(o->out_dir);
+            while (len > 1 && o->out_dir[len - 1] == '/') len--; /* "runs/x/" names x */
+            const char *base = o->out_dir;
+            for (size_t i = 0; i + 1 < len; i++)
+                if (o->out_dir[i] == '/') base = o->out_dir + i + 1;
+            snprintf(name, sizeof name, "%.*s", (int)(len - (size_t)(base - o->out_dir)), base);
             snprintf(model_path, sizeof model_path, "%s/model.gguf", o->out_dir);
-            saved = nv_gguf_save(&tm.m, NULL, name, model_path, NV_GGUF_F32);
+            snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", o->out_dir);
+            snprintf(other, sizeof other, "%s/model.bin", o->out_dir);
+            nv_tokenizer *tok = NULL;
+            if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, tm.m.config.vocab_size, &tok) != NV_OK) tok = NULL;
+            saved = nv_gguf_save(&tm.m, tok, name, model_path, NV_GGUF_F32);
+            nv_tokenizer_free(tok);
         }
-        if (saved == NV_OK) nv_info("wrote %s", model_path);
-        else nv_info("%s not written: %s", model_path, nv_errmsg());
+        if (saved == NV_OK) {
+            nv_info("wrote %s", model_path);
+            unlink(other); /* an earlier run's model of the other kind would be taken for this one */
+        } else {
+            nv_info("%s not written: %s", model_path, nv_errmsg());
+        }
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;

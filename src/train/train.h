@@ -3,7 +3,8 @@
  * on SIGINT/SIGTERM), metrics as JSON Lines, a loss-curve SVG and an efficiency report.
  *
  * The run folder holds: ckpt.bin (resume state), metrics.jsonl (one object per step), loss.svg,
- * model.bin (llama2.c v1 export of the final weights, when the shape allows) and, when one was
+ * model.bin (llama2.c v1 export of the final weights; model.gguf instead for the shapes that format
+ * cannot hold, with the vocabulary when there is one) and, when one was
  * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`).
  * Resuming (same arguments, same folder) continues the exact loss sequence of an uninterrupted
  * run: every piece of state that influences the next step is in the checkpoint. */
