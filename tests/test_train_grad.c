@@ -380,6 +380,37 @@ static void test_attention_kernels(void) {
     attention_case(2, 1, 128, 1, 40); /* Qwen3's */
 }
 
+/* The gradient norm is the square root of 64 fixed chunks' left-to-right double sums of squares,
+ * added in chunk order: bit for bit, for lengths that leave the chunks unequal or empty, on one
+ * thread or two. */
+static void test_grad_norm_chunks(void) {
+    static const uint64_t lens[] = {0, 1, 3, 63, 64, 65, 1000, 4099, 100003};
+    float *g = malloc(100003 * sizeof(float));
+    uint64_t seed = 77;
+    for (int i = 0; i < 100003; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        g[i] = (float)((int64_t)(seed >> 20) % 200001 - 100000) * 1e-5f;
+    }
+    const int before = nv_pool_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        nv_pool_init(threads);
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+            const uint64_t n = lens[l];
+            double total = 0.0;
+            for (uint64_t c = 0; c < 64; c++) {
+                double s = 0.0;
+                for (uint64_t i = n * c / 64; i < n * (c + 1) / 64; i++) s += (double)g[i] * g[i];
+                total += s;
+            }
+            const double want = sqrt(total), got = nv_grad_norm(g, n);
+            T_CHECK(!memcmp(&want, &got, sizeof want), "n %llu, %d threads: %.17g, want %.17g", (unsigned long long)n, threads,
+                    got, want);
+        }
+    }
+    nv_pool_init(before);
+    free(g);
+}
+
 int main(void) {
     nv_engines_init(NULL, 0);
     T_RUN(test_fd_gqa_tied);
@@ -390,5 +421,6 @@ int main(void) {
     T_RUN(test_attention_kernels);
     T_RUN(test_adamw_matches_reference);
     T_RUN(test_backward_needs_targets);
+    T_RUN(test_grad_norm_chunks);
     return t_done();
 }

