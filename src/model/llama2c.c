@@ -278,11 +278,11 @@ int nv_config_fits_v1(const nv_config *c) {
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     const nv_config *c = &m->config;
     if (c->qk_norm || c->head_dim * c->n_heads != c->dim)
-        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 cannot hold this shape (head_dim %d x %d heads != dim %d%s)",
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 cannot hold this shape (head_dim %d x %d heads != dim %d%s; GGUF can: name the output .gguf)",
                        path, c->head_dim, c->n_heads, c->dim, c->qk_norm ? ", QK-norm" : "");
     /* the format has no field for them: a reader assumes llama2.c's */
     if (c->rope_theta != 10000.0f || c->norm_eps != 1e-5f)
-        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 implies RoPE theta 10000 and norm eps 1e-5 (this model: %g, %g)", path,
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 implies RoPE theta 10000 and norm eps 1e-5 (this model: %g, %g; GGUF says them: name the output .gguf)", path,
                        c->rope_theta, c->norm_eps);
     uint8_t hdr[V1_HEADER_BYTES] = {0};
     uint32_t magic = V1_MAGIC;
