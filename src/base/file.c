@@ -132,6 +132,17 @@ int nv_file_exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+void nv_path_name(const char *path, char *out, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "runs/train/" names the folder */
+    const char *base = path;
+    for (size_t i = 0; i < n; i++)
+        if (path[i] == '/') base = path + i + 1;
+    snprintf(out, cap, "%.*s", (int)(n - (size_t)(base - path)), base);
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out) *dot = '\0';
+}
+
 nv_err nv_mkdirs(const char *path) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return nv_fail(NV_EINVAL, "path too long: %s", path);

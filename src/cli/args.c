@@ -77,17 +77,6 @@ int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, n
     return 0;
 }
 
-void cli_base_name(const char *path, char *out, size_t cap) {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--; /* "runs/train/" names the folder */
-    const char *base = path;
-    for (size_t i = 0; i < n; i++)
-        if (path[i] == '/') base = path + i + 1;
-    snprintf(out, cap, "%.*s", (int)(n - (size_t)(base - path)), base);
-    char *dot = strrchr(out, '.');
-    if (dot && dot != out) *dot = '\0';
-}
-
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
     struct stat st;
     if (stat(*model, &st) == 0 && S_ISDIR(st.st_mode)) {

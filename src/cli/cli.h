@@ -40,8 +40,5 @@ typedef struct {
     char model[4200], tok[4200];
 } cli_paths;
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf);
-/* A path's last component without its extension ("runs/demo/" -> "demo", "m/x.gguf" -> "x"):
- * the server's model id, an exported GGUF's general.name. */
-void cli_base_name(const char *path, char *out, size_t cap);
 
 #endif

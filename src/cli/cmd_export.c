@@ -24,7 +24,7 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, i
         return cli_error(CMD, 1, "%s", nv_errmsg());
     if (!tok) nv_warn("export: no tokenizer (-z): %s gets no vocabulary, which llama.cpp needs", out);
     char name[256];
-    cli_base_name(out, name, sizeof name); /* general.name */
+    nv_path_name(out, name, sizeof name); /* general.name */
     nv_err e = nv_gguf_save(m, tok, name, out, type);
     nv_tokenizer_free(tok);
     return e == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());

@@ -185,7 +185,7 @@ int cmd_serve(int argc, char **argv) {
 
     char model_id[256];
     if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
-    else cli_base_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
+    else nv_path_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
     if (!tmpl_given) tmpl = declared_template(model_path);

@@ -370,12 +370,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         } else { /* a shape llama2.c's format cannot hold (QK-norm, other head sizes, RoPE base): GGUF, with
                     the run's vocabulary when it has one, as llama.cpp needs */
             char name[256], tok_path[4200];
-            size_t len = strlen(o->out_dir);
-            while (len > 1 && o->out_dir[len - 1] == '/') len--; /* "runs/x/" names x */
-            const char *base = o->out_dir;
-            for (size_t i = 0; i + 1 < len; i++)
-                if (o->out_dir[i] == '/') base = o->out_dir + i + 1;
-            snprintf(name, sizeof name, "%.*s", (int)(len - (size_t)(base - o->out_dir)), base);
+            nv_path_name(o->out_dir, name, sizeof name); /* as `nerve serve` names the run */
             snprintf(model_path, sizeof model_path, "%s/model.gguf", o->out_dir);
             snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", o->out_dir);
             snprintf(other, sizeof other, "%s/model.bin", o->out_dir);
