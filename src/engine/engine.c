@@ -818,31 +818,6 @@ static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
  * while the B tiles stream by; deeper products take one tile pair, 32 rows (64 bytes per depth). */
 static int amx_block_rows(int depth) { return imax(32, (int)((512u << 10) / ((size_t)depth * 2)) / 32 * 32); }
 
-/* dx = dy . W with the shared W^T tiles: a task owns a block of dx's rows and of its column tiles;
- * per block of rows it turns that piece of dy (times the weight scales, for int8 plans) into bf16
- * rows in a small buffer and runs the tile loop. dy is never converted whole. */
-static void amx_dx_task(void *vc, int task, int nt) {
-    (void)nt;
-    op_ctx *c = vc;
-    const nv_plan *p = c->p;
-    const int n = c->n, k = c->k, depth = c->depth, KB = depth / 32, ktiles = cdiv(k, 16), rb = amx_block_rows(depth);
-    int r0, r1, u0, u1;
-    grid_task(&c->g, task, &r0, &r1, &u0, &u1);
-    int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
-    if (r0 >= r1 || t0 >= t1) return;
-    uint16_t *A = task_scratch(c, (size_t)amx_rows(imin(rb, r1 - r0)) * depth * sizeof(uint16_t), r0, r1, t0 * 16,
-                               (t1 - t0) * 16);
-    if (!A) return;
-    for (int b0 = r0; b0 < r1; b0 += rb) {
-        const int rows = imin(rb, r1 - b0), arows = amx_rows(rows);
-        rows_to_bf16(c->a, n, p->wscale, b0, b0 + rows, A, depth);
-        memset(A + (size_t)rows * depth, 0, (size_t)(arows - rows) * depth * sizeof(uint16_t)); /* the tile's zero rows */
-        p->ka->bf16_gemm(A, depth, rows, depth, (const uint16_t *)c->abuf + (size_t)t0 * KB * 512, t1 - t0,
-                         c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, 0);
-    }
-    free(A);
-}
-
 /* Rows b0..b0+rows of dy^T as bf16 rows of depth elements: dst[a][i] = bf16(dy[i][b0 + a]), zero for
  * i >= m (dy is m x n). Transposed through an L1 block of 64 x 64. */
 static void dy_t_to_bf16(const float *dy, int m, int n, int b0, int rows, uint16_t *dst, int depth) {
@@ -874,31 +849,34 @@ static void pack_x_vnni_task(void *vc, int task, int nt) {
     }
 }
 
-/* dw += dy^T . x on bf16 tiles, the m rows as the depth. A task owns a block of dw's rows (dy's
- * columns) and of its column tiles; per block of rows it turns that piece of dy into bf16 rows of
- * dy^T in a small buffer and runs the tile loop over the shared x tiles, adding into dw. dy is never
- * converted whole. Each dw element is one tile chain over the whole depth added to dw, whatever the
+/* The AMX backward products with the shared B tiles (c->abuf): dx = dy . W (c->p set; A = dy's rows
+ * times the weight scales, for int8 plans; B = W^T's tiles) or dw += dy^T . x (A = dy^T's rows; B =
+ * x's tiles; added to dw). A task owns a block of the output's rows and of its column tiles; per
+ * block of rows it turns that piece of A into bf16 rows in a small buffer and runs the tile loop.
+ * dy is never converted whole; each output is one tile chain over the whole depth, whatever the
  * blocks. */
-static void amx_dw_task(void *vc, int task, int nt) {
+static void amx_grad_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
+    const int dx = c->p != NULL;
     const int m = c->m, n = c->n, k = c->k, depth = c->depth, KB = depth / 32, ktiles = cdiv(k, 16);
     const int rb = amx_block_rows(depth);
-    int a0, a1, u0, u1;
-    grid_task(&c->g, task, &a0, &a1, &u0, &u1);
+    int r0, r1, u0, u1;
+    grid_task(&c->g, task, &r0, &r1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
-    if (a0 >= a1 || t0 >= t1) return;
-    uint16_t *At = task_scratch(c, (size_t)amx_rows(imin(rb, a1 - a0)) * depth * sizeof(uint16_t), a0, a1, t0 * 16,
-                                (t1 - t0) * 16);
-    if (!At) return;
-    for (int b0 = a0; b0 < a1; b0 += rb) {
-        const int rows = imin(rb, a1 - b0), arows = amx_rows(rows);
-        dy_t_to_bf16(c->a, m, n, b0, rows, At, depth);
-        memset(At + (size_t)rows * depth, 0, (size_t)(arows - rows) * depth * sizeof(uint16_t)); /* the tile's zero rows */
-        c->ka->bf16_gemm(At, depth, rows, depth, (const uint16_t *)c->abuf + (size_t)t0 * KB * 512, t1 - t0,
-                         c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, 1);
+    if (r0 >= r1 || t0 >= t1) return;
+    uint16_t *A = task_scratch(c, (size_t)amx_rows(imin(rb, r1 - r0)) * depth * sizeof(uint16_t), r0, r1, t0 * 16,
+                               (t1 - t0) * 16);
+    if (!A) return;
+    for (int b0 = r0; b0 < r1; b0 += rb) {
+        const int rows = imin(rb, r1 - b0), arows = amx_rows(rows);
+        if (dx) rows_to_bf16(c->a, n, c->p->wscale, b0, b0 + rows, A, depth);
+        else dy_t_to_bf16(c->a, m, n, b0, rows, A, depth);
+        memset(A + (size_t)rows * depth, 0, (size_t)(arows - rows) * depth * sizeof(uint16_t)); /* the tile's zero rows */
+        c->ka->bf16_gemm(A, depth, rows, depth, (const uint16_t *)c->abuf + (size_t)t0 * KB * 512, t1 - t0,
+                         c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, !dx);
     }
-    free(At);
+    free(A);
 }
 
 static int conv_tasks(int rows, size_t elems) {
@@ -1043,10 +1021,11 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
             fill_nan(dx, (size_t)m * k);
             return;
         }
+        c.ka = p->ka;
         c.abuf = U;
         c.depth = depth;
         run_tasks(dx_tiles_task, &c, conv_tasks(k, (size_t)n * k));
-        run_tasks(amx_dx_task, &c, grid_make_rows(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
+        run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
         free(U);
         break;
     }
@@ -1083,7 +1062,7 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
         c.abuf = X;
         c.depth = depth;
         run_tasks(pack_x_vnni_task, &c, conv_tasks(m, (size_t)m * k));
-        run_tasks(amx_dw_task, &c, grid_make_rows(&c.g, n, 32, cdiv(cdiv(k, 16), 2), macs));
+        run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, n, 32, cdiv(cdiv(k, 16), 2), macs));
         free(X);
         if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
         return;
