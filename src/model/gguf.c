@@ -511,7 +511,7 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
 /* The architectures read and written: llama (RoPE on pairs of consecutive head values, as
  * llama2.c) and qwen3 (llama with RMSNorm on each query and key head before RoPE; llama.cpp's
  * qwen3 rotates pairs half a head apart, so its Q and K rows are stored in that order). */
-static const char *arch_of(const nv_config *c) { return c->qk_norm ? "qwen3" : "llama"; }
+static const char *arch_name(int qk_norm) { return qk_norm ? "qwen3" : "llama"; }
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
@@ -528,7 +528,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     if (!name_is(arch_s, n, "llama") && !qwen3)
         return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama or qwen3)", g->path,
                        shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = qwen3 ? "qwen3" : "llama";
+    const char *arch = arch_name(qwen3);
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "feed_forward_length"), -1, &hidden));
@@ -996,7 +996,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_ENOMEM, "out of memory");
     }
     tensor_map(c, &qw.w, t);
-    const char *arch = arch_of(c);
+    const char *arch = arch_name(c->qk_norm);
     char k[96];
     nv_buf b = {0};
     nv_buf_append(&b, "GGUF", 4);
