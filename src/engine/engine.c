@@ -192,6 +192,15 @@ static void vnni_pair16(const float *r0, const float *r1, int nc, uint16_t *out)
     }
 }
 
+/* dst[c][r] = src[r][c] for an 8 x 8 block of 32-bit elements (bf16 pairs), strides in elements:
+ * the float transpose's register shuffles, which move bits untouched. */
+static inline void tr8x8_u32(const uint32_t *src, size_t lss, uint32_t *dst, size_t ldd) {
+    __m256 r[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps((const float *)(src + i * lss));
+    nv_tr8x8_ps(r);
+    for (int i = 0; i < 8; i++) _mm256_storeu_ps((float *)(dst + i * ldd), r[i]);
+}
+
 static void fill_nan(float *y, size_t count) {
     for (size_t i = 0; i < count; i++) y[i] = NAN;
 }
@@ -281,21 +290,29 @@ static void pack_fp32_task(void *vc, int task, int nt) {
     }
 }
 
-/* bf16 VNNI tiles: tile (t, kb), row i, column c, pair e holds W[t*16 + c][kb*32 + 2i + e]. */
+/* bf16 VNNI tiles: tile (t, kb), row i, column c, pair e holds W[t*16 + c][kb*32 + 2i + e].
+ * A tile is a 16 x 16 matrix of 32-bit pairs, (i, c) = W[c][2i..2i+1]: the 16 rows' 32 depths are
+ * made bf16 (8 at a time) and the matrix of pairs transposed in 8 x 8 blocks. Every optimizer step
+ * refreshes every plan this way, so it is vectorised like the fp32 panels' packing. */
 static void pack_bf16_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
     const int n = p->n, k = p->k, KB = p->kp / 32;
     int t0 = (int)((long)p->np * task / nt), t1 = (int)((long)p->np * (task + 1) / nt);
+    uint32_t rows[16][16] __attribute__((aligned(32))); /* [c][i]: W[t*16 + c][kb*32 + 2i .. 2i+1] */
     for (int t = t0; t < t1; t++) {
-        uint16_t *tile = (uint16_t *)p->pack + (size_t)t * KB * 512;
-        for (int cc = 0; cc < 16; cc++) {
-            int row = t * 16 + cc;
-            const float *src = row < n ? c->w + (size_t)row * k : NULL;
-            for (int kk = 0; kk < p->kp; kk++) {
-                uint16_t v = src && kk < k ? nv_bf16_from_f32(src[kk]) : 0;
-                tile[(size_t)(kk / 32) * 512 + ((kk % 32) / 2) * 32 + cc * 2 + (kk % 2)] = v;
+        uint32_t *tiles = (uint32_t *)((uint16_t *)p->pack + (size_t)t * KB * 512);
+        const int valid = imin(16, n - t * 16); /* outputs of this tile; the rest are zero */
+        for (int kb = 0; kb < KB; kb++) {
+            const int d = imin(32, k - kb * 32); /* depths of this block inside W (at least 1) */
+            for (int cc = 0; cc < 16; cc++) {
+                uint16_t *r = (uint16_t *)rows[cc];
+                if (cc < valid) row_to_bf16(c->w + (size_t)(t * 16 + cc) * k + (size_t)kb * 32, NULL, r, d);
+                memset(r + (cc < valid ? d : 0), 0, (size_t)(cc < valid ? 32 - d : 32) * sizeof(uint16_t));
             }
+            uint32_t *tile = tiles + (size_t)kb * 256;
+            for (int i0 = 0; i0 < 16; i0 += 8)
+                for (int c0 = 0; c0 < 16; c0 += 8) tr8x8_u32(&rows[c0][i0], 16, tile + i0 * 16 + c0, 16);
         }
     }
 }
@@ -777,6 +794,31 @@ static void amx_run_task(void *vc, int task, int nt) {
  * their quantised values, which bf16 holds exactly (dy carries the scales). Outside W: zero (the
  * forward tiles are zero-padded; output tiles past the plan are skipped). */
 static void dx_tile(const nv_plan *p, int t, int kb, uint16_t *U) {
+    if (p->engine == NV_ENGINE_AMX_BF16) {
+        /* A forward tile is a 16 x 16 matrix of 32-bit input pairs, (ii, ar) = W[ar][2ii..2ii+1]:
+         * transposing the 8 rows of our 16 inputs gives W's rows (16 inputs each) for the tile's 16
+         * outputs; U's row i then interleaves W's rows 2i and 2i+1 (outputs kb*32 + 2i + e). */
+        uint32_t w[32][8] __attribute__((aligned(32))); /* [output][input pair] */
+        for (int h = 0; h < 2; h++) {
+            const int ft = 2 * kb + h;
+            if (ft >= p->np) {
+                memset(w[16 * h], 0, 16 * sizeof w[0]);
+                continue;
+            }
+            const uint32_t *F = (const uint32_t *)((const uint16_t *)p->pack + ((size_t)ft * (p->kp / 32) + t / 2) * 512);
+            for (int c0 = 0; c0 < 16; c0 += 8) tr8x8_u32(F + (t % 2) * 8 * 16 + c0, 16, w[16 * h + c0], 8);
+        }
+        for (int i = 0; i < 16; i++) {
+            const __m128i a = _mm_load_si128((const __m128i *)w[2 * i]), a2 = _mm_load_si128((const __m128i *)w[2 * i] + 1);
+            const __m128i b = _mm_load_si128((const __m128i *)w[2 * i + 1]), b2 = _mm_load_si128((const __m128i *)w[2 * i + 1] + 1);
+            __m128i *u = (__m128i *)(U + i * 32);
+            _mm_storeu_si128(u, _mm_unpacklo_epi16(a, b));
+            _mm_storeu_si128(u + 1, _mm_unpackhi_epi16(a, b));
+            _mm_storeu_si128(u + 2, _mm_unpacklo_epi16(a2, b2));
+            _mm_storeu_si128(u + 3, _mm_unpackhi_epi16(a2, b2));
+        }
+        return;
+    }
     memset(U, 0, 512 * sizeof(uint16_t));
     for (int h = 0; h < 2; h++) {
         const int ft = 2 * kb + h; /* forward column tile: outputs ft*16 .. +15 */
