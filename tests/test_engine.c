@@ -569,6 +569,51 @@ static void test_quant(void) {
     T_CHECK(nv_plan_build_quant(&p, E, &bad, 4, 64) != NV_OK && !p, "weights without values accepted");
 }
 
+/* nv_bpack: B packed from n rows of k (rows) or k rows of n (cols), then C (+)= A . B over the whole
+ * depth and outputs and over a prefix of each, against a double reference; nothing outside the
+ * m x ncols block of C is written. On amx engines the pack uses the best fp32 engine. */
+static void test_bpack(void) {
+    static const int kn[][2] = {{1, 1}, {31, 15}, {64, 33}, {100, 100}, {300, 17}};
+    static const int ms[] = {1, 5, 30, 70};
+    uint64_t seed = 99;
+    for (size_t si = 0; si < sizeof kn / sizeof kn[0]; si++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (int layout = 0; layout < 2; layout++) {
+                const int k = kn[si][0], n = kn[si][1], m = ms[mi], lda = k + 3, ldb = (layout ? n : k) + 2, ldc = n + 5;
+                float *a = malloc((size_t)m * lda * 4), *b = malloc((size_t)(layout ? k : n) * ldb * 4);
+                float *c = malloc((size_t)(m + 1) * ldc * 4), *buf = malloc(nv_bpack_floats(k, n) * 4);
+                rnd(a, (size_t)m * lda, &seed);
+                rnd(b, (size_t)(layout ? k : n) * ldb, &seed);
+                nv_bpack bp;
+                if (layout) nv_bpack_cols(&bp, E, b, (size_t)ldb, k, n, buf);
+                else nv_bpack_rows(&bp, E, b, (size_t)ldb, n, k, buf);
+                T_CHECK(bp.k == k && bp.n == n, "pack shape");
+                const int depths[2] = {k, k / 2 + 1}, cols[2] = {n, n > 1 ? n - 1 : 1};
+                for (int v = 0; v < 4; v++) {
+                    const int depth = depths[v & 1], ncols = cols[v >> 1], acc = v == 3;
+                    for (size_t i = 0; i < (size_t)(m + 1) * ldc; i++) c[i] = 0.5f;
+                    nv_bpack_run(&bp, a, (size_t)lda, m, depth, ncols, c, (size_t)ldc, acc);
+                    for (int r = 0; r <= m; r++)
+                        for (int j = 0; j < ldc; j++) {
+                            const float got = c[(size_t)r * ldc + j];
+                            if (r == m || j >= ncols) {
+                                T_CHECK(got == 0.5f, "wrote outside C's block: [%d][%d] (m=%d ncols=%d)", r, j, m, ncols);
+                                continue;
+                            }
+                            double want = acc ? 0.5 : 0.0, S = acc ? 0.5 : 0.0;
+                            for (int kk = 0; kk < depth; kk++) {
+                                const double bv = layout ? b[(size_t)kk * ldb + j] : b[(size_t)j * ldb + kk];
+                                want += (double)a[(size_t)r * lda + kk] * bv;
+                                S += fabs((double)a[(size_t)r * lda + kk] * bv);
+                            }
+                            T_CHECK(fabs(got - want) <= 1e-5 * S + 1e-30, "%s k=%d n=%d m=%d depth=%d ncols=%d acc=%d: C[%d][%d] = %.9g, want %.9g",
+                                    layout ? "cols" : "rows", k, n, m, depth, ncols, acc, r, j, got, want);
+                        }
+                }
+                free(a), free(b), free(c), free(buf);
+            }
+}
+
 static void run_engine_cases(nv_engine_id e, const char *suffix) {
     static const struct {
         const char *name;
@@ -580,7 +625,8 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"gemm_dw", test_dw},
                  {"1 and 2 threads give identical bits", test_threads_identical},
                  {"a plan group gives its plans' bits and one epilogue pass", test_group},
-                 {"block-quantized plans give the bits of fp32 plans", test_quant}};
+                 {"block-quantized plans give the bits of fp32 plans", test_quant},
+                 {"products on the calling thread (nv_bpack)", test_bpack}};
     E = e;
     snprintf(skip_why, sizeof skip_why, "engine %s is off: %s", nv_engine_name(e), nv_engine_why_off(e));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -689,6 +735,8 @@ static void test_probe_report(void) {
 int main(void) {
     nv_engines_init(NULL, 2);
     T_RUN(test_probe_report);
+    E = NV_ENGINE_SCALAR;
+    t_run("scalar: products on the calling thread (nv_bpack)", test_bpack);
     for (int e = NV_ENGINE_AVX2; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, "");
     T_RUN(test_avx512_bits_equal_avx2);
     /* The engines this CPU lacks, on their emulated kernels. */

@@ -328,8 +328,8 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
     nv_rng_seed(&r, 7 + hd + T);
     for (size_t i = 0; i < qn; i++) q[i] = nv_rng_normal(&r), dout[i] = nv_rng_normal(&r);
     for (size_t i = 0; i < kn; i++) k[i] = nv_rng_normal(&r), v[i] = nv_rng_normal(&r);
-    nv_attention_forward(&c, B, T, q, k, v, att, out, ws);
-    nv_attention_backward(&c, B, T, q, k, v, att, dout, dq, dk, dv, ws);
+    nv_attention_forward(&c, nv_engine_best_fp32(), B, T, q, k, v, att, out, ws);
+    nv_attention_backward(&c, nv_engine_best_fp32(), B, T, q, k, v, att, dout, dq, dk, dv, ws);
     const int qd = H * hd, kvd = KVH * hd;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)

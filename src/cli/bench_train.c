@@ -105,9 +105,9 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
                 in[i] = (int)(nv_xorshift_u32(&st) % (uint32_t)c.vocab_size);
                 tg[i] = (int)(nv_xorshift_u32(&st) % (uint32_t)c.vocab_size);
             }
-            double t0 = 0;
+            double t0 = 0, attn0 = 0;
             for (int s = 0; s <= steps; s++) { /* step 0 warms up */
-                if (s == 1) t0 = nv_now();
+                if (s == 1) t0 = nv_now(), attn0 = tm.attn_seconds;
                 nv_tmodel_zero_grad(&tm);
                 nv_tmodel_forward(&tm, in, tg);
                 nv_tmodel_backward(&tm, 1.0f);
@@ -121,6 +121,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             row_int(&r, "seq", seq);
             row_int(&r, "batch", batch);
             row_num(&r, "ms_per_step", ms);
+            row_num(&r, "ms_attention", (tm.attn_seconds - attn0) * 1e3 / steps);
             row_num(&r, "tokens_per_s", tps);
             double tflops = tm.flops_per_step / (ms / 1e3) / 1e12;
             row_num(&r, "tflops", tflops);

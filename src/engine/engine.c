@@ -242,7 +242,7 @@ nv_engine_id nv_engine_best_fp32(void) {
 
 static nv_engine_id engine_resolve(nv_engine_id e) {
     if ((unsigned)e >= NV_ENGINE_COUNT) e = NV_ENGINE_SCALAR;
-    while (!nv_engine_available(e)) e = nv_engine_next_down(e);
+    while (e > NV_ENGINE_SCALAR && !nv_engine_available(e)) e = nv_engine_next_down(e); /* scalar: always there */
     return e;
 }
 
@@ -924,6 +924,74 @@ static void amx_grad_task(void *vc, int task, int nt) {
 static int conv_tasks(int rows, size_t elems) {
     if (force_inline || nv_pool_threads() <= 1 || elems < 65536) return 1;
     return imin(rows, 2 * nv_pool_threads());
+}
+
+/* ---------------------------------------------------------------- products on the calling thread */
+
+#define BPACK_NR_MAX 32 /* the widest fp32 panel (avx512) */
+
+size_t nv_bpack_floats(int k, int n) { return (size_t)k * (size_t)rup(n, BPACK_NR_MAX); }
+
+static void bpack_init(nv_bpack *bp, nv_engine_id e, int k, int n, float *buf) {
+    if (e != NV_ENGINE_SCALAR && e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512) e = nv_engine_best_fp32();
+    bp->e = engine_resolve(e);
+    bp->k = k;
+    bp->n = n;
+    bp->nr = bp->e == NV_ENGINE_SCALAR ? 16 : engine_fp32[bp->e]->nr;
+    bp->data = buf;
+}
+
+void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int n, int k, float *buf) {
+    bpack_init(bp, e, k, n, buf);
+    const int nr = bp->nr;
+    for (int p = 0; p < cdiv(n, nr); p++) {
+        float *dst = buf + (size_t)p * k * nr;
+        const int valid = imin(nr, n - p * nr);
+        nv_transpose(b + (size_t)p * nr * ldb, ldb, valid, k, dst, (size_t)nr);
+        if (valid < nr)
+            for (int kk = 0; kk < k; kk++) memset(dst + (size_t)kk * nr + valid, 0, (size_t)(nr - valid) * sizeof(float));
+    }
+}
+
+void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int k, int n, float *buf) {
+    bpack_init(bp, e, k, n, buf);
+    const int nr = bp->nr, np = cdiv(n, nr);
+    for (int kk = 0; kk < k; kk++) { /* b's row kk once, into every panel's row kk */
+        const float *src = b + (size_t)kk * ldb;
+        for (int p = 0; p < np; p++) {
+            float *d = buf + ((size_t)p * k + kk) * nr;
+            const int valid = imin(nr, n - p * nr);
+            int c = 0;
+            for (; c + 8 <= valid; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(src + p * nr + c));
+            for (; c < valid; c++) d[c] = src[p * nr + c];
+            for (; c < nr; c++) d[c] = 0.0f;
+        }
+    }
+}
+
+void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C, size_t ldc,
+                  int accumulate) {
+    const int nr = bp->nr, np = cdiv(ncols, nr);
+    if (m <= 0 || np <= 0) return;
+    if (bp->e == NV_ENGINE_SCALAR) { /* the reference: one chain per output over depth in order */
+        for (int r = 0; r < m; r++)
+            for (int j = 0; j < ncols; j++) {
+                const float *pj = bp->data + (size_t)(j / nr) * bp->k * nr + j % nr;
+                float acc = accumulate ? C[(size_t)r * ldc + j] : 0.0f;
+                for (int kk = 0; kk < depth; kk++) acc += A[(size_t)r * lda + kk] * pj[(size_t)kk * nr];
+                C[(size_t)r * ldc + j] = acc;
+            }
+        return;
+    }
+    const nv_kern_fp32 *kf = engine_fp32[bp->e];
+    if (depth == bp->k) { /* whole panels: one call, the kernel's own blocking over all of them */
+        kf->gemm(A, lda, m, depth, bp->data, np, C, ldc, ncols, accumulate);
+        return;
+    }
+    /* a prefix of the depth: panels are k deep, so one panel per call */
+    for (int p = 0; p < np; p++)
+        kf->gemm(A, lda, m, depth, bp->data + (size_t)p * bp->k * nr, 1, C + (size_t)p * nr, ldc, ncols - p * nr,
+                 accumulate);
 }
 
 /* ---------------------------------------------------------------- plan groups */

@@ -116,6 +116,27 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
 /* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
  * rung down that is on. */
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
+/* Products on the calling thread, for work already split over the pool (one attention head per
+ * task): an operand B (depth k x n outputs) is packed once into an fp32 engine's panel layout in a
+ * buffer the caller owns, then any number of products C (+)= A . B run over a prefix of its depth
+ * and outputs with that engine's kernel; each output is one multiply-add chain over depth in order.
+ * An engine that is not fp32 (amx) packs for the best fp32 engine that is on. */
+typedef struct {
+    nv_engine_id e;
+    int k, n, nr; /* depth, outputs, outputs per panel */
+    float *data;
+} nv_bpack;
+/* Floats of buffer a pack of depth k x n outputs needs on any engine. */
+size_t nv_bpack_floats(int k, int n);
+/* B[kk][j] = b[j*ldb + kk]: b holds n rows of k (the product is A . b^T). */
+void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int n, int k, float *buf);
+/* B[kk][j] = b[kk*ldb + j]: b holds k rows of n. */
+void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int k, int n, float *buf);
+/* C[r*ldc + j] (+)= sum_{kk < depth} A[r*lda + kk] * B[kk][j] for r < m, j < ncols (depth <= k,
+ * ncols <= n). */
+void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C, size_t ldc,
+                  int accumulate);
+
 /* Block-quantized weights, the form GGUF's quantized types decompose into exactly: for output j
  * and input kk, W[j][kk] = (float)q[j*k + kk] * s[j*nb + kk/qb], then + o[j*nb + kk/qb] when o is
  * not NULL (a separate add), with nb = ceil(k / qb). Or half-precision weights: when h is not NULL,

@@ -1,23 +1,27 @@
 /* Causal multi-head attention with GQA for training: forward (keeps the probabilities) and
  * backward, parallel over the thread pool.
  *
- * Layouts: q/dq [B*T][H*hd], k/v/dk/dv [B*T][KVH*hd], att [B][H][T][T] (row t holds u <= t),
- * out/dout like q. The workspace holds nv_attention_workspace(c, B, T) floats.
+ * Layouts: q/dq [B*T][H*hd], k/v/dk/dv [B*T][KVH*hd], att [B][H][T][T] (row t holds u <= t, zeros
+ * after), out/dout like q. The workspace holds nv_attention_workspace(c, B, T) floats.
  * Forward runs one (sequence, query head) per task; backward one (sequence, KV head) per task,
- * so the dk/dv rows a task gathers into belong to it alone. Keys and values are transposed per
- * task so the score loops run 8 positions at a time with AVX2 (part of the x86-64-v3 baseline). */
+ * so the dk/dv rows a task adds to belong to it alone. Within a task every product (scores, the
+ * weighted sums, and the four gradients) runs on engine e's fp32 panel kernel through nv_bpack
+ * (engine.h), by blocks of query rows that stop at the block's last key; the softmaxes run with
+ * AVX2 (part of the x86-64-v3 baseline). Results do not depend on the thread count. */
 #ifndef NV_ATTENTION_H
 #define NV_ATTENTION_H
 
 #include <stddef.h>
 
+#include "engine/engine.h"
 #include "model/config.h"
 
 size_t nv_attention_workspace(const nv_config *c, int B, int T);
-void nv_attention_forward(const nv_config *c, int B, int T, const float *q, const float *k, const float *v, float *att,
-                          float *out, float *ws);
+void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
+                          const float *v, float *att, float *out, float *ws);
 /* dq, dk, dv are accumulated (+=). */
-void nv_attention_backward(const nv_config *c, int B, int T, const float *q, const float *k, const float *v,
-                           const float *att, const float *dout, float *dq, float *dk, float *dv, float *ws);
+void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
+                           const float *v, const float *att, const float *dout, float *dq, float *dk, float *dv,
+                           float *ws);
 
 #endif

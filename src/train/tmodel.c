@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/pool.h"
+#include "base/timer.h"
 #include "base/vmath.h"
 #include "model/forward.h"
 #include "train/attention.h"
@@ -358,7 +359,9 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         nv_plan_run(lp->wv, xn1, BT, v);
         rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
         rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
-        nv_attention_forward(c, B, T, q, k, v, att, ao, s.datt);
+        const double ta = nv_now();
+        nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, att, ao, s.datt);
+        tm->attn_seconds += nv_now() - ta;
         nv_plan_run(lp->wo, ao, BT, x2);
         ew_run((ew_job){.kind = EW_ADD, .n = sd, .out = x2, .a = x2, .b = x});
         nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
@@ -432,7 +435,9 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         memset(s.dq, 0, sq * sizeof(float));
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
-        nv_attention_backward(c, B, T, q, k, v, att, s.dao, s.dq, s.dk, s.dv, s.datt);
+        const double ta = nv_now();
+        nv_attention_backward(c, e, B, T, q, k, v, att, s.dao, s.dq, s.dk, s.dv, s.datt);
+        tm->attn_seconds += nv_now() - ta;
         rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
         rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);
         const float *dq_in = s.dq, *dk_in = s.dk;

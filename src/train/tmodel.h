@@ -40,6 +40,7 @@ typedef struct {
     const int *inputs, *targets; /* of the last forward, [B*T] */
     float loss;        /* mean loss of the last forward */
     double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
+    double attn_seconds;   /* time spent in causal attention (forward and backward) since init */
 } nv_tmodel;
 
 /* Takes ownership of nothing: copies init (n_params floats, version-1 order) or initialises
