@@ -7,6 +7,7 @@
 #include "base/pool.h"
 #include "base/rng.h"
 #include "engine/engine.h"
+#include "engine/kern.h"
 #include "train/attention.h"
 #include "train/optim.h"
 #include "train/tmodel.h"
@@ -411,6 +412,71 @@ static void test_grad_norm_chunks(void) {
     free(g);
 }
 
+/* nv_tmodel_optimize (update and refresh in one pass, by pieces) against nv_adamw_step followed by
+ * nv_tmodel_refresh: the same parameters, moments and norm bit for bit over three steps, and plans
+ * holding the same packed weights (the next forward gives the same logits bit for bit). Shapes whose
+ * matrices split into several pieces, with a last piece of rows that is not a whole packed unit, a
+ * matrix wider than one piece (w2: k = 2100), tied and separate classifiers; every engine that is
+ * on, then the emulated avx512 and AMX ones. */
+static void fused_case(const nv_config *c, nv_engine_id e) {
+    enum { B = 2, T = 8 };
+    int in[B * T], tg[B * T];
+    make_batch(B, T, c->vocab_size, in, tg, 11);
+    nv_tmodel a, b;
+    if (nv_tmodel_init(&a, c, NULL, 3, B, T, e) != NV_OK || nv_tmodel_init(&b, c, a.m.params, 0, B, T, e) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    nv_adamw oa, ob;
+    nv_adamw_opts o;
+    nv_adamw_defaults(&o);
+    o.lr = 1e-2f, o.total_steps = 10, o.grad_clip = 0.5f;
+    T_CHECK(nv_adamw_init(&oa, &o, c, a.m.n_params) == NV_OK && nv_adamw_init(&ob, &o, c, b.m.n_params) == NV_OK, "adamw");
+    const size_t bytes = (size_t)a.m.n_params * sizeof(float), lbytes = (size_t)B * T * c->vocab_size * sizeof(float);
+    for (int step = 0; step < 3; step++) {
+        nv_tmodel_zero_grad(&a);
+        nv_tmodel_forward(&a, in, tg);
+        nv_tmodel_backward(&a, 1.0f);
+        memcpy(b.grads, a.grads, bytes);
+        float lra = 0, lrb = 0;
+        const double na = nv_adamw_step(&oa, a.m.params, a.grads, &lra);
+        nv_tmodel_refresh(&a);
+        const double nb = nv_tmodel_optimize(&b, &ob, &lrb);
+        T_CHECK(!memcmp(&na, &nb, sizeof na) && lra == lrb, "%s step %d: norm %.17g vs %.17g", nv_engine_name(e), step, na, nb);
+        T_CHECK(!memcmp(a.m.params, b.m.params, bytes), "%s step %d: parameters differ", nv_engine_name(e), step);
+        T_CHECK(!memcmp(oa.m, ob.m, bytes) && !memcmp(oa.v, ob.v, bytes), "%s step %d: moments differ", nv_engine_name(e), step);
+        const float la = nv_tmodel_forward(&a, in, tg), lb = nv_tmodel_forward(&b, in, tg);
+        T_CHECK(!memcmp(&la, &lb, sizeof la) && !memcmp(a.a.logits, b.a.logits, lbytes),
+                "%s step %d: the refreshed plans differ (loss %.9g vs %.9g)", nv_engine_name(e), step, la, lb);
+    }
+    nv_adamw_free(&oa);
+    nv_adamw_free(&ob);
+    nv_tmodel_free(&a);
+    nv_tmodel_free(&b);
+}
+
+static void fused_cases(void) {
+    /* classifier 1000 x 40: pieces of 816 rows (a whole number of 16- and 32-row units) then 184 */
+    const nv_config tied = {40, 2100, 2, 4, 2, 10, 1000, 8, 10000.0f, 1e-5f, 1, 0};
+    const nv_config separate = {40, 72, 2, 4, 4, 10, 1000, 8, 10000.0f, 1e-5f, 0, 1};
+    for (int e = 0; e < NV_ENGINE_COUNT; e++)
+        if (nv_engine_available((nv_engine_id)e)) {
+            fused_case(&tied, (nv_engine_id)e);
+            fused_case(&separate, (nv_engine_id)e);
+        }
+}
+
+static void test_fused_optimizer_matches_two_passes(void) {
+    fused_cases();
+    nv_engines_set_emulation(1); /* avx512, amx-bf16 and amx-int8 on their emulated kernels */
+    nv_engines_reset();
+    nv_engines_init(NULL, 0);
+    nv_engines_set_emulation(0);
+    fused_cases();
+    nv_engines_reset();
+    nv_engines_init(NULL, 0);
+}
+
 int main(void) {
     nv_engines_init(NULL, 0);
     T_RUN(test_fd_gqa_tied);
@@ -422,5 +488,6 @@ int main(void) {
     T_RUN(test_adamw_matches_reference);
     T_RUN(test_backward_needs_targets);
     T_RUN(test_grad_norm_chunks);
+    T_RUN(test_fused_optimizer_matches_two_passes);
     return t_done();
 }

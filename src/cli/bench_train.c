@@ -111,8 +111,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
                 nv_tmodel_zero_grad(&tm);
                 nv_tmodel_forward(&tm, in, tg);
                 nv_tmodel_backward(&tm, 1.0f);
-                nv_adamw_step(&opt, tm.m.params, tm.grads, NULL);
-                nv_tmodel_refresh(&tm);
+                nv_tmodel_optimize(&tm, &opt, NULL);
             }
             double ms = (nv_now() - t0) * 1e3 / steps, tps = batch * seq / (ms / 1e3);
             bench_row r;

@@ -263,7 +263,15 @@ typedef struct {
     nv_plan *p;
     const float *w;
     const nv_qweights *qw; /* block-quantized plans */
+    int u0, u1;            /* the panels (amx: column tiles) to pack */
 } pack_ctx;
+
+/* Task's share of the panels u0..u1-1. */
+static void pack_range(const pack_ctx *c, int task, int nt, int *lo, int *hi) {
+    const long span = c->u1 - c->u0;
+    *lo = c->u0 + (int)(span * task / nt);
+    *hi = c->u0 + (int)(span * (task + 1) / nt);
+}
 
 /* Runs a packing task over the plan's panels, split over the pool when the matrix is large. */
 static void pack_run(void (*fn)(void *, int, int), pack_ctx *c) {
@@ -278,7 +286,8 @@ static void pack_fp32_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
     const int nr = p->kf->nr, n = p->n, k = p->k;
-    int p0 = (int)((long)p->np * task / nt), p1 = (int)((long)p->np * (task + 1) / nt);
+    int p0, p1;
+    pack_range(c, task, nt, &p0, &p1);
     for (int pi = p0; pi < p1; pi++) {
         float *dst = (float *)p->pack + (size_t)pi * k * nr;
         const int rows = imin(nr, n - pi * nr); /* outputs of this panel; the rest are zero */
@@ -298,7 +307,8 @@ static void pack_bf16_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
     const int n = p->n, k = p->k, KB = p->kp / 32;
-    int t0 = (int)((long)p->np * task / nt), t1 = (int)((long)p->np * (task + 1) / nt);
+    int t0, t1;
+    pack_range(c, task, nt, &t0, &t1);
     uint32_t rows[16][16] __attribute__((aligned(32))); /* [c][i]: W[t*16 + c][kb*32 + 2i .. 2i+1] */
     for (int t = t0; t < t1; t++) {
         uint32_t *tiles = (uint32_t *)((uint16_t *)p->pack + (size_t)t * KB * 512);
@@ -324,7 +334,8 @@ static void pack_int8_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
     const int n = p->n, k = p->k, KB = p->kp / 64;
-    int t0 = (int)((long)p->np * task / nt), t1 = (int)((long)p->np * (task + 1) / nt);
+    int t0, t1;
+    pack_range(c, task, nt, &t0, &t1);
     for (int t = t0; t < t1; t++) {
         int8_t *tile = (int8_t *)p->pack + (size_t)t * KB * 1024;
         for (int cc = 0; cc < 16; cc++) {
@@ -349,18 +360,23 @@ static void pack_int8_task(void *vc, int task, int nt) {
     }
 }
 
-static void plan_pack(nv_plan *p, const float *w) {
-    pack_ctx c = {p, w, NULL};
-    void (*fn)(void *, int, int) = NULL;
+static void (*pack_fn(const nv_plan *p))(void *, int, int) {
     switch (p->engine) {
-    case NV_ENGINE_SCALAR: p->w = w; return;
     case NV_ENGINE_AVX2:
-    case NV_ENGINE_AVX512: fn = pack_fp32_task; break;
-    case NV_ENGINE_AMX_BF16: fn = pack_bf16_task; break;
-    case NV_ENGINE_AMX_INT8: fn = pack_int8_task; break;
-    default: return;
+    case NV_ENGINE_AVX512: return pack_fp32_task;
+    case NV_ENGINE_AMX_BF16: return pack_bf16_task;
+    case NV_ENGINE_AMX_INT8: return pack_int8_task;
+    default: return NULL;
     }
-    pack_run(fn, &c);
+}
+
+static void plan_pack(nv_plan *p, const float *w) {
+    if (p->engine == NV_ENGINE_SCALAR) {
+        p->w = w;
+        return;
+    }
+    pack_ctx c = {p, w, NULL, 0, p->np};
+    if (pack_fn(p)) pack_run(pack_fn(p), &c);
 }
 
 /* A zeroed plan of shape n x k on engine e (the shape already checked positive). */
@@ -434,6 +450,24 @@ void nv_plan_refresh(nv_plan *p, const float *w) {
     plan_pack(p, w);
 }
 
+int nv_plan_row_unit(const nv_plan *p) {
+    return p->engine == NV_ENGINE_SCALAR ? 1 : p->kf ? p->kf->nr : 16; /* fp32 panels, else amx column tiles */
+}
+
+void nv_plan_refresh_rows(nv_plan *p, const float *w, int r0, int r1) {
+    if (p->quant) { /* as nv_plan_refresh */
+        nv_warn("plan: a block-quantized plan cannot be refreshed from fp32 weights; left as it is");
+        return;
+    }
+    if (p->engine == NV_ENGINE_SCALAR) {
+        p->w = w;
+        return;
+    }
+    const int unit = nv_plan_row_unit(p);
+    pack_ctx c = {p, w, NULL, imax(0, r0) / unit, cdiv(imin(r1, p->n), unit)};
+    if (c.u0 < c.u1 && pack_fn(p)) pack_fn(p)(&c, 0, 1);
+}
+
 nv_engine_id nv_plan_engine(const nv_plan *p) { return p->engine; }
 int nv_plan_n(const nv_plan *p) { return p->n; }
 int nv_plan_k(const nv_plan *p) { return p->k; }
@@ -466,7 +500,8 @@ static void pack_quant_task(void *vc, int task, int nt) {
     const nv_plan *p = c->p;
     const nv_qweights *w = c->qw;
     const int nr = p->kf->nr, n = p->n, k = p->k, nb = cdiv(k, p->qb);
-    int p0 = (int)((long)p->np * task / nt), p1 = (int)((long)p->np * (task + 1) / nt);
+    int p0, p1;
+    pack_range(c, task, nt, &p0, &p1);
     const int qw = nr * p->bits / 8; /* bytes per depth */
     for (int pi = p0; pi < p1; pi++) {
         int8_t *dq = (int8_t *)p->pack + (size_t)pi * k * qw;
@@ -525,7 +560,7 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
         nv_plan_free(p);
         return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
     }
-    pack_ctx c = {p, NULL, w};
+    pack_ctx c = {p, NULL, w, 0, p->np};
     pack_run(pack_quant_task, &c);
     atomic_fetch_add(&plan_build_count, 1);
     *out = p;

@@ -104,6 +104,13 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y);
 typedef void (*nv_plan_epilogue)(void *ctx, int r0, int r1, int c0, int c1);
 void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, int m, float *const *ys,
                        nv_plan_epilogue ep, void *ep_ctx);
+/* The packed copy of rows r0..r1-1 of W (w: the whole n x k matrix) rewritten from w, on the
+ * calling thread: for an optimizer that refreshes each block of rows right after updating it, while
+ * the rows are still in cache. r0 must be a multiple of nv_plan_row_unit(p) and r1 one or n; whole
+ * units of rows are packed. */
+void nv_plan_refresh_rows(nv_plan *p, const float *w, int r0, int r1);
+/* Rows one packed unit holds (fp32 panel width, 16 for AMX column tiles, 1 for scalar). */
+int nv_plan_row_unit(const nv_plan *p);
 nv_engine_id nv_plan_engine(const nv_plan *p);
 int nv_plan_n(const nv_plan *p);
 int nv_plan_k(const nv_plan *p);

@@ -117,22 +117,13 @@ double nv_grad_norm(const float *g, uint64_t n) {
     return sqrt(s);
 }
 
-typedef struct {
-    nv_adamw *a;
-    float *params;
-    const float *grads;
-    float clip, lr, bc1, bc2;
-} adam_job;
-
-static void adam_task(void *ctx, int task, int n_tasks) {
-    adam_job *j = ctx;
-    nv_adamw *a = j->a;
+void nv_adamw_range(const nv_adamw *a, const nv_adamw_update *u, float *params, const float *grads, uint64_t lo,
+                    uint64_t hi) {
     const nv_adamw_opts *o = &a->o;
-    uint64_t lo = a->n * (uint64_t)task / (uint64_t)n_tasks, hi = a->n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
     float b1 = o->beta1, b2 = o->beta2, wd = o->weight_decay, eps = o->eps;
-    float clip = j->clip, lr = j->lr, ibc1 = 1.0f / j->bc1, ibc2 = 1.0f / j->bc2;
-    float *p = j->params, *m = a->m, *v = a->v;
-    const float *gr = j->grads;
+    float clip = u->clip, lr = u->lr, ibc1 = 1.0f / u->bc1, ibc2 = 1.0f / u->bc2;
+    float *p = params, *m = a->m, *v = a->v;
+    const float *gr = grads;
     const uint8_t *dk = a->decay;
     /* 8 lanes with the scalar loop's operations in its order (no fused multiply-add): the same bits */
     const __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), vc1 = _mm256_set1_ps(1.0f - b1),
@@ -162,15 +153,37 @@ static void adam_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out) {
+nv_adamw_update nv_adamw_begin(nv_adamw *a, const float *grads) {
     const nv_adamw_opts *o = &a->o;
-    double norm = nv_grad_norm(grads, a->n);
-    float clip = 1.0f;
-    if (o->grad_clip > 0 && norm > o->grad_clip) clip = (float)(o->grad_clip / norm);
-    float lr = nv_lr_at(o, a->step);
+    nv_adamw_update u;
+    u.norm = nv_grad_norm(grads, a->n);
+    u.clip = 1.0f;
+    if (o->grad_clip > 0 && u.norm > o->grad_clip) u.clip = (float)(o->grad_clip / u.norm);
+    u.lr = nv_lr_at(o, a->step);
     a->step++;
-    adam_job j = {a, params, grads, clip, lr, 1.0f - powf(o->beta1, (float)a->step), 1.0f - powf(o->beta2, (float)a->step)};
+    u.bc1 = 1.0f - powf(o->beta1, (float)a->step);
+    u.bc2 = 1.0f - powf(o->beta2, (float)a->step);
+    return u;
+}
+
+typedef struct {
+    const nv_adamw *a;
+    const nv_adamw_update *u;
+    float *params;
+    const float *grads;
+} adam_job;
+
+static void adam_task(void *ctx, int task, int n_tasks) {
+    const adam_job *j = ctx;
+    const uint64_t n = j->a->n;
+    nv_adamw_range(j->a, j->u, j->params, j->grads, n * (uint64_t)task / (uint64_t)n_tasks,
+                   n * (uint64_t)(task + 1) / (uint64_t)n_tasks);
+}
+
+double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out) {
+    const nv_adamw_update u = nv_adamw_begin(a, grads);
+    adam_job j = {a, &u, params, grads};
     nv_pool_run(adam_task, &j, OPT_CHUNKS);
-    if (lr_out) *lr_out = lr;
-    return norm;
+    if (lr_out) *lr_out = u.lr;
+    return u.norm;
 }

@@ -36,4 +36,16 @@ double nv_grad_norm(const float *g, uint64_t n);
  * Returns the pre-clip gradient norm; *lr_out receives the rate used. */
 double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out);
 
+/* The same update in pieces, for a caller that does more with each piece while it is in cache
+ * (nv_tmodel_optimize refreshes packed weights): nv_adamw_begin takes the gradient norm, the clip
+ * factor and the rate and counts the update; then nv_adamw_range over pieces [lo, hi) that cover
+ * 0..n-1 once, in any order and on any threads. Every value gets exactly nv_adamw_step's bits. */
+typedef struct {
+    double norm;
+    float clip, lr, bc1, bc2;
+} nv_adamw_update;
+nv_adamw_update nv_adamw_begin(nv_adamw *a, const float *grads);
+void nv_adamw_range(const nv_adamw *a, const nv_adamw_update *u, float *params, const float *grads, uint64_t lo,
+                    uint64_t hi);
+
 #endif

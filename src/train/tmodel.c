@@ -147,6 +147,121 @@ void nv_tmodel_refresh(nv_tmodel *tm) {
     nv_plan_refresh(tm->m.cls_plan, w->wcls);
 }
 
+/* A piece of the fused optimizer pass: params [lo, hi), and when plan is set, rows r0..r1-1 of the
+ * matrix at w whose packed copy the plan holds. */
+typedef struct {
+    uint64_t lo, hi;
+    nv_plan *plan;
+    const float *w;
+    int r0, r1;
+} opt_piece;
+
+typedef struct {
+    uint64_t off, n; /* the matrix's place in params */
+    nv_plan *plan;
+    int rows, k;
+} opt_matrix;
+
+typedef struct {
+    nv_tmodel *tm;
+    const nv_adamw *a;
+    const nv_adamw_update *u;
+    const opt_piece *pieces;
+} opt_job;
+
+#define OPT_PIECE_FLOATS 32768 /* each of params, grads, m, v: 128 KiB, all four in L2 together */
+
+static void opt_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const opt_job *j = ctx;
+    const opt_piece *pc = &j->pieces[task];
+    nv_adamw_range(j->a, j->u, j->tm->m.params, j->tm->grads, pc->lo, pc->hi);
+    if (pc->plan) nv_plan_refresh_rows(pc->plan, pc->w, pc->r0, pc->r1);
+}
+
+static int matrix_cmp(const void *x, const void *y) {
+    const opt_matrix *a = x, *b = y;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* Pieces covering [lo, hi) without a plan, written to out when it is not NULL; returns count plus
+ * their number. */
+static size_t plain_pieces(opt_piece *out, size_t count, uint64_t lo, uint64_t hi) {
+    for (uint64_t p = lo; p < hi; p += OPT_PIECE_FLOATS, count++)
+        if (out) out[count] = (opt_piece){p, hi - p < OPT_PIECE_FLOATS ? hi : p + OPT_PIECE_FLOATS, NULL, NULL, 0, 0};
+    return count;
+}
+
+/* The pieces of the whole parameter block (mats sorted by place), into out when it is not NULL;
+ * returns their number. A matrix's pieces are whole packed units of rows. */
+static size_t all_pieces(opt_piece *out, const opt_matrix *mats, int count, const float *base, uint64_t n_params) {
+    size_t np = 0;
+    uint64_t pos = 0;
+    for (int i = 0; i < count; i++) {
+        const opt_matrix *mt = &mats[i];
+        np = plain_pieces(out, np, pos, mt->off);
+        const int unit = nv_plan_row_unit(mt->plan);
+        int rows = OPT_PIECE_FLOATS / mt->k / unit * unit;
+        if (rows < unit) rows = unit;
+        for (int r0 = 0; r0 < mt->rows; r0 += rows, np++) {
+            const int r1 = mt->rows - r0 < rows ? mt->rows : r0 + rows;
+            if (out)
+                out[np] = (opt_piece){mt->off + (uint64_t)r0 * mt->k, mt->off + (uint64_t)r1 * mt->k, mt->plan, base + mt->off,
+                                      r0, r1};
+        }
+        pos = mt->off + mt->n;
+    }
+    return plain_pieces(out, np, pos, n_params);
+}
+
+/* Without memory for the piece list: the update, then the refresh (the same bits). */
+static double optimize_two_pass(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
+    const double norm = nv_adamw_step(opt, tm->m.params, tm->grads, lr_out);
+    nv_tmodel_refresh(tm);
+    return norm;
+}
+
+double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
+    const nv_config *c = &tm->m.config;
+    const nv_weights *w = &tm->m.w;
+    const float *base = tm->m.params;
+    const uint64_t d = (uint64_t)c->dim, q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c),
+                   h = (uint64_t)c->hidden_dim;
+    const int L = c->n_layers, nm = 7 * L + 1;
+    opt_matrix *mats = malloc(sizeof *mats * (size_t)nm);
+    if (!mats) return optimize_two_pass(tm, opt, lr_out);
+    int k = 0;
+    for (int l = 0; l < L; l++) {
+        const nv_layer_plans *lp = &tm->m.plans[l];
+        const struct {
+            const float *p;
+            nv_plan *plan;
+            uint64_t rows, cols;
+        } m[7] = {{w->wq + l * q * d, lp->wq, q, d},  {w->wk + l * kv * d, lp->wk, kv, d}, {w->wv + l * kv * d, lp->wv, kv, d},
+                  {w->wo + l * d * q, lp->wo, d, q},  {w->w1 + l * h * d, lp->w1, h, d},   {w->w2 + l * d * h, lp->w2, d, h},
+                  {w->w3 + l * h * d, lp->w3, h, d}};
+        for (int i = 0; i < 7; i++)
+            mats[k++] = (opt_matrix){(uint64_t)(m[i].p - base), m[i].rows * m[i].cols, m[i].plan, (int)m[i].rows, (int)m[i].cols};
+    }
+    /* the classifier's plan holds wcls, which is tok_emb itself when shared */
+    mats[k++] = (opt_matrix){(uint64_t)(w->wcls - base), (uint64_t)c->vocab_size * d, tm->m.cls_plan, c->vocab_size, c->dim};
+    qsort(mats, (size_t)k, sizeof *mats, matrix_cmp);
+    const size_t np = all_pieces(NULL, mats, k, base, tm->m.n_params);
+    opt_piece *pieces = np <= INT32_MAX ? malloc(sizeof *pieces * np) : NULL;
+    if (!pieces) {
+        free(mats);
+        return optimize_two_pass(tm, opt, lr_out);
+    }
+    all_pieces(pieces, mats, k, base, tm->m.n_params);
+    const nv_adamw_update u = nv_adamw_begin(opt, tm->grads);
+    opt_job j = {tm, opt, &u, pieces};
+    nv_pool_run(opt_task, &j, (int)np);
+    free(pieces);
+    free(mats);
+    if (lr_out) *lr_out = u.lr;
+    return u.norm;
+}
+
 /* ---- layers ----------------------------------------------------------------------------- */
 
 void nv_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n, float eps) {

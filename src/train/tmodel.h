@@ -4,13 +4,14 @@
  * order of nv_weights, with a struct of pointers into each; activations likewise.
  *
  * Every matrix product runs through the model's engine plans: forward y = x.W^T, backward
- * dx = dy.W (nv_plan_run_dx) and dW += dy^T.x (nv_gemm_dw). The plans are built once; after the
- * optimizer changes the master weights, nv_tmodel_refresh() rewrites their packed copies
- * (nv_plan_refresh), so nothing is ever rebuilt because weights changed. */
+ * dx = dy.W (nv_plan_run_dx) and dW += dy^T.x (nv_gemm_dw). The plans are built once; the
+ * optimizer pass (nv_tmodel_optimize) rewrites their packed copies as it changes the master
+ * weights (nv_plan_refresh_rows), so nothing is ever rebuilt because weights changed. */
 #ifndef NV_TMODEL_H
 #define NV_TMODEL_H
 
 #include "model/model.h"
+#include "train/optim.h"
 
 typedef struct {
     float *x;           /* [L+1][BT][d] residual stream entering each layer; x[L] leaves the last */
@@ -57,6 +58,12 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale);
 void nv_tmodel_zero_grad(nv_tmodel *tm);
 /* Rewrites every plan's packed weights from the master weights. */
 void nv_tmodel_refresh(nv_tmodel *tm);
+/* One optimizer update of the master weights from grads, each plan's packed copy refreshed in the
+ * same pass: the parameters go by pieces over the pool, and a piece of a matrix's rows is packed
+ * right after its update, while it is still in cache (not re-read from memory in a second pass).
+ * The same bits as nv_adamw_step followed by nv_tmodel_refresh. Returns the pre-clip gradient
+ * norm; *lr_out receives the rate used. */
+double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out);
 
 /* Building blocks (exposed for tests). */
 void nv_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n, float eps);

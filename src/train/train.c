@@ -291,8 +291,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         loss /= o->accum;
         double to0 = nv_now();
         float lr;
-        double gnorm = nv_adamw_step(&opt, tm.m.params, tm.grads, &lr);
-        nv_tmodel_refresh(&tm); /* packed engine copies follow the master weights; plans are not rebuilt */
+        /* the packed engine copies follow the master weights in the same pass; plans are not rebuilt */
+        double gnorm = nv_tmodel_optimize(&tm, &opt, &lr);
         double t1 = nv_now(), dt = t1 - t0;
         tokens_seen += (int64_t)bt * o->accum;
         sum_f += tf, sum_b += tb, sum_o += t1 - to0, sum_step += dt;
