@@ -303,28 +303,34 @@ static void pack_fp32_task(void *vc, int task, int nt) {
  * A tile is a 16 x 16 matrix of 32-bit pairs, (i, c) = W[c][2i..2i+1]: the 16 rows' 32 depths are
  * made bf16 (8 at a time) and the matrix of pairs transposed in 8 x 8 blocks. Every optimizer step
  * refreshes every plan this way, so it is vectorised like the fp32 panels' packing. */
-static void pack_bf16_task(void *vc, int task, int nt) {
-    pack_ctx *c = vc;
-    const nv_plan *p = c->p;
-    const int n = p->n, k = p->k, KB = p->kp / 32;
-    int t0, t1;
-    pack_range(c, task, nt, &t0, &t1);
+/* Column tiles t0..t1-1 of W (n rows of k, row stride ldw) as bf16 VNNI tiles of KB depth blocks
+ * (zero past n and k) at dst + t * KB * 512. */
+static void bf16_tiles_of_rows(const float *w, size_t ldw, int n, int k, int KB, int t0, int t1, uint16_t *dst) {
     uint32_t rows[16][16] __attribute__((aligned(32))); /* [c][i]: W[t*16 + c][kb*32 + 2i .. 2i+1] */
     for (int t = t0; t < t1; t++) {
-        uint32_t *tiles = (uint32_t *)((uint16_t *)p->pack + (size_t)t * KB * 512);
+        uint32_t *tiles = (uint32_t *)(dst + (size_t)t * KB * 512);
         const int valid = imin(16, n - t * 16); /* outputs of this tile; the rest are zero */
         for (int kb = 0; kb < KB; kb++) {
-            const int d = imin(32, k - kb * 32); /* depths of this block inside W (at least 1) */
+            const int d = imax(0, imin(32, k - kb * 32)); /* depths of this block inside W */
             for (int cc = 0; cc < 16; cc++) {
                 uint16_t *r = (uint16_t *)rows[cc];
-                if (cc < valid) row_to_bf16(c->w + (size_t)(t * 16 + cc) * k + (size_t)kb * 32, NULL, r, d);
-                memset(r + (cc < valid ? d : 0), 0, (size_t)(cc < valid ? 32 - d : 32) * sizeof(uint16_t));
+                const int dv = cc < valid ? d : 0;
+                if (dv) row_to_bf16(w + (size_t)(t * 16 + cc) * ldw + (size_t)kb * 32, NULL, r, dv);
+                memset(r + dv, 0, (size_t)(32 - dv) * sizeof(uint16_t));
             }
             uint32_t *tile = tiles + (size_t)kb * 256;
             for (int i0 = 0; i0 < 16; i0 += 8)
                 for (int c0 = 0; c0 < 16; c0 += 8) tr8x8_u32(&rows[c0][i0], 16, tile + i0 * 16 + c0, 16);
         }
     }
+}
+
+static void pack_bf16_task(void *vc, int task, int nt) {
+    pack_ctx *c = vc;
+    const nv_plan *p = c->p;
+    int t0, t1;
+    pack_range(c, task, nt, &t0, &t1);
+    bf16_tiles_of_rows(c->w, (size_t)p->k, p->n, p->k, p->kp / 32, t0, t1, (uint16_t *)p->pack);
 }
 
 /* int8 VNNI tiles with per-output-channel scales: scale = max|W[row]| / 127,
@@ -910,20 +916,26 @@ static void dy_t_to_bf16(const float *dy, int m, int n, int b0, int rows, uint16
 
 /* x's VNNI tiles for dw (depth = m rows of x, columns = k), tile (t, kb) at (t * KB + kb) * 512:
  * [i][c][e] = bf16(x[kb*32 + 2i + e][t*16 + c]), zero outside x. Split over tiles. */
-static void pack_x_vnni_task(void *vc, int task, int nt) {
-    op_ctx *c = vc;
-    const int m = c->m, k = c->k, KB = c->depth / 32, count = cdiv(k, 16) * KB;
-    const int u0 = (int)((long)count * task / nt), u1 = (int)((long)count * (task + 1) / nt);
-    uint16_t *X = c->abuf;
+/* Tiles u0..u1-1 (tile u: column tile u / KB, depth block u % KB) of x (m rows = the depth, k
+ * columns, row stride ldx) as bf16 VNNI tiles at X + u * 512: [i][c][e] = bf16(x[kb*32 + 2i + e][t*16
+ * + c]), zero outside x. */
+static void bf16_tiles_of_cols(const float *x, size_t ldx, int m, int k, int KB, int u0, int u1, uint16_t *X) {
     for (int u = u0; u < u1; u++) {
         const int t = u / KB, kb = u % KB;
         for (int i = 0; i < 16; i++) {
             const int row = kb * 32 + 2 * i;
-            const float *r0 = row < m ? c->b + (size_t)row * k + t * 16 : NULL;
-            const float *r1 = row + 1 < m ? c->b + (size_t)(row + 1) * k + t * 16 : NULL;
+            const float *r0 = row < m ? x + (size_t)row * ldx + t * 16 : NULL;
+            const float *r1 = row + 1 < m ? x + (size_t)(row + 1) * ldx + t * 16 : NULL;
             vnni_pair16(r0, r1, k - t * 16, X + (size_t)u * 512 + i * 32);
         }
     }
+}
+
+static void pack_x_vnni_task(void *vc, int task, int nt) {
+    op_ctx *c = vc;
+    const int KB = c->depth / 32, count = cdiv(c->k, 16) * KB;
+    const int u0 = (int)((long)count * task / nt), u1 = (int)((long)count * (task + 1) / nt);
+    bf16_tiles_of_cols(c->b, (size_t)c->k, c->m, c->k, KB, u0, u1, c->abuf);
 }
 
 /* The AMX backward products with the shared B tiles (c->abuf): dx = dy . W (c->p set; A = dy's rows
@@ -965,20 +977,30 @@ static int conv_tasks(int rows, size_t elems) {
 
 #define BPACK_NR_MAX 32 /* the widest fp32 panel (avx512) */
 
-size_t nv_bpack_floats(int k, int n) { return (size_t)k * (size_t)rup(n, BPACK_NR_MAX); }
+size_t nv_bpack_floats(int k, int n) {
+    const size_t fp32 = (size_t)k * (size_t)rup(n, BPACK_NR_MAX), tiles = (size_t)rup(k, 32) * (size_t)rup(n, 16) / 2;
+    return fp32 > tiles ? fp32 : tiles;
+}
 
+/* amx-bf16 when asked for an AMX engine that is on (amx-int8 too: these operands are activations,
+ * which bf16 keeps), else the fp32 engine asked for or the best one on. */
 static void bpack_init(nv_bpack *bp, nv_engine_id e, int k, int n, float *buf) {
-    if (e != NV_ENGINE_SCALAR && e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512) e = nv_engine_best_fp32();
+    if (e == NV_ENGINE_AMX_INT8) e = NV_ENGINE_AMX_BF16;
+    if (e == NV_ENGINE_AMX_BF16 && engine_resolve(e) != NV_ENGINE_AMX_BF16) e = nv_engine_best_fp32();
     bp->e = engine_resolve(e);
     bp->k = k;
     bp->n = n;
-    bp->nr = bp->e == NV_ENGINE_SCALAR ? 16 : engine_fp32[bp->e]->nr;
+    bp->nr = bp->e == NV_ENGINE_SCALAR || bp->e == NV_ENGINE_AMX_BF16 ? 16 : engine_fp32[bp->e]->nr;
     bp->data = buf;
 }
 
 void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int n, int k, float *buf) {
     bpack_init(bp, e, k, n, buf);
     const int nr = bp->nr;
+    if (bp->e == NV_ENGINE_AMX_BF16) {
+        bf16_tiles_of_rows(b, ldb, n, k, cdiv(k, 32), 0, cdiv(n, 16), (uint16_t *)buf);
+        return;
+    }
     for (int p = 0; p < cdiv(n, nr); p++) {
         float *dst = buf + (size_t)p * k * nr;
         const int valid = imin(nr, n - p * nr);
@@ -991,6 +1013,11 @@ void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
 void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int k, int n, float *buf) {
     bpack_init(bp, e, k, n, buf);
     const int nr = bp->nr, np = cdiv(n, nr);
+    if (bp->e == NV_ENGINE_AMX_BF16) {
+        const int KB = cdiv(k, 32);
+        bf16_tiles_of_cols(b, ldb, k, n, KB, 0, cdiv(n, 16) * KB, (uint16_t *)buf);
+        return;
+    }
     for (int kk = 0; kk < k; kk++) { /* b's row kk once, into every panel's row kk */
         const float *src = b + (size_t)kk * ldb;
         for (int p = 0; p < np; p++) {
@@ -1004,10 +1031,39 @@ void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
     }
 }
 
+/* amx-bf16: A's rows made bf16 (zero past depth, up to the tile depth, and zero rows up to a whole
+ * tile) in a buffer of its own, then the tile loop; a depth prefix that ends inside the packed
+ * depth's last block runs one column tile per call (the tiles are laid out for the packed depth). */
+static void bpack_run_amx(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C,
+                          size_t ldc, int accumulate) {
+    const int Kp = rup(depth, 32), rows = m < 16 ? m : rup(m, 16), KBp = cdiv(bp->k, 32), nt = cdiv(ncols, 16);
+    uint16_t *a = aalloc((size_t)rows * Kp * sizeof(uint16_t));
+    if (!a) { /* no memory: the block says so rather than holding stale values */
+        for (int r = 0; r < m; r++) fill_nan(C + (size_t)r * ldc, (size_t)ncols);
+        return;
+    }
+    for (int r = 0; r < m; r++) {
+        row_to_bf16(A + (size_t)r * lda, NULL, a + (size_t)r * Kp, depth);
+        memset(a + (size_t)r * Kp + depth, 0, (size_t)(Kp - depth) * sizeof(uint16_t));
+    }
+    memset(a + (size_t)m * Kp, 0, (size_t)(rows - m) * Kp * sizeof(uint16_t));
+    const uint16_t *B = (const uint16_t *)bp->data;
+    if (Kp == KBp * 32) engine_amx->bf16_gemm(a, Kp, m, Kp, B, nt, C, ldc, ncols, accumulate);
+    else
+        for (int t = 0; t < nt; t++)
+            engine_amx->bf16_gemm(a, Kp, m, Kp, B + (size_t)t * KBp * 512, 1, C + (size_t)t * 16, ldc, ncols - t * 16,
+                                  accumulate);
+    free(a);
+}
+
 void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C, size_t ldc,
                   int accumulate) {
     const int nr = bp->nr, np = cdiv(ncols, nr);
     if (m <= 0 || np <= 0) return;
+    if (bp->e == NV_ENGINE_AMX_BF16) {
+        bpack_run_amx(bp, A, lda, m, depth, ncols, C, ldc, accumulate);
+        return;
+    }
     if (bp->e == NV_ENGINE_SCALAR) { /* the reference: one chain per output over depth in order */
         for (int r = 0; r < m; r++)
             for (int j = 0; j < ncols; j++) {

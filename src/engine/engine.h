@@ -124,10 +124,13 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
  * rung down that is on. */
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
 /* Products on the calling thread, for work already split over the pool (one attention head per
- * task): an operand B (depth k x n outputs) is packed once into an fp32 engine's panel layout in a
- * buffer the caller owns, then any number of products C (+)= A . B run over a prefix of its depth
- * and outputs with that engine's kernel; each output is one multiply-add chain over depth in order.
- * An engine that is not fp32 (amx) packs for the best fp32 engine that is on. */
+ * task): an operand B (depth k x n outputs) is packed once into an engine's layout in a buffer the
+ * caller owns, then any number of products C (+)= A . B run over a prefix of its depth and outputs.
+ * fp32 engines: each output is one multiply-add chain over depth in order, the engine's panel
+ * kernel. amx-bf16 (asked for amx-int8 too, as these operands are activations): B as bf16 VNNI
+ * tiles, A's rows made bf16 per call, fp32 accumulation; B's values in the packed depth's last
+ * 32-deep block past a shorter depth prefix must be finite (they meet zeros). An engine that is off
+ * falls to the best fp32 engine that is on. */
 typedef struct {
     nv_engine_id e;
     int k, n, nr; /* depth, outputs, outputs per panel */
