@@ -282,21 +282,24 @@ static void pack_run(void (*fn)(void *, int, int), pack_ctx *c) {
 }
 
 /* fp32 panels: P[p][kk][c] = W[p*nr + c][kk]. */
+/* Panels p0..p1-1 of nr outputs of W (n rows of k, row stride ldw) at dst + p * k * nr, zero past n. */
+static void fp32_panels_of_rows(const float *w, size_t ldw, int n, int k, int nr, int p0, int p1, float *dst) {
+    for (int pi = p0; pi < p1; pi++) {
+        float *d = dst + (size_t)pi * k * nr;
+        const int rows = imin(nr, n - pi * nr); /* outputs of this panel; the rest are zero */
+        for (int k0 = 0; k0 < k; k0 += 256)
+            nv_transpose(w + (size_t)pi * nr * ldw + k0, ldw, rows, imin(256, k - k0), d + (size_t)k0 * nr, nr);
+        if (rows < nr)
+            for (int kk = 0; kk < k; kk++) memset(d + (size_t)kk * nr + rows, 0, (size_t)(nr - rows) * sizeof(float));
+    }
+}
+
 static void pack_fp32_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
-    const int nr = p->kf->nr, n = p->n, k = p->k;
     int p0, p1;
     pack_range(c, task, nt, &p0, &p1);
-    for (int pi = p0; pi < p1; pi++) {
-        float *dst = (float *)p->pack + (size_t)pi * k * nr;
-        const int rows = imin(nr, n - pi * nr); /* outputs of this panel; the rest are zero */
-        for (int k0 = 0; k0 < k; k0 += 256)
-            nv_transpose(c->w + (size_t)pi * nr * k + k0, k, rows, imin(256, k - k0), dst + (size_t)k0 * nr, nr);
-        if (rows < nr)
-            for (int kk = 0; kk < k; kk++)
-                for (int cc = rows; cc < nr; cc++) dst[(size_t)kk * nr + cc] = 0.0f;
-    }
+    fp32_panels_of_rows(c->w, (size_t)p->k, p->n, p->k, p->kf->nr, p0, p1, (float *)p->pack);
 }
 
 /* bf16 VNNI tiles: tile (t, kb), row i, column c, pair e holds W[t*16 + c][kb*32 + 2i + e].
@@ -1001,13 +1004,7 @@ void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
         bf16_tiles_of_rows(b, ldb, n, k, cdiv(k, 32), 0, cdiv(n, 16), (uint16_t *)buf);
         return;
     }
-    for (int p = 0; p < cdiv(n, nr); p++) {
-        float *dst = buf + (size_t)p * k * nr;
-        const int valid = imin(nr, n - p * nr);
-        nv_transpose(b + (size_t)p * nr * ldb, ldb, valid, k, dst, (size_t)nr);
-        if (valid < nr)
-            for (int kk = 0; kk < k; kk++) memset(dst + (size_t)kk * nr + valid, 0, (size_t)(nr - valid) * sizeof(float));
-    }
+    fp32_panels_of_rows(b, ldb, n, k, nr, 0, cdiv(n, nr), buf);
 }
 
 void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int k, int n, float *buf) {

@@ -130,21 +130,39 @@ void nv_tmodel_free(nv_tmodel *tm) {
 
 void nv_tmodel_zero_grad(nv_tmodel *tm) { memset(tm->grads, 0, (size_t)tm->m.n_params * sizeof(float)); }
 
-void nv_tmodel_refresh(nv_tmodel *tm) {
+/* A matrix a plan holds: its place in params, its plan, rows x k. */
+typedef struct {
+    uint64_t off, n;
+    nv_plan *plan;
+    int rows, k;
+} opt_matrix;
+
+/* Matrix i of the 7 * n_layers + 1 the plans hold: layer i / 7's wq, wk, wv, wo, w1, w2, w3, then
+ * the classifier (its plan holds wcls, which is tok_emb itself when shared). */
+static opt_matrix plan_matrix(const nv_tmodel *tm, int i) {
     const nv_config *c = &tm->m.config;
-    int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
     const nv_weights *w = &tm->m.w;
-    for (int l = 0; l < c->n_layers; l++) {
-        nv_layer_plans *lp = &tm->m.plans[l];
-        nv_plan_refresh(lp->wq, w->wq + (size_t)l * q * d);
-        nv_plan_refresh(lp->wk, w->wk + (size_t)l * kv * d);
-        nv_plan_refresh(lp->wv, w->wv + (size_t)l * kv * d);
-        nv_plan_refresh(lp->wo, w->wo + (size_t)l * d * q);
-        nv_plan_refresh(lp->w1, w->w1 + (size_t)l * h * d);
-        nv_plan_refresh(lp->w2, w->w2 + (size_t)l * d * h);
-        nv_plan_refresh(lp->w3, w->w3 + (size_t)l * h * d);
+    const uint64_t d = (uint64_t)c->dim, q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c),
+                   h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
+    const int l = i / 7;
+    if (l >= c->n_layers) return (opt_matrix){(uint64_t)(w->wcls - tm->m.params), V * d, tm->m.cls_plan, (int)V, (int)d};
+    const nv_layer_plans *lp = &tm->m.plans[l];
+    const struct {
+        const float *p;
+        nv_plan *plan;
+        uint64_t rows, cols;
+    } m[7] = {{w->wq + l * q * d, lp->wq, q, d}, {w->wk + l * kv * d, lp->wk, kv, d}, {w->wv + l * kv * d, lp->wv, kv, d},
+              {w->wo + l * d * q, lp->wo, d, q}, {w->w1 + l * h * d, lp->w1, h, d},   {w->w2 + l * d * h, lp->w2, d, h},
+              {w->w3 + l * h * d, lp->w3, h, d}};
+    const int j = i % 7;
+    return (opt_matrix){(uint64_t)(m[j].p - tm->m.params), m[j].rows * m[j].cols, m[j].plan, (int)m[j].rows, (int)m[j].cols};
+}
+
+void nv_tmodel_refresh(nv_tmodel *tm) {
+    for (int i = 0; i < 7 * tm->m.config.n_layers + 1; i++) {
+        const opt_matrix mt = plan_matrix(tm, i);
+        nv_plan_refresh(mt.plan, tm->m.params + mt.off);
     }
-    nv_plan_refresh(tm->m.cls_plan, w->wcls);
 }
 
 /* A piece of the fused optimizer pass: params [lo, hi), and when plan is set, rows r0..r1-1 of the
@@ -155,12 +173,6 @@ typedef struct {
     const float *w;
     int r0, r1;
 } opt_piece;
-
-typedef struct {
-    uint64_t off, n; /* the matrix's place in params */
-    nv_plan *plan;
-    int rows, k;
-} opt_matrix;
 
 typedef struct {
     nv_tmodel *tm;
@@ -222,29 +234,11 @@ static double optimize_two_pass(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
 }
 
 double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
-    const nv_config *c = &tm->m.config;
-    const nv_weights *w = &tm->m.w;
     const float *base = tm->m.params;
-    const uint64_t d = (uint64_t)c->dim, q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c),
-                   h = (uint64_t)c->hidden_dim;
-    const int L = c->n_layers, nm = 7 * L + 1;
-    opt_matrix *mats = malloc(sizeof *mats * (size_t)nm);
+    const int k = 7 * tm->m.config.n_layers + 1;
+    opt_matrix *mats = malloc(sizeof *mats * (size_t)k);
     if (!mats) return optimize_two_pass(tm, opt, lr_out);
-    int k = 0;
-    for (int l = 0; l < L; l++) {
-        const nv_layer_plans *lp = &tm->m.plans[l];
-        const struct {
-            const float *p;
-            nv_plan *plan;
-            uint64_t rows, cols;
-        } m[7] = {{w->wq + l * q * d, lp->wq, q, d},  {w->wk + l * kv * d, lp->wk, kv, d}, {w->wv + l * kv * d, lp->wv, kv, d},
-                  {w->wo + l * d * q, lp->wo, d, q},  {w->w1 + l * h * d, lp->w1, h, d},   {w->w2 + l * d * h, lp->w2, d, h},
-                  {w->w3 + l * h * d, lp->w3, h, d}};
-        for (int i = 0; i < 7; i++)
-            mats[k++] = (opt_matrix){(uint64_t)(m[i].p - base), m[i].rows * m[i].cols, m[i].plan, (int)m[i].rows, (int)m[i].cols};
-    }
-    /* the classifier's plan holds wcls, which is tok_emb itself when shared */
-    mats[k++] = (opt_matrix){(uint64_t)(w->wcls - base), (uint64_t)c->vocab_size * d, tm->m.cls_plan, c->vocab_size, c->dim};
+    for (int i = 0; i < k; i++) mats[i] = plan_matrix(tm, i);
     qsort(mats, (size_t)k, sizeof *mats, matrix_cmp);
     const size_t np = all_pieces(NULL, mats, k, base, tm->m.n_params);
     opt_piece *pieces = np <= INT32_MAX ? malloc(sizeof *pieces * np) : NULL;
