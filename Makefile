@@ -9,7 +9,7 @@ WARN    := -Wall -Wextra -Werror
 BASE    := -std=c11 -D_GNU_SOURCE -Isrc -ffp-contract=off -fno-math-errno -pthread -MMD -MP
 OPT     := -O2 -march=x86-64-v3 -g
 SAN     := -O1 -march=x86-64-v3 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-LDLIBS  := -lm -lpthread -lmicrohttpd -lcjson
+LDLIBS  := -lm -lpthread -lmicrohttpd -lcjson -lpcre2-8
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/engine/*.c src/model/*.c src/train/*.c src/serve/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))

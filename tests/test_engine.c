@@ -570,7 +570,7 @@ static void test_quant(void) {
 }
 
 /* nv_bpack: B packed from n rows of k (rows) or k rows of n (cols), then C (+)= A . B over the whole
- * depth and outputs and over a prefix of each, against a double reference (amx engines: bf16 tiles,
+ * depth and outputs, a prefix of each and no depth at all, against a double reference (amx engines: bf16 tiles,
  * within the bf16 bound); nothing outside the m x ncols block of C is written. */
 static void test_bpack(void) {
     static const int kn[][2] = {{1, 1}, {31, 15}, {64, 33}, {100, 100}, {300, 17}};
@@ -590,9 +590,9 @@ static void test_bpack(void) {
                 T_CHECK(bp.k == k && bp.n == n, "pack shape");
                 const int amx = E == NV_ENGINE_AMX_BF16 || E == NV_ENGINE_AMX_INT8;
                 T_CHECK(amx == (bp.e == NV_ENGINE_AMX_BF16), "packed for %s on %s", nv_engine_name(bp.e), nv_engine_name(E));
-                const int depths[2] = {k, k / 2 + 1}, cols[2] = {n, n > 1 ? n - 1 : 1};
-                for (int v = 0; v < 4; v++) {
-                    const int depth = depths[v & 1], ncols = cols[v >> 1], acc = v == 3;
+                const int depths[3] = {k, k / 2 + 1, 0}, cols[2] = {n, n > 1 ? n - 1 : 1};
+                for (int v = 0; v < 12; v++) { /* every depth x outputs x accumulate */
+                    const int depth = depths[v % 3], ncols = cols[v / 3 % 2], acc = v >= 6;
                     for (size_t i = 0; i < (size_t)(m + 1) * ldc; i++) c[i] = 0.5f;
                     nv_bpack_run(&bp, a, (size_t)lda, m, depth, ncols, c, (size_t)ldc, acc);
                     for (int r = 0; r <= m; r++)

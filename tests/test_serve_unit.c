@@ -83,11 +83,21 @@ static void test_chat_templates(void) {
                     "[INST] Tell a story [/INST]", 1, 0);
     T_CHECK(same_ids(ids, n, want, nw), "llama2 template");
     free(ids);
-    T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_CHATML), "<|im_end|>") && !nv_chat_template_stop(NV_CHAT_PLAIN),
+    nv_chat_msg spaced[] = {{"developer", "  Be kind.\n"}, {"user", "Hi there "}};
+    T_CHECK(nv_chat_render(NV_CHAT_LLAMA3, tok, spaced, 2, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want,
+                    "<|start_header_id|>system<|end_header_id|>\n\nBe kind.<|eot_id|><|start_header_id|>user<|end_header_id|>"
+                    "\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+                    1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "llama3 template");
+    free(ids);
+    T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_CHATML), "<|im_end|>") && !nv_chat_template_stop(NV_CHAT_PLAIN) &&
+                !strcmp(nv_chat_template_stop(NV_CHAT_LLAMA3), "<|eot_id|>"),
             "template stop strings");
     nv_chat_template t;
     T_CHECK(nv_chat_template_parse("llama2", &t) == NV_OK && t == NV_CHAT_LLAMA2 &&
-                nv_chat_template_parse("jinja", &t) == NV_EINVAL,
+                nv_chat_template_parse("llama3", &t) == NV_OK && t == NV_CHAT_LLAMA3 &&
+                !strcmp(nv_chat_template_name(NV_CHAT_LLAMA3), "llama3") && nv_chat_template_parse("jinja", &t) == NV_EINVAL,
             "template names");
     nv_tokenizer_free(tok);
 }

@@ -400,9 +400,12 @@ static void test_attention_kernels_amx_bf16(void) {
     nv_engines_reset();
     nv_engines_init(NULL, 0);
     nv_engines_set_emulation(0);
+    T_CHECK(nv_engine_available(NV_ENGINE_AMX_BF16), "the emulated amx-bf16 engine is on");
     attn_engine = NV_ENGINE_AMX_BF16, attn_tol = 1e-2, attn_worst = 0;
     attention_cases();
     fprintf(stderr, "    largest relative L2 error on amx-bf16: %.3g\n", attn_worst);
+    /* fp32 products would be within ~1e-6: larger errors show the tiles' bf16 operands were used */
+    T_CHECK(attn_worst > 1e-4, "largest error %.3g: the products did not run in bf16", attn_worst);
     nv_engines_reset();
     nv_engines_init(NULL, 0);
 }

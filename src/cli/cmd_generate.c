@@ -97,6 +97,10 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    if (n_prompt == 0) {
+        cli_error(CMD, 1, "the prompt gives no tokens and this vocabulary has no BOS to start from: pass -p TEXT");
+        goto done;
+    }
     nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
 
@@ -106,8 +110,10 @@ int cmd_generate(int argc, char **argv) {
     int pos = 0, stopped = 0;
     /* run.c prints each forced pair (prompt[i], prompt[i+1]) for the positions it runs */
     int n_pairs = n_prompt - 1 < steps ? n_prompt - 1 : steps;
+    /* llama2.c's prompts start with BOS, which prints nothing; a vocabulary that adds none starts with text */
+    if (prompt_tokens[0] != nv_tokenizer_bos(tok)) print_piece(nv_tokenizer_decode(tok, -1, prompt_tokens[0]));
     for (int i = 0; i < n_pairs && !stopped; i++) {
-        if (prompt_tokens[i + 1] == 1) stopped = 1; /* BOS delimits sequences, as in run.c */
+        if (prompt_tokens[i + 1] == nv_tokenizer_bos(tok)) stopped = 1; /* BOS delimits sequences, as in run.c */
         else print_piece(nv_tokenizer_decode(tok, prompt_tokens[i], prompt_tokens[i + 1]));
     }
     fflush(stdout);
@@ -125,7 +131,8 @@ int cmd_generate(int argc, char **argv) {
         int token = prompt_tokens[n_prompt - 1];
         while (1) {
             int next = nv_sample(&sampler, state.logits);
-            if (next == 1) break;
+            /* run.c stops at BOS only; byte-level vocabularies end at their end-of-generation tokens */
+            if (next == nv_tokenizer_bos(tok) || (nv_tokenizer_byte_level(tok) && nv_tokenizer_is_eog(tok, next))) break;
             nv_sampler_accept(&sampler, next);
             print_piece(nv_tokenizer_decode(tok, token, next));
             fflush(stdout);

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
             "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
-            "                   [--chat-template plain|chatml|llama2] [--max-batch N] [--prefill-chunk N]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3] [--max-batch N] [--prefill-chunk N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32]\n"
@@ -46,8 +46,8 @@ static void usage(FILE *f) {
             "  --threads N          threads for the engines (default: one per core)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
-            "  --chat-template T    plain, chatml or llama2 (default: what the model declares: a GGUF file's\n"
-            "                       tokenizer.chat_template recognised as ChatML or [INST]; else plain)\n"
+            "  --chat-template T    plain, chatml, llama2 or llama3 (default: what the model declares: a GGUF\n"
+            "                       file's tokenizer.chat_template recognised as ChatML, Llama 3's or [INST]; else plain)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
@@ -89,7 +89,7 @@ bad:
 }
 
 /* The chat template a GGUF model declares (tokenizer.chat_template, a Jinja text this server does
- * not run): recognised by its markers as ChatML or Llama-2's [INST]; anything else, or a llama2.c
+ * not run): recognised by its markers as ChatML, Llama 3's or Llama-2's [INST]; anything else, or a llama2.c
  * file, is plain. */
 static nv_chat_template declared_template(const char *model_path) {
     nv_gguf g;
@@ -98,8 +98,9 @@ static nv_chat_template declared_template(const char *model_path) {
     const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
     nv_chat_template r = NV_CHAT_PLAIN;
     if (t && memmem(t, n, "<|im_start|>", 12)) r = NV_CHAT_CHATML;
+    else if (t && memmem(t, n, "<|start_header_id|>", 19)) r = NV_CHAT_LLAMA3;
     else if (t && memmem(t, n, "[INST]", 6)) r = NV_CHAT_LLAMA2;
-    else if (t) nv_warn("serve: the model's chat template is neither ChatML nor Llama-2's [INST]: chat uses plain (see --chat-template)");
+    else if (t) nv_warn("serve: the model's chat template is none of ChatML, Llama 3's or Llama-2's [INST]: chat uses plain (see --chat-template)");
     nv_gguf_close(&g);
     return r;
 }

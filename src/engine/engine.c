@@ -468,8 +468,9 @@ void nv_plan_refresh_rows(nv_plan *p, const float *w, int r0, int r1) {
         nv_warn("plan: a block-quantized plan cannot be refreshed from fp32 weights; left as it is");
         return;
     }
-    if (p->engine == NV_ENGINE_SCALAR) {
-        p->w = w;
+    if (p->engine == NV_ENGINE_SCALAR) { /* reads the weights in place: the piece holding row 0 takes the
+                                            pointer, so pieces refreshed at once do not all write it */
+        if (r0 <= 0) p->w = w;
         return;
     }
     const int unit = nv_plan_row_unit(p);
@@ -1057,6 +1058,11 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
                   int accumulate) {
     const int nr = bp->nr, np = cdiv(ncols, nr);
     if (m <= 0 || np <= 0) return;
+    if (depth <= 0) { /* an empty sum on every engine: the kernels' loops would leave C as it was */
+        if (!accumulate)
+            for (int r = 0; r < m; r++) memset(C + (size_t)r * ldc, 0, (size_t)ncols * sizeof(float));
+        return;
+    }
     if (bp->e == NV_ENGINE_AMX_BF16) {
         bpack_run_amx(bp, A, lda, m, depth, ncols, C, ldc, accumulate);
         return;

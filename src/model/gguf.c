@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/log.h"
 
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
@@ -805,7 +806,8 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     if (!model || !toks) e = nv_fail(NV_EFORMAT, "%s: no tokenizer in this GGUF file (tokenizer.ggml.model/tokens)", path);
     else if (!name_is(model, n, "llama")) {
         char sm[128];
-        e = nv_fail(NV_EUNSUPPORTED, "%s: tokenizer '%s' is not supported (llama's SentencePiece only)", path, shown(model, n, sm, sizeof sm));
+        e = nv_fail(NV_EUNSUPPORTED, "%s: tokenizer '%s' has no llama2.c tokenizer.bin form (llama's SentencePiece only)", path,
+                    shown(model, n, sm, sizeof sm));
     }
     else if (toks->type != GG_ARR || toks->elem != GG_STR || toks->count < 3 || toks->count > (1u << 24))
         e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.tokens is not a list of 3 to 2^24 strings", path);
@@ -867,6 +869,113 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     *out = buf;
     *len = (size_t)(p - buf);
     return NV_OK;
+}
+
+const char *nv_gguf_vocab_model(const nv_gguf *g, char *out, size_t cap) {
+    size_t n = 0;
+    const char *model = nv_gguf_string(g, "tokenizer.ggml.model", &n);
+    if (!model || !cap) return NULL;
+    size_t k = n < cap - 1 ? n : cap - 1;
+    memcpy(out, model, k);
+    out[k] = '\0';
+    return out;
+}
+
+/* The strings of a string array as pointers into the mapping; *out is allocated here. */
+static nv_err str_array(const nv_gguf *g, const nv_gguf_kv *kv, const char *key, uint64_t max, const char ***out,
+                        int **lens, int *count) {
+    if (kv->type != GG_ARR || kv->elem != GG_STR || kv->count > max)
+        return nv_fail(NV_EFORMAT, "%s: %s is not a list of at most %llu strings", g->path, key, (unsigned long long)max);
+    const char **s = malloc((kv->count ? kv->count : 1) * sizeof *s);
+    int *l = malloc((kv->count ? kv->count : 1) * sizeof *l);
+    if (!s || !l) {
+        free(s);
+        free(l);
+        return nv_fail(NV_ENOMEM, "%s: out of memory for %s", g->path, key);
+    }
+    gg_cursor c = {nv_reader_make(kv->val, (size_t)(g->map.data + g->map.len - kv->val), g->path), g->version >= 2};
+    for (uint64_t i = 0; i < kv->count; i++) {
+        size_t sl = 0;
+        rd_string(&c, &s[i], &sl, key); /* checked at open */
+        if (sl > 65536) {
+            free(s);
+            free(l);
+            return nv_fail(NV_EFORMAT, "%s: %s[%llu] is %zu bytes long", g->path, key, (unsigned long long)i, sl);
+        }
+        l[i] = (int)sl;
+    }
+    *out = s;
+    *lens = l;
+    *count = (int)kv->count;
+    return NV_OK;
+}
+
+/* An optional token id: absent or negative is -1; past the vocabulary too, with a warning (as
+ * llama.cpp ignores such ids: files that mean "none" write -1 as an unsigned value). */
+static nv_err get_token_id(const nv_gguf *g, const char *key, int n_tokens, int *out) {
+    int64_t v;
+    NV_TRY(get_int(g, key, INT64_MAX, &v));
+    *out = -1;
+    if (v == INT64_MAX || v < 0) return NV_OK;
+    if (v >= n_tokens) nv_warn("%s: %s is %lld but the vocabulary has %d tokens; ignored", g->path, key, (long long)v, n_tokens);
+    else *out = (int)v;
+    return NV_OK;
+}
+
+static nv_err get_bool(const nv_gguf *g, const char *key, int dflt, int *out) {
+    const nv_gguf_kv *kv = nv_gguf_find(g, key);
+    if (!kv) {
+        *out = dflt;
+        return NV_OK;
+    }
+    if (kv->type != GG_BOOL) return nv_fail(NV_EFORMAT, "%s: metadata '%s' is not a boolean", g->path, key);
+    *out = *kv->val != 0;
+    return NV_OK;
+}
+
+void nv_gguf_bpe_free(nv_gguf_bpe *v) {
+    free(v->tok);
+    free(v->tok_len);
+    free(v->tok_type);
+    free(v->merge);
+    free(v->merge_len);
+    memset(v, 0, sizeof *v);
+}
+
+nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v) {
+    memset(v, 0, sizeof *v);
+    const nv_gguf_kv *toks = nv_gguf_find(g, "tokenizer.ggml.tokens"), *merges = nv_gguf_find(g, "tokenizer.ggml.merges");
+    const nv_gguf_kv *types = nv_gguf_find(g, "tokenizer.ggml.token_type");
+    if (!toks || !merges)
+        return nv_fail(NV_EFORMAT, "%s: a gpt2 (byte-level BPE) vocabulary needs tokenizer.ggml.tokens and tokenizer.ggml.merges",
+                       g->path);
+    nv_err e = str_array(g, toks, "tokenizer.ggml.tokens", 1u << 24, &v->tok, &v->tok_len, &v->n_tokens);
+    if (e == NV_OK && v->n_tokens < 256)
+        e = nv_fail(NV_EFORMAT, "%s: %d tokens; a byte-level BPE vocabulary has at least the 256 bytes", g->path, v->n_tokens);
+    if (e == NV_OK) e = str_array(g, merges, "tokenizer.ggml.merges", 1u << 24, &v->merge, &v->merge_len, &v->n_merges);
+    if (e == NV_OK && !(v->tok_type = malloc((size_t)v->n_tokens * sizeof *v->tok_type)))
+        e = nv_fail(NV_ENOMEM, "%s: out of memory for the token types", g->path);
+    if (e == NV_OK) {
+        if (types && (types->type != GG_ARR || types->elem != GG_I32 || types->count != (uint64_t)v->n_tokens))
+            e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.token_type is not one int32 per token", g->path);
+        for (int i = 0; e == NV_OK && i < v->n_tokens; i++) {
+            int32_t t = 1; /* normal */
+            if (types) memcpy(&t, types->val + 4 * (size_t)i, 4);
+            v->tok_type[i] = t;
+        }
+    }
+    size_t pn = 0;
+    const char *pre = nv_gguf_string(g, "tokenizer.ggml.pre", &pn);
+    if (pre) snprintf(v->pre, sizeof v->pre, "%.*s", (int)(pn < sizeof v->pre ? pn : sizeof v->pre - 1), pre);
+    if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.bos_token_id", v->n_tokens, &v->bos);
+    if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eos_token_id", v->n_tokens, &v->eos);
+    if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eot_token_id", v->n_tokens, &v->eot);
+    if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eom_token_id", v->n_tokens, &v->eom);
+    if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.unknown_token_id", v->n_tokens, &v->unk);
+    v->add_bos = -1;
+    if (e == NV_OK && nv_gguf_find(g, "tokenizer.ggml.add_bos_token")) e = get_bool(g, "tokenizer.ggml.add_bos_token", 0, &v->add_bos);
+    if (e != NV_OK) nv_gguf_bpe_free(v);
+    return e;
 }
 
 /* ---- the writer ---------------------------------------------------------------------------- */
@@ -971,6 +1080,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0)
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0 or Q4_0)", path, type);
+    if (tok && nv_tokenizer_byte_level(tok))
+        return nv_fail(NV_EUNSUPPORTED, "%s: writing a byte-level BPE vocabulary is not supported (SentencePiece ones only)", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
     /* qwen3: the query and key rows (and QK-norm weights) in that architecture's RoPE order, in copies */

@@ -95,4 +95,20 @@ int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
 
+/* tokenizer.ggml.model of an open file as a C string in out, or NULL when absent. */
+const char *nv_gguf_vocab_model(const nv_gguf *g, char *out, size_t cap);
+/* A byte-level BPE ("gpt2") vocabulary: the strings point into g's mapping (valid while g is
+ * open), the arrays are the caller's to release with nv_gguf_bpe_free. Ids absent from the
+ * metadata are -1; add_bos is -1 when the file does not say. */
+typedef struct {
+    int n_tokens, n_merges;
+    const char **tok, **merge;
+    int *tok_len, *merge_len;
+    int32_t *tok_type; /* llama.cpp's: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte */
+    char pre[64];      /* tokenizer.ggml.pre, "" when absent */
+    int bos, eos, eot, eom, unk, add_bos;
+} nv_gguf_bpe;
+nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v);
+void nv_gguf_bpe_free(nv_gguf_bpe *v);
+
 #endif

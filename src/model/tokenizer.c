@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "base/file.h"
 #include "model/gguf.h"
 
@@ -28,6 +31,22 @@ struct nv_tokenizer {
     uint32_t mask;
     char byte_pieces[512]; /* "b\0" for every byte b: decode's answer for <0xXX> pieces */
     uint8_t bigram[256 * 256 / 8]; /* bit (x,y) set: some piece has byte y right after byte x */
+    int bos, eos, add_bos; /* llama2.c's: 1, 2, always */
+    int eog[8], n_eog;     /* ids that end generation */
+    /* Byte-level BPE (a GGUF "gpt2" vocabulary); NULL/0 for llama2.c's. Pieces are stored as
+     * the file spells them (every byte as one code point); text is what they print. */
+    int byte_level, ignore_merges;
+    uint8_t *type;         /* GGUF token type of each id */
+    char *text;            /* decoded bytes of every id, NUL-terminated, back to back */
+    size_t *text_off;
+    uint64_t *mkey;        /* merges: key (left << 32 | right) + 1, 0 = empty slot */
+    uint32_t *mrank;       /* the merge's rank (its line in the merges list) */
+    int32_t *mid;          /* the merged token */
+    uint32_t mmask;
+    int byte_tok[256];     /* the token of each single byte */
+    int *special;          /* control and user-defined ids, grouped by first byte, longest first */
+    int special_at[257];   /* special[special_at[b] .. special_at[b+1]) start with byte b */
+    pcre2_code *re;        /* the pre-tokenizer's split */
 };
 
 /* FNV-1a, continued across calls so a pair can be hashed without concatenating it. */
@@ -84,6 +103,14 @@ static nv_err tok_read_entry(nv_reader *r, int index, float *score, const void *
 
 void nv_tokenizer_free(nv_tokenizer *t) {
     if (!t) return;
+    free(t->type);
+    free(t->text);
+    free(t->text_off);
+    free(t->mkey);
+    free(t->mrank);
+    free(t->mid);
+    free(t->special);
+    pcre2_code_free(t->re);
     free(t->arena);
     free(t->off);
     free(t->len);
@@ -91,6 +118,41 @@ void nv_tokenizer_free(nv_tokenizer *t) {
     free(t->hash);
     free(t->table);
     free(t);
+}
+
+static void tok_index(nv_tokenizer *t);
+
+/* The piece arrays for count tokens whose bytes, each plus a NUL, take arena_len. */
+static nv_err tok_alloc(const char *path, nv_tokenizer *t, int count, size_t arena_len) {
+    t->n = count;
+    size_t cap = 1;
+    while (cap < 2 * (size_t)count) cap <<= 1;
+    if (cap > UINT32_MAX) return nv_fail(NV_ENOMEM, "%s: vocabulary too large", path);
+    t->arena = malloc(arena_len ? arena_len : 1);
+    t->off = malloc((size_t)count * sizeof *t->off);
+    t->len = malloc((size_t)count * sizeof *t->len);
+    t->score = calloc((size_t)count, sizeof *t->score);
+    t->hash = malloc((size_t)count * sizeof *t->hash);
+    t->table = malloc(cap * sizeof *t->table);
+    if (!t->arena || !t->off || !t->len || !t->score || !t->hash || !t->table)
+        return nv_fail(NV_ENOMEM, "%s: out of memory for %d tokens", path, count);
+    t->mask = (uint32_t)(cap - 1);
+    memset(t->table, 0xff, cap * sizeof *t->table);
+    return NV_OK;
+}
+
+/* Copies piece i (len bytes) to the arena at *at. */
+static nv_err tok_put_piece(const char *path, nv_tokenizer *t, int i, size_t *at, const void *p, size_t len) {
+    memcpy(t->arena + *at, p, len);
+    t->arena[*at + len] = '\0';
+    t->off[i] = *at;
+    /* run.c treats pieces as C strings; an embedded NUL ends the piece. */
+    size_t sl = strlen(t->arena + *at);
+    if (sl > INT_MAX / 2) return nv_fail(NV_EFORMAT, "%s: token %d is too long", path, i);
+    t->len[i] = (int)sl;
+    if (t->len[i] > t->max_len) t->max_len = t->len[i];
+    *at += len + 1;
+    return NV_OK;
 }
 
 static nv_err tok_build(const char *path, const nv_mapped *m, int vocab_size, nv_tokenizer *t) {
@@ -117,21 +179,7 @@ static nv_err tok_build(const char *path, const nv_mapped *m, int vocab_size, nv
     if (count < 3)
         return nv_fail(NV_EFORMAT, "%s: %d tokens; a vocabulary needs at least <unk>, <s>, </s>",
                        path, count);
-    t->n = count;
-
-    size_t cap = 1;
-    while (cap < 2 * (size_t)count) cap <<= 1;
-    if (cap > UINT32_MAX) return nv_fail(NV_ENOMEM, "%s: vocabulary too large", path);
-    t->arena = malloc(arena_len);
-    t->off = malloc((size_t)count * sizeof *t->off);
-    t->len = malloc((size_t)count * sizeof *t->len);
-    t->score = malloc((size_t)count * sizeof *t->score);
-    t->hash = malloc((size_t)count * sizeof *t->hash);
-    t->table = malloc(cap * sizeof *t->table);
-    if (!t->arena || !t->off || !t->len || !t->score || !t->hash || !t->table)
-        return nv_fail(NV_ENOMEM, "%s: out of memory for %d tokens", path, count);
-    t->mask = (uint32_t)(cap - 1);
-    memset(t->table, 0xff, cap * sizeof *t->table);
+    NV_TRY(tok_alloc(path, t, count, arena_len));
 
     /* Pass 2: copy the pieces and index them; the first of equal strings keeps the slot. */
     r.pos = body;
@@ -140,16 +188,24 @@ static nv_err tok_build(const char *path, const nv_mapped *m, int vocab_size, nv
         const void *p;
         int32_t len;
         NV_TRY(tok_read_entry(&r, i, &t->score[i], &p, &len));
-        memcpy(t->arena + at, p, (size_t)len);
-        t->arena[at + (size_t)len] = '\0';
-        t->off[i] = at;
-        /* run.c treats pieces as C strings; an embedded NUL ends the piece. */
-        size_t sl = strlen(t->arena + at);
-        if (sl > INT_MAX / 2) return nv_fail(NV_EFORMAT, "%s: token %d is too long", path, i);
-        t->len[i] = (int)sl;
-        if (t->len[i] > t->max_len) t->max_len = t->len[i];
-        at += (size_t)len + 1;
+        NV_TRY(tok_put_piece(path, t, i, &at, p, (size_t)len));
     }
+    tok_index(t);
+    for (int b = 0; b < 256; b++) {
+        t->byte_pieces[2 * b] = (char)b;
+        t->byte_pieces[2 * b + 1] = '\0';
+    }
+    t->bos = NV_TOKEN_BOS;
+    t->eos = NV_TOKEN_EOS;
+    t->add_bos = 1;
+    t->eog[t->n_eog++] = NV_TOKEN_BOS;
+    t->eog[t->n_eog++] = NV_TOKEN_EOS;
+    return NV_OK;
+}
+
+/* The lookup table and the byte-pair bitmap over the pieces already in the arena. */
+static void tok_index(nv_tokenizer *t) {
+    const int count = t->n;
     for (int i = 0; i < count; i++) {
         const char *p = tok_piece(t, i);
         uint32_t h = tok_hash(TOK_HASH_INIT, p, t->len[i]);
@@ -169,11 +225,237 @@ static nv_err tok_build(const char *path, const nv_mapped *m, int vocab_size, nv
             t->bigram[bg >> 3] |= (uint8_t)(1u << (bg & 7));
         }
     }
+}
+
+/* ---- byte-level BPE (GGUF "gpt2" vocabularies: Llama 3, Qwen2/3) ---------------------------- */
+
+/* The pre-tokenizers' splits, as the models' tokenizer.json define them (llama.cpp's names). */
+static const char RE_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char RE_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+                                "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_QWEN2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+                               "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static int name_in(const char *name, const char *const *list) {
+    for (; *list; list++)
+        if (!strcmp(name, *list)) return 1;
+    return 0;
+}
+
+/* GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the
+ * others (controls, space, 0x7F-0xA0, 0xAD) for U+0100 onwards in byte order. */
+static unsigned byte_code_point(unsigned b) {
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return b;
+    unsigned n = 0;
+    for (unsigned x = 0; x < b; x++)
+        if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE)) n++;
+    return 0x100 + n;
+}
+
+/* Code points below 0x800 as UTF-8; returns the length. */
+static int utf8_put2(char *o, unsigned cp) {
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    o[0] = (char)(0xC0 | cp >> 6);
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+static uint32_t merge_hash(uint64_t key) { return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32); }
+
+/* The merge of tokens a and b: the merged id and its rank, or -1. */
+static int merge_find(const nv_tokenizer *t, int a, int b, uint32_t *rank) {
+    const uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+    for (uint32_t i = merge_hash(key) & t->mmask;; i = (i + 1) & t->mmask) {
+        if (t->mkey[i] == 0) return -1;
+        if (t->mkey[i] == key) {
+            *rank = t->mrank[i];
+            return t->mid[i];
+        }
+    }
+}
+
+static int by_special(const void *x, const void *y, void *ctx) {
+    const nv_tokenizer *t = ctx;
+    int a = *(const int *)x, b = *(const int *)y;
+    unsigned char fa = (unsigned char)tok_piece(t, a)[0], fb = (unsigned char)tok_piece(t, b)[0];
+    if (fa != fb) return fa < fb ? -1 : 1;
+    if (t->len[a] != t->len[b]) return t->len[a] > t->len[b] ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+static void add_eog(nv_tokenizer *t, int id) {
+    if (id < 0 || t->n_eog == (int)(sizeof t->eog / sizeof t->eog[0])) return;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return;
+    t->eog[t->n_eog++] = id;
+}
+
+static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_size, nv_tokenizer *t) {
+    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
+    static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
+    static const char *const gpt2[] = {"gpt-2", "gpt2", "default", "", NULL};
+    const char *re;
+    int add_bos_default = 0;
+    if (name_in(v->pre, llama3)) {
+        re = RE_LLAMA3;
+        t->ignore_merges = 1;
+        add_bos_default = 1;
+    } else if (name_in(v->pre, qwen2)) {
+        re = RE_QWEN2;
+    } else if (name_in(v->pre, gpt2)) {
+        re = RE_GPT2;
+    } else {
+        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%.60s' is not supported (llama3/llama-bpe, qwen2, gpt-2)", path,
+                       v->pre);
+    }
+    if (vocab_size > v->n_tokens)
+        return nv_fail(NV_EFORMAT, "%s: %d tokens, fewer than the %d asked for", path, v->n_tokens, vocab_size);
+    const int n = vocab_size > 0 ? vocab_size : v->n_tokens;
+    size_t arena_len = 0;
+    for (int i = 0; i < n; i++) arena_len += (size_t)v->tok_len[i] + 1;
+    NV_TRY(tok_alloc(path, t, n, arena_len));
+    t->byte_level = 1;
+    t->type = malloc((size_t)n);
+    t->text_off = malloc((size_t)n * sizeof *t->text_off);
+    t->text = malloc(arena_len ? arena_len : 1); /* decoding never lengthens a piece */
+    if (!t->type || !t->text_off || !t->text) return nv_fail(NV_ENOMEM, "%s: out of memory for %d tokens", path, n);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        NV_TRY(tok_put_piece(path, t, i, &at, v->tok[i], (size_t)v->tok_len[i]));
+        t->type[i] = v->tok_type[i] >= 0 && v->tok_type[i] <= 6 ? (uint8_t)v->tok_type[i] : 1;
+    }
+    tok_index(t);
+
+    /* bytes: the token of each byte's stand-in, and what every piece prints */
+    int back[0x144]; /* stand-in code point -> byte */
+    for (int i = 0; i < 0x144; i++) back[i] = -1;
+    for (unsigned b = 0; b < 256; b++) {
+        unsigned cp = byte_code_point(b);
+        back[cp] = (int)b;
+        char u[2];
+        int k = utf8_put2(u, cp);
+        t->byte_tok[b] = tok_lookup2(t, u, k, "", 0);
+        if (t->byte_tok[b] < 0)
+            return nv_fail(NV_EFORMAT, "%s: no token for byte 0x%02X; not a byte-level BPE vocabulary", path, b);
+    }
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        const unsigned char *p = (const unsigned char *)tok_piece(t, i);
+        const int len = t->len[i];
+        t->text_off[i] = o;
+        if (t->type[i] == 3) { /* control tokens print nothing */
+        } else if (t->type[i] == 4) { /* user-defined ones print as written */
+            memcpy(t->text + o, p, (size_t)len);
+            o += (size_t)len;
+        } else {
+            for (int j = 0; j < len;) {
+                unsigned cp = p[j];
+                int k = 1;
+                if ((p[j] & 0xE0) == 0xC0 && j + 1 < len && (p[j + 1] & 0xC0) == 0x80) {
+                    cp = (unsigned)(p[j] & 0x1F) << 6 | (p[j + 1] & 0x3F);
+                    k = 2;
+                }
+                if (cp < 0x144 && back[cp] >= 0 && (k == 2 || cp < 0x80)) t->text[o++] = (char)back[cp];
+                else { /* not a stand-in: the bytes as they are */
+                    memcpy(t->text + o, p + j, (size_t)k);
+                    o += (size_t)k;
+                }
+                j += k;
+            }
+        }
+        t->text[o++] = '\0';
+    }
+
+    /* merges "A B" -> rank; the first line of a pair wins */
+    size_t cap = 1;
+    while (cap < 2 * (size_t)(v->n_merges > 0 ? v->n_merges : 1)) cap <<= 1;
+    t->mkey = calloc(cap, sizeof *t->mkey);
+    t->mrank = malloc(cap * sizeof *t->mrank);
+    t->mid = malloc(cap * sizeof *t->mid);
+    if (!t->mkey || !t->mrank || !t->mid) return nv_fail(NV_ENOMEM, "%s: out of memory for %d merges", path, v->n_merges);
+    t->mmask = (uint32_t)(cap - 1);
+    int used = 0;
+    for (int r = 0; r < v->n_merges; r++) {
+        const char *m = v->merge[r];
+        const int ml = v->merge_len[r];
+        const char *sp = ml > 1 ? memchr(m + 1, ' ', (size_t)ml - 1) : NULL;
+        if (!sp) return nv_fail(NV_EFORMAT, "%s: merge %d is not two pieces separated by a space", path, r);
+        const int la = (int)(sp - m), lb = ml - la - 1;
+        int a = tok_lookup2(t, m, la, "", 0), b = tok_lookup2(t, sp + 1, lb, "", 0), ab = tok_lookup2(t, m, la, sp + 1, lb);
+        if (a < 0 || b < 0 || ab < 0) continue; /* names a piece the vocabulary lacks: it can never apply */
+        const uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+        uint32_t i = merge_hash(key) & t->mmask;
+        while (t->mkey[i] && t->mkey[i] != key) i = (i + 1) & t->mmask;
+        if (t->mkey[i]) continue;
+        t->mkey[i] = key;
+        t->mrank[i] = (uint32_t)r;
+        t->mid[i] = ab;
+        used++;
+    }
+    if (used == 0 && v->n_merges > 0) return nv_fail(NV_EFORMAT, "%s: none of the %d merges joins two tokens of the vocabulary", path, v->n_merges);
+
+    /* special tokens: found in the text before the split, longest first */
+    int ns = 0;
+    for (int i = 0; i < n; i++) ns += (t->type[i] == 3 || t->type[i] == 4) && t->len[i] > 0;
+    if (!(t->special = malloc((size_t)(ns ? ns : 1) * sizeof *t->special))) return nv_fail(NV_ENOMEM, "%s: out of memory", path);
+    ns = 0;
+    for (int i = 0; i < n; i++)
+        if ((t->type[i] == 3 || t->type[i] == 4) && t->len[i] > 0) t->special[ns++] = i;
+    qsort_r(t->special, (size_t)ns, sizeof *t->special, by_special, t);
+    for (int b = 0, j = 0; b <= 256; b++) {
+        while (j < ns && (unsigned char)tok_piece(t, t->special[j])[0] < b) j++;
+        t->special_at[b] = j;
+    }
+
+    t->bos = v->bos;
+    t->eos = v->eos;
+    t->add_bos = t->bos >= 0 && (v->add_bos >= 0 ? v->add_bos : add_bos_default);
+    t->n_eog = 0;
+    add_eog(t, v->eos);
+    add_eog(t, v->eot);
+    add_eog(t, v->eom);
+    static const char *const ends[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", NULL};
+    for (int i = 0; ends[i]; i++) {
+        int id = nv_tokenizer_lookup(t, ends[i]);
+        if (id >= 0 && t->type[id] == 3) add_eog(t, id);
+    }
     for (int b = 0; b < 256; b++) {
         t->byte_pieces[2 * b] = (char)b;
         t->byte_pieces[2 * b + 1] = '\0';
     }
+
+    int err;
+    PCRE2_SIZE at_err;
+    t->re = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err,
+                          &at_err, NULL);
+    if (!t->re) return nv_fail(NV_EUNSUPPORTED, "%s: this PCRE2 cannot compile the pre-tokenizer (error %d)", path, err);
+    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* an interpreter run if the JIT is absent */
     return NV_OK;
+}
+
+static nv_err tok_load_gguf(const char *path, int vocab_size, nv_tokenizer *t) {
+    nv_gguf g;
+    NV_TRY(nv_gguf_open(path, &g));
+    char model[32];
+    nv_err e;
+    if (nv_gguf_vocab_model(&g, model, sizeof model) && !strcmp(model, "gpt2")) {
+        nv_gguf_bpe v;
+        e = nv_gguf_bpe_vocab(&g, &v);
+        if (e == NV_OK) e = tok_build_bpe(path, &v, vocab_size, t);
+        nv_gguf_bpe_free(&v);
+        nv_gguf_close(&g);
+        return e;
+    }
+    nv_gguf_close(&g);
+    uint8_t *bytes = NULL; /* a SentencePiece vocabulary, as tokenizer.bin bytes */
+    size_t len = 0;
+    e = nv_gguf_tokenizer_bytes(path, &bytes, &len);
+    if (e == NV_OK) e = tok_build(path, &(nv_mapped){bytes, len}, vocab_size, t);
+    free(bytes);
+    return e;
 }
 
 nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
@@ -187,13 +469,9 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
         return nv_fail(NV_ENOMEM, "out of memory");
     }
     nv_err e;
-    if (nv_gguf_is(m.data, m.len)) { /* a GGUF file's vocabulary, as tokenizer.bin bytes */
+    if (nv_gguf_is(m.data, m.len)) {
         nv_file_unmap(&m);
-        uint8_t *bytes = NULL;
-        size_t len = 0;
-        e = nv_gguf_tokenizer_bytes(path, &bytes, &len);
-        if (e == NV_OK) e = tok_build(path, &(nv_mapped){bytes, len}, vocab_size, t);
-        free(bytes);
+        e = tok_load_gguf(path, vocab_size, t);
     } else {
         e = tok_build(path, &m, vocab_size, t);
         nv_file_unmap(&m);
@@ -207,6 +485,14 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
 }
 
 int nv_tokenizer_vocab_size(const nv_tokenizer *t) { return t->n; }
+int nv_tokenizer_bos(const nv_tokenizer *t) { return t->bos; }
+int nv_tokenizer_byte_level(const nv_tokenizer *t) { return t->byte_level; }
+
+int nv_tokenizer_is_eog(const nv_tokenizer *t, int id) {
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return 1;
+    return 0;
+}
 
 const char *nv_tokenizer_piece(const nv_tokenizer *t, int id) {
     return id >= 0 && id < t->n ? tok_piece(t, id) : NULL;
@@ -299,10 +585,18 @@ typedef struct {
 
 /* The candidate for the pair (l, r) if its concatenation is a piece run.c would merge. */
 static int tok_pair(const nv_tokenizer *t, const tok_node *nd, int l, int r, tok_cand *c) {
-    int a = nd[l].tok, b = nd[r].tok;
-    int id = tok_lookup2(t, tok_piece(t, a), t->len[a], tok_piece(t, b), t->len[b]);
-    if (id < 0 || !(t->score[id] > TOK_MERGE_FLOOR)) return 0;
-    c->key = (uint64_t)tok_score_key(t->score[id]) << 32 | (uint32_t)~(uint32_t)l;
+    int a = nd[l].tok, b = nd[r].tok, id;
+    uint32_t order;
+    if (t->byte_level) { /* the merge listed first wins */
+        uint32_t rank;
+        if ((id = merge_find(t, a, b, &rank)) < 0) return 0;
+        order = ~rank;
+    } else {
+        id = tok_lookup2(t, tok_piece(t, a), t->len[a], tok_piece(t, b), t->len[b]);
+        if (id < 0 || !(t->score[id] > TOK_MERGE_FLOOR)) return 0;
+        order = tok_score_key(t->score[id]);
+    }
+    c->key = (uint64_t)order << 32 | (uint32_t)~(uint32_t)l;
     c->gen = nd[l].gen;
     c->id = id;
     return 1;
@@ -349,11 +643,12 @@ static int tok_cut(const nv_tokenizer *t, int a, int b) {
 }
 
 /* Greedy merging over tok[0..n) in place; returns the new count or -1 on allocation failure.
+ * brk (optional): brk[i] != 0 keeps tok[i-1] and tok[i] apart (the pre-tokenizer's pieces).
  * The sequence is split where tok_cut() proves no merge can cross, and each span is merged on
  * its own: run.c's global order restricted to a span is that span's own greedy order (the
  * best pair overall is the best, and leftmost among equals, within its span), so the result
  * is identical, while the heap and nodes stay small and in cache. */
-static int tok_merge(const nv_tokenizer *t, int *tok, int n) {
+static int tok_merge(const nv_tokenizer *t, int *tok, int n, const uint8_t *brk) {
     if (n < 2) return n;
     tok_node *nd = malloc((size_t)n * sizeof *nd);
     tok_heap h = {malloc((size_t)n * sizeof(tok_cand)), 0, (size_t)n};
@@ -361,7 +656,7 @@ static int tok_merge(const nv_tokenizer *t, int *tok, int n) {
     if (!nd || !h.a) goto done;
     m = 0;
     for (int s = 0, e; s < n; s = e) {
-        for (e = s + 1; e < n && !tok_cut(t, tok[e - 1], tok[e]); e++) {
+        for (e = s + 1; e < n && !(brk && brk[e]) && !tok_cut(t, tok[e - 1], tok[e]); e++) {
         }
         for (int i = s; i < e; i++) nd[i] = (tok_node){tok[i], i + 1 < e ? i + 1 : -1, i > s ? i - 1 : -1, 0};
         if (tok_merge_span(t, nd, &h, s, e) != 0) {
@@ -378,6 +673,104 @@ done:
     return m;
 }
 
+/* Appends the initial tokens of one pre-tokenized piece (its bytes), marking where it starts. */
+typedef struct {
+    const nv_tokenizer *t;
+    int *tok;
+    uint8_t *brk;
+    int n;
+    char *scratch; /* 2 bytes per text byte: a piece spelled in stand-ins */
+} bpe_out;
+
+static void bpe_piece(bpe_out *o, const unsigned char *p, size_t k) {
+    const nv_tokenizer *t = o->t;
+    if (k == 0) return;
+    if (t->ignore_merges && k <= (size_t)t->max_len) { /* a piece that is a token is taken whole */
+        int w = 0;
+        for (size_t j = 0; j < k; j++) w += utf8_put2(o->scratch + w, byte_code_point(p[j]));
+        int id = tok_lookup2(t, o->scratch, w, "", 0);
+        if (id >= 0) {
+            o->brk[o->n] = 1;
+            o->tok[o->n++] = id;
+            return;
+        }
+    }
+    for (size_t j = 0; j < k; j++) {
+        o->brk[o->n] = j == 0;
+        o->tok[o->n++] = t->byte_tok[p[j]];
+    }
+}
+
+/* Splits s[0..len) with the pre-tokenizer; bytes no alternative matches (invalid UTF-8) are
+ * pieces of their own, so nothing is dropped. */
+static nv_err bpe_split(bpe_out *o, pcre2_match_data *md, const char *s, size_t len) {
+    size_t off = 0;
+    while (off < len) {
+        int rc = pcre2_match(o->t->re, (PCRE2_SPTR)s, len, off, 0, md, NULL);
+        size_t ms = len, me = len;
+        if (rc >= 0) {
+            const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            ms = ov[0];
+            me = ov[1] > ms ? ov[1] : ms + 1; /* no alternative matches nothing; step on if one did */
+        } else if (rc != PCRE2_ERROR_NOMATCH) {
+            return nv_fail(NV_EINVAL, "tokenizer: the pre-tokenizer failed (PCRE2 error %d)", rc);
+        }
+        if (ms > off) bpe_piece(o, (const unsigned char *)s + off, ms - off);
+        if (ms < len) bpe_piece(o, (const unsigned char *)s + ms, me - ms);
+        off = me;
+    }
+    return NV_OK;
+}
+
+/* The special token starting at s (longest first), or -1. */
+static int bpe_special_at(const nv_tokenizer *t, const char *s, size_t left) {
+    const unsigned char b = (unsigned char)s[0];
+    for (int j = t->special_at[b]; j < t->special_at[b + 1]; j++) {
+        int id = t->special[j];
+        if ((size_t)t->len[id] <= left && memcmp(tok_piece(t, id), s, (size_t)t->len[id]) == 0) return id;
+    }
+    return -1;
+}
+
+/* llama.cpp's BPE tokenizer with special tokens parsed: the text is cut at every control or
+ * user-defined token's text, each part is split by the pre-tokenizer, and each piece's bytes
+ * are merged by rank, never across pieces. */
+static nv_err tok_encode_bpe(const nv_tokenizer *t, const char *text, size_t tl, int bos, int eos, int *tok, int *n_out) {
+    bpe_out o = {t, tok, malloc(tl + 3), 0, malloc(2 * tl + 1)};
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    nv_err e = NV_OK;
+    if (!o.brk || !o.scratch || !md) e = nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
+    if (e == NV_OK && bos && t->add_bos) {
+        o.brk[o.n] = 1;
+        tok[o.n++] = t->bos;
+    }
+    for (size_t i = 0, part = 0; e == NV_OK && i <= tl;) {
+        int sp = i < tl ? bpe_special_at(t, text + i, tl - i) : -1;
+        if (sp < 0 && i < tl) {
+            i++;
+            continue;
+        }
+        if ((e = bpe_split(&o, md, text + part, i - part)) != NV_OK || i == tl) break;
+        o.brk[o.n] = 1;
+        tok[o.n++] = sp;
+        i += (size_t)t->len[sp];
+        part = i;
+    }
+    if (e == NV_OK) {
+        int m = tok_merge(t, tok, o.n, o.brk);
+        if (m < 0) e = nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
+        else {
+            if (m == 0 && bos && t->bos >= 0) tok[m++] = t->bos; /* a model needs something to condition on */
+            if (eos && t->eos >= 0) tok[m++] = t->eos;
+            *n_out = m;
+        }
+    }
+    pcre2_match_data_free(md);
+    free(o.brk);
+    free(o.scratch);
+    return e;
+}
+
 nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens,
                            int *n_tokens) {
     *tokens = NULL;
@@ -389,6 +782,16 @@ nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int
     int *tok = malloc((tl + 3) * sizeof *tok);
     if (!tok) return nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
     int n = 0;
+    if (t->byte_level) {
+        nv_err e = tok_encode_bpe(t, text, tl, bos, eos, tok, &n);
+        if (e != NV_OK) {
+            free(tok);
+            return e;
+        }
+        *tokens = tok;
+        *n_tokens = n;
+        return NV_OK;
+    }
     if (bos) tok[n++] = NV_TOKEN_BOS;
     /* add_dummy_prefix: SentencePiece prepends a space to non-empty text. */
     if (text[0] != '\0') {
@@ -410,7 +813,7 @@ nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int
         }
         i += k;
     }
-    int m = tok_merge(t, tok, n);
+    int m = tok_merge(t, tok, n, NULL);
     if (m < 0) {
         free(tok);
         return nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
@@ -424,6 +827,7 @@ nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int
 
 const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token) {
     if (token < 0 || token >= t->n) return NULL;
+    if (t->byte_level) return t->text + t->text_off[token];
     const char *p = tok_piece(t, token);
     /* SentencePiece's decoder drops the dummy prefix's space after BOS (llama2.c PR #89). */
     if (prev_token == NV_TOKEN_BOS && p[0] == ' ') p++;

@@ -1,6 +1,7 @@
-/* Llama SentencePiece-style tokenizer in llama2.c's tokenizer.bin format.
+/* Tokenizers: Llama's SentencePiece style in llama2.c's tokenizer.bin format (or a GGUF "llama"
+ * vocabulary), and byte-level BPE from a GGUF "gpt2" vocabulary (Llama 3, Qwen2/Qwen3).
  *
- * Contract:
+ * Contract (llama2.c's format):
  * - File format (little-endian): int32 max_token_length, then per token: float32 score,
  *   int32 len, len bytes (no NUL). nv_tokenizer_load() with vocab_size 0 reads entries until
  *   the end of the file; with vocab_size > 0 exactly that many entries must be present and any
@@ -18,6 +19,22 @@
  *   then to <unk> (0). On duplicate piece strings the lowest id wins.
  * - nv_tokenizer_decode() is run.c decode(): after BOS (id 1) a leading space is dropped;
  *   a piece that sscanf reads as "<0x%02hhX>" becomes that single raw byte.
+ * Contract (byte-level BPE, tokenizer.ggml.model "gpt2"):
+ * - Pieces are spelled as the file has them (each byte as GPT-2's printable stand-in code point);
+ *   merges come from tokenizer.ggml.merges, ranked by their order; BOS, EOS, EOT/EOM and
+ *   add_bos_token from the metadata. tokenizer.ggml.pre picks the split: llama3/llama-bpe
+ *   (digits in threes; a piece that is a whole token skips the merges), qwen2 (single digits),
+ *   gpt-2/default; any other is NV_EUNSUPPORTED. A vocabulary lacking a token for one of the 256
+ *   bytes, or whose merges join nothing, is NV_EFORMAT.
+ * - nv_tokenizer_encode() is llama.cpp's with special tokens parsed: the text is cut at the text
+ *   of every control or user-defined token (longest first), the rest is split by the pre-tokenizer
+ *   (invalid UTF-8 bytes are pieces of their own), and each piece's bytes merge lowest rank
+ *   first, leftmost among equals. BOS is prepended only when bos is set and the vocabulary asks
+ *   for it (add_bos_token; Llama 3 does, Qwen does not); no dummy space prefix.
+ * - nv_tokenizer_decode() ignores prev_token: a normal token prints its bytes, a user-defined one
+ *   its text, a control token nothing.
+ * - nv_tokenizer_is_eog(): EOS, EOT, EOM and the control tokens <|im_end|>, <|endoftext|>,
+ *   <|eot_id|>, <|end_of_text|>, <|eom_id|>, <end_of_turn> (for llama2.c's: BOS and EOS).
  * - A loaded tokenizer is immutable: every function may be called from many threads at once. */
 #ifndef NV_TOKENIZER_H
 #define NV_TOKENIZER_H
@@ -37,6 +54,12 @@ nv_err nv_tokenizer_load_for_model(const char *path, int vocab_size, nv_tokenize
 void nv_tokenizer_free(nv_tokenizer *t);
 
 int nv_tokenizer_vocab_size(const nv_tokenizer *t);
+/* The BOS id (-1 when the vocabulary has none). */
+int nv_tokenizer_bos(const nv_tokenizer *t);
+/* 1 when id ends a generation (see above). */
+int nv_tokenizer_is_eog(const nv_tokenizer *t, int id);
+/* 1 for a byte-level BPE vocabulary. */
+int nv_tokenizer_byte_level(const nv_tokenizer *t);
 /* The piece as stored (NUL-terminated copy), NULL if id is out of range. */
 const char *nv_tokenizer_piece(const nv_tokenizer *t, int id);
 /* The piece's score; 0 if id is out of range. */
@@ -44,7 +67,9 @@ float nv_tokenizer_score(const nv_tokenizer *t, int id);
 /* Id of the piece equal to str, or -1. */
 int nv_tokenizer_lookup(const nv_tokenizer *t, const char *str);
 
-/* Encodes text; *tokens is allocated here (caller frees), at most strlen(text) + 3 ids. */
+/* Encodes text; *tokens is allocated here (caller frees), at most strlen(text) + 3 ids. bos: BOS
+ * first (byte-level vocabularies: only when they ask for it, or when the text gives no token at
+ * all); eos: EOS last. Only a byte-level vocabulary without BOS can give 0 ids. */
 nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens,
                            int *n_tokens);
 /* Text to print for token following prev_token; NULL if token is out of range. */

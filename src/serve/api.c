@@ -223,7 +223,7 @@ static int prompt_from_ids(const nv_api_ctx *ctx, const cJSON *arr, nv_api_reque
         nv_buf b = {0};
         for (int j = 0; j < n; j++) {
             int id = out->prompt_ids[j];
-            if (id == NV_TOKEN_BOS) continue;
+            if (id == nv_tokenizer_bos(ctx->tok)) continue;
             const char *p = nv_tokenizer_decode(ctx->tok, j ? out->prompt_ids[j - 1] : NV_TOKEN_BOS, id);
             if (p) nv_buf_puts(&b, p);
         }
@@ -239,6 +239,10 @@ static int prompt_from_text(const nv_api_ctx *ctx, const char *text, const char 
                             nv_api_error *err) {
     if (nv_tokenizer_encode(ctx->tok, text, 1, 0, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
         nv_api_error_set(err, 500, "server_error", NULL, param, "cannot tokenize the prompt: %s", nv_errmsg());
+        return err->status;
+    }
+    if (out->req.n_prompt == 0) {
+        nv_api_error_set(err, E400, NULL, param, "'%s' gives no tokens (this vocabulary has no BOS to start from)", param);
         return err->status;
     }
     if (out->echo) {
@@ -376,6 +380,9 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     }
     if (!rc && nv_chat_render(ctx->tmpl, ctx->tok, m, n, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
         nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
+        rc = err->status;
+    } else if (!rc && out->req.n_prompt == 0) {
+        nv_api_error_set(err, E400, NULL, "messages", "'messages' give no tokens (this vocabulary has no BOS to start from)");
         rc = err->status;
     }
     if (texts)
@@ -643,7 +650,7 @@ static char *print_free(cJSON *root) {
 /* A token's piece as the text shows it (after BOS, without its leading space; BOS itself, which
  * an echoed prompt may begin with, shows nothing). */
 static const char *token_piece(const nv_api_meta *m, int prev, int tok) {
-    if (tok == NV_TOKEN_BOS) return "";
+    if (tok == nv_tokenizer_bos(m->lp_tok)) return "";
     const char *piece = nv_tokenizer_decode(m->lp_tok, prev, tok);
     return piece ? piece : "";
 }

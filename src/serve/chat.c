@@ -6,20 +6,23 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2"};
+static const char *const names[] = {"plain", "chatml", "llama2", "llama3"};
+#define N_TEMPLATES (int)(sizeof names / sizeof names[0])
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_TEMPLATES; i++)
         if (strcmp(name, names[i]) == 0) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2)", name);
+    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3)", name);
 }
 
-const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < 3 ? names[t] : "?"; }
+const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
 
-const char *nv_chat_template_stop(nv_chat_template t) { return t == NV_CHAT_CHATML ? "<|im_end|>" : NULL; }
+const char *nv_chat_template_stop(nv_chat_template t) {
+    return t == NV_CHAT_CHATML ? "<|im_end|>" : t == NV_CHAT_LLAMA3 ? "<|eot_id|>" : NULL;
+}
 
 int nv_chat_role_known(const char *role) {
     return !strcmp(role, "system") || !strcmp(role, "developer") || !strcmp(role, "user") || !strcmp(role, "assistant");
@@ -120,12 +123,17 @@ nv_err nv_chat_render(nv_chat_template t, const nv_tokenizer *tok, const nv_chat
             if (t == NV_CHAT_CHATML) {
                 nv_buf_printf(&text, "<|im_start|>%s\n%s<|im_end|>\n", is_system(m[i].role) ? "system" : m[i].role,
                               m[i].content);
+            } else if (t == NV_CHAT_LLAMA3) {
+                nv_buf_printf(&text, "<|start_header_id|>%s<|end_header_id|>\n\n", is_system(m[i].role) ? "system" : m[i].role);
+                put_stripped(&text, m[i].content);
+                nv_buf_puts(&text, "<|eot_id|>");
             } else {
                 if (i) nv_buf_puts(&text, "\n");
                 nv_buf_puts(&text, m[i].content);
             }
         }
         if (t == NV_CHAT_CHATML) nv_buf_puts(&text, "<|im_start|>assistant\n");
+        if (t == NV_CHAT_LLAMA3) nv_buf_puts(&text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         if (text.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
         else e = ids_add_text(&out, tok, text.data ? text.data : "", 1, 0);
         nv_buf_free(&text);

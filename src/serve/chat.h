@@ -1,6 +1,7 @@
 /* Chat templates: turning a list of chat messages into the prompt's token ids.
  *
- * Contract (every template starts with BOS, as the Llama-family models here expect):
+ * Contract (every template starts with BOS where the vocabulary prepends one: llama2.c's always,
+ * byte-level ones when they ask for it; their special tokens' text becomes those tokens):
  * - plain: the messages' contents joined by "\n", no role markers, encoded as one text; the
  *   assistant continues the text. For a single message this is exactly the tokens
  *   /v1/completions gives the same text. llama2.c checkpoints carry no template, so plain is
@@ -11,6 +12,10 @@
  *   system messages folded into the first user turn as "<<SYS>>\nSYSTEM\n<</SYS>>\n\n", and
  *   the last user turn as BOS "[INST] USER [/INST]". Consecutive user messages are joined by
  *   "\n\n". A final assistant message is continued (no EOS after it).
+ * - llama3: Meta's Llama 3 format: BOS (when the vocabulary prepends one), then per message
+ *   "<|start_header_id|>ROLE<|end_header_id|>\n\n" CONTENT (trimmed) "<|eot_id|>", then
+ *   "<|start_header_id|>assistant<|end_header_id|>\n\n"; generation also stops at the text
+ *   "<|eot_id|>". With a byte-level vocabulary the markers are its special tokens.
  * Roles: system, developer (as system), user, assistant. */
 #ifndef NV_SERVE_CHAT_H
 #define NV_SERVE_CHAT_H
@@ -18,7 +23,7 @@
 #include "base/err.h"
 #include "model/tokenizer.h"
 
-typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2 } nv_chat_template;
+typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3 } nv_chat_template;
 
 typedef struct {
     const char *role;

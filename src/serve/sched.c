@@ -662,7 +662,7 @@ static void lp_compute(const float *raw, int n, int tok, int k, nv_token_lp *out
 /* A sampled token: text, stop strings, limits (loop thread, no lock). */
 static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
     const nv_config *c = &s->model->config;
-    if (tok == NV_TOKEN_BOS || tok == NV_TOKEN_EOS) {
+    if (nv_tokenizer_is_eog(s->tok, tok)) {
         r->fin = NV_FINISH_STOP;
         flush_text(r, 1);
         return;

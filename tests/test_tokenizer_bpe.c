@@ -1,0 +1,353 @@
+/* Byte-level BPE vocabularies (GGUF tokenizer.ggml.model "gpt2": Llama 3, Qwen2/Qwen3): a small
+ * vocabulary written here as a vocab-only GGUF, whose merges are chosen so that a wrong split,
+ * a wrong merge order or a merge across pieces gives different ids than the right ones. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "model/tokenizer.h"
+#include "t.h"
+
+/* GPT-2's bytes_to_unicode, written out independently of the tokenizer's. */
+static void stand_in(int b, char *out) {
+    static int cp[256], ready;
+    if (!ready) {
+        int n = 0;
+        for (int x = 0; x < 256; x++) cp[x] = -1;
+        for (int x = 33; x <= 126; x++) cp[x] = x;
+        for (int x = 161; x <= 172; x++) cp[x] = x;
+        for (int x = 174; x <= 255; x++) cp[x] = x;
+        for (int x = 0; x < 256; x++)
+            if (cp[x] < 0) cp[x] = 256 + n++;
+        ready = 1;
+    }
+    int c = cp[b];
+    if (c < 0x80) {
+        out[0] = (char)c;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | c >> 6);
+        out[1] = (char)(0x80 | (c & 0x3F));
+        out[2] = 0;
+    }
+}
+
+/* Text in stand-ins: "Ġthe" for " the". */
+static void spell(const char *text, char *out) {
+    out[0] = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) stand_in(*p, out + strlen(out));
+}
+
+static const char *merges_text[][2] = {
+    {" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"}, {" ", "c"}, {"a", "t"}, {" c", "at"}, {"1", "2"},
+    {"\n", "\n"}, {"e", "r"}, {"h", "er"}, {" ", " "}, {"\xc3", "\xa9"}, {"\xa9", "!"}, {"'", "l"}, {"'l", "l"},
+};
+#define N_MERGES (int)(sizeof merges_text / sizeof merges_text[0])
+static const char *specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"};
+static const int special_type[] = {3, 3, 3, 4};
+enum { ID_ENDOFTEXT = 256 + N_MERGES, ID_IM_START, ID_IM_END, ID_THINK, ID_THERE, N_TOKENS };
+
+typedef struct {
+    const char *pre;  /* NULL: no tokenizer.ggml.pre */
+    int bos, eos;     /* -1: absent */
+    int add_bos;      /* -1: absent */
+    int drop_byte;    /* >= 0: leave this byte's token out (its slot becomes another piece) */
+    int bad_merge;    /* write a merge without a space */
+} vocab_opts;
+
+static void kv_key(nv_buf *w, const char *k, uint32_t type) {
+    uint64_t n = strlen(k);
+    nv_buf_append(w, &n, 8);
+    nv_buf_append(w, k, n);
+    nv_buf_append(w, &type, 4);
+}
+static void put_str(nv_buf *w, const char *s) {
+    uint64_t n = strlen(s);
+    nv_buf_append(w, &n, 8);
+    nv_buf_append(w, s, n);
+}
+
+static void token_text(int id, char *out) {
+    if (id < 256) stand_in(id, out);
+    else if (id < 256 + N_MERGES) {
+        char a[64], b[64];
+        spell(merges_text[id - 256][0], a);
+        spell(merges_text[id - 256][1], b);
+        snprintf(out, 128, "%s%s", a, b);
+    } else if (id < ID_THERE) strcpy(out, specials[id - ID_ENDOFTEXT]);
+    else spell(" there", out); /* a whole word no merge makes: only ignore_merges finds it */
+}
+
+static void write_vocab(const char *path, const vocab_opts *o) {
+    nv_buf w = {0};
+    nv_buf_append(&w, "GGUF", 4);
+    uint32_t version = 3;
+    uint64_t nt = 0, nkv = 5 + (o->pre != NULL) + (o->bos >= 0) + (o->eos >= 0) + (o->add_bos >= 0);
+    nv_buf_append(&w, &version, 4);
+    nv_buf_append(&w, &nt, 8);
+    nv_buf_append(&w, &nkv, 8);
+    kv_key(&w, "general.architecture", 8);
+    put_str(&w, "llama");
+    kv_key(&w, "tokenizer.ggml.model", 8);
+    put_str(&w, "gpt2");
+    if (o->pre) {
+        kv_key(&w, "tokenizer.ggml.pre", 8);
+        put_str(&w, o->pre);
+    }
+    kv_key(&w, "tokenizer.ggml.tokens", 9);
+    uint32_t et = 8;
+    uint64_t n = N_TOKENS;
+    nv_buf_append(&w, &et, 4);
+    nv_buf_append(&w, &n, 8);
+    for (int i = 0; i < N_TOKENS; i++) {
+        char t[128];
+        if (i == o->drop_byte) strcpy(t, "[unused]");
+        else token_text(i, t);
+        put_str(&w, t);
+    }
+    kv_key(&w, "tokenizer.ggml.token_type", 9);
+    et = 5;
+    nv_buf_append(&w, &et, 4);
+    nv_buf_append(&w, &n, 8);
+    for (int i = 0; i < N_TOKENS; i++) {
+        int32_t ty = i >= ID_ENDOFTEXT && i < ID_THERE ? special_type[i - ID_ENDOFTEXT] : 1;
+        nv_buf_append(&w, &ty, 4);
+    }
+    kv_key(&w, "tokenizer.ggml.merges", 9);
+    et = 8;
+    n = N_MERGES;
+    nv_buf_append(&w, &et, 4);
+    nv_buf_append(&w, &n, 8);
+    for (int i = 0; i < N_MERGES; i++) {
+        char a[64], b[64], m[160];
+        spell(merges_text[i][0], a);
+        spell(merges_text[i][1], b);
+        snprintf(m, sizeof m, o->bad_merge && i == 3 ? "%s%s" : "%s %s", a, b);
+        put_str(&w, m);
+    }
+    if (o->bos >= 0) {
+        kv_key(&w, "tokenizer.ggml.bos_token_id", 4);
+        uint32_t v = (uint32_t)o->bos;
+        nv_buf_append(&w, &v, 4);
+    }
+    if (o->eos >= 0) {
+        kv_key(&w, "tokenizer.ggml.eos_token_id", 4);
+        uint32_t v = (uint32_t)o->eos;
+        nv_buf_append(&w, &v, 4);
+    }
+    if (o->add_bos >= 0) {
+        kv_key(&w, "tokenizer.ggml.add_bos_token", 7);
+        uint8_t v = (uint8_t)o->add_bos;
+        nv_buf_append(&w, &v, 1);
+    }
+    FILE *f = fopen(path, "wb");
+    T_CHECK(f && fwrite(w.data, 1, w.len, f) == w.len, "cannot write %s", path);
+    if (f) fclose(f);
+    nv_buf_free(&w);
+}
+
+static char tmp_path[256];
+
+static nv_tokenizer *load_vocab(const vocab_opts *o) {
+    snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_%d.gguf", (int)getpid());
+    write_vocab(tmp_path, o);
+    nv_tokenizer *t = NULL;
+    nv_err e = nv_tokenizer_load(tmp_path, 0, &t);
+    T_CHECK(e == NV_OK, "load: %s", nv_errmsg());
+    remove(tmp_path);
+    return t;
+}
+
+static vocab_opts qwen(void) { return (vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0}; }
+static vocab_opts llama3(void) { return (vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0}; }
+
+/* The id of the token whose text (in plain bytes) is s. */
+static int id_of(const nv_tokenizer *t, const char *s) {
+    char sp[256];
+    spell(s, sp);
+    return nv_tokenizer_lookup(t, sp);
+}
+
+static void expect_ids(const nv_tokenizer *t, const char *text, int bos, const int *want, int n_want) {
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_tokenizer_encode(t, text, bos, 0, &ids, &n) == NV_OK, "encode: %s", nv_errmsg());
+    int same = n == n_want;
+    for (int i = 0; same && i < n; i++) same = ids[i] == want[i];
+    if (!same) {
+        char got[512] = "", exp[512] = "";
+        for (int i = 0; i < n && strlen(got) < 480; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%d ", ids[i]);
+        for (int i = 0; i < n_want && strlen(exp) < 480; i++) snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%d ", want[i]);
+        T_CHECK(same, "'%s': got [%s] want [%s]", text, got, exp);
+    }
+    free(ids);
+}
+#define EXPECT(t, text, bos, ...)                                                                                      \
+    do {                                                                                                               \
+        const int w_[] = {__VA_ARGS__};                                                                                \
+        expect_ids(t, text, bos, w_, (int)(sizeof w_ / sizeof w_[0]));                                                 \
+    } while (0)
+
+static void test_merges_by_rank_within_pieces(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0});
+    if (!t) return;
+    T_CHECK(nv_tokenizer_byte_level(t) == 1, "byte level");
+    EXPECT(t, " the cat", 1, id_of(t, " the"), id_of(t, " cat"));
+    /* h-e (rank 1) before e-r (rank 9): "he" + "r", never "h" + "er" -> "her" */
+    EXPECT(t, "her", 1, id_of(t, "he"), 'r');
+    /* "  a": \s+(?!\S) takes one space, " a" is the next piece: the "  " merge cannot cross them */
+    EXPECT(t, "  a", 0, id_of(t, " "), id_of(t, " "), 'a');
+    EXPECT(t, "x  ", 0, 'x', id_of(t, "  "));
+    /* newlines are their own piece, merged inside it */
+    EXPECT(t, "a\n\nb", 0, 'a', id_of(t, "\n\n"), 'b');
+    /* qwen2 splits digits one by one: "12" never merges */
+    EXPECT(t, "123", 0, '1', '2', '3');
+    /* contractions are pieces: "'ll" merges, and not with the letters before it */
+    EXPECT(t, "I'll", 0, 'I', id_of(t, "'ll"));
+    /* \p{L} is Unicode: 'é' is a letter, so "é!" is two pieces and "©!" (its second byte + '!') cannot merge */
+    EXPECT(t, "\xc3\xa9!", 0, id_of(t, "\xc3\xa9"), '!');
+    /* a whole-word token is not taken without ignore_merges */
+    EXPECT(t, " there", 0, id_of(t, " the"), 'r', 'e');
+    nv_tokenizer_free(t);
+}
+
+static void test_llama3_split_and_ignore_merges(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0});
+    if (!t) return;
+    /* digits in threes: "12345" -> "123" "45" */
+    EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
+    EXPECT(t, " there", 0, ID_THERE);
+    /* llama-bpe asks for BOS unless the file says otherwise */
+    EXPECT(t, "at", 1, ID_ENDOFTEXT, id_of(t, "at"));
+    nv_tokenizer_free(t);
+    t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 0, -1, 0});
+    if (!t) return;
+    EXPECT(t, "at", 1, id_of(t, "at"));
+    nv_tokenizer_free(t);
+}
+
+static void test_specials_and_decode(void) {
+    vocab_opts o = qwen();
+    nv_tokenizer *t = load_vocab(&o);
+    if (!t) return;
+    EXPECT(t, "<|im_start|>user\nhi<|im_end|>", 1, ID_IM_START, 'u', 's', id_of(t, "er"), id_of(t, "\n"), 'h', 'i',
+           ID_IM_END);
+    /* the longest special wins; a half-written one is plain text */
+    EXPECT(t, "<think>x<|im_end", 0, ID_THINK, 'x', '<', '|', 'i', 'm', '_', 'e', 'n', 'd');
+    T_CHECK(strcmp(nv_tokenizer_decode(t, 0, ID_IM_START), "") == 0, "control tokens print nothing");
+    T_CHECK(strcmp(nv_tokenizer_decode(t, 0, ID_THINK), "<think>") == 0, "user-defined tokens print their text");
+    T_CHECK(strcmp(nv_tokenizer_decode(t, 0, id_of(t, " cat")), " cat") == 0, "normal tokens print their bytes");
+    T_CHECK(strcmp(nv_tokenizer_decode(t, 0, id_of(t, "\n\n")), "\n\n") == 0, "newlines");
+    T_CHECK(nv_tokenizer_decode(t, 0, N_TOKENS) == NULL, "out of range");
+    T_CHECK(nv_tokenizer_is_eog(t, ID_IM_END) && nv_tokenizer_is_eog(t, ID_ENDOFTEXT), "ends of generation");
+    T_CHECK(!nv_tokenizer_is_eog(t, ID_IM_START) && !nv_tokenizer_is_eog(t, 1), "not ends");
+    T_CHECK(nv_tokenizer_bos(t) == ID_ENDOFTEXT, "bos");
+    /* qwen2 does not prepend BOS, except to give an empty text something to start from */
+    EXPECT(t, "at", 1, id_of(t, "at"));
+    EXPECT(t, "", 1, ID_ENDOFTEXT);
+    int *ids = NULL, n = -1;
+    T_CHECK(nv_tokenizer_encode(t, "", 0, 0, &ids, &n) == NV_OK && n == 0, "empty without bos");
+    free(ids);
+    EXPECT(t, "at", 0, id_of(t, "at"));
+    T_CHECK(nv_tokenizer_encode(t, "at", 0, 1, &ids, &n) == NV_OK && n == 2 && ids[1] == ID_IM_END, "eos appended");
+    free(ids);
+    nv_tokenizer_free(t);
+}
+
+/* Any text without special tokens' text comes back byte for byte, invalid UTF-8 included. */
+static void test_roundtrip_random(void) {
+    for (int v = 0; v < 2; v++) {
+        vocab_opts o = v ? llama3() : qwen();
+        nv_tokenizer *t = load_vocab(&o);
+        if (!t) return;
+        static const char *parts[] = {" ", "  ", "\n", "\r\n", "\t", "the", " cat", "her", "I'll", "'S", "12", "345",
+                                      "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "!", "?!", "\xff", "\xc3", "\x80",
+                                      "<", "|>", "x", "\x01", "\x7f", "\xc2\xa0"};
+        uint64_t s = 0x9E3779B97F4A7C15ull + (uint64_t)v;
+        for (int round = 0; round < 400; round++) {
+            char text[512];
+            size_t len = 0;
+            int parts_n = 1 + (int)((s >> 33) % 30);
+            for (int i = 0; i < parts_n; i++) {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                const char *p = parts[(s >> 20) % (sizeof parts / sizeof parts[0])];
+                if (len + strlen(p) + 1 >= sizeof text) break;
+                memcpy(text + len, p, strlen(p));
+                len += strlen(p);
+            }
+            text[len] = 0;
+            int *ids = NULL, n = 0;
+            if (nv_tokenizer_encode(t, text, 0, 0, &ids, &n) != NV_OK) {
+                T_CHECK(0, "encode failed: %s", nv_errmsg());
+                break;
+            }
+            nv_buf back = {0};
+            for (int i = 0; i < n; i++) nv_buf_puts(&back, nv_tokenizer_decode(t, i ? ids[i - 1] : -1, ids[i]));
+            T_CHECK(back.len == len && memcmp(back.data, text, len) == 0, "round %d: '%s' came back as '%s'", round, text,
+                    back.data ? back.data : "");
+            T_CHECK(n <= (int)len, "no more ids than bytes");
+            nv_buf_free(&back);
+            free(ids);
+        }
+        nv_tokenizer_free(t);
+    }
+}
+
+static void expect_refused(const vocab_opts *o, nv_err want, const char *what) {
+    snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_bad_%d.gguf", (int)getpid());
+    write_vocab(tmp_path, o);
+    nv_tokenizer *t = NULL;
+    nv_err e = nv_tokenizer_load(tmp_path, 0, &t);
+    T_CHECK(e == want && t == NULL, "%s: got %d (%s)", what, (int)e, e ? nv_errmsg() : "loaded");
+    if (e != NV_OK) T_CHECK(strstr(nv_errmsg(), tmp_path) != NULL, "%s: the message names the file: %s", what, nv_errmsg());
+    nv_tokenizer_free(t);
+    remove(tmp_path);
+}
+
+static void test_refused(void) {
+    vocab_opts o = qwen();
+    o.pre = "some-future-model";
+    expect_refused(&o, NV_EUNSUPPORTED, "unknown pre-tokenizer");
+    o = qwen();
+    o.drop_byte = 'q';
+    expect_refused(&o, NV_EFORMAT, "a byte without a token");
+    o = qwen();
+    o.bad_merge = 1;
+    expect_refused(&o, NV_EFORMAT, "a merge without a space");
+    /* the model's vocabulary size must match */
+    o = qwen();
+    snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_size_%d.gguf", (int)getpid());
+    write_vocab(tmp_path, &o);
+    nv_tokenizer *t = NULL;
+    T_CHECK(nv_tokenizer_load_for_model(tmp_path, N_TOKENS + 1, &t) == NV_EFORMAT && !t, "size mismatch refused");
+    T_CHECK(nv_tokenizer_load_for_model(tmp_path, N_TOKENS, &t) == NV_OK && t, "size match loads");
+    nv_tokenizer_free(t);
+    remove(tmp_path);
+}
+
+/* No pre-tokenizer named: GPT-2's split (digits together, no ignore_merges, no BOS). */
+static void test_gpt2_default(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){NULL, -1, -1, -1, -1, 0});
+    if (!t) return;
+    EXPECT(t, "12 the", 1, id_of(t, "12"), id_of(t, " the"));
+    T_CHECK(nv_tokenizer_bos(t) == -1, "no BOS");
+    int *ids = NULL, n = -1;
+    T_CHECK(nv_tokenizer_encode(t, "", 1, 0, &ids, &n) == NV_OK && n == 0, "no BOS to start from: nothing");
+    free(ids);
+    T_CHECK(nv_tokenizer_is_eog(t, ID_IM_END) && nv_tokenizer_is_eog(t, ID_ENDOFTEXT), "end tokens found by name");
+    nv_tokenizer_free(t);
+}
+
+int main(void) {
+    T_RUN(test_merges_by_rank_within_pieces);
+    T_RUN(test_llama3_split_and_ignore_merges);
+    T_RUN(test_specials_and_decode);
+    T_RUN(test_roundtrip_random);
+    T_RUN(test_refused);
+    T_RUN(test_gpt2_default);
+    return t_done();
+}
