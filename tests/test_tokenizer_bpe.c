@@ -8,6 +8,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "t.h"
 
@@ -342,6 +343,47 @@ static void test_gpt2_default(void) {
     nv_tokenizer_free(t);
 }
 
+/* Written out (vocab-only GGUF) and read back: the same pieces, ids, special ids and encodings. */
+static void test_write_read_back(void) {
+    for (int v = 0; v < 2; v++) {
+        vocab_opts o = v ? llama3() : qwen();
+        if (v) o.add_bos = 0;
+        nv_tokenizer *t = load_vocab(&o), *u = NULL;
+        if (!t) return;
+        char path[256];
+        snprintf(path, sizeof path, "/tmp/nerve_bpe_back_%d.gguf", (int)getpid());
+        T_CHECK(nv_gguf_save_vocab(t, path) == NV_OK, "save: %s", nv_errmsg());
+        T_CHECK(nv_tokenizer_load(path, 0, &u) == NV_OK, "load back: %s", nv_errmsg());
+        remove(path);
+        if (!u) {
+            nv_tokenizer_free(t);
+            return;
+        }
+        T_CHECK(nv_tokenizer_vocab_size(u) == nv_tokenizer_vocab_size(t) && nv_tokenizer_byte_level(u), "size");
+        for (int i = 0; i < nv_tokenizer_vocab_size(t); i++) {
+            T_CHECK(!strcmp(nv_tokenizer_piece(t, i), nv_tokenizer_piece(u, i)), "piece %d", i);
+            T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, i), nv_tokenizer_decode(u, 0, i)), "text %d", i);
+            T_CHECK(nv_tokenizer_is_eog(t, i) == nv_tokenizer_is_eog(u, i), "eog %d", i);
+        }
+        nv_bpe_view a, b;
+        T_CHECK(nv_tokenizer_bpe_view(t, &a) && nv_tokenizer_bpe_view(u, &b), "views");
+        T_CHECK(a.bos == b.bos && a.eos == b.eos && a.add_bos == b.add_bos && a.n_merges == b.n_merges &&
+                    !strcmp(a.pre, b.pre) && !memcmp(a.merge_pair, b.merge_pair, 2 * sizeof(int32_t) * (size_t)a.n_merges),
+                "specials, merges and pre-tokenizer kept");
+        static const char *texts[] = {" the cat", "her 12345 I'll", "\xc3\xa9!", "<|im_start|>user\nhi<|im_end|>", "  a\n\nb", ""};
+        for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+            int *x = NULL, *y = NULL, nx = 0, ny = 0;
+            T_CHECK(nv_tokenizer_encode(t, texts[k], 1, 0, &x, &nx) == NV_OK && nv_tokenizer_encode(u, texts[k], 1, 0, &y, &ny) == NV_OK &&
+                        nx == ny && !memcmp(x, y, (size_t)nx * sizeof(int)),
+                    "'%s' encodes the same", texts[k]);
+            free(x);
+            free(y);
+        }
+        nv_tokenizer_free(t);
+        nv_tokenizer_free(u);
+    }
+}
+
 int main(void) {
     T_RUN(test_merges_by_rank_within_pieces);
     T_RUN(test_llama3_split_and_ignore_merges);
@@ -349,5 +391,6 @@ int main(void) {
     T_RUN(test_roundtrip_random);
     T_RUN(test_refused);
     T_RUN(test_gpt2_default);
+    T_RUN(test_write_read_back);
     return t_done();
 }

@@ -1003,8 +1003,54 @@ static void kv_str(nv_buf *b, const char *key, const char *v) {
     ob_str(b, v, strlen(v));
 }
 
-/* The vocabulary as GGUF's SentencePiece arrays: pieces with U+2581 for spaces, scores, types. */
+/* A byte-level vocabulary as it was read: pieces, types, merges "A B" in rank order, the
+ * pre-tokenizer's name and the special ids. */
+static int vocab_kvs_bpe(nv_buf *b, const nv_tokenizer *tok, const nv_bpe_view *v) {
+    const int n = nv_tokenizer_vocab_size(tok);
+    int count = 6; /* model, pre, tokens, token_type, merges, add_bos_token; then the ids present */
+    kv_str(b, "tokenizer.ggml.model", "gpt2");
+    kv_str(b, "tokenizer.ggml.pre", v->pre[0] ? v->pre : "default");
+    ob_key(b, "tokenizer.ggml.tokens", GG_ARR);
+    ob_u32(b, GG_STR);
+    ob_u64(b, (uint64_t)n);
+    for (int i = 0; i < n; i++) ob_str(b, nv_tokenizer_piece(tok, i), strlen(nv_tokenizer_piece(tok, i)));
+    ob_key(b, "tokenizer.ggml.token_type", GG_ARR);
+    ob_u32(b, GG_I32);
+    ob_u64(b, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        int32_t type = v->type[i];
+        nv_buf_append(b, &type, 4);
+    }
+    ob_key(b, "tokenizer.ggml.merges", GG_ARR);
+    ob_u32(b, GG_STR);
+    ob_u64(b, (uint64_t)v->n_merges);
+    for (int r = 0; r < v->n_merges; r++) {
+        const char *l = nv_tokenizer_piece(tok, v->merge_pair[2 * r]), *rt = nv_tokenizer_piece(tok, v->merge_pair[2 * r + 1]);
+        ob_u64(b, strlen(l) + 1 + strlen(rt));
+        nv_buf_append(b, l, strlen(l));
+        nv_buf_append(b, " ", 1);
+        nv_buf_append(b, rt, strlen(rt));
+    }
+    const struct {
+        const char *key;
+        int id;
+    } ids[] = {{"tokenizer.ggml.bos_token_id", v->bos}, {"tokenizer.ggml.eos_token_id", v->eos},
+               {"tokenizer.ggml.eot_token_id", v->eot}, {"tokenizer.ggml.eom_token_id", v->eom}};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (ids[i].id >= 0) {
+            kv_u32(b, ids[i].key, (uint32_t)ids[i].id);
+            count++;
+        }
+    ob_key(b, "tokenizer.ggml.add_bos_token", GG_BOOL);
+    nv_buf_append(b, &(uint8_t){(uint8_t)(v->add_bos != 0)}, 1);
+    return count;
+}
+
+/* The vocabulary as GGUF's SentencePiece arrays: pieces with U+2581 for spaces, scores, types
+ * (a byte-level one as its own arrays). */
 static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
+    nv_bpe_view v;
+    if (nv_tokenizer_bpe_view(tok, &v)) return vocab_kvs_bpe(b, tok, &v);
     const int n = nv_tokenizer_vocab_size(tok);
     kv_str(b, "tokenizer.ggml.model", "llama");
     ob_key(b, "tokenizer.ggml.tokens", GG_ARR);
@@ -1080,8 +1126,6 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0)
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0 or Q4_0)", path, type);
-    if (tok && nv_tokenizer_byte_level(tok))
-        return nv_fail(NV_EUNSUPPORTED, "%s: writing a byte-level BPE vocabulary is not supported (SentencePiece ones only)", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
     /* qwen3: the query and key rows (and QK-norm weights) in that architecture's RoPE order, in copies */
@@ -1175,5 +1219,20 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     nv_buf_free(&b);
     free(t);
     free(qk_copy);
+    return e;
+}
+
+nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path) {
+    nv_buf b = {0};
+    nv_buf_append(&b, "GGUF", 4);
+    ob_u32(&b, 3);
+    ob_u64(&b, 0);
+    size_t kv_at = b.len;
+    ob_u64(&b, 0);
+    kv_str(&b, "general.architecture", "llama");
+    uint64_t n_kv = 1 + (uint64_t)vocab_kvs(&b, tok);
+    if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
+    nv_err e = b.oom ? nv_fail(NV_ENOMEM, "out of memory") : nv_file_write_atomic(path, &(nv_iov){b.data, b.len}, 1);
+    nv_buf_free(&b);
     return e;
 }

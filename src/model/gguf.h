@@ -90,6 +90,8 @@ nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
  * NV_GGUF_F16: every matrix in fp16 (round to nearest even, beyond +-65504 infinite), norms F32.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type);
+/* Writes tok alone as a vocab-only GGUF v3 file (llama.cpp's ggml-vocab-*.gguf kind), atomically. */
+nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path);
 /* 1 when path is a GGUF file whose metadata holds a vocabulary. */
 int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */

@@ -44,6 +44,10 @@ struct nv_tokenizer {
     int32_t *mid;          /* the merged token */
     uint32_t mmask;
     int byte_tok[256];     /* the token of each single byte */
+    int32_t *merge_pair;   /* the merges kept, in rank order: left, right ids (for writing them out) */
+    int n_merges;
+    char pre[64];
+    int eot, eom;
     int *special;          /* control and user-defined ids, grouped by first byte, longest first */
     int special_at[257];   /* special[special_at[b] .. special_at[b+1]) start with byte b */
     pcre2_code *re;        /* the pre-tokenizer's split */
@@ -110,6 +114,7 @@ void nv_tokenizer_free(nv_tokenizer *t) {
     free(t->mrank);
     free(t->mid);
     free(t->special);
+    free(t->merge_pair);
     pcre2_code_free(t->re);
     free(t->arena);
     free(t->off);
@@ -375,7 +380,9 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     t->mkey = calloc(cap, sizeof *t->mkey);
     t->mrank = malloc(cap * sizeof *t->mrank);
     t->mid = malloc(cap * sizeof *t->mid);
-    if (!t->mkey || !t->mrank || !t->mid) return nv_fail(NV_ENOMEM, "%s: out of memory for %d merges", path, v->n_merges);
+    t->merge_pair = malloc(2 * (size_t)(v->n_merges > 0 ? v->n_merges : 1) * sizeof *t->merge_pair);
+    if (!t->mkey || !t->mrank || !t->mid || !t->merge_pair)
+        return nv_fail(NV_ENOMEM, "%s: out of memory for %d merges", path, v->n_merges);
     t->mmask = (uint32_t)(cap - 1);
     int used = 0;
     for (int r = 0; r < v->n_merges; r++) {
@@ -393,8 +400,11 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
         t->mkey[i] = key;
         t->mrank[i] = (uint32_t)r;
         t->mid[i] = ab;
+        t->merge_pair[2 * used] = a;
+        t->merge_pair[2 * used + 1] = b;
         used++;
     }
+    t->n_merges = used;
     if (used == 0 && v->n_merges > 0) return nv_fail(NV_EFORMAT, "%s: none of the %d merges joins two tokens of the vocabulary", path, v->n_merges);
 
     /* special tokens: found in the text before the split, longest first */
@@ -412,6 +422,9 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
 
     t->bos = v->bos;
     t->eos = v->eos;
+    t->eot = v->eot;
+    t->eom = v->eom;
+    snprintf(t->pre, sizeof t->pre, "%s", v->pre);
     t->add_bos = t->bos >= 0 && (v->add_bos >= 0 ? v->add_bos : add_bos_default);
     t->n_eog = 0;
     add_eog(t, v->eos);
@@ -487,6 +500,12 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
 int nv_tokenizer_vocab_size(const nv_tokenizer *t) { return t->n; }
 int nv_tokenizer_bos(const nv_tokenizer *t) { return t->bos; }
 int nv_tokenizer_byte_level(const nv_tokenizer *t) { return t->byte_level; }
+
+int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v) {
+    if (!t->byte_level) return 0;
+    *v = (nv_bpe_view){t->pre, t->type, t->merge_pair, t->n_merges, t->bos, t->eos, t->eot, t->eom, t->add_bos};
+    return 1;
+}
 
 int nv_tokenizer_is_eog(const nv_tokenizer *t, int id) {
     for (int i = 0; i < t->n_eog; i++)

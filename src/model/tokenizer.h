@@ -39,6 +39,8 @@
 #ifndef NV_TOKENIZER_H
 #define NV_TOKENIZER_H
 
+#include <stdint.h>
+
 #include "base/err.h"
 
 typedef struct nv_tokenizer nv_tokenizer;
@@ -60,6 +62,16 @@ int nv_tokenizer_bos(const nv_tokenizer *t);
 int nv_tokenizer_is_eog(const nv_tokenizer *t, int id);
 /* 1 for a byte-level BPE vocabulary. */
 int nv_tokenizer_byte_level(const nv_tokenizer *t);
+/* What a byte-level vocabulary needs to be written out again (pieces: nv_tokenizer_piece). */
+typedef struct {
+    const char *pre;           /* the pre-tokenizer's name as the file gave it ("" when absent) */
+    const uint8_t *type;       /* GGUF token type per id */
+    const int32_t *merge_pair; /* n_merges (left, right) id pairs in rank order */
+    int n_merges;
+    int bos, eos, eot, eom, add_bos; /* ids -1 when absent */
+} nv_bpe_view;
+/* Fills *v and returns 1 for a byte-level vocabulary; 0 otherwise. */
+int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v);
 /* The piece as stored (NUL-terminated copy), NULL if id is out of range. */
 const char *nv_tokenizer_piece(const nv_tokenizer *t, int id);
 /* The piece's score; 0 if id is out of range. */
