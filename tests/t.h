@@ -108,14 +108,14 @@ static inline const char *t_write(const char *name, const void *data, size_t len
     return p;
 }
 
-/* Runs `nerve ARGS` (ARGS already shell-quoted) with no input; t_out and t_err then hold its
- * stdout and stderr. Returns the exit code (128 when it did not exit normally). */
+/* Runs `nerve ARGS` (ARGS already shell-quoted) with stdin read from the file in; t_out and t_err
+ * then hold its stdout and stderr. Returns the exit code (128 when it did not exit normally). */
 static char *t_out, *t_err;
-static inline int t_nerve(const char *args) {
+static inline int t_nerve_stdin(const char *args, const char *in) {
     char cmd[8192], out[700], err[700];
     snprintf(out, sizeof out, "%s/nerve.stdout", t_tmpdir()); /* not t_path: callers hold its buffers */
     snprintf(err, sizeof err, "%s/nerve.stderr", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", t_nerve_bin(), args, out, err);
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s <%s", t_nerve_bin(), args, out, err, in);
     int st = system(cmd);
     free(t_out);
     free(t_err);
@@ -126,6 +126,9 @@ static inline int t_nerve(const char *args) {
     if (!t_err) t_err = calloc(1, 1);
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
+
+/* The same with no input. */
+static inline int t_nerve(const char *args) { return t_nerve_stdin(args, "/dev/null"); }
 
 static inline int t_done(void) {
     free(t_out);

@@ -86,6 +86,18 @@ static void test_tokenize(void) {
     T_CHECK(t_nerve(args) == 0 && strcmp(t_out, "15043 3186\n") == 0, "got '%s' %s", t_out, t_err);
     snprintf(args, sizeof args, "tokenize -z %s --bos 'Hello world'", z);
     T_CHECK(t_nerve(args) == 0 && strcmp(t_out, "1 15043 3186\n") == 0, "got '%s' %s", t_out, t_err);
+    /* NUL-separated texts on stdin, one line each: the last without its NUL, an empty one */
+    snprintf(args, sizeof args, "tokenize -z %s --null-separated", z);
+    char path[600];
+    snprintf(path, sizeof path, "%s/texts", t_tmpdir());
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite("Hello world\0\0Hello", 1, 19, f);
+        fclose(f);
+    }
+    T_CHECK(t_nerve_stdin(args, path) == 0 && strcmp(t_out, "15043 3186\n\n15043\n") == 0, "got '%s' %s", t_out, t_err);
+    snprintf(args, sizeof args, "tokenize -z %s --null-separated 'Hello'", z);
+    T_CHECK(t_nerve(args) == 2 && count_lines(t_err) == 1, "TEXT with --null-separated: %s", t_err);
 }
 
 static void test_bad_input_one_line_errors(void) {
