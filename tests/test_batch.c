@@ -156,7 +156,7 @@ static void test_batch_equals_alone_stories260K(void) {
 }
 
 static void test_batch_equals_alone_qk_norm_gqa(void) {
-    nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-6f, 0, 1}; /* head_dim 12: 8 lanes + 4 */
+    nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-6f, 0, 1, 0, {0}}; /* head_dim 12: 8 lanes + 4 */
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 11);
@@ -169,7 +169,7 @@ static void test_batch_equals_alone_qk_norm_gqa(void) {
 
 /* head_dim 72: the decode rows' 64-dimension path plus an 8-lane remainder, with GQA */
 static void test_batch_equals_alone_wide_heads(void) {
-    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0};
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 5);
@@ -220,7 +220,7 @@ static int quantize_model(nv_model *m) {
 
 /* Block-quantized plans keep batch invariance: the mixed batch equals each sequence alone. */
 static void test_batch_equals_alone_quantized(void) {
-    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0};
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 8);
@@ -233,7 +233,7 @@ static void test_batch_equals_alone_quantized(void) {
 }
 
 static void test_batch_rejects_bad_batches(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0};
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}};
     nv_model m;
     nv_kv_pages kv;
     nv_batch_state bs;
@@ -257,7 +257,7 @@ static void test_batch_rejects_bad_batches(void) {
 }
 
 static void test_kv_pool_accounting(void) {
-    nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0};
+    nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}};
     nv_kv_pool p;
     size_t bb = nv_kv_block_bytes(&c, 16, NV_KV_F32);
     T_CHECK(bb == (size_t)2 * 2 * 16 * 16 * 4, "block bytes %zu", bb);
@@ -288,7 +288,7 @@ static void test_kv_pool_accounting(void) {
 
 /* Keys and values beyond fp16's range are stored as +-65504, not infinity: the logits stay finite. */
 static void test_f16_pages_saturate(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0};
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}};
     nv_model m;
     nv_kv_pages kv;
     nv_batch_state bs;

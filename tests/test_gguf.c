@@ -524,7 +524,7 @@ static void test_serve_declared_template(void) {
  * the same bit for bit; its Q8_0 export read for inference (quantized sources reordered, fp32
  * weights pending) gives the logits of the same file read in full. */
 static void test_qwen3_roundtrip(void) {
-    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1}; /* rows of 64: whole Q8_0 blocks */
+    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1, 0, {0}}; /* rows of 64: whole Q8_0 blocks */
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     if (!m.params) return;
@@ -635,6 +635,83 @@ static void test_qwen3_roundtrip(void) {
     nv_model_free(&m);
 }
 
+/* Llama 3.1+'s RoPE frequency factors (a rope_freqs tensor): written and read back with the
+ * weights, the angles divided pair by pair (against double precision), used by the forward pass,
+ * refused where they cannot be held or when malformed. */
+static void test_rope_factors(void) {
+    gguf_write_model(t_path("plain.gguf"), "llama", 3, 1);
+    nv_model m;
+    T_CHECK(nv_model_load(t_path("plain.gguf"), &m) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    const int hd = m.config.head_dim, half = hd / 2;
+    T_CHECK(m.config.n_rope_factors == 0, "no factors without the tensor");
+    nv_state plain_state;
+    T_CHECK(nv_state_init(&plain_state, &m.config, 4, GW_CTX, 0) == NV_OK, "%s", nv_errmsg());
+    m.config.n_rope_factors = half;
+    for (int i = 0; i < half; i++) m.config.rope_factors[i] = i < half / 2 ? 1.0f : 1.0f + 7.0f * (float)i / (float)half;
+    T_CHECK(nv_gguf_save(&m, NULL, "factors", t_path("factors.gguf"), NV_GGUF_F32) == NV_OK, "%s", nv_errmsg());
+    nv_gguf g;
+    if (nv_gguf_open(t_path("factors.gguf"), &g) == NV_OK) {
+        const nv_gguf_tensor *t = nv_gguf_tensor_find(&g, "rope_freqs.weight");
+        T_CHECK(t && t->type == 0 && t->n_dims == 1 && t->dims[0] == (uint64_t)half &&
+                    !memcmp(t->data, m.config.rope_factors, (size_t)half * 4),
+                "the file holds rope_freqs.weight as F32 [%d]", half);
+        nv_gguf_close(&g);
+    }
+    nv_model b;
+    T_CHECK(nv_model_load(t_path("factors.gguf"), &b) == NV_OK, "%s", nv_errmsg());
+    if (b.params) {
+        T_CHECK(b.config.n_rope_factors == half && !memcmp(b.config.rope_factors, m.config.rope_factors, (size_t)half * 4),
+                "factors read back");
+        float table[GW_CTX * 64];
+        nv_rope_table(table, &b.config, GW_CTX);
+        double worst = 0;
+        for (int pos = 0; pos < GW_CTX; pos++)
+            for (int i = 0; i < half; i++) {
+                const double a = pos * pow((double)b.config.rope_theta, -2.0 * i / hd) / b.config.rope_factors[i];
+                worst = fmax(worst, fabs(table[pos * hd + 2 * i] - cos(a)));
+                worst = fmax(worst, fabs(table[pos * hd + 2 * i + 1] - sin(a)));
+            }
+        T_CHECK(worst < 1e-5, "angles off by %g", worst);
+        /* the forward pass rotates by them: other logits than without, and a state made for the
+           unscaled model is refused */
+        nv_state st;
+        T_CHECK(nv_model_build_plans(&b, NV_ENGINE_SCALAR) == NV_OK && nv_state_init(&st, &b.config, 4, GW_CTX, 0) == NV_OK,
+                "%s", nv_errmsg());
+        T_CHECK(nv_forward(&b, &plain_state, (const int[]){1}, 1, 0) == NV_EINVAL, "a state for other angles refused");
+        T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+        m.config.n_rope_factors = 0;
+        int toks[3] = {1, 3, 5}, differ = 0;
+        for (int p = 0; p < 3; p++) {
+            T_CHECK(nv_forward(&b, &st, &toks[p], 1, p) == NV_OK && nv_forward(&m, &plain_state, &toks[p], 1, p) == NV_OK, "%s",
+                    nv_errmsg());
+            if (p == 0) T_CHECK(!memcmp(st.logits, plain_state.logits, GW_VOCAB * 4), "position 0 does not rotate");
+            else differ |= memcmp(st.logits, plain_state.logits, GW_VOCAB * 4) != 0;
+        }
+        T_CHECK(differ, "the factors change the logits past position 0");
+        nv_state_free(&st);
+        T_CHECK(nv_model_save_v1(&b, t_path("factors.bin")) == NV_EUNSUPPORTED && !nv_config_fits_v1(&b.config),
+                "llama2.c v1 cannot hold them");
+        nv_model_free(&b);
+    }
+    nv_state_free(&plain_state);
+    /* malformed: one factor short, or a factor that is not positive */
+    const char *src = t_path("factors.gguf");
+    size_t size = 0;
+    char *bytes = NULL;
+    nv_file_read_all(src, &bytes, &size);
+    size_t at = find(src, "rope_freqs.weight") + strlen("rope_freqs.weight");
+    expect(variant(src, size, at + 4, (uint64_t[]){(uint64_t)half - 1}, 8), NV_EFORMAT, "rope_freqs one short");
+    m.config.n_rope_factors = half;
+    m.config.rope_factors[1] = 0.0f;
+    T_CHECK(nv_config_validate(&m.config) == NV_EFORMAT, "a zero factor refused");
+    m.config.rope_factors[1] = 1.0f;
+    m.config.n_rope_factors = half - 1;
+    T_CHECK(nv_config_validate(&m.config) == NV_EFORMAT, "a count other than head_dim / 2 refused");
+    free(bytes);
+    nv_model_free(&m);
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
@@ -649,5 +726,6 @@ int main(void) {
     T_RUN(test_f16_export_and_half_plans);
     T_RUN(test_serve_declared_template);
     T_RUN(test_qwen3_roundtrip);
+    T_RUN(test_rope_factors);
     return t_done();
 }

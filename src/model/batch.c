@@ -89,7 +89,7 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
         return nv_fail(NV_ENOMEM, "cannot allocate the batch state (%d rows)", max_rows);
     }
     nv_rope_table(s->rope, c, c->seq_len);
-    s->rope_theta = c->rope_theta;
+    s->rope_key = nv_config_rope_key(c);
     s->head_dim = c->head_dim;
     s->seq_len = c->seq_len;
     return NV_OK;
@@ -369,7 +369,7 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
         return nv_fail(NV_EINVAL, "batch: %d sequences do not fit a state of %d", n_seqs, s->max_seqs);
     if (kv->n_layers != c->n_layers || kv->kv_dim != nv_config_kv_dim(c))
         return nv_fail(NV_EINVAL, "batch: KV pages were made for another model shape");
-    if (s->head_dim != c->head_dim || s->seq_len != c->seq_len || s->rope_theta != c->rope_theta)
+    if (s->head_dim != c->head_dim || s->seq_len != c->seq_len || s->rope_key != nv_config_rope_key(c))
         return nv_fail(NV_EINVAL, "batch: the state was made for another model shape");
     long total = 0;
     for (int i = 0; i < n_seqs; i++) {

@@ -95,7 +95,7 @@ typedef struct {
     float *logits;          /* [max_seqs][vocab] */
     float *rope;            /* [seq_len][head_dim]: cos, sin of each position and pair */
     int step_rows;          /* rows of the last step (0 before the first) */
-    float rope_theta;
+    uint64_t rope_key; /* nv_config_rope_key of the config the table was made for */
     int head_dim, seq_len;
 } nv_batch_state;
 

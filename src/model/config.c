@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/hash.h"
+
 /* Generous bounds: large enough for any Llama-family model we can run, small enough that
  * products of two or three fields fit in 64 bits with room to spare. */
 #define MAX_WIDTH (1 << 17)
@@ -35,7 +37,18 @@ nv_err nv_config_validate(const nv_config *c) {
         return nv_fail(NV_EFORMAT, "model config: rope theta must be positive");
     if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
         return nv_fail(NV_EFORMAT, "model config: norm epsilon must be in (0, 1)");
+    if (c->n_rope_factors != 0 && (c->n_rope_factors != c->head_dim / 2 || c->n_rope_factors > NV_ROPE_FACTORS_MAX))
+        return nv_fail(NV_EFORMAT, "model config: %d RoPE frequency factors for a head of %d (want none or one per pair, at most %d)",
+                       c->n_rope_factors, c->head_dim, NV_ROPE_FACTORS_MAX);
+    for (int i = 0; i < c->n_rope_factors; i++)
+        if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]))
+            return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g; they must be positive", i, c->rope_factors[i]);
     return NV_OK;
+}
+
+uint64_t nv_config_rope_key(const nv_config *c) {
+    uint64_t h = nv_checksum64(&c->rope_theta, sizeof c->rope_theta, (uint64_t)c->head_dim);
+    return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);
 }
 
 uint64_t nv_config_param_count(const nv_config *c) {
@@ -54,11 +67,11 @@ typedef struct {
 } preset;
 
 static const preset presets[] = {
-    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0}},
-    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0}},
-    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0}},
-    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0}},
-    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1}},
+    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
+    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
+    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
+    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
+    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

@@ -12,6 +12,8 @@
 
 #include "base/err.h"
 
+#define NV_ROPE_FACTORS_MAX 256 /* head sizes up to 512 */
+
 typedef struct {
     int dim;          /* residual stream width */
     int hidden_dim;   /* SwiGLU inner width */
@@ -25,12 +27,19 @@ typedef struct {
     float norm_eps;
     int shared_classifier; /* classifier weights are the token embedding */
     int qk_norm;           /* Qwen3: RMSNorm on each query and key head before RoPE */
+    /* Llama 3.1+'s RoPE scaling (a GGUF file's rope_freqs tensor): 0, or head_dim / 2 divisors of the
+     * rotation frequencies, one per pair */
+    int n_rope_factors;
+    float rope_factors[NV_ROPE_FACTORS_MAX];
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
 static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * c->head_dim; }
 
 nv_err nv_config_validate(const nv_config *c);
+/* A key of what sets RoPE's angles (theta, head size, frequency factors): states made for one
+ * config keep it to refuse a model that rotates differently. */
+uint64_t nv_config_rope_key(const nv_config *c);
 /* Number of fp32 parameters (the classifier counted once when shared). */
 uint64_t nv_config_param_count(const nv_config *c);
 

@@ -37,7 +37,7 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     }
     nv_rope_table(s->rope, c, cache_len);
     s->head_dim = c->head_dim;
-    s->rope_theta = c->rope_theta;
+    s->rope_key = nv_config_rope_key(c);
     return NV_OK;
 }
 
@@ -150,6 +150,7 @@ void nv_rope_table(float *cs, const nv_config *c, int npos) {
     for (int i = 0; i < hd; i += 2) {
         /* the float expressions of run.c, so the rotation is bit-identical */
         float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
+        if (c->n_rope_factors) freq /= c->rope_factors[i / 2]; /* Llama 3.1+: llama.cpp's theta / freq_factor */
         for (int pos = 0; pos < npos; pos++) {
             float val = (float)pos * freq;
             cs[(size_t)pos * hd + i] = cosf(val);
@@ -447,7 +448,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {
     const nv_config *c = &m->config;
     if (!m->plans) return nv_fail(NV_EINVAL, "forward: plans not built");
-    if (s->head_dim != c->head_dim || s->rope_theta != c->rope_theta)
+    if (s->head_dim != c->head_dim || s->rope_key != nv_config_rope_key(c))
         return nv_fail(NV_EINVAL, "forward: the state was made for another model shape");
     if (n < 1 || n > s->max_tokens) return nv_fail(NV_EINVAL, "forward: %d tokens do not fit a chunk of %d", n, s->max_tokens);
     if (pos < 0 || pos + n > s->cache_len)

@@ -30,7 +30,7 @@ typedef struct {
     float *kt;          /* [n_heads][head_dim][16]: 16 positions of a head's keys, transposed */
     float *rope;        /* [cache_len][head_dim]: nv_rope_table's cos, sin of every position */
     int head_dim;       /* of the config the state (and its table) was made for */
-    float rope_theta;
+    uint64_t rope_key;  /* nv_config_rope_key of the config the table was made for */
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
     int all_logits;
     float *key_cache;   /* [L][n_kv_heads][cache_len][head_dim]: a head's keys are one run */

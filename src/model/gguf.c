@@ -552,16 +552,14 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     if (rot != head_dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: rotary dimension %lld differs from the head size %lld", g->path, (long long)rot,
                        (long long)head_dim);
-    /* RoPE scaling (linear, YaRN, Llama 3's frequency factors) is not implemented: refuse rather
-     * than run with the wrong positions */
+    /* RoPE scaling by a factor (linear, YaRN) is not implemented: refuse rather than run with the
+     * wrong positions. Llama 3.1+'s per-frequency divisors (the rope_freqs tensor) are. */
     size_t sl = 0;
     const char *scaling = nv_gguf_string(g, akey(k, sizeof k, arch, "rope.scaling.type"), &sl);
     float factor = 1.0f;
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.factor"), 1.0f, &factor));
-    if ((scaling && !name_is(scaling, sl, "none")) || (factor != 1.0f && factor != 0.0f) ||
-        nv_gguf_tensor_find(g, "rope_freqs.weight"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling / rope_freqs), which is not supported",
-                       g->path, arch);
+    if ((scaling && !name_is(scaling, sl, "none")) || (factor != 1.0f && factor != 0.0f))
+        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling), which is not supported", g->path, arch);
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;
@@ -589,6 +587,13 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps));
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
     c->qk_norm = qwen3;
+    if (nv_gguf_tensor_find(g, "rope_freqs.weight")) {
+        if (head_dim / 2 > NV_ROPE_FACTORS_MAX)
+            return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
+                           (long long)head_dim, 2 * NV_ROPE_FACTORS_MAX);
+        c->n_rope_factors = (int)(head_dim / 2);
+        NV_TRY(take(g, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, c->rope_factors));
+    }
     return nv_config_validate(c);
 }
 
@@ -1144,13 +1149,15 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
             return NV_ENOMEM;
         }
     }
-    const size_t nt = tensor_count(c);
+    const size_t nt = tensor_count(c) + (c->n_rope_factors > 0);
     tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) {
         free(qk_copy);
         return nv_fail(NV_ENOMEM, "out of memory");
     }
-    tensor_map(c, &qw.w, t);
+    const size_t nw = tensor_map(c, &qw.w, t);
+    if (c->n_rope_factors) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
+        t[nw] = (tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors};
     const char *arch = arch_name(c->qk_norm);
     char k[96];
     nv_buf b = {0};

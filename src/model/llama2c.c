@@ -272,7 +272,8 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
 }
 
 int nv_config_fits_v1(const nv_config *c) {
-    return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f;
+    return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
+           !c->n_rope_factors;
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
@@ -284,6 +285,8 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     if (c->rope_theta != 10000.0f || c->norm_eps != 1e-5f)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 implies RoPE theta 10000 and norm eps 1e-5 (this model: %g, %g; GGUF says them: name the output .gguf)", path,
                        c->rope_theta, c->norm_eps);
+    if (c->n_rope_factors)
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no RoPE frequency factors (GGUF has: name the output .gguf)", path);
     uint8_t hdr[V1_HEADER_BYTES] = {0};
     uint32_t magic = V1_MAGIC;
     int32_t version = 1;

@@ -27,7 +27,7 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
     int fields[] = {c->dim,        c->hidden_dim, c->n_layers,          c->n_heads, c->n_kv_heads,
                     c->head_dim,   c->vocab_size, c->shared_classifier, c->qk_norm, nv_config_kv_dim(c)};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix_u64(h, (uint64_t)(uint32_t)fields[i]);
-    h = mix_f32(h, c->rope_theta);
+    h = mix_u64(h, nv_config_rope_key(c));
     h = mix_f32(h, c->norm_eps);
     /* the engine of every plan: engines round differently */
     for (int l = 0; m->plans && l < c->n_layers; l++) {

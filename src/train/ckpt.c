@@ -25,6 +25,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
 }
 
 void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
+    memset(c, 0, sizeof *c); /* what the header has no field for: none (training refuses RoPE factors) */
     c->dim = h->dim;
     c->hidden_dim = h->hidden_dim;
     c->n_layers = h->n_layers;
