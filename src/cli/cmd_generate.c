@@ -90,9 +90,11 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
+    /* the KV cache holds the positions this run can reach, not the whole context (131,072 for Llama 3.1) */
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
         nv_sampler_set_penalties(&sampler, presence, frequency) != NV_OK ||
-        nv_state_init(&state, c, PREFILL_CHUNK, c->seq_len, 0) != NV_OK ||
+        nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -102,7 +104,6 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
-    if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
 
     /* Prefill: the prompt tokens whose successors are forced, run in chunks. */
     double t0 = nv_now();
