@@ -864,25 +864,18 @@ static void dx_tile(const nv_plan *p, int t, int kb, uint16_t *U) {
         }
         return;
     }
+    /* amx-int8: the int8 values as bf16 (exact), element by element */
     memset(U, 0, 512 * sizeof(uint16_t));
     for (int h = 0; h < 2; h++) {
         const int ft = 2 * kb + h; /* forward column tile: outputs ft*16 .. +15 */
         if (ft >= p->np) break;
+        const int8_t *F = (const int8_t *)p->pack + ((size_t)ft * (p->kp / 64) + t / 4) * 1024;
         for (int ar = 0; ar < 16; ar++) {
             const int i = (h * 16 + ar) >> 1, e = ar & 1;
             uint16_t *u = U + i * 32 + e;
-            if (p->engine == NV_ENGINE_AMX_INT8) {
-                const int8_t *F = (const int8_t *)p->pack + ((size_t)ft * (p->kp / 64) + t / 4) * 1024;
-                for (int c = 0; c < 16; c++) {
-                    const int jl = (t % 4) * 16 + c; /* input within the 64-deep block */
-                    u[c * 2] = nv_bf16_from_f32((float)F[(jl >> 2) * 64 + ar * 4 + (jl & 3)]);
-                }
-            } else {
-                const uint16_t *F = (const uint16_t *)p->pack + ((size_t)ft * (p->kp / 32) + t / 2) * 512;
-                for (int c = 0; c < 16; c++) {
-                    const int jl = (t % 2) * 16 + c; /* input within the 32-deep block */
-                    u[c * 2] = F[(jl >> 1) * 32 + ar * 2 + (jl & 1)];
-                }
+            for (int c = 0; c < 16; c++) {
+                const int jl = (t % 4) * 16 + c; /* input within the 64-deep block */
+                u[c * 2] = nv_bf16_from_f32((float)F[(jl >> 2) * 64 + ar * 4 + (jl & 3)]);
             }
         }
     }
