@@ -1,4 +1,5 @@
-/* libFuzzer harness: nv_tokenizer_load on untrusted tokenizer.bin files, then encode/decode.
+/* libFuzzer harness: nv_tokenizer_load on untrusted tokenizer.bin files and GGUF vocabularies
+ * (SentencePiece and byte-level BPE), then encode/decode.
  *
  * The input is the tokenizer file. A failure must carry one line of message. When it loads
  * (every entry, vocab_size 0), the harness checks src/model/tokenizer.h's contract:
@@ -15,7 +16,7 @@
 #define FZ_MAX_IDS 2048 /* pieces checked by lookup */
 
 static const char *fixed_text = "Once upon a time, there was a little girl named Lily. \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 "
-                                "<0x41> \x80\xbf\xff\t\n  end";
+                                "<0x41> \x80\xbf\xff\t\n  end I'll 12345 <|im_start|>user<|im_end|><think>";
 
 static volatile size_t sink;
 
@@ -29,8 +30,8 @@ static void check_encode(const nv_tokenizer *t, const char *text, int bos, int e
     FZ_CHECK(n >= 0 && (size_t)n <= strlen(text) + 3, "%d ids for %zu bytes", n, strlen(text));
     /* BOS is not checked: like run.c, the merges may join it with what follows when the
      * vocabulary has such a piece (an empty or odd BOS piece). */
-    FZ_CHECK(!bos || n >= 1, "no ids with BOS asked for");
-    if (eos) FZ_CHECK(n >= 1 && ids[n - 1] == NV_TOKEN_EOS, "no EOS last");
+    FZ_CHECK(!bos || n >= 1 || nv_tokenizer_bos(t) < 0, "no ids with BOS asked for");
+    if (eos && nv_tokenizer_eos(t) >= 0) FZ_CHECK(n >= 1 && ids[n - 1] == nv_tokenizer_eos(t), "no EOS last");
     for (int i = 0; i < n; i++) {
         FZ_CHECK(ids[i] >= 0 && ids[i] < vocab, "id %d out of range [0, %d)", ids[i], vocab);
         const char *p = nv_tokenizer_decode(t, i ? ids[i - 1] : NV_TOKEN_BOS, ids[i]);

@@ -1,6 +1,6 @@
-/* Byte-level BPE vocabularies (GGUF tokenizer.ggml.model "gpt2": Llama 3, Qwen2/Qwen3): a small
- * vocabulary written here as a vocab-only GGUF, whose merges are chosen so that a wrong split,
- * a wrong merge order or a merge across pieces gives different ids than the right ones. */
+/* Byte-level BPE vocabularies (GGUF tokenizer.ggml.model "gpt2": Llama 3, Qwen2/Qwen3), on the
+ * small vocabulary of bpe_write.h, whose merges are chosen so that a wrong split, a wrong merge
+ * order or a merge across pieces gives different ids than the right ones. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,151 +10,14 @@
 #include "base/err.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "bpe_write.h"
 #include "t.h"
-
-/* GPT-2's bytes_to_unicode, written out independently of the tokenizer's. */
-static void stand_in(int b, char *out) {
-    static int cp[256], ready;
-    if (!ready) {
-        int n = 0;
-        for (int x = 0; x < 256; x++) cp[x] = -1;
-        for (int x = 33; x <= 126; x++) cp[x] = x;
-        for (int x = 161; x <= 172; x++) cp[x] = x;
-        for (int x = 174; x <= 255; x++) cp[x] = x;
-        for (int x = 0; x < 256; x++)
-            if (cp[x] < 0) cp[x] = 256 + n++;
-        ready = 1;
-    }
-    int c = cp[b];
-    if (c < 0x80) {
-        out[0] = (char)c;
-        out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | c >> 6);
-        out[1] = (char)(0x80 | (c & 0x3F));
-        out[2] = 0;
-    }
-}
-
-/* Text in stand-ins: "Ġthe" for " the". */
-static void spell(const char *text, char *out) {
-    out[0] = 0;
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) stand_in(*p, out + strlen(out));
-}
-
-static const char *merges_text[][2] = {
-    {" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"}, {" ", "c"}, {"a", "t"}, {" c", "at"}, {"1", "2"},
-    {"\n", "\n"}, {"e", "r"}, {"h", "er"}, {" ", " "}, {"\xc3", "\xa9"}, {"\xa9", "!"}, {"'", "l"}, {"'l", "l"},
-};
-#define N_MERGES (int)(sizeof merges_text / sizeof merges_text[0])
-static const char *specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"};
-static const int special_type[] = {3, 3, 3, 4};
-enum { ID_ENDOFTEXT = 256 + N_MERGES, ID_IM_START, ID_IM_END, ID_THINK, ID_THERE, N_TOKENS };
-
-typedef struct {
-    const char *pre;  /* NULL: no tokenizer.ggml.pre */
-    int bos, eos;     /* -1: absent */
-    int add_bos;      /* -1: absent */
-    int drop_byte;    /* >= 0: leave this byte's token out (its slot becomes another piece) */
-    int bad_merge;    /* write a merge without a space */
-} vocab_opts;
-
-static void kv_key(nv_buf *w, const char *k, uint32_t type) {
-    uint64_t n = strlen(k);
-    nv_buf_append(w, &n, 8);
-    nv_buf_append(w, k, n);
-    nv_buf_append(w, &type, 4);
-}
-static void put_str(nv_buf *w, const char *s) {
-    uint64_t n = strlen(s);
-    nv_buf_append(w, &n, 8);
-    nv_buf_append(w, s, n);
-}
-
-static void token_text(int id, char *out) {
-    if (id < 256) stand_in(id, out);
-    else if (id < 256 + N_MERGES) {
-        char a[64], b[64];
-        spell(merges_text[id - 256][0], a);
-        spell(merges_text[id - 256][1], b);
-        snprintf(out, 128, "%s%s", a, b);
-    } else if (id < ID_THERE) strcpy(out, specials[id - ID_ENDOFTEXT]);
-    else spell(" there", out); /* a whole word no merge makes: only ignore_merges finds it */
-}
-
-static void write_vocab(const char *path, const vocab_opts *o) {
-    nv_buf w = {0};
-    nv_buf_append(&w, "GGUF", 4);
-    uint32_t version = 3;
-    uint64_t nt = 0, nkv = 5 + (o->pre != NULL) + (o->bos >= 0) + (o->eos >= 0) + (o->add_bos >= 0);
-    nv_buf_append(&w, &version, 4);
-    nv_buf_append(&w, &nt, 8);
-    nv_buf_append(&w, &nkv, 8);
-    kv_key(&w, "general.architecture", 8);
-    put_str(&w, "llama");
-    kv_key(&w, "tokenizer.ggml.model", 8);
-    put_str(&w, "gpt2");
-    if (o->pre) {
-        kv_key(&w, "tokenizer.ggml.pre", 8);
-        put_str(&w, o->pre);
-    }
-    kv_key(&w, "tokenizer.ggml.tokens", 9);
-    uint32_t et = 8;
-    uint64_t n = N_TOKENS;
-    nv_buf_append(&w, &et, 4);
-    nv_buf_append(&w, &n, 8);
-    for (int i = 0; i < N_TOKENS; i++) {
-        char t[128];
-        if (i == o->drop_byte) strcpy(t, "[unused]");
-        else token_text(i, t);
-        put_str(&w, t);
-    }
-    kv_key(&w, "tokenizer.ggml.token_type", 9);
-    et = 5;
-    nv_buf_append(&w, &et, 4);
-    nv_buf_append(&w, &n, 8);
-    for (int i = 0; i < N_TOKENS; i++) {
-        int32_t ty = i >= ID_ENDOFTEXT && i < ID_THERE ? special_type[i - ID_ENDOFTEXT] : 1;
-        nv_buf_append(&w, &ty, 4);
-    }
-    kv_key(&w, "tokenizer.ggml.merges", 9);
-    et = 8;
-    n = N_MERGES;
-    nv_buf_append(&w, &et, 4);
-    nv_buf_append(&w, &n, 8);
-    for (int i = 0; i < N_MERGES; i++) {
-        char a[64], b[64], m[160];
-        spell(merges_text[i][0], a);
-        spell(merges_text[i][1], b);
-        snprintf(m, sizeof m, o->bad_merge && i == 3 ? "%s%s" : "%s %s", a, b);
-        put_str(&w, m);
-    }
-    if (o->bos >= 0) {
-        kv_key(&w, "tokenizer.ggml.bos_token_id", 4);
-        uint32_t v = (uint32_t)o->bos;
-        nv_buf_append(&w, &v, 4);
-    }
-    if (o->eos >= 0) {
-        kv_key(&w, "tokenizer.ggml.eos_token_id", 4);
-        uint32_t v = (uint32_t)o->eos;
-        nv_buf_append(&w, &v, 4);
-    }
-    if (o->add_bos >= 0) {
-        kv_key(&w, "tokenizer.ggml.add_bos_token", 7);
-        uint8_t v = (uint8_t)o->add_bos;
-        nv_buf_append(&w, &v, 1);
-    }
-    FILE *f = fopen(path, "wb");
-    T_CHECK(f && fwrite(w.data, 1, w.len, f) == w.len, "cannot write %s", path);
-    if (f) fclose(f);
-    nv_buf_free(&w);
-}
 
 static char tmp_path[256];
 
 static nv_tokenizer *load_vocab(const vocab_opts *o) {
     snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_%d.gguf", (int)getpid());
-    write_vocab(tmp_path, o);
+    T_CHECK(write_vocab(tmp_path, o) == 0, "cannot write %s", tmp_path);
     nv_tokenizer *t = NULL;
     nv_err e = nv_tokenizer_load(tmp_path, 0, &t);
     T_CHECK(e == NV_OK, "load: %s", nv_errmsg());
@@ -300,7 +163,7 @@ static void test_roundtrip_random(void) {
 
 static void expect_refused(const vocab_opts *o, nv_err want, const char *what) {
     snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_bad_%d.gguf", (int)getpid());
-    write_vocab(tmp_path, o);
+    T_CHECK(write_vocab(tmp_path, o) == 0, "cannot write %s", tmp_path);
     nv_tokenizer *t = NULL;
     nv_err e = nv_tokenizer_load(tmp_path, 0, &t);
     T_CHECK(e == want && t == NULL, "%s: got %d (%s)", what, (int)e, e ? nv_errmsg() : "loaded");
@@ -322,7 +185,7 @@ static void test_refused(void) {
     /* the model's vocabulary size must match */
     o = qwen();
     snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_size_%d.gguf", (int)getpid());
-    write_vocab(tmp_path, &o);
+    T_CHECK(write_vocab(tmp_path, &o) == 0, "cannot write %s", tmp_path);
     nv_tokenizer *t = NULL;
     T_CHECK(nv_tokenizer_load_for_model(tmp_path, N_TOKENS + 1, &t) == NV_EFORMAT && !t, "size mismatch refused");
     T_CHECK(nv_tokenizer_load_for_model(tmp_path, N_TOKENS, &t) == NV_OK && t, "size match loads");

@@ -313,8 +313,11 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     } else if (name_in(v->pre, gpt2)) {
         re = RE_GPT2;
     } else {
-        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%.60s' is not supported (llama3/llama-bpe, qwen2, gpt-2)", path,
-                       v->pre);
+        char shown[64]; /* the file's text: printable ASCII only, so the message stays one line */
+        size_t k = 0;
+        for (; v->pre[k] && k + 1 < sizeof shown; k++) shown[k] = v->pre[k] >= 0x20 && v->pre[k] < 0x7f ? v->pre[k] : '?';
+        shown[k] = '\0';
+        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, gpt-2)", path, shown);
     }
     if (vocab_size > v->n_tokens)
         return nv_fail(NV_EFORMAT, "%s: %d tokens, fewer than the %d asked for", path, v->n_tokens, vocab_size);
@@ -499,6 +502,7 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
 
 int nv_tokenizer_vocab_size(const nv_tokenizer *t) { return t->n; }
 int nv_tokenizer_bos(const nv_tokenizer *t) { return t->bos; }
+int nv_tokenizer_eos(const nv_tokenizer *t) { return t->eos; }
 int nv_tokenizer_byte_level(const nv_tokenizer *t) { return t->byte_level; }
 
 int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v) {

@@ -56,8 +56,9 @@ nv_err nv_tokenizer_load_for_model(const char *path, int vocab_size, nv_tokenize
 void nv_tokenizer_free(nv_tokenizer *t);
 
 int nv_tokenizer_vocab_size(const nv_tokenizer *t);
-/* The BOS id (-1 when the vocabulary has none). */
+/* The BOS and EOS ids (-1 when the vocabulary has none). */
 int nv_tokenizer_bos(const nv_tokenizer *t);
+int nv_tokenizer_eos(const nv_tokenizer *t);
 /* 1 when id ends a generation (see above). */
 int nv_tokenizer_is_eog(const nv_tokenizer *t, int id);
 /* 1 for a byte-level BPE vocabulary. */
