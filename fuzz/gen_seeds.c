@@ -82,7 +82,7 @@ static void model_v0(const nv_model *m, const char *name) {
 
 static void models(void) {
     /* dim 8, hidden 16, 2 heads of 4, 1 KV head (GQA), vocab 16, context 8 */
-    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     for (int shared = 1; shared >= 0; shared--) {
         c.shared_classifier = shared;
         c.n_layers = shared ? 1 : 2;
@@ -101,7 +101,7 @@ static void models(void) {
     check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0}) ? NV_EIO : NV_OK);
     check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0}) ? NV_EIO : NV_OK);
     /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
-    nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}};
+    nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0};
     nv_model m;
     check(nv_model_alloc(&m, &q));
     nv_model_init_random(&m, 9);
@@ -156,8 +156,8 @@ static void tokenizers(void) {
 /* ---- training checkpoints ------------------------------------------------------------------------ */
 
 static void ckpts(void) {
-    nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}},  /* llama2.c shape */
-                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}}};    /* Qwen3-like: head_dim 6, QK-norm */
+    nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0},  /* llama2.c shape */
+                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0}};    /* Qwen3-like: head_dim 6, QK-norm */
     for (int i = 0; i < 2; i++) {
         nv_model m;
         check(nv_model_alloc(&m, &cs[i]));

@@ -46,9 +46,11 @@ static const char *merges_text[][2] = {
     {"\n", "\n"}, {"e", "r"}, {"h", "er"}, {" ", " "}, {"\xc3", "\xa9"}, {"\xa9", "!"}, {"'", "l"}, {"'l", "l"},
 };
 #define N_MERGES (int)(sizeof merges_text / sizeof merges_text[0])
-static const char *specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"};
-static const int special_type[] = {3, 3, 3, 4};
-enum { ID_ENDOFTEXT = 256 + N_MERGES, ID_IM_START, ID_IM_END, ID_THINK, ID_THERE, N_TOKENS };
+/* "<|im_end|>\n" starts with another special's text (the longest must win); "[PAD0]" is unused
+ * (type 5: never matched, prints nothing) */
+static const char *specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "<|im_end|>\n", "[PAD0]"};
+static const int special_type[] = {3, 3, 3, 4, 4, 5};
+enum { ID_ENDOFTEXT = 256 + N_MERGES, ID_IM_START, ID_IM_END, ID_THINK, ID_IM_END_NL, ID_PAD, ID_THERE, N_TOKENS };
 
 typedef struct {
     const char *pre;  /* NULL: no tokenizer.ggml.pre */

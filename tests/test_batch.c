@@ -156,7 +156,7 @@ static void test_batch_equals_alone_stories260K(void) {
 }
 
 static void test_batch_equals_alone_qk_norm_gqa(void) {
-    nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-6f, 0, 1, 0, {0}}; /* head_dim 12: 8 lanes + 4 */
+    nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-6f, 0, 1, 0, {0}, 0}; /* head_dim 12: 8 lanes + 4 */
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 11);
@@ -167,9 +167,23 @@ static void test_batch_equals_alone_qk_norm_gqa(void) {
     nv_model_free(&m);
 }
 
+/* qwen2's projection biases and Llama 3.1's RoPE frequency factors, GQA */
+static void test_batch_equals_alone_bias_rope_factors(void) {
+    nv_config c = {48, 96, 2, 6, 2, 8, 300, 64, 10000.0f, 1e-6f, 1, 0, 4, {1.0f, 2.0f, 8.0f, 32.0f}, 1};
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 13);
+    const int L = c.n_layers, qd = nv_config_q_dim(&c), kvd = nv_config_kv_dim(&c);
+    for (int i = 0; i < L * qd; i++) m.w.bq[i] = 0.2f * sinf((float)i);
+    for (int i = 0; i < L * kvd; i++) m.w.bk[i] = 0.2f * cosf((float)i), m.w.bv[i] = 0.1f * (float)(i % 3);
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    check_model(&m, "biases and RoPE factors");
+    nv_model_free(&m);
+}
+
 /* head_dim 72: the decode rows' 64-dimension path plus an 8-lane remainder, with GQA */
 static void test_batch_equals_alone_wide_heads(void) {
-    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 5);
@@ -220,7 +234,7 @@ static int quantize_model(nv_model *m) {
 
 /* Block-quantized plans keep batch invariance: the mixed batch equals each sequence alone. */
 static void test_batch_equals_alone_quantized(void) {
-    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 8);
@@ -233,7 +247,7 @@ static void test_batch_equals_alone_quantized(void) {
 }
 
 static void test_batch_rejects_bad_batches(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     nv_model m;
     nv_kv_pages kv;
     nv_batch_state bs;
@@ -257,7 +271,7 @@ static void test_batch_rejects_bad_batches(void) {
 }
 
 static void test_kv_pool_accounting(void) {
-    nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     nv_kv_pool p;
     size_t bb = nv_kv_block_bytes(&c, 16, NV_KV_F32);
     T_CHECK(bb == (size_t)2 * 2 * 16 * 16 * 4, "block bytes %zu", bb);
@@ -288,7 +302,7 @@ static void test_kv_pool_accounting(void) {
 
 /* Keys and values beyond fp16's range are stored as +-65504, not infinity: the logits stay finite. */
 static void test_f16_pages_saturate(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     nv_model m;
     nv_kv_pages kv;
     nv_batch_state bs;
@@ -318,6 +332,7 @@ int main(void) {
     T_RUN(test_batch_equals_alone_stories260K);
     T_RUN(test_batch_equals_alone_wide_heads);
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
+    T_RUN(test_batch_equals_alone_bias_rope_factors);
     T_RUN(test_batch_equals_alone_quantized);
     T_RUN(test_batch_rejects_bad_batches);
     T_RUN(test_kv_pool_accounting);

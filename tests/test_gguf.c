@@ -271,8 +271,8 @@ static void test_malformed(void) {
     gguf_write_model(t_path("scaled.gguf"), "llama", 3, 0);
     gw_rope_scale = 0.0f;
     expect(t_path("scaled.gguf"), NV_EUNSUPPORTED, "RoPE scaling");
-    gguf_write_model(t_path("arch.gguf"), "qwen2", 3, 0);
-    expect(t_path("arch.gguf"), NV_EUNSUPPORTED, "architecture qwen2");
+    gguf_write_model(t_path("arch.gguf"), "mamba", 3, 0);
+    expect(t_path("arch.gguf"), NV_EUNSUPPORTED, "architecture mamba");
     nv_tokenizer *t = NULL;
     T_CHECK(nv_tokenizer_load(src, 0, &t) == NV_EFORMAT, "a GGUF file without a vocabulary: %s", nv_errmsg());
 }
@@ -523,8 +523,29 @@ static void test_serve_declared_template(void) {
  * apart), checked here against an independent rotation of that kind; read back, every weight is
  * the same bit for bit; its Q8_0 export read for inference (quantized sources reordered, fp32
  * weights pending) gives the logits of the same file read in full. */
+/* Largest difference between this project's heads (pairs 2i, 2i + 1) and a reference in the
+ * qwen layout (pairs i, i + hd/2). */
+static double neox_diff(const float *ours, const double *ref, int heads, int hd) {
+    double worst = 0;
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < hd / 2; i++)
+            for (int e = 0; e < 2; e++) worst = fmax(worst, fabs(ours[h * hd + 2 * i + e] - ref[h * hd + i + e * hd / 2]));
+    return worst;
+}
+
+/* path read back gives m's config and weights. */
+static void expect_same_model(const char *path, const nv_model *m, const char *what) {
+    nv_model b;
+    T_CHECK(nv_model_load(path, &b) == NV_OK, "%s", nv_errmsg());
+    if (!b.params) return;
+    T_CHECK(!memcmp(&b.config, &m->config, sizeof b.config) && b.n_params == m->n_params &&
+                !memcmp(b.params, m->params, m->n_params * 4),
+            "config or weights changed in the %s round trip", what);
+    nv_model_free(&b);
+}
+
 static void test_qwen3_roundtrip(void) {
-    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1, 0, {0}}; /* rows of 64: whole Q8_0 blocks */
+    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0}; /* rows of 64: whole Q8_0 blocks */
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     if (!m.params) return;
@@ -583,27 +604,16 @@ static void test_qwen3_roundtrip(void) {
             float table[38 * 16];
             nv_rope_table(table, &c, 38);
             memcpy(cs, table + 37 * 16, sizeof cs);
-            nv_qk_norm_rope(&m, 1, qf, kf, cs);
-            double worst = 0;
-            for (int h = 0; h < 4; h++)
-                for (int i = 0; i < hd / 2; i++)
-                    for (int e = 0; e < 2; e++) {
-                        worst = fmax(worst, fabs(qf[h * hd + 2 * i + e] - ref_q[h * hd + i + e * hd / 2]));
-                        if (h < 2) worst = fmax(worst, fabs(kf[h * hd + 2 * i + e] - ref_k[h * hd + i + e * hd / 2]));
-                    }
+            float vf[32] = {0};
+            nv_qkv_finish(&m, 1, qf, kf, vf, cs);
+            const double worst = fmax(neox_diff(qf, ref_q, c.n_heads, hd), neox_diff(kf, ref_k, c.n_kv_heads, hd));
             T_CHECK(worst < 1e-4, "the file's rows under qwen3's RoPE differ from this project's by %g", worst);
         }
         nv_gguf_close(&g);
     } else {
         T_CHECK(0, "%s", nv_errmsg());
     }
-    nv_model b;
-    T_CHECK(nv_model_load(out, &b) == NV_OK, "%s", nv_errmsg());
-    if (b.params) {
-        T_CHECK(!memcmp(&b.config, &c, sizeof c) && b.n_params == m.n_params && !memcmp(b.params, m.params, m.n_params * 4),
-                "config or weights changed in the qwen3 round trip");
-        nv_model_free(&b);
-    }
+    expect_same_model(out, &m, "qwen3");
     /* Q8_0: read for inference (sources reordered, fp32 pending) and read in full give the same logits */
     nv_model zq, zf;
     T_CHECK(nv_model_load_quantized(q8, &zq) == NV_OK && nv_model_load(q8, &zf) == NV_OK, "%s", nv_errmsg());
@@ -712,6 +722,90 @@ static void test_rope_factors(void) {
     nv_model_free(&m);
 }
 
+/* qwen2: llama with biases on the query, key and value projections, rotating halves of a head like
+ * qwen3. Written and read back (rows and biases reordered both ways) with the same weights; one
+ * token's query, key and value at position 37 as the file's tensors give them in double precision
+ * (projection + bias, then rotation of pairs (i, i + hd/2)) against this project's path; training
+ * and llama2.c export refuse the model. */
+static void test_qwen2_bias(void) {
+    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1};
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    nv_model_init_random(&m, 12);
+    const int L = c.n_layers, hd = c.head_dim, d = c.dim, qd = nv_config_q_dim(&c), kvd = nv_config_kv_dim(&c);
+    for (int i = 0; i < L * qd; i++) m.w.bq[i] = 0.1f * sinf(0.7f * (float)i);
+    for (int i = 0; i < L * kvd; i++) m.w.bk[i] = 0.1f * cosf(0.3f * (float)i), m.w.bv[i] = 0.05f * (float)(i % 5);
+    char out[700];
+    snprintf(out, sizeof out, "%s/qwen2.gguf", t_tmpdir());
+    T_CHECK(nv_gguf_save(&m, NULL, "q2", out, NV_GGUF_F32) == NV_OK, "%s", nv_errmsg());
+    nv_gguf g;
+    if (nv_gguf_open(out, &g) == NV_OK) {
+        size_t n = 0;
+        const char *arch = nv_gguf_string(&g, "general.architecture", &n);
+        T_CHECK(arch && n == 5 && !memcmp(arch, "qwen2", 5) && nv_gguf_find(&g, "qwen2.embedding_length"), "architecture");
+        const nv_gguf_tensor *tq = nv_gguf_tensor_find(&g, "blk.1.attn_q.weight"), *tk = nv_gguf_tensor_find(&g, "blk.1.attn_k.weight");
+        const nv_gguf_tensor *tv = nv_gguf_tensor_find(&g, "blk.1.attn_v.weight"), *bq = nv_gguf_tensor_find(&g, "blk.1.attn_q.bias");
+        const nv_gguf_tensor *bk = nv_gguf_tensor_find(&g, "blk.1.attn_k.bias"), *bv = nv_gguf_tensor_find(&g, "blk.1.attn_v.bias");
+        T_CHECK(tq && tk && tv && bq && bk && bv && bq->dims[0] == (uint64_t)qd && bk->dims[0] == (uint64_t)kvd, "qwen2 tensors");
+        if (tq && tk && tv && bq && bk && bv) {
+            float x[64], qf[64], kf[32], vf[32], cs[16];
+            for (int j = 0; j < d; j++) x[j] = cosf(0.23f * (float)j);
+            double ref_q[64], ref_k[32], ref_v[32];
+            const struct {
+                const nv_gguf_tensor *w, *b;
+                int heads, rotate;
+                double *r;
+            } sides[] = {{tq, bq, c.n_heads, 1, ref_q}, {tk, bk, c.n_kv_heads, 1, ref_k}, {tv, bv, c.n_kv_heads, 0, ref_v}};
+            for (int sd = 0; sd < 3; sd++) {
+                const float *w = (const float *)sides[sd].w->data, *b = (const float *)sides[sd].b->data;
+                for (int h = 0; h < sides[sd].heads; h++) {
+                    double v[16];
+                    for (int i = 0; i < hd; i++) {
+                        v[i] = b[h * hd + i];
+                        for (int j = 0; j < d; j++) v[i] += (double)w[(size_t)(h * hd + i) * d + j] * x[j];
+                    }
+                    for (int i = 0; i < hd / 2; i++) {
+                        const double a = 37.0 * pow((double)c.rope_theta, -2.0 * i / hd), c0 = sides[sd].rotate ? cos(a) : 1,
+                                     s0 = sides[sd].rotate ? sin(a) : 0;
+                        sides[sd].r[h * hd + i] = v[i] * c0 - v[i + hd / 2] * s0;
+                        sides[sd].r[h * hd + i + hd / 2] = v[i] * s0 + v[i + hd / 2] * c0;
+                    }
+                }
+            }
+            for (int o = 0; o < qd; o++) {
+                qf[o] = 0;
+                for (int j = 0; j < d; j++) qf[o] += m.w.wq[((size_t)qd + o) * d + j] * x[j];
+            }
+            for (int o = 0; o < kvd; o++) {
+                kf[o] = vf[o] = 0;
+                for (int j = 0; j < d; j++) kf[o] += m.w.wk[((size_t)kvd + o) * d + j] * x[j], vf[o] += m.w.wv[((size_t)kvd + o) * d + j] * x[j];
+            }
+            float table[38 * 16];
+            nv_rope_table(table, &c, 38);
+            memcpy(cs, table + 37 * 16, sizeof cs);
+            nv_qkv_finish(&m, 1, qf, kf, vf, cs);
+            double worst = fmax(neox_diff(qf, ref_q, c.n_heads, hd), neox_diff(kf, ref_k, c.n_kv_heads, hd));
+            for (int o = 0; o < kvd; o++) worst = fmax(worst, fabs(vf[o] - ref_v[o]));
+            T_CHECK(worst < 1e-4, "the file's projections and biases under qwen2's RoPE differ from this project's by %g", worst);
+        }
+        nv_gguf_close(&g);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
+    expect_same_model(out, &m, "qwen2");
+    T_CHECK(nv_model_save_v1(&m, t_path("qwen2.bin")) == NV_EUNSUPPORTED, "llama2.c v1 cannot hold biases");
+    /* a llama2.c shard of token ids within the vocabulary */
+    FILE *f = fopen(t_path("q2.bin"), "wb");
+    for (int i = 0; f && i < 4096; i++) fwrite(&(uint16_t){(uint16_t)(i * 7 % 97)}, 2, 1, f);
+    if (f) fclose(f);
+    char args[4200];
+    snprintf(args, sizeof args, "train --init-from %s --data %s --steps 1 --batch 1 --seq 8 --quiet --out %s/q2run", out,
+             t_path("q2.bin"), t_tmpdir());
+    T_CHECK(t_nerve(args) != 0 && strstr(t_err, "biases"), "training a qwen2 model refused: %s", t_err);
+    nv_model_free(&m);
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
@@ -727,5 +821,6 @@ int main(void) {
     T_RUN(test_serve_declared_template);
     T_RUN(test_qwen3_roundtrip);
     T_RUN(test_rope_factors);
+    T_RUN(test_qwen2_bias);
     return t_done();
 }

@@ -98,8 +98,11 @@ static void test_specials_and_decode(void) {
     if (!t) return;
     EXPECT(t, "<|im_start|>user\nhi<|im_end|>", 1, ID_IM_START, 'u', 's', id_of(t, "er"), id_of(t, "\n"), 'h', 'i',
            ID_IM_END);
-    /* the longest special wins; a half-written one is plain text */
+    /* the longest special wins; a half-written one is plain text; unused tokens are never matched */
     EXPECT(t, "<think>x<|im_end", 0, ID_THINK, 'x', '<', '|', 'i', 'm', '_', 'e', 'n', 'd');
+    EXPECT(t, "<|im_end|>\nx<|im_end|>x", 0, ID_IM_END_NL, 'x', ID_IM_END, 'x');
+    EXPECT(t, "[PAD0]", 0, '[', 'P', 'A', 'D', '0', ']');
+    T_CHECK(strcmp(nv_tokenizer_decode(t, 0, ID_PAD), "") == 0, "unused tokens print nothing");
     T_CHECK(strcmp(nv_tokenizer_decode(t, 0, ID_IM_START), "") == 0, "control tokens print nothing");
     T_CHECK(strcmp(nv_tokenizer_decode(t, 0, ID_THINK), "<think>") == 0, "user-defined tokens print their text");
     T_CHECK(strcmp(nv_tokenizer_decode(t, 0, id_of(t, " cat")), " cat") == 0, "normal tokens print their bytes");
@@ -182,6 +185,22 @@ static void test_refused(void) {
     o = qwen();
     o.bad_merge = 1;
     expect_refused(&o, NV_EFORMAT, "a merge without a space");
+    /* a vocabulary cut short of its special ids has none */
+    o = qwen();
+    snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_cut_%d.gguf", (int)getpid());
+    T_CHECK(write_vocab(tmp_path, &o) == 0, "cannot write %s", tmp_path);
+    nv_tokenizer *cut = NULL;
+    T_CHECK(nv_tokenizer_load(tmp_path, ID_ENDOFTEXT, &cut) == NV_OK && cut, "%s", nv_errmsg());
+    if (cut) {
+        T_CHECK(nv_tokenizer_bos(cut) == -1 && nv_tokenizer_eos(cut) == -1 && !nv_tokenizer_is_eog(cut, ID_IM_END),
+                "special ids past the cut are none");
+        int *ids = NULL, n = 0;
+        T_CHECK(nv_tokenizer_encode(cut, "<|im_end|>", 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
+        for (int i = 0; i < n; i++) T_CHECK(ids[i] < ID_ENDOFTEXT, "id %d past the cut", ids[i]);
+        free(ids);
+        nv_tokenizer_free(cut);
+    }
+    remove(tmp_path);
     /* the model's vocabulary size must match */
     o = qwen();
     snprintf(tmp_path, sizeof tmp_path, "/tmp/nerve_bpe_size_%d.gguf", (int)getpid());

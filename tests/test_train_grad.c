@@ -122,18 +122,18 @@ static void check_fd(const nv_config *c, int B, int T) {
 }
 
 static void test_fd_gqa_tied(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     check_fd(&c, 2, 5);
 }
 
 static void test_fd_separate_classifier_qknorm(void) {
     /* q_dim (2 x 8 = 16) differs from dim (12), one KV head shared by both query heads */
-    nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}};
+    nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0};
     check_fd(&c, 2, 6);
 }
 
 static void test_fd_mha_separate(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}};
+    nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0};
     check_fd(&c, 1, 7);
 }
 
@@ -142,7 +142,7 @@ static void test_fd_mha_separate(void) {
  * (m = (1-b1) g, v = (1-b2) g^2, so the step is lr * (g / (|g| + eps) + decay * p)); and the
  * schedule's warmup and cosine values. */
 static void test_adamw_matches_reference(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 0, 0, 0, {0}}; /* separate classifier */
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0}; /* separate classifier */
     for (int emb = 0; emb < 2; emb++) {
         nv_tmodel tm;
         if (nv_tmodel_init(&tm, &c, NULL, 3, 1, 4, NV_ENGINE_SCALAR) != NV_OK) {
@@ -212,7 +212,7 @@ static void test_adamw_matches_reference(void) {
 /* A forward without targets (evaluation) has no loss to differentiate: the backward leaves the
  * gradients as they are instead of reading targets that are not there. */
 static void test_backward_needs_targets(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     nv_tmodel tm;
     if (nv_tmodel_init(&tm, &c, NULL, 4, 1, 6, NV_ENGINE_SCALAR) != NV_OK) {
         T_CHECK(0, "%s", nv_errmsg());
@@ -231,7 +231,7 @@ static void test_backward_needs_targets(void) {
 
 /* Gradients on each fast engine vs the fp32 scalar path on the same batch. */
 static void test_engines_match_fp32(void) {
-    nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     int B = 2, T = 16, in[32], tg[32];
     make_batch(B, T, c.vocab_size, in, tg, 5);
     nv_tmodel ref;
@@ -276,7 +276,7 @@ static void test_engines_match_fp32(void) {
 /* Two micro-batches of one window accumulated with scale 1/2 give the gradient of one batch of
  * both windows (the loss is a mean over windows). */
 static void test_accumulation_equals_larger_batch(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     int T = 6, in[12], tg[12];
     make_batch(2, T, c.vocab_size, in, tg, 31);
     nv_tmodel big, small;
@@ -322,7 +322,7 @@ static double attn_tol = 1e-5;    /* its bound on each relative L2 error */
 static double attn_worst;         /* the largest error seen */
 
 static void attention_case(int H, int KVH, int hd, int B, int T) {
-    nv_config c = {H * hd, 4, 1, H, KVH, hd, 8, T, 10000.0f, 1e-5f, 1, 0, 0, {0}};
+    nv_config c = {H * hd, 4, 1, H, KVH, hd, 8, T, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     size_t qn = (size_t)B * T * H * hd, kn = (size_t)B * T * KVH * hd, an = (size_t)B * H * T * T;
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *dout = malloc(qn * 4), *out = malloc(qn * 4);
     float *att = calloc(an, 4), *dq = calloc(qn, 4), *dk = calloc(kn, 4), *dv = calloc(kn, 4);
@@ -486,8 +486,8 @@ static void fused_case(const nv_config *c, nv_engine_id e) {
 
 static void fused_cases(void) {
     /* classifier 1000 x 40: pieces of 816 rows (a whole number of 16- and 32-row units) then 184 */
-    const nv_config tied = {40, 2100, 2, 4, 2, 10, 1000, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}};
-    const nv_config separate = {40, 72, 2, 4, 4, 10, 1000, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}};
+    const nv_config tied = {40, 2100, 2, 4, 2, 10, 1000, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    const nv_config separate = {40, 72, 2, 4, 4, 10, 1000, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0};
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
         if (nv_engine_available((nv_engine_id)e)) {
             fused_case(&tied, (nv_engine_id)e);

@@ -39,9 +39,10 @@ static void usage(FILE *f) {
             "  --threads N   threads for the engines (default: one per core)\n");
 }
 
-/* llama2.c's safe_printf: skip empty pieces and lone unprintable bytes. */
-static void print_piece(const char *piece) {
-    if (nv_piece_printable(piece)) fputs(piece, stdout);
+/* llama2.c's safe_printf: skip empty pieces and lone unprintable bytes (its byte tokens); a
+ * byte-level vocabulary's lone bytes are parts of characters and all print. */
+static void print_piece(const nv_tokenizer *tok, const char *piece) {
+    if (piece && (nv_tokenizer_byte_level(tok) || nv_piece_printable(piece))) fputs(piece, stdout);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -112,10 +113,10 @@ int cmd_generate(int argc, char **argv) {
     /* run.c prints each forced pair (prompt[i], prompt[i+1]) for the positions it runs */
     int n_pairs = n_prompt - 1 < steps ? n_prompt - 1 : steps;
     /* llama2.c's prompts start with BOS, which prints nothing; a vocabulary that adds none starts with text */
-    if (prompt_tokens[0] != nv_tokenizer_bos(tok)) print_piece(nv_tokenizer_decode(tok, -1, prompt_tokens[0]));
+    if (prompt_tokens[0] != nv_tokenizer_bos(tok)) print_piece(tok, nv_tokenizer_decode(tok, -1, prompt_tokens[0]));
     for (int i = 0; i < n_pairs && !stopped; i++) {
         if (prompt_tokens[i + 1] == nv_tokenizer_bos(tok)) stopped = 1; /* BOS delimits sequences, as in run.c */
-        else print_piece(nv_tokenizer_decode(tok, prompt_tokens[i], prompt_tokens[i + 1]));
+        else print_piece(tok, nv_tokenizer_decode(tok, prompt_tokens[i], prompt_tokens[i + 1]));
     }
     fflush(stdout);
     while (pos < n_forced) {
@@ -135,7 +136,7 @@ int cmd_generate(int argc, char **argv) {
             /* run.c stops at BOS only; byte-level vocabularies end at their end-of-generation tokens */
             if (next == nv_tokenizer_bos(tok) || (nv_tokenizer_byte_level(tok) && nv_tokenizer_is_eog(tok, next))) break;
             nv_sampler_accept(&sampler, next);
-            print_piece(nv_tokenizer_decode(tok, token, next));
+            print_piece(tok, nv_tokenizer_decode(tok, token, next));
             fflush(stdout);
             generated++;
             token = next;

@@ -110,7 +110,7 @@ typedef struct {
     int l, n, n_groups;
 } layer_job;
 
-/* Rows task, task + n_tasks, ...: QK-norm, RoPE, and the row's keys and values into its block. */
+/* Rows task, task + n_tasks, ...: biases, QK-norm, RoPE, and the row's keys and values into its block. */
 static void rows_task(void *ctx, int task, int n_tasks) {
     const layer_job *j = ctx;
     const nv_config *c = &j->m->config;
@@ -119,7 +119,7 @@ static void rows_task(void *ctx, int task, int n_tasks) {
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         int p = s->row_pos[t];
-        nv_qk_norm_rope(j->m, l, q, k, s->rope + (size_t)p * hd);
+        nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, s->rope + (size_t)p * hd);
         int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
         /* keys are stored transposed: [kv_dim][B] */
         size_t kat = nv_kv_keys_at(j->kv, blk, l) + off, vat = nv_kv_values_at(j->kv, blk, l) + (size_t)off * hd;

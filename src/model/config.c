@@ -37,6 +37,7 @@ nv_err nv_config_validate(const nv_config *c) {
         return nv_fail(NV_EFORMAT, "model config: rope theta must be positive");
     if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
         return nv_fail(NV_EFORMAT, "model config: norm epsilon must be in (0, 1)");
+    if (c->qkv_bias != 0 && c->qkv_bias != 1) return nv_fail(NV_EFORMAT, "model config: qkv_bias must be 0 or 1");
     if (c->n_rope_factors != 0 && (c->n_rope_factors != c->head_dim / 2 || c->n_rope_factors > NV_ROPE_FACTORS_MAX))
         return nv_fail(NV_EFORMAT, "model config: %d RoPE frequency factors for a head of %d (want none or one per pair, at most %d)",
                        c->n_rope_factors, c->head_dim, NV_ROPE_FACTORS_MAX);
@@ -56,6 +57,7 @@ uint64_t nv_config_param_count(const nv_config *c) {
     uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c);
     uint64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
     if (c->qk_norm) per_layer += 2 * (uint64_t)c->head_dim;
+    if (c->qkv_bias) per_layer += q + 2 * kv;
     uint64_t total = (uint64_t)c->vocab_size * d + L * per_layer + d;
     if (!c->shared_classifier) total += (uint64_t)c->vocab_size * d;
     return total;
@@ -67,11 +69,11 @@ typedef struct {
 } preset;
 
 static const preset presets[] = {
-    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
-    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
-    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
-    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}}},
-    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}}},
+    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
+    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
+    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
+    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
+    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

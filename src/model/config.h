@@ -31,6 +31,7 @@ typedef struct {
      * rotation frequencies, one per pair */
     int n_rope_factors;
     float rope_factors[NV_ROPE_FACTORS_MAX];
+    int qkv_bias; /* Qwen2: biases added to the query, key and value projections */
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }

@@ -392,9 +392,16 @@ void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *
     nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, residual_ep, &res2);
 }
 
-void nv_qk_norm_rope(const nv_model *m, int l, float *q, float *k, const float *cs) {
+void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs) {
     const nv_config *c = &m->config;
     const int hd = c->head_dim;
+    if (c->qkv_bias) {
+        const int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
+        const float *bq = m->w.bq + (size_t)l * qd, *bk = m->w.bk + (size_t)l * kvd, *bv = m->w.bv + (size_t)l * kvd;
+        for (int i = 0; i < qd; i++) q[i] += bq[i];
+        for (int i = 0; i < kvd; i++) k[i] += bk[i];
+        for (int i = 0; i < kvd; i++) v[i] += bv[i];
+    }
     if (c->qk_norm) {
         for (int hh = 0; hh < c->n_heads; hh++)
             nv_rmsnorm(q + hh * hd, q + hh * hd, m->w.q_norm + (size_t)l * hd, hd, c->norm_eps);
@@ -412,7 +419,7 @@ typedef struct {
     int l, n, pos;
 } rows_job;
 
-/* Rows task, task + n_tasks, ...: QK-norm, RoPE, and the row's key and value into the cache. */
+/* Rows task, task + n_tasks, ...: biases, QK-norm, RoPE, and the row's key and value into the cache. */
 static void qkv_rows_task(void *ctx, int task, int n_tasks) {
     const rows_job *j = ctx;
     const nv_config *c = &j->m->config;
@@ -421,7 +428,7 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         const int p = j->pos + t;
-        nv_qk_norm_rope(j->m, j->l, q, k, s->rope + (size_t)p * hd);
+        nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, s->rope + (size_t)p * hd);
         for (int hh = 0; hh < c->n_kv_heads; hh++) { /* per head: [kv_heads][cache_len][hd] */
             const size_t at = ((size_t)hh * s->cache_len + (size_t)p) * hd;
             memcpy(j->kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));

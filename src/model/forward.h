@@ -62,8 +62,9 @@ void nv_silu_mul(float *h, const float *g, int n);
  * angles of one position's row of that table. */
 void nv_rope_table(float *cs, const nv_config *c, int npos);
 void nv_rope_apply(float *vec, int n_heads, int head_dim, const float *cs);
-/* One row's query and key heads of layer l: QK-norm (when the model has it), then RoPE by the
- * angles cs of its position (shared by the single-sequence and the batched forward). */
-void nv_qk_norm_rope(const nv_model *m, int l, float *q, float *k, const float *cs);
+/* One row's query, key and value of layer l after their projections: the biases (Qwen2), QK-norm
+ * (Qwen3), then RoPE of the query and key heads by the angles cs of its position (shared by the
+ * single-sequence and the batched forward). */
+void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs);
 
 #endif

@@ -512,7 +512,9 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
 /* The architectures read and written: llama (RoPE on pairs of consecutive head values, as
  * llama2.c) and qwen3 (llama with RMSNorm on each query and key head before RoPE; llama.cpp's
  * qwen3 rotates pairs half a head apart, so its Q and K rows are stored in that order). */
-static const char *arch_name(int qk_norm) { return qk_norm ? "qwen3" : "llama"; }
+/* llama.cpp's architecture for a shape: qwen3 has QK-norm, qwen2 projection biases (both rotate
+ * NEOX-style, halves of a head, so their query and key rows are reordered on the way in and out). */
+static const char *arch_name(int qk_norm, int qkv_bias) { return qk_norm ? "qwen3" : qkv_bias ? "qwen2" : "llama"; }
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
@@ -525,11 +527,11 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     const char *arch_s = nv_gguf_string(g, "general.architecture", &n);
     if (!arch_s) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
     char shown_arch[128], k[96];
-    const int qwen3 = name_is(arch_s, n, "qwen3");
-    if (!name_is(arch_s, n, "llama") && !qwen3)
-        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama or qwen3)", g->path,
+    const int qwen3 = name_is(arch_s, n, "qwen3"), qwen2 = name_is(arch_s, n, "qwen2");
+    if (!name_is(arch_s, n, "llama") && !qwen3 && !qwen2)
+        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2 or qwen3)", g->path,
                        shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = arch_name(qwen3);
+    const char *arch = arch_name(qwen3, qwen2);
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "feed_forward_length"), -1, &hidden));
@@ -570,7 +572,10 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const char *nm = g->t[i].name;
         const size_t nl = g->t[i].name_len;
-        if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5))
+        const int qkv_bias = qwen2 && nl > 16 && !memcmp(nm, "blk.", 4) &&
+                             (!memcmp(nm + nl - 12, ".attn_q.bias", 12) || !memcmp(nm + nl - 12, ".attn_k.bias", 12) ||
+                              !memcmp(nm + nl - 12, ".attn_v.bias", 12));
+        if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias)
             return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is a bias, which this model does not have", g->path,
                            shown(nm, nl, shown_arch, sizeof shown_arch));
     }
@@ -587,6 +592,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps));
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
     c->qk_norm = qwen3;
+    c->qkv_bias = qwen2;
     if (nv_gguf_tensor_find(g, "rope_freqs.weight")) {
         if (head_dim / 2 > NV_ROPE_FACTORS_MAX)
             return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
@@ -607,7 +613,7 @@ typedef struct {
 } tensor_ref;
 
 static size_t tensor_count(const nv_config *c) {
-    return 2 + (c->shared_classifier ? 0 : 1) + (c->qk_norm ? 11 : 9) * (size_t)c->n_layers;
+    return 2 + (c->shared_classifier ? 0 : 1) + (9 + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0)) * (size_t)c->n_layers;
 }
 
 static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t) {
@@ -637,6 +643,11 @@ static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t)
             const uint64_t hd = (uint64_t)c->head_dim;
             t[k] = (tensor_ref){.d0 = hd, .d1 = 1, .p = AT(q_norm, l * hd)}, ADD("blk.%llu.attn_q_norm.weight", (unsigned long long)l);
             t[k] = (tensor_ref){.d0 = hd, .d1 = 1, .p = AT(k_norm, l * hd)}, ADD("blk.%llu.attn_k_norm.weight", (unsigned long long)l);
+        }
+        if (c->qkv_bias) {
+            t[k] = (tensor_ref){.d0 = qd, .d1 = 1, .p = AT(bq, l * qd)}, ADD("blk.%llu.attn_q.bias", (unsigned long long)l);
+            t[k] = (tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bk, l * kvd)}, ADD("blk.%llu.attn_k.bias", (unsigned long long)l);
+            t[k] = (tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bv, l * kvd)}, ADD("blk.%llu.attn_v.bias", (unsigned long long)l);
         }
     }
 #undef ADD
@@ -754,8 +765,14 @@ static nv_err qk_rows_reorder(nv_model *m, int to_half) {
         if (!qk || !qk->pending) NV_TRY(rope_pairs_reorder(m->w.wk + (size_t)l * kvd * d, (size_t)d * 4, c->n_kv_heads, hd, to_half));
         if (qq) NV_TRY(qmatrix_reorder(qq, d, c->n_heads, hd, to_half));
         if (qk) NV_TRY(qmatrix_reorder(qk, d, c->n_kv_heads, hd, to_half));
-        NV_TRY(rope_pairs_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, to_half));
-        NV_TRY(rope_pairs_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, to_half));
+        if (c->qk_norm) {
+            NV_TRY(rope_pairs_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, to_half));
+            NV_TRY(rope_pairs_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, to_half));
+        }
+        if (c->qkv_bias) {
+            NV_TRY(rope_pairs_reorder(m->w.bq + (size_t)l * qd, 4, c->n_heads, hd, to_half));
+            NV_TRY(rope_pairs_reorder(m->w.bk + (size_t)l * kvd, 4, c->n_kv_heads, hd, to_half));
+        }
     }
     return NV_OK;
 }
@@ -779,7 +796,7 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
     if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK ||
-                       (c.qk_norm && (e = qk_rows_reorder(m, 0)) != NV_OK)))
+                       ((c.qk_norm || c.qkv_bias) && (e = qk_rows_reorder(m, 0)) != NV_OK)))
         nv_model_free(m);
     nv_gguf_close(&g);
     return e;
@@ -1012,9 +1029,12 @@ static void kv_str(nv_buf *b, const char *key, const char *v) {
  * pre-tokenizer's name and the special ids. */
 static int vocab_kvs_bpe(nv_buf *b, const nv_tokenizer *tok, const nv_bpe_view *v) {
     const int n = nv_tokenizer_vocab_size(tok);
-    int count = 6; /* model, pre, tokens, token_type, merges, add_bos_token; then the ids present */
+    int count = 5; /* model, tokens, token_type, merges, add_bos_token; then pre and the ids present */
     kv_str(b, "tokenizer.ggml.model", "gpt2");
-    kv_str(b, "tokenizer.ggml.pre", v->pre[0] ? v->pre : "default");
+    if (v->pre[0]) { /* as read: a file that named none gets none */
+        kv_str(b, "tokenizer.ggml.pre", v->pre);
+        count++;
+    }
     ob_key(b, "tokenizer.ggml.tokens", GG_ARR);
     ob_u32(b, GG_STR);
     ob_u64(b, (uint64_t)n);
@@ -1133,17 +1153,26 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0 or Q4_0)", path, type);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
-    /* qwen3: the query and key rows (and QK-norm weights) in that architecture's RoPE order, in copies */
+    if (c->qk_norm && c->qkv_bias)
+        return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
+    /* qwen3/qwen2: the query and key rows (and QK-norm weights, query and key biases) in that
+     * architecture's RoPE order, in copies */
     nv_model qw = {.config = *c, .w = m->w};
     float *qk_copy = NULL;
-    if (c->qk_norm) {
+    if (c->qk_norm || c->qkv_bias) {
         const size_t L = (size_t)c->n_layers, d = (size_t)c->dim, hd = (size_t)c->head_dim;
-        const size_t nq = L * (size_t)nv_config_q_dim(c) * d, nk = L * (size_t)nv_config_kv_dim(c) * d;
-        if (!(qk_copy = malloc((nq + nk + 2 * L * hd) * sizeof(float)))) return nv_fail(NV_ENOMEM, "out of memory");
+        const size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), nq = L * qd * d, nk = L * kvd * d;
+        const size_t extra = c->qk_norm ? 2 * L * hd : L * (qd + kvd);
+        if (!(qk_copy = malloc((nq + nk + extra) * sizeof(float)))) return nv_fail(NV_ENOMEM, "out of memory");
         qw.w.wq = memcpy(qk_copy, m->w.wq, nq * sizeof(float));
         qw.w.wk = memcpy(qk_copy + nq, m->w.wk, nk * sizeof(float));
-        qw.w.q_norm = memcpy(qk_copy + nq + nk, m->w.q_norm, L * hd * sizeof(float));
-        qw.w.k_norm = memcpy(qk_copy + nq + nk + L * hd, m->w.k_norm, L * hd * sizeof(float));
+        if (c->qk_norm) {
+            qw.w.q_norm = memcpy(qk_copy + nq + nk, m->w.q_norm, L * hd * sizeof(float));
+            qw.w.k_norm = memcpy(qk_copy + nq + nk + L * hd, m->w.k_norm, L * hd * sizeof(float));
+        } else {
+            qw.w.bq = memcpy(qk_copy + nq + nk, m->w.bq, L * qd * sizeof(float));
+            qw.w.bk = memcpy(qk_copy + nq + nk + L * qd, m->w.bk, L * kvd * sizeof(float));
+        }
         if (qk_rows_reorder(&qw, 1) != NV_OK) {
             free(qk_copy);
             return NV_ENOMEM;
@@ -1158,7 +1187,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const size_t nw = tensor_map(c, &qw.w, t);
     if (c->n_rope_factors) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
         t[nw] = (tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors};
-    const char *arch = arch_name(c->qk_norm);
+    const char *arch = arch_name(c->qk_norm, c->qkv_bias);
     char k[96];
     nv_buf b = {0};
     nv_buf_append(&b, "GGUF", 4);

@@ -15,7 +15,7 @@
 
 /* Number of fp32 values of each part, in version-1 order. */
 typedef struct {
-    uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm;
+    uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm, bq, bkv;
 } part_sizes;
 
 static part_sizes sizes_of(const nv_config *c) {
@@ -36,6 +36,8 @@ static part_sizes sizes_of(const nv_config *c) {
     s.wcls = c->shared_classifier ? 0 : (uint64_t)c->vocab_size * d;
     s.q_norm = c->qk_norm ? L * (uint64_t)c->head_dim : 0;
     s.k_norm = s.q_norm;
+    s.bq = c->qkv_bias ? L * q : 0;
+    s.bkv = c->qkv_bias ? L * kv : 0;
     return s;
 }
 
@@ -57,6 +59,12 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
     w->q_norm = c->qk_norm ? p : NULL;
     p += s.q_norm;
     w->k_norm = c->qk_norm ? p : NULL;
+    p += s.k_norm;
+    w->bq = c->qkv_bias ? p : NULL;
+    p += s.bq;
+    w->bk = c->qkv_bias ? p : NULL;
+    p += s.bkv;
+    w->bv = c->qkv_bias ? p : NULL;
 }
 
 static nv_err alloc_params(nv_model *m) {
@@ -273,7 +281,7 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
 
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
-           !c->n_rope_factors;
+           !c->n_rope_factors && !c->qkv_bias;
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
@@ -285,8 +293,9 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     if (c->rope_theta != 10000.0f || c->norm_eps != 1e-5f)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 implies RoPE theta 10000 and norm eps 1e-5 (this model: %g, %g; GGUF says them: name the output .gguf)", path,
                        c->rope_theta, c->norm_eps);
-    if (c->n_rope_factors)
-        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no RoPE frequency factors (GGUF has: name the output .gguf)", path);
+    if (c->n_rope_factors || c->qkv_bias)
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no %s (GGUF has: name the output .gguf)", path,
+                       c->qkv_bias ? "projection biases" : "RoPE frequency factors");
     uint8_t hdr[V1_HEADER_BYTES] = {0};
     uint32_t magic = V1_MAGIC;
     int32_t version = 1;

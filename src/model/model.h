@@ -33,6 +33,9 @@ typedef struct {
     float *wcls;      /* [vocab][dim]; == tok_emb when shared */
     float *q_norm;    /* [L][head_dim] (qk_norm only) */
     float *k_norm;    /* [L][head_dim] (qk_norm only) */
+    float *bq;        /* [L][q_dim] (qkv_bias only) */
+    float *bk;        /* [L][kv_dim] (qkv_bias only) */
+    float *bv;        /* [L][kv_dim] (qkv_bias only) */
 } nv_weights;
 
 typedef struct {

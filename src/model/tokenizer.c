@@ -11,6 +11,7 @@
 #include <pcre2.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "model/gguf.h"
 
 /* Longest max_token_length header we believe; Llama's is 27, and anything near this is a
@@ -32,7 +33,7 @@ struct nv_tokenizer {
     char byte_pieces[512]; /* "b\0" for every byte b: decode's answer for <0xXX> pieces */
     uint8_t bigram[256 * 256 / 8]; /* bit (x,y) set: some piece has byte y right after byte x */
     int bos, eos, add_bos; /* llama2.c's: 1, 2, always */
-    int eog[8], n_eog;     /* ids that end generation */
+    int eog[16], n_eog;    /* ids that end generation */
     /* Byte-level BPE (a GGUF "gpt2" vocabulary); NULL/0 for llama2.c's. Pieces are stored as
      * the file spells them (every byte as one code point); text is what they print. */
     int byte_level, ignore_merges;
@@ -312,6 +313,9 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
         re = RE_QWEN2;
     } else if (name_in(v->pre, gpt2)) {
         re = RE_GPT2;
+        if (strcmp(v->pre, "gpt-2") && strcmp(v->pre, "gpt2")) /* llama.cpp runs a set of its own then */
+            nv_warn("%s: no pre-tokenizer named (tokenizer.ggml.pre '%s'): using GPT-2's split; ids may differ from the "
+                    "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
     } else {
         char shown[64]; /* the file's text: printable ASCII only, so the message stays one line */
         size_t k = 0;
@@ -354,10 +358,10 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
         const unsigned char *p = (const unsigned char *)tok_piece(t, i);
         const int len = t->len[i];
         t->text_off[i] = o;
-        if (t->type[i] == 3) { /* control tokens print nothing */
-        } else if (t->type[i] == 4) { /* user-defined ones print as written */
+        if (t->type[i] == 4) { /* user-defined tokens print as written */
             memcpy(t->text + o, p, (size_t)len);
             o += (size_t)len;
+        } else if (t->type[i] != 1) { /* control, unknown, unused (padding) ones: nothing, as llama.cpp */
         } else {
             for (int j = 0; j < len;) {
                 unsigned cp = p[j];
@@ -412,27 +416,30 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
 
     /* special tokens: found in the text before the split, longest first */
     int ns = 0;
-    for (int i = 0; i < n; i++) ns += (t->type[i] == 3 || t->type[i] == 4) && t->len[i] > 0;
+#define IS_SPECIAL(i) ((t->type[i] == 2 || t->type[i] == 3 || t->type[i] == 4) && t->len[i] > 0)
+    for (int i = 0; i < n; i++) ns += IS_SPECIAL(i);
     if (!(t->special = malloc((size_t)(ns ? ns : 1) * sizeof *t->special))) return nv_fail(NV_ENOMEM, "%s: out of memory", path);
     ns = 0;
     for (int i = 0; i < n; i++)
-        if ((t->type[i] == 3 || t->type[i] == 4) && t->len[i] > 0) t->special[ns++] = i;
+        if (IS_SPECIAL(i)) t->special[ns++] = i;
+#undef IS_SPECIAL
     qsort_r(t->special, (size_t)ns, sizeof *t->special, by_special, t);
     for (int b = 0, j = 0; b <= 256; b++) {
         while (j < ns && (unsigned char)tok_piece(t, t->special[j])[0] < b) j++;
         t->special_at[b] = j;
     }
 
-    t->bos = v->bos;
-    t->eos = v->eos;
-    t->eot = v->eot;
-    t->eom = v->eom;
+    /* ids past a vocabulary cut to vocab_size are none */
+    t->bos = v->bos < n ? v->bos : -1;
+    t->eos = v->eos < n ? v->eos : -1;
+    t->eot = v->eot < n ? v->eot : -1;
+    t->eom = v->eom < n ? v->eom : -1;
     snprintf(t->pre, sizeof t->pre, "%s", v->pre);
     t->add_bos = t->bos >= 0 && (v->add_bos >= 0 ? v->add_bos : add_bos_default);
     t->n_eog = 0;
-    add_eog(t, v->eos);
-    add_eog(t, v->eot);
-    add_eog(t, v->eom);
+    add_eog(t, t->eos);
+    add_eog(t, t->eot);
+    add_eog(t, t->eom);
     static const char *const ends[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", NULL};
     for (int i = 0; ends[i]; i++) {
         int id = nv_tokenizer_lookup(t, ends[i]);
@@ -445,10 +452,9 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
 
     int err;
     PCRE2_SIZE at_err;
-    t->re = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err,
-                          &at_err, NULL);
+    t->re = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at_err, NULL);
     if (!t->re) return nv_fail(NV_EUNSUPPORTED, "%s: this PCRE2 cannot compile the pre-tokenizer (error %d)", path, err);
-    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* an interpreter run if the JIT is absent */
+    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* else the interpreter: slower, still linear (see bpe_split) */
     return NV_OK;
 }
 
@@ -503,6 +509,7 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
 int nv_tokenizer_vocab_size(const nv_tokenizer *t) { return t->n; }
 int nv_tokenizer_bos(const nv_tokenizer *t) { return t->bos; }
 int nv_tokenizer_eos(const nv_tokenizer *t) { return t->eos; }
+int nv_tokenizer_adds_bos(const nv_tokenizer *t) { return t->add_bos; }
 int nv_tokenizer_byte_level(const nv_tokenizer *t) { return t->byte_level; }
 
 int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v) {
@@ -726,21 +733,55 @@ static void bpe_piece(bpe_out *o, const unsigned char *p, size_t k) {
 
 /* Splits s[0..len) with the pre-tokenizer; bytes no alternative matches (invalid UTF-8) are
  * pieces of their own, so nothing is dropped. */
+/* Bytes of the valid UTF-8 character at s[0..n), or 0 (RFC 3629: no overlongs, surrogates or code
+ * points past U+10FFFF: what PCRE2 accepts). */
+static size_t utf8_char_len(const unsigned char *s, size_t n) {
+    const unsigned char b = s[0];
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (b < 0x80) return 1;
+    if (b >= 0xC2 && b <= 0xDF) k = 2;
+    else if (b >= 0xE0 && b <= 0xEF) k = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+    else if (b >= 0xF0 && b <= 0xF4) k = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+    else return 0;
+    if (k > n) return 0;
+    for (size_t j = 1; j < k; j++)
+        if (s[j] < (j == 1 ? lo : 0x80) || s[j] > (j == 1 ? hi : 0xBF)) return 0;
+    return k;
+}
+
+/* Length of the longest valid UTF-8 prefix of s[0..n). */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0, k;
+    while (i < n && (k = utf8_char_len(s + i, n - i)) > 0) i += k;
+    return i;
+}
+
+/* Splits s[0..len) with the pre-tokenizer. Runs of valid UTF-8 are matched without PCRE2's own
+ * check (which rescans the rest of the subject on every call: quadratic without the JIT); the
+ * bytes between them (invalid UTF-8) are pieces of their own, so nothing is dropped. */
 static nv_err bpe_split(bpe_out *o, pcre2_match_data *md, const char *s, size_t len) {
-    size_t off = 0;
-    while (off < len) {
-        int rc = pcre2_match(o->t->re, (PCRE2_SPTR)s, len, off, 0, md, NULL);
-        size_t ms = len, me = len;
-        if (rc >= 0) {
-            const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            ms = ov[0];
-            me = ov[1] > ms ? ov[1] : ms + 1; /* no alternative matches nothing; step on if one did */
-        } else if (rc != PCRE2_ERROR_NOMATCH) {
-            return nv_fail(NV_EINVAL, "tokenizer: the pre-tokenizer failed (PCRE2 error %d)", rc);
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t run = 0; run < len;) {
+        const size_t n = utf8_valid_prefix(u + run, len - run);
+        for (size_t off = 0; off < n;) {
+            int rc = pcre2_match(o->t->re, u + run, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
+            size_t ms = n, me = n;
+            if (rc >= 0) {
+                const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+                ms = ov[0];
+                me = ov[1] > ms ? ov[1] : ms + 1; /* no alternative matches nothing; step on if one did */
+            } else if (rc != PCRE2_ERROR_NOMATCH) {
+                return nv_fail(NV_EINVAL, "tokenizer: the pre-tokenizer failed (PCRE2 error %d)", rc);
+            }
+            if (ms > off) bpe_piece(o, u + run + off, ms - off);
+            if (ms < n) bpe_piece(o, u + run + ms, me - ms);
+            off = me;
         }
-        if (ms > off) bpe_piece(o, (const unsigned char *)s + off, ms - off);
-        if (ms < len) bpe_piece(o, (const unsigned char *)s + ms, me - ms);
-        off = me;
+        size_t bad = run + n;
+        while (bad < len && utf8_char_len(u + bad, len - bad) == 0) bad++;
+        bpe_piece(o, u + run + n, bad - run - n); /* the invalid bytes: one piece (none at the end) */
+        run = bad;
     }
     return NV_OK;
 }

@@ -61,6 +61,8 @@ int nv_tokenizer_bos(const nv_tokenizer *t);
 int nv_tokenizer_eos(const nv_tokenizer *t);
 /* 1 when id ends a generation (see above). */
 int nv_tokenizer_is_eog(const nv_tokenizer *t, int id);
+/* 1 when encode's bos prepends BOS (llama2.c's always; byte-level ones when they ask for it). */
+int nv_tokenizer_adds_bos(const nv_tokenizer *t);
 /* 1 for a byte-level BPE vocabulary. */
 int nv_tokenizer_byte_level(const nv_tokenizer *t);
 /* What a byte-level vocabulary needs to be written out again (pieces: nv_tokenizer_piece). */

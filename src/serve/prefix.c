@@ -25,7 +25,8 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
     h = mix_u64(h, (uint64_t)block_size);
     /* the config, field by field (the context length does not change a position's KV) */
     int fields[] = {c->dim,        c->hidden_dim, c->n_layers,          c->n_heads, c->n_kv_heads,
-                    c->head_dim,   c->vocab_size, c->shared_classifier, c->qk_norm, nv_config_kv_dim(c)};
+                    c->head_dim,   c->vocab_size, c->shared_classifier, c->qk_norm, nv_config_kv_dim(c),
+                    c->qkv_bias};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix_u64(h, (uint64_t)(uint32_t)fields[i]);
     h = mix_u64(h, nv_config_rope_key(c));
     h = mix_f32(h, c->norm_eps);

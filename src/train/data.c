@@ -12,7 +12,8 @@ static int has_suffix(const char *s, const char *suf) {
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* Appends the tokens of one document (BOS first) to a growing array. */
+/* Appends the tokens of one document (BOS first; EOS last instead for a vocabulary that prepends
+ * no BOS, such as Qwen's, so documents stay apart) to a growing array. */
 static nv_err append_doc(const nv_tokenizer *tok, const char *text, size_t len, uint32_t **arr, uint64_t *n,
                          uint64_t *cap) {
     while (len && (*text == '\n' || *text == ' ' || *text == '\r')) text++, len--;
@@ -23,7 +24,7 @@ static nv_err append_doc(const nv_tokenizer *tok, const char *text, size_t len, 
     memcpy(doc, text, len);
     doc[len] = '\0';
     int *ids = NULL, nids = 0;
-    nv_err e = nv_tokenizer_encode(tok, doc, 1, 0, &ids, &nids);
+    nv_err e = nv_tokenizer_encode(tok, doc, 1, !nv_tokenizer_adds_bos(tok), &ids, &nids);
     free(doc);
     if (e) return e;
     if (*n + (uint64_t)nids > *cap) {
