@@ -33,7 +33,8 @@
 /* 1 when llama2.c's v1 header can say c: no QK-norm, head_dim = dim / heads, RoPE theta 10000,
  * norm eps 1e-5 (nv_model_save_v1 refuses anything else as unsupported). */
 static inline int fz_fits_v1(const nv_config *c) {
-    return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f;
+    return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
+           !c->n_rope_factors && !c->qkv_bias;
 }
 
 static inline int fz_temp_fd(const char *tag, char *path, size_t cap) {
