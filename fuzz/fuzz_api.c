@@ -169,5 +169,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_request(&ctx, chat, &r);
         nv_api_request_free(&r);
     }
+    /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */
+    for (int detok = 0; detok < 2; detok++) {
+        char *out = NULL;
+        nv_api_error err;
+        int rc = (detok ? nv_api_detokenize : nv_api_tokenize)(&ctx, (const char *)data, size, &out, &err);
+        if (rc != 0) {
+            FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0' && out == NULL, "%s status %d",
+                     detok ? "detokenize" : "tokenize", rc);
+            check_json(nv_api_error_json(&err), "error body");
+        } else {
+            check_json(out, detok ? "detokenize body" : "tokenize body");
+        }
+    }
     return 0;
 }

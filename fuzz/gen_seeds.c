@@ -226,6 +226,9 @@ static void api(void) {
         {"tiny_temperature.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":1e-40,"
                                   "\"top_p\":0.5}"},
         {"bad_fields.json", "{\"prompt\":\"a\",\"n\":2,\"top_p\":0,\"max_tokens\":1e9,\"best_of\":3}"},
+        /* /tokenize and /detokenize bodies (the harness reads every body as those too) */
+        {"tokenize.json", "{\"content\":\"Once upon a time\",\"add_special\":true,\"with_pieces\":true}"},
+        {"detokenize.json", "{\"tokens\":[1,403,407,261,378]}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

@@ -291,6 +291,15 @@ static void test_basic_endpoints(void) {
     resp_free(&r);
     T_CHECK(http(port, "GET", "/v1/models/tiny-stories", NULL, NULL, &r) && r.status == 200, "model %d", r.status);
     resp_free(&r);
+    /* token counting: /tokenize and /detokenize (llama.cpp's and vLLM's paths) */
+    T_CHECK(http(port, "POST", "/tokenize", NULL, "{\"content\":\"Once upon a time\"}", &r) && r.status == 200 &&
+                strstr(r.body, "\"tokens\":[403,407,261,378]") && strstr(r.body, "\"count\":4"),
+            "tokenize %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(port, "POST", "/v1/detokenize", NULL, "{\"tokens\":[403,407]}", &r) && r.status == 200 &&
+                strstr(r.body, "\"content\":\"Once upon\""),
+            "detokenize %d %s", r.status, r.body);
+    resp_free(&r);
 
     /* a whole completion: every field OpenAI clients read */
     T_CHECK(http(port, "POST", "/v1/completions", NULL, "{\"model\":\"tiny-stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0}", &r) &&
@@ -748,6 +757,8 @@ static void test_bad_requests_table(void) {
         {"GET", H, NULL, 405, NULL, "method_not_allowed"},
         {"POST", "/health", "{}", 405, NULL, "method_not_allowed"},
         {"DELETE", "/v1/models", NULL, 405, NULL, "method_not_allowed"},
+        {"GET", "/tokenize", NULL, 405, NULL, "method_not_allowed"},
+        {"POST", "/detokenize", "{\"tokens\":[-1]}", 400, "tokens", NULL},
         {"GET", "/nope", NULL, 404, NULL, "not_found"},
         {"GET", "/v1/models/gpt-4", NULL, 404, "model", "model_not_found"},
         {"OPTIONS", C, NULL, 405, NULL, "method_not_allowed"},

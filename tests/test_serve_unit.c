@@ -173,11 +173,58 @@ static void test_api_response_shapes(void) {
     free(s);
 }
 
+/* /tokenize and /detokenize bodies: llama.cpp's and vLLM's field names, pieces, errors. */
+static void test_api_tokenize(void) {
+    const char *zp = t_data("models/tok512.bin");
+    if (!zp) return;
+    nv_tokenizer *tok = NULL;
+    if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100};
+    nv_api_error e;
+    char *out = NULL;
+    static const struct {
+        const char *body, *want;
+    } ok[] = {
+        {"{\"content\":\"Once upon a time\"}", "{\"tokens\":[403,407,261,378],\"count\":4,\"max_model_len\":512}"},
+        {"{\"content\":\"Once upon\",\"add_special\":true}", "{\"tokens\":[1,403,407],\"count\":3,\"max_model_len\":512}"},
+        {"{\"prompt\":\"Once upon\"}", "{\"tokens\":[1,403,407],\"count\":3,\"max_model_len\":512}"},
+        {"{\"prompt\":\"Once\",\"add_special_tokens\":false}", "{\"tokens\":[403],\"count\":1,\"max_model_len\":512}"},
+        {"{\"content\":\"Once upon\",\"add_special\":true,\"with_pieces\":true}",
+         "{\"tokens\":[{\"id\":1,\"piece\":\"\"},{\"id\":403,\"piece\":\"Once\"},{\"id\":407,\"piece\":\" upon\"}],\"count\":3,"
+         "\"max_model_len\":512}"},
+        {"{\"content\":\"\"}", "{\"tokens\":[],\"count\":0,\"max_model_len\":512}"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        T_CHECK(nv_api_tokenize(&ctx, ok[i].body, strlen(ok[i].body), &out, &e) == 0 && out && !strcmp(out, ok[i].want),
+                "%s gave %s (%s)", ok[i].body, out ? out : "-", e.message);
+        free(out);
+    }
+    const char *back = "{\"tokens\":[1,403,407,261,378]}";
+    T_CHECK(nv_api_detokenize(&ctx, back, strlen(back), &out, &e) == 0 && out &&
+                !strcmp(out, "{\"content\":\"Once upon a time\",\"prompt\":\"Once upon a time\"}"),
+            "detokenize gave %s", out ? out : e.message);
+    free(out);
+    static const struct {
+        int detok;
+        const char *body, *param;
+    } bad[] = {{0, "{}", "content"},           {0, "{\"content\":5}", "content"}, {0, "{\"content\":\"a\",\"with_pieces\":1}", "with_pieces"},
+               {0, "[1]", ""},                 {0, "", ""},                        {1, "{}", "tokens"},
+               {1, "{\"tokens\":[512]}", "tokens"}, {1, "{\"tokens\":[1.5]}", "tokens"}, {1, "{\"tokens\":\"1\"}", "tokens"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        out = NULL;
+        int rc = (bad[i].detok ? nv_api_detokenize : nv_api_tokenize)(&ctx, bad[i].body, strlen(bad[i].body), &out, &e);
+        T_CHECK(rc == 400 && !out && !strcmp(e.param, bad[i].param), "%s: %d param '%s' (%s)", bad[i].body, rc, e.param, e.message);
+        free(out);
+    }
+    nv_tokenizer_free(tok);
+}
+
 int main(void) {
     T_RUN(test_stop_holdback);
     T_RUN(test_utf8);
     T_RUN(test_chat_templates);
     T_RUN(test_api_parse_defaults_and_limits);
     T_RUN(test_api_response_shapes);
+    T_RUN(test_api_tokenize);
     return t_done();
 }

@@ -565,10 +565,8 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     return 0;
 }
 
-int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err) {
-    memset(out, 0, sizeof *out);
-    memset(err, 0, sizeof *err);
-    out->chat = chat;
+/* The body as a JSON object; NULL with a 400 in err when it is not one. */
+static cJSON *parse_object(const char *body, size_t len, nv_api_error *err) {
     const char *end = NULL;
     cJSON *root = body && len ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
     if (root && end) /* nothing but white space may follow the value */
@@ -578,21 +576,122 @@ int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, 
                 root = NULL;
                 break;
             }
-    int rc;
     if (!root) {
         nv_api_error_set(err, E400, "invalid_json", NULL,
                          len ? "We could not parse the JSON body of your request: it is not valid JSON"
                              : "The request body is empty: send a JSON object");
-        rc = err->status;
     } else if (!cJSON_IsObject(root)) {
         nv_api_error_set(err, E400, "invalid_json", NULL, "The request body must be a JSON object");
-        rc = err->status;
-    } else {
-        rc = parse_root(ctx, chat, root, out, err);
+        cJSON_Delete(root);
+        root = NULL;
     }
+    return root;
+}
+
+int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    out->chat = chat;
+    cJSON *root = parse_object(body, len, err);
+    int rc = root ? parse_root(ctx, chat, root, out, err) : err->status;
     cJSON_Delete(root);
     if (rc) nv_api_request_free(out);
     return rc;
+}
+
+static char *print_free(cJSON *root);
+
+int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err) {
+    *out = NULL;
+    memset(err, 0, sizeof *err);
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return err->status;
+    /* llama.cpp's server names the text "content" (specials off by default), vLLM's "prompt" (on) */
+    const cJSON *content = field(root, "content"), *prompt = field(root, "prompt");
+    const cJSON *text = content ? content : prompt;
+    const char *key = content ? "content" : "prompt";
+    int add_special = !content, with_pieces = 0, rc = 0;
+    if (!text) {
+        nv_api_error_set(err, E400, "missing_required_parameter", "content", "'content' (or 'prompt') is required");
+        rc = err->status;
+    } else if (!cJSON_IsString(text)) {
+        nv_api_error_set(err, E400, NULL, key, "'%s' must be a string", key);
+        rc = err->status;
+    } else if (!(rc = get_bool(root, content ? "add_special" : "add_special_tokens", &add_special, err))) {
+        rc = get_bool(root, "with_pieces", &with_pieces, err);
+    }
+    int *ids = NULL, n = 0;
+    if (!rc && nv_tokenizer_encode(ctx->tok, text->valuestring, add_special, 0, &ids, &n) != NV_OK) {
+        nv_api_error_set(err, 500, "server_error", NULL, key, "cannot tokenize: %s", nv_errmsg());
+        rc = err->status;
+    }
+    cJSON_Delete(root);
+    if (rc) return rc;
+    cJSON *res = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(res, "tokens");
+    nv_buf piece = {0};
+    for (int i = 0; i < n; i++) {
+        if (!with_pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+            continue;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", ids[i]);
+        const char *p = ids[i] == nv_tokenizer_bos(ctx->tok) ? "" : nv_tokenizer_decode(ctx->tok, i ? ids[i - 1] : NV_TOKEN_BOS, ids[i]);
+        piece.len = 0;
+        nv_utf8_sanitize(&piece, p ? p : "", p ? strlen(p) : 0);
+        cJSON_AddStringToObject(o, "piece", piece.data ? piece.data : "");
+        cJSON_AddItemToArray(arr, o);
+    }
+    nv_buf_free(&piece);
+    cJSON_AddNumberToObject(res, "count", n);
+    cJSON_AddNumberToObject(res, "max_model_len", ctx->seq_len);
+    free(ids);
+    *out = print_free(res);
+    return 0;
+}
+
+int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err) {
+    *out = NULL;
+    memset(err, 0, sizeof *err);
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return err->status;
+    const cJSON *toks = field(root, "tokens");
+    int rc = 0;
+    if (!toks) {
+        nv_api_error_set(err, E400, "missing_required_parameter", "tokens", "'tokens' is required");
+        rc = err->status;
+    } else if (!cJSON_IsArray(toks)) {
+        nv_api_error_set(err, E400, NULL, "tokens", "'tokens' must be a list of token ids");
+        rc = err->status;
+    }
+    nv_buf text = {0};
+    int prev = NV_TOKEN_BOS, i = 0;
+    for (const cJSON *e = toks ? toks->child : NULL; !rc && e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= ctx->vocab_size) {
+            nv_api_error_set(err, E400, NULL, "tokens", "token id at 'tokens[%d]' must be an integer in [0, %d)", i, ctx->vocab_size);
+            rc = err->status;
+            break;
+        }
+        const int id = (int)e->valuedouble;
+        const char *p = id == nv_tokenizer_bos(ctx->tok) ? NULL : nv_tokenizer_decode(ctx->tok, prev, id);
+        if (p) nv_buf_puts(&text, p);
+        prev = id;
+    }
+    cJSON_Delete(root);
+    if (rc) {
+        nv_buf_free(&text);
+        return rc;
+    }
+    nv_buf s = {0};
+    nv_utf8_sanitize(&s, text.data ? text.data : "", text.len);
+    nv_buf_free(&text);
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddStringToObject(res, "content", s.data ? s.data : ""); /* llama.cpp's name */
+    cJSON_AddStringToObject(res, "prompt", s.data ? s.data : "");  /* vLLM's */
+    nv_buf_free(&s);
+    *out = print_free(res);
+    return 0;
 }
 
 void nv_api_request_free(nv_api_request *r) {

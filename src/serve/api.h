@@ -64,6 +64,14 @@ void nv_api_error_set(nv_api_error *e, int status, const char *type, const char 
 char *nv_api_error_json(const nv_api_error *e);
 
 int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err);
+/* POST /tokenize: {"content": TEXT, "add_special": false, "with_pieces": false} (llama.cpp's server)
+ * or {"prompt": TEXT, "add_special_tokens": true} (vLLM's) -> {"tokens": [ids] (with_pieces:
+ * [{"id", "piece"}]), "count", "max_model_len"}; special tokens' text in TEXT is parsed. The
+ * response body goes to *out (malloc'd); returns 0 or the error's status. */
+int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err);
+/* POST /detokenize: {"tokens": [ids]} -> {"content": TEXT, "prompt": TEXT} (both servers' names;
+ * BOS shows nothing; invalid UTF-8 from partial characters becomes U+FFFD). */
+int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err);
 void nv_api_request_free(nv_api_request *r);
 
 typedef struct {

@@ -27,7 +27,7 @@ struct nv_http {
     atomic_int active; /* requests received whose response has not completed */
 };
 
-typedef enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT } route_id;
+typedef enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE } route_id;
 
 typedef struct {
     route_id route;
@@ -99,7 +99,7 @@ static void add_common_headers(nv_http *h, struct MHD_Response *resp, const char
 static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const char *what) {
     (void)c;
     static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
-                                        "/v1/chat/completions"};
+                                        "/v1/chat/completions", "/tokenize", "/detokenize"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -153,10 +153,12 @@ static route_id route_of(const char *url) {
     if (!strncmp(url, "/models/", 8) && url[8]) return R_MODEL;
     if (!strcmp(url, "/completions")) return R_COMPLETIONS;
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
+    if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
     return R_NONE;
 }
 
-static int route_is_post(route_id r) { return r == R_COMPLETIONS || r == R_CHAT; }
+static int route_is_post(route_id r) { return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE; }
 
 /* ---- streams ------------------------------------------------------------------------------- */
 
@@ -495,6 +497,13 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
             return respond_error(h, c, cc, &e);
         }
         return respond(h, c, cc, 200, "application/json", nv_api_models(h->ctx.model_id, h->created, 1), NULL, NULL);
+    }
+    case R_TOKENIZE:
+    case R_DETOKENIZE: {
+        char *out = NULL;
+        nv_api_error e;
+        int rc = (cc->route == R_TOKENIZE ? nv_api_tokenize : nv_api_detokenize)(&h->ctx, cc->body.data, cc->body.len, &out, &e);
+        return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
     }
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
