@@ -727,6 +727,16 @@ static void fp32_dx_task(void *vc, int task, int nt) {
 
 /* x's columns as the depth slices of dw's panels, [slice][panel][i][c] = x[slice*kc + i][panel*nr + c]
  * (zero past column k): per depth slice the panels lie back to back, as the panel kernel reads them. */
+/* One source row of n values into the same row of every nr-wide panel (zero past n), the panels
+ * step floats apart. */
+static void row_into_panels(const float *src, int n, int nr, float *d, size_t step) {
+    for (int j0 = 0; j0 < n; j0 += nr, d += step) {
+        const int jv = imin(nr, n - j0);
+        memcpy(d, src + j0, (size_t)jv * sizeof(float));
+        if (jv < nr) memset(d + jv, 0, (size_t)(nr - jv) * sizeof(float));
+    }
+}
+
 static void pack_x_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
     const int nr = c->kf->nr, kc = c->kf->kc, m = c->m, k = c->k, np = cdiv(k, nr);
@@ -734,13 +744,7 @@ static void pack_x_task(void *vc, int task, int nt) {
     float *Px = c->abuf;
     for (int i = i0; i < i1; i++) {
         const int s = i / kc, ki = imin(kc, m - s * kc);
-        const float *src = c->b + (size_t)i * k;
-        float *d = Px + (size_t)s * kc * np * nr + (size_t)(i - s * kc) * nr;
-        for (int q = 0; q < np; q++, d += (size_t)ki * nr) {
-            const int j0 = q * nr, jv = imin(nr, k - j0);
-            memcpy(d, src + j0, (size_t)jv * sizeof(float));
-            if (jv < nr) memset(d + jv, 0, (size_t)(nr - jv) * sizeof(float));
-        }
+        row_into_panels(c->b + (size_t)i * k, k, nr, Px + (size_t)s * kc * np * nr + (size_t)(i - s * kc) * nr, (size_t)ki * nr);
     }
 }
 
@@ -785,10 +789,11 @@ static void fp32_dw_task(void *vc, int task, int nt) {
 
 /* Rows r0..r1 of src (cols floats each) -> bf16 rows of depth elements at dst (zero past cols),
  * optionally scaled per column. */
-static void rows_to_bf16(const float *src, int cols, const float *colscale, int r0, int r1, uint16_t *dst, int depth) {
+static void rows_to_bf16(const float *src, size_t lds, int cols, const float *colscale, int r0, int r1, uint16_t *dst,
+                         int depth) {
     for (int r = r0; r < r1; r++) {
         uint16_t *d = dst + (size_t)(r - r0) * depth;
-        row_to_bf16(src + (size_t)r * cols, colscale, d, cols);
+        row_to_bf16(src + (size_t)r * lds, colscale, d, cols);
         memset(d + cols, 0, (size_t)(depth - cols) * sizeof(uint16_t));
     }
 }
@@ -798,7 +803,7 @@ static void to_bf16_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
     const int rows = c->m;
     const int r0 = (int)((long)rows * task / nt), r1 = (int)((long)rows * (task + 1) / nt);
-    rows_to_bf16(c->a, c->k, c->colscale, r0, r1, (uint16_t *)c->abuf + (size_t)r0 * c->depth, c->depth);
+    rows_to_bf16(c->a, (size_t)c->k, c->k, c->colscale, r0, r1, (uint16_t *)c->abuf + (size_t)r0 * c->depth, c->depth);
 }
 
 /* Activation rows -> int8 with a per-row scale: scale = max|x| / 127, q = round(x / scale). */
@@ -956,7 +961,7 @@ static void amx_grad_task(void *vc, int task, int nt) {
     if (!A) return;
     for (int b0 = r0; b0 < r1; b0 += rb) {
         const int rows = imin(rb, r1 - b0), arows = amx_rows(rows);
-        if (dx) rows_to_bf16(c->a, n, c->p->wscale, b0, b0 + rows, A, depth);
+        if (dx) rows_to_bf16(c->a, (size_t)n, n, c->p->wscale, b0, b0 + rows, A, depth);
         else dy_t_to_bf16(c->a, m, n, b0, rows, A, depth);
         memset(A + (size_t)rows * depth, 0, (size_t)(arows - rows) * depth * sizeof(uint16_t)); /* the tile's zero rows */
         c->ka->bf16_gemm(A, depth, rows, depth, (const uint16_t *)c->abuf + (size_t)t0 * KB * 512, t1 - t0,
@@ -1003,23 +1008,14 @@ void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
 
 void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int k, int n, float *buf) {
     bpack_init(bp, e, k, n, buf);
-    const int nr = bp->nr, np = cdiv(n, nr);
+    const int nr = bp->nr;
     if (bp->e == NV_ENGINE_AMX_BF16) {
         const int KB = cdiv(k, 32);
         bf16_tiles_of_cols(b, ldb, k, n, KB, 0, cdiv(n, 16) * KB, (uint16_t *)buf);
         return;
     }
-    for (int kk = 0; kk < k; kk++) { /* b's row kk once, into every panel's row kk */
-        const float *src = b + (size_t)kk * ldb;
-        for (int p = 0; p < np; p++) {
-            float *d = buf + ((size_t)p * k + kk) * nr;
-            const int valid = imin(nr, n - p * nr);
-            int c = 0;
-            for (; c + 8 <= valid; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(src + p * nr + c));
-            for (; c < valid; c++) d[c] = src[p * nr + c];
-            for (; c < nr; c++) d[c] = 0.0f;
-        }
-    }
+    for (int kk = 0; kk < k; kk++) /* b's row kk once, into every panel's row kk */
+        row_into_panels(b + (size_t)kk * ldb, n, nr, buf + (size_t)kk * nr, (size_t)k * nr);
 }
 
 /* amx-bf16: A's rows made bf16 (zero past depth, up to the tile depth, and zero rows up to a whole
@@ -1027,16 +1023,13 @@ void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
  * depth's last block runs one column tile per call (the tiles are laid out for the packed depth). */
 static void bpack_run_amx(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C,
                           size_t ldc, int accumulate) {
-    const int Kp = rup(depth, 32), rows = m < 16 ? m : rup(m, 16), KBp = cdiv(bp->k, 32), nt = cdiv(ncols, 16);
+    const int Kp = rup(depth, 32), rows = amx_rows(m), KBp = cdiv(bp->k, 32), nt = cdiv(ncols, 16);
     uint16_t *a = aalloc((size_t)rows * Kp * sizeof(uint16_t));
     if (!a) { /* no memory: the block says so rather than holding stale values */
         for (int r = 0; r < m; r++) fill_nan(C + (size_t)r * ldc, (size_t)ncols);
         return;
     }
-    for (int r = 0; r < m; r++) {
-        row_to_bf16(A + (size_t)r * lda, NULL, a + (size_t)r * Kp, depth);
-        memset(a + (size_t)r * Kp + depth, 0, (size_t)(Kp - depth) * sizeof(uint16_t));
-    }
+    rows_to_bf16(A, lda, depth, NULL, 0, m, a, Kp);
     memset(a + (size_t)m * Kp, 0, (size_t)(rows - m) * Kp * sizeof(uint16_t));
     const uint16_t *B = (const uint16_t *)bp->data;
     if (Kp == KBp * 32) engine_amx->bf16_gemm(a, Kp, m, Kp, B, nt, C, ldc, ncols, accumulate);
