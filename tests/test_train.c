@@ -132,6 +132,22 @@ static void test_ckpt_roundtrip_and_flags(void) {
     T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK, "%s", nv_errmsg());
     T_CHECK(nv_ckpt_load(path, &k) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "flag 2 accepted: %s", nv_errmsg());
     free(p), free(m), free(v);
+    /* the projection-bias flag (qwen2): kept, and refused when neither 0 nor 1 */
+    c.qkv_bias = 1;
+    memset(&h, 0, sizeof h);
+    nv_ckpt_header_set_config(&h, &c);
+    h.n_params = nv_config_param_count(&c);
+    n = (size_t)h.n_params;
+    p = calloc(n, sizeof(float)), m = calloc(n, sizeof(float)), v = calloc(n, sizeof(float));
+    T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK && nv_ckpt_load(path, &k) == NV_OK, "%s", nv_errmsg());
+    nv_config back;
+    nv_ckpt_header_get_config(&k.h, &back);
+    T_CHECK(back.qkv_bias == 1 && !memcmp(&back, &c, sizeof c), "the bias flag survives the round trip");
+    nv_ckpt_close(&k);
+    h.qkv_bias = 3;
+    T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_ckpt_load(path, &k) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "bias flag 3 accepted: %s", nv_errmsg());
+    free(p), free(m), free(v);
 }
 
 static void test_corrupt_checkpoint_refused_and_kept(void) {

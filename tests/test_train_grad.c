@@ -33,7 +33,8 @@ static int tensors_of(const nv_tmodel *tm, tensor *out) {
                {"wv", w->wv, L * kvd * d},      {"wo", w->wo, L * d * qd},     {"w1", w->w1, L * h * d},
                {"w2", w->w2, L * d * h},        {"w3", w->w3, L * h * d},
                {"wcls", c->shared_classifier ? NULL : w->wcls, V * d},
-               {"q_norm", w->q_norm, L * (size_t)c->head_dim}, {"k_norm", w->k_norm, L * (size_t)c->head_dim}};
+               {"q_norm", w->q_norm, L * (size_t)c->head_dim}, {"k_norm", w->k_norm, L * (size_t)c->head_dim},
+               {"bq", w->bq, L * qd}, {"bk", w->bk, L * kvd}, {"bv", w->bv, L * kvd}};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].p) out[n++] = (tensor){all[i].name, (size_t)(all[i].p - base), all[i].n};
@@ -60,6 +61,11 @@ static void perturb_init(nv_tmodel *tm, uint64_t seed) {
             tm->m.w.q_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
             tm->m.w.k_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
         }
+    if (c->qkv_bias) {
+        const int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
+        for (int i = 0; i < c->n_layers * qd; i++) tm->m.w.bq[i] = 0.5f * nv_rng_normal(&r);
+        for (int i = 0; i < c->n_layers * kvd; i++) tm->m.w.bk[i] = 0.5f * nv_rng_normal(&r), tm->m.w.bv[i] = 0.5f * nv_rng_normal(&r);
+    }
     nv_tmodel_refresh(tm);
 }
 
@@ -75,7 +81,7 @@ static void check_fd(const nv_config *c, int B, int T) {
     float loss = nv_tmodel_forward(&tm, in, tg);
     T_CHECK(isfinite(loss) && loss > 0, "loss %f", loss);
     nv_tmodel_backward(&tm, 1.0f);
-    tensor ts[16];
+    tensor ts[20];
     int nt = tensors_of(&tm, ts);
     const float h = 1e-2f;
     for (int ti = 0; ti < nt; ti++) {
@@ -132,6 +138,15 @@ static void test_fd_separate_classifier_qknorm(void) {
     check_fd(&c, 2, 6);
 }
 
+/* qwen2: biases on the query, key and value projections (and, for their gradient through the
+ * per-head norm, QK-norm on too, a combination no GGUF has but the layers allow) */
+static void test_fd_qkv_bias(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1};
+    check_fd(&c, 2, 5);
+    nv_config n = {12, 20, 1, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1};
+    check_fd(&n, 2, 4);
+}
+
 static void test_fd_mha_separate(void) {
     nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0};
     check_fd(&c, 1, 7);
@@ -158,7 +173,7 @@ static void test_adamw_matches_reference(void) {
         float *p = malloc(n * sizeof(float)), *p0 = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
         float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
         uint8_t *decays = calloc(n, 1);
-        tensor ts[16];
+        tensor ts[20];
         int nt = tensors_of(&tm, ts);
         for (int i = 0; i < nt; i++) {
             int mat = ts[i].name[0] == 'w' || (emb && !strcmp(ts[i].name, "tok_emb"));
@@ -511,6 +526,7 @@ int main(void) {
     T_RUN(test_fd_gqa_tied);
     T_RUN(test_fd_separate_classifier_qknorm);
     T_RUN(test_fd_mha_separate);
+    T_RUN(test_fd_qkv_bias);
     T_RUN(test_accumulation_equals_larger_batch);
     T_RUN(test_engines_match_fp32);
     T_RUN(test_attention_kernels);

@@ -17,7 +17,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
-            "                   [--qk-norm] [--separate-classifier] [--context N]] [--init-from model.bin]\n"
+            "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--init-from MODEL]\n"
             "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
@@ -28,7 +28,9 @@ static void usage(FILE *f) {
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
             "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin (model.gguf\n"
-            "  when llama2.c's format cannot hold the shape, as with --qk-norm) and tokenizer.bin\n",
+            "  when llama2.c's format cannot hold the shape, as with --qk-norm or --qkv-bias) and tokenizer.bin\n"
+            "  --qk-norm: Qwen3's per-head query/key norms; --qkv-bias: Qwen2's query/key/value biases\n"
+            "  --init-from: a llama2.c model or a GGUF file (llama, qwen2, qwen3) to fine-tune\n",
             nv_config_preset_names());
 }
 
@@ -38,7 +40,7 @@ int cmd_train(int argc, char **argv) {
     const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL;
     const char *data[MAX_DATA];
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
-    int qk_norm = 0, separate = 0, warmup_given = 0;
+    int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0;
     float val_frac = 0.05f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -49,6 +51,7 @@ int cmd_train(int argc, char **argv) {
         if (!strcmp(a, "--resume")) { o.resume = 1; continue; }
         if (!strcmp(a, "--quiet")) { o.quiet = 1; continue; }
         if (!strcmp(a, "--qk-norm")) { qk_norm = 1; continue; }
+        if (!strcmp(a, "--qkv-bias")) { qkv_bias = 1; continue; }
         if (!strcmp(a, "--separate-classifier")) { separate = 1; continue; }
         if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
         if (!strcmp(a, "--data")) {
@@ -150,6 +153,11 @@ int cmd_train(int argc, char **argv) {
         c->norm_eps = 1e-5f;
         c->shared_classifier = !separate;
         c->qk_norm = qk_norm;
+        c->qkv_bias = qkv_bias;
+        if (qk_norm && qkv_bias) { /* no GGUF architecture holds both */
+            rc = cli_error(CMD, 2, "--qk-norm and --qkv-bias exclude each other (Qwen3 has the one, Qwen2 the other)");
+            goto done;
+        }
     } else if (nv_config_preset(preset ? preset : "stories260K", c) != NV_OK) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
         goto done;

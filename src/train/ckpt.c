@@ -20,6 +20,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->seq_len = c->seq_len;
     h->shared_classifier = c->shared_classifier;
     h->qk_norm = c->qk_norm;
+    h->qkv_bias = c->qkv_bias;
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
 }
@@ -36,6 +37,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->seq_len = h->seq_len;
     c->shared_classifier = h->shared_classifier;
     c->qk_norm = h->qk_norm;
+    c->qkv_bias = h->qkv_bias;
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
 }
@@ -86,9 +88,10 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
         goto fail;
     }
     if ((e = nv_read_bytes(&r, &out->h, sizeof out->h, "header"))) goto fail;
-    if ((out->h.shared_classifier != 0 && out->h.shared_classifier != 1) || (out->h.qk_norm != 0 && out->h.qk_norm != 1)) {
-        e = nv_fail(NV_EFORMAT, "%s: header flags (shared classifier %d, QK-norm %d) must be 0 or 1", path,
-                    (int)out->h.shared_classifier, (int)out->h.qk_norm);
+    if ((out->h.shared_classifier != 0 && out->h.shared_classifier != 1) || (out->h.qk_norm != 0 && out->h.qk_norm != 1) ||
+        (out->h.qkv_bias != 0 && out->h.qkv_bias != 1)) {
+        e = nv_fail(NV_EFORMAT, "%s: header flags (shared classifier %d, QK-norm %d, biases %d) must be 0 or 1", path,
+                    (int)out->h.shared_classifier, (int)out->h.qk_norm, (int)out->h.qkv_bias);
         goto fail;
     }
     nv_config c;

@@ -27,7 +27,7 @@ typedef struct {
     int64_t tokens_seen;
     uint64_t data_rng, data_windows;
     uint64_t n_params;
-    int32_t batch, seq, accum, reserved;
+    int32_t batch, seq, accum, qkv_bias; /* qkv_bias: was a reserved 0, so older files read as none */
     uint64_t seed;
     float last_loss, last_val_loss;
 } nv_ckpt_header;

@@ -424,6 +424,18 @@ static void dlogits_task(void *ctx, int task, int n_tasks) {
     }
 }
 
+/* y[r] += b for each of rows rows of n (the projections' biases) */
+static void add_bias_rows(float *y, const float *b, int rows, int n) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) y[(size_t)r * n + i] += b[i];
+}
+
+/* g += the column sums of d (rows x n): a bias's gradient */
+static void add_col_sums(float *g, const float *d, int rows, int n) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) g[i] += d[(size_t)r * n + i];
+}
+
 /* acc += dy . W (through a temporary: the plan API overwrites) */
 static void run_dx_add(const nv_plan *p, const float *dy, int m, float *acc, float *tmp) {
     nv_plan_run_dx(p, dy, m, tmp);
@@ -458,14 +470,23 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
             float *qraw = LAYER(a->qraw, l, sq), *kraw = LAYER(a->kraw, l, skv);
             nv_plan_run(lp->wq, xn1, BT, qraw);
             nv_plan_run(lp->wk, xn1, BT, kraw);
+            if (c->qkv_bias) {
+                add_bias_rows(qraw, w->bq + (size_t)l * qd, BT, qd);
+                add_bias_rows(kraw, w->bk + (size_t)l * kvd, BT, kvd);
+            }
             headnorm_forward(q, LAYER(a->qrstd, l, (size_t)BT * H), qraw, w->q_norm + (size_t)l * hd, BT, H, hd, c->norm_eps);
             headnorm_forward(k, LAYER(a->krstd, l, (size_t)BT * KVH), kraw, w->k_norm + (size_t)l * hd, BT, KVH, hd,
                              c->norm_eps);
         } else {
             nv_plan_run(lp->wq, xn1, BT, q);
             nv_plan_run(lp->wk, xn1, BT, k);
+            if (c->qkv_bias) {
+                add_bias_rows(q, w->bq + (size_t)l * qd, BT, qd);
+                add_bias_rows(k, w->bk + (size_t)l * kvd, BT, kvd);
+            }
         }
         nv_plan_run(lp->wv, xn1, BT, v);
+        if (c->qkv_bias) add_bias_rows(v, w->bv + (size_t)l * kvd, BT, kvd);
         rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
         rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
         const double ta = nv_now();
@@ -561,6 +582,11 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
                                 w->k_norm + (size_t)l * hd, LAYER(a->krstd, l, (size_t)BT * KVH), BT * KVH, hd);
             memcpy(s.dq, dqraw, sq * sizeof(float));
             memcpy(s.dk, dkraw, skv * sizeof(float));
+        }
+        if (c->qkv_bias) { /* the biases were added to the projections' outputs */
+            add_col_sums(g->bq + (size_t)l * qd, dq_in, BT, qd);
+            add_col_sums(g->bk + (size_t)l * kvd, dk_in, BT, kvd);
+            add_col_sums(g->bv + (size_t)l * kvd, s.dv, BT, kvd);
         }
         memset(s.dxn, 0, sd * sizeof(float));
         run_dx_add(lp->wq, dq_in, BT, s.dxn, s.dtmp);

@@ -182,8 +182,6 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (o->seq > c->seq_len) return nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len);
     if (c->n_rope_factors) /* the checkpoint header has no room for them */
         return nv_fail(NV_EUNSUPPORTED, "training a model with RoPE frequency factors (Llama 3.1 and later) is not supported");
-    if (c->qkv_bias) /* the backward has no bias gradients */
-        return nv_fail(NV_EUNSUPPORTED, "training a model with projection biases (Qwen2) is not supported");
     NV_TRY(nv_mkdirs(o->out_dir));
     char ckpt_path[4200], metrics_path[4200], svg_path[4200], model_path[4200];
     snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", o->out_dir);
