@@ -167,7 +167,10 @@ static void test_batch_equals_alone_qk_norm_gqa(void) {
     nv_model_free(&m);
 }
 
-/* qwen2's projection biases and Llama 3.1's RoPE frequency factors, GQA */
+/* qwen2's projection biases and Llama 3.1's RoPE frequency factors, GQA: both paths share
+ * nv_qkv_finish, so this checks what the batched path does with the biased keys and values (its
+ * pages) and its own RoPE table; the biases themselves are checked against a GGUF file's tensors
+ * in tests/test_gguf.c */
 static void test_batch_equals_alone_bias_rope_factors(void) {
     nv_config c = {48, 96, 2, 6, 2, 8, 300, 64, 10000.0f, 1e-6f, 1, 0, 4, {1.0f, 2.0f, 8.0f, 32.0f}, 1};
     nv_model m;

@@ -204,6 +204,18 @@ static void test_api_tokenize(void) {
                 !strcmp(out, "{\"content\":\"Once upon a time\",\"prompt\":\"Once upon a time\"}"),
             "detokenize gave %s", out ? out : e.message);
     free(out);
+    /* more ids than one request may hold */
+    const int many = (1 << 18) + 1;
+    char *big = malloc((size_t)many * 2 + 32);
+    if (big) {
+        size_t at = (size_t)sprintf(big, "{\"tokens\":[");
+        for (int i = 0; i < many; i++) at += (size_t)sprintf(big + at, i ? ",3" : "3");
+        at += (size_t)sprintf(big + at, "]}");
+        out = NULL;
+        T_CHECK(nv_api_detokenize(&ctx, big, at, &out, &e) == 400 && !out && !strcmp(e.param, "tokens"), "%d ids accepted", many);
+        free(out);
+        free(big);
+    }
     static const struct {
         int detok;
         const char *body, *param;

@@ -131,7 +131,10 @@ static void test_roundtrip_random(void) {
         if (!t) return;
         static const char *parts[] = {" ", "  ", "\n", "\r\n", "\t", "the", " cat", "her", "I'll", "'S", "12", "345",
                                       "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "!", "?!", "\xff", "\xc3", "\x80",
-                                      "<", "|>", "x", "\x01", "\x7f", "\xc2\xa0"};
+                                      "<", "|>", "x", "\x01", "\x7f", "\xc2\xa0",
+                                      /* what PCRE2 refuses: overlongs, a surrogate, past U+10FFFF, cut short */
+                                      "\xc0\xaf", "\xe0\x80\x80", "\xf0\x80\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                                      "\xf5\x80", "\xe2\x82", "\xf0\x9f\x98"};
         uint64_t s = 0x9E3779B97F4A7C15ull + (uint64_t)v;
         for (int round = 0; round < 400; round++) {
             char text[512];

@@ -124,6 +124,10 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     nv_config *c = &o.config;
+    if ((qk_norm || qkv_bias) && !dim) { /* a preset or a model file says its own shape */
+        rc = cli_error(CMD, 2, "%s goes with --dim (a preset or --init-from gives the whole shape)", qk_norm ? "--qk-norm" : "--qkv-bias");
+        goto done;
+    }
     if (init_from) {
         if (preset || dim) {
             rc = cli_error(CMD, 2, "--init-from takes the model's shape from the file: drop --preset/--dim");

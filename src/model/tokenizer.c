@@ -770,7 +770,8 @@ static nv_err bpe_split(bpe_out *o, pcre2_match_data *md, const char *s, size_t 
             if (rc >= 0) {
                 const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
                 ms = ov[0];
-                me = ov[1] > ms ? ov[1] : ms + 1; /* no alternative matches nothing; step on if one did */
+                /* no alternative matches nothing; if one did, step on by a whole character */
+                me = ov[1] > ms ? ov[1] : ms < n ? ms + utf8_char_len(u + run + ms, n - ms) : ms + 1;
             } else if (rc != PCRE2_ERROR_NOMATCH) {
                 return nv_fail(NV_EINVAL, "tokenizer: the pre-tokenizer failed (PCRE2 error %d)", rc);
             }

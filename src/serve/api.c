@@ -601,6 +601,10 @@ int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, 
 
 static char *print_free(cJSON *root);
 
+/* The most ids one /tokenize answer or /detokenize request holds: a response's JSON grows with it,
+ * and a server thread per connection builds one (about 250 bytes an id with pieces). */
+#define MAX_TOKENIZE_IDS (1 << 18)
+
 int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err) {
     *out = NULL;
     memset(err, 0, sizeof *err);
@@ -626,7 +630,14 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
         rc = err->status;
     }
     cJSON_Delete(root);
-    if (rc) return rc;
+    if (!rc && n > MAX_TOKENIZE_IDS) {
+        nv_api_error_set(err, E400, NULL, key, "the text gives %d tokens, more than the %d one request may", n, MAX_TOKENIZE_IDS);
+        rc = err->status;
+    }
+    if (rc) {
+        free(ids);
+        return rc;
+    }
     cJSON *res = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(res, "tokens");
     nv_buf piece = {0};
@@ -664,6 +675,9 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
     } else if (!cJSON_IsArray(toks)) {
         nv_api_error_set(err, E400, NULL, "tokens", "'tokens' must be a list of token ids");
         rc = err->status;
+    } else if (cJSON_GetArraySize(toks) > MAX_TOKENIZE_IDS) {
+        nv_api_error_set(err, E400, NULL, "tokens", "'tokens' holds more than the %d ids one request may", MAX_TOKENIZE_IDS);
+        rc = err->status;
     }
     nv_buf text = {0};
     int prev = NV_TOKEN_BOS, i = 0;
@@ -685,7 +699,13 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
     }
     nv_buf s = {0};
     nv_utf8_sanitize(&s, text.data ? text.data : "", text.len);
+    const int oom = text.oom || s.oom;
     nv_buf_free(&text);
+    if (oom) {
+        nv_buf_free(&s);
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return err->status;
+    }
     cJSON *res = cJSON_CreateObject();
     cJSON_AddStringToObject(res, "content", s.data ? s.data : ""); /* llama.cpp's name */
     cJSON_AddStringToObject(res, "prompt", s.data ? s.data : "");  /* vLLM's */

@@ -24,7 +24,7 @@ static nv_err append_doc(const nv_tokenizer *tok, const char *text, size_t len, 
     memcpy(doc, text, len);
     doc[len] = '\0';
     int *ids = NULL, nids = 0;
-    nv_err e = nv_tokenizer_encode(tok, doc, 1, !nv_tokenizer_adds_bos(tok), &ids, &nids);
+    nv_err e = nv_tokenizer_encode(tok, doc, 1, !nv_tokenizer_adds_bos(tok), &ids, &nids); /* no EOS id: nothing apart */
     free(doc);
     if (e) return e;
     if (*n + (uint64_t)nids > *cap) {

@@ -180,6 +180,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (o->batch < 1 || o->seq < 1 || o->accum < 1 || o->steps < 1)
         return nv_fail(NV_EINVAL, "batch, seq, accum and steps must be positive");
     if (o->seq > c->seq_len) return nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len);
+    if (c->qk_norm && c->qkv_bias) /* no format could hold the trained model */
+        return nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no format writes it)");
     if (c->n_rope_factors) /* the checkpoint header has no room for them */
         return nv_fail(NV_EUNSUPPORTED, "training a model with RoPE frequency factors (Llama 3.1 and later) is not supported");
     NV_TRY(nv_mkdirs(o->out_dir));
