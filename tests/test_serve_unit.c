@@ -107,7 +107,7 @@ static void test_api_parse_defaults_and_limits(void) {
     if (!zp) return;
     nv_tokenizer *tok = NULL;
     if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100, 0};
     nv_api_request r;
     nv_api_error e;
     const char *simple = "{\"prompt\":\"Once upon a time\"}";
@@ -179,7 +179,7 @@ static void test_api_tokenize(void) {
     if (!zp) return;
     nv_tokenizer *tok = NULL;
     if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0};
     nv_api_error e;
     char *out = NULL;
     static const struct {
@@ -231,6 +231,57 @@ static void test_api_tokenize(void) {
     nv_tokenizer_free(tok);
 }
 
+/* --reasoning-format deepseek's split, whole and in every two pieces (and byte by byte): the same
+ * reasoning and content either way. */
+static void test_think_split(void) {
+    static const struct {
+        const char *in, *why, *said;
+    } cases[] = {
+        {"<think>\nabc\n</think>\n\nHello", "\nabc\n", "Hello"},
+        {"  <think>x</think>y", "x", "y"},
+        {"Hello <think>x</think>", "", "Hello <think>x</think>"},
+        {"<think>never closed", "never closed", ""},
+        {"<thi", "", "<thi"},
+        {"", "", ""},
+        {"\n\n", "", "\n\n"},
+        {"<think></think>\n\n\nA\n\nB", "", "A\n\nB"},
+        {"<think>\xc3\xa9\xe4\xb8\xad</think>\xf0\x9f\x98\x80", "\xc3\xa9\xe4\xb8\xad", "\xf0\x9f\x98\x80"},
+        {"<think>a</thinkx</think>b", "a</thinkx", "b"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *in = cases[c].in;
+        const size_t n = strlen(in);
+        for (size_t cut = 0; cut <= n + 1; cut++) { /* cut n + 1: one byte at a time */
+            nv_think t = {0};
+            nv_buf why = {0}, said = {0};
+            if (cut <= n) {
+                nv_think_feed(&t, in, cut, 0, &why, &said);
+                nv_think_feed(&t, in + cut, n - cut, 1, &why, &said);
+            } else {
+                for (size_t i = 0; i < n; i++) nv_think_feed(&t, in + i, 1, 0, &why, &said);
+                nv_think_feed(&t, "", 0, 1, &why, &said);
+            }
+            const char *w = why.data ? why.data : "", *sd = said.data ? said.data : "";
+            T_CHECK(!strcmp(w, cases[c].why) && !strcmp(sd, cases[c].said), "'%s' cut at %zu: reasoning '%s' content '%s'", in, cut, w, sd);
+            nv_think_free(&t);
+            nv_buf_free(&why);
+            nv_buf_free(&said);
+        }
+    }
+    /* the response carries reasoning_content only when given */
+    nv_api_meta m;
+    nv_api_meta_init(&m, 1, "m");
+    nv_api_choice ch[2] = {{"Hello", "stop", NULL, 0, "thought"}, {"Hi", "stop", NULL, 0, NULL}};
+    char *body = nv_api_response_choices(&m, ch, 2, 3, 4, 0);
+    T_CHECK(body && strstr(body, "\"content\":\"Hello\",\"reasoning_content\":\"thought\"") &&
+                !strstr(strstr(body, "\"Hi\""), "reasoning_content"),
+            "%s", body ? body : "-");
+    free(body);
+    body = nv_api_reasoning_chunk(&m, "step", 0);
+    T_CHECK(body && strstr(body, "\"delta\":{\"reasoning_content\":\"step\"}"), "%s", body ? body : "-");
+    free(body);
+}
+
 int main(void) {
     T_RUN(test_stop_holdback);
     T_RUN(test_utf8);
@@ -238,5 +289,6 @@ int main(void) {
     T_RUN(test_api_parse_defaults_and_limits);
     T_RUN(test_api_response_shapes);
     T_RUN(test_api_tokenize);
+    T_RUN(test_think_split);
     return t_done();
 }

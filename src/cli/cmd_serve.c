@@ -30,7 +30,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
             "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3] [--max-batch N] [--prefill-chunk N]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3] [--reasoning-format none|deepseek]\n"
+            "                   [--max-batch N] [--prefill-chunk N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32]\n"
@@ -48,6 +49,8 @@ static void usage(FILE *f) {
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
             "  --chat-template T    plain, chatml, llama2 or llama3 (default: what the model declares: a GGUF\n"
             "                       file's tokenizer.chat_template recognised as ChatML, Llama 3's or [INST]; else plain)\n"
+            "  --reasoning-format F none (default) or deepseek: a chat answer's leading <think>...</think> (Qwen3,\n"
+            "                       DeepSeek-R1) goes to message.reasoning_content (delta.reasoning_content streamed)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
@@ -108,6 +111,7 @@ static nv_chat_template declared_template(const char *model_path) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
     const char *api_key = NULL, *template_name = NULL;
+    int reasoning = 0;
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
@@ -138,6 +142,11 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
+        else if (!strcmp(a, "--reasoning-format")) {
+            if (strcmp(v, "none") && strcmp(v, "deepseek"))
+                return cli_error(CMD, 2, "--reasoning-format takes none or deepseek, not '%s'", v);
+            reasoning = !strcmp(v, "deepseek");
+        }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) { if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2; }
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
@@ -238,6 +247,7 @@ int cmd_serve(int argc, char **argv) {
     nv_api_ctx ctx = {.model_id = model_id,
                       .tok = tok,
                       .tmpl = tmpl,
+                      .reasoning = reasoning,
                       .seq_len = c->seq_len,
                       .vocab_size = c->vocab_size,
                       .capacity = nv_sched_capacity(&sched)};

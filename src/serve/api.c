@@ -850,7 +850,7 @@ char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish
 
 char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                              int completion_tokens, int cached_tokens) {
-    nv_api_choice one = {text, finish, m->lps, m->n_lps};
+    nv_api_choice one = {text, finish, m->lps, m->n_lps, NULL};
     return nv_api_response_choices(m, &one, 1, prompt_tokens, completion_tokens, cached_tokens);
 }
 
@@ -866,6 +866,7 @@ char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int
             cJSON *msg = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
             cJSON_AddStringToObject(msg, "content", ch[i].text);
+            if (ch[i].reasoning) cJSON_AddStringToObject(msg, "reasoning_content", ch[i].reasoning);
         } else {
             cJSON_AddStringToObject(c, "text", ch[i].text);
         }
@@ -898,6 +899,74 @@ char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char 
     if (usage_null) cJSON_AddNullToObject(root, "usage");
     return print_free(root);
 }
+
+char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_null) {
+    cJSON *root = envelope(m, "chat.completion.chunk");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", m->index);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "delta"), "reasoning_content", text);
+    add_logprobs(c, m);
+    cJSON_AddNullToObject(c, "finish_reason");
+    if (usage_null) cJSON_AddNullToObject(root, "usage");
+    return print_free(root);
+}
+
+/* The length of the longest end of s[0..n) that starts tag without being all of it. */
+static size_t tag_prefix_at_end(const char *s, size_t n, const char *tag) {
+    const size_t tl = strlen(tag);
+    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, tag, k)) return k;
+    return 0;
+}
+
+void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content) {
+    static const char open[] = "<think>", close[] = "</think>";
+    nv_buf_append(&t->hold, s, n);
+    const char *h = t->hold.data ? t->hold.data : "";
+    size_t len = t->hold.len, used = 0;
+    for (;;) {
+        const char *p = h + used;
+        const size_t left = len - used;
+        if (t->state == 0) {
+            size_t ws = 0;
+            while (ws < left && (p[ws] == ' ' || p[ws] == '\n' || p[ws] == '\r' || p[ws] == '\t')) ws++;
+            const size_t rest = left - ws, ol = sizeof open - 1;
+            if (rest >= ol && !memcmp(p + ws, open, ol)) {
+                used += ws + ol;
+                t->state = 1;
+                continue;
+            }
+            if (!final && (rest == 0 || (rest < ol && !memcmp(p + ws, open, rest)))) break; /* not known yet */
+            t->state = 2;
+            continue;
+        }
+        if (t->state == 1) {
+            const char *end = memmem(p, left, close, sizeof close - 1);
+            if (end) {
+                nv_buf_append(reasoning, p, (size_t)(end - p));
+                used += (size_t)(end - p) + sizeof close - 1;
+                t->state = 3;
+                continue;
+            }
+            const size_t keep = final ? 0 : tag_prefix_at_end(p, left, close);
+            nv_buf_append(reasoning, p, left - keep);
+            used += left - keep;
+            break;
+        }
+        if (t->state == 3) {
+            while (used < len && (h[used] == '\n' || h[used] == '\r')) used++;
+            if (used == len) break;
+            t->state = 2;
+        }
+        nv_buf_append(content, h + used, len - used);
+        used = len;
+        break;
+    }
+    nv_buf_consume(&t->hold, used); /* what is left waits for the next piece */
+}
+
+void nv_think_free(nv_think *t) { nv_buf_free(&t->hold); }
 
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens) {
     cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");

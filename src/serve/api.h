@@ -36,6 +36,7 @@ typedef struct {
     nv_chat_template tmpl;
     int seq_len, vocab_size;
     long capacity; /* positions one request can reserve */
+    int reasoning; /* --reasoning-format deepseek: a chat answer's <think>...</think> goes to reasoning_content */
 } nv_api_ctx;
 
 #define NV_MAX_CHOICES 16
@@ -106,12 +107,28 @@ typedef struct {
     const char *text, *finish;
     const nv_token_lp *lps;
     int n_lps;
+    const char *reasoning; /* chat: message.reasoning_content, when not NULL */
 } nv_api_choice;
 char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *choices, int n, int prompt_tokens,
                               int completion_tokens, int cached_tokens);
 /* One streamed chunk: text (may be "") and/or finish (NULL while running); role adds the chat
  * role delta; usage_null adds "usage":null (stream_options.include_usage). */
 char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null);
+/* A streamed chat chunk whose delta is {"reasoning_content": text}. */
+char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_null);
+
+/* Splits a chat answer into reasoning and content the way llama.cpp's --reasoning-format deepseek
+ * does: "<think>" at its start (after white space) opens the reasoning, "</think>" closes it and
+ * the newlines after it are dropped; an answer that does not start so is all content, one that
+ * never closes all reasoning. Text may come in pieces (feed each, last with final set); a piece
+ * cut inside a tag is held back until the next, and only at ASCII bytes, so the UTF-8 characters
+ * of each output stay whole. */
+typedef struct {
+    int state; /* 0: undecided, 1: in the reasoning, 2: content (3: content, newlines still dropped) */
+    nv_buf hold;
+} nv_think;
+void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content);
+void nv_think_free(nv_think *t);
 /* The final usage chunk (choices: []). */
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens);
 /* GET /v1/models, and one model. */

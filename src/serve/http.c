@@ -45,6 +45,8 @@ typedef struct {
     int ended[NV_MAX_CHOICES];       /* the choice's finish chunk is out */
     long text_offset[NV_MAX_CHOICES]; /* completions logprobs: bytes of text sent per choice */
     char *echo[NV_MAX_CHOICES];       /* echo with logprobs: the prompt, sent with its records */
+    int reasoning;                    /* chat with --reasoning-format deepseek: think[] split each choice */
+    nv_think think[NV_MAX_CHOICES];
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -216,6 +218,15 @@ static void stream_poll(stream_ctx *st) {
             }
             if (lps.oom || text.oom) st->out.oom = 1;
             st->meta.index = i;
+            if (st->reasoning && (text.len || rs.done)) { /* the reasoning first, then the content */
+                nv_buf why = {0}, said = {0};
+                nv_think_feed(&st->think[i], text.data ? text.data : "", text.len, rs.done, &why, &said);
+                if (why.len) sse_event(st, nv_api_reasoning_chunk(&st->meta, why.data, st->include_usage));
+                if (why.oom || said.oom) st->out.oom = 1;
+                nv_buf_free(&why);
+                nv_buf_free(&text);
+                text = said;
+            }
             if (text.len || lps.n) {
                 st->meta.lps = lps.v;
                 st->meta.n_lps = lps.n;
@@ -283,7 +294,7 @@ static void stream_free(void *cls) {
         if (!st->finished && !st->ended[i]) nv_req_cancel(st->h->s, st->r[i]); /* the client went away */
         nv_req_release(st->h->s, st->r[i]);
     }
-    for (int i = 0; i < st->n; i++) free(st->echo[i]);
+    for (int i = 0; i < st->n; i++) free(st->echo[i]), nv_think_free(&st->think[i]);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -360,6 +371,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         st->fd = fd;
         st->include_usage = ar.include_usage;
         st->per = per;
+        st->reasoning = chat && h->ctx.reasoning;
         for (int i = 0; i < n; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
@@ -417,9 +429,20 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     } else if (failed < 0) {
         nv_api_choice ch[NV_MAX_CHOICES];
-        for (int i = 0; i < n; i++)
-            ch[i] = (nv_api_choice){text[i].data ? text[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n};
-        char *body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
+        nv_buf why[NV_MAX_CHOICES] = {0}, said[NV_MAX_CHOICES] = {0};
+        for (int i = 0; i < n; i++) {
+            ch[i] = (nv_api_choice){text[i].data ? text[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n, NULL};
+            if (chat && h->ctx.reasoning) { /* --reasoning-format deepseek */
+                nv_think t = {0};
+                nv_think_feed(&t, ch[i].text, text[i].len, 1, &why[i], &said[i]);
+                nv_think_free(&t);
+                oom |= why[i].oom || said[i].oom;
+                ch[i].text = said[i].data ? said[i].data : "";
+                ch[i].reasoning = why[i].data; /* NULL: none, the field is left out */
+            }
+        }
+        char *body = oom ? NULL : nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
+        for (int i = 0; i < n; i++) nv_buf_free(&why[i]), nv_buf_free(&said[i]);
         ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
     } else if (rs[failed].finish == NV_FINISH_TIMEOUT) {
         char msg[128];
