@@ -78,6 +78,12 @@ static void test_chat_templates(void) {
                     1, 0, NULL, 0, 0);
     T_CHECK(same_ids(ids, n, want, nw), "chatml template");
     free(ids);
+    /* Qwen3's non-thinking turn: an empty think block closed after the assistant's header */
+    T_CHECK(nv_chat_render_ex(NV_CHAT_CHATML, tok, msgs + 3, 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want, "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", 1, 0,
+                    NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "chatml without thinking");
+    free(ids);
     T_CHECK(nv_chat_render(NV_CHAT_LLAMA2, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
     nw = expect_ids(tok, want, "[INST] <<SYS>>\nBe kind.\n<</SYS>>\n\nHi there [/INST] Hello! ", 1, 1,
                     "[INST] Tell a story [/INST]", 1, 0);
@@ -174,6 +180,32 @@ static void test_api_response_shapes(void) {
 }
 
 /* /tokenize and /detokenize bodies: llama.cpp's and vLLM's field names, pieces, errors. */
+/* chat_template_kwargs.enable_thinking (vLLM's): false renders the closed think block; other types 400 */
+static void test_api_enable_thinking(void) {
+    const char *zp = t_data("models/tok512.bin");
+    if (!zp) return;
+    nv_tokenizer *tok = NULL;
+    if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 400, 0};
+    nv_api_request a, b;
+    nv_api_error e;
+    const char *on = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":true}}";
+    const char *off = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    T_CHECK(nv_api_parse(&ctx, 1, on, strlen(on), &a, &e) == 0 && nv_api_parse(&ctx, 1, off, strlen(off), &b, &e) == 0, "%s", e.message);
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_chat_render_ex(NV_CHAT_CHATML, tok, (nv_chat_msg[]){{"user", "Hi"}}, 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(b.req.n_prompt == n && !memcmp(b.req.prompt, ids, (size_t)n * sizeof(int)) && a.req.n_prompt < n,
+            "enable_thinking false renders the closed think block (%d, %d, %d ids)", a.req.n_prompt, b.req.n_prompt, n);
+    free(ids);
+    nv_api_request_free(&a);
+    nv_api_request_free(&b);
+    static const char *bad[] = {"{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":5}",
+                                "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":0}}"};
+    T_CHECK(nv_api_parse(&ctx, 1, bad[0], strlen(bad[0]), &a, &e) == 400 && !strcmp(e.param, "chat_template_kwargs"), "%s", e.message);
+    T_CHECK(nv_api_parse(&ctx, 1, bad[1], strlen(bad[1]), &a, &e) == 400 && !strcmp(e.param, "enable_thinking"), "%s", e.message);
+    nv_tokenizer_free(tok);
+}
+
 static void test_api_tokenize(void) {
     const char *zp = t_data("models/tok512.bin");
     if (!zp) return;
@@ -289,6 +321,7 @@ int main(void) {
     T_RUN(test_api_parse_defaults_and_limits);
     T_RUN(test_api_response_shapes);
     T_RUN(test_api_tokenize);
+    T_RUN(test_api_enable_thinking);
     T_RUN(test_think_split);
     return t_done();
 }

@@ -378,7 +378,16 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
         }
         m[j].content = texts[j].data ? texts[j].data : "";
     }
-    if (!rc && nv_chat_render(ctx->tmpl, ctx->tok, m, n, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
+    /* vLLM's chat_template_kwargs: {"enable_thinking": false} turns Qwen3's reasoning off */
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    int thinking = 1;
+    if (!rc && kw && !cJSON_IsObject(kw)) {
+        nv_api_error_set(err, E400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        rc = err->status;
+    } else if (!rc && kw) {
+        rc = get_bool(kw, "enable_thinking", &thinking, err);
+    }
+    if (!rc && nv_chat_render_ex(ctx->tmpl, ctx->tok, m, n, !thinking, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
         nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
         rc = err->status;
     } else if (!rc && out->req.n_prompt == 0) {

@@ -111,6 +111,11 @@ done:
 
 nv_err nv_chat_render(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, int **tokens,
                       int *n_tokens) {
+    return nv_chat_render_ex(t, tok, m, n, 0, tokens, n_tokens);
+}
+
+nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, int no_think,
+                         int **tokens, int *n_tokens) {
     *tokens = NULL;
     *n_tokens = 0;
     id_list out = {0};
@@ -132,7 +137,7 @@ nv_err nv_chat_render(nv_chat_template t, const nv_tokenizer *tok, const nv_chat
                 nv_buf_puts(&text, m[i].content);
             }
         }
-        if (t == NV_CHAT_CHATML) nv_buf_puts(&text, "<|im_start|>assistant\n");
+        if (t == NV_CHAT_CHATML) nv_buf_puts(&text, no_think ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
         if (t == NV_CHAT_LLAMA3) nv_buf_puts(&text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         if (text.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
         else e = ids_add_text(&out, tok, text.data ? text.data : "", 1, 0);

@@ -39,5 +39,10 @@ int nv_chat_role_known(const char *role);
 /* The prompt ids (caller frees *tokens). */
 nv_err nv_chat_render(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs, int **tokens,
                       int *n_tokens);
+/* The same; no_think (chatml only) closes an empty think block after the assistant's header,
+ * "<think>\n\n</think>\n\n", which is how Qwen3's own template turns its reasoning off
+ * (enable_thinking false). */
+nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs, int no_think,
+                         int **tokens, int *n_tokens);
 
 #endif
