@@ -19,8 +19,7 @@ enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q
 
 int nv_gguf_is(const void *data, size_t len) { return len >= 4 && memcmp(data, "GGUF", 4) == 0; }
 
-/* A name from the file as message text: at most 100 bytes, anything but printable ASCII as '?'. */
-static const char *shown(const char *s, size_t n, char *out, size_t cap) {
+const char *nv_gguf_shown(const char *s, size_t n, char *out, size_t cap) {
     size_t k = 0;
     for (size_t i = 0; i < n && i < 100 && k + 1 < cap; i++) out[k++] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
     out[k] = '\0';
@@ -81,7 +80,7 @@ static nv_err skip_value(gg_cursor *c, uint32_t type, const char *key) {
 static nv_err parse_kv(gg_cursor *c, nv_gguf_kv *kv) {
     NV_TRY(rd_string(c, &kv->key, &kv->key_len, "metadata key"));
     char key[128];
-    shown(kv->key, kv->key_len, key, sizeof key);
+    nv_gguf_shown(kv->key, kv->key_len, key, sizeof key);
     NV_TRY(nv_read_u32(&c->r, &kv->type, key));
     if (kv->type != GG_ARR) {
         kv->val = c->r.p + c->r.pos;
@@ -139,7 +138,7 @@ static const char *type_name(uint32_t type) {
 static nv_err parse_tensor(gg_cursor *c, nv_gguf_tensor *t, uint64_t *offset) {
     NV_TRY(rd_string(c, &t->name, &t->name_len, "tensor name"));
     char name[128];
-    shown(t->name, t->name_len, name, sizeof name);
+    nv_gguf_shown(t->name, t->name_len, name, sizeof name);
     NV_TRY(nv_read_u32(&c->r, &t->n_dims, name));
     if (t->n_dims < 1 || t->n_dims > 4)
         return nv_fail(NV_EFORMAT, "%s: tensor '%s' has %u dimensions (1 to 4 supported)", c->r.what, name, t->n_dims);
@@ -180,14 +179,14 @@ static nv_err check_disjoint(const nv_gguf *g) {
     for (uint64_t i = 1; i < g->n_tensors && e == NV_OK; i++)
         if (v[i - 1]->data + v[i - 1]->bytes > v[i]->data) {
             char a[128], b[128];
-            e = nv_fail(NV_EFORMAT, "%s: tensors '%s' and '%s' overlap", g->path, shown(v[i - 1]->name, v[i - 1]->name_len, a, sizeof a),
-                        shown(v[i]->name, v[i]->name_len, b, sizeof b));
+            e = nv_fail(NV_EFORMAT, "%s: tensors '%s' and '%s' overlap", g->path, nv_gguf_shown(v[i - 1]->name, v[i - 1]->name_len, a, sizeof a),
+                        nv_gguf_shown(v[i]->name, v[i]->name_len, b, sizeof b));
         }
     qsort(v, (size_t)g->n_tensors, sizeof *v, by_name);
     for (uint64_t i = 1; i < g->n_tensors && e == NV_OK; i++)
         if (by_name(&v[i - 1], &v[i]) == 0) {
             char a[128];
-            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' appears twice", g->path, shown(v[i]->name, v[i]->name_len, a, sizeof a));
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' appears twice", g->path, nv_gguf_shown(v[i]->name, v[i]->name_len, a, sizeof a));
         }
     free(v);
     return e;
@@ -254,7 +253,7 @@ nv_err nv_gguf_open(const char *path, nv_gguf *g) {
             base + offsets[i] + t->bytes > g->map.len) {
             char name[128];
             e = nv_fail(NV_EFORMAT, "%s: tensor '%s' lies outside the file or off its alignment", path,
-                        shown(t->name, t->name_len, name, sizeof name));
+                        nv_gguf_shown(t->name, t->name_len, name, sizeof name));
             goto fail;
         }
         t->data = g->map.data + base + offsets[i];
@@ -510,10 +509,10 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
 }
 
 /* The architectures read and written: llama (RoPE on pairs of consecutive head values, as
- * llama2.c) and qwen3 (llama with RMSNorm on each query and key head before RoPE; llama.cpp's
- * qwen3 rotates pairs half a head apart, so its Q and K rows are stored in that order). */
-/* llama.cpp's architecture for a shape: qwen3 has QK-norm, qwen2 projection biases (both rotate
- * NEOX-style, halves of a head, so their query and key rows are reordered on the way in and out). */
+ * llama2.c), qwen3 (llama with RMSNorm on each query and key head before RoPE) and qwen2 (llama
+ * with biases on the query, key and value projections). llama.cpp's qwen2/qwen3 rotate pairs half
+ * a head apart, so their query and key rows are stored in that order and reordered on the way in
+ * and out. */
 static const char *arch_name(int qk_norm, int qkv_bias) { return qk_norm ? "qwen3" : qkv_bias ? "qwen2" : "llama"; }
 
 /* "<arch>.<suffix>" into buf. */
@@ -530,7 +529,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     const int qwen3 = name_is(arch_s, n, "qwen3"), qwen2 = name_is(arch_s, n, "qwen2");
     if (!name_is(arch_s, n, "llama") && !qwen3 && !qwen2)
         return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2 or qwen3)", g->path,
-                       shown(arch_s, n, shown_arch, sizeof shown_arch));
+                       nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
     const char *arch = arch_name(qwen3, qwen2);
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
@@ -577,7 +576,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
                               !memcmp(nm + nl - 12, ".attn_v.bias", 12));
         if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias)
             return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is a bias, which this model does not have", g->path,
-                           shown(nm, nl, shown_arch, sizeof shown_arch));
+                           nv_gguf_shown(nm, nl, shown_arch, sizeof shown_arch));
     }
     memset(c, 0, sizeof *c);
     c->dim = (int)dim;
@@ -829,7 +828,7 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     else if (!name_is(model, n, "llama")) {
         char sm[128];
         e = nv_fail(NV_EUNSUPPORTED, "%s: tokenizer '%s' has no llama2.c tokenizer.bin form (llama's SentencePiece only)", path,
-                    shown(model, n, sm, sizeof sm));
+                    nv_gguf_shown(model, n, sm, sizeof sm));
     }
     else if (toks->type != GG_ARR || toks->elem != GG_STR || toks->count < 3 || toks->count > (1u << 24))
         e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.tokens is not a list of 3 to 2^24 strings", path);
@@ -994,8 +993,7 @@ nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v) {
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eot_token_id", v->n_tokens, &v->eot);
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eom_token_id", v->n_tokens, &v->eom);
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.unknown_token_id", v->n_tokens, &v->unk);
-    v->add_bos = -1;
-    if (e == NV_OK && nv_gguf_find(g, "tokenizer.ggml.add_bos_token")) e = get_bool(g, "tokenizer.ggml.add_bos_token", 0, &v->add_bos);
+    if (e == NV_OK) e = get_bool(g, "tokenizer.ggml.add_bos_token", -1, &v->add_bos);
     if (e != NV_OK) nv_gguf_bpe_free(v);
     return e;
 }
@@ -1023,6 +1021,18 @@ static void kv_f32(nv_buf *b, const char *key, float v) {
 static void kv_str(nv_buf *b, const char *key, const char *v) {
     ob_key(b, key, GG_STR);
     ob_str(b, v, strlen(v));
+}
+
+/* A version 3 header with n_tensors; returns where its metadata count goes (filled in later) and
+ * writes general.architecture, the first metadata value. */
+static size_t ob_header(nv_buf *b, uint64_t n_tensors, const char *arch) {
+    nv_buf_append(b, "GGUF", 4);
+    ob_u32(b, 3);
+    ob_u64(b, n_tensors);
+    const size_t kv_at = b->len;
+    ob_u64(b, 0);
+    kv_str(b, "general.architecture", arch);
+    return kv_at;
 }
 
 /* A byte-level vocabulary as it was read: pieces, types, merges "A B" in rank order, the
@@ -1190,13 +1200,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const char *arch = arch_name(c->qk_norm, c->qkv_bias);
     char k[96];
     nv_buf b = {0};
-    nv_buf_append(&b, "GGUF", 4);
-    ob_u32(&b, 3);
-    ob_u64(&b, nt);
-    size_t kv_at = b.len;
-    ob_u64(&b, 0); /* the metadata count, filled in below */
+    const size_t kv_at = ob_header(&b, nt, arch);
     uint64_t n_kv = 14;
-    kv_str(&b, "general.architecture", arch);
     kv_str(&b, "general.name", name);
     /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
     kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : type);
@@ -1260,12 +1265,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
 
 nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path) {
     nv_buf b = {0};
-    nv_buf_append(&b, "GGUF", 4);
-    ob_u32(&b, 3);
-    ob_u64(&b, 0);
-    size_t kv_at = b.len;
-    ob_u64(&b, 0);
-    kv_str(&b, "general.architecture", "llama");
+    const size_t kv_at = ob_header(&b, 0, "llama");
     uint64_t n_kv = 1 + (uint64_t)vocab_kvs(&b, tok);
     if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
     nv_err e = b.oom ? nv_fail(NV_ENOMEM, "out of memory") : nv_file_write_atomic(path, &(nv_iov){b.data, b.len}, 1);

@@ -97,6 +97,9 @@ int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
 
+/* Text from a file (a name, a key) as message text in out: at most 100 bytes, anything but
+ * printable ASCII as '?', so an error stays one line. Returns out. */
+const char *nv_gguf_shown(const char *s, size_t n, char *out, size_t cap);
 /* tokenizer.ggml.model of an open file as a C string in out, or NULL when absent. */
 const char *nv_gguf_vocab_model(const nv_gguf *g, char *out, size_t cap);
 /* A byte-level BPE ("gpt2") vocabulary: the strings point into g's mapping (valid while g is

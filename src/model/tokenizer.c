@@ -45,6 +45,8 @@ struct nv_tokenizer {
     int32_t *mid;          /* the merged token */
     uint32_t mmask;
     int byte_tok[256];     /* the token of each single byte */
+    char stand[256][2];    /* each byte's GPT-2 stand-in code point as UTF-8 (stand_len[b] bytes) */
+    uint8_t stand_len[256];
     int32_t *merge_pair;   /* the merges kept, in rank order: left, right ids (for writing them out) */
     int n_merges;
     char pre[64];
@@ -271,16 +273,21 @@ static int utf8_put2(char *o, unsigned cp) {
 
 static uint32_t merge_hash(uint64_t key) { return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32); }
 
+/* The slot of the merge of tokens a and b: where its key is, or the empty slot it would take. */
+static uint32_t merge_slot(const nv_tokenizer *t, int a, int b, uint64_t *key) {
+    *key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+    uint32_t i = merge_hash(*key) & t->mmask;
+    while (t->mkey[i] && t->mkey[i] != *key) i = (i + 1) & t->mmask;
+    return i;
+}
+
 /* The merge of tokens a and b: the merged id and its rank, or -1. */
 static int merge_find(const nv_tokenizer *t, int a, int b, uint32_t *rank) {
-    const uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
-    for (uint32_t i = merge_hash(key) & t->mmask;; i = (i + 1) & t->mmask) {
-        if (t->mkey[i] == 0) return -1;
-        if (t->mkey[i] == key) {
-            *rank = t->mrank[i];
-            return t->mid[i];
-        }
-    }
+    uint64_t key;
+    const uint32_t i = merge_slot(t, a, b, &key);
+    if (!t->mkey[i]) return -1;
+    *rank = t->mrank[i];
+    return t->mid[i];
 }
 
 static int by_special(const void *x, const void *y, void *ctx) {
@@ -317,11 +324,9 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
             nv_warn("%s: no pre-tokenizer named (tokenizer.ggml.pre '%s'): using GPT-2's split; ids may differ from the "
                     "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
     } else {
-        char shown[64]; /* the file's text: printable ASCII only, so the message stays one line */
-        size_t k = 0;
-        for (; v->pre[k] && k + 1 < sizeof shown; k++) shown[k] = v->pre[k] >= 0x20 && v->pre[k] < 0x7f ? v->pre[k] : '?';
-        shown[k] = '\0';
-        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, gpt-2)", path, shown);
+        char shown[128];
+        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, gpt-2)", path,
+                       nv_gguf_shown(v->pre, strlen(v->pre), shown, sizeof shown));
     }
     if (vocab_size > v->n_tokens)
         return nv_fail(NV_EFORMAT, "%s: %d tokens, fewer than the %d asked for", path, v->n_tokens, vocab_size);
@@ -347,9 +352,8 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     for (unsigned b = 0; b < 256; b++) {
         unsigned cp = byte_code_point(b);
         back[cp] = (int)b;
-        char u[2];
-        int k = utf8_put2(u, cp);
-        t->byte_tok[b] = tok_lookup2(t, u, k, "", 0);
+        t->stand_len[b] = (uint8_t)utf8_put2(t->stand[b], cp);
+        t->byte_tok[b] = tok_lookup2(t, t->stand[b], t->stand_len[b], "", 0);
         if (t->byte_tok[b] < 0)
             return nv_fail(NV_EFORMAT, "%s: no token for byte 0x%02X; not a byte-level BPE vocabulary", path, b);
     }
@@ -400,9 +404,8 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
         const int la = (int)(sp - m), lb = ml - la - 1;
         int a = tok_lookup2(t, m, la, "", 0), b = tok_lookup2(t, sp + 1, lb, "", 0), ab = tok_lookup2(t, m, la, sp + 1, lb);
         if (a < 0 || b < 0 || ab < 0) continue; /* names a piece the vocabulary lacks: it can never apply */
-        const uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
-        uint32_t i = merge_hash(key) & t->mmask;
-        while (t->mkey[i] && t->mkey[i] != key) i = (i + 1) & t->mmask;
+        uint64_t key;
+        const uint32_t i = merge_slot(t, a, b, &key);
         if (t->mkey[i]) continue;
         t->mkey[i] = key;
         t->mrank[i] = (uint32_t)r;
@@ -444,10 +447,6 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     for (int i = 0; ends[i]; i++) {
         int id = nv_tokenizer_lookup(t, ends[i]);
         if (id >= 0 && t->type[id] == 3) add_eog(t, id);
-    }
-    for (int b = 0; b < 256; b++) {
-        t->byte_pieces[2 * b] = (char)b;
-        t->byte_pieces[2 * b + 1] = '\0';
     }
 
     int err;
@@ -703,7 +702,7 @@ done:
     return m;
 }
 
-/* Appends the initial tokens of one pre-tokenized piece (its bytes), marking where it starts. */
+/* The tokens of a text being encoded, with the pieces' starts marked. */
 typedef struct {
     const nv_tokenizer *t;
     int *tok;
@@ -712,12 +711,16 @@ typedef struct {
     char *scratch; /* 2 bytes per text byte: a piece spelled in stand-ins */
 } bpe_out;
 
+/* Appends the initial tokens of one pre-tokenized piece (its bytes), marking where it starts. */
 static void bpe_piece(bpe_out *o, const unsigned char *p, size_t k) {
     const nv_tokenizer *t = o->t;
     if (k == 0) return;
     if (t->ignore_merges && k <= (size_t)t->max_len) { /* a piece that is a token is taken whole */
         int w = 0;
-        for (size_t j = 0; j < k; j++) w += utf8_put2(o->scratch + w, byte_code_point(p[j]));
+        for (size_t j = 0; j < k; j++) {
+            memcpy(o->scratch + w, t->stand[p[j]], t->stand_len[p[j]]);
+            w += t->stand_len[p[j]];
+        }
         int id = tok_lookup2(t, o->scratch, w, "", 0);
         if (id >= 0) {
             o->brk[o->n] = 1;
@@ -731,8 +734,6 @@ static void bpe_piece(bpe_out *o, const unsigned char *p, size_t k) {
     }
 }
 
-/* Splits s[0..len) with the pre-tokenizer; bytes no alternative matches (invalid UTF-8) are
- * pieces of their own, so nothing is dropped. */
 /* Bytes of the valid UTF-8 character at s[0..n), or 0 (RFC 3629: no overlongs, surrogates or code
  * points past U+10FFFF: what PCRE2 accepts). */
 static size_t utf8_char_len(const unsigned char *s, size_t n) {

@@ -155,14 +155,19 @@ static nv_err copy_tokenizer(const char *from, const char *to) {
     const void *data = m.data;
     nv_err e = NV_OK;
     if (nv_gguf_is(m.data, m.len)) {
-        nv_tokenizer *tok = NULL;
-        if ((e = nv_tokenizer_load(from, 0, &tok)) == NV_OK && nv_tokenizer_byte_level(tok)) {
-            e = nv_gguf_save_vocab(tok, to);
+        nv_gguf g;
+        char model[32] = "";
+        if ((e = nv_gguf_open(from, &g)) == NV_OK) {
+            nv_gguf_vocab_model(&g, model, sizeof model);
+            nv_gguf_close(&g);
+        }
+        if (e == NV_OK && !strcmp(model, "gpt2")) { /* built only for a byte-level vocabulary */
+            nv_tokenizer *tok = NULL;
+            if ((e = nv_tokenizer_load(from, 0, &tok)) == NV_OK) e = nv_gguf_save_vocab(tok, to);
             nv_tokenizer_free(tok);
             nv_file_unmap(&m);
             return e;
         }
-        nv_tokenizer_free(tok);
         if (e == NV_OK) e = nv_gguf_tokenizer_bytes(from, &conv, &len);
         data = conv;
     }
