@@ -59,11 +59,18 @@ static int expect_ids(const nv_tokenizer *tok, int *out, const char *t1, int b1,
     return na + nb;
 }
 
-static void test_chat_templates(void) {
+/* The shared data's 512-token vocabulary (stories260K's); NULL, with the case skipped or failed,
+ * when it is missing or does not load. */
+static nv_tokenizer *tok512(void) {
     const char *zp = t_data("models/tok512.bin");
-    if (!zp) return;
+    if (!zp) return NULL;
     nv_tokenizer *tok = NULL;
     T_CHECK(nv_tokenizer_load(zp, 0, &tok) == NV_OK, "%s", nv_errmsg());
+    return tok;
+}
+
+static void test_chat_templates(void) {
+    nv_tokenizer *tok = tok512();
     if (!tok) return;
     nv_chat_msg msgs[] = {{"system", "Be kind."}, {"user", "Hi there"}, {"assistant", "Hello!"}, {"user", "Tell a story"}};
     int *ids = NULL, n = 0, want[4096], nw;
@@ -109,10 +116,8 @@ static void test_chat_templates(void) {
 }
 
 static void test_api_parse_defaults_and_limits(void) {
-    const char *zp = t_data("models/tok512.bin");
-    if (!zp) return;
-    nv_tokenizer *tok = NULL;
-    if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
     nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100, 0};
     nv_api_request r;
     nv_api_error e;
@@ -182,10 +187,8 @@ static void test_api_response_shapes(void) {
 /* /tokenize and /detokenize bodies: llama.cpp's and vLLM's field names, pieces, errors. */
 /* chat_template_kwargs.enable_thinking (vLLM's): false renders the closed think block; other types 400 */
 static void test_api_enable_thinking(void) {
-    const char *zp = t_data("models/tok512.bin");
-    if (!zp) return;
-    nv_tokenizer *tok = NULL;
-    if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
     nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 400, 0};
     nv_api_request a, b;
     nv_api_error e;
@@ -207,10 +210,8 @@ static void test_api_enable_thinking(void) {
 }
 
 static void test_api_tokenize(void) {
-    const char *zp = t_data("models/tok512.bin");
-    if (!zp) return;
-    nv_tokenizer *tok = NULL;
-    if (nv_tokenizer_load(zp, 0, &tok) != NV_OK) return;
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
     nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0};
     nv_api_error e;
     char *out = NULL;

@@ -192,6 +192,47 @@ static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
 
 /* ---- prompts --------------------------------------------------------------------------------- */
 
+/* A token's piece as the text shows it (after BOS, without its leading space; BOS itself, which
+ * an echoed prompt may begin with, shows nothing). */
+static const char *token_piece(const nv_tokenizer *t, int prev, int tok) {
+    if (tok == nv_tokenizer_bos(t)) return "";
+    const char *piece = nv_tokenizer_decode(t, prev, tok);
+    return piece ? piece : "";
+}
+
+/* The piece as a JSON string: valid UTF-8 (a lone byte of a longer character becomes U+FFFD),
+ * in b, which the caller reuses. */
+static const char *token_text(const nv_tokenizer *t, int prev, int tok, nv_buf *b) {
+    const char *piece = token_piece(t, prev, tok);
+    b->len = 0;
+    nv_utf8_sanitize(b, piece, strlen(piece));
+    return b->data ? b->data : "";
+}
+
+/* The text ids[0..n) spell, as valid UTF-8 (the first follows BOS); malloc'd, NULL when out of memory. */
+static char *ids_text(const nv_tokenizer *t, const int *ids, int n) {
+    nv_buf b = {0}, s = {0};
+    for (int j = 0; j < n; j++) nv_buf_puts(&b, token_piece(t, j ? ids[j - 1] : NV_TOKEN_BOS, ids[j]));
+    nv_utf8_sanitize(&s, b.data ? b.data : "", b.len);
+    const int oom = b.oom || s.oom;
+    nv_buf_free(&b);
+    if (oom) nv_buf_free(&s);
+    return oom ? NULL : nv_buf_take(&s);
+}
+
+/* The token ids of a JSON list into ids[0..) (room for all): each an integer in [0, vocab). */
+static int read_ids(const cJSON *arr, const char *param, int vocab, int *ids, nv_api_error *err) {
+    int i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= vocab) {
+            nv_api_error_set(err, E400, NULL, param, "token id at '%s[%d]' must be an integer in [0, %d)", param, i, vocab);
+            return err->status;
+        }
+        ids[i] = (int)e->valuedouble;
+    }
+    return 0;
+}
+
 static int prompt_from_ids(const nv_api_ctx *ctx, const cJSON *arr, nv_api_request *out, nv_api_error *err) {
     int n = cJSON_GetArraySize(arr);
     if (n < 1) {
@@ -208,30 +249,9 @@ static int prompt_from_ids(const nv_api_ctx *ctx, const cJSON *arr, nv_api_reque
         nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
         return err->status;
     }
-    int i = 0;
-    for (const cJSON *e = arr->child; e; e = e->next, i++) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
-            e->valuedouble >= ctx->vocab_size) {
-            nv_api_error_set(err, E400, NULL, "prompt", "token id at 'prompt[%d]' must be an integer in [0, %d)", i,
-                             ctx->vocab_size);
-            return err->status;
-        }
-        out->prompt_ids[i] = (int)e->valuedouble;
-    }
+    if (read_ids(arr, "prompt", ctx->vocab_size, out->prompt_ids, err)) return err->status;
     out->req.n_prompt = n;
-    if (out->echo) {
-        nv_buf b = {0};
-        for (int j = 0; j < n; j++) {
-            int id = out->prompt_ids[j];
-            if (id == nv_tokenizer_bos(ctx->tok)) continue;
-            const char *p = nv_tokenizer_decode(ctx->tok, j ? out->prompt_ids[j - 1] : NV_TOKEN_BOS, id);
-            if (p) nv_buf_puts(&b, p);
-        }
-        nv_buf s = {0};
-        nv_utf8_sanitize(&s, b.data ? b.data : "", b.len);
-        nv_buf_free(&b);
-        out->echo_text = nv_buf_take(&s);
-    }
+    if (out->echo) out->echo_text = ids_text(ctx->tok, out->prompt_ids, n);
     return 0;
 }
 
@@ -657,10 +677,7 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
         }
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", ids[i]);
-        const char *p = ids[i] == nv_tokenizer_bos(ctx->tok) ? "" : nv_tokenizer_decode(ctx->tok, i ? ids[i - 1] : NV_TOKEN_BOS, ids[i]);
-        piece.len = 0;
-        nv_utf8_sanitize(&piece, p ? p : "", p ? strlen(p) : 0);
-        cJSON_AddStringToObject(o, "piece", piece.data ? piece.data : "");
+        cJSON_AddStringToObject(o, "piece", token_text(ctx->tok, i ? ids[i - 1] : NV_TOKEN_BOS, ids[i], &piece));
         cJSON_AddItemToArray(arr, o);
     }
     nv_buf_free(&piece);
@@ -688,37 +705,25 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
         nv_api_error_set(err, E400, NULL, "tokens", "'tokens' holds more than the %d ids one request may", MAX_TOKENIZE_IDS);
         rc = err->status;
     }
-    nv_buf text = {0};
-    int prev = NV_TOKEN_BOS, i = 0;
-    for (const cJSON *e = toks ? toks->child : NULL; !rc && e; e = e->next, i++) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= ctx->vocab_size) {
-            nv_api_error_set(err, E400, NULL, "tokens", "token id at 'tokens[%d]' must be an integer in [0, %d)", i, ctx->vocab_size);
-            rc = err->status;
-            break;
-        }
-        const int id = (int)e->valuedouble;
-        const char *p = id == nv_tokenizer_bos(ctx->tok) ? NULL : nv_tokenizer_decode(ctx->tok, prev, id);
-        if (p) nv_buf_puts(&text, p);
-        prev = id;
+    const int n = rc ? 0 : cJSON_GetArraySize(toks);
+    int *ids = rc ? NULL : malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!rc && !ids) {
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        rc = err->status;
     }
+    if (!rc) rc = read_ids(toks, "tokens", ctx->vocab_size, ids, err);
     cJSON_Delete(root);
-    if (rc) {
-        nv_buf_free(&text);
-        return rc;
-    }
-    nv_buf s = {0};
-    nv_utf8_sanitize(&s, text.data ? text.data : "", text.len);
-    const int oom = text.oom || s.oom;
-    nv_buf_free(&text);
-    if (oom) {
-        nv_buf_free(&s);
+    char *text = rc ? NULL : ids_text(ctx->tok, ids, n);
+    free(ids);
+    if (rc) return rc;
+    if (!text) {
         nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
         return err->status;
     }
     cJSON *res = cJSON_CreateObject();
-    cJSON_AddStringToObject(res, "content", s.data ? s.data : ""); /* llama.cpp's name */
-    cJSON_AddStringToObject(res, "prompt", s.data ? s.data : "");  /* vLLM's */
-    nv_buf_free(&s);
+    cJSON_AddStringToObject(res, "content", text); /* llama.cpp's name */
+    cJSON_AddStringToObject(res, "prompt", text);  /* vLLM's */
+    free(text);
     *out = print_free(res);
     return 0;
 }
@@ -775,28 +780,12 @@ static char *print_free(cJSON *root) {
     return s;
 }
 
-/* A token's piece as the text shows it (after BOS, without its leading space; BOS itself, which
- * an echoed prompt may begin with, shows nothing). */
-static const char *token_piece(const nv_api_meta *m, int prev, int tok) {
-    if (tok == nv_tokenizer_bos(m->lp_tok)) return "";
-    const char *piece = nv_tokenizer_decode(m->lp_tok, prev, tok);
-    return piece ? piece : "";
-}
-
-/* The piece as a JSON string: valid UTF-8 (a lone byte of a longer character becomes U+FFFD),
- * in b, which the caller reuses. */
-static const char *token_text(const nv_api_meta *m, int prev, int tok, nv_buf *b) {
-    const char *piece = token_piece(m, prev, tok);
-    b->len = 0;
-    nv_utf8_sanitize(b, piece, strlen(piece));
-    return b->data ? b->data : "";
-}
 
 /* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
 static cJSON *chat_token(const nv_api_meta *m, int prev, int tok, float logprob, nv_buf *b) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "token", token_text(m, prev, tok, b));
-    const char *piece = token_piece(m, prev, tok);
+    cJSON_AddStringToObject(o, "token", token_text(m->lp_tok, prev, tok, b));
+    const char *piece = token_piece(m->lp_tok, prev, tok);
     cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
     for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
     cJSON_AddNumberToObject(o, "logprob", logprob);
@@ -826,9 +815,9 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
         long off = m->text_offset;
         for (int i = 0; i < m->n_lps; i++) {
             const nv_token_lp *t = &m->lps[i];
-            cJSON_AddItemToArray(tokens, cJSON_CreateString(token_text(m, t->prev, t->tok, &b)));
+            cJSON_AddItemToArray(tokens, cJSON_CreateString(token_text(m->lp_tok, t->prev, t->tok, &b)));
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            off += (long)strlen(token_piece(m, t->prev, t->tok));
+            off += (long)strlen(token_piece(m->lp_tok, t->prev, t->tok));
             if (t->unscored) { /* an echoed prompt's first token */
                 cJSON_AddItemToArray(lps, cJSON_CreateNull());
                 cJSON_AddItemToArray(tops, cJSON_CreateNull());
@@ -837,7 +826,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
             cJSON *alt = cJSON_CreateObject();
             for (int j = 0; j < t->n_top; j++) {
-                const char *key = token_text(m, t->prev, t->top_tok[j], &b);
+                const char *key = token_text(m->lp_tok, t->prev, t->top_tok[j], &b);
                 if (!cJSON_GetObjectItemCaseSensitive(alt, key)) cJSON_AddNumberToObject(alt, key, t->top_lp[j]);
             }
             cJSON_AddItemToArray(tops, alt);
@@ -848,7 +837,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
 
 long nv_api_text_advance(const nv_api_meta *m) {
     long off = m->text_offset;
-    for (int i = 0; i < m->n_lps; i++) off += (long)strlen(token_piece(m, m->lps[i].prev, m->lps[i].tok));
+    for (int i = 0; i < m->n_lps; i++) off += (long)strlen(token_piece(m->lp_tok, m->lps[i].prev, m->lps[i].tok));
     return off;
 }
 
