@@ -14,11 +14,15 @@
  * strings; nv_req_create (the next thing the server does) accepts it, a sampler set up as the
  * scheduler sets up the request's (temperature, top_p, seed, logit_bias, penalties) picks tokens
  * inside the vocabulary for a few steps over flat and sloped logits (what a freshly initialised
- * and a trained model give), and the response bodies built from it are valid JSON. */
+ * and a trained model give), and the response bodies built from it are valid JSON. A request with
+ * a response format (a JSON schema from the body) runs its grammar as the scheduler would: for a
+ * few steps the mask agrees with asking token by token, and the best allowed token moves the
+ * matcher on. */
 #include <cjson/cJSON.h>
 
 #include "base/file.h"
 #include "fuzz_util.h"
+#include "model/grammar.h"
 #include "model/sampler.h"
 #include "serve/api.h"
 
@@ -28,6 +32,7 @@
 #define FZ_CAPACITY 300
 
 static nv_tokenizer *tok;
+static nv_gtrie *trie;
 
 /* <unk>, <s>, </s>, the 256 byte tokens, then " a".." z" and two-letter pieces up to 512
  * tokens: a stand-in when the shared data is absent. */
@@ -78,6 +83,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
             exit(1);
         }
     }
+    if (nv_gtrie_build(tok, &trie) != NV_OK) {
+        fprintf(stderr, "fuzz_api: %s\n", nv_errmsg());
+        exit(1);
+    }
     return 0;
 }
 
@@ -109,6 +118,29 @@ static void check_sampling(const nv_req_params *q) {
     nv_sampler_free(&sm);
 }
 
+/* The request's grammar over the vocabulary, as the scheduler steps it. */
+static void check_grammar(nv_grammar *g) {
+    nv_gmatch *m = nv_gmatch_new(g);
+    FZ_CHECK(m != NULL, "out of memory");
+    static uint8_t mask[FZ_VOCAB];
+    int prev = NV_TOKEN_EOS;
+    for (int step = 0; step < 8; step++) {
+        int k = nv_gmatch_mask(m, trie, mask), count = 0, pick = -1;
+        for (int v = 0; v < FZ_VOCAB; v++) {
+            int want = nv_gmatch_allows(m, tok, prev, v);
+            FZ_CHECK(want == mask[v], "step %d token %d: mask %d, token by token %d", step, v, mask[v], want);
+            count += want;
+            /* a varying pick, so the walk goes down different paths */
+            if (want && (pick < 0 || (v * 31 + step * 7) % 17 > (pick * 31 + step * 7) % 17)) pick = v;
+        }
+        FZ_CHECK(k == count, "mask count %d, counted %d", k, count);
+        if (pick < 0 || nv_tokenizer_is_eog(tok, pick)) break;
+        FZ_CHECK(nv_gmatch_accept(m, tok, prev, pick), "an allowed token %d was not accepted", pick);
+        prev = pick;
+    }
+    nv_gmatch_free(m);
+}
+
 static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     const nv_req_params *q = &r->req;
     FZ_CHECK(r->chat == chat, "chat flag");
@@ -134,6 +166,8 @@ static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     FZ_CHECK(e == NV_OK, "nv_req_create refused a parsed request: %s", nv_errmsg());
     nv_req_release(NULL, req);
     check_sampling(q);
+    FZ_CHECK(q->grammar == r->grammar, "grammar pointer");
+    if (q->grammar) check_grammar(q->grammar);
 
     nv_api_meta meta;
     nv_api_meta_init(&meta, chat, ctx->model_id);

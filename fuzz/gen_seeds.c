@@ -229,6 +229,17 @@ static void api(void) {
         /* /tokenize and /detokenize bodies (the harness reads every body as those too) */
         {"tokenize.json", "{\"content\":\"Once upon a time\",\"add_special\":true,\"with_pieces\":true}"},
         {"detokenize.json", "{\"tokens\":[1,403,407,261,378]}"},
+        /* structured outputs: schemas compiled into grammars, which the harness then steps */
+        {"schema.json", "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\","
+                        "\"schema\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
+                        "\"age\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":130},\"at\":{\"type\":\"string\",\"format\":"
+                        "\"date-time\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",1,null]},\"minItems\":1,"
+                        "\"maxItems\":3},\"any\":true,\"n\":{\"type\":[\"number\",\"null\"]}},\"required\":[\"name\"],"
+                        "\"additionalProperties\":false}}}}"},
+        {"schema_refs.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"json_schema\":{\"$defs\":{\"t\":"
+                             "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#/$defs/t\"}}},{\"const\":\"x\"},"
+                             "{\"type\":\"string\",\"format\":\"uuid\"}]}},\"$ref\":\"#/$defs/t\"}}"},
+        {"json_object.json", "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"},\"guided_json\":null}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

@@ -602,6 +602,93 @@ static void test_n_choices(void) {
     resp_free(&r);
 }
 
+/* Structured outputs: whatever the seed, the tiny story model's answers parse as JSON and hold
+ * to the schema, whole and streamed (the same text), for n choices, and through each field name
+ * (OpenAI's response_format, llama.cpp's json_schema, vLLM's guided_json). */
+static int check_person(const char *text, char *why, size_t n) {
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *name = cJSON_GetObjectItem(j, "name"), *age = cJSON_GetObjectItem(j, "age");
+    const cJSON *pet = cJSON_GetObjectItem(j, "pet"), *tags = cJSON_GetObjectItem(j, "tags");
+    int ok = cJSON_IsObject(j) && cJSON_IsString(name) && strlen(name->valuestring) <= 4 * 12 && cJSON_IsNumber(age) &&
+             age->valuedouble == floor(age->valuedouble) && age->valuedouble >= 0 && age->valuedouble <= 120 &&
+             (!pet || (cJSON_IsString(pet) && (!strcmp(pet->valuestring, "cat") || !strcmp(pet->valuestring, "dog")))) &&
+             cJSON_IsArray(tags) && cJSON_GetArraySize(tags) <= 2 && cJSON_GetArraySize(j) == 3 + !!pet;
+    for (const cJSON *t = tags ? tags->child : NULL; ok && t; t = t->next) ok = cJSON_IsBool(t);
+    snprintf(why, n, "%s", ok ? "" : text);
+    cJSON_Delete(j);
+    return ok;
+}
+
+static void test_structured_outputs(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    int port = main_srv.port;
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+                         "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120},\"pet\":{\"enum\":[\"cat\",\"dog\"]},"
+                         "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"maxItems\":2}},"
+                         "\"required\":[\"name\",\"age\",\"tags\"],\"additionalProperties\":false}";
+    char body[2048], why[1024];
+    int stops = 0;
+    for (int seed = 1; seed <= 6; seed++) {
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":160,\"temperature\":1,"
+                 "\"seed\":%d,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"person\",\"strict\":true,"
+                 "\"schema\":%s}}%%s}",
+                 seed, schema);
+        resp whole, streamed;
+        T_CHECK(post_whole_and_streamed(port, "/v1/chat/completions", body, ",\"stream\":true", &whole, &streamed), "seed %d: %d / %d",
+                seed, whole.status, streamed.status);
+        cJSON *root = cJSON_Parse(whole.body);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+        const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content"));
+        const char *fin = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason"));
+        if (text && fin && !strcmp(fin, "stop")) {
+            stops++;
+            T_CHECK(check_person(text, why, sizeof why), "seed %d: the answer breaks the schema: %s", seed, why);
+        }
+        /* the streamed deltas spell the same answer */
+        char got[4096] = "";
+        cJSON *ev;
+        for (const char *p = streamed.body; (ev = next_sse_json(&p)); cJSON_Delete(ev)) {
+            const char *d = cJSON_GetStringValue(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0), "delta"), "content"));
+            if (d) strncat(got, d, sizeof got - strlen(got) - 1);
+        }
+        T_CHECK(text && !strcmp(got, text), "seed %d: streamed '%s' vs '%s'", seed, got, text ? text : "");
+        cJSON_Delete(root);
+        resp_free(&whole), resp_free(&streamed);
+    }
+    /* a 260K-parameter story model still closes most answers within 160 tokens */
+    T_CHECK(stops >= 3, "only %d of 6 answers were whole", stops);
+
+    /* json_object mode, n = 3, and the other servers' field names: every whole answer parses */
+    const char *forms[] = {
+        "{\"prompt\":\"Lily\",\"max_tokens\":120,\"seed\":3,\"n\":3,\"response_format\":{\"type\":\"json_object\"}}",
+        "{\"prompt\":\"Ben\",\"max_tokens\":120,\"seed\":4,\"json_schema\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":4}}",
+        "{\"prompt\":\"Ben\",\"max_tokens\":120,\"seed\":5,\"guided_json\":\"{\\\"type\\\":\\\"boolean\\\"}\"}",
+        "{\"prompt\":\"Tom\",\"max_tokens\":120,\"temperature\":0,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"d\",\"schema\":{\"type\":\"string\",\"format\":\"date\"}}}}",
+    };
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        resp r;
+        T_CHECK(http(port, "POST", "/v1/completions", NULL, forms[f], &r) && r.status == 200, "form %zu: %d %s", f, r.status, r.body);
+        cJSON *root = cJSON_Parse(r.body);
+        const cJSON *ch = cJSON_GetObjectItem(root, "choices");
+        T_CHECK(cJSON_GetArraySize(ch) == (f == 0 ? 3 : 1), "form %zu: %d choices", f, cJSON_GetArraySize(ch));
+        for (const cJSON *c = ch ? ch->child : NULL; c; c = c->next) {
+            const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(c, "text"));
+            if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "finish_reason")), "stop")) continue;
+            cJSON *j = text ? cJSON_Parse(text) : NULL;
+            int ok = f == 0 ? cJSON_IsObject(j)
+                   : f == 1 ? cJSON_IsArray(j) && cJSON_GetArraySize(j) >= 2 && cJSON_GetArraySize(j) <= 4
+                   : f == 2 ? cJSON_IsBool(j)
+                            : cJSON_IsString(j) && strlen(j->valuestring) == 10 && j->valuestring[4] == '-';
+            T_CHECK(ok, "form %zu: '%s' does not fit", f, text ? text : "");
+            cJSON_Delete(j);
+        }
+        cJSON_Delete(root);
+        resp_free(&r);
+    }
+}
+
 #define NCONC 8
 static const char *prompts[NCONC] = {"Once upon a time",  "Lily and Ben",  "The dog",      "One day, a little",
                                      "Tom had a big red", "The sun was",   "A cat named",  "She wanted to"};
@@ -750,7 +837,13 @@ static void test_bad_requests_table(void) {
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}", 400, "messages", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":0}", 400, "max_completion_tokens", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools", NULL},
-        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"xml\"}}", 400, "response_format.type", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":\"json\"}", 400, "response_format", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\"}}", 400, "response_format.json_schema", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a+\"}}}}", 400, "response_format.json_schema.schema", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"guided_json\":\"{not json\"}", 400, "guided_json", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"json_schema\":{\"$ref\":\"#/nope\"}}", 400, "json_schema", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"json_schema\":{},\"guided_json\":{}}", 400, "json_schema", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":0}", 400, "n", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"model\":\"nope\"}", 404, "model", "model_not_found"},
         {"GET", C, NULL, 405, NULL, "method_not_allowed"},
@@ -1238,6 +1331,7 @@ int main(void) {
     T_RUN(test_stop_strings_and_sampling);
     T_RUN(test_logprobs);
     T_RUN(test_n_choices);
+    T_RUN(test_structured_outputs);
     T_RUN(test_eight_concurrent_greedy_equal_alone);
     T_RUN(test_sixteen_clients);
     T_RUN(test_bad_requests_table);

@@ -14,6 +14,7 @@
 #include "model/forward.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "serve/schema.h"
 
 #define CMD "generate"
 #define PREFILL_CHUNK 64
@@ -21,7 +22,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
-            "                      [--presence-penalty X] [--frequency-penalty X] [--engine E] [--threads N]\n"
+            "                      [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
+            "                      [--engine E] [--threads N]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  -z TOKENIZER  llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
@@ -34,6 +36,10 @@ static void usage(FILE *f) {
             "  -s SEED       random seed (default: the time)\n"
             "  --presence-penalty X, --frequency-penalty X\n"
             "                OpenAI's penalties on tokens generated so far, -2..2 (default 0: off)\n"
+            "  --json        the text generated is a JSON object (constrained decoding; ends when it is whole)\n"
+            "  --json-schema SCHEMA\n"
+            "                the text generated is JSON that SCHEMA accepts: a file, or the schema's JSON text\n"
+            "                (the keywords supported: docs/serving.md, Structured outputs)\n"
             "  --engine E    scalar, avx2, avx512, amx-bf16, amx-int8 (default: the fastest exact fp32 one that\n"
             "                probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n");
@@ -45,8 +51,29 @@ static void print_piece(const nv_tokenizer *tok, const char *piece) {
     if (piece && (nv_tokenizer_byte_level(tok) || nv_piece_printable(piece))) fputs(piece, stdout);
 }
 
+/* --json (NULL: any JSON object) or --json-schema: a file, or the schema's own JSON text. */
+static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
+    if (!schema_arg) return nv_json_object_grammar(out);
+    char *text = NULL;
+    struct stat st;
+    int is_file = stat(schema_arg, &st) == 0;
+    if (is_file) NV_TRY(nv_file_read_all(schema_arg, &text, NULL));
+    cJSON *schema = cJSON_Parse(is_file ? text : schema_arg);
+    free(text);
+    if (!schema)
+        return nv_fail(NV_EINVAL, "--json-schema: %.200s is %s", schema_arg,
+                       is_file ? "not valid JSON" : "neither a file nor valid JSON");
+    nv_err e = nv_schema_grammar(schema, out);
+    cJSON_Delete(schema);
+    if (e == NV_OK) return NV_OK;
+    char why[512]; /* nv_fail formats into the buffer nv_errmsg() returns */
+    snprintf(why, sizeof why, "%s", nv_errmsg());
+    return nv_fail(e, "--json-schema: %s", why);
+}
+
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL;
+    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL;
+    int json_object = 0;
     int steps = 256, threads = 0;
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f;
     uint64_t seed = 0;
@@ -55,6 +82,10 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json_object = 1;
+            continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) model_path = v;
@@ -66,11 +97,15 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--presence-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &presence)) return 2; }
         else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &frequency)) return 2; }
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
+        else if (!strcmp(a, "--json-schema")) schema_arg = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve generate --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
+    if (json_object && schema_arg) return cli_error(CMD, 2, "give --json or --json-schema, not both");
+    nv_grammar *grammar = NULL;
+    if ((json_object || schema_arg) && load_grammar(schema_arg, &grammar) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
 
     cli_paths paths;
@@ -83,9 +118,14 @@ int cmd_generate(int argc, char **argv) {
     nv_model model;
     nv_tokenizer *tok = NULL;
     nv_sampler sampler = {0};
+    nv_gsampler gs = {0};
+    nv_gtrie *trie = NULL;
     nv_state state = {0};
     int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
-    if (nv_model_load_quantized(model_path, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    if (nv_model_load_quantized(model_path, &model) != NV_OK) {
+        nv_grammar_unref(grammar);
+        return cli_error(CMD, 1, "%s", nv_errmsg());
+    }
     const nv_config *c = &model.config;
     if (nv_tokenizer_load_for_model(tok_path, c->vocab_size, &tok) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
@@ -96,7 +136,8 @@ int cmd_generate(int argc, char **argv) {
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
         nv_sampler_set_penalties(&sampler, presence, frequency) != NV_OK ||
         nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
-        nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK) {
+        nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK ||
+        (grammar && (nv_gtrie_build(tok, &trie) != NV_OK || nv_gsampler_init(&gs, grammar, c->vocab_size) != NV_OK))) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
@@ -132,7 +173,11 @@ int cmd_generate(int argc, char **argv) {
     if (!stopped && n_forced == n_prompt) {
         int token = prompt_tokens[n_prompt - 1];
         while (1) {
-            int next = nv_sample(&sampler, state.logits);
+            int next = grammar ? nv_gsample(&gs, trie, tok, &sampler, token, state.logits) : nv_sample(&sampler, state.logits);
+            if (next < 0) {
+                fprintf(stderr, "nerve generate: no token of this vocabulary continues the JSON; stopping\n");
+                break;
+            }
             /* run.c stops at BOS only; byte-level vocabularies end at their end-of-generation tokens */
             if (next == nv_tokenizer_bos(tok) || (nv_tokenizer_byte_level(tok) && nv_tokenizer_is_eog(tok, next))) break;
             nv_sampler_accept(&sampler, next);
@@ -140,7 +185,7 @@ int cmd_generate(int argc, char **argv) {
             fflush(stdout);
             generated++;
             token = next;
-            if (pos >= steps) break;
+            if (pos >= steps || (grammar && nv_gmatch_finished(gs.m))) break;
             if (nv_forward(&model, &state, &token, 1, pos) != NV_OK) {
                 cli_error(CMD, 1, "%s", nv_errmsg());
                 goto done;
@@ -160,6 +205,9 @@ done:
     free(prompt_tokens);
     nv_state_free(&state);
     nv_sampler_free(&sampler);
+    nv_gsampler_free(&gs);
+    nv_gtrie_free(trie);
+    nv_grammar_unref(grammar);
     if (tok) nv_tokenizer_free(tok);
     nv_model_free(&model);
     return rc;

@@ -13,6 +13,7 @@
 
 #include "base/rng.h"
 #include "base/timer.h"
+#include "serve/schema.h"
 
 #define E400 400, "invalid_request_error"
 
@@ -179,9 +180,6 @@ static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
         neutral = cJSON_IsString(v) && !v->valuestring[0];
     } else if (!strcmp(key, "tools") || !strcmp(key, "functions")) {
         neutral = cJSON_IsArray(v) && !v->child;
-    } else if (!strcmp(key, "response_format")) {
-        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-        neutral = t && cJSON_IsString(t) && !strcmp(t->valuestring, "text");
     }
     if (!neutral) {
         nv_api_error_set(err, E400, "unsupported_parameter", key, "'%s' is not supported by this server", key);
@@ -455,6 +453,66 @@ static int parse_stop(const cJSON *root, nv_api_request *out, nv_api_error *err)
     return 0;
 }
 
+/* Structured outputs: OpenAI's response_format {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}, and the same schema as llama.cpp's server
+ * ("json_schema": SCHEMA) or vLLM's ("guided_json": SCHEMA or its JSON text) take it. */
+static int parse_response_format(const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *rf = field(root, "response_format"), *llama = field(root, "json_schema"), *vllm = field(root, "guided_json");
+    if (!!rf + !!llama + !!vllm > 1) {
+        nv_api_error_set(err, E400, NULL, rf ? "response_format" : "json_schema",
+                         "give one of 'response_format', 'json_schema' and 'guided_json'");
+        return err->status;
+    }
+    const cJSON *schema = llama ? llama : vllm;
+    const char *param = llama ? "json_schema" : "guided_json";
+    cJSON *parsed = NULL;
+    nv_err e = NV_OK;
+    if (rf) {
+        const cJSON *type = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(type)) {
+            nv_api_error_set(err, E400, NULL, "response_format", "'response_format' must be an object with a 'type'");
+            return err->status;
+        }
+        if (!strcmp(type->valuestring, "text")) return 0;
+        if (!strcmp(type->valuestring, "json_object")) {
+            e = nv_json_object_grammar(&out->grammar);
+        } else if (!strcmp(type->valuestring, "json_schema")) {
+            const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            const cJSON *name = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "name") : NULL;
+            if (!cJSON_IsObject(js) || (name && !cJSON_IsString(name))) {
+                nv_api_error_set(err, E400, NULL, "response_format.json_schema",
+                                 "'response_format.json_schema' must be an object {\"name\": string, \"schema\": object}");
+                return err->status;
+            }
+            schema = field(js, "schema");
+            param = "response_format.json_schema.schema";
+            if (!schema) schema = cJSON_CreateTrue(), parsed = (cJSON *)schema; /* no schema: any JSON value */
+        } else {
+            nv_api_error_set(err, E400, NULL, "response_format.type",
+                             "'response_format.type' must be 'text', 'json_object' or 'json_schema', not '%.40s'",
+                             type->valuestring);
+            return err->status;
+        }
+    } else if (cJSON_IsString(vllm)) {
+        if (!(schema = parsed = cJSON_Parse(vllm->valuestring))) {
+            nv_api_error_set(err, E400, NULL, "guided_json", "'guided_json' is not valid JSON");
+            return err->status;
+        }
+    }
+    if (schema && !out->grammar && e == NV_OK) e = nv_schema_grammar(schema, &out->grammar);
+    cJSON_Delete(parsed);
+    if (e == NV_ENOMEM) {
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return err->status;
+    }
+    if (e != NV_OK) {
+        nv_api_error_set(err, E400, NULL, param, "invalid JSON schema: %s", nv_errmsg());
+        return err->status;
+    }
+    out->req.grammar = out->grammar;
+    return 0;
+}
+
 static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     int rc, given;
     const cJSON *model = field(root, "model");
@@ -509,7 +567,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     }
     if ((rc = logit_adjustments(ctx, root, out, err))) return rc;
     if ((rc = parse_logprobs(root, chat, out, err))) return rc;
-    const char *bad[] = {"best_of", "suffix", "tools", "functions", "response_format"};
+    const char *bad[] = {"best_of", "suffix", "tools", "functions"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if ((rc = unsupported(root, bad[i], err))) return rc;
     const cJSON *user = field(root, "user");
@@ -520,6 +578,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     if (!chat && (rc = get_bool(root, "echo", &out->echo, err))) return rc;
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
     if ((rc = parse_stop(root, out, err))) return rc;
+    if ((rc = parse_response_format(root, out, err))) return rc;
     if (chat) {
         const char *ts = nv_chat_template_stop(ctx->tmpl);
         if (ts && out->req.n_stop < NV_MAX_STOP) {
@@ -735,6 +794,7 @@ void nv_api_request_free(nv_api_request *r) {
     free(r->bias);
     free(r->echo_text);
     for (int i = 0; i < NV_MAX_STOP; i++) free(r->stop_copy[i]);
+    nv_grammar_unref(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

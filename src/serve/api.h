@@ -57,6 +57,7 @@ typedef struct {
     char *stop_copy[NV_MAX_STOP];
     int *bias_tok; /* logit_bias, when given */
     float *bias;
+    nv_grammar *grammar; /* response_format's, when given (req.grammar points to it) */
 } nv_api_request;
 
 void nv_api_error_set(nv_api_error *e, int status, const char *type, const char *code, const char *param,

@@ -32,6 +32,7 @@ struct nv_req {
     nv_req *next; /* queue link */
     /* the loop thread's own */
     nv_sampler sampler;
+    nv_gsampler gs; /* structured output: where the answer is in its grammar (gs.m NULL: none) */
     int *blocks;
     int n_alloc, reserved;
     int pos;  /* positions whose keys and values are written */
@@ -166,6 +167,7 @@ static void req_free(nv_req *r) {
     free(r->lps);
     free(r->lp_span);
     free(r->plps);
+    nv_gsampler_free(&r->gs);
     nv_sampler_free(&r->sampler);
     nv_buf_free(&r->out);
     nv_buf_free(&r->pending);
@@ -204,6 +206,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
         if (!(r->plps = calloc((size_t)p->n_prompt, sizeof *r->plps))) e = nv_fail(NV_ENOMEM, "request: out of memory");
         else r->plps[0] = (nv_token_lp){.tok = r->prompt[0], .prev = NV_TOKEN_BOS, .unscored = 1};
     }
+    if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
     if (e != NV_OK) {
         req_free(r);
         return e;
@@ -437,6 +440,7 @@ static void reap_disk(nv_sched *s) {
 static int prepare(nv_sched *s, nv_req *r) {
     if (!r->blocks) r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
     if (!r->blocks) return 0;
+    if (r->gs.m && !s->trie && nv_gtrie_build(s->tok, &s->trie) != NV_OK) return 0;
     if (!s->prefix_on || r->n_lookup >= 0) return 1;
     int B = s->pool.block_size;
     r->hashes = malloc((size_t)r->blocks_needed * sizeof *r->hashes);
@@ -695,6 +699,8 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
             if (r->n_lps > 0 && r->lp_span[r->n_lps - 1].end > r->pend_total) r->lp_span[r->n_lps - 1].end = r->pend_total;
         }
     }
+    /* a whole sentence that nothing may follow: the answer is complete (no step spent on EOS) */
+    if (!r->fin && r->gs.m && nv_gmatch_finished(r->gs.m)) r->fin = NV_FINISH_STOP;
     if (!r->fin && (r->n_gen >= r->max_tokens || r->pos >= c->seq_len)) r->fin = NV_FINISH_LENGTH;
     flush_text(r, r->fin != NV_FINISH_NONE);
 }
@@ -713,6 +719,15 @@ static void index_full_blocks(nv_sched *s, nv_req *r) {
         r->n_hashed++;
         if (nv_prefix_insert(&s->prefix, b, h, parent)) disk_write(s, b, h, parent);
     }
+}
+
+/* A token inside the request's grammar; where no token can continue it (a vocabulary missing a
+ * byte it needs), the answer ends with EOS and a warning. */
+static int sample_in_grammar(nv_sched *s, nv_req *r, float *logits) {
+    int tok = nv_gsample(&r->gs, s->trie, s->tok, &r->sampler, r->last, logits);
+    if (tok >= 0) return tok;
+    nv_log(NV_LOG_WARN, "serve: no token of the vocabulary continues the response format's grammar; ending the answer");
+    return nv_tokenizer_eos(s->tok) >= 0 ? nv_tokenizer_eos(s->tok) : NV_TOKEN_EOS;
 }
 
 /* Samples the step's sequences on the pool: each has its own sampler and logits row, and a
@@ -734,7 +749,7 @@ static void sample_task(void *ctx, int task, int n_tasks) {
         }
         const int n = s->model->config.vocab_size;
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
-        s->step_tok[i] = nv_sample(&r->sampler, logits);
+        s->step_tok[i] = r->gs.m ? sample_in_grammar(s, r, logits) : nv_sample(&r->sampler, logits);
         if (r->lp_k >= 0) lp_compute(r->lp_raw, n, s->step_tok[i], r->lp_k, &r->lp_step);
     }
 }
@@ -918,6 +933,8 @@ void nv_sched_free(nv_sched *s) {
     nv_prefix_free(&s->prefix);
     free(s->restore);
     free(s->plp_logits);
+    nv_gtrie_free(s->trie);
+    s->trie = NULL;
     if (s->inited) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

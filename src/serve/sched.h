@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "model/batch.h"
+#include "model/grammar.h"
 #include "model/tokenizer.h"
 #include "base/buf.h"
 #include "serve/disk.h"
@@ -95,6 +96,8 @@ typedef struct {
     int prompt_logprobs; /* with logprobs: the prompt's tokens too, published before the first
                             generated token's (such a request computes its prompt in full: no
                             prefix-cache hits) */
+    nv_grammar *grammar; /* structured output: only sentences of this grammar are generated (the
+                            request holds its own reference); the answer ends when one is whole */
 } nv_req_params;
 
 typedef struct {
@@ -122,6 +125,7 @@ typedef struct {
 typedef struct {
     const nv_model *model;
     const nv_tokenizer *tok;
+    nv_gtrie *trie; /* the vocabulary's texts for grammar masks, built by the first request with a grammar */
     nv_metrics *metrics;
     nv_sched_opts o;
     nv_kv_pool pool;

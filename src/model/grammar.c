@@ -1,0 +1,705 @@
+/* Constrained decoding over a byte grammar (see grammar.h). */
+#include "model/grammar.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An element: its type in the top two bits, its argument below. */
+enum { EL_SET = 0u, EL_REF = 1u, EL_ALT = 2u, EL_END = 3u };
+#define EL(type, arg) (((uint32_t)(type) << 30) | (uint32_t)(arg))
+#define EL_TYPE(e) ((e) >> 30)
+#define EL_ARG(e) ((e) & 0x3FFFFFFFu)
+#define NONE UINT32_MAX
+
+struct nv_gbuild {
+    nv_gbody *rules; /* each rule's body, while building */
+    int *defined;
+    int n_rules, cap_rules;
+    uint8_t (*sets)[32];
+    int n_sets, cap_sets;
+    int byte_set[256]; /* the set holding just that byte, -1 until made */
+    int oom;
+    long n_elems;
+};
+
+struct nv_grammar {
+    _Atomic int refs;
+    uint32_t *el;        /* every rule's alternatives, each ended by EL_ALT or EL_END */
+    uint32_t *alt;       /* where each alternative starts, rule by rule */
+    uint32_t *alt_first; /* rule r's alternatives: alt[alt_first[r] .. alt_first[r + 1]) */
+    uint8_t (*sets)[32];
+    int n_rules, n_sets;
+    uint32_t root;
+};
+
+/* ---- building ---- */
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 1;
+    int c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+
+nv_gbuild *nv_gbuild_new(void) {
+    nv_gbuild *b = calloc(1, sizeof *b);
+    if (b) memset(b->byte_set, -1, sizeof b->byte_set);
+    return b;
+}
+
+void nv_gbody_free(nv_gbody *body) {
+    free(body->e);
+    memset(body, 0, sizeof *body);
+}
+
+void nv_gbuild_free(nv_gbuild *b) {
+    if (!b) return;
+    for (int i = 0; i < b->n_rules; i++) nv_gbody_free(&b->rules[i]);
+    free(b->rules);
+    free(b->defined);
+    free(b->sets);
+    free(b);
+}
+
+int nv_gbuild_reserve(nv_gbuild *b) {
+    if (b->oom || !grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
+        b->oom = 1;
+        return 0;
+    }
+    int cap = b->cap_rules;
+    int *d = realloc(b->defined, (size_t)cap * sizeof *d);
+    if (!d) {
+        b->oom = 1;
+        return 0;
+    }
+    b->defined = d;
+    memset(&b->rules[b->n_rules], 0, sizeof b->rules[0]);
+    b->defined[b->n_rules] = 0;
+    return b->n_rules++;
+}
+
+int nv_gbuild_define(nv_gbuild *b, int id, nv_gbody *body) {
+    if (b->oom || body->oom || id < 0 || id >= b->n_rules || b->defined[id]) {
+        b->oom |= body->oom;
+        nv_gbody_free(body);
+        return id;
+    }
+    b->rules[id] = *body;
+    b->defined[id] = 1;
+    b->n_elems += body->n + 1;
+    memset(body, 0, sizeof *body);
+    return id;
+}
+
+int nv_gbuild_add(nv_gbuild *b, nv_gbody *body) { return nv_gbuild_define(b, nv_gbuild_reserve(b), body); }
+
+static void body_push(nv_gbody *body, uint32_t e) {
+    if (body->oom) return;
+    if (!grow((void **)&body->e, &body->cap, body->n + 1, sizeof *body->e)) {
+        body->oom = 1;
+        return;
+    }
+    body->e[body->n++] = e;
+}
+
+static int set_id(nv_gbuild *b, const uint8_t bits[32]) {
+    for (int i = 0; i < b->n_sets; i++)
+        if (!memcmp(b->sets[i], bits, 32)) return i;
+    if (!grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
+        b->oom = 1;
+        return 0;
+    }
+    memcpy(b->sets[b->n_sets], bits, 32);
+    return b->n_sets++;
+}
+
+void nv_gbody_set(nv_gbuild *b, nv_gbody *body, const uint8_t bits[32]) { body_push(body, EL(EL_SET, set_id(b, bits))); }
+
+void nv_gbody_range(nv_gbuild *b, nv_gbody *body, unsigned lo, unsigned hi) {
+    uint8_t bits[32] = {0};
+    for (unsigned c = lo; c <= hi && c < 256; c++) bits[c >> 3] |= (uint8_t)(1u << (c & 7));
+    nv_gbody_set(b, body, bits);
+}
+
+void nv_gbody_lit(nv_gbuild *b, nv_gbody *body, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = (unsigned char)s[i];
+        if (b->byte_set[c] < 0) {
+            uint8_t bits[32] = {0};
+            bits[c >> 3] = (uint8_t)(1u << (c & 7));
+            b->byte_set[c] = set_id(b, bits);
+        }
+        body_push(body, EL(EL_SET, b->byte_set[c]));
+    }
+}
+
+void nv_gbody_ref(nv_gbody *body, int rule) { body_push(body, EL(EL_REF, rule)); }
+void nv_gbody_alt(nv_gbody *body) { body_push(body, EL(EL_ALT, 0)); }
+
+/* Rules that derive the empty string, to a fixed point. */
+static void find_nullable(const nv_grammar *g, uint8_t *nullable) {
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int r = 0; r < g->n_rules; r++) {
+            if (nullable[r]) continue;
+            for (uint32_t a = g->alt_first[r]; a < g->alt_first[r + 1] && !nullable[r]; a++) {
+                uint32_t p = g->alt[a];
+                while (EL_TYPE(g->el[p]) == EL_REF && nullable[EL_ARG(g->el[p])]) p++;
+                if (EL_TYPE(g->el[p]) == EL_ALT || EL_TYPE(g->el[p]) == EL_END) nullable[r] = changed = 1;
+            }
+        }
+    }
+}
+
+/* The rules r may call before consuming a byte, written to out (at most n_rules + 1 of them). */
+static int left_calls(const nv_grammar *g, const uint8_t *nullable, int r, uint32_t *out) {
+    int n = 0;
+    for (uint32_t a = g->alt_first[r]; a < g->alt_first[r + 1]; a++)
+        for (uint32_t p = g->alt[a]; EL_TYPE(g->el[p]) == EL_REF; p++) {
+            out[n++] = EL_ARG(g->el[p]);
+            if (!nullable[EL_ARG(g->el[p])]) break;
+        }
+    return n;
+}
+
+/* 1 when some rule reaches itself without consuming a byte (an iterative depth-first search). */
+static int left_recursive(const nv_grammar *g, int *which) {
+    int R = g->n_rules;
+    uint8_t *nullable = calloc((size_t)R, 1), *color = calloc((size_t)R, 1);
+    /* the search's stack: (rule, next edge) with each rule's edges listed in edges[] */
+    uint32_t *edge_first = malloc(((size_t)R + 1) * sizeof *edge_first);
+    size_t cap_edges = 0;
+    for (int r = 0; r < R; r++)
+        for (uint32_t a = g->alt_first[r]; a < g->alt_first[r + 1]; a++)
+            for (uint32_t p = g->alt[a]; EL_TYPE(g->el[p]) == EL_REF; p++) cap_edges++;
+    uint32_t *edges = malloc((cap_edges + 1) * sizeof *edges);
+    uint32_t *stack = malloc(((size_t)R + 1) * 2 * sizeof *stack);
+    int found = -1;
+    if (!nullable || !color || !edge_first || !edges || !stack) {
+        found = -2;
+        goto out;
+    }
+    find_nullable(g, nullable);
+    size_t ne = 0;
+    for (int r = 0; r < R; r++) {
+        edge_first[r] = (uint32_t)ne;
+        ne += (size_t)left_calls(g, nullable, r, edges + ne);
+    }
+    edge_first[R] = (uint32_t)ne;
+    for (int s = 0; s < R && found < 0; s++) {
+        if (color[s]) continue;
+        int sp = 0;
+        stack[0] = (uint32_t)s;
+        stack[1] = edge_first[s];
+        color[s] = 1;
+        sp = 1;
+        while (sp > 0 && found < 0) {
+            uint32_t r = stack[2 * (sp - 1)], *e = &stack[2 * (sp - 1) + 1];
+            if (*e == edge_first[r + 1]) {
+                color[r] = 2;
+                sp--;
+                continue;
+            }
+            uint32_t c = edges[(*e)++];
+            if (color[c] == 1) found = (int)c;
+            else if (color[c] == 0) {
+                color[c] = 1;
+                stack[2 * sp] = c;
+                stack[2 * sp + 1] = edge_first[c];
+                sp++;
+            }
+        }
+    }
+out:
+    free(nullable);
+    free(color);
+    free(edge_first);
+    free(edges);
+    free(stack);
+    if (found >= 0) *which = found;
+    return found;
+}
+
+nv_err nv_gbuild_finish(nv_gbuild *b, int root, nv_grammar **out) {
+    *out = NULL;
+    nv_err e = NV_OK;
+    nv_grammar *g = NULL;
+    if (b->oom) {
+        e = nv_fail(NV_ENOMEM, "out of memory building a grammar");
+        goto done;
+    }
+    if (root < 0 || root >= b->n_rules) {
+        e = nv_fail(NV_EINVAL, "the grammar has no root rule");
+        goto done;
+    }
+    if (b->n_elems > NV_GRAMMAR_MAX_ELEMS) {
+        e = nv_fail(NV_EINVAL, "the grammar is too large (%ld elements; at most %d)", b->n_elems, NV_GRAMMAR_MAX_ELEMS);
+        goto done;
+    }
+    size_t n_alt = 0;
+    for (int r = 0; r < b->n_rules; r++) {
+        if (!b->defined[r]) {
+            e = nv_fail(NV_EINVAL, "grammar rule %d is used but never defined", r);
+            goto done;
+        }
+        n_alt++;
+        for (int i = 0; i < b->rules[r].n; i++) {
+            uint32_t x = b->rules[r].e[i];
+            if (EL_TYPE(x) == EL_ALT) n_alt++;
+            if (EL_TYPE(x) == EL_REF && EL_ARG(x) >= (uint32_t)b->n_rules) {
+                e = nv_fail(NV_EINVAL, "grammar rule %d refers to rule %u, which does not exist", r, EL_ARG(x));
+                goto done;
+            }
+        }
+    }
+    g = calloc(1, sizeof *g);
+    if (!g || !(g->el = malloc((size_t)b->n_elems * sizeof *g->el)) || !(g->alt = malloc(n_alt * sizeof *g->alt)) ||
+        !(g->alt_first = malloc(((size_t)b->n_rules + 1) * sizeof *g->alt_first)) ||
+        !(g->sets = malloc(((size_t)b->n_sets + 1) * 32))) {
+        e = nv_fail(NV_ENOMEM, "out of memory building a grammar");
+        goto done;
+    }
+    atomic_init(&g->refs, 1);
+    g->n_rules = b->n_rules;
+    g->n_sets = b->n_sets;
+    if (b->n_sets) memcpy(g->sets, b->sets, (size_t)b->n_sets * 32);
+    uint32_t p = 0, a = 0;
+    for (int r = 0; r < b->n_rules; r++) {
+        g->alt_first[r] = a;
+        g->alt[a++] = p;
+        for (int i = 0; i < b->rules[r].n; i++) {
+            uint32_t x = b->rules[r].e[i];
+            g->el[p++] = x;
+            if (EL_TYPE(x) == EL_ALT) g->alt[a++] = p;
+        }
+        g->el[p++] = EL(EL_END, 0);
+    }
+    g->alt_first[b->n_rules] = a;
+    g->root = (uint32_t)root;
+    int which = 0, lr = left_recursive(g, &which);
+    if (lr == -2) {
+        e = nv_fail(NV_ENOMEM, "out of memory checking a grammar");
+    } else if (lr >= 0) {
+        e = nv_fail(NV_EINVAL, "the grammar is left-recursive (rule %d reaches itself before reading anything)", which);
+    }
+done:
+    nv_gbuild_free(b);
+    if (e != NV_OK) {
+        nv_grammar_unref(g);
+        return e;
+    }
+    *out = g;
+    return NV_OK;
+}
+
+nv_grammar *nv_grammar_ref(nv_grammar *g) {
+    if (g) atomic_fetch_add(&g->refs, 1);
+    return g;
+}
+
+void nv_grammar_unref(nv_grammar *g) {
+    if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    free(g->el);
+    free(g->alt);
+    free(g->alt_first);
+    free(g->sets);
+    free(g);
+}
+
+int nv_grammar_rules(const nv_grammar *g) { return g->n_rules; }
+
+/* ---- matching ---- */
+
+/* A parse stack's frame: the element to match next and the frame to return to. Frames are
+ * only ever appended, so a frame's parent always has a smaller index, and stacks share tails. */
+typedef struct {
+    uint32_t pos, parent;
+} gframe;
+
+struct nv_gmatch {
+    nv_grammar *g;
+    gframe *fr;
+    uint32_t n_fr, cap_fr, compact_at;
+    /* heads: stacks whose top is a byte set, as (pos, parent) pairs. hb holds the current
+     * state's heads first (n_cur of them), then those of continuations being tried. */
+    gframe *hb;
+    size_t n_hb, cap_hb;
+    size_t n_cur;
+    int accepted; /* the current state includes an empty stack: the sentence may end here */
+    gframe *work;
+    size_t cap_work;
+    int oom;
+};
+
+static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx) {
+    if (m->n_fr == m->cap_fr) {
+        uint32_t c = m->cap_fr ? m->cap_fr * 2 : 256;
+        gframe *f = realloc(m->fr, (size_t)c * sizeof *f);
+        if (!f) return m->oom = 1, 0;
+        m->fr = f;
+        m->cap_fr = c;
+    }
+    m->fr[m->n_fr] = (gframe){pos, parent};
+    *idx = m->n_fr++;
+    return 1;
+}
+
+static int push_head(nv_gmatch *m, size_t base, gframe h) {
+    for (size_t i = base; i < m->n_hb; i++)
+        if (m->hb[i].pos == h.pos && m->hb[i].parent == h.parent) return 1;
+    if (m->n_hb - base >= NV_GRAMMAR_MAX_STACKS) return 1; /* narrow rather than explode */
+    if (m->n_hb == m->cap_hb) {
+        size_t c = m->cap_hb ? m->cap_hb * 2 : 64;
+        gframe *p = realloc(m->hb, c * sizeof *p);
+        if (!p) return m->oom = 1, 0;
+        m->hb = p;
+        m->cap_hb = c;
+    }
+    m->hb[m->n_hb++] = h;
+    return 1;
+}
+
+/* Every stack reachable from (pos, parent) without consuming a byte: heads appended after base,
+ * *acc set when one empties. A work list instead of recursion (alternatives pushed in reverse
+ * so heads come out in the grammar's order). */
+static void expand(nv_gmatch *m, uint32_t pos, uint32_t parent, size_t base, int *acc) {
+    const nv_grammar *g = m->g;
+    size_t nw = 0;
+    if (!m->cap_work) {
+        m->work = malloc(64 * sizeof *m->work);
+        if (!m->work) {
+            m->oom = 1;
+            return;
+        }
+        m->cap_work = 64;
+    }
+    m->work[nw++] = (gframe){pos, parent};
+    while (nw && !m->oom) {
+        gframe w = m->work[--nw];
+        for (;;) {
+            uint32_t e = g->el[w.pos];
+            uint32_t t = EL_TYPE(e);
+            if (t == EL_ALT || t == EL_END) {
+                if (w.parent == NONE) {
+                    *acc = 1;
+                    break;
+                }
+                w = m->fr[w.parent];
+                continue;
+            }
+            if (t == EL_SET) {
+                push_head(m, base, w);
+                break;
+            }
+            /* a reference: continue after it once the rule is done (tail calls keep no frame) */
+            uint32_t r = EL_ARG(e), next = w.pos + 1, cont = w.parent;
+            uint32_t nt = EL_TYPE(g->el[next]);
+            if (nt != EL_ALT && nt != EL_END && !push_frame(m, next, w.parent, &cont)) break;
+            uint32_t a0 = g->alt_first[r], a1 = g->alt_first[r + 1];
+            if (nw + (a1 - a0) > m->cap_work) {
+                size_t c = m->cap_work;
+                while (c < nw + (a1 - a0)) c *= 2;
+                gframe *p = realloc(m->work, c * sizeof *p);
+                if (!p) {
+                    m->oom = 1;
+                    break;
+                }
+                m->work = p;
+                m->cap_work = c;
+            }
+            for (uint32_t a = a1; a-- > a0;) m->work[nw++] = (gframe){g->alt[a], cont};
+            break;
+        }
+    }
+}
+
+static inline int set_has(const nv_grammar *g, uint32_t pos, unsigned c) {
+    return (g->sets[EL_ARG(g->el[pos])][c >> 3] >> (c & 7)) & 1;
+}
+
+/* The heads after byte c from the heads hb[from, from + n): appended at the end of hb. */
+static size_t advance(nv_gmatch *m, size_t from, size_t n, unsigned c, int *acc) {
+    size_t base = m->n_hb;
+    *acc = 0;
+    for (size_t i = 0; i < n && !m->oom; i++) {
+        gframe h = m->hb[from + i];
+        if (set_has(m->g, h.pos, c)) expand(m, h.pos + 1, h.parent, base, acc);
+    }
+    return m->n_hb - base;
+}
+
+nv_gmatch *nv_gmatch_new(nv_grammar *g) {
+    nv_gmatch *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->g = nv_grammar_ref(g);
+    m->compact_at = 4096;
+    /* the root's alternatives, returning nowhere */
+    uint32_t cont = NONE;
+    for (uint32_t a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++) expand(m, g->alt[a], cont, 0, &m->accepted);
+    m->n_cur = m->n_hb;
+    if (m->oom) {
+        nv_gmatch_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void nv_gmatch_free(nv_gmatch *m) {
+    if (!m) return;
+    nv_grammar_unref(m->g);
+    free(m->fr);
+    free(m->hb);
+    free(m->work);
+    free(m);
+}
+
+/* Keeps only the frames the current heads reach (their parents come first, so one pass). */
+static void compact(nv_gmatch *m) {
+    uint32_t *map = malloc((size_t)m->n_fr * sizeof *map);
+    if (!map) return; /* keep growing instead */
+    memset(map, 0xFF, (size_t)m->n_fr * sizeof *map);
+    const uint32_t KEEP = NONE - 1;
+    for (size_t i = 0; i < m->n_cur; i++)
+        for (uint32_t p = m->hb[i].parent; p != NONE && map[p] == NONE; p = m->fr[p].parent) map[p] = KEEP;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->n_fr; i++) {
+        if (map[i] != KEEP) continue;
+        gframe f = m->fr[i];
+        m->fr[n] = (gframe){f.pos, f.parent == NONE ? NONE : map[f.parent]};
+        map[i] = n++;
+    }
+    for (size_t i = 0; i < m->n_cur; i++)
+        if (m->hb[i].parent != NONE) m->hb[i].parent = map[m->hb[i].parent];
+    free(map);
+    m->n_fr = n;
+    m->compact_at = n * 2 > 4096 ? n * 2 : 4096;
+}
+
+/* Runs bytes from the current state; on success the final heads are hb[*from, *from + *n). */
+static int run_bytes(nv_gmatch *m, const char *bytes, size_t len, size_t *from, size_t *n, int *acc) {
+    *from = 0;
+    *n = m->n_cur;
+    *acc = m->accepted;
+    if (len == 0) return 1;
+    for (size_t i = 0; i < len; i++) {
+        if (*n == 0) return 0; /* the sentence ended, nothing may follow */
+        size_t base = m->n_hb;
+        *n = advance(m, *from, *n, (unsigned char)bytes[i], acc);
+        *from = base;
+        if (m->oom) return -1;
+        if (*n == 0 && !*acc) return 0;
+    }
+    return 1;
+}
+
+int nv_gmatch_try(nv_gmatch *m, const char *bytes, size_t n) {
+    uint32_t fr_mark = m->n_fr;
+    size_t from, cnt;
+    int acc;
+    int ok = run_bytes(m, bytes, n, &from, &cnt, &acc);
+    m->n_fr = fr_mark;
+    m->n_hb = m->n_cur;
+    m->oom = 0;
+    return ok == 1;
+}
+
+int nv_gmatch_feed(nv_gmatch *m, const char *bytes, size_t n) {
+    uint32_t fr_mark = m->n_fr;
+    size_t from, cnt;
+    int acc;
+    int ok = run_bytes(m, bytes, n, &from, &cnt, &acc);
+    if (ok != 1) {
+        m->n_fr = fr_mark;
+        m->n_hb = m->n_cur;
+        m->oom = 0;
+        return ok;
+    }
+    memmove(m->hb, m->hb + from, cnt * sizeof *m->hb);
+    m->n_hb = m->n_cur = cnt;
+    m->accepted = acc;
+    if (m->n_fr > m->compact_at) compact(m);
+    return 1;
+}
+
+int nv_gmatch_done(const nv_gmatch *m) { return m->accepted; }
+int nv_gmatch_finished(const nv_gmatch *m) { return m->accepted && m->n_cur == 0; }
+
+/* ---- the token mask ---- */
+
+typedef struct {
+    uint32_t first_child, next_sibling, first_tok;
+    uint8_t byte;
+} trie_node;
+
+struct nv_gtrie {
+    trie_node *node;
+    uint32_t n_node;
+    int32_t *tok_next; /* tokens with the same text, chained */
+    int *eog;          /* the end-of-generation tokens */
+    int n_eog, vocab;
+};
+
+void nv_gtrie_free(nv_gtrie *tr) {
+    if (!tr) return;
+    free(tr->node);
+    free(tr->tok_next);
+    free(tr->eog);
+    free(tr);
+}
+
+nv_err nv_gtrie_build(const nv_tokenizer *t, nv_gtrie **out) {
+    *out = NULL;
+    int V = nv_tokenizer_vocab_size(t);
+    nv_gtrie *tr = calloc(1, sizeof *tr);
+    uint32_t cap = 1024;
+    if (!tr || !(tr->node = malloc(cap * sizeof *tr->node)) || !(tr->tok_next = malloc((size_t)V * sizeof *tr->tok_next)) ||
+        !(tr->eog = malloc((size_t)V * sizeof *tr->eog)))
+        goto oom;
+    tr->vocab = V;
+    tr->node[0] = (trie_node){0, 0, NONE, 0};
+    tr->n_node = 1;
+    for (int v = 0; v < V; v++) {
+        tr->tok_next[v] = -1;
+        if (nv_tokenizer_is_eog(t, v)) {
+            tr->eog[tr->n_eog++] = v;
+            continue;
+        }
+        /* any token but BOS before it: SentencePiece drops a leading space only after BOS */
+        const char *s = nv_tokenizer_decode(t, NV_TOKEN_EOS, v);
+        if (!s || !*s) continue;
+        uint32_t cur = 0;
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+            uint32_t c = tr->node[cur].first_child;
+            while (c && tr->node[c].byte != *p) c = tr->node[c].next_sibling;
+            if (!c) {
+                if (tr->n_node == cap) {
+                    if (cap >= NONE / 4) goto oom;
+                    trie_node *q = realloc(tr->node, (size_t)cap * 2 * sizeof *q);
+                    if (!q) goto oom;
+                    tr->node = q;
+                    cap *= 2;
+                }
+                c = tr->n_node++;
+                tr->node[c] = (trie_node){0, tr->node[cur].first_child, NONE, *p};
+                tr->node[cur].first_child = c;
+            }
+            cur = c;
+        }
+        tr->tok_next[v] = tr->node[cur].first_tok == NONE ? -1 : (int32_t)tr->node[cur].first_tok;
+        tr->node[cur].first_tok = (uint32_t)v;
+    }
+    *out = tr;
+    return NV_OK;
+oom:
+    nv_gtrie_free(tr);
+    return nv_fail(NV_ENOMEM, "out of memory building the token trie");
+}
+
+typedef struct {
+    nv_gmatch *m;
+    const nv_gtrie *tr;
+    uint8_t *allowed;
+    int n_allowed;
+} mask_walk;
+
+/* Marks node's subtree, given the heads hb[from, from + n) that its prefix leaves. */
+static void mask_node(mask_walk *w, uint32_t node, size_t from, size_t n) {
+    nv_gmatch *m = w->m;
+    const nv_grammar *g = m->g;
+    uint64_t next[4] = {0}; /* the bytes any head accepts */
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t *s = (const uint64_t *)(const void *)g->sets[EL_ARG(g->el[m->hb[from + i].pos])];
+        for (int k = 0; k < 4; k++) next[k] |= s[k];
+    }
+    for (uint32_t c = w->tr->node[node].first_child; c && !m->oom; c = w->tr->node[c].next_sibling) {
+        const trie_node *cn = &w->tr->node[c];
+        if (!((next[cn->byte >> 6] >> (cn->byte & 63)) & 1)) continue;
+        uint32_t fr_mark = m->n_fr;
+        size_t hb_mark = m->n_hb;
+        int acc;
+        size_t k = advance(m, from, n, cn->byte, &acc);
+        if (k || acc)
+            for (uint32_t v = cn->first_tok; v != NONE; v = w->tr->tok_next[v] < 0 ? NONE : (uint32_t)w->tr->tok_next[v]) {
+                w->allowed[v] = 1;
+                w->n_allowed++;
+            }
+        if (k && cn->first_child) mask_node(w, c, hb_mark, k);
+        m->n_fr = fr_mark;
+        m->n_hb = hb_mark;
+    }
+}
+
+int nv_gmatch_mask(nv_gmatch *m, const nv_gtrie *tr, uint8_t *allowed) {
+    memset(allowed, 0, (size_t)tr->vocab);
+    mask_walk w = {m, tr, allowed, 0};
+    if (m->accepted)
+        for (int i = 0; i < tr->n_eog; i++) allowed[tr->eog[i]] = 1, w.n_allowed++;
+    mask_node(&w, 0, 0, m->n_cur);
+    int oom = m->oom;
+    m->n_hb = m->n_cur;
+    m->oom = 0;
+    return oom ? -1 : w.n_allowed;
+}
+
+int nv_gmatch_allows(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok) {
+    if (nv_tokenizer_is_eog(t, tok)) return m->accepted;
+    const char *s = nv_tokenizer_decode(t, prev, tok);
+    if (!s || !*s) return 0;
+    return nv_gmatch_try(m, s, strlen(s));
+}
+
+int nv_gmatch_accept(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok) {
+    if (nv_tokenizer_is_eog(t, tok)) return m->accepted;
+    const char *s = nv_tokenizer_decode(t, prev, tok);
+    if (!s || !*s) return 0;
+    return nv_gmatch_feed(m, s, strlen(s)) == 1;
+}
+
+/* ---- sampling inside a grammar ---- */
+
+nv_err nv_gsampler_init(nv_gsampler *g, nv_grammar *grammar, int vocab) {
+    memset(g, 0, sizeof *g);
+    g->vocab = vocab;
+    if (!(g->m = nv_gmatch_new(grammar)) || !(g->logits = malloc((size_t)vocab * sizeof *g->logits)) ||
+        !(g->mask = malloc((size_t)vocab))) {
+        nv_gsampler_free(g);
+        return nv_fail(NV_ENOMEM, "out of memory for a grammar");
+    }
+    return NV_OK;
+}
+
+void nv_gsampler_free(nv_gsampler *g) {
+    nv_gmatch_free(g->m);
+    free(g->logits);
+    free(g->mask);
+    memset(g, 0, sizeof *g);
+}
+
+int nv_gsample(nv_gsampler *g, const nv_gtrie *tr, const nv_tokenizer *t, nv_sampler *s, int prev, float *logits) {
+    const int n = g->vocab;
+    memcpy(g->logits, logits, (size_t)n * sizeof *logits);
+    int tok = nv_sample(s, logits);
+    if (!nv_gmatch_allows(g->m, t, prev, tok)) {
+        int k = nv_gmatch_mask(g->m, tr, g->mask);
+        for (int v = 0; v < n; v++)
+            if (!g->mask[v]) g->logits[v] = -INFINITY;
+        tok = k > 0 ? nv_sample(s, g->logits) : -1;
+        /* the mask holds texts as they follow any token but BOS, and a draw's rounding may land
+         * on a zero-probability token: check, and fall back to the best allowed one */
+        while (k > 0 && (tok < 0 || !g->mask[tok] || !nv_gmatch_allows(g->m, t, prev, tok))) {
+            if (tok >= 0 && g->mask[tok]) g->mask[tok] = 0, k--;
+            tok = -1;
+            for (int v = 0; v < n; v++)
+                if (g->mask[v] && (tok < 0 || g->logits[v] > g->logits[tok])) tok = v;
+        }
+        if (k <= 0) return -1;
+    }
+    nv_gmatch_accept(g->m, t, prev, tok);
+    return tok;
+}

@@ -1,0 +1,126 @@
+/* Constrained decoding: a context-free grammar over bytes, a matcher that follows it as tokens
+ * are generated, and the token mask that keeps a sampler inside it (structured outputs:
+ * serve/schema.c compiles a JSON schema into one).
+ *
+ * Contract:
+ * - A grammar is built rule by rule (nv_gbuild): a rule is a list of alternatives, each a
+ *   sequence of byte sets and references to rules; an empty alternative matches nothing (epsilon).
+ *   Rules may be recursive, but not left-recursive (a rule reaching itself before consuming a
+ *   byte): nv_gbuild_finish() refuses that, a reference to an undefined rule, and grammars over
+ *   NV_GRAMMAR_MAX_ELEMS elements, with NV_EINVAL and a one-line message. A finished grammar is
+ *   immutable and reference counted (nv_grammar_ref/unref), shared by every sequence using it.
+ * - The matcher is llama.cpp's: a set of parse stacks (at most NV_GRAMMAR_MAX_STACKS; beyond,
+ *   the later alternatives are dropped, so a pathological ambiguous grammar narrows rather than
+ *   explodes), kept as persistent linked frames so that trying a continuation costs only the
+ *   frames it adds. nv_gmatch_feed() accepts bytes only if every one keeps some stack alive
+ *   (otherwise it changes nothing); nv_gmatch_done() says the bytes so far are a whole sentence.
+ * - The mask: nv_gtrie holds a vocabulary's token texts in a byte trie (tokens whose text is
+ *   empty, and end-of-generation tokens, are left out); nv_gmatch_mask() marks every token whose
+ *   whole text the grammar accepts next, walking the trie once with the stacks (a subtree is cut
+ *   as soon as no stack survives its prefix), plus the end-of-generation tokens when the
+ *   sentence is complete. Token texts are taken as they follow a token other than BOS. */
+#ifndef NV_MODEL_GRAMMAR_H
+#define NV_MODEL_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+
+#define NV_GRAMMAR_MAX_ELEMS (1 << 20)
+#define NV_GRAMMAR_MAX_STACKS 1024
+
+/* ---- building ---- */
+
+typedef struct nv_gbuild nv_gbuild;
+typedef struct nv_grammar nv_grammar;
+
+/* A rule body being written: alternatives of elements. */
+typedef struct {
+    uint32_t *e; /* encoded elements (see grammar.c) */
+    int n, cap;
+    int oom;
+} nv_gbody;
+
+nv_gbuild *nv_gbuild_new(void);
+void nv_gbuild_free(nv_gbuild *b);
+/* A new rule id, defined later with nv_gbuild_define (lets a rule refer to itself). */
+int nv_gbuild_reserve(nv_gbuild *b);
+/* Defines rule id with body (the body is reset for reuse). Returns id. */
+int nv_gbuild_define(nv_gbuild *b, int id, nv_gbody *body);
+/* nv_gbuild_reserve + nv_gbuild_define. */
+int nv_gbuild_add(nv_gbuild *b, nv_gbody *body);
+
+/* Appends to the current alternative: one byte from [lo, hi]; one of the bytes set in bits
+ * (256 bits); the bytes of s in order; a reference to rule. */
+void nv_gbody_range(nv_gbuild *b, nv_gbody *body, unsigned lo, unsigned hi);
+void nv_gbody_set(nv_gbuild *b, nv_gbody *body, const uint8_t bits[32]);
+void nv_gbody_lit(nv_gbuild *b, nv_gbody *body, const char *s, size_t n);
+void nv_gbody_ref(nv_gbody *body, int rule);
+/* Ends the current alternative and starts the next. */
+void nv_gbody_alt(nv_gbody *body);
+void nv_gbody_free(nv_gbody *body);
+
+/* The grammar whose sentences rule root derives; b is consumed (freed) either way. */
+nv_err nv_gbuild_finish(nv_gbuild *b, int root, nv_grammar **out);
+
+nv_grammar *nv_grammar_ref(nv_grammar *g);
+void nv_grammar_unref(nv_grammar *g);
+int nv_grammar_rules(const nv_grammar *g);
+
+/* ---- matching ---- */
+
+typedef struct nv_gmatch nv_gmatch;
+
+/* A matcher at the start of g's sentences (holds a reference to g); NULL when out of memory. */
+nv_gmatch *nv_gmatch_new(nv_grammar *g);
+void nv_gmatch_free(nv_gmatch *m);
+/* Feeds n bytes: 1 and the state moves on when the grammar accepts them all, else 0 and nothing
+ * changes (-1: out of memory, nothing changes). */
+int nv_gmatch_feed(nv_gmatch *m, const char *bytes, size_t n);
+/* 1 when the bytes would be accepted (nothing changes). */
+int nv_gmatch_try(nv_gmatch *m, const char *bytes, size_t n);
+/* 1 when the bytes fed so far are a whole sentence. */
+int nv_gmatch_done(const nv_gmatch *m);
+/* 1 when the sentence is whole and nothing may follow it. */
+int nv_gmatch_finished(const nv_gmatch *m);
+
+/* ---- the token mask ---- */
+
+typedef struct nv_gtrie nv_gtrie;
+
+nv_err nv_gtrie_build(const nv_tokenizer *t, nv_gtrie **out);
+void nv_gtrie_free(nv_gtrie *tr);
+
+/* allowed[v] = 1 for every token the grammar accepts next, else 0 (vocab entries); returns how
+ * many are allowed (-1: out of memory). */
+int nv_gmatch_mask(nv_gmatch *m, const nv_gtrie *tr, uint8_t *allowed);
+/* 1 when token tok, following prev, may come next (an end-of-generation token: when the
+ * sentence is whole). */
+int nv_gmatch_allows(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok);
+/* Moves the matcher past token tok following prev; 1 when it was allowed. */
+int nv_gmatch_accept(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok);
+
+/* ---- sampling inside a grammar ---- */
+
+/* One sequence's constrained sampling: its matcher and scratch for a vocabulary. */
+typedef struct {
+    nv_gmatch *m;
+    float *logits; /* [vocab] the step's logits, kept for a second draw */
+    uint8_t *mask; /* [vocab] */
+    int vocab;
+} nv_gsampler;
+
+nv_err nv_gsampler_init(nv_gsampler *g, nv_grammar *grammar, int vocab);
+void nv_gsampler_free(nv_gsampler *g);
+/* The next token, drawn by s from logits (modified, as nv_sample does) and inside the grammar,
+ * which moves past it (prev: the token before it). The unconstrained draw is tried first and kept
+ * when the grammar accepts its text (the usual case, and cheap); otherwise every token outside
+ * the mask gets -inf and s draws again: for plain sampling exactly the model's distribution
+ * restricted to the grammar (llama.cpp's order too). -1 when no token of the vocabulary continues
+ * the grammar (one lacking a byte it needs). */
+int nv_gsample(nv_gsampler *g, const nv_gtrie *tr, const nv_tokenizer *t, nv_sampler *s, int prev, float *logits);
+
+#endif

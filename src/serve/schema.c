@@ -1,0 +1,800 @@
+/* JSON schemas to byte grammars (see schema.h). */
+#include "serve/schema.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+
+#define WS_INDENT 20
+#define INT_DIGITS 16
+#define FRAC_DIGITS 16
+#define EXP_DIGITS 3
+#define MAX_DEPTH 64
+#define MAX_REPEAT 10000
+#define INT_LIMIT 9999999999999999LL /* the largest INT_DIGITS-digit integer */
+
+typedef struct {
+    char *ref;
+    int rule;
+} ref_rule;
+
+typedef struct {
+    nv_gbuild *b;
+    const cJSON *doc;
+    int ws, value, string, chr, number, integer, digit, hex, object_any, array_any;
+    ref_rule *refs;
+    int n_refs, cap_refs;
+    int depth;
+    nv_err err;
+} sc;
+
+static int fail(sc *c, nv_err code, const char *fmt, const char *a, const char *b) {
+    if (c->err == NV_OK) c->err = nv_fail(code, fmt, a, b);
+    return 0;
+}
+
+/* ---- pieces ---- */
+
+static int lit_rule(sc *c, const char *s) {
+    nv_gbody body = {0};
+    nv_gbody_lit(c->b, &body, s, strlen(s));
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int range_rule(sc *c, unsigned lo, unsigned hi) {
+    nv_gbody body = {0};
+    nv_gbody_range(c->b, &body, lo, hi);
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* item repeated min..max times (max < 0: no limit), as right recursion. */
+static int repeat(sc *c, int item, long min, long max) {
+    if (min > MAX_REPEAT || (max >= 0 && max - min > MAX_REPEAT))
+        return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported%s", "10000", "");
+    nv_gbody body = {0};
+    int tail;
+    if (max < 0) { /* star ::= | item star */
+        tail = nv_gbuild_reserve(c->b);
+        nv_gbody_alt(&body);
+        nv_gbody_ref(&body, item);
+        nv_gbody_ref(&body, tail);
+        nv_gbuild_define(c->b, tail, &body);
+    } else { /* opt_k ::= | item opt_(k-1) */
+        tail = nv_gbuild_add(c->b, &body);
+        for (long k = 1; k <= max - min; k++) {
+            nv_gbody_alt(&body);
+            nv_gbody_ref(&body, item);
+            nv_gbody_ref(&body, tail);
+            tail = nv_gbuild_add(c->b, &body);
+        }
+    }
+    for (long k = 0; k < min; k++) nv_gbody_ref(&body, item);
+    nv_gbody_ref(&body, tail);
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* Between tokens: nothing, one space, or a newline and up to 20 spaces or tabs of indentation
+ * (llama.cpp's rule): enough for compact and pretty-printed JSON, and a model cannot wander off
+ * into runs of blank lines. */
+static int ws(sc *c) {
+    if (c->ws >= 0) return c->ws;
+    uint8_t bits[32] = {0};
+    bits[' ' >> 3] |= 1u << (' ' & 7);
+    bits['\t' >> 3] |= 1u << ('\t' & 7);
+    nv_gbody body = {0};
+    nv_gbody_set(c->b, &body, bits);
+    int indent = repeat(c, nv_gbuild_add(c->b, &body), 0, WS_INDENT);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, " ", 1);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, "\n", 1);
+    nv_gbody_ref(&body, indent);
+    return c->ws = nv_gbuild_add(c->b, &body);
+}
+
+static int digit(sc *c) { return c->digit >= 0 ? c->digit : (c->digit = range_rule(c, '0', '9')); }
+
+static int hex(sc *c) {
+    if (c->hex >= 0) return c->hex;
+    uint8_t h[32] = {0};
+    for (const char *p = "0123456789abcdefABCDEF"; *p; p++) h[*p >> 3] |= (uint8_t)(1u << (*p & 7));
+    nv_gbody body = {0};
+    nv_gbody_set(c->b, &body, h);
+    return c->hex = nv_gbuild_add(c->b, &body);
+}
+
+/* One character inside a JSON string: printable ASCII but '"' and '\\', an escape, or a
+ * well-formed UTF-8 sequence (no overlongs, surrogates or code points past U+10FFFF). */
+static int chr(sc *c) {
+    if (c->chr >= 0) return c->chr;
+    nv_gbuild *b = c->b;
+    nv_gbody body = {0};
+    uint8_t bits[32] = {0};
+    for (unsigned x = 0x20; x < 0x80; x++)
+        if (x != '"' && x != '\\') bits[x >> 3] |= (uint8_t)(1u << (x & 7));
+    int h = hex(c);
+    nv_gbody_set(b, &body, bits);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(b, &body, "\\", 1);
+    uint8_t esc[32] = {0};
+    for (const char *p = "\"\\/bfnrt"; *p; p++) esc[*p >> 3] |= (uint8_t)(1u << (*p & 7));
+    nv_gbody_set(b, &body, esc);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(b, &body, "\\u", 2);
+    for (int i = 0; i < 4; i++) nv_gbody_ref(&body, h);
+    static const unsigned seqs[][4][2] = {
+        {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
+        {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}, {0, 0}},
+        {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+    };
+    for (size_t s = 0; s < sizeof seqs / sizeof seqs[0]; s++) {
+        nv_gbody_alt(&body);
+        for (int k = 0; k < 4 && seqs[s][k][0]; k++) nv_gbody_range(b, &body, seqs[s][k][0], seqs[s][k][1]);
+    }
+    return c->chr = nv_gbuild_add(b, &body);
+}
+
+/* "..." with min..max characters (max < 0: any number). */
+static int string_len(sc *c, long min, long max) {
+    if (min == 0 && max < 0 && c->string >= 0) return c->string;
+    int chars = repeat(c, chr(c), min, max);
+    nv_gbody body = {0};
+    nv_gbody_lit(c->b, &body, "\"", 1);
+    nv_gbody_ref(&body, chars);
+    nv_gbody_lit(c->b, &body, "\"", 1);
+    int r = nv_gbuild_add(c->b, &body);
+    if (min == 0 && max < 0) c->string = r;
+    return r;
+}
+
+/* -?(0|[1-9][0-9]{0,15}) */
+static int integer(sc *c) {
+    if (c->integer >= 0) return c->integer;
+    int rest = repeat(c, digit(c), 0, INT_DIGITS - 1);
+    nv_gbody body = {0};
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, "-", 1);
+    int sign = nv_gbuild_add(c->b, &body);
+    nv_gbody_ref(&body, sign);
+    nv_gbody_lit(c->b, &body, "0", 1);
+    nv_gbody_alt(&body);
+    nv_gbody_ref(&body, sign);
+    nv_gbody_range(c->b, &body, '1', '9');
+    nv_gbody_ref(&body, rest);
+    return c->integer = nv_gbuild_add(c->b, &body);
+}
+
+/* integer (\.[0-9]{1,16})? ([eE][-+]?[0-9]{1,3})? */
+static int number(sc *c) {
+    if (c->number >= 0) return c->number;
+    nv_gbody body = {0};
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, ".", 1);
+    nv_gbody_ref(&body, repeat(c, digit(c), 1, FRAC_DIGITS));
+    int frac = nv_gbuild_add(c->b, &body);
+    nv_gbody_range(c->b, &body, 'E', 'E');
+    nv_gbody_alt(&body);
+    nv_gbody_range(c->b, &body, 'e', 'e');
+    int e = nv_gbuild_add(c->b, &body);
+    nv_gbody_alt(&body);
+    nv_gbody_range(c->b, &body, '+', '+');
+    nv_gbody_alt(&body);
+    nv_gbody_range(c->b, &body, '-', '-');
+    int sign = nv_gbuild_add(c->b, &body);
+    int exp_digits = repeat(c, digit(c), 1, EXP_DIGITS);
+    nv_gbody_alt(&body);
+    nv_gbody_ref(&body, e);
+    nv_gbody_ref(&body, sign);
+    nv_gbody_ref(&body, exp_digits);
+    int exp = nv_gbuild_add(c->b, &body);
+    nv_gbody_ref(&body, integer(c));
+    nv_gbody_ref(&body, frac);
+    nv_gbody_ref(&body, exp);
+    return c->number = nv_gbuild_add(c->b, &body);
+}
+
+/* open "{" or "[", then items separated by "," and the closer, whitespace between; item is a
+ * rule. min..max items (max < 0: any number). */
+static int sequence(sc *c, const char *open, const char *close, int item, long min, long max) {
+    if (min > MAX_REPEAT || (max >= 0 && max > MAX_REPEAT))
+        return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported%s", "10000", "");
+    int w = ws(c);
+    nv_gbody body = {0};
+    /* after_k: k items written, next a "," or the closer */
+    int last = -1;
+    long top = max < 0 ? (min > 1 ? min : 1) : max;
+    int *after = calloc((size_t)top + 1, sizeof *after);
+    if (!after) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+    for (long k = top; k >= 1; k--) {
+        int self = nv_gbuild_reserve(c->b);
+        int first = 1;
+        if (k >= min) {
+            nv_gbody_lit(c->b, &body, close, 1);
+            first = 0;
+        }
+        if (max < 0 || k < max) {
+            if (!first) nv_gbody_alt(&body);
+            nv_gbody_lit(c->b, &body, ",", 1);
+            nv_gbody_ref(&body, w);
+            nv_gbody_ref(&body, item);
+            nv_gbody_ref(&body, w);
+            nv_gbody_ref(&body, k == top ? (max < 0 ? self : last) : last);
+        }
+        nv_gbuild_define(c->b, self, &body);
+        after[k] = last = self;
+    }
+    int first = 1;
+    if (min == 0) {
+        nv_gbody_lit(c->b, &body, close, 1);
+        first = 0;
+    }
+    if (max != 0) {
+        if (!first) nv_gbody_alt(&body);
+        nv_gbody_ref(&body, item);
+        nv_gbody_ref(&body, w);
+        nv_gbody_ref(&body, after[1]);
+    }
+    int rest = nv_gbuild_add(c->b, &body);
+    nv_gbody_lit(c->b, &body, open, 1);
+    nv_gbody_ref(&body, w);
+    nv_gbody_ref(&body, rest);
+    free(after);
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int any_value(sc *c);
+
+/* "key" ws ":" ws value, for any string key (key_rule) or one written literally */
+static int member(sc *c, const char *key_lit, int key_rule, int value) {
+    nv_gbody body = {0};
+    if (key_lit) nv_gbody_lit(c->b, &body, key_lit, strlen(key_lit));
+    else nv_gbody_ref(&body, key_rule);
+    nv_gbody_ref(&body, ws(c));
+    nv_gbody_lit(c->b, &body, ":", 1);
+    nv_gbody_ref(&body, ws(c));
+    nv_gbody_ref(&body, value);
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int any_value(sc *c) {
+    if (c->value >= 0) return c->value;
+    c->value = nv_gbuild_reserve(c->b);
+    c->object_any = sequence(c, "{", "}", member(c, NULL, string_len(c, 0, -1), c->value), 0, -1);
+    c->array_any = sequence(c, "[", "]", c->value, 0, -1);
+    nv_gbody body = {0};
+    const int alts[] = {c->object_any, c->array_any, string_len(c, 0, -1), number(c)};
+    for (size_t i = 0; i < sizeof alts / sizeof alts[0]; i++) {
+        nv_gbody_ref(&body, alts[i]);
+        nv_gbody_alt(&body);
+    }
+    nv_gbody_lit(c->b, &body, "true", 4);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, "false", 5);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, "null", 4);
+    nv_gbuild_define(c->b, c->value, &body);
+    return c->value;
+}
+
+/* ---- integer ranges ---- */
+
+/* Digit strings of length n between lo and hi (inclusive, same length), digit by digit. */
+static int digits_between(sc *c, const char *lo, const char *hi, int n) {
+    nv_gbody body = {0};
+    if (n == 0) return nv_gbuild_add(c->b, &body);
+    if (strspn(lo, "0") >= (size_t)n && strspn(hi, "9") >= (size_t)n) return repeat(c, digit(c), n, n);
+    if (lo[0] == hi[0]) {
+        nv_gbody_range(c->b, &body, (unsigned char)lo[0], (unsigned char)lo[0]);
+        nv_gbody_ref(&body, digits_between(c, lo + 1, hi + 1, n - 1));
+        return nv_gbuild_add(c->b, &body);
+    }
+    static const char nines[] = "9999999999999999", zeros[] = "0000000000000000";
+    /* lo[0] then >= lo[1..]; the digits strictly between, anything after; hi[0] then <= hi[1..] */
+    int ge = digits_between(c, lo + 1, nines, n - 1), le = digits_between(c, zeros, hi + 1, n - 1);
+    int any = repeat(c, digit(c), n - 1, n - 1);
+    nv_gbody_range(c->b, &body, (unsigned char)lo[0], (unsigned char)lo[0]);
+    nv_gbody_ref(&body, ge);
+    if (hi[0] - lo[0] > 1) {
+        nv_gbody_alt(&body);
+        nv_gbody_range(c->b, &body, (unsigned char)lo[0] + 1u, (unsigned char)hi[0] - 1u);
+        nv_gbody_ref(&body, any);
+    }
+    nv_gbody_alt(&body);
+    nv_gbody_range(c->b, &body, (unsigned char)hi[0], (unsigned char)hi[0]);
+    nv_gbody_ref(&body, le);
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* The decimal spellings (no leading zeros) of lo..hi, 0 <= lo <= hi <= INT_LIMIT: alternatives
+ * appended to body, one per digit count. */
+static void naturals(sc *c, nv_gbody *body, long long lo, long long hi, int *first) {
+    long long p = 1;
+    for (int d = 1; d <= INT_DIGITS && lo <= hi; d++, p *= 10) {
+        long long top = p * 10 - 1; /* the largest d-digit number */
+        if (lo > top) continue;
+        long long a = lo, z = hi < top ? hi : top;
+        char sa[24], sz[24];
+        snprintf(sa, sizeof sa, "%0*lld", d, a);
+        snprintf(sz, sizeof sz, "%0*lld", d, z);
+        if (!*first) nv_gbody_alt(body);
+        *first = 0;
+        nv_gbody_ref(body, digits_between(c, sa, sz, d));
+        lo = z + 1;
+    }
+}
+
+static int integer_range(sc *c, long long lo, long long hi) {
+    nv_gbody body = {0};
+    int first = 1;
+    if (lo < 0) { /* -(max(1, -hi) .. -lo) */
+        nv_gbody inner = {0};
+        int f2 = 1;
+        naturals(c, &inner, hi < 0 ? -hi : 1, -lo, &f2);
+        nv_gbody_lit(c->b, &body, "-", 1);
+        nv_gbody_ref(&body, nv_gbuild_add(c->b, &inner));
+        first = 0;
+    }
+    if (hi >= 0) naturals(c, &body, lo > 0 ? lo : 0, hi, &first);
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* ---- formats ---- */
+
+/* lo..hi written with exactly two digits */
+static int two_digits(sc *c, int lo, int hi) {
+    char a[8], z[8];
+    snprintf(a, sizeof a, "%02d", lo);
+    snprintf(z, sizeof z, "%02d", hi);
+    return digits_between(c, a, z, 2);
+}
+
+/* HH:MM:SS, optional fraction, then Z or an offset (RFC 3339) */
+static int format_time(sc *c) {
+    nv_gbody body = {0};
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, ".", 1);
+    nv_gbody_ref(&body, repeat(c, digit(c), 1, 9));
+    int frac = nv_gbuild_add(c->b, &body);
+    nv_gbody_lit(c->b, &body, "Z", 1);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, "z", 1);
+    nv_gbody_alt(&body);
+    nv_gbody_range(c->b, &body, '+', '+');
+    nv_gbody_ref(&body, two_digits(c, 0, 23));
+    nv_gbody_lit(c->b, &body, ":", 1);
+    nv_gbody_ref(&body, two_digits(c, 0, 59));
+    nv_gbody_alt(&body);
+    nv_gbody_range(c->b, &body, '-', '-');
+    nv_gbody_ref(&body, two_digits(c, 0, 23));
+    nv_gbody_lit(c->b, &body, ":", 1);
+    nv_gbody_ref(&body, two_digits(c, 0, 59));
+    int zone = nv_gbuild_add(c->b, &body);
+    nv_gbody_ref(&body, two_digits(c, 0, 23));
+    nv_gbody_lit(c->b, &body, ":", 1);
+    nv_gbody_ref(&body, two_digits(c, 0, 59));
+    nv_gbody_lit(c->b, &body, ":", 1);
+    nv_gbody_ref(&body, two_digits(c, 0, 60)); /* a leap second */
+    nv_gbody_ref(&body, frac);
+    nv_gbody_ref(&body, zone);
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int format_rule(sc *c, const char *f) {
+    nv_gbody body = {0};
+    int d = digit(c);
+    if (!strcmp(f, "date") || !strcmp(f, "date-time")) {
+        /* YYYY-MM-DD, months 01-12, days 01-31 */
+        for (int i = 0; i < 4; i++) nv_gbody_ref(&body, d);
+        nv_gbody_lit(c->b, &body, "-", 1);
+        nv_gbody_ref(&body, two_digits(c, 1, 12));
+        nv_gbody_lit(c->b, &body, "-", 1);
+        nv_gbody_ref(&body, two_digits(c, 1, 31));
+        if (f[4]) {
+            nv_gbody_lit(c->b, &body, "T", 1);
+            nv_gbody_ref(&body, format_time(c));
+        }
+    } else if (!strcmp(f, "time")) {
+        nv_gbody_ref(&body, format_time(c));
+    } else if (!strcmp(f, "uuid")) {
+        int h = hex(c);
+        const int groups[] = {8, 4, 4, 4, 12};
+        for (int g = 0; g < 5; g++) {
+            if (g) nv_gbody_lit(c->b, &body, "-", 1);
+            for (int i = 0; i < groups[g]; i++) nv_gbody_ref(&body, h);
+        }
+    } else {
+        return fail(c, NV_EUNSUPPORTED, "'format': '%.60s' is not supported (date, time, date-time and uuid are)%s", f, "");
+    }
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* ---- schemas ---- */
+
+static int gen(sc *c, const cJSON *s);
+
+/* A JSON string literal for text (escaped as cJSON prints it). */
+static char *json_quote(const char *text) {
+    cJSON *j = cJSON_CreateString(text);
+    char *q = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return q;
+}
+
+/* The exact JSON text of a value (enum, const). */
+static int literal(sc *c, const cJSON *v) {
+    char *t = cJSON_PrintUnformatted(v);
+    if (!t) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+    int r = lit_rule(c, t);
+    cJSON_free(t);
+    return r;
+}
+
+static const char *const ignored_keys[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
+                                           "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+static const char *const known_keys[] = {"type",      "properties", "required",  "additionalProperties",
+                                         "items",     "minItems",   "maxItems",  "minLength",
+                                         "maxLength", "enum",       "const",     "anyOf",
+                                         "oneOf",     "allOf",      "$ref",      "format",
+                                         "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
+
+static int in_list(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, list[i])) return 1;
+    return 0;
+}
+
+/* A non-negative integer keyword (absent: def). */
+static long count_kw(sc *c, const cJSON *s, const char *key, long def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key);
+    if (!v) return def;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble) || v->valuedouble > 1e9) {
+        fail(c, NV_EINVAL, "'%s' must be a non-negative integer%s", key, "");
+        return def;
+    }
+    return (long)v->valuedouble;
+}
+
+/* Follows a "#..." reference (JSON pointer, with ~0 ~1 escapes) in the document. */
+static const cJSON *resolve(sc *c, const char *ref) {
+    if (ref[0] != '#') {
+        fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' is not supported (only references into the schema itself, '#...')%s", ref, "");
+        return NULL;
+    }
+    const cJSON *at = c->doc;
+    const char *p = ref + 1;
+    while (*p) {
+        if (*p != '/') break;
+        p++;
+        char key[256];
+        size_t n = 0;
+        while (*p && *p != '/') {
+            char ch = *p++;
+            if (ch == '~' && (*p == '0' || *p == '1')) ch = *p++ == '0' ? '~' : '/';
+            if (n + 1 < sizeof key) key[n++] = ch;
+        }
+        key[n] = '\0';
+        if (cJSON_IsArray(at)) {
+            char *end;
+            long i = strtol(key, &end, 10);
+            at = *key && !*end && i >= 0 ? cJSON_GetArrayItem(at, (int)i) : NULL;
+        } else {
+            at = cJSON_IsObject(at) ? cJSON_GetObjectItemCaseSensitive(at, key) : NULL;
+        }
+        if (!at) break;
+    }
+    if (!at || *p) fail(c, NV_EINVAL, "'$ref': '%.100s' does not point into the schema%s", ref, "");
+    return *p ? NULL : at;
+}
+
+static int gen_ref(sc *c, const char *ref) {
+    for (int i = 0; i < c->n_refs; i++)
+        if (!strcmp(c->refs[i].ref, ref)) return c->refs[i].rule;
+    const cJSON *target = resolve(c, ref);
+    if (!target) return 0;
+    if (c->n_refs == c->cap_refs) {
+        int cap = c->cap_refs ? c->cap_refs * 2 : 8;
+        ref_rule *r = realloc(c->refs, (size_t)cap * sizeof *r);
+        if (!r) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+        c->refs = r;
+        c->cap_refs = cap;
+    }
+    /* the rule is named before its body is made, so the target may refer to itself */
+    int id = nv_gbuild_reserve(c->b);
+    char *copy = strdup(ref);
+    if (!copy) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+    c->refs[c->n_refs++] = (ref_rule){copy, id};
+    nv_gbody body = {0};
+    nv_gbody_ref(&body, gen(c, target));
+    nv_gbuild_define(c->b, id, &body);
+    return id;
+}
+
+/* An object with the listed properties, in their order; those not required may be left out. */
+static int gen_properties(sc *c, const cJSON *props, const cJSON *required) {
+    int k = cJSON_GetArraySize(props);
+    int *members = calloc((size_t)k + 1, sizeof *members);
+    uint8_t *req = calloc((size_t)k + 1, 1);
+    if (!members || !req) {
+        free(members);
+        free(req);
+        return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+    }
+    int i = 0;
+    for (const cJSON *p = props->child; p; p = p->next, i++) {
+        char *key = json_quote(p->string);
+        if (!key) {
+            fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+            break;
+        }
+        members[i] = member(c, key, 0, gen(c, p));
+        cJSON_free(key);
+    }
+    if (required) {
+        for (const cJSON *r = required->child; r; r = r->next) {
+            if (!cJSON_IsString(r)) {
+                fail(c, NV_EINVAL, "'required' must list property names%s%s", "", "");
+                break;
+            }
+            int j = 0;
+            const cJSON *p = props->child;
+            while (p && strcmp(p->string, r->valuestring)) p = p->next, j++;
+            if (!p) {
+                fail(c, NV_EUNSUPPORTED, "'required' names '%.100s', which is not among 'properties'%s", r->valuestring, "");
+                break;
+            }
+            req[j] = 1;
+        }
+    }
+    /* first_i: members i.. with none written yet; next_i: with some written (a comma first) */
+    int w = ws(c);
+    nv_gbody body = {0};
+    int first = nv_gbuild_add(c->b, &body), next = nv_gbuild_add(c->b, &body);
+    for (i = k - 1; i >= 0; i--) {
+        nv_gbody_ref(&body, members[i]);
+        nv_gbody_ref(&body, w);
+        nv_gbody_ref(&body, next);
+        if (!req[i]) {
+            nv_gbody_alt(&body);
+            nv_gbody_ref(&body, first);
+        }
+        int nfirst = nv_gbuild_add(c->b, &body);
+        nv_gbody_lit(c->b, &body, ",", 1);
+        nv_gbody_ref(&body, w);
+        nv_gbody_ref(&body, members[i]);
+        nv_gbody_ref(&body, w);
+        nv_gbody_ref(&body, next);
+        if (!req[i]) {
+            nv_gbody_alt(&body);
+            nv_gbody_ref(&body, next);
+        }
+        next = nv_gbuild_add(c->b, &body);
+        first = nfirst;
+    }
+    free(members);
+    free(req);
+    nv_gbody_lit(c->b, &body, "{", 1);
+    nv_gbody_ref(&body, w);
+    nv_gbody_ref(&body, first);
+    nv_gbody_lit(c->b, &body, "}", 1);
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int gen_object(sc *c, const cJSON *s) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+    if (props && !cJSON_IsObject(props)) return fail(c, NV_EINVAL, "'properties' must be an object%s%s", "", "");
+    if (req && !cJSON_IsArray(req)) return fail(c, NV_EINVAL, "'required' must be an array%s%s", "", "");
+    if (add && !cJSON_IsBool(add) && !cJSON_IsObject(add))
+        return fail(c, NV_EINVAL, "'additionalProperties' must be a boolean or a schema%s%s", "", "");
+    if (props && props->child) {
+        if (add && !cJSON_IsFalse(add))
+            return fail(c, NV_EUNSUPPORTED,
+                        "'additionalProperties' beside 'properties' is not supported (members are the listed ones%s%s)",
+                        "", "");
+        return gen_properties(c, props, req);
+    }
+    if (req && req->child) return fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported%s%s", "", "");
+    if (cJSON_IsFalse(add)) return lit_rule(c, "{}"); /* nothing may be in it; whitespace aside */
+    int value = cJSON_IsObject(add) ? gen(c, add) : any_value(c);
+    if (!cJSON_IsObject(add)) return c->object_any;
+    return sequence(c, "{", "}", member(c, NULL, string_len(c, 0, -1), value), 0, -1);
+}
+
+static int gen_array(sc *c, const cJSON *s) {
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+    if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
+        return fail(c, NV_EUNSUPPORTED, "'items' must be a schema (a list of them is not supported)%s%s", "", "");
+    long min = count_kw(c, s, "minItems", 0), max = count_kw(c, s, "maxItems", -1);
+    if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxItems' is below 'minItems'%s%s", "", "");
+    if (cJSON_IsFalse(items)) {
+        if (min > 0) return fail(c, NV_EINVAL, "'items': false with 'minItems' above 0 matches nothing%s%s", "", "");
+        max = 0;
+    }
+    int item = items && cJSON_IsObject(items) ? gen(c, items) : any_value(c);
+    return sequence(c, "[", "]", item, min, max);
+}
+
+static int gen_string(sc *c, const cJSON *s) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    long min = count_kw(c, s, "minLength", 0), max = count_kw(c, s, "maxLength", -1);
+    if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxLength' is below 'minLength'%s%s", "", "");
+    if (fmt) {
+        if (!cJSON_IsString(fmt)) return fail(c, NV_EINVAL, "'format' must be a string%s%s", "", "");
+        if (cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength"))
+            return fail(c, NV_EUNSUPPORTED, "'format' with 'minLength' or 'maxLength' is not supported%s%s", "", "");
+        nv_gbody body = {0};
+        nv_gbody_lit(c->b, &body, "\"", 1);
+        nv_gbody_ref(&body, format_rule(c, fmt->valuestring));
+        nv_gbody_lit(c->b, &body, "\"", 1);
+        return nv_gbuild_add(c->b, &body);
+    }
+    return string_len(c, min, max);
+}
+
+/* Integer bounds: minimum/maximum, exclusiveMinimum/exclusiveMaximum as numbers (draft 6 on) or
+ * booleans beside them (draft 4). */
+static int gen_integer(sc *c, const cJSON *s) {
+    double lo = -(double)INT_LIMIT, hi = (double)INT_LIMIT;
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
+    const cJSON *xmn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
+    const cJSON *xmx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
+    if (!mn && !mx && !xmn && !xmx) return integer(c);
+    const cJSON *all[] = {mn, mx, xmn, xmx};
+    for (int i = 0; i < 4; i++)
+        if (all[i] && !cJSON_IsNumber(all[i]) && !(i >= 2 && cJSON_IsBool(all[i])))
+            return fail(c, NV_EINVAL, "integer bounds must be numbers%s%s", "", "");
+    if (mn) lo = cJSON_IsTrue(xmn) ? floor(mn->valuedouble) + 1 : ceil(mn->valuedouble);
+    if (mx) hi = cJSON_IsTrue(xmx) ? ceil(mx->valuedouble) - 1 : floor(mx->valuedouble);
+    if (cJSON_IsNumber(xmn) && floor(xmn->valuedouble) + 1 > lo) lo = floor(xmn->valuedouble) + 1;
+    if (cJSON_IsNumber(xmx) && ceil(xmx->valuedouble) - 1 < hi) hi = ceil(xmx->valuedouble) - 1;
+    if (lo < -(double)INT_LIMIT) lo = -(double)INT_LIMIT;
+    if (hi > (double)INT_LIMIT) hi = (double)INT_LIMIT;
+    if (lo > hi) return fail(c, NV_EINVAL, "the integer bounds leave no integer between them%s%s", "", "");
+    return integer_range(c, (long long)lo, (long long)hi);
+}
+
+static int gen_type(sc *c, const cJSON *s, const char *type) {
+    if (!strcmp(type, "object")) return gen_object(c, s);
+    if (!strcmp(type, "array")) return gen_array(c, s);
+    if (!strcmp(type, "string")) return gen_string(c, s);
+    if (!strcmp(type, "integer")) return gen_integer(c, s);
+    if (!strcmp(type, "number")) {
+        const char *b[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+        for (int i = 0; i < 4; i++)
+            if (cJSON_GetObjectItemCaseSensitive(s, b[i]))
+                return fail(c, NV_EUNSUPPORTED, "'%s' on a number is not supported (on an integer it is)%s", b[i], "");
+        return number(c);
+    }
+    if (!strcmp(type, "boolean")) {
+        nv_gbody body = {0};
+        nv_gbody_lit(c->b, &body, "true", 4);
+        nv_gbody_alt(&body);
+        nv_gbody_lit(c->b, &body, "false", 5);
+        return nv_gbuild_add(c->b, &body);
+    }
+    if (!strcmp(type, "null")) return lit_rule(c, "null");
+    return fail(c, NV_EINVAL, "'type': '%.40s' is not a JSON schema type%s", type, "");
+}
+
+/* Alternatives: one rule per element of list (each a schema, or each a literal value). */
+static int alternatives(sc *c, const cJSON *list, int literals, const char *key) {
+    if (!cJSON_IsArray(list) || !list->child) return fail(c, NV_EINVAL, "'%s' must be a non-empty array%s", key, "");
+    nv_gbody body = {0};
+    for (const cJSON *e = list->child; e; e = e->next) {
+        int r = literals ? literal(c, e) : gen(c, e);
+        if (e != list->child) nv_gbody_alt(&body);
+        nv_gbody_ref(&body, r);
+    }
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int gen(sc *c, const cJSON *s) {
+    if (c->err != NV_OK) return 0;
+    if (cJSON_IsTrue(s)) return any_value(c);
+    if (cJSON_IsFalse(s)) return fail(c, NV_EINVAL, "a 'false' schema matches nothing%s%s", "", "");
+    if (!cJSON_IsObject(s)) return fail(c, NV_EINVAL, "a schema must be an object or a boolean%s%s", "", "");
+    if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels%s", "64", "");
+    for (const cJSON *k = s->child; k; k = k->next) {
+        if (in_list(k->string, known_keys, sizeof known_keys / sizeof known_keys[0]) ||
+            in_list(k->string, ignored_keys, sizeof ignored_keys / sizeof ignored_keys[0]))
+            continue;
+        return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema%s", k->string, "");
+    }
+    c->depth++;
+    int r;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const");
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (ref) {
+        r = cJSON_IsString(ref) ? gen_ref(c, ref->valuestring) : fail(c, NV_EINVAL, "'$ref' must be a string%s%s", "", "");
+    } else if (cst) {
+        r = literal(c, cst);
+    } else if (en) {
+        r = alternatives(c, en, 1, "enum");
+    } else if (any || one) {
+        r = alternatives(c, any ? any : one, 0, any ? "anyOf" : "oneOf");
+    } else if (all) {
+        if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1)
+            r = fail(c, NV_EUNSUPPORTED, "'allOf' with other than one schema is not supported%s%s", "", "");
+        else r = gen(c, all->child);
+    } else if (cJSON_IsString(type)) {
+        r = gen_type(c, s, type->valuestring);
+    } else if (cJSON_IsArray(type) && type->child) {
+        nv_gbody body = {0};
+        for (const cJSON *t = type->child; t; t = t->next) {
+            if (!cJSON_IsString(t)) {
+                nv_gbody_free(&body);
+                c->depth--;
+                return fail(c, NV_EINVAL, "'type' must be a string or a list of strings%s%s", "", "");
+            }
+            if (t != type->child) nv_gbody_alt(&body);
+            nv_gbody_ref(&body, gen_type(c, s, t->valuestring));
+        }
+        r = nv_gbuild_add(c->b, &body);
+    } else if (type) {
+        r = fail(c, NV_EINVAL, "'type' must be a string or a list of strings%s%s", "", "");
+    } else if (cJSON_GetObjectItemCaseSensitive(s, "properties") || cJSON_GetObjectItemCaseSensitive(s, "additionalProperties")) {
+        r = gen_object(c, s);
+    } else if (cJSON_GetObjectItemCaseSensitive(s, "items")) {
+        r = gen_array(c, s);
+    } else {
+        r = any_value(c);
+    }
+    c->depth--;
+    return r;
+}
+
+/* root ::= ws T */
+static nv_err finish(sc *c, int top, nv_grammar **out) {
+    int root = 0;
+    if (c->err == NV_OK) {
+        nv_gbody body = {0};
+        nv_gbody_ref(&body, ws(c));
+        nv_gbody_ref(&body, top);
+        root = nv_gbuild_add(c->b, &body);
+    }
+    for (int i = 0; i < c->n_refs; i++) free(c->refs[i].ref);
+    free(c->refs);
+    if (c->err != NV_OK) {
+        nv_gbuild_free(c->b);
+        return c->err;
+    }
+    return nv_gbuild_finish(c->b, root, out);
+}
+
+static nv_err start(sc *c, const cJSON *doc) {
+    memset(c, 0, sizeof *c);
+    c->ws = c->value = c->string = c->chr = c->number = c->integer = c->digit = c->hex = c->object_any = c->array_any = -1;
+    c->doc = doc;
+    if (!(c->b = nv_gbuild_new())) return nv_fail(NV_ENOMEM, "out of memory");
+    return NV_OK;
+}
+
+nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out) {
+    *out = NULL;
+    sc c;
+    NV_TRY(start(&c, schema));
+    int top = gen(&c, schema);
+    return finish(&c, top, out);
+}
+
+nv_err nv_json_object_grammar(nv_grammar **out) {
+    *out = NULL;
+    sc c;
+    NV_TRY(start(&c, NULL));
+    any_value(&c);
+    return finish(&c, c.object_any, out);
+}

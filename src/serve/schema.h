@@ -1,0 +1,32 @@
+/* Structured outputs: JSON schemas compiled into byte grammars (model/grammar.h) whose sentences
+ * are exactly the JSON texts the schema accepts, so constrained decoding can only write those.
+ *
+ * Contract:
+ * - Supported: type (one or a list), properties with required (members in the order the schema
+ *   lists them; optional ones may be left out; no members beyond those listed), an object
+ *   without properties (any members, or additionalProperties: SCHEMA for every value), items,
+ *   minItems/maxItems, minLength/maxLength (in characters), enum, const, anyOf/oneOf (oneOf as
+ *   anyOf), allOf of one schema, $ref to "#" or a JSON pointer into the document ($defs,
+ *   definitions; recursion allowed), minimum/maximum and exclusive bounds on integers, format
+ *   date, time, date-time and uuid; annotations (title, description, default, examples, $schema,
+ *   $id, $comment, deprecated, readOnly, writeOnly) are ignored. Anything else — pattern,
+ *   bounds on non-integer numbers, multipleOf, uniqueItems, prefixItems, other formats,
+ *   additionalProperties beside properties — is refused (NV_EUNSUPPORTED) with one line naming
+ *   the keyword, rather than silently not enforced. A malformed schema is NV_EINVAL.
+ * - The JSON written: between tokens and before the value (not after it) nothing, one space, or
+ *   a newline and at most 20 spaces or tabs (llama.cpp's rule: compact or indented JSON, and a
+ *   model cannot wander off into blank lines); integers have at most 16 digits, fractions at
+ *   most 16, exponents at most 3; strings are valid UTF-8 with JSON's escapes. */
+#ifndef NV_SERVE_SCHEMA_H
+#define NV_SERVE_SCHEMA_H
+
+#include <cjson/cJSON.h>
+
+#include "model/grammar.h"
+
+/* The grammar of the JSON texts schema accepts (schema: an object or a boolean). */
+nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out);
+/* Any JSON object (response_format {"type": "json_object"}). */
+nv_err nv_json_object_grammar(nv_grammar **out);
+
+#endif

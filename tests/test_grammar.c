@@ -1,0 +1,281 @@
+/* Constrained decoding: the byte grammar matcher, JSON schemas compiled into grammars (each
+ * checked on texts it must accept and texts it must refuse), and the token mask against a
+ * token-by-token check on real vocabularies. */
+#include <cjson/cJSON.h>
+
+#include "model/grammar.h"
+#include "model/tokenizer.h"
+#include "serve/schema.h"
+#include "t.h"
+
+/* 1 when text is a whole sentence of g, fed in one piece and byte by byte (the two must agree). */
+static int accepts(nv_grammar *g, const char *text) {
+    nv_gmatch *whole = nv_gmatch_new(g), *bytes = nv_gmatch_new(g);
+    int a = nv_gmatch_feed(whole, text, strlen(text)) == 1 && nv_gmatch_done(whole);
+    int b = 1;
+    for (const char *p = text; *p && b; p++) b = nv_gmatch_feed(bytes, p, 1) == 1;
+    b = b && nv_gmatch_done(bytes);
+    nv_gmatch_free(whole);
+    nv_gmatch_free(bytes);
+    T_CHECK(a == b, "whole (%d) and byte-by-byte (%d) feeding disagree on '%s'", a, b, text);
+    return a;
+}
+
+static nv_grammar *schema_grammar(const char *json) {
+    cJSON *s = cJSON_Parse(json);
+    nv_grammar *g = NULL;
+    nv_err e = nv_schema_grammar(s, &g);
+    T_CHECK(e == NV_OK, "schema %s: %s", json, nv_errmsg());
+    cJSON_Delete(s);
+    return g;
+}
+
+static void test_builder_and_matcher(void) {
+    /* S ::= "a" S "b" | "" : a^n b^n, recursion that is not left recursion */
+    nv_gbuild *b = nv_gbuild_new();
+    nv_gbody body = {0};
+    int s = nv_gbuild_reserve(b);
+    nv_gbody_lit(b, &body, "a", 1);
+    nv_gbody_ref(&body, s);
+    nv_gbody_lit(b, &body, "b", 1);
+    nv_gbody_alt(&body);
+    nv_gbuild_define(b, s, &body);
+    nv_grammar *g = NULL;
+    T_CHECK(nv_gbuild_finish(b, s, &g) == NV_OK, "%s", nv_errmsg());
+    if (!g) return;
+    T_CHECK(accepts(g, ""), "empty");
+    T_CHECK(accepts(g, "ab") && accepts(g, "aaabbb"), "a^n b^n");
+    T_CHECK(!accepts(g, "aab") && !accepts(g, "abb") && !accepts(g, "ba"), "unbalanced");
+    nv_gmatch *m = nv_gmatch_new(g);
+    T_CHECK(nv_gmatch_done(m) && !nv_gmatch_finished(m), "the empty sentence is whole, but more may follow");
+    T_CHECK(nv_gmatch_feed(m, "aa", 2) == 1 && !nv_gmatch_done(m), "prefix");
+    T_CHECK(nv_gmatch_feed(m, "bbb", 3) == 0, "a refused feed");
+    T_CHECK(nv_gmatch_try(m, "bb", 2) && nv_gmatch_feed(m, "bb", 2) == 1, "the state did not move on the refused feed");
+    T_CHECK(nv_gmatch_finished(m), "a^2 b^2 ends it");
+    T_CHECK(nv_gmatch_feed(m, "b", 1) == 0 && nv_gmatch_feed(m, "a", 1) == 0, "nothing after the end");
+    /* a long sentence keeps the frames compacted: the matcher stays usable */
+    nv_gmatch_free(m);
+    m = nv_gmatch_new(g);
+    for (int i = 0; i < 20000; i++) T_CHECK(nv_gmatch_feed(m, "a", 1) == 1, "a %d", i);
+    for (int i = 0; i < 20000; i++) T_CHECK(nv_gmatch_feed(m, "b", 1) == 1, "b %d", i);
+    T_CHECK(nv_gmatch_finished(m), "a^20000 b^20000");
+    nv_gmatch_free(m);
+    nv_grammar_unref(g);
+
+    /* left recursion: L ::= L "x" | "y"; and through a nullable rule: M ::= E M "z" | "", E ::= "" */
+    b = nv_gbuild_new();
+    int l = nv_gbuild_reserve(b);
+    nv_gbody_ref(&body, l);
+    nv_gbody_lit(b, &body, "x", 1);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(b, &body, "y", 1);
+    nv_gbuild_define(b, l, &body);
+    T_CHECK(nv_gbuild_finish(b, l, &g) == NV_EINVAL && strstr(nv_errmsg(), "left-recursive"), "left recursion: %s",
+            nv_errmsg());
+    b = nv_gbuild_new();
+    int e = nv_gbuild_add(b, &body);
+    int mm = nv_gbuild_reserve(b);
+    nv_gbody_ref(&body, e);
+    nv_gbody_ref(&body, mm);
+    nv_gbody_lit(b, &body, "z", 1);
+    nv_gbody_alt(&body);
+    nv_gbuild_define(b, mm, &body);
+    T_CHECK(nv_gbuild_finish(b, mm, &g) == NV_EINVAL, "left recursion behind a nullable rule");
+    /* an undefined rule */
+    b = nv_gbuild_new();
+    int u = nv_gbuild_reserve(b);
+    nv_gbody_ref(&body, u);
+    int r = nv_gbuild_add(b, &body);
+    T_CHECK(nv_gbuild_finish(b, r, &g) == NV_EINVAL && strstr(nv_errmsg(), "never defined"), "%s", nv_errmsg());
+}
+
+static void test_json_object(void) {
+    nv_grammar *g = NULL;
+    T_CHECK(nv_json_object_grammar(&g) == NV_OK, "%s", nv_errmsg());
+    if (!g) return;
+    const char *good[] = {
+        "{}",
+        " {\"a\": 1}",
+        "{\"a\":[1,2.5,-3e+10,0.0,-0,1E5],\"b\":{\"c\":null,\"d\":true,\"e\":false}}",
+        "{\n  \"k\" : \"esc \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9\\uABCD\",\n  \"u\": \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"\n}",
+        "{\"\":[[],{}, [ [ ] ] ]}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) T_CHECK(accepts(g, good[i]), "valid: %s", good[i]);
+    const char *bad[] = {
+        "", "[]", "1", "\"s\"", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{,}", "{\"a\":01}", "{\"a\":1.}",
+        "{\"a\":.5}", "{\"a\":+1}", "{\"a\":tru}", "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}",
+        "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf4\x90\x80\x80\"}", "{\"a\":\"\xff\"}",
+        "{} ", "{}{}", "{'a':1}", "{\"a\":NaN}", "{\"a\":1e1234}", "{\"a\":12345678901234567}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "invalid: %s", bad[i]);
+    /* whitespace: one space, or a newline and up to 20 spaces or tabs */
+    const char *ws_good[] = {"{ }", "{\n}", "{\n\t\t\"a\": 1\n}", "{\n                    \"a\":1}", " {}", "\n{}"};
+    for (size_t i = 0; i < sizeof ws_good / sizeof ws_good[0]; i++) T_CHECK(accepts(g, ws_good[i]), "valid: %s", ws_good[i]);
+    const char *ws_bad[] = {"{  }", "{\n\n}", "{ \n}", "{\n                     \"a\":1}", "{\r\n}", "\t{}"};
+    for (size_t i = 0; i < sizeof ws_bad / sizeof ws_bad[0]; i++) T_CHECK(!accepts(g, ws_bad[i]), "invalid: %s", ws_bad[i]);
+    nv_grammar_unref(g);
+}
+
+typedef struct {
+    const char *schema;
+    const char *good[10];
+    const char *bad[10];
+} schema_case;
+
+static void test_schemas(void) {
+    static const schema_case cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},"
+         "\"required\":[\"name\",\"age\"],\"additionalProperties\":false}",
+         {"{\"name\":\"Ann\",\"age\":7}", "{ \"name\" : \"\" , \"age\" : -12 }"},
+         {"{\"age\":7,\"name\":\"Ann\"}", "{\"name\":\"Ann\"}", "{\"name\":\"Ann\",\"age\":7.5}", "{\"name\":1,\"age\":7}",
+          "{\"name\":\"Ann\",\"age\":7,\"x\":1}", "{}"}},
+        {"{\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"null\"},\"c\":{\"type\":\"number\"}},\"required\":[\"b\"]}",
+         {"{\"b\":null}", "{\"a\":true,\"b\":null}", "{\"b\":null,\"c\":1.5e-3}", "{\"a\":false,\"b\":null,\"c\":0}"},
+         {"{}", "{\"a\":true}", "{\"a\":true,\"c\":1}", "{\"b\":null,\"a\":true}", "{,\"b\":null}", "{\"b\":null,}"}},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",1,null]},\"minItems\":1,\"maxItems\":3}",
+         {"[\"red\"]", "[ \"green\" , 1 ]", "[null,null,\"red\"]"},
+         {"[]", "[\"blue\"]", "[1,1,1,1]", "[\"Red\"]", "[2]"}},
+        {"{\"type\":[\"string\",\"null\"],\"minLength\":2,\"maxLength\":3}",
+         {"null", "\"ab\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\"", "\"\\n\\t\""},
+         {"\"a\"", "\"abcd\"", "\"\"", "nul"}},
+        {"{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"x\":{\"const\":1}},\"required\":[\"x\"]},"
+         "{\"type\":\"object\",\"properties\":{\"x\":{\"const\":\"1\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"x\",\"y\"]}]}",
+         {"{\"x\":1}", "{\"x\":\"1\",\"y\":2}"},
+         {"{\"x\":1,\"y\":2}", "{\"x\":\"1\"}", "{\"x\":2}"}},
+        {"{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+         "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
+         {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[]}]}"},
+         {"{\"v\":1,\"kids\":[{}]}", "{\"kids\":[]}"}},
+        {"{\"type\":\"integer\",\"minimum\":-15,\"maximum\":120}",
+         {"-15", "-9", "-10", "0", "7", "99", "100", "120", "19"},
+         {"-16", "-0", "121", "200", "1000", "007", "-", "1.0"}},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":0}", {"1", "9", "10", "9999999999999999"}, {"0", "-1", "01"}},
+        {"{\"type\":\"integer\",\"minimum\":1000,\"maximum\":2024}", {"1000", "1999", "2000", "2024", "2019"},
+         {"999", "2025", "2030", "3000", "10000"}},
+        {"{\"type\":\"string\",\"format\":\"date-time\"}", {"\"2026-12-01T04:33:00Z\"", "\"1999-01-31T23:59:60.123+05:30\""},
+         {"\"2026-13-01T00:00:00Z\"", "\"2026-12-00T00:00:00Z\"", "\"2026-12-01T24:00:00Z\"", "\"2026-12-01\""}},
+        {"{\"type\":\"string\",\"format\":\"uuid\"}", {"\"123e4567-e89b-12d3-a456-426614174000\""},
+         {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400\""}},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", {"{}", "{\"a\":1,\"b\":2}"},
+         {"{\"a\":\"x\"}"}},
+        {"{\"type\":\"object\",\"additionalProperties\":false}", {"{}"}, {"{\"a\":1}"}},
+        {"{\"const\":{\"k\":[1,\"\xc3\xa9\"]}}", {"{\"k\":[1,\"\xc3\xa9\"]}"}, {"{\"k\": [1,\"\xc3\xa9\"]}"}},
+        {"true", {"1", "{\"a\":[null]}", "\"s\""}, {"", "x"}},
+        {"{\"title\":\"T\",\"description\":\"d\",\"allOf\":[{\"type\":\"boolean\"}]}", {"true", "false"}, {"1"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nv_grammar *g = schema_grammar(cases[i].schema);
+        if (!g) continue;
+        for (int k = 0; k < 10 && cases[i].good[k]; k++)
+            T_CHECK(accepts(g, cases[i].good[k]), "schema %zu accepts %s", i, cases[i].good[k]);
+        for (int k = 0; k < 10 && cases[i].bad[k]; k++)
+            T_CHECK(!accepts(g, cases[i].bad[k]), "schema %zu refuses %s", i, cases[i].bad[k]);
+        nv_grammar_unref(g);
+    }
+}
+
+static void test_schema_refusals(void) {
+    static const struct {
+        const char *schema, *why;
+        nv_err code;
+    } bad[] = {
+        {"{\"type\":\"string\",\"pattern\":\"^a$\"}", "'pattern' is not supported", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"minimum\":0}", "'minimum' on a number", NV_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"format\":\"email\"}", "'format': 'email'", NV_EUNSUPPORTED},
+        {"{\"properties\":{\"a\":{}},\"additionalProperties\":true}", "'additionalProperties' beside", NV_EUNSUPPORTED},
+        {"{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "'required' names 'b'", NV_EUNSUPPORTED},
+        {"{\"type\":\"strin\"}", "not a JSON schema type", NV_EINVAL},
+        {"{\"$ref\":\"#/$defs/nope\"}", "does not point", NV_EINVAL},
+        {"{\"$ref\":\"http://x/y\"}", "only references into the schema", NV_EUNSUPPORTED},
+        {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "left-recursive", NV_EINVAL},
+        {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "below 'minItems'", NV_EINVAL},
+        {"{\"type\":\"string\",\"maxLength\":1000000}", "over 10000", NV_EUNSUPPORTED},
+        {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer", NV_EINVAL},
+        {"{\"enum\":[]}", "non-empty", NV_EINVAL},
+        {"false", "matches nothing", NV_EINVAL},
+        {"3", "object or a boolean", NV_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *s = cJSON_Parse(bad[i].schema);
+        nv_grammar *g = NULL;
+        nv_err e = nv_schema_grammar(s, &g);
+        T_CHECK(e == bad[i].code && !g && strstr(nv_errmsg(), bad[i].why), "%s: %d %s", bad[i].schema, e, nv_errmsg());
+        nv_grammar_unref(g);
+        cJSON_Delete(s);
+    }
+    /* a deep nesting is refused, not recursed without end */
+    char deep[4096] = "";
+    for (int i = 0; i < 100; i++) strcat(deep, "{\"items\":");
+    strcat(deep, "true");
+    for (int i = 0; i < 100; i++) strcat(deep, "}");
+    cJSON *s = cJSON_Parse(deep);
+    nv_grammar *g = NULL;
+    T_CHECK(nv_schema_grammar(s, &g) == NV_EINVAL && strstr(nv_errmsg(), "deeper"), "%s", nv_errmsg());
+    cJSON_Delete(s);
+}
+
+/* The mask against asking token by token, at every token boundary of a few texts. */
+static void check_mask(const nv_tokenizer *t, nv_grammar *g, const char *text) {
+    nv_gtrie *tr = NULL;
+    T_CHECK(nv_gtrie_build(t, &tr) == NV_OK, "%s", nv_errmsg());
+    int V = nv_tokenizer_vocab_size(t);
+    uint8_t *mask = malloc((size_t)V);
+    int *ids = NULL, n = 0;
+    nv_tokenizer_encode(t, text, 0, 0, &ids, &n);
+    nv_gmatch *m = nv_gmatch_new(g);
+    int prev = NV_TOKEN_EOS, steps = 0;
+    for (int i = 0; i <= n; i++) {
+        int k = nv_gmatch_mask(m, tr, mask), count = 0, differ = 0;
+        for (int v = 0; v < V; v++) {
+            int want = nv_gmatch_allows(m, t, prev, v);
+            count += want;
+            if (want != mask[v] && differ++ < 3)
+                T_CHECK(0, "step %d token %d '%s': mask %d, one by one %d", i, v, nv_tokenizer_decode(t, prev, v), mask[v], want);
+        }
+        T_CHECK(k == count, "step %d: %d allowed, counted %d", i, k, count);
+        if (i < n) {
+            T_CHECK(mask[ids[i]], "step %d: the text's own token %d is masked out", i, ids[i]);
+            nv_gmatch_accept(m, t, prev, ids[i]);
+            prev = ids[i];
+        }
+        steps++;
+    }
+    T_CHECK(nv_gmatch_done(m), "the text is whole");
+    nv_gmatch_free(m);
+    free(ids);
+    free(mask);
+    nv_gtrie_free(tr);
+}
+
+static void test_mask(void) {
+    const char *paths[] = {"models/tok512.bin", "tokenizers/tokenizer.bin"};
+    nv_grammar *g = schema_grammar("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":40},"
+                                   "\"n\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
+                                   "\"required\":[\"name\",\"n\",\"tags\"]}");
+    nv_grammar *any = NULL;
+    nv_json_object_grammar(&any);
+    for (int p = 0; p < 2; p++) {
+        const char *path = t_data(paths[p]);
+        if (!path) return;
+        nv_tokenizer *t = NULL;
+        if (nv_tokenizer_load(path, 0, &t) != NV_OK) {
+            T_CHECK(0, "%s", nv_errmsg());
+            continue;
+        }
+        check_mask(t, g, "{\"name\": \"Lily \xc3\xa9 \\\"x\\\"\", \"n\": -42, \"tags\": [\"a\", \"bb\"]}");
+        check_mask(t, any, "{\"k\": [1.5, {\"z\": null}], \"t\": true}");
+        nv_tokenizer_free(t);
+    }
+    nv_grammar_unref(g);
+    nv_grammar_unref(any);
+}
+
+int main(void) {
+    T_RUN(test_builder_and_matcher);
+    T_RUN(test_json_object);
+    T_RUN(test_schemas);
+    T_RUN(test_schema_refusals);
+    T_RUN(test_mask);
+    return t_done();
+}
