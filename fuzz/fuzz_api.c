@@ -17,7 +17,8 @@
  * and a trained model give), and the response bodies built from it are valid JSON. A request with
  * a response format (a JSON schema from the body) runs its grammar as the scheduler would: for a
  * few steps the mask agrees with asking token by token, and the best allowed token moves the
- * matcher on. */
+ * matcher on. The body is also read as a model's answer by the tool-call parser of each style,
+ * whole and byte by byte, which must agree. */
 #include <cjson/cJSON.h>
 
 #include "base/file.h"
@@ -25,6 +26,7 @@
 #include "model/grammar.h"
 #include "model/sampler.h"
 #include "serve/api.h"
+#include "serve/tools.h"
 
 #define FZ_MAX_INPUT (1u << 20)
 #define FZ_SEQ_LEN 512
@@ -176,6 +178,31 @@ static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     check_json(nv_api_chunk(&meta, text, chat, NULL, r->include_usage), "chunk");
 }
 
+/* The answer's calls and content must not depend on how the text arrives. */
+static void check_tool_parser(const char *data, size_t size) {
+    static const char *const names[] = {"get_weather", "play", "a"};
+    for (int style = 0; style < 2; style++) {
+        nv_buf content[2] = {{0}, {0}};
+        nv_tool_call *calls[2] = {NULL, NULL};
+        int n[2] = {0, 0};
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            nv_tool_parser p = {.style = (nv_tool_style)style, .names = names, .n_names = 3};
+            if (bytewise)
+                for (size_t i = 0; i < size; i++) nv_tool_parser_feed(&p, data + i, 1, 0, &content[1], &calls[1], &n[1]);
+            nv_tool_parser_feed(&p, bytewise ? "" : data, bytewise ? 0 : size, 1, &content[bytewise], &calls[bytewise], &n[bytewise]);
+            nv_tool_parser_free(&p);
+        }
+        FZ_CHECK(n[0] == n[1] && content[0].len == content[1].len &&
+                     (!content[0].len || !memcmp(content[0].data, content[1].data, content[0].len)) && content[0].len <= size,
+                 "tool parser style %d: whole and byte by byte differ (%d / %d calls, %zu / %zu bytes)", style, n[0], n[1],
+                 content[0].len, content[1].len);
+        for (int k = 0; k < n[0] && k < n[1]; k++)
+            FZ_CHECK(!strcmp(calls[0][k].name, calls[1][k].name) && !strcmp(calls[0][k].arguments, calls[1][k].arguments),
+                     "tool parser: call %d differs", k);
+        for (int b = 0; b < 2; b++) nv_buf_free(&content[b]), nv_tool_calls_free(calls[b], n[b]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
     nv_api_ctx ctx = {.model_id = "stories260K",
@@ -203,6 +230,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_request(&ctx, chat, &r);
         nv_api_request_free(&r);
     }
+    check_tool_parser((const char *)data, size);
     /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */
     for (int detok = 0; detok < 2; detok++) {
         char *out = NULL;

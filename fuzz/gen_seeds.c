@@ -239,6 +239,16 @@ static void api(void) {
         {"schema_refs.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"json_schema\":{\"$defs\":{\"t\":"
                              "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#/$defs/t\"}}},{\"const\":\"x\"},"
                              "{\"type\":\"string\",\"format\":\"uuid\"}]}},\"$ref\":\"#/$defs/t\"}}"},
+        /* tools: rendered by the templates, a call required by a grammar, and a conversation with results */
+        {"tools.json", "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                       "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+                       "\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},{\"role\":\"tool\","
+                       "\"tool_call_id\":\"call_1\",\"content\":\"ok\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+                       "{\"name\":\"play\",\"description\":\"d\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                       "{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}],\"tool_choice\":\"required\","
+                       "\"parallel_tool_calls\":false}"},
+        {"tool_answer.txt", "Sure.\n<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}}\n</tool_call>\n"
+                            "<tool_call>{\"name\":\"a\",\"arguments\":\"{}\"}</tool_call> {\"name\": \"a\", \"parameters\": {}}"},
         {"json_object.json", "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"},\"guided_json\":null}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)

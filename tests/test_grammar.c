@@ -271,11 +271,50 @@ static void test_mask(void) {
     nv_grammar_unref(any);
 }
 
+/* Lazy grammars: free text until the trigger, then held to the grammar from the trigger on. */
+static void test_lazy(void) {
+    cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"play\"}},\"required\":[\"name\"]}");
+    nv_grammar *g = NULL;
+    T_CHECK(nv_schema_grammar_framed(schema, "<tool_call>\n", "\n</tool_call>", NULL, &g) == NV_OK, "%s", nv_errmsg());
+    cJSON_Delete(schema);
+    if (!g) return;
+    nv_glazy z;
+    nv_gsampler gs = {0};
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 0) == NV_OK, "%s", nv_errmsg());
+    const char *before[] = {"Sure", ". I will <", "tool", "_c"};
+    for (int i = 0; i < 4; i++) T_CHECK(nv_glazy_step(&z, &gs, 16, before[i]) == 0 && !gs.m, "off before the trigger (%d)", i);
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "all>\n{\"na") == 1 && gs.m, "on at the trigger's last byte");
+    if (gs.m) {
+        T_CHECK(nv_gmatch_try(gs.m, "me\": \"play\"}\n</tool_call>", 25) && !nv_gmatch_try(gs.m, "me\": \"fly\"", 10),
+                "the matcher is past the trigger and the text after it");
+        T_CHECK(nv_gmatch_feed(gs.m, "me\":\"play\"}\n</tool_call>", 24) == 1 && nv_gmatch_finished(gs.m), "a whole call");
+    }
+    nv_gsampler_free(&gs);
+    /* off again: a second call is found the same way; text the grammar refuses leaves it off */
+    T_CHECK(nv_glazy_step(&z, &gs, 16, " and <tool_call>\n{") == 1 && gs.m, "a second trigger");
+    nv_gsampler_free(&gs);
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "<tool_call>oops") == 0 && !gs.m, "refused right after the trigger");
+    nv_glazy_free(&z);
+    /* at the start only: blank lines first are fine, text first is not */
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 1) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_glazy_step(&z, &gs, 16, " \n") == 0 && nv_glazy_step(&z, &gs, 16, "<tool") == 0 &&
+                nv_glazy_step(&z, &gs, 16, "_call>\n") == 1 && gs.m,
+            "at the start, over three pieces");
+    nv_gsampler_free(&gs);
+    nv_glazy_free(&z);
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 1) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "Hi ") == 0 && nv_glazy_step(&z, &gs, 16, "<tool_call>\n{") == 0 && !gs.m,
+            "not at the start: never");
+    nv_glazy_free(&z);
+    nv_grammar_unref(g);
+}
+
 int main(void) {
     T_RUN(test_builder_and_matcher);
     T_RUN(test_json_object);
     T_RUN(test_schemas);
     T_RUN(test_schema_refusals);
     T_RUN(test_mask);
+    T_RUN(test_lazy);
     return t_done();
 }

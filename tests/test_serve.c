@@ -689,6 +689,145 @@ static void test_structured_outputs(void) {
     }
 }
 
+/* Tool calling end to end, on a stories260K-shaped model with a 2,048-token context (the tools'
+ * description alone outgrows stories260K's 512 with its 512-token vocabulary): tool_choice
+ * "required" and a named tool give calls whose arguments fit the tool's schema, whole and
+ * streamed alike, with finish_reason "tool_calls" and content null; "auto" leaves the random
+ * model's text as content; a conversation with a call and its result is accepted. */
+static void test_tool_calls(void) {
+    char model[700], args[1024];
+    snprintf(model, sizeof model, "%s/tools-2k.bin", tmpdir);
+    snprintf(args, sizeof args, "init --preset stories260K --seq-len 2048 --seed 7 -o '%s'", model);
+    if (t_nerve(args) != 0) {
+        T_CHECK(0, "init: %s", t_err);
+        return;
+    }
+    server s;
+    if (!server_spawn(&s, "tools", NULL, NULL, model, tok_path, "--kv-memory 64M", 30)) {
+        T_CHECK(0, "the tools server did not start");
+        return;
+    }
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
+                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"
+                        "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                        "{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
+    const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"play\"}}"};
+    char body[4096];
+    int calls_seen = 0;
+    for (int c = 0; c < 2; c++)
+        for (int seed = 1; seed <= 3; seed++) {
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],\"max_tokens\":400,\"seed\":%d,%s,"
+                     "\"tool_choice\":%s%%s}",
+                     seed, tools, choices[c]);
+            resp whole, streamed;
+            T_CHECK(post_whole_and_streamed(s.port, "/v1/chat/completions", body, ",\"stream\":true", &whole, &streamed),
+                    "choice %d seed %d: %d / %d", c, seed, whole.status, streamed.status);
+            cJSON *root = cJSON_Parse(whole.body);
+            const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+            const cJSON *msg = cJSON_GetObjectItem(c0, "message");
+            const cJSON *calls = cJSON_GetObjectItem(msg, "tool_calls");
+            const char *fin = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason"));
+            if (fin && !strcmp(fin, "length")) { /* cut short: nothing to check but the shape */
+                cJSON_Delete(root);
+                resp_free(&whole), resp_free(&streamed);
+                continue;
+            }
+            T_CHECK(fin && !strcmp(fin, "tool_calls") && cJSON_IsNull(cJSON_GetObjectItem(msg, "content")) &&
+                        cJSON_GetArraySize(calls) >= 1 && (c == 0 || cJSON_GetArraySize(calls) == 1),
+                    "choice %d seed %d: %s", c, seed, whole.body);
+            char joined[2048] = "";
+            for (const cJSON *tc = calls ? calls->child : NULL; tc; tc = tc->next) {
+                const cJSON *fn = cJSON_GetObjectItem(tc, "function");
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(fn, "name"));
+                cJSON *a = cJSON_Parse(cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")));
+                int ok = name && cJSON_IsObject(a) && !strncmp(cJSON_GetStringValue(cJSON_GetObjectItem(tc, "id")), "call_", 5);
+                if (ok && !strcmp(name, "play")) {
+                    const char *toy = cJSON_GetStringValue(cJSON_GetObjectItem(a, "toy"));
+                    ok = toy && (!strcmp(toy, "ball") || !strcmp(toy, "car")) && cJSON_GetArraySize(a) == 1;
+                } else if (ok) {
+                    const cJSON *days = cJSON_GetObjectItem(a, "days");
+                    ok = c == 0 && !strcmp(name, "get_weather") && cJSON_IsString(cJSON_GetObjectItem(a, "city")) &&
+                         cJSON_IsNumber(days) && days->valueint >= 1 && days->valueint <= 7;
+                }
+                T_CHECK(ok, "choice %d seed %d: a call that breaks its tool's schema: %s", c, seed, whole.body);
+                strncat(joined, name ? name : "", sizeof joined - strlen(joined) - 1);
+                strncat(joined, cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")) ?: "", sizeof joined - strlen(joined) - 1);
+                cJSON_Delete(a);
+                calls_seen++;
+            }
+            /* the stream: the same calls, as tool_calls deltas, and the same finish */
+            char got[2048] = "", sfin[32] = "";
+            cJSON *ev;
+            for (const char *p = streamed.body; (ev = next_sse_json(&p)); cJSON_Delete(ev)) {
+                const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0);
+                const cJSON *tcs = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "tool_calls");
+                for (const cJSON *tc = tcs ? tcs->child : NULL; tc; tc = tc->next) {
+                    const cJSON *fn = cJSON_GetObjectItem(tc, "function");
+                    strncat(got, cJSON_GetStringValue(cJSON_GetObjectItem(fn, "name")) ?: "", sizeof got - strlen(got) - 1);
+                    strncat(got, cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")) ?: "", sizeof got - strlen(got) - 1);
+                }
+                const char *f = cJSON_GetStringValue(cJSON_GetObjectItem(ch, "finish_reason"));
+                if (f) snprintf(sfin, sizeof sfin, "%s", f);
+            }
+            T_CHECK(!strcmp(got, joined) && !strcmp(sfin, "tool_calls"), "choice %d seed %d: streamed '%s' (%s) vs '%s'", c, seed,
+                    got, sfin, joined);
+            cJSON_Delete(root);
+            resp_free(&whole), resp_free(&streamed);
+        }
+    T_CHECK(calls_seen >= 4, "only %d calls in 6 answers", calls_seen);
+
+    /* auto: this random model writes text, which stays content; a whole conversation renders */
+    resp r;
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+             "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}],\"max_tokens\":8,\"seed\":1,%s}",
+             tools);
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 && strstr(r.body, "\"content\":\"") &&
+                strstr(r.body, "\"finish_reason\":\"length\""),
+            "auto: %d %s", r.status, r.body);
+    resp_free(&r);
+    int rc = server_stop(&s);
+    T_CHECK(rc == 0, "tools server exit %d", rc);
+
+    /* auto, Llama 3's format: a call that begins the answer is held to the schema (a lazy grammar
+     * that comes on at its "{"). logit_bias makes this random model open with "{"; unconstrained
+     * it would go on with noise, constrained it can only finish a call */
+    if (!server_spawn(&s, "tools-llama3", NULL, NULL, model, tok_path, "--kv-memory 64M --chat-template llama3", 30)) {
+        T_CHECK(0, "the llama3 tools server did not start");
+        return;
+    }
+    T_CHECK(http(s.port, "POST", "/tokenize", NULL, "{\"content\":\"{\"}", &r) && r.status == 200, "tokenize %d", r.status);
+    cJSON *tk = cJSON_Parse(r.body);
+    const cJSON *ids = cJSON_GetObjectItem(tk, "tokens");
+    int brace = cJSON_GetArraySize(ids) ? cJSON_GetArrayItem(ids, cJSON_GetArraySize(ids) - 1)->valueint : -1;
+    cJSON_Delete(tk);
+    resp_free(&r);
+    for (int seed = 1; seed <= 3; seed++) {
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"}],\"max_tokens\":300,\"seed\":%d,"
+                 "\"logit_bias\":{\"%d\":100},%s}",
+                 seed, brace, tools);
+        T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200, "llama3 auto %d", r.status);
+        cJSON *root = cJSON_Parse(r.body);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+        const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "tool_calls"), 0);
+        const cJSON *fn = cJSON_GetObjectItem(tc, "function");
+        cJSON *a = cJSON_Parse(cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(fn, "name"));
+        T_CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason")), "tool_calls") && name && cJSON_IsObject(a) &&
+                    (strcmp(name, "play") || cJSON_IsString(cJSON_GetObjectItem(a, "toy"))),
+                "llama3 auto seed %d: %s", seed, r.body);
+        cJSON_Delete(a);
+        cJSON_Delete(root);
+        resp_free(&r);
+    }
+    rc = server_stop(&s);
+    T_CHECK(rc == 0, "llama3 tools server exit %d", rc);
+}
+
 #define NCONC 8
 static const char *prompts[NCONC] = {"Once upon a time",  "Lily and Ben",  "The dog",      "One day, a little",
                                      "Tom had a big red", "The sun was",   "A cat named",  "She wanted to"};
@@ -1345,6 +1484,7 @@ int main(void) {
     }
     T_RUN(test_golden_through_api);
     T_RUN(test_prompt_logprobs);
+    T_RUN(test_tool_calls);
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_auth_cors_timeout);

@@ -6,6 +6,7 @@
 #include "serve/api.h"
 #include "serve/chat.h"
 #include "serve/sched.h"
+#include "serve/tools.h"
 #include "t.h"
 
 static void test_stop_holdback(void) {
@@ -72,7 +73,7 @@ static nv_tokenizer *tok512(void) {
 static void test_chat_templates(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_chat_msg msgs[] = {{"system", "Be kind."}, {"user", "Hi there"}, {"assistant", "Hello!"}, {"user", "Tell a story"}};
+    nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"}, {.role = "assistant", .content = "Hello!"}, {.role = "user", .content = "Tell a story"}};
     int *ids = NULL, n = 0, want[4096], nw;
     T_CHECK(nv_chat_render(NV_CHAT_PLAIN, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
     nw = expect_ids(tok, want, "Be kind.\nHi there\nHello!\nTell a story", 1, 0, NULL, 0, 0);
@@ -96,7 +97,7 @@ static void test_chat_templates(void) {
                     "[INST] Tell a story [/INST]", 1, 0);
     T_CHECK(same_ids(ids, n, want, nw), "llama2 template");
     free(ids);
-    nv_chat_msg spaced[] = {{"developer", "  Be kind.\n"}, {"user", "Hi there "}};
+    nv_chat_msg spaced[] = {{.role = "developer", .content = "  Be kind.\n"}, {.role = "user", .content = "Hi there "}};
     T_CHECK(nv_chat_render(NV_CHAT_LLAMA3, tok, spaced, 2, &ids, &n) == NV_OK, "%s", nv_errmsg());
     nw = expect_ids(tok, want,
                     "<|start_header_id|>system<|end_header_id|>\n\nBe kind.<|eot_id|><|start_header_id|>user<|end_header_id|>"
@@ -196,7 +197,7 @@ static void test_api_enable_thinking(void) {
     const char *off = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}";
     T_CHECK(nv_api_parse(&ctx, 1, on, strlen(on), &a, &e) == 0 && nv_api_parse(&ctx, 1, off, strlen(off), &b, &e) == 0, "%s", e.message);
     int *ids = NULL, n = 0;
-    T_CHECK(nv_chat_render_ex(NV_CHAT_CHATML, tok, (nv_chat_msg[]){{"user", "Hi"}}, 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_chat_render_ex(NV_CHAT_CHATML, tok, (nv_chat_msg[]){{.role = "user", .content = "Hi"}}, 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
     T_CHECK(b.req.n_prompt == n && !memcmp(b.req.prompt, ids, (size_t)n * sizeof(int)) && a.req.n_prompt < n,
             "enable_thinking false renders the closed think block (%d, %d, %d ids)", a.req.n_prompt, b.req.n_prompt, n);
     free(ids);
@@ -304,7 +305,7 @@ static void test_think_split(void) {
     /* the response carries reasoning_content only when given */
     nv_api_meta m;
     nv_api_meta_init(&m, 1, "m");
-    nv_api_choice ch[2] = {{"Hello", "stop", NULL, 0, "thought"}, {"Hi", "stop", NULL, 0, NULL}};
+    nv_api_choice ch[2] = {{"Hello", "stop", NULL, 0, "thought", NULL, 0}, {"Hi", "stop", NULL, 0, NULL, NULL, 0}};
     char *body = nv_api_response_choices(&m, ch, 2, 3, 4, 0);
     T_CHECK(body && strstr(body, "\"content\":\"Hello\",\"reasoning_content\":\"thought\"") &&
                 !strstr(strstr(body, "\"Hi\""), "reasoning_content"),
@@ -313,6 +314,243 @@ static void test_think_split(void) {
     body = nv_api_reasoning_chunk(&m, "step", 0);
     T_CHECK(body && strstr(body, "\"delta\":{\"reasoning_content\":\"step\"}"), "%s", body ? body : "-");
     free(body);
+}
+
+/* Python's json.dumps, as the templates' tojson prints a tool (the strings Python 3 gives). */
+static void test_py_json(void) {
+    cJSON *j = cJSON_Parse("{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"a\":[1,2.5,true,null],"
+                           "\"s\":\"x\\\"\\n\xc3\xa9\",\"e\":{},\"l\":[]}}}");
+    nv_buf b = {0};
+    nv_py_json(&b, j, 0);
+    T_CHECK(b.data && !strcmp(b.data, "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"a\": [1, 2.5, "
+                                      "true, null], \"s\": \"x\\\"\\n\xc3\xa9\", \"e\": {}, \"l\": []}}}"),
+            "compact: %s", b.data);
+    nv_buf_free(&b);
+    nv_py_json(&b, cJSON_GetObjectItem(cJSON_GetObjectItem(j, "function"), "parameters"), 4);
+    T_CHECK(b.data && !strcmp(b.data, "{\n    \"a\": [\n        1,\n        2.5,\n        true,\n        null\n    ],\n    \"s\": "
+                                      "\"x\\\"\\n\xc3\xa9\",\n    \"e\": {},\n    \"l\": []\n}"),
+            "indent 4: %s", b.data);
+    nv_buf_free(&b);
+    cJSON_Delete(j);
+}
+
+/* Tools in each template, and the messages that carry calls and results. */
+static void test_chat_tools(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    const char *tools[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\"}}"};
+    nv_chat_call call = {"f", "{\"x\": 1}"};
+    nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."},
+                          {.role = "user", .content = "Hi"},
+                          {.role = "assistant", .content = "", .calls = &call, .n_calls = 1},
+                          {.role = "tool", .content = "42"},
+                          {.role = "tool", .content = "43"}};
+    nv_chat_opts o = {.tools = tools, .n_tools = 1};
+    const char *hermes = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+                         "function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": "
+                         "{\"name\": \"f\"}}\n</tools>\n\nFor each function call, return a json object with function name and "
+                         "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                         "\"arguments\": <args-json-object>}\n</tool_call>";
+    char want_text[4096];
+    int *ids = NULL, n = 0, want[4096], nw;
+    /* chatml: Qwen's template, the two results in one user turn */
+    snprintf(want_text, sizeof want_text,
+             "<|im_start|>system\nBe kind.\n\n%s<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<tool_call>\n"
+             "{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42\n"
+             "</tool_response>\n<tool_response>\n43\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+             hermes);
+    T_CHECK(nv_chat_render_opts(NV_CHAT_CHATML, tok, msgs, 5, &o, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want, want_text, 1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "chatml with tools");
+    free(ids);
+    /* llama3: Meta's 3.1 JSON format */
+    const char *tools4[] = {"{\n    \"type\": \"function\"\n}"};
+    nv_chat_opts o4 = {.tools = tools4, .n_tools = 1};
+    T_CHECK(nv_chat_render_opts(NV_CHAT_LLAMA3, tok, msgs, 4, &o4, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want,
+                    "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n\nBe kind.<|eot_id|>"
+                    "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a "
+                    "function call with its proper arguments that best answers the given prompt.\n\nRespond in the format "
+                    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables."
+                    "\n\n{\n    \"type\": \"function\"\n}\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+                    "{\"name\": \"f\", \"parameters\": {\"x\": 1}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n42"
+                    "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+                    1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "llama3 with tools");
+    free(ids);
+    /* plain: the tools first, results as <tool_response> lines */
+    snprintf(want_text, sizeof want_text,
+             "%s\nBe kind.\nHi\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n<tool_response>\n42\n"
+             "</tool_response>",
+             hermes);
+    T_CHECK(nv_chat_render_opts(NV_CHAT_PLAIN, tok, msgs, 4, &o, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want, want_text, 1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "plain with tools");
+    free(ids);
+    nv_tokenizer_free(tok);
+}
+
+/* Calls out of an answer, fed whole and byte by byte (the two must agree). */
+typedef struct {
+    const char *text;
+    const char *content;
+    int n_calls;
+    const char *name0, *args0;
+} tool_case;
+
+static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise) {
+    const char *names[] = {"get_weather", "play"};
+    nv_tool_parser p = {.style = style, .names = names, .n_names = 2};
+    nv_buf content = {0};
+    nv_tool_call *calls = NULL;
+    int n = 0;
+    size_t len = strlen(c->text);
+    if (bytewise) {
+        for (size_t i = 0; i < len; i++) nv_tool_parser_feed(&p, c->text + i, 1, 0, &content, &calls, &n);
+        nv_tool_parser_feed(&p, "", 0, 1, &content, &calls, &n);
+    } else {
+        nv_tool_parser_feed(&p, c->text, len, 1, &content, &calls, &n);
+    }
+    const char *got = content.data ? content.data : "";
+    T_CHECK(!strcmp(got, c->content) && n == c->n_calls, "%s (%s): content '%s' (want '%s'), %d calls (want %d)", c->text,
+            bytewise ? "byte by byte" : "whole", got, c->content, n, c->n_calls);
+    if (n && c->name0)
+        T_CHECK(!strcmp(calls[0].name, c->name0) && !strcmp(calls[0].arguments, c->args0) && !strncmp(calls[0].id, "call_", 5) &&
+                    strlen(calls[0].id) == 29,
+                "%s: call %s %s %s", c->text, calls[0].name, calls[0].arguments, calls[0].id);
+    nv_tool_calls_free(calls, n);
+    nv_buf_free(&content);
+    nv_tool_parser_free(&p);
+}
+
+static void test_tool_parser(void) {
+    static const tool_case hermes[] = {
+        {"Just text, <tool_ no call.", "Just text, <tool_ no call.", 0, NULL, NULL},
+        {"  spaced answer \n", "  spaced answer \n", 0, NULL, NULL},
+        {"<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}}\n</tool_call>", "", 1, "play", "{\"toy\":\"ball\"}"},
+        {"Let me look.\n\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>\n<tool_call>"
+         "{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\": \\\"car\\\"}\"}</tool_call>\n",
+         "Let me look.", 2, "get_weather", "{\"city\":\"Oslo\"}"},
+        {"<tool_call>{\"name\":\"fly\",\"arguments\":{}}</tool_call>", "<tool_call>{\"name\":\"fly\",\"arguments\":{}}</tool_call>", 0,
+         NULL, NULL},
+        {"<tool_call>{not json}</tool_call> after", "<tool_call>{not json}</tool_call> after", 0, NULL, NULL},
+        {"<tool_call>\n{\"name\": \"play\"}\n", "", 1, "play", "{}"},
+        {"<tool_call>\n{\"name\": \"play\", \"arg", "<tool_call>\n{\"name\": \"play\", \"arg", 0, NULL, NULL},
+        {"<tool_call>{\"name\":\"play\",\"arguments\":[1]}</tool_call>", "<tool_call>{\"name\":\"play\",\"arguments\":[1]}</tool_call>",
+         0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof hermes / sizeof hermes[0]; i++)
+        for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_HERMES, &hermes[i], bw);
+    static const tool_case llama3[] = {
+        {" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", "", 1, "get_weather", "{\"city\":\"Rome\"}"},
+        {"{\"name\": \"play\", \"arguments\": {}}", "", 1, "play", "{}"},
+        {"The answer is {\"name\": \"play\"}", "The answer is {\"name\": \"play\"}", 0, NULL, NULL},
+        {"{\"set\": 1}", "{\"set\": 1}", 0, NULL, NULL},
+        {"\n\n", "\n\n", 0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof llama3 / sizeof llama3[0]; i++)
+        for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_LLAMA3, &llama3[i], bw);
+    /* streamed: content is never taken back: what is given before the end stays given */
+    const char *names[] = {"play"};
+    nv_tool_parser p = {.style = NV_TOOLS_HERMES, .names = names, .n_names = 1};
+    nv_buf content = {0};
+    nv_tool_call *calls = NULL;
+    int n = 0;
+    nv_tool_parser_feed(&p, "Sure. <tool", 11, 0, &content, &calls, &n);
+    T_CHECK(content.data && !strcmp(content.data, "Sure.") && n == 0, "held back: '%s'", content.data ? content.data : "");
+    nv_tool_parser_feed(&p, "_call>{\"name\":\"play\"}</tool_call>", 34, 0, &content, &calls, &n);
+    T_CHECK(n == 1 && !strcmp(content.data, "Sure."), "call after held text: %d '%s'", n, content.data);
+    nv_tool_calls_free(calls, n);
+    nv_buf_free(&content);
+    nv_tool_parser_free(&p);
+}
+
+static void test_api_tools(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0};
+    nv_api_request r;
+    nv_api_error e;
+    const char *T = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\","
+                    "\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
+    char body[2048];
+    /* a conversation with a call and its result renders; auto: no grammar, tools kept for reading calls */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+             "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
+             T);
+    T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0, "%s", e.message);
+    T_CHECK(r.tools && r.tools->n == 1 && !strcmp(r.tools->names[0], "play") && !r.req.grammar, "auto");
+    nv_api_request_free(&r);
+    /* required and named: a grammar; none: nothing */
+    const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"play\"}}", "\"none\""};
+    for (int i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],%s,\"tool_choice\":%s}", T, choices[i]);
+        T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0, "%s", e.message);
+        T_CHECK(i < 2 ? r.tools && r.req.grammar : !r.tools && !r.req.grammar, "tool_choice %s", choices[i]);
+        if (i < 2 && r.req.grammar) { /* the grammar takes exactly a call */
+            nv_gmatch *m = nv_gmatch_new(r.req.grammar);
+            const char *call = "<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}\n</tool_call>";
+            T_CHECK(nv_gmatch_feed(m, call, strlen(call)) == 1 && nv_gmatch_done(m), "a call fits the grammar");
+            nv_gmatch_free(m);
+        }
+        nv_api_request_free(&r);
+    }
+    static const struct {
+        const char *extra, *param;
+    } bad[] = {
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bad name\"}}]", "tools"},
+        {"\"tools\":[{\"type\":\"retrieval\"}]", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}},{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":[]}}]", "tools"},
+        {"\"tool_choice\":\"required\"", "tool_choice"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":\"always\"", "tool_choice"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"b\"}}", "tool_choice"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"string\",\"pattern\":\"x\"}}}],"
+         "\"tool_choice\":\"required\"", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"parallel_tool_calls\":1", "parallel_tool_calls"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],%s}", bad[i].extra);
+        T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 400 && !strcmp(e.param, bad[i].param), "%s: %d %s (%s)",
+                bad[i].extra, e.status, e.param, e.message);
+    }
+    const char *bad_msgs[] = {
+        "{\"messages\":[{\"role\":\"tool\"}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":5}]}",
+    };
+    for (size_t i = 0; i < sizeof bad_msgs / sizeof bad_msgs[0]; i++)
+        T_CHECK(nv_api_parse(&ctx, 1, bad_msgs[i], strlen(bad_msgs[i]), &r, &e) == 400 && !strcmp(e.param, "messages"), "%s: %s",
+                bad_msgs[i], e.message);
+    /* completions have no tools */
+    const char *comp = "{\"prompt\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}";
+    T_CHECK(nv_api_parse(&ctx, 0, comp, strlen(comp), &r, &e) == 400 && !strcmp(e.param, "tools"), "completions: %s", e.message);
+    /* the response shapes: content null beside calls, finish_reason as given */
+    nv_tool_call call = {"call_abc", "play", "{\"toy\":\"car\"}"};
+    nv_api_meta meta;
+    nv_api_meta_init(&meta, 1, "m");
+    nv_api_choice ch = {"", "tool_calls", NULL, 0, NULL, &call, 1};
+    char *out = nv_api_response_choices(&meta, &ch, 1, 5, 7, 0);
+    cJSON *j = cJSON_Parse(out);
+    const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
+    const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "tool_calls"), 0);
+    T_CHECK(cJSON_IsNull(cJSON_GetObjectItem(msg, "content")) && !strcmp(cJSON_GetObjectItem(tc, "id")->valuestring, "call_abc") &&
+                !strcmp(cJSON_GetObjectItem(tc, "type")->valuestring, "function") &&
+                !strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")->valuestring, "{\"toy\":\"car\"}"),
+            "%s", out);
+    cJSON_Delete(j);
+    free(out);
+    out = nv_api_tool_call_chunk(&meta, &call, 2, 0);
+    j = cJSON_Parse(out);
+    tc = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "delta"), "tool_calls"), 0);
+    T_CHECK(cJSON_GetObjectItem(tc, "index")->valueint == 2 && !strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name")->valuestring, "play"),
+            "%s", out);
+    cJSON_Delete(j);
+    free(out);
+    nv_tokenizer_free(tok);
 }
 
 int main(void) {
@@ -324,5 +562,9 @@ int main(void) {
     T_RUN(test_api_tokenize);
     T_RUN(test_api_enable_thinking);
     T_RUN(test_think_split);
+    T_RUN(test_py_json);
+    T_RUN(test_chat_tools);
+    T_RUN(test_tool_parser);
+    T_RUN(test_api_tools);
     return t_done();
 }

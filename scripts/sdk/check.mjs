@@ -1,10 +1,12 @@
 // Drives a running `nerve serve` (stories260K) with the official OpenAI Node SDK and asserts what
 // a client reads: models, completions, chat (whole and streamed with usage), sampling fields,
-// log-probabilities, and the error bodies. Usage: node check.mjs BASE_URL API_KEY
+// log-probabilities, structured outputs, tool calls (against a second server, TOOLS_URL, whose
+// model has room for the tools' description), and the error bodies.
+// Usage: node check.mjs BASE_URL API_KEY TOOLS_URL
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
 
-const [baseURL, apiKey] = process.argv.slice(2);
+const [baseURL, apiKey, toolsURL] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
 const msg = [{ role: 'user', content: 'Once upon a time' }];
 
@@ -61,6 +63,48 @@ assert.equal(sl.token_logprobs.length, scored.usage.prompt_tokens);
 assert.equal(sl.token_logprobs[0], null);
 assert.ok(sl.token_logprobs.slice(1).every((v) => v <= 0));
 assert.equal(sl.tokens.join(''), scored.choices[0].text);
+
+// structured outputs: the answer parses and fits the schema
+const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 0, maximum: 9 } },
+                 required: ['name', 'age'], additionalProperties: false };
+for (const seed of [1, 2, 3]) {
+  const r = await client.chat.completions.create({ model, messages: msg, max_tokens: 200, seed,
+                                                   response_format: { type: 'json_schema', json_schema: { name: 'kid', schema, strict: true } } });
+  if (r.choices[0].finish_reason !== 'stop') continue;
+  const v = JSON.parse(r.choices[0].message.content);
+  assert.ok(typeof v.name === 'string' && Number.isInteger(v.age) && v.age >= 0 && v.age <= 9 && Object.keys(v).length === 2);
+}
+
+// tool calls, whole and streamed (the stream's deltas put together as the SDK's users do)
+if (toolsURL) {
+  const tc = new OpenAI({ baseURL: toolsURL, apiKey, maxRetries: 0 });
+  const tmodel = (await tc.models.list()).data[0].id;
+  const tools = [{ type: 'function', function: { name: 'play', description: 'Play with a toy',
+                                                 parameters: { type: 'object', properties: { toy: { enum: ['ball', 'car'] } }, required: ['toy'] } } }];
+  const req = { model: tmodel, messages: [{ role: 'user', content: 'Play?' }], tools, tool_choice: 'required', max_tokens: 300, seed: 5 };
+  const w = await tc.chat.completions.create(req);
+  assert.equal(w.choices[0].finish_reason, 'tool_calls');
+  assert.equal(w.choices[0].message.content, null);
+  const call = w.choices[0].message.tool_calls[0];
+  assert.ok(call.id.startsWith('call_') && call.type === 'function' && call.function.name === 'play');
+  assert.ok(['ball', 'car'].includes(JSON.parse(call.function.arguments).toy));
+  const calls = [];
+  let fin = null;
+  for await (const chunk of await tc.chat.completions.create({ ...req, stream: true })) {
+    for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      calls[d.index] ??= { id: d.id, name: '', arguments: '' };
+      calls[d.index].name += d.function?.name ?? '';
+      calls[d.index].arguments += d.function?.arguments ?? '';
+    }
+    fin = chunk.choices[0]?.finish_reason ?? fin;
+  }
+  assert.equal(fin, 'tool_calls');
+  assert.deepEqual(calls.map((c) => [c.name, c.arguments]), w.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]));
+  // the result goes back as a tool message
+  const next = await tc.chat.completions.create({ model: tmodel, tools, max_tokens: 4, seed: 1,
+    messages: [{ role: 'user', content: 'Play?' }, w.choices[0].message, { role: 'tool', tool_call_id: call.id, content: 'played' }] });
+  assert.equal(next.choices[0].finish_reason, 'length');
+}
 
 await assert.rejects(client.chat.completions.create({ model, messages: [], max_tokens: 5 }),
                      (e) => e.status === 400 && e.param === 'messages');

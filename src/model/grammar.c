@@ -703,3 +703,58 @@ int nv_gsample(nv_gsampler *g, const nv_gtrie *tr, const nv_tokenizer *t, nv_sam
     nv_gmatch_accept(g->m, t, prev, tok);
     return tok;
 }
+
+/* ---- lazy grammars ---- */
+
+nv_err nv_glazy_init(nv_glazy *z, nv_grammar *g, const char *trigger, int at_start) {
+    memset(z, 0, sizeof *z);
+    if (!trigger || !*trigger) return nv_fail(NV_EINVAL, "a lazy grammar needs a trigger");
+    if (!(z->trigger = strdup(trigger))) return nv_fail(NV_ENOMEM, "out of memory");
+    z->g = nv_grammar_ref(g);
+    z->at_start = at_start;
+    return NV_OK;
+}
+
+void nv_glazy_free(nv_glazy *z) {
+    nv_grammar_unref(z->g);
+    free(z->trigger);
+    nv_buf_free(&z->tail);
+    memset(z, 0, sizeof *z);
+}
+
+int nv_glazy_step(nv_glazy *z, nv_gsampler *gs, int vocab, const char *piece) {
+    if (!piece || !*piece) return 0;
+    const size_t tl = strlen(z->trigger);
+    if (z->at_start) {
+        if (z->seen && !z->tail.len) return 0; /* decided: it did not start the text */
+        if (!z->seen) {
+            while (*piece == ' ' || *piece == '\n' || *piece == '\r' || *piece == '\t') piece++;
+            if (!*piece) return 0;
+            z->seen = 1;
+        }
+        nv_buf_puts(&z->tail, piece);
+        size_t n = z->tail.len < tl ? z->tail.len : tl;
+        if (memcmp(z->tail.data, z->trigger, n)) { /* not the trigger: free for good */
+            nv_buf_consume(&z->tail, z->tail.len);
+            return 0;
+        }
+        if (z->tail.len < tl) return 0; /* so far a beginning of it */
+    } else {
+        nv_buf_puts(&z->tail, piece);
+        if (z->tail.oom) return -1;
+        const char *hit = memmem(z->tail.data, z->tail.len, z->trigger, tl);
+        if (!hit) { /* keep only what may still begin the trigger */
+            if (z->tail.len >= tl) nv_buf_consume(&z->tail, z->tail.len - (tl - 1));
+            return 0;
+        }
+        nv_buf_consume(&z->tail, (size_t)(hit - z->tail.data));
+    }
+    if (z->tail.oom) return -1;
+    int on = 0;
+    if (nv_gsampler_init(gs, z->g, vocab) != NV_OK) on = -1;
+    else if (nv_gmatch_feed(gs->m, z->tail.data, z->tail.len) == 1) on = 1;
+    else nv_gsampler_free(gs);
+    nv_buf_consume(&z->tail, z->tail.len);
+    if (z->at_start) z->seen = 1; /* once: a text starts only once */
+    return on;
+}

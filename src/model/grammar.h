@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/buf.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 
@@ -122,5 +123,23 @@ void nv_gsampler_free(nv_gsampler *g);
  * restricted to the grammar (llama.cpp's order too). -1 when no token of the vocabulary continues
  * the grammar (one lacking a byte it needs). */
 int nv_gsample(nv_gsampler *g, const nv_gtrie *tr, const nv_tokenizer *t, nv_sampler *s, int prev, float *logits);
+
+/* ---- lazy grammars (llama.cpp's) ---- */
+
+/* Text is free until a trigger appears (at_start: unless the text's first non-blank byte begins
+ * the trigger, never); from the trigger on it must be a sentence of the grammar. */
+typedef struct {
+    nv_grammar *g;
+    char *trigger;
+    int at_start, seen;
+    nv_buf tail; /* the text since the grammar was last on, as far as it may hold the trigger */
+} nv_glazy;
+
+nv_err nv_glazy_init(nv_glazy *z, nv_grammar *g, const char *trigger, int at_start);
+void nv_glazy_free(nv_glazy *z);
+/* After a token whose text is piece, with gs off: 1 when the trigger is complete, gs is then on
+ * and has been fed the text from the trigger on; 0 when gs stays off (text that the grammar
+ * refuses right after the trigger leaves it off too). -1: out of memory. */
+int nv_glazy_step(nv_glazy *z, nv_gsampler *gs, int vocab, const char *piece);
 
 #endif

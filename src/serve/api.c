@@ -315,6 +315,168 @@ static int parse_prompt(const nv_api_ctx *ctx, const cJSON *root, nv_api_request
     return err->status;
 }
 
+void nv_api_tools_free(nv_api_tools *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) free(t->names[i]);
+    free(t->names);
+    free(t);
+}
+
+static int valid_tool_name(const char *s) {
+    size_t n = strlen(s);
+    if (n < 1 || n > 64) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
+            return 0;
+    return 1;
+}
+
+/* The grammar of an answer that must call a tool (tool_choice "required" or a named function):
+ * Hermes: <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, one or (parallel) more
+ * separated by newlines; Llama 3: {"name": NAME, "parameters": ARGS}. ARGS follows the tool's
+ * parameters schema. */
+static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, nv_grammar **out) {
+    cJSON *any = cJSON_CreateObject(), *alts = cJSON_AddArrayToObject(any, "anyOf");
+    const char *args_key = style == NV_TOOLS_LLAMA3 ? "parameters" : "arguments";
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
+        if (only && strcmp(only, name)) continue;
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        cJSON *call = cJSON_CreateObject();
+        cJSON_AddStringToObject(call, "type", "object");
+        cJSON *props = cJSON_AddObjectToObject(call, "properties");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", name);
+        if (params && !cJSON_IsNull(params)) cJSON_AddItemToObject(props, args_key, cJSON_Duplicate(params, 1));
+        else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, args_key), "type", "object");
+        cJSON *req = cJSON_AddArrayToObject(call, "required");
+        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
+        cJSON_AddItemToArray(alts, call);
+    }
+    nv_err e = style == NV_TOOLS_LLAMA3 ? nv_schema_grammar_framed(any, "", "", NULL, out)
+                                        : nv_schema_grammar_framed(any, "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, out);
+    cJSON_Delete(any);
+    return e;
+}
+
+/* tools, tool_choice, parallel_tool_calls (chat): the tools go into the prompt through the
+ * template, the answer is read for calls, and "required" or a named function constrains it. */
+static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    int parallel = 1, rc;
+    if ((rc = get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
+    if (!tools || (cJSON_IsArray(tools) && !tools->child)) {
+        if (choice && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) {
+            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' is only allowed when 'tools' are given");
+            return err->status;
+        }
+        return 0;
+    }
+    if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > NV_MAX_TOOLS) {
+        nv_api_error_set(err, E400, NULL, "tools", "'tools' must be a list of at most %d tools", NV_MAX_TOOLS);
+        return err->status;
+    }
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn)) {
+            nv_api_error_set(err, E400, NULL, "tools", "'tools[%d]' must be {\"type\": \"function\", \"function\": {...}}", i);
+            return err->status;
+        }
+        if (!cJSON_IsString(name) || !valid_tool_name(name->valuestring)) {
+            nv_api_error_set(err, E400, NULL, "tools",
+                             "'tools[%d].function.name' must be 1 to 64 letters, digits, underscores or dashes", i);
+            return err->status;
+        }
+        if ((desc && !cJSON_IsString(desc) && !cJSON_IsNull(desc)) || (params && !cJSON_IsObject(params) && !cJSON_IsNull(params))) {
+            nv_api_error_set(err, E400, NULL, "tools",
+                             "'tools[%d].function': 'description' must be a string and 'parameters' a JSON schema object", i);
+            return err->status;
+        }
+        for (const cJSON *u = tools->child; u != t; u = u->next)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "function"), "name")->valuestring,
+                        name->valuestring)) {
+                nv_api_error_set(err, E400, NULL, "tools", "two tools are named '%s'", name->valuestring);
+                return err->status;
+            }
+    }
+    const char *only = NULL;
+    int required = 0;
+    if (choice && cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return 0; /* not even shown */
+    if (out->grammar) {
+        nv_api_error_set(err, E400, NULL, "response_format",
+                         "'response_format' together with 'tools' is not supported: the format would leave no room for a "
+                         "call (set 'tool_choice' to 'none' to answer in the format)");
+        return err->status;
+    }
+    if (choice && cJSON_IsString(choice)) {
+        required = !strcmp(choice->valuestring, "required");
+        if (!required && strcmp(choice->valuestring, "auto")) {
+            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+                                                             "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return err->status;
+        }
+    } else if (choice) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsObject(choice) || !cJSON_IsString(name)) {
+            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+                                                             "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return err->status;
+        }
+        for (const cJSON *t = tools->child; t && !only; t = t->next) {
+            const char *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring;
+            if (!strcmp(n, name->valuestring)) only = n;
+        }
+        if (!only) {
+            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' names '%.64s', which is not among 'tools'",
+                             name->valuestring);
+            return err->status;
+        }
+    }
+    const nv_tool_style style = nv_chat_tool_style(ctx->tmpl);
+    int n = cJSON_GetArraySize(tools);
+    nv_api_tools *at = calloc(1, sizeof *at);
+    if (!at || !(at->names = calloc((size_t)n, sizeof *at->names)) || !(out->tool_json = calloc((size_t)n + 1, sizeof(char *)))) {
+        nv_api_tools_free(at);
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return err->status;
+    }
+    out->tools = at;
+    at->style = style;
+    i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        nv_buf b = {0};
+        nv_py_json(&b, t, style == NV_TOOLS_LLAMA3 ? 4 : 0);
+        out->tool_json[i] = nv_buf_take(&b);
+        at->names[i] = strdup(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring);
+        at->n = i + 1;
+        if (!out->tool_json[i] || !at->names[i]) {
+            nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return err->status;
+        }
+    }
+    if (required || only) {
+        nv_err e = calls_grammar(tools, only, style, parallel && !only, &out->grammar);
+        if (e != NV_OK) {
+            nv_api_error_set(err, e == NV_ENOMEM ? 500 : 400, e == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
+                             "tools", "a tool's 'parameters' cannot constrain the call: %s", nv_errmsg());
+            return err->status;
+        }
+        out->req.grammar = out->grammar;
+    } else if (calls_grammar(tools, NULL, style, 0, &out->lazy_grammar) == NV_OK) {
+        /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
+         * grammar cannot take leaves the calls unconstrained: they are still read) */
+        out->req.lazy_grammar = out->lazy_grammar;
+        out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : "<tool_call>";
+        out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
+    }
+    return 0;
+}
+
 /* The text of a message's content: a string, or a list of {"type":"text","text":...} parts. */
 static int message_text(const cJSON *content, int i, nv_buf *text, nv_api_error *err) {
     if (cJSON_IsString(content)) {
@@ -338,6 +500,37 @@ static int message_text(const cJSON *content, int i, nv_buf *text, nv_api_error 
     }
     nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].content' must be a string or a list of text parts", i);
     return err->status;
+}
+
+/* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments": JSON
+ * text}}], pointing into the request's JSON (m->calls is freed by the caller). */
+static int message_calls(const cJSON *msg, int i, nv_chat_msg *m, nv_api_error *err) {
+    const cJSON *calls = field(msg, "tool_calls");
+    if (!calls || (cJSON_IsArray(calls) && !calls->child)) return 0;
+    int n = cJSON_GetArraySize(calls);
+    nv_chat_call *c = cJSON_IsArray(calls) && n <= NV_MAX_TOOLS ? calloc((size_t)n, sizeof *c) : NULL;
+    if (!c) {
+        nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].tool_calls' must be a list of at most %d calls", i,
+                         NV_MAX_TOOLS);
+        return err->status;
+    }
+    m->calls = c;
+    m->n_calls = n;
+    int k = 0;
+    for (const cJSON *call = calls->child; call; call = call->next, k++) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsObject(call) || !cJSON_IsString(name) || !valid_tool_name(name->valuestring) || !cJSON_IsString(args)) {
+            nv_api_error_set(err, E400, NULL, "messages",
+                             "'messages[%d].tool_calls[%d]' must be {\"type\": \"function\", \"function\": {\"name\": NAME, "
+                             "\"arguments\": JSON text}}",
+                             i, k);
+            return err->status;
+        }
+        c[k].name = name->valuestring;
+        c[k].arguments = args->valuestring;
+    }
+    return 0;
 }
 
 static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
@@ -372,7 +565,7 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
             rc = err->status;
         } else if (!nv_chat_role_known(role->valuestring)) {
             nv_api_error_set(err, E400, NULL, "messages",
-                             "'messages[%d].role' must be one of system, developer, user, assistant (got '%.64s')", i,
+                             "'messages[%d].role' must be one of system, developer, user, assistant, tool (got '%.64s')", i,
                              role->valuestring);
             rc = err->status;
         } else {
@@ -387,6 +580,7 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
                 rc = message_text(content, i, &texts[i], err);
             }
             m[i].role = role->valuestring;
+            if (!rc && !strcmp(role->valuestring, "assistant")) rc = message_calls(msg, i, &m[i], err);
         }
     }
     for (int j = 0; j < n && !rc; j++) {
@@ -405,7 +599,8 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     } else if (!rc && kw) {
         rc = get_bool(kw, "enable_thinking", &thinking, err);
     }
-    if (!rc && nv_chat_render_ex(ctx->tmpl, ctx->tok, m, n, !thinking, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
+    nv_chat_opts opts = {.no_think = !thinking, .tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0};
+    if (!rc && nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
         nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
         rc = err->status;
     } else if (!rc && out->req.n_prompt == 0) {
@@ -415,6 +610,7 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     if (texts)
         for (int j = 0; j < n; j++) nv_buf_free(&texts[j]);
     free(texts);
+    for (int j = 0; m && j < n; j++) free((void *)m[j].calls);
     free(m);
     return rc;
 }
@@ -567,8 +763,8 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     }
     if ((rc = logit_adjustments(ctx, root, out, err))) return rc;
     if ((rc = parse_logprobs(root, chat, out, err))) return rc;
-    const char *bad[] = {"best_of", "suffix", "tools", "functions"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    const char *bad[] = {"best_of", "suffix", "functions", "tools"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] - (chat ? 1 : 0); i++) /* chat takes tools */
         if ((rc = unsupported(root, bad[i], err))) return rc;
     const cJSON *user = field(root, "user");
     if (user && !cJSON_IsString(user)) {
@@ -579,6 +775,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
     if ((rc = parse_stop(root, out, err))) return rc;
     if ((rc = parse_response_format(root, out, err))) return rc;
+    if (chat && (rc = parse_tools(ctx, root, out, err))) return rc;
     if (chat) {
         const char *ts = nv_chat_template_stop(ctx->tmpl);
         if (ts && out->req.n_stop < NV_MAX_STOP) {
@@ -795,6 +992,10 @@ void nv_api_request_free(nv_api_request *r) {
     free(r->echo_text);
     for (int i = 0; i < NV_MAX_STOP; i++) free(r->stop_copy[i]);
     nv_grammar_unref(r->grammar);
+    nv_grammar_unref(r->lazy_grammar);
+    nv_api_tools_free(r->tools);
+    for (int i = 0; r->tool_json && r->tool_json[i]; i++) free(r->tool_json[i]);
+    free(r->tool_json);
     memset(r, 0, sizeof *r);
 }
 
@@ -908,8 +1109,20 @@ char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish
 
 char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                              int completion_tokens, int cached_tokens) {
-    nv_api_choice one = {text, finish, m->lps, m->n_lps, NULL};
+    nv_api_choice one = {text, finish, m->lps, m->n_lps, NULL, NULL, 0};
     return nv_api_response_choices(m, &one, 1, prompt_tokens, completion_tokens, cached_tokens);
+}
+
+/* {"id", "type": "function", "function": {"name", "arguments"}}, with "index" in a stream (k >= 0). */
+static cJSON *tool_call_json(const nv_tool_call *call, int k) {
+    cJSON *c = cJSON_CreateObject();
+    if (k >= 0) cJSON_AddNumberToObject(c, "index", k);
+    cJSON_AddStringToObject(c, "id", call->id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddStringToObject(fn, "name", call->name);
+    cJSON_AddStringToObject(fn, "arguments", call->arguments);
+    return c;
 }
 
 char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int n, int prompt_tokens,
@@ -923,8 +1136,13 @@ char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int
         if (m->chat) {
             cJSON *msg = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", ch[i].text);
+            if (ch[i].n_calls && !*ch[i].text) cJSON_AddNullToObject(msg, "content");
+            else cJSON_AddStringToObject(msg, "content", ch[i].text);
             if (ch[i].reasoning) cJSON_AddStringToObject(msg, "reasoning_content", ch[i].reasoning);
+            if (ch[i].n_calls) {
+                cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
+                for (int k = 0; k < ch[i].n_calls; k++) cJSON_AddItemToArray(calls, tool_call_json(&ch[i].calls[k], -1));
+            }
         } else {
             cJSON_AddStringToObject(c, "text", ch[i].text);
         }
@@ -958,6 +1176,18 @@ char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char 
     return print_free(root);
 }
 
+char *nv_api_tool_call_chunk(const nv_api_meta *m, const nv_tool_call *call, int k, int usage_null) {
+    cJSON *root = envelope(m, "chat.completion.chunk");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", m->index);
+    cJSON *calls = cJSON_AddArrayToObject(cJSON_AddObjectToObject(c, "delta"), "tool_calls");
+    cJSON_AddItemToArray(calls, tool_call_json(call, k));
+    cJSON_AddNullToObject(c, "finish_reason");
+    if (usage_null) cJSON_AddNullToObject(root, "usage");
+    return print_free(root);
+}
+
 char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_null) {
     cJSON *root = envelope(m, "chat.completion.chunk");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
@@ -970,13 +1200,6 @@ char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_n
     return print_free(root);
 }
 
-/* The length of the longest end of s[0..n) that starts tag without being all of it. */
-static size_t tag_prefix_at_end(const char *s, size_t n, const char *tag) {
-    const size_t tl = strlen(tag);
-    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
-        if (!memcmp(s + n - k, tag, k)) return k;
-    return 0;
-}
 
 void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content) {
     static const char open[] = "<think>", close[] = "</think>";
@@ -1007,7 +1230,7 @@ void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reas
                 t->state = 3;
                 continue;
             }
-            const size_t keep = final ? 0 : tag_prefix_at_end(p, left, close);
+            const size_t keep = final ? 0 : nv_partial_tag(p, left, close);
             nv_buf_append(reasoning, p, left - keep);
             used += left - keep;
             break;

@@ -4,7 +4,9 @@
  * - nv_api_parse() checks a /v1/completions or /v1/chat/completions body completely before
  *   anything runs: JSON syntax, the type and range of every field it knows, the model name, the
  *   prompt's length against the context and the KV pool, and the features this server does not
- *   have (n > 1, logprobs, penalties, tools, ...: a clear 400 rather than a silent ignore).
+ *   have (best_of, suffix, functions, ...: a clear 400 rather than a silent ignore). A response
+ *   format or a tool_choice that requires a call becomes the request's grammar; tools under
+ *   "auto" a lazy grammar that holds a call to the tools' schemas once it has begun.
  *   Unknown fields are ignored, as OpenAI's own server does. On failure it fills an
  *   nv_api_error with the HTTP status and the fields of OpenAI's error body
  *   {"error":{"message","type","param","code"}} and returns the status; on success it returns 0
@@ -21,6 +23,7 @@
 
 #include "serve/chat.h"
 #include "serve/sched.h"
+#include "serve/tools.h"
 
 typedef struct {
     int status;       /* HTTP status */
@@ -41,6 +44,15 @@ typedef struct {
 
 #define NV_MAX_CHOICES 16
 
+/* A request's tools, for reading calls out of its answers (outlives the request: the HTTP layer
+ * takes it). */
+typedef struct {
+    nv_tool_style style;
+    int n;
+    char **names;
+} nv_api_tools;
+void nv_api_tools_free(nv_api_tools *t);
+
 typedef struct {
     int chat, stream, include_usage, echo;
     int n; /* choices per prompt: that many sequences from each prompt */
@@ -57,7 +69,10 @@ typedef struct {
     char *stop_copy[NV_MAX_STOP];
     int *bias_tok; /* logit_bias, when given */
     float *bias;
-    nv_grammar *grammar; /* response_format's, when given (req.grammar points to it) */
+    nv_grammar *grammar; /* response_format's or tool_choice's, when given (req.grammar points to it) */
+    nv_api_tools *tools; /* chat with tools (and tool_choice not "none"): read the answer for calls */
+    nv_grammar *lazy_grammar; /* tool_choice "auto": a call, once begun, is held to the tools' schemas */
+    char **tool_json;    /* each tool as the template prints it (while the prompt is rendered) */
 } nv_api_request;
 
 void nv_api_error_set(nv_api_error *e, int status, const char *type, const char *code, const char *param,
@@ -109,12 +124,16 @@ typedef struct {
     const nv_token_lp *lps;
     int n_lps;
     const char *reasoning; /* chat: message.reasoning_content, when not NULL */
+    const nv_tool_call *calls; /* chat: message.tool_calls (content null when text is empty) */
+    int n_calls;
 } nv_api_choice;
 char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *choices, int n, int prompt_tokens,
                               int completion_tokens, int cached_tokens);
 /* One streamed chunk: text (may be "") and/or finish (NULL while running); role adds the chat
  * role delta; usage_null adds "usage":null (stream_options.include_usage). */
 char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null);
+/* A streamed chat chunk whose delta carries one tool call, whole, as tool_calls[0] with index k. */
+char *nv_api_tool_call_chunk(const nv_api_meta *m, const nv_tool_call *call, int k, int usage_null);
 /* A streamed chat chunk whose delta is {"reasoning_content": text}. */
 char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_null);
 

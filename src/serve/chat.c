@@ -25,10 +25,46 @@ const char *nv_chat_template_stop(nv_chat_template t) {
 }
 
 int nv_chat_role_known(const char *role) {
-    return !strcmp(role, "system") || !strcmp(role, "developer") || !strcmp(role, "user") || !strcmp(role, "assistant");
+    return !strcmp(role, "system") || !strcmp(role, "developer") || !strcmp(role, "user") || !strcmp(role, "assistant") ||
+           !strcmp(role, "tool");
 }
 
 static int is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
+static int is_tool(const char *role) { return !strcmp(role, "tool"); }
+
+nv_tool_style nv_chat_tool_style(nv_chat_template t) { return t == NV_CHAT_LLAMA3 ? NV_TOOLS_LLAMA3 : NV_TOOLS_HERMES; }
+
+/* ---- tools: the Hermes format (Qwen2.5/Qwen3's templates) and Llama 3.1's JSON one ---- */
+
+static void hermes_tools(nv_buf *b, const nv_chat_opts *o) {
+    nv_buf_puts(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    for (int i = 0; i < o->n_tools; i++) nv_buf_printf(b, "\n%s", o->tools[i]);
+    nv_buf_puts(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                   "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                   "<args-json-object>}\n</tool_call>");
+}
+
+/* An assistant message's calls after its content (Qwen3's template: a newline before each but a
+ * first one that opens the message). */
+static void hermes_calls(nv_buf *b, const nv_chat_msg *m) {
+    for (int i = 0; i < m->n_calls; i++) {
+        if (i || (m->content && *m->content)) nv_buf_puts(b, "\n");
+        nv_buf_printf(b, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", m->calls[i].name,
+                      m->calls[i].arguments);
+    }
+}
+
+static void tool_response(nv_buf *b, const char *content) {
+    nv_buf_printf(b, "<tool_response>\n%s\n</tool_response>", content);
+}
+
+static void llama3_tools_preamble(nv_buf *b, const nv_chat_opts *o) {
+    nv_buf_puts(b, "Given the following functions, please respond with a JSON for a function call with its proper "
+                   "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+                   "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
+    for (int i = 0; i < o->n_tools; i++) nv_buf_printf(b, "%s\n\n", o->tools[i]);
+}
 
 typedef struct {
     int *ids;
@@ -62,7 +98,13 @@ static void put_stripped(nv_buf *b, const char *s) {
     nv_buf_append(b, s, n);
 }
 
-static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n, id_list *out) {
+/* A user-side message's text: a tool result wrapped as Hermes has it. */
+static void put_user_side(nv_buf *b, const nv_chat_msg *m) {
+    if (is_tool(m->role)) tool_response(b, m->content);
+    else put_stripped(b, m->content);
+}
+
+static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, id_list *out) {
     nv_buf sys = {0}, user = {0}, text = {0};
     nv_err e = NV_OK;
     for (int i = 0; i < n; i++)
@@ -70,12 +112,16 @@ static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n
             if (sys.len) nv_buf_puts(&sys, "\n\n");
             put_stripped(&sys, m[i].content);
         }
+    if (o->n_tools) {
+        if (sys.len) nv_buf_puts(&sys, "\n\n");
+        hermes_tools(&sys, o);
+    }
     int have_user = 0, first = 1;
     for (int i = 0; i < n && e == NV_OK; i++) {
         if (is_system(m[i].role)) continue;
-        if (!strcmp(m[i].role, "user")) {
+        if (strcmp(m[i].role, "assistant") != 0) { /* user and tool messages make the turn */
             if (have_user) nv_buf_puts(&user, "\n\n");
-            put_stripped(&user, m[i].content);
+            put_user_side(&user, &m[i]);
             have_user = 1;
             continue;
         }
@@ -85,6 +131,7 @@ static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n
         if (user.len) nv_buf_append(&text, user.data, user.len);
         nv_buf_puts(&text, " [/INST] ");
         put_stripped(&text, m[i].content);
+        hermes_calls(&text, &m[i]);
         int last = i == n - 1;
         if (!last) nv_buf_puts(&text, " ");
         e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory")
@@ -109,6 +156,66 @@ done:
     return e;
 }
 
+static void render_chatml(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    int i = 0;
+    if (o->n_tools) { /* the tools join the first system message in one system turn */
+        nv_buf_puts(text, "<|im_start|>system\n");
+        if (n && is_system(m[0].role)) nv_buf_printf(text, "%s\n\n", m[i++].content);
+        hermes_tools(text, o);
+        nv_buf_puts(text, "<|im_end|>\n");
+    }
+    for (; i < n; i++) {
+        if (is_tool(m[i].role)) { /* consecutive results share one user turn */
+            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_puts(text, "<|im_start|>user");
+            nv_buf_puts(text, "\n");
+            tool_response(text, m[i].content);
+            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_puts(text, "<|im_end|>\n");
+            continue;
+        }
+        nv_buf_printf(text, "<|im_start|>%s\n%s", is_system(m[i].role) ? "system" : m[i].role, m[i].content);
+        hermes_calls(text, &m[i]);
+        nv_buf_puts(text, "<|im_end|>\n");
+    }
+    nv_buf_puts(text, o->no_think ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
+}
+
+static void render_llama3(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    int i = 0, preamble = o->n_tools > 0;
+    if (o->n_tools) { /* Llama 3.1: the system turn says tools exist; they go before the first user message */
+        nv_buf_puts(text, "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n\n");
+        if (n && is_system(m[0].role)) put_stripped(text, m[i++].content);
+        nv_buf_puts(text, "<|eot_id|>");
+    }
+    for (; i < n; i++) {
+        const char *role = is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "ipython" : m[i].role;
+        nv_buf_printf(text, "<|start_header_id|>%s<|end_header_id|>\n\n", role);
+        if (preamble && !strcmp(role, "user")) {
+            llama3_tools_preamble(text, o);
+            preamble = 0;
+        }
+        if (m[i].n_calls) /* the call replaces the content */
+            for (int k = 0; k < m[i].n_calls; k++)
+                nv_buf_printf(text, "%s{\"name\": \"%s\", \"parameters\": %s}", k ? "\n" : "", m[i].calls[k].name,
+                              m[i].calls[k].arguments);
+        else put_stripped(text, m[i].content);
+        nv_buf_puts(text, "<|eot_id|>");
+    }
+    nv_buf_puts(text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void render_plain(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    if (o->n_tools) {
+        hermes_tools(text, o);
+        nv_buf_puts(text, "\n");
+    }
+    for (int i = 0; i < n; i++) {
+        if (i) nv_buf_puts(text, "\n");
+        if (is_tool(m[i].role)) tool_response(text, m[i].content);
+        else nv_buf_puts(text, m[i].content);
+        hermes_calls(text, &m[i]);
+    }
+}
+
 nv_err nv_chat_render(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, int **tokens,
                       int *n_tokens) {
     return nv_chat_render_ex(t, tok, m, n, 0, tokens, n_tokens);
@@ -116,29 +223,23 @@ nv_err nv_chat_render(nv_chat_template t, const nv_tokenizer *tok, const nv_chat
 
 nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, int no_think,
                          int **tokens, int *n_tokens) {
+    nv_chat_opts o = {.no_think = no_think};
+    return nv_chat_render_opts(t, tok, m, n, &o, tokens, n_tokens);
+}
+
+nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n,
+                           const nv_chat_opts *o, int **tokens, int *n_tokens) {
     *tokens = NULL;
     *n_tokens = 0;
     id_list out = {0};
     nv_err e = NV_OK;
     if (t == NV_CHAT_LLAMA2) {
-        e = render_llama2(tok, m, n, &out);
+        e = render_llama2(tok, m, n, o, &out);
     } else {
         nv_buf text = {0};
-        for (int i = 0; i < n; i++) {
-            if (t == NV_CHAT_CHATML) {
-                nv_buf_printf(&text, "<|im_start|>%s\n%s<|im_end|>\n", is_system(m[i].role) ? "system" : m[i].role,
-                              m[i].content);
-            } else if (t == NV_CHAT_LLAMA3) {
-                nv_buf_printf(&text, "<|start_header_id|>%s<|end_header_id|>\n\n", is_system(m[i].role) ? "system" : m[i].role);
-                put_stripped(&text, m[i].content);
-                nv_buf_puts(&text, "<|eot_id|>");
-            } else {
-                if (i) nv_buf_puts(&text, "\n");
-                nv_buf_puts(&text, m[i].content);
-            }
-        }
-        if (t == NV_CHAT_CHATML) nv_buf_puts(&text, no_think ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
-        if (t == NV_CHAT_LLAMA3) nv_buf_puts(&text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        if (t == NV_CHAT_CHATML) render_chatml(&text, m, n, o);
+        else if (t == NV_CHAT_LLAMA3) render_llama3(&text, m, n, o);
+        else render_plain(&text, m, n, o);
         if (text.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
         else e = ids_add_text(&out, tok, text.data ? text.data : "", 1, 0);
         nv_buf_free(&text);

@@ -16,7 +16,20 @@
  *   "<|start_header_id|>ROLE<|end_header_id|>\n\n" CONTENT (trimmed) "<|eot_id|>", then
  *   "<|start_header_id|>assistant<|end_header_id|>\n\n"; generation also stops at the text
  *   "<|eot_id|>". With a byte-level vocabulary the markers are its special tokens.
- * Roles: system, developer (as system), user, assistant. */
+ * Roles: system, developer (as system), user, assistant, tool.
+ *
+ * Tools (nv_chat_opts.tools: each tool's JSON as the template prints it, Python's json.dumps style:
+ * one line for Hermes, indented by 4 for llama3):
+ * - chatml, plain, llama2 use the Hermes format Qwen2.5/Qwen3 are trained on: a "# Tools" block
+ *   listing the tools inside <tools></tools> and asking for calls as
+ *   <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, in the system turn (chatml: the
+ *   first system message's text first; llama2: inside <<SYS>>; plain: the first lines). An
+ *   assistant message's calls follow its content in that form; tool results are user turns of
+ *   <tool_response>\nCONTENT\n</tool_response> (consecutive ones in one turn).
+ * - llama3 uses Meta's Llama 3.1 JSON format: "Environment: ipython" opens the system turn, the
+ *   tools (indented JSON) and the instruction to answer {"name": ..., "parameters": ...} go
+ *   before the first user message, an assistant's call is that JSON, and tool results are
+ *   ipython turns. */
 #ifndef NV_SERVE_CHAT_H
 #define NV_SERVE_CHAT_H
 
@@ -26,9 +39,26 @@
 typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3 } nv_chat_template;
 
 typedef struct {
+    const char *name;
+    const char *arguments; /* JSON text */
+} nv_chat_call;
+
+typedef struct {
     const char *role;
     const char *content;
+    const nv_chat_call *calls; /* an assistant's tool calls */
+    int n_calls;
 } nv_chat_msg;
+
+typedef struct {
+    int no_think; /* chatml: Qwen3's non-thinking turn (see nv_chat_render_ex) */
+    const char *const *tools; /* each tool's JSON (above), NULL: no tools */
+    int n_tools;
+} nv_chat_opts;
+
+/* The tool calls' wire format of a template. */
+typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3 } nv_tool_style;
+nv_tool_style nv_chat_tool_style(nv_chat_template t);
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out);
 const char *nv_chat_template_name(nv_chat_template t);
@@ -44,5 +74,8 @@ nv_err nv_chat_render(nv_chat_template t, const nv_tokenizer *tok, const nv_chat
  * (enable_thinking false). */
 nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs, int no_think,
                          int **tokens, int *n_tokens);
+/* The same with tools (above). */
+nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs,
+                           const nv_chat_opts *o, int **tokens, int *n_tokens);
 
 #endif

@@ -47,6 +47,9 @@ typedef struct {
     char *echo[NV_MAX_CHOICES];       /* echo with logprobs: the prompt, sent with its records */
     int reasoning;                    /* chat with --reasoning-format deepseek: think[] split each choice */
     nv_think think[NV_MAX_CHOICES];
+    nv_api_tools *tools;              /* chat with tools: tp[] reads each choice's calls */
+    nv_tool_parser tp[NV_MAX_CHOICES];
+    int n_calls[NV_MAX_CHOICES];
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -227,6 +230,24 @@ static void stream_poll(stream_ctx *st) {
                 nv_buf_free(&text);
                 text = said;
             }
+            if (st->tools && (text.len || rs.done)) { /* content goes on; each call as it completes */
+                nv_buf said = {0};
+                nv_tool_call *calls = NULL;
+                int n_new = 0;
+                if (nv_tool_parser_feed(&st->tp[i], text.data ? text.data : "", text.len, rs.done, &said, &calls, &n_new) < 0)
+                    st->out.oom = 1;
+                nv_buf_free(&text);
+                text = said;
+                if (text.len) { /* the content before the calls goes first */
+                    sse_event(st, nv_api_chunk(&st->meta, text.data, 0, NULL, st->include_usage));
+                    nv_buf_free(&text);
+                    news = 1;
+                }
+                for (int k = 0; k < n_new; k++)
+                    sse_event(st, nv_api_tool_call_chunk(&st->meta, &calls[k], st->n_calls[i]++, st->include_usage));
+                news |= n_new > 0;
+                nv_tool_calls_free(calls, n_new);
+            }
             if (text.len || lps.n) {
                 st->meta.lps = lps.v;
                 st->meta.n_lps = lps.n;
@@ -249,7 +270,8 @@ static void stream_poll(stream_ctx *st) {
                 st->finished = 1;
                 break;
             }
-            sse_event(st, nv_api_chunk(&st->meta, "", 0, nv_api_finish_reason(rs.finish), st->include_usage));
+            const char *fin = rs.finish == NV_FINISH_STOP && st->n_calls[i] ? "tool_calls" : nv_api_finish_reason(rs.finish);
+            sse_event(st, nv_api_chunk(&st->meta, "", 0, fin, st->include_usage));
             if (i % st->per == 0) st->prompt_tokens += rs.prompt_tokens; /* each prompt once */
             if (i == 0) st->cached_tokens = rs.cached_tokens;
             st->completion_tokens += rs.completion_tokens;
@@ -294,7 +316,8 @@ static void stream_free(void *cls) {
         if (!st->finished && !st->ended[i]) nv_req_cancel(st->h->s, st->r[i]); /* the client went away */
         nv_req_release(st->h->s, st->r[i]);
     }
-    for (int i = 0; i < st->n; i++) free(st->echo[i]), nv_think_free(&st->think[i]);
+    for (int i = 0; i < st->n; i++) free(st->echo[i]), nv_think_free(&st->think[i]), nv_tool_parser_free(&st->tp[i]);
+    nv_api_tools_free(st->tools);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -372,6 +395,10 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         st->include_usage = ar.include_usage;
         st->per = per;
         st->reasoning = chat && h->ctx.reasoning;
+        st->tools = ar.tools; /* the stream reads calls after the request is gone */
+        ar.tools = NULL;
+        for (int i = 0; i < n && st->tools; i++)
+            st->tp[i] = (nv_tool_parser){.style = st->tools->style, .names = (const char *const *)st->tools->names, .n_names = st->tools->n};
         for (int i = 0; i < n; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
@@ -417,6 +444,8 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         oom |= text[i].oom || lps[i].oom;
     }
     release_all(h, r, n, 0);
+    nv_api_tools *tools = ar.tools; /* read the answers for calls after the request is gone */
+    ar.tools = NULL;
     nv_api_request_free(&ar);
     enum MHD_Result ret;
     int failed = -1, completion = 0, prompt = 0;
@@ -429,9 +458,11 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     } else if (failed < 0) {
         nv_api_choice ch[NV_MAX_CHOICES];
-        nv_buf why[NV_MAX_CHOICES] = {0}, said[NV_MAX_CHOICES] = {0};
+        nv_buf why[NV_MAX_CHOICES] = {0}, said[NV_MAX_CHOICES] = {0}, content[NV_MAX_CHOICES] = {0};
+        nv_tool_call *calls[NV_MAX_CHOICES] = {0};
+        int n_calls[NV_MAX_CHOICES] = {0};
         for (int i = 0; i < n; i++) {
-            ch[i] = (nv_api_choice){text[i].data ? text[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n, NULL};
+            ch[i] = (nv_api_choice){text[i].data ? text[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n, NULL, NULL, 0};
             if (chat && h->ctx.reasoning) { /* --reasoning-format deepseek */
                 nv_think t = {0};
                 nv_think_feed(&t, ch[i].text, text[i].len, 1, &why[i], &said[i]);
@@ -440,9 +471,19 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
                 ch[i].text = said[i].data ? said[i].data : "";
                 ch[i].reasoning = why[i].data; /* NULL: none, the field is left out */
             }
+            if (tools) { /* the calls out of the content */
+                nv_tool_parser tp = {.style = tools->style, .names = (const char *const *)tools->names, .n_names = tools->n};
+                oom |= nv_tool_parser_feed(&tp, ch[i].text, strlen(ch[i].text), 1, &content[i], &calls[i], &n_calls[i]) < 0;
+                nv_tool_parser_free(&tp);
+                ch[i].text = content[i].data ? content[i].data : "";
+                ch[i].calls = calls[i];
+                ch[i].n_calls = n_calls[i];
+                if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls";
+            }
         }
         char *body = oom ? NULL : nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
-        for (int i = 0; i < n; i++) nv_buf_free(&why[i]), nv_buf_free(&said[i]);
+        for (int i = 0; i < n; i++)
+            nv_buf_free(&why[i]), nv_buf_free(&said[i]), nv_buf_free(&content[i]), nv_tool_calls_free(calls[i], n_calls[i]);
         ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
     } else if (rs[failed].finish == NV_FINISH_TIMEOUT) {
         char msg[128];
@@ -454,6 +495,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         ret = fail(h, c, cc, 500, "server_error", NULL, "Generation failed");
     }
     for (int i = 0; i < n; i++) free(lps[i].v), nv_buf_free(&text[i]);
+    nv_api_tools_free(tools);
     return ret;
 }
 

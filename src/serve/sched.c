@@ -33,6 +33,7 @@ struct nv_req {
     /* the loop thread's own */
     nv_sampler sampler;
     nv_gsampler gs; /* structured output: where the answer is in its grammar (gs.m NULL: none) */
+    nv_glazy lazy;  /* a lazy grammar (lazy.g NULL: none; gs is its matcher while it is on) */
     int *blocks;
     int n_alloc, reserved;
     int pos;  /* positions whose keys and values are written */
@@ -168,6 +169,7 @@ static void req_free(nv_req *r) {
     free(r->lp_span);
     free(r->plps);
     nv_gsampler_free(&r->gs);
+    nv_glazy_free(&r->lazy);
     nv_sampler_free(&r->sampler);
     nv_buf_free(&r->out);
     nv_buf_free(&r->pending);
@@ -207,6 +209,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
         else r->plps[0] = (nv_token_lp){.tok = r->prompt[0], .prev = NV_TOKEN_BOS, .unscored = 1};
     }
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
+    if (e == NV_OK && p->lazy_grammar && !p->grammar) e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start);
     if (e != NV_OK) {
         req_free(r);
         return e;
@@ -440,7 +443,7 @@ static void reap_disk(nv_sched *s) {
 static int prepare(nv_sched *s, nv_req *r) {
     if (!r->blocks) r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
     if (!r->blocks) return 0;
-    if (r->gs.m && !s->trie && nv_gtrie_build(s->tok, &s->trie) != NV_OK) return 0;
+    if ((r->gs.m || r->lazy.g) && !s->trie && nv_gtrie_build(s->tok, &s->trie) != NV_OK) return 0;
     if (!s->prefix_on || r->n_lookup >= 0) return 1;
     int B = s->pool.block_size;
     r->hashes = malloc((size_t)r->blocks_needed * sizeof *r->hashes);
@@ -700,7 +703,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
         }
     }
     /* a whole sentence that nothing may follow: the answer is complete (no step spent on EOS) */
-    if (!r->fin && r->gs.m && nv_gmatch_finished(r->gs.m)) r->fin = NV_FINISH_STOP;
+    if (!r->fin && r->gs.m && (!r->lazy.g || r->lazy.at_start) && nv_gmatch_finished(r->gs.m)) r->fin = NV_FINISH_STOP;
     if (!r->fin && (r->n_gen >= r->max_tokens || r->pos >= c->seq_len)) r->fin = NV_FINISH_LENGTH;
     flush_text(r, r->fin != NV_FINISH_NONE);
 }
@@ -730,6 +733,19 @@ static int sample_in_grammar(nv_sched *s, nv_req *r, float *logits) {
     return nv_tokenizer_eos(s->tok) >= 0 ? nv_tokenizer_eos(s->tok) : NV_TOKEN_EOS;
 }
 
+/* A lazy grammar after token tok: one that is on goes off when its sentence is whole (one that
+ * began at the answer's start ends the answer instead, in on_token); one that is off comes on at
+ * its trigger. */
+static void lazy_step(nv_sched *s, nv_req *r, int tok) {
+    if (tok < 0 || nv_tokenizer_is_eog(s->tok, tok)) return;
+    if (r->gs.m) {
+        if (nv_gmatch_finished(r->gs.m) && !r->lazy.at_start) nv_gsampler_free(&r->gs);
+        return;
+    }
+    if (nv_glazy_step(&r->lazy, &r->gs, s->model->config.vocab_size, nv_tokenizer_decode(s->tok, r->last, tok)) < 0)
+        nv_log(NV_LOG_WARN, "serve: out of memory following a tool call's grammar; the call goes unconstrained");
+}
+
 /* Samples the step's sequences on the pool: each has its own sampler and logits row, and a
  * softmax over the vocabulary per sequence is a few percent of a step worth sharing out. */
 typedef struct {
@@ -750,6 +766,7 @@ static void sample_task(void *ctx, int task, int n_tasks) {
         const int n = s->model->config.vocab_size;
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
         s->step_tok[i] = r->gs.m ? sample_in_grammar(s, r, logits) : nv_sample(&r->sampler, logits);
+        if (r->lazy.g) lazy_step(s, r, s->step_tok[i]);
         if (r->lp_k >= 0) lp_compute(r->lp_raw, n, s->step_tok[i], r->lp_k, &r->lp_step);
     }
 }

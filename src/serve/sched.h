@@ -98,6 +98,13 @@ typedef struct {
                             prefix-cache hits) */
     nv_grammar *grammar; /* structured output: only sentences of this grammar are generated (the
                             request holds its own reference); the answer ends when one is whole */
+    /* A lazy grammar (llama.cpp's): the answer is free until the trigger text appears (with
+     * lazy_at_start: until its first non-blank byte, which must be the trigger), then the text
+     * from the trigger on must be a sentence of lazy_grammar; when it is whole, the answer is
+     * free again (tool calls under tool_choice "auto"). */
+    nv_grammar *lazy_grammar;
+    const char *lazy_trigger;
+    int lazy_at_start;
 } nv_req_params;
 
 typedef struct {

@@ -798,3 +798,36 @@ nv_err nv_json_object_grammar(nv_grammar **out) {
     any_value(&c);
     return finish(&c, c.object_any, out);
 }
+
+nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const char *suffix, const char *sep,
+                                nv_grammar **out) {
+    *out = NULL;
+    sc c;
+    NV_TRY(start(&c, schema));
+    int value = gen(&c, schema), root = 0;
+    for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
+    free(c.refs);
+    if (c.err != NV_OK) {
+        nv_gbuild_free(c.b);
+        return c.err;
+    }
+    nv_gbody body = {0};
+    nv_gbody_lit(c.b, &body, prefix, strlen(prefix));
+    nv_gbody_ref(&body, value);
+    nv_gbody_lit(c.b, &body, suffix, strlen(suffix));
+    int one = nv_gbuild_add(c.b, &body);
+    if (sep) { /* more ::= | sep one more */
+        int more = nv_gbuild_reserve(c.b);
+        nv_gbody_alt(&body);
+        nv_gbody_lit(c.b, &body, sep, strlen(sep));
+        nv_gbody_ref(&body, one);
+        nv_gbody_ref(&body, more);
+        nv_gbuild_define(c.b, more, &body);
+        nv_gbody_ref(&body, one);
+        nv_gbody_ref(&body, more);
+        root = nv_gbuild_add(c.b, &body);
+    } else {
+        root = one;
+    }
+    return nv_gbuild_finish(c.b, root, out);
+}

@@ -28,5 +28,9 @@
 nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out);
 /* Any JSON object (response_format {"type": "json_object"}). */
 nv_err nv_json_object_grammar(nv_grammar **out);
+/* prefix, a JSON text schema accepts, suffix; with sep (not NULL) any number more after sep. No
+ * white space outside the JSON (tool calls: <tool_call>\n...\n</tool_call>). */
+nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const char *suffix, const char *sep,
+                                nv_grammar **out);
 
 #endif

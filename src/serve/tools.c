@@ -1,0 +1,226 @@
+/* Tool calling (see tools.h). */
+#include "serve/tools.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/timer.h"
+
+/* ---- Python's json.dumps ---- */
+
+static void py_string(nv_buf *b, const char *s) {
+    nv_buf_puts(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': nv_buf_puts(b, "\\\""); break;
+        case '\\': nv_buf_puts(b, "\\\\"); break;
+        case '\n': nv_buf_puts(b, "\\n"); break;
+        case '\r': nv_buf_puts(b, "\\r"); break;
+        case '\t': nv_buf_puts(b, "\\t"); break;
+        case '\b': nv_buf_puts(b, "\\b"); break;
+        case '\f': nv_buf_puts(b, "\\f"); break;
+        default:
+            if (*p < 0x20) nv_buf_printf(b, "\\u%04x", *p);
+            else nv_buf_append(b, p, 1);
+        }
+    }
+    nv_buf_puts(b, "\"");
+}
+
+static void py_newline(nv_buf *b, int indent, int depth) {
+    nv_buf_puts(b, "\n");
+    for (int i = 0; i < indent * depth; i++) nv_buf_puts(b, " ");
+}
+
+static void py_value(nv_buf *b, const cJSON *v, int indent, int depth) {
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        int obj = cJSON_IsObject(v);
+        nv_buf_puts(b, obj ? "{" : "[");
+        for (const cJSON *c = v->child; c; c = c->next) {
+            if (c != v->child) nv_buf_puts(b, indent ? "," : ", ");
+            if (indent) py_newline(b, indent, depth + 1);
+            if (obj) {
+                py_string(b, c->string);
+                nv_buf_puts(b, ": ");
+            }
+            py_value(b, c, indent, depth + 1);
+        }
+        if (indent && v->child) py_newline(b, indent, depth);
+        nv_buf_puts(b, obj ? "}" : "]");
+    } else if (cJSON_IsString(v)) {
+        py_string(b, v->valuestring);
+    } else {
+        char *t = cJSON_PrintUnformatted(v); /* numbers, true, false, null */
+        if (!t) b->oom = 1;
+        else nv_buf_puts(b, t);
+        cJSON_free(t);
+    }
+}
+
+void nv_py_json(nv_buf *b, const cJSON *v, int indent) { py_value(b, v, indent, 0); }
+
+/* ---- calls ---- */
+
+void nv_tool_calls_free(nv_tool_call *calls, int n) {
+    for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].arguments);
+    free(calls);
+}
+
+static void call_id(char *out) {
+    static _Atomic uint64_t counter;
+    static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    nv_rng r;
+    nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9) << 9) ^ atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+    memcpy(out, "call_", 5);
+    for (int i = 0; i < 24; i++) out[5 + i] = digits[nv_xorshift_u32(&r.state) % 62];
+    out[29] = '\0';
+}
+
+static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* A call from JSON text: {"name": a known tool, ARGS: object or its JSON text}; 1 when it is one. */
+static int parse_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    while (j && end && end < text + n && is_ws(*end)) end++;
+    if (j && end != text + n) { /* only white space may follow the call */
+        cJSON_Delete(j);
+        j = NULL;
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
+    if (!args && p->style == NV_TOOLS_LLAMA3) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+    int known = 0;
+    for (int i = 0; cJSON_IsString(name) && i < p->n_names && !known; i++) known = !strcmp(p->names[i], name->valuestring);
+    cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+    const cJSON *obj = parsed ? parsed : args;
+    int ok = cJSON_IsObject(j) && known && (!args || cJSON_IsObject(obj));
+    if (ok) {
+        memset(out, 0, sizeof *out);
+        call_id(out->id);
+        out->name = strdup(name->valuestring);
+        out->arguments = obj ? cJSON_PrintUnformatted(obj) : strdup("{}");
+        if (!out->name || !out->arguments) {
+            free(out->name);
+            free(out->arguments);
+            ok = -1;
+        }
+    }
+    cJSON_Delete(parsed);
+    cJSON_Delete(j);
+    return ok;
+}
+
+static int add_call(nv_tool_call **calls, int *n, const nv_tool_call *c) {
+    nv_tool_call *v = realloc(*calls, (size_t)(*n + 1) * sizeof *v);
+    if (!v) return -1;
+    *calls = v;
+    v[(*n)++] = *c;
+    return 0;
+}
+
+size_t nv_partial_tag(const char *s, size_t n, const char *tag) {
+    const size_t tl = strlen(tag);
+    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, tag, k)) return k;
+    return 0;
+}
+
+enum { OUTSIDE = 0, IN_CALL, DECIDING, PLAIN };
+
+static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
+    static const char open[] = "<tool_call>", close[] = "</tool_call>";
+    const char *h = p->hold.data ? p->hold.data : "";
+    size_t len = p->hold.len, used = 0;
+    int rc = 0;
+    for (;;) {
+        const char *s = h + used;
+        size_t left = len - used;
+        if (p->after_call) { /* the white space between calls, or after the last */
+            while (left && is_ws(*s)) s++, left--, used++;
+            if (!left) break;
+            p->after_call = 0;
+        }
+        if (p->state == OUTSIDE) {
+            const char *at = memmem(s, left, open, sizeof open - 1);
+            if (at) {
+                size_t k = (size_t)(at - s), keep = k;
+                while (keep && is_ws(s[keep - 1])) keep--; /* the white space before a call goes */
+                nv_buf_append(content, s, keep);
+                used += k + sizeof open - 1;
+                p->state = IN_CALL;
+                continue;
+            }
+            /* hold back what may still begin a call: a piece of the tag, and white space before it */
+            size_t keep = final ? left : left - nv_partial_tag(s, left, open);
+            size_t emit = keep;
+            if (!final || p->n_calls)
+                while (emit && is_ws(s[emit - 1])) emit--;
+            nv_buf_append(content, s, emit);
+            used += emit;
+            break;
+        }
+        /* IN_CALL */
+        const char *end = memmem(s, left, close, sizeof close - 1);
+        if (!end && !final) break;
+        size_t body = end ? (size_t)(end - s) : left;
+        nv_tool_call c;
+        int ok = parse_call(p, s, body, &c);
+        if (ok < 0 || (ok && add_call(calls, n_calls, &c) < 0)) {
+            rc = -1;
+            break;
+        }
+        if (ok) {
+            p->n_calls++;
+            p->after_call = 1;
+        } else { /* not a call after all: the block as it was written */
+            nv_buf_append(content, open, sizeof open - 1);
+            nv_buf_append(content, s, body);
+            if (end) nv_buf_append(content, close, sizeof close - 1);
+        }
+        used += body + (end ? sizeof close - 1 : 0);
+        p->state = OUTSIDE;
+        if (!end) break;
+    }
+    nv_buf_consume(&p->hold, used);
+    return rc;
+}
+
+static int feed_llama3(nv_tool_parser *p, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
+    const char *h = p->hold.data ? p->hold.data : "";
+    size_t len = p->hold.len, ws = 0;
+    if (p->state == OUTSIDE) { /* the first character decides: '{' may be a call */
+        while (ws < len && is_ws(h[ws])) ws++;
+        if (ws == len && !final) return 0;
+        p->state = ws < len && h[ws] == '{' ? DECIDING : PLAIN;
+    }
+    if (p->state == PLAIN) {
+        nv_buf_append(content, h, len);
+        nv_buf_consume(&p->hold, len);
+        return 0;
+    }
+    if (!final) return 0;
+    nv_tool_call c;
+    int ok = parse_call(p, h, len, &c);
+    if (ok < 0 || (ok && add_call(calls, n_calls, &c) < 0)) return -1;
+    if (ok) p->n_calls++;
+    else nv_buf_append(content, h, len);
+    nv_buf_consume(&p->hold, len);
+    return 0;
+}
+
+int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, nv_buf *content, nv_tool_call **calls,
+                        int *n_calls) {
+    nv_buf_append(&p->hold, s, n);
+    if (p->hold.oom) return -1;
+    int rc = p->style == NV_TOOLS_LLAMA3 ? feed_llama3(p, final, content, calls, n_calls)
+                                         : feed_hermes(p, final, content, calls, n_calls);
+    return rc < 0 || content->oom ? -1 : 0;
+}
+
+void nv_tool_parser_free(nv_tool_parser *p) {
+    nv_buf_free(&p->hold);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,56 @@
+/* Tool calling: the tools' JSON as chat templates print it, and the model's tool calls taken out
+ * of its answer (whole or as it streams).
+ *
+ * Contract:
+ * - nv_py_json() prints a JSON value as Python's json.dumps(ensure_ascii=False) does, which is
+ *   what the models' own templates (tojson) feed them: ", " and ": " on one line, or indented.
+ * - nv_tool_parser takes the answer's text in pieces and gives back the content and the calls:
+ *   Hermes style (chatml, plain, llama2 templates): each <tool_call>JSON</tool_call> block whose
+ *   JSON is {"name": one of the request's tools, "arguments": object (or its JSON text)} becomes
+ *   a call; white space around the blocks is dropped; a block that does not parse, or names an
+ *   unknown tool, stays in the content as written. An unclosed block at the end is a call if
+ *   what it holds parses. Llama 3 style: an answer that is one JSON object {"name", "parameters"
+ *   (or "arguments")} is a call; anything else is content. Text that may still turn out to be a
+ *   call is held back until it is decided, so streamed content never has to be taken back.
+ * - Calls get ids "call_" + 24 random letters and digits. Arguments are compact JSON text. */
+#ifndef NV_SERVE_TOOLS_H
+#define NV_SERVE_TOOLS_H
+
+#include <cjson/cJSON.h>
+
+#include "base/buf.h"
+#include "serve/chat.h"
+
+#define NV_MAX_TOOLS 128
+
+void nv_py_json(nv_buf *b, const cJSON *v, int indent);
+/* The length of the longest end of s[0..n) that starts tag without being all of it (what a
+ * stream holds back while a tag may be coming). */
+size_t nv_partial_tag(const char *s, size_t n, const char *tag);
+
+typedef struct {
+    char id[32];
+    char *name;
+    char *arguments;
+} nv_tool_call;
+
+void nv_tool_calls_free(nv_tool_call *calls, int n);
+
+typedef struct {
+    nv_tool_style style;
+    const char *const *names; /* the request's tools (borrowed) */
+    int n_names;
+    nv_buf hold; /* text not yet decided */
+    int state;
+    int after_call; /* white space after a call is dropped */
+    int n_calls;
+} nv_tool_parser;
+
+/* Feeds the next n bytes of the answer (final: the answer is complete): content to *content,
+ * each call completed to *calls (grown with realloc; *n_calls counts them). Returns 0, or -1 when
+ * out of memory. */
+int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, nv_buf *content, nv_tool_call **calls,
+                        int *n_calls);
+void nv_tool_parser_free(nv_tool_parser *p);
+
+#endif
