@@ -158,7 +158,10 @@ static void test_schemas(void) {
          {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400\""}},
         {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", {"{}", "{\"a\":1,\"b\":2}"},
          {"{\"a\":\"x\"}"}},
-        {"{\"type\":\"object\",\"additionalProperties\":false}", {"{}"}, {"{\"a\":1}"}},
+        {"{\"type\":\"object\",\"additionalProperties\":false}", {"{}", "{ }"}, {"{\"a\":1}"}},
+        {"{\"type\":\"integer\",\"format\":\"int32\"}", {"2147483647", "-2147483648", "0"}, {"2147483648", "-2147483649"}},
+        {"{\"type\":\"string\",\"enum\":[\"ab\",\"abc\",\"b\"],\"title\":\"t\"}", {"\"ab\"", "\"abc\"", "\"b\""},
+         {"\"a\"", "\"abcd\"", "\"bb\""}},
         {"{\"const\":{\"k\":[1,\"\xc3\xa9\"]}}", {"{\"k\":[1,\"\xc3\xa9\"]}"}, {"{\"k\": [1,\"\xc3\xa9\"]}"}},
         {"true", {"1", "{\"a\":[null]}", "\"s\""}, {"", "x"}},
         {"{\"title\":\"T\",\"description\":\"d\",\"allOf\":[{\"type\":\"boolean\"}]}", {"true", "false"}, {"1"}},
@@ -195,6 +198,16 @@ static void test_schema_refusals(void) {
         {"{\"enum\":[]}", "non-empty", NV_EINVAL},
         {"false", "matches nothing", NV_EINVAL},
         {"3", "object or a boolean", NV_EINVAL},
+        {"{\"type\":[\"object\",\"object\"]}", "lists 'object' twice", NV_EINVAL},
+        {"{\"maxLength\":3}", "'maxLength' without a 'type'", NV_EUNSUPPORTED},
+        {"{\"properties\":{},\"items\":true}", "object and array keywords", NV_EUNSUPPORTED},
+        {"{\"type\":\"object\",\"anyOf\":[{\"required\":[]}]}", "'type' beside 'anyOf'", NV_EUNSUPPORTED},
+        {"{\"enum\":[\"a\",\"bb\"],\"maxLength\":1}", "'maxLength' beside 'enum'", NV_EUNSUPPORTED},
+        {"{\"$ref\":\"#\",\"minItems\":1}", "'minItems' beside '$ref'", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"enum\":[1]}", "not of the schema's 'type'", NV_EINVAL},
+        {"{\"type\":\"integer\",\"format\":\"uuid\"}", "only int32 and int64", NV_EUNSUPPORTED},
+        {"{\"type\":\"boolean\",\"format\":\"x\"}", "'format' on a boolean", NV_EUNSUPPORTED},
+        {"{\"type\":\"integer\",\"maximum\":1e17}", "beyond 2^53", NV_EUNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cJSON *s = cJSON_Parse(bad[i].schema);
@@ -204,6 +217,29 @@ static void test_schema_refusals(void) {
         nv_grammar_unref(g);
         cJSON_Delete(s);
     }
+    /* anyOf over 128 schemas is refused (each would be a parse stack); a long enum is one trie */
+    char *many = malloc(1 << 16);
+    strcpy(many, "{\"anyOf\":[");
+    for (int i = 0; i < 129; i++) strcat(many, i ? ",{\"const\":1}" : "{\"const\":1}");
+    strcat(many, "]}");
+    cJSON *a = cJSON_Parse(many);
+    nv_grammar *ga = NULL;
+    T_CHECK(nv_schema_grammar(a, &ga) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "more than 128"), "%s", nv_errmsg());
+    cJSON_Delete(a);
+    strcpy(many, "{\"enum\":[");
+    for (int i = 0; i < 3000; i++) sprintf(many + strlen(many), "%s\"v%d\"", i ? "," : "", i);
+    strcat(many, "]}");
+    a = cJSON_Parse(many);
+    ga = NULL;
+    T_CHECK(nv_schema_grammar(a, &ga) == NV_OK, "3000 values: %s", nv_errmsg());
+    if (ga) {
+        T_CHECK(accepts(ga, "\"v0\"") && accepts(ga, "\"v1234\"") && accepts(ga, "\"v2999\"") && !accepts(ga, "\"v3000\"") &&
+                    !accepts(ga, "\"v\""),
+                "every value of a 3000-value enum, and nothing else");
+        nv_grammar_unref(ga);
+    }
+    cJSON_Delete(a);
+    free(many);
     /* a deep nesting is refused, not recursed without end */
     char deep[4096] = "";
     for (int i = 0; i < 100; i++) strcat(deep, "{\"items\":");
@@ -248,6 +284,18 @@ static void check_mask(const nv_tokenizer *t, nv_grammar *g, const char *text) {
     nv_gtrie_free(tr);
 }
 
+/* {"anyOf": [{"k": 0}, ..., {"k": n-1}]} as objects: n parse stacks after {"k": */
+static nv_grammar *many_stacks(int n) {
+    char *text = malloc(65536);
+    strcpy(text, "{\"anyOf\":[");
+    for (int i = 0; i < n; i++)
+        sprintf(text + strlen(text), "%s{\"type\":\"object\",\"properties\":{\"k\":{\"const\":%d}},\"required\":[\"k\"]}", i ? "," : "", i);
+    strcat(text, "]}");
+    nv_grammar *g = schema_grammar(text);
+    free(text);
+    return g;
+}
+
 static void test_mask(void) {
     const char *paths[] = {"models/tok512.bin", "tokenizers/tokenizer.bin"};
     nv_grammar *g = schema_grammar("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":40},"
@@ -265,6 +313,14 @@ static void test_mask(void) {
         }
         check_mask(t, g, "{\"name\": \"Lily \xc3\xa9 \\\"x\\\"\", \"n\": -42, \"tags\": [\"a\", \"bb\"]}");
         check_mask(t, any, "{\"k\": [1.5, {\"z\": null}], \"t\": true}");
+        nv_grammar *wide = many_stacks(100); /* past the heads' hash threshold */
+        if (wide) {
+            check_mask(t, wide, "{\"k\": 97}");
+            T_CHECK(accepts(wide, "{\"k\":0}") && accepts(wide, "{ \"k\" : 99 }") && !accepts(wide, "{\"k\":100}") &&
+                        !accepts(wide, "{\"k\":-1}"),
+                    "100 alternatives");
+        }
+        nv_grammar_unref(wide);
         nv_tokenizer_free(t);
     }
     nv_grammar_unref(g);

@@ -438,6 +438,8 @@ static void test_tool_parser(void) {
         {"<tool_call>\n{\"name\": \"play\", \"arg", "<tool_call>\n{\"name\": \"play\", \"arg", 0, NULL, NULL},
         {"<tool_call>{\"name\":\"play\",\"arguments\":[1]}</tool_call>", "<tool_call>{\"name\":\"play\",\"arguments\":[1]}</tool_call>",
          0, NULL, NULL},
+        {"Here:\n<tool_call>bad</tool_call>", "Here:\n<tool_call>bad</tool_call>", 0, NULL, NULL},
+        {"A \n<tool_call>{\"name\":\"play\"}</tool_call>\n B", "AB", 1, "play", "{}"}, /* blanks around a call go */
     };
     for (size_t i = 0; i < sizeof hermes / sizeof hermes[0]; i++)
         for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_HERMES, &hermes[i], bw);
@@ -497,6 +499,40 @@ static void test_api_tools(void) {
         }
         nv_api_request_free(&r);
     }
+    /* a tool's $ref points into its own parameters; parallel calls may end with a newline */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tool_choice\":\"required\",\"tools\":["
+             "{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"$defs\":{\"T\":{\"enum\":[\"x\"]}},"
+             "\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#/$defs/T\"}},\"required\":[\"k\"]}}},"
+             "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{\"$defs\":{\"T\":{\"type\":\"integer\"}},"
+             "\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#/$defs/T\"}},\"required\":[\"k\"]}}}]}");
+    T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0 && r.req.grammar, "$defs in tools: %s", e.message);
+    if (r.req.grammar) {
+        const char *good[] = {"<tool_call>\n{\"name\": \"a\", \"arguments\": {\"k\": \"x\"}}\n</tool_call>",
+                              "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"k\": 5}}\n</tool_call>\n",
+                              "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"k\": 5}}\n</tool_call>\n<tool_call>\n{\"name\": \"a\", "
+                              "\"arguments\": {\"k\": \"x\"}}\n</tool_call>"};
+        const char *bad_calls[] = {"<tool_call>\n{\"name\": \"a\", \"arguments\": {\"k\": 5}}\n</tool_call>",
+                                   "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"k\": \"x\"}}\n</tool_call>",
+                                   "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"k\": \"x\"}}\n</tool_call>\n\n"};
+        for (int i = 0; i < 3; i++) {
+            nv_gmatch *m = nv_gmatch_new(r.req.grammar);
+            T_CHECK(nv_gmatch_feed(m, good[i], strlen(good[i])) == 1 && nv_gmatch_done(m), "accepts %s", good[i]);
+            nv_gmatch_free(m);
+            m = nv_gmatch_new(r.req.grammar);
+            T_CHECK(!(nv_gmatch_feed(m, bad_calls[i], strlen(bad_calls[i])) == 1 && nv_gmatch_done(m)), "refuses %s", bad_calls[i]);
+            nv_gmatch_free(m);
+        }
+    }
+    nv_api_request_free(&r);
+    /* auto: a tool whose schema cannot be held leaves only itself unconstrained */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"parallel_tool_calls\":false,\"tools\":["
+             "{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"string\",\"pattern\":\"x\"}}},"
+             "{\"type\":\"function\",\"function\":{\"name\":\"b\"}}]}");
+    T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0 && r.req.lazy_grammar && r.req.lazy_ends && !r.req.grammar,
+            "auto with one bad tool: %s", e.message);
+    nv_api_request_free(&r);
     static const struct {
         const char *extra, *param;
     } bad[] = {

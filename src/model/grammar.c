@@ -99,6 +99,18 @@ int nv_gbuild_define(nv_gbuild *b, int id, nv_gbody *body) {
 
 int nv_gbuild_add(nv_gbuild *b, nv_gbody *body) { return nv_gbuild_define(b, nv_gbuild_reserve(b), body); }
 
+long nv_gbuild_size(const nv_gbuild *b) { return b->oom ? NV_GRAMMAR_MAX_ELEMS + 1L : b->n_elems; }
+
+void nv_gbuild_seal(nv_gbuild *b) {
+    static const uint8_t none[32] = {0};
+    for (int r = 0; r < b->n_rules; r++)
+        if (!b->defined[r]) {
+            nv_gbody body = {0};
+            nv_gbody_set(b, &body, none);
+            nv_gbuild_define(b, r, &body);
+        }
+}
+
 static void body_push(nv_gbody *body, uint32_t e) {
     if (body->oom) return;
     if (!grow((void **)&body->e, &body->cap, body->n + 1, sizeof *body->e)) {
@@ -334,8 +346,28 @@ struct nv_gmatch {
     int accepted; /* the current state includes an empty stack: the sentence may end here */
     gframe *work;
     size_t cap_work;
+    /* past HSET_FROM heads in one batch, repeats are found by hashing instead of a scan: the
+     * table holds (index in hb + 1) of the batch's heads */
+    uint32_t *hset;
     int oom;
 };
+
+#define HSET_FROM 32
+#define HSET_SIZE (4 * NV_GRAMMAR_MAX_STACKS) /* a power of two */
+
+static inline uint32_t head_hash(gframe h) { return (h.pos * 0x9E3779B1u ^ h.parent * 0x85EBCA77u) & (HSET_SIZE - 1); }
+
+/* Finds h among the batch's heads in the table, or adds index i for it; 1 when it was there. */
+static int hset_find_or_add(nv_gmatch *m, gframe h, size_t i) {
+    for (uint32_t k = head_hash(h);; k = (k + 1) & (HSET_SIZE - 1)) {
+        uint32_t e = m->hset[k];
+        if (!e) {
+            m->hset[k] = (uint32_t)i + 1;
+            return 0;
+        }
+        if (m->hb[e - 1].pos == h.pos && m->hb[e - 1].parent == h.parent) return 1;
+    }
+}
 
 static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx) {
     if (m->n_fr == m->cap_fr) {
@@ -351,9 +383,20 @@ static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx
 }
 
 static int push_head(nv_gmatch *m, size_t base, gframe h) {
-    for (size_t i = base; i < m->n_hb; i++)
-        if (m->hb[i].pos == h.pos && m->hb[i].parent == h.parent) return 1;
-    if (m->n_hb - base >= NV_GRAMMAR_MAX_STACKS) return 1; /* narrow rather than explode */
+    const size_t cnt = m->n_hb - base;
+    if (cnt < HSET_FROM) {
+        for (size_t i = base; i < m->n_hb; i++)
+            if (m->hb[i].pos == h.pos && m->hb[i].parent == h.parent) return 1;
+    } else {
+        if (!m->hset && !(m->hset = malloc(HSET_SIZE * sizeof *m->hset))) return m->oom = 1, 0;
+        if (cnt == HSET_FROM) { /* the batch just grew past the scan: index it */
+            memset(m->hset, 0, HSET_SIZE * sizeof *m->hset);
+            for (size_t i = base; i < m->n_hb; i++) hset_find_or_add(m, m->hb[i], i);
+        }
+        if (cnt >= NV_GRAMMAR_MAX_STACKS) return 1; /* narrow rather than explode */
+        if (hset_find_or_add(m, h, m->n_hb)) return 1;
+    }
+    if (cnt >= NV_GRAMMAR_MAX_STACKS) return 1; /* narrow rather than explode */
     if (m->n_hb == m->cap_hb) {
         size_t c = m->cap_hb ? m->cap_hb * 2 : 64;
         gframe *p = realloc(m->hb, c * sizeof *p);
@@ -456,6 +499,7 @@ void nv_gmatch_free(nv_gmatch *m) {
     free(m->fr);
     free(m->hb);
     free(m->work);
+    free(m->hset);
     free(m);
 }
 
@@ -614,12 +658,13 @@ static void mask_node(mask_walk *w, uint32_t node, size_t from, size_t n) {
     const nv_grammar *g = m->g;
     uint64_t next[4] = {0}; /* the bytes any head accepts */
     for (size_t i = 0; i < n; i++) {
-        const uint64_t *s = (const uint64_t *)(const void *)g->sets[EL_ARG(g->el[m->hb[from + i].pos])];
-        for (int k = 0; k < 4; k++) next[k] |= s[k];
+        uint64_t set[4];
+        memcpy(set, g->sets[EL_ARG(g->el[m->hb[from + i].pos])], sizeof set);
+        for (int k = 0; k < 4; k++) next[k] |= set[k];
     }
     for (uint32_t c = w->tr->node[node].first_child; c && !m->oom; c = w->tr->node[c].next_sibling) {
         const trie_node *cn = &w->tr->node[c];
-        if (!((next[cn->byte >> 6] >> (cn->byte & 63)) & 1)) continue;
+        if (!((next[cn->byte >> 6] >> (cn->byte & 63)) & 1)) continue; /* (bit b of byte b/8, little-endian words) */
         uint32_t fr_mark = m->n_fr;
         size_t hb_mark = m->n_hb;
         int acc;
@@ -700,8 +745,7 @@ int nv_gsample(nv_gsampler *g, const nv_gtrie *tr, const nv_tokenizer *t, nv_sam
         }
         if (k <= 0) return -1;
     }
-    nv_gmatch_accept(g->m, t, prev, tok);
-    return tok;
+    return nv_gmatch_accept(g->m, t, prev, tok) ? tok : -1; /* refused only when out of memory */
 }
 
 /* ---- lazy grammars ---- */

@@ -53,6 +53,11 @@ int nv_gbuild_reserve(nv_gbuild *b);
 int nv_gbuild_define(nv_gbuild *b, int id, nv_gbody *body);
 /* nv_gbuild_reserve + nv_gbuild_define. */
 int nv_gbuild_add(nv_gbuild *b, nv_gbody *body);
+/* Elements defined so far (a builder may stop early once past NV_GRAMMAR_MAX_ELEMS). */
+long nv_gbuild_size(const nv_gbuild *b);
+/* Defines every rule reserved but not defined as matching nothing (after a part of a grammar was
+ * given up on, its leftovers are unreachable). */
+void nv_gbuild_seal(nv_gbuild *b);
 
 /* Appends to the current alternative: one byte from [lo, hi]; one of the bytes set in bits
  * (256 bits); the bytes of s in order; a reference to rule. */

@@ -331,33 +331,13 @@ static int valid_tool_name(const char *s) {
     return 1;
 }
 
-/* The grammar of an answer that must call a tool (tool_choice "required" or a named function):
- * Hermes: <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, one or (parallel) more
- * separated by newlines; Llama 3: {"name": NAME, "parameters": ARGS}. ARGS follows the tool's
- * parameters schema. */
-static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, nv_grammar **out) {
-    cJSON *any = cJSON_CreateObject(), *alts = cJSON_AddArrayToObject(any, "anyOf");
-    const char *args_key = style == NV_TOOLS_LLAMA3 ? "parameters" : "arguments";
-    for (const cJSON *t = tools->child; t; t = t->next) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-        const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
-        if (only && strcmp(only, name)) continue;
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        cJSON *call = cJSON_CreateObject();
-        cJSON_AddStringToObject(call, "type", "object");
-        cJSON *props = cJSON_AddObjectToObject(call, "properties");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", name);
-        if (params && !cJSON_IsNull(params)) cJSON_AddItemToObject(props, args_key, cJSON_Duplicate(params, 1));
-        else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, args_key), "type", "object");
-        cJSON *req = cJSON_AddArrayToObject(call, "required");
-        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
-        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
-        cJSON_AddItemToArray(alts, call);
-    }
-    nv_err e = style == NV_TOOLS_LLAMA3 ? nv_schema_grammar_framed(any, "", "", NULL, out)
-                                        : nv_schema_grammar_framed(any, "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, out);
-    cJSON_Delete(any);
-    return e;
+/* The grammar of tool calls: Hermes: <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>,
+ * with parallel more after newlines; Llama 3: {"name": NAME, "parameters": ARGS}. ARGS follows
+ * the tool's parameters schema. */
+static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, int skip_bad,
+                            nv_grammar **out) {
+    if (style == NV_TOOLS_LLAMA3) return nv_tool_calls_grammar(tools, only, "parameters", "", "", NULL, skip_bad, out);
+    return nv_tool_calls_grammar(tools, only, "arguments", "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, skip_bad, out);
 }
 
 /* tools, tool_choice, parallel_tool_calls (chat): the tools go into the prompt through the
@@ -460,19 +440,20 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         }
     }
     if (required || only) {
-        nv_err e = calls_grammar(tools, only, style, parallel && !only, &out->grammar);
+        nv_err e = calls_grammar(tools, only, style, parallel && !only, 0, &out->grammar);
         if (e != NV_OK) {
             nv_api_error_set(err, e == NV_ENOMEM ? 500 : 400, e == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
-                             "tools", "a tool's 'parameters' cannot constrain the call: %s", nv_errmsg());
+                             "tools", "the calls cannot be held to the tools' schemas: %s", nv_errmsg());
             return err->status;
         }
         out->req.grammar = out->grammar;
-    } else if (calls_grammar(tools, NULL, style, 0, &out->lazy_grammar) == NV_OK) {
+    } else if (calls_grammar(tools, NULL, style, 0, 1, &out->lazy_grammar) == NV_OK) {
         /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
          * grammar cannot take leaves the calls unconstrained: they are still read) */
         out->req.lazy_grammar = out->lazy_grammar;
         out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
+        out->req.lazy_ends = style == NV_TOOLS_LLAMA3 || !parallel; /* Llama 3's call is the whole answer */
     }
     return 0;
 }
@@ -682,7 +663,10 @@ static int parse_response_format(const cJSON *root, nv_api_request *out, nv_api_
             }
             schema = field(js, "schema");
             param = "response_format.json_schema.schema";
-            if (!schema) schema = cJSON_CreateTrue(), parsed = (cJSON *)schema; /* no schema: any JSON value */
+            if (!schema && !(schema = parsed = cJSON_CreateTrue())) { /* no schema: any JSON value */
+                nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                return err->status;
+            }
         } else {
             nv_api_error_set(err, E400, NULL, "response_format.type",
                              "'response_format.type' must be 'text', 'json_object' or 'json_schema', not '%.40s'",

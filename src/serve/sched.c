@@ -34,6 +34,7 @@ struct nv_req {
     nv_sampler sampler;
     nv_gsampler gs; /* structured output: where the answer is in its grammar (gs.m NULL: none) */
     nv_glazy lazy;  /* a lazy grammar (lazy.g NULL: none; gs is its matcher while it is on) */
+    int lazy_ends;  /* its whole sentence ends the answer */
     int *blocks;
     int n_alloc, reserved;
     int pos;  /* positions whose keys and values are written */
@@ -210,6 +211,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     }
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
     if (e == NV_OK && p->lazy_grammar && !p->grammar) e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start);
+    r->lazy_ends = p->lazy_ends;
     if (e != NV_OK) {
         req_free(r);
         return e;
@@ -703,7 +705,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
         }
     }
     /* a whole sentence that nothing may follow: the answer is complete (no step spent on EOS) */
-    if (!r->fin && r->gs.m && (!r->lazy.g || r->lazy.at_start) && nv_gmatch_finished(r->gs.m)) r->fin = NV_FINISH_STOP;
+    if (!r->fin && r->gs.m && (!r->lazy.g || r->lazy_ends) && nv_gmatch_finished(r->gs.m)) r->fin = NV_FINISH_STOP;
     if (!r->fin && (r->n_gen >= r->max_tokens || r->pos >= c->seq_len)) r->fin = NV_FINISH_LENGTH;
     flush_text(r, r->fin != NV_FINISH_NONE);
 }
@@ -724,22 +726,22 @@ static void index_full_blocks(nv_sched *s, nv_req *r) {
     }
 }
 
-/* A token inside the request's grammar; where no token can continue it (a vocabulary missing a
- * byte it needs), the answer ends with EOS and a warning. */
+/* A token inside the request's grammar. Where no token can continue it (a vocabulary missing a
+ * byte it needs), the request fails rather than end with a truncated text called whole. */
 static int sample_in_grammar(nv_sched *s, nv_req *r, float *logits) {
     int tok = nv_gsample(&r->gs, s->trie, s->tok, &r->sampler, r->last, logits);
     if (tok >= 0) return tok;
-    nv_log(NV_LOG_WARN, "serve: no token of the vocabulary continues the response format's grammar; ending the answer");
-    return nv_tokenizer_eos(s->tok) >= 0 ? nv_tokenizer_eos(s->tok) : NV_TOKEN_EOS;
+    nv_log(NV_LOG_WARN, "serve: no token of the vocabulary continues the request's grammar; the request fails");
+    r->fin = NV_FINISH_ERROR;
+    return -1;
 }
 
-/* A lazy grammar after token tok: one that is on goes off when its sentence is whole (one that
- * began at the answer's start ends the answer instead, in on_token); one that is off comes on at
- * its trigger. */
+/* A lazy grammar after token tok: one that is on goes off when its sentence is whole (unless that
+ * ends the answer: on_token does it); one that is off comes on at its trigger. */
 static void lazy_step(nv_sched *s, nv_req *r, int tok) {
     if (tok < 0 || nv_tokenizer_is_eog(s->tok, tok)) return;
     if (r->gs.m) {
-        if (nv_gmatch_finished(r->gs.m) && !r->lazy.at_start) nv_gsampler_free(&r->gs);
+        if (nv_gmatch_finished(r->gs.m) && !r->lazy_ends) nv_gsampler_free(&r->gs);
         return;
     }
     if (nv_glazy_step(&r->lazy, &r->gs, s->model->config.vocab_size, nv_tokenizer_decode(s->tok, r->last, tok)) < 0)

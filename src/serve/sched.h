@@ -105,6 +105,7 @@ typedef struct {
     nv_grammar *lazy_grammar;
     const char *lazy_trigger;
     int lazy_at_start;
+    int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
 } nv_req_params;
 
 typedef struct {

@@ -1,12 +1,14 @@
 /* JSON schemas to byte grammars (see schema.h). */
 #include "serve/schema.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/log.h"
 
 #define WS_INDENT 20
 #define INT_DIGITS 16
@@ -17,7 +19,7 @@
 #define INT_LIMIT 9999999999999999LL /* the largest INT_DIGITS-digit integer */
 
 typedef struct {
-    char *ref;
+    const cJSON *target; /* what the reference resolved to: spellings of one place share a rule */
     int rule;
 } ref_rule;
 
@@ -428,15 +430,6 @@ static char *json_quote(const char *text) {
     return q;
 }
 
-/* The exact JSON text of a value (enum, const). */
-static int literal(sc *c, const cJSON *v) {
-    char *t = cJSON_PrintUnformatted(v);
-    if (!t) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
-    int r = lit_rule(c, t);
-    cJSON_free(t);
-    return r;
-}
-
 static const char *const ignored_keys[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
                                            "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
 static const char *const known_keys[] = {"type",      "properties", "required",  "additionalProperties",
@@ -478,7 +471,16 @@ static const cJSON *resolve(sc *c, const char *ref) {
         while (*p && *p != '/') {
             char ch = *p++;
             if (ch == '~' && (*p == '0' || *p == '1')) ch = *p++ == '0' ? '~' : '/';
-            if (n + 1 < sizeof key) key[n++] = ch;
+            else if (ch == '%' && isxdigit((unsigned char)p[0]) && isxdigit((unsigned char)p[1])) { /* a URI fragment's escape */
+                char hx[3] = {p[0], p[1], 0};
+                ch = (char)strtol(hx, NULL, 16);
+                p += 2;
+            }
+            if (n + 1 >= sizeof key) {
+                fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' has a name longer than 255 bytes%s", ref, "");
+                return NULL;
+            }
+            key[n++] = ch;
         }
         key[n] = '\0';
         if (cJSON_IsArray(at)) {
@@ -495,10 +497,10 @@ static const cJSON *resolve(sc *c, const char *ref) {
 }
 
 static int gen_ref(sc *c, const char *ref) {
-    for (int i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->refs[i].ref, ref)) return c->refs[i].rule;
     const cJSON *target = resolve(c, ref);
     if (!target) return 0;
+    for (int i = 0; i < c->n_refs; i++)
+        if (c->refs[i].target == target) return c->refs[i].rule;
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? c->cap_refs * 2 : 8;
         ref_rule *r = realloc(c->refs, (size_t)cap * sizeof *r);
@@ -508,9 +510,7 @@ static int gen_ref(sc *c, const char *ref) {
     }
     /* the rule is named before its body is made, so the target may refer to itself */
     int id = nv_gbuild_reserve(c->b);
-    char *copy = strdup(ref);
-    if (!copy) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
-    c->refs[c->n_refs++] = (ref_rule){copy, id};
+    c->refs[c->n_refs++] = (ref_rule){target, id};
     nv_gbody body = {0};
     nv_gbody_ref(&body, gen(c, target));
     nv_gbuild_define(c->b, id, &body);
@@ -603,7 +603,7 @@ static int gen_object(sc *c, const cJSON *s) {
         return gen_properties(c, props, req);
     }
     if (req && req->child) return fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported%s%s", "", "");
-    if (cJSON_IsFalse(add)) return lit_rule(c, "{}"); /* nothing may be in it; whitespace aside */
+    if (cJSON_IsFalse(add)) return sequence(c, "{", "}", 0, 0, 0); /* nothing may be in it */
     int value = cJSON_IsObject(add) ? gen(c, add) : any_value(c);
     if (!cJSON_IsObject(add)) return c->object_any;
     return sequence(c, "{", "}", member(c, NULL, string_len(c, 0, -1), value), 0, -1);
@@ -647,13 +647,22 @@ static int gen_integer(sc *c, const cJSON *s) {
     const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
     const cJSON *xmn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
     const cJSON *xmx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
-    if (!mn && !mx && !xmn && !xmx) return integer(c);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (fmt) { /* OpenAPI's integer formats: int32 is a range, int64 holds every integer written here */
+        if (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "int32") && strcmp(fmt->valuestring, "int64")))
+            return fail(c, NV_EUNSUPPORTED, "'format' on an integer: only int32 and int64 are supported%s%s", "", "");
+        if (!strcmp(fmt->valuestring, "int32")) lo = -2147483648.0, hi = 2147483647.0;
+    }
+    if (!mn && !mx && !xmn && !xmx && lo < -2147483648.0) return integer(c);
     const cJSON *all[] = {mn, mx, xmn, xmx};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         if (all[i] && !cJSON_IsNumber(all[i]) && !(i >= 2 && cJSON_IsBool(all[i])))
             return fail(c, NV_EINVAL, "integer bounds must be numbers%s%s", "", "");
-    if (mn) lo = cJSON_IsTrue(xmn) ? floor(mn->valuedouble) + 1 : ceil(mn->valuedouble);
-    if (mx) hi = cJSON_IsTrue(xmx) ? ceil(mx->valuedouble) - 1 : floor(mx->valuedouble);
+        if (cJSON_IsNumber(all[i]) && fabs(all[i]->valuedouble) > 9007199254740992.0) /* 2^53: doubles stop being exact */
+            return fail(c, NV_EUNSUPPORTED, "integer bounds beyond 2^53 in size are not supported%s%s", "", "");
+    }
+    if (mn) lo = fmax(lo, cJSON_IsTrue(xmn) ? floor(mn->valuedouble) + 1 : ceil(mn->valuedouble));
+    if (mx) hi = fmin(hi, cJSON_IsTrue(xmx) ? ceil(mx->valuedouble) - 1 : floor(mx->valuedouble));
     if (cJSON_IsNumber(xmn) && floor(xmn->valuedouble) + 1 > lo) lo = floor(xmn->valuedouble) + 1;
     if (cJSON_IsNumber(xmx) && ceil(xmx->valuedouble) - 1 < hi) hi = ceil(xmx->valuedouble) - 1;
     if (lo < -(double)INT_LIMIT) lo = -(double)INT_LIMIT;
@@ -672,8 +681,13 @@ static int gen_type(sc *c, const cJSON *s, const char *type) {
         for (int i = 0; i < 4; i++)
             if (cJSON_GetObjectItemCaseSensitive(s, b[i]))
                 return fail(c, NV_EUNSUPPORTED, "'%s' on a number is not supported (on an integer it is)%s", b[i], "");
+        const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+        if (fmt && (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "double"))))
+            return fail(c, NV_EUNSUPPORTED, "'format' on a number: only float and double are supported%s%s", "", "");
         return number(c);
     }
+    if (cJSON_GetObjectItemCaseSensitive(s, "format") && strcmp(type, "string"))
+        return fail(c, NV_EUNSUPPORTED, "'format' on a %s is not supported%s", type, "");
     if (!strcmp(type, "boolean")) {
         nv_gbody body = {0};
         nv_gbody_lit(c->b, &body, "true", 4);
@@ -685,51 +699,162 @@ static int gen_type(sc *c, const cJSON *s, const char *type) {
     return fail(c, NV_EINVAL, "'type': '%.40s' is not a JSON schema type%s", type, "");
 }
 
-/* Alternatives: one rule per element of list (each a schema, or each a literal value). */
-static int alternatives(sc *c, const cJSON *list, int literals, const char *key) {
+/* The JSON texts of an enum's values as a byte trie of rules, so that however many values share a
+ * beginning, the parser follows one path (not one stack per value). lits[0..n) are sorted and
+ * share their first d bytes. */
+static int literal_trie(sc *c, char **lits, int n, size_t d) {
+    nv_gbody body = {0};
+    int first = 1;
+    for (int i = 0; i < n && c->err == NV_OK;) {
+        if (!first) nv_gbody_alt(&body);
+        first = 0;
+        size_t len = strlen(lits[i]);
+        if (len == d) { /* a value ends here */
+            i++;
+            continue;
+        }
+        int j = i + 1;
+        while (j < n && strlen(lits[j]) > d && lits[j][d] == lits[i][d]) j++;
+        if (j == i + 1) { /* one value from here on: the rest of it as it is */
+            nv_gbody_lit(c->b, &body, lits[i] + d, len - d);
+        } else {
+            nv_gbody_lit(c->b, &body, lits[i] + d, 1);
+            nv_gbody_ref(&body, literal_trie(c, lits + i, j - i, d + 1));
+        }
+        i = j;
+    }
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* 1 when v is of one of the types named by type (a string or a list; NULL: any). */
+static int of_type(const cJSON *v, const cJSON *type) {
+    if (!type) return 1;
+    for (const cJSON *t = cJSON_IsArray(type) ? type->child : type; t; t = cJSON_IsArray(type) ? t->next : NULL) {
+        const char *n = cJSON_GetStringValue(t);
+        if (!n) continue;
+        if ((!strcmp(n, "string") && cJSON_IsString(v)) || (!strcmp(n, "number") && cJSON_IsNumber(v)) ||
+            (!strcmp(n, "integer") && cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble)) ||
+            (!strcmp(n, "boolean") && cJSON_IsBool(v)) || (!strcmp(n, "null") && cJSON_IsNull(v)) ||
+            (!strcmp(n, "object") && cJSON_IsObject(v)) || (!strcmp(n, "array") && cJSON_IsArray(v)))
+            return 1;
+    }
+    return 0;
+}
+
+#define MAX_ENUM_TEXT 4096
+#define MAX_ANY_OF 128
+
+/* enum (or const: a list of one), each value written exactly as cJSON prints it. */
+static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key) {
+    int n = cJSON_GetArraySize(list);
+    char **lits = calloc((size_t)n, sizeof *lits);
+    if (!lits) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+    int k = 0, r = 0;
+    for (const cJSON *e = list->child; e && c->err == NV_OK; e = e->next) {
+        if (!of_type(e, type)) {
+            fail(c, NV_EINVAL, "a value of '%s' is not of the schema's 'type'%s", key, "");
+            break;
+        }
+        if (!(lits[k] = cJSON_PrintUnformatted(e))) fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+        else if (strlen(lits[k++]) > MAX_ENUM_TEXT) fail(c, NV_EUNSUPPORTED, "'%s' values longer than 4096 bytes are not supported%s", key, "");
+    }
+    if (c->err == NV_OK) {
+        qsort(lits, (size_t)k, sizeof *lits, cmp_str);
+        int u = 0; /* a value listed twice is one path */
+        for (int i = 0; i < k; i++) {
+            if (u && !strcmp(lits[u - 1], lits[i])) {
+                cJSON_free(lits[i]);
+                continue;
+            }
+            lits[u++] = lits[i];
+        }
+        k = u;
+        r = literal_trie(c, lits, k, 0);
+    }
+    for (int i = 0; i < k; i++) cJSON_free(lits[i]);
+    free(lits);
+    return r;
+}
+
+/* anyOf / oneOf: one alternative per schema. */
+static int alternatives(sc *c, const cJSON *list, const char *key) {
     if (!cJSON_IsArray(list) || !list->child) return fail(c, NV_EINVAL, "'%s' must be a non-empty array%s", key, "");
+    if (cJSON_GetArraySize(list) > MAX_ANY_OF) return fail(c, NV_EUNSUPPORTED, "'%s' with more than 128 schemas is not supported%s", key, "");
     nv_gbody body = {0};
     for (const cJSON *e = list->child; e; e = e->next) {
-        int r = literals ? literal(c, e) : gen(c, e);
+        int r = gen(c, e);
         if (e != list->child) nv_gbody_alt(&body);
         nv_gbody_ref(&body, r);
     }
     return nv_gbuild_add(c->b, &body);
 }
 
+/* Keywords that belong to one type, refused where no type says which values they hold for. */
+static const char *const typed_keys[] = {"minLength", "maxLength", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+static const char *const object_keys[] = {"properties", "required", "additionalProperties"};
+static const char *const array_keys[] = {"items", "minItems", "maxItems"};
+#define COUNT(a) (sizeof a / sizeof a[0])
+
 static int gen(sc *c, const cJSON *s) {
     if (c->err != NV_OK) return 0;
+    if (c->b && nv_gbuild_size(c->b) > NV_GRAMMAR_MAX_ELEMS)
+        return fail(c, NV_EUNSUPPORTED, "the schema makes a grammar over %s elements%s", "1,048,576", "");
     if (cJSON_IsTrue(s)) return any_value(c);
     if (cJSON_IsFalse(s)) return fail(c, NV_EINVAL, "a 'false' schema matches nothing%s%s", "", "");
     if (!cJSON_IsObject(s)) return fail(c, NV_EINVAL, "a schema must be an object or a boolean%s%s", "", "");
     if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels%s", "64", "");
     for (const cJSON *k = s->child; k; k = k->next) {
-        if (in_list(k->string, known_keys, sizeof known_keys / sizeof known_keys[0]) ||
-            in_list(k->string, ignored_keys, sizeof ignored_keys / sizeof ignored_keys[0]))
-            continue;
+        if (in_list(k->string, known_keys, COUNT(known_keys)) || in_list(k->string, ignored_keys, COUNT(ignored_keys))) continue;
         return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema%s", k->string, "");
     }
+    const char *const branches[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
+    const char *branch = NULL;
+    for (size_t i = 0; i < COUNT(branches) && !branch; i++)
+        if (cJSON_GetObjectItemCaseSensitive(s, branches[i])) branch = branches[i];
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (branch) /* nothing else may constrain it: a value beside the branch would go unenforced */
+        for (const cJSON *k = s->child; k; k = k->next) {
+            if (in_list(k->string, ignored_keys, COUNT(ignored_keys)) || !strcmp(k->string, branch)) continue;
+            if (!strcmp(k->string, "type") && (!strcmp(branch, "enum") || !strcmp(branch, "const"))) continue; /* checked */
+            return fail(c, NV_EUNSUPPORTED, "'%.60s' beside '%s' is not supported", k->string, branch);
+        }
+    int has_object = 0, has_array = 0;
+    for (size_t i = 0; i < COUNT(object_keys); i++) has_object |= !!cJSON_GetObjectItemCaseSensitive(s, object_keys[i]);
+    for (size_t i = 0; i < COUNT(array_keys); i++) has_array |= !!cJSON_GetObjectItemCaseSensitive(s, array_keys[i]);
+    if (!branch && !type) {
+        for (size_t i = 0; i < COUNT(typed_keys); i++)
+            if (cJSON_GetObjectItemCaseSensitive(s, typed_keys[i]))
+                return fail(c, NV_EUNSUPPORTED, "'%s' without a 'type' is not supported%s", typed_keys[i], "");
+        if (has_object && has_array)
+            return fail(c, NV_EUNSUPPORTED, "object and array keywords without a 'type' are not supported%s%s", "", "");
+    }
+    if (cJSON_IsArray(type)) /* each type once: a repeat would compile the same subtree again */
+        for (const cJSON *t = type->child; t; t = t->next)
+            for (const cJSON *u = type->child; u != t; u = u->next)
+                if (cJSON_IsString(t) && cJSON_IsString(u) && !strcmp(t->valuestring, u->valuestring))
+                    return fail(c, NV_EINVAL, "'type' lists '%.20s' twice%s", t->valuestring, "");
     c->depth++;
     int r;
-    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
-    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const");
-    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
-    const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
-    const cJSON *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
-    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
-    if (ref) {
+    if (branch && !strcmp(branch, "$ref")) {
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
         r = cJSON_IsString(ref) ? gen_ref(c, ref->valuestring) : fail(c, NV_EINVAL, "'$ref' must be a string%s%s", "", "");
-    } else if (cst) {
-        r = literal(c, cst);
-    } else if (en) {
-        r = alternatives(c, en, 1, "enum");
-    } else if (any || one) {
-        r = alternatives(c, any ? any : one, 0, any ? "anyOf" : "oneOf");
-    } else if (all) {
+    } else if (branch && !strcmp(branch, "const")) {
+        cJSON *one = cJSON_CreateArray();
+        if (!one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+        else r = gen_enum(c, one, type, "const");
+        cJSON_Delete(one);
+    } else if (branch && !strcmp(branch, "enum")) {
+        const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+        r = cJSON_IsArray(en) && en->child ? gen_enum(c, en, type, "enum") : fail(c, NV_EINVAL, "'enum' must be a non-empty array%s%s", "", "");
+    } else if (branch && !strcmp(branch, "allOf")) {
+        const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
         if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1)
             r = fail(c, NV_EUNSUPPORTED, "'allOf' with other than one schema is not supported%s%s", "", "");
         else r = gen(c, all->child);
+    } else if (branch) {
+        r = alternatives(c, cJSON_GetObjectItemCaseSensitive(s, branch), branch);
     } else if (cJSON_IsString(type)) {
         r = gen_type(c, s, type->valuestring);
     } else if (cJSON_IsArray(type) && type->child) {
@@ -746,9 +871,9 @@ static int gen(sc *c, const cJSON *s) {
         r = nv_gbuild_add(c->b, &body);
     } else if (type) {
         r = fail(c, NV_EINVAL, "'type' must be a string or a list of strings%s%s", "", "");
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "properties") || cJSON_GetObjectItemCaseSensitive(s, "additionalProperties")) {
+    } else if (has_object) {
         r = gen_object(c, s);
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "items")) {
+    } else if (has_array) {
         r = gen_array(c, s);
     } else {
         r = any_value(c);
@@ -766,7 +891,6 @@ static nv_err finish(sc *c, int top, nv_grammar **out) {
         nv_gbody_ref(&body, top);
         root = nv_gbuild_add(c->b, &body);
     }
-    for (int i = 0; i < c->n_refs; i++) free(c->refs[i].ref);
     free(c->refs);
     if (c->err != NV_OK) {
         nv_gbuild_free(c->b);
@@ -799,35 +923,90 @@ nv_err nv_json_object_grammar(nv_grammar **out) {
     return finish(&c, c.object_any, out);
 }
 
+/* prefix T suffix, and with sep: (sep prefix T suffix)* and a newline that may end it. */
+static nv_err finish_framed(sc *c, int value, const char *prefix, const char *suffix, const char *sep, nv_grammar **out) {
+    free(c->refs);
+    if (c->err != NV_OK) {
+        nv_gbuild_free(c->b);
+        return c->err;
+    }
+    nv_gbody body = {0};
+    nv_gbody_lit(c->b, &body, prefix, strlen(prefix));
+    nv_gbody_ref(&body, value);
+    nv_gbody_lit(c->b, &body, suffix, strlen(suffix));
+    int one = nv_gbuild_add(c->b, &body), root = one;
+    if (sep) { /* more ::= | sep one more;  end ::= | "\n" (the newline a model writes after a call) */
+        int more = nv_gbuild_reserve(c->b);
+        nv_gbody_alt(&body);
+        nv_gbody_lit(c->b, &body, sep, strlen(sep));
+        nv_gbody_ref(&body, one);
+        nv_gbody_ref(&body, more);
+        nv_gbuild_define(c->b, more, &body);
+        nv_gbody_alt(&body);
+        nv_gbody_lit(c->b, &body, "\n", 1);
+        int end = nv_gbuild_add(c->b, &body);
+        nv_gbody_ref(&body, one);
+        nv_gbody_ref(&body, more);
+        nv_gbody_ref(&body, end);
+        root = nv_gbuild_add(c->b, &body);
+    }
+    return nv_gbuild_finish(c->b, root, out);
+}
+
 nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const char *suffix, const char *sep,
                                 nv_grammar **out) {
     *out = NULL;
     sc c;
     NV_TRY(start(&c, schema));
-    int value = gen(&c, schema), root = 0;
-    for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
-    free(c.refs);
-    if (c.err != NV_OK) {
-        nv_gbuild_free(c.b);
-        return c.err;
+    int value = gen(&c, schema);
+    return finish_framed(&c, value, prefix, suffix, sep, out);
+}
+
+nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *args_key, const char *prefix,
+                             const char *suffix, const char *sep, int skip_bad, nv_grammar **out) {
+    *out = NULL;
+    sc c;
+    NV_TRY(start(&c, NULL));
+    nv_gbody calls = {0};
+    int n_ok = 0, skipped = 0;
+    char key[80], why[512] = "no tool to call";
+    snprintf(key, sizeof key, "\"%s\"", args_key);
+    for (const cJSON *t = tools ? tools->child : NULL; t && c.err == NV_OK; t = t->next) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (!name || (only && strcmp(only, name))) continue;
+        c.doc = params; /* a tool's $ref points into its own parameters */
+        int args = params && !cJSON_IsNull(params) ? gen(&c, params) : (any_value(&c), c.object_any);
+        if (c.err != NV_OK) {
+            snprintf(why, sizeof why, "tool '%.64s': %s", name, nv_errmsg());
+            if (!skip_bad || c.err == NV_ENOMEM) break;
+            nv_log(NV_LOG_WARN, "serve: %s; its calls are read but not held to its schema", why);
+            c.err = NV_OK;
+            c.depth = 0;
+            skipped = 1;
+            continue;
+        }
+        char lit[80];
+        snprintf(lit, sizeof lit, "\"%s\"", name);
+        int w = ws(&c);
+        nv_gbody body = {0};
+        nv_gbody_lit(c.b, &body, "{", 1);
+        nv_gbody_ref(&body, w);
+        nv_gbody_ref(&body, member(&c, "\"name\"", 0, lit_rule(&c, lit)));
+        nv_gbody_ref(&body, w);
+        nv_gbody_lit(c.b, &body, ",", 1);
+        nv_gbody_ref(&body, w);
+        nv_gbody_ref(&body, member(&c, key, 0, args));
+        nv_gbody_ref(&body, w);
+        nv_gbody_lit(c.b, &body, "}", 1);
+        if (n_ok++) nv_gbody_alt(&calls);
+        nv_gbody_ref(&calls, nv_gbuild_add(c.b, &body));
     }
-    nv_gbody body = {0};
-    nv_gbody_lit(c.b, &body, prefix, strlen(prefix));
-    nv_gbody_ref(&body, value);
-    nv_gbody_lit(c.b, &body, suffix, strlen(suffix));
-    int one = nv_gbuild_add(c.b, &body);
-    if (sep) { /* more ::= | sep one more */
-        int more = nv_gbuild_reserve(c.b);
-        nv_gbody_alt(&body);
-        nv_gbody_lit(c.b, &body, sep, strlen(sep));
-        nv_gbody_ref(&body, one);
-        nv_gbody_ref(&body, more);
-        nv_gbuild_define(c.b, more, &body);
-        nv_gbody_ref(&body, one);
-        nv_gbody_ref(&body, more);
-        root = nv_gbuild_add(c.b, &body);
-    } else {
-        root = one;
-    }
-    return nv_gbuild_finish(c.b, root, out);
+    if (c.err == NV_OK && !n_ok) c.err = nv_fail(skipped ? NV_EUNSUPPORTED : NV_EINVAL, "%s", why);
+    else if (c.err != NV_OK) c.err = nv_fail(c.err, "%s", why);
+    if (c.err != NV_OK) nv_gbody_free(&calls);
+    if (skipped) nv_gbuild_seal(c.b);
+    int value = c.err == NV_OK ? nv_gbuild_add(c.b, &calls) : 0;
+    return finish_framed(&c, value, prefix, suffix, sep, out);
 }

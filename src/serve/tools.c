@@ -147,8 +147,9 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
             const char *at = memmem(s, left, open, sizeof open - 1);
             if (at) {
                 size_t k = (size_t)(at - s), keep = k;
-                while (keep && is_ws(s[keep - 1])) keep--; /* the white space before a call goes */
+                while (keep && is_ws(s[keep - 1])) keep--; /* the white space before a call goes... */
                 nv_buf_append(content, s, keep);
+                nv_buf_append(&p->ws, s + keep, k - keep); /* ...unless the block turns out not to be one */
                 used += k + sizeof open - 1;
                 p->state = IN_CALL;
                 continue;
@@ -158,6 +159,8 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
             size_t emit = keep;
             if (!final || p->n_calls)
                 while (emit && is_ws(s[emit - 1])) emit--;
+            if (emit && p->ws.len) nv_buf_append(content, p->ws.data, p->ws.len); /* blank held before text */
+            nv_buf_consume(&p->ws, emit ? p->ws.len : 0);
             nv_buf_append(content, s, emit);
             used += emit;
             break;
@@ -168,14 +171,22 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
         size_t body = end ? (size_t)(end - s) : left;
         nv_tool_call c;
         int ok = parse_call(p, s, body, &c);
-        if (ok < 0 || (ok && add_call(calls, n_calls, &c) < 0)) {
+        if (ok > 0 && add_call(calls, n_calls, &c) < 0) {
+            free(c.name);
+            free(c.arguments);
+            ok = -1;
+        }
+        if (ok < 0) {
             rc = -1;
             break;
         }
         if (ok) {
             p->n_calls++;
             p->after_call = 1;
-        } else { /* not a call after all: the block as it was written */
+            nv_buf_consume(&p->ws, p->ws.len);
+        } else { /* not a call after all: the block as it was written, with the blank before it */
+            nv_buf_append(content, p->ws.data ? p->ws.data : "", p->ws.len);
+            nv_buf_consume(&p->ws, p->ws.len);
             nv_buf_append(content, open, sizeof open - 1);
             nv_buf_append(content, s, body);
             if (end) nv_buf_append(content, close, sizeof close - 1);
@@ -204,7 +215,12 @@ static int feed_llama3(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
     if (!final) return 0;
     nv_tool_call c;
     int ok = parse_call(p, h, len, &c);
-    if (ok < 0 || (ok && add_call(calls, n_calls, &c) < 0)) return -1;
+    if (ok > 0 && add_call(calls, n_calls, &c) < 0) {
+        free(c.name);
+        free(c.arguments);
+        return -1;
+    }
+    if (ok < 0) return -1;
     if (ok) p->n_calls++;
     else nv_buf_append(content, h, len);
     nv_buf_consume(&p->hold, len);
@@ -222,5 +238,6 @@ int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, n
 
 void nv_tool_parser_free(nv_tool_parser *p) {
     nv_buf_free(&p->hold);
+    nv_buf_free(&p->ws);
     memset(p, 0, sizeof *p);
 }

@@ -41,6 +41,7 @@ typedef struct {
     const char *const *names; /* the request's tools (borrowed) */
     int n_names;
     nv_buf hold; /* text not yet decided */
+    nv_buf ws;   /* the blank before a block being read (dropped if it is a call) */
     int state;
     int after_call; /* white space after a call is dropped */
     int n_calls;
