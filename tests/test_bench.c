@@ -155,6 +155,11 @@ static void test_bench_accuracy(void) {
     const char *figs[] = {"max_abs_err", "mean_abs_err", "top1_agree", "seq"};
     check_bench("accuracy", figs, 4);
 }
+static void test_bench_grammar(void) {
+    if (!t_data("tokenizers/tokenizer.bin")) return;
+    const char *figs[] = {"mask_ms", "token_by_token_ms", "allowed", "vocab", "one_token_us"};
+    check_bench("grammar", figs, 5);
+}
 static void test_bench_generate(void) {
     const char *figs[] = {"tokens_per_s|gb_per_s"};
     check_bench("generate", figs, 1);
@@ -345,6 +350,7 @@ int main(void) {
     T_RUN(test_bench_cache);
     T_RUN(test_bench_chain);
     T_RUN(test_bench_accuracy);
+    T_RUN(test_bench_grammar);
     T_RUN(test_bench_generate);
     T_RUN(test_bench_generate_cases);
     T_RUN(test_bench_generate_model_file);

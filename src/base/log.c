@@ -29,5 +29,7 @@ void nv_log(nv_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    for (char *p = line; *p; p++) /* one line each, whatever a request put into the message */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     fprintf(stderr, "nerve: %s%s\n", level == NV_LOG_WARN ? "warning: " : "", line);
 }

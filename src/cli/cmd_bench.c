@@ -23,6 +23,7 @@ static const struct {
     {"generate", bench_generate, "prefill and decode tokens/s on a stories110M-shaped model, vs the bandwidth bound"},
     {"serve", bench_serve, "tokens/s, TTFT and inter-token latency of a real server with 1, 4, 16 streaming clients"},
     {"prefix", bench_prefix, "TTFT of a 2,000-token shared prefix + 50 new tokens: cold, RAM hit, disk hit after a restart"},
+    {"grammar", bench_grammar, "constrained decoding: the token mask per JSON state vs asking token by token (-z TOKENIZER)"},
 };
 
 static void appendf(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
