@@ -349,7 +349,25 @@ struct nv_gmatch {
     /* past HSET_FROM heads in one batch, repeats are found by hashing instead of a scan: the
      * table holds (index in hb + 1) of the batch's heads */
     uint32_t *hset;
+    /* frames are shared (hash-consed): one (pos, parent) is one frame, so equal parse states have
+     * equal heads, which lets the mask walk reuse what one state does after a byte */
+    uint32_t *fset;
+    uint32_t fset_used;
+    /* the mask walk's memo: (heads, byte) -> heads after it, valid for one walk (gen) */
+    struct advance_memo *memo;
+    gframe *memo_heads;
+    size_t n_memo_heads, cap_memo_heads;
+    uint32_t memo_gen, memo_used;
     int oom;
+};
+
+#define FSET_SIZE (1u << 16)
+#define MEMO_SIZE 4096u
+
+struct advance_memo {
+    uint64_t key;
+    uint32_t gen, in_off, in_n, out_off, out_n;
+    int acc;
 };
 
 #define HSET_FROM 32
@@ -369,7 +387,35 @@ static int hset_find_or_add(nv_gmatch *m, gframe h, size_t i) {
     }
 }
 
+static inline uint32_t frame_hash(uint32_t pos, uint32_t parent) {
+    return (pos * 0x9E3779B1u + parent * 0x85EBCA77u + (parent >> 16)) & (FSET_SIZE - 1);
+}
+
 static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx) {
+    /* the same frame already made (and not since dropped) is reused; the table is a cache: an
+     * entry whose frame was truncated away or replaced is just passed over */
+    if (!m->fset && (m->fset = calloc(FSET_SIZE, sizeof *m->fset)) == NULL) m->oom = 0; /* works without it */
+    uint32_t slot = UINT32_MAX;
+    if (m->fset) {
+        if (m->fset_used > FSET_SIZE / 2) {
+            memset(m->fset, 0, FSET_SIZE * sizeof *m->fset);
+            m->fset_used = 0;
+        }
+        for (uint32_t k = frame_hash(pos, parent);; k = (k + 1) & (FSET_SIZE - 1)) {
+            uint32_t e = m->fset[k];
+            if (!e) {
+                if (slot == UINT32_MAX) slot = k;
+                break;
+            }
+            uint32_t f = e - 1;
+            int live = f < m->n_fr;
+            if (live && m->fr[f].pos == pos && m->fr[f].parent == parent) {
+                *idx = f;
+                return 1;
+            }
+            if (!live && slot == UINT32_MAX) slot = k; /* a dead entry's place may be taken */
+        }
+    }
     if (m->n_fr == m->cap_fr) {
         uint32_t c = m->cap_fr ? m->cap_fr * 2 : 256;
         gframe *f = realloc(m->fr, (size_t)c * sizeof *f);
@@ -379,6 +425,22 @@ static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx
     }
     m->fr[m->n_fr] = (gframe){pos, parent};
     *idx = m->n_fr++;
+    if (slot != UINT32_MAX) {
+        if (!m->fset[slot]) m->fset_used++;
+        m->fset[slot] = *idx + 1;
+    }
+    return 1;
+}
+
+/* Room for n more heads in hb. */
+static int reserve_heads(nv_gmatch *m, size_t n) {
+    if (m->n_hb + n <= m->cap_hb) return 1;
+    size_t c = m->cap_hb ? m->cap_hb : 64;
+    while (c < m->n_hb + n) c *= 2;
+    gframe *p = realloc(m->hb, c * sizeof *p);
+    if (!p) return m->oom = 1, 0;
+    m->hb = p;
+    m->cap_hb = c;
     return 1;
 }
 
@@ -397,13 +459,7 @@ static int push_head(nv_gmatch *m, size_t base, gframe h) {
         if (hset_find_or_add(m, h, m->n_hb)) return 1;
     }
     if (cnt >= NV_GRAMMAR_MAX_STACKS) return 1; /* narrow rather than explode */
-    if (m->n_hb == m->cap_hb) {
-        size_t c = m->cap_hb ? m->cap_hb * 2 : 64;
-        gframe *p = realloc(m->hb, c * sizeof *p);
-        if (!p) return m->oom = 1, 0;
-        m->hb = p;
-        m->cap_hb = c;
-    }
+    if (!reserve_heads(m, 1)) return 0;
     m->hb[m->n_hb++] = h;
     return 1;
 }
@@ -500,6 +556,9 @@ void nv_gmatch_free(nv_gmatch *m) {
     free(m->hb);
     free(m->work);
     free(m->hset);
+    free(m->fset);
+    free(m->memo);
+    free(m->memo_heads);
     free(m);
 }
 
@@ -523,6 +582,10 @@ static void compact(nv_gmatch *m) {
     free(map);
     m->n_fr = n;
     m->compact_at = n * 2 > 4096 ? n * 2 : 4096;
+    if (m->fset) { /* indices moved */
+        memset(m->fset, 0, FSET_SIZE * sizeof *m->fset);
+        m->fset_used = 0;
+    }
 }
 
 /* Runs bytes from the current state; on success the final heads are hb[*from, *from + *n). */
@@ -652,30 +715,83 @@ typedef struct {
     int n_allowed;
 } mask_walk;
 
-/* Marks node's subtree, given the heads hb[from, from + n) that its prefix leaves. */
-static void mask_node(mask_walk *w, uint32_t node, size_t from, size_t n) {
-    nv_gmatch *m = w->m;
-    const nv_grammar *g = m->g;
-    uint64_t next[4] = {0}; /* the bytes any head accepts */
+static uint64_t heads_hash(const gframe *h, size_t n) {
+    uint64_t x = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) x = (x ^ (((uint64_t)h[i].pos << 32) | h[i].parent)) * 0x100000001b3ull;
+    return x;
+}
+
+/* hb[from, from + n) after byte c, appended at the end of hb, remembered for this walk: with
+ * shared frames, the walk meets the same state again and again (inside a string, after every
+ * plain character), and then takes the result instead of expanding the stacks again. */
+static size_t advance_memo(nv_gmatch *m, uint64_t hh, size_t from, size_t n, unsigned c, int *acc) {
+    uint64_t key = hh * 0x9E3779B97F4A7C15ull + c + 1;
+    struct advance_memo *e = NULL;
+    if (m->memo) {
+        uint32_t k = (uint32_t)((key * 0xff51afd7ed558ccdull) >> 40) & (MEMO_SIZE - 1); /* the byte in the low bits moves up */
+        for (uint32_t probe = 0; probe < 8; probe++, k = (k + 1) & (MEMO_SIZE - 1)) {
+            struct advance_memo *x = &m->memo[k];
+            if (x->gen != m->memo_gen) {
+                e = x; /* a free place, if it is not there */
+                break;
+            }
+            if (x->key == key && x->in_n == n && !memcmp(m->memo_heads + x->in_off, m->hb + from, n * sizeof *m->hb)) {
+                if (!reserve_heads(m, x->out_n)) return 0;
+                memcpy(m->hb + m->n_hb, m->memo_heads + x->out_off, x->out_n * sizeof *m->hb); /* free of repeats already */
+                m->n_hb += x->out_n;
+                *acc = x->acc;
+                return x->out_n;
+            }
+        }
+    }
+    size_t base = m->n_hb, k = advance(m, from, n, c, acc);
+    if (e && !m->oom && m->n_memo_heads + n + k <= m->cap_memo_heads) {
+        *e = (struct advance_memo){key, m->memo_gen, (uint32_t)m->n_memo_heads, (uint32_t)n, (uint32_t)(m->n_memo_heads + n),
+                                   (uint32_t)k, *acc};
+        memcpy(m->memo_heads + m->n_memo_heads, m->hb + from, n * sizeof *m->hb);
+        memcpy(m->memo_heads + m->n_memo_heads + n, m->hb + base, k * sizeof *m->hb);
+        m->n_memo_heads += n + k;
+    }
+    return k;
+}
+
+/* The bytes any of the heads hb[from, from + n) accepts. */
+static void heads_bytes(const nv_gmatch *m, size_t from, size_t n, uint64_t next[4]) {
+    next[0] = next[1] = next[2] = next[3] = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t set[4];
-        memcpy(set, g->sets[EL_ARG(g->el[m->hb[from + i].pos])], sizeof set);
+        memcpy(set, m->g->sets[EL_ARG(m->g->el[m->hb[from + i].pos])], sizeof set);
         for (int k = 0; k < 4; k++) next[k] |= set[k];
     }
+}
+
+/* Marks node's subtree, given the heads hb[from, from + n) that its prefix leaves (hh: their
+ * hash; next: the bytes they accept). The frames an advance makes stay for the whole walk
+ * (memoised results refer to them); the heads are dropped after each child. A child whose byte
+ * leaves the state as it was (inside a string, every plain character) goes on with these heads. */
+static void mask_node(mask_walk *w, uint32_t node, size_t from, size_t n, uint64_t hh, const uint64_t next[4]) {
+    nv_gmatch *m = w->m;
     for (uint32_t c = w->tr->node[node].first_child; c && !m->oom; c = w->tr->node[c].next_sibling) {
         const trie_node *cn = &w->tr->node[c];
         if (!((next[cn->byte >> 6] >> (cn->byte & 63)) & 1)) continue; /* (bit b of byte b/8, little-endian words) */
-        uint32_t fr_mark = m->n_fr;
         size_t hb_mark = m->n_hb;
         int acc;
-        size_t k = advance(m, from, n, cn->byte, &acc);
+        size_t k = advance_memo(m, hh, from, n, cn->byte, &acc);
         if (k || acc)
             for (uint32_t v = cn->first_tok; v != NONE; v = w->tr->tok_next[v] < 0 ? NONE : (uint32_t)w->tr->tok_next[v]) {
                 w->allowed[v] = 1;
                 w->n_allowed++;
             }
-        if (k && cn->first_child) mask_node(w, c, hb_mark, k);
-        m->n_fr = fr_mark;
+        if (k && cn->first_child) {
+            if (k == n && !memcmp(m->hb + hb_mark, m->hb + from, n * sizeof *m->hb)) {
+                m->n_hb = hb_mark; /* the same state: these heads, hash and bytes */
+                mask_node(w, c, from, n, hh, next);
+            } else {
+                uint64_t nx[4];
+                heads_bytes(m, hb_mark, k, nx);
+                mask_node(w, c, hb_mark, k, heads_hash(m->hb + hb_mark, k), nx);
+            }
+        }
         m->n_hb = hb_mark;
     }
 }
@@ -685,8 +801,25 @@ int nv_gmatch_mask(nv_gmatch *m, const nv_gtrie *tr, uint8_t *allowed) {
     mask_walk w = {m, tr, allowed, 0};
     if (m->accepted)
         for (int i = 0; i < tr->n_eog; i++) allowed[tr->eog[i]] = 1, w.n_allowed++;
-    mask_node(&w, 0, 0, m->n_cur);
+    /* the memo for this walk (a new generation empties it); without memory for it, none */
+    if (!m->memo && (m->memo = calloc(MEMO_SIZE, sizeof *m->memo)) != NULL &&
+        (m->memo_heads = malloc((size_t)MEMO_SIZE * 16 * sizeof *m->memo_heads)) != NULL)
+        m->cap_memo_heads = (size_t)MEMO_SIZE * 16;
+    if (m->memo && !m->memo_heads) {
+        free(m->memo);
+        m->memo = NULL;
+    }
+    if (++m->memo_gen == 0) { /* wrapped: old entries could pass for new */
+        if (m->memo) memset(m->memo, 0, MEMO_SIZE * sizeof *m->memo);
+        m->memo_gen = 1;
+    }
+    m->n_memo_heads = 0;
+    const uint32_t fr_mark = m->n_fr;
+    uint64_t next[4];
+    heads_bytes(m, 0, m->n_cur, next);
+    mask_node(&w, 0, 0, m->n_cur, heads_hash(m->hb, m->n_cur), next);
     int oom = m->oom;
+    m->n_fr = fr_mark;
     m->n_hb = m->n_cur;
     m->oom = 0;
     return oom ? -1 : w.n_allowed;

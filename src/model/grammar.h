@@ -18,7 +18,10 @@
  *   empty, and end-of-generation tokens, are left out); nv_gmatch_mask() marks every token whose
  *   whole text the grammar accepts next, walking the trie once with the stacks (a subtree is cut
  *   as soon as no stack survives its prefix), plus the end-of-generation tokens when the
- *   sentence is complete. Token texts are taken as they follow a token other than BOS. */
+ *   sentence is complete. Token texts are taken as they follow a token other than BOS. Frames
+ *   are shared (one per (position, parent)), so equal parse states have equal stacks, and the
+ *   walk remembers what each state does after each byte: the state inside a JSON string, met
+ *   after every plain character, is expanded once per walk. */
 #ifndef NV_MODEL_GRAMMAR_H
 #define NV_MODEL_GRAMMAR_H
 
