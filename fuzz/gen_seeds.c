@@ -249,6 +249,9 @@ static void api(void) {
                        "\"parallel_tool_calls\":false}"},
         {"tool_answer.txt", "Sure.\n<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}}\n</tool_call>\n"
                             "<tool_call>{\"name\":\"a\",\"arguments\":\"{}\"}</tool_call> {\"name\": \"a\", \"parameters\": {}}"},
+        {"pattern.json", "{\"prompt\":\"a\",\"json_schema\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\","
+                         "\"pattern\":\"^(?:[A-Z]\\\\d{2,3}|x[^\\\"\\\\\\\\]+?)*\\\\.(a|b)?$\"},\"q\":{\"type\":\"string\","
+                         "\"pattern\":\"\\\\u00e9\\\\s\\\\W.\"}},\"required\":[\"p\",\"q\"]}}"},
         {"json_object.json", "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"},\"guided_json\":null}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)

@@ -104,7 +104,7 @@ static void test_generate_json(void) {
     cJSON_Delete(j);
     snprintf(args, sizeof args, "generate -m %s -z %s --json --json-schema %s", m, z, path);
     T_CHECK(t_nerve(args) == 2 && count_lines(t_err) == 1, "both: '%s'", t_err);
-    snprintf(args, sizeof args, "generate -m %s -z %s --json-schema '{\"type\":\"string\",\"pattern\":\"x\"}'", m, z);
+    snprintf(args, sizeof args, "generate -m %s -z %s --json-schema '{\"type\":\"string\",\"pattern\":\"\\\\bx\"}'", m, z);
     T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1 && strstr(t_err, "'pattern'"), "pattern: '%s'", t_err);
     snprintf(args, sizeof args, "generate -m %s -z %s --json-schema %s/none.json", m, z, t_tmpdir());
     T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1, "missing schema file: '%s'", t_err);

@@ -164,6 +164,19 @@ static void test_schemas(void) {
          {"\"a\"", "\"abcd\"", "\"bb\""}},
         {"{\"const\":{\"k\":[1,\"\xc3\xa9\"]}}", {"{\"k\":[1,\"\xc3\xa9\"]}"}, {"{\"k\": [1,\"\xc3\xa9\"]}"}},
         {"true", {"1", "{\"a\":[null]}", "\"s\""}, {"", "x"}},
+        /* pattern: the JSON text of each string the expression matches */
+        {"{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"}", {"\"AB-123\"", "\"ZZ-000\""},
+         {"\"ab-123\"", "\"AB-1234\"", "\"AB-12\"", "\"AB123\""}},
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", {"\"ab\"", "\"xxabyy\"", "\"\\\"ab\\\\\""}, {"\"a b\"", "\"\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?$\"}", {"\"cats\"", "\"dog\""}, {"\"cow\"", "\"catss\"", "\"cat \""}},
+        {"{\"type\":\"string\",\"pattern\":\"^a\\\"b\\\\\\\\c\\\\n$\"}", {"\"a\\\"b\\\\c\\n\""}, {"\"a\\\"b\\c\\n\"", "\"a\\\"b\\\\c\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^[^\\\"]{1,3}$\"}", {"\"\xc3\xa9\"", "\"xyz\"", "\"\\n\""}, {"\"\\\"\"", "\"abcd\"", "\"\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^.$\"}", {"\"\xe2\x82\xac\"", "\"\\t\"", "\"~\""}, {"\"\\n\"", "\"\xe2\x80\xa8\"", "\"ab\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\u0041+[\\\\x42-\\\\x43]$\"}", {"\"AAB\"", "\"AC\""}, {"\"A\"", "\"AD\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^a|b$\"}", {"\"axx\"", "\"xxb\"", "\"a\"", "\"b\""}, {"\"xbx\"", "\"xax\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:\\\\w+\\\\.)*\\\\w+@\\\\w+\\\\.[a-z]{2,3}$\"}", {"\"a.b@c.io\"", "\"x_1@y.com\""},
+         {"\"@c.io\"", "\"a@c.toolong\"", "\"a b@c.io\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^[\\\\s\\\\S]?\\\\D\\\\W$\"}", {"\" x-\"", "\"x!\"", "\"\xc3\xa9\xc3\xa9\""}, {"\"1-\"", "\"xa\""}},
         {"{\"title\":\"T\",\"description\":\"d\",\"allOf\":[{\"type\":\"boolean\"}]}", {"true", "false"}, {"1"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -182,7 +195,6 @@ static void test_schema_refusals(void) {
         const char *schema, *why;
         nv_err code;
     } bad[] = {
-        {"{\"type\":\"string\",\"pattern\":\"^a$\"}", "'pattern' is not supported", NV_EUNSUPPORTED},
         {"{\"type\":\"number\",\"minimum\":0}", "'minimum' on a number", NV_EUNSUPPORTED},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", NV_EUNSUPPORTED},
         {"{\"type\":\"string\",\"format\":\"email\"}", "'format': 'email'", NV_EUNSUPPORTED},
@@ -208,6 +220,18 @@ static void test_schema_refusals(void) {
         {"{\"type\":\"integer\",\"format\":\"uuid\"}", "only int32 and int64", NV_EUNSUPPORTED},
         {"{\"type\":\"boolean\",\"format\":\"x\"}", "'format' on a boolean", NV_EUNSUPPORTED},
         {"{\"type\":\"integer\",\"maximum\":1e17}", "beyond 2^53", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "look-around", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"\\\\bword\"}", "word boundaries", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "back references", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"[\xc3\xa0-\xc3\xbf]\"}", "past ASCII", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a**\"}", "after a quantifier", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"(a\"}", "without its ')'", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a)\"}", "without its '('", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a{2000}\"}", "at most 1000", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "only at the ends", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"[z-a]\"}", "backwards", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", "'pattern' with", NV_EUNSUPPORTED},
+        {"{\"pattern\":\"a\"}", "'pattern' without a 'type'", NV_EUNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cJSON *s = cJSON_Parse(bad[i].schema);

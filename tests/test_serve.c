@@ -2,6 +2,7 @@
  * Whole and streamed responses, llama2.c's golden text through the API, 8 concurrent greedy
  * requests equal to each alone, 16 concurrent clients, a table of bad requests, disconnects,
  * 429 with a tiny KV budget, timeouts, auth and CORS, and a clean exit 0 on SIGTERM. */
+#include <ctype.h>
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -619,6 +620,14 @@ static int check_person(const char *text, char *why, size_t n) {
     return ok;
 }
 
+/* ^[A-Z][a-z]{1,8}-\d{2}$ */
+static int pattern_ok(const char *v) {
+    size_t n = strlen(v), i = 1;
+    if (n < 5 || !(v[0] >= 'A' && v[0] <= 'Z')) return 0;
+    while (i < n && v[i] >= 'a' && v[i] <= 'z') i++;
+    return i >= 2 && i <= 9 && v[i] == '-' && n == i + 3 && isdigit((unsigned char)v[i + 1]) && isdigit((unsigned char)v[i + 2]);
+}
+
 static void test_structured_outputs(void) {
     if (!main_up) return t_skip("the main server did not start");
     int port = main_srv.port;
@@ -666,6 +675,7 @@ static void test_structured_outputs(void) {
         "{\"prompt\":\"Ben\",\"max_tokens\":120,\"seed\":4,\"json_schema\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":4}}",
         "{\"prompt\":\"Ben\",\"max_tokens\":120,\"seed\":5,\"guided_json\":\"{\\\"type\\\":\\\"boolean\\\"}\"}",
         "{\"prompt\":\"Tom\",\"max_tokens\":120,\"temperature\":0,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"d\",\"schema\":{\"type\":\"string\",\"format\":\"date\"}}}}",
+        "{\"prompt\":\"Sue\",\"max_tokens\":60,\"seed\":9,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]{1,8}-\\\\d{2}$\"}}}}",
     };
     for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
         resp r;
@@ -680,7 +690,8 @@ static void test_structured_outputs(void) {
             int ok = f == 0 ? cJSON_IsObject(j)
                    : f == 1 ? cJSON_IsArray(j) && cJSON_GetArraySize(j) >= 2 && cJSON_GetArraySize(j) <= 4
                    : f == 2 ? cJSON_IsBool(j)
-                            : cJSON_IsString(j) && strlen(j->valuestring) == 10 && j->valuestring[4] == '-';
+                   : f == 3 ? cJSON_IsString(j) && strlen(j->valuestring) == 10 && j->valuestring[4] == '-'
+                            : cJSON_IsString(j) && pattern_ok(j->valuestring);
             T_CHECK(ok, "form %zu: '%s' does not fit", f, text ? text : "");
             cJSON_Delete(j);
         }
@@ -979,7 +990,7 @@ static void test_bad_requests_table(void) {
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"xml\"}}", 400, "response_format.type", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":\"json\"}", 400, "response_format", NULL},
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\"}}", 400, "response_format.json_schema", NULL},
-        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a+\"}}}}", 400, "response_format.json_schema.schema", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}}}}", 400, "response_format.json_schema.schema", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"guided_json\":\"{not json\"}", 400, "guided_json", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"json_schema\":{\"$ref\":\"#/nope\"}}", 400, "json_schema", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"json_schema\":{},\"guided_json\":{}}", 400, "json_schema", NULL},

@@ -528,7 +528,7 @@ static void test_api_tools(void) {
     /* auto: a tool whose schema cannot be held leaves only itself unconstrained */
     snprintf(body, sizeof body,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"parallel_tool_calls\":false,\"tools\":["
-             "{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"string\",\"pattern\":\"x\"}}},"
+             "{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}},"
              "{\"type\":\"function\",\"function\":{\"name\":\"b\"}}]}");
     T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0 && r.req.lazy_grammar && r.req.lazy_ends && !r.req.grammar,
             "auto with one bad tool: %s", e.message);
@@ -543,7 +543,7 @@ static void test_api_tools(void) {
         {"\"tool_choice\":\"required\"", "tool_choice"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":\"always\"", "tool_choice"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"b\"}}", "tool_choice"},
-        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"string\",\"pattern\":\"x\"}}}],"
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}],"
          "\"tool_choice\":\"required\"", "tools"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"response_format\":{\"type\":\"json_object\"}", "response_format"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"parallel_tool_calls\":1", "parallel_tool_calls"},

@@ -108,6 +108,35 @@ static int hex(sc *c) {
     return c->hex = nv_gbuild_add(c->b, &body);
 }
 
+/* Every well-formed UTF-8 sequence of 2 to 4 bytes (no overlongs, surrogates or code points past
+ * U+10FFFF) as alternatives appended to body; no_line_seps leaves out U+2028 and U+2029 (the
+ * line terminators a regular expression's '.' does not match). */
+static void utf8_multibyte(sc *c, nv_gbody *body, int no_line_seps) {
+    static const unsigned seqs[][4][2] = {
+        {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
+        {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xE1, 0xE1}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xE2, 0xE2}, {0x81, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xE2, 0xE2}, {0x80, 0x80}, {0x80, 0xA7}, {0, 0}},
+        {{0xE2, 0xE2}, {0x80, 0x80}, {0xAA, 0xBF}, {0, 0}},
+        {{0xE3, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}, {0, 0}},
+        {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+    };
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+        if (i) nv_gbody_alt(body);
+        for (int k = 0; k < 4 && seqs[i][k][0]; k++) nv_gbody_range(c->b, body, seqs[i][k][0], seqs[i][k][1]);
+    }
+    if (!no_line_seps) { /* E2 80 A8 and E2 80 A9 */
+        nv_gbody_alt(body);
+        nv_gbody_lit(c->b, body, "\xE2\x80", 2);
+        nv_gbody_range(c->b, body, 0xA8, 0xA9);
+    }
+}
+
 /* One character inside a JSON string: printable ASCII but '"' and '\\', an escape, or a
  * well-formed UTF-8 sequence (no overlongs, surrogates or code points past U+10FFFF). */
 static int chr(sc *c) {
@@ -127,20 +156,8 @@ static int chr(sc *c) {
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "\\u", 2);
     for (int i = 0; i < 4; i++) nv_gbody_ref(&body, h);
-    static const unsigned seqs[][4][2] = {
-        {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
-        {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
-        {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
-        {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}, {0, 0}},
-        {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
-        {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-        {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-        {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
-    };
-    for (size_t s = 0; s < sizeof seqs / sizeof seqs[0]; s++) {
-        nv_gbody_alt(&body);
-        for (int k = 0; k < 4 && seqs[s][k][0]; k++) nv_gbody_range(b, &body, seqs[s][k][0], seqs[s][k][1]);
-    }
+    nv_gbody_alt(&body);
+    utf8_multibyte(c, &body, 0);
     return c->chr = nv_gbuild_add(b, &body);
 }
 
@@ -432,7 +449,7 @@ static char *json_quote(const char *text) {
 
 static const char *const ignored_keys[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
                                            "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
-static const char *const known_keys[] = {"type",      "properties", "required",  "additionalProperties",
+static const char *const known_keys[] = {"type",      "properties", "required",  "additionalProperties", "pattern",
                                          "items",     "minItems",   "maxItems",  "minLength",
                                          "maxLength", "enum",       "const",     "anyOf",
                                          "oneOf",     "allOf",      "$ref",      "format",
@@ -623,10 +640,351 @@ static int gen_array(sc *c, const cJSON *s) {
     return sequence(c, "[", "]", item, min, max);
 }
 
+/* ---- pattern: an ECMAScript regular expression (a subset) to the JSON strings it matches ---- */
+
+/* The grammar writes a string's JSON text, so each character the expression allows is written as
+ * JSON writes it: '"' and '\' escaped, control characters as \n, \t, ... or \u00XX, the rest as
+ * its UTF-8 bytes. Only that one spelling is generated (JSON allows others, e.g. \u0061): every
+ * generated text decodes to a string the expression matches. */
+
+typedef struct {
+    uint8_t ascii[16];  /* members below 0x80 */
+    uint32_t cps[64];   /* members above, one by one */
+    int n_cps;
+    int multibyte;      /* every character above 0x7F (1), or those but U+2028/U+2029 (2, for '.') */
+} rx_class;
+
+typedef struct {
+    sc *c;
+    const char *p, *end;
+    int depth;
+} rx;
+
+static int rx_fail(rx *r, const char *what) { return fail(r->c, NV_EUNSUPPORTED, "'pattern': %s%s", what, ""); }
+
+static void cls_ascii(rx_class *k, unsigned lo, unsigned hi) {
+    for (unsigned x = lo; x <= hi && x < 128; x++) k->ascii[x >> 3] |= (uint8_t)(1u << (x & 7));
+}
+
+static int cls_add(rx *r, rx_class *k, uint32_t lo, uint32_t hi) {
+    if (lo > hi) return rx_fail(r, "a class range runs backwards"), 0;
+    if (hi < 128) {
+        cls_ascii(k, lo, hi);
+        return 1;
+    }
+    if (lo != hi) return rx_fail(r, "a class range past ASCII is not supported"), 0;
+    if (k->n_cps == 64) return rx_fail(r, "a class with more than 64 characters past ASCII is not supported"), 0;
+    k->cps[k->n_cps++] = lo;
+    return 1;
+}
+
+/* \d \w \s and their negations (ASCII, as ECMAScript without the i flag; \S keeps to ASCII so no
+ * Unicode space slips in). */
+static int cls_shorthand(rx *r, rx_class *k, char e) {
+    rx_class t = {0};
+    if (e == 'd' || e == 'D') cls_ascii(&t, '0', '9');
+    if (e == 'w' || e == 'W') cls_ascii(&t, '0', '9'), cls_ascii(&t, 'A', 'Z'), cls_ascii(&t, 'a', 'z'), cls_ascii(&t, '_', '_');
+    if (e == 's' || e == 'S') cls_ascii(&t, '\t', '\r'), cls_ascii(&t, ' ', ' ');
+    int neg = e == 'D' || e == 'W' || e == 'S';
+    for (int i = 0; i < 16; i++) k->ascii[i] |= neg ? (uint8_t)~t.ascii[i] : t.ascii[i];
+    if (neg && e != 'S') k->multibyte = 1;
+    (void)r;
+    return 1;
+}
+
+/* One code point from the pattern's UTF-8 (the pattern is a JSON string, so its text is UTF-8). */
+static int rx_codepoint(rx *r, uint32_t *cp) {
+    const unsigned char *u = (const unsigned char *)r->p;
+    int n = u[0] < 0x80 ? 1 : u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC0 ? 2 : 0;
+    if (!n || r->p + n > r->end) return rx_fail(r, "not UTF-8"), 0;
+    uint32_t v = n == 1 ? u[0] : u[0] & (0x7F >> n);
+    for (int i = 1; i < n; i++) {
+        if ((u[i] & 0xC0) != 0x80) return rx_fail(r, "not UTF-8"), 0;
+        v = v << 6 | (u[i] & 0x3F);
+    }
+    r->p += n;
+    *cp = v;
+    return 1;
+}
+
+static int rx_hex(rx *r, int digits, uint32_t *cp) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; i++, r->p++) {
+        if (r->p >= r->end || !isxdigit((unsigned char)*r->p)) return rx_fail(r, "a \\x or \\u escape needs hex digits"), 0;
+        v = v * 16 + (uint32_t)(isdigit((unsigned char)*r->p) ? *r->p - '0' : (tolower((unsigned char)*r->p) - 'a' + 10));
+    }
+    *cp = v;
+    return 1;
+}
+
+/* After a backslash: a class shorthand (class set) or one code point. Returns 1, or 0 failed. */
+static int rx_escape(rx *r, rx_class *k, int *is_class, uint32_t *cp) {
+    if (r->p >= r->end) return rx_fail(r, "it ends with a backslash"), 0;
+    char e = *r->p++;
+    *is_class = 0;
+    switch (e) {
+    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': *is_class = 1; return cls_shorthand(r, k, e);
+    case 'n': *cp = '\n'; return 1;
+    case 'r': *cp = '\r'; return 1;
+    case 't': *cp = '\t'; return 1;
+    case 'f': *cp = '\f'; return 1;
+    case 'v': *cp = '\v'; return 1;
+    case '0': *cp = 0; return 1;
+    case 'x': return rx_hex(r, 2, cp);
+    case 'u':
+        if (r->p < r->end && *r->p == '{') return rx_fail(r, "\\u{...} is not supported"), 0;
+        if (!rx_hex(r, 4, cp)) return 0;
+        if (*cp >= 0xD800 && *cp <= 0xDFFF) return rx_fail(r, "a surrogate escape is not supported"), 0;
+        return 1;
+    case 'b': case 'B': return rx_fail(r, "word boundaries (\\b, \\B) are not supported"), 0;
+    case 'p': case 'P': return rx_fail(r, "Unicode properties (\\p, \\P) are not supported"), 0;
+    case 'k': case 'c': return rx_fail(r, "\\k and \\c are not supported"), 0;
+    default:
+        if (e >= '1' && e <= '9') return rx_fail(r, "back references are not supported"), 0;
+        if (isalnum((unsigned char)e)) return rx_fail(r, "an unknown escape"), 0;
+        r->p--;
+        return rx_codepoint(r, cp); /* an escaped punctuation character stands for itself */
+    }
+}
+
+/* The JSON spelling of one code point as grammar text appended to body. */
+static void json_char(sc *c, nv_gbody *body, uint32_t cp) {
+    char buf[8];
+    size_t n = 0;
+    if (cp == '"') n = (size_t)snprintf(buf, sizeof buf, "\\\"");
+    else if (cp == '\\') n = (size_t)snprintf(buf, sizeof buf, "\\\\");
+    else if (cp == '\n') n = (size_t)snprintf(buf, sizeof buf, "\\n");
+    else if (cp == '\r') n = (size_t)snprintf(buf, sizeof buf, "\\r");
+    else if (cp == '\t') n = (size_t)snprintf(buf, sizeof buf, "\\t");
+    else if (cp == '\b') n = (size_t)snprintf(buf, sizeof buf, "\\b");
+    else if (cp == '\f') n = (size_t)snprintf(buf, sizeof buf, "\\f");
+    else if (cp < 0x20) n = (size_t)snprintf(buf, sizeof buf, "\\u%04x", (unsigned)cp);
+    else if (cp < 0x80) buf[n++] = (char)cp;
+    else if (cp < 0x800) buf[n++] = (char)(0xC0 | cp >> 6), buf[n++] = (char)(0x80 | (cp & 0x3F));
+    else if (cp < 0x10000)
+        buf[n++] = (char)(0xE0 | cp >> 12), buf[n++] = (char)(0x80 | (cp >> 6 & 0x3F)), buf[n++] = (char)(0x80 | (cp & 0x3F));
+    else
+        buf[n++] = (char)(0xF0 | cp >> 18), buf[n++] = (char)(0x80 | (cp >> 12 & 0x3F)), buf[n++] = (char)(0x80 | (cp >> 6 & 0x3F)),
+        buf[n++] = (char)(0x80 | (cp & 0x3F));
+    nv_gbody_lit(c->b, body, buf, n);
+}
+
+/* A class as one rule: the plain ASCII members as one byte set, the others spelled as JSON does. */
+static int cls_rule(rx *r, const rx_class *k) {
+    sc *c = r->c;
+    nv_gbody body = {0};
+    uint8_t plain[32] = {0};
+    int any = 0, first = 1;
+    for (unsigned x = 0x20; x < 0x80; x++)
+        if (x != '"' && x != '\\' && (k->ascii[x >> 3] >> (x & 7) & 1)) plain[x >> 3] |= (uint8_t)(1u << (x & 7)), any = 1;
+    if (any) nv_gbody_set(c->b, &body, plain), first = 0;
+    for (unsigned x = 0; x < 0x20; x++)
+        if (k->ascii[x >> 3] >> (x & 7) & 1) {
+            if (!first) nv_gbody_alt(&body);
+            json_char(c, &body, x), first = 0;
+        }
+    const unsigned esc[] = {'"', '\\'};
+    for (int i = 0; i < 2; i++)
+        if (k->ascii[esc[i] >> 3] >> (esc[i] & 7) & 1) {
+            if (!first) nv_gbody_alt(&body);
+            json_char(c, &body, esc[i]), first = 0;
+        }
+    for (int i = 0; i < k->n_cps; i++) {
+        if (!first) nv_gbody_alt(&body);
+        json_char(c, &body, k->cps[i]), first = 0;
+    }
+    if (k->multibyte) {
+        if (!first) nv_gbody_alt(&body);
+        utf8_multibyte(c, &body, k->multibyte == 2);
+        first = 0;
+    }
+    if (first) return rx_fail(r, "a class that matches nothing");
+    return nv_gbuild_add(c->b, &body);
+}
+
+static int rx_alt(rx *r, int top);
+
+static int rx_class_atom(rx *r) {
+    rx_class k = {0};
+    int neg = r->p < r->end && *r->p == '^';
+    if (neg) r->p++;
+    int first = 1;
+    while (r->p < r->end && (*r->p != ']' || first)) {
+        first = 0;
+        uint32_t lo;
+        int is_class = 0;
+        if (*r->p == '\\') {
+            r->p++;
+            if (!rx_escape(r, &k, &is_class, &lo)) return 0;
+            if (is_class) continue;
+        } else if (!rx_codepoint(r, &lo)) return 0;
+        uint32_t hi = lo;
+        if (r->p + 1 < r->end && *r->p == '-' && r->p[1] != ']') {
+            r->p++;
+            if (*r->p == '\\') {
+                r->p++;
+                if (!rx_escape(r, &k, &is_class, &hi)) return 0;
+                if (is_class) return rx_fail(r, "a class shorthand cannot end a range");
+            } else if (!rx_codepoint(r, &hi)) return 0;
+        }
+        if (!cls_add(r, &k, lo, hi)) return 0;
+    }
+    if (r->p >= r->end) return rx_fail(r, "a '[' without its ']'");
+    r->p++;
+    if (neg) {
+        if (k.n_cps || k.multibyte) return rx_fail(r, "a negated class with members past ASCII is not supported");
+        for (int i = 0; i < 16; i++) k.ascii[i] = (uint8_t)~k.ascii[i];
+        k.multibyte = 1;
+    }
+    return cls_rule(r, &k);
+}
+
+/* One atom: a group, a class, '.', an escape or a character. */
+static int rx_atom(rx *r) {
+    const char ch = *r->p;
+    if (ch == '(') {
+        r->p++;
+        if (r->p < r->end && *r->p == '?') {
+            if (r->p + 1 < r->end && r->p[1] == ':') r->p += 2;
+            else if (r->p + 1 < r->end && r->p[1] == '<' && r->p + 2 < r->end && r->p[2] != '=' && r->p[2] != '!') {
+                const char *gt = memchr(r->p, '>', (size_t)(r->end - r->p)); /* a named group: just a group */
+                if (!gt) return rx_fail(r, "a group name without its '>'");
+                r->p = gt + 1;
+            } else return rx_fail(r, "look-around assertions are not supported");
+        }
+        if (++r->depth > 32) return rx_fail(r, "groups nest deeper than 32");
+        int g = rx_alt(r, 0);
+        r->depth--;
+        if (r->c->err != NV_OK) return 0;
+        if (r->p >= r->end || *r->p != ')') return rx_fail(r, "a '(' without its ')'");
+        r->p++;
+        return g;
+    }
+    rx_class k = {0};
+    if (ch == '[') {
+        r->p++;
+        return rx_class_atom(r);
+    }
+    if (ch == '.') { /* any character but line terminators */
+        r->p++;
+        cls_ascii(&k, 0x20, 0x7F);
+        cls_ascii(&k, '\t', '\t');
+        k.multibyte = 2;
+        return cls_rule(r, &k);
+    }
+    if (ch == '^' || ch == '$') return rx_fail(r, "'^' and '$' are supported only at the ends of the pattern's alternatives");
+    if (ch == '*' || ch == '+' || ch == '?' || ch == '{') return rx_fail(r, "a quantifier with nothing to repeat");
+    uint32_t cp;
+    int is_class = 0;
+    if (ch == '\\') {
+        r->p++;
+        if (!rx_escape(r, &k, &is_class, &cp)) return 0;
+        if (is_class) return cls_rule(r, &k);
+    } else if (!rx_codepoint(r, &cp)) return 0;
+    nv_gbody body = {0};
+    json_char(r->c, &body, cp);
+    return nv_gbuild_add(r->c->b, &body);
+}
+
+/* An atom's quantifier, if any: *, +, ?, {n}, {n,}, {n,m} (a lazy '?' after it changes nothing
+ * here: the same strings match). */
+static int rx_quantified(rx *r, int atom) {
+    if (r->p >= r->end) return atom;
+    long min = -1, max = -1;
+    if (*r->p == '*') min = 0, r->p++;
+    else if (*r->p == '+') min = 1, r->p++;
+    else if (*r->p == '?') min = 0, max = 1, r->p++;
+    else if (*r->p == '{') {
+        char *e;
+        min = strtol(r->p + 1, &e, 10);
+        if (e == r->p + 1 || min < 0 || min > 1000) return rx_fail(r, "a {n,m} quantifier needs counts of at most 1000");
+        max = min;
+        if (*e == ',') {
+            if (e[1] == '}') max = -1, e++;
+            else {
+                char *f;
+                max = strtol(e + 1, &f, 10);
+                if (f == e + 1 || max < min || max > 1000) return rx_fail(r, "a {n,m} quantifier needs counts of at most 1000");
+                e = f;
+            }
+        }
+        if (*e != '}') return rx_fail(r, "a '{' that is not a quantifier");
+        r->p = e + 1;
+    } else return atom;
+    if (r->p < r->end && *r->p == '?') r->p++;
+    if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '{')) return rx_fail(r, "a quantifier after a quantifier");
+    return repeat(r->c, atom, min, max);
+}
+
+/* A sequence of quantified atoms; at the top level it may start with '^' and end with '$', and
+ * without them any text may come before or after. */
+static int rx_seq(rx *r, int top) {
+    nv_gbody body = {0};
+    int anchored_start = 0, anchored_end = 0;
+    if (top && r->p < r->end && *r->p == '^') anchored_start = 1, r->p++;
+    if (top && !anchored_start) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
+    while (r->p < r->end && *r->p != '|' && *r->p != ')' && r->c->err == NV_OK) {
+        if (top && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) {
+            anchored_end = 1;
+            r->p++;
+            break;
+        }
+        int a = rx_atom(r);
+        if (r->c->err != NV_OK) break;
+        nv_gbody_ref(&body, rx_quantified(r, a));
+    }
+    if (top && !anchored_end) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
+    if (r->c->err != NV_OK) {
+        nv_gbody_free(&body);
+        return 0;
+    }
+    return nv_gbuild_add(r->c->b, &body);
+}
+
+static int rx_alt(rx *r, int top) {
+    nv_gbody body = {0};
+    for (int first = 1;; first = 0) {
+        int s = rx_seq(r, top);
+        if (r->c->err != NV_OK) {
+            nv_gbody_free(&body);
+            return 0;
+        }
+        if (!first) nv_gbody_alt(&body);
+        nv_gbody_ref(&body, s);
+        if (r->p < r->end && *r->p == '|') {
+            r->p++;
+            continue;
+        }
+        break;
+    }
+    return nv_gbuild_add(r->c->b, &body);
+}
+
+/* "..." whose text matches pattern. */
+static int pattern_string(sc *c, const char *pattern) {
+    rx r = {c, pattern, pattern + strlen(pattern), 0};
+    if (strlen(pattern) > 1000) return fail(c, NV_EUNSUPPORTED, "'pattern' longer than 1000 bytes is not supported%s%s", "", "");
+    int body_rule = rx_alt(&r, 1);
+    if (c->err != NV_OK) return 0;
+    if (r.p != r.end) return fail(c, NV_EUNSUPPORTED, "'pattern': a ')' without its '('%s%s", "", "");
+    nv_gbody body = {0};
+    nv_gbody_lit(c->b, &body, "\"", 1);
+    nv_gbody_ref(&body, body_rule);
+    nv_gbody_lit(c->b, &body, "\"", 1);
+    return nv_gbuild_add(c->b, &body);
+}
+
 static int gen_string(sc *c, const cJSON *s) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     long min = count_kw(c, s, "minLength", 0), max = count_kw(c, s, "maxLength", -1);
     if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxLength' is below 'minLength'%s%s", "", "");
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+    if (pat) {
+        if (!cJSON_IsString(pat)) return fail(c, NV_EINVAL, "'pattern' must be a string%s%s", "", "");
+        if (fmt || cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength"))
+            return fail(c, NV_EUNSUPPORTED, "'pattern' with 'format', 'minLength' or 'maxLength' is not supported%s%s", "", "");
+        return pattern_string(c, pat->valuestring);
+    }
     if (fmt) {
         if (!cJSON_IsString(fmt)) return fail(c, NV_EINVAL, "'format' must be a string%s%s", "", "");
         if (cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength"))
@@ -792,7 +1150,7 @@ static int alternatives(sc *c, const cJSON *list, const char *key) {
 }
 
 /* Keywords that belong to one type, refused where no type says which values they hold for. */
-static const char *const typed_keys[] = {"minLength", "maxLength", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+static const char *const typed_keys[] = {"minLength", "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 static const char *const object_keys[] = {"properties", "required", "additionalProperties"};
 static const char *const array_keys[] = {"items", "minItems", "maxItems"};
 #define COUNT(a) (sizeof a / sizeof a[0])
