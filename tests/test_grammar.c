@@ -352,6 +352,49 @@ static void test_mask(void) {
 }
 
 /* Lazy grammars: free text until the trigger, then held to the grammar from the trigger on. */
+/* A reasoning model's think block before the JSON (--reasoning-format). */
+static void test_think(void) {
+    cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}");
+    nv_grammar *g = NULL;
+    T_CHECK(nv_schema_grammar_ex(schema, 0, 1, &g) == NV_OK, "%s", nv_errmsg());
+    cJSON_Delete(schema);
+    if (!g) return;
+    const char *good[] = {"{\"a\":1}", " {\"a\":1}", "<think>\nLet me see: { \"a\" } </think\n</thin> <<</think>\n\n{\"a\":2}",
+                          "<think></think>{\"a\":3}", "<think>\xc3\xa9</think>\n{\"a\":4}"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) T_CHECK(accepts(g, good[i]), "accepts %s", good[i]);
+    const char *bad[] = {"<think>x</think>y{\"a\":1}", "<think>x", "x<think></think>{\"a\":1}", "<think>a</think>b</think>{\"a\":1}",
+                         "<think>x</think>\n\n\n{\"a\":1}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "refuses %s", bad[i]);
+    nv_grammar_unref(g);
+    /* a lazy trigger inside the think block does not count */
+    schema = cJSON_Parse("{\"type\":\"object\"}");
+    T_CHECK(nv_schema_grammar_framed(schema, "<tool_call>\n", "\n</tool_call>", NULL, &g) == NV_OK, "%s", nv_errmsg());
+    cJSON_Delete(schema);
+    nv_glazy z;
+    nv_gsampler gs = {0};
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 0) == NV_OK, "%s", nv_errmsg());
+    z.think = 1;
+    const char *pieces[] = {"\n<thi", "nk>I could write <tool_call>\n{ here", "</th", "ink>\n\n"};
+    for (int i = 0; i < 4; i++) T_CHECK(nv_glazy_step(&z, &gs, 16, pieces[i]) == 0 && !gs.m, "inside the think block (%d)", i);
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "<tool_call>\n{") == 1 && gs.m, "after it");
+    nv_gsampler_free(&gs);
+    nv_glazy_free(&z);
+    /* at the start, after the block */
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 1) == NV_OK, "%s", nv_errmsg());
+    z.think = 1;
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "<think>hm</think>\n") == 0 && nv_glazy_step(&z, &gs, 16, "<tool_call>\n{") == 1 && gs.m,
+            "at the start after a think block");
+    nv_gsampler_free(&gs);
+    nv_glazy_free(&z);
+    /* no think block: the text is looked at as it is */
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 0) == NV_OK, "%s", nv_errmsg());
+    z.think = 1;
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "Sure <tool_call>\n{") == 1 && gs.m, "no think block");
+    nv_gsampler_free(&gs);
+    nv_glazy_free(&z);
+    nv_grammar_unref(g);
+}
+
 static void test_lazy(void) {
     cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"play\"}},\"required\":[\"name\"]}");
     nv_grammar *g = NULL;
@@ -396,5 +439,6 @@ int main(void) {
     T_RUN(test_schema_refusals);
     T_RUN(test_mask);
     T_RUN(test_lazy);
+    T_RUN(test_think);
     return t_done();
 }

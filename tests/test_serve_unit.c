@@ -561,6 +561,22 @@ static void test_api_tools(void) {
     for (size_t i = 0; i < sizeof bad_msgs / sizeof bad_msgs[0]; i++)
         T_CHECK(nv_api_parse(&ctx, 1, bad_msgs[i], strlen(bad_msgs[i]), &r, &e) == 400 && !strcmp(e.param, "messages"), "%s: %s",
                 bad_msgs[i], e.message);
+    /* --reasoning-format: the JSON (or the required call) may follow a think block; not on completions */
+    nv_api_ctx rctx = ctx;
+    rctx.reasoning = 1;
+    const char *rf = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"response_format\":{\"type\":\"json_object\"}}";
+    const char *rfc = "{\"prompt\":\"Hi\",\"response_format\":{\"type\":\"json_object\"}}";
+    const char *thought = "<think>\nhm</think>\n\n{\"x\": 1}";
+    for (int chat = 1; chat >= 0; chat--) {
+        T_CHECK(nv_api_parse(&rctx, chat, chat ? rf : rfc, strlen(chat ? rf : rfc), &r, &e) == 0 && r.req.grammar, "%s", e.message);
+        if (r.req.grammar) {
+            nv_gmatch *m = nv_gmatch_new(r.req.grammar);
+            int ok = nv_gmatch_feed(m, thought, strlen(thought)) == 1 && nv_gmatch_done(m);
+            T_CHECK(ok == chat, "a think block before the JSON: %s", chat ? "chat takes it" : "completions do not");
+            nv_gmatch_free(m);
+        }
+        nv_api_request_free(&r);
+    }
     /* completions have no tools */
     const char *comp = "{\"prompt\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}";
     T_CHECK(nv_api_parse(&ctx, 0, comp, strlen(comp), &r, &e) == 400 && !strcmp(e.param, "tools"), "completions: %s", e.message);

@@ -899,17 +899,46 @@ void nv_glazy_free(nv_glazy *z) {
     memset(z, 0, sizeof *z);
 }
 
+static int is_blank(char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t'; }
+
 int nv_glazy_step(nv_glazy *z, nv_gsampler *gs, int vocab, const char *piece) {
     if (!piece || !*piece) return 0;
+    if (z->at_start && z->seen && !z->tail.len) return 0; /* decided: it did not start the text */
+    nv_buf_puts(&z->tail, piece);
+    if (z->tail.oom) return -1;
     const size_t tl = strlen(z->trigger);
+    if (z->think && z->think_state < 2) { /* a leading <think> block is passed over first */
+        static const char open[] = "<think>", close[] = "</think>";
+        if (z->think_state == 0) {
+            size_t b = 0;
+            while (b < z->tail.len && is_blank(z->tail.data[b])) b++;
+            size_t left = z->tail.len - b;
+            if (!left || (left < 7 && !memcmp(z->tail.data + b, open, left))) return 0; /* not decided yet */
+            if (left >= 7 && !memcmp(z->tail.data + b, open, 7)) {
+                z->think_state = 1;
+                nv_buf_consume(&z->tail, b + 7);
+            } else {
+                z->think_state = 2; /* no reasoning: the text goes on as it is */
+            }
+        }
+        if (z->think_state == 1) {
+            const char *hit = z->tail.len ? memmem(z->tail.data, z->tail.len, close, 8) : NULL;
+            if (!hit) {
+                if (z->tail.len > 7) nv_buf_consume(&z->tail, z->tail.len - 7);
+                return 0;
+            }
+            nv_buf_consume(&z->tail, (size_t)(hit - z->tail.data) + 8);
+            z->think_state = 2;
+        }
+    }
     if (z->at_start) {
-        if (z->seen && !z->tail.len) return 0; /* decided: it did not start the text */
-        if (!z->seen) {
-            while (*piece == ' ' || *piece == '\n' || *piece == '\r' || *piece == '\t') piece++;
-            if (!*piece) return 0;
+        if (!z->seen) { /* the text's first non-blank byte */
+            size_t b = 0;
+            while (b < z->tail.len && is_blank(z->tail.data[b])) b++;
+            nv_buf_consume(&z->tail, b);
+            if (!z->tail.len) return 0;
             z->seen = 1;
         }
-        nv_buf_puts(&z->tail, piece);
         size_t n = z->tail.len < tl ? z->tail.len : tl;
         if (memcmp(z->tail.data, z->trigger, n)) { /* not the trigger: free for good */
             nv_buf_consume(&z->tail, z->tail.len);
@@ -917,16 +946,13 @@ int nv_glazy_step(nv_glazy *z, nv_gsampler *gs, int vocab, const char *piece) {
         }
         if (z->tail.len < tl) return 0; /* so far a beginning of it */
     } else {
-        nv_buf_puts(&z->tail, piece);
-        if (z->tail.oom) return -1;
-        const char *hit = memmem(z->tail.data, z->tail.len, z->trigger, tl);
+        const char *hit = z->tail.len ? memmem(z->tail.data, z->tail.len, z->trigger, tl) : NULL;
         if (!hit) { /* keep only what may still begin the trigger */
             if (z->tail.len >= tl) nv_buf_consume(&z->tail, z->tail.len - (tl - 1));
             return 0;
         }
         nv_buf_consume(&z->tail, (size_t)(hit - z->tail.data));
     }
-    if (z->tail.oom) return -1;
     int on = 0;
     if (nv_gsampler_init(gs, z->g, vocab) != NV_OK) on = -1;
     else if (nv_gmatch_feed(gs->m, z->tail.data, z->tail.len) == 1) on = 1;

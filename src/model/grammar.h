@@ -140,6 +140,8 @@ typedef struct {
     nv_grammar *g;
     char *trigger;
     int at_start, seen;
+    int think;       /* set after init: a leading <think>...</think> block is text the trigger is not looked for in */
+    int think_state; /* 0 not known yet, 1 inside the block, 2 past it (or none) */
     nv_buf tail; /* the text since the grammar was last on, as far as it may hold the trigger */
 } nv_glazy;
 

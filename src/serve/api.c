@@ -335,9 +335,10 @@ static int valid_tool_name(const char *s) {
  * with parallel more after newlines; Llama 3: {"name": NAME, "parameters": ARGS}. ARGS follows
  * the tool's parameters schema. */
 static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, int skip_bad,
-                            nv_grammar **out) {
-    if (style == NV_TOOLS_LLAMA3) return nv_tool_calls_grammar(tools, only, "parameters", "", "", NULL, skip_bad, out);
-    return nv_tool_calls_grammar(tools, only, "arguments", "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, skip_bad, out);
+                            int think, nv_grammar **out) {
+    if (style == NV_TOOLS_LLAMA3) return nv_tool_calls_grammar(tools, only, "parameters", "", "", NULL, skip_bad, think, out);
+    return nv_tool_calls_grammar(tools, only, "arguments", "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, skip_bad,
+                                 think, out);
 }
 
 /* tools, tool_choice, parallel_tool_calls (chat): the tools go into the prompt through the
@@ -440,20 +441,21 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         }
     }
     if (required || only) {
-        nv_err e = calls_grammar(tools, only, style, parallel && !only, 0, &out->grammar);
+        nv_err e = calls_grammar(tools, only, style, parallel && !only, 0, ctx->reasoning, &out->grammar);
         if (e != NV_OK) {
             nv_api_error_set(err, e == NV_ENOMEM ? 500 : 400, e == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
                              "tools", "the calls cannot be held to the tools' schemas: %s", nv_errmsg());
             return err->status;
         }
         out->req.grammar = out->grammar;
-    } else if (calls_grammar(tools, NULL, style, 0, 1, &out->lazy_grammar) == NV_OK) {
+    } else if (calls_grammar(tools, NULL, style, 0, 1, 0, &out->lazy_grammar) == NV_OK) {
         /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
          * grammar cannot take leaves the calls unconstrained: they are still read) */
         out->req.lazy_grammar = out->lazy_grammar;
         out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
         out->req.lazy_ends = style == NV_TOOLS_LLAMA3 || !parallel; /* Llama 3's call is the whole answer */
+        out->req.lazy_think = ctx->reasoning; /* a call begins after the model's think block */
     }
     return 0;
 }
@@ -633,7 +635,8 @@ static int parse_stop(const cJSON *root, nv_api_request *out, nv_api_error *err)
 /* Structured outputs: OpenAI's response_format {"type": "json_object"} or {"type": "json_schema",
  * "json_schema": {"name", "schema", "strict"}}, and the same schema as llama.cpp's server
  * ("json_schema": SCHEMA) or vLLM's ("guided_json": SCHEMA or its JSON text) take it. */
-static int parse_response_format(const cJSON *root, nv_api_request *out, nv_api_error *err) {
+static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const int think = chat && ctx->reasoning; /* --reasoning-format: the JSON follows the think block */
     const cJSON *rf = field(root, "response_format"), *llama = field(root, "json_schema"), *vllm = field(root, "guided_json");
     if (!!rf + !!llama + !!vllm > 1) {
         nv_api_error_set(err, E400, NULL, rf ? "response_format" : "json_schema",
@@ -652,7 +655,7 @@ static int parse_response_format(const cJSON *root, nv_api_request *out, nv_api_
         }
         if (!strcmp(type->valuestring, "text")) return 0;
         if (!strcmp(type->valuestring, "json_object")) {
-            e = nv_json_object_grammar(&out->grammar);
+            e = nv_schema_grammar_ex(NULL, 1, think, &out->grammar);
         } else if (!strcmp(type->valuestring, "json_schema")) {
             const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
             const cJSON *name = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "name") : NULL;
@@ -679,7 +682,7 @@ static int parse_response_format(const cJSON *root, nv_api_request *out, nv_api_
             return err->status;
         }
     }
-    if (schema && !out->grammar && e == NV_OK) e = nv_schema_grammar(schema, &out->grammar);
+    if (schema && !out->grammar && e == NV_OK) e = nv_schema_grammar_ex(schema, 0, think, &out->grammar);
     cJSON_Delete(parsed);
     if (e == NV_ENOMEM) {
         nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -758,7 +761,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     if (!chat && (rc = get_bool(root, "echo", &out->echo, err))) return rc;
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
     if ((rc = parse_stop(root, out, err))) return rc;
-    if ((rc = parse_response_format(root, out, err))) return rc;
+    if ((rc = parse_response_format(ctx, chat, root, out, err))) return rc;
     if (chat && (rc = parse_tools(ctx, root, out, err))) return rc;
     if (chat) {
         const char *ts = nv_chat_template_stop(ctx->tmpl);

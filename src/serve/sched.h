@@ -106,6 +106,7 @@ typedef struct {
     const char *lazy_trigger;
     int lazy_at_start;
     int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
+    int lazy_think; /* the trigger is not looked for inside a leading <think>...</think> block */
 } nv_req_params;
 
 typedef struct {

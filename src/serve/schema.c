@@ -30,6 +30,7 @@ typedef struct {
     ref_rule *refs;
     int n_refs, cap_refs;
     int depth;
+    int think; /* a reasoning model's <think>...</think> block may come first */
     nv_err err;
 } sc;
 
@@ -1241,10 +1242,54 @@ static int gen(sc *c, const cJSON *s) {
 }
 
 /* root ::= ws T */
+/* A reasoning model's block before the answer: nothing, or "<think>", any text in which
+ * "</think>" does not occur, "</think>" and a newline or not. The text is a small automaton (state
+ * k: the last k bytes are the first k of "</think>"), so no stack grows while the model thinks. */
+static int think_block(sc *c) {
+    static const char close[] = "</think>";
+    const int L = (int)sizeof close - 1;
+    int st[8];
+    for (int k = 0; k < L; k++) st[k] = nv_gbuild_reserve(c->b);
+    for (int k = 0; k < L; k++) {
+        nv_gbody body = {0};
+        uint8_t other[32];
+        memset(other, 0xFF, sizeof other);
+        other[0] &= (uint8_t)~1u; /* no NUL */
+        const unsigned next = (unsigned char)close[k], lt = '<';
+        other[next >> 3] &= (uint8_t)~(1u << (next & 7));
+        other[lt >> 3] &= (uint8_t)~(1u << (lt & 7));
+        nv_gbody_alt(&body); /* the text may end here */
+        if (k + 1 < L) { /* one more byte of "</think>" (its last would complete it: not in the text) */
+            nv_gbody_range(c->b, &body, next, next);
+            nv_gbody_ref(&body, st[k + 1]);
+            nv_gbody_alt(&body);
+        }
+        if (next != lt) { /* '<' starts it over */
+            nv_gbody_range(c->b, &body, lt, lt);
+            nv_gbody_ref(&body, st[1]);
+            nv_gbody_alt(&body);
+        }
+        nv_gbody_set(c->b, &body, other);
+        nv_gbody_ref(&body, st[0]);
+        nv_gbuild_define(c->b, st[k], &body);
+    }
+    nv_gbody body = {0};
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, "\n", 1);
+    int blank = nv_gbuild_add(c->b, &body);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, "<think>", 7);
+    nv_gbody_ref(&body, st[0]);
+    nv_gbody_lit(c->b, &body, close, (size_t)L);
+    nv_gbody_ref(&body, blank);
+    return nv_gbuild_add(c->b, &body);
+}
+
 static nv_err finish(sc *c, int top, nv_grammar **out) {
     int root = 0;
     if (c->err == NV_OK) {
         nv_gbody body = {0};
+        if (c->think) nv_gbody_ref(&body, think_block(c));
         nv_gbody_ref(&body, ws(c));
         nv_gbody_ref(&body, top);
         root = nv_gbuild_add(c->b, &body);
@@ -1265,21 +1310,17 @@ static nv_err start(sc *c, const cJSON *doc) {
     return NV_OK;
 }
 
-nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out) {
+nv_err nv_schema_grammar_ex(const cJSON *schema, int json_object, int think, nv_grammar **out) {
     *out = NULL;
     sc c;
-    NV_TRY(start(&c, schema));
-    int top = gen(&c, schema);
+    NV_TRY(start(&c, json_object ? NULL : schema));
+    c.think = think;
+    int top = json_object ? (any_value(&c), c.object_any) : gen(&c, schema);
     return finish(&c, top, out);
 }
 
-nv_err nv_json_object_grammar(nv_grammar **out) {
-    *out = NULL;
-    sc c;
-    NV_TRY(start(&c, NULL));
-    any_value(&c);
-    return finish(&c, c.object_any, out);
-}
+nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out) { return nv_schema_grammar_ex(schema, 0, 0, out); }
+nv_err nv_json_object_grammar(nv_grammar **out) { return nv_schema_grammar_ex(NULL, 1, 0, out); }
 
 /* prefix T suffix, and with sep: (sep prefix T suffix)* and a newline that may end it. */
 static nv_err finish_framed(sc *c, int value, const char *prefix, const char *suffix, const char *sep, nv_grammar **out) {
@@ -1293,6 +1334,7 @@ static nv_err finish_framed(sc *c, int value, const char *prefix, const char *su
     nv_gbody_ref(&body, value);
     nv_gbody_lit(c->b, &body, suffix, strlen(suffix));
     int one = nv_gbuild_add(c->b, &body), root = one;
+    int think = c->think ? think_block(c) : -1;
     if (sep) { /* more ::= | sep one more;  end ::= | "\n" (the newline a model writes after a call) */
         int more = nv_gbuild_reserve(c->b);
         nv_gbody_alt(&body);
@@ -1308,6 +1350,11 @@ static nv_err finish_framed(sc *c, int value, const char *prefix, const char *su
         nv_gbody_ref(&body, end);
         root = nv_gbuild_add(c->b, &body);
     }
+    if (think >= 0) {
+        nv_gbody_ref(&body, think);
+        nv_gbody_ref(&body, root);
+        root = nv_gbuild_add(c->b, &body);
+    }
     return nv_gbuild_finish(c->b, root, out);
 }
 
@@ -1321,10 +1368,11 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
 }
 
 nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *args_key, const char *prefix,
-                             const char *suffix, const char *sep, int skip_bad, nv_grammar **out) {
+                             const char *suffix, const char *sep, int skip_bad, int think, nv_grammar **out) {
     *out = NULL;
     sc c;
     NV_TRY(start(&c, NULL));
+    c.think = think;
     nv_gbody calls = {0};
     int n_ok = 0, skipped = 0;
     char key[80], why[512] = "no tool to call";

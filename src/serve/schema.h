@@ -29,6 +29,10 @@
 nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out);
 /* Any JSON object (response_format {"type": "json_object"}). */
 nv_err nv_json_object_grammar(nv_grammar **out);
+/* Either of those (json_object: any object, schema unused); think: a reasoning model's
+ * "<think>...</think>" block may come first (any text in which "</think>" does not occur, then a
+ * newline or not), and the JSON follows it. */
+nv_err nv_schema_grammar_ex(const cJSON *schema, int json_object, int think, nv_grammar **out);
 /* prefix, a JSON text schema accepts, suffix; with sep (not NULL) any number more after sep, and
  * one newline after the last. No other white space outside the JSON. */
 nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const char *suffix, const char *sep,
@@ -36,10 +40,11 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
 
 /* Tool calls: prefix {"name": NAME, ARGS_KEY: ARGS} suffix for one of tools (an OpenAI tools list;
  * only: just that one), ARGS as the tool's "parameters" schema says (its $ref pointing into its
- * own parameters; none: any object), framed as nv_schema_grammar_framed does. skip_bad: a tool
+ * own parameters; none: any object), framed as nv_schema_grammar_framed does, after a think
+ * block as nv_schema_grammar_ex's when think. skip_bad: a tool
  * whose parameters cannot be compiled is left out, with a warning (an error only when none is
  * left); otherwise its error is returned, naming the tool. */
 nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *args_key, const char *prefix,
-                             const char *suffix, const char *sep, int skip_bad, nv_grammar **out);
+                             const char *suffix, const char *sep, int skip_bad, int think, nv_grammar **out);
 
 #endif
