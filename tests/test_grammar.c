@@ -2,6 +2,7 @@
  * checked on texts it must accept and texts it must refuse), and the token mask against a
  * token-by-token check on real vocabularies. */
 #include <cjson/cJSON.h>
+#include <time.h>
 
 #include "model/grammar.h"
 #include "model/tokenizer.h"
@@ -81,6 +82,25 @@ static void test_builder_and_matcher(void) {
     nv_gbody_alt(&body);
     nv_gbuild_define(b, mm, &body);
     T_CHECK(nv_gbuild_finish(b, mm, &g) == NV_EINVAL, "left recursion behind a nullable rule");
+    /* expansions that would take 2^24 steps without reading a byte fail instead of stalling:
+     * R0 ::= "" | "a",  Rk ::= R(k-1) R(k-1) */
+    b = nv_gbuild_new();
+    int prev = nv_gbuild_reserve(b);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(b, &body, "a", 1);
+    nv_gbuild_define(b, prev, &body);
+    for (int k = 1; k <= 24; k++) {
+        nv_gbody_ref(&body, prev);
+        nv_gbody_ref(&body, prev);
+        prev = nv_gbuild_add(b, &body);
+    }
+    T_CHECK(nv_gbuild_finish(b, prev, &g) == NV_OK, "%s", nv_errmsg());
+    double t0 = (double)clock() / CLOCKS_PER_SEC;
+    nv_gmatch *big = g ? nv_gmatch_new(g) : NULL;
+    int failed = !big || nv_gmatch_feed(big, "aa", 2) < 0;
+    T_CHECK(failed && (double)clock() / CLOCKS_PER_SEC - t0 < 5, "an exploding expansion is cut short (%d)", failed);
+    nv_gmatch_free(big);
+    nv_grammar_unref(g);
     /* an undefined rule */
     b = nv_gbuild_new();
     int u = nv_gbuild_reserve(b);
@@ -105,7 +125,8 @@ static void test_json_object(void) {
         "", "[]", "1", "\"s\"", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{,}", "{\"a\":01}", "{\"a\":1.}",
         "{\"a\":.5}", "{\"a\":+1}", "{\"a\":tru}", "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}",
         "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf4\x90\x80\x80\"}", "{\"a\":\"\xff\"}",
-        "{} ", "{}{}", "{'a':1}", "{\"a\":NaN}", "{\"a\":1e1234}", "{\"a\":12345678901234567}",
+        "{} ", "{}{}", "{'a':1}", "{\"a\":NaN}", "{\"a\":1e1234}", "{\"a\":12345678901234567}", "{\"a\":\"\\ud800\"}",
+        "{\"a\":\"\\uDFFF\"}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "invalid: %s", bad[i]);
     /* whitespace: one space, or a newline and up to 20 spaces or tabs */
@@ -176,6 +197,8 @@ static void test_schemas(void) {
         {"{\"type\":\"string\",\"pattern\":\"^a|b$\"}", {"\"axx\"", "\"xxb\"", "\"a\"", "\"b\""}, {"\"xbx\"", "\"xax\""}},
         {"{\"type\":\"string\",\"pattern\":\"^(?:\\\\w+\\\\.)*\\\\w+@\\\\w+\\\\.[a-z]{2,3}$\"}", {"\"a.b@c.io\"", "\"x_1@y.com\""},
          {"\"@c.io\"", "\"a@c.toolong\"", "\"a b@c.io\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^[^\\\\s]+$\"}", {"\"ab\"", "\"a-b\""}, {"\"a b\"", "\"\xc2\xa0\"", "\"\xc3\xa9\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^[^]$\"}", {"\"\\n\"", "\"\xc3\xa9\"", "\"\\\"\""}, {"\"ab\"", "\"\""}},
         {"{\"type\":\"string\",\"pattern\":\"^[\\\\s\\\\S]?\\\\D\\\\W$\"}", {"\" x-\"", "\"x!\"", "\"\xc3\xa9\xc3\xa9\""}, {"\"1-\"", "\"xa\""}},
         {"{\"title\":\"T\",\"description\":\"d\",\"allOf\":[{\"type\":\"boolean\"}]}", {"true", "false"}, {"1"}},
     };
@@ -231,6 +254,15 @@ static void test_schema_refusals(void) {
         {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "only at the ends", NV_EUNSUPPORTED},
         {"{\"type\":\"string\",\"pattern\":\"[z-a]\"}", "backwards", NV_EUNSUPPORTED},
         {"{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", "'pattern' with", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"^((a?){1000}){1000}$\"}", "can match the empty string", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"(a*)*\"}", "can match the empty string", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"(a|)+b\"}", "can match the empty string", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a{ 3}\"}", "not a quantifier", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a{3,+4}\"}", "not a quantifier", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"[]a]\"}", "matches nothing", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"\\\\01\"}", "octal", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"\xc0\xa2\"}", "not UTF-8", NV_EUNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"\xed\xa0\x80\"}", "not UTF-8", NV_EUNSUPPORTED},
         {"{\"pattern\":\"a\"}", "'pattern' without a 'type'", NV_EUNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

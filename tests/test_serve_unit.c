@@ -577,6 +577,12 @@ static void test_api_tools(void) {
         }
         nv_api_request_free(&r);
     }
+    /* an escaped NUL would cut a string short inside cJSON: refused */
+    const char *nul = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}";
+    const char *not_nul = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\\\u0000b\"}]}";
+    T_CHECK(nv_api_parse(&ctx, 1, nul, strlen(nul), &r, &e) == 400 && strstr(e.message, "u0000"), "%s", e.message);
+    T_CHECK(nv_api_parse(&ctx, 1, not_nul, strlen(not_nul), &r, &e) == 0, "an escaped backslash before u0000: %s", e.message);
+    nv_api_request_free(&r);
     /* completions have no tools */
     const char *comp = "{\"prompt\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}";
     T_CHECK(nv_api_parse(&ctx, 0, comp, strlen(comp), &r, &e) == 400 && !strcmp(e.param, "tools"), "completions: %s", e.message);

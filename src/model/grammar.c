@@ -19,6 +19,8 @@ struct nv_gbuild {
     int n_rules, cap_rules;
     uint8_t (*sets)[32];
     int n_sets, cap_sets;
+    int *set_slot; /* open addressing over the sets (index + 1), cap_slots a power of two */
+    int cap_slots;
     int byte_set[256]; /* the set holding just that byte, -1 until made */
     int oom;
     long n_elems;
@@ -64,6 +66,7 @@ void nv_gbuild_free(nv_gbuild *b) {
     free(b->rules);
     free(b->defined);
     free(b->sets);
+    free(b->set_slot);
     free(b);
 }
 
@@ -120,14 +123,37 @@ static void body_push(nv_gbody *body, uint32_t e) {
     body->e[body->n++] = e;
 }
 
+static uint32_t set_hash(const uint8_t bits[32]) {
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < 32; i++) h = (h ^ bits[i]) * 16777619u;
+    return h;
+}
+
+/* The id of a byte set, found through a hash table (a grammar from many patterns has many sets). */
 static int set_id(nv_gbuild *b, const uint8_t bits[32]) {
-    for (int i = 0; i < b->n_sets; i++)
-        if (!memcmp(b->sets[i], bits, 32)) return i;
+    if (b->oom) return 0;
+    if ((b->n_sets + 1) * 2 > b->cap_slots) { /* grow and re-place */
+        int cap = b->cap_slots ? b->cap_slots * 2 : 256;
+        int *slot = calloc((size_t)cap, sizeof *slot);
+        if (!slot) return b->oom = 1, 0;
+        for (int i = 0; i < b->n_sets; i++) {
+            uint32_t k = set_hash(b->sets[i]) & (uint32_t)(cap - 1);
+            while (slot[k]) k = (k + 1) & (uint32_t)(cap - 1);
+            slot[k] = i + 1;
+        }
+        free(b->set_slot);
+        b->set_slot = slot;
+        b->cap_slots = cap;
+    }
+    uint32_t k = set_hash(bits) & (uint32_t)(b->cap_slots - 1);
+    for (; b->set_slot[k]; k = (k + 1) & (uint32_t)(b->cap_slots - 1))
+        if (!memcmp(b->sets[b->set_slot[k] - 1], bits, 32)) return b->set_slot[k] - 1;
     if (!grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
         b->oom = 1;
         return 0;
     }
     memcpy(b->sets[b->n_sets], bits, 32);
+    b->set_slot[k] = b->n_sets + 1;
     return b->n_sets++;
 }
 
@@ -353,15 +379,18 @@ struct nv_gmatch {
      * equal heads, which lets the mask walk reuse what one state does after a byte */
     uint32_t *fset;
     uint32_t fset_used;
+    int fset_failed;
     /* the mask walk's memo: (heads, byte) -> heads after it, valid for one walk (gen) */
     struct advance_memo *memo;
     gframe *memo_heads;
     size_t n_memo_heads, cap_memo_heads;
-    uint32_t memo_gen, memo_used;
+    uint32_t memo_gen;
     int oom;
 };
 
 #define FSET_SIZE (1u << 16)
+#define EXPAND_BUDGET (1L << 18) /* work items one expansion may take */
+#define MAX_FRAMES (1u << 24)    /* frames one matcher may hold (128 MiB) */
 #define MEMO_SIZE 4096u
 
 struct advance_memo {
@@ -394,7 +423,7 @@ static inline uint32_t frame_hash(uint32_t pos, uint32_t parent) {
 static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx) {
     /* the same frame already made (and not since dropped) is reused; the table is a cache: an
      * entry whose frame was truncated away or replaced is just passed over */
-    if (!m->fset && (m->fset = calloc(FSET_SIZE, sizeof *m->fset)) == NULL) m->oom = 0; /* works without it */
+    if (!m->fset && !m->fset_failed && !(m->fset = calloc(FSET_SIZE, sizeof *m->fset))) m->fset_failed = 1; /* works without it */
     uint32_t slot = UINT32_MAX;
     if (m->fset) {
         if (m->fset_used > FSET_SIZE / 2) {
@@ -416,6 +445,7 @@ static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx
             if (!live && slot == UINT32_MAX) slot = k; /* a dead entry's place may be taken */
         }
     }
+    if (m->n_fr >= MAX_FRAMES) return m->oom = 1, 0;
     if (m->n_fr == m->cap_fr) {
         uint32_t c = m->cap_fr ? m->cap_fr * 2 : 256;
         gframe *f = realloc(m->fr, (size_t)c * sizeof *f);
@@ -479,7 +509,12 @@ static void expand(nv_gmatch *m, uint32_t pos, uint32_t parent, size_t base, int
         m->cap_work = 64;
     }
     m->work[nw++] = (gframe){pos, parent};
+    long steps = 0;
     while (nw && !m->oom) {
+        if (++steps > EXPAND_BUDGET) { /* a grammar this ambiguous fails the step rather than stall it */
+            m->oom = 1;
+            break;
+        }
         gframe w = m->work[--nw];
         for (;;) {
             uint32_t e = g->el[w.pos];

@@ -837,8 +837,25 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     return 0;
 }
 
+/* 1 when the JSON text has the escape \u0000: cJSON writes it as a NUL that ends the C string
+ * there, so whatever followed in that string would be dropped without a word. */
+static int has_nul_escape(const char *body, size_t len) {
+    for (size_t i = 0; i + 6 <= len; i++) {
+        if (body[i] != '\\') continue;
+        size_t j = i; /* a run of backslashes: the odd ones escape */
+        while (j < len && body[j] == '\\') j++;
+        if ((j - i) % 2 == 1 && j + 5 <= len && (body[j] == 'u' || body[j] == 'U') && !memcmp(body + j + 1, "0000", 4)) return 1;
+        i = j - 1;
+    }
+    return 0;
+}
+
 /* The body as a JSON object; NULL with a 400 in err when it is not one. */
 static cJSON *parse_object(const char *body, size_t len, nv_api_error *err) {
+    if (body && has_nul_escape(body, len)) {
+        nv_api_error_set(err, E400, "invalid_json", NULL, "The request holds the escape \\u0000: NUL characters are not supported");
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *root = body && len ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
     if (root && end) /* nothing but white space may follow the value */

@@ -113,7 +113,17 @@ static int hex(sc *c) {
  * U+10FFFF) as alternatives appended to body; no_line_seps leaves out U+2028 and U+2029 (the
  * line terminators a regular expression's '.' does not match). */
 static void utf8_multibyte(sc *c, nv_gbody *body, int no_line_seps) {
-    static const unsigned seqs[][4][2] = {
+    static const unsigned all[][4][2] = {
+        {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
+        {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}, {0, 0}},
+        {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+        {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+    };
+    static const unsigned no_seps[][4][2] = { /* E1-EC split around E2 80 A8 and E2 80 A9 */
         {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
         {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
         {{0xE1, 0xE1}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
@@ -127,14 +137,11 @@ static void utf8_multibyte(sc *c, nv_gbody *body, int no_line_seps) {
         {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
         {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
     };
-    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+    const unsigned(*seqs)[4][2] = no_line_seps ? no_seps : all;
+    const size_t n = no_line_seps ? sizeof no_seps / sizeof no_seps[0] : sizeof all / sizeof all[0];
+    for (size_t i = 0; i < n; i++) {
         if (i) nv_gbody_alt(body);
         for (int k = 0; k < 4 && seqs[i][k][0]; k++) nv_gbody_range(c->b, body, seqs[i][k][0], seqs[i][k][1]);
-    }
-    if (!no_line_seps) { /* E2 80 A8 and E2 80 A9 */
-        nv_gbody_alt(body);
-        nv_gbody_lit(c->b, body, "\xE2\x80", 2);
-        nv_gbody_range(c->b, body, 0xA8, 0xA9);
     }
 }
 
@@ -154,9 +161,23 @@ static int chr(sc *c) {
     uint8_t esc[32] = {0};
     for (const char *p = "\"\\/bfnrt"; *p; p++) esc[*p >> 3] |= (uint8_t)(1u << (*p & 7));
     nv_gbody_set(b, &body, esc);
+    nv_gbody_alt(&body); /* \uXXXX but a surrogate's half (a pair spells what raw UTF-8 spells anyway) */
+    nv_gbody_lit(b, &body, "\\u", 2);
+    uint8_t not_d[32] = {0}, low[32] = {0};
+    for (const char *p = "0123456789abcefABCEF"; *p; p++) not_d[*p >> 3] |= (uint8_t)(1u << (*p & 7));
+    for (const char *p = "01234567"; *p; p++) low[*p >> 3] |= (uint8_t)(1u << (*p & 7));
+    nv_gbody_set(b, &body, not_d);
+    for (int i = 0; i < 3; i++) nv_gbody_ref(&body, h);
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "\\u", 2);
-    for (int i = 0; i < 4; i++) nv_gbody_ref(&body, h);
+    nv_gbody_range(b, &body, 'd', 'd');
+    nv_gbody_set(b, &body, low);
+    for (int i = 0; i < 2; i++) nv_gbody_ref(&body, h);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(b, &body, "\\u", 2);
+    nv_gbody_range(b, &body, 'D', 'D');
+    nv_gbody_set(b, &body, low);
+    for (int i = 0; i < 2; i++) nv_gbody_ref(&body, h);
     nv_gbody_alt(&body);
     utf8_multibyte(c, &body, 0);
     return c->chr = nv_gbuild_add(b, &body);
@@ -653,6 +674,7 @@ typedef struct {
     uint32_t cps[64];   /* members above, one by one */
     int n_cps;
     int multibyte;      /* every character above 0x7F (1), or those but U+2028/U+2029 (2, for '.') */
+    int has_space;      /* \s or \S is in it: its negation must not reach past ASCII (Unicode spaces) */
 } rx_class;
 
 typedef struct {
@@ -689,6 +711,7 @@ static int cls_shorthand(rx *r, rx_class *k, char e) {
     int neg = e == 'D' || e == 'W' || e == 'S';
     for (int i = 0; i < 16; i++) k->ascii[i] |= neg ? (uint8_t)~t.ascii[i] : t.ascii[i];
     if (neg && e != 'S') k->multibyte = 1;
+    if (e == 's' || e == 'S') k->has_space = 1;
     (void)r;
     return 1;
 }
@@ -696,13 +719,16 @@ static int cls_shorthand(rx *r, rx_class *k, char e) {
 /* One code point from the pattern's UTF-8 (the pattern is a JSON string, so its text is UTF-8). */
 static int rx_codepoint(rx *r, uint32_t *cp) {
     const unsigned char *u = (const unsigned char *)r->p;
-    int n = u[0] < 0x80 ? 1 : u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC0 ? 2 : 0;
+    int n = u[0] < 0x80 ? 1 : u[0] >= 0xF5 ? 0 : u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC2 ? 2 : 0;
     if (!n || r->p + n > r->end) return rx_fail(r, "not UTF-8"), 0;
     uint32_t v = n == 1 ? u[0] : u[0] & (0x7F >> n);
     for (int i = 1; i < n; i++) {
         if ((u[i] & 0xC0) != 0x80) return rx_fail(r, "not UTF-8"), 0;
         v = v << 6 | (u[i] & 0x3F);
     }
+    /* no overlong forms, surrogates or code points past U+10FFFF */
+    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
+        return rx_fail(r, "not UTF-8"), 0;
     r->p += n;
     *cp = v;
     return 1;
@@ -730,7 +756,10 @@ static int rx_escape(rx *r, rx_class *k, int *is_class, uint32_t *cp) {
     case 't': *cp = '\t'; return 1;
     case 'f': *cp = '\f'; return 1;
     case 'v': *cp = '\v'; return 1;
-    case '0': *cp = 0; return 1;
+    case '0':
+        if (r->p < r->end && isdigit((unsigned char)*r->p)) return rx_fail(r, "octal escapes are not supported"), 0;
+        *cp = 0;
+        return 1;
     case 'x': return rx_hex(r, 2, cp);
     case 'u':
         if (r->p < r->end && *r->p == '{') return rx_fail(r, "\\u{...} is not supported"), 0;
@@ -803,15 +832,13 @@ static int cls_rule(rx *r, const rx_class *k) {
     return nv_gbuild_add(c->b, &body);
 }
 
-static int rx_alt(rx *r, int top);
+static int rx_alt(rx *r, int top, int *nullable);
 
 static int rx_class_atom(rx *r) {
     rx_class k = {0};
     int neg = r->p < r->end && *r->p == '^';
     if (neg) r->p++;
-    int first = 1;
-    while (r->p < r->end && (*r->p != ']' || first)) {
-        first = 0;
+    while (r->p < r->end && *r->p != ']') { /* ECMAScript: "[]" is empty, "[^]" any character */
         uint32_t lo;
         int is_class = 0;
         if (*r->p == '\\') {
@@ -835,14 +862,15 @@ static int rx_class_atom(rx *r) {
     if (neg) {
         if (k.n_cps || k.multibyte) return rx_fail(r, "a negated class with members past ASCII is not supported");
         for (int i = 0; i < 16; i++) k.ascii[i] = (uint8_t)~k.ascii[i];
-        k.multibyte = 1;
+        k.multibyte = !k.has_space; /* past ASCII, whitespace is Unicode's: keep to ASCII then */
     }
     return cls_rule(r, &k);
 }
 
-/* One atom: a group, a class, '.', an escape or a character. */
-static int rx_atom(rx *r) {
+/* One atom: a group, a class, '.', an escape or a character (*nullable: it can match nothing). */
+static int rx_atom(rx *r, int *nullable) {
     const char ch = *r->p;
+    *nullable = 0;
     if (ch == '(') {
         r->p++;
         if (r->p < r->end && *r->p == '?') {
@@ -854,7 +882,7 @@ static int rx_atom(rx *r) {
             } else return rx_fail(r, "look-around assertions are not supported");
         }
         if (++r->depth > 32) return rx_fail(r, "groups nest deeper than 32");
-        int g = rx_alt(r, 0);
+        int g = rx_alt(r, 0, nullable);
         r->depth--;
         if (r->c->err != NV_OK) return 0;
         if (r->p >= r->end || *r->p != ')') return rx_fail(r, "a '(' without its ')'");
@@ -889,7 +917,7 @@ static int rx_atom(rx *r) {
 
 /* An atom's quantifier, if any: *, +, ?, {n}, {n,}, {n,m} (a lazy '?' after it changes nothing
  * here: the same strings match). */
-static int rx_quantified(rx *r, int atom) {
+static int rx_quantified(rx *r, int atom, int *nullable) {
     if (r->p >= r->end) return atom;
     long min = -1, max = -1;
     if (*r->p == '*') min = 0, r->p++;
@@ -897,11 +925,13 @@ static int rx_quantified(rx *r, int atom) {
     else if (*r->p == '?') min = 0, max = 1, r->p++;
     else if (*r->p == '{') {
         char *e;
+        if (!isdigit((unsigned char)r->p[1])) return rx_fail(r, "a '{' that is not a quantifier");
         min = strtol(r->p + 1, &e, 10);
         if (e == r->p + 1 || min < 0 || min > 1000) return rx_fail(r, "a {n,m} quantifier needs counts of at most 1000");
         max = min;
         if (*e == ',') {
             if (e[1] == '}') max = -1, e++;
+            else if (!isdigit((unsigned char)e[1])) return rx_fail(r, "a '{' that is not a quantifier");
             else {
                 char *f;
                 max = strtol(e + 1, &f, 10);
@@ -914,14 +944,20 @@ static int rx_quantified(rx *r, int atom) {
     } else return atom;
     if (r->p < r->end && *r->p == '?') r->p++;
     if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '{')) return rx_fail(r, "a quantifier after a quantifier");
+    /* repeating what can match nothing would let the parser loop without reading (e.g. (a*)*):
+     * the same strings are written without it, as (a*)? or a* */
+    if (*nullable && (max < 0 || max > 1))
+        return rx_fail(r, "a repeated part that can match the empty string (write (a*)* as a*, (a?){3} as a{0,3})");
+    if (min == 0) *nullable = 1;
     return repeat(r->c, atom, min, max);
 }
 
 /* A sequence of quantified atoms; at the top level it may start with '^' and end with '$', and
  * without them any text may come before or after. */
-static int rx_seq(rx *r, int top) {
+static int rx_seq(rx *r, int top, int *nullable) {
     nv_gbody body = {0};
     int anchored_start = 0, anchored_end = 0;
+    *nullable = 1;
     if (top && r->p < r->end && *r->p == '^') anchored_start = 1, r->p++;
     if (top && !anchored_start) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
     while (r->p < r->end && *r->p != '|' && *r->p != ')' && r->c->err == NV_OK) {
@@ -930,9 +966,11 @@ static int rx_seq(rx *r, int top) {
             r->p++;
             break;
         }
-        int a = rx_atom(r);
+        int an;
+        int a = rx_atom(r, &an);
         if (r->c->err != NV_OK) break;
-        nv_gbody_ref(&body, rx_quantified(r, a));
+        nv_gbody_ref(&body, rx_quantified(r, a, &an));
+        *nullable &= an;
     }
     if (top && !anchored_end) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
     if (r->c->err != NV_OK) {
@@ -942,10 +980,13 @@ static int rx_seq(rx *r, int top) {
     return nv_gbuild_add(r->c->b, &body);
 }
 
-static int rx_alt(rx *r, int top) {
+static int rx_alt(rx *r, int top, int *nullable) {
     nv_gbody body = {0};
+    *nullable = 0;
     for (int first = 1;; first = 0) {
-        int s = rx_seq(r, top);
+        int sn;
+        int s = rx_seq(r, top, &sn);
+        *nullable |= sn;
         if (r->c->err != NV_OK) {
             nv_gbody_free(&body);
             return 0;
@@ -965,7 +1006,8 @@ static int rx_alt(rx *r, int top) {
 static int pattern_string(sc *c, const char *pattern) {
     rx r = {c, pattern, pattern + strlen(pattern), 0};
     if (strlen(pattern) > 1000) return fail(c, NV_EUNSUPPORTED, "'pattern' longer than 1000 bytes is not supported%s%s", "", "");
-    int body_rule = rx_alt(&r, 1);
+    int nullable;
+    int body_rule = rx_alt(&r, 1, &nullable);
     if (c->err != NV_OK) return 0;
     if (r.p != r.end) return fail(c, NV_EUNSUPPORTED, "'pattern': a ')' without its '('%s%s", "", "");
     nv_gbody body = {0};
