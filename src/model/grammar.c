@@ -380,11 +380,15 @@ struct nv_gmatch {
     uint32_t *fset;
     uint32_t fset_used;
     int fset_failed;
-    /* the mask walk's memo: (heads, byte) -> heads after it, valid for one walk (gen) */
-    struct advance_memo *memo;
-    gframe *memo_heads;
-    size_t n_memo_heads, cap_memo_heads;
-    uint32_t memo_gen;
+    /* the mask walk's states: each distinct set of heads met in one walk, interned, with the state
+     * each byte leads to (a deterministic automaton built as the walk needs it) */
+    struct walk_state *ws;
+    uint32_t n_ws, cap_ws;
+    int32_t *trans;      /* [cap_ws * 256]: (state << 1 | sentence whole) after the byte, -1 not known */
+    gframe *ws_heads;    /* the states' heads */
+    size_t n_ws_heads, cap_ws_heads;
+    uint64_t *ws_index;  /* hash of heads -> walk generation << 32 | state + 1 */
+    uint32_t ws_gen;
     int oom;
 };
 
@@ -393,10 +397,12 @@ struct nv_gmatch {
 #define MAX_FRAMES (1u << 24)    /* frames one matcher may hold (128 MiB) */
 #define MEMO_SIZE 4096u
 
-struct advance_memo {
-    uint64_t key;
-    uint32_t gen, in_off, in_n, out_off, out_n;
-    int acc;
+#define WS_MAX 4096u       /* states one walk may intern (past them, the rest of the walk goes raw) */
+#define WS_INDEX (2 * WS_MAX)
+
+struct walk_state {
+    uint32_t off, n;  /* its heads: ws_heads[off, off + n) */
+    uint64_t next[4]; /* the bytes they accept */
 };
 
 #define HSET_FROM 32
@@ -592,8 +598,10 @@ void nv_gmatch_free(nv_gmatch *m) {
     free(m->work);
     free(m->hset);
     free(m->fset);
-    free(m->memo);
-    free(m->memo_heads);
+    free(m->ws);
+    free(m->trans);
+    free(m->ws_heads);
+    free(m->ws_index);
     free(m);
 }
 
@@ -736,6 +744,53 @@ nv_err nv_gtrie_build(const nv_tokenizer *t, nv_gtrie **out) {
         tr->tok_next[v] = tr->node[cur].first_tok == NONE ? -1 : (int32_t)tr->node[cur].first_tok;
         tr->node[cur].first_tok = (uint32_t)v;
     }
+    /* lay the nodes out in depth-first order, each node's children together and in byte order,
+     * so the mask walk reads memory forwards */
+    uint32_t *order = malloc((size_t)tr->n_node * sizeof *order), *stack = malloc((size_t)tr->n_node * sizeof *stack);
+    trie_node *laid = malloc((size_t)tr->n_node * sizeof *laid);
+    if (!order || !stack || !laid) {
+        free(order), free(stack), free(laid);
+        goto oom;
+    }
+    uint32_t n_order = 0, sp = 0;
+    stack[sp++] = 0;
+    while (sp) {
+        uint32_t v = stack[--sp];
+        order[n_order++] = v;
+        uint32_t kids[256], nk = 0;
+        for (uint32_t c = tr->node[v].first_child; c; c = tr->node[c].next_sibling) kids[nk++] = c;
+        for (uint32_t a = 1; a < nk; a++) /* byte order, so the list reads in order too */
+            for (uint32_t b = a; b > 0 && tr->node[kids[b - 1]].byte < tr->node[kids[b]].byte; b--) {
+                uint32_t t = kids[b];
+                kids[b] = kids[b - 1];
+                kids[b - 1] = t;
+            }
+        for (uint32_t a = 0; a < nk; a++) stack[sp++] = kids[a]; /* the smallest byte on top */
+    }
+    for (uint32_t i = 0; i < n_order; i++) stack[order[i]] = i; /* stack: old index -> new */
+    for (uint32_t i = 0; i < n_order; i++) {
+        trie_node x = tr->node[order[i]];
+        x.first_child = x.first_child ? stack[x.first_child] : 0;
+        x.next_sibling = x.next_sibling ? stack[x.next_sibling] : 0;
+        laid[i] = x;
+    }
+    /* siblings were linked in the order they were inserted: relink them by byte */
+    for (uint32_t i = 0; i < n_order; i++) {
+        uint32_t kids[256], nk = 0;
+        for (uint32_t c = laid[i].first_child; c; c = laid[c].next_sibling) kids[nk++] = c;
+        for (uint32_t a = 1; a < nk; a++)
+            for (uint32_t b = a; b > 0 && kids[b - 1] > kids[b]; b--) {
+                uint32_t t = kids[b];
+                kids[b] = kids[b - 1];
+                kids[b - 1] = t;
+            }
+        laid[i].first_child = nk ? kids[0] : 0;
+        for (uint32_t a = 0; a < nk; a++) laid[kids[a]].next_sibling = a + 1 < nk ? kids[a + 1] : 0;
+    }
+    free(tr->node);
+    tr->node = laid;
+    free(order);
+    free(stack);
     *out = tr;
     return NV_OK;
 oom:
@@ -756,78 +811,109 @@ static uint64_t heads_hash(const gframe *h, size_t n) {
     return x;
 }
 
-/* hb[from, from + n) after byte c, appended at the end of hb, remembered for this walk: with
- * shared frames, the walk meets the same state again and again (inside a string, after every
- * plain character), and then takes the result instead of expanding the stacks again. */
-static size_t advance_memo(nv_gmatch *m, uint64_t hh, size_t from, size_t n, unsigned c, int *acc) {
-    uint64_t key = hh * 0x9E3779B97F4A7C15ull + c + 1;
-    struct advance_memo *e = NULL;
-    if (m->memo) {
-        uint32_t k = (uint32_t)((key * 0xff51afd7ed558ccdull) >> 40) & (MEMO_SIZE - 1); /* the byte in the low bits moves up */
-        for (uint32_t probe = 0; probe < 8; probe++, k = (k + 1) & (MEMO_SIZE - 1)) {
-            struct advance_memo *x = &m->memo[k];
-            if (x->gen != m->memo_gen) {
-                e = x; /* a free place, if it is not there */
-                break;
-            }
-            if (x->key == key && x->in_n == n && !memcmp(m->memo_heads + x->in_off, m->hb + from, n * sizeof *m->hb)) {
-                if (!reserve_heads(m, x->out_n)) return 0;
-                memcpy(m->hb + m->n_hb, m->memo_heads + x->out_off, x->out_n * sizeof *m->hb); /* free of repeats already */
-                m->n_hb += x->out_n;
-                *acc = x->acc;
-                return x->out_n;
-            }
-        }
-    }
-    size_t base = m->n_hb, k = advance(m, from, n, c, acc);
-    if (e && !m->oom && m->n_memo_heads + n + k <= m->cap_memo_heads) {
-        *e = (struct advance_memo){key, m->memo_gen, (uint32_t)m->n_memo_heads, (uint32_t)n, (uint32_t)(m->n_memo_heads + n),
-                                   (uint32_t)k, *acc};
-        memcpy(m->memo_heads + m->n_memo_heads, m->hb + from, n * sizeof *m->hb);
-        memcpy(m->memo_heads + m->n_memo_heads + n, m->hb + base, k * sizeof *m->hb);
-        m->n_memo_heads += n + k;
-    }
-    return k;
-}
-
-/* The bytes any of the heads hb[from, from + n) accepts. */
-static void heads_bytes(const nv_gmatch *m, size_t from, size_t n, uint64_t next[4]) {
+/* The bytes any of the heads h[0, n) accepts. */
+static void heads_bytes(const nv_gmatch *m, const gframe *h, size_t n, uint64_t next[4]) {
     next[0] = next[1] = next[2] = next[3] = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t set[4];
-        memcpy(set, m->g->sets[EL_ARG(m->g->el[m->hb[from + i].pos])], sizeof set);
+        memcpy(set, m->g->sets[EL_ARG(m->g->el[h[i].pos])], sizeof set);
         for (int k = 0; k < 4; k++) next[k] |= set[k];
     }
 }
 
-/* Marks node's subtree, given the heads hb[from, from + n) that its prefix leaves (hh: their
- * hash; next: the bytes they accept). The frames an advance makes stay for the whole walk
- * (memoised results refer to them); the heads are dropped after each child. A child whose byte
- * leaves the state as it was (inside a string, every plain character) goes on with these heads. */
-static void mask_node(mask_walk *w, uint32_t node, size_t from, size_t n, uint64_t hh, const uint64_t next[4]) {
+/* The walk's state for the heads h[0, n) (made if new); -1 when the walk has no room for more. */
+static int intern_state(nv_gmatch *m, const gframe *h, size_t n) {
+    uint64_t hh = heads_hash(h, n);
+    uint32_t k = (uint32_t)((hh * 0xff51afd7ed558ccdull) >> 40) & (WS_INDEX - 1);
+    for (; (uint32_t)(m->ws_index[k] >> 32) == m->ws_gen; k = (k + 1) & (WS_INDEX - 1)) {
+        const uint32_t id = (uint32_t)m->ws_index[k] - 1;
+        const struct walk_state *st = &m->ws[id];
+        if (st->n == n && !memcmp(m->ws_heads + st->off, h, n * sizeof *h)) return (int)id;
+    }
+    if (m->n_ws == WS_MAX) return -1;
+    if (m->n_ws == m->cap_ws) {
+        uint32_t cap = m->cap_ws ? m->cap_ws * 2 : 64;
+        struct walk_state *w = realloc(m->ws, cap * sizeof *w);
+        if (w) m->ws = w;
+        int32_t *t = w ? realloc(m->trans, (size_t)cap * 256 * sizeof *t) : NULL;
+        if (!t) return -1;
+        m->trans = t;
+        m->cap_ws = cap;
+    }
+    if (m->n_ws_heads + n > m->cap_ws_heads) {
+        size_t cap = m->cap_ws_heads ? m->cap_ws_heads * 2 : 1024;
+        while (cap < m->n_ws_heads + n) cap *= 2;
+        gframe *p = realloc(m->ws_heads, cap * sizeof *p);
+        if (!p) return -1;
+        m->ws_heads = p;
+        m->cap_ws_heads = cap;
+    }
+    struct walk_state *st = &m->ws[m->n_ws];
+    st->off = (uint32_t)m->n_ws_heads;
+    st->n = (uint32_t)n;
+    memcpy(m->ws_heads + m->n_ws_heads, h, n * sizeof *h);
+    m->n_ws_heads += n;
+    heads_bytes(m, h, n, st->next);
+    memset(m->trans + (size_t)m->n_ws * 256, 0xFF, 256 * sizeof *m->trans);
+    m->ws_index[k] = (uint64_t)m->ws_gen << 32 | (m->n_ws + 1);
+    return (int)m->n_ws++;
+}
+
+static void mark_tokens(mask_walk *w, const trie_node *cn) {
+    for (uint32_t v = cn->first_tok; v != NONE; v = w->tr->tok_next[v] < 0 ? NONE : (uint32_t)w->tr->tok_next[v]) {
+        w->allowed[v] = 1;
+        w->n_allowed++;
+    }
+}
+
+/* Marks node's subtree from the heads hb[from, from + n), without states (the walk's room for
+ * them ran out). */
+static void mask_node_raw(mask_walk *w, uint32_t node, size_t from, size_t n) {
+    nv_gmatch *m = w->m;
+    uint64_t next[4];
+    heads_bytes(m, m->hb + from, n, next);
+    for (uint32_t c = w->tr->node[node].first_child; c && !m->oom; c = w->tr->node[c].next_sibling) {
+        const trie_node *cn = &w->tr->node[c];
+        if (!((next[cn->byte >> 6] >> (cn->byte & 63)) & 1)) continue;
+        size_t hb_mark = m->n_hb;
+        int acc;
+        size_t k = advance(m, from, n, cn->byte, &acc);
+        if (k || acc) mark_tokens(w, cn);
+        if (k && cn->first_child) mask_node_raw(w, c, hb_mark, k);
+        m->n_hb = hb_mark;
+    }
+}
+
+/* Marks node's subtree from walk state sid. Each (state, byte) is advanced once per walk: the
+ * trie's nodes are many, the states a JSON grammar passes through few (inside a string, the state
+ * after every plain character is the state before it). The frames an advance makes stay for the
+ * whole walk, since states refer to them. */
+static void mask_node(mask_walk *w, uint32_t node, int sid) {
     nv_gmatch *m = w->m;
     for (uint32_t c = w->tr->node[node].first_child; c && !m->oom; c = w->tr->node[c].next_sibling) {
         const trie_node *cn = &w->tr->node[c];
-        if (!((next[cn->byte >> 6] >> (cn->byte & 63)) & 1)) continue; /* (bit b of byte b/8, little-endian words) */
-        size_t hb_mark = m->n_hb;
-        int acc;
-        size_t k = advance_memo(m, hh, from, n, cn->byte, &acc);
-        if (k || acc)
-            for (uint32_t v = cn->first_tok; v != NONE; v = w->tr->tok_next[v] < 0 ? NONE : (uint32_t)w->tr->tok_next[v]) {
-                w->allowed[v] = 1;
-                w->n_allowed++;
+        if (!((m->ws[sid].next[cn->byte >> 6] >> (cn->byte & 63)) & 1)) continue; /* (bit b of byte b/8, little-endian words) */
+        int32_t t = m->trans[(size_t)sid * 256 + cn->byte];
+        if (t < 0) { /* not yet known: advance the state's heads once */
+            size_t from = m->n_hb, n = m->ws[sid].n;
+            if (!reserve_heads(m, n)) return;
+            memcpy(m->hb + from, m->ws_heads + m->ws[sid].off, n * sizeof *m->hb);
+            m->n_hb += n;
+            int acc;
+            size_t k = advance(m, from, n, cn->byte, &acc);
+            int next = m->oom ? -1 : intern_state(m, m->hb + from + n, k);
+            if (next < 0) { /* no room: this subtree the raw way */
+                if (k || acc) mark_tokens(w, cn);
+                if (k && cn->first_child && !m->oom) mask_node_raw(w, c, from + n, k);
+                m->n_hb = from;
+                continue;
             }
-        if (k && cn->first_child) {
-            if (k == n && !memcmp(m->hb + hb_mark, m->hb + from, n * sizeof *m->hb)) {
-                m->n_hb = hb_mark; /* the same state: these heads, hash and bytes */
-                mask_node(w, c, from, n, hh, next);
-            } else {
-                uint64_t nx[4];
-                heads_bytes(m, hb_mark, k, nx);
-                mask_node(w, c, hb_mark, k, heads_hash(m->hb + hb_mark, k), nx);
-            }
+            m->n_hb = from;
+            t = m->trans[(size_t)sid * 256 + cn->byte] = next << 1 | (acc != 0);
         }
-        m->n_hb = hb_mark;
+        const int next = t >> 1;
+        if (m->ws[next].n || (t & 1)) mark_tokens(w, cn);
+        if (m->ws[next].n && cn->first_child) mask_node(w, c, next);
     }
 }
 
@@ -836,23 +922,17 @@ int nv_gmatch_mask(nv_gmatch *m, const nv_gtrie *tr, uint8_t *allowed) {
     mask_walk w = {m, tr, allowed, 0};
     if (m->accepted)
         for (int i = 0; i < tr->n_eog; i++) allowed[tr->eog[i]] = 1, w.n_allowed++;
-    /* the memo for this walk (a new generation empties it); without memory for it, none */
-    if (!m->memo && (m->memo = calloc(MEMO_SIZE, sizeof *m->memo)) != NULL &&
-        (m->memo_heads = malloc((size_t)MEMO_SIZE * 16 * sizeof *m->memo_heads)) != NULL)
-        m->cap_memo_heads = (size_t)MEMO_SIZE * 16;
-    if (m->memo && !m->memo_heads) {
-        free(m->memo);
-        m->memo = NULL;
-    }
-    if (++m->memo_gen == 0) { /* wrapped: old entries could pass for new */
-        if (m->memo) memset(m->memo, 0, MEMO_SIZE * sizeof *m->memo);
-        m->memo_gen = 1;
-    }
-    m->n_memo_heads = 0;
     const uint32_t fr_mark = m->n_fr;
-    uint64_t next[4];
-    heads_bytes(m, 0, m->n_cur, next);
-    mask_node(&w, 0, 0, m->n_cur, heads_hash(m->hb, m->n_cur), next);
+    m->n_ws = 0; /* this walk's states: none yet */
+    m->n_ws_heads = 0;
+    if (!m->ws_index && !(m->ws_index = calloc(WS_INDEX, sizeof *m->ws_index))) m->oom = 1;
+    if (++m->ws_gen == 0) { /* wrapped: entries of an old walk could pass for this one's */
+        if (m->ws_index) memset(m->ws_index, 0, WS_INDEX * sizeof *m->ws_index);
+        m->ws_gen = 1;
+    }
+    int root = m->oom ? -1 : intern_state(m, m->hb, m->n_cur);
+    if (root >= 0) mask_node(&w, 0, root);
+    else if (!m->oom) mask_node_raw(&w, 0, 0, m->n_cur);
     int oom = m->oom;
     m->n_fr = fr_mark;
     m->n_hb = m->n_cur;

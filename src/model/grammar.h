@@ -20,8 +20,9 @@
  *   as soon as no stack survives its prefix), plus the end-of-generation tokens when the
  *   sentence is complete. Token texts are taken as they follow a token other than BOS. Frames
  *   are shared (one per (position, parent)), so equal parse states have equal stacks, and the
- *   walk remembers what each state does after each byte: the state inside a JSON string, met
- *   after every plain character, is expanded once per walk. */
+ *   walk interns each distinct set of stacks as a state with a transition per byte, made when
+ *   first needed (a small automaton: the state inside a JSON string, met after every plain
+ *   character, is expanded once per walk). The trie is laid out depth first. */
 #ifndef NV_MODEL_GRAMMAR_H
 #define NV_MODEL_GRAMMAR_H
 
