@@ -397,7 +397,10 @@ struct nv_gmatch {
 #define MAX_FRAMES (1u << 24)    /* frames one matcher may hold (128 MiB) */
 #define MEMO_SIZE 4096u
 
-#define WS_MAX 4096u       /* states one walk may intern (past them, the rest of the walk goes raw) */
+#ifndef NV_GRAMMAR_WS_MAX
+#define NV_GRAMMAR_WS_MAX 4096u /* states one walk may intern (past them, the rest of the walk goes raw) */
+#endif
+#define WS_MAX NV_GRAMMAR_WS_MAX /* a power of two */
 #define WS_INDEX (2 * WS_MAX)
 
 struct walk_state {
@@ -825,7 +828,8 @@ static void heads_bytes(const nv_gmatch *m, const gframe *h, size_t n, uint64_t 
 static int intern_state(nv_gmatch *m, const gframe *h, size_t n) {
     uint64_t hh = heads_hash(h, n);
     uint32_t k = (uint32_t)((hh * 0xff51afd7ed558ccdull) >> 40) & (WS_INDEX - 1);
-    for (; (uint32_t)(m->ws_index[k] >> 32) == m->ws_gen; k = (k + 1) & (WS_INDEX - 1)) {
+    for (uint32_t probes = 0; (uint32_t)(m->ws_index[k] >> 32) == m->ws_gen; k = (k + 1) & (WS_INDEX - 1)) {
+        if (++probes > WS_INDEX) return -1; /* (never: the index is at most half full) */
         const uint32_t id = (uint32_t)m->ws_index[k] - 1;
         const struct walk_state *st = &m->ws[id];
         if (st->n == n && !memcmp(m->ws_heads + st->off, h, n * sizeof *h)) return (int)id;
