@@ -628,6 +628,24 @@ static int pattern_ok(const char *v) {
     return i >= 2 && i <= 9 && v[i] == '-' && n == i + 3 && isdigit((unsigned char)v[i + 1]) && isdigit((unsigned char)v[i + 2]);
 }
 
+/* One structured-output request from a thread (the concurrent part of test_structured_outputs). */
+typedef struct {
+    int port, seed;
+    result res;
+} json_job;
+
+static void *run_json_job(void *arg) {
+    json_job *j = arg;
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":100,\"seed\":%d,\"response_format\":{\"type\":\"json_schema\","
+             "\"json_schema\":{\"name\":\"k\",\"schema\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,"
+             "\"maximum\":99},\"maxItems\":3}}}}",
+             j->seed);
+    complete(j->port, 0, NULL, body, &j->res);
+    return NULL;
+}
+
 static void test_structured_outputs(void) {
     if (!main_up) return t_skip("the main server did not start");
     int port = main_srv.port;
@@ -668,6 +686,23 @@ static void test_structured_outputs(void) {
     }
     /* a 260K-parameter story model still closes most answers within 160 tokens */
     T_CHECK(stops >= 3, "only %d of 6 answers were whole", stops);
+
+    /* six at once: batched together, each sampled in its own grammar on the pool's threads */
+    json_job jobs[6];
+    pthread_t th[6];
+    for (int i = 0; i < 6; i++) {
+        jobs[i] = (json_job){.port = port, .seed = 100 + i};
+        pthread_create(&th[i], NULL, run_json_job, &jobs[i]);
+    }
+    for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 6; i++) {
+        cJSON *j = cJSON_Parse(jobs[i].res.text);
+        int ok = jobs[i].res.status == 200 && (strcmp(jobs[i].res.finish, "stop") || (cJSON_IsArray(j) && cJSON_GetArraySize(j) <= 3));
+        for (const cJSON *e = cJSON_IsArray(j) ? j->child : NULL; ok && e; e = e->next)
+            ok = cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble <= 99 && e->valuedouble == floor(e->valuedouble);
+        T_CHECK(ok, "concurrent %d: %d %s '%s'", i, jobs[i].res.status, jobs[i].res.finish, jobs[i].res.text);
+        cJSON_Delete(j);
+    }
 
     /* json_object mode, n = 3, and the other servers' field names: every whole answer parses */
     const char *forms[] = {
