@@ -687,6 +687,15 @@ static void test_structured_outputs(void) {
     /* a 260K-parameter story model still closes most answers within 160 tokens */
     T_CHECK(stops >= 3, "only %d of 6 answers were whole", stops);
 
+    /* the metrics count the constrained tokens and the masks */
+    resp mr;
+    T_CHECK(http(port, "GET", "/metrics", NULL, NULL, &mr) && mr.status == 200, "metrics %d", mr.status);
+    const char *gt = mr.body ? strstr(mr.body, "\nnerve_grammar_tokens_total ") : NULL;
+    const char *gm = mr.body ? strstr(mr.body, "\nnerve_grammar_masks_total ") : NULL;
+    T_CHECK(gt && atol(gt + 28) > 0 && gm && strstr(mr.body, "nerve_grammar_mask_seconds_total "), "grammar metrics: %.300s",
+            gt ? gt : "(none)");
+    resp_free(&mr);
+
     /* six at once: batched together, each sampled in its own grammar on the pool's threads */
     json_job jobs[6];
     pthread_t th[6];

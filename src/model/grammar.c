@@ -1,6 +1,8 @@
 /* Constrained decoding over a byte grammar (see grammar.h). */
 #include "model/grammar.h"
 
+#include "base/timer.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -982,8 +984,12 @@ int nv_gsample(nv_gsampler *g, const nv_gtrie *tr, const nv_tokenizer *t, nv_sam
     const int n = g->vocab;
     memcpy(g->logits, logits, (size_t)n * sizeof *logits);
     int tok = nv_sample(s, logits);
+    g->draws++;
     if (!nv_gmatch_allows(g->m, t, prev, tok)) {
+        double t0 = nv_now();
         int k = nv_gmatch_mask(g->m, tr, g->mask);
+        g->masks++;
+        g->mask_s += nv_now() - t0;
         for (int v = 0; v < n; v++)
             if (!g->mask[v]) g->logits[v] = -INFINITY;
         tok = k > 0 ? nv_sample(s, g->logits) : -1;

@@ -121,6 +121,9 @@ typedef struct {
     float *logits; /* [vocab] the step's logits, kept for a second draw */
     uint8_t *mask; /* [vocab] */
     int vocab;
+    /* what it cost: tokens drawn, whole masks computed (the first draw refused), their time */
+    unsigned long draws, masks;
+    double mask_s;
 } nv_gsampler;
 
 nv_err nv_gsampler_init(nv_gsampler *g, nv_grammar *grammar, int vocab);

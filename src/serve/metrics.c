@@ -73,6 +73,14 @@ void nv_metrics_step(nv_metrics *m, int rows) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void nv_metrics_grammar(nv_metrics *m, unsigned long tokens, unsigned long masks, double mask_s) {
+    pthread_mutex_lock(&m->mu);
+    m->grammar_tokens += tokens;
+    m->grammar_masks += masks;
+    m->grammar_mask_s += mask_s;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void nv_metrics_prefix(nv_metrics *m, int ram_hits, int ram_misses, int disk_hits, int disk_misses, int cached_tokens) {
     pthread_mutex_lock(&m->mu);
     m->prefix_hits[0] += (uint64_t)(ram_hits > 0 ? ram_hits : 0);
@@ -138,6 +146,12 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     put_one(&b, "nerve_step_rows_total", "counter",
             "Token rows over all steps (rows per step = this / steps).",
             m->step_rows);
+    put_one(&b, "nerve_grammar_tokens_total", "counter",
+            "Tokens drawn under a grammar (response_format, tool calls).", m->grammar_tokens);
+    put_one(&b, "nerve_grammar_masks_total", "counter",
+            "Whole token masks computed because the grammar refused the first draw.", m->grammar_masks);
+    head(&b, "nerve_grammar_mask_seconds_total", "counter", "Time spent computing those masks.");
+    nv_buf_printf(&b, "nerve_grammar_mask_seconds_total %.6f\n", m->grammar_mask_s);
     put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);
     put_hist(&b, "nerve_inter_token_latency_seconds", "Between consecutive generated tokens of a sequence.", &m->itl);
     put_hist(&b, "nerve_request_duration_seconds", "From arrival to the end of generation.", &m->e2e);

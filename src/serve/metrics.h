@@ -47,6 +47,9 @@ typedef struct {
     /* prefix cache lookups, in blocks: [0] RAM, [1] SSD */
     uint64_t prefix_hits[2], prefix_misses[2];
     uint64_t cached_tokens;
+    /* constrained decoding: tokens drawn under a grammar, whole masks computed, their seconds */
+    uint64_t grammar_tokens, grammar_masks;
+    double grammar_mask_s;
 } nv_metrics;
 
 typedef struct {
@@ -73,6 +76,7 @@ void nv_metrics_finish(nv_metrics *m, nv_finish f, int prompt_tokens, int comple
 void nv_metrics_ttft(nv_metrics *m, double s);
 void nv_metrics_itl(nv_metrics *m, double s);
 void nv_metrics_step(nv_metrics *m, int rows);
+void nv_metrics_grammar(nv_metrics *m, unsigned long tokens, unsigned long masks, double mask_s);
 /* One lookup's outcome in blocks (a tier's misses: the prompt blocks it could not supply), and
  * the prompt tokens it served. */
 void nv_metrics_prefix(nv_metrics *m, int ram_hits, int ram_misses, int disk_hits, int disk_misses, int cached_tokens);

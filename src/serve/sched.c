@@ -34,6 +34,8 @@ struct nv_req {
     nv_sampler sampler;
     nv_gsampler gs; /* structured output: where the answer is in its grammar (gs.m NULL: none) */
     nv_glazy lazy;  /* a lazy grammar (lazy.g NULL: none; gs is its matcher while it is on) */
+    unsigned long g_draws, g_masks; /* constrained decoding's cost so far, for the metrics */
+    double g_mask_s;
     int lazy_ends;  /* its whole sentence ends the answer */
     int *blocks;
     int n_alloc, reserved;
@@ -365,6 +367,15 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
 
 /* Ends r with fin: returns its blocks and the rest of its reservation, wakes its waiter and
  * drops the scheduler's reference. Lock held; r is no longer queued or running. */
+/* Keeps what the request's grammar sampler cost before it goes. */
+static void grammar_costs(nv_req *r) {
+    r->g_draws += r->gs.draws;
+    r->g_masks += r->gs.masks;
+    r->g_mask_s += r->gs.mask_s;
+    r->gs.draws = r->gs.masks = 0;
+    r->gs.mask_s = 0;
+}
+
 static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     /* last block first: a prefix's first blocks end up the most recently used idle ones */
     for (int i = r->n_alloc - 1; i >= 0; i--) nv_kv_unref(&s->pool, r->blocks[i]);
@@ -376,6 +387,8 @@ static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     r->finish = fin;
     r->n_gen_pub = r->n_gen;
     nv_metrics_finish(s->metrics, fin, r->n_prompt, r->n_gen, nv_now() - r->t_arrival);
+    grammar_costs(r);
+    if (r->g_draws) nv_metrics_grammar(s->metrics, r->g_draws, r->g_masks, r->g_mask_s);
     pthread_cond_broadcast(&r->cv);
     req_unref_locked(r);
 }
@@ -742,7 +755,7 @@ static int sample_in_grammar(nv_sched *s, nv_req *r, float *logits) {
 static void lazy_step(nv_sched *s, nv_req *r, int tok) {
     if (tok < 0 || nv_tokenizer_is_eog(s->tok, tok)) return;
     if (r->gs.m) {
-        if (nv_gmatch_finished(r->gs.m) && !r->lazy_ends) nv_gsampler_free(&r->gs);
+        if (nv_gmatch_finished(r->gs.m) && !r->lazy_ends) grammar_costs(r), nv_gsampler_free(&r->gs);
         return;
     }
     if (nv_glazy_step(&r->lazy, &r->gs, s->model->config.vocab_size, nv_tokenizer_decode(s->tok, r->last, tok)) < 0)
