@@ -230,23 +230,14 @@ static void stream_poll(stream_ctx *st) {
                 nv_buf_free(&text);
                 text = said;
             }
-            if (st->tools && (text.len || rs.done)) { /* content goes on; each call as it completes */
+            nv_tool_call *calls = NULL; /* with tools: the calls this text completed, sent after its content */
+            int n_new = 0;
+            if (st->tools && (text.len || rs.done)) {
                 nv_buf said = {0};
-                nv_tool_call *calls = NULL;
-                int n_new = 0;
                 if (nv_tool_parser_feed(&st->tp[i], text.data ? text.data : "", text.len, rs.done, &said, &calls, &n_new) < 0)
                     st->out.oom = 1;
                 nv_buf_free(&text);
                 text = said;
-                if (text.len) { /* the content before the calls goes first */
-                    sse_event(st, nv_api_chunk(&st->meta, text.data, 0, NULL, st->include_usage));
-                    nv_buf_free(&text);
-                    news = 1;
-                }
-                for (int k = 0; k < n_new; k++)
-                    sse_event(st, nv_api_tool_call_chunk(&st->meta, &calls[k], st->n_calls[i]++, st->include_usage));
-                news |= n_new > 0;
-                nv_tool_calls_free(calls, n_new);
             }
             if (text.len || lps.n) {
                 st->meta.lps = lps.v;
@@ -258,6 +249,10 @@ static void stream_poll(stream_ctx *st) {
                 st->meta.n_lps = 0;
                 news = 1;
             }
+            for (int k = 0; k < n_new; k++)
+                sse_event(st, nv_api_tool_call_chunk(&st->meta, &calls[k], st->n_calls[i]++, st->include_usage));
+            news |= n_new > 0;
+            nv_tool_calls_free(calls, n_new);
             free(lps.v);
             nv_buf_free(&text);
             if (!rs.done) continue;
