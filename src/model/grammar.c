@@ -18,9 +18,11 @@ enum { EL_SET = 0u, EL_REF = 1u, EL_ALT = 2u, EL_END = 3u };
 struct nv_gbuild {
     nv_gbody *rules; /* each rule's body, while building */
     int *defined;
-    int n_rules, cap_rules;
+    int n_rules;
+    size_t cap_rules;
     uint8_t (*sets)[32];
-    int n_sets, cap_sets;
+    int n_sets;
+    size_t cap_sets;
     int *set_slot; /* open addressing over the sets (index + 1), cap_slots a power of two */
     int cap_slots;
     int byte_set[256]; /* the set holding just that byte, -1 until made */
@@ -40,11 +42,12 @@ struct nv_grammar {
 
 /* ---- building ---- */
 
-static int grow(void **p, int *cap, int need, size_t elem) {
+/* Room for need elements of elem bytes at *p (*cap of them now), doubling from 16. */
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 1;
-    int c = *cap ? *cap : 16;
+    size_t c = *cap ? *cap : 16;
     while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
+    void *q = realloc(*p, c * elem);
     if (!q) return 0;
     *p = q;
     *cap = c;
@@ -73,12 +76,11 @@ void nv_gbuild_free(nv_gbuild *b) {
 }
 
 int nv_gbuild_reserve(nv_gbuild *b) {
-    if (b->oom || !grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
+    if (b->oom || !grow((void **)&b->rules, &b->cap_rules, (size_t)b->n_rules + 1, sizeof *b->rules)) {
         b->oom = 1;
         return 0;
     }
-    int cap = b->cap_rules;
-    int *d = realloc(b->defined, (size_t)cap * sizeof *d);
+    int *d = realloc(b->defined, b->cap_rules * sizeof *d);
     if (!d) {
         b->oom = 1;
         return 0;
@@ -118,7 +120,7 @@ void nv_gbuild_seal(nv_gbuild *b) {
 
 static void body_push(nv_gbody *body, uint32_t e) {
     if (body->oom) return;
-    if (!grow((void **)&body->e, &body->cap, body->n + 1, sizeof *body->e)) {
+    if (!grow((void **)&body->e, &body->cap, (size_t)body->n + 1, sizeof *body->e)) {
         body->oom = 1;
         return;
     }
@@ -150,7 +152,7 @@ static int set_id(nv_gbuild *b, const uint8_t bits[32]) {
     uint32_t k = set_hash(bits) & (uint32_t)(b->cap_slots - 1);
     for (; b->set_slot[k]; k = (k + 1) & (uint32_t)(b->cap_slots - 1))
         if (!memcmp(b->sets[b->set_slot[k] - 1], bits, 32)) return b->set_slot[k] - 1;
-    if (!grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
+    if (!grow((void **)&b->sets, &b->cap_sets, (size_t)b->n_sets + 1, sizeof *b->sets)) {
         b->oom = 1;
         return 0;
     }
@@ -164,6 +166,12 @@ void nv_gbody_set(nv_gbuild *b, nv_gbody *body, const uint8_t bits[32]) { body_p
 void nv_gbody_range(nv_gbuild *b, nv_gbody *body, unsigned lo, unsigned hi) {
     uint8_t bits[32] = {0};
     for (unsigned c = lo; c <= hi && c < 256; c++) bits[c >> 3] |= (uint8_t)(1u << (c & 7));
+    nv_gbody_set(b, body, bits);
+}
+
+void nv_gbody_chars(nv_gbuild *b, nv_gbody *body, const char *chars) {
+    uint8_t bits[32] = {0};
+    for (const unsigned char *p = (const unsigned char *)chars; *p; p++) bits[*p >> 3] |= (uint8_t)(1u << (*p & 7));
     nv_gbody_set(b, body, bits);
 }
 
@@ -365,7 +373,8 @@ typedef struct {
 struct nv_gmatch {
     nv_grammar *g;
     gframe *fr;
-    uint32_t n_fr, cap_fr, compact_at;
+    uint32_t n_fr, compact_at;
+    size_t cap_fr;
     /* heads: stacks whose top is a byte set, as (pos, parent) pairs. hb holds the current
      * state's heads first (n_cur of them), then those of continuations being tried. */
     gframe *hb;
@@ -397,7 +406,6 @@ struct nv_gmatch {
 #define FSET_SIZE (1u << 16)
 #define EXPAND_BUDGET (1L << 18) /* work items one expansion may take */
 #define MAX_FRAMES (1u << 24)    /* frames one matcher may hold (128 MiB) */
-#define MEMO_SIZE 4096u
 
 #ifndef NV_GRAMMAR_WS_MAX
 #define NV_GRAMMAR_WS_MAX 4096u /* states one walk may intern (past them, the rest of the walk goes raw) */
@@ -457,13 +465,7 @@ static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx
         }
     }
     if (m->n_fr >= MAX_FRAMES) return m->oom = 1, 0;
-    if (m->n_fr == m->cap_fr) {
-        uint32_t c = m->cap_fr ? m->cap_fr * 2 : 256;
-        gframe *f = realloc(m->fr, (size_t)c * sizeof *f);
-        if (!f) return m->oom = 1, 0;
-        m->fr = f;
-        m->cap_fr = c;
-    }
+    if (!grow((void **)&m->fr, &m->cap_fr, (size_t)m->n_fr + 1, sizeof *m->fr)) return m->oom = 1, 0;
     m->fr[m->n_fr] = (gframe){pos, parent};
     *idx = m->n_fr++;
     if (slot != UINT32_MAX) {
@@ -475,14 +477,7 @@ static int push_frame(nv_gmatch *m, uint32_t pos, uint32_t parent, uint32_t *idx
 
 /* Room for n more heads in hb. */
 static int reserve_heads(nv_gmatch *m, size_t n) {
-    if (m->n_hb + n <= m->cap_hb) return 1;
-    size_t c = m->cap_hb ? m->cap_hb : 64;
-    while (c < m->n_hb + n) c *= 2;
-    gframe *p = realloc(m->hb, c * sizeof *p);
-    if (!p) return m->oom = 1, 0;
-    m->hb = p;
-    m->cap_hb = c;
-    return 1;
+    return grow((void **)&m->hb, &m->cap_hb, m->n_hb + n, sizeof *m->hb) ? 1 : (m->oom = 1, 0);
 }
 
 static int push_head(nv_gmatch *m, size_t base, gframe h) {
@@ -511,13 +506,9 @@ static int push_head(nv_gmatch *m, size_t base, gframe h) {
 static void expand(nv_gmatch *m, uint32_t pos, uint32_t parent, size_t base, int *acc) {
     const nv_grammar *g = m->g;
     size_t nw = 0;
-    if (!m->cap_work) {
-        m->work = malloc(64 * sizeof *m->work);
-        if (!m->work) {
-            m->oom = 1;
-            return;
-        }
-        m->cap_work = 64;
+    if (!grow((void **)&m->work, &m->cap_work, 1, sizeof *m->work)) {
+        m->oom = 1;
+        return;
     }
     m->work[nw++] = (gframe){pos, parent};
     long steps = 0;
@@ -547,16 +538,9 @@ static void expand(nv_gmatch *m, uint32_t pos, uint32_t parent, size_t base, int
             uint32_t nt = EL_TYPE(g->el[next]);
             if (nt != EL_ALT && nt != EL_END && !push_frame(m, next, w.parent, &cont)) break;
             uint32_t a0 = g->alt_first[r], a1 = g->alt_first[r + 1];
-            if (nw + (a1 - a0) > m->cap_work) {
-                size_t c = m->cap_work;
-                while (c < nw + (a1 - a0)) c *= 2;
-                gframe *p = realloc(m->work, c * sizeof *p);
-                if (!p) {
-                    m->oom = 1;
-                    break;
-                }
-                m->work = p;
-                m->cap_work = c;
+            if (!grow((void **)&m->work, &m->cap_work, nw + (a1 - a0), sizeof *m->work)) {
+                m->oom = 1;
+                break;
             }
             for (uint32_t a = a1; a-- > a0;) m->work[nw++] = (gframe){g->alt[a], cont};
             break;
@@ -764,13 +748,16 @@ nv_err nv_gtrie_build(const nv_tokenizer *t, nv_gtrie **out) {
         order[n_order++] = v;
         uint32_t kids[256], nk = 0;
         for (uint32_t c = tr->node[v].first_child; c; c = tr->node[c].next_sibling) kids[nk++] = c;
-        for (uint32_t a = 1; a < nk; a++) /* byte order, so the list reads in order too */
-            for (uint32_t b = a; b > 0 && tr->node[kids[b - 1]].byte < tr->node[kids[b]].byte; b--) {
+        for (uint32_t a = 1; a < nk; a++) /* byte order */
+            for (uint32_t b = a; b > 0 && tr->node[kids[b - 1]].byte > tr->node[kids[b]].byte; b--) {
                 uint32_t t = kids[b];
                 kids[b] = kids[b - 1];
                 kids[b - 1] = t;
             }
-        for (uint32_t a = 0; a < nk; a++) stack[sp++] = kids[a]; /* the smallest byte on top */
+        /* relinked in that order (they were linked in the order they were inserted) */
+        tr->node[v].first_child = nk ? kids[0] : 0;
+        for (uint32_t a = 0; a < nk; a++) tr->node[kids[a]].next_sibling = a + 1 < nk ? kids[a + 1] : 0;
+        for (uint32_t a = nk; a-- > 0;) stack[sp++] = kids[a]; /* the smallest byte on top */
     }
     for (uint32_t i = 0; i < n_order; i++) stack[order[i]] = i; /* stack: old index -> new */
     for (uint32_t i = 0; i < n_order; i++) {
@@ -778,19 +765,6 @@ nv_err nv_gtrie_build(const nv_tokenizer *t, nv_gtrie **out) {
         x.first_child = x.first_child ? stack[x.first_child] : 0;
         x.next_sibling = x.next_sibling ? stack[x.next_sibling] : 0;
         laid[i] = x;
-    }
-    /* siblings were linked in the order they were inserted: relink them by byte */
-    for (uint32_t i = 0; i < n_order; i++) {
-        uint32_t kids[256], nk = 0;
-        for (uint32_t c = laid[i].first_child; c; c = laid[c].next_sibling) kids[nk++] = c;
-        for (uint32_t a = 1; a < nk; a++)
-            for (uint32_t b = a; b > 0 && kids[b - 1] > kids[b]; b--) {
-                uint32_t t = kids[b];
-                kids[b] = kids[b - 1];
-                kids[b - 1] = t;
-            }
-        laid[i].first_child = nk ? kids[0] : 0;
-        for (uint32_t a = 0; a < nk; a++) laid[kids[a]].next_sibling = a + 1 < nk ? kids[a + 1] : 0;
     }
     free(tr->node);
     tr->node = laid;
@@ -846,14 +820,7 @@ static int intern_state(nv_gmatch *m, const gframe *h, size_t n) {
         m->trans = t;
         m->cap_ws = cap;
     }
-    if (m->n_ws_heads + n > m->cap_ws_heads) {
-        size_t cap = m->cap_ws_heads ? m->cap_ws_heads * 2 : 1024;
-        while (cap < m->n_ws_heads + n) cap *= 2;
-        gframe *p = realloc(m->ws_heads, cap * sizeof *p);
-        if (!p) return -1;
-        m->ws_heads = p;
-        m->cap_ws_heads = cap;
-    }
+    if (!grow((void **)&m->ws_heads, &m->cap_ws_heads, m->n_ws_heads + n, sizeof *m->ws_heads)) return -1;
     struct walk_state *st = &m->ws[m->n_ws];
     st->off = (uint32_t)m->n_ws_heads;
     st->n = (uint32_t)n;
@@ -946,19 +913,16 @@ int nv_gmatch_mask(nv_gmatch *m, const nv_gtrie *tr, uint8_t *allowed) {
     return oom ? -1 : w.n_allowed;
 }
 
-int nv_gmatch_allows(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok) {
+/* Token tok after prev against the grammar: tried, or fed when commit. */
+static int token_step(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok, int commit) {
     if (nv_tokenizer_is_eog(t, tok)) return m->accepted;
     const char *s = nv_tokenizer_decode(t, prev, tok);
-    if (!s || !*s) return 0;
-    return nv_gmatch_try(m, s, strlen(s));
+    if (!s || !*s) return 0; /* no text: no progress, never allowed */
+    return commit ? nv_gmatch_feed(m, s, strlen(s)) == 1 : nv_gmatch_try(m, s, strlen(s));
 }
 
-int nv_gmatch_accept(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok) {
-    if (nv_tokenizer_is_eog(t, tok)) return m->accepted;
-    const char *s = nv_tokenizer_decode(t, prev, tok);
-    if (!s || !*s) return 0;
-    return nv_gmatch_feed(m, s, strlen(s)) == 1;
-}
+int nv_gmatch_allows(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok) { return token_step(m, t, prev, tok, 0); }
+int nv_gmatch_accept(nv_gmatch *m, const nv_tokenizer *t, int prev, int tok) { return token_step(m, t, prev, tok, 1); }
 
 /* ---- sampling inside a grammar ---- */
 

@@ -45,7 +45,8 @@ typedef struct nv_grammar nv_grammar;
 /* A rule body being written: alternatives of elements. */
 typedef struct {
     uint32_t *e; /* encoded elements (see grammar.c) */
-    int n, cap;
+    int n;
+    size_t cap;
     int oom;
 } nv_gbody;
 
@@ -64,8 +65,10 @@ long nv_gbuild_size(const nv_gbuild *b);
 void nv_gbuild_seal(nv_gbuild *b);
 
 /* Appends to the current alternative: one byte from [lo, hi]; one of the bytes set in bits
- * (256 bits); the bytes of s in order; a reference to rule. */
+ * (256 bits); one of the bytes of chars; the bytes of s in order; a reference to rule. */
 void nv_gbody_range(nv_gbuild *b, nv_gbody *body, unsigned lo, unsigned hi);
+/* One byte among those of chars. */
+void nv_gbody_chars(nv_gbuild *b, nv_gbody *body, const char *chars);
 void nv_gbody_set(nv_gbuild *b, nv_gbody *body, const uint8_t bits[32]);
 void nv_gbody_lit(nv_gbuild *b, nv_gbody *body, const char *s, size_t n);
 void nv_gbody_ref(nv_gbody *body, int rule);

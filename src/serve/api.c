@@ -331,6 +331,11 @@ static int valid_tool_name(const char *s) {
     return 1;
 }
 
+/* A tool's function name (parse_tools has checked that it is one). */
+static const char *tool_name(const cJSON *tool) {
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name")->valuestring;
+}
+
 /* The grammar of tool calls: Hermes: <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>,
  * with parallel more after newlines; Llama 3: {"name": NAME, "parameters": ARGS}. ARGS follows
  * the tool's parameters schema. */
@@ -378,12 +383,13 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
             return err->status;
         }
         for (const cJSON *u = tools->child; u != t; u = u->next)
-            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "function"), "name")->valuestring,
-                        name->valuestring)) {
+            if (!strcmp(tool_name(u), name->valuestring)) {
                 nv_api_error_set(err, E400, NULL, "tools", "two tools are named '%s'", name->valuestring);
                 return err->status;
             }
     }
+    static const char bad_choice[] =
+        "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}";
     const char *only = NULL;
     int required = 0;
     if (choice && cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return 0; /* not even shown */
@@ -396,22 +402,18 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     if (choice && cJSON_IsString(choice)) {
         required = !strcmp(choice->valuestring, "required");
         if (!required && strcmp(choice->valuestring, "auto")) {
-            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
-                                                             "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            nv_api_error_set(err, E400, NULL, "tool_choice", "%s", bad_choice);
             return err->status;
         }
     } else if (choice) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsObject(choice) || !cJSON_IsString(name)) {
-            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
-                                                             "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            nv_api_error_set(err, E400, NULL, "tool_choice", "%s", bad_choice);
             return err->status;
         }
-        for (const cJSON *t = tools->child; t && !only; t = t->next) {
-            const char *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring;
-            if (!strcmp(n, name->valuestring)) only = n;
-        }
+        for (const cJSON *t = tools->child; t && !only; t = t->next)
+            if (!strcmp(tool_name(t), name->valuestring)) only = tool_name(t);
         if (!only) {
             nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' names '%.64s', which is not among 'tools'",
                              name->valuestring);
@@ -433,7 +435,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         nv_buf b = {0};
         nv_py_json(&b, t, style == NV_TOOLS_LLAMA3 ? 4 : 0);
         out->tool_json[i] = nv_buf_take(&b);
-        at->names[i] = strdup(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring);
+        at->names[i] = strdup(tool_name(t));
         at->n = i + 1;
         if (!out->tool_json[i] || !at->names[i]) {
             nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");

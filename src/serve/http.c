@@ -167,6 +167,11 @@ static int route_is_post(route_id r) { return r == R_COMPLETIONS || r == R_CHAT 
 
 /* ---- streams ------------------------------------------------------------------------------- */
 
+/* A parser for one answer's tool calls among the request's tools. */
+static nv_tool_parser tool_parser(const nv_api_tools *t) {
+    return (nv_tool_parser){.style = t->style, .names = (const char *const *)t->names, .n_names = t->n};
+}
+
 static void sse_event(stream_ctx *st, char *json) {
     if (!json) {
         st->out.oom = 1;
@@ -392,8 +397,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         st->reasoning = chat && h->ctx.reasoning;
         st->tools = ar.tools; /* the stream reads calls after the request is gone */
         ar.tools = NULL;
-        for (int i = 0; i < n && st->tools; i++)
-            st->tp[i] = (nv_tool_parser){.style = st->tools->style, .names = (const char *const *)st->tools->names, .n_names = st->tools->n};
+        for (int i = 0; i < n && st->tools; i++) st->tp[i] = tool_parser(st->tools);
         for (int i = 0; i < n; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
@@ -467,7 +471,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
                 ch[i].reasoning = why[i].data; /* NULL: none, the field is left out */
             }
             if (tools) { /* the calls out of the content */
-                nv_tool_parser tp = {.style = tools->style, .names = (const char *const *)tools->names, .n_names = tools->n};
+                nv_tool_parser tp = tool_parser(tools);
                 oom |= nv_tool_parser_feed(&tp, ch[i].text, strlen(ch[i].text), 1, &content[i], &calls[i], &n_calls[i]) < 0;
                 nv_tool_parser_free(&tp);
                 ch[i].text = content[i].data ? content[i].data : "";

@@ -212,8 +212,9 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
         else r->plps[0] = (nv_token_lp){.tok = r->prompt[0], .prev = NV_TOKEN_BOS, .unscored = 1};
     }
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
-    if (e == NV_OK && p->lazy_grammar && !p->grammar) e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start);
-    if (e == NV_OK && p->lazy_grammar && !p->grammar) r->lazy.think = p->lazy_think;
+    if (e == NV_OK && p->lazy_grammar && !p->grammar &&
+        (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK)
+        r->lazy.think = p->lazy_think;
     r->lazy_ends = p->lazy_ends;
     if (e != NV_OK) {
         req_free(r);

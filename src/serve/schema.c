@@ -3,12 +3,14 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "serve/tools.h"
 
 #define WS_INDENT 20
 #define INT_DIGITS 16
@@ -34,8 +36,17 @@ typedef struct {
     nv_err err;
 } sc;
 
-static int fail(sc *c, nv_err code, const char *fmt, const char *a, const char *b) {
-    if (c->err == NV_OK) c->err = nv_fail(code, fmt, a, b);
+/* Records the first error (later ones follow from it) and returns 0, the rule id callers give
+ * back on failure. */
+static int fail(sc *c, nv_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(sc *c, nv_err code, const char *fmt, ...) {
+    if (c->err != NV_OK) return 0;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->err = nv_fail(code, "%s", msg);
     return 0;
 }
 
@@ -56,7 +67,7 @@ static int range_rule(sc *c, unsigned lo, unsigned hi) {
 /* item repeated min..max times (max < 0: no limit), as right recursion. */
 static int repeat(sc *c, int item, long min, long max) {
     if (min > MAX_REPEAT || (max >= 0 && max - min > MAX_REPEAT))
-        return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported%s", "10000", "");
+        return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported", "10000");
     nv_gbody body = {0};
     int tail;
     if (max < 0) { /* star ::= | item star */
@@ -84,11 +95,8 @@ static int repeat(sc *c, int item, long min, long max) {
  * into runs of blank lines. */
 static int ws(sc *c) {
     if (c->ws >= 0) return c->ws;
-    uint8_t bits[32] = {0};
-    bits[' ' >> 3] |= 1u << (' ' & 7);
-    bits['\t' >> 3] |= 1u << ('\t' & 7);
     nv_gbody body = {0};
-    nv_gbody_set(c->b, &body, bits);
+    nv_gbody_chars(c->b, &body, " \t");
     int indent = repeat(c, nv_gbuild_add(c->b, &body), 0, WS_INDENT);
     nv_gbody_alt(&body);
     nv_gbody_lit(c->b, &body, " ", 1);
@@ -102,10 +110,8 @@ static int digit(sc *c) { return c->digit >= 0 ? c->digit : (c->digit = range_ru
 
 static int hex(sc *c) {
     if (c->hex >= 0) return c->hex;
-    uint8_t h[32] = {0};
-    for (const char *p = "0123456789abcdefABCDEF"; *p; p++) h[*p >> 3] |= (uint8_t)(1u << (*p & 7));
     nv_gbody body = {0};
-    nv_gbody_set(c->b, &body, h);
+    nv_gbody_chars(c->b, &body, "0123456789abcdefABCDEF");
     return c->hex = nv_gbuild_add(c->b, &body);
 }
 
@@ -113,7 +119,7 @@ static int hex(sc *c) {
  * U+10FFFF) as alternatives appended to body; no_line_seps leaves out U+2028 and U+2029 (the
  * line terminators a regular expression's '.' does not match). */
 static void utf8_multibyte(sc *c, nv_gbody *body, int no_line_seps) {
-    static const unsigned all[][4][2] = {
+    static const unsigned rows[][4][2] = {
         {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
         {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
         {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
@@ -123,25 +129,22 @@ static void utf8_multibyte(sc *c, nv_gbody *body, int no_line_seps) {
         {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
         {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
     };
-    static const unsigned no_seps[][4][2] = { /* E1-EC split around E2 80 A8 and E2 80 A9 */
-        {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
-        {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
+    static const unsigned e1_ec_no_seps[][4][2] = { /* rows[2] around E2 80 A8 and E2 80 A9 */
         {{0xE1, 0xE1}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
         {{0xE2, 0xE2}, {0x81, 0xBF}, {0x80, 0xBF}, {0, 0}},
         {{0xE2, 0xE2}, {0x80, 0x80}, {0x80, 0xA7}, {0, 0}},
         {{0xE2, 0xE2}, {0x80, 0x80}, {0xAA, 0xBF}, {0, 0}},
         {{0xE3, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
-        {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}, {0, 0}},
-        {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
-        {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-        {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-        {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
     };
-    const unsigned(*seqs)[4][2] = no_line_seps ? no_seps : all;
-    const size_t n = no_line_seps ? sizeof no_seps / sizeof no_seps[0] : sizeof all / sizeof all[0];
-    for (size_t i = 0; i < n; i++) {
-        if (i) nv_gbody_alt(body);
-        for (int k = 0; k < 4 && seqs[i][k][0]; k++) nv_gbody_range(c->b, body, seqs[i][k][0], seqs[i][k][1]);
+    int first = 1;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const int split = no_line_seps && i == 2;
+        const unsigned(*r)[4][2] = split ? e1_ec_no_seps : &rows[i];
+        const size_t n = split ? sizeof e1_ec_no_seps / sizeof e1_ec_no_seps[0] : 1;
+        for (size_t j = 0; j < n; j++, first = 0) {
+            if (!first) nv_gbody_alt(body);
+            for (int k = 0; k < 4 && r[j][k][0]; k++) nv_gbody_range(c->b, body, r[j][k][0], r[j][k][1]);
+        }
     }
 }
 
@@ -158,25 +161,15 @@ static int chr(sc *c) {
     nv_gbody_set(b, &body, bits);
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "\\", 1);
-    uint8_t esc[32] = {0};
-    for (const char *p = "\"\\/bfnrt"; *p; p++) esc[*p >> 3] |= (uint8_t)(1u << (*p & 7));
-    nv_gbody_set(b, &body, esc);
+    nv_gbody_chars(b, &body, "\"\\/bfnrt");
     nv_gbody_alt(&body); /* \uXXXX but a surrogate's half (a pair spells what raw UTF-8 spells anyway) */
     nv_gbody_lit(b, &body, "\\u", 2);
-    uint8_t not_d[32] = {0}, low[32] = {0};
-    for (const char *p = "0123456789abcefABCEF"; *p; p++) not_d[*p >> 3] |= (uint8_t)(1u << (*p & 7));
-    for (const char *p = "01234567"; *p; p++) low[*p >> 3] |= (uint8_t)(1u << (*p & 7));
-    nv_gbody_set(b, &body, not_d);
+    nv_gbody_chars(b, &body, "0123456789abcefABCEF");
     for (int i = 0; i < 3; i++) nv_gbody_ref(&body, h);
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "\\u", 2);
-    nv_gbody_range(b, &body, 'd', 'd');
-    nv_gbody_set(b, &body, low);
-    for (int i = 0; i < 2; i++) nv_gbody_ref(&body, h);
-    nv_gbody_alt(&body);
-    nv_gbody_lit(b, &body, "\\u", 2);
-    nv_gbody_range(b, &body, 'D', 'D');
-    nv_gbody_set(b, &body, low);
+    nv_gbody_chars(b, &body, "dD");
+    nv_gbody_chars(b, &body, "01234567");
     for (int i = 0; i < 2; i++) nv_gbody_ref(&body, h);
     nv_gbody_alt(&body);
     utf8_multibyte(c, &body, 0);
@@ -221,18 +214,12 @@ static int number(sc *c) {
     nv_gbody_lit(c->b, &body, ".", 1);
     nv_gbody_ref(&body, repeat(c, digit(c), 1, FRAC_DIGITS));
     int frac = nv_gbuild_add(c->b, &body);
-    nv_gbody_range(c->b, &body, 'E', 'E');
     nv_gbody_alt(&body);
-    nv_gbody_range(c->b, &body, 'e', 'e');
-    int e = nv_gbuild_add(c->b, &body);
-    nv_gbody_alt(&body);
-    nv_gbody_range(c->b, &body, '+', '+');
-    nv_gbody_alt(&body);
-    nv_gbody_range(c->b, &body, '-', '-');
+    nv_gbody_chars(c->b, &body, "+-");
     int sign = nv_gbuild_add(c->b, &body);
     int exp_digits = repeat(c, digit(c), 1, EXP_DIGITS);
     nv_gbody_alt(&body);
-    nv_gbody_ref(&body, e);
+    nv_gbody_chars(c->b, &body, "eE");
     nv_gbody_ref(&body, sign);
     nv_gbody_ref(&body, exp_digits);
     int exp = nv_gbuild_add(c->b, &body);
@@ -246,14 +233,14 @@ static int number(sc *c) {
  * rule. min..max items (max < 0: any number). */
 static int sequence(sc *c, const char *open, const char *close, int item, long min, long max) {
     if (min > MAX_REPEAT || (max >= 0 && max > MAX_REPEAT))
-        return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported%s", "10000", "");
+        return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported", "10000");
     int w = ws(c);
     nv_gbody body = {0};
     /* after_k: k items written, next a "," or the closer */
     int last = -1;
     long top = max < 0 ? (min > 1 ? min : 1) : max;
     int *after = calloc((size_t)top + 1, sizeof *after);
-    if (!after) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+    if (!after) return fail(c, NV_ENOMEM, "out of memory");
     for (long k = top; k >= 1; k--) {
         int self = nv_gbuild_reserve(c->b);
         int first = 1;
@@ -404,16 +391,9 @@ static int format_time(sc *c) {
     nv_gbody_lit(c->b, &body, ".", 1);
     nv_gbody_ref(&body, repeat(c, digit(c), 1, 9));
     int frac = nv_gbuild_add(c->b, &body);
-    nv_gbody_lit(c->b, &body, "Z", 1);
+    nv_gbody_chars(c->b, &body, "Zz");
     nv_gbody_alt(&body);
-    nv_gbody_lit(c->b, &body, "z", 1);
-    nv_gbody_alt(&body);
-    nv_gbody_range(c->b, &body, '+', '+');
-    nv_gbody_ref(&body, two_digits(c, 0, 23));
-    nv_gbody_lit(c->b, &body, ":", 1);
-    nv_gbody_ref(&body, two_digits(c, 0, 59));
-    nv_gbody_alt(&body);
-    nv_gbody_range(c->b, &body, '-', '-');
+    nv_gbody_chars(c->b, &body, "+-");
     nv_gbody_ref(&body, two_digits(c, 0, 23));
     nv_gbody_lit(c->b, &body, ":", 1);
     nv_gbody_ref(&body, two_digits(c, 0, 59));
@@ -452,7 +432,7 @@ static int format_rule(sc *c, const char *f) {
             for (int i = 0; i < groups[g]; i++) nv_gbody_ref(&body, h);
         }
     } else {
-        return fail(c, NV_EUNSUPPORTED, "'format': '%.60s' is not supported (date, time, date-time and uuid are)%s", f, "");
+        return fail(c, NV_EUNSUPPORTED, "'format': '%.60s' is not supported (date, time, date-time and uuid are)", f);
     }
     return nv_gbuild_add(c->b, &body);
 }
@@ -488,7 +468,7 @@ static long count_kw(sc *c, const cJSON *s, const char *key, long def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key);
     if (!v) return def;
     if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble) || v->valuedouble > 1e9) {
-        fail(c, NV_EINVAL, "'%s' must be a non-negative integer%s", key, "");
+        fail(c, NV_EINVAL, "'%s' must be a non-negative integer", key);
         return def;
     }
     return (long)v->valuedouble;
@@ -497,7 +477,7 @@ static long count_kw(sc *c, const cJSON *s, const char *key, long def) {
 /* Follows a "#..." reference (JSON pointer, with ~0 ~1 escapes) in the document. */
 static const cJSON *resolve(sc *c, const char *ref) {
     if (ref[0] != '#') {
-        fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' is not supported (only references into the schema itself, '#...')%s", ref, "");
+        fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' is not supported (only references into the schema itself, '#...')", ref);
         return NULL;
     }
     const cJSON *at = c->doc;
@@ -516,7 +496,7 @@ static const cJSON *resolve(sc *c, const char *ref) {
                 p += 2;
             }
             if (n + 1 >= sizeof key) {
-                fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' has a name longer than 255 bytes%s", ref, "");
+                fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' has a name longer than 255 bytes", ref);
                 return NULL;
             }
             key[n++] = ch;
@@ -531,7 +511,7 @@ static const cJSON *resolve(sc *c, const char *ref) {
         }
         if (!at) break;
     }
-    if (!at || *p) fail(c, NV_EINVAL, "'$ref': '%.100s' does not point into the schema%s", ref, "");
+    if (!at || *p) fail(c, NV_EINVAL, "'$ref': '%.100s' does not point into the schema", ref);
     return *p ? NULL : at;
 }
 
@@ -543,7 +523,7 @@ static int gen_ref(sc *c, const char *ref) {
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? c->cap_refs * 2 : 8;
         ref_rule *r = realloc(c->refs, (size_t)cap * sizeof *r);
-        if (!r) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+        if (!r) return fail(c, NV_ENOMEM, "out of memory");
         c->refs = r;
         c->cap_refs = cap;
     }
@@ -564,13 +544,13 @@ static int gen_properties(sc *c, const cJSON *props, const cJSON *required) {
     if (!members || !req) {
         free(members);
         free(req);
-        return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+        return fail(c, NV_ENOMEM, "out of memory");
     }
     int i = 0;
     for (const cJSON *p = props->child; p; p = p->next, i++) {
         char *key = json_quote(p->string);
         if (!key) {
-            fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+            fail(c, NV_ENOMEM, "out of memory");
             break;
         }
         members[i] = member(c, key, 0, gen(c, p));
@@ -579,14 +559,14 @@ static int gen_properties(sc *c, const cJSON *props, const cJSON *required) {
     if (required) {
         for (const cJSON *r = required->child; r; r = r->next) {
             if (!cJSON_IsString(r)) {
-                fail(c, NV_EINVAL, "'required' must list property names%s%s", "", "");
+                fail(c, NV_EINVAL, "'required' must list property names");
                 break;
             }
             int j = 0;
             const cJSON *p = props->child;
             while (p && strcmp(p->string, r->valuestring)) p = p->next, j++;
             if (!p) {
-                fail(c, NV_EUNSUPPORTED, "'required' names '%.100s', which is not among 'properties'%s", r->valuestring, "");
+                fail(c, NV_EUNSUPPORTED, "'required' names '%.100s', which is not among 'properties'", r->valuestring);
                 break;
             }
             req[j] = 1;
@@ -630,18 +610,17 @@ static int gen_object(sc *c, const cJSON *s) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
     const cJSON *add = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
-    if (props && !cJSON_IsObject(props)) return fail(c, NV_EINVAL, "'properties' must be an object%s%s", "", "");
-    if (req && !cJSON_IsArray(req)) return fail(c, NV_EINVAL, "'required' must be an array%s%s", "", "");
+    if (props && !cJSON_IsObject(props)) return fail(c, NV_EINVAL, "'properties' must be an object");
+    if (req && !cJSON_IsArray(req)) return fail(c, NV_EINVAL, "'required' must be an array");
     if (add && !cJSON_IsBool(add) && !cJSON_IsObject(add))
-        return fail(c, NV_EINVAL, "'additionalProperties' must be a boolean or a schema%s%s", "", "");
+        return fail(c, NV_EINVAL, "'additionalProperties' must be a boolean or a schema");
     if (props && props->child) {
         if (add && !cJSON_IsFalse(add))
             return fail(c, NV_EUNSUPPORTED,
-                        "'additionalProperties' beside 'properties' is not supported (members are the listed ones%s%s)",
-                        "", "");
+                        "'additionalProperties' beside 'properties' is not supported (members are the listed ones)");
         return gen_properties(c, props, req);
     }
-    if (req && req->child) return fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported%s%s", "", "");
+    if (req && req->child) return fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported");
     if (cJSON_IsFalse(add)) return sequence(c, "{", "}", 0, 0, 0); /* nothing may be in it */
     int value = cJSON_IsObject(add) ? gen(c, add) : any_value(c);
     if (!cJSON_IsObject(add)) return c->object_any;
@@ -651,11 +630,11 @@ static int gen_object(sc *c, const cJSON *s) {
 static int gen_array(sc *c, const cJSON *s) {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
     if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
-        return fail(c, NV_EUNSUPPORTED, "'items' must be a schema (a list of them is not supported)%s%s", "", "");
+        return fail(c, NV_EUNSUPPORTED, "'items' must be a schema (a list of them is not supported)");
     long min = count_kw(c, s, "minItems", 0), max = count_kw(c, s, "maxItems", -1);
-    if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxItems' is below 'minItems'%s%s", "", "");
+    if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxItems' is below 'minItems'");
     if (cJSON_IsFalse(items)) {
-        if (min > 0) return fail(c, NV_EINVAL, "'items': false with 'minItems' above 0 matches nothing%s%s", "", "");
+        if (min > 0) return fail(c, NV_EINVAL, "'items': false with 'minItems' above 0 matches nothing");
         max = 0;
     }
     int item = items && cJSON_IsObject(items) ? gen(c, items) : any_value(c);
@@ -683,20 +662,20 @@ typedef struct {
     int depth;
 } rx;
 
-static int rx_fail(rx *r, const char *what) { return fail(r->c, NV_EUNSUPPORTED, "'pattern': %s%s", what, ""); }
+static int rx_fail(rx *r, const char *what) { return fail(r->c, NV_EUNSUPPORTED, "'pattern': %s", what); }
 
 static void cls_ascii(rx_class *k, unsigned lo, unsigned hi) {
     for (unsigned x = lo; x <= hi && x < 128; x++) k->ascii[x >> 3] |= (uint8_t)(1u << (x & 7));
 }
 
 static int cls_add(rx *r, rx_class *k, uint32_t lo, uint32_t hi) {
-    if (lo > hi) return rx_fail(r, "a class range runs backwards"), 0;
+    if (lo > hi) return rx_fail(r, "a class range runs backwards");
     if (hi < 128) {
         cls_ascii(k, lo, hi);
         return 1;
     }
-    if (lo != hi) return rx_fail(r, "a class range past ASCII is not supported"), 0;
-    if (k->n_cps == 64) return rx_fail(r, "a class with more than 64 characters past ASCII is not supported"), 0;
+    if (lo != hi) return rx_fail(r, "a class range past ASCII is not supported");
+    if (k->n_cps == 64) return rx_fail(r, "a class with more than 64 characters past ASCII is not supported");
     k->cps[k->n_cps++] = lo;
     return 1;
 }
@@ -720,15 +699,15 @@ static int cls_shorthand(rx *r, rx_class *k, char e) {
 static int rx_codepoint(rx *r, uint32_t *cp) {
     const unsigned char *u = (const unsigned char *)r->p;
     int n = u[0] < 0x80 ? 1 : u[0] >= 0xF5 ? 0 : u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC2 ? 2 : 0;
-    if (!n || r->p + n > r->end) return rx_fail(r, "not UTF-8"), 0;
+    if (!n || r->p + n > r->end) return rx_fail(r, "not UTF-8");
     uint32_t v = n == 1 ? u[0] : u[0] & (0x7F >> n);
     for (int i = 1; i < n; i++) {
-        if ((u[i] & 0xC0) != 0x80) return rx_fail(r, "not UTF-8"), 0;
+        if ((u[i] & 0xC0) != 0x80) return rx_fail(r, "not UTF-8");
         v = v << 6 | (u[i] & 0x3F);
     }
     /* no overlong forms, surrogates or code points past U+10FFFF */
     if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
-        return rx_fail(r, "not UTF-8"), 0;
+        return rx_fail(r, "not UTF-8");
     r->p += n;
     *cp = v;
     return 1;
@@ -737,7 +716,7 @@ static int rx_codepoint(rx *r, uint32_t *cp) {
 static int rx_hex(rx *r, int digits, uint32_t *cp) {
     uint32_t v = 0;
     for (int i = 0; i < digits; i++, r->p++) {
-        if (r->p >= r->end || !isxdigit((unsigned char)*r->p)) return rx_fail(r, "a \\x or \\u escape needs hex digits"), 0;
+        if (r->p >= r->end || !isxdigit((unsigned char)*r->p)) return rx_fail(r, "a \\x or \\u escape needs hex digits");
         v = v * 16 + (uint32_t)(isdigit((unsigned char)*r->p) ? *r->p - '0' : (tolower((unsigned char)*r->p) - 'a' + 10));
     }
     *cp = v;
@@ -746,7 +725,7 @@ static int rx_hex(rx *r, int digits, uint32_t *cp) {
 
 /* After a backslash: a class shorthand (class set) or one code point. Returns 1, or 0 failed. */
 static int rx_escape(rx *r, rx_class *k, int *is_class, uint32_t *cp) {
-    if (r->p >= r->end) return rx_fail(r, "it ends with a backslash"), 0;
+    if (r->p >= r->end) return rx_fail(r, "it ends with a backslash");
     char e = *r->p++;
     *is_class = 0;
     switch (e) {
@@ -757,21 +736,21 @@ static int rx_escape(rx *r, rx_class *k, int *is_class, uint32_t *cp) {
     case 'f': *cp = '\f'; return 1;
     case 'v': *cp = '\v'; return 1;
     case '0':
-        if (r->p < r->end && isdigit((unsigned char)*r->p)) return rx_fail(r, "octal escapes are not supported"), 0;
+        if (r->p < r->end && isdigit((unsigned char)*r->p)) return rx_fail(r, "octal escapes are not supported");
         *cp = 0;
         return 1;
     case 'x': return rx_hex(r, 2, cp);
     case 'u':
-        if (r->p < r->end && *r->p == '{') return rx_fail(r, "\\u{...} is not supported"), 0;
+        if (r->p < r->end && *r->p == '{') return rx_fail(r, "\\u{...} is not supported");
         if (!rx_hex(r, 4, cp)) return 0;
-        if (*cp >= 0xD800 && *cp <= 0xDFFF) return rx_fail(r, "a surrogate escape is not supported"), 0;
+        if (*cp >= 0xD800 && *cp <= 0xDFFF) return rx_fail(r, "a surrogate escape is not supported");
         return 1;
-    case 'b': case 'B': return rx_fail(r, "word boundaries (\\b, \\B) are not supported"), 0;
-    case 'p': case 'P': return rx_fail(r, "Unicode properties (\\p, \\P) are not supported"), 0;
-    case 'k': case 'c': return rx_fail(r, "\\k and \\c are not supported"), 0;
+    case 'b': case 'B': return rx_fail(r, "word boundaries (\\b, \\B) are not supported");
+    case 'p': case 'P': return rx_fail(r, "Unicode properties (\\p, \\P) are not supported");
+    case 'k': case 'c': return rx_fail(r, "\\k and \\c are not supported");
     default:
-        if (e >= '1' && e <= '9') return rx_fail(r, "back references are not supported"), 0;
-        if (isalnum((unsigned char)e)) return rx_fail(r, "an unknown escape"), 0;
+        if (e >= '1' && e <= '9') return rx_fail(r, "back references are not supported");
+        if (isalnum((unsigned char)e)) return rx_fail(r, "an unknown escape");
         r->p--;
         return rx_codepoint(r, cp); /* an escaped punctuation character stands for itself */
     }
@@ -781,21 +760,16 @@ static int rx_escape(rx *r, rx_class *k, int *is_class, uint32_t *cp) {
 static void json_char(sc *c, nv_gbody *body, uint32_t cp) {
     char buf[8];
     size_t n = 0;
-    if (cp == '"') n = (size_t)snprintf(buf, sizeof buf, "\\\"");
-    else if (cp == '\\') n = (size_t)snprintf(buf, sizeof buf, "\\\\");
-    else if (cp == '\n') n = (size_t)snprintf(buf, sizeof buf, "\\n");
-    else if (cp == '\r') n = (size_t)snprintf(buf, sizeof buf, "\\r");
-    else if (cp == '\t') n = (size_t)snprintf(buf, sizeof buf, "\\t");
-    else if (cp == '\b') n = (size_t)snprintf(buf, sizeof buf, "\\b");
-    else if (cp == '\f') n = (size_t)snprintf(buf, sizeof buf, "\\f");
-    else if (cp < 0x20) n = (size_t)snprintf(buf, sizeof buf, "\\u%04x", (unsigned)cp);
-    else if (cp < 0x80) buf[n++] = (char)cp;
-    else if (cp < 0x800) buf[n++] = (char)(0xC0 | cp >> 6), buf[n++] = (char)(0x80 | (cp & 0x3F));
-    else if (cp < 0x10000)
+    if (cp < 0x80) {
+        if (!(n = nv_json_escape(cp, buf))) buf[n++] = (char)cp;
+    } else if (cp < 0x800) {
+        buf[n++] = (char)(0xC0 | cp >> 6), buf[n++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
         buf[n++] = (char)(0xE0 | cp >> 12), buf[n++] = (char)(0x80 | (cp >> 6 & 0x3F)), buf[n++] = (char)(0x80 | (cp & 0x3F));
-    else
+    } else {
         buf[n++] = (char)(0xF0 | cp >> 18), buf[n++] = (char)(0x80 | (cp >> 12 & 0x3F)), buf[n++] = (char)(0x80 | (cp >> 6 & 0x3F)),
         buf[n++] = (char)(0x80 | (cp & 0x3F));
+    }
     nv_gbody_lit(c->b, body, buf, n);
 }
 
@@ -1005,11 +979,11 @@ static int rx_alt(rx *r, int top, int *nullable) {
 /* "..." whose text matches pattern. */
 static int pattern_string(sc *c, const char *pattern) {
     rx r = {c, pattern, pattern + strlen(pattern), 0};
-    if (strlen(pattern) > 1000) return fail(c, NV_EUNSUPPORTED, "'pattern' longer than 1000 bytes is not supported%s%s", "", "");
+    if (strlen(pattern) > 1000) return fail(c, NV_EUNSUPPORTED, "'pattern' longer than 1000 bytes is not supported");
     int nullable;
     int body_rule = rx_alt(&r, 1, &nullable);
     if (c->err != NV_OK) return 0;
-    if (r.p != r.end) return fail(c, NV_EUNSUPPORTED, "'pattern': a ')' without its '('%s%s", "", "");
+    if (r.p != r.end) return fail(c, NV_EUNSUPPORTED, "'pattern': a ')' without its '('");
     nv_gbody body = {0};
     nv_gbody_lit(c->b, &body, "\"", 1);
     nv_gbody_ref(&body, body_rule);
@@ -1020,18 +994,18 @@ static int pattern_string(sc *c, const char *pattern) {
 static int gen_string(sc *c, const cJSON *s) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     long min = count_kw(c, s, "minLength", 0), max = count_kw(c, s, "maxLength", -1);
-    if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxLength' is below 'minLength'%s%s", "", "");
+    if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxLength' is below 'minLength'");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     if (pat) {
-        if (!cJSON_IsString(pat)) return fail(c, NV_EINVAL, "'pattern' must be a string%s%s", "", "");
+        if (!cJSON_IsString(pat)) return fail(c, NV_EINVAL, "'pattern' must be a string");
         if (fmt || cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength"))
-            return fail(c, NV_EUNSUPPORTED, "'pattern' with 'format', 'minLength' or 'maxLength' is not supported%s%s", "", "");
+            return fail(c, NV_EUNSUPPORTED, "'pattern' with 'format', 'minLength' or 'maxLength' is not supported");
         return pattern_string(c, pat->valuestring);
     }
     if (fmt) {
-        if (!cJSON_IsString(fmt)) return fail(c, NV_EINVAL, "'format' must be a string%s%s", "", "");
+        if (!cJSON_IsString(fmt)) return fail(c, NV_EINVAL, "'format' must be a string");
         if (cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength"))
-            return fail(c, NV_EUNSUPPORTED, "'format' with 'minLength' or 'maxLength' is not supported%s%s", "", "");
+            return fail(c, NV_EUNSUPPORTED, "'format' with 'minLength' or 'maxLength' is not supported");
         nv_gbody body = {0};
         nv_gbody_lit(c->b, &body, "\"", 1);
         nv_gbody_ref(&body, format_rule(c, fmt->valuestring));
@@ -1051,16 +1025,16 @@ static int gen_integer(sc *c, const cJSON *s) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     if (fmt) { /* OpenAPI's integer formats: int32 is a range, int64 holds every integer written here */
         if (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "int32") && strcmp(fmt->valuestring, "int64")))
-            return fail(c, NV_EUNSUPPORTED, "'format' on an integer: only int32 and int64 are supported%s%s", "", "");
+            return fail(c, NV_EUNSUPPORTED, "'format' on an integer: only int32 and int64 are supported");
         if (!strcmp(fmt->valuestring, "int32")) lo = -2147483648.0, hi = 2147483647.0;
     }
     if (!mn && !mx && !xmn && !xmx && lo < -2147483648.0) return integer(c);
     const cJSON *all[] = {mn, mx, xmn, xmx};
     for (int i = 0; i < 4; i++) {
         if (all[i] && !cJSON_IsNumber(all[i]) && !(i >= 2 && cJSON_IsBool(all[i])))
-            return fail(c, NV_EINVAL, "integer bounds must be numbers%s%s", "", "");
+            return fail(c, NV_EINVAL, "integer bounds must be numbers");
         if (cJSON_IsNumber(all[i]) && fabs(all[i]->valuedouble) > 9007199254740992.0) /* 2^53: doubles stop being exact */
-            return fail(c, NV_EUNSUPPORTED, "integer bounds beyond 2^53 in size are not supported%s%s", "", "");
+            return fail(c, NV_EUNSUPPORTED, "integer bounds beyond 2^53 in size are not supported");
     }
     if (mn) lo = fmax(lo, cJSON_IsTrue(xmn) ? floor(mn->valuedouble) + 1 : ceil(mn->valuedouble));
     if (mx) hi = fmin(hi, cJSON_IsTrue(xmx) ? ceil(mx->valuedouble) - 1 : floor(mx->valuedouble));
@@ -1068,7 +1042,7 @@ static int gen_integer(sc *c, const cJSON *s) {
     if (cJSON_IsNumber(xmx) && ceil(xmx->valuedouble) - 1 < hi) hi = ceil(xmx->valuedouble) - 1;
     if (lo < -(double)INT_LIMIT) lo = -(double)INT_LIMIT;
     if (hi > (double)INT_LIMIT) hi = (double)INT_LIMIT;
-    if (lo > hi) return fail(c, NV_EINVAL, "the integer bounds leave no integer between them%s%s", "", "");
+    if (lo > hi) return fail(c, NV_EINVAL, "the integer bounds leave no integer between them");
     return integer_range(c, (long long)lo, (long long)hi);
 }
 
@@ -1081,14 +1055,14 @@ static int gen_type(sc *c, const cJSON *s, const char *type) {
         const char *b[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
         for (int i = 0; i < 4; i++)
             if (cJSON_GetObjectItemCaseSensitive(s, b[i]))
-                return fail(c, NV_EUNSUPPORTED, "'%s' on a number is not supported (on an integer it is)%s", b[i], "");
+                return fail(c, NV_EUNSUPPORTED, "'%s' on a number is not supported (on an integer it is)", b[i]);
         const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
         if (fmt && (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "double"))))
-            return fail(c, NV_EUNSUPPORTED, "'format' on a number: only float and double are supported%s%s", "", "");
+            return fail(c, NV_EUNSUPPORTED, "'format' on a number: only float and double are supported");
         return number(c);
     }
     if (cJSON_GetObjectItemCaseSensitive(s, "format") && strcmp(type, "string"))
-        return fail(c, NV_EUNSUPPORTED, "'format' on a %s is not supported%s", type, "");
+        return fail(c, NV_EUNSUPPORTED, "'format' on a %s is not supported", type);
     if (!strcmp(type, "boolean")) {
         nv_gbody body = {0};
         nv_gbody_lit(c->b, &body, "true", 4);
@@ -1097,7 +1071,7 @@ static int gen_type(sc *c, const cJSON *s, const char *type) {
         return nv_gbuild_add(c->b, &body);
     }
     if (!strcmp(type, "null")) return lit_rule(c, "null");
-    return fail(c, NV_EINVAL, "'type': '%.40s' is not a JSON schema type%s", type, "");
+    return fail(c, NV_EINVAL, "'type': '%.40s' is not a JSON schema type", type);
 }
 
 /* The JSON texts of an enum's values as a byte trie of rules, so that however many values share a
@@ -1151,15 +1125,15 @@ static int of_type(const cJSON *v, const cJSON *type) {
 static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key) {
     int n = cJSON_GetArraySize(list);
     char **lits = calloc((size_t)n, sizeof *lits);
-    if (!lits) return fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+    if (!lits) return fail(c, NV_ENOMEM, "out of memory");
     int k = 0, r = 0;
     for (const cJSON *e = list->child; e && c->err == NV_OK; e = e->next) {
         if (!of_type(e, type)) {
-            fail(c, NV_EINVAL, "a value of '%s' is not of the schema's 'type'%s", key, "");
+            fail(c, NV_EINVAL, "a value of '%s' is not of the schema's 'type'", key);
             break;
         }
-        if (!(lits[k] = cJSON_PrintUnformatted(e))) fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
-        else if (strlen(lits[k++]) > MAX_ENUM_TEXT) fail(c, NV_EUNSUPPORTED, "'%s' values longer than 4096 bytes are not supported%s", key, "");
+        if (!(lits[k] = cJSON_PrintUnformatted(e))) fail(c, NV_ENOMEM, "out of memory");
+        else if (strlen(lits[k++]) > MAX_ENUM_TEXT) fail(c, NV_EUNSUPPORTED, "'%s' values longer than 4096 bytes are not supported", key);
     }
     if (c->err == NV_OK) {
         qsort(lits, (size_t)k, sizeof *lits, cmp_str);
@@ -1181,8 +1155,8 @@ static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key
 
 /* anyOf / oneOf: one alternative per schema. */
 static int alternatives(sc *c, const cJSON *list, const char *key) {
-    if (!cJSON_IsArray(list) || !list->child) return fail(c, NV_EINVAL, "'%s' must be a non-empty array%s", key, "");
-    if (cJSON_GetArraySize(list) > MAX_ANY_OF) return fail(c, NV_EUNSUPPORTED, "'%s' with more than 128 schemas is not supported%s", key, "");
+    if (!cJSON_IsArray(list) || !list->child) return fail(c, NV_EINVAL, "'%s' must be a non-empty array", key);
+    if (cJSON_GetArraySize(list) > MAX_ANY_OF) return fail(c, NV_EUNSUPPORTED, "'%s' with more than 128 schemas is not supported", key);
     nv_gbody body = {0};
     for (const cJSON *e = list->child; e; e = e->next) {
         int r = gen(c, e);
@@ -1201,14 +1175,14 @@ static const char *const array_keys[] = {"items", "minItems", "maxItems"};
 static int gen(sc *c, const cJSON *s) {
     if (c->err != NV_OK) return 0;
     if (c->b && nv_gbuild_size(c->b) > NV_GRAMMAR_MAX_ELEMS)
-        return fail(c, NV_EUNSUPPORTED, "the schema makes a grammar over %s elements%s", "1,048,576", "");
+        return fail(c, NV_EUNSUPPORTED, "the schema makes a grammar over %s elements", "1,048,576");
     if (cJSON_IsTrue(s)) return any_value(c);
-    if (cJSON_IsFalse(s)) return fail(c, NV_EINVAL, "a 'false' schema matches nothing%s%s", "", "");
-    if (!cJSON_IsObject(s)) return fail(c, NV_EINVAL, "a schema must be an object or a boolean%s%s", "", "");
-    if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels%s", "64", "");
+    if (cJSON_IsFalse(s)) return fail(c, NV_EINVAL, "a 'false' schema matches nothing");
+    if (!cJSON_IsObject(s)) return fail(c, NV_EINVAL, "a schema must be an object or a boolean");
+    if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels", "64");
     for (const cJSON *k = s->child; k; k = k->next) {
         if (in_list(k->string, known_keys, COUNT(known_keys)) || in_list(k->string, ignored_keys, COUNT(ignored_keys))) continue;
-        return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema%s", k->string, "");
+        return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema", k->string);
     }
     const char *const branches[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
     const char *branch = NULL;
@@ -1227,32 +1201,32 @@ static int gen(sc *c, const cJSON *s) {
     if (!branch && !type) {
         for (size_t i = 0; i < COUNT(typed_keys); i++)
             if (cJSON_GetObjectItemCaseSensitive(s, typed_keys[i]))
-                return fail(c, NV_EUNSUPPORTED, "'%s' without a 'type' is not supported%s", typed_keys[i], "");
+                return fail(c, NV_EUNSUPPORTED, "'%s' without a 'type' is not supported", typed_keys[i]);
         if (has_object && has_array)
-            return fail(c, NV_EUNSUPPORTED, "object and array keywords without a 'type' are not supported%s%s", "", "");
+            return fail(c, NV_EUNSUPPORTED, "object and array keywords without a 'type' are not supported");
     }
     if (cJSON_IsArray(type)) /* each type once: a repeat would compile the same subtree again */
         for (const cJSON *t = type->child; t; t = t->next)
             for (const cJSON *u = type->child; u != t; u = u->next)
                 if (cJSON_IsString(t) && cJSON_IsString(u) && !strcmp(t->valuestring, u->valuestring))
-                    return fail(c, NV_EINVAL, "'type' lists '%.20s' twice%s", t->valuestring, "");
+                    return fail(c, NV_EINVAL, "'type' lists '%.20s' twice", t->valuestring);
     c->depth++;
     int r;
     if (branch && !strcmp(branch, "$ref")) {
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
-        r = cJSON_IsString(ref) ? gen_ref(c, ref->valuestring) : fail(c, NV_EINVAL, "'$ref' must be a string%s%s", "", "");
+        r = cJSON_IsString(ref) ? gen_ref(c, ref->valuestring) : fail(c, NV_EINVAL, "'$ref' must be a string");
     } else if (branch && !strcmp(branch, "const")) {
         cJSON *one = cJSON_CreateArray();
-        if (!one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory%s%s", "", "");
+        if (!one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory");
         else r = gen_enum(c, one, type, "const");
         cJSON_Delete(one);
     } else if (branch && !strcmp(branch, "enum")) {
         const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
-        r = cJSON_IsArray(en) && en->child ? gen_enum(c, en, type, "enum") : fail(c, NV_EINVAL, "'enum' must be a non-empty array%s%s", "", "");
+        r = cJSON_IsArray(en) && en->child ? gen_enum(c, en, type, "enum") : fail(c, NV_EINVAL, "'enum' must be a non-empty array");
     } else if (branch && !strcmp(branch, "allOf")) {
         const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
         if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1)
-            r = fail(c, NV_EUNSUPPORTED, "'allOf' with other than one schema is not supported%s%s", "", "");
+            r = fail(c, NV_EUNSUPPORTED, "'allOf' with other than one schema is not supported");
         else r = gen(c, all->child);
     } else if (branch) {
         r = alternatives(c, cJSON_GetObjectItemCaseSensitive(s, branch), branch);
@@ -1264,14 +1238,14 @@ static int gen(sc *c, const cJSON *s) {
             if (!cJSON_IsString(t)) {
                 nv_gbody_free(&body);
                 c->depth--;
-                return fail(c, NV_EINVAL, "'type' must be a string or a list of strings%s%s", "", "");
+                return fail(c, NV_EINVAL, "'type' must be a string or a list of strings");
             }
             if (t != type->child) nv_gbody_alt(&body);
             nv_gbody_ref(&body, gen_type(c, s, t->valuestring));
         }
         r = nv_gbuild_add(c->b, &body);
     } else if (type) {
-        r = fail(c, NV_EINVAL, "'type' must be a string or a list of strings%s%s", "", "");
+        r = fail(c, NV_EINVAL, "'type' must be a string or a list of strings");
     } else if (has_object) {
         r = gen_object(c, s);
     } else if (has_array) {

@@ -2,6 +2,7 @@
 #include "serve/tools.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,21 +11,26 @@
 
 /* ---- Python's json.dumps ---- */
 
+size_t nv_json_escape(unsigned c, char out[8]) {
+    switch (c) {
+    case '"': return (size_t)snprintf(out, 8, "\\\"");
+    case '\\': return (size_t)snprintf(out, 8, "\\\\");
+    case '\n': return (size_t)snprintf(out, 8, "\\n");
+    case '\r': return (size_t)snprintf(out, 8, "\\r");
+    case '\t': return (size_t)snprintf(out, 8, "\\t");
+    case '\b': return (size_t)snprintf(out, 8, "\\b");
+    case '\f': return (size_t)snprintf(out, 8, "\\f");
+    default: return c < 0x20 ? (size_t)snprintf(out, 8, "\\u%04x", c) : 0;
+    }
+}
+
 static void py_string(nv_buf *b, const char *s) {
     nv_buf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': nv_buf_puts(b, "\\\""); break;
-        case '\\': nv_buf_puts(b, "\\\\"); break;
-        case '\n': nv_buf_puts(b, "\\n"); break;
-        case '\r': nv_buf_puts(b, "\\r"); break;
-        case '\t': nv_buf_puts(b, "\\t"); break;
-        case '\b': nv_buf_puts(b, "\\b"); break;
-        case '\f': nv_buf_puts(b, "\\f"); break;
-        default:
-            if (*p < 0x20) nv_buf_printf(b, "\\u%04x", *p);
-            else nv_buf_append(b, p, 1);
-        }
+        char esc[8];
+        size_t n = nv_json_escape(*p, esc);
+        if (n) nv_buf_append(b, esc, n);
+        else nv_buf_append(b, p, 1);
     }
     nv_buf_puts(b, "\"");
 }
