@@ -360,8 +360,6 @@ void nv_grammar_unref(nv_grammar *g) {
     free(g);
 }
 
-int nv_grammar_rules(const nv_grammar *g) { return g->n_rules; }
-
 /* ---- matching ---- */
 
 /* A parse stack's frame: the element to match next and the frame to return to. Frames are

@@ -81,7 +81,6 @@ nv_err nv_gbuild_finish(nv_gbuild *b, int root, nv_grammar **out);
 
 nv_grammar *nv_grammar_ref(nv_grammar *g);
 void nv_grammar_unref(nv_grammar *g);
-int nv_grammar_rules(const nv_grammar *g);
 
 /* ---- matching ---- */
 
