@@ -934,6 +934,94 @@ static void test_eight_concurrent_greedy_equal_alone(void) {
     T_CHECK(wait_pool_idle(main_srv.port), "blocks still in use after the requests ended");
 }
 
+/* The body of a 200 answer without its id and created (which differ between any two answers). */
+static char *answer_core(int port, const char *path, const char *body) {
+    resp r;
+    char *out = NULL;
+    if (http(port, "POST", path, NULL, body, &r) && r.status == 200) {
+        cJSON *root = cJSON_Parse(r.body);
+        if (root) {
+            cJSON_DeleteItemFromObject(root, "id");
+            cJSON_DeleteItemFromObject(root, "created");
+            out = cJSON_PrintUnformatted(root);
+            cJSON_Delete(root);
+        }
+    }
+    resp_free(&r);
+    return out;
+}
+
+/* Speculative decoding by prompt lookup checks drafts without changing a bit of the answer: the
+ * same text, log-probabilities, finish and usage as the main server (same model, pool and
+ * settings, no drafts) for greedy and seeded sampling with penalties, bias, stop strings, n,
+ * structured output and short limits; alone and eight at once; and it saves steps. */
+static void test_speculative_decoding(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    server sp;
+    if (!server_start(&sp, "spec", "--alias tiny-stories --max-batch 8 --prefill-chunk 8 --kv-memory 4M --max-body 64K "
+                                    "--spec-tokens 6 --spec-lookup-min 1", NULL)) {
+        T_CHECK(0, "the speculative server did not start");
+        return;
+    }
+    static const char *const bodies[][2] = {
+        {"/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0}"},
+        {"/v1/completions", "{\"prompt\":\"Lily and Ben\",\"max_tokens\":150,\"temperature\":0.8,\"top_p\":0.9,\"seed\":7}"},
+        {"/v1/completions", "{\"prompt\":\"The dog\",\"max_tokens\":120,\"temperature\":1,\"seed\":3,\"frequency_penalty\":0.5,"
+                            "\"presence_penalty\":0.3,\"logprobs\":3}"},
+        {"/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0,\"stop\":[\"park. They\"]}"},
+        {"/v1/completions", "{\"prompt\":\"Tom had a big red\",\"max_tokens\":80,\"temperature\":1,\"seed\":11,\"n\":3}"},
+        {"/v1/completions", "{\"prompt\":\"The sun was\",\"max_tokens\":100,\"temperature\":0,\"logit_bias\":{\"280\":-100}}"},
+        {"/v1/completions", "{\"prompt\":\"Once upon a time, there was a little girl named Lily. Once upon a time\","
+                            "\"max_tokens\":3,\"temperature\":0}"},
+        {"/v1/completions", "{\"prompt\":\"Lily and Lily and Lily and\",\"max_tokens\":1,\"temperature\":0,\"echo\":true,\"logprobs\":1}"},
+        {"/v1/completions", "{\"prompt\":\"A cat named\",\"max_tokens\":90,\"temperature\":0.7,\"seed\":2,"
+                            "\"response_format\":{\"type\":\"json_object\"}}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"She wanted to\"}],\"max_tokens\":120,"
+                                 "\"temperature\":0.9,\"seed\":5,\"logprobs\":true,\"top_logprobs\":2}"},
+    };
+    const int n_bodies = (int)(sizeof bodies / sizeof bodies[0]);
+    double steps0 = metric(sp.port, "nerve_steps_total");
+    for (int i = 0; i < n_bodies; i++) {
+        char *want = answer_core(main_srv.port, bodies[i][0], bodies[i][1]);
+        char *got = answer_core(sp.port, bodies[i][0], bodies[i][1]);
+        T_CHECK(want && got && !strcmp(want, got), "request %d differs with drafts:\n      without %.300s\n      with    %.300s", i,
+                want ? want : "(failed)", got ? got : "(failed)");
+        free(want);
+        free(got);
+    }
+    double steps = metric(sp.port, "nerve_steps_total") - steps0, accepted = metric(sp.port, "nerve_spec_accepted_tokens_total");
+    double drafted = metric(sp.port, "nerve_spec_draft_tokens_total");
+    T_CHECK(accepted > 50 && drafted >= accepted, "drafts: %.0f proposed, %.0f accepted", drafted, accepted);
+    /* the greedy 200-token story alone: fewer steps than tokens */
+    steps0 = metric(sp.port, "nerve_steps_total");
+    char *a = answer_core(sp.port, bodies[0][0], bodies[0][1]);
+    steps = metric(sp.port, "nerve_steps_total") - steps0;
+    T_CHECK(a && steps < 0.9 * 200, "%.0f steps for 200 tokens", steps);
+    free(a);
+    /* eight at once, streamed and not, chat and not: each equal to the main server's answer alone */
+    job alone[NCONC], together[NCONC];
+    pthread_t th[NCONC];
+    for (int i = 0; i < NCONC; i++) {
+        alone[i] = (job){main_srv.port, (i >> 1) & 1, 0, 60 + 5 * i, prompts[i], {0}};
+        run_job(&alone[i]);
+        together[i] = alone[i];
+        together[i].port = sp.port;
+        together[i].stream = i & 1;
+        memset(&together[i].res, 0, sizeof together[i].res);
+    }
+    for (int i = 0; i < NCONC; i++) pthread_create(&th[i], NULL, run_job, &together[i]);
+    for (int i = 0; i < NCONC; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NCONC; i++)
+        T_CHECK(alone[i].res.status == 200 && together[i].res.status == 200 && !strcmp(together[i].res.text, alone[i].res.text) &&
+                    !strcmp(together[i].res.finish, alone[i].res.finish) &&
+                    (together[i].stream || together[i].res.completion_tokens == alone[i].res.completion_tokens),
+                "request %d (chat %d stream %d) differs:\n      without drafts '%s'\n      with            '%s'", i,
+                together[i].chat, together[i].stream, alone[i].res.text, together[i].res.text);
+    T_CHECK(wait_pool_idle(sp.port), "blocks still in use after the requests ended");
+    int rc = server_stop(&sp);
+    T_CHECK(rc == 0, "speculative server exit %d", rc);
+}
+
 static void test_sixteen_clients(void) {
     if (!main_up) return t_skip("the main server did not start");
     enum { N = 16 };
@@ -1527,6 +1615,7 @@ int main(void) {
     T_RUN(test_n_choices);
     T_RUN(test_structured_outputs);
     T_RUN(test_eight_concurrent_greedy_equal_alone);
+    T_RUN(test_speculative_decoding);
     T_RUN(test_sixteen_clients);
     T_RUN(test_bad_requests_table);
     T_RUN(test_cli_errors);

@@ -20,6 +20,34 @@ static void test_stop_holdback(void) {
     T_CHECK(nv_stop_holdback("abc", 3, one, 1) == 0, "a one-byte stop string has no proper prefix");
 }
 
+/* Prompt lookup: the longest tail that occurred before, its latest occurrence, at most k tokens. */
+static void test_ngram_draft(void) {
+    int out[8] = {0};
+    /* 1 2 3 4 5 | 9 1 2 3 4 6 | 1 2 3: "1 2 3" last seen before the "4 6" */
+    const int a[] = {1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 6, 1, 2, 3};
+    int n = nv_ngram_draft(a, 14, 1, 4, 3, out);
+    T_CHECK(n == 3 && out[0] == 4 && out[1] == 6 && out[2] == 1, "latest occurrence: %d (%d %d %d)", n, out[0], out[1], out[2]);
+    /* the longest n first: "9 2" occurs only once before, "2" alone later */
+    const int b[] = {9, 2, 7, 2, 8, 9, 2};
+    n = nv_ngram_draft(b, 7, 1, 3, 2, out);
+    T_CHECK(n == 2 && out[0] == 7 && out[1] == 2, "longest match: %d (%d %d)", n, out[0], out[1]);
+    n = nv_ngram_draft(b, 7, 1, 1, 2, out);
+    T_CHECK(n == 2 && out[0] == 8 && out[1] == 9, "1-gram: %d (%d %d)", n, out[0], out[1]);
+    /* past the end of the context the draft repeats itself; no match below min; nothing in a short context */
+    const int c[] = {5, 6, 5};
+    n = nv_ngram_draft(c, 3, 1, 4, 8, out);
+    T_CHECK(n == 8 && out[0] == 6 && out[1] == 5 && out[2] == 6 && out[7] == 5, "tail: %d (%d %d %d %d)", n, out[0], out[1],
+            out[2], out[7]);
+    T_CHECK(nv_ngram_draft(c, 3, 2, 4, 8, out) == 0, "no 2-gram repeats");
+    T_CHECK(nv_ngram_draft(c, 1, 1, 4, 8, out) == 0 && nv_ngram_draft(c, 3, 1, 4, 0, out) == 0, "one token / k = 0");
+    const int d[] = {1, 2, 3, 4};
+    T_CHECK(nv_ngram_draft(d, 4, 1, 4, 4, out) == 0, "nothing repeats");
+    /* a run of one token proposes more of it */
+    const int e[] = {7, 7, 7, 7};
+    n = nv_ngram_draft(e, 4, 2, 2, 4, out);
+    T_CHECK(n == 4 && out[0] == 7 && out[3] == 7, "run: %d", n);
+}
+
 static void test_utf8(void) {
     T_CHECK(nv_utf8_incomplete_tail("a\xC3", 2) == 1, "2-byte lead");
     T_CHECK(nv_utf8_incomplete_tail("a\xE2\x82", 3) == 2, "3-byte char missing one");
@@ -614,6 +642,7 @@ static void test_api_tools(void) {
 int main(void) {
     T_RUN(test_stop_holdback);
     T_RUN(test_utf8);
+    T_RUN(test_ngram_draft);
     T_RUN(test_chat_templates);
     T_RUN(test_api_parse_defaults_and_limits);
     T_RUN(test_api_response_shapes);

@@ -205,12 +205,13 @@ static int gb_add(gbuf *b, const char *s, size_t n) {
     return 1;
 }
 
-/* One streamed request's timings. */
+/* One streamed request's timings (and its text, when text is set). */
 typedef struct {
     int status, tokens, cached, done;
     double t_send, t_first, t_last; /* t_first 0: no text came */
     double *gaps;
     int n_gaps, cap_gaps;
+    gbuf *text;
 } sresult;
 
 static void on_event(sresult *r, const char *data, double now) {
@@ -224,6 +225,7 @@ static void on_event(sresult *r, const char *data, double now) {
     const cJSON *t = c0 ? cJSON_GetObjectItem(c0, "text") : NULL;
     const cJSON *f = c0 ? cJSON_GetObjectItem(c0, "finish_reason") : NULL;
     int text = cJSON_IsString(t) && t->valuestring[0];
+    if (text && r->text) gb_add(r->text, t->valuestring, strlen(t->valuestring));
     if (text || (cJSON_IsString(f) && !r->t_first)) { /* a token (or the end of a stream without text) */
         if (!r->t_first) r->t_first = now;
         else if (text) {
@@ -249,7 +251,9 @@ static void on_event(sresult *r, const char *data, double now) {
 /* POSTs a streamed completion and times its events as they arrive (chunked transfer decoded on
  * the fly). 1 when the stream ended with [DONE]. */
 static int stream_post(int port, const char *body, sresult *r) {
+    gbuf *text = r->text;
     memset(r, 0, sizeof *r);
+    r->text = text;
     int fd = nv_loopback_connect(port, 900);
     if (fd < 0) return 0;
     r->t_send = nv_now();
@@ -765,6 +769,202 @@ done:
     free(t_cold);
     free(t_ram);
     free(t_disk);
+    rm_tree(su.dir);
+    return rc;
+}
+
+/* ---- bench spec ----------------------------------------------------------------------------------- */
+
+/* Speculative decoding by prompt lookup: the same story prompts, greedy and sampled, sent to two
+ * servers of the same model, one without drafts and one with --spec-tokens K, alternately (the
+ * same minutes for both); tokens/s of each, the drafts' acceptance, tokens per step, and whether
+ * every text was identical (it must be: drafts change how many steps, never which tokens). A
+ * trained model is needed for the figures to mean anything (drafts are only accepted where the
+ * model repeats what it read or wrote): by default the shared stories260K. */
+static const char *const spec_prompts[] = {"Once upon a time",  "Lily and Ben",  "The dog",     "One day, a little",
+                                           "Tom had a big red", "The sun was",   "A cat named", "She wanted to"};
+#define N_SPEC_PROMPTS 8
+
+typedef struct {
+    int port, requests, tokens, client;
+    double temperature;
+    gbuf *texts; /* [requests] */
+    long completion;
+    int ok;
+} spec_job;
+
+static void *spec_client(void *arg) {
+    spec_job *j = arg;
+    j->ok = 1;
+    for (int i = 0; i < j->requests; i++) {
+        int k = (j->client * j->requests + i) % N_SPEC_PROMPTS;
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%g,\"seed\":%d,\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true}}",
+                 spec_prompts[k], j->tokens, j->temperature, 1000 + j->client * 37 + i);
+        sresult r = {.text = &j->texts[i]};
+        if (!stream_post(j->port, body, &r)) j->ok = 0;
+        j->completion += r.tokens;
+        free(r.gaps);
+    }
+    return NULL;
+}
+
+/* n clients x requests on port; the wall time, texts in texts[n][requests]. */
+static double spec_round(int port, int n, int requests, int tokens, double temperature, gbuf *texts, long *completion,
+                         int *ok) {
+    spec_job jobs[64];
+    pthread_t th[64];
+    double t0 = nv_now();
+    for (int c = 0; c < n; c++) {
+        jobs[c] = (spec_job){port, requests, tokens, c, temperature, texts + (size_t)c * requests, 0, 0};
+        pthread_create(&th[c], NULL, spec_client, &jobs[c]);
+    }
+    *completion = 0;
+    for (int c = 0; c < n; c++) {
+        pthread_join(th[c], NULL);
+        *completion += jobs[c].completion;
+        *ok &= jobs[c].ok;
+    }
+    return nv_now() - t0;
+}
+
+int bench_spec(int argc, char **argv, const bench_opts *o) {
+    const char *CMD = "bench spec", *model = NULL, *tok = NULL;
+    int tokens = o->quick ? 48 : 200, k = 8, requests = o->quick ? 1 : 2, rounds = o->quick ? 1 : 2;
+    int clients[8] = {1, 4}, n_clients = o->quick ? 1 : 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--tokens")) { if (!cli_int(CMD, a, v, 1, 100000, &tokens)) return 2; }
+        else if (!strcmp(a, "--spec-tokens")) { if (!cli_int(CMD, a, v, 1, 16, &k)) return 2; }
+        else if (!strcmp(a, "--requests")) { if (!cli_int(CMD, a, v, 1, 100, &requests)) return 2; }
+        else if (!strcmp(a, "--rounds")) { if (!cli_int(CMD, a, v, 1, 100, &rounds)) return 2; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z")) tok = v;
+        else if (!strcmp(a, "--clients")) {
+            n_clients = 0;
+            for (const char *p = v; *p && n_clients < 8;) {
+                char *end;
+                long c = strtol(p, &end, 10);
+                if (end == p || c < 1 || c > 64 || (*end && *end != ','))
+                    return cli_error(CMD, 2, "--clients expects a list like 1,4 (each at most 64)");
+                clients[n_clients++] = (int)c;
+                p = *end == ',' ? end + 1 : end;
+            }
+        } else
+            return cli_error(CMD, 2, "unknown option '%s' (--clients LIST, --requests M, --tokens N, --spec-tokens K, --rounds R, "
+                                     "-m MODEL, -z TOK)", a);
+    }
+    int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;
+    for (int i = 0; i < n_clients; i++) max_clients = clients[i] > max_clients ? clients[i] : max_clients;
+    char why[1024] = "", shared_model[4096], shared_tok[4096];
+    if (!model) { /* a trained model: the shared stories260K */
+        if (!nv_data_path("models/stories260K.bin", shared_model, sizeof shared_model) ||
+            (!tok && !nv_data_path("models/tok512.bin", shared_tok, sizeof shared_tok))) {
+            fail_row("spec", "models/stories260K.bin and models/tok512.bin not found in the shared data (pass -m and -z)", o, threads);
+            return 1;
+        }
+        model = shared_model;
+        if (!tok) tok = shared_tok;
+    }
+    setup su;
+    if (!bench_setup(&su, o, model, tok, 0, why, sizeof why)) {
+        fail_row("spec", why, o, threads);
+        if (su.dir[0]) rm_tree(su.dir);
+        return 1;
+    }
+    char mb[16], th[16], ks[16], log_off[700], log_on[700];
+    snprintf(mb, sizeof mb, "%d", max_clients);
+    snprintf(ks, sizeof ks, "%d", k);
+    snprintf(log_off, sizeof log_off, "%s/serve-off.log", su.dir);
+    snprintf(log_on, sizeof log_on, "%s/serve-on.log", su.dir);
+    char *args[32];
+    int na = 0;
+    add_arg(args, &na, "--max-batch");
+    add_arg(args, &na, mb);
+    add_arg(args, &na, "--no-prefix-cache"); /* the same prompts again: every round prefills them */
+    common_args(args, &na, o, th);
+    int na_off = na;
+    add_arg(args, &na, "--spec-tokens");
+    add_arg(args, &na, ks);
+    child off, on;
+    if (!child_start(&off, su.exe, su.model, su.tok, args, na_off, log_off, why, sizeof why)) {
+        fail_row("spec", why, o, threads);
+        rm_tree(su.dir);
+        return 1;
+    }
+    if (!child_start(&on, su.exe, su.model, su.tok, args, na, log_on, why, sizeof why)) {
+        fail_row("spec", why, o, threads);
+        child_stop(&off);
+        rm_tree(su.dir);
+        return 1;
+    }
+    char model_name[256];
+    nv_path_name(su.model, model_name, sizeof model_name);
+    int rc = 0;
+    static const struct {
+        const char *name;
+        double temperature;
+    } cases[] = {{"greedy", 0.0}, {"sampled", 0.8}};
+    for (int ci = 0; ci < 2; ci++)
+        for (int cl = 0; cl < n_clients; cl++) {
+            int n = clients[cl], ok = 1, identical = 1;
+            size_t nt = (size_t)n * requests;
+            double wall[2] = {0, 0}, steps[2] = {0, 0}, drafted = 0, accepted = 0;
+            long done[2] = {0, 0};
+            gbuf *prev = NULL; /* the texts without drafts, this round */
+            for (int round = 0; round < rounds; round++)
+                for (int side = 0; side < 2; side++) { /* off, then on: the same minutes for both */
+                    child *srv = side ? &on : &off;
+                    gbuf *texts = calloc(nt, sizeof *texts);
+                    double s0 = metric(srv->port, "nerve_steps_total"), d0 = metric(srv->port, "nerve_spec_draft_tokens_total");
+                    double a0 = metric(srv->port, "nerve_spec_accepted_tokens_total");
+                    long completion = 0;
+                    wall[side] += spec_round(srv->port, n, requests, tokens, cases[ci].temperature, texts, &completion, &ok);
+                    done[side] += completion;
+                    steps[side] += metric(srv->port, "nerve_steps_total") - s0;
+                    if (side) {
+                        drafted += metric(srv->port, "nerve_spec_draft_tokens_total") - d0;
+                        accepted += metric(srv->port, "nerve_spec_accepted_tokens_total") - a0;
+                    }
+                    if (!side) prev = texts;
+                    else {
+                        for (size_t t = 0; t < nt; t++)
+                            if ((prev[t].p == NULL) != (texts[t].p == NULL) || (prev[t].p && strcmp(prev[t].p, texts[t].p)))
+                                identical = 0;
+                        for (size_t t = 0; t < nt; t++) free(prev[t].p), free(texts[t].p);
+                        free(prev);
+                        free(texts);
+                    }
+                }
+            bench_row row;
+            row_begin(&row, "spec", on.engine[0] ? on.engine : "nerve", threads);
+            row_str(&row, "model", model_name);
+            row_str(&row, "case", cases[ci].name);
+            row_int(&row, "clients", n);
+            row_int(&row, "requests", (long long)nt * rounds);
+            row_int(&row, "max_tokens", tokens);
+            row_int(&row, "spec_tokens", k);
+            if (!ok || !identical) {
+                row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"ok\":false");
+                row_str(&row, "why", !ok ? "a request failed" : "a text differs with drafts");
+                rc = 1;
+            }
+            row_int(&row, "completion_tokens", done[1]);
+            row_num(&row, "tokens_per_s", done[1] / wall[1]);
+            row_num(&row, "tokens_per_s_no_drafts", done[0] / wall[0]);
+            row_num(&row, "tokens_per_step", steps[1] > 0 ? done[1] / steps[1] : 0);
+            row_num(&row, "tokens_per_step_no_drafts", steps[0] > 0 ? done[0] / steps[0] : 0);
+            row_num(&row, "acceptance", drafted > 0 ? accepted / drafted : 0);
+            row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"identical\":%s", identical ? "true" : "false");
+            row_num(&row, "ratio_vs", (done[1] / wall[1]) / (done[0] / wall[0]));
+            row_str(&row, "ratio_of", "tokens_per_s / tokens_per_s_no_drafts");
+            row_end(&row, o);
+        }
+    if (child_stop(&on) != 0) rc = 1;
+    if (child_stop(&off) != 0) rc = 1;
     rm_tree(su.dir);
     return rc;
 }

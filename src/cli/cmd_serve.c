@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
             "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
             "                   [--chat-template plain|chatml|llama2|llama3] [--reasoning-format none|deepseek]\n"
-            "                   [--max-batch N] [--prefill-chunk N]\n"
+            "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32]\n"
@@ -53,6 +53,11 @@ static void usage(FILE *f) {
             "                       DeepSeek-R1) goes to message.reasoning_content (delta.reasoning_content streamed)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
+            "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
+            "                       earlier occurrence of a sequence's last tokens are checked in one step; the\n"
+            "                       text is exactly what decoding without it gives (default 0: off)\n"
+            "  --spec-lookup-min N, --spec-lookup-max N\n"
+            "                       the lengths of the tail looked up, longest first (default 2 and 4)\n"
             "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
             "  --kv-memory SIZE     KV cache budget, e.g. 512M, 2G (default 512M; also --kv-budget)\n"
             "  --kv-block N         positions per KV block (default 16)\n"
@@ -116,6 +121,7 @@ int cmd_serve(int argc, char **argv) {
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
     int prefix_cache = 1;
+    int spec_tokens = 0, lookup_min = 2, lookup_max = 4;
     const char *cache_dir = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -149,6 +155,9 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) { if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2; }
+        else if (!strcmp(a, "--spec-tokens")) { if (!cli_int(CMD, a, v, 0, NV_MAX_SPEC, &spec_tokens)) return 2; }
+        else if (!strcmp(a, "--spec-lookup-min")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_min)) return 2; }
+        else if (!strcmp(a, "--spec-lookup-max")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_max)) return 2; }
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) {
@@ -166,6 +175,8 @@ int cmd_serve(int argc, char **argv) {
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve serve --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve serve --help)");
+    if (lookup_min > lookup_max)
+        return cli_error(CMD, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", lookup_min, lookup_max);
     if (!api_key) api_key = getenv("NERVE_API_KEY");
     if (api_key && !*api_key) api_key = NULL;
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
@@ -233,7 +244,10 @@ int cmd_serve(int argc, char **argv) {
                         .prefix_cache = prefix_cache,
                         .ram_cache_bytes = ram_cache,
                         .disk_dir = cache_dir,
-                        .disk_bytes = disk_cache};
+                        .disk_bytes = disk_cache,
+                        .spec_tokens = spec_tokens,
+                        .spec_ngram_min = lookup_min,
+                        .spec_ngram_max = lookup_max};
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

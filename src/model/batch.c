@@ -84,6 +84,7 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
     s->row_pos = calloc(T, sizeof(int));
     s->logit_row = calloc((size_t)max_seqs, sizeof(int));
     s->logits = calloc((size_t)max_seqs * (size_t)c->vocab_size, sizeof(float));
+    s->logits_cap = max_seqs;
     if (!s->att || !s->row_seq || !s->row_pos || !s->logit_row || !s->logits || !s->rope || !s->group_start) {
         nv_batch_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the batch state (%d rows)", max_rows);
@@ -375,6 +376,8 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
     for (int i = 0; i < n_seqs; i++) {
         const nv_batch_seq *q = &seqs[i];
         if (q->n < 1 || !q->tokens || !q->blocks) return nv_fail(NV_EINVAL, "batch: sequence %d is empty", i);
+        if (q->logits < 0 || q->logits > q->n)
+            return nv_fail(NV_EINVAL, "batch: sequence %d asks for the logits of %d of its %d rows", i, q->logits, q->n);
         if (q->pos < 0 || (long)q->pos + q->n > c->seq_len)
             return nv_fail(NV_ERANGE, "batch: positions %d..%ld exceed the context of %d", q->pos,
                            (long)q->pos + q->n - 1, c->seq_len);
@@ -398,6 +401,14 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
     const nv_config *c = &m->config;
     int n = 0, d = c->dim;
     NV_TRY(batch_check(m, s, kv, seqs, n_seqs, &n));
+    int want = 0;
+    for (int i = 0; i < n_seqs; i++) want += seqs[i].logits;
+    if (want > s->logits_cap) { /* before any work: a step that cannot hold its logits changes nothing */
+        float *grown = realloc(s->logits, (size_t)want * c->vocab_size * sizeof(float));
+        if (!grown) return nv_fail(NV_ENOMEM, "batch: out of memory for the logits of %d rows", want);
+        s->logits = grown;
+        s->logits_cap = want;
+    }
     int r = 0;
     for (int i = 0; i < n_seqs; i++)
         for (int t = 0; t < seqs[i].n; t++, r++) {
@@ -408,15 +419,17 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
     s->step_rows = 0;
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, seqs, l, n);
     s->step_rows = n;
-    /* classifier over the last row of each sequence that wants logits, stacked */
+    /* classifier over the last rows of each sequence that wants logits, stacked (xb has room: at
+     * most every row of the step) */
     int rows = 0;
     r = 0;
     for (int i = 0; i < n_seqs; i++) {
         r += seqs[i].n;
         s->logit_row[i] = -1;
         if (!seqs[i].logits) continue;
-        nv_rmsnorm(s->r.xb + (size_t)rows * d, s->r.x + (size_t)(r - 1) * d, m->w.rms_final, d, c->norm_eps);
-        s->logit_row[i] = rows++;
+        s->logit_row[i] = rows;
+        for (int t = r - seqs[i].logits; t < r; t++, rows++)
+            nv_rmsnorm(s->r.xb + (size_t)rows * d, s->r.x + (size_t)t * d, m->w.rms_final, d, c->norm_eps);
     }
     if (rows) nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
     return NV_OK;

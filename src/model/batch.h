@@ -22,8 +22,9 @@
  *   keys and values of positions < pos must already be in its blocks (written by earlier
  *   steps); this step writes those of pos..pos+n-1. Distinct sequences in one step must not
  *   write the same block (blocks shared read-only by several sequences are fine).
- * - With logits set, the logits of the sequence's last row are computed; nv_batch_logits()
- *   returns them until the next step.
+ * - With logits = k > 0, the logits of the sequence's last k rows are computed (1: the next
+ *   token's; more: a speculative step's draft tokens checked at once); nv_batch_logits() /
+ *   nv_batch_logits_at() return them until the next step.
  * - Arithmetic: every row goes through exactly the operations of nv_forward (forward.c) in the
  *   same order — the same RMSNorm, RoPE, left-to-right attention sums over positions 0..p and
  *   softmax — and plans compute each row of a product independently, so a sequence's logits do
@@ -82,7 +83,7 @@ typedef struct {
     int n;             /* rows: 1 to decode, or a prompt chunk */
     int pos;           /* position of tokens[0] */
     const int *blocks; /* block table covering positions 0..pos+n-1 */
-    int logits;        /* 1: compute the logits of the last row */
+    int logits;        /* k: compute the logits of the last k rows (0: none) */
 } nv_batch_seq;
 
 typedef struct {
@@ -91,8 +92,9 @@ typedef struct {
     float *att;
     int *row_seq, *row_pos; /* [max_rows] */
     int *group_start;       /* [max_rows] first row of each attention group of a step */
-    int *logit_row;         /* [max_seqs]: row of s->logits for sequence i, -1 when none */
-    float *logits;          /* [max_seqs][vocab] */
+    int *logit_row;         /* [max_seqs]: row of s->logits of sequence i's first logits row, -1 when none */
+    float *logits;          /* [logits_cap][vocab] */
+    int logits_cap;         /* rows s->logits holds (grown by a step that asks for more) */
     float *rope;            /* [seq_len][head_dim]: cos, sin of each position and pair */
     int step_rows;          /* rows of the last step (0 before the first) */
     uint64_t rope_key; /* nv_config_rope_key of the config the table was made for */
@@ -108,9 +110,14 @@ void nv_batch_state_free(nv_batch_state *s);
 nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
                         int n_seqs);
 
-/* The logits of sequence i of the last step (NULL when it did not ask for them). */
+/* The logits of sequence i of the last step (NULL when it did not ask for them): those of the first
+ * of the rows it asked for (its last row when it asked for one). */
 static inline float *nv_batch_logits(const nv_batch_state *s, const nv_config *c, int i) {
     return s->logit_row[i] < 0 ? NULL : s->logits + (size_t)s->logit_row[i] * c->vocab_size;
+}
+/* The logits of the j-th of the rows sequence i asked for (0 <= j < its seqs[i].logits). */
+static inline float *nv_batch_logits_at(const nv_batch_state *s, const nv_config *c, int i, int j) {
+    return s->logit_row[i] < 0 ? NULL : s->logits + (size_t)(s->logit_row[i] + j) * c->vocab_size;
 }
 
 /* The logits of rows [row, row + count) of the last step (its sequences' rows stacked in order),

@@ -73,6 +73,14 @@ void nv_metrics_step(nv_metrics *m, int rows) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void nv_metrics_spec(nv_metrics *m, unsigned long steps, unsigned long drafted, unsigned long accepted) {
+    pthread_mutex_lock(&m->mu);
+    m->spec_steps += steps;
+    m->spec_drafted += drafted;
+    m->spec_accepted += accepted;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void nv_metrics_grammar(nv_metrics *m, unsigned long tokens, unsigned long masks, double mask_s) {
     pthread_mutex_lock(&m->mu);
     m->grammar_tokens += tokens;
@@ -152,6 +160,11 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
             "Whole token masks computed because the grammar refused the first draw.", m->grammar_masks);
     head(&b, "nerve_grammar_mask_seconds_total", "counter", "Time spent computing those masks.");
     nv_buf_printf(&b, "nerve_grammar_mask_seconds_total %.6f\n", m->grammar_mask_s);
+    put_one(&b, "nerve_spec_drafts_total", "counter",
+            "Decode rows that carried draft tokens to check (speculative decoding, --spec-tokens).", m->spec_steps);
+    put_one(&b, "nerve_spec_draft_tokens_total", "counter", "Draft tokens proposed by prompt lookup.", m->spec_drafted);
+    put_one(&b, "nerve_spec_accepted_tokens_total", "counter",
+            "Draft tokens the model agreed with (each one a decode step saved).", m->spec_accepted);
     put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);
     put_hist(&b, "nerve_inter_token_latency_seconds", "Between consecutive generated tokens of a sequence.", &m->itl);
     put_hist(&b, "nerve_request_duration_seconds", "From arrival to the end of generation.", &m->e2e);

@@ -50,6 +50,8 @@ typedef struct {
     /* constrained decoding: tokens drawn under a grammar, whole masks computed, their seconds */
     uint64_t grammar_tokens, grammar_masks;
     double grammar_mask_s;
+    /* speculative decoding: draft tokens proposed and accepted, decode steps that carried a draft */
+    uint64_t spec_drafted, spec_accepted, spec_steps;
 } nv_metrics;
 
 typedef struct {
@@ -77,6 +79,8 @@ void nv_metrics_ttft(nv_metrics *m, double s);
 void nv_metrics_itl(nv_metrics *m, double s);
 void nv_metrics_step(nv_metrics *m, int rows);
 void nv_metrics_grammar(nv_metrics *m, unsigned long tokens, unsigned long masks, double mask_s);
+/* One step's speculative decoding: drafts checked (sequences), tokens proposed and accepted. */
+void nv_metrics_spec(nv_metrics *m, unsigned long steps, unsigned long drafted, unsigned long accepted);
 /* One lookup's outcome in blocks (a tier's misses: the prompt blocks it could not supply), and
  * the prompt tokens it served. */
 void nv_metrics_prefix(nv_metrics *m, int ram_hits, int ram_misses, int disk_hits, int disk_misses, int cached_tokens);

@@ -41,6 +41,12 @@ struct nv_req {
     int n_alloc, reserved;
     int pos;  /* positions whose keys and values are written */
     int last; /* the token the next decode row feeds (and decode()'s previous token) */
+    int outs[NV_MAX_SPEC + 1]; /* the tokens this step sampled, in order */
+    int n_outs;
+    /* speculative decoding (the scheduler's spec_tokens > 0) */
+    int *ctx; /* the prompt, then every generated token: where drafts are looked up */
+    int n_ctx, cap_ctx;
+    int spec_rows[NV_MAX_SPEC + 1]; /* a drafting decode row's tokens: last, then the drafts */
     int n_gen;
     nv_finish fin;
     nv_buf pending; /* text not yet safe to publish */
@@ -49,8 +55,8 @@ struct nv_req {
     /* log-probabilities (lp_k >= 0): one record per generated token, with the byte range its text
      * took in the pending stream, so a record is published with the text it produced */
     int lp_k;
-    float *lp_raw;     /* [vocab] this step's raw logits (sampling overwrites the row) */
-    nv_token_lp lp_step; /* this step's record, filled by the sample task */
+    float *lp_raw;     /* [vocab] a row's raw logits (sampling overwrites the row) */
+    nv_token_lp lp_steps[NV_MAX_SPEC + 1]; /* the records of outs, filled by the sample task */
     nv_token_lp *lps;
     struct lp_span {
         size_t start, end; /* the bytes of pending text record i produced, counted from the first */
@@ -143,6 +149,23 @@ void nv_utf8_sanitize(nv_buf *out, const char *text, size_t n) {
     nv_buf_append(out, b + run, n - run);
 }
 
+/* ---- speculative decoding -------------------------------------------------------------------- */
+
+int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out) {
+    if (min_n < 1) min_n = 1;
+    for (int n = max_n < len - 1 ? max_n : len - 1; n >= min_n && k > 0; n--) {
+        const int *tail = ctx + len - n;
+        for (int i = len - n - 1; i >= 0; i--) { /* the latest occurrence first: what the text repeats now */
+            if (ctx[i] != tail[0] || memcmp(ctx + i, tail, (size_t)n * sizeof *ctx) != 0) continue;
+            /* what followed it, continued past the end into the draft itself: a text that repeats
+             * with a period shorter than k keeps repeating */
+            for (int j = 0; j < k; j++) out[j] = i + n + j < len ? ctx[i + n + j] : out[i + n + j - len];
+            return k;
+        }
+    }
+    return 0;
+}
+
 /* ---- requests ---------------------------------------------------------------------------- */
 
 static void cond_init_mono(pthread_cond_t *cv) {
@@ -171,6 +194,7 @@ static void req_free(nv_req *r) {
     free(r->lps);
     free(r->lp_span);
     free(r->plps);
+    free(r->ctx);
     nv_gsampler_free(&r->gs);
     nv_glazy_free(&r->lazy);
     nv_sampler_free(&r->sampler);
@@ -337,6 +361,10 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     memset(s, 0, sizeof *s);
     if (o->max_batch < 1 || o->prefill_chunk < 1 || o->max_queue < 1)
         return nv_fail(NV_EINVAL, "scheduler: max batch, prefill chunk and queue must be at least 1");
+    if (o->spec_tokens < 0 || o->spec_tokens > NV_MAX_SPEC ||
+        (o->spec_tokens && (o->spec_ngram_min < 1 || o->spec_ngram_max < o->spec_ngram_min)))
+        return nv_fail(NV_EINVAL, "scheduler: speculative decoding takes 0 to %d draft tokens and n-grams of 1 <= min <= max",
+                       NV_MAX_SPEC);
     pthread_mutex_init(&s->mu, NULL);
     cond_init_mono(&s->cv);
     s->inited = 1;
@@ -346,7 +374,8 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->o = *o;
     const nv_config *c = &model->config;
     nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, o->kv_dtype ? o->kv_dtype : NV_KV_F16, o->kv_bytes, 0);
-    if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch + o->prefill_chunk, o->max_batch);
+    /* every sequence's decode row with its drafts, and the prompt chunk */
+    if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + o->spec_tokens) + o->prefill_chunk, o->max_batch);
     if (e != NV_OK) {
         nv_sched_free(s);
         return e;
@@ -354,8 +383,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->running = calloc((size_t)o->max_batch, sizeof *s->running);
     s->step_req = calloc((size_t)o->max_batch, sizeof *s->step_req);
     s->seqs = calloc((size_t)o->max_batch, sizeof *s->seqs);
-    s->step_tok = calloc((size_t)o->max_batch, sizeof *s->step_tok);
-    if (!s->running || !s->step_req || !s->seqs || !s->step_tok) {
+    if (!s->running || !s->step_req || !s->seqs) {
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
@@ -460,6 +488,14 @@ static void reap_disk(nv_sched *s) {
 static int prepare(nv_sched *s, nv_req *r) {
     if (!r->blocks) r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
     if (!r->blocks) return 0;
+    if (s->o.spec_tokens && !r->ctx) { /* the prompt and every token the request may generate */
+        long cap = (long)r->n_prompt + r->max_tokens;
+        r->cap_ctx = (int)(cap < s->model->config.seq_len + 1 ? cap : s->model->config.seq_len + 1);
+        if (r->cap_ctx < r->n_prompt) r->cap_ctx = r->n_prompt;
+        if (!(r->ctx = malloc((size_t)r->cap_ctx * sizeof *r->ctx))) return 0;
+        memcpy(r->ctx, r->prompt, (size_t)r->n_prompt * sizeof *r->ctx);
+        r->n_ctx = r->n_prompt;
+    }
     if ((r->gs.m || r->lazy.g) && !s->trie && nv_gtrie_build(s->tok, &s->trie) != NV_OK) return 0;
     if (!s->prefix_on || r->n_lookup >= 0) return 1;
     int B = s->pool.block_size;
@@ -596,6 +632,19 @@ static int plan_step(nv_sched *s) {
             q.n = 1;
             q.tokens = &r->last;
             q.logits = 1;
+            /* drafts: never more than the tokens the request may still produce after this row's,
+             * nor past the context (so within the reservation) */
+            int k = s->o.spec_tokens, left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
+            if (k > left) k = left;
+            if (k > room) k = room;
+            int nd = k > 0 && r->ctx ? nv_ngram_draft(r->ctx, r->n_ctx, s->o.spec_ngram_min, s->o.spec_ngram_max, k,
+                                                      r->spec_rows + 1)
+                                     : 0;
+            if (nd > 0) {
+                r->spec_rows[0] = r->last;
+                q.tokens = r->spec_rows;
+                q.n = q.logits = 1 + nd;
+            }
         }
         q.pos = r->pos;
         q.blocks = r->blocks;
@@ -638,8 +687,8 @@ static void flush_text(nv_req *r, int final) {
     while (r->lp_flushed < r->n_lps && r->lp_span[r->lp_flushed].end <= r->pend_done) r->lp_flushed++;
 }
 
-/* Appends this step's record (r->lp_step) for a token whose text takes the next len bytes. */
-static void lp_record(nv_req *r, size_t len) {
+/* Appends a token's record for a token whose text takes the next len bytes. */
+static void lp_record(nv_req *r, const nv_token_lp *lp, size_t len) {
     if (r->n_lps == r->cap_lps) {
         int cap = r->cap_lps ? 2 * r->cap_lps : 64;
         nv_token_lp *v = realloc(r->lps, (size_t)cap * sizeof *v);
@@ -653,7 +702,7 @@ static void lp_record(nv_req *r, size_t len) {
         }
         r->cap_lps = cap;
     }
-    r->lps[r->n_lps] = r->lp_step;
+    r->lps[r->n_lps] = *lp;
     r->lp_span[r->n_lps] = (struct lp_span){r->pend_total, r->pend_total + len};
     r->n_lps++;
 }
@@ -683,21 +732,22 @@ static void lp_compute(const float *raw, int n, int tok, int k, nv_token_lp *out
     for (int j = 0; j < out->n_top; j++) out->top_lp[j] -= lse;
 }
 
-/* A sampled token: text, stop strings, limits (loop thread, no lock). */
-static void on_token(nv_sched *s, nv_req *r, int tok, double now) {
+/* A sampled token (lp: its log-probability record): text, stop strings, limits (loop thread, no
+ * lock). The sampler has counted it already (sample_task). */
+static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double now) {
     const nv_config *c = &s->model->config;
     if (nv_tokenizer_is_eog(s->tok, tok)) {
         r->fin = NV_FINISH_STOP;
         flush_text(r, 1);
         return;
     }
-    nv_sampler_accept(&r->sampler, tok);
-    r->lp_step.prev = r->last;
+    lp->prev = r->last;
     const char *piece = nv_tokenizer_decode(s->tok, r->last, tok);
     r->last = tok;
     r->n_gen++;
+    if (r->ctx && r->n_ctx < r->cap_ctx) r->ctx[r->n_ctx++] = tok;
     size_t piece_len = piece ? strlen(piece) : 0;
-    if (r->lp_k >= 0) lp_record(r, piece_len);
+    if (r->lp_k >= 0) lp_record(r, lp, piece_len);
     r->pend_total += piece_len;
     if (r->n_gen == 1) nv_metrics_ttft(s->metrics, now - r->t_arrival);
     else nv_metrics_itl(s->metrics, now - r->t_last);
@@ -743,23 +793,23 @@ static void index_full_blocks(nv_sched *s, nv_req *r) {
 
 /* A token inside the request's grammar. Where no token can continue it (a vocabulary missing a
  * byte it needs), the request fails rather than end with a truncated text called whole. */
-static int sample_in_grammar(nv_sched *s, nv_req *r, float *logits) {
-    int tok = nv_gsample(&r->gs, s->trie, s->tok, &r->sampler, r->last, logits);
+static int sample_in_grammar(nv_sched *s, nv_req *r, int prev, float *logits) {
+    int tok = nv_gsample(&r->gs, s->trie, s->tok, &r->sampler, prev, logits);
     if (tok >= 0) return tok;
     nv_log(NV_LOG_WARN, "serve: no token of the vocabulary continues the request's grammar; the request fails");
     r->fin = NV_FINISH_ERROR;
     return -1;
 }
 
-/* A lazy grammar after token tok: one that is on goes off when its sentence is whole (unless that
- * ends the answer: on_token does it); one that is off comes on at its trigger. */
-static void lazy_step(nv_sched *s, nv_req *r, int tok) {
+/* A lazy grammar after token tok (following prev): one that is on goes off when its sentence is
+ * whole (unless that ends the answer: on_token does it); one that is off comes on at its trigger. */
+static void lazy_step(nv_sched *s, nv_req *r, int prev, int tok) {
     if (tok < 0 || nv_tokenizer_is_eog(s->tok, tok)) return;
     if (r->gs.m) {
         if (nv_gmatch_finished(r->gs.m) && !r->lazy_ends) grammar_costs(r), nv_gsampler_free(&r->gs);
         return;
     }
-    if (nv_glazy_step(&r->lazy, &r->gs, s->model->config.vocab_size, nv_tokenizer_decode(s->tok, r->last, tok)) < 0)
+    if (nv_glazy_step(&r->lazy, &r->gs, s->model->config.vocab_size, nv_tokenizer_decode(s->tok, prev, tok)) < 0)
         nv_log(NV_LOG_WARN, "serve: out of memory following a tool call's grammar; the call goes unconstrained");
 }
 
@@ -770,22 +820,36 @@ typedef struct {
     int n;
 } sample_job;
 
+/* Sequence i's tokens of this step, row by row: what one row per step would sample from each
+ * (the rows' logits are the same bits), going on to the next row only while the token equals
+ * the draft that row was fed, and stopping where the answer must end (an end token, a whole
+ * grammar sentence). */
+static void sample_rows(nv_sched *s, int i) {
+    const nv_config *c = &s->model->config;
+    nv_req *r = s->step_req[i];
+    const nv_batch_seq *q = &s->seqs[i];
+    const int n = c->vocab_size, first = q->n - q->logits; /* the first row with logits */
+    int prev = r->last;
+    r->n_outs = 0;
+    for (int j = 0; j < q->logits; j++) {
+        float *logits = nv_batch_logits_at(&s->bs, c, i, j);
+        if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
+        int tok = r->gs.m ? sample_in_grammar(s, r, prev, logits) : nv_sample(&r->sampler, logits);
+        if (tok < 0) return; /* the grammar failed the request */
+        if (r->lp_k >= 0) lp_compute(r->lp_raw, n, tok, r->lp_k, &r->lp_steps[j]);
+        r->outs[r->n_outs++] = tok;
+        if (nv_tokenizer_is_eog(s->tok, tok)) return;
+        nv_sampler_accept(&r->sampler, tok);
+        if (r->lazy.g) lazy_step(s, r, prev, tok);
+        if (r->gs.m && (!r->lazy.g || r->lazy_ends) && nv_gmatch_finished(r->gs.m)) return;
+        if (j + 1 == q->logits || q->tokens[first + j + 1] != tok) return; /* the next row was fed another token */
+        prev = tok;
+    }
+}
+
 static void sample_task(void *ctx, int task, int n_tasks) {
     const sample_job *j = ctx;
-    nv_sched *s = j->s;
-    for (int i = task; i < j->n; i += n_tasks) {
-        float *logits = nv_batch_logits(&s->bs, &s->model->config, i);
-        nv_req *r = s->step_req[i];
-        if (!logits) {
-            s->step_tok[i] = -1;
-            continue;
-        }
-        const int n = s->model->config.vocab_size;
-        if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
-        s->step_tok[i] = r->gs.m ? sample_in_grammar(s, r, logits) : nv_sample(&r->sampler, logits);
-        if (r->lazy.g) lazy_step(s, r, s->step_tok[i]);
-        if (r->lp_k >= 0) lp_compute(r->lp_raw, n, s->step_tok[i], r->lp_k, &r->lp_step);
-    }
+    for (int i = task; i < j->n; i += n_tasks) sample_rows(j->s, i);
 }
 
 /* Prompt log-probabilities: the logits of every prompt row of this step whose next token is in
@@ -859,16 +923,33 @@ static void *sched_loop(void *arg) {
             sample_job sj = {s, n};
             nv_pool_run(sample_task, &sj, n);
         }
+        unsigned long drafts = 0, drafted = 0, accepted = 0;
         for (int i = 0; i < n; i++) {
             nv_req *r = s->step_req[i];
+            const nv_batch_seq *q = &s->seqs[i];
             if (e != NV_OK) {
                 r->fin = NV_FINISH_ERROR;
                 continue;
             }
-            r->pos += s->seqs[i].n;
-            if (s->step_tok[i] >= 0 && !r->fin) on_token(s, r, s->step_tok[i], now);
-            else if (r->max_tokens == 0 && r->pos >= r->n_prompt && !r->fin) r->fin = NV_FINISH_LENGTH; /* prompt only */
+            if (!q->logits) {
+                r->pos += q->n;
+                if (r->max_tokens == 0 && r->pos >= r->n_prompt && !r->fin) r->fin = NV_FINISH_LENGTH; /* prompt only */
+                continue;
+            }
+            /* token j came from row q->n - q->logits + j: the rows up to it hold the sequence's keys and values */
+            for (int j = 0; j < r->n_outs && !r->fin; j++) {
+                r->pos = q->pos + q->n - q->logits + j + 1;
+                on_token(s, r, r->outs[j], &r->lp_steps[j], now);
+            }
+            if (q->n == q->logits && q->n > 1) { /* a decode row with drafts */
+                int agreed = 0;
+                while (agreed < r->n_outs && agreed + 1 < q->n && r->outs[agreed] == q->tokens[agreed + 1]) agreed++;
+                drafts++;
+                drafted += (unsigned long)(q->n - 1);
+                accepted += (unsigned long)agreed;
+            }
         }
+        if (drafts) nv_metrics_spec(s->metrics, drafts, drafted, accepted);
         nv_metrics_step(s->metrics, rows);
         if (s->o.step_delay_ms > 0) usleep((useconds_t)s->o.step_delay_ms * 1000u);
 
@@ -976,7 +1057,6 @@ void nv_sched_free(nv_sched *s) {
     free(s->running);
     free(s->step_req);
     free(s->seqs);
-    free(s->step_tok);
     nv_batch_state_free(&s->bs);
     nv_kv_pool_free(&s->pool);
     memset(s, 0, sizeof *s);

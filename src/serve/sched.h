@@ -36,6 +36,16 @@
  *   SSD writer (which pins them with a reference until nv_disk_reap hands them back). A
  *   finished sequence returns its blocks last-first, so a prefix's first blocks are the last
  *   evicted. The status reports the prompt tokens served from the cache (cached_tokens).
+ * - Speculative decoding (spec_tokens > 0): a decoding sequence whose last n tokens occurred
+ *   before in its prompt or answer (n from spec_ngram_max down to spec_ngram_min) feeds the
+ *   tokens that followed that occurrence as drafts behind its decode row, and the step computes
+ *   the logits of every one of those rows. Tokens are then sampled row by row with the
+ *   sequence's own sampler, exactly as one row per step would (same logits, same generator, same
+ *   penalties and grammar), and the next row is used only while the token sampled equals the
+ *   draft it was fed: every draft the model agrees with is a step saved, and the text, the
+ *   log-probabilities and the random draws are those of decoding without drafts. A draft is never
+ *   longer than the tokens the request may still produce, so the reservation holds; the keys and
+ *   values the refused drafts wrote lie past the sequence's position and are written again.
  * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
  *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
 #ifndef NV_SERVE_SCHED_H
@@ -129,7 +139,15 @@ typedef struct {
     uint64_t ram_cache_bytes;  /* idle cached blocks kept in the pool (capped by the pool) */
     const char *disk_dir;      /* the SSD tier's directory; NULL: no SSD tier */
     uint64_t disk_bytes;       /* the SSD tier's cap (0: no SSD tier) */
+    /* speculative decoding by prompt lookup (0: off): each decoding sequence proposes up to
+     * spec_tokens tokens that followed the latest earlier occurrence of its last n tokens
+     * (spec_ngram_max >= n >= spec_ngram_min, the longest that occurs), checked in one step */
+    int spec_tokens;
+    int spec_ngram_min, spec_ngram_max;
 } nv_sched_opts;
+
+/* Most draft tokens a step may check per sequence. */
+#define NV_MAX_SPEC 16
 
 typedef struct {
     const nv_model *model;
@@ -151,7 +169,6 @@ typedef struct {
     /* the loop's scratch for one step */
     nv_batch_seq *seqs;
     nv_req **step_req;
-    int *step_tok; /* the token sampled for each, -1 when it asked for no logits */
     /* the prefix cache */
     int prefix_on;
     nv_prefix prefix;
@@ -193,6 +210,10 @@ void nv_req_release(nv_sched *s, nv_req *r);
  * sequence replaced by U+FFFD appended to out. */
 size_t nv_stop_holdback(const char *text, size_t n, const char *const *stop, int n_stop);
 size_t nv_utf8_incomplete_tail(const char *text, size_t n);
+/* Prompt lookup: for n from max_n down to min_n, the latest i < len - n with ctx[i..i+n) equal to
+ * the last n tokens; the k tokens after it go to out (continued, past the end of ctx, from the
+ * draft itself: a repeating text goes on repeating). Returns k, or 0 when nothing matches. */
+int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out);
 void nv_utf8_sanitize(nv_buf *out, const char *text, size_t n);
 
 #endif
