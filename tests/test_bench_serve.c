@@ -1,4 +1,4 @@
-/* nerve bench serve and nerve bench prefix, --quick (a stories260K-shaped model): each runs a
+/* nerve bench serve, nerve bench prefix and nerve bench spec, --quick (a stories260K-shaped model): each runs a
  * real server as a child process and prints one JSON row per clients value / per case, with the
  * fields of ../shared/design.md "Benchmarks". Speed targets are not checked here (benchmarks
  * measure, tests check): only that the rows are there, well formed and plausible. */
@@ -94,8 +94,34 @@ static void test_bench_prefix_quick(void) {
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
 }
 
+/* bench spec: the same requests with and without drafts; identical texts, drafts accepted on the
+ * greedy story (the trained stories260K repeats itself within 150 tokens). */
+static void test_bench_spec_quick(void) {
+    if (!has_data() || !t_data("models/stories260K.bin")) return;
+    int rc = t_nerve("bench spec --quick --json --tokens 150");
+    T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
+    cJSON *rows[16];
+    int n = parse_rows(t_out, rows, 16);
+    T_CHECK(n == 2, "%d rows: %s", n, t_out);
+    static const char *cases[2] = {"greedy", "sampled"};
+    for (int i = 0; i < n && i < 2; i++) {
+        const cJSON *r = rows[i];
+        T_CHECK(!strcmp(str(r, "bench"), "spec") && !strcmp(str(r, "case"), cases[i]) && num(r, "clients") == 1, "row %d", i);
+        T_CHECK(!cJSON_GetObjectItem(r, "ok") && cJSON_IsTrue(cJSON_GetObjectItem(r, "identical")), "row %d: %s", i, str(r, "why"));
+        T_CHECK(num(r, "tokens_per_s") > 0 && num(r, "tokens_per_s_no_drafts") > 0 && num(r, "ratio_vs") > 0 &&
+                    num(r, "completion_tokens") == 150,
+                "row %d figures", i);
+        T_CHECK(num(r, "acceptance") >= 0 && num(r, "acceptance") <= 1 && num(r, "tokens_per_step_no_drafts") <= 1.0001, "row %d", i);
+    }
+    if (n >= 1) T_CHECK(num(rows[0], "tokens_per_step") > 1.05 && num(rows[0], "acceptance") > 0, "greedy: %g tokens a step",
+                        num(rows[0], "tokens_per_step"));
+    for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
+    T_CHECK(t_nerve("bench spec --spec-tokens 17") == 2, "--spec-tokens 17 accepted");
+}
+
 int main(void) {
     T_RUN(test_bench_serve_quick);
     T_RUN(test_bench_prefix_quick);
+    T_RUN(test_bench_spec_quick);
     return t_done();
 }

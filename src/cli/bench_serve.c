@@ -644,7 +644,7 @@ static void drop_page_cache(const char *root) {
 /* TTFT of one request (max_tokens 1) of ids; cached tokens in *cached. Negative on failure. */
 static double ttft_of(int port, const int *ids, int n, int *cached) {
     char *body = prompt_body(ids, n, 1, 7);
-    sresult r;
+    sresult r = {0};
     int ok = body && stream_post(port, body, &r);
     free(body);
     free(r.gaps);

@@ -47,6 +47,7 @@ struct nv_req {
     int *ctx; /* the prompt, then every generated token: where drafts are looked up */
     int n_ctx, cap_ctx;
     int spec_rows[NV_MAX_SPEC + 1]; /* a drafting decode row's tokens: last, then the drafts */
+    double spec_hits, spec_misses;  /* drafts agreed with / steps ended by a refused draft, older ones decayed */
     int n_gen;
     nv_finish fin;
     nv_buf pending; /* text not yet safe to publish */
@@ -164,6 +165,20 @@ int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *ou
         }
     }
     return 0;
+}
+
+/* A draft is proposed only while the chance that it is reached and accepted is at least this. */
+#define SPEC_P_MIN 0.3
+
+/* How many drafts are worth checking for r, at most k_max: with its per-token acceptance a
+ * (estimated from its own drafts so far, starting from one agreement and one refusal), the j-th
+ * draft is reached and accepted with probability a^j, and each draft costs a row whether or not.
+ * A text that keeps repeating earns long drafts; one that does not, a single draft a step. */
+static int spec_len(const nv_req *r, int k_max) {
+    double a = (r->spec_hits + 1.0) / (r->spec_hits + r->spec_misses + 2.0), p = a;
+    int k = 1;
+    while (k < k_max && p * a >= SPEC_P_MIN) p *= a, k++;
+    return k;
 }
 
 /* ---- requests ---------------------------------------------------------------------------- */
@@ -634,7 +649,7 @@ static int plan_step(nv_sched *s) {
             q.logits = 1;
             /* drafts: never more than the tokens the request may still produce after this row's,
              * nor past the context (so within the reservation) */
-            int k = s->o.spec_tokens, left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
+            int k = s->o.spec_tokens ? spec_len(r, s->o.spec_tokens) : 0, left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
             if (k > left) k = left;
             if (k > room) k = room;
             int nd = k > 0 && r->ctx ? nv_ngram_draft(r->ctx, r->n_ctx, s->o.spec_ngram_min, s->o.spec_ngram_max, k,
@@ -947,6 +962,8 @@ static void *sched_loop(void *arg) {
                 drafts++;
                 drafted += (unsigned long)(q->n - 1);
                 accepted += (unsigned long)agreed;
+                r->spec_hits = 0.9 * r->spec_hits + agreed;
+                r->spec_misses = 0.9 * r->spec_misses + (agreed + 1 < q->n && agreed < r->n_outs); /* a draft was refused */
             }
         }
         if (drafts) nv_metrics_spec(s->metrics, drafts, drafted, accepted);
