@@ -43,7 +43,9 @@ static int reference_paged(const nv_model *m, const int *toks, int n, nv_kv_dtyp
 
 /* Runs NSEQ sequences together: each step, sequence i takes a chunk of chunk[i] positions (1 =
  * decode-like), starting at step start[i], with blocks handed out in a shuffled order; checks
- * every step's logits against the references. Returns the number of mismatching chunks. */
+ * every step's logits against the references: the last row's, and for sequences 0 and 2 those of
+ * every row of the chunk (as a speculative step asks; more rows than the state's first logits
+ * buffer holds). Returns the number of mismatching rows. */
 static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], int BLOCK, nv_kv_dtype dtype,
                      int *checked) {
     const nv_config *c = &m->config;
@@ -70,7 +72,7 @@ static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], i
         for (int i = 0; i < NSEQ; i++) {
             if (step < start[i] || pos[i] >= LEN) continue;
             int k = LEN - pos[i] < chunk[i] ? LEN - pos[i] : chunk[i];
-            seqs[n] = (nv_batch_seq){toks[i] + pos[i], k, pos[i], table[i], 1};
+            seqs[n] = (nv_batch_seq){toks[i] + pos[i], k, pos[i], table[i], i % 2 == 0 ? k : 1};
             who[n++] = i;
         }
         if (!n) break;
@@ -80,11 +82,14 @@ static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], i
             break;
         }
         for (int j = 0; j < n; j++) {
-            int i = who[j], last = pos[i] + seqs[j].n - 1;
-            const float *got = nv_batch_logits(&bs, c, j);
-            if (!got || memcmp(got, ref[i] + (size_t)last * c->vocab_size, (size_t)c->vocab_size * sizeof(float)) != 0)
-                bad++;
-            (*checked)++;
+            int i = who[j], first = pos[i] + seqs[j].n - seqs[j].logits;
+            for (int r = 0; r < seqs[j].logits; r++) {
+                const float *got = r == 0 ? nv_batch_logits(&bs, c, j) : nv_batch_logits_at(&bs, c, j, r);
+                if (!got ||
+                    memcmp(got, ref[i] + (size_t)(first + r) * c->vocab_size, (size_t)c->vocab_size * sizeof(float)) != 0)
+                    bad++;
+                (*checked)++;
+            }
             pos[i] += seqs[j].n;
         }
     }
@@ -111,7 +116,7 @@ static void check_model(nv_model *m, const char *what) {
     for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
         const int block = blocks[bi];
         int checked = 0, bad = run_mixed(m, toks, ref, block, NV_KV_F32, &checked);
-        T_CHECK(bad == 0 && checked > 40, "%s (%s, blocks of %d): %d of %d chunks differ from the sequence run alone",
+        T_CHECK(bad == 0 && checked > 40, "%s (%s, blocks of %d): %d of %d rows differ from the sequence run alone",
                 what, nv_engine_name(m->engine), block, bad, checked);
     }
     /* fp16 pages: the mixed batch equals the sequence decoded alone in fp16 pages, bit for bit,
@@ -133,7 +138,7 @@ static void check_model(nv_model *m, const char *what) {
         T_CHECK(worst <= 4e-3 * scale, "%s (blocks of %d): fp16 pages move a logit by %.3g (largest logit %.3g)", what,
                 block, worst, scale);
         int checked = 0, bad = run_mixed(m, toks, ref16, block, NV_KV_F16, &checked);
-        T_CHECK(bad == 0 && checked > 40, "%s (%s, fp16, blocks of %d): %d of %d chunks differ from the sequence alone",
+        T_CHECK(bad == 0 && checked > 40, "%s (%s, fp16, blocks of %d): %d of %d rows differ from the sequence alone",
                 what, nv_engine_name(m->engine), block, bad, checked);
         for (int i = 0; i < NSEQ; i++) free(ref16[i]);
     }
@@ -268,6 +273,10 @@ static void test_batch_rejects_bad_batches(void) {
     int bad_tok = 50;
     q = (nv_batch_seq){&bad_tok, 1, 0, table, 1};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "token outside the vocabulary accepted");
+    q = (nv_batch_seq){toks, 2, 0, table, 3}; /* the logits of 3 of 2 rows */
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "logits of more rows than the sequence has accepted");
+    q.logits = -1;
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "a negative logits count accepted");
     nv_batch_state_free(&bs);
     nv_kv_pages_free(&kv);
     nv_model_free(&m);
