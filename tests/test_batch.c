@@ -134,9 +134,12 @@ static void check_model(nv_model *m, const char *what) {
                 scale = fmax(scale, fabs((double)ref[i][k]));
             }
         }
-        /* stories260K: ~1e-3 of the largest logit (fp16 keeps 11 significant bits) */
-        T_CHECK(worst <= 4e-3 * scale, "%s (blocks of %d): fp16 pages move a logit by %.3g (largest logit %.3g)", what,
-                block, worst, scale);
+        /* stories260K: ~1e-3 of the largest logit (fp16 keeps 11 significant bits); on a bf16 engine
+         * a key that fp16 moves can move the bf16 rounding of what follows (8 significant bits):
+         * ~7e-3 seen */
+        const double tol = nv_engine_low_precision(m->engine) ? 1.5e-2 : 4e-3;
+        T_CHECK(worst <= tol * scale, "%s (%s, blocks of %d): fp16 pages move a logit by %.3g (largest logit %.3g)", what,
+                nv_engine_name(m->engine), block, worst, scale);
         int checked = 0, bad = run_mixed(m, toks, ref16, block, NV_KV_F16, &checked);
         T_CHECK(bad == 0 && checked > 40, "%s (%s, fp16, blocks of %d): %d of %d rows differ from the sequence alone",
                 what, nv_engine_name(m->engine), block, bad, checked);

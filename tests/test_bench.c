@@ -319,7 +319,7 @@ static void check_engine(nv_engine_id e, const char *label, int strict) {
     double max_err = 0;
     int agree = agreement(e, &max_err);
     T_CHECK(agree >= 0, "%s forward: %s", nv_engine_name(e), nv_errmsg());
-    const int lowp = e == NV_ENGINE_AMX_BF16 || e == NV_ENGINE_AMX_INT8;
+    const int lowp = nv_engine_low_precision(e);
     const int need = lowp ? (99 * acc.n + 99) / 100 : acc.n; /* >= 99% (507 of 512), or all */
     if (!strict && agree >= 0 && agree < need) {
         char why[300];
@@ -335,11 +335,13 @@ static void check_engine(nv_engine_id e, const char *label, int strict) {
 
 static void test_accuracy_avx2(void) { check_engine(NV_ENGINE_AVX2, "", 1); }
 static void test_accuracy_avx512(void) { check_engine(NV_ENGINE_AVX512, "", 1); }
+static void test_accuracy_avx512_bf16(void) { check_engine(NV_ENGINE_AVX512_BF16, "", 1); }
 static void test_accuracy_amx_bf16(void) { check_engine(NV_ENGINE_AMX_BF16, "", 1); }
 static void test_accuracy_amx_int8(void) { check_engine(NV_ENGINE_AMX_INT8, "", 1); }
 /* The same numerics on the emulated kernels (tile and zmm semantics in C), so the contract is
  * checked on machines without the hardware too. */
 static void test_accuracy_avx512_emulated(void) { check_engine(NV_ENGINE_AVX512, " (emulated)", 1); }
+static void test_accuracy_avx512_bf16_emulated(void) { check_engine(NV_ENGINE_AVX512_BF16, " (emulated)", 1); }
 static void test_accuracy_amx_bf16_emulated(void) { check_engine(NV_ENGINE_AMX_BF16, " (emulated)", 1); }
 static void test_accuracy_amx_int8_emulated(void) { check_engine(NV_ENGINE_AMX_INT8, " (emulated)", 1); }
 
@@ -356,6 +358,7 @@ int main(void) {
     T_RUN(test_bench_generate_model_file);
     T_RUN(test_accuracy_avx2);
     T_RUN(test_accuracy_avx512);
+    T_RUN(test_accuracy_avx512_bf16);
     T_RUN(test_accuracy_amx_bf16);
     T_RUN(test_accuracy_amx_int8);
     nv_engines_set_emulation(1);
@@ -363,6 +366,7 @@ int main(void) {
     nv_engines_init(NULL, 0);
     nv_engines_set_emulation(0);
     T_RUN(test_accuracy_avx512_emulated);
+    T_RUN(test_accuracy_avx512_bf16_emulated);
     T_RUN(test_accuracy_amx_bf16_emulated);
     T_RUN(test_accuracy_amx_int8_emulated);
     nv_engines_reset();

@@ -52,6 +52,7 @@ static double bf16_tol(int K, double S, double c0) {
 /* Tolerance for y[r][j] of engine e: sa = sum|x_r|, sb = sum|w_j|, ha, hb their int8 half-steps. */
 static double y_tol(nv_engine_id e, int K, double S, double sa, double sb, double ha, double hb) {
     switch (e) {
+    case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return bf16_tol(K, S, 0);
     case NV_ENGINE_AMX_INT8: {
         double Q = hb * sa + ha * sb + K * ha * hb;
@@ -268,7 +269,7 @@ static void test_dx(void) {
                     B += d * (h[a] + 3 * U * wa) + d * (wa + h[a]) * (1.0 / 256) * (1 + 1.0 / 8192);
                 }
                 double tol = E == NV_ENGINE_AMX_INT8   ? B + 2.0 * (n + 2) * U * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
-                             : E == NV_ENGINE_AMX_BF16 ? bf16_tol(n, S, 0)
+                             : nv_engine_low_precision(E) ? bf16_tol(n, S, 0)
                                                        : 1e-5 * S;
                 double err = fabs((double)dx[(size_t)i * k + j] - dxr[(size_t)i * k + j]);
                 if (!(err <= tol)) {
@@ -304,7 +305,7 @@ static void test_dw(void) {
             for (int j = 0; j < k; j++) {
                 double S = 0, c0 = fabs((double)dw0[(size_t)a * k + j]);
                 for (int i = 0; i < m; i++) S += fabs((double)dy[(size_t)i * n + a] * x[(size_t)i * k + j]);
-                double tol = E >= NV_ENGINE_AMX_BF16 ? bf16_tol(m, S, c0) : 1e-5 * (S + c0);
+                double tol = nv_engine_low_precision(E) ? bf16_tol(m, S, c0) : 1e-5 * (S + c0);
                 double err = fabs((double)dw[(size_t)a * k + j] - dwr[(size_t)a * k + j]);
                 if (!(err <= tol)) {
                     T_CHECK(0, "m=%d n=%d k=%d: dw[%d][%d] = %.9g, scalar %.9g, |err| %.3g > %.3g", m, n, k, a, j, dw[(size_t)a * k + j],
@@ -543,9 +544,11 @@ static void test_quant(void) {
                 nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h};
                 nv_plan *pq = NULL, *pf = NULL;
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
-                if (E != NV_ENGINE_AVX2 && E != NV_ENGINE_AVX512) {
+                /* avx512-bf16 keeps the stored values on avx512's panels (fewer bytes than bf16) */
+                const nv_engine_id on = E == NV_ENGINE_AVX512_BF16 ? NV_ENGINE_AVX512 : E;
+                if (on != NV_ENGINE_AVX2 && on != NV_ENGINE_AVX512) {
                     T_CHECK(e == NV_EUNSUPPORTED && !pq, "%s built a block-quantized plan", nv_engine_name(E));
-                } else if (e != NV_OK || nv_plan_build(&pf, E, w, n, k) != NV_OK) {
+                } else if (e != NV_OK || nv_plan_engine(pq) != on || nv_plan_build(&pf, on, w, n, k) != NV_OK) {
                     T_CHECK(0, "build: %s", nv_errmsg());
                 } else {
                     nv_plan_run(pq, x, m, y0);
@@ -588,8 +591,9 @@ static void test_bpack(void) {
                 if (layout) nv_bpack_cols(&bp, E, b, (size_t)ldb, k, n, buf);
                 else nv_bpack_rows(&bp, E, b, (size_t)ldb, n, k, buf);
                 T_CHECK(bp.k == k && bp.n == n, "pack shape");
-                const int amx = E == NV_ENGINE_AMX_BF16 || E == NV_ENGINE_AMX_INT8;
-                T_CHECK(amx == (bp.e == NV_ENGINE_AMX_BF16), "packed for %s on %s", nv_engine_name(bp.e), nv_engine_name(E));
+                /* activations: amx-int8 packs for amx-bf16, every other engine for itself */
+                const nv_engine_id want = E == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : E;
+                T_CHECK(bp.e == want, "packed for %s on %s", nv_engine_name(bp.e), nv_engine_name(E));
                 const int depths[3] = {k, k / 2 + 1, 0}, cols[2] = {n, n > 1 ? n - 1 : 1};
                 for (int v = 0; v < 12; v++) { /* every depth x outputs x accumulate */
                     const int depth = depths[v % 3], ncols = cols[v / 3 % 2], acc = v >= 6;
@@ -608,7 +612,7 @@ static void test_bpack(void) {
                                 want += (double)a[(size_t)r * lda + kk] * bv;
                                 S += fabs((double)a[(size_t)r * lda + kk] * bv);
                             }
-                            const double tol = amx ? bf16_tol(depth, S, acc ? 0.5 : 0.0) : 1e-5 * (S + (acc ? 0.5 : 0.0)) + 1e-30;
+                            const double tol = nv_engine_low_precision(bp.e) ? bf16_tol(depth, S, acc ? 0.5 : 0.0) : 1e-5 * (S + (acc ? 0.5 : 0.0)) + 1e-30;
                             T_CHECK(fabs(got - want) <= tol, "%s k=%d n=%d m=%d depth=%d ncols=%d acc=%d: C[%d][%d] = %.9g, want %.9g",
                                     layout ? "cols" : "rows", k, n, m, depth, ncols, acc, r, j, got, want);
                         }
@@ -687,7 +691,9 @@ static void test_ladder_avx2_only(void) {
     T_CHECK(nv_plan_engine(p) == NV_ENGINE_AVX2, "amx-int8 plan fell to %s, want avx2", nv_engine_name(nv_plan_engine(p)));
     T_CHECK(nv_engine_best() == NV_ENGINE_AVX2 && nv_engine_best_fp32() == NV_ENGINE_AVX2, "best");
     nv_plan_free(p);
-    T_CHECK(nv_engine_next_down(NV_ENGINE_AMX_INT8) == NV_ENGINE_AMX_BF16 && nv_engine_next_down(NV_ENGINE_AMX_BF16) == NV_ENGINE_AVX512 &&
+    T_CHECK(nv_engine_next_down(NV_ENGINE_AMX_INT8) == NV_ENGINE_AMX_BF16 &&
+                nv_engine_next_down(NV_ENGINE_AMX_BF16) == NV_ENGINE_AVX512_BF16 &&
+                nv_engine_next_down(NV_ENGINE_AVX512_BF16) == NV_ENGINE_AVX512 &&
                 nv_engine_next_down(NV_ENGINE_AVX512) == NV_ENGINE_AVX2 && nv_engine_next_down(NV_ENGINE_AVX2) == NV_ENGINE_SCALAR &&
                 nv_engine_next_down(NV_ENGINE_SCALAR) == NV_ENGINE_SCALAR,
             "ladder order");
@@ -708,13 +714,15 @@ static void test_probe_latches_wrong_kernels(void) {
     nv_engines_set_emulation(1);
     nv_kern_amx_emu_inject(1);
     nv_kern_avx512_emu_inject(1);
+    nv_kern_avx512bf16_emu_inject(1);
     reinit(NULL);
     nv_kern_amx_emu_inject(0);
     nv_kern_avx512_emu_inject(0);
+    nv_kern_avx512bf16_emu_inject(0);
     nv_engines_set_emulation(0);
     for (int e = NV_ENGINE_AVX512; e < NV_ENGINE_COUNT; e++) {
         const char *why = nv_engine_why_off((nv_engine_id)e);
-        if (e == NV_ENGINE_AVX512 && strstr(why, "emulation needs AVX2")) continue;
+        if ((e == NV_ENGINE_AVX512 || e == NV_ENGINE_AVX512_BF16) && strstr(why, "emulation needs AVX2")) continue;
         T_CHECK(!nv_engine_available((nv_engine_id)e), "wrong %s kernel passed the self-test", nv_engine_name((nv_engine_id)e));
         T_CHECK(strncmp(why, "self-test", 9) == 0, "%s why: '%s'", nv_engine_name((nv_engine_id)e), why);
     }

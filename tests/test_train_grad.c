@@ -271,7 +271,7 @@ static void test_engines_match_fp32(void) {
         float l = nv_tmodel_forward(&tm, in, tg);
         nv_tmodel_backward(&tm, 1.0f);
         /* fp32 engines: summation order only; bf16/int8: relative error of a few 2^-8 */
-        int low_precision = e >= NV_ENGINE_AMX_BF16;
+        int low_precision = nv_engine_low_precision((nv_engine_id)e);
         double num = 0, den = 0;
         for (uint64_t i = 0; i < ref.m.n_params; i++) {
             double dlt = (double)tm.grads[i] - ref.grads[i];

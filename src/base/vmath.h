@@ -137,6 +137,18 @@ static inline __m256i nv_lane_mask8(int n) {
     return _mm256_loadu_si256((const __m256i *)(m + 8 - n));
 }
 
+/* Lanes 0..n-1 of p (the rest 0; nothing at or past p + n is touched, n may be <= 0 or >= 8), and
+ * the store of lanes 0..n-1 only. */
+static inline __m256 nv_load8_n(const float *p, int n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    if (n <= 0) return _mm256_setzero_ps();
+    return _mm256_maskload_ps(p, nv_lane_mask8(n));
+}
+static inline void nv_store8_n(float *p, __m256 v, int n) {
+    if (n >= 8) _mm256_storeu_ps(p, v);
+    else if (n > 0) _mm256_maskstore_ps(p, nv_lane_mask8(n), v);
+}
+
 /* The sum of the 8 lanes. */
 static inline float nv_hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -107,16 +107,6 @@ static void row_engine_off(bench_row *r, int e) {
     row_fail(r, why);
 }
 
-static nv_peak_unit engine_unit(int e) {
-    switch (e) {
-    case NV_ENGINE_AMX_BF16: return NV_PEAK_AMX_BF16;
-    case NV_ENGINE_AMX_INT8: return NV_PEAK_AMX_INT8;
-    case NV_ENGINE_AVX512: return NV_PEAK_AVX512;
-    case NV_ENGINE_AVX2: return NV_PEAK_AVX2;
-    default: return NV_PEAK_COUNT;
-    }
-}
-
 /* ---------------------------------------------------------------- one plan, timed */
 
 typedef struct {
@@ -287,7 +277,7 @@ int bench_matmul(int argc, char **argv, const bench_opts *o) {
         if (!use_threads(T)) return cli_error("bench matmul", 1, "%s", nv_errmsg());
         double peak[MM_ENGINES] = {0};
         for (int e = 0; e < MM_ENGINES; e++) {
-            nv_peak_unit u = engine_unit(e);
+            nv_peak_unit u = nv_peak_unit_of(e);
             char why[256];
             if (u != NV_PEAK_COUNT && nv_peak_available(u, why, sizeof why) && bench_engine_wanted(o, e))
                 peak[e] = nv_peak_run(u, T, peak_s) / 1e9;

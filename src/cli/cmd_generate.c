@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --json-schema SCHEMA\n"
             "                the text generated is JSON that SCHEMA accepts: a file, or the schema's JSON text\n"
             "                (the keywords supported: docs/serving.md, Structured outputs)\n"
-            "  --engine E    scalar, avx2, avx512, amx-bf16, amx-int8 (default: the fastest exact fp32 one that\n"
+            "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, amx-int8 (default: the fastest exact fp32 one that\n"
             "                probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n");
 }

@@ -18,7 +18,7 @@
 #include "base/vmath.h"
 #include "engine/kern.h"
 
-static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar", "avx2", "avx512", "amx-bf16", "amx-int8"};
+static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar", "avx2", "avx512", "avx512-bf16", "amx-bf16", "amx-int8"};
 
 static int engines_ready;
 static int pool_ready;
@@ -28,6 +28,7 @@ static atomic_long plan_build_count;
 static int emulate;
 static const nv_kern_fp32 *engine_fp32[NV_ENGINE_COUNT]; /* avx2, avx512 */
 static const nv_kern_amx *engine_amx;                     /* amx-bf16, amx-int8 */
+static const nv_kern_amx *engine_vbf16;                   /* avx512-bf16 */
 static int force_inline; /* self-test: every task on the calling thread */
 static int force_split;  /* self-test: split even tiny products across the pool */
 
@@ -57,6 +58,10 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 static inline int rup(int a, int b) { return cdiv(a, b) * b; }
+
+/* The engines that compute on bf16 VNNI tiles (the same packing and products, their own loop). */
+static inline int bf16_tiles(nv_engine_id e) { return e == NV_ENGINE_AMX_BF16 || e == NV_ENGINE_AVX512_BF16; }
+static inline const nv_kern_amx *tile_kern(nv_engine_id e) { return e == NV_ENGINE_AVX512_BF16 ? engine_vbf16 : engine_amx; }
 
 static void *aalloc(size_t bytes) { return nv_alloc_large(64, bytes, 0); }
 /* A plan's packed weights: kept for the plan's life, so worth huge pages. */
@@ -215,7 +220,7 @@ nv_err nv_engine_parse(const char *name, nv_engine_id *out) {
             *out = (nv_engine_id)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown engine '%s' (known: scalar, avx2, avx512, amx-bf16, amx-int8)", name);
+    return nv_fail(NV_EINVAL, "unknown engine '%s' (known: scalar, avx2, avx512, avx512-bf16, amx-bf16, amx-int8)", name);
 }
 
 static void engine_latch(nv_engine_id e, const char *why) {
@@ -233,6 +238,8 @@ nv_engine_id nv_engine_best(void) {
         if (engine_on[e]) return (nv_engine_id)e;
     return NV_ENGINE_SCALAR;
 }
+
+int nv_engine_low_precision(nv_engine_id e) { return e >= NV_ENGINE_AVX512_BF16 && e < NV_ENGINE_COUNT; }
 
 nv_engine_id nv_engine_best_fp32(void) {
     for (int e = NV_ENGINE_AVX512; e > 0; e--)
@@ -373,6 +380,7 @@ static void (*pack_fn(const nv_plan *p))(void *, int, int) {
     switch (p->engine) {
     case NV_ENGINE_AVX2:
     case NV_ENGINE_AVX512: return pack_fp32_task;
+    case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return pack_bf16_task;
     case NV_ENGINE_AMX_INT8: return pack_int8_task;
     default: return NULL;
@@ -412,8 +420,9 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
         p->np = cdiv(n, p->kf->nr);
         p->pack_bytes = (size_t)p->np * p->kf->nr * k * sizeof(float);
         break;
+    case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
-        p->ka = engine_amx;
+        p->ka = tile_kern(e);
         p->np = cdiv(n, 16);
         p->kp = rup(k, NV_AMX_BF16_DEPTH);
         p->pack_bytes = (size_t)p->np * 16 * p->kp * 2;
@@ -544,7 +553,8 @@ static void pack_quant_task(void *vc, int task, int nt) {
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k) {
     *out = NULL;
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
-    const nv_engine_id e = engine_resolve(want);
+    nv_engine_id e = engine_resolve(want);
+    if (e == NV_ENGINE_AVX512_BF16) e = engine_resolve(NV_ENGINE_AVX512); /* the stored values, read as they are */
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
         return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
@@ -844,7 +854,7 @@ static void amx_run_task(void *vc, int task, int nt) {
  * their quantised values, which bf16 holds exactly (dy carries the scales). Outside W: zero (the
  * forward tiles are zero-padded; output tiles past the plan are skipped). */
 static void dx_tile(const nv_plan *p, int t, int kb, uint16_t *U) {
-    if (p->engine == NV_ENGINE_AMX_BF16) {
+    if (bf16_tiles(p->engine)) {
         /* A forward tile is a 16 x 16 matrix of 32-bit input pairs, (ii, ar) = W[ar][2ii..2ii+1]:
          * transposing the 8 rows of our 16 inputs gives W's rows (16 inputs each) for the tile's 16
          * outputs; U's row i then interleaves W's rows 2i and 2i+1 (outputs kb*32 + 2i + e). */
@@ -988,18 +998,17 @@ size_t nv_bpack_floats(int k, int n) {
  * which bf16 keeps), else the fp32 engine asked for or the best one on. */
 static void bpack_init(nv_bpack *bp, nv_engine_id e, int k, int n, float *buf) {
     if (e == NV_ENGINE_AMX_INT8) e = NV_ENGINE_AMX_BF16;
-    if (e == NV_ENGINE_AMX_BF16 && engine_resolve(e) != NV_ENGINE_AMX_BF16) e = nv_engine_best_fp32();
-    bp->e = engine_resolve(e);
+    bp->e = engine_resolve(e); /* down the ladder: a bf16 tile engine or an fp32 one */
     bp->k = k;
     bp->n = n;
-    bp->nr = bp->e == NV_ENGINE_SCALAR || bp->e == NV_ENGINE_AMX_BF16 ? 16 : engine_fp32[bp->e]->nr;
+    bp->nr = bp->e == NV_ENGINE_SCALAR || bf16_tiles(bp->e) ? 16 : engine_fp32[bp->e]->nr;
     bp->data = buf;
 }
 
 void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int n, int k, float *buf) {
     bpack_init(bp, e, k, n, buf);
     const int nr = bp->nr;
-    if (bp->e == NV_ENGINE_AMX_BF16) {
+    if (bf16_tiles(bp->e)) {
         bf16_tiles_of_rows(b, ldb, n, k, cdiv(k, 32), 0, cdiv(n, 16), (uint16_t *)buf);
         return;
     }
@@ -1009,7 +1018,7 @@ void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
 void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int k, int n, float *buf) {
     bpack_init(bp, e, k, n, buf);
     const int nr = bp->nr;
-    if (bp->e == NV_ENGINE_AMX_BF16) {
+    if (bf16_tiles(bp->e)) {
         const int KB = cdiv(k, 32);
         bf16_tiles_of_cols(b, ldb, k, n, KB, 0, cdiv(n, 16) * KB, (uint16_t *)buf);
         return;
@@ -1032,10 +1041,11 @@ static void bpack_run_amx(const nv_bpack *bp, const float *A, size_t lda, int m,
     rows_to_bf16(A, lda, depth, NULL, 0, m, a, Kp);
     memset(a + (size_t)m * Kp, 0, (size_t)(rows - m) * Kp * sizeof(uint16_t));
     const uint16_t *B = (const uint16_t *)bp->data;
-    if (Kp == KBp * 32) engine_amx->bf16_gemm(a, Kp, m, Kp, B, nt, C, ldc, ncols, accumulate);
+    const nv_kern_amx *ka = tile_kern(bp->e);
+    if (Kp == KBp * 32) ka->bf16_gemm(a, Kp, m, Kp, B, nt, C, ldc, ncols, accumulate);
     else
         for (int t = 0; t < nt; t++)
-            engine_amx->bf16_gemm(a, Kp, m, Kp, B + (size_t)t * KBp * 512, 1, C + (size_t)t * 16, ldc, ncols - t * 16,
+            ka->bf16_gemm(a, Kp, m, Kp, B + (size_t)t * KBp * 512, 1, C + (size_t)t * 16, ldc, ncols - t * 16,
                                   accumulate);
     free(a);
 }
@@ -1049,7 +1059,7 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
             for (int r = 0; r < m; r++) memset(C + (size_t)r * ldc, 0, (size_t)ncols * sizeof(float));
         return;
     }
-    if (bp->e == NV_ENGINE_AMX_BF16) {
+    if (bf16_tiles(bp->e)) {
         bpack_run_amx(bp, A, lda, m, depth, ncols, C, ldc, accumulate);
         return;
     }
@@ -1156,6 +1166,7 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
     case NV_ENGINE_AVX512:
         run_tasks(fp32_run_task, &c, grid_make(&c.g, m, p->kf->mr, p->np, macs));
         return;
+    case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
         const int rows = amx_rows(m), int8 = p->engine == NV_ENGINE_AMX_INT8;
@@ -1202,6 +1213,7 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
     case NV_ENGINE_AVX512:
         run_tasks(fp32_dx_task, &c, grid_make(&c.g, m, p->kf->mr, cdiv(k, p->kf->nr), macs));
         break;
+    case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
         const int depth = rup(n, 32);
@@ -1243,12 +1255,13 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
         if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
         return;
     }
+    case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
         const int depth = rup(m, 32);
         uint16_t *X = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
         if (!X) break;
-        c.ka = engine_amx;
+        c.ka = tile_kern(e);
         c.abuf = X;
         c.depth = depth;
         run_tasks(pack_x_vnni_task, &c, conv_tasks(m, (size_t)m * k));
@@ -1287,6 +1300,7 @@ static void fill_rand(float *v, size_t count, uint64_t *s) {
 static double elem_bound(nv_engine_id e, int K, double S, double sa, double sb, double qa, double qb, double c0) {
     double fp = 2.0 * (K + 2) * U32 * (S + c0);
     switch (e) {
+    case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return (1.0 / 128 + 1.0 / 65536) * S + fp * (1 + 1.0 / 64) + 1e-30 * K;
     case NV_ENGINE_AMX_INT8: {
         double Q = qb * sa + qa * sb + K * qa * qb;
@@ -1459,6 +1473,17 @@ static int engine_hw(nv_engine_id e, const nv_cpu_info *c, char *why, size_t len
         snprintf(why, len, "%s", !(c->avx512f && c->avx512bw && c->avx512vl) ? "CPU lacks AVX-512F/BW/VL"
                                                                               : "OS does not enable AVX-512 state (XCR0)");
         return 0;
+    case NV_ENGINE_AVX512_BF16:
+        if (emulate) {
+            if (nv_cpu_has_avx2(c)) return 1;
+            snprintf(why, len, "emulation needs AVX2");
+            return 0;
+        }
+        if (nv_cpu_has_avx512(c) && c->avx512_bf16) return 1;
+        snprintf(why, len, "%s", !(c->avx512f && c->avx512bw && c->avx512vl) ? "CPU lacks AVX-512F/BW/VL"
+                                 : !c->avx512_bf16                            ? "CPU lacks AVX512_BF16"
+                                                                              : "OS does not enable AVX-512 state (XCR0)");
+        return 0;
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
         if (emulate) return 1;
@@ -1494,6 +1519,7 @@ nv_err nv_engines_init(const char *allow, int threads) {
     engine_fp32[NV_ENGINE_AVX2] = &nv_kern_avx2;
     engine_fp32[NV_ENGINE_AVX512] = emulate ? &nv_kern_avx512_emu : &nv_kern_avx512;
     engine_amx = emulate ? &nv_kern_amx_emu : &nv_kern_amx_hw;
+    engine_vbf16 = emulate ? &nv_kern_avx512bf16_emu : &nv_kern_avx512bf16;
     engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
     engine_why[NV_ENGINE_SCALAR][0] = '\0';
     for (int i = 1; i < NV_ENGINE_COUNT; i++) {

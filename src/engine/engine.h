@@ -1,7 +1,8 @@
 /* Engines and matmul plans.
  *
  * An engine is one way of computing a matrix product: scalar (fp32 reference, always present),
- * avx2 (fp32 FMA), avx512 (fp32), amx-bf16 (bf16 operands, fp32 accumulate/output) and amx-int8
+ * avx2 (fp32 FMA), avx512 (fp32), avx512-bf16 (bf16 operands, fp32 accumulate/output, on the
+ * vector unit's VDPBF16PS), amx-bf16 (the same on the tile unit) and amx-int8
  * (W8A8: int8 weights with per-output-channel scales, activations quantised per row at run time,
  * int32 accumulate, fp32 output). nv_engines_init() probes each once (CPUID, XCR0, the AMX
  * permission request, then a small product checked against scalar); a failure latches the engine
@@ -12,7 +13,7 @@
  * llama2.c and PyTorch) packed once into an engine's layout. nv_plan_run computes
  * y[m x n] = x[m x k] . W^T for any m; nv_plan_refresh() rewrites the packed copy from new fp32
  * weights without rebuilding (the dynamic-weights rule). A plan asked for an engine that is off
- * falls down the ladder amx-int8 -> amx-bf16 -> avx512 -> avx2 -> scalar.
+ * falls down the ladder amx-int8 -> amx-bf16 -> avx512-bf16 -> avx512 -> avx2 -> scalar.
  * The scalar engine sums each dot product left to right in fp32, exactly as llama2.c's run.c,
  * and reads the caller's weights in place (the caller keeps them alive for the plan's life).
  *
@@ -32,19 +33,23 @@
  *   amx-bf16  W rounded to bf16 in 1 KiB VNNI tiles (16 outputs x 32 inputs); x converted to bf16
  *             per call; 2 x 2 tile blocks (32 rows x 32 outputs), fp32 accumulate and output;
  *             below 16 rows the tiles are configured with exactly m rows (decode streams W once).
+ *   avx512-bf16  amx-bf16's tiles, packing and products, the tile loop replaced by VDPBF16PS: a tile
+ *             row is 16 outputs' pair of depths, multiplied by a broadcast pair of x; 8 rows x 32
+ *             outputs per micro-kernel (16 zmm accumulators), 1-2 rows x 64 outputs for decode.
+ *             Each output one fp32 chain over the depth pairs in order.
  *   amx-int8  W quantised per output channel (scale = max|W[n]| / 127) in VNNI tiles of 16 x 64;
  *             x quantised per row at run time (scale = max|x[r]| / 127), tdpbssd into int32,
  *             y = acc * xscale[r] * wscale[n]. Plans with k > 131072 (int32 could overflow) are
  *             built on amx-bf16 instead.
  * Training products on each engine:
  *   nv_plan_run_dx  avx2/avx512: the same panel kernel over panels of W^T gathered per task from
- *                   the forward panels. amx-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered
+ *                   the forward panels. amx-bf16 and avx512-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered
  *                   from the forward tiles). amx-int8: bf16 tiles too, on the quantised weights
  *                   (exact in bf16) with the per-channel scales folded into dy before rounding.
  *   nv_gemm_dw      avx2/avx512: the panel kernel on dy^T and panels of x, accumulating into dw;
  *                   x is packed once per call, dy transposed a block of rows x depth slice at a
  *                   time into a buffer that stays in cache (never a whole copy of dy).
- *                   amx-bf16 and amx-int8: bf16 tiles (dy and x rounded to bf16), fp32 accumulate.
+ *                   amx-bf16, amx-int8 and avx512-bf16: bf16 tiles (dy and x rounded to bf16), fp32 accumulate.
  *
  * Accuracy against scalar, per element, with S = sum |a||b| over the reduction of length K and
  * u = 2^-24 (what the probe's self-test and tests/test_engine.c check):
@@ -67,6 +72,7 @@ typedef enum {
     NV_ENGINE_SCALAR = 0,
     NV_ENGINE_AVX2,
     NV_ENGINE_AVX512,
+    NV_ENGINE_AVX512_BF16,
     NV_ENGINE_AMX_BF16,
     NV_ENGINE_AMX_INT8,
     NV_ENGINE_COUNT
@@ -85,6 +91,8 @@ const char *nv_engine_why_off(nv_engine_id e);
 nv_engine_id nv_engine_best(void);
 /* The highest fp32 rung that is on (avx512, avx2 or scalar), for fp32-accurate work. */
 nv_engine_id nv_engine_best_fp32(void);
+/* 1 for the engines whose operands are rounded (bf16, int8), 0 for the fp32 ones. */
+int nv_engine_low_precision(nv_engine_id e);
 nv_err nv_engine_parse(const char *name, nv_engine_id *out);
 /* The next rung down the ladder from e (scalar stays scalar). */
 nv_engine_id nv_engine_next_down(nv_engine_id e);
@@ -127,7 +135,7 @@ void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, i
  * task): an operand B (depth k x n outputs) is packed once into an engine's layout in a buffer the
  * caller owns, then any number of products C (+)= A . B run over a prefix of its depth and outputs.
  * fp32 engines: each output is one multiply-add chain over depth in order, the engine's panel
- * kernel. amx-bf16 (asked for amx-int8 too, as these operands are activations): B as bf16 VNNI
+ * kernel. amx-bf16 and avx512-bf16 (amx-int8 asks for amx-bf16, as these operands are activations): B as bf16 VNNI
  * tiles, A's rows made bf16 per call, fp32 accumulation; B's values in the packed depth's last
  * 32-deep block past a shorter depth prefix must be finite (they meet zeros). An engine that is off
  * falls to the best fp32 engine that is on. */
@@ -162,7 +170,8 @@ typedef struct {
  * or over fp16 weights kept as fp16 (2 bytes per weight):
  * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
  * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
- * avx512 only (NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
+ * avx512 only (avx512-bf16 builds it on avx512: the weights' own values, fewer bytes than bf16;
+ * NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
 int nv_plan_quantized(const nv_plan *p); /* 0: fp32 weights; 4, 8 or 16 (fp16): bits per stored value */

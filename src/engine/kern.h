@@ -60,6 +60,10 @@ typedef struct {
 
 extern const nv_kern_amx nv_kern_amx_hw;
 extern const nv_kern_amx nv_kern_amx_emu; /* tile registers emulated in C, checked against the ISA rules */
+/* avx512-bf16: the bf16 product over the same tiles with VDPBF16PS (int8_gemm NULL); and that loop
+ * on AVX2 with the instruction emulated. */
+extern const nv_kern_amx nv_kern_avx512bf16;
+extern const nv_kern_amx nv_kern_avx512bf16_emu;
 
 #define NV_AMX_TILE_BYTES 1024
 #define NV_AMX_BF16_DEPTH 32
@@ -98,8 +102,11 @@ void nv_engines_set_emulation(int on);
 int nv_engines_emulated(void);
 /* Test-only fault injection into the emulated kernels, to prove the probe's self-test catches a
  * subtly wrong kernel: amx drops the last K group of every tile product (2 of 32 bf16 terms, 4 of
- * 64 int8 terms); avx512 scales every broadcast A value by 1 + 2^-12. */
+ * 64 int8 terms); avx512 scales every broadcast A value by 1 + 2^-12; avx512-bf16 drops one
+ * product in sixteen. */
 void nv_kern_amx_emu_inject(int on);
 void nv_kern_avx512_emu_inject(int on);
+/* avx512-bf16: every eighth emulated VDPBF16PS drops its even depth's product. */
+void nv_kern_avx512bf16_emu_inject(int on);
 
 #endif

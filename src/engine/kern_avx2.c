@@ -26,15 +26,8 @@
         lo = _mm256_cvtepi32_ps(_mm256_and_si256(b_, _mm256_set1_epi32(15)));                                          \
         hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b_, 4));                                                             \
     } while (0)
-static inline __m256 vload_n(const float *p, int n) {
-    if (n >= 8) return _mm256_loadu_ps(p);
-    if (n <= 0) return _mm256_setzero_ps();
-    return _mm256_maskload_ps(p, nv_lane_mask8(n));
-}
-static inline void vstore_n(float *p, __m256 v, int n) {
-    if (n >= 8) _mm256_storeu_ps(p, v);
-    else if (n > 0) _mm256_maskstore_ps(p, nv_lane_mask8(n), v);
-}
+#define vload_n(p, n) nv_load8_n(p, n)
+#define vstore_n(p, v, n) nv_store8_n(p, v, n)
 
 #include "engine/kern_fp32_tmpl.h"
 

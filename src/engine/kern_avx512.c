@@ -26,16 +26,7 @@
         lo = _mm512_cvtepi32_ps(_mm512_and_si512(b_, _mm512_set1_epi32(15)));                                          \
         hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b_, 4));                                                             \
     } while (0)
-static inline __mmask16 lane_mask(int n) { return (__mmask16)((1u << n) - 1u); }
-static inline __m512 vload_n(const float *p, int n) {
-    if (n >= 16) return _mm512_loadu_ps(p);
-    if (n <= 0) return _mm512_setzero_ps();
-    return _mm512_maskz_loadu_ps(lane_mask(n), p);
-}
-static inline void vstore_n(float *p, __m512 v, int n) {
-    if (n >= 16) _mm512_storeu_ps(p, v);
-    else if (n > 0) _mm512_mask_storeu_ps(p, lane_mask(n), v);
-}
+#include "engine/kern_zmm.h"
 
 #include "engine/kern_fp32_tmpl.h"
 

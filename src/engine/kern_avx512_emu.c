@@ -10,15 +10,6 @@ typedef struct {
     __m256 lo, hi;
 } v16;
 
-static inline __m256 load8_n(const float *p, int n) {
-    if (n >= 8) return _mm256_loadu_ps(p);
-    if (n <= 0) return _mm256_setzero_ps();
-    return _mm256_maskload_ps(p, nv_lane_mask8(n));
-}
-static inline void store8_n(float *p, __m256 v, int n) {
-    if (n >= 8) _mm256_storeu_ps(p, v);
-    else if (n > 0) _mm256_maskstore_ps(p, nv_lane_mask8(n), v);
-}
 static inline v16 vzero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 static inline v16 vloadu(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
 static int emu_inject; /* nv_kern_avx512_emu_inject(): every A value off by 2^-12 relative */
@@ -52,15 +43,15 @@ static inline v16 vload_n(const float *p, int n) {
     if (n >= 16) return vloadu(p);
     if (n <= 0) return vzero();
     /* like a 16-lane mask: nothing at or past p+n is touched */
-    return (v16){load8_n(p, n), n > 8 ? load8_n(p + 8, n - 8) : _mm256_setzero_ps()};
+    return (v16){nv_load8_n(p, n), n > 8 ? nv_load8_n(p + 8, n - 8) : _mm256_setzero_ps()};
 }
 static inline void vstore_n(float *p, v16 v, int n) {
     if (n >= 16) {
         vstoreu(p, v);
         return;
     }
-    store8_n(p, v.lo, n);
-    if (n > 8) store8_n(p + 8, v.hi, n - 8);
+    nv_store8_n(p, v.lo, n);
+    if (n > 8) nv_store8_n(p + 8, v.hi, n - 8);
 }
 
 #define KP(name) avx512emu_##name

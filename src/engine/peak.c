@@ -15,11 +15,19 @@
 #include "engine/engine.h"
 #include "engine/kern.h"
 
-static const nv_engine_id unit_engine[NV_PEAK_COUNT] = {NV_ENGINE_AMX_BF16, NV_ENGINE_AMX_INT8, NV_ENGINE_AVX512,
-                                                        NV_ENGINE_AVX2};
-static const char *const unit_instr[NV_PEAK_COUNT] = {"tdpbf16ps", "tdpbssd", "vfmadd231ps zmm", "vfmadd231ps ymm"};
+static const nv_engine_id unit_engine[NV_PEAK_COUNT] = {NV_ENGINE_AMX_BF16, NV_ENGINE_AMX_INT8, NV_ENGINE_AVX512_BF16,
+                                                        NV_ENGINE_AVX512, NV_ENGINE_AVX2};
+static const char *const unit_instr[NV_PEAK_COUNT] = {"tdpbf16ps", "tdpbssd", "vdpbf16ps zmm", "vfmadd231ps zmm",
+                                                      "vfmadd231ps ymm"};
 /* ops per loop iteration */
-static const double unit_ops[NV_PEAK_COUNT] = {4.0 * 16 * 16 * 32 * 2, 4.0 * 16 * 16 * 64 * 2, 16.0 * 16 * 2, 12.0 * 8 * 2};
+static const double unit_ops[NV_PEAK_COUNT] = {4.0 * 16 * 16 * 32 * 2, 4.0 * 16 * 16 * 64 * 2, 16.0 * 16 * 2 * 2,
+                                               16.0 * 16 * 2, 12.0 * 8 * 2};
+
+nv_peak_unit nv_peak_unit_of(int engine) {
+    for (int u = 0; u < NV_PEAK_COUNT; u++)
+        if ((int)unit_engine[u] == engine) return (nv_peak_unit)u;
+    return NV_PEAK_COUNT;
+}
 
 const char *nv_peak_engine(nv_peak_unit u) { return (unsigned)u < NV_PEAK_COUNT ? nv_engine_name(unit_engine[u]) : "?"; }
 const char *nv_peak_instr(nv_peak_unit u) { return (unsigned)u < NV_PEAK_COUNT ? unit_instr[u] : "?"; }
@@ -71,31 +79,35 @@ static double loop_avx2(long iters) {
     return lanes[0];
 }
 
+/* stmt once for each of j = 0..15, spelled out so the 16 accumulators stay in registers */
+#define CHAINS16(stmt)                                                                                                 \
+    do {                                                                                                               \
+        _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) { stmt; }                                                \
+    } while (0)
+
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 static double loop_avx512(long iters) {
     const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-3f);
     __m512 a[16];
     for (int j = 0; j < 16; j++) a[j] = _mm512_set1_ps(0.1f * (float)j);
-    for (long i = 0; i < iters; i++) {
-        /* 16 independent chains, unrolled so the accumulators stay in registers */
-        a[0] = _mm512_fmadd_ps(a[0], mul, add);
-        a[1] = _mm512_fmadd_ps(a[1], mul, add);
-        a[2] = _mm512_fmadd_ps(a[2], mul, add);
-        a[3] = _mm512_fmadd_ps(a[3], mul, add);
-        a[4] = _mm512_fmadd_ps(a[4], mul, add);
-        a[5] = _mm512_fmadd_ps(a[5], mul, add);
-        a[6] = _mm512_fmadd_ps(a[6], mul, add);
-        a[7] = _mm512_fmadd_ps(a[7], mul, add);
-        a[8] = _mm512_fmadd_ps(a[8], mul, add);
-        a[9] = _mm512_fmadd_ps(a[9], mul, add);
-        a[10] = _mm512_fmadd_ps(a[10], mul, add);
-        a[11] = _mm512_fmadd_ps(a[11], mul, add);
-        a[12] = _mm512_fmadd_ps(a[12], mul, add);
-        a[13] = _mm512_fmadd_ps(a[13], mul, add);
-        a[14] = _mm512_fmadd_ps(a[14], mul, add);
-        a[15] = _mm512_fmadd_ps(a[15], mul, add);
-    }
+    /* 16 independent chains, unrolled so the accumulators stay in registers */
+    for (long i = 0; i < iters; i++) CHAINS16(a[j] = _mm512_fmadd_ps(a[j], mul, add));
+    __m512 s = a[0];
+    for (int j = 1; j < 16; j++) s = _mm512_add_ps(s, a[j]);
+    return _mm512_reduce_add_ps(s);
+}
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512bf16")
+/* 16 independent chains of vdpbf16ps on registers (the values do not change the unit's speed). */
+static double loop_avx512_bf16(long iters) {
+    const __m512i b = _mm512_set1_epi32(0x3f803f80); /* two bf16 ones */
+    const __m512bh one = (__m512bh)b;
+    __m512 a[16];
+    for (int j = 0; j < 16; j++) a[j] = _mm512_set1_ps(0.1f * (float)j);
+    for (long i = 0; i < iters; i++) CHAINS16(a[j] = _mm512_dpbf16_ps(a[j], one, one));
     __m512 s = a[0];
     for (int j = 1; j < 16; j++) s = _mm512_add_ps(s, a[j]);
     return _mm512_reduce_add_ps(s);
@@ -154,6 +166,7 @@ static double run_loop(nv_peak_unit u, long iters) {
     switch (u) {
     case NV_PEAK_AMX_BF16: return loop_amx(iters, 0);
     case NV_PEAK_AMX_INT8: return loop_amx(iters, 1);
+    case NV_PEAK_AVX512_BF16: return loop_avx512_bf16(iters);
     case NV_PEAK_AVX512: return loop_avx512(iters);
     default: return loop_avx2(iters);
     }

@@ -6,6 +6,8 @@
  *             A and two B tiles (16 x 64 bytes), no loads or stores in the loop;
  *             16 x 16 x 32 x 2 = 16384 FLOP per instruction.
  *   amx-int8  the same loop with tdpbssd: 16 x 16 x 64 x 2 = 32768 integer ops per instruction.
+ *   avx512-bf16  16 independent zmm accumulators, one vdpbf16ps each per iteration: 16 lanes x 2
+ *             products = 64 FLOP per instruction.
  *   avx512    16 independent zmm accumulators, one vfmadd per accumulator per iteration (fp32).
  *   avx2      12 independent ymm accumulators, likewise.
  *
@@ -23,11 +25,21 @@
 
 #include <stddef.h>
 
-typedef enum { NV_PEAK_AMX_BF16 = 0, NV_PEAK_AMX_INT8, NV_PEAK_AVX512, NV_PEAK_AVX2, NV_PEAK_COUNT } nv_peak_unit;
+typedef enum {
+    NV_PEAK_AMX_BF16 = 0,
+    NV_PEAK_AMX_INT8,
+    NV_PEAK_AVX512_BF16,
+    NV_PEAK_AVX512,
+    NV_PEAK_AVX2,
+    NV_PEAK_COUNT
+} nv_peak_unit;
 
-/* The engine whose unit this is ("amx-bf16", "amx-int8", "avx512", "avx2"). */
+/* The engine whose unit this is ("amx-bf16", "amx-int8", "avx512-bf16", "avx512", "avx2"). */
 const char *nv_peak_engine(nv_peak_unit u);
-/* The instruction the loop runs ("tdpbf16ps", "tdpbssd", "vfmadd231ps zmm", "vfmadd231ps ymm"). */
+/* The peak unit an engine's products run on (NV_PEAK_COUNT for scalar; amx-int8's training
+ * products run on bf16 tiles, but its forward on int8: the int8 unit). */
+nv_peak_unit nv_peak_unit_of(int engine);
+/* The instruction the loop runs ("tdpbf16ps", "tdpbssd", "vdpbf16ps zmm", "vfmadd231ps zmm", "vfmadd231ps ymm"). */
 const char *nv_peak_instr(nv_peak_unit u);
 /* 1 when the unit counts integer ops (amx-int8), 0 for FLOP. */
 int nv_peak_is_int(nv_peak_unit u);
