@@ -50,6 +50,12 @@ struct nv_plan {
        is 0..15) with per-block scales and offsets beside them, or fp16 panels without them */
     int quant, bits, qb; /* bits per stored value: 4, 8, or 16 (fp16) */
     float *qscale, *qoff; /* [np][k/qb][nr] */
+    /* tile engines' dx: W^T's tiles are rebuilt every call (the weights change every step) in a
+       buffer kept for the plan's life, so a training step does not fault in and zero the pages of
+       a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x 768); a call that finds it in
+       use by another thread takes a buffer of its own */
+    void *dx_tiles;
+    atomic_int dx_busy;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -507,6 +513,7 @@ void nv_plan_free(nv_plan *p) {
     free(p->wscale);
     free(p->qscale);
     free(p->qoff);
+    free(p->dx_tiles);
     free(p);
 }
 
@@ -1084,6 +1091,32 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
                  accumulate);
 }
 
+/* ---------------------------------------------------------------- the tile engines' activations */
+
+/* x's m rows made bf16 (or int8 with per-row scales, for amx-int8) at the depth of plan p's tiles,
+ * into c->abuf (and c->rowscale), which the caller frees; rows padded with zeros to whole tiles.
+ * 0 when out of memory (nothing to free then). */
+static int tile_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
+    const int rows = amx_rows(m), int8 = p->engine == NV_ENGINE_AMX_INT8, esize = int8 ? 1 : 2;
+    void *abuf = aalloc((size_t)rows * p->kp * esize);
+    float *xs = int8 ? aalloc((size_t)rows * sizeof(float)) : NULL;
+    if (!abuf || (int8 && !xs)) {
+        free(abuf);
+        free(xs);
+        return 0;
+    }
+    if (rows > m) memset((char *)abuf + (size_t)m * p->kp * esize, 0, (size_t)(rows - m) * p->kp * esize);
+    if (xs)
+        for (int r = m; r < rows; r++) xs[r] = 0.0f;
+    op_ctx conv = {.p = p, .a = x, .m = m, .k = p->k, .abuf = abuf, .rowscale = xs, .depth = p->kp, .lda = (size_t)p->kp};
+    run_tasks(int8 ? to_int8_task : to_bf16_task, &conv, conv_tasks(m, (size_t)m * p->k));
+    c->abuf = abuf;
+    c->rowscale = xs;
+    c->depth = p->kp;
+    c->lda = (size_t)p->kp;
+    return 1;
+}
+
 /* ---------------------------------------------------------------- plan groups */
 
 #define GROUP_MAX 8
@@ -1127,10 +1160,13 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
                        nv_plan_epilogue ep, void *ep_ctx) {
     if (m <= 0 || count <= 0) return;
     const nv_engine_id e = plans[0]->engine;
-    int fused = count <= GROUP_MAX && (e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
+    const int tiles = bf16_tiles(e) || e == NV_ENGINE_AMX_INT8; /* x converted once for all of them */
+    int fused = count <= GROUP_MAX && (tiles || e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
     for (int i = 1; i < count; i++)
         if (plans[i]->engine != e || plans[i]->k != plans[0]->k || (ep && plans[i]->n != plans[0]->n)) fused = 0;
-    if (!fused) { /* the AMX engines convert x per plan: run them one by one, then the epilogue by rows */
+    op_ctx shared = {0};
+    if (fused && tiles && !tile_prepare(&shared, plans[0], x, m)) fused = 0; /* out of memory: plan by plan */
+    if (!fused) { /* one by one, then the epilogue by rows */
         for (int i = 0; i < count; i++) nv_plan_run(plans[i], x, m, ys[i]);
         if (ep) {
             rows_ep_ctx rc = {ep, ep_ctx, m, plans[0]->n};
@@ -1139,19 +1175,24 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
         return;
     }
     group_ctx g = {.count = count, .ep = ep, .ep_ctx = ep_ctx};
-    g.fn = e == NV_ENGINE_SCALAR ? scalar_run_task : fp32_run_task;
-    g.cunit = e == NV_ENGINE_SCALAR ? 1 : plans[0]->kf->nr;
+    g.fn = tiles ? amx_run_task : e == NV_ENGINE_SCALAR ? scalar_run_task : fp32_run_task;
+    g.cunit = tiles ? 32 : e == NV_ENGINE_SCALAR ? 1 : plans[0]->kf->nr; /* tiles: pairs of column tiles */
     int most = 0;
     for (int i = 0; i < count; i++) {
         const nv_plan *p = plans[i];
         op_ctx *c = &g.c[i];
-        *c = (op_ctx){.p = p, .a = x, .out = ys[i], .m = m, .n = p->n, .k = p->k};
+        *c = (op_ctx){.p = p, .a = x, .out = ys[i], .m = m, .n = p->n, .k = p->k, .abuf = shared.abuf, .lda = shared.lda,
+                      .depth = shared.depth, .rowscale = shared.rowscale};
         /* sized by the whole group's work, so a group of small products still splits */
         double macs = (double)m * p->k * p->n * count;
-        g.tasks[i] = e == NV_ENGINE_SCALAR ? grid_make(&c->g, m, 1, p->n, macs) : grid_make(&c->g, m, p->kf->mr, p->np, macs);
+        g.tasks[i] = tiles                    ? grid_make(&c->g, m, 32, cdiv(p->np, 2), macs)
+                     : e == NV_ENGINE_SCALAR ? grid_make(&c->g, m, 1, p->n, macs)
+                                             : grid_make(&c->g, m, p->kf->mr, p->np, macs);
         if (g.tasks[i] > most) most = g.tasks[i];
     }
     run_tasks(group_task, &g, most);
+    free(shared.abuf);
+    free(shared.rowscale);
 }
 
 /* ---------------------------------------------------------------- plan entry points */
@@ -1168,30 +1209,16 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
         return;
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
-    case NV_ENGINE_AMX_INT8: {
-        const int rows = amx_rows(m), int8 = p->engine == NV_ENGINE_AMX_INT8;
-        void *abuf = aalloc((size_t)rows * p->kp * (int8 ? 1 : 2));
-        float *xs = int8 ? aalloc((size_t)rows * sizeof(float)) : NULL;
-        if (!abuf || (int8 && !xs)) {
-            free(abuf);
-            free(xs);
+    case NV_ENGINE_AMX_INT8:
+        if (!tile_prepare(&c, p, x, m)) {
             nv_warn("plan: out of memory for %d x %d activations; output set to NaN", m, k);
             fill_nan(y, (size_t)m * n);
             return;
         }
-        if (rows > m) memset((char *)abuf + (size_t)m * p->kp * (int8 ? 1 : 2), 0, (size_t)(rows - m) * p->kp * (int8 ? 1 : 2));
-        if (xs)
-            for (int r = m; r < rows; r++) xs[r] = 0.0f;
-        c.abuf = abuf;
-        c.rowscale = xs;
-        c.depth = p->kp;
-        c.lda = (size_t)p->kp;
-        run_tasks(int8 ? to_int8_task : to_bf16_task, &c, conv_tasks(m, (size_t)m * k));
         run_tasks(amx_run_task, &c, grid_make(&c.g, m, 32, cdiv(p->np, 2), macs));
-        free(abuf);
-        free(xs);
+        free(c.abuf);
+        free(c.rowscale);
         return;
-    }
     default:
         run_tasks(scalar_run_task, &c, grid_make(&c.g, m, 1, n, macs));
         return;
@@ -1217,7 +1244,13 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
         const int depth = rup(n, 32);
-        uint16_t *U = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
+        nv_plan *mp = (nv_plan *)p; /* the dx buffer is scratch, not the plan's weights */
+        uint16_t *U = NULL;
+        const int mine = !atomic_exchange(&mp->dx_busy, 1);
+        if (mine && !mp->dx_tiles) mp->dx_tiles = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
+        if (mine && mp->dx_tiles) U = mp->dx_tiles;
+        else if (mine) atomic_store(&mp->dx_busy, 0);
+        if (!U) U = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
         if (!U) {
             nv_warn("plan: out of memory for the %d x %d transposed weights; dx set to NaN", n, k);
             fill_nan(dx, (size_t)m * k);
@@ -1228,7 +1261,8 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
         c.depth = depth;
         run_tasks(dx_tiles_task, &c, conv_tasks(k, (size_t)n * k));
         run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
-        free(U);
+        if (U == mp->dx_tiles) atomic_store(&mp->dx_busy, 0);
+        else free(U);
         break;
     }
     default:
