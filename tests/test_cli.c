@@ -68,6 +68,47 @@ static void test_generate_seeded_and_prompted(void) {
     T_CHECK(strlen(t_out) > 0 && strlen(t_out) < 16, "steps < prompt printed '%s'", t_out);
 }
 
+/* --spec-tokens: drafts checked in one forward pass change no byte of the output: llama2.c's golden
+ * on every fp32 engine, seeded sampling with penalties and a prompt, JSON-constrained output, and a
+ * run that ends at -n inside a draft; the summary counts the drafts (some accepted on the golden). */
+static void test_generate_speculative(void) {
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    const char *want_path = t_data("models/stories260K_greedy200.expected.txt");
+    if (!m || !z || !want_path) return;
+    char *want = NULL, args[2048];
+    nv_file_read_all(want_path, &want, NULL);
+    const char *engines[] = {"scalar", "avx512"};
+    for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++) {
+        snprintf(args, sizeof args, "generate -m %s -z %s -t 0 -n 200 --spec-tokens 8 --engine %s", m, z, engines[i]);
+        int rc = t_nerve(args);
+        if (rc == 1 && strstr(t_err, "is off")) continue;
+        T_CHECK(rc == 0 && want && strcmp(t_out, want) == 0, "engine %s: rc %d, stdout differs: %s", engines[i], rc, t_out);
+        int acc = -1, drafted = -1;
+        const char *sum = strstr(t_err, "speculative decoding: ");
+        if (sum) sscanf(sum, "speculative decoding: %d of %d", &acc, &drafted);
+        T_CHECK(acc > 0 && drafted >= acc, "engine %s: summary '%s'", engines[i], t_err);
+    }
+    static const char *const runs[] = {
+        "-p 'Once upon a time' -n 150 -t 0.8 --top-p 0.9 -s 7 --frequency-penalty 0.4 --presence-penalty 0.2",
+        "-p 'Lily and Ben' -n 97 -t 1 -s 3",
+        "-p 'The dog' -n 120 -t 0.9 -s 5 --json",
+        "-n 256 -t 0 --spec-lookup-min 1 --spec-lookup-max 1",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char plain[8192];
+        snprintf(args, sizeof args, "generate -m %s -z %s %s", m, z, runs[i]);
+        T_CHECK(t_nerve(args) == 0, "%s: %s", runs[i], t_err);
+        snprintf(plain, sizeof plain, "%s", t_out);
+        snprintf(args, sizeof args, "generate -m %s -z %s %s --spec-tokens %d", m, z, runs[i], i % 2 ? 16 : 3);
+        T_CHECK(t_nerve(args) == 0 && strcmp(plain, t_out) == 0, "%s: with drafts:\n%s\nwithout:\n%s", runs[i], t_out, plain);
+    }
+    snprintf(args, sizeof args, "generate -m %s -z %s --spec-tokens 17", m, z);
+    T_CHECK(t_nerve(args) == 2, "--spec-tokens 17 accepted");
+    snprintf(args, sizeof args, "generate -m %s -z %s --spec-tokens 4 --spec-lookup-min 3 --spec-lookup-max 2", m, z);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--spec-lookup-min"), "min > max accepted: %s", t_err);
+    free(want);
+}
+
 /* --json-schema / --json: what generate prints after the prompt is JSON the schema accepts (the
  * run ends when it is whole), for every seed; conflicting or bad schemas are one-line errors. */
 static void test_generate_json(void) {
@@ -187,6 +228,7 @@ int main(void) {
     T_RUN(test_generate_reproduces_llama2c_greedy);
     T_RUN(test_generate_fp32_engines_match_golden);
     T_RUN(test_generate_seeded_and_prompted);
+    T_RUN(test_generate_speculative);
     T_RUN(test_generate_json);
     T_RUN(test_init_then_generate);
     T_RUN(test_tokenize);

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
-            "                      [--engine E] [--threads N]\n"
+            "                      [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  -z TOKENIZER  llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
@@ -40,6 +40,12 @@ static void usage(FILE *f) {
             "  --json-schema SCHEMA\n"
             "                the text generated is JSON that SCHEMA accepts: a file, or the schema's JSON text\n"
             "                (the keywords supported: docs/serving.md, Structured outputs)\n"
+            "  --spec-tokens N\n"
+            "                speculative decoding by prompt lookup: up to N (<= 16) tokens that followed an earlier\n"
+            "                occurrence of the last tokens are checked in one forward pass; the text is exactly the\n"
+            "                one without (default 0: off)\n"
+            "  --spec-lookup-min N, --spec-lookup-max N\n"
+            "                the lengths of the tail looked up, longest first (default 2 and 4)\n"
             "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, amx-int8 (default: the fastest exact fp32 one that\n"
             "                probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n");
@@ -74,7 +80,7 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL;
     int json_object = 0;
-    int steps = 256, threads = 0;
+    int steps = 256, threads = 0, spec_tokens = 0, lookup_min = 2, lookup_max = 4;
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -99,11 +105,16 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
         else if (!strcmp(a, "--json-schema")) schema_arg = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
+        else if (!strcmp(a, "--spec-tokens")) { if (!cli_int(CMD, a, v, 0, 16, &spec_tokens)) return 2; }
+        else if (!strcmp(a, "--spec-lookup-min")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_min)) return 2; }
+        else if (!strcmp(a, "--spec-lookup-max")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_max)) return 2; }
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve generate --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
     if (json_object && schema_arg) return cli_error(CMD, 2, "give --json or --json-schema, not both");
+    if (lookup_min > lookup_max)
+        return cli_error(CMD, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", lookup_min, lookup_max);
     nv_grammar *grammar = NULL;
     if ((json_object || schema_arg) && load_grammar(schema_arg, &grammar) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
@@ -122,6 +133,7 @@ int cmd_generate(int argc, char **argv) {
     nv_gtrie *trie = NULL;
     nv_state state = {0};
     int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
+    int *ctx = NULL, n_ctx = 0; /* --spec-tokens: the prompt and every generated token, where drafts are looked up */
     if (nv_model_load_quantized(model_path, &model) != NV_OK) {
         nv_grammar_unref(grammar);
         return cli_error(CMD, 1, "%s", nv_errmsg());
@@ -169,11 +181,22 @@ int cmd_generate(int argc, char **argv) {
         pos += n;
     }
     double t_prefill = nv_now();
-    int generated = 0;
+    int generated = 0, drafted = 0, accepted = 0;
+    if (spec_tokens && !(ctx = malloc(((size_t)n_prompt + (size_t)steps + 1) * sizeof *ctx))) {
+        cli_error(CMD, 1, "out of memory");
+        goto done;
+    }
+    if (ctx) memcpy(ctx, prompt_tokens, (size_t)n_prompt * sizeof *ctx), n_ctx = n_prompt;
     if (!stopped && n_forced == n_prompt) {
         int token = prompt_tokens[n_prompt - 1];
+        /* the last forward's tokens: the token fed at its first position, then its drafts; row j of
+           state.logits holds the successor of feed[j] */
+        int feed[17], nrows = 1, row = 0, agreed = 0;
+        nv_spec_record spec = {0, 0};
+        const size_t V = (size_t)c->vocab_size;
         while (1) {
-            int next = grammar ? nv_gsample(&gs, trie, tok, &sampler, token, state.logits) : nv_sample(&sampler, state.logits);
+            float *logits = state.logits + (size_t)row * V;
+            int next = grammar ? nv_gsample(&gs, trie, tok, &sampler, token, logits) : nv_sample(&sampler, logits);
             if (next < 0) {
                 fprintf(stderr, "nerve generate: no token of this vocabulary continues the JSON; stopping\n");
                 break;
@@ -185,12 +208,29 @@ int cmd_generate(int argc, char **argv) {
             fflush(stdout);
             generated++;
             token = next;
+            if (ctx) ctx[n_ctx++] = token;
             if (pos >= steps || (grammar && nv_gmatch_finished(gs.m))) break;
-            if (nv_forward(&model, &state, &token, 1, pos) != NV_OK) {
+            /* a draft the model agreed with: its keys and values are in place, its row has the next logits */
+            if (++row < nrows && feed[row] == token) {
+                accepted++, agreed++;
+                pos++;
+                continue;
+            }
+            if (nrows > 1) nv_spec_update(&spec, agreed, row < nrows); /* the last forward's drafts: refused when a row was left */
+            agreed = 0;
+            /* drafts: as many as this text's acceptance makes worthwhile, never past the positions this run may reach */
+            int nd = 0, k = spec_tokens ? nv_spec_len(&spec, spec_tokens) : 0;
+            if (k > steps - 1 - pos) k = steps - 1 - pos;
+            if (ctx && k > 0) nd = nv_ngram_draft(ctx, n_ctx, lookup_min, lookup_max, k, feed + 1);
+            feed[0] = token;
+            nrows = 1 + nd;
+            drafted += nd;
+            if (nv_forward_rows(&model, &state, feed, nrows, pos, nrows) != NV_OK) {
                 cli_error(CMD, 1, "%s", nv_errmsg());
                 goto done;
             }
             pos++;
+            row = 0;
         }
     }
     double t_end = nv_now();
@@ -200,9 +240,13 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "nerve: %d prompt tokens (%.1f tok/s), %d generated (%.1f tok/s), engine %s\n", n_forced,
             t_prefill > t0 ? n_forced / (t_prefill - t0) : 0.0, generated,
             t_end > t_prefill && generated > 1 ? (generated - 1) / (t_end - t_prefill) : 0.0, nv_engine_name(engine));
+    if (spec_tokens)
+        fprintf(stderr, "nerve: speculative decoding: %d of %d draft tokens accepted (%d forward passes for %d tokens)\n",
+                accepted, drafted, generated - accepted, generated);
     rc = 0;
 done:
     free(prompt_tokens);
+    free(ctx);
     nv_state_free(&state);
     nv_sampler_free(&sampler);
     nv_gsampler_free(&gs);

@@ -1246,10 +1246,10 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
         const int depth = rup(n, 32);
         nv_plan *mp = (nv_plan *)p; /* the dx buffer is scratch, not the plan's weights */
         uint16_t *U = NULL;
-        const int mine = !atomic_exchange(&mp->dx_busy, 1);
-        if (mine && !mp->dx_tiles) mp->dx_tiles = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
-        if (mine && mp->dx_tiles) U = mp->dx_tiles;
-        else if (mine) atomic_store(&mp->dx_busy, 0);
+        int pooled = !atomic_exchange(&mp->dx_busy, 1); /* the plan's buffer is this call's until released */
+        if (pooled && !mp->dx_tiles) mp->dx_tiles = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
+        if (pooled && mp->dx_tiles) U = mp->dx_tiles;
+        else if (pooled) atomic_store(&mp->dx_busy, 0), pooled = 0;
         if (!U) U = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
         if (!U) {
             nv_warn("plan: out of memory for the %d x %d transposed weights; dx set to NaN", n, k);
@@ -1261,7 +1261,7 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
         c.depth = depth;
         run_tasks(dx_tiles_task, &c, conv_tasks(k, (size_t)n * k));
         run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
-        if (U == mp->dx_tiles) atomic_store(&mp->dx_busy, 0);
+        if (pooled) atomic_store(&mp->dx_busy, 0);
         else free(U);
         break;
     }

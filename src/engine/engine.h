@@ -126,7 +126,9 @@ void nv_plan_free(nv_plan *p);
 /* Total plans built in this process (training checks this stays constant after step 1). */
 long nv_plan_builds(void);
 
-/* dx[m x k] = dy[m x n] . W (the gradient of nv_plan_run with respect to x). */
+/* dx[m x k] = dy[m x n] . W (the gradient of nv_plan_run with respect to x). The tile engines build
+ * W^T's tiles for it in a buffer the plan keeps from its first dx on (n x k bf16: training holds
+ * that beside the packed weights; a concurrent dx of the same plan uses a buffer of its own). */
 void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
 /* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
  * rung down that is on. */
@@ -138,7 +140,7 @@ void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, i
  * kernel. amx-bf16 and avx512-bf16 (amx-int8 asks for amx-bf16, as these operands are activations): B as bf16 VNNI
  * tiles, A's rows made bf16 per call, fp32 accumulation; B's values in the packed depth's last
  * 32-deep block past a shorter depth prefix must be finite (they meet zeros). An engine that is off
- * falls to the best fp32 engine that is on. */
+ * falls down the ladder (amx-bf16 to avx512-bf16 when that is on, else to the best fp32 engine). */
 typedef struct {
     nv_engine_id e;
     int k, n, nr; /* depth, outputs, outputs per panel */

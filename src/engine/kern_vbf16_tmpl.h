@@ -66,7 +66,11 @@ static void VB(block)(int mr, int nt, int KB, const uint16_t *A, size_t lda, con
         VB_CASE(6, 1) VB_CASE(6, 2)
         VB_CASE(7, 1) VB_CASE(7, 2)
         VB_CASE(8, 1) VB_CASE(8, 2)
-    default: break;
+    default: /* a shape bf16_gemm's blocking does not make: pieces that are cases above */
+        for (int t = 0; t < nt; t += 2)
+            for (int r = 0; r < mr; r += VB_MR)
+                VB(block)(mr - r < VB_MR ? mr - r : VB_MR, nt - t < 2 ? nt - t : 2, KB, A + (size_t)r * lda, lda,
+                          B + (size_t)t * tstride, tstride, C + (size_t)r * ldc + (size_t)t * 16, ldc, nc - t * 16, accumulate);
     }
 #undef VB_CASE
 }

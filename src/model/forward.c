@@ -17,7 +17,7 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     if (max_tokens < 1 || cache_len < 1 || cache_len > c->seq_len)
         return nv_fail(NV_EINVAL, "state: bad sizes (chunk %d, cache %d, model context %d)", max_tokens, cache_len,
                        c->seq_len);
-    size_t T = (size_t)max_tokens, kv = (size_t)nv_config_kv_dim(c);
+    size_t kv = (size_t)nv_config_kv_dim(c);
     size_t cache = (size_t)c->n_layers * (size_t)cache_len * kv;
     s->max_tokens = max_tokens;
     s->cache_len = cache_len;
@@ -28,7 +28,8 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     s->att = calloc((size_t)c->n_heads * s->att_rows * cache_len, sizeof(float));
     s->kt = calloc((size_t)nv_config_q_dim(c) * 16, sizeof(float));
     s->rope = malloc((size_t)cache_len * (size_t)c->head_dim * sizeof(float));
-    s->logits = calloc((all_logits ? T : 1) * (size_t)c->vocab_size, sizeof(float));
+    s->logit_cap = all_logits ? max_tokens : 1;
+    s->logits = calloc((size_t)s->logit_cap * (size_t)c->vocab_size, sizeof(float));
     s->key_cache = calloc(cache, sizeof(float));
     s->value_cache = calloc(cache, sizeof(float));
     if (!s->att || !s->kt || !s->rope || !s->logits || !s->key_cache || !s->value_cache) {
@@ -453,13 +454,24 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
 }
 
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {
+    return nv_forward_rows(m, s, tokens, n, pos, s->all_logits ? n : 1);
+}
+
+nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n, int pos, int rows) {
     const nv_config *c = &m->config;
     if (!m->plans) return nv_fail(NV_EINVAL, "forward: plans not built");
+    if (rows < 1 || rows > n) return nv_fail(NV_EINVAL, "forward: the logits of %d of %d rows", rows, n);
     if (s->head_dim != c->head_dim || s->rope_key != nv_config_rope_key(c))
         return nv_fail(NV_EINVAL, "forward: the state was made for another model shape");
     if (n < 1 || n > s->max_tokens) return nv_fail(NV_EINVAL, "forward: %d tokens do not fit a chunk of %d", n, s->max_tokens);
     if (pos < 0 || pos + n > s->cache_len)
         return nv_fail(NV_ERANGE, "forward: positions %d..%d exceed the context of %d", pos, pos + n - 1, s->cache_len);
+    if (rows > s->logit_cap) { /* before any work: a call that cannot hold its logits changes nothing */
+        float *grown = realloc(s->logits, (size_t)rows * c->vocab_size * sizeof(float));
+        if (!grown) return nv_fail(NV_ENOMEM, "forward: out of memory for the logits of %d rows", rows);
+        s->logits = grown;
+        s->logit_cap = rows;
+    }
     int d = c->dim;
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
@@ -467,7 +479,7 @@ nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int 
         memcpy(s->r.x + (size_t)t * d, m->w.tok_emb + (size_t)tokens[t] * d, (size_t)d * sizeof(float));
     }
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, l, n, pos);
-    int first = s->all_logits ? 0 : n - 1, rows = n - first;
+    const int first = n - rows;
     nv_rmsnorm_rows(s->r.xb, s->r.x + (size_t)first * d, m->w.rms_final, rows, d, c->norm_eps);
     nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
     return NV_OK;

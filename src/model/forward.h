@@ -31,8 +31,9 @@ typedef struct {
     float *rope;        /* [cache_len][head_dim]: nv_rope_table's cos, sin of every position */
     int head_dim;       /* of the config the state (and its table) was made for */
     uint64_t rope_key;  /* nv_config_rope_key of the config the table was made for */
-    float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] */
+    float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] (grown by nv_forward_rows) */
     int all_logits;
+    int logit_cap;      /* rows s->logits holds */
     float *key_cache;   /* [L][n_kv_heads][cache_len][head_dim]: a head's keys are one run */
     float *value_cache; /* [L][n_kv_heads][cache_len][head_dim] */
 } nv_state;
@@ -41,6 +42,9 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
 void nv_state_free(nv_state *s);
 
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos);
+/* nv_forward, with the logits of the last `rows` rows (1..n) in s->logits [rows][vocab] whatever
+ * all_logits says (a speculative step's drafts checked at once); the buffer grows when it must. */
+nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n, int pos, int rows);
 
 /* The rest of layer l after attention, on n rows (shared with the batched forward): x += wo.xb,
  * then x += w2.(silu(w1.xn) * w3.xn) with xn = RMSNorm(x); xb holds the attention output on

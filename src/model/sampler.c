@@ -156,3 +156,33 @@ int nv_sample(nv_sampler *s, float *logits) {
     if (s->top_p <= 0 || s->top_p >= 1 || n < 2) return sample_mult(logits, n, coin);
     return sample_topp(logits, n, s->top_p, s->probindex, coin);
 }
+
+int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out) {
+    if (min_n < 1) min_n = 1;
+    for (int n = max_n < len - 1 ? max_n : len - 1; n >= min_n && k > 0; n--) {
+        const int *tail = ctx + len - n;
+        for (int i = len - n - 1; i >= 0; i--) { /* the latest occurrence first: what the text repeats now */
+            if (ctx[i] != tail[0] || memcmp(ctx + i, tail, (size_t)n * sizeof *ctx) != 0) continue;
+            /* what followed it, continued past the end into the draft itself: a text that repeats
+             * with a period shorter than k keeps repeating */
+            for (int j = 0; j < k; j++) out[j] = i + n + j < len ? ctx[i + n + j] : out[i + n + j - len];
+            return k;
+        }
+    }
+    return 0;
+}
+
+/* A draft is proposed only while the chance that it is reached and accepted is at least this. */
+#define SPEC_P_MIN 0.3
+
+int nv_spec_len(const nv_spec_record *r, int k_max) {
+    double a = (r->agreed + 1.0) / (r->agreed + r->refused + 2.0), p = a;
+    int k = 1;
+    while (k < k_max && p * a >= SPEC_P_MIN) p *= a, k++;
+    return k;
+}
+
+void nv_spec_update(nv_spec_record *r, int agreed, int refused) {
+    r->agreed = 0.9 * r->agreed + agreed;
+    r->refused = 0.9 * r->refused + (refused != 0);
+}

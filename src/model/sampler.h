@@ -42,4 +42,22 @@ void nv_sampler_accept(nv_sampler *s, int tok);
 int nv_sample(nv_sampler *s, float *logits);
 int nv_argmax(const float *v, int n);
 
+/* Speculative decoding by prompt lookup: for n from max_n down to min_n, the latest i < len - n
+ * with ctx[i..i+n) equal to the last n tokens; the k tokens after it go to out (continued, past
+ * the end of ctx, from the draft itself: a repeating text goes on repeating). Returns k, or 0 when
+ * nothing matches. */
+int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out);
+
+/* How many drafts are worth checking: with a sequence's per-token acceptance a (estimated from its
+ * own drafts so far, starting from one agreement and one refusal, older drafts weighing 0.9 less a
+ * step), the j-th draft is reached and accepted with probability a^j, and each draft costs a row
+ * whether or not; drafts are proposed while a^j >= 0.3. A text that keeps repeating earns long
+ * drafts (up to k_max), one that does not a single draft a step. */
+typedef struct {
+    double agreed, refused;
+} nv_spec_record;
+int nv_spec_len(const nv_spec_record *r, int k_max);
+/* After a step with drafts: how many the model agreed with, and whether one was refused. */
+void nv_spec_update(nv_spec_record *r, int agreed, int refused);
+
 #endif

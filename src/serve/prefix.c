@@ -13,7 +13,11 @@ static uint64_t mix_f32(uint64_t h, float f) {
     return mix_u64(h, u);
 }
 
-static uint64_t mix_plan(uint64_t h, const nv_plan *p) { return mix_u64(h, p ? (uint64_t)nv_plan_engine(p) + 1 : 0); }
+/* The engine by name, not by its place on the ladder (which grows as engines are added). */
+static uint64_t mix_plan(uint64_t h, const nv_plan *p) {
+    const char *name = p ? nv_engine_name(nv_plan_engine(p)) : "";
+    return nv_checksum64(name, strlen(name), mix_u64(h, p != NULL));
+}
 
 uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype) {
     const nv_config *c = &m->config;

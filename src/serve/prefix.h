@@ -33,7 +33,7 @@
 #include "serve/kv.h"
 
 /* Bump when the forward pass's arithmetic changes in a way that could change KV bits. */
-#define NV_PREFIX_NUMERICS 1u
+#define NV_PREFIX_NUMERICS 2u /* 2: engines named in the identity (avx512-bf16 moved the AMX ids) */
 
 typedef struct {
     uint64_t model_id;

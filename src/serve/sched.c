@@ -43,11 +43,13 @@ struct nv_req {
     int last; /* the token the next decode row feeds (and decode()'s previous token) */
     int outs[NV_MAX_SPEC + 1]; /* the tokens this step sampled, in order */
     int n_outs;
+    int outs_fail; /* after outs, the grammar found no token: the request fails once they are published */
     /* speculative decoding (the scheduler's spec_tokens > 0) */
     int *ctx; /* the prompt, then every generated token: where drafts are looked up */
     int n_ctx, cap_ctx;
     int spec_rows[NV_MAX_SPEC + 1]; /* a drafting decode row's tokens: last, then the drafts */
-    double spec_hits, spec_misses;  /* drafts agreed with / steps ended by a refused draft, older ones decayed */
+    int spec_k;                     /* this step: the most drafts its blocks were taken for (0: none) */
+    nv_spec_record spec;            /* its drafts' acceptance so far */
     int n_gen;
     nv_finish fin;
     nv_buf pending; /* text not yet safe to publish */
@@ -148,37 +150,6 @@ void nv_utf8_sanitize(nv_buf *out, const char *text, size_t n) {
         run = i;
     }
     nv_buf_append(out, b + run, n - run);
-}
-
-/* ---- speculative decoding -------------------------------------------------------------------- */
-
-int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out) {
-    if (min_n < 1) min_n = 1;
-    for (int n = max_n < len - 1 ? max_n : len - 1; n >= min_n && k > 0; n--) {
-        const int *tail = ctx + len - n;
-        for (int i = len - n - 1; i >= 0; i--) { /* the latest occurrence first: what the text repeats now */
-            if (ctx[i] != tail[0] || memcmp(ctx + i, tail, (size_t)n * sizeof *ctx) != 0) continue;
-            /* what followed it, continued past the end into the draft itself: a text that repeats
-             * with a period shorter than k keeps repeating */
-            for (int j = 0; j < k; j++) out[j] = i + n + j < len ? ctx[i + n + j] : out[i + n + j - len];
-            return k;
-        }
-    }
-    return 0;
-}
-
-/* A draft is proposed only while the chance that it is reached and accepted is at least this. */
-#define SPEC_P_MIN 0.3
-
-/* How many drafts are worth checking for r, at most k_max: with its per-token acceptance a
- * (estimated from its own drafts so far, starting from one agreement and one refusal), the j-th
- * draft is reached and accepted with probability a^j, and each draft costs a row whether or not.
- * A text that keeps repeating earns long drafts; one that does not, a single draft a step. */
-static int spec_len(const nv_req *r, int k_max) {
-    double a = (r->spec_hits + 1.0) / (r->spec_hits + r->spec_misses + 2.0), p = a;
-    int k = 1;
-    while (k < k_max && p * a >= SPEC_P_MIN) p *= a, k++;
-    return k;
 }
 
 /* ---- requests ---------------------------------------------------------------------------- */
@@ -630,7 +601,8 @@ static void restore_from_disk(nv_sched *s) {
 }
 
 /* Chooses this step's rows (lock held): one decode row per generating sequence, prompt chunks
- * from a budget of prefill_chunk rows in admission order. Takes the blocks the rows reach. */
+ * from a budget of prefill_chunk rows in admission order. Takes the blocks the rows reach, a
+ * decode row's drafts included (looked up after the lock is released: draft_rows). */
 static int plan_step(nv_sched *s) {
     int budget = s->o.prefill_chunk, n = 0, B = s->pool.block_size;
     for (int i = 0; i < s->n_running; i++) {
@@ -649,27 +621,21 @@ static int plan_step(nv_sched *s) {
             q.logits = 1;
             /* drafts: never more than the tokens the request may still produce after this row's,
              * nor past the context (so within the reservation) */
-            int k = s->o.spec_tokens ? spec_len(r, s->o.spec_tokens) : 0, left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
-            if (k > left) k = left;
-            if (k > room) k = room;
-            int nd = k > 0 && r->ctx ? nv_ngram_draft(r->ctx, r->n_ctx, s->o.spec_ngram_min, s->o.spec_ngram_max, k,
-                                                      r->spec_rows + 1)
-                                     : 0;
-            if (nd > 0) {
-                r->spec_rows[0] = r->last;
-                q.tokens = r->spec_rows;
-                q.n = q.logits = 1 + nd;
-            }
+            int k = s->o.spec_tokens && r->ctx ? nv_spec_len(&r->spec, s->o.spec_tokens) : 0;
+            const int left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
+            r->spec_k = k < left ? (k < room ? k : room) : (left < room ? left : room);
+            if (r->spec_k < 0) r->spec_k = 0;
         }
         q.pos = r->pos;
         q.blocks = r->blocks;
-        while ((long)r->n_alloc * B < (long)r->pos + q.n) {
+        const long reach = (long)r->pos + q.n + (q.tokens == &r->last ? r->spec_k : 0); /* positions it may write */
+        while ((long)r->n_alloc * B < reach) {
             int b = r->reserved > 0 ? nv_kv_alloc(&s->pool) : -1;
             if (b < 0) break;
             r->reserved--;
             r->blocks[r->n_alloc++] = b;
         }
-        if ((long)r->n_alloc * B < (long)r->pos + q.n) { /* cannot happen: admission reserved every block */
+        if ((long)r->n_alloc * B < reach) { /* cannot happen: admission reserved every block */
             nv_log(NV_LOG_WARN, "serve: a sequence outgrew its KV reservation");
             remove_running(s, i--);
             retire(s, r, NV_FINISH_ERROR);
@@ -683,6 +649,42 @@ static int plan_step(nv_sched *s) {
         s->step_req[n++] = r;
     }
     return n;
+}
+
+/* The step's drafts, with the lock released (the lookup scans each sequence's text, which only the
+ * loop thread and its pool touch; blocks were taken for them under the lock), one sequence per
+ * task; then their tokens are recorded in the sequences' own blocks. */
+typedef struct {
+    nv_sched *s;
+    int n;
+} draft_job;
+
+static void draft_task(void *ctx, int task, int n_tasks) {
+    const draft_job *j = ctx;
+    nv_sched *s = j->s;
+    for (int i = task; i < j->n; i += n_tasks) {
+        nv_req *r = s->step_req[i];
+        nv_batch_seq *q = &s->seqs[i];
+        if (q->tokens != &r->last || r->spec_k <= 0) continue;
+        int nd = nv_ngram_draft(r->ctx, r->n_ctx, s->o.spec_ngram_min, s->o.spec_ngram_max, r->spec_k, r->spec_rows + 1);
+        if (nd <= 0) continue;
+        r->spec_rows[0] = r->last;
+        q->tokens = r->spec_rows;
+        q->n = q->logits = 1 + nd;
+    }
+}
+
+static void draft_rows(nv_sched *s, int n) {
+    if (!s->o.spec_tokens) return;
+    draft_job j = {s, n};
+    nv_pool_run(draft_task, &j, n);
+    const int B = s->pool.block_size;
+    for (int i = 0; i < n; i++) {
+        const nv_batch_seq *q = &s->seqs[i];
+        nv_req *r = s->step_req[i];
+        if (q->tokens != r->spec_rows) continue;
+        for (int t = 1; t < q->n; t++) nv_kv_record(&s->pool, r->blocks[(q->pos + t) / B], (q->pos + t) % B, q->tokens[t]);
+    }
 }
 
 /* Moves what is safe of r's pending text to r->emit (everything when final). */
@@ -806,14 +808,12 @@ static void index_full_blocks(nv_sched *s, nv_req *r) {
     }
 }
 
-/* A token inside the request's grammar. Where no token can continue it (a vocabulary missing a
- * byte it needs), the request fails rather than end with a truncated text called whole. */
+/* A token inside the request's grammar; -1 where no token can continue it (a vocabulary missing a
+ * byte it needs): the request then fails rather than end with a truncated text called whole. */
 static int sample_in_grammar(nv_sched *s, nv_req *r, int prev, float *logits) {
     int tok = nv_gsample(&r->gs, s->trie, s->tok, &r->sampler, prev, logits);
-    if (tok >= 0) return tok;
-    nv_log(NV_LOG_WARN, "serve: no token of the vocabulary continues the request's grammar; the request fails");
-    r->fin = NV_FINISH_ERROR;
-    return -1;
+    if (tok < 0) nv_log(NV_LOG_WARN, "serve: no token of the vocabulary continues the request's grammar; the request fails");
+    return tok;
 }
 
 /* A lazy grammar after token tok (following prev): one that is on goes off when its sentence is
@@ -845,12 +845,15 @@ static void sample_rows(nv_sched *s, int i) {
     const nv_batch_seq *q = &s->seqs[i];
     const int n = c->vocab_size, first = q->n - q->logits; /* the first row with logits */
     int prev = r->last;
-    r->n_outs = 0;
+    r->n_outs = r->outs_fail = 0;
     for (int j = 0; j < q->logits; j++) {
         float *logits = nv_batch_logits_at(&s->bs, c, i, j);
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
         int tok = r->gs.m ? sample_in_grammar(s, r, prev, logits) : nv_sample(&r->sampler, logits);
-        if (tok < 0) return; /* the grammar failed the request */
+        if (tok < 0) { /* the tokens before it are still the answer's, as they would be one row a step */
+            r->outs_fail = 1;
+            return;
+        }
         if (r->lp_k >= 0) lp_compute(r->lp_raw, n, tok, r->lp_k, &r->lp_steps[j]);
         r->outs[r->n_outs++] = tok;
         if (nv_tokenizer_is_eog(s->tok, tok)) return;
@@ -928,6 +931,7 @@ static void *sched_loop(void *arg) {
         if (n == 0) continue;
         pthread_mutex_unlock(&s->mu);
 
+        draft_rows(s, n);
         int rows = 0;
         for (int i = 0; i < n; i++) rows += s->seqs[i].n;
         nv_err e = nv_batch_forward(s->model, &s->bs, &s->pool.pages, s->seqs, n);
@@ -952,18 +956,20 @@ static void *sched_loop(void *arg) {
                 continue;
             }
             /* token j came from row q->n - q->logits + j: the rows up to it hold the sequence's keys and values */
-            for (int j = 0; j < r->n_outs && !r->fin; j++) {
-                r->pos = q->pos + q->n - q->logits + j + 1;
-                on_token(s, r, r->outs[j], &r->lp_steps[j], now);
+            int used = 0;
+            for (; used < r->n_outs && !r->fin; used++) {
+                r->pos = q->pos + q->n - q->logits + used + 1;
+                on_token(s, r, r->outs[used], &r->lp_steps[used], now);
             }
+            if (r->outs_fail && !r->fin) r->fin = NV_FINISH_ERROR;
             if (q->n == q->logits && q->n > 1) { /* a decode row with drafts */
+                /* the drafts the model agreed with, of the tokens the answer took (none after its end) */
                 int agreed = 0;
-                while (agreed < r->n_outs && agreed + 1 < q->n && r->outs[agreed] == q->tokens[agreed + 1]) agreed++;
+                while (agreed < used && agreed + 1 < q->n && r->outs[agreed] == q->tokens[agreed + 1]) agreed++;
                 drafts++;
                 drafted += (unsigned long)(q->n - 1);
                 accepted += (unsigned long)agreed;
-                r->spec_hits = 0.9 * r->spec_hits + agreed;
-                r->spec_misses = 0.9 * r->spec_misses + (agreed + 1 < q->n && agreed < r->n_outs); /* a draft was refused */
+                nv_spec_update(&r->spec, agreed, agreed < used && agreed + 1 < q->n); /* a token the answer took differed from its draft */
             }
         }
         if (drafts) nv_metrics_spec(s->metrics, drafts, drafted, accepted);

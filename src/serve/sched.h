@@ -56,6 +56,7 @@
 
 #include "model/batch.h"
 #include "model/grammar.h"
+#include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "base/buf.h"
 #include "serve/disk.h"
@@ -210,10 +211,6 @@ void nv_req_release(nv_sched *s, nv_req *r);
  * sequence replaced by U+FFFD appended to out. */
 size_t nv_stop_holdback(const char *text, size_t n, const char *const *stop, int n_stop);
 size_t nv_utf8_incomplete_tail(const char *text, size_t n);
-/* Prompt lookup: for n from max_n down to min_n, the latest i < len - n with ctx[i..i+n) equal to
- * the last n tokens; the k tokens after it go to out (continued, past the end of ctx, from the
- * draft itself: a repeating text goes on repeating). Returns k, or 0 when nothing matches. */
-int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out);
 void nv_utf8_sanitize(nv_buf *out, const char *text, size_t n);
 
 #endif
