@@ -210,7 +210,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       .tmpl = NV_CHAT_PLAIN,
                       .seq_len = FZ_SEQ_LEN,
                       .vocab_size = FZ_VOCAB,
-                      .capacity = FZ_CAPACITY};
+                      .capacity = FZ_CAPACITY,
+                      .dim = 64};
     const nv_chat_template passes[] = {NV_CHAT_PLAIN, NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2};
     for (int pass = 0; pass < 4; pass++) {
         int chat = pass > 0;
@@ -243,6 +244,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else {
             check_json(out, detok ? "detokenize body" : "tokenize body");
         }
+    }
+    /* and as /v1/embeddings: every input checked, the answer for zero vectors valid JSON */
+    nv_api_embed em;
+    nv_api_error err;
+    int rc = nv_api_embed_parse(&ctx, (const char *)data, size, &em, &err);
+    if (rc != 0) {
+        FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0' && em.ids == NULL, "embeddings status %d", rc);
+        check_json(nv_api_error_json(&err), "error body");
+    } else {
+        FZ_CHECK(em.n >= 1 && em.n <= NV_MAX_EMBED_INPUTS, "embeddings: %d inputs", em.n);
+        for (int i = 0; i < em.n; i++) {
+            FZ_CHECK(em.n_ids[i] >= 1 && em.n_ids[i] <= FZ_SEQ_LEN && em.n_ids[i] <= FZ_CAPACITY, "input %d: %d ids", i, em.n_ids[i]);
+            for (int t = 0; t < em.n_ids[i]; t++) FZ_CHECK(em.ids[i][t] >= 0 && em.ids[i][t] < FZ_VOCAB, "input %d: id out of range", i);
+        }
+        float *zero = calloc((size_t)em.n * 64, sizeof(float));
+        check_json(zero ? nv_api_embed_response(&ctx, zero, em.n, em.base64, 1) : NULL, "embeddings body");
+        free(zero);
+        nv_api_embed_free(&em);
     }
     return 0;
 }

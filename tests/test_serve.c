@@ -1399,6 +1399,147 @@ static void test_prompt_logprobs(void) {
 
 /* ---- a `nerve train` run folder as the model ------------------------------------------------- */
 
+/* The embedding of resp's data[i] (float or base64) into v[dim]; 0 when absent or of another length. */
+static int embedding_of(const char *body, int i, float *v, int dim) {
+    cJSON *root = cJSON_Parse(body);
+    const cJSON *e = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "data"), i), "embedding");
+    int ok = 0;
+    if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == dim) {
+        int j = 0;
+        for (const cJSON *x = e->child; x; x = x->next) v[j++] = (float)x->valuedouble;
+        ok = 1;
+    } else if (cJSON_IsString(e)) { /* base64 of the little-endian floats */
+        static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        unsigned char bytes[4096];
+        size_t nb = 0, len = strlen(e->valuestring);
+        for (size_t k = 0; k + 3 < len + 0 && nb + 3 <= sizeof bytes; k += 4) {
+            unsigned q[4];
+            for (int t = 0; t < 4; t++) {
+                const char *f = e->valuestring[k + t] == '=' ? NULL : strchr(a, e->valuestring[k + t]);
+                q[t] = f ? (unsigned)(f - a) : 0;
+            }
+            unsigned w = q[0] << 18 | q[1] << 12 | q[2] << 6 | q[3];
+            bytes[nb++] = (unsigned char)(w >> 16), bytes[nb++] = (unsigned char)(w >> 8), bytes[nb++] = (unsigned char)w;
+        }
+        if (len % 4 == 0 && len >= 4) nb -= (e->valuestring[len - 1] == '=') + (e->valuestring[len - 2] == '=');
+        if (nb == (size_t)dim * 4) memcpy(v, bytes, nb), ok = 1;
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* /v1/embeddings on the scalar engine with fp32 pages and prompts split across steps: an input's
+ * embedding is the mean of the final norm's output over its tokens, unit length, as the model
+ * computes it alone (nv_forward over the whole prompt); lists (past one wave of 16) keep their
+ * order and equal each input alone; token ids equal their text; base64 the same floats; the prefix
+ * cache changes nothing; bad inputs are 400s. */
+static void test_embeddings(void) {
+    server s;
+    if (!server_start(&s, "embeddings", "--engine scalar --kv-cache-dtype f32 --prefill-chunk 3 --kv-block 4", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    nv_tokenizer *tok = NULL;
+    nv_model m;
+    nv_state st;
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_model_load(model_path, &m) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_tokenizer_load_for_model(tok_path, m.config.vocab_size, &tok) == NV_OK &&
+                nv_tokenizer_encode(tok, "Once upon a time there was a little girl named Lily", 1, 0, &ids, &n) == NV_OK,
+            "%s", nv_errmsg());
+    T_CHECK(nv_state_init(&st, &m.config, n, m.config.seq_len, 0) == NV_OK && nv_forward(&m, &st, ids, n, 0) == NV_OK, "%s",
+            nv_errmsg());
+    const int d = m.config.dim;
+    double want[512] = {0}, norm = 0;
+    float row[512], got[512], other[512];
+    for (int t = 0; t < n; t++) {
+        nv_rmsnorm(row, st.r.x + (size_t)t * d, m.w.rms_final, d, m.config.norm_eps);
+        for (int j = 0; j < d; j++) want[j] += row[j] / n;
+    }
+    for (int j = 0; j < d; j++) norm += want[j] * want[j];
+    norm = sqrt(norm);
+    resp r;
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, "{\"input\":\"Once upon a time there was a little girl named Lily\"}", &r) &&
+                r.status == 200 && embedding_of(r.body, 0, got, d),
+            "%d %s", r.status, r.body);
+    double worst = 0;
+    for (int j = 0; j < d; j++) worst = fmax(worst, fabs(got[j] - want[j] / norm));
+    T_CHECK(worst < 1e-6, "the embedding is %.3g from the model's own (nv_forward)", worst);
+    cJSON *root = cJSON_Parse(r.body);
+    const cJSON *u = cJSON_GetObjectItem(root, "usage");
+    T_CHECK(!strcmp(cJSON_GetObjectItem(root, "object")->valuestring, "list") &&
+                cJSON_GetObjectItem(u, "prompt_tokens")->valueint == n && cJSON_GetObjectItem(u, "total_tokens")->valueint == n &&
+                !strcmp(cJSON_GetObjectItem(root, "model")->valuestring, "stories260K"),
+            "shape: %s", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
+    /* token ids and base64: the same floats */
+    char list[1024] = "", body[8192];
+    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", ids[i]);
+    snprintf(body, sizeof body, "{\"input\":[%s],\"encoding_format\":\"base64\",\"model\":\"stories260K\"}", list);
+    T_CHECK(http(s.port, "POST", "/embeddings", NULL, body, &r) && r.status == 200 && embedding_of(r.body, 0, other, d) &&
+                !memcmp(other, got, sizeof(float) * d),
+            "token ids / base64 differ: %d %.300s", r.status, r.body);
+    resp_free(&r);
+    /* twenty inputs (two waves), each equal to itself alone, in order */
+    static const char *const texts[4] = {"Lily and Ben", "The dog ran to the park", "A cat", "Tom had a big red ball"};
+    size_t len = (size_t)snprintf(body, sizeof body, "{\"input\":[");
+    for (int i = 0; i < 20; i++) len += (size_t)snprintf(body + len, sizeof body - len, "%s\"%s\"", i ? "," : "", texts[i % 4]);
+    snprintf(body + len, sizeof body - len, "]}");
+    float alone[4][512];
+    for (int k = 0; k < 4; k++) {
+        char one[256];
+        snprintf(one, sizeof one, "{\"input\":\"%s\"}", texts[k]);
+        T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, one, &r) && r.status == 200 && embedding_of(r.body, 0, alone[k], d),
+                "%s: %d", texts[k], r.status);
+        resp_free(&r);
+    }
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, body, &r) && r.status == 200, "list: %d %.200s", r.status, r.body);
+    for (int i = 0; i < 20 && r.status == 200; i++)
+        T_CHECK(embedding_of(r.body, i, other, d) && !memcmp(other, alone[i % 4], sizeof(float) * d), "input %d differs from alone", i);
+    resp_free(&r);
+    double dot = 0;
+    for (int j = 0; j < d; j++) dot += alone[0][j] * alone[1][j];
+    T_CHECK(dot < 0.9999, "two different texts have the same embedding (cosine %g)", dot);
+    /* the prefix was cached by the requests above: still the model's own value */
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, "{\"input\":\"Once upon a time there was a little girl named Lily\"}", &r) &&
+                r.status == 200 && embedding_of(r.body, 0, other, d) && !memcmp(other, got, sizeof(float) * d),
+            "again: %d", r.status);
+    resp_free(&r);
+    static const char *const bad[][2] = {
+        {"{}", "missing_required_parameter"},           {"{\"input\":\"\"}", NULL},
+        {"{\"input\":[]}", NULL},                          {"{\"input\":[[]]}", NULL},
+        {"{\"input\":[1,2,512]}", NULL},                   {"{\"input\":3}", NULL},
+        {"{\"input\":\"a\",\"encoding_format\":\"hex\"}", NULL}, {"{\"input\":\"a\",\"dimensions\":8}", "unsupported_value"},
+        {"[1]", "invalid_json"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, bad[i][0], &r) && r.status == 400 &&
+                    (!bad[i][1] || strstr(r.body, bad[i][1])),
+                "%s: %d %s", bad[i][0], r.status, r.body);
+        resp_free(&r);
+    }
+    char big[8192];
+    len = (size_t)snprintf(big, sizeof big, "{\"input\":[");
+    for (int i = 0; i < 600; i++) len += (size_t)snprintf(big + len, sizeof big - len, "%s5", i ? "," : "");
+    snprintf(big + len, sizeof big - len, "]}");
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, big, &r) && r.status == 400 && strstr(r.body, "context_length_exceeded"),
+            "600 tokens: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, "{\"input\":\"a\",\"model\":\"nope\"}", &r) && r.status == 404, "model: %d",
+            r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/v1/embeddings", NULL, NULL, &r) && r.status == 405, "GET: %d", r.status);
+    resp_free(&r);
+    T_CHECK(wait_pool_idle(s.port), "blocks still in use after the requests ended");
+    free(ids);
+    nv_state_free(&st);
+    nv_tokenizer_free(tok);
+    nv_model_free(&m);
+    int rc = server_stop(&s);
+    T_CHECK(rc == 0, "embeddings server exit %d", rc);
+}
+
 static void test_run_folder(void) {
     const char *want_path = t_data("models/stories260K_greedy200.expected.txt");
     char *model = NULL, *tok = NULL, *want = NULL;
@@ -1628,6 +1769,7 @@ int main(void) {
     }
     T_RUN(test_golden_through_api);
     T_RUN(test_prompt_logprobs);
+    T_RUN(test_embeddings);
     T_RUN(test_tool_calls);
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);

@@ -264,6 +264,7 @@ int cmd_serve(int argc, char **argv) {
                       .reasoning = reasoning,
                       .seq_len = c->seq_len,
                       .vocab_size = c->vocab_size,
+                      .dim = c->dim,
                       .capacity = nv_sched_capacity(&sched)};
     nv_http_opts ho = {.host = host,
                        .port = port,

@@ -698,8 +698,8 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
     return 0;
 }
 
-static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    int rc, given;
+/* 'model', when given, must name the served model. */
+static int check_model(const nv_api_ctx *ctx, const cJSON *root, nv_api_error *err) {
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) {
         nv_api_error_set(err, E400, NULL, "model", "'model' must be a string");
@@ -711,6 +711,12 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
                          ctx->model_id);
         return err->status;
     }
+    return 0;
+}
+
+static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    int rc, given;
+    if ((rc = check_model(ctx, root, err))) return rc;
     if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
     const cJSON *so = field(root, "stream_options");
     if (so) {
@@ -1273,5 +1279,130 @@ char *nv_api_models(const char *model_id, long created, int single) {
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON_AddItemToArray(data, mo);
+    return print_free(root);
+}
+
+/* ---- embeddings ------------------------------------------------------------------------------- */
+
+void nv_api_embed_free(nv_api_embed *e) {
+    for (int i = 0; i < e->n; i++) free(e->ids[i]);
+    free(e->ids);
+    free(e->n_ids);
+    memset(e, 0, sizeof *e);
+}
+
+/* One input (a string, or a list of token ids) into e->ids[i]; its index for the messages. */
+static int embed_input(const nv_api_ctx *ctx, const cJSON *in, int i, int listed, nv_api_embed *e, nv_api_error *err) {
+    char param[32];
+    snprintf(param, sizeof param, listed ? "input[%d]" : "input", i);
+    int n = 0;
+    if (cJSON_IsString(in)) {
+        if (!*in->valuestring) {
+            nv_api_error_set(err, E400, NULL, "input", "'%s' must not be empty", param);
+            return err->status;
+        }
+        if (nv_tokenizer_encode(ctx->tok, in->valuestring, 1, 0, &e->ids[i], &n) != NV_OK) {
+            nv_api_error_set(err, 500, "server_error", NULL, "input", "cannot tokenize '%s': %s", param, nv_errmsg());
+            return err->status;
+        }
+    } else if (cJSON_IsArray(in) && in->child && cJSON_IsNumber(in->child)) {
+        n = cJSON_GetArraySize(in);
+        if (n <= ctx->seq_len) {
+            if (!(e->ids[i] = malloc((size_t)n * sizeof(int)))) {
+                nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                return err->status;
+            }
+            if (read_ids(in, "input", ctx->vocab_size, e->ids[i], err)) return err->status;
+        }
+    } else {
+        nv_api_error_set(err, E400, NULL, "input", "'%s' must be a string or a non-empty list of token ids", param);
+        return err->status;
+    }
+    e->n_ids[i] = n;
+    if (n > ctx->seq_len || n > ctx->capacity) {
+        nv_api_error_set(err, E400, "context_length_exceeded", "input",
+                         "This model's maximum context length is %d tokens (%ld fit the KV pool), but '%s' has %d", ctx->seq_len,
+                         ctx->capacity, param, n);
+        return err->status;
+    }
+    if (n == 0) {
+        nv_api_error_set(err, E400, NULL, "input", "'%s' gives no tokens", param);
+        return err->status;
+    }
+    return 0;
+}
+
+int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return err->status;
+    int rc = check_model(ctx, root, err);
+    const cJSON *input = field(root, "input"), *fmt = field(root, "encoding_format"), *dims = field(root, "dimensions");
+    if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
+    if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))
+        nv_api_error_set(err, E400, NULL, "encoding_format", "'encoding_format' must be \"float\" or \"base64\""), rc = err->status;
+    if (!rc && dims && !(cJSON_IsNumber(dims) && dims->valuedouble == ctx->dim))
+        nv_api_error_set(err, E400, "unsupported_value", "dimensions",
+                         "This model's embeddings have %d dimensions; 'dimensions' may only be %d", ctx->dim, ctx->dim),
+            rc = err->status;
+    out->base64 = !rc && fmt && !strcmp(fmt->valuestring, "base64");
+    /* a string, a list of ids, or a list of those */
+    const int listed = !rc && cJSON_IsArray(input) && !(input->child && cJSON_IsNumber(input->child));
+    const int n = rc ? 0 : listed ? cJSON_GetArraySize(input) : 1;
+    if (!rc && listed && (n < 1 || n > NV_MAX_EMBED_INPUTS))
+        nv_api_error_set(err, E400, NULL, "input", "'input' must list 1 to %d inputs, not %d", NV_MAX_EMBED_INPUTS, n),
+            rc = err->status;
+    if (!rc && (!(out->ids = calloc((size_t)n, sizeof *out->ids)) || !(out->n_ids = calloc((size_t)n, sizeof *out->n_ids))))
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory"), rc = err->status;
+    if (!rc) out->n = n;
+    int i = 0;
+    for (const cJSON *e = listed ? input->child : input; !rc && e && i < n; e = listed ? e->next : NULL, i++)
+        rc = embed_input(ctx, e, i, listed, out, err);
+    cJSON_Delete(root);
+    if (rc) nv_api_embed_free(out);
+    return rc;
+}
+
+/* RFC 4648 base64 of n bytes, appended to b. */
+static void base64_put(nv_buf *b, const unsigned char *p, size_t n) {
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < n; i += 3) {
+        const unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        const char q[4] = {a[v >> 18 & 63], a[v >> 12 & 63], i + 1 < n ? a[v >> 6 & 63] : '=', i + 2 < n ? a[v & 63] : '='};
+        nv_buf_append(b, q, 4);
+    }
+}
+
+char *nv_api_embed_response(const nv_api_ctx *ctx, const float *vecs, int n, int base64, int prompt_tokens) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    nv_buf b64 = {0};
+    for (int i = 0; i < n; i++) {
+        const float *v = vecs + (size_t)i * ctx->dim;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "embedding");
+        cJSON_AddNumberToObject(o, "index", i);
+        if (base64) { /* the little-endian float32 bytes, as OpenAI's clients decode them */
+            b64.len = 0;
+            base64_put(&b64, (const unsigned char *)v, (size_t)ctx->dim * sizeof(float));
+            cJSON_AddStringToObject(o, "embedding", b64.oom || !b64.data ? "" : b64.data);
+        } else {
+            cJSON *arr = cJSON_AddArrayToObject(o, "embedding");
+            for (int j = 0; j < ctx->dim; j++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(v[j]));
+        }
+        cJSON_AddItemToArray(data, o);
+    }
+    const int oom = b64.oom;
+    nv_buf_free(&b64);
+    cJSON_AddStringToObject(root, "model", ctx->model_id);
+    cJSON *u = cJSON_AddObjectToObject(root, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens);
+    if (oom) {
+        cJSON_Delete(root);
+        return NULL;
+    }
     return print_free(root);
 }

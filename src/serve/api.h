@@ -40,6 +40,7 @@ typedef struct {
     int seq_len, vocab_size;
     long capacity; /* positions one request can reserve */
     int reasoning; /* --reasoning-format deepseek: a chat answer's <think>...</think> goes to reasoning_content */
+    int dim;       /* the model's width: an embedding's length */
 } nv_api_ctx;
 
 #define NV_MAX_CHOICES 16
@@ -153,6 +154,22 @@ void nv_think_free(nv_think *t);
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens);
 /* GET /v1/models, and one model. */
 char *nv_api_models(const char *model_id, long created, int single);
+
+/* /v1/embeddings: 'input' a string, a list of token ids, or a list of up to NV_MAX_EMBED_INPUTS of
+ * those (strings are encoded with BOS, as prompts; empty ones refused); 'encoding_format' float or
+ * base64; 'dimensions' only the model's width; 'model' as everywhere. Each input must fit the
+ * context and the KV pool. */
+#define NV_MAX_EMBED_INPUTS 256
+typedef struct {
+    int n;
+    int **ids, *n_ids;
+    int base64;
+} nv_api_embed;
+int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err);
+void nv_api_embed_free(nv_api_embed *e);
+/* {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"} for n
+ * vectors of ctx->dim floats (base64: each vector's little-endian float32 bytes). */
+char *nv_api_embed_response(const nv_api_ctx *ctx, const float *vecs, int n, int base64, int prompt_tokens);
 const char *nv_api_finish_reason(nv_finish f);
 
 #endif

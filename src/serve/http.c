@@ -27,7 +27,7 @@ struct nv_http {
     atomic_int active; /* requests received whose response has not completed */
 };
 
-typedef enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE } route_id;
+typedef enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS } route_id;
 
 typedef struct {
     route_id route;
@@ -104,7 +104,7 @@ static void add_common_headers(nv_http *h, struct MHD_Response *resp, const char
 static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const char *what) {
     (void)c;
     static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
-                                        "/v1/chat/completions", "/tokenize", "/detokenize"};
+                                        "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -160,10 +160,13 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/embeddings")) return R_EMBEDDINGS;
     return R_NONE;
 }
 
-static int route_is_post(route_id r) { return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE; }
+static int route_is_post(route_id r) {
+    return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS;
+}
 
 /* ---- streams ------------------------------------------------------------------------------- */
 
@@ -331,6 +334,40 @@ static void release_all(nv_http *h, nv_req **r, int n, int cancel) {
     }
 }
 
+/* Submits r[0..n) all or nothing: on a refusal the ones queued are cancelled and every reference
+ * is dropped. */
+static nv_submit submit_all(nv_http *h, nv_req **r, int n) {
+    for (int i = 0; i < n; i++) {
+        nv_submit sub = atomic_load(&h->stopping) ? NV_SUBMIT_STOPPING : nv_sched_submit(h->s, r[i]);
+        if (sub == NV_SUBMIT_OK) continue;
+        release_all(h, r, i, 1);
+        for (int j = i; j < n; j++) nv_req_release(NULL, r[j]);
+        return sub;
+    }
+    return NV_SUBMIT_OK;
+}
+
+static enum MHD_Result submit_failed(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_submit sub) {
+    if (sub == NV_SUBMIT_QUEUE_FULL)
+        return fail(h, c, cc, 429, "rate_limit_exceeded", "rate_limit_exceeded",
+                    "The server is at capacity: every sequence slot and queue place is taken. Retry shortly.");
+    if (sub == NV_SUBMIT_TOO_BIG)
+        return fail(h, c, cc, 400, "invalid_request_error", "context_length_exceeded",
+                    "The request needs more KV cache blocks than the whole pool holds (raise --kv-memory)");
+    return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
+}
+
+/* An ended request that did not run to its end, as the error it answers with. */
+static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_finish f) {
+    if (f == NV_FINISH_TIMEOUT) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "The request ran past the server's timeout of %g s", h->o.timeout_s);
+        return fail(h, c, cc, 408, "timeout_error", "timeout", msg);
+    }
+    if (f == NV_FINISH_SHUTDOWN) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
+    return fail(h, c, cc, 500, "server_error", NULL, "Generation failed");
+}
+
 static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     int chat = cc->route == R_CHAT;
     nv_api_request ar;
@@ -360,19 +397,10 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         nv_api_request_free(&ar);
         return respond_error(h, c, cc, &err);
     }
-    for (int i = 0; i < n; i++) {
-        nv_submit sub = atomic_load(&h->stopping) ? NV_SUBMIT_STOPPING : nv_sched_submit(h->s, r[i]);
-        if (sub == NV_SUBMIT_OK) continue;
-        release_all(h, r, i, 1); /* the choices already queued go too: all or nothing */
-        for (int j = i; j < n; j++) nv_req_release(NULL, r[j]);
+    nv_submit sub = submit_all(h, r, n);
+    if (sub != NV_SUBMIT_OK) {
         nv_api_request_free(&ar);
-        if (sub == NV_SUBMIT_QUEUE_FULL)
-            return fail(h, c, cc, 429, "rate_limit_exceeded", "rate_limit_exceeded",
-                        "The server is at capacity: every sequence slot and queue place is taken. Retry shortly.");
-        if (sub == NV_SUBMIT_TOO_BIG)
-            return fail(h, c, cc, 400, "invalid_request_error", "context_length_exceeded",
-                        "The request needs more KV cache blocks than the whole pool holds (raise --kv-memory)");
-        return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
+        return submit_failed(h, c, cc, sub);
     }
     nv_api_meta meta;
     nv_api_meta_init(&meta, chat, h->ctx.model_id);
@@ -484,17 +512,82 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         for (int i = 0; i < n; i++)
             nv_buf_free(&why[i]), nv_buf_free(&said[i]), nv_buf_free(&content[i]), nv_tool_calls_free(calls[i], n_calls[i]);
         ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
-    } else if (rs[failed].finish == NV_FINISH_TIMEOUT) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "The request ran past the server's timeout of %g s", h->o.timeout_s);
-        ret = fail(h, c, cc, 408, "timeout_error", "timeout", msg);
-    } else if (rs[failed].finish == NV_FINISH_SHUTDOWN) {
-        ret = fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
     } else {
-        ret = fail(h, c, cc, 500, "server_error", NULL, "Generation failed");
+        ret = finish_failed(h, c, cc, rs[failed].finish);
     }
     for (int i = 0; i < n; i++) free(lps[i].v), nv_buf_free(&text[i]);
     nv_api_tools_free(tools);
+    return ret;
+}
+
+/* /v1/embeddings: each input a prompt-only request that keeps its embedding, run in waves of up to
+ * NV_MAX_CHOICES at once (batched by the scheduler like any others); the answer lists them in
+ * input order. */
+static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_embed in;
+    nv_api_error err;
+    if (nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err)) return respond_error(h, c, cc, &err);
+    const int dim = h->ctx.dim, fd = conn_fd(c);
+    float *vecs = malloc((size_t)in.n * dim * sizeof(float));
+    if (!vecs) {
+        nv_api_embed_free(&in);
+        return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+    }
+    long prompt_tokens = 0;
+    enum MHD_Result ret = MHD_YES;
+    int answered = 0;
+    for (int w0 = 0; w0 < in.n && !answered; w0 += NV_MAX_CHOICES) {
+        const int n = in.n - w0 < NV_MAX_CHOICES ? in.n - w0 : NV_MAX_CHOICES;
+        nv_req *r[NV_MAX_CHOICES] = {0};
+        nv_req_status rs[NV_MAX_CHOICES];
+        int made = 0;
+        for (; made < n; made++) {
+            nv_req_params p = {.prompt = in.ids[w0 + made], .n_prompt = in.n_ids[w0 + made], .max_tokens = 0,
+                               .timeout_s = h->o.timeout_s, .vocab_size = h->ctx.vocab_size, .embed = 1, .embed_dim = dim};
+            if (nv_req_create(&r[made], &p) != NV_OK) break;
+        }
+        nv_submit sub = made < n ? NV_SUBMIT_STOPPING : submit_all(h, r, n);
+        if (made < n) {
+            for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
+            ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+            answered = 1;
+            break;
+        }
+        if (sub != NV_SUBMIT_OK) {
+            ret = submit_failed(h, c, cc, sub);
+            answered = 1;
+            break;
+        }
+        int failed = -1;
+        for (int i = 0; i < n; i++) {
+            nv_buf none = {0};
+            for (;;) {
+                nv_req_poll(h->s, r[i], 0.1, &none, NULL, &rs[i]);
+                if (rs[i].done) break;
+                if (conn_gone(fd)) {
+                    release_all(h, r, n, 1);
+                    nv_buf_free(&none);
+                    nv_api_embed_free(&in);
+                    free(vecs);
+                    access_log(cc, c, 499, "client closed the connection");
+                    return MHD_NO;
+                }
+            }
+            nv_buf_free(&none);
+            if (failed < 0 && !nv_req_embedding(h->s, r[i], vecs + (size_t)(w0 + i) * dim, dim)) failed = i;
+            prompt_tokens += rs[i].prompt_tokens;
+        }
+        release_all(h, r, n, 0);
+        if (failed >= 0) {
+            ret = finish_failed(h, c, cc, rs[failed].finish == NV_FINISH_LENGTH ? NV_FINISH_ERROR : rs[failed].finish);
+            answered = 1;
+        }
+    }
+    if (!answered)
+        ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, vecs, in.n, in.base64, (int)prompt_tokens),
+                      NULL, NULL);
+    nv_api_embed_free(&in);
+    free(vecs);
     return ret;
 }
 
@@ -571,7 +664,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
-        return completions(h, c, cc);
+        return cc->route == R_EMBEDDINGS ? embeddings(h, c, cc) : completions(h, c, cc);
     }
 }
 

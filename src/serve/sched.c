@@ -70,6 +70,9 @@ struct nv_req {
      * prompt runs (loop thread), published whole when it has (plp_ready, under the lock) */
     nv_token_lp *plps;
     int plp_ready, plp_sent;
+    /* an embedding (embed): the sum over the prompt's rows of the final norm's output (loop thread) */
+    double *embed_sum; /* [dim] */
+    int embed_rows;
     /* the prefix cache (the loop thread's own; n_cached is also read under the lock) */
     uint64_t *hashes;              /* [blocks_needed] chain hashes of the full blocks */
     int n_lookup;                  /* prompt blocks a lookup may reuse (hashed at the first lookup), -1 before */
@@ -180,6 +183,7 @@ static void req_free(nv_req *r) {
     free(r->lps);
     free(r->lp_span);
     free(r->plps);
+    free(r->embed_sum);
     free(r->ctx);
     nv_gsampler_free(&r->gs);
     nv_glazy_free(&r->lazy);
@@ -221,6 +225,10 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
         if (!(r->plps = calloc((size_t)p->n_prompt, sizeof *r->plps))) e = nv_fail(NV_ENOMEM, "request: out of memory");
         else r->plps[0] = (nv_token_lp){.tok = r->prompt[0], .prev = NV_TOKEN_BOS, .unscored = 1};
     }
+    if (e == NV_OK && p->embed && (p->max_tokens != 0 || p->embed_dim < 1))
+        e = nv_fail(NV_EINVAL, "request: an embedding runs the prompt only");
+    if (e == NV_OK && p->embed && !(r->embed_sum = calloc((size_t)p->embed_dim, sizeof *r->embed_sum)))
+        e = nv_fail(NV_ENOMEM, "request: out of memory");
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
     if (e == NV_OK && p->lazy_grammar && !p->grammar &&
         (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK)
@@ -368,8 +376,9 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     }
     s->running = calloc((size_t)o->max_batch, sizeof *s->running);
     s->step_req = calloc((size_t)o->max_batch, sizeof *s->step_req);
+    s->embed_tmp = malloc((size_t)c->dim * sizeof *s->embed_tmp);
     s->seqs = calloc((size_t)o->max_batch, sizeof *s->seqs);
-    if (!s->running || !s->step_req || !s->seqs) {
+    if (!s->running || !s->step_req || !s->seqs || !s->embed_tmp) {
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
@@ -510,7 +519,7 @@ static void admit(nv_sched *s) {
         }
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
         int hits = 0, idle_hits = 0, on_disk = 0;
-        if (s->prefix_on && !r->plps) { /* a prompt whose log-probabilities are asked for runs in full */
+        if (s->prefix_on && !r->plps && !r->embed_sum) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
             for (; hits < r->n_lookup; hits++) {
                 int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], hits ? r->hashes[hits - 1] : 0, r->prompt + hits * B);
                 if (b < 0) break;
@@ -538,7 +547,7 @@ static void admit(nv_sched *s) {
         r->n_hashed = hits;
         r->restore_next = r->disk_from = hits;
         r->restore_end = hits + on_disk;
-        if (s->prefix_on && !r->plps) {
+        if (s->prefix_on && !r->plps && !r->embed_sum) {
             /* a shared block whose file was dropped or evicted gets another chance at the SSD tier */
             for (int k = 0; s->disk && k < hits; k++)
                 if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], k ? r->hashes[k - 1] : 0);
@@ -914,6 +923,36 @@ static void prompt_logprobs(nv_sched *s, int n) {
     }
 }
 
+/* Embeddings: each embed request's rows of this step through the final norm, summed (loop thread;
+ * the rows' residual stream is what the step left in the batch state). */
+static void embed_rows(nv_sched *s, int n) {
+    const nv_model *m = s->model;
+    const int d = m->config.dim;
+    float *tmp = s->embed_tmp;
+    for (int i = 0, row = 0; i < n; row += s->seqs[i].n, i++) {
+        nv_req *r = s->step_req[i];
+        if (!r->embed_sum) continue;
+        for (int t = 0; t < s->seqs[i].n; t++) {
+            nv_rmsnorm(tmp, s->bs.r.x + (size_t)(row + t) * d, m->w.rms_final, d, m->config.norm_eps);
+            for (int j = 0; j < d; j++) r->embed_sum[j] += tmp[j];
+        }
+        r->embed_rows += s->seqs[i].n;
+    }
+}
+
+int nv_req_embedding(nv_sched *s, nv_req *r, float *out, int dim) {
+    pthread_mutex_lock(&s->mu);
+    int ok = r->done && r->finish == NV_FINISH_LENGTH && r->embed_sum && r->embed_rows == r->n_prompt && dim == s->model->config.dim;
+    if (ok) { /* the mean, made unit length (as OpenAI's embeddings are) */
+        double norm = 0;
+        for (int j = 0; j < dim; j++) norm += (r->embed_sum[j] / r->embed_rows) * (r->embed_sum[j] / r->embed_rows);
+        norm = sqrt(norm);
+        for (int j = 0; j < dim; j++) out[j] = (float)(norm > 0 ? r->embed_sum[j] / r->embed_rows / norm : 0.0);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
 static void *sched_loop(void *arg) {
     nv_sched *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -939,6 +978,7 @@ static void *sched_loop(void *arg) {
         if (e != NV_OK) nv_log(NV_LOG_WARN, "serve: forward failed: %s", nv_errmsg());
         else {
             prompt_logprobs(s, n);
+            embed_rows(s, n);
             sample_job sj = {s, n};
             nv_pool_run(sample_task, &sj, n);
         }
@@ -1079,6 +1119,7 @@ void nv_sched_free(nv_sched *s) {
     }
     free(s->running);
     free(s->step_req);
+    free(s->embed_tmp);
     free(s->seqs);
     nv_batch_state_free(&s->bs);
     nv_kv_pool_free(&s->pool);

@@ -118,6 +118,10 @@ typedef struct {
     int lazy_at_start;
     int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
     int lazy_think; /* the trigger is not looked for inside a leading <think>...</think> block */
+    int embed_dim; /* the model's dim (sizes the sum) */
+    int embed; /* with max_tokens 0: the prompt's embedding (the mean over its tokens of the final
+                  norm's output, unit length) is kept for nv_req_embedding; computed in full (no
+                  prefix-cache hits, whose rows are not run) */
 } nv_req_params;
 
 typedef struct {
@@ -177,6 +181,7 @@ typedef struct {
     void *restore; /* the loop's scratch for disk reads */
     int restore_cap;
     float *plp_logits; /* the loop's scratch for prompt log-probabilities (made at first use) */
+    float *embed_tmp;  /* the loop's scratch for embeddings: one row through the final norm */
 } nv_sched;
 
 typedef enum { NV_SUBMIT_OK = 0, NV_SUBMIT_QUEUE_FULL, NV_SUBMIT_STOPPING, NV_SUBMIT_TOO_BIG } nv_submit;
@@ -201,6 +206,8 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r);
  * one record per prompt token, once the prompt has run). */
 void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list *lps, nv_req_status *st);
 void nv_req_cancel(nv_sched *s, nv_req *r);
+/* An embed request's embedding (dim floats) once it is done and finished "length"; 0 otherwise. */
+int nv_req_embedding(nv_sched *s, nv_req *r, float *out, int dim);
 /* Drops the caller's reference (frees the request when it was the last). For a request never
  * submitted, s may be NULL. */
 void nv_req_release(nv_sched *s, nv_req *r);
