@@ -1298,26 +1298,54 @@ static int cached_tokens(const char *body) {
     return v;
 }
 
+/* A scalar-engine server with fp32 pages, prompts split across steps (chunks of 3) and blocks of 4
+ * positions, beside the same model in this process with nv_forward run over `text` whole (the
+ * reference; with all_logits, every row's logits). 0 when something did not start (reported). */
+typedef struct {
+    server s;
+    nv_tokenizer *tok;
+    nv_model m;
+    nv_state st;
+    int *ids, n;
+} ref_run;
+
+static int ref_start(ref_run *rr, const char *name, const char *text, int all_logits) {
+    memset(rr, 0, sizeof *rr);
+    if (!server_start(&rr->s, name, "--engine scalar --kv-cache-dtype f32 --prefill-chunk 3 --kv-block 4", NULL)) {
+        T_CHECK(0, "server did not start");
+        return 0;
+    }
+    T_CHECK(nv_model_load(model_path, &rr->m) == NV_OK && nv_model_build_plans(&rr->m, NV_ENGINE_SCALAR) == NV_OK, "%s",
+            nv_errmsg());
+    T_CHECK(nv_tokenizer_load_for_model(tok_path, rr->m.config.vocab_size, &rr->tok) == NV_OK &&
+                nv_tokenizer_encode(rr->tok, text, 1, 0, &rr->ids, &rr->n) == NV_OK,
+            "%s", nv_errmsg());
+    T_CHECK(nv_state_init(&rr->st, &rr->m.config, rr->n, rr->m.config.seq_len, all_logits) == NV_OK &&
+                nv_forward(&rr->m, &rr->st, rr->ids, rr->n, 0) == NV_OK,
+            "%s", nv_errmsg());
+    return 1;
+}
+
+static void ref_stop(ref_run *rr) {
+    free(rr->ids);
+    nv_state_free(&rr->st);
+    nv_tokenizer_free(rr->tok);
+    nv_model_free(&rr->m);
+    T_CHECK(server_stop(&rr->s) == 0, "server did not exit 0 on SIGTERM");
+}
+
 /* Scalar engine, prompts split across steps (chunks of 3) and blocks of 4 positions: every
  * record is the model's own log-softmax of the prompt, bit for bit (nv_forward over the whole
  * prompt is the reference); the echoed text, the records and the generated tail agree whole and
  * streamed; a scored prompt never takes its blocks from the prefix cache, but leaves them there. */
 static void test_prompt_logprobs(void) {
-    server s;
-    if (!server_start(&s, "prompt-logprobs", "--engine scalar --kv-cache-dtype f32 --prefill-chunk 3 --kv-block 4", NULL)) {
-        T_CHECK(0, "server did not start");
-        return;
-    }
-    nv_tokenizer *tok = NULL;
-    nv_model m;
-    nv_state st;
-    int *ids = NULL, n = 0;
-    T_CHECK(nv_model_load(model_path, &m) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(nv_tokenizer_load_for_model(tok_path, m.config.vocab_size, &tok) == NV_OK &&
-                nv_tokenizer_encode(tok, "Once upon a time there was a little girl named Lily", 1, 0, &ids, &n) == NV_OK,
-            "%s", nv_errmsg());
-    T_CHECK(nv_state_init(&st, &m.config, n, m.config.seq_len, 1) == NV_OK && nv_forward(&m, &st, ids, n, 0) == NV_OK, "%s",
-            nv_errmsg());
+    ref_run rr;
+    if (!ref_start(&rr, "prompt-logprobs", "Once upon a time there was a little girl named Lily", 1)) return;
+    server s = rr.s;
+    nv_tokenizer *tok = rr.tok;
+    nv_model m = rr.m;
+    nv_state st = rr.st;
+    int *ids = rr.ids, n = rr.n;
     const int V = m.config.vocab_size;
     char list[1024] = "", body[1400];
     for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", ids[i]);
@@ -1390,11 +1418,8 @@ static void test_prompt_logprobs(void) {
             "echo, max_tokens 0: %s", r.body);
     resp_free(&r);
     T_CHECK(wait_pool_idle(s.port), "blocks still in use");
-    free(ids);
-    nv_state_free(&st);
-    nv_tokenizer_free(tok);
-    nv_model_free(&m);
-    T_CHECK(server_stop(&s) == 0, "server did not exit 0 on SIGTERM");
+    (void)tok, (void)st, (void)ids;
+    ref_stop(&rr);
 }
 
 /* ---- a `nerve train` run folder as the model ------------------------------------------------- */
@@ -1434,21 +1459,12 @@ static int embedding_of(const char *body, int i, float *v, int dim) {
  * order and equal each input alone; token ids equal their text; base64 the same floats; the prefix
  * cache changes nothing; bad inputs are 400s. */
 static void test_embeddings(void) {
-    server s;
-    if (!server_start(&s, "embeddings", "--engine scalar --kv-cache-dtype f32 --prefill-chunk 3 --kv-block 4", NULL)) {
-        T_CHECK(0, "server did not start");
-        return;
-    }
-    nv_tokenizer *tok = NULL;
-    nv_model m;
-    nv_state st;
-    int *ids = NULL, n = 0;
-    T_CHECK(nv_model_load(model_path, &m) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(nv_tokenizer_load_for_model(tok_path, m.config.vocab_size, &tok) == NV_OK &&
-                nv_tokenizer_encode(tok, "Once upon a time there was a little girl named Lily", 1, 0, &ids, &n) == NV_OK,
-            "%s", nv_errmsg());
-    T_CHECK(nv_state_init(&st, &m.config, n, m.config.seq_len, 0) == NV_OK && nv_forward(&m, &st, ids, n, 0) == NV_OK, "%s",
-            nv_errmsg());
+    ref_run rr;
+    if (!ref_start(&rr, "embeddings", "Once upon a time there was a little girl named Lily", 0)) return;
+    server s = rr.s;
+    const nv_model m = rr.m;
+    const nv_state st = rr.st;
+    const int *ids = rr.ids, n = rr.n;
     const int d = m.config.dim;
     double want[512] = {0}, norm = 0;
     float row[512], got[512], other[512];
@@ -1532,12 +1548,7 @@ static void test_embeddings(void) {
     T_CHECK(http(s.port, "GET", "/v1/embeddings", NULL, NULL, &r) && r.status == 405, "GET: %d", r.status);
     resp_free(&r);
     T_CHECK(wait_pool_idle(s.port), "blocks still in use after the requests ended");
-    free(ids);
-    nv_state_free(&st);
-    nv_tokenizer_free(tok);
-    nv_model_free(&m);
-    int rc = server_stop(&s);
-    T_CHECK(rc == 0, "embeddings server exit %d", rc);
+    ref_stop(&rr);
 }
 
 static void test_run_folder(void) {
