@@ -3,7 +3,7 @@
 # into a temporary folder, starts build/nerve serve on stories260K with an API key on a free port,
 # and a second one for tool calls on a stories260K-shaped model with a 2,048-token context
 # (`nerve init`: the tools' description outgrows stories260K's 512), and runs
-# scripts/sdk/check.mjs. Needs node and npm; not part of `make test` (it downloads).
+# scripts/sdk/check.mjs (chat, completions, logprobs, structured outputs, tools, embeddings). Needs node and npm; not part of `make test` (it downloads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${NERVE_DATA:-../shared/data}

@@ -106,6 +106,17 @@ if (toolsURL) {
   assert.equal(next.choices[0].finish_reason, 'length');
 }
 
+// embeddings: the SDK asks for base64 by default and decodes it; float gives the same numbers
+const emb = await client.embeddings.create({ model, input: ['Once upon a time', 'The dog ran'] });
+assert.equal(emb.data.length, 2);
+assert.equal(emb.data[1].index, 1);
+const v0 = emb.data[0].embedding;
+assert.ok(v0.length > 0 && Math.abs(v0.reduce((s, x) => s + x * x, 0) - 1) < 1e-4, 'unit length');
+const embf = await client.embeddings.create({ model, input: 'Once upon a time', encoding_format: 'float' });
+assert.deepEqual(embf.data[0].embedding.map((x) => Math.fround(x)), Array.from(v0));
+assert.ok(emb.usage.prompt_tokens > 0);
+await assert.rejects(client.embeddings.create({ model, input: '' }), (e) => e.status === 400 && e.param === 'input');
+
 await assert.rejects(client.chat.completions.create({ model, messages: [], max_tokens: 5 }),
                      (e) => e.status === 400 && e.param === 'messages');
 await assert.rejects(client.chat.completions.create({ model: 'gpt-4', messages: msg }),
