@@ -181,7 +181,7 @@ int cmd_generate(int argc, char **argv) {
         pos += n;
     }
     double t_prefill = nv_now();
-    int generated = 0, drafted = 0, accepted = 0;
+    int generated = 0, drafted = 0, accepted = 0, passes = 0;
     if (spec_tokens && !(ctx = malloc(((size_t)n_prompt + (size_t)steps + 1) * sizeof *ctx))) {
         cli_error(CMD, 1, "out of memory");
         goto done;
@@ -225,6 +225,7 @@ int cmd_generate(int argc, char **argv) {
             feed[0] = token;
             nrows = 1 + nd;
             drafted += nd;
+            passes++;
             if (nv_forward_rows(&model, &state, feed, nrows, pos, nrows) != NV_OK) {
                 cli_error(CMD, 1, "%s", nv_errmsg());
                 goto done;
@@ -241,8 +242,8 @@ int cmd_generate(int argc, char **argv) {
             t_prefill > t0 ? n_forced / (t_prefill - t0) : 0.0, generated,
             t_end > t_prefill && generated > 1 ? (generated - 1) / (t_end - t_prefill) : 0.0, nv_engine_name(engine));
     if (spec_tokens)
-        fprintf(stderr, "nerve: speculative decoding: %d of %d draft tokens accepted (%d forward passes for %d tokens)\n",
-                accepted, drafted, generated - accepted, generated);
+        fprintf(stderr, "nerve: speculative decoding: %d of %d draft tokens accepted (%d forward passes after the prompt's, for %d tokens)\n",
+                accepted, drafted, passes, generated);
     rc = 0;
 done:
     free(prompt_tokens);

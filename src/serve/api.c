@@ -1312,7 +1312,7 @@ static int embed_input(const nv_api_ctx *ctx, const cJSON *in, int i, int listed
                 nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
                 return err->status;
             }
-            if (read_ids(in, "input", ctx->vocab_size, e->ids[i], err)) return err->status;
+            if (read_ids(in, param, ctx->vocab_size, e->ids[i], err)) return err->status;
         }
     } else {
         nv_api_error_set(err, E400, NULL, "input", "'%s' must be a string or a non-empty list of token ids", param);
@@ -1374,35 +1374,36 @@ static void base64_put(nv_buf *b, const unsigned char *p, size_t n) {
     }
 }
 
+/* Written straight into one buffer rather than a cJSON tree: 256 inputs of a wide model are
+ * millions of numbers. %.9g gives back every float32 exactly. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "base64 embeddings are the floats' little-endian bytes");
 char *nv_api_embed_response(const nv_api_ctx *ctx, const float *vecs, int n, int base64, int prompt_tokens) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
-    nv_buf b64 = {0};
+    nv_buf b = {0};
+    nv_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
     for (int i = 0; i < n; i++) {
         const float *v = vecs + (size_t)i * ctx->dim;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "object", "embedding");
-        cJSON_AddNumberToObject(o, "index", i);
+        nv_buf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", i ? "," : "", i);
         if (base64) { /* the little-endian float32 bytes, as OpenAI's clients decode them */
-            b64.len = 0;
-            base64_put(&b64, (const unsigned char *)v, (size_t)ctx->dim * sizeof(float));
-            cJSON_AddStringToObject(o, "embedding", b64.oom || !b64.data ? "" : b64.data);
+            nv_buf_puts(&b, "\"");
+            base64_put(&b, (const unsigned char *)v, (size_t)ctx->dim * sizeof(float));
+            nv_buf_puts(&b, "\"}");
         } else {
-            cJSON *arr = cJSON_AddArrayToObject(o, "embedding");
-            for (int j = 0; j < ctx->dim; j++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(v[j]));
+            nv_buf_puts(&b, "[");
+            for (int j = 0; j < ctx->dim; j++) nv_buf_printf(&b, j ? ",%.9g" : "%.9g", (double)v[j]);
+            nv_buf_puts(&b, "]}");
         }
-        cJSON_AddItemToArray(data, o);
     }
-    const int oom = b64.oom;
-    nv_buf_free(&b64);
-    cJSON_AddStringToObject(root, "model", ctx->model_id);
-    cJSON *u = cJSON_AddObjectToObject(root, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens);
-    if (oom) {
-        cJSON_Delete(root);
+    nv_buf_puts(&b, "],\"model\":\"");
+    for (const char *p = ctx->model_id; *p; p++) {
+        char esc[8];
+        size_t k = nv_json_escape((unsigned char)*p, esc);
+        if (k) nv_buf_append(&b, esc, k);
+        else nv_buf_append(&b, p, 1);
+    }
+    nv_buf_printf(&b, "\",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", prompt_tokens, prompt_tokens);
+    if (b.oom) {
+        nv_buf_free(&b);
         return NULL;
     }
-    return print_free(root);
+    return nv_buf_take(&b);
 }

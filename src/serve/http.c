@@ -521,8 +521,8 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
 }
 
 /* /v1/embeddings: each input a prompt-only request that keeps its embedding, run in waves of up to
- * NV_MAX_CHOICES at once (batched by the scheduler like any others); the answer lists them in
- * input order. */
+ * NV_MAX_CHOICES at once (no more than the queue holds; batched by the scheduler like any others),
+ * all within one --timeout; the answer lists them in input order. */
 static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_embed in;
     nv_api_error err;
@@ -536,23 +536,32 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     long prompt_tokens = 0;
     enum MHD_Result ret = MHD_YES;
     int answered = 0;
-    for (int w0 = 0; w0 < in.n && !answered; w0 += NV_MAX_CHOICES) {
-        const int n = in.n - w0 < NV_MAX_CHOICES ? in.n - w0 : NV_MAX_CHOICES;
+    const int wave = h->s->o.max_queue < NV_MAX_CHOICES ? h->s->o.max_queue : NV_MAX_CHOICES;
+    const double t0 = nv_now();
+    for (int w0 = 0; w0 < in.n && !answered; w0 += wave) {
+        const int n = in.n - w0 < wave ? in.n - w0 : wave;
+        const double left = h->o.timeout_s - (nv_now() - t0);
+        if (left <= 0) {
+            ret = finish_failed(h, c, cc, NV_FINISH_TIMEOUT);
+            break;
+        }
         nv_req *r[NV_MAX_CHOICES] = {0};
         nv_req_status rs[NV_MAX_CHOICES];
         int made = 0;
+        nv_err ce = NV_OK;
         for (; made < n; made++) {
             nv_req_params p = {.prompt = in.ids[w0 + made], .n_prompt = in.n_ids[w0 + made], .max_tokens = 0,
-                               .timeout_s = h->o.timeout_s, .vocab_size = h->ctx.vocab_size, .embed = 1, .embed_dim = dim};
-            if (nv_req_create(&r[made], &p) != NV_OK) break;
+                               .timeout_s = left, .vocab_size = h->ctx.vocab_size, .embed = 1};
+            if ((ce = nv_req_create(&r[made], &p)) != NV_OK) break;
         }
-        nv_submit sub = made < n ? NV_SUBMIT_STOPPING : submit_all(h, r, n);
         if (made < n) {
             for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
-            ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+            ret = fail(h, c, cc, ce == NV_ENOMEM ? 500 : 400, ce == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
+                       nv_errmsg());
             answered = 1;
             break;
         }
+        nv_submit sub = submit_all(h, r, n);
         if (sub != NV_SUBMIT_OK) {
             ret = submit_failed(h, c, cc, sub);
             answered = 1;

@@ -16,6 +16,7 @@ struct nv_req {
     /* immutable after creation */
     int *prompt;
     int n_prompt, max_tokens;
+    int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
     char *stop[NV_MAX_STOP];
     int n_stop;
     double t_arrival, deadline;
@@ -225,10 +226,8 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
         if (!(r->plps = calloc((size_t)p->n_prompt, sizeof *r->plps))) e = nv_fail(NV_ENOMEM, "request: out of memory");
         else r->plps[0] = (nv_token_lp){.tok = r->prompt[0], .prev = NV_TOKEN_BOS, .unscored = 1};
     }
-    if (e == NV_OK && p->embed && (p->max_tokens != 0 || p->embed_dim < 1))
-        e = nv_fail(NV_EINVAL, "request: an embedding runs the prompt only");
-    if (e == NV_OK && p->embed && !(r->embed_sum = calloc((size_t)p->embed_dim, sizeof *r->embed_sum)))
-        e = nv_fail(NV_ENOMEM, "request: out of memory");
+    if (e == NV_OK && p->embed && p->max_tokens != 0) e = nv_fail(NV_EINVAL, "request: an embedding runs the prompt only");
+    r->embed = p->embed;
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
     if (e == NV_OK && p->lazy_grammar && !p->grammar &&
         (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK)
@@ -483,6 +482,11 @@ static void reap_disk(nv_sched *s) {
 static int prepare(nv_sched *s, nv_req *r) {
     if (!r->blocks) r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
     if (!r->blocks) return 0;
+    if (r->embed) { /* the sum of its rows, the model's width; no drafts and no prefix lookups */
+        if (!r->embed_sum && !(r->embed_sum = calloc((size_t)s->model->config.dim, sizeof *r->embed_sum))) return 0;
+        r->n_lookup = 0;
+        return 1;
+    }
     if (s->o.spec_tokens && !r->ctx) { /* the prompt and every token the request may generate */
         long cap = (long)r->n_prompt + r->max_tokens;
         r->cap_ctx = (int)(cap < s->model->config.seq_len + 1 ? cap : s->model->config.seq_len + 1);
@@ -519,7 +523,7 @@ static void admit(nv_sched *s) {
         }
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
         int hits = 0, idle_hits = 0, on_disk = 0;
-        if (s->prefix_on && !r->plps && !r->embed_sum) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
+        if (s->prefix_on && !r->plps && !r->embed) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
             for (; hits < r->n_lookup; hits++) {
                 int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], hits ? r->hashes[hits - 1] : 0, r->prompt + hits * B);
                 if (b < 0) break;
@@ -547,7 +551,7 @@ static void admit(nv_sched *s) {
         r->n_hashed = hits;
         r->restore_next = r->disk_from = hits;
         r->restore_end = hits + on_disk;
-        if (s->prefix_on && !r->plps && !r->embed_sum) {
+        if (s->prefix_on && !r->plps && !r->embed) {
             /* a shared block whose file was dropped or evicted gets another chance at the SSD tier */
             for (int k = 0; s->disk && k < hits; k++)
                 if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], k ? r->hashes[k - 1] : 0);
@@ -1019,7 +1023,8 @@ static void *sched_loop(void *arg) {
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < n; i++) {
             nv_req *r = s->step_req[i];
-            if (s->prefix_on && e == NV_OK) index_full_blocks(s, r);
+            /* an embedded document's blocks are not kept for others (no one asks for its prefix) */
+            if (s->prefix_on && e == NV_OK && !r->embed) index_full_blocks(s, r);
             if (r->emit.len) {
                 nv_buf_append(&r->out, r->emit.data, r->emit.len);
                 nv_buf_consume(&r->emit, r->emit.len);

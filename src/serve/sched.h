@@ -118,7 +118,6 @@ typedef struct {
     int lazy_at_start;
     int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
     int lazy_think; /* the trigger is not looked for inside a leading <think>...</think> block */
-    int embed_dim; /* the model's dim (sizes the sum) */
     int embed; /* with max_tokens 0: the prompt's embedding (the mean over its tokens of the final
                   norm's output, unit length) is kept for nv_req_embedding; computed in full (no
                   prefix-cache hits, whose rows are not run) */
