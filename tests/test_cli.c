@@ -102,6 +102,19 @@ static void test_generate_speculative(void) {
         snprintf(args, sizeof args, "generate -m %s -z %s %s --spec-tokens %d", m, z, runs[i], i % 2 ? 16 : 3);
         T_CHECK(t_nerve(args) == 0 && strcmp(plain, t_out) == 0, "%s: with drafts:\n%s\nwithout:\n%s", runs[i], t_out, plain);
     }
+    /* the low-precision engines that are on here: the same text with drafts as without */
+    const char *lowp[] = {"avx512-bf16", "amx-bf16", "amx-int8"};
+    for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) {
+        char plain[8192];
+        snprintf(args, sizeof args, "generate -m %s -z %s -n 200 -t 0.9 -s 11 --engine %s", m, z, lowp[i]);
+        int rc = t_nerve(args);
+        if (rc == 1 && strstr(t_err, "is off")) continue;
+        T_CHECK(rc == 0, "%s: %s", lowp[i], t_err);
+        snprintf(plain, sizeof plain, "%s", t_out);
+        snprintf(args, sizeof args, "generate -m %s -z %s -n 200 -t 0.9 -s 11 --engine %s --spec-tokens 8 --spec-lookup-min 1", m,
+                 z, lowp[i]);
+        T_CHECK(t_nerve(args) == 0 && !strcmp(plain, t_out), "%s: with drafts:\n%s\nwithout:\n%s", lowp[i], t_out, plain);
+    }
     snprintf(args, sizeof args, "generate -m %s -z %s --spec-tokens 17", m, z);
     T_CHECK(t_nerve(args) == 2, "--spec-tokens 17 accepted");
     snprintf(args, sizeof args, "generate -m %s -z %s --spec-tokens 4 --spec-lookup-min 3 --spec-lookup-max 2", m, z);
