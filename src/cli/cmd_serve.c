@@ -290,16 +290,20 @@ int cmd_serve(int argc, char **argv) {
             snprintf(cache_line, sizeof cache_line, ", prefix cache: RAM %.1f MiB, no SSD tier", ram_mib);
         }
     }
+    char spec_line[96] = "";
+    if (spec_tokens)
+        snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec_tokens, lookup_min,
+                 lookup_max);
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
             "nerve serve: listening on http://%s:%d (model %s, engine %s, chat template %s, KV %s %d blocks x %d tokens = "
-            "%.1f MiB, max batch %d, prefill chunk %d%s%s)\n",
+            "%.1f MiB, max batch %d, prefill chunk %d%s%s%s)\n",
             shown, nv_http_port(http), model_id, ho.engine, nv_chat_template_name(tmpl),
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
-            prefill_chunk, cache_line, api_key ? ", API key required" : "");
+            prefill_chunk, cache_line, spec_line, api_key ? ", API key required" : "");
     fflush(stderr);
 
     int sig = 0;
