@@ -9,6 +9,7 @@
 #include "base/file.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
+#include "model/sampler.h"
 
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
     va_list ap;
@@ -96,4 +97,17 @@ void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
         nv_data_path("tokenizers/tokenizer.bin", buf->tok, sizeof buf->tok);
         *tok = buf->tok;
     }
+}
+
+int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o) {
+    int *dst = !strcmp(a, "--spec-tokens") ? &o->tokens : !strcmp(a, "--spec-lookup-min") ? &o->lookup_min
+             : !strcmp(a, "--spec-lookup-max")                                          ? &o->lookup_max
+                                                                                         : NULL;
+    if (!dst) return 0;
+    return cli_int(cmd, a, v, dst == &o->tokens ? 0 : 1, dst == &o->tokens ? NV_MAX_SPEC : 64, dst) ? 1 : -1;
+}
+
+int cli_spec_check(const char *cmd, const cli_spec *o) {
+    if (o->lookup_min <= o->lookup_max) return 0;
+    return cli_error(cmd, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", o->lookup_min, o->lookup_max);
 }

@@ -46,6 +46,7 @@
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "model/model.h"
+#include "model/sampler.h"
 
 /* ---- the child server -------------------------------------------------------------------------- */
 
@@ -462,6 +463,20 @@ static void fail_row(const char *bench, const char *why, const bench_opts *o, in
     row_end(&r, o);
 }
 
+/* --clients 1,4,16: up to 8 counts of 1..max into clients; 0 after printing why. */
+static int parse_clients(const char *cmd, const char *v, int max, int clients[8], int *n) {
+    *n = 0;
+    for (const char *p = v; *p && *n < 8;) {
+        char *end;
+        long c = strtol(p, &end, 10);
+        if (end == p || c < 1 || c > max || (*end && *end != ','))
+            return !cli_error(cmd, 2, "--clients expects a list like 1,4,16 (each 1 to %d)", max);
+        clients[(*n)++] = (int)c;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 1;
+}
+
 /* ---- bench serve ---------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -498,15 +513,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z")) tok = v;
         else if (!strcmp(a, "--clients")) {
-            n_clients = 0;
-            for (const char *p = v; *p && n_clients < 8;) {
-                char *end;
-                long c = strtol(p, &end, 10);
-                if (end == p || c < 1 || c > 256) return cli_error(CMD, 2, "--clients expects a list like 1,4,16");
-                clients[n_clients++] = (int)c;
-                p = *end == ',' ? end + 1 : end;
-                if (*end && *end != ',') return cli_error(CMD, 2, "--clients expects a list like 1,4,16");
-            }
+            if (!parse_clients(CMD, v, 256, clients, &n_clients)) return 2;
         } else
             return cli_error(CMD, 2, "unknown option '%s' (--clients LIST, --requests M, --prompt N, --tokens N, -m MODEL, -z TOK)", a);
     }
@@ -838,21 +845,13 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
         const char *a = argv[i], *v;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "--tokens")) { if (!cli_int(CMD, a, v, 1, 100000, &tokens)) return 2; }
-        else if (!strcmp(a, "--spec-tokens")) { if (!cli_int(CMD, a, v, 1, 16, &k)) return 2; }
+        else if (!strcmp(a, "--spec-tokens")) { if (!cli_int(CMD, a, v, 1, NV_MAX_SPEC, &k)) return 2; }
         else if (!strcmp(a, "--requests")) { if (!cli_int(CMD, a, v, 1, 100, &requests)) return 2; }
         else if (!strcmp(a, "--rounds")) { if (!cli_int(CMD, a, v, 1, 100, &rounds)) return 2; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z")) tok = v;
         else if (!strcmp(a, "--clients")) {
-            n_clients = 0;
-            for (const char *p = v; *p && n_clients < 8;) {
-                char *end;
-                long c = strtol(p, &end, 10);
-                if (end == p || c < 1 || c > 64 || (*end && *end != ','))
-                    return cli_error(CMD, 2, "--clients expects a list like 1,4 (each at most 64)");
-                clients[n_clients++] = (int)c;
-                p = *end == ',' ? end + 1 : end;
-            }
+            if (!parse_clients(CMD, v, 64, clients, &n_clients)) return 2;
         } else
             return cli_error(CMD, 2, "unknown option '%s' (--clients LIST, --requests M, --tokens N, --spec-tokens K, --rounds R, "
                                      "-m MODEL, -z TOK)", a);

@@ -31,6 +31,18 @@ int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((fo
  * (2: unknown engine name, 1: that engine is off on this machine). */
 int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, nv_engine_id *out);
 
+/* Speculative decoding's flags, the same for serve and generate: --spec-tokens N (0..NV_MAX_SPEC,
+ * 0: off), --spec-lookup-min N, --spec-lookup-max N (1..64; defaults 2 and 4). */
+typedef struct {
+    int tokens, lookup_min, lookup_max;
+} cli_spec;
+#define CLI_SPEC_DEFAULTS {0, 2, 4}
+/* 1 when flag a (value v) is one of them and was read, 0 when it is not one of them, -1 after
+ * printing why v is bad. */
+int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o);
+/* 0, or 2 after printing why (min above max). */
+int cli_spec_check(const char *cmd, const cli_spec *o);
+
 /* The model and tokenizer paths of `-m MODEL [-z TOKENIZER]`. MODEL may be a `nerve train` run
  * folder: its model.bin (else its model.gguf), and its tokenizer.bin unless -z was given; or a GGUF file, whose own
  * vocabulary is the tokenizer unless -z was given. Otherwise the tokenizer is

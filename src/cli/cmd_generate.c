@@ -80,7 +80,8 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL;
     int json_object = 0;
-    int steps = 256, threads = 0, spec_tokens = 0, lookup_min = 2, lookup_max = 4;
+    int steps = 256, threads = 0;
+    cli_spec spec = CLI_SPEC_DEFAULTS;
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -94,6 +95,9 @@ int cmd_generate(int argc, char **argv) {
             continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        const int sf = cli_spec_flag(CMD, a, v, &spec);
+        if (sf < 0) return 2;
+        if (sf) continue;
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "-i")) prompt = v;
@@ -105,16 +109,12 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
         else if (!strcmp(a, "--json-schema")) schema_arg = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
-        else if (!strcmp(a, "--spec-tokens")) { if (!cli_int(CMD, a, v, 0, 16, &spec_tokens)) return 2; }
-        else if (!strcmp(a, "--spec-lookup-min")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_min)) return 2; }
-        else if (!strcmp(a, "--spec-lookup-max")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_max)) return 2; }
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve generate --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
     if (json_object && schema_arg) return cli_error(CMD, 2, "give --json or --json-schema, not both");
-    if (lookup_min > lookup_max)
-        return cli_error(CMD, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", lookup_min, lookup_max);
+    if (cli_spec_check(CMD, &spec)) return 2;
     nv_grammar *grammar = NULL;
     if ((json_object || schema_arg) && load_grammar(schema_arg, &grammar) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
@@ -182,7 +182,7 @@ int cmd_generate(int argc, char **argv) {
     }
     double t_prefill = nv_now();
     int generated = 0, drafted = 0, accepted = 0, passes = 0;
-    if (spec_tokens && !(ctx = malloc(((size_t)n_prompt + (size_t)steps + 1) * sizeof *ctx))) {
+    if (spec.tokens && !(ctx = malloc(((size_t)n_prompt + (size_t)steps + 1) * sizeof *ctx))) {
         cli_error(CMD, 1, "out of memory");
         goto done;
     }
@@ -191,8 +191,8 @@ int cmd_generate(int argc, char **argv) {
         int token = prompt_tokens[n_prompt - 1];
         /* the last forward's tokens: the token fed at its first position, then its drafts; row j of
            state.logits holds the successor of feed[j] */
-        int feed[17], nrows = 1, row = 0, agreed = 0;
-        nv_spec_record spec = {0, 0};
+        int feed[NV_MAX_SPEC + 1], nrows = 1, row = 0, agreed = 0;
+        nv_spec_record record = {0, 0};
         const size_t V = (size_t)c->vocab_size;
         while (1) {
             float *logits = state.logits + (size_t)row * V;
@@ -216,12 +216,12 @@ int cmd_generate(int argc, char **argv) {
                 pos++;
                 continue;
             }
-            if (nrows > 1) nv_spec_update(&spec, agreed, row < nrows); /* the last forward's drafts: refused when a row was left */
+            if (nrows > 1) nv_spec_update(&record, agreed, row < nrows); /* the last forward's drafts: refused when a row was left */
             agreed = 0;
             /* drafts: as many as this text's acceptance makes worthwhile, never past the positions this run may reach */
-            int nd = 0, k = spec_tokens ? nv_spec_len(&spec, spec_tokens) : 0;
+            int nd = 0, k = spec.tokens ? nv_spec_len(&record, spec.tokens) : 0;
             if (k > steps - 1 - pos) k = steps - 1 - pos;
-            if (ctx && k > 0) nd = nv_ngram_draft(ctx, n_ctx, lookup_min, lookup_max, k, feed + 1);
+            if (ctx && k > 0) nd = nv_ngram_draft(ctx, n_ctx, spec.lookup_min, spec.lookup_max, k, feed + 1);
             feed[0] = token;
             nrows = 1 + nd;
             drafted += nd;
@@ -241,7 +241,7 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "nerve: %d prompt tokens (%.1f tok/s), %d generated (%.1f tok/s), engine %s\n", n_forced,
             t_prefill > t0 ? n_forced / (t_prefill - t0) : 0.0, generated,
             t_end > t_prefill && generated > 1 ? (generated - 1) / (t_end - t_prefill) : 0.0, nv_engine_name(engine));
-    if (spec_tokens)
+    if (spec.tokens)
         fprintf(stderr, "nerve: speculative decoding: %d of %d draft tokens accepted (%d forward passes after the prompt's, for %d tokens)\n",
                 accepted, drafted, passes, generated);
     rc = 0;

@@ -121,7 +121,7 @@ int cmd_serve(int argc, char **argv) {
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
     int prefix_cache = 1;
-    int spec_tokens = 0, lookup_min = 2, lookup_max = 4;
+    cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -139,6 +139,9 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        const int sf = cli_spec_flag(CMD, a, v, &spec);
+        if (sf < 0) return 2;
+        if (sf) continue;
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--port")) { if (!cli_int(CMD, a, v, 0, 65535, &port)) return 2; }
@@ -155,9 +158,6 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) { if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2; }
-        else if (!strcmp(a, "--spec-tokens")) { if (!cli_int(CMD, a, v, 0, NV_MAX_SPEC, &spec_tokens)) return 2; }
-        else if (!strcmp(a, "--spec-lookup-min")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_min)) return 2; }
-        else if (!strcmp(a, "--spec-lookup-max")) { if (!cli_int(CMD, a, v, 1, 64, &lookup_max)) return 2; }
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) {
@@ -175,8 +175,7 @@ int cmd_serve(int argc, char **argv) {
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve serve --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve serve --help)");
-    if (lookup_min > lookup_max)
-        return cli_error(CMD, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", lookup_min, lookup_max);
+    if (cli_spec_check(CMD, &spec)) return 2;
     if (!api_key) api_key = getenv("NERVE_API_KEY");
     if (api_key && !*api_key) api_key = NULL;
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
@@ -245,9 +244,9 @@ int cmd_serve(int argc, char **argv) {
                         .ram_cache_bytes = ram_cache,
                         .disk_dir = cache_dir,
                         .disk_bytes = disk_cache,
-                        .spec_tokens = spec_tokens,
-                        .spec_ngram_min = lookup_min,
-                        .spec_ngram_max = lookup_max};
+                        .spec_tokens = spec.tokens,
+                        .spec_ngram_min = spec.lookup_min,
+                        .spec_ngram_max = spec.lookup_max};
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -291,9 +290,9 @@ int cmd_serve(int argc, char **argv) {
         }
     }
     char spec_line[96] = "";
-    if (spec_tokens)
-        snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec_tokens, lookup_min,
-                 lookup_max);
+    if (spec.tokens)
+        snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec.tokens,
+                 spec.lookup_min, spec.lookup_max);
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);

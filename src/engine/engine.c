@@ -1498,26 +1498,19 @@ static int engine_hw(nv_engine_id e, const nv_cpu_info *c, char *why, size_t len
         snprintf(why, len, "%s", !c->avx2 || !c->fma ? "CPU lacks AVX2/FMA" : "OS does not enable AVX state (XCR0)");
         return 0;
     case NV_ENGINE_AVX512:
+    case NV_ENGINE_AVX512_BF16: {
         if (emulate) {
             if (nv_cpu_has_avx2(c)) return 1;
             snprintf(why, len, "emulation needs AVX2");
             return 0;
         }
-        if (nv_cpu_has_avx512(c)) return 1;
+        const int bf16 = e == NV_ENGINE_AVX512_BF16;
+        if (nv_cpu_has_avx512(c) && (!bf16 || c->avx512_bf16)) return 1;
         snprintf(why, len, "%s", !(c->avx512f && c->avx512bw && c->avx512vl) ? "CPU lacks AVX-512F/BW/VL"
+                                 : bf16 && !c->avx512_bf16                    ? "CPU lacks AVX512_BF16"
                                                                               : "OS does not enable AVX-512 state (XCR0)");
         return 0;
-    case NV_ENGINE_AVX512_BF16:
-        if (emulate) {
-            if (nv_cpu_has_avx2(c)) return 1;
-            snprintf(why, len, "emulation needs AVX2");
-            return 0;
-        }
-        if (nv_cpu_has_avx512(c) && c->avx512_bf16) return 1;
-        snprintf(why, len, "%s", !(c->avx512f && c->avx512bw && c->avx512vl) ? "CPU lacks AVX-512F/BW/VL"
-                                 : !c->avx512_bf16                            ? "CPU lacks AVX512_BF16"
-                                                                              : "OS does not enable AVX-512 state (XCR0)");
-        return 0;
+    }
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AMX_INT8: {
         if (emulate) return 1;

@@ -403,12 +403,7 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
     NV_TRY(batch_check(m, s, kv, seqs, n_seqs, &n));
     int want = 0;
     for (int i = 0; i < n_seqs; i++) want += seqs[i].logits;
-    if (want > s->logits_cap) { /* before any work: a step that cannot hold its logits changes nothing */
-        float *grown = realloc(s->logits, (size_t)want * c->vocab_size * sizeof(float));
-        if (!grown) return nv_fail(NV_ENOMEM, "batch: out of memory for the logits of %d rows", want);
-        s->logits = grown;
-        s->logits_cap = want;
-    }
+    NV_TRY(nv_logits_reserve(&s->logits, &s->logits_cap, want, c->vocab_size)); /* before any work: a failure changes nothing */
     int r = 0;
     for (int i = 0; i < n_seqs; i++)
         for (int t = 0; t < seqs[i].n; t++, r++) {

@@ -453,6 +453,15 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
     nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2);
 }
 
+nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab) {
+    if (rows <= *cap) return NV_OK;
+    float *grown = realloc(*logits, (size_t)rows * (size_t)vocab * sizeof(float));
+    if (!grown) return nv_fail(NV_ENOMEM, "out of memory for the logits of %d rows", rows);
+    *logits = grown;
+    *cap = rows;
+    return NV_OK;
+}
+
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {
     return nv_forward_rows(m, s, tokens, n, pos, s->all_logits ? n : 1);
 }
@@ -466,12 +475,7 @@ nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n,
     if (n < 1 || n > s->max_tokens) return nv_fail(NV_EINVAL, "forward: %d tokens do not fit a chunk of %d", n, s->max_tokens);
     if (pos < 0 || pos + n > s->cache_len)
         return nv_fail(NV_ERANGE, "forward: positions %d..%d exceed the context of %d", pos, pos + n - 1, s->cache_len);
-    if (rows > s->logit_cap) { /* before any work: a call that cannot hold its logits changes nothing */
-        float *grown = realloc(s->logits, (size_t)rows * c->vocab_size * sizeof(float));
-        if (!grown) return nv_fail(NV_ENOMEM, "forward: out of memory for the logits of %d rows", rows);
-        s->logits = grown;
-        s->logit_cap = rows;
-    }
+    NV_TRY(nv_logits_reserve(&s->logits, &s->logit_cap, rows, c->vocab_size)); /* before any work: a failure changes nothing */
     int d = c->dim;
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)

@@ -46,6 +46,10 @@ nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int 
  * all_logits says (a speculative step's drafts checked at once); the buffer grows when it must. */
 nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n, int pos, int rows);
 
+/* A logits buffer (*logits, *cap rows of vocab) made to hold at least rows rows, growing when it
+ * must; NV_ENOMEM (nothing changed) when it cannot. Shared with the batched forward. */
+nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab);
+
 /* The rest of layer l after attention, on n rows (shared with the batched forward): x += wo.xb,
  * then x += w2.(silu(w1.xn) * w3.xn) with xn = RMSNorm(x); xb holds the attention output on
  * entry; xb2, hb and hb2 are scratch of n x dim, n x hidden, n x hidden. */

@@ -48,6 +48,9 @@ int nv_argmax(const float *v, int n);
  * nothing matches. */
 int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out);
 
+/* Most draft tokens a step may check per sequence. */
+#define NV_MAX_SPEC 16
+
 /* How many drafts are worth checking: with a sequence's per-token acceptance a (estimated from its
  * own drafts so far, starting from one agreement and one refusal, older drafts weighing 0.9 less a
  * step), the j-th draft is reached and accepted with probability a^j, and each draft costs a row

@@ -1393,14 +1393,9 @@ char *nv_api_embed_response(const nv_api_ctx *ctx, const float *vecs, int n, int
             nv_buf_puts(&b, "]}");
         }
     }
-    nv_buf_puts(&b, "],\"model\":\"");
-    for (const char *p = ctx->model_id; *p; p++) {
-        char esc[8];
-        size_t k = nv_json_escape((unsigned char)*p, esc);
-        if (k) nv_buf_append(&b, esc, k);
-        else nv_buf_append(&b, p, 1);
-    }
-    nv_buf_printf(&b, "\",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", prompt_tokens, prompt_tokens);
+    nv_buf_puts(&b, "],\"model\":");
+    nv_json_string(&b, ctx->model_id);
+    nv_buf_printf(&b, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", prompt_tokens, prompt_tokens);
     if (b.oom) {
         nv_buf_free(&b);
         return NULL;

@@ -357,6 +357,24 @@ static enum MHD_Result submit_failed(nv_http *h, struct MHD_Connection *c, conn_
     return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
 }
 
+/* A request that could not be made: out of memory (500) or parameters the scheduler refuses (400). */
+static enum MHD_Result create_failed(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_err ce) {
+    nv_api_error err;
+    if (ce == NV_ENOMEM) nv_api_error_set(&err, 500, "server_error", NULL, NULL, "%s", nv_errmsg());
+    else nv_api_error_set(&err, 400, "invalid_request_error", NULL, NULL, "%s", nv_errmsg());
+    return respond_error(h, c, cc, &err);
+}
+
+/* Waits for r to end, collecting its text (and log-probabilities) as it comes; 0 when the client
+ * closed the connection first (the caller cancels). */
+static int wait_done(nv_http *h, nv_req *r, int fd, nv_buf *text, nv_lp_list *lps, nv_req_status *st) {
+    for (;;) {
+        nv_req_poll(h->s, r, 0.1, text, lps, st);
+        if (st->done) return 1;
+        if (conn_gone(fd)) return 0;
+    }
+}
+
 /* An ended request that did not run to its end, as the error it answers with. */
 static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_finish f) {
     if (f == NV_FINISH_TIMEOUT) {
@@ -391,11 +409,9 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         p.seed = ar.req.seed + (uint64_t)(made % per) * 0x9E3779B97F4A7C15ull;
         nv_err ce = nv_req_create(&r[made], &p);
         if (ce == NV_OK) continue;
-        if (ce == NV_ENOMEM) nv_api_error_set(&err, 500, "server_error", NULL, NULL, "%s", nv_errmsg());
-        else nv_api_error_set(&err, 400, "invalid_request_error", NULL, NULL, "%s", nv_errmsg());
         for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
         nv_api_request_free(&ar);
-        return respond_error(h, c, cc, &err);
+        return create_failed(h, c, cc, ce);
     }
     nv_submit sub = submit_all(h, r, n);
     if (sub != NV_SUBMIT_OK) {
@@ -457,16 +473,12 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     for (int i = 0; i < n; i++)
         if (ar.echo && echo[i]) nv_buf_puts(&text[i], echo[i]);
     for (int i = 0; i < n; i++) { /* in turn: a choice's wait lets the others run too */
-        for (;;) {
-            nv_req_poll(h->s, r[i], 0.1, &text[i], meta.lp_on ? &lps[i] : NULL, &rs[i]);
-            if (rs[i].done) break;
-            if (conn_gone(fd)) {
-                release_all(h, r, n, 1);
-                for (int j = 0; j < n; j++) free(lps[j].v), nv_buf_free(&text[j]);
-                nv_api_request_free(&ar);
-                access_log(cc, c, 499, "client closed the connection");
-                return MHD_NO;
-            }
+        if (!wait_done(h, r[i], fd, &text[i], meta.lp_on ? &lps[i] : NULL, &rs[i])) {
+            release_all(h, r, n, 1);
+            for (int j = 0; j < n; j++) free(lps[j].v), nv_buf_free(&text[j]);
+            nv_api_request_free(&ar);
+            access_log(cc, c, 499, "client closed the connection");
+            return MHD_NO;
         }
         oom |= text[i].oom || lps[i].oom;
     }
@@ -529,72 +541,60 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     if (nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err)) return respond_error(h, c, cc, &err);
     const int dim = h->ctx.dim, fd = conn_fd(c);
     float *vecs = malloc((size_t)in.n * dim * sizeof(float));
+    enum MHD_Result ret;
     if (!vecs) {
-        nv_api_embed_free(&in);
-        return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+        ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+        goto out;
     }
     long prompt_tokens = 0;
-    enum MHD_Result ret = MHD_YES;
-    int answered = 0;
     const int wave = h->s->o.max_queue < NV_MAX_CHOICES ? h->s->o.max_queue : NV_MAX_CHOICES;
     const double t0 = nv_now();
-    for (int w0 = 0; w0 < in.n && !answered; w0 += wave) {
+    for (int w0 = 0; w0 < in.n; w0 += wave) {
         const int n = in.n - w0 < wave ? in.n - w0 : wave;
         const double left = h->o.timeout_s - (nv_now() - t0);
         if (left <= 0) {
             ret = finish_failed(h, c, cc, NV_FINISH_TIMEOUT);
-            break;
+            goto out;
         }
         nv_req *r[NV_MAX_CHOICES] = {0};
         nv_req_status rs[NV_MAX_CHOICES];
-        int made = 0;
-        nv_err ce = NV_OK;
-        for (; made < n; made++) {
+        for (int made = 0; made < n; made++) {
             nv_req_params p = {.prompt = in.ids[w0 + made], .n_prompt = in.n_ids[w0 + made], .max_tokens = 0,
                                .timeout_s = left, .vocab_size = h->ctx.vocab_size, .embed = 1};
-            if ((ce = nv_req_create(&r[made], &p)) != NV_OK) break;
-        }
-        if (made < n) {
+            nv_err ce = nv_req_create(&r[made], &p);
+            if (ce == NV_OK) continue;
             for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
-            ret = fail(h, c, cc, ce == NV_ENOMEM ? 500 : 400, ce == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
-                       nv_errmsg());
-            answered = 1;
-            break;
+            ret = create_failed(h, c, cc, ce);
+            goto out;
         }
         nv_submit sub = submit_all(h, r, n);
         if (sub != NV_SUBMIT_OK) {
             ret = submit_failed(h, c, cc, sub);
-            answered = 1;
-            break;
+            goto out;
         }
         int failed = -1;
         for (int i = 0; i < n; i++) {
             nv_buf none = {0};
-            for (;;) {
-                nv_req_poll(h->s, r[i], 0.1, &none, NULL, &rs[i]);
-                if (rs[i].done) break;
-                if (conn_gone(fd)) {
-                    release_all(h, r, n, 1);
-                    nv_buf_free(&none);
-                    nv_api_embed_free(&in);
-                    free(vecs);
-                    access_log(cc, c, 499, "client closed the connection");
-                    return MHD_NO;
-                }
-            }
+            const int done = wait_done(h, r[i], fd, &none, NULL, &rs[i]);
             nv_buf_free(&none);
+            if (!done) {
+                release_all(h, r, n, 1);
+                access_log(cc, c, 499, "client closed the connection");
+                ret = MHD_NO;
+                goto out;
+            }
             if (failed < 0 && !nv_req_embedding(h->s, r[i], vecs + (size_t)(w0 + i) * dim, dim)) failed = i;
             prompt_tokens += rs[i].prompt_tokens;
         }
         release_all(h, r, n, 0);
         if (failed >= 0) {
             ret = finish_failed(h, c, cc, rs[failed].finish == NV_FINISH_LENGTH ? NV_FINISH_ERROR : rs[failed].finish);
-            answered = 1;
+            goto out;
         }
     }
-    if (!answered)
-        ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, vecs, in.n, in.base64, (int)prompt_tokens),
-                      NULL, NULL);
+    ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, vecs, in.n, in.base64, (int)prompt_tokens),
+                  NULL, NULL);
+out:
     nv_api_embed_free(&in);
     free(vecs);
     return ret;

@@ -636,8 +636,9 @@ static int plan_step(nv_sched *s) {
              * nor past the context (so within the reservation) */
             int k = s->o.spec_tokens && r->ctx ? nv_spec_len(&r->spec, s->o.spec_tokens) : 0;
             const int left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
-            r->spec_k = k < left ? (k < room ? k : room) : (left < room ? left : room);
-            if (r->spec_k < 0) r->spec_k = 0;
+            if (k > left) k = left;
+            if (k > room) k = room;
+            r->spec_k = k > 0 ? k : 0;
         }
         q.pos = r->pos;
         q.blocks = r->blocks;
@@ -947,11 +948,11 @@ static void embed_rows(nv_sched *s, int n) {
 int nv_req_embedding(nv_sched *s, nv_req *r, float *out, int dim) {
     pthread_mutex_lock(&s->mu);
     int ok = r->done && r->finish == NV_FINISH_LENGTH && r->embed_sum && r->embed_rows == r->n_prompt && dim == s->model->config.dim;
-    if (ok) { /* the mean, made unit length (as OpenAI's embeddings are) */
+    if (ok) { /* the mean made unit length: the sum made unit length (as OpenAI's embeddings are) */
         double norm = 0;
-        for (int j = 0; j < dim; j++) norm += (r->embed_sum[j] / r->embed_rows) * (r->embed_sum[j] / r->embed_rows);
+        for (int j = 0; j < dim; j++) norm += r->embed_sum[j] * r->embed_sum[j];
         norm = sqrt(norm);
-        for (int j = 0; j < dim; j++) out[j] = (float)(norm > 0 ? r->embed_sum[j] / r->embed_rows / norm : 0.0);
+        for (int j = 0; j < dim; j++) out[j] = (float)(norm > 0 ? r->embed_sum[j] / norm : 0.0);
     }
     pthread_mutex_unlock(&s->mu);
     return ok;

@@ -150,8 +150,6 @@ typedef struct {
     int spec_ngram_min, spec_ngram_max;
 } nv_sched_opts;
 
-/* Most draft tokens a step may check per sequence. */
-#define NV_MAX_SPEC 16
 
 typedef struct {
     const nv_model *model;

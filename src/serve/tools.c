@@ -24,7 +24,7 @@ size_t nv_json_escape(unsigned c, char out[8]) {
     }
 }
 
-static void py_string(nv_buf *b, const char *s) {
+void nv_json_string(nv_buf *b, const char *s) {
     nv_buf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char esc[8];
@@ -48,7 +48,7 @@ static void py_value(nv_buf *b, const cJSON *v, int indent, int depth) {
             if (c != v->child) nv_buf_puts(b, indent ? "," : ", ");
             if (indent) py_newline(b, indent, depth + 1);
             if (obj) {
-                py_string(b, c->string);
+                nv_json_string(b, c->string);
                 nv_buf_puts(b, ": ");
             }
             py_value(b, c, indent, depth + 1);
@@ -56,7 +56,7 @@ static void py_value(nv_buf *b, const cJSON *v, int indent, int depth) {
         if (indent && v->child) py_newline(b, indent, depth);
         nv_buf_puts(b, obj ? "}" : "]");
     } else if (cJSON_IsString(v)) {
-        py_string(b, v->valuestring);
+        nv_json_string(b, v->valuestring);
     } else {
         char *t = cJSON_PrintUnformatted(v); /* numbers, true, false, null */
         if (!t) b->oom = 1;

@@ -27,6 +27,8 @@ void nv_py_json(nv_buf *b, const cJSON *v, int indent);
 /* The JSON escape of byte c into out ('"', '\\', control characters; \n style where there is one,
  * else \u00XX), its length; 0 when c is written as itself. */
 size_t nv_json_escape(unsigned c, char out[8]);
+/* s as a JSON string, quotes included, appended to b (bytes past ASCII as they are). */
+void nv_json_string(nv_buf *b, const char *s);
 /* The length of the longest end of s[0..n) that starts tag without being all of it (what a
  * stream holds back while a tag may be coming). */
 size_t nv_partial_tag(const char *s, size_t n, const char *tag);
