@@ -338,12 +338,14 @@ static void test_accuracy_avx512(void) { check_engine(NV_ENGINE_AVX512, "", 1); 
 static void test_accuracy_avx512_bf16(void) { check_engine(NV_ENGINE_AVX512_BF16, "", 1); }
 static void test_accuracy_amx_bf16(void) { check_engine(NV_ENGINE_AMX_BF16, "", 1); }
 static void test_accuracy_amx_int8(void) { check_engine(NV_ENGINE_AMX_INT8, "", 1); }
+static void test_accuracy_avx512_int8(void) { check_engine(NV_ENGINE_AVX512_INT8, "", 1); }
 /* The same numerics on the emulated kernels (tile and zmm semantics in C), so the contract is
  * checked on machines without the hardware too. */
 static void test_accuracy_avx512_emulated(void) { check_engine(NV_ENGINE_AVX512, " (emulated)", 1); }
 static void test_accuracy_avx512_bf16_emulated(void) { check_engine(NV_ENGINE_AVX512_BF16, " (emulated)", 1); }
 static void test_accuracy_amx_bf16_emulated(void) { check_engine(NV_ENGINE_AMX_BF16, " (emulated)", 1); }
 static void test_accuracy_amx_int8_emulated(void) { check_engine(NV_ENGINE_AMX_INT8, " (emulated)", 1); }
+static void test_accuracy_avx512_int8_emulated(void) { check_engine(NV_ENGINE_AVX512_INT8, " (emulated)", 1); }
 
 int main(void) {
     nv_engines_init(NULL, 0);
@@ -361,6 +363,7 @@ int main(void) {
     T_RUN(test_accuracy_avx512_bf16);
     T_RUN(test_accuracy_amx_bf16);
     T_RUN(test_accuracy_amx_int8);
+    T_RUN(test_accuracy_avx512_int8);
     nv_engines_set_emulation(1);
     nv_engines_reset();
     nv_engines_init(NULL, 0);
@@ -369,6 +372,7 @@ int main(void) {
     T_RUN(test_accuracy_avx512_bf16_emulated);
     T_RUN(test_accuracy_amx_bf16_emulated);
     T_RUN(test_accuracy_amx_int8_emulated);
+    T_RUN(test_accuracy_avx512_int8_emulated);
     nv_engines_reset();
     free_plans(&acc.m);
     if (acc.ready || acc.m.params) nv_model_free(&acc.m);

@@ -3,10 +3,11 @@
  * For every engine that is on here: y = x.W^T on awkward shapes (M in {1,3,16,17,255,256}, K in
  * {31,64,100,768}, N in {1,15,16,33,100}), refresh without rebuilding, dx = dy.W, dW += dy^T.x,
  * and identical bits with 1 and 2 threads. Engines this CPU lacks print skipped with the reason;
- * avx512, amx-bf16 and amx-int8 then run the same cases on their emulated kernels (the real kernel
- * source over emulated vectors / tile registers), so their packing, tiling and remainder logic is
- * checked on any machine. Then the ladder (NERVE_ENGINES restrictions) and the probe: a subtly
- * wrong kernel must be latched off by the self-test.
+ * avx512, avx512-bf16, avx512-int8, amx-bf16 and amx-int8 then run the same cases on their emulated
+ * kernels (the real kernel source over emulated vectors / tile registers), so their packing, tiling
+ * and remainder logic is checked on any machine; avx512-int8 gives amx-int8's bits, kernel against
+ * kernel (hardware and emulated) and plan against plan. Then the ladder (NERVE_ENGINES restrictions)
+ * and the probe: a subtly wrong kernel must be latched off by the self-test.
  *
  * Tolerances, per element, with S = sum |a||b| over the reduction of length K, u = 2^-24:
  *   avx2, avx512  1e-5 S (two fp32 summation orders differ by at most 2 (K+2) u S in the worst
@@ -32,6 +33,8 @@
 
 static nv_engine_id E; /* the engine under test */
 
+static int is_int8(nv_engine_id e) { return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8; }
+
 static void rnd(float *v, size_t n, uint64_t *s) {
     for (size_t i = 0; i < n; i++) {
         *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -54,6 +57,7 @@ static double y_tol(nv_engine_id e, int K, double S, double sa, double sb, doubl
     switch (e) {
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return bf16_tol(K, S, 0);
+    case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         double Q = hb * sa + ha * sb + K * ha * hb;
         return Q + (K + 12) * U * (S + Q) + 2.0 * (K + 2) * U * S + 1e-30 * K;
@@ -183,7 +187,7 @@ static void test_refresh(void) {
     nv_plan *p, *ps;
     T_CHECK(nv_plan_build(&p, E, r->w, n, k) == NV_OK, "build");
     size_t bytes = nv_plan_packed_bytes(p);
-    T_CHECK(bytes >= (E == NV_ENGINE_AMX_INT8 ? (size_t)n * k : (size_t)n * k * 2), "packed bytes %zu", bytes);
+    T_CHECK(bytes >= (is_int8(E) ? (size_t)n * k : (size_t)n * k * 2), "packed bytes %zu", bytes);
     long builds = nv_plan_builds();
     nv_plan_run(p, r->x, m, y1);
     nv_plan_refresh(p, w2);
@@ -268,7 +272,7 @@ static void test_dx(void) {
                     S += d * wa;
                     B += d * (h[a] + 3 * U * wa) + d * (wa + h[a]) * (1.0 / 256) * (1 + 1.0 / 8192);
                 }
-                double tol = E == NV_ENGINE_AMX_INT8   ? B + 2.0 * (n + 2) * U * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
+                double tol = is_int8(E)                   ? B + 2.0 * (n + 2) * U * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
                              : nv_engine_low_precision(E) ? bf16_tol(n, S, 0)
                                                        : 1e-5 * S;
                 double err = fabs((double)dx[(size_t)i * k + j] - dxr[(size_t)i * k + j]);
@@ -591,8 +595,10 @@ static void test_bpack(void) {
                 if (layout) nv_bpack_cols(&bp, E, b, (size_t)ldb, k, n, buf);
                 else nv_bpack_rows(&bp, E, b, (size_t)ldb, n, k, buf);
                 T_CHECK(bp.k == k && bp.n == n, "pack shape");
-                /* activations: amx-int8 packs for amx-bf16, every other engine for itself */
-                const nv_engine_id want = E == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : E;
+                /* activations: an int8 engine packs for its bf16 one (or the next on below it), every
+                   other engine for itself */
+                nv_engine_id want = nv_engine_bf16_of(E);
+                while (!nv_engine_available(want)) want = nv_engine_next_down(want);
                 T_CHECK(bp.e == want, "packed for %s on %s", nv_engine_name(bp.e), nv_engine_name(E));
                 const int depths[3] = {k, k / 2 + 1, 0}, cols[2] = {n, n > 1 ? n - 1 : 1};
                 for (int v = 0; v < 12; v++) { /* every depth x outputs x accumulate */
@@ -648,6 +654,83 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
     }
 }
 
+/* ---------------------------------------------------------------- the int8 engines agree */
+
+/* The int8 kernels on the same tiles: amx-int8's (emulated tiles) on A as signed bytes, avx512-int8's
+ * emulation and, where the CPU has AVX512_VNNI, its VPDPBUSD loop on A + 128 with the sums started at
+ * -128 * sum(B's column): all the same bits, including extreme bytes whose int32 sums wrap inside the
+ * unsigned products and come back. */
+static void test_int8_kernels_agree(void) {
+    static const int shapes[][3] = {{1, 1, 64}, {2, 5, 128}, {3, 2, 192}, {8, 3, 64}, {17, 4, 320}, {33, 1, 64}};
+    const nv_kern_amx *k8[3] = {&nv_kern_amx_emu, &nv_kern_avx512int8_emu, NULL};
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
+        k8[2] = &nv_kern_avx512int8;
+    uint64_t seed = 8;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int extreme = 0; extreme < 2; extreme++) {
+            const int rows = shapes[si][0], nt = shapes[si][1], Kp = shapes[si][2], n = nt * 16, arows = (rows + 15) / 16 * 16;
+            int8_t *A = calloc((size_t)arows * Kp, 1), *Au = calloc((size_t)arows * Kp, 1), *B = malloc((size_t)n * Kp);
+            float *xs = malloc(sizeof(float) * rows), *ws = malloc(sizeof(float) * n), *C[3];
+            int32_t *wc = calloc((size_t)n, sizeof(int32_t));
+            for (int i = 0; i < rows * Kp; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                A[i] = extreme ? (i % 3 ? 127 : -127) : (int8_t)((int)(seed >> 56) % 255 - 127);
+                Au[i] = (int8_t)(A[i] ^ 0x80);
+            }
+            for (int i = 0; i < n * Kp; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                B[i] = extreme ? (i % 5 ? -127 : 127) : (int8_t)((int)(seed >> 56) % 255 - 127);
+            }
+            /* tile (t, kb), row i, column c, byte e holds output t*16 + c at depth kb*64 + 4i + e */
+            for (int t = 0; t < nt; t++)
+                for (int kk = 0; kk < Kp; kk++)
+                    for (int c = 0; c < 16; c++)
+                        wc[t * 16 + c] -= 128 * B[((size_t)t * (Kp / 64) + kk / 64) * 1024 + ((kk % 64) / 4) * 64 + c * 4 + kk % 4];
+            rnd(xs, (size_t)rows, &seed);
+            rnd(ws, (size_t)n, &seed);
+            for (int v = 0; v < 3; v++) {
+                C[v] = malloc(sizeof(float) * rows * n);
+                if (!k8[v]) continue;
+                T_CHECK(k8[v]->int8_unsigned == (v > 0), "%s: int8_unsigned", k8[v]->name);
+                k8[v]->int8_gemm(v ? Au : A, (size_t)Kp, rows, Kp, B, nt, xs, ws, wc, C[v], (size_t)n, n - 3);
+                if (v)
+                    for (int r = 0; r < rows; r++)
+                        T_CHECK(memcmp(C[0] + (size_t)r * n, C[v] + (size_t)r * n, sizeof(float) * (n - 3)) == 0,
+                                "%s differs from amx-int8 at row %d of %d x %d x %d%s", k8[v]->name, r, rows, n, Kp,
+                                extreme ? " (extreme bytes)" : "");
+            }
+            if (!k8[2]) printf("    (no AVX512_VNNI here: the VPDPBUSD loop itself not run)\n");
+            free(A), free(Au), free(B), free(xs), free(ws), free(wc);
+            for (int v = 0; v < 3; v++) free(C[v]);
+        }
+}
+
+/* Plans: avx512-int8 and amx-int8 from the same weights give the same y, bit for bit. */
+static void test_int8_plans_agree(void) {
+    if (!nv_engine_available(NV_ENGINE_AVX512_INT8) || !nv_engine_available(NV_ENGINE_AMX_INT8)) {
+        t_skip(!nv_engine_available(NV_ENGINE_AMX_INT8) ? nv_engine_why_off(NV_ENGINE_AMX_INT8)
+                                                        : nv_engine_why_off(NV_ENGINE_AVX512_INT8));
+        return;
+    }
+    for (int mi = 0; mi < NM; mi++)
+        for (int ki = 0; ki < NK; ki++) {
+            const shape_ref *r = ref_get(mi, ki, 4);
+            float *y[2];
+            for (int i = 0; i < 2; i++) {
+                nv_plan *p;
+                const nv_engine_id e = i ? NV_ENGINE_AVX512_INT8 : NV_ENGINE_AMX_INT8;
+                T_CHECK(nv_plan_build(&p, e, r->w, r->n, r->k) == NV_OK && nv_plan_engine(p) == e, "build");
+                y[i] = malloc(sizeof(float) * r->m * r->n);
+                nv_plan_run(p, r->x, r->m, y[i]);
+                nv_plan_free(p);
+            }
+            T_CHECK(memcmp(y[0], y[1], sizeof(float) * r->m * r->n) == 0, "y bits differ (%dx%dx%d)", r->m, r->n, r->k);
+            free(y[0]), free(y[1]);
+        }
+}
+
 /* ---------------------------------------------------------------- ladder and probe */
 
 static void reinit(const char *allow) {
@@ -691,7 +774,8 @@ static void test_ladder_avx2_only(void) {
     T_CHECK(nv_plan_engine(p) == NV_ENGINE_AVX2, "amx-int8 plan fell to %s, want avx2", nv_engine_name(nv_plan_engine(p)));
     T_CHECK(nv_engine_best() == NV_ENGINE_AVX2 && nv_engine_best_fp32() == NV_ENGINE_AVX2, "best");
     nv_plan_free(p);
-    T_CHECK(nv_engine_next_down(NV_ENGINE_AMX_INT8) == NV_ENGINE_AMX_BF16 &&
+    T_CHECK(nv_engine_next_down(NV_ENGINE_AMX_INT8) == NV_ENGINE_AVX512_INT8 &&
+                nv_engine_next_down(NV_ENGINE_AVX512_INT8) == NV_ENGINE_AMX_BF16 &&
                 nv_engine_next_down(NV_ENGINE_AMX_BF16) == NV_ENGINE_AVX512_BF16 &&
                 nv_engine_next_down(NV_ENGINE_AVX512_BF16) == NV_ENGINE_AVX512 &&
                 nv_engine_next_down(NV_ENGINE_AVX512) == NV_ENGINE_AVX2 && nv_engine_next_down(NV_ENGINE_AVX2) == NV_ENGINE_SCALAR &&
@@ -704,6 +788,7 @@ static void test_bad_allow_list(void) {
     T_CHECK(nv_engines_init("scalar,warp-drive", 0) == NV_EINVAL, "unknown engine accepted");
     nv_engine_id e;
     T_CHECK(nv_engine_parse("amx-int8", &e) == NV_OK && e == NV_ENGINE_AMX_INT8, "parse");
+    T_CHECK(nv_engine_parse("avx512-int8", &e) == NV_OK && e == NV_ENGINE_AVX512_INT8, "parse");
     T_CHECK(nv_engine_parse("AMX", &e) != NV_OK, "parse accepted junk");
 }
 
@@ -715,14 +800,16 @@ static void test_probe_latches_wrong_kernels(void) {
     nv_kern_amx_emu_inject(1);
     nv_kern_avx512_emu_inject(1);
     nv_kern_avx512bf16_emu_inject(1);
+    nv_kern_avx512int8_emu_inject(1);
     reinit(NULL);
     nv_kern_amx_emu_inject(0);
     nv_kern_avx512_emu_inject(0);
     nv_kern_avx512bf16_emu_inject(0);
+    nv_kern_avx512int8_emu_inject(0);
     nv_engines_set_emulation(0);
     for (int e = NV_ENGINE_AVX512; e < NV_ENGINE_COUNT; e++) {
         const char *why = nv_engine_why_off((nv_engine_id)e);
-        if ((e == NV_ENGINE_AVX512 || e == NV_ENGINE_AVX512_BF16) && strstr(why, "emulation needs AVX2")) continue;
+        if (strstr(why, "emulation needs AVX2")) continue;
         T_CHECK(!nv_engine_available((nv_engine_id)e), "wrong %s kernel passed the self-test", nv_engine_name((nv_engine_id)e));
         T_CHECK(strncmp(why, "self-test", 9) == 0, "%s why: '%s'", nv_engine_name((nv_engine_id)e), why);
     }
@@ -736,10 +823,12 @@ static void test_probe_latches_wrong_kernels(void) {
 static void test_probe_report(void) {
     reinit(NULL);
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
-        printf("    %-9s %s%s\n", nv_engine_name((nv_engine_id)e), nv_engine_available((nv_engine_id)e) ? "on" : "off: ",
+        printf("    %-12s %s%s\n", nv_engine_name((nv_engine_id)e), nv_engine_available((nv_engine_id)e) ? "on" : "off: ",
                nv_engine_why_off((nv_engine_id)e));
     T_CHECK(nv_engine_available(NV_ENGINE_SCALAR), "scalar off");
-    T_CHECK(nv_engine_best() >= nv_engine_best_fp32(), "best");
+    T_CHECK(nv_engine_best() >= nv_engine_best_float() && nv_engine_best_float() >= nv_engine_best_fp32(), "best");
+    T_CHECK(!is_int8(nv_engine_best_float()) && nv_engine_best_fp32() <= NV_ENGINE_AVX512, "best_float %s, best_fp32 %s",
+            nv_engine_name(nv_engine_best_float()), nv_engine_name(nv_engine_best_fp32()));
     T_CHECK(nv_pool_threads() >= 1, "pool");
 }
 
@@ -750,6 +839,8 @@ int main(void) {
     t_run("scalar: products on the calling thread (nv_bpack)", test_bpack);
     for (int e = NV_ENGINE_AVX2; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, "");
     T_RUN(test_avx512_bits_equal_avx2);
+    T_RUN(test_int8_kernels_agree);
+    T_RUN(test_int8_plans_agree);
     /* The engines this CPU lacks, on their emulated kernels. */
     nv_engines_set_emulation(1);
     nv_engines_reset();
@@ -757,6 +848,7 @@ int main(void) {
     nv_engines_set_emulation(0);
     for (int e = NV_ENGINE_AVX512; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, " (emulated)");
     t_run("test_avx512_bits_equal_avx2 (emulated)", test_avx512_bits_equal_avx2);
+    t_run("test_int8_plans_agree (emulated)", test_int8_plans_agree);
     T_RUN(test_ladder_scalar_only);
     T_RUN(test_ladder_avx2_only);
     T_RUN(test_bad_allow_list);

@@ -69,9 +69,9 @@ int cli_float(const char *cmd, const char *flag, const char *s, double lo, doubl
     return 1;
 }
 
-int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, nv_engine_id *out) {
+int cli_engine(const char *cmd, const char *name, int threads, cli_engine_default pick, nv_engine_id *out) {
     if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
-    *out = exact_fp32 ? nv_engine_best_fp32() : nv_engine_best();
+    *out = pick == CLI_ENGINE_FP32 ? nv_engine_best_fp32() : pick == CLI_ENGINE_FLOAT ? nv_engine_best_float() : nv_engine_best();
     if (!name) return 0;
     if (nv_engine_parse(name, out) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
     if (!nv_engine_available(*out)) return cli_error(cmd, 1, "engine %s is off: %s", name, nv_engine_why_off(*out));

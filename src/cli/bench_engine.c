@@ -311,8 +311,9 @@ int bench_matmul(int argc, char **argv, const bench_opts *o) {
                 row_num(&r, "ms", ms);
                 row_int(&r, "reps", reps);
                 if (peak[e] > 0) row_num(&r, "of_peak", gf / peak[e]);
-                if (e == NV_ENGINE_AMX_INT8 && g[ti][s][NV_ENGINE_AMX_BF16] > 0)
-                    row_num(&r, "vs_amx_bf16", gf / g[ti][s][NV_ENGINE_AMX_BF16]);
+                const nv_engine_id twin = nv_engine_bf16_of((nv_engine_id)e); /* an int8 engine against its bf16 one */
+                if ((int)twin != e && g[ti][s][twin] > 0)
+                    row_num(&r, twin == NV_ENGINE_AMX_BF16 ? "vs_amx_bf16" : "vs_avx512_bf16", gf / g[ti][s][twin]);
                 row_end(&r, o);
             }
             if (g[ti][s][NV_ENGINE_AMX_BF16] > 0) ref = NV_ENGINE_AMX_BF16;

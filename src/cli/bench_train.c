@@ -125,7 +125,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             double tflops = tm.flops_per_step / (ms / 1e3) / 1e12;
             row_num(&r, "tflops", tflops);
             /* against the peak of this engine's unit, measured now on all the threads */
-            nv_peak_unit unit = nv_peak_unit_of(id == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : id); /* int8 trains on bf16 tiles */
+            nv_peak_unit unit = nv_peak_unit_of(nv_engine_bf16_of(id)); /* int8 engines train on bf16 tiles */
             char pwhy[200];
             if (id != NV_ENGINE_SCALAR && nv_peak_available(unit, pwhy, sizeof pwhy)) {
                 double peak = nv_peak_run(unit, threads, 0.3);

@@ -27,9 +27,12 @@ int cli_float(const char *cmd, const char *flag, const char *s, double lo, doubl
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Probes the engines on `threads` threads and picks `name`, or when NULL the fastest engine
- * (the fastest exact fp32 one when exact_fp32). Returns 0, or the exit code after printing why
+ * (see cli_engine_default). Returns 0, or the exit code after printing why
  * (2: unknown engine name, 1: that engine is off on this machine). */
-int cli_engine(const char *cmd, const char *name, int threads, int exact_fp32, nv_engine_id *out);
+/* The engines a command picks from by default: the fastest (serve), the fastest whose operands are
+ * floating point (train: nothing quantised to int8), the fastest exact fp32 one (generate). */
+typedef enum { CLI_ENGINE_FASTEST, CLI_ENGINE_FLOAT, CLI_ENGINE_FP32 } cli_engine_default;
+int cli_engine(const char *cmd, const char *name, int threads, cli_engine_default pick, nv_engine_id *out);
 
 /* Speculative decoding's flags, the same for serve and generate: --spec-tokens N (0..NV_MAX_SPEC,
  * 0: off), --spec-lookup-min N, --spec-lookup-max N (1..64; defaults 2 and 4). */

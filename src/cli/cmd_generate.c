@@ -46,8 +46,8 @@ static void usage(FILE *f) {
             "                one without (default 0: off)\n"
             "  --spec-lookup-min N, --spec-lookup-max N\n"
             "                the lengths of the tail looked up, longest first (default 2 and 4)\n"
-            "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, amx-int8 (default: the fastest exact fp32 one that\n"
-            "                probes well, so the output is llama2.c's)\n"
+            "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, avx512-int8, amx-int8 (default: the fastest\n"
+            "                exact fp32 one that probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n");
 }
 
@@ -123,7 +123,7 @@ int cmd_generate(int argc, char **argv) {
     cli_model_paths(&model_path, &tok_path, &paths);
     nv_engine_id engine;
     /* exact fp32 by default, so the output is llama2.c's: bf16/int8 engines are opt-in here */
-    int erc = cli_engine(CMD, engine_name, threads, 1, &engine);
+    int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FP32, &engine);
     if (erc) return erc;
 
     nv_model model;

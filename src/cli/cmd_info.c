@@ -26,6 +26,7 @@ int cmd_info(int argc, char **argv) {
         int on;
     } f[] = {{"AVX2", c->avx2 && c->os_avx},   {"FMA", c->fma},
              {"AVX-512F", c->avx512f && c->os_avx512}, {"AVX512-BF16", c->avx512_bf16 && c->os_avx512},
+             {"AVX512-VNNI", c->avx512_vnni && c->os_avx512},
              {"AMX-TILE", c->amx_tile},         {"AMX-BF16", c->amx_bf16},
              {"AMX-INT8", c->amx_int8}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) printf(" %s%s", f[i].on ? "+" : "-", f[i].name);
@@ -38,9 +39,10 @@ int cmd_info(int argc, char **argv) {
     if (nv_engines_init(NULL, 0) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     printf("engines:\n");
     for (int e = 0; e < NV_ENGINE_COUNT; e++) {
-        if (nv_engine_available((nv_engine_id)e)) printf("  %-9s on\n", nv_engine_name((nv_engine_id)e));
-        else printf("  %-9s off: %s\n", nv_engine_name((nv_engine_id)e), nv_engine_why_off((nv_engine_id)e));
+        if (nv_engine_available((nv_engine_id)e)) printf("  %-12s on\n", nv_engine_name((nv_engine_id)e));
+        else printf("  %-12s off: %s\n", nv_engine_name((nv_engine_id)e), nv_engine_why_off((nv_engine_id)e));
     }
-    printf("best:     %s\n", nv_engine_name(nv_engine_best()));
+    printf("best:     %s (serve's default; train: %s, generate: %s)\n", nv_engine_name(nv_engine_best()),
+           nv_engine_name(nv_engine_best_float()), nv_engine_name(nv_engine_best_fp32()));
     return 0;
 }

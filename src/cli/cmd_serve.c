@@ -43,7 +43,7 @@ static void usage(FILE *f) {
             "  --port P             TCP port (default 8000; 0 = any free port, printed at start)\n"
             "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
             "  --alias NAME         model id in the API (default: the model's file name without extension)\n"
-            "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, amx-int8 (default: the fastest that probes well)\n"
+            "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, avx512-int8, amx-int8 (default: the fastest that probes well)\n"
             "  --threads N          threads for the engines (default: one per core)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
@@ -210,7 +210,7 @@ int cmd_serve(int argc, char **argv) {
     cli_model_paths(&model_path, &tok_path, &paths);
     if (!tmpl_given) tmpl = declared_template(model_path);
     nv_engine_id engine;
-    int erc = cli_engine(CMD, engine_name, threads, 0, &engine); /* the fastest engine that probes well */
+    int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine); /* the fastest engine that probes well */
     if (erc) return erc;
 
     nv_model model;

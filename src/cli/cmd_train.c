@@ -112,7 +112,7 @@ int cmd_train(int argc, char **argv) {
             tok_path = default_tok;
         }
     }
-    int erc = cli_engine(CMD, engine_name, threads, 0, &o.engine);
+    int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FLOAT, &o.engine);
     if (erc) return erc;
 
     nv_tokenizer *tok = NULL;

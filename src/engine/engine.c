@@ -18,7 +18,8 @@
 #include "base/vmath.h"
 #include "engine/kern.h"
 
-static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar", "avx2", "avx512", "avx512-bf16", "amx-bf16", "amx-int8"};
+static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar",   "avx2",        "avx512",  "avx512-bf16",
+                                                           "amx-bf16", "avx512-int8", "amx-int8"};
 
 static int engines_ready;
 static int pool_ready;
@@ -29,6 +30,7 @@ static int emulate;
 static const nv_kern_fp32 *engine_fp32[NV_ENGINE_COUNT]; /* avx2, avx512 */
 static const nv_kern_amx *engine_amx;                     /* amx-bf16, amx-int8 */
 static const nv_kern_amx *engine_vbf16;                   /* avx512-bf16 */
+static nv_kern_amx engine_vint8;                          /* avx512-int8: its int8 loop, avx512-bf16's bf16 one */
 static int force_inline; /* self-test: every task on the calling thread */
 static int force_split;  /* self-test: split even tiny products across the pool */
 
@@ -41,7 +43,8 @@ struct nv_plan {
     const float *w;  /* scalar: the caller's weights, read in place */
     void *pack;      /* fp32 panels, bf16 or int8 VNNI tiles (64-byte aligned) */
     size_t pack_bytes;
-    float *wscale;   /* amx-int8: per-output-channel scales, padded to the tile columns */
+    float *wscale;   /* int8: per-output-channel scales, padded to the tile columns */
+    int32_t *wcomp;  /* int8: -128 * the sum of each output's quantised weights (kern.h's int8_unsigned) */
     int np;          /* fp32: panels of nr outputs; amx: column tiles of 16 */
     int kp;          /* amx: depth padded to the tile depth */
     const nv_kern_fp32 *kf;
@@ -65,9 +68,13 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 static inline int rup(int a, int b) { return cdiv(a, b) * b; }
 
-/* The engines that compute on bf16 VNNI tiles (the same packing and products, their own loop). */
+/* The engines that compute on bf16 VNNI tiles, and those on int8 ones (the same packing and
+ * products, their own loop). */
 static inline int bf16_tiles(nv_engine_id e) { return e == NV_ENGINE_AMX_BF16 || e == NV_ENGINE_AVX512_BF16; }
-static inline const nv_kern_amx *tile_kern(nv_engine_id e) { return e == NV_ENGINE_AVX512_BF16 ? engine_vbf16 : engine_amx; }
+static inline int int8_tiles(nv_engine_id e) { return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8; }
+static inline const nv_kern_amx *tile_kern(nv_engine_id e) {
+    return e == NV_ENGINE_AVX512_BF16 ? engine_vbf16 : e == NV_ENGINE_AVX512_INT8 ? &engine_vint8 : engine_amx;
+}
 
 static void *aalloc(size_t bytes) { return nv_alloc_large(64, bytes, 0); }
 /* A plan's packed weights: kept for the plan's life, so worth huge pages. */
@@ -153,9 +160,10 @@ static void row_to_bf16(const float *src, const float *colscale, uint16_t *dst, 
 }
 
 /* Quantises one row: scale = max|x| / 127, q = round(x / scale) (to nearest even, as rintf and
- * cvtps2dq under the default MXCSR). A NaN or infinity in the row makes the scale NaN, so the row's
- * outputs are NaN as they would be in fp32. Returns the scale. */
-static float row_to_int8(const float *src, int8_t *dst, int k) {
+ * cvtps2dq under the default MXCSR), each byte stored xor flip (0x80: q + 128 as u8). A NaN or
+ * infinity in the row makes the scale NaN, so the row's outputs are NaN as they would be in fp32.
+ * Returns the scale. */
+static float row_to_int8(const float *src, int8_t *dst, int k, uint8_t flip) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 vmax = _mm256_setzero_ps(), vnan = _mm256_setzero_ps();
     int j = 0;
@@ -177,11 +185,12 @@ static float row_to_int8(const float *src, int8_t *dst, int k) {
         __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + j), vinv));
         q = _mm256_max_epi32(_mm256_min_epi32(q, hi), lo); /* NaN converts to INT_MIN: -127 (the row is NaN anyway) */
         __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q, q), _mm256_setzero_si256());
+        b = _mm256_xor_si256(b, _mm256_set1_epi8((char)flip));
         _mm_storel_epi64((__m128i *)(dst + j), _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, pick)));
     }
     for (; j < k; j++) {
         float v = rintf(src[j] * inv);
-        dst[j] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : v == v ? (int)v : 0);
+        dst[j] = (int8_t)((v > 127.0f ? 127 : v < -127.0f ? -127 : v == v ? (int)v : 0) ^ flip);
     }
     return finite ? amax / 127.0f : NAN;
 }
@@ -226,7 +235,8 @@ nv_err nv_engine_parse(const char *name, nv_engine_id *out) {
             *out = (nv_engine_id)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown engine '%s' (known: scalar, avx2, avx512, avx512-bf16, amx-bf16, amx-int8)", name);
+    return nv_fail(NV_EINVAL, "unknown engine '%s' (known: scalar, avx2, avx512, avx512-bf16, amx-bf16, avx512-int8, amx-int8)",
+                   name);
 }
 
 static void engine_latch(nv_engine_id e, const char *why) {
@@ -246,6 +256,16 @@ nv_engine_id nv_engine_best(void) {
 }
 
 int nv_engine_low_precision(nv_engine_id e) { return e >= NV_ENGINE_AVX512_BF16 && e < NV_ENGINE_COUNT; }
+
+nv_engine_id nv_engine_bf16_of(nv_engine_id e) {
+    return e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : e == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512_BF16 : e;
+}
+
+nv_engine_id nv_engine_best_float(void) {
+    for (int e = NV_ENGINE_COUNT - 1; e > 0; e--)
+        if (engine_on[e] && !int8_tiles((nv_engine_id)e)) return (nv_engine_id)e;
+    return NV_ENGINE_SCALAR;
+}
 
 nv_engine_id nv_engine_best_fp32(void) {
     for (int e = NV_ENGINE_AVX512; e > 0; e--)
@@ -351,7 +371,8 @@ static void pack_bf16_task(void *vc, int task, int nt) {
 
 /* int8 VNNI tiles with per-output-channel scales: scale = max|W[row]| / 127,
  * q = round(W / scale) in [-127, 127]; tile (t, kb), row i, column c, quad e holds
- * q[t*16 + c][kb*64 + 4i + e]. */
+ * q[t*16 + c][kb*64 + 4i + e]; wcomp[row] = -128 * sum q[row] (unsigned arithmetic: it wraps as
+ * the kernels' int32 sums do). */
 static void pack_int8_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
@@ -370,6 +391,7 @@ static void pack_int8_task(void *vc, int task, int nt) {
             int finite = isfinite(amax);
             float scale = finite ? amax / 127.0f : NAN, inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
             p->wscale[row] = scale;
+            uint32_t sum = 0;
             for (int kk = 0; kk < p->kp; kk++) {
                 int q = 0;
                 if (src && kk < k) {
@@ -377,7 +399,9 @@ static void pack_int8_task(void *vc, int task, int nt) {
                     q = v > 127.0f ? 127 : v < -127.0f ? -127 : v == v ? (int)v : 0;
                 }
                 tile[(size_t)(kk / 64) * 1024 + ((kk % 64) / 4) * 64 + cc * 4 + (kk % 4)] = (int8_t)q;
+                sum += (uint32_t)q;
             }
+            p->wcomp[row] = (int32_t)(0u - 128u * sum);
         }
     }
 }
@@ -388,6 +412,7 @@ static void (*pack_fn(const nv_plan *p))(void *, int, int) {
     case NV_ENGINE_AVX512: return pack_fp32_task;
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return pack_bf16_task;
+    case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: return pack_int8_task;
     default: return NULL;
     }
@@ -433,13 +458,17 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
         p->kp = rup(k, NV_AMX_BF16_DEPTH);
         p->pack_bytes = (size_t)p->np * 16 * p->kp * 2;
         break;
+    case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8:
-        p->ka = engine_amx;
+        p->ka = tile_kern(e);
         p->np = cdiv(n, 16);
         p->kp = rup(k, NV_AMX_INT8_DEPTH);
         p->pack_bytes = (size_t)p->np * 16 * p->kp;
         p->wscale = calloc((size_t)p->np * 16, sizeof(float));
-        if (!p->wscale) {
+        p->wcomp = calloc((size_t)p->np * 16, sizeof(int32_t));
+        if (!p->wscale || !p->wcomp) {
+            free(p->wscale);
+            free(p->wcomp);
             free(p);
             return nv_fail(NV_ENOMEM, "plan: out of memory");
         }
@@ -449,6 +478,7 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
     if (p->pack_bytes && !(p->pack = pack_alloc(p->pack_bytes))) {
         size_t bytes = p->pack_bytes;
         free(p->wscale);
+        free(p->wcomp);
         free(p);
         return nv_fail(NV_ENOMEM, "plan: out of memory for %zu bytes of packed weights", bytes);
     }
@@ -460,7 +490,7 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
 nv_err nv_plan_build(nv_plan **out, nv_engine_id want, const float *w, int n, int k) {
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
     nv_engine_id e = engine_resolve(want);
-    if (e == NV_ENGINE_AMX_INT8 && k > INT8_MAX_K) e = engine_resolve(NV_ENGINE_AMX_BF16);
+    if (int8_tiles(e) && k > INT8_MAX_K) e = engine_resolve(nv_engine_bf16_of(e));
     NV_TRY(plan_build_on(out, e, w, n, k));
     atomic_fetch_add(&plan_build_count, 1);
     return NV_OK;
@@ -502,7 +532,7 @@ size_t nv_plan_packed_bytes(const nv_plan *p) {
     if (p->engine == NV_ENGINE_SCALAR) return (size_t)p->n * p->k * sizeof(float);
     if (p->quant)
         return p->pack_bytes + (p->qscale ? (size_t)p->np * cdiv(p->k, p->qb) * p->kf->nr * sizeof(float) * (p->qoff ? 2 : 1) : 0);
-    return p->pack_bytes + (p->wscale ? (size_t)p->n * sizeof(float) : 0);
+    return p->pack_bytes + (p->wscale ? (size_t)p->n * (sizeof(float) + sizeof(int32_t)) : 0);
 }
 
 int nv_plan_quantized(const nv_plan *p) { return p->quant ? p->bits : 0; }
@@ -511,6 +541,7 @@ void nv_plan_free(nv_plan *p) {
     if (!p) return;
     free(p->pack);
     free(p->wscale);
+    free(p->wcomp);
     free(p->qscale);
     free(p->qoff);
     free(p->dx_tiles);
@@ -823,16 +854,18 @@ static void to_bf16_task(void *vc, int task, int nt) {
     rows_to_bf16(c->a, (size_t)c->k, c->k, c->colscale, r0, r1, (uint16_t *)c->abuf + (size_t)r0 * c->depth, c->depth);
 }
 
-/* Activation rows -> int8 with a per-row scale: scale = max|x| / 127, q = round(x / scale). */
+/* Activation rows -> int8 with a per-row scale: scale = max|x| / 127, q = round(x / scale); as
+ * q + 128 (u8) for a kernel that takes A unsigned (kern.h's int8_unsigned). */
 static void to_int8_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
     const int rows = c->m, k = c->k, depth = c->depth;
+    const uint8_t flip = c->p->ka->int8_unsigned ? 0x80 : 0; /* q ^ 0x80 == q + 128 as a byte */
     int r0 = (int)((long)rows * task / nt), r1 = (int)((long)rows * (task + 1) / nt);
     int8_t *dst = (int8_t *)c->abuf;
     for (int r = r0; r < r1; r++) {
         int8_t *d = dst + (size_t)r * depth;
-        c->rowscale[r] = row_to_int8(c->a + (size_t)r * k, d, k);
-        for (int j = k; j < depth; j++) d[j] = 0;
+        c->rowscale[r] = row_to_int8(c->a + (size_t)r * k, d, k, flip);
+        memset(d + k, flip, (size_t)(depth - k)); /* q = 0 */
     }
 }
 
@@ -846,10 +879,10 @@ static void amx_run_task(void *vc, int task, int nt) {
     int t0 = 2 * u0, t1 = imin(p->np, 2 * u1);
     if (r0 >= r1 || t0 >= t1) return;
     float *y = c->out + (size_t)r0 * n + (size_t)t0 * 16;
-    if (p->engine == NV_ENGINE_AMX_INT8)
+    if (int8_tiles(p->engine))
         p->ka->int8_gemm((const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
                          (const int8_t *)p->pack + (size_t)t0 * (p->kp / 64) * 1024, t1 - t0, c->rowscale + r0,
-                         p->wscale + (size_t)t0 * 16, y, n, n - t0 * 16);
+                         p->wscale + (size_t)t0 * 16, p->wcomp + (size_t)t0 * 16, y, n, n - t0 * 16);
     else
         p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
                          (const uint16_t *)p->pack + (size_t)t0 * (p->kp / 32) * 512, t1 - t0, y, n, n - t0 * 16, 0);
@@ -886,7 +919,7 @@ static void dx_tile(const nv_plan *p, int t, int kb, uint16_t *U) {
         }
         return;
     }
-    /* amx-int8: the int8 values as bf16 (exact), element by element */
+    /* int8 plans: the int8 values as bf16 (exact), element by element */
     memset(U, 0, 512 * sizeof(uint16_t));
     for (int h = 0; h < 2; h++) {
         const int ft = 2 * kb + h; /* forward column tile: outputs ft*16 .. +15 */
@@ -1001,10 +1034,10 @@ size_t nv_bpack_floats(int k, int n) {
     return fp32 > tiles ? fp32 : tiles;
 }
 
-/* amx-bf16 when asked for an AMX engine that is on (amx-int8 too: these operands are activations,
- * which bf16 keeps), else the fp32 engine asked for or the best one on. */
+/* The bf16 tile engine asked for when it is on (an int8 engine asks for its bf16 one: these
+ * operands are activations, which bf16 keeps), else the next one on down the ladder. */
 static void bpack_init(nv_bpack *bp, nv_engine_id e, int k, int n, float *buf) {
-    if (e == NV_ENGINE_AMX_INT8) e = NV_ENGINE_AMX_BF16;
+    e = nv_engine_bf16_of(e);
     bp->e = engine_resolve(e); /* down the ladder: a bf16 tile engine or an fp32 one */
     bp->k = k;
     bp->n = n;
@@ -1093,11 +1126,11 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
 
 /* ---------------------------------------------------------------- the tile engines' activations */
 
-/* x's m rows made bf16 (or int8 with per-row scales, for amx-int8) at the depth of plan p's tiles,
+/* x's m rows made bf16 (or int8 with per-row scales, for the int8 engines) at the depth of plan p's tiles,
  * into c->abuf (and c->rowscale), which the caller frees; rows padded with zeros to whole tiles.
  * 0 when out of memory (nothing to free then). */
 static int tile_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
-    const int rows = amx_rows(m), int8 = p->engine == NV_ENGINE_AMX_INT8, esize = int8 ? 1 : 2;
+    const int rows = amx_rows(m), int8 = int8_tiles(p->engine), esize = int8 ? 1 : 2;
     void *abuf = aalloc((size_t)rows * p->kp * esize);
     float *xs = int8 ? aalloc((size_t)rows * sizeof(float)) : NULL;
     if (!abuf || (int8 && !xs)) {
@@ -1160,7 +1193,7 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
                        nv_plan_epilogue ep, void *ep_ctx) {
     if (m <= 0 || count <= 0) return;
     const nv_engine_id e = plans[0]->engine;
-    const int tiles = bf16_tiles(e) || e == NV_ENGINE_AMX_INT8; /* x converted once for all of them */
+    const int tiles = bf16_tiles(e) || int8_tiles(e); /* x converted once for all of them */
     int fused = count <= GROUP_MAX && (tiles || e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
     for (int i = 1; i < count; i++)
         if (plans[i]->engine != e || plans[i]->k != plans[0]->k || (ep && plans[i]->n != plans[0]->n)) fused = 0;
@@ -1209,6 +1242,7 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
         return;
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8:
         if (!tile_prepare(&c, p, x, m)) {
             nv_warn("plan: out of memory for %d x %d activations; output set to NaN", m, k);
@@ -1242,6 +1276,7 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
         break;
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         const int depth = rup(n, 32);
         nv_plan *mp = (nv_plan *)p; /* the dx buffer is scratch, not the plan's weights */
@@ -1291,6 +1326,7 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
     }
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         const int depth = rup(m, 32);
         uint16_t *X = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
@@ -1336,6 +1372,7 @@ static double elem_bound(nv_engine_id e, int K, double S, double sa, double sb, 
     switch (e) {
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return (1.0 / 128 + 1.0 / 65536) * S + fp * (1 + 1.0 / 64) + 1e-30 * K;
+    case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         double Q = qb * sa + qa * sb + K * qa * qb;
         return Q + (K + 12) * U32 * (S + Q) + 2.0 * (K + 2) * U32 * (S + c0) + 1e-30 * K;
@@ -1388,7 +1425,7 @@ static int selftest(nv_engine_id e, char *why, size_t len) {
         gemm_dw_on(NV_ENGINE_SCALAR, dy, x, m, n, k, dwr);
         /* y: reduction over k */
         for (int r = 0; ok && r < m; r++) {
-            double qx = e == NV_ENGINE_AMX_INT8 ? max_abs(x + (size_t)r * k, k) / 127.0f * 0.5 : 0;
+            double qx = int8_tiles(e) ? max_abs(x + (size_t)r * k, k) / 127.0f * 0.5 : 0;
             for (int j = 0; ok && j < n; j++) {
                 double S = 0, sx = 0, sw = 0;
                 for (int i = 0; i < k; i++) {
@@ -1396,7 +1433,7 @@ static int selftest(nv_engine_id e, char *why, size_t len) {
                     sx += fabsf(x[(size_t)r * k + i]);
                     sw += fabsf(w[(size_t)j * k + i]);
                 }
-                double qw = e == NV_ENGINE_AMX_INT8 ? max_abs(w + (size_t)j * k, k) / 127.0f * 0.5 : 0;
+                double qw = int8_tiles(e) ? max_abs(w + (size_t)j * k, k) / 127.0f * 0.5 : 0;
                 double err = fabs((double)y[(size_t)r * n + j] - yr[(size_t)r * n + j]);
                 if (!(err <= elem_bound(e, k, S, sx, sw, qx, qw, 0))) {
                     snprintf(why, len, "self-test: y[%d][%d] of %dx%dx%d is %g, scalar %g", r, j, m, n, k, y[(size_t)r * n + j],
@@ -1412,12 +1449,12 @@ static int selftest(nv_engine_id e, char *why, size_t len) {
                 for (int a = 0; a < n; a++) {
                     double d = fabs((double)dy[(size_t)r * n + a]), wa = fabs((double)w[(size_t)a * k + j]);
                     S += d * wa;
-                    if (e == NV_ENGINE_AMX_INT8) {
+                    if (int8_tiles(e)) {
                         double h = max_abs(w + (size_t)a * k, k) / 127.0f * 0.5;
                         B += d * (h + 3 * U32 * wa) + d * (wa + h) * (1.0 / 256) * (1 + 1.0 / 8192);
                     }
                 }
-                double bound = e == NV_ENGINE_AMX_INT8 ? B + 2.0 * (n + 2) * U32 * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
+                double bound = int8_tiles(e) ? B + 2.0 * (n + 2) * U32 * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
                                                        : elem_bound(e, n, S, 0, 0, 0, 0, 0);
                 double err = fabs((double)dx[(size_t)r * k + j] - dxr[(size_t)r * k + j]);
                 if (!(err <= bound)) {
@@ -1431,7 +1468,7 @@ static int selftest(nv_engine_id e, char *why, size_t len) {
             for (int j = 0; ok && j < k; j++) {
                 double S = 0;
                 for (int r = 0; r < m; r++) S += fabs((double)dy[(size_t)r * n + a] * x[(size_t)r * k + j]);
-                nv_engine_id be = e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : e;
+                nv_engine_id be = nv_engine_bf16_of(e);
                 double bound = elem_bound(be, m, S, 0, 0, 0, 0, fabs((double)dw0[(size_t)a * k + j]));
                 double err = fabs((double)dw[(size_t)a * k + j] - dwr[(size_t)a * k + j]);
                 if (!(err <= bound)) {
@@ -1498,16 +1535,18 @@ static int engine_hw(nv_engine_id e, const nv_cpu_info *c, char *why, size_t len
         snprintf(why, len, "%s", !c->avx2 || !c->fma ? "CPU lacks AVX2/FMA" : "OS does not enable AVX state (XCR0)");
         return 0;
     case NV_ENGINE_AVX512:
-    case NV_ENGINE_AVX512_BF16: {
+    case NV_ENGINE_AVX512_BF16:
+    case NV_ENGINE_AVX512_INT8: {
         if (emulate) {
             if (nv_cpu_has_avx2(c)) return 1;
             snprintf(why, len, "emulation needs AVX2");
             return 0;
         }
-        const int bf16 = e == NV_ENGINE_AVX512_BF16;
-        if (nv_cpu_has_avx512(c) && (!bf16 || c->avx512_bf16)) return 1;
+        const int bf16 = e == NV_ENGINE_AVX512_BF16, vnni = e == NV_ENGINE_AVX512_INT8;
+        if (nv_cpu_has_avx512(c) && (!bf16 || c->avx512_bf16) && (!vnni || c->avx512_vnni)) return 1;
         snprintf(why, len, "%s", !(c->avx512f && c->avx512bw && c->avx512vl) ? "CPU lacks AVX-512F/BW/VL"
                                  : bf16 && !c->avx512_bf16                    ? "CPU lacks AVX512_BF16"
+                                 : vnni && !c->avx512_vnni                    ? "CPU lacks AVX512_VNNI"
                                                                               : "OS does not enable AVX-512 state (XCR0)");
         return 0;
     }
@@ -1547,6 +1586,11 @@ nv_err nv_engines_init(const char *allow, int threads) {
     engine_fp32[NV_ENGINE_AVX512] = emulate ? &nv_kern_avx512_emu : &nv_kern_avx512;
     engine_amx = emulate ? &nv_kern_amx_emu : &nv_kern_amx_hw;
     engine_vbf16 = emulate ? &nv_kern_avx512bf16_emu : &nv_kern_avx512bf16;
+    /* avx512-int8 trains on bf16 tiles: VDPBF16PS where the CPU has it (whether or not the
+     * avx512-bf16 engine is allowed), else its emulation, the same bits */
+    engine_vint8 = emulate ? nv_kern_avx512int8_emu : nv_kern_avx512int8;
+    engine_vint8.bf16_gemm = !emulate && nv_cpu_has_avx512(cpu) && cpu->avx512_bf16 ? nv_kern_avx512bf16.bf16_gemm
+                                                                                    : nv_kern_avx512bf16_emu.bf16_gemm;
     engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
     engine_why[NV_ENGINE_SCALAR][0] = '\0';
     for (int i = 1; i < NV_ENGINE_COUNT; i++) {

@@ -2,9 +2,9 @@
  *
  * An engine is one way of computing a matrix product: scalar (fp32 reference, always present),
  * avx2 (fp32 FMA), avx512 (fp32), avx512-bf16 (bf16 operands, fp32 accumulate/output, on the
- * vector unit's VDPBF16PS), amx-bf16 (the same on the tile unit) and amx-int8
- * (W8A8: int8 weights with per-output-channel scales, activations quantised per row at run time,
- * int32 accumulate, fp32 output). nv_engines_init() probes each once (CPUID, XCR0, the AMX
+ * vector unit's VDPBF16PS), amx-bf16 (the same on the tile unit), amx-int8 (W8A8: int8 weights
+ * with per-output-channel scales, activations quantised per row at run time, int32 accumulate,
+ * fp32 output) and avx512-int8 (amx-int8's arithmetic on the vector unit's VPDPBUSD: the same bits). nv_engines_init() probes each once (CPUID, XCR0, the AMX
  * permission request, then a small product checked against scalar); a failure latches the engine
  * off with one log line giving the reason. NERVE_ENGINES (or the `allow` argument) restricts the
  * set so every fallback is testable on any machine.
@@ -13,7 +13,9 @@
  * llama2.c and PyTorch) packed once into an engine's layout. nv_plan_run computes
  * y[m x n] = x[m x k] . W^T for any m; nv_plan_refresh() rewrites the packed copy from new fp32
  * weights without rebuilding (the dynamic-weights rule). A plan asked for an engine that is off
- * falls down the ladder amx-int8 -> amx-bf16 -> avx512-bf16 -> avx512 -> avx2 -> scalar.
+ * falls down the ladder amx-int8 -> avx512-int8 -> amx-bf16 -> avx512-bf16 -> avx512 -> avx2 -> scalar
+ * (each int8 engine above the bf16 ones: a machine without AMX answers amx-int8 with the same bits,
+ * amx-bf16 with bf16, never with int8).
  * The scalar engine sums each dot product left to right in fp32, exactly as llama2.c's run.c,
  * and reads the caller's weights in place (the caller keeps them alive for the plan's life).
  *
@@ -41,15 +43,20 @@
  *             x quantised per row at run time (scale = max|x[r]| / 127), tdpbssd into int32,
  *             y = acc * xscale[r] * wscale[n]. Plans with k > 131072 (int32 could overflow) are
  *             built on amx-bf16 instead.
+ *   avx512-int8  amx-int8's tiles, scales and quantisation; VPDPBUSD (unsigned x signed bytes) with x
+ *             given as q + 128 and each output's int32 sum started at -128 * sum(q_w), which the
+ *             offset's products cancel exactly: the sums, and so y, are amx-int8's bit for bit.
+ *             Plans with k > 131072 are built on avx512-bf16.
  * Training products on each engine:
  *   nv_plan_run_dx  avx2/avx512: the same panel kernel over panels of W^T gathered per task from
  *                   the forward panels. amx-bf16 and avx512-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered
- *                   from the forward tiles). amx-int8: bf16 tiles too, on the quantised weights
- *                   (exact in bf16) with the per-channel scales folded into dy before rounding.
+ *                   from the forward tiles). amx-int8, avx512-int8: bf16 tiles too, on the quantised
+ *                   weights (exact in bf16) with the per-channel scales folded into dy before
+ *                   rounding (avx512-int8: VDPBF16PS, emulated where the CPU lacks AVX512_BF16).
  *   nv_gemm_dw      avx2/avx512: the panel kernel on dy^T and panels of x, accumulating into dw;
  *                   x is packed once per call, dy transposed a block of rows x depth slice at a
  *                   time into a buffer that stays in cache (never a whole copy of dy).
- *                   amx-bf16, amx-int8 and avx512-bf16: bf16 tiles (dy and x rounded to bf16), fp32 accumulate.
+ *                   the bf16 and int8 tile engines: bf16 tiles (dy and x rounded to bf16), fp32 accumulate.
  *
  * Accuracy against scalar, per element, with S = sum |a||b| over the reduction of length K and
  * u = 2^-24 (what the probe's self-test and tests/test_engine.c check):
@@ -74,6 +81,7 @@ typedef enum {
     NV_ENGINE_AVX512,
     NV_ENGINE_AVX512_BF16,
     NV_ENGINE_AMX_BF16,
+    NV_ENGINE_AVX512_INT8,
     NV_ENGINE_AMX_INT8,
     NV_ENGINE_COUNT
 } nv_engine_id;
@@ -91,8 +99,14 @@ const char *nv_engine_why_off(nv_engine_id e);
 nv_engine_id nv_engine_best(void);
 /* The highest fp32 rung that is on (avx512, avx2 or scalar), for fp32-accurate work. */
 nv_engine_id nv_engine_best_fp32(void);
+/* The highest rung that is on whose operands are floating point (bf16 or fp32, not int8): for
+ * training, which keeps its forward in the precision its backward assumes. */
+nv_engine_id nv_engine_best_float(void);
 /* 1 for the engines whose operands are rounded (bf16, int8), 0 for the fp32 ones. */
 int nv_engine_low_precision(nv_engine_id e);
+/* The bf16 engine an int8 engine's training products and activation-by-activation products run on
+ * (amx-int8: amx-bf16, avx512-int8: avx512-bf16); e itself for the others. */
+nv_engine_id nv_engine_bf16_of(nv_engine_id e);
 nv_err nv_engine_parse(const char *name, nv_engine_id *out);
 /* The next rung down the ladder from e (scalar stays scalar). */
 nv_engine_id nv_engine_next_down(nv_engine_id e);
@@ -137,7 +151,7 @@ void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, i
  * task): an operand B (depth k x n outputs) is packed once into an engine's layout in a buffer the
  * caller owns, then any number of products C (+)= A . B run over a prefix of its depth and outputs.
  * fp32 engines: each output is one multiply-add chain over depth in order, the engine's panel
- * kernel. amx-bf16 and avx512-bf16 (amx-int8 asks for amx-bf16, as these operands are activations): B as bf16 VNNI
+ * kernel. amx-bf16 and avx512-bf16 (an int8 engine asks for its bf16 one, as these operands are activations): B as bf16 VNNI
  * tiles, A's rows made bf16 per call, fp32 accumulation; B's values in the packed depth's last
  * 32-deep block past a shorter depth prefix must be finite (they meet zeros). An engine that is off
  * falls down the ladder (amx-bf16 to avx512-bf16 when that is on, else to the best fp32 engine). */
@@ -177,7 +191,7 @@ typedef struct {
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
 int nv_plan_quantized(const nv_plan *p); /* 0: fp32 weights; 4, 8 or 16 (fp16): bits per stored value */
-/* Bytes of weight one pass of the plan reads: the packed copy (with amx-int8's per-channel scales, or
+/* Bytes of weight one pass of the plan reads: the packed copy (with the int8 engines' per-channel scales and sums, or
  * a block-quantized plan's int8 panels with their block scales and offsets), or for scalar the
  * caller's n x k floats. */
 size_t nv_plan_packed_bytes(const nv_plan *p);

@@ -53,9 +53,12 @@ typedef struct {
     /* C[rows x ncols] (+)= A . B over ntiles column tiles of 16, Kp a multiple of 32. */
     void (*bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C, size_t ldc,
                       int ncols, int accumulate);
-    /* C[r][j] = (float)(A . B)[r][j] * xscale[r] * wscale[j], Kp a multiple of 64. */
+    /* C[r][j] = (float)(A . B)[r][j] * xscale[r] * wscale[j], Kp a multiple of 64. With
+     * int8_unsigned, A's bytes are q + 128 (u8) and the sum for output j starts at wcomp[j] =
+     * -128 * sum of B's column j (which cancels the offset exactly); else A is q (s8), wcomp unused. */
     void (*int8_gemm)(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xscale,
-                      const float *wscale, float *C, size_t ldc, int ncols);
+                      const float *wscale, const int32_t *wcomp, float *C, size_t ldc, int ncols);
+    int int8_unsigned;
 } nv_kern_amx;
 
 extern const nv_kern_amx nv_kern_amx_hw;
@@ -64,6 +67,10 @@ extern const nv_kern_amx nv_kern_amx_emu; /* tile registers emulated in C, check
  * on AVX2 with the instruction emulated. */
 extern const nv_kern_amx nv_kern_avx512bf16;
 extern const nv_kern_amx nv_kern_avx512bf16_emu;
+/* avx512-int8: the int8 product over amx-int8's tiles with VPDPBUSD (bf16_gemm NULL: the engine
+ * takes avx512-bf16's for its training products); and that loop on AVX2 with VPDPBUSD emulated. */
+extern const nv_kern_amx nv_kern_avx512int8;
+extern const nv_kern_amx nv_kern_avx512int8_emu;
 
 #define NV_AMX_TILE_BYTES 1024
 #define NV_AMX_BF16_DEPTH 32
@@ -96,8 +103,8 @@ static inline float nv_f32_from_bf16(uint16_t h) {
     return v.f;
 }
 
-/* Test-only: make the next nv_engines_init() run avx512, amx-bf16 and amx-int8 on their emulated
- * kernels (whatever this CPU has), so their packing, tiling and remainder logic is tested here. */
+/* Test-only: make the next nv_engines_init() run avx512, avx512-bf16, avx512-int8, amx-bf16 and
+ * amx-int8 on their emulated kernels (whatever this CPU has), so their packing, tiling and remainder logic is tested here. */
 void nv_engines_set_emulation(int on);
 int nv_engines_emulated(void);
 /* Test-only fault injection into the emulated kernels, to prove the probe's self-test catches a
@@ -108,5 +115,7 @@ void nv_kern_amx_emu_inject(int on);
 void nv_kern_avx512_emu_inject(int on);
 /* avx512-bf16: every eighth emulated VDPBF16PS drops its even depth's product. */
 void nv_kern_avx512bf16_emu_inject(int on);
+/* avx512-int8: every eighth emulated VPDPBUSD drops its last depth's product. */
+void nv_kern_avx512int8_emu_inject(int on);
 
 #endif

@@ -175,7 +175,8 @@ static ALWAYS_INLINE void AP(int8_block)(const int na, const int nb, const int8_
 }
 
 static void AP(int8_gemm)(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
-                          const float *ws, float *C, size_t ldc, int ncols) {
+                          const float *ws, const int32_t *wcomp, float *C, size_t ldc, int ncols) {
+    (void)wcomp; /* tdpbssd multiplies signed by signed: A is q itself */
     if (rows <= 0 || ntiles <= 0) return;
     const int R = rows < 16 ? rows : 16, KB = Kp / 64;
     const size_t tstride = (size_t)KB * 1024; /* bytes per column tile */

@@ -10,17 +10,26 @@
 
 #include "engine/kern.h"
 
+#include "engine/kern_zmm.h"
+
 #define VB(name) vbf16_##name
-#define VF __m512
+#define VB_ELEM uint16_t
+#define VB_GROUP 2
+#define VACC __m512
 #define VBT __m512i
-#define vzero() _mm512_setzero_ps()
-#define vadd(a, b) _mm512_add_ps(a, b)
 #define vloadb(p) _mm512_loadu_si512((const void *)(p))
 static inline __m512 vdp(__m512 acc, uint32_t pair, __m512i b) {
     return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32((int)pair), (__m512bh)b);
 }
-#include "engine/kern_zmm.h"
+#define vinit(o, t) _mm512_setzero_ps()
+#define vout(o, c, r, t, acc, n) vstore_n(c, (o)->accumulate ? _mm512_add_ps(vload_n(c, n), acc) : (acc), n)
 
-#include "engine/kern_vbf16_tmpl.h"
+#include "engine/kern_vdot_tmpl.h"
 
-const nv_kern_amx nv_kern_avx512bf16 = {"avx512-bf16", vbf16_bf16_gemm, NULL};
+static void vbf16_bf16_gemm(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C,
+                            size_t ldc, int ncols, int accumulate) {
+    const vbf16_out o = {accumulate, NULL, NULL, NULL};
+    vbf16_gemm(A, lda, rows, Kp, B, ntiles, C, ldc, ncols, &o);
+}
+
+const nv_kern_amx nv_kern_avx512bf16 = {"avx512-bf16", vbf16_bf16_gemm, NULL, 0};

@@ -15,13 +15,13 @@
 #include "engine/engine.h"
 #include "engine/kern.h"
 
-static const nv_engine_id unit_engine[NV_PEAK_COUNT] = {NV_ENGINE_AMX_BF16, NV_ENGINE_AMX_INT8, NV_ENGINE_AVX512_BF16,
-                                                        NV_ENGINE_AVX512, NV_ENGINE_AVX2};
-static const char *const unit_instr[NV_PEAK_COUNT] = {"tdpbf16ps", "tdpbssd", "vdpbf16ps zmm", "vfmadd231ps zmm",
-                                                      "vfmadd231ps ymm"};
+static const nv_engine_id unit_engine[NV_PEAK_COUNT] = {NV_ENGINE_AMX_BF16,    NV_ENGINE_AMX_INT8, NV_ENGINE_AVX512_INT8,
+                                                        NV_ENGINE_AVX512_BF16, NV_ENGINE_AVX512,   NV_ENGINE_AVX2};
+static const char *const unit_instr[NV_PEAK_COUNT] = {"tdpbf16ps",     "tdpbssd",         "vpdpbusd zmm",
+                                                      "vdpbf16ps zmm", "vfmadd231ps zmm", "vfmadd231ps ymm"};
 /* ops per loop iteration */
-static const double unit_ops[NV_PEAK_COUNT] = {4.0 * 16 * 16 * 32 * 2, 4.0 * 16 * 16 * 64 * 2, 16.0 * 16 * 2 * 2,
-                                               16.0 * 16 * 2, 12.0 * 8 * 2};
+static const double unit_ops[NV_PEAK_COUNT] = {4.0 * 16 * 16 * 32 * 2, 4.0 * 16 * 16 * 64 * 2, 16.0 * 16 * 4 * 2,
+                                               16.0 * 16 * 2 * 2,      16.0 * 16 * 2,           12.0 * 8 * 2};
 
 nv_peak_unit nv_peak_unit_of(int engine) {
     for (int u = 0; u < NV_PEAK_COUNT; u++)
@@ -31,7 +31,7 @@ nv_peak_unit nv_peak_unit_of(int engine) {
 
 const char *nv_peak_engine(nv_peak_unit u) { return (unsigned)u < NV_PEAK_COUNT ? nv_engine_name(unit_engine[u]) : "?"; }
 const char *nv_peak_instr(nv_peak_unit u) { return (unsigned)u < NV_PEAK_COUNT ? unit_instr[u] : "?"; }
-int nv_peak_is_int(nv_peak_unit u) { return u == NV_PEAK_AMX_INT8; }
+int nv_peak_is_int(nv_peak_unit u) { return u == NV_PEAK_AMX_INT8 || u == NV_PEAK_AVX512_INT8; }
 
 int nv_peak_available(nv_peak_unit u, char *why, size_t cap) {
     if ((unsigned)u >= NV_PEAK_COUNT) {
@@ -115,6 +115,20 @@ static double loop_avx512_bf16(long iters) {
 #pragma GCC pop_options
 
 #pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vnni")
+/* 16 independent chains of vpdpbusd on registers. */
+static double loop_avx512_int8(long iters) {
+    const __m512i b = _mm512_set1_epi8(1);
+    __m512i a[16];
+    for (int j = 0; j < 16; j++) a[j] = _mm512_set1_epi32(j);
+    for (long i = 0; i < iters; i++) CHAINS16(a[j] = _mm512_dpbusd_epi32(a[j], b, b));
+    __m512i s = a[0];
+    for (int j = 1; j < 16; j++) s = _mm512_add_epi32(s, a[j]);
+    return (double)_mm512_reduce_add_epi32(s);
+}
+#pragma GCC pop_options
+
+#pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,amx-int8")
 static void amx_configure(void) {
     nv_amx_cfg cfg;
@@ -166,6 +180,7 @@ static double run_loop(nv_peak_unit u, long iters) {
     switch (u) {
     case NV_PEAK_AMX_BF16: return loop_amx(iters, 0);
     case NV_PEAK_AMX_INT8: return loop_amx(iters, 1);
+    case NV_PEAK_AVX512_INT8: return loop_avx512_int8(iters);
     case NV_PEAK_AVX512_BF16: return loop_avx512_bf16(iters);
     case NV_PEAK_AVX512: return loop_avx512(iters);
     default: return loop_avx2(iters);

@@ -6,6 +6,8 @@
  *             A and two B tiles (16 x 64 bytes), no loads or stores in the loop;
  *             16 x 16 x 32 x 2 = 16384 FLOP per instruction.
  *   amx-int8  the same loop with tdpbssd: 16 x 16 x 64 x 2 = 32768 integer ops per instruction.
+ *   avx512-int8  16 independent zmm accumulators, one vpdpbusd each per iteration: 16 lanes x 4
+ *             products = 128 integer ops per instruction.
  *   avx512-bf16  16 independent zmm accumulators, one vdpbf16ps each per iteration: 16 lanes x 2
  *             products = 64 FLOP per instruction.
  *   avx512    16 independent zmm accumulators, one vfmadd per accumulator per iteration (fp32).
@@ -28,24 +30,26 @@
 typedef enum {
     NV_PEAK_AMX_BF16 = 0,
     NV_PEAK_AMX_INT8,
+    NV_PEAK_AVX512_INT8,
     NV_PEAK_AVX512_BF16,
     NV_PEAK_AVX512,
     NV_PEAK_AVX2,
     NV_PEAK_COUNT
 } nv_peak_unit;
 
-/* The engine whose unit this is ("amx-bf16", "amx-int8", "avx512-bf16", "avx512", "avx2"). */
+/* The engine whose unit this is ("amx-bf16", "amx-int8", "avx512-int8", "avx512-bf16", "avx512", "avx2"). */
 const char *nv_peak_engine(nv_peak_unit u);
-/* The peak unit an engine's products run on (NV_PEAK_COUNT for scalar; amx-int8's training
+/* The peak unit an engine's products run on (NV_PEAK_COUNT for scalar; an int8 engine's training
  * products run on bf16 tiles, but its forward on int8: the int8 unit). */
 nv_peak_unit nv_peak_unit_of(int engine);
-/* The instruction the loop runs ("tdpbf16ps", "tdpbssd", "vdpbf16ps zmm", "vfmadd231ps zmm", "vfmadd231ps ymm"). */
+/* The instruction the loop runs ("tdpbf16ps", "tdpbssd", "vpdpbusd zmm", "vdpbf16ps zmm", "vfmadd231ps zmm",
+ * "vfmadd231ps ymm"). */
 const char *nv_peak_instr(nv_peak_unit u);
-/* 1 when the unit counts integer ops (amx-int8), 0 for FLOP. */
+/* 1 when the unit counts integer ops (amx-int8, avx512-int8), 0 for FLOP. */
 int nv_peak_is_int(nv_peak_unit u);
 /* 1 when the loop may run here (needs nv_engines_init first); else 0 with the reason in why. */
 int nv_peak_available(nv_peak_unit u, char *why, size_t cap);
-/* Ops per second over all threads (FLOP/s, or OP/s for amx-int8), each thread running for about
+/* Ops per second over all threads (FLOP/s, or OP/s for the int8 units), each thread running for about
  * `seconds`; a negative value when the unit is unavailable or threads could not start. */
 double nv_peak_run(nv_peak_unit u, int threads, double seconds);
 

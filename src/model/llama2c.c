@@ -334,8 +334,8 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     m->engine = e;
     /* W8A8 everywhere loses too much at the FFN down projection, whose input (the SwiGLU
      * product) has outlier channels that a per-token int8 scale flattens; like llama.cpp's
-     * mixed quantisations, that matrix and the classifier stay on bf16 tiles under amx-int8. */
-    nv_engine_id sensitive = e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : e;
+     * mixed quantisations, that matrix and the classifier stay on bf16 tiles under the int8 engines. */
+    nv_engine_id sensitive = nv_engine_bf16_of(e);
     for (int l = 0; l < c->n_layers; l++) {
         nv_layer_plans *lp = &m->plans[l];
         const int i = l * NV_LAYER_MATRICES;

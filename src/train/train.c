@@ -410,8 +410,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         nv_engine_id used = nv_plan_engine(tm.m.cls_plan);
         double achieved = tm.flops_per_step * o->accum * n / sum_step;
         /* the peak of the unit this engine runs on, measured now with the same threads */
-        /* amx-int8 trains on bf16 tiles */
-        nv_peak_unit unit = nv_peak_unit_of(used == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : used);
+        nv_peak_unit unit = nv_peak_unit_of(nv_engine_bf16_of(used)); /* int8 engines train on bf16 tiles */
         char why[160], peak_text[96] = "";
         if (unit != NV_PEAK_COUNT && nv_peak_available(unit, why, sizeof why)) {
             double peak = nv_peak_run(unit, nv_pool_threads(), 0.2);

@@ -1,0 +1,43 @@
+/* The avx512-int8 engine's kernel: VPDPBUSD (AVX512_VNNI: Intel Cascade Lake and later, AMD Zen 4
+ * and later) over the amx-int8 engine's int8 VNNI tiles, 64 multiply-adds per instruction against
+ * the 32 of VDPBF16PS and the 16 of an fp32 FMA, on weights of one byte. VPDPBUSD multiplies
+ * unsigned by signed bytes, so A arrives as q + 128 (u8) and every output's sum starts at
+ * -128 * sum(q_w) (wc): the int32 sums, which wrap exactly as the instruction's do, are then
+ * amx-int8's (tdpbssd, signed by signed), and so are the outputs, bit for bit. This file alone is
+ * compiled for AVX512_VNNI (the target pragma below); engine.c calls it only after the run-time
+ * probe found AVX-512F/BW/VL and AVX512_VNNI enabled by the OS and its self-test passed. The same
+ * loop runs through kern_avx512int8_emu.c on AVX2 (tests). */
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
+#include <immintrin.h>
+#include <string.h>
+
+#include "engine/kern.h"
+#include "engine/kern_zmm.h"
+
+#define VB(name) vint8_##name
+#define VB_ELEM uint8_t
+#define VB_GROUP 4
+#define VACC __m512i
+#define VBT __m512i
+#define vloadb(p) _mm512_loadu_si512((const void *)(p))
+static inline __m512i vdp(__m512i acc, uint32_t quad, __m512i b) {
+    return _mm512_dpbusd_epi32(acc, _mm512_set1_epi32((int)quad), b);
+}
+#define vinit(o, t) _mm512_loadu_si512((const void *)((o)->wc + (t) * 16))
+/* ((float)acc * xs) * ws lane by lane, as amx-int8 writes its tiles */
+#define vout(o, c, r, t, acc, n)                                                                                       \
+    vstore_n(c, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps((o)->xs[r])),                     \
+                              _mm512_loadu_ps((o)->ws + (t) * 16)),                                                    \
+             n)
+
+#include "engine/kern_vdot_tmpl.h"
+
+static void vint8_int8_gemm(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
+                            const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
+    const vint8_out o = {0, xs, ws, wc};
+    vint8_gemm((const uint8_t *)A, lda, rows, Kp, (const uint8_t *)B, ntiles, C, ldc, ncols, &o);
+}
+
+/* bf16_gemm (the training products) is set by the probe: VDPBF16PS where the CPU has it, else its
+ * emulation (the same bits, slower). */
+const nv_kern_amx nv_kern_avx512int8 = {"avx512-int8", NULL, vint8_int8_gemm, 1};

@@ -1,0 +1,157 @@
+/* Test-only: the vector dot-product engines' loop (kern_vdot_tmpl.h) on AVX2, with their
+ * instructions emulated as the SDM writes them, so that the avx512-bf16 and avx512-int8 engines'
+ * packing, tiling and remainder logic is tested on machines without AVX512_BF16 or AVX512_VNNI.
+ *   VDPBF16PS: the odd depth's product added first, then the even one's (products of two bf16 are
+ *     exact in fp32, so fused or not gives the same bits), denormal inputs read as zero and
+ *     denormal results flushed to zero (the instruction's DAZ and FTZ, whatever MXCSR says).
+ *   VPDPBUSD: four products of an unsigned and a signed byte added to the 32-bit lane, wrapping
+ *     (VPMADDWD on the bytes widened to 16 bits: exact, where VPMADDUBSW would saturate). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "base/vmath.h"
+#include "engine/kern.h"
+
+typedef struct {
+    __m256 lo, hi;
+} v16;
+
+static inline v16 vload_n(const float *p, int n) {
+    if (n >= 16) return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+    if (n <= 0) return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()};
+    return (v16){nv_load8_n(p, n), n > 8 ? nv_load8_n(p + 8, n - 8) : _mm256_setzero_ps()};
+}
+static inline void vstore_n(float *p, v16 v, int n) {
+    nv_store8_n(p, v.lo, n);
+    if (n > 8) nv_store8_n(p + 8, v.hi, n - 8);
+}
+
+/* ---------------------------------------------------------------- VDPBF16PS */
+
+typedef struct {
+    __m256 even_lo, odd_lo, even_hi, odd_hi; /* lanes 0-7 and 8-15: depth 2i and 2i + 1 as fp32 */
+} vb32;
+
+/* DAZ: an fp32 (made from a bf16) whose exponent is zero is read as a zero of its sign. */
+static inline __m256 daz(__m256i v) {
+    const __m256i exp = _mm256_set1_epi32(0x7f800000), sign = _mm256_set1_epi32((int)0x80000000u);
+    const __m256i denormal = _mm256_cmpeq_epi32(_mm256_and_si256(v, exp), _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(v, _mm256_and_si256(v, sign), denormal));
+}
+/* FTZ: a result below the smallest normal in magnitude becomes a zero of its sign (NaN stays). */
+static inline __m256 ftz(__m256 v) {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    const __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), _mm256_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(v, _mm256_and_ps(v, sign), tiny);
+}
+static inline vb32 vloadb_bf16(const uint16_t *p) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)p), hi = _mm256_loadu_si256((const __m256i *)(p + 16));
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    return (vb32){daz(_mm256_slli_epi32(lo, 16)), daz(_mm256_and_si256(lo, top)), daz(_mm256_slli_epi32(hi, 16)),
+                  daz(_mm256_and_si256(hi, top))};
+}
+static int bf16_inject;                  /* nv_kern_avx512bf16_emu_inject() */
+static _Thread_local unsigned bf16_calls; /* which instruction is the eighth */
+static inline v16 vdp_bf16(v16 acc, uint32_t pair, vb32 b) {
+    if (bf16_inject && ++bf16_calls % 8 == 0) pair &= 0xffff0000u; /* the even depth's product lost */
+    const __m256 a0 = daz(_mm256_set1_epi32((int)(pair << 16)));
+    const __m256 a1 = daz(_mm256_set1_epi32((int)(pair & 0xffff0000u)));
+    acc.lo = ftz(_mm256_fmadd_ps(a0, b.even_lo, ftz(_mm256_fmadd_ps(a1, b.odd_lo, acc.lo))));
+    acc.hi = ftz(_mm256_fmadd_ps(a0, b.even_hi, ftz(_mm256_fmadd_ps(a1, b.odd_hi, acc.hi))));
+    return acc;
+}
+
+#define VB(name) vbf16emu_##name
+#define VB_ELEM uint16_t
+#define VB_GROUP 2
+#define VACC v16
+#define VBT vb32
+#define vloadb(p) vloadb_bf16(p)
+#define vdp(acc, group, b) vdp_bf16(acc, group, b)
+#define vinit(o, t) ((v16){_mm256_setzero_ps(), _mm256_setzero_ps()})
+static inline void vout_bf16(int accumulate, float *c, v16 acc, int n) {
+    if (accumulate) {
+        const v16 old = vload_n(c, n);
+        acc = (v16){_mm256_add_ps(old.lo, acc.lo), _mm256_add_ps(old.hi, acc.hi)};
+    }
+    vstore_n(c, acc, n);
+}
+#define vout(o, c, r, t, acc, n) vout_bf16((o)->accumulate, c, acc, n)
+
+#include "engine/kern_vdot_tmpl.h"
+
+#undef VB
+#undef VB_ELEM
+#undef VB_GROUP
+#undef VACC
+#undef VBT
+#undef vloadb
+#undef vdp
+#undef vinit
+#undef vout
+
+static void vbf16emu_bf16_gemm(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C,
+                               size_t ldc, int ncols, int accumulate) {
+    const vbf16emu_out o = {accumulate, NULL, NULL, NULL};
+    vbf16emu_gemm(A, lda, rows, Kp, B, ntiles, C, ldc, ncols, &o);
+}
+
+const nv_kern_amx nv_kern_avx512bf16_emu = {"avx512-bf16 (emulated)", vbf16emu_bf16_gemm, NULL, 0};
+
+void nv_kern_avx512bf16_emu_inject(int on) { bf16_inject = on; }
+
+/* ---------------------------------------------------------------- VPDPBUSD */
+
+typedef struct {
+    __m256i lo, hi;
+} v16i;
+typedef struct {
+    __m256i even_lo, odd_lo, even_hi, odd_hi; /* lanes 0-7 and 8-15: bytes 0, 2 and 1, 3 of each as int16 */
+} vq32;
+
+static inline vq32 vloadb_int8(const uint8_t *p) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)p), hi = _mm256_loadu_si256((const __m256i *)(p + 32));
+    return (vq32){_mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8), _mm256_srai_epi16(lo, 8),
+                  _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8), _mm256_srai_epi16(hi, 8)};
+}
+static int int8_inject;                  /* nv_kern_avx512int8_emu_inject() */
+static _Thread_local unsigned int8_calls; /* which instruction is the eighth */
+static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b) {
+    if (int8_inject && ++int8_calls % 8 == 0) quad &= 0x00ffffffu; /* the last depth's product lost */
+    const __m256i a = _mm256_set1_epi32((int)quad);
+    const __m256i ae = _mm256_and_si256(a, _mm256_set1_epi16(0xff)), ao = _mm256_srli_epi16(a, 8); /* u8 -> int16 */
+    acc.lo = _mm256_add_epi32(acc.lo, _mm256_add_epi32(_mm256_madd_epi16(ae, b.even_lo), _mm256_madd_epi16(ao, b.odd_lo)));
+    acc.hi = _mm256_add_epi32(acc.hi, _mm256_add_epi32(_mm256_madd_epi16(ae, b.even_hi), _mm256_madd_epi16(ao, b.odd_hi)));
+    return acc;
+}
+
+#define VB(name) vint8emu_##name
+#define VB_ELEM uint8_t
+#define VB_GROUP 4
+#define VACC v16i
+#define VBT vq32
+#define vloadb(p) vloadb_int8(p)
+#define vdp(acc, group, b) vdp_int8(acc, group, b)
+#define vinit(o, t)                                                                                                    \
+    ((v16i){_mm256_loadu_si256((const __m256i *)((o)->wc + (t) * 16)),                                                 \
+            _mm256_loadu_si256((const __m256i *)((o)->wc + (t) * 16 + 8))})
+/* ((float)acc * xs) * ws lane by lane, as amx-int8 writes its tiles */
+static inline void vout_int8(float xs, const float *ws, float *c, v16i acc, int n) {
+    const __m256 x = _mm256_set1_ps(xs);
+    vstore_n(c, (v16){_mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc.lo), x), _mm256_loadu_ps(ws)),
+                      _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc.hi), x), _mm256_loadu_ps(ws + 8))},
+             n);
+}
+#define vout(o, c, r, t, acc, n) vout_int8((o)->xs[r], (o)->ws + (t) * 16, c, acc, n)
+
+#include "engine/kern_vdot_tmpl.h"
+
+static void vint8emu_int8_gemm(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
+                               const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
+    const vint8emu_out o = {0, xs, ws, wc};
+    vint8emu_gemm((const uint8_t *)A, lda, rows, Kp, (const uint8_t *)B, ntiles, C, ldc, ncols, &o);
+}
+
+const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1};
+
+void nv_kern_avx512int8_emu_inject(int on) { int8_inject = on; }
