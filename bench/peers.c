@@ -12,6 +12,12 @@
  *                         as nerve's amx-bf16 plan converts them inside every call; fp32 output
  *           onednn-fp32   oneDNN fp32 matmul with prepacked weights (the like-for-like peer of
  *                         nerve's fp32 engines)
+ *           onednn-int8   oneDNN int8 matmul (s8 activations x s8 weights, int32 sums, fp32
+ *                         output scaled per output channel): weights quantised per output channel
+ *                         and reordered once outside the timed loop; the fp32 activations
+ *                         quantised to s8 by a reorder INSIDE it, with one scale found beforehand
+ *                         (oneDNN 2.x has no per-row dynamic quantisation; nerve's int8 plans find
+ *                         each row's scale in every call, a pass oneDNN is spared)
  *
  * Every shape computes y[M x N] = x[M x K] . W^T with W N x K row-major (nerve's plan layout).
  * One JSON object per shape on stdout: {"peer","m","n","k","threads","ok":true,"gflops",
@@ -131,7 +137,7 @@ static void run_openblas(int m, int n, int k, int threads, int min_reps, double 
 #ifdef HAVE_DNNL
 typedef struct {
     dnnl_stream_t stream;
-    dnnl_primitive_t mm, src_reorder; /* src_reorder: fp32 -> bf16 (NULL for fp32) */
+    dnnl_primitive_t mm, src_reorder; /* src_reorder: fp32 -> bf16 or s8 (NULL for fp32) */
     dnnl_memory_t src_f32, src, wei, dst;
 } dnnl_ctx;
 
@@ -171,8 +177,17 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
         }                                                                                                              \
     } while (0)
 
-static void run_onednn(int bf16, int m, int n, int k, int threads, int min_reps, double min_s) {
-    const char *peer = bf16 ? "onednn" : "onednn-fp32";
+/* The oneDNN peers: fp32, bf16 or int8 operands. */
+typedef enum { DNNL_FP32, DNNL_BF16, DNNL_INT8 } dnnl_kind;
+
+static float max_abs(const float *v, size_t count) {
+    float a = 0.0f;
+    for (size_t i = 0; i < count; i++) a = v[i] > a ? v[i] : -v[i] > a ? -v[i] : a;
+    return a;
+}
+
+static void run_onednn(dnnl_kind kind, int m, int n, int k, int threads, int min_reps, double min_s) {
+    const char *peer = kind == DNNL_BF16 ? "onednn" : kind == DNNL_INT8 ? "onednn-int8" : "onednn-fp32";
     begin(peer, m, n, k, threads);
     char why[256] = "";
     dnnl_engine_t eng = NULL;
@@ -180,11 +195,30 @@ static void run_onednn(int bf16, int m, int n, int k, int threads, int min_reps,
     dnnl_primitive_desc_t pd = NULL, rpd = NULL, wpd = NULL;
     dnnl_primitive_t wre = NULL;
     dnnl_memory_t wuser = NULL;
+    dnnl_primitive_attr_t mm_attr = NULL, x_attr = NULL;
     float *x = rand_buf((size_t)m * k, 1), *w = rand_buf((size_t)n * k, 2);
-    const dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
-    if (!x || !w) {
+    float *wq = malloc(sizeof(float) * n), *yq = malloc(sizeof(float) * n); /* int8: per-channel scales */
+    int8_t *w8 = kind == DNNL_INT8 ? malloc((size_t)n * k) : NULL; /* int8: the quantised weights */
+    const dnnl_data_type_t dt = kind == DNNL_BF16 ? dnnl_bf16 : kind == DNNL_INT8 ? dnnl_s8 : dnnl_f32;
+    const int lowp = kind != DNNL_FP32;
+    if (!x || !w || !wq || !yq || (kind == DNNL_INT8 && !w8)) {
         snprintf(why, sizeof why, "out of memory");
         goto out;
+    }
+    if (kind == DNNL_INT8) { /* scales as nerve's: 127 / max|.| per weight row, one for x */
+        const float xq = 127.0f / max_abs(x, (size_t)m * k);
+        for (int j = 0; j < n; j++) { /* quantised here: oneDNN 2.6 reorders s8 weights but not with per-channel scales */
+            wq[j] = 127.0f / max_abs(w + (size_t)j * k, (size_t)k);
+            yq[j] = 1.0f / (xq * wq[j]);
+            for (int kk = 0; kk < k; kk++) {
+                const float v = w[(size_t)j * k + kk] * wq[j];
+                w8[(size_t)j * k + kk] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)(v < 0 ? v - 0.5f : v + 0.5f));
+            }
+        }
+        DNNL_TRY(dnnl_primitive_attr_create(&mm_attr), "attr");
+        DNNL_TRY(dnnl_primitive_attr_set_output_scales(mm_attr, n, 1 << 1, yq), "matmul output scales");
+        DNNL_TRY(dnnl_primitive_attr_create(&x_attr), "attr");
+        DNNL_TRY(dnnl_primitive_attr_set_output_scales(x_attr, 1, 0, &xq), "activation scale");
     }
     DNNL_TRY(dnnl_engine_create(&eng, dnnl_cpu, 0), "dnnl_engine_create");
     DNNL_TRY(dnnl_stream_create(&c.stream, eng, dnnl_stream_default_flags), "dnnl_stream_create");
@@ -194,27 +228,27 @@ static void run_onednn(int bf16, int m, int n, int k, int threads, int min_reps,
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&src_f32_md, 2, sdims, dnnl_f32, dnnl_ab), "src desc");
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&wei_any, 2, wdims, dt, dnnl_format_tag_any), "weights desc");
     /* W is n x k row-major: the k x n weights in "ba" (transposed) order */
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&wei_user_md, 2, wdims, dnnl_f32, dnnl_ba), "weights desc");
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&wei_user_md, 2, wdims, kind == DNNL_INT8 ? dnnl_s8 : dnnl_f32, dnnl_ba), "weights desc");
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst_md, 2, ddims, dnnl_f32, dnnl_ab), "dst desc");
     dnnl_matmul_desc_t md;
     DNNL_TRY(dnnl_matmul_desc_init(&md, &src_md, &wei_any, NULL, &dst_md), "dnnl_matmul_desc_init");
-    DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL), "matmul primitive descriptor");
+    DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, mm_attr, eng, NULL), "matmul primitive descriptor");
     const char *impl = NULL;
     DNNL_TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), "impl query");
     const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     DNNL_TRY(dnnl_primitive_create(&c.mm, pd), "matmul primitive");
     /* weights: reorder once into the primitive's layout (prepacked), outside the timed loop */
-    DNNL_TRY(dnnl_memory_create(&wuser, &wei_user_md, eng, w), "weights memory");
+    DNNL_TRY(dnnl_memory_create(&wuser, &wei_user_md, eng, w8 ? (void *)w8 : (void *)w), "weights memory");
     DNNL_TRY(dnnl_memory_create(&c.wei, wei_md, eng, DNNL_MEMORY_ALLOCATE), "packed weights memory");
     DNNL_TRY(dnnl_reorder_primitive_desc_create(&wpd, &wei_user_md, eng, wei_md, eng, NULL), "weights reorder");
     DNNL_TRY(dnnl_primitive_create(&wre, wpd), "weights reorder");
     dnnl_exec_arg_t wa[2] = {{DNNL_ARG_FROM, wuser}, {DNNL_ARG_TO, c.wei}};
     DNNL_TRY(dnnl_primitive_execute(wre, c.stream, 2, wa), "weights reorder");
     DNNL_TRY(dnnl_stream_wait(c.stream), "weights reorder");
-    if (bf16) {
+    if (lowp) {
         DNNL_TRY(dnnl_memory_create(&c.src_f32, &src_f32_md, eng, x), "src memory");
-        DNNL_TRY(dnnl_memory_create(&c.src, &src_md, eng, DNNL_MEMORY_ALLOCATE), "bf16 src memory");
-        DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, &src_f32_md, eng, &src_md, eng, NULL), "src reorder");
+        DNNL_TRY(dnnl_memory_create(&c.src, &src_md, eng, DNNL_MEMORY_ALLOCATE), "bf16/s8 src memory");
+        DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, &src_f32_md, eng, &src_md, eng, x_attr), "src reorder");
         DNNL_TRY(dnnl_primitive_create(&c.src_reorder, rpd), "src reorder");
     } else {
         DNNL_TRY(dnnl_memory_create(&c.src, &src_md, eng, x), "src memory");
@@ -230,7 +264,9 @@ static void run_onednn(int bf16, int m, int n, int k, int threads, int min_reps,
     snprintf(ver, sizeof ver, "%d.%d.%d", v->major, v->minor, v->patch);
     json_str("version", ver);
     json_str("runtime", v->cpu_runtime == DNNL_RUNTIME_OMP ? "openmp" : v->cpu_runtime == DNNL_RUNTIME_TBB ? "tbb" : "other");
-    json_str("src_conversion", bf16 ? "fp32->bf16 reorder inside the timed loop" : "none (fp32)");
+    json_str("src_conversion", kind == DNNL_BF16   ? "fp32->bf16 reorder inside the timed loop"
+                               : kind == DNNL_INT8 ? "fp32->s8 reorder (one scale found beforehand) inside the timed loop"
+                                                   : "none (fp32)");
     printf("}\n");
     fflush(stdout);
 out:
@@ -248,14 +284,19 @@ out:
     if (c.dst) dnnl_memory_destroy(c.dst);
     if (c.stream) dnnl_stream_destroy(c.stream);
     if (eng) dnnl_engine_destroy(eng);
+    if (mm_attr) dnnl_primitive_attr_destroy(mm_attr);
+    if (x_attr) dnnl_primitive_attr_destroy(x_attr);
     free(x);
     free(w);
+    free(wq);
+    free(yq);
+    free(w8);
 }
 #endif
 
 int main(int argc, char **argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: nerve-peer openblas|onednn|onednn-fp32 THREADS MIN_REPS MIN_SECONDS M,N,K [M,N,K ...]\n");
+        fprintf(stderr, "usage: nerve-peer openblas|onednn|onednn-fp32|onednn-int8 THREADS MIN_REPS MIN_SECONDS M,N,K [M,N,K ...]\n");
         return 2;
     }
     const char *peer = argv[1];
@@ -275,7 +316,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "nerve-peer: cannot re-execute itself: %s\n", strerror(errno));
         return 1;
     }
-    int known = !strcmp(peer, "openblas") || !strcmp(peer, "onednn") || !strcmp(peer, "onednn-fp32");
+    int known = !strcmp(peer, "openblas") || !strcmp(peer, "onednn") || !strcmp(peer, "onednn-fp32") || !strcmp(peer, "onednn-int8");
     if (!known) {
         fprintf(stderr, "nerve-peer: unknown peer '%s'\n", peer);
         return 2;
@@ -296,7 +337,8 @@ int main(int argc, char **argv) {
 #endif
         } else {
 #ifdef HAVE_DNNL
-            run_onednn(!strcmp(peer, "onednn"), m, n, k, threads, min_reps, min_s);
+            run_onednn(!strcmp(peer, "onednn") ? DNNL_BF16 : !strcmp(peer, "onednn-int8") ? DNNL_INT8 : DNNL_FP32, m, n, k,
+                       threads, min_reps, min_s);
 #else
             begin(peer, m, n, k, threads);
             fail("nerve-peer was built without oneDNN (run scripts/deps.sh --bench && make bench-peers)");

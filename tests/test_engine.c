@@ -548,8 +548,8 @@ static void test_quant(void) {
                 nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h};
                 nv_plan *pq = NULL, *pf = NULL;
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
-                /* avx512-bf16 keeps the stored values on avx512's panels (fewer bytes than bf16) */
-                const nv_engine_id on = E == NV_ENGINE_AVX512_BF16 ? NV_ENGINE_AVX512 : E;
+                /* avx512-bf16 and avx512-int8 keep the stored values on avx512's panels */
+                const nv_engine_id on = E == NV_ENGINE_AVX512_BF16 || E == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512 : E;
                 if (on != NV_ENGINE_AVX2 && on != NV_ENGINE_AVX512) {
                     T_CHECK(e == NV_EUNSUPPORTED && !pq, "%s built a block-quantized plan", nv_engine_name(E));
                 } else if (e != NV_OK || nv_plan_engine(pq) != on || nv_plan_build(&pf, on, w, n, k) != NV_OK) {
@@ -658,10 +658,11 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
 
 /* The int8 kernels on the same tiles: amx-int8's (emulated tiles) on A as signed bytes, avx512-int8's
  * emulation and, where the CPU has AVX512_VNNI, its VPDPBUSD loop on A + 128 with the sums started at
- * -128 * sum(B's column): all the same bits, including extreme bytes whose int32 sums wrap inside the
- * unsigned products and come back. */
+ * -128 * sum(B's column): all the same bits, on random bytes, alternating extremes, and every byte
+ * 127 at the deepest depth a plan takes (131,072), where the unsigned sums pass 2^31 and wrap while
+ * the true ones (2.11e9) do not. */
 static void test_int8_kernels_agree(void) {
-    static const int shapes[][3] = {{1, 1, 64}, {2, 5, 128}, {3, 2, 192}, {8, 3, 64}, {17, 4, 320}, {33, 1, 64}};
+    static const int shapes[][3] = {{1, 1, 64}, {2, 5, 128}, {3, 2, 192}, {8, 3, 64}, {17, 4, 320}, {33, 1, 64}, {1, 1, 131072}};
     const nv_kern_amx *k8[3] = {&nv_kern_amx_emu, &nv_kern_avx512int8_emu, NULL};
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -669,19 +670,19 @@ static void test_int8_kernels_agree(void) {
         k8[2] = &nv_kern_avx512int8;
     uint64_t seed = 8;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int extreme = 0; extreme < 2; extreme++) {
+        for (int extreme = 0; extreme < 3; extreme++) {
             const int rows = shapes[si][0], nt = shapes[si][1], Kp = shapes[si][2], n = nt * 16, arows = (rows + 15) / 16 * 16;
             int8_t *A = calloc((size_t)arows * Kp, 1), *Au = calloc((size_t)arows * Kp, 1), *B = malloc((size_t)n * Kp);
             float *xs = malloc(sizeof(float) * rows), *ws = malloc(sizeof(float) * n), *C[3];
             int32_t *wc = calloc((size_t)n, sizeof(int32_t));
             for (int i = 0; i < rows * Kp; i++) {
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-                A[i] = extreme ? (i % 3 ? 127 : -127) : (int8_t)((int)(seed >> 56) % 255 - 127);
+                A[i] = extreme == 2 ? 127 : extreme ? (i % 3 ? 127 : -127) : (int8_t)((int)(seed >> 56) % 255 - 127);
                 Au[i] = (int8_t)(A[i] ^ 0x80);
             }
             for (int i = 0; i < n * Kp; i++) {
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-                B[i] = extreme ? (i % 5 ? -127 : 127) : (int8_t)((int)(seed >> 56) % 255 - 127);
+                B[i] = extreme == 2 ? 127 : extreme ? (i % 5 ? -127 : 127) : (int8_t)((int)(seed >> 56) % 255 - 127);
             }
             /* tile (t, kb), row i, column c, byte e holds output t*16 + c at depth kb*64 + 4i + e */
             for (int t = 0; t < nt; t++)
@@ -729,6 +730,28 @@ static void test_int8_plans_agree(void) {
             T_CHECK(memcmp(y[0], y[1], sizeof(float) * r->m * r->n) == 0, "y bits differ (%dx%dx%d)", r->m, r->n, r->k);
             free(y[0]), free(y[1]);
         }
+}
+
+/* An int8 plan deeper than its int32 sums allow is built on the next floating-point rung that is on. */
+static void test_deep_int8_plans_fall_to_float(void) {
+    const int n = 3, k = 131072 + 17;
+    float *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * k), y[3];
+    uint64_t seed = 5;
+    rnd(w, (size_t)n * k, &seed);
+    rnd(x, (size_t)k, &seed);
+    for (int i = 0; i < 2; i++) {
+        const nv_engine_id want = i ? NV_ENGINE_AMX_INT8 : NV_ENGINE_AVX512_INT8;
+        nv_engine_id expect = NV_ENGINE_AMX_BF16;
+        while (!nv_engine_available(expect)) expect = nv_engine_next_down(expect);
+        nv_plan *p;
+        T_CHECK(nv_plan_build(&p, want, w, n, k) == NV_OK, "build: %s", nv_errmsg());
+        T_CHECK(nv_plan_engine(p) == expect, "k = %d on %s: built on %s, want %s", k, nv_engine_name(want),
+                nv_engine_name(nv_plan_engine(p)), nv_engine_name(expect));
+        nv_plan_run(p, x, 1, y);
+        T_CHECK(isfinite(y[0]) && isfinite(y[2]), "y");
+        nv_plan_free(p);
+    }
+    free(w), free(x);
 }
 
 /* ---------------------------------------------------------------- ladder and probe */
@@ -841,6 +864,7 @@ int main(void) {
     T_RUN(test_avx512_bits_equal_avx2);
     T_RUN(test_int8_kernels_agree);
     T_RUN(test_int8_plans_agree);
+    T_RUN(test_deep_int8_plans_fall_to_float);
     /* The engines this CPU lacks, on their emulated kernels. */
     nv_engines_set_emulation(1);
     nv_engines_reset();
@@ -849,6 +873,7 @@ int main(void) {
     for (int e = NV_ENGINE_AVX512; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, " (emulated)");
     t_run("test_avx512_bits_equal_avx2 (emulated)", test_avx512_bits_equal_avx2);
     t_run("test_int8_plans_agree (emulated)", test_int8_plans_agree);
+    t_run("test_deep_int8_plans_fall_to_float (emulated)", test_deep_int8_plans_fall_to_float);
     T_RUN(test_ladder_scalar_only);
     T_RUN(test_ladder_avx2_only);
     T_RUN(test_bad_allow_list);

@@ -243,8 +243,20 @@ static void peer_run(const char *peer, int threads, int nshapes, const int (*sha
 /* ---------------------------------------------------------------- matmul */
 
 #define MM_ENGINES NV_ENGINE_COUNT
-static const char *const peer_names[] = {"openblas", "onednn", "onednn-fp32"};
-#define N_PEERS 3
+static const char *const peer_names[] = {"openblas", "onednn", "onednn-fp32", "onednn-int8"};
+#define N_PEERS 4
+#define PEER_INT8 3
+
+/* The engine a peer's ratio is of: for the int8 peer amx-int8, else avx512-int8 (-1 when neither
+ * was measured); for the others amx-bf16 when measured, else the fastest floating-point engine. */
+static int peer_ref(const double *g, int q) {
+    if (q == PEER_INT8) return g[NV_ENGINE_AMX_INT8] > 0 ? NV_ENGINE_AMX_INT8 : g[NV_ENGINE_AVX512_INT8] > 0 ? NV_ENGINE_AVX512_INT8 : -1;
+    if (g[NV_ENGINE_AMX_BF16] > 0) return NV_ENGINE_AMX_BF16;
+    int ref = -1;
+    for (int e = 0; e < MM_ENGINES; e++)
+        if (g[e] > 0 && nv_engine_bf16_of((nv_engine_id)e) == (nv_engine_id)e && (ref < 0 || g[e] > g[ref])) ref = e;
+    return ref;
+}
 
 static const char *const target_text[] = {
     "amx-bf16 >= 60% of the tile peak at 256x2048x768",
@@ -286,7 +298,6 @@ int bench_matmul(int argc, char **argv, const bench_opts *o) {
             for (int q = 0; q < N_PEERS; q++) peer_run(peer_names[q], T, ns, shapes, min_reps, min_s, pr[ti][q]);
         for (int s = 0; s < ns; s++) {
             const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-            int ref = -1; /* amx-bf16 when measured, else the fastest engine measured */
             for (int e = 0; e < MM_ENGINES; e++) {
                 g[ti][s][e] = -1;
                 if (!bench_engine_wanted(o, e)) continue;
@@ -316,10 +327,6 @@ int bench_matmul(int argc, char **argv, const bench_opts *o) {
                     row_num(&r, twin == NV_ENGINE_AMX_BF16 ? "vs_amx_bf16" : "vs_avx512_bf16", gf / g[ti][s][twin]);
                 row_end(&r, o);
             }
-            if (g[ti][s][NV_ENGINE_AMX_BF16] > 0) ref = NV_ENGINE_AMX_BF16;
-            else
-                for (int e = 0; e < MM_ENGINES; e++)
-                    if (g[ti][s][e] > 0 && (ref < 0 || g[ti][s][e] > g[ti][s][ref])) ref = e;
             if (!peers) continue;
             for (int q = 0; q < N_PEERS; q++) {
                 const peer_res *p = &pr[ti][q][s];
@@ -332,6 +339,7 @@ int bench_matmul(int argc, char **argv, const bench_opts *o) {
                     continue;
                 }
                 row_num(&r, "gflops", p->gflops);
+                const int ref = peer_ref(g[ti][s], q);
                 if (ref >= 0) {
                     row_num(&r, "ratio_vs", g[ti][s][ref] / p->gflops);
                     row_str(&r, "ratio_of", nv_engine_name((nv_engine_id)ref));
@@ -463,7 +471,7 @@ int bench_cache(int argc, char **argv, const bench_opts *o) {
     if (!use_threads(o->threads)) return cli_error("bench cache", 1, "%s", nv_errmsg());
     nv_engine_id e = NV_ENGINE_AMX_BF16;
     if (o->engine && nv_engine_parse(o->engine, &e) != NV_OK) return cli_error("bench cache", 2, "%s", nv_errmsg());
-    if (!o->engine && !nv_engine_available(NV_ENGINE_AMX_BF16)) e = nv_engine_best();
+    if (!o->engine && !nv_engine_available(NV_ENGINE_AMX_BF16)) e = nv_engine_best_float();
     if (e == NV_ENGINE_SCALAR)
         return cli_error("bench cache", 2, "the scalar engine reads the caller's weights in place: no working set to grow");
     int tl[2], nt = bench_thread_list(o, tl);

@@ -115,7 +115,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             }
             double ms = (nv_now() - t0) * 1e3 / steps, tps = batch * seq / (ms / 1e3);
             bench_row r;
-            row_begin(&r, "train", nv_engine_name(nv_plan_engine(tm.m.cls_plan)), threads);
+            row_begin(&r, "train", nv_engine_name(nv_model_engine(&tm.m)), threads);
             row_str(&r, "model", models[mi]);
             row_int(&r, "seq", seq);
             row_int(&r, "batch", batch);

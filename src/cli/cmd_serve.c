@@ -271,7 +271,7 @@ int cmd_serve(int argc, char **argv) {
                        .cors = cors,
                        .max_body = (size_t)max_body,
                        .timeout_s = timeout,
-                       .engine = nv_engine_name(nv_plan_engine(model.cls_plan))};
+                       .engine = nv_engine_name(nv_model_engine(&model))};
     if (nv_http_start(&http, &ho, &sched, &metrics, &ctx) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -30,7 +31,20 @@ static int emulate;
 static const nv_kern_fp32 *engine_fp32[NV_ENGINE_COUNT]; /* avx2, avx512 */
 static const nv_kern_amx *engine_amx;                     /* amx-bf16, amx-int8 */
 static const nv_kern_amx *engine_vbf16;                   /* avx512-bf16 */
-static nv_kern_amx engine_vint8;                          /* avx512-int8: its int8 loop, avx512-bf16's bf16 one */
+/* avx512-int8: its int8 loop with avx512-bf16's bf16 one (training products): [0] hardware with
+ * VDPBF16PS, [1] hardware with that instruction emulated (a CPU with VNNI but not BF16), [2] both
+ * emulated. Filled once and never changed, so a plan's pointer stays valid across re-probes. */
+static nv_kern_amx vint8_kerns[3];
+static pthread_once_t vint8_once = PTHREAD_ONCE_INIT;
+static const nv_kern_amx *engine_vint8;
+static void vint8_fill(void) {
+    const nv_kern_amx *const int8[3] = {&nv_kern_avx512int8, &nv_kern_avx512int8, &nv_kern_avx512int8_emu};
+    const nv_kern_amx *const bf16[3] = {&nv_kern_avx512bf16, &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16_emu};
+    for (int i = 0; i < 3; i++) {
+        vint8_kerns[i] = *int8[i];
+        vint8_kerns[i].bf16_gemm = bf16[i]->bf16_gemm;
+    }
+}
 static int force_inline; /* self-test: every task on the calling thread */
 static int force_split;  /* self-test: split even tiny products across the pool */
 
@@ -73,7 +87,7 @@ static inline int rup(int a, int b) { return cdiv(a, b) * b; }
 static inline int bf16_tiles(nv_engine_id e) { return e == NV_ENGINE_AMX_BF16 || e == NV_ENGINE_AVX512_BF16; }
 static inline int int8_tiles(nv_engine_id e) { return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8; }
 static inline const nv_kern_amx *tile_kern(nv_engine_id e) {
-    return e == NV_ENGINE_AVX512_BF16 ? engine_vbf16 : e == NV_ENGINE_AVX512_INT8 ? &engine_vint8 : engine_amx;
+    return e == NV_ENGINE_AVX512_BF16 ? engine_vbf16 : e == NV_ENGINE_AVX512_INT8 ? engine_vint8 : engine_amx;
 }
 
 static void *aalloc(size_t bytes) { return nv_alloc_large(64, bytes, 0); }
@@ -401,7 +415,7 @@ static void pack_int8_task(void *vc, int task, int nt) {
                 tile[(size_t)(kk / 64) * 1024 + ((kk % 64) / 4) * 64 + cc * 4 + (kk % 4)] = (int8_t)q;
                 sum += (uint32_t)q;
             }
-            p->wcomp[row] = (int32_t)(0u - 128u * sum);
+            if (p->wcomp) p->wcomp[row] = (int32_t)(0u - 128u * sum);
         }
     }
 }
@@ -465,8 +479,8 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
         p->kp = rup(k, NV_AMX_INT8_DEPTH);
         p->pack_bytes = (size_t)p->np * 16 * p->kp;
         p->wscale = calloc((size_t)p->np * 16, sizeof(float));
-        p->wcomp = calloc((size_t)p->np * 16, sizeof(int32_t));
-        if (!p->wscale || !p->wcomp) {
+        if (p->ka->int8_unsigned) p->wcomp = calloc((size_t)p->np * 16, sizeof(int32_t));
+        if (!p->wscale || (p->ka->int8_unsigned && !p->wcomp)) {
             free(p->wscale);
             free(p->wcomp);
             free(p);
@@ -490,7 +504,10 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
 nv_err nv_plan_build(nv_plan **out, nv_engine_id want, const float *w, int n, int k) {
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
     nv_engine_id e = engine_resolve(want);
-    if (int8_tiles(e) && k > INT8_MAX_K) e = engine_resolve(nv_engine_bf16_of(e));
+    if (int8_tiles(e) && k > INT8_MAX_K) { /* the next floating-point rung that is on */
+        while (int8_tiles(e)) e = nv_engine_next_down(e);
+        e = engine_resolve(e);
+    }
     NV_TRY(plan_build_on(out, e, w, n, k));
     atomic_fetch_add(&plan_build_count, 1);
     return NV_OK;
@@ -532,7 +549,7 @@ size_t nv_plan_packed_bytes(const nv_plan *p) {
     if (p->engine == NV_ENGINE_SCALAR) return (size_t)p->n * p->k * sizeof(float);
     if (p->quant)
         return p->pack_bytes + (p->qscale ? (size_t)p->np * cdiv(p->k, p->qb) * p->kf->nr * sizeof(float) * (p->qoff ? 2 : 1) : 0);
-    return p->pack_bytes + (p->wscale ? (size_t)p->n * (sizeof(float) + sizeof(int32_t)) : 0);
+    return p->pack_bytes + (p->wscale ? (size_t)p->n * sizeof(float) : 0) + (p->wcomp ? (size_t)p->n * sizeof(int32_t) : 0);
 }
 
 int nv_plan_quantized(const nv_plan *p) { return p->quant ? p->bits : 0; }
@@ -592,7 +609,9 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     *out = NULL;
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
     nv_engine_id e = engine_resolve(want);
-    if (e == NV_ENGINE_AVX512_BF16) e = engine_resolve(NV_ENGINE_AVX512); /* the stored values, read as they are */
+    /* the vector bf16 and int8 engines read the stored values as they are on avx512 (fewer bytes
+       than bf16 or a requantised copy, and no fp32 copy of the weights kept for the plan) */
+    if (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8) e = engine_resolve(NV_ENGINE_AVX512);
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
         return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
@@ -882,7 +901,7 @@ static void amx_run_task(void *vc, int task, int nt) {
     if (int8_tiles(p->engine))
         p->ka->int8_gemm((const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
                          (const int8_t *)p->pack + (size_t)t0 * (p->kp / 64) * 1024, t1 - t0, c->rowscale + r0,
-                         p->wscale + (size_t)t0 * 16, p->wcomp + (size_t)t0 * 16, y, n, n - t0 * 16);
+                         p->wscale + (size_t)t0 * 16, p->wcomp ? p->wcomp + (size_t)t0 * 16 : NULL, y, n, n - t0 * 16);
     else
         p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
                          (const uint16_t *)p->pack + (size_t)t0 * (p->kp / 32) * 512, t1 - t0, y, n, n - t0 * 16, 0);
@@ -1588,9 +1607,8 @@ nv_err nv_engines_init(const char *allow, int threads) {
     engine_vbf16 = emulate ? &nv_kern_avx512bf16_emu : &nv_kern_avx512bf16;
     /* avx512-int8 trains on bf16 tiles: VDPBF16PS where the CPU has it (whether or not the
      * avx512-bf16 engine is allowed), else its emulation, the same bits */
-    engine_vint8 = emulate ? nv_kern_avx512int8_emu : nv_kern_avx512int8;
-    engine_vint8.bf16_gemm = !emulate && nv_cpu_has_avx512(cpu) && cpu->avx512_bf16 ? nv_kern_avx512bf16.bf16_gemm
-                                                                                    : nv_kern_avx512bf16_emu.bf16_gemm;
+    pthread_once(&vint8_once, vint8_fill);
+    engine_vint8 = &vint8_kerns[emulate ? 2 : nv_cpu_has_avx512(cpu) && cpu->avx512_bf16 ? 0 : 1];
     engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
     engine_why[NV_ENGINE_SCALAR][0] = '\0';
     for (int i = 1; i < NV_ENGINE_COUNT; i++) {

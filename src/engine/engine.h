@@ -46,7 +46,7 @@
  *   avx512-int8  amx-int8's tiles, scales and quantisation; VPDPBUSD (unsigned x signed bytes) with x
  *             given as q + 128 and each output's int32 sum started at -128 * sum(q_w), which the
  *             offset's products cancel exactly: the sums, and so y, are amx-int8's bit for bit.
- *             Plans with k > 131072 are built on avx512-bf16.
+ *             Plans with k > 131072 are built on the next floating-point rung that is on.
  * Training products on each engine:
  *   nv_plan_run_dx  avx2/avx512: the same panel kernel over panels of W^T gathered per task from
  *                   the forward panels. amx-bf16 and avx512-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered
@@ -186,7 +186,7 @@ typedef struct {
  * or over fp16 weights kept as fp16 (2 bytes per weight):
  * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
  * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
- * avx512 only (avx512-bf16 builds it on avx512: the weights' own values, fewer bytes than bf16;
+ * avx512 only (avx512-bf16 and avx512-int8 build it on avx512: the weights' own values, fewer bytes than bf16;
  * NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);

@@ -2,7 +2,7 @@
  * and Sapphire Rapids) over the AMX engine's bf16 VNNI tiles, 32 multiply-adds per instruction
  * against the 16 of an fp32 FMA. This file alone is compiled for AVX512_BF16 (the target pragma
  * below); engine.c calls it only after the run-time probe found AVX-512F/BW/VL and AVX512_BF16
- * enabled by the OS and its self-test passed. The same loop runs through kern_avx512bf16_emu.c on
+ * enabled by the OS and its self-test passed. The same loop runs through kern_vdot_emu.c on
  * AVX2 (tests). */
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 #include <immintrin.h>

@@ -6,7 +6,7 @@
  * amx-int8's (tdpbssd, signed by signed), and so are the outputs, bit for bit. This file alone is
  * compiled for AVX512_VNNI (the target pragma below); engine.c calls it only after the run-time
  * probe found AVX-512F/BW/VL and AVX512_VNNI enabled by the OS and its self-test passed. The same
- * loop runs through kern_avx512int8_emu.c on AVX2 (tests). */
+ * loop runs through kern_vdot_emu.c on AVX2 (tests). */
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 #include <immintrin.h>
 #include <string.h>

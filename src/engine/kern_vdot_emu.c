@@ -1,6 +1,8 @@
-/* Test-only: the vector dot-product engines' loop (kern_vdot_tmpl.h) on AVX2, with their
- * instructions emulated as the SDM writes them, so that the avx512-bf16 and avx512-int8 engines'
- * packing, tiling and remainder logic is tested on machines without AVX512_BF16 or AVX512_VNNI.
+/* The vector dot-product engines' loop (kern_vdot_tmpl.h) on AVX2, with their instructions
+ * emulated as the SDM writes them, so that the avx512-bf16 and avx512-int8 engines' packing, tiling
+ * and remainder logic is tested on machines without AVX512_BF16 or AVX512_VNNI. Besides tests, the
+ * bf16 loop here runs avx512-int8's training products on a CPU with VNNI but not BF16 (Cascade
+ * Lake, Ice Lake): the same bits as VDPBF16PS, several times slower.
  *   VDPBF16PS: the odd depth's product added first, then the even one's (products of two bf16 are
  *     exact in fp32, so fused or not gives the same bits), denormal inputs read as zero and
  *     denormal results flushed to zero (the instruction's DAZ and FTZ, whatever MXCSR says).

@@ -326,6 +326,11 @@ static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, fl
     return nv_plan_build(out, e, w, n, k);
 }
 
+nv_engine_id nv_model_engine(const nv_model *m) {
+    if (m->plans && m->config.n_layers > 0 && m->plans[0].wq) return nv_plan_engine(m->plans[0].wq);
+    return m->cls_plan ? nv_plan_engine(m->cls_plan) : m->engine;
+}
+
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     const nv_config *c = &m->config;
     int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;

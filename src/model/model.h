@@ -112,6 +112,9 @@ int nv_config_fits_v1(const nv_config *c);
 /* Builds one plan per weight matrix on engine e (falling down the ladder where e is off); a matrix
  * with a block-quantized source gets a block-quantized plan where the engine takes one. */
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);
+/* The engine the model's products run on once its plans are built: the layers' (the FFN down
+ * projection and the classifier stay on bf16 tiles under an int8 engine), for messages and labels. */
+nv_engine_id nv_model_engine(const nv_model *m);
 /* Frees the block-quantized sources (m->quant) once the plans are built: the plans hold their own
  * packed copy. Later plan builds are then fp32, and fail for a matrix still pending. */
 void nv_model_drop_quant_sources(nv_model *m);

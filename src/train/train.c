@@ -277,7 +277,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     int tty = isatty(STDERR_FILENO) && !o->quiet;
     float last_loss = 0, last_val = NAN;
     nv_info("training %.2fM parameters on %s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step)",
-            (double)tm.m.n_params / 1e6, nv_engine_name(nv_plan_engine(tm.m.cls_plan)), o->steps, o->batch, o->seq,
+            (double)tm.m.n_params / 1e6, nv_engine_name(nv_model_engine(&tm.m)), o->steps, o->batch, o->seq,
             o->accum, tm.flops_per_step * o->accum / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
@@ -407,7 +407,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;
-        nv_engine_id used = nv_plan_engine(tm.m.cls_plan);
+        nv_engine_id used = nv_model_engine(&tm.m);
         double achieved = tm.flops_per_step * o->accum * n / sum_step;
         /* the peak of the unit this engine runs on, measured now with the same threads */
         nv_peak_unit unit = nv_peak_unit_of(nv_engine_bf16_of(used)); /* int8 engines train on bf16 tiles */
