@@ -339,6 +339,7 @@ static void test_accuracy_avx512_bf16(void) { check_engine(NV_ENGINE_AVX512_BF16
 static void test_accuracy_amx_bf16(void) { check_engine(NV_ENGINE_AMX_BF16, "", 1); }
 static void test_accuracy_amx_int8(void) { check_engine(NV_ENGINE_AMX_INT8, "", 1); }
 static void test_accuracy_avx512_int8(void) { check_engine(NV_ENGINE_AVX512_INT8, "", 1); }
+static void test_accuracy_avx2_int8(void) { check_engine(NV_ENGINE_AVX2_INT8, "", 1); }
 /* The same numerics on the emulated kernels (tile and zmm semantics in C), so the contract is
  * checked on machines without the hardware too. */
 static void test_accuracy_avx512_emulated(void) { check_engine(NV_ENGINE_AVX512, " (emulated)", 1); }
@@ -364,6 +365,7 @@ int main(void) {
     T_RUN(test_accuracy_amx_bf16);
     T_RUN(test_accuracy_amx_int8);
     T_RUN(test_accuracy_avx512_int8);
+    T_RUN(test_accuracy_avx2_int8);
     nv_engines_set_emulation(1);
     nv_engines_reset();
     nv_engines_init(NULL, 0);

@@ -103,7 +103,7 @@ static void test_generate_speculative(void) {
         T_CHECK(t_nerve(args) == 0 && strcmp(plain, t_out) == 0, "%s: with drafts:\n%s\nwithout:\n%s", runs[i], t_out, plain);
     }
     /* the low-precision engines that are on here: the same text with drafts as without */
-    const char *lowp[] = {"avx512-bf16", "amx-bf16", "avx512-int8", "amx-int8"};
+    const char *lowp[] = {"avx512-bf16", "amx-bf16", "avx2-int8", "avx512-int8", "amx-int8"};
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) {
         char plain[8192];
         snprintf(args, sizeof args, "generate -m %s -z %s -n 200 -t 0.9 -s 11 --engine %s", m, z, lowp[i]);

@@ -33,7 +33,7 @@
 
 static nv_engine_id E; /* the engine under test */
 
-static int is_int8(nv_engine_id e) { return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8; }
+static int is_int8(nv_engine_id e) { return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8; }
 
 static void rnd(float *v, size_t n, uint64_t *s) {
     for (size_t i = 0; i < n; i++) {
@@ -57,6 +57,7 @@ static double y_tol(nv_engine_id e, int K, double S, double sa, double sb, doubl
     switch (e) {
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return bf16_tol(K, S, 0);
+    case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         double Q = hb * sa + ha * sb + K * ha * hb;
@@ -548,8 +549,10 @@ static void test_quant(void) {
                 nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h};
                 nv_plan *pq = NULL, *pf = NULL;
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
-                /* avx512-bf16 and avx512-int8 keep the stored values on avx512's panels */
-                const nv_engine_id on = E == NV_ENGINE_AVX512_BF16 || E == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512 : E;
+                /* avx512-bf16 and avx512-int8 keep the stored values on avx512's panels, avx2-int8 on avx2's */
+                const nv_engine_id on = E == NV_ENGINE_AVX512_BF16 || E == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512
+                                        : E == NV_ENGINE_AVX2_INT8                               ? NV_ENGINE_AVX2
+                                                                                                 : E;
                 if (on != NV_ENGINE_AVX2 && on != NV_ENGINE_AVX512) {
                     T_CHECK(e == NV_EUNSUPPORTED && !pq, "%s built a block-quantized plan", nv_engine_name(E));
                 } else if (e != NV_OK || nv_plan_engine(pq) != on || nv_plan_build(&pf, on, w, n, k) != NV_OK) {
@@ -708,28 +711,34 @@ static void test_int8_kernels_agree(void) {
         }
 }
 
-/* Plans: avx512-int8 and amx-int8 from the same weights give the same y, bit for bit. */
+/* Plans: every int8 engine that is on (amx-int8, avx512-int8, avx2-int8) gives the same y from the
+ * same weights, bit for bit. */
 static void test_int8_plans_agree(void) {
-    if (!nv_engine_available(NV_ENGINE_AVX512_INT8) || !nv_engine_available(NV_ENGINE_AMX_INT8)) {
-        t_skip(!nv_engine_available(NV_ENGINE_AMX_INT8) ? nv_engine_why_off(NV_ENGINE_AMX_INT8)
-                                                        : nv_engine_why_off(NV_ENGINE_AVX512_INT8));
+    const nv_engine_id all[3] = {NV_ENGINE_AMX_INT8, NV_ENGINE_AVX512_INT8, NV_ENGINE_AVX2_INT8};
+    nv_engine_id on[3];
+    int non = 0;
+    for (int i = 0; i < 3; i++)
+        if (nv_engine_available(all[i])) on[non++] = all[i];
+    if (non < 2) {
+        t_skip("fewer than two int8 engines on");
         return;
     }
     for (int mi = 0; mi < NM; mi++)
         for (int ki = 0; ki < NK; ki++) {
             const shape_ref *r = ref_get(mi, ki, 4);
-            float *y[2];
-            for (int i = 0; i < 2; i++) {
+            float *y[3];
+            for (int i = 0; i < non; i++) {
                 nv_plan *p;
-                const nv_engine_id e = i ? NV_ENGINE_AVX512_INT8 : NV_ENGINE_AMX_INT8;
-                T_CHECK(nv_plan_build(&p, e, r->w, r->n, r->k) == NV_OK && nv_plan_engine(p) == e, "build");
+                T_CHECK(nv_plan_build(&p, on[i], r->w, r->n, r->k) == NV_OK && nv_plan_engine(p) == on[i], "build");
                 y[i] = malloc(sizeof(float) * r->m * r->n);
                 nv_plan_run(p, r->x, r->m, y[i]);
                 nv_plan_free(p);
+                T_CHECK(memcmp(y[0], y[i], sizeof(float) * r->m * r->n) == 0, "%s and %s: y bits differ (%dx%dx%d)",
+                        nv_engine_name(on[0]), nv_engine_name(on[i]), r->m, r->n, r->k);
             }
-            T_CHECK(memcmp(y[0], y[1], sizeof(float) * r->m * r->n) == 0, "y bits differ (%dx%dx%d)", r->m, r->n, r->k);
-            free(y[0]), free(y[1]);
+            for (int i = 0; i < non; i++) free(y[i]);
         }
+    printf("    %d int8 engines agree\n", non);
 }
 
 /* An int8 plan deeper than its int32 sums allow is built on the next floating-point rung that is on. */
@@ -739,8 +748,8 @@ static void test_deep_int8_plans_fall_to_float(void) {
     uint64_t seed = 5;
     rnd(w, (size_t)n * k, &seed);
     rnd(x, (size_t)k, &seed);
-    for (int i = 0; i < 2; i++) {
-        const nv_engine_id want = i ? NV_ENGINE_AMX_INT8 : NV_ENGINE_AVX512_INT8;
+    for (int i = 0; i < 3; i++) {
+        const nv_engine_id want = i == 2 ? NV_ENGINE_AVX2_INT8 : i ? NV_ENGINE_AMX_INT8 : NV_ENGINE_AVX512_INT8;
         nv_engine_id expect = NV_ENGINE_AMX_BF16;
         while (!nv_engine_available(expect)) expect = nv_engine_next_down(expect);
         nv_plan *p;
@@ -798,7 +807,8 @@ static void test_ladder_avx2_only(void) {
     T_CHECK(nv_engine_best() == NV_ENGINE_AVX2 && nv_engine_best_fp32() == NV_ENGINE_AVX2, "best");
     nv_plan_free(p);
     T_CHECK(nv_engine_next_down(NV_ENGINE_AMX_INT8) == NV_ENGINE_AVX512_INT8 &&
-                nv_engine_next_down(NV_ENGINE_AVX512_INT8) == NV_ENGINE_AMX_BF16 &&
+                nv_engine_next_down(NV_ENGINE_AVX512_INT8) == NV_ENGINE_AVX2_INT8 &&
+                nv_engine_next_down(NV_ENGINE_AVX2_INT8) == NV_ENGINE_AMX_BF16 &&
                 nv_engine_next_down(NV_ENGINE_AMX_BF16) == NV_ENGINE_AVX512_BF16 &&
                 nv_engine_next_down(NV_ENGINE_AVX512_BF16) == NV_ENGINE_AVX512 &&
                 nv_engine_next_down(NV_ENGINE_AVX512) == NV_ENGINE_AVX2 && nv_engine_next_down(NV_ENGINE_AVX2) == NV_ENGINE_SCALAR &&
@@ -812,6 +822,7 @@ static void test_bad_allow_list(void) {
     nv_engine_id e;
     T_CHECK(nv_engine_parse("amx-int8", &e) == NV_OK && e == NV_ENGINE_AMX_INT8, "parse");
     T_CHECK(nv_engine_parse("avx512-int8", &e) == NV_OK && e == NV_ENGINE_AVX512_INT8, "parse");
+    T_CHECK(nv_engine_parse("avx2-int8", &e) == NV_OK && e == NV_ENGINE_AVX2_INT8, "parse");
     T_CHECK(nv_engine_parse("AMX", &e) != NV_OK, "parse accepted junk");
 }
 

@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "                one without (default 0: off)\n"
             "  --spec-lookup-min N, --spec-lookup-max N\n"
             "                the lengths of the tail looked up, longest first (default 2 and 4)\n"
-            "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, avx512-int8, amx-int8 (default: the fastest\n"
+            "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest\n"
             "                exact fp32 one that probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n");
 }

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
             "  --port P             TCP port (default 8000; 0 = any free port, printed at start)\n"
             "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
             "  --alias NAME         model id in the API (default: the model's file name without extension)\n"
-            "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, avx512-int8, amx-int8 (default: the fastest that probes well)\n"
+            "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest that probes well)\n"
             "  --threads N          threads for the engines (default: one per core)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"

@@ -19,8 +19,8 @@
 #include "base/vmath.h"
 #include "engine/kern.h"
 
-static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar",   "avx2",        "avx512",  "avx512-bf16",
-                                                           "amx-bf16", "avx512-int8", "amx-int8"};
+static const char *const engine_names[NV_ENGINE_COUNT] = {"scalar",    "avx2",        "avx512",  "avx512-bf16", "amx-bf16",
+                                                           "avx2-int8", "avx512-int8", "amx-int8"};
 
 static int engines_ready;
 static int pool_ready;
@@ -31,16 +31,19 @@ static int emulate;
 static const nv_kern_fp32 *engine_fp32[NV_ENGINE_COUNT]; /* avx2, avx512 */
 static const nv_kern_amx *engine_amx;                     /* amx-bf16, amx-int8 */
 static const nv_kern_amx *engine_vbf16;                   /* avx512-bf16 */
-/* avx512-int8: its int8 loop with avx512-bf16's bf16 one (training products): [0] hardware with
- * VDPBF16PS, [1] hardware with that instruction emulated (a CPU with VNNI but not BF16), [2] both
- * emulated. Filled once and never changed, so a plan's pointer stays valid across re-probes. */
-static nv_kern_amx vint8_kerns[3];
+/* The vector int8 engines: their int8 loop with avx512-bf16's bf16 one (training products).
+ * avx512-int8: [0] hardware with VDPBF16PS, [1] hardware with that instruction emulated (a CPU with
+ * VNNI but not BF16), [2] both emulated; avx2-int8: [3] with VDPBF16PS, [4] with it emulated.
+ * Filled once and never changed, so a plan's pointer stays valid across re-probes. */
+static nv_kern_amx vint8_kerns[5];
 static pthread_once_t vint8_once = PTHREAD_ONCE_INIT;
-static const nv_kern_amx *engine_vint8;
+static const nv_kern_amx *engine_vint8, *engine_avx2int8;
 static void vint8_fill(void) {
-    const nv_kern_amx *const int8[3] = {&nv_kern_avx512int8, &nv_kern_avx512int8, &nv_kern_avx512int8_emu};
-    const nv_kern_amx *const bf16[3] = {&nv_kern_avx512bf16, &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16_emu};
-    for (int i = 0; i < 3; i++) {
+    const nv_kern_amx *const int8[5] = {&nv_kern_avx512int8, &nv_kern_avx512int8, &nv_kern_avx512int8_emu, &nv_kern_avx2int8,
+                                        &nv_kern_avx2int8};
+    const nv_kern_amx *const bf16[5] = {&nv_kern_avx512bf16, &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16_emu,
+                                        &nv_kern_avx512bf16, &nv_kern_avx512bf16_emu};
+    for (int i = 0; i < 5; i++) {
         vint8_kerns[i] = *int8[i];
         vint8_kerns[i].bf16_gemm = bf16[i]->bf16_gemm;
     }
@@ -85,9 +88,14 @@ static inline int rup(int a, int b) { return cdiv(a, b) * b; }
 /* The engines that compute on bf16 VNNI tiles, and those on int8 ones (the same packing and
  * products, their own loop). */
 static inline int bf16_tiles(nv_engine_id e) { return e == NV_ENGINE_AMX_BF16 || e == NV_ENGINE_AVX512_BF16; }
-static inline int int8_tiles(nv_engine_id e) { return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8; }
+static inline int int8_tiles(nv_engine_id e) {
+    return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8;
+}
 static inline const nv_kern_amx *tile_kern(nv_engine_id e) {
-    return e == NV_ENGINE_AVX512_BF16 ? engine_vbf16 : e == NV_ENGINE_AVX512_INT8 ? engine_vint8 : engine_amx;
+    return e == NV_ENGINE_AVX512_BF16   ? engine_vbf16
+           : e == NV_ENGINE_AVX512_INT8 ? engine_vint8
+           : e == NV_ENGINE_AVX2_INT8   ? engine_avx2int8
+                                        : engine_amx;
 }
 
 static void *aalloc(size_t bytes) { return nv_alloc_large(64, bytes, 0); }
@@ -249,7 +257,7 @@ nv_err nv_engine_parse(const char *name, nv_engine_id *out) {
             *out = (nv_engine_id)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown engine '%s' (known: scalar, avx2, avx512, avx512-bf16, amx-bf16, avx512-int8, amx-int8)",
+    return nv_fail(NV_EINVAL, "unknown engine '%s' (known: scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8)",
                    name);
 }
 
@@ -272,7 +280,7 @@ nv_engine_id nv_engine_best(void) {
 int nv_engine_low_precision(nv_engine_id e) { return e >= NV_ENGINE_AVX512_BF16 && e < NV_ENGINE_COUNT; }
 
 nv_engine_id nv_engine_bf16_of(nv_engine_id e) {
-    return e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : e == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512_BF16 : e;
+    return e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : int8_tiles(e) ? NV_ENGINE_AVX512_BF16 : e;
 }
 
 nv_engine_id nv_engine_best_float(void) {
@@ -426,6 +434,7 @@ static void (*pack_fn(const nv_plan *p))(void *, int, int) {
     case NV_ENGINE_AVX512: return pack_fp32_task;
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return pack_bf16_task;
+    case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: return pack_int8_task;
     default: return NULL;
@@ -472,6 +481,7 @@ static nv_err plan_build_on(nv_plan **out, nv_engine_id e, const float *w, int n
         p->kp = rup(k, NV_AMX_BF16_DEPTH);
         p->pack_bytes = (size_t)p->np * 16 * p->kp * 2;
         break;
+    case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8:
         p->ka = tile_kern(e);
@@ -612,6 +622,7 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     /* the vector bf16 and int8 engines read the stored values as they are on avx512 (fewer bytes
        than bf16 or a requantised copy, and no fp32 copy of the weights kept for the plan) */
     if (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8) e = engine_resolve(NV_ENGINE_AVX512);
+    if (e == NV_ENGINE_AVX2_INT8) e = engine_resolve(NV_ENGINE_AVX2);
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
         return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
@@ -1261,6 +1272,7 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
         return;
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8:
         if (!tile_prepare(&c, p, x, m)) {
@@ -1295,6 +1307,7 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
         break;
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         const int depth = rup(n, 32);
@@ -1345,6 +1358,7 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
     }
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
+    case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         const int depth = rup(m, 32);
@@ -1391,6 +1405,7 @@ static double elem_bound(nv_engine_id e, int K, double S, double sa, double sb, 
     switch (e) {
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16: return (1.0 / 128 + 1.0 / 65536) * S + fp * (1 + 1.0 / 64) + 1e-30 * K;
+    case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
     case NV_ENGINE_AMX_INT8: {
         double Q = qb * sa + qa * sb + K * qa * qb;
@@ -1550,6 +1565,7 @@ static int guarded_selftest(nv_engine_id e, char *why, size_t len) {
 static int engine_hw(nv_engine_id e, const nv_cpu_info *c, char *why, size_t len) {
     switch (e) {
     case NV_ENGINE_AVX2:
+    case NV_ENGINE_AVX2_INT8:
         if (nv_cpu_has_avx2(c)) return 1;
         snprintf(why, len, "%s", !c->avx2 || !c->fma ? "CPU lacks AVX2/FMA" : "OS does not enable AVX state (XCR0)");
         return 0;
@@ -1608,7 +1624,9 @@ nv_err nv_engines_init(const char *allow, int threads) {
     /* avx512-int8 trains on bf16 tiles: VDPBF16PS where the CPU has it (whether or not the
      * avx512-bf16 engine is allowed), else its emulation, the same bits */
     pthread_once(&vint8_once, vint8_fill);
-    engine_vint8 = &vint8_kerns[emulate ? 2 : nv_cpu_has_avx512(cpu) && cpu->avx512_bf16 ? 0 : 1];
+    const int hw_bf16 = !emulate && nv_cpu_has_avx512(cpu) && cpu->avx512_bf16;
+    engine_vint8 = &vint8_kerns[emulate ? 2 : hw_bf16 ? 0 : 1];
+    engine_avx2int8 = &vint8_kerns[hw_bf16 ? 3 : 4];
     engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
     engine_why[NV_ENGINE_SCALAR][0] = '\0';
     for (int i = 1; i < NV_ENGINE_COUNT; i++) {
@@ -1625,7 +1643,7 @@ nv_err nv_engines_init(const char *allow, int threads) {
         } else {
             engine_on[i] = 1;
             engine_why[i][0] = '\0';
-            nv_debug("engine %s on%s", engine_names[i], emulate && i >= NV_ENGINE_AVX512 ? " (emulated)" : "");
+            nv_debug("engine %s on%s", engine_names[i], emulate && i >= NV_ENGINE_AVX512 && i != NV_ENGINE_AVX2_INT8 ? " (emulated)" : "");
         }
     }
     engines_ready = 1;

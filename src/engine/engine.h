@@ -4,7 +4,8 @@
  * avx2 (fp32 FMA), avx512 (fp32), avx512-bf16 (bf16 operands, fp32 accumulate/output, on the
  * vector unit's VDPBF16PS), amx-bf16 (the same on the tile unit), amx-int8 (W8A8: int8 weights
  * with per-output-channel scales, activations quantised per row at run time, int32 accumulate,
- * fp32 output) and avx512-int8 (amx-int8's arithmetic on the vector unit's VPDPBUSD: the same bits). nv_engines_init() probes each once (CPUID, XCR0, the AMX
+ * fp32 output), avx512-int8 (amx-int8's arithmetic on the vector unit's VPDPBUSD: the same bits)
+ * and avx2-int8 (the same on AVX2 alone, VPDPBUSD emulated exactly). nv_engines_init() probes each once (CPUID, XCR0, the AMX
  * permission request, then a small product checked against scalar); a failure latches the engine
  * off with one log line giving the reason. NERVE_ENGINES (or the `allow` argument) restricts the
  * set so every fallback is testable on any machine.
@@ -13,7 +14,7 @@
  * llama2.c and PyTorch) packed once into an engine's layout. nv_plan_run computes
  * y[m x n] = x[m x k] . W^T for any m; nv_plan_refresh() rewrites the packed copy from new fp32
  * weights without rebuilding (the dynamic-weights rule). A plan asked for an engine that is off
- * falls down the ladder amx-int8 -> avx512-int8 -> amx-bf16 -> avx512-bf16 -> avx512 -> avx2 -> scalar
+ * falls down the ladder amx-int8 -> avx512-int8 -> avx2-int8 -> amx-bf16 -> avx512-bf16 -> avx512 -> avx2 -> scalar
  * (each int8 engine above the bf16 ones: a machine without AMX answers amx-int8 with the same bits,
  * amx-bf16 with bf16, never with int8).
  * The scalar engine sums each dot product left to right in fp32, exactly as llama2.c's run.c,
@@ -47,12 +48,15 @@
  *             given as q + 128 and each output's int32 sum started at -128 * sum(q_w), which the
  *             offset's products cancel exactly: the sums, and so y, are amx-int8's bit for bit.
  *             Plans with k > 131072 are built on the next floating-point rung that is on.
+ *   avx2-int8  avx512-int8's loop on pairs of ymm registers, VPDPBUSD emulated by VPMADDWD on the
+ *             bytes widened to 16 bits (exact): the same bits again, at about the fp32 FMA rate,
+ *             on a quarter of fp32's weight bytes.
  * Training products on each engine:
  *   nv_plan_run_dx  avx2/avx512: the same panel kernel over panels of W^T gathered per task from
  *                   the forward panels. amx-bf16 and avx512-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered
  *                   from the forward tiles). amx-int8, avx512-int8: bf16 tiles too, on the quantised
  *                   weights (exact in bf16) with the per-channel scales folded into dy before
- *                   rounding (avx512-int8: VDPBF16PS, emulated where the CPU lacks AVX512_BF16).
+ *                   rounding (the vector int8 engines: VDPBF16PS, emulated where the CPU lacks AVX512_BF16).
  *   nv_gemm_dw      avx2/avx512: the panel kernel on dy^T and panels of x, accumulating into dw;
  *                   x is packed once per call, dy transposed a block of rows x depth slice at a
  *                   time into a buffer that stays in cache (never a whole copy of dy).
@@ -81,6 +85,7 @@ typedef enum {
     NV_ENGINE_AVX512,
     NV_ENGINE_AVX512_BF16,
     NV_ENGINE_AMX_BF16,
+    NV_ENGINE_AVX2_INT8,
     NV_ENGINE_AVX512_INT8,
     NV_ENGINE_AMX_INT8,
     NV_ENGINE_COUNT

@@ -1,8 +1,9 @@
 /* The vector dot-product engines' loop (kern_vdot_tmpl.h) on AVX2, with their instructions
  * emulated as the SDM writes them, so that the avx512-bf16 and avx512-int8 engines' packing, tiling
- * and remainder logic is tested on machines without AVX512_BF16 or AVX512_VNNI. Besides tests, the
- * bf16 loop here runs avx512-int8's training products on a CPU with VNNI but not BF16 (Cascade
- * Lake, Ice Lake): the same bits as VDPBF16PS, several times slower.
+ * and remainder logic is tested on machines without AVX512_BF16 or AVX512_VNNI. Besides tests:
+ * the int8 loop is the avx2-int8 engine (amx-int8's bits on any AVX2 CPU: int8 weights stream a
+ * quarter of fp32's bytes), and the bf16 loop runs the int8 engines' training products on a CPU
+ * without AVX512_BF16: the same bits as VDPBF16PS, several times slower.
  *   VDPBF16PS: the odd depth's product added first, then the even one's (products of two bf16 are
  *     exact in fp32, so fused or not gives the same bits), denormal inputs read as zero and
  *     denormal results flushed to zero (the instruction's DAZ and FTZ, whatever MXCSR says).
@@ -118,8 +119,9 @@ static inline vq32 vloadb_int8(const uint8_t *p) {
 }
 static int int8_inject;                  /* nv_kern_avx512int8_emu_inject() */
 static _Thread_local unsigned int8_calls; /* which instruction is the eighth */
-static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b) {
-    if (int8_inject && ++int8_calls % 8 == 0) quad &= 0x00ffffffu; /* the last depth's product lost */
+/* inject: the test instance, which fault injection reaches; the engine's instance has no check */
+static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
+    if (inject && int8_inject && ++int8_calls % 8 == 0) quad &= 0x00ffffffu; /* the last depth's product lost */
     const __m256i a = _mm256_set1_epi32((int)quad);
     const __m256i ae = _mm256_and_si256(a, _mm256_set1_epi16(0xff)), ao = _mm256_srli_epi16(a, 8); /* u8 -> int16 */
     acc.lo = _mm256_add_epi32(acc.lo, _mm256_add_epi32(_mm256_madd_epi16(ae, b.even_lo), _mm256_madd_epi16(ao, b.odd_lo)));
@@ -133,7 +135,7 @@ static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b) {
 #define VACC v16i
 #define VBT vq32
 #define vloadb(p) vloadb_int8(p)
-#define vdp(acc, group, b) vdp_int8(acc, group, b)
+#define vdp(acc, group, b) vdp_int8(acc, group, b, 1)
 #define vinit(o, t)                                                                                                    \
     ((v16i){_mm256_loadu_si256((const __m256i *)((o)->wc + (t) * 16)),                                                 \
             _mm256_loadu_si256((const __m256i *)((o)->wc + (t) * 16 + 8))})
@@ -155,5 +157,21 @@ static void vint8emu_int8_gemm(const int8_t *A, size_t lda, int rows, int Kp, co
 }
 
 const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1};
+
+/* The same loop without the fault-injection check: the avx2-int8 engine. */
+#undef VB
+#undef vdp
+#define VB(name) vint8avx2_##name
+#define vdp(acc, group, b) vdp_int8(acc, group, b, 0)
+
+#include "engine/kern_vdot_tmpl.h"
+
+static void vint8avx2_int8_gemm(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
+                                const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
+    const vint8avx2_out o = {0, xs, ws, wc};
+    vint8avx2_gemm((const uint8_t *)A, lda, rows, Kp, (const uint8_t *)B, ntiles, C, ldc, ncols, &o);
+}
+
+const nv_kern_amx nv_kern_avx2int8 = {"avx2-int8", NULL, vint8avx2_int8_gemm, 1};
 
 void nv_kern_avx512int8_emu_inject(int on) { int8_inject = on; }
