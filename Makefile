@@ -100,6 +100,7 @@ FUZZ_TARGET_kern_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq
 FUZZ_TARGET_kern_amx    := -mamx-tile -mamx-bf16 -mamx-int8
 FUZZ_TARGET_kern_avx512bf16 := -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 FUZZ_TARGET_kern_avx512int8 := -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+FUZZ_TARGET_kern_avxvnni := -mavxvnni
 FUZZ_TARGET_peak        := -mavx512f -mavx512bw -mavx512bf16 -mavx512vnni -mamx-tile -mamx-bf16 -mamx-int8
 FUZZ_BINS    := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_NAMES))
 

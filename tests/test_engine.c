@@ -659,24 +659,26 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
 
 /* ---------------------------------------------------------------- the int8 engines agree */
 
-/* The int8 kernels on the same tiles: amx-int8's (emulated tiles) on A as signed bytes, avx512-int8's
- * emulation and, where the CPU has AVX512_VNNI, its VPDPBUSD loop on A + 128 with the sums started at
- * -128 * sum(B's column): all the same bits, on random bytes, alternating extremes, and every byte
+/* The int8 kernels on the same tiles: amx-int8's (emulated tiles) on A as signed bytes; on A + 128
+ * with the sums started at -128 * sum(B's column), avx512-int8's emulation, the avx2-int8 loop, and
+ * where the CPU has them the AVX512_VNNI and AVX-VNNI loops: all the same bits, on random bytes, alternating extremes, and every byte
  * 127 at the deepest depth a plan takes (131,072), where the unsigned sums pass 2^31 and wrap while
  * the true ones (2.11e9) do not. */
 static void test_int8_kernels_agree(void) {
     static const int shapes[][3] = {{1, 1, 64}, {2, 5, 128}, {3, 2, 192}, {8, 3, 64}, {17, 4, 320}, {33, 1, 64}, {1, 1, 131072}};
-    const nv_kern_amx *k8[3] = {&nv_kern_amx_emu, &nv_kern_avx512int8_emu, NULL};
+    enum { NK8 = 5 };
+    const nv_kern_amx *k8[NK8] = {&nv_kern_amx_emu, &nv_kern_avx512int8_emu, &nv_kern_avx2int8, NULL, NULL};
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512vnni"))
-        k8[2] = &nv_kern_avx512int8;
+        k8[3] = &nv_kern_avx512int8;
+    if (__builtin_cpu_supports("avxvnni")) k8[4] = &nv_kern_avxvnni_int8;
     uint64_t seed = 8;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int extreme = 0; extreme < 3; extreme++) {
             const int rows = shapes[si][0], nt = shapes[si][1], Kp = shapes[si][2], n = nt * 16, arows = (rows + 15) / 16 * 16;
             int8_t *A = calloc((size_t)arows * Kp, 1), *Au = calloc((size_t)arows * Kp, 1), *B = malloc((size_t)n * Kp);
-            float *xs = malloc(sizeof(float) * rows), *ws = malloc(sizeof(float) * n), *C[3];
+            float *xs = malloc(sizeof(float) * rows), *ws = malloc(sizeof(float) * n), *C[NK8];
             int32_t *wc = calloc((size_t)n, sizeof(int32_t));
             for (int i = 0; i < rows * Kp; i++) {
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -694,7 +696,7 @@ static void test_int8_kernels_agree(void) {
                         wc[t * 16 + c] -= 128 * B[((size_t)t * (Kp / 64) + kk / 64) * 1024 + ((kk % 64) / 4) * 64 + c * 4 + kk % 4];
             rnd(xs, (size_t)rows, &seed);
             rnd(ws, (size_t)n, &seed);
-            for (int v = 0; v < 3; v++) {
+            for (int v = 0; v < NK8; v++) {
                 C[v] = malloc(sizeof(float) * rows * n);
                 if (!k8[v]) continue;
                 T_CHECK(k8[v]->int8_unsigned == (v > 0), "%s: int8_unsigned", k8[v]->name);
@@ -705,9 +707,10 @@ static void test_int8_kernels_agree(void) {
                                 "%s differs from amx-int8 at row %d of %d x %d x %d%s", k8[v]->name, r, rows, n, Kp,
                                 extreme ? " (extreme bytes)" : "");
             }
-            if (!k8[2]) printf("    (no AVX512_VNNI here: the VPDPBUSD loop itself not run)\n");
+            if (si == 0 && extreme == 0 && (!k8[3] || !k8[4]))
+                printf("    (not run here: %s%s)\n", k8[3] ? "" : "the AVX512_VNNI loop ", k8[4] ? "" : "the AVX-VNNI loop");
             free(A), free(Au), free(B), free(xs), free(ws), free(wc);
-            for (int v = 0; v < 3; v++) free(C[v]);
+            for (int v = 0; v < NK8; v++) free(C[v]);
         }
 }
 

@@ -43,6 +43,7 @@ static void probe(void) {
         cpu.amx_tile = (d >> 24) & 1;
         cpu.amx_int8 = (d >> 25) & 1;
         __cpuid_count(7, 1, a, b, c, d);
+        cpu.avx_vnni = (a >> 4) & 1;
         cpu.avx512_bf16 = (a >> 5) & 1;
     }
     if (osxsave) {

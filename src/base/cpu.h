@@ -11,7 +11,7 @@ typedef struct {
     char model[64];
     int cores;               /* logical CPUs this process may use */
     unsigned long long mem_total_bytes;
-    int avx2, fma, f16c;
+    int avx2, fma, f16c, avx_vnni; /* avx_vnni: the VEX (256-bit) VPDPBUSD, with or without AVX-512 */
     int avx512f, avx512bw, avx512vl, avx512_bf16, avx512_vnni;
     int amx_tile, amx_bf16, amx_int8;
     int os_avx, os_avx512, os_amx; /* XCR0 enables the state */
@@ -23,6 +23,7 @@ typedef struct {
 const nv_cpu_info *nv_cpu_probe(void);
 
 static inline int nv_cpu_has_avx2(const nv_cpu_info *c) { return c->avx2 && c->fma && c->os_avx; }
+static inline int nv_cpu_has_avx_vnni(const nv_cpu_info *c) { return nv_cpu_has_avx2(c) && c->avx_vnni; }
 static inline int nv_cpu_has_avx512(const nv_cpu_info *c) {
     return c->avx512f && c->avx512bw && c->avx512vl && c->os_avx512;
 }

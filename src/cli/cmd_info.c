@@ -26,7 +26,7 @@ int cmd_info(int argc, char **argv) {
         int on;
     } f[] = {{"AVX2", c->avx2 && c->os_avx},   {"FMA", c->fma},
              {"AVX-512F", c->avx512f && c->os_avx512}, {"AVX512-BF16", c->avx512_bf16 && c->os_avx512},
-             {"AVX512-VNNI", c->avx512_vnni && c->os_avx512},
+             {"AVX512-VNNI", c->avx512_vnni && c->os_avx512}, {"AVX-VNNI", c->avx_vnni && c->os_avx},
              {"AMX-TILE", c->amx_tile},         {"AMX-BF16", c->amx_bf16},
              {"AMX-INT8", c->amx_int8}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) printf(" %s%s", f[i].on ? "+" : "-", f[i].name);

@@ -33,17 +33,21 @@ static const nv_kern_amx *engine_amx;                     /* amx-bf16, amx-int8 
 static const nv_kern_amx *engine_vbf16;                   /* avx512-bf16 */
 /* The vector int8 engines: their int8 loop with avx512-bf16's bf16 one (training products).
  * avx512-int8: [0] hardware with VDPBF16PS, [1] hardware with that instruction emulated (a CPU with
- * VNNI but not BF16), [2] both emulated; avx2-int8: [3] with VDPBF16PS, [4] with it emulated.
- * Filled once and never changed, so a plan's pointer stays valid across re-probes. */
-static nv_kern_amx vint8_kerns[5];
+ * VNNI but not BF16), [2] both emulated; avx2-int8: [3] plain AVX2 with VDPBF16PS, [4] with it
+ * emulated, [5] AVX-VNNI with VDPBF16PS, [6] with it emulated. Filled once and never changed, so a
+ * plan's pointer stays valid across re-probes. */
+#define VINT8_KERNS 7
+static nv_kern_amx vint8_kerns[VINT8_KERNS];
 static pthread_once_t vint8_once = PTHREAD_ONCE_INIT;
 static const nv_kern_amx *engine_vint8, *engine_avx2int8;
 static void vint8_fill(void) {
-    const nv_kern_amx *const int8[5] = {&nv_kern_avx512int8, &nv_kern_avx512int8, &nv_kern_avx512int8_emu, &nv_kern_avx2int8,
-                                        &nv_kern_avx2int8};
-    const nv_kern_amx *const bf16[5] = {&nv_kern_avx512bf16, &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16_emu,
-                                        &nv_kern_avx512bf16, &nv_kern_avx512bf16_emu};
-    for (int i = 0; i < 5; i++) {
+    const nv_kern_amx *const int8[VINT8_KERNS] = {&nv_kern_avx512int8,   &nv_kern_avx512int8, &nv_kern_avx512int8_emu,
+                                                  &nv_kern_avx2int8,     &nv_kern_avx2int8,   &nv_kern_avxvnni_int8,
+                                                  &nv_kern_avxvnni_int8};
+    const nv_kern_amx *const bf16[VINT8_KERNS] = {&nv_kern_avx512bf16,     &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16_emu,
+                                                  &nv_kern_avx512bf16,     &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16,
+                                                  &nv_kern_avx512bf16_emu};
+    for (int i = 0; i < VINT8_KERNS; i++) {
         vint8_kerns[i] = *int8[i];
         vint8_kerns[i].bf16_gemm = bf16[i]->bf16_gemm;
     }
@@ -1626,7 +1630,8 @@ nv_err nv_engines_init(const char *allow, int threads) {
     pthread_once(&vint8_once, vint8_fill);
     const int hw_bf16 = !emulate && nv_cpu_has_avx512(cpu) && cpu->avx512_bf16;
     engine_vint8 = &vint8_kerns[emulate ? 2 : hw_bf16 ? 0 : 1];
-    engine_avx2int8 = &vint8_kerns[hw_bf16 ? 3 : 4];
+    /* avx2-int8 on AVX-VNNI where the CPU has it; the plain AVX2 loop when emulating (tests) */
+    engine_avx2int8 = &vint8_kerns[(!emulate && nv_cpu_has_avx_vnni(cpu) ? 5 : 3) + (hw_bf16 ? 0 : 1)];
     engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
     engine_why[NV_ENGINE_SCALAR][0] = '\0';
     for (int i = 1; i < NV_ENGINE_COUNT; i++) {

@@ -48,9 +48,9 @@
  *             given as q + 128 and each output's int32 sum started at -128 * sum(q_w), which the
  *             offset's products cancel exactly: the sums, and so y, are amx-int8's bit for bit.
  *             Plans with k > 131072 are built on the next floating-point rung that is on.
- *   avx2-int8  avx512-int8's loop on pairs of ymm registers, VPDPBUSD emulated by VPMADDWD on the
- *             bytes widened to 16 bits (exact): the same bits again, at about the fp32 FMA rate,
- *             on a quarter of fp32's weight bytes.
+ *   avx2-int8  avx512-int8's loop on pairs of ymm registers: AVX-VNNI's VPDPBUSD where the CPU has
+ *             it, else VPDPBUSD emulated by VPMADDWD on the bytes widened to 16 bits (exact): the
+ *             same bits again, on a quarter of fp32's weight bytes.
  * Training products on each engine:
  *   nv_plan_run_dx  avx2/avx512: the same panel kernel over panels of W^T gathered per task from
  *                   the forward panels. amx-bf16 and avx512-bf16: bf16 tiles (dy rounded to bf16, W^T tiles gathered

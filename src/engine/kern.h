@@ -71,8 +71,10 @@ extern const nv_kern_amx nv_kern_avx512bf16_emu;
  * takes avx512-bf16's for its training products); and that loop on AVX2 with VPDPBUSD emulated. */
 extern const nv_kern_amx nv_kern_avx512int8;
 extern const nv_kern_amx nv_kern_avx512int8_emu;
-/* avx2-int8: that emulation's loop as an engine (no fault-injection check): amx-int8's bits on AVX2. */
+/* avx2-int8: that emulation's loop as an engine (no fault-injection check): amx-int8's bits on AVX2;
+ * and the same loop with AVX-VNNI's 256-bit VPDPBUSD where the CPU has it. */
 extern const nv_kern_amx nv_kern_avx2int8;
+extern const nv_kern_amx nv_kern_avxvnni_int8;
 
 #define NV_AMX_TILE_BYTES 1024
 #define NV_AMX_BF16_DEPTH 32

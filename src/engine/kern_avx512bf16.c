@@ -26,10 +26,4 @@ static inline __m512 vdp(__m512 acc, uint32_t pair, __m512i b) {
 
 #include "engine/kern_vdot_tmpl.h"
 
-static void vbf16_bf16_gemm(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C,
-                            size_t ldc, int ncols, int accumulate) {
-    const vbf16_out o = {accumulate, NULL, NULL, NULL};
-    vbf16_gemm(A, lda, rows, Kp, B, ntiles, C, ldc, ncols, &o);
-}
-
 const nv_kern_amx nv_kern_avx512bf16 = {"avx512-bf16", vbf16_bf16_gemm, NULL, 0};

@@ -32,12 +32,6 @@ static inline __m512i vdp(__m512i acc, uint32_t quad, __m512i b) {
 
 #include "engine/kern_vdot_tmpl.h"
 
-static void vint8_int8_gemm(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
-                            const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
-    const vint8_out o = {0, xs, ws, wc};
-    vint8_gemm((const uint8_t *)A, lda, rows, Kp, (const uint8_t *)B, ntiles, C, ldc, ncols, &o);
-}
-
 /* bf16_gemm (the training products) is set by the probe: VDPBF16PS where the CPU has it, else its
  * emulation (the same bits, slower). */
 const nv_kern_amx nv_kern_avx512int8 = {"avx512-int8", NULL, vint8_int8_gemm, 1};

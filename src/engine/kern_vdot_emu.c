@@ -12,22 +12,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "base/vmath.h"
 #include "engine/kern.h"
-
-typedef struct {
-    __m256 lo, hi;
-} v16;
-
-static inline v16 vload_n(const float *p, int n) {
-    if (n >= 16) return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
-    if (n <= 0) return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()};
-    return (v16){nv_load8_n(p, n), n > 8 ? nv_load8_n(p + 8, n - 8) : _mm256_setzero_ps()};
-}
-static inline void vstore_n(float *p, v16 v, int n) {
-    nv_store8_n(p, v.lo, n);
-    if (n > 8) nv_store8_n(p + 8, v.hi, n - 8);
-}
+#include "engine/kern_ymm.h"
 
 /* ---------------------------------------------------------------- VDPBF16PS */
 
@@ -64,6 +50,10 @@ static inline v16 vdp_bf16(v16 acc, uint32_t pair, vb32 b) {
     return acc;
 }
 
+/* a B operand is 4 ymm registers here: 4 rows x 1 tile (8 accumulators) fit the 16 */
+#define VB_MR 4
+#define VB_NT 1
+#define VB_NT_FEW 2
 #define VB(name) vbf16emu_##name
 #define VB_ELEM uint16_t
 #define VB_GROUP 2
@@ -93,21 +83,12 @@ static inline void vout_bf16(int accumulate, float *c, v16 acc, int n) {
 #undef vinit
 #undef vout
 
-static void vbf16emu_bf16_gemm(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C,
-                               size_t ldc, int ncols, int accumulate) {
-    const vbf16emu_out o = {accumulate, NULL, NULL, NULL};
-    vbf16emu_gemm(A, lda, rows, Kp, B, ntiles, C, ldc, ncols, &o);
-}
-
 const nv_kern_amx nv_kern_avx512bf16_emu = {"avx512-bf16 (emulated)", vbf16emu_bf16_gemm, NULL, 0};
 
 void nv_kern_avx512bf16_emu_inject(int on) { bf16_inject = on; }
 
 /* ---------------------------------------------------------------- VPDPBUSD */
 
-typedef struct {
-    __m256i lo, hi;
-} v16i;
 typedef struct {
     __m256i even_lo, odd_lo, even_hi, odd_hi; /* lanes 0-7 and 8-15: bytes 0, 2 and 1, 3 of each as int16 */
 } vq32;
@@ -129,6 +110,9 @@ static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
     return acc;
 }
 
+#define VB_MR 4
+#define VB_NT 1
+#define VB_NT_FEW 2
 #define VB(name) vint8emu_##name
 #define VB_ELEM uint8_t
 #define VB_GROUP 4
@@ -136,41 +120,23 @@ static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
 #define VBT vq32
 #define vloadb(p) vloadb_int8(p)
 #define vdp(acc, group, b) vdp_int8(acc, group, b, 1)
-#define vinit(o, t)                                                                                                    \
-    ((v16i){_mm256_loadu_si256((const __m256i *)((o)->wc + (t) * 16)),                                                 \
-            _mm256_loadu_si256((const __m256i *)((o)->wc + (t) * 16 + 8))})
-/* ((float)acc * xs) * ws lane by lane, as amx-int8 writes its tiles */
-static inline void vout_int8(float xs, const float *ws, float *c, v16i acc, int n) {
-    const __m256 x = _mm256_set1_ps(xs);
-    vstore_n(c, (v16){_mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc.lo), x), _mm256_loadu_ps(ws)),
-                      _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc.hi), x), _mm256_loadu_ps(ws + 8))},
-             n);
-}
+#define vinit(o, t) vinit_int8((o)->wc + (t) * 16)
 #define vout(o, c, r, t, acc, n) vout_int8((o)->xs[r], (o)->ws + (t) * 16, c, acc, n)
 
 #include "engine/kern_vdot_tmpl.h"
-
-static void vint8emu_int8_gemm(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
-                               const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
-    const vint8emu_out o = {0, xs, ws, wc};
-    vint8emu_gemm((const uint8_t *)A, lda, rows, Kp, (const uint8_t *)B, ntiles, C, ldc, ncols, &o);
-}
 
 const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1};
 
 /* The same loop without the fault-injection check: the avx2-int8 engine. */
 #undef VB
 #undef vdp
+#define VB_MR 4
+#define VB_NT 1
+#define VB_NT_FEW 2
 #define VB(name) vint8avx2_##name
 #define vdp(acc, group, b) vdp_int8(acc, group, b, 0)
 
 #include "engine/kern_vdot_tmpl.h"
-
-static void vint8avx2_int8_gemm(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
-                                const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
-    const vint8avx2_out o = {0, xs, ws, wc};
-    vint8avx2_gemm((const uint8_t *)A, lda, rows, Kp, (const uint8_t *)B, ntiles, C, ldc, ncols, &o);
-}
 
 const nv_kern_amx nv_kern_avx2int8 = {"avx2-int8", NULL, vint8avx2_int8_gemm, 1};
 

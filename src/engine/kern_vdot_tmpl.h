@@ -15,13 +15,24 @@
  *                       group of b (VDPBF16PS: a1*b[2i+1] + a0*b[2i]; VPDPBUSD: four u8 x s8)
  *   vinit(o, t)         the accumulators' start for column tile t of the block
  *   vout(o, c, r, t, acc, n)  writes row r's column tile t (the n <= 16 valid lanes) at c
- * with o a const VB(out) * carrying what vinit and vout read (the block's own pieces of them).
+ * with o a const VB(out) * carrying what vinit and vout read (the block's own pieces of them), and
+ * optionally VB_MR (rows per micro-kernel, at most 8), VB_NT (column tiles per micro-kernel above two
+ * rows, 1 or 2) and VB_NT_FEW (at one or two rows, 1-4): zmm has 32 registers, a pair of ymm for 16
+ * lanes leaves the AVX2 instances 16, so they take fewer rows and tiles per block.
  * Micro-kernel: up to MR rows x NT column tiles, one 32-bit chain per output over the depth groups
  * in order, whatever the blocking, so results depend neither on m nor on the thread split. Few rows
  * (decode) take four tiles at a time for more independent chains. */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+#ifndef VB_MR
 #define VB_MR 8
+#endif
+#ifndef VB_NT
+#define VB_NT 2
+#endif
+#ifndef VB_NT_FEW
+#define VB_NT_FEW 4
+#endif
 #define VB_TILE (256 * VB_GROUP)  /* elements of a 1 KiB tile */
 #define VB_DEPTH (16 * VB_GROUP)  /* depths of a tile */
 
@@ -35,7 +46,7 @@ typedef struct {
 
 static ALWAYS_INLINE void VB(ukern)(const int mr, const int nt, int KB, const VB_ELEM *A, size_t lda, const VB_ELEM *B,
                                     size_t tstride, float *C, size_t ldc, int nc, const VB(out) *o) {
-    VACC acc[VB_MR][4];
+    VACC acc[8][4];
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 4
@@ -99,7 +110,7 @@ static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, cons
 static void VB(gemm)(const VB_ELEM *A, size_t lda, int rows, int Kp, const VB_ELEM *B, int ntiles, float *C, size_t ldc,
                      int ncols, const VB(out) *o) {
     if (rows <= 0 || ntiles <= 0) return;
-    const int KB = Kp / VB_DEPTH, NT = rows <= 2 ? 4 : 2;
+    const int KB = Kp / VB_DEPTH, NT = rows <= 2 ? VB_NT_FEW : VB_NT;
     const size_t tstride = (size_t)KB * VB_TILE; /* elements per column tile */
     for (int t = 0; t < ntiles; t += NT) {
         const int nt = ntiles - t < NT ? ntiles - t : NT;
@@ -112,7 +123,24 @@ static void VB(gemm)(const VB_ELEM *A, size_t lda, int rows, int Kp, const VB_EL
     }
 }
 
+/* kern.h's entry points */
+#if VB_GROUP == 4
+static void VB(int8_gemm)(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
+                          const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
+    const VB(out) o = {0, xs, ws, wc};
+    VB(gemm)((const VB_ELEM *)A, lda, rows, Kp, (const VB_ELEM *)B, ntiles, C, ldc, ncols, &o);
+}
+#else
+static void VB(bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C,
+                          size_t ldc, int ncols, int accumulate) {
+    const VB(out) o = {accumulate, NULL, NULL, NULL};
+    VB(gemm)(A, lda, rows, Kp, B, ntiles, C, ldc, ncols, &o);
+}
+#endif
+
 #undef VB_MR
+#undef VB_NT
+#undef VB_NT_FEW
 #undef VB_TILE
 #undef VB_DEPTH
 #undef ALWAYS_INLINE
