@@ -549,10 +549,11 @@ static void test_quant(void) {
                 nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h};
                 nv_plan *pq = NULL, *pf = NULL;
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
-                /* avx512-bf16 and avx512-int8 keep the stored values on avx512's panels, avx2-int8 on avx2's */
+                /* the vector bf16 and int8 engines keep the stored values on avx512's panels (avx2-int8 on
+                   avx2's where avx512 is off) */
                 const nv_engine_id on = E == NV_ENGINE_AVX512_BF16 || E == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512
-                                        : E == NV_ENGINE_AVX2_INT8                               ? NV_ENGINE_AVX2
-                                                                                                 : E;
+                                        : E == NV_ENGINE_AVX2_INT8 ? (nv_engine_available(NV_ENGINE_AVX512) ? NV_ENGINE_AVX512 : NV_ENGINE_AVX2)
+                                                                   : E;
                 if (on != NV_ENGINE_AVX2 && on != NV_ENGINE_AVX512) {
                     T_CHECK(e == NV_EUNSUPPORTED && !pq, "%s built a block-quantized plan", nv_engine_name(E));
                 } else if (e != NV_OK || nv_plan_engine(pq) != on || nv_plan_build(&pf, on, w, n, k) != NV_OK) {
@@ -708,7 +709,8 @@ static void test_int8_kernels_agree(void) {
                                 extreme ? " (extreme bytes)" : "");
             }
             if (si == 0 && extreme == 0 && (!k8[3] || !k8[4]))
-                printf("    (not run here: %s%s)\n", k8[3] ? "" : "the AVX512_VNNI loop ", k8[4] ? "" : "the AVX-VNNI loop");
+                printf("    (not run here: %s%s%s)\n", k8[3] ? "" : "the AVX512_VNNI loop", !k8[3] && !k8[4] ? " and " : "",
+                       k8[4] ? "" : "the AVX-VNNI loop");
             free(A), free(Au), free(B), free(xs), free(ws), free(wc);
             for (int v = 0; v < NK8; v++) free(C[v]);
         }
@@ -830,8 +832,10 @@ static void test_bad_allow_list(void) {
 }
 
 /* A kernel that is subtly wrong (emulated avx512 off by 2^-12 per value, emulated AMX dropping the
- * last K group of each tile product) must fail the probe's self-test: latched off with the reason,
- * and plans fall down the ladder past them. */
+ * last K group of each tile product, emulated VDPBF16PS and VPDPBUSD dropping a product now and
+ * then) must fail the probe's self-test: latched off with the reason, and plans fall down the ladder
+ * past them. avx2-int8 is latched through its training products (the emulated VDPBF16PS); its int8
+ * loop is the emulated avx512-int8's less the injection hook, which that engine's latch covers. */
 static void test_probe_latches_wrong_kernels(void) {
     nv_engines_set_emulation(1);
     nv_kern_amx_emu_inject(1);

@@ -250,7 +250,10 @@ static const char *const peer_names[] = {"openblas", "onednn", "onednn-fp32", "o
 /* The engine a peer's ratio is of: for the int8 peer amx-int8, else avx512-int8 (-1 when neither
  * was measured); for the others amx-bf16 when measured, else the fastest floating-point engine. */
 static int peer_ref(const double *g, int q) {
-    if (q == PEER_INT8) return g[NV_ENGINE_AMX_INT8] > 0 ? NV_ENGINE_AMX_INT8 : g[NV_ENGINE_AVX512_INT8] > 0 ? NV_ENGINE_AVX512_INT8 : -1;
+    if (q == PEER_INT8)
+        for (int e = NV_ENGINE_AMX_INT8; e >= NV_ENGINE_AVX2_INT8; e--) /* the int8 engines, fastest first */
+            if (g[e] > 0) return e;
+    if (q == PEER_INT8) return -1;
     if (g[NV_ENGINE_AMX_BF16] > 0) return NV_ENGINE_AMX_BF16;
     int ref = -1;
     for (int e = 0; e < MM_ENGINES; e++)

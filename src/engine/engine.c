@@ -626,7 +626,7 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     /* the vector bf16 and int8 engines read the stored values as they are on avx512 (fewer bytes
        than bf16 or a requantised copy, and no fp32 copy of the weights kept for the plan) */
     if (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8) e = engine_resolve(NV_ENGINE_AVX512);
-    if (e == NV_ENGINE_AVX2_INT8) e = engine_resolve(NV_ENGINE_AVX2);
+    if (e == NV_ENGINE_AVX2_INT8) e = engine_resolve(NV_ENGINE_AVX512); /* avx512 when on, else avx2 */
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
         return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
@@ -1602,6 +1602,15 @@ static int engine_hw(nv_engine_id e, const nv_cpu_info *c, char *why, size_t len
     }
 }
 
+/* avx2-int8 on AVX-VNNI failed its self-test: the plain AVX2 loop (the same bits) is tried before
+ * the engine is latched off. 1 when it passes. */
+static int avx2int8_plain_retry(nv_engine_id e, char *why, size_t len) {
+    if (e != NV_ENGINE_AVX2_INT8 || engine_avx2int8 < &vint8_kerns[5]) return 0;
+    nv_warn("engine avx2-int8: its AVX-VNNI loop failed the self-test (%s); trying the plain AVX2 loop", why);
+    engine_avx2int8 -= 2; /* [5], [6] -> [3], [4]: the same bf16 loop */
+    return guarded_selftest(e, why, len);
+}
+
 nv_err nv_engines_init(const char *allow, int threads) {
     const nv_cpu_info *cpu = nv_cpu_probe(); /* the AMX permission is asked for before any worker starts */
     if (!pool_ready || threads > 0) {
@@ -1625,8 +1634,8 @@ nv_err nv_engines_init(const char *allow, int threads) {
     engine_fp32[NV_ENGINE_AVX512] = emulate ? &nv_kern_avx512_emu : &nv_kern_avx512;
     engine_amx = emulate ? &nv_kern_amx_emu : &nv_kern_amx_hw;
     engine_vbf16 = emulate ? &nv_kern_avx512bf16_emu : &nv_kern_avx512bf16;
-    /* avx512-int8 trains on bf16 tiles: VDPBF16PS where the CPU has it (whether or not the
-     * avx512-bf16 engine is allowed), else its emulation, the same bits */
+    /* the vector int8 engines train on bf16 tiles: VDPBF16PS where the CPU has it (whether or not
+     * the avx512-bf16 engine is allowed), else its emulation, the same bits */
     pthread_once(&vint8_once, vint8_fill);
     const int hw_bf16 = !emulate && nv_cpu_has_avx512(cpu) && cpu->avx512_bf16;
     engine_vint8 = &vint8_kerns[emulate ? 2 : hw_bf16 ? 0 : 1];
@@ -1642,7 +1651,7 @@ nv_err nv_engines_init(const char *allow, int threads) {
         } else if (!engine_hw(e, cpu, why, sizeof why)) {
             engine_latch(e, why);
             nv_debug("engine %s off: %s", engine_names[i], why);
-        } else if (!guarded_selftest(e, why, sizeof why)) {
+        } else if (!guarded_selftest(e, why, sizeof why) && !avx2int8_plain_retry(e, why, sizeof why)) {
             engine_latch(e, why);
             nv_warn("engine %s latched off: %s", engine_names[i], why);
         } else {

@@ -110,7 +110,7 @@ nv_engine_id nv_engine_best_float(void);
 /* 1 for the engines whose operands are rounded (bf16, int8), 0 for the fp32 ones. */
 int nv_engine_low_precision(nv_engine_id e);
 /* The bf16 engine an int8 engine's training products and activation-by-activation products run on
- * (amx-int8: amx-bf16, avx512-int8: avx512-bf16); e itself for the others. */
+ * (amx-int8: amx-bf16, avx512-int8 and avx2-int8: avx512-bf16); e itself for the others. */
 nv_engine_id nv_engine_bf16_of(nv_engine_id e);
 nv_err nv_engine_parse(const char *name, nv_engine_id *out);
 /* The next rung down the ladder from e (scalar stays scalar). */
@@ -191,7 +191,8 @@ typedef struct {
  * or over fp16 weights kept as fp16 (2 bytes per weight):
  * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
  * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
- * avx512 only (avx512-bf16 and avx512-int8 build it on avx512: the weights' own values, fewer bytes than bf16;
+ * avx512 only (avx512-bf16, avx512-int8 and avx2-int8 build it on avx512, or avx2 where that is off:
+ * the weights' own values, fewer bytes than bf16 and no requantised copy;
  * NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);

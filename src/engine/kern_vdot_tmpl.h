@@ -33,6 +33,8 @@
 #ifndef VB_NT_FEW
 #define VB_NT_FEW 4
 #endif
+_Static_assert(VB_MR >= 1 && VB_MR <= 8 && VB_NT >= 1 && VB_NT <= 2 && VB_NT_FEW >= 1 && VB_NT_FEW <= 4,
+               "the micro-kernel cases below cover 8 rows x 2 tiles, or 2 rows x 4");
 #define VB_TILE (256 * VB_GROUP)  /* elements of a 1 KiB tile */
 #define VB_DEPTH (16 * VB_GROUP)  /* depths of a tile */
 
