@@ -139,7 +139,7 @@ static void check_model(nv_model *m, const char *what) {
          * ~7e-3 seen; on an int8 engine, the per-token int8 rounding (1/254 of the row's largest
          * value): ~1.9e-2 seen */
         const nv_engine_id e = m->engine;
-        const double tol = !nv_engine_low_precision(e) ? 4e-3 : nv_engine_bf16_of(e) != e ? 3e-2 : 1.5e-2;
+        const double tol = !nv_engine_low_precision(e) ? 4e-3 : nv_engine_int8(e) ? 3e-2 : 1.5e-2;
         T_CHECK(worst <= tol * scale, "%s (%s, blocks of %d): fp16 pages move a logit by %.3g (largest logit %.3g)", what,
                 nv_engine_name(m->engine), block, worst, scale);
         int checked = 0, bad = run_mixed(m, toks, ref16, block, NV_KV_F16, &checked);

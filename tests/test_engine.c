@@ -33,7 +33,6 @@
 
 static nv_engine_id E; /* the engine under test */
 
-static int is_int8(nv_engine_id e) { return e == NV_ENGINE_AMX_INT8 || e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8; }
 
 static void rnd(float *v, size_t n, uint64_t *s) {
     for (size_t i = 0; i < n; i++) {
@@ -188,7 +187,7 @@ static void test_refresh(void) {
     nv_plan *p, *ps;
     T_CHECK(nv_plan_build(&p, E, r->w, n, k) == NV_OK, "build");
     size_t bytes = nv_plan_packed_bytes(p);
-    T_CHECK(bytes >= (is_int8(E) ? (size_t)n * k : (size_t)n * k * 2), "packed bytes %zu", bytes);
+    T_CHECK(bytes >= (nv_engine_int8(E) ? (size_t)n * k : (size_t)n * k * 2), "packed bytes %zu", bytes);
     long builds = nv_plan_builds();
     nv_plan_run(p, r->x, m, y1);
     nv_plan_refresh(p, w2);
@@ -273,7 +272,7 @@ static void test_dx(void) {
                     S += d * wa;
                     B += d * (h[a] + 3 * U * wa) + d * (wa + h[a]) * (1.0 / 256) * (1 + 1.0 / 8192);
                 }
-                double tol = is_int8(E)                   ? B + 2.0 * (n + 2) * U * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
+                double tol = nv_engine_int8(E)                   ? B + 2.0 * (n + 2) * U * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
                              : nv_engine_low_precision(E) ? bf16_tol(n, S, 0)
                                                        : 1e-5 * S;
                 double err = fabs((double)dx[(size_t)i * k + j] - dxr[(size_t)i * k + j]);
@@ -868,7 +867,7 @@ static void test_probe_report(void) {
                nv_engine_why_off((nv_engine_id)e));
     T_CHECK(nv_engine_available(NV_ENGINE_SCALAR), "scalar off");
     T_CHECK(nv_engine_best() >= nv_engine_best_float() && nv_engine_best_float() >= nv_engine_best_fp32(), "best");
-    T_CHECK(!is_int8(nv_engine_best_float()) && nv_engine_best_fp32() <= NV_ENGINE_AVX512, "best_float %s, best_fp32 %s",
+    T_CHECK(!nv_engine_int8(nv_engine_best_float()) && nv_engine_best_fp32() <= NV_ENGINE_AVX512, "best_float %s, best_fp32 %s",
             nv_engine_name(nv_engine_best_float()), nv_engine_name(nv_engine_best_fp32()));
     T_CHECK(nv_pool_threads() >= 1, "pool");
 }

@@ -275,7 +275,7 @@ static void engines_match_fp32(const char *label) {
            weights and activations rounded to 1/254 of their channel's or token's largest value
            (the backward differentiates that forward), ~0.1 at this width (dim 64) */
         int low_precision = nv_engine_low_precision((nv_engine_id)e);
-        const double grad_tol = !low_precision ? 1e-4 : nv_engine_bf16_of((nv_engine_id)e) != (nv_engine_id)e ? 0.15 : 0.05;
+        const double grad_tol = !low_precision ? 1e-4 : nv_engine_int8((nv_engine_id)e) ? 0.15 : 0.05;
         double num = 0, den = 0;
         for (uint64_t i = 0; i < ref.m.n_params; i++) {
             double dlt = (double)tm.grads[i] - ref.grads[i];

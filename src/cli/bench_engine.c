@@ -247,17 +247,19 @@ static const char *const peer_names[] = {"openblas", "onednn", "onednn-fp32", "o
 #define N_PEERS 4
 #define PEER_INT8 3
 
-/* The engine a peer's ratio is of: for the int8 peer amx-int8, else avx512-int8 (-1 when neither
- * was measured); for the others amx-bf16 when measured, else the fastest floating-point engine. */
+/* The engine a peer's ratio is of: for the int8 peer the highest int8 engine on the ladder that was
+ * measured (amx-int8, avx512-int8, avx2-int8); for the others amx-bf16 when measured, else the
+ * fastest floating-point engine (-1: none measured). */
 static int peer_ref(const double *g, int q) {
-    if (q == PEER_INT8)
-        for (int e = NV_ENGINE_AMX_INT8; e >= NV_ENGINE_AVX2_INT8; e--) /* the int8 engines, fastest first */
-            if (g[e] > 0) return e;
-    if (q == PEER_INT8) return -1;
+    if (q == PEER_INT8) {
+        for (int e = MM_ENGINES - 1; e >= 0; e--)
+            if (g[e] > 0 && nv_engine_int8((nv_engine_id)e)) return e;
+        return -1;
+    }
     if (g[NV_ENGINE_AMX_BF16] > 0) return NV_ENGINE_AMX_BF16;
     int ref = -1;
     for (int e = 0; e < MM_ENGINES; e++)
-        if (g[e] > 0 && nv_engine_bf16_of((nv_engine_id)e) == (nv_engine_id)e && (ref < 0 || g[e] > g[ref])) ref = e;
+        if (g[e] > 0 && !nv_engine_int8((nv_engine_id)e) && (ref < 0 || g[e] > g[ref])) ref = e;
     return ref;
 }
 

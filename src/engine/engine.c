@@ -31,26 +31,22 @@ static int emulate;
 static const nv_kern_fp32 *engine_fp32[NV_ENGINE_COUNT]; /* avx2, avx512 */
 static const nv_kern_amx *engine_amx;                     /* amx-bf16, amx-int8 */
 static const nv_kern_amx *engine_vbf16;                   /* avx512-bf16 */
-/* The vector int8 engines: their int8 loop with avx512-bf16's bf16 one (training products).
- * avx512-int8: [0] hardware with VDPBF16PS, [1] hardware with that instruction emulated (a CPU with
- * VNNI but not BF16), [2] both emulated; avx2-int8: [3] plain AVX2 with VDPBF16PS, [4] with it
- * emulated, [5] AVX-VNNI with VDPBF16PS, [6] with it emulated. Filled once and never changed, so a
- * plan's pointer stays valid across re-probes. */
-#define VINT8_KERNS 7
-static nv_kern_amx vint8_kerns[VINT8_KERNS];
+/* The vector int8 engines: an int8 loop with avx512-bf16's bf16 one (their training products),
+ * every pairing, filled once and never changed, so a plan's pointer stays valid across re-probes. */
+enum { VINT8_AVX512, VINT8_AVX512_EMU, VINT8_AVX2, VINT8_AVXVNNI, VINT8_LOOPS };
+static nv_kern_amx vint8_kerns[VINT8_LOOPS][2]; /* [int8 loop][0: VDPBF16PS, 1: its emulation] */
 static pthread_once_t vint8_once = PTHREAD_ONCE_INIT;
 static const nv_kern_amx *engine_vint8, *engine_avx2int8;
+static int vint8_bf16; /* the bf16 column the engines above take: 1 where the CPU lacks AVX512_BF16 */
 static void vint8_fill(void) {
-    const nv_kern_amx *const int8[VINT8_KERNS] = {&nv_kern_avx512int8,   &nv_kern_avx512int8, &nv_kern_avx512int8_emu,
-                                                  &nv_kern_avx2int8,     &nv_kern_avx2int8,   &nv_kern_avxvnni_int8,
+    const nv_kern_amx *const int8[VINT8_LOOPS] = {&nv_kern_avx512int8, &nv_kern_avx512int8_emu, &nv_kern_avx2int8,
                                                   &nv_kern_avxvnni_int8};
-    const nv_kern_amx *const bf16[VINT8_KERNS] = {&nv_kern_avx512bf16,     &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16_emu,
-                                                  &nv_kern_avx512bf16,     &nv_kern_avx512bf16_emu, &nv_kern_avx512bf16,
-                                                  &nv_kern_avx512bf16_emu};
-    for (int i = 0; i < VINT8_KERNS; i++) {
-        vint8_kerns[i] = *int8[i];
-        vint8_kerns[i].bf16_gemm = bf16[i]->bf16_gemm;
-    }
+    const nv_kern_amx *const bf16[2] = {&nv_kern_avx512bf16, &nv_kern_avx512bf16_emu};
+    for (int i = 0; i < VINT8_LOOPS; i++)
+        for (int b = 0; b < 2; b++) {
+            vint8_kerns[i][b] = *int8[i];
+            vint8_kerns[i][b].bf16_gemm = bf16[b]->bf16_gemm;
+        }
 }
 static int force_inline; /* self-test: every task on the calling thread */
 static int force_split;  /* self-test: split even tiny products across the pool */
@@ -282,6 +278,8 @@ nv_engine_id nv_engine_best(void) {
 }
 
 int nv_engine_low_precision(nv_engine_id e) { return e >= NV_ENGINE_AVX512_BF16 && e < NV_ENGINE_COUNT; }
+
+int nv_engine_int8(nv_engine_id e) { return int8_tiles(e); }
 
 nv_engine_id nv_engine_bf16_of(nv_engine_id e) {
     return e == NV_ENGINE_AMX_INT8 ? NV_ENGINE_AMX_BF16 : int8_tiles(e) ? NV_ENGINE_AVX512_BF16 : e;
@@ -623,10 +621,9 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     *out = NULL;
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
     nv_engine_id e = engine_resolve(want);
-    /* the vector bf16 and int8 engines read the stored values as they are on avx512 (fewer bytes
-       than bf16 or a requantised copy, and no fp32 copy of the weights kept for the plan) */
-    if (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8) e = engine_resolve(NV_ENGINE_AVX512);
-    if (e == NV_ENGINE_AVX2_INT8) e = engine_resolve(NV_ENGINE_AVX512); /* avx512 when on, else avx2 */
+    /* the vector bf16 and int8 engines read the stored values as they are on avx512 where it is on,
+       else avx2 (fewer bytes than bf16 or a requantised copy, and no fp32 copy kept for the plan) */
+    if (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8) e = engine_resolve(NV_ENGINE_AVX512);
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
         return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
@@ -1605,9 +1602,9 @@ static int engine_hw(nv_engine_id e, const nv_cpu_info *c, char *why, size_t len
 /* avx2-int8 on AVX-VNNI failed its self-test: the plain AVX2 loop (the same bits) is tried before
  * the engine is latched off. 1 when it passes. */
 static int avx2int8_plain_retry(nv_engine_id e, char *why, size_t len) {
-    if (e != NV_ENGINE_AVX2_INT8 || engine_avx2int8 < &vint8_kerns[5]) return 0;
+    if (e != NV_ENGINE_AVX2_INT8 || engine_avx2int8 != &vint8_kerns[VINT8_AVXVNNI][vint8_bf16]) return 0;
     nv_warn("engine avx2-int8: its AVX-VNNI loop failed the self-test (%s); trying the plain AVX2 loop", why);
-    engine_avx2int8 -= 2; /* [5], [6] -> [3], [4]: the same bf16 loop */
+    engine_avx2int8 = &vint8_kerns[VINT8_AVX2][vint8_bf16];
     return guarded_selftest(e, why, len);
 }
 
@@ -1637,10 +1634,10 @@ nv_err nv_engines_init(const char *allow, int threads) {
     /* the vector int8 engines train on bf16 tiles: VDPBF16PS where the CPU has it (whether or not
      * the avx512-bf16 engine is allowed), else its emulation, the same bits */
     pthread_once(&vint8_once, vint8_fill);
-    const int hw_bf16 = !emulate && nv_cpu_has_avx512(cpu) && cpu->avx512_bf16;
-    engine_vint8 = &vint8_kerns[emulate ? 2 : hw_bf16 ? 0 : 1];
+    vint8_bf16 = emulate || !nv_cpu_has_avx512(cpu) || !cpu->avx512_bf16;
+    engine_vint8 = &vint8_kerns[emulate ? VINT8_AVX512_EMU : VINT8_AVX512][vint8_bf16];
     /* avx2-int8 on AVX-VNNI where the CPU has it; the plain AVX2 loop when emulating (tests) */
-    engine_avx2int8 = &vint8_kerns[(!emulate && nv_cpu_has_avx_vnni(cpu) ? 5 : 3) + (hw_bf16 ? 0 : 1)];
+    engine_avx2int8 = &vint8_kerns[!emulate && nv_cpu_has_avx_vnni(cpu) ? VINT8_AVXVNNI : VINT8_AVX2][vint8_bf16];
     engine_on[NV_ENGINE_SCALAR] = 1; /* the reference is always present, even when not allowed */
     engine_why[NV_ENGINE_SCALAR][0] = '\0';
     for (int i = 1; i < NV_ENGINE_COUNT; i++) {

@@ -109,6 +109,8 @@ nv_engine_id nv_engine_best_fp32(void);
 nv_engine_id nv_engine_best_float(void);
 /* 1 for the engines whose operands are rounded (bf16, int8), 0 for the fp32 ones. */
 int nv_engine_low_precision(nv_engine_id e);
+/* 1 for the W8A8 engines (amx-int8, avx512-int8, avx2-int8). */
+int nv_engine_int8(nv_engine_id e);
 /* The bf16 engine an int8 engine's training products and activation-by-activation products run on
  * (amx-int8: amx-bf16, avx512-int8 and avx2-int8: avx512-bf16); e itself for the others. */
 nv_engine_id nv_engine_bf16_of(nv_engine_id e);
