@@ -155,6 +155,31 @@ static void test_bench_accuracy(void) {
     const char *figs[] = {"max_abs_err", "mean_abs_err", "top1_agree", "seq"};
     check_bench("accuracy", figs, 4);
 }
+/* --kv-cache-dtype runs the same teacher-forced text through paged KV of that type (as serve keeps
+ * it); --model takes another model file; a bad type or model is an error. */
+static void test_bench_accuracy_kv_dtype(void) {
+    const char *mp = t_data("models/stories260K.bin"), *tp = t_data("models/tok512.bin");
+    if (!have_nerve() || !mp || !tp || !t_data("corpus/tinystories_valid_head.txt")) return;
+    char what[2400];
+    int rc = -1;
+    snprintf(what, sizeof what, "accuracy --engine avx2 --kv-cache-dtype q8 --model '%s' -z '%s'", mp, tp);
+    char *out = run_bench(what, &rc);
+    cJSON *o = out ? cJSON_Parse(out) : NULL;
+    double top1 = -1;
+    cJSON *kv = cJSON_GetObjectItem(o, "kv_dtype");
+    num_field(o, "top1_agree", &top1);
+    /* stories260K's keys of 8 dimensions lose most to int8: 61 of 64 positions agree (f16: all) */
+    T_CHECK(rc == 0 && cJSON_IsString(kv) && !strcmp(kv->valuestring, "q8") && top1 >= 0.9,
+            "q8 accuracy row: rc %d, top-1 %g: %.300s", rc, top1, out ? out : "");
+    cJSON_Delete(o);
+    free(out);
+    out = run_bench("accuracy --engine avx2 --kv-cache-dtype q4", &rc);
+    T_CHECK(rc == 2, "an unknown KV element type was accepted (rc %d)", rc);
+    free(out);
+    out = run_bench("accuracy --engine avx2 --model /nonexistent/model.bin", &rc);
+    T_CHECK(rc == 1, "a missing --model was accepted (rc %d)", rc);
+    free(out);
+}
 static void test_bench_grammar(void) {
     if (!t_data("tokenizers/tokenizer.bin")) return;
     const char *figs[] = {"mask_ms", "token_by_token_ms", "allowed", "vocab", "one_token_us"};
@@ -355,6 +380,7 @@ int main(void) {
     T_RUN(test_bench_cache);
     T_RUN(test_bench_chain);
     T_RUN(test_bench_accuracy);
+    T_RUN(test_bench_accuracy_kv_dtype);
     T_RUN(test_bench_grammar);
     T_RUN(test_bench_generate);
     T_RUN(test_bench_generate_cases);

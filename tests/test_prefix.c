@@ -228,7 +228,7 @@ static void test_model_identity(void) {
 #define FILE_BYTES (NV_DISK_HEADER_BYTES + 4 * DB + PAYLOAD)
 
 static nv_disk_opts disk_opts(const char *root, uint64_t model, uint64_t max_bytes, int queue) {
-    nv_disk_opts o = {.root = root, .model_id = model, .block_size = DB, .n_layers = DL, .kv_dim = DKV,
+    nv_disk_opts o = {.root = root, .model_id = model, .block_size = DB, .n_layers = DL, .kv_dim = DKV, .n_kv_heads = 2,
                       .dtype = NV_KV_F32, .max_bytes = max_bytes, .queue_cap = queue};
     return o;
 }

@@ -383,6 +383,38 @@ static void test_exact_ram_then_disk_after_restart(void) {
     T_CHECK(server_stop(&s) == 0, "exit");
 }
 
+/* q8 pages (int8 keys and values with their scales, one block a contiguous range as in the other
+ * types): greedy text is the same cold, from a RAM hit and from a disk hit after a restart:
+ * the q8 block files are found again and used after the restart. */
+static void test_q8_pages_cache_exactly(void) {
+    char args[700];
+    snprintf(args, sizeof args, "--kv-cache-dtype q8 --kv-cache-dir '%s-q8'", cache_dir());
+    server s;
+    result cold, r;
+    for (int run = 0; run < 2; run++) {
+        if (!server_start(&s, run ? "q8-disk" : "q8", NULL, args, NULL, NULL)) {
+            T_CHECK(0, "server did not start");
+            return;
+        }
+        char *log = read_log(&s);
+        T_CHECK(strstr(log, "q8"), "the start lines do not name the q8 cache: %s", log);
+        free(log);
+        if (run == 0) {
+            T_CHECK(post(s.port, 0, body_p, &cold) && cold.completion_tokens == 40 && cold.cached_tokens == 0,
+                    "cold: %d, cached %d", cold.status, cold.cached_tokens);
+            T_CHECK(post(s.port, 0, body_p, &r) && r.cached_tokens == cached_full && !strcmp(r.text, cold.text),
+                    "RAM hit: cached %d (want %d), text equal %d", r.cached_tokens, cached_full, !strcmp(r.text, cold.text));
+        } else {
+            T_CHECK(post(s.port, 0, body_p, &r) && r.cached_tokens == cached_full && !strcmp(r.text, cold.text),
+                    "disk hit: cached %d (want %d), text equal %d", r.cached_tokens, cached_full, !strcmp(r.text, cold.text));
+            T_CHECK(metric(s.port, "nerve_prefix_cache_hits_total{tier=\"disk\"}") == cached_full / 16, "disk hits %g",
+                    metric(s.port, "nerve_prefix_cache_hits_total{tier=\"disk\"}"));
+        }
+        T_CHECK(wait_pool_idle(s.port), "blocks in use after every request ended");
+        T_CHECK(server_stop(&s) == 0, "exit");
+    }
+}
+
 static void test_bad_files_are_removed_never_used(void) {
     char dir[700], other_dir[700], name[300];
     if (!model_dir(cache_dir(), NULL, dir, sizeof dir)) {
@@ -597,6 +629,7 @@ int main(void) {
     greedy(body_p2, sizeof body_p2, PROMPT_P SUFFIX, 40);
     T_RUN(test_no_cache_reference);
     T_RUN(test_exact_ram_then_disk_after_restart);
+    T_RUN(test_q8_pages_cache_exactly);
     T_RUN(test_bad_files_are_removed_never_used);
     T_RUN(test_unusable_dir_and_failing_writer);
     T_RUN(test_pool_pressure_reclaims_cached_blocks);

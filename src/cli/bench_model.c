@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "engine/peak.h"
+#include "model/batch.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -53,9 +54,36 @@ static size_t model_weight_bytes(const nv_model *m) {
 
 /* ---------------------------------------------------------------- accuracy */
 
-/* Logits of every position of ids[0..n) (teacher forcing), in chunks. */
-static nv_err all_logits(const nv_model *m, const int *ids, int n, float *out) {
+/* Logits of every position of ids[0..n) (teacher forcing), in chunks of 64: through nv_forward
+ * (its fp32 cache) when kv is 0, else through the batched forward over paged KV of that type (as
+ * `nerve serve` keeps it). */
+static nv_err all_logits(const nv_model *m, const int *ids, int n, nv_kv_dtype kv, float *out) {
     const int chunk = 64, V = m->config.vocab_size;
+    if (kv) {
+        const int block = 16, n_blocks = (n + block - 1) / block;
+        nv_kv_pages pages;
+        nv_batch_state bs;
+        int *table = malloc((size_t)n_blocks * sizeof(int));
+        if (!table) return nv_fail(NV_ENOMEM, "out of memory");
+        for (int b = 0; b < n_blocks; b++) table[b] = b;
+        nv_err err = nv_kv_pages_init(&pages, &m->config, block, n_blocks, kv);
+        if (err == NV_OK && (err = nv_batch_state_init(&bs, &m->config, chunk, 1)) != NV_OK) nv_kv_pages_free(&pages);
+        if (err != NV_OK) {
+            free(table);
+            return err;
+        }
+        for (int pos = 0; pos < n && err == NV_OK; pos += chunk) {
+            int len = n - pos < chunk ? n - pos : chunk;
+            nv_batch_seq q = {ids + pos, len, pos, table, len};
+            err = nv_batch_forward(m, &bs, &pages, &q, 1);
+            for (int t = 0; t < len && err == NV_OK; t++)
+                memcpy(out + (size_t)(pos + t) * V, nv_batch_logits_at(&bs, &m->config, 0, t), (size_t)V * sizeof(float));
+        }
+        nv_batch_state_free(&bs);
+        nv_kv_pages_free(&pages);
+        free(table);
+        return err;
+    }
     nv_state s;
     NV_TRY(nv_state_init(&s, &m->config, chunk, n, 1));
     nv_err err = NV_OK;
@@ -75,12 +103,13 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
-static void accuracy_fail_rows(const bench_opts *o, int threads, const char *why) {
+static void accuracy_fail_rows(const bench_opts *o, int threads, const char *model, nv_kv_dtype kv, const char *why) {
     for (int e = 0; e < NV_ENGINE_COUNT; e++) {
         if (!bench_engine_wanted(o, e)) continue;
         bench_row r;
         row_begin(&r, "accuracy", nv_engine_name((nv_engine_id)e), threads);
-        row_str(&r, "model", "stories260K");
+        row_str(&r, "model", model);
+        row_str(&r, "kv_dtype", kv ? nv_kv_dtype_name(kv) : "f32");
         row_fail(&r, why);
         row_end(&r, o);
     }
@@ -88,24 +117,45 @@ static void accuracy_fail_rows(const bench_opts *o, int threads, const char *why
 
 int bench_accuracy(int argc, char **argv, const bench_opts *o) {
     int positions = o->quick ? 64 : 512;
+    nv_kv_dtype kv = (nv_kv_dtype)0;
+    const char *model_arg = NULL, *tok_arg = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!(v = cli_value("bench accuracy", argc, argv, &i))) return 2;
         if (!strcmp(argv[i - 1], "--positions")) {
             if (!cli_int("bench accuracy", "--positions", v, 1, 1 << 20, &positions)) return 2;
-        } else return cli_error("bench accuracy", 2, "unknown option '%s' (--positions N)", argv[i - 1]);
+        } else if (!strcmp(argv[i - 1], "--model") || !strcmp(argv[i - 1], "-m")) {
+            model_arg = v;
+        } else if (!strcmp(argv[i - 1], "-z")) {
+            tok_arg = v;
+        } else if (!strcmp(argv[i - 1], "--kv-cache-dtype")) {
+            if (!(kv = nv_kv_dtype_parse(v)))
+                return cli_error("bench accuracy", 2, "--kv-cache-dtype expects f16, f32 or q8, not '%s'", v);
+        } else
+            return cli_error("bench accuracy", 2, "unknown option '%s' (--positions N, --kv-cache-dtype T, --model FILE|RUN_DIR, -z TOKENIZER)", argv[i - 1]);
     }
     if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error("bench accuracy", 1, "%s", nv_errmsg());
     const int threads = o->threads ? o->threads : nv_cpu_probe()->cores;
     char mpath[4096], tpath[4096], cpath[4096], why[4400];
+    /* stories260K and its tokenizer unless --model (a file or a run folder, whose tokenizer.bin it
+     * takes unless -z) names another; the text is always the shared TinyStories validation head */
+    const char *label = model_arg ? model_arg : "stories260K";
     const char *rel[3] = {"models/stories260K.bin", "models/tok512.bin", "corpus/tinystories_valid_head.txt"};
     char *paths[3] = {mpath, tpath, cpath};
-    for (int i = 0; i < 3; i++)
+    for (int i = model_arg ? 2 : 0; i < 3; i++)
         if (!nv_data_path(rel[i], paths[i], sizeof mpath)) {
             snprintf(why, sizeof why, "no ../shared/data/%s (set NERVE_DATA to its folder)", rel[i]);
-            accuracy_fail_rows(o, threads, why);
+            accuracy_fail_rows(o, threads, label, kv, why);
             return 0;
         }
+    if (model_arg) {
+        cli_paths found;
+        const char *mp = model_arg, *tp = tok_arg;
+        cli_model_paths(&mp, &tp, &found);
+        snprintf(mpath, sizeof mpath, "%s", mp);
+        snprintf(tpath, sizeof tpath, "%s", tp);
+    } else if (tok_arg)
+        snprintf(tpath, sizeof tpath, "%s", tok_arg);
     nv_model m;
     if (nv_model_load(mpath, &m) != NV_OK) return cli_error("bench accuracy", 1, "%s", nv_errmsg());
     nv_tokenizer *tok = NULL;
@@ -136,7 +186,7 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
         rc = cli_error("bench accuracy", 1, "out of memory");
         goto out;
     }
-    if (nv_model_build_plans(&m, NV_ENGINE_SCALAR) != NV_OK || all_logits(&m, ids, positions, ref) != NV_OK) {
+    if (nv_model_build_plans(&m, NV_ENGINE_SCALAR) != NV_OK || all_logits(&m, ids, positions, (nv_kv_dtype)0, ref) != NV_OK) {
         rc = cli_error("bench accuracy", 1, "%s", nv_errmsg());
         goto out;
     }
@@ -146,8 +196,9 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
         if (!bench_engine_wanted(o, e)) continue;
         bench_row r;
         row_begin(&r, "accuracy", nv_engine_name((nv_engine_id)e), threads);
-        row_str(&r, "model", "stories260K");
+        row_str(&r, "model", label);
         row_int(&r, "seq", positions);
+        row_str(&r, "kv_dtype", kv ? nv_kv_dtype_name(kv) : "f32");
         if (!nv_engine_available((nv_engine_id)e)) {
             snprintf(why, sizeof why, "engine %s is off: %s", nv_engine_name((nv_engine_id)e), nv_engine_why_off((nv_engine_id)e));
             row_fail(&r, why);
@@ -155,7 +206,7 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
             continue;
         }
         drop_plans(&m);
-        if (nv_model_build_plans(&m, (nv_engine_id)e) != NV_OK || all_logits(&m, ids, positions, got) != NV_OK) {
+        if (nv_model_build_plans(&m, (nv_engine_id)e) != NV_OK || all_logits(&m, ids, positions, kv, got) != NV_OK) {
             row_fail(&r, nv_errmsg());
             row_end(&r, o);
             continue;

@@ -12,7 +12,7 @@
  *         tokens_per_s (completion tokens / wall time, prefill included), decode_tokens_per_s
  *         (N x the median per-request decode rate, (tokens - 1) / (last - first token)),
  *         ttft_ms_p50/p99, itl_ms_p50/p99, and ratio_vs: decode_tokens_per_s against N = 1
- *         (target: >= 6 at N = 16).
+ *         (target: >= 6 at N = 16). --kv-cache-dtype and --kv-memory go to the server.
  * prefix: TTFT of a shared prefix plus new tokens, one row per case: cold (first sight), ram
  *         (the same prefix again), disk (again, after a server restart, with the block files
  *         dropped from the page cache so they are read from the device); ratio_vs = the case's
@@ -45,6 +45,7 @@
 #include "base/timer.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "model/batch.h"
 #include "model/model.h"
 #include "model/sampler.h"
 
@@ -504,6 +505,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
     const char *CMD = "bench serve", *model = NULL, *tok = NULL;
     int requests = 2, prompt = o->quick ? 8 : 32, tokens = o->quick ? 16 : 128;
     int clients[8] = {1, 4, 16}, n_clients = 3;
+    const char *kv_dtype = "f16", *kv_memory = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -512,10 +514,17 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(a, "--tokens")) { if (!cli_int(CMD, a, v, 1, 100000, &tokens)) return 2; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z")) tok = v;
-        else if (!strcmp(a, "--clients")) {
+        else if (!strcmp(a, "--kv-memory")) kv_memory = v; /* checked by the server */
+        else if (!strcmp(a, "--kv-cache-dtype")) {
+            if (!nv_kv_dtype_parse(v)) return cli_error(CMD, 2, "--kv-cache-dtype expects f16, f32 or q8, not '%s'", v);
+            kv_dtype = v;
+        } else if (!strcmp(a, "--clients")) {
             if (!parse_clients(CMD, v, 256, clients, &n_clients)) return 2;
         } else
-            return cli_error(CMD, 2, "unknown option '%s' (--clients LIST, --requests M, --prompt N, --tokens N, -m MODEL, -z TOK)", a);
+            return cli_error(CMD, 2,
+                             "unknown option '%s' (--clients LIST, --requests M, --prompt N, --tokens N, -m MODEL, -z TOK, "
+                             "--kv-cache-dtype T, --kv-memory SIZE)",
+                             a);
     }
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;
     for (int i = 0; i < n_clients; i++) max_clients = clients[i] > max_clients ? clients[i] : max_clients;
@@ -535,6 +544,12 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
     add_arg(args, &na, mb);
     add_arg(args, &na, "--kv-cache-dir");
     add_arg(args, &na, kvdir);
+    add_arg(args, &na, "--kv-cache-dtype");
+    add_arg(args, &na, kv_dtype);
+    if (kv_memory) {
+        add_arg(args, &na, "--kv-memory");
+        add_arg(args, &na, kv_memory);
+    }
     common_args(args, &na, o, th);
     child srv;
     if (!child_start(&srv, su.exe, su.model, su.tok, args, na, log, why, sizeof why)) {
@@ -587,6 +602,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         bench_row row;
         row_begin(&row, "serve", srv.engine[0] ? srv.engine : "nerve", threads);
         row_str(&row, "model", model_name);
+        row_str(&row, "kv_dtype", kv_dtype);
         row_int(&row, "clients", n);
         row_int(&row, "requests", n_req);
         row_int(&row, "prompt", prompt);

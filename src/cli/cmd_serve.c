@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
-            "                   [--kv-cache-dtype f16|f32]\n"
+            "                   [--kv-cache-dtype f16|f32|q8]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
@@ -62,7 +62,8 @@ static void usage(FILE *f) {
             "  --kv-memory SIZE     KV cache budget, e.g. 512M, 2G (default 512M; also --kv-budget)\n"
             "  --kv-block N         positions per KV block (default 16)\n"
             "  --kv-cache-dtype T   element type of cached keys and values: f16 (default: half the memory and\n"
-            "                       the reads of f32) or f32 (outputs bit-identical to nerve generate)\n"
+            "                       the reads of f32), q8 (int8 with a scale per position and head: ~1.9x the\n"
+            "                       positions of f16) or f32 (outputs bit-identical to nerve generate)\n"
             "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
             "  --max-body SIZE      largest request body (default 1M)\n"
             "  --kv-ram-cache SIZE  prefix cache, RAM tier: KV of finished requests kept in the pool for reuse,\n"
@@ -161,7 +162,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) {
-            if (!(kv_dtype = nv_kv_dtype_parse(v))) return cli_error(CMD, 2, "--kv-cache-dtype expects f16 or f32, not '%s'", v);
+            if (!(kv_dtype = nv_kv_dtype_parse(v))) return cli_error(CMD, 2, "--kv-cache-dtype expects f16, f32 or q8, not '%s'", v);
         }
         else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
         else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }

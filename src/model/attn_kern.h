@@ -11,14 +11,21 @@
 
 #include "base/vmath.h"
 
-/* Loads of elements as fp32 from fp16 (F16 = 1) or fp32 storage: F16 is a constant in each instance
- * of the kernels below. */
-static inline __attribute__((always_inline)) __m256 kv_load8(const void *base, size_t i, const int F16) {
-    return F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
-               : _mm256_loadu_ps((const float *)base + i);
+/* Element types of stored keys and values: fp32, fp16, or int8 whose scales are applied outside
+ * these loads (to the scores and the attention weights: model/batch.c). DT is a constant in each
+ * instance of the kernels below. */
+enum { KV_F32 = 0, KV_F16 = 1, KV_Q8 = 2 };
+
+/* Loads of elements as fp32 (int8 converts exactly). */
+static inline __attribute__((always_inline)) __m256 kv_load8(const void *base, size_t i, const int DT) {
+    return DT == KV_F16  ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+           : DT == KV_Q8 ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)base + i))))
+                         : _mm256_loadu_ps((const float *)base + i);
 }
-static inline __attribute__((always_inline)) float kv_load1(const void *base, size_t i, const int F16) {
-    return F16 ? _cvtsh_ss(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+static inline __attribute__((always_inline)) float kv_load1(const void *base, size_t i, const int DT) {
+    return DT == KV_F16 ? _cvtsh_ss(((const uint16_t *)base)[i])
+           : DT == KV_Q8 ? (float)((const int8_t *)base)[i]
+                         : ((const float *)base)[i];
 }
 
 /* Scores of R rows (queries q[r], row r seeing cnt[r] positions of the block, cnt[r] <= 0: none)
@@ -29,7 +36,7 @@ static inline __attribute__((always_inline)) float kv_load1(const void *base, si
 static inline __attribute__((always_inline)) void scores_rows(const int R, const int NZ, const int FUSED,
                                                               const float *const *q, int hd, const void *base, size_t kt,
                                                               int B, int z0, const int *cnt, float scale,
-                                                              float *const *att, const int F16) {
+                                                              float *const *att, const int DT) {
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -38,7 +45,7 @@ static inline __attribute__((always_inline)) void scores_rows(const int R, const
     for (int i = 0; i < hd; i++) {
         __m256 k[2];
 #pragma GCC unroll 4
-        for (int c = 0; c < NZ; c++) k[c] = kv_load8(base, kt + (size_t)i * B + z0 + 8 * c, F16);
+        for (int c = 0; c < NZ; c++) k[c] = kv_load8(base, kt + (size_t)i * B + z0 + 8 * c, DT);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m256 qi = _mm256_set1_ps(q[r][i]);
@@ -62,8 +69,8 @@ static inline __attribute__((always_inline)) void scores_rows(const int R, const
 static inline __attribute__((always_inline)) void scores_rows_any(int R, int NZ, const int FUSED, const float *const *q,
                                                                   int hd, const void *base, size_t kt, int B, int z0,
                                                                   const int *cnt, float scale, float *const *att,
-                                                                  const int F16) {
-#define SR(r, nz) scores_rows(r, nz, FUSED, q, hd, base, kt, B, z0, cnt, scale, att, F16)
+                                                                  const int DT) {
+#define SR(r, nz) scores_rows(r, nz, FUSED, q, hd, base, kt, B, z0, cnt, scale, att, DT)
     switch (R * 2 + NZ - 1) {
     case 2: SR(1, 1); break;
     case 3: SR(1, 2); break;

@@ -1,10 +1,12 @@
 #include "model/batch.h"
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "base/pool.h"
 #include "model/attn_kern.h"
 #include "model/forward.h"
@@ -14,17 +16,24 @@
 /* Consecutive prefill rows of one sequence attend together, GROUP at a time: each key and value
  * block is then read once for all of them instead of once per row. */
 #define GROUP 8
+/* Blocks ahead whose keys, values or scales a decode row asks for: a sequence's blocks lie far
+ * apart (no hardware stream finds the next), and a decode row spends only ~hd x B multiply-adds on
+ * each, far less than a memory round trip. */
+#define PF_AHEAD 4
 
-const char *nv_kv_dtype_name(nv_kv_dtype t) { return t == NV_KV_F32 ? "f32" : t == NV_KV_F16 ? "f16" : NULL; }
+const char *nv_kv_dtype_name(nv_kv_dtype t) {
+    return t == NV_KV_F32 ? "f32" : t == NV_KV_F16 ? "f16" : t == NV_KV_Q8 ? "q8" : NULL;
+}
 
 nv_kv_dtype nv_kv_dtype_parse(const char *name) {
     if (!strcmp(name, "f32") || !strcmp(name, "fp32") || !strcmp(name, "float32")) return NV_KV_F32;
     if (!strcmp(name, "f16") || !strcmp(name, "fp16") || !strcmp(name, "float16")) return NV_KV_F16;
+    if (!strcmp(name, "q8") || !strcmp(name, "int8") || !strcmp(name, "i8")) return NV_KV_Q8;
     return (nv_kv_dtype)0;
 }
 
 size_t nv_kv_block_bytes(const nv_config *c, int block_size, nv_kv_dtype t) {
-    return (size_t)c->n_layers * 2 * (size_t)block_size * (size_t)nv_config_kv_dim(c) * nv_kv_dtype_bytes(t);
+    return nv_kv_geometry_bytes(c->n_layers, block_size, nv_config_kv_dim(c), c->n_kv_heads, t);
 }
 
 nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t) {
@@ -34,13 +43,15 @@ nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int
     if (!nv_kv_dtype_name(t)) return nv_fail(NV_EINVAL, "kv pages: unknown element type %d", (int)t);
     size_t per = nv_kv_block_bytes(c, block_size, t);
     if ((size_t)n_blocks > SIZE_MAX / per) return nv_fail(NV_ENOMEM, "kv pages: size overflows");
-    kv->data = calloc((size_t)n_blocks, per);
+    kv->data = nv_calloc_large((size_t)n_blocks, per); /* 2 MiB pages: a sequence's blocks lie far apart */
     if (!kv->data) return nv_fail(NV_ENOMEM, "cannot allocate %zu MB of KV pages", ((size_t)n_blocks * per) >> 20);
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
     kv->n_layers = c->n_layers;
     kv->kv_dim = nv_config_kv_dim(c);
+    kv->n_kv_heads = c->n_kv_heads;
     kv->dtype = t;
+    kv->block_elems = per / nv_kv_dtype_bytes(t);
     return NV_OK;
 }
 
@@ -56,15 +67,48 @@ static inline uint16_t to_f16(float x) {
 }
 
 float nv_kv_get(const nv_kv_pages *kv, size_t i) {
-    return kv->dtype == NV_KV_F16 ? _cvtsh_ss(((const uint16_t *)kv->data)[i]) : ((const float *)kv->data)[i];
+    if (kv->dtype == NV_KV_F16) return _cvtsh_ss(((const uint16_t *)kv->data)[i]);
+    if (kv->dtype != NV_KV_Q8) return ((const float *)kv->data)[i];
+    /* which layer, keys or values, head and position element i belongs to, for its scale */
+    size_t per_kind = (size_t)kv->block_size * kv->kv_dim, in = i % kv->block_elems;
+    int block = (int)(i / kv->block_elems), hd = kv->kv_dim / kv->n_kv_heads;
+    if (in >= (size_t)kv->n_layers * 2 * per_kind) return 0.0f; /* padding or scales, not an element */
+    int layer = (int)(in / (2 * per_kind)), values = (int)(in / per_kind % 2);
+    size_t r = in % per_kind;
+    int head = values ? (int)(r / ((size_t)kv->block_size * hd)) : (int)(r / kv->block_size) / hd;
+    int pos = values ? (int)(r / hd % kv->block_size) : (int)(r % kv->block_size);
+    return (float)((const int8_t *)kv->data)[i] * nv_kv_scales(kv, block, layer, values, head)[pos];
+}
+
+/* One kv head's keys or values of one position as int8 (element e at out[e * stride]) and their
+ * scale: the largest finite magnitude maps to 127, each element rounds to nearest; an infinity
+ * saturates at +-127 (as fp16 pages saturate) and a NaN makes the scale NaN, so it propagates as
+ * it would through fp32 pages. */
+static float to_q8(const float *x, int n, int8_t *out, size_t stride) {
+    float amax = 0.0f;
+    int nan = 0, inf = 0;
+    for (int e = 0; e < n; e++) {
+        float a = fabsf(x[e]);
+        nan |= a != a;
+        inf |= a == INFINITY;
+        if (a < INFINITY && a > amax) amax = a;
+    }
+    float scale = amax > 0.0f ? amax / 127.0f : inf ? FLT_MAX / 127.0f : 0.0f;
+    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int e = 0; e < n; e++) {
+        float v = x[e] * inv;
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v == v ? v : 0.0f;
+        out[(size_t)e * stride] = (int8_t)lrintf(v);
+    }
+    return nan ? NAN : scale;
 }
 
 /* Asks for count page elements (at most 4 KiB of them) from element i on: the start of a head's keys
  * or values in the next block, which lies a whole block of all layers away (no hardware stream
  * finds it). */
-static inline void kv_prefetch(const void *base, size_t i, size_t count, const int F16) {
-    const size_t bytes = count * (F16 ? 2 : 4) < 4096 ? count * (F16 ? 2 : 4) : 4096;
-    const char *p = (const char *)base + i * (F16 ? 2 : 4);
+static inline void kv_prefetch(const void *base, size_t i, size_t count, const int DT) {
+    const size_t size = DT == KV_F16 ? 2 : DT == KV_Q8 ? 1 : 4, bytes = count * size < 4096 ? count * size : 4096;
+    const char *p = (const char *)base + i * size;
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
 }
 
@@ -125,7 +169,13 @@ static void rows_task(void *ctx, int task, int n_tasks) {
         /* keys are stored transposed: [kv_dim][B] */
         size_t kat = nv_kv_keys_at(j->kv, blk, l) + off, vat = nv_kv_values_at(j->kv, blk, l) + (size_t)off * hd;
         const float *v = s->r.v + (size_t)t * kv_dim;
-        if (j->kv->dtype == NV_KV_F16) {
+        if (j->kv->dtype == NV_KV_Q8) {
+            int8_t *pages = j->kv->data;
+            for (int hh = 0; hh < c->n_kv_heads; hh++) {
+                nv_kv_scales(j->kv, blk, l, 0, hh)[off] = to_q8(k + (size_t)hh * hd, hd, pages + kat + (size_t)hh * hd * B, (size_t)B);
+                nv_kv_scales(j->kv, blk, l, 1, hh)[off] = to_q8(v + (size_t)hh * hd, hd, pages + vat + (size_t)hh * B * hd, 1);
+            }
+        } else if (j->kv->dtype == NV_KV_F16) {
             uint16_t *pages = j->kv->data;
             for (int i = 0; i < kv_dim; i++) pages[kat + (size_t)i * B] = to_f16(k[i]);
             for (int i = 0; i < kv_dim; i++) pages[vat + (size_t)(i / hd) * B * hd + i % hd] = to_f16(v[i]);
@@ -139,19 +189,19 @@ static void rows_task(void *ctx, int task, int n_tasks) {
 }
 
 /* Scores of one decode row against two key blocks of B = 8*NZ positions ([hd][B] each, at
- * elements k0 and k1 of the pages): 2*NZ independent sums held in registers (NZ and F16 are
+ * elements k0 and k1 of the pages): 2*NZ independent sums held in registers (NZ and DT are
  * constants in each instance), multiply then add. */
 static inline __attribute__((always_inline)) void scores_pair(const int NZ, const float *q, int hd, const void *pages,
                                                               size_t k0, size_t k1, float scale, float *out,
-                                                              const int F16) {
+                                                              const int DT) {
     __m256 acc[8];
     for (int c = 0; c < 2 * NZ; c++) acc[c] = _mm256_setzero_ps();
     for (int i = 0; i < hd; i++) {
         const __m256 qi = _mm256_set1_ps(q[i]);
         for (int c = 0; c < NZ; c++) {
-            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, kv_load8(pages, k0 + (size_t)i * 8 * NZ + 8 * c, F16)));
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, kv_load8(pages, k0 + (size_t)i * 8 * NZ + 8 * c, DT)));
             acc[NZ + c] =
-                _mm256_add_ps(acc[NZ + c], _mm256_mul_ps(qi, kv_load8(pages, k1 + (size_t)i * 8 * NZ + 8 * c, F16)));
+                _mm256_add_ps(acc[NZ + c], _mm256_mul_ps(qi, kv_load8(pages, k1 + (size_t)i * 8 * NZ + 8 * c, DT)));
         }
     }
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -160,12 +210,12 @@ static inline __attribute__((always_inline)) void scores_pair(const int NZ, cons
 
 static inline __attribute__((always_inline)) void scores_pair_any(int nz, const float *q, int hd, const void *pages,
                                                                   size_t k0, size_t k1, float scale, float *out,
-                                                                  const int F16) {
+                                                                  const int DT) {
     switch (nz) {
-    case 1: scores_pair(1, q, hd, pages, k0, k1, scale, out, F16); break;
-    case 2: scores_pair(2, q, hd, pages, k0, k1, scale, out, F16); break;
-    case 3: scores_pair(3, q, hd, pages, k0, k1, scale, out, F16); break;
-    default: scores_pair(4, q, hd, pages, k0, k1, scale, out, F16); break;
+    case 1: scores_pair(1, q, hd, pages, k0, k1, scale, out, DT); break;
+    case 2: scores_pair(2, q, hd, pages, k0, k1, scale, out, DT); break;
+    case 3: scores_pair(3, q, hd, pages, k0, k1, scale, out, DT); break;
+    default: scores_pair(4, q, hd, pages, k0, k1, scale, out, DT); break;
     }
 }
 
@@ -177,7 +227,7 @@ static inline __attribute__((always_inline)) void scores_pair_any(int nz, const 
 static inline __attribute__((always_inline)) void values_group(int NV, int G, const float *att0, size_t att_ld,
                                                                int last0, const nv_kv_pages *kv, const int *blocks,
                                                                int l, size_t koff, int hd, int i0, float *out0,
-                                                               size_t out_ld, const int F16) {
+                                                               size_t out_ld, const int DT) {
     const int B = kv->block_size;
     const void *pages = kv->data;
     for (int g = 0; g < G; g++)
@@ -187,25 +237,58 @@ static inline __attribute__((always_inline)) void values_group(int NV, int G, co
     for (int u0 = 0; u0 <= last0 + G - 1; u0 += B) {
         const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
         if (u0 + B <= last0 + G - 1 && i0 == 0)
-            kv_prefetch(pages, nv_kv_values_at(kv, blocks[u0 / B + 1], l) + koff * B, (size_t)B * hd, F16);
+            kv_prefetch(pages, nv_kv_values_at(kv, blocks[u0 / B + 1], l) + koff * B, (size_t)B * hd, DT);
         const int seen = last0 + G - u0 < B ? last0 + G - u0 : B; /* positions of the block the last row sees */
         for (int z0 = 0; z0 < seen; z0 += CHUNK) {
             const int zn = seen - z0 < CHUNK ? seen - z0 : CHUNK;
             const float *v = vbuf;
             size_t vld = (size_t)8 * NV;
-            if (!F16) { /* fp32 pages: read in place */
+            if (DT == KV_F32) { /* fp32 pages: read in place */
                 v = (const float *)pages + vb + (size_t)z0 * hd;
                 vld = (size_t)hd;
             } else { /* each value made fp32 once for all the rows, not once per row */
                 for (int z = 0; z < zn; z++)
                     for (int c = 0; c < NV; c++)
-                        _mm256_store_ps(vbuf + (size_t)z * 8 * NV + 8 * c, kv_load8(pages, vb + (size_t)(z0 + z) * hd + 8 * c, 1));
+                        _mm256_store_ps(vbuf + (size_t)z * 8 * NV + 8 * c, kv_load8(pages, vb + (size_t)(z0 + z) * hd + 8 * c, DT));
             }
             for (int g = u0 + z0 > last0 ? u0 + z0 - last0 : 0; g < G; g++) {
                 const float *att = att0 + (size_t)g * att_ld + u0 + z0;
                 float *out = out0 + (size_t)g * out_ld;
                 values_rows_add_any(NV, att, v, vld, last0 + g - u0 - z0 + 1 < zn ? last0 + g - u0 - z0 + 1 : zn, out);
             }
+        }
+    }
+}
+
+/* q8 pages: asks for the key and value scales of (block, layer, kv head), read by q8_scale_rows
+ * once the scores of the row are done. */
+static inline void q8_prefetch_scales(const nv_kv_pages *kv, int block, int l, int head) {
+    for (int values = 0; values < 2; values++) {
+        const char *sc = (const char *)nv_kv_scales(kv, block, l, values, head);
+        for (size_t o = 0; o < (size_t)kv->block_size * sizeof(float); o += 64) __builtin_prefetch(sc + o, 0, 3);
+    }
+}
+
+/* q8 pages: att[g][u] *= the scale of position u's keys (values = 0) or values (1) of kv head `head`
+ * for the G rows of a group (row g: positions 0..p0 + g). The same multiply whichever path computed
+ * the scores, so q8 keeps the batch invariance of the other element types. */
+static void q8_scale_rows(float *att0, size_t att_ld, int G, int p0, const nv_kv_pages *kv, const int *blocks, int l,
+                          int values, int head) {
+    const int B = kv->block_size;
+    /* every block's scales asked for first (those the scores loop did not ask for ahead): each is a
+     * line or two of a different block, and the multiplies between them cannot hide a round trip */
+    for (int u0 = 0; u0 <= p0 + G - 1; u0 += B) {
+        const char *sc = (const char *)nv_kv_scales(kv, blocks[u0 / B], l, values, head);
+        for (size_t o = 0; o < (size_t)B * sizeof(float); o += 64) __builtin_prefetch(sc + o, 0, 3);
+    }
+    for (int u0 = 0; u0 <= p0 + G - 1; u0 += B) {
+        const float *sc = nv_kv_scales(kv, blocks[u0 / B], l, values, head);
+        for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++) {
+            float *a = att0 + (size_t)g * att_ld + u0;
+            const int n = p0 + g - u0 + 1 < B ? p0 + g - u0 + 1 : B;
+            int z = 0;
+            for (; z + 8 <= n; z += 8) _mm256_storeu_ps(a + z, _mm256_mul_ps(_mm256_loadu_ps(a + z), _mm256_loadu_ps(sc + z)));
+            for (; z < n; z++) a[z] *= sc[z];
         }
     }
 }
@@ -218,7 +301,7 @@ static inline __attribute__((always_inline)) void values_group(int NV, int G, co
  * att[u] v[u][i] over u in order. Each key/value block is loaded once for the whole group. Lane-wise
  * vector arithmetic (multiply, then add: no fused rounding) rounds exactly as scalar code. */
 static inline __attribute__((always_inline)) void attention_units(const layer_job *j, int task, int n_tasks,
-                                                                  const int F16) {
+                                                                  const int DT) {
     const nv_config *c = &j->m->config;
     nv_batch_state *s = j->s;
     const nv_kv_pages *kv = j->kv;
@@ -242,8 +325,13 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
             const float *q = s->r.q + (size_t)r0 * q_dim + (size_t)h * hd;
             int nz = B / 8, nblk = p0 / B + 1;
             for (int bi = 0; bi + 2 <= nblk; bi += 2) {
+                /* a pair of blocks is only ~2 x hd x B multiply-adds: ask for the keys well ahead */
+                for (int ahead = bi + PF_AHEAD; ahead < bi + PF_AHEAD + 2 && ahead < nblk; ahead++) {
+                    kv_prefetch(pages, nv_kv_keys_at(kv, blocks[ahead], l) + koff * B, (size_t)B * hd, DT);
+                    if (DT == KV_Q8) q8_prefetch_scales(kv, blocks[ahead], l, h / kv_mul);
+                }
                 scores_pair_any(nz, q, hd, pages, nv_kv_keys_at(kv, blocks[bi], l) + koff * B,
-                                nv_kv_keys_at(kv, blocks[bi + 1], l) + koff * B, scale, att0 + (size_t)bi * B, F16);
+                                nv_kv_keys_at(kv, blocks[bi + 1], l) + koff * B, scale, att0 + (size_t)bi * B, DT);
                 u_done = (bi + 2) * B;
             }
         }
@@ -251,7 +339,10 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
             /* four rows and sixteen positions at a time: eight sums in flight, each key vector loaded
              * once for four rows (rows that do not reach the block are skipped) */
             const size_t kt = nv_kv_keys_at(kv, blocks[u0 / B], l) + koff * B; /* [hd][B] */
-            if (u0 + B <= plast) kv_prefetch(pages, nv_kv_keys_at(kv, blocks[u0 / B + 1], l) + koff * B, (size_t)B * hd, F16);
+            if (u0 + B <= plast) {
+                kv_prefetch(pages, nv_kv_keys_at(kv, blocks[u0 / B + 1], l) + koff * B, (size_t)B * hd, DT);
+                if (DT == KV_Q8) q8_prefetch_scales(kv, blocks[u0 / B + 1], l, h / kv_mul);
+            }
             for (int gr = u0 > p0 ? u0 - p0 : 0; gr < G; gr += 4) {
                 const int R = G - gr < 4 ? G - gr : 4;
                 const float *qr[4];
@@ -263,7 +354,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                     cnt[r] = p0 + gr + r - u0 + 1 < B ? p0 + gr + r - u0 + 1 : B;
                 }
                 for (int z0 = 0; z0 < cnt[R - 1]; z0 += 16)
-                    scores_rows_any(R, B - z0 >= 16 ? 2 : 1, 0, qr, hd, pages, kt, B, z0, cnt, scale, ar, F16);
+                    scores_rows_any(R, B - z0 >= 16 ? 2 : 1, 0, qr, hd, pages, kt, B, z0, cnt, scale, ar, DT);
             }
             u_done = u0 + B;
         }
@@ -278,7 +369,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                 for (; z0 + 8 <= B && z0 < cnt; z0 += 8) {
                     __m256 a = _mm256_setzero_ps();
                     for (int i = 0; i < hd; i++)
-                        a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(q[i]), kv_load8(pages, kt + (size_t)i * B + z0, F16)));
+                        a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(q[i]), kv_load8(pages, kt + (size_t)i * B + z0, DT)));
                     float sums[8];
                     _mm256_storeu_ps(sums, a);
                     int m = cnt - z0 < 8 ? cnt - z0 : 8;
@@ -286,12 +377,16 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                 }
                 for (int z = z0; z < cnt; z++) { /* a block size that is not a multiple of 8 */
                     float score = 0.0f;
-                    for (int i = 0; i < hd; i++) score += q[i] * kv_load1(pages, kt + (size_t)i * B + z, F16);
+                    for (int i = 0; i < hd; i++) score += q[i] * kv_load1(pages, kt + (size_t)i * B + z, DT);
                     att[u0 + z] = score / scale;
                 }
             }
         }
+        /* q8: a score is (q . int8 keys) / sqrt(hd) times the keys' scale; a weight multiplies the
+         * values' scale before it meets their int8 */
+        if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, p0, kv, blocks, l, 0, h / kv_mul);
         nv_softmax_causal(att0, (size_t)s->seq_len, p0 + 1, G);
+        if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, p0, kv, blocks, l, 1, h / kv_mul);
         int i0 = 0;
         if (G == 1) /* a decode row: 64 dimensions at a time, eight independent sums in registers */
             for (; i0 + 64 <= hd; i0 += 64) {
@@ -300,12 +395,14 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                 for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
                 for (int u0 = 0; u0 <= p0; u0 += B) {
                     const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
+                    if (i0 == 0 && u0 + PF_AHEAD * B <= p0)
+                        kv_prefetch(pages, nv_kv_values_at(kv, blocks[u0 / B + PF_AHEAD], l) + koff * B, (size_t)B * hd, DT);
                     int cnt = p0 - u0 + 1 < B ? p0 - u0 + 1 : B;
                     for (int z = 0; z < cnt; z++) {
                         const __m256 a = _mm256_set1_ps(att0[u0 + z]);
                         const size_t v = vb + (size_t)z * hd;
 #pragma GCC unroll 8
-                        for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(a, kv_load8(pages, v + 8 * e, F16)));
+                        for (int e = 0; e < 8; e++) o[e] = _mm256_add_ps(o[e], _mm256_mul_ps(a, kv_load8(pages, v + 8 * e, DT)));
                     }
                 }
                 float *dst = s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0;
@@ -314,14 +411,14 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
             }
         for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv)
             values_group(nv, G, att0, s->seq_len, p0, kv, blocks, l, koff, hd, i0,
-                             s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0, q_dim, F16);
+                             s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0, q_dim, DT);
         for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
             for (int gr = 0; gr < G; gr++) {
                 const float *att = att0 + (size_t)gr * s->seq_len;
                 float o = 0.0f;
                 for (int u = 0; u <= p0 + gr; u++)
                     o += att[u] * kv_load1(pages, nv_kv_values_at(kv, blocks[u / B], l) + koff * B + (size_t)(u % B) * hd + i0,
-                                           F16);
+                                           DT);
                 s->r.xb[(size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0] = o;
             }
     }
@@ -329,8 +426,9 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
 
 static void attention_task(void *ctx, int task, int n_tasks) {
     const layer_job *j = ctx;
-    if (j->kv->dtype == NV_KV_F16) attention_units(j, task, n_tasks, 1);
-    else attention_units(j, task, n_tasks, 0);
+    if (j->kv->dtype == NV_KV_F16) attention_units(j, task, n_tasks, KV_F16);
+    else if (j->kv->dtype == NV_KV_Q8) attention_units(j, task, n_tasks, KV_Q8);
+    else attention_units(j, task, n_tasks, KV_F32);
 }
 
 /* Splits the step's rows into attention groups (see attention_task); returns their number. */

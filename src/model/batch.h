@@ -7,16 +7,21 @@
  *
  * Contract:
  * - Paged KV storage (nv_kv_pages): n_blocks blocks of block_size positions, each element an
- *   fp32 or an fp16 (dtype; fp16 halves the memory and the bytes attention reads, as llama.cpp's
- *   default f16 cache does). A block is one contiguous unit holding, for every layer, the keys
+ *   fp32, an fp16 (dtype; fp16 halves the memory and the bytes attention reads, as llama.cpp's
+ *   default f16 cache does) or an int8 (q8: each position's keys, and its values, of one kv head
+ *   share an fp32 scale; the element is int8 x scale). A block is one contiguous unit holding, for every layer, the keys
  *   then the values of its positions; the keys of a (block, layer) are stored transposed,
  *   [kv_dim][block_size] (element (t, i) at keys + i*block_size + t), so scores of consecutive
  *   positions vectorise; the values are [n_kv_heads][block_size][head_dim] (one head's values of
  *   a block are one contiguous run, read front to back). Keys of block b, layer l start at
- *   element ((b*L + l)*2 + 0)*block_size*kv_dim, values at the same place with +1 instead of +0.
+ *   element b*block_elems + (l*2 + 0)*block_size*kv_dim, values at the same place with +1
+ *   instead of +0; q8 blocks end with their scales (nv_kv_scales), after the int8 padded to 64
+ *   bytes.
  *   Keeping a block's layers together lets a block be copied, hashed or written to disk as one
  *   range (the prefix cache builds on this). fp16 stores round to nearest and saturate at
- *   +-65504 (a key or value beyond fp16's range does not become infinite).
+ *   +-65504 (a key or value beyond fp16's range does not become infinite); q8 maps the largest
+ *   finite magnitude to 127 and rounds to nearest (an infinity saturates, a NaN makes the scale
+ *   NaN).
  * - Sequence i (nv_batch_seq) runs tokens[0..n) at positions pos..pos+n-1; its block table
  *   `blocks` maps position p to block blocks[p / block_size] and must cover 0..pos+n-1. The
  *   keys and values of positions < pos must already be in its blocks (written by earlier
@@ -32,6 +37,8 @@
  *   hold it: with the scalar engine and fp32 pages they are bit-identical to nv_forward's. fp16
  *   pages differ from nv_forward only by the rounding of the stored keys and values (the sums
  *   are the same fp32 sums), and are still independent of the batch, the chunking and the blocks.
+ *   q8 pages take the scales outside the sums (a score times its key's scale, an attention weight
+ *   times its value's scale, the same multiply on every path): independent of them too.
  * - RoPE angles come from nv_rope_table, filled at nv_batch_state_init with run.c's float
  *   expressions (so the same cosf/sinf values); the per-row work and attention run on the thread
  *   pool (base/pool.h), split by rows and by (row, head), which changes no summation order.
@@ -46,36 +53,56 @@
 #include "model/model.h"
 
 /* Element types of KV pages; the values are the codes block files record (serve/disk.h). */
-typedef enum { NV_KV_F32 = 1, NV_KV_F16 = 2 } nv_kv_dtype;
+typedef enum { NV_KV_F32 = 1, NV_KV_F16 = 2, NV_KV_Q8 = 3 } nv_kv_dtype;
 
 typedef struct {
     int block_size; /* positions per block */
     int n_blocks;
-    int n_layers, kv_dim;
+    int n_layers, kv_dim, n_kv_heads;
     nv_kv_dtype dtype;
+    size_t block_elems; /* elements from one block to the next (q8: bytes, scales included) */
     void *data; /* per block, per layer: keys [kv_dim][block_size], values [n_kv_heads][block_size][head_dim] */
 } nv_kv_pages;
 
-/* "f32" / "f16" (NULL for anything else), and back (0 when unknown). */
+/* "f32" / "f16" / "q8" (NULL for anything else), and back (0 when unknown). */
 const char *nv_kv_dtype_name(nv_kv_dtype t);
 nv_kv_dtype nv_kv_dtype_parse(const char *name);
-static inline size_t nv_kv_dtype_bytes(nv_kv_dtype t) { return t == NV_KV_F16 ? 2 : 4; }
-/* Bytes of one block: n_layers * 2 * block_size * kv_dim elements. */
+/* Bytes of one stored key or value element (q8: its int8; the scales come on top). */
+static inline size_t nv_kv_dtype_bytes(nv_kv_dtype t) { return t == NV_KV_F16 ? 2 : t == NV_KV_Q8 ? 1 : 4; }
+/* Bytes of the keys and values of one block, all layers (q8: padded to 64 bytes; its fp32 scales
+ * follow, one per layer, keys or values, kv head and position). */
+static inline size_t nv_kv_elems_bytes(int n_layers, int block_size, int kv_dim, nv_kv_dtype t) {
+    size_t b = (size_t)n_layers * 2 * (size_t)block_size * (size_t)kv_dim * nv_kv_dtype_bytes(t);
+    return t == NV_KV_Q8 ? (b + 63) / 64 * 64 : b;
+}
+/* Bytes of one block: its keys and values, and with q8 their scales. */
+static inline size_t nv_kv_geometry_bytes(int n_layers, int block_size, int kv_dim, int n_kv_heads, nv_kv_dtype t) {
+    size_t scales = t == NV_KV_Q8 ? (size_t)n_layers * 2 * (size_t)n_kv_heads * (size_t)block_size * sizeof(float) : 0;
+    return nv_kv_elems_bytes(n_layers, block_size, kv_dim, t) + scales;
+}
 size_t nv_kv_block_bytes(const nv_config *c, int block_size, nv_kv_dtype t);
 nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t);
 void nv_kv_pages_free(nv_kv_pages *kv);
 /* Element index of the keys of (block, layer); the values follow block_size * kv_dim later. */
 static inline size_t nv_kv_keys_at(const nv_kv_pages *kv, int block, int layer) {
-    return (((size_t)block * kv->n_layers + (size_t)layer) * 2) * (size_t)kv->block_size * kv->kv_dim;
+    return (size_t)block * kv->block_elems + (size_t)layer * 2 * (size_t)kv->block_size * kv->kv_dim;
 }
 static inline size_t nv_kv_values_at(const nv_kv_pages *kv, int block, int layer) {
     return nv_kv_keys_at(kv, block, layer) + (size_t)kv->block_size * kv->kv_dim;
 }
 /* The bytes of a whole block (what the prefix cache copies and writes to disk). */
 static inline void *nv_kv_block_data(const nv_kv_pages *kv, int block) {
-    return (char *)kv->data + nv_kv_keys_at(kv, block, 0) * nv_kv_dtype_bytes(kv->dtype);
+    return (char *)kv->data + (size_t)block * kv->block_elems * nv_kv_dtype_bytes(kv->dtype);
 }
-/* Element i of the pages as fp32. */
+/* q8 pages: the scales of (block, layer, keys (0) or values (1), kv head), one per position of the
+ * block: a stored element is its int8 times its position's scale. */
+static inline float *nv_kv_scales(const nv_kv_pages *kv, int block, int layer, int values, int head) {
+    size_t at = nv_kv_elems_bytes(kv->n_layers, kv->block_size, kv->kv_dim, kv->dtype) +
+                (((size_t)layer * 2 + (size_t)values) * (size_t)kv->n_kv_heads + (size_t)head) * (size_t)kv->block_size *
+                    sizeof(float);
+    return (float *)((char *)nv_kv_block_data(kv, block) + at);
+}
+/* Element i of the pages as fp32 (q8: times its scale; i inside a block's keys and values). */
 float nv_kv_get(const nv_kv_pages *kv, size_t i);
 
 typedef struct {

@@ -356,7 +356,8 @@ static void scan(nv_disk *d) {
 nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
     *out = NULL;
     if (!o->root || !*o->root) return nv_fail(NV_EINVAL, "SSD tier: no directory");
-    if (o->block_size < 1 || o->n_layers < 1 || o->kv_dim < 1 || o->queue_cap < 1 || !nv_kv_dtype_name(o->dtype))
+    if (o->block_size < 1 || o->n_layers < 1 || o->kv_dim < 1 || o->n_kv_heads < 1 ||
+        o->kv_dim % o->n_kv_heads != 0 || o->queue_cap < 1 || !nv_kv_dtype_name(o->dtype))
         return nv_fail(NV_EINVAL, "SSD tier: bad geometry");
     nv_disk *d = calloc(1, sizeof *d);
     if (!d) return nv_fail(NV_ENOMEM, "SSD tier: out of memory");
@@ -366,7 +367,7 @@ nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
         free(d);
         return nv_fail(NV_EINVAL, "SSD tier: directory name too long");
     }
-    d->payload_bytes = (uint64_t)o->n_layers * 2 * (uint64_t)o->block_size * (uint64_t)o->kv_dim * nv_kv_dtype_bytes(o->dtype);
+    d->payload_bytes = nv_kv_geometry_bytes(o->n_layers, o->block_size, o->kv_dim, o->n_kv_heads, o->dtype);
     d->file_bytes = NV_DISK_HEADER_BYTES + 4ull * (uint64_t)o->block_size + d->payload_bytes;
     d->free_e = d->lru_head = d->lru_tail = -1;
     d->st.writer_up = 1;

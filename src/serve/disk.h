@@ -13,10 +13,11 @@
  *     24      8     block hash (the chain hash; also the file name)
  *     32      8     parent block hash (0 for a first block)
  *     40      4     token count (= block size)
- *     44      4     element type (1: fp32, 2: fp16; model/batch.h nv_kv_dtype)
+ *     44      4     element type (1: fp32, 2: fp16, 3: q8; model/batch.h nv_kv_dtype)
  *     48      4     layer count
  *     52      4     kv_dim
- *     56      8     payload bytes (= layers x 2 x block x kv_dim x element bytes)
+ *     56      8     payload bytes (= nv_kv_geometry_bytes: layers x 2 x block x kv_dim x element
+ *                   bytes, and for q8 the padding and scales)
  *     64      8     payload checksum (nv_hash64)
  *     72      8     header checksum (nv_checksum64 of bytes 0..71 and the token ids)
  *     80      4n    the block's token ids
@@ -58,7 +59,7 @@
 typedef struct {
     const char *root;   /* the cache directory */
     uint64_t model_id;
-    int block_size, n_layers, kv_dim;
+    int block_size, n_layers, kv_dim, n_kv_heads;
     nv_kv_dtype dtype;  /* the pages' element type */
     uint64_t max_bytes; /* cap on this model's files */
     int queue_cap;      /* outstanding write jobs */

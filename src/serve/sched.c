@@ -338,6 +338,7 @@ static nv_err prefix_init(nv_sched *s) {
                           .block_size = o->block_size,
                           .n_layers = c->n_layers,
                           .kv_dim = nv_config_kv_dim(c),
+                          .n_kv_heads = c->n_kv_heads,
                           .dtype = s->pool.pages.dtype,
                           .max_bytes = o->disk_bytes,
                           .queue_cap = q < 1 ? 1 : q > 64 ? 64 : q};
