@@ -410,6 +410,71 @@ static void test_sampler_adjustments(void) {
     nv_sampler_free(&s);
 }
 
+/* top-k and min-p: over many draws from 1,000 random logits, only the k most likely tokens (min-p:
+ * only those at least min_p x the top probability) come out; top-k 1 is greedy at any temperature;
+ * with top-p on as well, the nucleus is taken from what they kept; bad settings are refused. */
+static void test_sampler_filters(void) {
+    enum { V = 1000, DRAWS = 4000 };
+    static float logits[V], l[V], probs[V];
+    nv_rng rng;
+    nv_rng_seed(&rng, 5);
+    for (int i = 0; i < V; i++) logits[i] = 4.0f * nv_rng_uniform(&rng);
+    memcpy(probs, logits, sizeof probs);
+    nv_softmax(probs, V);
+    /* the 10th largest probability and the largest */
+    float sorted[V], pmax = 0;
+    memcpy(sorted, probs, sizeof sorted);
+    for (int i = 0; i < 10; i++)
+        for (int j = i + 1; j < V; j++)
+            if (sorted[j] > sorted[i]) {
+                float t = sorted[i];
+                sorted[i] = sorted[j];
+                sorted[j] = t;
+            }
+    pmax = sorted[0];
+    nv_sampler s;
+    T_CHECK(nv_sampler_init(&s, V, 1.0f, 0.0f, 11) == NV_OK && nv_sampler_set_filters(&s, 10, 0.0f) == NV_OK, "%s", nv_errmsg());
+    int outside = 0, distinct = 0, hits[V] = {0};
+    for (int d = 0; d < DRAWS; d++) {
+        memcpy(l, logits, sizeof l);
+        int t = nv_sample(&s, l);
+        outside += probs[t] < sorted[9];
+        distinct += hits[t]++ == 0;
+    }
+    T_CHECK(outside == 0 && distinct == 10, "top-k 10: %d draws outside the top 10, %d distinct tokens", outside, distinct);
+    nv_sampler_set_filters(&s, 0, 0.9f);
+    outside = 0;
+    for (int d = 0; d < DRAWS; d++) {
+        memcpy(l, logits, sizeof l);
+        int t = nv_sample(&s, l);
+        outside += probs[t] < 0.9f * pmax;
+    }
+    T_CHECK(outside == 0, "min-p 0.9: %d draws below 0.9 x the top probability", outside);
+    nv_sampler_set_filters(&s, 1, 0.0f);
+    s.temperature = 1.7f;
+    int greedy = 1;
+    for (int d = 0; d < 200; d++) {
+        memcpy(l, logits, sizeof l);
+        greedy &= nv_sample(&s, l) == nv_argmax(logits, V);
+    }
+    T_CHECK(greedy, "top-k 1 is not greedy");
+    /* top-k 10 then top-p 0.15: the nucleus is the most likely of those ten (each ~0.1 of them) */
+    nv_sampler_set_filters(&s, 10, 0.0f);
+    s.temperature = 1.0f;
+    s.top_p = 0.15f;
+    outside = 0;
+    for (int d = 0; d < DRAWS; d++) {
+        memcpy(l, logits, sizeof l);
+        int t = nv_sample(&s, l);
+        outside += probs[t] < sorted[1];
+    }
+    T_CHECK(outside == 0, "top-k 10, top-p 0.15: %d draws beyond the two most likely", outside);
+    T_CHECK(nv_sampler_set_filters(&s, -1, 0.0f) == NV_EINVAL && nv_sampler_set_filters(&s, 0, 1.5f) == NV_EINVAL &&
+                nv_sampler_set_filters(&s, 0, NAN) == NV_EINVAL,
+            "bad top-k / min-p accepted");
+    nv_sampler_free(&s);
+}
+
 /* Settings the API accepts that once read before the top-p scratch (found by fuzz/fuzz_api.c):
  * top_p below 1/vocab over near-uniform logits kept no candidate, and a temperature so small
  * that logits / T overflow made every probability NaN. */
@@ -572,6 +637,7 @@ int main(void) {
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);
     T_RUN(test_sampler_adjustments);
+    T_RUN(test_sampler_filters);
     T_RUN(test_sampler_extremes);
     T_RUN(test_init_presets);
     T_RUN(test_rng_jump_and_parallel_init);

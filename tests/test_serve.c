@@ -379,6 +379,12 @@ static void test_stop_strings_and_sampling(void) {
     complete(port, 0, NULL, body, &c);
     T_CHECK(a.status == 200 && !strcmp(a.text, b.text), "same seed, different text");
     T_CHECK(strcmp(a.text, c.text) != 0, "different seeds, same text");
+    /* top_k 1 samples the most likely token: greedy's text at any temperature */
+    result k1, greedy40;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}", &greedy40);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1.5,\"top_k\":1,\"seed\":3}", &k1);
+    T_CHECK(k1.status == 200 && greedy40.status == 200 && !strcmp(k1.text, greedy40.text), "top_k 1: '%s' against greedy '%s'",
+            k1.text, greedy40.text);
     /* logit_bias: +100 on one token makes greedy repeat it; a frequency penalty changes the
      * greedy text (stories260K repeats itself within 60 tokens), neutral values change nothing */
     result forced, pen, neutral, plain;
@@ -1084,6 +1090,10 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"temperature\":3}", 400, "temperature", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_p\":0}", 400, "top_p", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_p\":1.5}", 400, "top_p", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"top_k\":2.5}", 400, "top_k", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"top_k\":-2}", 400, "top_k", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"min_p\":1.5}", 400, "min_p", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"min_p\":\"some\"}", 400, "min_p", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"n\":17}", 400, "n", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":5}", 400, "stop", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL},

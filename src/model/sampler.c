@@ -66,6 +66,14 @@ nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency) 
     return NV_OK;
 }
 
+nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p) {
+    if (top_k < 0) return nv_fail(NV_EINVAL, "top-k must be >= 0 (0 is off; got %d)", top_k);
+    if (!(min_p >= 0.0f && min_p <= 1.0f)) return nv_fail(NV_EINVAL, "min-p must be in [0, 1] (got %g)", min_p);
+    s->top_k = top_k;
+    s->min_p = min_p;
+    return NV_OK;
+}
+
 void nv_sampler_accept(nv_sampler *s, int tok) {
     if (!s->counts || tok < 0 || tok >= s->vocab_size) return;
     if (s->counts[tok]++ == 0) s->seen[s->n_seen++] = tok;
@@ -137,6 +145,68 @@ static int sample_topp(const float *probs, int n, float topp, nv_prob_index *pro
     return probindex[last_idx].index;
 }
 
+/* Moves the k most likely of v[0..n) to v[0..k) (in no particular order): quickselect with the
+ * middle element as pivot, so the same input always gives the same arrangement. */
+static void select_top(nv_prob_index *v, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const float pivot = v[lo + (hi - lo) / 2].prob;
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i].prob > pivot) i++;
+            while (v[j].prob < pivot) j--;
+            if (i <= j) {
+                nv_prob_index t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        /* v[lo..j] >= pivot >= v[i..hi] */
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+/* Sampling with top-k and/or min-p on: the candidates are the tokens with a probability above zero
+ * and at least min_p x the largest, the k most likely of them with top-k; top-p then keeps the
+ * most likely candidates until their share of the candidates' total passes top_p. */
+static int sample_filtered(const nv_sampler *s, const float *probs, int n, float coin) {
+    nv_prob_index *c = s->probindex;
+    float pmax = 0.0f;
+    for (int i = 0; i < n; i++) pmax = probs[i] > pmax ? probs[i] : pmax;
+    const float floor_p = s->min_p * pmax;
+    int n0 = 0;
+    for (int i = 0; i < n; i++)
+        if (probs[i] > 0.0f && probs[i] >= floor_p) c[n0++] = (nv_prob_index){probs[i], i};
+    if (n0 == 0) return nv_argmax(probs, n); /* NaN probabilities */
+    if (s->top_k > 0 && n0 > s->top_k) {
+        select_top(c, n0, s->top_k);
+        n0 = s->top_k;
+    }
+    if (s->top_p > 0 && s->top_p < 1) {
+        qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
+        float total = 0.0f;
+        for (int i = 0; i < n0; i++) total += c[i].prob;
+        float cumulative = 0.0f;
+        for (int i = 0; i < n0; i++) {
+            cumulative += c[i].prob;
+            if (cumulative > s->top_p * total) {
+                n0 = i + 1;
+                break;
+            }
+        }
+    }
+    float total = 0.0f;
+    for (int i = 0; i < n0; i++) total += c[i].prob;
+    float r = coin * total, cdf = 0.0f;
+    for (int i = 0; i < n0; i++) {
+        cdf += c[i].prob;
+        if (r < cdf) return c[i].index;
+    }
+    return c[n0 - 1].index; /* rounding */
+}
+
 int nv_sample(nv_sampler *s, float *logits) {
     int n = s->vocab_size;
     adjust_logits(s, logits);
@@ -153,6 +223,7 @@ int nv_sample(nv_sampler *s, float *logits) {
     if (!isfinite(maxv / s->temperature)) return best;
     nv_softmax(logits, n);
     float coin = nv_xorshift_f32(&s->rng_state);
+    if (s->top_k > 0 || s->min_p > 0) return sample_filtered(s, logits, n, coin);
     if (s->top_p <= 0 || s->top_p >= 1 || n < 2) return sample_mult(logits, n, coin);
     return sample_topp(logits, n, s->top_p, s->probindex, coin);
 }

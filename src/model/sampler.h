@@ -1,5 +1,6 @@
 /* Token sampling: greedy, temperature, top-p, with llama2.c's generator and procedure, so the
- * same seed and settings pick the same tokens as llama2.c's run.c. */
+ * same seed and settings pick the same tokens as llama2.c's run.c; top-k and min-p (vLLM's and
+ * llama.cpp's filters) when set. */
 #ifndef NV_SAMPLER_H
 #define NV_SAMPLER_H
 
@@ -16,6 +17,8 @@ typedef struct {
     int vocab_size;
     float temperature; /* 0 = greedy */
     float top_p;       /* <= 0 or >= 1 disables nucleus sampling */
+    int top_k;         /* > 0: only the k most likely tokens (0: off) */
+    float min_p;       /* > 0: only tokens at least min_p x the most likely one's probability (0: off) */
     uint64_t rng_state;
     nv_prob_index *probindex; /* scratch for top-p */
     /* OpenAI's logit adjustments, applied to the raw logits before everything else (greedy too):
@@ -36,6 +39,9 @@ void nv_sampler_free(nv_sampler *s);
 nv_err nv_sampler_set_bias(nv_sampler *s, const int *tok, const float *bias, int n);
 /* presence and frequency penalties (OpenAI's: both 0 is off). */
 nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency);
+/* top-k and min-p, applied to the probabilities after temperature, before top-p (which then takes
+ * its share of what they kept), as vLLM does; greedy ignores them. top_k 0 and min_p 0 are off. */
+nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
 /* Counts a generated token for the penalties (a no-op when they are off). */
 void nv_sampler_accept(nv_sampler *s, int tok);
 /* Picks the next token; modifies logits in place (scaled and softmaxed when temperature > 0). */

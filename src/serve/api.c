@@ -746,6 +746,13 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     out->req.temperature = (float)t;
     /* a positive top_p below float's range keeps only the most likely token, as any tiny one does */
     out->req.top_p = (float)p > 0 ? (float)p : FLT_MIN;
+    /* vLLM's and llama.cpp's extensions: top_k (-1 and 0 are off, as in either) and min_p */
+    long long top_k = 0;
+    double min_p = 0;
+    if ((rc = get_int(root, "top_k", -1, 1e9, &top_k, &given, err))) return rc;
+    if ((rc = get_number(root, "min_p", 0, 1, &min_p, &given, err))) return rc;
+    out->req.top_k = top_k > 0 ? (int)(top_k < ctx->vocab_size ? top_k : ctx->vocab_size) : 0;
+    out->req.min_p = (float)min_p;
     long long seed = 0;
     if ((rc = get_int(root, "seed", -9.2e18, 9.2e18, &seed, &given, err))) return rc;
     if (given) {

@@ -93,6 +93,8 @@ typedef struct {
     int n_prompt;
     int max_tokens; /* 0: run the prompt only (for its log-probabilities), finish "length" */
     float temperature, top_p;
+    int top_k;    /* vLLM's and llama.cpp's filters: 0 is off */
+    float min_p;  /* 0 is off */
     uint64_t seed; /* the sampler's xorshift state, as llama2.c's -s (0 is mapped to a fixed non-zero state) */
     const char *stop[NV_MAX_STOP]; /* copied; empty strings are ignored */
     int n_stop;
