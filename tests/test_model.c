@@ -408,6 +408,20 @@ static void test_sampler_adjustments(void) {
     T_CHECK(l[0] == 2.0f && l[1] == 2.5f, "presence: logits %g %g", l[0], l[1]);
     T_CHECK(nv_sampler_set_penalties(&s, NAN, 0.0f) == NV_EINVAL, "a NaN penalty was accepted");
     nv_sampler_free(&s);
+    /* repetition (vLLM's): tokens of the prompt (0 and 2) and then of the answer: a positive logit
+     * divided by 2, a negative one multiplied */
+    T_CHECK(nv_sampler_init(&s, 4, 0.0f, 0.0f, 1) == NV_OK && nv_sampler_set_repetition(&s, 2.0f, (int[]){0, 2, 0}, 3) == NV_OK,
+            "%s", nv_errmsg());
+    const float rl[4] = {3.0f, 2.5f, -1.0f, 0.5f};
+    memcpy(l, rl, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 1 && l[0] == 1.5f && l[1] == 2.5f && l[2] == -2.0f && l[3] == 0.5f,
+            "repetition over the prompt: %g %g %g %g", l[0], l[1], l[2], l[3]);
+    nv_sampler_accept(&s, 1);
+    memcpy(l, rl, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 0 && l[1] == 1.25f, "repetition after a generated token: %g", l[1]);
+    T_CHECK(nv_sampler_set_repetition(&s, 0.0f, NULL, 0) == NV_EINVAL && nv_sampler_set_repetition(&s, NAN, NULL, 0) == NV_EINVAL,
+            "a repetition penalty <= 0 or NaN was accepted");
+    nv_sampler_free(&s);
 }
 
 /* top-k and min-p: over many draws from 1,000 random logits, only the k most likely tokens (min-p:

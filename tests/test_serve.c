@@ -406,6 +406,11 @@ static void test_stop_strings_and_sampling(void) {
              &neutral);
     T_CHECK(pen.status == 200 && strcmp(pen.text, plain.text) != 0, "frequency_penalty 2 left the greedy text unchanged");
     T_CHECK(neutral.status == 200 && !strcmp(neutral.text, plain.text), "neutral penalties changed the text");
+    result rep, rep1;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"repetition_penalty\":1.5}", &rep);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"repetition_penalty\":1}", &rep1);
+    T_CHECK(rep.status == 200 && strcmp(rep.text, plain.text) != 0, "repetition_penalty 1.5 left the greedy text unchanged");
+    T_CHECK(rep1.status == 200 && !strcmp(rep1.text, plain.text), "repetition_penalty 1 changed the text");
     nv_tokenizer_free(t_tok);
 }
 
@@ -1093,6 +1098,8 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"top_k\":2.5}", 400, "top_k", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_k\":-2}", 400, "top_k", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"min_p\":1.5}", 400, "min_p", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"repetition_penalty\":0}", 400, "repetition_penalty", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"repetition_penalty\":11}", 400, "repetition_penalty", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"min_p\":\"some\"}", 400, "min_p", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"n\":17}", 400, "n", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":5}", 400, "stop", NULL},

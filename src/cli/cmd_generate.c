@@ -22,7 +22,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
-            "                      [--top-k K] [--min-p P] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
+            "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
             "                      [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
@@ -36,6 +36,9 @@ static void usage(FILE *f) {
             "  --top-k K     sample among the K most likely tokens only (default 0: off)\n"
             "  --min-p P     drop tokens below P x the most likely one's probability (default 0: off)\n"
             "  -s SEED       random seed (default: the time)\n"
+            "  --repetition-penalty R\n"
+            "                tokens of the prompt or the text so far: logit / R when positive, x R when not\n"
+            "                (vLLM's; default 1: off)\n"
             "  --presence-penalty X, --frequency-penalty X\n"
             "                OpenAI's penalties on tokens generated so far, -2..2 (default 0: off)\n"
             "  --json        the text generated is a JSON object (constrained decoding; ends when it is whole)\n"
@@ -84,7 +87,7 @@ int cmd_generate(int argc, char **argv) {
     int json_object = 0;
     int steps = 256, threads = 0;
     cli_spec spec = CLI_SPEC_DEFAULTS;
-    float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f;
+    float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f, repetition = 1.0f;
     int top_k = 0;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -109,6 +112,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-p")) { if (!cli_float(CMD, a, v, 0, 1, &top_p)) return 2; }
         else if (!strcmp(a, "--top-k")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &top_k)) return 2; }
         else if (!strcmp(a, "--min-p")) { if (!cli_float(CMD, a, v, 0, 1, &min_p)) return 2; }
+        else if (!strcmp(a, "--repetition-penalty")) { if (!cli_float(CMD, a, v, 1e-3, 10, &repetition)) return 2; }
         else if (!strcmp(a, "--presence-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &presence)) return 2; }
         else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &frequency)) return 2; }
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
@@ -155,6 +159,7 @@ int cmd_generate(int argc, char **argv) {
         nv_sampler_set_filters(&sampler, top_k, min_p) != NV_OK ||
         nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK ||
+        nv_sampler_set_repetition(&sampler, repetition, prompt_tokens, n_prompt) != NV_OK ||
         (grammar && (nv_gtrie_build(tok, &trie) != NV_OK || nv_gsampler_init(&gs, grammar, c->vocab_size) != NV_OK))) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

@@ -28,10 +28,13 @@ void nv_sampler_free(nv_sampler *s) {
     free(s->bias);
     free(s->counts);
     free(s->seen);
+    free(s->present);
+    free(s->rep_list);
     s->probindex = NULL;
-    s->bias_tok = s->counts = s->seen = NULL;
+    s->bias_tok = s->counts = s->seen = s->rep_list = NULL;
+    s->present = NULL;
     s->bias = NULL;
-    s->n_bias = s->n_seen = 0;
+    s->n_bias = s->n_seen = s->n_rep = 0;
 }
 
 nv_err nv_sampler_set_bias(nv_sampler *s, const int *tok, const float *bias, int n) {
@@ -74,9 +77,31 @@ nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p) {
     return NV_OK;
 }
 
+static void mark_present(nv_sampler *s, int tok) {
+    if (!s->present[tok]) {
+        s->present[tok] = 1;
+        s->rep_list[s->n_rep++] = tok;
+    }
+}
+
+nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt, int n_prompt) {
+    if (!(penalty > 0.0f) || !isfinite(penalty)) return nv_fail(NV_EINVAL, "repetition penalty must be > 0 (got %g)", penalty);
+    s->repetition = penalty;
+    if (penalty == 1.0f) return NV_OK;
+    if (!s->present) {
+        s->present = calloc((size_t)s->vocab_size, 1);
+        s->rep_list = malloc((size_t)s->vocab_size * sizeof *s->rep_list);
+        if (!s->present || !s->rep_list) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] >= 0 && prompt[i] < s->vocab_size) mark_present(s, prompt[i]);
+    return NV_OK;
+}
+
 void nv_sampler_accept(nv_sampler *s, int tok) {
-    if (!s->counts || tok < 0 || tok >= s->vocab_size) return;
-    if (s->counts[tok]++ == 0) s->seen[s->n_seen++] = tok;
+    if (tok < 0 || tok >= s->vocab_size) return;
+    if (s->present) mark_present(s, tok);
+    if (s->counts && s->counts[tok]++ == 0) s->seen[s->n_seen++] = tok;
 }
 
 static void adjust_logits(const nv_sampler *s, float *logits) {
@@ -85,6 +110,11 @@ static void adjust_logits(const nv_sampler *s, float *logits) {
         int t = s->seen[i];
         logits[t] -= (float)s->counts[t] * s->frequency + s->presence;
     }
+    if (s->present && s->repetition != 1.0f)
+        for (int i = 0; i < s->n_rep; i++) {
+            float *l = &logits[s->rep_list[i]];
+            *l = *l > 0.0f ? *l / s->repetition : *l * s->repetition;
+        }
 }
 
 int nv_argmax(const float *v, int n) {

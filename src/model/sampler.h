@@ -31,6 +31,12 @@ typedef struct {
     int *counts;     /* [vocab] times each token was accepted, when a penalty is on */
     int *seen;       /* the distinct accepted tokens, in order */
     int n_seen;
+    /* vLLM's (and Hugging Face's) repetition penalty: every token of the prompt or the answer so far
+     * has its logit divided by it when positive, multiplied when not. 1 (or 0: unset) is off. */
+    float repetition;
+    unsigned char *present; /* [vocab] 1 for a token of the prompt or accepted */
+    int *rep_list;          /* those tokens, each once */
+    int n_rep;
 } nv_sampler;
 
 nv_err nv_sampler_init(nv_sampler *s, int vocab_size, float temperature, float top_p, uint64_t seed);
@@ -42,6 +48,8 @@ nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency);
 /* top-k and min-p, applied to the probabilities after temperature, before top-p (which then takes
  * its share of what they kept), as vLLM does; greedy ignores them. top_k 0 and min_p 0 are off. */
 nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
+/* The repetition penalty (> 0; 1 is off) over the prompt's tokens and every token accepted after. */
+nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt, int n_prompt);
 /* Counts a generated token for the penalties (a no-op when they are off). */
 void nv_sampler_accept(nv_sampler *s, int tok);
 /* Picks the next token; modifies logits in place (scaled and softmaxed when temperature > 0). */

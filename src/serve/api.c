@@ -100,7 +100,8 @@ static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *
 
 #define MAX_LOGIT_BIAS 1024
 
-/* presence_penalty, frequency_penalty (-2..2) and logit_bias ({"token id": -100..100, ...}). */
+/* presence_penalty, frequency_penalty (-2..2), repetition_penalty (0..10, 1 off) and logit_bias
+ * ({"token id": -100..100, ...}). */
 static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     double presence = 0, frequency = 0;
     int given, rc;
@@ -108,6 +109,14 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     if ((rc = get_number(root, "frequency_penalty", -2, 2, &frequency, &given, err))) return rc;
     out->req.presence_penalty = (float)presence;
     out->req.frequency_penalty = (float)frequency;
+    /* vLLM's repetition_penalty (> 0, 1 is off) */
+    double repetition = 1;
+    if ((rc = get_number(root, "repetition_penalty", 0, 10, &repetition, &given, err))) return rc;
+    if (given && repetition <= 0) {
+        nv_api_error_set(err, E400, NULL, "repetition_penalty", "'repetition_penalty' must be greater than 0");
+        return err->status;
+    }
+    out->req.repetition_penalty = (float)repetition;
     const cJSON *lb = field(root, "logit_bias");
     if (!lb) return 0;
     if (!cJSON_IsObject(lb)) {

@@ -101,6 +101,7 @@ typedef struct {
     double timeout_s; /* <= 0: none */
     int vocab_size;   /* the model's (sizes the sampler) */
     float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 (0: off) */
+    float repetition_penalty;                  /* vLLM's, over the prompt and the answer (0 or 1: off) */
     const int *bias_tok;                       /* logit_bias: n_bias (token, bias) pairs, copied */
     const float *bias;
     int n_bias;
