@@ -220,6 +220,37 @@ static void test_refresh(void) {
     free(w2), free(y1), free(y2), free(yr);
 }
 
+/* dx after a refresh (whole, or by pieces of rows as the optimizer does) gives the bits of a plan
+ * built from the new weights: the tile engines keep W^T's tiles between calls and refresh them
+ * with the weights. n = 33 leaves a half depth block of padding; k = 100 a partial column tile. */
+static void test_dx_after_refresh(void) {
+    const int m = 5, n = 33, k = 100;
+    float *w = malloc(sizeof(float) * n * k * 3), *dy = malloc(sizeof(float) * m * n);
+    float *dxp = malloc(sizeof(float) * m * k), *dxq = malloc(sizeof(float) * m * k);
+    uint64_t seed = 91;
+    rnd(w, (size_t)n * k * 3, &seed);
+    rnd(dy, (size_t)m * n, &seed);
+    nv_plan *p, *q;
+    T_CHECK(nv_plan_build(&p, E, w, n, k) == NV_OK, "build");
+    nv_plan_run_dx(p, dy, m, dxp); /* builds and keeps W^T's tiles */
+    for (int round = 1; round <= 2; round++) {
+        const float *wr = w + (size_t)round * n * k;
+        if (round == 1) nv_plan_refresh(p, wr);
+        else {
+            const int unit = nv_plan_row_unit(p);
+            for (int r0 = 0; r0 < n; r0 += unit) nv_plan_refresh_rows(p, wr, r0, r0 + unit < n ? r0 + unit : n);
+        }
+        nv_plan_run_dx(p, dy, m, dxp);
+        T_CHECK(nv_plan_build(&q, E, wr, n, k) == NV_OK, "build");
+        nv_plan_run_dx(q, dy, m, dxq);
+        T_CHECK(memcmp(dxp, dxq, sizeof(float) * m * k) == 0, "%s: dx differs from a fresh plan's",
+                round == 1 ? "after a whole refresh" : "after a refresh by rows");
+        nv_plan_free(q);
+    }
+    nv_plan_free(p);
+    free(w), free(dy), free(dxp), free(dxq);
+}
+
 /* A NaN in x poisons its row of y and an infinity in W its column; the other outputs stay finite
  * (the int8 engine marks the row's or channel's scale NaN rather than quantising garbage). */
 static void test_nonfinite_propagates(void) {
@@ -638,6 +669,7 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"refresh without rebuilding", test_refresh},
                  {"NaN and infinity propagate", test_nonfinite_propagates},
                  {"run_dx", test_dx},
+                 {"dx after refresh equals a fresh plan's", test_dx_after_refresh},
                  {"gemm_dw", test_dw},
                  {"1 and 2 threads give identical bits", test_threads_identical},
                  {"a plan group gives its plans' bits and one epilogue pass", test_group},

@@ -70,12 +70,14 @@ struct nv_plan {
        is 0..15) with per-block scales and offsets beside them, or fp16 panels without them */
     int quant, bits, qb; /* bits per stored value: 4, 8, or 16 (fp16) */
     float *qscale, *qoff; /* [np][k/qb][nr] */
-    /* tile engines' dx: W^T's tiles are rebuilt every call (the weights change every step) in a
-       buffer kept for the plan's life, so a training step does not fault in and zero the pages of
-       a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x 768); a call that finds it in
-       use by another thread takes a buffer of its own */
+    /* tile engines' dx: W^T's tiles in a buffer kept for the plan's life, so a training step does not
+       fault in and zero the pages of a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x
+       768); a call that finds it in use by another thread takes a buffer of its own. On bf16 tiles,
+       once a dx call has built them (dx_ok), every refresh rewrites them from the fp32 rows it packs
+       (while those rows are in cache), so dx does not rebuild them by transposing the packed tiles;
+       int8 plans rebuild them every call. */
     void *dx_tiles;
-    atomic_int dx_busy;
+    atomic_int dx_busy, dx_ok;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -385,12 +387,31 @@ static void bf16_tiles_of_rows(const float *w, size_t ldw, int n, int k, int KB,
     }
 }
 
+/* The dx tiles (dx_tile's layout: tile (t, kb) at (t * KB + kb) * 512, KB = depth blocks of 32
+ * outputs; row i, column c, pair e = W[kb*32 + 2i + e][t*16 + c]) of the outputs of column tiles
+ * t0..t1-1 (16 rows each: half of a depth block), from W's fp32 rows: the same bf16 values as the
+ * forward tiles hold. Rows past n stay as they are (zero since the buffer was built). */
+static void dx_tiles_of_rows(const float *w, int n, int k, int t0, int t1, uint16_t *U) {
+    const int KB = rup(n, 32) / 32, ktiles = cdiv(k, 16);
+    for (int t = t0; t < t1; t++) {
+        const int kb = t / 2, i0 = (t % 2) * 8;
+        for (int j = 0; j < 8; j++) {
+            const int o = t * 16 + 2 * j;
+            const float *r0 = o < n ? w + (size_t)o * k : NULL, *r1 = o + 1 < n ? w + (size_t)(o + 1) * k : NULL;
+            for (int ct = 0; ct < ktiles; ct++)
+                vnni_pair16(r0 ? r0 + ct * 16 : NULL, r1 ? r1 + ct * 16 : NULL, k - ct * 16,
+                            U + ((size_t)ct * KB + kb) * 512 + (size_t)(i0 + j) * 32);
+        }
+    }
+}
+
 static void pack_bf16_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
-    const nv_plan *p = c->p;
+    nv_plan *p = (nv_plan *)c->p;
     int t0, t1;
     pack_range(c, task, nt, &t0, &t1);
     bf16_tiles_of_rows(c->w, (size_t)p->k, p->n, p->k, p->kp / 32, t0, t1, (uint16_t *)p->pack);
+    if (atomic_load(&p->dx_ok)) dx_tiles_of_rows(c->w, p->n, p->k, t0, t1, p->dx_tiles);
 }
 
 /* int8 VNNI tiles with per-output-channel scales: scale = max|W[row]| / 127,
@@ -1327,7 +1348,10 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
         c.ka = p->ka;
         c.abuf = U;
         c.depth = depth;
-        run_tasks(dx_tiles_task, &c, conv_tasks(k, (size_t)n * k));
+        if (!pooled || !atomic_load(&mp->dx_ok)) {
+            run_tasks(dx_tiles_task, &c, conv_tasks(k, (size_t)n * k));
+            if (pooled && bf16_tiles(p->engine)) atomic_store(&mp->dx_ok, 1); /* refreshes keep them now */
+        }
         run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, m, 32, cdiv(cdiv(k, 16), 2), macs));
         if (pooled) atomic_store(&mp->dx_busy, 0);
         else free(U);
