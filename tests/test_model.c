@@ -419,6 +419,12 @@ static void test_sampler_adjustments(void) {
     nv_sampler_accept(&s, 1);
     memcpy(l, rl, sizeof l);
     T_CHECK(nv_sample(&s, l) == 0 && l[1] == 1.25f, "repetition after a generated token: %g", l[1]);
+    /* vLLM's order: the repetition penalty, then presence: token 3 (0.5, now present) -> 0.25 - 1 */
+    T_CHECK(nv_sampler_set_penalties(&s, 1.0f, 0.0f) == NV_OK, "%s", nv_errmsg());
+    nv_sampler_accept(&s, 3);
+    memcpy(l, rl, sizeof l);
+    nv_sample(&s, l);
+    T_CHECK(l[3] == -0.75f, "repetition then presence: %g, want -0.75", l[3]);
     T_CHECK(nv_sampler_set_repetition(&s, 0.0f, NULL, 0) == NV_EINVAL && nv_sampler_set_repetition(&s, NAN, NULL, 0) == NV_EINVAL,
             "a repetition penalty <= 0 or NaN was accepted");
     nv_sampler_free(&s);

@@ -180,9 +180,9 @@ static void test_api_parse_defaults_and_limits(void) {
     const char *tiny = "{\"prompt\":\"Once\",\"top_p\":2e-91}";
     T_CHECK(nv_api_parse(&ctx, 0, tiny, strlen(tiny), &r, &e) == 0 && r.req.top_p > 0.0f, "tiny top_p: %g", (double)r.req.top_p);
     nv_api_request_free(&r);
-    /* top_k: -1 and 0 are off, beyond the vocabulary is all of it; min_p as given */
+    /* top_k: -1, 0 and the whole vocabulary or more are off; min_p as given */
     const char *filt = "{\"prompt\":\"Once\",\"top_k\":100000,\"min_p\":0.05}";
-    T_CHECK(nv_api_parse(&ctx, 0, filt, strlen(filt), &r, &e) == 0 && r.req.top_k == 512 && r.req.min_p == 0.05f,
+    T_CHECK(nv_api_parse(&ctx, 0, filt, strlen(filt), &r, &e) == 0 && r.req.top_k == 0 && r.req.min_p == 0.05f,
             "top_k %d min_p %g", r.req.top_k, (double)r.req.min_p);
     nv_api_request_free(&r);
     const char *off = "{\"prompt\":\"Once\",\"top_k\":-1}";

@@ -1,8 +1,9 @@
 /* nerve bench accuracy | generate: the engines measured on whole models.
  *
- * accuracy  every engine against scalar on stories260K, teacher-forced over 512 positions of a
- *           tokenized TinyStories text (tok512): max and mean absolute logit error and the rate at
- *           which the top-1 token agrees with scalar's.
+ * accuracy  every engine against scalar on stories260K (or --model FILE|RUN_DIR with -z), teacher-
+ *           forced over 512 positions of a tokenized TinyStories text: max and mean absolute logit
+ *           error and the rate at which the top-1 token agrees with scalar's fp32 forward; with
+ *           --kv-cache-dtype, each engine runs the batched forward over paged KV of that type.
  * generate  prefill tokens/s (prompts of 256 and 2048 tokens, fed through nv_forward in chunks of
  *           256) and single-stream decode tokens/s on a stories110M-shaped model with a 4096-token
  *           context, randomly initialised in memory (speed does not depend on the weights' values),
@@ -110,6 +111,7 @@ static void accuracy_fail_rows(const bench_opts *o, int threads, const char *mod
         row_begin(&r, "accuracy", nv_engine_name((nv_engine_id)e), threads);
         row_str(&r, "model", model);
         row_str(&r, "kv_dtype", kv ? nv_kv_dtype_name(kv) : "f32");
+        row_str(&r, "kv_path", kv ? "paged" : "forward");
         row_fail(&r, why);
         row_end(&r, o);
     }
@@ -199,6 +201,7 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
         row_str(&r, "model", label);
         row_int(&r, "seq", positions);
         row_str(&r, "kv_dtype", kv ? nv_kv_dtype_name(kv) : "f32");
+        row_str(&r, "kv_path", kv ? "paged" : "forward");
         if (!nv_engine_available((nv_engine_id)e)) {
             snprintf(why, sizeof why, "engine %s is off: %s", nv_engine_name((nv_engine_id)e), nv_engine_why_off((nv_engine_id)e));
             row_fail(&r, why);

@@ -19,7 +19,7 @@ static const struct {
     {"peak", bench_peak, "tile-unit and FMA peak per core and all cores, and memory read bandwidth"},
     {"cache", bench_cache, "plan throughput as the weight working set grows 0.1 -> 512 MB (--m ROWS)"},
     {"chain", bench_chain, "utilization as 1 -> 64 plans of 768x768 run back to back (--m ROWS, --max N)"},
-    {"accuracy", bench_accuracy, "logit error and top-1 agreement of every engine against scalar (stories260K)"},
+    {"accuracy", bench_accuracy, "logit error and top-1 agreement of every engine against scalar (stories260K or --model; --kv-cache-dtype)"},
     {"generate", bench_generate, "prefill and decode tokens/s on a stories110M-shaped model, vs the bandwidth bound"},
     {"serve", bench_serve, "tokens/s, TTFT and inter-token latency of a real server with 1, 4, 16 streaming clients"},
     {"spec", bench_spec, "speculative decoding by prompt lookup: tokens/s with and without drafts on a trained model, acceptance, identical texts"},

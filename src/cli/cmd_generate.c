@@ -112,7 +112,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-p")) { if (!cli_float(CMD, a, v, 0, 1, &top_p)) return 2; }
         else if (!strcmp(a, "--top-k")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &top_k)) return 2; }
         else if (!strcmp(a, "--min-p")) { if (!cli_float(CMD, a, v, 0, 1, &min_p)) return 2; }
-        else if (!strcmp(a, "--repetition-penalty")) { if (!cli_float(CMD, a, v, 1e-3, 10, &repetition)) return 2; }
+        else if (!strcmp(a, "--repetition-penalty")) { if (!cli_float(CMD, a, v, 0.001, 10, &repetition)) return 2; }
         else if (!strcmp(a, "--presence-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &presence)) return 2; }
         else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &frequency)) return 2; }
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }

@@ -93,7 +93,9 @@ static float to_q8(const float *x, int n, int8_t *out, size_t stride) {
         inf |= a == INFINITY;
         if (a < INFINITY && a > amax) amax = a;
     }
-    float scale = amax > 0.0f ? amax / 127.0f : inf ? FLT_MAX / 127.0f : 0.0f;
+    /* magnitudes below 127 x FLT_MIN (1.5e-36) store as zero: their scale would be subnormal and its
+     * inverse overflow */
+    float scale = amax >= 127.0f * FLT_MIN ? amax / 127.0f : inf ? FLT_MAX / 127.0f : 0.0f;
     float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     for (int e = 0; e < n; e++) {
         float v = x[e] * inv;
@@ -466,7 +468,7 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
     if (!m->plans) return nv_fail(NV_EINVAL, "batch: plans not built");
     if (n_seqs < 1 || n_seqs > s->max_seqs)
         return nv_fail(NV_EINVAL, "batch: %d sequences do not fit a state of %d", n_seqs, s->max_seqs);
-    if (kv->n_layers != c->n_layers || kv->kv_dim != nv_config_kv_dim(c))
+    if (kv->n_layers != c->n_layers || kv->kv_dim != nv_config_kv_dim(c) || kv->n_kv_heads != c->n_kv_heads)
         return nv_fail(NV_EINVAL, "batch: KV pages were made for another model shape");
     if (s->head_dim != c->head_dim || s->seq_len != c->seq_len || s->rope_key != nv_config_rope_key(c))
         return nv_fail(NV_EINVAL, "batch: the state was made for another model shape");

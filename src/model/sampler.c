@@ -91,7 +91,13 @@ nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt
     if (!s->present) {
         s->present = calloc((size_t)s->vocab_size, 1);
         s->rep_list = malloc((size_t)s->vocab_size * sizeof *s->rep_list);
-        if (!s->present || !s->rep_list) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+        if (!s->present || !s->rep_list) {
+            free(s->present);
+            free(s->rep_list);
+            s->present = NULL;
+            s->rep_list = NULL;
+            return nv_fail(NV_ENOMEM, "sampler: out of memory");
+        }
     }
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] >= 0 && prompt[i] < s->vocab_size) mark_present(s, prompt[i]);
@@ -104,17 +110,18 @@ void nv_sampler_accept(nv_sampler *s, int tok) {
     if (s->counts && s->counts[tok]++ == 0) s->seen[s->n_seen++] = tok;
 }
 
+/* The bias, then the repetition penalty, then presence and frequency (vLLM's order). */
 static void adjust_logits(const nv_sampler *s, float *logits) {
     for (int i = 0; i < s->n_bias; i++) logits[s->bias_tok[i]] += s->bias[i];
-    for (int i = 0; i < s->n_seen; i++) {
-        int t = s->seen[i];
-        logits[t] -= (float)s->counts[t] * s->frequency + s->presence;
-    }
     if (s->present && s->repetition != 1.0f)
         for (int i = 0; i < s->n_rep; i++) {
             float *l = &logits[s->rep_list[i]];
             *l = *l > 0.0f ? *l / s->repetition : *l * s->repetition;
         }
+    for (int i = 0; i < s->n_seen; i++) {
+        int t = s->seen[i];
+        logits[t] -= (float)s->counts[t] * s->frequency + s->presence;
+    }
 }
 
 int nv_argmax(const float *v, int n) {
@@ -253,7 +260,8 @@ int nv_sample(nv_sampler *s, float *logits) {
     if (!isfinite(maxv / s->temperature)) return best;
     nv_softmax(logits, n);
     float coin = nv_xorshift_f32(&s->rng_state);
-    if (s->top_k > 0 || s->min_p > 0) return sample_filtered(s, logits, n, coin);
+    /* a top-k of the whole vocabulary filters nothing: the unfiltered procedure, the same tokens */
+    if ((s->top_k > 0 && s->top_k < n) || s->min_p > 0) return sample_filtered(s, logits, n, coin);
     if (s->top_p <= 0 || s->top_p >= 1 || n < 2) return sample_mult(logits, n, coin);
     return sample_topp(logits, n, s->top_p, s->probindex, coin);
 }

@@ -100,7 +100,7 @@ static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *
 
 #define MAX_LOGIT_BIAS 1024
 
-/* presence_penalty, frequency_penalty (-2..2), repetition_penalty (0..10, 1 off) and logit_bias
+/* presence_penalty, frequency_penalty (-2..2), repetition_penalty (0.001..10, 1 off) and logit_bias
  * ({"token id": -100..100, ...}). */
 static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     double presence = 0, frequency = 0;
@@ -109,13 +109,9 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     if ((rc = get_number(root, "frequency_penalty", -2, 2, &frequency, &given, err))) return rc;
     out->req.presence_penalty = (float)presence;
     out->req.frequency_penalty = (float)frequency;
-    /* vLLM's repetition_penalty (> 0, 1 is off) */
+    /* vLLM's repetition_penalty (0.001..10, as generate's flag; 1 is off) */
     double repetition = 1;
-    if ((rc = get_number(root, "repetition_penalty", 0, 10, &repetition, &given, err))) return rc;
-    if (given && repetition <= 0) {
-        nv_api_error_set(err, E400, NULL, "repetition_penalty", "'repetition_penalty' must be greater than 0");
-        return err->status;
-    }
+    if ((rc = get_number(root, "repetition_penalty", 0.001, 10, &repetition, &given, err))) return rc;
     out->req.repetition_penalty = (float)repetition;
     const cJSON *lb = field(root, "logit_bias");
     if (!lb) return 0;
@@ -760,7 +756,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     double min_p = 0;
     if ((rc = get_int(root, "top_k", -1, 1e9, &top_k, &given, err))) return rc;
     if ((rc = get_number(root, "min_p", 0, 1, &min_p, &given, err))) return rc;
-    out->req.top_k = top_k > 0 ? (int)(top_k < ctx->vocab_size ? top_k : ctx->vocab_size) : 0;
+    out->req.top_k = top_k > 0 && top_k < ctx->vocab_size ? (int)top_k : 0; /* the whole vocabulary is off */
     out->req.min_p = (float)min_p;
     long long seed = 0;
     if ((rc = get_int(root, "seed", -9.2e18, 9.2e18, &seed, &given, err))) return rc;
