@@ -379,6 +379,21 @@ static void test_stop_strings_and_sampling(void) {
     complete(port, 0, NULL, body, &c);
     T_CHECK(a.status == 200 && !strcmp(a.text, b.text), "same seed, different text");
     T_CHECK(strcmp(a.text, c.text) != 0, "different seeds, same text");
+    /* ignore_eos: the greedy story, which ends by itself (EOS; 246 tokens on the vector engines), goes
+     * on to max_tokens; min_tokens holds its end off until then */
+    result story, ign, mint;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0}", &story);
+    T_CHECK(story.status == 200 && !strcmp(story.finish, "stop") && story.completion_tokens < 380,
+            "the greedy story should end by itself: %d tokens, %s", story.completion_tokens, story.finish);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true}", &ign);
+    T_CHECK(ign.status == 200 && !strcmp(ign.finish, "length") && ign.completion_tokens == 400 &&
+                !strncmp(ign.text, story.text, strlen(story.text)) && strlen(ign.text) > strlen(story.text),
+            "ignore_eos: %d tokens, %s", ign.completion_tokens, ign.finish);
+    snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0,\"min_tokens\":%d}",
+             story.completion_tokens + 20);
+    complete(port, 0, NULL, body, &mint);
+    T_CHECK(mint.status == 200 && mint.completion_tokens >= story.completion_tokens + 20, "min_tokens %d: %d tokens",
+            story.completion_tokens + 20, mint.completion_tokens);
     /* top_k 1 samples the most likely token: greedy's text at any temperature */
     result k1, greedy40;
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}", &greedy40);
@@ -1101,6 +1116,10 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"repetition_penalty\":0}", 400, "repetition_penalty", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"repetition_penalty\":11}", 400, "repetition_penalty", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"min_p\":\"some\"}", 400, "min_p", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"ignore_eos\":1}", 400, "ignore_eos", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"min_tokens\":-1}", 400, "min_tokens", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"min_tokens\":20,\"max_tokens\":10}", 400, "min_tokens", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"min_tokens\":2,\"response_format\":{\"type\":\"json_object\"}}", 400, "min_tokens", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"n\":17}", 400, "n", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":5}", 400, "stop", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL},

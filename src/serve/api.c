@@ -852,6 +852,23 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         if (max_tokens > pool_room) max_tokens = pool_room;
     }
     out->req.max_tokens = (int)max_tokens;
+    /* vLLM's ignore_eos and min_tokens: end-of-generation tokens do not end the answer (ever / before
+     * min_tokens tokens). Not with a grammar: its sentence may end only on one of them. */
+    long long min_tokens = 0;
+    int mint_given = 0;
+    if ((rc = get_bool(root, "ignore_eos", &out->req.ignore_eos, err))) return rc;
+    if ((rc = get_int(root, "min_tokens", 0, 1e9, &min_tokens, &mint_given, err))) return rc;
+    if (min_tokens > max_tokens) {
+        nv_api_error_set(err, E400, NULL, "min_tokens", "'min_tokens' (%lld) must be at most the answer's %lld tokens",
+                         min_tokens, max_tokens);
+        return err->status;
+    }
+    if ((out->req.ignore_eos || min_tokens) && (out->req.grammar || out->req.lazy_grammar)) {
+        nv_api_error_set(err, E400, NULL, out->req.ignore_eos ? "ignore_eos" : "min_tokens",
+                         "'%s' cannot be combined with structured outputs or tools", out->req.ignore_eos ? "ignore_eos" : "min_tokens");
+        return err->status;
+    }
+    out->req.min_tokens = (int)min_tokens;
     out->req.prompt = out->prompt_ids;
     out->req.vocab_size = ctx->vocab_size;
     return 0;

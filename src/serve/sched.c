@@ -16,6 +16,7 @@ struct nv_req {
     /* immutable after creation */
     int *prompt;
     int n_prompt, max_tokens;
+    int ignore_eos, min_tokens; /* nv_req_params' */
     int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
     char *stop[NV_MAX_STOP];
     int n_stop;
@@ -209,6 +210,8 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int));
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
+    r->ignore_eos = p->ignore_eos;
+    r->min_tokens = p->min_tokens;
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !*p->stop[i]) continue;
         if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) goto oom;
@@ -377,11 +380,15 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         nv_sched_free(s);
         return e;
     }
+    s->eog_ids = malloc((size_t)c->vocab_size * sizeof *s->eog_ids);
+    if (s->eog_ids)
+        for (int t = 0; t < c->vocab_size; t++)
+            if (nv_tokenizer_is_eog(tok, t)) s->eog_ids[s->n_eog++] = t;
     s->running = calloc((size_t)o->max_batch, sizeof *s->running);
     s->step_req = calloc((size_t)o->max_batch, sizeof *s->step_req);
     s->embed_tmp = malloc((size_t)c->dim * sizeof *s->embed_tmp);
     s->seqs = calloc((size_t)o->max_batch, sizeof *s->seqs);
-    if (!s->running || !s->step_req || !s->seqs || !s->embed_tmp) {
+    if (!s->running || !s->step_req || !s->seqs || !s->embed_tmp || !s->eog_ids) {
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
@@ -771,13 +778,14 @@ static void lp_compute(const float *raw, int n, int tok, int k, nv_token_lp *out
  * lock). The sampler has counted it already (sample_task). */
 static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double now) {
     const nv_config *c = &s->model->config;
-    if (nv_tokenizer_is_eog(s->tok, tok)) {
+    if (!r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok)) {
         r->fin = NV_FINISH_STOP;
         flush_text(r, 1);
         return;
     }
     lp->prev = r->last;
-    const char *piece = nv_tokenizer_decode(s->tok, r->last, tok);
+    /* an end token ignore_eos lets through adds no text (vLLM skips special tokens likewise) */
+    const char *piece = nv_tokenizer_is_eog(s->tok, tok) ? "" : nv_tokenizer_decode(s->tok, r->last, tok);
     r->last = tok;
     r->n_gen++;
     if (r->ctx && r->n_ctx < r->cap_ctx) r->ctx[r->n_ctx++] = tok;
@@ -867,6 +875,8 @@ static void sample_rows(nv_sched *s, int i) {
     for (int j = 0; j < q->logits; j++) {
         float *logits = nv_batch_logits_at(&s->bs, c, i, j);
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
+        if (r->n_gen + j < r->min_tokens) /* min_tokens: the answer may not end yet */
+            for (int e = 0; e < s->n_eog; e++) logits[s->eog_ids[e]] = -INFINITY;
         int tok = r->gs.m ? sample_in_grammar(s, r, prev, logits) : nv_sample(&r->sampler, logits);
         if (tok < 0) { /* the tokens before it are still the answer's, as they would be one row a step */
             r->outs_fail = 1;
@@ -874,7 +884,7 @@ static void sample_rows(nv_sched *s, int i) {
         }
         if (r->lp_k >= 0) lp_compute(r->lp_raw, n, tok, r->lp_k, &r->lp_steps[j]);
         r->outs[r->n_outs++] = tok;
-        if (nv_tokenizer_is_eog(s->tok, tok)) return;
+        if (!r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok)) return;
         nv_sampler_accept(&r->sampler, tok);
         if (r->lazy.g) lazy_step(s, r, prev, tok);
         if (r->gs.m && (!r->lazy.g || r->lazy_ends) && nv_gmatch_finished(r->gs.m)) return;
@@ -1128,6 +1138,7 @@ void nv_sched_free(nv_sched *s) {
         pthread_cond_destroy(&s->cv);
     }
     free(s->running);
+    free(s->eog_ids);
     free(s->step_req);
     free(s->embed_tmp);
     free(s->seqs);

@@ -102,6 +102,8 @@ typedef struct {
     int vocab_size;   /* the model's (sizes the sampler) */
     float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 (0: off) */
     float repetition_penalty;                  /* vLLM's, over the prompt and the answer (0 or 1: off) */
+    int ignore_eos;                            /* vLLM's: end-of-generation tokens do not end the answer */
+    int min_tokens;                            /* vLLM's: none of them is sampled before this many tokens */
     const int *bias_tok;                       /* logit_bias: n_bias (token, bias) pairs, copied */
     const float *bias;
     int n_bias;
@@ -158,6 +160,8 @@ typedef struct {
     const nv_model *model;
     const nv_tokenizer *tok;
     nv_gtrie *trie; /* the vocabulary's texts for grammar masks, built by the first request with a grammar */
+    int *eog_ids;   /* the vocabulary's end-of-generation tokens (min_tokens holds them off) */
+    int n_eog;
     nv_metrics *metrics;
     nv_sched_opts o;
     nv_kv_pool pool;
