@@ -69,6 +69,14 @@ int cli_float(const char *cmd, const char *flag, const char *s, double lo, doubl
     return 1;
 }
 
+int cli_kv_dtype(const char *cmd, const char *flag, const char *s, nv_kv_dtype *out) {
+    if (!(*out = nv_kv_dtype_parse(s))) {
+        cli_error(cmd, 2, "%s expects f16, f32 or q8, not '%s'", flag, s);
+        return 0;
+    }
+    return 1;
+}
+
 int cli_engine(const char *cmd, const char *name, int threads, cli_engine_default pick, nv_engine_id *out) {
     if (nv_engines_init(NULL, threads) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
     *out = pick == CLI_ENGINE_FP32 ? nv_engine_best_fp32() : pick == CLI_ENGINE_FLOAT ? nv_engine_best_float() : nv_engine_best();

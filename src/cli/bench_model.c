@@ -131,8 +131,7 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
         } else if (!strcmp(argv[i - 1], "-z")) {
             tok_arg = v;
         } else if (!strcmp(argv[i - 1], "--kv-cache-dtype")) {
-            if (!(kv = nv_kv_dtype_parse(v)))
-                return cli_error("bench accuracy", 2, "--kv-cache-dtype expects f16, f32 or q8, not '%s'", v);
+            if (!cli_kv_dtype("bench accuracy", argv[i - 1], v, &kv)) return 2;
         } else
             return cli_error("bench accuracy", 2, "unknown option '%s' (--positions N, --kv-cache-dtype T, --model FILE|RUN_DIR, -z TOKENIZER)", argv[i - 1]);
     }

@@ -516,7 +516,8 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(a, "-z")) tok = v;
         else if (!strcmp(a, "--kv-memory")) kv_memory = v; /* checked by the server */
         else if (!strcmp(a, "--kv-cache-dtype")) {
-            if (!nv_kv_dtype_parse(v)) return cli_error(CMD, 2, "--kv-cache-dtype expects f16, f32 or q8, not '%s'", v);
+            nv_kv_dtype t;
+            if (!cli_kv_dtype(CMD, a, v, &t)) return 2;
             kv_dtype = v;
         } else if (!strcmp(a, "--clients")) {
             if (!parse_clients(CMD, v, 256, clients, &n_clients)) return 2;

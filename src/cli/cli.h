@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "model/batch.h"
 
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
@@ -23,6 +24,8 @@ int cmd_tokenizer(int argc, char **argv);
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out);
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
 int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
+/* --kv-cache-dtype's value (f16, f32 or q8; model/batch.h), the same way. */
+int cli_kv_dtype(const char *cmd, const char *flag, const char *s, nv_kv_dtype *out);
 /* The value after argv[*i] (advancing *i), or NULL after printing a usage error. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

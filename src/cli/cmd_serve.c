@@ -161,9 +161,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--prefill-chunk")) { if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2; }
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
-        else if (!strcmp(a, "--kv-cache-dtype")) {
-            if (!(kv_dtype = nv_kv_dtype_parse(v))) return cli_error(CMD, 2, "--kv-cache-dtype expects f16, f32 or q8, not '%s'", v);
-        }
+        else if (!strcmp(a, "--kv-cache-dtype")) { if (!cli_kv_dtype(CMD, a, v, &kv_dtype)) return 2; }
         else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
         else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }
         else if (!strcmp(a, "--kv-ram-cache")) { if (!parse_size(a, v, &ram_cache)) return 2; }

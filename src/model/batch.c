@@ -262,13 +262,16 @@ static inline __attribute__((always_inline)) void values_group(int NV, int G, co
     }
 }
 
-/* q8 pages: asks for the key and value scales of (block, layer, kv head), read by q8_scale_rows
- * once the scores of the row are done. */
+/* q8 pages: asks for the key (values = 0) or value (1) scales of (block, layer, kv head). */
+static inline void q8_prefetch_scale_row(const nv_kv_pages *kv, int block, int l, int values, int head) {
+    const char *sc = (const char *)nv_kv_scales(kv, block, l, values, head);
+    for (size_t o = 0; o < (size_t)kv->block_size * sizeof(float); o += 64) __builtin_prefetch(sc + o, 0, 3);
+}
+
+/* Both, read by q8_scale_rows once the scores of the row are done. */
 static inline void q8_prefetch_scales(const nv_kv_pages *kv, int block, int l, int head) {
-    for (int values = 0; values < 2; values++) {
-        const char *sc = (const char *)nv_kv_scales(kv, block, l, values, head);
-        for (size_t o = 0; o < (size_t)kv->block_size * sizeof(float); o += 64) __builtin_prefetch(sc + o, 0, 3);
-    }
+    q8_prefetch_scale_row(kv, block, l, 0, head);
+    q8_prefetch_scale_row(kv, block, l, 1, head);
 }
 
 /* q8 pages: att[g][u] *= the scale of position u's keys (values = 0) or values (1) of kv head `head`
@@ -279,10 +282,7 @@ static void q8_scale_rows(float *att0, size_t att_ld, int G, int p0, const nv_kv
     const int B = kv->block_size;
     /* every block's scales asked for first (those the scores loop did not ask for ahead): each is a
      * line or two of a different block, and the multiplies between them cannot hide a round trip */
-    for (int u0 = 0; u0 <= p0 + G - 1; u0 += B) {
-        const char *sc = (const char *)nv_kv_scales(kv, blocks[u0 / B], l, values, head);
-        for (size_t o = 0; o < (size_t)B * sizeof(float); o += 64) __builtin_prefetch(sc + o, 0, 3);
-    }
+    for (int u0 = 0; u0 <= p0 + G - 1; u0 += B) q8_prefetch_scale_row(kv, blocks[u0 / B], l, values, head);
     for (int u0 = 0; u0 <= p0 + G - 1; u0 += B) {
         const float *sc = nv_kv_scales(kv, blocks[u0 / B], l, values, head);
         for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++) {

@@ -151,6 +151,26 @@ static int compare_prob_desc(const void *a, const void *b) {
     return 0;
 }
 
+/* Candidates c[0..n), most likely first where limit matters: keeps the shortest prefix whose sum
+ * passes limit (all of them when none does) and draws one of it in proportion to its probability. */
+static int sample_nucleus(const nv_prob_index *c, int n, float limit, float coin) {
+    float cumulative = 0.0f;
+    int last = n - 1;
+    for (int i = 0; i < n; i++) {
+        cumulative += c[i].prob;
+        if (cumulative > limit) {
+            last = i;
+            break;
+        }
+    }
+    float r = coin * cumulative, cdf = 0.0f;
+    for (int i = 0; i <= last; i++) {
+        cdf += c[i].prob;
+        if (r < cdf) return c[i].index;
+    }
+    return c[last].index; /* rounding */
+}
+
 static int sample_topp(const float *probs, int n, float topp, nv_prob_index *probindex, float coin) {
     /* Tokens below (1 - topp) / (n - 1) can never be in the nucleus: drop them before sorting. */
     int n0 = 0;
@@ -165,21 +185,7 @@ static int sample_topp(const float *probs, int n, float topp, nv_prob_index *pro
      * nucleus is then the top token alone (its p >= 1/n > top_p). Also NaN probabilities. */
     if (n0 == 0) return nv_argmax(probs, n);
     qsort(probindex, (size_t)n0, sizeof *probindex, compare_prob_desc);
-    float cumulative = 0.0f;
-    int last_idx = n0 - 1;
-    for (int i = 0; i < n0; i++) {
-        cumulative += probindex[i].prob;
-        if (cumulative > topp) {
-            last_idx = i;
-            break;
-        }
-    }
-    float r = coin * cumulative, cdf = 0.0f;
-    for (int i = 0; i <= last_idx; i++) {
-        cdf += probindex[i].prob;
-        if (r < cdf) return probindex[i].index;
-    }
-    return probindex[last_idx].index;
+    return sample_nucleus(probindex, n0, topp, coin);
 }
 
 /* Moves the k most likely of v[0..n) to v[0..k) (in no particular order): quickselect with the
@@ -221,27 +227,11 @@ static int sample_filtered(const nv_sampler *s, const float *probs, int n, float
         select_top(c, n0, s->top_k);
         n0 = s->top_k;
     }
-    if (s->top_p > 0 && s->top_p < 1) {
-        qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
-        float total = 0.0f;
-        for (int i = 0; i < n0; i++) total += c[i].prob;
-        float cumulative = 0.0f;
-        for (int i = 0; i < n0; i++) {
-            cumulative += c[i].prob;
-            if (cumulative > s->top_p * total) {
-                n0 = i + 1;
-                break;
-            }
-        }
-    }
+    if (!(s->top_p > 0 && s->top_p < 1)) return sample_nucleus(c, n0, INFINITY, coin); /* all of them */
+    qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
     float total = 0.0f;
     for (int i = 0; i < n0; i++) total += c[i].prob;
-    float r = coin * total, cdf = 0.0f;
-    for (int i = 0; i < n0; i++) {
-        cdf += c[i].prob;
-        if (r < cdf) return c[i].index;
-    }
-    return c[n0 - 1].index; /* rounding */
+    return sample_nucleus(c, n0, s->top_p * total, coin);
 }
 
 int nv_sample(nv_sampler *s, float *logits) {
