@@ -275,26 +275,32 @@ static void test_nonfinite_propagates(void) {
 /* ---------------------------------------------------------------- dx and dW */
 
 static const int train_shapes[][3] = {{1, 15, 31}, {3, 16, 64}, {17, 33, 100}, {16, 1, 64}, {40, 100, 15}, {256, 100, 100}, {255, 37, 768},
-                                           {8193, 100, 20}}; /* deep enough for several AMX dw row blocks per task */
+                                           {8193, 100, 20},  /* deep enough for several AMX dw row blocks per task */
+                                           {40, 8300, 20}};  /* dx's depth in slices on the tile engines */
 #define NTRAIN (int)(sizeof train_shapes / sizeof train_shapes[0])
 
 static void test_dx(void) {
     for (int s = 0; s < NTRAIN; s++) {
         const int m = train_shapes[s][0], n = train_shapes[s][1], k = train_shapes[s][2];
         float *w = malloc(sizeof(float) * n * k), *dy = malloc(sizeof(float) * m * n), *dx = malloc(sizeof(float) * (m * k + 1)),
-              *dxr = malloc(sizeof(float) * m * k);
+              *dxr = malloc(sizeof(float) * m * k), *base = malloc(sizeof(float) * m * k), *dxa = malloc(sizeof(float) * m * k);
         double *h = malloc(sizeof(double) * n);
         uint64_t seed = 4242 + s;
         rnd(w, (size_t)n * k, &seed);
         rnd(dy, (size_t)m * n, &seed);
+        rnd(base, (size_t)m * k, &seed);
+        memcpy(dxa, base, sizeof(float) * m * k);
         for (int a = 0; a < n; a++) h[a] = half_step(w + (size_t)a * k, k);
         nv_plan *p, *ps;
         T_CHECK(nv_plan_build(&p, E, w, n, k) == NV_OK && nv_plan_build(&ps, NV_ENGINE_SCALAR, w, n, k) == NV_OK, "build");
         dx[m * k] = 777.0f;
         nv_plan_run_dx(p, dy, m, dx);
         nv_plan_run_dx(ps, dy, m, dxr);
+        nv_plan_run_dx_add(p, dy, m, dxa);
         T_CHECK(dx[m * k] == 777.0f, "dx wrote past its end");
-        int bad = 0;
+        /* the tile engines add a whole sum once complete (below a sliced depth): exactly base + dx */
+        const int exact_add = nv_engine_low_precision(E) && n <= 8192;
+        int bad = 0, bad_add = 0;
         for (int i = 0; i < m && !bad; i++)
             for (int j = 0; j < k; j++) {
                 double S = 0, B = 0;
@@ -306,17 +312,24 @@ static void test_dx(void) {
                 double tol = nv_engine_int8(E)                   ? B + 2.0 * (n + 2) * U * (S + B) * (1 + 1.0 / 128) + 1e-30 * n
                              : nv_engine_low_precision(E) ? bf16_tol(n, S, 0)
                                                        : 1e-5 * S;
-                double err = fabs((double)dx[(size_t)i * k + j] - dxr[(size_t)i * k + j]);
+                const size_t at = (size_t)i * k + j;
+                double err = fabs((double)dx[at] - dxr[at]);
                 if (!(err <= tol)) {
-                    T_CHECK(0, "m=%d n=%d k=%d: dx[%d][%d] = %.9g, scalar %.9g, |err| %.3g > %.3g", m, n, k, i, j, dx[(size_t)i * k + j],
-                            dxr[(size_t)i * k + j], err, tol);
+                    T_CHECK(0, "m=%d n=%d k=%d: dx[%d][%d] = %.9g, scalar %.9g, |err| %.3g > %.3g", m, n, k, i, j, dx[at],
+                            dxr[at], err, tol);
                     bad = 1;
                     break;
+                }
+                const double c0 = fabs((double)base[at]), err_add = fabs((double)dxa[at] - ((double)dxr[at] + base[at]));
+                if (!bad_add && (exact_add ? dxa[at] != dx[at] + base[at] : !(err_add <= tol + 4 * U * (S + c0)))) {
+                    T_CHECK(0, "m=%d n=%d k=%d: dx_add[%d][%d] = %.9g, dx + base %.9g (%s)", m, n, k, i, j, dxa[at], dx[at] + base[at],
+                            exact_add ? "must be exact" : "out of bounds");
+                    bad_add = 1;
                 }
             }
         nv_plan_free(p);
         nv_plan_free(ps);
-        free(w), free(dy), free(dx), free(dxr), free(h);
+        free(w), free(dy), free(dx), free(dxr), free(base), free(dxa), free(h);
     }
 }
 
@@ -358,7 +371,7 @@ static void test_dw(void) {
 /* y, dx and dW with 1 and with 2 threads: identical bits (every element is computed by the same
  * operations whatever the split). */
 static void test_threads_identical(void) {
-    static const int shapes[][3] = {{256, 100, 100}, {1, 100, 768}, {40, 37, 64}};
+    static const int shapes[][3] = {{256, 100, 100}, {1, 100, 768}, {40, 37, 64}, {100, 8300, 40}, {8300, 40, 40}};
     int before = nv_pool_threads();
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];

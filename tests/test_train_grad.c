@@ -441,6 +441,64 @@ static void test_attention_kernels_amx_bf16(void) {
     nv_engines_init(NULL, 0);
 }
 
+/* The loss and every gradient of one forward and backward are the same bits on one thread and on
+ * two, on each engine that is on (and on the emulated ones): the norms' weight gradients are summed
+ * per fixed chunk of rows, the element-wise passes and products do not depend on the split. Rows
+ * (B x T = 70) leave partial chunks of the norms and partial tiles; QK-norm and biases on. */
+static void threads_same_bits(const char *label) {
+    nv_config c = {40, 72, 2, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1};
+    enum { B = 2, T = 35 };
+    int in[B * T], tg[B * T];
+    make_batch(B, T, c.vocab_size, in, tg, 11);
+    const int before = nv_pool_threads();
+    for (int e = 0; e < NV_ENGINE_COUNT; e++) {
+        if (!nv_engine_available((nv_engine_id)e)) continue;
+        float loss[2] = {0};
+        float *grads[2] = {NULL, NULL};
+        uint64_t n_params = 0;
+        for (int t = 0; t < 2; t++) {
+            nv_pool_init(t + 1);
+            nv_tmodel tm;
+            if (nv_tmodel_init(&tm, &c, NULL, 21, B, T, (nv_engine_id)e) != NV_OK) {
+                T_CHECK(0, "%s", nv_errmsg());
+                break;
+            }
+            perturb_init(&tm, 8);
+            nv_tmodel_zero_grad(&tm);
+            loss[t] = nv_tmodel_forward(&tm, in, tg);
+            nv_tmodel_backward(&tm, 1.0f);
+            n_params = tm.m.n_params;
+            grads[t] = malloc(n_params * sizeof(float));
+            if (grads[t]) memcpy(grads[t], tm.grads, n_params * sizeof(float));
+            nv_tmodel_free(&tm);
+        }
+        if (grads[0] && grads[1]) {
+            T_CHECK(!memcmp(&loss[0], &loss[1], sizeof loss[0]), "%s%s: loss %.9g on 1 thread, %.9g on 2",
+                    nv_engine_name((nv_engine_id)e), label, loss[0], loss[1]);
+            uint64_t first = n_params;
+            for (uint64_t i = 0; i < n_params && first == n_params; i++)
+                if (memcmp(&grads[0][i], &grads[1][i], sizeof(float))) first = i;
+            T_CHECK(first == n_params, "%s%s: gradient %llu is %.9g on 1 thread, %.9g on 2", nv_engine_name((nv_engine_id)e),
+                    label, (unsigned long long)first, first < n_params ? grads[0][first] : 0.0f,
+                    first < n_params ? grads[1][first] : 0.0f);
+        }
+        free(grads[0]);
+        free(grads[1]);
+    }
+    nv_pool_init(before);
+}
+
+static void test_threads_same_bits(void) {
+    threads_same_bits("");
+    nv_engines_set_emulation(1);
+    nv_engines_reset();
+    nv_engines_init(NULL, 0);
+    nv_engines_set_emulation(0);
+    threads_same_bits(" (emulated)");
+    nv_engines_reset();
+    nv_engines_init(NULL, 0);
+}
+
 /* The gradient norm is the square root of 64 fixed chunks' left-to-right double sums of squares,
  * added in chunk order: bit for bit, for lengths that leave the chunks unequal or empty, on one
  * thread or two. */
@@ -550,6 +608,7 @@ int main(void) {
     T_RUN(test_adamw_matches_reference);
     T_RUN(test_backward_needs_targets);
     T_RUN(test_grad_norm_chunks);
+    T_RUN(test_threads_same_bits);
     T_RUN(test_fused_optimizer_matches_two_passes);
     return t_done();
 }

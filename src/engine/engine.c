@@ -692,6 +692,7 @@ typedef struct {
     int depth;               /* padded reduction length */
     const float *colscale;   /* to_bf16: per-column factor (int8 dx folds the weight scales into dy) */
     float *rowscale;         /* int8: per-row activation scales */
+    int accumulate;          /* dx: add to the output instead of overwriting it */
     atomic_int fail;         /* a task ran out of memory and wrote NaN */
 } op_ctx;
 
@@ -735,7 +736,8 @@ static void scalar_dx_task(void *vc, int task, int nt) {
     for (int r = r0; r < r1; r++) {
         const float *dy = c->a + (size_t)r * n;
         float *dx = c->out + (size_t)r * k;
-        for (int j = c0; j < c1; j++) dx[j] = 0.0f;
+        if (!c->accumulate)
+            for (int j = c0; j < c1; j++) dx[j] = 0.0f;
         for (int i = 0; i < n; i++) {
             const float d = dy[i], *wi = c->p->w + (size_t)i * k;
             for (int j = c0; j < c1; j++) dx[j] += d * wi[j];
@@ -819,7 +821,7 @@ static void fp32_dx_task(void *vc, int task, int nt) {
                 }
             }
             kf->gemm(c->a + (size_t)r0 * n + a0, n, r1 - r0, ka, T, g, c->out + (size_t)r0 * k + (size_t)qg * nr, k, k - qg * nr,
-                     a0 > 0);
+                     a0 > 0 || c->accumulate);
         }
     }
     free(T);
@@ -921,6 +923,14 @@ static void to_int8_task(void *vc, int task, int nt) {
     }
 }
 
+/* Rows of A per block of a tile product, row_bytes each: the block (at most 512 KiB, half of a Zen 5
+ * core's L2 and a quarter of an AMX core's 2 MiB) stays in L2 while the B tiles go by, each pair of
+ * column tiles then read once per block instead of all of A streaming from L3 for every pair; at
+ * least one tile pair, 32 rows. */
+static int l2_block_rows(size_t row_bytes) { return imax(32, (int)((512u << 10) / row_bytes) / 32 * 32); }
+/* The same for an A of depth bf16 per row, converted block by block as the backward products go. */
+static int amx_block_rows(int depth) { return l2_block_rows((size_t)depth * 2); }
+
 static void amx_run_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
@@ -930,14 +940,18 @@ static void amx_run_task(void *vc, int task, int nt) {
     grid_task(&c->g, task, &r0, &r1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(p->np, 2 * u1);
     if (r0 >= r1 || t0 >= t1) return;
-    float *y = c->out + (size_t)r0 * n + (size_t)t0 * 16;
-    if (int8_tiles(p->engine))
-        p->ka->int8_gemm((const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
-                         (const int8_t *)p->pack + (size_t)t0 * (p->kp / 64) * 1024, t1 - t0, c->rowscale + r0,
-                         p->wscale + (size_t)t0 * 16, p->wcomp ? p->wcomp + (size_t)t0 * 16 : NULL, y, n, n - t0 * 16);
-    else
-        p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)r0 * c->lda, c->lda, r1 - r0, p->kp,
-                         (const uint16_t *)p->pack + (size_t)t0 * (p->kp / 32) * 512, t1 - t0, y, n, n - t0 * 16, 0);
+    const int int8 = int8_tiles(p->engine), rb = l2_block_rows(c->lda * (int8 ? 1 : 2));
+    for (int b0 = r0; b0 < r1; b0 += rb) { /* a block of A's rows stays in L2 while all the task's tiles go by */
+        const int rows = imin(rb, r1 - b0);
+        float *y = c->out + (size_t)b0 * n + (size_t)t0 * 16;
+        if (int8)
+            p->ka->int8_gemm((const int8_t *)c->abuf + (size_t)b0 * c->lda, c->lda, rows, p->kp,
+                             (const int8_t *)p->pack + (size_t)t0 * (p->kp / 64) * 1024, t1 - t0, c->rowscale + b0,
+                             p->wscale + (size_t)t0 * 16, p->wcomp ? p->wcomp + (size_t)t0 * 16 : NULL, y, n, n - t0 * 16);
+        else
+            p->ka->bf16_gemm((const uint16_t *)c->abuf + (size_t)b0 * c->lda, c->lda, rows, p->kp,
+                             (const uint16_t *)p->pack + (size_t)t0 * (p->kp / 32) * 512, 0, t1 - t0, y, n, n - t0 * 16, 0);
+    }
 }
 
 /* Builds the VNNI tile of W^T for dx: depth block kb (outputs a = kb*32 .. +31) x column tile t
@@ -1000,23 +1014,31 @@ static void dx_tiles_task(void *vc, int task, int nt) {
 /* Rows of an AMX A buffer: exactly m below one tile, else whole tiles (zero rows at the end). */
 static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
 
-/* Rows per block of an AMX product that converts its A rows (depth bf16 each) as it goes: up to a
- * depth of 8,192 the block (at most 512 KiB, a quarter of the 2 MiB L2 of the AMX cores) stays in L2
- * while the B tiles stream by; deeper products take one tile pair, 32 rows (64 bytes per depth). */
-static int amx_block_rows(int depth) { return imax(32, (int)((512u << 10) / ((size_t)depth * 2)) / 32 * 32); }
 
-/* Rows b0..b0+rows of dy^T as bf16 rows of depth elements: dst[a][i] = bf16(dy[i][b0 + a]), zero for
- * i >= m (dy is m x n). Transposed through an L1 block of 64 x 64. */
-static void dy_t_to_bf16(const float *dy, int m, int n, int b0, int rows, uint16_t *dst, int depth) {
+/* Rows b0..b0+rows of dy^T, depths d0..d0+depth, as bf16 rows of depth elements: dst[a][i - d0] =
+ * bf16(dy[i][b0 + a]), zero for i >= m (dy is m x n). Transposed through an L1 block of 64 x 64. */
+static void dy_t_to_bf16(const float *dy, int m, int n, int b0, int rows, int d0, uint16_t *dst, int depth) {
     float tmp[64 * 64];
-    for (int i0 = 0; i0 < m; i0 += 64)
+    const int i1 = imin(m, d0 + depth);
+    for (int i0 = d0; i0 < i1; i0 += 64)
         for (int a0 = 0; a0 < rows; a0 += 64) {
-            const int ib = imin(64, m - i0), ab = imin(64, rows - a0);
+            const int ib = imin(64, i1 - i0), ab = imin(64, rows - a0);
             nv_transpose(dy + (size_t)i0 * n + b0 + a0, n, ib, ab, tmp, 64);
-            for (int a = 0; a < ab; a++) row_to_bf16(tmp + a * 64, NULL, dst + (size_t)(a0 + a) * depth + i0, ib);
+            for (int a = 0; a < ab; a++) row_to_bf16(tmp + a * 64, NULL, dst + (size_t)(a0 + a) * depth + (i0 - d0), ib);
         }
-    for (int a = 0; a < rows; a++) memset(dst + (size_t)a * depth + m, 0, (size_t)(depth - m) * sizeof(uint16_t));
+    for (int a = 0; a < rows; a++)
+        memset(dst + (size_t)a * depth + (i1 - d0), 0, (size_t)(depth - (i1 - d0)) * sizeof(uint16_t));
 }
+
+/* Past a depth of GRAD_SLICE_MIN the backward products take their depth in slices of GRAD_SLICE,
+ * each slice's sums added to the output when complete. With the whole depth in one chain, every
+ * block of 8 rows streamed its column tiles' whole depth (2 MiB for a pair of tiles at a 32,000-token
+ * vocabulary's classifier) from memory; a slice of a tile pair (256 KiB) stays in L2 across a block of
+ * rows. The boundaries are fixed multiples of GRAD_SLICE, so results still depend neither on m nor on
+ * the threads. */
+#define GRAD_SLICE 4096
+#define GRAD_SLICE_MIN 8192
+static int grad_slice(int depth) { return depth > GRAD_SLICE_MIN ? GRAD_SLICE : depth; }
 
 /* x's VNNI tiles for dw (depth = m rows of x, columns = k), tile (t, kb) at (t * KB + kb) * 512:
  * [i][c][e] = bf16(x[kb*32 + 2i + e][t*16 + c]), zero outside x. Split over tiles. */
@@ -1044,30 +1066,37 @@ static void pack_x_vnni_task(void *vc, int task, int nt) {
 
 /* The AMX backward products with the shared B tiles (c->abuf): dx = dy . W (c->p set; A = dy's rows
  * times the weight scales, for int8 plans; B = W^T's tiles) or dw += dy^T . x (A = dy^T's rows; B =
- * x's tiles; added to dw). A task owns a block of the output's rows and of its column tiles; per
- * block of rows it turns that piece of A into bf16 rows in a small buffer and runs the tile loop.
- * dy is never converted whole; each output is one tile chain over the whole depth, whatever the
- * blocks. */
+ * x's tiles; added to dw; with c->accumulate dx is added to as well). A task owns a block of the
+ * output's rows and of its column tiles; per block of rows (and slice of a deep product's depth) it
+ * turns that piece of A into bf16 rows in a small buffer and runs the tile loop. dy is never
+ * converted whole; each output is one tile chain per depth slice (one slice up to GRAD_SLICE_MIN),
+ * whatever the blocks and threads. */
 static void amx_grad_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
     const int dx = c->p != NULL;
     const int m = c->m, n = c->n, k = c->k, depth = c->depth, KB = depth / 32, ktiles = cdiv(k, 16);
-    const int rb = amx_block_rows(depth);
+    const int slice = grad_slice(depth), rb = amx_block_rows(slice);
     int r0, r1, u0, u1;
     grid_task(&c->g, task, &r0, &r1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
     if (r0 >= r1 || t0 >= t1) return;
-    uint16_t *A = task_scratch(c, (size_t)amx_rows(imin(rb, r1 - r0)) * depth * sizeof(uint16_t), r0, r1, t0 * 16,
+    uint16_t *A = task_scratch(c, (size_t)amx_rows(imin(rb, r1 - r0)) * slice * sizeof(uint16_t), r0, r1, t0 * 16,
                                (t1 - t0) * 16);
     if (!A) return;
+    const uint16_t *B = (const uint16_t *)c->abuf + (size_t)t0 * KB * 512;
     for (int b0 = r0; b0 < r1; b0 += rb) {
         const int rows = imin(rb, r1 - b0), arows = amx_rows(rows);
-        if (dx) rows_to_bf16(c->a, (size_t)n, n, c->p->wscale, b0, b0 + rows, A, depth);
-        else dy_t_to_bf16(c->a, m, n, b0, rows, A, depth);
-        memset(A + (size_t)rows * depth, 0, (size_t)(arows - rows) * depth * sizeof(uint16_t)); /* the tile's zero rows */
-        c->ka->bf16_gemm(A, depth, rows, depth, (const uint16_t *)c->abuf + (size_t)t0 * KB * 512, t1 - t0,
-                         c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, !dx);
+        for (int d0 = 0; d0 < depth; d0 += slice) {
+            const int sd = imin(slice, depth - d0); /* a multiple of 32, like depth and slice */
+            if (dx)
+                rows_to_bf16(c->a + d0, (size_t)n, imin(sd, n - d0), c->p->wscale ? c->p->wscale + d0 : NULL, b0,
+                             b0 + rows, A, sd);
+            else dy_t_to_bf16(c->a, m, n, b0, rows, d0, A, sd);
+            memset(A + (size_t)rows * sd, 0, (size_t)(arows - rows) * sd * sizeof(uint16_t)); /* the tile's zero rows */
+            c->ka->bf16_gemm(A, sd, rows, sd, B + (size_t)(d0 / 32) * 512, (size_t)KB * 512, t1 - t0,
+                             c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, !dx || c->accumulate || d0 > 0);
+        }
     }
     free(A);
 }
@@ -1120,8 +1149,8 @@ void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
 }
 
 /* amx-bf16: A's rows made bf16 (zero past depth, up to the tile depth, and zero rows up to a whole
- * tile) in a buffer of its own, then the tile loop; a depth prefix that ends inside the packed
- * depth's last block runs one column tile per call (the tiles are laid out for the packed depth). */
+ * tile) in a buffer of its own, then the tile loop over a depth prefix of the tiles (laid out for the
+ * packed depth). */
 static void bpack_run_amx(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C,
                           size_t ldc, int accumulate) {
     const int Kp = rup(depth, 32), rows = amx_rows(m), KBp = cdiv(bp->k, 32), nt = cdiv(ncols, 16);
@@ -1134,11 +1163,7 @@ static void bpack_run_amx(const nv_bpack *bp, const float *A, size_t lda, int m,
     memset(a + (size_t)m * Kp, 0, (size_t)(rows - m) * Kp * sizeof(uint16_t));
     const uint16_t *B = (const uint16_t *)bp->data;
     const nv_kern_amx *ka = tile_kern(bp->e);
-    if (Kp == KBp * 32) ka->bf16_gemm(a, Kp, m, Kp, B, nt, C, ldc, ncols, accumulate);
-    else
-        for (int t = 0; t < nt; t++)
-            ka->bf16_gemm(a, Kp, m, Kp, B + (size_t)t * KBp * 512, 1, C + (size_t)t * 16, ldc, ncols - t * 16,
-                                  accumulate);
+    ka->bf16_gemm(a, Kp, m, Kp, B, (size_t)KBp * 512, nt, C, ldc, ncols, accumulate);
     free(a);
 }
 
@@ -1312,7 +1337,7 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
     }
 }
 
-void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
+static void plan_dx(const nv_plan *p, const float *dy, int m, float *dx, int accumulate) {
     if (m <= 0) return;
     if (p->quant) {
         nv_warn("plan: block-quantized plans are for inference; dx set to NaN");
@@ -1321,7 +1346,7 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
     }
     const int n = p->n, k = p->k;
     const double macs = (double)m * n * k;
-    op_ctx c = {.p = p, .a = dy, .out = dx, .m = m, .n = n, .k = k};
+    op_ctx c = {.p = p, .a = dy, .out = dx, .m = m, .n = n, .k = k, .accumulate = accumulate};
     switch (p->engine) {
     case NV_ENGINE_AVX2:
     case NV_ENGINE_AVX512:
@@ -1363,6 +1388,9 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) {
     }
     if (atomic_load(&c.fail)) nv_warn("plan: out of memory in dx; some outputs set to NaN");
 }
+
+void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 0); }
+void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 1); }
 
 /* dw += dy^T . x on engine e as it is (no ladder). */
 static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {

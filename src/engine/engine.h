@@ -151,6 +151,10 @@ long nv_plan_builds(void);
  * W^T's tiles for it in a buffer the plan keeps from its first dx on (n x k bf16: training holds
  * that beside the packed weights; a concurrent dx of the same plan uses a buffer of its own). */
 void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
+/* dx[m x k] += dy . W, as nv_plan_run_dx into the values dx holds (for a sum of several products'
+ * gradients, without a temporary and a pass to add it): the fp32 engines continue each output's
+ * chain from dx's value, the tile engines add their complete sums to it, scalar adds term by term. */
+void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx);
 /* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
  * rung down that is on. */
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);

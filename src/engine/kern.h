@@ -50,9 +50,12 @@ extern const nv_kern_fp32 nv_kern_avx512_emu; /* the avx512 kernel logic on pair
 
 typedef struct {
     const char *name;
-    /* C[rows x ncols] (+)= A . B over ntiles column tiles of 16, Kp a multiple of 32. */
-    void (*bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C, size_t ldc,
-                      int ncols, int accumulate);
+    /* C[rows x ncols] (+)= A . B over ntiles column tiles of 16, Kp a multiple of 32; column tile t
+     * starts at B + t * bstride (bf16 elements; 0: Kp / 32 tiles of 512, tiles packed at depth Kp),
+     * so a product can take a slice of depth out of tiles packed deeper. With accumulate the sums
+     * are added to C once complete (C + sum, not a chain started from C). */
+    void (*bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, size_t bstride, int ntiles,
+                      float *C, size_t ldc, int ncols, int accumulate);
     /* C[r][j] = (float)(A . B)[r][j] * xscale[r] * wscale[j], Kp a multiple of 64. With
      * int8_unsigned, A's bytes are q + 128 (u8) and the sum for output j starts at wcomp[j] =
      * -128 * sum of B's column j (which cancels the offset exactly); else A is q (s8), wcomp unused. */

@@ -114,11 +114,11 @@ static ALWAYS_INLINE void AP(tile_dst)(float *c, size_t ldc, int full0, int full
     }
 }
 
-static void AP(bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C,
-                          size_t ldc, int ncols, int accumulate) {
+static void AP(bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, size_t bstride, int ntiles,
+                          float *C, size_t ldc, int ncols, int accumulate) {
     if (rows <= 0 || ntiles <= 0) return;
     const int R = rows < 16 ? rows : 16, KB = Kp / 32;
-    const size_t tstride = (size_t)KB * 512; /* bf16 elements per column tile */
+    const size_t tstride = bstride ? bstride : (size_t)KB * 512; /* bf16 elements per column tile */
     float tmp[4][256] __attribute__((aligned(64)));
     AP(configure)(R);
     __asm__ volatile("" ::: "memory"); /* A and B were written by ordinary stores: make them visible */

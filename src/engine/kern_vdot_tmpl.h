@@ -108,12 +108,13 @@ static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, cons
 #undef VB_CASE
 }
 
-/* C[rows x ncols] over ntiles column tiles of 16, Kp a multiple of the tile depth. */
-static void VB(gemm)(const VB_ELEM *A, size_t lda, int rows, int Kp, const VB_ELEM *B, int ntiles, float *C, size_t ldc,
-                     int ncols, const VB(out) *o) {
+/* C[rows x ncols] over ntiles column tiles of 16, Kp a multiple of the tile depth; column tile t at
+ * B + t * bstride (0: tiles packed at depth Kp). */
+static void VB(gemm)(const VB_ELEM *A, size_t lda, int rows, int Kp, const VB_ELEM *B, size_t bstride, int ntiles,
+                     float *C, size_t ldc, int ncols, const VB(out) *o) {
     if (rows <= 0 || ntiles <= 0) return;
     const int KB = Kp / VB_DEPTH, NT = rows <= 2 ? VB_NT_FEW : VB_NT;
-    const size_t tstride = (size_t)KB * VB_TILE; /* elements per column tile */
+    const size_t tstride = bstride ? bstride : (size_t)KB * VB_TILE; /* elements per column tile */
     for (int t = 0; t < ntiles; t += NT) {
         const int nt = ntiles - t < NT ? ntiles - t : NT;
         for (int r = 0; r < rows; r += VB_MR) {
@@ -130,13 +131,13 @@ static void VB(gemm)(const VB_ELEM *A, size_t lda, int rows, int Kp, const VB_EL
 static void VB(int8_gemm)(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xs,
                           const float *ws, const int32_t *wc, float *C, size_t ldc, int ncols) {
     const VB(out) o = {0, xs, ws, wc};
-    VB(gemm)((const VB_ELEM *)A, lda, rows, Kp, (const VB_ELEM *)B, ntiles, C, ldc, ncols, &o);
+    VB(gemm)((const VB_ELEM *)A, lda, rows, Kp, (const VB_ELEM *)B, 0, ntiles, C, ldc, ncols, &o);
 }
 #else
-static void VB(bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, int ntiles, float *C,
-                          size_t ldc, int ncols, int accumulate) {
+static void VB(bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const uint16_t *B, size_t bstride, int ntiles,
+                          float *C, size_t ldc, int ncols, int accumulate) {
     const VB(out) o = {accumulate, NULL, NULL, NULL};
-    VB(gemm)(A, lda, rows, Kp, B, ntiles, C, ldc, ncols, &o);
+    VB(gemm)(A, lda, rows, Kp, B, bstride, ntiles, C, ldc, ncols, &o);
 }
 #endif
 

@@ -16,7 +16,8 @@
 
 typedef struct {
     float *rope_cos, *rope_sin; /* [T][head_dim/2] */
-    float *dx, *dx2, *dxn, *dtmp, *dq, *dk, *dv, *dao, *dh1, *dh3, *dhg, *datt;
+    float *dx, *dx2, *dxn, *dq, *dk, *dv, *dao, *dh1, *dh3, *dhg, *datt;
+    float *normp; /* the norms' weight gradients per chunk of rows (nv_rmsnorm_backward) */
 } scratch_ptrs;
 
 static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *base) {
@@ -49,13 +50,14 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
     size_t BT = (size_t)B * T, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), half = (size_t)c->head_dim / 2;
     size_t wide = qd > d ? qd : d;
+    size_t normp = nv_rmsnorm_partials(BT, d), headp = c->qk_norm ? nv_rmsnorm_partials(BT * c->n_heads, c->head_dim) : 0;
     struct {
         float **p;
         size_t n;
     } parts[] = {{&s->rope_cos, (size_t)T * half}, {&s->rope_sin, (size_t)T * half}, {&s->dx, BT * d},
-                 {&s->dx2, BT * d}, {&s->dxn, BT * wide}, {&s->dtmp, BT * wide}, {&s->dq, BT * qd}, {&s->dk, BT * kvd},
+                 {&s->dx2, BT * d}, {&s->dxn, BT * wide}, {&s->dq, BT * qd}, {&s->dk, BT * kvd},
                  {&s->dv, BT * kvd}, {&s->dao, BT * qd}, {&s->dh1, BT * h}, {&s->dh3, BT * h},
-                 {&s->dhg, BT * h}, {&s->datt, nv_attention_workspace(c, B, T)}};
+                 {&s->dhg, BT * h}, {&s->datt, nv_attention_workspace(c, B, T)}, {&s->normp, normp > headp ? normp : headp}};
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (base) *parts[i].p = base + total;
@@ -258,39 +260,94 @@ double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
 
 /* ---- layers ----------------------------------------------------------------------------- */
 
+/* Norms run on the pool in fixed chunks of NORM_ROWS rows: each row's arithmetic is its own, and the
+ * weight gradient, a sum over rows, is summed per chunk and the chunks added in order, so the bits do
+ * not depend on the threads. */
+#define NORM_ROWS 32
+
+size_t nv_rmsnorm_partials(size_t rows, size_t n) { return (rows + NORM_ROWS - 1) / NORM_ROWS * n; }
+
+typedef struct {
+    float *out, *rstd, *dx, *part;
+    const float *x, *w, *dout, *rstd_in;
+    int rows, n;
+    float eps;
+} norm_job;
+
+/* sum of a[j] * b[j] (* c[j] when c is not NULL) over 8 lanes, then the lanes in order */
+static float dot8(const float *a, const float *b, const float *c, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) {
+        __m256 p = _mm256_mul_ps(nv_load8_n(a + j, n - j), nv_load8_n(b + j, n - j));
+        if (c) p = _mm256_mul_ps(p, nv_load8_n(c + j, n - j));
+        acc = _mm256_add_ps(acc, p);
+    }
+    return nv_hsum256(acc);
+}
+
+static void norm_forward_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const norm_job *j = ctx;
+    const int n = j->n, r1 = (task + 1) * NORM_ROWS < j->rows ? (task + 1) * NORM_ROWS : j->rows;
+    for (int r = task * NORM_ROWS; r < r1; r++) {
+        const float *xr = j->x + (size_t)r * n;
+        float *o = j->out + (size_t)r * n;
+        const float s = 1.0f / sqrtf(dot8(xr, xr, NULL, n) / (float)n + j->eps);
+        j->rstd[r] = s;
+        const __m256 vs = _mm256_set1_ps(s);
+        for (int i = 0; i < n; i += 8)
+            nv_store8_n(o + i, _mm256_mul_ps(nv_load8_n(j->w + i, n - i), _mm256_mul_ps(vs, nv_load8_n(xr + i, n - i))), n - i);
+    }
+}
+
 void nv_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n, float eps) {
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *o = out + (size_t)r * n;
-        float ss = 0.0f;
-        for (int j = 0; j < n; j++) ss += xr[j] * xr[j];
-        ss /= (float)n;
-        ss += eps;
-        float s = 1.0f / sqrtf(ss);
-        rstd[r] = s;
-        for (int j = 0; j < n; j++) o[j] = w[j] * (s * xr[j]);
+    norm_job j = {.out = out, .rstd = rstd, .x = x, .w = w, .rows = rows, .n = n, .eps = eps};
+    nv_pool_run(norm_forward_task, &j, (rows + NORM_ROWS - 1) / NORM_ROWS);
+}
+
+/* dx += s w dout - (s^3 / n) (w . dout . x) x per row; the chunk's sum of dout x s into its partial */
+static void norm_backward_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const norm_job *j = ctx;
+    const int n = j->n, r1 = (task + 1) * NORM_ROWS < j->rows ? (task + 1) * NORM_ROWS : j->rows;
+    float *part = j->part + (size_t)task * n;
+    memset(part, 0, (size_t)n * sizeof(float));
+    for (int r = task * NORM_ROWS; r < r1; r++) {
+        const float *xr = j->x + (size_t)r * n, *dr = j->dout + (size_t)r * n;
+        float *dxr = j->dx + (size_t)r * n;
+        const float s = j->rstd_in[r], coef = dot8(j->w, dr, xr, n) * s * s * s / (float)n;
+        const __m256 vs = _mm256_set1_ps(s), vc = _mm256_set1_ps(coef);
+        for (int i = 0; i < n; i += 8) {
+            const __m256 x8 = nv_load8_n(xr + i, n - i), d8 = nv_load8_n(dr + i, n - i);
+            nv_store8_n(part + i, _mm256_add_ps(nv_load8_n(part + i, n - i), _mm256_mul_ps(_mm256_mul_ps(d8, x8), vs)), n - i);
+            const __m256 g = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(vs, nv_load8_n(j->w + i, n - i)), d8), _mm256_mul_ps(vc, x8));
+            nv_store8_n(dxr + i, _mm256_add_ps(nv_load8_n(dxr + i, n - i), g), n - i);
+        }
     }
 }
 
 void nv_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
-                         int rows, int n) {
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * n, *dr = dout + (size_t)r * n;
-        float *dxr = dx + (size_t)r * n;
-        float s = rstd[r], dot = 0.0f;
-        for (int j = 0; j < n; j++) {
-            dot += w[j] * dr[j] * xr[j];
-            dw[j] += dr[j] * xr[j] * s;
-        }
-        float coef = dot * s * s * s / (float)n;
-        for (int j = 0; j < n; j++) dxr[j] += s * w[j] * dr[j] - coef * xr[j];
-    }
+                         int rows, int n, float *part) {
+    norm_job j = {.dx = dx, .part = part, .x = x, .w = w, .dout = dout, .rstd_in = rstd, .rows = rows, .n = n};
+    const int chunks = (rows + NORM_ROWS - 1) / NORM_ROWS;
+    nv_pool_run(norm_backward_task, &j, chunks);
+    for (int c = 0; c < chunks; c++)
+        for (int i = 0; i < n; i++) dw[i] += part[(size_t)c * n + i];
 }
 
-/* Rotates each head's pairs by +angle (sign 1) or -angle (sign -1, the backward). */
-static void rope_rows(float *v, int rows, int T, int n_heads, int hd, const float *cosv, const float *sinv, float sign) {
-    int half = hd / 2;
-    for (int r = 0; r < rows; r++) {
+typedef struct {
+    float *v;
+    int rows, T, n_heads, hd;
+    const float *cosv, *sinv;
+    float sign;
+} rope_job;
+
+/* Rotates each head's pairs of rows r0..r1-1 by +angle (sign 1) or -angle (sign -1, the backward). */
+static void rope_range(const rope_job *j, int r0, int r1) {
+    float *v = j->v;
+    const int T = j->T, n_heads = j->n_heads, hd = j->hd, half = hd / 2;
+    const float *cosv = j->cosv, *sinv = j->sinv, sign = j->sign;
+    for (int r = r0; r < r1; r++) {
         int t = r % T;
         const float *cr = cosv + (size_t)t * half, *sr = sinv + (size_t)t * half;
         for (int h = 0; h < n_heads; h++) {
@@ -305,14 +362,26 @@ static void rope_rows(float *v, int rows, int T, int n_heads, int hd, const floa
     }
 }
 
+static void rope_task(void *ctx, int task, int n_tasks) {
+    const rope_job *j = ctx;
+    rope_range(j, (int)((long)j->rows * task / n_tasks), (int)((long)j->rows * (task + 1) / n_tasks));
+}
+
+static void rope_rows(float *v, int rows, int T, int n_heads, int hd, const float *cosv, const float *sinv, float sign) {
+    rope_job j = {v, rows, T, n_heads, hd, cosv, sinv, sign};
+    const int most = 2 * nv_pool_threads();
+    nv_pool_run(rope_task, &j, rows < most ? rows : most);
+}
+
 /* Per-head RMSNorm (QK-norm): rows*n_heads vectors of hd. */
 static void headnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n_heads, int hd,
                              float eps) {
     nv_rmsnorm_forward(out, rstd, x, w, rows * n_heads, hd, eps);
 }
 
-/* Element-wise passes (SwiGLU and its backward, residual adds) on the pool, 8 lanes at a
- * time, each task a fixed contiguous range: no reductions, so the same bits whatever the threads. */
+/* Element-wise passes (SwiGLU and its backward, residual adds), 8 lanes at a time, a range's last
+ * lanes through masked loads: every element is the same operations wherever a range starts or ends,
+ * so the pool's fixed ranges and a product's epilogue blocks give the same bits. */
 typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_ADD } ew_kind;
 typedef struct {
     ew_kind kind;
@@ -323,35 +392,37 @@ typedef struct {
 
 static void ew_range(const ew_job *j, size_t i0, size_t i1) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    size_t i = i0;
-    switch (j->kind) {
-    case EW_SWIGLU: /* out = silu(a) * b */
-        for (; i + 8 <= i1; i += 8) {
-            __m256 h = _mm256_loadu_ps(j->a + i);
-            __m256 e = nv_exp256(_mm256_sub_ps(zero, h));
-            _mm256_storeu_ps(j->out + i, _mm256_mul_ps(_mm256_div_ps(h, _mm256_add_ps(one, e)), _mm256_loadu_ps(j->b + i)));
+    for (size_t i = i0; i < i1; i += 8) {
+        const int n = i1 - i < 8 ? (int)(i1 - i) : 8;
+        const __m256 a = nv_load8_n(j->a + i, n), b = nv_load8_n(j->b + i, n);
+        switch (j->kind) {
+        case EW_SWIGLU: /* out = silu(a) * b */
+            nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_div_ps(a, _mm256_add_ps(one, nv_exp256(_mm256_sub_ps(zero, a)))), b), n);
+            break;
+        case EW_SWIGLU_BACK: { /* a = h1, b = h3, c = d(out): out = dh1, out2 = dh3 */
+            const __m256 g = nv_load8_n(j->c + i, n);
+            const __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, nv_exp256(_mm256_sub_ps(zero, a))));
+            nv_store8_n(j->out2 + i, _mm256_mul_ps(g, _mm256_mul_ps(a, sg)), n);
+            const __m256 dsilu = _mm256_mul_ps(sg, _mm256_add_ps(one, _mm256_mul_ps(a, _mm256_sub_ps(one, sg))));
+            nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_mul_ps(g, b), dsilu), n);
+            break;
         }
-        for (; i < i1; i++) j->out[i] = j->a[i] / (1.0f + expf(-j->a[i])) * j->b[i];
-        break;
-    case EW_SWIGLU_BACK: /* a = h1, b = h3, c = d(out): out = dh1, out2 = dh3 */
-        for (; i + 8 <= i1; i += 8) {
-            __m256 h = _mm256_loadu_ps(j->a + i), g = _mm256_loadu_ps(j->c + i);
-            __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, nv_exp256(_mm256_sub_ps(zero, h))));
-            _mm256_storeu_ps(j->out2 + i, _mm256_mul_ps(g, _mm256_mul_ps(h, sg)));
-            __m256 dsilu = _mm256_mul_ps(sg, _mm256_add_ps(one, _mm256_mul_ps(h, _mm256_sub_ps(one, sg))));
-            _mm256_storeu_ps(j->out + i, _mm256_mul_ps(_mm256_mul_ps(g, _mm256_loadu_ps(j->b + i)), dsilu));
+        case EW_ADD: /* out = a + b */
+            nv_store8_n(j->out + i, _mm256_add_ps(a, b), n);
+            break;
         }
-        for (; i < i1; i++) {
-            float sg = 1.0f / (1.0f + expf(-j->a[i]));
-            j->out2[i] = j->c[i] * (j->a[i] * sg);
-            j->out[i] = j->c[i] * j->b[i] * (sg * (1.0f + j->a[i] * (1.0f - sg)));
-        }
-        break;
-    case EW_ADD: /* out = a + b */
-        for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(j->out + i, _mm256_add_ps(_mm256_loadu_ps(j->a + i), _mm256_loadu_ps(j->b + i)));
-        for (; i < i1; i++) j->out[i] = j->a[i] + j->b[i];
-        break;
     }
+}
+
+/* The pass as a product's epilogue: its pointers at row 0, rows of stride elements. */
+typedef struct {
+    ew_job j;
+    size_t stride;
+} ew_rows;
+
+static void ew_epilogue(void *ctx, int r0, int r1, int c0, int c1) {
+    const ew_rows *e = ctx;
+    for (int r = r0; r < r1; r++) ew_range(&e->j, (size_t)r * e->stride + c0, (size_t)r * e->stride + c1);
 }
 
 static void ew_task(void *ctx, int task, int n_tasks) {
@@ -436,12 +507,6 @@ static void add_col_sums(float *g, const float *d, int rows, int n) {
         for (int i = 0; i < n; i++) g[i] += d[(size_t)r * n + i];
 }
 
-/* acc += dy . W (through a temporary: the plan API overwrites) */
-static void run_dx_add(const nv_plan *p, const float *dy, int m, float *acc, float *tmp) {
-    nv_plan_run_dx(p, dy, m, tmp);
-    ew_run((ew_job){.kind = EW_ADD, .n = (size_t)m * nv_plan_k(p), .out = acc, .a = acc, .b = tmp});
-}
-
 /* ---- whole model ----------------------------------------------------------------------- */
 
 #define LAYER(ptr, l, per) ((ptr) + (size_t)(l) * (per))
@@ -466,40 +531,34 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         float *att = LAYER(a->att, l, (size_t)B * H * T * T), *xout = LAYER(a->x, l + 1, sd);
 
         nv_rmsnorm_forward(xn1, LAYER(a->rstd1, l, BT), x, w->rms_att + (size_t)l * d, BT, d, c->norm_eps);
-        if (c->qk_norm) {
-            float *qraw = LAYER(a->qraw, l, sq), *kraw = LAYER(a->kraw, l, skv);
-            nv_plan_run(lp->wq, xn1, BT, qraw);
-            nv_plan_run(lp->wk, xn1, BT, kraw);
-            if (c->qkv_bias) {
-                add_bias_rows(qraw, w->bq + (size_t)l * qd, BT, qd);
-                add_bias_rows(kraw, w->bk + (size_t)l * kvd, BT, kvd);
-            }
-            headnorm_forward(q, LAYER(a->qrstd, l, (size_t)BT * H), qraw, w->q_norm + (size_t)l * hd, BT, H, hd, c->norm_eps);
-            headnorm_forward(k, LAYER(a->krstd, l, (size_t)BT * KVH), kraw, w->k_norm + (size_t)l * hd, BT, KVH, hd,
-                             c->norm_eps);
-        } else {
-            nv_plan_run(lp->wq, xn1, BT, q);
-            nv_plan_run(lp->wk, xn1, BT, k);
-            if (c->qkv_bias) {
-                add_bias_rows(q, w->bq + (size_t)l * qd, BT, qd);
-                add_bias_rows(k, w->bk + (size_t)l * kvd, BT, kvd);
-            }
+        /* q, k and v in one job (xn1 made bf16 once on the tile engines); with QK-norm the raw
+           projections, normed per head below */
+        float *qo = c->qk_norm ? LAYER(a->qraw, l, sq) : q, *ko = c->qk_norm ? LAYER(a->kraw, l, skv) : k;
+        nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, xn1, BT, (float *const[]){qo, ko, v}, NULL,
+                          NULL);
+        if (c->qkv_bias) {
+            add_bias_rows(qo, w->bq + (size_t)l * qd, BT, qd);
+            add_bias_rows(ko, w->bk + (size_t)l * kvd, BT, kvd);
+            add_bias_rows(v, w->bv + (size_t)l * kvd, BT, kvd);
         }
-        nv_plan_run(lp->wv, xn1, BT, v);
-        if (c->qkv_bias) add_bias_rows(v, w->bv + (size_t)l * kvd, BT, kvd);
+        if (c->qk_norm) {
+            headnorm_forward(q, LAYER(a->qrstd, l, (size_t)BT * H), qo, w->q_norm + (size_t)l * hd, BT, H, hd, c->norm_eps);
+            headnorm_forward(k, LAYER(a->krstd, l, (size_t)BT * KVH), ko, w->k_norm + (size_t)l * hd, BT, KVH, hd,
+                             c->norm_eps);
+        }
         rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
         rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
         const double ta = nv_now();
         nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, att, ao, s.datt);
         tm->attn_seconds += nv_now() - ta;
-        nv_plan_run(lp->wo, ao, BT, x2);
-        ew_run((ew_job){.kind = EW_ADD, .n = sd, .out = x2, .a = x2, .b = x});
+        /* each product's element-wise follow-up in the same job, on the block's own thread */
+        ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
+        nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
         nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
-        nv_plan_run(lp->w1, xn2, BT, h1);
-        nv_plan_run(lp->w3, xn2, BT, h3);
-        ew_run((ew_job){.kind = EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3});
-        nv_plan_run(lp->w2, hg, BT, xout);
-        ew_run((ew_job){.kind = EW_ADD, .n = sd, .out = xout, .a = xout, .b = x2});
+        ew_rows glu = {{.kind = EW_SWIGLU, .out = hg, .a = h1, .b = h3}, (size_t)hid};
+        nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, ew_epilogue, &glu);
+        ew_rows res2 = {{.kind = EW_ADD, .out = xout, .a = xout, .b = x2}, (size_t)d};
+        nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){xout}, ew_epilogue, &res2);
     }
     nv_rmsnorm_forward(a->xnf, a->rstdf, LAYER(a->x, c->n_layers, sd), w->rms_final, BT, d, c->norm_eps);
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
@@ -536,7 +595,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
     nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls); /* == g->tok_emb when shared */
     memset(s.dx, 0, sd * sizeof(float));
-    nv_rmsnorm_backward(s.dx, g->rms_final, s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d);
+    nv_rmsnorm_backward(s.dx, g->rms_final, s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d, s.normp);
 
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const nv_layer_plans *lp = &tm->m.plans[l];
@@ -550,14 +609,13 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
         nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n);
         ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
-        memset(s.dxn, 0, sd * sizeof(float));
-        run_dx_add(lp->w1, s.dh1, BT, s.dxn, s.dtmp);
-        run_dx_add(lp->w3, s.dh3, BT, s.dxn, s.dtmp);
+        nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
+        nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
         nv_gemm_dw(e, s.dh1, xn2, BT, hid, d, g->w1 + (size_t)l * wf_n);
         nv_gemm_dw(e, s.dh3, xn2, BT, hid, d, g->w3 + (size_t)l * wf_n);
         memcpy(s.dx2, s.dx, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx2, g->rms_ffn + (size_t)l * d, s.dxn, x2, w->rms_ffn + (size_t)l * d,
-                            LAYER(a->rstd2, l, BT), BT, d);
+                            LAYER(a->rstd2, l, BT), BT, d, s.normp);
 
         /* attention: x2 = x + Wo . attn(q, k, v) */
         nv_plan_run_dx(lp->wo, s.dx2, BT, s.dao);
@@ -577,9 +635,9 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
             memset(dqraw, 0, sq * sizeof(float));
             memset(dkraw, 0, skv * sizeof(float));
             nv_rmsnorm_backward(dqraw, g->q_norm + (size_t)l * hd, s.dq, LAYER(a->qraw, l, sq), w->q_norm + (size_t)l * hd,
-                                LAYER(a->qrstd, l, (size_t)BT * H), BT * H, hd);
+                                LAYER(a->qrstd, l, (size_t)BT * H), BT * H, hd, s.normp);
             nv_rmsnorm_backward(dkraw, g->k_norm + (size_t)l * hd, s.dk, LAYER(a->kraw, l, skv),
-                                w->k_norm + (size_t)l * hd, LAYER(a->krstd, l, (size_t)BT * KVH), BT * KVH, hd);
+                                w->k_norm + (size_t)l * hd, LAYER(a->krstd, l, (size_t)BT * KVH), BT * KVH, hd, s.normp);
             memcpy(s.dq, dqraw, sq * sizeof(float));
             memcpy(s.dk, dkraw, skv * sizeof(float));
         }
@@ -588,16 +646,15 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
             add_col_sums(g->bk + (size_t)l * kvd, dk_in, BT, kvd);
             add_col_sums(g->bv + (size_t)l * kvd, s.dv, BT, kvd);
         }
-        memset(s.dxn, 0, sd * sizeof(float));
-        run_dx_add(lp->wq, dq_in, BT, s.dxn, s.dtmp);
-        run_dx_add(lp->wk, dk_in, BT, s.dxn, s.dtmp);
-        run_dx_add(lp->wv, s.dv, BT, s.dxn, s.dtmp);
+        nv_plan_run_dx(lp->wq, dq_in, BT, s.dxn);
+        nv_plan_run_dx_add(lp->wk, dk_in, BT, s.dxn);
+        nv_plan_run_dx_add(lp->wv, s.dv, BT, s.dxn);
         nv_gemm_dw(e, dq_in, xn1, BT, qd, d, g->wq + (size_t)l * wq_n);
         nv_gemm_dw(e, dk_in, xn1, BT, kvd, d, g->wk + (size_t)l * wkv_n);
         nv_gemm_dw(e, s.dv, xn1, BT, kvd, d, g->wv + (size_t)l * wkv_n);
         memcpy(s.dx, s.dx2, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx, g->rms_att + (size_t)l * d, s.dxn, x, w->rms_att + (size_t)l * d,
-                            LAYER(a->rstd1, l, BT), BT, d);
+                            LAYER(a->rstd1, l, BT), BT, d, s.normp);
     }
     for (int r = 0; r < BT; r++) {
         float *ge = g->tok_emb + (size_t)tm->inputs[r] * d;

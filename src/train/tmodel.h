@@ -67,8 +67,10 @@ double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out);
 
 /* Building blocks (exposed for tests). */
 void nv_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int n, float eps);
-/* dx += ..., dw += ...; dx may alias nothing else. */
+/* dx += ..., dw += ...; dx may alias nothing else. part: nv_rmsnorm_partials(rows, n) floats of
+ * scratch (the weight gradient's sum per chunk of rows, added in order: bits independent of threads). */
 void nv_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
-                         int rows, int n);
+                         int rows, int n, float *part);
+size_t nv_rmsnorm_partials(size_t rows, size_t n);
 
 #endif
