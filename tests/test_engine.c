@@ -366,6 +366,29 @@ static void test_dw(void) {
     }
 }
 
+/* A group of weight gradients over one x gives each product's nv_gemm_dw bits (x packed once). */
+static void test_dw_group(void) {
+    enum { M = 40, K = 37 };
+    static const int ns[3] = {33, 16, 100};
+    float x[M * K], *dy[3], *one[3], *grp[3];
+    uint64_t seed = 2024;
+    rnd(x, (size_t)M * K, &seed);
+    for (int i = 0; i < 3; i++) {
+        dy[i] = malloc(sizeof(float) * M * ns[i]);
+        one[i] = malloc(sizeof(float) * ns[i] * K);
+        grp[i] = malloc(sizeof(float) * ns[i] * K);
+        rnd(dy[i], (size_t)M * ns[i], &seed);
+        rnd(one[i], (size_t)ns[i] * K, &seed);
+        memcpy(grp[i], one[i], sizeof(float) * ns[i] * K);
+        nv_gemm_dw(E, dy[i], x, M, ns[i], K, one[i]);
+    }
+    nv_gemm_dw_group(E, (const float *const *)dy, ns, 3, x, M, K, grp);
+    for (int i = 0; i < 3; i++) {
+        T_CHECK(memcmp(one[i], grp[i], sizeof(float) * ns[i] * K) == 0, "group member %d differs from its own nv_gemm_dw", i);
+        free(dy[i]), free(one[i]), free(grp[i]);
+    }
+}
+
 /* ---------------------------------------------------------------- threads */
 
 /* y, dx and dW with 1 and with 2 threads: identical bits (every element is computed by the same
@@ -684,6 +707,7 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"run_dx", test_dx},
                  {"dx after refresh equals a fresh plan's", test_dx_after_refresh},
                  {"gemm_dw", test_dw},
+                 {"a gemm_dw group gives each product's bits", test_dw_group},
                  {"1 and 2 threads give identical bits", test_threads_identical},
                  {"a plan group gives its plans' bits and one epilogue pass", test_group},
                  {"block-quantized plans give the bits of fp32 plans", test_quant},

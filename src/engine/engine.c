@@ -1016,7 +1016,8 @@ static int amx_rows(int m) { return m < 16 ? m : rup(m, 16); }
 
 
 /* Rows b0..b0+rows of dy^T, depths d0..d0+depth, as bf16 rows of depth elements: dst[a][i - d0] =
- * bf16(dy[i][b0 + a]), zero for i >= m (dy is m x n). Transposed through an L1 block of 64 x 64. */
+ * bf16(dy[i][b0 + a]), zero for i >= m (dy is m x n). Transposed through an L1 block of 64 x 64 (a
+ * transpose rounding 8 x 8 blocks straight into dst measured slower: its stores go to 8 rows). */
 static void dy_t_to_bf16(const float *dy, int m, int n, int b0, int rows, int d0, uint16_t *dst, int depth) {
     float tmp[64 * 64];
     const int i1 = imin(m, d0 + depth);
@@ -1392,10 +1393,11 @@ static void plan_dx(const nv_plan *p, const float *dy, int m, float *dx, int acc
 void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 0); }
 void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 1); }
 
-/* dw += dy^T . x on engine e as it is (no ladder). */
-static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
-    const double macs = (double)m * n * k;
-    op_ctx c = {.a = dy, .b = x, .out = dw, .m = m, .n = n, .k = k};
+/* dws[i] += dys[i]^T . x for i < count on engine e as it is (no ladder): x packed once for all. */
+static void gemm_dw_on(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
+                       float *const *dws) {
+    op_ctx c = {.b = x, .m = m, .k = k};
+    int done = 0;
     switch (e) {
     case NV_ENGINE_AVX2:
     case NV_ENGINE_AVX512: {
@@ -1404,10 +1406,12 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
         if (!Px) break; /* falls to the scalar loop below */
         c.abuf = Px;
         run_tasks(pack_x_task, &c, conv_tasks(m, (size_t)m * k));
-        run_tasks(fp32_dw_task, &c, grid_make_rows(&c.g, n, c.kf->mr, cdiv(k, c.kf->nr), macs));
+        for (; done < count; done++) {
+            c.a = dys[done], c.n = ns[done], c.out = dws[done];
+            run_tasks(fp32_dw_task, &c, grid_make_rows(&c.g, c.n, c.kf->mr, cdiv(k, c.kf->nr), (double)m * c.n * k));
+        }
         free(Px);
-        if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
-        return;
+        break;
     }
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
@@ -1421,20 +1425,33 @@ static void gemm_dw_on(nv_engine_id e, const float *dy, const float *x, int m, i
         c.abuf = X;
         c.depth = depth;
         run_tasks(pack_x_vnni_task, &c, conv_tasks(m, (size_t)m * k));
-        run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, n, 32, cdiv(cdiv(k, 16), 2), macs));
+        for (; done < count; done++) {
+            c.a = dys[done], c.n = ns[done], c.out = dws[done];
+            run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, c.n, 32, cdiv(cdiv(k, 16), 2), (double)m * c.n * k));
+        }
         free(X);
-        if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
-        return;
+        break;
     }
     default: break;
     }
-    run_tasks(scalar_dw_task, &c, grid_make(&c.g, n, 1, k, macs));
+    if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
+    for (; done < count; done++) { /* scalar, or no memory for the packed x */
+        c.a = dys[done], c.n = ns[done], c.out = dws[done];
+        run_tasks(scalar_dw_task, &c, grid_make(&c.g, c.n, 1, k, (double)m * c.n * k));
+    }
+}
+
+void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
+                      float *const *dws) {
+    if (m <= 0 || k <= 0 || count <= 0) return;
+    for (int i = 0; i < count; i++)
+        if (ns[i] <= 0) return;
+    if (!engines_ready && nv_engines_init(NULL, 0) != NV_OK) e = NV_ENGINE_SCALAR;
+    gemm_dw_on(engine_resolve(e), dys, ns, count, x, m, k, dws);
 }
 
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
-    if (m <= 0 || n <= 0 || k <= 0) return;
-    if (!engines_ready && nv_engines_init(NULL, 0) != NV_OK) e = NV_ENGINE_SCALAR;
-    gemm_dw_on(engine_resolve(e), dy, x, m, n, k, dw);
+    nv_gemm_dw_group(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw});
 }
 
 /* ---------------------------------------------------------------- probing */
@@ -1508,8 +1525,8 @@ static int selftest(nv_engine_id e, char *why, size_t len) {
         nv_plan_run_dx(ps, dy, m, dxr);
         memcpy(dw, dw0, sizeof(float) * n * k);
         memcpy(dwr, dw0, sizeof(float) * n * k);
-        gemm_dw_on(e, dy, x, m, n, k, dw);
-        gemm_dw_on(NV_ENGINE_SCALAR, dy, x, m, n, k, dwr);
+        gemm_dw_on(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw});
+        gemm_dw_on(NV_ENGINE_SCALAR, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dwr});
         /* y: reduction over k */
         for (int r = 0; ok && r < m; r++) {
             double qx = int8_tiles(e) ? max_abs(x + (size_t)r * k, k) / 127.0f * 0.5 : 0;

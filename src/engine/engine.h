@@ -158,6 +158,10 @@ void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx);
 /* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
  * rung down that is on. */
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
+/* dws[i] += dys[i]^T . x for i < count (dys[i] m x ns[i]): the weight gradients of several products
+ * of the same x (q, k and v; w1 and w3), x packed once; each exactly what nv_gemm_dw gives. */
+void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
+                      float *const *dws);
 /* Products on the calling thread, for work already split over the pool (one attention head per
  * task): an operand B (depth k x n outputs) is packed once into an engine's layout in a buffer the
  * caller owns, then any number of products C (+)= A . B run over a prefix of its depth and outputs.

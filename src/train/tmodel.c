@@ -611,8 +611,8 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
         nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
         nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
-        nv_gemm_dw(e, s.dh1, xn2, BT, hid, d, g->w1 + (size_t)l * wf_n);
-        nv_gemm_dw(e, s.dh3, xn2, BT, hid, d, g->w3 + (size_t)l * wf_n);
+        nv_gemm_dw_group(e, (const float *const[]){s.dh1, s.dh3}, (const int[]){hid, hid}, 2, xn2, BT, d,
+                         (float *const[]){g->w1 + (size_t)l * wf_n, g->w3 + (size_t)l * wf_n});
         memcpy(s.dx2, s.dx, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx2, g->rms_ffn + (size_t)l * d, s.dxn, x2, w->rms_ffn + (size_t)l * d,
                             LAYER(a->rstd2, l, BT), BT, d, s.normp);
@@ -649,9 +649,8 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         nv_plan_run_dx(lp->wq, dq_in, BT, s.dxn);
         nv_plan_run_dx_add(lp->wk, dk_in, BT, s.dxn);
         nv_plan_run_dx_add(lp->wv, s.dv, BT, s.dxn);
-        nv_gemm_dw(e, dq_in, xn1, BT, qd, d, g->wq + (size_t)l * wq_n);
-        nv_gemm_dw(e, dk_in, xn1, BT, kvd, d, g->wk + (size_t)l * wkv_n);
-        nv_gemm_dw(e, s.dv, xn1, BT, kvd, d, g->wv + (size_t)l * wkv_n);
+        nv_gemm_dw_group(e, (const float *const[]){dq_in, dk_in, s.dv}, (const int[]){qd, kvd, kvd}, 3, xn1, BT, d,
+                         (float *const[]){g->wq + (size_t)l * wq_n, g->wk + (size_t)l * wkv_n, g->wv + (size_t)l * wkv_n});
         memcpy(s.dx, s.dx2, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx, g->rms_att + (size_t)l * d, s.dxn, x, w->rms_att + (size_t)l * d,
                             LAYER(a->rstd1, l, BT), BT, d, s.normp);
