@@ -1444,10 +1444,20 @@ static void gemm_dw_on(nv_engine_id e, const float *const *dys, const int *ns, i
 void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
                       float *const *dws) {
     if (m <= 0 || k <= 0 || count <= 0) return;
-    for (int i = 0; i < count; i++)
-        if (ns[i] <= 0) return;
+    const float *dy_on[GROUP_MAX];
+    float *dw_on[GROUP_MAX];
+    int n_on[GROUP_MAX], on = 0;
+    for (int i = 0; i < count; i++) {
+        if (ns[i] <= 0) continue; /* an empty product, as nv_gemm_dw skips it */
+        if (on == GROUP_MAX) { /* a longer group in pieces: x packed once per piece */
+            nv_gemm_dw_group(e, dy_on, n_on, on, x, m, k, dw_on);
+            on = 0;
+        }
+        dy_on[on] = dys[i], n_on[on] = ns[i], dw_on[on++] = dws[i];
+    }
+    if (!on) return;
     if (!engines_ready && nv_engines_init(NULL, 0) != NV_OK) e = NV_ENGINE_SCALAR;
-    gemm_dw_on(engine_resolve(e), dys, ns, count, x, m, k, dws);
+    gemm_dw_on(engine_resolve(e), dy_on, n_on, on, x, m, k, dw_on);
 }
 
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {

@@ -61,6 +61,9 @@
  *                   x is packed once per call, dy transposed a block of rows x depth slice at a
  *                   time into a buffer that stays in cache (never a whole copy of dy).
  *                   the bf16 and int8 tile engines: bf16 tiles (dy and x rounded to bf16), fp32 accumulate.
+ *   Both on the tile engines: a depth past 8,192 (dx: the outputs n, as a classifier's vocabulary;
+ *                   dW: the rows m) runs in fixed slices of 4,096, each slice's sums added to the
+ *                   output in order (one chain per slice), so a slice of B's tiles stays in L2.
  *
  * Accuracy against scalar, per element, with S = sum |a||b| over the reduction of length K and
  * u = 2^-24 (what the probe's self-test and tests/test_engine.c check):
@@ -153,7 +156,8 @@ long nv_plan_builds(void);
 void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
 /* dx[m x k] += dy . W, as nv_plan_run_dx into the values dx holds (for a sum of several products'
  * gradients, without a temporary and a pass to add it): the fp32 engines continue each output's
- * chain from dx's value, the tile engines add their complete sums to it, scalar adds term by term. */
+ * chain from dx's value, the tile engines add each complete sum to it (past a depth of 8,192, each
+ * 4,096-deep slice's sum in turn), scalar adds term by term. */
 void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx);
 /* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
  * rung down that is on. */

@@ -326,13 +326,28 @@ static void norm_backward_task(void *ctx, int task, int n_tasks) {
     }
 }
 
+typedef struct {
+    float *dw;
+    const float *part;
+    int chunks, n;
+} norm_sum_job;
+
+/* dw[i] += the chunks' partials in chunk order, for a range of columns */
+static void norm_sum_task(void *ctx, int task, int n_tasks) {
+    const norm_sum_job *j = ctx;
+    const int i0 = (int)((long)j->n * task / n_tasks), i1 = (int)((long)j->n * (task + 1) / n_tasks);
+    for (int c = 0; c < j->chunks; c++)
+        for (int i = i0; i < i1; i++) j->dw[i] += j->part[(size_t)c * j->n + i];
+}
+
 void nv_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
                          int rows, int n, float *part) {
     norm_job j = {.dx = dx, .part = part, .x = x, .w = w, .dout = dout, .rstd_in = rstd, .rows = rows, .n = n};
     const int chunks = (rows + NORM_ROWS - 1) / NORM_ROWS;
     nv_pool_run(norm_backward_task, &j, chunks);
-    for (int c = 0; c < chunks; c++)
-        for (int i = 0; i < n; i++) dw[i] += part[(size_t)c * n + i];
+    norm_sum_job sj = {dw, part, chunks, n};
+    const int most = 2 * nv_pool_threads(), tasks = n / 256 + 1;
+    nv_pool_run(norm_sum_task, &sj, tasks < most ? tasks : most);
 }
 
 typedef struct {
