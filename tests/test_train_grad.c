@@ -354,7 +354,7 @@ static double attn_worst;         /* the largest error seen */
 
 static void attention_case(int H, int KVH, int hd, int B, int T) {
     nv_config c = {H * hd, 4, 1, H, KVH, hd, 8, T, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
-    size_t qn = (size_t)B * T * H * hd, kn = (size_t)B * T * KVH * hd, an = (size_t)B * H * T * T;
+    size_t qn = (size_t)B * T * H * hd, kn = (size_t)B * T * KVH * hd, an = (size_t)B * H * T * 2;
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *dout = malloc(qn * 4), *out = malloc(qn * 4);
     float *att = calloc(an, 4), *dq = calloc(qn, 4), *dk = calloc(kn, 4), *dv = calloc(kn, 4);
     float *ws = malloc(nv_attention_workspace(&c, B, T) * 4);

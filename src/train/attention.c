@@ -14,11 +14,13 @@
 
 static int pad8(int n) { return (n + 7) & ~7; }
 
-/* Per task: keys or values packed as an hd x T operand and the other as T x hd, RB rows of scores,
- * their transpose (T8 x RB) and one block of query (or output gradient) rows packed as RB x hd. */
+/* Per task: keys and values packed (keys as hd x T for the scores and, backward, as T x hd too; values
+ * as T x hd forward, hd x T backward), RB rows of scores and of probabilities, a transpose (T8 x RB)
+ * and one block of query (or output gradient) rows packed as RB x hd. */
 static size_t task_floats(const nv_config *c, int T) {
     const int T8 = pad8(T), hd = c->head_dim;
-    return nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + (size_t)RB * T8 + (size_t)T8 * RB + nv_bpack_floats(RB, hd);
+    return 2 * nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + 2 * (size_t)RB * T8 + (size_t)T8 * RB +
+           nv_bpack_floats(RB, hd);
 }
 
 size_t nv_attention_workspace(const nv_config *c, int B, int T) { return (size_t)B * c->n_heads * task_floats(c, T); }
@@ -28,36 +30,44 @@ typedef struct {
     int B, T;
     nv_engine_id e;
     const float *q, *k, *v, *dout;
-    float *att, *out, *dq, *dk, *dv, *ws;
+    float *stats, *out, *dq, *dk, *dv, *ws;
 } attn_job;
 
-/* a[u] = softmax(scale * s)[u] for u < n; s (n rounded up to 8 long) is scratch. */
-static void softmax_row(float *a, float *s, int n, float scale) {
+/* p[u] = exp(scale * s[u] - mx) * inv for u < n, zero for n <= u < n_zero (n_zero <= the row's
+ * length rounded up to 8): one row's probabilities, the same operations forward and backward. */
+static void probs_row(float *p, const float *s, int n, int n_zero, float scale, float mx, float inv) {
+    const __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(mx), vinv = _mm256_set1_ps(inv);
+    for (int u = 0; u < n; u += 8) {
+        const __m256 e = nv_exp256(_mm256_sub_ps(_mm256_mul_ps(nv_load8_n(s + u, n - u), vs), vm));
+        nv_store8_n(p + u, _mm256_mul_ps(e, vinv), n - u);
+    }
+    for (int u = n; u < n_zero; u++) p[u] = 0.0f;
+}
+
+/* The softmax of scale * s[0..n) in place (zero from n to n_zero), its max and 1/sum into st[0..1]. */
+static void softmax_row(float *s, int n, int n_zero, float scale, float *st) {
     const __m256 vs = _mm256_set1_ps(scale);
     __m256 vmax = _mm256_set1_ps(-INFINITY);
-    int n8 = pad8(n);
-    for (int u = n; u < n8; u++) s[u] = -INFINITY; /* padding lanes add e^-inf = 0 */
-    for (int u = 0; u < n8; u += 8) {
-        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + u), vs);
-        _mm256_storeu_ps(s + u, x);
-        vmax = _mm256_max_ps(vmax, x);
+    for (int u = 0; u < n; u += 8) { /* masked lanes read 0: -inf keeps them out of the max */
+        const __m256 x = _mm256_mul_ps(nv_load8_n(s + u, n - u), vs);
+        vmax = _mm256_max_ps(vmax, n - u >= 8 ? x : _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x,
+                                                                         _mm256_castsi256_ps(nv_lane_mask8(n - u))));
     }
-    const __m256 vm = _mm256_set1_ps(nv_hmax256(vmax));
+    const float mx = nv_hmax256(vmax);
+    const __m256 vm = _mm256_set1_ps(mx);
     __m256 vsum = _mm256_setzero_ps();
-    for (int u = 0; u < n8; u += 8) {
-        __m256 e = nv_exp256(_mm256_sub_ps(_mm256_loadu_ps(s + u), vm));
-        _mm256_storeu_ps(s + u, e);
-        vsum = _mm256_add_ps(vsum, e);
+    for (int u = 0; u < n; u += 8) {
+        const __m256 e = nv_exp256(_mm256_sub_ps(_mm256_mul_ps(nv_load8_n(s + u, n - u), vs), vm));
+        vsum = _mm256_add_ps(vsum, n - u >= 8 ? e : _mm256_and_ps(e, _mm256_castsi256_ps(nv_lane_mask8(n - u))));
     }
-    const float inv = 1.0f / nv_hsum256(vsum);
-    const __m256 vinv = _mm256_set1_ps(inv);
-    int u = 0;
-    for (; u + 8 <= n; u += 8) _mm256_storeu_ps(a + u, _mm256_mul_ps(_mm256_loadu_ps(s + u), vinv));
-    for (; u < n; u++) a[u] = s[u] * inv; /* a's row is T long: no store past n */
+    st[0] = mx;
+    st[1] = 1.0f / nv_hsum256(vsum);
+    probs_row(s, s, n, n_zero, scale, mx, st[1]);
 }
 
 /* One (sequence, query head): per block of RB query rows, S = Q K^T over the keys up to the block's
- * last row, each row's softmax into att (zero after the diagonal), then out = P V over the same keys. */
+ * last row, each row's softmax in place (zero after the diagonal; its max and 1/sum kept in stats),
+ * then out = P V over the same keys. */
 static void forward_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const attn_job *j = ctx;
@@ -73,21 +83,20 @@ static void forward_task(void *ctx, int task, int n_tasks) {
     nv_bpack_rows(&kp, j->e, j->k + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, kbuf); /* B = K^T */
     nv_bpack_cols(&vp, j->e, j->v + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, vbuf); /* B = V */
     const float *q0 = j->q + (size_t)b * T * qd + (size_t)h * hd;
-    float *att0 = j->att + ((size_t)b * H + h) * T * T, *out0 = j->out + (size_t)b * T * qd + (size_t)h * hd;
+    float *st0 = j->stats + ((size_t)b * H + h) * T * 2, *out0 = j->out + (size_t)b * T * qd + (size_t)h * hd;
     for (int r0 = 0; r0 < T; r0 += RB) {
         const int r1 = T - r0 < RB ? T : r0 + RB, m = r1 - r0;
         nv_bpack_run(&kp, q0 + (size_t)r0 * qd, (size_t)qd, m, hd, r1, s, (size_t)T8, 0);
-        for (int t = r0; t < r1; t++) {
-            float *a = att0 + (size_t)t * T;
-            softmax_row(a, s + (size_t)(t - r0) * T8, t + 1, scale);
-            memset(a + t + 1, 0, (size_t)(T - t - 1) * sizeof(float)); /* products over a block's keys read them */
-        }
-        nv_bpack_run(&vp, att0 + (size_t)r0 * T, (size_t)T, m, r1, hd, out0 + (size_t)r0 * qd, (size_t)qd, 0);
+        /* the probabilities over the scores, zero past the diagonal up to the block's last key (the
+           product below reads them) */
+        for (int t = r0; t < r1; t++) softmax_row(s + (size_t)(t - r0) * T8, t + 1, r1, scale, st0 + (size_t)t * 2);
+        nv_bpack_run(&vp, s, (size_t)T8, m, r1, hd, out0 + (size_t)r0 * qd, (size_t)qd, 0);
     }
 }
 
 /* One (sequence, KV head), its query heads in turn, per block of RB query rows:
- *   dP = dout V^T, dS = P (dP - rowsum(P dP)) scale (zero after the diagonal),
+ *   P again from S = Q K^T and the forward's row max and 1/sum (the same operations, so the same
+ *   bits as the forward's), dP = dout V^T, dS = P (dP - rowsum(P dP)) scale (zero after the diagonal),
  *   dq += dS K, dk += dS^T q, dv += P^T dout over the keys up to the block's last row.
  * The dk/dv rows a task adds to belong to its KV head alone. */
 static void backward_task(void *ctx, int task, int n_tasks) {
@@ -99,22 +108,30 @@ static void backward_task(void *ctx, int task, int n_tasks) {
     const int b = task / KVH, kvh = task % KVH;
     const size_t koff = (size_t)kvh * hd;
     float *ws = j->ws + (size_t)task * task_floats(c, T);
-    float *vbuf = ws, *kbuf = vbuf + nv_bpack_floats(hd, T), *ds = kbuf + nv_bpack_floats(T, hd);
-    float *tr = ds + (size_t)RB * T8, *blk = tr + (size_t)T8 * RB;
+    float *vbuf = ws, *kbuf = vbuf + nv_bpack_floats(hd, T), *ktbuf = kbuf + nv_bpack_floats(T, hd);
+    float *ds = ktbuf + nv_bpack_floats(hd, T), *pb = ds + (size_t)RB * T8, *tr = pb + (size_t)RB * T8;
+    float *blk = tr + (size_t)T8 * RB;
     const float scale = 1.0f / sqrtf((float)hd);
     float *dkb = j->dk + (size_t)b * T * kvd + koff, *dvb = j->dv + (size_t)b * T * kvd + koff;
-    nv_bpack vp, kp, bp;
+    const float *kb = j->k + (size_t)b * T * kvd + koff;
+    nv_bpack vp, kp, ktp, bp;
     nv_bpack_rows(&vp, j->e, j->v + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, vbuf); /* B = V^T */
-    nv_bpack_cols(&kp, j->e, j->k + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, kbuf); /* B = K */
+    nv_bpack_cols(&kp, j->e, kb, (size_t)kvd, T, hd, kbuf);                               /* B = K */
+    nv_bpack_rows(&ktp, j->e, kb, (size_t)kvd, T, hd, ktbuf);                             /* B = K^T */
     for (int h = kvh * kv_mul; h < (kvh + 1) * kv_mul; h++)
         for (int r0 = 0; r0 < T; r0 += RB) {
             const int r1 = T - r0 < RB ? T : r0 + RB, m = r1 - r0;
-            const float *att0 = j->att + (((size_t)b * H + h) * T + r0) * T;
+            const float *st0 = j->stats + ((size_t)b * H + h) * T * 2;
             const float *dout0 = j->dout + ((size_t)b * T + r0) * qd + (size_t)h * hd;
             const float *q0 = j->q + ((size_t)b * T + r0) * qd + (size_t)h * hd;
+            nv_bpack_run(&ktp, q0, (size_t)qd, m, hd, r1, pb, (size_t)T8, 0); /* the forward's scores */
+            for (int t = r0; t < r1; t++) {
+                float *p = pb + (size_t)(t - r0) * T8;
+                probs_row(p, p, t + 1, r1, scale, st0[(size_t)t * 2], st0[(size_t)t * 2 + 1]);
+            }
             nv_bpack_run(&vp, dout0, (size_t)qd, m, hd, r1, ds, (size_t)T8, 0);
             for (int t = r0; t < r1; t++) {
-                const float *a = att0 + (size_t)(t - r0) * T;
+                const float *a = pb + (size_t)(t - r0) * T8;
                 float *d = ds + (size_t)(t - r0) * T8;
                 const int n = t + 1;
                 __m256 vsum = _mm256_setzero_ps();
@@ -136,21 +153,21 @@ static void backward_task(void *ctx, int task, int n_tasks) {
             nv_bpack_cols(&bp, j->e, q0, (size_t)qd, m, hd, blk);
             nv_bpack_run(&bp, tr, RB, r1, m, hd, dkb, (size_t)kvd, 1);
             /* dv[0..r1) += P^T dout over the block's rows */
-            nv_transpose(att0, (size_t)T, m, r1, tr, RB);
+            nv_transpose(pb, (size_t)T8, m, r1, tr, RB);
             nv_bpack_cols(&bp, j->e, dout0, (size_t)qd, m, hd, blk);
             nv_bpack_run(&bp, tr, RB, r1, m, hd, dvb, (size_t)kvd, 1);
         }
 }
 
 void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
-                          const float *v, float *att, float *out, float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, NULL, att, out, NULL, NULL, NULL, ws};
+                          const float *v, float *stats, float *out, float *ws) {
+    attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws};
     nv_pool_run(forward_task, &j, B * c->n_heads);
 }
 
 void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
-                           const float *v, const float *att, const float *dout, float *dq, float *dk, float *dv,
+                           const float *v, const float *stats, const float *dout, float *dq, float *dk, float *dv,
                            float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, dout, (float *)att, NULL, dq, dk, dv, ws};
+    attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws};
     nv_pool_run(backward_task, &j, B * c->n_kv_heads);
 }

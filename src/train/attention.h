@@ -1,8 +1,11 @@
-/* Causal multi-head attention with GQA for training: forward (keeps the probabilities) and
- * backward, parallel over the thread pool.
+/* Causal multi-head attention with GQA for training: forward (keeps each row's softmax max and
+ * 1/sum, not the T x T probabilities) and backward (recomputes the probabilities from the scores and
+ * those two numbers: the same operations as the forward, so the same bits), parallel over the thread
+ * pool.
  *
- * Layouts: q/dq [B*T][H*hd], k/v/dk/dv [B*T][KVH*hd], att [B][H][T][T] (row t holds u <= t, zeros
- * after), out/dout like q. The workspace holds nv_attention_workspace(c, B, T) floats.
+ * Layouts: q/dq [B*T][H*hd], k/v/dk/dv [B*T][KVH*hd], stats [B][H][T][2] (row t's max of the scaled
+ * scores, then 1/sum of their exps), out/dout like q. The workspace holds
+ * nv_attention_workspace(c, B, T) floats.
  * Forward runs one (sequence, query head) per task; backward one (sequence, KV head) per task,
  * so the dk/dv rows a task adds to belong to it alone. Within a task every product (scores, the
  * weighted sums, and the four gradients) runs on engine e's fp32 panel kernel through nv_bpack
@@ -18,10 +21,10 @@
 
 size_t nv_attention_workspace(const nv_config *c, int B, int T);
 void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
-                          const float *v, float *att, float *out, float *ws);
+                          const float *v, float *stats, float *out, float *ws);
 /* dq, dk, dv are accumulated (+=). */
 void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
-                           const float *v, const float *att, const float *dout, float *dq, float *dk, float *dv,
+                           const float *v, const float *stats, const float *dout, float *dq, float *dk, float *dv,
                            float *ws);
 
 #endif

@@ -32,7 +32,7 @@ static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *b
         {&a->x, (L + 1) * BT * d}, {&a->xn1, L * BT * d}, {&a->rstd1, L * BT},
         {&a->qraw, qk * L * BT * qd}, {&a->kraw, qk * L * BT * kvd}, {&a->qrstd, qk * L * BT * H},
         {&a->krstd, qk * L * BT * KVH}, {&a->q, L * BT * qd}, {&a->k, L * BT * kvd}, {&a->v, L * BT * kvd},
-        {&a->att, L * (size_t)B * H * T * T}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
+        {&a->att_stats, L * (size_t)B * H * T * 2}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
         {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * BT * h}, {&a->h3, L * BT * h},
         {&a->hg, L * BT * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
         {&a->pscale, BT},
@@ -543,7 +543,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
         float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
         float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
-        float *att = LAYER(a->att, l, (size_t)B * H * T * T), *xout = LAYER(a->x, l + 1, sd);
+        float *att = LAYER(a->att_stats, l, (size_t)B * H * T * 2), *xout = LAYER(a->x, l + 1, sd);
 
         nv_rmsnorm_forward(xn1, LAYER(a->rstd1, l, BT), x, w->rms_att + (size_t)l * d, BT, d, c->norm_eps);
         /* q, k and v in one job (xn1 made bf16 once on the tile engines); with QK-norm the raw
@@ -617,7 +617,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
         float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
         float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
-        float *att = LAYER(a->att, l, (size_t)B * H * T * T);
+        float *att = LAYER(a->att_stats, l, (size_t)B * H * T * 2);
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */

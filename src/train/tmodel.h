@@ -19,7 +19,7 @@ typedef struct {
     float *qraw, *kraw; /* [L][BT][qd], [L][BT][kvd] projections before QK-norm (qk_norm only) */
     float *qrstd, *krstd; /* [L][BT][H], [L][BT][KVH] (qk_norm only) */
     float *q, *k, *v;   /* [L][BT][qd|kvd] after QK-norm and RoPE */
-    float *att;         /* [L][B][H][T][T] attention probabilities (causal; upper part unused) */
+    float *att_stats;   /* [L][B][H][T][2] each attention row's softmax max and 1/sum (backward recomputes P) */
     float *ao;          /* [L][BT][qd] attention output before wo */
     float *x2;          /* [L][BT][d] residual after attention */
     float *xn2, *rstd2; /* [L][BT][d], [L][BT] FFN RMSNorm */
