@@ -532,7 +532,8 @@ static void test_grad_norm_chunks(void) {
 
 /* nv_tmodel_optimize (update and refresh in one pass, by pieces) against nv_adamw_step followed by
  * nv_tmodel_refresh: the same parameters, moments and norm bit for bit over three steps, and plans
- * holding the same packed weights (the next forward gives the same logits bit for bit). Shapes whose
+ * holding the same packed weights (the next forward gives the same logits bit for bit), and the
+ * gradients left zero for the next step. Shapes whose
  * matrices split into several pieces, with a last piece of rows that is not a whole packed unit, a
  * matrix wider than one piece (w2: k = 2100), tied and separate classifiers; every engine that is
  * on, then the emulated avx512 and AMX ones. */
@@ -563,6 +564,9 @@ static void fused_case(const nv_config *c, nv_engine_id e) {
         T_CHECK(!memcmp(&na, &nb, sizeof na) && lra == lrb, "%s step %d: norm %.17g vs %.17g", nv_engine_name(e), step, na, nb);
         T_CHECK(!memcmp(a.m.params, b.m.params, bytes), "%s step %d: parameters differ", nv_engine_name(e), step);
         T_CHECK(!memcmp(oa.m, ob.m, bytes) && !memcmp(oa.v, ob.v, bytes), "%s step %d: moments differ", nv_engine_name(e), step);
+        int zero = 1;
+        for (uint64_t i = 0; i < b.m.n_params; i++) zero &= b.grads[i] == 0.0f;
+        T_CHECK(zero, "%s step %d: the optimizer left gradients that are not zero", nv_engine_name(e), step);
         const float la = nv_tmodel_forward(&a, in, tg), lb = nv_tmodel_forward(&b, in, tg);
         T_CHECK(!memcmp(&la, &lb, sizeof la) && !memcmp(a.a.logits, b.a.logits, lbytes),
                 "%s step %d: the refreshed plans differ (loss %.9g vs %.9g)", nv_engine_name(e), step, la, lb);

@@ -190,6 +190,8 @@ static void opt_task(void *ctx, int task, int n_tasks) {
     const opt_job *j = ctx;
     const opt_piece *pc = &j->pieces[task];
     nv_adamw_range(j->a, j->u, j->tm->m.params, j->tm->grads, pc->lo, pc->hi);
+    /* the next step's zero gradients, written while the piece is in cache (no pass of its own) */
+    memset(j->tm->grads + pc->lo, 0, (size_t)(pc->hi - pc->lo) * sizeof(float));
     if (pc->plan) nv_plan_refresh_rows(pc->plan, pc->w, pc->r0, pc->r1);
 }
 
@@ -232,6 +234,7 @@ static size_t all_pieces(opt_piece *out, const opt_matrix *mats, int count, cons
 static double optimize_two_pass(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
     const double norm = nv_adamw_step(opt, tm->m.params, tm->grads, lr_out);
     nv_tmodel_refresh(tm);
+    nv_tmodel_zero_grad(tm);
     return norm;
 }
 

@@ -61,8 +61,9 @@ void nv_tmodel_refresh(nv_tmodel *tm);
 /* One optimizer update of the master weights from grads, each plan's packed copy refreshed in the
  * same pass: the parameters go by pieces over the pool, and a piece of a matrix's rows is packed
  * right after its update, while it is still in cache (not re-read from memory in a second pass).
- * The same bits as nv_adamw_step followed by nv_tmodel_refresh. Returns the pre-clip gradient
- * norm; *lr_out receives the rate used. */
+ * The same bits as nv_adamw_step followed by nv_tmodel_refresh; the gradients are left zero (each
+ * piece cleared right after its update, while in cache), ready for the next step's backward.
+ * Returns the pre-clip gradient norm; *lr_out receives the rate used. */
 double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out);
 
 /* Building blocks (exposed for tests). */
