@@ -63,6 +63,9 @@ static void test_resume_after_sigint_is_bit_exact(void) {
     snprintf(split, sizeof split, "%s/split", t_tmpdir());
     train_args(args, sizeof args, full, "");
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "uninterrupted run failed: %s", err);
+    /* the efficiency report ends with the run's peak memory */
+    const char *pm = strstr(err, "; peak memory ");
+    T_CHECK(pm && strtod(pm + 14, NULL) > 0.0 && strstr(pm, " GB\n"), "no peak memory in the report: %s", err);
 
     /* the same run, interrupted with SIGINT part way, then resumed */
     train_args(args, sizeof args, split, "");

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -418,14 +419,19 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 snprintf(peak_text, sizeof peak_text, " = %.0f%% of the %.2f TFLOP/s %s peak measured now", 100 * achieved / peak,
                          peak / 1e12, nv_peak_instr(unit));
         }
+        /* the process's peak resident memory, what a run at this batch and window needs on this box */
+        struct rusage ru;
+        char mem_text[48] = "";
+        if (!getrusage(RUSAGE_SELF, &ru) && ru.ru_maxrss > 0)
+            snprintf(mem_text, sizeof mem_text, "; peak memory %.2f GB", (double)ru.ru_maxrss * 1024.0 / 1e9);
         fprintf(stderr,
                 "nerve: efficiency: %ld steps in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward %.1f "
                 "(%.0f%%) + optimizer %.1f (%.0f%%) + waiting 0; %.3f TFLOP/s achieved on %s%s; %ld plans built at "
-                "setup, %ld since\n",
+                "setup, %ld since%s\n",
                 steps_run, wall, (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
                 100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
                 100 * sum_o / sum_step, achieved / 1e12, nv_engine_name(used), peak_text, builds_after_setup,
-                nv_plan_builds() - builds_after_setup);
+                nv_plan_builds() - builds_after_setup, mem_text);
     }
 done:
     if (handlers) {
