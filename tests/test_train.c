@@ -283,6 +283,20 @@ static void test_bad_training_args(void) {
     }
     snprintf(args, sizeof args, "train --data %s/missing.txt --out %s/x", t_tmpdir(), t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "missing.txt"), "missing data: '%s'", err);
+    /* a run far past this machine's memory (a terabyte of activations) is refused before it allocates */
+    const char *data = t_data("corpus/tinystories_valid_head.txt"), *tok = t_data("models/tok512.bin");
+    if (data && tok) {
+        snprintf(args, sizeof args,
+                 "train --dim 512 --layers 8 --heads 8 --context 1024 --batch 4096 --seq 1024 --steps 1 --data %s -z %s "
+                 "--out %s/huge",
+                 data, tok, t_tmpdir());
+        const int rc = run_nerve(args, err, sizeof err);
+        T_CHECK(rc == 1 && strstr(err, "nerve train: training needs about") && strstr(err, "lower --batch or --seq"),
+                "a run too large for memory: exit %d '%s'", rc, err);
+        char ck[700];
+        snprintf(ck, sizeof ck, "%s/huge/ckpt.bin", t_tmpdir());
+        T_CHECK(!nv_file_exists(ck), "a refused run wrote a checkpoint");
+    }
 }
 
 int main(void) {

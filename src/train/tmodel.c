@@ -72,11 +72,20 @@ static scratch_ptrs scratch_of(const nv_tmodel *tm) {
     return s;
 }
 
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T) {
+    const double n = (double)nv_config_param_count(c);
+    /* weights, gradients, AdamW's two moments, the plans' packed copies (bf16 tiles and dx's
+       transposed tiles, or fp32 panels: about 4 bytes a weight), activations and scratch */
+    return 20.0 * n + 4.0 * ((double)acts_layout(c, B, T, &(nv_acts){0}, NULL) + (double)scratch_layout(c, B, T, NULL, NULL));
+}
+
 nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                       nv_engine_id engine) {
     memset(tm, 0, sizeof *tm);
     if (B < 1 || T < 1 || T > c->seq_len)
         return nv_fail(NV_EINVAL, "batch %d x sequence %d does not fit the model's context of %d", B, T, c->seq_len);
+    if ((long long)B * T > (1 << 26)) /* row indices are ints; 67M tokens a step is far past any memory here */
+        return nv_fail(NV_EINVAL, "batch %d x sequence %d is %lld tokens a step: at most %d", B, T, (long long)B * T, 1 << 26);
     NV_TRY(nv_model_alloc(&tm->m, c));
     if (init) memcpy(tm->m.params, init, (size_t)tm->m.n_params * sizeof(float));
     else nv_model_init_random(&tm->m, seed);

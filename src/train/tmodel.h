@@ -49,6 +49,9 @@ typedef struct {
 nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                       nv_engine_id engine);
 void nv_tmodel_free(nv_tmodel *tm);
+/* About the bytes a training model of this shape and batch holds (with AdamW's state): for a check
+ * before anything is allocated. */
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T);
 
 /* Forward over inputs [B*T]; with targets, returns the mean cross-entropy (else 0). */
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);

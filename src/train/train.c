@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/pool.h"
@@ -214,6 +215,16 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
     }
 
+    /* a run that cannot fit this machine's memory is refused before it allocates (and before the
+       kernel kills it part way through setup) */
+    const double need = nv_tmodel_memory_bytes(c, o->batch, o->seq);
+    const double have = (double)nv_cpu_probe()->mem_total_bytes;
+    if (have > 0 && need > have) {
+        nv_ckpt_close(&ck);
+        return nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, gradients, AdamW state, packed weights and the "
+                                  "activations of %d x %d tokens) and this machine has %.1f GB: lower --batch or --seq",
+                       need / 1e9, o->batch, o->seq, have / 1e9);
+    }
     nv_tmodel tm;
     nv_err e = nv_tmodel_init(&tm, c, o->resume ? ck.params : o->init_params, o->seed, o->batch, o->seq, o->engine);
     if (e) {
@@ -277,9 +288,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     long steps_run = 0;
     int tty = isatty(STDERR_FILENO) && !o->quiet;
     float last_loss = 0, last_val = NAN;
-    nv_info("training %.2fM parameters on %s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step)",
+    nv_info("training %.2fM parameters on %s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about "
+            "%.2f GB of memory)",
             (double)tm.m.n_params / 1e6, nv_engine_name(nv_model_engine(&tm.m)), o->steps, o->batch, o->seq,
-            o->accum, tm.flops_per_step * o->accum / 1e9);
+            o->accum, tm.flops_per_step * o->accum / 1e9, need / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
         float v0 = eval_val(&tm, ds, o->eval_batches, in, tg);
