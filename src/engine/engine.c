@@ -1393,71 +1393,52 @@ static void plan_dx(const nv_plan *p, const float *dy, int m, float *dx, int acc
 void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 0); }
 void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 1); }
 
-/* dws[i] += dys[i]^T . x for i < count on engine e as it is (no ladder): x packed once for all. */
+/* dws[i] += dys[i]^T . x for i < count on engine e as it is (no ladder): x packed once for all; an
+ * empty product (ns[i] <= 0) is skipped. */
 static void gemm_dw_on(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
                        float *const *dws) {
     op_ctx c = {.b = x, .m = m, .k = k};
-    int done = 0;
+    /* the scalar loop over rows x columns unless the engine's packed x is there */
+    void (*task)(void *, int, int) = scalar_dw_task;
+    int runit = 1, cols = k, rows_first = 0;
     switch (e) {
     case NV_ENGINE_AVX2:
-    case NV_ENGINE_AVX512: {
+    case NV_ENGINE_AVX512:
         c.kf = engine_fp32[e];
-        float *Px = aalloc((size_t)m * rup(k, c.kf->nr) * sizeof(float));
-        if (!Px) break; /* falls to the scalar loop below */
-        c.abuf = Px;
+        if (!(c.abuf = aalloc((size_t)m * rup(k, c.kf->nr) * sizeof(float)))) break;
         run_tasks(pack_x_task, &c, conv_tasks(m, (size_t)m * k));
-        for (; done < count; done++) {
-            c.a = dys[done], c.n = ns[done], c.out = dws[done];
-            run_tasks(fp32_dw_task, &c, grid_make_rows(&c.g, c.n, c.kf->mr, cdiv(k, c.kf->nr), (double)m * c.n * k));
-        }
-        free(Px);
+        task = fp32_dw_task, runit = c.kf->mr, cols = cdiv(k, c.kf->nr), rows_first = 1;
         break;
-    }
     case NV_ENGINE_AVX512_BF16:
     case NV_ENGINE_AMX_BF16:
     case NV_ENGINE_AVX2_INT8:
     case NV_ENGINE_AVX512_INT8:
-    case NV_ENGINE_AMX_INT8: {
-        const int depth = rup(m, 32);
-        uint16_t *X = aalloc((size_t)cdiv(k, 16) * depth * 16 * sizeof(uint16_t));
-        if (!X) break;
+    case NV_ENGINE_AMX_INT8:
+        c.depth = rup(m, 32);
+        if (!(c.abuf = aalloc((size_t)cdiv(k, 16) * c.depth * 16 * sizeof(uint16_t)))) break;
         c.ka = tile_kern(e);
-        c.abuf = X;
-        c.depth = depth;
         run_tasks(pack_x_vnni_task, &c, conv_tasks(m, (size_t)m * k));
-        for (; done < count; done++) {
-            c.a = dys[done], c.n = ns[done], c.out = dws[done];
-            run_tasks(amx_grad_task, &c, grid_make_rows(&c.g, c.n, 32, cdiv(cdiv(k, 16), 2), (double)m * c.n * k));
-        }
-        free(X);
+        task = amx_grad_task, runit = 32, cols = cdiv(cdiv(k, 16), 2), rows_first = 1;
         break;
-    }
     default: break;
     }
-    if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
-    for (; done < count; done++) { /* scalar, or no memory for the packed x */
-        c.a = dys[done], c.n = ns[done], c.out = dws[done];
-        run_tasks(scalar_dw_task, &c, grid_make(&c.g, c.n, 1, k, (double)m * c.n * k));
+    for (int i = 0; i < count; i++) {
+        if (ns[i] <= 0) continue;
+        c.a = dys[i], c.n = ns[i], c.out = dws[i];
+        const double macs = (double)m * c.n * k;
+        run_tasks(task, &c, rows_first ? grid_make_rows(&c.g, c.n, runit, cols, macs) : grid_make(&c.g, c.n, runit, cols, macs));
     }
+    free(c.abuf);
+    if (atomic_load(&c.fail)) nv_warn("gemm_dw: out of memory; some outputs set to NaN");
 }
 
 void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
                       float *const *dws) {
-    if (m <= 0 || k <= 0 || count <= 0) return;
-    const float *dy_on[GROUP_MAX];
-    float *dw_on[GROUP_MAX];
-    int n_on[GROUP_MAX], on = 0;
-    for (int i = 0; i < count; i++) {
-        if (ns[i] <= 0) continue; /* an empty product, as nv_gemm_dw skips it */
-        if (on == GROUP_MAX) { /* a longer group in pieces: x packed once per piece */
-            nv_gemm_dw_group(e, dy_on, n_on, on, x, m, k, dw_on);
-            on = 0;
-        }
-        dy_on[on] = dys[i], n_on[on] = ns[i], dw_on[on++] = dws[i];
-    }
-    if (!on) return;
+    int any = 0;
+    for (int i = 0; i < count; i++) any |= ns[i] > 0;
+    if (m <= 0 || k <= 0 || !any) return;
     if (!engines_ready && nv_engines_init(NULL, 0) != NV_OK) e = NV_ENGINE_SCALAR;
-    gemm_dw_on(engine_resolve(e), dy_on, n_on, on, x, m, k, dw_on);
+    gemm_dw_on(engine_resolve(e), dys, ns, count, x, m, k, dws);
 }
 
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {

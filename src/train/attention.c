@@ -34,7 +34,7 @@ typedef struct {
 } attn_job;
 
 /* p[u] = exp(scale * s[u] - mx) * inv for u < n, zero for n <= u < n_zero (n_zero <= the row's
- * length rounded up to 8): one row's probabilities, the same operations forward and backward. */
+ * length rounded up to 8): one row's probabilities, backward, by the forward's operations. */
 static void probs_row(float *p, const float *s, int n, int n_zero, float scale, float mx, float inv) {
     const __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(mx), vinv = _mm256_set1_ps(inv);
     for (int u = 0; u < n; u += 8) {
@@ -44,7 +44,8 @@ static void probs_row(float *p, const float *s, int n, int n_zero, float scale, 
     for (int u = n; u < n_zero; u++) p[u] = 0.0f;
 }
 
-/* The softmax of scale * s[0..n) in place (zero from n to n_zero), its max and 1/sum into st[0..1]. */
+/* The softmax of scale * s[0..n) in place (zero from n to n_zero), its max and 1/sum into st[0..1]:
+ * probs_row's operations, each exp computed once (kept in s, then scaled). */
 static void softmax_row(float *s, int n, int n_zero, float scale, float *st) {
     const __m256 vs = _mm256_set1_ps(scale);
     __m256 vmax = _mm256_set1_ps(-INFINITY);
@@ -58,11 +59,14 @@ static void softmax_row(float *s, int n, int n_zero, float scale, float *st) {
     __m256 vsum = _mm256_setzero_ps();
     for (int u = 0; u < n; u += 8) {
         const __m256 e = nv_exp256(_mm256_sub_ps(_mm256_mul_ps(nv_load8_n(s + u, n - u), vs), vm));
+        nv_store8_n(s + u, e, n - u);
         vsum = _mm256_add_ps(vsum, n - u >= 8 ? e : _mm256_and_ps(e, _mm256_castsi256_ps(nv_lane_mask8(n - u))));
     }
     st[0] = mx;
     st[1] = 1.0f / nv_hsum256(vsum);
-    probs_row(s, s, n, n_zero, scale, mx, st[1]);
+    const __m256 vinv = _mm256_set1_ps(st[1]);
+    for (int u = 0; u < n; u += 8) nv_store8_n(s + u, _mm256_mul_ps(nv_load8_n(s + u, n - u), vinv), n - u);
+    for (int u = n; u < n_zero; u++) s[u] = 0.0f;
 }
 
 /* One (sequence, query head): per block of RB query rows, S = Q K^T over the keys up to the block's

@@ -272,6 +272,13 @@ double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
 
 /* ---- layers ----------------------------------------------------------------------------- */
 
+/* Tasks for a pass split into pieces (pieces >= 1): two per thread at most, so a thread held up
+ * elsewhere leaves little for the others to wait on. */
+static int pool_tasks(size_t pieces) {
+    const size_t most = 2 * (size_t)nv_pool_threads();
+    return (int)(pieces < most ? pieces : most);
+}
+
 /* Norms run on the pool in fixed chunks of NORM_ROWS rows: each row's arithmetic is its own, and the
  * weight gradient, a sum over rows, is summed per chunk and the chunks added in order, so the bits do
  * not depend on the threads. */
@@ -285,6 +292,11 @@ typedef struct {
     int rows, n;
     float eps;
 } norm_job;
+
+/* The end of chunk task's rows (it starts at task * NORM_ROWS). */
+static int norm_chunk_end(const norm_job *j, int task) {
+    return (task + 1) * NORM_ROWS < j->rows ? (task + 1) * NORM_ROWS : j->rows;
+}
 
 /* sum of a[j] * b[j] (* c[j] when c is not NULL) over 8 lanes, then the lanes in order */
 static float dot8(const float *a, const float *b, const float *c, int n) {
@@ -300,7 +312,7 @@ static float dot8(const float *a, const float *b, const float *c, int n) {
 static void norm_forward_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const norm_job *j = ctx;
-    const int n = j->n, r1 = (task + 1) * NORM_ROWS < j->rows ? (task + 1) * NORM_ROWS : j->rows;
+    const int n = j->n, r1 = norm_chunk_end(j, task);
     for (int r = task * NORM_ROWS; r < r1; r++) {
         const float *xr = j->x + (size_t)r * n;
         float *o = j->out + (size_t)r * n;
@@ -321,7 +333,7 @@ void nv_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
 static void norm_backward_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const norm_job *j = ctx;
-    const int n = j->n, r1 = (task + 1) * NORM_ROWS < j->rows ? (task + 1) * NORM_ROWS : j->rows;
+    const int n = j->n, r1 = norm_chunk_end(j, task);
     float *part = j->part + (size_t)task * n;
     memset(part, 0, (size_t)n * sizeof(float));
     for (int r = task * NORM_ROWS; r < r1; r++) {
@@ -358,8 +370,7 @@ void nv_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
     const int chunks = (rows + NORM_ROWS - 1) / NORM_ROWS;
     nv_pool_run(norm_backward_task, &j, chunks);
     norm_sum_job sj = {dw, part, chunks, n};
-    const int most = 2 * nv_pool_threads(), tasks = n / 256 + 1;
-    nv_pool_run(norm_sum_task, &sj, tasks < most ? tasks : most);
+    nv_pool_run(norm_sum_task, &sj, pool_tasks((size_t)n / 256 + 1));
 }
 
 typedef struct {
@@ -396,8 +407,7 @@ static void rope_task(void *ctx, int task, int n_tasks) {
 
 static void rope_rows(float *v, int rows, int T, int n_heads, int hd, const float *cosv, const float *sinv, float sign) {
     rope_job j = {v, rows, T, n_heads, hd, cosv, sinv, sign};
-    const int most = 2 * nv_pool_threads();
-    nv_pool_run(rope_task, &j, rows < most ? rows : most);
+    nv_pool_run(rope_task, &j, pool_tasks((size_t)rows));
 }
 
 /* Per-head RMSNorm (QK-norm): rows*n_heads vectors of hd. */
@@ -460,8 +470,7 @@ static void ew_task(void *ctx, int task, int n_tasks) {
 }
 
 static void ew_run(ew_job j) {
-    size_t tasks = j.n / 16384 + 1, most = 2 * (size_t)nv_pool_threads();
-    nv_pool_run(ew_task, &j, (int)(tasks < most ? tasks : most));
+    nv_pool_run(ew_task, &j, pool_tasks(j.n / 16384 + 1));
 }
 
 #define CE_TASKS 64
@@ -555,7 +564,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
         float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
         float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
-        float *att = LAYER(a->att_stats, l, (size_t)B * H * T * 2), *xout = LAYER(a->x, l + 1, sd);
+        float *att_stats = LAYER(a->att_stats, l, (size_t)B * H * T * 2), *xout = LAYER(a->x, l + 1, sd);
 
         nv_rmsnorm_forward(xn1, LAYER(a->rstd1, l, BT), x, w->rms_att + (size_t)l * d, BT, d, c->norm_eps);
         /* q, k and v in one job (xn1 made bf16 once on the tile engines); with QK-norm the raw
@@ -576,7 +585,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
         rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
         const double ta = nv_now();
-        nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, att, ao, s.datt);
+        nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, att_stats, ao, s.datt);
         tm->attn_seconds += nv_now() - ta;
         /* each product's element-wise follow-up in the same job, on the block's own thread */
         ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
@@ -629,7 +638,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
         float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
         float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
-        float *att = LAYER(a->att_stats, l, (size_t)B * H * T * 2);
+        const float *att_stats = LAYER(a->att_stats, l, (size_t)B * H * T * 2);
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
@@ -651,7 +660,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
         const double ta = nv_now();
-        nv_attention_backward(c, e, B, T, q, k, v, att, s.dao, s.dq, s.dk, s.dv, s.datt);
+        nv_attention_backward(c, e, B, T, q, k, v, att_stats, s.dao, s.dq, s.dk, s.dv, s.datt);
         tm->attn_seconds += nv_now() - ta;
         rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
         rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);
