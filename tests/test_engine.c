@@ -371,6 +371,35 @@ static void test_dw(void) {
     }
 }
 
+/* dw written instead of added to (a trainer's first micro-batch): over NaNs, the bits an add to zeros
+ * gives (as floats: a zero sum's sign may differ), on every train shape (sliced depths included),
+ * nothing past the end; no rows at all write zeros. */
+static void test_dw_overwrite(void) {
+    for (int s = 0; s < NTRAIN; s++) {
+        const int m = train_shapes[s][0], n = train_shapes[s][1], k = train_shapes[s][2];
+        float *x = malloc(sizeof(float) * m * k), *dy = malloc(sizeof(float) * m * n), *dwz = calloc((size_t)n * k, sizeof(float)),
+              *dw = malloc(sizeof(float) * (n * k + 1));
+        uint64_t seed = 4242 + s;
+        rnd(x, (size_t)m * k, &seed);
+        rnd(dy, (size_t)m * n, &seed);
+        for (int i = 0; i < n * k; i++) dw[i] = NAN;
+        dw[n * k] = 555.0f;
+        nv_gemm_dw(E, dy, x, m, n, k, dwz);
+        nv_gemm_dw_group(E, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, 0);
+        int bad = -1;
+        for (int i = n * k - 1; i >= 0; i--)
+            if (!(dw[i] == dwz[i])) bad = i;
+        T_CHECK(bad < 0, "m=%d n=%d k=%d: written dw[%d] = %.9g, added to zeros %.9g", m, n, k, bad, bad >= 0 ? dw[bad] : 0.0f,
+                bad >= 0 ? dwz[bad] : 0.0f);
+        T_CHECK(dw[n * k] == 555.0f, "dw written past its end");
+        nv_gemm_dw_group(E, (const float *const[]){dy}, (const int[]){n}, 1, x, 0, k, (float *const[]){dw}, 0);
+        int zero = 1;
+        for (int i = 0; i < n * k; i++) zero &= dw[i] == 0.0f;
+        T_CHECK(zero && dw[n * k] == 555.0f, "m=0 n=%d k=%d: an empty sum written is not zero", n, k);
+        free(x), free(dy), free(dwz), free(dw);
+    }
+}
+
 /* A group of weight gradients over one x gives each product's nv_gemm_dw bits (x packed once); an
  * empty member is skipped. */
 static void test_dw_group(void) {
@@ -388,12 +417,12 @@ static void test_dw_group(void) {
         memcpy(grp[i], one[i], sizeof(float) * ns[i] * K);
         nv_gemm_dw(E, dy[i], x, M, ns[i], K, one[i]);
     }
-    nv_gemm_dw_group(E, (const float *const *)dy, ns, 3, x, M, K, grp);
+    nv_gemm_dw_group(E, (const float *const *)dy, ns, 3, x, M, K, grp, 1);
     /* an empty member is skipped, the others still computed */
     float untouched = 7.0f;
     nv_gemm_dw(E, dy[1], x, M, ns[1], K, one[1]);
     nv_gemm_dw_group(E, (const float *const[]){dy[0], dy[1]}, (const int[]){0, ns[1]}, 2, x, M, K,
-                     (float *const[]){&untouched, grp[1]});
+                     (float *const[]){&untouched, grp[1]}, 1);
     T_CHECK(untouched == 7.0f, "an empty group member was written");
     for (int i = 0; i < 3; i++) {
         T_CHECK(memcmp(one[i], grp[i], sizeof(float) * ns[i] * K) == 0, "group member %d differs from its own nv_gemm_dw", i);
@@ -720,6 +749,7 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"dx after refresh equals a fresh plan's", test_dx_after_refresh},
                  {"gemm_dw", test_dw},
                  {"a gemm_dw group gives each product's bits", test_dw_group},
+                 {"gemm_dw written instead of added: the bits added to zeros give", test_dw_overwrite},
                  {"1 and 2 threads give identical bits", test_threads_identical},
                  {"a plan group gives its plans' bits and one epilogue pass", test_group},
                  {"block-quantized plans give the bits of fp32 plans", test_quant},

@@ -106,7 +106,6 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
                 tg[i] = (int)(nv_xorshift_u32(&st) % (uint32_t)c.vocab_size);
             }
             double t0 = 0, attn0 = 0;
-            nv_tmodel_zero_grad(&tm); /* from then on each optimizer step leaves them zero */
             for (int s = 0; s <= steps; s++) { /* step 0 warms up */
                 if (s == 1) t0 = nv_now(), attn0 = tm.attn_seconds;
                 nv_tmodel_forward(&tm, in, tg);

@@ -692,7 +692,7 @@ typedef struct {
     int depth;               /* padded reduction length */
     const float *colscale;   /* to_bf16: per-column factor (int8 dx folds the weight scales into dy) */
     float *rowscale;         /* int8: per-row activation scales */
-    int accumulate;          /* dx: add to the output instead of overwriting it */
+    int accumulate;          /* dx, dw: add to the output instead of overwriting it */
     atomic_int fail;         /* a task ran out of memory and wrote NaN */
 } op_ctx;
 
@@ -745,13 +745,16 @@ static void scalar_dx_task(void *vc, int task, int nt) {
     }
 }
 
-/* dw += dy^T . x: each element summed left to right over the m rows, starting from dw. */
+/* dw (+)= dy^T . x: each element summed left to right over the m rows, starting from dw (or 0). */
 static void scalar_dw_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
     int r0, r1, c0, c1;
     grid_task(&c->g, task, &r0, &r1, &c0, &c1);
     const int n = c->n, k = c->k;
+    if (!c->accumulate)
+        for (int a = r0; a < r1; a++)
+            for (int j = c0; j < c1; j++) c->out[(size_t)a * k + j] = 0.0f;
     for (int i = 0; i < c->m; i++) {
         const float *dy = c->a + (size_t)i * n, *x = c->b + (size_t)i * k;
         for (int a = r0; a < r1; a++) {
@@ -859,7 +862,7 @@ static int dw_block_rows(const nv_kern_fp32 *kf, int k) {
     return imax(1, units) * kf->mr;
 }
 
-/* dw += dy^T . x with the m rows as the depth. A task owns a block of dw's rows (dy's columns) and
+/* dw (+)= dy^T . x with the m rows as the depth. A task owns a block of dw's rows (dy's columns) and
  * of its panels; per block of rows and depth slice it transposes that piece of dy into a small
  * buffer, At[a][i] = dy[i0 + i][a0 + a], which stays in cache while the packed x slices stream by,
  * and runs the panel kernel accumulating into dw. dy is never copied whole (and read once unless
@@ -881,7 +884,7 @@ static void fp32_dw_task(void *vc, int task, int nt) {
             const int ki = imin(kc, m - i0);
             nv_transpose(c->a + (size_t)i0 * n + b0, n, ki, rows, At, ki);
             kf->gemm(At, ki, rows, ki, Px + ((size_t)i0 * np + (size_t)q0 * ki) * nr, q1 - q0,
-                     c->out + (size_t)b0 * k + (size_t)q0 * nr, k, k - q0 * nr, 1);
+                     c->out + (size_t)b0 * k + (size_t)q0 * nr, k, k - q0 * nr, c->accumulate || i0 > 0);
         }
     }
     free(At);
@@ -1066,8 +1069,8 @@ static void pack_x_vnni_task(void *vc, int task, int nt) {
 }
 
 /* The AMX backward products with the shared B tiles (c->abuf): dx = dy . W (c->p set; A = dy's rows
- * times the weight scales, for int8 plans; B = W^T's tiles) or dw += dy^T . x (A = dy^T's rows; B =
- * x's tiles; added to dw; with c->accumulate dx is added to as well). A task owns a block of the
+ * times the weight scales, for int8 plans; B = W^T's tiles) or dw = dy^T . x (A = dy^T's rows; B =
+ * x's tiles); with c->accumulate each is added to the output instead. A task owns a block of the
  * output's rows and of its column tiles; per block of rows (and slice of a deep product's depth) it
  * turns that piece of A into bf16 rows in a small buffer and runs the tile loop. dy is never
  * converted whole; each output is one tile chain per depth slice (one slice up to GRAD_SLICE_MIN),
@@ -1096,7 +1099,7 @@ static void amx_grad_task(void *vc, int task, int nt) {
             else dy_t_to_bf16(c->a, m, n, b0, rows, d0, A, sd);
             memset(A + (size_t)rows * sd, 0, (size_t)(arows - rows) * sd * sizeof(uint16_t)); /* the tile's zero rows */
             c->ka->bf16_gemm(A, sd, rows, sd, B + (size_t)(d0 / 32) * 512, (size_t)KB * 512, t1 - t0,
-                             c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, !dx || c->accumulate || d0 > 0);
+                             c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, c->accumulate || d0 > 0);
         }
     }
     free(A);
@@ -1393,11 +1396,11 @@ static void plan_dx(const nv_plan *p, const float *dy, int m, float *dx, int acc
 void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 0); }
 void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx) { plan_dx(p, dy, m, dx, 1); }
 
-/* dws[i] += dys[i]^T . x for i < count on engine e as it is (no ladder): x packed once for all; an
+/* dws[i] (+)= dys[i]^T . x for i < count on engine e as it is (no ladder): x packed once for all; an
  * empty product (ns[i] <= 0) is skipped. */
 static void gemm_dw_on(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
-                       float *const *dws) {
-    op_ctx c = {.b = x, .m = m, .k = k};
+                       float *const *dws, int accumulate) {
+    op_ctx c = {.b = x, .m = m, .k = k, .accumulate = accumulate};
     /* the scalar loop over rows x columns unless the engine's packed x is there */
     void (*task)(void *, int, int) = scalar_dw_task;
     int runit = 1, cols = k, rows_first = 0;
@@ -1433,16 +1436,21 @@ static void gemm_dw_on(nv_engine_id e, const float *const *dys, const int *ns, i
 }
 
 void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
-                      float *const *dws) {
+                      float *const *dws, int accumulate) {
     int any = 0;
     for (int i = 0; i < count; i++) any |= ns[i] > 0;
-    if (m <= 0 || k <= 0 || !any) return;
+    if (k <= 0 || !any) return;
+    if (m <= 0) { /* an empty sum: dws as they are, or zero */
+        for (int i = 0; i < count && !accumulate; i++)
+            if (ns[i] > 0) memset(dws[i], 0, (size_t)ns[i] * (size_t)k * sizeof(float));
+        return;
+    }
     if (!engines_ready && nv_engines_init(NULL, 0) != NV_OK) e = NV_ENGINE_SCALAR;
-    gemm_dw_on(engine_resolve(e), dys, ns, count, x, m, k, dws);
+    gemm_dw_on(engine_resolve(e), dys, ns, count, x, m, k, dws, accumulate);
 }
 
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
-    nv_gemm_dw_group(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw});
+    nv_gemm_dw_group(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, 1);
 }
 
 /* ---------------------------------------------------------------- probing */
@@ -1516,8 +1524,8 @@ static int selftest(nv_engine_id e, char *why, size_t len) {
         nv_plan_run_dx(ps, dy, m, dxr);
         memcpy(dw, dw0, sizeof(float) * n * k);
         memcpy(dwr, dw0, sizeof(float) * n * k);
-        gemm_dw_on(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw});
-        gemm_dw_on(NV_ENGINE_SCALAR, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dwr});
+        gemm_dw_on(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, 1);
+        gemm_dw_on(NV_ENGINE_SCALAR, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dwr}, 1);
         /* y: reduction over k */
         for (int r = 0; ok && r < m; r++) {
             double qx = int8_tiles(e) ? max_abs(x + (size_t)r * k, k) / 127.0f * 0.5 : 0;

@@ -163,9 +163,12 @@ void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx);
  * rung down that is on. */
 void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
 /* dws[i] += dys[i]^T . x for i < count (dys[i] m x ns[i]): the weight gradients of several products
- * of the same x (q, k and v; w1 and w3), x packed once; each exactly what nv_gemm_dw gives. */
+ * of the same x (q, k and v; w1 and w3), x packed once; each exactly what nv_gemm_dw gives. With
+ * accumulate 0 each dws[i] is overwritten instead, with the bits += gives on a zeroed dws[i] (but for
+ * the sign of a zero sum): a trainer's first micro-batch neither clears its gradients in a pass of
+ * its own nor reads them back. */
 void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, int count, const float *x, int m, int k,
-                      float *const *dws);
+                      float *const *dws, int accumulate);
 /* Products on the calling thread, for work already split over the pool (one attention head per
  * task): an operand B (depth k x n outputs) is packed once into an engine's layout in a buffer the
  * caller owns, then any number of products C (+)= A . B run over a prefix of its depth and outputs.

@@ -139,7 +139,10 @@ void nv_tmodel_free(nv_tmodel *tm) {
     memset(tm, 0, sizeof *tm);
 }
 
-void nv_tmodel_zero_grad(nv_tmodel *tm) { memset(tm->grads, 0, (size_t)tm->m.n_params * sizeof(float)); }
+void nv_tmodel_zero_grad(nv_tmodel *tm) {
+    memset(tm->grads, 0, (size_t)tm->m.n_params * sizeof(float));
+    tm->grads_held = 0;
+}
 
 /* A matrix a plan holds: its place in params, its plan, rows x k. */
 typedef struct {
@@ -199,14 +202,41 @@ static void opt_task(void *ctx, int task, int n_tasks) {
     const opt_job *j = ctx;
     const opt_piece *pc = &j->pieces[task];
     nv_adamw_range(j->a, j->u, j->tm->m.params, j->tm->grads, pc->lo, pc->hi);
-    /* the next step's zero gradients, written while the piece is in cache (no pass of its own) */
-    memset(j->tm->grads + pc->lo, 0, (size_t)(pc->hi - pc->lo) * sizeof(float));
     if (pc->plan) nv_plan_refresh_rows(pc->plan, pc->w, pc->r0, pc->r1);
 }
 
 static int matrix_cmp(const void *x, const void *y) {
     const opt_matrix *a = x, *b = y;
     return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* The 7 * n_layers + 1 matrices sorted by place (malloc'd; NULL when out of memory). */
+static opt_matrix *sorted_matrices(const nv_tmodel *tm, int *count) {
+    const int k = *count = 7 * tm->m.config.n_layers + 1;
+    opt_matrix *mats = malloc(sizeof *mats * (size_t)k);
+    if (!mats) return NULL;
+    for (int i = 0; i < k; i++) mats[i] = plan_matrix(tm, i);
+    qsort(mats, (size_t)k, sizeof *mats, matrix_cmp);
+    return mats;
+}
+
+/* Before a backward that writes the gradients (nothing held): zero those no weight-gradient product
+ * writes whole (norm weights, biases, an embedding apart from the classifier), as the backward adds
+ * to them. */
+static void zero_unwritten_grads(nv_tmodel *tm) {
+    int count;
+    opt_matrix *mats = sorted_matrices(tm, &count);
+    if (!mats) { /* out of memory for the list: all of them */
+        nv_tmodel_zero_grad(tm);
+        return;
+    }
+    uint64_t pos = 0;
+    for (int i = 0; i <= count; i++) {
+        const uint64_t end = i < count ? mats[i].off : tm->m.n_params;
+        if (end > pos) memset(tm->grads + pos, 0, (size_t)(end - pos) * sizeof(float));
+        if (i < count && mats[i].off + mats[i].n > pos) pos = mats[i].off + mats[i].n;
+    }
+    free(mats);
 }
 
 /* Pieces covering [lo, hi) without a plan, written to out when it is not NULL; returns count plus
@@ -243,17 +273,15 @@ static size_t all_pieces(opt_piece *out, const opt_matrix *mats, int count, cons
 static double optimize_two_pass(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
     const double norm = nv_adamw_step(opt, tm->m.params, tm->grads, lr_out);
     nv_tmodel_refresh(tm);
-    nv_tmodel_zero_grad(tm);
+    tm->grads_held = 0;
     return norm;
 }
 
 double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
     const float *base = tm->m.params;
-    const int k = 7 * tm->m.config.n_layers + 1;
-    opt_matrix *mats = malloc(sizeof *mats * (size_t)k);
+    int k;
+    opt_matrix *mats = sorted_matrices(tm, &k);
     if (!mats) return optimize_two_pass(tm, opt, lr_out);
-    for (int i = 0; i < k; i++) mats[i] = plan_matrix(tm, i);
-    qsort(mats, (size_t)k, sizeof *mats, matrix_cmp);
     const size_t np = all_pieces(NULL, mats, k, base, tm->m.n_params);
     opt_piece *pieces = np <= INT32_MAX ? malloc(sizeof *pieces * np) : NULL;
     if (!pieces) {
@@ -264,6 +292,7 @@ double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
     const nv_adamw_update u = nv_adamw_begin(opt, tm->grads);
     opt_job j = {tm, opt, &u, pieces};
     nv_pool_run(opt_task, &j, (int)np);
+    tm->grads_held = 0; /* spent: the next backward writes them */
     free(pieces);
     free(mats);
     if (lr_out) *lr_out = u.lr;
@@ -609,6 +638,11 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     return tm->loss;
 }
 
+/* dw (+)= dy^T . x for one weight. */
+static void dw1(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw, int accumulate) {
+    nv_gemm_dw_group(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, accumulate);
+}
+
 void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     const nv_config *c = &tm->m.config;
     const nv_weights *w = &tm->m.w;
@@ -621,6 +655,10 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     }
     nv_engine_id e = nv_plan_engine(tm->m.cls_plan);
     int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim, V = c->vocab_size;
+    /* the weight-gradient products add to the gradients held, or, with none held since the last
+       update, write them (no pass clearing them first, no reading zeros back) */
+    const int acc = tm->grads_held;
+    if (!acc) zero_unwritten_grads(tm);
     int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
 
@@ -629,7 +667,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
                  .dscale = grad_scale / (float)BT};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
-    nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls); /* == g->tok_emb when shared */
+    dw1(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */
     memset(s.dx, 0, sd * sizeof(float));
     nv_rmsnorm_backward(s.dx, g->rms_final, s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d, s.normp);
 
@@ -643,19 +681,19 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
         nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
-        nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n);
+        dw1(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
         ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
         nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
         nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
         nv_gemm_dw_group(e, (const float *const[]){s.dh1, s.dh3}, (const int[]){hid, hid}, 2, xn2, BT, d,
-                         (float *const[]){g->w1 + (size_t)l * wf_n, g->w3 + (size_t)l * wf_n});
+                         (float *const[]){g->w1 + (size_t)l * wf_n, g->w3 + (size_t)l * wf_n}, acc);
         memcpy(s.dx2, s.dx, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx2, g->rms_ffn + (size_t)l * d, s.dxn, x2, w->rms_ffn + (size_t)l * d,
                             LAYER(a->rstd2, l, BT), BT, d, s.normp);
 
         /* attention: x2 = x + Wo . attn(q, k, v) */
         nv_plan_run_dx(lp->wo, s.dx2, BT, s.dao);
-        nv_gemm_dw(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n);
+        dw1(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
         memset(s.dq, 0, sq * sizeof(float));
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
@@ -686,7 +724,8 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         nv_plan_run_dx_add(lp->wk, dk_in, BT, s.dxn);
         nv_plan_run_dx_add(lp->wv, s.dv, BT, s.dxn);
         nv_gemm_dw_group(e, (const float *const[]){dq_in, dk_in, s.dv}, (const int[]){qd, kvd, kvd}, 3, xn1, BT, d,
-                         (float *const[]){g->wq + (size_t)l * wq_n, g->wk + (size_t)l * wkv_n, g->wv + (size_t)l * wkv_n});
+                         (float *const[]){g->wq + (size_t)l * wq_n, g->wk + (size_t)l * wkv_n, g->wv + (size_t)l * wkv_n},
+                         acc);
         memcpy(s.dx, s.dx2, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx, g->rms_att + (size_t)l * d, s.dxn, x, w->rms_att + (size_t)l * d,
                             LAYER(a->rstd1, l, BT), BT, d, s.normp);
@@ -696,4 +735,5 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         const float *dxr = s.dx + (size_t)r * d;
         for (int j = 0; j < d; j++) ge[j] += dxr[j];
     }
+    tm->grads_held = 1;
 }

@@ -33,6 +33,8 @@ typedef struct {
 typedef struct {
     nv_model m;        /* config, master weights (owned, writable) and plans */
     float *grads;      /* [n_params] */
+    int grads_held;    /* grads hold a sum the next backward adds to; 0 after init, zero_grad and each
+                          optimizer step: the next backward writes them */
     nv_weights g;      /* pointers into grads */
     int B, T;
     nv_acts a;
@@ -56,7 +58,9 @@ double nv_tmodel_memory_bytes(const nv_config *c, int B, int T);
 /* Forward over inputs [B*T]; with targets, returns the mean cross-entropy (else 0). */
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
 /* Backward of the last forward (which must have had targets); adds grad_scale * dLoss/dparam
- * into grads (grad_scale = 1/accum_steps averages micro-batches). */
+ * into grads (grad_scale = 1/accum_steps averages micro-batches). The first backward after init,
+ * zero_grad or an optimizer step writes them instead (the weight-gradient products overwrite;
+ * the rest is cleared first), with the bits an add to zeros gives. */
 void nv_tmodel_backward(nv_tmodel *tm, float grad_scale);
 void nv_tmodel_zero_grad(nv_tmodel *tm);
 /* Rewrites every plan's packed weights from the master weights. */
@@ -64,8 +68,8 @@ void nv_tmodel_refresh(nv_tmodel *tm);
 /* One optimizer update of the master weights from grads, each plan's packed copy refreshed in the
  * same pass: the parameters go by pieces over the pool, and a piece of a matrix's rows is packed
  * right after its update, while it is still in cache (not re-read from memory in a second pass).
- * The same bits as nv_adamw_step followed by nv_tmodel_refresh; the gradients are left zero (each
- * piece cleared right after its update, while in cache), ready for the next step's backward.
+ * The same bits as nv_adamw_step followed by nv_tmodel_refresh. The gradients are spent (grads_held
+ * 0): the next backward writes them rather than adding, so they are neither cleared nor read back.
  * Returns the pre-clip gradient norm; *lr_out receives the rate used. */
 double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out);
 

@@ -307,7 +307,6 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     const char *delay_env = getenv("NERVE_TEST_STEP_DELAY_MS");
     int step_delay_ms = delay_env ? atoi(delay_env) : 0;
     long step;
-    nv_tmodel_zero_grad(&tm); /* from then on each optimizer step leaves them zero */
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;
         double loss = 0;
