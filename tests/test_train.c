@@ -271,6 +271,60 @@ static void test_finetune_stories260K_lowers_val_loss(void) {
     T_CHECK(isfinite(before) && isfinite(after) && after < before, "validation loss %.4f -> %.4f", before, after);
 }
 
+/* A gradient that is not finite (a hook poisons one from step 3 on) skips its update: the run warns
+ * per step, writes valid JSON (null, "skipped":true), and after 5 such steps in a row stops as
+ * diverged (exit 1, one error line) with a checkpoint whose weights and moments are those of step 2,
+ * bit for bit what a 2-step run saves. */
+static void test_diverged_run_stops_and_keeps_good_weights(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    char args[4096], cmd[8192], err[8192], dir[600], ref[600], path[800];
+    snprintf(dir, sizeof dir, "%s/diverged", t_tmpdir());
+    snprintf(ref, sizeof ref, "%s/two_steps", t_tmpdir());
+    train_args(args, sizeof args, dir, "");
+    snprintf(cmd, sizeof cmd, "exec env NERVE_TEST_NAN_GRAD_FROM=3 %s %s >/dev/null 2>%s/diverged.err </dev/null",
+             t_nerve_bin(), args, t_tmpdir());
+    int st = system(cmd), rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    snprintf(path, sizeof path, "%s/diverged.err", t_tmpdir());
+    char *text = NULL;
+    nv_file_read_all(path, &text, NULL);
+    snprintf(err, sizeof err, "%s", text ? text : "");
+    free(text);
+    const char *line = strstr(err, "nerve train: training diverged");
+    T_CHECK(rc == 1 && line && strchr(line, '\n') == strrchr(err, '\n'), "diverged run: exit %d '%s'", rc, err);
+    int warned = 0;
+    for (const char *p = err; (p = strstr(p, "update skipped")) != NULL; p++) warned++;
+    T_CHECK(warned == 5, "%d skipped-update warnings, not 5: '%s'", warned, err);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    text = NULL;
+    nv_file_read_all(path, &text, NULL);
+    int skipped = 0, nulls = 0;
+    for (const char *p = text; p && (p = strstr(p, "\"skipped\":true")) != NULL; p++) skipped++;
+    for (const char *p = text; p && (p = strstr(p, "\"grad_norm\":null")) != NULL; p++) nulls++;
+    T_CHECK(text && skipped == 5 && nulls == 5 && !strstr(text, "nan") && !strstr(text, "inf") && strstr(text, "\"step\":7,") &&
+                !strstr(text, "\"step\":8,"),
+            "metrics of the diverged run: %d skipped, %d null norms: %s", skipped, nulls, text ? text : "(none)");
+    free(text);
+    /* its checkpoint holds step 2's weights and moments (step counts the skipped updates too) */
+    train_args(args, sizeof args, ref, "--steps 2");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "2-step run: '%s'", err);
+    char ca[800], cb[800];
+    snprintf(ca, sizeof ca, "%s/ckpt.bin", dir);
+    snprintf(cb, sizeof cb, "%s/ckpt.bin", ref);
+    nv_ckpt a = {0}, b = {0};
+    if (nv_ckpt_load(ca, &a) != NV_OK || nv_ckpt_load(cb, &b) != NV_OK) {
+        T_CHECK(0, "checkpoints: %s", nv_errmsg());
+    } else {
+        const size_t bytes = (size_t)a.h.n_params * sizeof(float);
+        T_CHECK(a.h.step == 7 && b.h.step == 2 && a.h.n_params == b.h.n_params, "steps %lld and %lld", (long long)a.h.step,
+                (long long)b.h.step);
+        T_CHECK(a.h.n_params == b.h.n_params && !memcmp(a.params, b.params, bytes) && !memcmp(a.m, b.m, bytes) &&
+                    !memcmp(a.v, b.v, bytes),
+                "the diverged run's checkpoint is not step 2's state");
+    }
+    nv_ckpt_close(&a);
+    nv_ckpt_close(&b);
+}
+
 static void test_bad_training_args(void) {
     char err[4096], args[4096];
     const char *bad[] = {"train --steps 0", "train --batch x", "train --preset nope", "train --dim 30 --layers 2",
@@ -306,6 +360,7 @@ int main(void) {
     T_RUN(test_export_then_generate);
     T_RUN(test_qk_norm_run_writes_gguf);
     T_RUN(test_finetune_stories260K_lowers_val_loss);
+    T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
     return t_done();
 }

@@ -609,6 +609,58 @@ static void test_fused_optimizer_matches_two_passes(void) {
     nv_engines_init(NULL, 0);
 }
 
+/* A gradient norm that is not finite (an infinity, then a NaN, among the gradients) skips the
+ * update, fused or not: weights, moments and the packed copies stay as they were (the next forward
+ * gives the same loss), the update still counts, and a finite step afterwards updates again. */
+static void test_nonfinite_gradient_skips_update(void) {
+    const nv_config c = {40, 72, 2, 4, 2, 10, 300, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    enum { B = 2, T = 8 };
+    int in[B * T], tg[B * T];
+    make_batch(B, T, c.vocab_size, in, tg, 5);
+    nv_tmodel tm;
+    if (nv_tmodel_init(&tm, &c, NULL, 9, B, T, nv_engine_best_float()) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    nv_adamw opt;
+    nv_adamw_opts o;
+    nv_adamw_defaults(&o);
+    o.total_steps = 10;
+    T_CHECK(nv_adamw_init(&opt, &o, &c, tm.m.n_params) == NV_OK, "adamw");
+    const size_t bytes = (size_t)tm.m.n_params * sizeof(float);
+    float *p0 = malloc(bytes), *m0 = malloc(bytes), *v0 = malloc(bytes);
+    float lr;
+    for (int round = 0; round < 2; round++) { /* a finite step first, so the moments are not zero */
+        nv_tmodel_forward(&tm, in, tg);
+        nv_tmodel_backward(&tm, 1.0f);
+        nv_tmodel_optimize(&tm, &opt, &lr);
+    }
+    const float loss0 = nv_tmodel_forward(&tm, in, tg);
+    nv_tmodel_backward(&tm, 1.0f);
+    memcpy(p0, tm.m.params, bytes), memcpy(m0, opt.m, bytes), memcpy(v0, opt.v, bytes);
+    tm.grads[tm.m.n_params / 2] = INFINITY;
+    const long step0 = opt.step;
+    double norm = nv_tmodel_optimize(&tm, &opt, &lr);
+    T_CHECK(!isfinite(norm) && opt.step == step0 + 1, "fused: norm %g, step %ld after %ld", norm, opt.step, step0);
+    T_CHECK(!memcmp(p0, tm.m.params, bytes) && !memcmp(m0, opt.m, bytes) && !memcmp(v0, opt.v, bytes),
+            "fused: a skipped update changed the weights or moments");
+    const float loss1 = nv_tmodel_forward(&tm, in, tg);
+    T_CHECK(!memcmp(&loss0, &loss1, sizeof loss0), "the packed copies changed: loss %.9g then %.9g", loss0, loss1);
+    nv_tmodel_backward(&tm, 1.0f);
+    tm.grads[3] = NAN;
+    norm = nv_adamw_step(&opt, tm.m.params, tm.grads, &lr);
+    T_CHECK(isnan(norm) && !memcmp(p0, tm.m.params, bytes) && !memcmp(m0, opt.m, bytes) && !memcmp(v0, opt.v, bytes),
+            "unfused: norm %g, or a skipped update changed the weights or moments", norm);
+    tm.grads_held = 0; /* spent by that update */
+    nv_tmodel_forward(&tm, in, tg);
+    nv_tmodel_backward(&tm, 1.0f);
+    norm = nv_tmodel_optimize(&tm, &opt, &lr);
+    T_CHECK(isfinite(norm) && memcmp(p0, tm.m.params, bytes), "a finite step after skipped ones did not update");
+    free(p0), free(m0), free(v0);
+    nv_adamw_free(&opt);
+    nv_tmodel_free(&tm);
+}
+
 int main(void) {
     nv_engines_init(NULL, 0);
     T_RUN(test_fd_gqa_tied);
@@ -624,5 +676,6 @@ int main(void) {
     T_RUN(test_grad_norm_chunks);
     T_RUN(test_threads_same_bits);
     T_RUN(test_fused_optimizer_matches_two_passes);
+    T_RUN(test_nonfinite_gradient_skips_update);
     return t_done();
 }

@@ -157,6 +157,7 @@ nv_adamw_update nv_adamw_begin(nv_adamw *a, const float *grads) {
     const nv_adamw_opts *o = &a->o;
     nv_adamw_update u;
     u.norm = nv_grad_norm(grads, a->n);
+    u.skip = !isfinite(u.norm);
     u.clip = 1.0f;
     if (o->grad_clip > 0 && u.norm > o->grad_clip) u.clip = (float)(o->grad_clip / u.norm);
     u.lr = nv_lr_at(o, a->step);
@@ -183,7 +184,7 @@ static void adam_task(void *ctx, int task, int n_tasks) {
 double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out) {
     const nv_adamw_update u = nv_adamw_begin(a, grads);
     adam_job j = {a, &u, params, grads};
-    nv_pool_run(adam_task, &j, OPT_CHUNKS);
+    if (!u.skip) nv_pool_run(adam_task, &j, OPT_CHUNKS);
     if (lr_out) *lr_out = u.lr;
     return u.norm;
 }

@@ -33,7 +33,9 @@ float nv_lr_at(const nv_adamw_opts *o, long step);
 /* L2 norm of the gradient vector. */
 double nv_grad_norm(const float *g, uint64_t n);
 /* One update of params from grads (clipped to grad_clip by global norm when > 0).
- * Returns the pre-clip gradient norm; *lr_out receives the rate used. */
+ * Returns the pre-clip gradient norm; *lr_out receives the rate used. A norm that is not finite
+ * (a NaN or an infinity among the gradients) skips the update: params, m and v are left as they
+ * are (it still counts as an update, so the schedule and a resumed run go on alike). */
 double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_out);
 
 /* The same update in pieces, for a caller that does more with each piece while it is in cache
@@ -43,6 +45,7 @@ double nv_adamw_step(nv_adamw *a, float *params, const float *grads, float *lr_o
 typedef struct {
     double norm;
     float clip, lr, bc1, bc2;
+    int skip; /* the norm is not finite: no nv_adamw_range for this update */
 } nv_adamw_update;
 nv_adamw_update nv_adamw_begin(nv_adamw *a, const float *grads);
 void nv_adamw_range(const nv_adamw *a, const nv_adamw_update *u, float *params, const float *grads, uint64_t lo,

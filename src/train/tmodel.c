@@ -291,7 +291,7 @@ double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
     all_pieces(pieces, mats, k, base, tm->m.n_params);
     const nv_adamw_update u = nv_adamw_begin(opt, tm->grads);
     opt_job j = {tm, opt, &u, pieces};
-    nv_pool_run(opt_task, &j, (int)np);
+    if (!u.skip) nv_pool_run(opt_task, &j, (int)np); /* skipped: the weights and their packed copies stay */
     tm->grads_held = 0; /* spent: the next backward writes them */
     free(pieces);
     free(mats);

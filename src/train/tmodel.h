@@ -70,7 +70,8 @@ void nv_tmodel_refresh(nv_tmodel *tm);
  * right after its update, while it is still in cache (not re-read from memory in a second pass).
  * The same bits as nv_adamw_step followed by nv_tmodel_refresh. The gradients are spent (grads_held
  * 0): the next backward writes them rather than adding, so they are neither cleared nor read back.
- * Returns the pre-clip gradient norm; *lr_out receives the rate used. */
+ * Returns the pre-clip gradient norm; *lr_out receives the rate used. A norm that is not finite
+ * skips the update (nv_adamw_step's rule): weights, moments and packed copies stay as they are. */
 double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out);
 
 /* Building blocks (exposed for tests). */

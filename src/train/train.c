@@ -138,6 +138,12 @@ static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in,
     return n ? (float)(sum / n) : NAN;
 }
 
+/* A number for metrics.jsonl: JSON has no NaN or infinity, so those are null. */
+static void json_num(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
 static void fmt_duration(char *buf, size_t cap, double s) {
     if (s < 0 || !isfinite(s)) snprintf(buf, cap, "?");
     else if (s < 60) snprintf(buf, cap, "%.0fs", s);
@@ -303,9 +309,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             if (!o->quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
         }
     }
-    /* test hook: a pause after each step, so a test can interrupt a tiny run part way reliably */
-    const char *delay_env = getenv("NERVE_TEST_STEP_DELAY_MS");
+    /* test hooks: a pause after each step, so a test can interrupt a tiny run part way reliably; a NaN
+       gradient from a given step on, so a test can watch the run stop as diverged */
+    const char *delay_env = getenv("NERVE_TEST_STEP_DELAY_MS"), *nan_env = getenv("NERVE_TEST_NAN_GRAD_FROM");
     int step_delay_ms = delay_env ? atoi(delay_env) : 0;
+    long nan_from = nan_env ? atol(nan_env) : 0;
+    int skip_streak = 0; /* updates skipped in a row for a gradient norm that was not finite */
+    long last_good = step0;
     long step;
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;
@@ -320,10 +330,16 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             tb += nv_now() - tb0;
         }
         loss /= o->accum;
+        if (nan_from > 0 && step + 1 >= nan_from) tm.grads[0] = NAN;
         double to0 = nv_now();
         float lr;
-        /* the packed engine copies follow the master weights in the same pass; plans are not rebuilt */
+        /* the packed engine copies follow the master weights in the same pass; plans are not rebuilt; a
+           gradient norm that is not finite leaves everything as it was (the update is skipped) */
         double gnorm = nv_tmodel_optimize(&tm, &opt, &lr);
+        const int skipped = !isfinite(gnorm);
+        skip_streak = skipped ? skip_streak + 1 : 0;
+        if (!skipped) last_good = step + 1;
+        const int diverged = skip_streak >= NV_TRAIN_DIVERGED_STEPS;
         double t1 = nv_now(), dt = t1 - t0;
         tokens_seen += (int64_t)bt * o->accum;
         sum_f += tf, sum_b += tb, sum_o += t1 - to0, sum_step += dt;
@@ -336,17 +352,20 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             if (!isnan(val)) last_val = val;
         }
         double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * o->accum / dt / 1e12;
+        fprintf(metrics, "{\"step\":%ld", step + 1);
+        json_num(metrics, "loss", loss);
+        fprintf(metrics, ",\"lr\":%.6g", lr);
+        json_num(metrics, "grad_norm", gnorm);
         fprintf(metrics,
-                "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,"
-                "\"ms_forward\":%.2f,\"ms_backward\":%.2f,\"ms_optimizer\":%.2f,\"ms_wait\":0,\"tflops\":%.4f,"
-                "\"tokens\":%lld,\"plan_builds\":%ld",
-                step + 1, loss, lr, gnorm, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tflops,
-                (long long)tokens_seen, nv_plan_builds());
-        if (!isnan(val)) fprintf(metrics, ",\"val_loss\":%.9g", val);
+                ",\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,\"ms_forward\":%.2f,\"ms_backward\":%.2f,\"ms_optimizer\":%.2f,"
+                "\"ms_wait\":0,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
+                tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tflops, (long long)tokens_seen, nv_plan_builds());
+        if (skipped) fprintf(metrics, ",\"skipped\":true");
+        if (!isnan(val)) json_num(metrics, "val_loss", val);
         fprintf(metrics, "}\n");
         fflush(metrics);
-        series_add(&tr, (float)(step + 1), (float)loss);
-        if (!isnan(val)) series_add(&va, (float)(step + 1), val);
+        if (isfinite(loss)) series_add(&tr, (float)(step + 1), (float)loss);
+        if (isfinite(val)) series_add(&va, (float)(step + 1), val);
 
         double avg = sum_step / steps_run;
         char eta[32], vbuf[32] = "";
@@ -359,12 +378,17 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                  step + 1, o->steps, loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tflops, eta);
         if (tty) fprintf(stderr, "\r\033[K%s", line);
         else if (!o->quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
+        if (skipped) {
+            if (tty) fprintf(stderr, "\n");
+            nv_warn("step %ld: the gradient norm is %g: update skipped, weights and optimizer state unchanged", step + 1,
+                    gnorm);
+        }
 
         if (step_delay_ms > 0) {
             struct timespec ts = {step_delay_ms / 1000, (long)(step_delay_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
-        int stop = nv_train_stop_requested || (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s);
+        int stop = diverged || nv_train_stop_requested || (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s);
         if (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0)) {
             nv_ckpt_header h;
             memset(&h, 0, sizeof h);
@@ -382,6 +406,14 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             h.last_val_loss = last_val;
             if ((e = nv_ckpt_save(ckpt_path, &h, tm.m.params, opt.m, opt.v))) goto done;
             write_svg(svg_path, &tr, &va, o->steps);
+        }
+        if (diverged) {
+            e = nv_fail(NV_ERANGE,
+                        "training diverged: the gradient norm was not finite for %d steps in a row (to step %ld), whose updates "
+                        "were skipped; %s holds the weights of step %ld, the last good update: lower --lr, or check the data",
+                        skip_streak, step + 1, ckpt_path, last_good);
+            step++;
+            break;
         }
         if (stop && !last) {
             if (tty) fprintf(stderr, "\n");

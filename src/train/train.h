@@ -32,7 +32,11 @@ typedef struct {
 } nv_train_opts;
 
 void nv_train_defaults(nv_train_opts *o);
-/* Runs (or resumes) training. Returns NV_OK also when stopped by a signal after saving. */
+/* Updates skipped in a row (a gradient norm that is not finite) after which a run stops as diverged. */
+#define NV_TRAIN_DIVERGED_STEPS 5
+/* Runs (or resumes) training. Returns NV_OK also when stopped by a signal after saving; a run
+ * that diverged saves its checkpoint and model (the weights of the last good update) and returns
+ * NV_ERANGE. */
 nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *train);
 /* Set by the SIGINT/SIGTERM handler that nv_train_run installs; exposed for tests. */
 extern volatile int nv_train_stop_requested;
