@@ -269,6 +269,29 @@ static void test_finetune_stories260K_lowers_val_loss(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "fine-tune failed: %s", err);
     float before = val_at(dir, 0), after = val_at(dir, 10);
     T_CHECK(isfinite(before) && isfinite(after) && after < before, "validation loss %.4f -> %.4f", before, after);
+    /* the same model with one NaN weight is refused before anything is written */
+    char bad[700], *bytes = NULL;
+    size_t len = 0;
+    snprintf(bad, sizeof bad, "%s/nan_weight.bin", t_tmpdir());
+    snprintf(dir, sizeof dir, "%s/ft_nan", t_tmpdir());
+    if (nv_file_read_all(m, &bytes, &len) != NV_OK || len < 28 + 4 * 1000) {
+        T_CHECK(0, "cannot read %s", m);
+        free(bytes);
+        return;
+    }
+    const float nan = NAN;
+    memcpy(bytes + 28 + 4 * 777, &nan, 4);
+    nv_iov part = {bytes, len};
+    T_CHECK(nv_file_write_atomic(bad, &part, 1) == NV_OK, "write %s", bad);
+    free(bytes);
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 2 --batch 4 --seq 64 --quiet --out %s", bad, tok,
+             data, dir);
+    const int rc = run_nerve(args, err, sizeof err);
+    char ck[800];
+    snprintf(ck, sizeof ck, "%s/ckpt.bin", dir);
+    const char *line = strstr(err, "nerve train: the starting weights hold a value that is not finite");
+    T_CHECK(rc == 1 && line && strchr(line, '\n') == strrchr(err, '\n') && !nv_file_exists(ck),
+            "a NaN weight to fine-tune: exit %d '%s'", rc, err);
 }
 
 /* A gradient that is not finite (a hook poisons one from step 3 on) skips its update: the run warns

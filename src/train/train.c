@@ -221,6 +221,15 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
     }
 
+    /* starting weights with a NaN or an infinity would only ever skip their updates */
+    if (!o->resume && o->init_params) {
+        const uint64_t n = nv_config_param_count(c);
+        for (uint64_t i = 0; i < n; i++)
+            if (!isfinite(o->init_params[i]))
+                return nv_fail(NV_EFORMAT, "the starting weights hold a value that is not finite (parameter %llu of %llu): "
+                                           "a model to fine-tune must be finite",
+                               (unsigned long long)i, (unsigned long long)n);
+    }
     /* a run that cannot fit this machine's memory is refused before it allocates (and before the
        kernel kills it part way through setup) */
     const double need = nv_tmodel_memory_bytes(c, o->batch, o->seq);
@@ -301,7 +310,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
         float v0 = eval_val(&tm, ds, o->eval_batches, in, tg);
-        if (!isnan(v0)) {
+        if (isfinite(v0)) {
             fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g}\n", v0);
             fflush(metrics);
             series_add(&va, 0.0f, v0);
