@@ -241,6 +241,21 @@ static void test_backward_needs_targets(void) {
     int zero = 1;
     for (uint64_t i = 0; i < tm.m.n_params; i++) zero &= tm.grads[i] == 0.0f;
     T_CHECK(zero, "gradients changed by a backward without targets");
+    /* after an update the gradients are spent: a backward without targets leaves zero ones, not the
+       last step's for the next update to apply again */
+    nv_adamw opt;
+    nv_adamw_opts o;
+    nv_adamw_defaults(&o);
+    T_CHECK(nv_adamw_init(&opt, &o, &c, tm.m.n_params) == NV_OK, "adamw");
+    nv_tmodel_forward(&tm, in, tg);
+    nv_tmodel_backward(&tm, 1.0f);
+    nv_tmodel_optimize(&tm, &opt, NULL);
+    nv_tmodel_forward(&tm, in, NULL);
+    nv_tmodel_backward(&tm, 1.0f);
+    zero = 1;
+    for (uint64_t i = 0; i < tm.m.n_params; i++) zero &= tm.grads[i] == 0.0f;
+    T_CHECK(zero && nv_tmodel_optimize(&tm, &opt, NULL) == 0.0, "a backward without targets after an update left old gradients");
+    nv_adamw_free(&opt);
     nv_tmodel_free(&tm);
 }
 

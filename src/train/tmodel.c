@@ -651,6 +651,10 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     scratch_ptrs s = scratch_of(tm);
     if (!tm->targets) { /* the forward computed no loss: nothing to differentiate */
         nv_warn("training: backward without a forward that had targets; gradients left as they are");
+        if (!tm->grads_held) { /* spent ones are zero as far as the next update is concerned */
+            nv_tmodel_zero_grad(tm);
+            tm->grads_held = 1;
+        }
         return;
     }
     nv_engine_id e = nv_plan_engine(tm->m.cls_plan);

@@ -323,8 +323,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     const char *delay_env = getenv("NERVE_TEST_STEP_DELAY_MS"), *nan_env = getenv("NERVE_TEST_NAN_GRAD_FROM");
     int step_delay_ms = delay_env ? atoi(delay_env) : 0;
     long nan_from = nan_env ? atol(nan_env) : 0;
-    int skip_streak = 0; /* updates skipped in a row for a gradient norm that was not finite */
-    long last_good = step0;
+    int skip_streak = 0;  /* updates skipped in a row for a gradient norm that was not finite */
+    long last_good = -1;  /* the last step of this run whose update was made */
+    char diverged_msg[4600] = "";
     long step;
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;
@@ -416,12 +417,14 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             if ((e = nv_ckpt_save(ckpt_path, &h, tm.m.params, opt.m, opt.v))) goto done;
             write_svg(svg_path, &tr, &va, o->steps);
         }
-        if (diverged) {
-            e = nv_fail(NV_ERANGE,
-                        "training diverged: the gradient norm was not finite for %d steps in a row (to step %ld), whose updates "
-                        "were skipped; %s holds the weights of step %ld, the last good update: lower --lr, or check the data",
-                        skip_streak, step + 1, ckpt_path, last_good);
-            step++;
+        if (diverged) { /* reported once the model is saved (whose own errors must not replace this) */
+            char good[64];
+            if (last_good > 0) snprintf(good, sizeof good, "step %ld, the last good update", last_good);
+            else snprintf(good, sizeof good, "step %ld, where this run started", step0);
+            snprintf(diverged_msg, sizeof diverged_msg,
+                     "training diverged: the gradient norm was not finite for %d steps in a row (to step %ld), whose updates "
+                     "were skipped; %s holds the weights of %s: lower --lr, or check the data",
+                     skip_streak, step + 1, ckpt_path, good);
             break;
         }
         if (stop && !last) {
@@ -485,6 +488,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 100 * sum_o / sum_step, achieved / 1e12, nv_engine_name(used), peak_text, builds_after_setup,
                 nv_plan_builds() - builds_after_setup, mem_text);
     }
+    if (diverged_msg[0]) e = nv_fail(NV_ERANGE, "%s", diverged_msg);
 done:
     if (handlers) {
         sigaction(SIGINT, &old_int, NULL);
