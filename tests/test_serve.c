@@ -869,6 +869,18 @@ static void test_tool_calls(void) {
     T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 && strstr(r.body, "\"content\":\"") &&
                 strstr(r.body, "\"finish_reason\":\"length\""),
             "auto: %d %s", r.status, r.body);
+    /* the deprecated "function" role (LangChain's FunctionMessage) is a tool's result: the same prompt */
+    char *tool_answer = r.body ? strdup(strstr(r.body, "\"content\":\"") ? strstr(r.body, "\"content\":\"") : "") : NULL;
+    resp_free(&r);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+             "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
+             "{\"role\":\"function\",\"name\":\"play\",\"content\":\"sunny\"}],\"max_tokens\":8,\"seed\":1,%s}",
+             tools);
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 && tool_answer &&
+                strstr(r.body, "\"content\":\"") && !strncmp(strstr(r.body, "\"content\":\""), tool_answer, strcspn(tool_answer, "}")),
+            "role function: %d %s", r.status, r.body);
+    free(tool_answer);
     resp_free(&r);
     int rc = server_stop(&s);
     T_CHECK(rc == 0, "tools server exit %d", rc);
@@ -1108,7 +1120,7 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", 400, "temperature", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"temperature\":-1}", 400, "temperature", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"temperature\":3}", 400, "temperature", NULL},
-        {"POST", C, "{\"prompt\":\"x\",\"top_p\":0}", 400, "top_p", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"top_p\":-0.1}", 400, "top_p", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_p\":1.5}", 400, "top_p", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_k\":2.5}", 400, "top_k", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"top_k\":-2}", 400, "top_k", NULL},
@@ -1270,7 +1282,8 @@ static void test_golden_through_api(void) {
     const char *want_path = t_data("models/stories260K_greedy200.expected.txt");
     if (!want_path) return;
     server s;
-    if (!server_start(&s, "golden", "--engine scalar --kv-cache-dtype f32 --alias stories260K --prefill-chunk 3 --kv-block 32", NULL)) {
+    if (!server_start(&s, "golden", "--engine scalar --kv-cache-dtype f32 --alias karpathy/stories260K --prefill-chunk 3 --kv-block 32",
+                      NULL)) {
         T_CHECK(0, "server did not start");
         return;
     }
@@ -1279,6 +1292,19 @@ static void test_golden_through_api(void) {
     result r;
     complete(s.port, 0, NULL, "{\"prompt\":\"\",\"max_tokens\":200,\"temperature\":0}", &r);
     T_CHECK(r.status == 200 && want && !strcmp(r.text, want), "greedy from BOS differs from llama2.c:\n%s", r.text);
+    /* top_p 0 (OpenAI's range is [0, 1]) keeps only the most likely token: greedy */
+    result r0;
+    complete(s.port, 0, NULL, "{\"prompt\":\"\",\"max_tokens\":200,\"temperature\":1,\"top_p\":0,\"seed\":3}", &r0);
+    T_CHECK(r0.status == 200 && want && !strcmp(r0.text, want), "top_p 0: status %d, not greedy:\n%s", r0.status, r0.text);
+    /* an id holding '/' (an "org/name" alias) is found whole */
+    resp mr;
+    T_CHECK(http(s.port, "GET", "/v1/models/karpathy/stories260K", NULL, NULL, &mr) && mr.status == 200 &&
+                strstr(mr.body, "\"id\":\"karpathy/stories260K\""),
+            "GET /v1/models/karpathy/stories260K: %d %s", mr.status, mr.body ? mr.body : "");
+    resp_free(&mr);
+    T_CHECK(http(s.port, "GET", "/v1/models/stories260K", NULL, NULL, &mr) && mr.status == 404, "the id's last part alone: %d",
+            mr.status);
+    resp_free(&mr);
     /* sampling with a seed: exactly what `nerve generate -s` (llama2.c's run -s) prints */
     complete(s.port, 0, NULL,
              "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0.8,\"top_p\":0.9,\"seed\":42}", &r);
@@ -1750,8 +1776,25 @@ static void test_auth_cors_timeout(void) {
     T_CHECK(http(port, "OPTIONS", "/v1/chat/completions", "Origin: http://example.com\r\nAccess-Control-Request-Method: POST\r\n",
                  NULL, &r) &&
                 r.status == 204 && strcasestr(r.head, "Access-Control-Allow-Origin: *") &&
-                strcasestr(r.head, "Access-Control-Allow-Headers"),
+                strcasestr(r.head, "Access-Control-Allow-Headers: Authorization, Content-Type"),
             "CORS preflight: %d", r.status);
+    resp_free(&r);
+    /* the headers a browser asks for are allowed (the OpenAI SDKs send X-Stainless-* ones); a list that
+       is not plain header names gets the default */
+    T_CHECK(http(port, "OPTIONS", "/v1/chat/completions",
+                 "Origin: http://example.com\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: "
+                 "authorization, content-type, x-stainless-os, x-stainless-retry-count\r\n",
+                 NULL, &r) &&
+                r.status == 204 &&
+                strcasestr(r.head, "Access-Control-Allow-Headers: authorization, content-type, x-stainless-os, x-stainless-retry-count"),
+            "CORS preflight asking for SDK headers: %d %s", r.status, r.head);
+    resp_free(&r);
+    T_CHECK(http(port, "OPTIONS", "/v1/chat/completions",
+                 "Origin: http://example.com\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: x-a;b=c\r\n",
+                 NULL, &r) &&
+                r.status == 204 && strcasestr(r.head, "Access-Control-Allow-Headers: Authorization, Content-Type") &&
+                !strstr(r.head, "x-a;b"),
+            "CORS preflight with an odd header list: %d %s", r.status, r.head);
     resp_free(&r);
 
     /* --timeout 1: a request needing ~3 s ends with 408 (whole) or an error event (stream) */

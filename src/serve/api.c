@@ -555,7 +555,9 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
             rc = err->status;
         } else if (!nv_chat_role_known(role->valuestring)) {
             nv_api_error_set(err, E400, NULL, "messages",
-                             "'messages[%d].role' must be one of system, developer, user, assistant, tool (got '%.64s')", i,
+                             "'messages[%d].role' must be one of system, developer, user, assistant, tool, function (got "
+                             "'%.64s')",
+                             i,
                              role->valuestring);
             rc = err->status;
         } else {
@@ -744,12 +746,9 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     double t = 1.0, p = 1.0;
     if ((rc = get_number(root, "temperature", 0, 2, &t, &given, err))) return rc;
     if ((rc = get_number(root, "top_p", 0, 1, &p, &given, err))) return rc;
-    if (given && p <= 0) {
-        nv_api_error_set(err, E400, NULL, "top_p", "'top_p' must be greater than 0 and at most 1");
-        return err->status;
-    }
     out->req.temperature = (float)t;
-    /* a positive top_p below float's range keeps only the most likely token, as any tiny one does */
+    /* 0 (OpenAI's range is [0, 1]) and a positive top_p below float's range keep only the most likely
+       token, as any tiny one does */
     out->req.top_p = (float)p > 0 ? (float)p : FLT_MIN;
     /* vLLM's and llama.cpp's extensions: top_k (-1 and 0 are off, as in either) and min_p */
     long long top_k = 0;

@@ -26,11 +26,12 @@ const char *nv_chat_template_stop(nv_chat_template t) {
 
 int nv_chat_role_known(const char *role) {
     return !strcmp(role, "system") || !strcmp(role, "developer") || !strcmp(role, "user") || !strcmp(role, "assistant") ||
-           !strcmp(role, "tool");
+           !strcmp(role, "tool") || !strcmp(role, "function");
 }
 
 static int is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
-static int is_tool(const char *role) { return !strcmp(role, "tool"); }
+/* "function": the deprecated role of a function's result (LangChain's FunctionMessage), a tool's result */
+static int is_tool(const char *role) { return !strcmp(role, "tool") || !strcmp(role, "function"); }
 
 nv_tool_style nv_chat_tool_style(nv_chat_template t) { return t == NV_CHAT_LLAMA3 ? NV_TOOLS_LLAMA3 : NV_TOOLS_HERMES; }
 

@@ -1,5 +1,6 @@
 #include "serve/http.h"
 
+#include <ctype.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -602,6 +603,15 @@ out:
 
 /* ---- the access handler ---------------------------------------------------------------------- */
 
+/* A list of header names as a CORS preflight asks for them: letters, digits, '-', '_', commas and
+ * spaces only (nothing that could end the header it is echoed into), at most 1 KiB. */
+static int header_list_ok(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (n >= 1024 || !(isalnum((unsigned char)s[n]) || s[n] == '-' || s[n] == '_' || s[n] == ',' || s[n] == ' ')) return 0;
+    return n > 0;
+}
+
 static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url,
                                 const char *method) {
     int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
@@ -610,7 +620,11 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (!resp) return MHD_NO;
         add_common_headers(h, resp, NULL);
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        /* the headers the browser asks for (the OpenAI SDKs send their own X-Stainless-* ones, which a
+           fixed list would refuse), when they are plain header names; else the two every client needs */
+        const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                asked && header_list_ok(asked) ? asked : "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
         enum MHD_Result ret = MHD_queue_response(c, 204, resp);
         MHD_destroy_response(resp);
@@ -655,7 +669,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_MODELS:
         return respond(h, c, cc, 200, "application/json", nv_api_models(h->ctx.model_id, h->created, 0), NULL, NULL);
     case R_MODEL: {
-        const char *id = strrchr(url, '/') + 1;
+        const char *id = strstr(url, "/models/") + 8; /* the whole rest: an id may hold '/' (an alias "org/name") */
         if (strcmp(id, h->ctx.model_id) != 0) {
             nv_api_error e;
             nv_api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
