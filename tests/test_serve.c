@@ -869,7 +869,10 @@ static void test_tool_calls(void) {
     T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 && strstr(r.body, "\"content\":\"") &&
                 strstr(r.body, "\"finish_reason\":\"length\""),
             "auto: %d %s", r.status, r.body);
-    /* the deprecated "function" role (LangChain's FunctionMessage) is a tool's result: the same prompt */
+    /* the deprecated "function" role (LangChain's FunctionMessage) is a tool's result: the same prompt
+       (its length in tokens and the answer from the same seed) */
+    const char *pt = r.body ? strstr(r.body, "\"prompt_tokens\":") : NULL;
+    const int tool_prompt = pt ? atoi(pt + 16) : -1;
     char *tool_answer = r.body ? strdup(strstr(r.body, "\"content\":\"") ? strstr(r.body, "\"content\":\"") : "") : NULL;
     resp_free(&r);
     snprintf(body, sizeof body,
@@ -878,8 +881,9 @@ static void test_tool_calls(void) {
              "{\"role\":\"function\",\"name\":\"play\",\"content\":\"sunny\"}],\"max_tokens\":8,\"seed\":1,%s}",
              tools);
     T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 && tool_answer &&
-                strstr(r.body, "\"content\":\"") && !strncmp(strstr(r.body, "\"content\":\""), tool_answer, strcspn(tool_answer, "}")),
-            "role function: %d %s", r.status, r.body);
+                strstr(r.body, "\"content\":\"") && !strncmp(strstr(r.body, "\"content\":\""), tool_answer, strcspn(tool_answer, "}")) &&
+                strstr(r.body, "\"prompt_tokens\":") && atoi(strstr(r.body, "\"prompt_tokens\":") + 16) == tool_prompt,
+            "role function: %d %s (the tool message's prompt: %d tokens)", r.status, r.body, tool_prompt);
     free(tool_answer);
     resp_free(&r);
     int rc = server_stop(&s);
