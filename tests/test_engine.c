@@ -350,8 +350,8 @@ static void test_dw(void) {
         memcpy(dw, dw0, sizeof(float) * n * k);
         memcpy(dwr, dw0, sizeof(float) * n * k);
         dw[n * k] = 555.0f;
-        nv_gemm_dw(E, dy, x, m, n, k, dw);
-        nv_gemm_dw(NV_ENGINE_SCALAR, dy, x, m, n, k, dwr);
+        nv_gemm_dw(E, dy, x, m, n, k, dw, 1);
+        nv_gemm_dw(NV_ENGINE_SCALAR, dy, x, m, n, k, dwr, 1);
         T_CHECK(dw[n * k] == 555.0f, "dw wrote past its end");
         int bad = 0;
         for (int a = 0; a < n && !bad; a++)
@@ -384,15 +384,15 @@ static void test_dw_overwrite(void) {
         rnd(dy, (size_t)m * n, &seed);
         for (int i = 0; i < n * k; i++) dw[i] = NAN;
         dw[n * k] = 555.0f;
-        nv_gemm_dw(E, dy, x, m, n, k, dwz);
-        nv_gemm_dw_group(E, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, 0);
+        nv_gemm_dw(E, dy, x, m, n, k, dwz, 1);
+        nv_gemm_dw(E, dy, x, m, n, k, dw, 0);
         int bad = -1;
         for (int i = n * k - 1; i >= 0; i--)
             if (!(dw[i] == dwz[i])) bad = i;
         T_CHECK(bad < 0, "m=%d n=%d k=%d: written dw[%d] = %.9g, added to zeros %.9g", m, n, k, bad, bad >= 0 ? dw[bad] : 0.0f,
                 bad >= 0 ? dwz[bad] : 0.0f);
         T_CHECK(dw[n * k] == 555.0f, "dw written past its end");
-        nv_gemm_dw_group(E, (const float *const[]){dy}, (const int[]){n}, 1, x, 0, k, (float *const[]){dw}, 0);
+        nv_gemm_dw(E, dy, x, 0, n, k, dw, 0);
         int zero = 1;
         for (int i = 0; i < n * k; i++) zero &= dw[i] == 0.0f;
         T_CHECK(zero && dw[n * k] == 555.0f, "m=0 n=%d k=%d: an empty sum written is not zero", n, k);
@@ -415,12 +415,12 @@ static void test_dw_group(void) {
         rnd(dy[i], (size_t)M * ns[i], &seed);
         rnd(one[i], (size_t)ns[i] * K, &seed);
         memcpy(grp[i], one[i], sizeof(float) * ns[i] * K);
-        nv_gemm_dw(E, dy[i], x, M, ns[i], K, one[i]);
+        nv_gemm_dw(E, dy[i], x, M, ns[i], K, one[i], 1);
     }
     nv_gemm_dw_group(E, (const float *const *)dy, ns, 3, x, M, K, grp, 1);
     /* an empty member is skipped, the others still computed */
     float untouched = 7.0f;
-    nv_gemm_dw(E, dy[1], x, M, ns[1], K, one[1]);
+    nv_gemm_dw(E, dy[1], x, M, ns[1], K, one[1], 1);
     nv_gemm_dw_group(E, (const float *const[]){dy[0], dy[1]}, (const int[]){0, ns[1]}, 2, x, M, K,
                      (float *const[]){&untouched, grp[1]}, 1);
     T_CHECK(untouched == 7.0f, "an empty group member was written");
@@ -454,7 +454,7 @@ static void test_threads_identical(void) {
             dw[t] = calloc((size_t)n * k, sizeof(float));
             nv_plan_run(p, x, m, y[t]);
             nv_plan_run_dx(p, dy, m, dx[t]);
-            nv_gemm_dw(E, dy, x, m, n, k, dw[t]);
+            nv_gemm_dw(E, dy, x, m, n, k, dw[t], 1);
         }
         T_CHECK(memcmp(y[0], y[1], sizeof(float) * m * n) == 0, "y differs between 1 and 2 threads (%dx%dx%d)", m, n, k);
         T_CHECK(memcmp(dx[0], dx[1], sizeof(float) * m * k) == 0, "dx differs between 1 and 2 threads (%dx%dx%d)", m, n, k);
@@ -492,7 +492,7 @@ static void test_avx512_bits_equal_avx2(void) {
             memcpy(dw[i], w, sizeof(float) * n * k);
             nv_plan_run(p, x, m, y[i]);
             nv_plan_run_dx(p, dy, m, dx[i]);
-            nv_gemm_dw(e, dy, x, m, n, k, dw[i]);
+            nv_gemm_dw(e, dy, x, m, n, k, dw[i], 1);
             nv_plan_free(p);
         }
         T_CHECK(memcmp(y[0], y[1], sizeof(float) * m * n) == 0, "y bits differ (%dx%dx%d)", m, n, k);
@@ -544,7 +544,7 @@ static void test_fma_chains(void) {
         T_CHECK(nv_plan_build(&p, E, w, n, k) == NV_OK && nv_plan_engine(p) == E, "build");
         nv_plan_run(p, x, m, y);
         nv_plan_run_dx(p, dy, m, dx);
-        nv_gemm_dw(E, dy, x, m, n, k, dw);
+        nv_gemm_dw(E, dy, x, m, n, k, dw, 1);
         T_CHECK(check_chain("y", y, m, n, k, x, k, 1, w, k, 1, NULL) && check_chain("dx", dx, m, k, n, dy, n, 1, w, 1, k, NULL) &&
                     check_chain("dw", dw, n, k, m, dy, 1, n, x, 1, k, w),
                 "%dx%dx%d, %d threads", m, n, k, nv_pool_threads());
@@ -901,7 +901,7 @@ static void test_ladder_scalar_only(void) {
     float dy[2] = {1, 2};
     nv_plan_run_dx(p, dy, 1, dx);
     T_CHECK(dx[0] == 9.0f && dx[1] == 12.0f && dx[2] == 15.0f, "dx = %g %g %g", dx[0], dx[1], dx[2]);
-    nv_gemm_dw(NV_ENGINE_AMX_INT8, dy, x, 1, 2, 3, dw);
+    nv_gemm_dw(NV_ENGINE_AMX_INT8, dy, x, 1, 2, 3, dw, 1);
     T_CHECK(dw[0] == 1 && dw[1] == -1 && dw[2] == 2 && dw[3] == 2 && dw[4] == -2 && dw[5] == 4, "dw");
     nv_plan_free(p);
 }

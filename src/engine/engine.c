@@ -1449,8 +1449,8 @@ void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, in
     gemm_dw_on(engine_resolve(e), dys, ns, count, x, m, k, dws, accumulate);
 }
 
-void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw) {
-    nv_gemm_dw_group(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, 1);
+void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw, int accumulate) {
+    nv_gemm_dw_group(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, accumulate);
 }
 
 /* ---------------------------------------------------------------- probing */

@@ -160,8 +160,8 @@ void nv_plan_run_dx(const nv_plan *p, const float *dy, int m, float *dx);
  * 4,096-deep slice's sum in turn), scalar adds term by term. */
 void nv_plan_run_dx_add(const nv_plan *p, const float *dy, int m, float *dx);
 /* dw[n x k] += dy^T . x with dy m x n and x m x k (the weight gradient), on engine e or the next
- * rung down that is on. */
-void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw);
+ * rung down that is on; with accumulate 0, dw = dy^T . x (as nv_gemm_dw_group below). */
+void nv_gemm_dw(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw, int accumulate);
 /* dws[i] += dys[i]^T . x for i < count (dys[i] m x ns[i]): the weight gradients of several products
  * of the same x (q, k and v; w1 and w3), x packed once; each exactly what nv_gemm_dw gives. With
  * accumulate 0 each dws[i] is overwritten instead, with the bits += gives on a zeroed dws[i] (but for

@@ -638,11 +638,6 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     return tm->loss;
 }
 
-/* dw (+)= dy^T . x for one weight. */
-static void dw1(nv_engine_id e, const float *dy, const float *x, int m, int n, int k, float *dw, int accumulate) {
-    nv_gemm_dw_group(e, (const float *const[]){dy}, (const int[]){n}, 1, x, m, k, (float *const[]){dw}, accumulate);
-}
-
 void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     const nv_config *c = &tm->m.config;
     const nv_weights *w = &tm->m.w;
@@ -671,7 +666,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
                  .dscale = grad_scale / (float)BT};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
-    dw1(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */
+    nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */
     memset(s.dx, 0, sd * sizeof(float));
     nv_rmsnorm_backward(s.dx, g->rms_final, s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d, s.normp);
 
@@ -685,7 +680,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
         nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
-        dw1(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
+        nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
         ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
         nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
         nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
@@ -697,7 +692,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
 
         /* attention: x2 = x + Wo . attn(q, k, v) */
         nv_plan_run_dx(lp->wo, s.dx2, BT, s.dao);
-        dw1(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
+        nv_gemm_dw(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
         memset(s.dq, 0, sq * sizeof(float));
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
