@@ -10,6 +10,17 @@ BASE    := -std=c11 -D_GNU_SOURCE -Isrc -ffp-contract=off -fno-math-errno -pthre
 OPT     := -O2 -march=x86-64-v3 -g
 SAN     := -O1 -march=x86-64-v3 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDLIBS  := -lm -lpthread -lmicrohttpd -lcjson -lpcre2-8
+# OpenMPI, for `mpirun -np N nerve train` (src/train/dist.c); without its headers nerve builds for
+# one process and says so when a launcher starts it
+MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+ifneq ($(MPI_LIBS),)
+MPI_CFLAGS := -DNV_HAVE_MPI $(shell pkg-config --cflags ompi-c)
+LDLIBS  += $(MPI_LIBS)
+endif
+# named after whether OpenMPI was found: dist.c is rebuilt when that changes (OpenMPI installed later)
+MPI_STAMP := build/mpi-$(if $(MPI_LIBS),on,off).stamp
+$(MPI_STAMP):
+	@mkdir -p build && rm -f build/mpi-*.stamp && touch $@
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/engine/*.c src/model/*.c src/train/*.c src/serve/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
@@ -25,6 +36,9 @@ define variant
 build/$(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE) $$(WARN) $(2) -c $$< -o $$@
+
+build/$(1)/obj/src/train/dist.o: $(MPI_STAMP)
+build/$(1)/obj/src/train/dist.o: BASE += $(MPI_CFLAGS)
 
 build/$(1)/libnerve.a: $$(call objs,$(1),$$(LIB_SRC))
 	@rm -f $$@

@@ -1,5 +1,6 @@
 /* nerve train end to end: bit-exact resume after SIGINT, refused corrupt checkpoints, constant
  * plan builds, export, and fine-tuning stories260K lowering its validation loss. */
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -7,13 +8,15 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "train/ckpt.h"
+#include "train/dist.h"
 #include "t.h"
 
 
-static int run_nerve(const char *args, char *err, size_t cap) {
-    char cmd[8192], errp[600];
+/* Runs `launcher nerve args` (launcher "" or "mpirun ..."), its stderr into err. */
+static int run_launched(const char *launcher, const char *args, char *err, size_t cap) {
+    char cmd[16384], errp[600];
     snprintf(errp, sizeof errp, "%s/stderr.txt", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s </dev/null", t_nerve_bin(), args, errp);
+    snprintf(cmd, sizeof cmd, "%s %s %s >/dev/null 2>%s </dev/null", launcher, t_nerve_bin(), args, errp);
     int st = system(cmd);
     if (err) {
         char *e = NULL;
@@ -24,6 +27,8 @@ static int run_nerve(const char *args, char *err, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+static int run_nerve(const char *args, char *err, size_t cap) { return run_launched("", args, err, cap); }
+
 /* The tiny model every case trains: 2 layers, GQA, tok512 vocabulary, 32-token windows. */
 static void train_args(char *buf, size_t cap, const char *out, const char *extra) {
     const char *data = t_data("corpus/tinystories_valid_head.txt"), *tok = t_data("models/tok512.bin");
@@ -33,27 +38,90 @@ static void train_args(char *buf, size_t cap, const char *out, const char *extra
              data ? data : "x", tok ? tok : "x", out, extra);
 }
 
-/* Losses by step from metrics.jsonl, as the exact strings written. */
-static int read_losses(const char *dir, char losses[][32], int max) {
+/* A field of every step that has it in metrics.jsonl (key: "\"loss\":"), as the exact strings written. */
+static int read_field(const char *dir, const char *key, char values[][32], int max) {
     char path[800], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (nv_file_read_all(path, &text, NULL) != NV_OK) return 0;
+    const size_t kl = strlen(key);
     int n = 0;
-    for (char *p = text; (p = strstr(p, "\"loss\":")) != NULL && n < max; p += 7) {
-        char *end = strchr(p + 7, ',');
-        size_t len = end ? (size_t)(end - p - 7) : 0;
+    for (char *p = text; (p = strstr(p, key)) != NULL && n < max; p += kl) {
+        char *end = strpbrk(p + kl, ",}");
+        size_t len = end ? (size_t)(end - p - kl) : 0;
         if (len >= 32) len = 31;
-        memcpy(losses[n], p + 7, len);
-        losses[n][len] = '\0';
+        memcpy(values[n], p + kl, len);
+        values[n][len] = '\0';
         n++;
     }
     free(text);
     return n;
 }
 
+/* Losses by step from metrics.jsonl, as the exact strings written. */
+static int read_losses(const char *dir, char losses[][32], int max) { return read_field(dir, "\"loss\":", losses, max); }
+
 static int count_steps(const char *dir) {
     char l[64][32];
     return read_losses(dir, l, 64);
+}
+
+/* The processes whose parent is pid (an mpirun's job), up to max of them, in /proc's order. */
+static int children_of(pid_t pid, pid_t *out, int max) {
+    int n = 0;
+    DIR *procs = opendir("/proc");
+    for (struct dirent *d; procs && n < max && (d = readdir(procs)) != NULL;) {
+        char stat_path[300], stat[1024] = "";
+        snprintf(stat_path, sizeof stat_path, "/proc/%.256s/stat", d->d_name);
+        FILE *f = atoi(d->d_name) > 0 ? fopen(stat_path, "r") : NULL; /* /proc files have no size to read by */
+        if (!f) continue;
+        if (!fgets(stat, sizeof stat, f)) stat[0] = '\0';
+        fclose(f);
+        const char *after = strrchr(stat, ')'); /* "pid (name) state ppid ..." */
+        int ppid = 0;
+        if (after && sscanf(after + 1, " %*c %d", &ppid) == 1 && ppid == pid) out[n++] = (pid_t)atoi(d->d_name);
+    }
+    if (procs) closedir(procs);
+    return n;
+}
+
+/* Runs `launcher nerve args` (launcher "" or "mpirun ...") into dir and sends sig once 9 steps are
+ * logged: to the launched process, or with child_only to the newest of its children (one process of
+ * an mpirun job); returns the exit status and the steps done. What has not ended 60 s later is
+ * killed (a job that hangs fails the case instead of the suite). */
+static int run_interrupted(const char *launcher, const char *args, const char *dir, int sig, int child_only,
+                           int *steps_done) {
+    char cmd[8192];
+    /* 15 ms after each step: the interrupt lands part way however fast this machine trains */
+    snprintf(cmd, sizeof cmd, "exec env NERVE_TEST_STEP_DELAY_MS=15 %s %s %s >/dev/null 2>%s/interrupted.err", launcher,
+             t_nerve_bin(), args, t_tmpdir());
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int waited = 0;
+    while (count_steps(dir) < 9 && waited < 60000) {
+        usleep(5000);
+        waited += 5;
+    }
+    pid_t kids[64], target = pid;
+    int n_kids = children_of(pid, kids, 64);
+    for (int i = 0; i < n_kids; i++)
+        if (kids[i] > target) target = kids[i];
+    T_CHECK(!child_only || target != pid, "no child of %s to signal", launcher);
+    kill(child_only ? target : pid, sig);
+    int st = 0;
+    for (waited = 0; waitpid(pid, &st, WNOHANG) == 0; waited += 10) {
+        if (waited == 60000) {
+            T_CHECK(0, "%s did not end within 60 s of the signal", launcher);
+            n_kids = children_of(pid, kids, 64);
+            for (int i = 0; i < n_kids; i++) kill(kids[i], SIGKILL);
+            kill(pid, SIGKILL);
+        }
+        usleep(10000);
+    }
+    *steps_done = count_steps(dir);
+    return st;
 }
 
 static void test_resume_after_sigint_is_bit_exact(void) {
@@ -69,25 +137,9 @@ static void test_resume_after_sigint_is_bit_exact(void) {
 
     /* the same run, interrupted with SIGINT part way, then resumed */
     train_args(args, sizeof args, split, "");
-    char cmd[8192];
-    /* 15 ms after each step: the interrupt lands part way however fast this machine trains */
-    snprintf(cmd, sizeof cmd, "exec env NERVE_TEST_STEP_DELAY_MS=15 %s %s >/dev/null 2>%s/split.err", t_nerve_bin(), args,
-             t_tmpdir());
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    int waited = 0;
-    while (count_steps(split) < 9 && waited < 60000) {
-        usleep(5000);
-        waited += 5;
-    }
-    kill(pid, SIGINT);
-    int st;
-    waitpid(pid, &st, 0);
+    int done_before = 0;
+    const int st = run_interrupted("", args, split, SIGINT, 0, &done_before);
     T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "interrupted run did not exit cleanly (status %d)", st);
-    int done_before = count_steps(split);
     T_CHECK(done_before >= 9 && done_before < 24, "interrupt landed at step %d", done_before);
     train_args(args, sizeof args, split, "--resume");
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume failed: %s", err);
@@ -348,6 +400,122 @@ static void test_diverged_run_stops_and_keeps_good_weights(void) {
     nv_ckpt_close(&b);
 }
 
+/* mpirun (OpenMPI) and a nerve built with it, or the case is skipped. The launcher runs as root where
+ * tests do (containers), without the single-copy shared memory containers often forbid, on however
+ * few cores; the processes it starts skip AddressSanitizer's leak check (OpenMPI keeps allocations
+ * it never frees), which the test's other runs keep. */
+static int mpi_ready(char *launcher, size_t cap) {
+    if (!nv_dist_built_in()) {
+        t_skip("nerve was built without OpenMPI (libopenmpi-dev)");
+        return 0;
+    }
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        t_skip("no mpirun (openmpi-bin)");
+        return 0;
+    }
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    const char *asan = getenv("ASAN_OPTIONS");
+    snprintf(launcher, cap, "mpirun --oversubscribe -x ASAN_OPTIONS=%s%sdetect_leaks=0", asan ? asan : "",
+             asan && *asan ? ":" : "");
+    return 1;
+}
+
+static int read_values(const char *dir, const char *key, double *v, int max) {
+    char l[64][32];
+    int n = read_field(dir, key, l, max < 64 ? max : 64);
+    for (int i = 0; i < n; i++) v[i] = strtod(l[i], NULL);
+    return n;
+}
+
+/* The steps' key (loss, grad_norm) of two runs agree within rel from step `from` on. */
+static void check_close_runs(const char *dir_a, const char *dir_b, const char *key, int from, double rel) {
+    double a[64], b[64];
+    const int na = read_values(dir_a, key, a, 64), nb = read_values(dir_b, key, b, 64);
+    T_CHECK(na == 24 && nb == 24, "%s logged: %d in %s, %d in %s", key, na, dir_a, nb, dir_b);
+    for (int i = from; i < na && i < nb; i++)
+        T_CHECK(fabs(a[i] - b[i]) <= rel * fabs(a[i]), "step %d: %s %.9g in %s, %.9g in %s", i + 1, key, a[i], dir_a, b[i],
+                dir_b);
+}
+
+/* Data parallel: 2 processes taking half of each batch train what one process trains (the same
+ * losses and gradient norms but for the order of the sums: a gradient scaled wrong shows in the
+ * norms); a stop requested on one process stops both after the same step, and the job resumes bit
+ * for bit; its checkpoint resumes in one process too; a batch that does not split, processes given
+ * different settings, and one process failing alone end the job with a clear error. fp32 (avx2)
+ * so that only the order of the sums differs. */
+static void test_data_parallel_matches_one_process(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    char mpirun[1200], np2[1300], guarded[1400];
+    if (!mpi_ready(mpirun, sizeof mpirun)) return;
+    snprintf(np2, sizeof np2, "%s -np 2", mpirun);
+    snprintf(guarded, sizeof guarded, "timeout -k 5 120 %s", np2); /* a hang fails the case, not the suite */
+    char args[4096], err[4096], cmd[12288], one[600], two[600], split[600], moved[600], path[800];
+    snprintf(one, sizeof one, "%s/dp_one", t_tmpdir());
+    snprintf(two, sizeof two, "%s/dp_two", t_tmpdir());
+    snprintf(split, sizeof split, "%s/dp_split", t_tmpdir());
+    snprintf(moved, sizeof moved, "%s/dp_moved", t_tmpdir());
+    const char *flags = "--threads 1 --engine avx2", *resume = "--threads 1 --engine avx2 --resume";
+    train_args(args, sizeof args, one, flags);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "one process: %s", err);
+    train_args(args, sizeof args, two, flags);
+    T_CHECK(run_launched(guarded, args, err, sizeof err) == 0, "two processes: %s", err);
+    T_CHECK(strstr(err, "x 2 processes") != NULL, "the report does not say 2 processes: %s", err);
+    check_close_runs(one, two, "\"loss\":", 0, 1e-4);
+    check_close_runs(one, two, "\"grad_norm\":", 0, 1e-3);
+    check_close_runs(one, two, "\"tokens\":", 0, 0);
+    const float va = val_at(one, 24), vb = val_at(two, 24);
+    T_CHECK(isfinite(va) && fabsf(va - vb) <= 1e-4f * va, "validation loss %g in one process, %g in two", va, vb);
+    char *text = NULL;
+    snprintf(path, sizeof path, "%.600s/metrics.jsonl", two);
+    nv_file_read_all(path, &text, NULL);
+    T_CHECK(text && strstr(text, "\"processes\":2"), "metrics do not say 2 processes");
+    free(text);
+
+    /* SIGUSR1 (which mpirun would pass on to both at once) to one process only: both stop after the
+       same step, process 0 saves; resumed, the uninterrupted job's losses bit for bit */
+    train_args(args, sizeof args, split, flags);
+    int done_before = 0;
+    const int st = run_interrupted(np2, args, split, SIGUSR1, 1, &done_before);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the stopped job did not exit cleanly (status %d)", st);
+    T_CHECK(done_before >= 9 && done_before < 24, "the stop landed at step %d", done_before);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s", split, moved);
+    T_CHECK(system(cmd) == 0, "%s", cmd);
+    train_args(args, sizeof args, split, resume);
+    T_CHECK(run_launched(guarded, args, err, sizeof err) == 0, "resume in two processes: %s", err);
+    char la[64][32], lb[64][32];
+    int na = read_losses(two, la, 64), nb = read_losses(split, lb, 64);
+    T_CHECK(na == 24 && nb == 24, "steps logged: %d uninterrupted, %d stopped and resumed", na, nb);
+    for (int i = 0; i < na && i < nb; i++) T_CHECK(strcmp(la[i], lb[i]) == 0, "step %d: loss %s vs %s", i + 1, la[i], lb[i]);
+    /* the same checkpoint goes on in one process: the batch is the run's, not the process's */
+    train_args(args, sizeof args, moved, resume);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume in one process: %s", err);
+    check_close_runs(two, moved, "\"loss\":", done_before, 1e-4);
+
+    /* refused together, one line from process 0: a batch that does not split over the processes */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/dp_bad", t_tmpdir());
+    train_args(args, sizeof args, bad, "--batch 3");
+    const int rc = run_launched(guarded, args, err, sizeof err);
+    const char *said = strstr(err, "nerve train: --batch 3 does not split evenly over 2 processes");
+    T_CHECK(rc != 0 && said && !strstr(said + 30, "does not split"), "--batch 3 over 2 processes: exit %d '%s'", rc, err);
+    /* two programs in one job (mpirun's colon syntax): another seed; a data file the second lacks */
+    char other[4096];
+    train_args(args, sizeof args, bad, "");
+    train_args(other, sizeof other, bad, "--seed 8");
+    snprintf(cmd, sizeof cmd, "%s : -np 1 %s %s", args, t_nerve_bin(), other);
+    snprintf(np2, sizeof np2, "timeout -k 5 120 %s -np 1", mpirun);
+    T_CHECK(run_launched(np2, cmd, err, sizeof err) != 0 && strstr(err, "were not given the same model, data and settings"),
+            "processes with different seeds: '%s'", err);
+    snprintf(other, sizeof other, "train --data %s/missing.txt -z %s --out %s", t_tmpdir(), t_data("models/tok512.bin"), bad);
+    snprintf(cmd, sizeof cmd, "%s : -np 1 %s %s", args, t_nerve_bin(), other);
+    T_CHECK(run_launched(np2, cmd, err, sizeof err) != 0 && strstr(err, "missing.txt"),
+            "a process failing alone: '%s'", err);
+    snprintf(path, sizeof path, "%.600s/ckpt.bin", bad);
+    T_CHECK(!nv_file_exists(path), "a refused job wrote a checkpoint");
+}
+
 static void test_bad_training_args(void) {
     char err[4096], args[4096];
     const char *bad[] = {"train --steps 0", "train --batch x", "train --preset nope", "train --dim 30 --layers 2",
@@ -385,5 +553,6 @@ int main(void) {
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
+    T_RUN(test_data_parallel_matches_one_process);
     return t_done();
 }

@@ -5,6 +5,7 @@
 #include "base/cpu.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "train/dist.h"
 
 #define CMD "info"
 
@@ -44,5 +45,8 @@ int cmd_info(int argc, char **argv) {
     }
     printf("best:     %s (serve's default; train: %s, generate: %s)\n", nv_engine_name(nv_engine_best()),
            nv_engine_name(nv_engine_best_float()), nv_engine_name(nv_engine_best_fp32()));
+    printf("train:    %s\n", nv_dist_built_in() ? "data parallel over processes with OpenMPI (mpirun -np N nerve train ...)"
+                                                   : "one process (built without OpenMPI: install libopenmpi-dev and rebuild "
+                                                     "for mpirun -np N nerve train)");
     return 0;
 }

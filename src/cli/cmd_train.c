@@ -4,11 +4,13 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "train/data.h"
+#include "train/dist.h"
 #include "train/train.h"
 
 #define CMD "train"
@@ -30,11 +32,30 @@ static void usage(FILE *f) {
             "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin (model.gguf\n"
             "  when llama2.c's format cannot hold the shape, as with --qk-norm or --qkv-bias) and tokenizer.bin\n"
             "  --qk-norm: Qwen3's per-head query/key norms; --qkv-bias: Qwen2's query/key/value biases\n"
-            "  --init-from: a llama2.c model or a GGUF file (llama, qwen2, qwen3) to fine-tune\n",
+            "  --init-from: a llama2.c model or a GGUF file (llama, qwen2, qwen3) to fine-tune\n"
+            "  data parallel: mpirun -np N nerve train ... runs N processes (on this machine or several), each\n"
+            "  taking --batch / N of every batch's windows; the same arguments train the same model\n",
             nv_config_preset_names());
 }
 
+static int train(int argc, char **argv);
+
+/* Under mpirun every process runs this. A process that failed alone ends the whole job (the others
+   would wait for it forever); a failure all reached together lets them all leave cleanly. */
 int cmd_train(int argc, char **argv) {
+    if (nv_dist_init() != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        nv_dist_finalize();
+        return 1;
+    }
+    if (nv_dist_rank() > 0 && !getenv("NERVE_LOG")) nv_log_set_level(NV_LOG_WARN); /* one console: process 0's */
+    const int rc = train(argc, argv);
+    if (rc != 0 && nv_dist_size() > 1 && !nv_train_failed_together()) nv_dist_abort(rc);
+    nv_dist_finalize();
+    return rc;
+}
+
+static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
     const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL;
@@ -112,6 +133,7 @@ int cmd_train(int argc, char **argv) {
             tok_path = default_tok;
         }
     }
+    if (!threads) threads = nv_dist_threads(); /* processes sharing CPUs divide them */
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FLOAT, &o.engine);
     if (erc) return erc;
 
@@ -187,12 +209,13 @@ int cmd_train(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
-    fprintf(stderr, "nerve: data: %llu training tokens, %llu validation tokens; unigram baseline loss %.3f\n",
+    if (nv_dist_rank() == 0)
+        fprintf(stderr, "nerve: data: %llu training tokens, %llu validation tokens; unigram baseline loss %.3f\n",
             (unsigned long long)ds.train_tokens, (unsigned long long)ds.val_tokens,
             nv_dataset_unigram_loss(&ds, c->vocab_size));
     o.tokenizer_path = tok_path;
     if (nv_train_run(&o, &ds) != NV_OK) {
-        cli_error(CMD, 1, "%s", nv_errmsg());
+        if (nv_dist_rank() == 0 || !nv_train_failed_together()) cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
     rc = 0;

@@ -11,12 +11,14 @@
 
 #include "base/cpu.h"
 #include "base/file.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/pool.h"
 #include "base/timer.h"
 #include "engine/peak.h"
 #include "model/gguf.h"
 #include "train/ckpt.h"
+#include "train/dist.h"
 #include "train/tmodel.h"
 
 volatile int nv_train_stop_requested;
@@ -127,15 +129,20 @@ static void metrics_restore(const char *path, long last_step, series *tr, series
     free(text);
 }
 
+/* The validation loss over `batches` batches of B = tm->B x world windows (every process draws the
+   same ones and evaluates its rows), averaged over the job. */
 static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg) {
+    const int world = nv_dist_size();
+    const size_t mine = (size_t)nv_dist_rank() * tm->B * tm->T;
     double sum = 0;
     int n = 0;
     for (int i = 0; i < batches; i++) {
-        if (!nv_data_val_batch(ds, i, tm->B, tm->T, in, tg)) break;
-        sum += nv_tmodel_forward(tm, in, tg);
+        if (!nv_data_val_batch(ds, i, tm->B * world, tm->T, in, tg)) break;
+        sum += nv_tmodel_forward(tm, in + mine, tg + mine);
         n++;
     }
-    return n ? (float)(sum / n) : NAN;
+    nv_dist_sum_f64(&sum, 1);
+    return n ? (float)(sum / world / n) : NAN;
 }
 
 /* A number for metrics.jsonl: JSON has no NaN or infinity, so those are null. */
@@ -188,37 +195,103 @@ static nv_err copy_tokenizer(const char *from, const char *to) {
     return e;
 }
 
+/* Refuses to overwrite a run without --resume, and a checkpoint written with other settings. */
+static nv_err check_resume(const nv_train_opts *o, const char *ckpt_path, nv_ckpt *ck) {
+    if (!o->resume && nv_file_exists(ckpt_path))
+        return nv_fail(NV_EINVAL, "%s already holds a checkpoint: pass --resume to continue it, or choose another --out",
+                       o->out_dir);
+    if (!o->resume) return NV_OK;
+    NV_TRY(nv_ckpt_load(ckpt_path, ck));
+    nv_config kc;
+    nv_ckpt_header_get_config(&ck->h, &kc);
+    if (memcmp(&kc, &o->config, sizeof kc) != 0 || ck->h.batch != o->batch || ck->h.seq != o->seq ||
+        ck->h.accum != o->accum || ck->h.seed != o->seed) {
+        nv_ckpt_close(ck);
+        return nv_fail(NV_EINVAL, "%s was written by a run with other settings: resume with the same model, "
+                                  "--batch, --seq, --accum and --seed", ckpt_path);
+    }
+    return NV_OK;
+}
+
+/* What process 0 sends the others at the start: where the run stands. */
+typedef struct {
+    long step;
+    int64_t tokens_seen;
+    nv_data_cursor cur;
+} run_state;
+
+/* The processes of a job must train the same model on the same data with the same settings, or
+   their gradients would be summed into nonsense: each hashes what it was given, and all refuse to
+   start unless the hashes agree. (The data are compared by their sizes and the tokens at a few
+   places, not read whole.) */
+static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
+    uint64_t h = nv_hash64(&o->config, sizeof o->config, 1);
+    const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume};
+    h = nv_hash64(settings, sizeof settings, h);
+    h = nv_hash64(&o->seed, sizeof o->seed, h);
+    h = nv_hash64(&o->adamw, sizeof o->adamw, h);
+    if (o->init_params) h = nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), h);
+    for (int i = 0; i < ds->n_src; i++) {
+        const nv_source *s = &ds->src[i];
+        uint64_t probe[10] = {s->n_tokens, s->n_train};
+        for (int k = 0; k < 8 && s->n_tokens; k++) probe[2 + k] = nv_source_token(s, s->n_tokens / 8 * k);
+        h = nv_hash64(probe, sizeof probe, h);
+    }
+    const long mine = (long)(h >> 1); /* positive: max(h) == -max(-h) when all agree */
+    if (nv_dist_max(mine) != -nv_dist_max(-mine))
+        return nv_fail(NV_EINVAL, "the %d processes of this job were not given the same model, data and settings: start "
+                                  "them all with the same arguments and files", nv_dist_size());
+    return NV_OK;
+}
+
+static int failed_together;
+
+int nv_train_failed_together(void) { return failed_together; }
+
+/* An error every process of a job reached at the same point (they agreed on it, or it follows from
+   what they agreed on): they can all leave cleanly. */
+static nv_err together(nv_err e) {
+    failed_together = nv_dist_size() > 1;
+    return e;
+}
+
 nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     const nv_config *c = &o->config;
+    /* data parallel: each of the job's processes takes batch / world of every micro-batch's windows;
+       process 0 ("lead") owns the run folder and the console. Every check after the agreement on the
+       settings fails on all processes alike. */
+    const int rank = nv_dist_rank(), world = nv_dist_size(), lead = rank == 0;
+    failed_together = 0;
+    nv_err e = NV_OK;
+    if (world > 1 && (e = agree_on_setup(o, ds))) return together(e);
     if (o->batch < 1 || o->seq < 1 || o->accum < 1 || o->steps < 1)
-        return nv_fail(NV_EINVAL, "batch, seq, accum and steps must be positive");
-    if (o->seq > c->seq_len) return nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len);
+        return together(nv_fail(NV_EINVAL, "batch, seq, accum and steps must be positive"));
+    if (o->seq > c->seq_len)
+        return together(nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len));
     if (c->qk_norm && c->qkv_bias) /* no format could hold the trained model */
-        return nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no format writes it)");
+        return together(nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no "
+                                                 "format writes it)"));
     if (c->n_rope_factors) /* the checkpoint header has no room for them */
-        return nv_fail(NV_EUNSUPPORTED, "training a model with RoPE frequency factors (Llama 3.1 and later) is not supported");
-    NV_TRY(nv_mkdirs(o->out_dir));
+        return together(nv_fail(NV_EUNSUPPORTED, "training a model with RoPE frequency factors (Llama 3.1 and later) is "
+                                                 "not supported"));
+    if (o->batch % world)
+        return together(nv_fail(NV_EINVAL, "--batch %d does not split evenly over %d processes: make it a multiple of %d",
+                                o->batch, world, world));
+    const int local_batch = o->batch / world;
+    if (lead) e = nv_mkdirs(o->out_dir);
+    if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
     char ckpt_path[4200], metrics_path[4200], svg_path[4200], model_path[4200];
     snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", o->out_dir);
     snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", o->out_dir);
     snprintf(svg_path, sizeof svg_path, "%s/loss.svg", o->out_dir);
     snprintf(model_path, sizeof model_path, "%s/model.bin", o->out_dir);
-    if (!o->resume && nv_file_exists(ckpt_path))
-        return nv_fail(NV_EINVAL, "%s already holds a checkpoint: pass --resume to continue it, or choose another --out",
-                       o->out_dir);
-
-    /* Resume state is verified in full before anything is allocated or written. */
+    /* Resume state is verified in full before anything is allocated or written (by process 0, which
+       sends it to the others: only its machine needs the run folder). */
     nv_ckpt ck = {0};
-    if (o->resume) {
-        NV_TRY(nv_ckpt_load(ckpt_path, &ck));
-        nv_config kc;
-        nv_ckpt_header_get_config(&ck.h, &kc);
-        if (memcmp(&kc, c, sizeof kc) != 0 || ck.h.batch != o->batch || ck.h.seq != o->seq || ck.h.accum != o->accum ||
-            ck.h.seed != o->seed) {
-            nv_ckpt_close(&ck);
-            return nv_fail(NV_EINVAL, "%s was written by a run with other settings: resume with the same model, "
-                                      "--batch, --seq, --accum and --seed", ckpt_path);
-        }
+    if (lead) e = check_resume(o, ckpt_path, &ck);
+    if (nv_dist_max(e != NV_OK)) {
+        nv_ckpt_close(&ck);
+        return together(e ? e : nv_fail(NV_EINVAL, "process 0 could not start the run (its message says why)"));
     }
 
     /* starting weights with a NaN or an infinity would only ever skip their updates */
@@ -226,22 +299,28 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         const uint64_t n = nv_config_param_count(c);
         for (uint64_t i = 0; i < n; i++)
             if (!isfinite(o->init_params[i]))
-                return nv_fail(NV_EFORMAT, "the starting weights hold a value that is not finite (parameter %llu of %llu): "
-                                           "a model to fine-tune must be finite",
-                               (unsigned long long)i, (unsigned long long)n);
+                return together(nv_fail(NV_EFORMAT, "the starting weights hold a value that is not finite (parameter %llu of "
+                                                    "%llu): a model to fine-tune must be finite",
+                                        (unsigned long long)i, (unsigned long long)n));
     }
     /* a run that cannot fit this machine's memory is refused before it allocates (and before the
        kernel kills it part way through setup) */
-    const double need = nv_tmodel_memory_bytes(c, o->batch, o->seq);
+    const double need = nv_tmodel_memory_bytes(c, local_batch, o->seq) * nv_dist_local_size();
     const double have = (double)nv_cpu_probe()->mem_total_bytes;
-    if (have > 0 && need > have) {
+    const int too_big_here = have > 0 && need > have;
+    if (nv_dist_max(too_big_here)) { /* on any machine of the job */
         nv_ckpt_close(&ck);
-        return nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, gradients, AdamW state, packed weights and the "
-                                  "activations of %d x %d tokens) and this machine has %.1f GB: lower --batch or --seq",
-                       need / 1e9, o->batch, o->seq, have / 1e9);
+        if (!too_big_here)
+            return together(nv_fail(NV_ENOMEM, "another machine of this job has too little memory for its processes' "
+                                               "share of the training: lower --batch or --seq"));
+        return together(nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, gradients, AdamW state, packed weights "
+                                           "and the activations of %d x %d tokens%s) and this machine has %.1f GB: lower "
+                                           "--batch or --seq",
+                                need / 1e9, o->batch, o->seq, nv_dist_local_size() > 1 ? ", over its processes" : "",
+                                have / 1e9));
     }
     nv_tmodel tm;
-    nv_err e = nv_tmodel_init(&tm, c, o->resume ? ck.params : o->init_params, o->seed, o->batch, o->seq, o->engine);
+    e = nv_tmodel_init(&tm, c, o->resume && lead ? ck.params : o->init_params, o->seed, local_batch, o->seq, o->engine);
     if (e) {
         nv_ckpt_close(&ck);
         return e;
@@ -259,7 +338,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     long step0 = 0;
     int64_t tokens_seen = 0;
     series tr = {0}, va = {0};
-    if (o->resume) {
+    if (o->resume && lead) {
         memcpy(opt.m, ck.m, (size_t)tm.m.n_params * sizeof(float));
         memcpy(opt.v, ck.v, (size_t)tm.m.n_params * sizeof(float));
         opt.step = (long)ck.h.step;
@@ -270,24 +349,39 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         nv_ckpt_close(&ck);
         metrics_restore(metrics_path, step0, &tr, &va);
         nv_info("resuming %s at step %ld of %d", ckpt_path, step0, o->steps);
-    } else {
+    } else if (lead) {
         FILE *f = fopen(metrics_path, "w");
         if (f) fclose(f);
     }
-    if (o->tokenizer_path) {
+    if (world > 1) { /* every process starts from process 0's weights and state: identical from here on */
+        run_state st = {step0, tokens_seen, cur};
+        nv_dist_bcast(&st, sizeof st);
+        step0 = st.step, tokens_seen = st.tokens_seen, cur = st.cur;
+        opt.step = step0;
+        nv_dist_bcast(tm.m.params, (size_t)tm.m.n_params * sizeof(float));
+        if (o->resume) { /* a new run's moments are zeros everywhere */
+            nv_dist_bcast(opt.m, (size_t)tm.m.n_params * sizeof(float));
+            nv_dist_bcast(opt.v, (size_t)tm.m.n_params * sizeof(float));
+        }
+        if (!lead) nv_tmodel_refresh(&tm);
+    }
+    if (o->tokenizer_path && lead) {
         char tok_dst[4200];
         snprintf(tok_dst, sizeof tok_dst, "%s/tokenizer.bin", o->out_dir);
         if (strcmp(o->tokenizer_path, tok_dst) != 0 && copy_tokenizer(o->tokenizer_path, tok_dst) != NV_OK)
             nv_warn("could not copy the tokenizer into %s: %s", o->out_dir, nv_errmsg());
     }
 
-    struct sigaction sa, old_int, old_term;
+    struct sigaction sa, old_int, old_term, old_usr1;
     int handlers = 0;
     size_t bt = (size_t)o->batch * o->seq;
+    /* every process draws the whole batch's windows (the data cursor stays the same everywhere) and
+       trains on its rows */
     int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
-    FILE *metrics = fopen(metrics_path, "a");
-    if (!in || !tg || !metrics) {
-        e = nv_fail(!metrics ? NV_EIO : NV_ENOMEM, "cannot open %s or allocate batches", metrics_path);
+    const size_t mine = (size_t)rank * local_batch * o->seq;
+    FILE *metrics = lead ? fopen(metrics_path, "a") : NULL;
+    if (!in || !tg || (lead && !metrics)) {
+        e = nv_fail(lead && !metrics ? NV_EIO : NV_ENOMEM, "cannot open %s or allocate batches", metrics_path);
         goto done;
     }
     memset(&sa, 0, sizeof sa);
@@ -295,27 +389,36 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    /* mpirun passes SIGUSR1 on to every process at once, where its Ctrl-C sends SIGTERM a second late
+       and SIGKILL a second after that: the way to stop a job that checkpoints slowly */
+    sigaction(SIGUSR1, &sa, &old_usr1);
     handlers = 1;
     nv_train_stop_requested = 0;
 
     long builds_after_setup = nv_plan_builds();
-    double t_start = nv_now(), sum_f = 0, sum_b = 0, sum_o = 0, sum_step = 0;
+    double t_start = nv_now(), sum_f = 0, sum_b = 0, sum_o = 0, sum_w = 0, sum_step = 0;
     long steps_run = 0;
-    int tty = isatty(STDERR_FILENO) && !o->quiet;
+    const int quiet = o->quiet || !lead;
+    int tty = isatty(STDERR_FILENO) && !quiet;
     float last_loss = 0, last_val = NAN;
-    nv_info("training %.2fM parameters on %s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about "
-            "%.2f GB of memory)",
-            (double)tm.m.n_params / 1e6, nv_engine_name(nv_model_engine(&tm.m)), o->steps, o->batch, o->seq,
-            o->accum, tm.flops_per_step * o->accum / 1e9, need / 1e9);
+    char procs[64] = "";
+    if (world > 1)
+        snprintf(procs, sizeof procs, " x %d processes (%d thread%s each)", world, nv_pool_threads(),
+                 nv_pool_threads() == 1 ? "" : "s");
+    if (lead)
+        nv_info("training %.2fM parameters on %s%s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about "
+                "%.2f GB of memory)",
+                (double)tm.m.n_params / 1e6, nv_engine_name(nv_model_engine(&tm.m)), procs, o->steps, o->batch, o->seq,
+                o->accum, tm.flops_per_step * world * o->accum / 1e9, need / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
         float v0 = eval_val(&tm, ds, o->eval_batches, in, tg);
-        if (isfinite(v0)) {
+        if (isfinite(v0) && lead) {
             fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g}\n", v0);
             fflush(metrics);
             series_add(&va, 0.0f, v0);
             last_val = v0;
-            if (!o->quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
+            if (!quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
         }
     }
     /* test hooks: a pause after each step, so a test can interrupt a tiny run part way reliably; a NaN
@@ -333,13 +436,21 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         for (int a = 0; a < o->accum; a++) {
             if ((e = nv_data_next_batch(ds, &cur, o->batch, o->seq, in, tg))) goto done;
             double ta = nv_now();
-            loss += nv_tmodel_forward(&tm, in, tg);
+            loss += nv_tmodel_forward(&tm, in + mine, tg + mine);
             double tb0 = nv_now();
-            nv_tmodel_backward(&tm, 1.0f / (float)o->accum);
+            nv_tmodel_backward(&tm, 1.0f / (float)(o->accum * world));
             tf += tb0 - ta;
             tb += nv_now() - tb0;
         }
         loss /= o->accum;
+        /* the job's gradient: the sum of every process's (each already divided by the processes) */
+        double tw0 = nv_now();
+        if (world > 1) {
+            nv_dist_sum_f32(tm.grads, tm.m.n_params);
+            nv_dist_sum_f64(&loss, 1);
+            loss /= world;
+        }
+        double tw = nv_now() - tw0;
         if (nan_from > 0 && step + 1 >= nan_from) tm.grads[0] = NAN;
         double to0 = nv_now();
         float lr;
@@ -352,7 +463,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         const int diverged = skip_streak >= NV_TRAIN_DIVERGED_STEPS;
         double t1 = nv_now(), dt = t1 - t0;
         tokens_seen += (int64_t)bt * o->accum;
-        sum_f += tf, sum_b += tb, sum_o += t1 - to0, sum_step += dt;
+        sum_f += tf, sum_b += tb, sum_o += t1 - to0, sum_w += tw, sum_step += dt;
         steps_run++;
         last_loss = (float)loss;
         int last = step + 1 == o->steps;
@@ -361,19 +472,23 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             val = eval_val(&tm, ds, o->eval_batches, in, tg);
             if (!isnan(val)) last_val = val;
         }
-        double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * o->accum / dt / 1e12;
-        fprintf(metrics, "{\"step\":%ld", step + 1);
-        json_num(metrics, "loss", loss);
-        fprintf(metrics, ",\"lr\":%.6g", lr);
-        json_num(metrics, "grad_norm", gnorm);
-        fprintf(metrics,
-                ",\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,\"ms_forward\":%.2f,\"ms_backward\":%.2f,\"ms_optimizer\":%.2f,"
-                "\"ms_wait\":0,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
-                tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tflops, (long long)tokens_seen, nv_plan_builds());
-        if (skipped) fprintf(metrics, ",\"skipped\":true");
-        if (!isnan(val)) json_num(metrics, "val_loss", val);
-        fprintf(metrics, "}\n");
-        fflush(metrics);
+        double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * world * o->accum / dt / 1e12;
+        if (lead) {
+            fprintf(metrics, "{\"step\":%ld", step + 1);
+            json_num(metrics, "loss", loss);
+            fprintf(metrics, ",\"lr\":%.6g", lr);
+            json_num(metrics, "grad_norm", gnorm);
+            fprintf(metrics,
+                    ",\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,\"ms_forward\":%.2f,\"ms_backward\":%.2f,"
+                    "\"ms_optimizer\":%.2f,\"ms_wait\":%.2f,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
+                    tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tw * 1e3, tflops, (long long)tokens_seen,
+                    nv_plan_builds());
+            if (world > 1) fprintf(metrics, ",\"processes\":%d", world);
+            if (skipped) fprintf(metrics, ",\"skipped\":true");
+            if (!isnan(val)) json_num(metrics, "val_loss", val);
+            fprintf(metrics, "}\n");
+            fflush(metrics);
+        }
         if (isfinite(loss)) series_add(&tr, (float)(step + 1), (float)loss);
         if (isfinite(val)) series_add(&va, (float)(step + 1), val);
 
@@ -383,12 +498,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (!isnan(last_val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", last_val);
         char line[512];
         snprintf(line, sizeof line,
-                 "step %ld/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, wait 0) | "
-                 "%.3f TFLOP/s | ETA %s",
-                 step + 1, o->steps, loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tflops, eta);
+                 "step %ld/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, wait %.0f) "
+                 "| %.3f TFLOP/s | ETA %s",
+                 step + 1, o->steps, loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tw * 1e3, tflops,
+                 eta);
         if (tty) fprintf(stderr, "\r\033[K%s", line);
-        else if (!o->quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
-        if (skipped) {
+        else if (!quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
+        if (skipped && lead) {
             if (tty) fprintf(stderr, "\n");
             nv_warn("step %ld: the gradient norm is %g: update skipped, weights and optimizer state unchanged", step + 1,
                     gnorm);
@@ -398,8 +514,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             struct timespec ts = {step_delay_ms / 1000, (long)(step_delay_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
-        int stop = diverged || nv_train_stop_requested || (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s);
-        if (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0)) {
+        /* a signal or the time limit on any process stops them all, after the same step */
+        const int stop = (int)nv_dist_max(diverged || nv_train_stop_requested ||
+                                          (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s));
+        if (lead && (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0))) {
             nv_ckpt_header h;
             memset(&h, 0, sizeof h);
             nv_ckpt_header_set_config(&h, c);
@@ -429,14 +547,14 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
         if (stop && !last) {
             if (tty) fprintf(stderr, "\n");
-            nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, ckpt_path);
+            if (lead) nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, ckpt_path);
             step++;
             break;
         }
     }
     if (tty) fprintf(stderr, "\n");
     /* the weights as they stand, ready for `nerve generate`, however the run ended */
-    if (steps_run > 0) {
+    if (steps_run > 0 && lead) {
         nv_err saved;
         char other[4200];
         if (nv_config_fits_v1(&tm.m.config)) {
@@ -464,35 +582,45 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;
         nv_engine_id used = nv_model_engine(&tm.m);
-        double achieved = tm.flops_per_step * o->accum * n / sum_step;
-        /* the peak of the unit this engine runs on, measured now with the same threads */
+        double achieved = tm.flops_per_step * world * o->accum * n / sum_step;
+        /* the peak of the unit this engine runs on, measured now with the same threads (by every process
+           at once, summed) */
         nv_peak_unit unit = nv_peak_unit_of(nv_engine_bf16_of(used)); /* int8 engines train on bf16 tiles */
         char why[160], peak_text[96] = "";
-        if (unit != NV_PEAK_COUNT && nv_peak_available(unit, why, sizeof why)) {
-            double peak = nv_peak_run(unit, nv_pool_threads(), 0.2);
-            if (peak > 0)
-                snprintf(peak_text, sizeof peak_text, " = %.0f%% of the %.2f TFLOP/s %s peak measured now", 100 * achieved / peak,
-                         peak / 1e12, nv_peak_instr(unit));
-        }
+        double peak = 0;
+        nv_dist_max(0); /* the processes measure together, once process 0 has saved */
+        if (unit != NV_PEAK_COUNT && nv_peak_available(unit, why, sizeof why)) peak = nv_peak_run(unit, nv_pool_threads(), 0.2);
+        const int same_unit = nv_dist_max(unit) == -nv_dist_max(-(long)unit); /* machines of one kind */
+        nv_dist_sum_f64(&peak, 1);
+        if (peak > 0 && same_unit)
+            snprintf(peak_text, sizeof peak_text, " = %.0f%% of the %.2f TFLOP/s %s peak measured now", 100 * achieved / peak,
+                     peak / 1e12, nv_peak_instr(unit));
         /* the process's peak resident memory, what a run at this batch and window needs on this box */
         struct rusage ru;
         char mem_text[48] = "";
         if (!getrusage(RUSAGE_SELF, &ru) && ru.ru_maxrss > 0)
-            snprintf(mem_text, sizeof mem_text, "; peak memory %.2f GB", (double)ru.ru_maxrss * 1024.0 / 1e9);
-        fprintf(stderr,
-                "nerve: efficiency: %ld steps in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward %.1f "
-                "(%.0f%%) + optimizer %.1f (%.0f%%) + waiting 0; %.3f TFLOP/s achieved on %s%s; %ld plans built at "
-                "setup, %ld since%s\n",
-                steps_run, wall, (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
-                100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
-                100 * sum_o / sum_step, achieved / 1e12, nv_engine_name(used), peak_text, builds_after_setup,
-                nv_plan_builds() - builds_after_setup, mem_text);
+            snprintf(mem_text, sizeof mem_text, "; peak memory %.2f GB%s", (double)ru.ru_maxrss * 1024.0 / 1e9,
+                     world > 1 ? " a process" : "");
+        if (lead)
+            fprintf(stderr,
+                    "nerve: efficiency: %ld steps in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward "
+                    "%.1f (%.0f%%) + optimizer %.1f (%.0f%%) + waiting %.1f (%.0f%%); %.3f TFLOP/s achieved on %s%s%s; %ld "
+                    "plans built at setup, %ld since%s\n",
+                    steps_run, wall, (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
+                    100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
+                    100 * sum_o / sum_step, 1e3 * sum_w / n, 100 * sum_w / sum_step, achieved / 1e12,
+                    nv_engine_name(used), procs, peak_text, builds_after_setup, nv_plan_builds() - builds_after_setup,
+                    mem_text);
     }
-    if (diverged_msg[0]) e = nv_fail(NV_ERANGE, "%s", diverged_msg);
+    /* the others leave only once process 0 has saved everything (a process that exits early could
+       make the launcher end the job under it) */
+    nv_dist_max(0);
+    if (diverged_msg[0]) e = together(nv_fail(NV_ERANGE, "%s", diverged_msg));
 done:
     if (handlers) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGUSR1, &old_usr1, NULL);
     }
     if (metrics) fclose(metrics);
     free(in);

@@ -1,6 +1,6 @@
 /* The training loop: micro-batches with gradient accumulation, AdamW with the packed-weight
  * refresh in the same pass, periodic validation, atomic checkpoints (every N steps, at the end,
- * on SIGINT/SIGTERM), metrics as JSON Lines, a loss-curve SVG and an efficiency report.
+ * on SIGINT/SIGTERM/SIGUSR1), metrics as JSON Lines, a loss-curve SVG and an efficiency report.
  *
  * The run folder holds: ckpt.bin (resume state), metrics.jsonl (one object per step), loss.svg,
  * model.bin (llama2.c v1 export of the final weights; model.gguf instead for the shapes that format
@@ -38,7 +38,12 @@ void nv_train_defaults(nv_train_opts *o);
  * that diverged saves its checkpoint and model (the weights of the last good update) and returns
  * NV_ERANGE. */
 nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *train);
-/* Set by the SIGINT/SIGTERM handler that nv_train_run installs; exposed for tests. */
+/* Data parallel (train/dist.h): nv_train_run runs on every process of the job. After it failed,
+ * 1 when every process failed at the same point (settings, the run folder, memory, divergence), so
+ * all can leave cleanly and process 0's message is the one to show; 0 when this process may have
+ * failed alone, and must end the job (nv_dist_abort) rather than leave the others waiting. */
+int nv_train_failed_together(void);
+/* Set by the SIGINT/SIGTERM/SIGUSR1 handler that nv_train_run installs; exposed for tests. */
 extern volatile int nv_train_stop_requested;
 
 #endif
