@@ -1,10 +1,12 @@
 /* Server processes for the tests that drive the real `nerve serve`: start one on a free loopback
  * port (it prints the port it bound), stop it with SIGTERM, read its log, connect to it.
+ * A small HTTP/1.1 client over plain sockets: http() sends one request and reads the whole answer.
  * Header-only like t.h; include after t.h. */
 #ifndef NV_TEST_SERVE_UTIL_H
 #define NV_TEST_SERVE_UTIL_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -108,5 +110,117 @@ static inline int server_stop_within(server *s, double wait_s) {
 
 /* A blocking TCP connection to 127.0.0.1:port with send/receive timeouts, or -1. */
 static inline int connect_to_within(int port, int timeout_s) { return nv_loopback_connect(port, timeout_s); }
+
+/* ---- a small HTTP/1.1 client over plain sockets ---------------------------------------------- */
+
+typedef struct {
+    int status;
+    char *head; /* status line and headers */
+    char *body; /* de-chunked */
+    size_t body_len;
+} resp;
+
+static inline void resp_free(resp *r) {
+    free(r->head);
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+
+static inline int send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0) return 0;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 1;
+}
+
+static inline char *build_request(const char *method, const char *path, const char *headers, const char *body, size_t *len) {
+    size_t blen = body ? strlen(body) : 0, cap = blen + 1024 + (headers ? strlen(headers) : 0);
+    char *req = malloc(cap);
+    int n = snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s", method, path,
+                     headers ? headers : "");
+    if (body) n += snprintf(req + n, cap - (size_t)n, "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
+    n += snprintf(req + n, cap - (size_t)n, "\r\n");
+    if (body) memcpy(req + n, body, blen);
+    *len = (size_t)n + blen;
+    return req;
+}
+
+static inline int parse_response(char *raw, size_t n, resp *r) {
+    char *sep = strstr(raw, "\r\n\r\n");
+    if (!sep || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) return 0;
+    size_t hl = (size_t)(sep - raw);
+    r->head = malloc(hl + 1);
+    memcpy(r->head, raw, hl);
+    r->head[hl] = '\0';
+    char *b = sep + 4;
+    size_t left = n - (size_t)(b - raw);
+    r->body = malloc(left + 1);
+    r->body_len = 0;
+    if (strcasestr(r->head, "Transfer-Encoding: chunked")) {
+        while (left > 0) {
+            char *end;
+            unsigned long sz = strtoul(b, &end, 16);
+            char *crlf = strstr(b, "\r\n");
+            if (!crlf || sz == 0) break;
+            b = crlf + 2;
+            left = n - (size_t)(b - raw);
+            if (sz > left) sz = left;
+            memcpy(r->body + r->body_len, b, sz);
+            r->body_len += sz;
+            b += sz;
+            if (left >= sz + 2) b += 2;
+            left = n > (size_t)(b - raw) ? n - (size_t)(b - raw) : 0;
+        }
+    } else {
+        memcpy(r->body, b, left);
+        r->body_len = left;
+    }
+    r->body[r->body_len] = '\0';
+    return 1;
+}
+
+static inline int read_all(int fd, char **out, size_t *n) {
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 + 1 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    *n = len;
+    return len > 0;
+}
+
+/* Sends raw bytes and reads the whole answer. */
+static inline int http_raw(int port, const char *raw, size_t len, resp *r) {
+    memset(r, 0, sizeof *r);
+    int fd = connect_to_within(port, 60);
+    if (fd < 0) return 0;
+    char *buf;
+    size_t n;
+    int ok = send_all(fd, raw, len) && read_all(fd, &buf, &n);
+    if (ok) {
+        ok = parse_response(buf, n, r);
+        free(buf);
+    }
+    close(fd);
+    return ok;
+}
+
+static inline int http(int port, const char *method, const char *path, const char *headers, const char *body, resp *r) {
+    size_t len;
+    char *req = build_request(method, path, headers, body, &len);
+    int ok = http_raw(port, req, len, r);
+    free(req);
+    return ok;
+}
 
 #endif

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "model/tokenizer.h"
+#include "serve/chat.h"
 #include "t.h"
 #include "train/data.h"
 
@@ -291,14 +292,17 @@ static void check_text(const nv_tokenizer *t, const char *name, const char *text
     free(x.ids);
 }
 
-static void test_text_documents(void) {
+/* The shared tok512 vocabulary, or NULL after marking the case skipped or failed. */
+static nv_tokenizer *load_tok512(void) {
     const char *z = t_data("models/tok512.bin");
-    if (!z) return;
     nv_tokenizer *t = NULL;
-    if (nv_tokenizer_load(z, 0, &t) != NV_OK) {
-        T_CHECK(0, "%s", nv_errmsg());
-        return;
-    }
+    if (z && nv_tokenizer_load(z, 0, &t) != NV_OK) T_CHECK(0, "%s", nv_errmsg());
+    return t;
+}
+
+static void test_text_documents(void) {
+    nv_tokenizer *t = load_tok512();
+    if (!t) return;
     /* blank lines separate documents; single line breaks stay inside one */
     const char *blank = "One day a cat sat on a mat.\nIt was happy.\n\nThe dog ran to the park.\n\n\n\n  A bird sang.  \n";
     const char *blank_docs[] = {"One day a cat sat on a mat.\nIt was happy.", "The dog ran to the park.", "A bird sang."};
@@ -364,6 +368,147 @@ static void test_text_documents(void) {
     nv_tokenizer_free(t);
 }
 
+/* ---- chat data (.jsonl) ----------------------------------------------------------------------- */
+
+/* Turn `turn` of source s holds the ids nv_chat_render_turn gives msgs (the last an answer), and its
+ * targets are exactly the answer's: the prompt the server would feed (nv_chat_render_opts of the
+ * messages before) is not trained on. */
+static void check_turn(const nv_source *s, uint64_t turn, const nv_tokenizer *tok, nv_chat_template tmpl,
+                       const nv_chat_msg *msgs, int n) {
+    int *ids = NULL, nids = 0, np = 0, *prompt = NULL, nprompt = 0;
+    nv_chat_opts o = {0};
+    if (nv_chat_render_turn(tmpl, tok, msgs, n, &o, &ids, &nids, &np) != NV_OK ||
+        nv_chat_render_opts(tmpl, tok, msgs, n - 1, &o, &prompt, &nprompt) != NV_OK) {
+        T_CHECK(0, "render: %s", nv_errmsg());
+        return;
+    }
+    T_CHECK(turn < s->n_starts, "turn %llu of %llu", (unsigned long long)turn, (unsigned long long)s->n_starts);
+    if (turn >= s->n_starts) return;
+    const uint64_t from = s->starts[turn], len = s->starts[turn + 1] - from;
+    T_CHECK(len == (uint64_t)nids && np == nprompt && nids > nprompt, "%s turn %llu: %llu tokens, rendered %d with a prompt of %d (%d)",
+            nv_chat_template_name(tmpl), (unsigned long long)turn, (unsigned long long)len, nids, np, nprompt);
+    for (int i = 0; i < nids && (uint64_t)i < len; i++) {
+        T_CHECK(nv_source_token(s, from + (uint64_t)i) == (uint32_t)ids[i], "%s turn %llu token %d differs",
+                nv_chat_template_name(tmpl), (unsigned long long)turn, i);
+        if (i < nprompt) T_CHECK(prompt[i] == ids[i], "the turn does not begin with the server's prompt");
+        T_CHECK(s->trained[from + (uint64_t)i] == (i >= nprompt), "%s turn %llu token %d trained %d (prompt %d)",
+                nv_chat_template_name(tmpl), (unsigned long long)turn, i, s->trained[from + (uint64_t)i], nprompt);
+    }
+    free(ids);
+    free(prompt);
+}
+
+static void test_chat_data(void) {
+    nv_tokenizer *t = load_tok512();
+    if (!t) return;
+    /* five conversations: two answers, one with weight 0; content as text parts; a tool call and its result */
+    const char *jsonl =
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
+        " {\"role\": \"assistant\", \"content\": \"Hello there.\"}, {\"role\": \"user\", \"content\": \"Why?\"},"
+        " {\"role\": \"assistant\", \"content\": \"Because.\"}]}\n"
+        "\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"A \"}, {\"type\": \"text\", \"text\": \"cat\"}]},"
+        " {\"role\": \"assistant\", \"content\": \"Meow.\", \"weight\": 0}, {\"role\": \"user\", \"content\": \"Again\"},"
+        " {\"role\": \"assistant\", \"content\": \"Purr.\", \"weight\": 1}]}\r\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": \"assistant\", \"content\": null,"
+        " \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{}\"}}]},"
+        " {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"sunny\"}, {\"role\": \"assistant\", \"content\": \"Sunny.\"}]}\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Four\"}, {\"role\": \"assistant\", \"content\": \"4\"}]}\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Five\"}, {\"role\": \"assistant\", \"content\": \"5\"}]}";
+    const char *p = t_write("chat.jsonl", jsonl, strlen(jsonl));
+    const nv_chat_call call = {"get_weather", "{}"};
+    const nv_chat_msg c1[] = {{"system", "Be kind.", NULL, 0}, {"user", "Hi", NULL, 0}, {"assistant", "Hello there.", NULL, 0},
+                              {"user", "Why?", NULL, 0}, {"assistant", "Because.", NULL, 0}};
+    const nv_chat_msg c2[] = {{"user", "A cat", NULL, 0}, {"assistant", "Meow.", NULL, 0}, {"user", "Again", NULL, 0},
+                              {"assistant", "Purr.", NULL, 0}};
+    const nv_chat_msg c3[] = {{"user", "Weather?", NULL, 0}, {"assistant", "", &call, 1}, {"tool", "sunny", NULL, 0},
+                              {"assistant", "Sunny.", NULL, 0}};
+    const nv_chat_msg c4[] = {{"user", "Four", NULL, 0}, {"assistant", "4", NULL, 0}};
+    const nv_chat_msg c5[] = {{"user", "Five", NULL, 0}, {"assistant", "5", NULL, 0}};
+    const nv_chat_template all[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_PLAIN};
+    for (int k = 0; k < 4; k++) {
+        nv_dataset ds;
+        nv_err e = nv_dataset_open_chat(&ds, &p, 1, t, 512, 0.2f, all[k]);
+        T_CHECK(e == NV_OK, "open: %s", nv_errmsg());
+        if (e) continue;
+        const nv_source *s = &ds.src[0];
+        /* turns: c1's two answers, c2's weighted one (Meow is context), c3's two, c4's, c5's */
+        T_CHECK(ds.chat && s->n_starts == 7, "%llu turns, not 7", (unsigned long long)s->n_starts);
+        check_turn(s, 0, t, all[k], c1, 3);
+        check_turn(s, 1, t, all[k], c1, 5);
+        check_turn(s, 2, t, all[k], c2, 4);
+        check_turn(s, 3, t, all[k], c3, 2);
+        check_turn(s, 4, t, all[k], c3, 4);
+        check_turn(s, 5, t, all[k], c4, 2);
+        check_turn(s, 6, t, all[k], c5, 2);
+        /* the last fifth of the conversations (one: c5) validates, whole */
+        T_CHECK(s->n_train_starts == 6 && s->n_train == s->starts[6], "split at turn %llu",
+                (unsigned long long)s->n_train_starts);
+        /* training windows: whole turns of the training part, targets only on answers, padding after */
+        enum { B = 2, T = 200 }; /* every turn whole: no window is two turns alike */
+        int in[B * T], tg[B * T], answers = 0;
+        nv_data_cursor c;
+        nv_data_cursor_init(&c, 3);
+        for (int it = 0; it < 40; it++) {
+            T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+            for (int b = 0; b < B; b++) {
+                uint64_t turn = s->n_starts; /* the training turn whose tokens (then padding 0) the inputs are */
+                for (uint64_t u = 0; u < s->n_train_starts && turn == s->n_starts; u++) {
+                    int same = 1;
+                    for (int i = 0; i < T && same; i++) {
+                        const uint64_t at = s->starts[u] + (uint64_t)i;
+                        same = in[b * T + i] == (at + 1 < s->starts[u + 1] ? (int)nv_source_token(s, at) : 0);
+                    }
+                    if (same) turn = u;
+                }
+                T_CHECK(turn < s->n_train_starts, "a window that starts no training turn");
+                if (turn >= s->n_train_starts) continue;
+                const uint64_t from = s->starts[turn], len = s->starts[turn + 1] - from;
+                for (int i = 0; i < T; i++) {
+                    const int want_tg = (uint64_t)i + 1 < len && s->trained[from + (uint64_t)i + 1]
+                                            ? (int)nv_source_token(s, from + (uint64_t)i + 1) : -1;
+                    T_CHECK(tg[b * T + i] == want_tg, "turn %llu position %d: target %d, not %d", (unsigned long long)turn, i,
+                            tg[b * T + i], want_tg);
+                    answers += want_tg >= 0;
+                }
+            }
+        }
+        T_CHECK(answers > 0, "no answer tokens in the windows");
+        /* validation: the held-out turn */
+        T_CHECK(nv_data_val_batch(&ds, 0, 1, T, in, tg) && (uint32_t)in[0] == nv_source_token(s, s->starts[6]),
+                "validation window is not the held-out turn");
+        /* the unigram baseline counts the answers' tokens only */
+        T_CHECK(nv_dataset_unigram_loss(&ds, 512) > 0, "unigram baseline");
+        nv_dataset_close(&ds);
+    }
+    /* malformed lines: one error naming the file and line, nothing opened */
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\nnot json\n", ":2: not a JSON object"},
+        {"[1, 2]\n", ":1: not a JSON object"},
+        {"{\"prompt\": \"a\", \"completion\": \"b\"}\n", ":1: 'messages' is required"},
+        {"{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n", ":1: 'messages[0].role' must be one of"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": 5}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n", "content' must be a string"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n", ":1: no assistant message to train on"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\", \"weight\": 0}]}\n",
+         ":1: no assistant message to train on"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\", \"weight\": 2}]}\n",
+         ":1: 'messages[1].weight' must be 0 or 1"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"messages\": []}\n", "'tools' in training data"},
+        {"\n\n", ": no conversations"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *bp = t_write("bad.jsonl", bad[i].text, strlen(bad[i].text));
+        nv_dataset ds;
+        nv_err e = nv_dataset_open(&ds, &bp, 1, t, 512, 0.1f);
+        T_CHECK(e != NV_OK && strstr(nv_errmsg(), "bad.jsonl") && strstr(nv_errmsg(), bad[i].want) && ds.src == NULL,
+                "case %zu: '%s'", i, e ? nv_errmsg() : "accepted");
+        if (!e) nv_dataset_close(&ds);
+    }
+    nv_tokenizer_free(t);
+}
+
 int main(void) {
     T_RUN(test_u16_windows_from_training_split);
     T_RUN(test_u32_and_mixed_sources);
@@ -372,5 +517,6 @@ int main(void) {
     T_RUN(test_unigram_loss);
     T_RUN(test_malformed_inputs);
     T_RUN(test_text_documents);
+    T_RUN(test_chat_data);
     return t_done();
 }

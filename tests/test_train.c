@@ -10,6 +10,7 @@
 #include "train/ckpt.h"
 #include "train/dist.h"
 #include "t.h"
+#include "serve_util.h"
 
 
 /* Runs `launcher nerve args` (launcher "" or "mpirun ..."), its stderr into err. */
@@ -516,6 +517,87 @@ static void test_data_parallel_matches_one_process(void) {
     T_CHECK(!nv_file_exists(path), "a refused job wrote a checkpoint");
 }
 
+/* Chat fine-tuning end to end: stories260K fine-tuned on conversations in OpenAI's format (one answer
+ * to every question) learns the answer; the run folder keeps its chat template, and `nerve serve -m
+ * RUN_DIR` takes it up and gives the answer, ending at the template's stop. */
+static void test_chat_finetune_then_serve(void) {
+    const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    if (!model || !tok) return;
+    static const char *who[] = {"the cat", "a dog", "Tim", "the bird", "Sue", "the big bear"};
+    static const char *what[] = {"go to the park", "like the red ball", "want to play", "see the sun", "find a toy"};
+    char path[800], line[512], args[4096], err[8192], dir[600];
+    snprintf(path, sizeof path, "%s/chats.jsonl", t_tmpdir());
+    FILE *f = fopen(path, "w");
+    T_CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    for (int i = 0; i < 240; i++) {
+        snprintf(line, sizeof line,
+                 "{\"messages\": [%s{\"role\": \"user\", \"content\": \"Did %s %s?\"}, {\"role\": \"assistant\", "
+                 "\"content\": \"Yes, the cat is happy.\"}]}\n",
+                 i % 3 ? "" : "{\"role\": \"system\", \"content\": \"Be kind.\"}, ", who[i % 6], what[(i / 6) % 5]);
+        fputs(line, f);
+    }
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/chat_run", t_tmpdir());
+    snprintf(args, sizeof args,
+             "train --init-from %s -z %s --data %s --steps 120 --batch 8 --seq 96 --lr 1e-3 --warmup 10 --eval-every 40 "
+             "--eval-batches 2 --seed 3 --quiet --out %s",
+             model, tok, path, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "chat fine-tune: %s", err);
+    T_CHECK(strstr(err, "chat data: 240 answers to train on (12 of them held out), rendered with the chatml template"),
+            "no chat data summary: %s", err);
+    const float v0 = val_at(dir, 0), v1 = val_at(dir, 120);
+    T_CHECK(v0 > 3 && v1 < 0.3f, "validation loss on the answers %g -> %g", v0, v1);
+    char *text = NULL;
+    snprintf(path, sizeof path, "%.600s/chat_template", dir);
+    T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK && text && !strcmp(text, "chatml\n"), "chat_template: %s",
+            text ? text : "(none)");
+    free(text);
+    server s;
+    if (!server_spawn(&s, "chat_run", NULL, NULL, dir, NULL, "--engine avx2", 30)) {
+        T_CHECK(0, "serving the run folder failed");
+        return;
+    }
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "chat template chatml") != NULL, "the server did not take the run's template: %s", log);
+    free(log);
+    resp r;
+    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Did the dog see a kite?\"}], \"temperature\": 0}";
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 &&
+                strstr(r.body, "\"content\":\"Yes, the cat is happy.\"") && strstr(r.body, "\"finish_reason\":\"stop\""),
+            "answer: %d %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
+
+    /* the loss is the mean over the step's answer tokens however the step is cut: 2 micro-batches of
+       4 windows (the same 8 windows; answers of 1 to 9 words, so the halves hold different numbers
+       of targets) give one batch of 8's losses and gradient norms */
+    char whole[600], halves[600];
+    snprintf(path, sizeof path, "%s/chats_mixed.jsonl", t_tmpdir());
+    if (!(f = fopen(path, "w"))) {
+        T_CHECK(0, "cannot write %s", path);
+        return;
+    }
+    for (int i = 0; i < 240; i++) {
+        char answer[128] = "";
+        for (int w = 0; w <= i % 9; w++) strcat(answer, w ? " yes" : "Yes");
+        fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}, {\"role\": \"assistant\", "
+                   "\"content\": \"%s.\"}]}\n", who[i % 6], what[(i / 6) % 5], answer);
+    }
+    fclose(f);
+    snprintf(whole, sizeof whole, "%s/chat_whole", t_tmpdir());
+    snprintf(halves, sizeof halves, "%s/chat_halves", t_tmpdir());
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args,
+                 "train --init-from %s -z %s --data %s --steps 24 --batch %d --accum %d --seq 96 --lr 1e-3 --eval-every 0 "
+                 "--seed 4 --engine avx2 --quiet --out %s",
+                 model, tok, path, k ? 4 : 8, k ? 2 : 1, k ? halves : whole);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "chat run %d: %s", k, err);
+    }
+    check_close_runs(whole, halves, "\"loss\":", 0, 1e-5);
+    check_close_runs(whole, halves, "\"grad_norm\":", 0, 1e-4);
+}
+
 static void test_bad_training_args(void) {
     char err[4096], args[4096];
     const char *bad[] = {"train --steps 0", "train --batch x", "train --preset nope", "train --dim 30 --layers 2",
@@ -554,5 +636,6 @@ int main(void) {
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
     T_RUN(test_data_parallel_matches_one_process);
+    T_RUN(test_chat_finetune_then_serve);
     return t_done();
 }

@@ -69,7 +69,9 @@ static void perturb_init(nv_tmodel *tm, uint64_t seed) {
     nv_tmodel_refresh(tm);
 }
 
-static void check_fd(const nv_config *c, int B, int T) {
+/* ignore_every > 0: every ignore_every-th target is -1 (chat data's prompt tokens), which the loss
+ * and its gradient skip */
+static void check_fd_ignoring(const nv_config *c, int B, int T, int ignore_every) {
     nv_tmodel tm;
     nv_err e = nv_tmodel_init(&tm, c, NULL, 5, B, T, NV_ENGINE_SCALAR);
     T_CHECK(e == NV_OK, "%s", nv_errmsg());
@@ -77,6 +79,8 @@ static void check_fd(const nv_config *c, int B, int T) {
     perturb_init(&tm, 6);
     int in[64], tg[64];
     make_batch(B, T, c->vocab_size, in, tg, 77);
+    for (int i = 0; ignore_every > 0 && i < B * T; i++)
+        if (i % ignore_every == 1) tg[i] = -1;
     nv_tmodel_zero_grad(&tm);
     float loss = nv_tmodel_forward(&tm, in, tg);
     T_CHECK(isfinite(loss) && loss > 0, "loss %f", loss);
@@ -124,6 +128,40 @@ static void check_fd(const nv_config *c, int B, int T) {
         T_CHECK(bad == 0, "%s: %d of %d entries differ (e.g. analytic %.6g vs finite difference %.6g)", t->name, bad, np,
                 worst_an, worst_fd);
     }
+    nv_tmodel_free(&tm);
+}
+
+static void check_fd(const nv_config *c, int B, int T) { check_fd_ignoring(c, B, T, 0); }
+
+/* Targets of -1 (chat data's prompts and padding): the gradient is the masked loss's, and the loss
+ * is the mean over the rows that have a target: the mean of each such row's loss taken alone. */
+static void test_fd_ignored_targets(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    check_fd_ignoring(&c, 2, 5, 3);
+    nv_tmodel tm;
+    if (nv_tmodel_init(&tm, &c, NULL, 5, 2, 5, NV_ENGINE_SCALAR) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    int in[10], tg[10], one[10];
+    make_batch(2, 5, c.vocab_size, in, tg, 78);
+    for (int i = 0; i < 10; i += 3) tg[i] = -1;
+    const float masked = nv_tmodel_forward(&tm, in, tg);
+    T_CHECK(tm.n_targets == 6, "%d rows counted, not 6", tm.n_targets);
+    double sum = 0;
+    for (int r = 0; r < 10; r++) {
+        if (tg[r] < 0) continue;
+        for (int i = 0; i < 10; i++) one[i] = i == r ? tg[i] : -1;
+        sum += nv_tmodel_forward(&tm, in, one);
+        T_CHECK(tm.n_targets == 1, "row %d alone: %d rows counted", r, tm.n_targets);
+    }
+    T_CHECK(fabs(masked - sum / 6) < 1e-5 * fabs(masked), "masked loss %.7g, mean of the rows' %.7g", masked, sum / 6);
+    for (int i = 0; i < 10; i++) one[i] = -1;
+    T_CHECK(nv_tmodel_forward(&tm, in, one) == 0.0f && tm.n_targets == 0, "no targets: loss %g", tm.loss);
+    nv_tmodel_backward(&tm, 1.0f);
+    float worst = 0;
+    for (uint64_t i = 0; i < tm.m.n_params; i++) worst = fmaxf(worst, fabsf(tm.grads[i]));
+    T_CHECK(worst == 0.0f, "no targets, yet a gradient of %g", worst);
     nv_tmodel_free(&tm);
 }
 
@@ -682,6 +720,7 @@ int main(void) {
     T_RUN(test_fd_separate_classifier_qknorm);
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_qkv_bias);
+    T_RUN(test_fd_ignored_targets);
     T_RUN(test_accumulation_equals_larger_batch);
     T_RUN(test_engines_match_fp32);
     T_RUN(test_attention_kernels);

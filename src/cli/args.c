@@ -88,7 +88,15 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
 
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
     struct stat st;
+    buf->tmpl[0] = '\0';
     if (stat(*model, &st) == 0 && S_ISDIR(st.st_mode)) {
+        char path[4200], *text = NULL;
+        snprintf(path, sizeof path, "%s/chat_template", *model);
+        if (nv_file_exists(path) && nv_file_read_all(path, &text, NULL) == NV_OK) { /* its name, one line */
+            size_t n = strcspn(text, "\r\n");
+            if (n < sizeof buf->tmpl) memcpy(buf->tmpl, text, n), buf->tmpl[n] = '\0';
+        }
+        free(text);
         snprintf(buf->tok, sizeof buf->tok, "%s/tokenizer.bin", *model);
         if (!*tok && nv_file_exists(buf->tok)) *tok = buf->tok;
         /* model.bin, or model.gguf for the shapes llama2.c's format cannot hold */

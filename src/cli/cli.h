@@ -50,12 +50,13 @@ int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o);
 int cli_spec_check(const char *cmd, const cli_spec *o);
 
 /* The model and tokenizer paths of `-m MODEL [-z TOKENIZER]`. MODEL may be a `nerve train` run
- * folder: its model.bin (else its model.gguf), and its tokenizer.bin unless -z was given; or a GGUF file, whose own
+ * folder: its model.bin (else its model.gguf), and its tokenizer.bin unless -z was given (and in
+ * tmpl the chat template it was fine-tuned with, its chat_template file; "" when none); or a GGUF file, whose own
  * vocabulary is the tokenizer unless -z was given. Otherwise the tokenizer is
  * tokenizers/tokenizer.bin in the shared data. *model and *tok are updated in place (pointing
  * into the buffers when changed). */
 typedef struct {
-    char model[4200], tok[4200];
+    char model[4200], tok[4200], tmpl[32];
 } cli_paths;
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf);
 

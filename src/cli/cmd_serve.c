@@ -207,6 +207,10 @@ int cmd_serve(int argc, char **argv) {
     else nv_path_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
+    if (!tmpl_given && paths.tmpl[0]) { /* a run folder fine-tuned on chat data: the template it learned */
+        if (nv_chat_template_parse(paths.tmpl, &tmpl) == NV_OK) tmpl_given = 1;
+        else nv_warn("serve: the run folder's chat_template names no template this server knows ('%s'): ignored", paths.tmpl);
+    }
     if (!tmpl_given) tmpl = declared_template(model_path);
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine); /* the fastest engine that probes well */

@@ -24,8 +24,12 @@ static void usage(FILE *f) {
             "                   [--warmup N] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--val-frac F] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3]\n"
             "  presets: %s\n"
-            "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32) or text files (tokenized with -z)\n"
+            "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z), or chat\n"
+            "          data (.jsonl, OpenAI's chat fine-tuning format: {\"messages\": [...]} a line; only the assistant's\n"
+            "          answers are trained on, each conversation rendered with --chat-template, default chatml, which\n"
+            "          the run folder keeps for nerve serve -m RUN_DIR)\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
@@ -58,7 +62,7 @@ int cmd_train(int argc, char **argv) {
 static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
-    const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL;
+    const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL, *template_name = NULL;
     const char *data[MAX_DATA];
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0;
@@ -89,6 +93,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--init-from")) init_from = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
+        else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--out")) o.out_dir = v;
         else if (!strcmp(a, "--dim")) ok = cli_int(CMD, a, v, 1, 1 << 16, &dim);
         else if (!strcmp(a, "--layers")) ok = cli_int(CMD, a, v, 1, 1024, &layers);
@@ -205,8 +210,35 @@ static int train(int argc, char **argv) {
         rc = cli_error(CMD, 2, "--seq %d exceeds the model's context of %d", o.seq, c->seq_len);
         goto done;
     }
-    if (nv_dataset_open(&ds, data, n_data, tok, c->vocab_size, val_frac) != NV_OK) {
+    nv_chat_template tmpl = NV_CHAT_CHATML;
+    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) {
+        rc = cli_error(CMD, 2, "%s", nv_errmsg());
+        goto done;
+    }
+    if (nv_dataset_open_chat(&ds, data, n_data, tok, c->vocab_size, val_frac, tmpl) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (ds.chat) {
+        o.chat_template = nv_chat_template_name(tmpl);
+        uint64_t turns = 0, val_turns = 0, cut = 0;
+        for (int i = 0; i < ds.n_src; i++)
+            for (uint64_t t = 0; t < ds.src[i].n_starts; t++) {
+                turns++;
+                val_turns += t >= ds.src[i].n_train_starts;
+                cut += ds.src[i].starts[t + 1] - ds.src[i].starts[t] > (uint64_t)o.seq + 1;
+            }
+        if (nv_dist_rank() == 0) {
+            fprintf(stderr, "nerve: chat data: %llu answers to train on (%llu of them held out), rendered with the %s template; "
+                            "the longest is %llu tokens with its prompt\n",
+                    (unsigned long long)turns, (unsigned long long)val_turns, o.chat_template,
+                    (unsigned long long)ds.longest_turn);
+            if (cut)
+                nv_warn("%llu of the %llu turns are longer than --seq %d + 1 tokens: their ends are cut (raise --seq to keep them)",
+                        (unsigned long long)cut, (unsigned long long)turns, o.seq);
+        }
+    } else if (template_name) {
+        rc = cli_error(CMD, 2, "--chat-template goes with chat data (a .jsonl file in --data)");
         goto done;
     }
     if (nv_dist_rank() == 0)

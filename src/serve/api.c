@@ -523,8 +523,8 @@ static int message_calls(const cJSON *msg, int i, nv_chat_msg *m, nv_api_error *
     return 0;
 }
 
-static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const cJSON *msgs = field(root, "messages");
+int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error *err) {
+    memset(out, 0, sizeof *out);
     if (!msgs) {
         nv_api_error_set(err, E400, "missing_required_parameter", "messages", "'messages' is required");
         return err->status;
@@ -538,8 +538,9 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
         nv_api_error_set(err, E400, NULL, "messages", "'messages' must contain at least one message");
         return err->status;
     }
-    nv_chat_msg *m = calloc((size_t)n, sizeof *m);
-    nv_buf *texts = calloc((size_t)n, sizeof *texts);
+    nv_chat_msg *m = out->m = calloc((size_t)n, sizeof *m);
+    nv_buf *texts = out->texts = calloc((size_t)n, sizeof *texts);
+    out->n = n;
     int rc = 0, i = 0;
     if (!m || !texts) {
         nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -582,6 +583,24 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
         }
         m[j].content = texts[j].data ? texts[j].data : "";
     }
+    if (rc) nv_api_messages_free(out);
+    return rc;
+}
+
+void nv_api_messages_free(nv_api_messages *msgs) {
+    for (int j = 0; msgs->texts && j < msgs->n; j++) nv_buf_free(&msgs->texts[j]);
+    free(msgs->texts);
+    for (int j = 0; msgs->m && j < msgs->n; j++) free((void *)msgs->m[j].calls);
+    free(msgs->m);
+    memset(msgs, 0, sizeof *msgs);
+}
+
+static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    nv_api_messages msgs;
+    int rc = nv_api_messages_parse(field(root, "messages"), &msgs, err);
+    if (rc) return rc;
+    const nv_chat_msg *m = msgs.m;
+    const int n = msgs.n;
     /* vLLM's chat_template_kwargs: {"enable_thinking": false} turns Qwen3's reasoning off */
     const cJSON *kw = field(root, "chat_template_kwargs");
     int thinking = 1;
@@ -599,11 +618,7 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
         nv_api_error_set(err, E400, NULL, "messages", "'messages' give no tokens (this vocabulary has no BOS to start from)");
         rc = err->status;
     }
-    if (texts)
-        for (int j = 0; j < n; j++) nv_buf_free(&texts[j]);
-    free(texts);
-    for (int j = 0; m && j < n; j++) free((void *)m[j].calls);
-    free(m);
+    nv_api_messages_free(&msgs);
     return rc;
 }
 

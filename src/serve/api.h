@@ -82,6 +82,18 @@ void nv_api_error_set(nv_api_error *e, int status, const char *type, const char 
 char *nv_api_error_json(const nv_api_error *e);
 
 int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err);
+/* A chat request's "messages" (NULL when absent): OpenAI's list of {role, content: a string or
+ * text parts, an assistant's tool_calls}, checked as /v1/chat/completions checks them. The
+ * messages point into msgs (keep it alive) and into texts; on failure err holds the 400 and
+ * nothing is left to free. Also reads chat fine-tuning data (nerve train's .jsonl). */
+typedef struct {
+    nv_chat_msg *m;
+    nv_buf *texts; /* each message's content text */
+    int n;
+} nv_api_messages;
+typedef struct cJSON cJSON;
+int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error *err);
+void nv_api_messages_free(nv_api_messages *msgs);
 /* POST /tokenize: {"content": TEXT, "add_special": false, "with_pieces": false} (llama.cpp's server)
  * or {"prompt": TEXT, "add_special_tokens": true} (vLLM's) -> {"tokens": [ids] (with_pieces:
  * [{"id", "piece"}]), "count", "max_model_len"}; special tokens' text in TEXT is parsed. The

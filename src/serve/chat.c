@@ -180,6 +180,15 @@ static void render_chatml(nv_buf *text, const nv_chat_msg *m, int n, const nv_ch
     nv_buf_puts(text, o->no_think ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
 }
 
+/* A Llama 3 message's body: an assistant's call replaces its content. */
+static void llama3_body(nv_buf *text, const nv_chat_msg *m) {
+    if (m->n_calls)
+        for (int k = 0; k < m->n_calls; k++)
+            nv_buf_printf(text, "%s{\"name\": \"%s\", \"parameters\": %s}", k ? "\n" : "", m->calls[k].name,
+                          m->calls[k].arguments);
+    else put_stripped(text, m->content);
+}
+
 static void render_llama3(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     int i = 0, preamble = o->n_tools > 0;
     if (o->n_tools) { /* Llama 3.1: the system turn says tools exist; they go before the first user message */
@@ -194,11 +203,7 @@ static void render_llama3(nv_buf *text, const nv_chat_msg *m, int n, const nv_ch
             llama3_tools_preamble(text, o);
             preamble = 0;
         }
-        if (m[i].n_calls) /* the call replaces the content */
-            for (int k = 0; k < m[i].n_calls; k++)
-                nv_buf_printf(text, "%s{\"name\": \"%s\", \"parameters\": %s}", k ? "\n" : "", m[i].calls[k].name,
-                              m[i].calls[k].arguments);
-        else put_stripped(text, m[i].content);
+        llama3_body(text, &m[i]);
         nv_buf_puts(text, "<|eot_id|>");
     }
     nv_buf_puts(text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -251,5 +256,52 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
     }
     *tokens = out.ids;
     *n_tokens = out.n;
+    return NV_OK;
+}
+
+nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o,
+                           int **tokens, int *n_tokens, int *n_prompt) {
+    *tokens = NULL;
+    *n_tokens = *n_prompt = 0;
+    if (n < 1 || strcmp(m[n - 1].role, "assistant") != 0)
+        return nv_fail(NV_EINVAL, "chat: a turn ends with the assistant's answer");
+    int *prompt = NULL, np = 0;
+    NV_TRY(nv_chat_render_opts(t, tok, m, n - 1, o, &prompt, &np));
+    id_list out = {0};
+    nv_err e = NV_OK;
+    if (t == NV_CHAT_LLAMA2) { /* the last answer is continued (no EOS): then the EOS that ends it */
+        e = render_llama2(tok, m, n, o, &out);
+        if (e == NV_OK) e = ids_add_text(&out, tok, "", 0, 1);
+    } else {
+        nv_buf text = {0};
+        if (t == NV_CHAT_PLAIN) { /* the answer is the text's next line, ended by EOS */
+            render_plain(&text, m, n, o);
+        } else {
+            const nv_chat_msg *a = &m[n - 1];
+            if (t == NV_CHAT_CHATML) {
+                render_chatml(&text, m, n - 1, o);
+                nv_buf_puts(&text, a->content);
+                hermes_calls(&text, a);
+            } else {
+                render_llama3(&text, m, n - 1, o);
+                llama3_body(&text, a);
+            }
+            nv_buf_puts(&text, nv_chat_template_stop(t));
+        }
+        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory")
+                     : ids_add_text(&out, tok, text.data ? text.data : "", 1, t == NV_CHAT_PLAIN);
+        nv_buf_free(&text);
+    }
+    if (e != NV_OK) {
+        free(prompt);
+        free(out.ids);
+        return e;
+    }
+    int k = 0; /* the prompt's tokens, unless the answer's first token merged with its last */
+    while (k < np && k < out.n && prompt[k] == out.ids[k]) k++;
+    free(prompt);
+    *tokens = out.ids;
+    *n_tokens = out.n;
+    *n_prompt = k;
     return NV_OK;
 }

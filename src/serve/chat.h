@@ -77,5 +77,14 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 /* The same with tools (above). */
 nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs,
                            const nv_chat_opts *o, int **tokens, int *n_tokens);
+/* One assistant turn as training sees it: msgs[n_msgs - 1] is the assistant's answer; the ids are
+ * the prompt nv_chat_render_opts gives the messages before it (what the server feeds the model)
+ * followed by the answer's tokens as the model should produce them, ending with what stops the
+ * server's generation: "<|im_end|>" (chatml), "<|eot_id|>" (llama3), EOS (llama2, plain). The
+ * whole text is encoded at once, as a conversation that continues reads it; *n_prompt is where
+ * the answer starts (the prompt's length, or less when the answer's first token merged with the
+ * prompt's last). */
+nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs,
+                           const nv_chat_opts *o, int **tokens, int *n_tokens, int *n_prompt);
 
 #endif

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/rng.h"
+#include "serve/api.h"
 
 static int has_suffix(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
@@ -72,8 +75,134 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
     return e;
 }
 
+/* A chat source as it grows: tokens, their trained flags, the turns' starts, and which turns begin
+   a conversation (the split falls between conversations). */
+typedef struct {
+    uint64_t cap, cap_turns;
+    uint8_t *first; /* [turn]: 1 where a conversation begins */
+} chat_build;
+
+static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int n, int n_prompt, int first) {
+    if (s->n_tokens + (uint64_t)n > cb->cap) {
+        uint64_t nc = cb->cap ? cb->cap * 2 : 1 << 16;
+        while (nc < s->n_tokens + (uint64_t)n) nc *= 2;
+        uint32_t *t = realloc(s->owned, nc * sizeof *t);
+        if (t) s->owned = t;
+        uint8_t *f = realloc(s->trained, nc);
+        if (f) s->trained = f;
+        if (!t || !f) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+        cb->cap = nc;
+    }
+    if (s->n_starts + 2 > cb->cap_turns) {
+        uint64_t nc = cb->cap_turns ? cb->cap_turns * 2 : 1024;
+        uint64_t *st = realloc(s->starts, nc * sizeof *st);
+        if (st) s->starts = st;
+        uint8_t *fi = realloc(cb->first, nc);
+        if (fi) cb->first = fi;
+        if (!st || !fi) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+        cb->cap_turns = nc;
+    }
+    s->starts[s->n_starts] = s->n_tokens;
+    cb->first[s->n_starts++] = (uint8_t)first;
+    for (int i = 0; i < n; i++) {
+        s->owned[s->n_tokens] = (uint32_t)ids[i];
+        s->trained[s->n_tokens++] = i >= n_prompt && i > 0; /* the first token is never a target */
+    }
+    s->starts[s->n_starts] = s->n_tokens;
+    return NV_OK;
+}
+
+/* One line of chat data: its assistant answers (weight 1) as turns. */
+static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, const char *line,
+                        size_t len, long line_no) {
+    cJSON *root = cJSON_ParseWithLength(line, len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object (each line is {\"messages\": [...]})", s->path, line_no);
+    }
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    if (tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && !tools->child)) {
+        cJSON_Delete(root);
+        return nv_fail(NV_EUNSUPPORTED, "%s:%ld: 'tools' in training data are not supported (only messages, tool calls "
+                                        "and tool results)", s->path, line_no);
+    }
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    nv_api_messages m;
+    nv_api_error err = {0};
+    if (nv_api_messages_parse(msgs && !cJSON_IsNull(msgs) ? msgs : NULL, &m, &err)) {
+        cJSON_Delete(root);
+        return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
+    }
+    nv_err e = NV_OK;
+    int turns = 0, i = 0;
+    for (const cJSON *msg = msgs->child; msg && e == NV_OK; msg = msg->next, i++) {
+        if (strcmp(m.m[i].role, "assistant") != 0) continue;
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(msg, "weight");
+        if (w && !(cJSON_IsNumber(w) && (w->valuedouble == 0 || w->valuedouble == 1))) {
+            e = nv_fail(NV_EFORMAT, "%s:%ld: 'messages[%d].weight' must be 0 or 1", s->path, line_no, i);
+            break;
+        }
+        if (w && w->valuedouble == 0) continue; /* OpenAI's: shown to the model, not trained on */
+        int *ids = NULL, n = 0, n_prompt = 0;
+        nv_chat_opts o = {0};
+        e = nv_chat_render_turn(tmpl, tok, m.m, i + 1, &o, &ids, &n, &n_prompt);
+        if (e == NV_OK) e = chat_append_turn(s, cb, ids, n, n_prompt, turns == 0);
+        free(ids);
+        turns++;
+    }
+    if (e == NV_OK && !turns)
+        e = nv_fail(NV_EFORMAT, "%s:%ld: no assistant message to train on (each line needs one with weight 1)", s->path,
+                    line_no);
+    nv_api_messages_free(&m);
+    cJSON_Delete(root);
+    return e;
+}
+
+static nv_err load_chat(nv_source *s, const nv_tokenizer *tok, nv_chat_template tmpl, float val_frac) {
+    if (!tok) return nv_fail(NV_EINVAL, "%s: chat data needs a tokenizer (-z)", s->path);
+    nv_mapped map;
+    NV_TRY(nv_file_map(s->path, &map));
+    const char *t = (const char *)map.data;
+    chat_build cb = {0};
+    nv_err e = NV_OK;
+    long line_no = 0;
+    for (size_t at = 0; at < map.len && e == NV_OK;) {
+        const char *nl = memchr(t + at, '\n', map.len - at);
+        size_t end = nl ? (size_t)(nl - t) : map.len, len = end - at;
+        line_no++;
+        size_t k = 0;
+        while (k < len && (t[at + k] == ' ' || t[at + k] == '\t' || t[at + k] == '\r')) k++;
+        if (k < len) e = chat_line(s, &cb, tok, tmpl, t + at, len, line_no);
+        at = end + 1;
+    }
+    nv_file_unmap(&map);
+    s->width = 4;
+    if (e == NV_OK && !s->n_starts) e = nv_fail(NV_EFORMAT, "%s: no conversations", s->path);
+    if (e == NV_OK) { /* the last val_frac of the conversations validate */
+        uint64_t convs = 0;
+        for (uint64_t i = 0; i < s->n_starts; i++) convs += cb.first[i];
+        uint64_t val = (uint64_t)((double)convs * val_frac), seen = 0;
+        s->n_train_starts = s->n_starts;
+        for (uint64_t i = 0; i < s->n_starts && val; i++) {
+            seen += cb.first[i];
+            if (cb.first[i] && seen == convs - val + 1) {
+                s->n_train_starts = i;
+                break;
+            }
+        }
+        s->n_train = s->starts[s->n_train_starts];
+    }
+    free(cb.first);
+    return e;
+}
+
 nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                        float val_frac) {
+    return nv_dataset_open_chat(ds, paths, n, tok, vocab_size, val_frac, NV_CHAT_CHATML);
+}
+
+nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
+                            float val_frac, nv_chat_template tmpl) {
     memset(ds, 0, sizeof *ds);
     if (n < 1) return nv_fail(NV_EINVAL, "no training data given (--data PATH)");
     if (!(val_frac >= 0.0f && val_frac < 1.0f)) return nv_fail(NV_EINVAL, "validation fraction must be in [0, 1)");
@@ -93,6 +222,11 @@ nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv
             if (!e && s->map.len % (size_t)s->width)
                 e = nv_fail(NV_EFORMAT, "%s: %zu bytes is not a whole number of %d-byte tokens", s->path, s->map.len, s->width);
             if (!e) s->n_tokens = s->map.len / (size_t)s->width;
+        } else if (has_suffix(s->path, ".jsonl")) {
+            e = load_chat(s, tok, tmpl, val_frac);
+            ds->chat = 1;
+            for (uint64_t t = 0; !e && t < s->n_starts; t++)
+                if (s->starts[t + 1] - s->starts[t] > ds->longest_turn) ds->longest_turn = s->starts[t + 1] - s->starts[t];
         } else {
             e = load_text(s, tok);
         }
@@ -104,7 +238,7 @@ nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv
             nv_dataset_close(ds);
             return e;
         }
-        s->n_train = s->n_tokens - (uint64_t)((double)s->n_tokens * val_frac);
+        if (!s->starts) s->n_train = s->n_tokens - (uint64_t)((double)s->n_tokens * val_frac);
         ds->train_tokens += s->n_train;
         ds->val_tokens += s->n_tokens - s->n_train;
     }
@@ -115,6 +249,8 @@ void nv_dataset_close(nv_dataset *ds) {
     for (int i = 0; i < ds->n_src; i++) {
         nv_file_unmap(&ds->src[i].map);
         free(ds->src[i].owned);
+        free(ds->src[i].trained);
+        free(ds->src[i].starts);
     }
     free(ds->src);
     memset(ds, 0, sizeof *ds);
@@ -132,43 +268,70 @@ static uint64_t rand_below(uint64_t *state, uint64_t n) {
     return ((hi << 32) | lo) % n;
 }
 
+/* The training windows a source offers: a chat source's training turns, else every start of T + 1
+   tokens in its training split. */
+static uint64_t train_windows(const nv_source *s, int T) {
+    if (s->starts) return s->n_train_starts;
+    return s->n_train > (uint64_t)T ? s->n_train - (uint64_t)T : 0;
+}
+
+/* Window number w of a source's training or validation part into in/tg [T]. A chat turn starts the
+   window and is cut after T + 1 tokens; past its end, padding whose targets are -1, as are its
+   prompt's. */
+static void fill_window(const nv_source *s, uint64_t first, int T, int *in, int *tg) {
+    if (!s->starts) {
+        for (int t = 0; t < T; t++) {
+            in[t] = (int)nv_source_token(s, first + (uint64_t)t);
+            tg[t] = (int)nv_source_token(s, first + (uint64_t)t + 1);
+        }
+        return;
+    }
+    const uint64_t from = s->starts[first], end = s->starts[first + 1];
+    for (int t = 0; t < T; t++) {
+        const uint64_t p = from + (uint64_t)t;
+        if (p + 1 < end) {
+            in[t] = (int)nv_source_token(s, p);
+            tg[t] = s->trained[p + 1] ? (int)nv_source_token(s, p + 1) : -1;
+        } else {
+            in[t] = 0;
+            tg[t] = -1;
+        }
+    }
+}
+
 nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets) {
-    /* starts available: each source offers n_train - T window starts */
     uint64_t total = 0;
-    for (int i = 0; i < ds->n_src; i++)
-        if (ds->src[i].n_train > (uint64_t)T) total += ds->src[i].n_train - (uint64_t)T;
+    for (int i = 0; i < ds->n_src; i++) total += train_windows(&ds->src[i], T);
     if (!total)
-        return nv_fail(NV_EINVAL, "training data is too short for a window of %d tokens (have %llu)", T + 1,
-                       (unsigned long long)ds->train_tokens);
+        return nv_fail(NV_EINVAL, "training data is too short for a window of %d tokens (have %llu)%s", T + 1,
+                       (unsigned long long)ds->train_tokens, ds->chat ? ", or holds no training conversation" : "");
     for (int b = 0; b < B; b++) {
         uint64_t r = rand_below(&c->rng, total);
         const nv_source *s = ds->src;
         for (int i = 0; i < ds->n_src; i++) {
-            uint64_t starts = ds->src[i].n_train > (uint64_t)T ? ds->src[i].n_train - (uint64_t)T : 0;
+            uint64_t starts = train_windows(&ds->src[i], T);
             if (r < starts) {
                 s = &ds->src[i];
                 break;
             }
             r -= starts;
         }
-        for (int t = 0; t < T; t++) {
-            inputs[b * T + t] = (int)nv_source_token(s, r + (uint64_t)t);
-            targets[b * T + t] = (int)nv_source_token(s, r + (uint64_t)t + 1);
-        }
+        fill_window(s, r, T, inputs + (size_t)b * T, targets + (size_t)b * T);
         c->windows++;
     }
     return NV_OK;
 }
 
 int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets) {
-    /* windows tile each source's validation split, in order across sources */
+    /* windows tile each source's validation split (a chat source's: its turns), in order across sources */
     uint64_t total = 0;
     int ns = ds->n_src;
     uint64_t *per = calloc((size_t)ns, sizeof *per);
     if (!per) return 0;
     for (int s = 0; s < ns; s++) {
-        uint64_t len = ds->src[s].n_tokens - ds->src[s].n_train;
-        per[s] = len > (uint64_t)T ? (len - 1) / (uint64_t)T : 0;
+        const nv_source *src = &ds->src[s];
+        uint64_t len = src->n_tokens - src->n_train;
+        per[s] = src->starts ? src->n_starts - src->n_train_starts : len > (uint64_t)T ? (len - 1) / (uint64_t)T : 0;
         total += per[s];
     }
     if (!total) {
@@ -180,11 +343,8 @@ int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, in
         int s = 0;
         while (w >= per[s]) w -= per[s++];
         const nv_source *src = &ds->src[s];
-        uint64_t start = src->n_train + w * (uint64_t)T;
-        for (int t = 0; t < T; t++) {
-            inputs[b * T + t] = (int)nv_source_token(src, start + (uint64_t)t);
-            targets[b * T + t] = (int)nv_source_token(src, start + (uint64_t)t + 1);
-        }
+        fill_window(src, src->starts ? src->n_train_starts + w : src->n_train + w * (uint64_t)T, T,
+                    inputs + (size_t)b * T, targets + (size_t)b * T);
     }
     free(per);
     return 1;
@@ -196,6 +356,7 @@ double nv_dataset_unigram_loss(const nv_dataset *ds, int vocab_size) {
     double n = 0;
     for (int i = 0; i < ds->n_src; i++)
         for (uint64_t j = 0; j < ds->src[i].n_train; j++) {
+            if (ds->src[i].trained && !ds->src[i].trained[j]) continue; /* chat: the answers' tokens only */
             uint32_t t = nv_source_token(&ds->src[i], j);
             if (t < (uint32_t)vocab_size) cnt[t] += 1, n += 1;
         }

@@ -3,10 +3,18 @@
  * (any other extension; documents split at blank lines, `<|endoftext|>`, or lines when the file
  * has no blank line; each document starts with BOS).
  *
+ * Chat data (`.jsonl`, OpenAI's chat fine-tuning format: one {"messages": [...]} a line, tools and
+ * each assistant message's "weight" 0/1 as OpenAI reads them) is supervised fine-tuning: every
+ * assistant answer (weight 1, the default) becomes one turn, the conversation up to it rendered
+ * with a chat template as the server renders a request (nv_chat_render_turn), and only the
+ * answer's tokens (with what ends it) are targets; the prompt's are not trained on.
+ *
  * Shards are memory-mapped. Every token is checked against the vocabulary at load, so a
  * malformed shard is an error, never an out-of-range read. The last val_frac of each source is
- * held out for validation. Windows of T+1 tokens are drawn at random positions by a seeded
- * generator whose whole state is nv_data_cursor, which checkpoints save and restore. */
+ * held out for validation (of a chat source, its last conversations). Windows of T+1 tokens are
+ * drawn at random positions by a seeded generator whose whole state is nv_data_cursor, which
+ * checkpoints save and restore; a chat source's windows are whole turns, one a window (cut after
+ * T + 1 tokens, padded with targets -1, which the loss skips). */
 #ifndef NV_DATA_H
 #define NV_DATA_H
 
@@ -14,6 +22,7 @@
 
 #include "base/file.h"
 #include "model/tokenizer.h"
+#include "serve/chat.h"
 
 typedef struct {
     char path[512];
@@ -22,12 +31,18 @@ typedef struct {
     int width;          /* 2 or 4 bytes per token */
     uint64_t n_tokens;
     uint64_t n_train;   /* tokens [0, n_train) train, [n_train, n_tokens) validate */
+    /* chat data (NULL / 0 otherwise) */
+    uint8_t *trained;   /* [n_tokens]: 1 where the token is an answer's, a target the loss counts */
+    uint64_t *starts;   /* [n_starts + 1]: where each turn begins; starts[n_starts] = n_tokens */
+    uint64_t n_starts, n_train_starts; /* turns; the first n_train_starts train */
 } nv_source;
 
 typedef struct {
     nv_source *src;
     int n_src;
     uint64_t train_tokens, val_tokens;
+    int chat;             /* a source is chat data: some targets are -1 */
+    uint64_t longest_turn; /* tokens of the longest chat turn (a window of T cuts longer ones) */
 } nv_dataset;
 
 typedef struct {
@@ -35,9 +50,12 @@ typedef struct {
     uint64_t windows;  /* windows drawn so far */
 } nv_data_cursor;
 
-/* tok may be NULL when every path is a shard. */
+/* tok may be NULL when every path is a shard. Chat data is rendered with the chatml template. */
 nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                        float val_frac);
+/* The same, chat data rendered with tmpl. */
+nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
+                            float val_frac, nv_chat_template tmpl);
 void nv_dataset_close(nv_dataset *ds);
 static inline uint32_t nv_source_token(const nv_source *s, uint64_t i) {
     if (s->owned) return s->owned[i];
@@ -53,7 +71,8 @@ static inline uint32_t nv_source_token(const nv_source *s, uint64_t i) {
 
 void nv_data_cursor_init(nv_data_cursor *c, uint64_t seed);
 /* Fills inputs/targets [B*T] with B random training windows; needs train_tokens > T per source
- * chosen (sources too short for a window are never chosen). */
+ * chosen (sources too short for a window are never chosen; a chat source needs a turn). A target
+ * of -1 is no target (chat data: a prompt's token, or padding). */
 nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets);
 /* Deterministic validation batch number i (0-based) of evenly spaced windows; returns 0 when
  * the validation split cannot hold a window. */

@@ -509,15 +509,20 @@ typedef struct {
     int V, rows;
     float dscale; /* dlogits_task */
     double partial[CE_TASKS];
+    int counted[CE_TASKS];
 } ce_job;
 
 /* The softmax's exps in place (their scale to probabilities in pscale, applied by the backward's one
- * pass over the logits) and the summed -log p(target) of a contiguous block of rows. */
+ * pass over the logits) and the summed -log p(target) of a contiguous block of rows. A row whose
+ * target is negative has none: it is skipped and not counted. */
 static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     ce_job *j = ctx;
     int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
     double total = 0.0;
+    int counted = 0;
     for (int r = r0; r < r1; r++) {
+        if (j->targets[r] < 0) continue;
+        counted++;
         float *lg = j->logits + (size_t)r * j->V;
         const int V = j->V, V8 = V & ~7;
         __m256 vmax = _mm256_set1_ps(-INFINITY);
@@ -542,6 +547,7 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         total += -log((double)(lg[j->targets[r]] * inv) + 1e-30);
     }
     j->partial[task] = total;
+    j->counted[task] = counted;
 }
 
 /* dlogits = (p - onehot(target)) * dscale, p = exp * pscale, in place over a block of rows. */
@@ -551,6 +557,10 @@ static void dlogits_task(void *ctx, int task, int n_tasks) {
     const __m256 vd = _mm256_set1_ps(j->dscale);
     for (int r = r0; r < r1; r++) {
         float *lg = j->logits + (size_t)r * j->V;
+        if (j->targets[r] < 0) { /* no target: no gradient */
+            memset(lg, 0, (size_t)j->V * sizeof(float));
+            continue;
+        }
         const float inv = j->pscale[r], e_target = lg[j->targets[r]];
         const __m256 vs = _mm256_set1_ps(inv);
         int i = 0;
@@ -633,8 +643,10 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0;
-    for (int i = 0; i < n_tasks; i++) total += cj.partial[i]; /* fixed order: deterministic */
-    tm->loss = (float)(total / BT);
+    int counted = 0;
+    for (int i = 0; i < n_tasks; i++) total += cj.partial[i], counted += cj.counted[i]; /* fixed order: deterministic */
+    tm->n_targets = counted;
+    tm->loss = counted ? (float)(total / counted) : 0.0f;
     return tm->loss;
 }
 
@@ -661,9 +673,9 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
 
-    /* dlogits = (p - onehot) * scale / BT, in place */
+    /* dlogits = (p - onehot) * scale / (rows with a target), in place */
     ce_job dj = {.logits = a->logits, .pscale = a->pscale, .targets = tm->targets, .V = V, .rows = BT,
-                 .dscale = grad_scale / (float)BT};
+                 .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
     nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */

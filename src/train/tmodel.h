@@ -41,7 +41,8 @@ typedef struct {
     float *act_mem;
     float *scratch;    /* backward temporaries */
     const int *inputs, *targets; /* of the last forward, [B*T] */
-    float loss;        /* mean loss of the last forward */
+    float loss;        /* mean loss of the last forward over its rows with a target */
+    int n_targets;     /* those rows (a negative target is none: chat data's prompts and padding) */
     double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
     double attn_seconds;   /* time spent in causal attention (forward and backward) since init */
 } nv_tmodel;
@@ -55,10 +56,12 @@ void nv_tmodel_free(nv_tmodel *tm);
  * before anything is allocated. */
 double nv_tmodel_memory_bytes(const nv_config *c, int B, int T);
 
-/* Forward over inputs [B*T]; with targets, returns the mean cross-entropy (else 0). */
+/* Forward over inputs [B*T]; with targets, returns the mean cross-entropy over the rows whose
+ * target is not negative (0 when none; else 0 without targets). */
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
 /* Backward of the last forward (which must have had targets); adds grad_scale * dLoss/dparam
- * into grads (grad_scale = 1/accum_steps averages micro-batches). The first backward after init,
+ * into grads, Loss the forward's mean (grad_scale = 1/accum_steps averages micro-batches; rows
+ * without a target add nothing). The first backward after init,
  * zero_grad or an optimizer step writes them instead (the weight-gradient products overwrite;
  * the rest is cleared first), with the bits an add to zeros gives. */
 void nv_tmodel_backward(nv_tmodel *tm, float grad_scale);

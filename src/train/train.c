@@ -134,15 +134,18 @@ static void metrics_restore(const char *path, long last_step, series *tr, series
 static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg) {
     const int world = nv_dist_size();
     const size_t mine = (size_t)nv_dist_rank() * tm->B * tm->T;
-    double sum = 0;
+    double sum[2] = {0, 0}; /* chat data: the summed losses and their targets */
     int n = 0;
     for (int i = 0; i < batches; i++) {
         if (!nv_data_val_batch(ds, i, tm->B * world, tm->T, in, tg)) break;
-        sum += nv_tmodel_forward(tm, in + mine, tg + mine);
+        const float l = nv_tmodel_forward(tm, in + mine, tg + mine);
+        sum[0] += ds->chat ? (double)l * tm->n_targets : l;
+        sum[1] += tm->n_targets;
         n++;
     }
-    nv_dist_sum_f64(&sum, 1);
-    return n ? (float)(sum / world / n) : NAN;
+    nv_dist_sum_f64(sum, 2);
+    if (ds->chat) return sum[1] > 0 ? (float)(sum[0] / sum[1]) : NAN;
+    return n ? (float)(sum[0] / world / n) : NAN;
 }
 
 /* A number for metrics.jsonl: JSON has no NaN or infinity, so those are null. */
@@ -365,6 +368,14 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
         if (!lead) nv_tmodel_refresh(&tm);
     }
+    if (o->chat_template && lead) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/chat_template", o->out_dir);
+        char line[64];
+        snprintf(line, sizeof line, "%s\n", o->chat_template);
+        nv_iov part = {line, strlen(line)};
+        if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
+    }
     if (o->tokenizer_path && lead) {
         char tok_dst[4200];
         snprintf(tok_dst, sizeof tok_dst, "%s/tokenizer.bin", o->out_dir);
@@ -377,7 +388,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     size_t bt = (size_t)o->batch * o->seq;
     /* every process draws the whole batch's windows (the data cursor stays the same everywhere) and
        trains on its rows */
-    int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
+    int *in = malloc(bt * o->accum * sizeof(int)), *tg = malloc(bt * o->accum * sizeof(int)); /* a step's batches */
     const size_t mine = (size_t)rank * local_batch * o->seq;
     FILE *metrics = lead ? fopen(metrics_path, "a") : NULL;
     if (!in || !tg || (lead && !metrics)) {
@@ -433,23 +444,35 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;
         double loss = 0;
+        /* the step's windows first: with chat data, the loss is the mean over the step's targets, whose
+           count every process knows from the windows (it draws all of them) */
+        for (int a = 0; a < o->accum; a++)
+            if ((e = nv_data_next_batch(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt))) goto done;
+        long step_targets = 0;
+        for (size_t i = 0; ds->chat && i < bt * o->accum; i++) step_targets += tg[i] >= 0;
         for (int a = 0; a < o->accum; a++) {
-            if ((e = nv_data_next_batch(ds, &cur, o->batch, o->seq, in, tg))) goto done;
             double ta = nv_now();
-            loss += nv_tmodel_forward(&tm, in + mine, tg + mine);
+            const float l = nv_tmodel_forward(&tm, in + a * bt + mine, tg + a * bt + mine);
             double tb0 = nv_now();
-            nv_tmodel_backward(&tm, 1.0f / (float)(o->accum * world));
+            if (ds->chat) { /* each micro-batch's share of the step's targets */
+                loss += (double)l * tm.n_targets;
+                nv_tmodel_backward(&tm, step_targets ? (float)((double)tm.n_targets / (double)step_targets) : 0.0f);
+            } else {
+                loss += l;
+                nv_tmodel_backward(&tm, 1.0f / (float)(o->accum * world));
+            }
             tf += tb0 - ta;
             tb += nv_now() - tb0;
         }
-        loss /= o->accum;
+        if (!ds->chat) loss /= o->accum;
         /* the job's gradient: the sum of every process's (each already divided by the processes) */
         double tw0 = nv_now();
         if (world > 1) {
             nv_dist_sum_f32(tm.grads, tm.m.n_params);
             nv_dist_sum_f64(&loss, 1);
-            loss /= world;
+            if (!ds->chat) loss /= world;
         }
+        if (ds->chat) loss = step_targets ? loss / (double)step_targets : NAN;
         double tw = nv_now() - tw0;
         if (nan_from > 0 && step + 1 >= nan_from) tm.grads[0] = NAN;
         double to0 = nv_now();

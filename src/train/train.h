@@ -5,7 +5,8 @@
  * The run folder holds: ckpt.bin (resume state), metrics.jsonl (one object per step), loss.svg,
  * model.bin (llama2.c v1 export of the final weights; model.gguf instead for the shapes that format
  * cannot hold, with the vocabulary when there is one) and, when one was
- * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`).
+ * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`); after
+ * training on chat data, chat_template (the template's name, for `nerve serve`).
  * Resuming (same arguments, same folder) continues the exact loss sequence of an uninterrupted
  * run: every piece of state that influences the next step is in the checkpoint. */
 #ifndef NV_TRAIN_H
@@ -25,6 +26,8 @@ typedef struct {
     int eval_every, eval_batches, ckpt_every;
     const char *out_dir;
     const char *tokenizer_path; /* copied into the run folder when set */
+    const char *chat_template;  /* the template chat data was rendered with: the run folder's chat_template
+                                   file, which `nerve serve -m RUN_DIR` takes up; NULL: none */
     int resume;
     nv_engine_id engine;
     int quiet;                 /* no live progress line */
