@@ -373,12 +373,11 @@ static void test_text_documents(void) {
 /* Turn `turn` of source s holds the ids nv_chat_render_turn gives msgs (the last an answer), and its
  * targets are exactly the answer's: the prompt the server would feed (nv_chat_render_opts of the
  * messages before) is not trained on. */
-static void check_turn(const nv_source *s, uint64_t turn, const nv_tokenizer *tok, nv_chat_template tmpl,
-                       const nv_chat_msg *msgs, int n) {
+static void check_turn_opts(const nv_source *s, uint64_t turn, const nv_tokenizer *tok, nv_chat_template tmpl,
+                            const nv_chat_msg *msgs, int n, const nv_chat_opts *o) {
     int *ids = NULL, nids = 0, np = 0, *prompt = NULL, nprompt = 0;
-    nv_chat_opts o = {0};
-    if (nv_chat_render_turn(tmpl, tok, msgs, n, &o, &ids, &nids, &np) != NV_OK ||
-        nv_chat_render_opts(tmpl, tok, msgs, n - 1, &o, &prompt, &nprompt) != NV_OK) {
+    if (nv_chat_render_turn(tmpl, tok, msgs, n, o, &ids, &nids, &np) != NV_OK ||
+        nv_chat_render_opts(tmpl, tok, msgs, n - 1, o, &prompt, &nprompt) != NV_OK) {
         T_CHECK(0, "render: %s", nv_errmsg());
         return;
     }
@@ -398,6 +397,12 @@ static void check_turn(const nv_source *s, uint64_t turn, const nv_tokenizer *to
     free(prompt);
 }
 
+static void check_turn(const nv_source *s, uint64_t turn, const nv_tokenizer *tok, nv_chat_template tmpl,
+                       const nv_chat_msg *msgs, int n) {
+    const nv_chat_opts o = {0};
+    check_turn_opts(s, turn, tok, tmpl, msgs, n, &o);
+}
+
 static void test_chat_data(void) {
     nv_tokenizer *t = load_tok512();
     if (!t) return;
@@ -414,7 +419,10 @@ static void test_chat_data(void) {
         " \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{}\"}}]},"
         " {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"sunny\"}, {\"role\": \"assistant\", \"content\": \"Sunny.\"}]}\n"
         "{\"messages\": [{\"role\": \"user\", \"content\": \"Four\"}, {\"role\": \"assistant\", \"content\": \"4\"}]}\n"
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"Five\"}, {\"role\": \"assistant\", \"content\": \"5\"}]}";
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Five\"}, {\"role\": \"assistant\", \"content\": \"5\"}]}\n"
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}],"
+        " \"messages\": [{\"role\": \"user\", \"content\": \"Rain?\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c2\","
+        " \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{}\"}}]}]}";
     const char *p = t_write("chat.jsonl", jsonl, strlen(jsonl));
     const nv_chat_call call = {"get_weather", "{}"};
     const nv_chat_msg c1[] = {{"system", "Be kind.", NULL, 0}, {"user", "Hi", NULL, 0}, {"assistant", "Hello there.", NULL, 0},
@@ -425,6 +433,7 @@ static void test_chat_data(void) {
                               {"assistant", "Sunny.", NULL, 0}};
     const nv_chat_msg c4[] = {{"user", "Four", NULL, 0}, {"assistant", "4", NULL, 0}};
     const nv_chat_msg c5[] = {{"user", "Five", NULL, 0}, {"assistant", "5", NULL, 0}};
+    const nv_chat_msg c6[] = {{"user", "Rain?", NULL, 0}, {"assistant", "", &call, 1}};
     const nv_chat_template all[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_PLAIN};
     for (int k = 0; k < 4; k++) {
         nv_dataset ds;
@@ -432,8 +441,8 @@ static void test_chat_data(void) {
         T_CHECK(e == NV_OK, "open: %s", nv_errmsg());
         if (e) continue;
         const nv_source *s = &ds.src[0];
-        /* turns: c1's two answers, c2's weighted one (Meow is context), c3's two, c4's, c5's */
-        T_CHECK(ds.chat && s->n_starts == 7, "%llu turns, not 7", (unsigned long long)s->n_starts);
+        /* turns: c1's two answers, c2's weighted one (Meow is context), c3's two, c4's, c5's, c6's with its tools */
+        T_CHECK(ds.chat && s->n_starts == 8, "%llu turns, not 8", (unsigned long long)s->n_starts);
         check_turn(s, 0, t, all[k], c1, 3);
         check_turn(s, 1, t, all[k], c1, 5);
         check_turn(s, 2, t, all[k], c2, 4);
@@ -441,8 +450,15 @@ static void test_chat_data(void) {
         check_turn(s, 4, t, all[k], c3, 4);
         check_turn(s, 5, t, all[k], c4, 2);
         check_turn(s, 6, t, all[k], c5, 2);
-        /* the last fifth of the conversations (one: c5) validates, whole */
-        T_CHECK(s->n_train_starts == 6 && s->n_train == s->starts[6], "split at turn %llu",
+        /* the tool as the server shows it: Python's json.dumps style, indented for Llama 3 */
+        const char *tool = all[k] == NV_CHAT_LLAMA3
+                               ? "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        "
+                                 "\"parameters\": {\n            \"type\": \"object\"\n        }\n    }\n}"
+                               : "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}";
+        const nv_chat_opts with_tools = {.tools = &tool, .n_tools = 1};
+        check_turn_opts(s, 7, t, all[k], c6, 2, &with_tools);
+        /* the last fifth of the conversations (one: c6) validates, whole */
+        T_CHECK(s->n_train_starts == 7 && s->n_train == s->starts[7], "split at turn %llu",
                 (unsigned long long)s->n_train_starts);
         /* training windows: whole turns of the training part, targets only on answers, padding after */
         enum { B = 2, T = 200 }; /* every turn whole: no window is two turns alike */
@@ -475,7 +491,8 @@ static void test_chat_data(void) {
         }
         T_CHECK(answers > 0, "no answer tokens in the windows");
         /* validation: the held-out turn */
-        T_CHECK(nv_data_val_batch(&ds, 0, 1, T, in, tg) && (uint32_t)in[0] == nv_source_token(s, s->starts[6]),
+        T_CHECK(nv_data_val_batch(&ds, 0, 1, T, in, tg) && (uint32_t)in[0] == nv_source_token(s, s->starts[7]) &&
+                    (uint32_t)in[5] == nv_source_token(s, s->starts[7] + 5),
                 "validation window is not the held-out turn");
         /* the unigram baseline counts the answers' tokens only */
         T_CHECK(nv_dataset_unigram_loss(&ds, 512) > 0, "unigram baseline");
@@ -495,7 +512,8 @@ static void test_chat_data(void) {
          ":1: no assistant message to train on"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\", \"weight\": 2}]}\n",
          ":1: 'messages[1].weight' must be 0 or 1"},
-        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"messages\": []}\n", "'tools' in training data"},
+        {"{\"tools\": [{\"type\": \"code\"}], \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
+         "\"content\": \"b\"}]}\n", ":1: 'tools[0]' must be {\"type\": \"function\""},
         {"\n\n", ": no conversations"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -546,6 +546,13 @@ static void test_chat_finetune_then_serve(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "chat fine-tune: %s", err);
     T_CHECK(strstr(err, "chat data: 240 answers to train on (12 of them held out), rendered with the chatml template"),
             "no chat data summary: %s", err);
+    /* windows too short to reach any answer: nothing to train, refused */
+    char short_args[4096], short_dir[700];
+    snprintf(short_dir, sizeof short_dir, "%s/chat_short", t_tmpdir());
+    snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s --steps 2 --seq 8 --out %s", model, tok,
+             path, short_dir);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "no training conversation has an answer within --seq 8"),
+            "prompts longer than the window: '%s'", err);
     const float v0 = val_at(dir, 0), v1 = val_at(dir, 120);
     T_CHECK(v0 > 3 && v1 < 0.3f, "validation loss on the answers %g -> %g", v0, v1);
     char *text = NULL;

@@ -221,13 +221,25 @@ static int train(int argc, char **argv) {
     }
     if (ds.chat) {
         o.chat_template = nv_chat_template_name(tmpl);
-        uint64_t turns = 0, val_turns = 0, cut = 0;
+        uint64_t turns = 0, val_turns = 0, cut = 0, trainable = 0;
         for (int i = 0; i < ds.n_src; i++)
             for (uint64_t t = 0; t < ds.src[i].n_starts; t++) {
+                const nv_source *s = &ds.src[i];
+                const uint64_t from = s->starts[t], end = s->starts[t + 1];
                 turns++;
-                val_turns += t >= ds.src[i].n_train_starts;
-                cut += ds.src[i].starts[t + 1] - ds.src[i].starts[t] > (uint64_t)o.seq + 1;
+                val_turns += t >= s->n_train_starts;
+                cut += end - from > (uint64_t)o.seq + 1;
+                /* an answer token within the window's targets (positions 1..seq) */
+                int any = 0;
+                for (uint64_t j = from + 1; j < end && j <= from + (uint64_t)o.seq && !any; j++) any = s->trained[j];
+                trainable += any && t < s->n_train_starts;
             }
+        if (!trainable) {
+            cli_error(CMD, 1, "no training conversation has an answer within --seq %d + 1 tokens (their prompts are "
+                              "longer, the longest turn is %llu tokens): raise --seq",
+                      o.seq, (unsigned long long)ds.longest_turn);
+            goto done;
+        }
         if (nv_dist_rank() == 0) {
             fprintf(stderr, "nerve: chat data: %llu answers to train on (%llu of them held out), rendered with the %s template; "
                             "the longest is %llu tokens with its prompt\n",

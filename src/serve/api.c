@@ -353,17 +353,9 @@ static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style 
 
 /* tools, tool_choice, parallel_tool_calls (chat): the tools go into the prompt through the
  * template, the answer is read for calls, and "required" or a named function constrains it. */
-static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
-    int parallel = 1, rc;
-    if ((rc = get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
-    if (!tools || (cJSON_IsArray(tools) && !tools->child)) {
-        if (choice && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) {
-            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' is only allowed when 'tools' are given");
-            return err->status;
-        }
-        return 0;
-    }
+/* 'tools' (a non-empty list): each {"type": "function", "function": {"name", "description",
+   "parameters"}}, names unique. */
+static int check_tools(const cJSON *tools, nv_api_error *err) {
     if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > NV_MAX_TOOLS) {
         nv_api_error_set(err, E400, NULL, "tools", "'tools' must be a list of at most %d tools", NV_MAX_TOOLS);
         return err->status;
@@ -393,6 +385,55 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
                 return err->status;
             }
     }
+    return 0;
+}
+
+/* A tool as the chat template prints it (Python's json.dumps style: one line for Hermes, indented by
+   4 for Llama 3), malloc'd. */
+static char *tool_text(const cJSON *tool, nv_tool_style style) {
+    nv_buf b = {0};
+    nv_py_json(&b, tool, style == NV_TOOLS_LLAMA3 ? 4 : 0);
+    return nv_buf_take(&b);
+}
+
+int nv_api_tool_texts(const cJSON *tools, nv_tool_style style, char ***texts, int *n, nv_api_error *err) {
+    *texts = NULL;
+    *n = 0;
+    if (!tools || cJSON_IsNull(tools) || (cJSON_IsArray(tools) && !tools->child)) return 0;
+    int rc = check_tools(tools, err);
+    if (rc) return rc;
+    const int count = cJSON_GetArraySize(tools);
+    char **t = calloc((size_t)count + 1, sizeof *t);
+    int k = 0;
+    for (const cJSON *tool = tools->child; t && tool; tool = tool->next, k++)
+        if (!(t[k] = tool_text(tool, style))) break;
+    if (!t || k < count) {
+        nv_api_tool_texts_free(t, k);
+        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return err->status;
+    }
+    *texts = t;
+    *n = count;
+    return 0;
+}
+
+void nv_api_tool_texts_free(char **texts, int n) {
+    for (int i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+}
+
+static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    int parallel = 1, rc;
+    if ((rc = get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
+    if (!tools || (cJSON_IsArray(tools) && !tools->child)) {
+        if (choice && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) {
+            nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' is only allowed when 'tools' are given");
+            return err->status;
+        }
+        return 0;
+    }
+    if ((rc = check_tools(tools, err))) return rc;
     static const char bad_choice[] =
         "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}";
     const char *only = NULL;
@@ -435,11 +476,9 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     }
     out->tools = at;
     at->style = style;
-    i = 0;
+    int i = 0;
     for (const cJSON *t = tools->child; t; t = t->next, i++) {
-        nv_buf b = {0};
-        nv_py_json(&b, t, style == NV_TOOLS_LLAMA3 ? 4 : 0);
-        out->tool_json[i] = nv_buf_take(&b);
+        out->tool_json[i] = tool_text(t, style);
         at->names[i] = strdup(tool_name(t));
         at->n = i + 1;
         if (!out->tool_json[i] || !at->names[i]) {

@@ -94,6 +94,11 @@ typedef struct {
 typedef struct cJSON cJSON;
 int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error *err);
 void nv_api_messages_free(nv_api_messages *msgs);
+/* A request's "tools" (NULL, null or [] when none: *n = 0) checked as /v1/chat/completions checks
+ * them, as the chat template prints each tool in its style (nv_chat_opts.tools): *texts is malloc'd,
+ * NULL-terminated, freed with nv_api_tool_texts_free. */
+int nv_api_tool_texts(const cJSON *tools, nv_tool_style style, char ***texts, int *n, nv_api_error *err);
+void nv_api_tool_texts_free(char **texts, int n);
 /* POST /tokenize: {"content": TEXT, "add_special": false, "with_pieces": false} (llama.cpp's server)
  * or {"prompt": TEXT, "add_special_tokens": true} (vLLM's) -> {"tokens": [ids] (with_pieces:
  * [{"id", "piece"}]), "count", "max_model_len"}; special tokens' text in TEXT is parsed. The

@@ -120,16 +120,19 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
         cJSON_Delete(root);
         return nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object (each line is {\"messages\": [...]})", s->path, line_no);
     }
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    if (tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && !tools->child)) {
+    /* the tools the conversation offers are in its system prompt, as the server puts them there */
+    char **tools = NULL;
+    int n_tools = 0;
+    nv_api_error err = {0};
+    if (nv_api_tool_texts(cJSON_GetObjectItemCaseSensitive(root, "tools"), nv_chat_tool_style(tmpl), &tools, &n_tools,
+                          &err)) {
         cJSON_Delete(root);
-        return nv_fail(NV_EUNSUPPORTED, "%s:%ld: 'tools' in training data are not supported (only messages, tool calls "
-                                        "and tool results)", s->path, line_no);
+        return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
     }
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     nv_api_messages m;
-    nv_api_error err = {0};
     if (nv_api_messages_parse(msgs && !cJSON_IsNull(msgs) ? msgs : NULL, &m, &err)) {
+        nv_api_tool_texts_free(tools, n_tools);
         cJSON_Delete(root);
         return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
     }
@@ -144,7 +147,7 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
         }
         if (w && w->valuedouble == 0) continue; /* OpenAI's: shown to the model, not trained on */
         int *ids = NULL, n = 0, n_prompt = 0;
-        nv_chat_opts o = {0};
+        nv_chat_opts o = {.tools = (const char *const *)tools, .n_tools = n_tools};
         e = nv_chat_render_turn(tmpl, tok, m.m, i + 1, &o, &ids, &n, &n_prompt);
         if (e == NV_OK) e = chat_append_turn(s, cb, ids, n, n_prompt, turns == 0);
         free(ids);
@@ -154,6 +157,7 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
         e = nv_fail(NV_EFORMAT, "%s:%ld: no assistant message to train on (each line needs one with weight 1)", s->path,
                     line_no);
     nv_api_messages_free(&m);
+    nv_api_tool_texts_free(tools, n_tools);
     cJSON_Delete(root);
     return e;
 }
