@@ -450,6 +450,24 @@ static void test_chat_data(void) {
         check_turn(s, 4, t, all[k], c3, 4);
         check_turn(s, 5, t, all[k], c4, 2);
         check_turn(s, 6, t, all[k], c5, 2);
+        /* the answer as the server stops it: c1's "Because." and the template's end */
+        static const char *const want[] = {"\nBecause.", "Because.<|im_end|>", " Because.", "Because.<|eot_id|>"};
+        const int eos_ends = all[k] == NV_CHAT_PLAIN || all[k] == NV_CHAT_LLAMA2;
+        char got[128] = "";
+        uint64_t a0 = s->starts[1], a1 = s->starts[2];
+        while (a0 < a1 && !s->trained[a0]) a0++;
+        for (uint64_t j = a0; j < a1 - (uint64_t)eos_ends; j++) {
+            const char *piece = nv_tokenizer_decode(t, (int)nv_source_token(s, j - 1), (int)nv_source_token(s, j));
+            if (piece && strlen(got) + strlen(piece) < sizeof got) strcat(got, piece);
+        }
+        T_CHECK(!strcmp(got, want[all[k]]) && (!eos_ends || nv_source_token(s, a1 - 1) == (uint32_t)nv_tokenizer_eos(t)),
+                "%s: the answer reads '%s'", nv_chat_template_name(all[k]), got);
+        /* where the whole text is encoded at once, a turn is the next one's beginning: the answer the model
+           learns is what the next prompt shows */
+        if (all[k] == NV_CHAT_CHATML || all[k] == NV_CHAT_LLAMA3)
+            for (uint64_t j = 0; j < s->starts[1] - s->starts[0]; j++)
+                T_CHECK(nv_source_token(s, s->starts[0] + j) == nv_source_token(s, s->starts[1] + j),
+                        "%s: turn 0 token %llu is not turn 1's", nv_chat_template_name(all[k]), (unsigned long long)j);
         /* the tool as the server shows it: Python's json.dumps style, indented for Llama 3 */
         const char *tool = all[k] == NV_CHAT_LLAMA3
                                ? "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        "
@@ -515,12 +533,23 @@ static void test_chat_data(void) {
         {"{\"tools\": [{\"type\": \"code\"}], \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
          "\"content\": \"b\"}]}\n", ":1: 'tools[0]' must be {\"type\": \"function\""},
         {"\n\n", ": no conversations"},
+        {"{\"functions\": [], \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n",
+         ":1: the legacy 'functions' are not read"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"function_call\": {\"name\": \"f\"}}]}\n",
+         ":1: 'messages[1].function_call' (legacy) is not read"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\"}]}\n",
+         ":1: 'messages[1]' has neither content nor tool_calls"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *bp = t_write("bad.jsonl", bad[i].text, strlen(bad[i].text));
+    for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
+        /* and, last, two answers in a row, which the llama2 template cannot show */
+        const char *two = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"},"
+                          " {\"role\": \"assistant\", \"content\": \"c\"}]}\n";
+        const int last = i == sizeof bad / sizeof bad[0];
+        const char *bp = last ? t_write("bad.jsonl", two, strlen(two)) : t_write("bad.jsonl", bad[i].text, strlen(bad[i].text));
+        const char *want_msg = last ? ":1: chat: the llama2 template cannot hold two assistant messages in a row" : bad[i].want;
         nv_dataset ds;
-        nv_err e = nv_dataset_open(&ds, &bp, 1, t, 512, 0.1f);
-        T_CHECK(e != NV_OK && strstr(nv_errmsg(), "bad.jsonl") && strstr(nv_errmsg(), bad[i].want) && ds.src == NULL,
+        nv_err e = nv_dataset_open_chat(&ds, &bp, 1, t, 512, 0.1f, last ? NV_CHAT_LLAMA2 : NV_CHAT_CHATML);
+        T_CHECK(e != NV_OK && strstr(nv_errmsg(), "bad.jsonl") && strstr(nv_errmsg(), want_msg) && ds.src == NULL,
                 "case %zu: '%s'", i, e ? nv_errmsg() : "accepted");
         if (!e) nv_dataset_close(&ds);
     }

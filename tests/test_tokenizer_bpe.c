@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "serve/chat.h"
 #include "bpe_write.h"
 #include "t.h"
 
@@ -269,6 +270,42 @@ static void test_write_read_back(void) {
     }
 }
 
+/* A chat turn for training (nerve train's chat data) begins with exactly the server's prompt even
+ * where a byte-level vocabulary merges across the boundary: plain's answer line starts with "\n",
+ * and a user message ending in "\n" would make "\n\n" one token; the answer is then encoded on its
+ * own. chatml ends the answer with the <|im_end|> token. */
+static void test_chat_turn_boundary(void) {
+    vocab_opts o = qwen();
+    nv_tokenizer *t = load_vocab(&o);
+    if (!t) return;
+    const nv_chat_msg m[] = {{"user", "the cat\n", NULL, 0}, {"assistant", "12 in", NULL, 0}};
+    const nv_chat_opts none = {0};
+    for (int k = 0; k < 2; k++) {
+        const nv_chat_template tmpl = k ? NV_CHAT_CHATML : NV_CHAT_PLAIN;
+        int *ids = NULL, n = 0, np = 0, *prompt = NULL, nprompt = 0, *answer = NULL, na = 0, *whole = NULL, nw = 0;
+        T_CHECK(nv_chat_render_turn(tmpl, t, m, 2, &none, &ids, &n, &np) == NV_OK &&
+                    nv_chat_render_opts(tmpl, t, m, 1, &none, &prompt, &nprompt) == NV_OK,
+                "render: %s", nv_errmsg());
+        T_CHECK(np == nprompt && n > np && !memcmp(ids, prompt, (size_t)np * sizeof(int)),
+                "%s: the turn does not begin with the server's prompt (%d of %d)", nv_chat_template_name(tmpl), np, nprompt);
+        if (k == 0) { /* the merge happened: the whole text's tokens differ, the answer was encoded alone */
+            T_CHECK(nv_tokenizer_encode(t, "the cat\n\n12 in", 0, 0, &whole, &nw) == NV_OK &&
+                        nv_tokenizer_encode(t, "\n12 in", 0, 1, &answer, &na) == NV_OK,
+                    "encode: %s", nv_errmsg());
+            int merged = 0;
+            for (int i = 0; i < nw; i++) merged |= whole[i] == id_of(t, "\n\n");
+            T_CHECK(merged, "no merge across the boundary to test");
+            T_CHECK(n == np + na && !memcmp(ids + np, answer, (size_t)na * sizeof(int)) && ids[n - 1] == nv_tokenizer_eos(t),
+                    "plain: the answer is not \"\\n12 in\" encoded alone then EOS (%d = %d + %d, last %d)", n, np, na,
+                    ids[n - 1]);
+        } else {
+            T_CHECK(ids[n - 1] == ID_IM_END, "chatml: the answer ends with %d, not <|im_end|>", ids[n - 1]);
+        }
+        free(ids), free(prompt), free(answer), free(whole);
+    }
+    nv_tokenizer_free(t);
+}
+
 int main(void) {
     T_RUN(test_merges_by_rank_within_pieces);
     T_RUN(test_llama3_split_and_ignore_merges);
@@ -277,5 +314,6 @@ int main(void) {
     T_RUN(test_refused);
     T_RUN(test_gpt2_default);
     T_RUN(test_write_read_back);
+    T_RUN(test_chat_turn_boundary);
     return t_done();
 }

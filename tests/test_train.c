@@ -547,7 +547,7 @@ static void test_chat_finetune_then_serve(void) {
     T_CHECK(strstr(err, "chat data: 240 answers to train on (12 of them held out), rendered with the chatml template"),
             "no chat data summary: %s", err);
     /* windows too short to reach any answer: nothing to train, refused */
-    char short_args[4096], short_dir[700];
+    char short_args[4400], short_dir[700];
     snprintf(short_dir, sizeof short_dir, "%s/chat_short", t_tmpdir());
     snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s --steps 2 --seq 8 --out %s", model, tok,
              path, short_dir);
@@ -575,6 +575,50 @@ static void test_chat_finetune_then_serve(void) {
             "answer: %d %s", r.status, r.body ? r.body : "");
     resp_free(&r);
     T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
+
+    /* resumed with another template: refused (the folder says which it learned) */
+    snprintf(short_args, sizeof short_args, "%s --resume --steps 130 --chat-template llama3", args);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "was trained with the chatml chat template"),
+            "resume with another template: '%s'", err);
+    /* the folder reused for text (its checkpoint removed): no chat_template is left to mislead the server */
+    char cmd[2048], *text_data = (char *)t_data("corpus/tinystories_valid_head.txt");
+    snprintf(cmd, sizeof cmd, "rm %.600s/ckpt.bin", dir);
+    T_CHECK(text_data && system(cmd) == 0, "%s", cmd);
+    snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s --steps 2 --seq 32 --quiet --out %s", model,
+             tok, text_data ? text_data : "x", dir);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0, "text run in the chat folder: %s", err);
+    snprintf(path, sizeof path, "%.600s/chat_template", dir);
+    T_CHECK(!nv_file_exists(path), "a text run left the chat run's chat_template");
+
+    /* steps whose windows hold no answer (long prompts cut by --seq) are skipped, not updates of momentum
+       alone: a warning, "skipped" with a null loss, and no divergence */
+    snprintf(path, sizeof path, "%s/chats_long.jsonl", t_tmpdir());
+    if ((f = fopen(path, "w")) != NULL) {
+        for (int i = 0; i < 40; i++)
+            fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}, {\"role\": \"assistant\", \"content\": "
+                       "\"Yes.\"}]}\n",
+                    i % 2 ? "Hi?" : "Once upon a time there was a very long question that goes on and on and on?");
+        fclose(f);
+    }
+    snprintf(short_dir, sizeof short_dir, "%s/chat_gaps", t_tmpdir());
+    snprintf(short_args, sizeof short_args,
+             "train --init-from %s -z %s --data %s --steps 16 --batch 1 --seq 48 --eval-every 0 --quiet --out %s", model,
+             tok, path, short_dir);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && strstr(err, "no answer token in this step's windows"),
+            "steps without answers: '%s'", err);
+    snprintf(path, sizeof path, "%.600s/metrics.jsonl", short_dir);
+    text = NULL;
+    nv_file_read_all(path, &text, NULL);
+    int skipped = 0, trained = 0;
+    for (const char *p = text; p && (p = strstr(p, "\"step\":")); p++) {
+        const char *end = strchr(p, '\n');
+        const int null_loss = strstr(p, "\"loss\":null") && strstr(p, "\"loss\":null") < end;
+        const int marked = strstr(p, "\"skipped\":true") && strstr(p, "\"skipped\":true") < end;
+        T_CHECK(null_loss == marked, "a step's loss and skip disagree: %.*s", (int)(end ? end - p : 80), p);
+        skipped += marked, trained += !marked;
+    }
+    T_CHECK(skipped > 0 && trained > 0, "%d steps skipped, %d trained: the case did not mix them", skipped, trained);
+    free(text);
 
     /* the loss is the mean over the step's answer tokens however the step is cut: 2 micro-batches of
        4 windows (the same 8 windows; answers of 1 to 9 words, so the halves hold different numbers

@@ -265,41 +265,65 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
     *n_tokens = *n_prompt = 0;
     if (n < 1 || strcmp(m[n - 1].role, "assistant") != 0)
         return nv_fail(NV_EINVAL, "chat: a turn ends with the assistant's answer");
+    /* llama2 shows an assistant message that ends the messages as an answer to continue: one right
+       after another would be trained as its continuation */
+    if (t == NV_CHAT_LLAMA2 && n >= 2 && !strcmp(m[n - 2].role, "assistant"))
+        return nv_fail(NV_EFORMAT, "chat: the llama2 template cannot hold two assistant messages in a row");
     int *prompt = NULL, np = 0;
     NV_TRY(nv_chat_render_opts(t, tok, m, n - 1, o, &prompt, &np));
     id_list out = {0};
+    nv_buf answer = {0}; /* the answer's text and what ends it (text templates) */
     nv_err e = NV_OK;
+    const nv_chat_msg *a = &m[n - 1];
     if (t == NV_CHAT_LLAMA2) { /* the last answer is continued (no EOS): then the EOS that ends it */
         e = render_llama2(tok, m, n, o, &out);
         if (e == NV_OK) e = ids_add_text(&out, tok, "", 0, 1);
     } else {
         nv_buf text = {0};
         if (t == NV_CHAT_PLAIN) { /* the answer is the text's next line, ended by EOS */
-            render_plain(&text, m, n, o);
+            render_plain(&text, m, n - 1, o);
+            if (n > 1) nv_buf_puts(&answer, "\n");
+            nv_buf_puts(&answer, a->content);
+            hermes_calls(&answer, a);
         } else {
-            const nv_chat_msg *a = &m[n - 1];
             if (t == NV_CHAT_CHATML) {
                 render_chatml(&text, m, n - 1, o);
-                nv_buf_puts(&text, a->content);
-                hermes_calls(&text, a);
+                nv_buf_puts(&answer, a->content);
+                hermes_calls(&answer, a);
             } else {
                 render_llama3(&text, m, n - 1, o);
-                llama3_body(&text, a);
+                llama3_body(&answer, a);
             }
-            nv_buf_puts(&text, nv_chat_template_stop(t));
+            nv_buf_puts(&answer, nv_chat_template_stop(t));
         }
-        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory")
-                     : ids_add_text(&out, tok, text.data ? text.data : "", 1, t == NV_CHAT_PLAIN);
+        if (!answer.oom && answer.len) nv_buf_append(&text, answer.data, answer.len);
+        e = text.oom || answer.oom ? nv_fail(NV_ENOMEM, "chat: out of memory")
+                                   : ids_add_text(&out, tok, text.data ? text.data : "", 1, t == NV_CHAT_PLAIN);
         nv_buf_free(&text);
     }
+    int k = 0; /* the prompt's tokens, unless the answer's first token merged with its last */
+    while (e == NV_OK && k < np && k < out.n && prompt[k] == out.ids[k]) k++;
+    if (e == NV_OK && k < np) {
+        /* a byte-level vocabulary can merge across the boundary (punctuation and a line break): then the
+           server's prompt, and the answer encoded on its own, as the model would write it after that
+           prompt; a vocabulary with a dummy-space prefix cannot encode a piece on its own */
+        free(out.ids);
+        out = (id_list){0};
+        if (t == NV_CHAT_LLAMA2 || !nv_tokenizer_byte_level(tok)) {
+            e = nv_fail(NV_EUNSUPPORTED, "chat: the answer's first token merges with the prompt's last");
+        } else {
+            out.ids = prompt, out.n = out.cap = np;
+            prompt = NULL;
+            e = ids_add_text(&out, tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN);
+            k = np;
+        }
+    }
+    free(prompt);
+    nv_buf_free(&answer);
     if (e != NV_OK) {
-        free(prompt);
         free(out.ids);
         return e;
     }
-    int k = 0; /* the prompt's tokens, unless the answer's first token merged with its last */
-    while (k < np && k < out.n && prompt[k] == out.ids[k]) k++;
-    free(prompt);
     *tokens = out.ids;
     *n_tokens = out.n;
     *n_prompt = k;

@@ -82,8 +82,10 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
  * followed by the answer's tokens as the model should produce them, ending with what stops the
  * server's generation: "<|im_end|>" (chatml), "<|eot_id|>" (llama3), EOS (llama2, plain). The
  * whole text is encoded at once, as a conversation that continues reads it; *n_prompt is where
- * the answer starts (the prompt's length, or less when the answer's first token merged with the
- * prompt's last). */
+ * the answer starts: always the prompt's length. Where the answer's first token would merge with
+ * the prompt's last, a byte-level vocabulary takes the prompt's tokens and the answer encoded on its
+ * own; other vocabularies fail with NV_EUNSUPPORTED (their templates put a line break or a space
+ * there, which they never merge). llama2 refuses an answer right after another (NV_EFORMAT). */
 nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs,
                            const nv_chat_opts *o, int **tokens, int *n_tokens, int *n_prompt);
 

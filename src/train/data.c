@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/log.h"
 #include "base/rng.h"
 #include "serve/api.h"
 
@@ -80,6 +81,7 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
 typedef struct {
     uint64_t cap, cap_turns;
     uint8_t *first; /* [turn]: 1 where a conversation begins */
+    long merged;    /* answers left out: their first token merges with the prompt's last */
 } chat_build;
 
 static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int n, int n_prompt, int first) {
@@ -115,10 +117,20 @@ static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int
 /* One line of chat data: its assistant answers (weight 1) as turns. */
 static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, const char *line,
                         size_t len, long line_no) {
-    cJSON *root = cJSON_ParseWithLength(line, len);
+    char *text = malloc(len + 1); /* the parser gets a terminated copy, never the mapped file's end */
+    if (!text) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+    memcpy(text, line, len);
+    text[len] = '\0';
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object (each line is {\"messages\": [...]})", s->path, line_no);
+    }
+    if (cJSON_GetObjectItemCaseSensitive(root, "functions")) { /* as the server answers them */
+        cJSON_Delete(root);
+        return nv_fail(NV_EFORMAT, "%s:%ld: the legacy 'functions' are not read: give 'tools' (and 'tool_calls')",
+                       s->path, line_no);
     }
     /* the tools the conversation offers are in its system prompt, as the server puts them there */
     char **tools = NULL;
@@ -137,7 +149,7 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
         return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
     }
     nv_err e = NV_OK;
-    int turns = 0, i = 0;
+    int turns = 0, merged = 0, i = 0;
     for (const cJSON *msg = msgs->child; msg && e == NV_OK; msg = msg->next, i++) {
         if (strcmp(m.m[i].role, "assistant") != 0) continue;
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(msg, "weight");
@@ -145,15 +157,37 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
             e = nv_fail(NV_EFORMAT, "%s:%ld: 'messages[%d].weight' must be 0 or 1", s->path, line_no, i);
             break;
         }
+        if (cJSON_GetObjectItemCaseSensitive(msg, "function_call")) {
+            e = nv_fail(NV_EFORMAT, "%s:%ld: 'messages[%d].function_call' (legacy) is not read: give 'tool_calls'", s->path,
+                        line_no, i);
+            break;
+        }
         if (w && w->valuedouble == 0) continue; /* OpenAI's: shown to the model, not trained on */
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        if ((!content || cJSON_IsNull(content)) && !m.m[i].n_calls) {
+            e = nv_fail(NV_EFORMAT, "%s:%ld: 'messages[%d]' has neither content nor tool_calls to train on", s->path, line_no,
+                        i);
+            break;
+        }
         int *ids = NULL, n = 0, n_prompt = 0;
         nv_chat_opts o = {.tools = (const char *const *)tools, .n_tools = n_tools};
         e = nv_chat_render_turn(tmpl, tok, m.m, i + 1, &o, &ids, &n, &n_prompt);
+        if (e == NV_EUNSUPPORTED) { /* cannot be shown as the server would: left out, counted */
+            merged++;
+            cb->merged++;
+            e = NV_OK;
+            continue;
+        }
+        if (e == NV_EFORMAT) { /* the template's reason, with the line (copied: nv_fail rewrites the message) */
+            char why[256];
+            snprintf(why, sizeof why, "%s", nv_errmsg());
+            e = nv_fail(NV_EFORMAT, "%s:%ld: %s", s->path, line_no, why);
+        }
         if (e == NV_OK) e = chat_append_turn(s, cb, ids, n, n_prompt, turns == 0);
         free(ids);
         turns++;
     }
-    if (e == NV_OK && !turns)
+    if (e == NV_OK && !turns && !merged)
         e = nv_fail(NV_EFORMAT, "%s:%ld: no assistant message to train on (each line needs one with weight 1)", s->path,
                     line_no);
     nv_api_messages_free(&m);
@@ -181,6 +215,9 @@ static nv_err load_chat(nv_source *s, const nv_tokenizer *tok, nv_chat_template 
     }
     nv_file_unmap(&map);
     s->width = 4;
+    if (e == NV_OK && cb.merged)
+        nv_warn("%s: %ld answers left out: their first token would merge with the prompt's last in this vocabulary",
+                s->path, cb.merged);
     if (e == NV_OK && !s->n_starts) e = nv_fail(NV_EFORMAT, "%s: no conversations", s->path);
     if (e == NV_OK) { /* the last val_frac of the conversations validate */
         uint64_t convs = 0;

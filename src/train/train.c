@@ -204,6 +204,19 @@ static nv_err check_resume(const nv_train_opts *o, const char *ckpt_path, nv_ckp
         return nv_fail(NV_EINVAL, "%s already holds a checkpoint: pass --resume to continue it, or choose another --out",
                        o->out_dir);
     if (!o->resume) return NV_OK;
+    /* a chat run goes on with the template it learned (the checkpoint's data hash does not see it) */
+    char tpath[4200], *had = NULL;
+    snprintf(tpath, sizeof tpath, "%s/chat_template", o->out_dir);
+    if (nv_file_exists(tpath) && nv_file_read_all(tpath, &had, NULL) == NV_OK && o->chat_template) {
+        const size_t n = strcspn(had, "\r\n");
+        if (n != strlen(o->chat_template) || memcmp(had, o->chat_template, n) != 0) {
+            nv_err e = nv_fail(NV_EINVAL, "%s was trained with the %.*s chat template: resume with --chat-template %.*s",
+                               o->out_dir, (int)(n < 32 ? n : 32), had, (int)(n < 32 ? n : 32), had);
+            free(had);
+            return e;
+        }
+    }
+    free(had);
     NV_TRY(nv_ckpt_load(ckpt_path, ck));
     nv_config kc;
     nv_ckpt_header_get_config(&ck->h, &kc);
@@ -368,13 +381,17 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
         if (!lead) nv_tmodel_refresh(&tm);
     }
-    if (o->chat_template && lead) {
+    if (lead) { /* the template `nerve serve -m RUN_DIR` chats with; none after a run on text */
         char path[4200];
         snprintf(path, sizeof path, "%s/chat_template", o->out_dir);
-        char line[64];
-        snprintf(line, sizeof line, "%s\n", o->chat_template);
-        nv_iov part = {line, strlen(line)};
-        if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
+        if (o->chat_template) {
+            char line[64];
+            snprintf(line, sizeof line, "%s\n", o->chat_template);
+            nv_iov part = {line, strlen(line)};
+            if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
+        } else {
+            unlink(path); /* an earlier chat run's, in a folder reused for text */
+        }
     }
     if (o->tokenizer_path && lead) {
         char tok_dst[4200];
@@ -478,10 +495,20 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         double to0 = nv_now();
         float lr;
         /* the packed engine copies follow the master weights in the same pass; plans are not rebuilt; a
-           gradient norm that is not finite leaves everything as it was (the update is skipped) */
-        double gnorm = nv_tmodel_optimize(&tm, &opt, &lr);
-        const int skipped = !isfinite(gnorm);
-        skip_streak = skipped ? skip_streak + 1 : 0;
+           gradient norm that is not finite leaves everything as it was (the update is skipped). A chat
+           step whose windows hold no answer token has nothing to learn: AdamW's momentum and decay
+           alone would still move the weights, so it is skipped too (counted, as the schedule goes on). */
+        const int no_targets = ds->chat && step_targets == 0;
+        double gnorm = 0;
+        if (no_targets) {
+            lr = nv_lr_at(&opt.o, opt.step);
+            opt.step++;
+            tm.grads_held = 0;
+        } else {
+            gnorm = nv_tmodel_optimize(&tm, &opt, &lr);
+        }
+        const int skipped = !isfinite(gnorm) || no_targets;
+        if (!no_targets) skip_streak = skipped ? skip_streak + 1 : 0;
         if (!skipped) last_good = step + 1;
         const int diverged = skip_streak >= NV_TRAIN_DIVERGED_STEPS;
         double t1 = nv_now(), dt = t1 - t0;
@@ -529,8 +556,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         else if (!quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
         if (skipped && lead) {
             if (tty) fprintf(stderr, "\n");
-            nv_warn("step %ld: the gradient norm is %g: update skipped, weights and optimizer state unchanged", step + 1,
-                    gnorm);
+            if (no_targets)
+                nv_warn("step %ld: no answer token in this step's windows (their prompts fill them): update skipped; "
+                        "raise --seq",
+                        step + 1);
+            else
+                nv_warn("step %ld: the gradient norm is %g: update skipped, weights and optimizer state unchanged",
+                        step + 1, gnorm);
         }
 
         if (step_delay_ms > 0) {
