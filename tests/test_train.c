@@ -576,12 +576,23 @@ static void test_chat_finetune_then_serve(void) {
     resp_free(&r);
     T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
 
+    /* fine-tuning a chat run's model again: the template it declares is the default (here one written
+       beside a copy of it) */
+    char cmd[2048], *text_data = (char *)t_data("corpus/tinystories_valid_head.txt");
+    snprintf(cmd, sizeof cmd, "mkdir -p %.600s/declared && cp %.600s/model.bin %.600s/declared/ && echo llama2 > %.600s/declared/chat_template",
+             t_tmpdir(), dir, t_tmpdir(), t_tmpdir());
+    T_CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(short_dir, sizeof short_dir, "%s/declared_run", t_tmpdir());
+    snprintf(short_args, sizeof short_args, "train --init-from %s/declared/model.bin -z %s --data %s/chats.jsonl --steps 1 "
+             "--seq 96 --eval-every 0 --quiet --out %s", t_tmpdir(), tok, t_tmpdir(), short_dir);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && strstr(err, "rendered with the llama2 template (the starting model's)"),
+            "the starting model's template: '%s'", err);
+
     /* resumed with another template: refused (the folder says which it learned) */
     snprintf(short_args, sizeof short_args, "%s --resume --steps 130 --chat-template llama3", args);
     T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "was trained with the chatml chat template"),
             "resume with another template: '%s'", err);
     /* the folder reused for text (its checkpoint removed): no chat_template is left to mislead the server */
-    char cmd[2048], *text_data = (char *)t_data("corpus/tinystories_valid_head.txt");
     snprintf(cmd, sizeof cmd, "rm %.600s/ckpt.bin", dir);
     T_CHECK(text_data && system(cmd) == 0, "%s", cmd);
     snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s --steps 2 --seq 32 --quiet --out %s", model,

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
 #include "model/sampler.h"
@@ -86,17 +87,35 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
     return 0;
 }
 
+int cli_declared_template(const char *model_path, nv_chat_template *out) {
+    char path[4200], *text = NULL;
+    const char *slash = strrchr(model_path, '/');
+    snprintf(path, sizeof path, "%.*schat_template", slash ? (int)(slash - model_path + 1) : 0, model_path);
+    if (nv_file_exists(path) && nv_file_read_all(path, &text, NULL) == NV_OK) { /* its name, one line */
+        text[strcspn(text, "\r\n")] = '\0';
+        const int ok = nv_chat_template_parse(text, out) == NV_OK;
+        if (!ok) nv_warn("%s names no chat template nerve knows ('%.40s'): ignored", path, text);
+        free(text);
+        if (ok) return 1;
+    }
+    nv_gguf g;
+    if (nv_gguf_open(model_path, &g) != NV_OK) return 0;
+    size_t n = 0;
+    const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
+    int found = 1;
+    if (t && memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
+    else if (t && memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
+    else if (t && memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
+    else found = 0;
+    if (t && !found)
+        nv_warn("%s: its chat template is none of ChatML, Llama 3's or Llama-2's [INST] (see --chat-template)", model_path);
+    nv_gguf_close(&g);
+    return found;
+}
+
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
     struct stat st;
-    buf->tmpl[0] = '\0';
     if (stat(*model, &st) == 0 && S_ISDIR(st.st_mode)) {
-        char path[4200], *text = NULL;
-        snprintf(path, sizeof path, "%s/chat_template", *model);
-        if (nv_file_exists(path) && nv_file_read_all(path, &text, NULL) == NV_OK) { /* its name, one line */
-            size_t n = strcspn(text, "\r\n");
-            if (n < sizeof buf->tmpl) memcpy(buf->tmpl, text, n), buf->tmpl[n] = '\0';
-        }
-        free(text);
         snprintf(buf->tok, sizeof buf->tok, "%s/tokenizer.bin", *model);
         if (!*tok && nv_file_exists(buf->tok)) *tok = buf->tok;
         /* model.bin, or model.gguf for the shapes llama2.c's format cannot hold */

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "model/batch.h"
+#include "serve/chat.h"
 
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
@@ -50,14 +51,18 @@ int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o);
 int cli_spec_check(const char *cmd, const cli_spec *o);
 
 /* The model and tokenizer paths of `-m MODEL [-z TOKENIZER]`. MODEL may be a `nerve train` run
- * folder: its model.bin (else its model.gguf), and its tokenizer.bin unless -z was given (and in
- * tmpl the chat template it was fine-tuned with, its chat_template file; "" when none); or a GGUF file, whose own
+ * folder: its model.bin (else its model.gguf), and its tokenizer.bin unless -z was given; or a GGUF file, whose own
  * vocabulary is the tokenizer unless -z was given. Otherwise the tokenizer is
  * tokenizers/tokenizer.bin in the shared data. *model and *tok are updated in place (pointing
  * into the buffers when changed). */
 typedef struct {
-    char model[4200], tok[4200], tmpl[32];
+    char model[4200], tok[4200];
 } cli_paths;
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf);
+/* The chat template a model file declares: the chat_template file `nerve train` leaves beside a
+ * model fine-tuned on chat data (its run folder), else a GGUF file's tokenizer.chat_template (a
+ * Jinja text, not run) recognised by its markers as ChatML, Llama 3's or Llama-2's [INST] (another
+ * one: a warning). Returns 0 when it declares none. */
+int cli_declared_template(const char *model_path, nv_chat_template *out);
 
 #endif

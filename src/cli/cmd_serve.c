@@ -97,23 +97,6 @@ bad:
     return 0;
 }
 
-/* The chat template a GGUF model declares (tokenizer.chat_template, a Jinja text this server does
- * not run): recognised by its markers as ChatML, Llama 3's or Llama-2's [INST]; anything else, or a llama2.c
- * file, is plain. */
-static nv_chat_template declared_template(const char *model_path) {
-    nv_gguf g;
-    if (nv_gguf_open(model_path, &g) != NV_OK) return NV_CHAT_PLAIN;
-    size_t n = 0;
-    const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
-    nv_chat_template r = NV_CHAT_PLAIN;
-    if (t && memmem(t, n, "<|im_start|>", 12)) r = NV_CHAT_CHATML;
-    else if (t && memmem(t, n, "<|start_header_id|>", 19)) r = NV_CHAT_LLAMA3;
-    else if (t && memmem(t, n, "[INST]", 6)) r = NV_CHAT_LLAMA2;
-    else if (t) nv_warn("serve: the model's chat template is none of ChatML, Llama 3's or Llama-2's [INST]: chat uses plain (see --chat-template)");
-    nv_gguf_close(&g);
-    return r;
-}
-
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
     const char *api_key = NULL, *template_name = NULL;
@@ -207,11 +190,7 @@ int cmd_serve(int argc, char **argv) {
     else nv_path_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
-    if (!tmpl_given && paths.tmpl[0]) { /* a run folder fine-tuned on chat data: the template it learned */
-        if (nv_chat_template_parse(paths.tmpl, &tmpl) == NV_OK) tmpl_given = 1;
-        else nv_warn("serve: the run folder's chat_template names no template this server knows ('%s'): ignored", paths.tmpl);
-    }
-    if (!tmpl_given) tmpl = declared_template(model_path);
+    if (!tmpl_given && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_PLAIN;
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine); /* the fastest engine that probes well */
     if (erc) return erc;

@@ -215,6 +215,8 @@ static int train(int argc, char **argv) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
         goto done;
     }
+    /* fine-tuning a chat model: the template it declares (a GGUF file's, or a chat run's) */
+    const int declared = !template_name && init_from && cli_declared_template(init_from, &tmpl);
     if (nv_dataset_open_chat(&ds, data, n_data, tok, c->vocab_size, val_frac, tmpl) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -241,10 +243,10 @@ static int train(int argc, char **argv) {
             goto done;
         }
         if (nv_dist_rank() == 0) {
-            fprintf(stderr, "nerve: chat data: %llu answers to train on (%llu of them held out), rendered with the %s template; "
+            fprintf(stderr, "nerve: chat data: %llu answers to train on (%llu of them held out), rendered with the %s template%s; "
                             "the longest is %llu tokens with its prompt\n",
                     (unsigned long long)turns, (unsigned long long)val_turns, o.chat_template,
-                    (unsigned long long)ds.longest_turn);
+                    declared ? " (the starting model's)" : "", (unsigned long long)ds.longest_turn);
             if (cut)
                 nv_warn("%llu of the %llu turns are longer than --seq %d + 1 tokens: their ends are cut (raise --seq to keep them)",
                         (unsigned long long)cut, (unsigned long long)turns, o.seq);
