@@ -215,6 +215,15 @@ static int train(int argc, char **argv) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
         goto done;
     }
+    int chat_files = 0; /* refused before the data is read */
+    for (int i = 0; i < n_data; i++) {
+        const size_t len = strlen(data[i]);
+        chat_files += len >= 6 && !strcmp(data[i] + len - 6, ".jsonl");
+    }
+    if (template_name && !chat_files) {
+        rc = cli_error(CMD, 2, "--chat-template goes with chat data (a .jsonl file in --data)");
+        goto done;
+    }
     /* fine-tuning a chat model: the template it declares (a GGUF file's, or a chat run's) */
     const int declared = !template_name && init_from && cli_declared_template(init_from, &tmpl);
     if (nv_dataset_open_chat(&ds, data, n_data, tok, c->vocab_size, val_frac, tmpl) != NV_OK) {
@@ -251,9 +260,6 @@ static int train(int argc, char **argv) {
                 nv_warn("%llu of the %llu turns are longer than --seq %d + 1 tokens: their ends are cut (raise --seq to keep them)",
                         (unsigned long long)cut, (unsigned long long)turns, o.seq);
         }
-    } else if (template_name) {
-        rc = cli_error(CMD, 2, "--chat-template goes with chat data (a .jsonl file in --data)");
-        goto done;
     }
     if (nv_dist_rank() == 0)
         fprintf(stderr, "nerve: data: %llu training tokens, %llu validation tokens; unigram baseline loss %.3f\n",
