@@ -36,55 +36,10 @@
 static nv_tokenizer *tok;
 static nv_gtrie *trie;
 
-/* <unk>, <s>, </s>, the 256 byte tokens, then " a".." z" and two-letter pieces up to 512
- * tokens: a stand-in when the shared data is absent. */
-static nv_err synthetic_tokenizer(nv_tokenizer **out) {
-    size_t cap = 16384, n = 0;
-    uint8_t *b = malloc(cap);
-    if (!b) return nv_fail(NV_ENOMEM, "out of memory");
-#define PUT(p, len) (memcpy(b + n, (p), (len)), n += (len))
-    int32_t max_len = 8;
-    PUT(&max_len, 4);
-    for (int id = 0; id < FZ_VOCAB; id++) {
-        char s[16];
-        if (id == 0) snprintf(s, sizeof s, "<unk>");
-        else if (id == 1) snprintf(s, sizeof s, "\n<s>\n");
-        else if (id == 2) snprintf(s, sizeof s, "\n</s>\n");
-        else if (id < 259) snprintf(s, sizeof s, "<0x%02X>", id - 3);
-        else if (id < 259 + 26) snprintf(s, sizeof s, " %c", 'a' + (id - 259));
-        else snprintf(s, sizeof s, "%c%c", 'a' + (id - 285) / 26, 'a' + (id - 285) % 26);
-        float score = id < 259 ? 0.0f : -(float)id;
-        int32_t len = (int32_t)strlen(s);
-        PUT(&score, 4);
-        PUT(&len, 4);
-        PUT(s, (size_t)len);
-    }
-#undef PUT
-    char path[512];
-    int rc = fz_write_temp("apitok", b, n, path, sizeof path);
-    free(b);
-    if (rc != 0) return nv_fail(NV_EIO, "cannot write the stand-in tokenizer");
-    nv_err e = nv_tokenizer_load(path, FZ_VOCAB, out);
-    unlink(path);
-    return e;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    char path[4096];
-    if (nv_data_path("models/tok512.bin", path, sizeof path)) {
-        if (nv_tokenizer_load_for_model(path, FZ_VOCAB, &tok) != NV_OK) {
-            fprintf(stderr, "fuzz_api: %s\n", nv_errmsg());
-            exit(1);
-        }
-    } else {
-        fprintf(stderr, "fuzz_api: no shared data (%s; set NERVE_DATA): using a stand-in 512-token tokenizer\n", path);
-        if (synthetic_tokenizer(&tok) != NV_OK) {
-            fprintf(stderr, "fuzz_api: %s\n", nv_errmsg());
-            exit(1);
-        }
-    }
+    tok = fz_tok512("fuzz_api");
     if (nv_gtrie_build(tok, &trie) != NV_OK) {
         fprintf(stderr, "fuzz_api: %s\n", nv_errmsg());
         exit(1);

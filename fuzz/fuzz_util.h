@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/file.h"
 #include "model/config.h"
+#include "model/tokenizer.h"
 
 #define FZ_CHECK(cond, ...)                                                       \
     do {                                                                          \
@@ -109,6 +111,61 @@ static inline char *fz_text(const uint8_t *data, size_t n) {
     if (n) memcpy(s, data, n);
     s[n] = '\0';
     return s;
+}
+
+#define FZ_TOK_VOCAB 512
+
+/* <unk>, <s>, </s>, the 256 byte tokens, then " a".." z" and two-letter pieces up to 512
+ * tokens: a stand-in when the shared data is absent. */
+static inline nv_err fz_synthetic_tokenizer(nv_tokenizer **out) {
+    size_t cap = 16384, n = 0;
+    uint8_t *b = malloc(cap);
+    if (!b) return nv_fail(NV_ENOMEM, "out of memory");
+#define PUT(p, len) (memcpy(b + n, (p), (len)), n += (len))
+    int32_t max_len = 8;
+    PUT(&max_len, 4);
+    for (int id = 0; id < FZ_TOK_VOCAB; id++) {
+        char s[16];
+        if (id == 0) snprintf(s, sizeof s, "<unk>");
+        else if (id == 1) snprintf(s, sizeof s, "\n<s>\n");
+        else if (id == 2) snprintf(s, sizeof s, "\n</s>\n");
+        else if (id < 259) snprintf(s, sizeof s, "<0x%02X>", id - 3);
+        else if (id < 259 + 26) snprintf(s, sizeof s, " %c", 'a' + (id - 259));
+        else snprintf(s, sizeof s, "%c%c", 'a' + (id - 285) / 26, 'a' + (id - 285) % 26);
+        float score = id < 259 ? 0.0f : -(float)id;
+        int32_t len = (int32_t)strlen(s);
+        PUT(&score, 4);
+        PUT(&len, 4);
+        PUT(s, (size_t)len);
+    }
+#undef PUT
+    char path[512];
+    int rc = fz_write_temp("apitok", b, n, path, sizeof path);
+    free(b);
+    if (rc != 0) return nv_fail(NV_EIO, "cannot write the stand-in tokenizer");
+    nv_err e = nv_tokenizer_load(path, FZ_TOK_VOCAB, out);
+    unlink(path);
+    return e;
+}
+
+/* The tokenizer of the shared stories260K (models/tok512.bin through nv_data_path / NERVE_DATA),
+ * else the stand-in; exits when neither loads. */
+static inline nv_tokenizer *fz_tok512(const char *who) {
+    char path[4096];
+    nv_tokenizer *tok = NULL;
+    if (nv_data_path("models/tok512.bin", path, sizeof path)) {
+        if (nv_tokenizer_load_for_model(path, FZ_TOK_VOCAB, &tok) != NV_OK) {
+            fprintf(stderr, "%s: %s\n", who, nv_errmsg());
+            exit(1);
+        }
+    } else {
+        fprintf(stderr, "%s: no shared data (%s; set NERVE_DATA): using a stand-in 512-token tokenizer\n", who, path);
+        if (fz_synthetic_tokenizer(&tok) != NV_OK) {
+            fprintf(stderr, "%s: %s\n", who, nv_errmsg());
+            exit(1);
+        }
+    }
+    return tok;
 }
 
 #endif

@@ -1,7 +1,7 @@
 /* Writes the fuzzers' seed corpus (make fuzz-seeds): tiny valid inputs of every format, a few
  * kilobytes each, so that mutation starts from the structure the parsers expect.
  *
- *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api}/... (GGUF seeds through tests/gguf_write.h) */
+ *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api,chat}/... (GGUF seeds through tests/gguf_write.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +258,27 @@ static void api(void) {
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));
 }
 
+/* nerve train's chat data: conversations with a system message, two answers (one of weight 0),
+   text parts, tools with a call and its result; and one that is cut short */
+static void chat(void) {
+    static const char *const files[][2] = {
+        {"two_turns.jsonl",
+         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+         "{\"role\":\"assistant\",\"content\":\"Hello.\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+         "\"text\":\"Why?\"}]},{\"role\":\"assistant\",\"content\":\"Because.\",\"weight\":1}]}\n"
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\",\"weight\":0},"
+         "{\"role\":\"user\",\"content\":\"c\"},{\"role\":\"assistant\",\"content\":\"d\"}]}\n"},
+        {"tools.jsonl",
+         "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\"}}}],"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
+         "\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+         "\"content\":\"ok\"},{\"role\":\"assistant\",\"content\":\"Done.\"}]}\r\n"},
+        {"cut.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"y\"}]}\n"
+                      "{\"messages\":[{\"role\":\"user\""},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("chat", files[i][0], files[i][1], strlen(files[i][1]));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: gen_seeds DIR\n");
@@ -268,5 +289,6 @@ int main(int argc, char **argv) {
     tokenizers();
     ckpts();
     api();
+    chat();
     return 0;
 }
