@@ -508,6 +508,31 @@ static void test_chat_data(void) {
             }
         }
         T_CHECK(answers > 0, "no answer tokens in the windows");
+        /* packed: a window runs on into the training turns after its first, each from its BOS (whose
+           target, the next turn's first token, is none) */
+        ds.pack = 1;
+        int packed = 0;
+        const uint64_t train_end = s->starts[s->n_train_starts];
+        for (int it = 0; it < 40; it++) {
+            T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+            for (int b = 0; b < B; b++) {
+                int found = 0;
+                for (uint64_t u = 0; u < s->n_train_starts && !found; u++) {
+                    int same = 1;
+                    for (int i = 0; i < T && same; i++) {
+                        const uint64_t p = s->starts[u] + (uint64_t)i;
+                        const int want_in = p + 1 < train_end ? (int)nv_source_token(s, p) : 0;
+                        const int want_tg = p + 1 < train_end && s->trained[p + 1] ? (int)nv_source_token(s, p + 1) : -1;
+                        same = in[b * T + i] == want_in && tg[b * T + i] == want_tg;
+                    }
+                    found = same;
+                    if (same) packed += s->starts[u + 1] - s->starts[u] < (uint64_t)T && u + 1 < s->n_train_starts;
+                }
+                T_CHECK(found, "a packed window is no run of training turns");
+            }
+        }
+        T_CHECK(packed > 0, "no window held two turns");
+        ds.pack = 0;
         /* validation: the held-out turn */
         T_CHECK(nv_data_val_batch(&ds, 0, 1, T, in, tg) && (uint32_t)in[0] == nv_source_token(s, s->starts[7]) &&
                     (uint32_t)in[5] == nv_source_token(s, s->starts[7] + 5),

@@ -665,7 +665,7 @@ static void test_bad_training_args(void) {
     const char *bad[] = {"train --steps 0", "train --batch x", "train --preset nope", "train --dim 30 --layers 2",
                          "train --dim 32 --layers 1 --heads 5", "train --preset stories260K --qkv-bias",
                          "train --dim 32 --layers 1 --heads 4 --qk-norm --qkv-bias", "train --chat-template chatml",
-                         "train --chat-template nope --data x.jsonl"};
+                         "train --chat-template nope --data x.jsonl", "train --pack"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = run_nerve(bad[i], err, sizeof err);
         T_CHECK(rc == 2 || rc == 1, "'%s' exit %d", bad[i], rc);

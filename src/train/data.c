@@ -318,8 +318,8 @@ static uint64_t train_windows(const nv_source *s, int T) {
 
 /* Window number w of a source's training or validation part into in/tg [T]. A chat turn starts the
    window and is cut after T + 1 tokens; past its end, padding whose targets are -1, as are its
-   prompt's. */
-static void fill_window(const nv_source *s, uint64_t first, int T, int *in, int *tg) {
+   prompt's (packed: the training turns after it instead of padding, each from its BOS). */
+static void fill_window(const nv_source *s, uint64_t first, int T, int pack, int *in, int *tg) {
     if (!s->starts) {
         for (int t = 0; t < T; t++) {
             in[t] = (int)nv_source_token(s, first + (uint64_t)t);
@@ -327,7 +327,8 @@ static void fill_window(const nv_source *s, uint64_t first, int T, int *in, int 
         }
         return;
     }
-    const uint64_t from = s->starts[first], end = s->starts[first + 1];
+    /* packed: the turns after it too, up to the end of the training part */
+    const uint64_t from = s->starts[first], end = s->starts[pack ? s->n_train_starts : first + 1];
     for (int t = 0; t < T; t++) {
         const uint64_t p = from + (uint64_t)t;
         if (p + 1 < end) {
@@ -357,7 +358,7 @@ nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
             }
             r -= starts;
         }
-        fill_window(s, r, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+        fill_window(s, r, T, ds->pack, inputs + (size_t)b * T, targets + (size_t)b * T);
         c->windows++;
     }
     return NV_OK;
@@ -384,7 +385,7 @@ int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, in
         int s = 0;
         while (w >= per[s]) w -= per[s++];
         const nv_source *src = &ds->src[s];
-        fill_window(src, src->starts ? src->n_train_starts + w : src->n_train + w * (uint64_t)T, T,
+        fill_window(src, src->starts ? src->n_train_starts + w : src->n_train + w * (uint64_t)T, T, 0,
                     inputs + (size_t)b * T, targets + (size_t)b * T);
     }
     free(per);

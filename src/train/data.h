@@ -14,7 +14,8 @@
  * held out for validation (of a chat source, its last conversations). Windows of T+1 tokens are
  * drawn at random positions by a seeded generator whose whole state is nv_data_cursor, which
  * checkpoints save and restore; a chat source's windows are whole turns, one a window (cut after
- * T + 1 tokens, padded with targets -1, which the loss skips). */
+ * T + 1 tokens, padded with targets -1, which the loss skips), or with pack a turn and the ones after
+ * it in the file (their tokens attend to the earlier turns' in the window). */
 #ifndef NV_DATA_H
 #define NV_DATA_H
 
@@ -42,6 +43,8 @@ typedef struct {
     int n_src;
     uint64_t train_tokens, val_tokens;
     int chat;             /* a source is chat data: some targets are -1 */
+    int pack;             /* chat training windows go on into the next turns instead of padding (set
+                             by the caller; validation windows stay one turn each) */
     uint64_t longest_turn; /* tokens of the longest chat turn (a window of T cuts longer ones) */
 } nv_dataset;
 

@@ -242,7 +242,7 @@ typedef struct {
    places, not read whole.) */
 static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     uint64_t h = nv_hash64(&o->config, sizeof o->config, 1);
-    const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume};
+    const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume, ds->pack};
     h = nv_hash64(settings, sizeof settings, h);
     h = nv_hash64(&o->seed, sizeof o->seed, h);
     h = nv_hash64(&o->adamw, sizeof o->adamw, h);
