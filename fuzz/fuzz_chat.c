@@ -7,7 +7,9 @@
  * first token never trained and the trained ones a suffix of each turn (the answer after its
  * prompt), at least one of them per turn; the training/validation split falls on a turn, and
  * n_train is where it falls; training and validation windows (a window shorter than some turns,
- * so turns are cut) hold inputs within the vocabulary and targets that are -1 or within it. */
+ * so turns are cut), one turn each and packed, hold inputs within the vocabulary and targets that
+ * are -1 or within it. A temporary file that cannot be written aborts (a campaign that tests
+ * nothing must not read as one that found nothing). */
 #include "fuzz_util.h"
 #include "train/data.h"
 
@@ -59,19 +61,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[512];
     snprintf(path, sizeof path, "%s/nerve-fuzz-chat-XXXXXX.jsonl", dir && *dir ? dir : "/tmp");
     int fd = mkstemps(path, 6);
-    if (fd < 0) return 0;
+    if (fd < 0) { /* a campaign that tests nothing must not look like one that found nothing */
+        fprintf(stderr, "fuzz_chat: cannot create %s: %s\n", path, strerror(errno));
+        abort();
+    }
     size_t done = 0;
     while (done < size) {
         ssize_t w = write(fd, data + done, size - done);
-        if (w <= 0) break;
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            fprintf(stderr, "fuzz_chat: cannot write %s: %s\n", path, strerror(errno));
+            abort();
+        }
         done += (size_t)w;
     }
     close(fd);
-    if (done == size) {
+    {
         const nv_chat_template all[] = {NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3};
         const char *paths[] = {path};
         for (int k = 0; k < 4; k++) {
             nv_dataset ds;
+            fz_clear_error(); /* a failure must leave its own message */
             if (nv_dataset_open_chat(&ds, paths, 1, tok, FZ_TOK_VOCAB, 0.25f, all[k]) != NV_OK) {
                 FZ_CHECK(nv_errmsg()[0] != '\0' && ds.src == NULL, "a failure without a message, or left open");
                 continue;
@@ -81,13 +91,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int in[FZ_B * FZ_T], tg[FZ_B * FZ_T];
             nv_data_cursor c;
             nv_data_cursor_init(&c, 1);
-            if (ds.src[0].n_train_starts > 0)
-                for (int it = 0; it < 3; it++) {
-                    FZ_CHECK(nv_data_next_batch(&ds, &c, FZ_B, FZ_T, in, tg) == NV_OK, "%s", nv_errmsg());
-                    check_windows(in, tg, FZ_B * FZ_T);
-                }
-            else
-                FZ_CHECK(nv_data_next_batch(&ds, &c, FZ_B, FZ_T, in, tg) != NV_OK, "windows from no training turn");
+            FZ_CHECK(ds.src[0].n_train_starts > 0, "no training turn (the split keeps one)");
+            for (int it = 0; it < 4; it++) { /* one turn a window, then packed */
+                ds.pack = it >= 2;
+                FZ_CHECK(nv_data_next_batch(&ds, &c, FZ_B, FZ_T, in, tg) == NV_OK, "%s", nv_errmsg());
+                check_windows(in, tg, FZ_B * FZ_T);
+            }
+            ds.pack = 0;
             for (int i = 0; i < 2 && nv_data_val_batch(&ds, i, FZ_B, FZ_T, in, tg); i++) check_windows(in, tg, FZ_B * FZ_T);
             (void)nv_dataset_unigram_loss(&ds, FZ_TOK_VOCAB);
             nv_dataset_close(&ds);

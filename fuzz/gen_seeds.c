@@ -273,6 +273,12 @@ static void chat(void) {
          "\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
          "\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
          "\"content\":\"ok\"},{\"role\":\"assistant\",\"content\":\"Done.\"}]}\r\n"},
+        {"five.jsonl", /* enough conversations that the split holds some out */
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"1\"},{\"role\":\"assistant\",\"content\":\"one\"}]}\n"
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"2\"},{\"role\":\"assistant\",\"content\":\"two\"}]}\n"
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"3\"},{\"role\":\"assistant\",\"content\":\"\"}]}\n"
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"4\"},{\"role\":\"assistant\",\"content\":\"four\"}]}\n"
+         "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"assistant\",\"content\":\"five\"}]}\n"},
         {"cut.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"y\"}]}\n"
                       "{\"messages\":[{\"role\":\"user\""},
     };

@@ -588,6 +588,12 @@ static void test_chat_finetune_then_serve(void) {
     T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && strstr(err, "rendered with the llama2 template (the starting model's)"),
             "the starting model's template: '%s'", err);
 
+    /* packed windows train (a step's answers from several turns) */
+    snprintf(short_dir, sizeof short_dir, "%s/packed_run", t_tmpdir());
+    snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s/chats.jsonl --steps 2 --seq 256 --pack "
+             "--eval-every 0 --quiet --out %s", model, tok, t_tmpdir(), short_dir);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && strstr(err, "windows packed"), "--pack: '%s'", err);
+
     /* resumed with another template: refused (the folder says which it learned) */
     snprintf(short_args, sizeof short_args, "%s --resume --steps 130 --chat-template llama3", args);
     T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "was trained with the chatml chat template"),

@@ -28,9 +28,10 @@ static void usage(FILE *f) {
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z), or chat\n"
             "          data (.jsonl, OpenAI's chat fine-tuning format: {\"messages\": [...]} a line; only the assistant's\n"
-            "          answers are trained on, each conversation rendered with --chat-template, default chatml, which\n"
-            "          the run folder keeps for nerve serve -m RUN_DIR); --pack fills each window with the turns\n"
-            "          that follow instead of padding (faster on short turns; they attend to each other)\n"
+            "          answers are trained on, each conversation rendered with --chat-template, default the one the\n"
+            "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
+            "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
+            "          step when turns are short; they attend to each other)\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
@@ -227,7 +228,7 @@ static int train(int argc, char **argv) {
         goto done;
     }
     /* fine-tuning a chat model: the template it declares (a GGUF file's, or a chat run's) */
-    const int declared = !template_name && init_from && cli_declared_template(init_from, &tmpl);
+    const int declared = chat_files && !template_name && init_from && cli_declared_template(init_from, &tmpl);
     if (nv_dataset_open_chat(&ds, data, n_data, tok, c->vocab_size, val_frac, tmpl) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

@@ -318,7 +318,7 @@ static uint64_t train_windows(const nv_source *s, int T) {
 
 /* Window number w of a source's training or validation part into in/tg [T]. A chat turn starts the
    window and is cut after T + 1 tokens; past its end, padding whose targets are -1, as are its
-   prompt's (packed: the training turns after it instead of padding, each from its BOS). */
+   prompt's (packed: the training turns after it instead of padding, each from its start). */
 static void fill_window(const nv_source *s, uint64_t first, int T, int pack, int *in, int *tg) {
     if (!s->starts) {
         for (int t = 0; t < T; t++) {

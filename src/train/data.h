@@ -15,7 +15,7 @@
  * drawn at random positions by a seeded generator whose whole state is nv_data_cursor, which
  * checkpoints save and restore; a chat source's windows are whole turns, one a window (cut after
  * T + 1 tokens, padded with targets -1, which the loss skips), or with pack a turn and the ones after
- * it in the file (their tokens attend to the earlier turns' in the window). */
+ * it in the file, each from its start (their tokens attend to the earlier turns' in the window). */
 #ifndef NV_DATA_H
 #define NV_DATA_H
 
