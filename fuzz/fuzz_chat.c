@@ -56,52 +56,34 @@ static void check_windows(const int *in, const int *tg, int n) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
-    /* the loader knows chat data by the name's ending */
-    const char *dir = getenv("TMPDIR");
+    /* the loader knows chat data by the name's ending; a campaign that tests nothing must not look
+       like one that found nothing */
     char path[512];
-    snprintf(path, sizeof path, "%s/nerve-fuzz-chat-XXXXXX.jsonl", dir && *dir ? dir : "/tmp");
-    int fd = mkstemps(path, 6);
-    if (fd < 0) { /* a campaign that tests nothing must not look like one that found nothing */
-        fprintf(stderr, "fuzz_chat: cannot create %s: %s\n", path, strerror(errno));
-        abort();
-    }
-    size_t done = 0;
-    while (done < size) {
-        ssize_t w = write(fd, data + done, size - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            fprintf(stderr, "fuzz_chat: cannot write %s: %s\n", path, strerror(errno));
-            abort();
+    if (fz_write_temp_as("chat", ".jsonl", data, size, path, sizeof path) != 0) abort();
+    const nv_chat_template all[] = {NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3};
+    const char *paths[] = {path};
+    for (int k = 0; k < 4; k++) {
+        nv_dataset ds;
+        fz_clear_error(); /* a failure must leave its own message */
+        if (nv_dataset_open_chat(&ds, paths, 1, tok, FZ_TOK_VOCAB, 0.25f, all[k]) != NV_OK) {
+            FZ_CHECK(nv_errmsg()[0] != '\0' && ds.src == NULL, "a failure without a message, or left open");
+            continue;
         }
-        done += (size_t)w;
-    }
-    close(fd);
-    {
-        const nv_chat_template all[] = {NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3};
-        const char *paths[] = {path};
-        for (int k = 0; k < 4; k++) {
-            nv_dataset ds;
-            fz_clear_error(); /* a failure must leave its own message */
-            if (nv_dataset_open_chat(&ds, paths, 1, tok, FZ_TOK_VOCAB, 0.25f, all[k]) != NV_OK) {
-                FZ_CHECK(nv_errmsg()[0] != '\0' && ds.src == NULL, "a failure without a message, or left open");
-                continue;
-            }
-            FZ_CHECK(ds.n_src == 1 && ds.chat, "not read as chat data");
-            check_source(&ds.src[0]);
-            int in[FZ_B * FZ_T], tg[FZ_B * FZ_T];
-            nv_data_cursor c;
-            nv_data_cursor_init(&c, 1);
-            FZ_CHECK(ds.src[0].n_train_starts > 0, "no training turn (the split keeps one)");
-            for (int it = 0; it < 4; it++) { /* one turn a window, then packed */
-                ds.pack = it >= 2;
-                FZ_CHECK(nv_data_next_batch(&ds, &c, FZ_B, FZ_T, in, tg) == NV_OK, "%s", nv_errmsg());
-                check_windows(in, tg, FZ_B * FZ_T);
-            }
-            ds.pack = 0;
-            for (int i = 0; i < 2 && nv_data_val_batch(&ds, i, FZ_B, FZ_T, in, tg); i++) check_windows(in, tg, FZ_B * FZ_T);
-            (void)nv_dataset_unigram_loss(&ds, FZ_TOK_VOCAB);
-            nv_dataset_close(&ds);
+        FZ_CHECK(ds.n_src == 1 && ds.chat, "not read as chat data");
+        check_source(&ds.src[0]);
+        int in[FZ_B * FZ_T], tg[FZ_B * FZ_T];
+        nv_data_cursor c;
+        nv_data_cursor_init(&c, 1);
+        FZ_CHECK(ds.src[0].n_train_starts > 0, "no training turn (the split keeps one)");
+        for (int it = 0; it < 4; it++) { /* one turn a window, then packed */
+            ds.pack = it >= 2;
+            FZ_CHECK(nv_data_next_batch(&ds, &c, FZ_B, FZ_T, in, tg) == NV_OK, "%s", nv_errmsg());
+            check_windows(in, tg, FZ_B * FZ_T);
         }
+        ds.pack = 0;
+        for (int i = 0; i < 2 && nv_data_val_batch(&ds, i, FZ_B, FZ_T, in, tg); i++) check_windows(in, tg, FZ_B * FZ_T);
+        (void)nv_dataset_unigram_loss(&ds, FZ_TOK_VOCAB);
+        nv_dataset_close(&ds);
     }
     unlink(path);
     return 0;

@@ -39,19 +39,23 @@ static inline int fz_fits_v1(const nv_config *c) {
            !c->n_rope_factors && !c->qkv_bias;
 }
 
-static inline int fz_temp_fd(const char *tag, char *path, size_t cap) {
+/* The same, the name ending in suffix (for loaders that know a file by its name's ending). */
+static inline int fz_temp_fd_as(const char *tag, const char *suffix, char *path, size_t cap) {
     const char *dir = getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";
-    snprintf(path, cap, "%s/nerve-fuzz-%s-XXXXXX", dir, tag);
-    int fd = mkstemp(path);
+    snprintf(path, cap, "%s/nerve-fuzz-%s-XXXXXX%s", dir, tag, suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
     if (fd < 0) fprintf(stderr, "fuzz: cannot create a temporary file in %s: %s\n", dir, strerror(errno));
     return fd;
 }
 
-/* Writes data to a fresh temporary file; its path goes to path. Returns 0, or -1 (after a
- * message) when the file could not be written, which the harness treats as "skip this input". */
-static inline int fz_write_temp(const char *tag, const uint8_t *data, size_t len, char *path, size_t cap) {
-    int fd = fz_temp_fd(tag, path, cap);
+static inline int fz_temp_fd(const char *tag, char *path, size_t cap) { return fz_temp_fd_as(tag, "", path, cap); }
+
+/* Writes data to a fresh temporary file whose name ends in suffix; its path goes to path. Returns
+ * 0, or -1 (after a message) when the file could not be written. */
+static inline int fz_write_temp_as(const char *tag, const char *suffix, const uint8_t *data, size_t len, char *path,
+                                   size_t cap) {
+    int fd = fz_temp_fd_as(tag, suffix, path, cap);
     if (fd < 0) return -1;
     size_t done = 0;
     while (done < len) {
@@ -67,6 +71,11 @@ static inline int fz_write_temp(const char *tag, const uint8_t *data, size_t len
     }
     close(fd);
     return 0;
+}
+
+/* fz_write_temp_as without a suffix; a failure is what the harness treats as "skip this input". */
+static inline int fz_write_temp(const char *tag, const uint8_t *data, size_t len, char *path, size_t cap) {
+    return fz_write_temp_as(tag, "", data, len, path, cap);
 }
 
 /* A temporary path that does not exist yet (for writers that create their own file). */

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "model/gguf.h"
 #include "model/sampler.h"
+#include "train/train.h"
 
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
     va_list ap;
@@ -88,15 +89,12 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
 }
 
 int cli_declared_template(const char *model_path, nv_chat_template *out) {
-    char path[4200], *text = NULL;
+    char dir[4200], name[41];
     const char *slash = strrchr(model_path, '/');
-    snprintf(path, sizeof path, "%.*schat_template", slash ? (int)(slash - model_path + 1) : 0, model_path);
-    if (nv_file_exists(path) && nv_file_read_all(path, &text, NULL) == NV_OK) { /* its name, one line */
-        text[strcspn(text, "\r\n")] = '\0';
-        const int ok = nv_chat_template_parse(text, out) == NV_OK;
-        if (!ok) nv_warn("%s names no chat template nerve knows ('%.40s'): ignored", path, text);
-        free(text);
-        if (ok) return 1;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - model_path + (slash == model_path)) : 0, model_path);
+    if (nv_train_chat_template(dir, name, sizeof name)) { /* a chat run's, beside its model */
+        if (nv_chat_template_parse(name, out) == NV_OK) return 1;
+        nv_warn("%s%schat_template names no chat template nerve knows ('%s'): ignored", dir, *dir ? "/" : "", name);
     }
     nv_gguf g;
     if (nv_gguf_open(model_path, &g) != NV_OK) return 0;

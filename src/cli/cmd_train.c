@@ -236,7 +236,7 @@ static int train(int argc, char **argv) {
     if (ds.chat) {
         ds.pack = pack;
         o.chat_template = nv_chat_template_name(tmpl);
-        uint64_t turns = 0, val_turns = 0, cut = 0, trainable = 0;
+        uint64_t turns = 0, val_turns = 0, cut = 0, trainable = 0, longest = 0;
         for (int i = 0; i < ds.n_src; i++)
             for (uint64_t t = 0; t < ds.src[i].n_starts; t++) {
                 const nv_source *s = &ds.src[i];
@@ -244,6 +244,7 @@ static int train(int argc, char **argv) {
                 turns++;
                 val_turns += t >= s->n_train_starts;
                 cut += end - from > (uint64_t)o.seq + 1;
+                if (end - from > longest) longest = end - from;
                 /* an answer token within the window's targets (positions 1..seq) */
                 int any = 0;
                 for (uint64_t j = from + 1; j < end && j <= from + (uint64_t)o.seq && !any; j++) any = s->trained[j];
@@ -252,14 +253,14 @@ static int train(int argc, char **argv) {
         if (!trainable) {
             cli_error(CMD, 1, "no training conversation has an answer within --seq %d + 1 tokens (their prompts are "
                               "longer, the longest turn is %llu tokens): raise --seq",
-                      o.seq, (unsigned long long)ds.longest_turn);
+                      o.seq, (unsigned long long)longest);
             goto done;
         }
         if (nv_dist_rank() == 0) {
             fprintf(stderr, "nerve: chat data: %llu answers to train on (%llu of them held out), rendered with the %s template%s; "
                             "the longest is %llu tokens with its prompt%s\n",
                     (unsigned long long)turns, (unsigned long long)val_turns, o.chat_template,
-                    declared ? " (the starting model's)" : "", (unsigned long long)ds.longest_turn,
+                    declared ? " (the starting model's)" : "", (unsigned long long)longest,
                     pack ? "; windows packed" : "");
             if (cut)
                 nv_warn("%llu of the %llu turns are longer than --seq %d + 1 tokens: their ends are cut (raise --seq to keep them)",

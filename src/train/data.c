@@ -16,6 +16,23 @@ static int has_suffix(const char *s, const char *suf) {
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+/* The capacity a growing array needs for need elements: cap doubled (from first) until it holds them. */
+static uint64_t grown_cap(uint64_t cap, uint64_t need, uint64_t first) {
+    uint64_t nc = cap ? cap * 2 : first;
+    while (nc < need) nc *= 2;
+    return nc;
+}
+
+/* A NUL-terminated copy of text[0, len) (malloc'd; NULL when out of memory). */
+static char *terminated(const char *text, size_t len) {
+    char *copy = malloc(len + 1);
+    if (copy) {
+        memcpy(copy, text, len);
+        copy[len] = '\0';
+    }
+    return copy;
+}
+
 /* Appends the tokens of one document (BOS first; EOS last instead for a vocabulary that prepends
  * no BOS, such as Qwen's, so documents stay apart) to a growing array. */
 static nv_err append_doc(const nv_tokenizer *tok, const char *text, size_t len, uint32_t **arr, uint64_t *n,
@@ -23,17 +40,14 @@ static nv_err append_doc(const nv_tokenizer *tok, const char *text, size_t len, 
     while (len && (*text == '\n' || *text == ' ' || *text == '\r')) text++, len--;
     while (len && (text[len - 1] == '\n' || text[len - 1] == ' ' || text[len - 1] == '\r')) len--;
     if (!len) return NV_OK;
-    char *doc = malloc(len + 1);
+    char *doc = terminated(text, len);
     if (!doc) return nv_fail(NV_ENOMEM, "out of memory");
-    memcpy(doc, text, len);
-    doc[len] = '\0';
     int *ids = NULL, nids = 0;
     nv_err e = nv_tokenizer_encode(tok, doc, 1, !nv_tokenizer_adds_bos(tok), &ids, &nids); /* no EOS id: nothing apart */
     free(doc);
     if (e) return e;
     if (*n + (uint64_t)nids > *cap) {
-        uint64_t nc = (*cap ? *cap * 2 : 1 << 16);
-        while (nc < *n + (uint64_t)nids) nc *= 2;
+        const uint64_t nc = grown_cap(*cap, *n + (uint64_t)nids, 1 << 16);
         uint32_t *na = realloc(*arr, nc * sizeof(uint32_t));
         if (!na) {
             free(ids);
@@ -86,8 +100,7 @@ typedef struct {
 
 static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int n, int n_prompt, int first) {
     if (s->n_tokens + (uint64_t)n > cb->cap) {
-        uint64_t nc = cb->cap ? cb->cap * 2 : 1 << 16;
-        while (nc < s->n_tokens + (uint64_t)n) nc *= 2;
+        const uint64_t nc = grown_cap(cb->cap, s->n_tokens + (uint64_t)n, 1 << 16);
         uint32_t *t = realloc(s->owned, nc * sizeof *t);
         if (t) s->owned = t;
         uint8_t *f = realloc(s->trained, nc);
@@ -96,7 +109,7 @@ static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int
         cb->cap = nc;
     }
     if (s->n_starts + 2 > cb->cap_turns) {
-        uint64_t nc = cb->cap_turns ? cb->cap_turns * 2 : 1024;
+        const uint64_t nc = grown_cap(cb->cap_turns, s->n_starts + 2, 1024);
         uint64_t *st = realloc(s->starts, nc * sizeof *st);
         if (st) s->starts = st;
         uint8_t *fi = realloc(cb->first, nc);
@@ -117,10 +130,8 @@ static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int
 /* One line of chat data: its assistant answers (weight 1) as turns. */
 static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, const char *line,
                         size_t len, long line_no) {
-    char *text = malloc(len + 1); /* the parser gets a terminated copy, never the mapped file's end */
+    char *text = terminated(line, len); /* the parser never reads to the mapped file's end */
     if (!text) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-    memcpy(text, line, len);
-    text[len] = '\0';
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (!root || !cJSON_IsObject(root)) {
@@ -266,8 +277,6 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
         } else if (has_suffix(s->path, ".jsonl")) {
             e = load_chat(s, tok, tmpl, val_frac);
             ds->chat = 1;
-            for (uint64_t t = 0; !e && t < s->n_starts; t++)
-                if (s->starts[t + 1] - s->starts[t] > ds->longest_turn) ds->longest_turn = s->starts[t + 1] - s->starts[t];
         } else {
             e = load_text(s, tok);
         }

@@ -45,7 +45,6 @@ typedef struct {
     int chat;             /* a source is chat data: some targets are -1 */
     int pack;             /* chat training windows go on into the next turns instead of padding (set
                              by the caller; validation windows stay one turn each) */
-    uint64_t longest_turn; /* tokens of the longest chat turn (a window of T cuts longer ones) */
 } nv_dataset;
 
 typedef struct {

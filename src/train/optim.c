@@ -153,6 +153,8 @@ void nv_adamw_range(const nv_adamw *a, const nv_adamw_update *u, float *params, 
     }
 }
 
+float nv_adamw_count(nv_adamw *a) { return nv_lr_at(&a->o, a->step++); }
+
 nv_adamw_update nv_adamw_begin(nv_adamw *a, const float *grads) {
     const nv_adamw_opts *o = &a->o;
     nv_adamw_update u;
@@ -160,8 +162,7 @@ nv_adamw_update nv_adamw_begin(nv_adamw *a, const float *grads) {
     u.skip = !isfinite(u.norm);
     u.clip = 1.0f;
     if (o->grad_clip > 0 && u.norm > o->grad_clip) u.clip = (float)(o->grad_clip / u.norm);
-    u.lr = nv_lr_at(o, a->step);
-    a->step++;
+    u.lr = nv_adamw_count(a);
     u.bc1 = 1.0f - powf(o->beta1, (float)a->step);
     u.bc2 = 1.0f - powf(o->beta2, (float)a->step);
     return u;

@@ -48,6 +48,9 @@ typedef struct {
     int skip; /* the norm is not finite: no nv_adamw_range for this update */
 } nv_adamw_update;
 nv_adamw_update nv_adamw_begin(nv_adamw *a, const float *grads);
+/* Counts an update, made or skipped (the schedule and the bias correction go on), and returns its
+ * rate: what nv_adamw_begin does first; alone, for an update the caller skips. */
+float nv_adamw_count(nv_adamw *a);
 void nv_adamw_range(const nv_adamw *a, const nv_adamw_update *u, float *params, const float *grads, uint64_t lo,
                     uint64_t hi);
 

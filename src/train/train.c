@@ -198,6 +198,15 @@ static nv_err copy_tokenizer(const char *from, const char *to) {
     return e;
 }
 
+int nv_train_chat_template(const char *dir, char *name, size_t cap) {
+    char path[4200], *text = NULL;
+    snprintf(path, sizeof path, "%s%schat_template", dir, *dir ? "/" : "");
+    if (!nv_file_exists(path) || nv_file_read_all(path, &text, NULL) != NV_OK) return 0;
+    snprintf(name, cap, "%.*s", (int)strcspn(text, "\r\n"), text);
+    free(text);
+    return 1;
+}
+
 /* Refuses to overwrite a run without --resume, and a checkpoint written with other settings. */
 static nv_err check_resume(const nv_train_opts *o, const char *ckpt_path, nv_ckpt *ck) {
     if (!o->resume && nv_file_exists(ckpt_path))
@@ -205,18 +214,10 @@ static nv_err check_resume(const nv_train_opts *o, const char *ckpt_path, nv_ckp
                        o->out_dir);
     if (!o->resume) return NV_OK;
     /* a chat run goes on with the template it learned (the checkpoint's data hash does not see it) */
-    char tpath[4200], *had = NULL;
-    snprintf(tpath, sizeof tpath, "%s/chat_template", o->out_dir);
-    if (nv_file_exists(tpath) && nv_file_read_all(tpath, &had, NULL) == NV_OK && o->chat_template) {
-        const size_t n = strcspn(had, "\r\n");
-        if (n != strlen(o->chat_template) || memcmp(had, o->chat_template, n) != 0) {
-            nv_err e = nv_fail(NV_EINVAL, "%s was trained with the %.*s chat template: resume with --chat-template %.*s",
-                               o->out_dir, (int)(n < 32 ? n : 32), had, (int)(n < 32 ? n : 32), had);
-            free(had);
-            return e;
-        }
-    }
-    free(had);
+    char had[33];
+    if (o->chat_template && nv_train_chat_template(o->out_dir, had, sizeof had) && strcmp(had, o->chat_template) != 0)
+        return nv_fail(NV_EINVAL, "%s was trained with the %s chat template: resume with --chat-template %s", o->out_dir,
+                       had, had);
     NV_TRY(nv_ckpt_load(ckpt_path, ck));
     nv_config kc;
     nv_ckpt_header_get_config(&ck->h, &kc);
@@ -501,8 +502,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         const int no_targets = ds->chat && step_targets == 0;
         double gnorm = 0;
         if (no_targets) {
-            lr = nv_lr_at(&opt.o, opt.step);
-            opt.step++;
+            lr = nv_adamw_count(&opt);
             tm.grads_held = 0;
         } else {
             gnorm = nv_tmodel_optimize(&tm, &opt, &lr);

@@ -46,6 +46,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *train);
  * all can leave cleanly and process 0's message is the one to show; 0 when this process may have
  * failed alone, and must end the job (nv_dist_abort) rather than leave the others waiting. */
 int nv_train_failed_together(void);
+/* The chat template a run folder records (its chat_template file, the name on one line), into name
+ * (cap bytes; a longer line is cut); 0 when the folder has none. dir "" is the current folder. */
+int nv_train_chat_template(const char *dir, char *name, size_t cap);
 /* Set by the SIGINT/SIGTERM/SIGUSR1 handler that nv_train_run installs; exposed for tests. */
 extern volatile int nv_train_stop_requested;
 
