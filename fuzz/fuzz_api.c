@@ -18,13 +18,17 @@
  * a response format (a JSON schema from the body) runs its grammar as the scheduler would: for a
  * few steps the mask agrees with asking token by token, and the best allowed token moves the
  * matcher on. The body is also read as a model's answer by the tool-call parser of each style,
- * whole and byte by byte, which must agree. */
+ * whole and byte by byte, which must agree. And as an Anthropic Messages body (and a count_tokens
+ * one): a failure gives Anthropic's error body and keeps nothing; a success is a chat request that
+ * passes the same checks (max_tokens capped by the room, never refused for it), and the message and
+ * stream events built for it are valid JSON. */
 #include <cjson/cJSON.h>
 
 #include "base/file.h"
 #include "fuzz_util.h"
 #include "model/grammar.h"
 #include "model/sampler.h"
+#include "serve/anthropic.h"
 #include "serve/api.h"
 #include "serve/tools.h"
 
@@ -133,6 +137,37 @@ static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     check_json(nv_api_chunk(&meta, text, chat, NULL, r->include_usage), "chunk");
 }
 
+/* The body as /v1/messages and /v1/messages/count_tokens, under chatml (tools and prefills render). */
+static void check_anthropic(nv_api_ctx *ctx, const char *data, size_t size) {
+    ctx->tmpl = NV_CHAT_CHATML;
+    for (int count = 0; count < 2; count++) {
+        nv_api_request r;
+        nv_anth_meta m;
+        nv_api_error err;
+        int rc = nv_anth_parse(ctx, data, size, count, &r, &m, &err);
+        if (rc != 0) {
+            FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0', "messages status %d", rc);
+            FZ_CHECK(r.prompt_ids == NULL && m.n_stop == 0, "a failed Messages parse kept memory");
+            check_json(nv_anth_error_json(&err), "Anthropic error body");
+            continue;
+        }
+        /* the stop sequences lead the request's stop strings, in order: stop_index names them */
+        FZ_CHECK(m.n_stop <= r.req.n_stop && r.req.n_prompt >= 1, "%d stop sequences, %d in the request", m.n_stop, r.req.n_stop);
+        for (int i = 0; i < m.n_stop && i < r.req.n_stop; i++) FZ_CHECK(!strcmp(m.stop[i], r.req.stop[i]), "stop sequence %d", i);
+        if (!count) check_request(ctx, 1, &r);
+        nv_anth_answer a = {.text = "x", .stop_reason = "end_turn", .prompt_tokens = r.req.n_prompt};
+        check_json(nv_anth_message(&m, &a), "Anthropic message");
+        nv_anth_stream st;
+        nv_buf out = {0};
+        nv_anth_stream_start(&st, &m, r.req.n_prompt, &out);
+        nv_anth_stream_end(&st, &a, &out);
+        FZ_CHECK(!out.oom && strstr(out.data, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), "Anthropic events");
+        nv_buf_free(&out);
+        nv_api_request_free(&r);
+        nv_anth_meta_free(&m);
+    }
+}
+
 /* The answer's calls and content must not depend on how the text arrives. */
 static void check_tool_parser(const char *data, size_t size) {
     static const char *const names[] = {"get_weather", "play", "a"};
@@ -186,6 +221,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_request(&ctx, chat, &r);
         nv_api_request_free(&r);
     }
+    check_anthropic(&ctx, (const char *)data, size);
     check_tool_parser((const char *)data, size);
     /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */
     for (int detok = 0; detok < 2; detok++) {

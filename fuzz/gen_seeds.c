@@ -253,6 +253,19 @@ static void api(void) {
                          "\"pattern\":\"^(?:[A-Z]\\\\d{2,3}|x[^\\\"\\\\\\\\]+?)*\\\\.(a|b)?$\"},\"q\":{\"type\":\"string\","
                          "\"pattern\":\"\\\\u00e9\\\\s\\\\W.\"}},\"required\":[\"p\",\"q\"]}}"},
         {"json_object.json", "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"},\"guided_json\":null}"},
+        /* Anthropic's /v1/messages (the harness reads every body as one): blocks, tools, a prefill */
+        {"messages.json", "{\"model\":\"stories260K\",\"max_tokens\":64,\"system\":[{\"type\":\"text\",\"text\":\"Be kind.\"}],"
+                          "\"stop_sequences\":[\"END\"],\"temperature\":0.5,\"top_k\":5,\"thinking\":{\"type\":\"disabled\"},"
+                          "\"tools\":[{\"name\":\"play\",\"description\":\"d\",\"input_schema\":{\"type\":\"object\","
+                          "\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}],\"tool_choice\":"
+                          "{\"type\":\"any\",\"disable_parallel_tool_use\":true},\"messages\":[{\"role\":\"user\",\"content\":"
+                          "[{\"type\":\"text\",\"text\":\"Hi\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\","
+                          "\"thinking\":\"t\",\"signature\":\"s\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"play\","
+                          "\"input\":{\"toy\":\"car\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+                          "\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],\"is_error\":false},"
+                          "{\"type\":\"text\",\"text\":\"More\"}]}]}"},
+        {"messages_prefill.json", "{\"model\":\"stories260K\",\"max_tokens\":100000,\"stream\":true,\"messages\":"
+                                  "[{\"role\":\"user\",\"content\":\"Once\"},{\"role\":\"assistant\",\"content\":\"upon a\"}]}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

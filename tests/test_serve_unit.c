@@ -8,6 +8,7 @@
 #include "serve/sched.h"
 #include "serve/tools.h"
 #include "t.h"
+#include "tok_util.h"
 
 static void test_stop_holdback(void) {
     const char *stops[] = {"world", "xyz"};
@@ -74,7 +75,6 @@ static void test_utf8(void) {
     }
 }
 
-static int same_ids(const int *a, int na, const int *b, int nb) { return na == nb && !memcmp(a, b, (size_t)na * sizeof(int)); }
 
 /* ids of the concatenation of encode(text_i, bos_i, eos_i) */
 static int expect_ids(const nv_tokenizer *tok, int *out, const char *t1, int b1, int e1, const char *t2, int b2, int e2) {
@@ -88,15 +88,6 @@ static int expect_ids(const nv_tokenizer *tok, int *out, const char *t1, int b1,
     return na + nb;
 }
 
-/* The shared data's 512-token vocabulary (stories260K's); NULL, with the case skipped or failed,
- * when it is missing or does not load. */
-static nv_tokenizer *tok512(void) {
-    const char *zp = t_data("models/tok512.bin");
-    if (!zp) return NULL;
-    nv_tokenizer *tok = NULL;
-    T_CHECK(nv_tokenizer_load(zp, 0, &tok) == NV_OK, "%s", nv_errmsg());
-    return tok;
-}
 
 static void test_chat_templates(void) {
     nv_tokenizer *tok = tok512();

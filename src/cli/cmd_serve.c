@@ -45,7 +45,7 @@ static void usage(FILE *f) {
             "  --alias NAME         model id in the API (default: the model's file name without extension)\n"
             "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest that probes well)\n"
             "  --threads N          threads for the engines (default: one per core)\n"
-            "  --api-key KEY        require 'Authorization: Bearer KEY' (default: $NERVE_API_KEY, else none)\n"
+            "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
             "  --chat-template T    plain, chatml, llama2 or llama3 (default: what the model declares: a GGUF\n"
             "                       file's tokenizer.chat_template recognised as ChatML, Llama 3's or [INST]; else plain)\n"

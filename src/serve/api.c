@@ -649,7 +649,16 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     } else if (!rc && kw) {
         rc = get_bool(kw, "enable_thinking", &thinking, err);
     }
-    nv_chat_opts opts = {.no_think = !thinking, .tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0};
+    /* vLLM's continue_final_message: the last message, an assistant's answer begun, is continued */
+    int cont = 0;
+    if (!rc) rc = get_bool(root, "continue_final_message", &cont, err);
+    if (!rc && cont && (strcmp(m[n - 1].role, "assistant") != 0 || m[n - 1].n_calls)) {
+        nv_api_error_set(err, E400, NULL, "continue_final_message",
+                         "'continue_final_message' needs the last message to be the assistant's text to continue");
+        rc = err->status;
+    }
+    nv_chat_opts opts = {.no_think = !thinking, .tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0,
+                         .continue_final = cont};
     if (!rc && nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
         nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
         rc = err->status;
@@ -661,15 +670,15 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     return rc;
 }
 
-static int parse_stop(const cJSON *root, nv_api_request *out, nv_api_error *err) {
+static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_api_error *err) {
     const cJSON *s = field(root, "stop");
     if (!s) return 0;
     const cJSON *one = s, *list = NULL;
     if (cJSON_IsArray(s)) {
         list = s;
         one = NULL;
-        if (cJSON_GetArraySize(s) > 4) {
-            nv_api_error_set(err, E400, NULL, "stop", "'stop' may list at most 4 strings");
+        if (cJSON_GetArraySize(s) > max_stop) {
+            nv_api_error_set(err, E400, NULL, "stop", "'stop' may list at most %d strings", max_stop);
             return err->status;
         }
     }
@@ -775,7 +784,8 @@ static int check_model(const nv_api_ctx *ctx, const cJSON *root, nv_api_error *e
     return 0;
 }
 
-static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *po, nv_api_request *out,
+                      nv_api_error *err) {
     int rc, given;
     if ((rc = check_model(ctx, root, err))) return rc;
     if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
@@ -833,7 +843,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     }
     if (!chat && (rc = get_bool(root, "echo", &out->echo, err))) return rc;
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
-    if ((rc = parse_stop(root, out, err))) return rc;
+    if ((rc = parse_stop(root, po->max_stop, out, err))) return rc;
     if ((rc = parse_response_format(ctx, chat, root, out, err))) return rc;
     if (chat && (rc = parse_tools(ctx, root, out, err))) return rc;
     if (chat) {
@@ -861,6 +871,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
     }
 
     if ((rc = chat ? parse_messages(ctx, root, out, err) : parse_prompt(ctx, root, out, err))) return rc;
+    if (po->count_only) return 0;
     const char *pp = chat ? "messages" : "prompt";
     long np = out->req.n_prompt; /* the longest prompt sets the room every one of them has */
     for (int i = 0; i < out->n_more; i++)
@@ -884,7 +895,10 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api
         return err->status;
     }
     long room = ctx->seq_len - np, pool_room = ctx->capacity - np + 1;
-    if (mt_given) {
+    if (mt_given && po->max_tokens_cap) { /* a ceiling, not a demand: the room there is, at most that */
+        if (max_tokens > room) max_tokens = room;
+        if (max_tokens > pool_room) max_tokens = pool_room;
+    } else if (mt_given) {
         if (np + max_tokens > ctx->seq_len) {
             nv_api_error_set(err, E400, "context_length_exceeded", mt_param,
                              "This model's maximum context length is %d tokens. However, you requested %lld tokens "
@@ -940,8 +954,7 @@ static int has_nul_escape(const char *body, size_t len) {
     return 0;
 }
 
-/* The body as a JSON object; NULL with a 400 in err when it is not one. */
-static cJSON *parse_object(const char *body, size_t len, nv_api_error *err) {
+cJSON *nv_api_body_object(const char *body, size_t len, nv_api_error *err) {
     if (body && has_nul_escape(body, len)) {
         nv_api_error_set(err, E400, "invalid_json", NULL, "The request holds the escape \\u0000: NUL characters are not supported");
         return NULL;
@@ -967,14 +980,25 @@ static cJSON *parse_object(const char *body, size_t len, nv_api_error *err) {
     return root;
 }
 
-int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err) {
+int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *o, nv_api_request *out,
+                      nv_api_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     out->chat = chat;
-    cJSON *root = parse_object(body, len, err);
-    int rc = root ? parse_root(ctx, chat, root, out, err) : err->status;
-    cJSON_Delete(root);
+    int rc = parse_root(ctx, chat, root, o, out, err);
     if (rc) nv_api_request_free(out);
+    return rc;
+}
+
+int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err) {
+    cJSON *root = nv_api_body_object(body, len, err);
+    if (!root) {
+        memset(out, 0, sizeof *out);
+        return err->status;
+    }
+    const nv_api_parse_opts o = {.max_stop = 4}; /* OpenAI's limit */
+    int rc = nv_api_parse_json(ctx, chat, root, &o, out, err);
+    cJSON_Delete(root);
     return rc;
 }
 
@@ -987,7 +1011,7 @@ static char *print_free(cJSON *root);
 int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err) {
     *out = NULL;
     memset(err, 0, sizeof *err);
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
     /* llama.cpp's server names the text "content" (specials off by default), vLLM's "prompt" (on) */
     const cJSON *content = field(root, "content"), *prompt = field(root, "prompt");
@@ -1041,7 +1065,7 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
 int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err) {
     *out = NULL;
     memset(err, 0, sizeof *err);
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
     const cJSON *toks = field(root, "tokens");
     int rc = 0;
@@ -1417,7 +1441,7 @@ static int embed_input(const nv_api_ctx *ctx, const cJSON *in, int i, int listed
 int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
     int rc = check_model(ctx, root, err);
     const cJSON *input = field(root, "input"), *fmt = field(root, "encoding_format"), *dims = field(root, "dimensions");

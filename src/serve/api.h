@@ -82,6 +82,19 @@ void nv_api_error_set(nv_api_error *e, int status, const char *type, const char 
 char *nv_api_error_json(const nv_api_error *e);
 
 int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err);
+typedef struct cJSON cJSON;
+/* The body as a JSON object (the caller deletes it); NULL with a 400 in err when it is not one. */
+cJSON *nv_api_body_object(const char *body, size_t len, nv_api_error *err);
+/* nv_api_parse on a parsed body, with what differs between the APIs that share it. */
+typedef struct {
+    int max_stop;   /* stop strings a request may list (OpenAI: 4; at most NV_MAX_STOP - 1) */
+    int count_only; /* the prompt alone (to count its tokens): its length is not checked against the
+                       context, max_tokens is not set */
+    int max_tokens_cap; /* max_tokens is a ceiling: past the room the context or the KV pool leaves,
+                           the answer gets that room instead of a 400 */
+} nv_api_parse_opts;
+int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *o, nv_api_request *out,
+                      nv_api_error *err);
 /* A chat request's "messages" (NULL when absent): OpenAI's list of {role, content: a string or
  * text parts, an assistant's tool_calls}, checked as /v1/chat/completions checks them. The
  * messages point into msgs (keep it alive) and into texts; on failure err holds the 400 and
@@ -91,7 +104,6 @@ typedef struct {
     nv_buf *texts; /* each message's content text */
     int n;
 } nv_api_messages;
-typedef struct cJSON cJSON;
 int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error *err);
 void nv_api_messages_free(nv_api_messages *msgs);
 /* A request's "tools" (NULL, null or [] when none: *n = 0) checked as /v1/chat/completions checks

@@ -157,6 +157,14 @@ done:
     return e;
 }
 
+/* 1 when the messages end with an assistant answer to continue (nv_chat_opts.continue_final). */
+static int continues(const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    return o->continue_final && n > 0 && !strcmp(m[n - 1].role, "assistant");
+}
+
+#define CHATML_ASSISTANT "<|im_start|>assistant\n"
+#define CHATML_NO_THINK "<think>\n\n</think>\n\n"
+
 static void render_chatml(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     int i = 0;
     if (o->n_tools) { /* the tools join the first system message in one system turn */
@@ -173,11 +181,15 @@ static void render_chatml(nv_buf *text, const nv_chat_msg *m, int n, const nv_ch
             if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_puts(text, "<|im_end|>\n");
             continue;
         }
+        if (i == n - 1 && continues(m, n, o)) { /* the answer so far: the model goes on from its last byte */
+            nv_buf_printf(text, "%s%s", o->no_think ? CHATML_ASSISTANT CHATML_NO_THINK : CHATML_ASSISTANT, m[i].content);
+            return;
+        }
         nv_buf_printf(text, "<|im_start|>%s\n%s", is_system(m[i].role) ? "system" : m[i].role, m[i].content);
         hermes_calls(text, &m[i]);
         nv_buf_puts(text, "<|im_end|>\n");
     }
-    nv_buf_puts(text, o->no_think ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
+    nv_buf_puts(text, o->no_think ? CHATML_ASSISTANT CHATML_NO_THINK : CHATML_ASSISTANT);
 }
 
 /* A Llama 3 message's body: an assistant's call replaces its content. */
@@ -204,6 +216,7 @@ static void render_llama3(nv_buf *text, const nv_chat_msg *m, int n, const nv_ch
             preamble = 0;
         }
         llama3_body(text, &m[i]);
+        if (i == n - 1 && continues(m, n, o)) return; /* the answer so far, continued */
         nv_buf_puts(text, "<|eot_id|>");
     }
     nv_buf_puts(text, "<|start_header_id|>assistant<|end_header_id|>\n\n");

@@ -54,6 +54,10 @@ typedef struct {
     int no_think; /* chatml: Qwen3's non-thinking turn (see nv_chat_render_ex) */
     const char *const *tools; /* each tool's JSON (above), NULL: no tools */
     int n_tools;
+    /* A last message from the assistant is an answer begun, which the model continues: chatml and
+     * llama3 render it without what ends a turn and without a new assistant header (llama2 and
+     * plain always continue it). vLLM's continue_final_message; the Anthropic API's prefill. */
+    int continue_final;
 } nv_chat_opts;
 
 /* The tool calls' wire format of a template. */

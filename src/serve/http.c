@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "base/timer.h"
+#include "serve/anthropic.h"
 
 struct nv_http {
     struct MHD_Daemon *d;
@@ -28,7 +29,10 @@ struct nv_http {
     atomic_int active; /* requests received whose response has not completed */
 };
 
-typedef enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS } route_id;
+typedef enum {
+    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
+    R_MESSAGES, R_COUNT_TOKENS /* Anthropic's API: its error shape */
+} route_id;
 
 typedef struct {
     route_id route;
@@ -39,6 +43,14 @@ typedef struct {
     double t0;
 } conn_ctx;
 
+/* An answer split as it comes: its reasoning (--reasoning-format deepseek), its content, and the
+ * tool calls it completes (a request with tools). */
+typedef struct {
+    int reasoning, tools;
+    nv_think think;
+    nv_tool_parser tp;
+} answer_split;
+
 typedef struct {
     nv_http *h;
     nv_req *r[NV_MAX_CHOICES]; /* one sequence per choice */
@@ -46,11 +58,12 @@ typedef struct {
     int ended[NV_MAX_CHOICES];       /* the choice's finish chunk is out */
     long text_offset[NV_MAX_CHOICES]; /* completions logprobs: bytes of text sent per choice */
     char *echo[NV_MAX_CHOICES];       /* echo with logprobs: the prompt, sent with its records */
-    int reasoning;                    /* chat with --reasoning-format deepseek: think[] split each choice */
-    nv_think think[NV_MAX_CHOICES];
-    nv_api_tools *tools;              /* chat with tools: tp[] reads each choice's calls */
-    nv_tool_parser tp[NV_MAX_CHOICES];
+    answer_split split[NV_MAX_CHOICES]; /* each choice's reasoning, content and calls */
+    nv_api_tools *tools;                /* chat with tools: the names split[] reads calls of */
     int n_calls[NV_MAX_CHOICES];
+    int anth_on;                        /* an Anthropic Messages stream (one choice) */
+    nv_anth_stream anth;
+    nv_anth_meta anth_meta;
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -90,6 +103,8 @@ static int key_equal(const char *given, const char *key) {
 
 static int auth_ok(nv_http *h, struct MHD_Connection *c) {
     if (!h->o.api_key || !*h->o.api_key) return 1;
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients send it so */
+    if (x && key_equal(x, h->o.api_key)) return 1;
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!v || strncasecmp(v, "Bearer ", 7) != 0) return 0;
     v += 7;
@@ -105,16 +120,21 @@ static void add_common_headers(nv_http *h, struct MHD_Response *resp, const char
 static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const char *what) {
     (void)c;
     static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
-                                        "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings"};
+                                        "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
+                                        "/v1/messages", "/v1/messages/count_tokens"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
+
+static int anthropic_route(route_id r) { return r == R_MESSAGES || r == R_COUNT_TOKENS; }
 
 /* Queues body (malloc'd, taken) with status. */
 static enum MHD_Result respond(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, int status, const char *ctype,
                                char *body, const char *hname, const char *hval) {
     if (!body) {
-        body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        body = strdup(anthropic_route(cc->route)
+                          ? "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}"
+                          : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
         status = 500;
         ctype = "application/json";
         if (!body) return MHD_NO;
@@ -134,12 +154,17 @@ static enum MHD_Result respond(nv_http *h, struct MHD_Connection *c, conn_ctx *c
     return ret;
 }
 
+/* An error body in the shape of the API the route belongs to. */
+static char *error_json(const conn_ctx *cc, const nv_api_error *e) {
+    return anthropic_route(cc->route) ? nv_anth_error_json(e) : nv_api_error_json(e);
+}
+
 static enum MHD_Result respond_error(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_api_error *e) {
     const char *hname = NULL, *hval = NULL;
     if (e->status == 429) hname = MHD_HTTP_HEADER_RETRY_AFTER, hval = "1";
     else if (e->status == 401) hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE, hval = "Bearer";
     else if (e->status == 503) hname = MHD_HTTP_HEADER_RETRY_AFTER, hval = "5";
-    return respond(h, c, cc, e->status, "application/json", nv_api_error_json(e), hname, hval);
+    return respond(h, c, cc, e->status, "application/json", error_json(cc, e), hname, hval);
 }
 
 static enum MHD_Result fail(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, int status, const char *type,
@@ -162,18 +187,45 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
     if (!strcmp(url, "/embeddings")) return R_EMBEDDINGS;
+    if (!strcmp(url, "/messages")) return R_MESSAGES;
+    if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
     return R_NONE;
 }
 
 static int route_is_post(route_id r) {
-    return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS;
+    return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
+           r == R_COUNT_TOKENS;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
 
-/* A parser for one answer's tool calls among the request's tools. */
-static nv_tool_parser tool_parser(const nv_api_tools *t) {
-    return (nv_tool_parser){.style = t->style, .names = (const char *const *)t->names, .n_names = t->n};
+static answer_split split_init(int reasoning, const nv_api_tools *t) {
+    answer_split a = {.reasoning = reasoning, .tools = t != NULL};
+    if (t) a.tp = (nv_tool_parser){.style = t->style, .names = (const char *const *)t->names, .n_names = t->n};
+    return a;
+}
+
+/* The next n bytes of the answer (final: it is whole): the reasoning to why, the content to said,
+ * the calls completed to *calls (*n_calls of them). -1 when out of memory. */
+static int split_feed(answer_split *a, const char *s, size_t n, int final, nv_buf *why, nv_buf *said, nv_tool_call **calls,
+                      int *n_calls) {
+    nv_buf content = {0};
+    if (a->reasoning) { /* the reasoning first, then the content */
+        nv_think_feed(&a->think, s, n, final, why, &content);
+        s = content.data ? content.data : "";
+        n = content.len;
+    }
+    int rc = 0;
+    if (a->tools) rc = nv_tool_parser_feed(&a->tp, s, n, final, said, calls, n_calls);
+    else if (n) nv_buf_append(said, s, n);
+    rc |= -(content.oom || why->oom || said->oom);
+    nv_buf_free(&content);
+    return rc < 0 ? -1 : 0;
+}
+
+static void split_free(answer_split *a) {
+    nv_think_free(&a->think);
+    nv_tool_parser_free(&a->tp);
 }
 
 static void sse_event(stream_ctx *st, char *json) {
@@ -187,17 +239,15 @@ static void sse_event(stream_ctx *st, char *json) {
     free(json);
 }
 
-/* The error event of a choice that did not end with stop or length. */
-static void stream_error(stream_ctx *st, nv_finish f) {
-    nv_api_error e;
+/* The error of a request that did not end with stop or length. */
+static void finish_error(nv_http *h, nv_finish f, nv_api_error *e) {
     if (f == NV_FINISH_TIMEOUT)
-        nv_api_error_set(&e, 408, "timeout_error", "timeout", NULL, "the request ran past the server's timeout of %g s",
-                         st->h->o.timeout_s);
+        nv_api_error_set(e, 408, "timeout_error", "timeout", NULL, "The request ran past the server's timeout of %g s",
+                         h->o.timeout_s);
     else if (f == NV_FINISH_SHUTDOWN)
-        nv_api_error_set(&e, 503, "server_error", "service_unavailable", NULL, "the server is shutting down");
+        nv_api_error_set(e, 503, "server_error", "service_unavailable", NULL, "The server is shutting down");
     else
-        nv_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed (%s)", nv_finish_name(f));
-    sse_event(st, nv_api_error_json(&e));
+        nv_api_error_set(e, 500, "server_error", NULL, NULL, "Generation failed (%s)", nv_finish_name(f));
 }
 
 static void stream_cancel_all(stream_ctx *st) {
@@ -205,9 +255,37 @@ static void stream_cancel_all(stream_ctx *st) {
         if (!st->ended[i]) nv_req_cancel(st->h->s, st->r[i]);
 }
 
+/* One choice's news as OpenAI chunks with its index: reasoning, content (with its log-probabilities),
+ * then the calls it completed. */
+static void openai_news(stream_ctx *st, int i, const nv_buf *why, const nv_buf *said, const nv_lp_list *lps,
+                        const nv_tool_call *calls, int n_new) {
+    st->meta.index = i;
+    if (why->len) sse_event(st, nv_api_reasoning_chunk(&st->meta, why->data, st->include_usage));
+    if (said->len || lps->n) {
+        st->meta.lps = lps->v;
+        st->meta.n_lps = lps->n;
+        st->meta.text_offset = st->text_offset[i];
+        sse_event(st, nv_api_chunk(&st->meta, said->data ? said->data : "", 0, NULL, st->include_usage));
+        st->text_offset[i] = nv_api_text_advance(&st->meta);
+        st->meta.lps = NULL;
+        st->meta.n_lps = 0;
+    }
+    for (int k = 0; k < n_new; k++)
+        sse_event(st, nv_api_tool_call_chunk(&st->meta, &calls[k], st->n_calls[i]++, st->include_usage));
+}
+
+/* The same as Anthropic's events (one choice): thinking and text blocks, tool_use blocks. */
+static void anth_news(stream_ctx *st, const nv_buf *why, const nv_buf *said, const nv_tool_call *calls, int n_new) {
+    if (why->len) nv_anth_stream_text(&st->anth, 1, why->data, &st->out);
+    if (said->len) nv_anth_stream_text(&st->anth, 0, said->data, &st->out);
+    for (int k = 0; k < n_new; k++) nv_anth_stream_call(&st->anth, &calls[k], &st->out);
+    st->n_calls[0] += n_new;
+}
+
 /* Polls every unfinished choice once (waiting on the first when none had news), turning its new
  * text into a chunk with that choice's index; a choice that ended gets its finish chunk, and when
- * all have, the usage chunk and [DONE]. A choice that failed ends the whole stream. */
+ * all have, the usage chunk and [DONE] (Anthropic's stream: message_delta and message_stop). A
+ * choice that failed ends the whole stream with an error event. */
 static void stream_poll(stream_ctx *st) {
     int news = 0, waited = 0;
     for (int pass = 0; pass < 2 && !news && !st->finished; pass++)
@@ -229,56 +307,45 @@ static void stream_poll(stream_ctx *st) {
                 st->echo[i] = NULL;
             }
             if (lps.oom || text.oom) st->out.oom = 1;
-            st->meta.index = i;
-            if (st->reasoning && (text.len || rs.done)) { /* the reasoning first, then the content */
-                nv_buf why = {0}, said = {0};
-                nv_think_feed(&st->think[i], text.data ? text.data : "", text.len, rs.done, &why, &said);
-                if (why.len) sse_event(st, nv_api_reasoning_chunk(&st->meta, why.data, st->include_usage));
-                if (why.oom || said.oom) st->out.oom = 1;
-                nv_buf_free(&why);
-                nv_buf_free(&text);
-                text = said;
-            }
-            nv_tool_call *calls = NULL; /* with tools: the calls this text completed, sent after its content */
+            nv_buf why = {0}, said = {0};
+            nv_tool_call *calls = NULL; /* the calls this text completed, sent after its content */
             int n_new = 0;
-            if (st->tools && (text.len || rs.done)) {
-                nv_buf said = {0};
-                if (nv_tool_parser_feed(&st->tp[i], text.data ? text.data : "", text.len, rs.done, &said, &calls, &n_new) < 0)
-                    st->out.oom = 1;
-                nv_buf_free(&text);
-                text = said;
-            }
-            if (text.len || lps.n) {
-                st->meta.lps = lps.v;
-                st->meta.n_lps = lps.n;
-                st->meta.text_offset = st->text_offset[i];
-                sse_event(st, nv_api_chunk(&st->meta, text.data ? text.data : "", 0, NULL, st->include_usage));
-                st->text_offset[i] = nv_api_text_advance(&st->meta);
-                st->meta.lps = NULL;
-                st->meta.n_lps = 0;
-                news = 1;
-            }
-            for (int k = 0; k < n_new; k++)
-                sse_event(st, nv_api_tool_call_chunk(&st->meta, &calls[k], st->n_calls[i]++, st->include_usage));
-            news |= n_new > 0;
+            if ((text.len || rs.done) &&
+                split_feed(&st->split[i], text.data ? text.data : "", text.len, rs.done, &why, &said, &calls, &n_new) < 0)
+                st->out.oom = 1;
+            if (st->anth_on) anth_news(st, &why, &said, calls, n_new);
+            else openai_news(st, i, &why, &said, &lps, calls, n_new);
+            news |= why.len || said.len || lps.n || n_new;
             nv_tool_calls_free(calls, n_new);
             free(lps.v);
-            nv_buf_free(&text);
+            nv_buf_free(&text), nv_buf_free(&why), nv_buf_free(&said);
             if (!rs.done) continue;
             news = 1;
             st->ended[i] = 1;
             if (rs.finish != NV_FINISH_STOP && rs.finish != NV_FINISH_LENGTH) {
-                stream_error(st, rs.finish);
+                nv_api_error e;
+                finish_error(st->h, rs.finish, &e);
+                if (st->anth_on) nv_anth_stream_error(&e, &st->out);
+                else sse_event(st, nv_api_error_json(&e));
                 stream_cancel_all(st);
-                nv_buf_puts(&st->out, "data: [DONE]\n\n");
+                if (!st->anth_on) nv_buf_puts(&st->out, "data: [DONE]\n\n");
                 st->finished = 1;
                 break;
             }
-            const char *fin = rs.finish == NV_FINISH_STOP && st->n_calls[i] ? "tool_calls" : nv_api_finish_reason(rs.finish);
-            sse_event(st, nv_api_chunk(&st->meta, "", 0, fin, st->include_usage));
             if (i % st->per == 0) st->prompt_tokens += rs.prompt_tokens; /* each prompt once */
             if (i == 0) st->cached_tokens = rs.cached_tokens;
             st->completion_tokens += rs.completion_tokens;
+            if (st->anth_on) {
+                nv_anth_answer a = {.prompt_tokens = st->prompt_tokens, .cached_tokens = st->cached_tokens,
+                                    .output_tokens = st->completion_tokens};
+                a.stop_reason = nv_anth_stop_reason(st->anth.m, rs.finish, rs.stop_index, st->n_calls[0], &a.stop_sequence);
+                nv_anth_stream_end(&st->anth, &a, &st->out);
+                st->finished = 1;
+                return;
+            }
+            const char *fin = rs.finish == NV_FINISH_STOP && st->n_calls[i] ? "tool_calls" : nv_api_finish_reason(rs.finish);
+            st->meta.index = i;
+            sse_event(st, nv_api_chunk(&st->meta, "", 0, fin, st->include_usage));
         }
     if (st->finished) return;
     int all = 1;
@@ -320,8 +387,9 @@ static void stream_free(void *cls) {
         if (!st->finished && !st->ended[i]) nv_req_cancel(st->h->s, st->r[i]); /* the client went away */
         nv_req_release(st->h->s, st->r[i]);
     }
-    for (int i = 0; i < st->n; i++) free(st->echo[i]), nv_think_free(&st->think[i]), nv_tool_parser_free(&st->tp[i]);
+    for (int i = 0; i < st->n; i++) free(st->echo[i]), split_free(&st->split[i]);
     nv_api_tools_free(st->tools);
+    nv_anth_meta_free(&st->anth_meta);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -378,20 +446,15 @@ static int wait_done(nv_http *h, nv_req *r, int fd, nv_buf *text, nv_lp_list *lp
 
 /* An ended request that did not run to its end, as the error it answers with. */
 static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_finish f) {
-    if (f == NV_FINISH_TIMEOUT) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "The request ran past the server's timeout of %g s", h->o.timeout_s);
-        return fail(h, c, cc, 408, "timeout_error", "timeout", msg);
-    }
-    if (f == NV_FINISH_SHUTDOWN) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
-    return fail(h, c, cc, 500, "server_error", NULL, "Generation failed");
+    nv_api_error e;
+    finish_error(h, f, &e);
+    return respond_error(h, c, cc, &e);
 }
 
-static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
-    int chat = cc->route == R_CHAT;
-    nv_api_request ar;
-    nv_api_error err;
-    if (nv_api_parse(&h->ctx, chat, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
+/* Runs a parsed request (taken) and answers it whole or as a stream; am: an Anthropic Messages
+ * request's meta (taken by a stream), NULL for the OpenAI APIs. */
+static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am) {
+    const int chat = ar.chat;
     ar.req.timeout_s = h->o.timeout_s;
     /* n choices per prompt: n sequences from each, seeds apart so sampled choices differ; choice
      * k is prompt k / per of the list, choice k % per of it */
@@ -439,11 +502,16 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         st->fd = fd;
         st->include_usage = ar.include_usage;
         st->per = per;
-        st->reasoning = chat && h->ctx.reasoning;
         st->tools = ar.tools; /* the stream reads calls after the request is gone */
         ar.tools = NULL;
-        for (int i = 0; i < n && st->tools; i++) st->tp[i] = tool_parser(st->tools);
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n; i++) st->split[i] = split_init(chat && h->ctx.reasoning, st->tools);
+        if (am) {
+            st->anth_on = 1;
+            st->anth_meta = *am;
+            memset(am, 0, sizeof *am);
+            nv_anth_stream_start(&st->anth, &st->anth_meta, ar.req.n_prompt, &st->out);
+        }
+        for (int i = 0; i < n && !am; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
             else if (ar.echo && echo[i] && *echo[i] && meta.lp_on) {
@@ -498,38 +566,58 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
         ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     } else if (failed < 0) {
         nv_api_choice ch[NV_MAX_CHOICES];
-        nv_buf why[NV_MAX_CHOICES] = {0}, said[NV_MAX_CHOICES] = {0}, content[NV_MAX_CHOICES] = {0};
+        nv_buf why[NV_MAX_CHOICES] = {0}, said[NV_MAX_CHOICES] = {0};
         nv_tool_call *calls[NV_MAX_CHOICES] = {0};
         int n_calls[NV_MAX_CHOICES] = {0};
-        for (int i = 0; i < n; i++) {
-            ch[i] = (nv_api_choice){text[i].data ? text[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n, NULL, NULL, 0};
-            if (chat && h->ctx.reasoning) { /* --reasoning-format deepseek */
-                nv_think t = {0};
-                nv_think_feed(&t, ch[i].text, text[i].len, 1, &why[i], &said[i]);
-                nv_think_free(&t);
-                oom |= why[i].oom || said[i].oom;
-                ch[i].text = said[i].data ? said[i].data : "";
-                ch[i].reasoning = why[i].data; /* NULL: none, the field is left out */
-            }
-            if (tools) { /* the calls out of the content */
-                nv_tool_parser tp = tool_parser(tools);
-                oom |= nv_tool_parser_feed(&tp, ch[i].text, strlen(ch[i].text), 1, &content[i], &calls[i], &n_calls[i]) < 0;
-                nv_tool_parser_free(&tp);
-                ch[i].text = content[i].data ? content[i].data : "";
-                ch[i].calls = calls[i];
-                ch[i].n_calls = n_calls[i];
-                if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls";
-            }
+        for (int i = 0; i < n; i++) { /* the reasoning and the calls out of the content */
+            answer_split sp = split_init(chat && h->ctx.reasoning, tools);
+            oom |= split_feed(&sp, text[i].data ? text[i].data : "", text[i].len, 1, &why[i], &said[i], &calls[i], &n_calls[i]) < 0;
+            split_free(&sp);
+            ch[i] = (nv_api_choice){said[i].data ? said[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n,
+                                    why[i].data /* NULL: none, the field is left out */, calls[i], n_calls[i]};
+            if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls";
         }
-        char *body = oom ? NULL : nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
-        for (int i = 0; i < n; i++)
-            nv_buf_free(&why[i]), nv_buf_free(&said[i]), nv_buf_free(&content[i]), nv_tool_calls_free(calls[i], n_calls[i]);
+        char *body = NULL;
+        if (!oom && am) {
+            nv_anth_answer a = {.reasoning = ch[0].reasoning, .text = ch[0].text, .calls = calls[0], .n_calls = n_calls[0],
+                                .prompt_tokens = prompt, .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
+            a.stop_reason = nv_anth_stop_reason(am, rs[0].finish, rs[0].stop_index, n_calls[0], &a.stop_sequence);
+            body = nv_anth_message(am, &a);
+        } else if (!oom) {
+            body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
+        }
+        for (int i = 0; i < n; i++) nv_buf_free(&why[i]), nv_buf_free(&said[i]), nv_tool_calls_free(calls[i], n_calls[i]);
         ret = respond(h, c, cc, 200, "application/json", body, NULL, NULL);
     } else {
         ret = finish_failed(h, c, cc, rs[failed].finish);
     }
     for (int i = 0; i < n; i++) free(lps[i].v), nv_buf_free(&text[i]);
     nv_api_tools_free(tools);
+    return ret;
+}
+
+static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_request ar;
+    nv_api_error err;
+    if (nv_api_parse(&h->ctx, cc->route == R_CHAT, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
+    return generate(h, c, cc, ar, NULL);
+}
+
+/* Anthropic's /v1/messages (run as the chat request it translates to) and /v1/messages/count_tokens. */
+static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_request ar;
+    nv_api_error err;
+    nv_anth_meta am;
+    const int count = cc->route == R_COUNT_TOKENS;
+    if (nv_anth_parse(&h->ctx, cc->body.data, cc->body.len, count, &ar, &am, &err)) return respond_error(h, c, cc, &err);
+    if (count) {
+        const int n = ar.req.n_prompt;
+        nv_api_request_free(&ar);
+        nv_anth_meta_free(&am);
+        return respond(h, c, cc, 200, "application/json", nv_anth_count_json(n), NULL, NULL);
+    }
+    enum MHD_Result ret = generate(h, c, cc, ar, &am);
+    nv_anth_meta_free(&am); /* a stream took it */
     return ret;
 }
 
@@ -643,7 +731,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %.200s (use %s)",
                          method, url, want_post ? "POST" : "GET");
         const char *allow = want_post ? "POST" : "GET";
-        return respond(h, c, cc, 405, "application/json", nv_api_error_json(&e), MHD_HTTP_HEADER_ALLOW, allow);
+        return respond(h, c, cc, 405, "application/json", error_json(cc, &e), MHD_HTTP_HEADER_ALLOW, allow);
     }
     if (cc->route == R_HEALTH) {
         int stopping = atomic_load(&h->stopping);
@@ -652,7 +740,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     if (!auth_ok(h, c))
         return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
-                    "Invalid or missing API key: send the header 'Authorization: Bearer <key>'");
+                    "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
     if (cc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "The request body is larger than the server's limit of %zu bytes", h->o.max_body);
@@ -687,6 +775,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
+        if (anthropic_route(cc->route)) return messages(h, c, cc);
         return cc->route == R_EMBEDDINGS ? embeddings(h, c, cc) : completions(h, c, cc);
     }
 }
@@ -712,7 +801,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 /* refuse before reading the body (libmicrohttpd closes the connection after) */
                 if (!auth_ok(h, c) && cc->route != R_HEALTH)
                     return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
-                                "Invalid or missing API key: send the header 'Authorization: Bearer <key>'");
+                                "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
                 char msg[128];
                 snprintf(msg, sizeof msg, "The request body is larger than the server's limit of %zu bytes",
                          h->o.max_body);

@@ -19,6 +19,7 @@ struct nv_req {
     int ignore_eos, min_tokens; /* nv_req_params' */
     int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
     char *stop[NV_MAX_STOP];
+    int stop_src[NV_MAX_STOP]; /* each one's index in nv_req_params.stop */
     int n_stop;
     double t_arrival, deadline;
     int blocks_needed;
@@ -37,6 +38,7 @@ struct nv_req {
     nv_gsampler gs; /* structured output: where the answer is in its grammar (gs.m NULL: none) */
     nv_glazy lazy;  /* a lazy grammar (lazy.g NULL: none; gs is its matcher while it is on) */
     unsigned long g_draws, g_masks; /* constrained decoding's cost so far, for the metrics */
+    int stop_hit; /* the stop string that ended the answer (its index in nv_req_params.stop), or -1 */
     double g_mask_s;
     int lazy_ends;  /* its whole sentence ends the answer */
     int *blocks;
@@ -205,6 +207,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (!r) return nv_fail(NV_ENOMEM, "request: out of memory");
     cond_init_mono(&r->cv);
     r->refs = 1;
+    r->stop_hit = -1;
     r->prompt = malloc((size_t)p->n_prompt * sizeof(int));
     if (!r->prompt) goto oom;
     memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int));
@@ -215,7 +218,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !*p->stop[i]) continue;
         if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) goto oom;
-        r->n_stop++;
+        r->stop_src[r->n_stop++] = i;
     }
     /* llama2.c's xorshift stays at 0 forever from state 0 */
     uint64_t seed = p->seed ? p->seed : 0x2545F4914F6CDD1Dull;
@@ -313,6 +316,7 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list 
     st->prompt_tokens = r->n_prompt;
     st->completion_tokens = r->n_gen_pub;
     st->cached_tokens = r->n_cached;
+    st->stop_index = r->done ? r->stop_hit : -1; /* written by the loop before it published done */
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -800,7 +804,10 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
         size_t cut = (size_t)-1;
         for (int i = 0; i < r->n_stop; i++) {
             const char *hit = memmem(r->pending.data, r->pending.len, r->stop[i], strlen(r->stop[i]));
-            if (hit && (size_t)(hit - r->pending.data) < cut) cut = (size_t)(hit - r->pending.data);
+            if (hit && (size_t)(hit - r->pending.data) < cut) {
+                cut = (size_t)(hit - r->pending.data);
+                r->stop_hit = r->stop_src[i];
+            }
         }
         if (cut != (size_t)-1) {
             r->pending.len = cut;

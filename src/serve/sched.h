@@ -64,7 +64,7 @@
 #include "serve/metrics.h"
 #include "serve/prefix.h"
 
-#define NV_MAX_STOP 8
+#define NV_MAX_STOP 16
 
 typedef struct nv_req nv_req;
 
@@ -133,6 +133,8 @@ typedef struct {
     nv_finish finish;
     int prompt_tokens, completion_tokens;
     int cached_tokens; /* prompt tokens whose KV came from the prefix cache */
+    int stop_index;    /* once done: the stop string that ended the answer (its index in
+                          nv_req_params.stop), else -1 (an end token, a limit, a failure) */
 } nv_req_status;
 
 typedef struct {
