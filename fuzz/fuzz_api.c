@@ -21,7 +21,8 @@
  * whole and byte by byte, which must agree. And as an Anthropic Messages body (and a count_tokens
  * one): a failure gives Anthropic's error body and keeps nothing; a success is a chat request that
  * passes the same checks (max_tokens capped by the room, never refused for it), and the message and
- * stream events built for it are valid JSON. */
+ * stream events built for it are valid JSON. And as a Responses body, the same way (OpenAI's error
+ * body; the response object and its events valid). */
 #include <cjson/cJSON.h>
 
 #include "base/file.h"
@@ -30,6 +31,7 @@
 #include "model/sampler.h"
 #include "serve/anthropic.h"
 #include "serve/api.h"
+#include "serve/responses.h"
 #include "serve/tools.h"
 
 #define FZ_MAX_INPUT (1u << 20)
@@ -168,6 +170,44 @@ static void check_anthropic(nv_api_ctx *ctx, const char *data, size_t size) {
     }
 }
 
+/* The body as /v1/responses (chatml). */
+static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
+    ctx->tmpl = NV_CHAT_CHATML;
+    nv_api_request r;
+    nv_resp_meta m;
+    nv_api_error err;
+    int rc = nv_resp_parse(ctx, data, size, &r, &m, &err);
+    if (rc != 0) {
+        FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0', "responses status %d", rc);
+        FZ_CHECK(r.prompt_ids == NULL && m.echo == NULL, "a failed Responses parse kept memory");
+        check_json(nv_api_error_json(&err), "Responses error body");
+        return;
+    }
+    check_request(ctx, 1, &r);
+    nv_tool_call call = {.id = "call_x", .name = "play", .arguments = "{}"};
+    nv_resp_answer a = {.reasoning = "r", .text = "x", .calls = &call, .n_calls = 1, .prompt_tokens = r.req.n_prompt};
+    check_json(nv_resp_response(&m, &a), "Responses response");
+    nv_resp_stream st;
+    nv_buf out = {0};
+    nv_resp_stream_start(&st, &m, &out);
+    nv_resp_stream_text(&st, 1, "r", &out);
+    nv_resp_stream_text(&st, 0, "x", &out);
+    nv_resp_stream_call(&st, &call, &out);
+    nv_resp_stream_end(&st, &a, &out);
+    nv_resp_stream_free(&st);
+    FZ_CHECK(!out.oom && strstr(out.data, "event: response.completed\n"), "Responses events");
+    nv_buf_free(&out);
+    nv_resp_stream_start(&st, &m, &out);
+    nv_resp_stream_text(&st, 0, "x", &out);
+    nv_api_error_set(&err, 408, "timeout_error", "timeout", NULL, "late");
+    nv_resp_stream_fail(&st, &err, &out);
+    nv_resp_stream_free(&st);
+    FZ_CHECK(!out.oom && strstr(out.data, "event: response.failed\n"), "Responses failure event");
+    nv_buf_free(&out);
+    nv_api_request_free(&r);
+    nv_resp_meta_free(&m);
+}
+
 /* The answer's calls and content must not depend on how the text arrives. */
 static void check_tool_parser(const char *data, size_t size) {
     static const char *const names[] = {"get_weather", "play", "a"};
@@ -222,6 +262,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         nv_api_request_free(&r);
     }
     check_anthropic(&ctx, (const char *)data, size);
+    check_responses(&ctx, (const char *)data, size);
     check_tool_parser((const char *)data, size);
     /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */
     for (int detok = 0; detok < 2; detok++) {

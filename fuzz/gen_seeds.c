@@ -264,6 +264,16 @@ static void api(void) {
                           "\"input\":{\"toy\":\"car\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
                           "\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],\"is_error\":false},"
                           "{\"type\":\"text\",\"text\":\"More\"}]}]}"},
+        /* OpenAI's /v1/responses: items of every kind, flat tools, a schema */
+        {"responses.json", "{\"model\":\"stories260K\",\"instructions\":\"Be kind.\",\"max_output_tokens\":64,\"input\":["
+                           "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"Hi\"}]},{\"type\":\"reasoning\","
+                           "\"id\":\"rs_1\",\"summary\":[]},{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"play\","
+                           "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"ok\"}],"
+                           "\"tools\":[{\"type\":\"function\",\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                           "{\"toy\":{\"enum\":[\"ball\"]}}}}],\"tool_choice\":{\"type\":\"function\",\"name\":\"play\"},"
+                           "\"reasoning\":{\"effort\":\"none\"},\"stream\":true}"},
+        {"responses_format.json", "{\"input\":\"Once\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"k\","
+                                  "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}},\"strict\":true}}}"},
         {"messages_prefill.json", "{\"model\":\"stories260K\",\"max_tokens\":100000,\"stream\":true,\"messages\":"
                                   "[{\"role\":\"user\",\"content\":\"Once\"},{\"role\":\"assistant\",\"content\":\"upon a\"}]}"},
     };

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The official OpenAI and Anthropic Node SDKs against `nerve serve`: installs `openai` (v4) and
-# `@anthropic-ai/sdk` from the npm registry into a temporary folder, starts build/nerve serve on stories260K with an API key on a free port,
-# and a second one for tool calls on a stories260K-shaped model with a 2,048-token context
-# (`nerve init`: the tools' description outgrows stories260K's 512), and runs
-# scripts/sdk/check.mjs (chat, completions, logprobs, structured outputs, tools, embeddings) and
-# scripts/sdk/check_anthropic.mjs (/v1/messages whole and streamed, stop sequences, prefill, token
-# counting, tool use, errors). Needs node and npm; not part of `make test` (it downloads).
+# `@anthropic-ai/sdk` from the npm registry into a temporary folder, starts build/nerve serve on
+# stories260K with an API key on a free port, and a second one for tool calls on a
+# stories260K-shaped model with a 2,048-token context (`nerve init`: the tools' description
+# outgrows stories260K's 512), and runs scripts/sdk/check.mjs (chat, completions, logprobs,
+# structured outputs, tools, embeddings, the Responses API) and scripts/sdk/check_anthropic.mjs
+# (/v1/messages whole and streamed, stop sequences, prefill, token counting, tool use, errors).
+# Needs node and npm; not part of `make test` (it downloads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${NERVE_DATA:-../shared/data}

@@ -1,7 +1,7 @@
 // Drives a running `nerve serve` (stories260K) with the official OpenAI Node SDK and asserts what
 // a client reads: models, completions, chat (whole and streamed with usage), sampling fields,
 // log-probabilities, structured outputs, tool calls (against a second server, TOOLS_URL, whose
-// model has room for the tools' description), and the error bodies.
+// model has room for the tools' description), the Responses API, and the error bodies.
 // Usage: node check.mjs BASE_URL API_KEY TOOLS_URL
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
@@ -104,7 +104,49 @@ if (toolsURL) {
   const next = await tc.chat.completions.create({ model: tmodel, tools, max_tokens: 4, seed: 1,
     messages: [{ role: 'user', content: 'Play?' }, w.choices[0].message, { role: 'tool', tool_call_id: call.id, content: 'played' }] });
   assert.equal(next.choices[0].finish_reason, 'length');
+
+  // the Responses API: a forced function call, whole and streamed, and its output sent back
+  const rtools = [{ type: 'function', name: 'play', description: 'Play with a toy', parameters: tools[0].function.parameters }];
+  const rreq = { model: tmodel, input: 'Play?', tools: rtools, tool_choice: 'required', max_output_tokens: 300, temperature: 0 };
+  const rw = await tc.responses.create(rreq);
+  const fc = rw.output.find((o) => o.type === 'function_call');
+  assert.ok(fc && fc.name === 'play' && fc.call_id.startsWith('call_') && ['ball', 'car'].includes(JSON.parse(fc.arguments).toy));
+  const rs = tc.responses.stream(rreq);
+  let args = '';
+  rs.on('response.function_call_arguments.delta', (e) => { args += e.delta; });
+  const rfinal = await rs.finalResponse();
+  assert.equal(args, fc.arguments);
+  assert.equal(rfinal.output.find((o) => o.type === 'function_call').arguments, fc.arguments);
+  const rnext = await tc.responses.create({ model: tmodel, tools: rtools, max_output_tokens: 4, temperature: 0,
+    input: [{ role: 'user', content: 'Play?' }, fc, { type: 'function_call_output', call_id: fc.call_id, output: 'played' }] });
+  assert.equal(rnext.status, 'incomplete');
 }
+
+// the Responses API: the same greedy text as chat, whole and streamed; structured output; errors
+const textOf = (r) => r.output.filter((o) => o.type === 'message').flatMap((o) => o.content)
+  .filter((c) => c.type === 'output_text').map((c) => c.text).join('');
+const rtext = await client.responses.create({ model, input: 'Once upon a time', instructions: 'Tell a story.',
+                                              max_output_tokens: 20, temperature: 0 });
+const ctext = await client.chat.completions.create({ model, max_tokens: 20, temperature: 0,
+  messages: [{ role: 'system', content: 'Tell a story.' }, { role: 'user', content: 'Once upon a time' }] });
+assert.equal(rtext.object, 'response');
+assert.equal(textOf(rtext), ctext.choices[0].message.content, 'the Responses text differs from chat');
+assert.equal(rtext.status, 'incomplete');
+assert.equal(rtext.incomplete_details.reason, 'max_output_tokens');
+assert.equal(rtext.usage.output_tokens, 20);
+let rdeltas = '';
+const rstream = client.responses.stream({ model, input: 'Once upon a time', instructions: 'Tell a story.', max_output_tokens: 20, temperature: 0 });
+rstream.on('response.output_text.delta', (e) => { rdeltas += e.delta; });
+const rdone = await rstream.finalResponse();
+assert.equal(rdeltas, textOf(rtext));
+assert.equal(textOf(rdone), textOf(rtext));
+const rjson = await client.responses.create({ model, input: 'Once upon a time', max_output_tokens: 200, temperature: 0,
+                                              text: { format: { type: 'json_schema', name: 'kid', schema, strict: true } } });
+assert.equal(rjson.status, 'completed');
+const kid = JSON.parse(textOf(rjson));
+assert.ok(typeof kid.name === 'string' && Number.isInteger(kid.age) && kid.age >= 0 && kid.age <= 9);
+await assert.rejects(client.responses.create({ model, input: 'x', previous_response_id: 'resp_1' }),
+                     (e) => e.status === 400 && e.param === 'previous_response_id');
 
 // embeddings: the SDK asks for base64 by default and decodes it; float gives the same numbers
 const emb = await client.embeddings.create({ model, input: ['Once upon a time', 'The dog ran'] });

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "serve/anthropic.h"
+#include "serve/responses.h"
 
 struct nv_http {
     struct MHD_Daemon *d;
@@ -29,9 +30,12 @@ struct nv_http {
     atomic_int active; /* requests received whose response has not completed */
 };
 
+enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES }; /* the API a stream speaks */
+
 typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
-    R_MESSAGES, R_COUNT_TOKENS /* Anthropic's API: its error shape */
+    R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
+    R_RESPONSES
 } route_id;
 
 typedef struct {
@@ -61,9 +65,11 @@ typedef struct {
     answer_split split[NV_MAX_CHOICES]; /* each choice's reasoning, content and calls */
     nv_api_tools *tools;                /* chat with tools: the names split[] reads calls of */
     int n_calls[NV_MAX_CHOICES];
-    int anth_on;                        /* an Anthropic Messages stream (one choice) */
+    int proto;                          /* P_OPENAI, or an Anthropic Messages or Responses stream (one choice) */
     nv_anth_stream anth;
     nv_anth_meta anth_meta;
+    nv_resp_stream resp;
+    nv_resp_meta resp_meta;
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -121,7 +127,7 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
     (void)c;
     static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
-                                        "/v1/messages", "/v1/messages/count_tokens"};
+                                        "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -189,12 +195,13 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/embeddings")) return R_EMBEDDINGS;
     if (!strcmp(url, "/messages")) return R_MESSAGES;
     if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
+    if (!strcmp(url, "/responses")) return R_RESPONSES;
     return R_NONE;
 }
 
 static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
-           r == R_COUNT_TOKENS;
+           r == R_COUNT_TOKENS || r == R_RESPONSES;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -274,11 +281,13 @@ static void openai_news(stream_ctx *st, int i, const nv_buf *why, const nv_buf *
         sse_event(st, nv_api_tool_call_chunk(&st->meta, &calls[k], st->n_calls[i]++, st->include_usage));
 }
 
-/* The same as Anthropic's events (one choice): thinking and text blocks, tool_use blocks. */
-static void anth_news(stream_ctx *st, const nv_buf *why, const nv_buf *said, const nv_tool_call *calls, int n_new) {
-    if (why->len) nv_anth_stream_text(&st->anth, 1, why->data, &st->out);
-    if (said->len) nv_anth_stream_text(&st->anth, 0, said->data, &st->out);
-    for (int k = 0; k < n_new; k++) nv_anth_stream_call(&st->anth, &calls[k], &st->out);
+/* The same as Anthropic's events (thinking and text blocks, tool_use blocks) or the Responses API's
+ * (reasoning and message items, function_call items): one choice. */
+static void item_news(stream_ctx *st, const nv_buf *why, const nv_buf *said, const nv_tool_call *calls, int n_new) {
+    const int anth = st->proto == P_ANTHROPIC;
+    if (why->len) anth ? nv_anth_stream_text(&st->anth, 1, why->data, &st->out) : nv_resp_stream_text(&st->resp, 1, why->data, &st->out);
+    if (said->len) anth ? nv_anth_stream_text(&st->anth, 0, said->data, &st->out) : nv_resp_stream_text(&st->resp, 0, said->data, &st->out);
+    for (int k = 0; k < n_new; k++) anth ? nv_anth_stream_call(&st->anth, &calls[k], &st->out) : nv_resp_stream_call(&st->resp, &calls[k], &st->out);
     st->n_calls[0] += n_new;
 }
 
@@ -313,7 +322,7 @@ static void stream_poll(stream_ctx *st) {
             if ((text.len || rs.done) &&
                 split_feed(&st->split[i], text.data ? text.data : "", text.len, rs.done, &why, &said, &calls, &n_new) < 0)
                 st->out.oom = 1;
-            if (st->anth_on) anth_news(st, &why, &said, calls, n_new);
+            if (st->proto != P_OPENAI) item_news(st, &why, &said, calls, n_new);
             else openai_news(st, i, &why, &said, &lps, calls, n_new);
             news |= why.len || said.len || lps.n || n_new;
             nv_tool_calls_free(calls, n_new);
@@ -325,21 +334,28 @@ static void stream_poll(stream_ctx *st) {
             if (rs.finish != NV_FINISH_STOP && rs.finish != NV_FINISH_LENGTH) {
                 nv_api_error e;
                 finish_error(st->h, rs.finish, &e);
-                if (st->anth_on) nv_anth_stream_error(&e, &st->out);
+                if (st->proto == P_ANTHROPIC) nv_anth_stream_error(&e, &st->out);
+                else if (st->proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, &e, &st->out);
                 else sse_event(st, nv_api_error_json(&e));
                 stream_cancel_all(st);
-                if (!st->anth_on) nv_buf_puts(&st->out, "data: [DONE]\n\n");
+                if (st->proto == P_OPENAI) nv_buf_puts(&st->out, "data: [DONE]\n\n");
                 st->finished = 1;
                 break;
             }
             if (i % st->per == 0) st->prompt_tokens += rs.prompt_tokens; /* each prompt once */
             if (i == 0) st->cached_tokens = rs.cached_tokens;
             st->completion_tokens += rs.completion_tokens;
-            if (st->anth_on) {
+            if (st->proto == P_ANTHROPIC) {
                 nv_anth_answer a = {.prompt_tokens = st->prompt_tokens, .cached_tokens = st->cached_tokens,
                                     .output_tokens = st->completion_tokens};
                 a.stop_reason = nv_anth_stop_reason(st->anth.m, rs.finish, rs.stop_index, st->n_calls[0], &a.stop_sequence);
                 nv_anth_stream_end(&st->anth, &a, &st->out);
+            } else if (st->proto == P_RESPONSES) {
+                nv_resp_answer a = {.incomplete = rs.finish == NV_FINISH_LENGTH, .prompt_tokens = st->prompt_tokens,
+                                    .cached_tokens = st->cached_tokens, .output_tokens = st->completion_tokens};
+                nv_resp_stream_end(&st->resp, &a, &st->out);
+            }
+            if (st->proto != P_OPENAI) {
                 st->finished = 1;
                 return;
             }
@@ -390,6 +406,8 @@ static void stream_free(void *cls) {
     for (int i = 0; i < st->n; i++) free(st->echo[i]), split_free(&st->split[i]);
     nv_api_tools_free(st->tools);
     nv_anth_meta_free(&st->anth_meta);
+    nv_resp_stream_free(&st->resp);
+    nv_resp_meta_free(&st->resp_meta);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -452,8 +470,10 @@ static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_
 }
 
 /* Runs a parsed request (taken) and answers it whole or as a stream; am: an Anthropic Messages
- * request's meta (taken by a stream), NULL for the OpenAI APIs. */
-static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am) {
+ * request's meta, rm: a Responses request's (either taken by a stream), both NULL for the chat and
+ * text completions. */
+static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am,
+                                nv_resp_meta *rm) {
     const int chat = ar.chat;
     ar.req.timeout_s = h->o.timeout_s;
     /* n choices per prompt: n sequences from each, seeds apart so sampled choices differ; choice
@@ -506,12 +526,17 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         ar.tools = NULL;
         for (int i = 0; i < n; i++) st->split[i] = split_init(chat && h->ctx.reasoning, st->tools);
         if (am) {
-            st->anth_on = 1;
+            st->proto = P_ANTHROPIC;
             st->anth_meta = *am;
             memset(am, 0, sizeof *am);
             nv_anth_stream_start(&st->anth, &st->anth_meta, ar.req.n_prompt, &st->out);
+        } else if (rm) {
+            st->proto = P_RESPONSES;
+            st->resp_meta = *rm;
+            memset(rm, 0, sizeof *rm);
+            nv_resp_stream_start(&st->resp, &st->resp_meta, &st->out);
         }
-        for (int i = 0; i < n && !am; i++) {
+        for (int i = 0; i < n && st->proto == P_OPENAI; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
             else if (ar.echo && echo[i] && *echo[i] && meta.lp_on) {
@@ -583,6 +608,11 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
                                 .prompt_tokens = prompt, .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
             a.stop_reason = nv_anth_stop_reason(am, rs[0].finish, rs[0].stop_index, n_calls[0], &a.stop_sequence);
             body = nv_anth_message(am, &a);
+        } else if (!oom && rm) {
+            nv_resp_answer a = {.reasoning = ch[0].reasoning, .text = ch[0].text, .calls = calls[0], .n_calls = n_calls[0],
+                                .incomplete = rs[0].finish == NV_FINISH_LENGTH, .prompt_tokens = prompt,
+                                .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
+            body = nv_resp_response(rm, &a);
         } else if (!oom) {
             body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
         }
@@ -600,7 +630,18 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_api_request ar;
     nv_api_error err;
     if (nv_api_parse(&h->ctx, cc->route == R_CHAT, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
-    return generate(h, c, cc, ar, NULL);
+    return generate(h, c, cc, ar, NULL, NULL);
+}
+
+/* OpenAI's /v1/responses, run as the chat request it translates to. */
+static enum MHD_Result responses(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_request ar;
+    nv_api_error err;
+    nv_resp_meta rm;
+    if (nv_resp_parse(&h->ctx, cc->body.data, cc->body.len, &ar, &rm, &err)) return respond_error(h, c, cc, &err);
+    enum MHD_Result ret = generate(h, c, cc, ar, NULL, &rm);
+    nv_resp_meta_free(&rm); /* a stream took it */
+    return ret;
 }
 
 /* Anthropic's /v1/messages (run as the chat request it translates to) and /v1/messages/count_tokens. */
@@ -616,7 +657,7 @@ static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_anth_meta_free(&am);
         return respond(h, c, cc, 200, "application/json", nv_anth_count_json(n), NULL, NULL);
     }
-    enum MHD_Result ret = generate(h, c, cc, ar, &am);
+    enum MHD_Result ret = generate(h, c, cc, ar, &am, NULL);
     nv_anth_meta_free(&am); /* a stream took it */
     return ret;
 }
@@ -776,6 +817,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
         if (anthropic_route(cc->route)) return messages(h, c, cc);
+        if (cc->route == R_RESPONSES) return responses(h, c, cc);
         return cc->route == R_EMBEDDINGS ? embeddings(h, c, cc) : completions(h, c, cc);
     }
 }

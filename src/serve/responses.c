@@ -1,0 +1,552 @@
+#include "serve/responses.h"
+
+#include "base/log.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Absent and null read as "not given", as in the chat parser. */
+static const cJSON *get(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int bad(nv_api_error *err, const char *code, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int bad(nv_api_error *err, const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[sizeof err->message];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    nv_api_error_set(err, 400, "invalid_request_error", code, param, "%s", msg);
+    return err->status;
+}
+
+static int oom(nv_api_error *err) {
+    nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    return err->status;
+}
+
+static const char *type_of(const cJSON *o) { return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type")); }
+
+/* The text of a string or of a list of text parts (input_text, output_text; a refusal's text), into b. */
+static int parts_text(const cJSON *v, const char *param, nv_buf *b, nv_api_error *err) {
+    if (cJSON_IsString(v)) {
+        nv_buf_puts(b, v->valuestring);
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return bad(err, NULL, param, "'%s' must be a string or a list of text parts", param);
+    int k = 0;
+    for (const cJSON *p = v->child; p; p = p->next, k++) {
+        const char *t = type_of(p);
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, !t || strcmp(t, "refusal") ? "text" : "refusal");
+        if (!t || (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "refusal")) || !cJSON_IsString(text))
+            return bad(err, NULL, param, "'%s[%d]' must be a text part {\"type\": \"input_text\", \"text\": ...} (this model reads text only%s%.40s)",
+                       param, k, t ? ": not " : "", t ? t : "");
+        nv_buf_puts(b, text->valuestring);
+    }
+    return 0;
+}
+
+/* Adds {"role": role, "content": text} to msgs; NULL when out of memory. */
+static cJSON *add_msg(cJSON *msgs, const char *role, const char *text) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", text ? text : "")) {
+        cJSON_Delete(m);
+        return NULL;
+    }
+    cJSON_AddItemToArray(msgs, m);
+    return m;
+}
+
+/* A function_call item as a call of the assistant turn it continues (or of a new one). */
+static int add_call(cJSON *msgs, const cJSON *item, int i, nv_api_error *err) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "call_id"), *name = cJSON_GetObjectItemCaseSensitive(item, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(item, "arguments");
+    char param[32];
+    snprintf(param, sizeof param, "input[%d]", i);
+    if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
+        return bad(err, NULL, param, "'%s': a function_call item has 'call_id', 'name' and 'arguments' (JSON text)", param);
+    cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(last, "role"));
+    if (!role || strcmp(role, "assistant")) last = add_msg(msgs, "assistant", "");
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(last, "tool_calls");
+    if (last && !calls) calls = cJSON_AddArrayToObject(last, "tool_calls");
+    cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+    if (!last || !calls || !call || !fn) {
+        cJSON_Delete(call), cJSON_Delete(fn);
+        return oom(err);
+    }
+    cJSON_AddStringToObject(call, "id", id->valuestring);
+    cJSON_AddStringToObject(call, "type", "function");
+    cJSON_AddStringToObject(fn, "name", name->valuestring);
+    cJSON_AddStringToObject(fn, "arguments", args->valuestring);
+    cJSON_AddItemToObject(call, "function", fn);
+    cJSON_AddItemToArray(calls, call);
+    return 0;
+}
+
+static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
+    cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
+    const cJSON *instr = get(in, "instructions"), *input = get(in, "input");
+    if (!msgs) return oom(err);
+    if (instr && !cJSON_IsString(instr)) return bad(err, NULL, "instructions", "'instructions' must be a string");
+    if (instr && *instr->valuestring && !add_msg(msgs, "system", instr->valuestring)) return oom(err);
+    if (!input) return bad(err, "missing_required_parameter", "input", "'input' is required");
+    if (cJSON_IsString(input)) return add_msg(msgs, "user", input->valuestring) ? 0 : oom(err);
+    if (!cJSON_IsArray(input) || !input->child)
+        return bad(err, NULL, "input", "'input' must be a string or a non-empty list of items");
+    int i = 0, rc = 0;
+    for (const cJSON *item = input->child; item && !rc; item = item->next, i++) {
+        char param[48];
+        snprintf(param, sizeof param, "input[%d]", i);
+        const char *t = type_of(item);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(item, "role");
+        if (!cJSON_IsObject(item)) return bad(err, NULL, param, "'%s' must be an item object", param);
+        if ((!t && role) || (t && !strcmp(t, "message"))) {
+            const char *r = cJSON_GetStringValue(role);
+            if (!r || (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant")))
+                return bad(err, NULL, param, "'%s.role' must be user, system, developer or assistant", param);
+            nv_buf text = {0};
+            snprintf(param + strlen(param), sizeof param - strlen(param), ".content");
+            const cJSON *content = get(item, "content");
+            rc = content ? parts_text(content, param, &text, err) : bad(err, "missing_required_parameter", param, "'%s' is required", param);
+            if (!rc && (text.oom || !add_msg(msgs, r, text.data))) rc = oom(err);
+            nv_buf_free(&text);
+        } else if (t && !strcmp(t, "function_call")) {
+            rc = add_call(msgs, item, i, err);
+        } else if (t && !strcmp(t, "function_call_output")) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "call_id"), *output = get(item, "output");
+            if (!cJSON_IsString(id) || !output)
+                return bad(err, NULL, param, "'%s': a function_call_output item has 'call_id' and 'output'", param);
+            nv_buf text = {0};
+            snprintf(param + strlen(param), sizeof param - strlen(param), ".output");
+            rc = parts_text(output, param, &text, err);
+            cJSON *m = rc || text.oom ? NULL : add_msg(msgs, "tool", text.data);
+            if (m) cJSON_AddStringToObject(m, "tool_call_id", id->valuestring);
+            else if (!rc) rc = oom(err);
+            nv_buf_free(&text);
+        } else if (t && !strcmp(t, "reasoning")) {
+            continue; /* an earlier turn's thinking: not shown to the model again */
+        } else if (t && !strcmp(t, "item_reference")) {
+            return bad(err, "unsupported_parameter", param, "'%s': this server stores no items to refer to: send them whole", param);
+        } else {
+            return bad(err, NULL, param, "'%s': items are messages, function_call, function_call_output and reasoning, not '%.40s'",
+                       param, t ? t : "(no type)");
+        }
+    }
+    return rc;
+}
+
+/* tools (flat function tools) and tool_choice into the chat shapes. */
+static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
+    const cJSON *tools = get(in, "tools"), *choice = get(in, "tool_choice");
+    if (tools) {
+        if (!cJSON_IsArray(tools)) return bad(err, NULL, "tools", "'tools' must be a list of tools");
+        cJSON *list = cJSON_AddArrayToObject(out, "tools");
+        int i = 0;
+        for (const cJSON *t = tools->child; t; t = t->next, i++) {
+            const char *type = type_of(t);
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            if (!cJSON_IsObject(t) || !type) return bad(err, NULL, "tools", "'tools[%d]' must be a tool object with a 'type'", i);
+            if (strcmp(type, "function")) { /* hosted tools (web_search, local_shell, ...) run on OpenAI's side: none here */
+                nv_warn("serve: /v1/responses: tool %d of type '%.40s' left out (this server runs function tools only)", i, type);
+                continue;
+            }
+            if (!cJSON_IsString(name)) return bad(err, NULL, "tools", "'tools[%d].name' is required", i);
+            cJSON *tool = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+            if (!list || !tool || !fn) {
+                cJSON_Delete(tool), cJSON_Delete(fn);
+                return oom(err);
+            }
+            cJSON_AddItemToArray(list, tool);
+            cJSON_AddStringToObject(tool, "type", "function");
+            cJSON_AddItemToObject(tool, "function", fn);
+            const char *keys[] = {"name", "description", "parameters", "strict"};
+            for (int k = 0; k < 4; k++) /* the chat parser checks their types */
+                if (cJSON_GetObjectItemCaseSensitive(t, keys[k]))
+                    cJSON_AddItemToObject(fn, keys[k], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t, keys[k]), 1));
+        }
+    }
+    if (choice && cJSON_IsObject(choice)) {
+        const char *type = type_of(choice);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
+        if (!type || strcmp(type, "function") || !cJSON_IsString(name))
+            return bad(err, NULL, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...}");
+        cJSON *c = cJSON_AddObjectToObject(out, "tool_choice");
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name->valuestring);
+    } else if (choice) {
+        cJSON_AddItemToObject(out, "tool_choice", cJSON_Duplicate(choice, 0)); /* a string: the chat parser's */
+    }
+    return 0;
+}
+
+/* text.format into response_format. */
+static int translate_format(const cJSON *in, cJSON *out, nv_api_error *err) {
+    const cJSON *text = get(in, "text");
+    if (!text) return 0;
+    const cJSON *format = get(text, "format");
+    if (!cJSON_IsObject(text) || (format && !cJSON_IsObject(format)))
+        return bad(err, NULL, "text", "'text' must be {\"format\": {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}}");
+    const char *type = format ? type_of(format) : "text";
+    if (!type) return bad(err, NULL, "text.format.type", "'text.format.type' is required");
+    cJSON *rf = cJSON_AddObjectToObject(out, "response_format");
+    cJSON_AddStringToObject(rf, "type", type); /* the chat parser names the types it takes */
+    if (!strcmp(type, "json_schema")) {
+        cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+        const char *keys[] = {"name", "schema", "strict"};
+        for (int k = 0; k < 3; k++)
+            if (cJSON_GetObjectItemCaseSensitive(format, keys[k]))
+                cJSON_AddItemToObject(js, keys[k], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(format, keys[k]), 1));
+    }
+    return 0;
+}
+
+/* The configuration a response repeats, as OpenAI's responses do. */
+static cJSON *echo_of(const cJSON *in) {
+    cJSON *e = cJSON_CreateObject();
+    const char *keys[] = {"instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
+                          "parallel_tool_calls", "text", "reasoning", "metadata", "user"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const cJSON *v = get(in, keys[k]);
+        cJSON_AddItemToObject(e, keys[k], v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
+    }
+    static const struct {
+        const char *key;
+        double v;
+    } defaults[] = {{"temperature", 1}, {"top_p", 1}};
+    for (int k = 0; k < 2; k++)
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, defaults[k].key)))
+            cJSON_ReplaceItemInObjectCaseSensitive(e, defaults[k].key, cJSON_CreateNumber(defaults[k].v));
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "tools"))) cJSON_ReplaceItemInObjectCaseSensitive(e, "tools", cJSON_CreateArray());
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "tool_choice")))
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "tool_choice", cJSON_CreateString("auto"));
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "parallel_tool_calls")))
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "parallel_tool_calls", cJSON_CreateTrue());
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "text"))) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(t, "format"), "type", "text");
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "text", t);
+    }
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "metadata"))) cJSON_ReplaceItemInObjectCaseSensitive(e, "metadata", cJSON_CreateObject());
+    cJSON_AddNullToObject(e, "previous_response_id");
+    cJSON_AddBoolToObject(e, "store", 0); /* nothing is kept */
+    cJSON_AddStringToObject(e, "truncation", "disabled");
+    cJSON_AddBoolToObject(e, "background", 0);
+    return e;
+}
+
+static int translate(const cJSON *in, int reasoning, cJSON *out, nv_api_error *err) {
+    const char *stateful[] = {"previous_response_id", "conversation"};
+    for (int k = 0; k < 2; k++)
+        if (get(in, stateful[k]))
+            return bad(err, "unsupported_parameter", stateful[k],
+                       "'%s' is not supported: this server stores no responses; send the whole conversation in 'input'", stateful[k]);
+    const cJSON *bg = get(in, "background");
+    if (bg && !cJSON_IsFalse(bg)) return bad(err, "unsupported_parameter", "background", "'background' responses are not supported");
+    const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user"};
+    for (int k = 0; k < 6; k++) /* the chat parser checks them */
+        if (get(in, copy[k])) cJSON_AddItemToObject(out, copy[k], cJSON_Duplicate(get(in, copy[k]), 1));
+    const cJSON *mot = get(in, "max_output_tokens");
+    if (mot) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mot, 0));
+    const cJSON *md = get(in, "metadata");
+    if (md && !cJSON_IsObject(md)) return bad(err, NULL, "metadata", "'metadata' must be an object");
+    const cJSON *r = get(in, "reasoning");
+    if (r && !cJSON_IsObject(r)) return bad(err, NULL, "reasoning", "'reasoning' must be an object {\"effort\": ...}");
+    const char *effort = cJSON_GetStringValue(get(r, "effort"));
+    if (reasoning && effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal"))) /* Qwen3's switch */
+        cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
+    int rc;
+    if ((rc = translate_tools(in, out, err)) || (rc = translate_format(in, out, err))) return rc;
+    return translate_input(in, out, err);
+}
+
+/* The chat parser's name of a field, as the Responses request calls it. */
+static void rename_param(nv_api_error *err) {
+    static const char *const map[][2] = {{"max_tokens", "max_output_tokens"},
+                                         {"response_format.json_schema.schema", "text.format.schema"},
+                                         {"response_format.json_schema", "text.format"},
+                                         {"response_format.type", "text.format.type"},
+                                         {"response_format", "text.format"},
+                                         {"messages", "input"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(err->param, map[i][0])) {
+            snprintf(err->param, sizeof err->param, "%s", map[i][1]);
+            return;
+        }
+}
+
+void nv_resp_meta_free(nv_resp_meta *m) {
+    cJSON_Delete(m->echo);
+    memset(m, 0, sizeof *m);
+}
+
+int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_request *out, nv_resp_meta *meta,
+                  nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(meta, 0, sizeof *meta);
+    memset(err, 0, sizeof *err);
+    cJSON *in = nv_api_body_object(body, len, err);
+    if (!in) return err->status;
+    cJSON *chat = cJSON_CreateObject();
+    int rc = chat ? translate(in, ctx->reasoning, chat, err) : oom(err);
+    if (!rc) {
+        const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
+        rc = nv_api_parse_json(ctx, 1, chat, &o, out, err);
+        if (rc) rename_param(err);
+    }
+    if (!rc && !(meta->echo = echo_of(in))) rc = oom(err);
+    cJSON_Delete(chat);
+    cJSON_Delete(in);
+    if (rc) {
+        nv_api_request_free(out);
+        nv_resp_meta_free(meta);
+        return rc;
+    }
+    nv_api_meta am; /* the same kind of random id as the chat completions' */
+    nv_api_meta_init(&am, 1, ctx->model_id);
+    snprintf(meta->id, sizeof meta->id, "resp_%.40s", am.id + strlen("chatcmpl-"));
+    meta->created = am.created;
+    meta->model = ctx->model_id;
+    return 0;
+}
+
+/* ---- output items and the response ------------------------------------------------------------- */
+
+static char *print_free(cJSON *root) {
+    char *s = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    return s;
+}
+
+/* An item's id: its kind's prefix, the response's hex and the item's index. */
+static void item_id(char *out, size_t cap, const nv_resp_meta *m, const char *prefix, int index) {
+    snprintf(out, cap, "%s_%.32s%02x", prefix, m->id + strlen("resp_"), index & 0xff);
+}
+
+static cJSON *text_part(const char *type, const char *text) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", type);
+    cJSON_AddStringToObject(p, "text", text);
+    if (!strcmp(type, "output_text")) cJSON_AddArrayToObject(p, "annotations"), cJSON_AddArrayToObject(p, "logprobs");
+    return p;
+}
+
+/* A message item (reasoning 0) or a reasoning item with the text so far (NULL: no part yet). */
+static cJSON *text_item(const nv_resp_meta *m, int reasoning, int index, const char *text, const char *status) {
+    char id[64];
+    item_id(id, sizeof id, m, reasoning ? "rs" : "msg", index);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "type", reasoning ? "reasoning" : "message");
+    cJSON_AddStringToObject(it, "id", id);
+    if (reasoning) cJSON_AddArrayToObject(it, "summary");
+    else cJSON_AddStringToObject(it, "status", status), cJSON_AddStringToObject(it, "role", "assistant");
+    cJSON *content = cJSON_AddArrayToObject(it, "content");
+    if (text) cJSON_AddItemToArray(content, text_part(reasoning ? "reasoning_text" : "output_text", text));
+    return it;
+}
+
+static cJSON *call_item(const nv_resp_meta *m, int index, const nv_tool_call *c, const char *arguments, const char *status) {
+    char id[64];
+    item_id(id, sizeof id, m, "fc", index);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "type", "function_call");
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "call_id", c->id);
+    cJSON_AddStringToObject(it, "name", c->name);
+    cJSON_AddStringToObject(it, "arguments", arguments);
+    cJSON_AddStringToObject(it, "status", status);
+    return it;
+}
+
+/* The response object: status, its output items (taken), usage when a is given. */
+static cJSON *response_object(const nv_resp_meta *m, const char *status, cJSON *items, const nv_resp_answer *a) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "id", m->id);
+    cJSON_AddStringToObject(r, "object", "response");
+    cJSON_AddNumberToObject(r, "created_at", (double)m->created);
+    cJSON_AddStringToObject(r, "status", status);
+    cJSON_AddNullToObject(r, "error");
+    if (!strcmp(status, "incomplete")) cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "incomplete_details"), "reason", "max_output_tokens");
+    else cJSON_AddNullToObject(r, "incomplete_details");
+    cJSON_AddStringToObject(r, "model", m->model ? m->model : "");
+    cJSON_AddItemToObject(r, "output", items ? items : cJSON_CreateArray());
+    for (const cJSON *e = m->echo ? m->echo->child : NULL; e; e = e->next) cJSON_AddItemToObject(r, e->string, cJSON_Duplicate(e, 1));
+    if (!a) {
+        cJSON_AddNullToObject(r, "usage");
+        return r;
+    }
+    cJSON *u = cJSON_AddObjectToObject(r, "usage");
+    cJSON_AddNumberToObject(u, "input_tokens", a->prompt_tokens);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", a->cached_tokens);
+    cJSON_AddNumberToObject(u, "output_tokens", a->output_tokens);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
+    cJSON_AddNumberToObject(u, "total_tokens", a->prompt_tokens + a->output_tokens);
+    return r;
+}
+
+char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a) {
+    cJSON *items = cJSON_CreateArray();
+    int k = 0;
+    if (a->reasoning && *a->reasoning) cJSON_AddItemToArray(items, text_item(m, 1, k++, a->reasoning, "completed"));
+    /* the message when it has text or nothing else came (clients read output_text) */
+    if ((a->text && *a->text) || !a->n_calls)
+        cJSON_AddItemToArray(items, text_item(m, 0, k++, a->text ? a->text : "", a->incomplete && !a->n_calls ? "incomplete" : "completed"));
+    for (int c = 0; c < a->n_calls; c++) cJSON_AddItemToArray(items, call_item(m, k++, &a->calls[c], a->calls[c].arguments, "completed"));
+    return print_free(response_object(m, a->incomplete ? "incomplete" : "completed", items, a));
+}
+
+/* ---- the stream --------------------------------------------------------------------------------- */
+
+/* "event: TYPE\ndata: {"type": TYPE, "sequence_number": n, ...fields}\n\n"; takes fields (an object). */
+static void event(nv_resp_stream *s, const char *type, cJSON *fields, nv_buf *out) {
+    cJSON *e = cJSON_CreateObject();
+    char *json = NULL;
+    if (e && fields) {
+        cJSON_AddStringToObject(e, "type", type);
+        cJSON_AddNumberToObject(e, "sequence_number", s->seq++);
+        while (fields->child) {
+            cJSON *f = cJSON_DetachItemViaPointer(fields, fields->child);
+            cJSON_AddItemToObject(e, f->string, f);
+        }
+        json = cJSON_PrintUnformatted(e);
+    }
+    cJSON_Delete(e);
+    cJSON_Delete(fields);
+    if (!json) {
+        out->oom = 1;
+        return;
+    }
+    nv_buf_printf(out, "event: %s\ndata: %s\n\n", type, json);
+    free(json);
+}
+
+/* {"output_index": i, "item_id": id (when given)} */
+static cJSON *at(int index, const char *item_id) {
+    cJSON *o = cJSON_CreateObject();
+    if (item_id) cJSON_AddStringToObject(o, "item_id", item_id);
+    cJSON_AddNumberToObject(o, "output_index", index);
+    return o;
+}
+
+static cJSON *with_item(cJSON *o, cJSON *item) {
+    cJSON_AddItemToObject(o, "item", item);
+    return o;
+}
+
+void nv_resp_stream_start(nv_resp_stream *s, const nv_resp_meta *m, nv_buf *out) {
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->items = cJSON_CreateArray();
+    if (!s->items) out->oom = 1;
+    const char *types[] = {"response.created", "response.in_progress"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddItemToObject(f, "response", response_object(m, "in_progress", NULL, NULL));
+        event(s, types[k], f, out);
+    }
+}
+
+/* {"item_id", "output_index", "content_index": 0} of the open item's part */
+static cJSON *part_at(const nv_resp_stream *s, const char *id) {
+    cJSON *f = at(s->index, id);
+    cJSON_AddNumberToObject(f, "content_index", 0);
+    return f;
+}
+
+static void close_item(nv_resp_stream *s, const char *status, nv_buf *out) {
+    if (!s->open) return;
+    const int reasoning = s->open == 2;
+    const char *text = s->text.data ? s->text.data : "", *part = reasoning ? "reasoning_text" : "output_text";
+    char id[64];
+    item_id(id, sizeof id, s->m, reasoning ? "rs" : "msg", s->index);
+    cJSON *f = part_at(s, id);
+    cJSON_AddStringToObject(f, "text", text);
+    if (!reasoning) cJSON_AddArrayToObject(f, "logprobs");
+    event(s, reasoning ? "response.reasoning_text.done" : "response.output_text.done", f, out);
+    f = part_at(s, id);
+    cJSON_AddItemToObject(f, "part", text_part(part, text));
+    event(s, "response.content_part.done", f, out);
+    event(s, "response.output_item.done", with_item(at(s->index, NULL), text_item(s->m, reasoning, s->index, text, status)), out);
+    cJSON_AddItemToArray(s->items, text_item(s->m, reasoning, s->index, text, status));
+    if (s->text.oom) out->oom = 1;
+    nv_buf_free(&s->text);
+    s->open = 0;
+    s->index++;
+}
+
+void nv_resp_stream_text(nv_resp_stream *s, int reasoning, const char *text, nv_buf *out) {
+    const int kind = reasoning ? 2 : 1;
+    if (s->open != kind) {
+        close_item(s, "completed", out);
+        s->open = kind;
+        s->answered |= !reasoning;
+        char id[64];
+        item_id(id, sizeof id, s->m, reasoning ? "rs" : "msg", s->index);
+        event(s, "response.output_item.added", with_item(at(s->index, NULL), text_item(s->m, reasoning, s->index, NULL, "in_progress")), out);
+        cJSON *f = part_at(s, id);
+        cJSON_AddItemToObject(f, "part", text_part(reasoning ? "reasoning_text" : "output_text", ""));
+        event(s, "response.content_part.added", f, out);
+    }
+    if (!*text) return;
+    char id[64];
+    item_id(id, sizeof id, s->m, reasoning ? "rs" : "msg", s->index);
+    nv_buf_puts(&s->text, text);
+    cJSON *f = part_at(s, id);
+    cJSON_AddStringToObject(f, "delta", text);
+    if (!reasoning) cJSON_AddArrayToObject(f, "logprobs");
+    event(s, reasoning ? "response.reasoning_text.delta" : "response.output_text.delta", f, out);
+}
+
+void nv_resp_stream_call(nv_resp_stream *s, const nv_tool_call *c, nv_buf *out) {
+    close_item(s, "completed", out);
+    s->answered = 1;
+    char id[64];
+    item_id(id, sizeof id, s->m, "fc", s->index);
+    event(s, "response.output_item.added", with_item(at(s->index, NULL), call_item(s->m, s->index, c, "", "in_progress")), out);
+    cJSON *f = at(s->index, id);
+    cJSON_AddStringToObject(f, "delta", c->arguments);
+    event(s, "response.function_call_arguments.delta", f, out);
+    f = at(s->index, id);
+    cJSON_AddStringToObject(f, "name", c->name);
+    cJSON_AddStringToObject(f, "arguments", c->arguments);
+    event(s, "response.function_call_arguments.done", f, out);
+    event(s, "response.output_item.done", with_item(at(s->index, NULL), call_item(s->m, s->index, c, c->arguments, "completed")), out);
+    cJSON_AddItemToArray(s->items, call_item(s->m, s->index, c, c->arguments, "completed"));
+    s->index++;
+}
+
+void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out) {
+    /* a message whenever there is text or nothing else, as in nv_resp_response */
+    if (!s->answered) nv_resp_stream_text(s, 0, "", out);
+    const char *status = a->incomplete ? "incomplete" : "completed";
+    close_item(s, s->open == 1 ? status : "completed", out);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddItemToObject(f, "response", response_object(s->m, status, s->items, a));
+    s->items = NULL;
+    event(s, a->incomplete ? "response.incomplete" : "response.completed", f, out);
+}
+
+void nv_resp_stream_fail(nv_resp_stream *s, const nv_api_error *e, nv_buf *out) {
+    close_item(s, "incomplete", out); /* what was said so far stays in the output */
+    cJSON *r = response_object(s->m, "failed", s->items, NULL);
+    s->items = NULL;
+    cJSON *error = cJSON_CreateObject();
+    cJSON_AddStringToObject(error, "code", e->code ? e->code : "server_error");
+    cJSON_AddStringToObject(error, "message", e->message);
+    cJSON_ReplaceItemInObjectCaseSensitive(r, "error", error);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddItemToObject(f, "response", r);
+    event(s, "response.failed", f, out);
+}
+
+void nv_resp_stream_free(nv_resp_stream *s) {
+    cJSON_Delete(s->items);
+    nv_buf_free(&s->text);
+    s->items = NULL;
+}

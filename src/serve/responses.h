@@ -1,0 +1,82 @@
+/* OpenAI's Responses API's JSON (POST /v1/responses), served by the chat request machinery (no
+ * HTTP here).
+ *
+ * Contract:
+ * - nv_resp_parse() checks a Responses request and turns it into the chat request
+ *   /v1/chat/completions runs: `instructions` becomes the system message; `input` is a string
+ *   (one user message) or a list of items: messages (role user, system, developer or assistant;
+ *   content a string or input_text / output_text parts), function_call items (an assistant's
+ *   tool_calls; consecutive ones, and those right after an assistant message, join that turn),
+ *   function_call_output items (tool messages) and reasoning items (dropped: earlier turns' thinking
+ *   is not shown again); images, files and references to stored items are refused. Fields:
+ *   max_output_tokens (a ceiling: past the room the context leaves, the answer gets that room and
+ *   the response is "incomplete"), temperature, top_p, stream, tools (function tools, flat:
+ *   {"type": "function", "name", "description", "parameters"}; error params are the Responses
+ *   request's names), tool_choice, parallel_tool_calls,
+ *   text.format (text, json_object, json_schema: structured outputs), reasoning.effort ("none" or
+ *   "minimal" turns a reasoning model's thinking off), metadata and user (echoed). The server keeps
+ *   no responses: previous_response_id, conversation and background are refused with a 400 that
+ *   says to send the conversation in `input`; store is answered false. Errors are the OpenAI API's.
+ * - Responses: {"id": "resp_...", "object": "response", "created_at", "status": "completed" or
+ *   "incomplete" (with incomplete_details.reason "max_output_tokens"), "model", "output": [a
+ *   reasoning item (--reasoning-format), a message item with one output_text part, a function_call
+ *   item per call], "usage": {"input_tokens", "input_tokens_details": {"cached_tokens"},
+ *   "output_tokens", "output_tokens_details": {"reasoning_tokens"}, "total_tokens"}, and the
+ *   request's configuration echoed (instructions, max_output_tokens, temperature, top_p, tools,
+ *   tool_choice, parallel_tool_calls, text, reasoning, metadata, user, ...)}.
+ * - Streamed: events "event: TYPE\ndata: {"type": TYPE, "sequence_number": n, ...}" in OpenAI's
+ *   order: response.created, response.in_progress, per output item response.output_item.added,
+ *   its parts and deltas (response.content_part.added, response.output_text.delta / .done,
+ *   response.content_part.done; response.reasoning_text.delta / .done;
+ *   response.function_call_arguments.delta / .done), response.output_item.done, and at the end
+ *   response.completed or response.incomplete with the whole response (the one a whole request
+ *   gets); response.failed when the request fails part way (the open item closed "incomplete").
+ *   Hosted tools (web_search, file_search, local_shell, ...) are left out of the request with a
+ *   warning in the log: only function tools run here. */
+#ifndef NV_SERVE_RESPONSES_H
+#define NV_SERVE_RESPONSES_H
+
+#include "serve/api.h"
+
+typedef struct {
+    char id[48];  /* resp_... */
+    long created;
+    const char *model;
+    cJSON *echo; /* the request's configuration, as every response object repeats it */
+} nv_resp_meta;
+
+/* Parses a Responses body into out (a chat request; out->stream from 'stream') and meta (free
+ * with nv_resp_meta_free). Returns 0, or the error's status with err filled. */
+int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_request *out, nv_resp_meta *meta,
+                  nv_api_error *err);
+void nv_resp_meta_free(nv_resp_meta *m);
+
+typedef struct {
+    const char *reasoning, *text; /* reasoning NULL or "": none */
+    const nv_tool_call *calls;
+    int n_calls;
+    int incomplete; /* the answer ran out of room (max_output_tokens or the context) */
+    int prompt_tokens, cached_tokens, output_tokens;
+} nv_resp_answer;
+char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a);
+
+/* The event stream, appended to out (out->oom on failure). */
+typedef struct {
+    const nv_resp_meta *m;
+    int seq;     /* the next event's sequence_number */
+    int open;    /* the item being written: 0 none, 1 message, 2 reasoning */
+    int index;   /* its output_index (the next item's when none is open) */
+    int answered; /* a message or a call has begun (else the end adds an empty message) */
+    nv_buf text; /* its text so far, for its .done events */
+    cJSON *items; /* the items done, for the final response */
+} nv_resp_stream;
+void nv_resp_stream_start(nv_resp_stream *s, const nv_resp_meta *m, nv_buf *out);
+void nv_resp_stream_text(nv_resp_stream *s, int reasoning, const char *text, nv_buf *out);
+void nv_resp_stream_call(nv_resp_stream *s, const nv_tool_call *c, nv_buf *out);
+/* Closes what is open and sends response.completed (or .incomplete); a holds the usage (its text
+ * and calls were streamed already). */
+void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out);
+void nv_resp_stream_fail(nv_resp_stream *s, const nv_api_error *e, nv_buf *out);
+void nv_resp_stream_free(nv_resp_stream *s);
+
+#endif

@@ -1,0 +1,449 @@
+/* OpenAI's Responses API: its requests become the chat requests /v1/chat/completions runs (the same
+ * prompt tokens), its response objects and events have OpenAI's shapes, and a real `nerve serve`
+ * answers /v1/responses whole and streamed with the text chat gives. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/responses.h"
+#include "serve_util.h"
+#include "t.h"
+#include "tok_util.h"
+
+/* Parses a Responses body; 0 or the status (the error's message in why). */
+static int rparse(const nv_api_ctx *ctx, const char *body, nv_api_request *r, nv_resp_meta *m, nv_api_error *e) {
+    return nv_resp_parse(ctx, body, strlen(body), r, m, e);
+}
+
+/* 1 when the Responses body and the chat body give the same prompt tokens. */
+static int same_as_chat(const nv_api_ctx *ctx, const char *resp_body, const char *chat_body, char *why, size_t cap) {
+    nv_api_request a, c;
+    nv_resp_meta m;
+    nv_api_error e;
+    if (rparse(ctx, resp_body, &a, &m, &e)) {
+        snprintf(why, cap, "responses: %d %.200s", e.status, e.message);
+        return 0;
+    }
+    int ok = nv_api_parse(ctx, 1, chat_body, strlen(chat_body), &c, &e) == 0;
+    snprintf(why, cap, "chat: %.200s", ok ? "" : e.message);
+    if (ok) {
+        ok = same_ids(a.req.prompt, a.req.n_prompt, c.req.prompt, c.req.n_prompt);
+        snprintf(why, cap, "%d vs %d prompt tokens", a.req.n_prompt, c.req.n_prompt);
+        nv_api_request_free(&c);
+    }
+    nv_api_request_free(&a), nv_resp_meta_free(&m);
+    return ok;
+}
+
+static const char *R_TOOLS = "\"tools\":[{\"type\":\"function\",\"name\":\"play\",\"description\":\"Play\",\"parameters\":{\"type\":"
+                             "\"object\",\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}]";
+static const char *C_TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"description\":\"Play\",\"parameters\":"
+                             "{\"type\":\"object\",\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
+
+static void test_translation(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64};
+    char r[4096], c[4096], why[256];
+    snprintf(r, sizeof r,
+             "{\"model\":\"m\",\"instructions\":\"Be kind.\",%s,\"input\":[{\"role\":\"developer\",\"content\":\"Short.\"},"
+             "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"Hi \"},{\"type\":\"input_text\","
+             "\"text\":\"there\"}]},{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[]},{\"role\":\"assistant\",\"content\":"
+             "[{\"type\":\"output_text\",\"text\":\"Let me see.\"}]},{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"play\","
+             "\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"},{\"type\":\"function_call\",\"call_id\":\"call_2\",\"name\":\"play\","
+             "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"vroom\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"call_2\",\"output\":[{\"type\":\"input_text\",\"text\":\"no\"}]},"
+             "{\"role\":\"user\",\"content\":\"Again?\"}]}",
+             R_TOOLS);
+    snprintf(c, sizeof c,
+             "{%s,\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"},{\"role\":\"developer\",\"content\":\"Short.\"},"
+             "{\"role\":\"user\",\"content\":\"Hi there\"},{\"role\":\"assistant\",\"content\":\"Let me see.\",\"tool_calls\":["
+             "{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}},"
+             "{\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+             "\"tool_call_id\":\"call_1\",\"content\":\"vroom\"},{\"role\":\"tool\",\"tool_call_id\":\"call_2\",\"content\":\"no\"},"
+             "{\"role\":\"user\",\"content\":\"Again?\"}]}",
+             C_TOOLS);
+    T_CHECK(same_as_chat(&ctx, r, c, why, sizeof why), "a conversation with calls: %s", why);
+    T_CHECK(same_as_chat(&ctx, "{\"input\":\"Hi\"}", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", why, sizeof why),
+            "a string input: %s", why);
+    /* tool_choice and text.format become grammars; reasoning.effort none turns a reasoning model's thinking off */
+    const char *grammars[] = {"\"tool_choice\":\"required\"", "\"tool_choice\":{\"type\":\"function\",\"name\":\"play\"}"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(r, sizeof r, "{\"input\":\"Hi\",%s,%s}", R_TOOLS, grammars[i]);
+        nv_api_request q;
+        nv_resp_meta m;
+        nv_api_error e;
+        T_CHECK(rparse(&ctx, r, &q, &m, &e) == 0 && q.req.grammar && q.tools, "%s: %s", grammars[i], e.message);
+        nv_api_request_free(&q), nv_resp_meta_free(&m);
+    }
+    nv_api_request q;
+    nv_resp_meta m;
+    nv_api_error e;
+    T_CHECK(rparse(&ctx,
+                   "{\"input\":\"Hi\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"k\",\"schema\":{\"type\":\"object\","
+                   "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},\"strict\":true}},\"max_output_tokens\":100000}",
+                   &q, &m, &e) == 0 &&
+                q.req.grammar && q.req.max_tokens == 4000 - q.req.n_prompt + 1,
+            "json_schema and the max_output_tokens ceiling (the KV pool's 4,000 positions): %d, %s", q.req.max_tokens, e.message);
+    nv_api_request_free(&q), nv_resp_meta_free(&m);
+    ctx.reasoning = 1;
+    T_CHECK(same_as_chat(&ctx, "{\"input\":\"Hi\",\"reasoning\":{\"effort\":\"none\"}}",
+                         "{\"chat_template_kwargs\":{\"enable_thinking\":false},\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", why,
+                         sizeof why) &&
+                same_as_chat(&ctx, "{\"input\":\"Hi\",\"reasoning\":{\"effort\":\"high\"}}",
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", why, sizeof why),
+            "reasoning.effort: %s", why);
+    nv_tokenizer_free(tok);
+}
+
+static void test_refusals(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64};
+    const struct {
+        const char *body, *param;
+        int status;
+    } cases[] = {
+        {"{\"model\":\"m\"}", "input", 400},
+        {"{\"input\":[]}", "input", 400},
+        {"{\"input\":5}", "input", 400},
+        {"{\"input\":\"x\",\"model\":\"gpt-5\"}", "model", 404},
+        {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id", 400},
+        {"{\"input\":\"x\",\"conversation\":\"conv_1\"}", "conversation", 400},
+        {"{\"input\":\"x\",\"background\":true}", "background", 400},
+        {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]}", "input[0]", 400},
+        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}", "input[0].content", 400},
+        {"{\"input\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "input[0]", 400},
+        {"{\"input\":[{\"role\":\"user\"}]}", "input[0].content", 400},
+        {"{\"input\":[{\"type\":\"function_call\",\"name\":\"a\"}]}", "input[0]", 400},
+        {"{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]}", "input[0]", 400},
+        {"{\"input\":[{\"type\":\"web_search_call\"}]}", "input[0]", 400},
+        {"{\"input\":[5]}", "input[0]", 400},
+        {"{\"input\":\"x\",\"tools\":[5]}", "tools", 400},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools", 400},
+        {"{\"input\":\"x\",\"tool_choice\":{\"type\":\"allowed_tools\"}}", "tool_choice", 400},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "text.format.type", 400},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"nope\"}}}}", "text.format.schema", 400},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}],\"tool_choice\":\"required\"}", "tool_choice", 400},
+        {"{\"input\":\"x\",\"text\":5}", "text", 400},
+        {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens", 400},
+        {"{\"input\":\"x\",\"temperature\":3}", "temperature", 400},
+        {"{\"input\":\"x\",\"instructions\":5}", "instructions", 400},
+        {"{\"input\":\"x\",\"metadata\":[]}", "metadata", 400},
+        {"{\"input\":\"x\",\"reasoning\":\"high\"}", "reasoning", 400},
+        {"{\"input\":\"x\"", NULL, 400},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nv_api_request r;
+        nv_resp_meta m;
+        nv_api_error e;
+        int rc = rparse(&ctx, cases[i].body, &r, &m, &e);
+        T_CHECK(rc == cases[i].status && (!cases[i].param || !strcmp(e.param, cases[i].param)) && e.message[0] && !m.echo && !r.prompt_ids,
+                "case %zu (%s): %d, param '%s': %s", i, cases[i].body, rc, e.param, e.message);
+        if (!rc) nv_api_request_free(&r), nv_resp_meta_free(&m);
+    }
+    nv_tokenizer_free(tok);
+}
+
+/* The next event of an SSE text: its type, which the "event:" line must repeat, and its data. */
+static cJSON *next_event(const char **p) {
+    const char *ev = *p ? strstr(*p, "event: ") : NULL, *nl = ev ? strchr(ev, '\n') : NULL;
+    if (!nl || strncmp(nl + 1, "data: ", 6)) return NULL;
+    const char *json = nl + 7, *end = strstr(json, "\n\n");
+    if (!end) return NULL;
+    char *one = strndup(json, (size_t)(end - json));
+    cJSON *data = cJSON_Parse(one);
+    free(one);
+    *p = end + 2;
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(data, "type"));
+    if (!type || strlen(type) != (size_t)(nl - ev - 7) || strncmp(type, ev + 7, strlen(type))) {
+        cJSON_Delete(data);
+        return NULL;
+    }
+    return data;
+}
+
+/* A stream put together as the SDKs do: event types, text deltas, arguments, the final response. */
+typedef struct {
+    char types[4096], text[4096], reasoning[1024], args[1024];
+    cJSON *final;
+    int ok; /* sequence numbers 0, 1, 2, ...; every event inside the item added at its output_index, with that
+               item's id; a part added before its deltas; every .done equal to its item's deltas */
+} rstream;
+
+static void sum(const char *sse, rstream *s) {
+    memset(s, 0, sizeof *s);
+    s->ok = 1;
+    cJSON *ev;
+    int seq = 0, open = -1, part = 0;
+    char id[96] = "", item[4096] = ""; /* the open item's id and its deltas */
+    for (const char *p = sse; (ev = next_event(&p)); cJSON_Delete(ev)) {
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "type"));
+        const cJSON *idx = cJSON_GetObjectItem(ev, "output_index"), *sn = cJSON_GetObjectItem(ev, "sequence_number");
+        const char *iid = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "item_id"));
+        const char *d = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "delta"));
+        s->ok &= sn && sn->valueint == seq++;
+        strncat(s->types, t + (strncmp(t, "response.", 9) ? 0 : 9), sizeof s->types - strlen(s->types) - 2);
+        strcat(s->types, " ");
+        if (!strcmp(t, "response.output_item.added")) {
+            s->ok &= open < 0 && idx != NULL;
+            open = idx ? idx->valueint : -1;
+            snprintf(id, sizeof id, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "item"), "id")) ?: "");
+            item[0] = '\0', part = 0;
+        } else if (!strcmp(t, "response.output_item.done")) {
+            s->ok &= idx && idx->valueint == open, open = -1;
+        } else if (idx) {
+            s->ok &= idx->valueint == open && iid && !strcmp(iid, id);
+        }
+        if (!strcmp(t, "response.content_part.added")) part = 1;
+        if (strstr(t, ".delta")) {
+            s->ok &= d != NULL && (part || strstr(t, "function_call"));
+            strncat(item, d ?: "", sizeof item - strlen(item) - 1);
+        }
+        char *dst = !strcmp(t, "response.output_text.delta") ? s->text : !strcmp(t, "response.reasoning_text.delta") ? s->reasoning
+                  : !strcmp(t, "response.function_call_arguments.delta") ? s->args : NULL;
+        if (dst) strncat(dst, d ?: "", 1000 - strlen(dst));
+        const char *done = !strcmp(t, "response.output_text.done") || !strcmp(t, "response.reasoning_text.done") ? "text"
+                         : !strcmp(t, "response.function_call_arguments.done") ? "arguments" : NULL;
+        if (done) s->ok &= !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(ev, done)) ?: "?", item);
+        if (!strcmp(t, "response.completed") || !strcmp(t, "response.incomplete") || !strcmp(t, "response.failed")) {
+            cJSON_Delete(s->final);
+            s->final = cJSON_DetachItemFromObject(ev, "response");
+        }
+    }
+    s->ok &= s->final != NULL && open < 0;
+}
+
+/* The text of a response's message items. */
+static void output_text(const cJSON *resp, char *out, size_t cap) {
+    out[0] = '\0';
+    for (const cJSON *o = cJSON_GetObjectItem(resp, "output") ? cJSON_GetObjectItem(resp, "output")->child : NULL; o; o = o->next)
+        for (const cJSON *c = cJSON_GetObjectItem(o, "content") ? cJSON_GetObjectItem(o, "content")->child : NULL; c; c = c->next)
+            if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "type")) ?: "", "output_text"))
+                strncat(out, cJSON_GetStringValue(cJSON_GetObjectItem(c, "text")) ?: "", cap - strlen(out) - 1);
+}
+
+static void test_events(void) {
+    nv_resp_meta m = {.id = "resp_0123456789abcdef01234567", .created = 5, .model = "m", .echo = cJSON_CreateObject()};
+    nv_resp_stream st;
+    nv_buf out = {0};
+    nv_tool_call call = {.id = "call_abc", .name = "play", .arguments = "{\"toy\":\"car\"}"};
+    nv_resp_stream_start(&st, &m, &out);
+    nv_resp_stream_text(&st, 1, "hm", &out);
+    nv_resp_stream_text(&st, 0, "Let ", &out);
+    nv_resp_stream_text(&st, 0, "me.", &out);
+    nv_resp_stream_call(&st, &call, &out);
+    nv_resp_answer a = {.reasoning = "hm", .text = "Let me.", .calls = &call, .n_calls = 1, .prompt_tokens = 7, .cached_tokens = 4,
+                        .output_tokens = 12};
+    nv_resp_stream_end(&st, &a, &out);
+    nv_resp_stream_free(&st);
+    rstream s;
+    sum(out.data, &s);
+    T_CHECK(s.ok && !strcmp(s.types, "created in_progress output_item.added content_part.added reasoning_text.delta reasoning_text.done "
+                                     "content_part.done output_item.done "
+                                     "output_item.added content_part.added output_text.delta output_text.delta output_text.done "
+                                     "content_part.done output_item.done output_item.added function_call_arguments.delta "
+                                     "function_call_arguments.done output_item.done completed ") &&
+                !strcmp(s.text, "Let me.") && !strcmp(s.reasoning, "hm") && !strcmp(s.args, call.arguments),
+            "events: %s", out.data);
+    /* the stream's final response is the whole response */
+    char *whole = nv_resp_response(&m, &a);
+    cJSON *w = cJSON_Parse(whole);
+    T_CHECK(s.final && cJSON_Compare(cJSON_GetObjectItem(w, "output"), cJSON_GetObjectItem(s.final, "output"), 1) &&
+                cJSON_Compare(cJSON_GetObjectItem(w, "usage"), cJSON_GetObjectItem(s.final, "usage"), 1),
+            "whole %s vs streamed %s", whole, out.data);
+    const cJSON *u = cJSON_GetObjectItem(w, "usage"), *o = cJSON_GetObjectItem(w, "output");
+    T_CHECK(cJSON_GetObjectItem(u, "input_tokens")->valueint == 7 && cJSON_GetObjectItem(u, "total_tokens")->valueint == 19 &&
+                cJSON_GetObjectItem(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens")->valueint == 4 &&
+                cJSON_GetArraySize(o) == 3 && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(w, "status")), "completed") &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(o, 2), "call_id")), "call_abc"),
+            "response: %s", whole);
+    free(whole);
+    cJSON_Delete(w);
+    cJSON_Delete(s.final);
+    nv_buf_free(&out);
+    /* an empty answer still has its message; a limit makes the response incomplete */
+    nv_resp_stream_start(&st, &m, &out);
+    nv_resp_stream_end(&st, &(nv_resp_answer){.incomplete = 1, .prompt_tokens = 3}, &out);
+    nv_resp_stream_free(&st);
+    sum(out.data, &s);
+    T_CHECK(s.ok && !strcmp(s.types, "created in_progress output_item.added content_part.added output_text.done content_part.done "
+                                     "output_item.done incomplete ") &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s.final, "incomplete_details"), "reason")),
+                        "max_output_tokens"),
+            "empty: %s", out.data);
+    cJSON_Delete(s.final);
+    nv_buf_free(&out);
+    /* reasoning alone: its part, then an empty message, the same as the whole response */
+    nv_resp_answer ra = {.reasoning = "hm", .text = "", .prompt_tokens = 3, .output_tokens = 2};
+    nv_resp_stream_start(&st, &m, &out);
+    nv_resp_stream_text(&st, 1, "hm", &out);
+    nv_resp_stream_end(&st, &ra, &out);
+    nv_resp_stream_free(&st);
+    sum(out.data, &s);
+    whole = nv_resp_response(&m, &ra);
+    w = cJSON_Parse(whole);
+    T_CHECK(s.ok && !strcmp(s.types, "created in_progress output_item.added content_part.added reasoning_text.delta reasoning_text.done "
+                                     "content_part.done output_item.done output_item.added content_part.added output_text.done "
+                                     "content_part.done output_item.done completed ") &&
+                cJSON_Compare(cJSON_GetObjectItem(w, "output"), cJSON_GetObjectItem(s.final, "output"), 1),
+            "reasoning alone: %s vs %s", whole, out.data);
+    free(whole);
+    cJSON_Delete(w);
+    cJSON_Delete(s.final);
+    nv_buf_free(&out);
+    /* a failure part way keeps what was said, its item closed incomplete */
+    nv_resp_stream_start(&st, &m, &out);
+    nv_resp_stream_text(&st, 0, "Once", &out);
+    nv_api_error e;
+    nv_api_error_set(&e, 408, "timeout_error", "timeout", NULL, "too slow");
+    nv_resp_stream_fail(&st, &e, &out);
+    nv_resp_stream_free(&st);
+    sum(out.data, &s);
+    const cJSON *fo = cJSON_GetArrayItem(cJSON_GetObjectItem(s.final, "output"), 0);
+    T_CHECK(s.ok && strstr(s.types, "output_item.done failed ") && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(s.final, "status")), "failed") &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s.final, "error"), "code")), "timeout") &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(fo, "status")), "incomplete"),
+            "failed: %s", out.data);
+    cJSON_Delete(s.final);
+    nv_buf_free(&out);
+    cJSON_Delete(m.echo);
+}
+
+/* ---- a real server --------------------------------------------------------------------------- */
+
+static server srv;
+
+static int start(const char *name, const char *model, const char *tok) {
+    if (server_spawn(&srv, name, NULL, NULL, model, tok, "--kv-memory 64M --chat-template chatml", 30)) return 1;
+    T_CHECK(0, "the server %s did not start", name);
+    return 0;
+}
+
+static void test_server(void) {
+    const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
+    if (!tok || !model || !start("responses", model, tok)) return;
+    resp r, c;
+    char text[4096], ctext[4096];
+    const char *rb = "{\"model\":\"stories260K\",\"instructions\":\"Tell a story.\",\"input\":\"Once upon a time\",\"max_output_tokens\":30,"
+                     "\"temperature\":0%s}";
+    char body[1024];
+    snprintf(body, sizeof body, rb, "");
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200, "whole: %d %s", r.status, r.body);
+    cJSON *w = cJSON_Parse(r.body);
+    output_text(w, text, sizeof text);
+    T_CHECK(http(srv.port, "POST", "/v1/chat/completions", NULL,
+                 "{\"max_tokens\":30,\"temperature\":0,\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},{\"role\":\"user\","
+                 "\"content\":\"Once upon a time\"}]}",
+                 &c) &&
+                c.status == 200,
+            "chat: %d", c.status);
+    cJSON *cj = cJSON_Parse(c.body);
+    const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cj, "choices"), 0), "message");
+    snprintf(ctext, sizeof ctext, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(msg, "content")) ?: "");
+    const int prompt = cJSON_GetObjectItem(cJSON_GetObjectItem(cj, "usage"), "prompt_tokens")->valueint;
+    const cJSON *u = cJSON_GetObjectItem(w, "usage");
+    T_CHECK(*text && !strcmp(text, ctext) && cJSON_GetObjectItem(u, "input_tokens")->valueint == prompt &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(w, "status")) ?: "", "incomplete") &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(w, "instructions")) ?: "", "Tell a story.") &&
+                !strncmp(cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "", "resp_", 5),
+            "responses '%s' vs chat '%s': %s", text, ctext, r.body);
+    cJSON_Delete(cj);
+    resp_free(&r), resp_free(&c);
+    snprintf(body, sizeof body, rb, ",\"stream\":true");
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200 && strstr(r.head, "text/event-stream"),
+            "stream: %d", r.status);
+    rstream s;
+    sum(r.body, &s);
+    const cJSON *su = cJSON_GetObjectItem(s.final, "usage"); /* the same tokens; the prefix cache's share differs */
+    T_CHECK(s.ok && !strcmp(s.text, text) && su &&
+                cJSON_GetObjectItem(su, "input_tokens")->valueint == cJSON_GetObjectItem(u, "input_tokens")->valueint &&
+                cJSON_GetObjectItem(su, "output_tokens")->valueint == cJSON_GetObjectItem(u, "output_tokens")->valueint &&
+                !strncmp(s.types, "created in_progress output_item.added content_part.added output_text.delta", 74),
+            "streamed '%s' vs '%s': %.500s", s.text, text, r.body);
+    cJSON_Delete(s.final);
+    cJSON_Delete(w);
+    resp_free(&r);
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, "{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", &r) && r.status == 400 &&
+                strstr(r.body, "\"param\":\"previous_response_id\""),
+            "previous_response_id: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(srv.port, "GET", "/v1/responses", NULL, NULL, &r) && r.status == 405, "GET: %d", r.status);
+    resp_free(&r);
+    int rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
+}
+
+/* A forced call on a random model with room for the tools, whole and streamed; its output goes back */
+static void test_server_calls(void) {
+    const char *tok = t_data("models/tok512.bin");
+    if (!tok) return;
+    char model[700], args[1024], body[4096];
+    snprintf(model, sizeof model, "%s/resp-2k.bin", t_tmpdir());
+    snprintf(args, sizeof args, "init --preset stories260K --seq-len 2048 --seed 7 -o '%s'", model);
+    T_CHECK(t_nerve(args) == 0, "init failed");
+    if (!start("responses-tools", model, tok)) return;
+    resp r, c;
+    snprintf(body, sizeof body, "{\"input\":\"Play?\",%s,\"tool_choice\":\"required\",\"max_output_tokens\":300,\"temperature\":0%%s}", R_TOOLS);
+    char b2[4096];
+    snprintf(b2, sizeof b2, body, "");
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, b2, &r) && r.status == 200, "call: %d %s", r.status, r.body);
+    cJSON *w = cJSON_Parse(r.body);
+    const cJSON *fc = NULL;
+    for (const cJSON *o = cJSON_GetObjectItem(w, "output") ? cJSON_GetObjectItem(w, "output")->child : NULL; o; o = o->next)
+        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "type")) ?: "", "function_call")) fc = o;
+    const char *fargs = cJSON_GetStringValue(cJSON_GetObjectItem(fc, "arguments"));
+    cJSON *parsed = fargs ? cJSON_Parse(fargs) : NULL;
+    const char *toy = cJSON_GetStringValue(cJSON_GetObjectItem(parsed, "toy"));
+    T_CHECK(fc && toy && (!strcmp(toy, "ball") || !strcmp(toy, "car")) &&
+                !strncmp(cJSON_GetStringValue(cJSON_GetObjectItem(fc, "call_id")) ?: "", "call_", 5) &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(w, "status")) ?: "", "completed"),
+            "function_call: %s", r.body);
+    cJSON_Delete(parsed);
+    resp_free(&r);
+    snprintf(b2, sizeof b2, body, ",\"stream\":true");
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, b2, &r) && r.status == 200, "call stream: %d", r.status);
+    rstream s;
+    sum(r.body, &s);
+    T_CHECK(s.ok && fargs && !strcmp(s.args, fargs) && strstr(s.types, "function_call_arguments.done output_item.done completed"),
+            "streamed call '%s' vs '%s': %.600s", s.args, fargs ? fargs : "", r.body);
+    cJSON_Delete(s.final);
+    resp_free(&r);
+    /* the output sent back: the chat conversation's prompt */
+    snprintf(body, sizeof body,
+             "{\"input\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"type\":\"function_call\",\"call_id\":\"call_9\",\"name\":\"play\","
+             "\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"},{\"type\":\"function_call_output\",\"call_id\":\"call_9\",\"output\":\"vroom\"}],"
+             "%s,\"max_output_tokens\":3,\"temperature\":0}",
+             R_TOOLS);
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200, "output: %d %s", r.status, r.body);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+             "\"call_9\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},{\"role\":"
+             "\"tool\",\"tool_call_id\":\"call_9\",\"content\":\"vroom\"}],%s,\"max_tokens\":3,\"temperature\":0}",
+             C_TOOLS);
+    T_CHECK(http(srv.port, "POST", "/v1/chat/completions", NULL, body, &c) && c.status == 200, "chat: %d %s", c.status, c.body);
+    const char *pin = r.body ? strstr(r.body, "\"input_tokens\":") : NULL, *pc = c.body ? strstr(c.body, "\"prompt_tokens\":") : NULL;
+    char rt[512] = "", ct[512] = "";
+    cJSON *rj = cJSON_Parse(r.body), *cj = cJSON_Parse(c.body);
+    output_text(rj, rt, sizeof rt);
+    snprintf(ct, sizeof ct, "%s",
+             cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cj, "choices"), 0), "message"),
+                                                      "content")) ?: "");
+    T_CHECK(pin && pc && atoi(pin + 15) == atoi(pc + 16) && !strcmp(rt, ct), "function_call_output: %s / '%s' vs %s / '%s'",
+            pin ? pin : "-", rt, pc ? pc : "-", ct);
+    cJSON_Delete(rj), cJSON_Delete(cj);
+    resp_free(&r), resp_free(&c);
+    cJSON_Delete(w);
+    int rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
+}
+
+int main(void) {
+    T_RUN(test_translation);
+    T_RUN(test_refusals);
+    T_RUN(test_events);
+    T_RUN(test_server);
+    T_RUN(test_server_calls);
+    return t_done();
+}
