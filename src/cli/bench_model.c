@@ -27,21 +27,8 @@
 #include "model/batch.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/sampler.h"
 #include "model/tokenizer.h"
-
-static void drop_plans(nv_model *m) {
-    if (m->plans) {
-        for (int l = 0; l < m->config.n_layers; l++) {
-            nv_layer_plans *lp = &m->plans[l];
-            nv_plan *all[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
-            for (size_t i = 0; i < 7; i++) nv_plan_free(all[i]);
-        }
-        free(m->plans);
-        m->plans = NULL;
-    }
-    nv_plan_free(m->cls_plan);
-    m->cls_plan = NULL;
-}
 
 static size_t model_weight_bytes(const nv_model *m) {
     size_t b = nv_plan_packed_bytes(m->cls_plan);
@@ -95,13 +82,6 @@ static nv_err all_logits(const nv_model *m, const int *ids, int n, nv_kv_dtype k
     }
     nv_state_free(&s);
     return err;
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
 }
 
 static void accuracy_fail_rows(const bench_opts *o, int threads, const char *model, nv_kv_dtype kv, const char *why) {
@@ -207,7 +187,7 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
             row_end(&r, o);
             continue;
         }
-        drop_plans(&m);
+        nv_model_free_plans(&m);
         if (nv_model_build_plans(&m, (nv_engine_id)e) != NV_OK || all_logits(&m, ids, positions, kv, got) != NV_OK) {
             row_fail(&r, nv_errmsg());
             row_end(&r, o);
@@ -222,7 +202,7 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
                 maxe = d > maxe ? d : maxe;
                 sum += d;
             }
-            agree += argmax(a, V) == argmax(b, V);
+            agree += nv_argmax(a, V) == nv_argmax(b, V);
         }
         row_num(&r, "max_abs_err", maxe);
         row_num(&r, "mean_abs_err", sum / ((double)positions * V));
@@ -237,7 +217,7 @@ out:
     free(ids);
     free(text);
     nv_tokenizer_free(tok);
-    drop_plans(&m);
+    nv_model_free_plans(&m);
     nv_model_free(&m);
     return rc;
 }
@@ -350,7 +330,7 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
             if (!nv_engine_available((nv_engine_id)e)) {
                 snprintf(why, sizeof why, "engine %s is off: %s", en, nv_engine_why_off((nv_engine_id)e));
             } else {
-                drop_plans(&m);
+                nv_model_free_plans(&m);
                 if (nv_model_build_plans(&m, (nv_engine_id)e) != NV_OK ||
                     nv_state_init(&s, &c, chunk, cache_len, 0) != NV_OK)
                     snprintf(why, sizeof why, "%s", nv_errmsg());
@@ -389,12 +369,12 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
                 }
                 /* decode: a short prompt, then one token at a time (greedy) */
                 timed t = prefill(&m, &s, prompt, prompt_decode, chunk);
-                int tokv = argmax(s.logits, c.vocab_size);
+                int tokv = nv_argmax(s.logits, c.vocab_size);
                 double t0 = nv_now();
                 int done = 0;
                 for (; t.ok && done < steps; done++) {
                     if (nv_forward(&m, &s, &tokv, 1, prompt_decode + done) != NV_OK) break;
-                    tokv = argmax(s.logits, c.vocab_size);
+                    tokv = nv_argmax(s.logits, c.vocab_size);
                 }
                 double sec = nv_now() - t0;
                 if (done < steps) {
@@ -416,7 +396,7 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
             if (have_state) nv_state_free(&s);
         }
     }
-    drop_plans(&m);
+    nv_model_free_plans(&m);
     nv_model_free(&m);
     free(prompt);
     return rc;

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "model/batch.h"
+#include "model/model.h"
 #include "serve/chat.h"
 
 int cmd_generate(int argc, char **argv);
@@ -19,6 +20,28 @@ int cmd_train(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+
+/* nerve tune's file (cmd_tune.c): what was measured best for this machine and a model shape. */
+typedef struct {
+    nv_engine_id serve_engine, generate_engine;
+    int prefill_chunk;
+    char at[32];     /* when it was measured */
+    char path[4200]; /* the tune file */
+} cli_tuned;
+/* The tune file's path ($NERVE_TUNE_FILE, $XDG_CACHE_HOME/nerve/tune.json, ~/.cache/nerve/tune.json);
+ * 0 when none can be named. */
+int cli_tune_path(char *out, size_t cap);
+/* This machine as the file keys it: CPU, threads in the pool, the engines on (after nv_engines_init). */
+void cli_tune_machine(char *out, size_t cap);
+/* A model as the file keys it: shape and the weights' formats (call before the quantized sources are
+ * dropped). */
+void cli_tune_model_key(const nv_model *m, char *out, size_t cap);
+/* The choice stored for this machine and model: 1 when there is one (a file or entry nerve cannot
+ * read is a warning and 0). */
+int cli_tune_lookup(const char *machine, const char *model_key, cli_tuned *out);
+/* Models tuned for this machine in the tune file (its path to path), -1 when it cannot be read. */
+int cli_tune_count(const char *machine, char *path, size_t cap);
 
 /* Parse a whole string as a number within [lo, hi]; on failure print
  * "nerve <cmd>: <flag> ..." and return 0. */

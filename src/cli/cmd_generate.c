@@ -23,7 +23,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
-            "                      [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N]\n"
+            "                      [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  -z TOKENIZER  llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
@@ -53,7 +53,9 @@ static void usage(FILE *f) {
             "                the lengths of the tail looked up, longest first (default 2 and 4)\n"
             "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest\n"
             "                exact fp32 one that probes well, so the output is llama2.c's)\n"
-            "  --threads N   threads for the engines (default: one per core)\n");
+            "  --threads N   threads for the engines (default: one per core)\n"
+            "  --no-tune     ignore the exact fp32 engine `nerve tune` measured fastest for this machine and model\n"
+            "                (avx512 or avx2: the same output)\n");
 }
 
 /* llama2.c's safe_printf: skip empty pieces and lone unprintable bytes (its byte tokens); a
@@ -84,6 +86,7 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL;
+    int no_tune = 0;
     int json_object = 0;
     int steps = 256, threads = 0;
     cli_spec spec = CLI_SPEC_DEFAULTS;
@@ -98,6 +101,10 @@ int cmd_generate(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) {
             json_object = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-tune")) {
+            no_tune = 1;
             continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -153,6 +160,14 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
+    if (!no_tune && !engine_name) { /* the exact fp32 engine nerve tune found fastest here (the same output) */
+        char machine[512], key[256];
+        cli_tuned t;
+        cli_tune_machine(machine, sizeof machine);
+        cli_tune_model_key(&model, key, sizeof key);
+        if (cli_tune_lookup(machine, key, &t) && nv_engine_available(t.generate_engine) && !nv_engine_low_precision(t.generate_engine))
+            engine = t.generate_engine;
+    }
     /* the KV cache holds the positions this run can reach, not the whole context (131,072 for Llama 3.1) */
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
         nv_sampler_set_penalties(&sampler, presence, frequency) != NV_OK ||

@@ -48,5 +48,11 @@ int cmd_info(int argc, char **argv) {
     printf("train:    %s\n", nv_dist_built_in() ? "data parallel over processes with OpenMPI (mpirun -np N nerve train ...)"
                                                    : "one process (built without OpenMPI: install libopenmpi-dev and rebuild "
                                                      "for mpirun -np N nerve train)");
+    char machine[512], path[4200];
+    cli_tune_machine(machine, sizeof machine);
+    const int tuned = cli_tune_count(machine, path, sizeof path);
+    if (tuned > 0) printf("tune:     %d model%s tuned for this machine and these engines (%s)\n", tuned, tuned > 1 ? "s" : "", path);
+    else if (tuned == 0) printf("tune:     no model tuned for this machine yet (nerve tune -m MODEL)\n");
+    else printf("tune:     the tune file %s cannot be read (nerve tune rewrites it)\n", path[0] ? path : "(no place for one)");
     return 0;
 }

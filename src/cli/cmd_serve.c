@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
-            "                   [--kv-cache-dtype f16|f32|q8]\n"
+            "                   [--kv-cache-dtype f16|f32|q8] [--no-tune]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "  --alias NAME         model id in the API (default: the model's file name without extension)\n"
             "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest that probes well)\n"
             "  --threads N          threads for the engines (default: one per core)\n"
+            "  --no-tune            ignore what `nerve tune` measured for this machine and model (the engine and\n"
+            "                       the prefill chunk; used by default when neither --engine nor --prefill-chunk says)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
             "  --chat-template T    plain, chatml, llama2 or llama3 (default: what the model declares: a GGUF\n"
@@ -102,6 +104,7 @@ int cmd_serve(int argc, char **argv) {
     const char *api_key = NULL, *template_name = NULL;
     int reasoning = 0;
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
+    int no_tune = 0, chunk_given = 0;
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
     int prefix_cache = 1;
@@ -120,6 +123,10 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-prefix-cache")) {
             prefix_cache = 0;
+            continue;
+        }
+        if (!strcmp(a, "--no-tune")) {
+            no_tune = 1;
             continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -141,7 +148,10 @@ int cmd_serve(int argc, char **argv) {
             reasoning = !strcmp(v, "deepseek");
         }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
-        else if (!strcmp(a, "--prefill-chunk")) { if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2; }
+        else if (!strcmp(a, "--prefill-chunk")) {
+            if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2;
+            chunk_given = 1;
+        }
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) { if (!cli_kv_dtype(CMD, a, v, &kv_dtype)) return 2; }
@@ -210,6 +220,20 @@ int cmd_serve(int argc, char **argv) {
     if (nv_tokenizer_load_for_model(tok_path, c->vocab_size, &tok) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
+    }
+    char tuned_line[160] = "";
+    if (!no_tune && !engine_name && !chunk_given) { /* what `nerve tune` measured best here for this model */
+        char machine[512], key[256];
+        cli_tuned t;
+        cli_tune_machine(machine, sizeof machine);
+        cli_tune_model_key(&model, key, sizeof key);
+        if (cli_tune_lookup(machine, key, &t) && nv_engine_available(t.serve_engine)) {
+            engine = t.serve_engine;
+            prefill_chunk = t.prefill_chunk;
+            snprintf(tuned_line, sizeof tuned_line, ", tuned %.20s", t.at);
+            nv_info("serve: engine %s and prefill chunk %d as nerve tune measured them (%s, %s)", nv_engine_name(engine),
+                    prefill_chunk, t.at, t.path);
+        }
     }
     if (nv_model_build_plans(&model, engine) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
@@ -280,11 +304,11 @@ int cmd_serve(int argc, char **argv) {
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
             "nerve serve: listening on http://%s:%d (model %s, engine %s, chat template %s, KV %s %d blocks x %d tokens = "
-            "%.1f MiB, max batch %d, prefill chunk %d%s%s%s)\n",
+            "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)\n",
             shown, nv_http_port(http), model_id, ho.engine, nv_chat_template_name(tmpl),
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
-            prefill_chunk, cache_line, spec_line, api_key ? ", API key required" : "");
+            prefill_chunk, tuned_line, cache_line, spec_line, api_key ? ", API key required" : "");
     fflush(stderr);
 
     int sig = 0;

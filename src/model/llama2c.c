@@ -334,6 +334,7 @@ nv_engine_id nv_model_engine(const nv_model *m) {
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     const nv_config *c = &m->config;
     int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
+    nv_model_free_plans(m); /* built again: on another engine */
     m->plans = calloc((size_t)c->n_layers, sizeof *m->plans);
     if (!m->plans) return nv_fail(NV_ENOMEM, "out of memory");
     m->engine = e;
@@ -381,7 +382,7 @@ void nv_model_drop_quant_sources(nv_model *m) {
     }
 }
 
-void nv_model_free(nv_model *m) {
+void nv_model_free_plans(nv_model *m) {
     if (m->plans) {
         for (int l = 0; l < m->config.n_layers; l++) {
             nv_layer_plans *lp = &m->plans[l];
@@ -390,8 +391,14 @@ void nv_model_free(nv_model *m) {
                 if (all[i]) nv_plan_free(all[i]);
         }
         free(m->plans);
+        m->plans = NULL;
     }
     if (m->cls_plan) nv_plan_free(m->cls_plan);
+    m->cls_plan = NULL;
+}
+
+void nv_model_free(nv_model *m) {
+    nv_model_free_plans(m);
     nv_model_drop_quant_sources(m);
     free(m->quant);
     if (m->params_owned) free(m->params);

@@ -90,6 +90,9 @@ typedef struct {
 /* Points w at the parts of a params block laid out in version-1 order. */
 void nv_weights_point(nv_weights *w, const nv_config *c, float *params);
 
+/* Frees the plans (nv_model_build_plans may then build them again, on another engine). */
+void nv_model_free_plans(nv_model *m);
+
 /* Loads a llama2.c checkpoint: legacy v0 (7 int header, negative vocab = separate classifier)
  * or version 1 ("ak42" magic, fp32). */
 nv_err nv_model_load(const char *path, nv_model *m);
