@@ -23,6 +23,16 @@ static cJSON *read_json(const char *path) {
     return j;
 }
 
+/* Writes root to path as the tune file. */
+static void write_json(const char *path, const cJSON *root) {
+    char *text = cJSON_Print(root);
+    FILE *f = fopen(path, "w");
+    T_CHECK(text && f, "cannot write %s", path);
+    if (f && text) fputs(text, f);
+    if (f) fclose(f);
+    free(text);
+}
+
 /* The only machine's only model entry of a tune file (NULL when it has not exactly one of each). */
 static cJSON *only_entry(cJSON *root, const char **machine, const char **model) {
     cJSON *ms = cJSON_GetObjectItem(root, "machines");
@@ -94,11 +104,8 @@ static void test_tune(void) {
     cJSON *serve = cJSON_GetObjectItem(only_entry(root, &machine, &key), "serve");
     cJSON_ReplaceItemInObject(serve, "engine", cJSON_CreateString("avx2"));
     cJSON_ReplaceItemInObject(serve, "prefill_chunk", cJSON_CreateNumber(37));
-    char *text = cJSON_Print(root);
-    FILE *f = fopen(tune_file, "w");
-    fputs(text, f);
-    fclose(f);
-    free(text);
+    write_json(tune_file, root);
+    FILE *f;
     char *log = serve_line("tuned", model, tok, "");
     T_CHECK(log && strstr(log, "engine avx2,") && strstr(log, "prefill chunk 37, tuned "), "tuned serve: %s", log ? log : "");
     free(log);
@@ -116,11 +123,7 @@ static void test_tune(void) {
     free(log);
     /* an entry naming no engine nerve knows: a warning, the defaults */
     cJSON_ReplaceItemInObject(serve, "engine", cJSON_CreateString("warp-drive"));
-    text = cJSON_Print(root);
-    f = fopen(tune_file, "w");
-    fputs(text, f);
-    fclose(f);
-    free(text);
+    write_json(tune_file, root);
     log = serve_line("tuned-bad-entry", model, tok, "");
     T_CHECK(log && strstr(log, "engine avx2-int8,") && strstr(log, "is not one nerve reads") && !strstr(log, ", tuned"), "bad entry: %s",
             log ? log : "");
@@ -144,6 +147,27 @@ static void test_tune(void) {
             "a bad file kept: %d '%s' %s", rc, kept ? kept : "(none)", t_err);
     free(kept);
     cJSON_Delete(root);
+    /* a second bad file does not overwrite the first one kept */
+    f = fopen(tune_file, "w");
+    fputs("[]", f);
+    fclose(f);
+    rc = t_nerve(args);
+    char bad1[820];
+    snprintf(bad1, sizeof bad1, "%s.bad.1", tune_file);
+    kept = NULL;
+    nv_file_read_all(bad1, &kept, NULL);
+    T_CHECK(rc == 0 && kept && !strcmp(kept, "[]") && nv_file_exists(bad), "a second bad file: %d %s", rc, t_err);
+    free(kept);
+    /* info counts this machine's models */
+    T_CHECK(t_nerve("info") == 0 && strstr(t_out, "tune:     1 model tuned for this machine"), "info: %s", t_out);
+    /* a tune file that cannot be read (a directory): tune writes nothing, serve goes on with its defaults */
+    char dir_file[800];
+    snprintf(dir_file, sizeof dir_file, "%s/tune-dir", t_tmpdir());
+    nv_mkdirs(dir_file);
+    setenv("NERVE_TUNE_FILE", dir_file, 1);
+    rc = t_nerve(args);
+    T_CHECK(rc == 1 && strstr(t_err, "cannot be read") && nv_file_exists(dir_file), "a directory: %d %s", rc, t_err);
+    setenv("NERVE_TUNE_FILE", tune_file, 1);
 
     /* refusals: no model, a model that is not one, nowhere to write */
     T_CHECK(t_nerve("tune") == 2 && strstr(t_err, "-m MODEL is required"), "no -m: %s", t_err);
@@ -181,13 +205,10 @@ static void test_generate_tuned(void) {
         return;
     }
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(e, "generate"), "engine", cJSON_CreateString("avx2"));
-    char *text = cJSON_Print(root);
-    FILE *f = fopen(file, "w");
-    fputs(text, f);
-    fclose(f);
-    free(text);
+    write_json(file, root);
     cJSON_Delete(root);
-    snprintf(gen, sizeof gen, "generate -m '%s' -z '%s' -t 0 -n 80 -p 'Once upon a time'", model, tok);
+    /* sampled at temperature 1: a different bit in any logit would likely change a draw */
+    snprintf(gen, sizeof gen, "generate -m '%s' -z '%s' -t 1 -s 7 -n 120 -p 'Once upon a time'", model, tok);
     rc = t_nerve(gen);
     char *tuned = strdup(t_out);
     T_CHECK(rc == 0 && strstr(t_err, "engine avx2\n"), "tuned generate: %d %s", rc, t_err);
@@ -196,6 +217,15 @@ static void test_generate_tuned(void) {
     T_CHECK(rc == 0 && strstr(t_err, "engine avx512\n") && !strcmp(t_out, tuned) && strlen(tuned) > 20,
             "the same text on avx512: '%s' vs '%s'", t_out, tuned);
     free(tuned);
+    /* an entry naming scalar (whose sums are not fused: other bits) is not taken */
+    root = read_json(file);
+    e = only_entry(root, &machine, &key);
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(e, "generate"), "engine", cJSON_CreateString("scalar"));
+    write_json(file, root);
+    cJSON_Delete(root);
+    gen[strlen(gen) - strlen(" --no-tune")] = '\0';
+    rc = t_nerve(gen);
+    T_CHECK(rc == 0 && strstr(t_err, "engine avx512\n") && strstr(t_err, "would change the output"), "a scalar entry: %d %s", rc, t_err);
     unsetenv("NERVE_TUNE_FILE");
     unsetenv("NERVE_ENGINES");
 }

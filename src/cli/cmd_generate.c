@@ -9,6 +9,7 @@
 
 #include "base/file.h"
 #include "base/timer.h"
+#include "base/log.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "model/forward.h"
@@ -165,8 +166,13 @@ int cmd_generate(int argc, char **argv) {
         cli_tuned t;
         cli_tune_machine(machine, sizeof machine);
         cli_tune_model_key(&model, key, sizeof key);
-        if (cli_tune_lookup(machine, key, &t) && nv_engine_available(t.generate_engine) && !nv_engine_low_precision(t.generate_engine))
-            engine = t.generate_engine;
+        if (cli_tune_lookup(machine, key, &t) && t.generate_engine != engine) {
+            /* only between avx512 and avx2, whose outputs are the same bits (scalar's sums are not fused) */
+            const int same_bits = (engine == NV_ENGINE_AVX512 || engine == NV_ENGINE_AVX2) &&
+                                  (t.generate_engine == NV_ENGINE_AVX512 || t.generate_engine == NV_ENGINE_AVX2);
+            if (same_bits && nv_engine_available(t.generate_engine)) engine = t.generate_engine;
+            else nv_warn("%s: generate's engine %s would change the output here: not used", t.path, nv_engine_name(t.generate_engine));
+        }
     }
     /* the KV cache holds the positions this run can reach, not the whole context (131,072 for Llama 3.1) */
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
