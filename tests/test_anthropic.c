@@ -547,6 +547,23 @@ static void test_server_messages(void) {
                 r.status == 404 && anth_error_ok(r.body, "not_found_error", "claude-x", why, sizeof why),
             "unknown model: %d %s", r.status, r.body);
     resp_free(&r);
+    /* /v1/models in Anthropic's shape for a client that sends anthropic-version; OpenAI's otherwise */
+    const char *AV = "x-api-key: sekret\r\nanthropic-version: 2023-06-01\r\n";
+    T_CHECK(http(srv.port, "GET", "/v1/models", AV, NULL, &r) && r.status == 200 && strstr(r.body, "\"type\":\"model\"") &&
+                strstr(r.body, "\"id\":\"stories260K\"") && strstr(r.body, "\"has_more\":false") && strstr(r.body, "\"created_at\":\"20"),
+            "models: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(srv.port, "GET", "/v1/models/stories260K", AV, NULL, &r) && r.status == 200 &&
+                strstr(r.body, "\"display_name\":\"stories260K\"") && !strstr(r.body, "\"data\""),
+            "one model: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(srv.port, "GET", "/v1/models/claude-x", AV, NULL, &r) && r.status == 404 &&
+                anth_error_ok(r.body, "not_found_error", NULL, why, sizeof why),
+            "an unknown model: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(srv.port, "GET", "/v1/models", KEY, NULL, &r) && r.status == 200 && strstr(r.body, "\"object\":\"list\""),
+            "OpenAI's models: %d %s", r.status, r.body);
+    resp_free(&r);
     T_CHECK(http(srv.port, "GET", "/v1/messages", KEY, NULL, &r) && r.status == 405 &&
                 anth_error_ok(r.body, "invalid_request_error", NULL, why, sizeof why),
             "GET: %d %s", r.status, r.body);

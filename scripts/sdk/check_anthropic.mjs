@@ -10,6 +10,10 @@ const [baseURL, apiKey, toolsURL, model, toolsModel] = process.argv.slice(2);
 const client = new Anthropic({ baseURL, apiKey, maxRetries: 0 });
 const messages = [{ role: 'user', content: 'Once upon a time' }];
 
+const listed = await client.models.list();
+assert.equal(listed.data[0].id, model);
+assert.equal(listed.data[0].type, 'model');
+
 const whole = await client.messages.create({ model, max_tokens: 20, temperature: 0, messages });
 assert.equal(whole.type, 'message');
 assert.equal(whole.role, 'assistant');

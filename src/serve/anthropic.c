@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define E400 400, "invalid_request_error"
 
@@ -484,6 +485,24 @@ char *nv_anth_count_json(int input_tokens) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "input_tokens", input_tokens);
     return print_free(o);
+}
+
+char *nv_anth_models(const char *model_id, long created, int single) {
+    char at[32];
+    time_t t = (time_t)created;
+    strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "model");
+    cJSON_AddStringToObject(m, "id", model_id);
+    cJSON_AddStringToObject(m, "display_name", model_id);
+    cJSON_AddStringToObject(m, "created_at", at);
+    if (single) return print_free(m);
+    cJSON *list = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(list, "data"), m);
+    cJSON_AddBoolToObject(list, "has_more", 0);
+    cJSON_AddStringToObject(list, "first_id", model_id);
+    cJSON_AddStringToObject(list, "last_id", model_id);
+    return print_free(list);
 }
 
 /* ---- the stream ---------------------------------------------------------------------------- */

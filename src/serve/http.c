@@ -134,6 +134,11 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
 
 static int anthropic_route(route_id r) { return r == R_MESSAGES || r == R_COUNT_TOKENS; }
 
+/* Anthropic's SDKs send anthropic-version with every request: /v1/models answers them in their shape. */
+static int anthropic_client(struct MHD_Connection *c) {
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version") != NULL;
+}
+
 /* Queues body (malloc'd, taken) with status. */
 static enum MHD_Result respond(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, int status, const char *ctype,
                                char *body, const char *hname, const char *hval) {
@@ -160,9 +165,9 @@ static enum MHD_Result respond(nv_http *h, struct MHD_Connection *c, conn_ctx *c
     return ret;
 }
 
-/* An error body in the shape of the API the route belongs to. */
-static char *error_json(const conn_ctx *cc, const nv_api_error *e) {
-    return anthropic_route(cc->route) ? nv_anth_error_json(e) : nv_api_error_json(e);
+/* An error body in the shape of the API the route belongs to, or the client speaks. */
+static char *error_json(struct MHD_Connection *c, const conn_ctx *cc, const nv_api_error *e) {
+    return anthropic_route(cc->route) || anthropic_client(c) ? nv_anth_error_json(e) : nv_api_error_json(e);
 }
 
 static enum MHD_Result respond_error(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_api_error *e) {
@@ -170,7 +175,7 @@ static enum MHD_Result respond_error(nv_http *h, struct MHD_Connection *c, conn_
     if (e->status == 429) hname = MHD_HTTP_HEADER_RETRY_AFTER, hval = "1";
     else if (e->status == 401) hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE, hval = "Bearer";
     else if (e->status == 503) hname = MHD_HTTP_HEADER_RETRY_AFTER, hval = "5";
-    return respond(h, c, cc, e->status, "application/json", error_json(cc, e), hname, hval);
+    return respond(h, c, cc, e->status, "application/json", error_json(c, cc, e), hname, hval);
 }
 
 static enum MHD_Result fail(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, int status, const char *type,
@@ -772,7 +777,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %.200s (use %s)",
                          method, url, want_post ? "POST" : "GET");
         const char *allow = want_post ? "POST" : "GET";
-        return respond(h, c, cc, 405, "application/json", error_json(cc, &e), MHD_HTTP_HEADER_ALLOW, allow);
+        return respond(h, c, cc, 405, "application/json", error_json(c, cc, &e), MHD_HTTP_HEADER_ALLOW, allow);
     }
     if (cc->route == R_HEALTH) {
         int stopping = atomic_load(&h->stopping);
@@ -796,7 +801,9 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         return respond(h, c, cc, 200, "text/plain; version=0.0.4; charset=utf-8", nv_metrics_render(h->m, &g), NULL, NULL);
     }
     case R_MODELS:
-        return respond(h, c, cc, 200, "application/json", nv_api_models(h->ctx.model_id, h->created, 0), NULL, NULL);
+        return respond(h, c, cc, 200, "application/json",
+                       anthropic_client(c) ? nv_anth_models(h->ctx.model_id, h->created, 0) : nv_api_models(h->ctx.model_id, h->created, 0),
+                       NULL, NULL);
     case R_MODEL: {
         const char *id = strstr(url, "/models/") + 8; /* the whole rest: an id may hold '/' (an alias "org/name") */
         if (strcmp(id, h->ctx.model_id) != 0) {
@@ -805,7 +812,9 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
                              "The model '%.200s' does not exist", id);
             return respond_error(h, c, cc, &e);
         }
-        return respond(h, c, cc, 200, "application/json", nv_api_models(h->ctx.model_id, h->created, 1), NULL, NULL);
+        return respond(h, c, cc, 200, "application/json",
+                       anthropic_client(c) ? nv_anth_models(h->ctx.model_id, h->created, 1) : nv_api_models(h->ctx.model_id, h->created, 1),
+                       NULL, NULL);
     }
     case R_TOKENIZE:
     case R_DETOKENIZE: {
