@@ -593,6 +593,17 @@ static void test_chat_finetune_then_serve(void) {
     snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s/chats.jsonl --steps 2 --seq 256 --pack "
              "--eval-every 0 --quiet --out %s", model, tok, t_tmpdir(), short_dir);
     T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && strstr(err, "windows packed"), "--pack: '%s'", err);
+    /* the folder remembers the packing: a resume without --pack is refused (its data would go on otherwise),
+       one with it goes on; and a run that did not pack refuses a resume with it */
+    snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s/chats.jsonl --steps 3 --seq 256 --resume "
+             "--eval-every 0 --quiet --out %s", model, tok, t_tmpdir(), short_dir);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "was trained with --pack: resume with it"),
+            "resumed without --pack: '%s'", err);
+    snprintf(short_args + strlen(short_args), sizeof short_args - strlen(short_args), " --pack");
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0, "resumed with --pack: '%s'", err);
+    snprintf(short_args, sizeof short_args, "%s --resume --steps 130 --pack", args);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "was trained without --pack"), "a --pack resume of an unpacked run: '%s'",
+            err);
 
     /* resumed with another template: refused (the folder says which it learned) */
     snprintf(short_args, sizeof short_args, "%s --resume --steps 130 --chat-template llama3", args);

@@ -198,26 +198,39 @@ static nv_err copy_tokenizer(const char *from, const char *to) {
     return e;
 }
 
-int nv_train_chat_template(const char *dir, char *name, size_t cap) {
+/* The run folder's chat_template file: the template's name on its first line, "packed" on the
+ * second when the run packed its windows (--pack). 0 when there is none. */
+static int read_chat_template(const char *dir, char *name, size_t cap, int *packed) {
     char path[4200], *text = NULL;
     snprintf(path, sizeof path, "%s%schat_template", dir, *dir ? "/" : "");
     if (!nv_file_exists(path) || nv_file_read_all(path, &text, NULL) != NV_OK) return 0;
-    snprintf(name, cap, "%.*s", (int)strcspn(text, "\r\n"), text);
+    const size_t n = strcspn(text, "\r\n");
+    snprintf(name, cap, "%.*s", (int)n, text);
+    if (packed) *packed = !strncmp(text + n + strspn(text + n, "\r\n"), "packed", 6);
     free(text);
     return 1;
 }
 
+int nv_train_chat_template(const char *dir, char *name, size_t cap) { return read_chat_template(dir, name, cap, NULL); }
+
 /* Refuses to overwrite a run without --resume, and a checkpoint written with other settings. */
-static nv_err check_resume(const nv_train_opts *o, const char *ckpt_path, nv_ckpt *ck) {
+static nv_err check_resume(const nv_train_opts *o, int pack, const char *ckpt_path, nv_ckpt *ck) {
     if (!o->resume && nv_file_exists(ckpt_path))
         return nv_fail(NV_EINVAL, "%s already holds a checkpoint: pass --resume to continue it, or choose another --out",
                        o->out_dir);
     if (!o->resume) return NV_OK;
     /* a chat run goes on with the template it learned (the checkpoint's data hash does not see it) */
     char had[33];
-    if (o->chat_template && nv_train_chat_template(o->out_dir, had, sizeof had) && strcmp(had, o->chat_template) != 0)
-        return nv_fail(NV_EINVAL, "%s was trained with the %s chat template: resume with --chat-template %s", o->out_dir,
-                       had, had);
+    int packed = 0;
+    if (o->chat_template && read_chat_template(o->out_dir, had, sizeof had, &packed)) {
+        if (strcmp(had, o->chat_template) != 0)
+            return nv_fail(NV_EINVAL, "%s was trained with the %s chat template: resume with --chat-template %s", o->out_dir,
+                           had, had);
+        /* the windows' makeup is part of where the data stands */
+        if (packed != pack)
+            return nv_fail(NV_EINVAL, "%s was trained %s --pack: resume %s it", o->out_dir, packed ? "with" : "without",
+                           packed ? "with" : "without");
+    }
     NV_TRY(nv_ckpt_load(ckpt_path, ck));
     nv_config kc;
     nv_ckpt_header_get_config(&ck->h, &kc);
@@ -305,7 +318,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     /* Resume state is verified in full before anything is allocated or written (by process 0, which
        sends it to the others: only its machine needs the run folder). */
     nv_ckpt ck = {0};
-    if (lead) e = check_resume(o, ckpt_path, &ck);
+    if (lead) e = check_resume(o, ds->pack, ckpt_path, &ck);
     if (nv_dist_max(e != NV_OK)) {
         nv_ckpt_close(&ck);
         return together(e ? e : nv_fail(NV_EINVAL, "process 0 could not start the run (its message says why)"));
@@ -387,7 +400,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         snprintf(path, sizeof path, "%s/chat_template", o->out_dir);
         if (o->chat_template) {
             char line[64];
-            snprintf(line, sizeof line, "%s\n", o->chat_template);
+            snprintf(line, sizeof line, "%s\n%s", o->chat_template, ds->pack ? "packed\n" : "");
             nv_iov part = {line, strlen(line)};
             if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
         } else {
