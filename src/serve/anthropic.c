@@ -10,11 +10,6 @@
 
 #define E400 400, "invalid_request_error"
 
-/* Absent and null read as "not given", as in the OpenAI parser. */
-static const cJSON *get(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
 
 static int bad(nv_api_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int bad(nv_api_error *err, const char *fmt, ...) {
@@ -98,8 +93,8 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
                 pending = 1;
             }
         } else if (is_type(b, "tool_result")) {
-            const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id"), *c = get(b, "content");
-            const cJSON *is_error = get(b, "is_error");
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id"), *c = nv_api_field(b, "content");
+            const cJSON *is_error = nv_api_field(b, "is_error");
             if (!cJSON_IsString(id) || !id->valuestring[0]) {
                 rc = bad(err, "messages.%d.content.%d.tool_use_id: required (the id of the tool_use it answers)", i, k);
                 break;
@@ -190,7 +185,7 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_err
 }
 
 static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
-    const cJSON *msgs = get(in, "messages"), *system = get(in, "system");
+    const cJSON *msgs = nv_api_field(in, "messages"), *system = nv_api_field(in, "system");
     if (!msgs) return bad(err, "messages: Field required");
     if (!cJSON_IsArray(msgs) || !msgs->child) return bad(err, "messages: must be a non-empty list of messages");
     cJSON *list = cJSON_AddArrayToObject(out, "messages");
@@ -205,7 +200,7 @@ static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
     int i = 0;
     const cJSON *last = NULL;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = get(m, "content");
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = nv_api_field(m, "content");
         if (!cJSON_IsObject(m) || !cJSON_IsString(role)) return bad(err, "messages.%d: must be {\"role\", \"content\"}", i);
         int user = !strcmp(role->valuestring, "user"), assistant = !strcmp(role->valuestring, "assistant");
         if (!user && !assistant)
@@ -235,14 +230,14 @@ static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
 
 /* tools [{"name", "description", "input_schema"}] and tool_choice into the OpenAI shapes. */
 static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
-    const cJSON *tools = get(in, "tools"), *choice = get(in, "tool_choice");
+    const cJSON *tools = nv_api_field(in, "tools"), *choice = nv_api_field(in, "tool_choice");
     if (tools) {
         if (!cJSON_IsArray(tools)) return bad(err, "tools: must be a list of tools");
         cJSON *list = cJSON_AddArrayToObject(out, "tools");
         int i = 0;
         for (const cJSON *t = tools->child; t; t = t->next, i++) {
-            const cJSON *type = get(t, "type"), *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-            const cJSON *desc = get(t, "description"), *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+            const cJSON *type = nv_api_field(t, "type"), *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            const cJSON *desc = nv_api_field(t, "description"), *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
             if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom")))
                 return bad(err, "tools.%d.type: only client tools (\"custom\") are supported here, not '%.40s'", i,
                            cJSON_IsString(type) ? type->valuestring : "?");
@@ -259,7 +254,7 @@ static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
     }
     if (!choice) return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type"), *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
-    const cJSON *dp = get(choice, "disable_parallel_tool_use");
+    const cJSON *dp = nv_api_field(choice, "disable_parallel_tool_use");
     if (!cJSON_IsObject(choice) || !cJSON_IsString(type) || (dp && !cJSON_IsBool(dp)))
         return bad(err, "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
     const char *t = type->valuestring;
@@ -281,7 +276,7 @@ static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
 
 /* Copies field key of in to out when given, after checking its JSON type (number or integer, bool). */
 static int copy_field(const cJSON *in, cJSON *out, const char *key, char kind, nv_api_error *err) {
-    const cJSON *v = get(in, key);
+    const cJSON *v = nv_api_field(in, key);
     if (!v) return 0;
     /* an integer: finite and whole (no cast of an out-of-range double); its range is the OpenAI parser's to check */
     int ok = kind == 'b' ? cJSON_IsBool(v) : cJSON_IsNumber(v) && (kind == 'n' || (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble)));
@@ -291,24 +286,24 @@ static int copy_field(const cJSON *in, cJSON *out, const char *key, char kind, n
 }
 
 static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out, nv_anth_meta *meta, nv_api_error *err) {
-    const cJSON *model = get(in, "model");
+    const cJSON *model = nv_api_field(in, "model");
     if (!cJSON_IsString(model)) return bad(err, "model: Field required (a string)");
     cJSON_AddStringToObject(out, "model", model->valuestring);
     int rc;
     if (!count_only) {
-        const cJSON *mt = get(in, "max_tokens");
+        const cJSON *mt = nv_api_field(in, "max_tokens");
         if (!mt) return bad(err, "max_tokens: Field required");
         if (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e9 || mt->valuedouble != (double)(long long)mt->valuedouble)
             return bad(err, "max_tokens: must be an integer of at least 1");
         cJSON_AddNumberToObject(out, "max_tokens", mt->valuedouble);
         if ((rc = copy_field(in, out, "stream", 'b', err))) return rc;
-        const cJSON *t = get(in, "temperature");
+        const cJSON *t = nv_api_field(in, "temperature");
         if (t && (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > 1))
             return bad(err, "temperature: must be a number from 0 to 1");
         if ((rc = copy_field(in, out, "temperature", 'n', err)) || (rc = copy_field(in, out, "top_p", 'n', err)) ||
             (rc = copy_field(in, out, "top_k", 'i', err)))
             return rc;
-        const cJSON *stops = get(in, "stop_sequences");
+        const cJSON *stops = nv_api_field(in, "stop_sequences");
         if (stops) {
             if (!cJSON_IsArray(stops) || cJSON_GetArraySize(stops) > NV_MAX_STOP - 1)
                 return bad(err, "stop_sequences: must be a list of at most %d strings", NV_MAX_STOP - 1);
@@ -322,7 +317,7 @@ static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out,
             cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(stops, 1));
         }
     }
-    const cJSON *thinking = get(in, "thinking");
+    const cJSON *thinking = nv_api_field(in, "thinking");
     if (thinking) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(thinking, "type");
         if (!cJSON_IsObject(thinking) || !cJSON_IsString(type) ||
@@ -334,7 +329,7 @@ static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out,
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(thinking, "type");
     if (reasoning && (!thinking || !strcmp(type->valuestring, "disabled")))
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
-    const cJSON *md = get(in, "metadata");
+    const cJSON *md = nv_api_field(in, "metadata");
     if (md && !cJSON_IsObject(md)) return bad(err, "metadata: must be an object");
     if ((rc = translate_tools(in, out, err))) return rc;
     return translate_messages(in, out, err);
@@ -386,11 +381,6 @@ const char *nv_anth_error_type(int status) {
     }
 }
 
-static char *print_free(cJSON *root) {
-    char *s = root ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
-    return s;
-}
 
 /* An event's data: {"type": name} first, as Anthropic's events have it; the caller adds the rest. */
 static cJSON *ev(const char *name) {
@@ -409,7 +399,7 @@ static cJSON *error_object(const nv_api_error *e) {
     return root;
 }
 
-char *nv_anth_error_json(const nv_api_error *e) { return print_free(error_object(e)); }
+char *nv_anth_error_json(const nv_api_error *e) { return nv_api_print_free(error_object(e)); }
 
 const char *nv_anth_stop_reason(const nv_anth_meta *m, nv_finish f, int stop_index, int n_calls, const char **stop_sequence) {
     *stop_sequence = NULL;
@@ -478,13 +468,13 @@ char *nv_anth_message(const nv_anth_meta *m, const nv_anth_answer *a) {
     for (int k = 0; k < a->n_calls; k++) cJSON_AddItemToArray(content, tool_use_block(&a->calls[k], 1));
     set_stop(msg, a);
     cJSON_AddItemToObject(msg, "usage", usage(a));
-    return print_free(msg);
+    return nv_api_print_free(msg);
 }
 
 char *nv_anth_count_json(int input_tokens) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "input_tokens", input_tokens);
-    return print_free(o);
+    return nv_api_print_free(o);
 }
 
 char *nv_anth_models(const char *model_id, long created, int single) {
@@ -496,13 +486,13 @@ char *nv_anth_models(const char *model_id, long created, int single) {
     cJSON_AddStringToObject(m, "id", model_id);
     cJSON_AddStringToObject(m, "display_name", model_id);
     cJSON_AddStringToObject(m, "created_at", at);
-    if (single) return print_free(m);
+    if (single) return nv_api_print_free(m);
     cJSON *list = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(list, "data"), m);
     cJSON_AddBoolToObject(list, "has_more", 0);
     cJSON_AddStringToObject(list, "first_id", model_id);
     cJSON_AddStringToObject(list, "last_id", model_id);
-    return print_free(list);
+    return nv_api_print_free(list);
 }
 
 /* ---- the stream ---------------------------------------------------------------------------- */

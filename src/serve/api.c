@@ -47,14 +47,22 @@ char *nv_api_error_json(const nv_api_error *e) {
 
 /* ---- field readers: absent and null read as "not given" ---------------------------------- */
 
-static const cJSON *field(const cJSON *root, const char *key) {
+const cJSON *nv_api_field(const cJSON *root, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+
+char *nv_api_print_free(cJSON *root) {
+    char *s = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    return s;
+}
+
+
 static int get_number(const cJSON *root, const char *key, double lo, double hi, double *out, int *given,
                       nv_api_error *err) {
-    const cJSON *v = field(root, key);
+    const cJSON *v = nv_api_field(root, key);
     *given = v != NULL;
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
@@ -71,7 +79,7 @@ static int get_number(const cJSON *root, const char *key, double lo, double hi, 
 
 static int get_int(const cJSON *root, const char *key, double lo, double hi, long long *out, int *given,
                    nv_api_error *err) {
-    const cJSON *v = field(root, key);
+    const cJSON *v = nv_api_field(root, key);
     *given = v != NULL;
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble)) {
@@ -88,7 +96,7 @@ static int get_int(const cJSON *root, const char *key, double lo, double hi, lon
 }
 
 static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *err) {
-    const cJSON *v = field(root, key);
+    const cJSON *v = nv_api_field(root, key);
     if (!v) return 0;
     if (!cJSON_IsBool(v)) {
         nv_api_error_set(err, E400, NULL, key, "'%s' must be a boolean", key);
@@ -113,7 +121,7 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     double repetition = 1;
     if ((rc = get_number(root, "repetition_penalty", 0.001, 10, &repetition, &given, err))) return rc;
     out->req.repetition_penalty = (float)repetition;
-    const cJSON *lb = field(root, "logit_bias");
+    const cJSON *lb = nv_api_field(root, "logit_bias");
     if (!lb) return 0;
     if (!cJSON_IsObject(lb)) {
         nv_api_error_set(err, E400, NULL, "logit_bias", "'logit_bias' must be an object mapping token ids to biases");
@@ -176,7 +184,7 @@ static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_a
 
 /* A field this server does not implement: fine when absent, null or at its neutral value. */
 static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
-    const cJSON *v = field(root, key);
+    const cJSON *v = nv_api_field(root, key);
     if (!v) return 0;
     int neutral = 0;
     if (!strcmp(key, "best_of")) {
@@ -277,7 +285,7 @@ static int prompt_from_text(const nv_api_ctx *ctx, const char *text, const char 
 }
 
 static int parse_prompt(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const cJSON *p = field(root, "prompt");
+    const cJSON *p = nv_api_field(root, "prompt");
     if (!p) {
         nv_api_error_set(err, E400, "missing_required_parameter", "prompt", "'prompt' is required");
         return err->status;
@@ -423,7 +431,7 @@ void nv_api_tool_texts_free(char **texts, int n) {
 }
 
 static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    const cJSON *tools = nv_api_field(root, "tools"), *choice = nv_api_field(root, "tool_choice");
     int parallel = 1, rc;
     if ((rc = get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
     if (!tools || (cJSON_IsArray(tools) && !tools->child)) {
@@ -534,7 +542,7 @@ static int message_text(const cJSON *content, int i, nv_buf *text, nv_api_error 
 /* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments": JSON
  * text}}], pointing into the request's JSON (m->calls is freed by the caller). */
 static int message_calls(const cJSON *msg, int i, nv_chat_msg *m, nv_api_error *err) {
-    const cJSON *calls = field(msg, "tool_calls");
+    const cJSON *calls = nv_api_field(msg, "tool_calls");
     if (!calls || (cJSON_IsArray(calls) && !calls->child)) return 0;
     int n = cJSON_GetArraySize(calls);
     nv_chat_call *c = cJSON_IsArray(calls) && n <= NV_MAX_TOOLS ? calloc((size_t)n, sizeof *c) : NULL;
@@ -601,7 +609,7 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
                              role->valuestring);
             rc = err->status;
         } else {
-            const cJSON *content = field(msg, "content");
+            const cJSON *content = nv_api_field(msg, "content");
             if (!content) {
                 if (strcmp(role->valuestring, "assistant") != 0) {
                     nv_api_error_set(err, E400, "missing_required_parameter", "messages",
@@ -636,12 +644,12 @@ void nv_api_messages_free(nv_api_messages *msgs) {
 
 static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     nv_api_messages msgs;
-    int rc = nv_api_messages_parse(field(root, "messages"), &msgs, err);
+    int rc = nv_api_messages_parse(nv_api_field(root, "messages"), &msgs, err);
     if (rc) return rc;
     const nv_chat_msg *m = msgs.m;
     const int n = msgs.n;
     /* vLLM's chat_template_kwargs: {"enable_thinking": false} turns Qwen3's reasoning off */
-    const cJSON *kw = field(root, "chat_template_kwargs");
+    const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
     int thinking = 1;
     if (!rc && kw && !cJSON_IsObject(kw)) {
         nv_api_error_set(err, E400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -671,7 +679,7 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
 }
 
 static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_api_error *err) {
-    const cJSON *s = field(root, "stop");
+    const cJSON *s = nv_api_field(root, "stop");
     if (!s) return 0;
     const cJSON *one = s, *list = NULL;
     if (cJSON_IsArray(s)) {
@@ -709,7 +717,7 @@ static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_a
  * ("json_schema": SCHEMA) or vLLM's ("guided_json": SCHEMA or its JSON text) take it. */
 static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     const int think = chat && ctx->reasoning; /* --reasoning-format: the JSON follows the think block */
-    const cJSON *rf = field(root, "response_format"), *llama = field(root, "json_schema"), *vllm = field(root, "guided_json");
+    const cJSON *rf = nv_api_field(root, "response_format"), *llama = nv_api_field(root, "json_schema"), *vllm = nv_api_field(root, "guided_json");
     if (!!rf + !!llama + !!vllm > 1) {
         nv_api_error_set(err, E400, NULL, rf ? "response_format" : "json_schema",
                          "give one of 'response_format', 'json_schema' and 'guided_json'");
@@ -736,7 +744,7 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
                                  "'response_format.json_schema' must be an object {\"name\": string, \"schema\": object}");
                 return err->status;
             }
-            schema = field(js, "schema");
+            schema = nv_api_field(js, "schema");
             param = "response_format.json_schema.schema";
             if (!schema && !(schema = parsed = cJSON_CreateTrue())) { /* no schema: any JSON value */
                 nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -770,7 +778,7 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
 
 /* 'model', when given, must name the served model. */
 static int check_model(const nv_api_ctx *ctx, const cJSON *root, nv_api_error *err) {
-    const cJSON *model = field(root, "model");
+    const cJSON *model = nv_api_field(root, "model");
     if (model && !cJSON_IsString(model)) {
         nv_api_error_set(err, E400, NULL, "model", "'model' must be a string");
         return err->status;
@@ -789,7 +797,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     int rc, given;
     if ((rc = check_model(ctx, root, err))) return rc;
     if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
-    const cJSON *so = field(root, "stream_options");
+    const cJSON *so = nv_api_field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) {
             nv_api_error_set(err, E400, NULL, "stream_options", "'stream_options' must be an object");
@@ -836,7 +844,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     const char *bad[] = {"best_of", "suffix", "functions", "tools"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0] - (chat ? 1 : 0); i++) /* chat takes tools */
         if ((rc = unsupported(root, bad[i], err))) return rc;
-    const cJSON *user = field(root, "user");
+    const cJSON *user = nv_api_field(root, "user");
     if (user && !cJSON_IsString(user)) {
         nv_api_error_set(err, E400, NULL, "user", "'user' must be a string");
         return err->status;
@@ -1002,7 +1010,6 @@ int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, 
     return rc;
 }
 
-static char *print_free(cJSON *root);
 
 /* The most ids one /tokenize answer or /detokenize request holds: a response's JSON grows with it,
  * and a server thread per connection builds one (about 250 bytes an id with pieces). */
@@ -1014,7 +1021,7 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
     /* llama.cpp's server names the text "content" (specials off by default), vLLM's "prompt" (on) */
-    const cJSON *content = field(root, "content"), *prompt = field(root, "prompt");
+    const cJSON *content = nv_api_field(root, "content"), *prompt = nv_api_field(root, "prompt");
     const cJSON *text = content ? content : prompt;
     const char *key = content ? "content" : "prompt";
     int add_special = !content, with_pieces = 0, rc = 0;
@@ -1058,7 +1065,7 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
     cJSON_AddNumberToObject(res, "count", n);
     cJSON_AddNumberToObject(res, "max_model_len", ctx->seq_len);
     free(ids);
-    *out = print_free(res);
+    *out = nv_api_print_free(res);
     return 0;
 }
 
@@ -1067,7 +1074,7 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
     memset(err, 0, sizeof *err);
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
-    const cJSON *toks = field(root, "tokens");
+    const cJSON *toks = nv_api_field(root, "tokens");
     int rc = 0;
     if (!toks) {
         nv_api_error_set(err, E400, "missing_required_parameter", "tokens", "'tokens' is required");
@@ -1098,7 +1105,7 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
     cJSON_AddStringToObject(res, "content", text); /* llama.cpp's name */
     cJSON_AddStringToObject(res, "prompt", text);  /* vLLM's */
     free(text);
-    *out = print_free(res);
+    *out = nv_api_print_free(res);
     return 0;
 }
 
@@ -1153,11 +1160,6 @@ static void add_usage(cJSON *root, int prompt_tokens, int completion_tokens, int
     cJSON_AddNumberToObject(d, "cached_tokens", cached_tokens);
 }
 
-static char *print_free(cJSON *root) {
-    char *s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return s;
-}
 
 
 /* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
@@ -1272,7 +1274,7 @@ char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int
         cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
     }
     add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
-    return print_free(root);
+    return nv_api_print_free(root);
 }
 
 char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null) {
@@ -1291,7 +1293,7 @@ char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char 
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     if (usage_null) cJSON_AddNullToObject(root, "usage");
-    return print_free(root);
+    return nv_api_print_free(root);
 }
 
 char *nv_api_tool_call_chunk(const nv_api_meta *m, const nv_tool_call *call, int k, int usage_null) {
@@ -1303,7 +1305,7 @@ char *nv_api_tool_call_chunk(const nv_api_meta *m, const nv_tool_call *call, int
     cJSON_AddItemToArray(calls, tool_call_json(call, k));
     cJSON_AddNullToObject(c, "finish_reason");
     if (usage_null) cJSON_AddNullToObject(root, "usage");
-    return print_free(root);
+    return nv_api_print_free(root);
 }
 
 char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_null) {
@@ -1315,7 +1317,7 @@ char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_n
     add_logprobs(c, m);
     cJSON_AddNullToObject(c, "finish_reason");
     if (usage_null) cJSON_AddNullToObject(root, "usage");
-    return print_free(root);
+    return nv_api_print_free(root);
 }
 
 
@@ -1371,7 +1373,7 @@ char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion
     cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");
     cJSON_AddArrayToObject(root, "choices");
     add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
-    return print_free(root);
+    return nv_api_print_free(root);
 }
 
 char *nv_api_models(const char *model_id, long created, int single) {
@@ -1380,12 +1382,12 @@ char *nv_api_models(const char *model_id, long created, int single) {
     cJSON_AddStringToObject(mo, "object", "model");
     cJSON_AddNumberToObject(mo, "created", (double)created);
     cJSON_AddStringToObject(mo, "owned_by", "nerve");
-    if (single) return print_free(mo);
+    if (single) return nv_api_print_free(mo);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON_AddItemToArray(data, mo);
-    return print_free(root);
+    return nv_api_print_free(root);
 }
 
 /* ---- embeddings ------------------------------------------------------------------------------- */
@@ -1444,7 +1446,7 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
     int rc = check_model(ctx, root, err);
-    const cJSON *input = field(root, "input"), *fmt = field(root, "encoding_format"), *dims = field(root, "dimensions");
+    const cJSON *input = nv_api_field(root, "input"), *fmt = nv_api_field(root, "encoding_format"), *dims = nv_api_field(root, "dimensions");
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))
         nv_api_error_set(err, E400, NULL, "encoding_format", "'encoding_format' must be \"float\" or \"base64\""), rc = err->status;

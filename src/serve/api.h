@@ -83,6 +83,10 @@ char *nv_api_error_json(const nv_api_error *e);
 
 int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err);
 typedef struct cJSON cJSON;
+/* A field of a JSON object, NULL when absent or null ("not given"). */
+const cJSON *nv_api_field(const cJSON *root, const char *key);
+/* root printed on one line (NULL when out of memory), root deleted. */
+char *nv_api_print_free(cJSON *root);
 /* The body as a JSON object (the caller deletes it); NULL with a 400 in err when it is not one. */
 cJSON *nv_api_body_object(const char *body, size_t len, nv_api_error *err);
 /* nv_api_parse on a parsed body, with what differs between the APIs that share it. */

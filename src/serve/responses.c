@@ -9,11 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Absent and null read as "not given", as in the chat parser. */
-static const cJSON *get(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
 
 static int bad(nv_api_error *err, const char *code, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int bad(nv_api_error *err, const char *code, const char *param, const char *fmt, ...) {
@@ -92,7 +87,7 @@ static int add_call(cJSON *msgs, const cJSON *item, int i, nv_api_error *err) {
 
 static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
     cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
-    const cJSON *instr = get(in, "instructions"), *input = get(in, "input");
+    const cJSON *instr = nv_api_field(in, "instructions"), *input = nv_api_field(in, "input");
     if (!msgs) return oom(err);
     if (instr && !cJSON_IsString(instr)) return bad(err, NULL, "instructions", "'instructions' must be a string");
     if (instr && *instr->valuestring && !add_msg(msgs, "system", instr->valuestring)) return oom(err);
@@ -113,14 +108,14 @@ static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
                 return bad(err, NULL, param, "'%s.role' must be user, system, developer or assistant", param);
             nv_buf text = {0};
             snprintf(param + strlen(param), sizeof param - strlen(param), ".content");
-            const cJSON *content = get(item, "content");
+            const cJSON *content = nv_api_field(item, "content");
             rc = content ? parts_text(content, param, &text, err) : bad(err, "missing_required_parameter", param, "'%s' is required", param);
             if (!rc && (text.oom || !add_msg(msgs, r, text.data))) rc = oom(err);
             nv_buf_free(&text);
         } else if (t && !strcmp(t, "function_call")) {
             rc = add_call(msgs, item, i, err);
         } else if (t && !strcmp(t, "function_call_output")) {
-            const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "call_id"), *output = get(item, "output");
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "call_id"), *output = nv_api_field(item, "output");
             if (!cJSON_IsString(id) || !output)
                 return bad(err, NULL, param, "'%s': a function_call_output item has 'call_id' and 'output'", param);
             nv_buf text = {0};
@@ -144,7 +139,7 @@ static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
 
 /* tools (flat function tools) and tool_choice into the chat shapes. */
 static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
-    const cJSON *tools = get(in, "tools"), *choice = get(in, "tool_choice");
+    const cJSON *tools = nv_api_field(in, "tools"), *choice = nv_api_field(in, "tool_choice");
     if (tools) {
         if (!cJSON_IsArray(tools)) return bad(err, NULL, "tools", "'tools' must be a list of tools");
         cJSON *list = cJSON_AddArrayToObject(out, "tools");
@@ -188,9 +183,9 @@ static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
 
 /* text.format into response_format. */
 static int translate_format(const cJSON *in, cJSON *out, nv_api_error *err) {
-    const cJSON *text = get(in, "text");
+    const cJSON *text = nv_api_field(in, "text");
     if (!text) return 0;
-    const cJSON *format = get(text, "format");
+    const cJSON *format = nv_api_field(text, "format");
     if (!cJSON_IsObject(text) || (format && !cJSON_IsObject(format)))
         return bad(err, NULL, "text", "'text' must be {\"format\": {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}}");
     const char *type = format ? type_of(format) : "text";
@@ -213,7 +208,7 @@ static cJSON *echo_of(const cJSON *in) {
     const char *keys[] = {"instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
                           "parallel_tool_calls", "text", "reasoning", "metadata", "user"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        const cJSON *v = get(in, keys[k]);
+        const cJSON *v = nv_api_field(in, keys[k]);
         cJSON_AddItemToObject(e, keys[k], v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
     }
     static const struct {
@@ -244,21 +239,21 @@ static cJSON *echo_of(const cJSON *in) {
 static int translate(const cJSON *in, int reasoning, cJSON *out, nv_api_error *err) {
     const char *stateful[] = {"previous_response_id", "conversation"};
     for (int k = 0; k < 2; k++)
-        if (get(in, stateful[k]))
+        if (nv_api_field(in, stateful[k]))
             return bad(err, "unsupported_parameter", stateful[k],
                        "'%s' is not supported: this server stores no responses; send the whole conversation in 'input'", stateful[k]);
-    const cJSON *bg = get(in, "background");
+    const cJSON *bg = nv_api_field(in, "background");
     if (bg && !cJSON_IsFalse(bg)) return bad(err, "unsupported_parameter", "background", "'background' responses are not supported");
     const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user"};
     for (int k = 0; k < 6; k++) /* the chat parser checks them */
-        if (get(in, copy[k])) cJSON_AddItemToObject(out, copy[k], cJSON_Duplicate(get(in, copy[k]), 1));
-    const cJSON *mot = get(in, "max_output_tokens");
+        if (nv_api_field(in, copy[k])) cJSON_AddItemToObject(out, copy[k], cJSON_Duplicate(nv_api_field(in, copy[k]), 1));
+    const cJSON *mot = nv_api_field(in, "max_output_tokens");
     if (mot) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mot, 0));
-    const cJSON *md = get(in, "metadata");
+    const cJSON *md = nv_api_field(in, "metadata");
     if (md && !cJSON_IsObject(md)) return bad(err, NULL, "metadata", "'metadata' must be an object");
-    const cJSON *r = get(in, "reasoning");
+    const cJSON *r = nv_api_field(in, "reasoning");
     if (r && !cJSON_IsObject(r)) return bad(err, NULL, "reasoning", "'reasoning' must be an object {\"effort\": ...}");
-    const char *effort = cJSON_GetStringValue(get(r, "effort"));
+    const char *effort = cJSON_GetStringValue(nv_api_field(r, "effort"));
     if (reasoning && effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal"))) /* Qwen3's switch */
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
     int rc;
@@ -318,11 +313,6 @@ int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_re
 
 /* ---- output items and the response ------------------------------------------------------------- */
 
-static char *print_free(cJSON *root) {
-    char *s = root ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
-    return s;
-}
 
 /* An item's id: its kind's prefix, the response's hex and the item's index. */
 static void item_id(char *out, size_t cap, const nv_resp_meta *m, const char *prefix, int index) {
@@ -398,7 +388,7 @@ char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a) {
     if ((a->text && *a->text) || !a->n_calls)
         cJSON_AddItemToArray(items, text_item(m, 0, k++, a->text ? a->text : "", a->incomplete && !a->n_calls ? "incomplete" : "completed"));
     for (int c = 0; c < a->n_calls; c++) cJSON_AddItemToArray(items, call_item(m, k++, &a->calls[c], a->calls[c].arguments, "completed"));
-    return print_free(response_object(m, a->incomplete ? "incomplete" : "completed", items, a));
+    return nv_api_print_free(response_object(m, a->incomplete ? "incomplete" : "completed", items, a));
 }
 
 /* ---- the stream --------------------------------------------------------------------------------- */
