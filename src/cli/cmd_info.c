@@ -53,6 +53,7 @@ int cmd_info(int argc, char **argv) {
     const int tuned = cli_tune_count(machine, path, sizeof path);
     if (tuned > 0) printf("tune:     %d model%s tuned for this machine and these engines (%s)\n", tuned, tuned > 1 ? "s" : "", path);
     else if (tuned == 0) printf("tune:     no model tuned for this machine yet (nerve tune -m MODEL)\n");
-    else printf("tune:     the tune file %s cannot be read (nerve tune rewrites it)\n", path[0] ? path : "(no place for one)");
+    else if (path[0]) printf("tune:     the tune file %s cannot be read (a file that does not parse: nerve tune keeps it as .bad and writes a new one)\n", path);
+    else printf("tune:     no place for a tune file (set NERVE_TUNE_FILE, XDG_CACHE_HOME or HOME)\n");
     return 0;
 }

@@ -2,7 +2,7 @@
  * serve it fastest and which exact fp32 engine generates with it fastest, and stores the choice
  * per machine and model shape in the tune file, which `serve` and `generate` then take by default.
  *
- * Every engine that probes well is measured with the model's plans built for it: prefill of a
+ * Every engine that probes well (scalar only when it is the only fp32 one) is measured with the model's plans built for it: prefill of a
  * prompt of --prompt tokens in chunks of 64 up to its length, at most 2,048 (the scheduler's
  * prefill chunk), through the single-sequence forward (the batched one's plans and kernels), then
  * --answer tokens of greedy decode. serve gets the engine whose request (that prompt, that answer)
@@ -10,8 +10,8 @@
  * is within 5% of it when both are measured again (then the default, whose precision order the
  * noise should not overturn);
  * generate avx2 instead of its default avx512 only when avx2 decodes 5% faster (the two give
- * bit-identical outputs, so its text does not change). The file is JSON: {"version": 1, "machines": {MACHINE: {"cpu", "threads", "engines",
- * "models": {MODEL: {"serve": {"engine", "prefill_chunk"}, "generate": {"engine"}, "measured":
+ * bit-identical outputs, so its text does not change). The file is JSON: {"version": 1,
+ * "machines": {MACHINE: {"cpu", "threads", "models": {MODEL: {"serve": {"engine", "prefill_chunk"}, "generate": {"engine"}, "measured":
  * [...], "model", "at"}}}}}; MACHINE names the CPU, the threads and the engines on (so a run under
  * NERVE_ENGINES or another --threads is a machine of its own), MODEL the shape and the weights'
  * formats. It is updated under a lock (FILE.lock) and written atomically; one that does not parse

@@ -8,7 +8,7 @@
  *   dropped, as Anthropic's API drops them; images and documents are refused: the models read text;
  *   a top-level system prompt; stop_sequences; temperature 0..1, top_p, top_k; tools with an
  *   input_schema and tool_choice auto/any/tool/none with disable_parallel_tool_use; thinking
- *   "enabled": with --reasoning-format, where the model reasons, it does so only when asked, as
+ *   "enabled" or "adaptive": with --reasoning-format, where the model reasons, it does so only when asked, as
  *   Anthropic's models do: Qwen3's switch off otherwise) and turns it into the OpenAI chat request
  *   the server already runs: tool_use and tool_result become tool_calls and tool messages, the
  *   system prompt a system message. A last message from the assistant is a prefill the answer
