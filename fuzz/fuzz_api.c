@@ -161,7 +161,7 @@ static void check_anthropic(nv_api_ctx *ctx, const char *data, size_t size) {
         check_json(nv_anth_message(&m, &a), "Anthropic message");
         nv_anth_stream st;
         nv_buf out = {0};
-        nv_anth_stream_start(&st, &m, r.req.n_prompt, &out);
+        nv_anth_stream_start(&st, &m, r.req.n_prompt, 0, &out);
         nv_anth_stream_end(&st, &a, &out);
         FZ_CHECK(!out.oom && strstr(out.data, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), "Anthropic events");
         nv_buf_free(&out);

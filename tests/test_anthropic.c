@@ -314,6 +314,7 @@ typedef struct {
     char text[4096], thinking[1024], calls[1024];
     char stop_reason[32], stop_sequence[64];
     int input_tokens, output_tokens, ok; /* the final usage's: the prompt (cached tokens included), the answer */
+    int start_input, start_cached;      /* message_start's usage: input_tokens, cache_read_input_tokens */
 } stream_sum;
 
 static void sum_stream(const char *sse, stream_sum *s) {
@@ -327,6 +328,11 @@ static void sum_stream(const char *sse, stream_sum *s) {
         strcat(s->names, " ");
         const int index = cJSON_GetObjectItem(ev, "index") ? cJSON_GetObjectItem(ev, "index")->valueint : -1;
         const cJSON *d = cJSON_GetObjectItem(ev, "delta"), *b = cJSON_GetObjectItem(ev, "content_block");
+        if (!strcmp(name, "message_start")) {
+            const cJSON *u = cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "message"), "usage");
+            s->start_input = cJSON_GetObjectItem(u, "input_tokens")->valueint;
+            s->start_cached = cJSON_GetObjectItem(u, "cache_read_input_tokens")->valueint;
+        }
         if (!strcmp(name, "content_block_start")) {
             s->ok &= open < 0 && index == next;
             open = index;
@@ -364,7 +370,7 @@ static void test_stream_events(void) {
     nv_anth_stream st;
     nv_buf out = {0};
     nv_tool_call call = {.id = "call_abc", .name = "play", .arguments = "{\"toy\":\"car\"}"};
-    nv_anth_stream_start(&st, &m, 7, &out);
+    nv_anth_stream_start(&st, &m, 7, 0, &out);
     nv_anth_stream_text(&st, 1, "hm", &out);
     nv_anth_stream_text(&st, 0, "Let ", &out);
     nv_anth_stream_text(&st, 0, "me.", &out);
@@ -380,7 +386,7 @@ static void test_stream_events(void) {
                 !strcmp(s.stop_reason, "tool_use") && s.input_tokens == 7 && s.output_tokens == 12,
             "events: %s", out.data);
     nv_buf_free(&out);
-    nv_anth_stream_start(&st, &m, 3, &out);
+    nv_anth_stream_start(&st, &m, 3, 0, &out);
     nv_anth_stream_end(&st, &(nv_anth_answer){.stop_reason = "max_tokens", .prompt_tokens = 3}, &out);
     sum_stream(out.data, &s);
     T_CHECK(s.ok && !strcmp(s.names, "message_start ping content_block_start content_block_stop message_delta message_stop ") &&
@@ -480,8 +486,12 @@ static void test_server_messages(void) {
     stream_sum s;
     T_CHECK(post("/v1/messages", NULL, body, &r) && r.status == 200 && strstr(r.head, "text/event-stream"), "stream: %d", r.status);
     sum_stream(r.body, &s);
-    T_CHECK(s.ok && !strcmp(s.text, text) && !strcmp(s.stop_reason, stop) && s.input_tokens == in && s.output_tokens == out,
-            "stream '%s' (%s) vs '%s' (%s): %.400s", s.text, s.stop_reason, text, stop, r.body);
+    /* message_start comes once the prompt is in: its usage already splits off the prefix cache's share
+       (the same prompt was just served, so some of it is cached) */
+    T_CHECK(s.ok && !strcmp(s.text, text) && !strcmp(s.stop_reason, stop) && s.input_tokens == in && s.output_tokens == out &&
+                s.start_cached > 0 && s.start_input + s.start_cached == in,
+            "stream '%s' (%s) vs '%s' (%s), start usage %d + %d cached: %.400s", s.text, s.stop_reason, text, stop, s.start_input,
+            s.start_cached, r.body);
     resp_free(&r);
     /* count_tokens: the prompt's length */
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",%s}", msgs);

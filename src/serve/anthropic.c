@@ -513,12 +513,12 @@ static cJSON *indexed(const char *name, int index) {
     return o;
 }
 
-void nv_anth_stream_start(nv_anth_stream *s, const nv_anth_meta *m, int input_tokens, nv_buf *out) {
+void nv_anth_stream_start(nv_anth_stream *s, const nv_anth_meta *m, int prompt_tokens, int cached_tokens, nv_buf *out) {
     memset(s, 0, sizeof *s);
     s->m = m;
     cJSON *data = ev("message_start"), *msg = message_object(m);
     set_stop(msg, NULL);
-    nv_anth_answer none = {.prompt_tokens = input_tokens};
+    nv_anth_answer none = {.prompt_tokens = prompt_tokens, .cached_tokens = cached_tokens};
     cJSON_AddItemToObject(msg, "usage", usage(&none));
     cJSON_AddItemToObject(data, "message", msg);
     event(out, data);

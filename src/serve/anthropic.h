@@ -21,7 +21,8 @@
  *   "content": [thinking?, text?, tool_use...], "stop_reason": end_turn | max_tokens |
  *   stop_sequence | tool_use, "stop_sequence", "usage": {"input_tokens" (not counting cache
  *   reads), "cache_read_input_tokens" (the prefix cache's), "cache_creation_input_tokens": 0,
- *   "output_tokens"}}, or its stream of server-sent events: message_start, ping, for each block
+ *   "output_tokens"}}, or its stream of server-sent events: message_start (sent once the prompt is
+ *   in, so its usage has the prefix cache's share), ping, for each block
  *   content_block_start / _delta (text_delta, thinking_delta, input_json_delta) / _stop,
  *   message_delta (stop_reason, stop_sequence, usage), message_stop; an error event ends a stream
  *   that fails part way. */
@@ -72,7 +73,8 @@ typedef struct {
     int open;  /* the block being written: 0 none, 1 text, 2 thinking */
     int index; /* the next block's index */
 } nv_anth_stream;
-void nv_anth_stream_start(nv_anth_stream *s, const nv_anth_meta *m, int input_tokens, nv_buf *out);
+/* message_start (its usage: the prompt's tokens, cached_tokens of them from the prefix cache) and a ping. */
+void nv_anth_stream_start(nv_anth_stream *s, const nv_anth_meta *m, int prompt_tokens, int cached_tokens, nv_buf *out);
 /* Text of the answer (thinking: of its think block), opening a block of that kind when needed. */
 void nv_anth_stream_text(nv_anth_stream *s, int thinking, const char *text, nv_buf *out);
 void nv_anth_stream_call(nv_anth_stream *s, const nv_tool_call *c, nv_buf *out);

@@ -67,6 +67,7 @@ typedef struct {
     int n_calls[NV_MAX_CHOICES];
     int proto;                          /* P_OPENAI, or an Anthropic Messages or Responses stream (one choice) */
     nv_anth_stream anth;
+    int anth_started;                   /* message_start is out */
     nv_anth_meta anth_meta;
     nv_resp_stream resp;
     nv_resp_meta resp_meta;
@@ -327,6 +328,11 @@ static void stream_poll(stream_ctx *st) {
             if ((text.len || rs.done) &&
                 split_feed(&st->split[i], text.data ? text.data : "", text.len, rs.done, &why, &said, &calls, &n_new) < 0)
                 st->out.oom = 1;
+            if (st->proto == P_ANTHROPIC && !st->anth_started && (text.len || rs.done) &&
+                (rs.finish == NV_FINISH_NONE || rs.finish == NV_FINISH_STOP || rs.finish == NV_FINISH_LENGTH)) {
+                nv_anth_stream_start(&st->anth, &st->anth_meta, rs.prompt_tokens, rs.cached_tokens, &st->out);
+                st->anth_started = 1;
+            }
             if (st->proto != P_OPENAI) item_news(st, &why, &said, calls, n_new);
             else openai_news(st, i, &why, &said, &lps, calls, n_new);
             news |= why.len || said.len || lps.n || n_new;
@@ -531,10 +537,9 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         ar.tools = NULL;
         for (int i = 0; i < n; i++) st->split[i] = split_init(chat && h->ctx.reasoning, st->tools);
         if (am) {
-            st->proto = P_ANTHROPIC;
+            st->proto = P_ANTHROPIC; /* message_start once the prompt is in (stream_poll): its usage is then whole */
             st->anth_meta = *am;
             memset(am, 0, sizeof *am);
-            nv_anth_stream_start(&st->anth, &st->anth_meta, ar.req.n_prompt, &st->out);
         } else if (rm) {
             st->proto = P_RESPONSES;
             st->resp_meta = *rm;
