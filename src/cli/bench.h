@@ -9,6 +9,9 @@
 
 #include <stdio.h>
 
+#include "model/forward.h"
+#include "model/model.h"
+
 typedef struct {
     int json;
     int threads;    /* 0 = every core */
@@ -51,6 +54,9 @@ void row_fail(bench_row *r, const char *why);
 /* Median seconds of fn(ctx) after one warm-up call, over at least min_reps calls and min_s seconds
  * (at most 1000 calls); *reps gets the count (may be NULL). */
 double bench_median(void (*fn)(void *), void *ctx, int min_reps, double min_s, int *reps);
+/* Seconds to prefill prompt[0..n) into s in chunks from position 0, -1 when a forward fails
+ * (bench_model.c; nerve tune times its prefills with it too). */
+double bench_prefill_s(const nv_model *m, nv_state *s, const int *prompt, int n, int chunk);
 /* count uniform values in [-scale, scale) from seed (caller frees), NULL when out of memory. */
 float *bench_rand(size_t count, float scale, unsigned long long seed);
 

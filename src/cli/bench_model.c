@@ -187,7 +187,6 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o) {
             row_end(&r, o);
             continue;
         }
-        nv_model_free_plans(&m);
         if (nv_model_build_plans(&m, (nv_engine_id)e) != NV_OK || all_logits(&m, ids, positions, kv, got) != NV_OK) {
             row_fail(&r, nv_errmsg());
             row_end(&r, o);
@@ -217,7 +216,6 @@ out:
     free(ids);
     free(text);
     nv_tokenizer_free(tok);
-    nv_model_free_plans(&m);
     nv_model_free(&m);
     return rc;
 }
@@ -240,17 +238,16 @@ typedef struct {
     double s;
 } timed;
 
-/* Prefills prompt[0..n) in chunks from position 0; seconds. */
-static timed prefill(const nv_model *m, nv_state *s, const int *prompt, int n, int chunk) {
-    timed t = {0, 0};
+double bench_prefill_s(const nv_model *m, nv_state *s, const int *prompt, int n, int chunk) {
     double t0 = nv_now();
-    for (int pos = 0; pos < n; pos += chunk) {
-        int len = n - pos < chunk ? n - pos : chunk;
-        if (nv_forward(m, s, prompt + pos, len, pos) != NV_OK) return t;
-    }
-    t.ok = 1;
-    t.s = nv_now() - t0;
-    return t;
+    for (int pos = 0; pos < n; pos += chunk)
+        if (nv_forward(m, s, prompt + pos, n - pos < chunk ? n - pos : chunk, pos) != NV_OK) return -1;
+    return nv_now() - t0;
+}
+
+static timed prefill(const nv_model *m, nv_state *s, const int *prompt, int n, int chunk) {
+    const double sec = bench_prefill_s(m, s, prompt, n, chunk);
+    return (timed){sec >= 0, sec};
 }
 
 int bench_generate(int argc, char **argv, const bench_opts *o) {
@@ -330,7 +327,6 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
             if (!nv_engine_available((nv_engine_id)e)) {
                 snprintf(why, sizeof why, "engine %s is off: %s", en, nv_engine_why_off((nv_engine_id)e));
             } else {
-                nv_model_free_plans(&m);
                 if (nv_model_build_plans(&m, (nv_engine_id)e) != NV_OK ||
                     nv_state_init(&s, &c, chunk, cache_len, 0) != NV_OK)
                     snprintf(why, sizeof why, "%s", nv_errmsg());
@@ -396,7 +392,6 @@ int bench_generate(int argc, char **argv, const bench_opts *o) {
             if (have_state) nv_state_free(&s);
         }
     }
-    nv_model_free_plans(&m);
     nv_model_free(&m);
     free(prompt);
     return rc;

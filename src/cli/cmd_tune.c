@@ -34,6 +34,7 @@
 #include "base/pool.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "cli/bench.h"
 #include "cli/cli.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -79,8 +80,7 @@ void cli_tune_model_key(const nv_model *m, char *out, size_t cap) {
     const int nm = c->n_layers * NV_LAYER_MATRICES + 1;
     for (int i = 0; m->quant && i < nm; i++) {
         const nv_qmatrix *q = &m->quant[i];
-        int four = q->q != NULL; /* values 0..15 (Q4_0, Q4_1, Q4_K): the engines keep them at 4 bits */
-        for (size_t k = 0; four && k < q->count; k++) four = (uint8_t)q->q[k] <= 15;
+        const int four = q->q && nv_qweights_four_bit(q->q, q->count); /* Q4_0, Q4_1, Q4_K: plans keep 4 bits */
         const int kind[3] = {q->h ? -1 : q->q ? q->qb : 0, q->o != NULL, four};
         h = nv_hash64(kind, sizeof kind, h);
     }
@@ -164,14 +164,12 @@ int cli_tune_count(const char *machine, char *path, size_t cap) {
 
 /* ---- measuring ---------------------------------------------------------------------------------- */
 
-/* Seconds to prefill prompt[0..n) in chunks from position 0 (the best of reps); < 0 on failure. */
+/* The best of reps bench_prefill_s; < 0 on failure. */
 static double time_prefill(const nv_model *m, nv_state *s, const int *prompt, int n, int chunk, int reps) {
     double best = -1;
     for (int r = 0; r < reps; r++) {
-        double t0 = nv_now();
-        for (int pos = 0; pos < n; pos += chunk)
-            if (nv_forward(m, s, prompt + pos, n - pos < chunk ? n - pos : chunk, pos) != NV_OK) return -1;
-        double t = nv_now() - t0;
+        double t = bench_prefill_s(m, s, prompt, n, chunk);
+        if (t < 0) return -1;
         if (best < 0 || t < best) best = t;
     }
     return best;

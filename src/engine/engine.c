@@ -638,6 +638,12 @@ static void pack_quant_task(void *vc, int task, int nt) {
     }
 }
 
+int nv_qweights_four_bit(const int8_t *q, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (q[i] < 0 || q[i] > 15) return 0;
+    return 1;
+}
+
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k) {
     *out = NULL;
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
@@ -656,9 +662,7 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     p->quant = 1;
     p->qb = w->h ? k : w->qb;
     /* 4-bit panels when the values allow (Q4_0, Q4_1, Q4_K): half the bytes to stream */
-    p->bits = w->h ? 16 : 4;
-    for (size_t i = 0; !w->h && i < (size_t)n * k && p->bits == 4; i++)
-        if (w->q[i] < 0 || w->q[i] > 15) p->bits = 8;
+    p->bits = w->h ? 16 : nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
     p->pack_bytes = (size_t)p->np * p->kf->nr * k * p->bits / 8;
     const size_t ns = (size_t)p->np * cdiv(k, p->qb) * p->kf->nr;
     p->pack = pack_alloc(p->pack_bytes);

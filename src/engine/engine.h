@@ -213,6 +213,8 @@ typedef struct {
  * NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
+/* 1 when every one of the n values is 0..15: such a plan keeps them at 4 bits. */
+int nv_qweights_four_bit(const int8_t *q, size_t n);
 int nv_plan_quantized(const nv_plan *p); /* 0: fp32 weights; 4, 8 or 16 (fp16): bits per stored value */
 /* Bytes of weight one pass of the plan reads: the packed copy (with the int8 engines' per-channel scales and sums, or
  * a block-quantized plan's int8 panels with their block scales and offsets), or for scalar the

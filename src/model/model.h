@@ -90,7 +90,7 @@ typedef struct {
 /* Points w at the parts of a params block laid out in version-1 order. */
 void nv_weights_point(nv_weights *w, const nv_config *c, float *params);
 
-/* Frees the plans (nv_model_build_plans may then build them again, on another engine). */
+/* Frees the plans (nv_model_free and nv_model_build_plans call it). */
 void nv_model_free_plans(nv_model *m);
 
 /* Loads a llama2.c checkpoint: legacy v0 (7 int header, negative vocab = separate classifier)
@@ -113,7 +113,8 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path);
  * 10000 and norm eps 1e-5 (the format has no field for them); otherwise GGUF does. */
 int nv_config_fits_v1(const nv_config *c);
 /* Builds one plan per weight matrix on engine e (falling down the ladder where e is off); a matrix
- * with a block-quantized source gets a block-quantized plan where the engine takes one. */
+ * with a block-quantized source gets a block-quantized plan where the engine takes one. Plans built
+ * before (on another engine) are freed first. */
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);
 /* The engine the model's products run on once its plans are built: the layers' (the FFN down
  * projection and the classifier stay on bf16 tiles under an int8 engine), for messages and labels. */

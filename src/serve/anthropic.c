@@ -22,11 +22,6 @@ static int bad(nv_api_error *err, const char *fmt, ...) {
     return err->status;
 }
 
-static int oom(nv_api_error *err) {
-    nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-    return err->status;
-}
-
 static int is_type(const cJSON *block, const char *type) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(block, "type");
     return cJSON_IsString(t) && !strcmp(t->valuestring, type);
@@ -104,7 +99,7 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
                 break;
             }
             if (pending && !add_msg(msgs, "user", text.data)) {
-                rc = oom(err);
+                rc = nv_api_oom(err);
                 break;
             }
             text.len = 0, pending = 0;
@@ -113,10 +108,10 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
             char path[64];
             snprintf(path, sizeof path, "messages.%d.content.%d.content", i, k);
             if (c) rc = text_of(c, path, &result, err);
-            if (!rc && result.oom) rc = oom(err);
+            if (!rc && result.oom) rc = nv_api_oom(err);
             cJSON *m = rc ? NULL : add_msg(msgs, "tool", result.data);
             if (m) cJSON_AddStringToObject(m, "tool_call_id", id->valuestring);
-            else if (!rc) rc = oom(err);
+            else if (!rc) rc = nv_api_oom(err);
             nv_buf_free(&result);
         } else if (is_type(b, "image") || is_type(b, "document")) {
             rc = bad(err, "messages.%d.content.%d: this model reads text only ('%s' blocks are not supported)", i, k,
@@ -125,8 +120,8 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
             rc = bad(err, "messages.%d.content.%d: a user message's blocks are text and tool_result", i, k);
         }
     }
-    if (!rc && text.oom) rc = oom(err);
-    if (!rc && (pending || k == 0) && !add_msg(msgs, "user", text.data)) rc = oom(err);
+    if (!rc && text.oom) rc = nv_api_oom(err);
+    if (!rc && (pending || k == 0) && !add_msg(msgs, "user", text.data)) rc = nv_api_oom(err);
     nv_buf_free(&text);
     return rc;
 }
@@ -136,7 +131,7 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
 static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *err) {
     nv_buf text = {0};
     cJSON *calls = cJSON_CreateArray();
-    if (!calls) return oom(err);
+    if (!calls) return nv_api_oom(err);
     int rc = 0, k = 0;
     for (const cJSON *b = content->child; b && !rc; b = b->next, k++) {
         if (is_type(b, "text")) {
@@ -154,7 +149,7 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_err
             cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
             if (!args || !call || !fn) {
                 free(args), cJSON_Delete(call), cJSON_Delete(fn);
-                rc = oom(err);
+                rc = nv_api_oom(err);
                 break;
             }
             cJSON_AddStringToObject(call, "id", id->valuestring);
@@ -170,9 +165,9 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_err
             rc = bad(err, "messages.%d.content.%d: an assistant message's blocks are text, tool_use and thinking", i, k);
         }
     }
-    if (!rc && text.oom) rc = oom(err);
+    if (!rc && text.oom) rc = nv_api_oom(err);
     cJSON *m = rc ? NULL : add_msg(msgs, "assistant", text.data);
-    if (!rc && !m) rc = oom(err);
+    if (!rc && !m) rc = nv_api_oom(err);
     if (m && calls->child) { /* joined to an assistant turn before it: its calls follow that one's */
         cJSON *before = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
         if (!before) cJSON_AddItemToObject(m, "tool_calls", calls), calls = NULL;
@@ -192,8 +187,8 @@ static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
     if (system) {
         nv_buf b = {0};
         int rc = text_of(system, "system", &b, err);
-        if (!rc && b.oom) rc = oom(err);
-        else if (b.len && !add_msg(list, "system", b.data)) rc = oom(err);
+        if (!rc && b.oom) rc = nv_api_oom(err);
+        else if (b.len && !add_msg(list, "system", b.data)) rc = nv_api_oom(err);
         nv_buf_free(&b);
         if (rc) return rc;
     }
@@ -209,7 +204,7 @@ static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
         if (!content || (!cJSON_IsString(content) && !cJSON_IsArray(content)))
             return bad(err, "messages.%d.content: must be a string or a list of content blocks", i);
         int rc = 0;
-        if (cJSON_IsString(content)) rc = add_msg(list, role->valuestring, content->valuestring) ? 0 : oom(err);
+        if (cJSON_IsString(content)) rc = add_msg(list, role->valuestring, content->valuestring) ? 0 : nv_api_oom(err);
         else rc = user ? user_blocks(content, i, list, err) : assistant_blocks(content, i, list, err);
         if (rc) return rc;
         last = m;
@@ -311,7 +306,7 @@ static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out,
             for (const cJSON *s = stops->child; s; s = s->next, i++) {
                 if (!cJSON_IsString(s) || !s->valuestring[0] || strlen(s->valuestring) > 256)
                     return bad(err, "stop_sequences.%d: must be a string of 1 to 256 bytes", i);
-                if (!(meta->stop[meta->n_stop] = strdup(s->valuestring))) return oom(err);
+                if (!(meta->stop[meta->n_stop] = strdup(s->valuestring))) return nv_api_oom(err);
                 meta->n_stop++;
             }
             cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(stops, 1));
@@ -340,28 +335,27 @@ void nv_anth_meta_free(nv_anth_meta *m) {
     memset(m, 0, sizeof *m);
 }
 
+typedef struct {
+    int count_only, reasoning;
+    nv_anth_meta *meta;
+} translate_args;
+
+static int translate_cb(const cJSON *in, cJSON *chat, void *arg, nv_api_error *err) {
+    const translate_args *a = arg;
+    return translate(in, a->count_only, a->reasoning, chat, a->meta, err);
+}
+
 int nv_anth_parse(const nv_api_ctx *ctx, const char *body, size_t len, int count_only, nv_api_request *out,
                   nv_anth_meta *meta, nv_api_error *err) {
-    memset(out, 0, sizeof *out);
     memset(meta, 0, sizeof *meta);
-    memset(err, 0, sizeof *err);
-    cJSON *in = nv_api_body_object(body, len, err);
-    if (!in) return err->status;
-    cJSON *oai = cJSON_CreateObject();
-    int rc = oai ? translate(in, count_only, ctx->reasoning, oai, meta, err) : oom(err);
-    cJSON_Delete(in);
-    if (!rc) {
-        const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .count_only = count_only, .max_tokens_cap = 1};
-        rc = nv_api_parse_json(ctx, 1, oai, &o, out, err);
-    }
-    cJSON_Delete(oai);
+    translate_args a = {count_only, ctx->reasoning, meta};
+    const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .count_only = count_only, .max_tokens_cap = 1};
+    int rc = nv_api_parse_translated(ctx, body, len, translate_cb, &a, &o, out, err);
     if (rc) {
         nv_anth_meta_free(meta);
         return rc;
     }
-    nv_api_meta am; /* the same kind of random id as the OpenAI responses' */
-    nv_api_meta_init(&am, 1, ctx->model_id);
-    snprintf(meta->id, sizeof meta->id, "msg_%.40s", am.id + strlen("chatcmpl-"));
+    nv_api_new_id(meta->id, sizeof meta->id, "msg_");
     meta->model = ctx->model_id;
     return 0;
 }

@@ -136,8 +136,7 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     out->bias_tok = malloc((size_t)n * sizeof *out->bias_tok);
     out->bias = malloc((size_t)n * sizeof *out->bias);
     if (!out->bias_tok || !out->bias) {
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        return err->status;
+        return nv_api_oom(err);
     }
     int i = 0;
     for (const cJSON *e = lb->child; e; e = e->next, i++) {
@@ -257,8 +256,7 @@ static int prompt_from_ids(const nv_api_ctx *ctx, const cJSON *arr, nv_api_reque
     }
     out->prompt_ids = malloc((size_t)n * sizeof(int));
     if (!out->prompt_ids) {
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        return err->status;
+        return nv_api_oom(err);
     }
     if (read_ids(arr, "prompt", ctx->vocab_size, out->prompt_ids, err)) return err->status;
     out->req.n_prompt = n;
@@ -417,8 +415,7 @@ int nv_api_tool_texts(const cJSON *tools, nv_tool_style style, char ***texts, in
         if (!(t[k] = tool_text(tool, style))) break;
     if (!t || k < count) {
         nv_api_tool_texts_free(t, k);
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        return err->status;
+        return nv_api_oom(err);
     }
     *texts = t;
     *n = count;
@@ -479,8 +476,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     nv_api_tools *at = calloc(1, sizeof *at);
     if (!at || !(at->names = calloc((size_t)n, sizeof *at->names)) || !(out->tool_json = calloc((size_t)n + 1, sizeof(char *)))) {
         nv_api_tools_free(at);
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        return err->status;
+        return nv_api_oom(err);
     }
     out->tools = at;
     at->style = style;
@@ -490,8 +486,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         at->names[i] = strdup(tool_name(t));
         at->n = i + 1;
         if (!out->tool_json[i] || !at->names[i]) {
-            nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-            return err->status;
+            return nv_api_oom(err);
         }
     }
     if (required || only) {
@@ -590,8 +585,7 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
     out->n = n;
     int rc = 0, i = 0;
     if (!m || !texts) {
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        rc = err->status;
+        rc = nv_api_oom(err);
     }
     for (const cJSON *msg = msgs->child; msg && !rc; msg = msg->next, i++) {
         const cJSON *role = cJSON_IsObject(msg) ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
@@ -625,8 +619,7 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
     }
     for (int j = 0; j < n && !rc; j++) {
         if (texts[j].oom) {
-            nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-            rc = err->status;
+            rc = nv_api_oom(err);
         }
         m[j].content = texts[j].data ? texts[j].data : "";
     }
@@ -702,8 +695,7 @@ static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_a
         }
         if (!e->valuestring[0]) continue;
         if (!(out->stop_copy[k] = strdup(e->valuestring))) {
-            nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-            return err->status;
+            return nv_api_oom(err);
         }
         out->req.stop[k] = out->stop_copy[k];
         k++;
@@ -747,8 +739,7 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
             schema = nv_api_field(js, "schema");
             param = "response_format.json_schema.schema";
             if (!schema && !(schema = parsed = cJSON_CreateTrue())) { /* no schema: any JSON value */
-                nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-                return err->status;
+                return nv_api_oom(err);
             }
         } else {
             nv_api_error_set(err, E400, NULL, "response_format.type",
@@ -765,8 +756,7 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
     if (schema && !out->grammar && e == NV_OK) e = nv_schema_grammar_ex(schema, 0, think, &out->grammar);
     cJSON_Delete(parsed);
     if (e == NV_ENOMEM) {
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        return err->status;
+        return nv_api_oom(err);
     }
     if (e != NV_OK) {
         nv_api_error_set(err, E400, NULL, param, "invalid JSON schema: %s", nv_errmsg());
@@ -858,8 +848,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
         const char *ts = nv_chat_template_stop(ctx->tmpl);
         if (ts && out->req.n_stop < NV_MAX_STOP) {
             if (!(out->stop_copy[out->req.n_stop] = strdup(ts))) {
-                nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-                return err->status;
+                return nv_api_oom(err);
             }
             out->req.stop[out->req.n_stop] = out->stop_copy[out->req.n_stop];
             out->req.n_stop++;
@@ -998,6 +987,25 @@ int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     return rc;
 }
 
+int nv_api_oom(nv_api_error *err) {
+    nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    return err->status;
+}
+
+int nv_api_parse_translated(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_translate translate, void *arg,
+                            const nv_api_parse_opts *o, nv_api_request *out, nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    cJSON *in = nv_api_body_object(body, len, err);
+    if (!in) return err->status;
+    cJSON *chat = cJSON_CreateObject();
+    int rc = chat ? translate(in, chat, arg, err) : nv_api_oom(err);
+    cJSON_Delete(in);
+    if (!rc) rc = nv_api_parse_json(ctx, 1, chat, o, out, err);
+    cJSON_Delete(chat);
+    return rc;
+}
+
 int nv_api_parse(const nv_api_ctx *ctx, int chat, const char *body, size_t len, nv_api_request *out, nv_api_error *err) {
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) {
@@ -1089,8 +1097,7 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
     const int n = rc ? 0 : cJSON_GetArraySize(toks);
     int *ids = rc ? NULL : malloc((size_t)(n ? n : 1) * sizeof *ids);
     if (!rc && !ids) {
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        rc = err->status;
+        rc = nv_api_oom(err);
     }
     if (!rc) rc = read_ids(toks, "tokens", ctx->vocab_size, ids, err);
     cJSON_Delete(root);
@@ -1098,8 +1105,7 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
     free(ids);
     if (rc) return rc;
     if (!text) {
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        return err->status;
+        return nv_api_oom(err);
     }
     cJSON *res = cJSON_CreateObject();
     cJSON_AddStringToObject(res, "content", text); /* llama.cpp's name */
@@ -1126,15 +1132,18 @@ void nv_api_request_free(nv_api_request *r) {
 
 /* ---- responses --------------------------------------------------------------------------------- */
 
-void nv_api_meta_init(nv_api_meta *m, int chat, const char *model) {
-    memset(m, 0, sizeof *m);
+void nv_api_new_id(char *out, size_t cap, const char *prefix) {
     static _Atomic uint64_t counter;
     nv_rng r;
     nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9)) ^ (atomic_fetch_add(&counter, 1) << 40) ^ (uint64_t)time(NULL));
     uint64_t a = r.state;
     nv_rng_seed(&r, a);
-    snprintf(m->id, sizeof m->id, "%s-%016llx%08llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)a,
-             (unsigned long long)(r.state & 0xffffffffu));
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(r.state & 0xffffffffu));
+}
+
+void nv_api_meta_init(nv_api_meta *m, int chat, const char *model) {
+    memset(m, 0, sizeof *m);
+    nv_api_new_id(m->id, sizeof m->id, chat ? "chatcmpl-" : "cmpl-");
     m->created = (long)time(NULL);
     m->model = model;
     m->chat = chat;
@@ -1417,8 +1426,7 @@ static int embed_input(const nv_api_ctx *ctx, const cJSON *in, int i, int listed
         n = cJSON_GetArraySize(in);
         if (n <= ctx->seq_len) {
             if (!(e->ids[i] = malloc((size_t)n * sizeof(int)))) {
-                nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-                return err->status;
+                return nv_api_oom(err);
             }
             if (read_ids(in, param, ctx->vocab_size, e->ids[i], err)) return err->status;
         }
@@ -1462,7 +1470,7 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
         nv_api_error_set(err, E400, NULL, "input", "'input' must list 1 to %d inputs, not %d", NV_MAX_EMBED_INPUTS, n),
             rc = err->status;
     if (!rc && (!(out->ids = calloc((size_t)n, sizeof *out->ids)) || !(out->n_ids = calloc((size_t)n, sizeof *out->n_ids))))
-        nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory"), rc = err->status;
+        rc = nv_api_oom(err);
     if (!rc) out->n = n;
     int i = 0;
     for (const cJSON *e = listed ? input->child : input; !rc && e && i < n; e = listed ? e->next : NULL, i++)

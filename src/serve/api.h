@@ -99,6 +99,16 @@ typedef struct {
 } nv_api_parse_opts;
 int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *o, nv_api_request *out,
                       nv_api_error *err);
+/* A body in another API's shape (Anthropic's Messages, OpenAI's Responses): translate(in, chat,
+ * arg, err) writes the chat request it stands for into the empty object chat (0, or the error's
+ * status), which is then parsed as nv_api_parse_json parses a chat body. */
+typedef int (*nv_api_translate)(const cJSON *in, cJSON *chat, void *arg, nv_api_error *err);
+int nv_api_parse_translated(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_translate translate, void *arg,
+                            const nv_api_parse_opts *o, nv_api_request *out, nv_api_error *err);
+/* The 500 of an allocation that failed, in err; returns its status. */
+int nv_api_oom(nv_api_error *err);
+/* A fresh random id: prefix and 24 hex digits (chatcmpl-..., msg_..., resp_...). */
+void nv_api_new_id(char *out, size_t cap, const char *prefix);
 /* A chat request's "messages" (NULL when absent): OpenAI's list of {role, content: a string or
  * text parts, an assistant's tool_calls}, checked as /v1/chat/completions checks them. The
  * messages point into msgs (keep it alive) and into texts; on failure err holds the 400 and

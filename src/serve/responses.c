@@ -21,11 +21,6 @@ static int bad(nv_api_error *err, const char *code, const char *param, const cha
     return err->status;
 }
 
-static int oom(nv_api_error *err) {
-    nv_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-    return err->status;
-}
-
 static const char *type_of(const cJSON *o) { return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type")); }
 
 /* The text of a string or of a list of text parts (input_text, output_text; a refusal's text), into b. */
@@ -74,7 +69,7 @@ static int add_call(cJSON *msgs, const cJSON *item, int i, nv_api_error *err) {
     cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
     if (!last || !calls || !call || !fn) {
         cJSON_Delete(call), cJSON_Delete(fn);
-        return oom(err);
+        return nv_api_oom(err);
     }
     cJSON_AddStringToObject(call, "id", id->valuestring);
     cJSON_AddStringToObject(call, "type", "function");
@@ -88,11 +83,11 @@ static int add_call(cJSON *msgs, const cJSON *item, int i, nv_api_error *err) {
 static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
     cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
     const cJSON *instr = nv_api_field(in, "instructions"), *input = nv_api_field(in, "input");
-    if (!msgs) return oom(err);
+    if (!msgs) return nv_api_oom(err);
     if (instr && !cJSON_IsString(instr)) return bad(err, NULL, "instructions", "'instructions' must be a string");
-    if (instr && *instr->valuestring && !add_msg(msgs, "system", instr->valuestring)) return oom(err);
+    if (instr && *instr->valuestring && !add_msg(msgs, "system", instr->valuestring)) return nv_api_oom(err);
     if (!input) return bad(err, "missing_required_parameter", "input", "'input' is required");
-    if (cJSON_IsString(input)) return add_msg(msgs, "user", input->valuestring) ? 0 : oom(err);
+    if (cJSON_IsString(input)) return add_msg(msgs, "user", input->valuestring) ? 0 : nv_api_oom(err);
     if (!cJSON_IsArray(input) || !input->child)
         return bad(err, NULL, "input", "'input' must be a string or a non-empty list of items");
     int i = 0, rc = 0;
@@ -110,7 +105,7 @@ static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
             snprintf(param + strlen(param), sizeof param - strlen(param), ".content");
             const cJSON *content = nv_api_field(item, "content");
             rc = content ? parts_text(content, param, &text, err) : bad(err, "missing_required_parameter", param, "'%s' is required", param);
-            if (!rc && (text.oom || !add_msg(msgs, r, text.data))) rc = oom(err);
+            if (!rc && (text.oom || !add_msg(msgs, r, text.data))) rc = nv_api_oom(err);
             nv_buf_free(&text);
         } else if (t && !strcmp(t, "function_call")) {
             rc = add_call(msgs, item, i, err);
@@ -123,7 +118,7 @@ static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
             rc = parts_text(output, param, &text, err);
             cJSON *m = rc || text.oom ? NULL : add_msg(msgs, "tool", text.data);
             if (m) cJSON_AddStringToObject(m, "tool_call_id", id->valuestring);
-            else if (!rc) rc = oom(err);
+            else if (!rc) rc = nv_api_oom(err);
             nv_buf_free(&text);
         } else if (t && !strcmp(t, "reasoning")) {
             continue; /* an earlier turn's thinking: not shown to the model again */
@@ -156,7 +151,7 @@ static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
             cJSON *tool = cJSON_CreateObject(), *fn = cJSON_CreateObject();
             if (!list || !tool || !fn) {
                 cJSON_Delete(tool), cJSON_Delete(fn);
-                return oom(err);
+                return nv_api_oom(err);
             }
             cJSON_AddItemToArray(list, tool);
             cJSON_AddStringToObject(tool, "type", "function");
@@ -281,32 +276,32 @@ void nv_resp_meta_free(nv_resp_meta *m) {
     memset(m, 0, sizeof *m);
 }
 
+typedef struct {
+    int reasoning;
+    nv_resp_meta *meta;
+} translate_args;
+
+/* The chat request, and the configuration every response object repeats. */
+static int translate_cb(const cJSON *in, cJSON *chat, void *arg, nv_api_error *err) {
+    translate_args *a = arg;
+    int rc = translate(in, a->reasoning, chat, err);
+    if (!rc && !(a->meta->echo = echo_of(in))) rc = nv_api_oom(err);
+    return rc;
+}
+
 int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_request *out, nv_resp_meta *meta,
                   nv_api_error *err) {
-    memset(out, 0, sizeof *out);
     memset(meta, 0, sizeof *meta);
-    memset(err, 0, sizeof *err);
-    cJSON *in = nv_api_body_object(body, len, err);
-    if (!in) return err->status;
-    cJSON *chat = cJSON_CreateObject();
-    int rc = chat ? translate(in, ctx->reasoning, chat, err) : oom(err);
-    if (!rc) {
-        const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
-        rc = nv_api_parse_json(ctx, 1, chat, &o, out, err);
-        if (rc) rename_param(err);
-    }
-    if (!rc && !(meta->echo = echo_of(in))) rc = oom(err);
-    cJSON_Delete(chat);
-    cJSON_Delete(in);
+    translate_args a = {ctx->reasoning, meta};
+    const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
+    int rc = nv_api_parse_translated(ctx, body, len, translate_cb, &a, &o, out, err);
     if (rc) {
-        nv_api_request_free(out);
+        rename_param(err);
         nv_resp_meta_free(meta);
         return rc;
     }
-    nv_api_meta am; /* the same kind of random id as the chat completions' */
-    nv_api_meta_init(&am, 1, ctx->model_id);
-    snprintf(meta->id, sizeof meta->id, "resp_%.40s", am.id + strlen("chatcmpl-"));
-    meta->created = am.created;
+    nv_api_new_id(meta->id, sizeof meta->id, "resp_");
+    meta->created = (long)time(NULL);
     meta->model = ctx->model_id;
     return 0;
 }
