@@ -6,23 +6,34 @@
  * carry one line of message and leave nothing mapped. On success the harness checks the
  * header's config is valid and implies n_params, the three arrays lie inside the mapping, and
  * does what `nerve export` does: writes the weights as a llama2.c v1 model (refused only for
- * shapes v1 cannot hold) and loads that back, which must give the same weights. */
+ * shapes v1 cannot hold) and loads that back, which must give the same weights; a LoRA run's
+ * checkpoint (version 2) instead must hold exactly its shape's adapters. Version 1 files (a
+ * 120-byte header) are read too. */
 #include <stddef.h>
 
 #include "base/hash.h"
 #include "fuzz_util.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "train/ckpt.h"
 
 #define FZ_MAX_INPUT (1u << 20)
 #define FZ_PREFIX 16 /* magic, version, header size */
+#define FZ_V1_HEADER 120u /* version 1's header: the fields before the LoRA ones */
 
 static volatile float sink;
+
+/* The header size the file gives (version 1's or 2's: the loader took no other). */
+static uint32_t header_bytes(const nv_ckpt *c) {
+    uint32_t hb;
+    memcpy(&hb, c->map.data + 12, 4);
+    return hb;
+}
 
 static void check_array(const nv_ckpt *c, const float *p, const char *name) {
     uint64_t n = c->h.n_params;
     const uint8_t *b = (const uint8_t *)p;
-    FZ_CHECK(b >= c->map.data + FZ_PREFIX + sizeof c->h && b + n * 4 <= c->map.data + c->map.len - 8,
+    FZ_CHECK(b >= c->map.data + FZ_PREFIX + header_bytes(c) && b + n * 4 <= c->map.data + c->map.len - 8,
              "%s lies outside the file", name);
     if (n) sink += p[0] + p[n - 1];
 }
@@ -69,12 +80,18 @@ static void try_load(const uint8_t *data, size_t size) {
     nv_config c;
     nv_ckpt_header_get_config(&ck.h, &c);
     FZ_CHECK(nv_config_validate(&c) == NV_OK, "accepted config is invalid: %s", nv_errmsg());
-    FZ_CHECK(ck.h.n_params == nv_config_param_count(&c), "n_params does not match the config");
-    FZ_CHECK(ck.map.len == FZ_PREFIX + sizeof ck.h + 12 * ck.h.n_params + 8, "file of %zu bytes accepted", ck.map.len);
+    const uint32_t hb = header_bytes(&ck);
+    FZ_CHECK(hb == FZ_V1_HEADER || hb == sizeof ck.h, "header of %u bytes accepted", hb);
+    FZ_CHECK(hb == sizeof ck.h || ck.h.lora_rank == 0, "a version 1 header read LoRA fields");
+    const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};
+    FZ_CHECK(!lora.rank || nv_lora_validate(&c, &lora) == NV_OK, "accepted LoRA shape is invalid: %s", nv_errmsg());
+    FZ_CHECK(ck.h.n_params == (lora.rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c)),
+             "n_params does not match the config");
+    FZ_CHECK(ck.map.len == FZ_PREFIX + hb + 12 * ck.h.n_params + 8, "file of %zu bytes accepted", ck.map.len);
     check_array(&ck, ck.params, "params");
     check_array(&ck, ck.m, "adam m");
     check_array(&ck, ck.v, "adam v");
-    check_export(&ck);
+    if (!lora.rank) check_export(&ck); /* adapters are not a model: export takes the run's merged one */
     nv_ckpt_close(&ck);
     FZ_CHECK(ck.map.data == NULL, "close left the mapping");
 }
@@ -82,7 +99,11 @@ static void try_load(const uint8_t *data, size_t size) {
 /* The checksum ckpt.c expects, chained part by part in file order; 0 when the length does not
  * match the header's n_params (nothing to fix). */
 static int fix_checksum(uint8_t *buf, size_t size) {
-    size_t hdr = FZ_PREFIX + sizeof(nv_ckpt_header);
+    if (size < FZ_PREFIX) return 0;
+    uint32_t hb;
+    memcpy(&hb, buf + 12, 4);
+    if (hb != FZ_V1_HEADER && hb != sizeof(nv_ckpt_header)) return 0;
+    size_t hdr = FZ_PREFIX + hb;
     if (size < hdr + 8) return 0;
     uint64_t n;
     memcpy(&n, buf + FZ_PREFIX + offsetof(nv_ckpt_header, n_params), 8);
@@ -90,7 +111,7 @@ static int fix_checksum(uint8_t *buf, size_t size) {
     uint64_t sum = nv_checksum64(buf, 8, 0);
     sum = nv_checksum64(buf + 8, 4, sum);
     sum = nv_checksum64(buf + 12, 4, sum);
-    sum = nv_checksum64(buf + FZ_PREFIX, sizeof(nv_ckpt_header), sum);
+    sum = nv_checksum64(buf + FZ_PREFIX, hb, sum);
     for (int k = 0; k < 3; k++) sum = nv_checksum64(buf + hdr + (size_t)k * n * 4, (size_t)n * 4, sum);
     if (memcmp(buf + size - 8, &sum, 8) == 0) return 0;
     memcpy(buf + size - 8, &sum, 8);

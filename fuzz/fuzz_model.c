@@ -9,9 +9,12 @@
  * scalar plans must make exactly the same fp32 weights; and runs what `nerve generate` does next:
  * scalar plans and two forward steps (the KV cache capped at 4 positions), which must succeed,
  * while an out-of-range token and a position past the cache must be refused. */
+#include <math.h>
+
 #include "fuzz_util.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 /* Inputs above this are skipped: a model that big only makes the fuzzer allocate. */
@@ -113,6 +116,37 @@ static void check_forward(nv_model *m) {
 }
 
 static nv_err load_model(const char *path, void *out) { return nv_model_load(path, out); }
+
+/* The model shape adapters are read against: tests/gguf_write.h's (the seeds' adapter is for it). */
+static const nv_config adapter_config = {32, 32, 1, 2, 1, 16, 8, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+typedef struct {
+    nv_lora_shape s;
+    float *p;
+} adapter;
+static nv_err load_adapter(const char *path, void *out) {
+    adapter *a = out;
+    return nv_gguf_load_lora(path, &adapter_config, &a->s, &a->p);
+}
+
+/* A GGUF input read as a LoRA adapter (what --lora does): refused with one line, or a valid shape
+ * whose every value is finite, which merges into a model of that shape. */
+static void check_adapter(const uint8_t *data, size_t size) {
+    adapter a = {{0}, NULL};
+    const int rc = fz_load_bytes("adapter", data, size, load_adapter, &a, "nv_gguf_load_lora");
+    if (rc != NV_OK) {
+        FZ_CHECK(rc < 0 || a.p == NULL, "a refused adapter left its block behind");
+        return;
+    }
+    FZ_CHECK(nv_lora_validate(&adapter_config, &a.s) == NV_OK, "accepted adapter shape is invalid: %s", nv_errmsg());
+    const uint64_t n = nv_lora_param_count(&adapter_config, &a.s);
+    for (uint64_t i = 0; i < n; i++) FZ_CHECK(isfinite(a.p[i]), "adapter value %llu is not finite", (unsigned long long)i);
+    nv_model m;
+    if (nv_model_alloc(&m, &adapter_config) == NV_OK) {
+        nv_lora_merge(&m, &a.s, a.p, 1.0f);
+        nv_model_free(&m);
+    }
+    free(a.p);
+}
 static nv_err load_quantized(const char *path, void *out) { return nv_model_load_quantized(path, out); }
 
 /* The inference load of the same bytes (GGUF quantized matrices left pending): it loads whenever
@@ -141,6 +175,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1; /* not added to the corpus */
+    if (size >= 4 && memcmp(data, "GGUF", 4) == 0) check_adapter(data, size);
     nv_model m;
     int rc = fz_load_bytes("model", data, size, load_model, &m, "nv_model_load");
     if (rc < 0) return 0;

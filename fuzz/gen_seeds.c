@@ -13,6 +13,7 @@
 #include "../tests/gguf_write.h"
 #include "../tests/bpe_write.h"
 #include "model/gguf.h"
+#include "model/lora.h"
 
 static const char *root;
 
@@ -200,6 +201,32 @@ static void ckpts(void) {
         free(vo);
         nv_model_free(&m);
     }
+    /* a LoRA run's: rank 2 adapters on q and down of the first shape (their state is n floats each) */
+    const nv_lora_shape ls = {2, 4.0f, NV_LORA_Q | NV_LORA_DOWN};
+    const uint64_t n = nv_lora_param_count(&cs[0], &ls);
+    float *p = calloc((size_t)(3 * n), sizeof(float));
+    if (!p) exit(1);
+    nv_lora_init(&cs[0], &ls, p, 5);
+    nv_ckpt_header h;
+    memset(&h, 0, sizeof h);
+    nv_ckpt_header_set_config(&h, &cs[0]);
+    h.step = 2, h.n_params = n, h.batch = 4, h.seq = 8, h.accum = 1, h.seed = 42;
+    h.lora_rank = ls.rank, h.lora_alpha = ls.alpha, h.lora_targets = ls.targets, h.base_hash = 77;
+    check(nv_ckpt_save(seed_path("ckpt", "lora.ckpt"), &h, p, p + n, p + 2 * n));
+    free(p);
+}
+
+/* ---- LoRA adapters: for fuzz_model's adapter shape (tests/gguf_write.h's model) ---------------------- */
+
+static void adapters(void) {
+    const nv_config c = {GW_DIM, GW_HID, 1, GW_HEADS, GW_KVH, GW_HD, GW_VOCAB, GW_CTX, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    const nv_lora_shape ls = {2, 4.0f, NV_LORA_ALL};
+    float *p = calloc((size_t)nv_lora_param_count(&c, &ls), sizeof(float));
+    if (!p) exit(1);
+    nv_lora_init(&c, &ls, p, 3);
+    for (uint64_t i = 0; i < nv_lora_param_count(&c, &ls); i++) p[i] += 0.01f * (float)(i % 7);
+    check(nv_gguf_save_lora(&c, &ls, p, seed_path("model", "adapter.gguf")));
+    free(p);
 }
 
 /* ---- API bodies ------------------------------------------------------------------------------------ */
@@ -317,6 +344,7 @@ int main(int argc, char **argv) {
     models();
     tokenizers();
     ckpts();
+    adapters();
     api();
     chat();
     return 0;

@@ -677,6 +677,120 @@ static void test_chat_finetune_then_serve(void) {
     check_close_runs(whole, halves, "\"grad_norm\":", 0, 1e-4);
 }
 
+/* LoRA end to end on stories260K: adapters on a few matrices lower the validation loss; a run
+ * interrupted part way and resumed gives the uninterrupted losses and adapter bit for bit with
+ * plans built once; the run folder's merged model generates what the base model with the adapter
+ * (--lora) does, and export writes that model; other weights of the same shape, another rank and
+ * whole-model flags are refused, as are LoRA flags without a model and a
+ * malformed adapter. */
+static void lora_args(char *buf, size_t cap, const char *base, const char *out, const char *extra) {
+    snprintf(buf, cap,
+             "train --init-from %s -z %s --data %s --steps 24 --batch 4 --seq 64 --lr 3e-3 --warmup 2 --eval-every 8 "
+             "--eval-batches 4 --ckpt-every 6 --seed 3 --lora-rank 4 --lora-targets q,v,o,down --quiet --out %s %s",
+             base, t_data("models/tok512.bin"), t_data("corpus/tinystories_valid_head.txt"), out, extra);
+}
+
+static void test_lora_run(void) {
+    char base[1000], tok[1000], base_gguf[1000]; /* t_data's buffers are reused */
+    if (!t_data("models/stories260K.bin") || !t_data("models/tok512.bin") || !t_data("gguf/tinyllamas-stories-260k-f32.gguf") ||
+        !t_data("corpus/tinystories_valid_head.txt"))
+        return;
+    snprintf(base, sizeof base, "%s", t_data("models/stories260K.bin"));
+    snprintf(tok, sizeof tok, "%s", t_data("models/tok512.bin"));
+    snprintf(base_gguf, sizeof base_gguf, "%s", t_data("gguf/tinyllamas-stories-260k-f32.gguf"));
+    char args[4096], err[4096], full[600], split[600], path[800];
+    snprintf(full, sizeof full, "%s/lora_full", t_tmpdir());
+    snprintf(split, sizeof split, "%s/lora_split", t_tmpdir());
+    lora_args(args, sizeof args, base, full, "");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA run failed: %s", err);
+    const float before = val_at(full, 0), after = val_at(full, 24);
+    T_CHECK(isfinite(before) && after < before, "validation loss %.4f -> %.4f", before, after);
+    snprintf(path, sizeof path, "%.600s/adapter.gguf", full);
+    T_CHECK(nv_file_exists(path), "no adapter.gguf in the run folder");
+
+    lora_args(args, sizeof args, base, split, "");
+    int done_before = 0;
+    const int st = run_interrupted("", args, split, SIGINT, 0, &done_before);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && done_before >= 9 && done_before < 24, "interrupt: status %d at step %d", st,
+            done_before);
+    lora_args(args, sizeof args, base, split, "--resume");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume failed: %s", err);
+    char a[64][32], b[64][32];
+    int na = read_losses(full, a, 64), nb = read_losses(split, b, 64);
+    T_CHECK(na == 24 && nb == 24, "steps logged: %d uninterrupted, %d interrupted+resumed", na, nb);
+    for (int i = 0; i < na && i < nb; i++) T_CHECK(strcmp(a[i], b[i]) == 0, "step %d: loss %s vs %s", i + 1, a[i], b[i]);
+    char *fa = NULL, *fb = NULL;
+    size_t la = 0, lb = 0;
+    snprintf(path, sizeof path, "%.600s/adapter.gguf", full);
+    nv_file_read_all(path, &fa, &la);
+    snprintf(path, sizeof path, "%.600s/adapter.gguf", split);
+    nv_file_read_all(path, &fb, &lb);
+    T_CHECK(fa && fb && la == lb && !memcmp(fa, fb, la), "the resumed run's adapter differs");
+    free(fa), free(fb);
+    char builds[64][32];
+    const int nbuild = read_field(full, "\"plan_builds\":", builds, 64);
+    for (int i = 1; i < nbuild; i++) T_CHECK(!strcmp(builds[i], builds[0]), "plan builds %s then %s", builds[0], builds[i]);
+
+    /* the merged model, the base with the adapter, and export's model say the same */
+    char merged[4096], adapted[4096];
+    snprintf(args, sizeof args, "generate -m %s -t 0 -n 48", full);
+    T_CHECK(t_nerve(args) == 0, "generate from the run: %s", t_err);
+    snprintf(merged, sizeof merged, "%s", t_out);
+    snprintf(args, sizeof args, "generate -m %s -z %s --lora %s/adapter.gguf -t 0 -n 48", base, tok, full);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "merged"), "generate with --lora: %s", t_err);
+    snprintf(adapted, sizeof adapted, "%s", t_out);
+    T_CHECK(strlen(merged) > 40 && !strcmp(merged, adapted), "merged model '%s', base with the adapter '%s'", merged, adapted);
+    snprintf(args, sizeof args, "generate -m %s -z %s --lora-scaled %s/adapter.gguf 0 -t 0 -n 48", base, tok, full);
+    T_CHECK(t_nerve(args) == 0, "--lora-scaled 0: %s", t_err);
+    snprintf(adapted, sizeof adapted, "%s", t_out);
+    snprintf(args, sizeof args, "generate -m %s -z %s -t 0 -n 48", base, tok);
+    T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, adapted) && strcmp(t_out, merged) != 0,
+            "scale 0 is not the base model's text, or the adapter changed nothing");
+    snprintf(args, sizeof args, "export %s -o %s/lora_export.bin", full, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "merged model"), "export of the run: %s", err);
+    snprintf(args, sizeof args, "export %s --lora %s/adapter.gguf -o %s/lora_export2.bin", base, full, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "export --lora: %s", err);
+    snprintf(path, sizeof path, "%.600s/model.bin", full);
+    char *m1 = NULL, *m2 = NULL, *m3 = NULL;
+    size_t l1 = 0, l2 = 0, l3 = 0;
+    nv_file_read_all(path, &m1, &l1);
+    nv_file_read_all(t_path("lora_export.bin"), &m2, &l2);
+    nv_file_read_all(t_path("lora_export2.bin"), &m3, &l3);
+    T_CHECK(m1 && m2 && m3 && l1 == l2 && l1 == l3 && !memcmp(m1, m2, l1) && !memcmp(m1, m3, l1),
+            "the run's model, its export and the base merged by export differ");
+    free(m1), free(m2), free(m3);
+
+    /* refused: other weights of the same shape, another rank, the whole model, flags without a model */
+    snprintf(args, sizeof args, "init --preset stories260K --seed 9 -o %s/other_base.bin", t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "init: %s", err);
+    snprintf(path, sizeof path, "%s/other_base.bin", t_tmpdir());
+    lora_args(args, sizeof args, path, split, "--resume --steps 30");
+    int rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "adapts other weights"), "another base: exit %d '%s'", rc, err);
+    lora_args(args, sizeof args, base, split, "--resume --lora-rank 8");
+    rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "rank 4"), "another rank: exit %d '%s'", rc, err);
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 24 --batch 4 --seq 64 --seed 3 --quiet --out %s --resume",
+             base, tok, t_data("corpus/tinystories_valid_head.txt"), split);
+    rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "LoRA adapters"), "whole-model resume of a LoRA run: exit %d '%s'", rc, err);
+    const char *bad[] = {"train --lora-rank 4", "train --lora-alpha 8", "train --lora-targets q",
+                         "train --init-from x.bin --lora-rank 0", "train --init-from x.bin --lora-rank 4 --lora-targets q,x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = run_nerve(bad[i], err, sizeof err);
+        T_CHECK(rc == 2 && !strncmp(err, "nerve train:", 12) && strchr(err, '\n') == strrchr(err, '\n'), "'%s': exit %d '%s'",
+                bad[i], rc, err);
+    }
+    /* a rank past the model's matrices, and a malformed adapter */
+    snprintf(args, sizeof args, "train --init-from %s -z %s --lora-rank 65 --steps 1 --quiet --out %s/lora_big", base, tok, t_tmpdir());
+    rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "LoRA rank 65"), "rank 65 of stories260K: exit %d '%s'", rc, err);
+    snprintf(args, sizeof args, "generate -m %s -z %s --lora %s -n 8", base, tok, base_gguf);
+    rc = t_nerve(args);
+    T_CHECK(rc == 1 && strstr(t_err, "not an adapter") && strchr(t_err, '\n') == strrchr(t_err, '\n'),
+            "a model as adapter: exit %d '%s'", rc, t_err);
+}
+
 static void test_bad_training_args(void) {
     char err[4096], args[4096];
     const char *bad[] = {"train --steps 0", "train --batch x", "train --preset nope", "train --dim 30 --layers 2",
@@ -715,6 +829,7 @@ int main(void) {
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
+    T_RUN(test_lora_run);
     T_RUN(test_data_parallel_matches_one_process);
     T_RUN(test_chat_finetune_then_serve);
     return t_done();

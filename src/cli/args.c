@@ -132,6 +132,40 @@ void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
     }
 }
 
+int cli_lora_flag(const char *cmd, int argc, char **argv, int *i, cli_loras *l) {
+    const char *a = argv[*i];
+    const int scaled = !strcmp(a, "--lora-scaled");
+    if (!scaled && strcmp(a, "--lora") != 0) return 0;
+    const char *path = cli_value(cmd, argc, argv, i), *sv = path && scaled ? cli_value(cmd, argc, argv, i) : NULL;
+    float scale = 1.0f;
+    if (!path || (scaled && (!sv || !cli_float(cmd, "--lora-scaled", sv, -1e6, 1e6, &scale)))) return -1;
+    if (l->n == CLI_MAX_LORA) {
+        cli_error(cmd, 2, "at most %d adapters (--lora)", CLI_MAX_LORA);
+        return -1;
+    }
+    l->path[l->n] = path;
+    l->scale[l->n++] = scale;
+    return 1;
+}
+
+nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_model *m) {
+    if (!l || !l->n) return quantized ? nv_model_load_quantized(path, m) : nv_model_load(path, m);
+    NV_TRY(nv_model_load(path, m));
+    nv_err e = nv_model_own_params(m);
+    for (int i = 0; i < l->n && e == NV_OK; i++) {
+        nv_lora_shape s;
+        float *p = NULL;
+        if ((e = nv_gguf_load_lora(l->path[i], &m->config, &s, &p)) != NV_OK) break;
+        nv_lora_merge(m, &s, p, l->scale[i]);
+        free(p);
+        char targets[64];
+        nv_info("adapter %s: rank %d, alpha %g, on %s, scale %g: merged", l->path[i], s.rank, (double)s.alpha,
+                nv_lora_targets_text(s.targets, targets, sizeof targets), (double)l->scale[i]);
+    }
+    if (e != NV_OK) nv_model_free(m);
+    return e;
+}
+
 int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o) {
     int *dst = !strcmp(a, "--spec-tokens") ? &o->tokens : !strcmp(a, "--spec-lookup-min") ? &o->lookup_min
              : !strcmp(a, "--spec-lookup-max")                                          ? &o->lookup_max

@@ -65,7 +65,7 @@ static double torch_step_ms(const nv_config *c, int batch, int seq, int threads,
 }
 
 int bench_train(int argc, char **argv, const bench_opts *o) {
-    int batch = 4, seq = 256, steps = o->quick ? 1 : 3, peers = 1;
+    int batch = 4, seq = 256, steps = o->quick ? 1 : 3, peers = 1, lora_rank = 0;
     const char *only_model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -75,8 +75,10 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(argv[i - 1], "--seq")) { if (!cli_int(CMD, "--seq", v, 1, 1 << 16, &seq)) return 2; }
         else if (!strcmp(argv[i - 1], "--steps")) { if (!cli_int(CMD, "--steps", v, 1, 1000, &steps)) return 2; }
         else if (!strcmp(argv[i - 1], "--model")) only_model = v;
-        else return cli_error(CMD, 2, "unknown option '%s' (--batch, --seq, --steps, --model, --no-peers)", argv[i - 1]);
+        else if (!strcmp(argv[i - 1], "--lora-rank")) { if (!cli_int(CMD, "--lora-rank", v, 1, 1024, &lora_rank)) return 2; }
+        else return cli_error(CMD, 2, "unknown option '%s' (--batch, --seq, --steps, --model, --lora-rank, --no-peers)", argv[i - 1]);
     }
+    if (lora_rank) peers = 0; /* the peers train whole models: no like-for-like ratio */
     if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores;
     const char *models_full[] = {"stories15M", "stories110M"}, *models_quick[] = {"stories260K"};
@@ -93,12 +95,19 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             nv_engine_id id = (nv_engine_id)e;
             if (!nv_engine_available(id)) continue;
             if (o->engine ? strcmp(o->engine, nv_engine_name(id)) != 0 : id == NV_ENGINE_SCALAR) continue;
+            /* with --lora-rank: adapters on every matrix of a frozen (randomly initialised) model */
+            const nv_lora_shape lora = {lora_rank, 2.0f * (float)lora_rank, NV_LORA_ALL};
+            nv_model base = {0};
+            if (lora_rank && nv_model_alloc(&base, &c) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+            if (lora_rank) nv_model_init_random(&base, 1);
             nv_tmodel tm;
-            if (nv_tmodel_init(&tm, &c, NULL, 1, batch, seq, id) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+            const nv_err ie = nv_tmodel_init_lora(&tm, &c, lora_rank ? base.params : NULL, 1, batch, seq, id, &lora, NULL);
+            nv_model_free(&base);
+            if (ie != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
             nv_adamw opt;
             nv_adamw_opts ao;
             nv_adamw_defaults(&ao);
-            nv_adamw_init(&opt, &ao, &c, tm.m.n_params);
+            nv_adamw_init(&opt, &ao, lora_rank ? NULL : &c, tm.n_train);
             int *in = malloc(sizeof(int) * (size_t)batch * seq), *tg = malloc(sizeof(int) * (size_t)batch * seq);
             uint64_t st = 42;
             for (int i = 0; i < batch * seq; i++) {
@@ -118,6 +127,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             row_str(&r, "model", models[mi]);
             row_int(&r, "seq", seq);
             row_int(&r, "batch", batch);
+            if (lora_rank) row_int(&r, "lora_rank", lora_rank);
             row_num(&r, "ms_per_step", ms);
             row_num(&r, "ms_attention", (tm.attn_seconds - attn0) * 1e3 / steps);
             row_num(&r, "tokens_per_s", tps);

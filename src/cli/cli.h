@@ -82,6 +82,21 @@ typedef struct {
     char model[4200], tok[4200];
 } cli_paths;
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf);
+/* Adapters merged into a model at load: `--lora FILE` and `--lora-scaled FILE SCALE` (llama.cpp's
+ * flags; a GGUF LoRA adapter as nerve train writes it or llama.cpp's convert_lora_to_gguf.py does). */
+#define CLI_MAX_LORA 8
+typedef struct {
+    const char *path[CLI_MAX_LORA];
+    float scale[CLI_MAX_LORA];
+    int n;
+} cli_loras;
+/* Handles argv[*i] when it is --lora or --lora-scaled (taking its values): 1 taken, 0 not one of
+ * them, -1 a bad value (reported). */
+int cli_lora_flag(const char *cmd, int argc, char **argv, int *i, cli_loras *l);
+/* Loads a model for inference (quantized: nv_model_load_quantized's form; else every weight fp32),
+ * then merges each adapter of l into its weights (which are then fp32 throughout: an adapter
+ * changes every value of a matrix it adapts). One line of error on failure, m left empty. */
+nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_model *m);
 /* The chat template a model file declares: the chat_template file `nerve train` leaves beside a
  * model fine-tuned on chat data (its run folder), else a GGUF file's tokenizer.chat_template (a
  * Jinja text, not run) recognised by its markers as ChatML, Llama 3's or Llama-2's [INST] (another

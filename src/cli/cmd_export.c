@@ -32,10 +32,12 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, i
 
 int cmd_export(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32";
+    cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q4_0]\n"
+                   "                   [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  file as a llama2.c version-1 checkpoint, or, when OUT ends in .gguf, as a GGUF v3 llama\n"
                    "  model (qwen3 for a QK-norm model) with the vocabulary of -z (default: the run folder's tokenizer.bin, or a GGUF\n"
@@ -43,7 +45,10 @@ int cmd_export(int argc, char **argv) {
                    "  --type T  GGUF only: f32 (default, exact), f16 (the weight matrices in half precision, 2x\n"
                    "            smaller, ~2x faster decode), q8_0 (the weight matrices quantized to 8 bits\n"
                    "            in blocks of 32, ~3.8x smaller; nerve serves them as int8, ~2x faster decode) or\n"
-                   "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values)\n");
+                   "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values)\n"
+                   "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
+                   "            merge a LoRA adapter (GGUF, nerve's or llama.cpp's) into MODEL's weights first, scaled\n"
+                   "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n");
             return 0;
         }
         if (a[0] != '-') {
@@ -51,6 +56,9 @@ int cmd_export(int argc, char **argv) {
             in = a;
             continue;
         }
+        const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
+        if (lf < 0) return 2;
+        if (lf) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "-z")) tok_path = v;
@@ -75,7 +83,23 @@ int cmd_export(int argc, char **argv) {
         if (!tok_path && nv_file_exists(run_tok)) tok_path = run_tok;
     }
     nv_ckpt ck;
-    if (nv_ckpt_load(path, &ck) == NV_OK) {
+    int lora_run = 0;
+    if (nv_ckpt_load(path, &ck) == NV_OK && ck.h.lora_rank) { /* adapters: the run's merged model instead */
+        nv_ckpt_close(&ck);
+        cli_paths paths;
+        const char *model_in = in, *no_tok = tok_path;
+        if (strcmp(path, probe) != 0)
+            return cli_error(CMD, 1, "%s holds LoRA adapters, not a model: export its run folder (the merged model), or the "
+                                     "base model with --lora RUN_DIR/adapter.gguf", path);
+        cli_model_paths(&model_in, &no_tok, &paths);
+        snprintf(path, sizeof path, "%s", model_in);
+        nv_info("export: %s trained LoRA adapters: exporting its merged model %s", in, path);
+        lora_run = 1;
+    } else if (ck.map.data) {
+        if (loras.n) {
+            nv_ckpt_close(&ck);
+            return cli_error(CMD, 2, "--lora applies to a model file, not to a training checkpoint (%s)", path);
+        }
         nv_model m = {0};
         nv_ckpt_header_get_config(&ck.h, &m.config);
         m.params = (float *)ck.params; /* read only: the writers only read it */
@@ -90,8 +114,10 @@ int cmd_export(int argc, char **argv) {
     char why[512];
     snprintf(why, sizeof why, "%s", nv_errmsg());
     nv_model m;
-    if (nv_model_load(path, &m) != NV_OK)
+    if (cli_load_model(path, &loras, 0, &m) != NV_OK) {
+        if (loras.n || lora_run) return cli_error(CMD, 1, "%s", nv_errmsg()); /* the model's or an adapter's own error */
         return cli_error(CMD, 1, "%s is neither a training checkpoint (%s) nor a model (%s)", path, why, nv_errmsg());
+    }
     if (!tok_path && gguf && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
     int rc = write_out(&m, out, tok_path, gguf, type);
     nv_model_free(&m);

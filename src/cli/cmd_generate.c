@@ -25,8 +25,12 @@ static void usage(FILE *f) {
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
             "                      [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
+            "                      [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
+            "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
+            "                a LoRA adapter (GGUF: nerve train --lora-rank's adapter.gguf, or llama.cpp's) merged into\n"
+            "                the weights at load, scaled (default 1); up to 8, applied in order\n"
             "  -z TOKENIZER  llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
             "                tokenizer.bin, the GGUF model's own vocabulary, else\n"
             "                tokenizers/tokenizer.bin in the shared data)\n"
@@ -94,6 +98,7 @@ int cmd_generate(int argc, char **argv) {
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f, repetition = 1.0f;
     int top_k = 0;
     uint64_t seed = 0;
+    cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -108,6 +113,9 @@ int cmd_generate(int argc, char **argv) {
             no_tune = 1;
             continue;
         }
+        const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
+        if (lf < 0) return 2;
+        if (lf) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         const int sf = cli_spec_flag(CMD, a, v, &spec);
         if (sf < 0) return 2;
@@ -151,7 +159,7 @@ int cmd_generate(int argc, char **argv) {
     nv_state state = {0};
     int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
     int *ctx = NULL, n_ctx = 0; /* --spec-tokens: the prompt and every generated token, where drafts are looked up */
-    if (nv_model_load_quantized(model_path, &model) != NV_OK) {
+    if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) {
         nv_grammar_unref(grammar);
         return cli_error(CMD, 1, "%s", nv_errmsg());
     }

@@ -34,9 +34,12 @@ static void usage(FILE *f) {
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
-            "                   [--kv-cache-dtype f16|f32|q8] [--no-tune]\n"
+            "                   [--kv-cache-dtype f16|f32|q8] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       or a `nerve train` run folder (its model.bin or model.gguf)\n"
+            "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
+            "                       a LoRA adapter (GGUF: nerve train --lora-rank's adapter.gguf, or llama.cpp's)\n"
+            "                       merged into the weights at load, scaled (default 1); up to 8, in order\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
             "                       tokenizer.bin, the GGUF model's own vocabulary, else\n"
             "                       tokenizers/tokenizer.bin in the shared data)\n"
@@ -111,6 +114,7 @@ int cmd_serve(int argc, char **argv) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
+    cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -129,6 +133,9 @@ int cmd_serve(int argc, char **argv) {
             no_tune = 1;
             continue;
         }
+        const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
+        if (lf < 0) return 2;
+        if (lf) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         const int sf = cli_spec_flag(CMD, a, v, &spec);
         if (sf < 0) return 2;
@@ -212,7 +219,7 @@ int cmd_serve(int argc, char **argv) {
     nv_http *http = NULL;
     int rc = 1, sched_ok = 0;
     nv_metrics_init(&metrics);
-    if (nv_model_load_quantized(model_path, &model) != NV_OK) {
+    if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) {
         nv_metrics_free(&metrics);
         return cli_error(CMD, 1, "%s", nv_errmsg());
     }

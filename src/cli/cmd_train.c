@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--val-frac F] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3] [--pack]\n"
+            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z), or chat\n"
             "          data (.jsonl, OpenAI's chat fine-tuning format: {\"messages\": [...]} a line; only the assistant's\n"
@@ -39,6 +40,11 @@ static void usage(FILE *f) {
             "  when llama2.c's format cannot hold the shape, as with --qk-norm or --qkv-bias) and tokenizer.bin\n"
             "  --qk-norm: Qwen3's per-head query/key norms; --qkv-bias: Qwen2's query/key/value biases\n"
             "  --init-from: a llama2.c model or a GGUF file (llama, qwen2, qwen3) to fine-tune\n"
+            "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
+            "          weight: a few percent of the parameters, gradients and optimizer state; --lora-alpha scales\n"
+            "          the update by alpha/rank (default 2 x rank); --lora-targets: q,k,v,o,gate,down,up, attn, ffn or\n"
+            "          all (default). The run folder then also gets adapter.gguf (llama.cpp's adapter format, for\n"
+            "          --lora) and model.* holds the weights merged with it\n"
             "  data parallel: mpirun -np N nerve train ... runs N processes (on this machine or several), each\n"
             "  taking --batch / N of every batch's windows; the same arguments train the same model\n",
             nv_config_preset_names());
@@ -68,7 +74,8 @@ static int train(int argc, char **argv) {
     const char *data[MAX_DATA];
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0;
-    float val_frac = 0.05f;
+    float val_frac = 0.05f, lora_alpha = 0;
+    const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -98,6 +105,9 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--out")) o.out_dir = v;
+        else if (!strcmp(a, "--lora-rank")) ok = cli_int(CMD, a, v, 1, 1024, &o.lora.rank);
+        else if (!strcmp(a, "--lora-alpha")) ok = cli_float(CMD, a, v, 1e-6f, 1e6f, &lora_alpha);
+        else if (!strcmp(a, "--lora-targets")) lora_targets = v;
         else if (!strcmp(a, "--dim")) ok = cli_int(CMD, a, v, 1, 1 << 16, &dim);
         else if (!strcmp(a, "--layers")) ok = cli_int(CMD, a, v, 1, 1024, &layers);
         else if (!strcmp(a, "--heads")) ok = cli_int(CMD, a, v, 1, 4096, &heads);
@@ -127,6 +137,16 @@ static int train(int argc, char **argv) {
             o.time_limit_s = t;
         } else return cli_error(CMD, 2, "unknown option '%s' (see nerve train --help)", a);
         if (!ok) return 2;
+    }
+
+    if ((lora_alpha > 0 || lora_targets) && !o.lora.rank)
+        return cli_error(CMD, 2, "%s goes with --lora-rank", lora_targets ? "--lora-targets" : "--lora-alpha");
+    if (o.lora.rank) {
+        if (!init_from) return cli_error(CMD, 2, "--lora-rank adapts a trained model: give it with --init-from");
+        o.lora.alpha = lora_alpha > 0 ? lora_alpha : 2.0f * (float)o.lora.rank;
+        o.lora.targets = NV_LORA_ALL;
+        if (lora_targets && nv_lora_parse_targets(lora_targets, &o.lora.targets) != NV_OK)
+            return cli_error(CMD, 2, "%s", nv_errmsg());
     }
 
     /* a short run still warms up and decays: the default warmup is at most a tenth of the run */

@@ -8,6 +8,7 @@
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/mem.h"
 
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
@@ -654,12 +655,14 @@ static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t)
     return k;
 }
 
+/* llama.cpp's names of a layer's plan matrices, in plan order. */
+static const char *const layer_parts[NV_LAYER_MATRICES] = {"attn_q",   "attn_k",   "attn_v", "attn_output",
+                                                           "ffn_gate", "ffn_down", "ffn_up"};
+
 /* The tensor name of plan matrix i (nv_model.quant's order). */
 static void plan_tensor_name(const nv_config *c, int i, char *name, size_t cap) {
-    static const char *const parts[NV_LAYER_MATRICES] = {"attn_q",   "attn_k",   "attn_v", "attn_output",
-                                                          "ffn_gate", "ffn_down", "ffn_up"};
     if (i < c->n_layers * NV_LAYER_MATRICES)
-        snprintf(name, cap, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, parts[i % NV_LAYER_MATRICES]);
+        snprintf(name, cap, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, layer_parts[i % NV_LAYER_MATRICES]);
     else
         snprintf(name, cap, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
 }
@@ -1271,4 +1274,216 @@ nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path) {
     nv_err e = b.oom ? nv_fail(NV_ENOMEM, "out of memory") : nv_file_write_atomic(path, &(nv_iov){b.data, b.len}, 1);
     nv_buf_free(&b);
     return e;
+}
+
+/* ---- LoRA adapters --------------------------------------------------------------------------- */
+
+/* B (out x rank, a file's order) from the trainable block's B^T (rank x out), or back (to_bt). */
+static void lora_transpose(float *b, float *bt, int out, int rank, int to_bt) {
+    for (int o = 0; o < out; o++)
+        for (int r = 0; r < rank; r++) {
+            if (to_bt) bt[(size_t)r * out + o] = b[(size_t)o * rank + r];
+            else b[(size_t)o * rank + r] = bt[(size_t)r * out + o];
+        }
+}
+
+/* qwen2/qwen3 files keep the query and key rows in their RoPE order: so do the rows of B that
+ * update them. */
+static nv_err lora_b_reorder(const nv_config *c, int t, float *b, int rank, int to_half) {
+    if (!(c->qk_norm || c->qkv_bias) || t > 1) return NV_OK;
+    return rope_pairs_reorder(b, (size_t)rank * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, to_half);
+}
+
+nv_err nv_gguf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *path) {
+    NV_TRY(nv_lora_validate(c, s));
+    const int r = s->rank;
+    size_t pairs = 0;
+    for (int t = 0; t < NV_LAYER_MATRICES; t++) pairs += (s->targets >> t) & 1;
+    pairs *= (size_t)c->n_layers;
+    const uint64_t n = nv_lora_param_count(c, s);
+    float *data = malloc((size_t)n * sizeof(float)); /* A and B of each pair, in file order */
+    nv_iov *parts = calloc(4 * pairs + 1, sizeof *parts);
+    nv_buf b = {0};
+    nv_err e = NV_OK;
+    if (!data || !parts) {
+        e = nv_fail(NV_ENOMEM, "out of memory");
+        goto done;
+    }
+    const size_t kv_at = ob_header(&b, 2 * pairs, arch_name(c->qk_norm, c->qkv_bias));
+    kv_str(&b, "general.type", "adapter");
+    kv_str(&b, "adapter.type", "lora");
+    kv_f32(&b, "adapter.lora.alpha", s->alpha);
+    const uint64_t n_kv = 4;
+    if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
+    uint64_t off = 0, at = 0;
+    static const uint8_t zeros[32];
+    size_t np = 1;
+    for (int l = 0; l < c->n_layers && e == NV_OK; l++)
+        for (int t = 0; t < NV_LAYER_MATRICES && e == NV_OK; t++) {
+            if (!(s->targets & (1u << t))) continue;
+            int out, in;
+            nv_lora_dims(c, t, &out, &in);
+            const float *a = p + nv_lora_offset(c, s, l, t);
+            float *fa = data + at, *fb = fa + (size_t)r * in;
+            memcpy(fa, a, (size_t)r * in * sizeof(float));
+            lora_transpose(fb, (float *)a + (size_t)r * in, out, r, 0);
+            if ((e = lora_b_reorder(c, t, fb, r, 1))) break;
+            at += (uint64_t)r * (uint64_t)(in + out);
+            for (int half = 0; half < 2; half++) {
+                char name[96];
+                snprintf(name, sizeof name, "blk.%d.%s.weight.lora_%c", l, layer_parts[t], half ? 'b' : 'a');
+                const uint64_t bytes = (uint64_t)r * (uint64_t)(half ? out : in) * 4;
+                ob_str(&b, name, strlen(name));
+                ob_u32(&b, 2);
+                ob_u64(&b, half ? (uint64_t)r : (uint64_t)in); /* a: [in, rank]; b: [rank, out] */
+                ob_u64(&b, half ? (uint64_t)out : (uint64_t)r);
+                ob_u32(&b, T_F32);
+                ob_u64(&b, off);
+                off += (bytes + 31) / 32 * 32;
+                parts[np++] = (nv_iov){half ? fb : fa, (size_t)bytes};
+                if (bytes % 32) parts[np++] = (nv_iov){zeros, 32 - bytes % 32};
+            }
+        }
+    if (e != NV_OK) goto done;
+    nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
+    if (b.oom) {
+        e = nv_fail(NV_ENOMEM, "out of memory");
+        goto done;
+    }
+    parts[0] = (nv_iov){b.data, b.len};
+    e = nv_file_write_atomic(path, parts, (int)np);
+done:
+    nv_buf_free(&b);
+    free(parts);
+    free(data);
+    return e;
+}
+
+/* A tensor name "blk.N.<part>.weight.lora_a|b": layer, matrix and half; 0 when it is not one. */
+static int lora_tensor_of(const nv_gguf_tensor *x, const nv_config *c, int *l, int *t, int *half) {
+    char name[128];
+    if (x->name_len >= sizeof name) return 0;
+    memcpy(name, x->name, x->name_len);
+    name[x->name_len] = 0;
+    const size_t n = x->name_len;
+    if (n < 7 || (strcmp(name + n - 7, ".lora_a") && strcmp(name + n - 7, ".lora_b"))) return 0;
+    *half = name[n - 1] == 'b';
+    name[n - 7] = 0;
+    if (strncmp(name, "blk.", 4) != 0 || name[4] < '0' || name[4] > '9') return 0;
+    char *end;
+    const long layer = strtol(name + 4, &end, 10);
+    if (layer < 0 || layer >= c->n_layers || *end != '.') return 0;
+    for (int u = 0; u < NV_LAYER_MATRICES; u++) {
+        char want[96];
+        snprintf(want, sizeof want, "blk.%ld.%s.weight", layer, layer_parts[u]);
+        if (!strcmp(name, want)) {
+            *l = (int)layer;
+            *t = u;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, float **out) {
+    *out = NULL;
+    memset(s, 0, sizeof *s);
+    nv_gguf g;
+    NV_TRY(nv_gguf_open(path, &g));
+    nv_err e = NV_OK;
+    char shown[128];
+    const char *want_arch = arch_name(c->qk_norm, c->qkv_bias);
+    size_t tlen = 0, alen = 0, arlen = 0;
+    const char *type = nv_gguf_string(&g, "general.type", &tlen);
+    const char *atype = nv_gguf_string(&g, "adapter.type", &alen);
+    const char *arch = nv_gguf_string(&g, "general.architecture", &arlen);
+    float alpha = 0;
+    const int L = c->n_layers;
+    unsigned char *seen = calloc((size_t)L * NV_LAYER_MATRICES, 1); /* bit 1: a, bit 2: b */
+    if (!seen) e = nv_fail(NV_ENOMEM, "out of memory");
+    else if (!type || !name_is(type, tlen, "adapter"))
+        e = nv_fail(NV_EFORMAT, "%s: not an adapter (general.type is %s)", path, type ? nv_gguf_shown(type, tlen, shown, sizeof shown) : "missing");
+    else if (!atype || !name_is(atype, alen, "lora"))
+        e = nv_fail(NV_EUNSUPPORTED, "%s: adapter.type is %s: only LoRA adapters are read", path,
+                    atype ? nv_gguf_shown(atype, alen, shown, sizeof shown) : "missing");
+    else if (!arch || !name_is(arch, arlen, want_arch))
+        e = nv_fail(NV_EINVAL, "%s: an adapter for architecture %s, the model is %s", path,
+                    arch ? nv_gguf_shown(arch, arlen, shown, sizeof shown) : "(none)", want_arch);
+    else if ((e = get_float(&g, "adapter.lora.alpha", 0.0f, &alpha)) == NV_OK && (!isfinite(alpha) || alpha < 0))
+        e = nv_fail(NV_EFORMAT, "%s: adapter.lora.alpha %g is not a non-negative number", path, (double)alpha);
+    /* every tensor is half of a pair over a layer's matrix, of one rank, in a type the loader converts */
+    for (uint64_t i = 0; i < g.n_tensors && e == NV_OK; i++) {
+        const nv_gguf_tensor *x = &g.t[i];
+        int l, t, half, out_dim, in_dim;
+        if (!lora_tensor_of(x, c, &l, &t, &half)) {
+            e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is not an adapter of a layer's attention or FFN matrix of this "
+                                         "model (blk.N.attn_q.weight.lora_a, ...): not applied",
+                        path, nv_gguf_shown(x->name, x->name_len, shown, sizeof shown));
+            break;
+        }
+        nv_lora_dims(c, t, &out_dim, &in_dim);
+        const uint64_t rank = half ? x->dims[0] : x->dims[1];
+        if (x->n_dims != 2 || x->dims[half ? 1 : 0] != (uint64_t)(half ? out_dim : in_dim) || rank < 1 || rank > 1024 ||
+            (s->rank && rank != (uint64_t)s->rank)) {
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' is [%llu, %llu], expected [%d, rank] for lora_a or [rank, %d] for lora_b, "
+                                    "one rank (1 to 1024) in the whole file",
+                        path, nv_gguf_shown(x->name, x->name_len, shown, sizeof shown), (unsigned long long)x->dims[0],
+                        (unsigned long long)x->dims[1], in_dim, out_dim);
+            break;
+        }
+        if (!x->bytes) {
+            e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u), which is not converted", path,
+                        nv_gguf_shown(x->name, x->name_len, shown, sizeof shown), type_name(x->type), x->type);
+            break;
+        }
+        unsigned char *mark = &seen[l * NV_LAYER_MATRICES + t];
+        if (*mark & (1 << half)) {
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' appears twice", path, nv_gguf_shown(x->name, x->name_len, shown, sizeof shown));
+            break;
+        }
+        *mark |= (unsigned char)(1 << half);
+        s->rank = (int)rank;
+        s->targets |= 1u << t;
+    }
+    for (int i = 0; i < L * NV_LAYER_MATRICES && e == NV_OK; i++)
+        if (seen[i] == 1 || seen[i] == 2)
+            e = nv_fail(NV_EFORMAT, "%s: blk.%d.%s.weight has lora_%c without lora_%c", path, i / NV_LAYER_MATRICES,
+                        layer_parts[i % NV_LAYER_MATRICES], seen[i] == 1 ? 'a' : 'b', seen[i] == 1 ? 'b' : 'a');
+    if (e == NV_OK && !s->targets) e = nv_fail(NV_EFORMAT, "%s: the adapter holds no tensors", path);
+    /* llama.cpp: an adapter without alpha is scaled by the user's scale alone */
+    s->alpha = alpha > 0 ? alpha : (float)s->rank;
+    if (e == NV_OK) e = nv_lora_validate(c, s);
+    float *p = NULL, *b = NULL;
+    if (e == NV_OK) {
+        const uint64_t n = nv_lora_param_count(c, s);
+        p = nv_calloc_large((size_t)n, sizeof(float));
+        b = malloc((size_t)s->rank * (size_t)(c->dim + c->hidden_dim + nv_config_q_dim(c)) * sizeof(float)); /* any B */
+        if (!p || !b) e = nv_fail(NV_ENOMEM, "out of memory for the adapter");
+    }
+    for (int l = 0; l < L && e == NV_OK; l++)
+        for (int t = 0; t < NV_LAYER_MATRICES && e == NV_OK; t++) {
+            if (!seen[l * NV_LAYER_MATRICES + t]) continue; /* targeted in other layers: zeros, no change here */
+            int out_dim, in_dim;
+            nv_lora_dims(c, t, &out_dim, &in_dim);
+            char name[96];
+            float *a = p + nv_lora_offset(c, s, l, t);
+            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", l, layer_parts[t]);
+            to_f32(nv_gguf_tensor_find(&g, name), a, (uint64_t)s->rank * (uint64_t)in_dim);
+            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", l, layer_parts[t]);
+            to_f32(nv_gguf_tensor_find(&g, name), b, (uint64_t)s->rank * (uint64_t)out_dim);
+            if ((e = lora_b_reorder(c, t, b, s->rank, 0))) break;
+            lora_transpose(b, a + (size_t)s->rank * in_dim, out_dim, s->rank, 1);
+        }
+    for (uint64_t i = 0; i < nv_lora_param_count(c, s) && e == NV_OK; i++)
+        if (!isfinite(p[i])) e = nv_fail(NV_EFORMAT, "%s: the adapter holds a value that is not finite", path);
+    free(b);
+    free(seen);
+    nv_gguf_close(&g);
+    if (e != NV_OK) {
+        free(p);
+        memset(s, 0, sizeof *s);
+        return e;
+    }
+    *out = p;
+    return NV_OK;
 }

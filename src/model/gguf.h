@@ -29,6 +29,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -96,6 +97,18 @@ nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path);
 int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
+
+/* LoRA adapters in llama.cpp's GGUF form (what its convert_lora_to_gguf.py writes and its --lora
+ * reads): general.type "adapter", general.architecture the base model's (llama, qwen2, qwen3),
+ * adapter.type "lora", adapter.lora.alpha (F32), and for each adapted matrix
+ * "blk.N.attn_q.weight.lora_a" (dims [in, rank]: A) and ".lora_b" (dims [rank, out]: B), B's
+ * query and key rows in a qwen file's RoPE order. Saving writes F32 tensors atomically. Loading
+ * checks every tensor (a pair per matrix, one rank, shapes of this model, a type the model loader
+ * converts, finite values) and returns the trainable block's layout (model/lora.h): matrices the
+ * file adapts in some layers only get zeros (no change) in the others; a file without alpha gets
+ * alpha = rank (llama.cpp then scales by the user's scale alone). */
+nv_err nv_gguf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *path);
+nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, float **params);
 
 /* Text from a file (a name, a key) as message text in out: at most 100 bytes, anything but
  * printable ASCII as '?', so an error stays one line. Returns out. */

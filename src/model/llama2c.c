@@ -397,6 +397,18 @@ void nv_model_free_plans(nv_model *m) {
     m->cls_plan = NULL;
 }
 
+nv_err nv_model_own_params(nv_model *m) {
+    if (m->params_owned) return NV_OK;
+    float *p = nv_alloc_large(64, (size_t)m->n_params * sizeof(float), 0);
+    if (!p) return nv_fail(NV_ENOMEM, "cannot allocate %.1f MB for a copy of the weights", (double)m->n_params * 4 / 1e6);
+    memcpy(p, m->params, (size_t)m->n_params * sizeof(float));
+    m->params = p;
+    m->params_owned = 1;
+    nv_weights_point(&m->w, &m->config, p);
+    nv_file_unmap(&m->mapped);
+    return NV_OK;
+}
+
 void nv_model_free(nv_model *m) {
     nv_model_free_plans(m);
     nv_model_drop_quant_sources(m);

@@ -90,6 +90,9 @@ typedef struct {
 /* Points w at the parts of a params block laid out in version-1 order. */
 void nv_weights_point(nv_weights *w, const nv_config *c, float *params);
 
+/* Makes the weights writable: a model used in place from its file's read-only mapping gets a copy
+ * of its own (the mapping released). */
+nv_err nv_model_own_params(nv_model *m);
 /* Frees the plans (nv_model_free and nv_model_build_plans call it). */
 void nv_model_free_plans(nv_model *m);
 

@@ -1,13 +1,19 @@
 #include "train/ckpt.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/hash.h" /* nv_checksum64, the file's checksum */
+#include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
+/* version 1's header: the fields before the LoRA ones */
+#define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
+_Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
+_Static_assert(sizeof(nv_ckpt_header) == 144, "version 2's header is 144 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -49,7 +55,7 @@ static uint64_t ckpt_sum(uint32_t version, uint32_t hbytes, const nv_ckpt_header
     uint64_t sum = nv_checksum64(CKPT_MAGIC, 8, 0);
     sum = nv_checksum64(&version, 4, sum);
     sum = nv_checksum64(&hbytes, 4, sum);
-    sum = nv_checksum64(h, sizeof *h, sum);
+    sum = nv_checksum64(h, hbytes, sum);
     sum = nv_checksum64(params, n, sum);
     sum = nv_checksum64(m, n, sum);
     return nv_checksum64(v, n, sum);
@@ -77,17 +83,18 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
         goto fail;
     }
     if ((e = nv_read_u32(&r, &version, "version"))) goto fail;
-    if (version != CKPT_VERSION) {
-        e = nv_fail(NV_EUNSUPPORTED, "%s: checkpoint format version %u is not supported (this build reads %u)", path,
+    if (version != 1 && version != CKPT_VERSION) {
+        e = nv_fail(NV_EUNSUPPORTED, "%s: checkpoint format version %u is not supported (this build reads 1 and %u)", path,
                     version, CKPT_VERSION);
         goto fail;
     }
     if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
-    if (hbytes != sizeof out->h) {
-        e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, sizeof out->h);
+    const size_t want_h = version == 1 ? CKPT_V1_HEADER : sizeof out->h;
+    if (hbytes != want_h) {
+        e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, want_h);
         goto fail;
     }
-    if ((e = nv_read_bytes(&r, &out->h, sizeof out->h, "header"))) goto fail;
+    if ((e = nv_read_bytes(&r, &out->h, want_h, "header"))) goto fail; /* version 1: the LoRA fields stay 0 */
     if ((out->h.shared_classifier != 0 && out->h.shared_classifier != 1) || (out->h.qk_norm != 0 && out->h.qk_norm != 1) ||
         (out->h.qkv_bias != 0 && out->h.qkv_bias != 1)) {
         e = nv_fail(NV_EFORMAT, "%s: header flags (shared classifier %d, QK-norm %d, biases %d) must be 0 or 1", path,
@@ -102,7 +109,14 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
         e = nv_fail(NV_EFORMAT, "%s: %s", path, msg);
         goto fail;
     }
-    if (out->h.n_params != nv_config_param_count(&c)) {
+    const nv_lora_shape lora = {out->h.lora_rank, out->h.lora_alpha, out->h.lora_targets};
+    if (lora.rank && (e = nv_lora_validate(&c, &lora))) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", nv_errmsg());
+        e = nv_fail(NV_EFORMAT, "%s: %s", path, msg);
+        goto fail;
+    }
+    if (out->h.n_params != (out->h.lora_rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c))) {
         e = nv_fail(NV_EFORMAT, "%s: parameter count %llu does not match its config", path,
                     (unsigned long long)out->h.n_params);
         goto fail;

@@ -1,10 +1,10 @@
 /* Training checkpoints: weights, AdamW state, step, data cursor and run identity in one file.
  *
  *   "NVCKPT01"  8-byte magic
- *   uint32      format version (1)
- *   uint32      header bytes (sizeof nv_ckpt_header)
- *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run
- *   fp32        params[n], adam m[n], adam v[n]
+ *   uint32      format version (2; version 1, whose header ends before the LoRA fields, is read)
+ *   uint32      header bytes (sizeof nv_ckpt_header; 120 in version 1)
+ *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run, LoRA shape
+ *   fp32        params[n], adam m[n], adam v[n] (a LoRA run's: the adapters')
  *   uint64      checksum of everything before it
  *
  * Written atomically (temporary file, fsync, rename), so an interrupted write leaves the
@@ -30,6 +30,14 @@ typedef struct {
     int32_t batch, seq, accum, qkv_bias; /* qkv_bias: was a reserved 0, so older files read as none */
     uint64_t seed;
     float last_loss, last_val_loss;
+    /* version 2: a LoRA run's adapters (lora_rank 0: the whole model). Then n_params counts the
+       adapters' floats, which are what params, m and v hold, and base_hash identifies the frozen
+       weights they adapt (--init-from's), which a resume must give again. */
+    int32_t lora_rank;
+    uint32_t lora_targets;
+    float lora_alpha;
+    int32_t reserved;
+    uint64_t base_hash;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

@@ -33,6 +33,10 @@ nv_err nv_adamw_init(nv_adamw *a, const nv_adamw_opts *o, const nv_config *c, ui
         nv_adamw_free(a);
         return nv_fail(NV_ENOMEM, "cannot allocate optimizer state");
     }
+    if (!c) { /* a block of matrices alone (LoRA adapters): all decay */
+        memset(a->decay, 1, (size_t)n_params);
+        return NV_OK;
+    }
     /* Mark the matrices: point a weights struct at a block of the same layout, read offsets. */
     nv_weights w;
     nv_weights_point(&w, c, a->m);

@@ -26,6 +26,8 @@ typedef struct {
 } nv_adamw;
 
 void nv_adamw_defaults(nv_adamw_opts *o);
+/* c gives the layout of a whole model's block (decay on its matrices); NULL: every parameter is a
+ * matrix's (adapters), all decay. */
 nv_err nv_adamw_init(nv_adamw *a, const nv_adamw_opts *o, const nv_config *c, uint64_t n_params);
 void nv_adamw_free(nv_adamw *a);
 /* Learning rate for update number step (0-based). */

@@ -72,30 +72,134 @@ static scratch_ptrs scratch_of(const nv_tmodel *tm) {
     return s;
 }
 
-double nv_tmodel_memory_bytes(const nv_config *c, int B, int T) {
+/* Floats of the adapters' kept activations (all seven matrices' slots, targeted or not). */
+static size_t lora_us_floats(const nv_config *c, int B, int T, int rank) {
+    return (size_t)c->n_layers * NV_LAYER_MATRICES * (size_t)B * (size_t)T * (size_t)rank;
+}
+
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora) {
     const double n = (double)nv_config_param_count(c);
+    const double acts = 4.0 * ((double)acts_layout(c, B, T, &(nv_acts){0}, NULL) + (double)scratch_layout(c, B, T, NULL, NULL));
     /* weights, gradients, AdamW's two moments, the plans' packed copies (bf16 tiles and dx's
        transposed tiles, or fp32 panels: about 4 bytes a weight), activations and scratch */
-    return 20.0 * n + 4.0 * ((double)acts_layout(c, B, T, &(nv_acts){0}, NULL) + (double)scratch_layout(c, B, T, NULL, NULL));
+    if (!lora || lora->rank <= 0) return 20.0 * n + acts;
+    /* adapters: the frozen weights and their plans; the adapters' weights, gradients, moments and
+       plans, and their activations */
+    const double na = (double)nv_lora_param_count(c, lora);
+    return 8.0 * n + 20.0 * na + acts + 4.0 * (double)lora_us_floats(c, B, T, lora->rank + 1);
+}
+
+static nv_plan *lora_plan(const nv_tmodel *tm, int l, int t, int half) {
+    return tm->lora_plans ? tm->lora_plans[((size_t)l * NV_LAYER_MATRICES + (size_t)t) * 2 + (size_t)half] : NULL;
+}
+
+/* Builds the adapters' state (tm->lora set): block, gradients, activations and a plan per half. */
+static nv_err lora_setup(nv_tmodel *tm, const float *lora_init, uint64_t seed, nv_engine_id engine) {
+    const nv_config *c = &tm->m.config;
+    const nv_lora_shape *s = &tm->lora;
+    NV_TRY(nv_lora_validate(c, s));
+    const uint64_t n = nv_lora_param_count(c, s);
+    const size_t BT = (size_t)tm->B * (size_t)tm->T;
+    tm->lora_params = nv_calloc_large((size_t)n, sizeof(float));
+    tm->lora_grads = nv_calloc_large((size_t)n, sizeof(float));
+    tm->lora_us = nv_calloc_large(lora_us_floats(c, tm->B, tm->T, s->rank), sizeof(float));
+    tm->lora_du = nv_calloc_large(BT * (size_t)s->rank, sizeof(float));
+    tm->sink = calloc((size_t)(c->dim + c->head_dim), sizeof(float));
+    tm->lora_plans = calloc((size_t)c->n_layers * NV_LAYER_MATRICES * 2, sizeof *tm->lora_plans);
+    if (!tm->lora_params || !tm->lora_grads || !tm->lora_us || !tm->lora_du || !tm->sink || !tm->lora_plans)
+        return nv_fail(NV_ENOMEM, "cannot allocate the LoRA adapters");
+    if (lora_init) memcpy(tm->lora_params, lora_init, (size_t)n * sizeof(float));
+    else nv_lora_init(c, s, tm->lora_params, seed);
+    for (int l = 0; l < c->n_layers; l++)
+        for (int t = 0; t < NV_LAYER_MATRICES; t++) {
+            if (!(s->targets & (1u << t))) continue;
+            int out, in;
+            nv_lora_dims(c, t, &out, &in);
+            const float *a = tm->lora_params + nv_lora_offset(c, s, l, t);
+            nv_plan **pp = &tm->lora_plans[((size_t)l * NV_LAYER_MATRICES + (size_t)t) * 2];
+            NV_TRY(nv_plan_build(&pp[0], engine, a, s->rank, in));
+            NV_TRY(nv_plan_build(&pp[1], engine, a + (size_t)s->rank * in, s->rank, out));
+        }
+    tm->train_params = tm->lora_params;
+    tm->train_grads = tm->lora_grads;
+    tm->n_train = n;
+    return NV_OK;
+}
+
+static void lora_refresh(nv_tmodel *tm) {
+    const nv_config *c = &tm->m.config;
+    for (int l = 0; l < c->n_layers && tm->lora_plans; l++)
+        for (int t = 0; t < NV_LAYER_MATRICES; t++) {
+            if (!lora_plan(tm, l, t, 0)) continue;
+            int out, in;
+            nv_lora_dims(c, t, &out, &in);
+            const float *a = tm->lora_params + nv_lora_offset(c, &tm->lora, l, t);
+            nv_plan_refresh(lora_plan(tm, l, t, 0), a);
+            nv_plan_refresh(lora_plan(tm, l, t, 1), a + (size_t)tm->lora.rank * in);
+        }
+}
+
+static float *lora_us_of(const nv_tmodel *tm, int l, int t) {
+    return tm->lora_us + ((size_t)l * NV_LAYER_MATRICES + (size_t)t) * (size_t)tm->B * tm->T * (size_t)tm->lora.rank;
+}
+
+/* y[r] *= k for n floats */
+static void scale_floats(float *y, size_t n, float k) {
+    for (size_t i = 0; i < n; i++) y[i] *= k;
+}
+
+/* y += s (x A^T) B^T for layer l's matrix t when it has an adapter (s = alpha / rank); s x A^T is
+ * kept for the backward. y += u B^T runs as the B^T plan's dx-style product. */
+static void lora_forward(nv_tmodel *tm, int l, int t, const float *x, float *y) {
+    nv_plan *pa = lora_plan(tm, l, t, 0);
+    if (!pa) return;
+    const int BT = tm->B * tm->T;
+    float *us = lora_us_of(tm, l, t);
+    nv_plan_run(pa, x, BT, us);
+    scale_floats(us, (size_t)BT * tm->lora.rank, tm->lora.alpha / (float)tm->lora.rank);
+    nv_plan_run_dx_add(lora_plan(tm, l, t, 1), us, BT, y);
+}
+
+/* The adapter of layer l's matrix t (input x, output gradient dy), when it has one: with
+ * du = s dy B, dA (+)= du^T x, dB^T (+)= (s x A^T)^T dy, and dx += du A. */
+static void lora_backward(nv_tmodel *tm, nv_engine_id e, int l, int t, const float *x, const float *dy, float *dx, int acc) {
+    nv_plan *pa = lora_plan(tm, l, t, 0);
+    if (!pa) return;
+    const int BT = tm->B * tm->T, r = tm->lora.rank;
+    int out, in;
+    nv_lora_dims(&tm->m.config, t, &out, &in);
+    float *du = tm->lora_du, *ga = tm->lora_grads + nv_lora_offset(&tm->m.config, &tm->lora, l, t);
+    nv_plan_run(lora_plan(tm, l, t, 1), dy, BT, du);
+    scale_floats(du, (size_t)BT * r, tm->lora.alpha / (float)r);
+    nv_gemm_dw(e, du, x, BT, r, in, ga, acc);
+    nv_gemm_dw(e, lora_us_of(tm, l, t), dy, BT, r, out, ga + (size_t)r * in, acc);
+    nv_plan_run_dx_add(pa, du, BT, dx);
 }
 
 nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                       nv_engine_id engine) {
+    return nv_tmodel_init_lora(tm, c, init, seed, B, T, engine, NULL, NULL);
+}
+
+nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
+                           nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init) {
     memset(tm, 0, sizeof *tm);
     if (B < 1 || T < 1 || T > c->seq_len)
         return nv_fail(NV_EINVAL, "batch %d x sequence %d does not fit the model's context of %d", B, T, c->seq_len);
     if ((long long)B * T > (1 << 26)) /* row indices are ints; 67M tokens a step is far past any memory here */
         return nv_fail(NV_EINVAL, "batch %d x sequence %d is %lld tokens a step: at most %d", B, T, (long long)B * T, 1 << 26);
+    const int adapters = lora && lora->rank > 0;
+    if (adapters && !init) return nv_fail(NV_EINVAL, "LoRA adapts a model: give the weights to start from");
     NV_TRY(nv_model_alloc(&tm->m, c));
     if (init) memcpy(tm->m.params, init, (size_t)tm->m.n_params * sizeof(float));
     else nv_model_init_random(&tm->m, seed);
     tm->B = B;
     tm->T = T;
-    tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));
+    if (!adapters) tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));
     size_t na = acts_layout(c, B, T, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
     tm->act_mem = nv_alloc_large(64, na * sizeof(float), 1);
     tm->scratch = nv_alloc_large(64, ns * sizeof(float), 1);
-    if (!tm->grads || !tm->act_mem || !tm->scratch) {
+    if ((!adapters && !tm->grads) || !tm->act_mem || !tm->scratch) {
         nv_tmodel_free(tm);
         return nv_fail(NV_ENOMEM, "cannot allocate %.0f MB of activations for batch %d x %d",
                        (double)(na + ns) * 4 / 1e6, B, T);
@@ -103,7 +207,12 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
     memset(tm->act_mem, 0, na * sizeof(float));
     memset(tm->scratch, 0, ns * sizeof(float));
     acts_layout(c, B, T, &tm->a, tm->act_mem);
-    nv_weights_point(&tm->g, c, tm->grads);
+    if (!adapters) {
+        nv_weights_point(&tm->g, c, tm->grads);
+        tm->train_params = tm->m.params;
+        tm->train_grads = tm->grads;
+        tm->n_train = tm->m.n_params;
+    }
     scratch_ptrs s = scratch_of(tm);
     /* inference's angles (nv_rope_table), so training and inference rotate identically, split into
      * the cos and sin rows rope_rows reads */
@@ -120,6 +229,10 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
     }
     free(cs);
     nv_err e = nv_model_build_plans(&tm->m, engine);
+    if (e == NV_OK && adapters) {
+        tm->lora = *lora;
+        e = lora_setup(tm, lora_init, seed, nv_plan_engine(tm->m.cls_plan));
+    }
     if (e != NV_OK) {
         nv_tmodel_free(tm);
         return e;
@@ -127,11 +240,22 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
     double BT = (double)B * T, d = c->dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
     double per_token = c->n_layers * (d * qd * 2 + d * kvd * 2 + 3 * d * c->hidden_dim) + d * c->vocab_size;
     double attn = c->n_layers * (double)c->n_heads * c->head_dim * (double)T * 2.0; /* QK^T and AV, causal half */
-    tm->flops_per_step = 6.0 * BT * per_token + 3.0 * 2.0 * BT * attn / 2.0;
+    /* forward 2, backward's dx 2 and dW 2 FLOPs a weight a token; frozen weights have no dW, and
+       an adapter's r (in + out) weights run 3 products forward and backward */
+    const double lora_per_token = adapters ? (double)nv_lora_param_count(c, lora) : 0.0;
+    tm->flops_per_step = (adapters ? 4.0 : 6.0) * BT * per_token + 6.0 * BT * lora_per_token + 3.0 * 2.0 * BT * attn / 2.0;
     return NV_OK;
 }
 
 void nv_tmodel_free(nv_tmodel *tm) {
+    for (size_t i = 0; tm->lora_plans && i < (size_t)tm->m.config.n_layers * NV_LAYER_MATRICES * 2; i++)
+        if (tm->lora_plans[i]) nv_plan_free(tm->lora_plans[i]);
+    free(tm->lora_plans);
+    free(tm->lora_params);
+    free(tm->lora_grads);
+    free(tm->lora_us);
+    free(tm->lora_du);
+    free(tm->sink);
     nv_model_free(&tm->m);
     free(tm->grads);
     free(tm->act_mem);
@@ -140,7 +264,7 @@ void nv_tmodel_free(nv_tmodel *tm) {
 }
 
 void nv_tmodel_zero_grad(nv_tmodel *tm) {
-    memset(tm->grads, 0, (size_t)tm->m.n_params * sizeof(float));
+    memset(tm->train_grads, 0, (size_t)tm->n_train * sizeof(float));
     tm->grads_held = 0;
 }
 
@@ -177,6 +301,7 @@ void nv_tmodel_refresh(nv_tmodel *tm) {
         const opt_matrix mt = plan_matrix(tm, i);
         nv_plan_refresh(mt.plan, tm->m.params + mt.off);
     }
+    lora_refresh(tm);
 }
 
 /* A piece of the fused optimizer pass: params [lo, hi), and when plan is set, rows r0..r1-1 of the
@@ -278,6 +403,12 @@ static double optimize_two_pass(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
 }
 
 double nv_tmodel_optimize(nv_tmodel *tm, nv_adamw *opt, float *lr_out) {
+    if (tm->lora.rank > 0) { /* the adapters alone: small, then their plans rewritten */
+        const double norm = nv_adamw_step(opt, tm->lora_params, tm->lora_grads, lr_out);
+        if (isfinite(norm)) lora_refresh(tm);
+        tm->grads_held = 0;
+        return norm;
+    }
     const float *base = tm->m.params;
     int k;
     opt_matrix *mats = sorted_matrices(tm, &k);
@@ -611,6 +742,9 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         float *qo = c->qk_norm ? LAYER(a->qraw, l, sq) : q, *ko = c->qk_norm ? LAYER(a->kraw, l, skv) : k;
         nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, xn1, BT, (float *const[]){qo, ko, v}, NULL,
                           NULL);
+        lora_forward(tm, l, 0, xn1, qo);
+        lora_forward(tm, l, 1, xn1, ko);
+        lora_forward(tm, l, 2, xn1, v);
         if (c->qkv_bias) {
             add_bias_rows(qo, w->bq + (size_t)l * qd, BT, qd);
             add_bias_rows(ko, w->bk + (size_t)l * kvd, BT, kvd);
@@ -629,11 +763,22 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         /* each product's element-wise follow-up in the same job, on the block's own thread */
         ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
         nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
+        lora_forward(tm, l, 3, ao, x2);
         nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
         ew_rows glu = {{.kind = EW_SWIGLU, .out = hg, .a = h1, .b = h3}, (size_t)hid};
-        nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, ew_epilogue, &glu);
+        if (lora_plan(tm, l, 4, 0) || lora_plan(tm, l, 6, 0)) { /* adapters change gate and up before SwiGLU */
+            nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, NULL, NULL);
+            lora_forward(tm, l, 4, xn2, h1);
+            lora_forward(tm, l, 6, xn2, h3);
+            ew_job gj = glu.j;
+            gj.n = sh;
+            ew_run(gj);
+        } else {
+            nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, ew_epilogue, &glu);
+        }
         ew_rows res2 = {{.kind = EW_ADD, .out = xout, .a = xout, .b = x2}, (size_t)d};
         nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){xout}, ew_epilogue, &res2);
+        lora_forward(tm, l, 5, hg, xout);
     }
     nv_rmsnorm_forward(a->xnf, a->rstdf, LAYER(a->x, c->n_layers, sd), w->rms_final, BT, d, c->norm_eps);
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
@@ -668,8 +813,10 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim, V = c->vocab_size;
     /* the weight-gradient products add to the gradients held, or, with none held since the last
        update, write them (no pass clearing them first, no reading zeros back) */
-    const int acc = tm->grads_held;
-    if (!acc) zero_unwritten_grads(tm);
+    const int acc = tm->grads_held, frozen = tm->lora.rank > 0;
+    if (!acc && !frozen) zero_unwritten_grads(tm); /* adapters: every gradient is a product's, written whole */
+    /* a frozen model's norms still pass their gradient back; their own weights' is dropped */
+#define NORM_DW(p) (frozen ? tm->sink : (p))
     int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
 
@@ -678,9 +825,9 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
                  .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
-    nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */
+    if (!frozen) nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */
     memset(s.dx, 0, sd * sizeof(float));
-    nv_rmsnorm_backward(s.dx, g->rms_final, s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d, s.normp);
+    nv_rmsnorm_backward(s.dx, NORM_DW(g->rms_final), s.dxn, LAYER(a->x, c->n_layers, sd), w->rms_final, a->rstdf, BT, d, s.normp);
 
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const nv_layer_plans *lp = &tm->m.plans[l];
@@ -692,19 +839,24 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
         nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
-        nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
+        if (!frozen) nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
+        lora_backward(tm, e, l, 5, hg, s.dx, s.dhg, acc);
         ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
         nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
         nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
-        nv_gemm_dw_group(e, (const float *const[]){s.dh1, s.dh3}, (const int[]){hid, hid}, 2, xn2, BT, d,
-                         (float *const[]){g->w1 + (size_t)l * wf_n, g->w3 + (size_t)l * wf_n}, acc);
+        if (!frozen)
+            nv_gemm_dw_group(e, (const float *const[]){s.dh1, s.dh3}, (const int[]){hid, hid}, 2, xn2, BT, d,
+                             (float *const[]){g->w1 + (size_t)l * wf_n, g->w3 + (size_t)l * wf_n}, acc);
+        lora_backward(tm, e, l, 4, xn2, s.dh1, s.dxn, acc);
+        lora_backward(tm, e, l, 6, xn2, s.dh3, s.dxn, acc);
         memcpy(s.dx2, s.dx, sd * sizeof(float));
-        nv_rmsnorm_backward(s.dx2, g->rms_ffn + (size_t)l * d, s.dxn, x2, w->rms_ffn + (size_t)l * d,
+        nv_rmsnorm_backward(s.dx2, NORM_DW(g->rms_ffn + (size_t)l * d), s.dxn, x2, w->rms_ffn + (size_t)l * d,
                             LAYER(a->rstd2, l, BT), BT, d, s.normp);
 
         /* attention: x2 = x + Wo . attn(q, k, v) */
         nv_plan_run_dx(lp->wo, s.dx2, BT, s.dao);
-        nv_gemm_dw(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
+        if (!frozen) nv_gemm_dw(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
+        lora_backward(tm, e, l, 3, ao, s.dx2, s.dao, acc);
         memset(s.dq, 0, sq * sizeof(float));
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
@@ -719,14 +871,14 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
             float *dqraw = s.dao, *dkraw = s.dxn;
             memset(dqraw, 0, sq * sizeof(float));
             memset(dkraw, 0, skv * sizeof(float));
-            nv_rmsnorm_backward(dqraw, g->q_norm + (size_t)l * hd, s.dq, LAYER(a->qraw, l, sq), w->q_norm + (size_t)l * hd,
+            nv_rmsnorm_backward(dqraw, NORM_DW(g->q_norm + (size_t)l * hd), s.dq, LAYER(a->qraw, l, sq), w->q_norm + (size_t)l * hd,
                                 LAYER(a->qrstd, l, (size_t)BT * H), BT * H, hd, s.normp);
-            nv_rmsnorm_backward(dkraw, g->k_norm + (size_t)l * hd, s.dk, LAYER(a->kraw, l, skv),
+            nv_rmsnorm_backward(dkraw, NORM_DW(g->k_norm + (size_t)l * hd), s.dk, LAYER(a->kraw, l, skv),
                                 w->k_norm + (size_t)l * hd, LAYER(a->krstd, l, (size_t)BT * KVH), BT * KVH, hd, s.normp);
             memcpy(s.dq, dqraw, sq * sizeof(float));
             memcpy(s.dk, dkraw, skv * sizeof(float));
         }
-        if (c->qkv_bias) { /* the biases were added to the projections' outputs */
+        if (c->qkv_bias && !frozen) { /* the biases were added to the projections' outputs */
             add_col_sums(g->bq + (size_t)l * qd, dq_in, BT, qd);
             add_col_sums(g->bk + (size_t)l * kvd, dk_in, BT, kvd);
             add_col_sums(g->bv + (size_t)l * kvd, s.dv, BT, kvd);
@@ -734,14 +886,19 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         nv_plan_run_dx(lp->wq, dq_in, BT, s.dxn);
         nv_plan_run_dx_add(lp->wk, dk_in, BT, s.dxn);
         nv_plan_run_dx_add(lp->wv, s.dv, BT, s.dxn);
-        nv_gemm_dw_group(e, (const float *const[]){dq_in, dk_in, s.dv}, (const int[]){qd, kvd, kvd}, 3, xn1, BT, d,
-                         (float *const[]){g->wq + (size_t)l * wq_n, g->wk + (size_t)l * wkv_n, g->wv + (size_t)l * wkv_n},
-                         acc);
+        if (!frozen)
+            nv_gemm_dw_group(e, (const float *const[]){dq_in, dk_in, s.dv}, (const int[]){qd, kvd, kvd}, 3, xn1, BT, d,
+                             (float *const[]){g->wq + (size_t)l * wq_n, g->wk + (size_t)l * wkv_n, g->wv + (size_t)l * wkv_n},
+                             acc);
+        lora_backward(tm, e, l, 0, xn1, dq_in, s.dxn, acc);
+        lora_backward(tm, e, l, 1, xn1, dk_in, s.dxn, acc);
+        lora_backward(tm, e, l, 2, xn1, s.dv, s.dxn, acc);
         memcpy(s.dx, s.dx2, sd * sizeof(float));
-        nv_rmsnorm_backward(s.dx, g->rms_att + (size_t)l * d, s.dxn, x, w->rms_att + (size_t)l * d,
+        nv_rmsnorm_backward(s.dx, NORM_DW(g->rms_att + (size_t)l * d), s.dxn, x, w->rms_att + (size_t)l * d,
                             LAYER(a->rstd1, l, BT), BT, d, s.normp);
     }
-    for (int r = 0; r < BT; r++) {
+#undef NORM_DW
+    for (int r = 0; r < BT && !frozen; r++) {
         float *ge = g->tok_emb + (size_t)tm->inputs[r] * d;
         const float *dxr = s.dx + (size_t)r * d;
         for (int j = 0; j < d; j++) ge[j] += dxr[j];

@@ -10,6 +10,7 @@
 #ifndef NV_TMODEL_H
 #define NV_TMODEL_H
 
+#include "model/lora.h"
 #include "model/model.h"
 #include "train/optim.h"
 
@@ -45,16 +46,32 @@ typedef struct {
     int n_targets;     /* those rows (a negative target is none: chat data's prompts and padding) */
     double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
     double attn_seconds;   /* time spent in causal attention (forward and backward) since init */
+    /* LoRA (lora.rank > 0): the base weights are frozen — no gradients (grads is NULL), never
+       updated — and adapters on the targeted matrices train instead (model/lora.h's block) */
+    nv_lora_shape lora;
+    float *lora_params, *lora_grads;
+    nv_plan **lora_plans; /* [L][7][2]: A (n rank, k in) and B^T (n rank, k out); NULL where not targeted */
+    float *lora_us;       /* [L][7][B*T][rank]: alpha/rank * x A^T of the last forward (targeted matrices) */
+    float *lora_du;       /* [B*T][rank] backward temporary */
+    float *sink;          /* the frozen norms' weight gradients, made and dropped */
+    /* what the optimizer trains and a checkpoint keeps: the model's block, or the adapters' */
+    float *train_params, *train_grads;
+    uint64_t n_train;
 } nv_tmodel;
 
 /* Takes ownership of nothing: copies init (n_params floats, version-1 order) or initialises
  * randomly with seed when init is NULL. */
 nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                       nv_engine_id engine);
+/* The same with adapters when lora is not NULL and its rank positive: lora_init (the block's
+ * floats) or, when NULL, nv_lora_init from seed; the base weights init must be given. */
+nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
+                           nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init);
 void nv_tmodel_free(nv_tmodel *tm);
-/* About the bytes a training model of this shape and batch holds (with AdamW's state): for a check
- * before anything is allocated. */
-double nv_tmodel_memory_bytes(const nv_config *c, int B, int T);
+/* About the bytes a training model of this shape and batch holds (with AdamW's state; with
+ * adapters, when lora is not NULL, theirs and no gradients for the base): for a check before
+ * anything is allocated. */
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora);
 
 /* Forward over inputs [B*T]; with targets, returns the mean cross-entropy over the rows whose
  * target is not negative (0 when none; else 0 without targets). */
@@ -66,7 +83,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
  * the rest is cleared first), with the bits an add to zeros gives. */
 void nv_tmodel_backward(nv_tmodel *tm, float grad_scale);
 void nv_tmodel_zero_grad(nv_tmodel *tm);
-/* Rewrites every plan's packed weights from the master weights. */
+/* Rewrites every plan's packed weights (the adapters' too) from the master weights. */
 void nv_tmodel_refresh(nv_tmodel *tm);
 /* One optimizer update of the master weights from grads, each plan's packed copy refreshed in the
  * same pass: the parameters go by pieces over the pool, and a piece of a matrix's rows is packed

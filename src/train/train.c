@@ -213,8 +213,13 @@ static int read_chat_template(const char *dir, char *name, size_t cap, int *pack
 
 int nv_train_chat_template(const char *dir, char *name, size_t cap) { return read_chat_template(dir, name, cap, NULL); }
 
+/* What identifies the frozen weights a LoRA run adapts (its checkpoint keeps it). */
+static uint64_t base_hash(const nv_train_opts *o) {
+    return o->init_params ? nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), 7) : 0;
+}
+
 /* Refuses to overwrite a run without --resume, and a checkpoint written with other settings. */
-static nv_err check_resume(const nv_train_opts *o, int pack, const char *ckpt_path, nv_ckpt *ck) {
+static nv_err check_resume(const nv_train_opts *o, int pack, uint64_t bhash, const char *ckpt_path, nv_ckpt *ck) {
     if (!o->resume && nv_file_exists(ckpt_path))
         return nv_fail(NV_EINVAL, "%s already holds a checkpoint: pass --resume to continue it, or choose another --out",
                        o->out_dir);
@@ -240,6 +245,25 @@ static nv_err check_resume(const nv_train_opts *o, int pack, const char *ckpt_pa
         return nv_fail(NV_EINVAL, "%s was written by a run with other settings: resume with the same model, "
                                   "--batch, --seq, --accum and --seed", ckpt_path);
     }
+    const int lora = o->lora.rank > 0;
+    if (ck->h.lora_rank != (lora ? o->lora.rank : 0) ||
+        (lora && (ck->h.lora_targets != o->lora.targets || ck->h.lora_alpha != o->lora.alpha))) {
+        char had[64] = "";
+        if (ck->h.lora_rank)
+            nv_fail(NV_EINVAL, "%s holds LoRA adapters of rank %d, alpha %g on %s: resume with the same --lora-rank, "
+                               "--lora-alpha and --lora-targets",
+                    ckpt_path, (int)ck->h.lora_rank, (double)ck->h.lora_alpha,
+                    nv_lora_targets_text(ck->h.lora_targets, had, sizeof had));
+        else
+            nv_fail(NV_EINVAL, "%s holds the training of the whole model: resume without --lora-rank", ckpt_path);
+        nv_ckpt_close(ck);
+        return NV_EINVAL;
+    }
+    if (lora && ck->h.base_hash != bhash) {
+        nv_ckpt_close(ck);
+        return nv_fail(NV_EINVAL, "%s adapts other weights than --init-from's: resume with the model the run started from",
+                       ckpt_path);
+    }
     return NV_OK;
 }
 
@@ -256,10 +280,12 @@ typedef struct {
    places, not read whole.) */
 static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     uint64_t h = nv_hash64(&o->config, sizeof o->config, 1);
-    const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume, ds->pack};
+    const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume, ds->pack,
+                             o->lora.rank, (long)o->lora.targets};
     h = nv_hash64(settings, sizeof settings, h);
     h = nv_hash64(&o->seed, sizeof o->seed, h);
     h = nv_hash64(&o->adamw, sizeof o->adamw, h);
+    h = nv_hash64(&o->lora.alpha, sizeof o->lora.alpha, h);
     if (o->init_params) h = nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), h);
     for (int i = 0; i < ds->n_src; i++) {
         const nv_source *s = &ds->src[i];
@@ -307,7 +333,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (o->batch % world)
         return together(nv_fail(NV_EINVAL, "--batch %d does not split evenly over %d processes: make it a multiple of %d",
                                 o->batch, world, world));
-    const int local_batch = o->batch / world;
+    const int local_batch = o->batch / world, lora = o->lora.rank > 0;
+    if (lora && !o->init_params)
+        return together(nv_fail(NV_EINVAL, "LoRA trains adapters on a model: give it with --init-from"));
+    if (lora && (e = nv_lora_validate(c, &o->lora))) return together(e);
     if (lead) e = nv_mkdirs(o->out_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
     char ckpt_path[4200], metrics_path[4200], svg_path[4200], model_path[4200];
@@ -318,7 +347,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     /* Resume state is verified in full before anything is allocated or written (by process 0, which
        sends it to the others: only its machine needs the run folder). */
     nv_ckpt ck = {0};
-    if (lead) e = check_resume(o, ds->pack, ckpt_path, &ck);
+    const uint64_t bhash = lora ? base_hash(o) : 0;
+    if (lead) e = check_resume(o, ds->pack, bhash, ckpt_path, &ck);
     if (nv_dist_max(e != NV_OK)) {
         nv_ckpt_close(&ck);
         return together(e ? e : nv_fail(NV_EINVAL, "process 0 could not start the run (its message says why)"));
@@ -335,7 +365,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     /* a run that cannot fit this machine's memory is refused before it allocates (and before the
        kernel kills it part way through setup) */
-    const double need = nv_tmodel_memory_bytes(c, local_batch, o->seq) * nv_dist_local_size();
+    const double need = nv_tmodel_memory_bytes(c, local_batch, o->seq, &o->lora) * nv_dist_local_size();
     const double have = (double)nv_cpu_probe()->mem_total_bytes;
     const int too_big_here = have > 0 && need > have;
     if (nv_dist_max(too_big_here)) { /* on any machine of the job */
@@ -343,14 +373,20 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (!too_big_here)
             return together(nv_fail(NV_ENOMEM, "another machine of this job has too little memory for its processes' "
                                                "share of the training: lower --batch or --seq"));
-        return together(nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, gradients, AdamW state, packed weights "
+        return together(nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, %s, packed weights "
                                            "and the activations of %d x %d tokens%s) and this machine has %.1f GB: lower "
-                                           "--batch or --seq",
-                                need / 1e9, o->batch, o->seq, nv_dist_local_size() > 1 ? ", over its processes" : "",
-                                have / 1e9));
+                                           "--batch or --seq%s",
+                                need / 1e9, lora ? "the adapters and their state" : "gradients, AdamW state", o->batch,
+                                o->seq, nv_dist_local_size() > 1 ? ", over its processes" : "", have / 1e9,
+                                lora ? "" : ", or train LoRA adapters (--lora-rank)"));
     }
     nv_tmodel tm;
-    e = nv_tmodel_init(&tm, c, o->resume && lead ? ck.params : o->init_params, o->seed, local_batch, o->seq, o->engine);
+    /* a LoRA run's checkpoint holds the adapters; the frozen weights are --init-from's */
+    if (lora)
+        e = nv_tmodel_init_lora(&tm, c, o->init_params, o->seed, local_batch, o->seq, o->engine, &o->lora,
+                                o->resume && lead ? ck.params : NULL);
+    else
+        e = nv_tmodel_init(&tm, c, o->resume && lead ? ck.params : o->init_params, o->seed, local_batch, o->seq, o->engine);
     if (e) {
         nv_ckpt_close(&ck);
         return e;
@@ -358,7 +394,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     nv_adamw opt;
     nv_adamw_opts ao = o->adamw;
     ao.total_steps = o->steps;
-    if ((e = nv_adamw_init(&opt, &ao, c, tm.m.n_params))) {
+    if ((e = nv_adamw_init(&opt, &ao, lora ? NULL : c, tm.n_train))) {
         nv_tmodel_free(&tm);
         nv_ckpt_close(&ck);
         return e;
@@ -369,8 +405,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     int64_t tokens_seen = 0;
     series tr = {0}, va = {0};
     if (o->resume && lead) {
-        memcpy(opt.m, ck.m, (size_t)tm.m.n_params * sizeof(float));
-        memcpy(opt.v, ck.v, (size_t)tm.m.n_params * sizeof(float));
+        memcpy(opt.m, ck.m, (size_t)tm.n_train * sizeof(float));
+        memcpy(opt.v, ck.v, (size_t)tm.n_train * sizeof(float));
         opt.step = (long)ck.h.step;
         step0 = (long)ck.h.step;
         tokens_seen = ck.h.tokens_seen;
@@ -388,10 +424,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         nv_dist_bcast(&st, sizeof st);
         step0 = st.step, tokens_seen = st.tokens_seen, cur = st.cur;
         opt.step = step0;
-        nv_dist_bcast(tm.m.params, (size_t)tm.m.n_params * sizeof(float));
+        nv_dist_bcast(tm.train_params, (size_t)tm.n_train * sizeof(float));
         if (o->resume) { /* a new run's moments are zeros everywhere */
-            nv_dist_bcast(opt.m, (size_t)tm.m.n_params * sizeof(float));
-            nv_dist_bcast(opt.v, (size_t)tm.m.n_params * sizeof(float));
+            nv_dist_bcast(opt.m, (size_t)tm.n_train * sizeof(float));
+            nv_dist_bcast(opt.v, (size_t)tm.n_train * sizeof(float));
         }
         if (!lead) nv_tmodel_refresh(&tm);
     }
@@ -447,10 +483,19 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (world > 1)
         snprintf(procs, sizeof procs, " x %d processes (%d thread%s each)", world, nv_pool_threads(),
                  nv_pool_threads() == 1 ? "" : "s");
+    char what[160];
+    if (lora) {
+        char targets[64];
+        snprintf(what, sizeof what, "LoRA adapters (rank %d, alpha %g, on %s: %.2fM parameters) of a frozen %.2fM-parameter model",
+                 o->lora.rank, (double)o->lora.alpha, nv_lora_targets_text(o->lora.targets, targets, sizeof targets),
+                 (double)tm.n_train / 1e6, (double)tm.m.n_params / 1e6);
+    } else {
+        snprintf(what, sizeof what, "%.2fM parameters", (double)tm.m.n_params / 1e6);
+    }
     if (lead)
-        nv_info("training %.2fM parameters on %s%s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about "
+        nv_info("training %s on %s%s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about "
                 "%.2f GB of memory)",
-                (double)tm.m.n_params / 1e6, nv_engine_name(nv_model_engine(&tm.m)), procs, o->steps, o->batch, o->seq,
+                what, nv_engine_name(nv_model_engine(&tm.m)), procs, o->steps, o->batch, o->seq,
                 o->accum, tm.flops_per_step * world * o->accum / 1e9, need / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
@@ -499,13 +544,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         /* the job's gradient: the sum of every process's (each already divided by the processes) */
         double tw0 = nv_now();
         if (world > 1) {
-            nv_dist_sum_f32(tm.grads, tm.m.n_params);
+            nv_dist_sum_f32(tm.train_grads, tm.n_train);
             nv_dist_sum_f64(&loss, 1);
             if (!ds->chat) loss /= world;
         }
         if (ds->chat) loss = step_targets ? loss / (double)step_targets : NAN;
         double tw = nv_now() - tw0;
-        if (nan_from > 0 && step + 1 >= nan_from) tm.grads[0] = NAN;
+        if (nan_from > 0 && step + 1 >= nan_from) tm.train_grads[0] = NAN;
         double to0 = nv_now();
         float lr;
         /* the packed engine copies follow the master weights in the same pass; plans are not rebuilt; a
@@ -593,14 +638,20 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             h.tokens_seen = tokens_seen;
             h.data_rng = cur.rng;
             h.data_windows = cur.windows;
-            h.n_params = tm.m.n_params;
+            h.n_params = tm.n_train;
+            if (lora) {
+                h.lora_rank = o->lora.rank;
+                h.lora_targets = o->lora.targets;
+                h.lora_alpha = o->lora.alpha;
+                h.base_hash = bhash;
+            }
             h.batch = o->batch;
             h.seq = o->seq;
             h.accum = o->accum;
             h.seed = o->seed;
             h.last_loss = last_loss;
             h.last_val_loss = last_val;
-            if ((e = nv_ckpt_save(ckpt_path, &h, tm.m.params, opt.m, opt.v))) goto done;
+            if ((e = nv_ckpt_save(ckpt_path, &h, tm.train_params, opt.m, opt.v))) goto done;
             write_svg(svg_path, &tr, &va, o->steps);
         }
         if (diverged) { /* reported once the model is saved (whose own errors must not replace this) */
@@ -621,10 +672,20 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
     }
     if (tty) fprintf(stderr, "\n");
-    /* the weights as they stand, ready for `nerve generate`, however the run ended */
+    /* the weights as they stand, ready for `nerve generate`, however the run ended; a LoRA run's
+       adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training
+       model is done with: its frozen weights take the update in place) */
     if (steps_run > 0 && lead) {
         nv_err saved;
-        char other[4200];
+        char other[4200], adapter_path[4200];
+        snprintf(adapter_path, sizeof adapter_path, "%s/adapter.gguf", o->out_dir);
+        if (lora) {
+            if (nv_gguf_save_lora(c, &o->lora, tm.lora_params, adapter_path) == NV_OK) nv_info("wrote %s", adapter_path);
+            else nv_info("%s not written: %s", adapter_path, nv_errmsg());
+            nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
+        } else {
+            unlink(adapter_path); /* an earlier run's, which would not go with this model */
+        }
         if (nv_config_fits_v1(&tm.m.config)) {
             saved = nv_model_save_v1(&tm.m, model_path);
             snprintf(other, sizeof other, "%s/model.gguf", o->out_dir);

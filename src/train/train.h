@@ -4,7 +4,8 @@
  *
  * The run folder holds: ckpt.bin (resume state), metrics.jsonl (one object per step), loss.svg,
  * model.bin (llama2.c v1 export of the final weights; model.gguf instead for the shapes that format
- * cannot hold, with the vocabulary when there is one) and, when one was
+ * cannot hold, with the vocabulary when there is one; a LoRA run's merged with its adapters, which
+ * adapter.gguf holds alone, in llama.cpp's adapter format) and, when one was
  * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`); after
  * training on chat data, chat_template (the template's name, for `nerve serve`).
  * Resuming (same arguments, same folder) continues the exact loss sequence of an uninterrupted
@@ -14,12 +15,15 @@
 
 #include "engine/engine.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "train/data.h"
 #include "train/optim.h"
 
 typedef struct {
     nv_config config;
     const float *init_params; /* fine-tuning start (n_params floats) or NULL for random init */
+    nv_lora_shape lora;       /* rank > 0: train LoRA adapters on the frozen init_params (model/lora.h); the run
+                                 folder then also gets adapter.gguf, and model.* holds the merged weights */
     int batch, seq, accum, steps;
     uint64_t seed;
     nv_adamw_opts adamw;
