@@ -375,7 +375,9 @@ static void test_gguf_round_trip(void) {
 typedef struct {
     const char *name;
     uint64_t d0, d1;
+    size_t len; /* of the name; 0: strlen */
 } adapter_tensor;
+/* alpha_f32: adapter.lora.alpha as F32 (1e30 when 2), else as a string */
 static void write_adapter(const char *path, const char *type, const char *atype, const char *arch, int alpha_f32,
                           const adapter_tensor *ts, int nt) {
     nv_buf w = {0};
@@ -394,7 +396,7 @@ static void write_adapter(const char *path, const char *type, const char *atype,
     q = 18, nv_buf_append(&w, &q, 8), nv_buf_append(&w, "adapter.lora.alpha", 18);
     if (alpha_f32) {
         u = 6, nv_buf_append(&w, &u, 4);
-        float a = 8.0f;
+        float a = alpha_f32 == 2 ? 1e30f : 8.0f;
         nv_buf_append(&w, &a, 4);
     } else {
         u = 8, nv_buf_append(&w, &u, 4);
@@ -402,7 +404,7 @@ static void write_adapter(const char *path, const char *type, const char *atype,
     }
     uint64_t off = 0;
     for (int i = 0; i < nt; i++) {
-        q = strlen(ts[i].name), nv_buf_append(&w, &q, 8), nv_buf_append(&w, ts[i].name, q);
+        q = ts[i].len ? ts[i].len : strlen(ts[i].name), nv_buf_append(&w, &q, 8), nv_buf_append(&w, ts[i].name, q);
         u = 2, nv_buf_append(&w, &u, 4);
         nv_buf_append(&w, &ts[i].d0, 8);
         nv_buf_append(&w, &ts[i].d1, 8);
@@ -431,7 +433,7 @@ static void test_foreign_and_malformed_adapters(void) {
     nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
     const char *path = t_path("hand.adapter.gguf");
     /* layer 1's q only, rank 2 */
-    const adapter_tensor one[] = {{"blk.1.attn_q.weight.lora_a", 16, 2}, {"blk.1.attn_q.weight.lora_b", 2, 16}};
+    const adapter_tensor one[] = {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}};
     write_adapter(path, "adapter", "lora", "llama", 1, one, 2);
     nv_lora_shape s;
     float *p = NULL;
@@ -455,19 +457,22 @@ static void test_foreign_and_malformed_adapters(void) {
         int nt;
         const char *says;
     } bad[] = {
-        {"not an adapter", "model", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2}, {"blk.1.attn_q.weight.lora_b", 2, 16}}, 2, "not an adapter"},
-        {"a control vector", "adapter", "cvec", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2}, {"blk.1.attn_q.weight.lora_b", 2, 16}}, 2, "only LoRA"},
-        {"another architecture", "adapter", "lora", "qwen2", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2}, {"blk.1.attn_q.weight.lora_b", 2, 16}}, 2, "architecture qwen2"},
-        {"alpha as text", "adapter", "lora", "llama", 0, {{"blk.1.attn_q.weight.lora_a", 16, 2}, {"blk.1.attn_q.weight.lora_b", 2, 16}}, 2, "not a number"},
-        {"lora_b missing", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2}}, 1, "without lora_b"},
-        {"lora_a not transposed", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 2, 16}, {"blk.1.attn_q.weight.lora_b", 2, 16}}, 2, "expected [16, rank]"},
-        {"ranks differ", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2}, {"blk.1.attn_q.weight.lora_b", 3, 16}}, 2, "one rank"},
-        {"a layer past the model", "adapter", "lora", "llama", 1, {{"blk.2.attn_q.weight.lora_a", 16, 2}, {"blk.2.attn_q.weight.lora_b", 2, 16}}, 2, "not an adapter of"},
-        {"the embedding", "adapter", "lora", "llama", 1, {{"token_embd.weight.lora_a", 16, 2}, {"token_embd.weight.lora_b", 2, 23}}, 2, "not an adapter of"},
-        {"another suffix", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight", 16, 16}}, 1, "not an adapter of"},
-        {"twice", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2}, {"blk.1.attn_q.weight.lora_a", 16, 2}}, 2, "twice"},
-        {"empty", "adapter", "lora", "llama", 1, {{"", 0, 0}}, 0, "no tensors"},
-        {"rank past the matrix", "adapter", "lora", "llama", 1, {{"blk.0.attn_k.weight.lora_a", 16, 9}, {"blk.0.attn_k.weight.lora_b", 9, 8}}, 2, "rank 9"},
+        {"not an adapter", "model", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}}, 2, "not an adapter"},
+        {"a control vector", "adapter", "cvec", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}}, 2, "only LoRA"},
+        {"another architecture", "adapter", "lora", "qwen2", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}}, 2, "architecture qwen2"},
+        {"alpha as text", "adapter", "lora", "llama", 0, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}}, 2, "not a number"},
+        {"lora_b missing", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}}, 1, "without lora_b"},
+        {"lora_a not transposed", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 2, 16, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}}, 2, "expected [16, rank]"},
+        {"ranks differ", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 3, 16, 0}}, 2, "one rank"},
+        {"a layer past the model", "adapter", "lora", "llama", 1, {{"blk.2.attn_q.weight.lora_a", 16, 2, 0}, {"blk.2.attn_q.weight.lora_b", 2, 16, 0}}, 2, "not an adapter of"},
+        {"the embedding", "adapter", "lora", "llama", 1, {{"token_embd.weight.lora_a", 16, 2, 0}, {"token_embd.weight.lora_b", 2, 23, 0}}, 2, "not an adapter of"},
+        {"another suffix", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight", 16, 16, 0}}, 1, "not an adapter of"},
+        {"twice", "adapter", "lora", "llama", 1, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_a", 16, 2, 0}}, 2, "twice"},
+        {"empty", "adapter", "lora", "llama", 1, {{"", 0, 0, 0}}, 0, "no tensors"},
+        {"rank past the matrix", "adapter", "lora", "llama", 1, {{"blk.0.attn_k.weight.lora_a", 16, 9, 0}, {"blk.0.attn_k.weight.lora_b", 9, 8, 0}}, 2, "rank 9"},
+        {"a NUL in a name", "adapter", "lora", "llama", 1,
+         {{"blk.1.attn_q.weight\0.lora_a", 16, 2, 27}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}}, 2, "not an adapter of"},
+        {"alpha past 1e6", "adapter", "lora", "llama", 2, {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}}, 2, "at most 1e6"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_adapter(path, bad[i].type, bad[i].atype, bad[i].arch, bad[i].alpha_f32, bad[i].t, bad[i].nt);

@@ -1,7 +1,10 @@
 /* nerve train end to end: bit-exact resume after SIGINT, refused corrupt checkpoints, constant
  * plan builds, export, and fine-tuning stories260K lowering its validation loss. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -760,12 +763,36 @@ static void test_lora_run(void) {
             "the run's model, its export and the base merged by export differ");
     free(m1), free(m2), free(m3);
 
+    /* a quantized (Q8_0) base: the adapted matrices take the merged weights, not the file's blocks */
+    snprintf(args, sizeof args, "export %s -z %s --type q8_0 -o %s/base_q8.gguf", base, tok, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "export q8_0: %s", err);
+    snprintf(args, sizeof args, "export %s/base_q8.gguf --lora %s/adapter.gguf -o %s/merged_q8.bin", t_tmpdir(), full, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "export q8_0 --lora: %s", err);
+    snprintf(args, sizeof args, "generate -m %s/merged_q8.bin -z %s -t 0 -n 48", t_tmpdir(), tok);
+    T_CHECK(t_nerve(args) == 0, "generate merged q8_0: %s", t_err);
+    snprintf(merged, sizeof merged, "%s", t_out);
+    snprintf(args, sizeof args, "generate -m %s/base_q8.gguf -z %s --lora %s/adapter.gguf -t 0 -n 48", t_tmpdir(), tok, full);
+    T_CHECK(t_nerve(args) == 0, "generate q8_0 --lora: %s", t_err);
+    T_CHECK(strlen(merged) > 40 && !strcmp(merged, t_out), "q8_0 base with the adapter '%s', merged '%s'", t_out, merged);
+    snprintf(args, sizeof args, "generate -m %s/base_q8.gguf -z %s -t 0 -n 48", t_tmpdir(), tok);
+    T_CHECK(t_nerve(args) == 0 && strcmp(merged, t_out) != 0, "the adapter changed nothing on the q8_0 base");
+    /* a merged model older than the run's checkpoint (a run that died before its end) is not exported */
+    snprintf(path, sizeof path, "%.600s/ckpt.bin", full);
+    struct timespec later[2];
+    clock_gettime(CLOCK_REALTIME, &later[0]);
+    later[0].tv_sec += 60;
+    later[1] = later[0];
+    T_CHECK(utimensat(AT_FDCWD, path, later, 0) == 0, "utimensat %s", path);
+    snprintf(args, sizeof args, "export %s -o %s/stale.bin", full, t_tmpdir());
+    int rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "older than its checkpoint") && strstr(err, "--lora"), "stale merged model: exit %d '%s'", rc, err);
+
     /* refused: other weights of the same shape, another rank, the whole model, flags without a model */
     snprintf(args, sizeof args, "init --preset stories260K --seed 9 -o %s/other_base.bin", t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "init: %s", err);
     snprintf(path, sizeof path, "%s/other_base.bin", t_tmpdir());
     lora_args(args, sizeof args, path, split, "--resume --steps 30");
-    int rc = run_nerve(args, err, sizeof err);
+    rc = run_nerve(args, err, sizeof err);
     T_CHECK(rc == 1 && strstr(err, "adapts other weights"), "another base: exit %d '%s'", rc, err);
     lora_args(args, sizeof args, base, split, "--resume --lora-rank 8");
     rc = run_nerve(args, err, sizeof err);

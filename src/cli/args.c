@@ -158,6 +158,11 @@ nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_mo
         if ((e = nv_gguf_load_lora(l->path[i], &m->config, &s, &p)) != NV_OK) break;
         nv_lora_merge(m, &s, p, l->scale[i]);
         free(p);
+        for (uint64_t j = 0; j < m->n_params && e == NV_OK; j++) /* a huge alpha or scale can overflow */
+            if (!isfinite(m->params[j]))
+                e = nv_fail(NV_ERANGE, "adapter %s at scale %g makes weights that are not finite", l->path[i],
+                            (double)l->scale[i]);
+        if (e != NV_OK) break;
         char targets[64];
         nv_info("adapter %s: rank %d, alpha %g, on %s, scale %g: merged", l->path[i], s.rank, (double)s.alpha,
                 nv_lora_targets_text(s.targets, targets, sizeof targets), (double)l->scale[i]);

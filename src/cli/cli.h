@@ -93,9 +93,10 @@ typedef struct {
 /* Handles argv[*i] when it is --lora or --lora-scaled (taking its values): 1 taken, 0 not one of
  * them, -1 a bad value (reported). */
 int cli_lora_flag(const char *cmd, int argc, char **argv, int *i, cli_loras *l);
-/* Loads a model for inference (quantized: nv_model_load_quantized's form; else every weight fp32),
- * then merges each adapter of l into its weights (which are then fp32 throughout: an adapter
- * changes every value of a matrix it adapts). One line of error on failure, m left empty. */
+/* Loads a model for inference (quantized: nv_model_load_quantized's form; else every weight fp32);
+ * with adapters, every weight in fp32, each adapter of l merged in (the matrices it changes lose
+ * their block-quantized sources: plans take the merged fp32 weights), merged weights that are not
+ * finite refused. One line of error on failure, m left empty. */
 nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_model *m);
 /* The chat template a model file declares: the chat_template file `nerve train` leaves beside a
  * model fine-tuned on chat data (its run folder), else a GGUF file's tokenizer.chat_template (a

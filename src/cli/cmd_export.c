@@ -2,6 +2,7 @@
  * `nerve generate` reads, or as a GGUF file with its vocabulary that llama.cpp reads. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/file.h"
 #include "base/log.h"
@@ -92,6 +93,15 @@ int cmd_export(int argc, char **argv) {
             return cli_error(CMD, 1, "%s holds LoRA adapters, not a model: export its run folder (the merged model), or the "
                                      "base model with --lora RUN_DIR/adapter.gguf", path);
         cli_model_paths(&model_in, &no_tok, &paths);
+        /* the merged model is written at the run's end: one older than the checkpoint is from before */
+        struct stat ms, cs;
+        if (stat(model_in, &ms) != 0 || stat(probe, &cs) != 0 ||
+            (ms.st_mtim.tv_sec < cs.st_mtim.tv_sec ||
+             (ms.st_mtim.tv_sec == cs.st_mtim.tv_sec && ms.st_mtim.tv_nsec < cs.st_mtim.tv_nsec)))
+            return cli_error(CMD, 1, "%s trained LoRA adapters and its merged model %s is missing or older than its checkpoint "
+                                     "(the run ended before writing it): resume the run, or export the model it started from "
+                                     "with --lora %s/adapter.gguf",
+                             in, model_in, in);
         snprintf(path, sizeof path, "%s", model_in);
         nv_info("export: %s trained LoRA adapters: exporting its merged model %s", in, path);
         lora_run = 1;

@@ -1362,7 +1362,7 @@ done:
 /* A tensor name "blk.N.<part>.weight.lora_a|b": layer, matrix and half; 0 when it is not one. */
 static int lora_tensor_of(const nv_gguf_tensor *x, const nv_config *c, int *l, int *t, int *half) {
     char name[128];
-    if (x->name_len >= sizeof name) return 0;
+    if (x->name_len >= sizeof name || memchr(x->name, 0, x->name_len)) return 0; /* a NUL would cut it short */
     memcpy(name, x->name, x->name_len);
     name[x->name_len] = 0;
     const size_t n = x->name_len;
@@ -1400,7 +1400,8 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
     float alpha = 0;
     const int L = c->n_layers;
     unsigned char *seen = calloc((size_t)L * NV_LAYER_MATRICES, 1); /* bit 1: a, bit 2: b */
-    if (!seen) e = nv_fail(NV_ENOMEM, "out of memory");
+    const nv_gguf_tensor **half_of = calloc((size_t)L * NV_LAYER_MATRICES * 2, sizeof *half_of); /* the tensors checked */
+    if (!seen || !half_of) e = nv_fail(NV_ENOMEM, "out of memory");
     else if (!type || !name_is(type, tlen, "adapter"))
         e = nv_fail(NV_EFORMAT, "%s: not an adapter (general.type is %s)", path, type ? nv_gguf_shown(type, tlen, shown, sizeof shown) : "missing");
     else if (!atype || !name_is(atype, alen, "lora"))
@@ -1432,8 +1433,9 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
             break;
         }
         if (!x->bytes) {
-            e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u), which is not converted", path,
-                        nv_gguf_shown(x->name, x->name_len, shown, sizeof shown), type_name(x->type), x->type);
+            e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: "
+                                         "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K",
+                        path, nv_gguf_shown(x->name, x->name_len, shown, sizeof shown), type_name(x->type), x->type);
             break;
         }
         unsigned char *mark = &seen[l * NV_LAYER_MATRICES + t];
@@ -1442,6 +1444,7 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
             break;
         }
         *mark |= (unsigned char)(1 << half);
+        half_of[(l * NV_LAYER_MATRICES + t) * 2 + half] = x;
         s->rank = (int)rank;
         s->targets |= 1u << t;
     }
@@ -1454,8 +1457,8 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
     s->alpha = alpha > 0 ? alpha : (float)s->rank;
     if (e == NV_OK) e = nv_lora_validate(c, s);
     float *p = NULL, *b = NULL;
+    const uint64_t n = e == NV_OK ? nv_lora_param_count(c, s) : 0;
     if (e == NV_OK) {
-        const uint64_t n = nv_lora_param_count(c, s);
         p = nv_calloc_large((size_t)n, sizeof(float));
         b = malloc((size_t)s->rank * (size_t)(c->dim + c->hidden_dim + nv_config_q_dim(c)) * sizeof(float)); /* any B */
         if (!p || !b) e = nv_fail(NV_ENOMEM, "out of memory for the adapter");
@@ -1465,19 +1468,18 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
             if (!seen[l * NV_LAYER_MATRICES + t]) continue; /* targeted in other layers: zeros, no change here */
             int out_dim, in_dim;
             nv_lora_dims(c, t, &out_dim, &in_dim);
-            char name[96];
             float *a = p + nv_lora_offset(c, s, l, t);
-            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", l, layer_parts[t]);
-            to_f32(nv_gguf_tensor_find(&g, name), a, (uint64_t)s->rank * (uint64_t)in_dim);
-            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", l, layer_parts[t]);
-            to_f32(nv_gguf_tensor_find(&g, name), b, (uint64_t)s->rank * (uint64_t)out_dim);
+            const nv_gguf_tensor *const *pair = &half_of[(l * NV_LAYER_MATRICES + t) * 2];
+            to_f32(pair[0], a, (uint64_t)s->rank * (uint64_t)in_dim);
+            to_f32(pair[1], b, (uint64_t)s->rank * (uint64_t)out_dim);
             if ((e = lora_b_reorder(c, t, b, s->rank, 0))) break;
             lora_transpose(b, a + (size_t)s->rank * in_dim, out_dim, s->rank, 1);
         }
-    for (uint64_t i = 0; i < nv_lora_param_count(c, s) && e == NV_OK; i++)
+    for (uint64_t i = 0; i < n && e == NV_OK; i++)
         if (!isfinite(p[i])) e = nv_fail(NV_EFORMAT, "%s: the adapter holds a value that is not finite", path);
     free(b);
     free(seen);
+    free(half_of);
     nv_gguf_close(&g);
     if (e != NV_OK) {
         free(p);

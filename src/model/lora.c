@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/pool.h"
@@ -24,7 +25,7 @@ nv_err nv_lora_parse_targets(const char *spec, unsigned *mask) {
         for (int t = 0; t < NV_LAYER_MATRICES; t++)
             if (!strcmp(word, target_names[t])) bit = 1u << t;
         if (!strcmp(word, "attn")) bit = NV_LORA_Q | NV_LORA_K | NV_LORA_V | NV_LORA_O;
-        else if (!strcmp(word, "ffn") || !strcmp(word, "mlp")) bit = NV_LORA_GATE | NV_LORA_DOWN | NV_LORA_UP;
+        else if (!strcmp(word, "ffn")) bit = NV_LORA_GATE | NV_LORA_DOWN | NV_LORA_UP;
         else if (!strcmp(word, "all")) bit = NV_LORA_ALL;
         if (!bit)
             return nv_fail(NV_EINVAL, "LoRA targets: \"%s\" is not one of q, k, v, o, gate, down, up, attn, ffn, all", word);
@@ -74,7 +75,8 @@ uint64_t nv_lora_offset(const nv_config *c, const nv_lora_shape *s, int l, int t
 nv_err nv_lora_validate(const nv_config *c, const nv_lora_shape *s) {
     if (!(s->targets & NV_LORA_ALL) || (s->targets & ~NV_LORA_ALL))
         return nv_fail(NV_EINVAL, "LoRA needs at least one target matrix (q, k, v, o, gate, down, up)");
-    if (!isfinite(s->alpha) || s->alpha <= 0) return nv_fail(NV_EINVAL, "LoRA alpha %g: must be positive", (double)s->alpha);
+    if (!isfinite(s->alpha) || s->alpha <= 0 || s->alpha > 1e6f)
+        return nv_fail(NV_EINVAL, "LoRA alpha %g: must be above 0 and at most 1e6", (double)s->alpha);
     for (int t = 0; t < NV_LAYER_MATRICES; t++) {
         int out, in;
         nv_lora_dims(c, t, &out, &in);
@@ -138,5 +140,12 @@ void nv_lora_merge(nv_model *m, const nv_lora_shape *s, const float *p, float sc
             nv_lora_dims(c, t, &out, &in);
             const float *a = p + nv_lora_offset(c, s, l, t);
             nv_lora_merge_matrix(base[t] + (size_t)l * out * in, out, in, s->rank, a, a + (size_t)s->rank * in, k);
+            /* a GGUF file's quantized (or fp16) source no longer holds this matrix: plans must take
+               the merged fp32 weights */
+            nv_qmatrix *qm = m->quant ? &m->quant[l * NV_LAYER_MATRICES + t] : NULL;
+            if (qm) {
+                free(qm->q), free(qm->s), free(qm->o), free(qm->h);
+                qm->q = NULL, qm->s = qm->o = NULL, qm->h = NULL;
+            }
         }
 }

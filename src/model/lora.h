@@ -36,14 +36,15 @@ void nv_lora_dims(const nv_config *c, int t, int *out, int *in);
  * after, rank x in floats later); the matrix must be targeted. */
 uint64_t nv_lora_param_count(const nv_config *c, const nv_lora_shape *s);
 uint64_t nv_lora_offset(const nv_config *c, const nv_lora_shape *s, int l, int t);
-/* Checks a shape against a model: rank 1..min(in, out, 1024) of every target, alpha finite and
- * positive, at least one target. */
+/* Checks a shape against a model: rank 1..min(in, out, 1024) of every target, alpha in (0, 1e6],
+ * at least one target. */
 nv_err nv_lora_validate(const nv_config *c, const nv_lora_shape *s);
 /* The starting adapter: A uniform in +-1/sqrt(in) from seed (as PEFT's default), B zero, so the
  * adapted model starts as the base model. */
 void nv_lora_init(const nv_config *c, const nv_lora_shape *s, float *p, uint64_t seed);
 /* m's fp32 weights += scale * (alpha / rank) * B . A for every target (the model's plans, if any,
- * must be refreshed or rebuilt after). */
+ * must be refreshed or rebuilt after). The merged matrices' block-quantized sources (m->quant, a
+ * GGUF file's), which no longer hold them, are freed, so plans are built from the fp32 weights. */
 void nv_lora_merge(nv_model *m, const nv_lora_shape *s, const float *p, float scale);
 /* One matrix: w (out x in) += k * B . A, with a [rank][in] and bt [rank][out]. */
 void nv_lora_merge_matrix(float *w, int out, int in, int rank, const float *a, const float *bt, float k);

@@ -248,12 +248,12 @@ static nv_err check_resume(const nv_train_opts *o, int pack, uint64_t bhash, con
     const int lora = o->lora.rank > 0;
     if (ck->h.lora_rank != (lora ? o->lora.rank : 0) ||
         (lora && (ck->h.lora_targets != o->lora.targets || ck->h.lora_alpha != o->lora.alpha))) {
-        char had[64] = "";
+        char targets[64] = "";
         if (ck->h.lora_rank)
             nv_fail(NV_EINVAL, "%s holds LoRA adapters of rank %d, alpha %g on %s: resume with the same --lora-rank, "
                                "--lora-alpha and --lora-targets",
                     ckpt_path, (int)ck->h.lora_rank, (double)ck->h.lora_alpha,
-                    nv_lora_targets_text(ck->h.lora_targets, had, sizeof had));
+                    nv_lora_targets_text(ck->h.lora_targets, targets, sizeof targets));
         else
             nv_fail(NV_EINVAL, "%s holds the training of the whole model: resume without --lora-rank", ckpt_path);
         nv_ckpt_close(ck);
@@ -339,7 +339,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (lora && (e = nv_lora_validate(c, &o->lora))) return together(e);
     if (lead) e = nv_mkdirs(o->out_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
-    char ckpt_path[4200], metrics_path[4200], svg_path[4200], model_path[4200];
+    char ckpt_path[4200], metrics_path[4200], svg_path[4200], model_path[4200], adapter_path[4200];
+    snprintf(adapter_path, sizeof adapter_path, "%s/adapter.gguf", o->out_dir);
     snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", o->out_dir);
     snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", o->out_dir);
     snprintf(svg_path, sizeof svg_path, "%s/loss.svg", o->out_dir);
@@ -652,6 +653,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             h.last_loss = last_loss;
             h.last_val_loss = last_val;
             if ((e = nv_ckpt_save(ckpt_path, &h, tm.train_params, opt.m, opt.v))) goto done;
+            /* the adapters as llama.cpp reads them, with every checkpoint (a run that dies before its
+               end still leaves the ones its checkpoint holds, to use with --lora) */
+            if (lora && nv_gguf_save_lora(c, &o->lora, tm.lora_params, adapter_path) != NV_OK)
+                nv_warn("%s not written: %s", adapter_path, nv_errmsg());
             write_svg(svg_path, &tr, &va, o->steps);
         }
         if (diverged) { /* reported once the model is saved (whose own errors must not replace this) */
@@ -677,11 +682,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
        model is done with: its frozen weights take the update in place) */
     if (steps_run > 0 && lead) {
         nv_err saved;
-        char other[4200], adapter_path[4200];
-        snprintf(adapter_path, sizeof adapter_path, "%s/adapter.gguf", o->out_dir);
-        if (lora) {
-            if (nv_gguf_save_lora(c, &o->lora, tm.lora_params, adapter_path) == NV_OK) nv_info("wrote %s", adapter_path);
-            else nv_info("%s not written: %s", adapter_path, nv_errmsg());
+        char other[4200];
+        if (lora) { /* adapter.gguf was written with the last checkpoint */
+            if (nv_file_exists(adapter_path)) nv_info("wrote %s", adapter_path);
             nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
         } else {
             unlink(adapter_path); /* an earlier run's, which would not go with this model */
