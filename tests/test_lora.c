@@ -242,6 +242,8 @@ static void test_training_moves_adapters_only(void) {
     T_CHECK(memcmp(start, tm.lora_params, (size_t)tm.n_train * sizeof(float)) != 0, "the adapters did not move");
     /* the adapted model's forward through plans refreshed by the optimizer is the merged model's */
     const float adapted = nv_tmodel_forward(&tm, in, tg);
+    T_CHECK(tm.m.params == src.params, "the frozen weights were copied");
+    T_CHECK(nv_model_own_params(&tm.m) == NV_OK && tm.m.params != src.params, "no copy of its own to merge into");
     nv_lora_merge(&tm.m, &s, tm.lora_params, 1.0f);
     nv_tmodel plain;
     if (nv_tmodel_init(&plain, c, tm.m.params, 3, B, T, nv_engine_best_float()) == NV_OK) {

@@ -102,8 +102,10 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             if (lora_rank) nv_model_init_random(&base, 1);
             nv_tmodel tm;
             const nv_err ie = nv_tmodel_init_lora(&tm, &c, lora_rank ? base.params : NULL, 1, batch, seq, id, &lora, NULL);
-            nv_model_free(&base);
-            if (ie != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+            if (ie != NV_OK) {
+                nv_model_free(&base);
+                return cli_error(CMD, 1, "%s", nv_errmsg());
+            }
             nv_adamw opt;
             nv_adamw_opts ao;
             nv_adamw_defaults(&ao);
@@ -149,6 +151,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             free(tg);
             nv_adamw_free(&opt);
             nv_tmodel_free(&tm);
+            nv_model_free(&base); /* the frozen weights the adapters' model used in place */
         }
         if (!peers) continue;
         const char *modes[] = {"fp32", "bf16"}, *names[] = {"pytorch-fp32", "pytorch-bf16"};

@@ -83,8 +83,8 @@ double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_sh
     /* weights, gradients, AdamW's two moments, the plans' packed copies (bf16 tiles and dx's
        transposed tiles, or fp32 panels: about 4 bytes a weight), activations and scratch */
     if (!lora || lora->rank <= 0) return 20.0 * n + acts;
-    /* adapters: the frozen weights and their plans; the adapters' weights, gradients, moments and
-       plans, and their activations */
+    /* adapters: the frozen weights (the caller's, used in place) and their plans; the adapters'
+       weights, gradients, moments and plans, and their activations */
     const double na = (double)nv_lora_param_count(c, lora);
     return 8.0 * n + 20.0 * na + acts + 4.0 * (double)lora_us_floats(c, B, T, lora->rank + 1);
 }
@@ -190,9 +190,17 @@ nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init,
         return nv_fail(NV_EINVAL, "batch %d x sequence %d is %lld tokens a step: at most %d", B, T, (long long)B * T, 1 << 26);
     const int adapters = lora && lora->rank > 0;
     if (adapters && !init) return nv_fail(NV_EINVAL, "LoRA adapts a model: give the weights to start from");
-    NV_TRY(nv_model_alloc(&tm->m, c));
-    if (init) memcpy(tm->m.params, init, (size_t)tm->m.n_params * sizeof(float));
-    else nv_model_init_random(&tm->m, seed);
+    if (adapters) { /* the frozen weights are read where the caller keeps them: no copy of the model */
+        NV_TRY(nv_config_validate(c));
+        tm->m.config = *c;
+        tm->m.params = (float *)init; /* never written: the base gets no update (not owned: not freed) */
+        tm->m.n_params = nv_config_param_count(c);
+        nv_weights_point(&tm->m.w, c, tm->m.params);
+    } else {
+        NV_TRY(nv_model_alloc(&tm->m, c));
+        if (init) memcpy(tm->m.params, init, (size_t)tm->m.n_params * sizeof(float));
+        else nv_model_init_random(&tm->m, seed);
+    }
     tm->B = B;
     tm->T = T;
     if (!adapters) tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));

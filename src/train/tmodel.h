@@ -64,7 +64,9 @@ typedef struct {
 nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                       nv_engine_id engine);
 /* The same with adapters when lora is not NULL and its rank positive: lora_init (the block's
- * floats) or, when NULL, nv_lora_init from seed; the base weights init must be given. */
+ * floats) or, when NULL, nv_lora_init from seed; the base weights init must be given, and are then
+ * used in place, not copied: they must stay alive and unchanged until nv_tmodel_free (nothing
+ * writes them; nv_model_own_params(&tm->m) first to change them, as the merge at a run's end does). */
 nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                            nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init);
 void nv_tmodel_free(nv_tmodel *tm);

@@ -677,6 +677,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
     }
     if (tty) fprintf(stderr, "\n");
+    const nv_engine_id used = nv_model_engine(&tm.m); /* before a LoRA run's merge frees the plans */
     /* the weights as they stand, ready for `nerve generate`, however the run ended; a LoRA run's
        adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training
        model is done with: its frozen weights take the update in place) */
@@ -685,7 +686,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         char other[4200];
         if (lora) { /* adapter.gguf was written with the last checkpoint */
             if (nv_file_exists(adapter_path)) nv_info("wrote %s", adapter_path);
-            nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
+            /* the frozen weights are --init-from's own: merged into a copy, made in the memory the
+               plans (no longer needed) held */
+            nv_model_free_plans(&tm.m);
+            if (nv_model_own_params(&tm.m) == NV_OK) nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
+            else nv_warn("the merged model is not written: %s", nv_errmsg());
         } else {
             unlink(adapter_path); /* an earlier run's, which would not go with this model */
         }
@@ -713,7 +718,6 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;
-        nv_engine_id used = nv_model_engine(&tm.m);
         double achieved = tm.flops_per_step * world * o->accum * n / sum_step;
         /* the peak of the unit this engine runs on, measured now with the same threads (by every process
            at once, summed) */
