@@ -71,14 +71,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         FZ_CHECK(ds.n_src == 1 && ds.chat, "not read as chat data");
         check_source(&ds.src[0]);
-        int in[FZ_B * FZ_T], tg[FZ_B * FZ_T];
+        int in[FZ_B * FZ_T], tg[FZ_B * FZ_T], seg[FZ_B * FZ_T];
         nv_data_cursor c;
         nv_data_cursor_init(&c, 1);
         FZ_CHECK(ds.src[0].n_train_starts > 0, "no training turn (the split keeps one)");
         for (int it = 0; it < 4; it++) { /* one turn a window, then packed */
             ds.pack = it >= 2;
-            FZ_CHECK(nv_data_next_batch(&ds, &c, FZ_B, FZ_T, in, tg) == NV_OK, "%s", nv_errmsg());
+            FZ_CHECK(nv_data_next_batch(&ds, &c, FZ_B, FZ_T, in, tg, seg) == NV_OK, "%s", nv_errmsg());
             check_windows(in, tg, FZ_B * FZ_T);
+            /* each row's document starts at or before it, no earlier than the row before's; one
+               turn a window: every row's at 0 */
+            for (int r = 0; r < FZ_B * FZ_T; r++) {
+                const int t = r % FZ_T;
+                FZ_CHECK(seg[r] >= 0 && seg[r] <= t && (t == 0 || seg[r] >= seg[r - 1]) && (ds.pack || seg[r] == 0),
+                         "row %d: document start %d", r, seg[r]);
+            }
         }
         ds.pack = 0;
         for (int i = 0; i < 2 && nv_data_val_batch(&ds, i, FZ_B, FZ_T, in, tg); i++) check_windows(in, tg, FZ_B * FZ_T);

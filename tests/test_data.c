@@ -49,7 +49,7 @@ static void test_u16_windows_from_training_split(void) {
     nv_data_cursor c;
     nv_data_cursor_init(&c, 7);
     for (int it = 0; it < 500; it++) {
-        T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg, NULL) == NV_OK, "%s", nv_errmsg());
         for (int b = 0; b < B; b++) {
             int s = in[b * T];
             lo = s < lo ? s : lo;
@@ -80,7 +80,7 @@ static void test_u32_and_mixed_sources(void) {
     nv_data_cursor c;
     nv_data_cursor_init(&c, 123);
     for (int it = 0; it < 200; it++) {
-        T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg, NULL) == NV_OK, "%s", nv_errmsg());
         for (int b = 0; b < B; b++) {
             int s = in[b * T], big = s >= 70000;
             from_big += big;
@@ -105,10 +105,10 @@ static void test_cursor_deterministic_and_resumable(void) {
     nv_data_cursor c1, c2, saved;
     nv_data_cursor_init(&c1, 42);
     nv_data_cursor_init(&c2, 42);
-    for (int i = 0; i < N; i++) nv_data_next_batch(&ds, &c1, B, T, a_in[i], a_tg[i]);
+    for (int i = 0; i < N; i++) nv_data_next_batch(&ds, &c1, B, T, a_in[i], a_tg[i], NULL);
     int same = 1;
     for (int i = 0; i < N; i++) {
-        nv_data_next_batch(&ds, &c2, B, T, in, tg);
+        nv_data_next_batch(&ds, &c2, B, T, in, tg, NULL);
         same &= memcmp(in, a_in[i], sizeof in) == 0 && memcmp(tg, a_tg[i], sizeof tg) == 0;
         if (i == N / 2 - 1) saved = c2; /* what a checkpoint stores */
     }
@@ -117,19 +117,19 @@ static void test_cursor_deterministic_and_resumable(void) {
     /* resume from the saved cursor: the second half again */
     same = 1;
     for (int i = N / 2; i < N; i++) {
-        nv_data_next_batch(&ds, &saved, B, T, in, tg);
+        nv_data_next_batch(&ds, &saved, B, T, in, tg, NULL);
         same &= memcmp(in, a_in[i], sizeof in) == 0;
     }
     T_CHECK(same && saved.windows == (uint64_t)N * B, "resumed cursor gives another stream");
     /* another seed, another stream */
     nv_data_cursor c3;
     nv_data_cursor_init(&c3, 43);
-    nv_data_next_batch(&ds, &c3, B, T, in, tg);
+    nv_data_next_batch(&ds, &c3, B, T, in, tg, NULL);
     T_CHECK(memcmp(in, a_in[0], sizeof in) != 0, "seeds 42 and 43 gave the same first batch");
     /* seed 0 is usable */
     nv_data_cursor_init(&c3, 0);
-    nv_data_next_batch(&ds, &c3, B, T, in, tg);
-    nv_data_next_batch(&ds, &c3, B, T, a_in[0], tg);
+    nv_data_next_batch(&ds, &c3, B, T, in, tg, NULL);
+    nv_data_next_batch(&ds, &c3, B, T, a_in[0], tg, NULL);
     T_CHECK(memcmp(in, a_in[0], sizeof in) != 0, "seed 0 repeats itself");
     nv_dataset_close(&ds);
 }
@@ -231,9 +231,9 @@ static void test_malformed_inputs(void) {
         int in[128], tg[128];
         nv_data_cursor c;
         nv_data_cursor_init(&c, 1);
-        T_CHECK(nv_data_next_batch(&ds, &c, 1, 89, in, tg) == NV_OK, "89+1 tokens fit in 90: %s", nv_errmsg());
+        T_CHECK(nv_data_next_batch(&ds, &c, 1, 89, in, tg, NULL) == NV_OK, "89+1 tokens fit in 90: %s", nv_errmsg());
         T_CHECK(in[0] == 0 && tg[88] == 89, "the only window");
-        nv_err e = nv_data_next_batch(&ds, &c, 1, 90, in, tg);
+        nv_err e = nv_data_next_batch(&ds, &c, 1, 90, in, tg, NULL);
         T_CHECK(e == NV_EINVAL && strstr(nv_errmsg(), "too short"), "90+1 tokens in 90: %s", nv_errmsg());
         nv_dataset_close(&ds);
     }
@@ -243,7 +243,7 @@ static void test_malformed_inputs(void) {
         int in[8], tg[8];
         nv_data_cursor c;
         nv_data_cursor_init(&c, 1);
-        T_CHECK(ds.train_tokens == 0 && nv_data_next_batch(&ds, &c, 1, 4, in, tg) == NV_EINVAL, "empty shard");
+        T_CHECK(ds.train_tokens == 0 && nv_data_next_batch(&ds, &c, 1, 4, in, tg, NULL) == NV_EINVAL, "empty shard");
         nv_dataset_close(&ds);
     }
 }
@@ -349,7 +349,7 @@ static void test_text_documents(void) {
             nv_data_cursor c;
             nv_data_cursor_init(&c, 5);
             for (int it = 0; it < 50; it++) {
-                T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+                T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg, NULL) == NV_OK, "%s", nv_errmsg());
                 for (int i = 0; i + 1 < B * T; i++)
                     if ((i + 1) % T) T_CHECK(tg[i] == in[i + 1], "text window not shifted");
             }
@@ -484,7 +484,7 @@ static void test_chat_data(void) {
         nv_data_cursor c;
         nv_data_cursor_init(&c, 3);
         for (int it = 0; it < 40; it++) {
-            T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+            T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg, NULL) == NV_OK, "%s", nv_errmsg());
             for (int b = 0; b < B; b++) {
                 uint64_t turn = s->n_starts; /* the training turn whose tokens (then padding 0) the inputs are */
                 for (uint64_t u = 0; u < s->n_train_starts && turn == s->n_starts; u++) {
@@ -511,10 +511,10 @@ static void test_chat_data(void) {
         /* packed: a window runs on into the training turns after its first, each from its BOS (whose
            target, the next turn's first token, is none) */
         ds.pack = 1;
-        int packed = 0;
+        int packed = 0, seg[B * T];
         const uint64_t train_end = s->starts[s->n_train_starts];
         for (int it = 0; it < 40; it++) {
-            T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg) == NV_OK, "%s", nv_errmsg());
+            T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg, seg) == NV_OK, "%s", nv_errmsg());
             for (int b = 0; b < B; b++) {
                 int found = 0;
                 for (uint64_t u = 0; u < s->n_train_starts && !found; u++) {
@@ -527,6 +527,13 @@ static void test_chat_data(void) {
                     }
                     found = same;
                     if (same) packed += s->starts[u + 1] - s->starts[u] < (uint64_t)T && u + 1 < s->n_train_starts;
+                    /* each row's document: the latest training turn begun at or before it */
+                    for (int i = 0; i < T && same; i++) {
+                        uint64_t w = u;
+                        while (w + 1 < s->n_train_starts && s->starts[w + 1] <= s->starts[u] + (uint64_t)i) w++;
+                        T_CHECK(seg[b * T + i] == (int)(s->starts[w] - s->starts[u]), "window of turn %llu, row %d: document "
+                                "start %d, not %d", (unsigned long long)u, i, seg[b * T + i], (int)(s->starts[w] - s->starts[u]));
+                    }
                 }
                 T_CHECK(found, "a packed window is no run of training turns");
             }

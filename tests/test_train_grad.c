@@ -70,13 +70,14 @@ static void perturb_init(nv_tmodel *tm, uint64_t seed) {
 }
 
 /* ignore_every > 0: every ignore_every-th target is -1 (chat data's prompt tokens), which the loss
- * and its gradient skip */
-static void check_fd_ignoring(const nv_config *c, int B, int T, int ignore_every) {
+ * and its gradient skip; seg: packed documents (nv_tmodel_set_segments), or NULL */
+static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every, const int *seg) {
     nv_tmodel tm;
     nv_err e = nv_tmodel_init(&tm, c, NULL, 5, B, T, NV_ENGINE_SCALAR);
     T_CHECK(e == NV_OK, "%s", nv_errmsg());
     if (e) return;
     perturb_init(&tm, 6);
+    nv_tmodel_set_segments(&tm, seg);
     int in[64], tg[64];
     make_batch(B, T, c->vocab_size, in, tg, 77);
     for (int i = 0; ignore_every > 0 && i < B * T; i++)
@@ -131,13 +132,52 @@ static void check_fd_ignoring(const nv_config *c, int B, int T, int ignore_every
     nv_tmodel_free(&tm);
 }
 
-static void check_fd(const nv_config *c, int B, int T) { check_fd_ignoring(c, B, T, 0); }
+static void check_fd(const nv_config *c, int B, int T) { check_fd_segments(c, B, T, 0, NULL); }
+
+/* Packed windows: each row attends to its own document alone. The gradient through the masked
+ * attention matches finite differences; and a document's losses in a packed window are the ones
+ * it has in a window of its own (RoPE sees only relative positions: equal to float rounding), where
+ * without the documents they would not be. */
+static void test_packed_documents(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    const int seg[12] = {0, 0, 0, 3, 3, 3, 3, 0, 0, 2, 2, 5}; /* two windows of 6: [3 | 4] and [2 | 3 | 1] */
+    check_fd_segments(&c, 2, 6, 0, seg);
+    nv_config big = {32, 64, 2, 4, 2, 8, 40, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    enum { TA = 23, TB = 41, TW = TA + TB };
+    nv_tmodel packed, alone;
+    if (nv_tmodel_init(&packed, &big, NULL, 3, 1, TW, nv_engine_best_fp32()) != NV_OK ||
+        nv_tmodel_init(&alone, &big, packed.m.params, 3, 1, TB, nv_engine_best_fp32()) != NV_OK) { /* fp32: bf16 rounds the two row sets apart */
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    int in[TW], tg[TW], segs[TW], tg_b[TB];
+    make_batch(1, TW, big.vocab_size, in, tg, 5);
+    for (int t = 0; t < TW; t++) segs[t] = t < TA ? 0 : TA, tg[t] = t < TA ? -1 : tg[t];
+    for (int t = 0; t < TB; t++) tg_b[t] = tg[TA + t];
+    nv_tmodel_set_segments(&packed, segs);
+    const float lp = nv_tmodel_forward(&packed, in, tg), la = nv_tmodel_forward(&alone, in + TA, tg_b);
+    T_CHECK(fabsf(lp - la) <= 1e-5f * la, "document B's loss %.8g packed, %.8g alone", lp, la);
+    /* the gradients of the two agree too (the second document's share of every weight) */
+    nv_tmodel_backward(&packed, 1.0f);
+    nv_tmodel_backward(&alone, 1.0f);
+    double num = 0, den = 0;
+    for (uint64_t i = 0; i < packed.m.n_params; i++) {
+        const double d = (double)packed.grads[i] - alone.grads[i];
+        num += d * d, den += (double)alone.grads[i] * alone.grads[i];
+    }
+    T_CHECK(den > 0 && sqrt(num / den) < 1e-4, "gradients packed vs alone differ by %.3g", sqrt(num / den));
+    nv_tmodel_set_segments(&packed, NULL);
+    const float lc = nv_tmodel_forward(&packed, in, tg);
+    T_CHECK(fabsf(lc - la) > 1e-4f * la, "without documents the loss %.8g is still the lone one's %.8g", lc, la);
+    nv_tmodel_free(&packed);
+    nv_tmodel_free(&alone);
+}
 
 /* Targets of -1 (chat data's prompts and padding): the gradient is the masked loss's, and the loss
  * is the mean over the rows that have a target: the mean of each such row's loss taken alone. */
 static void test_fd_ignored_targets(void) {
     nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
-    check_fd_ignoring(&c, 2, 5, 3);
+    check_fd_segments(&c, 2, 5, 3, NULL);
     nv_tmodel tm;
     if (nv_tmodel_init(&tm, &c, NULL, 5, 2, 5, NV_ENGINE_SCALAR) != NV_OK) {
         T_CHECK(0, "%s", nv_errmsg());
@@ -417,8 +457,8 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
     nv_rng_seed(&r, 7 + hd + T);
     for (size_t i = 0; i < qn; i++) q[i] = nv_rng_normal(&r), dout[i] = nv_rng_normal(&r);
     for (size_t i = 0; i < kn; i++) k[i] = nv_rng_normal(&r), v[i] = nv_rng_normal(&r);
-    nv_attention_forward(&c, attn_engine, B, T, q, k, v, att, out, ws);
-    nv_attention_backward(&c, attn_engine, B, T, q, k, v, att, dout, dq, dk, dv, ws);
+    nv_attention_forward(&c, attn_engine, B, T, q, k, v, NULL, att, out, ws);
+    nv_attention_backward(&c, attn_engine, B, T, q, k, v, NULL, att, dout, dq, dk, dv, ws);
     const int qd = H * hd, kvd = KVH * hd;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
@@ -721,6 +761,7 @@ int main(void) {
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_qkv_bias);
     T_RUN(test_fd_ignored_targets);
+    T_RUN(test_packed_documents);
     T_RUN(test_accumulation_equals_larger_batch);
     T_RUN(test_engines_match_fp32);
     T_RUN(test_attention_kernels);

@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "          answers are trained on, each conversation rendered with --chat-template, default the one the\n"
             "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
-            "          step when turns are short; they attend to each other)\n"
+            "          step when turns are short; each attends to itself alone)\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"

@@ -31,7 +31,11 @@ typedef struct {
     nv_engine_id e;
     const float *q, *k, *v, *dout;
     float *stats, *out, *dq, *dk, *dv, *ws;
+    const int *seg; /* [B*T] each row's first key, or NULL: 0 */
 } attn_job;
+
+/* Row t's first key in sequence b: its document's start (packed windows), else 0. */
+static int first_key(const attn_job *j, int b, int t) { return j->seg ? j->seg[(size_t)b * j->T + t] : 0; }
 
 /* p[u] = exp(scale * s[u] - mx) * inv for u < n, zero for n <= u < n_zero (n_zero <= the row's
  * length rounded up to 8): one row's probabilities, backward, by the forward's operations. */
@@ -93,7 +97,12 @@ static void forward_task(void *ctx, int task, int n_tasks) {
         nv_bpack_run(&kp, q0 + (size_t)r0 * qd, (size_t)qd, m, hd, r1, s, (size_t)T8, 0);
         /* the probabilities over the scores, zero past the diagonal up to the block's last key (the
            product below reads them) */
-        for (int t = r0; t < r1; t++) softmax_row(s + (size_t)(t - r0) * T8, t + 1, r1, scale, st0 + (size_t)t * 2);
+        for (int t = r0; t < r1; t++) { /* keys before the row's document start are zero too */
+            float *row = s + (size_t)(t - r0) * T8;
+            const int k0 = first_key(j, b, t);
+            memset(row, 0, (size_t)k0 * sizeof(float));
+            softmax_row(row + k0, t + 1 - k0, r1 - k0, scale, st0 + (size_t)t * 2);
+        }
         nv_bpack_run(&vp, s, (size_t)T8, m, r1, hd, out0 + (size_t)r0 * qd, (size_t)qd, 0);
     }
 }
@@ -131,13 +140,17 @@ static void backward_task(void *ctx, int task, int n_tasks) {
             nv_bpack_run(&ktp, q0, (size_t)qd, m, hd, r1, pb, (size_t)T8, 0); /* the forward's scores */
             for (int t = r0; t < r1; t++) {
                 float *p = pb + (size_t)(t - r0) * T8;
-                probs_row(p, p, t + 1, r1, scale, st0[(size_t)t * 2], st0[(size_t)t * 2 + 1]);
+                const int k0 = first_key(j, b, t);
+                memset(p, 0, (size_t)k0 * sizeof(float));
+                probs_row(p + k0, p + k0, t + 1 - k0, r1 - k0, scale, st0[(size_t)t * 2], st0[(size_t)t * 2 + 1]);
             }
             nv_bpack_run(&vp, dout0, (size_t)qd, m, hd, r1, ds, (size_t)T8, 0);
-            for (int t = r0; t < r1; t++) {
-                const float *a = pb + (size_t)(t - r0) * T8;
-                float *d = ds + (size_t)(t - r0) * T8;
-                const int n = t + 1;
+            for (int t = r0; t < r1; t++) { /* over the row's keys k0..t (zero before and after) */
+                const int k0 = first_key(j, b, t);
+                const float *a = pb + (size_t)(t - r0) * T8 + k0;
+                float *d = ds + (size_t)(t - r0) * T8 + k0;
+                memset(d - k0, 0, (size_t)k0 * sizeof(float));
+                const int n = t + 1 - k0;
                 __m256 vsum = _mm256_setzero_ps();
                 int u = 0;
                 for (; u + 8 <= n; u += 8) vsum = _mm256_fmadd_ps(_mm256_loadu_ps(a + u), _mm256_loadu_ps(d + u), vsum);
@@ -149,7 +162,7 @@ static void backward_task(void *ctx, int task, int n_tasks) {
                                                                         _mm256_sub_ps(_mm256_loadu_ps(d + u), vsm)),
                                                           vsc));
                 for (; u < n; u++) d[u] = a[u] * (d[u] - sum) * scale;
-                for (; u < r1; u++) d[u] = 0.0f;
+                for (; u < r1 - k0; u++) d[u] = 0.0f;
             }
             nv_bpack_run(&kp, ds, (size_t)T8, m, r1, hd, j->dq + ((size_t)b * T + r0) * qd + (size_t)h * hd, (size_t)qd, 1);
             /* dk[0..r1) += dS^T q over the block's rows */
@@ -164,14 +177,14 @@ static void backward_task(void *ctx, int task, int n_tasks) {
 }
 
 void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
-                          const float *v, float *stats, float *out, float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws};
+                          const float *v, const int *seg, float *stats, float *out, float *ws) {
+    attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws, seg};
     nv_pool_run(forward_task, &j, B * c->n_heads);
 }
 
 void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
-                           const float *v, const float *stats, const float *dout, float *dq, float *dk, float *dv,
-                           float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws};
+                           const float *v, const int *seg, const float *stats, const float *dout, float *dq, float *dk,
+                           float *dv, float *ws) {
+    attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws, seg};
     nv_pool_run(backward_task, &j, B * c->n_kv_heads);
 }

@@ -328,7 +328,8 @@ static uint64_t train_windows(const nv_source *s, int T) {
 /* Window number w of a source's training or validation part into in/tg [T]. A chat turn starts the
    window and is cut after T + 1 tokens; past its end, padding whose targets are -1, as are its
    prompt's (packed: the training turns after it instead of padding, each from its start). */
-static void fill_window(const nv_source *s, uint64_t first, int T, int pack, int *in, int *tg) {
+static void fill_window(const nv_source *s, uint64_t first, int T, int pack, int *in, int *tg, int *seg) {
+    if (seg) memset(seg, 0, (size_t)T * sizeof(int));
     if (!s->starts) {
         for (int t = 0; t < T; t++) {
             in[t] = (int)nv_source_token(s, first + (uint64_t)t);
@@ -336,10 +337,14 @@ static void fill_window(const nv_source *s, uint64_t first, int T, int pack, int
         }
         return;
     }
-    /* packed: the turns after it too, up to the end of the training part */
+    /* packed: the turns after it too, up to the end of the training part, each its own document */
     const uint64_t from = s->starts[first], end = s->starts[pack ? s->n_train_starts : first + 1];
+    uint64_t next = first + 1; /* the next turn's start */
+    int doc = 0;
     for (int t = 0; t < T; t++) {
         const uint64_t p = from + (uint64_t)t;
+        while (pack && next < s->n_train_starts && s->starts[next] <= p) doc = (int)(s->starts[next++] - from);
+        if (seg) seg[t] = doc;
         if (p + 1 < end) {
             in[t] = (int)nv_source_token(s, p);
             tg[t] = s->trained[p + 1] ? (int)nv_source_token(s, p + 1) : -1;
@@ -350,7 +355,7 @@ static void fill_window(const nv_source *s, uint64_t first, int T, int pack, int
     }
 }
 
-nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets) {
+nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets, int *seg) {
     uint64_t total = 0;
     for (int i = 0; i < ds->n_src; i++) total += train_windows(&ds->src[i], T);
     if (!total)
@@ -367,7 +372,7 @@ nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
             }
             r -= starts;
         }
-        fill_window(s, r, T, ds->pack, inputs + (size_t)b * T, targets + (size_t)b * T);
+        fill_window(s, r, T, ds->pack, inputs + (size_t)b * T, targets + (size_t)b * T, seg ? seg + (size_t)b * T : NULL);
         c->windows++;
     }
     return NV_OK;
@@ -395,7 +400,7 @@ int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, in
         while (w >= per[s]) w -= per[s++];
         const nv_source *src = &ds->src[s];
         fill_window(src, src->starts ? src->n_train_starts + w : src->n_train + w * (uint64_t)T, T, 0,
-                    inputs + (size_t)b * T, targets + (size_t)b * T);
+                    inputs + (size_t)b * T, targets + (size_t)b * T, NULL);
     }
     free(per);
     return 1;

@@ -74,8 +74,10 @@ static inline uint32_t nv_source_token(const nv_source *s, uint64_t i) {
 void nv_data_cursor_init(nv_data_cursor *c, uint64_t seed);
 /* Fills inputs/targets [B*T] with B random training windows; needs train_tokens > T per source
  * chosen (sources too short for a window are never chosen; a chat source needs a turn). A target
- * of -1 is no target (chat data: a prompt's token, or padding). */
-nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets);
+ * of -1 is no target (chat data: a prompt's token, or padding). seg, when not NULL, gets [B*T]
+ * each row's first position of its document in the window (nv_tmodel_set_segments): a packed
+ * window's later turns start where they start, every other row's document at 0. */
+nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets, int *seg);
 /* Deterministic validation batch number i (0-based) of evenly spaced windows; returns 0 when
  * the validation split cannot hold a window. */
 int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets);

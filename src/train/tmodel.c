@@ -723,6 +723,8 @@ static void add_col_sums(float *g, const float *d, int rows, int n) {
 
 /* ---- whole model ----------------------------------------------------------------------- */
 
+void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
+
 #define LAYER(ptr, l, per) ((ptr) + (size_t)(l) * (per))
 
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
@@ -735,6 +737,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
     tm->inputs = inputs;
     tm->targets = targets;
+    tm->seg_fwd = tm->seg;
 
     for (int r = 0; r < BT; r++) memcpy(a->x + (size_t)r * d, w->tok_emb + (size_t)inputs[r] * d, (size_t)d * sizeof(float));
     for (int l = 0; l < c->n_layers; l++) {
@@ -766,7 +769,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
         rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
         const double ta = nv_now();
-        nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, att_stats, ao, s.datt);
+        nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, tm->seg, att_stats, ao, s.datt);
         tm->attn_seconds += nv_now() - ta;
         /* each product's element-wise follow-up in the same job, on the block's own thread */
         ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
@@ -869,7 +872,7 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
         const double ta = nv_now();
-        nv_attention_backward(c, e, B, T, q, k, v, att_stats, s.dao, s.dq, s.dk, s.dv, s.datt);
+        nv_attention_backward(c, e, B, T, q, k, v, tm->seg_fwd, att_stats, s.dao, s.dq, s.dk, s.dv, s.datt);
         tm->attn_seconds += nv_now() - ta;
         rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
         rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);

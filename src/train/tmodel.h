@@ -42,6 +42,8 @@ typedef struct {
     float *act_mem;
     float *scratch;    /* backward temporaries */
     const int *inputs, *targets; /* of the last forward, [B*T] */
+    const int *seg;              /* nv_tmodel_set_segments's, or NULL */
+    const int *seg_fwd;          /* the last forward's, which its backward uses */
     float loss;        /* mean loss of the last forward over its rows with a target */
     int n_targets;     /* those rows (a negative target is none: chat data's prompts and padding) */
     double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
@@ -78,6 +80,12 @@ double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_sh
 /* Forward over inputs [B*T]; with targets, returns the mean cross-entropy over the rows whose
  * target is not negative (0 when none; else 0 without targets). */
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
+/* Packed windows: seg [B*T] gives each row's first position of its document within its window
+ * (0 <= seg[r] <= r % T), so that attention sees that document alone (each row of a packed window
+ * attends to its own conversation's earlier tokens, as in a window of its own); NULL: every row sees
+ * its whole window up to itself. Used by every forward until set again; the caller keeps it alive
+ * through the backward. */
+void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg);
 /* Backward of the last forward (which must have had targets); adds grad_scale * dLoss/dparam
  * into grads, Loss the forward's mean (grad_scale = 1/accum_steps averages micro-batches; rows
  * without a target add nothing). The first backward after init,

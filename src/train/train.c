@@ -136,6 +136,7 @@ static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in,
     const size_t mine = (size_t)nv_dist_rank() * tm->B * tm->T;
     double sum[2] = {0, 0}; /* chat data: the summed losses and their targets */
     int n = 0;
+    nv_tmodel_set_segments(tm, NULL); /* validation windows hold one turn each */
     for (int i = 0; i < batches; i++) {
         if (!nv_data_val_batch(ds, i, tm->B * world, tm->T, in, tg)) break;
         const float l = nv_tmodel_forward(tm, in + mine, tg + mine);
@@ -457,9 +458,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     /* every process draws the whole batch's windows (the data cursor stays the same everywhere) and
        trains on its rows */
     int *in = malloc(bt * o->accum * sizeof(int)), *tg = malloc(bt * o->accum * sizeof(int)); /* a step's batches */
+    int *seg = ds->pack ? malloc(bt * o->accum * sizeof(int)) : NULL; /* packed: where each row's turn starts */
     const size_t mine = (size_t)rank * local_batch * o->seq;
     FILE *metrics = lead ? fopen(metrics_path, "a") : NULL;
-    if (!in || !tg || (lead && !metrics)) {
+    if (!in || !tg || (ds->pack && !seg) || (lead && !metrics)) {
         e = nv_fail(lead && !metrics ? NV_EIO : NV_ENOMEM, "cannot open %s or allocate batches", metrics_path);
         goto done;
     }
@@ -524,11 +526,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         /* the step's windows first: with chat data, the loss is the mean over the step's targets, whose
            count every process knows from the windows (it draws all of them) */
         for (int a = 0; a < o->accum; a++)
-            if ((e = nv_data_next_batch(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt))) goto done;
+            if ((e = nv_data_next_batch(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt, seg ? seg + a * bt : NULL)))
+                goto done;
         long step_targets = 0;
         for (size_t i = 0; ds->chat && i < bt * o->accum; i++) step_targets += tg[i] >= 0;
         for (int a = 0; a < o->accum; a++) {
             double ta = nv_now();
+            nv_tmodel_set_segments(&tm, seg ? seg + a * bt + mine : NULL); /* packed turns attend to themselves */
             const float l = nv_tmodel_forward(&tm, in + a * bt + mine, tg + a * bt + mine);
             double tb0 = nv_now();
             if (ds->chat) { /* each micro-batch's share of the step's targets */
@@ -761,6 +765,7 @@ done:
     if (metrics) fclose(metrics);
     free(in);
     free(tg);
+    free(seg);
     free(tr.step);
     free(tr.loss);
     free(va.step);
