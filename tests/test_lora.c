@@ -138,9 +138,9 @@ static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
     /* the largest gradient of every tensor is not zero: every adapter is reached */
     T_CHECK(checked > 0, "nothing checked");
     free(grads);
+    nv_tmodel_free(&tm); /* before the frozen weights it used in place */
     free(base);
     free(adapters);
-    nv_tmodel_free(&tm);
 }
 
 static void test_fd_all_targets_gqa(void) {

@@ -135,15 +135,17 @@ static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every
 static void check_fd(const nv_config *c, int B, int T) { check_fd_segments(c, B, T, 0, NULL); }
 
 /* Packed windows: each row attends to its own document alone. The gradient through the masked
- * attention matches finite differences; and a document's losses in a packed window are the ones
- * it has in a window of its own (RoPE sees only relative positions: equal to float rounding), where
+ * attention matches finite differences; and a document's losses in a packed window (across
+ * attention's blocks of rows) are the ones it has in a window of its own (RoPE sees only relative positions: equal to float rounding), where
  * without the documents they would not be. */
 static void test_packed_documents(void) {
     nv_config c = {16, 24, 2, 4, 2, 4, 23, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
-    const int seg[12] = {0, 0, 0, 3, 3, 3, 3, 0, 0, 2, 2, 5}; /* two windows of 6: [3 | 4] and [2 | 3 | 1] */
+    const int seg[12] = {0, 0, 0, 3, 3, 3, 0, 0, 2, 2, 2, 5}; /* two windows of 6: [3 | 3] and [2 | 3 | 1] */
     check_fd_segments(&c, 2, 6, 0, seg);
-    nv_config big = {32, 64, 2, 4, 2, 8, 40, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
-    enum { TA = 23, TB = 41, TW = TA + TB };
+    /* 50 + 60 rows: the second document starts in attention's first block of 64 rows and runs on
+       into the second */
+    nv_config big = {32, 64, 2, 4, 2, 8, 40, 128, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    enum { TA = 50, TB = 60, TW = TA + TB };
     nv_tmodel packed, alone;
     if (nv_tmodel_init(&packed, &big, NULL, 3, 1, TW, nv_engine_best_fp32()) != NV_OK ||
         nv_tmodel_init(&alone, &big, packed.m.params, 3, 1, TB, nv_engine_best_fp32()) != NV_OK) { /* fp32: bf16 rounds the two row sets apart */

@@ -34,8 +34,12 @@ typedef struct {
     const int *seg; /* [B*T] each row's first key, or NULL: 0 */
 } attn_job;
 
-/* Row t's first key in sequence b: its document's start (packed windows), else 0. */
-static int first_key(const attn_job *j, int b, int t) { return j->seg ? j->seg[(size_t)b * j->T + t] : 0; }
+/* Row t's first key in sequence b: its document's start (packed windows), else 0; a start outside
+   0..t (the caller's error) is taken as 0 or t, so that no row has fewer than one key. */
+static int first_key(const attn_job *j, int b, int t) {
+    const int k0 = j->seg ? j->seg[(size_t)b * j->T + t] : 0;
+    return k0 < 0 ? 0 : k0 > t ? t : k0;
+}
 
 /* p[u] = exp(scale * s[u] - mx) * inv for u < n, zero for n <= u < n_zero (n_zero <= the row's
  * length rounded up to 8): one row's probabilities, backward, by the forward's operations. */

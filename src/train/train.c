@@ -684,21 +684,32 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     const nv_engine_id used = nv_model_engine(&tm.m); /* before a LoRA run's merge frees the plans */
     /* the weights as they stand, ready for `nerve generate`, however the run ended; a LoRA run's
        adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training
-       model is done with: its frozen weights take the update in place) */
+       model is done with: a copy of its frozen weights takes the update) */
     if (steps_run > 0 && lead) {
-        nv_err saved;
+        nv_err saved = NV_OK;
         char other[4200];
+        int merged = 1; /* the weights to save are the model's (a LoRA run's: merged) */
         if (lora) { /* adapter.gguf was written with the last checkpoint */
             if (nv_file_exists(adapter_path)) nv_info("wrote %s", adapter_path);
-            /* the frozen weights are --init-from's own: merged into a copy, made in the memory the
-               plans (no longer needed) held */
+            /* the frozen weights are --init-from's own: merged into a copy, made mostly in the memory
+               the plans (no longer needed) held */
             nv_model_free_plans(&tm.m);
-            if (nv_model_own_params(&tm.m) == NV_OK) nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
-            else nv_warn("the merged model is not written: %s", nv_errmsg());
+            if (nv_model_own_params(&tm.m) == NV_OK) {
+                nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
+            } else { /* never the base under the merged model's name: export and serve refuse a missing one */
+                nv_warn("the merged model is not written (%s): use the base with --lora %s", nv_errmsg(), adapter_path);
+                merged = 0;
+                unlink(model_path);
+                char gguf_path[4200];
+                snprintf(gguf_path, sizeof gguf_path, "%s/model.gguf", o->out_dir);
+                unlink(gguf_path);
+            }
         } else {
             unlink(adapter_path); /* an earlier run's, which would not go with this model */
         }
-        if (nv_config_fits_v1(&tm.m.config)) {
+        if (!merged) {
+            /* nothing to save */
+        } else if (nv_config_fits_v1(&tm.m.config)) {
             saved = nv_model_save_v1(&tm.m, model_path);
             snprintf(other, sizeof other, "%s/model.gguf", o->out_dir);
         } else { /* a shape llama2.c's format cannot hold (QK-norm, other head sizes, RoPE base): GGUF, with
@@ -713,7 +724,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             saved = nv_gguf_save(&tm.m, tok, name, model_path, NV_GGUF_F32);
             nv_tokenizer_free(tok);
         }
-        if (saved == NV_OK) {
+        if (!merged) {
+            /* warned above */
+        } else if (saved == NV_OK) {
             nv_info("wrote %s", model_path);
             unlink(other); /* an earlier run's model of the other kind would be taken for this one */
         } else {
