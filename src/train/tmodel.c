@@ -776,14 +776,12 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
         nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
         lora_forward(tm, l, 3, ao, x2);
         nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
-        ew_rows glu = {{.kind = EW_SWIGLU, .out = hg, .a = h1, .b = h3}, (size_t)hid};
+        ew_rows glu = {{.kind = EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3}, (size_t)hid}; /* n: for ew_run */
         if (lora_plan(tm, l, 4, 0) || lora_plan(tm, l, 6, 0)) { /* adapters change gate and up before SwiGLU */
             nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, NULL, NULL);
             lora_forward(tm, l, 4, xn2, h1);
             lora_forward(tm, l, 6, xn2, h3);
-            ew_job gj = glu.j;
-            gj.n = sh;
-            ew_run(gj);
+            ew_run(glu.j);
         } else {
             nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, ew_epilogue, &glu);
         }

@@ -312,6 +312,47 @@ static nv_err together(nv_err e) {
     return e;
 }
 
+/* The run's model files: model.bin, model.gguf. */
+static void model_paths(const char *dir, char *bin, char *gguf, size_t cap) {
+    snprintf(bin, cap, "%s/model.bin", dir);
+    snprintf(gguf, cap, "%s/model.gguf", dir);
+}
+
+static void remove_models(const char *dir) {
+    char bin[4200], gguf[4200];
+    model_paths(dir, bin, gguf, sizeof bin);
+    unlink(bin);
+    unlink(gguf);
+}
+
+/* The run's weights as model.bin (llama2.c v1), or model.gguf for the shapes that format cannot
+   hold (QK-norm, other head sizes, RoPE base: GGUF, with the run's vocabulary when it has one, as
+   llama.cpp needs); the other kind, an earlier run's, is removed so it is not taken for this one. */
+static void save_model(const nv_model *m, const char *dir) {
+    char bin[4200], gguf[4200];
+    model_paths(dir, bin, gguf, sizeof bin);
+    const int v1 = nv_config_fits_v1(&m->config);
+    const char *path = v1 ? bin : gguf;
+    nv_err saved;
+    if (v1) {
+        saved = nv_model_save_v1(m, bin);
+    } else {
+        char name[256], tok_path[4200];
+        nv_path_name(dir, name, sizeof name); /* as `nerve serve` names the run */
+        snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", dir);
+        nv_tokenizer *tok = NULL;
+        if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, m->config.vocab_size, &tok) != NV_OK) tok = NULL;
+        saved = nv_gguf_save(m, tok, name, gguf, NV_GGUF_F32);
+        nv_tokenizer_free(tok);
+    }
+    if (saved == NV_OK) {
+        nv_info("wrote %s", path);
+        unlink(v1 ? gguf : bin);
+    } else {
+        nv_info("%s not written: %s", path, nv_errmsg());
+    }
+}
+
 nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     const nv_config *c = &o->config;
     /* data parallel: each of the job's processes takes batch / world of every micro-batch's windows;
@@ -340,12 +381,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (lora && (e = nv_lora_validate(c, &o->lora))) return together(e);
     if (lead) e = nv_mkdirs(o->out_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
-    char ckpt_path[4200], metrics_path[4200], svg_path[4200], model_path[4200], adapter_path[4200];
+    char ckpt_path[4200], metrics_path[4200], svg_path[4200], adapter_path[4200];
     snprintf(adapter_path, sizeof adapter_path, "%s/adapter.gguf", o->out_dir);
     snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", o->out_dir);
     snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", o->out_dir);
     snprintf(svg_path, sizeof svg_path, "%s/loss.svg", o->out_dir);
-    snprintf(model_path, sizeof model_path, "%s/model.bin", o->out_dir);
     /* Resume state is verified in full before anything is allocated or written (by process 0, which
        sends it to the others: only its machine needs the run folder). */
     nv_ckpt ck = {0};
@@ -686,9 +726,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
        adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training
        model is done with: a copy of its frozen weights takes the update) */
     if (steps_run > 0 && lead) {
-        nv_err saved = NV_OK;
-        char other[4200];
-        int merged = 1; /* the weights to save are the model's (a LoRA run's: merged) */
+        int save = 1;
         if (lora) { /* adapter.gguf was written with the last checkpoint */
             if (nv_file_exists(adapter_path)) nv_info("wrote %s", adapter_path);
             /* the frozen weights are --init-from's own: merged into a copy, made mostly in the memory
@@ -698,40 +736,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
             } else { /* never the base under the merged model's name: export and serve refuse a missing one */
                 nv_warn("the merged model is not written (%s): use the base with --lora %s", nv_errmsg(), adapter_path);
-                merged = 0;
-                unlink(model_path);
-                char gguf_path[4200];
-                snprintf(gguf_path, sizeof gguf_path, "%s/model.gguf", o->out_dir);
-                unlink(gguf_path);
+                remove_models(o->out_dir);
+                save = 0;
             }
         } else {
             unlink(adapter_path); /* an earlier run's, which would not go with this model */
         }
-        if (!merged) {
-            /* nothing to save */
-        } else if (nv_config_fits_v1(&tm.m.config)) {
-            saved = nv_model_save_v1(&tm.m, model_path);
-            snprintf(other, sizeof other, "%s/model.gguf", o->out_dir);
-        } else { /* a shape llama2.c's format cannot hold (QK-norm, other head sizes, RoPE base): GGUF, with
-                    the run's vocabulary when it has one, as llama.cpp needs */
-            char name[256], tok_path[4200];
-            nv_path_name(o->out_dir, name, sizeof name); /* as `nerve serve` names the run */
-            snprintf(model_path, sizeof model_path, "%s/model.gguf", o->out_dir);
-            snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", o->out_dir);
-            snprintf(other, sizeof other, "%s/model.bin", o->out_dir);
-            nv_tokenizer *tok = NULL;
-            if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, tm.m.config.vocab_size, &tok) != NV_OK) tok = NULL;
-            saved = nv_gguf_save(&tm.m, tok, name, model_path, NV_GGUF_F32);
-            nv_tokenizer_free(tok);
-        }
-        if (!merged) {
-            /* warned above */
-        } else if (saved == NV_OK) {
-            nv_info("wrote %s", model_path);
-            unlink(other); /* an earlier run's model of the other kind would be taken for this one */
-        } else {
-            nv_info("%s not written: %s", model_path, nv_errmsg());
-        }
+        if (save) save_model(&tm.m, o->out_dir);
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;
