@@ -235,7 +235,11 @@ static void check_tool_parser(const char *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
+    static char adapter_name[] = "lora-a"; /* a request may name it as its model */
+    static nv_adapter adapter = {.name = adapter_name};
+    static const nv_adapters adapters = {.n = 1, .v = &adapter};
     nv_api_ctx ctx = {.model_id = "stories260K",
+                      .adapters = &adapters,
                       .tok = tok,
                       .tmpl = NV_CHAT_PLAIN,
                       .seq_len = FZ_SEQ_LEN,
@@ -258,6 +262,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (err.code && !strcmp(err.code, "invalid_json")) break;
             continue;
         }
+        FZ_CHECK(r.req.adapter == 0 || r.req.adapter == 1, "model %d of the base and one adapter", r.req.adapter);
         check_request(&ctx, chat, &r);
         nv_api_request_free(&r);
     }

@@ -32,7 +32,7 @@ static int reference_paged(const nv_model *m, const int *toks, int n, nv_kv_dtyp
         return 0;
     }
     for (int p = 0; p < n && ok; p++) {
-        nv_batch_seq q = {toks + p, 1, p, table, 1};
+        nv_batch_seq q = {toks + p, 1, p, table, 1, 0};
         ok = nv_batch_forward(m, &bs, &kv, &q, 1) == NV_OK;
         if (ok) memcpy(out + (size_t)p * c->vocab_size, nv_batch_logits(&bs, c, 0), (size_t)c->vocab_size * sizeof(float));
     }
@@ -72,7 +72,7 @@ static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], i
         for (int i = 0; i < NSEQ; i++) {
             if (step < start[i] || pos[i] >= LEN) continue;
             int k = LEN - pos[i] < chunk[i] ? LEN - pos[i] : chunk[i];
-            seqs[n] = (nv_batch_seq){toks[i] + pos[i], k, pos[i], table[i], i % 2 == 0 ? k : 1};
+            seqs[n] = (nv_batch_seq){toks[i] + pos[i], k, pos[i], table[i], i % 2 == 0 ? k : 1, 0};
             who[n++] = i;
         }
         if (!n) break;
@@ -275,18 +275,18 @@ static void test_batch_rejects_bad_batches(void) {
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
     T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4, NV_KV_F32) == NV_OK && nv_batch_state_init(&bs, &c, 4, 2) == NV_OK, "%s", nv_errmsg());
     int toks[8] = {1, 5, 6, 7, 8, 9, 10, 11}, table[8] = {0, 1, 2, 3, 4, 0, 0, 0};
-    nv_batch_seq q = {toks, 4, 0, table, 1};
+    nv_batch_seq q = {toks, 4, 0, table, 1, 0};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
     q.n = 5; /* more rows than the state holds */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "5 rows in a 4-row state accepted");
-    q = (nv_batch_seq){toks, 2, 15, table, 1}; /* position 16 is in block table[4] = 4, outside a pool of 4 */
+    q = (nv_batch_seq){toks, 2, 15, table, 1, 0}; /* position 16 is in block table[4] = 4, outside a pool of 4 */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "block outside the pool accepted");
-    q = (nv_batch_seq){toks, 2, 31, table, 1}; /* past the context of 32 */
+    q = (nv_batch_seq){toks, 2, 31, table, 1, 0}; /* past the context of 32 */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "positions past the context accepted");
     int bad_tok = 50;
-    q = (nv_batch_seq){&bad_tok, 1, 0, table, 1};
+    q = (nv_batch_seq){&bad_tok, 1, 0, table, 1, 0};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "token outside the vocabulary accepted");
-    q = (nv_batch_seq){toks, 2, 0, table, 3}; /* the logits of 3 of 2 rows */
+    q = (nv_batch_seq){toks, 2, 0, table, 3, 0}; /* the logits of 3 of 2 rows */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "logits of more rows than the sequence has accepted");
     q.logits = -1;
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "a negative logits count accepted");
@@ -345,7 +345,7 @@ static void test_f16_pages_saturate(void) {
     T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4, NV_KV_F16) == NV_OK && nv_batch_state_init(&bs, &c, 8, 1) == NV_OK, "%s",
             nv_errmsg());
     int toks[6] = {1, 5, 6, 7, 8, 9}, table[4] = {0, 1, 2, 3};
-    nv_batch_seq q = {toks, 6, 0, table, 1};
+    nv_batch_seq q = {toks, 6, 0, table, 1, 0};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
     float big = 0;
     for (size_t i = 0; i < nv_kv_keys_at(&kv, 2, 0); i++) big = fmaxf(big, fabsf(nv_kv_get(&kv, i)));
@@ -376,7 +376,7 @@ static void test_q8_pages_bound(void) {
                     nv_batch_state_init(&b32, &c, 8, 1) == NV_OK && nv_batch_state_init(&b8, &c, 8, 1) == NV_OK,
                 "%s", nv_errmsg());
         int toks[7] = {1, 5, 6, 7, 8, 9, 10}, table[4] = {0, 1, 2, 3};
-        nv_batch_seq q = {toks, 7, 0, table, 1};
+        nv_batch_seq q = {toks, 7, 0, table, 1, 0};
         T_CHECK(nv_batch_forward(&m, &b32, &k32, &q, 1) == NV_OK && nv_batch_forward(&m, &b8, &k8, &q, 1) == NV_OK, "%s",
                 nv_errmsg());
         /* layer 0's keys and values come from the same inputs in both */

@@ -52,18 +52,7 @@ static float *base_weights(const nv_config *c, uint64_t seed) {
 static float *random_adapters(const nv_config *c, const nv_lora_shape *s, uint64_t seed, float b_scale) {
     const uint64_t n = nv_lora_param_count(c, s);
     float *p = malloc((size_t)n * sizeof(float));
-    if (!p) return NULL;
-    nv_lora_init(c, s, p, seed);
-    nv_rng r;
-    nv_rng_seed(&r, seed + 9);
-    for (int l = 0; l < c->n_layers; l++)
-        for (int t = 0; t < NV_LAYER_MATRICES; t++) {
-            if (!(s->targets & (1u << t))) continue;
-            int out, in;
-            nv_lora_dims(c, t, &out, &in);
-            float *bt = p + nv_lora_offset(c, s, l, t) + (size_t)s->rank * in;
-            for (size_t i = 0; i < (size_t)s->rank * out; i++) bt[i] = b_scale * nv_rng_normal(&r);
-        }
+    if (p) nv_lora_init_nonzero(c, s, p, seed, b_scale);
     return p;
 }
 

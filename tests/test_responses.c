@@ -44,7 +44,7 @@ static const char *C_TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"
 static void test_translation(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL};
     char r[4096], c[4096], why[256];
     snprintf(r, sizeof r,
              "{\"model\":\"m\",\"instructions\":\"Be kind.\",%s,\"input\":[{\"role\":\"developer\",\"content\":\"Short.\"},"
@@ -100,7 +100,7 @@ static void test_translation(void) {
 static void test_refusals(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL};
     const struct {
         const char *body, *param;
         int status;

@@ -138,7 +138,7 @@ static void test_chat_templates(void) {
 static void test_api_parse_defaults_and_limits(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100, 0, 64};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100, 0, 64, NULL};
     nv_api_request r;
     nv_api_error e;
     const char *simple = "{\"prompt\":\"Once upon a time\"}";
@@ -218,7 +218,7 @@ static void test_api_response_shapes(void) {
 static void test_api_enable_thinking(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 400, 0, 64};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 400, 0, 64, NULL};
     nv_api_request a, b;
     nv_api_error e;
     const char *on = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":true}}";
@@ -241,7 +241,7 @@ static void test_api_enable_thinking(void) {
 static void test_api_tokenize(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0, 64};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0, 64, NULL};
     nv_api_error e;
     char *out = NULL;
     static const struct {
@@ -498,7 +498,7 @@ static void test_tool_parser(void) {
 static void test_api_tools(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL};
     nv_api_request r;
     nv_api_error e;
     const char *T = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\","
@@ -643,7 +643,7 @@ static void test_api_tools(void) {
 static void test_api_embeddings(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0, 2};
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0, 2, NULL};
     nv_api_embed e;
     nv_api_error err;
     const char *ok = "{\"input\":[\"Once upon\",[1,2,3],\"a\"],\"encoding_format\":\"base64\",\"dimensions\":2,\"user\":\"x\"}";
@@ -651,12 +651,12 @@ static void test_api_embeddings(void) {
     T_CHECK(e.n == 3 && e.base64 && e.n_ids[1] == 3 && e.ids[1][2] == 3 && e.ids[0][0] == 1 && e.n_ids[2] == 2, "parsed: n %d", e.n);
     nv_api_embed_free(&e);
     const float v[4] = {1.0f, -2.5f, 0.0f, 0.5f};
-    char *body = nv_api_embed_response(&ctx, v, 2, 1, 7);
+    char *body = nv_api_embed_response(&ctx, 0, v, 2, 1, 7);
     T_CHECK(body && strstr(body, "\"embedding\":\"AACAPwAAIMA=\"") && strstr(body, "\"embedding\":\"AAAAAAAAAD8=\"") &&
                 strstr(body, "\"prompt_tokens\":7") && strstr(body, "\"index\":1"),
             "base64 body: %s", body);
     free(body);
-    body = nv_api_embed_response(&ctx, v, 1, 0, 1);
+    body = nv_api_embed_response(&ctx, 0, v, 1, 0, 1);
     T_CHECK(body && strstr(body, "\"embedding\":[1,-2.5]") && strstr(body, "\"object\":\"list\""), "float body: %s", body);
     free(body);
     static const char *const bad[] = {"{\"input\":\"\"}", "{\"input\":[\"a\",\"\"]}", "{\"input\":[]}", "{\"input\":{}}",

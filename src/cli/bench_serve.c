@@ -46,6 +46,8 @@
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "model/batch.h"
+#include "model/gguf.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/sampler.h"
 
@@ -346,11 +348,13 @@ static double metric(int port, const char *name) {
 /* ---- helpers -------------------------------------------------------------------------------------- */
 
 /* {"prompt":[ids],"max_tokens":k,...,"stream":true} with n random ids after BOS. */
-static char *prompt_body(const int *ids, int n, int max_tokens, uint64_t seed) {
-    size_t cap = (size_t)n * 8 + 256;
+/* A streamed completion of ids; model NULL: none named (the server's base model). */
+static char *prompt_body(const int *ids, int n, int max_tokens, uint64_t seed, const char *model) {
+    size_t cap = (size_t)n * 8 + 384;
     char *b = malloc(cap);
     if (!b) return NULL;
-    size_t len = (size_t)snprintf(b, cap, "{\"prompt\":[");
+    size_t len = (size_t)snprintf(b, cap, "{%s%.64s%s\"prompt\":[", model ? "\"model\":\"" : "", model ? model : "",
+                                  model ? "\"," : "");
     for (int i = 0; i < n; i++) len += (size_t)snprintf(b + len, cap - len, i ? ",%d" : "%d", ids[i]);
     snprintf(b + len, cap - len,
              "],\"max_tokens\":%d,\"temperature\":1,\"seed\":%llu,\"stream\":true,"
@@ -484,6 +488,7 @@ typedef struct {
     int port, requests, prompt, tokens, vocab, client;
     sresult *res; /* [requests] */
     int ok;
+    const char *model; /* the model its requests name (NULL: none) */
 } client_job;
 
 static void *client_main(void *arg) {
@@ -493,7 +498,7 @@ static void *client_main(void *arg) {
     for (int i = 0; ids && i < j->requests; i++) {
         uint64_t seed = (uint64_t)j->client * 1000 + (uint64_t)i + 17;
         random_ids(ids, j->prompt, j->vocab, seed);
-        char *body = prompt_body(ids, j->prompt, j->tokens, seed);
+        char *body = prompt_body(ids, j->prompt, j->tokens, seed, j->model);
         if (!body || !stream_post(j->port, body, &j->res[i])) j->ok = 0;
         free(body);
     }
@@ -501,10 +506,123 @@ static void *client_main(void *arg) {
     return NULL;
 }
 
+#define MAX_BENCH_ADAPTERS 16
+
+typedef struct {
+    const child *srv;
+    const setup *su;
+    const bench_opts *o;
+    int threads, requests, prompt, tokens;
+    const char *model_name, *kv_dtype;
+} serve_run;
+
+/* n concurrent clients, each sending its requests one after another, client c naming models[c %
+ * n_models] (none when n_models is 0); one row, ratio_vs the decode rate against ref (0: none; negative: its own).
+ * Returns the row's decode_tokens_per_s, negative when a request failed. */
+static double serve_row(const serve_run *sr, int n, const char *const *models, int n_models, const char *label, double ref,
+                        const char *ratio_of) {
+    client_job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *th_ids = calloc((size_t)n, sizeof *th_ids);
+    int all = 1, requests = sr->requests;
+    double t0 = nv_now();
+    for (int c = 0; c < n; c++) {
+        jobs[c] = (client_job){sr->srv->port, requests, sr->prompt, sr->tokens, sr->su->vocab, c + 100 * n,
+                               calloc((size_t)requests, sizeof(sresult)), 0, n_models ? models[c % n_models] : NULL};
+        pthread_create(&th_ids[c], NULL, client_main, &jobs[c]);
+    }
+    for (int c = 0; c < n; c++) pthread_join(th_ids[c], NULL);
+    double wall = nv_now() - t0;
+    int n_req = n * requests, n_gaps = 0;
+    long total_tokens = 0;
+    for (int c = 0; c < n; c++) {
+        all &= jobs[c].ok;
+        for (int i = 0; i < requests; i++) n_gaps += jobs[c].res[i].n_gaps;
+    }
+    double *ttft = calloc((size_t)n_req, sizeof *ttft), *rate = calloc((size_t)n_req, sizeof *rate);
+    double *gaps = calloc((size_t)(n_gaps ? n_gaps : 1), sizeof *gaps);
+    int nt = 0, nr = 0, ng = 0;
+    for (int c = 0; c < n; c++)
+        for (int i = 0; i < requests; i++) {
+            sresult *r = &jobs[c].res[i];
+            total_tokens += r->tokens;
+            if (r->t_first > 0) ttft[nt++] = r->t_first - r->t_send;
+            if (r->tokens > 1 && r->t_last > r->t_first) rate[nr++] = (r->tokens - 1) / (r->t_last - r->t_first);
+            for (int g = 0; g < r->n_gaps; g++) gaps[ng++] = r->gaps[g];
+            free(r->gaps);
+        }
+    double decode = n * pct(rate, nr, 0.5);
+    bench_row row;
+    row_begin(&row, "serve", sr->srv->engine[0] ? sr->srv->engine : "nerve", sr->threads);
+    row_str(&row, "model", label);
+    row_str(&row, "kv_dtype", sr->kv_dtype);
+    row_int(&row, "clients", n);
+    row_int(&row, "requests", n_req);
+    row_int(&row, "prompt", sr->prompt);
+    row_int(&row, "max_tokens", sr->tokens);
+    if (!all) {
+        row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"ok\":false");
+        row_str(&row, "why", "a request failed");
+    }
+    row_int(&row, "completion_tokens", total_tokens);
+    row_num(&row, "tokens_per_s", total_tokens / wall);
+    row_num(&row, "decode_tokens_per_s", decode);
+    row_num(&row, "ttft_ms_p50", pct(ttft, nt, 0.5) * 1e3);
+    row_num(&row, "ttft_ms_p99", pct(ttft, nt, 0.99) * 1e3);
+    row_num(&row, "itl_ms_p50", pct(gaps, ng, 0.5) * 1e3);
+    row_num(&row, "itl_ms_p99", pct(gaps, ng, 0.99) * 1e3);
+    if (ref < 0) ref = decode;
+    if (ref > 0) {
+        row_num(&row, "ratio_vs", decode / ref);
+        row_str(&row, "ratio_of", ratio_of);
+    }
+    row_end(&row, sr->o);
+    for (int c = 0; c < n; c++) free(jobs[c].res);
+    free(jobs);
+    free(th_ids);
+    free(ttft);
+    free(rate);
+    free(gaps);
+    return all ? decode : -1;
+}
+
+/* k random adapters (rank r, every matrix, B small and not zero) for the model in su, written
+ * into its folder as lora1.gguf...; their --lora-modules words in words[k] (NAME=PATH). */
+static int write_bench_adapters(const setup *su, int k, int r, char words[][800], char *why, size_t cap) {
+    nv_config c;
+    if (nv_model_read_config(su->model, &c) != NV_OK) {
+        snprintf(why, cap, "%s", nv_errmsg());
+        return 0;
+    }
+    const nv_lora_shape s = {r, 2.0f * (float)r, NV_LORA_ALL};
+    if (nv_lora_validate(&c, &s) != NV_OK) {
+        snprintf(why, cap, "%s", nv_errmsg());
+        return 0;
+    }
+    const uint64_t n = nv_lora_param_count(&c, &s);
+    float *p = malloc((size_t)n * sizeof(float));
+    if (!p) {
+        snprintf(why, cap, "out of memory for the adapters");
+        return 0;
+    }
+    int ok = 1;
+    for (int i = 0; i < k && ok; i++) {
+        nv_lora_init_nonzero(&c, &s, p, (uint64_t)i + 1, 0.01f);
+        char path[700];
+        snprintf(path, sizeof path, "%s/lora%d.gguf", su->dir, i + 1);
+        snprintf(words[i], 800, "lora%d=%s", i + 1, path);
+        if (nv_gguf_save_lora(&c, &s, p, path) != NV_OK) {
+            snprintf(why, cap, "%s", nv_errmsg());
+            ok = 0;
+        }
+    }
+    free(p);
+    return ok;
+}
+
 int bench_serve(int argc, char **argv, const bench_opts *o) {
     const char *CMD = "bench serve", *model = NULL, *tok = NULL;
     int requests = 2, prompt = o->quick ? 8 : 32, tokens = o->quick ? 16 : 128;
-    int clients[8] = {1, 4, 16}, n_clients = 3;
+    int clients[8] = {1, 4, 16}, n_clients = 3, lora_rank = 0, n_adapters = 4;
     const char *kv_dtype = "f16", *kv_memory = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -515,6 +633,8 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z")) tok = v;
         else if (!strcmp(a, "--kv-memory")) kv_memory = v; /* checked by the server */
+        else if (!strcmp(a, "--lora-rank")) { if (!cli_int(CMD, a, v, 1, 1024, &lora_rank)) return 2; }
+        else if (!strcmp(a, "--adapters")) { if (!cli_int(CMD, a, v, 1, MAX_BENCH_ADAPTERS, &n_adapters)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) {
             nv_kv_dtype t;
             if (!cli_kv_dtype(CMD, a, v, &t)) return 2;
@@ -524,19 +644,21 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         } else
             return cli_error(CMD, 2,
                              "unknown option '%s' (--clients LIST, --requests M, --prompt N, --tokens N, -m MODEL, -z TOK, "
-                             "--kv-cache-dtype T, --kv-memory SIZE)",
+                             "--kv-cache-dtype T, --kv-memory SIZE, --lora-rank R, --adapters K)",
                              a);
     }
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;
     for (int i = 0; i < n_clients; i++) max_clients = clients[i] > max_clients ? clients[i] : max_clients;
     char why[1024] = "";
     setup su;
-    if (!bench_setup(&su, o, model, tok, o->quick ? 512 : 4096, why, sizeof why)) {
+    static char words[MAX_BENCH_ADAPTERS][800];
+    if (!bench_setup(&su, o, model, tok, o->quick ? 512 : 4096, why, sizeof why) ||
+        (lora_rank && !write_bench_adapters(&su, n_adapters, lora_rank, words, why, sizeof why))) {
         fail_row("serve", why, o, threads);
         if (su.dir[0]) rm_tree(su.dir);
         return 1;
     }
-    char *args[32], kvdir[700], mb[16], th[16], log[700];
+    char *args[32 + 2 * MAX_BENCH_ADAPTERS], kvdir[700], mb[16], th[16], log[700];
     int na = 0;
     snprintf(kvdir, sizeof kvdir, "%s/kv", su.dir);
     snprintf(mb, sizeof mb, "%d", max_clients);
@@ -551,6 +673,10 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         add_arg(args, &na, "--kv-memory");
         add_arg(args, &na, kv_memory);
     }
+    for (int i = 0; lora_rank && i < n_adapters; i++) {
+        add_arg(args, &na, "--lora-modules");
+        add_arg(args, &na, words[i]);
+    }
     common_args(args, &na, o, th);
     child srv;
     if (!child_start(&srv, su.exe, su.model, su.tok, args, na, log, why, sizeof why)) {
@@ -562,78 +688,30 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
     if (model) model_name = model;
     /* warm-up: the weights paged in, the first step's allocations done */
     {
-        client_job w = {srv.port, 1, prompt, tokens < 4 ? tokens : 4, su.vocab, 999, calloc(1, sizeof(sresult)), 0};
+        client_job w = {srv.port, 1, prompt, tokens < 4 ? tokens : 4, su.vocab, 999, calloc(1, sizeof(sresult)), 0, NULL};
         client_main(&w);
         free(w.res[0].gaps);
         free(w.res);
     }
+    const serve_run sr = {&srv, &su, o, threads, requests, prompt, tokens, model_name, kv_dtype};
+    const char *names[MAX_BENCH_ADAPTERS];
+    char label[600];
+    for (int i = 0; i < n_adapters; i++) {
+        static char nm[MAX_BENCH_ADAPTERS][16];
+        snprintf(nm[i], sizeof nm[i], "lora%d", i + 1);
+        names[i] = nm[i];
+    }
+    snprintf(label, sizeof label, "%.400s + %d LoRA adapters of rank %d (the clients' requests spread over them)", model_name,
+             n_adapters, lora_rank);
     int rc = 0;
     double base_decode = 0;
     for (int ci = 0; ci < n_clients; ci++) {
-        int n = clients[ci];
-        client_job *jobs = calloc((size_t)n, sizeof *jobs);
-        pthread_t *th_ids = calloc((size_t)n, sizeof *th_ids);
-        int all = 1;
-        double t0 = nv_now();
-        for (int c = 0; c < n; c++) {
-            jobs[c] = (client_job){srv.port, requests, prompt, tokens, su.vocab, c + 100 * ci, calloc((size_t)requests, sizeof(sresult)), 0};
-            pthread_create(&th_ids[c], NULL, client_main, &jobs[c]);
-        }
-        for (int c = 0; c < n; c++) pthread_join(th_ids[c], NULL);
-        double wall = nv_now() - t0;
-        int n_req = n * requests, n_gaps = 0;
-        long total_tokens = 0;
-        for (int c = 0; c < n; c++) {
-            all &= jobs[c].ok;
-            for (int i = 0; i < requests; i++) n_gaps += jobs[c].res[i].n_gaps;
-        }
-        double *ttft = calloc((size_t)n_req, sizeof *ttft), *rate = calloc((size_t)n_req, sizeof *rate);
-        double *gaps = calloc((size_t)(n_gaps ? n_gaps : 1), sizeof *gaps);
-        int nt = 0, nr = 0, ng = 0;
-        for (int c = 0; c < n; c++)
-            for (int i = 0; i < requests; i++) {
-                sresult *r = &jobs[c].res[i];
-                total_tokens += r->tokens;
-                if (r->t_first > 0) ttft[nt++] = r->t_first - r->t_send;
-                if (r->tokens > 1 && r->t_last > r->t_first) rate[nr++] = (r->tokens - 1) / (r->t_last - r->t_first);
-                for (int g = 0; g < r->n_gaps; g++) gaps[ng++] = r->gaps[g];
-                free(r->gaps);
-            }
-        double decode = n * pct(rate, nr, 0.5);
-        bench_row row;
-        row_begin(&row, "serve", srv.engine[0] ? srv.engine : "nerve", threads);
-        row_str(&row, "model", model_name);
-        row_str(&row, "kv_dtype", kv_dtype);
-        row_int(&row, "clients", n);
-        row_int(&row, "requests", n_req);
-        row_int(&row, "prompt", prompt);
-        row_int(&row, "max_tokens", tokens);
-        if (!all) {
-            row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"ok\":false");
-            row_str(&row, "why", "a request failed");
-            rc = 1;
-        }
-        row_int(&row, "completion_tokens", total_tokens);
-        row_num(&row, "tokens_per_s", total_tokens / wall);
-        row_num(&row, "decode_tokens_per_s", decode);
-        double p50 = pct(ttft, nt, 0.5) * 1e3, p99 = pct(ttft, nt, 0.99) * 1e3;
-        row_num(&row, "ttft_ms_p50", p50);
-        row_num(&row, "ttft_ms_p99", p99);
-        double i50 = pct(gaps, ng, 0.5) * 1e3, i99 = pct(gaps, ng, 0.99) * 1e3;
-        row_num(&row, "itl_ms_p50", i50);
-        row_num(&row, "itl_ms_p99", i99);
-        if (ci == 0 && n == 1) base_decode = decode;
-        if (base_decode > 0) {
-            row_num(&row, "ratio_vs", decode / base_decode);
-            row_str(&row, "ratio_of", "clients=1 decode_tokens_per_s");
-        }
-        row_end(&row, o);
-        for (int c = 0; c < n; c++) free(jobs[c].res);
-        free(jobs);
-        free(th_ids);
-        free(ttft);
-        free(rate);
-        free(gaps);
+        const int n = clients[ci];
+        const double d = serve_row(&sr, n, NULL, 0, model_name, ci == 0 && n == 1 ? -1 : base_decode, "clients=1 decode_tokens_per_s");
+        if (d < 0) rc = 1;
+        if (ci == 0 && n == 1) base_decode = d;
+        /* the same clients, each naming an adapter: the cost of serving them unmerged */
+        if (lora_rank && serve_row(&sr, n, names, n_adapters, label, d, "the base model's decode_tokens_per_s, same clients") < 0) rc = 1;
     }
     if (child_stop(&srv) != 0) rc = 1;
     rm_tree(su.dir);
@@ -667,7 +745,7 @@ static void drop_page_cache(const char *root) {
 
 /* TTFT of one request (max_tokens 1) of ids; cached tokens in *cached. Negative on failure. */
 static double ttft_of(int port, const int *ids, int n, int *cached) {
-    char *body = prompt_body(ids, n, 1, 7);
+    char *body = prompt_body(ids, n, 1, 7, NULL);
     sresult r = {0};
     int ok = body && stream_post(port, body, &r);
     free(body);

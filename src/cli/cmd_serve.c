@@ -35,11 +35,16 @@ static void usage(FILE *f) {
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32|q8] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+            "                   [--lora-modules NAME=ADAPTER...]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
             "                       a LoRA adapter (GGUF: nerve train --lora-rank's adapter.gguf, or llama.cpp's)\n"
             "                       merged into the weights at load, scaled (default 1); up to 8, in order\n"
+            "  --lora-modules NAME=ADAPTER...\n"
+            "                       LoRA adapters a request picks by naming NAME as its 'model' (vLLM's flag): kept\n"
+            "                       unmerged, so requests of several adapters and of the base model share each step;\n"
+            "                       listed by /v1/models (repeat the flag or list several; up to 64)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
             "                       tokenizer.bin, the GGUF model's own vocabulary, else\n"
             "                       tokenizers/tokenizer.bin in the shared data)\n"
@@ -115,6 +120,8 @@ int cmd_serve(int argc, char **argv) {
     const char *cache_dir = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     cli_loras loras = {0};
+    const char *modules[NV_MAX_ADAPTERS];
+    int n_modules = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -131,6 +138,19 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-tune")) {
             no_tune = 1;
+            continue;
+        }
+        if (!strcmp(a, "--lora-modules")) { /* NAME=ADAPTER, then more such words until the next flag */
+            if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+            for (;;) {
+                const char *eq = strchr(v, '=');
+                if (!eq || eq == v || !eq[1])
+                    return cli_error(CMD, 2, "--lora-modules takes NAME=ADAPTER (a name, then the adapter's file), not '%s'", v);
+                if (n_modules == NV_MAX_ADAPTERS) return cli_error(CMD, 2, "at most %d adapters (--lora-modules)", NV_MAX_ADAPTERS);
+                modules[n_modules++] = v;
+                if (i + 1 >= argc || argv[i + 1][0] == '-') break;
+                v = argv[++i];
+            }
             continue;
         }
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
@@ -213,6 +233,7 @@ int cmd_serve(int argc, char **argv) {
     if (erc) return erc;
 
     nv_model model;
+    nv_adapters adapters = {0};
     nv_tokenizer *tok = NULL;
     nv_metrics metrics;
     nv_sched sched;
@@ -246,6 +267,31 @@ int cmd_serve(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    for (int k = 0; k < n_modules; k++) {
+        char name[64];
+        const size_t len = (size_t)(strchr(modules[k], '=') - modules[k]);
+        if (len >= sizeof name) {
+            cli_error(CMD, 2, "--lora-modules: the name '%.*s' is longer than 63 characters", (int)len, modules[k]);
+            rc = 2;
+            goto done;
+        }
+        memcpy(name, modules[k], len);
+        name[len] = 0;
+        if (!strcmp(name, model_id)) {
+            cli_error(CMD, 2, "--lora-modules: '%s' is the base model's id (see --alias)", name);
+            rc = 2;
+            goto done;
+        }
+        if (nv_adapters_add(&adapters, &model, name, modules[k] + len + 1, 1.0f) != NV_OK) {
+            cli_error(CMD, 1, "%s", nv_errmsg());
+            goto done;
+        }
+        const nv_adapter *ad = &adapters.v[adapters.n - 1];
+        char targets[64];
+        nv_info("serve: adapter %s: %s (rank %d, alpha %g, on %s: %.2fM parameters)", ad->name, ad->path, ad->shape.rank,
+                (double)ad->shape.alpha, nv_lora_targets_text(ad->shape.targets, targets, sizeof targets),
+                (double)ad->n_params / 1e6);
+    }
     nv_sched_opts so = {.max_batch = max_batch,
                         .prefill_chunk = prefill_chunk,
                         .max_queue = max_queue,
@@ -259,7 +305,8 @@ int cmd_serve(int argc, char **argv) {
                         .disk_bytes = disk_cache,
                         .spec_tokens = spec.tokens,
                         .spec_ngram_min = spec.lookup_min,
-                        .spec_ngram_max = spec.lookup_max};
+                        .spec_ngram_max = spec.lookup_max,
+                        .adapters = &adapters};
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -277,7 +324,8 @@ int cmd_serve(int argc, char **argv) {
                       .seq_len = c->seq_len,
                       .vocab_size = c->vocab_size,
                       .dim = c->dim,
-                      .capacity = nv_sched_capacity(&sched)};
+                      .capacity = nv_sched_capacity(&sched),
+                      .adapters = &adapters};
     nv_http_opts ho = {.host = host,
                        .port = port,
                        .api_key = api_key,
@@ -306,13 +354,15 @@ int cmd_serve(int argc, char **argv) {
     if (spec.tokens)
         snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec.tokens,
                  spec.lookup_min, spec.lookup_max);
+    char adapters_line[48] = "";
+    if (adapters.n) snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s", adapters.n, adapters.n > 1 ? "s" : "");
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
-            "nerve serve: listening on http://%s:%d (model %s, engine %s, chat template %s, KV %s %d blocks x %d tokens = "
+            "nerve serve: listening on http://%s:%d (model %s%s, engine %s, chat template %s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)\n",
-            shown, nv_http_port(http), model_id, ho.engine, nv_chat_template_name(tmpl),
+            shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
             prefill_chunk, tuned_line, cache_line, spec_line, api_key ? ", API key required" : "");
@@ -340,6 +390,7 @@ done:
     if (sched_ok) nv_sched_stop(&sched);
     if (http) nv_http_stop(http);
     if (sched_ok) nv_sched_free(&sched);
+    nv_adapters_free(&adapters);
     if (tok) nv_tokenizer_free(tok);
     nv_model_free(&model);
     nv_metrics_free(&metrics);

@@ -142,8 +142,34 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
     return NV_OK;
 }
 
+nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const nv_adapters *set) {
+    nv_adapter_rows *ar = &s->adapter_rows;
+    void *old[] = {s->row_adapter, ar->order, ar->units, ar->gx, ar->u, ar->dy};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) free(old[i]);
+    s->row_adapter = NULL;
+    memset(ar, 0, sizeof *ar);
+    s->adapters = NULL;
+    if (!set || !set->n) return NV_OK;
+    size_t gx, u, dy;
+    nv_adapter_scratch_sizes(c, set, s->max_rows, &gx, &u, &dy);
+    ar->set = set;
+    s->row_adapter = calloc((size_t)s->max_rows, sizeof(int));
+    ar->order = calloc((size_t)s->max_rows, sizeof(int));
+    ar->units = calloc((size_t)s->max_rows + NV_MAX_ADAPTERS, sizeof *ar->units);
+    ar->gx = malloc(gx * sizeof(float));
+    ar->u = malloc(u * sizeof(float));
+    ar->dy = malloc(dy * sizeof(float));
+    if (!s->row_adapter || !ar->order || !ar->units || !ar->gx || !ar->u || !ar->dy) {
+        nv_batch_state_set_adapters(s, c, NULL);
+        return nv_fail(NV_ENOMEM, "cannot allocate the adapters' scratch (%d rows)", s->max_rows);
+    }
+    s->adapters = set;
+    return NV_OK;
+}
+
 void nv_batch_state_free(nv_batch_state *s) {
     nv_rows_free(&s->r);
+    nv_batch_state_set_adapters(s, NULL, NULL);
     void *all[] = {s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope, s->group_start};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
@@ -445,7 +471,7 @@ static int make_groups(nv_batch_state *s, int n) {
 }
 
 static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
-                          int l, int n) {
+                          int l, int n, const nv_adapter_rows *ad) {
     const nv_config *c = &m->config;
     const nv_weights *w = &m->w;
     const nv_layer_plans *lp = &m->plans[l];
@@ -454,12 +480,15 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     nv_rmsnorm_rows(s->r.xb, s->r.x, w->rms_att + (size_t)l * d, n, d, c->norm_eps);
     nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
+    nv_adapter_rows_add(ad, c, l, 0, s->r.xb, s->r.q);
+    nv_adapter_rows_add(ad, c, l, 1, s->r.xb, s->r.k);
+    nv_adapter_rows_add(ad, c, l, 2, s->r.xb, s->r.v);
     layer_job job = {m, s, kv, seqs, l, n, make_groups(s, n)};
     nv_pool_run(rows_task, &job, n < ATT_TASKS ? n : ATT_TASKS);
     /* every row's K/V of this step is in place before any row attends (causality by position) */
     int units = job.n_groups * c->n_heads;
     nv_pool_run(attention_task, &job, units < ATT_TASKS ? units : ATT_TASKS);
-    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2);
+    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2, ad);
 }
 
 static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
@@ -476,6 +505,9 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
     for (int i = 0; i < n_seqs; i++) {
         const nv_batch_seq *q = &seqs[i];
         if (q->n < 1 || !q->tokens || !q->blocks) return nv_fail(NV_EINVAL, "batch: sequence %d is empty", i);
+        if (q->adapter < 0 || q->adapter > (s->adapters ? s->adapters->n : 0))
+            return nv_fail(NV_EINVAL, "batch: sequence %d asks for adapter %d of %d", i, q->adapter,
+                           s->adapters ? s->adapters->n : 0);
         if (q->logits < 0 || q->logits > q->n)
             return nv_fail(NV_EINVAL, "batch: sequence %d asks for the logits of %d of its %d rows", i, q->logits, q->n);
         if (q->pos < 0 || (long)q->pos + q->n > c->seq_len)
@@ -504,15 +536,19 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
     int want = 0;
     for (int i = 0; i < n_seqs; i++) want += seqs[i].logits;
     NV_TRY(nv_logits_reserve(&s->logits, &s->logits_cap, want, c->vocab_size)); /* before any work: a failure changes nothing */
-    int r = 0;
-    for (int i = 0; i < n_seqs; i++)
+    int r = 0, adapted = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        adapted |= seqs[i].adapter;
         for (int t = 0; t < seqs[i].n; t++, r++) {
             s->row_seq[r] = i;
             s->row_pos[r] = seqs[i].pos + t;
+            if (s->row_adapter) s->row_adapter[r] = seqs[i].adapter;
             memcpy(s->r.x + (size_t)r * d, m->w.tok_emb + (size_t)seqs[i].tokens[t] * d, (size_t)d * sizeof(float));
         }
+    }
+    if (adapted) nv_adapter_rows_group(&s->adapter_rows, s->row_adapter, n);
     s->step_rows = 0;
-    for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, seqs, l, n);
+    for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, seqs, l, n, adapted ? &s->adapter_rows : NULL);
     s->step_rows = n;
     /* classifier over the last rows of each sequence that wants logits, stacked (xb has room: at
      * most every row of the step) */

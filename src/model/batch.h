@@ -42,6 +42,9 @@
  * - RoPE angles come from nv_rope_table, filled at nv_batch_state_init with run.c's float
  *   expressions (so the same cosf/sinf values); the per-row work and attention run on the thread
  *   pool (base/pool.h), split by rows and by (row, head), which changes no summation order.
+ * - Adapters (nv_batch_state_set_adapters): a sequence's rows take its adapter's low-rank updates
+ *   (model/adapters.h) after the products they adapt; rows of the base model (adapter 0) go
+ *   through exactly the operations above, whatever adapters share their step.
  * - A state is used by one thread at a time. */
 #ifndef NV_BATCH_H
 #define NV_BATCH_H
@@ -111,6 +114,7 @@ typedef struct {
     int pos;           /* position of tokens[0] */
     const int *blocks; /* block table covering positions 0..pos+n-1 */
     int logits;        /* k: compute the logits of the last k rows (0: none) */
+    int adapter;       /* the LoRA adapter its rows take: 1..n of the state's set (0: the base model) */
 } nv_batch_seq;
 
 typedef struct {
@@ -126,11 +130,18 @@ typedef struct {
     int step_rows;          /* rows of the last step (0 before the first) */
     uint64_t rope_key; /* nv_config_rope_key of the config the table was made for */
     int head_dim, seq_len;
+    /* adapters served per request (NULL: none) and their scratch */
+    const nv_adapters *adapters;
+    int *row_adapter; /* [max_rows] */
+    nv_adapter_rows adapter_rows; /* the step's rows grouped, and the products' scratch */
 } nv_batch_state;
 
 /* Scratch for steps of at most max_rows stacked rows from at most max_seqs sequences. */
 nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs);
 void nv_batch_state_free(nv_batch_state *s);
+/* Lets the state's sequences take the adapters of set (model/adapters.h), which must outlive it;
+ * a sequence's `adapter` then names one (1..set->n). */
+nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const nv_adapters *set);
 
 /* Runs one step. Checks the shapes (rows, positions against the context, token ids, block ids
  * against the pages) before touching anything: NV_EINVAL / NV_ERANGE on a bad batch. */

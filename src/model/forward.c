@@ -345,6 +345,7 @@ typedef struct {
     const float *y;   /* residual: the product; SwiGLU: w3's output */
     float *h;         /* SwiGLU: w1's output, replaced by silu(h) * y */
     int stride;       /* floats per row of all of them */
+    int rows;         /* rows of the product (a pass of its own over them) */
 } tail_ep;
 
 static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
@@ -378,19 +379,35 @@ static void swiglu_ep(void *vc, int r0, int r1, int c0, int c1) {
         nv_silu_mul(e->h + (size_t)r * e->stride + c0, e->y + (size_t)r * e->stride + c0, c1 - c0);
 }
 
-void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2) {
+static void swiglu_rows_task(void *ctx, int task, int n_tasks) {
+    const tail_ep *e = ctx;
+    for (int r = task; r < e->rows; r += n_tasks) swiglu_ep(ctx, r, r + 1, 0, e->stride);
+}
+
+void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2,
+                   const nv_adapter_rows *ad) {
     const nv_config *c = &m->config;
     const nv_layer_plans *lp = &m->plans[l];
     int d = c->dim, h = c->hidden_dim;
-    /* each product's elementwise follow-up runs on the block's own thread, in the same job */
-    tail_ep res = {x, xb2, NULL, d};
+    /* each product's elementwise follow-up runs on the block's own thread, in the same job; an
+     * adapter's update of wo or w2 adds to the residual after it (x += W y + B'A y) */
+    tail_ep res = {x, xb2, NULL, d, n};
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, residual_ep, &res);
+    nv_adapter_rows_add(ad, c, l, 3, xb, x);
 
     nv_rmsnorm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
-    tail_ep glu = {NULL, hb2, hb, h};
-    nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
-    tail_ep res2 = {x, xb, NULL, d};
+    tail_ep glu = {NULL, hb2, hb, h, n};
+    if (nv_adapter_rows_target(ad, 4) || nv_adapter_rows_target(ad, 6)) { /* SwiGLU waits for the updates */
+        nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, NULL, NULL);
+        nv_adapter_rows_add(ad, c, l, 4, xb, hb);
+        nv_adapter_rows_add(ad, c, l, 6, xb, hb2);
+        nv_pool_run(swiglu_rows_task, &glu, n < 2 * nv_pool_threads() ? n : 2 * nv_pool_threads());
+    } else {
+        nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
+    }
+    tail_ep res2 = {x, xb, NULL, d, n};
     nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, residual_ep, &res2);
+    nv_adapter_rows_add(ad, c, l, 5, hb, x);
 }
 
 void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs) {
@@ -450,7 +467,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
     attention(c, s, rj.kc, rj.vc, n, pos);
-    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2);
+    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2, NULL);
 }
 
 nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab) {

@@ -9,6 +9,7 @@
 #ifndef NV_FORWARD_H
 #define NV_FORWARD_H
 
+#include "model/adapters.h"
 #include "model/model.h"
 
 /* Activations of up to T token rows, kept by the single-sequence and the batched forward alike:
@@ -52,8 +53,11 @@ nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab);
 
 /* The rest of layer l after attention, on n rows (shared with the batched forward): x += wo.xb,
  * then x += w2.(silu(w1.xn) * w3.xn) with xn = RMSNorm(x); xb holds the attention output on
- * entry; xb2, hb and hb2 are scratch of n x dim, n x hidden, n x hidden. */
-void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2);
+ * entry; xb2, hb and hb2 are scratch of n x dim, n x hidden, n x hidden. With ad (NULL: none), the
+ * rows' adapters add their updates to wo's, w1's, w3's and w2's products (before SwiGLU for w1 and
+ * w3, which then runs as a pass of its own). */
+void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2,
+                   const nv_adapter_rows *ad);
 
 /* Building blocks, shared with training. */
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);

@@ -42,6 +42,9 @@ nv_err nv_lora_validate(const nv_config *c, const nv_lora_shape *s);
 /* The starting adapter: A uniform in +-1/sqrt(in) from seed (as PEFT's default), B zero, so the
  * adapted model starts as the base model. */
 void nv_lora_init(const nv_config *c, const nv_lora_shape *s, float *p, uint64_t seed);
+/* An adapter that changes the model, for measurements and tests: A as nv_lora_init, B's values
+ * normal with standard deviation b_scale. */
+void nv_lora_init_nonzero(const nv_config *c, const nv_lora_shape *s, float *p, uint64_t seed, float b_scale);
 /* m's fp32 weights += scale * (alpha / rank) * B . A for every target (the model's plans, if any,
  * must be refreshed or rebuilt after). The merged matrices' block-quantized sources (m->quant, a
  * GGUF file's), which no longer hold them, are freed, so plans are built from the fp32 weights. */

@@ -356,7 +356,7 @@ int nv_anth_parse(const nv_api_ctx *ctx, const char *body, size_t len, int count
         return rc;
     }
     nv_api_new_id(meta->id, sizeof meta->id, "msg_");
-    meta->model = ctx->model_id;
+    meta->model = nv_api_model_name(ctx, out->req.adapter);
     return 0;
 }
 
@@ -471,21 +471,27 @@ char *nv_anth_count_json(int input_tokens) {
     return nv_api_print_free(o);
 }
 
-char *nv_anth_models(const char *model_id, long created, int single) {
+static cJSON *model_object(const char *id, const char *at) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "model");
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "display_name", id);
+    cJSON_AddStringToObject(m, "created_at", at);
+    return m;
+}
+
+char *nv_anth_models(const nv_api_ctx *ctx, long created, int single, int k) {
     char at[32];
     time_t t = (time_t)created;
     strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "type", "model");
-    cJSON_AddStringToObject(m, "id", model_id);
-    cJSON_AddStringToObject(m, "display_name", model_id);
-    cJSON_AddStringToObject(m, "created_at", at);
-    if (single) return nv_api_print_free(m);
+    if (single) return nv_api_print_free(model_object(nv_api_model_name(ctx, k), at));
     cJSON *list = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(list, "data"), m);
+    cJSON *data = cJSON_AddArrayToObject(list, "data");
+    const int n = ctx->adapters ? ctx->adapters->n : 0;
+    for (int i = 0; i <= n; i++) cJSON_AddItemToArray(data, model_object(nv_api_model_name(ctx, i), at));
     cJSON_AddBoolToObject(list, "has_more", 0);
-    cJSON_AddStringToObject(list, "first_id", model_id);
-    cJSON_AddStringToObject(list, "last_id", model_id);
+    cJSON_AddStringToObject(list, "first_id", ctx->model_id);
+    cJSON_AddStringToObject(list, "last_id", nv_api_model_name(ctx, n));
     return nv_api_print_free(list);
 }
 

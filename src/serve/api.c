@@ -766,26 +766,40 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
     return 0;
 }
 
-/* 'model', when given, must name the served model. */
-static int check_model(const nv_api_ctx *ctx, const cJSON *root, nv_api_error *err) {
+const char *nv_api_model_name(const nv_api_ctx *ctx, int k) {
+    return k > 0 && ctx->adapters && k <= ctx->adapters->n ? ctx->adapters->v[k - 1].name : ctx->model_id;
+}
+
+int nv_api_model_find(const nv_api_ctx *ctx, const char *id) {
+    if (!strcmp(id, ctx->model_id)) return 0;
+    const int k = nv_adapters_find(ctx->adapters, id);
+    return k ? k : -1;
+}
+
+/* 'model', when given, must name the served model or one of its adapters (whose number goes to
+ * *adapter; 0 for the base model or none given). */
+static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, nv_api_error *err) {
     const cJSON *model = nv_api_field(root, "model");
+    *adapter = 0;
     if (model && !cJSON_IsString(model)) {
         nv_api_error_set(err, E400, NULL, "model", "'model' must be a string");
         return err->status;
     }
-    if (model && strcmp(model->valuestring, ctx->model_id) != 0) {
+    const int k = model ? nv_api_model_find(ctx, model->valuestring) : 0;
+    if (k < 0) {
         nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model",
-                         "The model '%.200s' does not exist (this server has '%.200s')", model->valuestring,
-                         ctx->model_id);
+                         "The model '%.200s' does not exist (this server has '%.200s'%s)", model->valuestring,
+                         ctx->model_id, ctx->adapters && ctx->adapters->n ? " and its adapters: see /v1/models" : "");
         return err->status;
     }
+    *adapter = k;
     return 0;
 }
 
 static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *po, nv_api_request *out,
                       nv_api_error *err) {
     int rc, given;
-    if ((rc = check_model(ctx, root, err))) return rc;
+    if ((rc = check_model(ctx, root, &out->req.adapter, err))) return rc;
     if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
     const cJSON *so = nv_api_field(root, "stream_options");
     if (so) {
@@ -1385,17 +1399,24 @@ char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion
     return nv_api_print_free(root);
 }
 
-char *nv_api_models(const char *model_id, long created, int single) {
+static cJSON *model_object(const nv_api_ctx *ctx, long created, int k) {
     cJSON *mo = cJSON_CreateObject();
-    cJSON_AddStringToObject(mo, "id", model_id);
+    cJSON_AddStringToObject(mo, "id", nv_api_model_name(ctx, k));
     cJSON_AddStringToObject(mo, "object", "model");
     cJSON_AddNumberToObject(mo, "created", (double)created);
     cJSON_AddStringToObject(mo, "owned_by", "nerve");
-    if (single) return nv_api_print_free(mo);
+    if (k) cJSON_AddStringToObject(mo, "parent", ctx->model_id); /* an adapter names its base, as vLLM's do */
+    else cJSON_AddNullToObject(mo, "parent");
+    return mo;
+}
+
+char *nv_api_models(const nv_api_ctx *ctx, long created, int single, int k) {
+    if (single) return nv_api_print_free(model_object(ctx, created, k));
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, mo);
+    const int n = ctx->adapters ? ctx->adapters->n : 0;
+    for (int i = 0; i <= n; i++) cJSON_AddItemToArray(data, model_object(ctx, created, i));
     return nv_api_print_free(root);
 }
 
@@ -1453,7 +1474,7 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     memset(err, 0, sizeof *err);
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
-    int rc = check_model(ctx, root, err);
+    int rc = check_model(ctx, root, &out->adapter, err);
     const cJSON *input = nv_api_field(root, "input"), *fmt = nv_api_field(root, "encoding_format"), *dims = nv_api_field(root, "dimensions");
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))
@@ -1493,7 +1514,7 @@ static void base64_put(nv_buf *b, const unsigned char *p, size_t n) {
 /* Written straight into one buffer rather than a cJSON tree: 256 inputs of a wide model are
  * millions of numbers. %.9g gives back every float32 exactly. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "base64 embeddings are the floats' little-endian bytes");
-char *nv_api_embed_response(const nv_api_ctx *ctx, const float *vecs, int n, int base64, int prompt_tokens) {
+char *nv_api_embed_response(const nv_api_ctx *ctx, int adapter, const float *vecs, int n, int base64, int prompt_tokens) {
     nv_buf b = {0};
     nv_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
     for (int i = 0; i < n; i++) {
@@ -1510,7 +1531,7 @@ char *nv_api_embed_response(const nv_api_ctx *ctx, const float *vecs, int n, int
         }
     }
     nv_buf_puts(&b, "],\"model\":");
-    nv_json_string(&b, ctx->model_id);
+    nv_json_string(&b, nv_api_model_name(ctx, adapter));
     nv_buf_printf(&b, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", prompt_tokens, prompt_tokens);
     if (b.oom) {
         nv_buf_free(&b);

@@ -41,7 +41,11 @@ typedef struct {
     long capacity; /* positions one request can reserve */
     int reasoning; /* --reasoning-format deepseek: a chat answer's <think>...</think> goes to reasoning_content */
     int dim;       /* the model's width: an embedding's length */
+    const nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
 } nv_api_ctx;
+
+/* The id of model k: 0 the base model (model_id), 1..n its adapters (--lora-modules NAME=...). */
+const char *nv_api_model_name(const nv_api_ctx *ctx, int k);
 
 #define NV_MAX_CHOICES 16
 
@@ -195,8 +199,11 @@ void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reas
 void nv_think_free(nv_think *t);
 /* The final usage chunk (choices: []). */
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens);
-/* GET /v1/models, and one model. */
-char *nv_api_models(const char *model_id, long created, int single);
+/* GET /v1/models (the base model, then each adapter with its parent: vLLM's shape), and model k
+ * alone (single). */
+char *nv_api_models(const nv_api_ctx *ctx, long created, int single, int k);
+/* The model an id names (0 the base, 1..n an adapter), -1 when none. */
+int nv_api_model_find(const nv_api_ctx *ctx, const char *id);
 
 /* /v1/embeddings: 'input' a string, a list of token ids, or a list of up to NV_MAX_EMBED_INPUTS of
  * those (strings are encoded with BOS, as prompts; empty ones refused); 'encoding_format' float or
@@ -207,12 +214,13 @@ typedef struct {
     int n;
     int **ids, *n_ids;
     int base64;
+    int adapter; /* the adapter 'model' named (0: the base model) */
 } nv_api_embed;
 int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err);
 void nv_api_embed_free(nv_api_embed *e);
 /* {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"} for n
  * vectors of ctx->dim floats (base64: each vector's little-endian float32 bytes). */
-char *nv_api_embed_response(const nv_api_ctx *ctx, const float *vecs, int n, int base64, int prompt_tokens);
+char *nv_api_embed_response(const nv_api_ctx *ctx, int adapter, const float *vecs, int n, int base64, int prompt_tokens);
 const char *nv_api_finish_reason(nv_finish f);
 
 #endif

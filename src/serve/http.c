@@ -452,6 +452,8 @@ static enum MHD_Result submit_failed(nv_http *h, struct MHD_Connection *c, conn_
     if (sub == NV_SUBMIT_TOO_BIG)
         return fail(h, c, cc, 400, "invalid_request_error", "context_length_exceeded",
                     "The request needs more KV cache blocks than the whole pool holds (raise --kv-memory)");
+    if (sub == NV_SUBMIT_NO_ADAPTER)
+        return fail(h, c, cc, 404, "invalid_request_error", "model_not_found", "The model's adapter is not loaded");
     return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
 }
 
@@ -514,7 +516,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         return submit_failed(h, c, cc, sub);
     }
     nv_api_meta meta;
-    nv_api_meta_init(&meta, chat, h->ctx.model_id);
+    nv_api_meta_init(&meta, chat, nv_api_model_name(&h->ctx, ar.req.adapter));
     meta.lp_on = ar.req.logprobs;
     meta.lp_tok = h->ctx.tok;
     int fd = conn_fd(c);
@@ -700,7 +702,8 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
         nv_req_status rs[NV_MAX_CHOICES];
         for (int made = 0; made < n; made++) {
             nv_req_params p = {.prompt = in.ids[w0 + made], .n_prompt = in.n_ids[w0 + made], .max_tokens = 0,
-                               .timeout_s = left, .vocab_size = h->ctx.vocab_size, .embed = 1};
+                               .timeout_s = left, .vocab_size = h->ctx.vocab_size, .embed = 1,
+                               .adapter = in.adapter};
             nv_err ce = nv_req_create(&r[made], &p);
             if (ce == NV_OK) continue;
             for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
@@ -732,7 +735,7 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
             goto out;
         }
     }
-    ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, vecs, in.n, in.base64, (int)prompt_tokens),
+    ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, in.adapter, vecs, in.n, in.base64, (int)prompt_tokens),
                   NULL, NULL);
 out:
     nv_api_embed_free(&in);
@@ -807,18 +810,19 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     case R_MODELS:
         return respond(h, c, cc, 200, "application/json",
-                       anthropic_client(c) ? nv_anth_models(h->ctx.model_id, h->created, 0) : nv_api_models(h->ctx.model_id, h->created, 0),
+                       anthropic_client(c) ? nv_anth_models(&h->ctx, h->created, 0, 0) : nv_api_models(&h->ctx, h->created, 0, 0),
                        NULL, NULL);
     case R_MODEL: {
         const char *id = strstr(url, "/models/") + 8; /* the whole rest: an id may hold '/' (an alias "org/name") */
-        if (strcmp(id, h->ctx.model_id) != 0) {
+        const int k = nv_api_model_find(&h->ctx, id);
+        if (k < 0) {
             nv_api_error e;
             nv_api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
                              "The model '%.200s' does not exist", id);
             return respond_error(h, c, cc, &e);
         }
         return respond(h, c, cc, 200, "application/json",
-                       anthropic_client(c) ? nv_anth_models(h->ctx.model_id, h->created, 1) : nv_api_models(h->ctx.model_id, h->created, 1),
+                       anthropic_client(c) ? nv_anth_models(&h->ctx, h->created, 1, k) : nv_api_models(&h->ctx, h->created, 1, k),
                        NULL, NULL);
     }
     case R_TOKENIZE:

@@ -302,7 +302,7 @@ int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_re
     }
     nv_api_new_id(meta->id, sizeof meta->id, "resp_");
     meta->created = (long)time(NULL);
-    meta->model = ctx->model_id;
+    meta->model = nv_api_model_name(ctx, out->req.adapter);
     return 0;
 }
 

@@ -18,6 +18,8 @@ struct nv_req {
     int n_prompt, max_tokens;
     int ignore_eos, min_tokens; /* nv_req_params' */
     int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
+    int adapter; /* nv_req_params' */
+    uint64_t root; /* the prefix cache's parent of its first block: 0, or its adapter's identity */
     char *stop[NV_MAX_STOP];
     int stop_src[NV_MAX_STOP]; /* each one's index in nv_req_params.stop */
     int n_stop;
@@ -215,6 +217,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->max_tokens = p->max_tokens;
     r->ignore_eos = p->ignore_eos;
     r->min_tokens = p->min_tokens;
+    r->adapter = p->adapter;
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !*p->stop[i]) continue;
         if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) goto oom;
@@ -380,6 +383,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, o->kv_dtype ? o->kv_dtype : NV_KV_F16, o->kv_bytes, 0);
     /* every sequence's decode row with its drafts, and the prompt chunk */
     if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + o->spec_tokens) + o->prefill_chunk, o->max_batch);
+    if (e == NV_OK) e = nv_batch_state_set_adapters(&s->bs, c, o->adapters);
     if (e != NV_OK) {
         nv_sched_free(s);
         return e;
@@ -472,6 +476,10 @@ static void sweep(nv_sched *s, double now) {
 }
 
 /* Queues block b (full, indexed) for the SSD writer, pinned by a reference until reaped. */
+/* The chain parent of r's block k: the block before it, or for the first the request's root (an
+ * adapter's KV is its own: its chains start at the adapter's identity). */
+static uint64_t chain_parent(const nv_req *r, int k) { return k ? r->hashes[k - 1] : r->root; }
+
 static void disk_write(nv_sched *s, int32_t b, uint64_t hash, uint64_t parent) {
     if (!s->disk) return;
     nv_disk_job j = {.hash = hash,
@@ -517,7 +525,7 @@ static int prepare(nv_sched *s, nv_req *r) {
     if (!r->hashes) return 0;
     int n = (r->n_prompt - 1) / B;
     if (n > r->blocks_needed) n = r->blocks_needed;
-    uint64_t parent = 0;
+    uint64_t parent = r->root;
     for (int k = 0; k < n; k++) parent = r->hashes[k] = nv_prefix_chain(s->prefix.model_id, parent, r->prompt + k * B, B);
     r->n_lookup = n;
     return 1;
@@ -569,7 +577,7 @@ static void admit(nv_sched *s) {
         if (s->prefix_on && !r->plps && !r->embed) {
             /* a shared block whose file was dropped or evicted gets another chance at the SSD tier */
             for (int k = 0; s->disk && k < hits; k++)
-                if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], k ? r->hashes[k - 1] : 0);
+                if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], chain_parent(r, k));
             int miss = r->n_lookup - hits;
             nv_metrics_prefix(s->metrics, hits, miss, 0, on_disk || !s->disk ? 0 : miss, on_disk ? 0 : r->n_cached);
         }
@@ -598,7 +606,7 @@ static void restore_from_disk(nv_sched *s) {
         nv_req *r = it[i].r;
         int k = it[i].k;
         if (r == failed) continue;
-        it[i].ok = nv_disk_load(s->disk, r->hashes[k], k ? r->hashes[k - 1] : 0, r->prompt + k * B,
+        it[i].ok = nv_disk_load(s->disk, r->hashes[k], chain_parent(r, k), r->prompt + k * B,
                                 nv_kv_block_data(&s->pool.pages, r->blocks[k]));
         if (!it[i].ok) failed = r;
     }
@@ -657,6 +665,7 @@ static int plan_step(nv_sched *s) {
         }
         q.pos = r->pos;
         q.blocks = r->blocks;
+        q.adapter = r->adapter;
         const long reach = (long)r->pos + q.n + (q.tokens == &r->last ? r->spec_k : 0); /* positions it may write */
         while ((long)r->n_alloc * B < reach) {
             int b = r->reserved > 0 ? nv_kv_alloc(&s->pool) : -1;
@@ -832,7 +841,7 @@ static void index_full_blocks(nv_sched *s, nv_req *r) {
     while ((long)(r->n_hashed + 1) * B <= r->pos && r->n_hashed < r->n_alloc) {
         int k = r->n_hashed;
         int32_t b = r->blocks[k];
-        uint64_t parent = k ? r->hashes[k - 1] : 0;
+        uint64_t parent = chain_parent(r, k);
         uint64_t h = k < r->n_lookup ? r->hashes[k]
                                      : nv_prefix_chain(s->prefix.model_id, parent, (const int *)s->pool.tokens + (size_t)b * B, B);
         r->hashes[k] = h;
@@ -1086,8 +1095,10 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r) {
     nv_submit res = NV_SUBMIT_OK;
     if (s->stopping) res = NV_SUBMIT_STOPPING;
     else if (r->blocks_needed > s->pool.n_blocks) res = NV_SUBMIT_TOO_BIG;
+    else if (r->adapter < 0 || r->adapter > (s->o.adapters ? s->o.adapters->n : 0)) res = NV_SUBMIT_NO_ADAPTER;
     else if (s->n_waiting >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
     if (res == NV_SUBMIT_OK) {
+        r->root = r->adapter ? s->o.adapters->v[r->adapter - 1].hash : 0;
         r->refs++;
         if (s->wait_tail) s->wait_tail->next = r;
         else s->wait_head = r;

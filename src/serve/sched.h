@@ -46,6 +46,11 @@
  *   log-probabilities and the random draws are those of decoding without drafts. A draft is never
  *   longer than the tokens the request may still produce, so the reservation holds; the keys and
  *   values the refused drafts wrote lie past the sequence's position and are written again.
+ * - LoRA adapters (nv_sched_opts.adapters, model/adapters.h): a request's `adapter` (1..n; 0 the
+ *   base model) is its sequence's in every step, so one step serves several adapters and the base
+ *   together; a number outside the set is refused at submission (NV_SUBMIT_NO_ADAPTER). The prefix
+ *   cache's chains of an adapter's request start at the adapter's identity instead of 0 (its first
+ *   block's parent), so its blocks never match the base's or another adapter's, in RAM or on disk.
  * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
  *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
 #ifndef NV_SERVE_SCHED_H
@@ -54,6 +59,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "model/adapters.h"
 #include "model/batch.h"
 #include "model/grammar.h"
 #include "model/sampler.h"
@@ -123,6 +129,7 @@ typedef struct {
     int lazy_at_start;
     int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
     int lazy_think; /* the trigger is not looked for inside a leading <think>...</think> block */
+    int adapter; /* the LoRA adapter the request runs with: 1..n of nv_sched_opts.adapters (0: none) */
     int embed; /* with max_tokens 0: the prompt's embedding (the mean over its tokens of the final
                   norm's output, unit length) is kept for nv_req_embedding; computed in full (no
                   prefix-cache hits, whose rows are not run) */
@@ -155,6 +162,9 @@ typedef struct {
      * (spec_ngram_max >= n >= spec_ngram_min, the longest that occurs), checked in one step */
     int spec_tokens;
     int spec_ngram_min, spec_ngram_max;
+    /* LoRA adapters a request may name (NULL: none); kept unmerged, so one step serves sequences
+     * of several adapters and of the base model; must outlive the scheduler */
+    const nv_adapters *adapters;
 } nv_sched_opts;
 
 
@@ -190,7 +200,7 @@ typedef struct {
     float *embed_tmp;  /* the loop's scratch for embeddings: one row through the final norm */
 } nv_sched;
 
-typedef enum { NV_SUBMIT_OK = 0, NV_SUBMIT_QUEUE_FULL, NV_SUBMIT_STOPPING, NV_SUBMIT_TOO_BIG } nv_submit;
+typedef enum { NV_SUBMIT_OK = 0, NV_SUBMIT_QUEUE_FULL, NV_SUBMIT_STOPPING, NV_SUBMIT_TOO_BIG, NV_SUBMIT_NO_ADAPTER } nv_submit;
 
 nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok, nv_metrics *metrics,
                      const nv_sched_opts *o);

@@ -1,0 +1,188 @@
+#include "model/adapters.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "base/pool.h"
+#include "model/gguf.h"
+
+static void adapter_free(nv_adapter *a, int n_plans) {
+    for (int i = 0; i < n_plans; i++) {
+        if (a->a) nv_plan_free(a->a[i]);
+        if (a->b) nv_plan_free(a->b[i]);
+    }
+    free(a->a);
+    free(a->b);
+    free(a->w);
+    free(a->name);
+    free(a->path);
+    memset(a, 0, sizeof *a);
+}
+
+int nv_adapters_find(const nv_adapters *set, const char *name) {
+    for (int i = 0; set && i < set->n; i++)
+        if (!strcmp(set->v[i].name, name)) return i + 1;
+    return 0;
+}
+
+/* Builds A's and B's plans of every targeted matrix from p (nv_lora_offset's layout: A, then B^T),
+ * whose B^T become B' = k B in place (out x rank: the same floats); p then belongs to the plans
+ * (some engines read their weights in place). */
+static nv_err build_plans(nv_adapter *ad, const nv_model *m, float *p, float k) {
+    const nv_config *c = &m->config;
+    const nv_lora_shape *s = &ad->shape;
+    const int r = s->rank, n_plans = c->n_layers * NV_LAYER_MATRICES;
+    const nv_engine_id e = nv_model_engine(m);
+    ad->a = calloc((size_t)n_plans, sizeof *ad->a);
+    ad->b = calloc((size_t)n_plans, sizeof *ad->b);
+    int widest = 0;
+    for (int t = 0; t < NV_LAYER_MATRICES; t++) {
+        int out, in;
+        nv_lora_dims(c, t, &out, &in);
+        if (out > widest) widest = out;
+    }
+    float *tmp = malloc((size_t)widest * (size_t)r * sizeof(float));
+    if (!ad->a || !ad->b || !tmp) {
+        free(tmp);
+        return nv_fail(NV_ENOMEM, "out of memory for the plans of adapter %s", ad->name);
+    }
+    nv_err err = NV_OK;
+    for (int l = 0; l < c->n_layers && err == NV_OK; l++)
+        for (int t = 0; t < NV_LAYER_MATRICES && err == NV_OK; t++) {
+            if (!(s->targets & (1u << t))) continue;
+            int out, in;
+            nv_lora_dims(c, t, &out, &in);
+            float *a = p + nv_lora_offset(c, s, l, t), *b = a + (size_t)r * in;
+            for (int o = 0; o < out; o++)
+                for (int j = 0; j < r; j++) tmp[(size_t)o * r + j] = k * b[(size_t)j * out + o];
+            memcpy(b, tmp, (size_t)out * (size_t)r * sizeof(float));
+            const int at = l * NV_LAYER_MATRICES + t;
+            err = nv_plan_build(&ad->a[at], e, a, r, in);
+            if (err == NV_OK) err = nv_plan_build(&ad->b[at], e, b, out, r);
+        }
+    free(tmp);
+    return err;
+}
+
+nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, const char *path, float scale) {
+    const nv_config *c = &m->config;
+    if (!m->plans) return nv_fail(NV_EINVAL, "adapter %s: the model's plans are not built", name);
+    const size_t len = strlen(name);
+    if (len < 1 || len > 63) return nv_fail(NV_EINVAL, "adapter name '%.80s': 1 to 63 characters", name);
+    if (nv_adapters_find(set, name)) return nv_fail(NV_EINVAL, "adapter name '%s' is given twice", name);
+    if (set->n >= NV_MAX_ADAPTERS) return nv_fail(NV_EINVAL, "at most %d adapters", NV_MAX_ADAPTERS);
+    if (!(scale == scale) || scale < -1e6f || scale > 1e6f)
+        return nv_fail(NV_EINVAL, "adapter %s: scale must be a number in -1e6..1e6", name);
+    if (set->n && set->n_layers != c->n_layers) return nv_fail(NV_EINVAL, "adapter %s: another model's set", name);
+    nv_adapter *grown = realloc(set->v, (size_t)(set->n + 1) * sizeof *grown);
+    if (!grown) return nv_fail(NV_ENOMEM, "out of memory for adapter %s", name);
+    set->v = grown;
+    nv_adapter *ad = &set->v[set->n];
+    memset(ad, 0, sizeof *ad);
+    float *p = NULL;
+    nv_err err = nv_gguf_load_lora(path, c, &ad->shape, &p);
+    if (err != NV_OK) return err;
+    ad->name = strdup(name);
+    ad->path = strdup(path);
+    ad->scale = scale;
+    ad->n_params = nv_lora_param_count(c, &ad->shape);
+    if (!ad->name || !ad->path) err = nv_fail(NV_ENOMEM, "out of memory for adapter %s", name);
+    const float k = scale * ad->shape.alpha / (float)ad->shape.rank;
+    ad->w = p;
+    if (err == NV_OK) err = build_plans(ad, m, p, k);
+    if (err == NV_OK) {
+        /* what the rows' keys and values depend on besides the base: A and the scaled B */
+        const uint32_t meta[2] = {(uint32_t)ad->shape.rank, ad->shape.targets};
+        const uint64_t h = nv_hash64(p, ad->n_params * sizeof(float), nv_hash64(meta, sizeof meta, 0x6c6f7261u));
+        ad->hash = h ? h : 1;
+    }
+    if (err != NV_OK) {
+        adapter_free(ad, c->n_layers * NV_LAYER_MATRICES);
+        return err;
+    }
+    set->n_layers = c->n_layers;
+    if (ad->shape.rank > set->max_rank) set->max_rank = ad->shape.rank;
+    set->targets |= ad->shape.targets;
+    set->n++;
+    return NV_OK;
+}
+
+void nv_adapters_free(nv_adapters *set) {
+    for (int i = 0; i < set->n; i++) adapter_free(&set->v[i], set->n_layers * NV_LAYER_MATRICES);
+    free(set->v);
+    memset(set, 0, sizeof *set);
+}
+
+void nv_adapter_scratch_sizes(const nv_config *c, const nv_adapters *set, int max_rows, size_t *gx, size_t *u, size_t *dy) {
+    int in_max = 0, out_max = 0;
+    for (int t = 0; t < NV_LAYER_MATRICES; t++) {
+        int out, in;
+        nv_lora_dims(c, t, &out, &in);
+        if (in > in_max) in_max = in;
+        if (out > out_max) out_max = out;
+    }
+    *gx = (size_t)max_rows * (size_t)in_max;
+    *u = (size_t)max_rows * (size_t)(set->max_rank > 0 ? set->max_rank : 1);
+    *dy = (size_t)max_rows * (size_t)out_max;
+}
+
+void nv_adapter_rows_group(nv_adapter_rows *r, const int *row_adapter, int n) {
+    r->n = n;
+    r->n_units = 0;
+    r->targets = 0;
+    int p = 0;
+    for (int k = 1; r->set && k <= r->set->n; k++) {
+        const int p0 = p;
+        for (int i = 0; i < n; i++)
+            if (row_adapter[i] == k) r->order[p++] = i;
+        if (p > p0) r->targets |= r->set->v[k - 1].shape.targets;
+        for (int q = p0; q < p; q += NV_ADAPTER_UNIT)
+            r->units[r->n_units++] = (nv_adapter_unit){k, q, q + NV_ADAPTER_UNIT < p ? q + NV_ADAPTER_UNIT : p};
+    }
+}
+
+typedef struct {
+    const nv_adapter_rows *r;
+    size_t at; /* the matrix's index among the adapter's plans */
+    unsigned bit;
+    int out, in;
+    const float *x;
+    float *y;
+} add_job;
+
+static void add_unit(const add_job *j, const nv_adapter_unit *un) {
+    const nv_adapter_rows *r = j->r;
+    const nv_adapter *ad = &r->set->v[un->adapter - 1];
+    if (!(ad->shape.targets & j->bit)) return;
+    const int cnt = un->p1 - un->p0, *rows = r->order + un->p0;
+    const int in = j->in, out = j->out;
+    const float *xs = j->x + (size_t)rows[0] * in; /* a run of consecutive rows (a sequence's) is read in place */
+    if (rows[cnt - 1] - rows[0] + 1 != cnt) {
+        float *g = r->gx + (size_t)un->p0 * in;
+        for (int q = 0; q < cnt; q++) memcpy(g + (size_t)q * in, j->x + (size_t)rows[q] * in, (size_t)in * sizeof(float));
+        xs = g;
+    }
+    float *u = r->u + (size_t)un->p0 * r->set->max_rank, *dy = r->dy + (size_t)un->p0 * out;
+    nv_plan_run(ad->a[j->at], xs, cnt, u);
+    nv_plan_run(ad->b[j->at], u, cnt, dy);
+    for (int q = 0; q < cnt; q++) {
+        float *yr = j->y + (size_t)rows[q] * out;
+        const float *d = dy + (size_t)q * out;
+        for (int o = 0; o < out; o++) yr[o] += d[o];
+    }
+}
+
+static void add_task(void *ctx, int task, int n_tasks) {
+    const add_job *j = ctx;
+    for (int i = task; i < j->r->n_units; i += n_tasks) add_unit(j, &j->r->units[i]);
+}
+
+void nv_adapter_rows_add(const nv_adapter_rows *r, const nv_config *c, int l, int t, const float *x, float *y) {
+    if (!nv_adapter_rows_target(r, t)) return;
+    add_job j = {r, (size_t)l * NV_LAYER_MATRICES + (size_t)t, 1u << t, 0, 0, x, y};
+    nv_lora_dims(c, t, &j.out, &j.in);
+    /* inside a task a plan runs on that thread alone: one unit runs here, several share the pool */
+    const int tasks = nv_pool_threads();
+    nv_pool_run(add_task, &j, r->n_units < tasks ? r->n_units : tasks);
+}

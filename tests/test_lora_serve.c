@@ -1,0 +1,354 @@
+/* LoRA adapters served per request (model/adapters.h, serve --lora-modules): in one batched step,
+ * rows of the base model are bit-identical to a step without adapters, rows of an adapter equal
+ * the merged model's (fp32: to rounding; bf16/int8 engines: within their bounds) and do not
+ * depend on what shares the step (an adapter's rows gathered from several sequences or read in
+ * place give the same bits); bad adapters and names are refused. End to end: the server lists the
+ * adapters, a request naming one generates what `generate --lora` does, the base's text is
+ * untouched, an unknown model is a 404, the prefix cache (RAM and SSD tiers) never serves one
+ * adapter's KV to another or to the base, embeddings follow the adapter, and the flag's errors
+ * are one line. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "engine/engine.h"
+#include "model/adapters.h"
+#include "model/batch.h"
+#include "model/gguf.h"
+#include "model/lora.h"
+#include "serve_util.h"
+#include "t.h"
+
+#define LEN 40
+#define NSEQ 4
+
+/* An adapter of shape s for c with B not zero, written to name in the temporary folder; its
+ * floats in *out when out is given. */
+static const char *write_adapter(const nv_config *c, const nv_lora_shape *s, uint64_t seed, float b_scale, const char *name,
+                                 float **out) {
+    const uint64_t n = nv_lora_param_count(c, s);
+    float *p = malloc((size_t)n * sizeof(float));
+    if (!p) return NULL;
+    nv_lora_init_nonzero(c, s, p, seed, b_scale);
+    const char *path = t_path(name);
+    T_CHECK(nv_gguf_save_lora(c, s, p, path) == NV_OK, "%s", nv_errmsg());
+    if (out) *out = p;
+    else free(p);
+    return path;
+}
+
+/* Runs the NSEQ prompts in two steps of LEN/2 rows each, sequence i with adapter ad[i], and keeps
+ * each one's last-row logits in out[i]. seqs_on selects which sequences run (the others sit out). */
+static int run_two_steps(const nv_model *m, const nv_adapters *set, int toks[NSEQ][LEN], const int ad[NSEQ], unsigned seqs_on,
+                         float *out[NSEQ]) {
+    const nv_config *c = &m->config;
+    nv_kv_pages kv;
+    nv_batch_state bs;
+    int table[NSEQ][8];
+    for (int i = 0; i < NSEQ; i++)
+        for (int b = 0; b < 8; b++) table[i][b] = i * 8 + b;
+    if (nv_kv_pages_init(&kv, c, 8, NSEQ * 8, NV_KV_F32) != NV_OK) return 0;
+    if (nv_batch_state_init(&bs, c, NSEQ * LEN, NSEQ) != NV_OK || nv_batch_state_set_adapters(&bs, c, set) != NV_OK) {
+        nv_kv_pages_free(&kv);
+        return 0;
+    }
+    int ok = 1;
+    for (int step = 0; step < 2 && ok; step++) {
+        nv_batch_seq q[NSEQ];
+        int idx[NSEQ], n = 0;
+        for (int i = 0; i < NSEQ; i++) {
+            if (!(seqs_on >> i & 1)) continue;
+            q[n] = (nv_batch_seq){toks[i] + step * LEN / 2, LEN / 2, step * LEN / 2, table[i], step == 1, ad[i]};
+            idx[n++] = i;
+        }
+        ok = nv_batch_forward(m, &bs, &kv, q, n) == NV_OK;
+        for (int j = 0; ok && step == 1 && j < n; j++)
+            memcpy(out[idx[j]], nv_batch_logits(&bs, c, j), (size_t)c->vocab_size * sizeof(float));
+    }
+    if (!ok) fprintf(stderr, "    %s\n", nv_errmsg());
+    nv_batch_state_free(&bs);
+    nv_kv_pages_free(&kv);
+    return ok;
+}
+
+static float max_abs(const float *a, int n) {
+    float w = 0.0f;
+    for (int i = 0; i < n; i++) w = fmaxf(w, fabsf(a[i]));
+    return w;
+}
+
+static float max_diff(const float *a, const float *b, int n) {
+    float w = 0.0f;
+    for (int i = 0; i < n; i++) w = fmaxf(w, fabsf(a[i] - b[i]));
+    return w;
+}
+
+static void test_batch_rows_take_their_adapters(void) {
+    const nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0}; /* GQA, QK-norm */
+    const nv_lora_shape s1 = {4, 8.0f, NV_LORA_ALL}, s2 = {2, 2.0f, NV_LORA_Q | NV_LORA_V | NV_LORA_GATE};
+    float *p1, *p2;
+    const char *f1 = write_adapter(&c, &s1, 5, 0.3f, "one.gguf", &p1);
+    char f1_copy[700];
+    snprintf(f1_copy, sizeof f1_copy, "%s", f1);
+    const char *f2 = write_adapter(&c, &s2, 6, 0.5f, "two.gguf", &p2);
+    int toks[NSEQ][LEN];
+    nv_rng rng;
+    nv_rng_seed(&rng, 3);
+    for (int i = 0; i < NSEQ; i++)
+        for (int p = 0; p < LEN; p++) toks[i][p] = 3 + (int)(nv_rng_uniform(&rng) * (float)(c.vocab_size - 3));
+    memcpy(toks[2], toks[0], sizeof toks[0]); /* sequences 0 and 2: one adapter, one prompt, rows apart */
+    const nv_engine_id engines[3] = {NV_ENGINE_SCALAR, nv_engine_best_float(), nv_engine_best()};
+    static float ref32[2][300]; /* the scalar engine's merged logits of sequences 0 and 3 */
+    for (int e = 0; e < 3; e++) {
+        if (e && engines[e] == engines[e - 1]) continue;
+        const nv_engine_id eng = engines[e];
+        nv_model base, merged[2];
+        T_CHECK(nv_model_alloc(&base, &c) == NV_OK && nv_model_alloc(&merged[0], &c) == NV_OK &&
+                    nv_model_alloc(&merged[1], &c) == NV_OK,
+                "%s", nv_errmsg());
+        nv_model_init_random(&base, 11);
+        for (uint64_t i = 0; i < base.n_params; i++) base.params[i] *= 8.0f; /* logits well apart */
+        for (int k = 0; k < 2; k++) memcpy(merged[k].params, base.params, (size_t)base.n_params * sizeof(float));
+        nv_lora_merge(&merged[0], &s1, p1, 1.0f);
+        nv_lora_merge(&merged[1], &s2, p2, 1.0f);
+        T_CHECK(nv_model_build_plans(&base, eng) == NV_OK && nv_model_build_plans(&merged[0], eng) == NV_OK &&
+                    nv_model_build_plans(&merged[1], eng) == NV_OK,
+                "%s", nv_errmsg());
+        nv_adapters set = {0};
+        T_CHECK(nv_adapters_add(&set, &base, "one", f1_copy, 1.0f) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_adapters_add(&set, &base, "two", f2, 1.0f) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(set.n == 2 && nv_adapters_find(&set, "two") == 2 && nv_adapters_find(&set, "three") == 0, "find");
+        T_CHECK(set.v[0].hash != set.v[1].hash && set.v[0].hash && set.v[1].hash, "adapter identities");
+        const int V = c.vocab_size;
+        float *mixed[NSEQ], *plain[NSEQ], *alone[NSEQ], *ref[NSEQ];
+        for (int i = 0; i < NSEQ; i++) {
+            mixed[i] = malloc((size_t)V * sizeof(float));
+            plain[i] = malloc((size_t)V * sizeof(float));
+            alone[i] = malloc((size_t)V * sizeof(float));
+            ref[i] = malloc((size_t)V * sizeof(float));
+        }
+        const int ad[NSEQ] = {1, 0, 1, 2}, none[NSEQ] = {0};
+        T_CHECK(run_two_steps(&base, &set, toks, ad, 0xF, mixed), "mixed step");
+        T_CHECK(run_two_steps(&base, NULL, toks, none, 0xF, plain), "base step");
+        T_CHECK(run_two_steps(&base, &set, toks, ad, 0x1, alone), "adapter one alone");
+        T_CHECK(run_two_steps(&base, &set, toks, ad, 0x8, alone), "adapter two alone");
+        T_CHECK(!memcmp(mixed[1], plain[1], (size_t)V * sizeof(float)), "%s: the base's row changed beside adapters",
+                nv_engine_name(eng));
+        T_CHECK(!memcmp(mixed[0], mixed[2], (size_t)V * sizeof(float)) && !memcmp(mixed[0], alone[0], (size_t)V * sizeof(float)),
+                "%s: an adapter's rows depend on what shares the step", nv_engine_name(eng));
+        T_CHECK(!memcmp(mixed[3], alone[3], (size_t)V * sizeof(float)), "%s: adapter two's rows depend on the step",
+                nv_engine_name(eng));
+        /* against the merged models, every sequence under one adapter: as close as fp32 rounding, or
+         * on a bf16/int8 engine as close as that engine's merged model is to the fp32 one */
+        T_CHECK(run_two_steps(&merged[0], NULL, toks, none, 0x1, ref), "merged one");
+        T_CHECK(run_two_steps(&merged[1], NULL, toks, none, 0x8, ref), "merged two");
+        if (e == 0)
+            for (int i = 0; i < NSEQ; i += 3) memcpy(ref32[i / 3], ref[i], (size_t)V * sizeof(float));
+        for (int i = 0; i < NSEQ; i += 3) {
+            const float d = max_diff(mixed[i], ref[i], V), scale = max_abs(ref[i], V);
+            const float own = max_diff(ref[i], ref32[i / 3], V), bound = fmaxf(1e-4f * scale, 3.0f * own);
+            T_CHECK(d <= bound, "%s: sequence %d is %.3g from the merged model's logits (bound %.3g, max %.3g)", nv_engine_name(eng), i,
+                    (double)d, (double)bound, (double)scale);
+            const float effect = max_diff(mixed[i], plain[i], V); /* well beyond the distance to the merged model */
+            T_CHECK(effect > 5.0f * d && effect > 0.01f * scale, "%s: the adapter changes little (%.3g)", nv_engine_name(eng),
+                    (double)effect);
+        }
+        /* an adapter number the state does not have */
+        nv_kv_pages kv;
+        nv_batch_state bs;
+        int table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+        T_CHECK(nv_kv_pages_init(&kv, &c, 8, 8, NV_KV_F32) == NV_OK && nv_batch_state_init(&bs, &c, 8, 1) == NV_OK &&
+                    nv_batch_state_set_adapters(&bs, &c, &set) == NV_OK,
+                "%s", nv_errmsg());
+        nv_batch_seq q = {toks[0], 2, 0, table, 1, 3};
+        T_CHECK(nv_batch_forward(&base, &bs, &kv, &q, 1) == NV_EINVAL && strstr(nv_errmsg(), "adapter 3 of 2"), "%s", nv_errmsg());
+        nv_batch_state_set_adapters(&bs, &c, NULL);
+        q.adapter = 1;
+        T_CHECK(nv_batch_forward(&base, &bs, &kv, &q, 1) == NV_EINVAL, "an adapter on a state without any");
+        nv_batch_state_free(&bs);
+        nv_kv_pages_free(&kv);
+        for (int i = 0; i < NSEQ; i++) free(mixed[i]), free(plain[i]), free(alone[i]), free(ref[i]);
+        /* refusals: the set is unchanged by each */
+        T_CHECK(nv_adapters_add(&set, &base, "one", f2, 1.0f) != NV_OK && strstr(nv_errmsg(), "twice"), "%s", nv_errmsg());
+        T_CHECK(nv_adapters_add(&set, &base, "", f2, 1.0f) != NV_OK, "an empty name");
+        char long_name[80];
+        memset(long_name, 'x', 64);
+        long_name[64] = 0;
+        T_CHECK(nv_adapters_add(&set, &base, long_name, f2, 1.0f) != NV_OK, "a name of 64 characters");
+        T_CHECK(nv_adapters_add(&set, &base, "none", t_path("missing.gguf"), 1.0f) != NV_OK && strstr(nv_errmsg(), "missing.gguf"),
+                "%s", nv_errmsg());
+        T_CHECK(nv_adapters_add(&set, &base, "nan", f2, NAN) != NV_OK, "a NaN scale");
+        const nv_config other = {64, 96, 2, 4, 4, 16, 300, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0};
+        const char *fo = write_adapter(&other, &s2, 7, 0.1f, "other.gguf", NULL);
+        T_CHECK(nv_adapters_add(&set, &base, "other", fo, 1.0f) != NV_OK, "an adapter of another shape");
+        T_CHECK(set.n == 2, "refused adapters were added");
+        nv_adapters_free(&set);
+        for (int k = 0; k < 2; k++) nv_model_free(&merged[k]);
+        nv_model_free(&base);
+    }
+    free(p1);
+    free(p2);
+}
+
+/* ---- the server ------------------------------------------------------------------------------- */
+
+static char *completion(int port, const char *model, const char *prompt, int max_tokens, int *cached) {
+    char body[2048];
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0}", model, prompt,
+             max_tokens);
+    resp r;
+    char *text = NULL;
+    if (http(port, "POST", "/v1/completions", NULL, body, &r) && r.status == 200) {
+        cJSON *root = cJSON_Parse(r.body);
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+        const cJSON *t = cJSON_GetObjectItem(ch, "text"), *m = cJSON_GetObjectItem(root, "model");
+        const cJSON *u = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "usage"), "prompt_tokens_details");
+        if (cJSON_IsString(t) && cJSON_IsString(m) && !strcmp(m->valuestring, model)) text = strdup(t->valuestring);
+        if (cached) *cached = u ? cJSON_GetObjectItem(u, "cached_tokens")->valueint : -1;
+        cJSON_Delete(root);
+    } else {
+        fprintf(stderr, "    %s: %d %s\n", model, r.status, r.body ? r.body : "");
+    }
+    resp_free(&r);
+    return text;
+}
+
+static void test_server_adapters(void) {
+    const char *base_path = t_data("models/stories260K.bin");
+    char base[1000], tok[1000];
+    if (!base_path) return;
+    snprintf(base, sizeof base, "%s", base_path);
+    const char *tok_path = t_data("models/tok512.bin");
+    if (!tok_path) return;
+    snprintf(tok, sizeof tok, "%s", tok_path);
+    nv_model m;
+    T_CHECK(nv_model_load(base, &m) == NV_OK, "%s", nv_errmsg());
+    const nv_lora_shape sa = {8, 16.0f, NV_LORA_ALL}, sb = {4, 4.0f, NV_LORA_Q | NV_LORA_V | NV_LORA_UP | NV_LORA_DOWN};
+    char fa[700], fb[700];
+    snprintf(fa, sizeof fa, "%s", write_adapter(&m.config, &sa, 21, 0.08f, "a.gguf", NULL));
+    snprintf(fb, sizeof fb, "%s", write_adapter(&m.config, &sb, 22, 0.15f, "b.gguf", NULL));
+    nv_model_free(&m);
+    char args[2400];
+    snprintf(args, sizeof args,
+             "--engine scalar --kv-cache-dtype f32 --kv-block 16 --kv-cache-dir %s --lora-modules ad-a=%s --lora-modules ad-b=%s",
+             t_path("kvdisk"), fa, fb);
+    server s;
+    if (!server_spawn(&s, "lora", NULL, NULL, base, tok, args, 60)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    resp r;
+    T_CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 200, "models");
+    cJSON *root = cJSON_Parse(r.body);
+    const cJSON *data = cJSON_GetObjectItem(root, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 3, "%s", r.body);
+    const cJSON *m1 = cJSON_GetArrayItem(data, 1), *m0 = cJSON_GetArrayItem(data, 0);
+    T_CHECK(m1 && !strcmp(cJSON_GetObjectItem(m1, "id")->valuestring, "ad-a") &&
+                !strcmp(cJSON_GetObjectItem(m1, "parent")->valuestring, "stories260K") && cJSON_IsNull(cJSON_GetObjectItem(m0, "parent")),
+            "%s", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/v1/models/ad-b", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"id\":\"ad-b\""), "%s",
+            r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/v1/models/ad-c", NULL, NULL, &r) && r.status == 404, "%d", r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, "{\"model\":\"ad-c\",\"prompt\":\"x\"}", &r) && r.status == 404 &&
+                strstr(r.body, "model_not_found"),
+            "%d %s", r.status, r.body);
+    resp_free(&r);
+
+    /* greedy text: the base untouched, each adapter what generate --lora gives (merged weights) */
+    const char *prompt = "Once upon a time, there was a little girl named Lily. She loved to play";
+    char *tb = completion(s.port, "stories260K", prompt, 40, NULL);
+    char *ta = completion(s.port, "ad-a", prompt, 40, NULL);
+    char *tbb = completion(s.port, "ad-b", prompt, 40, NULL);
+    T_CHECK(tb && ta && tbb, "completions failed");
+    if (tb && ta && tbb) {
+        T_CHECK(strcmp(ta, tb) && strcmp(tbb, tb) && strcmp(ta, tbb), "the adapters change nothing:\n%s\n%s\n%s", tb, ta, tbb);
+        char cmd[5000];
+        const char *which[3] = {NULL, fa, fb};
+        const char *got[3] = {tb, ta, tbb};
+        for (int k = 0; k < 3; k++) {
+            char lora[800] = "";
+            if (which[k]) snprintf(lora, sizeof lora, "--lora %s", which[k]);
+            snprintf(cmd, sizeof cmd, "generate -m %s -z %s --engine scalar -t 0 -n 60 %s -p '%s'", base, tok, lora, prompt);
+            T_CHECK(t_nerve(cmd) == 0, "%s", t_err);
+            /* generate prints the prompt, then the answer up to 60 positions */
+            const size_t pl = strlen(prompt), al = strlen(t_out) > pl ? strlen(t_out) - pl : 0, gl = strlen(got[k]);
+            const size_t n = al < gl ? al : gl;
+            T_CHECK(n > 20 && !strncmp(t_out, prompt, pl) && !strncmp(t_out + pl, got[k], n),
+                    "model %d: served '%s', generate '%s'", k, got[k], t_out);
+        }
+    }
+    /* the prefix cache: a prompt of three full blocks, first under ad-a, then the base, ad-b, ad-a */
+    const char *longp = "Tom was a happy boy who lived in a small house by the sea. He loved to play outside in the park with his "
+                        "friends. One day, he saw a big red ball under a tree and ran to get it";
+    int cached[4] = {-1, -1, -1, -1};
+    char *l0 = completion(s.port, "ad-a", longp, 12, &cached[0]);
+    char *l1 = completion(s.port, "stories260K", longp, 12, &cached[1]);
+    char *l2 = completion(s.port, "ad-b", longp, 12, &cached[2]);
+    char *l3 = completion(s.port, "ad-a", longp, 12, &cached[3]);
+    T_CHECK(l0 && l1 && l2 && l3, "long completions");
+    T_CHECK(cached[0] == 0 && cached[1] == 0 && cached[2] == 0 && cached[3] >= 32, "cached tokens %d %d %d %d", cached[0],
+            cached[1], cached[2], cached[3]);
+    if (l0 && l3) T_CHECK(!strcmp(l0, l3), "a cache hit changed the text: '%s' / '%s'", l0, l3);
+    /* embeddings follow the adapter */
+    char *eb = NULL, *ea = NULL;
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, "{\"model\":\"stories260K\",\"input\":\"a red ball\"}", &r) && r.status == 200,
+            "embeddings");
+    eb = r.body ? strdup(r.body) : NULL;
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, "{\"model\":\"ad-a\",\"input\":\"a red ball\"}", &r) && r.status == 200 &&
+                strstr(r.body, "\"model\":\"ad-a\""),
+            "embeddings of an adapter: %s", r.body);
+    ea = r.body ? strdup(r.body) : NULL;
+    resp_free(&r);
+    if (ea && eb) T_CHECK(strcmp(strstr(ea, "\"data\""), strstr(eb, "\"data\"")) != 0, "the adapter's embedding is the base's");
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL,
+                 "{\"model\":\"ad-b\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4}", &r) &&
+                r.status == 200 && strstr(r.body, "\"model\":\"ad-b\""),
+            "chat: %s", r.body);
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 30) == 0, "stop");
+
+    /* after a restart, the SSD tier gives ad-a its own blocks back, and the base none of them */
+    if (server_spawn(&s, "lora2", NULL, NULL, base, tok, args, 60)) {
+        int c1 = -1, c2 = -1;
+        char *again = completion(s.port, "ad-a", longp, 12, &c1);
+        char *bb = completion(s.port, "ad-b", "Tom was a happy boy who lived in a small house by the sea. He loved to play outside in the park with his "
+                                             "friends. One day, he saw a big red ball under a tree and ran away", 4, &c2);
+        T_CHECK(again && l0 && !strcmp(again, l0) && c1 >= 32, "after a restart: %d cached, '%s'", c1, again ? again : "");
+        T_CHECK(c2 >= 32, "ad-b's own blocks from disk: %d", c2); /* ad-b ran the same prefix before the restart */
+        free(again);
+        free(bb);
+        T_CHECK(server_stop_within(&s, 30) == 0, "stop");
+    } else {
+        T_CHECK(0, "the server did not restart");
+    }
+    free(tb), free(ta), free(tbb), free(l0), free(l1), free(l2), free(l3), free(ea), free(eb);
+
+    /* the flag's errors: one line, exit 2 (usage) or 1 (a file that is not an adapter of this model) */
+    char cmd[5000];
+    const char *bad[] = {"--lora-modules ad", "--lora-modules =x", "--lora-modules ad=", "--lora-modules stories260K=%s"};
+    for (int i = 0; i < 4; i++) {
+        char flag[900];
+        snprintf(flag, sizeof flag, bad[i], fa);
+        snprintf(cmd, sizeof cmd, "serve -m %s -z %s --port 0 %s", base, tok, flag);
+        T_CHECK(t_nerve(cmd) == 2 && strchr(t_err, '\n') == strrchr(t_err, '\n') && strstr(t_err, "--lora-modules"),
+                "'%s': %s", flag, t_err);
+    }
+    snprintf(cmd, sizeof cmd, "serve -m %s -z %s --port 0 --kv-disk-cache 0 --lora-modules x=%s --lora-modules x=%s", base, tok, fa, fb);
+    T_CHECK(t_nerve(cmd) == 1 && strstr(t_err, "twice"), "%s", t_err);
+    snprintf(cmd, sizeof cmd, "serve -m %s -z %s --port 0 --kv-disk-cache 0 --lora-modules x=%s", base, tok, base);
+    T_CHECK(t_nerve(cmd) == 1 && strstr(t_err, "nerve serve:"), "%s", t_err);
+}
+
+int main(void) {
+    nv_engines_init(NULL, 0);
+    T_RUN(test_batch_rows_take_their_adapters);
+    T_RUN(test_server_adapters);
+    return t_done();
+}
