@@ -709,9 +709,11 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         const int n = clients[ci];
         const double d = serve_row(&sr, n, NULL, 0, model_name, ci == 0 && n == 1 ? -1 : base_decode, "clients=1 decode_tokens_per_s");
         if (d < 0) rc = 1;
-        if (ci == 0 && n == 1) base_decode = d;
+        if (ci == 0 && n == 1) base_decode = d > 0 ? d : 0;
         /* the same clients, each naming an adapter: the cost of serving them unmerged */
-        if (lora_rank && serve_row(&sr, n, names, n_adapters, label, d, "the base model's decode_tokens_per_s, same clients") < 0) rc = 1;
+        if (lora_rank && serve_row(&sr, n, names, n_adapters, label, d > 0 ? d : 0,
+                                   "the base model's decode_tokens_per_s, same clients") < 0)
+            rc = 1;
     }
     if (child_stop(&srv) != 0) rc = 1;
     rm_tree(su.dir);

@@ -225,6 +225,19 @@ int cmd_serve(int argc, char **argv) {
     char model_id[256];
     if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
     else nv_path_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
+    char module_names[NV_MAX_ADAPTERS][64];
+    for (int k = 0; k < n_modules; k++) { /* usage errors before anything loads */
+        const size_t len = (size_t)(strchr(modules[k], '=') - modules[k]);
+        if (len >= sizeof module_names[k])
+            return cli_error(CMD, 2, "--lora-modules: the name '%.*s' is longer than 63 characters", (int)len, modules[k]);
+        memcpy(module_names[k], modules[k], len);
+        module_names[k][len] = 0;
+        if (!strcmp(module_names[k], model_id))
+            return cli_error(CMD, 2, "--lora-modules: '%s' is the base model's id (see --alias)", module_names[k]);
+        for (int j = 0; j < k; j++)
+            if (!strcmp(module_names[j], module_names[k]))
+                return cli_error(CMD, 2, "--lora-modules: the name '%s' is given twice", module_names[k]);
+    }
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
     if (!tmpl_given && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_PLAIN;
@@ -268,21 +281,7 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     for (int k = 0; k < n_modules; k++) {
-        char name[64];
-        const size_t len = (size_t)(strchr(modules[k], '=') - modules[k]);
-        if (len >= sizeof name) {
-            cli_error(CMD, 2, "--lora-modules: the name '%.*s' is longer than 63 characters", (int)len, modules[k]);
-            rc = 2;
-            goto done;
-        }
-        memcpy(name, modules[k], len);
-        name[len] = 0;
-        if (!strcmp(name, model_id)) {
-            cli_error(CMD, 2, "--lora-modules: '%s' is the base model's id (see --alias)", name);
-            rc = 2;
-            goto done;
-        }
-        if (nv_adapters_add(&adapters, &model, name, modules[k] + len + 1, 1.0f) != NV_OK) {
+        if (nv_adapters_add(&adapters, &model, module_names[k], modules[k] + strlen(module_names[k]) + 1, 1.0f) != NV_OK) {
             cli_error(CMD, 1, "%s", nv_errmsg());
             goto done;
         }

@@ -1,5 +1,6 @@
 #include "model/adapters.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,8 +55,14 @@ static nv_err build_plans(nv_adapter *ad, const nv_model *m, float *p, float k) 
             int out, in;
             nv_lora_dims(c, t, &out, &in);
             float *a = p + nv_lora_offset(c, s, l, t), *b = a + (size_t)r * in;
+            int finite = 1;
             for (int o = 0; o < out; o++)
-                for (int j = 0; j < r; j++) tmp[(size_t)o * r + j] = k * b[(size_t)j * out + o];
+                for (int j = 0; j < r; j++) finite &= isfinite(tmp[(size_t)o * r + j] = k * b[(size_t)j * out + o]);
+            if (!finite) {
+                err = nv_fail(NV_EINVAL, "adapter %s (%s): alpha / rank x B is not finite (alpha %g)", ad->name, ad->path,
+                              (double)s->alpha);
+                break;
+            }
             memcpy(b, tmp, (size_t)out * (size_t)r * sizeof(float));
             const int at = l * NV_LAYER_MATRICES + t;
             err = nv_plan_build(&ad->a[at], e, a, r, in);

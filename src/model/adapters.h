@@ -31,7 +31,7 @@ typedef struct {
     char *name;
     char *path;
     nv_lora_shape shape;
-    float scale;       /* the user's (--lora-modules NAME=PATH:SCALE), 1 by default */
+    float scale;       /* the user's factor on top of alpha / rank (1 for --lora-modules) */
     nv_plan **a, **b;  /* [n_layers * NV_LAYER_MATRICES]: A (rank x in) and B' (out x rank); NULL where not targeted */
     float *w;          /* their weights, per layer and target A then B' (plans may read them in place) */
     uint64_t hash;     /* non-zero */
@@ -68,6 +68,7 @@ typedef struct {
     nv_adapter_unit *units; /* [n + NV_MAX_ADAPTERS] */
     int n_units;
     unsigned targets; /* the matrices some row's adapter targets */
+    int max_rank;     /* the rank u was sized for (nv_batch_state_set_adapters) */
     float *gx, *u, *dy;
 } nv_adapter_rows;
 

@@ -153,6 +153,7 @@ nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const 
     size_t gx, u, dy;
     nv_adapter_scratch_sizes(c, set, s->max_rows, &gx, &u, &dy);
     ar->set = set;
+    ar->max_rank = set->max_rank;
     s->row_adapter = calloc((size_t)s->max_rows, sizeof(int));
     ar->order = calloc((size_t)s->max_rows, sizeof(int));
     ar->units = calloc((size_t)s->max_rows + NV_MAX_ADAPTERS, sizeof *ar->units);
@@ -505,6 +506,9 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
     for (int i = 0; i < n_seqs; i++) {
         const nv_batch_seq *q = &seqs[i];
         if (q->n < 1 || !q->tokens || !q->blocks) return nv_fail(NV_EINVAL, "batch: sequence %d is empty", i);
+        if (s->adapters && s->adapters->max_rank > s->adapter_rows.max_rank)
+            return nv_fail(NV_EINVAL, "batch: an adapter of rank %d joined the set after the state was sized for %d",
+                           s->adapters->max_rank, s->adapter_rows.max_rank);
         if (q->adapter < 0 || q->adapter > (s->adapters ? s->adapters->n : 0))
             return nv_fail(NV_EINVAL, "batch: sequence %d asks for adapter %d of %d", i, q->adapter,
                            s->adapters ? s->adapters->n : 0);

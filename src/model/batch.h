@@ -140,7 +140,9 @@ typedef struct {
 nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs);
 void nv_batch_state_free(nv_batch_state *s);
 /* Lets the state's sequences take the adapters of set (model/adapters.h), which must outlive it;
- * a sequence's `adapter` then names one (1..set->n). */
+ * a sequence's `adapter` then names one (1..set->n). The scratch is sized for the set's largest
+ * rank now: an adapter of a larger rank added later makes steps fail (NV_EINVAL) until this is
+ * called again. */
 nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const nv_adapters *set);
 
 /* Runs one step. Checks the shapes (rows, positions against the context, token ids, block ids

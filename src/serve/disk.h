@@ -11,7 +11,7 @@
  *     12      4     header bytes (80 + 4 x token count)
  *     16      8     model identity (serve/prefix.h)
  *     24      8     block hash (the chain hash; also the file name)
- *     32      8     parent block hash (0 for a first block)
+ *     32      8     parent block hash (a first block: 0, or its LoRA adapter's identity)
  *     40      4     token count (= block size)
  *     44      4     element type (1: fp32, 2: fp16, 3: q8; model/batch.h nv_kv_dtype)
  *     48      4     layer count

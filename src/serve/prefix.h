@@ -10,8 +10,9 @@
  *   forward arithmetic (NV_PREFIX_NUMERICS, bumped whenever a change could alter a single
  *   bit of KV). Two servers share cached KV only when all of these agree, so a hit is exact.
  * - Block identity (nv_prefix_chain): hash(model identity, parent block's hash, the block's
- *   block_size token ids); the first block's parent is 0. A block's hash therefore names the
- *   whole prefix up to its end.
+ *   block_size token ids); the first block's parent is 0, or for a sequence served with a LoRA
+ *   adapter the adapter's identity (model/adapters.h: its KV is its own). A block's hash therefore
+ *   names the whole prefix up to its end.
  * - Only FULL blocks are cached, and a sequence never writes to a position below its own
  *   length, so a cached block never changes while it is cached: sequences that share it append
  *   their new tokens to blocks of their own.

@@ -548,7 +548,7 @@ static void admit(nv_sched *s) {
         int hits = 0, idle_hits = 0, on_disk = 0;
         if (s->prefix_on && !r->plps && !r->embed) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
             for (; hits < r->n_lookup; hits++) {
-                int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], hits ? r->hashes[hits - 1] : 0, r->prompt + hits * B);
+                int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], chain_parent(r, hits), r->prompt + hits * B);
                 if (b < 0) break;
                 r->blocks[hits] = b;
                 if (s->pool.refs[b] == 0) idle_hits++;
@@ -622,7 +622,7 @@ static void restore_from_disk(nv_sched *s) {
         } else {
             int32_t b = r->blocks[k];
             for (int t = 0; t < B; t++) nv_kv_record(&s->pool, b, t, r->prompt[k * B + t]);
-            nv_prefix_insert(&s->prefix, b, r->hashes[k], k ? r->hashes[k - 1] : 0);
+            nv_prefix_insert(&s->prefix, b, r->hashes[k], chain_parent(r, k));
             r->restore_next = k + 1;
             r->pos = (k + 1) * B;
             r->n_cached = r->pos;
