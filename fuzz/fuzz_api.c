@@ -235,9 +235,13 @@ static void check_tool_parser(const char *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
-    static char adapter_name[] = "lora-a"; /* a request may name it as its model */
-    static nv_adapter adapter = {.name = adapter_name};
-    static const nv_adapters adapters = {.n = 1, .v = &adapter};
+    static nv_adapters adapters; /* one adapter, lora-a, a request may name as its model */
+    if (!adapters.live) {
+        nv_adapters_init(&adapters, 16);
+        snprintf(adapters.v[0].name, sizeof adapters.v[0].name, "lora-a");
+        adapters.v[0].state = NV_ADAPTER_LIVE;
+        adapters.live = 1;
+    }
     nv_api_ctx ctx = {.model_id = "stories260K",
                       .adapters = &adapters,
                       .tok = tok,

@@ -93,7 +93,8 @@ static void test_batch_rows_take_their_adapters(void) {
     const char *f1 = write_adapter(&c, &s1, 5, 0.3f, "one.gguf", &p1);
     char f1_copy[700];
     snprintf(f1_copy, sizeof f1_copy, "%s", f1);
-    const char *f2 = write_adapter(&c, &s2, 6, 0.5f, "two.gguf", &p2);
+    char f2[700]; /* t_path's buffers are reused */
+    snprintf(f2, sizeof f2, "%s", write_adapter(&c, &s2, 6, 0.5f, "two.gguf", &p2));
     int toks[NSEQ][LEN];
     nv_rng rng;
     nv_rng_seed(&rng, 3);
@@ -117,10 +118,11 @@ static void test_batch_rows_take_their_adapters(void) {
         T_CHECK(nv_model_build_plans(&base, eng) == NV_OK && nv_model_build_plans(&merged[0], eng) == NV_OK &&
                     nv_model_build_plans(&merged[1], eng) == NV_OK,
                 "%s", nv_errmsg());
-        nv_adapters set = {0};
+        nv_adapters set;
+        nv_adapters_init(&set, 4);
         T_CHECK(nv_adapters_add(&set, &base, "one", f1_copy, 1.0f) == NV_OK, "%s", nv_errmsg());
         T_CHECK(nv_adapters_add(&set, &base, "two", f2, 1.0f) == NV_OK, "%s", nv_errmsg());
-        T_CHECK(set.n == 2 && nv_adapters_find(&set, "two") == 2 && nv_adapters_find(&set, "three") == 0, "find");
+        T_CHECK(set.live == 2 && nv_adapters_find(&set, "two", NULL) == 2 && nv_adapters_find(&set, "three", NULL) == 0, "find");
         T_CHECK(set.v[0].hash != set.v[1].hash && set.v[0].hash && set.v[1].hash, "adapter identities");
         const int V = c.vocab_size;
         float *mixed[NSEQ], *plain[NSEQ], *alone[NSEQ], *ref[NSEQ];
@@ -164,7 +166,7 @@ static void test_batch_rows_take_their_adapters(void) {
                     nv_batch_state_set_adapters(&bs, &c, &set) == NV_OK,
                 "%s", nv_errmsg());
         nv_batch_seq q = {toks[0], 2, 0, table, 1, 3};
-        T_CHECK(nv_batch_forward(&base, &bs, &kv, &q, 1) == NV_EINVAL && strstr(nv_errmsg(), "adapter 3 of 2"), "%s", nv_errmsg());
+        T_CHECK(nv_batch_forward(&base, &bs, &kv, &q, 1) == NV_EINVAL && strstr(nv_errmsg(), "adapter 3, which is not loaded"), "%s", nv_errmsg());
         nv_batch_state_set_adapters(&bs, &c, NULL);
         q.adapter = 1;
         T_CHECK(nv_batch_forward(&base, &bs, &kv, &q, 1) == NV_EINVAL, "an adapter on a state without any");
@@ -187,7 +189,30 @@ static void test_batch_rows_take_their_adapters(void) {
         const nv_lora_shape huge = {1, 1e6f, NV_LORA_Q}; /* alpha / rank x B beyond float's range */
         const char *fh = write_adapter(&c, &huge, 8, 1e35f, "huge.gguf", NULL);
         T_CHECK(nv_adapters_add(&set, &base, "huge", fh, 1.0f) != NV_OK && strstr(nv_errmsg(), "not finite"), "%s", nv_errmsg());
-        T_CHECK(set.n == 2, "refused adapters were added");
+        const nv_lora_shape wide = {5, 5.0f, NV_LORA_Q}; /* above the set's max_rank of 4 */
+        const char *fw = write_adapter(&c, &wide, 9, 0.1f, "wide.gguf", NULL);
+        T_CHECK(nv_adapters_add(&set, &base, "wide", fw, 1.0f) != NV_OK && strstr(nv_errmsg(), "--max-lora-rank"), "%s", nv_errmsg());
+        T_CHECK(set.live == 2, "refused adapters were added");
+        /* removal at run time: a pinned adapter lives until its last unpin; its slot then takes the
+         * next adapter with a new generation, which an old lookup cannot pin */
+        unsigned gen1 = 0, gen2 = 0;
+        T_CHECK(nv_adapters_find(&set, "two", &gen1) == 2 && nv_adapters_pin(&set, 2, gen1), "pin");
+        T_CHECK(nv_adapters_remove(&set, "two") == NV_OK && nv_adapters_find(&set, "two", NULL) == 0 && set.live == 1, "remove");
+        T_CHECK(set.v[1].a != NULL && set.v[1].state == NV_ADAPTER_REMOVED, "a pinned adapter was freed");
+        T_CHECK(!nv_adapters_pin(&set, 2, gen1), "a removed adapter was pinned");
+        T_CHECK(nv_adapters_add(&set, &base, "three", f2, 1.0f) == NV_OK && nv_adapters_find(&set, "three", NULL) == 3,
+                "a removed adapter's slot was taken before its last request: %s", nv_errmsg());
+        nv_adapters_unpin(&set, 2);
+        T_CHECK(set.v[1].a == NULL && set.v[1].state == NV_ADAPTER_FREE, "the last unpin did not free it");
+        T_CHECK(nv_adapters_remove(&set, "two") != NV_OK, "removed twice");
+        T_CHECK(nv_adapters_add(&set, &base, "two", f2, 1.0f) == NV_OK && nv_adapters_find(&set, "two", &gen2) == 2 && gen2 != gen1,
+                "slot 2 again, generation %u then %u", gen1, gen2);
+        T_CHECK(!nv_adapters_pin(&set, 2, gen1) && nv_adapters_pin(&set, 2, gen2), "pins by generation");
+        nv_adapters_unpin(&set, 2);
+        char names[NV_MAX_ADAPTERS][64];
+        T_CHECK(nv_adapters_names(&set, names, NV_MAX_ADAPTERS) == 3 && !strcmp(names[0], "one") && !strcmp(names[1], "two") &&
+                    !strcmp(names[2], "three"),
+                "names");
         nv_adapters_free(&set);
         for (int k = 0; k < 2; k++) nv_model_free(&merged[k]);
         nv_model_free(&base);
@@ -217,6 +242,91 @@ static char *completion(int port, const char *model, const char *prompt, int max
     }
     resp_free(&r);
     return text;
+}
+
+static int post(int port, const char *path, const char *body, resp *r) { return http(port, "POST", path, NULL, body, r); }
+
+/* --allow-lora-updates: adapters loaded and removed while serving; a request running on an adapter
+ * being removed finishes on it; the name is gone at once, the file can be loaded again. want_a is
+ * the greedy text of fa on prompt from the first server (40 tokens). */
+static void test_runtime_updates(const char *base, const char *tok, const char *fa, const char *fb, const char *prompt,
+                                 const char *want_a) {
+    server s;
+    if (!server_spawn(&s, "lora-updates", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=5", base, tok,
+                      "--engine scalar --kv-cache-dtype f32 --kv-disk-cache 0 --allow-lora-updates", 60)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    resp r;
+    char body[1600];
+    snprintf(body, sizeof body, "{\"lora_name\":\"ad-x\",\"lora_path\":\"%s\"}", fa);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 200 && strstr(r.body, "Success"), "load: %d %s", r.status,
+            r.body);
+    resp_free(&r);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 400 && strstr(r.body, "twice"), "loaded twice: %d %s",
+            r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"id\":\"ad-x\""), "%s", r.body);
+    resp_free(&r);
+    char *got = completion(s.port, "ad-x", prompt, 40, NULL);
+    T_CHECK(got && want_a && !strcmp(got, want_a), "a loaded adapter's text '%s', at start '%s'", got ? got : "", want_a ? want_a : "");
+    free(got);
+    /* removed while a request runs on it: that request finishes on the adapter */
+    char req[2048];
+    snprintf(req, sizeof req, "{\"model\":\"ad-x\",\"prompt\":\"%s\",\"max_tokens\":60,\"temperature\":0}", prompt);
+    size_t len;
+    char *raw = build_request("POST", "/v1/completions", NULL, req, &len);
+    int fd = connect_to_within(s.port, 60);
+    T_CHECK(fd >= 0 && send_all(fd, raw, len), "send");
+    free(raw);
+    sleep_ms(120); /* some steps in: 60 tokens take 300 ms or more */
+    T_CHECK(post(s.port, "/v1/unload_lora_adapter", "{\"lora_name\":\"ad-x\"}", &r) && r.status == 200 && strstr(r.body, "removed"),
+            "unload: %d %s", r.status, r.body);
+    resp_free(&r);
+    char *text = NULL;
+    size_t n = 0;
+    memset(&r, 0, sizeof r);
+    T_CHECK(fd >= 0 && read_all(fd, &text, &n) && parse_response(text, n, &r) && r.status == 200, "the running request failed");
+    if (fd >= 0) close(fd);
+    cJSON *root = r.body ? cJSON_Parse(r.body) : NULL;
+    const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0), "text");
+    T_CHECK(cJSON_IsString(t) && want_a && !strncmp(t->valuestring, want_a, strlen(want_a)),
+            "the request running while its adapter was removed: '%s'", cJSON_IsString(t) ? t->valuestring : "");
+    cJSON_Delete(root);
+    resp_free(&r);
+    free(text);
+    T_CHECK(post(s.port, "/v1/completions", "{\"model\":\"ad-x\",\"prompt\":\"x\"}", &r) && r.status == 404, "after removal: %d",
+            r.status);
+    resp_free(&r);
+    T_CHECK(post(s.port, "/v1/unload_lora_adapter", "{\"lora_name\":\"ad-x\"}", &r) && r.status == 404, "removed twice: %d", r.status);
+    resp_free(&r);
+    /* refusals: no file, not an adapter, the base's id, no name */
+    snprintf(body, sizeof body, "{\"lora_name\":\"bad\",\"lora_path\":\"%s\"}", base);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 400 && strstr(r.body, "\"param\":\"lora_path\""), "%d %s",
+            r.status, r.body);
+    resp_free(&r);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", "{\"lora_name\":\"bad\",\"lora_path\":\"/nonexistent/a.gguf\"}", &r) &&
+                r.status == 400,
+            "%d", r.status);
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"lora_name\":\"stories260K\",\"lora_path\":\"%s\"}", fb);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 400, "the base's id: %d", r.status);
+    resp_free(&r);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", "{\"lora_path\":\"x\"}", &r) && r.status == 400, "no name: %d", r.status);
+    resp_free(&r);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", "{\"lora_name\":\"y\"}", &r) && r.status == 400, "no path: %d", r.status);
+    resp_free(&r);
+    /* the same file again, under the old name: the same text */
+    snprintf(body, sizeof body, "{\"lora_name\":\"ad-x\",\"lora_path\":\"%s\"}", fa);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 200, "load again: %d %s", r.status, r.body);
+    resp_free(&r);
+    got = completion(s.port, "ad-x", prompt, 40, NULL);
+    T_CHECK(got && want_a && !strcmp(got, want_a), "loaded again: '%s'", got ? got : "");
+    free(got);
+    T_CHECK(server_stop_within(&s, 30) == 0, "stop");
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "added successfully") && strstr(log, "removed successfully"), "the log names the updates");
+    free(log);
 }
 
 static void test_server_adapters(void) {
@@ -329,7 +439,13 @@ static void test_server_adapters(void) {
                 strstr(r.body, "\"id\":\"ad-b\"") && strstr(r.body, "\"last_id\":\"ad-b\""),
             "Anthropic's model list: %s", r.body);
     resp_free(&r);
+    char body[1600];
+    snprintf(body, sizeof body, "{\"lora_name\":\"ad-x\",\"lora_path\":\"%s\"}", fa);
+    T_CHECK(http(s.port, "POST", "/v1/load_lora_adapter", NULL, body, &r) && r.status == 403 && strstr(r.body, "--allow-lora-updates"),
+            "loading without --allow-lora-updates: %d %s", r.status, r.body);
+    resp_free(&r);
     T_CHECK(server_stop_within(&s, 30) == 0, "stop");
+    test_runtime_updates(base, tok, fa, fb, prompt, ta);
 
     /* the SSD tier: ad-a's blocks written by one server come back to ad-a after a restart, never to
      * the base model */

@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32|q8] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
-            "                   [--lora-modules NAME=ADAPTER...]\n"
+            "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
@@ -45,6 +45,10 @@ static void usage(FILE *f) {
             "                       LoRA adapters a request picks by naming NAME as its 'model' (vLLM's flag): kept\n"
             "                       unmerged, so requests of several adapters and of the base model share each step;\n"
             "                       listed by /v1/models (repeat the flag or list several; up to 64)\n"
+            "  --max-lora-rank R    the largest adapter rank served (default 64; sizes the step's scratch)\n"
+            "  --allow-lora-updates POST /v1/load_lora_adapter {\"lora_name\", \"lora_path\"} and /v1/unload_lora_adapter\n"
+            "                       {\"lora_name\"} load and remove adapters while serving (vLLM's endpoints; off by\n"
+            "                       default: a client then names files the server reads)\n"
             "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
             "                       tokenizer.bin, the GGUF model's own vocabulary, else\n"
             "                       tokenizers/tokenizer.bin in the shared data)\n"
@@ -112,7 +116,7 @@ int cmd_serve(int argc, char **argv) {
     const char *api_key = NULL, *template_name = NULL;
     int reasoning = 0;
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
-    int no_tune = 0, chunk_given = 0;
+    int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
     int prefix_cache = 1;
@@ -138,6 +142,10 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-tune")) {
             no_tune = 1;
+            continue;
+        }
+        if (!strcmp(a, "--allow-lora-updates")) {
+            lora_updates = 1;
             continue;
         }
         if (!strcmp(a, "--lora-modules")) { /* NAME=ADAPTER, then more such words until the next flag */
@@ -174,6 +182,7 @@ int cmd_serve(int argc, char **argv) {
                 return cli_error(CMD, 2, "--reasoning-format takes none or deepseek, not '%s'", v);
             reasoning = !strcmp(v, "deepseek");
         }
+        else if (!strcmp(a, "--max-lora-rank")) { if (!cli_int(CMD, a, v, 1, 1024, &max_lora_rank)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) {
             if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2;
@@ -246,7 +255,8 @@ int cmd_serve(int argc, char **argv) {
     if (erc) return erc;
 
     nv_model model;
-    nv_adapters adapters = {0};
+    nv_adapters adapters;
+    nv_adapters_init(&adapters, max_lora_rank);
     nv_tokenizer *tok = NULL;
     nv_metrics metrics;
     nv_sched sched;
@@ -255,6 +265,7 @@ int cmd_serve(int argc, char **argv) {
     nv_metrics_init(&metrics);
     if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) {
         nv_metrics_free(&metrics);
+        nv_adapters_free(&adapters);
         return cli_error(CMD, 1, "%s", nv_errmsg());
     }
     const nv_config *c = &model.config;
@@ -285,7 +296,7 @@ int cmd_serve(int argc, char **argv) {
             cli_error(CMD, 1, "%s", nv_errmsg());
             goto done;
         }
-        const nv_adapter *ad = &adapters.v[adapters.n - 1];
+        const nv_adapter *ad = &adapters.v[nv_adapters_find(&adapters, module_names[k], NULL) - 1];
         char targets[64];
         nv_info("serve: adapter %s: %s (rank %d, alpha %g, on %s: %.2fM parameters)", ad->name, ad->path, ad->shape.rank,
                 (double)ad->shape.alpha, nv_lora_targets_text(ad->shape.targets, targets, sizeof targets),
@@ -305,7 +316,7 @@ int cmd_serve(int argc, char **argv) {
                         .spec_tokens = spec.tokens,
                         .spec_ngram_min = spec.lookup_min,
                         .spec_ngram_max = spec.lookup_max,
-                        .adapters = &adapters};
+                        .adapters = n_modules || lora_updates ? &adapters : NULL};
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -331,7 +342,8 @@ int cmd_serve(int argc, char **argv) {
                        .cors = cors,
                        .max_body = (size_t)max_body,
                        .timeout_s = timeout,
-                       .engine = nv_engine_name(nv_model_engine(&model))};
+                       .engine = nv_engine_name(nv_model_engine(&model)),
+                       .lora_updates = lora_updates};
     if (nv_http_start(&http, &ho, &sched, &metrics, &ctx) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -354,7 +366,9 @@ int cmd_serve(int argc, char **argv) {
         snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec.tokens,
                  spec.lookup_min, spec.lookup_max);
     char adapters_line[48] = "";
-    if (adapters.n) snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s", adapters.n, adapters.n > 1 ? "s" : "");
+    if (adapters.live || lora_updates)
+        snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s%s", adapters.live, adapters.live == 1 ? "" : "s",
+                 lora_updates ? ", loaded at run time too" : "");
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);

@@ -8,6 +8,7 @@
 #include "base/pool.h"
 #include "model/gguf.h"
 
+/* Frees the slot's adapter; the slot keeps its generation (the next adapter's is one more). */
 static void adapter_free(nv_adapter *a, int n_plans) {
     for (int i = 0; i < n_plans; i++) {
         if (a->a) nv_plan_free(a->a[i]);
@@ -16,15 +17,81 @@ static void adapter_free(nv_adapter *a, int n_plans) {
     free(a->a);
     free(a->b);
     free(a->w);
-    free(a->name);
     free(a->path);
+    const unsigned gen = a->gen;
     memset(a, 0, sizeof *a);
+    a->gen = gen;
 }
 
-int nv_adapters_find(const nv_adapters *set, const char *name) {
-    for (int i = 0; set && i < set->n; i++)
-        if (!strcmp(set->v[i].name, name)) return i + 1;
-    return 0;
+void nv_adapters_init(nv_adapters *set, int max_rank) {
+    memset(set, 0, sizeof *set);
+    pthread_mutex_init(&set->mu, NULL);
+    set->max_rank = max_rank > 0 ? max_rank : 1;
+}
+
+void nv_adapters_free(nv_adapters *set) {
+    for (int i = 0; i < NV_MAX_ADAPTERS; i++)
+        if (set->v[i].state != NV_ADAPTER_FREE) adapter_free(&set->v[i], set->n_layers * NV_LAYER_MATRICES);
+    pthread_mutex_destroy(&set->mu);
+    memset(set, 0, sizeof *set);
+}
+
+/* The slot of a live or loading adapter called name, -1 when none (lock held). */
+static int slot_of(const nv_adapters *set, const char *name, int loading_too) {
+    for (int i = 0; i < NV_MAX_ADAPTERS; i++) {
+        const nv_adapter *a = &set->v[i];
+        if ((a->state == NV_ADAPTER_LIVE || (loading_too && a->state == NV_ADAPTER_LOADING)) && !strcmp(a->name, name)) return i;
+    }
+    return -1;
+}
+
+int nv_adapters_find(nv_adapters *set, const char *name, unsigned *gen) {
+    if (!set) return 0;
+    pthread_mutex_lock(&set->mu);
+    const int i = slot_of(set, name, 0);
+    if (i >= 0 && gen) *gen = set->v[i].gen;
+    pthread_mutex_unlock(&set->mu);
+    return i + 1;
+}
+
+int nv_adapters_pin(nv_adapters *set, int k, unsigned gen) {
+    if (!set || k < 1 || k > NV_MAX_ADAPTERS) return 0;
+    pthread_mutex_lock(&set->mu);
+    nv_adapter *a = &set->v[k - 1];
+    const int ok = a->state == NV_ADAPTER_LIVE && a->gen == gen;
+    if (ok) a->refs++;
+    pthread_mutex_unlock(&set->mu);
+    return ok;
+}
+
+void nv_adapters_unpin(nv_adapters *set, int k) {
+    if (!set || k < 1 || k > NV_MAX_ADAPTERS) return;
+    pthread_mutex_lock(&set->mu);
+    nv_adapter *a = &set->v[k - 1];
+    if (a->refs > 0 && --a->refs == 0 && a->state == NV_ADAPTER_REMOVED) adapter_free(a, set->n_layers * NV_LAYER_MATRICES);
+    pthread_mutex_unlock(&set->mu);
+}
+
+nv_err nv_adapters_remove(nv_adapters *set, const char *name) {
+    pthread_mutex_lock(&set->mu);
+    const int i = slot_of(set, name, 0);
+    if (i >= 0) {
+        nv_adapter *a = &set->v[i];
+        set->live--;
+        if (a->refs == 0) adapter_free(a, set->n_layers * NV_LAYER_MATRICES);
+        else a->state = NV_ADAPTER_REMOVED; /* freed by its last request */
+    }
+    pthread_mutex_unlock(&set->mu);
+    return i >= 0 ? NV_OK : nv_fail(NV_EINVAL, "no LoRA adapter is called '%.80s'", name);
+}
+
+int nv_adapters_names(nv_adapters *set, char (*names)[64], int cap) {
+    int n = 0;
+    pthread_mutex_lock(&set->mu);
+    for (int i = 0; i < NV_MAX_ADAPTERS && n < cap; i++)
+        if (set->v[i].state == NV_ADAPTER_LIVE) memcpy(names[n++], set->v[i].name, 64);
+    pthread_mutex_unlock(&set->mu);
+    return n;
 }
 
 /* Builds A's and B's plans of every targeted matrix from p (nv_lora_offset's layout: A, then B^T),
@@ -77,48 +144,52 @@ nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, co
     if (!m->plans) return nv_fail(NV_EINVAL, "adapter %s: the model's plans are not built", name);
     const size_t len = strlen(name);
     if (len < 1 || len > 63) return nv_fail(NV_EINVAL, "adapter name '%.80s': 1 to 63 characters", name);
-    if (nv_adapters_find(set, name)) return nv_fail(NV_EINVAL, "adapter name '%s' is given twice", name);
-    if (set->n >= NV_MAX_ADAPTERS) return nv_fail(NV_EINVAL, "at most %d adapters", NV_MAX_ADAPTERS);
     if (!(scale == scale) || scale < -1e6f || scale > 1e6f)
         return nv_fail(NV_EINVAL, "adapter %s: scale must be a number in -1e6..1e6", name);
-    if (set->n && set->n_layers != c->n_layers) return nv_fail(NV_EINVAL, "adapter %s: another model's set", name);
-    nv_adapter *grown = realloc(set->v, (size_t)(set->n + 1) * sizeof *grown);
-    if (!grown) return nv_fail(NV_ENOMEM, "out of memory for adapter %s", name);
-    set->v = grown;
-    nv_adapter *ad = &set->v[set->n];
-    memset(ad, 0, sizeof *ad);
-    float *p = NULL;
-    nv_err err = nv_gguf_load_lora(path, c, &ad->shape, &p);
+    /* the name and a slot are taken under the lock; the file is read and the plans built outside it */
+    pthread_mutex_lock(&set->mu);
+    int slot = -1;
+    nv_err err = NV_OK;
+    if (slot_of(set, name, 1) >= 0) err = nv_fail(NV_EINVAL, "adapter name '%s' is given twice", name);
+    else if (set->live && set->n_layers != c->n_layers) err = nv_fail(NV_EINVAL, "adapter %s: another model's set", name);
+    for (int i = 0; err == NV_OK && slot < 0 && i < NV_MAX_ADAPTERS; i++)
+        if (set->v[i].state == NV_ADAPTER_FREE) slot = i;
+    if (err == NV_OK && slot < 0) err = nv_fail(NV_EINVAL, "at most %d adapters are loaded at once", NV_MAX_ADAPTERS);
+    nv_adapter *ad = slot >= 0 ? &set->v[slot] : NULL;
+    if (err == NV_OK) {
+        ad->state = NV_ADAPTER_LOADING;
+        memcpy(ad->name, name, len + 1);
+        set->n_layers = c->n_layers;
+    }
+    pthread_mutex_unlock(&set->mu);
     if (err != NV_OK) return err;
-    ad->name = strdup(name);
+    float *p = NULL;
+    err = nv_gguf_load_lora(path, c, &ad->shape, &p);
+    if (err == NV_OK && ad->shape.rank > set->max_rank)
+        err = nv_fail(NV_EINVAL, "adapter %s (%s): rank %d is above this server's largest, %d (--max-lora-rank)", name, path,
+                      ad->shape.rank, set->max_rank);
     ad->path = strdup(path);
     ad->scale = scale;
     ad->n_params = nv_lora_param_count(c, &ad->shape);
-    if (!ad->name || !ad->path) err = nv_fail(NV_ENOMEM, "out of memory for adapter %s", name);
-    const float k = scale * ad->shape.alpha / (float)ad->shape.rank;
+    if (err == NV_OK && !ad->path) err = nv_fail(NV_ENOMEM, "out of memory for adapter %s", name);
     ad->w = p;
-    if (err == NV_OK) err = build_plans(ad, m, p, k);
+    if (err == NV_OK) err = build_plans(ad, m, p, scale * ad->shape.alpha / (float)ad->shape.rank);
     if (err == NV_OK) {
         /* what the rows' keys and values depend on besides the base: A and the scaled B */
         const uint32_t meta[2] = {(uint32_t)ad->shape.rank, ad->shape.targets};
         const uint64_t h = nv_hash64(p, ad->n_params * sizeof(float), nv_hash64(meta, sizeof meta, 0x6c6f7261u));
         ad->hash = h ? h : 1;
     }
+    pthread_mutex_lock(&set->mu);
     if (err != NV_OK) {
         adapter_free(ad, c->n_layers * NV_LAYER_MATRICES);
-        return err;
+    } else {
+        ad->gen++;
+        ad->state = NV_ADAPTER_LIVE;
+        set->live++;
     }
-    set->n_layers = c->n_layers;
-    if (ad->shape.rank > set->max_rank) set->max_rank = ad->shape.rank;
-    set->targets |= ad->shape.targets;
-    set->n++;
-    return NV_OK;
-}
-
-void nv_adapters_free(nv_adapters *set) {
-    for (int i = 0; i < set->n; i++) adapter_free(&set->v[i], set->n_layers * NV_LAYER_MATRICES);
-    free(set->v);
-    memset(set, 0, sizeof *set);
+    pthread_mutex_unlock(&set->mu);
+    return err;
 }
 
 void nv_adapter_scratch_sizes(const nv_config *c, const nv_adapters *set, int max_rows, size_t *gx, size_t *u, size_t *dy) {
@@ -138,8 +209,11 @@ void nv_adapter_rows_group(nv_adapter_rows *r, const int *row_adapter, int n) {
     r->n = n;
     r->n_units = 0;
     r->targets = 0;
+    unsigned char present[NV_MAX_ADAPTERS + 1] = {0};
+    for (int i = 0; i < n; i++) present[row_adapter[i]] = 1;
     int p = 0;
-    for (int k = 1; r->set && k <= r->set->n; k++) {
+    for (int k = 1; r->set && k <= NV_MAX_ADAPTERS; k++) {
+        if (!present[k]) continue;
         const int p0 = p;
         for (int i = 0; i < n; i++)
             if (row_adapter[i] == k) r->order[p++] = i;

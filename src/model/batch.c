@@ -149,11 +149,10 @@ nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const 
     s->row_adapter = NULL;
     memset(ar, 0, sizeof *ar);
     s->adapters = NULL;
-    if (!set || !set->n) return NV_OK;
+    if (!set) return NV_OK;
     size_t gx, u, dy;
     nv_adapter_scratch_sizes(c, set, s->max_rows, &gx, &u, &dy);
     ar->set = set;
-    ar->max_rank = set->max_rank;
     s->row_adapter = calloc((size_t)s->max_rows, sizeof(int));
     ar->order = calloc((size_t)s->max_rows, sizeof(int));
     ar->units = calloc((size_t)s->max_rows + NV_MAX_ADAPTERS, sizeof *ar->units);
@@ -506,12 +505,8 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
     for (int i = 0; i < n_seqs; i++) {
         const nv_batch_seq *q = &seqs[i];
         if (q->n < 1 || !q->tokens || !q->blocks) return nv_fail(NV_EINVAL, "batch: sequence %d is empty", i);
-        if (s->adapters && s->adapters->max_rank > s->adapter_rows.max_rank)
-            return nv_fail(NV_EINVAL, "batch: an adapter of rank %d joined the set after the state was sized for %d",
-                           s->adapters->max_rank, s->adapter_rows.max_rank);
-        if (q->adapter < 0 || q->adapter > (s->adapters ? s->adapters->n : 0))
-            return nv_fail(NV_EINVAL, "batch: sequence %d asks for adapter %d of %d", i, q->adapter,
-                           s->adapters ? s->adapters->n : 0);
+        if (q->adapter < 0 || q->adapter > NV_MAX_ADAPTERS || (q->adapter && (!s->adapters || !s->adapters->v[q->adapter - 1].a)))
+            return nv_fail(NV_EINVAL, "batch: sequence %d asks for adapter %d, which is not loaded", i, q->adapter);
         if (q->logits < 0 || q->logits > q->n)
             return nv_fail(NV_EINVAL, "batch: sequence %d asks for the logits of %d of its %d rows", i, q->logits, q->n);
         if (q->pos < 0 || (long)q->pos + q->n > c->seq_len)

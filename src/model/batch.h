@@ -140,9 +140,8 @@ typedef struct {
 nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs);
 void nv_batch_state_free(nv_batch_state *s);
 /* Lets the state's sequences take the adapters of set (model/adapters.h), which must outlive it;
- * a sequence's `adapter` then names one (1..set->n). The scratch is sized for the set's largest
- * rank now: an adapter of a larger rank added later makes steps fail (NV_EINVAL) until this is
- * called again. */
+ * a sequence's `adapter` then names a loaded one, which the caller keeps pinned while it steps.
+ * The scratch is sized for the set's max_rank. */
 nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const nv_adapters *set);
 
 /* Runs one step. Checks the shapes (rows, positions against the context, token ids, block ids

@@ -480,18 +480,20 @@ static cJSON *model_object(const char *id, const char *at) {
     return m;
 }
 
-char *nv_anth_models(const nv_api_ctx *ctx, long created, int single, int k) {
+char *nv_anth_models(const nv_api_ctx *ctx, long created, const char *single) {
     char at[32];
     time_t t = (time_t)created;
     strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    if (single) return nv_api_print_free(model_object(nv_api_model_name(ctx, k), at));
+    if (single) return nv_api_print_free(model_object(single, at));
+    char ids[NV_MAX_ADAPTERS][64];
+    const int n = nv_api_model_ids(ctx, ids);
     cJSON *list = cJSON_CreateObject();
     cJSON *data = cJSON_AddArrayToObject(list, "data");
-    const int n = ctx->adapters ? ctx->adapters->n : 0;
-    for (int i = 0; i <= n; i++) cJSON_AddItemToArray(data, model_object(nv_api_model_name(ctx, i), at));
+    cJSON_AddItemToArray(data, model_object(ctx->model_id, at));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, model_object(ids[i], at));
     cJSON_AddBoolToObject(list, "has_more", 0);
     cJSON_AddStringToObject(list, "first_id", ctx->model_id);
-    cJSON_AddStringToObject(list, "last_id", nv_api_model_name(ctx, n));
+    cJSON_AddStringToObject(list, "last_id", n ? ids[n - 1] : ctx->model_id);
     return nv_api_print_free(list);
 }
 

@@ -65,7 +65,7 @@ char *nv_anth_count_json(int input_tokens);
 /* GET /v1/models (single 0) or /v1/models/{id} (single 1) as Anthropic's API answers them, for a
  * client that sends anthropic-version: {"data": [{"type": "model", "id", "display_name",
  * "created_at"}], "has_more": false, "first_id", "last_id"}, or the one model object. */
-char *nv_anth_models(const nv_api_ctx *ctx, long created, int single, int k);
+char *nv_anth_models(const nv_api_ctx *ctx, long created, const char *single);
 
 /* A stream's events, appended to out as "event: NAME\ndata: JSON\n\n" (out->oom on failure). */
 typedef struct {

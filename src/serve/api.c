@@ -767,29 +767,30 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
 }
 
 const char *nv_api_model_name(const nv_api_ctx *ctx, int k) {
-    return k > 0 && ctx->adapters && k <= ctx->adapters->n ? ctx->adapters->v[k - 1].name : ctx->model_id;
+    /* a slot's name is an array inside the set: valid memory even once the adapter is removed */
+    return k > 0 && k <= NV_MAX_ADAPTERS && ctx->adapters ? ctx->adapters->v[k - 1].name : ctx->model_id;
 }
 
-int nv_api_model_find(const nv_api_ctx *ctx, const char *id) {
+int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen) {
     if (!strcmp(id, ctx->model_id)) return 0;
-    const int k = nv_adapters_find(ctx->adapters, id);
+    const int k = nv_adapters_find(ctx->adapters, id, gen);
     return k ? k : -1;
 }
 
-/* 'model', when given, must name the served model or one of its adapters (whose number goes to
- * *adapter; 0 for the base model or none given). */
-static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, nv_api_error *err) {
+/* 'model', when given, must name the served model or one of its adapters (whose number and
+ * generation go to *adapter and *gen; 0 for the base model or none given). */
+static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, nv_api_error *err) {
     const cJSON *model = nv_api_field(root, "model");
     *adapter = 0;
     if (model && !cJSON_IsString(model)) {
         nv_api_error_set(err, E400, NULL, "model", "'model' must be a string");
         return err->status;
     }
-    const int k = model ? nv_api_model_find(ctx, model->valuestring) : 0;
+    const int k = model ? nv_api_model_find(ctx, model->valuestring, gen) : 0;
     if (k < 0) {
         nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model",
                          "The model '%.200s' does not exist (this server has '%.200s'%s)", model->valuestring,
-                         ctx->model_id, ctx->adapters && ctx->adapters->n ? " and its adapters: see /v1/models" : "");
+                         ctx->model_id, ctx->adapters && ctx->adapters->live ? " and its adapters: see /v1/models" : "");
         return err->status;
     }
     *adapter = k;
@@ -799,7 +800,7 @@ static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, n
 static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *po, nv_api_request *out,
                       nv_api_error *err) {
     int rc, given;
-    if ((rc = check_model(ctx, root, &out->req.adapter, err))) return rc;
+    if ((rc = check_model(ctx, root, &out->req.adapter, &out->req.adapter_gen, err))) return rc;
     if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
     const cJSON *so = nv_api_field(root, "stream_options");
     if (so) {
@@ -1399,24 +1400,31 @@ char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion
     return nv_api_print_free(root);
 }
 
-static cJSON *model_object(const nv_api_ctx *ctx, long created, int k) {
+/* adapter: an adapter's id (its parent is the base model), NULL for the base model */
+static cJSON *model_object(const nv_api_ctx *ctx, long created, const char *adapter) {
     cJSON *mo = cJSON_CreateObject();
-    cJSON_AddStringToObject(mo, "id", nv_api_model_name(ctx, k));
+    cJSON_AddStringToObject(mo, "id", adapter ? adapter : ctx->model_id);
     cJSON_AddStringToObject(mo, "object", "model");
     cJSON_AddNumberToObject(mo, "created", (double)created);
     cJSON_AddStringToObject(mo, "owned_by", "nerve");
-    if (k) cJSON_AddStringToObject(mo, "parent", ctx->model_id); /* an adapter names its base, as vLLM's do */
+    if (adapter) cJSON_AddStringToObject(mo, "parent", ctx->model_id); /* an adapter names its base, as vLLM's do */
     else cJSON_AddNullToObject(mo, "parent");
     return mo;
 }
 
-char *nv_api_models(const nv_api_ctx *ctx, long created, int single, int k) {
-    if (single) return nv_api_print_free(model_object(ctx, created, k));
+int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[64]) {
+    return ctx->adapters ? nv_adapters_names(ctx->adapters, ids, NV_MAX_ADAPTERS) : 0;
+}
+
+char *nv_api_models(const nv_api_ctx *ctx, long created, const char *single) {
+    if (single) return nv_api_print_free(model_object(ctx, created, strcmp(single, ctx->model_id) ? single : NULL));
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    const int n = ctx->adapters ? ctx->adapters->n : 0;
-    for (int i = 0; i <= n; i++) cJSON_AddItemToArray(data, model_object(ctx, created, i));
+    char ids[NV_MAX_ADAPTERS][64];
+    const int n = nv_api_model_ids(ctx, ids);
+    cJSON_AddItemToArray(data, model_object(ctx, created, NULL));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, model_object(ctx, created, ids[i]));
     return nv_api_print_free(root);
 }
 
@@ -1474,7 +1482,7 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     memset(err, 0, sizeof *err);
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
-    int rc = check_model(ctx, root, &out->adapter, err);
+    int rc = check_model(ctx, root, &out->adapter, &out->adapter_gen, err);
     const cJSON *input = nv_api_field(root, "input"), *fmt = nv_api_field(root, "encoding_format"), *dims = nv_api_field(root, "dimensions");
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))

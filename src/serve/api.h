@@ -41,7 +41,7 @@ typedef struct {
     long capacity; /* positions one request can reserve */
     int reasoning; /* --reasoning-format deepseek: a chat answer's <think>...</think> goes to reasoning_content */
     int dim;       /* the model's width: an embedding's length */
-    const nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
+    nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
 } nv_api_ctx;
 
 /* The id of model k: 0 the base model (model_id), 1..n its adapters (--lora-modules NAME=...). */
@@ -199,11 +199,14 @@ void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reas
 void nv_think_free(nv_think *t);
 /* The final usage chunk (choices: []). */
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens);
-/* GET /v1/models (the base model, then each adapter with its parent: vLLM's shape), and model k
- * alone (single). */
-char *nv_api_models(const nv_api_ctx *ctx, long created, int single, int k);
-/* The model an id names (0 the base, 1..n an adapter), -1 when none. */
-int nv_api_model_find(const nv_api_ctx *ctx, const char *id);
+/* GET /v1/models (the base model, then each adapter with its parent: vLLM's shape), or with single
+ * the model of that id alone. */
+char *nv_api_models(const nv_api_ctx *ctx, long created, const char *single);
+/* The ids of the live adapters (at most NV_MAX_ADAPTERS), in slot order; returns how many. */
+int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[64]);
+/* The model an id names (0 the base, else an adapter's number, its generation in *gen when given),
+ * -1 when none. */
+int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen);
 
 /* /v1/embeddings: 'input' a string, a list of token ids, or a list of up to NV_MAX_EMBED_INPUTS of
  * those (strings are encoded with BOS, as prompts; empty ones refused); 'encoding_format' float or
@@ -215,6 +218,7 @@ typedef struct {
     int **ids, *n_ids;
     int base64;
     int adapter; /* the adapter 'model' named (0: the base model) */
+    unsigned adapter_gen;
 } nv_api_embed;
 int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err);
 void nv_api_embed_free(nv_api_embed *e);

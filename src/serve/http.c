@@ -1,6 +1,7 @@
 #include "serve/http.h"
 
 #include <ctype.h>
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -35,7 +36,7 @@ enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES }; /* the API a stream speaks */
 typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
     R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
-    R_RESPONSES
+    R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD
 } route_id;
 
 typedef struct {
@@ -128,7 +129,8 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
     (void)c;
     static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
-                                        "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"};
+                                        "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                                        "/v1/load_lora_adapter", "/v1/unload_lora_adapter"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -202,12 +204,14 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/messages")) return R_MESSAGES;
     if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/responses")) return R_RESPONSES;
+    if (!strcmp(url, "/load_lora_adapter")) return R_LORA_LOAD;
+    if (!strcmp(url, "/unload_lora_adapter")) return R_LORA_UNLOAD;
     return R_NONE;
 }
 
 static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
-           r == R_COUNT_TOKENS || r == R_RESPONSES;
+           r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -677,6 +681,49 @@ static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *
 /* /v1/embeddings: each input a prompt-only request that keeps its embedding, run in waves of up to
  * NV_MAX_CHOICES at once (no more than the queue holds; batched by the scheduler like any others),
  * all within one --timeout; the answer lists them in input order. */
+/* /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter {"lora_name"}
+ * (vLLM's, answered as it does: a line of text), with --allow-lora-updates only. A load reads the
+ * file and builds its plans on this connection's thread; requests go on meanwhile. */
+static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    const int load = cc->route == R_LORA_LOAD;
+    if (!h->o.lora_updates)
+        return fail(h, c, cc, 403, "invalid_request_error", "lora_updates_disabled",
+                    "Loading and unloading LoRA adapters at run time is off: start the server with --allow-lora-updates");
+    nv_api_error err = {0};
+    cJSON *root = nv_api_body_object(cc->body.data, cc->body.len, &err);
+    if (!root) return respond_error(h, c, cc, &err);
+    const cJSON *name = nv_api_field(root, "lora_name"), *path = nv_api_field(root, "lora_path");
+    char msg[700];
+    int status = 200;
+    if (!cJSON_IsString(name) || !*name->valuestring)
+        nv_api_error_set(&err, 400, "invalid_request_error", "missing_required_parameter", "lora_name", "'lora_name' must be a non-empty string"),
+            status = 400;
+    else if (load && (!cJSON_IsString(path) || !*path->valuestring))
+        nv_api_error_set(&err, 400, "invalid_request_error", "missing_required_parameter", "lora_path", "'lora_path' must be a non-empty string"),
+            status = 400;
+    else if (!strcmp(name->valuestring, h->ctx.model_id))
+        nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name", "'%.200s' is the base model's id", name->valuestring),
+            status = 400;
+    else if (load) {
+        const nv_err e = nv_adapters_add(h->ctx.adapters, h->s->model, name->valuestring, path->valuestring, 1.0f);
+        if (e != NV_OK)
+            nv_api_error_set(&err, e == NV_ENOMEM ? 500 : 400, e == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
+                             "lora_path", "%s", nv_errmsg()),
+                status = err.status;
+        else
+            snprintf(msg, sizeof msg, "Success: LoRA adapter '%.200s' added successfully.", name->valuestring);
+    } else if (nv_adapters_remove(h->ctx.adapters, name->valuestring) != NV_OK) {
+        nv_api_error_set(&err, 404, "invalid_request_error", "model_not_found", "lora_name",
+                         "The LoRA adapter '%.200s' cannot be found", name->valuestring);
+        status = 404;
+    } else {
+        snprintf(msg, sizeof msg, "Success: LoRA adapter '%.200s' removed successfully.", name->valuestring);
+    }
+    if (status == 200) nv_info("serve: %s", msg);
+    cJSON_Delete(root);
+    return status == 200 ? respond(h, c, cc, 200, "text/plain; charset=utf-8", strdup(msg), NULL, NULL) : respond_error(h, c, cc, &err);
+}
+
 static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_embed in;
     nv_api_error err;
@@ -703,7 +750,7 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
         for (int made = 0; made < n; made++) {
             nv_req_params p = {.prompt = in.ids[w0 + made], .n_prompt = in.n_ids[w0 + made], .max_tokens = 0,
                                .timeout_s = left, .vocab_size = h->ctx.vocab_size, .embed = 1,
-                               .adapter = in.adapter};
+                               .adapter = in.adapter, .adapter_gen = in.adapter_gen};
             nv_err ce = nv_req_create(&r[made], &p);
             if (ce == NV_OK) continue;
             for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
@@ -810,11 +857,11 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     case R_MODELS:
         return respond(h, c, cc, 200, "application/json",
-                       anthropic_client(c) ? nv_anth_models(&h->ctx, h->created, 0, 0) : nv_api_models(&h->ctx, h->created, 0, 0),
+                       anthropic_client(c) ? nv_anth_models(&h->ctx, h->created, NULL) : nv_api_models(&h->ctx, h->created, NULL),
                        NULL, NULL);
     case R_MODEL: {
         const char *id = strstr(url, "/models/") + 8; /* the whole rest: an id may hold '/' (an alias "org/name") */
-        const int k = nv_api_model_find(&h->ctx, id);
+        const int k = nv_api_model_find(&h->ctx, id, NULL);
         if (k < 0) {
             nv_api_error e;
             nv_api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
@@ -822,7 +869,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
             return respond_error(h, c, cc, &e);
         }
         return respond(h, c, cc, 200, "application/json",
-                       anthropic_client(c) ? nv_anth_models(&h->ctx, h->created, 1, k) : nv_api_models(&h->ctx, h->created, 1, k),
+                       anthropic_client(c) ? nv_anth_models(&h->ctx, h->created, id) : nv_api_models(&h->ctx, h->created, id),
                        NULL, NULL);
     }
     case R_TOKENIZE:
@@ -832,6 +879,9 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         int rc = (cc->route == R_TOKENIZE ? nv_api_tokenize : nv_api_detokenize)(&h->ctx, cc->body.data, cc->body.len, &out, &e);
         return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
     }
+    case R_LORA_LOAD:
+    case R_LORA_UNLOAD:
+        return lora_update(h, c, cc);
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
         if (anthropic_route(cc->route)) return messages(h, c, cc);

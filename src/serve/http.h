@@ -35,6 +35,7 @@ typedef struct {
     size_t max_body;
     double timeout_s;
     const char *engine; /* shown in /metrics */
+    int lora_updates;   /* /v1/load_lora_adapter and /v1/unload_lora_adapter are on (ctx->adapters must be set) */
 } nv_http_opts;
 
 typedef struct nv_http nv_http;

@@ -19,6 +19,8 @@ struct nv_req {
     int ignore_eos, min_tokens; /* nv_req_params' */
     int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
     int adapter; /* nv_req_params' */
+    unsigned adapter_gen;
+    nv_adapters *pinned; /* the set its adapter is pinned in while it exists (NULL: none) */
     uint64_t root; /* the prefix cache's parent of its first block: 0, or its adapter's identity */
     char *stop[NV_MAX_STOP];
     int stop_src[NV_MAX_STOP]; /* each one's index in nv_req_params.stop */
@@ -181,6 +183,7 @@ static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
 }
 
 static void req_free(nv_req *r) {
+    nv_adapters_unpin(r->pinned, r->adapter); /* a removed adapter goes with its last request */
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->blocks);
@@ -218,6 +221,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->ignore_eos = p->ignore_eos;
     r->min_tokens = p->min_tokens;
     r->adapter = p->adapter;
+    r->adapter_gen = p->adapter_gen;
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !*p->stop[i]) continue;
         if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) goto oom;
@@ -1095,9 +1099,11 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r) {
     nv_submit res = NV_SUBMIT_OK;
     if (s->stopping) res = NV_SUBMIT_STOPPING;
     else if (r->blocks_needed > s->pool.n_blocks) res = NV_SUBMIT_TOO_BIG;
-    else if (r->adapter < 0 || r->adapter > (s->o.adapters ? s->o.adapters->n : 0)) res = NV_SUBMIT_NO_ADAPTER;
     else if (s->n_waiting >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
+    else if (r->adapter && !r->pinned && !nv_adapters_pin(s->o.adapters, r->adapter, r->adapter_gen))
+        res = NV_SUBMIT_NO_ADAPTER; /* removed (or its slot given to another) since the request named it */
     if (res == NV_SUBMIT_OK) {
+        if (r->adapter) r->pinned = s->o.adapters;
         r->root = r->adapter ? s->o.adapters->v[r->adapter - 1].hash : 0;
         r->refs++;
         if (s->wait_tail) s->wait_tail->next = r;

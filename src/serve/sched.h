@@ -46,9 +46,11 @@
  *   log-probabilities and the random draws are those of decoding without drafts. A draft is never
  *   longer than the tokens the request may still produce, so the reservation holds; the keys and
  *   values the refused drafts wrote lie past the sequence's position and are written again.
- * - LoRA adapters (nv_sched_opts.adapters, model/adapters.h): a request's `adapter` (1..n; 0 the
- *   base model) is its sequence's in every step, so one step serves several adapters and the base
- *   together; a number outside the set is refused at submission (NV_SUBMIT_NO_ADAPTER). The prefix
+ * - LoRA adapters (nv_sched_opts.adapters, model/adapters.h): a request's `adapter` (0 the base
+ *   model) is its sequence's in every step, so one step serves several adapters and the base
+ *   together. Submission pins the adapter (by number and generation) for as long as the request
+ *   exists, so an adapter removed at run time is freed only after its last request; one that is no
+ *   longer live is refused (NV_SUBMIT_NO_ADAPTER). The prefix
  *   cache's chains of an adapter's request start at the adapter's identity instead of 0 (its first
  *   block's parent), so its blocks never match the base's or another adapter's, in RAM or on disk.
  * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
@@ -129,7 +131,8 @@ typedef struct {
     int lazy_at_start;
     int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
     int lazy_think; /* the trigger is not looked for inside a leading <think>...</think> block */
-    int adapter; /* the LoRA adapter the request runs with: 1..n of nv_sched_opts.adapters (0: none) */
+    int adapter; /* the LoRA adapter the request runs with: its number in nv_sched_opts.adapters (0: none) */
+    unsigned adapter_gen; /* its generation when the request's model was looked up (nv_adapters_find) */
     int embed; /* with max_tokens 0: the prompt's embedding (the mean over its tokens of the final
                   norm's output, unit length) is kept for nv_req_embedding; computed in full (no
                   prefix-cache hits, whose rows are not run) */
@@ -164,7 +167,7 @@ typedef struct {
     int spec_ngram_min, spec_ngram_max;
     /* LoRA adapters a request may name (NULL: none); kept unmerged, so one step serves sequences
      * of several adapters and of the base model; must outlive the scheduler */
-    const nv_adapters *adapters;
+    nv_adapters *adapters;
 } nv_sched_opts;
 
 
