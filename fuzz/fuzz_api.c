@@ -300,7 +300,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int t = 0; t < em.n_ids[i]; t++) FZ_CHECK(em.ids[i][t] >= 0 && em.ids[i][t] < FZ_VOCAB, "input %d: id out of range", i);
         }
         float *zero = calloc((size_t)em.n * 64, sizeof(float));
-        check_json(zero ? nv_api_embed_response(&ctx, em.adapter, zero, em.n, em.base64, 1) : NULL, "embeddings body");
+        check_json(zero ? nv_api_embed_response(&ctx, em.model, zero, em.n, em.base64, 1) : NULL, "embeddings body");
         free(zero);
         nv_api_embed_free(&em);
     }

@@ -199,18 +199,20 @@ static void test_batch_rows_take_their_adapters(void) {
         T_CHECK(nv_adapters_find(&set, "two", &gen1) == 2 && nv_adapters_pin(&set, 2, gen1), "pin");
         T_CHECK(nv_adapters_remove(&set, "two") == NV_OK && nv_adapters_find(&set, "two", NULL) == 0 && set.live == 1, "remove");
         T_CHECK(set.v[1].a != NULL && set.v[1].state == NV_ADAPTER_REMOVED, "a pinned adapter was freed");
-        T_CHECK(!nv_adapters_pin(&set, 2, gen1), "a removed adapter was pinned");
+        T_CHECK(nv_adapters_pin(&set, 2, gen1), "a removed adapter still held could not be pinned by a request that named it before");
+        nv_adapters_unpin(&set, 2);
         T_CHECK(nv_adapters_add(&set, &base, "three", f2, 1.0f) == NV_OK && nv_adapters_find(&set, "three", NULL) == 3,
                 "a removed adapter's slot was taken before its last request: %s", nv_errmsg());
         nv_adapters_unpin(&set, 2);
         T_CHECK(set.v[1].a == NULL && set.v[1].state == NV_ADAPTER_FREE, "the last unpin did not free it");
+        T_CHECK(!nv_adapters_pin(&set, 2, gen1), "a freed adapter was pinned");
         T_CHECK(nv_adapters_remove(&set, "two") != NV_OK, "removed twice");
         T_CHECK(nv_adapters_add(&set, &base, "two", f2, 1.0f) == NV_OK && nv_adapters_find(&set, "two", &gen2) == 2 && gen2 != gen1,
                 "slot 2 again, generation %u then %u", gen1, gen2);
         T_CHECK(!nv_adapters_pin(&set, 2, gen1) && nv_adapters_pin(&set, 2, gen2), "pins by generation");
         nv_adapters_unpin(&set, 2);
         char names[NV_MAX_ADAPTERS][64];
-        T_CHECK(nv_adapters_names(&set, names, NV_MAX_ADAPTERS) == 3 && !strcmp(names[0], "one") && !strcmp(names[1], "two") &&
+        T_CHECK(nv_adapters_names(&set, names, NULL, NV_MAX_ADAPTERS) == 3 && !strcmp(names[0], "one") && !strcmp(names[1], "two") &&
                     !strcmp(names[2], "three"),
                 "names");
         nv_adapters_free(&set);
@@ -250,26 +252,39 @@ static int post(int port, const char *path, const char *body, resp *r) { return 
  * being removed finishes on it; the name is gone at once, the file can be loaded again. want_a is
  * the greedy text of fa on prompt from the first server (40 tokens). */
 static void test_runtime_updates(const char *base, const char *tok, const char *fa, const char *fb, const char *prompt,
-                                 const char *want_a) {
+                                 const char *want_b) {
     server s;
     if (!server_spawn(&s, "lora-updates", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=5", base, tok,
-                      "--engine scalar --kv-cache-dtype f32 --kv-disk-cache 0 --allow-lora-updates", 60)) {
+                      "--engine scalar --kv-cache-dtype f32 --kv-disk-cache 0 --allow-lora-updates --max-lora-rank 6", 60)) {
         T_CHECK(0, "the server did not start");
         return;
     }
     resp r;
     char body[1600];
-    snprintf(body, sizeof body, "{\"lora_name\":\"ad-x\",\"lora_path\":\"%s\"}", fa);
+    snprintf(body, sizeof body, "{\"lora_name\":\"ad-x\",\"lora_path\":\"%s\"}", fb);
     T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 200 && strstr(r.body, "Success"), "load: %d %s", r.status,
             r.body);
     resp_free(&r);
-    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 400 && strstr(r.body, "twice"), "loaded twice: %d %s",
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 400 && strstr(r.body, "already been loaded") &&
+                strstr(r.body, "\"param\":\"lora_name\""),
+            "loaded twice: %d %s", r.status, r.body);
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"lora_name\":\"ad-wide\",\"lora_path\":\"%s\"}", fa);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 400 && strstr(r.body, "--max-lora-rank"), "rank 8 of 6: %d %s",
             r.status, r.body);
+    resp_free(&r);
+    T_CHECK(post(s.port, "/v1/load_lora_adapter", "{\"lora_name\":\"a\\nb\",\"lora_path\":\"x\"}", &r) && r.status == 400 &&
+                strstr(r.body, "\"param\":\"lora_name\""),
+            "a control character in the name: %d %s", r.status, r.body);
     resp_free(&r);
     T_CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"id\":\"ad-x\""), "%s", r.body);
     resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\nnerve_lora_adapters 1\n") &&
+                strstr(r.body, "nerve_lora_sequences{adapter=\"ad-x\",state=\"running\"} 0\n"),
+            "metrics: %s", r.body);
+    resp_free(&r);
     char *got = completion(s.port, "ad-x", prompt, 40, NULL);
-    T_CHECK(got && want_a && !strcmp(got, want_a), "a loaded adapter's text '%s', at start '%s'", got ? got : "", want_a ? want_a : "");
+    T_CHECK(got && want_b && !strcmp(got, want_b), "a loaded adapter's text '%s', at start '%s'", got ? got : "", want_b ? want_b : "");
     free(got);
     /* removed while a request runs on it: that request finishes on the adapter */
     char req[2048];
@@ -290,8 +305,11 @@ static void test_runtime_updates(const char *base, const char *tok, const char *
     if (fd >= 0) close(fd);
     cJSON *root = r.body ? cJSON_Parse(r.body) : NULL;
     const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0), "text");
-    T_CHECK(cJSON_IsString(t) && want_a && !strncmp(t->valuestring, want_a, strlen(want_a)),
-            "the request running while its adapter was removed: '%s'", cJSON_IsString(t) ? t->valuestring : "");
+    const cJSON *mo = cJSON_GetObjectItem(root, "model");
+    T_CHECK(cJSON_IsString(t) && want_b && !strncmp(t->valuestring, want_b, strlen(want_b)) && cJSON_IsString(mo) &&
+                !strcmp(mo->valuestring, "ad-x"),
+            "the request running while its adapter was removed: '%s' from '%s'", cJSON_IsString(t) ? t->valuestring : "",
+            cJSON_IsString(mo) ? mo->valuestring : "");
     cJSON_Delete(root);
     resp_free(&r);
     free(text);
@@ -299,6 +317,10 @@ static void test_runtime_updates(const char *base, const char *tok, const char *
             r.status);
     resp_free(&r);
     T_CHECK(post(s.port, "/v1/unload_lora_adapter", "{\"lora_name\":\"ad-x\"}", &r) && r.status == 404, "removed twice: %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\nnerve_lora_adapters 0\n") &&
+                !strstr(r.body, "adapter=\"ad-x\""),
+            "metrics after removal");
     resp_free(&r);
     /* refusals: no file, not an adapter, the base's id, no name */
     snprintf(body, sizeof body, "{\"lora_name\":\"bad\",\"lora_path\":\"%s\"}", base);
@@ -317,11 +339,11 @@ static void test_runtime_updates(const char *base, const char *tok, const char *
     T_CHECK(post(s.port, "/v1/load_lora_adapter", "{\"lora_name\":\"y\"}", &r) && r.status == 400, "no path: %d", r.status);
     resp_free(&r);
     /* the same file again, under the old name: the same text */
-    snprintf(body, sizeof body, "{\"lora_name\":\"ad-x\",\"lora_path\":\"%s\"}", fa);
+    snprintf(body, sizeof body, "{\"lora_name\":\"ad-x\",\"lora_path\":\"%s\"}", fb);
     T_CHECK(post(s.port, "/v1/load_lora_adapter", body, &r) && r.status == 200, "load again: %d %s", r.status, r.body);
     resp_free(&r);
     got = completion(s.port, "ad-x", prompt, 40, NULL);
-    T_CHECK(got && want_a && !strcmp(got, want_a), "loaded again: '%s'", got ? got : "");
+    T_CHECK(got && want_b && !strcmp(got, want_b), "loaded again: '%s'", got ? got : "");
     free(got);
     T_CHECK(server_stop_within(&s, 30) == 0, "stop");
     char *log = read_log(&s);
@@ -445,7 +467,7 @@ static void test_server_adapters(void) {
             "loading without --allow-lora-updates: %d %s", r.status, r.body);
     resp_free(&r);
     T_CHECK(server_stop_within(&s, 30) == 0, "stop");
-    test_runtime_updates(base, tok, fa, fb, prompt, ta);
+    test_runtime_updates(base, tok, fa, fb, prompt, tbb);
 
     /* the SSD tier: ad-a's blocks written by one server come back to ad-a after a restart, never to
      * the base model */

@@ -673,6 +673,12 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         add_arg(args, &na, "--kv-memory");
         add_arg(args, &na, kv_memory);
     }
+    char rank_arg[16];
+    snprintf(rank_arg, sizeof rank_arg, "%d", lora_rank);
+    if (lora_rank) {
+        add_arg(args, &na, "--max-lora-rank");
+        add_arg(args, &na, rank_arg);
+    }
     for (int i = 0; lora_rank && i < n_adapters; i++) {
         add_arg(args, &na, "--lora-modules");
         add_arg(args, &na, words[i]);

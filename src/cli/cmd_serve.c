@@ -241,6 +241,7 @@ int cmd_serve(int argc, char **argv) {
             return cli_error(CMD, 2, "--lora-modules: the name '%.*s' is longer than 63 characters", (int)len, modules[k]);
         memcpy(module_names[k], modules[k], len);
         module_names[k][len] = 0;
+        if (nv_adapters_check_name(module_names[k]) != NV_OK) return cli_error(CMD, 2, "--lora-modules: %s", nv_errmsg());
         if (!strcmp(module_names[k], model_id))
             return cli_error(CMD, 2, "--lora-modules: '%s' is the base model's id (see --alias)", module_names[k]);
         for (int j = 0; j < k; j++)

@@ -58,7 +58,8 @@ int nv_adapters_pin(nv_adapters *set, int k, unsigned gen) {
     if (!set || k < 1 || k > NV_MAX_ADAPTERS) return 0;
     pthread_mutex_lock(&set->mu);
     nv_adapter *a = &set->v[k - 1];
-    const int ok = a->state == NV_ADAPTER_LIVE && a->gen == gen;
+    /* removed but still held: a request that named it before the removal may still run on it */
+    const int ok = a->gen == gen && (a->state == NV_ADAPTER_LIVE || (a->state == NV_ADAPTER_REMOVED && a->refs > 0));
     if (ok) a->refs++;
     pthread_mutex_unlock(&set->mu);
     return ok;
@@ -85,11 +86,14 @@ nv_err nv_adapters_remove(nv_adapters *set, const char *name) {
     return i >= 0 ? NV_OK : nv_fail(NV_EINVAL, "no LoRA adapter is called '%.80s'", name);
 }
 
-int nv_adapters_names(nv_adapters *set, char (*names)[64], int cap) {
+int nv_adapters_names(nv_adapters *set, char (*names)[64], int *numbers, int cap) {
     int n = 0;
     pthread_mutex_lock(&set->mu);
     for (int i = 0; i < NV_MAX_ADAPTERS && n < cap; i++)
-        if (set->v[i].state == NV_ADAPTER_LIVE) memcpy(names[n++], set->v[i].name, 64);
+        if (set->v[i].state == NV_ADAPTER_LIVE) {
+            if (numbers) numbers[n] = i + 1;
+            memcpy(names[n++], set->v[i].name, 64);
+        }
     pthread_mutex_unlock(&set->mu);
     return n;
 }
@@ -139,11 +143,19 @@ static nv_err build_plans(nv_adapter *ad, const nv_model *m, float *p, float k) 
     return err;
 }
 
+nv_err nv_adapters_check_name(const char *name) {
+    const size_t len = strlen(name);
+    if (len < 1 || len > 63) return nv_fail(NV_EINVAL, "adapter name '%.80s': 1 to 63 characters", name);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) return nv_fail(NV_EINVAL, "adapter name: no control characters");
+    return NV_OK;
+}
+
 nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, const char *path, float scale) {
     const nv_config *c = &m->config;
     if (!m->plans) return nv_fail(NV_EINVAL, "adapter %s: the model's plans are not built", name);
+    NV_TRY(nv_adapters_check_name(name));
     const size_t len = strlen(name);
-    if (len < 1 || len > 63) return nv_fail(NV_EINVAL, "adapter name '%.80s': 1 to 63 characters", name);
     if (!(scale == scale) || scale < -1e6f || scale > 1e6f)
         return nv_fail(NV_EINVAL, "adapter %s: scale must be a number in -1e6..1e6", name);
     /* the name and a slot are taken under the lock; the file is read and the plans built outside it */
@@ -154,7 +166,9 @@ nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, co
     else if (set->live && set->n_layers != c->n_layers) err = nv_fail(NV_EINVAL, "adapter %s: another model's set", name);
     for (int i = 0; err == NV_OK && slot < 0 && i < NV_MAX_ADAPTERS; i++)
         if (set->v[i].state == NV_ADAPTER_FREE) slot = i;
-    if (err == NV_OK && slot < 0) err = nv_fail(NV_EINVAL, "at most %d adapters are loaded at once", NV_MAX_ADAPTERS);
+    if (err == NV_OK && slot < 0)
+        err = nv_fail(NV_EINVAL, "no room for adapter %s: %d are loaded, loading, or removed with requests still on them", name,
+                      NV_MAX_ADAPTERS);
     nv_adapter *ad = slot >= 0 ? &set->v[slot] : NULL;
     if (err == NV_OK) {
         ad->state = NV_ADAPTER_LOADING;

@@ -66,7 +66,10 @@ typedef struct {
 void nv_adapters_init(nv_adapters *set, int max_rank);
 /* Removes every adapter (none may be pinned) and the lock. */
 void nv_adapters_free(nv_adapters *set);
-/* Adds the adapter in path as `name` (1..63 characters). Refuses a name already in the set, a full
+/* NV_OK for a name an adapter may take: 1..63 bytes, no control characters (it is logged and
+ * printed in responses). */
+nv_err nv_adapters_check_name(const char *name);
+/* Adds the adapter in path as `name` (nv_adapters_check_name). Refuses a name already in the set, a full
  * set, a rank above max_rank, a file that does not fit the model (one line, the file named), a
  * scaled B that is not finite. */
 nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, const char *path, float scale);
@@ -76,11 +79,13 @@ nv_err nv_adapters_remove(nv_adapters *set, const char *name);
 /* The number (1..NV_MAX_ADAPTERS) of the live adapter called name, 0 when none is (set may be
  * NULL); its generation in *gen when gen is given. */
 int nv_adapters_find(nv_adapters *set, const char *name, unsigned *gen);
-/* Pins adapter k for a request when it is live and still of generation gen (1), else 0. */
+/* Pins adapter k for a request when it is still of generation gen and live, or removed but held by
+ * other pins (a request that named it before its removal) (1), else 0. */
 int nv_adapters_pin(nv_adapters *set, int k, unsigned gen);
 void nv_adapters_unpin(nv_adapters *set, int k);
-/* The live adapters' names, in slot order, into names (at most cap); returns how many. */
-int nv_adapters_names(nv_adapters *set, char (*names)[64], int cap);
+/* The live adapters' names, in slot order, into names (at most cap), and their numbers into
+ * numbers when given; returns how many. */
+int nv_adapters_names(nv_adapters *set, char (*names)[64], int *numbers, int cap);
 
 /* One step's rows grouped by adapter: order lists the adapted rows, those of adapter 1 first (in
  * row order), then adapter 2's, ...; units cut each adapter's run of order into pieces of at most

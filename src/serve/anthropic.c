@@ -356,7 +356,7 @@ int nv_anth_parse(const nv_api_ctx *ctx, const char *body, size_t len, int count
         return rc;
     }
     nv_api_new_id(meta->id, sizeof meta->id, "msg_");
-    meta->model = nv_api_model_name(ctx, out->req.adapter);
+    snprintf(meta->model, sizeof meta->model, "%s", out->model);
     return 0;
 }
 
@@ -420,7 +420,7 @@ static cJSON *message_object(const nv_anth_meta *m) {
     cJSON_AddStringToObject(msg, "id", m->id);
     cJSON_AddStringToObject(msg, "type", "message");
     cJSON_AddStringToObject(msg, "role", "assistant");
-    cJSON_AddStringToObject(msg, "model", m->model ? m->model : "");
+    cJSON_AddStringToObject(msg, "model", m->model);
     cJSON_AddArrayToObject(msg, "content");
     return msg;
 }

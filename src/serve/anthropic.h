@@ -34,7 +34,7 @@
 /* What a response needs from its request after the request is gone. */
 typedef struct {
     char id[48];
-    const char *model;
+    char model[NV_API_MODEL_ID];
     char *stop[NV_MAX_STOP]; /* the request's stop_sequences, in req.stop's order (index < n_stop) */
     int n_stop;
 } nv_anth_meta;

@@ -766,11 +766,6 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
     return 0;
 }
 
-const char *nv_api_model_name(const nv_api_ctx *ctx, int k) {
-    /* a slot's name is an array inside the set: valid memory even once the adapter is removed */
-    return k > 0 && k <= NV_MAX_ADAPTERS && ctx->adapters ? ctx->adapters->v[k - 1].name : ctx->model_id;
-}
-
 int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen) {
     if (!strcmp(id, ctx->model_id)) return 0;
     const int k = nv_adapters_find(ctx->adapters, id, gen);
@@ -778,10 +773,12 @@ int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen) {
 }
 
 /* 'model', when given, must name the served model or one of its adapters (whose number and
- * generation go to *adapter and *gen; 0 for the base model or none given). */
-static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, nv_api_error *err) {
+ * generation go to *adapter and *gen; 0 for the base model or none given); the id goes to id. */
+static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, char id[NV_API_MODEL_ID],
+                       nv_api_error *err) {
     const cJSON *model = nv_api_field(root, "model");
     *adapter = 0;
+    snprintf(id, NV_API_MODEL_ID, "%s", ctx->model_id);
     if (model && !cJSON_IsString(model)) {
         nv_api_error_set(err, E400, NULL, "model", "'model' must be a string");
         return err->status;
@@ -790,17 +787,18 @@ static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, u
     if (k < 0) {
         nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model",
                          "The model '%.200s' does not exist (this server has '%.200s'%s)", model->valuestring,
-                         ctx->model_id, ctx->adapters && ctx->adapters->live ? " and its adapters: see /v1/models" : "");
+                         ctx->model_id, ctx->adapters ? " and its adapters: see /v1/models" : "");
         return err->status;
     }
     *adapter = k;
+    if (k) snprintf(id, NV_API_MODEL_ID, "%s", model->valuestring); /* an adapter's id is under 64 bytes */
     return 0;
 }
 
 static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *po, nv_api_request *out,
                       nv_api_error *err) {
     int rc, given;
-    if ((rc = check_model(ctx, root, &out->req.adapter, &out->req.adapter_gen, err))) return rc;
+    if ((rc = check_model(ctx, root, &out->req.adapter, &out->req.adapter_gen, out->model, err))) return rc;
     if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
     const cJSON *so = nv_api_field(root, "stream_options");
     if (so) {
@@ -1160,7 +1158,7 @@ void nv_api_meta_init(nv_api_meta *m, int chat, const char *model) {
     memset(m, 0, sizeof *m);
     nv_api_new_id(m->id, sizeof m->id, chat ? "chatcmpl-" : "cmpl-");
     m->created = (long)time(NULL);
-    m->model = model;
+    snprintf(m->model, sizeof m->model, "%s", model);
     m->chat = chat;
 }
 
@@ -1413,7 +1411,7 @@ static cJSON *model_object(const nv_api_ctx *ctx, long created, const char *adap
 }
 
 int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[64]) {
-    return ctx->adapters ? nv_adapters_names(ctx->adapters, ids, NV_MAX_ADAPTERS) : 0;
+    return ctx->adapters ? nv_adapters_names(ctx->adapters, ids, NULL, NV_MAX_ADAPTERS) : 0;
 }
 
 char *nv_api_models(const nv_api_ctx *ctx, long created, const char *single) {
@@ -1482,7 +1480,7 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     memset(err, 0, sizeof *err);
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
-    int rc = check_model(ctx, root, &out->adapter, &out->adapter_gen, err);
+    int rc = check_model(ctx, root, &out->adapter, &out->adapter_gen, out->model, err);
     const cJSON *input = nv_api_field(root, "input"), *fmt = nv_api_field(root, "encoding_format"), *dims = nv_api_field(root, "dimensions");
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))
@@ -1522,7 +1520,7 @@ static void base64_put(nv_buf *b, const unsigned char *p, size_t n) {
 /* Written straight into one buffer rather than a cJSON tree: 256 inputs of a wide model are
  * millions of numbers. %.9g gives back every float32 exactly. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "base64 embeddings are the floats' little-endian bytes");
-char *nv_api_embed_response(const nv_api_ctx *ctx, int adapter, const float *vecs, int n, int base64, int prompt_tokens) {
+char *nv_api_embed_response(const nv_api_ctx *ctx, const char *model, const float *vecs, int n, int base64, int prompt_tokens) {
     nv_buf b = {0};
     nv_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
     for (int i = 0; i < n; i++) {
@@ -1539,7 +1537,7 @@ char *nv_api_embed_response(const nv_api_ctx *ctx, int adapter, const float *vec
         }
     }
     nv_buf_puts(&b, "],\"model\":");
-    nv_json_string(&b, nv_api_model_name(ctx, adapter));
+    nv_json_string(&b, model);
     nv_buf_printf(&b, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", prompt_tokens, prompt_tokens);
     if (b.oom) {
         nv_buf_free(&b);

@@ -25,6 +25,9 @@
 #include "serve/sched.h"
 #include "serve/tools.h"
 
+/* Bytes of a model id's copy in requests and responses (--alias takes up to 255). */
+#define NV_API_MODEL_ID 256
+
 typedef struct {
     int status;       /* HTTP status */
     const char *type; /* invalid_request_error, ... */
@@ -44,8 +47,6 @@ typedef struct {
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
 } nv_api_ctx;
 
-/* The id of model k: 0 the base model (model_id), 1..n its adapters (--lora-modules NAME=...). */
-const char *nv_api_model_name(const nv_api_ctx *ctx, int k);
 
 #define NV_MAX_CHOICES 16
 
@@ -69,6 +70,7 @@ typedef struct {
         char *echo_text;
     } more[NV_MAX_CHOICES - 1];
     nv_req_params req; /* prompt and stop strings point into this struct */
+    char model[NV_API_MODEL_ID]; /* the model's id, as responses name it (a copy: an adapter may be removed meanwhile) */
     int *prompt_ids;
     char *echo_text; /* the prompt as text, when echo */
     char *stop_copy[NV_MAX_STOP];
@@ -142,7 +144,7 @@ void nv_api_request_free(nv_api_request *r);
 typedef struct {
     char id[64];
     long created;
-    const char *model;
+    char model[NV_API_MODEL_ID];
     int chat;
     /* logprobs: when lp_on, responses and chunks carry the records lps[0..n_lps) (set by the
      * caller before each one; NULL/0 gives an empty list) and lp_tok names their tokens;
@@ -219,12 +221,13 @@ typedef struct {
     int base64;
     int adapter; /* the adapter 'model' named (0: the base model) */
     unsigned adapter_gen;
+    char model[NV_API_MODEL_ID]; /* the model's id, as responses name it (a copy: an adapter may be removed meanwhile) */
 } nv_api_embed;
 int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err);
 void nv_api_embed_free(nv_api_embed *e);
 /* {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"} for n
  * vectors of ctx->dim floats (base64: each vector's little-endian float32 bytes). */
-char *nv_api_embed_response(const nv_api_ctx *ctx, int adapter, const float *vecs, int n, int base64, int prompt_tokens);
+char *nv_api_embed_response(const nv_api_ctx *ctx, const char *model, const float *vecs, int n, int base64, int prompt_tokens);
 const char *nv_api_finish_reason(nv_finish f);
 
 #endif

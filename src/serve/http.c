@@ -520,7 +520,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         return submit_failed(h, c, cc, sub);
     }
     nv_api_meta meta;
-    nv_api_meta_init(&meta, chat, nv_api_model_name(&h->ctx, ar.req.adapter));
+    nv_api_meta_init(&meta, chat, ar.model);
     meta.lp_on = ar.req.logprobs;
     meta.lp_tok = h->ctx.tok;
     int fd = conn_fd(c);
@@ -686,9 +686,10 @@ static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *
  * file and builds its plans on this connection's thread; requests go on meanwhile. */
 static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     const int load = cc->route == R_LORA_LOAD;
-    if (!h->o.lora_updates)
+    if (!h->o.lora_updates || !h->ctx.adapters)
         return fail(h, c, cc, 403, "invalid_request_error", "lora_updates_disabled",
                     "Loading and unloading LoRA adapters at run time is off: start the server with --allow-lora-updates");
+    if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
     nv_api_error err = {0};
     cJSON *root = nv_api_body_object(cc->body.data, cc->body.len, &err);
     if (!root) return respond_error(h, c, cc, &err);
@@ -701,8 +702,14 @@ static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ct
     else if (load && (!cJSON_IsString(path) || !*path->valuestring))
         nv_api_error_set(&err, 400, "invalid_request_error", "missing_required_parameter", "lora_path", "'lora_path' must be a non-empty string"),
             status = 400;
+    else if (nv_adapters_check_name(name->valuestring) != NV_OK)
+        nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name", "%s", nv_errmsg()), status = 400;
     else if (!strcmp(name->valuestring, h->ctx.model_id))
         nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name", "'%.200s' is the base model's id", name->valuestring),
+            status = 400;
+    else if (load && nv_adapters_find(h->ctx.adapters, name->valuestring, NULL))
+        nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name", "The LoRA adapter '%.200s' has already been loaded",
+                         name->valuestring),
             status = 400;
     else if (load) {
         const nv_err e = nv_adapters_add(h->ctx.adapters, h->s->model, name->valuestring, path->valuestring, 1.0f);
@@ -728,6 +735,11 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     nv_api_embed in;
     nv_api_error err;
     if (nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err)) return respond_error(h, c, cc, &err);
+    /* the waves' requests come and go: the handler holds the adapter for all of them */
+    if (in.adapter && !nv_adapters_pin(h->ctx.adapters, in.adapter, in.adapter_gen)) {
+        nv_api_embed_free(&in);
+        return submit_failed(h, c, cc, NV_SUBMIT_NO_ADAPTER);
+    }
     const int dim = h->ctx.dim, fd = conn_fd(c);
     float *vecs = malloc((size_t)in.n * dim * sizeof(float));
     enum MHD_Result ret;
@@ -782,9 +794,10 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
             goto out;
         }
     }
-    ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, in.adapter, vecs, in.n, in.base64, (int)prompt_tokens),
+    ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
                   NULL, NULL);
 out:
+    if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
     nv_api_embed_free(&in);
     free(vecs);
     return ret;

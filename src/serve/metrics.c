@@ -235,6 +235,17 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     put_one(&b, "nerve_kv_blocks_reserved", "gauge", "Free blocks promised to admitted sequences.", g->kv_reserved);
     put_one(&b, "nerve_kv_block_size_tokens", "gauge", "Positions per KV block.", g->kv_block_size);
     put_one(&b, "nerve_kv_block_bytes", "gauge", "Bytes per KV block.", g->kv_block_bytes);
+    if (g->lora_on) {
+        put_one(&b, "nerve_lora_adapters", "gauge", "LoRA adapters a request may name (--lora-modules, /v1/load_lora_adapter).",
+                (unsigned long long)g->lora_n);
+        head(&b, "nerve_lora_sequences", "gauge", "Sequences of each LoRA adapter, queued or running.");
+        for (int i = 0; i < g->lora_n; i++)
+            for (int st = 0; st < 2; st++) {
+                nv_buf_puts(&b, "nerve_lora_sequences{adapter=\"");
+                put_label(&b, g->lora_name[i]);
+                nv_buf_printf(&b, "\",state=\"%s\"} %d\n", st ? "running" : "waiting", st ? g->lora_running[i] : g->lora_waiting[i]);
+            }
+    }
     head(&b, "nerve_engine_available", "gauge", "1 when the engine probed well and is on.");
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
         nv_buf_printf(&b, "nerve_engine_available{engine=\"%s\"} %d\n", nv_engine_name((nv_engine_id)e),

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/adapters.h"
 #include "serve/disk.h"
 
 /* How a sequence ended. */
@@ -69,6 +70,10 @@ typedef struct {
     int disk_on;
     const char *disk_dir;
     nv_disk_stats disk;
+    /* LoRA adapters served per request: the live ones, with their queued and running sequences */
+    int lora_on, lora_n;
+    char lora_name[NV_MAX_ADAPTERS][64];
+    int lora_waiting[NV_MAX_ADAPTERS], lora_running[NV_MAX_ADAPTERS];
 } nv_metrics_gauges;
 
 void nv_metrics_init(nv_metrics *m);

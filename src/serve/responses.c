@@ -302,7 +302,7 @@ int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_re
     }
     nv_api_new_id(meta->id, sizeof meta->id, "resp_");
     meta->created = (long)time(NULL);
-    meta->model = nv_api_model_name(ctx, out->req.adapter);
+    snprintf(meta->model, sizeof meta->model, "%s", out->model);
     return 0;
 }
 
@@ -359,7 +359,7 @@ static cJSON *response_object(const nv_resp_meta *m, const char *status, cJSON *
     cJSON_AddNullToObject(r, "error");
     if (!strcmp(status, "incomplete")) cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "incomplete_details"), "reason", "max_output_tokens");
     else cJSON_AddNullToObject(r, "incomplete_details");
-    cJSON_AddStringToObject(r, "model", m->model ? m->model : "");
+    cJSON_AddStringToObject(r, "model", m->model);
     cJSON_AddItemToObject(r, "output", items ? items : cJSON_CreateArray());
     for (const cJSON *e = m->echo ? m->echo->child : NULL; e; e = e->next) cJSON_AddItemToObject(r, e->string, cJSON_Duplicate(e, 1));
     if (!a) {

@@ -41,7 +41,7 @@
 typedef struct {
     char id[48];  /* resp_... */
     long created;
-    const char *model;
+    char model[NV_API_MODEL_ID];
     cJSON *echo; /* the request's configuration, as every response object repeats it */
 } nv_resp_meta;
 

@@ -1187,6 +1187,14 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
     g->kv_evictions = s->pool.evictions;
     g->ram_blocks = s->prefix_on ? nv_prefix_blocks(&s->prefix) : 0;
     g->ram_max_idle = s->pool.max_idle;
+    if ((g->lora_on = s->o.adapters != NULL)) {
+        int numbers[NV_MAX_ADAPTERS];
+        g->lora_n = nv_adapters_names(s->o.adapters, g->lora_name, numbers, NV_MAX_ADAPTERS);
+        for (int j = 0; j < g->lora_n; j++) {
+            for (int i = 0; i < s->n_running; i++) g->lora_running[j] += s->running[i]->adapter == numbers[j];
+            for (const nv_req *r = s->wait_head; r; r = r->next) g->lora_waiting[j] += r->adapter == numbers[j];
+        }
+    }
     pthread_mutex_unlock(&s->mu);
     g->disk_on = s->disk != NULL;
     if (s->disk) {
