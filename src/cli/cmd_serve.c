@@ -345,6 +345,10 @@ int cmd_serve(int argc, char **argv) {
                        .timeout_s = timeout,
                        .engine = nv_engine_name(nv_model_engine(&model)),
                        .lora_updates = lora_updates};
+    char adapters_line[48] = ""; /* before the HTTP threads can load adapters */
+    if (adapters.live || lora_updates)
+        snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s%s", adapters.live, adapters.live == 1 ? "" : "s",
+                 lora_updates ? ", loaded at run time too" : "");
     if (nv_http_start(&http, &ho, &sched, &metrics, &ctx) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -366,10 +370,6 @@ int cmd_serve(int argc, char **argv) {
     if (spec.tokens)
         snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec.tokens,
                  spec.lookup_min, spec.lookup_max);
-    char adapters_line[48] = "";
-    if (adapters.live || lora_updates)
-        snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s%s", adapters.live, adapters.live == 1 ? "" : "s",
-                 lora_updates ? ", loaded at run time too" : "");
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
