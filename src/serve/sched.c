@@ -640,6 +640,25 @@ static void restore_from_disk(nv_sched *s) {
     }
 }
 
+/* Room for at least want log-prob records (lock held: nv_req_poll reads them under it, so they may
+ * move only now, never while the step runs unlocked); out of memory turns them off for the rest of
+ * the answer. */
+static void lp_reserve(nv_req *r, int want) {
+    if (want <= r->cap_lps) return;
+    int cap = r->cap_lps ? 2 * r->cap_lps : 64;
+    while (cap < want) cap *= 2;
+    nv_token_lp *v = realloc(r->lps, (size_t)cap * sizeof *v);
+    if (v) r->lps = v;
+    struct lp_span *sp = v ? realloc(r->lp_span, (size_t)cap * sizeof *sp) : NULL;
+    if (sp) r->lp_span = sp;
+    if (!sp) {
+        nv_log(NV_LOG_WARN, "serve: out of memory for log-probabilities; the rest of this answer has none");
+        r->lp_k = -1;
+        return;
+    }
+    r->cap_lps = cap;
+}
+
 /* Chooses this step's rows (lock held): one decode row per generating sequence, prompt chunks
  * from a budget of prefill_chunk rows in admission order. Takes the blocks the rows reach, a
  * decode row's drafts included (looked up after the lock is released: draft_rows). */
@@ -687,6 +706,7 @@ static int plan_step(nv_sched *s) {
             int p = r->pos + t;
             nv_kv_record(&s->pool, r->blocks[p / B], p % B, q.tokens[t]);
         }
+        if (r->lp_k >= 0) lp_reserve(r, r->n_lps + 1 + NV_MAX_SPEC); /* the most tokens a step samples */
         s->seqs[n] = q;
         s->step_req[n++] = r;
     }
@@ -746,21 +766,10 @@ static void flush_text(nv_req *r, int final) {
     while (r->lp_flushed < r->n_lps && r->lp_span[r->lp_flushed].end <= r->pend_done) r->lp_flushed++;
 }
 
-/* Appends a token's record for a token whose text takes the next len bytes. */
+/* Appends a token's record for a token whose text takes the next len bytes (the room was made
+ * under the lock by lp_reserve: the records move only while no poller reads them). */
 static void lp_record(nv_req *r, const nv_token_lp *lp, size_t len) {
-    if (r->n_lps == r->cap_lps) {
-        int cap = r->cap_lps ? 2 * r->cap_lps : 64;
-        nv_token_lp *v = realloc(r->lps, (size_t)cap * sizeof *v);
-        if (v) r->lps = v;
-        struct lp_span *sp = v ? realloc(r->lp_span, (size_t)cap * sizeof *sp) : NULL;
-        if (sp) r->lp_span = sp;
-        if (!sp) {
-            nv_log(NV_LOG_WARN, "serve: out of memory for log-probabilities; the rest of this answer has none");
-            r->lp_k = -1;
-            return;
-        }
-        r->cap_lps = cap;
-    }
+    if (r->n_lps == r->cap_lps) return; /* lp_reserve failed and turned the records off */
     r->lps[r->n_lps] = *lp;
     r->lp_span[r->n_lps] = (struct lp_span){r->pend_total, r->pend_total + len};
     r->n_lps++;
