@@ -369,17 +369,18 @@ nv_err nv_model_read_config(const char *path, nv_config *c) {
     return NV_OK;
 }
 
+void nv_qmatrix_drop(nv_qmatrix *qm) {
+    free(qm->q); /* `pending` stays: those fp32 weights can no longer be made */
+    free(qm->s);
+    free(qm->o);
+    free(qm->h);
+    qm->q = NULL;
+    qm->s = qm->o = NULL;
+    qm->h = NULL;
+}
+
 void nv_model_drop_quant_sources(nv_model *m) {
-    for (int i = 0; m->quant && i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
-        nv_qmatrix *qm = &m->quant[i]; /* `pending` stays: those fp32 weights can no longer be made */
-        free(qm->q);
-        free(qm->s);
-        free(qm->o);
-        free(qm->h);
-        qm->q = NULL;
-        qm->s = qm->o = NULL;
-        qm->h = NULL;
-    }
+    for (int i = 0; m->quant && i <= m->config.n_layers * NV_LAYER_MATRICES; i++) nv_qmatrix_drop(&m->quant[i]);
 }
 
 void nv_model_free_plans(nv_model *m) {

@@ -142,11 +142,7 @@ void nv_lora_merge(nv_model *m, const nv_lora_shape *s, const float *p, float sc
             nv_lora_merge_matrix(base[t] + (size_t)l * out * in, out, in, s->rank, a, a + (size_t)s->rank * in, k);
             /* a GGUF file's quantized (or fp16) source no longer holds this matrix: plans must take
                the merged fp32 weights */
-            nv_qmatrix *qm = m->quant ? &m->quant[l * NV_LAYER_MATRICES + t] : NULL;
-            if (qm) {
-                free(qm->q), free(qm->s), free(qm->o), free(qm->h);
-                qm->q = NULL, qm->s = qm->o = NULL, qm->h = NULL;
-            }
+            if (m->quant) nv_qmatrix_drop(&m->quant[l * NV_LAYER_MATRICES + t]);
         }
 }
 

@@ -125,6 +125,8 @@ nv_engine_id nv_model_engine(const nv_model *m);
 /* Frees the block-quantized sources (m->quant) once the plans are built: the plans hold their own
  * packed copy. Later plan builds are then fp32, and fail for a matrix still pending. */
 void nv_model_drop_quant_sources(nv_model *m);
+/* The same for one matrix's source (its fp32 weights then stand alone, e.g. after a LoRA merge). */
+void nv_qmatrix_drop(nv_qmatrix *qm);
 void nv_model_free(nv_model *m);
 
 #endif
