@@ -513,7 +513,7 @@ typedef struct {
     const setup *su;
     const bench_opts *o;
     int threads, requests, prompt, tokens;
-    const char *model_name, *kv_dtype;
+    const char *kv_dtype;
 } serve_run;
 
 /* n concurrent clients, each sending its requests one after another, client c naming models[c %
@@ -586,8 +586,9 @@ static double serve_row(const serve_run *sr, int n, const char *const *models, i
 }
 
 /* k random adapters (rank r, every matrix, B small and not zero) for the model in su, written
- * into its folder as lora1.gguf...; their --lora-modules words in words[k] (NAME=PATH). */
-static int write_bench_adapters(const setup *su, int k, int r, char words[][800], char *why, size_t cap) {
+ * into its folder as lora1.gguf...; their names (lora1...) in names[k] and their --lora-modules
+ * words in words[k] (NAME=PATH). */
+static int write_bench_adapters(const setup *su, int k, int r, char names[][16], char words[][800], char *why, size_t cap) {
     nv_config c;
     if (nv_model_read_config(su->model, &c) != NV_OK) {
         snprintf(why, cap, "%s", nv_errmsg());
@@ -609,7 +610,8 @@ static int write_bench_adapters(const setup *su, int k, int r, char words[][800]
         nv_lora_init_nonzero(&c, &s, p, (uint64_t)i + 1, 0.01f);
         char path[700];
         snprintf(path, sizeof path, "%s/lora%d.gguf", su->dir, i + 1);
-        snprintf(words[i], 800, "lora%d=%s", i + 1, path);
+        snprintf(names[i], 16, "lora%d", i + 1);
+        snprintf(words[i], 800, "%.15s=%.700s", names[i], path);
         if (nv_gguf_save_lora(&c, &s, p, path) != NV_OK) {
             snprintf(why, cap, "%s", nv_errmsg());
             ok = 0;
@@ -651,9 +653,9 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
     for (int i = 0; i < n_clients; i++) max_clients = clients[i] > max_clients ? clients[i] : max_clients;
     char why[1024] = "";
     setup su;
-    static char words[MAX_BENCH_ADAPTERS][800];
+    static char words[MAX_BENCH_ADAPTERS][800], adapter_names[MAX_BENCH_ADAPTERS][16];
     if (!bench_setup(&su, o, model, tok, o->quick ? 512 : 4096, why, sizeof why) ||
-        (lora_rank && !write_bench_adapters(&su, n_adapters, lora_rank, words, why, sizeof why))) {
+        (lora_rank && !write_bench_adapters(&su, n_adapters, lora_rank, adapter_names, words, why, sizeof why))) {
         fail_row("serve", why, o, threads);
         if (su.dir[0]) rm_tree(su.dir);
         return 1;
@@ -699,14 +701,10 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         free(w.res[0].gaps);
         free(w.res);
     }
-    const serve_run sr = {&srv, &su, o, threads, requests, prompt, tokens, model_name, kv_dtype};
+    const serve_run sr = {&srv, &su, o, threads, requests, prompt, tokens, kv_dtype};
     const char *names[MAX_BENCH_ADAPTERS];
+    for (int i = 0; i < n_adapters; i++) names[i] = adapter_names[i];
     char label[600];
-    for (int i = 0; i < n_adapters; i++) {
-        static char nm[MAX_BENCH_ADAPTERS][16];
-        snprintf(nm[i], sizeof nm[i], "lora%d", i + 1);
-        names[i] = nm[i];
-    }
     snprintf(label, sizeof label, "%.400s + %d LoRA adapters of rank %d (the clients' requests spread over them)", model_name,
              n_adapters, lora_rank);
     int rc = 0;

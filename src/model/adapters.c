@@ -98,6 +98,17 @@ int nv_adapters_names(nv_adapters *set, char (*names)[64], int *numbers, int cap
     return n;
 }
 
+/* The widest input and output of a layer's adaptable matrices. */
+static void widest_dims(const nv_config *c, int *in_max, int *out_max) {
+    *in_max = *out_max = 0;
+    for (int t = 0; t < NV_LAYER_MATRICES; t++) {
+        int out, in;
+        nv_lora_dims(c, t, &out, &in);
+        if (in > *in_max) *in_max = in;
+        if (out > *out_max) *out_max = out;
+    }
+}
+
 /* Builds A's and B's plans of every targeted matrix from p (nv_lora_offset's layout: A, then B^T),
  * whose B^T become B' = k B in place (out x rank: the same floats); p then belongs to the plans
  * (some engines read their weights in place). */
@@ -108,12 +119,8 @@ static nv_err build_plans(nv_adapter *ad, const nv_model *m, float *p, float k) 
     const nv_engine_id e = nv_model_engine(m);
     ad->a = calloc((size_t)n_plans, sizeof *ad->a);
     ad->b = calloc((size_t)n_plans, sizeof *ad->b);
-    int widest = 0;
-    for (int t = 0; t < NV_LAYER_MATRICES; t++) {
-        int out, in;
-        nv_lora_dims(c, t, &out, &in);
-        if (out > widest) widest = out;
-    }
+    int in_max, widest;
+    widest_dims(c, &in_max, &widest);
     float *tmp = malloc((size_t)widest * (size_t)r * sizeof(float));
     if (!ad->a || !ad->b || !tmp) {
         free(tmp);
@@ -207,15 +214,10 @@ nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, co
 }
 
 void nv_adapter_scratch_sizes(const nv_config *c, const nv_adapters *set, int max_rows, size_t *gx, size_t *u, size_t *dy) {
-    int in_max = 0, out_max = 0;
-    for (int t = 0; t < NV_LAYER_MATRICES; t++) {
-        int out, in;
-        nv_lora_dims(c, t, &out, &in);
-        if (in > in_max) in_max = in;
-        if (out > out_max) out_max = out;
-    }
+    int in_max, out_max;
+    widest_dims(c, &in_max, &out_max);
     *gx = (size_t)max_rows * (size_t)in_max;
-    *u = (size_t)max_rows * (size_t)(set->max_rank > 0 ? set->max_rank : 1);
+    *u = (size_t)max_rows * (size_t)set->max_rank; /* at least 1 (nv_adapters_init) */
     *dy = (size_t)max_rows * (size_t)out_max;
 }
 
@@ -231,7 +233,7 @@ void nv_adapter_rows_group(nv_adapter_rows *r, const int *row_adapter, int n) {
         const int p0 = p;
         for (int i = 0; i < n; i++)
             if (row_adapter[i] == k) r->order[p++] = i;
-        if (p > p0) r->targets |= r->set->v[k - 1].shape.targets;
+        r->targets |= r->set->v[k - 1].shape.targets;
         for (int q = p0; q < p; q += NV_ADAPTER_UNIT)
             r->units[r->n_units++] = (nv_adapter_unit){k, q, q + NV_ADAPTER_UNIT < p ? q + NV_ADAPTER_UNIT : p};
     }

@@ -479,11 +479,11 @@ static void sweep(nv_sched *s, double now) {
     }
 }
 
-/* Queues block b (full, indexed) for the SSD writer, pinned by a reference until reaped. */
 /* The chain parent of r's block k: the block before it, or for the first the request's root (an
  * adapter's KV is its own: its chains start at the adapter's identity). */
 static uint64_t chain_parent(const nv_req *r, int k) { return k ? r->hashes[k - 1] : r->root; }
 
+/* Queues block b (full, indexed) for the SSD writer, pinned by a reference until reaped. */
 static void disk_write(nv_sched *s, int32_t b, uint64_t hash, uint64_t parent) {
     if (!s->disk) return;
     nv_disk_job j = {.hash = hash,
