@@ -17,6 +17,7 @@ static const struct {
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)"},
     {"bench", cmd_bench, "measure the engines, training, generation and serving against peers"},
     {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},
+    {"perplexity", cmd_perplexity, "score a text: perplexity, and the KL divergence from a reference model"},
     {"tune", cmd_tune, "measure which engine and prefill chunk serve a model fastest here, and keep the choice"},
     {"info", cmd_info, "what this machine offers: CPU, features, engines"},
 };

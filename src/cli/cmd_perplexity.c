@@ -1,0 +1,440 @@
+/* nerve perplexity: how well a model predicts a text (llama.cpp's llama-perplexity: chunks of
+ * --ctx tokens, each starting at BOS, the second half of each scored so every scored token sees at
+ * least half a context), and with --kl-base how far its next-token distributions are from a
+ * reference model's on the same tokens: a quantized export, an int8 engine or an adapter against
+ * the model they came from, in one run (no file of logits in between). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/cpu.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "cli/cli.h"
+#include "model/forward.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "train/data.h"
+
+#define CMD "perplexity"
+#define ROWS 64       /* tokens per forward pass, as generate's prefill */
+#define MAX_FILES 64
+#define DEFAULT_CTX 512 /* llama.cpp's customary context for perplexity; the model's when shorter */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nerve perplexity -m MODEL [-z TOKENIZER] [-f FILE...] [--ctx N] [--chunks N] [--val-frac F]\n"
+            "                        [--engine E] [--threads N] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+            "                        [--kl-base MODEL [--kl-base-engine E]] [--json]\n"
+            "  -m MODEL      llama2.c checkpoint, GGUF file or `nerve train` run folder\n"
+            "  -z TOKENIZER  as generate's (the run folder's, the GGUF file's own, else the shared tokenizer.bin)\n"
+            "  -f FILE       text (tokenized with -z; documents split at blank lines, each from BOS, as nerve train\n"
+            "                reads it) or token shards (.bin uint16, .u32 uint32); several are read in order\n"
+            "                (also --data; default: corpus/tinystories_valid_head.txt in the shared data)\n"
+            "  --ctx N       tokens per chunk (default: 512, or the model's context when shorter); each chunk\n"
+            "                starts at BOS and the predictions of its second half are scored\n"
+            "  --chunks N    score at most N chunks (default: every whole chunk of the text)\n"
+            "  --val-frac F  score only the last F of each file: the part `nerve train --val-frac F` held out\n"
+            "  --engine E    the engine (default: the fastest exact fp32 one, as generate)\n"
+            "  --threads N   threads for the engines (default: one per core)\n"
+            "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
+            "                adapters merged into MODEL at load, as generate's\n"
+            "  --kl-base MODEL\n"
+            "                also run MODEL (same vocabulary) on the same tokens and report the KL divergence of\n"
+            "                this model's next-token distributions from its, how often their top tokens agree, and\n"
+            "                the two perplexities (llama.cpp's --kl-divergence statistics)\n"
+            "  --kl-base-engine E\n"
+            "                the reference's engine (default: the fastest exact fp32 one)\n"
+            "  --json        print the results as one JSON object\n");
+}
+
+/* A running mean and variance (Welford), and the standard error of the mean as llama.cpp gives it. */
+typedef struct {
+    uint64_t n;
+    double mean, m2;
+} moments;
+
+static void mom_add(moments *m, double x) {
+    m->n++;
+    const double d = x - m->mean;
+    m->mean += d / (double)m->n;
+    m->m2 += d * (x - m->mean);
+}
+
+static double mom_err(const moments *m) { return m->n > 1 ? sqrt(m->m2 / ((double)m->n * (double)(m->n - 1))) : 0.0; }
+
+static double mom_rms(const moments *m) { return m->n ? sqrt(m->mean * m->mean + m->m2 / (double)m->n) : 0.0; }
+
+/* One model being scored: its weights on their engine and the single-sequence state a chunk runs in. */
+typedef struct {
+    const char *path;
+    nv_model m;
+    nv_state s;
+    nv_engine_id engine;
+    double seconds; /* in forward passes */
+    moments nll;    /* -log p(next token) of every scored position */
+} scored_model;
+
+static void scored_free(scored_model *sm) {
+    nv_state_free(&sm->s);
+    nv_model_free(&sm->m);
+}
+
+/* Loads a model and builds its plans; the state comes once the context is known (scored_ready). */
+static nv_err scored_open(scored_model *sm, const char *path, const cli_loras *loras, nv_engine_id engine) {
+    sm->path = path;
+    sm->engine = engine;
+    NV_TRY(cli_load_model(path, loras, 1, &sm->m));
+    nv_err e = nv_model_build_plans(&sm->m, engine);
+    if (e != NV_OK) {
+        scored_free(sm);
+        return e;
+    }
+    nv_model_drop_quant_sources(&sm->m); /* the plans hold their own copy */
+    return NV_OK;
+}
+
+static nv_err scored_ready(scored_model *sm, int ctx) {
+    if (ctx > sm->m.config.seq_len)
+        return nv_fail(NV_EINVAL, "%s: --ctx %d is longer than the model's context of %d", sm->path, ctx, sm->m.config.seq_len);
+    return nv_state_init(&sm->s, &sm->m.config, ROWS, ctx, 0);
+}
+
+/* log of the sum of exp over a row of logits */
+static double row_logz(const float *l, int V) {
+    float mx = l[0];
+    for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)l[i] - mx);
+    return mx + log(sum);
+}
+
+/* The token stream: every source's range [lo, hi) in order, read a chunk at a time. */
+typedef struct {
+    const nv_dataset *ds;
+    double val_frac;
+    uint64_t total;
+} stream;
+
+static uint64_t src_lo(const stream *st, const nv_source *s) { return st->val_frac > 0 ? s->n_train : 0; }
+
+static void stream_read(const stream *st, uint64_t at, int n, int *out) {
+    int k = 0;
+    for (int i = 0; i < st->ds->n_src && k < n; i++) {
+        const nv_source *s = &st->ds->src[i];
+        const uint64_t lo = src_lo(st, s), len = s->n_tokens - lo;
+        if (at >= len) {
+            at -= len;
+            continue;
+        }
+        for (uint64_t j = lo + at; j < s->n_tokens && k < n; j++) out[k++] = (int)nv_source_token(s, j);
+        at = 0;
+    }
+}
+
+/* The forward passes of one chunk on one model: its logits for positions [lo, hi) land in rows[0..]
+ * (a pass whose positions are all before lo asks for one row and drops it). */
+static nv_err chunk_pass(scored_model *sm, const int *tok, int start, int n, int lo, int *rows_out) {
+    const int want_from = lo > start ? lo : start;
+    const int rows = want_from < start + n ? start + n - want_from : 1;
+    const double t0 = nv_now();
+    nv_err e = nv_forward_rows(&sm->m, &sm->s, tok + start, n, start, rows);
+    sm->seconds += nv_now() - t0;
+    *rows_out = want_from < start + n ? rows : 0;
+    return e;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The value below which a fraction q of the sorted values lie (linear between neighbours). */
+static double quantile(const double *v, uint64_t n, double q) {
+    if (!n) return 0;
+    const double at = q * (double)(n - 1);
+    const uint64_t i = (uint64_t)at;
+    return i + 1 < n ? v[i] + (at - (double)i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+/* What --kl-base adds: per scored position the KL divergence of this model's distribution from the
+ * reference's, the change in the correct token's probability, whether the top tokens agree, and the
+ * pair of log-likelihoods (their correlation). */
+typedef struct {
+    double *kld;
+    uint64_t n, cap;
+    moments kl, dp, same, diff; /* diff: -log p_q + log p_base */
+    double cxy;                 /* co-moment of the two models' nll, for their correlation */
+    moments x, y;
+} kl_stats;
+
+static nv_err kl_add(kl_stats *k, const float *lq, const float *lb, int V, int target) {
+    const double zq = row_logz(lq, V), zb = row_logz(lb, V);
+    double kld = 0;
+    for (int i = 0; i < V; i++) {
+        const double lpb = (double)lb[i] - zb;
+        kld += exp(lpb) * (lpb - ((double)lq[i] - zq));
+    }
+    if (k->n == k->cap) {
+        uint64_t cap = k->cap ? 2 * k->cap : 4096;
+        double *p = realloc(k->kld, cap * sizeof *p);
+        if (!p) return nv_fail(NV_ENOMEM, "out of memory");
+        k->kld = p, k->cap = cap;
+    }
+    k->kld[k->n++] = kld;
+    mom_add(&k->kl, kld);
+    const double nq = zq - lq[target], nb = zb - lb[target];
+    mom_add(&k->dp, exp(-nq) - exp(-nb));
+    mom_add(&k->same, nv_argmax(lq, V) == nv_argmax(lb, V) ? 1.0 : 0.0);
+    mom_add(&k->diff, nq - nb);
+    const double dx = nq - k->x.mean; /* the bivariate Welford update, before the means move */
+    mom_add(&k->x, nq);
+    mom_add(&k->y, nb);
+    k->cxy += dx * (nb - k->y.mean);
+    return NV_OK;
+}
+
+static double kl_cor(const kl_stats *k) {
+    const double den = sqrt(k->x.m2 * k->y.m2);
+    return den > 0 ? k->cxy / den : 1.0;
+}
+
+static const double kl_quantiles[] = {0.999, 0.99, 0.5, 0.10, 0.05, 0.01};
+static const char *const kl_quantile_names[] = {"99.9%", "99.0%", "Median", "10.0%", "5.0%", "1.0%"};
+static const char *const kl_quantile_keys[] = {"p99_9", "p99", "median", "p10", "p5", "p1"};
+
+static void print_text(const scored_model *q, const scored_model *b, const kl_stats *k) {
+    const double ppl = exp(q->nll.mean);
+    if (!b) {
+        printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, ppl * mom_err(&q->nll));
+        return;
+    }
+    const double pplb = exp(b->nll.mean), ratio = exp(k->diff.mean);
+    printf("====== Perplexity statistics ======\n");
+    printf("Mean PPL(Q)                   : %10.6f +/- %10.6f\n", ppl, ppl * mom_err(&q->nll));
+    printf("Mean PPL(base)                : %10.6f +/- %10.6f\n", pplb, pplb * mom_err(&b->nll));
+    printf("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100 * kl_cor(k));
+    printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f +/- %10.6f\n", k->diff.mean, mom_err(&k->diff));
+    printf("Mean PPL(Q)/PPL(base)         : %10.6f +/- %10.6f\n", ratio, ratio * mom_err(&k->diff));
+    printf("\n====== KL divergence statistics ======\n");
+    printf("Mean    KLD: %10.6f +/- %10.6f\n", k->kl.mean, mom_err(&k->kl));
+    printf("Maximum KLD: %10.6f\n", k->kld[k->n - 1]);
+    for (size_t i = 0; i < sizeof kl_quantiles / sizeof *kl_quantiles; i++)
+        printf("%-7s KLD: %10.6f\n", kl_quantile_names[i], quantile(k->kld, k->n, kl_quantiles[i]));
+    printf("Minimum KLD: %10.6f\n", k->kld[0]);
+    printf("\n====== Token probability statistics ======\n");
+    printf("Mean    dp: %8.3f +/- %6.3f %%\n", 100 * k->dp.mean, 100 * mom_err(&k->dp));
+    printf("RMS     dp: %8.3f %%\n", 100 * mom_rms(&k->dp));
+    printf("Same top p: %8.3f +/- %6.3f %%\n", 100 * k->same.mean, 100 * mom_err(&k->same));
+}
+
+static void json_model(cJSON *o, const scored_model *sm, double tokens) {
+    const double ppl = exp(sm->nll.mean);
+    cJSON_AddStringToObject(o, "model", sm->path);
+    cJSON_AddStringToObject(o, "engine", nv_engine_name(sm->engine));
+    cJSON_AddNumberToObject(o, "ppl", ppl);
+    cJSON_AddNumberToObject(o, "ppl_err", ppl * mom_err(&sm->nll));
+    cJSON_AddNumberToObject(o, "nll", sm->nll.mean);
+    cJSON_AddNumberToObject(o, "seconds", sm->seconds);
+    cJSON_AddNumberToObject(o, "tokens_per_s", sm->seconds > 0 ? tokens / sm->seconds : 0);
+}
+
+static int print_json(const scored_model *q, const scored_model *b, const kl_stats *k, int ctx, int chunks, int threads) {
+    cJSON *o = cJSON_CreateObject();
+    json_model(o, q, (double)chunks * ctx);
+    cJSON_AddNumberToObject(o, "ctx", ctx);
+    cJSON_AddNumberToObject(o, "chunks", chunks);
+    cJSON_AddNumberToObject(o, "scored", (double)q->nll.n);
+    cJSON_AddNumberToObject(o, "threads", threads);
+    if (b) {
+        cJSON *base = cJSON_AddObjectToObject(o, "base");
+        json_model(base, b, (double)chunks * ctx);
+        cJSON_AddNumberToObject(o, "ln_ppl_ratio", k->diff.mean);
+        cJSON_AddNumberToObject(o, "ln_ppl_ratio_err", mom_err(&k->diff));
+        cJSON_AddNumberToObject(o, "ppl_cor", kl_cor(k));
+        cJSON *kl = cJSON_AddObjectToObject(o, "kld");
+        cJSON_AddNumberToObject(kl, "mean", k->kl.mean);
+        cJSON_AddNumberToObject(kl, "err", mom_err(&k->kl));
+        cJSON_AddNumberToObject(kl, "max", k->kld[k->n - 1]);
+        for (size_t i = 0; i < sizeof kl_quantiles / sizeof *kl_quantiles; i++)
+            cJSON_AddNumberToObject(kl, kl_quantile_keys[i], quantile(k->kld, k->n, kl_quantiles[i]));
+        cJSON_AddNumberToObject(kl, "min", k->kld[0]);
+        cJSON *dp = cJSON_AddObjectToObject(o, "delta_p");
+        cJSON_AddNumberToObject(dp, "mean", k->dp.mean);
+        cJSON_AddNumberToObject(dp, "err", mom_err(&k->dp));
+        cJSON_AddNumberToObject(dp, "rms", mom_rms(&k->dp));
+        cJSON_AddNumberToObject(o, "same_top", k->same.mean);
+        cJSON_AddNumberToObject(o, "same_top_err", mom_err(&k->same));
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) return cli_error(CMD, 1, "out of memory");
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *base_path = NULL, *base_engine_name = NULL;
+    const char *files[MAX_FILES];
+    int n_files = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0;
+    float val_frac = 0;
+    cli_loras loras = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
+        if (lf < 0) return 2;
+        if (lf) continue;
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m")) model_path = v;
+        else if (!strcmp(a, "-z")) tok_path = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--data")) {
+            if (n_files == MAX_FILES) return cli_error(CMD, 2, "at most %d files", MAX_FILES);
+            files[n_files++] = v;
+        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (!cli_int(CMD, a, v, 4, 1 << 20, &ctx)) return 2; }
+        else if (!strcmp(a, "--chunks")) { if (!cli_int(CMD, a, v, 1, 1 << 30, &max_chunks)) return 2; }
+        else if (!strcmp(a, "--val-frac")) {
+            if (!cli_float(CMD, a, v, 0, 0.99, &val_frac)) return 2;
+        } else if (!strcmp(a, "--engine")) engine_name = v;
+        else if (!strcmp(a, "--kl-base")) base_path = v;
+        else if (!strcmp(a, "--kl-base-engine")) base_engine_name = v;
+        else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
+        else return cli_error(CMD, 2, "unknown option '%s' (see nerve perplexity --help)", a);
+    }
+    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve perplexity --help)");
+    if (base_engine_name && !base_path) return cli_error(CMD, 2, "--kl-base-engine needs --kl-base MODEL");
+    char default_text[4096];
+    if (!n_files) {
+        if (!nv_data_path("corpus/tinystories_valid_head.txt", default_text, sizeof default_text))
+            return cli_error(CMD, 2, "no text to score: give -f FILE (the default, corpus/tinystories_valid_head.txt in the shared data, is not there)");
+        files[n_files++] = default_text;
+    }
+    for (int i = 0; i < n_files; i++) {
+        const size_t len = strlen(files[i]);
+        if (len >= 6 && !strcmp(files[i] + len - 6, ".jsonl"))
+            return cli_error(CMD, 2, "%s: chat data is not scored here; give text or token shards", files[i]);
+    }
+    cli_paths paths, base_paths;
+    cli_model_paths(&model_path, &tok_path, &paths);
+    nv_engine_id engine, base_engine = NV_ENGINE_SCALAR;
+    int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FP32, &engine);
+    if (erc) return erc;
+    if (base_path) {
+        const char *unused_tok = "";
+        cli_model_paths(&base_path, &unused_tok, &base_paths);
+        if ((erc = cli_engine(CMD, base_engine_name, threads, CLI_ENGINE_FP32, &base_engine))) return erc;
+    }
+
+    scored_model q = {0}, b = {0};
+    nv_tokenizer *tok = NULL;
+    nv_dataset ds = {0};
+    kl_stats k = {0};
+    int *tokens = NULL, rc = 1;
+    if (scored_open(&q, model_path, &loras, engine) != NV_OK ||
+        (base_path && scored_open(&b, base_path, NULL, base_engine) != NV_OK)) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        scored_free(&q);
+        return 1;
+    }
+    const nv_config c = q.m.config;
+    if (!ctx) ctx = c.seq_len < DEFAULT_CTX ? c.seq_len : DEFAULT_CTX;
+    if (nv_tokenizer_load_for_model(tok_path, c.vocab_size, &tok) != NV_OK ||
+        nv_dataset_open(&ds, files, n_files, tok, c.vocab_size, val_frac) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    stream st = {&ds, val_frac, 0};
+    for (int i = 0; i < ds.n_src; i++) st.total += ds.src[i].n_tokens - src_lo(&st, &ds.src[i]);
+    if (st.total < (uint64_t)ctx) {
+        cli_error(CMD, 1, "%llu tokens to score%s: a chunk needs %d (give more text or a smaller --ctx)",
+                  (unsigned long long)st.total, val_frac > 0 ? " in the held-out part" : "", ctx);
+        goto done;
+    }
+    uint64_t chunks64 = st.total / (uint64_t)ctx;
+    if (max_chunks && chunks64 > (uint64_t)max_chunks) chunks64 = (uint64_t)max_chunks;
+    const int chunks = chunks64 > (1u << 30) ? 1 << 30 : (int)chunks64;
+    if (scored_ready(&q, ctx) != NV_OK || (base_path && scored_ready(&b, ctx) != NV_OK)) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (base_path && b.m.config.vocab_size != c.vocab_size) {
+        cli_error(CMD, 1, "--kl-base %s has a vocabulary of %d tokens, %s one of %d: they do not predict the same tokens",
+                  base_path, b.m.config.vocab_size, model_path, c.vocab_size);
+        goto done;
+    }
+    if (!(tokens = malloc((size_t)ctx * sizeof *tokens))) {
+        cli_error(CMD, 1, "out of memory");
+        goto done;
+    }
+    const int first = ctx / 2, V = c.vocab_size, bos = nv_tokenizer_bos(tok);
+    const int pool_threads = threads ? threads : nv_cpu_probe()->cores;
+    fprintf(stderr, "nerve perplexity: %s on %s, %d thread%s: %d chunk%s of %d tokens, the last %d predictions of each scored\n",
+            model_path, nv_engine_name(engine), pool_threads, pool_threads == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s",
+            ctx, ctx - 1 - first);
+    const double t_start = nv_now();
+    for (int ch = 0; ch < chunks; ch++) {
+        stream_read(&st, (uint64_t)ch * ctx, ctx, tokens);
+        if (bos >= 0 && nv_tokenizer_adds_bos(tok)) tokens[0] = bos; /* as llama.cpp: every chunk starts a sequence */
+        for (int start = 0; start < ctx; start += ROWS) {
+            const int n = ctx - start < ROWS ? ctx - start : ROWS;
+            int rows = 0, base_rows = 0;
+            if (chunk_pass(&q, tokens, start, n, first, &rows) != NV_OK ||
+                (base_path && chunk_pass(&b, tokens, start, n, first, &base_rows) != NV_OK)) {
+                cli_error(CMD, 1, "%s", nv_errmsg());
+                goto done;
+            }
+            /* row r is position start + n - rows + r, predicting the token after it; the last
+               position's successor is outside the chunk */
+            for (int r = 0; r < rows; r++) {
+                const int p = start + n - rows + r;
+                if (p >= ctx - 1) break;
+                const float *lq = q.s.logits + (size_t)r * V;
+                mom_add(&q.nll, row_logz(lq, V) - lq[tokens[p + 1]]);
+                if (!base_path) continue;
+                const float *lb = b.s.logits + (size_t)r * V;
+                mom_add(&b.nll, row_logz(lb, V) - lb[tokens[p + 1]]);
+                if (kl_add(&k, lq, lb, V, tokens[p + 1]) != NV_OK) {
+                    cli_error(CMD, 1, "%s", nv_errmsg());
+                    goto done;
+                }
+            }
+        }
+        if (ch == 0 && chunks > 1) {
+            const double per = nv_now() - t_start;
+            fprintf(stderr, "nerve perplexity: %.2f s a chunk, about %.0f s for all %d\n", per, per * chunks, chunks);
+        }
+        fprintf(stderr, "[%d]%.4f%s", ch + 1, exp(q.nll.mean), ch + 1 == chunks ? "\n" : ",");
+        fflush(stderr);
+    }
+    if (!isfinite(q.nll.mean) || (base_path && !isfinite(b.nll.mean))) {
+        cli_error(CMD, 1, "the log-likelihood is not finite: a model gives logits that are not numbers");
+        goto done;
+    }
+    if (base_path) qsort(k.kld, k.n, sizeof *k.kld, cmp_double);
+    if (json) rc = print_json(&q, base_path ? &b : NULL, &k, ctx, chunks, pool_threads);
+    else {
+        print_text(&q, base_path ? &b : NULL, &k);
+        rc = 0;
+    }
+    fprintf(stderr, "nerve perplexity: %.1f tokens/s%s\n", q.seconds > 0 ? (double)chunks * ctx / q.seconds : 0.0,
+            base_path ? " (the model's forward passes; the reference's apart)" : "");
+done:
+    free(tokens);
+    free(k.kld);
+    scored_free(&q);
+    scored_free(&b);
+    nv_dataset_close(&ds);
+    if (tok) nv_tokenizer_free(tok);
+    return rc;
+}
