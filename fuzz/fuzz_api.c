@@ -176,7 +176,14 @@ static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
     nv_api_request r;
     nv_resp_meta m;
     nv_api_error err;
-    int rc = nv_resp_parse(ctx, data, size, &r, &m, &err);
+    static nv_resp_store *store; /* holds resp_fuzz for previous_response_id to continue */
+    if (!store && nv_resp_store_new(1 << 20, &store) == NV_OK)
+        nv_resp_store_put(store, "resp_fuzz",
+                          strdup("{\"id\":\"resp_fuzz\",\"output\":[{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":"
+                                 "\"output_text\",\"text\":\"hi\"}]},{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"play\","
+                                 "\"arguments\":\"{}\"}]}"),
+                          strdup("[{\"type\":\"message\",\"role\":\"user\",\"content\":\"x\",\"id\":\"msg_1\"}]"), strdup("[]"));
+    int rc = nv_resp_parse(ctx, store, data, size, &r, &m, &err);
     if (rc != 0) {
         FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0', "responses status %d", rc);
         FZ_CHECK(r.prompt_ids == NULL && m.echo == NULL, "a failed Responses parse kept memory");
@@ -204,6 +211,12 @@ static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
     nv_resp_stream_free(&st);
     FZ_CHECK(!out.oom && strstr(out.data, "event: response.failed\n"), "Responses failure event");
     nv_buf_free(&out);
+    if (m.keep) { /* kept whole: it continues as resp_fuzz does; then gone, so resp_fuzz is never pushed out */
+        char *kept = NULL;
+        FZ_CHECK(nv_resp_get(store, m.id, &kept, &err) == 0 && kept, "a kept response is not there");
+        free(kept);
+        FZ_CHECK(nv_resp_store_delete(store, m.id) == 1, "delete");
+    }
     nv_api_request_free(&r);
     nv_resp_meta_free(&m);
 }

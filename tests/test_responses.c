@@ -13,7 +13,7 @@
 
 /* Parses a Responses body; 0 or the status (the error's message in why). */
 static int rparse(const nv_api_ctx *ctx, const char *body, nv_api_request *r, nv_resp_meta *m, nv_api_error *e) {
-    return nv_resp_parse(ctx, body, strlen(body), r, m, e);
+    return nv_resp_parse(ctx, NULL, body, strlen(body), r, m, e);
 }
 
 /* 1 when the Responses body and the chat body give the same prompt tokens. */
@@ -439,11 +439,222 @@ static void test_server_calls(void) {
     T_CHECK(rc == 0, "server exit %d", rc);
 }
 
+/* The store alone: what is put comes back, the oldest goes first once the bytes pass the cap, a
+ * response larger than the cap is not kept, a deleted one is gone. */
+static void test_store_unit(void) {
+    nv_resp_store *st = NULL;
+    T_CHECK(nv_resp_store_new(4096, &st) == NV_OK, "new");
+    if (!st) return;
+    char id[32], big[2048];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    for (int i = 0; i < 6; i++) { /* ~1.1 KB each: four fit in 4 KB */
+        snprintf(id, sizeof id, "resp_%d", i);
+        char *r = malloc(1100);
+        snprintf(r, 1100, "{\"id\":\"%s\",\"pad\":\"%.1000s\"}", id, big);
+        nv_resp_store_put(st, id, r, strdup("[]"), strdup("[1]"));
+    }
+    size_t count = 0, bytes = 0;
+    nv_resp_store_stats(st, &count, &bytes);
+    T_CHECK(count >= 2 && count <= 3 && bytes <= 4096, "%zu kept in %zu bytes", count, bytes);
+    char *r = NULL, *c = NULL, *in = NULL;
+    T_CHECK(nv_resp_store_copy(st, "resp_0", &r, &c, &in) == 0 && !r && !c && !in, "the oldest was not dropped");
+    T_CHECK(nv_resp_store_copy(st, "resp_5", &r, &c, &in) == 1 && r && strstr(r, "resp_5") && !strcmp(c, "[]") && !strcmp(in, "[1]"),
+            "the newest: %s", r ? r : "(none)");
+    free(r), free(c), free(in);
+    T_CHECK(nv_resp_store_copy(st, "resp_4", NULL, NULL, &in) == 1 && in && !strcmp(in, "[1]"), "one text only");
+    free(in);
+    nv_resp_store_put(st, "resp_big", strdup(big), strdup(big), strdup("[]")); /* 4 KB of text: more than the cap */
+    T_CHECK(nv_resp_store_copy(st, "resp_big", NULL, NULL, NULL) == 0 && nv_resp_store_copy(st, "resp_5", NULL, NULL, NULL) == 1,
+            "a response over the cap was kept, or pushed the others out");
+    T_CHECK(nv_resp_store_delete(st, "resp_5") == 1 && nv_resp_store_delete(st, "resp_5") == 0 &&
+                nv_resp_store_copy(st, "resp_5", NULL, NULL, NULL) == 0,
+            "delete");
+    nv_resp_store_free(st);
+}
+
+static double usage_of(const cJSON *o, const char *a, const char *b) {
+    const cJSON *u = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), a);
+    return b ? cJSON_GetObjectItem(u, b) ? cJSON_GetObjectItem(u, b)->valuedouble : -1 : u ? u->valuedouble : -1;
+}
+
+/* previous_response_id continues a kept response (the prompt is the chat conversation's, its
+ * prefix a cache hit), GET returns what was answered, input_items lists and pages, store false and
+ * DELETE forget, a streamed response is kept as its final event has it. */
+static void test_server_stored(void) {
+    const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
+    if (!tok || !model || !start("responses-store", model, tok)) return;
+    resp r, g, c;
+    char body[4096], id1[64] = "", id2[64] = "", text1[2048] = "", text2[2048] = "", path[256];
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL,
+                 "{\"input\":[{\"role\":\"user\",\"content\":\"Once upon a time\"},{\"role\":\"assistant\",\"content\":\"there was\"},"
+                 "{\"role\":\"user\",\"content\":\"a cat\"}],\"max_output_tokens\":12,\"temperature\":0}",
+                 &r) && r.status == 200,
+            "first: %d %s", r.status, r.body);
+    cJSON *w = cJSON_Parse(r.body);
+    snprintf(id1, sizeof id1, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "");
+    output_text(w, text1, sizeof text1);
+    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(w, "store")) && cJSON_IsNull(cJSON_GetObjectItem(w, "previous_response_id")) && *text1,
+            "store echoed: %s", r.body);
+    cJSON_Delete(w);
+    snprintf(path, sizeof path, "/v1/responses/%s", id1);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && r.body && g.body && !strcmp(g.body, r.body),
+            "GET gives %d %.300s, the answer was %.300s", g.status, g.body, r.body);
+    resp_free(&g);
+    resp_free(&r);
+    /* continued: the earlier items, the answer, then the new input, as the chat request of all of them */
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"The end?\",\"max_output_tokens\":8,\"temperature\":0}", id1);
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200, "continued: %d %s", r.status, r.body);
+    w = cJSON_Parse(r.body);
+    snprintf(id2, sizeof id2, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "");
+    output_text(w, text2, sizeof text2);
+    T_CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(w, "previous_response_id")) ?: "", id1), "previous_response_id echoed: %s", r.body);
+    cJSON *esc = cJSON_CreateString(text1);
+    char *esc_text = cJSON_PrintUnformatted(esc);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"},{\"role\":\"assistant\",\"content\":\"there was\"},"
+             "{\"role\":\"user\",\"content\":\"a cat\"},{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":"
+             "\"The end?\"}],\"max_tokens\":8,\"temperature\":0}",
+             esc_text);
+    free(esc_text), cJSON_Delete(esc);
+    T_CHECK(http(srv.port, "POST", "/v1/chat/completions", NULL, body, &c) && c.status == 200, "chat: %d %s", c.status, c.body);
+    cJSON *cj = cJSON_Parse(c.body);
+    const char *ctext = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cj, "choices"), 0), "message"), "content"));
+    T_CHECK(usage_of(w, "input_tokens", NULL) == usage_of(cj, "prompt_tokens", NULL) && ctext && !strcmp(ctext, text2),
+            "continued prompt %g tokens '%s', the chat conversation %g '%s'", usage_of(w, "input_tokens", NULL), text2,
+            usage_of(cj, "prompt_tokens", NULL), ctext ? ctext : "");
+    T_CHECK(usage_of(w, "input_tokens_details", "cached_tokens") >= 16, "the first response's prompt was not a cache hit: %s", r.body);
+    cJSON_Delete(cj), cJSON_Delete(w);
+    resp_free(&r), resp_free(&c);
+    /* input_items: the request's own items, newest first by default, with ids; paged */
+    snprintf(path, sizeof path, "/v1/responses/%s/input_items", id2);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200, "input_items: %d %s", g.status, g.body);
+    cJSON *l = cJSON_Parse(g.body);
+    const cJSON *d0 = cJSON_GetArrayItem(cJSON_GetObjectItem(l, "data"), 0);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(l, "data")) == 1 && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(l, "object")) ?: "", "list") &&
+                !strncmp(cJSON_GetStringValue(cJSON_GetObjectItem(d0, "id")) ?: "", "msg_", 4) &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(d0, "content"), 0), "text")) ?: "", "The end?") &&
+                cJSON_IsFalse(cJSON_GetObjectItem(l, "has_more")),
+            "input_items of the continuation: %s", g.body);
+    cJSON_Delete(l);
+    resp_free(&g);
+    char page[3][64] = {{0}};
+    snprintf(path, sizeof path, "/v1/responses/%s/input_items?limit=2", id1);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200, "page 1: %d %s", g.status, g.body);
+    l = cJSON_Parse(g.body);
+    for (int k = 0; k < 2; k++)
+        snprintf(page[k], sizeof page[k], "%s", cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(l, "data"), k), "id")) ?: "");
+    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(l, "has_more")) &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(l, "last_id")) ?: "", page[1]) &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(l, "data"), 0), "role")) ?: "", "user"),
+            "page 1 (newest first): %s", g.body);
+    cJSON_Delete(l);
+    resp_free(&g);
+    snprintf(path, sizeof path, "/v1/responses/%s/input_items?limit=2&after=%s", id1, page[1]);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200, "page 2: %d %s", g.status, g.body);
+    l = cJSON_Parse(g.body);
+    snprintf(page[2], sizeof page[2], "%s", cJSON_GetStringValue(cJSON_GetObjectItem(l, "first_id")) ?: "");
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(l, "data"), 0);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(l, "data")) == 1 && cJSON_IsFalse(cJSON_GetObjectItem(l, "has_more")) && *page[2] &&
+                strcmp(page[2], page[0]) && strcmp(page[2], page[1]) &&
+                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(first, "content"), 0), "text")) ?: "",
+                        "Once upon a time"),
+            "page 2: %s", g.body);
+    cJSON_Delete(l);
+    resp_free(&g);
+    snprintf(path, sizeof path, "/v1/responses/%s/input_items?order=asc&limit=1", id1);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && strstr(g.body, page[2]) && strstr(g.body, "\"has_more\":true"),
+            "asc: %d %s", g.status, g.body);
+    resp_free(&g);
+    const char *bad_queries[] = {"limit=0", "limit=101", "limit=x", "order=up", "after=msg_nope"};
+    for (int k = 0; k < 5; k++) {
+        snprintf(path, sizeof path, "/v1/responses/%s/input_items?%s", id1, bad_queries[k]);
+        T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 400, "%s: %d %s", bad_queries[k], g.status, g.body);
+        resp_free(&g);
+    }
+    /* a streamed continuation is kept as its response.completed event gives it */
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"More.\",\"max_output_tokens\":5,\"stream\":true}", id2);
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200, "stream: %d", r.status);
+    rstream s;
+    sum(r.body, &s);
+    char *final = cJSON_PrintUnformatted(s.final);
+    snprintf(path, sizeof path, "/v1/responses/%s", cJSON_GetStringValue(cJSON_GetObjectItem(s.final, "id")) ?: "none");
+    T_CHECK(s.ok && final && http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && !strcmp(g.body, final),
+            "the streamed response kept: %d %.300s against %.300s", g.status, g.body, final ? final : "");
+    free(final);
+    cJSON_Delete(s.final);
+    resp_free(&g), resp_free(&r);
+    /* store false: answered, not kept */
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, "{\"input\":\"x\",\"store\":false,\"max_output_tokens\":2}", &r) && r.status == 200 &&
+                strstr(r.body, "\"store\":false"),
+            "store false: %d %s", r.status, r.body);
+    w = cJSON_Parse(r.body);
+    snprintf(path, sizeof path, "/v1/responses/%s", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "none");
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 404, "store false then GET: %d", g.status);
+    resp_free(&g);
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"x\"}", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "none");
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &g) && g.status == 400 && strstr(g.body, "previous_response_not_found") &&
+                strstr(g.body, "\"param\":\"previous_response_id\""),
+            "continuing a response not kept: %d %s", g.status, g.body);
+    cJSON_Delete(w);
+    resp_free(&g), resp_free(&r);
+    /* DELETE: gone, a second time 404; what continued from it stands alone */
+    snprintf(path, sizeof path, "/v1/responses/%s", id1);
+    T_CHECK(http(srv.port, "DELETE", path, NULL, NULL, &g) && g.status == 200 && strstr(g.body, "\"deleted\":true") && strstr(g.body, id1),
+            "DELETE: %d %s", g.status, g.body);
+    resp_free(&g);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 404 && strstr(g.body, id1), "GET after DELETE: %d %s", g.status, g.body);
+    resp_free(&g);
+    T_CHECK(http(srv.port, "DELETE", path, NULL, NULL, &g) && g.status == 404, "DELETE twice: %d", g.status);
+    resp_free(&g);
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"The end?\",\"max_output_tokens\":8,\"temperature\":0,\"store\":false}", id1);
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 400, "continuing a deleted response: %d", r.status);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v1/responses/%s", id2);
+    T_CHECK(http(srv.port, "PUT", path, NULL, "{}", &g) && g.status == 405 && strstr(g.head, "GET, DELETE"), "PUT: %d %s", g.status, g.head);
+    resp_free(&g);
+    snprintf(path, sizeof path, "/v1/responses/%s/cancel", id2);
+    T_CHECK(http(srv.port, "POST", path, NULL, "{}", &g) && g.status == 404, "cancel: %d", g.status);
+    resp_free(&g);
+    int rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
+}
+
+/* --responses-store 0: nothing kept, previous_response_id refused as unsupported, store answered false. */
+static void test_server_store_off(void) {
+    const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
+    if (!tok || !model) return;
+    if (!server_spawn(&srv, "responses-nostore", NULL, NULL, model, tok, "--kv-memory 64M --chat-template chatml --responses-store 0", 30)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    resp r, g;
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, "{\"input\":\"x\",\"max_output_tokens\":2}", &r) && r.status == 200 &&
+                strstr(r.body, "\"store\":false"),
+            "answered: %d %s", r.status, r.body);
+    cJSON *w = cJSON_Parse(r.body);
+    char path[256], body[256];
+    snprintf(path, sizeof path, "/v1/responses/%s", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "none");
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 404 && strstr(g.body, "--responses-store 0"), "GET: %d %s", g.status, g.body);
+    resp_free(&g);
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"x\"}", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "none");
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &g) && g.status == 400 && strstr(g.body, "unsupported_parameter"),
+            "previous_response_id: %d %s", g.status, g.body);
+    resp_free(&g), resp_free(&r);
+    cJSON_Delete(w);
+    int rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
+}
+
 int main(void) {
     T_RUN(test_translation);
+    T_RUN(test_store_unit);
     T_RUN(test_refusals);
     T_RUN(test_events);
     T_RUN(test_server);
     T_RUN(test_server_calls);
+    T_RUN(test_server_stored);
+    T_RUN(test_server_store_off);
     return t_done();
 }

@@ -147,6 +147,24 @@ const kid = JSON.parse(textOf(rjson));
 assert.ok(typeof kid.name === 'string' && Number.isInteger(kid.age) && kid.age >= 0 && kid.age <= 9);
 await assert.rejects(client.responses.create({ model, input: 'x', previous_response_id: 'resp_1' }),
                      (e) => e.status === 400 && e.param === 'previous_response_id');
+// stored responses: continued by previous_response_id (the chat conversation's text), retrieved,
+// their input items listed, deleted
+assert.equal(rtext.store, true);
+const rcont = await client.responses.create({ model, previous_response_id: rtext.id, input: 'And then?', max_output_tokens: 8, temperature: 0 });
+const ccont = await client.chat.completions.create({ model, max_tokens: 8, temperature: 0, messages: [
+  { role: 'user', content: 'Once upon a time' }, { role: 'assistant', content: textOf(rtext) }, { role: 'user', content: 'And then?' }] });
+assert.equal(rcont.previous_response_id, rtext.id);
+assert.equal(textOf(rcont), ccont.choices[0].message.content, 'a continued response differs from the chat conversation');
+assert.equal(rcont.usage.input_tokens, ccont.usage.prompt_tokens);
+const got = await client.responses.retrieve(rtext.id);
+const { output_text: _a, ...gotFields } = got, { output_text: _b, ...rtextFields } = rtext; // the SDK's convenience field, on create() only
+assert.deepEqual(gotFields, rtextFields);
+const items = [];
+for await (const it of client.responses.inputItems.list(rcont.id)) items.push(it);
+assert.equal(items.length, 1);
+assert.equal(items[0].content[0].text, 'And then?');
+await client.responses.del(rtext.id);
+await assert.rejects(client.responses.retrieve(rtext.id), (e) => e.status === 404);
 
 // embeddings: the SDK asks for base64 by default and decodes it; float gives the same numbers
 const emb = await client.embeddings.create({ model, input: ['Once upon a time', 'The dog ran'] });

@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
             "                   [--chat-template plain|chatml|llama2|llama3] [--reasoning-format none|deepseek]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
-            "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE]\n"
+            "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32|q8] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
@@ -80,6 +80,9 @@ static void usage(FILE *f) {
             "                       positions of f16) or f32 (outputs bit-identical to nerve generate)\n"
             "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
             "  --max-body SIZE      largest request body (default 1M)\n"
+            "  --responses-store SIZE\n"
+            "                       Responses API: finished responses kept in memory for previous_response_id and\n"
+            "                       GET /v1/responses/{id}, the oldest dropped first past SIZE (default 64M; 0 = none)\n"
             "  --kv-ram-cache SIZE  prefix cache, RAM tier: KV of finished requests kept in the pool for reuse,\n"
             "                       reclaimed when needed (default: as much as --kv-memory; 0 = keep none)\n"
             "  --kv-disk-cache SIZE prefix cache, SSD tier: cap on this model's block files (default 8G; 0 = off)\n"
@@ -119,6 +122,7 @@ int cmd_serve(int argc, char **argv) {
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
+    uint64_t responses_store = 64ull << 20;
     int prefix_cache = 1;
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL;
@@ -194,6 +198,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
         else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }
         else if (!strcmp(a, "--kv-ram-cache")) { if (!parse_size(a, v, &ram_cache)) return 2; }
+        else if (!strcmp(a, "--responses-store")) { if (!parse_size(a, v, &responses_store)) return 2; }
         else if (!strcmp(a, "--kv-disk-cache")) { if (!parse_size(a, v, &disk_cache)) return 2; }
         else if (!strcmp(a, "--kv-cache-dir")) {
             if (!*v) return cli_error(CMD, 2, "--kv-cache-dir needs a directory (use --kv-disk-cache 0 for no SSD tier)");
@@ -344,7 +349,8 @@ int cmd_serve(int argc, char **argv) {
                        .max_body = (size_t)max_body,
                        .timeout_s = timeout,
                        .engine = nv_engine_name(nv_model_engine(&model)),
-                       .lora_updates = lora_updates};
+                       .lora_updates = lora_updates,
+                       .responses_store = (size_t)responses_store};
     char adapters_line[48] = ""; /* before the HTTP threads can load adapters */
     if (adapters.live || lora_updates)
         snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s%s", adapters.live, adapters.live == 1 ? "" : "s",

@@ -29,6 +29,7 @@ struct nv_http {
     int port;
     atomic_int stopping;
     atomic_int active; /* requests received whose response has not completed */
+    nv_resp_store *responses; /* stored Responses (NULL: --responses-store 0) */
 };
 
 enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES }; /* the API a stream speaks */
@@ -36,7 +37,7 @@ enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES }; /* the API a stream speaks */
 typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
     R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
-    R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD
+    R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS
 } route_id;
 
 typedef struct {
@@ -130,7 +131,8 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
     static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-                                        "/v1/load_lora_adapter", "/v1/unload_lora_adapter"};
+                                        "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
+                                        "/v1/responses/{id}/input_items"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -204,6 +206,11 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/messages")) return R_MESSAGES;
     if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/responses")) return R_RESPONSES;
+    if (!strncmp(url, "/responses/", 11) && url[11]) { /* a response's id, then nothing or /input_items */
+        const char *slash = strchr(url + 11, '/');
+        if (!slash) return R_RESPONSE;
+        return slash > url + 11 && !strcmp(slash, "/input_items") ? R_RESPONSE_ITEMS : R_NONE;
+    }
     if (!strcmp(url, "/load_lora_adapter")) return R_LORA_LOAD;
     if (!strcmp(url, "/unload_lora_adapter")) return R_LORA_UNLOAD;
     return R_NONE;
@@ -654,10 +661,26 @@ static enum MHD_Result responses(nv_http *h, struct MHD_Connection *c, conn_ctx 
     nv_api_request ar;
     nv_api_error err;
     nv_resp_meta rm;
-    if (nv_resp_parse(&h->ctx, cc->body.data, cc->body.len, &ar, &rm, &err)) return respond_error(h, c, cc, &err);
+    if (nv_resp_parse(&h->ctx, h->responses, cc->body.data, cc->body.len, &ar, &rm, &err)) return respond_error(h, c, cc, &err);
     enum MHD_Result ret = generate(h, c, cc, ar, NULL, &rm);
     nv_resp_meta_free(&rm); /* a stream took it */
     return ret;
+}
+
+/* GET or DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: from the store. */
+static enum MHD_Result stored_response(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, int is_delete) {
+    char id[128];
+    const char *start = strstr(url, "/responses/") + 11, *slash = strchr(start, '/');
+    snprintf(id, sizeof id, "%.*s", (int)(slash ? slash - start : (ptrdiff_t)strlen(start)), start);
+    char *out = NULL;
+    nv_api_error err;
+    int rc;
+    if (cc->route == R_RESPONSE_ITEMS)
+        rc = nv_resp_input_items(h->responses, id, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+                                 MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+                                 MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &out, &err);
+    else rc = (is_delete ? nv_resp_delete : nv_resp_get)(h->responses, id, &out, &err);
+    return rc ? respond_error(h, c, cc, &err) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
 }
 
 /* Anthropic's /v1/messages (run as the chat request it translates to) and /v1/messages/count_tokens. */
@@ -821,7 +844,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         if (!resp) return MHD_NO;
         add_common_headers(h, resp, NULL);
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         /* the headers the browser asks for (the OpenAI SDKs send their own X-Stainless-* ones, which a
            fixed list would refuse), when they are plain header names; else the two every client needs */
         const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
@@ -839,12 +862,12 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_api_error_set(&e, 404, "invalid_request_error", "not_found", NULL, "Not found: %s %.200s", method, url);
         return respond_error(h, c, cc, &e);
     }
-    int want_post = route_is_post(cc->route);
-    if ((want_post && !is_post) || (!want_post && !is_get)) {
+    const int want_post = route_is_post(cc->route), is_delete = !strcmp(method, "DELETE");
+    if ((want_post && !is_post) || (!want_post && !is_get && !(is_delete && cc->route == R_RESPONSE))) {
         nv_api_error e;
+        const char *allow = want_post ? "POST" : cc->route == R_RESPONSE ? "GET, DELETE" : "GET";
         nv_api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %.200s (use %s)",
-                         method, url, want_post ? "POST" : "GET");
-        const char *allow = want_post ? "POST" : "GET";
+                         method, url, allow);
         return respond(h, c, cc, 405, "application/json", error_json(c, cc, &e), MHD_HTTP_HEADER_ALLOW, allow);
     }
     if (cc->route == R_HEALTH) {
@@ -895,6 +918,9 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_LORA_LOAD:
     case R_LORA_UNLOAD:
         return lora_update(h, c, cc);
+    case R_RESPONSE:
+    case R_RESPONSE_ITEMS:
+        return stored_response(h, c, cc, url, is_delete);
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
         if (anthropic_route(cc->route)) return messages(h, c, cc);
@@ -990,6 +1016,11 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
     h->m = m;
     h->ctx = *ctx;
     h->created = (long)time(NULL);
+    if (o->responses_store && nv_resp_store_new(o->responses_store, &h->responses) != NV_OK) {
+        free(h);
+        freeaddrinfo(ai);
+        return nv_fail(NV_ENOMEM, "out of memory");
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -1000,6 +1031,7 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
                             (size_t)(4u << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
+        nv_resp_store_free(h->responses);
         free(h);
         return nv_fail(NV_EIO, "cannot listen on %s:%d (address in use or not available)", o->host, o->port);
     }
@@ -1022,5 +1054,6 @@ void nv_http_quiesce(nv_http *h) {
 void nv_http_stop(nv_http *h) {
     if (!h) return;
     MHD_stop_daemon(h->d);
+    nv_resp_store_free(h->responses);
     free(h);
 }

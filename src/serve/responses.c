@@ -23,6 +23,14 @@ static int bad(nv_api_error *err, const char *code, const char *param, const cha
 
 static const char *type_of(const cJSON *o) { return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type")); }
 
+static cJSON *text_part(const char *type, const char *text) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", type);
+    cJSON_AddStringToObject(p, "text", text);
+    if (!strcmp(type, "output_text")) cJSON_AddArrayToObject(p, "annotations"), cJSON_AddArrayToObject(p, "logprobs");
+    return p;
+}
+
 /* The text of a string or of a list of text parts (input_text, output_text; a refusal's text), into b. */
 static int parts_text(const cJSON *v, const char *param, nv_buf *b, nv_api_error *err) {
     if (cJSON_IsString(v)) {
@@ -54,11 +62,9 @@ static cJSON *add_msg(cJSON *msgs, const char *role, const char *text) {
 }
 
 /* A function_call item as a call of the assistant turn it continues (or of a new one). */
-static int add_call(cJSON *msgs, const cJSON *item, int i, nv_api_error *err) {
+static int add_call(cJSON *msgs, const cJSON *item, const char *param, nv_api_error *err) {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "call_id"), *name = cJSON_GetObjectItemCaseSensitive(item, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(item, "arguments");
-    char param[32];
-    snprintf(param, sizeof param, "input[%d]", i);
     if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
         return bad(err, NULL, param, "'%s': a function_call item has 'call_id', 'name' and 'arguments' (JSON text)", param);
     cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
@@ -80,20 +86,19 @@ static int add_call(cJSON *msgs, const cJSON *item, int i, nv_api_error *err) {
     return 0;
 }
 
-static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
+/* The chat messages of items (a list): [0, base) the ones previous_response_id brings (named after
+ * it in errors), the request's own input from base on (input[i - base]). */
+static int translate_input(const cJSON *in, const cJSON *items, int base, cJSON *out, nv_api_error *err) {
     cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
-    const cJSON *instr = nv_api_field(in, "instructions"), *input = nv_api_field(in, "input");
+    const cJSON *instr = nv_api_field(in, "instructions");
     if (!msgs) return nv_api_oom(err);
     if (instr && !cJSON_IsString(instr)) return bad(err, NULL, "instructions", "'instructions' must be a string");
     if (instr && *instr->valuestring && !add_msg(msgs, "system", instr->valuestring)) return nv_api_oom(err);
-    if (!input) return bad(err, "missing_required_parameter", "input", "'input' is required");
-    if (cJSON_IsString(input)) return add_msg(msgs, "user", input->valuestring) ? 0 : nv_api_oom(err);
-    if (!cJSON_IsArray(input) || !input->child)
-        return bad(err, NULL, "input", "'input' must be a string or a non-empty list of items");
     int i = 0, rc = 0;
-    for (const cJSON *item = input->child; item && !rc; item = item->next, i++) {
+    for (const cJSON *item = items->child; item && !rc; item = item->next, i++) {
         char param[48];
-        snprintf(param, sizeof param, "input[%d]", i);
+        if (i < base) snprintf(param, sizeof param, "previous_response_id");
+        else snprintf(param, sizeof param, "input[%d]", i - base);
         const char *t = type_of(item);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(item, "role");
         if (!cJSON_IsObject(item)) return bad(err, NULL, param, "'%s' must be an item object", param);
@@ -108,7 +113,7 @@ static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
             if (!rc && (text.oom || !add_msg(msgs, r, text.data))) rc = nv_api_oom(err);
             nv_buf_free(&text);
         } else if (t && !strcmp(t, "function_call")) {
-            rc = add_call(msgs, item, i, err);
+            rc = add_call(msgs, item, param, err);
         } else if (t && !strcmp(t, "function_call_output")) {
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "call_id"), *output = nv_api_field(item, "output");
             if (!cJSON_IsString(id) || !output)
@@ -123,7 +128,7 @@ static int translate_input(const cJSON *in, cJSON *out, nv_api_error *err) {
         } else if (t && !strcmp(t, "reasoning")) {
             continue; /* an earlier turn's thinking: not shown to the model again */
         } else if (t && !strcmp(t, "item_reference")) {
-            return bad(err, "unsupported_parameter", param, "'%s': this server stores no items to refer to: send them whole", param);
+            return bad(err, "unsupported_parameter", param, "'%s': item references are not supported: send the items whole (or previous_response_id)", param);
         } else {
             return bad(err, NULL, param, "'%s': items are messages, function_call, function_call_output and reasoning, not '%.40s'",
                        param, t ? t : "(no type)");
@@ -224,21 +229,98 @@ static cJSON *echo_of(const cJSON *in) {
         cJSON_ReplaceItemInObjectCaseSensitive(e, "text", t);
     }
     if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "metadata"))) cJSON_ReplaceItemInObjectCaseSensitive(e, "metadata", cJSON_CreateObject());
-    cJSON_AddNullToObject(e, "previous_response_id");
-    cJSON_AddBoolToObject(e, "store", 0); /* nothing is kept */
+    cJSON_AddNullToObject(e, "previous_response_id"); /* both set by translate_cb */
+    cJSON_AddBoolToObject(e, "store", 0);
     cJSON_AddStringToObject(e, "truncation", "disabled");
     cJSON_AddBoolToObject(e, "background", 0);
     return e;
 }
 
-static int translate(const cJSON *in, int reasoning, cJSON *out, nv_api_error *err) {
-    const char *stateful[] = {"previous_response_id", "conversation"};
-    for (int k = 0; k < 2; k++)
-        if (nv_api_field(in, stateful[k]))
-            return bad(err, "unsupported_parameter", stateful[k],
-                       "'%s' is not supported: this server stores no responses; send the whole conversation in 'input'", stateful[k]);
+/* The request's input as a list of items, each with a type and an id (a string: one user message). */
+static int own_items(const cJSON *in, cJSON **out, nv_api_error *err) {
+    const cJSON *input = nv_api_field(in, "input");
+    if (!input) return bad(err, "missing_required_parameter", "input", "'input' is required");
+    if (!cJSON_IsString(input) && (!cJSON_IsArray(input) || !input->child))
+        return bad(err, NULL, "input", "'input' must be a string or a non-empty list of items");
+    cJSON *list = cJSON_IsArray(input) ? cJSON_Duplicate(input, 1) : cJSON_CreateArray();
+    if (list && cJSON_IsString(input)) {
+        cJSON *m = cJSON_CreateObject(), *parts = cJSON_CreateArray();
+        cJSON_AddItemToArray(list, m);
+        cJSON_AddStringToObject(m, "type", "message");
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddItemToObject(m, "content", parts);
+        cJSON_AddItemToArray(parts, text_part("input_text", input->valuestring));
+    }
+    if (!list) return nv_api_oom(err);
+    for (cJSON *it = list->child; it; it = it->next) {
+        if (!cJSON_IsObject(it)) continue;
+        const char *t = type_of(it);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role"), *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+        if (!t && role) cJSON_AddStringToObject(it, "type", t = "message");
+        if (t && !strcmp(t, "message") && cJSON_IsString(content)) { /* listed as OpenAI lists it: a list of parts */
+            const char *r = cJSON_GetStringValue(role);
+            cJSON *parts = cJSON_CreateArray();
+            cJSON_AddItemToArray(parts, text_part(r && !strcmp(r, "assistant") ? "output_text" : "input_text", content->valuestring));
+            cJSON_ReplaceItemInObjectCaseSensitive(it, "content", parts);
+        }
+        if (cJSON_GetObjectItemCaseSensitive(it, "id")) continue;
+        const char *prefix = !t                                 ? "item_"
+                             : !strcmp(t, "message")              ? "msg_"
+                             : !strcmp(t, "function_call")        ? "fc_"
+                             : !strcmp(t, "function_call_output") ? "fco_"
+                             : !strcmp(t, "reasoning")            ? "rs_"
+                                                                  : "item_";
+        char id[48];
+        nv_api_new_id(id, sizeof id, prefix);
+        cJSON_AddStringToObject(it, "id", id);
+    }
+    *out = list;
+    return 0;
+}
+
+/* The items previous_response_id continues from: what that response's model saw, then its output
+ * (*out NULL when the request names none). */
+static int previous_items(nv_resp_store *store, const cJSON *in, cJSON **out, nv_api_error *err) {
+    const cJSON *prev = nv_api_field(in, "previous_response_id");
+    *out = NULL;
+    if (!prev) return 0;
+    if (!store)
+        return bad(err, "unsupported_parameter", "previous_response_id",
+                   "'previous_response_id' is not supported: this server keeps no responses (serve --responses-store 0); send the whole conversation in 'input'");
+    if (!cJSON_IsString(prev)) return bad(err, NULL, "previous_response_id", "'previous_response_id' must be a string");
+    char *resp = NULL, *context = NULL;
+    const int got = nv_resp_store_copy(store, prev->valuestring, &resp, &context, NULL);
+    if (got < 0) return nv_api_oom(err);
+    if (!got)
+        return bad(err, "previous_response_not_found", "previous_response_id", "Previous response with id '%.100s' not found.",
+                   prev->valuestring);
+    cJSON *items = cJSON_Parse(context), *r = cJSON_Parse(resp);
+    free(context), free(resp);
+    cJSON *output = cJSON_GetObjectItemCaseSensitive(r, "output");
+    if (!cJSON_IsArray(items) || !cJSON_IsArray(output)) { /* what the store holds was written here: only memory fails */
+        cJSON_Delete(items), cJSON_Delete(r);
+        return nv_api_oom(err);
+    }
+    while (output->child) cJSON_AddItemToArray(items, cJSON_DetachItemViaPointer(output, output->child));
+    cJSON_Delete(r);
+    *out = items;
+    return 0;
+}
+
+typedef struct {
+    int reasoning;
+    nv_resp_store *store;
+    nv_resp_meta *meta;
+} translate_args;
+
+static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_error *err) {
+    if (nv_api_field(in, "conversation"))
+        return bad(err, "unsupported_parameter", "conversation",
+                   "'conversation' is not supported: send the conversation in 'input', or continue a response with 'previous_response_id'");
     const cJSON *bg = nv_api_field(in, "background");
     if (bg && !cJSON_IsFalse(bg)) return bad(err, "unsupported_parameter", "background", "'background' responses are not supported");
+    const cJSON *store = nv_api_field(in, "store");
+    if (store && !cJSON_IsBool(store)) return bad(err, NULL, "store", "'store' must be true or false");
     const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user"};
     for (int k = 0; k < 6; k++) /* the chat parser checks them */
         if (nv_api_field(in, copy[k])) cJSON_AddItemToObject(out, copy[k], cJSON_Duplicate(nv_api_field(in, copy[k]), 1));
@@ -249,11 +331,26 @@ static int translate(const cJSON *in, int reasoning, cJSON *out, nv_api_error *e
     const cJSON *r = nv_api_field(in, "reasoning");
     if (r && !cJSON_IsObject(r)) return bad(err, NULL, "reasoning", "'reasoning' must be an object {\"effort\": ...}");
     const char *effort = cJSON_GetStringValue(nv_api_field(r, "effort"));
-    if (reasoning && effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal"))) /* Qwen3's switch */
+    if (a->reasoning && effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal"))) /* Qwen3's switch */
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
     int rc;
     if ((rc = translate_tools(in, out, err)) || (rc = translate_format(in, out, err))) return rc;
-    return translate_input(in, out, err);
+    cJSON *own = NULL, *context = NULL;
+    if ((rc = own_items(in, &own, err)) || (rc = previous_items(a->store, in, &context, err))) {
+        cJSON_Delete(own);
+        return rc;
+    }
+    if (!context) context = cJSON_CreateArray();
+    const int base = cJSON_GetArraySize(context);
+    for (const cJSON *it = own->child; it && context; it = it->next) cJSON_AddItemToArray(context, cJSON_Duplicate(it, 1));
+    rc = context ? translate_input(in, context, base, out, err) : nv_api_oom(err);
+    if (!rc && a->store && !cJSON_IsFalse(store)) { /* kept once it finishes */
+        a->meta->keep = a->store;
+        a->meta->context = context, a->meta->input = own;
+        return 0;
+    }
+    cJSON_Delete(context), cJSON_Delete(own);
+    return rc;
 }
 
 /* The chat parser's name of a field, as the Responses request calls it. */
@@ -273,26 +370,28 @@ static void rename_param(nv_api_error *err) {
 
 void nv_resp_meta_free(nv_resp_meta *m) {
     cJSON_Delete(m->echo);
+    cJSON_Delete(m->context);
+    cJSON_Delete(m->input);
     memset(m, 0, sizeof *m);
 }
-
-typedef struct {
-    int reasoning;
-    nv_resp_meta *meta;
-} translate_args;
 
 /* The chat request, and the configuration every response object repeats. */
 static int translate_cb(const cJSON *in, cJSON *chat, void *arg, nv_api_error *err) {
     translate_args *a = arg;
-    int rc = translate(in, a->reasoning, chat, err);
+    int rc = translate(in, a, chat, err);
     if (!rc && !(a->meta->echo = echo_of(in))) rc = nv_api_oom(err);
-    return rc;
+    if (rc) return rc;
+    const cJSON *prev = nv_api_field(in, "previous_response_id");
+    cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "previous_response_id",
+                                           prev ? cJSON_CreateString(prev->valuestring) : cJSON_CreateNull());
+    cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "store", cJSON_CreateBool(a->meta->keep != NULL));
+    return 0;
 }
 
-int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_request *out, nv_resp_meta *meta,
-                  nv_api_error *err) {
+int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, const char *body, size_t len, nv_api_request *out,
+                  nv_resp_meta *meta, nv_api_error *err) {
     memset(meta, 0, sizeof *meta);
-    translate_args a = {ctx->reasoning, meta};
+    translate_args a = {ctx->reasoning, store, meta};
     const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
     int rc = nv_api_parse_translated(ctx, body, len, translate_cb, &a, &o, out, err);
     if (rc) {
@@ -314,13 +413,6 @@ static void item_id(char *out, size_t cap, const nv_resp_meta *m, const char *pr
     snprintf(out, cap, "%s_%.32s%02x", prefix, m->id + strlen("resp_"), index & 0xff);
 }
 
-static cJSON *text_part(const char *type, const char *text) {
-    cJSON *p = cJSON_CreateObject();
-    cJSON_AddStringToObject(p, "type", type);
-    cJSON_AddStringToObject(p, "text", text);
-    if (!strcmp(type, "output_text")) cJSON_AddArrayToObject(p, "annotations"), cJSON_AddArrayToObject(p, "logprobs");
-    return p;
-}
 
 /* A message item (reasoning 0) or a reasoning item with the text so far (NULL: no part yet). */
 static cJSON *text_item(const nv_resp_meta *m, int reasoning, int index, const char *text, const char *status) {
@@ -375,6 +467,18 @@ static cJSON *response_object(const nv_resp_meta *m, const char *status, cJSON *
     return r;
 }
 
+/* A finished response into the store, with the items its model saw and its own input. */
+static void keep(const nv_resp_meta *m, const cJSON *response) {
+    if (!m->keep) return;
+    char *r = cJSON_PrintUnformatted(response), *c = cJSON_PrintUnformatted(m->context), *in = cJSON_PrintUnformatted(m->input);
+    if (r && c && in) {
+        nv_resp_store_put(m->keep, m->id, r, c, in);
+        return;
+    }
+    nv_warn("serve: response %s not kept: out of memory", m->id);
+    free(r), free(c), free(in);
+}
+
 char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a) {
     cJSON *items = cJSON_CreateArray();
     int k = 0;
@@ -383,7 +487,9 @@ char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a) {
     if ((a->text && *a->text) || !a->n_calls)
         cJSON_AddItemToArray(items, text_item(m, 0, k++, a->text ? a->text : "", a->incomplete && !a->n_calls ? "incomplete" : "completed"));
     for (int c = 0; c < a->n_calls; c++) cJSON_AddItemToArray(items, call_item(m, k++, &a->calls[c], a->calls[c].arguments, "completed"));
-    return nv_api_print_free(response_object(m, a->incomplete ? "incomplete" : "completed", items, a));
+    cJSON *r = response_object(m, a->incomplete ? "incomplete" : "completed", items, a);
+    keep(m, r);
+    return nv_api_print_free(r);
 }
 
 /* ---- the stream --------------------------------------------------------------------------------- */
@@ -511,9 +617,10 @@ void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out)
     if (!s->answered) nv_resp_stream_text(s, 0, "", out);
     const char *status = a->incomplete ? "incomplete" : "completed";
     close_item(s, s->open == 1 ? status : "completed", out);
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddItemToObject(f, "response", response_object(s->m, status, s->items, a));
+    cJSON *f = cJSON_CreateObject(), *r = response_object(s->m, status, s->items, a);
     s->items = NULL;
+    keep(s->m, r);
+    cJSON_AddItemToObject(f, "response", r);
     event(s, a->incomplete ? "response.incomplete" : "response.completed", f, out);
 }
 
@@ -534,4 +641,71 @@ void nv_resp_stream_free(nv_resp_stream *s) {
     cJSON_Delete(s->items);
     nv_buf_free(&s->text);
     s->items = NULL;
+}
+
+/* ---- stored responses: GET, DELETE, input items ----------------------------------------------- */
+
+static int not_kept(nv_resp_store *st, const char *id, nv_api_error *err) {
+    nv_api_error_set(err, 404, "invalid_request_error", "not_found", NULL, "%s%.100s%s", st ? "Response with id '" : "", st ? id : "",
+                     st ? "' not found." : "This server keeps no responses (serve --responses-store 0)");
+    return err->status;
+}
+
+int nv_resp_get(nv_resp_store *s, const char *id, char **out, nv_api_error *err) {
+    const int got = s ? nv_resp_store_copy(s, id, out, NULL, NULL) : 0;
+    return got > 0 ? 0 : got < 0 ? nv_api_oom(err) : not_kept(s, id, err);
+}
+
+int nv_resp_delete(nv_resp_store *s, const char *id, char **out, nv_api_error *err) {
+    if (!s || !nv_resp_store_delete(s, id)) return not_kept(s, id, err);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "response");
+    cJSON_AddBoolToObject(o, "deleted", 1);
+    return (*out = nv_api_print_free(o)) ? 0 : nv_api_oom(err);
+}
+
+int nv_resp_input_items(nv_resp_store *s, const char *id, const char *limit, const char *order, const char *after, char **out,
+                        nv_api_error *err) {
+    long n = 20;
+    if (limit) {
+        char *end;
+        n = strtol(limit, &end, 10);
+        if (!*limit || *end || n < 1 || n > 100)
+            return bad(err, NULL, "limit", "'limit' must be a whole number from 1 to 100, not '%.40s'", limit);
+    }
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        return bad(err, NULL, "order", "'order' must be 'asc' or 'desc', not '%.40s'", order);
+    const int asc = order && !strcmp(order, "asc");
+    char *text = NULL;
+    const int got = s ? nv_resp_store_copy(s, id, NULL, NULL, &text) : 0;
+    if (got <= 0) return got < 0 ? nv_api_oom(err) : not_kept(s, id, err);
+    cJSON *items = cJSON_Parse(text), *data = cJSON_CreateArray(), *o = cJSON_CreateObject();
+    free(text);
+    if (!items || !data || !o) {
+        cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
+        return nv_api_oom(err);
+    }
+    const int total = cJSON_GetArraySize(items);
+    int at = asc ? 0 : total - 1, found = after == NULL;
+    for (; at >= 0 && at < total && !found; at += asc ? 1 : -1) { /* the item after `after`, in this order */
+        const char *iid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, at), "id"));
+        found = iid && !strcmp(iid, after);
+    }
+    if (!found) {
+        cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
+        return bad(err, NULL, "after", "'after': response '%.100s' has no input item '%.100s'", id, after);
+    }
+    for (; at >= 0 && at < total && cJSON_GetArraySize(data) < n; at += asc ? 1 : -1)
+        cJSON_AddItemToArray(data, cJSON_Duplicate(cJSON_GetArrayItem(items, at), 1));
+    const int more = at >= 0 && at < total;
+    cJSON_Delete(items);
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToObject(o, "data", data);
+    const char *first = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(data->child, "id"));
+    const char *last = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, cJSON_GetArraySize(data) - 1), "id"));
+    cJSON_AddItemToObject(o, "first_id", first ? cJSON_CreateString(first) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "last_id", last ? cJSON_CreateString(last) : cJSON_CreateNull());
+    cJSON_AddBoolToObject(o, "has_more", more);
+    return (*out = nv_api_print_free(o)) ? 0 : nv_api_oom(err);
 }

@@ -14,9 +14,14 @@
  *   {"type": "function", "name", "description", "parameters"}; error params are the Responses
  *   request's names), tool_choice, parallel_tool_calls,
  *   text.format (text, json_object, json_schema: structured outputs), reasoning.effort ("none" or
- *   "minimal" turns a reasoning model's thinking off), metadata and user (echoed). The server keeps
- *   no responses: previous_response_id, conversation and background are refused with a 400 that
- *   says to send the conversation in `input`; store is answered false. Errors are the OpenAI API's.
+ *   "minimal" turns a reasoning model's thinking off), metadata and user (echoed), store (default
+ *   true) and previous_response_id. With a store (nv_resp_store, `serve --responses-store`), a
+ *   finished response (completed or incomplete) is kept unless store is false, and
+ *   previous_response_id continues one: the model sees the items it saw then, its output, and this
+ *   request's input, under this request's instructions (OpenAI's rule: the earlier instructions are
+ *   not carried over); an id not kept is a 400 previous_response_not_found. Without a store,
+ *   previous_response_id is refused and store answered false. conversation and background are
+ *   refused. Errors are the OpenAI API's.
  * - Responses: {"id": "resp_...", "object": "response", "created_at", "status": "completed" or
  *   "incomplete" (with incomplete_details.reason "max_output_tokens"), "model", "output": [a
  *   reasoning item (--reasoning-format), a message item with one output_text part, a function_call
@@ -38,17 +43,43 @@
 
 #include "serve/api.h"
 
+/* Stored responses: in memory, at most cap bytes (the oldest dropped first), safe to share between
+ * threads. Texts given to put are taken. */
+typedef struct nv_resp_store nv_resp_store;
+nv_err nv_resp_store_new(size_t cap, nv_resp_store **out);
+void nv_resp_store_free(nv_resp_store *s);
+/* response: the response object's JSON; context: the items the model saw before its output (a JSON
+ * list); input: the request's own input items, with ids (a JSON list). */
+void nv_resp_store_put(nv_resp_store *s, const char *id, char *response, char *context, char *input);
+/* Copies of what is kept for id (NULL pointers: not wanted): 1, 0 when none is, -1 out of memory. */
+int nv_resp_store_copy(nv_resp_store *s, const char *id, char **response, char **context, char **input);
+int nv_resp_store_delete(nv_resp_store *s, const char *id); /* 1 when it was kept */
+void nv_resp_store_stats(nv_resp_store *s, size_t *count, size_t *bytes);
+
+/* GET /v1/responses/{id}, DELETE /v1/responses/{id} ({"id", "object": "response", "deleted": true})
+ * and GET /v1/responses/{id}/input_items (OpenAI's list: limit 1-100, default 20; order "asc" or
+ * "desc", the default; after an item id), answered from the store (NULL: none). 0 with *out the
+ * JSON, or the error's status (404 for an id not kept). */
+int nv_resp_get(nv_resp_store *s, const char *id, char **out, nv_api_error *err);
+int nv_resp_delete(nv_resp_store *s, const char *id, char **out, nv_api_error *err);
+int nv_resp_input_items(nv_resp_store *s, const char *id, const char *limit, const char *order, const char *after, char **out,
+                        nv_api_error *err);
+
 typedef struct {
     char id[48];  /* resp_... */
     long created;
     char model[NV_API_MODEL_ID];
     cJSON *echo; /* the request's configuration, as every response object repeats it */
+    nv_resp_store *keep; /* where the finished response is kept (NULL: it is not) */
+    cJSON *context;      /* the items the model sees: the previous response's and this input */
+    cJSON *input;        /* this request's input items, with ids */
 } nv_resp_meta;
 
 /* Parses a Responses body into out (a chat request; out->stream from 'stream') and meta (free
- * with nv_resp_meta_free). Returns 0, or the error's status with err filled. */
-int nv_resp_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_request *out, nv_resp_meta *meta,
-                  nv_api_error *err);
+ * with nv_resp_meta_free); store (NULL: none) holds the responses previous_response_id names and
+ * keeps this one. Returns 0, or the error's status with err filled. */
+int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, const char *body, size_t len, nv_api_request *out,
+                  nv_resp_meta *meta, nv_api_error *err);
 void nv_resp_meta_free(nv_resp_meta *m);
 
 typedef struct {
@@ -58,6 +89,7 @@ typedef struct {
     int incomplete; /* the answer ran out of room (max_output_tokens or the context) */
     int prompt_tokens, cached_tokens, output_tokens;
 } nv_resp_answer;
+/* The whole response (kept in m->keep when there is one). */
 char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a);
 
 /* The event stream, appended to out (out->oom on failure). */
@@ -73,8 +105,8 @@ typedef struct {
 void nv_resp_stream_start(nv_resp_stream *s, const nv_resp_meta *m, nv_buf *out);
 void nv_resp_stream_text(nv_resp_stream *s, int reasoning, const char *text, nv_buf *out);
 void nv_resp_stream_call(nv_resp_stream *s, const nv_tool_call *c, nv_buf *out);
-/* Closes what is open and sends response.completed (or .incomplete); a holds the usage (its text
- * and calls were streamed already). */
+/* Closes what is open and sends response.completed (or .incomplete), the response kept as
+ * nv_resp_response keeps it; a holds the usage (its text and calls were streamed already). */
 void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out);
 void nv_resp_stream_fail(nv_resp_stream *s, const nv_api_error *e, nv_buf *out);
 void nv_resp_stream_free(nv_resp_stream *s);
