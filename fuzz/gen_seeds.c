@@ -1,7 +1,7 @@
 /* Writes the fuzzers' seed corpus (make fuzz-seeds): tiny valid inputs of every format, a few
  * kilobytes each, so that mutation starts from the structure the parsers expect.
  *
- *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api,chat}/... (GGUF seeds through tests/gguf_write.h) */
+ *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api,chat,gbnf}/... (GGUF seeds through tests/gguf_write.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +335,19 @@ static void chat(void) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("chat", files[i][0], files[i][1], strlen(files[i][1]));
 }
 
+/* grammars as text: the first byte picks GBNF (0), a regex (1) or choices (2), +128 a think block */
+static void gbnf(void) {
+    static const char *const files[][2] = {
+        {"expr.gbnf", "\000root ::= expr\nexpr ::= term ([-+*/] term)*  # ops\nterm ::= [0-9]+ | \"(\" expr \")\"\n"},
+        {"classes.gbnf", "\000root ::= [^\"\\\\\\n]{1,3} (\n  \"\\u00e9\" | [\xce\xb1-\xcf\x89] |\n .)? \"!\"*\n"},
+        {"think.gbnf", "\200root ::= \"yes\" | \"no\"\n"},
+        {"phone.re", "\001[0-9]{3}-[0-9]{4}"},
+        {"alt.re", "\001^(ab|a)(?:c|bcd)?\\d*[^x-z]$"},
+        {"colors.txt", "\002red\ngreen\ngreenish\n"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("gbnf", files[i][0], files[i][1], 1 + strlen(files[i][1] + 1));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: gen_seeds DIR\n");
@@ -347,5 +360,6 @@ int main(int argc, char **argv) {
     adapters();
     api();
     chat();
+    gbnf();
     return 0;
 }

@@ -15,6 +15,7 @@
 #include "model/forward.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "serve/gbnf.h"
 #include "serve/schema.h"
 
 #define CMD "generate"
@@ -24,7 +25,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
-            "                      [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
+            "                      [--grammar GBNF | --grammar-file FILE] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
             "                      [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
@@ -50,6 +51,9 @@ static void usage(FILE *f) {
             "  --json-schema SCHEMA\n"
             "                the text generated is JSON that SCHEMA accepts: a file, or the schema's JSON text\n"
             "                (the keywords supported: docs/serving.md, Structured outputs)\n"
+            "  --grammar GBNF, --grammar-file FILE\n"
+            "                the text generated is a sentence of a GBNF grammar (llama.cpp's format; its rule 'root'),\n"
+            "                given as text or in a file; the run ends when nothing more may follow\n"
             "  --spec-tokens N\n"
             "                speculative decoding by prompt lookup: up to N (<= 16) tokens that followed an earlier\n"
             "                occurrence of the last tokens are checked in one forward pass; the text is exactly the\n"
@@ -70,6 +74,20 @@ static void print_piece(const nv_tokenizer *tok, const char *piece) {
 }
 
 /* --json (NULL: any JSON object) or --json-schema: a file, or the schema's own JSON text. */
+static nv_err load_grammar(const char *schema_arg, nv_grammar **out);
+
+/* --grammar TEXT or --grammar-file FILE (GBNF). */
+static nv_err load_gbnf(const char *text, const char *file, nv_grammar **out) {
+    char *owned = NULL;
+    if (file) NV_TRY(nv_file_read_all(file, &owned, NULL));
+    nv_err e = nv_gbnf_grammar(file ? owned : text, 0, out);
+    free(owned);
+    if (e == NV_OK || e == NV_ENOMEM) return e;
+    char why[512]; /* nv_fail formats into the buffer nv_errmsg() returns */
+    snprintf(why, sizeof why, "%s", nv_errmsg());
+    return nv_fail(e, "%s: %s", file ? file : "--grammar", why);
+}
+
 static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
     if (!schema_arg) return nv_json_object_grammar(out);
     char *text = NULL;
@@ -91,6 +109,7 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL;
+    const char *gbnf_text = NULL, *gbnf_file = NULL;
     int no_tune = 0;
     int json_object = 0;
     int steps = 256, threads = 0;
@@ -133,15 +152,19 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &frequency)) return 2; }
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
         else if (!strcmp(a, "--json-schema")) schema_arg = v;
+        else if (!strcmp(a, "--grammar")) gbnf_text = v;
+        else if (!strcmp(a, "--grammar-file")) gbnf_file = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve generate --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
-    if (json_object && schema_arg) return cli_error(CMD, 2, "give --json or --json-schema, not both");
+    if (!!json_object + !!schema_arg + !!gbnf_text + !!gbnf_file > 1)
+        return cli_error(CMD, 2, "give one of --json, --json-schema, --grammar and --grammar-file");
     if (cli_spec_check(CMD, &spec)) return 2;
     nv_grammar *grammar = NULL;
     if ((json_object || schema_arg) && load_grammar(schema_arg, &grammar) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    if ((gbnf_text || gbnf_file) && load_gbnf(gbnf_text, gbnf_file, &grammar) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
 
     cli_paths paths;
@@ -238,7 +261,7 @@ int cmd_generate(int argc, char **argv) {
             float *logits = state.logits + (size_t)row * V;
             int next = grammar ? nv_gsample(&gs, trie, tok, &sampler, token, logits) : nv_sample(&sampler, logits);
             if (next < 0) {
-                fprintf(stderr, "nerve generate: no token of this vocabulary continues the JSON; stopping\n");
+                fprintf(stderr, "nerve generate: no token of this vocabulary continues the grammar; stopping\n");
                 break;
             }
             /* run.c stops at BOS only; byte-level vocabularies end at their end-of-generation tokens */

@@ -2,6 +2,7 @@
 #include "model/grammar.h"
 
 #include "base/timer.h"
+#include "base/utf8.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@ enum { EL_SET = 0u, EL_REF = 1u, EL_ALT = 2u, EL_END = 3u };
 struct nv_gbuild {
     nv_gbody *rules; /* each rule's body, while building */
     int *defined;
+    char **names; /* rules named for messages (nv_gbuild_name), else NULL */
     int n_rules;
     size_t cap_rules;
     uint8_t (*sets)[32];
@@ -70,6 +72,8 @@ void nv_gbuild_free(nv_gbuild *b) {
     for (int i = 0; i < b->n_rules; i++) nv_gbody_free(&b->rules[i]);
     free(b->rules);
     free(b->defined);
+    for (int i = 0; b->names && i < b->n_rules; i++) free(b->names[i]);
+    free(b->names);
     free(b->sets);
     free(b->set_slot);
     free(b);
@@ -81,13 +85,16 @@ int nv_gbuild_reserve(nv_gbuild *b) {
         return 0;
     }
     int *d = realloc(b->defined, b->cap_rules * sizeof *d);
-    if (!d) {
+    if (d) b->defined = d;
+    char **nm = d ? realloc(b->names, b->cap_rules * sizeof *nm) : NULL;
+    if (!nm) {
         b->oom = 1;
         return 0;
     }
-    b->defined = d;
+    b->names = nm;
     memset(&b->rules[b->n_rules], 0, sizeof b->rules[0]);
     b->defined[b->n_rules] = 0;
+    b->names[b->n_rules] = NULL;
     return b->n_rules++;
 }
 
@@ -105,6 +112,12 @@ int nv_gbuild_define(nv_gbuild *b, int id, nv_gbody *body) {
 }
 
 int nv_gbuild_add(nv_gbuild *b, nv_gbody *body) { return nv_gbuild_define(b, nv_gbuild_reserve(b), body); }
+
+void nv_gbuild_name(nv_gbuild *b, int id, const char *name) {
+    if (b->oom || id < 0 || id >= b->n_rules) return;
+    free(b->names[id]);
+    if (!(b->names[id] = strdup(name))) b->oom = 1;
+}
 
 long nv_gbuild_size(const nv_gbuild *b) { return b->oom ? NV_GRAMMAR_MAX_ELEMS + 1L : b->n_elems; }
 
@@ -191,6 +204,117 @@ void nv_gbody_ref(nv_gbody *body, int rule) { body_push(body, EL(EL_REF, rule));
 void nv_gbody_alt(nv_gbody *body) { body_push(body, EL(EL_ALT, 0)); }
 
 /* Rules that derive the empty string, to a fixed point. */
+int nv_gbuild_repeat(nv_gbuild *b, int item, long min, long max) {
+    nv_gbody body = {0};
+    int tail;
+    if (max < 0) { /* star ::= | item star */
+        tail = nv_gbuild_reserve(b);
+        nv_gbody_alt(&body);
+        nv_gbody_ref(&body, item);
+        nv_gbody_ref(&body, tail);
+        nv_gbuild_define(b, tail, &body);
+    } else { /* opt_k ::= | item opt_(k-1) */
+        tail = nv_gbuild_add(b, &body);
+        for (long k = 1; k <= max - min; k++) {
+            nv_gbody_alt(&body);
+            nv_gbody_ref(&body, item);
+            nv_gbody_ref(&body, tail);
+            tail = nv_gbuild_add(b, &body);
+        }
+    }
+    for (long k = 0; k < min; k++) nv_gbody_ref(&body, item);
+    nv_gbody_ref(&body, tail);
+    return nv_gbuild_add(b, &body);
+}
+
+/* The code points [lo, hi] as alternatives of byte ranges, one per position: the range is cut where
+ * the encoding's length changes and where a continuation byte would not run over its whole span
+ * (the utf8-ranges construction), so each piece is a product of byte ranges. */
+static void utf8_span(nv_gbuild *b, nv_gbody *body, int *first, uint32_t lo, uint32_t hi) {
+    if (lo > hi) return;
+    static const uint32_t ends[] = {0x7F, 0x7FF, 0xFFFF};
+    for (int i = 0; i < 3; i++)
+        if (lo <= ends[i] && hi > ends[i]) {
+            utf8_span(b, body, first, lo, ends[i]);
+            utf8_span(b, body, first, ends[i] + 1, hi);
+            return;
+        }
+    char a[4], z[4];
+    const int n = (int)nv_utf8_put(lo, a);
+    nv_utf8_put(hi, z);
+    for (int i = 1; i < n; i++) {
+        const uint32_t m = (1u << (6 * i)) - 1; /* the bits of the last i bytes */
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) {
+                utf8_span(b, body, first, lo, lo | m);
+                utf8_span(b, body, first, (lo | m) + 1, hi);
+                return;
+            }
+            if ((hi & m) != m) {
+                utf8_span(b, body, first, lo, (hi & ~m) - 1);
+                utf8_span(b, body, first, hi & ~m, hi);
+                return;
+            }
+        }
+    }
+    if (!*first) nv_gbody_alt(body);
+    *first = 0;
+    for (int i = 0; i < n; i++) nv_gbody_range(b, body, (unsigned char)a[i], (unsigned char)z[i]);
+}
+
+static int cmp_range(const void *x, const void *y) {
+    const uint32_t *a = x, *b = y;
+    return a[0] < b[0] ? -1 : a[0] > b[0];
+}
+
+int nv_gbuild_codepoints(nv_gbuild *b, const uint32_t (*ranges)[2], int n, int negate) {
+    /* sorted and merged, then (negated) the gaps; surrogates cut out */
+    uint32_t(*r)[2] = malloc(((size_t)n + 2) * sizeof *r), (*keep)[2] = malloc(((size_t)n + 2) * sizeof *keep);
+    nv_gbody body = {0};
+    if (!r || !keep) {
+        free(r), free(keep);
+        b->oom = 1;
+        return nv_gbuild_add(b, &body);
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (ranges[i][0] <= ranges[i][1] && ranges[i][0] <= 0x10FFFF)
+            r[m][0] = ranges[i][0], r[m][1] = ranges[i][1] > 0x10FFFF ? 0x10FFFF : ranges[i][1], m++;
+    qsort(r, (size_t)m, sizeof *r, cmp_range);
+    int k = 0;
+    for (int i = 0; i < m; i++) {
+        if (k && r[i][0] <= keep[k - 1][1] + 1) {
+            if (r[i][1] > keep[k - 1][1]) keep[k - 1][1] = r[i][1];
+        } else keep[k][0] = r[i][0], keep[k][1] = r[i][1], k++;
+    }
+    if (negate) {
+        int g = 0;
+        uint32_t next = 0;
+        for (int i = 0; i < k; i++) {
+            if (keep[i][0] > next) r[g][0] = next, r[g][1] = keep[i][0] - 1, g++;
+            next = keep[i][1] + 1;
+        }
+        if (next <= 0x10FFFF) r[g][0] = next, r[g][1] = 0x10FFFF, g++;
+        memcpy(keep, r, (size_t)g * sizeof *r);
+        k = g;
+    }
+    int first = 1;
+    for (int i = 0; i < k; i++) {
+        const uint32_t lo = keep[i][0], hi = keep[i][1];
+        if (hi < 0xD800 || lo > 0xDFFF) utf8_span(b, &body, &first, lo, hi);
+        else {
+            if (lo < 0xD800) utf8_span(b, &body, &first, lo, 0xD7FF);
+            if (hi > 0xDFFF) utf8_span(b, &body, &first, 0xE000, hi);
+        }
+    }
+    free(r), free(keep);
+    if (first) { /* nothing: an empty byte set, which no byte passes */
+        uint8_t none[32] = {0};
+        nv_gbody_set(b, &body, none);
+    }
+    return nv_gbuild_add(b, &body);
+}
+
 static void find_nullable(const nv_grammar *g, uint8_t *nullable) {
     for (int changed = 1; changed;) {
         changed = 0;
@@ -334,7 +458,11 @@ nv_err nv_gbuild_finish(nv_gbuild *b, int root, nv_grammar **out) {
     if (lr == -2) {
         e = nv_fail(NV_ENOMEM, "out of memory checking a grammar");
     } else if (lr >= 0) {
-        e = nv_fail(NV_EINVAL, "the grammar is left-recursive (rule %d reaches itself before reading anything)", which);
+        if (b->names[which]) /* before b is freed */
+            e = nv_fail(NV_EINVAL, "rule '%s' reaches itself before reading anything (left recursion)", b->names[which]);
+        else
+            e = nv_fail(NV_EINVAL, "the grammar is left-recursive (a rule reaches itself before reading anything, as a repetition "
+                                   "of something that can match nothing does)");
     }
 done:
     nv_gbuild_free(b);
@@ -657,7 +785,7 @@ int nv_gmatch_feed(nv_gmatch *m, const char *bytes, size_t n) {
         m->oom = 0;
         return ok;
     }
-    memmove(m->hb, m->hb + from, cnt * sizeof *m->hb);
+    if (cnt) memmove(m->hb, m->hb + from, cnt * sizeof *m->hb); /* none left: hb may be NULL */
     m->n_hb = m->n_cur = cnt;
     m->accepted = acc;
     if (m->n_fr > m->compact_at) compact(m);

@@ -76,6 +76,16 @@ void nv_gbody_ref(nv_gbody *body, int rule);
 void nv_gbody_alt(nv_gbody *body);
 void nv_gbody_free(nv_gbody *body);
 
+/* Names rule id in nv_gbuild_finish's messages (a grammar written by hand: its rule names). */
+void nv_gbuild_name(nv_gbuild *b, int id, const char *name);
+/* A rule matching item min..max times (max < 0: any number), as right recursion; the caller bounds
+ * the counts (each optional repetition is a rule). */
+int nv_gbuild_repeat(nv_gbuild *b, int item, long min, long max);
+/* A rule matching one code point, UTF-8 encoded, from the n ranges [lo, hi] (inclusive, within
+ * U+0000..U+10FFFF; surrogates never match); negate: every code point outside them instead. A set
+ * that matches nothing gives a rule that matches nothing. */
+int nv_gbuild_codepoints(nv_gbuild *b, const uint32_t (*ranges)[2], int n, int negate);
+
 /* The grammar whose sentences rule root derives; b is consumed (freed) either way. */
 nv_err nv_gbuild_finish(nv_gbuild *b, int root, nv_grammar **out);
 

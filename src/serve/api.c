@@ -13,6 +13,7 @@
 
 #include "base/rng.h"
 #include "base/timer.h"
+#include "serve/gbnf.h"
 #include "serve/schema.h"
 
 #define E400 400, "invalid_request_error"
@@ -704,16 +705,111 @@ static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_a
     return 0;
 }
 
+/* A grammar from a text: kind "grammar" (GBNF), "regex" or "choice" (a list of strings); param
+ * names the field in errors. */
+static int text_grammar(const cJSON *v, const char *kind, const char *param, int think, nv_grammar **g, nv_api_error *err) {
+    nv_err e;
+    if (!strcmp(kind, "choice")) {
+        const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+        const char **list = n ? malloc((size_t)n * sizeof *list) : NULL;
+        int k = 0;
+        for (const cJSON *it = n ? v->child : NULL; it && cJSON_IsString(it); it = it->next) list[k++] = it->valuestring;
+        if (!n || k < n) {
+            free(list);
+            nv_api_error_set(err, E400, NULL, param, "'%s' must be a non-empty list of strings", param);
+            return err->status;
+        }
+        e = nv_choice_grammar(list, n, think, g);
+        free(list);
+    } else {
+        if (!cJSON_IsString(v)) {
+            nv_api_error_set(err, E400, NULL, param, "'%s' must be a string", param);
+            return err->status;
+        }
+        e = !strcmp(kind, "regex") ? nv_regex_grammar(v->valuestring, think, g) : nv_gbnf_grammar(v->valuestring, think, g);
+    }
+    if (e == NV_ENOMEM) return nv_api_oom(err);
+    if (e != NV_OK) {
+        nv_api_error_set(err, E400, NULL, param, "invalid '%s': %s", param, nv_errmsg());
+        return err->status;
+    }
+    return 0;
+}
+
+/* The fields beside response_format that constrain the answer: llama.cpp's grammar (GBNF), vLLM's
+ * guided_grammar, guided_regex, guided_choice, and its structured_outputs object. */
+static const char *const text_fields[] = {"grammar", "guided_grammar", "guided_regex", "guided_choice", "structured_outputs"};
+static const char *const text_kinds[] = {"grammar", "grammar", "regex", "choice", NULL};
+
+/* vLLM's structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...}, one of them. */
+static int structured_outputs(const cJSON *so, int think, nv_grammar **g, nv_api_error *err) {
+    static const char *const keys[] = {"json", "regex", "choice", "grammar", "json_object", "structural_tag"};
+    const char *given = NULL;
+    const cJSON *v = NULL;
+    if (!cJSON_IsObject(so)) {
+        nv_api_error_set(err, E400, NULL, "structured_outputs", "'structured_outputs' must be an object");
+        return err->status;
+    }
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        const cJSON *x = nv_api_field(so, keys[k]);
+        if (!x || (!strcmp(keys[k], "json_object") && cJSON_IsFalse(x))) continue;
+        if (given) {
+            nv_api_error_set(err, E400, NULL, "structured_outputs", "'structured_outputs' takes one of json, regex, choice, grammar and json_object");
+            return err->status;
+        }
+        given = keys[k], v = x;
+    }
+    char param[48];
+    snprintf(param, sizeof param, "structured_outputs.%s", given ? given : "");
+    if (!given) {
+        nv_api_error_set(err, E400, NULL, "structured_outputs", "'structured_outputs' takes one of json, regex, choice, grammar and json_object");
+        return err->status;
+    }
+    if (!strcmp(given, "structural_tag")) {
+        nv_api_error_set(err, E400, NULL, param, "'structured_outputs.structural_tag' is not supported");
+        return err->status;
+    }
+    if (strcmp(given, "json") && strcmp(given, "json_object")) return text_grammar(v, given, param, think, g, err);
+    cJSON *parsed = cJSON_IsString(v) && !strcmp(given, "json") ? cJSON_Parse(v->valuestring) : NULL;
+    if (cJSON_IsString(v) && !strcmp(given, "json") && !parsed) {
+        nv_api_error_set(err, E400, NULL, param, "'%s' is not valid JSON", param);
+        return err->status;
+    }
+    nv_err e = !strcmp(given, "json_object") ? nv_schema_grammar_ex(NULL, 1, think, g) : nv_schema_grammar_ex(parsed ? parsed : v, 0, think, g);
+    cJSON_Delete(parsed);
+    if (e == NV_ENOMEM) return nv_api_oom(err);
+    if (e != NV_OK) {
+        nv_api_error_set(err, E400, NULL, param, "invalid JSON schema: %s", nv_errmsg());
+        return err->status;
+    }
+    return 0;
+}
+
 /* Structured outputs: OpenAI's response_format {"type": "json_object"} or {"type": "json_schema",
  * "json_schema": {"name", "schema", "strict"}}, and the same schema as llama.cpp's server
- * ("json_schema": SCHEMA) or vLLM's ("guided_json": SCHEMA or its JSON text) take it. */
+ * ("json_schema": SCHEMA) or vLLM's ("guided_json": SCHEMA or its JSON text) take it; or one of
+ * text_fields. */
 static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const int think = chat && ctx->reasoning; /* --reasoning-format: the JSON follows the think block */
+    const int think = chat && ctx->reasoning; /* --reasoning-format: the answer follows the think block */
     const cJSON *rf = nv_api_field(root, "response_format"), *llama = nv_api_field(root, "json_schema"), *vllm = nv_api_field(root, "guided_json");
-    if (!!rf + !!llama + !!vllm > 1) {
-        nv_api_error_set(err, E400, NULL, rf ? "response_format" : "json_schema",
-                         "give one of 'response_format', 'json_schema' and 'guided_json'");
+    const char *rf_type = cJSON_GetStringValue(cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL);
+    const char *given[8];
+    int n_given = 0, text = -1;
+    if (rf && !(rf_type && !strcmp(rf_type, "text"))) given[n_given++] = "response_format";
+    if (llama) given[n_given++] = "json_schema";
+    if (vllm) given[n_given++] = "guided_json";
+    for (int k = 0; k < 5; k++)
+        if (nv_api_field(root, text_fields[k])) given[n_given++] = text_fields[k], text = k;
+    if (n_given > 1) {
+        nv_api_error_set(err, E400, NULL, given[0], "give one of '%s' and '%s' (one way to constrain the answer)", given[0], given[1]);
         return err->status;
+    }
+    if (text >= 0) {
+        const cJSON *v = nv_api_field(root, text_fields[text]);
+        int rc = text_kinds[text] ? text_grammar(v, text_kinds[text], text_fields[text], think, &out->grammar, err)
+                                  : structured_outputs(v, think, &out->grammar, err);
+        if (!rc) out->req.grammar = out->grammar;
+        return rc;
     }
     const cJSON *schema = llama ? llama : vllm;
     const char *param = llama ? "json_schema" : "guided_json";

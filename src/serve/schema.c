@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "serve/tools.h"
 
 #define WS_INDENT 20
@@ -68,26 +69,7 @@ static int range_rule(sc *c, unsigned lo, unsigned hi) {
 static int repeat(sc *c, int item, long min, long max) {
     if (min > MAX_REPEAT || (max >= 0 && max - min > MAX_REPEAT))
         return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported", "10000");
-    nv_gbody body = {0};
-    int tail;
-    if (max < 0) { /* star ::= | item star */
-        tail = nv_gbuild_reserve(c->b);
-        nv_gbody_alt(&body);
-        nv_gbody_ref(&body, item);
-        nv_gbody_ref(&body, tail);
-        nv_gbuild_define(c->b, tail, &body);
-    } else { /* opt_k ::= | item opt_(k-1) */
-        tail = nv_gbuild_add(c->b, &body);
-        for (long k = 1; k <= max - min; k++) {
-            nv_gbody_alt(&body);
-            nv_gbody_ref(&body, item);
-            nv_gbody_ref(&body, tail);
-            tail = nv_gbuild_add(c->b, &body);
-        }
-    }
-    for (long k = 0; k < min; k++) nv_gbody_ref(&body, item);
-    nv_gbody_ref(&body, tail);
-    return nv_gbuild_add(c->b, &body);
+    return nv_gbuild_repeat(c->b, item, min, max);
 }
 
 /* Between tokens: nothing, one space, or a newline and up to 20 spaces or tabs of indentation
@@ -660,9 +642,10 @@ typedef struct {
     sc *c;
     const char *p, *end;
     int depth;
+    int raw; /* guided_regex: the whole text matches, each character written as its UTF-8 bytes */
 } rx;
 
-static int rx_fail(rx *r, const char *what) { return fail(r->c, NV_EUNSUPPORTED, "'pattern': %s", what); }
+static int rx_fail(rx *r, const char *what) { return fail(r->c, NV_EUNSUPPORTED, "%s: %s", r->raw ? "regex" : "'pattern'", what); }
 
 static void cls_ascii(rx_class *k, unsigned lo, unsigned hi) {
     for (unsigned x = lo; x <= hi && x < 128; x++) k->ascii[x >> 3] |= (uint8_t)(1u << (x & 7));
@@ -697,19 +680,9 @@ static int cls_shorthand(rx *r, rx_class *k, char e) {
 
 /* One code point from the pattern's UTF-8 (the pattern is a JSON string, so its text is UTF-8). */
 static int rx_codepoint(rx *r, uint32_t *cp) {
-    const unsigned char *u = (const unsigned char *)r->p;
-    int n = u[0] < 0x80 ? 1 : u[0] >= 0xF5 ? 0 : u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC2 ? 2 : 0;
-    if (!n || r->p + n > r->end) return rx_fail(r, "not UTF-8");
-    uint32_t v = n == 1 ? u[0] : u[0] & (0x7F >> n);
-    for (int i = 1; i < n; i++) {
-        if ((u[i] & 0xC0) != 0x80) return rx_fail(r, "not UTF-8");
-        v = v << 6 | (u[i] & 0x3F);
-    }
-    /* no overlong forms, surrogates or code points past U+10FFFF */
-    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
-        return rx_fail(r, "not UTF-8");
+    const size_t n = nv_utf8_get(r->p, r->end, cp);
+    if (!n) return rx_fail(r, "not UTF-8");
     r->p += n;
-    *cp = v;
     return 1;
 }
 
@@ -759,43 +732,45 @@ static int rx_escape(rx *r, rx_class *k, int *is_class, uint32_t *cp) {
 /* The JSON spelling of one code point as grammar text appended to body. */
 static void json_char(sc *c, nv_gbody *body, uint32_t cp) {
     char buf[8];
-    size_t n = 0;
-    if (cp < 0x80) {
-        if (!(n = nv_json_escape(cp, buf))) buf[n++] = (char)cp;
-    } else if (cp < 0x800) {
-        buf[n++] = (char)(0xC0 | cp >> 6), buf[n++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        buf[n++] = (char)(0xE0 | cp >> 12), buf[n++] = (char)(0x80 | (cp >> 6 & 0x3F)), buf[n++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        buf[n++] = (char)(0xF0 | cp >> 18), buf[n++] = (char)(0x80 | (cp >> 12 & 0x3F)), buf[n++] = (char)(0x80 | (cp >> 6 & 0x3F)),
-        buf[n++] = (char)(0x80 | (cp & 0x3F));
-    }
+    size_t n = cp < 0x80 ? nv_json_escape(cp, buf) : 0;
+    if (!n) n = nv_utf8_put(cp, buf);
     nv_gbody_lit(c->b, body, buf, n);
 }
 
-/* A class as one rule: the plain ASCII members as one byte set, the others spelled as JSON does. */
+/* One character as the expression's text writes it: its JSON spelling, or (raw) its UTF-8 bytes. */
+static void rx_char(rx *r, nv_gbody *body, uint32_t cp) {
+    if (!r->raw) {
+        json_char(r->c, body, cp);
+        return;
+    }
+    char buf[4];
+    nv_gbody_lit(r->c->b, body, buf, nv_utf8_put(cp, buf));
+}
+
+/* A class as one rule: the plain ASCII members as one byte set, the others spelled as JSON does
+ * (raw: every ASCII member is plain). */
 static int cls_rule(rx *r, const rx_class *k) {
     sc *c = r->c;
     nv_gbody body = {0};
     uint8_t plain[32] = {0};
     int any = 0, first = 1;
-    for (unsigned x = 0x20; x < 0x80; x++)
-        if (x != '"' && x != '\\' && (k->ascii[x >> 3] >> (x & 7) & 1)) plain[x >> 3] |= (uint8_t)(1u << (x & 7)), any = 1;
+    for (unsigned x = r->raw ? 0 : 0x20; x < 0x80; x++)
+        if ((r->raw || (x != '"' && x != '\\')) && (k->ascii[x >> 3] >> (x & 7) & 1)) plain[x >> 3] |= (uint8_t)(1u << (x & 7)), any = 1;
     if (any) nv_gbody_set(c->b, &body, plain), first = 0;
-    for (unsigned x = 0; x < 0x20; x++)
+    for (unsigned x = 0; x < 0x20 && !r->raw; x++)
         if (k->ascii[x >> 3] >> (x & 7) & 1) {
             if (!first) nv_gbody_alt(&body);
             json_char(c, &body, x), first = 0;
         }
     const unsigned esc[] = {'"', '\\'};
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2 && !r->raw; i++)
         if (k->ascii[esc[i] >> 3] >> (esc[i] & 7) & 1) {
             if (!first) nv_gbody_alt(&body);
             json_char(c, &body, esc[i]), first = 0;
         }
     for (int i = 0; i < k->n_cps; i++) {
         if (!first) nv_gbody_alt(&body);
-        json_char(c, &body, k->cps[i]), first = 0;
+        rx_char(r, &body, k->cps[i]), first = 0;
     }
     if (k->multibyte) {
         if (!first) nv_gbody_alt(&body);
@@ -885,7 +860,7 @@ static int rx_atom(rx *r, int *nullable) {
         if (is_class) return cls_rule(r, &k);
     } else if (!rx_codepoint(r, &cp)) return 0;
     nv_gbody body = {0};
-    json_char(r->c, &body, cp);
+    rx_char(r, &body, cp);
     return nv_gbuild_add(r->c->b, &body);
 }
 
@@ -933,7 +908,7 @@ static int rx_seq(rx *r, int top, int *nullable) {
     int anchored_start = 0, anchored_end = 0;
     *nullable = 1;
     if (top && r->p < r->end && *r->p == '^') anchored_start = 1, r->p++;
-    if (top && !anchored_start) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
+    if (top && !anchored_start && !r->raw) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
     while (r->p < r->end && *r->p != '|' && *r->p != ')' && r->c->err == NV_OK) {
         if (top && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) {
             anchored_end = 1;
@@ -946,7 +921,7 @@ static int rx_seq(rx *r, int top, int *nullable) {
         nv_gbody_ref(&body, rx_quantified(r, a, &an));
         *nullable &= an;
     }
-    if (top && !anchored_end) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
+    if (top && !anchored_end && !r->raw) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
     if (r->c->err != NV_OK) {
         nv_gbody_free(&body);
         return 0;
@@ -978,7 +953,7 @@ static int rx_alt(rx *r, int top, int *nullable) {
 
 /* "..." whose text matches pattern. */
 static int pattern_string(sc *c, const char *pattern) {
-    rx r = {c, pattern, pattern + strlen(pattern), 0};
+    rx r = {c, pattern, pattern + strlen(pattern), 0, 0};
     if (strlen(pattern) > 1000) return fail(c, NV_EUNSUPPORTED, "'pattern' longer than 1000 bytes is not supported");
     int nullable;
     int body_rule = rx_alt(&r, 1, &nullable);
@@ -1261,11 +1236,11 @@ static int gen(sc *c, const cJSON *s) {
 /* A reasoning model's block before the answer: nothing, or "<think>", any text in which
  * "</think>" does not occur, "</think>" and a newline or not. The text is a small automaton (state
  * k: the last k bytes are the first k of "</think>"), so no stack grows while the model thinks. */
-static int think_block(sc *c) {
+int nv_think_block_rule(nv_gbuild *b) {
     static const char close[] = "</think>";
     const int L = (int)sizeof close - 1;
     int st[8];
-    for (int k = 0; k < L; k++) st[k] = nv_gbuild_reserve(c->b);
+    for (int k = 0; k < L; k++) st[k] = nv_gbuild_reserve(b);
     for (int k = 0; k < L; k++) {
         nv_gbody body = {0};
         uint8_t other[32];
@@ -1276,36 +1251,36 @@ static int think_block(sc *c) {
         other[lt >> 3] &= (uint8_t)~(1u << (lt & 7));
         nv_gbody_alt(&body); /* the text may end here */
         if (k + 1 < L) { /* one more byte of "</think>" (its last would complete it: not in the text) */
-            nv_gbody_range(c->b, &body, next, next);
+            nv_gbody_range(b, &body, next, next);
             nv_gbody_ref(&body, st[k + 1]);
             nv_gbody_alt(&body);
         }
         if (next != lt) { /* '<' starts it over */
-            nv_gbody_range(c->b, &body, lt, lt);
+            nv_gbody_range(b, &body, lt, lt);
             nv_gbody_ref(&body, st[1]);
             nv_gbody_alt(&body);
         }
-        nv_gbody_set(c->b, &body, other);
+        nv_gbody_set(b, &body, other);
         nv_gbody_ref(&body, st[0]);
-        nv_gbuild_define(c->b, st[k], &body);
+        nv_gbuild_define(b, st[k], &body);
     }
     nv_gbody body = {0};
     nv_gbody_alt(&body);
-    nv_gbody_lit(c->b, &body, "\n", 1);
-    int blank = nv_gbuild_add(c->b, &body);
+    nv_gbody_lit(b, &body, "\n", 1);
+    int blank = nv_gbuild_add(b, &body);
     nv_gbody_alt(&body);
-    nv_gbody_lit(c->b, &body, "<think>", 7);
+    nv_gbody_lit(b, &body, "<think>", 7);
     nv_gbody_ref(&body, st[0]);
-    nv_gbody_lit(c->b, &body, close, (size_t)L);
+    nv_gbody_lit(b, &body, close, (size_t)L);
     nv_gbody_ref(&body, blank);
-    return nv_gbuild_add(c->b, &body);
+    return nv_gbuild_add(b, &body);
 }
 
 static nv_err finish(sc *c, int top, nv_grammar **out) {
     int root = 0;
     if (c->err == NV_OK) {
         nv_gbody body = {0};
-        if (c->think) nv_gbody_ref(&body, think_block(c));
+        if (c->think) nv_gbody_ref(&body, nv_think_block_rule(c->b));
         nv_gbody_ref(&body, ws(c));
         nv_gbody_ref(&body, top);
         root = nv_gbuild_add(c->b, &body);
@@ -1350,7 +1325,7 @@ static nv_err finish_framed(sc *c, int value, const char *prefix, const char *su
     nv_gbody_ref(&body, value);
     nv_gbody_lit(c->b, &body, suffix, strlen(suffix));
     int one = nv_gbuild_add(c->b, &body), root = one;
-    int think = c->think ? think_block(c) : -1;
+    int think = c->think ? nv_think_block_rule(c->b) : -1;
     if (sep) { /* more ::= | sep one more;  end ::= | "\n" (the newline a model writes after a call) */
         int more = nv_gbuild_reserve(c->b);
         nv_gbody_alt(&body);
@@ -1431,4 +1406,48 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *a
     if (skipped) nv_gbuild_seal(c.b);
     int value = c.err == NV_OK ? nv_gbuild_add(c.b, &calls) : 0;
     return finish_framed(&c, value, prefix, suffix, sep, out);
+}
+
+/* ---- whole texts: a regular expression, a choice ---- */
+
+/* The grammar of top, after a think block when c->think (no white space around: the text is the
+ * whole answer). */
+static nv_err finish_text(sc *c, int top, nv_grammar **out) {
+    free(c->refs);
+    if (c->err != NV_OK) {
+        nv_gbuild_free(c->b);
+        return c->err;
+    }
+    nv_gbody body = {0};
+    if (c->think) nv_gbody_ref(&body, nv_think_block_rule(c->b));
+    nv_gbody_ref(&body, top);
+    return nv_gbuild_finish(c->b, nv_gbuild_add(c->b, &body), out);
+}
+
+nv_err nv_regex_grammar(const char *pattern, int think, nv_grammar **out) {
+    *out = NULL;
+    sc c;
+    NV_TRY(start(&c, NULL));
+    c.think = think;
+    rx r = {&c, pattern, pattern + strlen(pattern), 0, 1};
+    int nullable, top = 0;
+    if (strlen(pattern) > 4000) fail(&c, NV_EUNSUPPORTED, "regex: longer than 4000 bytes is not supported");
+    else top = rx_alt(&r, 1, &nullable);
+    if (c.err == NV_OK && r.p != r.end) fail(&c, NV_EUNSUPPORTED, "regex: a ')' without its '('");
+    return finish_text(&c, top, out);
+}
+
+nv_err nv_choice_grammar(const char *const *choices, int n, int think, nv_grammar **out) {
+    *out = NULL;
+    sc c;
+    NV_TRY(start(&c, NULL));
+    c.think = think;
+    nv_gbody body = {0};
+    if (n < 1) fail(&c, NV_EINVAL, "no choices");
+    for (int i = 0; i < n && c.err == NV_OK; i++) {
+        if (i) nv_gbody_alt(&body);
+        nv_gbody_lit(c.b, &body, choices[i], strlen(choices[i]));
+    }
+    const int top = c.err == NV_OK ? nv_gbuild_add(c.b, &body) : (nv_gbody_free(&body), 0);
+    return finish_text(&c, top, out);
 }
