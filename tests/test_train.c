@@ -10,6 +10,7 @@
 
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 #include "train/ckpt.h"
 #include "train/dist.h"
 #include "t.h"
@@ -348,6 +349,61 @@ static void test_finetune_stories260K_lowers_val_loss(void) {
     const char *line = strstr(err, "nerve train: the starting weights hold a value that is not finite");
     T_CHECK(rc == 1 && line && strchr(line, '\n') == strrchr(err, '\n') && !nv_file_exists(ck),
             "a NaN weight to fine-tune: exit %d '%s'", rc, err);
+}
+
+/* --val-data: its files validate whole and --data's train whole (token counts exact); the
+ * validation loss of a starting model depends on --val-data's tokens alone; --val-frac beside it is
+ * a usage error. */
+static void test_val_data_files(void) {
+    const char *m = t_data("models/stories260K.bin"), *tokp = t_data("models/tok512.bin");
+    const char *text_path = t_data("corpus/tinystories_valid_head.txt");
+    if (!m || !tokp || !text_path) return;
+    char model[600], tpath[600], args[4096], err[4096], dir[3][600], shard[3][600];
+    snprintf(model, sizeof model, "%s", m);
+    snprintf(tpath, sizeof tpath, "%s", tokp);
+    nv_tokenizer *tok = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    int *ids = NULL, n = 0;
+    if (nv_tokenizer_load(tpath, 512, &tok) != NV_OK || nv_file_read_all(text_path, &text, &len) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        nv_tokenizer_free(tok);
+        return;
+    }
+    if (len > 40000) text[40000] = '\0';
+    T_CHECK(nv_tokenizer_encode(tok, text, 1, 0, &ids, &n) == NV_OK && n >= 4000, "%d tokens", n);
+    free(text);
+    nv_tokenizer_free(tok);
+    const int at[3] = {0, 2000, 3000}, count[3] = {2000, 600, 600}; /* A trains; B and C validate */
+    for (int k = 0; k < 3 && n >= 4000; k++) {
+        uint16_t u[2000];
+        for (int i = 0; i < count[k]; i++) u[i] = (uint16_t)ids[at[k] + i];
+        char name[32];
+        snprintf(name, sizeof name, "part%d.bin", k);
+        snprintf(shard[k], sizeof shard[k], "%s", t_write(name, u, (size_t)count[k] * 2));
+        snprintf(dir[k], sizeof dir[k], "%s/valdata%d", t_tmpdir(), k);
+    }
+    free(ids);
+    if (n < 4000) return;
+    const int runs[3][2] = {{0, 1}, {2, 1}, {0, 2}}; /* (--data, --val-data) */
+    float val[3];
+    for (int r = 0; r < 3; r++) {
+        snprintf(args, sizeof args,
+                 "train --init-from %s -z %s --data %s --val-data %s --steps 1 --batch 2 --seq 64 --eval-every 1 --eval-batches 4 "
+                 "--quiet --out %s",
+                 model, tpath, shard[runs[r][0]], shard[runs[r][1]], dir[r]);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "run %d: %s", r, err);
+        char want[96];
+        snprintf(want, sizeof want, "data: %d training tokens, %d validation tokens", count[runs[r][0]], count[runs[r][1]]);
+        T_CHECK(strstr(err, want) != NULL, "run %d: wanted '%s' in %s", r, want, err);
+        val[r] = val_at(dir[r], 0);
+    }
+    T_CHECK(isfinite(val[0]) && val[0] == val[1], "the same --val-data gave %.6f and %.6f", val[0], val[1]);
+    T_CHECK(isfinite(val[2]) && val[2] != val[0], "another --val-data gave the same loss %.6f", val[2]);
+    snprintf(args, sizeof args, "train --data %s --val-data %s --val-frac 0.1 --out %s/valdata-x", shard[0], shard[1], t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--val-data and --val-frac exclude each other"), "both: %s", err);
+    snprintf(args, sizeof args, "train --data %s --val-data --out %s/valdata-y", shard[0], t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--val-data needs at least one path"), "no path: %s", err);
 }
 
 /* A gradient that is not finite (a hook poisons one from step 3 on) skips its update: the run warns
@@ -854,6 +910,7 @@ int main(void) {
     T_RUN(test_export_then_generate);
     T_RUN(test_qk_norm_run_writes_gguf);
     T_RUN(test_finetune_stories260K_lowers_val_loss);
+    T_RUN(test_val_data_files);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
     T_RUN(test_lora_run);

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
-            "                   [--val-frac F] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
+            "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3] [--pack]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]]\n"
             "  presets: %s\n"
@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
             "          step when turns are short; each attends to itself alone)\n"
+            "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
+            "          --val-frac (default 0.05) of each --data file is held out\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
@@ -71,7 +73,8 @@ static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
     const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL, *template_name = NULL;
-    const char *data[MAX_DATA];
+    const char *data[MAX_DATA], *val_data[MAX_DATA];
+    int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0;
     float val_frac = 0.05f, lora_alpha = 0;
@@ -89,11 +92,13 @@ static int train(int argc, char **argv) {
         if (!strcmp(a, "--separate-classifier")) { separate = 1; continue; }
         if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
         if (!strcmp(a, "--pack")) { pack = 1; continue; }
-        if (!strcmp(a, "--data")) {
-            if (i + 1 >= argc || argv[i + 1][0] == '-') return cli_error(CMD, 2, "--data needs at least one path");
+        if (!strcmp(a, "--data") || !strcmp(a, "--val-data")) {
+            const int val = a[2] == 'v';
+            if (i + 1 >= argc || argv[i + 1][0] == '-') return cli_error(CMD, 2, "%s needs at least one path", a);
             while (i + 1 < argc && argv[i + 1][0] != '-') {
-                if (n_data == MAX_DATA) return cli_error(CMD, 2, "at most %d data files", MAX_DATA);
-                data[n_data++] = argv[++i];
+                if (n_data + n_val == MAX_DATA) return cli_error(CMD, 2, "at most %d data files", MAX_DATA);
+                if (val) val_data[n_val++] = argv[++i];
+                else data[n_data++] = argv[++i];
             }
             continue;
         }
@@ -130,7 +135,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--weight-decay")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.weight_decay);
         else if (!strcmp(a, "--clip")) ok = cli_float(CMD, a, v, 0, 1e6, &o.adamw.grad_clip);
         else if (!strcmp(a, "--beta2")) ok = cli_float(CMD, a, v, 0, 0.999999, &o.adamw.beta2);
-        else if (!strcmp(a, "--val-frac")) ok = cli_float(CMD, a, v, 0, 0.9, &val_frac);
+        else if (!strcmp(a, "--val-frac")) ok = cli_float(CMD, a, v, 0, 0.9, &val_frac), val_frac_given = 1;
         else if (!strcmp(a, "--time-limit")) {
             float t;
             ok = cli_float(CMD, a, v, 0, 1e9, &t);
@@ -238,8 +243,14 @@ static int train(int argc, char **argv) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
         goto done;
     }
+    if (n_val && val_frac_given) {
+        rc = cli_error(CMD, 2, "--val-data and --val-frac exclude each other (with --val-data the --data files train whole)");
+        goto done;
+    }
+    /* --val-data's files follow --data's in one dataset, validation whole */
+    for (int i = 0; i < n_val; i++) data[n_data + i] = val_data[i];
     int chat_files = 0; /* refused before the data is read */
-    for (int i = 0; i < n_data; i++) {
+    for (int i = 0; i < n_data + n_val; i++) {
         const size_t len = strlen(data[i]);
         chat_files += len >= 6 && !strcmp(data[i] + len - 6, ".jsonl");
     }
@@ -249,10 +260,11 @@ static int train(int argc, char **argv) {
     }
     /* fine-tuning a chat model: the template it declares (a GGUF file's, or a chat run's) */
     const int declared = chat_files && !template_name && init_from && cli_declared_template(init_from, &tmpl);
-    if (nv_dataset_open_chat(&ds, data, n_data, tok, c->vocab_size, val_frac, tmpl) != NV_OK) {
+    if (nv_dataset_open_chat(&ds, data, n_data + n_val, tok, c->vocab_size, n_val ? 0.0f : val_frac, tmpl) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    if (n_val) nv_dataset_split_at(&ds, n_data);
     if (ds.chat) {
         ds.pack = pack;
         o.chat_template = nv_chat_template_name(tmpl);

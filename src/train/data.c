@@ -295,6 +295,21 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
     return NV_OK;
 }
 
+void nv_dataset_split_at(nv_dataset *ds, int first_val) {
+    ds->train_tokens = ds->val_tokens = 0;
+    for (int i = 0; i < ds->n_src; i++) {
+        nv_source *s = &ds->src[i];
+        const int train = i < first_val;
+        s->n_train = train ? s->n_tokens : 0;
+        if (s->starts) { /* chat data: whole turns; the split point is a turn's start */
+            s->n_train_starts = train ? s->n_starts : 0;
+            s->n_train = train ? s->n_tokens : s->starts[0];
+        }
+        ds->train_tokens += s->n_train;
+        ds->val_tokens += s->n_tokens - s->n_train;
+    }
+}
+
 void nv_dataset_close(nv_dataset *ds) {
     for (int i = 0; i < ds->n_src; i++) {
         nv_file_unmap(&ds->src[i].map);

@@ -58,6 +58,9 @@ nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv
 /* The same, chat data rendered with tmpl. */
 nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                             float val_frac, nv_chat_template tmpl);
+/* Makes sources [first_val, n_src) validation data whole and the ones before them training data
+ * whole (nerve train --val-data), in place of the val_frac split. */
+void nv_dataset_split_at(nv_dataset *ds, int first_val);
 void nv_dataset_close(nv_dataset *ds);
 static inline uint32_t nv_source_token(const nv_source *s, uint64_t i) {
     if (s->owned) return s->owned[i];
