@@ -502,6 +502,10 @@ static void test_server_stored(void) {
             "GET gives %d %.300s, the answer was %.300s", g.status, g.body, r.body);
     resp_free(&g);
     resp_free(&r);
+    T_CHECK(http(srv.port, "GET", "/metrics", NULL, NULL, &g) && g.status == 200 && strstr(g.body, "\nnerve_responses_stored 1\n") &&
+                strstr(g.body, "\nnerve_responses_stored_bytes "),
+            "metrics: %.2000s", g.body);
+    resp_free(&g);
     /* continued: the earlier items, the answer, then the new input, as the chat request of all of them */
     snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"The end?\",\"max_output_tokens\":8,\"temperature\":0}", id1);
     T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200, "continued: %d %s", r.status, r.body);
@@ -637,6 +641,8 @@ static void test_server_store_off(void) {
     char path[256], body[256];
     snprintf(path, sizeof path, "/v1/responses/%s", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "none");
     T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 404 && strstr(g.body, "--responses-store 0"), "GET: %d %s", g.status, g.body);
+    resp_free(&g);
+    T_CHECK(http(srv.port, "GET", "/metrics", NULL, NULL, &g) && g.status == 200 && !strstr(g.body, "nerve_responses_stored"), "metrics without a store");
     resp_free(&g);
     snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"x\"}", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "none");
     T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &g) && g.status == 400 && strstr(g.body, "unsupported_parameter"),

@@ -889,6 +889,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_sched_gauges(h->s, &g);
         g.model_id = h->ctx.model_id;
         g.engine = h->o.engine;
+        if ((g.responses_on = h->responses != NULL)) nv_resp_store_stats(h->responses, &g.responses_kept, &g.responses_bytes);
         return respond(h, c, cc, 200, "text/plain; version=0.0.4; charset=utf-8", nv_metrics_render(h->m, &g), NULL, NULL);
     }
     case R_MODELS:

@@ -246,6 +246,11 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
                 nv_buf_printf(&b, "\",state=\"%s\"} %d\n", st ? "running" : "waiting", st ? g->lora_running[i] : g->lora_waiting[i]);
             }
     }
+    if (g->responses_on) {
+        put_one(&b, "nerve_responses_stored", "gauge", "Responses API responses kept for previous_response_id (--responses-store).",
+                (unsigned long long)g->responses_kept);
+        put_one(&b, "nerve_responses_stored_bytes", "gauge", "Bytes the kept responses take.", (unsigned long long)g->responses_bytes);
+    }
     head(&b, "nerve_engine_available", "gauge", "1 when the engine probed well and is on.");
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
         nv_buf_printf(&b, "nerve_engine_available{engine=\"%s\"} %d\n", nv_engine_name((nv_engine_id)e),

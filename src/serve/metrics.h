@@ -74,6 +74,9 @@ typedef struct {
     int lora_on, lora_n;
     char lora_name[NV_MAX_ADAPTERS][64];
     int lora_waiting[NV_MAX_ADAPTERS], lora_running[NV_MAX_ADAPTERS];
+    /* the Responses API's store (--responses-store; off: responses_on 0) */
+    int responses_on;
+    size_t responses_kept, responses_bytes;
 } nv_metrics_gauges;
 
 void nv_metrics_init(nv_metrics *m);
