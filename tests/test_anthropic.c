@@ -143,6 +143,7 @@ static void test_prefill(void) {
         {NV_CHAT_LLAMA3, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nOnce upon"},
         {NV_CHAT_PLAIN, "Hi\nOnce upon"},
         {NV_CHAT_LLAMA2, "[INST] Hi [/INST] Once upon"},
+        {NV_CHAT_DEEPSEEK, "<\xef\xbd\x9cUser\xef\xbd\x9c>Hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>Once upon"},
     };
     const char *anth = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
                        "\"content\":\"Once upon\"}]}";

@@ -502,6 +502,9 @@ static void test_serve_declared_template(void) {
     } cases[] = {{"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "", "chat template chatml"},
                  {"{{ bos_token }}[INST] {{ m.content }} [/INST]", "", "chat template llama2"},
                  {"{{ m.content }}", "", "chat template plain"},
+                 {"{{bos_token}}{{ns.system_prompt}}{{'<\xef\xbd\x9c" "User\xef\xbd\x9c>' + message['content']}}{{'<\xef\xbd\x9c"
+                  "Assistant\xef\xbd\x9c>' + content}}", "", "chat template deepseek (reasoning to reasoning_content)"},
+                 {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", "--reasoning-format none", "chat template deepseek, KV"},
                  {"<|im_start|>", "--chat-template llama2", "chat template llama2"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *p = t_path("chat.gguf");

@@ -93,6 +93,7 @@ static void test_chat_templates(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
     nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"}, {.role = "assistant", .content = "Hello!"}, {.role = "user", .content = "Tell a story"}};
+    nv_chat_template t0;
     int *ids = NULL, n = 0, want[4096], nw;
     T_CHECK(nv_chat_render(NV_CHAT_PLAIN, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
     nw = expect_ids(tok, want, "Be kind.\nHi there\nHello!\nTell a story", 1, 0, NULL, 0, 0);
@@ -124,6 +125,21 @@ static void test_chat_templates(void) {
                     1, 0, NULL, 0, 0);
     T_CHECK(same_ids(ids, n, want, nw), "llama3 template");
     free(ids);
+    /* DeepSeek-R1's: the system text after BOS, user and assistant markers, an earlier answer without
+       its reasoning and ended by end-of-sentence */
+    nv_chat_msg ds[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"},
+                        {.role = "assistant", .content = "<think>\nhmm\n</think>\n\nHello!"}, {.role = "user", .content = "Tell a story"}};
+    T_CHECK(nv_chat_render(NV_CHAT_DEEPSEEK, tok, ds, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    nw = expect_ids(tok, want,
+                    "Be kind.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi there<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>\n\nHello!"
+                    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c><\xef\xbd\x9cUser\xef\xbd\x9c>Tell a story"
+                    "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>",
+                    1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "deepseek template");
+    free(ids);
+    T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_DEEPSEEK), "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>") &&
+                nv_chat_template_parse("deepseek", &t0) == NV_OK && t0 == NV_CHAT_DEEPSEEK,
+            "deepseek's stop and name");
     T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_CHATML), "<|im_end|>") && !nv_chat_template_stop(NV_CHAT_PLAIN) &&
                 !strcmp(nv_chat_template_stop(NV_CHAT_LLAMA3), "<|eot_id|>"),
             "template stop strings");

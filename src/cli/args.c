@@ -103,10 +103,11 @@ int cli_declared_template(const char *model_path, nv_chat_template *out) {
     int found = 1;
     if (t && memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
     else if (t && memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
+    else if (t && memmem(t, n, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", 17)) *out = NV_CHAT_DEEPSEEK; /* <｜Assistant｜> */
     else if (t && memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
     else found = 0;
     if (t && !found)
-        nv_warn("%s: its chat template is none of ChatML, Llama 3's or Llama-2's [INST] (see --chat-template)", model_path);
+        nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (see --chat-template)", model_path);
     nv_gguf_close(&g);
     return found;
 }

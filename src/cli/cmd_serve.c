@@ -30,7 +30,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
             "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3] [--reasoning-format none|deepseek]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--reasoning-format none|deepseek]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
@@ -61,10 +61,12 @@ static void usage(FILE *f) {
             "                       the prefill chunk; used by default when neither --engine nor --prefill-chunk says)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
-            "  --chat-template T    plain, chatml, llama2 or llama3 (default: what the model declares: a GGUF\n"
-            "                       file's tokenizer.chat_template recognised as ChatML, Llama 3's or [INST]; else plain)\n"
-            "  --reasoning-format F none (default) or deepseek: a chat answer's leading <think>...</think> (Qwen3,\n"
-            "                       DeepSeek-R1) goes to message.reasoning_content (delta.reasoning_content streamed)\n"
+            "  --chat-template T    plain, chatml, llama2, llama3 or deepseek (default: what the model declares: a GGUF\n"
+            "                       file's tokenizer.chat_template recognised as ChatML, Llama 3's, DeepSeek-R1's or [INST];\n"
+            "                       else plain)\n"
+            "  --reasoning-format F none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
+            "                       goes to message.reasoning_content (delta.reasoning_content streamed); default\n"
+            "                       deepseek with the deepseek chat template, else none\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
@@ -117,7 +119,7 @@ bad:
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
     const char *api_key = NULL, *template_name = NULL;
-    int reasoning = 0;
+    int reasoning = -1; /* unset: deepseek for DeepSeek-R1's template, else none */
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
     float timeout = 600.0f;
@@ -256,6 +258,7 @@ int cmd_serve(int argc, char **argv) {
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
     if (!tmpl_given && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_PLAIN;
+    if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK; /* R1 models answer after a think block */
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine); /* the fastest engine that probes well */
     if (erc) return erc;
@@ -380,9 +383,10 @@ int cmd_serve(int argc, char **argv) {
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
-            "nerve serve: listening on http://%s:%d (model %s%s, engine %s, chat template %s, KV %s %d blocks x %d tokens = "
+            "nerve serve: listening on http://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)\n",
             shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
+            reasoning ? " (reasoning to reasoning_content)" : "",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
             prefill_chunk, tuned_line, cache_line, spec_line, api_key ? ", API key required" : "");

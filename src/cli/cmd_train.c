@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "                   [--warmup N] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3] [--pack]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z), or chat\n"

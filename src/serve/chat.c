@@ -6,7 +6,12 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2", "llama3"};
+static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek"};
+
+/* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
+#define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
+#define DS_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+#define DS_END "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define N_TEMPLATES (int)(sizeof names / sizeof names[0])
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
@@ -15,13 +20,13 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3)", name);
+    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek)", name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
 
 const char *nv_chat_template_stop(nv_chat_template t) {
-    return t == NV_CHAT_CHATML ? "<|im_end|>" : t == NV_CHAT_LLAMA3 ? "<|eot_id|>" : NULL;
+    return t == NV_CHAT_CHATML ? "<|im_end|>" : t == NV_CHAT_LLAMA3 ? "<|eot_id|>" : t == NV_CHAT_DEEPSEEK ? DS_END : NULL;
 }
 
 int nv_chat_role_known(const char *role) {
@@ -222,6 +227,41 @@ static void render_llama3(nv_buf *text, const nv_chat_msg *m, int n, const nv_ch
     nv_buf_puts(text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+/* An answer as DeepSeek-R1's template shows it again: without its reasoning. */
+static void deepseek_answer(nv_buf *text, const nv_chat_msg *m) {
+    const char *c = m->content, *end;
+    while ((end = strstr(c, "</think>")) != NULL) c = end + 8;
+    nv_buf_puts(text, c);
+    hermes_calls(text, m);
+}
+
+static void render_deepseek(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    int sys = 0;
+    for (int i = 0; i < n; i++)
+        if (is_system(m[i].role)) nv_buf_printf(text, "%s%s", sys++ ? "\n\n" : "", m[i].content);
+    if (o->n_tools) {
+        if (sys) nv_buf_puts(text, "\n\n");
+        hermes_tools(text, o);
+    }
+    for (int i = 0; i < n; i++) {
+        if (is_system(m[i].role)) continue;
+        if (is_tool(m[i].role)) { /* consecutive results share one user turn, as chatml's */
+            nv_buf_puts(text, i == 0 || !is_tool(m[i - 1].role) ? DS_USER : "\n");
+            tool_response(text, m[i].content);
+        } else if (strcmp(m[i].role, "assistant")) {
+            nv_buf_printf(text, DS_USER "%s", m[i].content);
+        } else if (i == n - 1 && continues(m, n, o)) { /* the answer so far, continued */
+            nv_buf_printf(text, DS_ASSISTANT "%s", m[i].content);
+            return;
+        } else {
+            nv_buf_puts(text, DS_ASSISTANT);
+            deepseek_answer(text, &m[i]);
+            nv_buf_puts(text, DS_END);
+        }
+    }
+    nv_buf_puts(text, DS_ASSISTANT);
+}
+
 static void render_plain(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     if (o->n_tools) {
         hermes_tools(text, o);
@@ -258,6 +298,7 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
         nv_buf text = {0};
         if (t == NV_CHAT_CHATML) render_chatml(&text, m, n, o);
         else if (t == NV_CHAT_LLAMA3) render_llama3(&text, m, n, o);
+        else if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n, o);
         else render_plain(&text, m, n, o);
         if (text.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
         else e = ids_add_text(&out, tok, text.data ? text.data : "", 1, 0);
@@ -299,8 +340,8 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
             nv_buf_puts(&answer, a->content);
             hermes_calls(&answer, a);
         } else {
-            if (t == NV_CHAT_CHATML) {
-                render_chatml(&text, m, n - 1, o);
+            if (t == NV_CHAT_CHATML || t == NV_CHAT_DEEPSEEK) {
+                (t == NV_CHAT_CHATML ? render_chatml : render_deepseek)(&text, m, n - 1, o);
                 nv_buf_puts(&answer, a->content);
                 hermes_calls(&answer, a);
             } else {

@@ -16,14 +16,20 @@
  *   "<|start_header_id|>ROLE<|end_header_id|>\n\n" CONTENT (trimmed) "<|eot_id|>", then
  *   "<|start_header_id|>assistant<|end_header_id|>\n\n"; generation also stops at the text
  *   "<|eot_id|>". With a byte-level vocabulary the markers are its special tokens.
+ * - deepseek: DeepSeek-R1's (and its Qwen and Llama distillations'): BOS, the system messages'
+ *   text, then per message "<｜User｜>" CONTENT or "<｜Assistant｜>" CONTENT "<｜end▁of▁sentence｜>"
+ *   (an earlier answer without its reasoning: the text after its last "</think>", as the model's own
+ *   template shows it), then "<｜Assistant｜>"; generation also stops at "<｜end▁of▁sentence｜>"
+ *   (the vocabulary's EOS). llama.cpp's deepseek3.
  * Roles: system, developer (as system), user, assistant, tool.
  *
  * Tools (nv_chat_opts.tools: each tool's JSON as the template prints it, Python's json.dumps style:
  * one line for Hermes, indented by 4 for llama3):
- * - chatml, plain, llama2 use the Hermes format Qwen2.5/Qwen3 are trained on: a "# Tools" block
+ * - chatml, plain, llama2, deepseek use the Hermes format Qwen2.5/Qwen3 are trained on: a "# Tools" block
  *   listing the tools inside <tools></tools> and asking for calls as
  *   <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, in the system turn (chatml: the
- *   first system message's text first; llama2: inside <<SYS>>; plain: the first lines). An
+ *   first system message's text first; llama2: inside <<SYS>>; deepseek: after the system text;
+ *   plain: the first lines). An
  *   assistant message's calls follow its content in that form; tool results are user turns of
  *   <tool_response>\nCONTENT\n</tool_response> (consecutive ones in one turn).
  * - llama3 uses Meta's Llama 3.1 JSON format: "Environment: ipython" opens the system turn, the
@@ -36,7 +42,7 @@
 #include "base/err.h"
 #include "model/tokenizer.h"
 
-typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3 } nv_chat_template;
+typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK } nv_chat_template;
 
 typedef struct {
     const char *name;
