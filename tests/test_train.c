@@ -406,6 +406,27 @@ static void test_val_data_files(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--val-data needs at least one path"), "no path: %s", err);
 }
 
+/* --lr-schedule reaches the optimizer: wsd over 6 steps with half of them decaying logs the full
+ * rate three times, then the line to the floor; --decay-frac without wsd, or an unknown schedule,
+ * is a usage error. */
+static void test_lr_schedule_flag(void) {
+    char args[4096], err[4096], dir[600], lr[16][32];
+    snprintf(dir, sizeof dir, "%s/wsd", t_tmpdir());
+    char extra[200];
+    snprintf(extra, sizeof extra, "--lr-schedule wsd --decay-frac 0.5 --lr 1e-3 --warmup 0 --steps 6");
+    train_args(args, sizeof args, dir, extra);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "wsd run: %s", err);
+    const int n = read_field(dir, "\"lr\":", lr, 16);
+    const double want[6] = {1e-3, 1e-3, 1e-3, 1e-3, 7e-4, 4e-4};
+    int ok = n == 6;
+    for (int i = 0; i < n && i < 6; i++) ok &= fabs(atof(lr[i]) - want[i]) < 1e-9;
+    T_CHECK(ok, "%d rates: %s %s %s %s %s %s", n, lr[0], lr[1], lr[2], lr[3], lr[4], lr[5]);
+    snprintf(args, sizeof args, "train --decay-frac 0.3 --out %s/x", t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--decay-frac goes with --lr-schedule wsd"), "%s", err);
+    snprintf(args, sizeof args, "train --lr-schedule step --out %s/x", t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "unknown learning-rate schedule 'step'"), "%s", err);
+}
+
 /* A gradient that is not finite (a hook poisons one from step 3 on) skips its update: the run warns
  * per step, writes valid JSON (null, "skipped":true), and after 5 such steps in a row stops as
  * diverged (exit 1, one error line) with a checkpoint whose weights and moments are those of step 2,
@@ -911,6 +932,7 @@ int main(void) {
     T_RUN(test_qk_norm_run_writes_gguf);
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_val_data_files);
+    T_RUN(test_lr_schedule_flag);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
     T_RUN(test_lora_run);

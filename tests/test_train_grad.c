@@ -304,6 +304,30 @@ static void test_adamw_matches_reference(void) {
     }
 }
 
+/* The schedules after a 10-step warmup over 100 steps to a floor of 0.1 x lr: cosine at its middle
+ * halfway between lr and the floor, linear on its line, constant flat, wsd flat until the last 20
+ * steps and then on a line to the floor; every one rises through the warmup alike. */
+static void test_lr_schedules(void) {
+    nv_adamw_opts o;
+    nv_adamw_defaults(&o);
+    o.lr = 1.0f, o.min_lr_frac = 0.1f, o.warmup_steps = 10, o.total_steps = 100;
+    const struct {
+        const char *name;
+        long step;
+        double want;
+    } cases[] = {{"cosine", 55, 0.55}, {"cosine", 100, 0.1},  {"cosine", 10, 1.0},  {"linear", 55, 0.55},
+                 {"linear", 32, 0.78}, {"linear", 100, 0.1},  {"constant", 99, 1.0}, {"wsd", 79, 1.0},
+                 {"wsd", 80, 1.0},     {"wsd", 90, 0.55},     {"wsd", 99, 0.145},   {"wsd", 100, 0.1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        T_CHECK(nv_lr_schedule_parse(cases[i].name, &o.schedule) == NV_OK, "%s", nv_errmsg());
+        const double lr = nv_lr_at(&o, cases[i].step);
+        T_CHECK(fabs(lr - cases[i].want) < 1e-6, "%s at step %ld: %.7f, want %.7f", cases[i].name, cases[i].step, lr, cases[i].want);
+        T_CHECK(fabs(nv_lr_at(&o, 4) - 0.5) < 1e-7, "%s: warmup step 4 gives %.7f", cases[i].name, (double)nv_lr_at(&o, 4));
+    }
+    nv_lr_schedule s;
+    T_CHECK(nv_lr_schedule_parse("step", &s) == NV_EINVAL && strstr(nv_errmsg(), "wsd"), "an unknown schedule: %s", nv_errmsg());
+}
+
 /* A forward without targets (evaluation) has no loss to differentiate: the backward leaves the
  * gradients as they are instead of reading targets that are not there. */
 static void test_backward_needs_targets(void) {
@@ -757,6 +781,7 @@ static void test_nonfinite_gradient_skips_update(void) {
 }
 
 int main(void) {
+    T_RUN(test_lr_schedules);
     nv_engines_init(NULL, 0);
     T_RUN(test_fd_gqa_tied);
     T_RUN(test_fd_separate_classifier_qknorm);

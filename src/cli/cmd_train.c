@@ -21,7 +21,7 @@ static void usage(FILE *f) {
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--init-from MODEL]\n"
             "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
-            "                   [--warmup N] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
+            "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack]\n"
@@ -33,6 +33,9 @@ static void usage(FILE *f) {
             "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
             "          step when turns are short; each attends to itself alone)\n"
+            "  --lr-schedule: after the warmup, to --min-lr-frac x --lr (default 0.1) by a cosine (default), a\n"
+            "          straight line, not at all (constant), or wsd: the full rate until the last --decay-frac\n"
+            "          (default 0.2) of the steps, then a straight line (warmup-stable-decay)\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
@@ -76,7 +79,7 @@ static int train(int argc, char **argv) {
     const char *data[MAX_DATA], *val_data[MAX_DATA];
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
-    int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0;
+    int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0;
     float val_frac = 0.05f, lora_alpha = 0;
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
@@ -132,6 +135,9 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) ok = cli_u64(CMD, a, v, &o.seed);
         else if (!strcmp(a, "--lr")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.lr);
         else if (!strcmp(a, "--min-lr-frac")) ok = cli_float(CMD, a, v, 0, 1, &o.adamw.min_lr_frac);
+        else if (!strcmp(a, "--lr-schedule")) {
+            if (nv_lr_schedule_parse(v, &o.adamw.schedule) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+        } else if (!strcmp(a, "--decay-frac")) ok = cli_float(CMD, a, v, 0, 1, &o.adamw.decay_frac), decay_given = 1;
         else if (!strcmp(a, "--weight-decay")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.weight_decay);
         else if (!strcmp(a, "--clip")) ok = cli_float(CMD, a, v, 0, 1e6, &o.adamw.grad_clip);
         else if (!strcmp(a, "--beta2")) ok = cli_float(CMD, a, v, 0, 0.999999, &o.adamw.beta2);
@@ -154,6 +160,7 @@ static int train(int argc, char **argv) {
             return cli_error(CMD, 2, "%s", nv_errmsg());
     }
 
+    if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
     /* a short run still warms up and decays: the default warmup is at most a tenth of the run */
     if (!warmup_given && o.adamw.warmup_steps > o.steps / 10) o.adamw.warmup_steps = o.steps / 10;
 

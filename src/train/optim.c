@@ -20,6 +20,8 @@ void nv_adamw_defaults(nv_adamw_opts *o) {
     o->warmup_steps = 0;
     o->total_steps = 1;
     o->decay_embeddings = 0;
+    o->schedule = NV_LR_COSINE;
+    o->decay_frac = 0.2f;
 }
 
 nv_err nv_adamw_init(nv_adamw *a, const nv_adamw_opts *o, const nv_config *c, uint64_t n_params) {
@@ -62,13 +64,29 @@ void nv_adamw_free(nv_adamw *a) {
     memset(a, 0, sizeof *a);
 }
 
+nv_err nv_lr_schedule_parse(const char *name, nv_lr_schedule *out) {
+    static const char *const names[] = {"cosine", "linear", "constant", "wsd"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (nv_lr_schedule)i;
+            return NV_OK;
+        }
+    return nv_fail(NV_EINVAL, "unknown learning-rate schedule '%s' (cosine, linear, constant or wsd)", name);
+}
+
 float nv_lr_at(const nv_adamw_opts *o, long step) {
     if (o->warmup_steps > 0 && step < o->warmup_steps) return o->lr * (float)(step + 1) / (float)o->warmup_steps;
     long span = o->total_steps - o->warmup_steps;
-    if (span <= 0) return o->lr;
+    if (span <= 0 || o->schedule == NV_LR_CONSTANT) return o->lr;
     double frac = (double)(step - o->warmup_steps) / (double)span;
+    if (o->schedule == NV_LR_WSD) { /* stable, then the decay over the last decay_frac of all the steps */
+        const double decay = (double)o->decay_frac * (double)o->total_steps, from = (double)o->total_steps - decay;
+        if ((double)step < from || decay <= 0) return o->lr;
+        frac = ((double)step - from) / decay;
+    }
     if (frac > 1.0) frac = 1.0;
     double floor_lr = (double)o->lr * o->min_lr_frac;
+    if (o->schedule != NV_LR_COSINE) return (float)((double)o->lr - ((double)o->lr - floor_lr) * frac);
     return (float)(floor_lr + 0.5 * ((double)o->lr - floor_lr) * (1.0 + cos(M_PI * frac)));
 }
 

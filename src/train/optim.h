@@ -1,5 +1,7 @@
 /* AdamW with decoupled weight decay, global-norm gradient clipping, and the learning-rate
- * schedule (linear warmup, then cosine decay to a floor).
+ * schedule: linear warmup, then to a floor (min_lr_frac x lr) by a cosine (the default), a straight
+ * line, not at all (constant), or warmup-stable-decay (wsd: the full rate until the last decay_frac
+ * of the steps, then a straight line to the floor, as MiniCPM and SmolLM train).
  *
  * Decay applies per parameter through a mask: matrices decay; norms and embeddings do not unless
  * asked (decay_embeddings). The state (m, v, step) is what a checkpoint saves. */
@@ -11,11 +13,18 @@
 #include "base/err.h"
 #include "model/config.h"
 
+typedef enum { NV_LR_COSINE = 0, NV_LR_LINEAR, NV_LR_CONSTANT, NV_LR_WSD } nv_lr_schedule;
+
 typedef struct {
     float lr, min_lr_frac, beta1, beta2, eps, weight_decay, grad_clip;
     int warmup_steps, total_steps;
     int decay_embeddings;
+    nv_lr_schedule schedule;
+    float decay_frac; /* wsd: the share of the steps spent decaying */
 } nv_adamw_opts;
+
+/* "cosine", "linear", "constant" or "wsd". */
+nv_err nv_lr_schedule_parse(const char *name, nv_lr_schedule *out);
 
 typedef struct {
     nv_adamw_opts o;
