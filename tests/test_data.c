@@ -7,6 +7,7 @@
 
 #include "model/tokenizer.h"
 #include "serve/chat.h"
+#include "base/pool.h"
 #include "t.h"
 #include "train/data.h"
 
@@ -589,6 +590,52 @@ static void test_chat_data(void) {
     nv_tokenizer_free(t);
 }
 
+/* A long text is tokenized in groups of documents on the pool's threads: the tokens are those of
+ * every document encoded one after another, whatever the thread count (the TinyStories validation
+ * head's first 300 KB: hundreds of stories between blank lines). */
+static void test_text_tokenized_in_groups(void) {
+    nv_tokenizer *t = load_tok512();
+    const char *vp = t_data("corpus/tinystories_valid_head.txt");
+    char *text = NULL;
+    size_t len = 0;
+    if (!t || !vp || nv_file_read_all(vp, &text, &len) != NV_OK) {
+        nv_tokenizer_free(t);
+        return;
+    }
+    if (len > 300000) text[300000] = '\0';
+    const char *path = t_write("long.txt", text, strlen(text));
+    char file[700];
+    snprintf(file, sizeof file, "%s", path);
+    expect_ids x = {0};
+    for (char *d = text;;) { /* the stories, split here on blank lines as the reader's rule says */
+        char *end = strstr(d, "\n\n");
+        if (end) *end = '\0';
+        while (*d == '\n' || *d == ' ' || *d == '\r') d++;
+        size_t n = strlen(d);
+        while (n && (d[n - 1] == '\n' || d[n - 1] == ' ' || d[n - 1] == '\r')) d[--n] = '\0';
+        if (n) expect_doc(&x, t, d);
+        if (!end) break;
+        d = end + 2;
+        while (*d == '\n') d++;
+    }
+    T_CHECK(x.docs > 200, "only %d stories", x.docs);
+    const char *paths[1] = {file};
+    for (int threads = 1; threads <= 3; threads++) {
+        T_CHECK(nv_pool_init(threads) == NV_OK, "pool");
+        nv_dataset ds;
+        if (!open_ok(&ds, paths, 1, t, 512, 0.0f)) continue;
+        const nv_source *s = &ds.src[0];
+        int same = (int)s->n_tokens == x.n;
+        for (uint64_t i = 0; same && i < s->n_tokens; i++) same = (int)nv_source_token(s, i) == x.ids[i];
+        T_CHECK(same, "%d threads: %llu tokens, the documents one by one give %d", threads, (unsigned long long)s->n_tokens, x.n);
+        nv_dataset_close(&ds);
+    }
+    nv_pool_shutdown();
+    free(x.ids);
+    free(text);
+    nv_tokenizer_free(t);
+}
+
 int main(void) {
     T_RUN(test_u16_windows_from_training_split);
     T_RUN(test_u32_and_mixed_sources);
@@ -597,6 +644,7 @@ int main(void) {
     T_RUN(test_unigram_loss);
     T_RUN(test_malformed_inputs);
     T_RUN(test_text_documents);
+    T_RUN(test_text_tokenized_in_groups);
     T_RUN(test_chat_data);
     return t_done();
 }

@@ -406,6 +406,54 @@ static void test_val_data_files(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--val-data needs at least one path"), "no path: %s", err);
 }
 
+/* nerve tokenize -o writes the text's tokens as nerve train reads them: a run on the shard logs the
+ * same losses, bit for bit, as the run on the text; the uint32 form too; and its refusals. */
+static void test_pretokenized_shard(void) {
+    const char *data = t_data("corpus/tinystories_valid_head.txt"), *tok = t_data("models/tok512.bin");
+    if (!data || !tok) return;
+    char text[600], tokp[600], args[4096], err[4096], dirs[3][600], shard[2][600];
+    snprintf(text, sizeof text, "%s", data);
+    snprintf(tokp, sizeof tokp, "%s", tok);
+    const char *ext[2] = {"bin", "u32"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(shard[k], sizeof shard[k], "%s/valid.%s", t_tmpdir(), ext[k]);
+        snprintf(args, sizeof args, "tokenize -z %s -o %s %s", tokp, shard[k], text);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "tokens from 1 file"), "tokenize -o %s: %s", ext[k], err);
+    }
+    const char *runs[3] = {text, shard[0], shard[1]};
+    char loss[3][64][32];
+    int n[3];
+    for (int r = 0; r < 3; r++) {
+        snprintf(dirs[r], sizeof dirs[r], "%s/shardrun%d", t_tmpdir(), r);
+        snprintf(args, sizeof args,
+                 "train --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 --data %s -z %s --steps 6 --batch 4 --seq 32 "
+                 "--eval-every 3 --eval-batches 2 --seed 5 --quiet --out %s",
+                 runs[r], tokp, dirs[r]);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "run %d: %s", r, err);
+        n[r] = read_field(dirs[r], "\"loss\":", loss[r], 64);
+    }
+    for (int r = 1; r < 3; r++) {
+        int same = n[r] == n[0] && n[0] == 6;
+        for (int i = 0; same && i < n[0]; i++) same = !strcmp(loss[r][i], loss[0][i]);
+        T_CHECK(same, "the %s shard's losses differ from the text's (%d vs %d steps)", ext[r - 1], n[r], n[0]);
+    }
+    static const struct {
+        const char *args, *want;
+        int rc;
+    } bad[] = {{"-o %s/x.txt %s", "a shard is named .bin (uint16) or .u32 (uint32)", 2},
+               {"-o %s/x.bin", "name at least one", 2},
+               {"-o %s/x.bin --bos %s", "not --bos", 2},
+               {"-o %s/x.bin %s/none.txt", "none.txt", 1},
+               {"-o %s/x.bin chats.jsonl", "chat data", 2}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char rest[1400];
+        snprintf(rest, sizeof rest, bad[i].args, t_tmpdir(), i == 3 ? t_tmpdir() : text);
+        snprintf(args, sizeof args, "tokenize -z %s %s", tokp, rest);
+        const int rc = run_nerve(args, err, sizeof err);
+        T_CHECK(rc == bad[i].rc && strstr(err, bad[i].want) && strchr(err, '\n') == strrchr(err, '\n'), "`%s`: exit %d %s", args, rc, err);
+    }
+}
+
 /* --lr-schedule reaches the optimizer: wsd over 6 steps with half of them decaying logs the full
  * rate three times, then the line to the floor; --decay-frac without wsd, or an unknown schedule,
  * is a usage error. */
@@ -933,6 +981,7 @@ int main(void) {
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_val_data_files);
     T_RUN(test_lr_schedule_flag);
+    T_RUN(test_pretokenized_shard);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
     T_RUN(test_lora_run);

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/log.h"
+#include "base/pool.h"
 #include "base/rng.h"
 #include "serve/api.h"
 
@@ -61,6 +62,29 @@ static nv_err append_doc(const nv_tokenizer *tok, const char *text, size_t len, 
     return NV_OK;
 }
 
+/* Text is tokenized in groups of whole documents, one pool task each, and the groups' tokens joined
+ * in order: the same tokens as one pass, a core's worth faster. */
+#define TEXT_GROUPS_PER_THREAD 4
+
+typedef struct {
+    const nv_tokenizer *tok;
+    const char *text;
+    const size_t (*docs)[2]; /* [n][offset, length] */
+    const size_t *first;     /* [groups + 1]: group g holds docs first[g] .. first[g + 1] - 1 */
+    uint32_t **ids;          /* [groups] */
+    uint64_t *n_ids, *caps;
+    nv_err *err;
+    char (*msg)[256];
+} text_job;
+
+static void tokenize_group(void *arg, int g, int n_groups) {
+    (void)n_groups;
+    text_job *j = arg;
+    for (size_t d = j->first[g]; d < j->first[g + 1] && !j->err[g]; d++)
+        j->err[g] = append_doc(j->tok, j->text + j->docs[d][0], j->docs[d][1], &j->ids[g], &j->n_ids[g], &j->caps[g]);
+    if (j->err[g]) snprintf(j->msg[g], sizeof j->msg[g], "%s", nv_errmsg()); /* the message is the thread's own */
+}
+
 static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
     if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
     nv_mapped m;
@@ -72,8 +96,7 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
      * <|endoftext|> (a marked story keeps its single line breaks). */
     int blank_lines = len && memmem(t, len, eot, sizeof eot - 1) != NULL;
     for (size_t i = 0; i + 1 < len && !blank_lines; i++) blank_lines = t[i] == '\n' && t[i + 1] == '\n';
-    uint64_t cap = 0;
-    size_t start = 0;
+    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0, start = 0;
     nv_err e = NV_OK;
     for (size_t i = 0; i <= len && e == NV_OK; i++) {
         size_t cut = 0, skip = 0;
@@ -81,10 +104,47 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
         else if (t[i] == '<' && len - i >= sizeof eot - 1 && memcmp(t + i, eot, sizeof eot - 1) == 0) cut = 1, skip = sizeof eot - 1;
         else if (t[i] == '\n' && (!blank_lines || (i + 1 < len && t[i + 1] == '\n'))) cut = 1, skip = 1;
         if (!cut) continue;
-        e = append_doc(tok, t + start, i - start, &s->owned, &s->n_tokens, &cap);
+        if (n_docs == cap_docs) {
+            cap_docs = grown_cap(cap_docs, n_docs + 1, 1024);
+            size_t(*nd)[2] = realloc(docs, cap_docs * sizeof *docs);
+            if (!nd) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+            else docs = nd;
+        }
+        if (e == NV_OK) docs[n_docs][0] = start, docs[n_docs][1] = i - start, n_docs++;
         i += skip ? skip - 1 : 0;
         start = i + 1;
     }
+    /* groups of about equal bytes, several per thread so that an uneven one does not hold the rest up */
+    const int groups = (int)(n_docs < (size_t)(nv_pool_threads() * TEXT_GROUPS_PER_THREAD) ? (n_docs ? n_docs : 1)
+                                                                                          : (size_t)(nv_pool_threads() * TEXT_GROUPS_PER_THREAD));
+    size_t *first = calloc((size_t)groups + 1, sizeof *first);
+    uint32_t **ids = calloc((size_t)groups, sizeof *ids);
+    uint64_t *n_ids = calloc((size_t)groups, sizeof *n_ids), *caps = calloc((size_t)groups, sizeof *caps);
+    nv_err *errs = calloc((size_t)groups, sizeof *errs);
+    char(*msg)[256] = calloc((size_t)groups, sizeof *msg);
+    if (e == NV_OK && (!first || !ids || !n_ids || !caps || !errs || !msg)) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+    if (e == NV_OK) {
+        for (int g = 1, d = 0; g < groups; g++) { /* group g starts at the first document past g / groups of the bytes */
+            const size_t target = (size_t)((double)len * g / groups);
+            while ((size_t)d < n_docs && docs[d][0] < target) d++;
+            first[g] = (size_t)d;
+        }
+        first[groups] = n_docs;
+        text_job j = {tok, t, (const size_t(*)[2])docs, first, ids, n_ids, caps, errs, msg};
+        nv_pool_run(tokenize_group, &j, groups);
+        uint64_t total = 0;
+        for (int g = 0; g < groups && e == NV_OK; g++) {
+            if (errs[g]) e = nv_fail(errs[g], "%s", msg[g]);
+            total += n_ids[g];
+        }
+        if (e == NV_OK && !(s->owned = malloc((total ? total : 1) * sizeof *s->owned))) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+        for (int g = 0; g < groups && e == NV_OK; g++) {
+            if (n_ids[g]) memcpy(s->owned + s->n_tokens, ids[g], n_ids[g] * sizeof *s->owned);
+            s->n_tokens += n_ids[g];
+        }
+    }
+    for (int g = 0; ids && g < groups; g++) free(ids[g]);
+    free(first), free(ids), free(n_ids), free(caps), free(errs), free(msg), free(docs);
     nv_file_unmap(&m);
     s->width = 4;
     return e;
