@@ -454,6 +454,52 @@ static void test_pretokenized_shard(void) {
     }
 }
 
+/* --sample-every: samples after the prompt at steps 3 and 6, on stderr and in samples.txt, the same
+ * text `nerve generate` writes from the run's model with the same seed and length (scalar engine on
+ * both sides: the same sums); training with them logs the same losses as without. */
+static void test_samples_during_training(void) {
+    char args[4096], err[8192], dir[2][600], extra[300];
+    char loss[2][16][32];
+    int n[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(dir[r], sizeof dir[r], "%s/samples%d", t_tmpdir(), r);
+        snprintf(extra, sizeof extra, "--steps 6 --engine scalar %s",
+                 r ? "--sample-every 3 --sample-tokens 12 --sample-prompt 'Once upon a time'" : "");
+        train_args(args, sizeof args, dir[r], extra);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "run %d: %s", r, err);
+        n[r] = read_field(dir[r], "\"loss\":", loss[r], 16);
+    }
+    int same = n[0] == 6 && n[1] == 6;
+    for (int i = 0; same && i < 6; i++) same = !strcmp(loss[0][i], loss[1][i]);
+    T_CHECK(same, "sampling changed the losses");
+    char path[700], *text = NULL;
+    snprintf(path, sizeof path, "%s/samples.txt", dir[1]);
+    nv_file_read_all(path, &text, NULL);
+    const char *s3 = text ? strstr(text, "step 3:\nOnce upon a time") : NULL, *s6 = text ? strstr(text, "step 6:\nOnce upon a time") : NULL;
+    T_CHECK(s3 && s6 && s6 > s3, "samples.txt: %s", text ? text : "(none)");
+    /* the last sample against generate: seed = run seed x the golden ratio constant + step + 1 */
+    const uint64_t seed = 7ull * 0x9E3779B97F4A7C15ull + 6 + 1;
+    const char *tok = t_data("models/tok512.bin");
+    if (s6 && tok) {
+        char want[1024];
+        snprintf(want, sizeof want, "%s", s6 + strlen("step 6:\n"));
+        char *end = strstr(want, "\n\n");
+        if (end) *end = '\0';
+        int *ids = NULL, np = 0;
+        nv_tokenizer *t = NULL;
+        if (nv_tokenizer_load(tok, 512, &t) == NV_OK) nv_tokenizer_encode(t, "Once upon a time", 1, 0, &ids, &np);
+        snprintf(args, sizeof args, "generate -m %s/model.bin -z %s -p 'Once upon a time' -n %d -s %llu --engine scalar", dir[1], tok,
+                 np + 12, (unsigned long long)seed);
+        const int rc = t_nerve(args);
+        T_CHECK(rc == 0 && !strcmp(t_out, want), "generate gave '%s', the run's sample '%s'", t_out, want);
+        free(ids);
+        nv_tokenizer_free(t);
+    }
+    free(text);
+    snprintf(args, sizeof args, "train --sample-tokens 5 --out %s/x", t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "go with --sample-every"), "%s", err);
+}
+
 /* --lr-schedule reaches the optimizer: wsd over 6 steps with half of them decaying logs the full
  * rate three times, then the line to the floor; --decay-frac without wsd, or an unknown schedule,
  * is a usage error. */
@@ -982,6 +1028,7 @@ int main(void) {
     T_RUN(test_val_data_files);
     T_RUN(test_lr_schedule_flag);
     T_RUN(test_pretokenized_shard);
+    T_RUN(test_samples_during_training);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
     T_RUN(test_lora_run);

@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F] [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
+            "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]]\n"
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]]\n"
@@ -36,6 +37,9 @@ static void usage(FILE *f) {
             "  --lr-schedule: after the warmup, to --min-lr-frac x --lr (default 0.1) by a cosine (default), a\n"
             "          straight line, not at all (constant), or wsd: the full rate until the last --decay-frac\n"
             "          (default 0.2) of the steps, then a straight line (warmup-stable-decay)\n"
+            "  --sample-every: every N steps and at the end, print (and add to the run folder's samples.txt) what\n"
+            "          the model writes after --sample-prompt (default: nothing but BOS), --sample-tokens tokens\n"
+            "          (default 64) sampled as nerve generate does; training goes on exactly as without\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
@@ -79,7 +83,7 @@ static int train(int argc, char **argv) {
     const char *data[MAX_DATA], *val_data[MAX_DATA];
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
-    int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0;
+    int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0, sample_given = 0;
     float val_frac = 0.05f, lora_alpha = 0;
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
@@ -129,6 +133,9 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--accum")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.accum);
         else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps), warmup_given = 1;
         else if (!strcmp(a, "--eval-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.eval_every);
+        else if (!strcmp(a, "--sample-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.sample_every);
+        else if (!strcmp(a, "--sample-tokens")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.sample_tokens), sample_given = 1;
+        else if (!strcmp(a, "--sample-prompt")) o.sample_prompt = v, sample_given = 1;
         else if (!strcmp(a, "--eval-batches")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.eval_batches);
         else if (!strcmp(a, "--ckpt-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.ckpt_every);
         else if (!strcmp(a, "--threads")) ok = cli_int(CMD, a, v, 1, 1024, &threads);
@@ -161,6 +168,9 @@ static int train(int argc, char **argv) {
     }
 
     if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
+    if (sample_given && !o.sample_every) return cli_error(CMD, 2, "--sample-tokens and --sample-prompt go with --sample-every N");
+    if (o.sample_every && o.lora.rank)
+        return cli_error(CMD, 2, "--sample-every samples whole-model runs (a LoRA run's adapters are not in its plans)");
     /* a short run still warms up and decays: the default warmup is at most a tenth of the run */
     if (!warmup_given && o.adamw.warmup_steps > o.steps / 10) o.adamw.warmup_steps = o.steps / 10;
 
@@ -185,6 +195,11 @@ static int train(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    if (o.sample_every && !tok) {
+        rc = cli_error(CMD, 2, "--sample-every needs the tokenizer to write the samples with: give -z");
+        goto done;
+    }
+    o.tokenizer = tok;
     nv_config *c = &o.config;
     if ((qk_norm || qkv_bias) && !dim) { /* a preset or a model file says its own shape */
         rc = cli_error(CMD, 2, "%s goes with --dim (a preset or --init-from gives the whole shape)", qk_norm ? "--qk-norm" : "--qkv-bias");

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "base/cpu.h"
 #include "base/file.h"
 #include "base/hash.h"
@@ -16,12 +17,55 @@
 #include "base/pool.h"
 #include "base/timer.h"
 #include "engine/peak.h"
+#include "model/forward.h"
 #include "model/gguf.h"
+#include "model/sampler.h"
 #include "train/ckpt.h"
 #include "train/dist.h"
 #include "train/tmodel.h"
 
 volatile int nv_train_stop_requested;
+
+/* What the model writes now: after BOS and the prompt, up to o->sample_tokens tokens sampled as
+ * `nerve generate` does by default (temperature 1, top-p 0.9; seeded by the run's seed and the
+ * step), through its training plans with a KV cache of its own. Neither the weights nor the data
+ * cursor are touched, so a run with samples trains exactly as one without. */
+static void write_sample(const nv_train_opts *o, nv_model *m, long step, FILE *out, int quiet) {
+    const nv_tokenizer *tok = o->tokenizer;
+    const nv_config *c = &m->config;
+    int *ids = NULL, n = 0;
+    nv_state st = {0};
+    nv_sampler smp = {0};
+    nv_buf text = {0};
+    nv_err e = nv_tokenizer_encode(tok, o->sample_prompt ? o->sample_prompt : "", 1, 0, &ids, &n);
+    if (e == NV_OK && n == 0) e = nv_fail(NV_EINVAL, "an empty prompt and a vocabulary without BOS: give --sample-prompt");
+    const int total = n + o->sample_tokens < c->seq_len ? n + o->sample_tokens : c->seq_len;
+    if (e == NV_OK && n >= total) e = nv_fail(NV_EINVAL, "the sample's prompt fills the model's context");
+    if (e == NV_OK) e = nv_state_init(&st, c, 64, total, 0);
+    if (e == NV_OK) e = nv_sampler_init(&smp, c->vocab_size, 1.0f, 0.9f, o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)step + 1);
+    for (int pos = 0; e == NV_OK && pos < n; pos += 64) e = nv_forward(m, &st, ids + pos, n - pos < 64 ? n - pos : 64, pos);
+    if (o->sample_prompt) nv_buf_puts(&text, o->sample_prompt);
+    for (int pos = n, prev = ids ? ids[n - 1] : 0; e == NV_OK && pos < total; pos++) {
+        const int next = nv_sample(&smp, st.logits);
+        /* where generate stops: BOS (llama2.c's rule), or a byte-level vocabulary's end-of-generation tokens */
+        if (next == nv_tokenizer_bos(tok) || (nv_tokenizer_byte_level(tok) && nv_tokenizer_is_eog(tok, next))) break;
+        const char *piece = nv_tokenizer_decode(tok, prev, next);
+        if (piece && (nv_tokenizer_byte_level(tok) || nv_piece_printable(piece))) nv_buf_puts(&text, piece);
+        prev = next;
+        if (pos + 1 < total) e = nv_forward(m, &st, &next, 1, pos);
+    }
+    if (e != NV_OK) nv_warn("step %ld: no sample: %s", step, nv_errmsg());
+    else if (!text.oom) {
+        const char *s = text.data ? text.data : "";
+        fprintf(out, "step %ld:\n%s\n\n", step, s);
+        fflush(out);
+        if (!quiet) fprintf(stderr, "sample at step %ld: %s\n", step, s);
+    }
+    nv_buf_free(&text);
+    nv_sampler_free(&smp);
+    nv_state_free(&st);
+    free(ids);
+}
 
 static void on_stop_signal(int sig) {
     (void)sig;
@@ -39,6 +83,7 @@ void nv_train_defaults(nv_train_opts *o) {
     o->adamw.lr = 5e-4f;
     o->adamw.warmup_steps = 100;
     o->eval_every = 100;
+    o->sample_tokens = 64;
     o->eval_batches = 8;
     o->ckpt_every = 500;
     o->out_dir = "runs/train";
@@ -501,8 +546,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     int *seg = ds->pack ? malloc(bt * o->accum * sizeof(int)) : NULL; /* packed: where each row's turn starts */
     const size_t mine = (size_t)rank * local_batch * o->seq;
     FILE *metrics = lead ? fopen(metrics_path, "a") : NULL;
-    if (!in || !tg || (ds->pack && !seg) || (lead && !metrics)) {
-        e = nv_fail(lead && !metrics ? NV_EIO : NV_ENOMEM, "cannot open %s or allocate batches", metrics_path);
+    char samples_path[4200];
+    snprintf(samples_path, sizeof samples_path, "%s/samples.txt", o->out_dir);
+    /* a new run's samples start afresh; a resumed one's go on after its earlier ones */
+    FILE *samples = lead && o->sample_every > 0 ? fopen(samples_path, o->resume ? "a" : "w") : NULL;
+    if (!in || !tg || (ds->pack && !seg) || (lead && !metrics) || (lead && o->sample_every > 0 && !samples)) {
+        e = nv_fail(lead && (!metrics || (o->sample_every > 0 && !samples)) ? NV_EIO : NV_ENOMEM,
+                    "cannot open %s or %s, or allocate batches", metrics_path, samples_path);
         goto done;
     }
     memset(&sa, 0, sizeof sa);
@@ -657,6 +707,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                  eta);
         if (tty) fprintf(stderr, "\r\033[K%s", line);
         else if (!quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
+        if (samples && ((step + 1) % o->sample_every == 0 || last)) {
+            if (tty) fprintf(stderr, "\n"); /* the step's line stays above its sample */
+            write_sample(o, &tm.m, step + 1, samples, quiet);
+        }
         if (skipped && lead) {
             if (tty) fprintf(stderr, "\n");
             if (no_targets)
@@ -787,6 +841,7 @@ done:
         sigaction(SIGUSR1, &old_usr1, NULL);
     }
     if (metrics) fclose(metrics);
+    if (samples) fclose(samples);
     free(in);
     free(tg);
     free(seg);

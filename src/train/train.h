@@ -36,6 +36,12 @@ typedef struct {
     nv_engine_id engine;
     int quiet;                 /* no live progress line */
     double time_limit_s;       /* stop (checkpointed, clean) after this long; 0 = none */
+    /* every sample_every steps (and after the last), sample_tokens tokens the model writes after BOS
+       and sample_prompt (NULL: none) with tokenizer, to stderr and the run folder's samples.txt; 0: none.
+       Whole-model runs only. */
+    int sample_every, sample_tokens;
+    const char *sample_prompt;
+    const nv_tokenizer *tokenizer;
 } nv_train_opts;
 
 void nv_train_defaults(nv_train_opts *o);
