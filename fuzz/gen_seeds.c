@@ -99,8 +99,8 @@ static void models(void) {
     gguf_write_model(seed_path("model", "v2_vocab.gguf"), "llama", 2, 1);
     gguf_write_model(seed_path("tokenizer", "v2_vocab.gguf"), "llama", 2, 1);
     /* byte-level BPE vocabularies: Qwen's split without BOS, Llama 3's with it */
-    check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0}) ? NV_EIO : NV_OK);
-    check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}) ? NV_EIO : NV_OK);
     /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
     nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0};
     nv_model m;

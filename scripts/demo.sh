@@ -27,13 +27,17 @@ echo "== nerve train: dim 128, 5 layers, 4 heads, 300 steps of 16 x 256 tokens (
 build/nerve train --dim 128 --layers 5 --heads 4 --hidden 384 \
     --data "$train" "$valid" -z "$out/tok.bin" \
     --steps 300 --batch 16 --seq 256 --lr 3e-3 --warmup 20 --eval-every 50 --eval-batches 8 \
+    --sample-every 100 --sample-tokens 40 --sample-prompt "Once upon a time" \
     --time-limit 240 --out "$out"
 echo
 echo "== validation loss by step (the unigram baseline is printed above as 'unigram baseline loss')"
 grep -o '"step":[0-9]*,[^}]*"val_loss":[0-9.]*' "$out/metrics.jsonl" | sed -E 's/"step":([0-9]+).*"val_loss":([0-9.]+)/  step \1: \2/'
 echo
+echo "== nerve perplexity on the 5% of each text the run held out"
+build/nerve perplexity -m "$out" -f "$train" -f "$valid" --val-frac 0.05 2>/dev/null
+echo
 echo "== nerve generate -m $out/model.bin -z $out/tokenizer.bin -p 'Once upon a time' -n 200 -t 0.7 -s 7"
 build/nerve generate -m "$out/model.bin" -z "$out/tokenizer.bin" -p "Once upon a time" -n 200 -t 0.7 -s 7
 echo
 echo
-echo "demo: the run folder $out holds model.bin, tokenizer.bin, ckpt.bin, metrics.jsonl and loss.svg"
+echo "demo: the run folder $out holds model.bin, tokenizer.bin, ckpt.bin, metrics.jsonl, samples.txt and loss.svg"

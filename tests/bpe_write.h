@@ -58,7 +58,10 @@ typedef struct {
     int add_bos;      /* -1: absent */
     int drop_byte;    /* >= 0: leave this byte's token out (its slot becomes another piece) */
     int bad_merge;    /* write a merge without a space */
+    int fim;          /* three more tokens after the others: Qwen2.5-Coder's fill-in-the-middle markers */
 } vocab_opts;
+
+static const char *fim_specials[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"};
 
 static void kv_key(nv_buf *w, const char *k, uint32_t type) {
     uint64_t n = strlen(k);
@@ -80,7 +83,8 @@ static void token_text(int id, char *out) {
         spell(merges_text[id - 256][1], b);
         snprintf(out, 128, "%s%s", a, b);
     } else if (id < ID_THERE) strcpy(out, specials[id - ID_ENDOFTEXT]);
-    else spell(" there", out); /* a whole word no merge makes: only ignore_merges finds it */
+    else if (id == ID_THERE) spell(" there", out); /* a whole word no merge makes: only ignore_merges finds it */
+    else strcpy(out, fim_specials[id - N_TOKENS]);
 }
 
 static int write_vocab(const char *path, const vocab_opts *o) {
@@ -101,10 +105,11 @@ static int write_vocab(const char *path, const vocab_opts *o) {
     }
     kv_key(&w, "tokenizer.ggml.tokens", 9);
     uint32_t et = 8;
-    uint64_t n = N_TOKENS;
+    const int nt_all = N_TOKENS + (o->fim ? 3 : 0);
+    uint64_t n = (uint64_t)nt_all;
     nv_buf_append(&w, &et, 4);
     nv_buf_append(&w, &n, 8);
-    for (int i = 0; i < N_TOKENS; i++) {
+    for (int i = 0; i < nt_all; i++) {
         char t[128];
         if (i == o->drop_byte) strcpy(t, "[unused]");
         else token_text(i, t);
@@ -114,8 +119,8 @@ static int write_vocab(const char *path, const vocab_opts *o) {
     et = 5;
     nv_buf_append(&w, &et, 4);
     nv_buf_append(&w, &n, 8);
-    for (int i = 0; i < N_TOKENS; i++) {
-        int32_t ty = i >= ID_ENDOFTEXT && i < ID_THERE ? special_type[i - ID_ENDOFTEXT] : 1;
+    for (int i = 0; i < nt_all; i++) {
+        int32_t ty = i >= ID_ENDOFTEXT && i < ID_THERE ? special_type[i - ID_ENDOFTEXT] : i >= N_TOKENS ? 3 : 1;
         nv_buf_append(&w, &ty, 4);
     }
     kv_key(&w, "tokenizer.ggml.merges", 9);

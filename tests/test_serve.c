@@ -1002,6 +1002,8 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":[]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":[1,2,99999]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":[\"a\",5]}", 400, "prompt", NULL},
+        {"POST", C, "{\"prompt\":\"def f(\",\"suffix\":\"return 1\"}", 400, "suffix", NULL}, /* tok512: no fill-in-the-middle markers */
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"y\"}", 400, "suffix", "unsupported_parameter"},
         {"POST", C, "{\"prompt\":[\"a\",\"b\"],\"n\":9}", 400, "n", NULL},
         {"POST", C, "{\"prompt\":[\"a\",[1,2,99999]]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":\"10\"}", 400, "max_tokens", NULL},

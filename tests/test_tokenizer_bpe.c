@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "serve/api.h"
 #include "serve/chat.h"
 #include "bpe_write.h"
 #include "t.h"
@@ -26,8 +27,8 @@ static nv_tokenizer *load_vocab(const vocab_opts *o) {
     return t;
 }
 
-static vocab_opts qwen(void) { return (vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0}; }
-static vocab_opts llama3(void) { return (vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0}; }
+static vocab_opts qwen(void) { return (vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}; }
+static vocab_opts llama3(void) { return (vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}; }
 
 /* The id of the token whose text (in plain bytes) is s. */
 static int id_of(const nv_tokenizer *t, const char *s) {
@@ -56,7 +57,7 @@ static void expect_ids(const nv_tokenizer *t, const char *text, int bos, const i
     } while (0)
 
 static void test_merges_by_rank_within_pieces(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
     if (!t) return;
     T_CHECK(nv_tokenizer_byte_level(t) == 1, "byte level");
     EXPECT(t, " the cat", 1, id_of(t, " the"), id_of(t, " cat"));
@@ -79,7 +80,7 @@ static void test_merges_by_rank_within_pieces(void) {
 }
 
 static void test_llama3_split_and_ignore_merges(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
     if (!t) return;
     /* digits in threes: "12345" -> "123" "45" */
     EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
@@ -87,7 +88,7 @@ static void test_llama3_split_and_ignore_merges(void) {
     /* llama-bpe asks for BOS unless the file says otherwise */
     EXPECT(t, "at", 1, ID_ENDOFTEXT, id_of(t, "at"));
     nv_tokenizer_free(t);
-    t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 0, -1, 0});
+    t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 0, -1, 0, 0});
     if (!t) return;
     EXPECT(t, "at", 1, id_of(t, "at"));
     nv_tokenizer_free(t);
@@ -218,7 +219,7 @@ static void test_refused(void) {
 
 /* No pre-tokenizer named: GPT-2's split (digits together, no ignore_merges, no BOS). */
 static void test_gpt2_default(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){NULL, -1, -1, -1, -1, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){NULL, -1, -1, -1, -1, 0, 0});
     if (!t) return;
     EXPECT(t, "12 the", 1, id_of(t, "12"), id_of(t, " the"));
     T_CHECK(nv_tokenizer_bos(t) == -1, "no BOS");
@@ -306,6 +307,59 @@ static void test_chat_turn_boundary(void) {
     nv_tokenizer_free(t);
 }
 
+/* /v1/completions with a suffix on a code model's vocabulary: the prompt is its fill-in-the-middle
+ * form, PRE prefix SUF suffix MID, each part encoded alone; a vocabulary without the markers, a
+ * suffix that is not a string and a prompt that is not one string are refused; chat refuses it. */
+static void test_fill_in_the_middle(void) {
+    vocab_opts o = qwen();
+    o.fim = 1;
+    nv_tokenizer *t = load_vocab(&o);
+    if (!t) return;
+    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS + 3, 4000, 0, 64, NULL};
+    const char *body = "{\"prompt\":\"def the(\",\"suffix\":\"\\n  return cat\",\"max_tokens\":4}";
+    nv_api_request r;
+    nv_api_error e;
+    T_CHECK(nv_api_parse(&ctx, 0, body, strlen(body), &r, &e) == 0, "%s", e.message);
+    int *a = NULL, *b = NULL, na = 0, nb = 0;
+    nv_tokenizer_encode(t, "def the(", 0, 0, &a, &na);
+    nv_tokenizer_encode(t, "\n  return cat", 0, 0, &b, &nb);
+    int want[64], nw = 0;
+    want[nw++] = N_TOKENS; /* <|fim_prefix|> */
+    for (int i = 0; i < na; i++) want[nw++] = a[i];
+    want[nw++] = N_TOKENS + 1;
+    for (int i = 0; i < nb; i++) want[nw++] = b[i];
+    want[nw++] = N_TOKENS + 2;
+    int same = r.req.n_prompt == nw;
+    for (int i = 0; same && i < nw; i++) same = r.req.prompt[i] == want[i];
+    T_CHECK(same && na > 1 && nb > 1, "the prompt is not PRE prefix SUF suffix MID (%d ids, want %d)", r.req.n_prompt, nw);
+    nv_api_request_free(&r);
+    free(a), free(b);
+    /* an empty suffix is a plain completion */
+    const char *plain = "{\"prompt\":\"def the(\",\"suffix\":\"\"}";
+    const int prc = nv_api_parse(&ctx, 0, plain, strlen(plain), &r, &e);
+    T_CHECK(prc == 0 && r.req.prompt[0] != N_TOKENS, "empty suffix");
+    if (prc == 0) nv_api_request_free(&r);
+    static const struct {
+        const char *body, *param;
+        int chat;
+    } bad[] = {{"{\"prompt\":\"x\",\"suffix\":5}", "suffix", 0},
+               {"{\"prompt\":[\"x\",\"y\"],\"suffix\":\"z\"}", "prompt", 0},
+               {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"z\"}", "suffix", 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        memset(&e, 0, sizeof e);
+        T_CHECK(nv_api_parse(&ctx, bad[i].chat, bad[i].body, strlen(bad[i].body), &r, &e) == 400 && !strcmp(e.param, bad[i].param),
+                "case %zu: %d %s (%s)", i, e.status, e.message, e.param);
+    }
+    nv_tokenizer_free(t);
+    t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}); /* no markers */
+    if (!t) return;
+    ctx.tok = t, ctx.vocab_size = N_TOKENS;
+    memset(&e, 0, sizeof e);
+    T_CHECK(nv_api_parse(&ctx, 0, body, strlen(body), &r, &e) == 400 && !strcmp(e.param, "suffix") && strstr(e.message, "fill-in-the-middle"),
+            "a vocabulary without markers: %d %s", e.status, e.message);
+    nv_tokenizer_free(t);
+}
+
 int main(void) {
     T_RUN(test_merges_by_rank_within_pieces);
     T_RUN(test_llama3_split_and_ignore_merges);
@@ -315,5 +369,6 @@ int main(void) {
     T_RUN(test_gpt2_default);
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
+    T_RUN(test_fill_in_the_middle);
     return t_done();
 }

@@ -283,11 +283,76 @@ static int prompt_from_text(const nv_api_ctx *ctx, const char *text, const char 
     return 0;
 }
 
+/* The fill-in-the-middle markers of a code model's vocabulary (prefix, suffix, middle): Qwen2.5-Coder's,
+ * StarCoder's or DeepSeek-Coder's; 0 when it has none. */
+static int fim_tokens(const nv_tokenizer *tok, int ids[3]) {
+    static const char *const sets[][3] = {
+        {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+        {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+        {"<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+         "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>"}, /* <｜fim▁begin｜> ... */
+    };
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        int k = 0;
+        while (k < 3 && (ids[k] = nv_tokenizer_lookup(tok, sets[s][k])) >= 0) k++;
+        if (k == 3) return 1;
+    }
+    return 0;
+}
+
+/* OpenAI's suffix (as Ollama serves it): the answer fills the gap between prompt and suffix, asked
+ * in the model's fill-in-the-middle form, prefix-suffix-middle: [BOS] PRE prompt SUF suffix MID. */
+static int prompt_fill_in(const nv_api_ctx *ctx, const char *prefix, const char *suffix, nv_api_request *out, nv_api_error *err) {
+    int fim[3], *a = NULL, *b = NULL, na = 0, nb = 0;
+    if (!fim_tokens(ctx->tok, fim)) {
+        nv_api_error_set(err, E400, NULL, "suffix",
+                         "'suffix' needs a code model with fill-in-the-middle tokens (<|fim_prefix|>, <fim_prefix> or "
+                         "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>); this vocabulary has none");
+        return err->status;
+    }
+    if (nv_tokenizer_encode(ctx->tok, prefix, 0, 0, &a, &na) != NV_OK || nv_tokenizer_encode(ctx->tok, suffix, 0, 0, &b, &nb) != NV_OK) {
+        free(a);
+        nv_api_error_set(err, 500, "server_error", NULL, "prompt", "cannot tokenize the prompt: %s", nv_errmsg());
+        return err->status;
+    }
+    const int bos = nv_tokenizer_adds_bos(ctx->tok) && nv_tokenizer_bos(ctx->tok) >= 0, n = bos + 3 + na + nb;
+    if (!(out->prompt_ids = malloc((size_t)n * sizeof(int)))) {
+        free(a), free(b);
+        return nv_api_oom(err);
+    }
+    int k = 0;
+    if (bos) out->prompt_ids[k++] = nv_tokenizer_bos(ctx->tok);
+    out->prompt_ids[k++] = fim[0];
+    for (int i = 0; i < na; i++) out->prompt_ids[k++] = a[i];
+    out->prompt_ids[k++] = fim[1];
+    for (int i = 0; i < nb; i++) out->prompt_ids[k++] = b[i];
+    out->prompt_ids[k++] = fim[2];
+    out->req.n_prompt = k;
+    free(a), free(b);
+    if (out->echo) {
+        nv_buf s = {0};
+        nv_utf8_sanitize(&s, prefix, strlen(prefix));
+        out->echo_text = nv_buf_take(&s);
+    }
+    return 0;
+}
+
 static int parse_prompt(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const cJSON *p = nv_api_field(root, "prompt");
+    const cJSON *p = nv_api_field(root, "prompt"), *suffix = nv_api_field(root, "suffix");
     if (!p) {
         nv_api_error_set(err, E400, "missing_required_parameter", "prompt", "'prompt' is required");
         return err->status;
+    }
+    if (suffix && !cJSON_IsString(suffix)) {
+        nv_api_error_set(err, E400, NULL, "suffix", "'suffix' must be a string");
+        return err->status;
+    }
+    if (suffix && *suffix->valuestring) {
+        if (!cJSON_IsString(p)) {
+            nv_api_error_set(err, E400, NULL, "prompt", "with 'suffix', 'prompt' must be one string (the text before the gap)");
+            return err->status;
+        }
+        return prompt_fill_in(ctx, p->valuestring, suffix->valuestring, out, err);
     }
     if (cJSON_IsString(p)) return prompt_from_text(ctx, p->valuestring, "prompt", out, err);
     if (cJSON_IsArray(p)) {
@@ -940,9 +1005,10 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     }
     if ((rc = logit_adjustments(ctx, root, out, err))) return rc;
     if ((rc = parse_logprobs(root, chat, out, err))) return rc;
-    const char *bad[] = {"best_of", "suffix", "functions", "tools"};
+    const char *bad[] = {"best_of", "functions", "tools"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0] - (chat ? 1 : 0); i++) /* chat takes tools */
         if ((rc = unsupported(root, bad[i], err))) return rc;
+    if (chat && (rc = unsupported(root, "suffix", err))) return rc; /* completions fill in between (parse_prompt) */
     const cJSON *user = nv_api_field(root, "user");
     if (user && !cJSON_IsString(user)) {
         nv_api_error_set(err, E400, NULL, "user", "'user' must be a string");
