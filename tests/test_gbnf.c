@@ -32,13 +32,17 @@ static void test_codepoint_sets(void) {
         nv_grammar *g = NULL;
         T_CHECK(nv_gbuild_finish(b, r, &g) == NV_OK, "%s", nv_errmsg());
         if (!g) return;
-        int bad = 0, checked = 0;
+        int bad = 0, checked = 0, edges = 0;
         uint32_t probes[256];
         int np = 0;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) /* each range's edges and their neighbours, then every 97th code point */
             for (int d = -1; d <= 1; d++) probes[np++] = ranges[i][0] + (uint32_t)d, probes[np++] = ranges[i][1] + (uint32_t)d;
-        for (uint32_t cp = 0; cp <= 0x10FFFF + (uint32_t)np; cp += cp <= 0x10FFFF ? 97 : 1) {
-            const uint32_t c = cp <= 0x10FFFF ? cp : probes[cp - 0x10FFFF - 1];
+        const int range_edges = np;
+        static const uint32_t lengths[] = {0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF}; /* UTF-8's own edges */
+        for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) probes[np++] = lengths[i];
+        for (int k = 0; k < np + 0x10FFFF / 97 + 1; k++) {
+            const uint32_t c = k < np ? probes[k] : (uint32_t)(k - np) * 97;
+            edges += k < np;
             if (c > 0x10FFFF) continue;
             char buf[4];
             size_t len = nv_utf8_put(c, buf);
@@ -50,7 +54,7 @@ static void test_codepoint_sets(void) {
             if ((takes(g, buf, len) == 1) != in && bad++ < 5)
                 T_CHECK(0, "%s set: U+%04X taken %d, in the set %d", negate ? "negated" : "plain", c, takes(g, buf, len), in);
         }
-        T_CHECK(checked > 11000, "only %d code points checked", checked);
+        T_CHECK(checked > 11000 && range_edges == 6 * n && edges == np, "only %d code points checked (%d edges)", checked, edges);
         static const char *const not_utf8[] = {"\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xED\xA0\x80", "\xF0\x80\x80\x80", "\xF4\x90\x80\x80", "\x80", "\xFF"};
         for (size_t i = 0; i < sizeof not_utf8 / sizeof *not_utf8; i++)
             T_CHECK(takes(g, not_utf8[i], strlen(not_utf8[i])) != 1, "not UTF-8 taken: case %zu", i);
@@ -128,6 +132,21 @@ static void test_gbnf_grammars(void) {
                 nv_errmsg(), bad[i].want);
         nv_grammar_unref(x);
     }
+    /* bounded before it is built: the text, the names, the elements a repetition makes */
+    nv_buf big = {0};
+    nv_buf_puts(&big, "root ::= r0\n");
+    for (int i = 0; i < 4100; i++) nv_buf_printf(&big, "r%d ::= r%d\n", i, i + 1);
+    nv_grammar *x = NULL;
+    T_CHECK(nv_gbnf_grammar(big.data, 0, &x) == NV_EINVAL && strstr(nv_errmsg(), "more than 4096 rule names"), "names: %s", nv_errmsg());
+    nv_buf_free(&big);
+    nv_buf_puts(&big, "root ::=");
+    for (int i = 0; i < 400; i++) nv_buf_puts(&big, " \"a\"{0,1000}");
+    T_CHECK(nv_gbnf_grammar(big.data, 0, &x) == NV_EINVAL && strstr(nv_errmsg(), "grows past"), "elements: %s", nv_errmsg());
+    nv_buf_free(&big);
+    nv_buf_puts(&big, "root ::= \"a\"");
+    for (int i = 0; i < 70000; i++) nv_buf_puts(&big, " ");
+    T_CHECK(nv_gbnf_grammar(big.data, 0, &x) == NV_EINVAL && strstr(nv_errmsg(), "longer than 65536 bytes"), "text: %s", nv_errmsg());
+    nv_buf_free(&big);
     /* a reasoning model's think block may come first */
     nv_grammar *t = NULL;
     T_CHECK(nv_gbnf_grammar("root ::= \"yes\" | \"no\"\n", 1, &t) == NV_OK, "%s", nv_errmsg());
@@ -310,7 +329,8 @@ static void test_generate_grammar(void) {
     T_CHECK(rc == 0 && (!strcmp(t_out, "Once upon a time yes") || !strcmp(t_out, "Once upon a time no")), "file: exit %d '%s': %s", rc, t_out, t_err);
     snprintf(args, sizeof args, "generate -m %s -z %s --grammar 'root ::= x'", model, tokp);
     rc = t_nerve(args);
-    T_CHECK(rc == 1 && strstr(t_err, "--grammar: line 1, column 10: rule 'x' is used but not defined") && !strchr(strchr(t_err, '\n') + 1, '\n'),
+    const char *nl = strchr(t_err, '\n');
+    T_CHECK(rc == 1 && strstr(t_err, "--grammar: line 1, column 10: rule 'x' is used but not defined") && nl && !strchr(nl + 1, '\n'),
             "bad grammar: exit %d %s", rc, t_err);
     snprintf(args, sizeof args, "generate -m %s -z %s --grammar-file %s/none.gbnf", model, tokp, t_tmpdir());
     rc = t_nerve(args);

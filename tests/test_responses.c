@@ -440,15 +440,15 @@ static void test_server_calls(void) {
 }
 
 /* The store alone: what is put comes back, the oldest goes first once the bytes pass the cap, a
- * response larger than the cap is not kept, a deleted one is gone. */
+ * response over a quarter of the cap is not kept, a deleted one is gone. */
 static void test_store_unit(void) {
     nv_resp_store *st = NULL;
-    T_CHECK(nv_resp_store_new(4096, &st) == NV_OK, "new");
+    T_CHECK(nv_resp_store_new(16384, &st) == NV_OK, "new");
     if (!st) return;
     char id[32], big[2048];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    for (int i = 0; i < 6; i++) { /* ~1.1 KB each: four fit in 4 KB */
+    for (int i = 0; i < 20; i++) { /* ~1.1 KB each: about fourteen fit in 16 KB */
         snprintf(id, sizeof id, "resp_%d", i);
         char *r = malloc(1100);
         snprintf(r, 1100, "{\"id\":\"%s\",\"pad\":\"%.1000s\"}", id, big);
@@ -456,19 +456,19 @@ static void test_store_unit(void) {
     }
     size_t count = 0, bytes = 0;
     nv_resp_store_stats(st, &count, &bytes);
-    T_CHECK(count >= 2 && count <= 3 && bytes <= 4096, "%zu kept in %zu bytes", count, bytes);
+    T_CHECK(count >= 12 && count <= 15 && bytes <= 16384, "%zu kept in %zu bytes", count, bytes);
     char *r = NULL, *c = NULL, *in = NULL;
     T_CHECK(nv_resp_store_copy(st, "resp_0", &r, &c, &in) == 0 && !r && !c && !in, "the oldest was not dropped");
-    T_CHECK(nv_resp_store_copy(st, "resp_5", &r, &c, &in) == 1 && r && strstr(r, "resp_5") && !strcmp(c, "[]") && !strcmp(in, "[1]"),
+    T_CHECK(nv_resp_store_copy(st, "resp_19", &r, &c, &in) == 1 && r && strstr(r, "resp_19") && !strcmp(c, "[]") && !strcmp(in, "[1]"),
             "the newest: %s", r ? r : "(none)");
     free(r), free(c), free(in);
-    T_CHECK(nv_resp_store_copy(st, "resp_4", NULL, NULL, &in) == 1 && in && !strcmp(in, "[1]"), "one text only");
+    T_CHECK(nv_resp_store_copy(st, "resp_18", NULL, NULL, &in) == 1 && in && !strcmp(in, "[1]"), "one text only");
     free(in);
-    nv_resp_store_put(st, "resp_big", strdup(big), strdup(big), strdup("[]")); /* 4 KB of text: more than the cap */
-    T_CHECK(nv_resp_store_copy(st, "resp_big", NULL, NULL, NULL) == 0 && nv_resp_store_copy(st, "resp_5", NULL, NULL, NULL) == 1,
-            "a response over the cap was kept, or pushed the others out");
-    T_CHECK(nv_resp_store_delete(st, "resp_5") == 1 && nv_resp_store_delete(st, "resp_5") == 0 &&
-                nv_resp_store_copy(st, "resp_5", NULL, NULL, NULL) == 0,
+    nv_resp_store_put(st, "resp_big", strdup(big), strdup(big), strdup("[]")); /* 4 KB of text: over a quarter of the cap */
+    T_CHECK(nv_resp_store_copy(st, "resp_big", NULL, NULL, NULL) == 0 && nv_resp_store_copy(st, "resp_19", NULL, NULL, NULL) == 1,
+            "a response over a quarter of the cap was kept, or pushed the others out");
+    T_CHECK(nv_resp_store_delete(st, "resp_19") == 1 && nv_resp_store_delete(st, "resp_19") == 0 &&
+                nv_resp_store_copy(st, "resp_19", NULL, NULL, NULL) == 0,
             "delete");
     nv_resp_store_free(st);
 }
@@ -588,6 +588,19 @@ static void test_server_stored(void) {
             "the streamed response kept: %d %.300s against %.300s", g.status, g.body, final ? final : "");
     free(final);
     cJSON_Delete(s.final);
+    resp_free(&g), resp_free(&r);
+    /* kept as the model sees it: an item's other fields and reasoning items are left out */
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL,
+                 "{\"input\":[{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[],\"encrypted_content\":\"zzzz\"},"
+                 "{\"role\":\"user\",\"content\":\"hi\",\"extra\":\"junk\"}],\"max_output_tokens\":2}",
+                 &r) && r.status == 200,
+            "with a reasoning item: %d %s", r.status, r.body);
+    w = cJSON_Parse(r.body);
+    snprintf(path, sizeof path, "/v1/responses/%s/input_items", cJSON_GetStringValue(cJSON_GetObjectItem(w, "id")) ?: "none");
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && !strstr(g.body, "junk") && !strstr(g.body, "zzzz") &&
+                strstr(g.body, "\"text\":\"hi\"") && strstr(g.body, "\"role\":\"user\""),
+            "kept items: %s", g.body);
+    cJSON_Delete(w);
     resp_free(&g), resp_free(&r);
     /* store false: answered, not kept */
     T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, "{\"input\":\"x\",\"store\":false,\"max_output_tokens\":2}", &r) && r.status == 200 &&

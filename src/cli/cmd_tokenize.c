@@ -59,11 +59,12 @@ static int write_shard(const char *cmd, const char *tok_path, const char *out, c
     for (int i = 0; i < ds.n_src; i++) total += ds.src[i].n_tokens;
     uint8_t *buf = malloc(total ? total * (uint64_t)width : 1);
     if (!buf) rc = cli_error(cmd, 1, "out of memory for %llu tokens", (unsigned long long)total);
-    for (int i = 0, k = 0; i < ds.n_src && buf; i++) /* little-endian, as llama2.c's shards */
+    uint64_t k = 0; /* corpora pass 2^31 tokens */
+    for (int i = 0; i < ds.n_src && buf; i++) /* little-endian, as llama2.c's shards */
         for (uint64_t j = 0; j < ds.src[i].n_tokens; j++, k++) {
             const uint32_t v = nv_source_token(&ds.src[i], j);
-            if (width == 2) buf[2 * (uint64_t)k] = (uint8_t)v, buf[2 * (uint64_t)k + 1] = (uint8_t)(v >> 8);
-            else for (int b = 0; b < 4; b++) buf[4 * (uint64_t)k + b] = (uint8_t)(v >> (8 * b));
+            if (width == 2) buf[2 * k] = (uint8_t)v, buf[2 * k + 1] = (uint8_t)(v >> 8);
+            else for (int b = 0; b < 4; b++) buf[4 * k + (uint64_t)b] = (uint8_t)(v >> (8 * b));
         }
     nv_iov part = {buf, total * (uint64_t)width};
     if (buf && nv_file_write_atomic(out, &part, 1) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "base/rng.h"
@@ -777,6 +778,7 @@ static int text_grammar(const cJSON *v, const char *kind, const char *param, int
     if (!strcmp(kind, "choice")) {
         const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
         const char **list = n ? malloc((size_t)n * sizeof *list) : NULL;
+        if (n && !list) return nv_api_oom(err);
         int k = 0;
         for (const cJSON *it = n ? v->child : NULL; it && cJSON_IsString(it); it = it->next) list[k++] = it->valuestring;
         if (!n || k < n) {
@@ -1307,13 +1309,25 @@ void nv_api_request_free(nv_api_request *r) {
 
 /* ---- responses --------------------------------------------------------------------------------- */
 
+/* Ids are keys to stored responses (GET/DELETE /v1/responses/{id}): 96 bits from the kernel's random
+ * source, so one client cannot guess another's; the clock and a counter only if it fails. */
 void nv_api_new_id(char *out, size_t cap, const char *prefix) {
-    static _Atomic uint64_t counter;
-    nv_rng r;
-    nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9)) ^ (atomic_fetch_add(&counter, 1) << 40) ^ (uint64_t)time(NULL));
-    uint64_t a = r.state;
-    nv_rng_seed(&r, a);
-    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(r.state & 0xffffffffu));
+    uint64_t a = 0, b = 0;
+    uint8_t bytes[12];
+    if (getrandom(bytes, sizeof bytes, 0) == (ssize_t)sizeof bytes) {
+        memcpy(&a, bytes, 8);
+        uint32_t lo;
+        memcpy(&lo, bytes + 8, 4);
+        b = lo;
+    } else {
+        static _Atomic uint64_t counter;
+        nv_rng r;
+        nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9)) ^ (atomic_fetch_add(&counter, 1) << 40) ^ (uint64_t)time(NULL));
+        a = r.state;
+        nv_rng_seed(&r, a);
+        b = r.state & 0xffffffffu;
+    }
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)b);
 }
 
 void nv_api_meta_init(nv_api_meta *m, int chat, const char *model) {

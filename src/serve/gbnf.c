@@ -14,6 +14,11 @@
 #define MAX_COUNT 1000  /* {n,m} bounds: each optional repetition is a rule */
 #define MAX_DEPTH 64    /* nested groups */
 #define MAX_CLASS 4096  /* ranges in one class */
+/* An untrusted grammar is bounded before it is built: its text, its named rules (names are found by
+ * a scan, and nullability settles in up to one pass per rule), and the builder's elements as they
+ * grow ({0,1000} makes a thousand rules of a few bytes of text). */
+#define MAX_TEXT (64 << 10)
+#define MAX_NAMES 4096
 
 typedef struct {
     char name[64];
@@ -71,6 +76,7 @@ static int name_id(gp *g, const char *s, size_t n) {
     for (int i = 0; i < g->n; i++)
         if (strlen(g->names[i].name) == n && !memcmp(g->names[i].name, s, n)) return i;
     if (n >= sizeof g->names[0].name) return gp_fail_at(g, s, "a rule name longer than 63 characters"), -1;
+    if (g->n == MAX_NAMES) return gp_fail_at(g, s, "more than %d rule names", MAX_NAMES), -1;
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 32;
         gname *p = realloc(g->names, (size_t)cap * sizeof *p);
@@ -236,6 +242,8 @@ static int parse_alternates(gp *g, int nested) {
         while (*g->p && *g->p != '|' && *g->p != ')' && *g->p != '\n' && *g->p != '\r' && g->err == NV_OK) {
             const int e = parse_element(g, nested);
             if (g->err == NV_OK) nv_gbody_ref(&body, e);
+            if (g->err == NV_OK && nv_gbuild_size(g->b) > NV_GRAMMAR_MAX_ELEMS)
+                gp_fail(g, "the grammar grows past %d elements (long or many counted repetitions)", NV_GRAMMAR_MAX_ELEMS);
             skip_space(g, nested);
         }
         if (g->err != NV_OK) break;
@@ -253,6 +261,7 @@ static int parse_alternates(gp *g, int nested) {
 nv_err nv_gbnf_grammar(const char *text, int think, nv_grammar **out) {
     *out = NULL;
     gp g = {.text = text, .p = text};
+    if (strlen(text) > MAX_TEXT) return nv_fail(NV_EINVAL, "a grammar longer than %d bytes is not supported", MAX_TEXT);
     if (!(g.b = nv_gbuild_new())) return nv_fail(NV_ENOMEM, "out of memory");
     for (skip_space(&g, 1); *g.p && g.err == NV_OK; skip_space(&g, 1)) {
         const char *s = g.p;

@@ -10,9 +10,11 @@
  *   1000). Escapes in literals and classes: \t \n \r \\ \" \[ \] \- \^ \/ and \xHH, \uHHHH,
  *   \UHHHHHHHH. Characters are Unicode code points written as UTF-8; a class matches one code
  *   point (surrogates never). The sentences are those of the rule `root`.
- * - Refused with NV_EINVAL and one line giving the line and column: a syntax error, a rule defined
- *   twice, a name used but never defined, no root, a rule that can reach itself before reading a
- *   character (left recursion, which includes repeating what can match nothing, e.g. ("a"?)*). */
+ * - Refused with NV_EINVAL and one line, giving the line and column where there is one: a syntax
+ *   error, a rule defined twice, a name used but never defined, no root, a rule that can reach
+ *   itself before reading a character (left recursion, named; it includes repeating what can match
+ *   nothing, e.g. ("a"?)*), a text over 64 KB, more than 4096 rule names, a grammar that grows past
+ *   NV_GRAMMAR_MAX_ELEMS elements while it is read. */
 #ifndef NV_SERVE_GBNF_H
 #define NV_SERVE_GBNF_H
 

@@ -75,8 +75,8 @@ static entry *unlink_at(nv_resp_store *s, entry **p) {
 void nv_resp_store_put(nv_resp_store *s, const char *id, char *response, char *context, char *input) {
     entry *e = calloc(1, sizeof *e);
     const size_t bytes = sizeof *e + strlen(response) + strlen(context) + strlen(input);
-    if (!e || bytes > s->cap) {
-        if (e) nv_warn("serve: response %s (%zu bytes) is larger than --responses-store: not kept", id, bytes);
+    if (!e || bytes > s->cap / 4) { /* one conversation never pushes out every other */
+        if (e) nv_warn("serve: response %s (%zu bytes with its conversation) is over a quarter of --responses-store: not kept", id, bytes);
         free(e), free(response), free(context), free(input);
         return;
     }

@@ -307,6 +307,62 @@ static int previous_items(nv_resp_store *store, const cJSON *in, cJSON **out, nv
     return 0;
 }
 
+/* Text parts as kept: their type and text alone. */
+static cJSON *kept_parts(const cJSON *content, int assistant) {
+    cJSON *parts = cJSON_CreateArray();
+    if (cJSON_IsString(content)) {
+        cJSON_AddItemToArray(parts, text_part(assistant ? "output_text" : "input_text", content->valuestring));
+        return parts;
+    }
+    for (const cJSON *p = cJSON_IsArray(content) ? content->child : NULL; p; p = p->next) {
+        const char *t = type_of(p);
+        const int refusal = t && !strcmp(t, "refusal");
+        const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, refusal ? "refusal" : "text"));
+        if (!t || !text) continue;
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddStringToObject(q, "type", t);
+        cJSON_AddStringToObject(q, refusal ? "refusal" : "text", text);
+        cJSON_AddItemToArray(parts, q);
+    }
+    return parts;
+}
+
+/* An item as a stored response keeps it: the fields the model is shown (messages, calls, their
+ * outputs), nothing else; reasoning items, never shown again, are not kept. NULL: not kept. */
+static cJSON *kept_item(const cJSON *it) {
+    const char *t = type_of(it);
+    static const char *const call_keys[] = {"id", "call_id", "name", "arguments"};
+    if (t && (!strcmp(t, "function_call") || !strcmp(t, "function_call_output"))) {
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "type", t);
+        const int output = !strcmp(t, "function_call_output");
+        for (int i = 0; i < (output ? 2 : 4); i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, call_keys[i]);
+            if (cJSON_IsString(v)) cJSON_AddStringToObject(k, call_keys[i], v->valuestring);
+        }
+        const cJSON *out = output ? cJSON_GetObjectItemCaseSensitive(it, "output") : NULL;
+        if (out) cJSON_AddItemToObject(k, "output", cJSON_IsString(out) ? cJSON_CreateString(out->valuestring) : kept_parts(out, 0));
+        return k;
+    }
+    if (!t || strcmp(t, "message")) return NULL;
+    const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "role")), *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "id"));
+    cJSON *k = cJSON_CreateObject();
+    cJSON_AddStringToObject(k, "type", "message");
+    if (id) cJSON_AddStringToObject(k, "id", id);
+    cJSON_AddStringToObject(k, "role", role ? role : "user");
+    cJSON_AddItemToObject(k, "content", kept_parts(cJSON_GetObjectItemCaseSensitive(it, "content"), role && !strcmp(role, "assistant")));
+    return k;
+}
+
+static cJSON *kept_items(const cJSON *list) {
+    cJSON *k = cJSON_CreateArray();
+    for (const cJSON *it = list->child; it && k; it = it->next) {
+        cJSON *x = kept_item(it);
+        if (x) cJSON_AddItemToArray(k, x);
+    }
+    return k;
+}
+
 typedef struct {
     int reasoning;
     nv_resp_store *store;
@@ -344,10 +400,10 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     const int base = cJSON_GetArraySize(context);
     for (const cJSON *it = own->child; it && context; it = it->next) cJSON_AddItemToArray(context, cJSON_Duplicate(it, 1));
     rc = context ? translate_input(in, context, base, out, err) : nv_api_oom(err);
-    if (!rc && a->store && !cJSON_IsFalse(store)) { /* kept once it finishes */
+    if (!rc && a->store && !cJSON_IsFalse(store)) { /* kept once it finishes, in the form kept_item gives */
         a->meta->keep = a->store;
-        a->meta->context = context, a->meta->input = own;
-        return 0;
+        a->meta->context = kept_items(context), a->meta->input = kept_items(own);
+        if (!a->meta->context || !a->meta->input) rc = nv_api_oom(err);
     }
     cJSON_Delete(context), cJSON_Delete(own);
     return rc;
@@ -687,18 +743,27 @@ int nv_resp_input_items(nv_resp_store *s, const char *id, const char *limit, con
         return nv_api_oom(err);
     }
     const int total = cJSON_GetArraySize(items);
+    cJSON **list = malloc(((size_t)total + 1) * sizeof *list); /* indexed: cJSON_GetArrayItem walks from the start */
+    if (!list) {
+        cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
+        return nv_api_oom(err);
+    }
+    int k = 0;
+    for (cJSON *it = items->child; it; it = it->next) list[k++] = it;
     int at = asc ? 0 : total - 1, found = after == NULL;
     for (; at >= 0 && at < total && !found; at += asc ? 1 : -1) { /* the item after `after`, in this order */
-        const char *iid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, at), "id"));
+        const char *iid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(list[at], "id"));
         found = iid && !strcmp(iid, after);
     }
     if (!found) {
+        free(list);
         cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
         return bad(err, NULL, "after", "'after': response '%.100s' has no input item '%.100s'", id, after);
     }
-    for (; at >= 0 && at < total && cJSON_GetArraySize(data) < n; at += asc ? 1 : -1)
-        cJSON_AddItemToArray(data, cJSON_Duplicate(cJSON_GetArrayItem(items, at), 1));
+    int taken = 0;
+    for (; at >= 0 && at < total && taken < n; at += asc ? 1 : -1, taken++) cJSON_AddItemToArray(data, cJSON_Duplicate(list[at], 1));
     const int more = at >= 0 && at < total;
+    free(list);
     cJSON_Delete(items);
     cJSON_AddStringToObject(o, "object", "list");
     cJSON_AddItemToObject(o, "data", data);
