@@ -80,18 +80,21 @@ void nv_gbuild_free(nv_gbuild *b) {
 }
 
 int nv_gbuild_reserve(nv_gbuild *b) {
+    const size_t had = b->cap_rules;
     if (b->oom || !grow((void **)&b->rules, &b->cap_rules, (size_t)b->n_rules + 1, sizeof *b->rules)) {
         b->oom = 1;
         return 0;
     }
-    int *d = realloc(b->defined, b->cap_rules * sizeof *d);
-    if (d) b->defined = d;
-    char **nm = d ? realloc(b->names, b->cap_rules * sizeof *nm) : NULL;
-    if (!nm) {
-        b->oom = 1;
-        return 0;
+    if (b->cap_rules != had || !b->defined) { /* the side arrays follow the rules' capacity when it grows */
+        int *d = realloc(b->defined, b->cap_rules * sizeof *d);
+        if (d) b->defined = d;
+        char **nm = d ? realloc(b->names, b->cap_rules * sizeof *nm) : NULL;
+        if (!nm) {
+            b->oom = 1;
+            return 0;
+        }
+        b->names = nm;
     }
-    b->names = nm;
     memset(&b->rules[b->n_rules], 0, sizeof b->rules[0]);
     b->defined[b->n_rules] = 0;
     b->names[b->n_rules] = NULL;
