@@ -13,7 +13,7 @@ static const struct {
     {"export", cmd_export, "write a training checkpoint as a llama2.c model"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
-    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text, or write text files' tokens as a training shard"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)"},
     {"bench", cmd_bench, "measure the engines, training, generation and serving against peers"},
     {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},
