@@ -162,16 +162,17 @@ static double quantile(const double *v, uint64_t n, double q) {
 
 /* What --kl-base adds: per scored position the KL divergence of this model's distribution from the
  * reference's, the change in the correct token's probability, whether the top tokens agree, and the
- * pair of log-likelihoods (their correlation). */
+ * co-moment of the two models' log-likelihoods (their correlation; the moments themselves are the
+ * models' nll). */
 typedef struct {
     double *kld;
     uint64_t n, cap;
     moments kl, dp, same, diff; /* diff: -log p_q + log p_base */
-    double cxy;                 /* co-moment of the two models' nll, for their correlation */
-    moments x, y;
+    double cxy;
 } kl_stats;
 
-static nv_err kl_add(kl_stats *k, const float *lq, const float *lb, int V, int target) {
+/* One scored position of both models: their nll (nq, nb), and what --kl-base adds. */
+static nv_err kl_add(kl_stats *k, moments *nq_all, moments *nb_all, const float *lq, const float *lb, int V, int target) {
     const double zq = row_logz(lq, V), zb = row_logz(lb, V);
     double kld = 0;
     for (int i = 0; i < V; i++) {
@@ -190,15 +191,15 @@ static nv_err kl_add(kl_stats *k, const float *lq, const float *lb, int V, int t
     mom_add(&k->dp, exp(-nq) - exp(-nb));
     mom_add(&k->same, nv_argmax(lq, V) == nv_argmax(lb, V) ? 1.0 : 0.0);
     mom_add(&k->diff, nq - nb);
-    const double dx = nq - k->x.mean; /* the bivariate Welford update, before the means move */
-    mom_add(&k->x, nq);
-    mom_add(&k->y, nb);
-    k->cxy += dx * (nb - k->y.mean);
+    const double dx = nq - nq_all->mean; /* the bivariate Welford update, before the means move */
+    mom_add(nq_all, nq);
+    mom_add(nb_all, nb);
+    k->cxy += dx * (nb - nb_all->mean);
     return NV_OK;
 }
 
-static double kl_cor(const kl_stats *k) {
-    const double den = sqrt(k->x.m2 * k->y.m2);
+static double kl_cor(const kl_stats *k, const moments *nq_all, const moments *nb_all) {
+    const double den = sqrt(nq_all->m2 * nb_all->m2);
     return den > 0 ? k->cxy / den : 1.0;
 }
 
@@ -216,7 +217,7 @@ static void print_text(const scored_model *q, const scored_model *b, const kl_st
     printf("====== Perplexity statistics ======\n");
     printf("Mean PPL(Q)                   : %10.6f +/- %10.6f\n", ppl, ppl * mom_err(&q->nll));
     printf("Mean PPL(base)                : %10.6f +/- %10.6f\n", pplb, pplb * mom_err(&b->nll));
-    printf("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100 * kl_cor(k));
+    printf("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100 * kl_cor(k, &q->nll, &b->nll));
     printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f +/- %10.6f\n", k->diff.mean, mom_err(&k->diff));
     printf("Mean PPL(Q)/PPL(base)         : %10.6f +/- %10.6f\n", ratio, ratio * mom_err(&k->diff));
     printf("\n====== KL divergence statistics ======\n");
@@ -254,7 +255,7 @@ static int print_json(const scored_model *q, const scored_model *b, const kl_sta
         json_model(base, b, (double)chunks * ctx);
         cJSON_AddNumberToObject(o, "ln_ppl_ratio", k->diff.mean);
         cJSON_AddNumberToObject(o, "ln_ppl_ratio_err", mom_err(&k->diff));
-        cJSON_AddNumberToObject(o, "ppl_cor", kl_cor(k));
+        cJSON_AddNumberToObject(o, "ppl_cor", kl_cor(k, &q->nll, &b->nll));
         cJSON *kl = cJSON_AddObjectToObject(o, "kld");
         cJSON_AddNumberToObject(kl, "mean", k->kl.mean);
         cJSON_AddNumberToObject(kl, "err", mom_err(&k->kl));
@@ -400,11 +401,11 @@ int cmd_perplexity(int argc, char **argv) {
                 const int p = start + n - rows + r;
                 if (p >= ctx - 1) break;
                 const float *lq = q.s.logits + (size_t)r * V;
-                mom_add(&q.nll, row_logz(lq, V) - lq[tokens[p + 1]]);
-                if (!base_path) continue;
-                const float *lb = b.s.logits + (size_t)r * V;
-                mom_add(&b.nll, row_logz(lb, V) - lb[tokens[p + 1]]);
-                if (kl_add(&k, lq, lb, V, tokens[p + 1]) != NV_OK) {
+                if (!base_path) {
+                    mom_add(&q.nll, row_logz(lq, V) - lq[tokens[p + 1]]);
+                    continue;
+                }
+                if (kl_add(&k, &q.nll, &b.nll, lq, b.s.logits + (size_t)r * V, V, tokens[p + 1]) != NV_OK) {
                     cli_error(CMD, 1, "%s", nv_errmsg());
                     goto done;
                 }
