@@ -70,7 +70,7 @@ static void usage(FILE *f) {
 /* llama2.c's safe_printf: skip empty pieces and lone unprintable bytes (its byte tokens); a
  * byte-level vocabulary's lone bytes are parts of characters and all print. */
 static void print_piece(const nv_tokenizer *tok, const char *piece) {
-    if (piece && (nv_tokenizer_byte_level(tok) || nv_piece_printable(piece))) fputs(piece, stdout);
+    if (nv_tokenizer_piece_shown(tok, piece)) fputs(piece, stdout);
 }
 
 /* --json (NULL: any JSON object) or --json-schema: a file, or the schema's own JSON text. */
@@ -265,7 +265,7 @@ int cmd_generate(int argc, char **argv) {
                 break;
             }
             /* run.c stops at BOS only; byte-level vocabularies end at their end-of-generation tokens */
-            if (next == nv_tokenizer_bos(tok) || (nv_tokenizer_byte_level(tok) && nv_tokenizer_is_eog(tok, next))) break;
+            if (nv_tokenizer_ends_text(tok, next)) break;
             nv_sampler_accept(&sampler, next);
             print_piece(tok, nv_tokenizer_decode(tok, token, next));
             fflush(stdout);

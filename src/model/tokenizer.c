@@ -914,6 +914,14 @@ int nv_piece_printable(const char *piece) {
     return 1;
 }
 
+int nv_tokenizer_piece_shown(const nv_tokenizer *t, const char *piece) {
+    return piece && (nv_tokenizer_byte_level(t) || nv_piece_printable(piece));
+}
+
+int nv_tokenizer_ends_text(const nv_tokenizer *t, int id) {
+    return id == nv_tokenizer_bos(t) || (nv_tokenizer_byte_level(t) && nv_tokenizer_is_eog(t, id));
+}
+
 nv_err nv_tokenizer_load_for_model(const char *path, int vocab_size, nv_tokenizer **out) {
     NV_TRY(nv_tokenizer_load(path, 0, out));
     if (nv_tokenizer_vocab_size(*out) == vocab_size) return NV_OK;

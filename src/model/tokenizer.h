@@ -93,5 +93,11 @@ const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token
 /* llama2.c safe_printf's rule: 0 for NULL, "", or a single byte that is neither isprint nor
  * isspace (raw control bytes from byte tokens); 1 otherwise. */
 int nv_piece_printable(const char *piece);
+/* Text generation as `nerve generate` does it (llama2.c's run, extended): 1 when a piece is printed
+ * (every one of a byte-level vocabulary, whose lone bytes are parts of characters; else
+ * nv_piece_printable's rule), and 1 when id ends the text (BOS, as run.c stops; a byte-level
+ * vocabulary's end-of-generation tokens too). */
+int nv_tokenizer_piece_shown(const nv_tokenizer *t, const char *piece);
+int nv_tokenizer_ends_text(const nv_tokenizer *t, int id);
 
 #endif

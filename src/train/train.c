@@ -47,10 +47,9 @@ static void write_sample(const nv_train_opts *o, nv_model *m, long step, FILE *o
     if (o->sample_prompt) nv_buf_puts(&text, o->sample_prompt);
     for (int pos = n, prev = ids ? ids[n - 1] : 0; e == NV_OK && pos < total; pos++) {
         const int next = nv_sample(&smp, st.logits);
-        /* where generate stops: BOS (llama2.c's rule), or a byte-level vocabulary's end-of-generation tokens */
-        if (next == nv_tokenizer_bos(tok) || (nv_tokenizer_byte_level(tok) && nv_tokenizer_is_eog(tok, next))) break;
+        if (nv_tokenizer_ends_text(tok, next)) break; /* where generate stops */
         const char *piece = nv_tokenizer_decode(tok, prev, next);
-        if (piece && (nv_tokenizer_byte_level(tok) || nv_piece_printable(piece))) nv_buf_puts(&text, piece);
+        if (nv_tokenizer_piece_shown(tok, piece)) nv_buf_puts(&text, piece);
         prev = next;
         if (pos + 1 < total) e = nv_forward(m, &st, &next, 1, pos);
     }
