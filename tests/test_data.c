@@ -258,6 +258,23 @@ typedef struct {
     int n, cap, docs;
 } expect_ids;
 
+static void expect_doc(expect_ids *x, const nv_tokenizer *t, const char *doc);
+
+/* The documents of text (modified) between separators sep, each without the white space around it,
+ * encoded one after another: the reader's rule written out here. */
+static void expect_split(expect_ids *x, const nv_tokenizer *t, char *text, const char *sep) {
+    for (char *d = text;;) {
+        char *end = strstr(d, sep);
+        if (end) *end = '\0';
+        while (*d == '\n' || *d == ' ' || *d == '\r') d++;
+        size_t n = strlen(d);
+        while (n && (d[n - 1] == '\n' || d[n - 1] == ' ' || d[n - 1] == '\r')) d[--n] = '\0';
+        if (n) expect_doc(x, t, d);
+        if (!end) break;
+        d = end + strlen(sep);
+    }
+}
+
 static void expect_doc(expect_ids *x, const nv_tokenizer *t, const char *doc) {
     int *ids, n;
     T_CHECK(nv_tokenizer_encode(t, doc, 1, 0, &ids, &n) == NV_OK, "%s", nv_errmsg());
@@ -323,16 +340,7 @@ static void test_text_documents(void) {
     char *sample = NULL;
     if (sp && nv_file_read_all(sp, &sample, NULL) == NV_OK) {
         expect_ids x = {0};
-        for (char *d = sample;;) {
-            char *end = strstr(d, "<|endoftext|>");
-            if (end) *end = '\0';
-            while (*d == '\n' || *d == ' ' || *d == '\r') d++;
-            size_t n = strlen(d);
-            while (n && (d[n - 1] == '\n' || d[n - 1] == ' ' || d[n - 1] == '\r')) d[--n] = '\0';
-            if (n) expect_doc(&x, t, d);
-            if (!end) break;
-            d = end + 13;
-        }
+        expect_split(&x, t, sample, "<|endoftext|>");
         T_CHECK(x.docs == 5, "the sample has %d stories", x.docs);
         nv_dataset ds;
         if (open_ok(&ds, &sp, 1, t, 512, 0.1f)) {
@@ -607,17 +615,7 @@ static void test_text_tokenized_in_groups(void) {
     char file[700];
     snprintf(file, sizeof file, "%s", path);
     expect_ids x = {0};
-    for (char *d = text;;) { /* the stories, split here on blank lines as the reader's rule says */
-        char *end = strstr(d, "\n\n");
-        if (end) *end = '\0';
-        while (*d == '\n' || *d == ' ' || *d == '\r') d++;
-        size_t n = strlen(d);
-        while (n && (d[n - 1] == '\n' || d[n - 1] == ' ' || d[n - 1] == '\r')) d[--n] = '\0';
-        if (n) expect_doc(&x, t, d);
-        if (!end) break;
-        d = end + 2;
-        while (*d == '\n') d++;
-    }
+    expect_split(&x, t, text, "\n\n"); /* the stories, between blank lines */
     T_CHECK(x.docs > 200, "only %d stories", x.docs);
     const char *paths[1] = {file};
     for (int threads = 1; threads <= 3; threads++) {
