@@ -103,7 +103,7 @@ int cli_declared_template(const char *model_path, nv_chat_template *out) {
     int found = 1;
     if (t && memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
     else if (t && memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
-    else if (t && memmem(t, n, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", 17)) *out = NV_CHAT_DEEPSEEK; /* <｜Assistant｜> */
+    else if (t && memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
     else if (t && memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
     else found = 0;
     if (t && !found)

@@ -10,7 +10,7 @@ static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deep
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
-#define DS_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+#define DS_ASSISTANT NV_CHAT_DEEPSEEK_ASSISTANT
 #define DS_END "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define N_TEMPLATES (int)(sizeof names / sizeof names[0])
 

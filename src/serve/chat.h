@@ -44,6 +44,10 @@
 
 typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK } nv_chat_template;
 
+/* DeepSeek's assistant marker, <｜Assistant｜> (fullwidth vertical bars): the deepseek template writes
+ * it, and a GGUF file's template holding it is recognised as that one. */
+#define NV_CHAT_DEEPSEEK_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+
 typedef struct {
     const char *name;
     const char *arguments; /* JSON text */
