@@ -132,11 +132,34 @@ static void test_bench_spec_quick(void) {
                         num(rows[0], "tokens_per_step"));
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
     T_CHECK(t_nerve("bench spec --spec-tokens 17") == 2, "--spec-tokens 17 accepted");
+    T_CHECK(t_nerve("bench spec --draft-engine avx2") == 2, "--draft-engine without a draft accepted");
+}
+
+/* bench spec --model-draft: the model as its own draft on its engine: the row names the draft, the
+ * texts are identical and the greedy drafts all but always accepted. */
+static void test_bench_spec_draft_quick(void) {
+    const char *m = t_data("models/stories260K.bin");
+    if (!has_data() || !m) return;
+    char args[1024];
+    snprintf(args, sizeof args, "bench spec --quick --json --tokens 100 --engine avx2 --model-draft %s --draft-engine avx2 --spec-tokens 4", m);
+    int rc = t_nerve(args);
+    T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
+    cJSON *rows[16];
+    int n = parse_rows(t_out, rows, 16);
+    T_CHECK(n == 2, "%d rows: %s", n, t_out);
+    for (int i = 0; i < n; i++)
+        T_CHECK(!strcmp(str(rows[i], "draft"), "stories260K.bin") && cJSON_IsTrue(cJSON_GetObjectItem(rows[i], "identical")) &&
+                    num(rows[i], "completion_tokens") == 100,
+                "row %d: %s", i, str(rows[i], "why"));
+    if (n >= 1) T_CHECK(num(rows[0], "acceptance") > 0.9 && num(rows[0], "tokens_per_step") > 2.5, "greedy: acceptance %g, %g tokens a step",
+                        num(rows[0], "acceptance"), num(rows[0], "tokens_per_step"));
+    for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
 }
 
 int main(void) {
     T_RUN(test_bench_serve_quick);
     T_RUN(test_bench_prefix_quick);
     T_RUN(test_bench_spec_quick);
+    T_RUN(test_bench_spec_draft_quick);
     return t_done();
 }

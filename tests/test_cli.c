@@ -68,6 +68,16 @@ static void test_generate_seeded_and_prompted(void) {
     T_CHECK(strlen(t_out) > 0 && strlen(t_out) < 16, "steps < prompt printed '%s'", t_out);
 }
 
+/* `generate -m m -z z run` and the same with `extra` print the same text. */
+static void check_same_text(const char *m, const char *z, const char *run, const char *extra) {
+    char args[4096], plain[8192];
+    snprintf(args, sizeof args, "generate -m %s -z %s %s", m, z, run);
+    T_CHECK(t_nerve(args) == 0, "%s: %s", run, t_err);
+    snprintf(plain, sizeof plain, "%s", t_out);
+    snprintf(args, sizeof args, "generate -m %s -z %s %s %s", m, z, run, extra);
+    T_CHECK(t_nerve(args) == 0 && strcmp(plain, t_out) == 0, "%s: with %s:\n%s\nwithout:\n%s", run, extra, t_out, plain);
+}
+
 /* --spec-tokens: drafts checked in one forward pass change no byte of the output: llama2.c's golden
  * on every fp32 engine, seeded sampling with penalties and a prompt, JSON-constrained output, and a
  * run that ends at -n inside a draft; the summary counts the drafts (some accepted on the golden). */
@@ -95,12 +105,9 @@ static void test_generate_speculative(void) {
         "-n 256 -t 0 --spec-lookup-min 1 --spec-lookup-max 1",
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-        char plain[8192];
-        snprintf(args, sizeof args, "generate -m %s -z %s %s", m, z, runs[i]);
-        T_CHECK(t_nerve(args) == 0, "%s: %s", runs[i], t_err);
-        snprintf(plain, sizeof plain, "%s", t_out);
-        snprintf(args, sizeof args, "generate -m %s -z %s %s --spec-tokens %d", m, z, runs[i], i % 2 ? 16 : 3);
-        T_CHECK(t_nerve(args) == 0 && strcmp(plain, t_out) == 0, "%s: with drafts:\n%s\nwithout:\n%s", runs[i], t_out, plain);
+        char extra[64];
+        snprintf(extra, sizeof extra, "--spec-tokens %d", i % 2 ? 16 : 3);
+        check_same_text(m, z, runs[i], extra);
     }
     /* the low-precision engines that are on here: the same text with drafts as without */
     const char *lowp[] = {"avx512-bf16", "amx-bf16", "avx2-int8", "avx512-int8", "amx-int8"};
@@ -119,6 +126,80 @@ static void test_generate_speculative(void) {
     T_CHECK(t_nerve(args) == 2, "--spec-tokens 17 accepted");
     snprintf(args, sizeof args, "generate -m %s -z %s --spec-tokens 4 --spec-lookup-min 3 --spec-lookup-max 2", m, z);
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--spec-lookup-min"), "min > max accepted: %s", t_err);
+    free(want);
+}
+
+/* --model-draft: drafts from another model change no byte of the output either. The model as its own
+ * draft on the same engine: llama2.c's golden, every draft accepted but where the run ends inside
+ * one (so the draft's cache holds exactly the text's keys and values, across catching up after
+ * refusals and after full acceptances); a Q4_0 export of it as the draft: the golden and seeded
+ * sampling, with drafts refused; the usage errors and the drafts refused for another vocabulary or
+ * tokenizer, each one line. */
+static int spec_summary(int *acc, int *drafted) {
+    const char *sum = strstr(t_err, "speculative decoding: ");
+    *acc = *drafted = -1;
+    return sum && sscanf(sum, "speculative decoding: %d of %d", acc, drafted) == 2;
+}
+
+static void test_generate_draft_model(void) {
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    const char *want_path = t_data("models/stories260K_greedy200.expected.txt"), *big = t_data("gguf/llama-2-tiny-random.gguf");
+    const char *corpus = t_data("corpus/tinystories_valid_head.txt");
+    if (!m || !z || !want_path || !big || !corpus) return;
+    char *want = NULL, args[4096], q4[512], other[512], othertok[512];
+    nv_file_read_all(want_path, &want, NULL);
+    int acc, drafted;
+    for (int k = 1; k <= 16; k *= 4) {
+        snprintf(args, sizeof args, "generate -m %s -z %s -t 0 -n 200 --engine avx2 --model-draft %s --draft-engine avx2 --spec-tokens %d",
+                 m, z, m, k);
+        T_CHECK(t_nerve(args) == 0 && want && !strcmp(t_out, want), "self draft, k %d: %s%s", k, t_out, t_err);
+        T_CHECK(spec_summary(&acc, &drafted) && acc > 90 && drafted - acc < k, "self draft, k %d: %s", k, t_err);
+    }
+    snprintf(q4, sizeof q4, "%s", t_path("draft_q4.gguf"));
+    snprintf(args, sizeof args, "export %s -z %s -o %s --type q4_0", m, z, q4);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    snprintf(args, sizeof args, "generate -m %s -z %s -t 0 -n 200 --model-draft %s", m, z, q4);
+    T_CHECK(t_nerve(args) == 0 && want && !strcmp(t_out, want), "Q4_0 draft: %s", t_out);
+    T_CHECK(spec_summary(&acc, &drafted) && acc > 50 && drafted > acc, "Q4_0 draft: %s", t_err);
+    static const char *const runs[] = {
+        "-p 'Once upon a time' -n 150 -t 0.8 --top-p 0.9 -s 7 --frequency-penalty 0.4 --presence-penalty 0.2",
+        "-p 'The dog' -n 120 -t 0.9 -s 5 --json",
+        "-p 'Lily and Ben' -n 97 -t 1 -s 3 --engine scalar",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char extra[700];
+        snprintf(extra, sizeof extra, "-md %s --spec-tokens %d", q4, i ? 5 : 12);
+        check_same_text(m, z, runs[i], extra);
+    }
+    /* a GGUF draft with 512 tokens of another tokenizer */
+    snprintf(othertok, sizeof othertok, "%s", t_path("other512.bin"));
+    snprintf(other, sizeof other, "%s", t_path("draft_other.gguf"));
+    snprintf(args, sizeof args, "tokenizer train --vocab 512 %s -o %s", corpus, othertok);
+    T_CHECK(t_nerve(args) == 0, "tokenizer train: %s", t_err);
+    snprintf(args, sizeof args, "export %s -z %s -o %s", m, othertok, other);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    struct {
+        const char *flags;
+        int rc;
+        const char *says;
+    } bad[] = {
+        {"--model-draft %s", 1, "tokenizer differs from the model's"},
+        {"--model-draft %s", 1, "vocabulary of 32000 tokens"},
+        {"--model-draft %s", 1, "--model-draft"},
+        {"--model-draft %s --spec-lookup-min 1", 2, "not with --model-draft"},
+        {"--model-draft %s --spec-tokens 0", 2, "at least 1"},
+        {"--draft-engine avx2 --spec-tokens 2%.0s", 2, "--draft-engine needs --model-draft"},
+        {"--model-draft %s --draft-engine warp9", 2, "warp9"},
+    };
+    const char *files[] = {other, big, z, q4, q4, "", q4};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char flags[1024];
+        snprintf(flags, sizeof flags, bad[i].flags, files[i]);
+        snprintf(args, sizeof args, "generate -m %s -z %s -n 20 %s", m, z, flags);
+        int rc = t_nerve(args), lines = 0;
+        for (const char *p = t_err; *p; p++) lines += *p == '\n';
+        T_CHECK(rc == bad[i].rc && strstr(t_err, bad[i].says) && lines == 1, "%s: rc %d, '%s'", flags, rc, t_err);
+    }
     free(want);
 }
 
@@ -242,6 +323,7 @@ int main(void) {
     T_RUN(test_generate_fp32_engines_match_golden);
     T_RUN(test_generate_seeded_and_prompted);
     T_RUN(test_generate_speculative);
+    T_RUN(test_generate_draft_model);
     T_RUN(test_generate_json);
     T_RUN(test_init_then_generate);
     T_RUN(test_tokenize);

@@ -606,6 +606,76 @@ static void test_concurrent_requests_share_blocks(void) {
     T_CHECK(server_stop(&s) == 0, "exit");
 }
 
+/* A draft model with the prefix cache: the model as its own draft on the same engine, so a greedy
+ * answer's drafts are all right but where the answer ends inside one (at most --spec-tokens refused
+ * a request) exactly when the draft's keys and values are whole for every position it attends. So
+ * the blocks a request finds in RAM or reads from disk hold the draft's keys and values too, or
+ * the draft catches up over them: cold, from RAM, from disk after a restart, and a continuation
+ * whose prompt is a cached answer's text, every text equal to a server's without drafts or cache. */
+static int draft_request(int port, const char *body, const result *want, const char *what, result *r) {
+    double d0 = metric(port, "nerve_spec_draft_tokens_total"), a0 = metric(port, "nerve_spec_accepted_tokens_total");
+    int ok = post(port, 0, body, r);
+    double drafted = metric(port, "nerve_spec_draft_tokens_total") - d0, accepted = metric(port, "nerve_spec_accepted_tokens_total") - a0;
+    T_CHECK(ok && !strcmp(r->text, want->text), "%s: the text differs: %s", what, r->text);
+    T_CHECK(accepted >= 20 && drafted - accepted <= 4, "%s: %.0f drafts, %.0f accepted (cached %d)", what, drafted, accepted,
+            r->cached_tokens);
+    return ok;
+}
+
+static void test_draft_model_with_cache(void) {
+    char args[1200], cont[8192];
+    server s;
+    result want_c, r;
+    if (!server_start(&s, "draftref", NULL, "--engine avx2 --no-prefix-cache", NULL, NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    result want_p, want_p2;
+    T_CHECK(post(s.port, 0, body_p, &want_p) && post(s.port, 0, body_p2, &want_p2), "reference answers");
+    cJSON *o = cJSON_CreateObject(); /* the first answer's text continued: its blocks are the cached answer's */
+    char *pc = malloc(strlen(PROMPT_P) + strlen(want_p.text) + 16);
+    sprintf(pc, "%s%s Then", PROMPT_P, want_p.text);
+    cJSON_AddStringToObject(o, "prompt", pc);
+    cJSON_AddNumberToObject(o, "max_tokens", 40);
+    cJSON_AddNumberToObject(o, "temperature", 0);
+    char *js = cJSON_PrintUnformatted(o);
+    snprintf(cont, sizeof cont, "%s", js);
+    free(js), free(pc), cJSON_Delete(o);
+    T_CHECK(post(s.port, 0, cont, &want_c), "reference continuation");
+    T_CHECK(server_stop(&s) == 0, "exit");
+
+    snprintf(args, sizeof args, "--engine avx2 --draft-engine avx2 --model-draft '%s' --spec-tokens 4 --kv-cache-dir '%s/draftkv'",
+             model_path, tmpdir);
+    if (!server_start(&s, "draft", NULL, args, NULL, NULL)) {
+        T_CHECK(0, "the draft server did not start");
+        return;
+    }
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "up to 4 drafts by"), "start line: %s", log);
+    free(log);
+    draft_request(s.port, body_p, &want_p, "cold", &r);
+    draft_request(s.port, body_p, &want_p, "RAM hit", &r);
+    T_CHECK(r.cached_tokens == cached_full, "RAM hit: cached %d", r.cached_tokens);
+    draft_request(s.port, body_p2, &want_p2, "a longer prompt", &r);
+    draft_request(s.port, cont, &want_c, "continuation", &r);
+    T_CHECK(r.cached_tokens > cached_full + 16, "continuation: cached %d, the answer's blocks not found", r.cached_tokens);
+    T_CHECK(wait_pool_idle(s.port), "blocks in use");
+    T_CHECK(server_stop(&s) == 0, "exit");
+
+    if (!server_start(&s, "draft2", NULL, args, NULL, NULL)) {
+        T_CHECK(0, "the draft server did not restart");
+        return;
+    }
+    draft_request(s.port, cont, &want_c, "continuation from disk", &r);
+    T_CHECK(r.cached_tokens > cached_full + 16 && metric(s.port, "nerve_prefix_cache_hits_total{tier=\"disk\"}") > 0,
+            "from disk: cached %d", r.cached_tokens);
+    draft_request(s.port, body_p, &want_p, "RAM hit of blocks read from disk", &r);
+    T_CHECK(r.cached_tokens == cached_full && metric(s.port, "nerve_prefix_cache_hits_total{tier=\"ram\"}") > 0,
+            "RAM after disk: cached %d", r.cached_tokens);
+    T_CHECK(wait_pool_idle(s.port), "blocks in use");
+    T_CHECK(server_stop(&s) == 0, "exit");
+}
+
 static void test_prefix_data(void) {
     t_data("models/stories260K.bin");
     t_data("models/tok512.bin");
@@ -634,5 +704,6 @@ int main(void) {
     T_RUN(test_unusable_dir_and_failing_writer);
     T_RUN(test_pool_pressure_reclaims_cached_blocks);
     T_RUN(test_concurrent_requests_share_blocks);
+    T_RUN(test_draft_model_with_cache);
     return t_done();
 }

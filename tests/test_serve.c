@@ -882,15 +882,17 @@ static char *answer_core(int port, const char *path, const char *body) {
     return out;
 }
 
-/* Speculative decoding by prompt lookup checks drafts without changing a bit of the answer: the
- * same text, log-probabilities, finish and usage as the main server (same model, pool and
- * settings, no drafts) for greedy and seeded sampling with penalties, bias, stop strings, n,
- * structured output and short limits; alone and eight at once; and it saves steps. */
-static void test_speculative_decoding(void) {
+/* Speculative decoding checks drafts without changing a bit of the answer: the same text,
+ * log-probabilities, finish and usage as the main server (same model, pool and settings, no drafts)
+ * for greedy and seeded sampling with penalties, bias, stop strings, n, structured output and short
+ * limits; alone and eight at once; and it saves steps. `drafts` are the server's flags beside the
+ * main server's; at least min_accepted drafts are accepted over the requests. */
+static void check_drafts_change_nothing(const char *name, const char *drafts, double min_accepted) {
     if (!main_up) return t_skip("the main server did not start");
     server sp;
-    if (!server_start(&sp, "spec", "--alias tiny-stories --max-batch 8 --prefill-chunk 8 --kv-memory 4M --max-body 64K "
-                                    "--spec-tokens 6 --spec-lookup-min 1", NULL)) {
+    char args[1200];
+    snprintf(args, sizeof args, "--alias tiny-stories --max-batch 8 --prefill-chunk 8 --kv-memory 4M --max-body 64K %s", drafts);
+    if (!server_start(&sp, name, args, NULL)) {
         T_CHECK(0, "the speculative server did not start");
         return;
     }
@@ -922,7 +924,7 @@ static void test_speculative_decoding(void) {
     }
     double steps = metric(sp.port, "nerve_steps_total") - steps0, accepted = metric(sp.port, "nerve_spec_accepted_tokens_total");
     double drafted = metric(sp.port, "nerve_spec_draft_tokens_total");
-    T_CHECK(accepted > 50 && drafted >= accepted, "drafts: %.0f proposed, %.0f accepted", drafted, accepted);
+    T_CHECK(accepted > min_accepted && drafted >= accepted, "drafts: %.0f proposed, %.0f accepted", drafted, accepted);
     /* the greedy 200-token story alone: fewer steps than tokens */
     steps0 = metric(sp.port, "nerve_steps_total");
     char *a = answer_core(sp.port, bodies[0][0], bodies[0][1]);
@@ -951,6 +953,20 @@ static void test_speculative_decoding(void) {
     T_CHECK(wait_pool_idle(sp.port), "blocks still in use after the requests ended");
     int rc = server_stop(&sp);
     T_CHECK(rc == 0, "speculative server exit %d", rc);
+}
+
+static void test_speculative_decoding(void) { check_drafts_change_nothing("spec", "--spec-tokens 6 --spec-lookup-min 1", 50); }
+
+/* Drafts from a draft model (a Q4_0 export of the model: most drafts right, some refused), the
+ * main server's engine for the model and the fastest for the draft. */
+static void test_draft_model(void) {
+    char q4[600], cmd[2048], flags[800];
+    snprintf(q4, sizeof q4, "%s/draft_q4.gguf", tmpdir);
+    snprintf(cmd, sizeof cmd, "export %s -z %s -o %s --type q4_0", model_path, tok_path, q4);
+    if (!main_up) return t_skip("the main server did not start");
+    T_CHECK(t_nerve(cmd) == 0, "export: %s", t_err);
+    snprintf(flags, sizeof flags, "--model-draft %s --spec-tokens 5", q4);
+    check_drafts_change_nothing("draft", flags, 300);
 }
 
 static void test_sixteen_clients(void) {
@@ -1742,6 +1758,7 @@ int main(void) {
     T_RUN(test_structured_outputs);
     T_RUN(test_eight_concurrent_greedy_equal_alone);
     T_RUN(test_speculative_decoding);
+    T_RUN(test_draft_model);
     T_RUN(test_sixteen_clients);
     T_RUN(test_bad_requests_table);
     T_RUN(test_cli_errors);

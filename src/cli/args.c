@@ -173,14 +173,81 @@ nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_mo
 }
 
 int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o) {
+    if (!strcmp(a, "--model-draft") || !strcmp(a, "-md")) {
+        if (!*v) return cli_error(cmd, 2, "%s needs a model file", a), -1;
+        o->draft = v;
+        return 1;
+    }
+    if (!strcmp(a, "--draft-engine")) {
+        o->draft_engine = v;
+        return 1;
+    }
     int *dst = !strcmp(a, "--spec-tokens") ? &o->tokens : !strcmp(a, "--spec-lookup-min") ? &o->lookup_min
              : !strcmp(a, "--spec-lookup-max")                                          ? &o->lookup_max
                                                                                          : NULL;
     if (!dst) return 0;
+    if (dst == &o->tokens) o->tokens_given = 1;
+    else o->lookup_given = 1;
     return cli_int(cmd, a, v, dst == &o->tokens ? 0 : 1, dst == &o->tokens ? NV_MAX_SPEC : 64, dst) ? 1 : -1;
 }
 
-int cli_spec_check(const char *cmd, const cli_spec *o) {
-    if (o->lookup_min <= o->lookup_max) return 0;
-    return cli_error(cmd, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", o->lookup_min, o->lookup_max);
+int cli_spec_check(const char *cmd, cli_spec *o) {
+    if (o->lookup_min > o->lookup_max)
+        return cli_error(cmd, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", o->lookup_min, o->lookup_max);
+    if (o->draft_engine && !o->draft) return cli_error(cmd, 2, "--draft-engine needs --model-draft");
+    nv_engine_id e;
+    if (o->draft_engine && nv_engine_parse(o->draft_engine, &e) != NV_OK) return cli_error(cmd, 2, "--draft-engine: %s", nv_errmsg());
+    if (!o->draft) return 0;
+    if (o->lookup_given) return cli_error(cmd, 2, "--spec-lookup-min/max are for drafts by prompt lookup, not with --model-draft");
+    if (o->tokens_given && o->tokens == 0) return cli_error(cmd, 2, "--model-draft needs --spec-tokens of at least 1");
+    if (!o->tokens_given) o->tokens = 8;
+    return 0;
+}
+
+int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_model *model, const nv_tokenizer *tok, nv_model *d) {
+    const char *path = o->draft, *dtok_path = NULL;
+    cli_paths paths;
+    cli_model_paths(&path, &dtok_path, &paths);
+    /* its own vocabulary: a GGUF file's, or the tokenizer.bin of a run folder */
+    struct stat st;
+    char run_tok[4300];
+    snprintf(run_tok, sizeof run_tok, "%s/tokenizer.bin", o->draft);
+    const int own = dtok_path == path || (stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode) && nv_file_exists(run_tok));
+    nv_engine_id engine;
+    int rc = cli_engine(cmd, o->draft_engine, threads, CLI_ENGINE_FASTEST, &engine);
+    if (rc) return rc;
+    if (nv_model_load_quantized(path, d) != NV_OK) return cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());
+    const int V = model->config.vocab_size;
+    if (d->config.vocab_size != V) {
+        cli_error(cmd, 1, "--model-draft: %s has a vocabulary of %d tokens, the model %d: a draft must share the model's tokenizer",
+                  o->draft, d->config.vocab_size, V);
+        goto fail;
+    }
+    if (own) {
+        nv_tokenizer *dt = NULL;
+        if (nv_tokenizer_load_for_model(dtok_path, V, &dt) != NV_OK) {
+            cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());
+            goto fail;
+        }
+        int differ = -1;
+        for (int t = 0; t < V && differ < 0; t++) {
+            const char *a = nv_tokenizer_piece(tok, t), *b = nv_tokenizer_piece(dt, t);
+            if (!a || !b ? a != b : strcmp(a, b) != 0) differ = t;
+        }
+        nv_tokenizer_free(dt);
+        if (differ >= 0) {
+            cli_error(cmd, 1, "--model-draft: %s's tokenizer differs from the model's (token %d): a draft must share the model's tokenizer",
+                      o->draft, differ);
+            goto fail;
+        }
+    }
+    if (nv_model_build_plans(d, engine) != NV_OK) {
+        cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());
+        goto fail;
+    }
+    nv_model_drop_quant_sources(d);
+    return 0;
+fail:
+    nv_model_free(d);
+    return 1;
 }

@@ -888,7 +888,8 @@ done:
  * same minutes for both); tokens/s of each, the drafts' acceptance, tokens per step, and whether
  * every text was identical (it must be: drafts change how many steps, never which tokens). A
  * trained model is needed for the figures to mean anything (drafts are only accepted where the
- * model repeats what it read or wrote): by default the shared stories260K. */
+ * model repeats what it read or wrote): by default the shared stories260K. With --model-draft the
+ * drafts come from that model instead (speculative decoding by a draft model). */
 static const char *const spec_prompts[] = {"Once upon a time",  "Lily and Ben",  "The dog",     "One day, a little",
                                            "Tom had a big red", "The sun was",   "A cat named", "She wanted to"};
 #define N_SPEC_PROMPTS 8
@@ -939,7 +940,7 @@ static double spec_round(int port, int n, int requests, int tokens, double tempe
 }
 
 int bench_spec(int argc, char **argv, const bench_opts *o) {
-    const char *CMD = "bench spec", *model = NULL, *tok = NULL;
+    const char *CMD = "bench spec", *model = NULL, *tok = NULL, *draft = NULL, *draft_engine = NULL;
     int tokens = o->quick ? 48 : 200, k = 8, requests = o->quick ? 1 : 2, rounds = o->quick ? 1 : 2;
     int clients[8] = {1, 4}, n_clients = o->quick ? 1 : 2;
     for (int i = 1; i < argc; i++) {
@@ -951,12 +952,15 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(a, "--rounds")) { if (!cli_int(CMD, a, v, 1, 100, &rounds)) return 2; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z")) tok = v;
+        else if (!strcmp(a, "--model-draft") || !strcmp(a, "-md")) draft = v;
+        else if (!strcmp(a, "--draft-engine")) draft_engine = v;
         else if (!strcmp(a, "--clients")) {
             if (!parse_clients(CMD, v, 64, clients, &n_clients)) return 2;
         } else
             return cli_error(CMD, 2, "unknown option '%s' (--clients LIST, --requests M, --tokens N, --spec-tokens K, --rounds R, "
-                                     "-m MODEL, -z TOK)", a);
+                                     "-m MODEL, -z TOK, --model-draft MODEL, --draft-engine E)", a);
     }
+    if (draft_engine && !draft) return cli_error(CMD, 2, "--draft-engine needs --model-draft");
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;
     for (int i = 0; i < n_clients; i++) max_clients = clients[i] > max_clients ? clients[i] : max_clients;
     char why[1024] = "", shared_model[4096], shared_tok[4096];
@@ -989,6 +993,14 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
     int na_off = na;
     add_arg(args, &na, "--spec-tokens");
     add_arg(args, &na, ks);
+    if (draft) {
+        add_arg(args, &na, "--model-draft");
+        add_arg(args, &na, draft);
+    }
+    if (draft_engine) {
+        add_arg(args, &na, "--draft-engine");
+        add_arg(args, &na, draft_engine);
+    }
     child off, on;
     if (!child_start(&off, su.exe, su.model, su.tok, args, na_off, log_off, why, sizeof why)) {
         fail_row("spec", why, o, threads);
@@ -1047,6 +1059,11 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
             row_int(&row, "requests", (long long)nt * rounds);
             row_int(&row, "max_tokens", tokens);
             row_int(&row, "spec_tokens", k);
+            if (draft) {
+                char draft_name[256];
+                nv_path_name(draft, draft_name, sizeof draft_name);
+                row_str(&row, "draft", draft_name);
+            }
             if (!ok || !identical) {
                 row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"ok\":false");
                 row_str(&row, "why", !ok ? "a request failed" : "a text differs with drafts");

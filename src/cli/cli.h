@@ -63,16 +63,27 @@ typedef enum { CLI_ENGINE_FASTEST, CLI_ENGINE_FLOAT, CLI_ENGINE_FP32 } cli_engin
 int cli_engine(const char *cmd, const char *name, int threads, cli_engine_default pick, nv_engine_id *out);
 
 /* Speculative decoding's flags, the same for serve and generate: --spec-tokens N (0..NV_MAX_SPEC,
- * 0: off), --spec-lookup-min N, --spec-lookup-max N (1..64; defaults 2 and 4). */
+ * 0: off), --spec-lookup-min N, --spec-lookup-max N (1..64; defaults 2 and 4), or drafts from a
+ * smaller model: --model-draft MODEL (-md; then --spec-tokens defaults to 8 and the lookup flags
+ * are refused) and --draft-engine E. */
 typedef struct {
     int tokens, lookup_min, lookup_max;
+    int tokens_given, lookup_given;
+    const char *draft, *draft_engine;
 } cli_spec;
-#define CLI_SPEC_DEFAULTS {0, 2, 4}
+#define CLI_SPEC_DEFAULTS {0, 2, 4, 0, 0, NULL, NULL}
 /* 1 when flag a (value v) is one of them and was read, 0 when it is not one of them, -1 after
  * printing why v is bad. */
 int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o);
-/* 0, or 2 after printing why (min above max). */
-int cli_spec_check(const char *cmd, const cli_spec *o);
+/* 0, or 2 after printing why (min above max, lookup flags beside a draft model); fills in the
+ * draft model's default draft length. */
+int cli_spec_check(const char *cmd, cli_spec *o);
+/* The draft model of o->draft for a model and its tokenizer: loaded for inference, its vocabulary
+ * checked against the model's (the same size and, where the draft carries its own tokenizer — a
+ * GGUF file or a run folder — the same pieces), its plans built on o->draft_engine (by default the
+ * fastest engine that probes well: the draft's bits never change the answers). Returns 0, or the
+ * exit code after printing why (d then empty). */
+int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_model *model, const nv_tokenizer *tok, nv_model *d);
 
 /* The model and tokenizer paths of `-m MODEL [-z TOKENIZER]`. MODEL may be a `nerve train` run
  * folder: its model.bin (else its model.gguf), and its tokenizer.bin unless -z was given; or a GGUF file, whose own

@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
             "                      [--grammar GBNF | --grammar-file FILE] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
-            "                      [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+            "                      [--model-draft MODEL [--draft-engine E]] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
@@ -60,6 +60,12 @@ static void usage(FILE *f) {
             "                one without (default 0: off)\n"
             "  --spec-lookup-min N, --spec-lookup-max N\n"
             "                the lengths of the tail looked up, longest first (default 2 and 4)\n"
+            "  --model-draft MODEL, -md MODEL\n"
+            "                speculative decoding by a draft model: a smaller model with the same tokenizer proposes\n"
+            "                up to --spec-tokens tokens (default 8) by greedy decoding, checked in one forward pass;\n"
+            "                the text is exactly the one without\n"
+            "  --draft-engine E\n"
+            "                the draft model's engine (default: the fastest that probes well)\n"
             "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest\n"
             "                exact fp32 one that probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n"
@@ -105,6 +111,28 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
     char why[512]; /* nv_fail formats into the buffer nv_errmsg() returns */
     snprintf(why, sizeof why, "%s", nv_errmsg());
     return nv_fail(e, "--json-schema: %s", why);
+}
+
+/* Up to k tokens the draft model proposes after ctx[0..n_ctx) by greedy decoding, into out. Its cache
+ * holds ctx's keys and values at positions [0, *dvalid); it runs ctx from there (chunk by chunk), then
+ * feeds its own tokens, the last excepted: on return positions [*dvalid, *written) hold its drafts
+ * but the last (the caller keeps those the model takes). Returns how many it proposed (0 when its
+ * context cannot hold them), -1 on failure (reported). */
+static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_ctx, int *dvalid, int k, int *out) {
+    if (n_ctx - 1 + k > ds->cache_len) k = ds->cache_len - (n_ctx - 1);
+    if (k <= 0) return 0;
+    while (*dvalid < n_ctx) {
+        int n = n_ctx - *dvalid < ds->max_tokens ? n_ctx - *dvalid : ds->max_tokens;
+        if (nv_forward(d, ds, ctx + *dvalid, n, *dvalid) != NV_OK) return -1;
+        *dvalid += n;
+    }
+    const int V = d->config.vocab_size;
+    out[0] = nv_argmax(ds->logits, V);
+    for (int j = 1; j < k; j++) {
+        if (nv_forward(d, ds, &out[j - 1], 1, n_ctx - 1 + j) != NV_OK) return -1;
+        out[j] = nv_argmax(ds->logits, V);
+    }
+    return k;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -179,7 +207,9 @@ int cmd_generate(int argc, char **argv) {
     nv_sampler sampler = {0};
     nv_gsampler gs = {0};
     nv_gtrie *trie = NULL;
-    nv_state state = {0};
+    nv_state state = {0}, dstate = {0};
+    nv_model draft = {0};
+    int dvalid = 0; /* positions of the draft's cache holding ctx's keys and values */
     int *prompt_tokens = NULL, n_prompt = 0, rc = 1;
     int *ctx = NULL, n_ctx = 0; /* --spec-tokens: the prompt and every generated token, where drafts are looked up */
     if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) {
@@ -221,6 +251,15 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
+    if (spec.draft) {
+        if ((rc = cli_load_draft(CMD, &spec, threads, &model, tok, &draft)) != 0) goto done;
+        rc = 1;
+        const int dcache = steps < draft.config.seq_len ? steps : draft.config.seq_len;
+        if (nv_state_init(&dstate, &draft.config, PREFILL_CHUNK, dcache, 0) != NV_OK) {
+            cli_error(CMD, 1, "%s", nv_errmsg());
+            goto done;
+        }
+    }
 
     /* Prefill: the prompt tokens whose successors are forced, run in chunks. */
     double t0 = nv_now();
@@ -280,11 +319,18 @@ int cmd_generate(int argc, char **argv) {
                 continue;
             }
             if (nrows > 1) nv_spec_update(&record, agreed, row < nrows); /* the last forward's drafts: refused when a row was left */
+            /* the draft model's cache: the drafts it fed (all but its last) that the model took */
+            if (draft.plans && nrows > 1) dvalid += agreed < nrows - 2 ? agreed : nrows - 2;
             agreed = 0;
             /* drafts: as many as this text's acceptance makes worthwhile, never past the positions this run may reach */
             int nd = 0, k = spec.tokens ? nv_spec_len(&record, spec.tokens) : 0;
             if (k > steps - 1 - pos) k = steps - 1 - pos;
-            if (ctx && k > 0) nd = nv_ngram_draft(ctx, n_ctx, spec.lookup_min, spec.lookup_max, k, feed + 1);
+            if (ctx && k > 0 && draft.plans) nd = draft_tokens(&draft, &dstate, ctx, n_ctx, &dvalid, k, feed + 1);
+            else if (ctx && k > 0) nd = nv_ngram_draft(ctx, n_ctx, spec.lookup_min, spec.lookup_max, k, feed + 1);
+            if (nd < 0) {
+                cli_error(CMD, 1, "the draft model: %s", nv_errmsg());
+                goto done;
+            }
             feed[0] = token;
             nrows = 1 + nd;
             drafted += nd;
@@ -312,6 +358,8 @@ done:
     free(prompt_tokens);
     free(ctx);
     nv_state_free(&state);
+    nv_state_free(&dstate);
+    nv_model_free(&draft);
     nv_sampler_free(&sampler);
     nv_gsampler_free(&gs);
     nv_gtrie_free(trie);

@@ -74,6 +74,11 @@ static void usage(FILE *f) {
             "                       text is exactly what decoding without it gives (default 0: off)\n"
             "  --spec-lookup-min N, --spec-lookup-max N\n"
             "                       the lengths of the tail looked up, longest first (default 2 and 4)\n"
+            "  --model-draft MODEL  speculative decoding by a draft model (also -md): a smaller model with the same\n"
+            "                       tokenizer proposes up to --spec-tokens tokens (default 8) by greedy decoding,\n"
+            "                       checked in one step; the text is exactly what decoding without it gives; its\n"
+            "                       keys and values share the --kv-memory budget\n"
+            "  --draft-engine E     the draft model's engine (default: the fastest that probes well)\n"
             "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
             "  --kv-memory SIZE     KV cache budget, e.g. 512M, 2G (default 512M; also --kv-budget)\n"
             "  --kv-block N         positions per KV block (default 16)\n"
@@ -263,7 +268,7 @@ int cmd_serve(int argc, char **argv) {
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine); /* the fastest engine that probes well */
     if (erc) return erc;
 
-    nv_model model;
+    nv_model model, draft = {0};
     nv_adapters adapters;
     nv_adapters_init(&adapters, max_lora_rank);
     nv_tokenizer *tok = NULL;
@@ -311,6 +316,8 @@ int cmd_serve(int argc, char **argv) {
                 (double)ad->shape.alpha, nv_lora_targets_text(ad->shape.targets, targets, sizeof targets),
                 (double)ad->n_params / 1e6);
     }
+    if (spec.draft && (rc = cli_load_draft(CMD, &spec, threads, &model, tok, &draft)) != 0) goto done;
+    rc = 1;
     nv_sched_opts so = {.max_batch = max_batch,
                         .prefill_chunk = prefill_chunk,
                         .max_queue = max_queue,
@@ -325,6 +332,7 @@ int cmd_serve(int argc, char **argv) {
                         .spec_tokens = spec.tokens,
                         .spec_ngram_min = spec.lookup_min,
                         .spec_ngram_max = spec.lookup_max,
+                        .draft = spec.draft ? &draft : NULL,
                         .adapters = n_modules || lora_updates ? &adapters : NULL};
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
@@ -375,8 +383,11 @@ int cmd_serve(int argc, char **argv) {
             snprintf(cache_line, sizeof cache_line, ", prefix cache: RAM %.1f MiB, no SSD tier", ram_mib);
         }
     }
-    char spec_line[96] = "";
-    if (spec.tokens)
+    char spec_line[200] = "";
+    if (spec.draft)
+        snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts by %.60s (%.1fM parameters, engine %s)",
+                 spec.tokens, spec.draft, (double)draft.n_params / 1e6, nv_engine_name(nv_model_engine(&draft)));
+    else if (spec.tokens)
         snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec.tokens,
                  spec.lookup_min, spec.lookup_max);
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
@@ -417,6 +428,7 @@ done:
     nv_adapters_free(&adapters);
     if (tok) nv_tokenizer_free(tok);
     nv_model_free(&model);
+    nv_model_free(&draft);
     nv_metrics_free(&metrics);
     if (rc == 0) fprintf(stderr, "nerve serve: stopped\n");
     return rc;

@@ -162,7 +162,7 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     nv_buf_printf(&b, "nerve_grammar_mask_seconds_total %.6f\n", m->grammar_mask_s);
     put_one(&b, "nerve_spec_drafts_total", "counter",
             "Decode rows that carried draft tokens to check (speculative decoding, --spec-tokens).", m->spec_steps);
-    put_one(&b, "nerve_spec_draft_tokens_total", "counter", "Draft tokens proposed by prompt lookup.", m->spec_drafted);
+    put_one(&b, "nerve_spec_draft_tokens_total", "counter", "Draft tokens proposed (by prompt lookup or the draft model).", m->spec_drafted);
     put_one(&b, "nerve_spec_accepted_tokens_total", "counter",
             "Draft tokens the model agreed with (each one a decode step saved).", m->spec_accepted);
     put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);

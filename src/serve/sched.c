@@ -58,6 +58,9 @@ struct nv_req {
     int spec_rows[NV_MAX_SPEC + 1]; /* a drafting decode row's tokens: last, then the drafts */
     int spec_k;                     /* this step: the most drafts its blocks were taken for (0: none) */
     nv_spec_record spec;            /* its drafts' acceptance so far */
+    int dvalid; /* a draft model: positions [0, dvalid) of its pages hold the draft's keys and values of ctx */
+    int dnext;  /* this step: dvalid once the draft's rows of ctx have run */
+    int dk;     /* this step: the draft model's tokens fed behind the decode row (0: none) */
     int n_gen;
     nv_finish fin;
     nv_buf pending; /* text not yet safe to publish */
@@ -384,10 +387,32 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->metrics = metrics;
     s->o = *o;
     const nv_config *c = &model->config;
-    nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, o->kv_dtype ? o->kv_dtype : NV_KV_F16, o->kv_bytes, 0);
+    const nv_kv_dtype dtype = o->kv_dtype ? o->kv_dtype : NV_KV_F16;
+    uint64_t kv_bytes = o->kv_bytes;
+    if (o->draft) {
+        const nv_config *dc = &o->draft->config;
+        if (!o->spec_tokens || dc->vocab_size != c->vocab_size) {
+            nv_sched_free(s);
+            return nv_fail(NV_EINVAL, "scheduler: a draft model needs spec_tokens >= 1 and the model's vocabulary (%d tokens, not %d)",
+                           c->vocab_size, dc->vocab_size);
+        }
+        /* one budget for both: a block id holds the model's and the draft's keys and values */
+        const double tb = (double)nv_kv_block_bytes(c, o->block_size, dtype), db = (double)nv_kv_block_bytes(dc, o->block_size, dtype);
+        kv_bytes = (uint64_t)((double)o->kv_bytes * (tb / (tb + db)));
+        s->dlimit = c->seq_len < dc->seq_len ? c->seq_len : dc->seq_len;
+    }
+    nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, dtype, kv_bytes, 0);
     /* every sequence's decode row with its drafts, and the prompt chunk */
     if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + o->spec_tokens) + o->prefill_chunk, o->max_batch);
     if (e == NV_OK) e = nv_batch_state_set_adapters(&s->bs, c, o->adapters);
+    if (e == NV_OK && o->draft) { /* the model's rows of a step and as many rows of catching up */
+        const nv_config *dc = &o->draft->config;
+        e = nv_kv_pages_init(&s->dpages, dc, o->block_size, s->pool.n_blocks, dtype);
+        if (e == NV_OK) e = nv_batch_state_init(&s->dbs, dc, o->max_batch + 2 * o->prefill_chunk, o->max_batch);
+        if (e == NV_OK && (!(s->dseqs = calloc((size_t)o->max_batch, sizeof *s->dseqs)) ||
+                           !(s->dreq = calloc((size_t)o->max_batch, sizeof *s->dreq))))
+            e = nv_fail(NV_ENOMEM, "scheduler: out of memory");
+    }
     if (e != NV_OK) {
         nv_sched_free(s);
         return e;
@@ -574,6 +599,7 @@ static void admit(nv_sched *s) {
             r->reserved--;
         }
         r->pos = hits * B;
+        r->dvalid = hits * B; /* blocks in RAM hold the draft's keys and values too (index_full_blocks) */
         r->n_cached = hits * B;
         r->n_hashed = hits;
         r->restore_next = r->disk_from = hits;
@@ -626,11 +652,13 @@ static void restore_from_disk(nv_sched *s) {
         } else {
             int32_t b = r->blocks[k];
             for (int t = 0; t < B; t++) nv_kv_record(&s->pool, b, t, r->prompt[k * B + t]);
-            nv_prefix_insert(&s->prefix, b, r->hashes[k], chain_parent(r, k));
+            if (!s->o.draft) { /* with a draft model: once the draft has run it (index_full_blocks) */
+                nv_prefix_insert(&s->prefix, b, r->hashes[k], chain_parent(r, k));
+                r->n_hashed = k + 1;
+            }
             r->restore_next = k + 1;
             r->pos = (k + 1) * B;
             r->n_cached = r->pos;
-            r->n_hashed = k + 1;
         }
         if (r->restore_next >= r->restore_end) { /* done: count it */
             int blocks = r->n_cached / B;
@@ -736,10 +764,83 @@ static void draft_task(void *ctx, int task, int n_tasks) {
     }
 }
 
+/* The draft model's part of a step (loop thread, lock released): first one pass over every
+ * sequence's rows of ctx from its dvalid up to the model's rows of this step (catching up at most
+ * prefill_chunk rows beyond them in all), with the logits of the decode row of each sequence that
+ * is caught up and may draft; then a pass per further draft, each drafting sequence feeding its
+ * previous greedy token. A pass that fails stops drafting for good (the answers are the model's
+ * either way). */
+static int draft_pass(nv_sched *s, int nd, const char *what) {
+    if (nv_batch_forward(s->o.draft, &s->dbs, &s->dpages, s->dseqs, nd) == NV_OK) return 1;
+    nv_warn("serve: the draft model's %s failed (%s); speculative decoding is off from now on", what, nv_errmsg());
+    s->draft_off = 1;
+    return 0;
+}
+
+static void draft_model_rows(nv_sched *s, int n) {
+    const nv_config *dc = &s->o.draft->config;
+    int budget = s->o.prefill_chunk, nd = 0, kmax = 0;
+    for (int i = 0; i < n; i++) {
+        nv_req *r = s->step_req[i];
+        const nv_batch_seq *q = &s->seqs[i];
+        r->dk = 0;
+        r->dnext = r->dvalid;
+        if (r->embed || !r->ctx) continue;
+        int end = q->pos + q->n; /* the model's rows of ctx this step (a decode row feeds ctx[pos]) */
+        if (end > s->dlimit) end = s->dlimit;
+        if (end > r->n_ctx) end = r->n_ctx;
+        int rows = end - r->dvalid;
+        if (rows <= 0) continue;
+        if (rows > q->n + budget) rows = q->n + budget;
+        if (rows > q->n) budget -= rows - q->n;
+        nv_batch_seq d = {.tokens = r->ctx + r->dvalid, .n = rows, .pos = r->dvalid, .blocks = r->blocks};
+        r->dnext = r->dvalid + rows;
+        /* caught up: the decode row's logits give the first draft */
+        if (q->tokens == &r->last && r->spec_k > 0 && r->dnext == q->pos + 1 && q->pos + r->spec_k <= s->dlimit) {
+            d.logits = 1;
+            r->dk = r->spec_k;
+            if (r->dk > kmax) kmax = r->dk;
+        }
+        s->dseqs[nd] = d;
+        s->dreq[nd++] = r;
+    }
+    if (!nd || !draft_pass(s, nd, "catch-up pass")) {
+        for (int i = 0; i < n; i++) s->step_req[i]->dk = 0, s->step_req[i]->dnext = s->step_req[i]->dvalid;
+        return;
+    }
+    for (int i = 0; i < nd; i++)
+        if (s->dreq[i]->dk) s->dreq[i]->spec_rows[1] = nv_argmax(nv_batch_logits(&s->dbs, dc, i), dc->vocab_size);
+    for (int j = 1; j < kmax; j++) { /* draft j + 1 from draft j, fed at pos + j */
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            nv_req *r = s->step_req[i];
+            if (r->dk <= j) continue;
+            s->dseqs[m] = (nv_batch_seq){.tokens = &r->spec_rows[j], .n = 1, .pos = s->seqs[i].pos + j, .blocks = r->blocks, .logits = 1};
+            s->dreq[m++] = r;
+        }
+        if (!draft_pass(s, m, "draft pass")) {
+            for (int i = 0; i < n; i++) s->step_req[i]->dk = 0;
+            return;
+        }
+        for (int i = 0; i < m; i++) s->dreq[i]->spec_rows[j + 1] = nv_argmax(nv_batch_logits(&s->dbs, dc, i), dc->vocab_size);
+    }
+    for (int i = 0; i < n; i++) {
+        nv_req *r = s->step_req[i];
+        if (!r->dk) continue;
+        r->spec_rows[0] = r->last;
+        s->seqs[i].tokens = r->spec_rows;
+        s->seqs[i].n = s->seqs[i].logits = 1 + r->dk;
+    }
+}
+
 static void draft_rows(nv_sched *s, int n) {
     if (!s->o.spec_tokens) return;
-    draft_job j = {s, n};
-    nv_pool_run(draft_task, &j, n);
+    if (!s->o.draft) {
+        draft_job j = {s, n};
+        nv_pool_run(draft_task, &j, n);
+    } else if (!s->draft_off) {
+        draft_model_rows(s, n);
+    }
     const int B = s->pool.block_size;
     for (int i = 0; i < n; i++) {
         const nv_batch_seq *q = &s->seqs[i];
@@ -850,8 +951,11 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
 /* Hashes r's newly full blocks by chain and indexes them (lock held): the RAM tier, and a
  * write to the SSD tier for each block indexed for the first time. */
 static void index_full_blocks(nv_sched *s, nv_req *r) {
-    int B = s->pool.block_size;
-    while ((long)(r->n_hashed + 1) * B <= r->pos && r->n_hashed < r->n_alloc) {
+    int B = s->pool.block_size, full = r->pos;
+    /* with a draft model, a block whose draft keys and values are not whole yet waits (one past the
+       draft's context has none to wait for) */
+    if (s->o.draft && !s->draft_off && r->dvalid < full && r->dvalid < s->dlimit) full = r->dvalid;
+    while ((long)(r->n_hashed + 1) * B <= full && r->n_hashed < r->n_alloc) {
         int k = r->n_hashed;
         int32_t b = r->blocks[k];
         uint64_t parent = chain_parent(r, k);
@@ -1034,6 +1138,7 @@ static void *sched_loop(void *arg) {
         for (int i = 0; i < n; i++) {
             nv_req *r = s->step_req[i];
             const nv_batch_seq *q = &s->seqs[i];
+            if (s->o.draft) r->dvalid = r->dnext;
             if (e != NV_OK) {
                 r->fin = NV_FINISH_ERROR;
                 continue;
@@ -1058,6 +1163,8 @@ static void *sched_loop(void *arg) {
                 drafted += (unsigned long)(q->n - 1);
                 accepted += (unsigned long)agreed;
                 nv_spec_update(&r->spec, agreed, agreed < used && agreed + 1 < q->n); /* a token the answer took differed from its draft */
+                /* the draft model fed the decode row's token, then its drafts but the last: those taken are ctx's */
+                if (r->dk) r->dvalid += agreed < r->dk - 1 ? agreed : r->dk - 1;
             }
         }
         if (drafts) nv_metrics_spec(s->metrics, drafts, drafted, accepted);
@@ -1177,6 +1284,10 @@ void nv_sched_free(nv_sched *s) {
     free(s->seqs);
     nv_batch_state_free(&s->bs);
     nv_kv_pool_free(&s->pool);
+    free(s->dseqs);
+    free(s->dreq);
+    nv_batch_state_free(&s->dbs);
+    nv_kv_pages_free(&s->dpages);
     memset(s, 0, sizeof *s);
 }
 

@@ -46,6 +46,18 @@
  *   log-probabilities and the random draws are those of decoding without drafts. A draft is never
  *   longer than the tokens the request may still produce, so the reservation holds; the keys and
  *   values the refused drafts wrote lie past the sequence's position and are written again.
+ * - A draft model (nv_sched_opts.draft; llama.cpp's --model-draft): the drafts come from a smaller
+ *   model of the same vocabulary instead of the lookup, checked the same way (so the same text).
+ *   The draft keeps its own keys and values in pages of its own shape that share the pool's block
+ *   ids and the sequences' block tables (one reservation covers both; the pool's budget is split
+ *   between them by their block sizes). Each step it runs every row the model runs (prompt chunks,
+ *   decode rows; not an embedding's), then for each drafting sequence its greedy tokens one row
+ *   per pass, all sequences batched: k drafts cost k passes of the draft. Per sequence, dvalid
+ *   counts the positions whose draft keys and values belong to its tokens; the draft catches up
+ *   from there (refused drafts, blocks read from the SSD tier), at most prefill_chunk extra rows a
+ *   step, and drafts only once caught up. A block enters the prefix cache only once its draft keys
+ *   and values are whole too (blocks read from disk included), so a prefix hit in RAM is one for
+ *   the draft as well. Positions past the draft's context get no drafts.
  * - LoRA adapters (nv_sched_opts.adapters, model/adapters.h): a request's `adapter` (0 the base
  *   model) is its sequence's in every step, so one step serves several adapters and the base
  *   together. Submission pins the adapter (by number and generation) for as long as the request
@@ -165,6 +177,9 @@ typedef struct {
      * (spec_ngram_max >= n >= spec_ngram_min, the longest that occurs), checked in one step */
     int spec_tokens;
     int spec_ngram_min, spec_ngram_max;
+    /* a draft model (NULL: none): with spec_tokens > 0 the drafts are its greedy tokens instead of
+     * the lookup's; its vocabulary must be the model's; its plans built; must outlive the scheduler */
+    const nv_model *draft;
     /* LoRA adapters a request may name (NULL: none); kept unmerged, so one step serves sequences
      * of several adapters and of the base model; must outlive the scheduler */
     nv_adapters *adapters;
@@ -201,6 +216,13 @@ typedef struct {
     int restore_cap;
     float *plp_logits; /* the loop's scratch for prompt log-probabilities (made at first use) */
     float *embed_tmp;  /* the loop's scratch for embeddings: one row through the final norm */
+    /* the draft model (o.draft): its pages (the pool's block ids), its step state and rows */
+    nv_kv_pages dpages;
+    nv_batch_state dbs;
+    nv_batch_seq *dseqs;
+    nv_req **dreq;
+    int dlimit;    /* positions the draft can hold: the smaller of the two contexts */
+    int draft_off; /* a draft pass failed: drafting stopped for good (logged once) */
 } nv_sched;
 
 typedef enum { NV_SUBMIT_OK = 0, NV_SUBMIT_QUEUE_FULL, NV_SUBMIT_STOPPING, NV_SUBMIT_TOO_BIG, NV_SUBMIT_NO_ADAPTER } nv_submit;
