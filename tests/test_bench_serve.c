@@ -141,14 +141,14 @@ static void test_bench_spec_draft_quick(void) {
     const char *m = t_data("models/stories260K.bin");
     if (!has_data() || !m) return;
     char args[1024];
-    snprintf(args, sizeof args, "bench spec --quick --json --tokens 100 --engine avx2 --model-draft %s --draft-engine avx2 --spec-tokens 4", m);
+    snprintf(args, sizeof args, "bench spec --quick --json --tokens 100 --engine avx2 --model-draft %s --draft-engine avx2 --spec-tokens 4 --draft-p-min 0", m);
     int rc = t_nerve(args);
     T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
     cJSON *rows[16];
     int n = parse_rows(t_out, rows, 16);
     T_CHECK(n == 2, "%d rows: %s", n, t_out);
     for (int i = 0; i < n; i++)
-        T_CHECK(!strcmp(str(rows[i], "draft"), "stories260K.bin") && cJSON_IsTrue(cJSON_GetObjectItem(rows[i], "identical")) &&
+        T_CHECK(!strcmp(str(rows[i], "draft"), "stories260K") && num(rows[i], "draft_p_min") == 0 && cJSON_IsTrue(cJSON_GetObjectItem(rows[i], "identical")) &&
                     num(rows[i], "completion_tokens") == 100,
                 "row %d: %s", i, str(rows[i], "why"));
     if (n >= 1) T_CHECK(num(rows[0], "acceptance") > 0.9 && num(rows[0], "tokens_per_step") > 2.5, "greedy: acceptance %g, %g tokens a step",

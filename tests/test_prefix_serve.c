@@ -644,7 +644,7 @@ static void test_draft_model_with_cache(void) {
     T_CHECK(post(s.port, 0, cont, &want_c), "reference continuation");
     T_CHECK(server_stop(&s) == 0, "exit");
 
-    snprintf(args, sizeof args, "--engine avx2 --draft-engine avx2 --model-draft '%s' --spec-tokens 4 --kv-cache-dir '%s/draftkv'",
+    snprintf(args, sizeof args, "--engine avx2 --draft-engine avx2 --model-draft '%s' --spec-tokens 4 --draft-p-min 0 --kv-cache-dir '%s/draftkv'",
              model_path, tmpdir);
     if (!server_start(&s, "draft", NULL, args, NULL, NULL)) {
         T_CHECK(0, "the draft server did not start");

@@ -182,6 +182,10 @@ int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o) {
         o->draft_engine = v;
         return 1;
     }
+    if (!strcmp(a, "--draft-p-min")) {
+        o->p_min_given = 1;
+        return cli_float(cmd, a, v, 0, 1, &o->draft_p_min) ? 1 : -1;
+    }
     int *dst = !strcmp(a, "--spec-tokens") ? &o->tokens : !strcmp(a, "--spec-lookup-min") ? &o->lookup_min
              : !strcmp(a, "--spec-lookup-max")                                          ? &o->lookup_max
                                                                                          : NULL;
@@ -194,7 +198,8 @@ int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o) {
 int cli_spec_check(const char *cmd, cli_spec *o) {
     if (o->lookup_min > o->lookup_max)
         return cli_error(cmd, 2, "--spec-lookup-min (%d) is larger than --spec-lookup-max (%d)", o->lookup_min, o->lookup_max);
-    if (o->draft_engine && !o->draft) return cli_error(cmd, 2, "--draft-engine needs --model-draft");
+    if ((o->draft_engine || o->p_min_given) && !o->draft)
+        return cli_error(cmd, 2, "%s needs --model-draft", o->draft_engine ? "--draft-engine" : "--draft-p-min");
     nv_engine_id e;
     if (o->draft_engine && nv_engine_parse(o->draft_engine, &e) != NV_OK) return cli_error(cmd, 2, "--draft-engine: %s", nv_errmsg());
     if (!o->draft) return 0;

@@ -940,7 +940,7 @@ static double spec_round(int port, int n, int requests, int tokens, double tempe
 }
 
 int bench_spec(int argc, char **argv, const bench_opts *o) {
-    const char *CMD = "bench spec", *model = NULL, *tok = NULL, *draft = NULL, *draft_engine = NULL;
+    const char *CMD = "bench spec", *model = NULL, *tok = NULL, *draft = NULL, *draft_engine = NULL, *p_min = NULL;
     int tokens = o->quick ? 48 : 200, k = 8, requests = o->quick ? 1 : 2, rounds = o->quick ? 1 : 2;
     int clients[8] = {1, 4}, n_clients = o->quick ? 1 : 2;
     for (int i = 1; i < argc; i++) {
@@ -954,13 +954,18 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(a, "-z")) tok = v;
         else if (!strcmp(a, "--model-draft") || !strcmp(a, "-md")) draft = v;
         else if (!strcmp(a, "--draft-engine")) draft_engine = v;
+        else if (!strcmp(a, "--draft-p-min")) {
+            float p;
+            if (!cli_float(CMD, a, v, 0, 1, &p)) return 2;
+            p_min = v;
+        }
         else if (!strcmp(a, "--clients")) {
             if (!parse_clients(CMD, v, 64, clients, &n_clients)) return 2;
         } else
             return cli_error(CMD, 2, "unknown option '%s' (--clients LIST, --requests M, --tokens N, --spec-tokens K, --rounds R, "
-                                     "-m MODEL, -z TOK, --model-draft MODEL, --draft-engine E)", a);
+                                     "-m MODEL, -z TOK, --model-draft MODEL, --draft-engine E, --draft-p-min P)", a);
     }
-    if (draft_engine && !draft) return cli_error(CMD, 2, "--draft-engine needs --model-draft");
+    if ((draft_engine || p_min) && !draft) return cli_error(CMD, 2, "--draft-engine and --draft-p-min need --model-draft");
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;
     for (int i = 0; i < n_clients; i++) max_clients = clients[i] > max_clients ? clients[i] : max_clients;
     char why[1024] = "", shared_model[4096], shared_tok[4096];
@@ -1000,6 +1005,10 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
     if (draft_engine) {
         add_arg(args, &na, "--draft-engine");
         add_arg(args, &na, draft_engine);
+    }
+    if (p_min) {
+        add_arg(args, &na, "--draft-p-min");
+        add_arg(args, &na, p_min);
     }
     child off, on;
     if (!child_start(&off, su.exe, su.model, su.tok, args, na_off, log_off, why, sizeof why)) {
@@ -1063,6 +1072,7 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
                 char draft_name[256];
                 nv_path_name(draft, draft_name, sizeof draft_name);
                 row_str(&row, "draft", draft_name);
+                row_num(&row, "draft_p_min", p_min ? atof(p_min) : 0.75); /* serve's default */
             }
             if (!ok || !identical) {
                 row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"ok\":false");

@@ -65,13 +65,15 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
 /* Speculative decoding's flags, the same for serve and generate: --spec-tokens N (0..NV_MAX_SPEC,
  * 0: off), --spec-lookup-min N, --spec-lookup-max N (1..64; defaults 2 and 4), or drafts from a
  * smaller model: --model-draft MODEL (-md; then --spec-tokens defaults to 8 and the lookup flags
- * are refused) and --draft-engine E. */
+ * are refused), --draft-engine E and --draft-p-min P (0..1). */
 typedef struct {
     int tokens, lookup_min, lookup_max;
     int tokens_given, lookup_given;
     const char *draft, *draft_engine;
+    float draft_p_min; /* --draft-p-min P: drafts stop at the first the draft gives less (default 0.75) */
+    int p_min_given;
 } cli_spec;
-#define CLI_SPEC_DEFAULTS {0, 2, 4, 0, 0, NULL, NULL}
+#define CLI_SPEC_DEFAULTS {0, 2, 4, 0, 0, NULL, NULL, 0.75f, 0}
 /* 1 when flag a (value v) is one of them and was read, 0 when it is not one of them, -1 after
  * printing why v is bad. */
 int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o);

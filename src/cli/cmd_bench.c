@@ -22,7 +22,7 @@ static const struct {
     {"accuracy", bench_accuracy, "logit error and top-1 agreement of every engine against scalar (stories260K or --model; --kv-cache-dtype)"},
     {"generate", bench_generate, "prefill and decode tokens/s on a stories110M-shaped model, vs the bandwidth bound"},
     {"serve", bench_serve, "tokens/s, TTFT and inter-token latency of a real server with 1, 4, 16 streaming clients"},
-    {"spec", bench_spec, "speculative decoding by prompt lookup: tokens/s with and without drafts on a trained model, acceptance, identical texts"},
+    {"spec", bench_spec, "speculative decoding (prompt lookup, or --model-draft): tokens/s with and without drafts on a trained model, acceptance, identical texts"},
     {"prefix", bench_prefix, "TTFT of a 2,000-token shared prefix + 50 new tokens: cold, RAM hit, disk hit after a restart"},
     {"grammar", bench_grammar, "constrained decoding: the token mask per JSON state vs asking token by token (-z TOKENIZER)"},
 };

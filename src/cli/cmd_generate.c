@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
             "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
             "                      [--grammar GBNF | --grammar-file FILE] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
-            "                      [--model-draft MODEL [--draft-engine E]] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+            "                      [--model-draft MODEL [--draft-engine E] [--draft-p-min P]] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                or a `nerve train` run folder (its model.bin or model.gguf)\n"
             "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
@@ -66,6 +66,8 @@ static void usage(FILE *f) {
             "                the text is exactly the one without\n"
             "  --draft-engine E\n"
             "                the draft model's engine (default: the fastest that probes well)\n"
+            "  --draft-p-min P\n"
+            "                drafts stop at the first the draft model gives a probability below P (default 0.75; 0: never)\n"
             "  --engine E    scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest\n"
             "                exact fp32 one that probes well, so the output is llama2.c's)\n"
             "  --threads N   threads for the engines (default: one per core)\n"
@@ -115,10 +117,10 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
 
 /* Up to k tokens the draft model proposes after ctx[0..n_ctx) by greedy decoding, into out. Its cache
  * holds ctx's keys and values at positions [0, *dvalid); it runs ctx from there (chunk by chunk), then
- * feeds its own tokens, the last excepted: on return positions [*dvalid, *written) hold its drafts
- * but the last (the caller keeps those the model takes). Returns how many it proposed (0 when its
- * context cannot hold them), -1 on failure (reported). */
-static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_ctx, int *dvalid, int k, int *out) {
+ * feeds its own tokens, stopping before one it gives less than p_min: on return the positions after
+ * ctx's hold at least its drafts but the last (the caller credits those the model takes). Returns
+ * how many it proposed (0 when its context cannot hold them), -1 on failure (reported). */
+static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_ctx, int *dvalid, int k, float p_min, int *out) {
     if (n_ctx - 1 + k > ds->cache_len) k = ds->cache_len - (n_ctx - 1);
     if (k <= 0) return 0;
     while (*dvalid < n_ctx) {
@@ -127,10 +129,11 @@ static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_c
         *dvalid += n;
     }
     const int V = d->config.vocab_size;
-    out[0] = nv_argmax(ds->logits, V);
-    for (int j = 1; j < k; j++) {
-        if (nv_forward(d, ds, &out[j - 1], 1, n_ctx - 1 + j) != NV_OK) return -1;
-        out[j] = nv_argmax(ds->logits, V);
+    for (int j = 0; j < k; j++) { /* until one the draft itself doubts (p_min) */
+        if (j && nv_forward(d, ds, &out[j - 1], 1, n_ctx - 1 + j) != NV_OK) return -1;
+        float p;
+        out[j] = nv_top_token(ds->logits, V, &p);
+        if (p < p_min) return j;
     }
     return k;
 }
@@ -325,7 +328,7 @@ int cmd_generate(int argc, char **argv) {
             /* drafts: as many as this text's acceptance makes worthwhile, never past the positions this run may reach */
             int nd = 0, k = spec.tokens ? nv_spec_len(&record, spec.tokens) : 0;
             if (k > steps - 1 - pos) k = steps - 1 - pos;
-            if (ctx && k > 0 && draft.plans) nd = draft_tokens(&draft, &dstate, ctx, n_ctx, &dvalid, k, feed + 1);
+            if (ctx && k > 0 && draft.plans) nd = draft_tokens(&draft, &dstate, ctx, n_ctx, &dvalid, k, spec.draft_p_min, feed + 1);
             else if (ctx && k > 0) nd = nv_ngram_draft(ctx, n_ctx, spec.lookup_min, spec.lookup_max, k, feed + 1);
             if (nd < 0) {
                 cli_error(CMD, 1, "the draft model: %s", nv_errmsg());

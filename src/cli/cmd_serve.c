@@ -79,6 +79,8 @@ static void usage(FILE *f) {
             "                       checked in one step; the text is exactly what decoding without it gives; its\n"
             "                       keys and values share the --kv-memory budget\n"
             "  --draft-engine E     the draft model's engine (default: the fastest that probes well)\n"
+            "  --draft-p-min P      a sequence's drafts stop at the first the draft model gives a probability\n"
+            "                       below P (default 0.75; 0: never)\n"
             "  --max-queue N        requests waiting for admission before 429 (default 64)\n"
             "  --kv-memory SIZE     KV cache budget, e.g. 512M, 2G (default 512M; also --kv-budget)\n"
             "  --kv-block N         positions per KV block (default 16)\n"
@@ -333,6 +335,7 @@ int cmd_serve(int argc, char **argv) {
                         .spec_ngram_min = spec.lookup_min,
                         .spec_ngram_max = spec.lookup_max,
                         .draft = spec.draft ? &draft : NULL,
+                        .draft_p_min = spec.draft_p_min,
                         .adapters = n_modules || lora_updates ? &adapters : NULL};
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());

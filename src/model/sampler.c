@@ -124,6 +124,14 @@ static void adjust_logits(const nv_sampler *s, float *logits) {
     }
 }
 
+int nv_top_token(const float *logits, int n, float *prob) {
+    const int best = nv_argmax(logits, n);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - (double)logits[best]);
+    *prob = sum > 0 ? (float)(1.0 / sum) : 0.0f; /* NaN logits: not sure at all */
+    return best;
+}
+
 int nv_argmax(const float *v, int n) {
     int best = 0;
     float max_p = v[0];

@@ -777,6 +777,16 @@ static int draft_pass(nv_sched *s, int nd, const char *what) {
     return 0;
 }
 
+/* Draft j + 1 of r from the draft's logits, unless the draft gives it less than draft_p_min: then
+ * r's drafts stop at j (llama.cpp's --draft-p-min: a draft the draft itself doubts is rarely
+ * accepted, and each costs a pass and a row). */
+static void take_draft(nv_sched *s, nv_req *r, int j, const float *logits) {
+    float p;
+    const int tok = nv_top_token(logits, s->o.draft->config.vocab_size, &p);
+    if (p < s->o.draft_p_min) r->dk = j;
+    else r->spec_rows[j + 1] = tok;
+}
+
 static void draft_model_rows(nv_sched *s, int n) {
     const nv_config *dc = &s->o.draft->config;
     int budget = s->o.prefill_chunk, nd = 0, kmax = 0;
@@ -809,7 +819,7 @@ static void draft_model_rows(nv_sched *s, int n) {
         return;
     }
     for (int i = 0; i < nd; i++)
-        if (s->dreq[i]->dk) s->dreq[i]->spec_rows[1] = nv_argmax(nv_batch_logits(&s->dbs, dc, i), dc->vocab_size);
+        if (s->dreq[i]->dk) take_draft(s, s->dreq[i], 0, nv_batch_logits(&s->dbs, dc, i));
     for (int j = 1; j < kmax; j++) { /* draft j + 1 from draft j, fed at pos + j */
         int m = 0;
         for (int i = 0; i < n; i++) {
@@ -818,11 +828,12 @@ static void draft_model_rows(nv_sched *s, int n) {
             s->dseqs[m] = (nv_batch_seq){.tokens = &r->spec_rows[j], .n = 1, .pos = s->seqs[i].pos + j, .blocks = r->blocks, .logits = 1};
             s->dreq[m++] = r;
         }
+        if (!m) break; /* every sequence's drafts stopped (draft_p_min) */
         if (!draft_pass(s, m, "draft pass")) {
             for (int i = 0; i < n; i++) s->step_req[i]->dk = 0;
             return;
         }
-        for (int i = 0; i < m; i++) s->dreq[i]->spec_rows[j + 1] = nv_argmax(nv_batch_logits(&s->dbs, dc, i), dc->vocab_size);
+        for (int i = 0; i < m; i++) take_draft(s, s->dreq[i], j, nv_batch_logits(&s->dbs, dc, i));
     }
     for (int i = 0; i < n; i++) {
         nv_req *r = s->step_req[i];

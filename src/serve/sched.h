@@ -180,6 +180,7 @@ typedef struct {
     /* a draft model (NULL: none): with spec_tokens > 0 the drafts are its greedy tokens instead of
      * the lookup's; its vocabulary must be the model's; its plans built; must outlive the scheduler */
     const nv_model *draft;
+    float draft_p_min; /* a sequence's drafts stop at the first the draft gives less probability (0: never) */
     /* LoRA adapters a request may name (NULL: none); kept unmerged, so one step serves sequences
      * of several adapters and of the base model; must outlive the scheduler */
     nv_adapters *adapters;
