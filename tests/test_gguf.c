@@ -494,6 +494,123 @@ static void test_q4_0_writer_known_block(void) {
 static void test_q4_0_export_and_quantized_plans(void) { export_and_quantized_plans("q4_0", 4); }
 static void test_f16_export_and_half_plans(void) { export_and_quantized_plans("f16", 16); }
 
+/* The k-quant writers (Q6_K, the Q4_K_M mix) and Q5_0 on a model whose rows are whole super-blocks
+ * of 256: each tensor gets the type llama.cpp's Q4_K_M rule gives it (Q6_K for the classifier and
+ * for attn_v / ffn_down in layers 0, 3, 6 and 7 of 8, Q4_K elsewhere), the file type says which
+ * mix, and rows that are not whole super-blocks fall back (stories260K's rows of 64: Q4_K to Q5_0,
+ * Q6_K to Q8_0; of 172, not whole blocks either: F32); read back, the weights' error is what the bits allow and
+ * ordered by them (Q8_0 < Q6_K < Q5_0 < Q4_K < Q4_0, relative RMS); and block-quantized plans over
+ * the sources give exactly the logits of fp32 plans over the dequantized weights. */
+static double rel_rms(const float *a, const float *b, size_t n) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)a[i] * a[i];
+    return s > 0 ? sqrt(e / s) : 0;
+}
+
+static void test_kquant_writers(void) {
+    nv_config c = {256, 512, 8, 4, 1, 64, 300, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0}; /* kv heads 1: attn_k/v rows of 256, wo rows of 256 */
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    nv_model_init_random(&m, 21);
+    static const struct {
+        const char *name;
+        uint32_t type, file_type;
+        double bound;
+    } kinds[] = {{"q8_0", NV_GGUF_Q8_0, 7, 0.01}, {"q6_k", NV_GGUF_Q6_K, 18, 0.03}, {"q5_0", NV_GGUF_Q5_0, 8, 0.05},
+                 {"q4_k_m", NV_GGUF_Q4_K, 15, 0.08}, {"q4_0", NV_GGUF_Q4_0, 2, 0.13}};
+    double err_w1[5] = {0}, err_emb[5] = {0};
+    for (int k = 0; k < 5; k++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/kq-%s.gguf", t_tmpdir(), kinds[k].name);
+        T_CHECK(nv_gguf_save(&m, NULL, "kq", path, kinds[k].type) == NV_OK, "%s: %s", kinds[k].name, nv_errmsg());
+        nv_gguf g;
+        if (nv_gguf_open(path, &g) != NV_OK) {
+            T_CHECK(0, "%s", nv_errmsg());
+            continue;
+        }
+        const nv_gguf_kv *ft = nv_gguf_find(&g, "general.file_type");
+        uint32_t v = 0;
+        if (ft && ft->type == 4) memcpy(&v, ft->val, 4);
+        T_CHECK(v == kinds[k].file_type, "%s: general.file_type %u", kinds[k].name, v);
+        if (kinds[k].type == NV_GGUF_Q4_K) { /* 12 Q4_K, 14 Q6_K, 6 Q5_0 */
+            for (int l = 0; l < 8; l++) {
+                char name[64];
+                const int more = l == 0 || l == 3 || l == 6 || l == 7;
+                snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+                const nv_gguf_tensor *tv = nv_gguf_tensor_find(&g, name);
+                snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
+                const nv_gguf_tensor *td = nv_gguf_tensor_find(&g, name);
+                snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
+                const nv_gguf_tensor *tq = nv_gguf_tensor_find(&g, name);
+                T_CHECK(tv && tv->type == (more ? 14u : 12u) && td && td->type == (more ? 14u : 12u) && tq && tq->type == 12u,
+                        "layer %d: attn_v %u, ffn_down %u, attn_q %u", l, tv ? tv->type : 99, td ? td->type : 99, tq ? tq->type : 99);
+            }
+            const nv_gguf_tensor *to = nv_gguf_tensor_find(&g, "output.weight"), *te = nv_gguf_tensor_find(&g, "token_embd.weight");
+            const nv_gguf_tensor *tn = nv_gguf_tensor_find(&g, "blk.2.attn_norm.weight");
+            T_CHECK(to && to->type == 14u && te && te->type == 12u && tn && tn->type == 0u, "output %u, token_embd %u, norm %u",
+                    to ? to->type : 99, te ? te->type : 99, tn ? tn->type : 99);
+        }
+        if (kinds[k].type == NV_GGUF_Q6_K) {
+            const nv_gguf_tensor *tw = nv_gguf_tensor_find(&g, "blk.4.ffn_up.weight");
+            T_CHECK(tw && tw->type == 14u && tw->bytes == 512ull * 256 / 256 * 210, "Q6_K ffn_up: type %u, %llu bytes",
+                    tw ? tw->type : 99, tw ? (unsigned long long)tw->bytes : 0ull);
+        }
+        nv_gguf_close(&g);
+        nv_model r;
+        T_CHECK(nv_model_load(path, &r) == NV_OK, "%s: %s", kinds[k].name, nv_errmsg());
+        if (!r.params) continue;
+        const size_t nw1 = (size_t)c.n_layers * c.hidden_dim * c.dim;
+        err_w1[k] = rel_rms(m.w.w1, r.w.w1, nw1);
+        err_emb[k] = rel_rms(m.w.tok_emb, r.w.tok_emb, (size_t)c.vocab_size * c.dim);
+        T_CHECK(err_w1[k] > 0 && err_w1[k] < kinds[k].bound && err_emb[k] > 0 && err_emb[k] < kinds[k].bound,
+                "%s: relative RMS error %g (w1), %g (token_embd)", kinds[k].name, err_w1[k], err_emb[k]);
+        if (getenv("T_VERBOSE")) printf("    %s: relative RMS error w1 %.5f, token_embd %.5f\n", kinds[k].name, err_w1[k], err_emb[k]);
+        /* the block-quantized plans of the file against fp32 plans over its dequantized weights */
+        nv_model z;
+        const nv_engine_id e = nv_engine_best_fp32();
+        if (e != NV_ENGINE_SCALAR && nv_model_load_quantized(path, &z) == NV_OK) {
+            enum { N = 12 };
+            int toks[N];
+            for (int i = 0; i < N; i++) toks[i] = (i * 37 + 1) % c.vocab_size;
+            float *lz = malloc(N * 300 * 4), *lr = malloc(N * 300 * 4);
+            T_CHECK(nv_model_build_plans(&z, e) == NV_OK && nv_plan_quantized(z.plans[2].w1) > 0 && nv_model_build_plans(&r, e) == NV_OK &&
+                        lz && lr && t_forward_logits(&z, toks, N, lz) && t_forward_logits(&r, toks, N, lr) && !memcmp(lz, lr, N * 300 * 4),
+                    "%s: block-quantized plans differ from fp32 plans over the same weights", kinds[k].name);
+            free(lz), free(lr);
+            nv_model_free(&z);
+        }
+        nv_model_free(&r);
+    }
+    T_CHECK(err_w1[0] < err_w1[1] && err_w1[1] < err_w1[2] && err_w1[2] < err_w1[3] && err_w1[3] < err_w1[4],
+            "errors not ordered by bits: %g %g %g %g %g", err_w1[0], err_w1[1], err_w1[2], err_w1[3], err_w1[4]);
+    nv_model_free(&m);
+    const char *bp = t_data("models/stories260K.bin");
+    nv_model s;
+    if (!bp || nv_model_load(bp, &s) != NV_OK) return;
+    const char *path = t_path("kq-260k.gguf");
+    nv_gguf g;
+    T_CHECK(nv_gguf_save(&s, NULL, "kq", path, NV_GGUF_Q4_K) == NV_OK && nv_gguf_open(path, &g) == NV_OK, "%s", nv_errmsg());
+    const nv_gguf_tensor *tq = nv_gguf_tensor_find(&g, "blk.1.attn_q.weight"), *tv = nv_gguf_tensor_find(&g, "blk.4.attn_v.weight");
+    const nv_gguf_tensor *te = nv_gguf_tensor_find(&g, "token_embd.weight"), *td = nv_gguf_tensor_find(&g, "blk.1.ffn_down.weight");
+    T_CHECK(tq && tq->type == 6u && tv && tv->type == 8u && te && te->type == 8u && td && td->type == 0u,
+            "fallbacks: attn_q %u (Q5_0), attn_v of layer 4 of 5 %u (Q8_0), the tied token_embd %u (Q8_0), ffn_down %u (F32)",
+            tq ? tq->type : 99, tv ? tv->type : 99, te ? te->type : 99, td ? td->type : 99);
+    nv_gguf_close(&g);
+    nv_model_free(&s);
+    /* nerve export --type q4_k_m / q6_k (any case), and the file generates */
+    const char *tp = t_data("models/tok512.bin");
+    static const char *const types[] = {"q4_k_m", "Q6_K", "q5_0"};
+    for (int k = 0; tp && k < 3; k++) {
+        char args[4200], out[700];
+        snprintf(out, sizeof out, "%s/kq-cli-%d.gguf", t_tmpdir(), k);
+        snprintf(args, sizeof args, "export %s -z %s -o %s --type %s", bp, tp, out, types[k]);
+        T_CHECK(t_nerve(args) == 0, "export --type %s: %s", types[k], t_err);
+        snprintf(args, sizeof args, "generate -m %s -n 24 -t 0", out);
+        T_CHECK(t_nerve(args) == 0 && strlen(t_out) > 20, "generate from a %s file: %s", types[k], t_err);
+    }
+}
+
 /* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
  * --chat-template says otherwise. */
 static void test_serve_declared_template(void) {
@@ -830,6 +947,7 @@ int main(void) {
     T_RUN(test_q8_0_export_and_quantized_plans);
     T_RUN(test_q4_0_export_and_quantized_plans);
     T_RUN(test_q4_0_writer_known_block);
+    T_RUN(test_kquant_writers);
     T_RUN(test_f16_export_and_half_plans);
     T_RUN(test_serve_declared_template);
     T_RUN(test_qwen3_roundtrip);

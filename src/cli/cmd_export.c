@@ -2,6 +2,7 @@
  * `nerve generate` reads, or as a GGUF file with its vocabulary that llama.cpp reads. */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "base/file.h"
@@ -37,7 +38,7 @@ int cmd_export(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q4_0]\n"
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q6_k|q5_0|q4_k_m|q4_0]\n"
                    "                   [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  file as a llama2.c version-1 checkpoint, or, when OUT ends in .gguf, as a GGUF v3 llama\n"
@@ -46,7 +47,10 @@ int cmd_export(int argc, char **argv) {
                    "  --type T  GGUF only: f32 (default, exact), f16 (the weight matrices in half precision, 2x\n"
                    "            smaller, ~2x faster decode), q8_0 (the weight matrices quantized to 8 bits\n"
                    "            in blocks of 32, ~3.8x smaller; nerve serves them as int8, ~2x faster decode) or\n"
-                   "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values)\n"
+                   "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values); llama.cpp's\n"
+                   "            k-quants: q6_k (6 bits in super-blocks of 256, ~5x smaller), q4_k_m (its Q4_K_M mix:\n"
+                   "            4-bit Q4_K, Q6_K for the classifier and some attn_v/ffn_down; ~6.5x smaller, closer\n"
+                   "            than q4_0), or q5_0; rows that are not whole blocks fall back as llama.cpp's do\n"
                    "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
                    "            merge a LoRA adapter (GGUF, nerve's or llama.cpp's) into MODEL's weights first, scaled\n"
                    "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n");
@@ -66,12 +70,16 @@ int cmd_export(int argc, char **argv) {
         else if (!strcmp(a, "--type")) type_name = v;
         else return cli_error(CMD, 2, "unknown option '%s'", a);
     }
-    uint32_t type = NV_GGUF_F32;
-    if (!strcmp(type_name, "q8_0") || !strcmp(type_name, "Q8_0")) type = NV_GGUF_Q8_0;
-    else if (!strcmp(type_name, "q4_0") || !strcmp(type_name, "Q4_0")) type = NV_GGUF_Q4_0;
-    else if (!strcmp(type_name, "f16") || !strcmp(type_name, "F16")) type = NV_GGUF_F16;
-    else if (strcmp(type_name, "f32") && strcmp(type_name, "F32"))
-        return cli_error(CMD, 2, "--type expects f32, f16, q8_0 or q4_0, not '%s'", type_name);
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
+                 {"q5_0", NV_GGUF_Q5_0}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0}};
+    uint32_t type = UINT32_MAX;
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+        if (!strcasecmp(type_name, types[k].name)) type = types[k].type;
+    if (type == UINT32_MAX)
+        return cli_error(CMD, 2, "--type expects f32, f16, q8_0, q6_k, q5_0, q4_k_m or q4_0, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
     const int gguf = ends_with(out, ".gguf");
     if (type != NV_GGUF_F32 && !gguf) return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf)", type_name);

@@ -1155,15 +1155,208 @@ static void quantize_q4_0(const float *x, uint64_t n, uint8_t *out) {
     }
 }
 
+/* x (n values, n a multiple of 32) as Q5_0 blocks, as llama.cpp's quantize_row_q5_0_ref: scale
+ * -(the value of largest magnitude)/16, values 0..31 around 16, the fifth bits in a 32-bit mask. */
+static void quantize_q5_0(const float *x, uint64_t n, uint8_t *out) {
+    for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 22) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+        const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_half(out, d);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            float v0 = x[j] * id + 16.5f, v1 = x[j + QK / 2] * id + 16.5f;
+            const int q0 = v0 != v0 ? 16 : (int)fminf(31.0f, fmaxf(0.0f, v0)), q1 = v1 != v1 ? 16 : (int)fminf(31.0f, fmaxf(0.0f, v1));
+            out[6 + j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        memcpy(out + 2, &qh, 4);
+    }
+}
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+/* Nearest integer of a finite float (a NaN or infinity: 0). */
+static inline int near_int(float v) { return isfinite(v) ? (int)lrintf(fmaxf(-1e9f, fminf(1e9f, v))) : 0; }
+
+/* The k-quants' sub-block fits. Each value weighs av + |x| (av: the root mean square of its
+ * super-block), so the large values a product is most sensitive to are kept best; candidate scales
+ * around the range's are tried, each refined by least squares, and the smallest weighted error
+ * wins. With a minimum (Q4_K): x ~ a*q - m, q in 0..nmax, a >= 0, m >= 0 (the range always holds 0);
+ * returns a and m. */
+static void fit_scale_min(const float *x, const float *w, int n, int nmax, float *a_out, float *m_out) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    if (lo > 0) lo = 0;
+    if (!(hi > lo)) { /* constant (or not finite) */
+        *a_out = 0;
+        *m_out = isfinite(lo) ? -lo : 0;
+        return;
+    }
+    float best_a = (hi - lo) / (float)nmax, best_c = lo, best_err = INFINITY;
+    for (int step = 0; step <= 20; step++) {
+        const float is = ((float)nmax - 1.0f + 0.1f * (float)step) / (hi - lo);
+        double sw = 0, sl = 0, sl2 = 0, sx = 0, sxl = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(near_int(is * (x[i] - lo)), 0, nmax);
+            sw += w[i], sl += w[i] * l, sl2 += w[i] * l * l, sx += w[i] * x[i], sxl += w[i] * x[i] * l;
+        }
+        const double det = sw * sl2 - sl * sl;
+        if (det <= 0) continue;
+        double a = (sw * sxl - sx * sl) / det, c = (sl2 * sx - sl * sxl) / det;
+        if (c > 0) c = 0, a = sl2 > 0 ? sxl / sl2 : 0;
+        if (a <= 0) continue;
+        double err = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(near_int((float)((x[i] - c) / a)), 0, nmax);
+            const double e = a * l + c - x[i];
+            err += w[i] * e * e;
+        }
+        if (err < best_err) best_err = (float)err, best_a = (float)a, best_c = (float)c;
+    }
+    *a_out = best_a;
+    *m_out = -best_c;
+}
+
+/* Symmetric (Q6_K): x ~ a*q, q in -nmax..nmax-1 (a of either sign); returns a. */
+static float fit_scale(const float *x, const float *w, int n, int nmax) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), max = x[i];
+    if (!(amax > 0) || !isfinite(amax)) return 0;
+    float best_a = max / -(float)nmax, best_err = INFINITY;
+    for (int step = -9; step <= 9; step++) {
+        const float is = -((float)nmax + 0.1f * (float)step) / max;
+        double sxl = 0, sl2 = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(near_int(is * x[i]), -nmax, nmax - 1);
+            sxl += w[i] * x[i] * l, sl2 += w[i] * l * l;
+        }
+        if (sl2 <= 0) continue;
+        const double a = sxl / sl2;
+        double err = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(near_int((float)(x[i] / a)), -nmax, nmax - 1);
+            const double e = a * l - x[i];
+            err += w[i] * e * e;
+        }
+        if (err < best_err) best_err = (float)err, best_a = (float)a;
+    }
+    return best_a;
+}
+
+/* The weights of a super-block's values (fit_scale_min, fit_scale). */
+static void kquant_weights(const float *x, float *w) {
+    double ss = 0;
+    for (int i = 0; i < QK_K; i++) ss += (double)x[i] * x[i];
+    const float av = isfinite(ss) ? (float)sqrt(ss / QK_K) : 0;
+    for (int i = 0; i < QK_K; i++) w[i] = isfinite(x[i]) ? av + fabsf(x[i]) : 0;
+}
+
+/* x (n values, n a multiple of 256) as Q4_K super-blocks: 8 sub-blocks of 32, each a 6-bit scale
+ * and min of the fp16 d and dmin (the largest of them over 63), values 0..15 (the decoder:
+ * decompose_block). */
+static void quantize_q4_k(const float *x, uint64_t n, uint8_t *out) {
+    float w[QK_K];
+    for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 144) {
+        float sc[8], mn[8], max_sc = 0, max_mn = 0;
+        kquant_weights(x, w);
+        for (int j = 0; j < 8; j++) {
+            fit_scale_min(x + 32 * j, w + 32 * j, 32, 15, &sc[j], &mn[j]);
+            max_sc = fmaxf(max_sc, sc[j]), max_mn = fmaxf(max_mn, mn[j]);
+        }
+        const float isc = max_sc > 0 ? 63.0f / max_sc : 0, imn = max_mn > 0 ? 63.0f / max_mn : 0;
+        uint8_t *q = out + 4, ls[8], lm[8];
+        memset(q, 0, 12);
+        for (int j = 0; j < 8; j++) {
+            ls[j] = (uint8_t)clampi(near_int(isc * sc[j]), 0, 63), lm[j] = (uint8_t)clampi(near_int(imn * mn[j]), 0, 63);
+            if (j < 4) { /* scale_min_k4's packing */
+                q[j] |= ls[j], q[j + 4] |= lm[j];
+            } else {
+                q[j + 4] = (uint8_t)((ls[j] & 0xF) | (lm[j] & 0xF) << 4);
+                q[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+                q[j] |= (uint8_t)((lm[j] >> 4) << 6);
+            }
+        }
+        put_half(out, max_sc / 63.0f);
+        put_half(out + 2, max_mn / 63.0f);
+        const float d = half_at(out), dmin = half_at(out + 2); /* the values against the stored scales */
+        uint8_t L[QK_K];
+        for (int j = 0; j < 8; j++) {
+            const float a = d * (float)ls[j], m = dmin * (float)lm[j];
+            for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)(a > 0 ? clampi(near_int((x[32 * j + i] + m) / a), 0, 15) : 0);
+        }
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) out[16 + 32 * c + l] = (uint8_t)(L[64 * c + l] | L[64 * c + 32 + l] << 4);
+    }
+}
+
+/* x (n values, n a multiple of 256) as Q6_K super-blocks: 16 sub-blocks of 16, each an int8 scale
+ * of the fp16 d, values -32..31 stored as 0..63 in low nibbles and high bit pairs. */
+static void quantize_q6_k(const float *x, uint64_t n, uint8_t *out) {
+    float w[QK_K];
+    for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 210) {
+        float sc[16], max_sc = 0, amax = 0;
+        kquant_weights(x, w);
+        for (int j = 0; j < 16; j++) {
+            sc[j] = fit_scale(x + 16 * j, w + 16 * j, 16, 32);
+            if (fabsf(sc[j]) > amax) amax = fabsf(sc[j]), max_sc = sc[j];
+        }
+        const float isc = amax > 0 ? -128.0f / max_sc : 0;
+        int8_t *scales = (int8_t *)(out + 192);
+        for (int j = 0; j < 16; j++) scales[j] = (int8_t)clampi(near_int(isc * sc[j]), -128, 127);
+        put_half(out + 208, isc != 0 ? 1.0f / isc : 0.0f);
+        const float d = half_at(out + 208);
+        uint8_t L[QK_K];
+        for (int j = 0; j < 16; j++) {
+            const float a = d * (float)scales[j];
+            for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)(32 + (a != 0 ? clampi(near_int(x[16 * j + i] / a), -32, 31) : 0));
+        }
+        uint8_t *ql = out, *qh = out + 128;
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t *v = L + 128 * h;
+                ql[64 * h + l] = (uint8_t)((v[l] & 0xF) | (v[l + 64] & 0xF) << 4);
+                ql[64 * h + l + 32] = (uint8_t)((v[l + 32] & 0xF) | (v[l + 96] & 0xF) << 4);
+                qh[32 * h + l] = (uint8_t)(v[l] >> 4 | (v[l + 32] >> 4) << 2 | (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
+            }
+    }
+}
+
 /* x (n values) as F16. */
 static void quantize_f16(const float *x, uint64_t n, uint8_t *out) {
     for (uint64_t v = 0; v < n; v++) put_half(out + 2 * v, x[v]);
 }
 
+/* The type a tensor gets in a file of `type` (the writer's codes; NV_GGUF_Q4_K is llama.cpp's
+ * Q4_K_M mix): vectors stay F32; Q4_K_M gives Q6_K to the classifier (the token embedding when it
+ * is the classifier too) and to attn_v and ffn_down in the layers where llama.cpp's Q4_K_M does (the
+ * first and last eighth, every third between), Q4_K elsewhere; a k-quant whose rows are not whole
+ * super-blocks of 256 falls back as llama.cpp's does (Q4_K to Q5_0, Q6_K to Q8_0), a block type
+ * whose rows are not whole blocks of 32 to F32. */
+static uint32_t tensor_type(const nv_config *c, const tensor_ref *t, uint32_t type) {
+    if (type == NV_GGUF_F32 || t->d1 == 1) return T_F32;
+    if (type == NV_GGUF_F16) return T_F16;
+    if (type == NV_GGUF_Q4_K) {
+        unsigned layer;
+        char part[32];
+        const int L = c->n_layers;
+        type = T_Q4_K;
+        if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) type = T_Q6_K;
+        else if (sscanf(t->name, "blk.%u.%31[a-z_]", &layer, part) == 2 && (!strcmp(part, "attn_v") || !strcmp(part, "ffn_down"))) {
+            const int i = (int)layer;
+            if (i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2) type = T_Q6_K;
+        }
+    }
+    if ((type == T_Q4_K || type == T_Q6_K) && t->d0 % QK_K) type = type == T_Q4_K ? T_Q5_0 : T_Q8_0;
+    return t->d0 % QK ? T_F32 : type;
+}
+
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
     const nv_config *c = &m->config;
-    if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0)
-        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0 or Q4_0)", path, type);
+    if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0 &&
+        type != NV_GGUF_Q4_K && type != NV_GGUF_Q6_K)
+        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0, Q6_K, Q5_0, Q4_K_M or Q4_0)", path, type);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
     if (c->qk_norm && c->qkv_bias)
@@ -1206,8 +1399,14 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const size_t kv_at = ob_header(&b, nt, arch);
     uint64_t n_kv = 14;
     kv_str(&b, "general.name", name);
-    /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
-    kv_u32(&b, "general.file_type", type == NV_GGUF_Q8_0 ? 7 : type);
+    /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
+       MOSTLY_Q5_0 8, MOSTLY_Q4_K_M 15, MOSTLY_Q6_K 18 */
+    kv_u32(&b, "general.file_type",
+           type == NV_GGUF_Q8_0   ? 7
+           : type == NV_GGUF_Q5_0 ? 8
+           : type == NV_GGUF_Q4_K ? 15
+           : type == NV_GGUF_Q6_K ? 18
+                                  : type);
     kv_u32(&b, akey(k, sizeof k, arch, "context_length"), (uint32_t)c->seq_len);
     kv_u32(&b, akey(k, sizeof k, arch, "embedding_length"), (uint32_t)c->dim);
     kv_u32(&b, akey(k, sizeof k, arch, "block_count"), (uint32_t)c->n_layers);
@@ -1228,16 +1427,22 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t off = 0;
     for (size_t i = 0; i < nt && !oom; i++) {
         const uint64_t n = t[i].d0 * t[i].d1;
-        const int quant = type != NV_GGUF_F32 && t[i].d1 != 1 && (type == NV_GGUF_F16 || t[i].d0 % QK == 0);
-        bytes[i] = !quant ? n * 4 : type == NV_GGUF_F16 ? n * 2 : n / QK * (type == NV_GGUF_Q8_0 ? 34 : 18);
+        const uint32_t tt = tensor_type(c, &t[i], type);
+        const int quant = tt != T_F32;
+        bytes[i] = tensor_bytes(tt, n, t[i].d0);
         if (quant && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
         if (quant && qdata[i])
-            (type == NV_GGUF_F16 ? quantize_f16 : type == NV_GGUF_Q8_0 ? quantize_q8_0 : quantize_q4_0)(t[i].p, n, qdata[i]);
+            (tt == T_F16    ? quantize_f16
+             : tt == T_Q8_0 ? quantize_q8_0
+             : tt == T_Q5_0 ? quantize_q5_0
+             : tt == T_Q4_K ? quantize_q4_k
+             : tt == T_Q6_K ? quantize_q6_k
+                            : quantize_q4_0)(t[i].p, n, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);
         if (t[i].d1 != 1) ob_u64(&b, t[i].d1);
-        ob_u32(&b, quant ? type : T_F32);
+        ob_u32(&b, tt);
         ob_u64(&b, off);
         off += (bytes[i] + 31) / 32 * 32;
     }
