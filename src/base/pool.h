@@ -27,6 +27,9 @@ nv_err nv_pool_init(int threads);
 /* Threads in the team, the caller included (1 when the pool is not started). */
 int nv_pool_threads(void);
 void nv_pool_run(void (*fn)(void *ctx, int task, int n_tasks), void *ctx, int n_tasks);
+/* Multiply-adds below which a job runs on the calling thread alone: waking the team costs a few
+ * microseconds, about what this much work takes on one core. */
+#define NV_POOL_MIN_WORK 65536.0
 /* Stops and joins the workers; later runs are inline until the next nv_pool_init. */
 void nv_pool_shutdown(void);
 

@@ -487,7 +487,10 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     nv_pool_run(rows_task, &job, n < ATT_TASKS ? n : ATT_TASKS);
     /* every row's K/V of this step is in place before any row attends (causality by position) */
     int units = job.n_groups * c->n_heads;
-    nv_pool_run(attention_task, &job, units < ATT_TASKS ? units : ATT_TASKS);
+    double work = 0; /* multiply-adds of the scores and the weighted sums (see forward.c's attention) */
+    for (int t = 0; t < n; t++) work += (double)s->row_pos[t] + 1;
+    work *= (double)c->n_heads * c->head_dim;
+    nv_pool_run(attention_task, &job, work < NV_POOL_MIN_WORK ? 1 : units < ATT_TASKS ? units : ATT_TASKS);
     nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2, ad);
 }
 

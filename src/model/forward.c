@@ -318,7 +318,12 @@ static void attention_head(void *ctx, int h, int n_heads) {
 /* Causal attention of n query rows (positions pos..pos+n-1) over the layer's cache. */
 static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos) {
     attn_job j = {c, s, kc, vc, n, pos};
-    nv_pool_run(attention_head, &j, c->n_heads);
+    /* a few microseconds of work (a small model's decode over a short context) is not worth waking
+       the pool for; the heads' sums are the same either way */
+    const double work = (double)c->n_heads * c->head_dim * n * (pos + n);
+    if (work >= NV_POOL_MIN_WORK) nv_pool_run(attention_head, &j, c->n_heads);
+    else
+        for (int h = 0; h < c->n_heads; h++) attention_head(&j, h, c->n_heads);
 }
 
 typedef struct {
