@@ -30,6 +30,7 @@
 #include "model/grammar.h"
 #include "model/sampler.h"
 #include "serve/anthropic.h"
+#include "serve/llamacpp.h"
 #include "serve/api.h"
 #include "serve/responses.h"
 #include "serve/tools.h"
@@ -246,6 +247,30 @@ static void check_tool_parser(const char *data, size_t size) {
     }
 }
 
+/* The body as llama.cpp's /completion and /infill (the fuzzing vocabulary has no fill-in-the-middle
+ * tokens: /infill's refusal past its own fields' checks). */
+static void check_llamacpp(nv_api_ctx *ctx, const char *data, size_t size) {
+    for (int infill = 0; infill < 2; infill++) {
+        nv_api_request r;
+        nv_lcpp_meta m;
+        nv_api_error err;
+        int rc = nv_lcpp_parse(ctx, data, size, infill, &r, &m, &err);
+        if (rc != 0) {
+            FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0', "native status %d", rc);
+            FZ_CHECK(m.prompt == NULL && m.n_stop == 0, "a failed native parse kept memory");
+            check_json(nv_api_error_json(&err), "native error body");
+            continue;
+        }
+        FZ_CHECK(m.n_stop == r.req.n_stop && r.req.n_prompt >= 1, "%d stop words, %d in the request", m.n_stop, r.req.n_stop);
+        check_request(ctx, 0, &r);
+        nv_lcpp_answer a = {"x", NV_FINISH_STOP, m.n_stop - 1, r.req.n_prompt, 1, 0, 0.1, 0.2};
+        check_json(nv_lcpp_response(&m, &a), "native response");
+        check_json(nv_lcpp_chunk("x", 1, r.req.n_prompt), "native chunk");
+        nv_api_request_free(&r);
+        nv_lcpp_meta_free(&m);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
     static nv_adapters adapters; /* one adapter, lora-a, a request may name as its model */
@@ -285,6 +310,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     check_anthropic(&ctx, (const char *)data, size);
     check_responses(&ctx, (const char *)data, size);
+    check_llamacpp(&ctx, (const char *)data, size);
     check_tool_parser((const char *)data, size);
     /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */
     for (int detok = 0; detok < 2; detok++) {

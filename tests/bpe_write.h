@@ -58,10 +58,11 @@ typedef struct {
     int add_bos;      /* -1: absent */
     int drop_byte;    /* >= 0: leave this byte's token out (its slot becomes another piece) */
     int bad_merge;    /* write a merge without a space */
-    int fim;          /* three more tokens after the others: Qwen2.5-Coder's fill-in-the-middle markers */
+    int fim;          /* 1: three more tokens after the others, Qwen2.5-Coder's fill-in-the-middle markers;
+                         2: and its <|repo_name|> and <|file_sep|> */
 } vocab_opts;
 
-static const char *fim_specials[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"};
+static const char *fim_specials[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"};
 
 static void kv_key(nv_buf *w, const char *k, uint32_t type) {
     uint64_t n = strlen(k);
@@ -105,7 +106,7 @@ static int write_vocab(const char *path, const vocab_opts *o) {
     }
     kv_key(&w, "tokenizer.ggml.tokens", 9);
     uint32_t et = 8;
-    const int nt_all = N_TOKENS + (o->fim ? 3 : 0);
+    const int nt_all = N_TOKENS + (o->fim == 2 ? 5 : o->fim ? 3 : 0);
     uint64_t n = (uint64_t)nt_all;
     nv_buf_append(&w, &et, 4);
     nv_buf_append(&w, &n, 8);

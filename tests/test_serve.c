@@ -969,6 +969,117 @@ static void test_draft_model(void) {
     check_drafts_change_nothing("draft", flags, 300);
 }
 
+/* llama.cpp's native /completion and /infill (serve/llamacpp.h): the same tokens as /v1/completions
+ * with the same settings (greedy, and seeded under llama-server's default samplers), its response
+ * and stream shapes (the stream's content joined is the whole response's, its last event carries
+ * the settlement, no [DONE]), stop words, n_predict 0 warming the prefix cache, token-id prompts,
+ * and its refusals. */
+static cJSON *post_json(int port, const char *path, const char *body, int *status) {
+    resp r;
+    cJSON *root = NULL;
+    *status = 0;
+    if (http(port, "POST", path, NULL, body, &r)) *status = r.status, root = cJSON_Parse(r.body);
+    resp_free(&r);
+    return root;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static void test_llamacpp_native(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    const int port = main_srv.port;
+    static const struct {
+        const char *native, *openai;
+    } same[] = {
+        {"{\"prompt\":\"Once upon a time\",\"n_predict\":40,\"temperature\":0}",
+         "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}"},
+        {"{\"prompt\":\"Lily and Ben\",\"n_predict\":60,\"seed\":9}", /* llama-server's defaults */
+         "{\"prompt\":\"Lily and Ben\",\"max_tokens\":60,\"seed\":9,\"temperature\":0.8,\"top_k\":40,\"top_p\":0.95,\"min_p\":0.05}"},
+        {"{\"prompt\":[1,403,407],\"n_predict\":30,\"temperature\":0.7,\"seed\":4,\"repeat_penalty\":1.3,\"cache_prompt\":true,"
+         "\"samplers\":[\"top_k\"],\"logit_bias\":[[280,false]]}",
+         "{\"prompt\":[1,403,407],\"max_tokens\":30,\"temperature\":0.7,\"seed\":4,\"repetition_penalty\":1.3,\"top_k\":40,"
+         "\"top_p\":0.95,\"min_p\":0.05,\"logit_bias\":{\"280\":-100}}"},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        int st1, st2;
+        cJSON *a = post_json(port, "/completion", same[i].native, &st1), *b = post_json(port, "/v1/completions", same[i].openai, &st2);
+        const char *want = jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "choices"), 0), "text");
+        T_CHECK(st1 == 200 && st2 == 200 && *want && !strcmp(jstr(a, "content"), want), "case %zu: native '%s', openai '%s'", i,
+                jstr(a, "content"), want);
+        T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(a, "stop")) && jnum(a, "tokens_predicted") > 0 && jnum(a, "tokens_evaluated") > 0 &&
+                    !strcmp(jstr(a, "model"), "tiny-stories") && cJSON_IsObject(cJSON_GetObjectItem(a, "timings")) &&
+                    jnum(cJSON_GetObjectItem(a, "timings"), "predicted_n") == jnum(a, "tokens_predicted") &&
+                    cJSON_IsObject(cJSON_GetObjectItem(a, "generation_settings")),
+                "case %zu: the response's fields", i);
+        cJSON_Delete(a), cJSON_Delete(b);
+    }
+    /* streamed: the events' content joined is the whole response's; the last one settles, no [DONE] */
+    resp whole, streamed;
+    const char *fmt = "{\"prompt\":\"The dog\",\"n_predict\":50,\"seed\":2%s}";
+    if (post_whole_and_streamed(port, "/completion", fmt, ",\"stream\":true", &whole, &streamed)) {
+        cJSON *w = cJSON_Parse(whole.body), *ev, *last = NULL;
+        char joined[4096] = "";
+        int events = 0, stops = 0;
+        for (const char *p = streamed.body; (ev = next_sse_json(&p)); events++) {
+            strncat(joined, jstr(ev, "content"), sizeof joined - strlen(joined) - 1);
+            stops += cJSON_IsTrue(cJSON_GetObjectItem(ev, "stop"));
+            cJSON_Delete(last);
+            last = ev;
+        }
+        T_CHECK(events >= 2 && stops == 1 && last && cJSON_IsTrue(cJSON_GetObjectItem(last, "stop")) &&
+                    cJSON_GetObjectItem(last, "timings") && !strstr(streamed.body, "[DONE]") && !strcmp(joined, jstr(w, "content")),
+                "stream: %d events, %d stops, joined '%s', whole '%s'", events, stops, joined, jstr(w, "content"));
+        cJSON_Delete(last), cJSON_Delete(w);
+    } else {
+        T_CHECK(0, "POST /completion: %d %d", whole.status, streamed.status);
+    }
+    resp_free(&whole), resp_free(&streamed);
+    /* a stop word */
+    int st;
+    cJSON *a = post_json(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":100,\"temperature\":0,\"stop\":[\"park\",\"zz\"]}", &st);
+    T_CHECK(st == 200 && !strcmp(jstr(a, "stop_type"), "word") && !strcmp(jstr(a, "stopping_word"), "park") && !strstr(jstr(a, "content"), "park"),
+            "stop word: %s / %s", jstr(a, "stop_type"), jstr(a, "stopping_word"));
+    cJSON_Delete(a);
+    a = post_json(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":7,\"temperature\":0}", &st);
+    T_CHECK(st == 200 && !strcmp(jstr(a, "stop_type"), "limit") && jnum(a, "tokens_predicted") == 7, "limit: %s", jstr(a, "stop_type"));
+    cJSON_Delete(a);
+    /* n_predict 0: the prompt alone, nothing back; then the same prompt finds its blocks cached */
+    const char *warm = "{\"prompt\":\"Tom and his sister Mia went to the big park by the lake to fly a red kite with their dad\",\"n_predict\":0}";
+    a = post_json(port, "/completion", warm, &st);
+    const double evaluated = jnum(a, "tokens_evaluated");
+    T_CHECK(st == 200 && !*jstr(a, "content") && jnum(a, "tokens_predicted") == 0 && evaluated > 16, "n_predict 0: %g evaluated", evaluated);
+    cJSON_Delete(a);
+    a = post_json(port, "/completion",
+                  "{\"prompt\":\"Tom and his sister Mia went to the big park by the lake to fly a red kite with their dad\",\"n_predict\":4}", &st);
+    T_CHECK(st == 200 && jnum(a, "tokens_cached") >= 16, "after warming: %g cached", jnum(a, "tokens_cached"));
+    cJSON_Delete(a);
+    static const struct {
+        const char *path, *body, *says;
+    } bad[] = {{"/completion", "{\"prompt\":\"x\",\"mirostat\":2}", "mirostat"},
+               {"/completion", "{\"prompt\":[\"a\",\"b\"]}", "list of token ids"},
+               {"/completion", "{\"prompt\":\"x\",\"n_predict\":-3}", "n_predict"},
+               {"/completion", "{\"prompt\":\"x\",\"lora\":[{\"id\":0,\"scale\":1}]}", "lora"},
+               {"/completion", "{\"prompt\":\"x\",\"logit_bias\":[[1]]}", "logit_bias"},
+               {"/completion", "{\"n_predict\":3}", "prompt"},
+               {"/completion", "[1,2]", "JSON object"},
+               {"/infill", "{\"input_prefix\":\"def f(\",\"input_suffix\":\")\"}", "fill-in-the-middle"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        resp r;
+        T_CHECK(http(port, "POST", bad[i].path, NULL, bad[i].body, &r) && r.status == 400 && r.body && strstr(r.body, bad[i].says) &&
+                    strstr(r.body, "\"error\""),
+                "%s %s: %d %s", bad[i].path, bad[i].body, r.status, r.body ? r.body : "");
+        resp_free(&r);
+    }
+}
+
 static void test_sixteen_clients(void) {
     if (!main_up) return t_skip("the main server did not start");
     enum { N = 16 };
@@ -1759,6 +1870,7 @@ int main(void) {
     T_RUN(test_eight_concurrent_greedy_equal_alone);
     T_RUN(test_speculative_decoding);
     T_RUN(test_draft_model);
+    T_RUN(test_llamacpp_native);
     T_RUN(test_sixteen_clients);
     T_RUN(test_bad_requests_table);
     T_RUN(test_cli_errors);

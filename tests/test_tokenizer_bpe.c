@@ -11,6 +11,7 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "serve/api.h"
+#include "serve/llamacpp.h"
 #include "serve/chat.h"
 #include "bpe_write.h"
 #include "t.h"
@@ -360,6 +361,97 @@ static void test_fill_in_the_middle(void) {
     nv_tokenizer_free(t);
 }
 
+/* llama.cpp's /infill (serve/llamacpp.h): [PRE] prefix [SUF] suffix [MID] prompt; extra chunks' texts
+ * first, or in the repo-level form where the vocabulary has <|repo_name|> and <|file_sep|>; a
+ * prompt too long for the context loses the extra context, then the prefix's start, then the
+ * suffix's end, and says it was truncated; a vocabulary without the markers, and bad fields, 400. */
+static void expect_prompt_ids(const nv_api_request *r, const int *want, int nw, const char *what) {
+    int same = r->req.n_prompt == nw;
+    for (int i = 0; same && i < nw; i++) same = r->req.prompt[i] == want[i];
+    T_CHECK(same, "%s: %d ids, want %d", what, r->req.n_prompt, nw);
+}
+
+static int put_text(const nv_tokenizer *t, const char *text, int *out) {
+    int *v = NULL, n = 0;
+    nv_tokenizer_encode(t, text, 0, 0, &v, &n);
+    memcpy(out, v, (size_t)n * sizeof *v);
+    free(v);
+    return n;
+}
+
+static void test_infill_native(void) {
+    for (int fim = 1; fim <= 2; fim++) {
+        vocab_opts o = qwen();
+        o.fim = fim;
+        nv_tokenizer *t = load_vocab(&o);
+        if (!t) return;
+        const int V = N_TOKENS + (fim == 2 ? 5 : 3), PRE = N_TOKENS, SUF = PRE + 1, MID = PRE + 2, REP = PRE + 3, SEP = PRE + 4;
+        nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, V, 4000, 0, 64, NULL};
+        const char *body = "{\"input_prefix\":\"def the(\",\"input_suffix\":\"\\n  return cat\",\"prompt\":\"cat\","
+                           "\"input_extra\":[{\"filename\":\"a.py\",\"text\":\"the cat\"}],\"n_predict\":8}";
+        nv_api_request r;
+        nv_api_error e;
+        nv_lcpp_meta m;
+        T_CHECK(nv_lcpp_parse(&ctx, body, strlen(body), 1, &r, &m, &e) == 0, "%s", e.message);
+        int want[256], nw = 0;
+        if (fim == 2) {
+            want[nw++] = REP;
+            nw += put_text(t, "myproject\n", want + nw);
+            want[nw++] = SEP;
+            nw += put_text(t, "a.py\nthe cat", want + nw);
+            want[nw++] = SEP;
+            nw += put_text(t, "filename\n", want + nw);
+        } else {
+            nw += put_text(t, "the cat", want + nw);
+        }
+        want[nw++] = PRE;
+        nw += put_text(t, "def the(", want + nw);
+        want[nw++] = SUF;
+        nw += put_text(t, "\n  return cat", want + nw);
+        want[nw++] = MID;
+        nw += put_text(t, "cat", want + nw);
+        expect_prompt_ids(&r, want, nw, fim == 2 ? "repo-level form" : "extra text first");
+        T_CHECK(!m.truncated && r.req.max_tokens == 8 && r.req.temperature == 0.8f && r.req.top_k == 40, "settings");
+        nv_api_request_free(&r);
+        nv_lcpp_meta_free(&m);
+        /* a context of 24: the answer's room is a quarter (6); the prefix's start goes, the suffix stays whole */
+        ctx.seq_len = 24;
+        const char *lng = "{\"input_prefix\":\"the cat the cat the cat the cat the cat the cat the cat def\","
+                          "\"input_suffix\":\" there\",\"input_extra\":[{\"text\":\"the cat the cat\"}]}";
+        const int ok = nv_lcpp_parse(&ctx, lng, strlen(lng), 1, &r, &m, &e) == 0;
+        T_CHECK(ok, "%s", e.message);
+        if (ok) {
+            int pre_ids[128], suf_ids[16];
+            const int np = put_text(t, "the cat the cat the cat the cat the cat the cat the cat def", pre_ids), ns = put_text(t, " there", suf_ids);
+            /* PRE, the prefix's last tokens, SUF, the whole suffix, MID: 18 ids in all */
+            const int kept = 18 - 3 - ns;
+            int same = r.req.n_prompt == 18 && r.req.prompt[0] == PRE && r.req.prompt[1 + kept] == SUF && r.req.prompt[17] == MID;
+            for (int i = 0; same && i < kept; i++) same = r.req.prompt[1 + i] == pre_ids[np - kept + i];
+            for (int i = 0; same && i < ns; i++) same = r.req.prompt[2 + kept + i] == suf_ids[i];
+            T_CHECK(m.truncated && same && kept > 0 && kept < np, "truncated %d, %d ids (want 18: PRE, the prefix's last %d of %d, SUF, %d, MID)",
+                    m.truncated, r.req.n_prompt, kept, np, ns);
+            nv_api_request_free(&r);
+            nv_lcpp_meta_free(&m);
+        }
+        ctx.seq_len = 4096;
+        static const char *const bad[] = {"{\"input_prefix\":5}", "{\"input_extra\":{}}", "{\"input_extra\":[{\"text\":1}]}",
+                                          "{\"input_prefix\":\"x\",\"n_predict\":-2}", "{\"input_prefix\":\"x\",\"typical_p\":0.5}"};
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            memset(&e, 0, sizeof e);
+            T_CHECK(nv_lcpp_parse(&ctx, bad[i], strlen(bad[i]), 1, &r, &m, &e) == 400, "bad body %zu accepted: %s", i, bad[i]);
+        }
+        nv_tokenizer_free(t);
+    }
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}); /* no markers */
+    if (!t) return;
+    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS, 4000, 0, 64, NULL};
+    nv_api_request r;
+    nv_api_error e = {0};
+    nv_lcpp_meta m;
+    T_CHECK(nv_lcpp_parse(&ctx, "{}", 2, 1, &r, &m, &e) == 400 && strstr(e.message, "fill-in-the-middle"), "no markers: %s", e.message);
+    nv_tokenizer_free(t);
+}
+
 int main(void) {
     T_RUN(test_merges_by_rank_within_pieces);
     T_RUN(test_llama3_split_and_ignore_merges);
@@ -370,5 +462,6 @@ int main(void) {
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
     T_RUN(test_fill_in_the_middle);
+    T_RUN(test_infill_native);
     return t_done();
 }

@@ -284,9 +284,7 @@ static int prompt_from_text(const nv_api_ctx *ctx, const char *text, const char 
     return 0;
 }
 
-/* The fill-in-the-middle markers of a code model's vocabulary (prefix, suffix, middle): Qwen2.5-Coder's,
- * StarCoder's or DeepSeek-Coder's; 0 when it has none. */
-static int fim_tokens(const nv_tokenizer *tok, int ids[3]) {
+int nv_api_fim_tokens(const nv_tokenizer *tok, int ids[3]) {
     static const char *const sets[][3] = {
         {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
         {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
@@ -305,7 +303,7 @@ static int fim_tokens(const nv_tokenizer *tok, int ids[3]) {
  * in the model's fill-in-the-middle form, prefix-suffix-middle: [BOS] PRE prompt SUF suffix MID. */
 static int prompt_fill_in(const nv_api_ctx *ctx, const char *prefix, const char *suffix, nv_api_request *out, nv_api_error *err) {
     int fim[3], *a = NULL, *b = NULL, na = 0, nb = 0;
-    if (!fim_tokens(ctx->tok, fim)) {
+    if (!nv_api_fim_tokens(ctx->tok, fim)) {
         nv_api_error_set(err, E400, NULL, "suffix",
                          "'suffix' needs a code model with fill-in-the-middle tokens (<|fim_prefix|>, <fim_prefix> or "
                          "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>); this vocabulary has none");

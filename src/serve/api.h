@@ -111,6 +111,9 @@ int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
 typedef int (*nv_api_translate)(const cJSON *in, cJSON *chat, void *arg, nv_api_error *err);
 int nv_api_parse_translated(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_translate translate, void *arg,
                             const nv_api_parse_opts *o, nv_api_request *out, nv_api_error *err);
+/* The fill-in-the-middle markers of a code model's vocabulary (prefix, suffix, middle): Qwen2.5-Coder's,
+ * StarCoder's or DeepSeek-Coder's; 0 when it has none. */
+int nv_api_fim_tokens(const nv_tokenizer *tok, int ids[3]);
 /* The 500 of an allocation that failed, in err; returns its status. */
 int nv_api_oom(nv_api_error *err);
 /* A fresh random id: prefix and 24 hex digits (chatcmpl-..., msg_..., resp_...). */

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "serve/anthropic.h"
+#include "serve/llamacpp.h"
 #include "serve/responses.h"
 
 struct nv_http {
@@ -32,12 +33,13 @@ struct nv_http {
     nv_resp_store *responses; /* stored Responses (NULL: --responses-store 0) */
 };
 
-enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES }; /* the API a stream speaks */
+enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES, P_LLAMACPP }; /* the API a stream speaks */
 
 typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
     R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
-    R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS
+    R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS,
+    R_LCPP_COMPLETION, R_INFILL /* llama.cpp's native API */
 } route_id;
 
 typedef struct {
@@ -73,6 +75,7 @@ typedef struct {
     nv_anth_meta anth_meta;
     nv_resp_stream resp;
     nv_resp_meta resp_meta;
+    nv_lcpp_meta lcpp_meta;
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -132,7 +135,7 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
                                         "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
-                                        "/v1/responses/{id}/input_items"};
+                                        "/v1/responses/{id}/input_items", "/completion", "/infill"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -213,12 +216,15 @@ static route_id route_of(const char *url) {
     }
     if (!strcmp(url, "/load_lora_adapter")) return R_LORA_LOAD;
     if (!strcmp(url, "/unload_lora_adapter")) return R_LORA_UNLOAD;
+    if (!strcmp(url, "/completion")) return R_LCPP_COMPLETION;
+    if (!strcmp(url, "/infill")) return R_INFILL;
     return R_NONE;
 }
 
 static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
-           r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD;
+           r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD || r == R_LCPP_COMPLETION ||
+           r == R_INFILL;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -344,8 +350,13 @@ static void stream_poll(stream_ctx *st) {
                 nv_anth_stream_start(&st->anth, &st->anth_meta, rs.prompt_tokens, rs.cached_tokens, &st->out);
                 st->anth_started = 1;
             }
-            if (st->proto != P_OPENAI) item_news(st, &why, &said, calls, n_new);
-            else openai_news(st, i, &why, &said, &lps, calls, n_new);
+            if (st->proto == P_LLAMACPP) {
+                if (said.len) sse_event(st, nv_lcpp_chunk(said.data, rs.completion_tokens, rs.prompt_tokens));
+            } else if (st->proto != P_OPENAI) {
+                item_news(st, &why, &said, calls, n_new);
+            } else {
+                openai_news(st, i, &why, &said, &lps, calls, n_new);
+            }
             news |= why.len || said.len || lps.n || n_new;
             nv_tool_calls_free(calls, n_new);
             free(lps.v);
@@ -376,6 +387,10 @@ static void stream_poll(stream_ctx *st) {
                 nv_resp_answer a = {.incomplete = rs.finish == NV_FINISH_LENGTH, .prompt_tokens = st->prompt_tokens,
                                     .cached_tokens = st->cached_tokens, .output_tokens = st->completion_tokens};
                 nv_resp_stream_end(&st->resp, &a, &st->out);
+            } else if (st->proto == P_LLAMACPP) { /* the whole response, its content already sent */
+                nv_lcpp_answer a = {"", rs.finish, rs.stop_index, rs.prompt_tokens, rs.completion_tokens, rs.cached_tokens,
+                                    rs.prompt_s, rs.gen_s};
+                sse_event(st, nv_lcpp_response(&st->lcpp_meta, &a));
             }
             if (st->proto != P_OPENAI) {
                 st->finished = 1;
@@ -430,6 +445,7 @@ static void stream_free(void *cls) {
     nv_anth_meta_free(&st->anth_meta);
     nv_resp_stream_free(&st->resp);
     nv_resp_meta_free(&st->resp_meta);
+    nv_lcpp_meta_free(&st->lcpp_meta);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -497,7 +513,7 @@ static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_
  * request's meta, rm: a Responses request's (either taken by a stream), both NULL for the chat and
  * text completions. */
 static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am,
-                                nv_resp_meta *rm) {
+                                nv_resp_meta *rm, nv_lcpp_meta *lm) {
     const int chat = ar.chat;
     ar.req.timeout_s = h->o.timeout_s;
     /* n choices per prompt: n sequences from each, seeds apart so sampled choices differ; choice
@@ -558,6 +574,10 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             st->resp_meta = *rm;
             memset(rm, 0, sizeof *rm);
             nv_resp_stream_start(&st->resp, &st->resp_meta, &st->out);
+        } else if (lm) {
+            st->proto = P_LLAMACPP;
+            st->lcpp_meta = *lm;
+            memset(lm, 0, sizeof *lm);
         }
         for (int i = 0; i < n && st->proto == P_OPENAI; i++) {
             st->meta.index = i;
@@ -636,6 +656,10 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
                                 .incomplete = rs[0].finish == NV_FINISH_LENGTH, .prompt_tokens = prompt,
                                 .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
             body = nv_resp_response(rm, &a);
+        } else if (!oom && lm) {
+            nv_lcpp_answer a = {lm->prompt_only ? "" : ch[0].text, rs[0].finish, rs[0].stop_index, prompt, completion,
+                                rs[0].cached_tokens, rs[0].prompt_s, rs[0].gen_s};
+            body = nv_lcpp_response(lm, &a);
         } else if (!oom) {
             body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
         }
@@ -653,7 +677,18 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_api_request ar;
     nv_api_error err;
     if (nv_api_parse(&h->ctx, cc->route == R_CHAT, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
-    return generate(h, c, cc, ar, NULL, NULL);
+    return generate(h, c, cc, ar, NULL, NULL, NULL);
+}
+
+/* llama.cpp's native /completion and /infill, run as the completions request they translate to. */
+static enum MHD_Result native(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_request ar;
+    nv_api_error err;
+    nv_lcpp_meta lm;
+    if (nv_lcpp_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_INFILL, &ar, &lm, &err)) return respond_error(h, c, cc, &err);
+    enum MHD_Result ret = generate(h, c, cc, ar, NULL, NULL, &lm);
+    nv_lcpp_meta_free(&lm); /* a stream took it */
+    return ret;
 }
 
 /* OpenAI's /v1/responses, run as the chat request it translates to. */
@@ -662,7 +697,7 @@ static enum MHD_Result responses(nv_http *h, struct MHD_Connection *c, conn_ctx 
     nv_api_error err;
     nv_resp_meta rm;
     if (nv_resp_parse(&h->ctx, h->responses, cc->body.data, cc->body.len, &ar, &rm, &err)) return respond_error(h, c, cc, &err);
-    enum MHD_Result ret = generate(h, c, cc, ar, NULL, &rm);
+    enum MHD_Result ret = generate(h, c, cc, ar, NULL, &rm, NULL);
     nv_resp_meta_free(&rm); /* a stream took it */
     return ret;
 }
@@ -696,7 +731,7 @@ static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_anth_meta_free(&am);
         return respond(h, c, cc, 200, "application/json", nv_anth_count_json(n), NULL, NULL);
     }
-    enum MHD_Result ret = generate(h, c, cc, ar, &am, NULL);
+    enum MHD_Result ret = generate(h, c, cc, ar, &am, NULL, NULL);
     nv_anth_meta_free(&am); /* a stream took it */
     return ret;
 }
@@ -926,6 +961,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
         if (anthropic_route(cc->route)) return messages(h, c, cc);
         if (cc->route == R_RESPONSES) return responses(h, c, cc);
+        if (cc->route == R_LCPP_COMPLETION || cc->route == R_INFILL) return native(h, c, cc);
         return cc->route == R_EMBEDDINGS ? embeddings(h, c, cc) : completions(h, c, cc);
     }
 }

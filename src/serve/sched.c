@@ -33,6 +33,7 @@ struct nv_req {
     int done;
     nv_finish finish;
     int n_gen_pub;
+    double t_first_pub, t_last_pub; /* t_first and t_last as published with n_gen_pub */
     nv_buf out;
     int lp_pub, lp_sent; /* log-prob records published / handed to nv_req_poll */
     pthread_cond_t cv;
@@ -65,7 +66,7 @@ struct nv_req {
     nv_finish fin;
     nv_buf pending; /* text not yet safe to publish */
     nv_buf emit;    /* text to publish after this step */
-    double t_last;
+    double t_first, t_last; /* when the first and the latest token came */
     /* log-probabilities (lp_k >= 0): one record per generated token, with the byte range its text
      * took in the pending stream, so a record is published with the text it produced */
     int lp_k;
@@ -327,6 +328,8 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list 
     st->completion_tokens = r->n_gen_pub;
     st->cached_tokens = r->n_cached;
     st->stop_index = r->done ? r->stop_hit : -1; /* written by the loop before it published done */
+    st->prompt_s = r->t_first_pub > 0 ? r->t_first_pub - r->t_arrival : 0;
+    st->gen_s = r->t_first_pub > 0 ? r->t_last_pub - r->t_first_pub : 0;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -457,6 +460,7 @@ static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     r->done = 1;
     r->finish = fin;
     r->n_gen_pub = r->n_gen;
+    r->t_first_pub = r->t_first, r->t_last_pub = r->t_last;
     nv_metrics_finish(s->metrics, fin, r->n_prompt, r->n_gen, nv_now() - r->t_arrival);
     grammar_costs(r);
     if (r->g_draws) nv_metrics_grammar(s->metrics, r->g_draws, r->g_masks, r->g_mask_s);
@@ -930,7 +934,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
     size_t piece_len = piece ? strlen(piece) : 0;
     if (r->lp_k >= 0) lp_record(r, lp, piece_len);
     r->pend_total += piece_len;
-    if (r->n_gen == 1) nv_metrics_ttft(s->metrics, now - r->t_arrival);
+    if (r->n_gen == 1) nv_metrics_ttft(s->metrics, now - r->t_arrival), r->t_first = now;
     else nv_metrics_itl(s->metrics, now - r->t_last);
     r->t_last = now;
     if (piece) nv_buf_puts(&r->pending, piece);
@@ -1193,6 +1197,7 @@ static void *sched_loop(void *arg) {
             }
             r->lp_pub = r->lp_flushed;
             r->n_gen_pub = r->n_gen;
+            r->t_first_pub = r->t_first, r->t_last_pub = r->t_last;
             if (r->plps && r->pos >= r->n_prompt && r->fin != NV_FINISH_ERROR) r->plp_ready = 1; /* never half-computed records */
             if (r->fin != NV_FINISH_NONE) {
                 for (int j = 0; j < s->n_running; j++)

@@ -157,6 +157,8 @@ typedef struct {
     int cached_tokens; /* prompt tokens whose KV came from the prefix cache */
     int stop_index;    /* once done: the stop string that ended the answer (its index in
                           nv_req_params.stop), else -1 (an end token, a limit, a failure) */
+    double prompt_s;   /* seconds from submission to the first token (queueing and prompt; 0 before it) */
+    double gen_s;      /* seconds from the first token to the latest published one */
 } nv_req_status;
 
 typedef struct {

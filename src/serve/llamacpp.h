@@ -1,0 +1,68 @@
+/* llama.cpp's native server API (POST /completion and /infill), served by the same request
+ * machinery as the OpenAI API: the editor plugins and scripts written for llama-server (llama.vim,
+ * llama.vscode, its examples) talk to nerve unchanged. No HTTP here.
+ *
+ * Contract:
+ * - nv_lcpp_parse() turns a native body into the OpenAI completions request the server runs:
+ *   n_predict (-1 or absent: until the end of the context; 0: the prompt only, which warms the
+ *   prefix cache as llama.vim does) becomes max_tokens as a ceiling (the answer ends at the
+ *   context rather than being refused), repeat_penalty repetition_penalty, logit_bias's list form
+ *   [[id, bias | false], ...] the object form, a negative seed a random one; llama-server's
+ *   sampling defaults apply when absent (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
+ *   prompt is a string or a list of token ids. Fields of llama-server's that change nothing here
+ *   (cache_prompt: the prefix cache is always on; id_slot; samplers; n_keep; t_max_*_ms;
+ *   timings_per_token; ...) are accepted; samplers nerve does not have (mirostat, typical_p,
+ *   dynatemp, DRY, XTC, tfs_z, n_probs) are refused unless at their neutral values. Everything
+ *   else is what /v1/completions takes (stop, grammar, json_schema, top_k, min_p, ignore_eos, ...).
+ * - /infill (infill set): input_prefix, input_suffix, input_extra [{filename, text}], prompt:
+ *   the model's fill-in-the-middle form, [BOS] [extra] PRE prefix SUF suffix MID prompt, with
+ *   llama.cpp's repo-level form for the extra chunks where the vocabulary has <|repo_name|> and
+ *   <|file_sep|> (Qwen2.5-Coder): "<|repo_name|>myproject\n", "<|file_sep|>NAME\nTEXT" per chunk,
+ *   "<|file_sep|>filename\n"; otherwise their texts go first, as they are. When it does not fit
+ *   the context with room for the answer (n_predict, at most a quarter of the context; a quarter
+ *   when unlimited), the extra chunks go first, then the prefix's start, then the suffix's end
+ *   ("truncated": true). A vocabulary without fill-in-the-middle tokens is a 400.
+ * - Responses: {"index", "content", "tokens": [], "id_slot": 0, "stop": true, "model",
+ *   "tokens_predicted", "tokens_evaluated", "generation_settings", "prompt", "has_new_line",
+ *   "truncated", "stop_type": eos | word | limit, "stopping_word", "tokens_cached", "timings":
+ *   {prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second, predicted_n, predicted_ms,
+ *   predicted_per_token_ms, predicted_per_second}} (prompt_ms: from arrival to the first token,
+ *   queueing included); streamed, "data: " events {"index", "content", "tokens", "stop": false,
+ *   "id_slot", "tokens_predicted", "tokens_evaluated"} and a last one with the whole response and
+ *   empty content, no [DONE] (llama-server's shape). Errors keep the OpenAI error body. */
+#ifndef NV_SERVE_LLAMACPP_H
+#define NV_SERVE_LLAMACPP_H
+
+#include "serve/api.h"
+
+/* What a response needs from its request after the request is gone. */
+typedef struct {
+    char model[NV_API_MODEL_ID];
+    int n_predict;     /* as asked (-1: none) */
+    int prompt_only;   /* n_predict 0: no text comes back */
+    int truncated;     /* /infill trimmed its input to fit */
+    double temperature, top_p, min_p;
+    long long top_k, seed;
+    char *prompt;      /* a text prompt as given (NULL: ids, or /infill) */
+    char *stop[NV_MAX_STOP];
+    int n_stop;
+} nv_lcpp_meta;
+
+int nv_lcpp_parse(const nv_api_ctx *ctx, const char *body, size_t len, int infill, nv_api_request *out, nv_lcpp_meta *meta,
+                  nv_api_error *err);
+void nv_lcpp_meta_free(nv_lcpp_meta *m);
+
+typedef struct {
+    const char *content;
+    nv_finish finish;
+    int stop_index; /* the stop string that ended it, or -1 */
+    int prompt_tokens, completion_tokens, cached_tokens;
+    double prompt_s, gen_s; /* from arrival to the first token, and from it to the last */
+} nv_lcpp_answer;
+
+/* The whole response (a stream's last event, with empty content). */
+char *nv_lcpp_response(const nv_lcpp_meta *m, const nv_lcpp_answer *a);
+/* A stream's event for new text. */
+char *nv_lcpp_chunk(const char *content, int predicted, int evaluated);
+
+#endif
