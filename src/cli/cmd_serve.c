@@ -388,8 +388,9 @@ int cmd_serve(int argc, char **argv) {
     }
     char spec_line[200] = "";
     if (spec.draft)
-        snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts by %.60s (%.1fM parameters, engine %s)",
-                 spec.tokens, spec.draft, (double)draft.n_params / 1e6, nv_engine_name(nv_model_engine(&draft)));
+        snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts by %.60s (%.1fM parameters, engine %s, KV %.1f MiB)",
+                 spec.tokens, spec.draft, (double)draft.n_params / 1e6, nv_engine_name(nv_model_engine(&draft)),
+                 (double)sched.dpages.n_blocks * (double)nv_kv_block_bytes(&draft.config, kv_block, sched.dpages.dtype) / 1048576.0);
     else if (spec.tokens)
         snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec.tokens,
                  spec.lookup_min, spec.lookup_max);
