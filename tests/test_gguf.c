@@ -350,7 +350,7 @@ static void export_and_quantized_plans(const char *type, int bits) {
     T_CHECK(t_nerve(args) == 0, "export failed: %s", t_err);
     snprintf(args, sizeof args, "export %s -o %s/%s.bin --type %s", bp, t_tmpdir(), type, type);
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF"), "%s to a llama2.c file: %s", type, t_err);
-    snprintf(args, sizeof args, "export %s -o %s/q5.gguf --type q5_k", bp, t_tmpdir());
+    snprintf(args, sizeof args, "export %s -o %s/q3.gguf --type q3_k", bp, t_tmpdir());
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--type"), "unknown type: %s", t_err);
     nv_gguf g; /* general.file_type is llama.cpp's file type: MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
     if (nv_gguf_open(out, &g) == NV_OK) {
@@ -517,10 +517,11 @@ static void test_kquant_writers(void) {
         const char *name;
         uint32_t type, file_type;
         double bound;
-    } kinds[] = {{"q8_0", NV_GGUF_Q8_0, 7, 0.01}, {"q6_k", NV_GGUF_Q6_K, 18, 0.03}, {"q5_0", NV_GGUF_Q5_0, 8, 0.05},
-                 {"q4_k_m", NV_GGUF_Q4_K, 15, 0.08}, {"q4_0", NV_GGUF_Q4_0, 2, 0.13}};
-    double err_w1[5] = {0}, err_emb[5] = {0};
-    for (int k = 0; k < 5; k++) {
+    } kinds[] = {{"q8_0", NV_GGUF_Q8_0, 7, 0.01},   {"q6_k", NV_GGUF_Q6_K, 18, 0.03},   {"q5_k_m", NV_GGUF_Q5_K, 17, 0.045},
+                 {"q5_0", NV_GGUF_Q5_0, 8, 0.05},   {"q4_k_m", NV_GGUF_Q4_K, 15, 0.08}, {"q4_0", NV_GGUF_Q4_0, 2, 0.13}};
+    enum { KINDS = (int)(sizeof kinds / sizeof kinds[0]) };
+    double err_w1[KINDS] = {0}, err_emb[KINDS] = {0};
+    for (int k = 0; k < KINDS; k++) {
         char path[700];
         snprintf(path, sizeof path, "%s/kq-%s.gguf", t_tmpdir(), kinds[k].name);
         T_CHECK(nv_gguf_save(&m, NULL, "kq", path, kinds[k].type) == NV_OK, "%s: %s", kinds[k].name, nv_errmsg());
@@ -533,7 +534,8 @@ static void test_kquant_writers(void) {
         uint32_t v = 0;
         if (ft && ft->type == 4) memcpy(&v, ft->val, 4);
         T_CHECK(v == kinds[k].file_type, "%s: general.file_type %u", kinds[k].name, v);
-        if (kinds[k].type == NV_GGUF_Q4_K) { /* 12 Q4_K, 14 Q6_K, 6 Q5_0 */
+        if (kinds[k].type == NV_GGUF_Q4_K || kinds[k].type == NV_GGUF_Q5_K) { /* 12 Q4_K or 13 Q5_K, 14 Q6_K */
+            const uint32_t base = kinds[k].type == NV_GGUF_Q4_K ? 12u : 13u;
             for (int l = 0; l < 8; l++) {
                 char name[64];
                 const int more = l == 0 || l == 3 || l == 6 || l == 7;
@@ -543,12 +545,12 @@ static void test_kquant_writers(void) {
                 const nv_gguf_tensor *td = nv_gguf_tensor_find(&g, name);
                 snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
                 const nv_gguf_tensor *tq = nv_gguf_tensor_find(&g, name);
-                T_CHECK(tv && tv->type == (more ? 14u : 12u) && td && td->type == (more ? 14u : 12u) && tq && tq->type == 12u,
+                T_CHECK(tv && tv->type == (more ? 14u : base) && td && td->type == (more ? 14u : base) && tq && tq->type == base,
                         "layer %d: attn_v %u, ffn_down %u, attn_q %u", l, tv ? tv->type : 99, td ? td->type : 99, tq ? tq->type : 99);
             }
             const nv_gguf_tensor *to = nv_gguf_tensor_find(&g, "output.weight"), *te = nv_gguf_tensor_find(&g, "token_embd.weight");
             const nv_gguf_tensor *tn = nv_gguf_tensor_find(&g, "blk.2.attn_norm.weight");
-            T_CHECK(to && to->type == 14u && te && te->type == 12u && tn && tn->type == 0u, "output %u, token_embd %u, norm %u",
+            T_CHECK(to && to->type == 14u && te && te->type == base && tn && tn->type == 0u, "output %u, token_embd %u, norm %u",
                     to ? to->type : 99, te ? te->type : 99, tn ? tn->type : 99);
         }
         if (kinds[k].type == NV_GGUF_Q6_K) {
@@ -582,8 +584,9 @@ static void test_kquant_writers(void) {
         }
         nv_model_free(&r);
     }
-    T_CHECK(err_w1[0] < err_w1[1] && err_w1[1] < err_w1[2] && err_w1[2] < err_w1[3] && err_w1[3] < err_w1[4],
-            "errors not ordered by bits: %g %g %g %g %g", err_w1[0], err_w1[1], err_w1[2], err_w1[3], err_w1[4]);
+    int ordered = 1;
+    for (int k = 1; k < KINDS; k++) ordered &= err_w1[k - 1] < err_w1[k];
+    T_CHECK(ordered, "errors not ordered by bits: %g %g %g %g %g %g", err_w1[0], err_w1[1], err_w1[2], err_w1[3], err_w1[4], err_w1[5]);
     nv_model_free(&m);
     const char *bp = t_data("models/stories260K.bin");
     nv_model s;
@@ -597,11 +600,30 @@ static void test_kquant_writers(void) {
             "fallbacks: attn_q %u (Q5_0), attn_v of layer 4 of 5 %u (Q8_0), the tied token_embd %u (Q8_0), ffn_down %u (F32)",
             tq ? tq->type : 99, tv ? tv->type : 99, te ? te->type : 99, td ? td->type : 99);
     nv_gguf_close(&g);
+    path = t_path("kq5-260k.gguf"); /* Q5_K falls back to Q5_1 */
+    T_CHECK(nv_gguf_save(&s, NULL, "kq", path, NV_GGUF_Q5_K) == NV_OK && nv_gguf_open(path, &g) == NV_OK, "%s", nv_errmsg());
+    tq = nv_gguf_tensor_find(&g, "blk.1.attn_q.weight");
+    T_CHECK(tq && tq->type == 7u, "Q5_K's fallback: attn_q %u (Q5_1)", tq ? tq->type : 99);
+    nv_gguf_close(&g);
+    nv_model r5;
+    if (nv_model_load(path, &r5) == NV_OK) { /* Q5_1 within a step of 32 levels over each block's range */
+        const size_t nq = (size_t)nv_config_q_dim(&s.config) * s.config.dim;
+        int within = 1;
+        for (size_t b0 = 0; b0 + 32 <= nq && within; b0 += 32) {
+            float lo = s.w.wq[b0], hi = lo;
+            for (int j = 1; j < 32; j++) lo = fminf(lo, s.w.wq[b0 + j]), hi = fmaxf(hi, s.w.wq[b0 + j]);
+            for (int j = 0; j < 32; j++) within &= fabsf(s.w.wq[b0 + j] - r5.w.wq[b0 + j]) <= 0.51f * (hi - lo) / 31 + 1e-3f * (hi - lo);
+        }
+        T_CHECK(within, "Q5_1 values beyond half a step");
+        nv_model_free(&r5);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
     nv_model_free(&s);
     /* nerve export --type q4_k_m / q6_k (any case), and the file generates */
     const char *tp = t_data("models/tok512.bin");
-    static const char *const types[] = {"q4_k_m", "Q6_K", "q5_0"};
-    for (int k = 0; tp && k < 3; k++) {
+    static const char *const types[] = {"q4_k_m", "Q6_K", "q5_0", "q5_k_m"};
+    for (int k = 0; tp && k < 4; k++) {
         char args[4200], out[700];
         snprintf(out, sizeof out, "%s/kq-cli-%d.gguf", t_tmpdir(), k);
         snprintf(args, sizeof args, "export %s -z %s -o %s --type %s", bp, tp, out, types[k]);

@@ -38,7 +38,7 @@ int cmd_export(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q6_k|q5_0|q4_k_m|q4_0]\n"
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q6_k|q5_k_m|q5_0|q4_k_m|q4_0]\n"
                    "                   [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  file as a llama2.c version-1 checkpoint, or, when OUT ends in .gguf, as a GGUF v3 llama\n"
@@ -48,9 +48,9 @@ int cmd_export(int argc, char **argv) {
                    "            smaller, ~2x faster decode), q8_0 (the weight matrices quantized to 8 bits\n"
                    "            in blocks of 32, ~3.8x smaller; nerve serves them as int8, ~2x faster decode) or\n"
                    "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values); llama.cpp's\n"
-                   "            k-quants: q6_k (6 bits in super-blocks of 256, ~5x smaller), q4_k_m (its Q4_K_M mix:\n"
-                   "            4-bit Q4_K, Q6_K for the classifier and some attn_v/ffn_down; ~6.5x smaller, closer\n"
-                   "            than q4_0), or q5_0; rows that are not whole blocks fall back as llama.cpp's do\n"
+                   "            k-quants: q6_k (6 bits in super-blocks of 256, ~5x smaller), q5_k_m and q4_k_m (its\n"
+                   "            Q5_K_M and Q4_K_M mixes: 5- or 4-bit, Q6_K for the classifier and some attn_v/ffn_down;\n"
+                   "            ~5.5x and ~6.5x smaller), or q5_0; rows that are not whole blocks fall back as llama.cpp's do\n"
                    "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
                    "            merge a LoRA adapter (GGUF, nerve's or llama.cpp's) into MODEL's weights first, scaled\n"
                    "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n");
@@ -74,12 +74,12 @@ int cmd_export(int argc, char **argv) {
         const char *name;
         uint32_t type;
     } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
-                 {"q5_0", NV_GGUF_Q5_0}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0}};
+                 {"q5_0", NV_GGUF_Q5_0}, {"q5_k_m", NV_GGUF_Q5_K}, {"q5_k", NV_GGUF_Q5_K}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0}};
     uint32_t type = UINT32_MAX;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         if (!strcasecmp(type_name, types[k].name)) type = types[k].type;
     if (type == UINT32_MAX)
-        return cli_error(CMD, 2, "--type expects f32, f16, q8_0, q6_k, q5_0, q4_k_m or q4_0, not '%s'", type_name);
+        return cli_error(CMD, 2, "--type expects f32, f16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m or q4_0, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
     const int gguf = ends_with(out, ".gguf");
     if (type != NV_GGUF_F32 && !gguf) return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf)", type_name);

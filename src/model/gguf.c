@@ -1253,16 +1253,17 @@ static void kquant_weights(const float *x, float *w) {
     for (int i = 0; i < QK_K; i++) w[i] = isfinite(x[i]) ? av + fabsf(x[i]) : 0;
 }
 
-/* x (n values, n a multiple of 256) as Q4_K super-blocks: 8 sub-blocks of 32, each a 6-bit scale
- * and min of the fp16 d and dmin (the largest of them over 63), values 0..15 (the decoder:
- * decompose_block). */
-static void quantize_q4_k(const float *x, uint64_t n, uint8_t *out) {
+/* x (n values, n a multiple of 256) as Q4_K (five 0) or Q5_K super-blocks: 8 sub-blocks of 32, each
+ * a 6-bit scale and min of the fp16 d and dmin (the largest of them over 63), values 0..15 (Q5_K:
+ * 0..31, the fifth bits in 32 bytes before the nibbles; the decoder: decompose_block). */
+static void quantize_qk(const float *x, uint64_t n, uint8_t *out, int five) {
+    const int nmax = five ? 31 : 15, bytes = five ? 176 : 144;
     float w[QK_K];
-    for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 144) {
+    for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += bytes) {
         float sc[8], mn[8], max_sc = 0, max_mn = 0;
         kquant_weights(x, w);
         for (int j = 0; j < 8; j++) {
-            fit_scale_min(x + 32 * j, w + 32 * j, 32, 15, &sc[j], &mn[j]);
+            fit_scale_min(x + 32 * j, w + 32 * j, 32, nmax, &sc[j], &mn[j]);
             max_sc = fmaxf(max_sc, sc[j]), max_mn = fmaxf(max_mn, mn[j]);
         }
         const float isc = max_sc > 0 ? 63.0f / max_sc : 0, imn = max_mn > 0 ? 63.0f / max_mn : 0;
@@ -1284,10 +1285,38 @@ static void quantize_q4_k(const float *x, uint64_t n, uint8_t *out) {
         uint8_t L[QK_K];
         for (int j = 0; j < 8; j++) {
             const float a = d * (float)ls[j], m = dmin * (float)lm[j];
-            for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)(a > 0 ? clampi(near_int((x[32 * j + i] + m) / a), 0, 15) : 0);
+            for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)(a > 0 ? clampi(near_int((x[32 * j + i] + m) / a), 0, nmax) : 0);
         }
+        uint8_t *qh = out + 16, *qs = out + (five ? 48 : 16);
+        if (five) memset(qh, 0, 32);
         for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++) out[16 + 32 * c + l] = (uint8_t)(L[64 * c + l] | L[64 * c + 32 + l] << 4);
+            for (int l = 0; l < 32; l++) {
+                const int lo = L[64 * c + l], hi = L[64 * c + 32 + l];
+                qs[32 * c + l] = (uint8_t)((lo & 0xF) | (hi & 0xF) << 4);
+                if (five) qh[l] |= (uint8_t)((lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1));
+            }
+    }
+}
+static void quantize_q4_k(const float *x, uint64_t n, uint8_t *out) { quantize_qk(x, n, out, 0); }
+static void quantize_q5_k(const float *x, uint64_t n, uint8_t *out) { quantize_qk(x, n, out, 1); }
+
+/* x (n values, n a multiple of 32) as Q5_1 blocks, as llama.cpp's quantize_row_q5_1_ref: scale
+ * (max - min)/31 and the minimum, values 0..31 from it (the fallback of Q5_K). */
+static void quantize_q5_1(const float *x, uint64_t n, uint8_t *out) {
+    for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 24) {
+        float lo = x[0], hi = x[0];
+        for (int j = 1; j < QK; j++) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
+        const float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_half(out, d);
+        put_half(out + 2, lo);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const float v0 = (x[j] - lo) * id + 0.5f, v1 = (x[j + QK / 2] - lo) * id + 0.5f;
+            const int q0 = v0 != v0 ? 0 : (int)fminf(31.0f, fmaxf(0.0f, v0)), q1 = v1 != v1 ? 0 : (int)fminf(31.0f, fmaxf(0.0f, v1));
+            out[8 + j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        memcpy(out + 4, &qh, 4);
     }
 }
 
@@ -1337,26 +1366,28 @@ static void quantize_f16(const float *x, uint64_t n, uint8_t *out) {
 static uint32_t tensor_type(const nv_config *c, const tensor_ref *t, uint32_t type) {
     if (type == NV_GGUF_F32 || t->d1 == 1) return T_F32;
     if (type == NV_GGUF_F16) return T_F16;
-    if (type == NV_GGUF_Q4_K) {
+    if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
         unsigned layer;
         char part[32];
         const int L = c->n_layers;
-        type = T_Q4_K;
+        type = type == NV_GGUF_Q4_K ? T_Q4_K : T_Q5_K;
         if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) type = T_Q6_K;
         else if (sscanf(t->name, "blk.%u.%31[a-z_]", &layer, part) == 2 && (!strcmp(part, "attn_v") || !strcmp(part, "ffn_down"))) {
             const int i = (int)layer;
             if (i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2) type = T_Q6_K;
         }
     }
-    if ((type == T_Q4_K || type == T_Q6_K) && t->d0 % QK_K) type = type == T_Q4_K ? T_Q5_0 : T_Q8_0;
+    if ((type == T_Q4_K || type == T_Q5_K || type == T_Q6_K) && t->d0 % QK_K)
+        type = type == T_Q4_K ? T_Q5_0 : type == T_Q5_K ? T_Q5_1 : T_Q8_0;
     return t->d0 % QK ? T_F32 : type;
 }
 
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0 &&
-        type != NV_GGUF_Q4_K && type != NV_GGUF_Q6_K)
-        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0, Q6_K, Q5_0, Q4_K_M or Q4_0)", path, type);
+        type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K)
+        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0, Q6_K, Q5_K_M, Q5_0, Q4_K_M or Q4_0)",
+                       path, type);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
     if (c->qk_norm && c->qkv_bias)
@@ -1400,11 +1431,12 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 14;
     kv_str(&b, "general.name", name);
     /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
-       MOSTLY_Q5_0 8, MOSTLY_Q4_K_M 15, MOSTLY_Q6_K 18 */
+       MOSTLY_Q5_0 8, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18 */
     kv_u32(&b, "general.file_type",
            type == NV_GGUF_Q8_0   ? 7
            : type == NV_GGUF_Q5_0 ? 8
            : type == NV_GGUF_Q4_K ? 15
+           : type == NV_GGUF_Q5_K ? 17
            : type == NV_GGUF_Q6_K ? 18
                                   : type);
     kv_u32(&b, akey(k, sizeof k, arch, "context_length"), (uint32_t)c->seq_len);
@@ -1436,6 +1468,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
              : tt == T_Q8_0 ? quantize_q8_0
              : tt == T_Q5_0 ? quantize_q5_0
              : tt == T_Q4_K ? quantize_q4_k
+             : tt == T_Q5_K ? quantize_q5_k
+             : tt == T_Q5_1 ? quantize_q5_1
              : tt == T_Q6_K ? quantize_q6_k
                             : quantize_q4_0)(t[i].p, n, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));

@@ -85,6 +85,7 @@ nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
 #define NV_GGUF_Q5_0 6u
 #define NV_GGUF_Q8_0 8u
 #define NV_GGUF_Q4_K 12u /* the file as llama.cpp's Q4_K_M mix (Q4_K, Q6_K where it matters) */
+#define NV_GGUF_Q5_K 13u /* the file as its Q5_K_M mix (Q5_K, Q6_K where it matters) */
 #define NV_GGUF_Q6_K 14u
 /* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model,
  * atomically: what llama.cpp reads. type NV_GGUF_F32: every tensor F32, read back bit for bit.
@@ -92,11 +93,12 @@ nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
  * llama.cpp's reference quantizers do (Q8_0: scale max|x|/127, values rounded; Q4_0: scale
  * -(the value of largest magnitude)/8, values 0..15 around 8; scales in fp16), the rest F32.
  * NV_GGUF_Q5_0 likewise (scale -(the value of largest magnitude)/16, values 0..31 around 16).
- * NV_GGUF_Q4_K / NV_GGUF_Q6_K: llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the classifier and for
- * attn_v and ffn_down in the first and last eighth of the layers and every third between) or
- * Q6_K throughout, each sub-block's scale (and Q4_K's min) fitted by weighted least squares over
- * candidate scales; matrices whose rows are not whole super-blocks of 256 fall back as llama.cpp's
- * quantizer does (Q4_K -> Q5_0, Q6_K -> Q8_0).
+ * NV_GGUF_Q4_K / NV_GGUF_Q5_K / NV_GGUF_Q6_K: llama.cpp's Q4_K_M or Q5_K_M mix (Q4_K or Q5_K;
+ * Q6_K for the classifier and for attn_v and ffn_down in the first and last eighth of the layers
+ * and every third between) or Q6_K throughout, each sub-block's scale (and Q4_K's and Q5_K's min)
+ * fitted by weighted least squares over candidate scales; matrices whose rows are not whole
+ * super-blocks of 256 fall back as llama.cpp's quantizer does (Q4_K -> Q5_0, Q5_K -> Q5_1 (scale
+ * and minimum of 32 values), Q6_K -> Q8_0).
  * NV_GGUF_F16: every matrix in fp16 (round to nearest even, beyond +-65504 infinite), norms F32.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type);
