@@ -973,7 +973,7 @@ static void test_draft_model(void) {
  * with the same settings (greedy, and seeded under llama-server's default samplers), its response
  * and stream shapes (the stream's content joined is the whole response's, its last event carries
  * the settlement, no [DONE]), stop words, n_predict 0 warming the prefix cache, token-id prompts,
- * and its refusals. */
+ * /props, and its refusals. */
 static cJSON *post_json(int port, const char *path, const char *body, int *status) {
     resp r;
     cJSON *root = NULL;
@@ -1061,6 +1061,17 @@ static void test_llamacpp_native(void) {
                   "{\"prompt\":\"Tom and his sister Mia went to the big park by the lake to fly a red kite with their dad\",\"n_predict\":4}", &st);
     T_CHECK(st == 200 && jnum(a, "tokens_cached") >= 16, "after warming: %g cached", jnum(a, "tokens_cached"));
     cJSON_Delete(a);
+    /* GET /props: the context, the slots (--max-batch 8), the defaults a request gets */
+    resp pr;
+    cJSON *props = http(port, "GET", "/props", NULL, NULL, &pr) && pr.status == 200 ? cJSON_Parse(pr.body) : NULL;
+    const cJSON *gs = cJSON_GetObjectItem(props, "default_generation_settings");
+    T_CHECK(props && jnum(gs, "n_ctx") == 512 && jnum(props, "total_slots") == 8 && !strcmp(jstr(props, "model_alias"), "tiny-stories") &&
+                jnum(cJSON_GetObjectItem(gs, "params"), "temperature") == 0.8 && jnum(cJSON_GetObjectItem(gs, "params"), "top_k") == 40,
+            "/props: %d %s", pr.status, pr.body ? pr.body : "");
+    cJSON_Delete(props);
+    resp_free(&pr);
+    T_CHECK(http(port, "POST", "/props", NULL, "{}", &pr) && pr.status == 405, "POST /props: %d", pr.status);
+    resp_free(&pr);
     static const struct {
         const char *path, *body, *says;
     } bad[] = {{"/completion", "{\"prompt\":\"x\",\"mirostat\":2}", "mirostat"},

@@ -39,7 +39,7 @@ typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
     R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
     R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS,
-    R_LCPP_COMPLETION, R_INFILL /* llama.cpp's native API */
+    R_LCPP_COMPLETION, R_INFILL, R_PROPS /* llama.cpp's native API */
 } route_id;
 
 typedef struct {
@@ -135,7 +135,7 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
                                         "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
-                                        "/v1/responses/{id}/input_items", "/completion", "/infill"};
+                                        "/v1/responses/{id}/input_items", "/completion", "/infill", "/props"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -198,6 +198,7 @@ static enum MHD_Result fail(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, 
 static route_id route_of(const char *url) {
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
+    if (!strcmp(url, "/props")) return R_PROPS;
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/models")) return R_MODELS;
     if (!strncmp(url, "/models/", 8) && url[8]) return R_MODEL;
@@ -910,6 +911,8 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         return respond(h, c, cc, stopping ? 503 : 200, "application/json",
                        strdup(stopping ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}"), NULL, NULL);
     }
+    if (cc->route == R_PROPS) /* public, as llama-server's */
+        return respond(h, c, cc, 200, "application/json", nv_lcpp_props(&h->ctx, h->s->o.max_batch), NULL, NULL);
     if (!auth_ok(h, c))
         return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
                     "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");

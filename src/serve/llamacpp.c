@@ -16,6 +16,12 @@ void nv_lcpp_meta_free(nv_lcpp_meta *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* llama-server's sampling defaults, which apply where a request does not say */
+static const struct {
+    const char *key;
+    double v;
+} defaults[] = {{"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05}};
+
 /* llama-server's fields that change nothing here (see the header), accepted and dropped. */
 static const char *const ignored[] = {"cache_prompt", "id_slot", "samplers", "n_keep", "t_max_prompt_ms", "t_max_predict_ms",
                                       "n_indent", "return_tokens", "post_sampling_probs", "timings_per_token", "response_fields",
@@ -233,10 +239,6 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
     meta->seed = -1;
     if (seed && cJSON_IsNumber(seed) && seed->valuedouble < 0) cJSON_DeleteItemFromObjectCaseSensitive(q, "seed"); /* -1: random */
     else if (seed && cJSON_IsNumber(seed)) meta->seed = (long long)seed->valuedouble;
-    static const struct {
-        const char *key;
-        double v;
-    } defaults[] = {{"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05}}; /* llama-server's */
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!nv_api_field(in, defaults[i].key)) put_number(q, defaults[i].key, defaults[i].v);
     const cJSON *lb = nv_api_field(in, "logit_bias");
@@ -346,5 +348,23 @@ char *nv_lcpp_chunk(const char *content, int predicted, int evaluated) {
     cJSON_AddNumberToObject(root, "id_slot", 0);
     cJSON_AddNumberToObject(root, "tokens_predicted", predicted);
     cJSON_AddNumberToObject(root, "tokens_evaluated", evaluated);
+    return nv_api_print_free(root);
+}
+
+char *nv_lcpp_props(const nv_api_ctx *ctx, int slots) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    cJSON *gs = cJSON_AddObjectToObject(root, "default_generation_settings");
+    cJSON_AddNumberToObject(gs, "n_ctx", ctx->seq_len);
+    cJSON *params = cJSON_AddObjectToObject(gs, "params");
+    cJSON_AddNumberToObject(params, "n_predict", -1);
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) cJSON_AddNumberToObject(params, defaults[i].key, defaults[i].v);
+    cJSON_AddNumberToObject(root, "total_slots", slots);
+    cJSON_AddStringToObject(root, "model_alias", ctx->model_id);
+    cJSON_AddStringToObject(root, "chat_template", nv_chat_template_name(ctx->tmpl));
+    cJSON *mod = cJSON_AddObjectToObject(root, "modalities");
+    cJSON_AddFalseToObject(mod, "vision");
+    cJSON_AddFalseToObject(mod, "audio");
+    cJSON_AddStringToObject(root, "build_info", "nerve");
     return nv_api_print_free(root);
 }

@@ -64,5 +64,9 @@ typedef struct {
 char *nv_lcpp_response(const nv_lcpp_meta *m, const nv_lcpp_answer *a);
 /* A stream's event for new text. */
 char *nv_lcpp_chunk(const char *content, int predicted, int evaluated);
+/* GET /props (public, as llama-server's): {"default_generation_settings": {"n_ctx", "params": the
+ * defaults above, n_predict -1}, "total_slots": sequences a step, "model_alias", "chat_template":
+ * the template's name, "modalities": {"vision": false, "audio": false}, "build_info"}. */
+char *nv_lcpp_props(const nv_api_ctx *ctx, int slots);
 
 #endif
