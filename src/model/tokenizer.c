@@ -837,6 +837,27 @@ static nv_err tok_encode_bpe(const nv_tokenizer *t, const char *text, size_t tl,
     return e;
 }
 
+nv_err nv_ids_push(nv_ids *l, const int *ids, int n) {
+    if (n <= 0) return NV_OK;
+    if (l->n + n > l->cap) {
+        const int cap = (l->n + n) * 2 + 16;
+        int *p = realloc(l->v, (size_t)cap * sizeof *p);
+        if (!p) return nv_fail(NV_ENOMEM, "out of memory for token ids");
+        l->v = p, l->cap = cap;
+    }
+    memcpy(l->v + l->n, ids, (size_t)n * sizeof *ids);
+    l->n += n;
+    return NV_OK;
+}
+
+nv_err nv_tokenizer_encode_into(const nv_tokenizer *t, const char *text, int bos, int eos, nv_ids *l) {
+    int *ids = NULL, n = 0;
+    NV_TRY(nv_tokenizer_encode(t, text, bos, eos, &ids, &n));
+    const nv_err e = nv_ids_push(l, ids, n);
+    free(ids);
+    return e;
+}
+
 nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens,
                            int *n_tokens) {
     *tokens = NULL;

@@ -87,6 +87,15 @@ int nv_tokenizer_lookup(const nv_tokenizer *t, const char *str);
  * all); eos: EOS last. Only a byte-level vocabulary without BOS can give 0 ids. */
 nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens,
                            int *n_tokens);
+/* A growing list of token ids (the caller frees v). */
+typedef struct {
+    int *v;
+    int n, cap;
+} nv_ids;
+/* Appends n ids (NV_ENOMEM, the list unchanged, when it cannot grow). */
+nv_err nv_ids_push(nv_ids *l, const int *ids, int n);
+/* Appends text's encoding (nv_tokenizer_encode's, with bos and eos). */
+nv_err nv_tokenizer_encode_into(const nv_tokenizer *t, const char *text, int bos, int eos, nv_ids *l);
 /* Text to print for token following prev_token; NULL if token is out of range. */
 const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token);
 

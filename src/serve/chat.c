@@ -72,30 +72,6 @@ static void llama3_tools_preamble(nv_buf *b, const nv_chat_opts *o) {
     for (int i = 0; i < o->n_tools; i++) nv_buf_printf(b, "%s\n\n", o->tools[i]);
 }
 
-typedef struct {
-    int *ids;
-    int n, cap;
-} id_list;
-
-static nv_err ids_add_text(id_list *l, const nv_tokenizer *tok, const char *text, int bos, int eos) {
-    int *ids = NULL, n = 0;
-    NV_TRY(nv_tokenizer_encode(tok, text, bos, eos, &ids, &n));
-    if (l->n + n > l->cap) {
-        int cap = (l->n + n) * 2 + 16;
-        int *p = realloc(l->ids, (size_t)cap * sizeof(int));
-        if (!p) {
-            free(ids);
-            return nv_fail(NV_ENOMEM, "chat: out of memory");
-        }
-        l->ids = p;
-        l->cap = cap;
-    }
-    memcpy(l->ids + l->n, ids, (size_t)n * sizeof(int));
-    l->n += n;
-    free(ids);
-    return NV_OK;
-}
-
 /* Appends s without leading and trailing white space. */
 static void put_stripped(nv_buf *b, const char *s) {
     while (*s && isspace((unsigned char)*s)) s++;
@@ -110,7 +86,7 @@ static void put_user_side(nv_buf *b, const nv_chat_msg *m) {
     else put_stripped(b, m->content);
 }
 
-static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, id_list *out) {
+static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, nv_ids *out) {
     nv_buf sys = {0}, user = {0}, text = {0};
     nv_err e = NV_OK;
     for (int i = 0; i < n; i++)
@@ -141,7 +117,7 @@ static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n
         int last = i == n - 1;
         if (!last) nv_buf_puts(&text, " ");
         e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory")
-                     : ids_add_text(out, tok, text.data, 1, !last);
+                     : nv_tokenizer_encode_into(tok, text.data, 1, !last, out);
         nv_buf_free(&text);
         nv_buf_free(&user);
         have_user = 0;
@@ -153,7 +129,7 @@ static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n
         if (first && sys.len) nv_buf_printf(&text, "<<SYS>>\n%s\n<</SYS>>\n\n", sys.data);
         if (user.len) nv_buf_append(&text, user.data, user.len);
         nv_buf_puts(&text, " [/INST]");
-        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : ids_add_text(out, tok, text.data, 1, 0);
+        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : nv_tokenizer_encode_into(tok, text.data, 1, 0, out);
     }
 done:
     nv_buf_free(&sys);
@@ -290,7 +266,7 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
                            const nv_chat_opts *o, int **tokens, int *n_tokens) {
     *tokens = NULL;
     *n_tokens = 0;
-    id_list out = {0};
+    nv_ids out = {0};
     nv_err e = NV_OK;
     if (t == NV_CHAT_LLAMA2) {
         e = render_llama2(tok, m, n, o, &out);
@@ -301,14 +277,14 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
         else if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n, o);
         else render_plain(&text, m, n, o);
         if (text.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
-        else e = ids_add_text(&out, tok, text.data ? text.data : "", 1, 0);
+        else e = nv_tokenizer_encode_into(tok, text.data ? text.data : "", 1, 0, &out);
         nv_buf_free(&text);
     }
     if (e != NV_OK) {
-        free(out.ids);
+        free(out.v);
         return e;
     }
-    *tokens = out.ids;
+    *tokens = out.v;
     *n_tokens = out.n;
     return NV_OK;
 }
@@ -325,13 +301,13 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         return nv_fail(NV_EFORMAT, "chat: the llama2 template cannot hold two assistant messages in a row");
     int *prompt = NULL, np = 0;
     NV_TRY(nv_chat_render_opts(t, tok, m, n - 1, o, &prompt, &np));
-    id_list out = {0};
+    nv_ids out = {0};
     nv_buf answer = {0}; /* the answer's text and what ends it (text templates) */
     nv_err e = NV_OK;
     const nv_chat_msg *a = &m[n - 1];
     if (t == NV_CHAT_LLAMA2) { /* the last answer is continued (no EOS): then the EOS that ends it */
         e = render_llama2(tok, m, n, o, &out);
-        if (e == NV_OK) e = ids_add_text(&out, tok, "", 0, 1);
+        if (e == NV_OK) e = nv_tokenizer_encode_into(tok, "", 0, 1, &out);
     } else {
         nv_buf text = {0};
         if (t == NV_CHAT_PLAIN) { /* the answer is the text's next line, ended by EOS */
@@ -352,33 +328,33 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         }
         if (!answer.oom && answer.len) nv_buf_append(&text, answer.data, answer.len);
         e = text.oom || answer.oom ? nv_fail(NV_ENOMEM, "chat: out of memory")
-                                   : ids_add_text(&out, tok, text.data ? text.data : "", 1, t == NV_CHAT_PLAIN);
+                                   : nv_tokenizer_encode_into(tok, text.data ? text.data : "", 1, t == NV_CHAT_PLAIN, &out);
         nv_buf_free(&text);
     }
     int k = 0; /* the prompt's tokens, unless the answer's first token merged with its last */
-    while (e == NV_OK && k < np && k < out.n && prompt[k] == out.ids[k]) k++;
+    while (e == NV_OK && k < np && k < out.n && prompt[k] == out.v[k]) k++;
     if (e == NV_OK && k < np) {
         /* a byte-level vocabulary can merge across the boundary (punctuation and a line break): then the
            server's prompt, and the answer encoded on its own, as the model would write it after that
            prompt; a vocabulary with a dummy-space prefix cannot encode a piece on its own */
-        free(out.ids);
-        out = (id_list){0};
+        free(out.v);
+        out = (nv_ids){0};
         if (t == NV_CHAT_LLAMA2 || !nv_tokenizer_byte_level(tok)) {
             e = nv_fail(NV_EUNSUPPORTED, "chat: the answer's first token merges with the prompt's last");
         } else {
-            out.ids = prompt, out.n = out.cap = np;
+            out.v = prompt, out.n = out.cap = np;
             prompt = NULL;
-            e = ids_add_text(&out, tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN);
+            e = nv_tokenizer_encode_into(tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN, &out);
             k = np;
         }
     }
     free(prompt);
     nv_buf_free(&answer);
     if (e != NV_OK) {
-        free(out.ids);
+        free(out.v);
         return e;
     }
-    *tokens = out.ids;
+    *tokens = out.v;
     *n_tokens = out.n;
     *n_prompt = k;
     return NV_OK;

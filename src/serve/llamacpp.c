@@ -87,34 +87,6 @@ static int infill_text(const cJSON *in, const char *key, const char **out, nv_ap
     return 0;
 }
 
-typedef struct {
-    int *v;
-    int n, cap, oom;
-} ids;
-
-static void ids_put(ids *l, const int *v, int n) {
-    if (l->oom || n <= 0) return;
-    if (l->n + n > l->cap) {
-        int cap = (l->n + n) * 2 + 16;
-        int *p = realloc(l->v, (size_t)cap * sizeof *p);
-        if (!p) {
-            l->oom = 1;
-            return;
-        }
-        l->v = p, l->cap = cap;
-    }
-    memcpy(l->v + l->n, v, (size_t)n * sizeof *v);
-    l->n += n;
-}
-
-static int ids_text(const nv_api_ctx *ctx, ids *l, const char *text) {
-    int *v = NULL, n = 0;
-    if (nv_tokenizer_encode(ctx->tok, text, 0, 0, &v, &n) != NV_OK) return -1;
-    ids_put(l, v, n);
-    free(v);
-    return 0;
-}
-
 /* /infill's prompt as token ids into q's "prompt" (see the header). */
 static int infill_prompt(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, nv_lcpp_meta *meta, nv_api_error *err) {
     const char *prefix, *suffix, *prompt;
@@ -135,13 +107,14 @@ static int infill_prompt(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, nv_lc
         return err->status;
     }
     const int rep = nv_tokenizer_lookup(ctx->tok, "<|repo_name|>"), sep = nv_tokenizer_lookup(ctx->tok, "<|file_sep|>");
-    ids ex = {0}, pre = {0}, suf = {0}, mid = {0};
-    int bad = 0, i = 0;
+    nv_ids ex = {0}, pre = {0}, suf = {0}, mid = {0};
+    nv_err e = NV_OK;
+    int i = 0;
     if (rep >= 0 && sep >= 0) { /* the repo-level form */
-        ids_put(&ex, &rep, 1);
-        bad |= ids_text(ctx, &ex, "myproject\n");
+        e = nv_ids_push(&ex, &rep, 1);
+        if (e == NV_OK) e = nv_tokenizer_encode_into(ctx->tok, "myproject\n", 0, 0, &ex);
     }
-    for (const cJSON *c = extra ? extra->child : NULL; c && !bad; c = c->next, i++) {
+    for (const cJSON *c = extra ? extra->child : NULL; c && e == NV_OK; c = c->next, i++) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(c, "filename"), *text = cJSON_GetObjectItemCaseSensitive(c, "text");
         if (!cJSON_IsObject(c) || (name && !cJSON_IsString(name)) || !cJSON_IsString(text)) {
             free(ex.v);
@@ -149,24 +122,27 @@ static int infill_prompt(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, nv_lc
             return err->status;
         }
         if (rep >= 0 && sep >= 0) {
-            ids_put(&ex, &sep, 1);
             nv_buf b = {0};
             nv_buf_printf(&b, "%s\n%s", name ? name->valuestring : "", text->valuestring);
-            bad |= b.oom || ids_text(ctx, &ex, b.data);
+            e = b.oom ? nv_fail(NV_ENOMEM, "out of memory") : nv_ids_push(&ex, &sep, 1);
+            if (e == NV_OK) e = nv_tokenizer_encode_into(ctx->tok, b.data, 0, 0, &ex);
             nv_buf_free(&b);
         } else {
-            bad |= ids_text(ctx, &ex, text->valuestring);
+            e = nv_tokenizer_encode_into(ctx->tok, text->valuestring, 0, 0, &ex);
         }
     }
-    if (rep >= 0 && sep >= 0 && !bad) {
-        ids_put(&ex, &sep, 1);
-        bad |= ids_text(ctx, &ex, "filename\n");
+    if (rep >= 0 && sep >= 0 && e == NV_OK) {
+        e = nv_ids_push(&ex, &sep, 1);
+        if (e == NV_OK) e = nv_tokenizer_encode_into(ctx->tok, "filename\n", 0, 0, &ex);
     }
-    if (!bad) bad |= ids_text(ctx, &pre, prefix) || ids_text(ctx, &suf, suffix) || ids_text(ctx, &mid, prompt);
+    if (e == NV_OK) e = nv_tokenizer_encode_into(ctx->tok, prefix, 0, 0, &pre);
+    if (e == NV_OK) e = nv_tokenizer_encode_into(ctx->tok, suffix, 0, 0, &suf);
+    if (e == NV_OK) e = nv_tokenizer_encode_into(ctx->tok, prompt, 0, 0, &mid);
     int rcode = 0;
-    if (bad || ex.oom || pre.oom || suf.oom || mid.oom) {
-        rcode = bad ? (nv_api_error_set(err, 500, "server_error", NULL, NULL, "cannot tokenize the input: %s", nv_errmsg()), err->status)
-                    : nv_api_oom(err);
+    if (e != NV_OK) {
+        rcode = e == NV_ENOMEM ? nv_api_oom(err)
+                               : (nv_api_error_set(err, 500, "server_error", NULL, NULL, "cannot tokenize the input: %s", nv_errmsg()),
+                                  err->status);
     } else {
         /* room for the answer: what n_predict asks, at most a quarter of the context (a quarter when unlimited) */
         const int bos = nv_tokenizer_adds_bos(ctx->tok) && nv_tokenizer_bos(ctx->tok) >= 0;
