@@ -131,9 +131,7 @@ static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_c
     const int V = d->config.vocab_size;
     for (int j = 0; j < k; j++) { /* until one the draft itself doubts (p_min) */
         if (j && nv_forward(d, ds, &out[j - 1], 1, n_ctx - 1 + j) != NV_OK) return -1;
-        float p;
-        out[j] = nv_top_token(ds->logits, V, &p);
-        if (p < p_min) return j;
+        if ((out[j] = nv_draft_token(ds->logits, V, p_min)) < 0) return j;
     }
     return k;
 }
@@ -322,8 +320,7 @@ int cmd_generate(int argc, char **argv) {
                 continue;
             }
             if (nrows > 1) nv_spec_update(&record, agreed, row < nrows); /* the last forward's drafts: refused when a row was left */
-            /* the draft model's cache: the drafts it fed (all but its last) that the model took */
-            if (draft.plans && nrows > 1) dvalid += agreed < nrows - 2 ? agreed : nrows - 2;
+            if (draft.plans && nrows > 1) dvalid += nv_draft_kept(agreed, nrows - 1); /* the draft model's cache */
             agreed = 0;
             /* drafts: as many as this text's acceptance makes worthwhile, never past the positions this run may reach */
             int nd = 0, k = spec.tokens ? nv_spec_len(&record, spec.tokens) : 0;

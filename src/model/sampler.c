@@ -124,6 +124,12 @@ static void adjust_logits(const nv_sampler *s, float *logits) {
     }
 }
 
+int nv_draft_token(const float *logits, int n, float p_min) {
+    float p;
+    const int tok = nv_top_token(logits, n, &p);
+    return p < p_min ? -1 : tok;
+}
+
 int nv_top_token(const float *logits, int n, float *prob) {
     const int best = nv_argmax(logits, n);
     double sum = 0;

@@ -80,4 +80,13 @@ int nv_spec_len(const nv_spec_record *r, int k_max);
 /* After a step with drafts: how many the model agreed with, and whether one was refused. */
 void nv_spec_update(nv_spec_record *r, int agreed, int refused);
 
+/* A draft model's next draft from its logits: its greedy token, or -1 when it gives that token less
+ * than p_min (llama.cpp's --draft-p-min: a draft the draft itself doubts is rarely accepted, and
+ * each costs a pass and a row). */
+int nv_draft_token(const float *logits, int n, float p_min);
+/* After a step whose k drafts came from a draft model, which fed the decode row's token and then its
+ * drafts but the last: how many of the positions after the decode row's hold the draft's keys and
+ * values of the text, with agreed of the drafts taken. */
+static inline int nv_draft_kept(int agreed, int k) { return agreed < k - 1 ? agreed : k - 1; }
+
 #endif

@@ -781,13 +781,10 @@ static int draft_pass(nv_sched *s, int nd, const char *what) {
     return 0;
 }
 
-/* Draft j + 1 of r from the draft's logits, unless the draft gives it less than draft_p_min: then
- * r's drafts stop at j (llama.cpp's --draft-p-min: a draft the draft itself doubts is rarely
- * accepted, and each costs a pass and a row). */
+/* Draft j + 1 of r from the draft's logits; r's drafts stop at j where the draft doubts it. */
 static void take_draft(nv_sched *s, nv_req *r, int j, const float *logits) {
-    float p;
-    const int tok = nv_top_token(logits, s->o.draft->config.vocab_size, &p);
-    if (p < s->o.draft_p_min) r->dk = j;
+    const int tok = nv_draft_token(logits, s->o.draft->config.vocab_size, s->o.draft_p_min);
+    if (tok < 0) r->dk = j;
     else r->spec_rows[j + 1] = tok;
 }
 
@@ -1178,8 +1175,7 @@ static void *sched_loop(void *arg) {
                 drafted += (unsigned long)(q->n - 1);
                 accepted += (unsigned long)agreed;
                 nv_spec_update(&r->spec, agreed, agreed < used && agreed + 1 < q->n); /* a token the answer took differed from its draft */
-                /* the draft model fed the decode row's token, then its drafts but the last: those taken are ctx's */
-                if (r->dk) r->dvalid += agreed < r->dk - 1 ? agreed : r->dk - 1;
+                if (r->dk) r->dvalid += nv_draft_kept(agreed, r->dk);
             }
         }
         if (drafts) nv_metrics_spec(s->metrics, drafts, drafted, accepted);
