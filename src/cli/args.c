@@ -114,9 +114,10 @@ int cli_declared_template(const char *model_path, nv_chat_template *out) {
 
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
     struct stat st;
+    buf->own_tok = 0;
     if (stat(*model, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(buf->tok, sizeof buf->tok, "%s/tokenizer.bin", *model);
-        if (!*tok && nv_file_exists(buf->tok)) *tok = buf->tok;
+        if (!*tok && nv_file_exists(buf->tok)) *tok = buf->tok, buf->own_tok = 1;
         /* model.bin, or model.gguf for the shapes llama2.c's format cannot hold */
         snprintf(buf->model, sizeof buf->model, "%s/model.bin", *model);
         if (!nv_file_exists(buf->model)) {
@@ -126,7 +127,7 @@ void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
         }
         *model = buf->model;
     }
-    if (!*tok && nv_gguf_has_vocab(*model)) *tok = *model; /* a GGUF model carries its tokenizer */
+    if (!*tok && nv_gguf_has_vocab(*model)) *tok = *model, buf->own_tok = 1; /* a GGUF model carries its tokenizer */
     if (!*tok) {
         nv_data_path("tokenizers/tokenizer.bin", buf->tok, sizeof buf->tok);
         *tok = buf->tok;
@@ -213,11 +214,6 @@ int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_mod
     const char *path = o->draft, *dtok_path = NULL;
     cli_paths paths;
     cli_model_paths(&path, &dtok_path, &paths);
-    /* its own vocabulary: a GGUF file's, or the tokenizer.bin of a run folder */
-    struct stat st;
-    char run_tok[4300];
-    snprintf(run_tok, sizeof run_tok, "%s/tokenizer.bin", o->draft);
-    const int own = dtok_path == path || (stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode) && nv_file_exists(run_tok));
     nv_engine_id engine;
     int rc = cli_engine(cmd, o->draft_engine, threads, CLI_ENGINE_FASTEST, &engine);
     if (rc) return rc;
@@ -228,7 +224,7 @@ int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_mod
                   o->draft, d->config.vocab_size, V);
         goto fail;
     }
-    if (own) {
+    if (paths.own_tok) { /* its own vocabulary: a GGUF file's, or the tokenizer.bin of a run folder */
         nv_tokenizer *dt = NULL;
         if (nv_tokenizer_load_for_model(dtok_path, V, &dt) != NV_OK) {
             cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());

@@ -94,6 +94,7 @@ int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_mod
  * into the buffers when changed). */
 typedef struct {
     char model[4200], tok[4200];
+    int own_tok; /* the tokenizer came with the model (a run folder's, a GGUF file's), not -z or the default */
 } cli_paths;
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf);
 /* Adapters merged into a model at load: `--lora FILE` and `--lora-scaled FILE SCALE` (llama.cpp's
