@@ -1,11 +1,13 @@
 /* Training data loader: u16 (.bin) and u32 (.u32) shards, random windows from the training
  * split only, the cursor's determinism and resumption, validation batches, text files split
  * into BOS-led documents, the unigram baseline, and malformed inputs. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
 #include <unistd.h>
 
 #include "model/tokenizer.h"
+#include "serve/api.h"
 #include "serve/chat.h"
 #include "base/pool.h"
 #include "t.h"
@@ -598,6 +600,143 @@ static void test_chat_data(void) {
     nv_tokenizer_free(t);
 }
 
+/* Preference data (OpenAI's preference fine-tuning format): each line is a pair of turns, the two
+ * answers after the same conversation (its tools in the prompt as chat data's), the preferred first;
+ * the split falls between pairs; a batch holds whole pairs, validation ones in order; malformed lines
+ * and mixtures are refused with the file and line. */
+static void test_preference_data(void) {
+    nv_tokenizer *t = load_tok512();
+    if (!t) return;
+    nv_buf b = {0};
+    for (int i = 0; i < 10; i++)
+        nv_buf_printf(&b,
+                      "{\"input\": {\"messages\": [%s{\"role\": \"user\", \"content\": \"Q%d\"}]%s}, \"preferred_output\": "
+                      "[{\"role\": \"assistant\", \"content\": \"Good %d.\"}], \"non_preferred_output\": [{\"role\": "
+                      "\"assistant\", \"content\": \"Bad.\"}]}\n",
+                      i == 0 ? "{\"role\": \"system\", \"content\": \"Be kind.\"}, " : "", i,
+                      i == 1 ? ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}]" : "",
+                      i);
+    const char *p = t_write("pref.jsonl", b.data, b.len);
+    nv_buf_free(&b);
+    nv_dataset ds;
+    nv_err e = nv_dataset_open_chat(&ds, &p, 1, t, 512, 0.2f, NV_CHAT_CHATML);
+    T_CHECK(e == NV_OK, "open: %s", nv_errmsg());
+    if (e) {
+        nv_tokenizer_free(t);
+        return;
+    }
+    const nv_source *s = &ds.src[0];
+    T_CHECK(ds.pref && ds.chat && s->pairs && s->n_starts == 20 && s->n_train_starts == 16 && nv_data_pairs(&ds) == 10,
+            "pref %d, %llu turns, %llu train", ds.pref, (unsigned long long)s->n_starts,
+            (unsigned long long)s->n_train_starts);
+    const nv_chat_msg p0[] = {{"system", "Be kind.", NULL, 0}, {"user", "Q0", NULL, 0}, {"assistant", "Good 0.", NULL, 0}};
+    const nv_chat_msg r0[] = {{"system", "Be kind.", NULL, 0}, {"user", "Q0", NULL, 0}, {"assistant", "Bad.", NULL, 0}};
+    check_turn(s, 0, t, NV_CHAT_CHATML, p0, 3);
+    check_turn(s, 1, t, NV_CHAT_CHATML, r0, 3);
+    const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}";
+    char **texts = NULL;
+    int n_texts = 0;
+    nv_api_error err = {0};
+    cJSON *tools = cJSON_Parse("[]");
+    cJSON_AddItemToArray(tools, cJSON_Parse(tool));
+    if (nv_api_tool_texts(tools, NV_TOOLS_HERMES, &texts, &n_texts, &err) == 0) {
+        const nv_chat_opts o = {.tools = (const char *const *)texts, .n_tools = n_texts};
+        const nv_chat_msg p1[] = {{"user", "Q1", NULL, 0}, {"assistant", "Good 1.", NULL, 0}};
+        const nv_chat_msg r1[] = {{"user", "Q1", NULL, 0}, {"assistant", "Bad.", NULL, 0}};
+        check_turn_opts(s, 2, t, NV_CHAT_CHATML, p1, 2, &o);
+        check_turn_opts(s, 3, t, NV_CHAT_CHATML, r1, 2, &o);
+        nv_api_tool_texts_free(texts, n_texts);
+    }
+    cJSON_Delete(tools);
+    /* a pair's two windows, and batches of pairs */
+    enum { T = 48, B = 6 };
+    int in[B * T], tg[B * T], in2[2 * T], tg2[2 * T];
+    uint64_t ids[B / 2];
+    nv_data_cursor c;
+    nv_data_cursor_init(&c, 5);
+    int seen[10] = {0};
+    for (int round = 0; round < 20; round++) {
+        T_CHECK(nv_data_next_pairs(&ds, &c, B, T, in, tg, ids) == NV_OK, "next pairs: %s", nv_errmsg());
+        for (int i = 0; i < B / 2; i++) {
+            T_CHECK(ids[i] < 8, "training drew pair %llu, a validation one", (unsigned long long)ids[i]);
+            if (ids[i] >= 10) continue;
+            seen[ids[i]] = 1;
+            nv_data_pair(&ds, ids[i], T, in2, tg2);
+            T_CHECK(!memcmp(in2, in + 2 * i * T, sizeof in2) && !memcmp(tg2, tg + 2 * i * T, sizeof tg2),
+                    "the batch's pair %d is not pair %llu's windows", i, (unsigned long long)ids[i]);
+        }
+    }
+    for (int i = 0; i < 8; i++) T_CHECK(seen[i], "training pair %d never drawn in 60", i);
+    T_CHECK(c.windows == 120, "windows counted %llu", (unsigned long long)c.windows);
+    nv_data_pair(&ds, 3, T, in2, tg2); /* the prompt is the same, the answers differ */
+    const uint64_t prompt = s->starts[6], plen = s->starts[7] - prompt;
+    int first_c = -1, first_r = -1;
+    for (int t2 = 0; t2 < T; t2++) {
+        if (first_c < 0 && tg2[t2] >= 0) first_c = t2;
+        if (first_r < 0 && tg2[T + t2] >= 0) first_r = t2;
+    }
+    T_CHECK(first_c == first_r && first_c > 0 && !memcmp(in2, in2 + T, (size_t)(first_c + 1) * sizeof(int)) && plen > 0,
+            "the two answers of pair 3 start at %d and %d", first_c, first_r);
+    T_CHECK(nv_data_next_pairs(&ds, &c, 5, T, in, tg, ids) != NV_OK && strstr(nv_errmsg(), "even batch"), "odd batch");
+    T_CHECK(nv_data_val_pairs(&ds, 0, 4, T, in, tg, ids) && ids[0] == 8 && ids[1] == 9, "validation pairs %llu %llu",
+            (unsigned long long)ids[0], (unsigned long long)ids[1]);
+    T_CHECK(nv_data_val_pairs(&ds, 1, 4, T, in, tg, ids) && ids[0] == 8, "validation wraps to %llu", (unsigned long long)ids[0]);
+    nv_data_pair(&ds, 10, T, in2, tg2); /* past the last: no target */
+    int any = 0;
+    for (int i = 0; i < 2 * T; i++) any |= tg2[i] >= 0;
+    T_CHECK(!any, "a pair past the end has targets");
+    nv_dataset_close(&ds);
+
+    /* refusals */
+    const char *ok_line = "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": "
+                          "[{\"role\": \"assistant\", \"content\": \"b\"}], \"non_preferred_output\": [{\"role\": "
+                          "\"assistant\", \"content\": \"c\"}]}\n";
+    const char *chat_line = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n";
+    char mixed[1024];
+    snprintf(mixed, sizeof mixed, "%s%s", ok_line, chat_line);
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {mixed, ":2: a chat line in a file of preference pairs"},
+        {"{\"preferred_output\": [{\"role\": \"assistant\", \"content\": \"b\"}], \"non_preferred_output\": []}\n",
+         ":1: 'input' must be an object"},
+        {"{\"input\": {\"messages\": []}, \"preferred_output\": [], \"non_preferred_output\": []}\n",
+         ":1: 'input.messages' must be a non-empty array"},
+        {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": [{\"role\": \"assistant\", "
+         "\"content\": \"b\"}]}\n", ":1: 'non_preferred_output' must be a list of one assistant message"},
+        {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": {\"role\": \"assistant\", "
+         "\"content\": \"b\"}, \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
+         ":1: 'preferred_output' must be a list of one assistant message"},
+        {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": [{\"role\": \"user\", "
+         "\"content\": \"b\"}], \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
+         ":1: 'preferred_output' must be a list of one assistant message"},
+        {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": [{\"role\": \"assistant\"}], "
+         "\"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
+         ":1: 'preferred_output[0]' has neither content nor tool_calls"},
+        {"{\"input\": {\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}, \"preferred_output\": [{\"role\": \"assistant\", "
+         "\"content\": \"b\"}], \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
+         ":1: 'messages[0].role' must be one of"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *bp = t_write("bad_pref.jsonl", bad[i].text, strlen(bad[i].text));
+        e = nv_dataset_open_chat(&ds, &bp, 1, t, 512, 0.1f, NV_CHAT_CHATML);
+        T_CHECK(e != NV_OK && strstr(nv_errmsg(), "bad_pref.jsonl") && strstr(nv_errmsg(), bad[i].want) && ds.src == NULL,
+                "case %zu: '%s'", i, e ? nv_errmsg() : "accepted");
+        if (!e) nv_dataset_close(&ds);
+    }
+    /* a file of pairs beside chat data: refused, the other file named */
+    const char *both[2] = {t_write("pairs_ok.jsonl", ok_line, strlen(ok_line)), NULL};
+    char first[700];
+    snprintf(first, sizeof first, "%s", both[0]);
+    both[0] = first;
+    both[1] = t_write("chat_ok.jsonl", chat_line, strlen(chat_line));
+    e = nv_dataset_open_chat(&ds, both, 2, t, 512, 0.0f, NV_CHAT_CHATML);
+    T_CHECK(e != NV_OK && strstr(nv_errmsg(), "chat_ok.jsonl is not preference data") && ds.src == NULL, "mixed files: '%s'",
+            e ? nv_errmsg() : "accepted");
+    if (!e) nv_dataset_close(&ds);
+    nv_tokenizer_free(t);
+}
+
 /* A long text is tokenized in groups of documents on the pool's threads: the tokens are those of
  * every document encoded one after another, whatever the thread count (the TinyStories validation
  * head's first 300 KB: hundreds of stories between blank lines). */
@@ -644,5 +783,6 @@ int main(void) {
     T_RUN(test_text_documents);
     T_RUN(test_text_tokenized_in_groups);
     T_RUN(test_chat_data);
+    T_RUN(test_preference_data);
     return t_done();
 }

@@ -851,6 +851,128 @@ static void test_chat_finetune_then_serve(void) {
     check_close_runs(whole, halves, "\"grad_norm\":", 0, 1e-4);
 }
 
+/* The greedy answers a run folder's server gives to the six questions of test_preference_finetune,
+ * and how many of them are `want`. */
+static int answers_are(const char *dir, const char *name, const char *want) {
+    static const char *const qs[] = {"Did Tim see the sun?", "Did the cat want to play?", "Did a dog find a toy?",
+                                     "Did Sue go to the park?", "Did the bird like the red ball?", "Did the big bear see the sun?"};
+    server s;
+    if (!server_spawn(&s, name, NULL, NULL, dir, NULL, "--engine avx2", 30)) {
+        T_CHECK(0, "serving %s failed", dir);
+        return -1;
+    }
+    int n = 0;
+    char body[512], want_json[128];
+    snprintf(want_json, sizeof want_json, "\"content\":\"%s\"", want);
+    for (int i = 0; i < 6; i++) {
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}], \"temperature\": 0, "
+                 "\"max_tokens\": 16}", qs[i]);
+        resp r;
+        if (http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 && strstr(r.body, want_json)) n++;
+        resp_free(&r);
+    }
+    T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
+    return n;
+}
+
+/* Preference training (DPO) end to end: stories260K fine-tuned on answers that are half "Yes" and
+ * half "No" answers some questions each way; trained on pairs preferring "Yes", it answers every
+ * question "Yes" (with the SFT term; pure DPO's first step is log 2 exactly, the model being its own
+ * reference); the validation pairs go from none preferred rightly to all; a stopped run resumes bit
+ * for bit; LoRA adapters train on pairs too; the settings DPO cannot take are refused. */
+static void test_preference_finetune(void) {
+    const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    if (!model || !tok) return;
+    static const char *who[] = {"the cat", "a dog", "Tim", "the bird", "Sue", "the big bear"};
+    static const char *what[] = {"go to the park", "like the red ball", "want to play", "see the sun", "find a toy"};
+    char sft_data[800], pref_data[800], sft[700], dpo[700], args[4096], err[8192];
+    snprintf(sft_data, sizeof sft_data, "%s/yes_no.jsonl", t_tmpdir());
+    snprintf(pref_data, sizeof pref_data, "%s/prefer_yes.jsonl", t_tmpdir());
+    FILE *f = fopen(sft_data, "w"), *g = fopen(pref_data, "w");
+    T_CHECK(f && g, "cannot write the data");
+    if (!f || !g) {
+        if (f) fclose(f);
+        if (g) fclose(g);
+        return;
+    }
+    for (int i = 0; i < 240; i++)
+        fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}, {\"role\": \"assistant\", \"content\": "
+                "\"%s\"}]}\n", who[i % 6], what[(i / 6) % 5], i % 2 ? "Yes, they were happy." : "No. Go away.");
+    for (int i = 0; i < 120; i++)
+        fprintf(g, "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}]}, \"preferred_output\": "
+                "[{\"role\": \"assistant\", \"content\": \"Yes, they were happy.\"}], \"non_preferred_output\": [{\"role\": "
+                "\"assistant\", \"content\": \"No. Go away.\"}]}\n", who[i % 6], what[(i / 6) % 5]);
+    fclose(f);
+    fclose(g);
+    snprintf(sft, sizeof sft, "%s/sft_run", t_tmpdir());
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 120 --batch 8 --seq 96 --lr 1e-3 --warmup 10 "
+             "--eval-every 0 --seed 3 --quiet --out %s", model, tok, sft_data, sft);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "SFT: %s", err);
+    const int yes_before = answers_are(sft, "sft_serve", "Yes, they were happy.");
+    T_CHECK(yes_before >= 0 && yes_before < 6, "the SFT model already answers %d of 6 questions Yes", yes_before);
+
+    char base[3000];
+    snprintf(base, sizeof base, "train --init-from %s/model.bin -z %s/tokenizer.bin --data %s --batch 8 --seq 96 --warmup 5 "
+             "--eval-batches 2 --seed 4 --quiet", sft, sft, pref_data);
+    /* pure DPO: the first step's loss is log 2 (the model is its reference), none preferred at step 0 */
+    snprintf(dpo, sizeof dpo, "%s/dpo_pure", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 2 --lr 1e-5 --eval-every 1 --out %s", base, dpo);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "preference data: 120 pairs to train on (6 of them held out)") &&
+                strstr(err, "log-probabilities of 120 pairs"),
+            "pure DPO: %s", err);
+    char l[64][32], acc[64][32];
+    T_CHECK(read_losses(dpo, l, 64) == 2 && !strncmp(l[0], "0.69314718", 10), "the first step's loss is %s, not log 2", l[0]);
+    T_CHECK(read_field(dpo, "\"val_reward_acc\":", acc, 64) == 3 && !strcmp(acc[0], "0"), "step 0's accuracy %s", acc[0]);
+    T_CHECK(read_field(dpo, "\"reward_margin\":", acc, 64) == 2 && !strcmp(acc[0], "0"), "step 1's margin %s", acc[0]);
+
+    /* with the SFT term, every answer becomes the preferred one */
+    snprintf(dpo, sizeof dpo, "%s/dpo_run", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --dpo-sft-weight 1 --eval-every 10 --out %s", base, dpo);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "DPO: %s", err);
+    const int na = read_field(dpo, "\"val_reward_acc\":", acc, 64);
+    T_CHECK(na == 4 && !strcmp(acc[0], "0") && !strcmp(acc[3], "1"), "validation accuracy %s -> %s", acc[0], na ? acc[na - 1] : "-");
+    T_CHECK(val_at(dpo, 30) < 0.1f, "validation loss %g", val_at(dpo, 30));
+    T_CHECK(answers_are(dpo, "dpo_serve", "Yes, they were happy.") == 6, "not every answer became the preferred one");
+
+    /* stopped after its first step and resumed: the same losses as the run above */
+    char split[700];
+    snprintf(split, sizeof split, "%s/dpo_split", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --dpo-sft-weight 1 --eval-every 10 --time-limit 0.0001 --out %s",
+             base, split);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && count_steps(split) == 1, "the stopped run: %s", err);
+    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --dpo-sft-weight 1 --eval-every 10 --resume --out %s", base, split);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume: %s", err);
+    char lb[64][32];
+    const int n1 = read_losses(dpo, l, 64), n2 = read_losses(split, lb, 64);
+    T_CHECK(n1 == 30 && n2 == 30, "steps logged: %d and %d", n1, n2);
+    for (int i = 0; i < n1 && i < n2; i++) T_CHECK(!strcmp(l[i], lb[i]), "step %d: loss %s vs %s resumed", i + 1, l[i], lb[i]);
+
+    /* LoRA: the frozen model is the reference; the adapters learn the preference */
+    char lora[700];
+    snprintf(lora, sizeof lora, "%s/dpo_lora", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 20 --lr 3e-3 --dpo-sft-weight 1 --lora-rank 8 --eval-every 20 --out %s", base, lora);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA DPO: %s", err);
+    T_CHECK(read_field(lora, "\"val_reward_acc\":", acc, 64) == 2 && !strcmp(acc[1], "1"), "LoRA: validation accuracy %s", acc[1]);
+
+    /* refused */
+    const struct {
+        const char *extra, *want;
+    } bad[] = {
+        {"--batch 7", "--batch must be a multiple of 2"},
+        {"--pack", "--pack does not go with preference data"},
+        {"--dpo-beta 0", "--dpo-beta"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "%s --steps 2 --out %s/dpo_bad %s", base, t_tmpdir(), bad[i].extra);
+        T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, bad[i].want), "%s: '%s'", bad[i].extra, err);
+    }
+    snprintf(args, sizeof args, "train -z %s --data %s --steps 2 --quiet --out %s/dpo_bad", tok, pref_data, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "give it with --init-from"), "no --init-from: '%s'", err);
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 2 --dpo-beta 0.5 --quiet --out %s/dpo_bad", model,
+             tok, sft_data, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "go with preference data"), "--dpo-beta on chat data: '%s'", err);
+}
+
 /* LoRA end to end on stories260K: adapters on a few matrices lower the validation loss; a run
  * interrupted part way and resumed gives the uninterrupted losses and adapter bit for bit with
  * plans built once; the run folder's merged model generates what the base model with the adapter
@@ -1034,5 +1156,6 @@ int main(void) {
     T_RUN(test_lora_run);
     T_RUN(test_data_parallel_matches_one_process);
     T_RUN(test_chat_finetune_then_serve);
+    T_RUN(test_preference_finetune);
     return t_done();
 }

@@ -69,9 +69,32 @@ static void perturb_init(nv_tmodel *tm, uint64_t seed) {
     nv_tmodel_refresh(tm);
 }
 
+/* The loss differentiated: the mean cross-entropy (pairs 0), or, with pairs > 0, the mean DPO loss of
+ * `pairs` pairs (rows 2i and 2i + 1 of the batch) against fixed reference log-probabilities; its
+ * gradient then comes from nv_tmodel_backward_seq with nv_dpo_loss's scales, as training takes it. */
+typedef struct {
+    int pairs;
+    float beta;
+    double ref[8];
+} fd_loss;
+
+static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss *l, float *seq_scale) {
+    const float ce = nv_tmodel_forward(tm, in, tg);
+    if (!l || !l->pairs) return ce;
+    double logp[8], total = 0;
+    nv_tmodel_seq_logp(tm, logp);
+    for (int i = 0; i < l->pairs; i++) {
+        double dscale;
+        total += nv_dpo_loss(logp[2 * i], logp[2 * i + 1], l->ref[2 * i], l->ref[2 * i + 1], l->beta, &dscale, NULL);
+        if (seq_scale) seq_scale[2 * i] = (float)(dscale / l->pairs), seq_scale[2 * i + 1] = -seq_scale[2 * i];
+    }
+    return total / l->pairs;
+}
+
 /* ignore_every > 0: every ignore_every-th target is -1 (chat data's prompt tokens), which the loss
- * and its gradient skip; seg: packed documents (nv_tmodel_set_segments), or NULL */
-static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every, const int *seg) {
+ * and its gradient skip; seg: packed documents (nv_tmodel_set_segments), or NULL; l: the loss (NULL:
+ * the mean cross-entropy) */
+static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, const int *seg, const fd_loss *l) {
     nv_tmodel tm;
     nv_err e = nv_tmodel_init(&tm, c, NULL, 5, B, T, NV_ENGINE_SCALAR);
     T_CHECK(e == NV_OK, "%s", nv_errmsg());
@@ -83,9 +106,11 @@ static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every
     for (int i = 0; ignore_every > 0 && i < B * T; i++)
         if (i % ignore_every == 1) tg[i] = -1;
     nv_tmodel_zero_grad(&tm);
-    float loss = nv_tmodel_forward(&tm, in, tg);
+    float seq_scale[8];
+    const double loss = loss_of(&tm, in, tg, l, seq_scale);
     T_CHECK(isfinite(loss) && loss > 0, "loss %f", loss);
-    nv_tmodel_backward(&tm, 1.0f);
+    if (l && l->pairs) nv_tmodel_backward_seq(&tm, seq_scale);
+    else nv_tmodel_backward(&tm, 1.0f);
     tensor ts[20];
     int nt = tensors_of(&tm, ts);
     const float h = 1e-2f;
@@ -114,10 +139,10 @@ static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every
             float orig = *p;
             *p = orig + h;
             nv_tmodel_refresh(&tm);
-            double lp = nv_tmodel_forward(&tm, in, tg);
+            double lp = loss_of(&tm, in, tg, l, NULL);
             *p = orig - h;
             nv_tmodel_refresh(&tm);
-            double lm = nv_tmodel_forward(&tm, in, tg);
+            double lm = loss_of(&tm, in, tg, l, NULL);
             *p = orig;
             nv_tmodel_refresh(&tm);
             float fd = (float)((lp - lm) / (2.0 * h)), an = tm.grads[t->off + pick[j]];
@@ -132,7 +157,29 @@ static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every
     nv_tmodel_free(&tm);
 }
 
+static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every, const int *seg) {
+    check_fd_loss(c, B, T, ignore_every, seg, NULL);
+}
+
 static void check_fd(const nv_config *c, int B, int T) { check_fd_segments(c, B, T, 0, NULL); }
+
+/* Preference training's gradient: the mean DPO loss of two pairs (each answer's first targets
+ * masked, as its prompt's are) against reference log-probabilities on either side of the model's,
+ * so that one pair is preferred rightly and the other not, matches finite differences; and the
+ * loss's own pieces: log 2 where the model is its reference, the scale's sign and size. */
+static void test_fd_dpo(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    fd_loss l = {.pairs = 2, .beta = 0.5f, .ref = {-40, -35, -30, -45}};
+    check_fd_loss(&c, 4, 6, 3, NULL, &l);
+    double dscale, margin;
+    T_CHECK(fabs(nv_dpo_loss(-3, -5, -3, -5, 0.1f, &dscale, &margin) - log(2.0)) < 1e-12 && margin == 0 &&
+                fabs(dscale - 0.05) < 1e-8,
+            "at the reference: loss log 2, margin 0, scale beta / 2");
+    const double far = nv_dpo_loss(0, -1000, -500, -500, 1.0f, &dscale, &margin); /* z = 1000: no overflow */
+    T_CHECK(far >= 0 && far < 1e-300 + 1e-12 && dscale < 1e-12 && margin == 1000, "far right: %g %g", far, dscale);
+    const double wrong = nv_dpo_loss(-1000, 0, -500, -500, 1.0f, &dscale, &margin); /* z = -1000 */
+    T_CHECK(fabs(wrong - 1000) < 1e-9 && fabs(dscale - 1.0) < 1e-12, "far wrong: %g %g", wrong, dscale);
+}
 
 /* Packed windows: each row attends to its own document alone. The gradient through the masked
  * attention matches finite differences; and a document's losses in a packed window (across
@@ -788,6 +835,7 @@ int main(void) {
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_qkv_bias);
     T_RUN(test_fd_ignored_targets);
+    T_RUN(test_fd_dpo);
     T_RUN(test_packed_documents);
     T_RUN(test_accumulation_equals_larger_batch);
     T_RUN(test_engines_match_fp32);

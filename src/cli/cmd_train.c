@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]]\n"
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack] [--dpo-beta B]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z), or chat\n"
@@ -35,6 +35,11 @@ static void usage(FILE *f) {
             "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
             "          step when turns are short; each attends to itself alone)\n"
+            "          Preference data (.jsonl in OpenAI's preference format: {\"input\": {\"messages\": [...]},\n"
+            "          \"preferred_output\": [answer], \"non_preferred_output\": [answer]} a line) trains the\n"
+            "          --init-from model by direct preference optimisation (DPO) against itself as it starts;\n"
+            "          --dpo-beta (default 0.1) scales the implicit rewards: higher keeps closer to the start.\n"
+            "          --batch counts windows (two a pair); the loss is DPO's, and reward_acc the pairs preferred rightly\n"
             "  --lr-schedule: after the warmup, to --min-lr-frac x --lr (default 0.1) by a cosine (default), a\n"
             "          straight line, not at all (constant), or wsd: the full rate until the last --decay-frac\n"
             "          (default 0.2) of the steps, then a straight line (warmup-stable-decay)\n"
@@ -85,6 +90,7 @@ static int train(int argc, char **argv) {
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0, sample_given = 0;
+    int beta_given = 0;
     float val_frac = 0.05f, lora_alpha = 0;
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
@@ -149,6 +155,8 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--weight-decay")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.weight_decay);
         else if (!strcmp(a, "--clip")) ok = cli_float(CMD, a, v, 0, 1e6, &o.adamw.grad_clip);
         else if (!strcmp(a, "--beta2")) ok = cli_float(CMD, a, v, 0, 0.999999, &o.adamw.beta2);
+        else if (!strcmp(a, "--dpo-beta")) ok = cli_float(CMD, a, v, 1e-4f, 100, &o.dpo_beta), beta_given = 1;
+        else if (!strcmp(a, "--dpo-sft-weight")) ok = cli_float(CMD, a, v, 0, 100, &o.dpo_sft_weight), beta_given = 1;
         else if (!strcmp(a, "--val-frac")) ok = cli_float(CMD, a, v, 0, 0.9, &val_frac), val_frac_given = 1;
         else if (!strcmp(a, "--time-limit")) {
             float t;
@@ -288,6 +296,24 @@ static int train(int argc, char **argv) {
         goto done;
     }
     if (n_val) nv_dataset_split_at(&ds, n_data);
+    if (beta_given && !ds.pref) {
+        rc = cli_error(CMD, 2, "--dpo-beta and --dpo-sft-weight go with preference data (.jsonl lines with preferred_output and "
+                               "non_preferred_output)");
+        goto done;
+    }
+    if (ds.pref && pack) {
+        rc = cli_error(CMD, 2, "--pack does not go with preference data: each answer of a pair is a window of its own");
+        goto done;
+    }
+    if (ds.pref && !init_from) {
+        rc = cli_error(CMD, 2, "preference training (DPO) improves an existing model: give it with --init-from");
+        goto done;
+    }
+    if (ds.pref && o.batch % (2 * nv_dist_size())) {
+        rc = cli_error(CMD, 2, "--batch %d: preference pairs are two windows each, so --batch must be a multiple of %d",
+                       o.batch, 2 * nv_dist_size());
+        goto done;
+    }
     if (ds.chat) {
         ds.pack = pack;
         o.chat_template = nv_chat_template_name(tmpl);
@@ -312,9 +338,10 @@ static int train(int argc, char **argv) {
             goto done;
         }
         if (nv_dist_rank() == 0) {
-            fprintf(stderr, "nerve: chat data: %llu answers to train on (%llu of them held out), rendered with the %s template%s; "
+            fprintf(stderr, "nerve: %s: %llu %s to train on (%llu of them held out), rendered with the %s template%s; "
                             "the longest is %llu tokens with its prompt%s\n",
-                    (unsigned long long)turns, (unsigned long long)val_turns, o.chat_template,
+                    ds.pref ? "preference data" : "chat data", (unsigned long long)(ds.pref ? turns / 2 : turns),
+                    ds.pref ? "pairs" : "answers", (unsigned long long)(ds.pref ? val_turns / 2 : val_turns), o.chat_template,
                     declared ? " (the starting model's)" : "", (unsigned long long)longest,
                     pack ? "; windows packed" : "");
             if (cut)

@@ -187,36 +187,55 @@ static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int
     return NV_OK;
 }
 
+/* A line's "tools" as the chat template prints them (the server puts them in the system prompt). */
+static nv_err line_tools(const nv_source *s, const cJSON *obj, nv_chat_template tmpl, long line_no, char ***tools,
+                         int *n_tools) {
+    nv_api_error err = {0};
+    if (nv_api_tool_texts(cJSON_GetObjectItemCaseSensitive(obj, "tools"), nv_chat_tool_style(tmpl), tools, n_tools, &err))
+        return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
+    return NV_OK;
+}
+
+/* Messages [0, n) of m rendered as one turn whose last message is the answer; a template's refusal
+   gets the line's place (NV_EUNSUPPORTED, an answer that would merge with its prompt, is passed on
+   for the caller to count). */
+static nv_err render_answer(const nv_source *s, const nv_tokenizer *tok, nv_chat_template tmpl, const nv_api_messages *m,
+                            int n, char **tools, int n_tools, long line_no, int **ids, int *n_ids, int *n_prompt) {
+    nv_chat_opts o = {.tools = (const char *const *)tools, .n_tools = n_tools};
+    nv_err e = nv_chat_render_turn(tmpl, tok, m->m, n, &o, ids, n_ids, n_prompt);
+    if (e == NV_EFORMAT) { /* the template's reason, with the line (copied: nv_fail rewrites the message) */
+        char why[256];
+        snprintf(why, sizeof why, "%s", nv_errmsg());
+        e = nv_fail(NV_EFORMAT, "%s:%ld: %s", s->path, line_no, why);
+    }
+    return e;
+}
+
+/* An assistant message checked: no legacy function_call, and with trained (an answer to train on)
+   content or tool calls. */
+static nv_err check_answer(const nv_source *s, const cJSON *msg, const char *where, long line_no, int has_calls,
+                           int trained) {
+    if (cJSON_GetObjectItemCaseSensitive(msg, "function_call"))
+        return nv_fail(NV_EFORMAT, "%s:%ld: '%s.function_call' (legacy) is not read: give 'tool_calls'", s->path, line_no,
+                       where);
+    if (!trained) return NV_OK;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    if ((!content || cJSON_IsNull(content)) && !has_calls)
+        return nv_fail(NV_EFORMAT, "%s:%ld: '%s' has neither content nor tool_calls to train on", s->path, line_no, where);
+    return NV_OK;
+}
+
 /* One line of chat data: its assistant answers (weight 1) as turns. */
-static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, const char *line,
-                        size_t len, long line_no) {
-    char *text = terminated(line, len); /* the parser never reads to the mapped file's end */
-    if (!text) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object (each line is {\"messages\": [...]})", s->path, line_no);
-    }
-    if (cJSON_GetObjectItemCaseSensitive(root, "functions")) { /* as the server answers them */
-        cJSON_Delete(root);
-        return nv_fail(NV_EFORMAT, "%s:%ld: the legacy 'functions' are not read: give 'tools' (and 'tool_calls')",
-                       s->path, line_no);
-    }
-    /* the tools the conversation offers are in its system prompt, as the server puts them there */
+static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, cJSON *root,
+                        long line_no) {
     char **tools = NULL;
     int n_tools = 0;
+    NV_TRY(line_tools(s, root, tmpl, line_no, &tools, &n_tools));
     nv_api_error err = {0};
-    if (nv_api_tool_texts(cJSON_GetObjectItemCaseSensitive(root, "tools"), nv_chat_tool_style(tmpl), &tools, &n_tools,
-                          &err)) {
-        cJSON_Delete(root);
-        return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
-    }
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     nv_api_messages m;
     if (nv_api_messages_parse(msgs && !cJSON_IsNull(msgs) ? msgs : NULL, &m, &err)) {
         nv_api_tool_texts_free(tools, n_tools);
-        cJSON_Delete(root);
         return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
     }
     nv_err e = NV_OK;
@@ -228,31 +247,17 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
             e = nv_fail(NV_EFORMAT, "%s:%ld: 'messages[%d].weight' must be 0 or 1", s->path, line_no, i);
             break;
         }
-        if (cJSON_GetObjectItemCaseSensitive(msg, "function_call")) {
-            e = nv_fail(NV_EFORMAT, "%s:%ld: 'messages[%d].function_call' (legacy) is not read: give 'tool_calls'", s->path,
-                        line_no, i);
-            break;
-        }
-        if (w && w->valuedouble == 0) continue; /* OpenAI's: shown to the model, not trained on */
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-        if ((!content || cJSON_IsNull(content)) && !m.m[i].n_calls) {
-            e = nv_fail(NV_EFORMAT, "%s:%ld: 'messages[%d]' has neither content nor tool_calls to train on", s->path, line_no,
-                        i);
-            break;
-        }
+        char where[32];
+        snprintf(where, sizeof where, "messages[%d]", i);
+        const int trained = !w || w->valuedouble == 1; /* weight 0, OpenAI's: shown to the model, not trained on */
+        if ((e = check_answer(s, msg, where, line_no, m.m[i].n_calls, trained)) || !trained) continue;
         int *ids = NULL, n = 0, n_prompt = 0;
-        nv_chat_opts o = {.tools = (const char *const *)tools, .n_tools = n_tools};
-        e = nv_chat_render_turn(tmpl, tok, m.m, i + 1, &o, &ids, &n, &n_prompt);
+        e = render_answer(s, tok, tmpl, &m, i + 1, tools, n_tools, line_no, &ids, &n, &n_prompt);
         if (e == NV_EUNSUPPORTED) { /* cannot be shown as the server would: left out, counted */
             merged++;
             cb->merged++;
             e = NV_OK;
             continue;
-        }
-        if (e == NV_EFORMAT) { /* the template's reason, with the line (copied: nv_fail rewrites the message) */
-            char why[256];
-            snprintf(why, sizeof why, "%s", nv_errmsg());
-            e = nv_fail(NV_EFORMAT, "%s:%ld: %s", s->path, line_no, why);
         }
         if (e == NV_OK) e = chat_append_turn(s, cb, ids, n, n_prompt, turns == 0);
         free(ids);
@@ -263,6 +268,99 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
                     line_no);
     nv_api_messages_free(&m);
     nv_api_tool_texts_free(tools, n_tools);
+    return e;
+}
+
+/* One line of preference data (OpenAI's preference fine-tuning format: {"input": {"messages": [...],
+   "tools": [...]}, "preferred_output": [one assistant message], "non_preferred_output": [one]}): the
+   two answers after the same conversation as two turns, the preferred first (one pair). */
+static nv_err pref_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, cJSON *root,
+                        long line_no) {
+    const cJSON *input = cJSON_GetObjectItemCaseSensitive(root, "input");
+    if (!cJSON_IsObject(input))
+        return nv_fail(NV_EFORMAT, "%s:%ld: 'input' must be an object holding the conversation's 'messages'", s->path,
+                       line_no);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(input, "messages");
+    if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
+        return nv_fail(NV_EFORMAT, "%s:%ld: 'input.messages' must be a non-empty array", s->path, line_no);
+    static const char *const keys[2] = {"preferred_output", "non_preferred_output"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *out = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+        const cJSON *msg = cJSON_IsArray(out) && cJSON_GetArraySize(out) == 1 ? out->child : NULL;
+        const cJSON *role = msg ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
+        if (!cJSON_IsObject(msg) || !cJSON_IsString(role) || strcmp(role->valuestring, "assistant") != 0)
+            return nv_fail(NV_EFORMAT, "%s:%ld: '%s' must be a list of one assistant message", s->path, line_no, keys[k]);
+    }
+    char **tools = NULL;
+    int n_tools = 0;
+    NV_TRY(line_tools(s, input, tmpl, line_no, &tools, &n_tools));
+    /* each answer after a copy of the conversation, parsed and checked as a request's messages */
+    int *ids[2] = {NULL, NULL}, n[2] = {0, 0}, n_prompt[2] = {0, 0};
+    nv_err e = NV_OK;
+    for (int k = 0; k < 2 && e == NV_OK; k++) {
+        cJSON *conv = cJSON_Duplicate(msgs, 1), *answer = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(root, keys[k])->child, 1);
+        if (!conv || !answer) {
+            cJSON_Delete(conv);
+            cJSON_Delete(answer);
+            e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+            break;
+        }
+        cJSON_AddItemToArray(conv, answer);
+        nv_api_messages m;
+        nv_api_error err = {0};
+        if (nv_api_messages_parse(conv, &m, &err)) {
+            e = nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
+        } else {
+            char where[32];
+            snprintf(where, sizeof where, "%s[0]", keys[k]);
+            e = check_answer(s, answer, where, line_no, m.m[m.n - 1].n_calls, 1);
+            if (e == NV_OK)
+                e = render_answer(s, tok, tmpl, &m, m.n, tools, n_tools, line_no, &ids[k], &n[k], &n_prompt[k]);
+            nv_api_messages_free(&m);
+        }
+        cJSON_Delete(conv);
+    }
+    if (e == NV_EUNSUPPORTED) { /* an answer that cannot be shown as the server would: the pair is left out */
+        cb->merged++;
+        e = NV_OK;
+    } else if (e == NV_OK) {
+        e = chat_append_turn(s, cb, ids[0], n[0], n_prompt[0], 1);
+        if (e == NV_OK) e = chat_append_turn(s, cb, ids[1], n[1], n_prompt[1], 0);
+    }
+    free(ids[0]);
+    free(ids[1]);
+    nv_api_tool_texts_free(tools, n_tools);
+    return e;
+}
+
+/* One line of a .jsonl source: chat data, or preference data (every line of a file the same kind as
+   its first). */
+static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, const char *line,
+                         size_t len, long line_no, int first_line) {
+    char *text = terminated(line, len); /* the parser never reads to the mapped file's end */
+    if (!text) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object (each line is {\"messages\": [...]}, or for preference data "
+                                   "{\"input\": ..., \"preferred_output\": ..., \"non_preferred_output\": ...})",
+                       s->path, line_no);
+    }
+    if (cJSON_GetObjectItemCaseSensitive(root, "functions")) { /* as the server answers them */
+        cJSON_Delete(root);
+        return nv_fail(NV_EFORMAT, "%s:%ld: the legacy 'functions' are not read: give 'tools' (and 'tool_calls')",
+                       s->path, line_no);
+    }
+    const int pref = cJSON_GetObjectItemCaseSensitive(root, "preferred_output") ||
+                     cJSON_GetObjectItemCaseSensitive(root, "non_preferred_output");
+    if (first_line) s->pairs = (uint8_t)pref;
+    nv_err e;
+    if (pref != s->pairs)
+        e = nv_fail(NV_EFORMAT, "%s:%ld: a %s line in a file of %s: one kind a file", s->path, line_no,
+                    pref ? "preference" : "chat", pref ? "chat data" : "preference pairs");
+    else
+        e = (pref ? pref_line : chat_line)(s, cb, tok, tmpl, root, line_no);
     cJSON_Delete(root);
     return e;
 }
@@ -275,20 +373,22 @@ static nv_err load_chat(nv_source *s, const nv_tokenizer *tok, nv_chat_template 
     chat_build cb = {0};
     nv_err e = NV_OK;
     long line_no = 0;
+    int seen_line = 0;
     for (size_t at = 0; at < map.len && e == NV_OK;) {
         const char *nl = memchr(t + at, '\n', map.len - at);
         size_t end = nl ? (size_t)(nl - t) : map.len, len = end - at;
         line_no++;
         size_t k = 0;
         while (k < len && (t[at + k] == ' ' || t[at + k] == '\t' || t[at + k] == '\r')) k++;
-        if (k < len) e = chat_line(s, &cb, tok, tmpl, t + at, len, line_no);
+        if (k < len) e = jsonl_line(s, &cb, tok, tmpl, t + at, len, line_no, !seen_line);
+        seen_line |= k < len;
         at = end + 1;
     }
     nv_file_unmap(&map);
     s->width = 4;
     if (e == NV_OK && cb.merged)
-        nv_warn("%s: %ld answers left out: their first token would merge with the prompt's last in this vocabulary",
-                s->path, cb.merged);
+        nv_warn("%s: %ld %s left out: their first token would merge with the prompt's last in this vocabulary",
+                s->path, cb.merged, s->pairs ? "pairs (an answer of each)" : "answers");
     if (e == NV_OK && !s->n_starts) e = nv_fail(NV_EFORMAT, "%s: no conversations", s->path);
     if (e == NV_OK) { /* the last val_frac of the conversations validate */
         uint64_t convs = 0;
@@ -351,7 +451,17 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
         if (!s->starts) s->n_train = s->n_tokens - (uint64_t)((double)s->n_tokens * val_frac);
         ds->train_tokens += s->n_train;
         ds->val_tokens += s->n_tokens - s->n_train;
+        ds->pref |= s->pairs;
     }
+    for (int i = 0; i < n && ds->pref; i++)
+        if (!ds->src[i].pairs) {
+            char path[sizeof ds->src[i].path];
+            memcpy(path, ds->src[i].path, sizeof path); /* closing frees it */
+            nv_dataset_close(ds);
+            return nv_fail(NV_EINVAL, "%s is not preference data: preference pairs train alone (give every --data file "
+                                      "in the preference format, or train on the others first)",
+                           path);
+        }
     return NV_OK;
 }
 
@@ -478,6 +588,71 @@ int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, in
                     inputs + (size_t)b * T, targets + (size_t)b * T, NULL);
     }
     free(per);
+    return 1;
+}
+
+uint64_t nv_data_pairs(const nv_dataset *ds) {
+    uint64_t n = 0;
+    for (int i = 0; i < ds->n_src; i++) n += ds->src[i].n_starts / 2;
+    return n;
+}
+
+/* Pair p's source and its pair number there. */
+static const nv_source *pair_source(const nv_dataset *ds, uint64_t *p) {
+    for (int i = 0; i < ds->n_src; i++) {
+        if (*p < ds->src[i].n_starts / 2) return &ds->src[i];
+        *p -= ds->src[i].n_starts / 2;
+    }
+    return NULL;
+}
+
+void nv_data_pair(const nv_dataset *ds, uint64_t p, int T, int *in, int *tg) {
+    const nv_source *s = pair_source(ds, &p);
+    for (int k = 0; k < 2; k++) {
+        if (s) {
+            fill_window(s, 2 * p + (uint64_t)k, T, 0, in + (size_t)k * T, tg + (size_t)k * T, NULL);
+        } else { /* past the last pair: nothing to score */
+            memset(in + (size_t)k * T, 0, (size_t)T * sizeof(int));
+            for (int t = 0; t < T; t++) tg[(size_t)k * T + t] = -1;
+        }
+    }
+}
+
+/* Global number of the first pair of source i. */
+static uint64_t pair_base(const nv_dataset *ds, int i) {
+    uint64_t n = 0;
+    for (int j = 0; j < i; j++) n += ds->src[j].n_starts / 2;
+    return n;
+}
+
+nv_err nv_data_next_pairs(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets,
+                          uint64_t *ids) {
+    if (B % 2) return nv_fail(NV_EINVAL, "preference pairs need an even batch (each pair is two windows)");
+    uint64_t total = 0;
+    for (int i = 0; i < ds->n_src; i++) total += ds->src[i].n_train_starts / 2;
+    if (!total) return nv_fail(NV_EINVAL, "the preference data holds no training pair");
+    for (int b = 0; b < B / 2; b++) {
+        uint64_t r = rand_below(&c->rng, total);
+        int i = 0;
+        while (r >= ds->src[i].n_train_starts / 2) r -= ds->src[i++].n_train_starts / 2;
+        ids[b] = pair_base(ds, i) + r;
+        nv_data_pair(ds, ids[b], T, inputs + (size_t)b * 2 * T, targets + (size_t)b * 2 * T);
+        c->windows += 2;
+    }
+    return NV_OK;
+}
+
+int nv_data_val_pairs(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets, uint64_t *ids) {
+    uint64_t total = 0;
+    for (int s = 0; s < ds->n_src; s++) total += (ds->src[s].n_starts - ds->src[s].n_train_starts) / 2;
+    if (!total || B < 2) return 0;
+    for (int b = 0; b < B / 2; b++) {
+        uint64_t w = ((uint64_t)i * (uint64_t)(B / 2) + (uint64_t)b) % total;
+        int s = 0;
+        for (uint64_t here; w >= (here = (ds->src[s].n_starts - ds->src[s].n_train_starts) / 2); s++) w -= here;
+        ids[b] = pair_base(ds, s) + ds->src[s].n_train_starts / 2 + w;
+        nv_data_pair(ds, ids[b], T, inputs + (size_t)b * 2 * T, targets + (size_t)b * 2 * T);
+    }
     return 1;
 }
 

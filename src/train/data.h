@@ -15,7 +15,12 @@
  * drawn at random positions by a seeded generator whose whole state is nv_data_cursor, which
  * checkpoints save and restore; a chat source's windows are whole turns, one a window (cut after
  * T + 1 tokens, padded with targets -1, which the loss skips), or with pack a turn and the ones after
- * it in the file, each from its start (their tokens attend to the earlier turns' in the window). */
+ * it in the file, each from its start (their tokens attend to the earlier turns' in the window).
+ *
+ * Preference data (`.jsonl` in OpenAI's preference fine-tuning format: {"input": {"messages": [...],
+ * "tools": [...]}, "preferred_output": [one assistant message], "non_preferred_output": [one]} a
+ * line) gives pairs of turns, the two answers after the same conversation, each rendered as chat
+ * data's and drawn together (nv_data_next_pairs); the split falls between pairs. */
 #ifndef NV_DATA_H
 #define NV_DATA_H
 
@@ -36,6 +41,7 @@ typedef struct {
     uint8_t *trained;   /* [n_tokens]: 1 where the token is an answer's, a target the loss counts */
     uint64_t *starts;   /* [n_starts + 1]: where each turn begins; starts[n_starts] = n_tokens */
     uint64_t n_starts, n_train_starts; /* turns; the first n_train_starts train */
+    uint8_t pairs;      /* preference data: turns 2p (the preferred answer) and 2p + 1 (the other) are pair p */
 } nv_source;
 
 typedef struct {
@@ -45,6 +51,7 @@ typedef struct {
     int chat;             /* a source is chat data: some targets are -1 */
     int pack;             /* chat training windows go on into the next turns instead of padding (set
                              by the caller; validation windows stay one turn each) */
+    int pref;             /* preference pairs (every source; chat is set too): nv_data_next_pairs */
 } nv_dataset;
 
 typedef struct {
@@ -84,6 +91,17 @@ nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
 /* Deterministic validation batch number i (0-based) of evenly spaced windows; returns 0 when
  * the validation split cannot hold a window. */
 int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets);
+
+/* Preference data: the pairs of every source, training and validation (global numbers: a source's
+ * after the ones before it), and pair p's two windows: the preferred answer's into in/tg [0, T), the
+ * other's into [T, 2T). */
+uint64_t nv_data_pairs(const nv_dataset *ds);
+void nv_data_pair(const nv_dataset *ds, uint64_t p, int T, int *in, int *tg);
+/* B / 2 random training pairs (B even): windows 2i and 2i + 1 are pair ids[i]'s. */
+nv_err nv_data_next_pairs(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets,
+                          uint64_t *ids);
+/* Validation batch number i of B / 2 pairs, the validation pairs in order; 0 when there are none. */
+int nv_data_val_pairs(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets, uint64_t *ids);
 
 /* Unigram entropy of the training split in nats per token: the loss a model that ignores
  * context can reach, the baseline training must beat. */

@@ -35,7 +35,7 @@ static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *b
         {&a->att_stats, L * (size_t)B * H * T * 2}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
         {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * BT * h}, {&a->h3, L * BT * h},
         {&a->hg, L * BT * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
-        {&a->pscale, BT},
+        {&a->pscale, BT}, {&a->nll, BT},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -643,10 +643,11 @@ static void ew_run(ew_job j) {
 
 #define CE_TASKS 64
 typedef struct {
-    float *logits, *pscale;
+    float *logits, *pscale, *nll;
     const int *targets;
-    int V, rows;
-    float dscale; /* dlogits_task */
+    int V, rows, T;
+    float dscale;            /* dlogits_task */
+    const float *seq_scale;  /* dlogits_task: [rows / T] per sequence instead of dscale, or NULL */
     double partial[CE_TASKS];
     int counted[CE_TASKS];
 } ce_job;
@@ -660,6 +661,7 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     double total = 0.0;
     int counted = 0;
     for (int r = r0; r < r1; r++) {
+        j->nll[r] = 0.0f;
         if (j->targets[r] < 0) continue;
         counted++;
         float *lg = j->logits + (size_t)r * j->V;
@@ -683,7 +685,9 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         }
         const float inv = 1.0f / sum;
         j->pscale[r] = inv;
-        total += -log((double)(lg[j->targets[r]] * inv) + 1e-30);
+        const double nll = -log((double)(lg[j->targets[r]] * inv) + 1e-30);
+        j->nll[r] = (float)nll;
+        total += nll;
     }
     j->partial[task] = total;
     j->counted[task] = counted;
@@ -693,9 +697,10 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
 static void dlogits_task(void *ctx, int task, int n_tasks) {
     ce_job *j = ctx;
     int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
-    const __m256 vd = _mm256_set1_ps(j->dscale);
     for (int r = r0; r < r1; r++) {
         float *lg = j->logits + (size_t)r * j->V;
+        const float dscale = j->seq_scale ? j->seq_scale[r / j->T] : j->dscale;
+        const __m256 vd = _mm256_set1_ps(dscale);
         if (j->targets[r] < 0) { /* no target: no gradient */
             memset(lg, 0, (size_t)j->V * sizeof(float));
             continue;
@@ -704,8 +709,8 @@ static void dlogits_task(void *ctx, int task, int n_tasks) {
         const __m256 vs = _mm256_set1_ps(inv);
         int i = 0;
         for (; i + 8 <= j->V; i += 8) _mm256_storeu_ps(lg + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(lg + i), vs), vd));
-        for (; i < j->V; i++) lg[i] = lg[i] * inv * j->dscale;
-        lg[j->targets[r]] = (e_target * inv - 1.0f) * j->dscale;
+        for (; i < j->V; i++) lg[i] = lg[i] * inv * dscale;
+        lg[j->targets[r]] = (e_target * inv - 1.0f) * dscale;
     }
 }
 
@@ -793,7 +798,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
     if (!targets) return 0.0f;
     /* cross-entropy; the logits become the softmax's exps for the backward */
-    ce_job cj = {.logits = a->logits, .pscale = a->pscale, .targets = targets, .V = V, .rows = BT};
+    ce_job cj = {.logits = a->logits, .pscale = a->pscale, .nll = a->nll, .targets = targets, .V = V, .rows = BT};
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0;
@@ -804,7 +809,28 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     return tm->loss;
 }
 
-void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
+void nv_tmodel_seq_logp(const nv_tmodel *tm, double *out) {
+    for (int b = 0; b < tm->B; b++) {
+        double sum = 0.0;
+        for (int t = 0; t < tm->T; t++) sum -= tm->a.nll[(size_t)b * tm->T + t]; /* 0 where no target */
+        out[b] = sum;
+    }
+}
+
+double nv_dpo_loss(double logp_c, double logp_r, double ref_c, double ref_r, float beta, double *dscale, double *margin) {
+    const double z = (double)beta * ((logp_c - ref_c) - (logp_r - ref_r));
+    if (margin) *margin = z;
+    if (dscale) *dscale = (double)beta / (1.0 + exp(z)); /* beta * sigmoid(-z) */
+    return (z > 0 ? 0.0 : -z) + log1p(exp(-fabs(z)));   /* softplus(-z), stable both ways */
+}
+
+static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale);
+
+void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) { backward(tm, grad_scale, NULL); }
+
+void nv_tmodel_backward_seq(nv_tmodel *tm, const float *seq_scale) { backward(tm, 0.0f, seq_scale); }
+
+static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
     const nv_config *c = &tm->m.config;
     const nv_weights *w = &tm->m.w;
     nv_weights *g = &tm->g;
@@ -830,8 +856,8 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) {
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
 
     /* dlogits = (p - onehot) * scale / (rows with a target), in place */
-    ce_job dj = {.logits = a->logits, .pscale = a->pscale, .targets = tm->targets, .V = V, .rows = BT,
-                 .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f};
+    ce_job dj = {.logits = a->logits, .pscale = a->pscale, .targets = tm->targets, .V = V, .rows = BT, .T = T,
+                 .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f, .seq_scale = seq_scale};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
     if (!frozen) nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */

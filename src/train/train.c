@@ -87,6 +87,7 @@ void nv_train_defaults(nv_train_opts *o) {
     o->ckpt_every = 500;
     o->out_dir = "runs/train";
     o->engine = NV_ENGINE_SCALAR;
+    o->dpo_beta = 0.1f;
 }
 
 typedef struct {
@@ -191,6 +192,89 @@ static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in,
     nv_dist_sum_f64(sum, 2);
     if (ds->chat) return sum[1] > 0 ? (float)(sum[0] / sum[1]) : NAN;
     return n ? (float)(sum[0] / world / n) : NAN;
+}
+
+/* Preference training. Rows 2i and 2i + 1 of a batch are pair ids[i]'s preferred and other answer;
+   ref[2p], ref[2p + 1] the reference's log-probabilities of pair p's two. */
+enum { PREF_LOSS, PREF_CORRECT, PREF_MARGIN, PREF_PAIRS, PREF_SUMS };
+
+/* A pair counts when both answers have a target in their windows (a prompt can fill one): then the
+   preferred answer's targets, else 0. */
+static int pair_counts(const int *tg, int T) {
+    int c = 0, r = 0;
+    for (int t = 0; t < T; t++) c += tg[t] >= 0, r |= tg[T + t] >= 0;
+    return r ? c : 0;
+}
+
+/* The losses of the pairs of tm's last forward (targets tg, its rows) added into sums: DPO's, plus
+   sft_weight x the preferred answer's mean cross-entropy a token; with seq_scale, each sequence's
+   weight for the backward of the step's mean loss (1 / step_pairs a pair). */
+static void pref_losses(const nv_tmodel *tm, const int *tg, const uint64_t *ids, const double *ref, float beta,
+                        float sft_weight, double step_pairs, float *seq_scale, double sums[PREF_SUMS]) {
+    double logp[tm->B];
+    nv_tmodel_seq_logp(tm, logp);
+    for (int i = 0; i < tm->B / 2; i++) {
+        double dscale = 0, margin = 0, sft = 0;
+        const int counts = pair_counts(tg + (size_t)2 * i * tm->T, tm->T);
+        if (counts) {
+            const double loss = nv_dpo_loss(logp[2 * i], logp[2 * i + 1], ref[2 * ids[i]], ref[2 * ids[i] + 1], beta,
+                                            &dscale, &margin);
+            sft = (double)sft_weight / counts;
+            sums[PREF_LOSS] += loss - sft * logp[2 * i];
+            sums[PREF_CORRECT] += margin > 0;
+            sums[PREF_MARGIN] += margin;
+            sums[PREF_PAIRS] += 1;
+        }
+        if (seq_scale) {
+            seq_scale[2 * i] = counts ? (float)((dscale + sft) / step_pairs) : 0.0f;
+            seq_scale[2 * i + 1] = counts ? (float)(-dscale / step_pairs) : 0.0f;
+        }
+    }
+}
+
+/* The reference log-probabilities of every pair (training and validation) under the model tm holds
+   now, tm->B windows at a time in pair order (the same batches, so the same bits, every time). */
+static nv_err pref_reference(nv_tmodel *tm, const nv_dataset *ds, double **out) {
+    const uint64_t pairs = nv_data_pairs(ds), per = (uint64_t)tm->B / 2;
+    const size_t bt = (size_t)tm->B * tm->T;
+    double *ref = malloc((size_t)(2 * pairs + 1) * sizeof(double)), logp[tm->B];
+    int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
+    if (!ref || !in || !tg) {
+        free(ref), free(in), free(tg);
+        return nv_fail(NV_ENOMEM, "out of memory for the reference log-probabilities of %llu pairs",
+                       (unsigned long long)pairs);
+    }
+    const double t0 = nv_now();
+    nv_tmodel_set_segments(tm, NULL);
+    for (uint64_t p = 0; p < pairs; p += per) {
+        for (uint64_t i = 0; i < per; i++) nv_data_pair(ds, p + i, tm->T, in + 2 * i * tm->T, tg + 2 * i * tm->T);
+        nv_tmodel_forward(tm, in, tg);
+        nv_tmodel_seq_logp(tm, logp);
+        for (uint64_t i = 0; i < per && p + i < pairs; i++) ref[2 * (p + i)] = logp[2 * i], ref[2 * (p + i) + 1] = logp[2 * i + 1];
+    }
+    nv_info("preference data: the starting model's log-probabilities of %llu pairs' answers, the reference, in %.1f s",
+            (unsigned long long)pairs, nv_now() - t0);
+    free(in), free(tg);
+    *out = ref;
+    return NV_OK;
+}
+
+/* The validation pairs' mean loss over `batches` batches (every process draws the same and scores its
+   rows), and the fraction the model prefers rightly into *acc. */
+static float eval_pref(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg, uint64_t *ids,
+                       const double *ref, float beta, float sft_weight, double *acc) {
+    const int world = nv_dist_size();
+    const size_t mine = (size_t)nv_dist_rank() * tm->B * tm->T;
+    double sums[PREF_SUMS] = {0};
+    nv_tmodel_set_segments(tm, NULL);
+    for (int i = 0; i < batches; i++) {
+        if (!nv_data_val_pairs(ds, i, tm->B * world, tm->T, in, tg, ids)) break;
+        nv_tmodel_forward(tm, in + mine, tg + mine);
+        pref_losses(tm, tg + mine, ids + mine / (2 * (size_t)tm->T), ref, beta, sft_weight, 1, NULL, sums);
+    }
+    nv_dist_sum_f64(sums, PREF_SUMS);
+    *acc = sums[PREF_PAIRS] > 0 ? sums[PREF_CORRECT] / sums[PREF_PAIRS] : NAN;
+    return sums[PREF_PAIRS] > 0 ? (float)(sums[PREF_LOSS] / sums[PREF_PAIRS]) : NAN;
 }
 
 /* A number for metrics.jsonl: JSON has no NaN or infinity, so those are null. */
@@ -326,11 +410,13 @@ typedef struct {
 static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     uint64_t h = nv_hash64(&o->config, sizeof o->config, 1);
     const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume, ds->pack,
-                             o->lora.rank, (long)o->lora.targets};
+                             o->lora.rank, (long)o->lora.targets, ds->pref};
     h = nv_hash64(settings, sizeof settings, h);
     h = nv_hash64(&o->seed, sizeof o->seed, h);
     h = nv_hash64(&o->adamw, sizeof o->adamw, h);
     h = nv_hash64(&o->lora.alpha, sizeof o->lora.alpha, h);
+    h = nv_hash64(&o->dpo_beta, sizeof o->dpo_beta, h);
+    h = nv_hash64(&o->dpo_sft_weight, sizeof o->dpo_sft_weight, h);
     if (o->init_params) h = nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), h);
     for (int i = 0; i < ds->n_src; i++) {
         const nv_source *s = &ds->src[i];
@@ -423,6 +509,15 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (lora && !o->init_params)
         return together(nv_fail(NV_EINVAL, "LoRA trains adapters on a model: give it with --init-from"));
     if (lora && (e = nv_lora_validate(c, &o->lora))) return together(e);
+    const int pref = ds->pref;
+    if (pref && !o->init_params)
+        return together(nv_fail(NV_EINVAL, "preference training (DPO) improves a model against itself as it starts: give "
+                                           "it with --init-from"));
+    if (pref && local_batch % 2)
+        return together(nv_fail(NV_EINVAL, "preference pairs are two windows each: --batch must be even%s", world > 1 ? " on every process (a multiple of twice the processes)" : ""));
+    if (pref && !(o->dpo_beta > 0 && isfinite(o->dpo_beta) && o->dpo_sft_weight >= 0 && isfinite(o->dpo_sft_weight)))
+        return together(nv_fail(NV_EINVAL, "the DPO beta must be positive, and the weight of its SFT term not negative"));
+    if (pref && ds->pack) return together(nv_fail(NV_EINVAL, "preference pairs are not packed: leave out --pack"));
     if (lead) e = nv_mkdirs(o->out_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
     char ckpt_path[4200], metrics_path[4200], svg_path[4200], adapter_path[4200];
@@ -467,20 +562,32 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                                 lora ? "" : ", or train LoRA adapters (--lora-rank)"));
     }
     nv_tmodel tm;
-    /* a LoRA run's checkpoint holds the adapters; the frozen weights are --init-from's */
+    /* a LoRA run's checkpoint holds the adapters; the frozen weights are --init-from's. Preference
+       training scores its pairs with the starting model first, then takes up the checkpoint's. */
+    const float *resumed = o->resume && lead && !pref ? ck.params : NULL;
     if (lora)
-        e = nv_tmodel_init_lora(&tm, c, o->init_params, o->seed, local_batch, o->seq, o->engine, &o->lora,
-                                o->resume && lead ? ck.params : NULL);
+        e = nv_tmodel_init_lora(&tm, c, o->init_params, o->seed, local_batch, o->seq, o->engine, &o->lora, resumed);
     else
-        e = nv_tmodel_init(&tm, c, o->resume && lead ? ck.params : o->init_params, o->seed, local_batch, o->seq, o->engine);
+        e = nv_tmodel_init(&tm, c, resumed ? resumed : o->init_params, o->seed, local_batch, o->seq, o->engine);
     if (e) {
         nv_ckpt_close(&ck);
         return e;
+    }
+    double *ref = NULL; /* preference data: the reference's log-probabilities, two a pair */
+    if (pref && (e = pref_reference(&tm, ds, &ref))) {
+        nv_tmodel_free(&tm);
+        nv_ckpt_close(&ck);
+        return e;
+    }
+    if (pref && o->resume && lead) {
+        memcpy(tm.train_params, ck.params, (size_t)tm.n_train * sizeof(float));
+        nv_tmodel_refresh(&tm);
     }
     nv_adamw opt;
     nv_adamw_opts ao = o->adamw;
     ao.total_steps = o->steps;
     if ((e = nv_adamw_init(&opt, &ao, lora ? NULL : c, tm.n_train))) {
+        free(ref);
         nv_tmodel_free(&tm);
         nv_ckpt_close(&ck);
         return e;
@@ -543,13 +650,16 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
        trains on its rows */
     int *in = malloc(bt * o->accum * sizeof(int)), *tg = malloc(bt * o->accum * sizeof(int)); /* a step's batches */
     int *seg = ds->pack ? malloc(bt * o->accum * sizeof(int)) : NULL; /* packed: where each row's turn starts */
+    /* preference data: each window pair's number, and each local sequence's weight for the backward */
+    uint64_t *pair_ids = pref ? malloc((size_t)o->batch / 2 * o->accum * sizeof(uint64_t)) : NULL;
+    float *seq_scale = pref ? malloc((size_t)local_batch * sizeof(float)) : NULL;
     const size_t mine = (size_t)rank * local_batch * o->seq;
     FILE *metrics = lead ? fopen(metrics_path, "a") : NULL;
     char samples_path[4200];
     snprintf(samples_path, sizeof samples_path, "%s/samples.txt", o->out_dir);
     /* a new run's samples start afresh; a resumed one's go on after its earlier ones */
     FILE *samples = lead && o->sample_every > 0 ? fopen(samples_path, o->resume ? "a" : "w") : NULL;
-    if (!in || !tg || (ds->pack && !seg) || (lead && !metrics) || (lead && o->sample_every > 0 && !samples)) {
+    if (!in || !tg || (ds->pack && !seg) || (pref && (!pair_ids || !seq_scale)) || (lead && !metrics) || (lead && o->sample_every > 0 && !samples)) {
         e = nv_fail(lead && (!metrics || (o->sample_every > 0 && !samples)) ? NV_EIO : NV_ENOMEM,
                     "cannot open %s or %s, or allocate batches", metrics_path, samples_path);
         goto done;
@@ -571,6 +681,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     const int quiet = o->quiet || !lead;
     int tty = isatty(STDERR_FILENO) && !quiet;
     float last_loss = 0, last_val = NAN;
+    double last_val_acc = NAN;
     char procs[64] = "";
     if (world > 1)
         snprintf(procs, sizeof procs, " x %d processes (%d thread%s each)", world, nv_pool_threads(),
@@ -591,12 +702,17 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 o->accum, tm.flops_per_step * world * o->accum / 1e9, need / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
-        float v0 = eval_val(&tm, ds, o->eval_batches, in, tg);
+        double acc0 = NAN;
+        float v0 = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, o->dpo_beta, o->dpo_sft_weight, &acc0)
+                        : eval_val(&tm, ds, o->eval_batches, in, tg);
         if (isfinite(v0) && lead) {
-            fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g}\n", v0);
+            fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g", v0);
+            if (pref) json_num(metrics, "val_reward_acc", acc0);
+            fprintf(metrics, "}\n");
             fflush(metrics);
             series_add(&va, 0.0f, v0);
             last_val = v0;
+            last_val_acc = acc0;
             if (!quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
         }
     }
@@ -614,17 +730,25 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         double loss = 0;
         /* the step's windows first: with chat data, the loss is the mean over the step's targets, whose
            count every process knows from the windows (it draws all of them) */
+        const size_t pairs_a = (size_t)o->batch / 2; /* preference data: a micro-batch's pairs */
         for (int a = 0; a < o->accum; a++)
-            if ((e = nv_data_next_batch(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt, seg ? seg + a * bt : NULL)))
+            if ((e = pref ? nv_data_next_pairs(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt, pair_ids + a * pairs_a)
+                          : nv_data_next_batch(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt, seg ? seg + a * bt : NULL)))
                 goto done;
-        long step_targets = 0;
+        long step_targets = 0, step_pairs = 0;
         for (size_t i = 0; ds->chat && i < bt * o->accum; i++) step_targets += tg[i] >= 0;
+        for (size_t i = 0; pref && i < pairs_a * o->accum; i++) step_pairs += pair_counts(tg + 2 * i * o->seq, o->seq) > 0;
+        double psums[PREF_SUMS] = {0};
         for (int a = 0; a < o->accum; a++) {
             double ta = nv_now();
             nv_tmodel_set_segments(&tm, seg ? seg + a * bt + mine : NULL); /* packed turns attend to themselves */
             const float l = nv_tmodel_forward(&tm, in + a * bt + mine, tg + a * bt + mine);
             double tb0 = nv_now();
-            if (ds->chat) { /* each micro-batch's share of the step's targets */
+            if (pref) { /* the mean of the step's pairs' losses: each pair's answers weighted by its own */
+                pref_losses(&tm, tg + a * bt + mine, pair_ids + a * pairs_a + mine / (2 * (size_t)o->seq), ref,
+                            o->dpo_beta, o->dpo_sft_weight, step_pairs ? (double)step_pairs : 1.0, seq_scale, psums);
+                nv_tmodel_backward_seq(&tm, seq_scale);
+            } else if (ds->chat) { /* each micro-batch's share of the step's targets */
                 loss += (double)l * tm.n_targets;
                 nv_tmodel_backward(&tm, step_targets ? (float)((double)tm.n_targets / (double)step_targets) : 0.0f);
             } else {
@@ -639,10 +763,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         double tw0 = nv_now();
         if (world > 1) {
             nv_dist_sum_f32(tm.train_grads, tm.n_train);
-            nv_dist_sum_f64(&loss, 1);
+            nv_dist_sum_f64(pref ? psums : &loss, pref ? PREF_SUMS : 1);
             if (!ds->chat) loss /= world;
         }
-        if (ds->chat) loss = step_targets ? loss / (double)step_targets : NAN;
+        if (pref) loss = psums[PREF_PAIRS] > 0 ? psums[PREF_LOSS] / psums[PREF_PAIRS] : NAN;
+        else if (ds->chat) loss = step_targets ? loss / (double)step_targets : NAN;
         double tw = nv_now() - tw0;
         if (nan_from > 0 && step + 1 >= nan_from) tm.train_grads[0] = NAN;
         double to0 = nv_now();
@@ -651,7 +776,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
            gradient norm that is not finite leaves everything as it was (the update is skipped). A chat
            step whose windows hold no answer token has nothing to learn: AdamW's momentum and decay
            alone would still move the weights, so it is skipped too (counted, as the schedule goes on). */
-        const int no_targets = ds->chat && step_targets == 0;
+        const int no_targets = ds->chat && (pref ? step_pairs == 0 : step_targets == 0);
         double gnorm = 0;
         if (no_targets) {
             lr = nv_adamw_count(&opt);
@@ -670,9 +795,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         last_loss = (float)loss;
         int last = step + 1 == o->steps;
         float val = NAN;
+        double val_acc = NAN;
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
-            val = eval_val(&tm, ds, o->eval_batches, in, tg);
+            val = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, o->dpo_beta, o->dpo_sft_weight, &val_acc)
+                       : eval_val(&tm, ds, o->eval_batches, in, tg);
             if (!isnan(val)) last_val = val;
+            if (!isnan(val_acc)) last_val_acc = val_acc;
         }
         double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * world * o->accum / dt / 1e12;
         if (lead) {
@@ -680,6 +808,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             json_num(metrics, "loss", loss);
             fprintf(metrics, ",\"lr\":%.6g", lr);
             json_num(metrics, "grad_norm", gnorm);
+            if (pref && psums[PREF_PAIRS] > 0) { /* how often, and by how much, the model prefers the preferred */
+                json_num(metrics, "reward_acc", psums[PREF_CORRECT] / psums[PREF_PAIRS]);
+                json_num(metrics, "reward_margin", psums[PREF_MARGIN] / psums[PREF_PAIRS]);
+            }
             fprintf(metrics,
                     ",\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,\"ms_forward\":%.2f,\"ms_backward\":%.2f,"
                     "\"ms_optimizer\":%.2f,\"ms_wait\":%.2f,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
@@ -688,6 +820,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             if (world > 1) fprintf(metrics, ",\"processes\":%d", world);
             if (skipped) fprintf(metrics, ",\"skipped\":true");
             if (!isnan(val)) json_num(metrics, "val_loss", val);
+            if (!isnan(val_acc)) json_num(metrics, "val_reward_acc", val_acc);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }
@@ -695,9 +828,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (isfinite(val)) series_add(&va, (float)(step + 1), val);
 
         double avg = sum_step / steps_run;
-        char eta[32], vbuf[32] = "";
+        char eta[32], vbuf[64] = "";
         fmt_duration(eta, sizeof eta, avg * (o->steps - step - 1));
         if (!isnan(last_val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", last_val);
+        if (!isnan(last_val_acc)) /* preference data: the validation pairs the model prefers rightly */
+            snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", last_val_acc);
         char line[512];
         snprintf(line, sizeof line,
                  "step %ld/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, wait %.0f) "
@@ -844,6 +979,9 @@ done:
     free(in);
     free(tg);
     free(seg);
+    free(pair_ids);
+    free(seq_scale);
+    free(ref);
     free(tr.step);
     free(tr.loss);
     free(va.step);
