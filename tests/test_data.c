@@ -687,6 +687,30 @@ static void test_preference_data(void) {
     T_CHECK(!any, "a pair past the end has targets");
     nv_dataset_close(&ds);
 
+    /* TRL's lines: strings, messages with a prompt, and two conversations sharing all but the answer;
+       the same turns as OpenAI's format gives */
+    const char *trl =
+        "{\"prompt\": \"Q0\", \"chosen\": \"Good 0.\", \"rejected\": \"Bad.\"}\n"
+        "{\"prompt\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, {\"role\": \"user\", \"content\": \"Q0\"}],"
+        " \"chosen\": [{\"role\": \"assistant\", \"content\": \"Good 0.\"}], \"rejected\": \"Bad.\"}\n"
+        "{\"chosen\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, {\"role\": \"user\", \"content\": \"Q0\"},"
+        " {\"role\": \"assistant\", \"content\": \"Good 0.\"}], \"rejected\": [{\"role\": \"system\", \"content\": "
+        "\"Be kind.\"}, {\"role\": \"user\", \"content\": \"Q0\"}, {\"role\": \"assistant\", \"content\": \"Bad.\"}]}\n";
+    p = t_write("trl.jsonl", trl, strlen(trl));
+    e = nv_dataset_open_chat(&ds, &p, 1, t, 512, 0.0f, NV_CHAT_LLAMA3);
+    T_CHECK(e == NV_OK && ds.pref && ds.src[0].n_starts == 6, "TRL lines: %s", e ? nv_errmsg() : "not 3 pairs");
+    if (e == NV_OK && ds.src[0].n_starts == 6) {
+        const nv_chat_msg q0c[] = {{"user", "Q0", NULL, 0}, {"assistant", "Good 0.", NULL, 0}};
+        const nv_chat_msg q0r[] = {{"user", "Q0", NULL, 0}, {"assistant", "Bad.", NULL, 0}};
+        check_turn(&ds.src[0], 0, t, NV_CHAT_LLAMA3, q0c, 2);
+        check_turn(&ds.src[0], 1, t, NV_CHAT_LLAMA3, q0r, 2);
+        for (int k = 1; k < 3; k++) {
+            check_turn(&ds.src[0], 2 * (uint64_t)k, t, NV_CHAT_LLAMA3, p0, 3);
+            check_turn(&ds.src[0], 2 * (uint64_t)k + 1, t, NV_CHAT_LLAMA3, r0, 3);
+        }
+    }
+    if (e == NV_OK) nv_dataset_close(&ds);
+
     /* refusals */
     const char *ok_line = "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": "
                           "[{\"role\": \"assistant\", \"content\": \"b\"}], \"non_preferred_output\": [{\"role\": "
@@ -716,6 +740,14 @@ static void test_preference_data(void) {
         {"{\"input\": {\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}, \"preferred_output\": [{\"role\": \"assistant\", "
          "\"content\": \"b\"}], \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
          ":1: 'messages[0].role' must be one of"},
+        {"{\"chosen\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}], "
+         "\"rejected\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"c\"}]}\n",
+         ":1: without 'prompt', 'chosen' and 'rejected' must be the same conversation"},
+        {"{\"chosen\": \"b\", \"rejected\": \"c\"}\n", ":1: 'chosen' must be a conversation ending in an assistant message"},
+        {"{\"prompt\": 5, \"chosen\": \"b\", \"rejected\": \"c\"}\n", ":1: 'prompt' must be a string or a non-empty list"},
+        {"{\"prompt\": \"a\", \"chosen\": \"b\"}\n", ":1: 'rejected' must be a string or a list of one assistant message"},
+        {"{\"prompt\": \"a\", \"chosen\": [{\"role\": \"user\", \"content\": \"b\"}], \"rejected\": \"c\"}\n",
+         ":1: 'chosen' must be a string or a list of one assistant message"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *bp = t_write("bad_pref.jsonl", bad[i].text, strlen(bad[i].text));

@@ -271,41 +271,106 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
     return e;
 }
 
-/* One line of preference data (OpenAI's preference fine-tuning format: {"input": {"messages": [...],
-   "tools": [...]}, "preferred_output": [one assistant message], "non_preferred_output": [one]}): the
-   two answers after the same conversation as two turns, the preferred first (one pair). */
+/* A message object {"role": role, "content": text} (NULL when out of memory). */
+static cJSON *text_message(const char *role, const char *text) {
+    cJSON *m = cJSON_CreateObject();
+    if (m && (!cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", text))) {
+        cJSON_Delete(m);
+        m = NULL;
+    }
+    return m;
+}
+
+static int is_assistant(const cJSON *msg) {
+    const cJSON *role = cJSON_IsObject(msg) ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
+    return cJSON_IsString(role) && !strcmp(role->valuestring, "assistant");
+}
+
+/* A preference line as one conversation and its two answers (*conv, answers[0] preferred, [1] the
+   other: new objects the caller deletes) and the object whose "tools" it offers (*tools_of). Reads
+   OpenAI's format ({"input": {"messages", "tools"}, "preferred_output": [answer],
+   "non_preferred_output": [answer]}) and TRL's: {"prompt", "chosen", "rejected"}, each a string (the
+   prompt a user message, the answers assistant ones) or messages, or without "prompt" two whole
+   conversations that differ only in their last message, an answer. keys[] receives the answers' names. */
+static nv_err pref_parts(const nv_source *s, const cJSON *root, long line_no, cJSON **conv, cJSON *answers[2],
+                         const cJSON **tools_of, const char *keys[2]) {
+    *conv = answers[0] = answers[1] = NULL;
+    const int openai = !cJSON_GetObjectItemCaseSensitive(root, "chosen") && !cJSON_GetObjectItemCaseSensitive(root, "rejected");
+    keys[0] = openai ? "preferred_output" : "chosen";
+    keys[1] = openai ? "non_preferred_output" : "rejected";
+    const cJSON *out[2] = {cJSON_GetObjectItemCaseSensitive(root, keys[0]), cJSON_GetObjectItemCaseSensitive(root, keys[1])};
+    const cJSON *msgs = NULL;
+    *tools_of = root;
+    if (openai) {
+        const cJSON *input = cJSON_GetObjectItemCaseSensitive(root, "input");
+        if (!cJSON_IsObject(input))
+            return nv_fail(NV_EFORMAT, "%s:%ld: 'input' must be an object holding the conversation's 'messages'", s->path,
+                           line_no);
+        msgs = cJSON_GetObjectItemCaseSensitive(input, "messages");
+        if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
+            return nv_fail(NV_EFORMAT, "%s:%ld: 'input.messages' must be a non-empty array", s->path, line_no);
+        *tools_of = input;
+    }
+    const cJSON *prompt = openai ? NULL : cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const int implicit = !openai && !prompt; /* TRL: the prompt is what the two conversations share */
+    for (int k = 0; k < 2; k++) {
+        const int n = cJSON_GetArraySize(out[k]);
+        const cJSON *last = cJSON_IsArray(out[k]) && n > 0 ? cJSON_GetArrayItem(out[k], n - 1) : NULL;
+        if (!openai && cJSON_IsString(out[k]) && !implicit) continue;
+        if (implicit ? !is_assistant(last) : !(n == 1 && is_assistant(last)))
+            return nv_fail(NV_EFORMAT, "%s:%ld: '%s' must be %s", s->path, line_no, keys[k],
+                           implicit ? "a conversation ending in an assistant message (or give 'prompt')"
+                                    : openai ? "a list of one assistant message"
+                                             : "a string or a list of one assistant message");
+    }
+    if (implicit) {
+        const int n = cJSON_GetArraySize(out[0]);
+        int same = n > 1 && n == cJSON_GetArraySize(out[1]);
+        for (int i = 0; same && i < n - 1; i++)
+            same = cJSON_Compare(cJSON_GetArrayItem(out[0], i), cJSON_GetArrayItem(out[1], i), 1);
+        if (!same)
+            return nv_fail(NV_EFORMAT, "%s:%ld: without 'prompt', 'chosen' and 'rejected' must be the same conversation up "
+                                       "to their last message, the answer", s->path, line_no);
+        msgs = out[0];
+    } else if (!openai) {
+        if (!(cJSON_IsString(prompt) || (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0)))
+            return nv_fail(NV_EFORMAT, "%s:%ld: 'prompt' must be a string or a non-empty list of messages", s->path,
+                           line_no);
+        msgs = cJSON_IsArray(prompt) ? prompt : NULL;
+    }
+    if (msgs) {
+        if ((*conv = cJSON_Duplicate(msgs, 1)) && implicit) cJSON_Delete(cJSON_DetachItemFromArray(*conv, cJSON_GetArraySize(*conv) - 1));
+    } else if ((*conv = cJSON_CreateArray())) {
+        cJSON *user = text_message("user", prompt->valuestring);
+        if (user) cJSON_AddItemToArray(*conv, user);
+        else cJSON_Delete(*conv), *conv = NULL;
+    }
+    for (int k = 0; k < 2 && *conv; k++)
+        answers[k] = cJSON_IsString(out[k]) ? text_message("assistant", out[k]->valuestring)
+                                            : cJSON_Duplicate(cJSON_GetArrayItem(out[k], cJSON_GetArraySize(out[k]) - 1), 1);
+    if (!*conv || !answers[0] || !answers[1]) {
+        cJSON_Delete(*conv), cJSON_Delete(answers[0]), cJSON_Delete(answers[1]);
+        *conv = answers[0] = answers[1] = NULL;
+        return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+    }
+    return NV_OK;
+}
+
+/* One line of preference data (pref_parts' formats): the two answers after the same conversation as
+   two turns, the preferred first (one pair). */
 static nv_err pref_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, cJSON *root,
                         long line_no) {
-    const cJSON *input = cJSON_GetObjectItemCaseSensitive(root, "input");
-    if (!cJSON_IsObject(input))
-        return nv_fail(NV_EFORMAT, "%s:%ld: 'input' must be an object holding the conversation's 'messages'", s->path,
-                       line_no);
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(input, "messages");
-    if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
-        return nv_fail(NV_EFORMAT, "%s:%ld: 'input.messages' must be a non-empty array", s->path, line_no);
-    static const char *const keys[2] = {"preferred_output", "non_preferred_output"};
-    for (int k = 0; k < 2; k++) {
-        const cJSON *out = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
-        const cJSON *msg = cJSON_IsArray(out) && cJSON_GetArraySize(out) == 1 ? out->child : NULL;
-        const cJSON *role = msg ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
-        if (!cJSON_IsObject(msg) || !cJSON_IsString(role) || strcmp(role->valuestring, "assistant") != 0)
-            return nv_fail(NV_EFORMAT, "%s:%ld: '%s' must be a list of one assistant message", s->path, line_no, keys[k]);
-    }
+    cJSON *conv, *answers[2];
+    const cJSON *tools_of;
+    const char *keys[2];
+    NV_TRY(pref_parts(s, root, line_no, &conv, answers, &tools_of, keys));
     char **tools = NULL;
     int n_tools = 0;
-    NV_TRY(line_tools(s, input, tmpl, line_no, &tools, &n_tools));
-    /* each answer after a copy of the conversation, parsed and checked as a request's messages */
+    nv_err e = line_tools(s, tools_of, tmpl, line_no, &tools, &n_tools);
+    /* each answer after the conversation, parsed and checked as a request's messages */
     int *ids[2] = {NULL, NULL}, n[2] = {0, 0}, n_prompt[2] = {0, 0};
-    nv_err e = NV_OK;
     for (int k = 0; k < 2 && e == NV_OK; k++) {
-        cJSON *conv = cJSON_Duplicate(msgs, 1), *answer = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(root, keys[k])->child, 1);
-        if (!conv || !answer) {
-            cJSON_Delete(conv);
-            cJSON_Delete(answer);
-            e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-            break;
-        }
-        cJSON_AddItemToArray(conv, answer);
+        cJSON_AddItemToArray(conv, answers[k]);
         nv_api_messages m;
         nv_api_error err = {0};
         if (nv_api_messages_parse(conv, &m, &err)) {
@@ -313,13 +378,15 @@ static nv_err pref_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
         } else {
             char where[32];
             snprintf(where, sizeof where, "%s[0]", keys[k]);
-            e = check_answer(s, answer, where, line_no, m.m[m.n - 1].n_calls, 1);
+            e = check_answer(s, answers[k], where, line_no, m.m[m.n - 1].n_calls, 1);
             if (e == NV_OK)
                 e = render_answer(s, tok, tmpl, &m, m.n, tools, n_tools, line_no, &ids[k], &n[k], &n_prompt[k]);
             nv_api_messages_free(&m);
         }
-        cJSON_Delete(conv);
+        cJSON_Delete(cJSON_DetachItemFromArray(conv, cJSON_GetArraySize(conv) - 1));
+        answers[k] = NULL;
     }
+    cJSON_Delete(conv), cJSON_Delete(answers[0]), cJSON_Delete(answers[1]);
     if (e == NV_EUNSUPPORTED) { /* an answer that cannot be shown as the server would: the pair is left out */
         cb->merged++;
         e = NV_OK;
@@ -344,7 +411,8 @@ static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, 
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object (each line is {\"messages\": [...]}, or for preference data "
-                                   "{\"input\": ..., \"preferred_output\": ..., \"non_preferred_output\": ...})",
+                                   "{\"input\": ..., \"preferred_output\": ..., \"non_preferred_output\": ...} or "
+                                   "{\"prompt\": ..., \"chosen\": ..., \"rejected\": ...})",
                        s->path, line_no);
     }
     if (cJSON_GetObjectItemCaseSensitive(root, "functions")) { /* as the server answers them */
@@ -353,7 +421,8 @@ static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, 
                        s->path, line_no);
     }
     const int pref = cJSON_GetObjectItemCaseSensitive(root, "preferred_output") ||
-                     cJSON_GetObjectItemCaseSensitive(root, "non_preferred_output");
+                     cJSON_GetObjectItemCaseSensitive(root, "non_preferred_output") ||
+                     cJSON_GetObjectItemCaseSensitive(root, "chosen") || cJSON_GetObjectItemCaseSensitive(root, "rejected");
     if (first_line) s->pairs = (uint8_t)pref;
     nv_err e;
     if (pref != s->pairs)

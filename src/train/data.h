@@ -19,7 +19,7 @@
  *
  * Preference data (`.jsonl` in OpenAI's preference fine-tuning format: {"input": {"messages": [...],
  * "tools": [...]}, "preferred_output": [one assistant message], "non_preferred_output": [one]} a
- * line) gives pairs of turns, the two answers after the same conversation, each rendered as chat
+ * line, or TRL's {"prompt", "chosen", "rejected"}) gives pairs of turns, the two answers after the same conversation, each rendered as chat
  * data's and drawn together (nv_data_next_pairs); the split falls between pairs. */
 #ifndef NV_DATA_H
 #define NV_DATA_H
