@@ -1,5 +1,6 @@
 /* libFuzzer harness: nerve train's chat data (a .jsonl file of {"messages": [...], "tools": [...]}
- * lines, OpenAI's chat fine-tuning format) through nv_dataset_open_chat under each chat template,
+ * lines, OpenAI's chat fine-tuning format; or preference pairs, OpenAI's or TRL's) through
+ * nv_dataset_open_chat under each chat template,
  * with stories260K's tokenizer (models/tok512.bin from the shared data, else a stand-in).
  *
  * Checked, as src/train/data.h promises: a failure leaves a message and nothing open; a success
@@ -8,7 +9,8 @@
  * prompt), at least one of them per turn; the training/validation split falls on a turn, and
  * n_train is where it falls; training and validation windows (a window shorter than some turns,
  * so turns are cut), one turn each and packed, hold inputs within the vocabulary and targets that
- * are -1 or within it. A temporary file that cannot be written aborts (a campaign that tests
+ * are -1 or within it; preference data's pairs are whole (two turns each, split between pairs, their
+ * batches' pair numbers in the training or validation range). A temporary file that cannot be written aborts (a campaign that tests
  * nothing must not read as one that found nothing). */
 #include "fuzz_util.h"
 #include "train/data.h"
@@ -89,6 +91,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         ds.pack = 0;
         for (int i = 0; i < 2 && nv_data_val_batch(&ds, i, FZ_B, FZ_T, in, tg); i++) check_windows(in, tg, FZ_B * FZ_T);
+        if (ds.pref) { /* whole pairs: two turns each, the split between pairs, batches of pairs in range */
+            const nv_source *s = &ds.src[0];
+            FZ_CHECK(s->pairs && s->n_starts % 2 == 0 && s->n_train_starts % 2 == 0 && nv_data_pairs(&ds) == s->n_starts / 2,
+                     "%llu turns, %llu training, as pairs", (unsigned long long)s->n_starts,
+                     (unsigned long long)s->n_train_starts);
+            int pin[2 * FZ_T], ptg[2 * FZ_T];
+            uint64_t ids[1];
+            FZ_CHECK(nv_data_next_pairs(&ds, &c, 2, FZ_T, pin, ptg, ids) == NV_OK && ids[0] < s->n_train_starts / 2,
+                     "training pair %llu: %s", (unsigned long long)ids[0], nv_errmsg());
+            check_windows(pin, ptg, 2 * FZ_T);
+            if (nv_data_val_pairs(&ds, 0, 2, FZ_T, pin, ptg, ids)) {
+                FZ_CHECK(ids[0] >= s->n_train_starts / 2 && ids[0] < s->n_starts / 2, "validation pair %llu",
+                         (unsigned long long)ids[0]);
+                check_windows(pin, ptg, 2 * FZ_T);
+            }
+        }
         (void)nv_dataset_unigram_loss(&ds, FZ_TOK_VOCAB);
         nv_dataset_close(&ds);
     }

@@ -309,7 +309,7 @@ static void api(void) {
 }
 
 /* nerve train's chat data: conversations with a system message, two answers (one of weight 0),
-   text parts, tools with a call and its result; and one that is cut short */
+   text parts, tools with a call and its result; one that is cut short; preference pairs */
 static void chat(void) {
     static const char *const files[][2] = {
         {"two_turns.jsonl",
@@ -330,7 +330,13 @@ static void chat(void) {
          "{\"messages\":[{\"role\":\"user\",\"content\":\"4\"},{\"role\":\"assistant\",\"content\":\"four\"}]}\n"
          "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"assistant\",\"content\":\"five\"}]}\n"},
         {"cut.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"y\"}]}\n"
-                      "{\"messages\":[{\"role\":\"user\""},
+                      "{\"messages\":[{\"role\":\"user\""},        {"pref_openai.jsonl", /* preference pairs, OpenAI's format: tools, a call as the preferred answer */
+         "{\"input\": {\"messages\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, {\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}]}, \"preferred_output\": [{\"role\": \"assistant\", \"content\": \"Hello.\"}], \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"Go.\"}]}\n"
+         "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"Rain?\"}]}, \"preferred_output\": [{\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}]}], \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"No idea.\"}]}\n"},
+        {"pref_trl.jsonl", /* TRL's: strings, messages, two conversations */
+         "{\"prompt\": \"Q\", \"chosen\": \"Yes.\", \"rejected\": \"No.\"}\n"
+         "{\"prompt\": [{\"role\": \"user\", \"content\": \"Q\"}], \"chosen\": [{\"role\": \"assistant\", \"content\": \"Yes.\"}], \"rejected\": \"No.\"}\n"
+         "{\"chosen\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", \"content\": \"Yes.\"}], \"rejected\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", \"content\": \"No.\"}]}\n"},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("chat", files[i][0], files[i][1], strlen(files[i][1]));
 }
