@@ -954,6 +954,30 @@ static void test_preference_finetune(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA DPO: %s", err);
     T_CHECK(read_field(lora, "\"val_reward_acc\":", acc, 64) == 2 && !strcmp(acc[1], "1"), "LoRA: validation accuracy %s", acc[1]);
 
+    /* two processes, a pair each of every micro-batch's four: the losses and validation of one process */
+    char mpirun[1200], np2[1400];
+    if (mpi_ready(mpirun, sizeof mpirun)) {
+        snprintf(np2, sizeof np2, "timeout -k 5 120 %s -np 2", mpirun);
+        char one[700], two[700];
+        snprintf(one, sizeof one, "%s/dpo_one", t_tmpdir());
+        snprintf(two, sizeof two, "%s/dpo_two", t_tmpdir());
+        snprintf(args, sizeof args, "%s --steps 10 --lr 1e-4 --batch 4 --accum 2 --eval-every 5 --threads 1 --engine avx2 --out %s",
+                 base, one);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "one process: %s", err);
+        snprintf(args, sizeof args, "%s --steps 10 --lr 1e-4 --batch 4 --accum 2 --eval-every 5 --threads 1 --engine avx2 --out %s",
+                 base, two);
+        T_CHECK(run_launched(np2, args, err, sizeof err) == 0, "two processes: %s", err);
+        double a[64], b2[64];
+        const int n_one = read_values(one, "\"loss\":", a, 64), n_two = read_values(two, "\"loss\":", b2, 64);
+        T_CHECK(n_one == 10 && n_two == 10, "steps: %d and %d", n_one, n_two);
+        for (int i = 0; i < n_one && i < n_two; i++)
+            T_CHECK(fabs(a[i] - b2[i]) <= 1e-5 * fabs(a[i]), "step %d: loss %.9g in one process, %.9g in two", i + 1, a[i], b2[i]);
+        T_CHECK(fabsf(val_at(one, 10) - val_at(two, 10)) <= 1e-5f * val_at(one, 10), "validation %g and %g", val_at(one, 10),
+                val_at(two, 10));
+        snprintf(args, sizeof args, "%s --steps 2 --batch 6 --out %s/dpo_bad", base, t_tmpdir());
+        T_CHECK(run_launched(np2, args, err, sizeof err) == 2 && strstr(err, "a multiple of 4"), "--batch 6 over 2: '%s'", err);
+    }
+
     /* refused */
     const struct {
         const char *extra, *want;
