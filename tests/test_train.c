@@ -875,11 +875,12 @@ static int answers_are(const char *dir, const char *name, const char *want) {
     return n;
 }
 
-/* Preference training (DPO) end to end: stories260K fine-tuned on answers that are half "Yes" and
- * half "No" answers some questions each way; trained on pairs preferring "Yes", it answers every
+/* Preference training end to end: stories260K fine-tuned on answers that are half "Yes" and half
+ * "No" answers some questions each way; trained by DPO on pairs preferring "Yes", it answers every
  * question "Yes" (with the SFT term; pure DPO's first step is log 2 exactly, the model being its own
- * reference); the validation pairs go from none preferred rightly to all; a stopped run resumes bit
- * for bit; LoRA adapters train on pairs too; the settings DPO cannot take are refused. */
+ * reference); the validation pairs go from none preferred rightly to all; IPO, SimPO and ORPO learn
+ * the preference too; a stopped run resumes bit for bit; LoRA adapters train on pairs; two
+ * processes train what one does; the settings preference training cannot take are refused. */
 static void test_preference_finetune(void) {
     const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
     if (!model || !tok) return;
@@ -927,20 +928,37 @@ static void test_preference_finetune(void) {
 
     /* with the SFT term, every answer becomes the preferred one */
     snprintf(dpo, sizeof dpo, "%s/dpo_run", t_tmpdir());
-    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --dpo-sft-weight 1 --eval-every 10 --out %s", base, dpo);
+    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-sft-weight 1 --eval-every 10 --out %s", base, dpo);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "DPO: %s", err);
     const int na = read_field(dpo, "\"val_reward_acc\":", acc, 64);
     T_CHECK(na == 4 && !strcmp(acc[0], "0") && !strcmp(acc[3], "1"), "validation accuracy %s -> %s", acc[0], na ? acc[na - 1] : "-");
     T_CHECK(val_at(dpo, 30) < 0.1f, "validation loss %g", val_at(dpo, 30));
     T_CHECK(answers_are(dpo, "dpo_serve", "Yes, they were happy.") == 6, "not every answer became the preferred one");
 
+    /* the other losses: each learns the preference (the validation pairs preferred rightly, by its
+       rewards and by the likelihood a token); SimPO and ORPO without a reference pass, and ORPO, whose
+       loss holds the preferred answer's cross-entropy, answers every question Yes */
+    static const char *const kinds[] = {"ipo", "simpo", "orpo"};
+    char other[700];
+    for (int k = 0; k < 3; k++) {
+        snprintf(other, sizeof other, "%s/pref_%s", t_tmpdir(), kinds[k]);
+        snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-loss %s --eval-every 30 --out %s", base, kinds[k], other);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0 && (strstr(err, "the reference") != NULL) == (k == 0), "%s: %s",
+                kinds[k], err);
+        char choice[64][32];
+        T_CHECK(read_field(other, "\"val_reward_acc\":", acc, 64) == 2 && !strcmp(acc[1], "1") &&
+                    read_field(other, "\"val_choice_acc\":", choice, 64) == 2 && !strcmp(choice[1], "1"),
+                "%s: validation accuracy %s, choice %s", kinds[k], acc[1], choice[1]);
+    }
+    T_CHECK(answers_are(other, "orpo_serve", "Yes, they were happy.") == 6, "ORPO: not every answer became the preferred one");
+
     /* stopped after its first step and resumed: the same losses as the run above */
     char split[700];
     snprintf(split, sizeof split, "%s/dpo_split", t_tmpdir());
-    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --dpo-sft-weight 1 --eval-every 10 --time-limit 0.0001 --out %s",
+    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-sft-weight 1 --eval-every 10 --time-limit 0.0001 --out %s",
              base, split);
     T_CHECK(run_nerve(args, err, sizeof err) == 0 && count_steps(split) == 1, "the stopped run: %s", err);
-    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --dpo-sft-weight 1 --eval-every 10 --resume --out %s", base, split);
+    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-sft-weight 1 --eval-every 10 --resume --out %s", base, split);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume: %s", err);
     char lb[64][32];
     const int n1 = read_losses(dpo, l, 64), n2 = read_losses(split, lb, 64);
@@ -950,7 +968,7 @@ static void test_preference_finetune(void) {
     /* LoRA: the frozen model is the reference; the adapters learn the preference */
     char lora[700];
     snprintf(lora, sizeof lora, "%s/dpo_lora", t_tmpdir());
-    snprintf(args, sizeof args, "%s --steps 20 --lr 3e-3 --dpo-sft-weight 1 --lora-rank 8 --eval-every 20 --out %s", base, lora);
+    snprintf(args, sizeof args, "%s --steps 20 --lr 3e-3 --pref-sft-weight 1 --lora-rank 8 --eval-every 20 --out %s", base, lora);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA DPO: %s", err);
     T_CHECK(read_field(lora, "\"val_reward_acc\":", acc, 64) == 2 && !strcmp(acc[1], "1"), "LoRA: validation accuracy %s", acc[1]);
 
@@ -984,7 +1002,9 @@ static void test_preference_finetune(void) {
     } bad[] = {
         {"--batch 7", "--batch must be a multiple of 2"},
         {"--pack", "--pack does not go with preference data"},
-        {"--dpo-beta 0", "--dpo-beta"},
+        {"--pref-beta 0", "--pref-beta"},
+        {"--pref-loss kto", "unknown preference loss 'kto'"},
+        {"--simpo-gamma 1", "--simpo-gamma goes with --pref-loss simpo"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "%s --steps 2 --out %s/dpo_bad %s", base, t_tmpdir(), bad[i].extra);
@@ -992,9 +1012,9 @@ static void test_preference_finetune(void) {
     }
     snprintf(args, sizeof args, "train -z %s --data %s --steps 2 --quiet --out %s/dpo_bad", tok, pref_data, t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "give it with --init-from"), "no --init-from: '%s'", err);
-    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 2 --dpo-beta 0.5 --quiet --out %s/dpo_bad", model,
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 2 --pref-beta 0.5 --quiet --out %s/dpo_bad", model,
              tok, sft_data, t_tmpdir());
-    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "go with preference data"), "--dpo-beta on chat data: '%s'", err);
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--pref-beta goes with preference data"), "--pref-beta on chat data: '%s'", err);
 }
 
 /* LoRA end to end on stories260K: adapters on a few matrices lower the validation loss; a run

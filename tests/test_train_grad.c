@@ -10,6 +10,7 @@
 #include "engine/kern.h"
 #include "train/attention.h"
 #include "train/optim.h"
+#include "train/pref.h"
 #include "train/tmodel.h"
 #include "t.h"
 
@@ -69,12 +70,12 @@ static void perturb_init(nv_tmodel *tm, uint64_t seed) {
     nv_tmodel_refresh(tm);
 }
 
-/* The loss differentiated: the mean cross-entropy (pairs 0), or, with pairs > 0, the mean DPO loss of
- * `pairs` pairs (rows 2i and 2i + 1 of the batch) against fixed reference log-probabilities; its
- * gradient then comes from nv_tmodel_backward_seq with nv_dpo_loss's scales, as training takes it. */
+/* The loss differentiated: the mean cross-entropy (pairs 0), or, with pairs > 0, the mean preference
+ * loss of `pairs` pairs (rows 2i and 2i + 1 of the batch) against fixed reference log-probabilities;
+ * its gradient then comes from nv_tmodel_backward_seq with nv_pref_pair's, as training takes it. */
 typedef struct {
     int pairs;
-    float beta;
+    nv_pref_opts o;
     double ref[8];
 } fd_loss;
 
@@ -84,9 +85,12 @@ static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss
     double logp[8], total = 0;
     nv_tmodel_seq_logp(tm, logp);
     for (int i = 0; i < l->pairs; i++) {
-        double dscale;
-        total += nv_dpo_loss(logp[2 * i], logp[2 * i + 1], l->ref[2 * i], l->ref[2 * i + 1], l->beta, &dscale, NULL);
-        if (seq_scale) seq_scale[2 * i] = (float)(dscale / l->pairs), seq_scale[2 * i + 1] = -seq_scale[2 * i];
+        double grad[2];
+        int n[2] = {0, 0};
+        for (int k = 0; k < 2; k++)
+            for (int t = 0; t < tm->T; t++) n[k] += tg[(2 * i + k) * tm->T + t] >= 0;
+        total += nv_pref_pair(&l->o, logp + 2 * i, n, l->ref + 2 * i, grad, NULL);
+        for (int k = 0; seq_scale && k < 2; k++) seq_scale[2 * i + k] = (float)(-grad[k] / l->pairs);
     }
     return total / l->pairs;
 }
@@ -163,22 +167,47 @@ static void check_fd_segments(const nv_config *c, int B, int T, int ignore_every
 
 static void check_fd(const nv_config *c, int B, int T) { check_fd_segments(c, B, T, 0, NULL); }
 
-/* Preference training's gradient: the mean DPO loss of two pairs (each answer's first targets
- * masked, as its prompt's are) against reference log-probabilities on either side of the model's,
- * so that one pair is preferred rightly and the other not, matches finite differences; and the
- * loss's own pieces: log 2 where the model is its reference, the scale's sign and size. */
-static void test_fd_dpo(void) {
+/* Preference training's gradients: the mean loss of two pairs (each answer's every third target
+ * masked, as a prompt's are) against reference log-probabilities on either side of the model's, so
+ * that one pair is preferred rightly and the other not, matches finite differences for each loss,
+ * with and without the SFT term; and the losses' own values: DPO's log 2 where the model is its
+ * reference, no overflow far either way, IPO's square, SimPO's and ORPO's closed forms. */
+static void test_fd_preference(void) {
     nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
-    fd_loss l = {.pairs = 2, .beta = 0.5f, .ref = {-40, -35, -30, -45}};
-    check_fd_loss(&c, 4, 6, 3, NULL, &l);
-    double dscale, margin;
-    T_CHECK(fabs(nv_dpo_loss(-3, -5, -3, -5, 0.1f, &dscale, &margin) - log(2.0)) < 1e-12 && margin == 0 &&
-                fabs(dscale - 0.05) < 1e-8,
-            "at the reference: loss log 2, margin 0, scale beta / 2");
-    const double far = nv_dpo_loss(0, -1000, -500, -500, 1.0f, &dscale, &margin); /* z = 1000: no overflow */
-    T_CHECK(far >= 0 && far < 1e-300 + 1e-12 && dscale < 1e-12 && margin == 1000, "far right: %g %g", far, dscale);
-    const double wrong = nv_dpo_loss(-1000, 0, -500, -500, 1.0f, &dscale, &margin); /* z = -1000 */
-    T_CHECK(fabs(wrong - 1000) < 1e-9 && fabs(dscale - 1.0) < 1e-12, "far wrong: %g %g", wrong, dscale);
+    for (int k = 0; k < NV_PREF_COUNT; k++) {
+        fd_loss l = {.pairs = 2, .o = {(nv_pref_kind)k, 0.5f, 0.3f, k == NV_PREF_DPO ? 0.0f : 0.7f}, .ref = {-40, -35, -30, -45}};
+        check_fd_loss(&c, 4, 6, 3, NULL, &l);
+    }
+    const int n[2] = {2, 4};
+    double g[2], margin;
+    nv_pref_opts dpo = {NV_PREF_DPO, 0.1f, 0, 0}, ipo = {NV_PREF_IPO, 0.25f, 0, 0}, simpo = {NV_PREF_SIMPO, 0, 0.5f, 0};
+    nv_pref_opts orpo = {NV_PREF_ORPO, 0, 0, 0};
+    T_CHECK(fabs(nv_pref_pair(&dpo, (double[]){-3, -5}, n, (double[]){-3, -5}, g, &margin) - log(2.0)) < 1e-12 &&
+                margin == 0 && fabs(g[0] + 0.05) < 1e-8 && fabs(g[1] - 0.05) < 1e-8,
+            "DPO at the reference: loss log 2, margin 0, gradients -+beta / 2");
+    dpo.beta = 1;
+    const double far = nv_pref_pair(&dpo, (double[]){0, -1000}, n, (double[]){-500, -500}, g, &margin);
+    T_CHECK(far >= 0 && far < 1e-12 && fabs(g[0]) < 1e-12 && margin == 1000, "DPO far right: %g %g", far, g[0]);
+    const double wrong = nv_pref_pair(&dpo, (double[]){-1000, 0}, n, (double[]){-500, -500}, g, &margin);
+    T_CHECK(fabs(wrong - 1000) < 1e-9 && fabs(g[0] + 1.0) < 1e-12, "DPO far wrong: %g %g", wrong, g[0]);
+    /* IPO: h = (-2/2 - -4/2) - (-8/4 - -8/4) = 1; (1 - 1/(2 x 0.25))^2 = 1 */
+    T_CHECK(fabs(nv_pref_pair(&ipo, (double[]){-2, -8}, n, (double[]){-4, -8}, g, &margin) - 1.0) < 1e-12 && margin == 1,
+            "IPO's square");
+    /* SimPO (beta 2 by default): 2 (-1 - -2) - 0.5 = 1.5 */
+    T_CHECK(fabs(nv_pref_pair(&simpo, (double[]){-2, -8}, n, NULL, g, &margin) - log1p(exp(-1.5))) < 1e-12 && margin == 2,
+            "SimPO's loss");
+    /* ORPO (lambda 0.1): -m_c + 0.1 softplus(-(log odds(-1) - log odds(-2))) */
+    const double lo = (-1 - log(1 - exp(-1.0))) - (-2 - log(1 - exp(-2.0)));
+    T_CHECK(fabs(nv_pref_pair(&orpo, (double[]){-2, -8}, n, NULL, g, &margin) - (1 + 0.1 * log1p(exp(-lo)))) < 1e-8 &&
+                fabs(margin - lo) < 1e-12,
+            "ORPO's loss");
+    /* an answer certain to the last bit: finite */
+    const double sure = nv_pref_pair(&orpo, (double[]){0, -8}, n, NULL, g, &margin);
+    T_CHECK(isfinite(sure) && isfinite(g[0]) && isfinite(g[1]), "ORPO at p = 1: %g %g %g", sure, g[0], g[1]);
+    nv_pref_kind kind;
+    T_CHECK(nv_pref_kind_parse("simpo", &kind) == NV_OK && kind == NV_PREF_SIMPO && nv_pref_kind_parse("kto", &kind) != NV_OK &&
+                strstr(nv_errmsg(), "known: dpo, ipo, simpo, orpo"),
+            "names");
 }
 
 /* Packed windows: each row attends to its own document alone. The gradient through the masked
@@ -835,7 +864,7 @@ int main(void) {
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_qkv_bias);
     T_RUN(test_fd_ignored_targets);
-    T_RUN(test_fd_dpo);
+    T_RUN(test_fd_preference);
     T_RUN(test_packed_documents);
     T_RUN(test_accumulation_equals_larger_batch);
     T_RUN(test_engines_match_fp32);

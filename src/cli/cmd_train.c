@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]]\n"
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack] [--dpo-beta B] [--dpo-sft-weight W]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack]\n"
+            "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z), or chat\n"
@@ -37,10 +38,12 @@ static void usage(FILE *f) {
             "          step when turns are short; each attends to itself alone)\n"
             "          Preference data (.jsonl in OpenAI's preference format: {\"input\": {\"messages\": [...]},\n"
             "          \"preferred_output\": [answer], \"non_preferred_output\": [answer]} a line, or TRL's\n"
-            "          {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}) trains the\n"
-            "          --init-from model by direct preference optimisation (DPO) against itself as it starts;\n"
-            "          --dpo-beta (default 0.1) scales the implicit rewards: higher keeps closer to the start;\n"
-            "          --dpo-sft-weight W (default 0) adds W x the preferred answer's cross-entropy (RPO).\n"
+            "          {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}) trains the --init-from model to\n"
+            "          prefer the preferred answers: --pref-loss dpo (default: direct preference optimisation\n"
+            "          against the model as it starts), ipo, simpo (--simpo-gamma, default 0.5) or orpo (those two\n"
+            "          need no reference); --pref-beta (default 0.1, simpo 2) scales the rewards (dpo, ipo: higher\n"
+            "          keeps closer to the start; orpo: the odds ratio's weight); --pref-sft-weight W (default 0)\n"
+            "          adds W x the preferred answer's cross-entropy (RPO).\n"
             "          --batch counts windows (two a pair); the loss is DPO's, and reward_acc the pairs preferred rightly\n"
             "  --lr-schedule: after the warmup, to --min-lr-frac x --lr (default 0.1) by a cosine (default), a\n"
             "          straight line, not at all (constant), or wsd: the full rate until the last --decay-frac\n"
@@ -92,7 +95,8 @@ static int train(int argc, char **argv) {
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0, sample_given = 0;
-    int beta_given = 0;
+    const char *pref_given = NULL; /* a preference training flag, for the refusal without preference data */
+    int gamma_given = 0;
     float val_frac = 0.05f, lora_alpha = 0;
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
@@ -157,8 +161,13 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--weight-decay")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.weight_decay);
         else if (!strcmp(a, "--clip")) ok = cli_float(CMD, a, v, 0, 1e6, &o.adamw.grad_clip);
         else if (!strcmp(a, "--beta2")) ok = cli_float(CMD, a, v, 0, 0.999999, &o.adamw.beta2);
-        else if (!strcmp(a, "--dpo-beta")) ok = cli_float(CMD, a, v, 1e-4f, 100, &o.dpo_beta), beta_given = 1;
-        else if (!strcmp(a, "--dpo-sft-weight")) ok = cli_float(CMD, a, v, 0, 100, &o.dpo_sft_weight), beta_given = 1;
+        else if (!strcmp(a, "--pref-beta")) ok = cli_float(CMD, a, v, 1e-4f, 100, &o.pref.beta), pref_given = a;
+        else if (!strcmp(a, "--pref-sft-weight")) ok = cli_float(CMD, a, v, 0, 100, &o.pref.sft_weight), pref_given = a;
+        else if (!strcmp(a, "--simpo-gamma")) ok = cli_float(CMD, a, v, -100, 100, &o.pref.gamma), pref_given = a, gamma_given = 1;
+        else if (!strcmp(a, "--pref-loss")) {
+            if (nv_pref_kind_parse(v, &o.pref.kind) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+            pref_given = a;
+        }
         else if (!strcmp(a, "--val-frac")) ok = cli_float(CMD, a, v, 0, 0.9, &val_frac), val_frac_given = 1;
         else if (!strcmp(a, "--time-limit")) {
             float t;
@@ -298,9 +307,13 @@ static int train(int argc, char **argv) {
         goto done;
     }
     if (n_val) nv_dataset_split_at(&ds, n_data);
-    if (beta_given && !ds.pref) {
-        rc = cli_error(CMD, 2, "--dpo-beta and --dpo-sft-weight go with preference data (.jsonl lines with preferred_output and "
-                               "non_preferred_output)");
+    if (pref_given && !ds.pref) {
+        rc = cli_error(CMD, 2, "%s goes with preference data (.jsonl lines with preferred_output and non_preferred_output, "
+                               "or prompt, chosen and rejected)", pref_given);
+        goto done;
+    }
+    if (gamma_given && o.pref.kind != NV_PREF_SIMPO) {
+        rc = cli_error(CMD, 2, "--simpo-gamma goes with --pref-loss simpo");
         goto done;
     }
     if (ds.pref && pack) {
@@ -308,7 +321,7 @@ static int train(int argc, char **argv) {
         goto done;
     }
     if (ds.pref && !init_from) {
-        rc = cli_error(CMD, 2, "preference training (DPO) improves an existing model: give it with --init-from");
+        rc = cli_error(CMD, 2, "preference training improves an existing model: give it with --init-from");
         goto done;
     }
     if (ds.pref && o.batch % (2 * nv_dist_size())) {

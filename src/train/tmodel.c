@@ -817,13 +817,6 @@ void nv_tmodel_seq_logp(const nv_tmodel *tm, double *out) {
     }
 }
 
-double nv_dpo_loss(double logp_c, double logp_r, double ref_c, double ref_r, float beta, double *dscale, double *margin) {
-    const double z = (double)beta * ((logp_c - ref_c) - (logp_r - ref_r));
-    if (margin) *margin = z;
-    if (dscale) *dscale = (double)beta / (1.0 + exp(z)); /* beta * sigmoid(-z) */
-    return (z > 0 ? 0.0 : -z) + log1p(exp(-fabs(z)));   /* softplus(-z), stable both ways */
-}
-
 static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale);
 
 void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) { backward(tm, grad_scale, NULL); }

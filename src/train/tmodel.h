@@ -99,12 +99,6 @@ void nv_tmodel_seq_logp(const nv_tmodel *tm, double *out);
 /* Backward of sum_b seq_scale[b] * (sequence b's summed -log p(target)) instead of the mean loss:
  * per-sequence weights, of either sign (preference training). Adds into grads as nv_tmodel_backward. */
 void nv_tmodel_backward_seq(nv_tmodel *tm, const float *seq_scale);
-/* Direct preference optimisation's loss for one pair: -log sigmoid(z), z = beta * ((logp_c - ref_c) -
- * (logp_r - ref_r)), from the log-probabilities of the preferred (c) and the other answer (r) under
- * the model and under the reference. *margin (when not NULL) receives z, the difference of the two
- * implicit rewards beta * (logp - ref); *dscale d loss / d(-logp_c) = beta * sigmoid(-z), the
- * preferred sequence's seq_scale (the other's is its negative). */
-double nv_dpo_loss(double logp_c, double logp_r, double ref_c, double ref_r, float beta, double *dscale, double *margin);
 void nv_tmodel_zero_grad(nv_tmodel *tm);
 /* Rewrites every plan's packed weights (the adapters' too) from the master weights. */
 void nv_tmodel_refresh(nv_tmodel *tm);

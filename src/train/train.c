@@ -87,7 +87,7 @@ void nv_train_defaults(nv_train_opts *o) {
     o->ckpt_every = 500;
     o->out_dir = "runs/train";
     o->engine = NV_ENGINE_SCALAR;
-    o->dpo_beta = 0.1f;
+    o->pref = (nv_pref_opts){.kind = NV_PREF_DPO, .gamma = 0.5f};
 }
 
 typedef struct {
@@ -196,39 +196,38 @@ static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in,
 
 /* Preference training. Rows 2i and 2i + 1 of a batch are pair ids[i]'s preferred and other answer;
    ref[2p], ref[2p + 1] the reference's log-probabilities of pair p's two. */
-enum { PREF_LOSS, PREF_CORRECT, PREF_MARGIN, PREF_PAIRS, PREF_SUMS };
+enum { PREF_LOSS, PREF_CORRECT, PREF_MARGIN, PREF_CHOICE, PREF_PAIRS, PREF_SUMS };
 
-/* A pair counts when both answers have a target in their windows (a prompt can fill one): then the
-   preferred answer's targets, else 0. */
-static int pair_counts(const int *tg, int T) {
-    int c = 0, r = 0;
-    for (int t = 0; t < T; t++) c += tg[t] >= 0, r |= tg[T + t] >= 0;
-    return r ? c : 0;
+/* A pair's two answers' target counts into n; it counts (1) when both have a target in their
+   windows (a prompt can fill one). */
+static int pair_targets(const int *tg, int T, int n[2]) {
+    n[0] = n[1] = 0;
+    for (int t = 0; t < T; t++) n[0] += tg[t] >= 0, n[1] += tg[T + t] >= 0;
+    return n[0] > 0 && n[1] > 0;
 }
 
-/* The losses of the pairs of tm's last forward (targets tg, its rows) added into sums: DPO's, plus
-   sft_weight x the preferred answer's mean cross-entropy a token; with seq_scale, each sequence's
-   weight for the backward of the step's mean loss (1 / step_pairs a pair). */
-static void pref_losses(const nv_tmodel *tm, const int *tg, const uint64_t *ids, const double *ref, float beta,
-                        float sft_weight, double step_pairs, float *seq_scale, double sums[PREF_SUMS]) {
+/* The losses of the pairs of tm's last forward (targets tg, its rows) added into sums, with how many
+   it prefers rightly by the loss's rewards (PREF_CORRECT) and by its own likelihood a token
+   (PREF_CHOICE: what the model would choose); with seq_scale, each sequence's weight for the backward
+   of the step's mean loss (1 / step_pairs a pair). */
+static void pref_losses(const nv_tmodel *tm, const int *tg, const uint64_t *ids, const double *ref,
+                        const nv_pref_opts *po, double step_pairs, float *seq_scale, double sums[PREF_SUMS]) {
     double logp[tm->B];
     nv_tmodel_seq_logp(tm, logp);
     for (int i = 0; i < tm->B / 2; i++) {
-        double dscale = 0, margin = 0, sft = 0;
-        const int counts = pair_counts(tg + (size_t)2 * i * tm->T, tm->T);
+        double grad[2] = {0, 0}, margin = 0;
+        int n[2];
+        const int counts = pair_targets(tg + (size_t)2 * i * tm->T, tm->T, n);
         if (counts) {
-            const double loss = nv_dpo_loss(logp[2 * i], logp[2 * i + 1], ref[2 * ids[i]], ref[2 * ids[i] + 1], beta,
-                                            &dscale, &margin);
-            sft = (double)sft_weight / counts;
-            sums[PREF_LOSS] += loss - sft * logp[2 * i];
+            const double r[2] = {ref ? ref[2 * ids[i]] : 0, ref ? ref[2 * ids[i] + 1] : 0};
+            sums[PREF_LOSS] += nv_pref_pair(po, logp + 2 * i, n, r, grad, &margin);
             sums[PREF_CORRECT] += margin > 0;
             sums[PREF_MARGIN] += margin;
+            sums[PREF_CHOICE] += logp[2 * i] / n[0] > logp[2 * i + 1] / n[1];
             sums[PREF_PAIRS] += 1;
         }
-        if (seq_scale) {
-            seq_scale[2 * i] = counts ? (float)((dscale + sft) / step_pairs) : 0.0f;
-            seq_scale[2 * i + 1] = counts ? (float)(-dscale / step_pairs) : 0.0f;
-        }
+        if (seq_scale) /* the backward's weights are the cross-entropy's: -d loss / d log p */
+            for (int k = 0; k < 2; k++) seq_scale[2 * i + k] = (float)(-grad[k] / step_pairs);
     }
 }
 
@@ -260,9 +259,10 @@ static nv_err pref_reference(nv_tmodel *tm, const nv_dataset *ds, double **out) 
 }
 
 /* The validation pairs' mean loss over `batches` batches (every process draws the same and scores its
-   rows), and the fraction the model prefers rightly into *acc. */
+   rows), and the fractions preferred rightly by the loss's rewards and by the model's likelihood into
+   acc[0], acc[1]. */
 static float eval_pref(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg, uint64_t *ids,
-                       const double *ref, float beta, float sft_weight, double *acc) {
+                       const double *ref, const nv_pref_opts *po, double acc[2]) {
     const int world = nv_dist_size();
     const size_t mine = (size_t)nv_dist_rank() * tm->B * tm->T;
     double sums[PREF_SUMS] = {0};
@@ -270,10 +270,11 @@ static float eval_pref(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in
     for (int i = 0; i < batches; i++) {
         if (!nv_data_val_pairs(ds, i, tm->B * world, tm->T, in, tg, ids)) break;
         nv_tmodel_forward(tm, in + mine, tg + mine);
-        pref_losses(tm, tg + mine, ids + mine / (2 * (size_t)tm->T), ref, beta, sft_weight, 1, NULL, sums);
+        pref_losses(tm, tg + mine, ids + mine / (2 * (size_t)tm->T), ref, po, 1, NULL, sums);
     }
     nv_dist_sum_f64(sums, PREF_SUMS);
-    *acc = sums[PREF_PAIRS] > 0 ? sums[PREF_CORRECT] / sums[PREF_PAIRS] : NAN;
+    acc[0] = sums[PREF_PAIRS] > 0 ? sums[PREF_CORRECT] / sums[PREF_PAIRS] : NAN;
+    acc[1] = sums[PREF_PAIRS] > 0 ? sums[PREF_CHOICE] / sums[PREF_PAIRS] : NAN;
     return sums[PREF_PAIRS] > 0 ? (float)(sums[PREF_LOSS] / sums[PREF_PAIRS]) : NAN;
 }
 
@@ -415,8 +416,7 @@ static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     h = nv_hash64(&o->seed, sizeof o->seed, h);
     h = nv_hash64(&o->adamw, sizeof o->adamw, h);
     h = nv_hash64(&o->lora.alpha, sizeof o->lora.alpha, h);
-    h = nv_hash64(&o->dpo_beta, sizeof o->dpo_beta, h);
-    h = nv_hash64(&o->dpo_sft_weight, sizeof o->dpo_sft_weight, h);
+    h = nv_hash64(&o->pref, sizeof o->pref, h);
     if (o->init_params) h = nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), h);
     for (int i = 0; i < ds->n_src; i++) {
         const nv_source *s = &ds->src[i];
@@ -511,12 +511,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (lora && (e = nv_lora_validate(c, &o->lora))) return together(e);
     const int pref = ds->pref;
     if (pref && !o->init_params)
-        return together(nv_fail(NV_EINVAL, "preference training (DPO) improves a model against itself as it starts: give "
-                                           "it with --init-from"));
+        return together(nv_fail(NV_EINVAL, "preference training improves an existing model: give it with --init-from"));
+    const int with_ref = pref && nv_pref_needs_reference(o->pref.kind);
     if (pref && local_batch % 2)
         return together(nv_fail(NV_EINVAL, "preference pairs are two windows each: --batch must be even%s", world > 1 ? " on every process (a multiple of twice the processes)" : ""));
-    if (pref && !(o->dpo_beta > 0 && isfinite(o->dpo_beta) && o->dpo_sft_weight >= 0 && isfinite(o->dpo_sft_weight)))
-        return together(nv_fail(NV_EINVAL, "the DPO beta must be positive, and the weight of its SFT term not negative"));
+    if (pref && !(isfinite(o->pref.beta) && o->pref.kind < NV_PREF_COUNT && isfinite(o->pref.gamma) &&
+                  o->pref.sft_weight >= 0 && isfinite(o->pref.sft_weight)))
+        return together(nv_fail(NV_EINVAL, "the preference loss's settings must be finite, its SFT weight not negative"));
     if (pref && ds->pack) return together(nv_fail(NV_EINVAL, "preference pairs are not packed: leave out --pack"));
     if (lead) e = nv_mkdirs(o->out_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
@@ -573,8 +574,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         nv_ckpt_close(&ck);
         return e;
     }
-    double *ref = NULL; /* preference data: the reference's log-probabilities, two a pair */
-    if (pref && (e = pref_reference(&tm, ds, &ref))) {
+    double *ref = NULL; /* DPO, IPO: the reference's log-probabilities, two a pair */
+    if (with_ref && (e = pref_reference(&tm, ds, &ref))) {
         nv_tmodel_free(&tm);
         nv_ckpt_close(&ck);
         return e;
@@ -702,17 +703,17 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 o->accum, tm.flops_per_step * world * o->accum / 1e9, need / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
-        double acc0 = NAN;
-        float v0 = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, o->dpo_beta, o->dpo_sft_weight, &acc0)
+        double acc0[2] = {NAN, NAN};
+        float v0 = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, &o->pref, acc0)
                         : eval_val(&tm, ds, o->eval_batches, in, tg);
         if (isfinite(v0) && lead) {
             fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g", v0);
-            if (pref) json_num(metrics, "val_reward_acc", acc0);
+            if (pref) json_num(metrics, "val_reward_acc", acc0[0]), json_num(metrics, "val_choice_acc", acc0[1]);
             fprintf(metrics, "}\n");
             fflush(metrics);
             series_add(&va, 0.0f, v0);
             last_val = v0;
-            last_val_acc = acc0;
+            last_val_acc = acc0[0];
             if (!quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
         }
     }
@@ -737,7 +738,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 goto done;
         long step_targets = 0, step_pairs = 0;
         for (size_t i = 0; ds->chat && i < bt * o->accum; i++) step_targets += tg[i] >= 0;
-        for (size_t i = 0; pref && i < pairs_a * o->accum; i++) step_pairs += pair_counts(tg + 2 * i * o->seq, o->seq) > 0;
+        for (size_t i = 0; pref && i < pairs_a * o->accum; i++) {
+            int n[2];
+            step_pairs += pair_targets(tg + 2 * i * o->seq, o->seq, n);
+        }
         double psums[PREF_SUMS] = {0};
         for (int a = 0; a < o->accum; a++) {
             double ta = nv_now();
@@ -746,7 +750,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             double tb0 = nv_now();
             if (pref) { /* the mean of the step's pairs' losses: each pair's answers weighted by its own */
                 pref_losses(&tm, tg + a * bt + mine, pair_ids + a * pairs_a + mine / (2 * (size_t)o->seq), ref,
-                            o->dpo_beta, o->dpo_sft_weight, step_pairs ? (double)step_pairs : 1.0, seq_scale, psums);
+                            &o->pref, step_pairs ? (double)step_pairs : 1.0, seq_scale, psums);
                 nv_tmodel_backward_seq(&tm, seq_scale);
             } else if (ds->chat) { /* each micro-batch's share of the step's targets */
                 loss += (double)l * tm.n_targets;
@@ -795,12 +799,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         last_loss = (float)loss;
         int last = step + 1 == o->steps;
         float val = NAN;
-        double val_acc = NAN;
+        double val_acc[2] = {NAN, NAN};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
-            val = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, o->dpo_beta, o->dpo_sft_weight, &val_acc)
+            val = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, &o->pref, val_acc)
                        : eval_val(&tm, ds, o->eval_batches, in, tg);
             if (!isnan(val)) last_val = val;
-            if (!isnan(val_acc)) last_val_acc = val_acc;
+            if (!isnan(val_acc[0])) last_val_acc = val_acc[0];
         }
         double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * world * o->accum / dt / 1e12;
         if (lead) {
@@ -820,7 +824,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             if (world > 1) fprintf(metrics, ",\"processes\":%d", world);
             if (skipped) fprintf(metrics, ",\"skipped\":true");
             if (!isnan(val)) json_num(metrics, "val_loss", val);
-            if (!isnan(val_acc)) json_num(metrics, "val_reward_acc", val_acc);
+            if (!isnan(val_acc[0])) json_num(metrics, "val_reward_acc", val_acc[0]), json_num(metrics, "val_choice_acc", val_acc[1]);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }

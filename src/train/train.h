@@ -18,6 +18,7 @@
 #include "model/lora.h"
 #include "train/data.h"
 #include "train/optim.h"
+#include "train/pref.h"
 
 typedef struct {
     nv_config config;
@@ -42,13 +43,13 @@ typedef struct {
     int sample_every, sample_tokens;
     const char *sample_prompt;
     const nv_tokenizer *tokenizer;
-    /* preference data (nv_dataset.pref): direct preference optimisation against the starting model
-       (init_params; with LoRA, the frozen model the adapters start at zero on), whose log-probabilities
-       of every pair are computed once at the start (again on resume: the same bits); beta scales the
-       implicit rewards (default 0.1); dpo_sft_weight > 0 adds that times the preferred answer's mean
-       cross-entropy a token to each pair's loss (RPO: it keeps the preferred answers likely, where DPO
-       alone can lower both answers' likelihood) */
-    float dpo_beta, dpo_sft_weight;
+    /* preference data (nv_dataset.pref): the loss (train/pref.h; default DPO); DPO and IPO compare
+       with the starting model (init_params; with LoRA, the frozen model the adapters start at zero
+       on), whose log-probabilities of every pair are computed once at the start (again on resume: the
+       same bits). pref.sft_weight > 0 adds that times the preferred answer's mean cross-entropy a
+       token to each pair's loss (RPO: it keeps the preferred answers likely, where DPO alone can
+       lower both answers' likelihood) */
+    nv_pref_opts pref;
 } nv_train_opts;
 
 void nv_train_defaults(nv_train_opts *o);
