@@ -2,6 +2,7 @@
  * chunking and --val-frac, the KL divergence statistics against a reference, and its errors. */
 #include <cjson/cJSON.h>
 
+#include "base/buf.h"
 #include "engine/engine.h"
 #include "forward_ref.h"
 #include "model/tokenizer.h"
@@ -203,6 +204,160 @@ static void expect_error(const char *args, int code, const char *needle) {
     T_CHECK(rc == code && lines == 1 && strstr(t_err, needle), "`%s`: exit %d (want %d), stderr: %s", args, rc, code, t_err);
 }
 
+/* Multiple-choice tasks from the TinyStories text: a story's first sentence as the context, its
+ * second and three other stories' seconds as the choices (the gold one in turn at each place). */
+#define MC_TASKS 24
+static int mc_tasks(char ctx[][256], char choice[][4][256], int gold[]) {
+    const char *txt = t_data("corpus/tinystories_valid_head.txt");
+    char *text = NULL;
+    if (!txt || nv_file_read_all(txt, &text, NULL) != NV_OK) return 0;
+    char first[MC_TASKS + 3][256], second[MC_TASKS + 3][256];
+    int n = 0;
+    for (char *story = text; story && n < MC_TASKS + 3;) {
+        char *end = strstr(story, "\n\n");
+        if (end) *end = '\0';
+        char *a = strstr(story, ". "), *b = a ? strstr(a + 2, ". ") : NULL;
+        if (a && b && a - story < 200 && b - a < 200 && !memchr(story, '\n', (size_t)(b - story))) {
+            snprintf(first[n], 256, "%.*s.", (int)(a - story), story);
+            snprintf(second[n], 256, "%.*s.", (int)(b - a - 2), a + 2);
+            n++;
+        }
+        story = end ? end + 2 : NULL;
+    }
+    free(text);
+    for (int t = 0; t < n - 3; t++) {
+        snprintf(ctx[t], 256, "%s", first[t]);
+        gold[t] = t % 4;
+        for (int k = 0, other = 1; k < 4; k++) snprintf(choice[t][k], 256, "%s", k == gold[t] ? second[t] : second[t + other++]);
+    }
+    return n - 3;
+}
+
+/* The accuracy that full forward passes of every choice give (each text from position 0, one token
+ * at a time, on scalar): the command's prefix-once scoring must pick the same choices. */
+static void mc_reference(const nv_model *m, const nv_tokenizer *tok, char ctx[][256], char choice[][4][256], const int *gold,
+                         int n, int *right_sum, int *right_mean) {
+    const int V = m->config.vocab_size;
+    float *logits = malloc((size_t)m->config.seq_len * V * sizeof(float));
+    *right_sum = *right_mean = 0;
+    for (int t = 0; t < n; t++) {
+        int *ids[4], len[4], shared = 1 << 30;
+        char text[600];
+        for (int k = 0; k < 4; k++) {
+            snprintf(text, sizeof text, "%s %s", ctx[t], choice[t][k]);
+            T_CHECK(nv_tokenizer_encode(tok, text, 1, 0, &ids[k], &len[k]) == NV_OK, "encode");
+        }
+        for (int k = 1; k < 4; k++) {
+            int p = 0;
+            while (p < len[0] && p < len[k] && ids[0][p] == ids[k][p]) p++;
+            if (p < shared) shared = p;
+        }
+        double sum[4], mean[4];
+        for (int k = 0; k < 4; k++) {
+            T_CHECK(t_forward_logits(m, ids[k], len[k], logits), "forward");
+            sum[k] = 0;
+            for (int p = shared; p < len[k]; p++) {
+                const float *l = logits + (size_t)(p - 1) * V;
+                double mx = l[0], z = 0;
+                for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+                for (int i = 0; i < V; i++) z += exp(l[i] - mx);
+                sum[k] += l[ids[k][p]] - mx - log(z);
+            }
+            mean[k] = sum[k] / (len[k] - shared);
+            free(ids[k]);
+        }
+        int bs = 0, bm = 0;
+        for (int k = 1; k < 4; k++) {
+            if (sum[k] > sum[bs]) bs = k;
+            if (mean[k] > mean[bm]) bm = k;
+        }
+        *right_sum += bs == gold[t];
+        *right_mean += bm == gold[t];
+    }
+    free(logits);
+}
+
+/* --multiple-choice: llama.cpp's HellaSwag text and JSON Lines give the same figures, those of full
+ * forward passes computed here; stories260K beats chance on its own kind of text; --tasks; malformed
+ * files are refused with the line. */
+static void test_multiple_choice(void) {
+    char model[600], tokp[600], args[3000];
+    if (!shared_model(model, tokp)) return;
+    static char ctx[MC_TASKS][256], choice[MC_TASKS][4][256];
+    int gold[MC_TASKS];
+    const int n = mc_tasks(ctx, choice, gold);
+    T_CHECK(n == MC_TASKS, "%d tasks from the text", n);
+    if (n != MC_TASKS) return;
+    nv_buf hs = {0}, jl = {0};
+    for (int t = 0; t < n; t++) {
+        nv_buf_printf(&hs, "%s\n%d\n%s\n%s\n%s\n%s\n", ctx[t], gold[t], choice[t][0], choice[t][1], choice[t][2], choice[t][3]);
+        cJSON *o = cJSON_CreateObject(), *c = cJSON_CreateArray();
+        cJSON_AddStringToObject(o, "question", ctx[t]);
+        for (int k = 0; k < 4; k++) cJSON_AddItemToArray(c, cJSON_CreateString(choice[t][k]));
+        cJSON_AddItemToObject(o, "choices", c);
+        char letter[2] = {(char)('A' + gold[t]), 0};
+        cJSON_AddStringToObject(o, "answer", letter);
+        char *line = cJSON_PrintUnformatted(o);
+        nv_buf_printf(&jl, "%s\n", line);
+        free(line);
+        cJSON_Delete(o);
+    }
+    char hs_path[600], jl_path[600];
+    snprintf(hs_path, sizeof hs_path, "%s", t_write("hellaswag.txt", hs.data, hs.len));
+    snprintf(jl_path, sizeof jl_path, "%s", t_write("choices.jsonl", jl.data, jl.len));
+    nv_buf_free(&hs);
+    nv_buf_free(&jl);
+    nv_tokenizer *tok = NULL;
+    nv_model m;
+    if (nv_tokenizer_load(tokp, 512, &tok) != NV_OK || nv_model_load(model, &m) != NV_OK) {
+        T_CHECK(0, "load: %s", nv_errmsg());
+        return;
+    }
+    T_CHECK(nv_engines_init(NULL, 1) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    int want_sum = 0, want_mean = 0;
+    mc_reference(&m, tok, ctx, choice, gold, n, &want_sum, &want_mean);
+    for (int f = 0; f < 2; f++) {
+        snprintf(args, sizeof args, "perplexity -m %s -z %s --multiple-choice %s --engine scalar --json", model, tokp,
+                 f ? jl_path : hs_path);
+        T_CHECK(t_nerve(args) == 0, "%s", t_err);
+        T_CHECK(json_num(NULL, "tasks") == n && json_num(NULL, "skipped") == 0, "tasks %g skipped %g", json_num(NULL, "tasks"),
+                json_num(NULL, "skipped"));
+        T_CHECK(fabs(json_num(NULL, "acc") - 100.0 * want_sum / n) < 1e-9 &&
+                    fabs(json_num(NULL, "acc_norm") - 100.0 * want_mean / n) < 1e-9,
+                "%s: acc %g acc_norm %g, full passes %d and %d of %d", f ? "jsonl" : "hellaswag", json_num(NULL, "acc"),
+                json_num(NULL, "acc_norm"), want_sum, want_mean, n);
+    }
+    T_CHECK(want_mean > n / 4 + 2, "stories260K picks the story's own sentence %d times of %d", want_mean, n);
+    snprintf(args, sizeof args, "perplexity -m %s -z %s --multiple-choice %s --tasks 5", model, tokp, jl_path);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "tasks     5 (0 skipped") && strstr(t_out, "acc_norm  ") &&
+                strstr(t_err, "[5] "),
+            "--tasks 5: %s %s", t_out, t_err);
+    nv_model_free(&m);
+    nv_tokenizer_free(tok);
+
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"a\n0\nb\nc\nd\n", "5 lines: llama.cpp's HellaSwag text has 6 a task"},
+        {"a\n7\nb\nc\nd\ne\n", ":2: the gold ending's index must be 0..3"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 2}\n", ":1: the gold choice"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\"], \"label\": 0}\n", ":1: the choices"},
+        {"{\"endings\": [\"b\", \"c\"], \"label\": 0}\n", ":1: no context"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n{oops\n", ":2: not JSON"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", 5], \"label\": \"1\"}\n", ":1: choice 1 is not a string"},
+        {"\n\n", ": no tasks"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *p = t_write("bad_mc.txt", bad[i].text, strlen(bad[i].text));
+        snprintf(args, sizeof args, "perplexity -m %s -z %s --multiple-choice %s", model, tokp, p);
+        T_CHECK(t_nerve(args) == 1 && strstr(t_err, "bad_mc.txt") && strstr(t_err, bad[i].want), "case %zu: %s", i, t_err);
+    }
+    snprintf(args, sizeof args, "perplexity -m %s -z %s --multiple-choice %s -f %s", model, tokp, jl_path, jl_path);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "do not go with it"), "-f beside it: %s", t_err);
+    snprintf(args, sizeof args, "perplexity -m %s -z %s --tasks 3", model, tokp);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--tasks goes with --multiple-choice"), "--tasks alone: %s", t_err);
+}
+
 static void test_perplexity_errors(void) {
     char args[3000], model[600], tokp[600];
     if (!shared_model(model, tokp)) return;
@@ -240,5 +395,6 @@ int main(void) {
     T_RUN(test_perplexity_trained_against_random);
     T_RUN(test_perplexity_kl_divergence);
     T_RUN(test_perplexity_errors);
+    T_RUN(test_multiple_choice);
     return t_done();
 }

@@ -13,6 +13,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "cli/choice.h"
 #include "cli/cli.h"
 #include "model/forward.h"
 #include "model/sampler.h"
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
             "usage: nerve perplexity -m MODEL [-z TOKENIZER] [-f FILE...] [--ctx N] [--chunks N] [--val-frac F]\n"
             "                        [--engine E] [--threads N] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                        [--kl-base MODEL [--kl-base-engine E]] [--json]\n"
+            "       nerve perplexity -m MODEL [-z TOKENIZER] --multiple-choice FILE [--tasks N] [--engine E] [--json]\n"
             "  -m MODEL      llama2.c checkpoint, GGUF file or `nerve train` run folder\n"
             "  -z TOKENIZER  as generate's (the run folder's, the GGUF file's own, else the shared tokenizer.bin)\n"
             "  -f FILE       text (tokenized with -z; documents split at blank lines, each from BOS, as nerve train\n"
@@ -48,6 +50,12 @@ static void usage(FILE *f) {
             "                the two perplexities (llama.cpp's --kl-divergence statistics)\n"
             "  --kl-base-engine E\n"
             "                the reference's engine (default: the fastest exact fp32 one)\n"
+            "  --multiple-choice FILE\n"
+            "                accuracy on multiple-choice tasks instead: llama.cpp's HellaSwag text (6 lines a task),\n"
+            "                or JSON Lines ({\"ctx\"|\"context\"|\"prompt\"|\"question\", \"endings\"|\"choices\",\n"
+            "                \"label\"|\"answer\"}); each choice scored by the log-probability of its tokens after\n"
+            "                the context, summed (acc) and a token (acc_norm, llama.cpp's HellaSwag score)\n"
+            "  --tasks N     score the first N tasks\n"
             "  --json        print the results as one JSON object\n");
 }
 
@@ -101,15 +109,6 @@ static nv_err scored_ready(scored_model *sm, int ctx) {
     if (ctx > sm->m.config.seq_len)
         return nv_fail(NV_EINVAL, "%s: --ctx %d is longer than the model's context of %d", sm->path, ctx, sm->m.config.seq_len);
     return nv_state_init(&sm->s, &sm->m.config, ROWS, ctx, 0);
-}
-
-/* log of the sum of exp over a row of logits */
-static double row_logz(const float *l, int V) {
-    float mx = l[0];
-    for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += exp((double)l[i] - mx);
-    return mx + log(sum);
 }
 
 /* The token stream: every source's range [lo, hi) in order, read a chunk at a time. */
@@ -173,7 +172,7 @@ typedef struct {
 
 /* One scored position of both models: their nll (nq, nb), and what --kl-base adds. */
 static nv_err kl_add(kl_stats *k, moments *nq_all, moments *nb_all, const float *lq, const float *lb, int V, int target) {
-    const double zq = row_logz(lq, V), zb = row_logz(lb, V);
+    const double zq = nv_logits_logz(lq, V), zb = nv_logits_logz(lb, V);
     double kld = 0;
     for (int i = 0; i < V; i++) {
         const double lpb = (double)lb[i] - zb;
@@ -278,10 +277,89 @@ static int print_json(const scored_model *q, const scored_model *b, const kl_sta
     return 0;
 }
 
+static void choice_progress(const nv_choice_result *r, int done, int total) {
+    if (done % 100 && done != total) return;
+    fprintf(stderr, "[%d] %.2f%%%s", done, r->tasks ? 100.0 * r->right_mean / r->tasks : 0.0, done == total ? "\n" : ", ");
+    fflush(stderr);
+}
+
+/* The standard error of an accuracy over n tasks, in percent. */
+static double acc_err(int right, int n) {
+    const double p = n ? (double)right / n : 0;
+    return n > 1 ? 100.0 * sqrt(p * (1 - p) / (n - 1)) : 0.0;
+}
+
+static int multiple_choice(const char *model_path, const char *tok_path, const cli_loras *loras, const char *engine_name,
+                           int threads, const char *choice_path, int max_tasks, int json) {
+    cli_paths paths;
+    cli_model_paths(&model_path, &tok_path, &paths);
+    nv_engine_id engine;
+    const int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FP32, &engine);
+    if (erc) return erc;
+    nv_choice_set set = {0};
+    if (nv_choice_load(choice_path, &set) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    scored_model q = {0};
+    nv_tokenizer *tok = NULL;
+    nv_choice_result r;
+    int rc = 1;
+    if (scored_open(&q, model_path, loras, engine) != NV_OK ||
+        nv_tokenizer_load_for_model(tok_path, q.m.config.vocab_size, &tok) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    const int total = max_tasks && max_tasks < set.n ? max_tasks : set.n;
+    fprintf(stderr, "nerve perplexity: %s on %s: %d multiple-choice task%s of %s; accuracy a token so far:\n", model_path,
+            nv_engine_name(engine), total, total == 1 ? "" : "s", choice_path);
+    if (nv_choice_score(&q.m, tok, &set, max_tasks, &r, choice_progress) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (!r.tasks) {
+        cli_error(CMD, 1, "none of the %d tasks could be scored: each has a choice longer than the model's context of %d "
+                          "tokens, or one with no token of its own", total, q.m.config.seq_len);
+        goto done;
+    }
+    const double acc = 100.0 * r.right_sum / r.tasks, acc_norm = 100.0 * r.right_mean / r.tasks;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", model_path);
+        cJSON_AddStringToObject(o, "engine", nv_engine_name(engine));
+        cJSON_AddStringToObject(o, "file", choice_path);
+        cJSON_AddNumberToObject(o, "tasks", r.tasks);
+        cJSON_AddNumberToObject(o, "skipped", r.skipped);
+        cJSON_AddNumberToObject(o, "acc", acc);
+        cJSON_AddNumberToObject(o, "acc_err", acc_err(r.right_sum, r.tasks));
+        cJSON_AddNumberToObject(o, "acc_norm", acc_norm);
+        cJSON_AddNumberToObject(o, "acc_norm_err", acc_err(r.right_mean, r.tasks));
+        cJSON_AddNumberToObject(o, "tokens_per_s", r.seconds > 0 ? r.tokens / r.seconds : 0);
+        char *s = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!s) {
+            cli_error(CMD, 1, "out of memory");
+            goto done;
+        }
+        printf("%s\n", s);
+        free(s);
+    } else {
+        printf("tasks     %d (%d skipped: a choice past the context, or with no token of its own)\n", r.tasks, r.skipped);
+        printf("acc       %.2f%% +- %.2f (the best summed log-probability)\n", acc, acc_err(r.right_sum, r.tasks));
+        printf("acc_norm  %.2f%% +- %.2f (the best log-probability a token, llama.cpp's HellaSwag score)\n", acc_norm,
+               acc_err(r.right_mean, r.tasks));
+    }
+    fprintf(stderr, "nerve perplexity: %.1f tokens/s, %.1f s\n", r.seconds > 0 ? r.tokens / r.seconds : 0.0, r.seconds);
+    rc = 0;
+done:
+    scored_free(&q);
+    if (tok) nv_tokenizer_free(tok);
+    nv_choice_free(&set);
+    return rc;
+}
+
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *base_path = NULL, *base_engine_name = NULL;
     const char *files[MAX_FILES];
-    int n_files = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0;
+    const char *choice_path = NULL;
+    int n_files = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0;
     float val_frac = 0;
     cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
@@ -309,12 +387,19 @@ int cmd_perplexity(int argc, char **argv) {
             if (!cli_float(CMD, a, v, 0, 0.99, &val_frac)) return 2;
         } else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--kl-base")) base_path = v;
+        else if (!strcmp(a, "--multiple-choice")) choice_path = v;
+        else if (!strcmp(a, "--tasks")) { if (!cli_int(CMD, a, v, 1, 1 << 30, &max_tasks)) return 2; }
         else if (!strcmp(a, "--kl-base-engine")) base_engine_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve perplexity --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve perplexity --help)");
     if (base_engine_name && !base_path) return cli_error(CMD, 2, "--kl-base-engine needs --kl-base MODEL");
+    if (max_tasks && !choice_path) return cli_error(CMD, 2, "--tasks goes with --multiple-choice FILE");
+    if (choice_path && (n_files || ctx || max_chunks || val_frac > 0 || base_path))
+        return cli_error(CMD, 2, "--multiple-choice scores its own tasks: -f, --ctx, --chunks, --val-frac and --kl-base "
+                                 "do not go with it");
+    if (choice_path) return multiple_choice(model_path, tok_path, &loras, engine_name, threads, choice_path, max_tasks, json);
     char default_text[4096];
     if (!n_files) {
         if (!nv_data_path("corpus/tinystories_valid_head.txt", default_text, sizeof default_text))
@@ -402,7 +487,7 @@ int cmd_perplexity(int argc, char **argv) {
                 if (p >= ctx - 1) break;
                 const float *lq = q.s.logits + (size_t)r * V;
                 if (!base_path) {
-                    mom_add(&q.nll, row_logz(lq, V) - lq[tokens[p + 1]]);
+                    mom_add(&q.nll, nv_logits_logz(lq, V) - lq[tokens[p + 1]]);
                     continue;
                 }
                 if (kl_add(&k, &q.nll, &b.nll, lq, b.s.logits + (size_t)r * V, V, tokens[p + 1]) != NV_OK) {

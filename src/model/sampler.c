@@ -299,3 +299,11 @@ void nv_spec_update(nv_spec_record *r, int agreed, int refused) {
     r->agreed = 0.9 * r->agreed + agreed;
     r->refused = 0.9 * r->refused + (refused != 0);
 }
+
+double nv_logits_logz(const float *logits, int n) {
+    float mx = logits[0];
+    for (int i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    return mx + log(sum);
+}

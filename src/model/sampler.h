@@ -55,6 +55,8 @@ void nv_sampler_accept(nv_sampler *s, int tok);
 /* Picks the next token; modifies logits in place (scaled and softmaxed when temperature > 0). */
 int nv_sample(nv_sampler *s, float *logits);
 int nv_argmax(const float *v, int n);
+/* log sum exp over a row of logits, in double: log p(i) = logits[i] - nv_logits_logz (scoring). */
+double nv_logits_logz(const float *logits, int n);
 /* The most likely token of a logits row and its probability under the softmax (temperature 1):
  * a draft model's greedy token and how sure it is of it. */
 int nv_top_token(const float *logits, int n, float *prob);
