@@ -1,7 +1,7 @@
 /* Writes the fuzzers' seed corpus (make fuzz-seeds): tiny valid inputs of every format, a few
  * kilobytes each, so that mutation starts from the structure the parsers expect.
  *
- *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api,chat,gbnf}/... (GGUF seeds through tests/gguf_write.h) */
+ *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api,chat,gbnf,choice}/... (GGUF seeds through tests/gguf_write.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +341,19 @@ static void chat(void) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("chat", files[i][0], files[i][1], strlen(files[i][1]));
 }
 
+/* multiple-choice tasks: llama.cpp's HellaSwag text, and JSON Lines under each of the field names */
+static void choice(void) {
+    static const char *const files[][2] = {
+        {"hellaswag.txt", "Tim went to the park. He saw a dog.\n1\nThe sky fell.\nThe dog ran to him.\nHe ate a car.\nSoup.\n"
+                          "Sue had a red ball.\n0\nShe threw it high.\nThe moon sang.\nIt was Tuesday\n \n"},
+        {"choices.jsonl",
+         "{\"activity_label\":\"Park\",\"ctx\":\"Tim went out.\",\"endings\":[\"He ran.\",\"Blue.\"],\"label\":\"0\"}\n"
+         "{\"question\":\"What is red?\",\"choices\":[\"a ball\",\"the sky\",\"grass\"],\"answer\":\"A\"}\n"
+         "{\"prompt\":\"Once upon a time\",\"options\":[\" there was a cat.\",\" the end\"],\"gold\":0}\n"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("choice", files[i][0], files[i][1], strlen(files[i][1]));
+}
+
 /* grammars as text: the first byte picks GBNF (0), a regex (1) or choices (2), +128 a think block */
 static void gbnf(void) {
     static const char *const files[][2] = {
@@ -366,6 +379,7 @@ int main(int argc, char **argv) {
     adapters();
     api();
     chat();
+    choice();
     gbnf();
     return 0;
 }

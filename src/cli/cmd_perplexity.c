@@ -13,7 +13,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/timer.h"
-#include "cli/choice.h"
+#include "model/choice.h"
 #include "cli/cli.h"
 #include "model/forward.h"
 #include "model/sampler.h"

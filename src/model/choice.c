@@ -1,4 +1,4 @@
-#include "cli/choice.h"
+#include "model/choice.h"
 
 #include <ctype.h>
 #include <math.h>

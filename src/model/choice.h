@@ -2,8 +2,8 @@
  * llama-perplexity --hellaswag / --multiple-choice, lm-evaluation-harness's acc and acc_norm): each
  * choice is scored by the log-probability the model gives its tokens after the shared context, and
  * the task is right when the best choice is the gold one. */
-#ifndef NV_CLI_CHOICE_H
-#define NV_CLI_CHOICE_H
+#ifndef NV_CHOICE_H
+#define NV_CHOICE_H
 
 #include "base/err.h"
 #include "model/model.h"
