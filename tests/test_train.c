@@ -454,6 +454,75 @@ static void test_pretokenized_shard(void) {
     }
 }
 
+static int read_values(const char *dir, const char *key, double *v, int max);
+
+/* `nerve perplexity ARGS --json`'s acc_norm (NAN when it fails). */
+static double perplexity_acc_norm(const char *args) {
+    char cmd[8192], line[4096] = "";
+    snprintf(cmd, sizeof cmd, "%s perplexity %s --json 2>/dev/null", t_nerve_bin(), args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return NAN;
+    if (!fgets(line, sizeof line, p)) line[0] = '\0';
+    pclose(p);
+    const char *v = strstr(line, "\"acc_norm\":");
+    return v ? strtod(v + 11, NULL) : NAN;
+}
+
+/* --eval-choice: multiple-choice accuracy at step 0 and at every evaluation, in metrics.jsonl and on
+ * the progress line; the figures are what `nerve perplexity --multiple-choice` gives the starting
+ * model and the run's model (the same engine: the same bits); refusals. */
+static void test_eval_choice_during_training(void) {
+    const char *m = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    const char *data = t_data("corpus/tinystories_valid_head.txt");
+    if (!m || !tok || !data) return;
+    char model[600], tokp[600], text[600];
+    snprintf(model, sizeof model, "%s", m);
+    snprintf(tokp, sizeof tokp, "%s", tok);
+    snprintf(text, sizeof text, "%s", data);
+    static const char *const tasks =
+        "{\"ctx\": \"Once upon a time, there was a little\", \"endings\": [\"girl named Lily.\", \"of the the of.\", \"blue went sky "
+        "ran.\"], \"label\": 0}\n"
+        "{\"ctx\": \"Tim and his mom went to the\", \"endings\": [\"ball ball ball.\", \"park to play.\"], \"label\": 1}\n"
+        "{\"ctx\": \"The cat was very\", \"endings\": [\"and the\", \"happy.\", \"tree the.\"], \"label\": 1}\n"
+        "{\"ctx\": \"She wanted to play with her\", \"endings\": [\"toys.\", \"went went.\"], \"label\": 0}\n"
+        "{\"ctx\": \"One day, a big dog\", \"endings\": [\"the the the.\", \"saw a bird.\", \"of.\"], \"label\": 1}\n"
+        "{\"ctx\": \"Lily said, \\\"Thank you,\", \"endings\": [\"Mom!\\\"\", \"tree dog.\"], \"label\": 0}\n";
+    char tasks_path[600], dir[600], args[4096], err[8192], pargs[2048];
+    snprintf(tasks_path, sizeof tasks_path, "%s", t_write("mc.jsonl", tasks, strlen(tasks)));
+    snprintf(dir, sizeof dir, "%s/mc_run", t_tmpdir());
+    snprintf(args, sizeof args,
+             "train --init-from %s -z %s --data %s --steps 8 --batch 4 --seq 64 --lr 1e-3 --eval-every 4 --eval-batches 1 "
+             "--eval-choice %s --engine avx2 --out %s",
+             model, tokp, text, tasks_path, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "train: %s", err);
+    T_CHECK(strstr(err, "step 0/8 | val ") && strstr(err, "| mc "), "no accuracy on the progress line: %s", err);
+    double acc[8];
+    const int n = read_values(dir, "\"mc_acc_norm\":", acc, 8);
+    T_CHECK(n == 3, "%d evaluations of the tasks, not 3 (steps 0, 4, 8)", n);
+    snprintf(pargs, sizeof pargs, "-m %s -z %s --multiple-choice %s --engine avx2", model, tokp, tasks_path);
+    const double start = perplexity_acc_norm(pargs);
+    snprintf(pargs, sizeof pargs, "-m %s --multiple-choice %s --engine avx2", dir, tasks_path);
+    const double end = perplexity_acc_norm(pargs);
+    T_CHECK(n == 3 && fabs(acc[0] * 100 - start) < 1e-9 && fabs(acc[2] * 100 - end) < 1e-9,
+            "mc_acc_norm %g .. %g, perplexity %g .. %g", n ? acc[0] : NAN, n == 3 ? acc[2] : NAN, start, end);
+    T_CHECK(start > 50, "stories260K picks %g%% of the easy tasks", start);
+    /* refused */
+    const struct {
+        const char *extra, *want;
+        int rc;
+    } bad[] = {
+        {"--eval-choice-tasks 3", "--eval-choice-tasks goes with --eval-choice FILE", 2},
+        {"--lora-rank 4 --eval-choice X", "--eval-choice scores whole-model runs", 2},
+        {"--eval-every 0 --eval-choice X", "--eval-every must be positive", 2},
+        {"--eval-choice /nonexistent/mc.jsonl", "/nonexistent/mc.jsonl", 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 2 --seq 32 --quiet --out %s/mc_bad %s", model,
+                 tokp, text, t_tmpdir(), bad[i].extra);
+        T_CHECK(run_nerve(args, err, sizeof err) == bad[i].rc && strstr(err, bad[i].want), "%s: '%s'", bad[i].extra, err);
+    }
+}
+
 /* --sample-every: samples after the prompt at steps 3 and 6, on stderr and in samples.txt, the same
  * text `nerve generate` writes from the run's model with the same seed and length (scalar engine on
  * both sides: the same sums); training with them logs the same losses as without. */
@@ -1195,6 +1264,7 @@ int main(void) {
     T_RUN(test_lr_schedule_flag);
     T_RUN(test_pretokenized_shard);
     T_RUN(test_samples_during_training);
+    T_RUN(test_eval_choice_during_training);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
     T_RUN(test_lora_run);

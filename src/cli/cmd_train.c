@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
-            "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]]\n"
+            "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
@@ -51,6 +51,8 @@ static void usage(FILE *f) {
             "  --sample-every: every N steps and at the end, print (and add to the run folder's samples.txt) what\n"
             "          the model writes after --sample-prompt (default: nothing but BOS), --sample-tokens tokens\n"
             "          (default 64) sampled as nerve generate does; training goes on exactly as without\n"
+            "  --eval-choice: multiple-choice tasks (as nerve perplexity --multiple-choice reads them) scored at\n"
+            "          every evaluation: metrics' mc_acc and mc_acc_norm, the first --eval-choice-tasks N of them\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
@@ -95,7 +97,8 @@ static int train(int argc, char **argv) {
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0, sample_given = 0;
-    const char *pref_given = NULL; /* a preference training flag, for the refusal without preference data */
+    const char *pref_given = NULL, *choice_path = NULL;
+    nv_choice_set choices = {0}; /* a preference training flag, for the refusal without preference data */
     int gamma_given = 0;
     float val_frac = 0.05f, lora_alpha = 0;
     const char *lora_targets = NULL;
@@ -161,6 +164,8 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--weight-decay")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.weight_decay);
         else if (!strcmp(a, "--clip")) ok = cli_float(CMD, a, v, 0, 1e6, &o.adamw.grad_clip);
         else if (!strcmp(a, "--beta2")) ok = cli_float(CMD, a, v, 0, 0.999999, &o.adamw.beta2);
+        else if (!strcmp(a, "--eval-choice")) choice_path = v;
+        else if (!strcmp(a, "--eval-choice-tasks")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.eval_choice_tasks);
         else if (!strcmp(a, "--pref-beta")) ok = cli_float(CMD, a, v, 1e-4f, 100, &o.pref.beta), pref_given = a;
         else if (!strcmp(a, "--pref-sft-weight")) ok = cli_float(CMD, a, v, 0, 100, &o.pref.sft_weight), pref_given = a;
         else if (!strcmp(a, "--simpo-gamma")) ok = cli_float(CMD, a, v, -100, 100, &o.pref.gamma), pref_given = a, gamma_given = 1;
@@ -191,6 +196,11 @@ static int train(int argc, char **argv) {
     if (sample_given && !o.sample_every) return cli_error(CMD, 2, "--sample-tokens and --sample-prompt go with --sample-every N");
     if (o.sample_every && o.lora.rank)
         return cli_error(CMD, 2, "--sample-every samples whole-model runs (a LoRA run's adapters are not in its plans)");
+    if (choice_path && o.lora.rank)
+        return cli_error(CMD, 2, "--eval-choice scores whole-model runs (a LoRA run's adapters are not in its plans): score "
+                                 "the run's merged model afterwards with nerve perplexity --multiple-choice");
+    if (o.eval_choice_tasks && !choice_path) return cli_error(CMD, 2, "--eval-choice-tasks goes with --eval-choice FILE");
+    if (choice_path && o.eval_every <= 0) return cli_error(CMD, 2, "--eval-choice scores at every evaluation: --eval-every must be positive");
     /* a short run still warms up and decays: the default warmup is at most a tenth of the run */
     if (!warmup_given && o.adamw.warmup_steps > o.steps / 10) o.adamw.warmup_steps = o.steps / 10;
 
@@ -369,12 +379,24 @@ static int train(int argc, char **argv) {
             (unsigned long long)ds.train_tokens, (unsigned long long)ds.val_tokens,
             nv_dataset_unigram_loss(&ds, c->vocab_size));
     o.tokenizer_path = tok_path;
+    if (choice_path) {
+        if (!tok) {
+            rc = cli_error(CMD, 2, "--eval-choice needs the tokenizer (-z)");
+            goto done;
+        }
+        if (nv_choice_load(choice_path, &choices) != NV_OK) {
+            cli_error(CMD, 1, "%s", nv_errmsg());
+            goto done;
+        }
+        o.eval_choice = &choices;
+    }
     if (nv_train_run(&o, &ds) != NV_OK) {
         if (nv_dist_rank() == 0 || !nv_train_failed_together()) cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
     rc = 0;
 done:
+    nv_choice_free(&choices);
     nv_dataset_close(&ds);
     nv_model_free(&init);
     if (tok) nv_tokenizer_free(tok);

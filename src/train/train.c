@@ -278,6 +278,20 @@ static float eval_pref(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in
     return sums[PREF_PAIRS] > 0 ? (float)(sums[PREF_LOSS] / sums[PREF_PAIRS]) : NAN;
 }
 
+/* The multiple-choice tasks' accuracies (acc, acc_norm: the best summed log-probability, the best a
+   token) under the model as it stands, on process 0 (the others hold the same weights); NAN without
+   tasks, elsewhere, or when none could be scored. */
+static void eval_choice(const nv_train_opts *o, const nv_model *m, double acc[2]) {
+    acc[0] = acc[1] = NAN;
+    if (!o->eval_choice || nv_dist_rank() != 0) return;
+    nv_choice_result r;
+    if (nv_choice_score(m, o->tokenizer, o->eval_choice, o->eval_choice_tasks, &r, NULL) != NV_OK) {
+        nv_warn("multiple-choice evaluation failed: %s", nv_errmsg());
+        return;
+    }
+    if (r.tasks) acc[0] = (double)r.right_sum / r.tasks, acc[1] = (double)r.right_mean / r.tasks;
+}
+
 /* A number for metrics.jsonl: JSON has no NaN or infinity, so those are null. */
 static void json_num(FILE *f, const char *key, double v) {
     if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
@@ -682,7 +696,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     const int quiet = o->quiet || !lead;
     int tty = isatty(STDERR_FILENO) && !quiet;
     float last_loss = 0, last_val = NAN;
-    double last_val_acc = NAN;
+    double last_val_acc = NAN, last_mc = NAN;
     char procs[64] = "";
     if (world > 1)
         snprintf(procs, sizeof procs, " x %d processes (%d thread%s each)", world, nv_pool_threads(),
@@ -703,18 +717,22 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 o->accum, tm.flops_per_step * world * o->accum / 1e9, need / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
-        double acc0[2] = {NAN, NAN};
+        double acc0[2] = {NAN, NAN}, mc0[2];
         float v0 = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, &o->pref, acc0)
                         : eval_val(&tm, ds, o->eval_batches, in, tg);
+        eval_choice(o, &tm.m, mc0);
+        if (!isnan(mc0[1])) last_mc = mc0[1];
         if (isfinite(v0) && lead) {
             fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g", v0);
             if (pref) json_num(metrics, "val_reward_acc", acc0[0]), json_num(metrics, "val_choice_acc", acc0[1]);
+            if (!isnan(mc0[1])) json_num(metrics, "mc_acc", mc0[0]), json_num(metrics, "mc_acc_norm", mc0[1]);
             fprintf(metrics, "}\n");
             fflush(metrics);
             series_add(&va, 0.0f, v0);
             last_val = v0;
             last_val_acc = acc0[0];
-            if (!quiet) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
+            if (!quiet && isnan(mc0[1])) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
+            else if (!quiet) fprintf(stderr, "step 0/%d | val %.4f | mc %.2f%%\n", o->steps, v0, 100 * mc0[1]);
         }
     }
     /* test hooks: a pause after each step, so a test can interrupt a tiny run part way reliably; a NaN
@@ -799,12 +817,14 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         last_loss = (float)loss;
         int last = step + 1 == o->steps;
         float val = NAN;
-        double val_acc[2] = {NAN, NAN};
+        double val_acc[2] = {NAN, NAN}, mc[2] = {NAN, NAN};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
             val = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, &o->pref, val_acc)
                        : eval_val(&tm, ds, o->eval_batches, in, tg);
             if (!isnan(val)) last_val = val;
             if (!isnan(val_acc[0])) last_val_acc = val_acc[0];
+            eval_choice(o, &tm.m, mc);
+            if (!isnan(mc[1])) last_mc = mc[1];
         }
         double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * world * o->accum / dt / 1e12;
         if (lead) {
@@ -825,6 +845,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             if (skipped) fprintf(metrics, ",\"skipped\":true");
             if (!isnan(val)) json_num(metrics, "val_loss", val);
             if (!isnan(val_acc[0])) json_num(metrics, "val_reward_acc", val_acc[0]), json_num(metrics, "val_choice_acc", val_acc[1]);
+            if (!isnan(mc[1])) json_num(metrics, "mc_acc", mc[0]), json_num(metrics, "mc_acc_norm", mc[1]);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }
@@ -837,6 +858,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (!isnan(last_val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", last_val);
         if (!isnan(last_val_acc)) /* preference data: the validation pairs the model prefers rightly */
             snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", last_val_acc);
+        if (!isnan(last_mc)) snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * last_mc);
         char line[512];
         snprintf(line, sizeof line,
                  "step %ld/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, wait %.0f) "

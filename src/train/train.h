@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "model/config.h"
+#include "model/choice.h"
 #include "model/lora.h"
 #include "train/data.h"
 #include "train/optim.h"
@@ -50,6 +51,11 @@ typedef struct {
        token to each pair's loss (RPO: it keeps the preferred answers likely, where DPO alone can
        lower both answers' likelihood) */
     nv_pref_opts pref;
+    /* multiple-choice tasks (model/choice.h) scored at every evaluation with tokenizer, the first
+       eval_choice_tasks of them (0: all): metrics' mc_acc and mc_acc_norm (llm.c's HellaSwag during
+       training). Whole-model runs only. */
+    const nv_choice_set *eval_choice;
+    int eval_choice_tasks;
 } nv_train_opts;
 
 void nv_train_defaults(nv_train_opts *o);
