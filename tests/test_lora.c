@@ -240,11 +240,11 @@ static void test_training_moves_adapters_only(void) {
         T_CHECK(fabsf(adapted - merged) < 2e-2f * merged, "adapted loss %g, merged model's %g", adapted, merged);
         nv_tmodel_free(&plain);
     }
-    const double full = nv_tmodel_memory_bytes(c, B, T, NULL), lora = nv_tmodel_memory_bytes(c, B, T, &s);
+    const double full = nv_tmodel_memory_bytes(c, B, T, NULL, 0), lora = nv_tmodel_memory_bytes(c, B, T, &s, 0);
     T_CHECK(lora < full, "LoRA's estimate %.0f is not below full training's %.0f", lora, full);
     nv_config big;
     nv_config_preset("qwen3-0.6B", &big);
-    const double bf = nv_tmodel_memory_bytes(&big, 1, 64, NULL), bl = nv_tmodel_memory_bytes(&big, 1, 64, &s);
+    const double bf = nv_tmodel_memory_bytes(&big, 1, 64, NULL, 0), bl = nv_tmodel_memory_bytes(&big, 1, 64, &s, 0);
     T_CHECK(bl < 0.5 * bf, "qwen3-0.6B: LoRA %.2f GB against %.2f GB", bl / 1e9, bf / 1e9);
     nv_adamw_free(&opt);
     free(start);

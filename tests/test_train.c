@@ -169,6 +169,34 @@ static void test_resume_after_sigint_is_bit_exact(void) {
     T_CHECK(nv_file_exists(path), "no loss.svg");
 }
 
+/* --recompute: the same losses and validation losses to the last digit as a run that keeps the
+ * activations; and a checkpoint of one resumes with the other. */
+static void test_recompute_run(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    char a[600], b[600], args[4096], err[4096];
+    snprintf(a, sizeof a, "%s/rc_keep", t_tmpdir());
+    snprintf(b, sizeof b, "%s/rc_again", t_tmpdir());
+    train_args(args, sizeof args, a, "");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "kept: %s", err);
+    train_args(args, sizeof args, b, "--recompute");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "recomputed: %s", err);
+    char la[64][32], lb[64][32], vb[64][32], va[64][32];
+    int na = read_losses(a, la, 64), nb = read_losses(b, lb, 64);
+    T_CHECK(na == 24 && nb == 24, "steps %d and %d", na, nb);
+    for (int i = 0; i < na && i < nb; i++) T_CHECK(!strcmp(la[i], lb[i]), "step %d: loss %s kept, %s recomputed", i + 1, la[i], lb[i]);
+    const int nva = read_field(a, "\"val_loss\":", va, 64), nvb = read_field(b, "\"val_loss\":", vb, 64);
+    T_CHECK(nva == nvb && nva >= 3 && !strcmp(va[nva - 1], vb[nvb - 1]), "validation %s kept, %s recomputed", va[nva - 1], vb[nvb - 1]);
+    /* stopped after a step recomputed, resumed keeping them */
+    snprintf(b, sizeof b, "%s/rc_mixed", t_tmpdir());
+    train_args(args, sizeof args, b, "--recompute --time-limit 0.0001");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && count_steps(b) < 24, "stopped: %s", err);
+    train_args(args, sizeof args, b, "--resume");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resumed: %s", err);
+    nb = read_losses(b, lb, 64);
+    T_CHECK(nb == 24, "steps %d", nb);
+    for (int i = 0; i < na && i < nb; i++) T_CHECK(!strcmp(la[i], lb[i]), "step %d: loss %s kept, %s mixed", i + 1, la[i], lb[i]);
+}
+
 /* A checkpoint written by nv_ckpt_save loads back; header flags other than 0/1 are refused
  * (found by fuzz/fuzz_ckpt.c: any non-zero value used to read as true). */
 static void test_ckpt_roundtrip_and_flags(void) {
@@ -1256,6 +1284,7 @@ static void test_bad_training_args(void) {
 int main(void) {
     T_RUN(test_resume_after_sigint_is_bit_exact);
     T_RUN(test_ckpt_roundtrip_and_flags);
+    T_RUN(test_recompute_run);
     T_RUN(test_corrupt_checkpoint_refused_and_kept);
     T_RUN(test_export_then_generate);
     T_RUN(test_qk_norm_run_writes_gguf);

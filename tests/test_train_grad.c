@@ -694,6 +694,83 @@ static void test_threads_same_bits(void) {
     nv_engines_init(NULL, 0);
 }
 
+/* Activation checkpointing (--recompute): the loss and every gradient are the bits of the run that
+ * keeps every layer's activations, on every engine, for a QK-norm model with biases, a model with
+ * LoRA adapters, and packed windows; two backwards in a row (accumulation) too. */
+static void recompute_case(const char *label, const nv_config *c, int lora_rank, const int *seg) {
+    enum { B = 2, T = 35 };
+    int in[B * T], tg[B * T];
+    make_batch(B, T, c->vocab_size, in, tg, 13);
+    nv_model base = {0};
+    nv_lora_shape ls = {lora_rank, 2.0f * lora_rank, NV_LORA_ALL};
+    if (lora_rank) {
+        if (nv_model_alloc(&base, c) != NV_OK) {
+            T_CHECK(0, "%s", nv_errmsg());
+            return;
+        }
+        nv_model_init_random(&base, 4);
+    }
+    for (int e = 0; e < NV_ENGINE_COUNT; e++) {
+        if (!nv_engine_available((nv_engine_id)e)) continue;
+        float loss[2][2] = {{0}};
+        float *grads[2] = {NULL, NULL};
+        uint64_t n = 0;
+        for (int r = 0; r < 2; r++) {
+            nv_tmodel tm;
+            if (nv_tmodel_init_ex(&tm, c, lora_rank ? base.params : NULL, 21, B, T, (nv_engine_id)e, lora_rank ? &ls : NULL,
+                                  NULL, r) != NV_OK) {
+                T_CHECK(0, "%s", nv_errmsg());
+                break;
+            }
+            if (!lora_rank) perturb_init(&tm, 8);
+            nv_tmodel_set_segments(&tm, seg);
+            nv_tmodel_zero_grad(&tm);
+            for (int k = 0; k < 2; k++) { /* accumulated: the second backward adds to the first */
+                loss[r][k] = nv_tmodel_forward(&tm, in, tg);
+                nv_tmodel_backward(&tm, 0.5f);
+            }
+            n = tm.n_train;
+            grads[r] = malloc(n * sizeof(float));
+            if (grads[r]) memcpy(grads[r], tm.train_grads, n * sizeof(float));
+            nv_tmodel_free(&tm);
+        }
+        if (grads[0] && grads[1]) {
+            T_CHECK(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s%s: loss %.9g kept, %.9g recomputed",
+                    nv_engine_name((nv_engine_id)e), label, loss[0][1], loss[1][1]);
+            uint64_t first = n;
+            for (uint64_t i = 0; i < n && first == n; i++)
+                if (memcmp(&grads[0][i], &grads[1][i], sizeof(float))) first = i;
+            T_CHECK(first == n, "%s%s: gradient %llu is %.9g kept, %.9g recomputed", nv_engine_name((nv_engine_id)e), label,
+                    (unsigned long long)first, first < n ? grads[0][first] : 0.0f, first < n ? grads[1][first] : 0.0f);
+        }
+        free(grads[0]);
+        free(grads[1]);
+    }
+    nv_model_free(&base);
+}
+
+static void test_recompute_same_bits(void) {
+    nv_config qk = {40, 72, 3, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1};
+    nv_config plain = {32, 64, 3, 4, 2, 8, 61, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    int seg[70];
+    for (int i = 0; i < 70; i++) seg[i] = i % 35 < 20 ? 0 : 20; /* two documents a window */
+    recompute_case(" (QK-norm, biases)", &qk, 0, NULL);
+    recompute_case(" (LoRA)", &plain, 4, NULL);
+    recompute_case(" (packed)", &plain, 0, seg);
+    nv_engines_set_emulation(1); /* the tile engines' and the vector bf16 engine's logic in C */
+    nv_engines_reset();
+    nv_engines_init(NULL, 0);
+    nv_engines_set_emulation(0);
+    recompute_case(" (QK-norm, biases; emulated)", &qk, 0, NULL);
+    nv_engines_reset();
+    nv_engines_init(NULL, 0);
+    /* the memory it saves: the activations of all layers but one */
+    nv_config big = plain;
+    big.n_layers = 12;
+    const double kept = nv_tmodel_memory_bytes(&big, 4, 64, NULL, 0), again = nv_tmodel_memory_bytes(&big, 4, 64, NULL, 1);
+    T_CHECK(again < kept, "memory %g kept, %g recomputed", kept, again);
+}
+
 /* The gradient norm is the square root of 64 fixed chunks' left-to-right double sums of squares,
  * added in chunk order: bit for bit, for lengths that leave the chunks unequal or empty, on one
  * thread or two. */
@@ -874,6 +951,7 @@ int main(void) {
     T_RUN(test_backward_needs_targets);
     T_RUN(test_grad_norm_chunks);
     T_RUN(test_threads_same_bits);
+    T_RUN(test_recompute_same_bits);
     T_RUN(test_fused_optimizer_matches_two_passes);
     T_RUN(test_nonfinite_gradient_skips_update);
     return t_done();

@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
-            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]]\n"
+            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]] [--recompute]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z), or chat\n"
             "          data (.jsonl, OpenAI's chat fine-tuning format: {\"messages\": [...]} a line; only the assistant's\n"
@@ -53,6 +53,8 @@ static void usage(FILE *f) {
             "          (default 64) sampled as nerve generate does; training goes on exactly as without\n"
             "  --eval-choice: multiple-choice tasks (as nerve perplexity --multiple-choice reads them) scored at\n"
             "          every evaluation: metrics' mc_acc and mc_acc_norm, the first --eval-choice-tasks N of them\n"
+            "  --recompute: keep only each layer's input and run its forward again in the backward (activation\n"
+            "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
@@ -115,6 +117,7 @@ static int train(int argc, char **argv) {
         if (!strcmp(a, "--separate-classifier")) { separate = 1; continue; }
         if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
         if (!strcmp(a, "--pack")) { pack = 1; continue; }
+        if (!strcmp(a, "--recompute")) { o.recompute = 1; continue; }
         if (!strcmp(a, "--data") || !strcmp(a, "--val-data")) {
             const int val = a[2] == 'v';
             if (i + 1 >= argc || argv[i + 1][0] == '-') return cli_error(CMD, 2, "%s needs at least one path", a);

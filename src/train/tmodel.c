@@ -20,8 +20,10 @@ typedef struct {
     float *normp; /* the norms' weight gradients per chunk of rows (nv_rmsnorm_backward) */
 } scratch_ptrs;
 
-static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *base) {
-    size_t BT = (size_t)B * T, L = (size_t)c->n_layers, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
+/* kept: the layers whose activations are kept (n_layers, or 1 when they are recomputed in the
+   backward); the residual stream entering each layer is kept for all of them */
+static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a, float *base) {
+    size_t BT = (size_t)B * T, L = (size_t)kept, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
     size_t H = (size_t)c->n_heads, KVH = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
     size_t qk = c->qk_norm ? 1 : 0;
@@ -29,7 +31,7 @@ static size_t acts_layout(const nv_config *c, int B, int T, nv_acts *a, float *b
         float **p;
         size_t n;
     } parts[] = {
-        {&a->x, (L + 1) * BT * d}, {&a->xn1, L * BT * d}, {&a->rstd1, L * BT},
+        {&a->x, ((size_t)c->n_layers + 1) * BT * d}, {&a->xn1, L * BT * d}, {&a->rstd1, L * BT},
         {&a->qraw, qk * L * BT * qd}, {&a->kraw, qk * L * BT * kvd}, {&a->qrstd, qk * L * BT * H},
         {&a->krstd, qk * L * BT * KVH}, {&a->q, L * BT * qd}, {&a->k, L * BT * kvd}, {&a->v, L * BT * kvd},
         {&a->att_stats, L * (size_t)B * H * T * 2}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
@@ -77,9 +79,10 @@ static size_t lora_us_floats(const nv_config *c, int B, int T, int rank) {
     return (size_t)c->n_layers * NV_LAYER_MATRICES * (size_t)B * (size_t)T * (size_t)rank;
 }
 
-double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora) {
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora, int recompute) {
     const double n = (double)nv_config_param_count(c);
-    const double acts = 4.0 * ((double)acts_layout(c, B, T, &(nv_acts){0}, NULL) + (double)scratch_layout(c, B, T, NULL, NULL));
+    const double acts = 4.0 * ((double)acts_layout(c, B, T, recompute ? 1 : c->n_layers, &(nv_acts){0}, NULL) +
+                               (double)scratch_layout(c, B, T, NULL, NULL));
     /* weights, gradients, AdamW's two moments, the plans' packed copies (bf16 tiles and dx's
        transposed tiles, or fp32 panels: about 4 bytes a weight), activations and scratch */
     if (!lora || lora->rank <= 0) return 20.0 * n + acts;
@@ -178,12 +181,18 @@ static void lora_backward(nv_tmodel *tm, nv_engine_id e, int l, int t, const flo
 
 nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                       nv_engine_id engine) {
-    return nv_tmodel_init_lora(tm, c, init, seed, B, T, engine, NULL, NULL);
+    return nv_tmodel_init_ex(tm, c, init, seed, B, T, engine, NULL, NULL, 0);
 }
 
 nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                            nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init) {
+    return nv_tmodel_init_ex(tm, c, init, seed, B, T, engine, lora, lora_init, 0);
+}
+
+nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
+                         nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init, int recompute) {
     memset(tm, 0, sizeof *tm);
+    tm->recompute = recompute != 0;
     if (B < 1 || T < 1 || T > c->seq_len)
         return nv_fail(NV_EINVAL, "batch %d x sequence %d does not fit the model's context of %d", B, T, c->seq_len);
     if ((long long)B * T > (1 << 26)) /* row indices are ints; 67M tokens a step is far past any memory here */
@@ -204,7 +213,8 @@ nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init,
     tm->B = B;
     tm->T = T;
     if (!adapters) tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));
-    size_t na = acts_layout(c, B, T, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
+    const int kept = tm->recompute ? 1 : c->n_layers;
+    size_t na = acts_layout(c, B, T, kept, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
     tm->act_mem = nv_alloc_large(64, na * sizeof(float), 1);
     tm->scratch = nv_alloc_large(64, ns * sizeof(float), 1);
     if ((!adapters && !tm->grads) || !tm->act_mem || !tm->scratch) {
@@ -214,7 +224,7 @@ nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init,
     }
     memset(tm->act_mem, 0, na * sizeof(float));
     memset(tm->scratch, 0, ns * sizeof(float));
-    acts_layout(c, B, T, &tm->a, tm->act_mem);
+    acts_layout(c, B, T, kept, &tm->a, tm->act_mem);
     if (!adapters) {
         nv_weights_point(&tm->g, c, tm->grads);
         tm->train_params = tm->m.params;
@@ -732,68 +742,80 @@ void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
 
 #define LAYER(ptr, l, per) ((ptr) + (size_t)(l) * (per))
 
+/* Layer l's forward from its input x[l]: its activations into slot j of the kept ones (l, or 0 when
+   they are recomputed in the backward), and with with_out its output x[l + 1]. The same operations
+   every time, so a recomputed layer's activations are the forward's, bit for bit. */
+static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_out) {
+    const nv_config *c = &tm->m.config;
+    const nv_weights *w = &tm->m.w;
+    nv_acts *a = &tm->a;
+    const int j = tm->recompute ? 0 : l;
+    int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim;
+    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
+    size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
+    const nv_layer_plans *lp = &tm->m.plans[l];
+    float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, j, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
+    float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd), *xn2 = LAYER(a->xn2, j, sd);
+    float *h1 = LAYER(a->h1, j, sh), *h3 = LAYER(a->h3, j, sh), *hg = LAYER(a->hg, j, sh);
+    float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2), *xout = LAYER(a->x, l + 1, sd);
+
+    nv_rmsnorm_forward(xn1, LAYER(a->rstd1, j, BT), x, w->rms_att + (size_t)l * d, BT, d, c->norm_eps);
+    /* q, k and v in one job (xn1 made bf16 once on the tile engines); with QK-norm the raw
+       projections, normed per head below */
+    float *qo = c->qk_norm ? LAYER(a->qraw, j, sq) : q, *ko = c->qk_norm ? LAYER(a->kraw, j, skv) : k;
+    nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, xn1, BT, (float *const[]){qo, ko, v}, NULL,
+                      NULL);
+    lora_forward(tm, l, 0, xn1, qo);
+    lora_forward(tm, l, 1, xn1, ko);
+    lora_forward(tm, l, 2, xn1, v);
+    if (c->qkv_bias) {
+        add_bias_rows(qo, w->bq + (size_t)l * qd, BT, qd);
+        add_bias_rows(ko, w->bk + (size_t)l * kvd, BT, kvd);
+        add_bias_rows(v, w->bv + (size_t)l * kvd, BT, kvd);
+    }
+    if (c->qk_norm) {
+        headnorm_forward(q, LAYER(a->qrstd, j, (size_t)BT * H), qo, w->q_norm + (size_t)l * hd, BT, H, hd, c->norm_eps);
+        headnorm_forward(k, LAYER(a->krstd, j, (size_t)BT * KVH), ko, w->k_norm + (size_t)l * hd, BT, KVH, hd,
+                         c->norm_eps);
+    }
+    rope_rows(q, BT, T, H, hd, s->rope_cos, s->rope_sin, 1.0f);
+    rope_rows(k, BT, T, KVH, hd, s->rope_cos, s->rope_sin, 1.0f);
+    const double ta = nv_now();
+    nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, tm->seg_fwd, att_stats, ao, s->datt);
+    tm->attn_seconds += nv_now() - ta;
+    /* each product's element-wise follow-up in the same job, on the block's own thread */
+    ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
+    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
+    lora_forward(tm, l, 3, ao, x2);
+    nv_rmsnorm_forward(xn2, LAYER(a->rstd2, j, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
+    ew_rows glu = {{.kind = EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3}, (size_t)hid}; /* n: for ew_run */
+    if (lora_plan(tm, l, 4, 0) || lora_plan(tm, l, 6, 0)) { /* adapters change gate and up before SwiGLU */
+        nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, NULL, NULL);
+        lora_forward(tm, l, 4, xn2, h1);
+        lora_forward(tm, l, 6, xn2, h3);
+        ew_run(glu.j);
+    } else {
+        nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, ew_epilogue, &glu);
+    }
+    if (!with_out) return; /* recomputed for the backward: the layer's output is kept already */
+    ew_rows res2 = {{.kind = EW_ADD, .out = xout, .a = xout, .b = x2}, (size_t)d};
+    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){xout}, ew_epilogue, &res2);
+    lora_forward(tm, l, 5, hg, xout);
+}
+
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     const nv_config *c = &tm->m.config;
     const nv_weights *w = &tm->m.w;
     nv_acts *a = &tm->a;
     scratch_ptrs s = scratch_of(tm);
-    int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim, V = c->vocab_size;
-    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
-    size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
+    const int BT = tm->B * tm->T, d = c->dim, V = c->vocab_size;
+    const size_t sd = (size_t)BT * d;
     tm->inputs = inputs;
     tm->targets = targets;
     tm->seg_fwd = tm->seg;
 
     for (int r = 0; r < BT; r++) memcpy(a->x + (size_t)r * d, w->tok_emb + (size_t)inputs[r] * d, (size_t)d * sizeof(float));
-    for (int l = 0; l < c->n_layers; l++) {
-        const nv_layer_plans *lp = &tm->m.plans[l];
-        float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
-        float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
-        float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
-        float *att_stats = LAYER(a->att_stats, l, (size_t)B * H * T * 2), *xout = LAYER(a->x, l + 1, sd);
-
-        nv_rmsnorm_forward(xn1, LAYER(a->rstd1, l, BT), x, w->rms_att + (size_t)l * d, BT, d, c->norm_eps);
-        /* q, k and v in one job (xn1 made bf16 once on the tile engines); with QK-norm the raw
-           projections, normed per head below */
-        float *qo = c->qk_norm ? LAYER(a->qraw, l, sq) : q, *ko = c->qk_norm ? LAYER(a->kraw, l, skv) : k;
-        nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, xn1, BT, (float *const[]){qo, ko, v}, NULL,
-                          NULL);
-        lora_forward(tm, l, 0, xn1, qo);
-        lora_forward(tm, l, 1, xn1, ko);
-        lora_forward(tm, l, 2, xn1, v);
-        if (c->qkv_bias) {
-            add_bias_rows(qo, w->bq + (size_t)l * qd, BT, qd);
-            add_bias_rows(ko, w->bk + (size_t)l * kvd, BT, kvd);
-            add_bias_rows(v, w->bv + (size_t)l * kvd, BT, kvd);
-        }
-        if (c->qk_norm) {
-            headnorm_forward(q, LAYER(a->qrstd, l, (size_t)BT * H), qo, w->q_norm + (size_t)l * hd, BT, H, hd, c->norm_eps);
-            headnorm_forward(k, LAYER(a->krstd, l, (size_t)BT * KVH), ko, w->k_norm + (size_t)l * hd, BT, KVH, hd,
-                             c->norm_eps);
-        }
-        rope_rows(q, BT, T, H, hd, s.rope_cos, s.rope_sin, 1.0f);
-        rope_rows(k, BT, T, KVH, hd, s.rope_cos, s.rope_sin, 1.0f);
-        const double ta = nv_now();
-        nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, tm->seg, att_stats, ao, s.datt);
-        tm->attn_seconds += nv_now() - ta;
-        /* each product's element-wise follow-up in the same job, on the block's own thread */
-        ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
-        nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
-        lora_forward(tm, l, 3, ao, x2);
-        nv_rmsnorm_forward(xn2, LAYER(a->rstd2, l, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
-        ew_rows glu = {{.kind = EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3}, (size_t)hid}; /* n: for ew_run */
-        if (lora_plan(tm, l, 4, 0) || lora_plan(tm, l, 6, 0)) { /* adapters change gate and up before SwiGLU */
-            nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, NULL, NULL);
-            lora_forward(tm, l, 4, xn2, h1);
-            lora_forward(tm, l, 6, xn2, h3);
-            ew_run(glu.j);
-        } else {
-            nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, ew_epilogue, &glu);
-        }
-        ew_rows res2 = {{.kind = EW_ADD, .out = xout, .a = xout, .b = x2}, (size_t)d};
-        nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){xout}, ew_epilogue, &res2);
-        lora_forward(tm, l, 5, hg, xout);
-    }
+    for (int l = 0; l < c->n_layers; l++) layer_forward(tm, l, &s, 1);
     nv_rmsnorm_forward(a->xnf, a->rstdf, LAYER(a->x, c->n_layers, sd), w->rms_final, BT, d, c->norm_eps);
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
     if (!targets) return 0.0f;
@@ -859,10 +881,12 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const nv_layer_plans *lp = &tm->m.plans[l];
-        float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, l, sd), *q = LAYER(a->q, l, sq), *k = LAYER(a->k, l, skv);
-        float *v = LAYER(a->v, l, skv), *ao = LAYER(a->ao, l, sq), *x2 = LAYER(a->x2, l, sd), *xn2 = LAYER(a->xn2, l, sd);
-        float *h1 = LAYER(a->h1, l, sh), *h3 = LAYER(a->h3, l, sh), *hg = LAYER(a->hg, l, sh);
-        const float *att_stats = LAYER(a->att_stats, l, (size_t)B * H * T * 2);
+        const int j = tm->recompute ? 0 : l; /* where the layer's activations are */
+        if (tm->recompute) layer_forward(tm, l, &s, 0);
+        float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, j, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
+        float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd), *xn2 = LAYER(a->xn2, j, sd);
+        float *h1 = LAYER(a->h1, j, sh), *h3 = LAYER(a->h3, j, sh), *hg = LAYER(a->hg, j, sh);
+        const float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2);
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
@@ -879,7 +903,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         lora_backward(tm, e, l, 6, xn2, s.dh3, s.dxn, acc);
         memcpy(s.dx2, s.dx, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx2, NORM_DW(g->rms_ffn + (size_t)l * d), s.dxn, x2, w->rms_ffn + (size_t)l * d,
-                            LAYER(a->rstd2, l, BT), BT, d, s.normp);
+                            LAYER(a->rstd2, j, BT), BT, d, s.normp);
 
         /* attention: x2 = x + Wo . attn(q, k, v) */
         nv_plan_run_dx(lp->wo, s.dx2, BT, s.dao);
@@ -899,10 +923,10 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
             float *dqraw = s.dao, *dkraw = s.dxn;
             memset(dqraw, 0, sq * sizeof(float));
             memset(dkraw, 0, skv * sizeof(float));
-            nv_rmsnorm_backward(dqraw, NORM_DW(g->q_norm + (size_t)l * hd), s.dq, LAYER(a->qraw, l, sq), w->q_norm + (size_t)l * hd,
-                                LAYER(a->qrstd, l, (size_t)BT * H), BT * H, hd, s.normp);
-            nv_rmsnorm_backward(dkraw, NORM_DW(g->k_norm + (size_t)l * hd), s.dk, LAYER(a->kraw, l, skv),
-                                w->k_norm + (size_t)l * hd, LAYER(a->krstd, l, (size_t)BT * KVH), BT * KVH, hd, s.normp);
+            nv_rmsnorm_backward(dqraw, NORM_DW(g->q_norm + (size_t)l * hd), s.dq, LAYER(a->qraw, j, sq), w->q_norm + (size_t)l * hd,
+                                LAYER(a->qrstd, j, (size_t)BT * H), BT * H, hd, s.normp);
+            nv_rmsnorm_backward(dkraw, NORM_DW(g->k_norm + (size_t)l * hd), s.dk, LAYER(a->kraw, j, skv),
+                                w->k_norm + (size_t)l * hd, LAYER(a->krstd, j, (size_t)BT * KVH), BT * KVH, hd, s.normp);
             memcpy(s.dq, dqraw, sq * sizeof(float));
             memcpy(s.dk, dkraw, skv * sizeof(float));
         }
@@ -923,7 +947,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         lora_backward(tm, e, l, 2, xn1, s.dv, s.dxn, acc);
         memcpy(s.dx, s.dx2, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx, NORM_DW(g->rms_att + (size_t)l * d), s.dxn, x, w->rms_att + (size_t)l * d,
-                            LAYER(a->rstd1, l, BT), BT, d, s.normp);
+                            LAYER(a->rstd1, j, BT), BT, d, s.normp);
     }
 #undef NORM_DW
     for (int r = 0; r < BT && !frozen; r++) {

@@ -40,6 +40,8 @@ typedef struct {
     nv_weights g;      /* pointers into grads */
     int B, T;
     nv_acts a;
+    int recompute;     /* the layers' activations are not kept: the backward runs each layer's forward
+                          again from its input, into one layer's slots (nv_tmodel_init_ex) */
     float *act_mem;
     float *scratch;    /* backward temporaries */
     const int *inputs, *targets; /* of the last forward, [B*T] */
@@ -72,11 +74,17 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
  * writes them; nv_model_own_params(&tm->m) first to change them, as the merge at a run's end does). */
 nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                            nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init);
+/* Either, with recompute: activation checkpointing at every layer. Only each layer's input is kept
+ * (and the last one's output); the backward runs a layer's forward again just before its backward,
+ * the same operations, so the loss and gradients are the same bits, for about a third more work and
+ * the activations of one layer instead of all of them. */
+nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
+                         nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init, int recompute);
 void nv_tmodel_free(nv_tmodel *tm);
 /* About the bytes a training model of this shape and batch holds (with AdamW's state; with
  * adapters, when lora is not NULL, theirs and no gradients for the base): for a check before
  * anything is allocated. */
-double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora);
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora, int recompute);
 
 /* Forward over inputs [B*T]; with targets, returns the mean cross-entropy over the rows whose
  * target is not negative (0 when none; else 0 without targets). */

@@ -561,7 +561,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     /* a run that cannot fit this machine's memory is refused before it allocates (and before the
        kernel kills it part way through setup) */
-    const double need = nv_tmodel_memory_bytes(c, local_batch, o->seq, &o->lora) * nv_dist_local_size();
+    const double need = nv_tmodel_memory_bytes(c, local_batch, o->seq, &o->lora, o->recompute) * nv_dist_local_size();
     const double have = (double)nv_cpu_probe()->mem_total_bytes;
     const int too_big_here = have > 0 && need > have;
     if (nv_dist_max(too_big_here)) { /* on any machine of the job */
@@ -571,9 +571,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                                                "share of the training: lower --batch or --seq"));
         return together(nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, %s, packed weights "
                                            "and the activations of %d x %d tokens%s) and this machine has %.1f GB: lower "
-                                           "--batch or --seq%s",
+                                           "--batch or --seq%s%s",
                                 need / 1e9, lora ? "the adapters and their state" : "gradients, AdamW state", o->batch,
                                 o->seq, nv_dist_local_size() > 1 ? ", over its processes" : "", have / 1e9,
+                                o->recompute ? "" : ", recompute the activations (--recompute)",
                                 lora ? "" : ", or train LoRA adapters (--lora-rank)"));
     }
     nv_tmodel tm;
@@ -581,9 +582,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
        training scores its pairs with the starting model first, then takes up the checkpoint's. */
     const float *resumed = o->resume && lead && !pref ? ck.params : NULL;
     if (lora)
-        e = nv_tmodel_init_lora(&tm, c, o->init_params, o->seed, local_batch, o->seq, o->engine, &o->lora, resumed);
+        e = nv_tmodel_init_ex(&tm, c, o->init_params, o->seed, local_batch, o->seq, o->engine, &o->lora, resumed,
+                              o->recompute);
     else
-        e = nv_tmodel_init(&tm, c, resumed ? resumed : o->init_params, o->seed, local_batch, o->seq, o->engine);
+        e = nv_tmodel_init_ex(&tm, c, resumed ? resumed : o->init_params, o->seed, local_batch, o->seq, o->engine, NULL,
+                              NULL, o->recompute);
     if (e) {
         nv_ckpt_close(&ck);
         return e;

@@ -56,6 +56,7 @@ typedef struct {
        training). Whole-model runs only. */
     const nv_choice_set *eval_choice;
     int eval_choice_tasks;
+    int recompute; /* activation checkpointing (nv_tmodel_init_ex): the same bits, less memory, more time */
 } nv_train_opts;
 
 void nv_train_defaults(nv_train_opts *o);
