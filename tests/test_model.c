@@ -430,6 +430,61 @@ static void test_sampler_adjustments(void) {
     nv_sampler_free(&s);
 }
 
+/* The DRY penalty a greedy draw leaves on each token of a 10-token vocabulary after history h (all
+ * logits 0 before). */
+static void dry_logits(const int *h, int n, float mult, float base, int allowed, int last_n, const unsigned char *breaker,
+                       float *out) {
+    nv_sampler smp;
+    T_CHECK(nv_sampler_init(&smp, 10, 0.0f, 1.0f, 1) == NV_OK, "init");
+    T_CHECK(nv_sampler_set_dry(&smp, mult, base, allowed, last_n, breaker, h, n - 1) == NV_OK, "%s", nv_errmsg());
+    nv_sampler_accept(&smp, h[n - 1]); /* the last one accepted, as a generated token is */
+    for (int i = 0; i < 10; i++) out[i] = 0.0f;
+    nv_sample(&smp, out);
+    nv_sampler_free(&smp);
+}
+
+/* DRY: the token that would repeat the run the history ends with loses multiplier x base^(length -
+ * allowed), the longest run counting; shorter runs, runs across a breaker, and runs outside the
+ * window cost nothing; a long repeat's penalty stays finite; bad settings are refused. */
+static void test_sampler_dry(void) {
+    float l[10];
+    const int h1[] = {1, 2, 3, 1, 2};
+    dry_logits(h1, 5, 1.0f, 2.0f, 2, -1, NULL, l);
+    T_CHECK(l[3] == -1.0f && l[1] == 0.0f && l[2] == 0.0f, "[1 2 3 1 2]: 3 loses %g (want 1), 1 %g, 2 %g", -l[3], -l[1], -l[2]);
+    const int h2[] = {1, 2, 3, 4, 1, 2, 3};
+    dry_logits(h2, 7, 1.0f, 2.0f, 2, -1, NULL, l);
+    T_CHECK(l[4] == -2.0f, "[1 2 3 4 1 2 3]: 4 loses %g (a run of 3: 2^1)", -l[4]);
+    dry_logits(h2, 7, 0.5f, 2.0f, 4, -1, NULL, l);
+    T_CHECK(l[4] == 0.0f, "a run of 3 under an allowed length of 4 costs %g", -l[4]);
+    const int h3[] = {5, 5, 5, 5, 5, 5};
+    dry_logits(h3, 6, 1.0f, 1.75f, 2, -1, NULL, l);
+    T_CHECK(fabsf(l[5] + powf(1.75f, 3.0f)) < 1e-4f, "[5 x 6]: 5 loses %g (the run of 5 before the last: 1.75^3)", -l[5]);
+    unsigned char br[10] = {0};
+    br[5] = 1;
+    const int h4[] = {1, 5, 2, 3, 1, 5, 2};
+    dry_logits(h4, 7, 1.0f, 2.0f, 2, -1, br, l);
+    T_CHECK(l[3] == 0.0f, "a run across a breaker costs %g", -l[3]);
+    dry_logits(h1, 5, 1.0f, 2.0f, 2, -1, (const unsigned char[10]){0, 0, 1}, l);
+    T_CHECK(l[3] == 0.0f, "after a breaker, nothing costs (3: %g)", -l[3]);
+    const int h5[] = {1, 2, 3, 9, 9, 8, 9, 1, 2};
+    dry_logits(h5, 9, 1.0f, 2.0f, 2, 4, NULL, l);
+    T_CHECK(l[3] == 0.0f, "a run outside the window of 4 costs %g", -l[3]);
+    dry_logits(h5, 9, 1.0f, 2.0f, 2, -1, NULL, l);
+    T_CHECK(l[3] == -1.0f, "the same run inside the window costs %g", -l[3]);
+    int h6[300];
+    for (int i = 0; i < 300; i++) h6[i] = i % 2;
+    dry_logits(h6, 300, 1.0f, 100.0f, 1, -1, NULL, l);
+    T_CHECK(isfinite(l[0]) && l[0] < -1e20f, "a long repeat: %g", l[0]);
+    nv_sampler smp;
+    T_CHECK(nv_sampler_init(&smp, 10, 0.0f, 1.0f, 1) == NV_OK, "init");
+    T_CHECK(nv_sampler_set_dry(&smp, -1.0f, 1.75f, 2, -1, NULL, NULL, 0) != NV_OK &&
+                nv_sampler_set_dry(&smp, 1.0f, 0.5f, 2, -1, NULL, NULL, 0) != NV_OK &&
+                nv_sampler_set_dry(&smp, 1.0f, 1.75f, 0, -1, NULL, NULL, 0) != NV_OK &&
+                nv_sampler_set_dry(&smp, 1.0f, 1.75f, 2, -2, NULL, NULL, 0) != NV_OK,
+            "bad DRY settings accepted");
+    nv_sampler_free(&smp);
+}
+
 /* top-k and min-p: over many draws from 1,000 random logits, only the k most likely tokens (min-p:
  * only those at least min_p x the top probability) come out; top-k 1 is greedy at any temperature;
  * with top-p on as well, the nucleus is taken from what they kept; bad settings are refused. */
@@ -658,6 +713,7 @@ int main(void) {
     T_RUN(test_sampler);
     T_RUN(test_sampler_adjustments);
     T_RUN(test_sampler_filters);
+    T_RUN(test_sampler_dry);
     T_RUN(test_sampler_extremes);
     T_RUN(test_init_presets);
     T_RUN(test_rng_jump_and_parallel_init);

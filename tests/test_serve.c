@@ -75,6 +75,30 @@ typedef struct {
     int events, done, error_event, usage_chunk;
 } result;
 
+/* Word 4-grams of a text that appeared before in it (a repetition count). */
+static int repeated_4grams(const char *text) {
+    char words[512][32];
+    int n = 0, rep = 0;
+    for (const char *p = text; *p && n < 512;) {
+        while (*p && isspace((unsigned char)*p)) p++;
+        int k = 0;
+        while (*p && !isspace((unsigned char)*p)) {
+            if (k < 31) words[n][k++] = *p;
+            p++;
+        }
+        words[n][k] = '\0';
+        if (k) n++;
+    }
+    for (int i = 3; i < n; i++)
+        for (int j = 3; j < i; j++)
+            if (!strcmp(words[i], words[j]) && !strcmp(words[i - 1], words[j - 1]) && !strcmp(words[i - 2], words[j - 2]) &&
+                !strcmp(words[i - 3], words[j - 3])) {
+                rep++;
+                break;
+            }
+    return rep;
+}
+
 static void copy_text(result *out, const cJSON *choice, int chat, int stream) {
     const cJSON *t = NULL;
     if (!chat) t = cJSON_GetObjectItem(choice, "text");
@@ -315,6 +339,37 @@ static void test_stop_strings_and_sampling(void) {
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"repetition_penalty\":1}", &rep1);
     T_CHECK(rep.status == 200 && strcmp(rep.text, plain.text) != 0, "repetition_penalty 1.5 left the greedy text unchanged");
     T_CHECK(rep1.status == 200 && !strcmp(rep1.text, plain.text), "repetition_penalty 1 changed the text");
+    /* DRY: stories260K's greedy story repeats whole phrases; with DRY it repeats fewer word 4-grams,
+       and DRY off (multiplier 0, or a window of 0) changes nothing; llama.cpp's /completion reads the
+       same fields to the same text */
+    result long_plain, dry, dry_off, dry_window0;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0}", &long_plain);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0,\"dry_multiplier\":0.8}", &dry);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0,\"dry_multiplier\":0}", &dry_off);
+    complete(port, 0, NULL,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0,\"dry_multiplier\":0.8,\"dry_penalty_last_n\":0}",
+             &dry_window0);
+    const int rep_plain = repeated_4grams(long_plain.text), rep_dry = repeated_4grams(dry.text);
+    T_CHECK(dry.status == 200 && rep_dry < rep_plain, "DRY: %d repeated word 4-grams, %d without", rep_dry, rep_plain);
+    T_CHECK(!strcmp(dry_off.text, long_plain.text) && !strcmp(dry_window0.text, long_plain.text), "DRY off changed the text");
+    resp r;
+    T_CHECK(http(port, "POST", "/completion", NULL,
+                 "{\"prompt\":\"Once upon a time\",\"n_predict\":200,\"temperature\":0,\"dry_multiplier\":0.8}", &r) &&
+                r.status == 200,
+            "/completion with DRY: %d %s", r.status, r.body ? r.body : "");
+    cJSON *o = r.body ? cJSON_Parse(r.body) : NULL;
+    const cJSON *content = cJSON_GetObjectItem(o, "content");
+    T_CHECK(cJSON_IsString(content) && !strcmp(content->valuestring, dry.text), "/completion's DRY text differs");
+    cJSON_Delete(o);
+    resp_free(&r);
+    static const char *const bad_dry[] = {"\"dry_base\":0.5", "\"dry_allowed_length\":0", "\"dry_penalty_last_n\":-2",
+                                          "\"dry_sequence_breakers\":[1]", "\"dry_allowed_length\":2.5"};
+    for (size_t i = 0; i < sizeof bad_dry / sizeof bad_dry[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,\"dry_multiplier\":1,%s}", bad_dry[i]);
+        result bad;
+        complete(port, 0, NULL, body, &bad);
+        T_CHECK(bad.status == 400, "%s: status %d", bad_dry[i], bad.status);
+    }
     nv_tokenizer_free(t_tok);
 }
 

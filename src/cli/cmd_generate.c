@@ -47,6 +47,11 @@ static void usage(FILE *f) {
             "                (vLLM's; default 1: off)\n"
             "  --presence-penalty X, --frequency-penalty X\n"
             "                OpenAI's penalties on tokens generated so far, -2..2 (default 0: off)\n"
+            "  --dry-multiplier M [--dry-base B] [--dry-allowed-length N] [--dry-penalty-last-n N]\n"
+            "  [--dry-sequence-breaker S]...\n"
+            "                DRY (llama.cpp's): a token that would extend a repeat of N (default 2) or more tokens\n"
+            "                loses M x B^(length - N) (default B 1.75; M 0: off), over the last N tokens (-1, the\n"
+            "                default: all); breakers (default \\n : \" *; 'none': no breaker) end a repeat\n"
             "  --json        the text generated is a JSON object (constrained decoding; ends when it is whole)\n"
             "  --json-schema SCHEMA\n"
             "                the text generated is JSON that SCHEMA accepts: a file, or the schema's JSON text\n"
@@ -136,6 +141,20 @@ static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_c
     return k;
 }
 
+/* DRY on the sampler, its breakers the tokens whose text holds one of the strings (n < 0: llama.cpp's
+   default \\n : " *). */
+static nv_err set_dry(nv_sampler *smp, const nv_tokenizer *tok, float mult, float base, int allowed, int last_n,
+                      const char *const *strs, int n, const int *prompt, int n_prompt) {
+    if (mult == 0.0f || last_n == 0) return NV_OK;
+    static const char *const defaults[] = {"\n", ":", "\"", "*"};
+    unsigned char *mask = calloc((size_t)smp->vocab_size, 1);
+    if (!mask) return nv_fail(NV_ENOMEM, "out of memory");
+    nv_tokenizer_mark_containing(tok, n < 0 ? defaults : strs, n < 0 ? 4 : n, mask);
+    const nv_err e = nv_sampler_set_dry(smp, mult, base, allowed, last_n, mask, prompt, n_prompt);
+    free(mask);
+    return e;
+}
+
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL;
     const char *gbnf_text = NULL, *gbnf_file = NULL;
@@ -144,7 +163,9 @@ int cmd_generate(int argc, char **argv) {
     int steps = 256, threads = 0;
     cli_spec spec = CLI_SPEC_DEFAULTS;
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f, repetition = 1.0f;
-    int top_k = 0;
+    int top_k = 0, dry_allowed = 2, dry_last_n = -1, n_breakers = -1; /* -1: llama.cpp's breakers */
+    float dry_mult = 0, dry_base = 1.75f;
+    const char *breakers[32];
     uint64_t seed = 0;
     cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
@@ -177,6 +198,17 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-k")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &top_k)) return 2; }
         else if (!strcmp(a, "--min-p")) { if (!cli_float(CMD, a, v, 0, 1, &min_p)) return 2; }
         else if (!strcmp(a, "--repetition-penalty")) { if (!cli_float(CMD, a, v, 0.001, 10, &repetition)) return 2; }
+        else if (!strcmp(a, "--dry-multiplier")) { if (!cli_float(CMD, a, v, 0, 1000, &dry_mult)) return 2; }
+        else if (!strcmp(a, "--dry-base")) { if (!cli_float(CMD, a, v, 1, 100, &dry_base)) return 2; }
+        else if (!strcmp(a, "--dry-allowed-length")) { if (!cli_int(CMD, a, v, 1, 1000, &dry_allowed)) return 2; }
+        else if (!strcmp(a, "--dry-penalty-last-n")) { if (!cli_int(CMD, a, v, -1, 1 << 30, &dry_last_n)) return 2; }
+        else if (!strcmp(a, "--dry-sequence-breaker")) {
+            if (n_breakers < 0) n_breakers = 0;
+            if (strcmp(v, "none") != 0) {
+                if (n_breakers == 32) return cli_error(CMD, 2, "at most 32 --dry-sequence-breaker strings");
+                breakers[n_breakers++] = v;
+            }
+        }
         else if (!strcmp(a, "--presence-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &presence)) return 2; }
         else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(CMD, a, v, -2, 2, &frequency)) return 2; }
         else if (!strcmp(a, "-s")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
@@ -243,6 +275,7 @@ int cmd_generate(int argc, char **argv) {
         nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK ||
         nv_sampler_set_repetition(&sampler, repetition, prompt_tokens, n_prompt) != NV_OK ||
+        set_dry(&sampler, tok, dry_mult, dry_base, dry_allowed, dry_last_n, breakers, n_breakers, prompt_tokens, n_prompt) != NV_OK ||
         (grammar && (nv_gtrie_build(tok, &trie) != NV_OK || nv_gsampler_init(&gs, grammar, c->vocab_size) != NV_OK))) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

@@ -30,6 +30,14 @@ void nv_sampler_free(nv_sampler *s) {
     free(s->seen);
     free(s->present);
     free(s->rep_list);
+    free(s->dry_breaker);
+    free(s->dry_hist);
+    free(s->dry_len);
+    free(s->dry_touched);
+    s->dry_breaker = NULL;
+    s->dry_hist = s->dry_len = s->dry_touched = NULL;
+    s->n_hist = s->cap_hist = 0;
+    s->dry_multiplier = 0;
     s->probindex = NULL;
     s->bias_tok = s->counts = s->seen = s->rep_list = NULL;
     s->present = NULL;
@@ -104,15 +112,77 @@ nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt
     return NV_OK;
 }
 
+static int dry_push(nv_sampler *s, int tok) {
+    if (s->n_hist == s->cap_hist) {
+        const int nc = s->cap_hist ? s->cap_hist * 2 : 256;
+        int *h = realloc(s->dry_hist, (size_t)nc * sizeof *h);
+        if (!h) return 0;
+        s->dry_hist = h;
+        s->cap_hist = nc;
+    }
+    s->dry_hist[s->n_hist++] = tok;
+    return 1;
+}
+
+nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allowed_length, int last_n,
+                          const unsigned char *breaker, const int *prompt, int n_prompt) {
+    if (!(multiplier >= 0.0f) || !isfinite(multiplier) || !(base >= 1.0f) || !isfinite(base) || allowed_length < 1 || last_n < -1)
+        return nv_fail(NV_EINVAL, "DRY: the multiplier must be >= 0, the base >= 1, the allowed length >= 1 and the "
+                                  "window -1 (all), 0 (off) or positive");
+    s->dry_multiplier = last_n == 0 ? 0.0f : multiplier;
+    s->dry_base = base;
+    s->dry_allowed = allowed_length;
+    s->dry_last_n = last_n;
+    if (s->dry_multiplier == 0.0f) return NV_OK;
+    if (!s->dry_len) s->dry_len = calloc((size_t)s->vocab_size, sizeof *s->dry_len);
+    if (!s->dry_touched) s->dry_touched = malloc((size_t)s->vocab_size * sizeof *s->dry_touched);
+    if (!s->dry_breaker) s->dry_breaker = calloc((size_t)s->vocab_size, 1);
+    if (!s->dry_len || !s->dry_touched || !s->dry_breaker) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    if (breaker) memcpy(s->dry_breaker, breaker, (size_t)s->vocab_size);
+    s->n_hist = 0;
+    for (int i = 0; i < n_prompt; i++)
+        if (!dry_push(s, prompt[i])) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    return NV_OK;
+}
+
+#define DRY_MAX_REPEAT 64
+
+/* For every earlier place the history's last tokens also stand, the token that followed there would
+   repeat them once more: it loses multiplier x base^(n - allowed) for the longest such run n. */
+static void dry_penalize(nv_sampler *s, float *logits) {
+    const int *h = s->dry_hist, n = s->n_hist;
+    if (n < 2 || s->dry_breaker[h[n - 1]]) return;
+    const int from = s->dry_last_n > 0 && n > s->dry_last_n ? n - s->dry_last_n : 0;
+    int touched = 0;
+    for (int i = from + 1; i < n; i++) { /* h[i] followed h[i - 1]; does that run end like the history? */
+        int len = 0;
+        while (len < DRY_MAX_REPEAT && i - 1 - len >= from && h[i - 1 - len] == h[n - 1 - len] && !s->dry_breaker[h[n - 1 - len]])
+            len++;
+        const int t = h[i];
+        if (len >= s->dry_allowed && t >= 0 && t < s->vocab_size && len > s->dry_len[t]) {
+            if (!s->dry_len[t]) s->dry_touched[touched++] = t;
+            s->dry_len[t] = len;
+        }
+    }
+    for (int k = 0; k < touched; k++) {
+        const int t = s->dry_touched[k];
+        const double p = (double)s->dry_multiplier * pow((double)s->dry_base, (double)(s->dry_len[t] - s->dry_allowed));
+        logits[t] -= (float)(p < 1e30 ? p : 1e30);
+        s->dry_len[t] = 0;
+    }
+}
+
 void nv_sampler_accept(nv_sampler *s, int tok) {
     if (tok < 0 || tok >= s->vocab_size) return;
+    if (s->dry_multiplier > 0.0f) dry_push(s, tok);
     if (s->present) mark_present(s, tok);
     if (s->counts && s->counts[tok]++ == 0) s->seen[s->n_seen++] = tok;
 }
 
-/* The bias, then the repetition penalty, then presence and frequency (vLLM's order). */
-static void adjust_logits(const nv_sampler *s, float *logits) {
+/* The bias, DRY, then the repetition penalty, then presence and frequency (vLLM's order). */
+static void adjust_logits(nv_sampler *s, float *logits) {
     for (int i = 0; i < s->n_bias; i++) logits[s->bias_tok[i]] += s->bias[i];
+    if (s->dry_multiplier > 0.0f) dry_penalize(s, logits);
     if (s->present && s->repetition != 1.0f)
         for (int i = 0; i < s->n_rep; i++) {
             float *l = &logits[s->rep_list[i]];

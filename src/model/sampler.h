@@ -37,6 +37,13 @@ typedef struct {
     unsigned char *present; /* [vocab] 1 for a token of the prompt or accepted */
     int *rep_list;          /* those tokens, each once */
     int n_rep;
+    /* DRY (nv_sampler_set_dry): off while dry_multiplier is 0 */
+    float dry_multiplier, dry_base;
+    int dry_allowed, dry_last_n;
+    unsigned char *dry_breaker; /* [vocab] 1: the token ends a repeat */
+    int *dry_hist, n_hist, cap_hist; /* the prompt and the accepted tokens */
+    int *dry_len;                    /* [vocab] scratch: the longest repeat each token would extend */
+    int *dry_touched;                /* [vocab] scratch: the tokens with a dry_len */
 } nv_sampler;
 
 nv_err nv_sampler_init(nv_sampler *s, int vocab_size, float temperature, float top_p, uint64_t seed);
@@ -50,6 +57,14 @@ nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency);
 nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
 /* The repetition penalty (> 0; 1 is off) over the prompt's tokens and every token accepted after. */
 nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt, int n_prompt);
+/* DRY ("don't repeat yourself": llama.cpp's and koboldcpp's sampler): a token that would extend a
+ * repeat of an earlier run of at least allowed_length tokens loses multiplier x base^(length -
+ * allowed_length) from its logit (after the bias, before the other penalties). Repeats are looked for
+ * in the last last_n tokens of the prompt and the answer (-1: all of them; 0: off), longest first up
+ * to 64 tokens; a breaker token (breaker[tok] != 0, [vocab], copied; NULL: none) ends a run, so text
+ * across it never counts as one repeat. multiplier 0 is off. */
+nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allowed_length, int last_n,
+                          const unsigned char *breaker, const int *prompt, int n_prompt);
 /* Counts a generated token for the penalties (a no-op when they are off). */
 void nv_sampler_accept(nv_sampler *s, int tok);
 /* Picks the next token; modifies logits in place (scaled and softmaxed when temperature > 0). */

@@ -926,6 +926,13 @@ const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token
     return p;
 }
 
+void nv_tokenizer_mark_containing(const nv_tokenizer *t, const char *const *strs, int n, unsigned char *mask) {
+    for (int id = 0; id < t->n; id++) {
+        const char *text = nv_tokenizer_decode(t, -1, id);
+        for (int k = 0; text && k < n && !mask[id]; k++) mask[id] = strs[k][0] && strstr(text, strs[k]) != NULL;
+    }
+}
+
 int nv_piece_printable(const char *piece) {
     if (!piece || piece[0] == '\0') return 0;
     if (piece[1] == '\0') {

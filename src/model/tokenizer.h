@@ -98,6 +98,9 @@ nv_err nv_ids_push(nv_ids *l, const int *ids, int n);
 nv_err nv_tokenizer_encode_into(const nv_tokenizer *t, const char *text, int bos, int eos, nv_ids *l);
 /* Text to print for token following prev_token; NULL if token is out of range. */
 const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token);
+/* mask[id] = 1 for every token whose text (nv_tokenizer_decode's) contains one of the n strings
+ * (empty ones match nothing); others are left as they are. mask has the vocabulary's size. */
+void nv_tokenizer_mark_containing(const nv_tokenizer *t, const char *const *strs, int n, unsigned char *mask);
 
 /* llama2.c safe_printf's rule: 0 for NULL, "", or a single byte that is neither isprint nor
  * isspace (raw control bytes from byte tokens); 1 otherwise. */

@@ -110,11 +110,60 @@ static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *
 
 #define MAX_LOGIT_BIAS 1024
 
-/* presence_penalty, frequency_penalty (-2..2), repetition_penalty (0.001..10, 1 off) and logit_bias
- * ({"token id": -100..100, ...}). */
+#define MAX_DRY_BREAKERS 32
+
+/* llama.cpp's DRY fields (its server takes them on every endpoint): dry_multiplier (0: off),
+ * dry_base, dry_allowed_length, dry_penalty_last_n (-1: the whole context, 0: off) and
+ * dry_sequence_breakers (strings; a token whose text holds one ends a repeat; default llama.cpp's). */
+static int dry_fields(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    double mult = 0, base = 1.75, allowed = 2, last_n = -1;
+    int given, rc;
+    if ((rc = get_number(root, "dry_multiplier", 0, 1000, &mult, &given, err))) return rc;
+    if ((rc = get_number(root, "dry_base", 1, 100, &base, &given, err))) return rc;
+    if ((rc = get_number(root, "dry_allowed_length", 1, 1000, &allowed, &given, err))) return rc;
+    if ((rc = get_number(root, "dry_penalty_last_n", -1, 1e9, &last_n, &given, err))) return rc;
+    if (allowed != floor(allowed) || last_n != floor(last_n)) {
+        nv_api_error_set(err, E400, NULL, allowed != floor(allowed) ? "dry_allowed_length" : "dry_penalty_last_n",
+                         "'%s' must be an integer", allowed != floor(allowed) ? "dry_allowed_length" : "dry_penalty_last_n");
+        return err->status;
+    }
+    const cJSON *br = nv_api_field(root, "dry_sequence_breakers");
+    const char *defaults[] = {"\n", ":", "\"", "*"}, *strs[MAX_DRY_BREAKERS];
+    int n = 4;
+    memcpy(strs, defaults, sizeof defaults);
+    if (br) {
+        if (!cJSON_IsArray(br) || cJSON_GetArraySize(br) > MAX_DRY_BREAKERS) {
+            nv_api_error_set(err, E400, NULL, "dry_sequence_breakers", "'dry_sequence_breakers' must be a list of at most %d "
+                             "strings", MAX_DRY_BREAKERS);
+            return err->status;
+        }
+        n = 0;
+        for (const cJSON *e = br->child; e; e = e->next) {
+            if (!cJSON_IsString(e) || strlen(e->valuestring) > 64) {
+                nv_api_error_set(err, E400, NULL, "dry_sequence_breakers", "'dry_sequence_breakers' must hold strings of at "
+                                 "most 64 bytes");
+                return err->status;
+            }
+            strs[n++] = e->valuestring;
+        }
+    }
+    out->req.dry_multiplier = (float)mult;
+    out->req.dry_base = (float)base;
+    out->req.dry_allowed_length = (int)allowed;
+    out->req.dry_last_n = (int)last_n;
+    if (mult == 0 || last_n == 0 || !ctx->tok) return 0;
+    if (!(out->dry_breaker = calloc((size_t)ctx->vocab_size, 1))) return nv_api_oom(err);
+    nv_tokenizer_mark_containing(ctx->tok, strs, n, out->dry_breaker);
+    out->req.dry_breaker = out->dry_breaker;
+    return 0;
+}
+
+/* presence_penalty, frequency_penalty (-2..2), repetition_penalty (0.001..10, 1 off), logit_bias
+ * ({"token id": -100..100, ...}) and DRY's fields. */
 static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     double presence = 0, frequency = 0;
     int given, rc;
+    if ((rc = dry_fields(ctx, root, out, err))) return rc;
     if ((rc = get_number(root, "presence_penalty", -2, 2, &presence, &given, err))) return rc;
     if ((rc = get_number(root, "frequency_penalty", -2, 2, &frequency, &given, err))) return rc;
     out->req.presence_penalty = (float)presence;
@@ -1294,6 +1343,7 @@ void nv_api_request_free(nv_api_request *r) {
     free(r->prompt_ids);
     for (int i = 0; i < r->n_more; i++) free(r->more[i].ids), free(r->more[i].echo_text);
     free(r->bias_tok);
+    free(r->dry_breaker);
     free(r->bias);
     free(r->echo_text);
     for (int i = 0; i < NV_MAX_STOP; i++) free(r->stop_copy[i]);

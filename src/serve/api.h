@@ -76,6 +76,7 @@ typedef struct {
     char *stop_copy[NV_MAX_STOP];
     int *bias_tok; /* logit_bias, when given */
     float *bias;
+    unsigned char *dry_breaker; /* DRY's breaker tokens, when DRY is on [vocab] */
     nv_grammar *grammar; /* response_format's or tool_choice's, when given (req.grammar points to it) */
     nv_api_tools *tools; /* chat with tools (and tool_choice not "none"): read the answer for calls */
     nv_grammar *lazy_grammar; /* tool_choice "auto": a call, once begun, is held to the tools' schemas */

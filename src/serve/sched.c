@@ -239,6 +239,9 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (e == NV_OK) e = nv_sampler_set_filters(&r->sampler, p->top_k, p->min_p);
     if (e == NV_OK && p->repetition_penalty > 0)
         e = nv_sampler_set_repetition(&r->sampler, p->repetition_penalty, r->prompt, r->n_prompt);
+    if (e == NV_OK && p->dry_multiplier > 0)
+        e = nv_sampler_set_dry(&r->sampler, p->dry_multiplier, p->dry_base, p->dry_allowed_length, p->dry_last_n,
+                               p->dry_breaker, r->prompt, r->n_prompt);
     r->lp_k = !p->logprobs ? -1 : p->top_logprobs < 0 ? 0 : p->top_logprobs > NV_MAX_TOP_LOGPROBS ? NV_MAX_TOP_LOGPROBS : p->top_logprobs;
     if (e == NV_OK && r->lp_k >= 0 && !(r->lp_raw = malloc((size_t)p->vocab_size * sizeof(float))))
         e = nv_fail(NV_ENOMEM, "request: out of memory");

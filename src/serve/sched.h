@@ -122,6 +122,9 @@ typedef struct {
     int vocab_size;   /* the model's (sizes the sampler) */
     float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 (0: off) */
     float repetition_penalty;                  /* vLLM's, over the prompt and the answer (0 or 1: off) */
+    float dry_multiplier, dry_base;            /* DRY (nv_sampler_set_dry): multiplier 0 is off */
+    int dry_allowed_length, dry_last_n;
+    const unsigned char *dry_breaker;          /* [vocab] or NULL; copied */
     int ignore_eos;                            /* vLLM's: end-of-generation tokens do not end the answer */
     int min_tokens;                            /* vLLM's: none of them is sampled before this many tokens */
     const int *bias_tok;                       /* logit_bias: n_bias (token, bias) pairs, copied */
