@@ -430,6 +430,58 @@ static void test_sampler_adjustments(void) {
     nv_sampler_free(&s);
 }
 
+/* The tokens a sampler with llama.cpp's further filters draws from logits log(p) over 200 seeds, as a
+ * bit set. */
+static unsigned drawn(const float *p, int n, float typical, float sigma, float xtc_p, float xtc_t) {
+    unsigned set = 0;
+    for (int seed = 1; seed <= 200; seed++) {
+        nv_sampler smp;
+        float l[16];
+        for (int i = 0; i < n; i++) l[i] = logf(p[i]);
+        T_CHECK(nv_sampler_init(&smp, n, 1.0f, 1.0f, (uint64_t)seed * 7919) == NV_OK &&
+                    nv_sampler_set_more(&smp, typical, sigma, xtc_p, xtc_t) == NV_OK,
+                "%s", nv_errmsg());
+        const int t = nv_sample(&smp, l);
+        if (t >= 0 && t < 32) set |= 1u << t;
+        nv_sampler_free(&smp);
+    }
+    return set;
+}
+
+/* typical_p keeps the tokens whose surprise is nearest the entropy (here not the likeliest one);
+ * top_n_sigma the logits within n deviations of the largest; XTC removes the likely tokens but the
+ * least likely of them; each off at its neutral value; bad values refused. */
+static void test_sampler_llamacpp_filters(void) {
+    const float p[4] = {0.5f, 0.2f, 0.2f, 0.1f};
+    /* entropy 1.22 nats; surprises 0.69, 1.61, 1.61, 2.30: the two 0.2s are nearest, and reach 0.3 */
+    T_CHECK(drawn(p, 4, 0.3f, -1, 0, 0.1f) == 0x6u, "typical 0.3 drew %#x, want tokens 1 and 2", drawn(p, 4, 0.3f, -1, 0, 0.1f));
+    T_CHECK(drawn(p, 4, 1.0f, -1, 0, 0.1f) == 0xfu, "typical 1 (off) drew %#x", drawn(p, 4, 1.0f, -1, 0, 0.1f));
+    const float q[8] = {0.6f, 0.3f, 0.02f, 0.02f, 0.02f, 0.02f, 0.01f, 0.01f};
+    T_CHECK(drawn(q, 8, 1.0f, 0.5f, 0, 0.1f) == 0x3u, "top-n-sigma 0.5 drew %#x, want tokens 0 and 1", drawn(q, 8, 1.0f, 0.5f, 0, 0.1f));
+    T_CHECK(drawn(q, 8, 1.0f, 0.01f, 0, 0.1f) == 0x1u, "top-n-sigma 0.01 drew %#x", drawn(q, 8, 1.0f, 0.01f, 0, 0.1f));
+    const float x[4] = {0.5f, 0.3f, 0.15f, 0.05f};
+    T_CHECK(drawn(x, 4, 1.0f, -1, 1.0f, 0.1f) == 0xcu, "XTC drew %#x, want tokens 2 and 3", drawn(x, 4, 1.0f, -1, 1.0f, 0.1f));
+    T_CHECK((drawn(x, 4, 1.0f, -1, 1.0f, 0.6f) & 0x1u) != 0, "XTC with no token above its threshold removed the top one");
+    /* off: the same tokens as a sampler without them, seed for seed */
+    for (int seed = 1; seed <= 50; seed++) {
+        nv_sampler a, b;
+        float la[4], lb[4];
+        for (int i = 0; i < 4; i++) la[i] = lb[i] = logf(x[i]);
+        nv_sampler_init(&a, 4, 0.9f, 0.9f, (uint64_t)seed);
+        nv_sampler_init(&b, 4, 0.9f, 0.9f, (uint64_t)seed);
+        nv_sampler_set_more(&b, 1.0f, -1.0f, 0.0f, 0.1f);
+        T_CHECK(nv_sample(&a, la) == nv_sample(&b, lb), "seed %d: neutral values changed the draw", seed);
+        nv_sampler_free(&a);
+        nv_sampler_free(&b);
+    }
+    nv_sampler smp;
+    nv_sampler_init(&smp, 4, 1.0f, 1.0f, 1);
+    T_CHECK(nv_sampler_set_more(&smp, 0.0f, -1, 0, 0.1f) != NV_OK && nv_sampler_set_more(&smp, 1.0f, -1, 1.5f, 0.1f) != NV_OK &&
+                nv_sampler_set_more(&smp, 1.0f, NAN, 0, 0.1f) != NV_OK,
+            "bad settings accepted");
+    nv_sampler_free(&smp);
+}
+
 /* The DRY penalty a greedy draw leaves on each token of a 10-token vocabulary after history h (all
  * logits 0 before). */
 static void dry_logits(const int *h, int n, float mult, float base, int allowed, int last_n, const unsigned char *breaker,
@@ -714,6 +766,7 @@ int main(void) {
     T_RUN(test_sampler_adjustments);
     T_RUN(test_sampler_filters);
     T_RUN(test_sampler_dry);
+    T_RUN(test_sampler_llamacpp_filters);
     T_RUN(test_sampler_extremes);
     T_RUN(test_init_presets);
     T_RUN(test_rng_jump_and_parallel_init);

@@ -362,6 +362,31 @@ static void test_stop_strings_and_sampling(void) {
     T_CHECK(cJSON_IsString(content) && !strcmp(content->valuestring, dry.text), "/completion's DRY text differs");
     cJSON_Delete(o);
     resp_free(&r);
+    /* llama.cpp's other samplers: top_n_sigma tiny keeps the largest logit alone (greedy's text at
+       any temperature); neutral values change nothing; bad ones are a 400; /completion takes them */
+    result sig, seeded, seeded_neutral;
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1.5,\"seed\":5,\"top_n_sigma\":0.001}",
+             &sig);
+    T_CHECK(sig.status == 200 && !strcmp(sig.text, greedy40.text), "top_n_sigma 0.001: '%s' against greedy '%s'", sig.text,
+            greedy40.text);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1,\"seed\":5}", &seeded);
+    complete(port, 0, NULL,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1,\"seed\":5,\"typical_p\":1,\"top_n_sigma\":-1,"
+             "\"xtc_probability\":0,\"xtc_threshold\":0.2}",
+             &seeded_neutral);
+    T_CHECK(seeded.status == 200 && !strcmp(seeded.text, seeded_neutral.text), "neutral llama.cpp samplers changed the text");
+    T_CHECK(http(port, "POST", "/completion", NULL,
+                 "{\"prompt\":\"Once upon a time\",\"n_predict\":8,\"typical_p\":0.9,\"xtc_probability\":0.5,\"top_n_sigma\":2}", &r) &&
+                r.status == 200,
+            "/completion with typical_p, XTC, top_n_sigma: %d %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    static const char *const bad_more[] = {"\"typical_p\":0", "\"xtc_probability\":2", "\"top_n_sigma\":-5", "\"xtc_threshold\":-1"};
+    for (size_t i = 0; i < sizeof bad_more / sizeof bad_more[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,%s}", bad_more[i]);
+        result bad;
+        complete(port, 0, NULL, body, &bad);
+        T_CHECK(bad.status == 400, "%s: status %d", bad_more[i], bad.status);
+    }
     static const char *const bad_dry[] = {"\"dry_base\":0.5", "\"dry_allowed_length\":0", "\"dry_penalty_last_n\":-2",
                                           "\"dry_sequence_breakers\":[1]", "\"dry_allowed_length\":2.5"};
     for (size_t i = 0; i < sizeof bad_dry / sizeof bad_dry[0]; i++) {

@@ -47,6 +47,10 @@ static void usage(FILE *f) {
             "                (vLLM's; default 1: off)\n"
             "  --presence-penalty X, --frequency-penalty X\n"
             "                OpenAI's penalties on tokens generated so far, -2..2 (default 0: off)\n"
+            "  --typical-p P, --top-n-sigma N, --xtc-probability P [--xtc-threshold T]\n"
+            "                llama.cpp's samplers: locally typical sampling (default 1: off), the logits within N\n"
+            "                deviations of the largest (default -1: off), XTC: with probability P drop every token\n"
+            "                at or above T (default 0.1) but the least likely of them (default P 0: off)\n"
             "  --dry-multiplier M [--dry-base B] [--dry-allowed-length N] [--dry-penalty-last-n N]\n"
             "  [--dry-sequence-breaker S]...\n"
             "                DRY (llama.cpp's): a token that would extend a repeat of N (default 2) or more tokens\n"
@@ -164,7 +168,7 @@ int cmd_generate(int argc, char **argv) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f, repetition = 1.0f;
     int top_k = 0, dry_allowed = 2, dry_last_n = -1, n_breakers = -1; /* -1: llama.cpp's breakers */
-    float dry_mult = 0, dry_base = 1.75f;
+    float dry_mult = 0, dry_base = 1.75f, typical_p = 1.0f, top_n_sigma = -1.0f, xtc_p = 0.0f, xtc_t = 0.1f;
     const char *breakers[32];
     uint64_t seed = 0;
     cli_loras loras = {0};
@@ -198,6 +202,10 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-k")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &top_k)) return 2; }
         else if (!strcmp(a, "--min-p")) { if (!cli_float(CMD, a, v, 0, 1, &min_p)) return 2; }
         else if (!strcmp(a, "--repetition-penalty")) { if (!cli_float(CMD, a, v, 0.001, 10, &repetition)) return 2; }
+        else if (!strcmp(a, "--typical-p")) { if (!cli_float(CMD, a, v, 0.0001, 1, &typical_p)) return 2; }
+        else if (!strcmp(a, "--top-n-sigma")) { if (!cli_float(CMD, a, v, -1, 1000, &top_n_sigma)) return 2; }
+        else if (!strcmp(a, "--xtc-probability")) { if (!cli_float(CMD, a, v, 0, 1, &xtc_p)) return 2; }
+        else if (!strcmp(a, "--xtc-threshold")) { if (!cli_float(CMD, a, v, 0, 1, &xtc_t)) return 2; }
         else if (!strcmp(a, "--dry-multiplier")) { if (!cli_float(CMD, a, v, 0, 1000, &dry_mult)) return 2; }
         else if (!strcmp(a, "--dry-base")) { if (!cli_float(CMD, a, v, 1, 100, &dry_base)) return 2; }
         else if (!strcmp(a, "--dry-allowed-length")) { if (!cli_int(CMD, a, v, 1, 1000, &dry_allowed)) return 2; }
@@ -272,6 +280,7 @@ int cmd_generate(int argc, char **argv) {
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
         nv_sampler_set_penalties(&sampler, presence, frequency) != NV_OK ||
         nv_sampler_set_filters(&sampler, top_k, min_p) != NV_OK ||
+        nv_sampler_set_more(&sampler, typical_p, top_n_sigma, xtc_p, xtc_t) != NV_OK ||
         nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK ||
         nv_sampler_set_repetition(&sampler, repetition, prompt_tokens, n_prompt) != NV_OK ||

@@ -34,6 +34,8 @@ void nv_sampler_free(nv_sampler *s) {
     free(s->dry_hist);
     free(s->dry_len);
     free(s->dry_touched);
+    free(s->aux);
+    s->aux = NULL;
     s->dry_breaker = NULL;
     s->dry_hist = s->dry_len = s->dry_touched = NULL;
     s->n_hist = s->cap_hist = 0;
@@ -82,6 +84,19 @@ nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p) {
     if (!(min_p >= 0.0f && min_p <= 1.0f)) return nv_fail(NV_EINVAL, "min-p must be in [0, 1] (got %g)", min_p);
     s->top_k = top_k;
     s->min_p = min_p;
+    return NV_OK;
+}
+
+nv_err nv_sampler_set_more(nv_sampler *s, float typical_p, float top_n_sigma, float xtc_probability, float xtc_threshold) {
+    if (!(typical_p > 0.0f && typical_p <= 1.0f) || !isfinite(top_n_sigma) || !(xtc_probability >= 0.0f && xtc_probability <= 1.0f) ||
+        !(xtc_threshold >= 0.0f && xtc_threshold <= 1.0f))
+        return nv_fail(NV_EINVAL, "typical-p must be in (0, 1], top-n-sigma finite, the XTC probability and threshold in [0, 1]");
+    if (typical_p < 1.0f && !s->aux && !(s->aux = malloc((size_t)s->vocab_size * sizeof *s->aux)))
+        return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    s->typical_p = typical_p;
+    s->top_n_sigma = top_n_sigma;
+    s->xtc_probability = xtc_probability;
+    s->xtc_threshold = xtc_threshold;
     return NV_OK;
 }
 
@@ -295,10 +310,36 @@ static void select_top(nv_prob_index *v, int n, int k) {
     }
 }
 
-/* Sampling with top-k and/or min-p on: the candidates are the tokens with a probability above zero
- * and at least min_p x the largest, the k most likely of them with top-k; top-p then keeps the
- * most likely candidates until their share of the candidates' total passes top_p. */
-static int sample_filtered(const nv_sampler *s, const float *probs, int n, float coin) {
+static int compare_dist(const void *a, const void *b, void *arg) {
+    const float *d = arg, x = d[((const nv_prob_index *)a)->index], y = d[((const nv_prob_index *)b)->index];
+    return x < y ? -1 : x > y;
+}
+
+/* Locally typical sampling over candidates c[0..n) (probabilities, not normalised): ordered by how
+   far each one's surprise is from the distribution's entropy (dist: [vocab] scratch), the fewest
+   whose share reaches p; returns how many. */
+static int typical_set(nv_prob_index *c, int n, float p, float *dist) {
+    double total = 0, ent = 0;
+    for (int i = 0; i < n; i++) total += c[i].prob;
+    for (int i = 0; i < n; i++) {
+        const double q = c[i].prob / total;
+        ent -= q * log(q);
+    }
+    for (int i = 0; i < n; i++) dist[c[i].index] = (float)fabs(-log(c[i].prob / total) - ent);
+    qsort_r(c, (size_t)n, sizeof *c, compare_dist, dist);
+    double cum = 0;
+    int k = 0;
+    while (k < n) {
+        cum += c[k++].prob / total;
+        if (cum >= p) break;
+    }
+    return k;
+}
+
+/* Sampling with a filter on: the candidates are the tokens with a probability above zero and at
+ * least min_p x the largest, the k most likely of them with top-k; then the typical set, XTC, and
+ * top-p keeping the most likely candidates until their share of the candidates' total passes top_p. */
+static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin) {
     nv_prob_index *c = s->probindex;
     float pmax = 0.0f;
     for (int i = 0; i < n; i++) pmax = probs[i] > pmax ? probs[i] : pmax;
@@ -310,6 +351,18 @@ static int sample_filtered(const nv_sampler *s, const float *probs, int n, float
     if (s->top_k > 0 && n0 > s->top_k) {
         select_top(c, n0, s->top_k);
         n0 = s->top_k;
+    }
+    if (s->typical_p > 0 && s->typical_p < 1) n0 = typical_set(c, n0, s->typical_p, s->aux);
+    if (s->xtc_probability > 0 && nv_xorshift_f32(&s->rng_state) < s->xtc_probability) {
+        qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
+        float total = 0.0f;
+        for (int i = 0; i < n0; i++) total += c[i].prob;
+        int top = 0; /* the candidates at or above the threshold: all but the least likely of them go */
+        while (top < n0 && c[top].prob >= s->xtc_threshold * total) top++;
+        if (top >= 2) {
+            c += top - 1;
+            n0 -= top - 1;
+        }
     }
     if (!(s->top_p > 0 && s->top_p < 1)) return sample_nucleus(c, n0, INFINITY, coin); /* all of them */
     qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
@@ -332,10 +385,20 @@ int nv_sample(nv_sampler *s, float *logits) {
         logits[q] = v / s->temperature;
     }
     if (!isfinite(maxv / s->temperature)) return best;
+    if (s->top_n_sigma > 0) { /* the logits further than n deviations below the largest drop out */
+        double sum = 0, sq = 0;
+        for (int q = 0; q < n; q++) sum += logits[q];
+        const double mean = sum / n;
+        for (int q = 0; q < n; q++) sq += (logits[q] - mean) * (logits[q] - mean);
+        const float floor_l = maxv / s->temperature - s->top_n_sigma * (float)sqrt(sq / n);
+        for (int q = 0; q < n; q++)
+            if (logits[q] < floor_l) logits[q] = -INFINITY;
+    }
     nv_softmax(logits, n);
     float coin = nv_xorshift_f32(&s->rng_state);
     /* a top-k of the whole vocabulary filters nothing: the unfiltered procedure, the same tokens */
-    if ((s->top_k > 0 && s->top_k < n) || s->min_p > 0) return sample_filtered(s, logits, n, coin);
+    if ((s->top_k > 0 && s->top_k < n) || s->min_p > 0 || (s->typical_p > 0 && s->typical_p < 1) || s->xtc_probability > 0)
+        return sample_filtered(s, logits, n, coin);
     if (s->top_p <= 0 || s->top_p >= 1 || n < 2) return sample_mult(logits, n, coin);
     return sample_topp(logits, n, s->top_p, s->probindex, coin);
 }

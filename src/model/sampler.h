@@ -19,6 +19,10 @@ typedef struct {
     float top_p;       /* <= 0 or >= 1 disables nucleus sampling */
     int top_k;         /* > 0: only the k most likely tokens (0: off) */
     float min_p;       /* > 0: only tokens at least min_p x the most likely one's probability (0: off) */
+    float typical_p;   /* in (0, 1): locally typical sampling (1: off) */
+    float top_n_sigma; /* > 0: only tokens whose logit is within n standard deviations of the largest (off: <= 0) */
+    float xtc_probability, xtc_threshold; /* XTC: off while the probability is 0 */
+    float *aux;        /* [vocab] scratch for typical sampling */
     uint64_t rng_state;
     nv_prob_index *probindex; /* scratch for top-p */
     /* OpenAI's logit adjustments, applied to the raw logits before everything else (greedy too):
@@ -55,6 +59,14 @@ nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency);
 /* top-k and min-p, applied to the probabilities after temperature, before top-p (which then takes
  * its share of what they kept), as vLLM does; greedy ignores them. top_k 0 and min_p 0 are off. */
 nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
+/* llama.cpp's further filters, after top-k and min-p and before top-p (greedy ignores them):
+ * typical_p in (0, 1] (1: off) keeps the tokens whose surprise is closest to the distribution's
+ * entropy until their probability reaches typical_p (Meister et al.'s locally typical sampling);
+ * top_n_sigma > 0 keeps the tokens whose logit is within n standard deviations of the largest
+ * (<= 0: off); XTC ("exclude top choices"), with probability xtc_probability a draw, removes every
+ * token of probability >= xtc_threshold but the least likely of them (0: off; it draws a second
+ * random number only when on). */
+nv_err nv_sampler_set_more(nv_sampler *s, float typical_p, float top_n_sigma, float xtc_probability, float xtc_threshold);
 /* The repetition penalty (> 0; 1 is off) over the prompt's tokens and every token accepted after. */
 nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt, int n_prompt);
 /* DRY ("don't repeat yourself": llama.cpp's and koboldcpp's sampler): a token that would extend a

@@ -118,6 +118,16 @@ static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *
 static int dry_fields(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     double mult = 0, base = 1.75, allowed = 2, last_n = -1;
     int given, rc;
+    /* llama.cpp's other samplers: typical_p (1: off), top_n_sigma (<= 0: off), XTC (probability 0: off) */
+    double typical = 1, sigma = -1, xtc_p = 0, xtc_t = 0.1;
+    if ((rc = get_number(root, "typical_p", 0.0001, 1, &typical, &given, err))) return rc;
+    if ((rc = get_number(root, "top_n_sigma", -1, 1000, &sigma, &given, err))) return rc;
+    if ((rc = get_number(root, "xtc_probability", 0, 1, &xtc_p, &given, err))) return rc;
+    if ((rc = get_number(root, "xtc_threshold", 0, 1, &xtc_t, &given, err))) return rc;
+    out->req.typical_p = (float)typical;
+    out->req.top_n_sigma = (float)sigma;
+    out->req.xtc_probability = (float)xtc_p;
+    out->req.xtc_threshold = (float)xtc_t;
     if ((rc = get_number(root, "dry_multiplier", 0, 1000, &mult, &given, err))) return rc;
     if ((rc = get_number(root, "dry_base", 1, 100, &base, &given, err))) return rc;
     if ((rc = get_number(root, "dry_allowed_length", 1, 1000, &allowed, &given, err))) return rc;

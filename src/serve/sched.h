@@ -125,6 +125,8 @@ typedef struct {
     float dry_multiplier, dry_base;            /* DRY (nv_sampler_set_dry): multiplier 0 is off */
     int dry_allowed_length, dry_last_n;
     const unsigned char *dry_breaker;          /* [vocab] or NULL; copied */
+    float typical_p, top_n_sigma;              /* llama.cpp's filters (nv_sampler_set_more): 0 is off */
+    float xtc_probability, xtc_threshold;
     int ignore_eos;                            /* vLLM's: end-of-generation tokens do not end the answer */
     int min_tokens;                            /* vLLM's: none of them is sampled before this many tokens */
     const int *bias_tok;                       /* logit_bias: n_bias (token, bias) pairs, copied */
