@@ -474,8 +474,33 @@ static void test_sampler_llamacpp_filters(void) {
         nv_sampler_free(&a);
         nv_sampler_free(&b);
     }
+    /* Mirostat: a tiny target surprise keeps the likeliest token alone (both versions); a large one
+       lets the others in, and mu follows the surprise drawn */
+    const float z[8] = {0.3f, 0.2f, 0.15f, 0.1f, 0.1f, 0.05f, 0.05f, 0.05f};
+    for (int v = 1; v <= 2; v++) {
+        unsigned tiny = 0, wide = 0;
+        for (int seed = 1; seed <= 100; seed++) {
+            for (int k = 0; k < 2; k++) {
+                nv_sampler m;
+                float l[8];
+                for (int i = 0; i < 8; i++) l[i] = logf(z[i]);
+                nv_sampler_init(&m, 8, 1.0f, 1.0f, (uint64_t)seed * 31);
+                T_CHECK(nv_sampler_set_mirostat(&m, v, k ? 8.0f : 0.01f, 0.1f) == NV_OK, "%s", nv_errmsg());
+                const float mu0 = m.mirostat_mu;
+                const int t = nv_sample(&m, l);
+                if (k) wide |= 1u << t;
+                else tiny |= 1u << t;
+                T_CHECK(m.mirostat_mu != mu0 || t == 0, "mu stayed %g after drawing token %d", mu0, t);
+                nv_sampler_free(&m);
+            }
+        }
+        T_CHECK(tiny == 0x1u, "mirostat %d, tau 0.01: drew %#x, want token 0 alone", v, tiny);
+        T_CHECK(__builtin_popcount(wide) >= 4, "mirostat %d, tau 8: drew only %#x", v, wide);
+    }
     nv_sampler smp;
     nv_sampler_init(&smp, 4, 1.0f, 1.0f, 1);
+    T_CHECK(nv_sampler_set_mirostat(&smp, 3, 5, 0.1f) != NV_OK && nv_sampler_set_mirostat(&smp, 2, -1, 0.1f) != NV_OK,
+            "bad Mirostat settings accepted");
     T_CHECK(nv_sampler_set_more(&smp, 0.0f, -1, 0, 0.1f) != NV_OK && nv_sampler_set_more(&smp, 1.0f, -1, 1.5f, 0.1f) != NV_OK &&
                 nv_sampler_set_more(&smp, 1.0f, NAN, 0, 0.1f) != NV_OK,
             "bad settings accepted");

@@ -369,6 +369,12 @@ static void test_stop_strings_and_sampling(void) {
              &sig);
     T_CHECK(sig.status == 200 && !strcmp(sig.text, greedy40.text), "top_n_sigma 0.001: '%s' against greedy '%s'", sig.text,
             greedy40.text);
+    result miro;
+    complete(port, 0, NULL,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1,\"seed\":5,\"mirostat\":2,\"mirostat_tau\":0.01}",
+             &miro);
+    T_CHECK(miro.status == 200 && !strcmp(miro.text, greedy40.text), "mirostat 2, tau 0.01: '%s' against greedy '%s'", miro.text,
+            greedy40.text);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1,\"seed\":5}", &seeded);
     complete(port, 0, NULL,
              "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1,\"seed\":5,\"typical_p\":1,\"top_n_sigma\":-1,"
@@ -376,11 +382,12 @@ static void test_stop_strings_and_sampling(void) {
              &seeded_neutral);
     T_CHECK(seeded.status == 200 && !strcmp(seeded.text, seeded_neutral.text), "neutral llama.cpp samplers changed the text");
     T_CHECK(http(port, "POST", "/completion", NULL,
-                 "{\"prompt\":\"Once upon a time\",\"n_predict\":8,\"typical_p\":0.9,\"xtc_probability\":0.5,\"top_n_sigma\":2}", &r) &&
+                 "{\"prompt\":\"Once upon a time\",\"n_predict\":8,\"typical_p\":0.9,\"xtc_probability\":0.5,\"top_n_sigma\":2,\"mirostat\":1,\"mirostat_tau\":4,\"mirostat_eta\":0.2}", &r) &&
                 r.status == 200,
             "/completion with typical_p, XTC, top_n_sigma: %d %s", r.status, r.body ? r.body : "");
     resp_free(&r);
-    static const char *const bad_more[] = {"\"typical_p\":0", "\"xtc_probability\":2", "\"top_n_sigma\":-5", "\"xtc_threshold\":-1"};
+    static const char *const bad_more[] = {"\"typical_p\":0", "\"xtc_probability\":2", "\"top_n_sigma\":-5", "\"xtc_threshold\":-1",
+                                           "\"mirostat\":3", "\"mirostat_tau\":-1"};
     for (size_t i = 0; i < sizeof bad_more / sizeof bad_more[0]; i++) {
         snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,%s}", bad_more[i]);
         result bad;
@@ -1154,7 +1161,7 @@ static void test_llamacpp_native(void) {
     resp_free(&pr);
     static const struct {
         const char *path, *body, *says;
-    } bad[] = {{"/completion", "{\"prompt\":\"x\",\"mirostat\":2}", "mirostat"},
+    } bad[] = {{"/completion", "{\"prompt\":\"x\",\"dynatemp_range\":0.5}", "dynatemp_range"},
                {"/completion", "{\"prompt\":[\"a\",\"b\"]}", "list of token ids"},
                {"/completion", "{\"prompt\":\"x\",\"n_predict\":-3}", "n_predict"},
                {"/completion", "{\"prompt\":\"x\",\"lora\":[{\"id\":0,\"scale\":1}]}", "lora"},

@@ -51,6 +51,9 @@ static void usage(FILE *f) {
             "                llama.cpp's samplers: locally typical sampling (default 1: off), the logits within N\n"
             "                deviations of the largest (default -1: off), XTC: with probability P drop every token\n"
             "                at or above T (default 0.1) but the least likely of them (default P 0: off)\n"
+            "  --mirostat 1|2 [--mirostat-ent TAU] [--mirostat-lr ETA]\n"
+            "                Mirostat in place of the filters: the text's surprise tracks TAU (default 5) at the\n"
+            "                rate ETA (default 0.1); 0 (default) is off\n"
             "  --dry-multiplier M [--dry-base B] [--dry-allowed-length N] [--dry-penalty-last-n N]\n"
             "  [--dry-sequence-breaker S]...\n"
             "                DRY (llama.cpp's): a token that would extend a repeat of N (default 2) or more tokens\n"
@@ -169,6 +172,8 @@ int cmd_generate(int argc, char **argv) {
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f, repetition = 1.0f;
     int top_k = 0, dry_allowed = 2, dry_last_n = -1, n_breakers = -1; /* -1: llama.cpp's breakers */
     float dry_mult = 0, dry_base = 1.75f, typical_p = 1.0f, top_n_sigma = -1.0f, xtc_p = 0.0f, xtc_t = 0.1f;
+    float miro_tau = 5.0f, miro_eta = 0.1f;
+    int mirostat = 0;
     const char *breakers[32];
     uint64_t seed = 0;
     cli_loras loras = {0};
@@ -202,6 +207,9 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-k")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &top_k)) return 2; }
         else if (!strcmp(a, "--min-p")) { if (!cli_float(CMD, a, v, 0, 1, &min_p)) return 2; }
         else if (!strcmp(a, "--repetition-penalty")) { if (!cli_float(CMD, a, v, 0.001, 10, &repetition)) return 2; }
+        else if (!strcmp(a, "--mirostat")) { if (!cli_int(CMD, a, v, 0, 2, &mirostat)) return 2; }
+        else if (!strcmp(a, "--mirostat-ent")) { if (!cli_float(CMD, a, v, 0, 100, &miro_tau)) return 2; }
+        else if (!strcmp(a, "--mirostat-lr")) { if (!cli_float(CMD, a, v, 0, 1, &miro_eta)) return 2; }
         else if (!strcmp(a, "--typical-p")) { if (!cli_float(CMD, a, v, 0.0001, 1, &typical_p)) return 2; }
         else if (!strcmp(a, "--top-n-sigma")) { if (!cli_float(CMD, a, v, -1, 1000, &top_n_sigma)) return 2; }
         else if (!strcmp(a, "--xtc-probability")) { if (!cli_float(CMD, a, v, 0, 1, &xtc_p)) return 2; }
@@ -281,6 +289,7 @@ int cmd_generate(int argc, char **argv) {
         nv_sampler_set_penalties(&sampler, presence, frequency) != NV_OK ||
         nv_sampler_set_filters(&sampler, top_k, min_p) != NV_OK ||
         nv_sampler_set_more(&sampler, typical_p, top_n_sigma, xtc_p, xtc_t) != NV_OK ||
+        nv_sampler_set_mirostat(&sampler, mirostat, miro_tau, miro_eta) != NV_OK ||
         nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK ||
         nv_sampler_set_repetition(&sampler, repetition, prompt_tokens, n_prompt) != NV_OK ||

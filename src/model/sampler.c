@@ -100,6 +100,16 @@ nv_err nv_sampler_set_more(nv_sampler *s, float typical_p, float top_n_sigma, fl
     return NV_OK;
 }
 
+nv_err nv_sampler_set_mirostat(nv_sampler *s, int version, float tau, float eta) {
+    if (version < 0 || version > 2 || !(tau >= 0.0f) || !isfinite(tau) || !(eta >= 0.0f) || !isfinite(eta))
+        return nv_fail(NV_EINVAL, "Mirostat: the version must be 0, 1 or 2, tau and eta finite and >= 0");
+    s->mirostat = version;
+    s->mirostat_tau = tau;
+    s->mirostat_eta = eta;
+    s->mirostat_mu = 2.0f * tau;
+    return NV_OK;
+}
+
 static void mark_present(nv_sampler *s, int tok) {
     if (!s->present[tok]) {
         s->present[tok] = 1;
@@ -371,6 +381,48 @@ static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin)
     return sample_nucleus(c, n0, s->top_p * total, coin);
 }
 
+#define MIROSTAT_M 100 /* the most likely tokens Zipf's exponent is estimated over (version 1) */
+
+/* Mirostat's draw from probabilities probs (version 1 or 2), and its update of mu. */
+static int sample_mirostat(nv_sampler *s, const float *probs, int n, float coin) {
+    nv_prob_index *c = s->probindex;
+    int n0 = 0;
+    if (s->mirostat == 2) { /* surprise -log2 p <= mu  <=>  p >= 2^-mu */
+        const float floor_p = exp2f(-s->mirostat_mu);
+        for (int i = 0; i < n; i++)
+            if (probs[i] > 0.0f && probs[i] >= floor_p) c[n0++] = (nv_prob_index){probs[i], i};
+        if (n0 == 0) c[n0++] = (nv_prob_index){1.0f, nv_argmax(probs, n)};
+    } else {
+        for (int i = 0; i < n; i++)
+            if (probs[i] > 0.0f) c[n0++] = (nv_prob_index){probs[i], i};
+        if (n0 == 0) return nv_argmax(probs, n);
+        const int m = n0 < MIROSTAT_M ? n0 : MIROSTAT_M;
+        select_top(c, n0, m);
+        qsort(c, (size_t)m, sizeof *c, compare_prob_desc);
+        double sum_tb = 0, sum_tt = 0;
+        for (int i = 0; i + 1 < m; i++) {
+            const double t = log((double)(i + 2) / (double)(i + 1)), b = log((double)c[i].prob / (double)c[i + 1].prob);
+            sum_tb += t * b;
+            sum_tt += t * t;
+        }
+        const double s_hat = sum_tt > 0 ? sum_tb / sum_tt : 1.0, eps = s_hat - 1.0;
+        double k = eps != 0 && s_hat > 0 ? pow(eps * pow(2.0, s->mirostat_mu) / (1.0 - pow((double)n, -eps)), 1.0 / s_hat) : n0;
+        if (!(k >= 1.0)) k = 1.0; /* NaN too */
+        const int keep = k < n0 ? (int)k : n0;
+        if (keep > m) select_top(c, n0, keep);
+        n0 = keep;
+        qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
+    }
+    float total = 0.0f;
+    for (int i = 0; i < n0; i++) total += c[i].prob;
+    const int tok = sample_nucleus(c, n0, INFINITY, coin);
+    float p = 0.0f;
+    for (int i = 0; i < n0; i++)
+        if (c[i].index == tok) p = c[i].prob / total;
+    if (p > 0.0f) s->mirostat_mu -= s->mirostat_eta * (-log2f(p) - s->mirostat_tau);
+    return tok;
+}
+
 int nv_sample(nv_sampler *s, float *logits) {
     int n = s->vocab_size;
     adjust_logits(s, logits);
@@ -396,6 +448,7 @@ int nv_sample(nv_sampler *s, float *logits) {
     }
     nv_softmax(logits, n);
     float coin = nv_xorshift_f32(&s->rng_state);
+    if (s->mirostat) return sample_mirostat(s, logits, n, coin);
     /* a top-k of the whole vocabulary filters nothing: the unfiltered procedure, the same tokens */
     if ((s->top_k > 0 && s->top_k < n) || s->min_p > 0 || (s->typical_p > 0 && s->typical_p < 1) || s->xtc_probability > 0)
         return sample_filtered(s, logits, n, coin);

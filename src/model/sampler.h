@@ -23,6 +23,8 @@ typedef struct {
     float top_n_sigma; /* > 0: only tokens whose logit is within n standard deviations of the largest (off: <= 0) */
     float xtc_probability, xtc_threshold; /* XTC: off while the probability is 0 */
     float *aux;        /* [vocab] scratch for typical sampling */
+    int mirostat;      /* 1 or 2: Mirostat's version, in place of the filters (0: off) */
+    float mirostat_tau, mirostat_eta, mirostat_mu; /* target surprise, learning rate, the running bound */
     uint64_t rng_state;
     nv_prob_index *probindex; /* scratch for top-p */
     /* OpenAI's logit adjustments, applied to the raw logits before everything else (greedy too):
@@ -67,6 +69,12 @@ nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
  * token of probability >= xtc_threshold but the least likely of them (0: off; it draws a second
  * random number only when on). */
 nv_err nv_sampler_set_more(nv_sampler *s, float typical_p, float top_n_sigma, float xtc_probability, float xtc_threshold);
+/* Mirostat (Basu et al., llama.cpp's mirostat 1 and 2): after the temperature, in place of top-k,
+ * min-p, top-p and the filters above, the candidates are cut so that the text's surprise (log2 of
+ * 1 / p) tracks tau: version 2 keeps the tokens whose surprise is at most mu, version 1 the k most
+ * likely with k from Zipf's exponent estimated over the 100 most likely; after each draw mu moves by
+ * eta x (the drawn token's surprise - tau), from 2 tau. version 0 is off. */
+nv_err nv_sampler_set_mirostat(nv_sampler *s, int version, float tau, float eta);
 /* The repetition penalty (> 0; 1 is off) over the prompt's tokens and every token accepted after. */
 nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt, int n_prompt);
 /* DRY ("don't repeat yourself": llama.cpp's and koboldcpp's sampler): a token that would extend a

@@ -128,6 +128,15 @@ static int dry_fields(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *
     out->req.top_n_sigma = (float)sigma;
     out->req.xtc_probability = (float)xtc_p;
     out->req.xtc_threshold = (float)xtc_t;
+    /* Mirostat: 0 (off), 1 or 2, its target surprise tau (5) and learning rate eta (0.1) */
+    long long miro = 0;
+    double tau = 5, eta = 0.1;
+    if ((rc = get_int(root, "mirostat", 0, 2, &miro, &given, err))) return rc;
+    if ((rc = get_number(root, "mirostat_tau", 0, 100, &tau, &given, err))) return rc;
+    if ((rc = get_number(root, "mirostat_eta", 0, 1, &eta, &given, err))) return rc;
+    out->req.mirostat = (int)miro;
+    out->req.mirostat_tau = (float)tau;
+    out->req.mirostat_eta = (float)eta;
     if ((rc = get_number(root, "dry_multiplier", 0, 1000, &mult, &given, err))) return rc;
     if ((rc = get_number(root, "dry_base", 1, 100, &base, &given, err))) return rc;
     if ((rc = get_number(root, "dry_allowed_length", 1, 1000, &allowed, &given, err))) return rc;

@@ -25,15 +25,15 @@ static const struct {
 /* llama-server's fields that change nothing here (see the header), accepted and dropped. */
 static const char *const ignored[] = {"cache_prompt", "id_slot", "samplers", "n_keep", "t_max_prompt_ms", "t_max_predict_ms",
                                       "n_indent", "return_tokens", "post_sampling_probs", "timings_per_token", "response_fields",
-                                      "n_discard", "min_keep", "repeat_last_n", "penalize_nl", "mirostat_tau", "mirostat_eta",
+                                      "n_discard", "min_keep", "repeat_last_n", "penalize_nl",
                                       "return_progress", "n_cmpl"};
 /* Samplers nerve does not have: fine at their neutral value only. */
 static const struct {
     const char *key;
     double neutral;
-} neutral[] = {{"mirostat", 0}, {"dynatemp_range", 0}, {"n_probs", 0}, {"tfs_z", 1}};
-/* DRY's fields, typical_p, top_n_sigma and XTC's pass on to the request as they are (the OpenAI
-   endpoints read them: api.c). */
+} neutral[] = {{"dynatemp_range", 0}, {"n_probs", 0}, {"tfs_z", 1}};
+/* DRY's fields, typical_p, top_n_sigma, XTC's and Mirostat's pass on to the request as they are (the
+   OpenAI endpoints read them: api.c). */
 
 static void put_number(cJSON *q, const char *key, double v) {
     cJSON_DeleteItemFromObjectCaseSensitive(q, key);
