@@ -736,10 +736,13 @@ static void test_preference_data(void) {
          ":1: 'preferred_output' must be a list of one assistant message"},
         {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": [{\"role\": \"assistant\"}], "
          "\"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
-         ":1: 'preferred_output[0]' has neither content nor tool_calls"},
+         ":1: 'preferred_output (its answer)' has neither content nor tool_calls"},
         {"{\"input\": {\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}, \"preferred_output\": [{\"role\": \"assistant\", "
          "\"content\": \"b\"}], \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
-         ":1: 'messages[0].role' must be one of"},
+         ":1: the conversation with 'preferred_output': 'messages[0].role' must be one of"},
+        {"{\"input\": {\"functions\": [], \"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": "
+         "[{\"role\": \"assistant\", \"content\": \"b\"}], \"non_preferred_output\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n",
+         ":1: the legacy 'functions' are not read"},
         {"{\"chosen\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}], "
          "\"rejected\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"c\"}]}\n",
          ":1: without 'prompt', 'chosen' and 'rejected' must be the same conversation"},

@@ -346,6 +346,7 @@ static void test_multiple_choice(void) {
         {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n{oops\n", ":2: not JSON"},
         {"{\"ctx\": \"a\", \"endings\": [\"b\", 5], \"label\": \"1\"}\n", ":1: choice 1 is not a string"},
         {"\n\n", ": no tasks"},
+        {"\n{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 1e300}\n", ":2: the gold choice"}, /* JSON after a blank line */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *p = t_write("bad_mc.txt", bad[i].text, strlen(bad[i].text));

@@ -1093,6 +1093,12 @@ static void test_preference_finetune(void) {
         T_CHECK(run_launched(np2, args, err, sizeof err) == 2 && strstr(err, "a multiple of 4"), "--batch 6 over 2: '%s'", err);
     }
 
+    /* a DPO run resumed from another starting model would compare with another reference: refused */
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --batch 8 --seq 96 --warmup 5 --eval-batches 2 --seed 4 --steps 30 "
+             "--lr 3e-4 --pref-sft-weight 1 --eval-every 10 --resume --quiet --out %s", model, tok, pref_data, split);
+    T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "was trained against other weights than --init-from's"),
+            "a resume from another model: '%s'", err);
+
     /* refused */
     const struct {
         const char *extra, *want;

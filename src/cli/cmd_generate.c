@@ -216,7 +216,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--xtc-threshold")) { if (!cli_float(CMD, a, v, 0, 1, &xtc_t)) return 2; }
         else if (!strcmp(a, "--dry-multiplier")) { if (!cli_float(CMD, a, v, 0, 1000, &dry_mult)) return 2; }
         else if (!strcmp(a, "--dry-base")) { if (!cli_float(CMD, a, v, 1, 100, &dry_base)) return 2; }
-        else if (!strcmp(a, "--dry-allowed-length")) { if (!cli_int(CMD, a, v, 1, 1000, &dry_allowed)) return 2; }
+        else if (!strcmp(a, "--dry-allowed-length")) { if (!cli_int(CMD, a, v, 1, 64, &dry_allowed)) return 2; }
         else if (!strcmp(a, "--dry-penalty-last-n")) { if (!cli_int(CMD, a, v, -1, 1 << 30, &dry_last_n)) return 2; }
         else if (!strcmp(a, "--dry-sequence-breaker")) {
             if (n_breakers < 0) n_breakers = 0;

@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "          need no reference); --pref-beta (default 0.1, simpo 2) scales the rewards (dpo, ipo: higher\n"
             "          keeps closer to the start; orpo: the odds ratio's weight); --pref-sft-weight W (default 0)\n"
             "          adds W x the preferred answer's cross-entropy (RPO).\n"
-            "          --batch counts windows (two a pair); the loss is DPO's, and reward_acc the pairs preferred rightly\n"
+            "          --batch counts windows (two a pair); the loss is --pref-loss's, reward_acc the pairs preferred rightly\n"
             "  --lr-schedule: after the warmup, to --min-lr-frac x --lr (default 0.1) by a cosine (default), a\n"
             "          straight line, not at all (constant), or wsd: the full rate until the last --decay-frac\n"
             "          (default 0.2) of the steps, then a straight line (warmup-stable-decay)\n"

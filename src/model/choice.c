@@ -39,7 +39,8 @@ static nv_choice_task *next_task(nv_choice_set *s, int *cap) {
 
 /* The index a gold field gives: a number, a string of digits, or a letter A..P. -1 when none. */
 static int gold_index(const cJSON *g) {
-    if (cJSON_IsNumber(g)) return g->valuedouble == (int)g->valuedouble ? (int)g->valuedouble : -1;
+    if (cJSON_IsNumber(g))
+        return g->valuedouble >= 0 && g->valuedouble <= 1000 && g->valuedouble == floor(g->valuedouble) ? (int)g->valuedouble : -1;
     if (!cJSON_IsString(g) || !g->valuestring[0]) return -1;
     const char *v = g->valuestring;
     if (!v[1] && v[0] >= 'A' && v[0] < 'A' + NV_CHOICE_MAX) return v[0] - 'A';
@@ -117,12 +118,12 @@ nv_err nv_choice_load(const char *path, nv_choice_set *out) {
     char *text = NULL;
     size_t len = 0;
     NV_TRY(nv_file_read_all(path, &text, &len));
+    size_t first = 0; /* before the lines are cut: their ends become NULs */
+    while (first < len && isspace((unsigned char)text[first])) first++;
+    const int json = first < len && text[first] == '{';
     int n_lines = 0, cap = 0;
     char **lines = split_lines(text, len, &n_lines);
     nv_err e = lines ? NV_OK : nv_fail(NV_ENOMEM, "out of memory reading %s", path);
-    size_t first = 0;
-    while (first < len && isspace((unsigned char)text[first])) first++;
-    const int json = first < len && text[first] == '{';
     if (e == NV_OK && json) {
         for (int i = 0; i < n_lines && e == NV_OK; i++) {
             const char *l = lines[i];

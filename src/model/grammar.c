@@ -1076,9 +1076,11 @@ void nv_gsampler_free(nv_gsampler *g) {
 int nv_gsample(nv_gsampler *g, const nv_gtrie *tr, const nv_tokenizer *t, nv_sampler *s, int prev, float *logits) {
     const int n = g->vocab;
     memcpy(g->logits, logits, (size_t)n * sizeof *logits);
+    const float mu = s->mirostat_mu; /* Mirostat's bound follows the token kept, not a refused draw */
     int tok = nv_sample(s, logits);
     g->draws++;
     if (!nv_gmatch_allows(g->m, t, prev, tok)) {
+        s->mirostat_mu = mu;
         double t0 = nv_now();
         int k = nv_gmatch_mask(g->m, tr, g->mask);
         g->masks++;

@@ -137,6 +137,8 @@ nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt
     return NV_OK;
 }
 
+#define DRY_MAX_REPEAT 64 /* the longest repeat measured: its penalty is far past any logit by then */
+
 static int dry_push(nv_sampler *s, int tok) {
     if (s->n_hist == s->cap_hist) {
         const int nc = s->cap_hist ? s->cap_hist * 2 : 256;
@@ -151,9 +153,10 @@ static int dry_push(nv_sampler *s, int tok) {
 
 nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allowed_length, int last_n,
                           const unsigned char *breaker, const int *prompt, int n_prompt) {
-    if (!(multiplier >= 0.0f) || !isfinite(multiplier) || !(base >= 1.0f) || !isfinite(base) || allowed_length < 1 || last_n < -1)
-        return nv_fail(NV_EINVAL, "DRY: the multiplier must be >= 0, the base >= 1, the allowed length >= 1 and the "
-                                  "window -1 (all), 0 (off) or positive");
+    if (!(multiplier >= 0.0f) || !isfinite(multiplier) || !(base >= 1.0f) || !isfinite(base) || allowed_length < 1 ||
+        allowed_length > DRY_MAX_REPEAT || last_n < -1)
+        return nv_fail(NV_EINVAL, "DRY: the multiplier must be >= 0, the base >= 1, the allowed length 1..%d and the "
+                                  "window -1 (all), 0 (off) or positive", DRY_MAX_REPEAT);
     s->dry_multiplier = last_n == 0 ? 0.0f : multiplier;
     s->dry_base = base;
     s->dry_allowed = allowed_length;
@@ -169,8 +172,6 @@ nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allow
         if (!dry_push(s, prompt[i])) return nv_fail(NV_ENOMEM, "sampler: out of memory");
     return NV_OK;
 }
-
-#define DRY_MAX_REPEAT 64
 
 /* For every earlier place the history's last tokens also stand, the token that followed there would
    repeat them once more: it loses multiplier x base^(n - allowed) for the longest such run n. */
@@ -438,11 +439,14 @@ int nv_sample(nv_sampler *s, float *logits) {
     }
     if (!isfinite(maxv / s->temperature)) return best;
     if (s->top_n_sigma > 0) { /* the logits further than n deviations below the largest drop out */
-        double sum = 0, sq = 0;
-        for (int q = 0; q < n; q++) sum += logits[q];
-        const double mean = sum / n;
-        for (int q = 0; q < n; q++) sq += (logits[q] - mean) * (logits[q] - mean);
-        const float floor_l = maxv / s->temperature - s->top_n_sigma * (float)sqrt(sq / n);
+        double sum = 0, sq = 0; /* over the finite ones: a masked token (-inf) is no part of the spread */
+        int finite = 0;
+        for (int q = 0; q < n; q++)
+            if (isfinite(logits[q])) sum += logits[q], finite++;
+        const double mean = finite ? sum / finite : 0;
+        for (int q = 0; q < n; q++)
+            if (isfinite(logits[q])) sq += (logits[q] - mean) * (logits[q] - mean);
+        const float floor_l = maxv / s->temperature - s->top_n_sigma * (float)sqrt(finite ? sq / finite : 0);
         for (int q = 0; q < n; q++)
             if (logits[q] < floor_l) logits[q] = -INFINITY;
     }

@@ -61,7 +61,8 @@ nv_err nv_sampler_set_penalties(nv_sampler *s, float presence, float frequency);
 /* top-k and min-p, applied to the probabilities after temperature, before top-p (which then takes
  * its share of what they kept), as vLLM does; greedy ignores them. top_k 0 and min_p 0 are off. */
 nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
-/* llama.cpp's further filters, after top-k and min-p and before top-p (greedy ignores them):
+/* llama.cpp's further filters (greedy ignores them): top_n_sigma on the logits after the temperature,
+ * before everything else (Mirostat too); typical_p and XTC after top-k and min-p, before top-p:
  * typical_p in (0, 1] (1: off) keeps the tokens whose surprise is closest to the distribution's
  * entropy until their probability reaches typical_p (Meister et al.'s locally typical sampling);
  * top_n_sigma > 0 keeps the tokens whose logit is within n standard deviations of the largest
@@ -69,8 +70,8 @@ nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
  * token of probability >= xtc_threshold but the least likely of them (0: off; it draws a second
  * random number only when on). */
 nv_err nv_sampler_set_more(nv_sampler *s, float typical_p, float top_n_sigma, float xtc_probability, float xtc_threshold);
-/* Mirostat (Basu et al., llama.cpp's mirostat 1 and 2): after the temperature, in place of top-k,
- * min-p, top-p and the filters above, the candidates are cut so that the text's surprise (log2 of
+/* Mirostat (Basu et al., llama.cpp's mirostat 1 and 2): after the temperature (and top_n_sigma), in
+ * place of top-k, min-p, top-p, typical_p and XTC, the candidates are cut so that the text's surprise (log2 of
  * 1 / p) tracks tau: version 2 keeps the tokens whose surprise is at most mu, version 1 the k most
  * likely with k from Zipf's exponent estimated over the 100 most likely; after each draw mu moves by
  * eta x (the drawn token's surprise - tau), from 2 tau. version 0 is off. */

@@ -139,7 +139,7 @@ static int dry_fields(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *
     out->req.mirostat_eta = (float)eta;
     if ((rc = get_number(root, "dry_multiplier", 0, 1000, &mult, &given, err))) return rc;
     if ((rc = get_number(root, "dry_base", 1, 100, &base, &given, err))) return rc;
-    if ((rc = get_number(root, "dry_allowed_length", 1, 1000, &allowed, &given, err))) return rc;
+    if ((rc = get_number(root, "dry_allowed_length", 1, 64, &allowed, &given, err))) return rc;
     if ((rc = get_number(root, "dry_penalty_last_n", -1, 1e9, &last_n, &given, err))) return rc;
     if (allowed != floor(allowed) || last_n != floor(last_n)) {
         nv_api_error_set(err, E400, NULL, allowed != floor(allowed) ? "dry_allowed_length" : "dry_penalty_last_n",

@@ -310,6 +310,9 @@ static nv_err pref_parts(const nv_source *s, const cJSON *root, long line_no, cJ
         if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
             return nv_fail(NV_EFORMAT, "%s:%ld: 'input.messages' must be a non-empty array", s->path, line_no);
         *tools_of = input;
+        if (cJSON_GetObjectItemCaseSensitive(input, "functions"))
+            return nv_fail(NV_EFORMAT, "%s:%ld: the legacy 'functions' are not read: give 'tools' (and 'tool_calls')", s->path,
+                           line_no);
     }
     const cJSON *prompt = openai ? NULL : cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const int implicit = !openai && !prompt; /* TRL: the prompt is what the two conversations share */
@@ -373,11 +376,12 @@ static nv_err pref_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
         cJSON_AddItemToArray(conv, answers[k]);
         nv_api_messages m;
         nv_api_error err = {0};
-        if (nv_api_messages_parse(conv, &m, &err)) {
-            e = nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
+        if (nv_api_messages_parse(conv, &m, &err)) { /* its places are the conversation's with this answer */
+            e = nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: the conversation with '%s': %s", s->path, line_no,
+                        keys[k], err.message);
         } else {
-            char where[32];
-            snprintf(where, sizeof where, "%s[0]", keys[k]);
+            char where[48];
+            snprintf(where, sizeof where, "%s (its answer)", keys[k]);
             e = check_answer(s, answers[k], where, line_no, m.m[m.n - 1].n_calls, 1);
             if (e == NV_OK)
                 e = render_answer(s, tok, tmpl, &m, m.n, tools, n_tools, line_no, &ids[k], &n[k], &n_prompt[k]);

@@ -254,6 +254,7 @@ static nv_err pref_reference(nv_tmodel *tm, const nv_dataset *ds, double **out) 
     nv_info("preference data: the starting model's log-probabilities of %llu pairs' answers, the reference, in %.1f s",
             (unsigned long long)pairs, nv_now() - t0);
     free(in), free(tg);
+    tm->inputs = tm->targets = NULL; /* they were these buffers */
     *out = ref;
     return NV_OK;
 }
@@ -403,10 +404,10 @@ static nv_err check_resume(const nv_train_opts *o, int pack, uint64_t bhash, con
         nv_ckpt_close(ck);
         return NV_EINVAL;
     }
-    if (lora && ck->h.base_hash != bhash) {
+    if ((lora || bhash) && ck->h.base_hash != bhash) {
         nv_ckpt_close(ck);
-        return nv_fail(NV_EINVAL, "%s adapts other weights than --init-from's: resume with the model the run started from",
-                       ckpt_path);
+        return nv_fail(NV_EINVAL, "%s %s other weights than --init-from's: resume with the model the run started from",
+                       ckpt_path, lora ? "adapts" : "was trained against");
     }
     return NV_OK;
 }
@@ -543,7 +544,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     /* Resume state is verified in full before anything is allocated or written (by process 0, which
        sends it to the others: only its machine needs the run folder). */
     nv_ckpt ck = {0};
-    const uint64_t bhash = lora ? base_hash(o) : 0;
+    /* what identifies the frozen weights a LoRA run adapts, or the reference a DPO/IPO run compares with */
+    const uint64_t bhash = lora || with_ref ? base_hash(o) : 0;
     if (lead) e = check_resume(o, ds->pack, bhash, ckpt_path, &ck);
     if (nv_dist_max(e != NV_OK)) {
         nv_ckpt_close(&ck);
@@ -901,6 +903,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             h.data_rng = cur.rng;
             h.data_windows = cur.windows;
             h.n_params = tm.n_train;
+            h.base_hash = bhash; /* 0 unless LoRA or a preference loss with a reference */
             if (lora) {
                 h.lora_rank = o->lora.rank;
                 h.lora_targets = o->lora.targets;
