@@ -232,11 +232,12 @@ static void pref_losses(const nv_tmodel *tm, const int *tg, const uint64_t *ids,
 }
 
 /* The reference log-probabilities of every pair (training and validation) under the model tm holds
-   now, tm->B windows at a time in pair order (the same batches, so the same bits, every time). */
+   now, tm->B windows at a time in pair order (the same batches, so the same bits, every time); the
+   processes of a job take every world-th batch and add up what they found. */
 static nv_err pref_reference(nv_tmodel *tm, const nv_dataset *ds, double **out) {
     const uint64_t pairs = nv_data_pairs(ds), per = (uint64_t)tm->B / 2;
     const size_t bt = (size_t)tm->B * tm->T;
-    double *ref = malloc((size_t)(2 * pairs + 1) * sizeof(double)), logp[tm->B];
+    double *ref = calloc((size_t)(2 * pairs + 1), sizeof(double)), logp[tm->B];
     int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
     if (!ref || !in || !tg) {
         free(ref), free(in), free(tg);
@@ -245,12 +246,14 @@ static nv_err pref_reference(nv_tmodel *tm, const nv_dataset *ds, double **out) 
     }
     const double t0 = nv_now();
     nv_tmodel_set_segments(tm, NULL);
-    for (uint64_t p = 0; p < pairs; p += per) {
+    const uint64_t rank = (uint64_t)nv_dist_rank(), world = (uint64_t)nv_dist_size();
+    for (uint64_t p = rank * per; p < pairs; p += per * world) {
         for (uint64_t i = 0; i < per; i++) nv_data_pair(ds, p + i, tm->T, in + 2 * i * tm->T, tg + 2 * i * tm->T);
         nv_tmodel_forward(tm, in, tg);
         nv_tmodel_seq_logp(tm, logp);
         for (uint64_t i = 0; i < per && p + i < pairs; i++) ref[2 * (p + i)] = logp[2 * i], ref[2 * (p + i) + 1] = logp[2 * i + 1];
     }
+    nv_dist_sum_f64(ref, (size_t)(2 * pairs)); /* each pair's from the one process that scored it, zeros elsewhere */
     nv_info("preference data: the starting model's log-probabilities of %llu pairs' answers, the reference, in %.1f s",
             (unsigned long long)pairs, nv_now() - t0);
     free(in), free(tg);
