@@ -149,14 +149,12 @@ static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_c
 }
 
 /* DRY on the sampler, its breakers the tokens whose text holds one of the strings (n < 0: llama.cpp's
-   default \\n : " *). */
+   default ones). */
 static nv_err set_dry(nv_sampler *smp, const nv_tokenizer *tok, float mult, float base, int allowed, int last_n,
                       const char *const *strs, int n, const int *prompt, int n_prompt) {
     if (mult == 0.0f || last_n == 0) return NV_OK;
-    static const char *const defaults[] = {"\n", ":", "\"", "*"};
-    unsigned char *mask = calloc((size_t)smp->vocab_size, 1);
+    unsigned char *mask = nv_dry_breakers(tok, smp->vocab_size, strs, n);
     if (!mask) return nv_fail(NV_ENOMEM, "out of memory");
-    nv_tokenizer_mark_containing(tok, n < 0 ? defaults : strs, n < 0 ? 4 : n, mask);
     const nv_err e = nv_sampler_set_dry(smp, mult, base, allowed, last_n, mask, prompt, n_prompt);
     free(mask);
     return e;

@@ -173,6 +173,13 @@ nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allow
     return NV_OK;
 }
 
+unsigned char *nv_dry_breakers(const nv_tokenizer *tok, int vocab_size, const char *const *strs, int n) {
+    static const char *const defaults[] = {"\n", ":", "\"", "*"};
+    unsigned char *mask = calloc((size_t)vocab_size, 1);
+    if (mask) nv_tokenizer_mark_containing(tok, n < 0 ? defaults : strs, n < 0 ? 4 : n, mask);
+    return mask;
+}
+
 /* For every earlier place the history's last tokens also stand, the token that followed there would
    repeat them once more: it loses multiplier x base^(n - allowed) for the longest such run n. */
 static void dry_penalize(nv_sampler *s, float *logits) {
@@ -321,6 +328,14 @@ static void select_top(nv_prob_index *v, int n, int k) {
     }
 }
 
+/* The candidates: every token with a probability above zero and at least floor_p, in index order. */
+static int candidates(const float *probs, int n, float floor_p, nv_prob_index *c) {
+    int n0 = 0;
+    for (int i = 0; i < n; i++)
+        if (probs[i] > 0.0f && probs[i] >= floor_p) c[n0++] = (nv_prob_index){probs[i], i};
+    return n0;
+}
+
 static int compare_dist(const void *a, const void *b, void *arg) {
     const float *d = arg, x = d[((const nv_prob_index *)a)->index], y = d[((const nv_prob_index *)b)->index];
     return x < y ? -1 : x > y;
@@ -354,10 +369,7 @@ static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin)
     nv_prob_index *c = s->probindex;
     float pmax = 0.0f;
     for (int i = 0; i < n; i++) pmax = probs[i] > pmax ? probs[i] : pmax;
-    const float floor_p = s->min_p * pmax;
-    int n0 = 0;
-    for (int i = 0; i < n; i++)
-        if (probs[i] > 0.0f && probs[i] >= floor_p) c[n0++] = (nv_prob_index){probs[i], i};
+    int n0 = candidates(probs, n, s->min_p * pmax, c);
     if (n0 == 0) return nv_argmax(probs, n); /* NaN probabilities */
     if (s->top_k > 0 && n0 > s->top_k) {
         select_top(c, n0, s->top_k);
@@ -387,15 +399,11 @@ static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin)
 /* Mirostat's draw from probabilities probs (version 1 or 2), and its update of mu. */
 static int sample_mirostat(nv_sampler *s, const float *probs, int n, float coin) {
     nv_prob_index *c = s->probindex;
-    int n0 = 0;
-    if (s->mirostat == 2) { /* surprise -log2 p <= mu  <=>  p >= 2^-mu */
-        const float floor_p = exp2f(-s->mirostat_mu);
-        for (int i = 0; i < n; i++)
-            if (probs[i] > 0.0f && probs[i] >= floor_p) c[n0++] = (nv_prob_index){probs[i], i};
+    /* version 2: surprise -log2 p <= mu  <=>  p >= 2^-mu */
+    int n0 = candidates(probs, n, s->mirostat == 2 ? exp2f(-s->mirostat_mu) : 0.0f, c);
+    if (s->mirostat == 2) {
         if (n0 == 0) c[n0++] = (nv_prob_index){1.0f, nv_argmax(probs, n)};
     } else {
-        for (int i = 0; i < n; i++)
-            if (probs[i] > 0.0f) c[n0++] = (nv_prob_index){probs[i], i};
         if (n0 == 0) return nv_argmax(probs, n);
         const int m = n0 < MIROSTAT_M ? n0 : MIROSTAT_M;
         select_top(c, n0, m);

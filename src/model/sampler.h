@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "model/tokenizer.h"
 
 typedef struct {
     float prob;
@@ -86,6 +87,10 @@ nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt
  * across it never counts as one repeat. multiplier 0 is off. */
 nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allowed_length, int last_n,
                           const unsigned char *breaker, const int *prompt, int n_prompt);
+/* DRY's breaker mask for tok's vocabulary (vocab_size bytes, malloc'd; NULL when out of memory): the
+ * tokens whose text holds one of the n strings, or with n < 0 llama.cpp's default breakers
+ * "\n", ":", "\"" and "*". */
+unsigned char *nv_dry_breakers(const nv_tokenizer *tok, int vocab_size, const char *const *strs, int n);
 /* Counts a generated token for the penalties (a no-op when they are off). */
 void nv_sampler_accept(nv_sampler *s, int tok);
 /* Picks the next token; modifies logits in place (scaled and softmaxed when temperature > 0). */

@@ -112,10 +112,11 @@ static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *
 
 #define MAX_DRY_BREAKERS 32
 
-/* llama.cpp's DRY fields (its server takes them on every endpoint): dry_multiplier (0: off),
- * dry_base, dry_allowed_length, dry_penalty_last_n (-1: the whole context, 0: off) and
- * dry_sequence_breakers (strings; a token whose text holds one ends a repeat; default llama.cpp's). */
-static int dry_fields(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+/* llama.cpp's samplers' fields (its server takes them on every endpoint): typical_p, top_n_sigma,
+ * XTC's, Mirostat's, and DRY's: dry_multiplier (0: off), dry_base, dry_allowed_length,
+ * dry_penalty_last_n (-1: the whole context, 0: off) and dry_sequence_breakers (strings; a token whose
+ * text holds one ends a repeat; default llama.cpp's). */
+static int llamacpp_samplers(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     double mult = 0, base = 1.75, allowed = 2, last_n = -1;
     int given, rc;
     /* llama.cpp's other samplers: typical_p (1: off), top_n_sigma (<= 0: off), XTC (probability 0: off) */
@@ -147,9 +148,8 @@ static int dry_fields(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *
         return err->status;
     }
     const cJSON *br = nv_api_field(root, "dry_sequence_breakers");
-    const char *defaults[] = {"\n", ":", "\"", "*"}, *strs[MAX_DRY_BREAKERS];
-    int n = 4;
-    memcpy(strs, defaults, sizeof defaults);
+    const char *strs[MAX_DRY_BREAKERS];
+    int n = -1; /* llama.cpp's default breakers */
     if (br) {
         if (!cJSON_IsArray(br) || cJSON_GetArraySize(br) > MAX_DRY_BREAKERS) {
             nv_api_error_set(err, E400, NULL, "dry_sequence_breakers", "'dry_sequence_breakers' must be a list of at most %d "
@@ -171,18 +171,17 @@ static int dry_fields(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *
     out->req.dry_allowed_length = (int)allowed;
     out->req.dry_last_n = (int)last_n;
     if (mult == 0 || last_n == 0 || !ctx->tok) return 0;
-    if (!(out->dry_breaker = calloc((size_t)ctx->vocab_size, 1))) return nv_api_oom(err);
-    nv_tokenizer_mark_containing(ctx->tok, strs, n, out->dry_breaker);
+    if (!(out->dry_breaker = nv_dry_breakers(ctx->tok, ctx->vocab_size, strs, n))) return nv_api_oom(err);
     out->req.dry_breaker = out->dry_breaker;
     return 0;
 }
 
 /* presence_penalty, frequency_penalty (-2..2), repetition_penalty (0.001..10, 1 off), logit_bias
- * ({"token id": -100..100, ...}) and DRY's fields. */
+ * ({"token id": -100..100, ...}) and llama.cpp's samplers' fields. */
 static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     double presence = 0, frequency = 0;
     int given, rc;
-    if ((rc = dry_fields(ctx, root, out, err))) return rc;
+    if ((rc = llamacpp_samplers(ctx, root, out, err))) return rc;
     if ((rc = get_number(root, "presence_penalty", -2, 2, &presence, &given, err))) return rc;
     if ((rc = get_number(root, "frequency_penalty", -2, 2, &frequency, &given, err))) return rc;
     out->req.presence_penalty = (float)presence;
