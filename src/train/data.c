@@ -187,6 +187,13 @@ static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int
     return NV_OK;
 }
 
+/* The legacy "functions" of an object (a line, or its "input") refused, as the server refuses them. */
+static nv_err no_functions(const nv_source *s, const cJSON *obj, long line_no) {
+    if (!cJSON_GetObjectItemCaseSensitive(obj, "functions")) return NV_OK;
+    return nv_fail(NV_EFORMAT, "%s:%ld: the legacy 'functions' are not read: give 'tools' (and 'tool_calls')", s->path,
+                   line_no);
+}
+
 /* A line's "tools" as the chat template prints them (the server puts them in the system prompt). */
 static nv_err line_tools(const nv_source *s, const cJSON *obj, nv_chat_template tmpl, long line_no, char ***tools,
                          int *n_tools) {
@@ -310,9 +317,7 @@ static nv_err pref_parts(const nv_source *s, const cJSON *root, long line_no, cJ
         if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
             return nv_fail(NV_EFORMAT, "%s:%ld: 'input.messages' must be a non-empty array", s->path, line_no);
         *tools_of = input;
-        if (cJSON_GetObjectItemCaseSensitive(input, "functions"))
-            return nv_fail(NV_EFORMAT, "%s:%ld: the legacy 'functions' are not read: give 'tools' (and 'tool_calls')", s->path,
-                           line_no);
+        NV_TRY(no_functions(s, input, line_no));
     }
     const cJSON *prompt = openai ? NULL : cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const int implicit = !openai && !prompt; /* TRL: the prompt is what the two conversations share */
@@ -419,16 +424,15 @@ static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, 
                                    "{\"prompt\": ..., \"chosen\": ..., \"rejected\": ...})",
                        s->path, line_no);
     }
-    if (cJSON_GetObjectItemCaseSensitive(root, "functions")) { /* as the server answers them */
+    nv_err e = no_functions(s, root, line_no);
+    if (e) {
         cJSON_Delete(root);
-        return nv_fail(NV_EFORMAT, "%s:%ld: the legacy 'functions' are not read: give 'tools' (and 'tool_calls')",
-                       s->path, line_no);
+        return e;
     }
     const int pref = cJSON_GetObjectItemCaseSensitive(root, "preferred_output") ||
                      cJSON_GetObjectItemCaseSensitive(root, "non_preferred_output") ||
                      cJSON_GetObjectItemCaseSensitive(root, "chosen") || cJSON_GetObjectItemCaseSensitive(root, "rejected");
     if (first_line) s->pairs = (uint8_t)pref;
-    nv_err e;
     if (pref != s->pairs)
         e = nv_fail(NV_EFORMAT, "%s:%ld: a %s line in a file of %s: one kind a file", s->path, line_no,
                     pref ? "preference" : "chat", pref ? "chat data" : "preference pairs");
@@ -691,24 +695,32 @@ void nv_data_pair(const nv_dataset *ds, uint64_t p, int T, int *in, int *tg) {
     }
 }
 
-/* Global number of the first pair of source i. */
-static uint64_t pair_base(const nv_dataset *ds, int i) {
-    uint64_t n = 0;
-    for (int j = 0; j < i; j++) n += ds->src[j].n_starts / 2;
-    return n;
+/* A source's training pairs (val 0) or validation pairs (val 1), and the global number of its first. */
+static uint64_t pairs_in(const nv_source *s, int val) {
+    return val ? (s->n_starts - s->n_train_starts) / 2 : s->n_train_starts / 2;
+}
+
+/* The global number of the w-th training (val 0) or validation (val 1) pair, sources in order. */
+static uint64_t nth_pair(const nv_dataset *ds, uint64_t w, int val) {
+    uint64_t base = 0;
+    int i = 0;
+    for (uint64_t here; w >= (here = pairs_in(&ds->src[i], val)); i++) w -= here, base += ds->src[i].n_starts / 2;
+    return base + (val ? ds->src[i].n_train_starts / 2 : 0) + w;
+}
+
+static uint64_t total_pairs(const nv_dataset *ds, int val) {
+    uint64_t total = 0;
+    for (int i = 0; i < ds->n_src; i++) total += pairs_in(&ds->src[i], val);
+    return total;
 }
 
 nv_err nv_data_next_pairs(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets,
                           uint64_t *ids) {
     if (B % 2) return nv_fail(NV_EINVAL, "preference pairs need an even batch (each pair is two windows)");
-    uint64_t total = 0;
-    for (int i = 0; i < ds->n_src; i++) total += ds->src[i].n_train_starts / 2;
+    const uint64_t total = total_pairs(ds, 0);
     if (!total) return nv_fail(NV_EINVAL, "the preference data holds no training pair");
     for (int b = 0; b < B / 2; b++) {
-        uint64_t r = rand_below(&c->rng, total);
-        int i = 0;
-        while (r >= ds->src[i].n_train_starts / 2) r -= ds->src[i++].n_train_starts / 2;
-        ids[b] = pair_base(ds, i) + r;
+        ids[b] = nth_pair(ds, rand_below(&c->rng, total), 0);
         nv_data_pair(ds, ids[b], T, inputs + (size_t)b * 2 * T, targets + (size_t)b * 2 * T);
         c->windows += 2;
     }
@@ -716,14 +728,10 @@ nv_err nv_data_next_pairs(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
 }
 
 int nv_data_val_pairs(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets, uint64_t *ids) {
-    uint64_t total = 0;
-    for (int s = 0; s < ds->n_src; s++) total += (ds->src[s].n_starts - ds->src[s].n_train_starts) / 2;
+    const uint64_t total = total_pairs(ds, 1);
     if (!total || B < 2) return 0;
     for (int b = 0; b < B / 2; b++) {
-        uint64_t w = ((uint64_t)i * (uint64_t)(B / 2) + (uint64_t)b) % total;
-        int s = 0;
-        for (uint64_t here; w >= (here = (ds->src[s].n_starts - ds->src[s].n_train_starts) / 2); s++) w -= here;
-        ids[b] = pair_base(ds, s) + ds->src[s].n_train_starts / 2 + w;
+        ids[b] = nth_pair(ds, ((uint64_t)i * (uint64_t)(B / 2) + (uint64_t)b) % total, 1);
         nv_data_pair(ds, ids[b], T, inputs + (size_t)b * 2 * T, targets + (size_t)b * 2 * T);
     }
     return 1;
