@@ -99,8 +99,9 @@ static int train(int argc, char **argv) {
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0, sample_given = 0;
-    const char *pref_given = NULL, *choice_path = NULL;
-    nv_choice_set choices = {0}; /* a preference training flag, for the refusal without preference data */
+    const char *pref_given = NULL; /* a preference training flag, for the refusal without preference data */
+    const char *choice_path = NULL;
+    nv_choice_set choices = {0};
     int gamma_given = 0;
     float val_frac = 0.05f, lora_alpha = 0;
     const char *lora_targets = NULL;

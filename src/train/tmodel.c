@@ -20,8 +20,12 @@ typedef struct {
     float *normp; /* the norms' weight gradients per chunk of rows (nv_rmsnorm_backward) */
 } scratch_ptrs;
 
-/* kept: the layers whose activations are kept (n_layers, or 1 when they are recomputed in the
-   backward); the residual stream entering each layer is kept for all of them */
+/* The layers whose activations are kept: all, or one slot when they are recomputed in the backward;
+   layer l's are in slot act_slot(tm, l). */
+static int kept_layers(const nv_config *c, int recompute) { return recompute ? 1 : c->n_layers; }
+static int act_slot(const nv_tmodel *tm, int l) { return tm->recompute ? 0 : l; }
+
+/* kept: kept_layers'; the residual stream entering each layer is kept for all of them */
 static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a, float *base) {
     size_t BT = (size_t)B * T, L = (size_t)kept, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
@@ -81,7 +85,7 @@ static size_t lora_us_floats(const nv_config *c, int B, int T, int rank) {
 
 double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora, int recompute) {
     const double n = (double)nv_config_param_count(c);
-    const double acts = 4.0 * ((double)acts_layout(c, B, T, recompute ? 1 : c->n_layers, &(nv_acts){0}, NULL) +
+    const double acts = 4.0 * ((double)acts_layout(c, B, T, kept_layers(c, recompute), &(nv_acts){0}, NULL) +
                                (double)scratch_layout(c, B, T, NULL, NULL));
     /* weights, gradients, AdamW's two moments, the plans' packed copies (bf16 tiles and dx's
        transposed tiles, or fp32 panels: about 4 bytes a weight), activations and scratch */
@@ -213,7 +217,7 @@ nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, u
     tm->B = B;
     tm->T = T;
     if (!adapters) tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));
-    const int kept = tm->recompute ? 1 : c->n_layers;
+    const int kept = kept_layers(c, tm->recompute);
     size_t na = acts_layout(c, B, T, kept, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
     tm->act_mem = nv_alloc_large(64, na * sizeof(float), 1);
     tm->scratch = nv_alloc_large(64, ns * sizeof(float), 1);
@@ -749,7 +753,7 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     const nv_config *c = &tm->m.config;
     const nv_weights *w = &tm->m.w;
     nv_acts *a = &tm->a;
-    const int j = tm->recompute ? 0 : l;
+    const int j = act_slot(tm, l);
     int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim;
     int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
@@ -881,7 +885,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const nv_layer_plans *lp = &tm->m.plans[l];
-        const int j = tm->recompute ? 0 : l; /* where the layer's activations are */
+        const int j = act_slot(tm, l);
         if (tm->recompute) layer_forward(tm, l, &s, 0);
         float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, j, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
         float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd), *xn2 = LAYER(a->xn2, j, sd);

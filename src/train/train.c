@@ -302,6 +302,36 @@ static void json_num(FILE *f, const char *key, double v) {
     else fprintf(f, ",\"%s\":null", key);
 }
 
+/* One evaluation: the validation loss, preference data's accuracies (by the loss's rewards, by the
+   model's own choice) and the multiple-choice tasks' (acc, acc_norm); NAN where there are none. */
+typedef struct {
+    float val;
+    double pref[2], mc[2];
+} eval_figures;
+
+static eval_figures evaluate(nv_tmodel *tm, const nv_train_opts *o, const nv_dataset *ds, int *in, int *tg, uint64_t *ids,
+                             const double *ref) {
+    eval_figures f = {NAN, {NAN, NAN}, {NAN, NAN}};
+    f.val = ds->pref ? eval_pref(tm, ds, o->eval_batches, in, tg, ids, ref, &o->pref, f.pref)
+                     : eval_val(tm, ds, o->eval_batches, in, tg);
+    eval_choice(o, &tm->m, f.mc);
+    return f;
+}
+
+/* Its figures into metrics.jsonl's line, those it has. */
+static void json_evals(FILE *f, const eval_figures *e) {
+    if (!isnan(e->val)) json_num(f, "val_loss", e->val);
+    if (!isnan(e->pref[0])) json_num(f, "val_reward_acc", e->pref[0]), json_num(f, "val_choice_acc", e->pref[1]);
+    if (!isnan(e->mc[1])) json_num(f, "mc_acc", e->mc[0]), json_num(f, "mc_acc_norm", e->mc[1]);
+}
+
+/* The latest figures of each kind, for the progress line. */
+static void keep_evals(eval_figures *last, const eval_figures *e) {
+    if (!isnan(e->val)) last->val = e->val;
+    if (!isnan(e->pref[0])) last->pref[0] = e->pref[0], last->pref[1] = e->pref[1];
+    if (!isnan(e->mc[1])) last->mc[0] = e->mc[0], last->mc[1] = e->mc[1];
+}
+
 static void fmt_duration(char *buf, size_t cap, double s) {
     if (s < 0 || !isfinite(s)) snprintf(buf, cap, "?");
     else if (s < 60) snprintf(buf, cap, "%.0fs", s);
@@ -703,8 +733,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     long steps_run = 0;
     const int quiet = o->quiet || !lead;
     int tty = isatty(STDERR_FILENO) && !quiet;
-    float last_loss = 0, last_val = NAN;
-    double last_val_acc = NAN, last_mc = NAN;
+    float last_loss = 0;
+    eval_figures last_eval = {NAN, {NAN, NAN}, {NAN, NAN}};
     char procs[64] = "";
     if (world > 1)
         snprintf(procs, sizeof procs, " x %d processes (%d thread%s each)", world, nv_pool_threads(),
@@ -725,22 +755,16 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 o->accum, tm.flops_per_step * world * o->accum / 1e9, need / 1e9);
     if (!o->resume && o->eval_every > 0) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
-        double acc0[2] = {NAN, NAN}, mc0[2];
-        float v0 = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, &o->pref, acc0)
-                        : eval_val(&tm, ds, o->eval_batches, in, tg);
-        eval_choice(o, &tm.m, mc0);
-        if (!isnan(mc0[1])) last_mc = mc0[1];
-        if (isfinite(v0) && lead) {
-            fprintf(metrics, "{\"step\":0,\"val_loss\":%.9g", v0);
-            if (pref) json_num(metrics, "val_reward_acc", acc0[0]), json_num(metrics, "val_choice_acc", acc0[1]);
-            if (!isnan(mc0[1])) json_num(metrics, "mc_acc", mc0[0]), json_num(metrics, "mc_acc_norm", mc0[1]);
+        const eval_figures e0 = evaluate(&tm, o, ds, in, tg, pair_ids, ref);
+        keep_evals(&last_eval, &e0);
+        if (isfinite(e0.val) && lead) {
+            fprintf(metrics, "{\"step\":0");
+            json_evals(metrics, &e0);
             fprintf(metrics, "}\n");
             fflush(metrics);
-            series_add(&va, 0.0f, v0);
-            last_val = v0;
-            last_val_acc = acc0[0];
-            if (!quiet && isnan(mc0[1])) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, v0);
-            else if (!quiet) fprintf(stderr, "step 0/%d | val %.4f | mc %.2f%%\n", o->steps, v0, 100 * mc0[1]);
+            series_add(&va, 0.0f, e0.val);
+            if (!quiet && isnan(e0.mc[1])) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, e0.val);
+            else if (!quiet) fprintf(stderr, "step 0/%d | val %.4f | mc %.2f%%\n", o->steps, e0.val, 100 * e0.mc[1]);
         }
     }
     /* test hooks: a pause after each step, so a test can interrupt a tiny run part way reliably; a NaN
@@ -824,16 +848,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         steps_run++;
         last_loss = (float)loss;
         int last = step + 1 == o->steps;
-        float val = NAN;
-        double val_acc[2] = {NAN, NAN}, mc[2] = {NAN, NAN};
+        eval_figures ev = {NAN, {NAN, NAN}, {NAN, NAN}};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
-            val = pref ? eval_pref(&tm, ds, o->eval_batches, in, tg, pair_ids, ref, &o->pref, val_acc)
-                       : eval_val(&tm, ds, o->eval_batches, in, tg);
-            if (!isnan(val)) last_val = val;
-            if (!isnan(val_acc[0])) last_val_acc = val_acc[0];
-            eval_choice(o, &tm.m, mc);
-            if (!isnan(mc[1])) last_mc = mc[1];
+            ev = evaluate(&tm, o, ds, in, tg, pair_ids, ref);
+            keep_evals(&last_eval, &ev);
         }
+        const float val = ev.val;
         double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * world * o->accum / dt / 1e12;
         if (lead) {
             fprintf(metrics, "{\"step\":%ld", step + 1);
@@ -851,9 +871,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                     nv_plan_builds());
             if (world > 1) fprintf(metrics, ",\"processes\":%d", world);
             if (skipped) fprintf(metrics, ",\"skipped\":true");
-            if (!isnan(val)) json_num(metrics, "val_loss", val);
-            if (!isnan(val_acc[0])) json_num(metrics, "val_reward_acc", val_acc[0]), json_num(metrics, "val_choice_acc", val_acc[1]);
-            if (!isnan(mc[1])) json_num(metrics, "mc_acc", mc[0]), json_num(metrics, "mc_acc_norm", mc[1]);
+            json_evals(metrics, &ev);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }
@@ -863,10 +881,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         double avg = sum_step / steps_run;
         char eta[32], vbuf[64] = "";
         fmt_duration(eta, sizeof eta, avg * (o->steps - step - 1));
-        if (!isnan(last_val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", last_val);
-        if (!isnan(last_val_acc)) /* preference data: the validation pairs the model prefers rightly */
-            snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", last_val_acc);
-        if (!isnan(last_mc)) snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * last_mc);
+        if (!isnan(last_eval.val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", last_eval.val);
+        if (!isnan(last_eval.pref[0])) /* preference data: the validation pairs the model prefers rightly */
+            snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", last_eval.pref[0]);
+        if (!isnan(last_eval.mc[1]))
+            snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * last_eval.mc[1]);
         char line[512];
         snprintf(line, sizeof line,
                  "step %ld/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, wait %.0f) "
@@ -911,14 +930,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 h.lora_rank = o->lora.rank;
                 h.lora_targets = o->lora.targets;
                 h.lora_alpha = o->lora.alpha;
-                h.base_hash = bhash;
             }
             h.batch = o->batch;
             h.seq = o->seq;
             h.accum = o->accum;
             h.seed = o->seed;
             h.last_loss = last_loss;
-            h.last_val_loss = last_val;
+            h.last_val_loss = last_eval.val;
             if ((e = nv_ckpt_save(ckpt_path, &h, tm.train_params, opt.m, opt.v))) goto done;
             /* the adapters as llama.cpp reads them, with every checkpoint (a run that dies before its
                end still leaves the ones its checkpoint holds, to use with --lora) */
