@@ -386,21 +386,18 @@ static void test_stop_strings_and_sampling(void) {
                 r.status == 200,
             "/completion with typical_p, XTC, top_n_sigma: %d %s", r.status, r.body ? r.body : "");
     resp_free(&r);
-    static const char *const bad_more[] = {"\"typical_p\":0", "\"xtc_probability\":2", "\"top_n_sigma\":-5", "\"xtc_threshold\":-1",
-                                           "\"mirostat\":3", "\"mirostat_tau\":-1"};
-    for (size_t i = 0; i < sizeof bad_more / sizeof bad_more[0]; i++) {
-        snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,%s}", bad_more[i]);
+    /* llama.cpp's samplers' bad values are a 400 (DRY's with DRY on) */
+    static const char *const bad_samplers[] = {"\"typical_p\":0", "\"xtc_probability\":2", "\"top_n_sigma\":-5",
+                                               "\"xtc_threshold\":-1", "\"mirostat\":3", "\"mirostat_tau\":-1",
+                                               "\"dry_multiplier\":1,\"dry_base\":0.5", "\"dry_multiplier\":1,\"dry_allowed_length\":0",
+                                               "\"dry_multiplier\":1,\"dry_penalty_last_n\":-2",
+                                               "\"dry_multiplier\":1,\"dry_sequence_breakers\":[1]",
+                                               "\"dry_multiplier\":1,\"dry_allowed_length\":2.5"};
+    for (size_t i = 0; i < sizeof bad_samplers / sizeof bad_samplers[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,%s}", bad_samplers[i]);
         result bad;
         complete(port, 0, NULL, body, &bad);
-        T_CHECK(bad.status == 400, "%s: status %d", bad_more[i], bad.status);
-    }
-    static const char *const bad_dry[] = {"\"dry_base\":0.5", "\"dry_allowed_length\":0", "\"dry_penalty_last_n\":-2",
-                                          "\"dry_sequence_breakers\":[1]", "\"dry_allowed_length\":2.5"};
-    for (size_t i = 0; i < sizeof bad_dry / sizeof bad_dry[0]; i++) {
-        snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,\"dry_multiplier\":1,%s}", bad_dry[i]);
-        result bad;
-        complete(port, 0, NULL, body, &bad);
-        T_CHECK(bad.status == 400, "%s: status %d", bad_dry[i], bad.status);
+        T_CHECK(bad.status == 400, "%s: status %d", bad_samplers[i], bad.status);
     }
     nv_tokenizer_free(t_tok);
 }
