@@ -1,10 +1,11 @@
 /* Writes the fuzzers' seed corpus (make fuzz-seeds): tiny valid inputs of every format, a few
  * kilobytes each, so that mutation starts from the structure the parsers expect.
  *
- *   gen_seeds DIR   writes DIR/{model,tokenizer,ckpt,api,chat,gbnf,choice}/... (GGUF seeds through tests/gguf_write.h) */
+ *   gen_seeds DIR   writes DIR/{model,tokenizer,hf,ckpt,api,chat,gbnf,choice}/... (GGUF seeds through tests/gguf_write.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/file.h"
 #include "model/model.h"
@@ -14,6 +15,7 @@
 #include "../tests/bpe_write.h"
 #include "model/gguf.h"
 #include "model/lora.h"
+#include "model/hf.h"
 
 static const char *root;
 
@@ -120,6 +122,83 @@ static void models(void) {
     nv_model_init_random(&m, 11);
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32));
     nv_model_free(&m);
+}
+
+/* ---- Hugging Face folders: config.json, NUL, model.safetensors (fuzz_hf's input) --------------- */
+
+/* m (and tok) written as a folder; its config.json and model.safetensors as one seed, or the
+ * safetensors alone (read with fuzz_hf's default config); its tokenizer.json a tokenizer seed. */
+static void hf_seed(const nv_model *m, const nv_tokenizer *tok, const char *name, int with_config) {
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/hf-tmp", root);
+    check(nv_hf_save(m, tok, dir, NV_HF_F32));
+    char *cfg = NULL, *st = NULL, *tj = NULL;
+    size_t cl = 0, sl = 0, tl = 0;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    check(nv_file_read_all(path, &cfg, &cl));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    check(nv_file_read_all(path, &st, &sl));
+    nv_buf b = {0};
+    if (with_config) {
+        add(&b, cfg, cl);
+        add(&b, "", 1);
+    }
+    add(&b, st, sl);
+    put_buf("hf", name, &b);
+    nv_buf_free(&b);
+    if (tok) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        check(nv_file_read_all(path, &tj, &tl));
+        char tname[128];
+        snprintf(tname, sizeof tname, "%.100s.tokenizer.json", name);
+        put("tokenizer", tname, tj, tl);
+    }
+    free(cfg);
+    free(st);
+    free(tj);
+    const char *files[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void hf(void) {
+    /* fuzz_hf's default config: dim 8, hidden 16, 2 heads of 4, 1 KV head, vocab 16, context 8, tied */
+    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+    nv_model m;
+    check(nv_model_alloc(&m, &c));
+    nv_model_init_random(&m, 7);
+    hf_seed(&m, NULL, "llama_weights_only.safetensors", 0);
+    hf_seed(&m, NULL, "llama.hf", 1);
+    nv_model_free(&m);
+    /* Qwen3 (QK-norm, head size 6, an untied classifier) and Qwen2 (biases) */
+    nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0};
+    check(nv_model_alloc(&m, &q3));
+    nv_model_init_random(&m, 9);
+    hf_seed(&m, NULL, "qwen3.hf", 1);
+    nv_model_free(&m);
+    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1};
+    check(nv_model_alloc(&m, &q2));
+    nv_model_init_random(&m, 10);
+    hf_seed(&m, NULL, "qwen2.hf", 1);
+    nv_model_free(&m);
+    /* the byte-level and the byte-fallback tokenizer.json forms, over the tokenizer seeds' vocabularies */
+    const char *vocabs[] = {"bpe_qwen2.gguf", "bpe_llama3.gguf", "bytes_and_merges.bin"};
+    for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {
+        char vp[4200];
+        snprintf(vp, sizeof vp, "%s", seed_path("tokenizer", vocabs[i]));
+        nv_tokenizer *tok;
+        check(nv_tokenizer_load(vp, 0, &tok));
+        nv_config t = {8, 16, 1, 2, 1, 4, nv_tokenizer_vocab_size(tok), 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+        check(nv_model_alloc(&m, &t));
+        char name[64];
+        snprintf(name, sizeof name, "vocab_%zu.hf", i);
+        hf_seed(&m, tok, name, 1);
+        nv_model_free(&m);
+        nv_tokenizer_free(tok);
+    }
 }
 
 /* ---- tokenizers --------------------------------------------------------------------------------- */
@@ -375,6 +454,7 @@ int main(int argc, char **argv) {
     root = argv[1];
     models();
     tokenizers();
+    hf();
     ckpts();
     adapters();
     api();

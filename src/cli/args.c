@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/sampler.h"
 #include "train/train.h"
 
@@ -88,6 +89,19 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
     return 0;
 }
 
+/* A model's Jinja chat template (not run) recognised by its markers. */
+static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out) {
+    if (memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
+    else if (memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
+    else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
+    else if (memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
+    else {
+        nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (see --chat-template)", model_path);
+        return 0;
+    }
+    return 1;
+}
+
 int cli_declared_template(const char *model_path, nv_chat_template *out) {
     char dir[4200], name[41];
     const char *slash = strrchr(model_path, '/');
@@ -96,18 +110,17 @@ int cli_declared_template(const char *model_path, nv_chat_template *out) {
         if (nv_chat_template_parse(name, out) == NV_OK) return 1;
         nv_warn("%s%schat_template names no chat template nerve knows ('%s'): ignored", dir, *dir ? "/" : "", name);
     }
+    if (nv_hf_is_model(model_path)) { /* a Hugging Face folder: tokenizer_config.json's */
+        char *t = nv_hf_chat_template(model_path);
+        const int found = t && template_of_text(model_path, t, strlen(t), out);
+        free(t);
+        return found;
+    }
     nv_gguf g;
     if (nv_gguf_open(model_path, &g) != NV_OK) return 0;
     size_t n = 0;
     const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
-    int found = 1;
-    if (t && memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
-    else if (t && memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
-    else if (t && memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
-    else if (t && memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
-    else found = 0;
-    if (t && !found)
-        nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (see --chat-template)", model_path);
+    const int found = t && template_of_text(model_path, t, n, out);
     nv_gguf_close(&g);
     return found;
 }
@@ -120,12 +133,18 @@ void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {
         if (!*tok && nv_file_exists(buf->tok)) *tok = buf->tok, buf->own_tok = 1;
         /* model.bin, or model.gguf for the shapes llama2.c's format cannot hold */
         snprintf(buf->model, sizeof buf->model, "%s/model.bin", *model);
-        if (!nv_file_exists(buf->model)) {
-            char gguf[sizeof buf->model];
-            snprintf(gguf, sizeof gguf, "%s/model.gguf", *model);
-            if (nv_file_exists(gguf)) memcpy(buf->model, gguf, sizeof gguf);
+        if (!nv_file_exists(buf->model)) { /* else model.gguf, else a Hugging Face folder's config.json */
+            char other[sizeof buf->model];
+            snprintf(other, sizeof other, "%s/model.gguf", *model);
+            if (!nv_file_exists(other)) snprintf(other, sizeof other, "%s/config.json", *model);
+            if (nv_file_exists(other)) memcpy(buf->model, other, sizeof other);
         }
         *model = buf->model;
+    }
+    if (!*tok && nv_hf_is_model(*model)) { /* its tokenizer.json */
+        const char *slash = strrchr(*model, '/');
+        snprintf(buf->tok, sizeof buf->tok, "%.*stokenizer.json", slash ? (int)(slash - *model + 1) : 0, *model);
+        if (nv_file_exists(buf->tok)) *tok = buf->tok, buf->own_tok = 1;
     }
     if (!*tok && nv_gguf_has_vocab(*model)) *tok = *model, buf->own_tok = 1; /* a GGUF model carries its tokenizer */
     if (!*tok) {

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/model.h"
 #include "train/ckpt.h"
 
@@ -19,32 +20,39 @@ static int ends_with(const char *s, const char *tail) {
     return n >= t && !strcmp(s + n - t, tail);
 }
 
-static int write_out(const nv_model *m, const char *out, const char *tok_path, int gguf, uint32_t type) {
-    if (!gguf) return nv_model_save_v1(m, out) == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
+typedef enum { OUT_LLAMA2C, OUT_GGUF, OUT_HF } out_format;
+
+static int write_out(const nv_model *m, const char *out, const char *tok_path, out_format fmt, uint32_t type) {
+    if (fmt == OUT_LLAMA2C) return nv_model_save_v1(m, out) == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
     nv_tokenizer *tok = NULL;
     if (tok_path && nv_tokenizer_load_for_model(tok_path, m->config.vocab_size, &tok) != NV_OK)
         return cli_error(CMD, 1, "%s", nv_errmsg());
-    if (!tok) nv_warn("export: no tokenizer (-z): %s gets no vocabulary, which llama.cpp needs", out);
+    if (!tok) nv_warn("export: no tokenizer (-z): %s gets no vocabulary, which %s", out,
+                      fmt == OUT_GGUF ? "llama.cpp needs" : "transformers needs (tokenizer.json)");
     char name[256];
     nv_path_name(out, name, sizeof name); /* general.name */
-    nv_err e = nv_gguf_save(m, tok, name, out, type);
+    nv_err e = fmt == OUT_GGUF ? nv_gguf_save(m, tok, name, out, type)
+                               : nv_hf_save(m, tok, out, type == NV_GGUF_F16 ? NV_HF_F16 : type == NV_GGUF_F32 ? NV_HF_F32 : NV_HF_BF16);
     nv_tokenizer_free(tok);
     return e == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32";
+    const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32", *format = NULL;
     cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|q8_0|q6_k|q5_k_m|q5_0|q4_k_m|q4_0]\n"
-                   "                   [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_0|q4_k_m|q4_0]\n"
+                   "                   [--format llama2c|gguf|hf] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
-                   "  file as a llama2.c version-1 checkpoint, or, when OUT ends in .gguf, as a GGUF v3 llama\n"
-                   "  model (qwen3 for a QK-norm model) with the vocabulary of -z (default: the run folder's tokenizer.bin, or a GGUF\n"
-                   "  input's own), as llama.cpp reads it\n"
-                   "  --type T  GGUF only: f32 (default, exact), f16 (the weight matrices in half precision, 2x\n"
+                   "  (a file, or a Hugging Face folder) as a llama2.c version-1 checkpoint; or, when OUT ends in .gguf,\n"
+                   "  as a GGUF v3 llama model (qwen3 for a QK-norm model) as llama.cpp reads it; or, when OUT\n"
+                   "  ends in '/' or is a folder (or --format hf), as a Hugging Face folder (config.json,\n"
+                   "  model.safetensors, tokenizer.json, ...) as transformers reads it; with the vocabulary of -z\n"
+                   "  (default: the run folder's tokenizer.bin, or the input's own)\n"
+                   "  --format F  llama2c, gguf or hf: the output's form whatever its name\n"
+                   "  --type T  Hugging Face: f32 (default, exact), bf16 or f16; GGUF: f32 (default, exact), f16 (the weight matrices in half precision, 2x\n"
                    "            smaller, ~2x faster decode), q8_0 (the weight matrices quantized to 8 bits\n"
                    "            in blocks of 32, ~3.8x smaller; nerve serves them as int8, ~2x faster decode) or\n"
                    "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values); llama.cpp's\n"
@@ -68,6 +76,7 @@ int cmd_export(int argc, char **argv) {
         if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--type")) type_name = v;
+        else if (!strcmp(a, "--format")) format = v;
         else return cli_error(CMD, 2, "unknown option '%s'", a);
     }
     static const struct {
@@ -76,13 +85,27 @@ int cmd_export(int argc, char **argv) {
     } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
                  {"q5_0", NV_GGUF_Q5_0}, {"q5_k_m", NV_GGUF_Q5_K}, {"q5_k", NV_GGUF_Q5_K}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0}};
     uint32_t type = UINT32_MAX;
+    const int bf16 = !strcasecmp(type_name, "bf16"); /* Hugging Face folders only */
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         if (!strcasecmp(type_name, types[k].name)) type = types[k].type;
-    if (type == UINT32_MAX)
-        return cli_error(CMD, 2, "--type expects f32, f16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m or q4_0, not '%s'", type_name);
+    if (type == UINT32_MAX && !bf16)
+        return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m or q4_0, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
-    const int gguf = ends_with(out, ".gguf");
-    if (type != NV_GGUF_F32 && !gguf) return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf)", type_name);
+    struct stat os;
+    out_format fmt = ends_with(out, ".gguf")                                              ? OUT_GGUF
+                     : ends_with(out, "/") || (stat(out, &os) == 0 && S_ISDIR(os.st_mode)) ? OUT_HF
+                                                                                           : OUT_LLAMA2C;
+    if (format) {
+        if (!strcmp(format, "llama2c")) fmt = OUT_LLAMA2C;
+        else if (!strcmp(format, "gguf")) fmt = OUT_GGUF;
+        else if (!strcmp(format, "hf")) fmt = OUT_HF;
+        else return cli_error(CMD, 2, "--format expects llama2c, gguf or hf, not '%s'", format);
+    }
+    if (fmt == OUT_HF && type != NV_GGUF_F32 && type != NV_GGUF_F16 && !bf16)
+        return cli_error(CMD, 2, "--type %s: a Hugging Face folder holds f32, bf16 or f16 weights", type_name);
+    if (fmt != OUT_HF && bf16) return cli_error(CMD, 2, "--type bf16 needs a Hugging Face output (--format hf)");
+    if (fmt == OUT_LLAMA2C && type != NV_GGUF_F32)
+        return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf) or a Hugging Face one", type_name);
     char path[4200], probe[4200], run_tok[4200];
     snprintf(path, sizeof path, "%s", in);
     snprintf(probe, sizeof probe, "%s/ckpt.bin", in);
@@ -124,20 +147,33 @@ int cmd_export(int argc, char **argv) {
         m.n_params = ck.h.n_params;
         nv_weights_point(&m.w, &m.config, m.params);
         long long step = (long long)ck.h.step;
-        int rc = write_out(&m, out, tok_path, gguf, type);
+        int rc = write_out(&m, out, tok_path, fmt, type);
         nv_ckpt_close(&ck);
         if (!rc) fprintf(stderr, "nerve: wrote %s (step %lld)\n", out, step);
         return rc;
     }
     char why[512];
     snprintf(why, sizeof why, "%s", nv_errmsg());
+    struct stat is;
+    if (!lora_run && stat(path, &is) == 0 && S_ISDIR(is.st_mode)) { /* a Hugging Face folder, or a run folder's model */
+        cli_paths paths;
+        const char *model_in = path, *folder_tok = tok_path;
+        cli_model_paths(&model_in, &folder_tok, &paths);
+        if (!tok_path && paths.own_tok) tok_path = strcpy(run_tok, folder_tok);
+        snprintf(path, sizeof path, "%s", model_in);
+    } else if (!tok_path && nv_hf_is_model(path)) { /* its tokenizer.json */
+        const char *model_in = path, *folder_tok = NULL;
+        cli_paths paths;
+        cli_model_paths(&model_in, &folder_tok, &paths);
+        if (paths.own_tok) tok_path = strcpy(run_tok, folder_tok);
+    }
     nv_model m;
     if (cli_load_model(path, &loras, 0, &m) != NV_OK) {
         if (loras.n || lora_run) return cli_error(CMD, 1, "%s", nv_errmsg()); /* the model's or an adapter's own error */
         return cli_error(CMD, 1, "%s is neither a training checkpoint (%s) nor a model (%s)", path, why, nv_errmsg());
     }
-    if (!tok_path && gguf && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
-    int rc = write_out(&m, out, tok_path, gguf, type);
+    if (!tok_path && fmt != OUT_LLAMA2C && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
+    int rc = write_out(&m, out, tok_path, fmt, type);
     nv_model_free(&m);
     if (!rc) fprintf(stderr, "nerve: wrote %s\n", out);
     return rc;

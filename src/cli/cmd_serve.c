@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/tokenizer.h"
 #include "serve/api.h"
 #include "serve/chat.h"
@@ -37,7 +38,8 @@ static void usage(FILE *f) {
             "                   [--kv-cache-dtype f16|f32|q8] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
-            "                       or a `nerve train` run folder (its model.bin or model.gguf)\n"
+            "                       a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face\n"
+            "                       folder (config.json, safetensors; its tokenizer.json the default -z)\n"
             "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
             "                       a LoRA adapter (GGUF: nerve train --lora-rank's adapter.gguf, or llama.cpp's)\n"
             "                       merged into the weights at load, scaled (default 1); up to 8, in order\n"
@@ -49,8 +51,8 @@ static void usage(FILE *f) {
             "  --allow-lora-updates POST /v1/load_lora_adapter {\"lora_name\", \"lora_path\"} and /v1/unload_lora_adapter\n"
             "                       {\"lora_name\"} load and remove adapters while serving (vLLM's endpoints; off by\n"
             "                       default: a client then names files the server reads)\n"
-            "  -z TOKENIZER         llama2.c tokenizer.bin or a GGUF file's vocabulary (default: the run folder's\n"
-            "                       tokenizer.bin, the GGUF model's own vocabulary, else\n"
+            "  -z TOKENIZER         llama2.c tokenizer.bin, a GGUF file's vocabulary or a tokenizer.json (default: the run\n"
+            "                       folder's tokenizer.bin, the GGUF model's own vocabulary, the Hugging Face folder's tokenizer.json, else\n"
             "                       tokenizers/tokenizer.bin in the shared data)\n"
             "  --port P             TCP port (default 8000; 0 = any free port, printed at start)\n"
             "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
@@ -247,7 +249,12 @@ int cmd_serve(int argc, char **argv) {
 
     char model_id[256];
     if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
-    else nv_path_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
+    else if (nv_hf_is_model(model_path)) { /* a Hugging Face folder's config.json: the folder's name */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(model_path, '/') ? strrchr(model_path, '/') - model_path : 0), model_path);
+        nv_path_name(*dir ? dir : ".", model_id, sizeof model_id);
+    } else
+        nv_path_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
     char module_names[NV_MAX_ADAPTERS][64];
     for (int k = 0; k < n_modules; k++) { /* usage errors before anything loads */
         const size_t len = (size_t)(strchr(modules[k], '=') - modules[k]);

@@ -16,7 +16,7 @@ static const char *const tokenize_usage =
     "usage: nerve tokenize -z TOKENIZER [--bos] [--] TEXT\n"
     "       nerve tokenize -z TOKENIZER [--bos] --null-separated < TEXTS\n"
     "       nerve tokenize -z TOKENIZER [--threads N] -o SHARD.bin|SHARD.u32 FILE...\n"
-    "  -z TOKENIZER       tokenizer in llama2.c tokenizer.bin format, or a GGUF file's vocabulary\n"
+    "  -z TOKENIZER       tokenizer in llama2.c tokenizer.bin format, a GGUF file's vocabulary, or a Hugging Face tokenizer.json\n"
     "  --bos              prepend the vocabulary's BOS id (where it asks for one: llama2.c's always)\n"
     "  --null-separated   read the texts from stdin, each ended by a NUL byte (or the end of input)\n"
     "  -o SHARD           write the tokens of the text FILEs, read as nerve train reads them (documents split\n"

@@ -63,7 +63,8 @@ static void usage(FILE *f) {
             "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin (model.gguf\n"
             "  when llama2.c's format cannot hold the shape, as with --qk-norm or --qkv-bias) and tokenizer.bin\n"
             "  --qk-norm: Qwen3's per-head query/key norms; --qkv-bias: Qwen2's query/key/value biases\n"
-            "  --init-from: a llama2.c model or a GGUF file (llama, qwen2, qwen3) to fine-tune\n"
+            "  --init-from: a llama2.c model, a GGUF file (llama, qwen2, qwen3), a run folder or a Hugging Face\n"
+            "          folder (config.json, safetensors) to fine-tune; its own tokenizer is the default -z\n"
             "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
             "          weight: a few percent of the parameters, gradients and optimizer state; --lora-alpha scales\n"
             "          the update by alpha/rank (default 2 x rank); --lora-targets: q,k,v,o,gate,down,up, attn, ffn or\n"
@@ -208,6 +209,12 @@ static int train(int argc, char **argv) {
     /* a short run still warms up and decays: the default warmup is at most a tenth of the run */
     if (!warmup_given && o.adamw.warmup_steps > o.steps / 10) o.adamw.warmup_steps = o.steps / 10;
 
+    cli_paths init_paths; /* a folder (a run's, or Hugging Face's) names its model file and tokenizer */
+    if (init_from) {
+        const char *own_tok = tok_path;
+        cli_model_paths(&init_from, &own_tok, &init_paths);
+        if (!tok_path && init_paths.own_tok) tok_path = own_tok;
+    }
     char default_data[4096], default_tok[4096];
     if (n_data == 0) {
         nv_data_path("corpus/tinystories_train_first1000.txt", default_data, sizeof default_data);

@@ -46,7 +46,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve tune -m MODEL [--threads N] [--prompt N] [--answer N] [--quick] [--json]\n"
-            "  -m MODEL      the model to tune for: a llama2.c checkpoint, a GGUF file or a run folder\n"
+            "  -m MODEL      the model to tune for: a llama2.c checkpoint, a GGUF file, a run folder or a Hugging Face folder\n"
             "  --threads N   the threads serve and generate will run with (default: one per core)\n"
             "  --prompt N    prompt tokens of the request tuned for (default 512; at most half the context)\n"
             "  --answer N    answer tokens of that request (default 128)\n"

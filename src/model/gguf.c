@@ -603,28 +603,19 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     return nv_config_validate(c);
 }
 
-/* The model's tensors in llama.cpp's names and order, each with its GGUF shape [d0, d1] (d0 the
- * input width) and where it lives in w (NULL when w is): the one map the reader and the writer
- * share. */
-typedef struct {
-    char name[64];
-    uint64_t d0, d1;
-    float *p;
-} tensor_ref;
-
-static size_t tensor_count(const nv_config *c) {
+size_t nv_model_tensor_count(const nv_config *c) {
     return 2 + (c->shared_classifier ? 0 : 1) + (9 + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0)) * (size_t)c->n_layers;
 }
 
-static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t) {
+size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_ref *t) {
     const uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c);
     size_t k = 0;
 #define AT(field, off) (w ? w->field + (off) : NULL)
 #define ADD(...) (snprintf(t[k].name, sizeof t[k].name, __VA_ARGS__), k++)
-    t[k] = (tensor_ref){.d0 = d, .d1 = V, .p = AT(tok_emb, 0)}, ADD("token_embd.weight");
-    t[k] = (tensor_ref){.d0 = d, .d1 = 1, .p = AT(rms_final, 0)}, ADD("output_norm.weight");
-    if (!c->shared_classifier) t[k] = (tensor_ref){.d0 = d, .d1 = V, .p = AT(wcls, 0)}, ADD("output.weight");
+    t[k] = (nv_tensor_ref){.d0 = d, .d1 = V, .p = AT(tok_emb, 0)}, ADD("token_embd.weight");
+    t[k] = (nv_tensor_ref){.d0 = d, .d1 = 1, .p = AT(rms_final, 0)}, ADD("output_norm.weight");
+    if (!c->shared_classifier) t[k] = (nv_tensor_ref){.d0 = d, .d1 = V, .p = AT(wcls, 0)}, ADD("output.weight");
     for (uint64_t l = 0; l < (uint64_t)c->n_layers; l++) {
         const struct {
             const char *name;
@@ -636,18 +627,18 @@ static size_t tensor_map(const nv_config *c, const nv_weights *w, tensor_ref *t)
                      {"ffn_gate", d, h, AT(w1, l * h * d)},      {"ffn_down", h, d, AT(w2, l * d * h)},
                      {"ffn_up", d, h, AT(w3, l * h * d)}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-            t[k] = (tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p};
+            t[k] = (nv_tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p};
             ADD("blk.%llu.%s.weight", (unsigned long long)l, parts[i].name);
         }
         if (c->qk_norm) {
             const uint64_t hd = (uint64_t)c->head_dim;
-            t[k] = (tensor_ref){.d0 = hd, .d1 = 1, .p = AT(q_norm, l * hd)}, ADD("blk.%llu.attn_q_norm.weight", (unsigned long long)l);
-            t[k] = (tensor_ref){.d0 = hd, .d1 = 1, .p = AT(k_norm, l * hd)}, ADD("blk.%llu.attn_k_norm.weight", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = hd, .d1 = 1, .p = AT(q_norm, l * hd)}, ADD("blk.%llu.attn_q_norm.weight", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = hd, .d1 = 1, .p = AT(k_norm, l * hd)}, ADD("blk.%llu.attn_k_norm.weight", (unsigned long long)l);
         }
         if (c->qkv_bias) {
-            t[k] = (tensor_ref){.d0 = qd, .d1 = 1, .p = AT(bq, l * qd)}, ADD("blk.%llu.attn_q.bias", (unsigned long long)l);
-            t[k] = (tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bk, l * kvd)}, ADD("blk.%llu.attn_k.bias", (unsigned long long)l);
-            t[k] = (tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bv, l * kvd)}, ADD("blk.%llu.attn_v.bias", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = qd, .d1 = 1, .p = AT(bq, l * qd)}, ADD("blk.%llu.attn_q.bias", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bk, l * kvd)}, ADD("blk.%llu.attn_k.bias", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bv, l * kvd)}, ADD("blk.%llu.attn_v.bias", (unsigned long long)l);
         }
     }
 #undef ADD
@@ -679,9 +670,9 @@ static int is_pending(const nv_model *m, const char *name) {
 
 /* Every tensor of the model, checked (m NULL) or converted into m's weights (but those pending). */
 static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
-    tensor_ref *t = calloc(tensor_count(c), sizeof *t);
+    nv_tensor_ref *t = calloc(nv_model_tensor_count(c), sizeof *t);
     if (!t) return nv_fail(NV_ENOMEM, "out of memory");
-    size_t n = tensor_map(c, m ? &m->w : NULL, t);
+    size_t n = nv_model_tensor_map(c, m ? &m->w : NULL, t);
     nv_err e = NV_OK;
     for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, is_pending(m, t[i].name) ? NULL : t[i].p);
     free(t);
@@ -755,9 +746,8 @@ static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int t
     return rope_pairs_reorder(qm->o, scales, heads, hd, to_half);
 }
 
-/* Every query and key row of m (the fp32 weights unless pending, the quantized sources, the
- * QK-norm weights) reordered between this project's RoPE order and qwen3's. */
-static nv_err qk_rows_reorder(nv_model *m, int to_half) {
+/* The fp32 weights unless pending, and the quantized sources. */
+nv_err nv_model_qk_reorder(nv_model *m, int to_half) {
     const nv_config *c = &m->config;
     const int d = c->dim, hd = c->head_dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
     for (int l = 0; l < c->n_layers; l++) {
@@ -798,7 +788,7 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
     if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK ||
-                       ((c.qk_norm || c.qkv_bias) && (e = qk_rows_reorder(m, 0)) != NV_OK)))
+                       ((c.qk_norm || c.qkv_bias) && (e = nv_model_qk_reorder(m, 0)) != NV_OK)))
         nv_model_free(m);
     nv_gguf_close(&g);
     return e;
@@ -846,41 +836,48 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
         nv_gguf_close(&g);
         return e;
     }
-    /* llama2.c's layout: int32 max length, then per token float score, int32 length, bytes */
+    const int n_tok = (int)toks->count;
+    const char **piece = malloc((size_t)n_tok * sizeof *piece);
+    size_t *plen = malloc((size_t)n_tok * sizeof *plen);
+    float *score = calloc((size_t)n_tok, sizeof *score);
+    if (!piece || !plen || !score) e = nv_fail(NV_ENOMEM, "%s: out of memory for the vocabulary", path);
     gg_cursor c = {nv_reader_make(toks->val, (size_t)(g.map.data + g.map.len - toks->val), path), g.version >= 2};
+    for (int i = 0; e == NV_OK && i < n_tok; i++) {
+        rd_string(&c, &piece[i], &plen[i], "token"); /* checked at open */
+        if (scores) memcpy(&score[i], scores->val + 4 * (size_t)i, 4);
+    }
+    if (e == NV_OK) e = nv_spm_bytes(path, n_tok, piece, plen, score, out, len);
+    free(piece);
+    free(plen);
+    free(score);
+    nv_gguf_close(&g);
+    return e;
+}
+
+nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const size_t *plen, const float *score, uint8_t **out,
+                    size_t *len) {
+    /* llama2.c's layout: int32 max length, then per token float score, int32 length, bytes */
     size_t total = 4;
-    for (uint64_t i = 0; i < toks->count; i++) {
-        const char *s;
-        size_t sl;
-        rd_string(&c, &s, &sl, "token"); /* checked at open */
-        total += 8 + (sl > 7 ? sl : 7); /* room for BOS/EOS written as llama2.c's "\n</s>\n" */
-    }
+    for (int i = 0; i < n; i++) total += 8 + (plen[i] > 7 ? plen[i] : 7); /* room for BOS/EOS written as "\n</s>\n" */
     uint8_t *buf = malloc(total), *p = buf + 4;
-    if (!buf) {
-        nv_gguf_close(&g);
-        return nv_fail(NV_ENOMEM, "%s: out of memory for the vocabulary", path);
-    }
-    c.r.pos = 0;
+    if (!buf) return nv_fail(NV_ENOMEM, "%s: out of memory for the vocabulary", path);
     int32_t longest = 1;
-    for (uint64_t i = 0; i < toks->count; i++) {
-        const char *s;
-        size_t sl;
-        rd_string(&c, &s, &sl, "token");
+    for (int i = 0; i < n; i++) {
+        const char *s = piece[i];
+        size_t sl = plen[i];
         if (i == NV_TOKEN_BOS || i == NV_TOKEN_EOS) { /* as llama2.c's export writes them: no text can spell them */
             s = i == NV_TOKEN_BOS ? "\n<s>\n" : "\n</s>\n";
             sl = strlen(s);
         }
-        float score = 0.0f;
-        if (scores) memcpy(&score, scores->val + 4 * i, 4);
-        memcpy(p, &score, 4);
-        uint8_t *piece = p + 8;
+        memcpy(p, &score[i], 4);
+        uint8_t *dst = p + 8;
         size_t k = 0;
         for (size_t j = 0; j < sl; j++) {
             if (j + 2 < sl && (uint8_t)s[j] == 0xE2 && (uint8_t)s[j + 1] == 0x96 && (uint8_t)s[j + 2] == 0x81) {
-                piece[k++] = ' '; /* SentencePiece's word boundary */
+                dst[k++] = ' '; /* SentencePiece's word boundary */
                 j += 2;
             } else
-                piece[k++] = (uint8_t)s[j];
+                dst[k++] = (uint8_t)s[j];
         }
         int32_t kl = (int32_t)k;
         memcpy(p + 4, &kl, 4);
@@ -889,7 +886,6 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     }
     if (longest > 65536) longest = 65536; /* the header is a hint; longer pieces still load */
     memcpy(buf, &longest, 4);
-    nv_gguf_close(&g);
     *out = buf;
     *len = (size_t)(p - buf);
     return NV_OK;
@@ -1363,7 +1359,7 @@ static void quantize_f16(const float *x, uint64_t n, uint8_t *out) {
  * first and last eighth, every third between), Q4_K elsewhere; a k-quant whose rows are not whole
  * super-blocks of 256 falls back as llama.cpp's does (Q4_K to Q5_0, Q6_K to Q8_0), a block type
  * whose rows are not whole blocks of 32 to F32. */
-static uint32_t tensor_type(const nv_config *c, const tensor_ref *t, uint32_t type) {
+static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type) {
     if (type == NV_GGUF_F32 || t->d1 == 1) return T_F32;
     if (type == NV_GGUF_F16) return T_F16;
     if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
@@ -1382,6 +1378,34 @@ static uint32_t tensor_type(const nv_config *c, const tensor_ref *t, uint32_t ty
     return t->d0 % QK ? T_F32 : type;
 }
 
+nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy) {
+    const nv_config *c = &m->config;
+    *view = (nv_model){.config = *c, .w = m->w};
+    const size_t L = (size_t)c->n_layers, d = (size_t)c->dim, hd = (size_t)c->head_dim;
+    const size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), nq = L * qd * d, nk = L * kvd * d;
+    const size_t extra = (c->qk_norm ? 2 * L * hd : 0) + (c->qkv_bias ? L * (qd + kvd) : 0);
+    float *p = *copy = malloc((nq + nk + extra) * sizeof(float));
+    if (!p) return nv_fail(NV_ENOMEM, "out of memory for a copy of the query and key weights");
+    view->w.wq = memcpy(p, m->w.wq, nq * sizeof(float));
+    view->w.wk = memcpy(p += nq, m->w.wk, nk * sizeof(float));
+    p += nk;
+    if (c->qk_norm) {
+        view->w.q_norm = memcpy(p, m->w.q_norm, L * hd * sizeof(float));
+        view->w.k_norm = memcpy(p += L * hd, m->w.k_norm, L * hd * sizeof(float));
+        p += L * hd;
+    }
+    if (c->qkv_bias) {
+        view->w.bq = memcpy(p, m->w.bq, L * qd * sizeof(float));
+        view->w.bk = memcpy(p + L * qd, m->w.bk, L * kvd * sizeof(float));
+    }
+    nv_err e = nv_model_qk_reorder(view, 1);
+    if (e != NV_OK) {
+        free(*copy);
+        *copy = NULL;
+    }
+    return e;
+}
+
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0 &&
@@ -1394,36 +1418,19 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
     /* qwen3/qwen2: the query and key rows (and QK-norm weights, query and key biases) in that
      * architecture's RoPE order, in copies */
-    nv_model qw = {.config = *c, .w = m->w};
+    nv_model qw;
     float *qk_copy = NULL;
-    if (c->qk_norm || c->qkv_bias) {
-        const size_t L = (size_t)c->n_layers, d = (size_t)c->dim, hd = (size_t)c->head_dim;
-        const size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), nq = L * qd * d, nk = L * kvd * d;
-        const size_t extra = c->qk_norm ? 2 * L * hd : L * (qd + kvd);
-        if (!(qk_copy = malloc((nq + nk + extra) * sizeof(float)))) return nv_fail(NV_ENOMEM, "out of memory");
-        qw.w.wq = memcpy(qk_copy, m->w.wq, nq * sizeof(float));
-        qw.w.wk = memcpy(qk_copy + nq, m->w.wk, nk * sizeof(float));
-        if (c->qk_norm) {
-            qw.w.q_norm = memcpy(qk_copy + nq + nk, m->w.q_norm, L * hd * sizeof(float));
-            qw.w.k_norm = memcpy(qk_copy + nq + nk + L * hd, m->w.k_norm, L * hd * sizeof(float));
-        } else {
-            qw.w.bq = memcpy(qk_copy + nq + nk, m->w.bq, L * qd * sizeof(float));
-            qw.w.bk = memcpy(qk_copy + nq + nk + L * qd, m->w.bk, L * kvd * sizeof(float));
-        }
-        if (qk_rows_reorder(&qw, 1) != NV_OK) {
-            free(qk_copy);
-            return NV_ENOMEM;
-        }
-    }
-    const size_t nt = tensor_count(c) + (c->n_rope_factors > 0);
-    tensor_ref *t = calloc(nt, sizeof *t);
+    if (c->qk_norm || c->qkv_bias) NV_TRY(nv_model_half_view(m, &qw, &qk_copy));
+    else qw = (nv_model){.config = *c, .w = m->w};
+    const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0);
+    nv_tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) {
         free(qk_copy);
         return nv_fail(NV_ENOMEM, "out of memory");
     }
-    const size_t nw = tensor_map(c, &qw.w, t);
+    const size_t nw = nv_model_tensor_map(c, &qw.w, t);
     if (c->n_rope_factors) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
-        t[nw] = (tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors};
+        t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors};
     const char *arch = arch_name(c->qk_norm, c->qkv_bias);
     char k[96];
     nv_buf b = {0};

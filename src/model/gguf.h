@@ -108,6 +108,29 @@ nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path);
 int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
+/* n SentencePiece pieces (U+2581 for spaces) and their scores as llama2.c tokenizer.bin bytes in
+ * *out (the caller frees): ids 1 and 2 written "\n<s>\n"/"\n</s>\n"; path names the source in errors. */
+nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const size_t *plen, const float *score, uint8_t **out,
+                    size_t *len);
+
+/* The model's tensors in llama.cpp's names and order, each with its GGUF shape [d0, d1] (d0 the
+ * input width; d1 1 for a vector) and where it lives in w (p NULL when w is): the one map the GGUF
+ * reader and writer and the Hugging Face ones share. nv_model_tensor_count is its length. */
+typedef struct {
+    char name[64];
+    uint64_t d0, d1;
+    float *p;
+} nv_tensor_ref;
+size_t nv_model_tensor_count(const nv_config *c);
+size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_ref *t);
+/* Every query and key row of m (and the QK-norm weights and the biases that go with them)
+ * reordered between this project's RoPE order, which rotates rows (2i, 2i + 1) of a head, and the
+ * order of qwen GGUF files and of Hugging Face checkpoints, which rotate rows (i, i + hd/2):
+ * to_half 1 into the latter, 0 back. */
+nv_err nv_model_qk_reorder(nv_model *m, int to_half);
+/* view: m's config and weights, but for copies of the query and key rows (QK-norm weights, query
+ * and key biases) in the half order (*copy, the caller frees), for writers of that order. */
+nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy);
 
 /* LoRA adapters in llama.cpp's GGUF form (what its convert_lora_to_gguf.py writes and its --lora
  * reads): general.type "adapter", general.architecture the base model's (llama, qwen2, qwen3),

@@ -8,6 +8,7 @@
 #include "base/pool.h"
 #include "base/rng.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/model.h"
 
 #define V1_MAGIC 0x616b3432u /* "ak42" */
@@ -158,6 +159,7 @@ nv_err nv_model_load_quantized(const char *path, nv_model *m) { return load_any(
 
 static nv_err load_any(const char *path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
+    if (nv_hf_is_model(path)) return nv_hf_load_model(path, m);
     nv_mapped map;
     NV_TRY(nv_file_map(path, &map));
     if (nv_gguf_is(map.data, map.len)) {
@@ -357,6 +359,7 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
 }
 
 nv_err nv_model_read_config(const char *path, nv_config *c) {
+    if (nv_hf_is_model(path)) return nv_hf_read_config(path, c);
     nv_mapped map;
     NV_TRY(nv_file_map(path, &map));
     const int gguf = nv_gguf_is(map.data, map.len);

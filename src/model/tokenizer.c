@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 
 /* Longest max_token_length header we believe; Llama's is 27, and anything near this is a
  * corrupt or foreign file rather than a vocabulary. */
@@ -250,6 +251,23 @@ static int name_in(const char *name, const char *const *list) {
     return 0;
 }
 
+/* The split regexes by llama.cpp's pre-tokenizer names, for tokenizer.json's Split pattern. */
+static const struct {
+    const char *pre, *re;
+} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}};
+
+const char *nv_bpe_pre_of_regex(const char *re) {
+    for (size_t i = 0; i < sizeof pre_regex / sizeof pre_regex[0]; i++)
+        if (!strcmp(re, pre_regex[i].re)) return pre_regex[i].pre;
+    return NULL;
+}
+
+const char *nv_bpe_regex_of_pre(const char *pre) {
+    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
+    static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
+    return name_in(pre, llama3) ? RE_LLAMA3 : name_in(pre, qwen2) ? RE_QWEN2 : RE_GPT2;
+}
+
 /* GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the
  * others (controls, space, 0x7F-0xA0, 0xAD) for U+0100 onwards in byte order. */
 static unsigned byte_code_point(unsigned b) {
@@ -307,23 +325,17 @@ static void add_eog(nv_tokenizer *t, int id) {
 }
 
 static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_size, nv_tokenizer *t) {
-    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
-    static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
     static const char *const gpt2[] = {"gpt-2", "gpt2", "default", "", NULL};
-    const char *re;
+    const char *re = nv_bpe_regex_of_pre(v->pre);
     int add_bos_default = 0;
-    if (name_in(v->pre, llama3)) {
-        re = RE_LLAMA3;
+    if (re == RE_LLAMA3) {
         t->ignore_merges = 1;
         add_bos_default = 1;
-    } else if (name_in(v->pre, qwen2)) {
-        re = RE_QWEN2;
-    } else if (name_in(v->pre, gpt2)) {
-        re = RE_GPT2;
+    } else if (re == RE_GPT2 && name_in(v->pre, gpt2)) {
         if (strcmp(v->pre, "gpt-2") && strcmp(v->pre, "gpt2")) /* llama.cpp runs a set of its own then */
             nv_warn("%s: no pre-tokenizer named (tokenizer.ggml.pre '%s'): using GPT-2's split; ids may differ from the "
                     "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
-    } else {
+    } else if (re == RE_GPT2) {
         char shown[128];
         return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, gpt-2)", path,
                        nv_gguf_shown(v->pre, strlen(v->pre), shown, sizeof shown));
@@ -493,6 +505,13 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
     if (nv_gguf_is(m.data, m.len)) {
         nv_file_unmap(&m);
         e = tok_load_gguf(path, vocab_size, t);
+    } else if (nv_hf_is_json(m.data, m.len)) { /* a Hugging Face tokenizer.json */
+        nv_file_unmap(&m);
+        nv_hf_vocab v;
+        e = nv_hf_vocab_read(path, &v);
+        if (e == NV_OK)
+            e = v.byte_level ? tok_build_bpe(path, &v.bpe, vocab_size, t) : tok_build(path, &(nv_mapped){v.spm, v.spm_len}, vocab_size, t);
+        nv_hf_vocab_free(&v);
     } else {
         e = tok_build(path, &m, vocab_size, t);
         nv_file_unmap(&m);

@@ -73,6 +73,11 @@ typedef struct {
     int n_merges;
     int bos, eos, eot, eom, add_bos; /* ids -1 when absent */
 } nv_bpe_view;
+/* llama.cpp's pre-tokenizer name ("llama-bpe", "qwen2", "gpt-2") whose split is the regex re (a
+ * tokenizer.json Split pattern), or NULL for one not supported; and the regex of a name (GPT-2's
+ * for any name not llama3's or qwen2's). */
+const char *nv_bpe_pre_of_regex(const char *re);
+const char *nv_bpe_regex_of_pre(const char *pre);
 /* Fills *v and returns 1 for a byte-level vocabulary; 0 otherwise. */
 int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v);
 /* The piece as stored (NUL-terminated copy), NULL if id is out of range. */

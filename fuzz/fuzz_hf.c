@@ -1,0 +1,109 @@
+/* libFuzzer harness: Hugging Face model folders (model/hf.c) from untrusted files.
+ *
+ * The input is a folder's config.json, a NUL byte, then its model.safetensors (no NUL: the whole
+ * input is model.safetensors beside a fixed tiny config). A failure must carry one line of message
+ * and leave nothing behind. On success: the config is valid, the model writes itself as a folder
+ * again, which loads back to the same config and weights; a forward step on the scalar engine works. */
+#include <sys/stat.h>
+
+#include "fuzz_util.h"
+#include "model/forward.h"
+#include "model/hf.h"
+#include "model/model.h"
+
+#define FZ_MAX_INPUT (1u << 20)
+
+/* what a config-less input is read with: fuzz/gen_seeds.c's tiny llama's */
+static const char default_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+    "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 16, \"max_position_embeddings\": 8, "
+    "\"tie_word_embeddings\": true}";
+
+static int write_file(const char *dir, const char *name, const void *data, size_t len) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    nv_iov part = {data, len};
+    return nv_file_write_atomic(path, &part, 1) == NV_OK ? 0 : -1;
+}
+
+static void remove_folder(const char *dir) {
+    const char *names[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+    char path[600];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static int make_folder(const char *tag, char *dir, size_t cap) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, cap, "%s/nerve-fuzz-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    if (nv_engines_init("scalar", 1) != NV_OK) {
+        fprintf(stderr, "fuzz_hf: %s\n", nv_errmsg());
+        exit(1);
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > FZ_MAX_INPUT) return -1;
+    const uint8_t *nul = memchr(data, 0, size);
+    const void *cfg = nul ? (const void *)data : default_config, *st = nul ? nul + 1 : data;
+    const size_t cfg_len = nul ? (size_t)(nul - data) : strlen(default_config), st_len = nul ? size - cfg_len - 1 : size;
+    char dir[512], path[600];
+    if (make_folder("hf", dir, sizeof dir) != 0) return 0;
+    if (write_file(dir, "config.json", cfg, cfg_len) != 0 || write_file(dir, "model.safetensors", st, st_len) != 0) {
+        remove_folder(dir);
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    nv_model m;
+    fz_clear_error();
+    nv_err e = nv_model_load(path, &m);
+    fz_check_error(e, "nv_model_load");
+    if (e != NV_OK) {
+        FZ_CHECK(m.params == NULL && m.plans == NULL, "a failed load left weights behind");
+        remove_folder(dir);
+        return 0;
+    }
+    FZ_CHECK(nv_config_validate(&m.config) == NV_OK, "loaded config is invalid: %s", nv_errmsg());
+    nv_config read;
+    FZ_CHECK(nv_model_read_config(path, &read) == NV_OK && !memcmp(&read, &m.config, sizeof read), "read_config differs from the load's");
+    /* written as a folder again: the same config and weights (refused only for RoPE factors) */
+    char again[512], again_cfg[600];
+    if (make_folder("hf-again", again, sizeof again) == 0) {
+        fz_clear_error();
+        e = nv_hf_save(&m, NULL, again, NV_HF_F32);
+        fz_check_error(e, "nv_hf_save");
+        FZ_CHECK(e == NV_OK || (e == NV_EUNSUPPORTED && m.config.n_rope_factors), "save of a loaded folder: %s", nv_errmsg());
+        if (e == NV_OK) {
+            snprintf(again_cfg, sizeof again_cfg, "%s/config.json", again);
+            nv_model b;
+            e = nv_model_load(again_cfg, &b);
+            FZ_CHECK(e == NV_OK, "the folder written from a loaded one does not load: %s", nv_errmsg());
+            FZ_CHECK(!memcmp(&b.config, &m.config, sizeof b.config) && b.n_params == m.n_params &&
+                         !memcmp(b.params, m.params, (size_t)m.n_params * 4),
+                     "config or weights changed in the round trip");
+            nv_model_free(&b);
+        }
+        remove_folder(again);
+    }
+    fz_clear_error();
+    FZ_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "plans: %s", nv_errmsg());
+    nv_state s;
+    if (nv_state_init(&s, &m.config, 1, 2, 0) == NV_OK) {
+        int tok = 1 % m.config.vocab_size;
+        FZ_CHECK(nv_forward(&m, &s, &tok, 1, 0) == NV_OK, "forward: %s", nv_errmsg());
+        nv_state_free(&s);
+    }
+    nv_model_free(&m);
+    remove_folder(dir);
+    return 0;
+}

