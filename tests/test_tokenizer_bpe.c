@@ -231,6 +231,21 @@ static void test_gpt2_default(void) {
     nv_tokenizer_free(t);
 }
 
+/* SmolLM's split (llama.cpp's "smollm"; transformers' Digits then ByteLevel): every digit a piece,
+ * and white space before a digit ends a piece there as at the text's end: "  " stays one piece
+ * ("a  12" under GPT-2's split keeps a space for the number and merges "12"). scripts/hf_check.sh
+ * compares it with transformers.js on a real vocabulary. */
+static void test_smollm_digits(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (!t || !g) return;
+    EXPECT(t, "a  12", 1, id_of(t, "a"), id_of(t, "  "), id_of(t, "1"), id_of(t, "2"));
+    EXPECT(g, "a  12", 1, id_of(g, "a"), id_of(g, " "), id_of(g, " "), id_of(g, "12"));
+    EXPECT(t, "the 12the", 1, id_of(t, "t"), id_of(t, "he"), id_of(t, " "), id_of(t, "1"), id_of(t, "2"), id_of(t, "t"), id_of(t, "he"));
+    nv_tokenizer_free(t);
+    nv_tokenizer_free(g);
+}
+
 /* Written out (vocab-only GGUF) and read back: the same pieces, ids, special ids and encodings. */
 static void test_write_read_back(void) {
     for (int v = 0; v < 2; v++) {
@@ -459,6 +474,7 @@ int main(void) {
     T_RUN(test_roundtrip_random);
     T_RUN(test_refused);
     T_RUN(test_gpt2_default);
+    T_RUN(test_smollm_digits);
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
     T_RUN(test_fill_in_the_middle);

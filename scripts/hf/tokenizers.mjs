@@ -20,6 +20,7 @@ const texts = [
   '   leading and trailing   ', 'a\r\nb\r\n\r\nc', 'Ünïcödé façade naïve café', 'Привет, мир! Как дела?', '日本語のテキストと中文文本',
   'emoji 👍🏽 family 👨‍👩‍👧 flags 🇫🇷', 'x\u00a0nbsp\u2009thin\u3000ideographic', '<html><body class="x">&amp;</body></html>',
   'new\n\n\nlines\n', ' ', '  ', 'trailing space ',
+  'a  1', 'x   42 y', 'tab\t\t7', '  9', 'end  \n3', '1  2  3', // white space before digits (SmolLM's split)
 ];
 for (const line of readFileSync(corpus, 'utf8').split('\n')) if (line.length) texts.push(line);
 const want = texts.map((t) => Array.from(tok.encode(t, { add_special_tokens: false })).join(' '));

@@ -201,7 +201,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     int window_on = mistral || llama;
     if (qwen2 || qwen3) NV_TRY(get_flag(path, j, "use_sliding_window", 0, &window_on));
     int64_t window;
-    NV_TRY(get_whole(path, j, "sliding_window", 0, 0, 1, INT64_C(1) << 40, &window));
+    NV_TRY(get_whole(path, j, "sliding_window", 0, 0, 0, INT64_C(1) << 40, &window));
     if (window_on && window > 0 && window < c->seq_len) {
         nv_info("%s: attention over a sliding window of %lld tokens: the context is capped there", path, (long long)window);
         c->seq_len = (int)window;
@@ -549,7 +549,7 @@ static const char *template_bos(const cJSON *pp) {
 /* Which split a byte-level tokenizer.json's pre_tokenizer makes, as llama.cpp names it. */
 static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_t cap) {
     const char *re = NULL, *type = str_of(field(pt, "type"));
-    int byte_level = 0, bl_regex = 0, n = 0;
+    int byte_level = 0, bl_regex = 0, n = 0, digits = 0;
     const cJSON *single[1] = {pt}, *each = NULL;
     const int seq = type && !strcmp(type, "Sequence");
     const cJSON *list = seq ? field(pt, "pretokenizers") : NULL;
@@ -564,16 +564,19 @@ static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_
         else if (t && !strcmp(t, "ByteLevel") && !byte_level) {
             byte_level = 1;
             NV_TRY(get_flag(path, each, "use_regex", 1, &bl_regex));
-        } else
-            return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (a Split regex with ByteLevel, or ByteLevel)",
+        } else if (t && !strcmp(t, "Digits") && cJSON_IsTrue(field(each, "individual_digits")) && !byte_level && !re && !digits)
+            digits = 1; /* every digit a piece, before the byte-level split (SmolLM, StarCoder) */
+        else
+            return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (a Split regex with ByteLevel, ByteLevel, "
+                                            "or individual Digits then ByteLevel)",
                            path, t ? nv_gguf_shown(t, strlen(t), shown, sizeof shown) : "?");
     }
     const char *name = NULL;
-    if (byte_level && !re && bl_regex) name = "gpt-2";
-    else if (byte_level && re && !bl_regex) name = nv_bpe_pre_of_regex(re);
+    if (byte_level && !re && bl_regex) name = digits ? "smollm" : "gpt-2";
+    else if (byte_level && re && !bl_regex && !digits) name = nv_bpe_pre_of_regex(re);
     if (!name) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: the pre-tokenizer's split %s is not one this project knows (Llama 3's, Qwen2's, GPT-2's)",
+        return nv_fail(NV_EUNSUPPORTED, "%s: the pre-tokenizer's split %s is not one this project knows (Llama 3's, Qwen2's, GPT-2's, SmolLM's)",
                        path, re ? nv_gguf_shown(re, strlen(re), shown, sizeof shown) : "(none)");
     }
     snprintf(pre, cap, "%s", name);
@@ -926,16 +929,26 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
             cJSON_AddItemToArray(merges, cJSON_CreateString(pair));
             free(pair);
         }
+        /* the split as the model families write it: Llama 3's and Qwen2's regex, then bytes; SmolLM's
+           single digits, then GPT-2's regex inside ByteLevel; GPT-2's alone */
         const char *re = nv_bpe_regex_of_pre(bv.pre);
-        cJSON *pt = typed("Sequence"), *list = cJSON_AddArrayToObject(pt, "pretokenizers"), *split = typed("Split");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex", re);
-        cJSON_AddStringToObject(split, "behavior", "Isolated");
-        cJSON_AddBoolToObject(split, "invert", 0);
+        const int own_regex = re == nv_bpe_regex_of_pre("llama-bpe") || re == nv_bpe_regex_of_pre("qwen2");
+        cJSON *pt = typed("Sequence"), *list = cJSON_AddArrayToObject(pt, "pretokenizers");
+        if (own_regex) {
+            cJSON *split = typed("Split");
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex", re);
+            cJSON_AddStringToObject(split, "behavior", "Isolated");
+            cJSON_AddBoolToObject(split, "invert", 0);
+            cJSON_AddItemToArray(list, split);
+        } else if (re == nv_bpe_regex_of_pre("smollm")) {
+            cJSON *digits = typed("Digits");
+            cJSON_AddBoolToObject(digits, "individual_digits", 1);
+            cJSON_AddItemToArray(list, digits);
+        }
         cJSON *bl = typed("ByteLevel");
         cJSON_AddBoolToObject(bl, "add_prefix_space", 0);
         cJSON_AddBoolToObject(bl, "trim_offsets", 1);
-        cJSON_AddBoolToObject(bl, "use_regex", 0);
-        cJSON_AddItemToArray(list, split);
+        cJSON_AddBoolToObject(bl, "use_regex", !own_regex);
         cJSON_AddItemToArray(list, bl);
         cJSON_AddNullToObject(tj, "normalizer");
         cJSON_AddItemToObject(tj, "pre_tokenizer", pt);

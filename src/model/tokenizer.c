@@ -244,6 +244,9 @@ static const char RE_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{
                                 "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char RE_QWEN2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
                                "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* SmolLM's (and StarCoder's): every digit a piece, then GPT-2's split of what lies between, whose
+ * lookahead ends at a digit as it ends at the piece's end (one regex for the two passes). */
+static const char RE_SMOLLM[] = "\\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?![^\\s\\p{N}])|\\s+";
 
 static int name_in(const char *name, const char *const *list) {
     for (; *list; list++)
@@ -254,7 +257,7 @@ static int name_in(const char *name, const char *const *list) {
 /* The split regexes by llama.cpp's pre-tokenizer names, for tokenizer.json's Split pattern. */
 static const struct {
     const char *pre, *re;
-} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}};
+} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}, {"smollm", RE_SMOLLM}};
 
 const char *nv_bpe_pre_of_regex(const char *re) {
     for (size_t i = 0; i < sizeof pre_regex / sizeof pre_regex[0]; i++)
@@ -265,7 +268,8 @@ const char *nv_bpe_pre_of_regex(const char *re) {
 const char *nv_bpe_regex_of_pre(const char *pre) {
     static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
     static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
-    return name_in(pre, llama3) ? RE_LLAMA3 : name_in(pre, qwen2) ? RE_QWEN2 : RE_GPT2;
+    static const char *const smollm[] = {"smollm", "starcoder", NULL};
+    return name_in(pre, llama3) ? RE_LLAMA3 : name_in(pre, qwen2) ? RE_QWEN2 : name_in(pre, smollm) ? RE_SMOLLM : RE_GPT2;
 }
 
 /* GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the
@@ -337,7 +341,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
                     "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
     } else if (re == RE_GPT2) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, gpt-2)", path,
+        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, smollm, gpt-2)", path,
                        nv_gguf_shown(v->pre, strlen(v->pre), shown, sizeof shown));
     }
     if (vocab_size > v->n_tokens)

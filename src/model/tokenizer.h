@@ -24,8 +24,9 @@
  *   merges come from tokenizer.ggml.merges, ranked by their order; BOS, EOS, EOT/EOM and
  *   add_bos_token from the metadata. tokenizer.ggml.pre picks the split: llama3/llama-bpe
  *   (digits in threes; a piece that is a whole token skips the merges), qwen2 (single digits),
- *   gpt-2/default; any other is NV_EUNSUPPORTED. A vocabulary lacking a token for one of the 256
- *   bytes, or whose merges join nothing, is NV_EFORMAT.
+ *   smollm/starcoder (every digit a piece, then GPT-2's split), gpt-2/default; any other is
+ *   NV_EUNSUPPORTED. A Hugging Face tokenizer.json is read into the same form (model/hf.h). A
+ *   vocabulary lacking a token for one of the 256 bytes, or whose merges join nothing, is NV_EFORMAT.
  * - nv_tokenizer_encode() is llama.cpp's with special tokens parsed: the text is cut at the text
  *   of every control or user-defined token (longest first), the rest is split by the pre-tokenizer
  *   (invalid UTF-8 bytes are pieces of their own), and each piece's bytes merge lowest rank
