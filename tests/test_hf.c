@@ -404,6 +404,33 @@ static void test_tokenizer_roundtrip(void) {
         bad = 0;
         for (int i = 0; b && i < n; i++) bad += !same_ids(a, b, tx[i]);
         T_CHECK(b && bad == 0, "%s: %d of %d texts encode differently", opts[k].pre, bad, n);
+        if (k == 0 && b) { /* ids past the tokenizer's, up to config.json's vocab_size: [PADn], and left out again on writing */
+            const char *padded = folder("bpe-padded"), *again = folder("bpe-padded-again");
+            copy_file(bd, padded, "tokenizer.json");
+            copy_file(bd, padded, "tokenizer_config.json");
+            char cfg_text[64];
+            snprintf(cfg_text, sizeof cfg_text, "{\"vocab_size\": %d}", c.vocab_size + 5);
+            put_text(padded, "config.json", cfg_text);
+            nv_tokenizer *p = NULL, *q = NULL;
+            snprintf(json, sizeof json, "%s/tokenizer.json", padded);
+            T_CHECK(nv_tokenizer_load(json, 0, &p) == NV_OK, "%s", nv_errmsg());
+            T_CHECK(p && nv_tokenizer_vocab_size(p) == c.vocab_size + 5 && !strncmp(nv_tokenizer_piece(p, c.vocab_size + 4), "[PAD", 4),
+                    "padded to %d", p ? nv_tokenizer_vocab_size(p) : -1);
+            nv_model pm;
+            nv_config pc = c;
+            pc.vocab_size += 5;
+            T_CHECK(nv_model_alloc(&pm, &pc) == NV_OK && p && nv_hf_save(&pm, p, again, NV_HF_F32) == NV_OK, "%s", nv_errmsg());
+            char *written = slurp(again, "tokenizer.json", NULL), tail[32];
+            snprintf(tail, sizeof tail, "\"[PAD%d]\"", c.vocab_size);
+            T_CHECK(written && !strstr(written, tail), "the padding is written out");
+            free(written);
+            snprintf(json, sizeof json, "%s/tokenizer.json", again);
+            T_CHECK(nv_tokenizer_load(json, 0, &q) == NV_OK && nv_tokenizer_vocab_size(q) == pc.vocab_size && same_ids(q, a, "the 12 cats"),
+                    "%s", nv_errmsg());
+            nv_model_free(&pm);
+            nv_tokenizer_free(p);
+            nv_tokenizer_free(q);
+        }
         T_CHECK(b && nv_tokenizer_bos(b) == nv_tokenizer_bos(a) && nv_tokenizer_eos(b) == nv_tokenizer_eos(a) &&
                     nv_tokenizer_adds_bos(b) == nv_tokenizer_adds_bos(a),
                 "%s: BOS %d/%d EOS %d/%d adds %d/%d", opts[k].pre, b ? nv_tokenizer_bos(b) : -9, nv_tokenizer_bos(a),

@@ -913,7 +913,11 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
     nv_err e = NV_OK;
     for (int i = 0; i < n && e == NV_OK; i++)
         if (!(text[i] = spelled(tok, i, spm))) e = nv_fail(NV_ENOMEM, "out of memory");
-    for (int i = 0; i < n && e == NV_OK; i++) {
+    /* unused tokens at the end (a GGUF file's padding to the model's vocabulary) are left out, as
+       the models' own tokenizer.json files leave them: config.json's vocab_size brings them back */
+    int end = n;
+    while (byte_level && end > 0 && bv.type[end - 1] == 5) end--;
+    for (int i = 0; i < end && e == NV_OK; i++) {
         cJSON_AddNumberToObject(vocab, text[i], i);
         const int type = byte_level ? bv.type[i] : i <= NV_TOKEN_EOS ? 3 : 1;
         if (type == 3 || type == 4) cJSON_AddItemToArray(added, added_token(i, text[i], type == 3));
