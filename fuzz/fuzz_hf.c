@@ -3,11 +3,16 @@
  * The input is a folder's config.json, a NUL byte, then its model.safetensors (no NUL: the whole
  * input is model.safetensors beside a fixed tiny config). A failure must carry one line of message
  * and leave nothing behind. On success: the config is valid, the model writes itself as a folder
- * again, which loads back to the same config and weights; a forward step on the scalar engine works. */
+ * again, which loads back to the same config and weights; a forward step on the scalar engine works.
+ * The safetensors part is also read as a PEFT adapter (adapter_model.safetensors beside a fixed
+ * adapter_config.json) of the default config's model: refused with a message, or a valid shape whose
+ * values are finite, which writes itself again and reads back the same. */
+#include <math.h>
 #include <sys/stat.h>
 
 #include "fuzz_util.h"
 #include "model/forward.h"
+#include "model/lora.h"
 #include "model/hf.h"
 #include "model/model.h"
 
@@ -27,7 +32,8 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 }
 
 static void remove_folder(const char *dir) {
-    const char *names[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+    const char *names[] = {"config.json",    "model.safetensors",     "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json", "adapter_config.json", "adapter_model.safetensors"};
     char path[600];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -40,6 +46,41 @@ static int make_folder(const char *tag, char *dir, size_t cap) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, cap, "%s/nerve-fuzz-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
     return mkdtemp(dir) ? 0 : -1;
+}
+
+/* default_config's model, for the adapter reading */
+static const nv_config adapter_model = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0};
+
+static void check_peft(const void *st, size_t st_len) {
+    static const char cfg[] = "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4}";
+    char dir[512];
+    if (make_folder("peft", dir, sizeof dir) != 0) return;
+    if (write_file(dir, "adapter_config.json", cfg, strlen(cfg)) == 0 && write_file(dir, "adapter_model.safetensors", st, st_len) == 0) {
+        nv_lora_shape s;
+        float *p = NULL;
+        fz_clear_error();
+        nv_err e = nv_hf_load_lora(dir, &adapter_model, &s, &p);
+        fz_check_error(e, "nv_hf_load_lora");
+        FZ_CHECK(e == NV_OK || p == NULL, "a refused adapter left its block behind");
+        if (e == NV_OK) {
+            FZ_CHECK(nv_lora_validate(&adapter_model, &s) == NV_OK, "accepted adapter shape is invalid: %s", nv_errmsg());
+            const uint64_t n = nv_lora_param_count(&adapter_model, &s);
+            for (uint64_t i = 0; i < n; i++) FZ_CHECK(isfinite(p[i]), "adapter value %llu is not finite", (unsigned long long)i);
+            char again[512];
+            if (make_folder("peft-again", again, sizeof again) == 0) {
+                nv_lora_shape s2;
+                float *p2 = NULL;
+                FZ_CHECK(nv_hf_save_lora(&adapter_model, &s, p, again) == NV_OK, "save: %s", nv_errmsg());
+                FZ_CHECK(nv_hf_load_lora(again, &adapter_model, &s2, &p2) == NV_OK && !memcmp(&s, &s2, sizeof s) &&
+                             !memcmp(p, p2, (size_t)n * sizeof(float)),
+                         "the adapter changed in the round trip: %s", nv_errmsg());
+                free(p2);
+                remove_folder(again);
+            }
+            free(p);
+        }
+    }
+    remove_folder(dir);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -57,6 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *nul = memchr(data, 0, size);
     const void *cfg = nul ? (const void *)data : default_config, *st = nul ? nul + 1 : data;
     const size_t cfg_len = nul ? (size_t)(nul - data) : strlen(default_config), st_len = nul ? size - cfg_len - 1 : size;
+    check_peft(st, st_len);
     char dir[512], path[600];
     if (make_folder("hf", dir, sizeof dir) != 0) return 0;
     if (write_file(dir, "config.json", cfg, cfg_len) != 0 || write_file(dir, "model.safetensors", st, st_len) != 0) {

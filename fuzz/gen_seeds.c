@@ -184,6 +184,27 @@ static void hf(void) {
     nv_model_init_random(&m, 10);
     hf_seed(&m, NULL, "qwen2.hf", 1);
     nv_model_free(&m);
+    /* a PEFT adapter of the default config's model (fuzz_hf reads every input as one too) */
+    check(nv_model_alloc(&m, &c));
+    nv_lora_shape ls = {2, 4.0f, NV_LORA_Q | NV_LORA_K | NV_LORA_DOWN};
+    float *lp = malloc(nv_lora_param_count(&c, &ls) * sizeof(float));
+    if (!lp) check(nv_fail(NV_ENOMEM, "out of memory"));
+    nv_lora_init_nonzero(&c, &ls, lp, 5, 0.1f);
+    char adir[4096], apath[4200];
+    snprintf(adir, sizeof adir, "%s/peft-tmp", root);
+    check(nv_hf_save_lora(&c, &ls, lp, adir));
+    char *st = NULL;
+    size_t sl = 0;
+    snprintf(apath, sizeof apath, "%s/adapter_model.safetensors", adir);
+    check(nv_file_read_all(apath, &st, &sl));
+    put("hf", "peft_adapter.safetensors", st, sl);
+    unlink(apath);
+    snprintf(apath, sizeof apath, "%s/adapter_config.json", adir);
+    unlink(apath);
+    rmdir(adir);
+    free(st);
+    free(lp);
+    nv_model_free(&m);
     /* the byte-level and the byte-fallback tokenizer.json forms, over the tokenizer seeds' vocabularies */
     const char *vocabs[] = {"bpe_qwen2.gguf", "bpe_llama3.gguf", "bytes_and_merges.bin"};
     for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {

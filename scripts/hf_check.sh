@@ -5,7 +5,8 @@
 #   Llama 2 tokenizer.bin), encoded by transformers.js's port (@lenml/tokenizers, from the npm registry);
 # - weights: `nerve export` folders (stories260K; Qwen3- and Qwen2-shaped models with random QK-norms and
 #   biases) run by scripts/hf/check.py, a transformers-style forward in PyTorch (python3-torch, from
-#   scripts/deps.sh --bench), against `nerve perplexity` and stories260K's greedy text.
+#   scripts/deps.sh --bench), against `nerve perplexity` and stories260K's greedy text; and the PEFT
+#   adapters LoRA runs on those folders write, merged by the reference as PEFT merges them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${NERVE_DATA:-../shared/data}
@@ -51,5 +52,11 @@ for v in qk-norm qkv-bias; do
         --batch 2 --seq 64 --val-frac 0 --out "$tmp/run-$v" >/dev/null 2>&1
     build/nerve export "$tmp/run-$v" -o "$tmp/$v/"
     /usr/bin/python3 scripts/hf/check.py build/nerve "$tmp/$v" "$tmp/r.u32" --randomize
+done
+# PEFT adapters written by LoRA runs fine-tuning these folders, merged by the reference as PEFT merges them
+for v in s260 qk-norm; do
+    build/nerve train --init-from "$tmp/$v" --data "$corpus" --lora-rank 4 --lr 0.05 --steps 10 --batch 2 --seq 64 \
+        --val-frac 0 --out "$tmp/lora-$v" >/dev/null 2>&1
+    /usr/bin/python3 scripts/hf/check.py build/nerve "$tmp/$v" "$tmp/r.u32" --lora "$tmp/lora-$v"
 done
 echo "hf_check: all agree"

@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "model/gguf.h"
 #include "model/hf.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "t.h"
@@ -450,21 +451,26 @@ typedef struct {
     const char *says;
 } text_edit;
 
-/* One config.json field changed (JSON text spliced over the exported one) and its answer. */
-static nv_err load_with(const char *dir, const char *from, const char *to, nv_config *c) {
-    char *text = slurp(t_path("cfg-src"), "config.json", NULL), *at = text ? strstr(text, from) : NULL;
-    T_CHECK(at != NULL, "'%s' not in config.json", from);
-    if (!at) {
-        free(text);
-        return NV_OK;
-    }
+/* text with its first `from` replaced by `to`, written as dir/name; 0 when text lacks `from`. */
+static int put_spliced(const char *dir, const char *name, const char *text, const char *from, const char *to) {
+    const char *at = text ? strstr(text, from) : NULL;
+    T_CHECK(at != NULL, "'%s' not in %s", from, name);
+    if (!at) return 0;
     nv_buf b = {0};
     nv_buf_append(&b, text, (size_t)(at - text));
     nv_buf_append(&b, to, strlen(to));
     nv_buf_append(&b, at + strlen(from), strlen(at + strlen(from)));
-    put(dir, "config.json", b.data, b.len);
+    put(dir, name, b.data, b.len);
     nv_buf_free(&b);
+    return 1;
+}
+
+/* One config.json field changed (JSON text spliced over the exported one) and its answer. */
+static nv_err load_with(const char *dir, const char *from, const char *to, nv_config *c) {
+    char *text = slurp(t_path("cfg-src"), "config.json", NULL);
+    const int spliced = put_spliced(dir, "config.json", text, from, to);
     free(text);
+    if (!spliced) return NV_OK;
     char cfg_path[700];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
     return nv_model_read_config(cfg_path, c);
@@ -681,6 +687,116 @@ static void test_cli(void) {
     T_CHECK(t_nerve(args) == 0, "%s", t_err);
 }
 
+/* PEFT adapters: written and read back bit for bit (llama and qwen3 shapes), B's query rows in
+ * transformers' order, the same outputs as the GGUF form of the same adapter, rsLoRA's scale, a
+ * LoRA run's folder as --lora, and what is refused. */
+static void test_peft_lora(void) {
+    const char *bin = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    const char *text = t_data("corpus/tinystories_valid_head.txt");
+    if (!bin || !z || !text) return;
+    nv_model m;
+    T_CHECK(nv_model_load(bin, &m) == NV_OK, "%s", nv_errmsg());
+    const nv_config *c = &m.config;
+    nv_lora_shape s = {4, 8.0f, NV_LORA_ALL}, back_s;
+    float *p = malloc(nv_lora_param_count(c, &s) * sizeof(float)), *back = NULL;
+    nv_lora_init_nonzero(c, &s, p, 3, 0.05f);
+    const char *dir = folder("peft");
+    T_CHECK(nv_hf_save_lora(c, &s, p, dir) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_lora_load(dir, c, &back_s, &back) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(back && !memcmp(&back_s, &s, sizeof s) && !memcmp(back, p, nv_lora_param_count(c, &s) * sizeof(float)),
+            "the adapter changed in the round trip");
+    free(back);
+    back = NULL;
+    /* the file as PEFT lays it out: A as it is, B = (B^T)^T with its query rows in transformers' order */
+    st_file f;
+    T_CHECK(st_read(dir, "adapter_model.safetensors", &f), "header");
+    int r, k;
+    const float *a = st_f32(&f, "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight", &r, &k);
+    const float *b = st_f32(&f, "base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight", &r, &k);
+    const float *mine = p + nv_lora_offset(c, &s, 1, 0);
+    float *bm = malloc((size_t)c->dim * 4 * sizeof(float));
+    for (int o = 0; o < c->dim; o++)
+        for (int q = 0; q < 4; q++) bm[o * 4 + q] = mine[4 * c->dim + q * c->dim + o];
+    T_CHECK(a && !memcmp(a, mine, (size_t)4 * c->dim * 4), "lora_A");
+    T_CHECK(b && r == c->dim && k == 4 && rows_permuted(b, bm, c->n_heads, c->head_dim, 4), "lora_B's rows");
+    free(bm);
+    st_free(&f);
+    char *cfg = slurp(dir, "adapter_config.json", NULL);
+    T_CHECK(cfg && strstr(cfg, "\"LORA\"") && strstr(cfg, "\"q_proj\"") && strstr(cfg, "\"down_proj\""), "%s", cfg);
+    free(cfg);
+    /* the GGUF form of the same adapter gives the same perplexity, by the folder, its config or its weights */
+    char gguf[700], args[2400], *want = NULL;
+    snprintf(gguf, sizeof gguf, "%s/same.gguf", t_tmpdir());
+    T_CHECK(nv_gguf_save_lora(c, &s, p, gguf) == NV_OK, "%s", nv_errmsg());
+    const char *forms[] = {gguf, "", "/adapter_config.json", "/adapter_model.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "perplexity -m %s -z %s -f %s --chunks 2 --ctx 128 --json --lora %s%s", bin, z, text,
+                 i ? dir : "", forms[i]);
+        T_CHECK(t_nerve(args) == 0, "%s", t_err);
+        char *nll = strstr(t_out, "\"nll\"");
+        if (!i) want = nll ? strndup(nll, 30) : NULL;
+        else T_CHECK(nll && want && !strncmp(nll, want, 30), "--lora %s%s: %.40s, the GGUF file's %.30s", dir, forms[i], nll ? nll : "?",
+                     want ? want : "?");
+    }
+    free(want);
+    /* rsLoRA: alpha / sqrt(r) */
+    cfg = slurp(dir, "adapter_config.json", NULL);
+    char *at = cfg ? strstr(cfg, "\"use_rslora\":\tfalse") : NULL;
+    T_CHECK(at != NULL, "use_rslora");
+    if (at) {
+        memcpy(at + strlen("\"use_rslora\":\t"), "true ", 5);
+        put_text(dir, "adapter_config.json", cfg);
+        T_CHECK(nv_lora_load(dir, c, &back_s, &back) == NV_OK && fabsf(back_s.alpha - 16.0f) < 1e-5f, "rsLoRA alpha %g",
+                (double)back_s.alpha);
+        free(back);
+        back = NULL;
+    }
+    free(cfg);
+    /* refused */
+    static const text_edit bad[] = {
+        {"\"use_dora\":\tfalse", "\"use_dora\":\ttrue", NV_EUNSUPPORTED, "DoRA"},
+        {"\"bias\":\t\"none\"", "\"bias\":\t\"all\"", NV_EUNSUPPORTED, "biases"},
+        {"\"r\":\t4", "\"r\":\t8", NV_EFORMAT, "r = 8"},
+        {"\"LORA\"", "\"IA3\"", NV_EUNSUPPORTED, "peft_type 'IA3'"},
+        {"\"inference_mode\":\ttrue", "\"inference_mode\":\ttrue, \"modules_to_save\": [\"lm_head\"]", NV_EUNSUPPORTED, "modules_to_save"},
+    };
+    char *good = slurp(dir, "adapter_config.json", NULL);
+    for (size_t i = 0; good && i < sizeof bad / sizeof bad[0]; i++) {
+        if (!put_spliced(dir, "adapter_config.json", good, bad[i].from, bad[i].to)) continue;
+        nv_err e = nv_lora_load(dir, c, &back_s, &back);
+        T_CHECK(e == bad[i].want && strstr(nv_errmsg(), bad[i].says) && !back, "%s: %d %s", bad[i].to, e, nv_errmsg());
+        free(back);
+        back = NULL;
+    }
+    free(good);
+    nv_model_free(&m);
+    free(p);
+    /* a Qwen3 shape (QK-norm, wide heads, GQA) round trips too */
+    nv_config q3 = {.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .vocab_size = 300,
+                    .seq_len = 128, .rope_theta = 1000000.0f, .norm_eps = 1e-6f, .qk_norm = 1};
+    nv_lora_shape s3 = {8, 16.0f, NV_LORA_Q | NV_LORA_K | NV_LORA_DOWN};
+    p = malloc(nv_lora_param_count(&q3, &s3) * sizeof(float));
+    nv_lora_init_nonzero(&q3, &s3, p, 5, 0.1f);
+    const char *d3 = folder("peft-qwen3");
+    T_CHECK(nv_hf_save_lora(&q3, &s3, p, d3) == NV_OK && nv_lora_load(d3, &q3, &back_s, &back) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(back && !memcmp(&back_s, &s3, sizeof s3) && !memcmp(back, p, nv_lora_param_count(&q3, &s3) * sizeof(float)),
+            "the qwen3 adapter changed in the round trip");
+    free(back);
+    free(p);
+    /* a LoRA run leaves its adapters in PEFT's form too: --lora RUN_DIR is --lora RUN_DIR/adapter.gguf */
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --lora-rank 4 --lr 0.01 --steps 3 --batch 2 --seq 32 --val-frac 0 --out %s/lora-run",
+             bin, z, text, t_tmpdir());
+    T_CHECK(t_nerve(args) == 0, "%s", t_err);
+    char *with_gguf = NULL;
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "generate -m %s -z %s -n 60 -t 0 --lora %s/lora-run%s", bin, z, t_tmpdir(), i ? "" : "/adapter.gguf");
+        T_CHECK(t_nerve(args) == 0, "%s", t_err);
+        if (!i) with_gguf = strdup(t_out);
+        else T_CHECK(with_gguf && !strcmp(t_out, with_gguf), "the run folder's PEFT adapter generates otherwise: %s", t_out);
+    }
+    free(with_gguf);
+}
+
 int main(void) {
     T_RUN(test_export_layout_and_golden);
     T_RUN(test_half_types);
@@ -691,5 +807,6 @@ int main(void) {
     T_RUN(test_malformed_safetensors);
     T_RUN(test_malformed_tokenizer);
     T_RUN(test_cli);
+    T_RUN(test_peft_lora);
     return t_done();
 }

@@ -3,13 +3,15 @@ way transformers' Llama/Qwen2/Qwen3 code computes (rotate_half RoPE on the store
 RMSNorm in fp32, SwiGLU, QK-norm before RoPE, Qwen2's biases), reading config.json and
 model.safetensors with nothing of nerve's.
 
-    python3 check.py NERVE FOLDER TOKENS.u32 [GOLDEN_IDS | --randomize]
+    python3 check.py NERVE FOLDER TOKENS.u32 [GOLDEN_IDS | --randomize | --lora ADAPTER_DIR]
 
 Prints the perplexity of the token chunk (second half scored, as `nerve perplexity` scores it) by
 the reference and by `nerve perplexity -m FOLDER`, and with GOLDEN_IDS (a greedy text's ids) checks
 that the reference's argmax at every position is the next greedy token. --randomize first rewrites
 the folder's weights (F32) with random values, norms, QK-norms and biases far from their trained
-ones, so that every tensor's order matters. Exits 1 on a mismatch.
+ones, so that every tensor's order matters. --lora merges a PEFT adapter folder the way PEFT does
+(W + lora_alpha / r * B @ A; / sqrt(r) with use_rslora) and compares with `nerve perplexity --lora`.
+Exits 1 on a mismatch.
 """
 import json
 import math
@@ -126,23 +128,37 @@ def forward(cfg, w, ids):
 
 def main():
     nerve, folder, tokens_path = sys.argv[1:4]
-    golden = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != '--randomize' else None
+    opt = sys.argv[4] if len(sys.argv) > 4 else None
+    golden = opt if opt not in (None, '--randomize', '--lora') else None
     cfg = json.load(open(f'{folder}/config.json'))
     w = load_safetensors(f'{folder}/model.safetensors')
-    if len(sys.argv) > 4 and sys.argv[4] == '--randomize':
+    if opt == '--randomize':
         w = randomize(w)
         save_safetensors(f'{folder}/model.safetensors', w)
+    extra = []
+    if opt == '--lora':
+        adapter = sys.argv[5]
+        acfg = json.load(open(f'{adapter}/adapter_config.json'))
+        r, alpha = acfg['r'], acfg['lora_alpha']
+        scale = alpha / math.sqrt(r) if acfg.get('use_rslora') else alpha / r
+        a = load_safetensors(f'{adapter}/adapter_model.safetensors')
+        for name, x in a.items():
+            if '.lora_A.' not in name:
+                continue
+            target = name.replace('base_model.model.', '', 1).replace('.lora_A.weight', '.weight')
+            w[target] = w[target] + scale * (a[name.replace('lora_A', 'lora_B')] @ x)
+        extra = ['--lora', adapter]
     raw = open(tokens_path, 'rb').read()
     ids = list(struct.unpack(f'<{len(raw) // 4}I', raw))
     logits = forward(cfg, w, ids)
     first = len(ids) // 2
     logp = torch.log_softmax(logits, dim=-1)
     nll = -sum(logp[i, ids[i + 1]].item() for i in range(first, len(ids) - 1)) / (len(ids) - 1 - first)
-    out = subprocess.run([nerve, 'perplexity', '-m', folder, '-f', tokens_path, '--ctx', str(len(ids)), '--json'],
+    out = subprocess.run([nerve, 'perplexity', '-m', folder, '-f', tokens_path, '--ctx', str(len(ids)), '--json'] + extra,
                          capture_output=True, text=True, check=True).stdout
     got = json.loads(out)['nll']
     ok = abs(got - nll) < 1e-4 * max(1.0, abs(nll))
-    print(f'{folder}: reference nll {nll:.6f}, nerve perplexity nll {got:.6f} ({cfg["model_type"]}, {len(ids)} tokens): '
+    print(f'{folder}{" + " + extra[1] if extra else ""}: reference nll {nll:.6f}, nerve perplexity nll {got:.6f} ({cfg["model_type"]}, {len(ids)} tokens): '
           f'{"same" if ok else "DIFFERENT"}')
     if golden:
         g = [int(x) for x in open(golden).read().split()]

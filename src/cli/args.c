@@ -176,7 +176,7 @@ nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_mo
     for (int i = 0; i < l->n && e == NV_OK; i++) {
         nv_lora_shape s;
         float *p = NULL;
-        if ((e = nv_gguf_load_lora(l->path[i], &m->config, &s, &p)) != NV_OK) break;
+        if ((e = nv_lora_load(l->path[i], &m->config, &s, &p)) != NV_OK) break;
         nv_lora_merge(m, &s, p, l->scale[i]);
         free(p);
         for (uint64_t j = 0; j < m->n_params && e == NV_OK; j++) /* a huge alpha or scale can overflow */

@@ -7,6 +7,7 @@
 #include "base/hash.h"
 #include "base/pool.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 
 /* Frees the slot's adapter; the slot keeps its generation (the next adapter's is one more). */
 static void adapter_free(nv_adapter *a, int n_plans) {
@@ -185,7 +186,7 @@ nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, co
     pthread_mutex_unlock(&set->mu);
     if (err != NV_OK) return err;
     float *p = NULL;
-    err = nv_gguf_load_lora(path, c, &ad->shape, &p);
+    err = nv_lora_load(path, c, &ad->shape, &p);
     if (err == NV_OK && ad->shape.rank > set->max_rank)
         err = nv_fail(NV_EINVAL, "adapter %s (%s): rank %d is above this server's largest, %d (--max-lora-rank)", name, path,
                       ad->shape.rank, set->max_rank);

@@ -719,7 +719,7 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
  * RoPE order, which rotates rows (2i, 2i + 1), and the order of qwen3 files, which rotate rows
  * (i, i + hd/2): to_half moves row 2i to i and row 2i + 1 to i + hd/2, else back. The attention
  * scores are the same either way (q and k reordered alike; QK-norm's weights with them). */
-static nv_err rope_pairs_reorder(void *base, size_t row_bytes, int heads, int hd, int to_half) {
+nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int to_half) {
     if (!base) return NV_OK;
     uint8_t *tmp = malloc((size_t)hd * row_bytes);
     if (!tmp) return nv_fail(NV_ENOMEM, "out of memory");
@@ -738,12 +738,12 @@ static nv_err rope_pairs_reorder(void *base, size_t row_bytes, int heads, int hd
 
 /* A block-quantized or fp16 source of heads x hd rows, reordered as rope_pairs_reorder. */
 static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int to_half) {
-    if (qm->h) return rope_pairs_reorder(qm->h, (size_t)cols * sizeof(uint16_t), heads, hd, to_half);
+    if (qm->h) return nv_rope_rows_reorder(qm->h, (size_t)cols * sizeof(uint16_t), heads, hd, to_half);
     if (!qm->q) return NV_OK;
     const size_t scales = (size_t)(cols / qm->qb) * sizeof(float);
-    NV_TRY(rope_pairs_reorder(qm->q, (size_t)cols, heads, hd, to_half));
-    NV_TRY(rope_pairs_reorder(qm->s, scales, heads, hd, to_half));
-    return rope_pairs_reorder(qm->o, scales, heads, hd, to_half);
+    NV_TRY(nv_rope_rows_reorder(qm->q, (size_t)cols, heads, hd, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->s, scales, heads, hd, to_half));
+    return nv_rope_rows_reorder(qm->o, scales, heads, hd, to_half);
 }
 
 /* The fp32 weights unless pending, and the quantized sources. */
@@ -753,17 +753,17 @@ nv_err nv_model_qk_reorder(nv_model *m, int to_half) {
     for (int l = 0; l < c->n_layers; l++) {
         nv_qmatrix *qq = m->quant ? &m->quant[l * NV_LAYER_MATRICES + 0] : NULL;
         nv_qmatrix *qk = m->quant ? &m->quant[l * NV_LAYER_MATRICES + 1] : NULL;
-        if (!qq || !qq->pending) NV_TRY(rope_pairs_reorder(m->w.wq + (size_t)l * qd * d, (size_t)d * 4, c->n_heads, hd, to_half));
-        if (!qk || !qk->pending) NV_TRY(rope_pairs_reorder(m->w.wk + (size_t)l * kvd * d, (size_t)d * 4, c->n_kv_heads, hd, to_half));
+        if (!qq || !qq->pending) NV_TRY(nv_rope_rows_reorder(m->w.wq + (size_t)l * qd * d, (size_t)d * 4, c->n_heads, hd, to_half));
+        if (!qk || !qk->pending) NV_TRY(nv_rope_rows_reorder(m->w.wk + (size_t)l * kvd * d, (size_t)d * 4, c->n_kv_heads, hd, to_half));
         if (qq) NV_TRY(qmatrix_reorder(qq, d, c->n_heads, hd, to_half));
         if (qk) NV_TRY(qmatrix_reorder(qk, d, c->n_kv_heads, hd, to_half));
         if (c->qk_norm) {
-            NV_TRY(rope_pairs_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, to_half));
-            NV_TRY(rope_pairs_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, to_half));
         }
         if (c->qkv_bias) {
-            NV_TRY(rope_pairs_reorder(m->w.bq + (size_t)l * qd, 4, c->n_heads, hd, to_half));
-            NV_TRY(rope_pairs_reorder(m->w.bk + (size_t)l * kvd, 4, c->n_kv_heads, hd, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.bq + (size_t)l * qd, 4, c->n_heads, hd, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.bk + (size_t)l * kvd, 4, c->n_kv_heads, hd, to_half));
         }
     }
     return NV_OK;
@@ -1537,7 +1537,7 @@ static void lora_transpose(float *b, float *bt, int out, int rank, int to_bt) {
  * update them. */
 static nv_err lora_b_reorder(const nv_config *c, int t, float *b, int rank, int to_half) {
     if (!(c->qk_norm || c->qkv_bias) || t > 1) return NV_OK;
-    return rope_pairs_reorder(b, (size_t)rank * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, to_half);
+    return nv_rope_rows_reorder(b, (size_t)rank * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, to_half);
 }
 
 nv_err nv_gguf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *path) {

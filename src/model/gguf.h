@@ -128,6 +128,8 @@ size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_re
  * order of qwen GGUF files and of Hugging Face checkpoints, which rotate rows (i, i + hd/2):
  * to_half 1 into the latter, 0 back. */
 nv_err nv_model_qk_reorder(nv_model *m, int to_half);
+/* The rows of heads x hd rows of row_bytes each (NULL: nothing) reordered the same way, in place. */
+nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int to_half);
 /* view: m's config and weights, but for copies of the query and key rows (QK-norm weights, query
  * and key biases) in the half order (*copy, the caller frees), for writers of that order. */
 nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/file.h"
 #include "base/log.h"
@@ -402,6 +403,17 @@ static float bf16_value(uint16_t h) {
     return f;
 }
 
+/* The n values of an F32, F16 or BF16 tensor as fp32. */
+static void st_convert(const st_tensor *t, uint64_t n, float *dst) {
+    if (t->dtype == ST_F32) memcpy(dst, t->data, (size_t)n * 4);
+    else
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, t->data + 2 * i, 2);
+            dst[i] = t->dtype == ST_F16 ? _cvtsh_ss(h) : bf16_value(h);
+        }
+}
+
 /* Tensor `name` checked against shape [d1, d0] (a vector: [d0]) and converted into dst when given. */
 static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0, uint64_t d1, float *dst) {
     st_tensor *t = st_find(s, name);
@@ -415,15 +427,7 @@ static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0,
     if (t->dtype == ST_OTHER)
         return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 and BF16 are read)", dir, name, t->dtype_name);
     t->used = 1;
-    if (!dst) return NV_OK;
-    const uint64_t n = d0 * d1;
-    if (t->dtype == ST_F32) memcpy(dst, t->data, (size_t)n * 4);
-    else
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, t->data + 2 * i, 2);
-            dst[i] = t->dtype == ST_F16 ? _cvtsh_ss(h) : bf16_value(h);
-        }
+    if (dst) st_convert(t, d0 * d1, dst);
     return NV_OK;
 }
 
@@ -1032,43 +1036,42 @@ static uint16_t to_bf16(float f) { /* round to nearest even; NaN stays NaN */
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
 }
 
-static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtype) {
-    const nv_config *c = &m->config;
-    nv_model view;
-    float *qk = NULL;
-    NV_TRY(nv_model_half_view(m, &view, &qk));
-    const size_t nt = nv_model_tensor_count(c);
-    nv_tensor_ref *t = calloc(nt, sizeof *t);
-    void **conv = calloc(nt, sizeof *conv);
-    nv_iov *parts = calloc(nt + 2, sizeof *parts);
+/* A tensor to write: its name, [rows, cols] (cols 0: a vector of rows) and fp32 values. */
+typedef struct {
+    char name[128];
+    uint64_t rows, cols;
+    const float *p;
+} st_out;
+
+/* n tensors as one safetensors file at path, in dtype, atomically. */
+static nv_err st_write(const char *path, const st_out *t, size_t n, nv_hf_dtype dtype) {
+    void **conv = calloc(n ? n : 1, sizeof *conv);
+    nv_iov *parts = calloc(n + 2, sizeof *parts);
     cJSON *h = cJSON_CreateObject();
-    nv_err e = t && conv && parts ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
+    nv_err e = conv && parts ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(h, "__metadata__"), "format", "pt");
     const size_t esize = dtype == NV_HF_F32 ? 4 : 2;
     uint64_t off = 0;
-    if (e == NV_OK) nv_model_tensor_map(c, &view.w, t);
-    for (size_t i = 0; i < nt && e == NV_OK; i++) {
-        char name[96];
-        hf_name(t[i].name, name, sizeof name);
-        const uint64_t n = t[i].d0 * t[i].d1;
-        cJSON *o = cJSON_AddObjectToObject(h, name);
+    for (size_t i = 0; i < n && e == NV_OK; i++) {
+        const uint64_t count = t[i].rows * (t[i].cols ? t[i].cols : 1);
+        cJSON *o = cJSON_AddObjectToObject(h, t[i].name);
         cJSON_AddStringToObject(o, "dtype", dtype == NV_HF_F32 ? "F32" : dtype == NV_HF_BF16 ? "BF16" : "F16");
-        const double shape[2] = {(double)t[i].d1, (double)t[i].d0}, offs[2] = {(double)off, (double)(off + n * esize)};
-        cJSON_AddItemToObject(o, "shape", t[i].d1 == 1 ? cJSON_CreateDoubleArray(shape + 1, 1) : cJSON_CreateDoubleArray(shape, 2));
+        const double shape[2] = {(double)t[i].rows, (double)t[i].cols}, offs[2] = {(double)off, (double)(off + count * esize)};
+        cJSON_AddItemToObject(o, "shape", cJSON_CreateDoubleArray(shape, t[i].cols ? 2 : 1));
         cJSON_AddItemToObject(o, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
-        off += n * esize;
+        off += count * esize;
         if (dtype == NV_HF_F32) {
-            parts[i + 2] = (nv_iov){t[i].p, (size_t)n * 4};
+            parts[i + 2] = (nv_iov){t[i].p, (size_t)count * 4};
             continue;
         }
-        uint16_t *half = conv[i] = malloc((size_t)n * 2);
+        uint16_t *half = conv[i] = malloc((size_t)count * 2);
         if (!half) {
             e = nv_fail(NV_ENOMEM, "out of memory");
             break;
         }
-        for (uint64_t k = 0; k < n; k++)
+        for (uint64_t k = 0; k < count; k++)
             half[k] = dtype == NV_HF_BF16 ? to_bf16(t[i].p[k]) : _cvtss_sh(t[i].p[k], _MM_FROUND_TO_NEAREST_INT);
-        parts[i + 2] = (nv_iov){half, (size_t)n * 2};
+        parts[i + 2] = (nv_iov){half, (size_t)count * 2};
     }
     char *text = e == NV_OK ? cJSON_PrintUnformatted(h) : NULL;
     if (e == NV_OK && !text) e = nv_fail(NV_ENOMEM, "out of memory");
@@ -1083,17 +1086,40 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
             memset(padded + tl, ' ', hl - tl);
             parts[0] = (nv_iov){&hl64, 8};
             parts[1] = (nv_iov){padded, hl};
-            char path[HF_PATH];
-            snprintf(path, sizeof path, "%s/model.safetensors", dir);
-            e = nv_file_write_atomic(path, parts, (int)nt + 2);
+            e = nv_file_write_atomic(path, parts, (int)n + 2);
             free(padded);
         }
     }
     free(text);
     cJSON_Delete(h);
-    for (size_t i = 0; conv && i < nt; i++) free(conv[i]);
+    for (size_t i = 0; conv && i < n; i++) free(conv[i]);
     free(conv);
     free(parts);
+    return e;
+}
+
+static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtype) {
+    const nv_config *c = &m->config;
+    nv_model view;
+    float *qk = NULL;
+    NV_TRY(nv_model_half_view(m, &view, &qk));
+    const size_t nt = nv_model_tensor_count(c);
+    nv_tensor_ref *t = calloc(nt, sizeof *t);
+    st_out *o = calloc(nt, sizeof *o);
+    nv_err e = t && o ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
+    if (e == NV_OK) {
+        nv_model_tensor_map(c, &view.w, t);
+        for (size_t i = 0; i < nt; i++) {
+            hf_name(t[i].name, o[i].name, sizeof o[i].name);
+            o[i].rows = t[i].d1 == 1 ? t[i].d0 : t[i].d1;
+            o[i].cols = t[i].d1 == 1 ? 0 : t[i].d0;
+            o[i].p = t[i].p;
+        }
+        char path[HF_PATH];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        e = st_write(path, o, nt, dtype);
+    }
+    free(o);
     free(t);
     free(qk);
     return e;
@@ -1145,4 +1171,210 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     cJSON_Delete(tj);
     cJSON_Delete(tc);
     return e;
+}
+
+/* ---- PEFT LoRA adapters: adapter_config.json + adapter_model.safetensors ------------------------ */
+
+/* transformers' module of each adapted matrix, in the plan order (q, k, v, o, gate, down, up). */
+static const char *const lora_module[NV_LAYER_MATRICES] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                           "self_attn.o_proj", "mlp.gate_proj",    "mlp.down_proj",
+                                                           "mlp.up_proj"};
+
+/* The adapter folder's adapter_config.json from path (the folder, its config or its weights). */
+static void peft_config_path(const char *path, char *out, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(out, cap, "%s/adapter_config.json", path);
+    else sibling(path, "adapter_config.json", out, cap);
+}
+
+int nv_hf_is_lora(const char *path) {
+    struct stat st;
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    const size_t bl = strlen(base);
+    if (!(stat(path, &st) == 0 && S_ISDIR(st.st_mode)) && strcmp(base, "adapter_config.json") &&
+        !(bl > 12 && !strcmp(base + bl - 12, ".safetensors")))
+        return 0; /* any other file (a GGUF adapter) is read as what it is */
+    char cfg[HF_PATH];
+    peft_config_path(path, cfg, sizeof cfg);
+    return nv_file_exists(cfg);
+}
+
+/* "base_model.model.model.layers.N.<module>.lora_A.weight": layer, matrix and half (0 A, 1 B). */
+static int peft_tensor_of(const char *name, const nv_config *c, int *l, int *t, int *half) {
+    int at = 0;
+    if (sscanf(name, "base_model.model.model.layers.%d.%n", l, &at) != 1 || !at || *l < 0 || *l >= c->n_layers) return 0;
+    for (int k = 0; k < NV_LAYER_MATRICES; k++) {
+        const size_t ml = strlen(lora_module[k]);
+        if (strncmp(name + at, lora_module[k], ml)) continue;
+        const char *rest = name + at + ml;
+        if (!strcmp(rest, ".lora_A.weight") || !strcmp(rest, ".lora_B.weight")) {
+            *t = k;
+            *half = rest[6] == 'B';
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static nv_err peft_config(const char *path, const cJSON *j, float *alpha, int *rslora, int64_t *r) {
+    const char *type = str_of(field(j, "peft_type"));
+    char shown[128];
+    if (type && strcmp(type, "LORA"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: peft_type '%s': only LoRA adapters are read", path,
+                       nv_gguf_shown(type, strlen(type), shown, sizeof shown));
+    int dora = 0, fan = 0;
+    NV_TRY(get_flag(path, j, "use_dora", 0, &dora));
+    NV_TRY(get_flag(path, j, "fan_in_fan_out", 0, &fan));
+    NV_TRY(get_flag(path, j, "use_rslora", 0, rslora));
+    const char *bias = str_of(field(j, "bias"));
+    const cJSON *save = field(j, "modules_to_save"), *rp = field(j, "rank_pattern"), *ap = field(j, "alpha_pattern");
+    if (dora || fan || (bias && strcmp(bias, "none")) || (cJSON_IsArray(save) && cJSON_GetArraySize(save)) ||
+        (cJSON_IsObject(rp) && rp->child) || (cJSON_IsObject(ap) && ap->child))
+        return nv_fail(NV_EUNSUPPORTED, "%s: %s is not supported (plain LoRA of the attention and FFN matrices is)", path,
+                       dora ? "DoRA (use_dora)" : fan ? "fan_in_fan_out" : bias && strcmp(bias, "none") ? "training biases"
+                       : cJSON_IsArray(save) && cJSON_GetArraySize(save) ? "modules_to_save"
+                                                                            : "a rank or alpha per module");
+    double a;
+    NV_TRY(get_whole(path, j, "r", 8, 0, 1, 1024, r));
+    NV_TRY(get_real(path, j, "lora_alpha", 8.0, &a));
+    if (!(a > 0 && a <= 1e6)) return nv_fail(NV_EFORMAT, "%s: lora_alpha %g is out of range", path, a);
+    *alpha = (float)a;
+    return NV_OK;
+}
+
+nv_err nv_hf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, float **out) {
+    *out = NULL;
+    memset(s, 0, sizeof *s);
+    char cfg_path[HF_PATH], st_path[HF_PATH], shown[128];
+    peft_config_path(path, cfg_path, sizeof cfg_path);
+    cJSON *j;
+    NV_TRY(json_file(cfg_path, 0, &j));
+    float alpha = 0;
+    int rslora = 0;
+    int64_t r = 0;
+    nv_err e = peft_config(cfg_path, j, &alpha, &rslora, &r);
+    cJSON_Delete(j);
+    st_set set = {0};
+    const int L = c->n_layers;
+    st_tensor **pair = calloc((size_t)L * NV_LAYER_MATRICES * 2, sizeof *pair);
+    if (e == NV_OK && !pair) e = nv_fail(NV_ENOMEM, "out of memory");
+    if (e == NV_OK) e = st_open_file(&set, sibling(cfg_path, "adapter_model.safetensors", st_path, sizeof st_path));
+    for (size_t i = 0; i < set.n && e == NV_OK; i++) {
+        st_tensor *x = &set.t[i];
+        int l, t, half, out_dim, in_dim;
+        if (!peft_tensor_of(x->name, c, &l, &t, &half)) {
+            e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is not a LoRA A or B of a layer's attention or FFN matrix of this model",
+                        st_path, nv_gguf_shown(x->name, strlen(x->name), shown, sizeof shown));
+            break;
+        }
+        nv_lora_dims(c, t, &out_dim, &in_dim);
+        const uint64_t rank = half ? x->shape[1] : x->shape[0];
+        if (x->ndim != 2 || x->shape[half ? 0 : 1] != (uint64_t)(half ? out_dim : in_dim) || rank != (uint64_t)r ||
+            x->dtype == ST_OTHER) {
+            e = nv_fail(NV_EFORMAT, "%s: tensor '%s' is not [r, %d] (lora_A) or [%d, r] (lora_B) in F32, F16 or BF16, r = %lld",
+                        st_path, nv_gguf_shown(x->name, strlen(x->name), shown, sizeof shown), in_dim, out_dim, (long long)r);
+            break;
+        }
+        pair[(l * NV_LAYER_MATRICES + t) * 2 + half] = x;
+        s->targets |= 1u << t;
+    }
+    for (int i = 0; i < L * NV_LAYER_MATRICES && e == NV_OK; i++)
+        if (!pair[2 * i] != !pair[2 * i + 1])
+            e = nv_fail(NV_EFORMAT, "%s: layer %d's %s has lora_%c without lora_%c", st_path, i / NV_LAYER_MATRICES,
+                        lora_module[i % NV_LAYER_MATRICES], pair[2 * i] ? 'A' : 'B', pair[2 * i] ? 'B' : 'A');
+    if (e == NV_OK && !s->targets) e = nv_fail(NV_EFORMAT, "%s: the adapter holds no tensors", st_path);
+    s->rank = (int)r;
+    s->alpha = rslora ? alpha * sqrtf((float)r) : alpha; /* rsLoRA scales by alpha / sqrt(r) */
+    if (e == NV_OK) e = nv_lora_validate(c, s);
+    const uint64_t n = e == NV_OK ? nv_lora_param_count(c, s) : 0;
+    float *p = NULL, *b = NULL;
+    if (e == NV_OK) {
+        p = calloc((size_t)n, sizeof(float));
+        b = malloc((size_t)r * (size_t)(c->dim + c->hidden_dim + nv_config_q_dim(c)) * sizeof(float));
+        if (!p || !b) e = nv_fail(NV_ENOMEM, "out of memory for the adapter");
+    }
+    for (int l = 0; l < L && e == NV_OK; l++)
+        for (int t = 0; t < NV_LAYER_MATRICES && e == NV_OK; t++) {
+            st_tensor *const *ab = &pair[(l * NV_LAYER_MATRICES + t) * 2];
+            if (!ab[0]) continue; /* adapted in other layers: zeros, no change here */
+            int out_dim, in_dim;
+            nv_lora_dims(c, t, &out_dim, &in_dim);
+            float *a = p + nv_lora_offset(c, s, l, t);
+            st_convert(ab[0], (uint64_t)r * (uint64_t)in_dim, a);
+            st_convert(ab[1], (uint64_t)r * (uint64_t)out_dim, b);
+            /* B's query and key rows in transformers' RoPE order, then transposed into B^T */
+            if (t <= 1) e = nv_rope_rows_reorder(b, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, 0);
+            for (int o = 0; o < out_dim; o++)
+                for (int k = 0; k < r; k++) a[(size_t)r * in_dim + (size_t)k * out_dim + o] = b[(size_t)o * r + k];
+        }
+    for (uint64_t i = 0; i < n && e == NV_OK; i++)
+        if (!isfinite(p[i])) e = nv_fail(NV_EFORMAT, "%s: the adapter holds a value that is not finite", st_path);
+    free(b);
+    free(pair);
+    st_close(&set);
+    if (e != NV_OK) {
+        free(p);
+        memset(s, 0, sizeof *s);
+        return e;
+    }
+    *out = p;
+    return NV_OK;
+}
+
+nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *dir) {
+    NV_TRY(nv_lora_validate(c, s));
+    const int r = s->rank, L = c->n_layers;
+    int n_targets = 0;
+    for (int t = 0; t < NV_LAYER_MATRICES; t++) n_targets += (s->targets >> t) & 1;
+    const size_t nt = (size_t)L * (size_t)n_targets * 2;
+    st_out *o = calloc(nt, sizeof *o);
+    float *b = malloc((size_t)nv_lora_param_count(c, s) * sizeof(float)); /* every B, untransposed */
+    nv_err e = o && b ? nv_mkdirs(dir) : nv_fail(NV_ENOMEM, "out of memory");
+    size_t k = 0, at = 0;
+    for (int l = 0; l < L && e == NV_OK; l++)
+        for (int t = 0; t < NV_LAYER_MATRICES && e == NV_OK; t++) {
+            if (!((s->targets >> t) & 1)) continue;
+            int out_dim, in_dim;
+            nv_lora_dims(c, t, &out_dim, &in_dim);
+            const float *a = p + nv_lora_offset(c, s, l, t), *bt = a + (size_t)r * in_dim;
+            float *bl = b + at;
+            at += (size_t)out_dim * r;
+            for (int oo = 0; oo < out_dim; oo++)
+                for (int q = 0; q < r; q++) bl[(size_t)oo * r + q] = bt[(size_t)q * out_dim + oo];
+            if (t <= 1) e = nv_rope_rows_reorder(bl, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, 1);
+            for (int half = 0; half < 2; half++, k++) {
+                snprintf(o[k].name, sizeof o[k].name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l, lora_module[t],
+                         half ? 'B' : 'A');
+                o[k].rows = half ? (uint64_t)out_dim : (uint64_t)r;
+                o[k].cols = half ? (uint64_t)r : (uint64_t)in_dim;
+                o[k].p = half ? bl : a;
+            }
+        }
+    char path[HF_PATH];
+    if (e == NV_OK) e = st_write(strcat(strcpy(path, dir), "/adapter_model.safetensors"), o, k, NV_HF_F32);
+    if (e == NV_OK) {
+        cJSON *j = cJSON_CreateObject(), *targets = cJSON_CreateArray();
+        cJSON_AddStringToObject(j, "peft_type", "LORA");
+        cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
+        cJSON_AddNumberToObject(j, "r", r);
+        cJSON_AddNumberToObject(j, "lora_alpha", shortest(s->alpha));
+        cJSON_AddNumberToObject(j, "lora_dropout", 0);
+        cJSON_AddStringToObject(j, "bias", "none");
+        cJSON_AddBoolToObject(j, "fan_in_fan_out", 0);
+        cJSON_AddBoolToObject(j, "use_rslora", 0);
+        cJSON_AddBoolToObject(j, "use_dora", 0);
+        cJSON_AddBoolToObject(j, "inference_mode", 1);
+        for (int t = 0; t < NV_LAYER_MATRICES; t++)
+            if ((s->targets >> t) & 1) cJSON_AddItemToArray(targets, cJSON_CreateString(strchr(lora_module[t], '.') + 1));
+        cJSON_AddItemToObject(j, "target_modules", targets);
+        e = write_json(dir, "adapter_config.json", j);
+        cJSON_Delete(j);
+    }
+    free(o);
+    free(b);
+    return e;
+}
+
+nv_err nv_lora_load(const char *path, const nv_config *c, nv_lora_shape *s, float **params) {
+    return nv_hf_is_lora(path) ? nv_hf_load_lora(path, c, s, params) : nv_gguf_load_lora(path, c, s, params);
 }

@@ -29,6 +29,7 @@
 
 #include "base/err.h"
 #include "model/gguf.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -63,5 +64,20 @@ typedef enum { NV_HF_F32, NV_HF_BF16, NV_HF_F16 } nv_hf_dtype;
  * (transformers' own conversion of SentencePiece models). Refused: RoPE frequency factors
  * (config.json names a scaling rule, not divisors) and QK-norm with biases (no such model type). */
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype);
+
+/* PEFT's LoRA adapters (what `PeftModel.save_pretrained` writes): adapter_config.json (peft_type
+ * LORA, r, lora_alpha, use_rslora: the update scaled by alpha / sqrt(r)) and
+ * adapter_model.safetensors with base_model.model.model.layers.N.<module>.lora_A.weight [r, in]
+ * and .lora_B.weight [out, r] for the attention and FFN projections (B's query and key rows in
+ * transformers' RoPE order). DoRA, trained biases, modules_to_save and per-module ranks are refused;
+ * matrices adapted in some layers only get zeros (no change) in the others. path: the folder, its
+ * adapter_config.json or its adapter_model.safetensors. Loading returns the trainable block's
+ * layout (model/lora.h), as nv_gguf_load_lora. */
+int nv_hf_is_lora(const char *path);
+nv_err nv_hf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, float **params);
+/* Writes adapter_config.json and adapter_model.safetensors (F32) into dir, created if missing. */
+nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *dir);
+/* An adapter from either form: a PEFT folder (nv_hf_is_lora) or a GGUF file. */
+nv_err nv_lora_load(const char *path, const nv_config *c, nv_lora_shape *s, float **params);
 
 #endif

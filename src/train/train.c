@@ -19,6 +19,7 @@
 #include "engine/peak.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/sampler.h"
 #include "train/ckpt.h"
 #include "train/dist.h"
@@ -938,10 +939,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             h.last_loss = last_loss;
             h.last_val_loss = last_eval.val;
             if ((e = nv_ckpt_save(ckpt_path, &h, tm.train_params, opt.m, opt.v))) goto done;
-            /* the adapters as llama.cpp reads them, with every checkpoint (a run that dies before its
-               end still leaves the ones its checkpoint holds, to use with --lora) */
+            /* the adapters as llama.cpp reads them, and as PEFT does (adapter_config.json and
+               adapter_model.safetensors in the run folder), with every checkpoint (a run that dies
+               before its end still leaves the ones its checkpoint holds, to use with --lora) */
             if (lora && nv_gguf_save_lora(c, &o->lora, tm.lora_params, adapter_path) != NV_OK)
                 nv_warn("%s not written: %s", adapter_path, nv_errmsg());
+            if (lora && nv_hf_save_lora(c, &o->lora, tm.lora_params, o->out_dir) != NV_OK)
+                nv_warn("%s/adapter_model.safetensors not written: %s", o->out_dir, nv_errmsg());
             write_svg(svg_path, &tr, &va, o->steps);
         }
         if (diverged) { /* reported once the model is saved (whose own errors must not replace this) */
