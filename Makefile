@@ -4,6 +4,7 @@
 #   make demo     install missing packages, build, and run the demo
 #   make bench-peers  build/peers/nerve-peer: the OpenBLAS/oneDNN peers of `nerve bench matmul`
 #                 (after scripts/deps.sh --bench); nerve itself never links them
+.DEFAULT_GOAL := all
 CC      ?= gcc
 WARN    := -Wall -Wextra -Werror
 BASE    := -std=c11 -D_GNU_SOURCE -Isrc -ffp-contract=off -fno-math-errno -pthread -MMD -MP
