@@ -325,6 +325,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check_json(out, detok ? "detokenize body" : "tokenize body");
         }
     }
+    /* as /apply-template under each template: an object with the prompt's text, or an error */
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_DEEPSEEK; t++) {
+        char *out = NULL;
+        nv_api_error err;
+        ctx.tmpl = (nv_chat_template)t;
+        int rc = nv_api_apply_template(&ctx, (const char *)data, size, &out, &err);
+        if (rc != 0) {
+            FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0' && out == NULL, "apply-template status %d", rc);
+            check_json(nv_api_error_json(&err), "error body");
+            if (err.code && !strcmp(err.code, "invalid_json")) break;
+        } else {
+            cJSON *j = cJSON_Parse(out);
+            FZ_CHECK(j && cJSON_IsString(cJSON_GetObjectItem(j, "prompt")), "apply-template body %s", out);
+            cJSON_Delete(j);
+            free(out);
+        }
+    }
     /* and as /v1/embeddings: every input checked, the answer for zero vectors valid JSON */
     nv_api_embed em;
     nv_api_error err;

@@ -122,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char again[512], again_cfg[600];
     if (make_folder("hf-again", again, sizeof again) == 0) {
         fz_clear_error();
-        e = nv_hf_save(&m, NULL, again, NV_HF_F32);
+        e = nv_hf_save(&m, NULL, again, NV_HF_F32, NULL);
         fz_check_error(e, "nv_hf_save");
         FZ_CHECK(e == NV_OK || (e == NV_EUNSUPPORTED && m.config.n_rope_factors), "save of a loaded folder: %s", nv_errmsg());
         if (e == NV_OK) {

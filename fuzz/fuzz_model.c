@@ -75,7 +75,7 @@ static void check_resave(const nv_model *m, int gguf) {
     char path[512];
     if (fz_temp_name(gguf ? "model-gguf" : "model-v1", path, sizeof path) != 0) return;
     fz_clear_error();
-    nv_err e = gguf ? nv_gguf_save(m, NULL, "fuzz", path, NV_GGUF_F32) : nv_model_save_v1(m, path);
+    nv_err e = gguf ? nv_gguf_save(m, NULL, "fuzz", path, NV_GGUF_F32, NULL) : nv_model_save_v1(m, path);
     fz_check_error(e, gguf ? "nv_gguf_save" : "nv_model_save_v1");
     int fits = gguf ? 1 : fz_fits_v1(&m->config);
     FZ_CHECK(fits ? e == NV_OK : e == NV_EUNSUPPORTED, "%s export of a loaded model: %s (%s)", what, nv_err_name(e), nv_errmsg());

@@ -108,19 +108,19 @@ static void models(void) {
     nv_model m;
     check(nv_model_alloc(&m, &q));
     nv_model_init_random(&m, 9);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32));
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32, NULL));
     nv_model_free(&m);
     /* qwen2: projection biases; Llama 3.1-style RoPE frequency factors on a llama model */
     nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     for (int i = 0; i < 8; i++) m.w.bq[i] = 0.1f * (float)i;
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32));
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32, NULL));
     nv_model_free(&m);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0};
     check(nv_model_alloc(&m, &lf));
     nv_model_init_random(&m, 11);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32));
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32, NULL));
     nv_model_free(&m);
 }
 
@@ -131,7 +131,7 @@ static void models(void) {
 static void hf_seed(const nv_model *m, const nv_tokenizer *tok, const char *name, int with_config) {
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/hf-tmp", root);
-    check(nv_hf_save(m, tok, dir, NV_HF_F32));
+    check(nv_hf_save(m, tok, dir, NV_HF_F32, NULL));
     char *cfg = NULL, *st = NULL, *tj = NULL;
     size_t cl = 0, sl = 0, tl = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);

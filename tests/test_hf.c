@@ -236,7 +236,7 @@ static void test_qwen_shapes(void) {
         nv_model m, back;
         random_model(c, &m);
         const char *dir = folder(k ? "qwen2" : "qwen3");
-        T_CHECK(nv_hf_save(&m, NULL, dir, NV_HF_F32) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_hf_save(&m, NULL, dir, NV_HF_F32, NULL) == NV_OK, "%s", nv_errmsg());
         char cfg_path[700];
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
         T_CHECK(nv_model_load(cfg_path, &back) == NV_OK, "%s", nv_errmsg());
@@ -396,7 +396,7 @@ static void test_tokenizer_roundtrip(void) {
         nv_model m;
         T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
         const char *bd = folder(opts[k].pre);
-        T_CHECK(nv_hf_save(&m, a, bd, NV_HF_BF16) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_hf_save(&m, a, bd, NV_HF_BF16, NULL) == NV_OK, "%s", nv_errmsg());
         char *written = slurp(bd, "tokenizer.json", NULL); /* the split in the family's own form */
         T_CHECK(written && strstr(written, native[k]), "%s: no %s in its pre_tokenizer", opts[k].pre, native[k]);
         free(written);
@@ -420,7 +420,7 @@ static void test_tokenizer_roundtrip(void) {
             nv_model pm;
             nv_config pc = c;
             pc.vocab_size += 5;
-            T_CHECK(nv_model_alloc(&pm, &pc) == NV_OK && p && nv_hf_save(&pm, p, again, NV_HF_F32) == NV_OK, "%s", nv_errmsg());
+            T_CHECK(nv_model_alloc(&pm, &pc) == NV_OK && p && nv_hf_save(&pm, p, again, NV_HF_F32, NULL) == NV_OK, "%s", nv_errmsg());
             char *written = slurp(again, "tokenizer.json", NULL), tail[32];
             snprintf(tail, sizeof tail, "\"[PAD%d]\"", c.vocab_size);
             T_CHECK(written && !strstr(written, tail), "the padding is written out");

@@ -215,6 +215,17 @@ static void test_basic_endpoints(void) {
             "detokenize %d %s", r.status, r.body);
     resp_free(&r);
 
+    /* the prompt a chat request becomes, as text (llama.cpp's /apply-template); plain for a llama2.c model */
+    T_CHECK(http(port, "POST", "/apply-template", NULL,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"},{\"role\":\"user\",\"content\":\"upon\"}]}", &r) &&
+                r.status == 200 && !strcmp(r.body, "{\"prompt\":\"<s>Once\\nupon\"}"),
+            "apply-template %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(port, "POST", "/apply-template", NULL, "{\"messages\":\"Once\"}", &r) && r.status == 400 &&
+                strstr(r.body, "\"param\":\"messages\""),
+            "apply-template without messages %d %s", r.status, r.body);
+    resp_free(&r);
+
     /* a whole completion: every field OpenAI clients read */
     T_CHECK(http(port, "POST", "/v1/completions", NULL, "{\"model\":\"tiny-stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0}", &r) &&
                 r.status == 200,
@@ -1939,6 +1950,23 @@ static void test_serve_data(void) {
     t_data("models/tok512.bin");
 }
 
+/* The chat templates' Jinja forms (what `nerve export` writes for transformers, vLLM and llama.cpp)
+ * render what the server feeds the model, conversation for conversation, in jinja2 as transformers
+ * runs it: scripts/chat_template_check.py (python3-jinja2, from scripts/deps.sh). */
+static void test_chat_templates_in_jinja(void) {
+    if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0) return t_skip("no python3-jinja2 (scripts/deps.sh)");
+    char cmd[20000], work[4300];
+    snprintf(work, sizeof work, "%s/jinja", tmpdir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && /usr/bin/python3 scripts/chat_template_check.py '%s' '%s' '%s' '%s' 2>&1", work,
+             t_nerve_bin(), model_path, tok_path, work);
+    FILE *p = popen(cmd, "r");
+    char out[16384] = "";
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    const int rc = p ? pclose(p) : -1;
+    T_CHECK(rc == 0 && strstr(out, "chatml: 19/19"), "chat_template_check.py (exit %d):\n%s", rc, out);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     snprintf(tmpdir, sizeof tmpdir, "%s", t_tmpdir());
@@ -1983,5 +2011,6 @@ int main(void) {
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_auth_cors_timeout);
+    T_RUN(test_chat_templates_in_jinja);
     return t_done();
 }

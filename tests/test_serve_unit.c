@@ -151,6 +151,76 @@ static void test_chat_templates(void) {
     nv_tokenizer_free(tok);
 }
 
+/* The prompt as text (/apply-template): BOS and EOS spelled where the ids have them, the same
+ * ids as the token rendering where the text encodes as one piece; the Jinja forms recognised
+ * exactly and only as themselves (their renderings are checked against jinja2 and transformers.js
+ * by scripts/chat_template_check.py, which test_serve runs). */
+static void test_chat_template_text(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"},
+                          {.role = "assistant", .content = "Hello!"}, {.role = "user", .content = "Tell a story"}};
+    const nv_chat_opts none = {0};
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_DEEPSEEK; t++) {
+        nv_buf text = {0};
+        int *ids = NULL, n = 0, *again = NULL, na = 0;
+        T_CHECK(nv_chat_render_text((nv_chat_template)t, tok, msgs, 4, &none, &text) == NV_OK && text.data, "%s", nv_errmsg());
+        T_CHECK(nv_chat_render((nv_chat_template)t, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
+        if (t == NV_CHAT_LLAMA2) { /* per exchange: BOS ... EOS, then the open turn */
+            T_CHECK(text.data && !strcmp(text.data, "<s>[INST] <<SYS>>\nBe kind.\n<</SYS>>\n\nHi there [/INST] Hello! </s>"
+                                                     "<s>[INST] Tell a story [/INST]"),
+                    "llama2 text: %s", text.data);
+        } else { /* one text after BOS */
+            T_CHECK(text.data && !strncmp(text.data, "<s>", 3) &&
+                        nv_tokenizer_encode(tok, text.data + 3, 1, 0, &again, &na) == NV_OK && na == n &&
+                        !memcmp(again, ids, (size_t)n * sizeof *ids),
+                    "%s: the text does not encode to the prompt's ids: %s", nv_chat_template_name((nv_chat_template)t),
+                    text.data ? text.data : "");
+        }
+        free(ids);
+        free(again);
+        nv_buf_free(&text);
+        const char *j = nv_chat_template_jinja((nv_chat_template)t);
+        nv_chat_template back = NV_CHAT_PLAIN;
+        T_CHECK(j && nv_chat_template_of_jinja(j, strlen(j), &back) && back == (nv_chat_template)t,
+                "%s: its Jinja form is not recognised", nv_chat_template_name((nv_chat_template)t));
+        T_CHECK(j && !nv_chat_template_of_jinja(j, strlen(j) - 1, &back), "a cut Jinja form recognised");
+    }
+    /* the endpoint: tools and kwargs as a chat request has them; the request's errors as 400s */
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100, 0, 64, NULL};
+    nv_api_error e;
+    char *out = NULL;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":false},"
+                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}";
+    T_CHECK(nv_api_apply_template(&ctx, body, strlen(body), &out, &e) == 0 && out, "%s", e.message);
+    cJSON *root = cJSON_Parse(out);
+    const cJSON *prompt = cJSON_GetObjectItem(root, "prompt");
+    T_CHECK(cJSON_IsString(prompt) && !strncmp(prompt->valuestring, "<s><|im_start|>system\n# Tools", 29) &&
+                strstr(prompt->valuestring, "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}") &&
+                strstr(prompt->valuestring, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            "apply-template: %s", out);
+    cJSON_Delete(root);
+    free(out);
+    static const struct {
+        const char *body, *param;
+    } bad[] = {{"{}", "messages"},
+               {"{\"messages\":[]}", "messages"},
+               {"{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "messages"},
+               {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", "tools"},
+               {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":3}", "chat_template_kwargs"},
+               {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"continue_final_message\":true}", "continue_final_message"},
+               {"[1]", NULL},
+               {"{bad", NULL}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        out = NULL;
+        const int rc = nv_api_apply_template(&ctx, bad[i].body, strlen(bad[i].body), &out, &e);
+        T_CHECK(rc == 400 && !out && (!bad[i].param || !strncmp(e.param, bad[i].param, strlen(bad[i].param))),
+                "%s: %d %s (%s)", bad[i].body, rc, e.message, e.param);
+        free(out);
+    }
+    nv_tokenizer_free(tok);
+}
+
 static void test_api_parse_defaults_and_limits(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
@@ -695,6 +765,7 @@ int main(void) {
     T_RUN(test_utf8);
     T_RUN(test_ngram_draft);
     T_RUN(test_chat_templates);
+    T_RUN(test_chat_template_text);
     T_RUN(test_api_parse_defaults_and_limits);
     T_RUN(test_api_response_shapes);
     T_RUN(test_api_tokenize);

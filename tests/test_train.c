@@ -1,5 +1,6 @@
 /* nerve train end to end: bit-exact resume after SIGINT, refused corrupt checkpoints, constant
  * plan builds, export, and fine-tuning stories260K lowering its validation loss. */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "serve/chat.h"
 #include "train/ckpt.h"
 #include "train/dist.h"
 #include "t.h"
@@ -846,6 +848,65 @@ static void test_chat_finetune_then_serve(void) {
             "answer: %d %s", r.status, r.body ? r.body : "");
     resp_free(&r);
     T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
+
+    /* exported, the run's template travels in Jinja: GGUF's tokenizer.chat_template, which a server of
+       that file takes up (the same answer), and a Hugging Face folder's tokenizer_config.json; a
+       llama2.c file has no place for it and says so */
+    char gguf_out[700], hf_out[700];
+    snprintf(gguf_out, sizeof gguf_out, "%s/chat_run.gguf", t_tmpdir());
+    snprintf(hf_out, sizeof hf_out, "%s/chat_run_hf/", t_tmpdir());
+    snprintf(short_args, sizeof short_args, "export %s -o %s", dir, gguf_out);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0, "export to GGUF: %s", err);
+    nv_gguf g;
+    size_t tl = 0;
+    const char *jinja = nv_chat_template_jinja(NV_CHAT_CHATML);
+    if (nv_gguf_open(gguf_out, &g) == NV_OK) {
+        const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &tl);
+        T_CHECK(t && tl == strlen(jinja) && !memcmp(t, jinja, tl), "the GGUF file's chat template: %.*s", t ? (int)tl : 6,
+                t ? t : "(none)");
+        nv_gguf_close(&g);
+    } else {
+        T_CHECK(0, "%s: %s", gguf_out, nv_errmsg());
+    }
+    if (server_spawn(&s, "chat_gguf", NULL, NULL, gguf_out, NULL, "--engine avx2", 30)) {
+        log = read_log(&s);
+        T_CHECK(strstr(log, "chat template chatml") != NULL, "the server did not take the file's template: %s", log);
+        free(log);
+        T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 &&
+                    strstr(r.body, "\"content\":\"Yes, the cat is happy.\""),
+                "answer from the GGUF export: %d %s", r.status, r.body ? r.body : "");
+        resp_free(&r);
+        T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
+    } else {
+        T_CHECK(0, "serving the GGUF export failed");
+    }
+    snprintf(short_args, sizeof short_args, "export %s -o %s", dir, hf_out);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0, "export to a folder: %s", err);
+    snprintf(path, sizeof path, "%.600stokenizer_config.json", hf_out);
+    text = NULL;
+    cJSON *tc = nv_file_read_all(path, &text, NULL) == NV_OK ? cJSON_Parse(text) : NULL;
+    const cJSON *ct = cJSON_GetObjectItem(tc, "chat_template");
+    T_CHECK(cJSON_IsString(ct) && !strcmp(ct->valuestring, jinja), "tokenizer_config.json's chat template: %s", text ? text : "");
+    cJSON_Delete(tc);
+    free(text);
+    snprintf(short_args, sizeof short_args, "export %s -o %s/chat_run.bin", dir, t_tmpdir());
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && strstr(err, "--chat-template chatml"), "export to llama2.c: %s", err);
+    /* chosen, or left out, by flag; a template file must be UTF-8 text */
+    snprintf(short_args, sizeof short_args, "export %s -o %s --chat-template none", dir, gguf_out);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && nv_gguf_open(gguf_out, &g) == NV_OK, "--chat-template none: %s", err);
+    T_CHECK(!nv_gguf_string(&g, "tokenizer.chat_template", &tl), "--chat-template none wrote one");
+    nv_gguf_close(&g);
+    snprintf(short_args, sizeof short_args, "export %s -o %s --chat-template jinja", dir, gguf_out);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 2 && strstr(err, "unknown chat template 'jinja'"), "a bad name: %s", err);
+    const char *bad_tmpl = t_write("bad.jinja", "{{ '\xff' }}", 9);
+    snprintf(short_args, sizeof short_args, "export %s -o %s --chat-template-file %s", dir, gguf_out, bad_tmpl);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "UTF-8"), "a template file not UTF-8: %s", err);
+    const char *own = t_write("own.jinja", "{{ messages[0].content }}", 25);
+    snprintf(short_args, sizeof short_args, "export %s -o %s --chat-template-file %s", dir, gguf_out, own);
+    T_CHECK(run_nerve(short_args, err, sizeof err) == 0 && nv_gguf_open(gguf_out, &g) == NV_OK, "--chat-template-file: %s", err);
+    const char *ot = nv_gguf_string(&g, "tokenizer.chat_template", &tl);
+    T_CHECK(ot && tl == 25 && !memcmp(ot, "{{ messages[0].content }}", 25), "the file's template");
+    nv_gguf_close(&g);
 
     /* fine-tuning a chat run's model again: the template it declares is the default (here one written
        beside a copy of it) */

@@ -33,4 +33,12 @@ static inline size_t nv_utf8_get(const char *s, const char *end, uint32_t *cp) {
     return n;
 }
 
+/* 1 when the n bytes at s are well-formed UTF-8 throughout. */
+static inline int nv_utf8_valid(const char *s, size_t n) {
+    uint32_t cp;
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = nv_utf8_get(s + i, s + n, &cp))) return 0;
+    return 1;
+}
+
 #endif

@@ -91,6 +91,7 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
 
 /* A model's Jinja chat template (not run) recognised by its markers. */
 static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out) {
+    if (nv_chat_template_of_jinja(t, n, out)) return 1; /* one nerve wrote */
     if (memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
     else if (memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
     else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
@@ -102,26 +103,29 @@ static int template_of_text(const char *model_path, const char *t, size_t n, nv_
     return 1;
 }
 
-int cli_declared_template(const char *model_path, nv_chat_template *out) {
+char *cli_declared_template_text(const char *model_path) {
     char dir[4200], name[41];
     const char *slash = strrchr(model_path, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - model_path + (slash == model_path)) : 0, model_path);
     if (nv_train_chat_template(dir, name, sizeof name)) { /* a chat run's, beside its model */
-        if (nv_chat_template_parse(name, out) == NV_OK) return 1;
+        nv_chat_template t;
+        if (nv_chat_template_parse(name, &t) == NV_OK) return strdup(nv_chat_template_jinja(t));
         nv_warn("%s%schat_template names no chat template nerve knows ('%s'): ignored", dir, *dir ? "/" : "", name);
     }
-    if (nv_hf_is_model(model_path)) { /* a Hugging Face folder: tokenizer_config.json's */
-        char *t = nv_hf_chat_template(model_path);
-        const int found = t && template_of_text(model_path, t, strlen(t), out);
-        free(t);
-        return found;
-    }
+    if (nv_hf_is_model(model_path)) return nv_hf_chat_template(model_path); /* tokenizer_config.json's */
     nv_gguf g;
-    if (nv_gguf_open(model_path, &g) != NV_OK) return 0;
+    if (nv_gguf_open(model_path, &g) != NV_OK) return NULL;
     size_t n = 0;
     const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
-    const int found = t && template_of_text(model_path, t, n, out);
+    char *text = t ? strndup(t, n) : NULL;
     nv_gguf_close(&g);
+    return text;
+}
+
+int cli_declared_template(const char *model_path, nv_chat_template *out) {
+    char *t = cli_declared_template_text(model_path);
+    const int found = t && template_of_text(model_path, t, strlen(t), out);
+    free(t);
     return found;
 }
 

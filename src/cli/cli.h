@@ -113,10 +113,14 @@ int cli_lora_flag(const char *cmd, int argc, char **argv, int *i, cli_loras *l);
  * their block-quantized sources: plans take the merged fp32 weights), merged weights that are not
  * finite refused. One line of error on failure, m left empty. */
 nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_model *m);
-/* The chat template a model file declares: the chat_template file `nerve train` leaves beside a
- * model fine-tuned on chat data (its run folder), else a GGUF file's tokenizer.chat_template (a
- * Jinja text, not run) recognised by its markers as ChatML, Llama 3's or Llama-2's [INST] (another
- * one: a warning). Returns 0 when it declares none. */
+/* The chat template a model file declares, as Jinja text (malloc'd; NULL when none): the
+ * chat_template file `nerve train` leaves beside a model fine-tuned on chat data (its run folder)
+ * as nv_chat_template_jinja writes it, else a Hugging Face folder's tokenizer_config.json's, else a
+ * GGUF file's tokenizer.chat_template. */
+char *cli_declared_template_text(const char *model_path);
+/* The same, as one of nerve's templates: nerve's own Jinja forms exactly, others (not run)
+ * recognised by their markers as ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (another one: a
+ * warning). Returns 0 when it declares none. */
 int cli_declared_template(const char *model_path, nv_chat_template *out);
 
 #endif

@@ -1,16 +1,19 @@
 /* nerve export: a training checkpoint's (or a model file's) weights as a llama2.c checkpoint that
  * `nerve generate` reads, or as a GGUF file with its vocabulary that llama.cpp reads. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 
 #include "base/file.h"
+#include "base/utf8.h"
 #include "base/log.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
 #include "model/hf.h"
 #include "model/model.h"
+#include "serve/chat.h"
 #include "train/ckpt.h"
 
 #define CMD "export"
@@ -22,8 +25,48 @@ static int ends_with(const char *s, const char *tail) {
 
 typedef enum { OUT_LLAMA2C, OUT_GGUF, OUT_HF } out_format;
 
-static int write_out(const nv_model *m, const char *out, const char *tok_path, out_format fmt, uint32_t type) {
-    if (fmt == OUT_LLAMA2C) return nv_model_save_v1(m, out) == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
+/* The chat template the output carries: --chat-template's, --chat-template-file's, or the one the
+ * input declares (a chat run's, a GGUF file's or a Hugging Face folder's, passed on as it is);
+ * malloc'd, NULL for none. */
+typedef struct {
+    const char *name, *file; /* the flags */
+} template_flags;
+
+static int output_template(const template_flags *f, const char *input, char **text) {
+    *text = NULL;
+    if (f->name && !strcmp(f->name, "none")) return 0;
+    if (f->name) {
+        nv_chat_template t;
+        if (nv_chat_template_parse(f->name, &t) != NV_OK) return cli_error(CMD, 2, "--chat-template: %s, or none", nv_errmsg());
+        *text = strdup(nv_chat_template_jinja(t));
+    } else if (f->file) {
+        char *data = NULL;
+        size_t n = 0;
+        if (nv_file_read_all(f->file, &data, &n) != NV_OK) return cli_error(CMD, 1, "--chat-template-file: %s", nv_errmsg());
+        if (n == 0 || n > (1 << 20) || memchr(data, 0, n) || !nv_utf8_valid(data, n)) {
+            free(data);
+            return cli_error(CMD, 1, "--chat-template-file %s: a template is 1 byte to 1 MiB of UTF-8 text without NUL bytes", f->file);
+        }
+        *text = strndup(data, n);
+        free(data);
+    } else {
+        *text = cli_declared_template_text(input);
+        return 0;
+    }
+    return *text ? 0 : cli_error(CMD, 1, "out of memory");
+}
+
+static int write_out(const nv_model *m, const char *out, const char *tok_path, out_format fmt, uint32_t type,
+                     const char *chat_template) {
+    if (fmt == OUT_LLAMA2C) {
+        if (chat_template) {
+            nv_chat_template t;
+            const int ours = nv_chat_template_of_jinja(chat_template, strlen(chat_template), &t);
+            nv_warn("export: a llama2.c file has no place for the chat template: serve %s with --chat-template %s", out,
+                    ours ? nv_chat_template_name(t) : "NAME (or export GGUF or a Hugging Face folder, which keep it)");
+        }
+        return nv_model_save_v1(m, out) == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
+    }
     nv_tokenizer *tok = NULL;
     if (tok_path && nv_tokenizer_load_for_model(tok_path, m->config.vocab_size, &tok) != NV_OK)
         return cli_error(CMD, 1, "%s", nv_errmsg());
@@ -31,8 +74,9 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, o
                       fmt == OUT_GGUF ? "llama.cpp needs" : "transformers needs (tokenizer.json)");
     char name[256];
     nv_path_name(out, name, sizeof name); /* general.name */
-    nv_err e = fmt == OUT_GGUF ? nv_gguf_save(m, tok, name, out, type)
-                               : nv_hf_save(m, tok, out, type == NV_GGUF_F16 ? NV_HF_F16 : type == NV_GGUF_F32 ? NV_HF_F32 : NV_HF_BF16);
+    nv_err e = fmt == OUT_GGUF ? nv_gguf_save(m, tok, name, out, type, chat_template)
+                               : nv_hf_save(m, tok, out, type == NV_GGUF_F16 ? NV_HF_F16 : type == NV_GGUF_F32 ? NV_HF_F32 : NV_HF_BF16,
+                                            chat_template);
     nv_tokenizer_free(tok);
     return e == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
 }
@@ -40,6 +84,7 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, o
 int cmd_export(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32", *format = NULL;
     cli_loras loras = {0};
+    template_flags tf = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -59,6 +104,11 @@ int cmd_export(int argc, char **argv) {
                    "            k-quants: q6_k (6 bits in super-blocks of 256, ~5x smaller), q5_k_m and q4_k_m (its\n"
                    "            Q5_K_M and Q4_K_M mixes: 5- or 4-bit, Q6_K for the classifier and some attn_v/ffn_down;\n"
                    "            ~5.5x and ~6.5x smaller), or q5_0; rows that are not whole blocks fall back as llama.cpp's do\n"
+                   "  --chat-template T  the chat template the output carries (GGUF: tokenizer.chat_template; Hugging Face:\n"
+                   "            tokenizer_config.json's chat_template), in Jinja as transformers, vLLM and llama.cpp run it:\n"
+                   "            plain, chatml, llama2, llama3, deepseek, or none (default: the input's own, e.g. the template a\n"
+                   "            chat run trained with)\n"
+                   "  --chat-template-file FILE  a Jinja template of your own instead\n"
                    "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
                    "            merge a LoRA adapter (GGUF, nerve's or llama.cpp's) into MODEL's weights first, scaled\n"
                    "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n");
@@ -77,6 +127,8 @@ int cmd_export(int argc, char **argv) {
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--type")) type_name = v;
         else if (!strcmp(a, "--format")) format = v;
+        else if (!strcmp(a, "--chat-template")) tf.name = v;
+        else if (!strcmp(a, "--chat-template-file")) tf.file = v;
         else return cli_error(CMD, 2, "unknown option '%s'", a);
     }
     static const struct {
@@ -91,6 +143,7 @@ int cmd_export(int argc, char **argv) {
     if (type == UINT32_MAX && !bf16)
         return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m or q4_0, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
+    if (tf.name && tf.file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
     struct stat os;
     out_format fmt = ends_with(out, ".gguf")                                              ? OUT_GGUF
                      : ends_with(out, "/") || (stat(out, &os) == 0 && S_ISDIR(os.st_mode)) ? OUT_HF
@@ -147,7 +200,10 @@ int cmd_export(int argc, char **argv) {
         m.n_params = ck.h.n_params;
         nv_weights_point(&m.w, &m.config, m.params);
         long long step = (long long)ck.h.step;
-        int rc = write_out(&m, out, tok_path, fmt, type);
+        char *tmpl = NULL;
+        int rc = output_template(&tf, path, &tmpl);
+        if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl);
+        free(tmpl);
         nv_ckpt_close(&ck);
         if (!rc) fprintf(stderr, "nerve: wrote %s (step %lld)\n", out, step);
         return rc;
@@ -173,7 +229,10 @@ int cmd_export(int argc, char **argv) {
         return cli_error(CMD, 1, "%s is neither a training checkpoint (%s) nor a model (%s)", path, why, nv_errmsg());
     }
     if (!tok_path && fmt != OUT_LLAMA2C && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
-    int rc = write_out(&m, out, tok_path, fmt, type);
+    char *tmpl = NULL;
+    int rc = output_template(&tf, path, &tmpl);
+    if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl);
+    free(tmpl);
     nv_model_free(&m);
     if (!rc) fprintf(stderr, "nerve: wrote %s\n", out);
     return rc;

@@ -1091,7 +1091,7 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
     ob_u32(b, GG_STR);
     ob_u64(b, (uint64_t)n);
     for (int i = 0; i < n; i++) {
-        const char *p = i == NV_TOKEN_UNK ? "<unk>" : i == NV_TOKEN_BOS ? "<s>" : i == NV_TOKEN_EOS ? "</s>" : nv_tokenizer_piece(tok, i);
+        const char *p = nv_tokenizer_special_text(tok, i);
         size_t len = 0;
         for (const char *q = p; *q; q++) len += *q == ' ' ? 3 : 1;
         ob_u64(b, len);
@@ -1406,7 +1406,8 @@ nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy) {
     return e;
 }
 
-nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type) {
+nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
+                    const char *chat_template) {
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0 &&
         type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K)
@@ -1458,6 +1459,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), c->norm_eps);
     kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
+    if (chat_template) kv_str(&b, "tokenizer.chat_template", chat_template), n_kv++;
     if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
     /* matrices in the type asked where their rows are whole blocks; vectors (norms) stay F32 */
     uint8_t **qdata = calloc(nt, sizeof *qdata);

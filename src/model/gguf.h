@@ -100,8 +100,10 @@ nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
  * super-blocks of 256 fall back as llama.cpp's quantizer does (Q4_K -> Q5_0, Q5_K -> Q5_1 (scale
  * and minimum of 32 values), Q6_K -> Q8_0).
  * NV_GGUF_F16: every matrix in fp16 (round to nearest even, beyond +-65504 infinite), norms F32.
+ * chat_template (Jinja text, or NULL): tokenizer.chat_template.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
-nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type);
+nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
+                    const char *chat_template);
 /* Writes tok alone as a vocab-only GGUF v3 file (llama.cpp's ggml-vocab-*.gguf kind), atomically. */
 nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path);
 /* 1 when path is a GGUF file whose metadata holds a vocabulary. */

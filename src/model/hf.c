@@ -794,8 +794,7 @@ static nv_err write_json(const char *dir, const char *name, const cJSON *j) {
 
 /* A piece as tokenizer.json spells it: a llama2.c piece's spaces as U+2581, its BOS/EOS plainly. */
 static char *spelled(const nv_tokenizer *tok, int id, int spm) {
-    const char *p = nv_tokenizer_piece(tok, id);
-    if (spm && (id == NV_TOKEN_BOS || id == NV_TOKEN_EOS)) p = id == NV_TOKEN_BOS ? "<s>" : "</s>";
+    const char *p = nv_tokenizer_special_text(tok, id);
     size_t n = 0;
     for (const char *q = p; *q; q++) n += spm && *q == ' ' ? 3 : 1;
     char *out = malloc(n + 1), *o = out;
@@ -1125,7 +1124,7 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     return e;
 }
 
-nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype) {
+nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template) {
     const nv_config *c = &m->config;
     if (c->n_rope_factors)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
@@ -1162,6 +1161,8 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     cJSON *tj = NULL, *tc = NULL;
     nv_err e = write_weights(m, dir, dtype);
     if (e == NV_OK && tok) e = tokenizer_files(tok, c, &tj, &tc);
+    if (e == NV_OK && tok && chat_template && !cJSON_AddStringToObject(tc, "chat_template", chat_template))
+        e = nv_fail(NV_ENOMEM, "out of memory");
     if (e == NV_OK && tok) e = write_json(dir, "tokenizer.json", tj);
     if (e == NV_OK && tok) e = write_json(dir, "tokenizer_config.json", tc);
     if (e == NV_OK) e = write_json(dir, "generation_config.json", gen);

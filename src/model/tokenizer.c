@@ -550,6 +550,11 @@ const char *nv_tokenizer_piece(const nv_tokenizer *t, int id) {
     return id >= 0 && id < t->n ? tok_piece(t, id) : NULL;
 }
 
+const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id) {
+    if (!t->byte_level && id >= NV_TOKEN_UNK && id <= NV_TOKEN_EOS) return id == NV_TOKEN_UNK ? "<unk>" : id == NV_TOKEN_BOS ? "<s>" : "</s>";
+    return nv_tokenizer_piece(t, id);
+}
+
 float nv_tokenizer_score(const nv_tokenizer *t, int id) {
     return id >= 0 && id < t->n ? t->score[id] : 0.0f;
 }

@@ -83,6 +83,10 @@ const char *nv_bpe_regex_of_pre(const char *pre);
 int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v);
 /* The piece as stored (NUL-terminated copy), NULL if id is out of range. */
 const char *nv_tokenizer_piece(const nv_tokenizer *t, int id);
+/* The token's text as a tokenizer.json, a GGUF vocabulary or a chat template spells it: a
+ * SentencePiece vocabulary's <unk>, <s> and </s> (llama2.c stores BOS and EOS as "\n<s>\n" and
+ * "\n</s>\n"), else the piece; NULL if id is out of range. */
+const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id);
 /* The piece's score; 0 if id is out of range. */
 float nv_tokenizer_score(const nv_tokenizer *t, int id);
 /* Id of the piece equal to str, or -1. */

@@ -767,31 +767,37 @@ void nv_api_messages_free(nv_api_messages *msgs) {
     memset(msgs, 0, sizeof *msgs);
 }
 
+/* The rendering's options a chat request sets besides its tools: vLLM's chat_template_kwargs
+ * ({"enable_thinking": false} turns Qwen3's reasoning off) and continue_final_message (the last
+ * message, an assistant's answer begun, is continued). */
+static int chat_opts(const cJSON *root, const nv_api_messages *msgs, nv_chat_opts *o, nv_api_error *err) {
+    const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
+    int thinking = 1, cont = 0, rc = 0;
+    if (kw && !cJSON_IsObject(kw)) {
+        nv_api_error_set(err, E400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        return err->status;
+    }
+    if (kw && (rc = get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+    if ((rc = get_bool(root, "continue_final_message", &cont, err))) return rc;
+    const nv_chat_msg *last = &msgs->m[msgs->n - 1];
+    if (cont && (strcmp(last->role, "assistant") != 0 || last->n_calls)) {
+        nv_api_error_set(err, E400, NULL, "continue_final_message",
+                         "'continue_final_message' needs the last message to be the assistant's text to continue");
+        return err->status;
+    }
+    o->no_think = !thinking;
+    o->continue_final = cont;
+    return 0;
+}
+
 static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     nv_api_messages msgs;
     int rc = nv_api_messages_parse(nv_api_field(root, "messages"), &msgs, err);
     if (rc) return rc;
     const nv_chat_msg *m = msgs.m;
     const int n = msgs.n;
-    /* vLLM's chat_template_kwargs: {"enable_thinking": false} turns Qwen3's reasoning off */
-    const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
-    int thinking = 1;
-    if (!rc && kw && !cJSON_IsObject(kw)) {
-        nv_api_error_set(err, E400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-        rc = err->status;
-    } else if (!rc && kw) {
-        rc = get_bool(kw, "enable_thinking", &thinking, err);
-    }
-    /* vLLM's continue_final_message: the last message, an assistant's answer begun, is continued */
-    int cont = 0;
-    if (!rc) rc = get_bool(root, "continue_final_message", &cont, err);
-    if (!rc && cont && (strcmp(m[n - 1].role, "assistant") != 0 || m[n - 1].n_calls)) {
-        nv_api_error_set(err, E400, NULL, "continue_final_message",
-                         "'continue_final_message' needs the last message to be the assistant's text to continue");
-        rc = err->status;
-    }
-    nv_chat_opts opts = {.no_think = !thinking, .tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0,
-                         .continue_final = cont};
+    nv_chat_opts opts = {.tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0};
+    rc = chat_opts(root, &msgs, &opts, err);
     if (!rc && nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
         nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
         rc = err->status;
@@ -1317,6 +1323,40 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
     free(ids);
     *out = nv_api_print_free(res);
     return 0;
+}
+
+int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err) {
+    *out = NULL;
+    memset(err, 0, sizeof *err);
+    cJSON *root = nv_api_body_object(body, len, err);
+    if (!root) return err->status;
+    nv_api_messages msgs;
+    char **tools = NULL;
+    int n_tools = 0, rc = nv_api_messages_parse(nv_api_field(root, "messages"), &msgs, err);
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
+    nv_chat_opts opts = {0};
+    if (!(rc = chat_opts(root, &msgs, &opts, err)))
+        rc = nv_api_tool_texts(nv_api_field(root, "tools"), nv_chat_tool_style(ctx->tmpl), &tools, &n_tools, err);
+    opts.tools = (const char *const *)tools;
+    opts.n_tools = n_tools;
+    nv_buf text = {0};
+    if (!rc && nv_chat_render_text(ctx->tmpl, ctx->tok, msgs.m, msgs.n, &opts, &text) != NV_OK) {
+        nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
+        rc = err->status;
+    }
+    nv_api_tool_texts_free(tools, n_tools);
+    nv_api_messages_free(&msgs);
+    cJSON_Delete(root);
+    if (!rc) {
+        cJSON *res = cJSON_CreateObject();
+        cJSON_AddStringToObject(res, "prompt", text.data ? text.data : "");
+        *out = nv_api_print_free(res);
+    }
+    nv_buf_free(&text);
+    return rc;
 }
 
 int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err) {

@@ -140,6 +140,10 @@ void nv_api_tool_texts_free(char **texts, int n);
  * [{"id", "piece"}]), "count", "max_model_len"}; special tokens' text in TEXT is parsed. The
  * response body goes to *out (malloc'd); returns 0 or the error's status. */
 int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err);
+/* POST /apply-template (llama.cpp's): {"messages", "tools", "chat_template_kwargs",
+ * "continue_final_message"} as a chat request has them -> {"prompt": TEXT}, the prompt the server
+ * would feed the model as text (nv_chat_render_text), without running it. */
+int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err);
 /* POST /detokenize: {"tokens": [ids]} -> {"content": TEXT, "prompt": TEXT} (both servers' names;
  * BOS shows nothing; invalid UTF-8 from partial characters becomes U+FFFD). */
 int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err);

@@ -86,7 +86,24 @@ static void put_user_side(nv_buf *b, const nv_chat_msg *m) {
     else put_stripped(b, m->content);
 }
 
-static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, nv_ids *out) {
+/* Where a rendering goes: token ids, each piece encoded as the model reads it, or text, with BOS
+ * and EOS spelled where encoding adds them (what the template's Jinja form gives). */
+typedef struct {
+    const nv_tokenizer *tok;
+    nv_ids *ids;
+    nv_buf *text;
+} sink;
+
+static nv_err sink_put(const sink *s, const char *text, int bos, int eos) {
+    if (s->ids) return nv_tokenizer_encode_into(s->tok, text, bos, eos, s->ids);
+    const int b = nv_tokenizer_bos(s->tok), e = nv_tokenizer_eos(s->tok);
+    if (bos && b >= 0 && nv_tokenizer_adds_bos(s->tok)) nv_buf_puts(s->text, nv_tokenizer_special_text(s->tok, b));
+    nv_buf_puts(s->text, text);
+    if (eos && e >= 0) nv_buf_puts(s->text, nv_tokenizer_special_text(s->tok, e));
+    return s->text->oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : NV_OK;
+}
+
+static nv_err render_llama2(const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
     nv_buf sys = {0}, user = {0}, text = {0};
     nv_err e = NV_OK;
     for (int i = 0; i < n; i++)
@@ -116,8 +133,7 @@ static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n
         hermes_calls(&text, &m[i]);
         int last = i == n - 1;
         if (!last) nv_buf_puts(&text, " ");
-        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory")
-                     : nv_tokenizer_encode_into(tok, text.data, 1, !last, out);
+        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data, 1, !last);
         nv_buf_free(&text);
         nv_buf_free(&user);
         have_user = 0;
@@ -129,7 +145,7 @@ static nv_err render_llama2(const nv_tokenizer *tok, const nv_chat_msg *m, int n
         if (first && sys.len) nv_buf_printf(&text, "<<SYS>>\n%s\n<</SYS>>\n\n", sys.data);
         if (user.len) nv_buf_append(&text, user.data, user.len);
         nv_buf_puts(&text, " [/INST]");
-        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : nv_tokenizer_encode_into(tok, text.data, 1, 0, out);
+        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data, 1, 0);
     }
 done:
     nv_buf_free(&sys);
@@ -262,24 +278,31 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
     return nv_chat_render_opts(t, tok, m, n, &o, tokens, n_tokens);
 }
 
+static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
+    if (t == NV_CHAT_LLAMA2) return render_llama2(m, n, o, out);
+    nv_buf text = {0};
+    if (t == NV_CHAT_CHATML) render_chatml(&text, m, n, o);
+    else if (t == NV_CHAT_LLAMA3) render_llama3(&text, m, n, o);
+    else if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n, o);
+    else render_plain(&text, m, n, o);
+    nv_err e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", 1, 0);
+    nv_buf_free(&text);
+    return e;
+}
+
+nv_err nv_chat_render_text(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o,
+                           nv_buf *text) {
+    const sink out = {.tok = tok, .text = text};
+    return render(t, m, n, o, &out);
+}
+
 nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n,
                            const nv_chat_opts *o, int **tokens, int *n_tokens) {
     *tokens = NULL;
     *n_tokens = 0;
     nv_ids out = {0};
-    nv_err e = NV_OK;
-    if (t == NV_CHAT_LLAMA2) {
-        e = render_llama2(tok, m, n, o, &out);
-    } else {
-        nv_buf text = {0};
-        if (t == NV_CHAT_CHATML) render_chatml(&text, m, n, o);
-        else if (t == NV_CHAT_LLAMA3) render_llama3(&text, m, n, o);
-        else if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n, o);
-        else render_plain(&text, m, n, o);
-        if (text.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
-        else e = nv_tokenizer_encode_into(tok, text.data ? text.data : "", 1, 0, &out);
-        nv_buf_free(&text);
-    }
+    const sink to_ids = {.tok = tok, .ids = &out};
+    nv_err e = render(t, m, n, o, &to_ids);
     if (e != NV_OK) {
         free(out.v);
         return e;
@@ -306,7 +329,8 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
     nv_err e = NV_OK;
     const nv_chat_msg *a = &m[n - 1];
     if (t == NV_CHAT_LLAMA2) { /* the last answer is continued (no EOS): then the EOS that ends it */
-        e = render_llama2(tok, m, n, o, &out);
+        const sink to_ids = {.tok = tok, .ids = &out};
+        e = render_llama2(m, n, o, &to_ids);
         if (e == NV_OK) e = nv_tokenizer_encode_into(tok, "", 0, 1, &out);
     } else {
         nv_buf text = {0};
@@ -358,4 +382,150 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
     *n_tokens = out.n;
     *n_prompt = k;
     return NV_OK;
+}
+
+/* ---- the templates in Jinja, as tokenizer_config.json and GGUF's tokenizer.chat_template carry them ----
+ * Each renders exactly the text nv_chat_render_text gives (add_generation_prompt: the assistant's
+ * header the server always adds; enable_thinking false: chatml's empty reasoning). Literal text sits
+ * only inside {{ }} so no consumer's whitespace rules (trim_blocks, lstrip_blocks) can touch it. */
+
+#define J_SYS "['system', 'developer']"
+#define J_TOOL "['tool', 'function']"
+/* BOS where the tokenizer prepends one (a consumer passes bos_token; none for Qwen's vocabularies) */
+#define J_BOS "{%- if bos_token %}{{- bos_token }}{%- endif %}"
+/* ns.c: message m's text (a string, or its text parts joined) */
+#define J_CONTENT                                                                                                        \
+    "{%- if m.content is string %}{%- set ns.c = m.content %}{%- else %}{%- set ns.c = '' %}"                           \
+    "{%- for p in m.content or [] %}{%- if p.type == 'text' %}{%- set ns.c = ns.c + p.text %}{%- endif %}{%- endfor %}"  \
+    "{%- endif %}"
+#define J_ARGS "{%- if f.arguments is string %}{{- f.arguments }}{%- else %}{{- f.arguments | tojson }}{%- endif %}"
+/* an assistant's calls in Hermes form after its text (a line break before each but a first one that
+ * opens an empty message) */
+#define J_HERMES_CALLS                                                                                                   \
+    "{%- for tc in m.tool_calls or [] %}{%- set f = tc.function if tc.function is defined else tc %}"                    \
+    "{%- if not loop.first or ns.c %}{{- '\\n' }}{%- endif %}"                                                           \
+    "{{- '<tool_call>\\n{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS "{{- '}\\n</tool_call>' }}"           \
+    "{%- endfor %}"
+#define J_TOOLS_HEAD                                                                                                     \
+    "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with "        \
+    "function signatures within <tools></tools> XML tags:\\n<tools>"
+#define J_TOOLS_TAIL                                                                                                     \
+    "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "            \
+    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "                     \
+    "<args-json-object>}\\n</tool_call>"
+#define J_HERMES_TOOLS                                                                                                   \
+    "{{- '" J_TOOLS_HEAD "' }}{%- for t in tools %}{{- '\\n' + (t | tojson) }}{%- endfor %}{{- '" J_TOOLS_TAIL "' }}"
+#define J_RESPONSE "'<tool_response>\\n' + ns.c + '\\n</tool_response>'"
+#define J_IS_TOOL(i) "messages[" i "].role in " J_TOOL
+#define J_EACH "{%- for i in range(ns.start, messages | length) %}{%- set m = messages[i] %}" J_CONTENT
+
+static const char jinja_plain[] =
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS
+    "{%- if tools %}" J_HERMES_TOOLS "{{- '\\n' }}{%- endif %}"
+    J_EACH
+    "{%- if i %}{{- '\\n' }}{%- endif %}"
+    "{%- if m.role in " J_TOOL " %}{{- " J_RESPONSE " }}{%- else %}{{- ns.c }}{%- endif %}" J_HERMES_CALLS
+    "{%- endfor %}";
+
+static const char jinja_chatml[] =
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT
+    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '<|im_end|>\\n' }}{%- endif %}"
+    J_EACH
+    "{%- if m.role in " J_TOOL " %}"
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n' + " J_RESPONSE " }}"
+    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + ('system' if m.role in " J_SYS " else m.role) + '\\n' + ns.c }}" J_HERMES_CALLS
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}";
+
+static const char jinja_llama2[] =
+    "{%- set ns = namespace(c='', start=0, sys='', user='', first=true, have_user=false) %}"
+    "{%- set bos = bos_token if bos_token else '' %}"
+    "{%- for m in messages %}{%- if m.role in " J_SYS " %}" J_CONTENT
+    "{%- if ns.sys %}{%- set ns.sys = ns.sys + '\\n\\n' %}{%- endif %}{%- set ns.sys = ns.sys + (ns.c | trim) %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if tools %}{%- if ns.sys %}{%- set ns.sys = ns.sys + '\\n\\n' %}{%- endif %}"
+    "{%- set ns.sys = ns.sys + '" J_TOOLS_HEAD "' %}"
+    "{%- for t in tools %}{%- set ns.sys = ns.sys + '\\n' + (t | tojson) %}{%- endfor %}"
+    "{%- set ns.sys = ns.sys + '" J_TOOLS_TAIL "' %}{%- endif %}"
+    J_EACH
+    "{%- if m.role in " J_SYS " %}"
+    "{%- elif m.role != 'assistant' %}"
+    "{%- if ns.have_user %}{%- set ns.user = ns.user + '\\n\\n' %}{%- endif %}"
+    "{%- if m.role in " J_TOOL " %}{%- set ns.user = ns.user + " J_RESPONSE " %}"
+    "{%- else %}{%- set ns.user = ns.user + (ns.c | trim) %}{%- endif %}"
+    "{%- set ns.have_user = true %}"
+    "{%- else %}"
+    "{{- bos + '[INST] ' }}{%- if ns.first and ns.sys %}{{- '<<SYS>>\\n' + ns.sys + '\\n<</SYS>>\\n\\n' }}{%- endif %}"
+    "{{- ns.user + ' [/INST] ' + (ns.c | trim) }}" J_HERMES_CALLS
+    "{%- if i < messages | length - 1 %}{{- ' ' + eos_token }}{%- endif %}"
+    "{%- set ns.user = '' %}{%- set ns.have_user = false %}{%- set ns.first = false %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if messages[-1].role != 'assistant' %}"
+    "{{- bos + '[INST] ' }}{%- if ns.first and ns.sys %}{{- '<<SYS>>\\n' + ns.sys + '\\n<</SYS>>\\n\\n' }}{%- endif %}"
+    "{{- ns.user + ' [/INST]' }}{%- endif %}";
+
+static const char jinja_llama3[] =
+    "{%- set ns = namespace(c='', start=0, preamble=false) %}" J_BOS
+    "{%- if tools %}{{- '<|start_header_id|>system<|end_header_id|>\\n\\nEnvironment: ipython\\n\\n' }}"
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT
+    "{{- ns.c | trim }}{%- set ns.start = 1 %}{%- endif %}"
+    "{{- '<|eot_id|>' }}{%- set ns.preamble = true %}{%- endif %}"
+    J_EACH
+    "{%- set role = 'system' if m.role in " J_SYS " else ('ipython' if m.role in " J_TOOL " else m.role) %}"
+    "{{- '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' }}"
+    "{%- if ns.preamble and role == 'user' %}"
+    "{{- 'Given the following functions, please respond with a JSON for a function call with its proper arguments "
+    "that best answers the given prompt.\\n\\nRespond in the format {\"name\": function name, \"parameters\": "
+    "dictionary of argument name and its value}.Do not use variables.\\n\\n' }}"
+    "{%- for t in tools %}{{- (t | tojson(indent=4)) + '\\n\\n' }}{%- endfor %}{%- set ns.preamble = false %}"
+    "{%- endif %}"
+    "{%- if m.tool_calls %}{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
+    "{%- if not loop.first %}{{- '\\n' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"parameters\": ' }}" J_ARGS
+    "{{- '}' }}{%- endfor %}"
+    "{%- else %}{{- ns.c | trim }}{%- endif %}"
+    "{{- '<|eot_id|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+
+static const char jinja_deepseek[] =
+    "{%- set ns = namespace(c='', start=0, sys=false) %}" J_BOS
+    "{%- for m in messages %}{%- if m.role in " J_SYS " %}" J_CONTENT
+    "{%- if ns.sys %}{{- '\\n\\n' }}{%- endif %}{{- ns.c }}{%- set ns.sys = true %}{%- endif %}{%- endfor %}"
+    "{%- if tools %}{%- if ns.sys %}{{- '\\n\\n' }}{%- endif %}" J_HERMES_TOOLS "{%- endif %}"
+    J_EACH
+    "{%- if m.role in " J_SYS " %}"
+    "{%- elif m.role in " J_TOOL " %}"
+    "{{- ('" DS_USER "' if i == 0 or not " J_IS_TOOL("i - 1") " else '\\n') + " J_RESPONSE " }}"
+    "{%- elif m.role != 'assistant' %}{{- '" DS_USER "' + ns.c }}"
+    "{%- else %}{{- '" DS_ASSISTANT "' + ns.c.split('</think>')[-1] }}" J_HERMES_CALLS "{{- '" DS_END "' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '" DS_ASSISTANT "' }}{%- endif %}";
+
+const char *nv_chat_template_jinja(nv_chat_template t) {
+    switch (t) {
+    case NV_CHAT_PLAIN: return jinja_plain;
+    case NV_CHAT_CHATML: return jinja_chatml;
+    case NV_CHAT_LLAMA2: return jinja_llama2;
+    case NV_CHAT_LLAMA3: return jinja_llama3;
+    case NV_CHAT_DEEPSEEK: return jinja_deepseek;
+    }
+    return NULL;
+}
+
+int nv_chat_template_of_jinja(const char *text, size_t n, nv_chat_template *out) {
+    for (int i = 0; i < N_TEMPLATES; i++) {
+        const char *j = nv_chat_template_jinja((nv_chat_template)i);
+        if (j && strlen(j) == n && !memcmp(j, text, n)) {
+            *out = (nv_chat_template)i;
+            return 1;
+        }
+    }
+    return 0;
 }

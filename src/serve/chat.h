@@ -39,6 +39,9 @@
 #ifndef NV_SERVE_CHAT_H
 #define NV_SERVE_CHAT_H
 
+#include <stddef.h>
+
+#include "base/buf.h"
 #include "base/err.h"
 #include "model/tokenizer.h"
 
@@ -76,6 +79,13 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t);
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out);
 const char *nv_chat_template_name(nv_chat_template t);
+/* The template in Jinja, as Hugging Face's tokenizer_config.json and GGUF's tokenizer.chat_template
+ * carry it: with the messages (OpenAI's shape), tools, bos_token, eos_token, add_generation_prompt
+ * true and enable_thinking it renders nv_chat_render_text's text (continue_final_message: the
+ * consumer's own cut after the last message). `nerve export` writes it for a chat run. */
+const char *nv_chat_template_jinja(nv_chat_template t);
+/* 1 and *out when text (n bytes) is exactly one of those Jinja forms. */
+int nv_chat_template_of_jinja(const char *text, size_t n, nv_chat_template *out);
 /* The stop string the template implies, or NULL. */
 const char *nv_chat_template_stop(nv_chat_template t);
 /* 1 when role is one the templates know. */
@@ -91,6 +101,10 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 /* The same with tools (above). */
 nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs,
                            const nv_chat_opts *o, int **tokens, int *n_tokens);
+/* The same prompt as text appended to *text: what the ids encode, with BOS and EOS spelled
+ * (nv_tokenizer_special_text) where they are added. llama.cpp's /apply-template. */
+nv_err nv_chat_render_text(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs,
+                           const nv_chat_opts *o, nv_buf *text);
 /* One assistant turn as training sees it: msgs[n_msgs - 1] is the assistant's answer; the ids are
  * the prompt nv_chat_render_opts gives the messages before it (what the server feeds the model)
  * followed by the answer's tokens as the model should produce them, ending with what stops the

@@ -39,7 +39,7 @@ typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
     R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
     R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS,
-    R_LCPP_COMPLETION, R_INFILL, R_PROPS /* llama.cpp's native API */
+    R_LCPP_COMPLETION, R_INFILL, R_PROPS, R_APPLY_TEMPLATE /* llama.cpp's native API */
 } route_id;
 
 typedef struct {
@@ -135,7 +135,7 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
                                         "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
-                                        "/v1/responses/{id}/input_items", "/completion", "/infill", "/props"};
+                                        "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -199,6 +199,7 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/props")) return R_PROPS;
+    if (!strcmp(url, "/apply-template")) return R_APPLY_TEMPLATE;
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/models")) return R_MODELS;
     if (!strncmp(url, "/models/", 8) && url[8]) return R_MODEL;
@@ -225,7 +226,7 @@ static route_id route_of(const char *url) {
 static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
            r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD || r == R_LCPP_COMPLETION ||
-           r == R_INFILL;
+           r == R_INFILL || r == R_APPLY_TEMPLATE;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -948,10 +949,13 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
                        NULL, NULL);
     }
     case R_TOKENIZE:
-    case R_DETOKENIZE: {
+    case R_DETOKENIZE:
+    case R_APPLY_TEMPLATE: {
         char *out = NULL;
         nv_api_error e;
-        int rc = (cc->route == R_TOKENIZE ? nv_api_tokenize : nv_api_detokenize)(&h->ctx, cc->body.data, cc->body.len, &out, &e);
+        int rc = (cc->route == R_TOKENIZE     ? nv_api_tokenize
+                  : cc->route == R_DETOKENIZE ? nv_api_detokenize
+                                              : nv_api_apply_template)(&h->ctx, cc->body.data, cc->body.len, &out, &e);
         return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
     }
     case R_LORA_LOAD:

@@ -521,7 +521,12 @@ static void save_model(const nv_model *m, const char *dir) {
         snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", dir);
         nv_tokenizer *tok = NULL;
         if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, m->config.vocab_size, &tok) != NV_OK) tok = NULL;
-        saved = nv_gguf_save(m, tok, name, gguf, NV_GGUF_F32);
+        char tmpl_name[64];
+        nv_chat_template tmpl;
+        const char *jinja = nv_train_chat_template(dir, tmpl_name, sizeof tmpl_name) && nv_chat_template_parse(tmpl_name, &tmpl) == NV_OK
+                                ? nv_chat_template_jinja(tmpl)
+                                : NULL; /* a chat run's template travels with its model */
+        saved = nv_gguf_save(m, tok, name, gguf, NV_GGUF_F32, jinja);
         nv_tokenizer_free(tok);
     }
     if (saved == NV_OK) {
