@@ -6,7 +6,7 @@
 set -eu
 
 # python3-jinja2: make test renders the chat templates nerve exports in Jinja (scripts/chat_template_check.py)
-packages=(gcc make libc6-dev binutils pkg-config libmicrohttpd-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin python3-jinja2)
+packages=(gcc make libc6-dev binutils pkg-config libmicrohttpd-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin libunistring-dev python3-jinja2)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(libopenblas-dev libdnnl-dev python3-torch)
 fi

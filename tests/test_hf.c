@@ -431,6 +431,39 @@ static void test_tokenizer_roundtrip(void) {
             nv_model_free(&pm);
             nv_tokenizer_free(p);
             nv_tokenizer_free(q);
+            /* Qwen's NFC normalizer: a decomposed accent encodes as the composed one (U+0958 stays
+               decomposed: a composition exclusion), and the normalizer is written out again */
+            const char *nfc = folder("bpe-nfc"), *nfc_again = folder("bpe-nfc-again");
+            char *tj = slurp(bd, "tokenizer.json", NULL), *at = tj ? strstr(tj, "\"normalizer\":\tnull") : NULL;
+            T_CHECK(at != NULL, "no null normalizer written");
+            if (at) {
+                nv_buf edited = {0};
+                nv_buf_append(&edited, tj, (size_t)(at - tj));
+                nv_buf_puts(&edited, "\"normalizer\": {\"type\": \"NFC\"}");
+                nv_buf_puts(&edited, at + strlen("\"normalizer\":\tnull"));
+                put_text(nfc, "tokenizer.json", edited.data);
+                nv_buf_free(&edited);
+                snprintf(json, sizeof json, "%s/tokenizer.json", nfc);
+                T_CHECK(nv_tokenizer_load(json, 0, &p) == NV_OK, "%s", nv_errmsg());
+                T_CHECK(p && same_ids(p, a, "caf\xc3\xa9 \xe0\xa4\x95\xe0\xa4\xbc the 12 cats"), "NFC text encodes as it did");
+                int *x = NULL, *y = NULL, nx = 0, ny = 0;
+                T_CHECK(p && nv_tokenizer_encode(p, "cafe\xcc\x81 \xe0\xa5\x98", 0, 0, &x, &nx) == NV_OK &&
+                            nv_tokenizer_encode(a, "caf\xc3\xa9 \xe0\xa4\x95\xe0\xa4\xbc", 0, 0, &y, &ny) == NV_OK && nx == ny &&
+                            !memcmp(x, y, (size_t)nx * sizeof *x) && !same_ids(a, p, "cafe\xcc\x81"),
+                        "NFC: a decomposed accent is not encoded as the composed one");
+                free(x);
+                free(y);
+                nv_model pm2;
+                T_CHECK(nv_model_alloc(&pm2, &c) == NV_OK && p && nv_hf_save(&pm2, p, nfc_again, NV_HF_F32, NULL) == NV_OK, "%s",
+                        nv_errmsg());
+                char *w2 = slurp(nfc_again, "tokenizer.json", NULL);
+                T_CHECK(w2 && strstr(w2, "\"NFC\""), "the NFC normalizer is not written out");
+                free(w2);
+                nv_model_free(&pm2);
+                nv_tokenizer_free(p);
+                p = NULL;
+            }
+            free(tj);
         }
         T_CHECK(b && nv_tokenizer_bos(b) == nv_tokenizer_bos(a) && nv_tokenizer_eos(b) == nv_tokenizer_eos(a) &&
                     nv_tokenizer_adds_bos(b) == nv_tokenizer_adds_bos(a),
@@ -638,6 +671,22 @@ static void test_malformed_tokenizer(void) {
         {"{\"model\": {\"type\": \"BPE\", \"unk_token\": \"zz\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}}", NV_EFORMAT,
          "'zz' is not in the vocabulary"},
         {"{\"model\": 3", NV_EFORMAT, "not a JSON object"},
+        /* text handling this project does not do is refused, not ignored */
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"normalizer\": {\"type\": "
+         "\"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, {\"type\": \"Lowercase\"}]}}",
+         NV_EUNSUPPORTED, "normalizer 'NFKC+Lowercase'"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+         "\"ByteLevel\", \"add_prefix_space\": true}}",
+         NV_EUNSUPPORTED, "add_prefix_space"},
+        {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"a\", \"vocab\": {\"a\": 0, \"<s>\": 1, \"</s>\": 2}, "
+         "\"merges\": []}}",
+         NV_EUNSUPPORTED, "normalizer 'none' with pre-tokenizer 'none' is not SentencePiece's"},
+        {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"a\", \"vocab\": {\"a\": 0, \"<s>\": 1, \"</s>\": 2}, "
+         "\"merges\": []}, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"never\"}}",
+         NV_EUNSUPPORTED, "pre-tokenizer 'Metaspace'"},
+        {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"a\", \"vocab\": {\"a\": 0, \"<s>\": 1, \"</s>\": 2}, "
+         "\"merges\": []}, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\"}}",
+         NV_OK, ""},
     };
     char path[800];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);

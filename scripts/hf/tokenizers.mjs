@@ -21,6 +21,7 @@ const texts = [
   'emoji 👍🏽 family 👨‍👩‍👧 flags 🇫🇷', 'x\u00a0nbsp\u2009thin\u3000ideographic', '<html><body class="x">&amp;</body></html>',
   'new\n\n\nlines\n', ' ', '  ', 'trailing space ',
   'a  1', 'x   42 y', 'tab\t\t7', '  9', 'end  \n3', '1  2  3', // white space before digits (SmolLM's split)
+  'cafe\u0301 A\u030a\u0301 \u0958 \u1100\u1161\u11a8 o\u0308\u0304', // decomposed: Qwen's NFC composes them
 ];
 for (const line of readFileSync(corpus, 'utf8').split('\n')) if (line.length) texts.push(line);
 const want = texts.map((t) => Array.from(tok.encode(t, { add_special_tokens: false })).join(' '));

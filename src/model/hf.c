@@ -550,6 +550,66 @@ static const char *template_bos(const cJSON *pp) {
     return str_of(field(field(first, "SpecialToken"), "id"));
 }
 
+/* A normalizer or pre-tokenizer's type (a Sequence's members in order, joined by '+'), shown. */
+static const char *chain_of(const cJSON *o, const char *list_key, const char *member_key, char *out, size_t cap) {
+    const char *type = str_of(field(o, "type"));
+    if (!type || strcmp(type, "Sequence")) return type ? type : "?";
+    size_t at = 0;
+    out[0] = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, field(o, list_key)) {
+        const char *t = str_of(field(e, member_key));
+        at += (size_t)snprintf(out + at, at < cap ? cap - at : 0, "%s%.40s", at ? "+" : "", t ? t : "?");
+        if (at >= cap) break;
+    }
+    return out;
+}
+
+static int is_type(const cJSON *o, const char *type) {
+    const char *t = str_of(field(o, "type"));
+    return t && !strcmp(t, type);
+}
+
+/* A byte-level tokenizer's normalizer: none, or Unicode NFC (Qwen2/Qwen3's), which sets *nfc. */
+static nv_err byte_level_norm(const char *path, const cJSON *norm, int *nfc) {
+    *nfc = 0;
+    if (absent(norm)) return NV_OK;
+    const cJSON *only = norm;
+    if (is_type(norm, "Sequence") && cJSON_GetArraySize(field(norm, "normalizers")) == 1)
+        only = cJSON_GetArrayItem(field(norm, "normalizers"), 0);
+    if (is_type(only, "NFC")) return *nfc = 1, NV_OK;
+    char shown[256];
+    return nv_fail(NV_EUNSUPPORTED, "%s: normalizer '%s' is not supported with a byte-level vocabulary (none, or NFC)", path,
+                   chain_of(norm, "normalizers", "type", shown, sizeof shown));
+}
+
+/* A byte-fallback (SentencePiece-style) tokenizer's text handling must be SentencePiece's, which
+ * this project's encoder does: a space before the text and spaces as U+2581, spelled either as
+ * Llama 2's normalizer (Prepend, then Replace) without a pre-tokenizer, or as a Metaspace
+ * pre-tokenizer that prepends and does not split, without a normalizer. */
+static nv_err spm_text_rules(const char *path, const cJSON *norm, const cJSON *pre) {
+    static const char meta[] = "\xe2\x96\x81";
+    const cJSON *list = field(norm, "normalizers");
+    const cJSON *prepend = cJSON_GetArrayItem(list, 0), *replace = cJSON_GetArrayItem(list, 1);
+    const int legacy = is_type(norm, "Sequence") && cJSON_GetArraySize(list) == 2 && is_type(prepend, "Prepend") &&
+                       str_of(field(prepend, "prepend")) && !strcmp(str_of(field(prepend, "prepend")), meta) &&
+                       is_type(replace, "Replace") && str_of(field(field(replace, "pattern"), "String")) &&
+                       !strcmp(str_of(field(field(replace, "pattern"), "String")), " ") && str_of(field(replace, "content")) &&
+                       !strcmp(str_of(field(replace, "content")), meta);
+    if (legacy && absent(pre)) return NV_OK;
+    const char *scheme = str_of(field(pre, "prepend_scheme")), *rep = str_of(field(pre, "replacement"));
+    const cJSON *add = field(pre, "add_prefix_space"); /* the older spelling of prepend_scheme */
+    const int metaspace = is_type(pre, "Metaspace") && rep && !strcmp(rep, meta) && !cJSON_IsTrue(field(pre, "split")) &&
+                          (scheme ? !strcmp(scheme, "first") || !strcmp(scheme, "always") : !cJSON_IsFalse(add));
+    if (metaspace && absent(norm)) return NV_OK;
+    char sn[256], sp[256];
+    return nv_fail(NV_EUNSUPPORTED,
+                   "%s: normalizer '%s' with pre-tokenizer '%s' is not SentencePiece's text handling (Llama 2's Prepend and "
+                   "Replace normalizer, or a Metaspace pre-tokenizer that prepends and does not split)",
+                   path, absent(norm) ? "none" : chain_of(norm, "normalizers", "type", sn, sizeof sn),
+                   absent(pre) ? "none" : chain_of(pre, "pretokenizers", "type", sp, sizeof sp));
+}
+
 /* Which split a byte-level tokenizer.json's pre_tokenizer makes, as llama.cpp names it. */
 static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_t cap) {
     const char *re = NULL, *type = str_of(field(pt, "type"));
@@ -568,6 +628,8 @@ static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_
         else if (t && !strcmp(t, "ByteLevel") && !byte_level) {
             byte_level = 1;
             NV_TRY(get_flag(path, each, "use_regex", 1, &bl_regex));
+            if (cJSON_IsTrue(field(each, "add_prefix_space")))
+                return nv_fail(NV_EUNSUPPORTED, "%s: a ByteLevel pre-tokenizer with add_prefix_space is not supported", path);
         } else if (t && !strcmp(t, "Digits") && cJSON_IsTrue(field(each, "individual_digits")) && !byte_level && !re && !digits)
             digits = 1; /* every digit a piece, before the byte-level split (SmolLM, StarCoder) */
         else
@@ -714,7 +776,8 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
     b->eot = b->eom = -1;
     if (err == NV_OK && !byte_fallback) {
         v->byte_level = 1;
-        err = byte_level_pre(path, field(root, "pre_tokenizer"), b->pre, sizeof b->pre);
+        err = byte_level_norm(path, field(root, "normalizer"), &v->nfc);
+        if (err == NV_OK) err = byte_level_pre(path, field(root, "pre_tokenizer"), b->pre, sizeof b->pre);
     } else if (err == NV_OK) {
         /* SentencePiece-style: this project's encoder merges by score, so the merge of rank r
            scores its piece -r (the first merge making a piece counts); other pieces never merge */
@@ -722,6 +785,7 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
         if (b->unk != 0 || bos != 1 || eos != 2)
             err = nv_fail(NV_EUNSUPPORTED, "%s: <unk>, BOS, EOS are ids %d, %d, %d; a byte-fallback tokenizer needs 0, 1, 2", path,
                           b->unk, bos, eos);
+        if (err == NV_OK) err = spm_text_rules(path, field(root, "normalizer"), field(root, "pre_tokenizer"));
         float *score = malloc((size_t)n * sizeof *score);
         size_t *plen = malloc((size_t)n * sizeof *plen);
         if (err == NV_OK && (!score || !plen)) err = nv_fail(NV_ENOMEM, "%s: out of memory", path);
@@ -957,7 +1021,8 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
         cJSON_AddBoolToObject(bl, "trim_offsets", 1);
         cJSON_AddBoolToObject(bl, "use_regex", !own_regex);
         cJSON_AddItemToArray(list, bl);
-        cJSON_AddNullToObject(tj, "normalizer");
+        if (bv.nfc) cJSON_AddItemToObject(tj, "normalizer", typed("NFC"));
+        else cJSON_AddNullToObject(tj, "normalizer");
         cJSON_AddItemToObject(tj, "pre_tokenizer", pt);
         if (add_bos && bos >= 0) cJSON_AddItemToObject(tj, "post_processor", bos_template(text[bos], bos));
         else cJSON_AddNullToObject(tj, "post_processor");

@@ -44,6 +44,7 @@ int nv_hf_is_json(const void *data, size_t len);
  * strings valid until nv_hf_vocab_free) or SentencePiece as llama2.c tokenizer.bin bytes (spm). */
 typedef struct {
     int byte_level;
+    int nfc; /* the normalizer composes text to Unicode NFC first (Qwen's) */
     nv_gguf_bpe bpe;
     uint8_t *spm;
     size_t spm_len;

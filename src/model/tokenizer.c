@@ -1,6 +1,7 @@
 #include "model/tokenizer.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <uninorm.h>
 
 #include "base/file.h"
 #include "base/log.h"
@@ -38,6 +40,7 @@ struct nv_tokenizer {
     /* Byte-level BPE (a GGUF "gpt2" vocabulary); NULL/0 for llama2.c's. Pieces are stored as
      * the file spells them (every byte as one code point); text is what they print. */
     int byte_level, ignore_merges;
+    int nfc;               /* a tokenizer.json's NFC normalizer: text composed before it is encoded */
     uint8_t *type;         /* GGUF token type of each id */
     char *text;            /* decoded bytes of every id, NUL-terminated, back to back */
     size_t *text_off;
@@ -515,6 +518,7 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
         e = nv_hf_vocab_read(path, &v);
         if (e == NV_OK)
             e = v.byte_level ? tok_build_bpe(path, &v.bpe, vocab_size, t) : tok_build(path, &(nv_mapped){v.spm, v.spm_len}, vocab_size, t);
+        t->nfc = v.nfc;
         nv_hf_vocab_free(&v);
     } else {
         e = tok_build(path, &m, vocab_size, t);
@@ -536,7 +540,7 @@ int nv_tokenizer_byte_level(const nv_tokenizer *t) { return t->byte_level; }
 
 int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v) {
     if (!t->byte_level) return 0;
-    *v = (nv_bpe_view){t->pre, t->type, t->merge_pair, t->n_merges, t->bos, t->eos, t->eot, t->eom, t->add_bos};
+    *v = (nv_bpe_view){t->pre, t->type, t->merge_pair, t->n_merges, t->bos, t->eos, t->eot, t->eom, t->add_bos, t->nfc};
     return 1;
 }
 
@@ -886,11 +890,42 @@ nv_err nv_tokenizer_encode_into(const nv_tokenizer *t, const char *text, int bos
     return e;
 }
 
+/* text composed to Unicode NFC in *out (malloc'd), or *out NULL where it stays as it is: ASCII,
+ * or not UTF-8 (which no normalizer reads). */
+static nv_err nfc_text(const char *text, char **out) {
+    *out = NULL;
+    const unsigned char *s = (const unsigned char *)text;
+    while (*s && *s < 0x80) s++;
+    if (!*s) return NV_OK;
+    size_t n = 0, tl = strlen(text);
+    uint8_t *c = u8_normalize(UNINORM_NFC, (const uint8_t *)text, tl, NULL, &n);
+    if (!c) return errno == ENOMEM ? nv_fail(NV_ENOMEM, "out of memory composing %zu bytes", tl) : NV_OK;
+    char *z = realloc(c, n + 1);
+    if (!z) {
+        free(c);
+        return nv_fail(NV_ENOMEM, "out of memory composing %zu bytes", tl);
+    }
+    z[n] = 0;
+    *out = z;
+    return NV_OK;
+}
+
+static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens, int *n_tokens);
+
 nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens,
                            int *n_tokens) {
     *tokens = NULL;
     *n_tokens = 0;
     if (!text) return nv_fail(NV_EINVAL, "cannot encode NULL text");
+    if (!t->nfc) return encode_text(t, text, bos, eos, tokens, n_tokens);
+    char *composed; /* as the tokenizer.json's normalizer asks, before anything else */
+    NV_TRY(nfc_text(text, &composed));
+    const nv_err e = encode_text(t, composed ? composed : text, bos, eos, tokens, n_tokens);
+    free(composed);
+    return e;
+}
+
+static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens, int *n_tokens) {
     size_t tl = strlen(text);
     if (tl > (size_t)INT_MAX - 3) return nv_fail(NV_ERANGE, "text of %zu bytes is too long to encode", tl);
     /* Each byte yields at most one token; plus BOS, the dummy prefix and EOS. */

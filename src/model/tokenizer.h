@@ -73,6 +73,7 @@ typedef struct {
     const int32_t *merge_pair; /* n_merges (left, right) id pairs in rank order */
     int n_merges;
     int bos, eos, eot, eom, add_bos; /* ids -1 when absent */
+    int nfc;                         /* text is composed to Unicode NFC before it is split */
 } nv_bpe_view;
 /* llama.cpp's pre-tokenizer name ("llama-bpe", "qwen2", "gpt-2") whose split is the regex re (a
  * tokenizer.json Split pattern), or NULL for one not supported; and the regex of a name (GPT-2's
