@@ -255,6 +255,45 @@ static void test_generate_json(void) {
     T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1, "missing schema file: '%s'", t_err);
 }
 
+/* nerve chat: each line a user turn, the answers on stdout one a line. A later turn reuses the
+ * cache's tokens and gives exactly the continuation a fresh run of the whole conversation gives
+ * (the plain template: the turns are lines of one text, so generate of that text is the same
+ * prompt); a '\' joins lines; /reset starts over (the first answer again); the cut is reported. */
+static void test_chat(void) {
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    if (!m || !z) return;
+    char args[2048], want[4096];
+    static const char turns[] = "Once upon a time\nThe dog\\\nran\n/reset\nOnce upon a time\n";
+    const char *in = t_write("chat_in.txt", turns, strlen(turns));
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 30 --engine avx2", m, z);
+    T_CHECK(t_nerve_stdin(args, in) == 0 && count_lines(t_out) == 3, "chat: %s%s", t_out, t_err);
+    char *first = strdup(t_out), *nl = strchr(first, '\n');
+    char *second = nl ? nl + 1 : first, *nl2 = strchr(second, '\n');
+    if (nl) *nl = 0;
+    if (nl2) *nl2 = 0;
+    T_CHECK(nl2 && !strncmp(nl2 + 1, first, strlen(first)), "/reset: the first answer again: %s", t_out);
+    T_CHECK(strstr(t_err, "the answer was cut at 30 tokens (-n)") && strstr(t_err, "3 answers, 90 tokens"), "%s", t_err);
+    /* the second turn, in full: "Once upon a time\n" + answer 1 + "\nThe dog\nran", continued */
+    snprintf(want, sizeof want, "Once upon a time\n%s\nThe dog\nran", first);
+    char *text_path = strdup(t_write("chat_prompt.txt", want, strlen(want)));
+    char *prompt = NULL;
+    nv_file_read_all(text_path, &prompt, NULL);
+    snprintf(args, sizeof args, "generate -m %s -z %s -t 0 -n %zu --engine avx2 -p \"$(cat '%s')\"", m, z, (size_t)200, text_path);
+    T_CHECK(t_nerve(args) == 0 && !strncmp(t_out, want, strlen(want)) && !strncmp(t_out + strlen(want), second, strlen(second)),
+            "a later turn is not the continuation of the whole conversation:\n  chat:     %s\n  generate: %s", second,
+            t_out + (strlen(t_out) > strlen(want) ? strlen(want) : 0));
+    free(prompt);
+    free(text_path);
+    free(first);
+    snprintf(args, sizeof args, "chat -m %s -z %s --chat-template jinja", m, z);
+    T_CHECK(t_nerve(args) == 2 && count_lines(t_err) == 1 && strstr(t_err, "unknown chat template"), "%s", t_err);
+    T_CHECK(t_nerve("chat -z x") == 2 && count_lines(t_err) == 1, "no -m: %s", t_err);
+    snprintf(args, sizeof args, "chat -m %s -z %s --ctx 16 -t 0", m, z);
+    static const char long_turn[] = "a b c d e f g h i j k l m n o p q r s t u v w x y z\n";
+    const char *long_in = t_write("chat_long.txt", long_turn, strlen(long_turn));
+    T_CHECK(t_nerve_stdin(args, long_in) == 0 && strstr(t_err, "more than the context of 16 holds"), "%s", t_err);
+}
+
 static void test_init_then_generate(void) {
     const char *z = t_data("models/tok512.bin");
     if (!z) return;
@@ -335,6 +374,7 @@ int main(void) {
     T_RUN(test_generate_speculative);
     T_RUN(test_generate_draft_model);
     T_RUN(test_generate_json);
+    T_RUN(test_chat);
     T_RUN(test_init_then_generate);
     T_RUN(test_tokenize);
     T_RUN(test_bad_input_one_line_errors);

@@ -849,6 +849,13 @@ static void test_chat_finetune_then_serve(void) {
     resp_free(&r);
     T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
 
+    /* nerve chat with the run folder: its template, the answer cut at the template's end of turn (text
+       here: <|im_end|> is no token of this vocabulary), never printed */
+    const char *qs = t_write("chat_questions.txt", "Did the dog see a kite?\nDid Sue find a toy?\n", 44);
+    snprintf(short_args, sizeof short_args, "chat -m %s -t 0 --engine avx2", dir);
+    T_CHECK(t_nerve_stdin(short_args, qs) == 0 && !strcmp(t_out, "Yes, the cat is happy.\nYes, the cat is happy.\n"),
+            "nerve chat: '%s' %s", t_out, t_err);
+
     /* exported, the run's template travels in Jinja: GGUF's tokenizer.chat_template, which a server of
        that file takes up (the same answer), and a Hugging Face folder's tokenizer_config.json; a
        llama2.c file has no place for it and says so */

@@ -12,6 +12,7 @@ static const struct {
     {"train", cmd_train, "train a model from scratch, fine-tune one, or resume a run"},
     {"export", cmd_export, "write a training checkpoint as a llama2.c model"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
+    {"chat", cmd_chat, "talk with a chat model in the terminal"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"tokenize", cmd_tokenize, "print the token ids of a text, or write text files' tokens as a training shard"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)"},
