@@ -336,6 +336,25 @@ static void test_text_documents(void) {
                       "<|endoftext|>";
     const char *eot_docs[] = {"Tim had a red ball.\nHe liked it.", "Sue had a kite.", "Max ran."};
     check_text(t, "eot.txt", eot, eot_docs, 3);
+    /* .jsonl of {"text": ...} lines (a dataset's export): each line's text one document, kept whole
+       (its line breaks and markers inside it), blank lines skipped, other fields ignored */
+    const char *jl = "{\"text\": \"One day a cat sat.\\nIt was happy.\", \"id\": 1}\n\n  {\"text\": \"  The dog ran.  \"}\r\n"
+                     "{\"text\": \"caf\\u00e9 \\\"quoted\\\" a<|endoftext|>b\"}";
+    const char *jl_docs[] = {"One day a cat sat.\nIt was happy.", "The dog ran.", "caf\xc3\xa9 \"quoted\" a<|endoftext|>b"};
+    check_text(t, "docs.jsonl", jl, jl_docs, 3);
+    static const struct {
+        const char *text, *says;
+    } bad_jl[] = {{"{\"text\": \"fine\"}\n{\"text\": 3}\n", "docs_bad.jsonl:2: not a JSON object with a \"text\" string"},
+                  {"{\"text\": \"fine\"}\nnot json\n", "docs_bad.jsonl:2:"}};
+    for (size_t i = 0; i < sizeof bad_jl / sizeof bad_jl[0]; i++) {
+        const char *bp = t_write("docs_bad.jsonl", bad_jl[i].text, strlen(bad_jl[i].text));
+        nv_dataset ds;
+        nv_err e = nv_dataset_open(&ds, &bp, 1, t, 512, 0.0f);
+        T_CHECK(e == NV_EFORMAT && strstr(nv_errmsg(), bad_jl[i].says) && ds.src == NULL, "bad text lines %zu: %s", i, nv_errmsg());
+    }
+    T_CHECK(nv_data_jsonl_is_text(t_write("docs_probe.jsonl", "\n{\"text\": \"x\"}", 14)) &&
+                !nv_data_jsonl_is_text(t_write("chat_probe.jsonl", "{\"messages\": [], \"text\": \"x\"}", 29)),
+            "which .jsonl is text");
 
     /* the shared sample: five stories between <|endoftext|> markers, line breaks inside */
     const char *sp = t_data("corpus/tinystories_sample.txt");

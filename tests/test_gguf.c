@@ -267,10 +267,10 @@ static void test_malformed(void) {
     size_t k_at = find(src, "blk.0.attn_k.weight");
     expect(variant(src, size, k_at, "blk.0.attn_q.weight", 19), NV_EFORMAT, "a tensor name twice");
     expect(variant(src, size, k_at, "blk.0.attn_k.w.bias", 19), NV_EUNSUPPORTED, "a bias tensor");
-    gw_rope_scale = 4.0f;
+    gw_rope_scale = -4.0f;
     gguf_write_model(t_path("scaled.gguf"), "llama", 3, 0);
     gw_rope_scale = 0.0f;
-    expect(t_path("scaled.gguf"), NV_EUNSUPPORTED, "RoPE scaling");
+    expect(t_path("scaled.gguf"), NV_EFORMAT, "rope.scaling.factor -4 is out of range");
     gguf_write_model(t_path("arch.gguf"), "mamba", 3, 0);
     expect(t_path("arch.gguf"), NV_EUNSUPPORTED, "architecture mamba");
     nv_tokenizer *t = NULL;
@@ -797,6 +797,41 @@ static void test_rope_factors(void) {
     if (!m.params) return;
     const int hd = m.config.head_dim, half = hd / 2;
     T_CHECK(m.config.n_rope_factors == 0, "no factors without the tensor");
+    /* linear scaling (llama.rope.scaling.type linear, factor 4): every frequency divided by 4, the
+       same logits as a rope_freqs tensor of 4s */
+    gw_rope_scale = 4.0f;
+    gguf_write_model(t_path("linear.gguf"), "llama", 3, 1);
+    gw_rope_scale = 0.0f;
+    nv_model lin;
+    T_CHECK(nv_model_load(t_path("linear.gguf"), &lin) == NV_OK, "%s", nv_errmsg());
+    if (lin.params) {
+        int fours = lin.config.n_rope_factors == half;
+        for (int i = 0; fours && i < half; i++) fours = lin.config.rope_factors[i] == 4.0f;
+        T_CHECK(fours, "linear scaling by 4: %d factors", lin.config.n_rope_factors);
+        nv_model as_tensor;
+        nv_model_alloc(&as_tensor, &m.config);
+        memcpy(as_tensor.params, m.params, m.n_params * sizeof(float));
+        as_tensor.config.n_rope_factors = half;
+        for (int i = 0; i < half; i++) as_tensor.config.rope_factors[i] = 4.0f;
+        T_CHECK(nv_gguf_save(&as_tensor, NULL, "fours", t_path("fours.gguf"), NV_GGUF_F32, NULL) == NV_OK, "%s", nv_errmsg());
+        nv_model fours_m;
+        T_CHECK(nv_model_load(t_path("fours.gguf"), &fours_m) == NV_OK, "%s", nv_errmsg());
+        const int toks[3] = {1, 5, 7};
+        nv_state s1, s2;
+        if (fours_m.params && nv_model_build_plans(&lin, NV_ENGINE_SCALAR) == NV_OK &&
+            nv_model_build_plans(&fours_m, NV_ENGINE_SCALAR) == NV_OK && nv_state_init(&s1, &lin.config, 4, GW_CTX, 0) == NV_OK &&
+            nv_state_init(&s2, &fours_m.config, 4, GW_CTX, 0) == NV_OK) {
+            const int r1 = nv_forward(&lin, &s1, toks, 3, 0), r2 = nv_forward(&fours_m, &s2, toks, 3, 0);
+            T_CHECK(r1 == NV_OK && r2 == NV_OK &&
+                        !memcmp(s1.logits, s2.logits, (size_t)lin.config.vocab_size * sizeof(float)),
+                    "linear scaling differs from its rope_freqs form");
+            nv_state_free(&s1);
+            nv_state_free(&s2);
+        }
+        nv_model_free(&fours_m);
+        nv_model_free(&as_tensor);
+        nv_model_free(&lin);
+    }
     nv_state plain_state;
     T_CHECK(nv_state_init(&plain_state, &m.config, 4, GW_CTX, 0) == NV_OK, "%s", nv_errmsg());
     m.config.n_rope_factors = half;

@@ -556,6 +556,23 @@ static void test_config(void) {
         kept += want == 1;
     }
     T_CHECK(scaled && kept, "the test's scaling leaves some frequencies alone and divides others (%d, %d)", scaled, kept);
+    /* linear scaling: every frequency divided by its factor */
+    T_CHECK(load_with(dir, "\"rope_scaling\":\tnull", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.5}", &c) == NV_OK &&
+                c.n_rope_factors == c.head_dim / 2 && c.rope_factors[0] == 2.5f && c.rope_factors[c.n_rope_factors - 1] == 2.5f,
+            "linear: %s", nv_errmsg());
+    nv_model lm;
+    if (nv_model_alloc(&lm, &c) == NV_OK) { /* written back as linear scaling */
+        const char *lin = folder("linear-out");
+        char lin_cfg[700];
+        snprintf(lin_cfg, sizeof lin_cfg, "%s/config.json", lin);
+        nv_config back;
+        T_CHECK(nv_hf_save(&lm, NULL, lin, NV_HF_F32, NULL) == NV_OK && nv_model_read_config(lin_cfg, &back) == NV_OK &&
+                    back.n_rope_factors == c.n_rope_factors && back.rope_factors[1] == 2.5f,
+                "linear scaling written back: %s", nv_errmsg());
+        nv_model_free(&lm);
+    }
+    T_CHECK(load_with(dir, "\"rope_scaling\":\tnull", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": -1}", &c) == NV_EFORMAT,
+            "a negative linear factor");
     /* a Mistral window shorter than the context caps it; a Qwen2 one counts only when used */
     T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": 100", &c) == NV_OK && c.seq_len == 100, "%d", c.seq_len);
     T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": null", &c) == NV_OK && c.seq_len == 512, "%d", c.seq_len);

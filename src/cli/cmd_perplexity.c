@@ -409,7 +409,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     for (int i = 0; i < n_files; i++) {
         const size_t len = strlen(files[i]);
-        if (len >= 6 && !strcmp(files[i] + len - 6, ".jsonl"))
+        if (len >= 6 && !strcmp(files[i] + len - 6, ".jsonl") && !nv_data_jsonl_is_text(files[i]))
             return cli_error(CMD, 2, "%s: chat data is not scored here; give text or token shards", files[i]);
     }
     cli_paths paths, base_paths;

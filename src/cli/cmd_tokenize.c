@@ -32,7 +32,7 @@ static int write_shard(const char *cmd, const char *tok_path, const char *out, c
     if (!width) return cli_error(cmd, 2, "-o %s: a shard is named .bin (uint16) or .u32 (uint32)", out);
     for (int i = 0; i < n; i++) {
         const size_t l = strlen(files[i]);
-        if (l > 6 && !strcmp(files[i] + l - 6, ".jsonl"))
+        if (l > 6 && !strcmp(files[i] + l - 6, ".jsonl") && !nv_data_jsonl_is_text(files[i]))
             return cli_error(cmd, 2, "%s: chat data is rendered by nerve train itself (give it to --data as it is)", files[i]);
     }
     nv_tokenizer *t = NULL;

@@ -47,6 +47,17 @@ nv_err nv_config_validate(const nv_config *c) {
     return NV_OK;
 }
 
+nv_err nv_config_rope_linear(nv_config *c, float factor) {
+    if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
+        return nv_fail(NV_EUNSUPPORTED, "RoPE frequency factors for a head of %d (at most %d)", c->head_dim, 2 * NV_ROPE_FACTORS_MAX);
+    if (!c->n_rope_factors) {
+        c->n_rope_factors = c->head_dim / 2;
+        for (int i = 0; i < c->n_rope_factors; i++) c->rope_factors[i] = 1.0f;
+    }
+    for (int i = 0; i < c->n_rope_factors; i++) c->rope_factors[i] *= factor;
+    return NV_OK;
+}
+
 uint64_t nv_config_rope_key(const nv_config *c) {
     uint64_t h = nv_checksum64(&c->rope_theta, sizeof c->rope_theta, (uint64_t)c->head_dim);
     return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);

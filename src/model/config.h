@@ -40,6 +40,9 @@ static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * 
 nv_err nv_config_validate(const nv_config *c);
 /* A key of what sets RoPE's angles (theta, head size, frequency factors): states made for one
  * config keep it to refuse a model that rotates differently. */
+/* Linear RoPE scaling (positions divided by factor): every frequency's divisor multiplied by it
+ * (all of them factor when there were none). */
+nv_err nv_config_rope_linear(nv_config *c, float factor);
 uint64_t nv_config_rope_key(const nv_config *c);
 /* Number of fp32 parameters (the classifier counted once when shared). */
 uint64_t nv_config_param_count(const nv_config *c);

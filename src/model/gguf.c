@@ -554,14 +554,19 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     if (rot != head_dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: rotary dimension %lld differs from the head size %lld", g->path, (long long)rot,
                        (long long)head_dim);
-    /* RoPE scaling by a factor (linear, YaRN) is not implemented: refuse rather than run with the
-     * wrong positions. Llama 3.1+'s per-frequency divisors (the rope_freqs tensor) are. */
+    /* RoPE scaling: linear (positions divided by the factor; a factor without a type is linear, as
+     * llama.cpp reads it) is every frequency's divisor; YaRN and the rest are refused rather than run
+     * with the wrong positions. Llama 3.1+'s per-frequency divisors (the rope_freqs tensor) too. */
     size_t sl = 0;
     const char *scaling = nv_gguf_string(g, akey(k, sizeof k, arch, "rope.scaling.type"), &sl);
     float factor = 1.0f;
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.factor"), 1.0f, &factor));
-    if ((scaling && !name_is(scaling, sl, "none")) || (factor != 1.0f && factor != 0.0f))
-        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling), which is not supported", g->path, arch);
+    if (scaling && !name_is(scaling, sl, "none") && !name_is(scaling, sl, "linear"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling.type %.*s), which is not supported (linear is)",
+                       g->path, arch, scaling ? (int)(sl < 32 ? sl : 32) : 4, scaling ? scaling : "none");
+    const int linear = factor != 1.0f && factor != 0.0f; /* llama.cpp divides by the factor whatever the type says */
+    if (linear && !(factor > 0.0f && factor < 1e6f))
+        return nv_fail(NV_EFORMAT, "%s: %s.rope.scaling.factor %g is out of range", g->path, arch, (double)factor);
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;
@@ -600,6 +605,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
         c->n_rope_factors = (int)(head_dim / 2);
         NV_TRY(take(g, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, c->rope_factors));
     }
+    if (linear) NV_TRY(nv_config_rope_linear(c, factor));
     return nv_config_validate(c);
 }
 

@@ -193,8 +193,13 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     const char *rtype = rs ? str_of(field(rs, "rope_type")) : NULL;
     if (rs && !rtype) rtype = str_of(field(rs, "type"));
     if (rtype && !strcmp(rtype, "llama3")) NV_TRY(llama3_factors(path, rs, c));
-    else if (rtype && strcmp(rtype, "default"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE scaling '%s' is not supported (llama3's is)", path,
+    else if (rtype && !strcmp(rtype, "linear")) { /* positions divided by factor */
+        double factor;
+        NV_TRY(get_real(path, rs, "factor", 0.0, &factor));
+        if (!(factor > 0 && factor < 1e6)) return nv_fail(NV_EFORMAT, "%s: rope_scaling's linear factor is out of range", path);
+        NV_TRY(nv_config_rope_linear(c, (float)factor));
+    } else if (rtype && strcmp(rtype, "default"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE scaling '%s' is not supported (llama3's and linear are)", path,
                        nv_gguf_shown(rtype, strlen(rtype), shown, sizeof shown));
     else if (rs && !rtype)
         return nv_fail(NV_EFORMAT, "%s: rope_scaling names no rope_type", path);
@@ -1191,7 +1196,9 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
 
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template) {
     const nv_config *c = &m->config;
-    if (c->n_rope_factors)
+    int linear = c->n_rope_factors > 0; /* one divisor for every frequency: linear scaling by it */
+    for (int i = 1; i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];
+    if (c->n_rope_factors && !linear)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
@@ -1212,7 +1219,13 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     cJSON_AddNumberToObject(cfg, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(cfg, "rms_norm_eps", shortest(c->norm_eps));
     cJSON_AddNumberToObject(cfg, "rope_theta", shortest(c->rope_theta));
-    cJSON_AddNullToObject(cfg, "rope_scaling");
+    if (linear) {
+        cJSON *rs = cJSON_AddObjectToObject(cfg, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "linear");
+        cJSON_AddNumberToObject(rs, "factor", c->rope_factors[0]);
+    } else {
+        cJSON_AddNullToObject(cfg, "rope_scaling");
+    }
     cJSON_AddStringToObject(cfg, "hidden_act", "silu");
     cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->shared_classifier);
     if (!c->qkv_bias) cJSON_AddBoolToObject(cfg, "attention_bias", 0);

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/buf.h"
 #include "base/log.h"
 #include "base/pool.h"
 #include "base/rng.h"
@@ -85,6 +86,58 @@ static void tokenize_group(void *arg, int g, int n_groups) {
     if (j->err[g]) snprintf(j->msg[g], sizeof j->msg[g], "%s", nv_errmsg()); /* the message is the thread's own */
 }
 
+/* The tokens of documents docs[0, n_docs) of text into s (one BOS-started run each, as
+ * append_doc), tokenized in groups on the pool. */
+static nv_err tokenize_docs(nv_source *s, const nv_tokenizer *tok, const char *t, size_t len, const size_t (*docs)[2],
+                            size_t n_docs) {
+    /* groups of about equal bytes, several per thread so that an uneven one does not hold the rest up */
+    const int groups = (int)(n_docs < (size_t)(nv_pool_threads() * TEXT_GROUPS_PER_THREAD) ? (n_docs ? n_docs : 1)
+                                                                                          : (size_t)(nv_pool_threads() * TEXT_GROUPS_PER_THREAD));
+    size_t *first = calloc((size_t)groups + 1, sizeof *first);
+    uint32_t **ids = calloc((size_t)groups, sizeof *ids);
+    uint64_t *n_ids = calloc((size_t)groups, sizeof *n_ids), *caps = calloc((size_t)groups, sizeof *caps);
+    nv_err *errs = calloc((size_t)groups, sizeof *errs);
+    char(*msg)[256] = calloc((size_t)groups, sizeof *msg);
+    nv_err e = NV_OK;
+    if (!first || !ids || !n_ids || !caps || !errs || !msg) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+    if (e == NV_OK) {
+        for (int g = 1, d = 0; g < groups; g++) { /* group g starts at the first document past g / groups of the bytes */
+            const size_t target = (size_t)((double)len * g / groups);
+            while ((size_t)d < n_docs && docs[d][0] < target) d++;
+            first[g] = (size_t)d;
+        }
+        first[groups] = n_docs;
+        text_job j = {tok, t, docs, first, ids, n_ids, caps, errs, msg};
+        nv_pool_run(tokenize_group, &j, groups);
+        uint64_t total = 0;
+        for (int g = 0; g < groups && e == NV_OK; g++) {
+            if (errs[g]) e = nv_fail(errs[g], "%s", msg[g]);
+            total += n_ids[g];
+        }
+        if (e == NV_OK && !(s->owned = malloc((total ? total : 1) * sizeof *s->owned))) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+        for (int g = 0; g < groups && e == NV_OK; g++) {
+            if (n_ids[g]) memcpy(s->owned + s->n_tokens, ids[g], n_ids[g] * sizeof *s->owned);
+            s->n_tokens += n_ids[g];
+        }
+    }
+    for (int g = 0; ids && g < groups; g++) free(ids[g]);
+    free(first), free(ids), free(n_ids), free(caps), free(errs), free(msg);
+    s->width = 4;
+    return e;
+}
+
+/* Grows a [n][offset, length] list by one. */
+static nv_err push_doc(size_t (**docs)[2], size_t *n, size_t *cap, size_t at, size_t len, const char *path) {
+    if (*n == *cap) {
+        *cap = grown_cap(*cap, *n + 1, 1024);
+        size_t(*nd)[2] = realloc(*docs, *cap * sizeof **docs);
+        if (!nd) return nv_fail(NV_ENOMEM, "out of memory reading %s", path);
+        *docs = nd;
+    }
+    (*docs)[*n][0] = at, (*docs)[*n][1] = len, (*n)++;
+    return NV_OK;
+}
+
 static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
     if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
     nv_mapped m;
@@ -104,49 +157,80 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
         else if (t[i] == '<' && len - i >= sizeof eot - 1 && memcmp(t + i, eot, sizeof eot - 1) == 0) cut = 1, skip = sizeof eot - 1;
         else if (t[i] == '\n' && (!blank_lines || (i + 1 < len && t[i + 1] == '\n'))) cut = 1, skip = 1;
         if (!cut) continue;
-        if (n_docs == cap_docs) {
-            cap_docs = grown_cap(cap_docs, n_docs + 1, 1024);
-            size_t(*nd)[2] = realloc(docs, cap_docs * sizeof *docs);
-            if (!nd) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-            else docs = nd;
-        }
-        if (e == NV_OK) docs[n_docs][0] = start, docs[n_docs][1] = i - start, n_docs++;
+        e = push_doc(&docs, &n_docs, &cap_docs, start, i - start, s->path);
         i += skip ? skip - 1 : 0;
         start = i + 1;
     }
-    /* groups of about equal bytes, several per thread so that an uneven one does not hold the rest up */
-    const int groups = (int)(n_docs < (size_t)(nv_pool_threads() * TEXT_GROUPS_PER_THREAD) ? (n_docs ? n_docs : 1)
-                                                                                          : (size_t)(nv_pool_threads() * TEXT_GROUPS_PER_THREAD));
-    size_t *first = calloc((size_t)groups + 1, sizeof *first);
-    uint32_t **ids = calloc((size_t)groups, sizeof *ids);
-    uint64_t *n_ids = calloc((size_t)groups, sizeof *n_ids), *caps = calloc((size_t)groups, sizeof *caps);
-    nv_err *errs = calloc((size_t)groups, sizeof *errs);
-    char(*msg)[256] = calloc((size_t)groups, sizeof *msg);
-    if (e == NV_OK && (!first || !ids || !n_ids || !caps || !errs || !msg)) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-    if (e == NV_OK) {
-        for (int g = 1, d = 0; g < groups; g++) { /* group g starts at the first document past g / groups of the bytes */
-            const size_t target = (size_t)((double)len * g / groups);
-            while ((size_t)d < n_docs && docs[d][0] < target) d++;
-            first[g] = (size_t)d;
-        }
-        first[groups] = n_docs;
-        text_job j = {tok, t, (const size_t(*)[2])docs, first, ids, n_ids, caps, errs, msg};
-        nv_pool_run(tokenize_group, &j, groups);
-        uint64_t total = 0;
-        for (int g = 0; g < groups && e == NV_OK; g++) {
-            if (errs[g]) e = nv_fail(errs[g], "%s", msg[g]);
-            total += n_ids[g];
-        }
-        if (e == NV_OK && !(s->owned = malloc((total ? total : 1) * sizeof *s->owned))) e = nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-        for (int g = 0; g < groups && e == NV_OK; g++) {
-            if (n_ids[g]) memcpy(s->owned + s->n_tokens, ids[g], n_ids[g] * sizeof *s->owned);
-            s->n_tokens += n_ids[g];
-        }
-    }
-    for (int g = 0; ids && g < groups; g++) free(ids[g]);
-    free(first), free(ids), free(n_ids), free(caps), free(errs), free(msg), free(docs);
+    if (e == NV_OK) e = tokenize_docs(s, tok, t, len, (const size_t(*)[2])docs, n_docs);
+    free(docs);
     nv_file_unmap(&m);
     s->width = 4;
+    return e;
+}
+
+/* The first non-blank line of a .jsonl file as JSON (NULL: none, or not JSON). */
+static cJSON *first_jsonl_object(const char *t, size_t len) {
+    for (size_t at = 0; at < len;) {
+        const char *nl = memchr(t + at, '\n', len - at);
+        const size_t end = nl ? (size_t)(nl - t) : len;
+        size_t k = at;
+        while (k < end && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
+        if (k < end) return cJSON_ParseWithLength(t + at, end - at);
+        at = end + 1;
+    }
+    return NULL;
+}
+
+int nv_data_jsonl_is_text(const char *path) {
+    nv_mapped m;
+    if (nv_file_map(path, &m) != NV_OK) return 0;
+    cJSON *root = first_jsonl_object((const char *)m.data, m.len);
+    nv_file_unmap(&m);
+    const int text = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "text")) &&
+                     !cJSON_GetObjectItemCaseSensitive(root, "messages") && !cJSON_GetObjectItemCaseSensitive(root, "input") &&
+                     !cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    cJSON_Delete(root);
+    return text;
+}
+
+/* A .jsonl file of {"text": ...} lines: each line's text one document, as a text file's. */
+static nv_err load_jsonl_text(nv_source *s, const nv_tokenizer *tok) {
+    if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
+    nv_mapped m;
+    NV_TRY(nv_file_map(s->path, &m));
+    const char *t = (const char *)m.data;
+    nv_buf texts = {0};
+    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0;
+    nv_err e = NV_OK;
+    long line_no = 0;
+    for (size_t at = 0; at < m.len && e == NV_OK;) {
+        const char *nl = memchr(t + at, '\n', m.len - at);
+        const size_t end = nl ? (size_t)(nl - t) : m.len;
+        line_no++;
+        size_t k = at;
+        while (k < end && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
+        if (k < end) {
+            cJSON *root = cJSON_ParseWithLength(t + at, end - at);
+            const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+            if (!cJSON_IsObject(root) || !cJSON_IsString(text)) {
+                e = nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object with a \"text\" string (a file of text lines has one a line)",
+                            s->path, line_no);
+            } else {
+                const size_t n = strlen(text->valuestring), from = texts.len;
+                nv_buf_append(&texts, text->valuestring, n);
+                nv_buf_append(&texts, "", 1); /* documents apart, as terminated strings */
+                e = texts.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", s->path)
+                              : push_doc(&docs, &n_docs, &cap_docs, from, n, s->path);
+            }
+            cJSON_Delete(root);
+        }
+        at = end + 1;
+    }
+    nv_file_unmap(&m);
+    if (e == NV_OK && !n_docs) e = nv_fail(NV_EFORMAT, "%s: no text lines", s->path);
+    if (e == NV_OK) e = tokenize_docs(s, tok, texts.data, texts.len, (const size_t(*)[2])docs, n_docs);
+    free(docs);
+    nv_buf_free(&texts);
     return e;
 }
 
@@ -511,6 +595,8 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
             if (!e && s->map.len % (size_t)s->width)
                 e = nv_fail(NV_EFORMAT, "%s: %zu bytes is not a whole number of %d-byte tokens", s->path, s->map.len, s->width);
             if (!e) s->n_tokens = s->map.len / (size_t)s->width;
+        } else if (has_suffix(s->path, ".jsonl") && nv_data_jsonl_is_text(s->path)) {
+            e = load_jsonl_text(s, tok);
         } else if (has_suffix(s->path, ".jsonl")) {
             e = load_chat(s, tok, tmpl, val_frac);
             ds->chat = 1;

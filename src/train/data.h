@@ -1,7 +1,8 @@
 /* Training data: token streams from llama2.c pretokenized shards (flat little-endian uint16,
  * `.bin`), uint32 shards for vocabularies over 65535 (`.u32`), or plain text tokenized at load
  * (any other extension; documents split at blank lines, `<|endoftext|>`, or lines when the file
- * has no blank line; each document starts with BOS).
+ * has no blank line; each document starts with BOS), or a `.jsonl` file of {"text": ...} lines
+ * (each line's text a document: what Hugging Face datasets and most pretraining dumps export).
  *
  * Chat data (`.jsonl`, OpenAI's chat fine-tuning format: one {"messages": [...]} a line, tools and
  * each assistant message's "weight" 0/1 as OpenAI reads them) is supervised fine-tuning: every
@@ -59,6 +60,9 @@ typedef struct {
     uint64_t windows;  /* windows drawn so far */
 } nv_data_cursor;
 
+/* 1 when path is a .jsonl file of text lines: its first line an object with a "text" string (and
+ * neither chat's "messages" nor preference data's "input"/"prompt"). */
+int nv_data_jsonl_is_text(const char *path);
 /* tok may be NULL when every path is a shard. Chat data is rendered with the chatml template. */
 nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                        float val_frac);
