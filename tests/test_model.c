@@ -507,6 +507,38 @@ static void test_sampler_llamacpp_filters(void) {
     nv_sampler_free(&smp);
 }
 
+/* Dynamic temperature: each draw is the draw of a plain sampler at the temperature the entropy picks,
+ * computed here from llama.cpp's formula (lo + (hi - lo) (H / ln n)^exponent); the most certain
+ * distribution gets the lowest temperature; a range 0 changes nothing; bad settings are refused. */
+static void test_sampler_dynatemp(void) {
+    const float p[5] = {0.6f, 0.2f, 0.1f, 0.07f, 0.03f};
+    double h = 0;
+    for (int i = 0; i < 5; i++) h -= p[i] * log(p[i]);
+    const float T = 1.0f, range = 0.6f, expo = 1.5f;
+    const float want = (float)((T - range) + 2 * range * pow(h / log(5.0), expo));
+    for (int seed = 1; seed <= 200; seed++) {
+        nv_sampler d, f;
+        float ld[5], lf[5];
+        for (int i = 0; i < 5; i++) ld[i] = lf[i] = logf(p[i]);
+        nv_sampler_init(&d, 5, T, 1.0f, (uint64_t)seed);
+        nv_sampler_init(&f, 5, want, 1.0f, (uint64_t)seed);
+        T_CHECK(nv_sampler_set_dynatemp(&d, range, expo) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_sample(&d, ld) == nv_sample(&f, lf), "seed %d: not the draw at temperature %g", seed, (double)want);
+        for (int i = 0; i < 5; i++) T_CHECK(fabsf(ld[i] - lf[i]) < 1e-6f, "seed %d: probabilities differ", seed);
+        nv_sampler_free(&d);
+        nv_sampler_free(&f);
+    }
+    /* a certain distribution: the temperature at the range's bottom (0 here: greedy) */
+    nv_sampler c;
+    float certain[3] = {30.0f, 0.0f, 0.0f};
+    nv_sampler_init(&c, 3, 0.5f, 1.0f, 7);
+    nv_sampler_set_dynatemp(&c, 0.5f, 1.0f);
+    T_CHECK(nv_sample(&c, certain) == 0, "certain: not the top token");
+    T_CHECK(nv_sampler_set_dynatemp(&c, -1.0f, 1.0f) != NV_OK && nv_sampler_set_dynatemp(&c, 1.0f, NAN) != NV_OK,
+            "bad dynamic temperature accepted");
+    nv_sampler_free(&c);
+}
+
 /* The DRY penalty a greedy draw leaves on each token of a 10-token vocabulary after history h (all
  * logits 0 before). */
 static void dry_logits(const int *h, int n, float mult, float base, int allowed, int last_n, const unsigned char *breaker,
@@ -791,6 +823,7 @@ int main(void) {
     T_RUN(test_sampler_adjustments);
     T_RUN(test_sampler_filters);
     T_RUN(test_sampler_dry);
+    T_RUN(test_sampler_dynatemp);
     T_RUN(test_sampler_llamacpp_filters);
     T_RUN(test_sampler_extremes);
     T_RUN(test_init_presets);

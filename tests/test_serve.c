@@ -1167,9 +1167,16 @@ static void test_llamacpp_native(void) {
     resp_free(&pr);
     T_CHECK(http(port, "POST", "/props", NULL, "{}", &pr) && pr.status == 405, "POST /props: %d", pr.status);
     resp_free(&pr);
+    /* dynamic temperature, as llama.cpp's web UI sends it */
+    T_CHECK(http(port, "POST", "/completion", NULL, "{\"prompt\":\"Once\",\"n_predict\":8,\"dynatemp_range\":0.5,\"dynatemp_exponent\":1.2}",
+                 &pr) && pr.status == 200 && strstr(pr.body, "\"content\""),
+            "dynatemp: %d %s", pr.status, pr.body ? pr.body : "");
+    resp_free(&pr);
     static const struct {
         const char *path, *body, *says;
-    } bad[] = {{"/completion", "{\"prompt\":\"x\",\"dynatemp_range\":0.5}", "dynatemp_range"},
+    } bad[] = {{"/completion", "{\"prompt\":\"x\",\"tfs_z\":0.5}", "tfs_z"},
+               {"/completion", "{\"prompt\":\"x\",\"dynatemp_range\":-0.5}", "dynatemp_range"},
+               {"/v1/completions", "{\"prompt\":\"x\",\"dynatemp_exponent\":\"1\"}", "dynatemp_exponent"},
                {"/completion", "{\"prompt\":[\"a\",\"b\"]}", "list of token ids"},
                {"/completion", "{\"prompt\":\"x\",\"n_predict\":-3}", "n_predict"},
                {"/completion", "{\"prompt\":\"x\",\"lora\":[{\"id\":0,\"scale\":1}]}", "lora"},

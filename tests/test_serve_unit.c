@@ -241,6 +241,13 @@ static void test_api_parse_defaults_and_limits(void) {
     T_CHECK(r.req.seed == 7 && r.req.n_stop == 2 && !strcmp(r.req.stop[0], "END") && !strcmp(r.req.stop[1], "<|im_end|>"),
             "seed / stop strings");
     nv_api_request_free(&r);
+    /* max_tokens -1 (llama.cpp's "no limit"): the room there is, on either route; -2 is refused */
+    const char *unl = "{\"prompt\":\"Once\",\"max_tokens\":-1}";
+    T_CHECK(nv_api_parse(&ctx, 0, unl, strlen(unl), &r, &e) == 0 && r.req.max_tokens == 100 - r.req.n_prompt + 1, "max_tokens -1: %d %s",
+            r.req.max_tokens, e.message);
+    nv_api_request_free(&r);
+    const char *neg = "{\"prompt\":\"Once\",\"max_tokens\":-2}";
+    T_CHECK(nv_api_parse(&ctx, 0, neg, strlen(neg), &r, &e) == 400 && !strcmp(e.param, "max_tokens"), "max_tokens -2 accepted");
     const char *big = "{\"prompt\":\"Once\",\"max_tokens\":100}";
     T_CHECK(nv_api_parse(&ctx, 0, big, strlen(big), &r, &e) == 400 && !strcmp(e.code, "context_length_exceeded") &&
                 !strcmp(e.param, "max_tokens"),

@@ -450,7 +450,7 @@ static void test_infill_native(void) {
         }
         ctx.seq_len = 4096;
         static const char *const bad[] = {"{\"input_prefix\":5}", "{\"input_extra\":{}}", "{\"input_extra\":[{\"text\":1}]}",
-                                          "{\"input_prefix\":\"x\",\"n_predict\":-2}", "{\"input_prefix\":\"x\",\"dynatemp_range\":0.5}"};
+                                          "{\"input_prefix\":\"x\",\"n_predict\":-2}", "{\"input_prefix\":\"x\",\"dynatemp_range\":-0.5}"};
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
             memset(&e, 0, sizeof e);
             T_CHECK(nv_lcpp_parse(&ctx, bad[i], strlen(bad[i]), 1, &r, &m, &e) == 400, "bad body %zu accepted: %s", i, bad[i]);

@@ -53,6 +53,9 @@ static void usage(FILE *f) {
             "                llama.cpp's samplers: locally typical sampling (default 1: off), the logits within N\n"
             "                deviations of the largest (default -1: off), XTC: with probability P drop every token\n"
             "                at or above T (default 0.1) but the least likely of them (default P 0: off)\n"
+            "  --dynatemp-range R [--dynatemp-exp E]\n"
+            "                dynamic temperature: each draw's in [TEMP - R, TEMP + R] by the distribution's\n"
+            "                entropy raised to E (default 1); R 0 (default) is off\n"
             "  --mirostat 1|2 [--mirostat-ent TAU] [--mirostat-lr ETA]\n"
             "                Mirostat in place of the filters: the text's surprise tracks TAU (default 5) at the\n"
             "                rate ETA (default 0.1); 0 (default) is off\n"
@@ -172,7 +175,7 @@ int cmd_generate(int argc, char **argv) {
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f, repetition = 1.0f;
     int top_k = 0, dry_allowed = 2, dry_last_n = -1, n_breakers = -1; /* -1: llama.cpp's breakers */
     float dry_mult = 0, dry_base = 1.75f, typical_p = 1.0f, top_n_sigma = -1.0f, xtc_p = 0.0f, xtc_t = 0.1f;
-    float miro_tau = 5.0f, miro_eta = 0.1f;
+    float miro_tau = 5.0f, miro_eta = 0.1f, dt_range = 0.0f, dt_exp = 1.0f;
     int mirostat = 0;
     const char *breakers[32];
     uint64_t seed = 0;
@@ -214,6 +217,8 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-n-sigma")) { if (!cli_float(CMD, a, v, -1, 1000, &top_n_sigma)) return 2; }
         else if (!strcmp(a, "--xtc-probability")) { if (!cli_float(CMD, a, v, 0, 1, &xtc_p)) return 2; }
         else if (!strcmp(a, "--xtc-threshold")) { if (!cli_float(CMD, a, v, 0, 1, &xtc_t)) return 2; }
+        else if (!strcmp(a, "--dynatemp-range")) { if (!cli_float(CMD, a, v, 0, 100, &dt_range)) return 2; }
+        else if (!strcmp(a, "--dynatemp-exp")) { if (!cli_float(CMD, a, v, 0, 100, &dt_exp)) return 2; }
         else if (!strcmp(a, "--dry-multiplier")) { if (!cli_float(CMD, a, v, 0, 1000, &dry_mult)) return 2; }
         else if (!strcmp(a, "--dry-base")) { if (!cli_float(CMD, a, v, 1, 100, &dry_base)) return 2; }
         else if (!strcmp(a, "--dry-allowed-length")) { if (!cli_int(CMD, a, v, 1, 64, &dry_allowed)) return 2; }
@@ -290,6 +295,7 @@ int cmd_generate(int argc, char **argv) {
         nv_sampler_set_filters(&sampler, top_k, min_p) != NV_OK ||
         nv_sampler_set_more(&sampler, typical_p, top_n_sigma, xtc_p, xtc_t) != NV_OK ||
         nv_sampler_set_mirostat(&sampler, mirostat, miro_tau, miro_eta) != NV_OK ||
+        nv_sampler_set_dynatemp(&sampler, dt_range, dt_exp) != NV_OK ||
         nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK ||
         nv_sampler_set_repetition(&sampler, repetition, prompt_tokens, n_prompt) != NV_OK ||

@@ -117,6 +117,36 @@ static void mark_present(nv_sampler *s, int tok) {
     }
 }
 
+nv_err nv_sampler_set_dynatemp(nv_sampler *s, float range, float exponent) {
+    if (!(range >= 0.0f) || !isfinite(range) || !(exponent >= 0.0f) || !isfinite(exponent))
+        return nv_fail(NV_EINVAL, "dynamic temperature: the range and the exponent must be finite numbers >= 0 (got %g, %g)",
+                       range, exponent);
+    s->dynatemp_range = range;
+    s->dynatemp_exponent = exponent;
+    return NV_OK;
+}
+
+/* The temperature of this draw (nv_sampler_set_dynatemp): from the entropy of the logits' softmax. */
+static float draw_temperature(const nv_sampler *s, const float *logits, int n) {
+    if (!(s->dynatemp_range > 0.0f)) return s->temperature;
+    float maxv = -INFINITY;
+    int finite = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(logits[i])) finite++, maxv = logits[i] > maxv ? logits[i] : maxv;
+    if (finite < 2) return s->temperature; /* one candidate: nothing to be unsure of */
+    double z = 0, h = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(logits[i])) z += exp((double)logits[i] - maxv);
+    for (int i = 0; i < n; i++)
+        if (isfinite(logits[i])) {
+            const double p = exp((double)logits[i] - maxv) / z;
+            if (p > 0) h -= p * log(p);
+        }
+    const double lo = s->temperature > s->dynatemp_range ? s->temperature - s->dynatemp_range : 0.0,
+                 hi = s->temperature + s->dynatemp_range;
+    return (float)(lo + (hi - lo) * pow(h / log((double)finite), s->dynatemp_exponent));
+}
+
 nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt, int n_prompt) {
     if (!(penalty > 0.0f) || !isfinite(penalty)) return nv_fail(NV_EINVAL, "repetition penalty must be > 0 (got %g)", penalty);
     s->repetition = penalty;
@@ -436,6 +466,8 @@ int nv_sample(nv_sampler *s, float *logits) {
     int n = s->vocab_size;
     adjust_logits(s, logits);
     if (s->temperature == 0.0f) return nv_argmax(logits, n);
+    const float temp = draw_temperature(s, logits, n);
+    if (temp == 0.0f) return nv_argmax(logits, n);
     /* A temperature so small that the largest logit over it overflows is greedy (its limit):
      * the softmax would be all NaN. The first maximum is found in the same pass as the division. */
     int best = 0;
@@ -443,9 +475,9 @@ int nv_sample(nv_sampler *s, float *logits) {
     for (int q = 0; q < n; q++) {
         const float v = logits[q];
         if (v > maxv) maxv = v, best = q;
-        logits[q] = v / s->temperature;
+        logits[q] = v / temp;
     }
-    if (!isfinite(maxv / s->temperature)) return best;
+    if (!isfinite(maxv / temp)) return best;
     if (s->top_n_sigma > 0) { /* the logits further than n deviations below the largest drop out */
         double sum = 0, sq = 0; /* over the finite ones: a masked token (-inf) is no part of the spread */
         int finite = 0;
@@ -454,7 +486,7 @@ int nv_sample(nv_sampler *s, float *logits) {
         const double mean = finite ? sum / finite : 0;
         for (int q = 0; q < n; q++)
             if (isfinite(logits[q])) sq += (logits[q] - mean) * (logits[q] - mean);
-        const float floor_l = maxv / s->temperature - s->top_n_sigma * (float)sqrt(finite ? sq / finite : 0);
+        const float floor_l = maxv / temp - s->top_n_sigma * (float)sqrt(finite ? sq / finite : 0);
         for (int q = 0; q < n; q++)
             if (logits[q] < floor_l) logits[q] = -INFINITY;
     }

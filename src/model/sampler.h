@@ -23,6 +23,7 @@ typedef struct {
     float typical_p;   /* in (0, 1): locally typical sampling (1: off) */
     float top_n_sigma; /* > 0: only tokens whose logit is within n standard deviations of the largest (off: <= 0) */
     float xtc_probability, xtc_threshold; /* XTC: off while the probability is 0 */
+    float dynatemp_range, dynatemp_exponent; /* dynamic temperature: off while the range is 0 */
     float *aux;        /* [vocab] scratch for typical sampling */
     int mirostat;      /* 1 or 2: Mirostat's version, in place of the filters (0: off) */
     float mirostat_tau, mirostat_eta, mirostat_mu; /* target surprise, learning rate, the running bound */
@@ -71,6 +72,14 @@ nv_err nv_sampler_set_filters(nv_sampler *s, int top_k, float min_p);
  * token of probability >= xtc_threshold but the least likely of them (0: off; it draws a second
  * random number only when on). */
 nv_err nv_sampler_set_more(nv_sampler *s, float typical_p, float top_n_sigma, float xtc_probability, float xtc_threshold);
+/* Dynamic temperature (llama.cpp's dynatemp_range and dynatemp_exponent): the temperature of each
+ * draw is chosen in [max(0, T - range), T + range] by the entropy H of the distribution at
+ * temperature 1 (after the bias and penalties) over the n tokens not masked out:
+ * T' = lo + (hi - lo) x (H / ln n)^exponent, so a confident step is sampled colder and an unsure one
+ * hotter (T' 0: the most likely token). llama.cpp measures H over what its filters left, which come
+ * before its temperature; here the temperature comes first, as in vLLM, so H is the whole
+ * distribution's. range 0 is off; range and exponent >= 0. */
+nv_err nv_sampler_set_dynatemp(nv_sampler *s, float range, float exponent);
 /* Mirostat (Basu et al., llama.cpp's mirostat 1 and 2): after the temperature (and top_n_sigma), in
  * place of top-k, min-p, top-p, typical_p and XTC, the candidates are cut so that the text's surprise (log2 of
  * 1 / p) tracks tau: version 2 keeps the tokens whose surprise is at most mu, version 1 the k most

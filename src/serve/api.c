@@ -113,7 +113,7 @@ static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *
 #define MAX_DRY_BREAKERS 32
 
 /* llama.cpp's samplers' fields (its server takes them on every endpoint): typical_p, top_n_sigma,
- * XTC's, Mirostat's, and DRY's: dry_multiplier (0: off), dry_base, dry_allowed_length,
+ * XTC's, dynamic temperature's, Mirostat's, and DRY's: dry_multiplier (0: off), dry_base, dry_allowed_length,
  * dry_penalty_last_n (-1: the whole context, 0: off) and dry_sequence_breakers (strings; a token whose
  * text holds one ends a repeat; default llama.cpp's). */
 static int llamacpp_samplers(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
@@ -129,6 +129,12 @@ static int llamacpp_samplers(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     out->req.top_n_sigma = (float)sigma;
     out->req.xtc_probability = (float)xtc_p;
     out->req.xtc_threshold = (float)xtc_t;
+    /* dynamic temperature: range 0 (off), exponent 1 */
+    double dt_range = 0, dt_exp = 1;
+    if ((rc = get_number(root, "dynatemp_range", 0, 100, &dt_range, &given, err))) return rc;
+    if ((rc = get_number(root, "dynatemp_exponent", 0, 100, &dt_exp, &given, err))) return rc;
+    out->req.dynatemp_range = (float)dt_range;
+    out->req.dynatemp_exponent = (float)dt_exp;
     /* Mirostat: 0 (off), 1 or 2, its target surprise tau (5) and learning rate eta (0.1) */
     long long miro = 0;
     double tau = 5, eta = 0.1;
@@ -1104,9 +1110,12 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     }
 
     long long max_tokens = 0, mct = 0;
-    int mt_given = 0, mct_given = 0;
+    int mt_given = 0, mct_given = 0, unlimited = 0;
+    /* -1: no limit but the context's, as llama.cpp's server reads it (its web UI sends it) */
+    const cJSON *mt = nv_api_field(root, "max_tokens");
+    if (cJSON_IsNumber(mt) && mt->valuedouble == -1) unlimited = 1;
     /* 0 with echo: the prompt alone (with logprobs, scored), as OpenAI's legacy completions allow */
-    if ((rc = get_int(root, "max_tokens", out->echo ? 0 : 1, 1e9, &max_tokens, &mt_given, err))) return rc;
+    else if ((rc = get_int(root, "max_tokens", out->echo ? 0 : 1, 1e9, &max_tokens, &mt_given, err))) return rc;
     if (chat && (rc = get_int(root, "max_completion_tokens", 1, 1e9, &mct, &mct_given, err))) return rc;
     const char *mt_param = "max_tokens";
     if (mct_given) {
@@ -1159,7 +1168,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
             return err->status;
         }
     } else {
-        max_tokens = chat ? room : 16;
+        max_tokens = chat || unlimited ? room : 16;
         if (max_tokens > room) max_tokens = room;
         if (max_tokens > pool_room) max_tokens = pool_room;
     }

@@ -31,8 +31,8 @@ static const char *const ignored[] = {"cache_prompt", "id_slot", "samplers", "n_
 static const struct {
     const char *key;
     double neutral;
-} neutral[] = {{"dynatemp_range", 0}, {"n_probs", 0}, {"tfs_z", 1}};
-/* DRY's fields, typical_p, top_n_sigma, XTC's and Mirostat's pass on to the request as they are (the
+} neutral[] = {{"n_probs", 0}, {"tfs_z", 1}};
+/* DRY's fields, typical_p, top_n_sigma, XTC's, dynatemp's and Mirostat's pass on to the request as they are (the
    OpenAI endpoints read them: api.c). */
 
 static void put_number(cJSON *q, const char *key, double v) {

@@ -242,6 +242,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (e == NV_OK && ((p->typical_p > 0 && p->typical_p < 1) || p->top_n_sigma > 0 || p->xtc_probability > 0))
         e = nv_sampler_set_more(&r->sampler, p->typical_p > 0 ? p->typical_p : 1.0f, p->top_n_sigma, p->xtc_probability,
                                 p->xtc_threshold);
+    if (e == NV_OK && p->dynatemp_range > 0) e = nv_sampler_set_dynatemp(&r->sampler, p->dynatemp_range, p->dynatemp_exponent);
     if (e == NV_OK && p->mirostat) e = nv_sampler_set_mirostat(&r->sampler, p->mirostat, p->mirostat_tau, p->mirostat_eta);
     if (e == NV_OK && p->dry_multiplier > 0)
         e = nv_sampler_set_dry(&r->sampler, p->dry_multiplier, p->dry_base, p->dry_allowed_length, p->dry_last_n,

@@ -127,6 +127,7 @@ typedef struct {
     const unsigned char *dry_breaker;          /* [vocab] or NULL; copied */
     float typical_p, top_n_sigma;              /* llama.cpp's filters (nv_sampler_set_more): 0 is off */
     float xtc_probability, xtc_threshold;
+    float dynatemp_range, dynatemp_exponent;   /* llama.cpp's dynamic temperature (range 0: off) */
     int mirostat;                              /* 0 (off), 1 or 2 (nv_sampler_set_mirostat) */
     float mirostat_tau, mirostat_eta;
     int ignore_eos;                            /* vLLM's: end-of-generation tokens do not end the answer */
