@@ -263,9 +263,14 @@ static void check_llamacpp(nv_api_ctx *ctx, const char *data, size_t size) {
         }
         FZ_CHECK(m.n_stop == r.req.n_stop && r.req.n_prompt >= 1, "%d stop words, %d in the request", m.n_stop, r.req.n_stop);
         check_request(ctx, 0, &r);
-        nv_lcpp_answer a = {"x", NV_FINISH_STOP, m.n_stop - 1, r.req.n_prompt, 1, 0, 0.1, 0.2};
+        /* one generated token's record (the prompt's ids stand in), for n_probs */
+        nv_token_lp lp = {.tok = r.req.prompt[r.req.n_prompt - 1], .prev = NV_TOKEN_BOS, .logprob = -0.5f, .n_top = 1,
+                          .top_tok = {r.req.prompt[0]}, .top_lp = {-1.0f}};
+        FZ_CHECK(m.n_probs >= 0 && m.n_probs <= NV_MAX_TOP_LOGPROBS && (m.n_probs > 0) == r.req.logprobs, "n_probs %d, logprobs %d",
+                 m.n_probs, r.req.logprobs);
+        nv_lcpp_answer a = {"x", NV_FINISH_STOP, m.n_stop - 1, r.req.n_prompt, 1, 0, 0.1, 0.2, &lp, 1, ctx->tok};
         check_json(nv_lcpp_response(&m, &a), "native response");
-        check_json(nv_lcpp_chunk("x", 1, r.req.n_prompt), "native chunk");
+        check_json(nv_lcpp_chunk(&m, "x", 1, r.req.n_prompt, &lp, 1, ctx->tok), "native chunk");
         nv_api_request_free(&r);
         nv_lcpp_meta_free(&m);
     }

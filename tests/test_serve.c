@@ -1116,6 +1116,36 @@ static void test_llamacpp_native(void) {
                 "case %zu: the response's fields", i);
         cJSON_Delete(a), cJSON_Delete(b);
     }
+    /* n_probs: a record a generated token, whose texts spell the content, with n alternatives; the
+       values /v1/completions' logprobs give; post_sampling_probs as probabilities */
+    int st1, st2, st3;
+    cJSON *np = post_json(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":12,\"temperature\":0,\"n_probs\":3}", &st1);
+    cJSON *op = post_json(port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":3}", &st2);
+    cJSON *pp = post_json(port, "/completion",
+                          "{\"prompt\":\"Once upon a time\",\"n_predict\":12,\"temperature\":0,\"n_probs\":3,\"post_sampling_probs\":true}", &st3);
+    const cJSON *cp = cJSON_GetObjectItem(np, "completion_probabilities"), *pcp = cJSON_GetObjectItem(pp, "completion_probabilities");
+    const cJSON *olp = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(op, "choices"), 0), "logprobs"),
+                                           "token_logprobs");
+    char spelled[1024] = "";
+    int ok = st1 == 200 && st2 == 200 && st3 == 200 && cJSON_GetArraySize(cp) == (int)jnum(np, "tokens_predicted") &&
+             cJSON_GetArraySize(cp) == cJSON_GetArraySize(olp) && cJSON_GetArraySize(pcp) == cJSON_GetArraySize(cp);
+    for (int i = 0; ok && i < cJSON_GetArraySize(cp); i++) {
+        const cJSON *e = cJSON_GetArrayItem(cp, i), *pe = cJSON_GetArrayItem(pcp, i), *tops = cJSON_GetObjectItem(e, "top_logprobs");
+        strncat(spelled, jstr(e, "token"), sizeof spelled - strlen(spelled) - 1);
+        ok = cJSON_GetArraySize(tops) == 3 && jnum(cJSON_GetArrayItem(tops, 0), "id") == jnum(e, "id") &&
+             fabs(jnum(e, "logprob") - cJSON_GetArrayItem(olp, i)->valuedouble) < 1e-6 &&
+             fabs(jnum(pe, "prob") - exp(jnum(e, "logprob"))) < 1e-6 && cJSON_GetArraySize(cJSON_GetObjectItem(pe, "top_probs")) == 3 &&
+             cJSON_GetArraySize(cJSON_GetObjectItem(e, "bytes")) == (int)strlen(jstr(e, "token"));
+    }
+    T_CHECK(ok && !strcmp(spelled, jstr(np, "content")), "n_probs: %d %d %d '%s' vs '%s'", st1, st2, st3, spelled, jstr(np, "content"));
+    cJSON_Delete(np), cJSON_Delete(op), cJSON_Delete(pp);
+    resp sp;
+    int records = 0;
+    T_CHECK(http(port, "POST", "/completion", NULL, "{\"prompt\":\"Once upon a time\",\"n_predict\":12,\"temperature\":0,\"n_probs\":2,"
+                 "\"stream\":true}", &sp) && sp.status == 200, "streamed n_probs: %d", sp.status);
+    for (const char *at = sp.body ? sp.body : ""; (at = strstr(at, "\"top_logprobs\"")) != NULL; at++) records++;
+    T_CHECK(records == 12 && strstr(sp.body ? sp.body : "", "\"tokens_predicted\":12"), "streamed n_probs: %d records", records);
+    resp_free(&sp);
     /* streamed: the events' content joined is the whole response's; the last one settles, no [DONE] */
     resp whole, streamed;
     const char *fmt = "{\"prompt\":\"The dog\",\"n_predict\":50,\"seed\":2%s}";
@@ -1176,6 +1206,8 @@ static void test_llamacpp_native(void) {
         const char *path, *body, *says;
     } bad[] = {{"/completion", "{\"prompt\":\"x\",\"tfs_z\":0.5}", "tfs_z"},
                {"/completion", "{\"prompt\":\"x\",\"dynatemp_range\":-0.5}", "dynatemp_range"},
+               {"/completion", "{\"prompt\":\"x\",\"n_probs\":21}", "n_probs"},
+               {"/completion", "{\"prompt\":\"x\",\"post_sampling_probs\":1}", "post_sampling_probs"},
                {"/v1/completions", "{\"prompt\":\"x\",\"dynatemp_exponent\":\"1\"}", "dynatemp_exponent"},
                {"/completion", "{\"prompt\":[\"a\",\"b\"]}", "list of token ids"},
                {"/completion", "{\"prompt\":\"x\",\"n_predict\":-3}", "n_predict"},

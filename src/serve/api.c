@@ -236,8 +236,8 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     return 0;
 }
 
-/* chat: logprobs (bool) and top_logprobs (0..20, with logprobs); completions: logprobs (0..5,
- * the alternatives per token; null or absent: none). */
+/* chat: logprobs (bool) and top_logprobs (0..20, with logprobs); completions: logprobs (0..20, the
+ * alternatives per token, as vLLM takes it (OpenAI's stops at 5); null or absent: none). */
 static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_api_error *err) {
     long long k = 0;
     int given = 0, rc;
@@ -249,7 +249,7 @@ static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_a
             return err->status;
         }
     } else {
-        if ((rc = get_int(root, "logprobs", 0, 5, &k, &given, err))) return rc;
+        if ((rc = get_int(root, "logprobs", 0, NV_MAX_TOP_LOGPROBS, &k, &given, err))) return rc;
         out->req.logprobs = given;
     }
     out->req.top_logprobs = (int)k;
@@ -293,6 +293,9 @@ static const char *token_text(const nv_tokenizer *t, int prev, int tok, nv_buf *
     nv_utf8_sanitize(b, piece, strlen(piece));
     return b->data ? b->data : "";
 }
+
+const char *nv_api_token_piece(const nv_tokenizer *t, int prev, int tok) { return token_piece(t, prev, tok); }
+const char *nv_api_token_text(const nv_tokenizer *t, int prev, int tok, nv_buf *b) { return token_text(t, prev, tok, b); }
 
 /* The text ids[0..n) spell, as valid UTF-8 (the first follows BOS); malloc'd, NULL when out of memory. */
 static char *ids_text(const nv_tokenizer *t, const int *ids, int n) {

@@ -353,7 +353,9 @@ static void stream_poll(stream_ctx *st) {
                 st->anth_started = 1;
             }
             if (st->proto == P_LLAMACPP) {
-                if (said.len) sse_event(st, nv_lcpp_chunk(said.data, rs.completion_tokens, rs.prompt_tokens));
+                if (said.len || (st->lcpp_meta.n_probs && lps.n))
+                    sse_event(st, nv_lcpp_chunk(&st->lcpp_meta, said.data ? said.data : "", rs.completion_tokens, rs.prompt_tokens,
+                                                lps.v, lps.n, st->h->ctx.tok));
             } else if (st->proto != P_OPENAI) {
                 item_news(st, &why, &said, calls, n_new);
             } else {
@@ -391,7 +393,7 @@ static void stream_poll(stream_ctx *st) {
                 nv_resp_stream_end(&st->resp, &a, &st->out);
             } else if (st->proto == P_LLAMACPP) { /* the whole response, its content already sent */
                 nv_lcpp_answer a = {"", rs.finish, rs.stop_index, rs.prompt_tokens, rs.completion_tokens, rs.cached_tokens,
-                                    rs.prompt_s, rs.gen_s};
+                                    rs.prompt_s, rs.gen_s, NULL, 0, NULL}; /* the records went with their text */
                 sse_event(st, nv_lcpp_response(&st->lcpp_meta, &a));
             }
             if (st->proto != P_OPENAI) {
@@ -660,7 +662,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             body = nv_resp_response(rm, &a);
         } else if (!oom && lm) {
             nv_lcpp_answer a = {lm->prompt_only ? "" : ch[0].text, rs[0].finish, rs[0].stop_index, prompt, completion,
-                                rs[0].cached_tokens, rs[0].prompt_s, rs[0].gen_s};
+                                rs[0].cached_tokens, rs[0].prompt_s, rs[0].gen_s, lps[0].v, lps[0].n, h->ctx.tok};
             body = nv_lcpp_response(lm, &a);
         } else if (!oom) {
             body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);

@@ -24,14 +24,14 @@ static const struct {
 
 /* llama-server's fields that change nothing here (see the header), accepted and dropped. */
 static const char *const ignored[] = {"cache_prompt", "id_slot", "samplers", "n_keep", "t_max_prompt_ms", "t_max_predict_ms",
-                                      "n_indent", "return_tokens", "post_sampling_probs", "timings_per_token", "response_fields",
+                                      "n_indent", "return_tokens", "timings_per_token", "response_fields",
                                       "n_discard", "min_keep", "repeat_last_n", "penalize_nl",
                                       "return_progress", "n_cmpl"};
 /* Samplers nerve does not have: fine at their neutral value only. */
 static const struct {
     const char *key;
     double neutral;
-} neutral[] = {{"n_probs", 0}, {"tfs_z", 1}};
+} neutral[] = {{"tfs_z", 1}};
 /* DRY's fields, typical_p, top_n_sigma, XTC's, dynatemp's and Mirostat's pass on to the request as they are (the
    OpenAI endpoints read them: api.c). */
 
@@ -192,6 +192,23 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
         return err->status;
     }
     cJSON_DeleteItemFromObjectCaseSensitive(q, "lora");
+    /* n_probs: the generated tokens' probabilities, as /v1/completions' logprobs */
+    const cJSON *probs = nv_api_field(in, "n_probs"), *post = nv_api_field(in, "post_sampling_probs");
+    if (probs && (!cJSON_IsNumber(probs) || probs->valuedouble != floor(probs->valuedouble) || probs->valuedouble < 0 ||
+                  probs->valuedouble > NV_MAX_TOP_LOGPROBS)) {
+        nv_api_error_set(err, E400, NULL, "n_probs", "'n_probs' must be an integer from 0 to %d", NV_MAX_TOP_LOGPROBS);
+        return err->status;
+    }
+    if (post && !cJSON_IsBool(post) && !cJSON_IsNull(post)) {
+        nv_api_error_set(err, E400, NULL, "post_sampling_probs", "'post_sampling_probs' must be true or false");
+        return err->status;
+    }
+    meta->n_probs = probs ? (int)probs->valuedouble : 0;
+    meta->post_probs = cJSON_IsTrue(post);
+    cJSON_DeleteItemFromObjectCaseSensitive(q, "n_probs");
+    cJSON_DeleteItemFromObjectCaseSensitive(q, "post_sampling_probs");
+    cJSON_DeleteItemFromObjectCaseSensitive(q, "logprobs");
+    if (meta->n_probs > 0) put_number(q, "logprobs", meta->n_probs);
     const cJSON *np = nv_api_field(in, "n_predict");
     if (np && (!cJSON_IsNumber(np) || np->valuedouble != floor(np->valuedouble) || np->valuedouble < -1 || np->valuedouble > 1e9)) {
         nv_api_error_set(err, E400, NULL, "n_predict", "'n_predict' must be -1 (no limit), 0 (the prompt only) or a positive integer");
@@ -267,6 +284,35 @@ int nv_lcpp_parse(const nv_api_ctx *ctx, const char *body, size_t len, int infil
     return rc;
 }
 
+/* {"id", "token", "bytes", "logprob" | "prob"} of one token after prev. */
+static cJSON *prob_record(const nv_lcpp_meta *m, const nv_tokenizer *tok, int prev, int id, float logprob, nv_buf *b) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "token", nv_api_token_text(tok, prev, id, b));
+    const char *piece = nv_api_token_piece(tok, prev, id);
+    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    if (m->post_probs) cJSON_AddNumberToObject(o, "prob", exp((double)logprob));
+    else cJSON_AddNumberToObject(o, "logprob", logprob);
+    return o;
+}
+
+/* completion_probabilities: a record a generated token, its alternatives within. */
+static void add_probabilities(cJSON *root, const nv_lcpp_meta *m, const nv_token_lp *lps, int n, const nv_tokenizer *tok) {
+    if (m->n_probs <= 0 || !tok) return;
+    cJSON *arr = cJSON_AddArrayToObject(root, "completion_probabilities");
+    nv_buf b = {0};
+    for (int i = 0; i < n; i++) {
+        const nv_token_lp *t = &lps[i];
+        if (t->unscored) continue;
+        cJSON *e = prob_record(m, tok, t->prev, t->tok, t->logprob, &b);
+        cJSON *tops = cJSON_AddArrayToObject(e, m->post_probs ? "top_probs" : "top_logprobs");
+        for (int j = 0; j < t->n_top; j++) cJSON_AddItemToArray(tops, prob_record(m, tok, t->prev, t->top_tok[j], t->top_lp[j], &b));
+        cJSON_AddItemToArray(arr, e);
+    }
+    nv_buf_free(&b);
+}
+
 static void add_timings(cJSON *root, const nv_lcpp_answer *a) {
     cJSON *t = cJSON_AddObjectToObject(root, "timings");
     const int pn = a->prompt_tokens - a->cached_tokens, gn = a->completion_tokens;
@@ -310,11 +356,13 @@ char *nv_lcpp_response(const nv_lcpp_meta *m, const nv_lcpp_answer *a) {
     cJSON_AddStringToObject(root, "stop_type", word ? "word" : a->finish == NV_FINISH_STOP ? "eos" : "limit");
     cJSON_AddStringToObject(root, "stopping_word", word ? m->stop[a->stop_index] : "");
     cJSON_AddNumberToObject(root, "tokens_cached", a->cached_tokens);
+    add_probabilities(root, m, a->lps, a->n_lps, a->tok);
     add_timings(root, a);
     return nv_api_print_free(root);
 }
 
-char *nv_lcpp_chunk(const char *content, int predicted, int evaluated) {
+char *nv_lcpp_chunk(const nv_lcpp_meta *m, const char *content, int predicted, int evaluated, const nv_token_lp *lps, int n_lps,
+                    const nv_tokenizer *tok) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     cJSON_AddNumberToObject(root, "index", 0);
@@ -324,6 +372,7 @@ char *nv_lcpp_chunk(const char *content, int predicted, int evaluated) {
     cJSON_AddNumberToObject(root, "id_slot", 0);
     cJSON_AddNumberToObject(root, "tokens_predicted", predicted);
     cJSON_AddNumberToObject(root, "tokens_evaluated", evaluated);
+    add_probabilities(root, m, lps, n_lps, tok);
     return nv_api_print_free(root);
 }
 

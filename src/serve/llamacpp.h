@@ -11,9 +11,11 @@
  *   sampling defaults apply when absent (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
  *   prompt is a string or a list of token ids. Fields of llama-server's that change nothing here
  *   (cache_prompt: the prefix cache is always on; id_slot; samplers; n_keep; t_max_*_ms;
- *   timings_per_token; ...) are accepted; samplers nerve does not have (mirostat, typical_p,
- *   dynatemp, DRY, XTC, tfs_z, n_probs) are refused unless at their neutral values. Everything
- *   else is what /v1/completions takes (stop, grammar, json_schema, top_k, min_p, ignore_eos, ...).
+ *   timings_per_token; ...) are accepted; tfs_z, which nerve does not have, is refused unless at its
+ *   neutral value. n_probs N (0..20) asks for each generated token's probability and its N likeliest
+ *   alternatives (the model's, before the samplers: /v1/completions' logprobs); post_sampling_probs
+ *   gives them as probabilities instead of log-probabilities. Everything else is what
+ *   /v1/completions takes (stop, grammar, json_schema, top_k, min_p, DRY, XTC, ignore_eos, ...).
  * - /infill (infill set): input_prefix, input_suffix, input_extra [{filename, text}], prompt:
  *   the model's fill-in-the-middle form, [BOS] [extra] PRE prefix SUF suffix MID prompt, with
  *   llama.cpp's repo-level form for the extra chunks where the vocabulary has <|repo_name|> and
@@ -27,7 +29,9 @@
  *   "truncated", "stop_type": eos | word | limit, "stopping_word", "tokens_cached", "timings":
  *   {prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second, predicted_n, predicted_ms,
  *   predicted_per_token_ms, predicted_per_second}} (prompt_ms: from arrival to the first token,
- *   queueing included); streamed, "data: " events {"index", "content", "tokens", "stop": false,
+ *   queueing included); with n_probs, "completion_probabilities": [{"id", "token", "bytes",
+ *   "logprob", "top_logprobs": [{"id", "token", "bytes", "logprob"}, ...]}] a token ("prob" and
+ *   "top_probs" with post_sampling_probs), in a stream each event with its tokens'; streamed, "data: " events {"index", "content", "tokens", "stop": false,
  *   "id_slot", "tokens_predicted", "tokens_evaluated"} and a last one with the whole response and
  *   empty content, no [DONE] (llama-server's shape). Errors keep the OpenAI error body. */
 #ifndef NV_SERVE_LLAMACPP_H
@@ -41,6 +45,8 @@ typedef struct {
     int n_predict;     /* as asked (-1: none) */
     int prompt_only;   /* n_predict 0: no text comes back */
     int truncated;     /* /infill trimmed its input to fit */
+    int n_probs;       /* alternatives a token in completion_probabilities (0: none asked) */
+    int post_probs;    /* post_sampling_probs: probabilities, not log-probabilities */
     double temperature, top_p, min_p;
     long long top_k, seed;
     char *prompt;      /* a text prompt as given (NULL: ids, or /infill) */
@@ -58,12 +64,16 @@ typedef struct {
     int stop_index; /* the stop string that ended it, or -1 */
     int prompt_tokens, completion_tokens, cached_tokens;
     double prompt_s, gen_s; /* from arrival to the first token, and from it to the last */
+    const nv_token_lp *lps; /* the generated tokens' records (n_probs), n_lps of them */
+    int n_lps;
+    const nv_tokenizer *tok;
 } nv_lcpp_answer;
 
 /* The whole response (a stream's last event, with empty content). */
 char *nv_lcpp_response(const nv_lcpp_meta *m, const nv_lcpp_answer *a);
-/* A stream's event for new text. */
-char *nv_lcpp_chunk(const char *content, int predicted, int evaluated);
+/* A stream's event for new text (and, with n_probs, the records of its n_lps tokens). */
+char *nv_lcpp_chunk(const nv_lcpp_meta *m, const char *content, int predicted, int evaluated, const nv_token_lp *lps, int n_lps,
+                    const nv_tokenizer *tok);
 /* GET /props (public, as llama-server's): {"default_generation_settings": {"n_ctx", "params": the
  * defaults above, n_predict -1}, "total_slots": sequences a step, "model_alias", "chat_template":
  * the template's name, "modalities": {"vision": false, "audio": false}, "build_info"}. */
