@@ -198,7 +198,9 @@ static void test_basic_endpoints(void) {
     cJSON *m = cJSON_Parse(r.body);
     const cJSON *d0 = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "data"), 0);
     T_CHECK(d0 && !strcmp(cJSON_GetObjectItem(d0, "id")->valuestring, "tiny-stories") &&
-                !strcmp(cJSON_GetObjectItem(m, "object")->valuestring, "list"),
+                !strcmp(cJSON_GetObjectItem(m, "object")->valuestring, "list") &&
+                cJSON_GetObjectItem(d0, "max_model_len") && cJSON_GetObjectItem(d0, "max_model_len")->valueint == 512 &&
+                !strcmp(cJSON_GetObjectItem(d0, "root")->valuestring, "tiny-stories"),
             "models body %s", r.body);
     cJSON_Delete(m);
     T_CHECK(!strcasestr(r.head, "Access-Control-Allow-Origin"), "CORS header without --cors");

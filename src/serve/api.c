@@ -1701,6 +1701,9 @@ static cJSON *model_object(const nv_api_ctx *ctx, long created, const char *adap
     cJSON_AddStringToObject(mo, "owned_by", "nerve");
     if (adapter) cJSON_AddStringToObject(mo, "parent", ctx->model_id); /* an adapter names its base, as vLLM's do */
     else cJSON_AddNullToObject(mo, "parent");
+    /* vLLM's: the model the id serves, and the context a request may fill (clients size prompts by it) */
+    cJSON_AddStringToObject(mo, "root", ctx->model_id);
+    cJSON_AddNumberToObject(mo, "max_model_len", ctx->seq_len);
     return mo;
 }
 
