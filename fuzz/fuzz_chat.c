@@ -71,6 +71,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FZ_CHECK(nv_errmsg()[0] != '\0' && ds.src == NULL, "a failure without a message, or left open");
             continue;
         }
+        if (nv_data_jsonl_is_text(path)) { /* {"text": ...} lines: documents, every token in the vocabulary */
+            FZ_CHECK(ds.n_src == 1 && !ds.chat && !ds.src[0].starts, "text lines read as chat data");
+            for (uint64_t i = 0; i < ds.src[0].n_tokens; i++)
+                FZ_CHECK(nv_source_token(&ds.src[0], i) < FZ_TOK_VOCAB, "text token out of the vocabulary");
+            nv_dataset_close(&ds);
+            continue;
+        }
         FZ_CHECK(ds.n_src == 1 && ds.chat, "not read as chat data");
         check_source(&ds.src[0]);
         int in[FZ_B * FZ_T], tg[FZ_B * FZ_T], seg[FZ_B * FZ_T];

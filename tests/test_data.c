@@ -345,7 +345,8 @@ static void test_text_documents(void) {
     static const struct {
         const char *text, *says;
     } bad_jl[] = {{"{\"text\": \"fine\"}\n{\"text\": 3}\n", "docs_bad.jsonl:2: not a JSON object with a \"text\" string"},
-                  {"{\"text\": \"fine\"}\nnot json\n", "docs_bad.jsonl:2:"}};
+                  {"{\"text\": \"fine\"}\nnot json\n", "docs_bad.jsonl:2:"},
+                  {"{\"text\": \"fine\"}\n{\"text\": \"x\"} and more\n", "docs_bad.jsonl:2:"}};
     for (size_t i = 0; i < sizeof bad_jl / sizeof bad_jl[0]; i++) {
         const char *bp = t_write("docs_bad.jsonl", bad_jl[i].text, strlen(bad_jl[i].text));
         nv_dataset ds;
@@ -431,6 +432,60 @@ static void check_turn(const nv_source *s, uint64_t turn, const nv_tokenizer *to
                        const nv_chat_msg *msgs, int n) {
     const nv_chat_opts o = {0};
     check_turn_opts(s, turn, tok, tmpl, msgs, n, &o);
+}
+
+/* Prompt/completion lines (TRL's format): two strings are one text, BOS + prompt + completion + EOS,
+ * whose completion tokens (and EOS) alone are trained; two lists of messages are a conversation
+ * rendered with the template, the prompt's assistant messages not trained; kinds do not mix. */
+static void test_prompt_completion_data(void) {
+    nv_tokenizer *t = load_tok512();
+    if (!t) return;
+    const char *text = "{\"prompt\": \"Q: Where did the cat go?\\nA:\", \"completion\": \" To the park.\"}\n"
+                       "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}, "
+                       "{\"role\": \"user\", \"content\": \"Bye\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"See you\"}]}\n";
+    const char *p = t_write("pc.jsonl", text, strlen(text));
+    nv_dataset ds;
+    if (!open_ok(&ds, &p, 1, t, 512, 0.0f)) return;
+    const nv_source *s = &ds.src[0];
+    T_CHECK(ds.chat && ds.templated && s->completions && s->n_starts == 2, "%d turns, chat %d templated %d", (int)s->n_starts, ds.chat,
+            ds.templated);
+    /* the text line: its ids are the whole text's, the prompt's own encoding untrained */
+    int *whole = NULL, nw = 0, *prompt = NULL, np = 0;
+    nv_tokenizer_encode(t, "Q: Where did the cat go?\nA: To the park.", 1, 1, &whole, &nw);
+    nv_tokenizer_encode(t, "Q: Where did the cat go?\nA:", 1, 0, &prompt, &np);
+    int same = s->n_starts == 2 && s->starts[1] - s->starts[0] == (uint64_t)nw, trained_ok = same;
+    for (int i = 0; same && i < nw; i++) {
+        same &= nv_source_token(s, (uint64_t)i) == (uint32_t)whole[i];
+        trained_ok &= s->trained[i] == (i >= np);
+    }
+    T_CHECK(same && trained_ok && np < nw, "the text line: %d ids, prompt %d", nw, np);
+    free(whole), free(prompt);
+    /* the conversation: only "See you" (and what ends it) is trained, not the prompt's "Hello" */
+    nv_buf answer = {0};
+    for (uint64_t i = s->starts[1]; i < s->starts[2]; i++)
+        if (s->trained[i]) nv_buf_puts(&answer, nv_tokenizer_decode(t, (int)nv_source_token(s, i - 1), (int)nv_source_token(s, i)));
+    T_CHECK(answer.data && !strcmp(answer.data, "See you<|im_end|>"), "trained: '%s'", answer.data ? answer.data : "");
+    nv_buf_free(&answer);
+    nv_dataset_close(&ds);
+    /* only prompt/completion text: no template to declare */
+    const char *plain = "{\"prompt\": \"a\", \"completion\": \"b\"}\n";
+    p = t_write("pc_plain.jsonl", plain, strlen(plain));
+    if (open_ok(&ds, &p, 1, t, 512, 0.0f)) {
+        T_CHECK(ds.chat && !ds.templated, "text prompt/completion declared a template");
+        nv_dataset_close(&ds);
+    }
+    static const struct {
+        const char *text, *says;
+    } bad[] = {{"{\"prompt\": \"a\", \"completion\": 3}\n", "pc_bad.jsonl:1: 'prompt' and 'completion' must both be strings"},
+               {"{\"prompt\": \"a\", \"completion\": \"\"}\n", "pc_bad.jsonl:1: the completion is empty"},
+               {"{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n",
+                "pc_bad.jsonl:2: a chat line in a file of prompt/completion lines"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *bp = t_write("pc_bad.jsonl", bad[i].text, strlen(bad[i].text));
+        nv_err e = nv_dataset_open(&ds, &bp, 1, t, 512, 0.0f);
+        T_CHECK(e != NV_OK && strstr(nv_errmsg(), bad[i].says) && ds.src == NULL, "bad %zu: %s", i, nv_errmsg());
+    }
+    nv_tokenizer_free(t);
 }
 
 static void test_chat_data(void) {
@@ -585,7 +640,7 @@ static void test_chat_data(void) {
     } bad[] = {
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\nnot json\n", ":2: not a JSON object"},
         {"[1, 2]\n", ":1: not a JSON object"},
-        {"{\"prompt\": \"a\", \"completion\": \"b\"}\n", ":1: 'messages' is required"},
+        {"{\"prompt\": \"a\"}\n", ":1: 'messages' is required"},
         {"{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n", ":1: 'messages[0].role' must be one of"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": 5}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n", "content' must be a string"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n", ":1: no assistant message to train on"},
@@ -740,7 +795,7 @@ static void test_preference_data(void) {
     const struct {
         const char *text, *want;
     } bad[] = {
-        {mixed, ":2: a chat line in a file of preference pairs"},
+        {mixed, ":2: a chat line in a file of preference lines"},
         {"{\"preferred_output\": [{\"role\": \"assistant\", \"content\": \"b\"}], \"non_preferred_output\": []}\n",
          ":1: 'input' must be an object"},
         {"{\"input\": {\"messages\": []}, \"preferred_output\": [], \"non_preferred_output\": []}\n",
@@ -837,6 +892,7 @@ int main(void) {
     T_RUN(test_text_documents);
     T_RUN(test_text_tokenized_in_groups);
     T_RUN(test_chat_data);
+    T_RUN(test_prompt_completion_data);
     T_RUN(test_preference_data);
     return t_done();
 }

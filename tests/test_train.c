@@ -790,6 +790,34 @@ static void test_data_parallel_matches_one_process(void) {
     T_CHECK(!nv_file_exists(path), "a refused job wrote a checkpoint");
 }
 
+/* Prompt/completion fine-tuning (TRL's format, strings): stories260K learns the completion after the
+ * prompt, the run declares no chat template, and `nerve generate` of a new prompt gives it. */
+static void test_prompt_completion_finetune(void) {
+    const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    if (!model || !tok) return;
+    static const char *who[] = {"the cat", "a dog", "Tim", "the bird", "Sue", "the big bear"};
+    static const char *what[] = {"go to the park", "like the red ball", "want to play", "see the sun", "find a toy"};
+    nv_buf lines = {0};
+    for (int i = 0; i < 240; i++)
+        nv_buf_printf(&lines, "{\"prompt\": \"Q: Did %s %s?\\nA:\", \"completion\": \" Yes, the cat is happy.\"}\n", who[i % 6],
+                      what[(i / 6) % 5]);
+    const char *data = t_write("pc.jsonl", lines.data, lines.len);
+    nv_buf_free(&lines);
+    char args[4096], err[8192], dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/pc_run", t_tmpdir());
+    snprintf(args, sizeof args,
+             "train --init-from %s -z %s --data %s --steps 120 --batch 8 --seq 64 --lr 1e-3 --warmup 10 --eval-every 0 --seed 3 "
+             "--quiet --out %s",
+             model, tok, data, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "prompt and completion joined as they are (no chat template)"),
+            "prompt/completion fine-tune: %s", err);
+    snprintf(path, sizeof path, "%s/chat_template", dir);
+    T_CHECK(!nv_file_exists(path), "a prompt/completion run declared a chat template");
+    snprintf(args, sizeof args, "generate -m %s -p \"$(printf 'Q: Did the dog see a kite?\\nA:')\" -t 0 -n 60 --engine avx2", dir);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "Q: Did the dog see a kite?\nA: Yes, the cat is happy."), "generate: %s %s", t_out,
+            t_err);
+}
+
 /* Chat fine-tuning end to end: stories260K fine-tuned on conversations in OpenAI's format (one answer
  * to every question) learns the answer; the run folder keeps its chat template, and `nerve serve -m
  * RUN_DIR` takes it up and gives the answer, ending at the template's stop. */
@@ -1373,6 +1401,7 @@ int main(void) {
     T_RUN(test_lora_run);
     T_RUN(test_data_parallel_matches_one_process);
     T_RUN(test_chat_finetune_then_serve);
+    T_RUN(test_prompt_completion_finetune);
     T_RUN(test_preference_finetune);
     return t_done();
 }

@@ -352,7 +352,7 @@ static int train(int argc, char **argv) {
     }
     if (ds.chat) {
         ds.pack = pack;
-        o.chat_template = nv_chat_template_name(tmpl);
+        o.chat_template = ds.templated ? nv_chat_template_name(tmpl) : NULL; /* prompt/completion text: none */
         uint64_t turns = 0, val_turns = 0, cut = 0, trainable = 0, longest = 0;
         for (int i = 0; i < ds.n_src; i++)
             for (uint64_t t = 0; t < ds.src[i].n_starts; t++) {
@@ -374,12 +374,15 @@ static int train(int argc, char **argv) {
             goto done;
         }
         if (nv_dist_rank() == 0) {
-            fprintf(stderr, "nerve: %s: %llu %s to train on (%llu of them held out), rendered with the %s template%s; "
-                            "the longest is %llu tokens with its prompt%s\n",
+            char how[128];
+            if (o.chat_template)
+                snprintf(how, sizeof how, "rendered with the %s template%s", o.chat_template, declared ? " (the starting model's)" : "");
+            else snprintf(how, sizeof how, "prompt and completion joined as they are (no chat template)");
+            fprintf(stderr, "nerve: %s: %llu %s to train on (%llu of them held out), %s; the longest is %llu tokens with its "
+                            "prompt%s\n",
                     ds.pref ? "preference data" : "chat data", (unsigned long long)(ds.pref ? turns / 2 : turns),
-                    ds.pref ? "pairs" : "answers", (unsigned long long)(ds.pref ? val_turns / 2 : val_turns), o.chat_template,
-                    declared ? " (the starting model's)" : "", (unsigned long long)longest,
-                    pack ? "; windows packed" : "");
+                    ds.pref ? "pairs" : "answers", (unsigned long long)(ds.pref ? val_turns / 2 : val_turns), how,
+                    (unsigned long long)longest, pack ? "; windows packed" : "");
             if (cut)
                 nv_warn("%llu of the %llu turns are longer than --seq %d + 1 tokens: their ends are cut (raise --seq to keep them)",
                         (unsigned long long)cut, (unsigned long long)turns, o.seq);

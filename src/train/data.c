@@ -168,6 +168,20 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
     return e;
 }
 
+/* One .jsonl line [text, text + len) as JSON: NULL when it is not one JSON value with nothing but
+   white space after it (cJSON would stop at the value's end and take the rest for nothing). */
+static cJSON *parse_line(const char *text, size_t len) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) return NULL;
+    for (; end && end < text + len; end++)
+        if (*end != ' ' && *end != '\t' && *end != '\r' && *end != '\n') {
+            cJSON_Delete(root);
+            return NULL;
+        }
+    return root;
+}
+
 /* The first non-blank line of a .jsonl file as JSON (NULL: none, or not JSON). */
 static cJSON *first_jsonl_object(const char *t, size_t len) {
     for (size_t at = 0; at < len;) {
@@ -175,7 +189,7 @@ static cJSON *first_jsonl_object(const char *t, size_t len) {
         const size_t end = nl ? (size_t)(nl - t) : len;
         size_t k = at;
         while (k < end && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
-        if (k < end) return cJSON_ParseWithLength(t + at, end - at);
+        if (k < end) return parse_line(t + at, end - at);
         at = end + 1;
     }
     return NULL;
@@ -210,7 +224,7 @@ static nv_err load_jsonl_text(nv_source *s, const nv_tokenizer *tok) {
         size_t k = at;
         while (k < end && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
         if (k < end) {
-            cJSON *root = cJSON_ParseWithLength(t + at, end - at);
+            cJSON *root = parse_line(t + at, end - at);
             const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
             if (!cJSON_IsObject(root) || !cJSON_IsString(text)) {
                 e = nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object with a \"text\" string (a file of text lines has one a line)",
@@ -240,6 +254,7 @@ typedef struct {
     uint64_t cap, cap_turns;
     uint8_t *first; /* [turn]: 1 where a conversation begins */
     long merged;    /* answers left out: their first token merges with the prompt's last */
+    int kind;       /* the file's lines: 0 chat, 1 preference, 2 prompt/completion */
 } chat_build;
 
 static nv_err chat_append_turn(nv_source *s, chat_build *cb, const int *ids, int n, int n_prompt, int first) {
@@ -321,6 +336,7 @@ static nv_err chat_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
                         long line_no) {
     char **tools = NULL;
     int n_tools = 0;
+    s->templated = 1;
     NV_TRY(line_tools(s, root, tmpl, line_no, &tools, &n_tools));
     nv_api_error err = {0};
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -452,6 +468,7 @@ static nv_err pref_parts(const nv_source *s, const cJSON *root, long line_no, cJ
    two turns, the preferred first (one pair). */
 static nv_err pref_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, cJSON *root,
                         long line_no) {
+    s->templated = 1;
     cJSON *conv, *answers[2];
     const cJSON *tools_of;
     const char *keys[2];
@@ -493,13 +510,57 @@ static nv_err pref_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, n
     return e;
 }
 
-/* One line of a .jsonl source: chat data, or preference data (every line of a file the same kind as
-   its first). */
+/* A prompt/completion line (TRL's format): two strings joined as they are, the completion's tokens
+   trained; or two lists of messages, one conversation whose completion alone is trained (the
+   prompt's assistant messages get weight 0), rendered as chat data. */
+static nv_err completion_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, cJSON *root,
+                              long line_no) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt"), *c = cJSON_GetObjectItemCaseSensitive(root, "completion");
+    if (cJSON_IsArray(p) && cJSON_IsArray(c)) {
+        cJSON *conv = cJSON_CreateObject(), *msgs = conv ? cJSON_AddArrayToObject(conv, "messages") : NULL;
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+        int ok = msgs && (!tools || cJSON_AddItemToObject(conv, "tools", cJSON_Duplicate(tools, 1)));
+        for (int part = 0; part < 2 && ok; part++)
+            for (const cJSON *m = (part ? c : p)->child; m && ok; m = m->next) {
+                cJSON *copy = cJSON_Duplicate(m, 1);
+                ok = copy && cJSON_AddItemToArray(msgs, copy);
+                if (ok && !part && is_assistant(copy)) { /* shown, not trained on */
+                    cJSON_DeleteItemFromObjectCaseSensitive(copy, "weight");
+                    ok = cJSON_AddNumberToObject(copy, "weight", 0) != NULL;
+                }
+            }
+        nv_err e = ok ? chat_line(s, cb, tok, tmpl, conv, line_no) : nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
+        cJSON_Delete(conv);
+        return e;
+    }
+    if (!cJSON_IsString(p) || !cJSON_IsString(c))
+        return nv_fail(NV_EFORMAT, "%s:%ld: 'prompt' and 'completion' must both be strings, or both lists of messages", s->path,
+                       line_no);
+    if (!*c->valuestring) return nv_fail(NV_EFORMAT, "%s:%ld: the completion is empty", s->path, line_no);
+    nv_buf both = {0};
+    nv_buf_puts(&both, p->valuestring);
+    nv_buf_puts(&both, c->valuestring);
+    int *ids = NULL, n = 0, *pids = NULL, np = 0;
+    nv_err e = both.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", s->path)
+                        : nv_tokenizer_encode(tok, both.data, 1, 1, &ids, &n);
+    if (e == NV_OK) e = nv_tokenizer_encode(tok, p->valuestring, 1, 0, &pids, &np);
+    int k = 0; /* the prompt: the tokens its own encoding shares with the whole's */
+    while (e == NV_OK && k < np && k < n - 1 && pids[k] == ids[k]) k++;
+    if (e == NV_OK) e = chat_append_turn(s, cb, ids, n, k, 1);
+    s->completions = 1;
+    free(ids);
+    free(pids);
+    nv_buf_free(&both);
+    return e;
+}
+
+/* One line of a .jsonl source: chat data, preference data, or prompt/completion data (every line of
+   a file the same kind as its first). */
 static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, nv_chat_template tmpl, const char *line,
                          size_t len, long line_no, int first_line) {
     char *text = terminated(line, len); /* the parser never reads to the mapped file's end */
     if (!text) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = parse_line(text, len);
     free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
@@ -516,12 +577,14 @@ static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, 
     const int pref = cJSON_GetObjectItemCaseSensitive(root, "preferred_output") ||
                      cJSON_GetObjectItemCaseSensitive(root, "non_preferred_output") ||
                      cJSON_GetObjectItemCaseSensitive(root, "chosen") || cJSON_GetObjectItemCaseSensitive(root, "rejected");
-    if (first_line) s->pairs = (uint8_t)pref;
-    if (pref != s->pairs)
-        e = nv_fail(NV_EFORMAT, "%s:%ld: a %s line in a file of %s: one kind a file", s->path, line_no,
-                    pref ? "preference" : "chat", pref ? "chat data" : "preference pairs");
+    const int kind = pref ? 1 : cJSON_GetObjectItemCaseSensitive(root, "completion") ? 2 : 0;
+    static const char *const kinds[] = {"chat", "preference", "prompt/completion"};
+    if (first_line) s->pairs = (uint8_t)pref, cb->kind = kind;
+    if (kind != cb->kind)
+        e = nv_fail(NV_EFORMAT, "%s:%ld: a %s line in a file of %s lines: one kind a file", s->path, line_no, kinds[kind],
+                    kinds[cb->kind]);
     else
-        e = (pref ? pref_line : chat_line)(s, cb, tok, tmpl, root, line_no);
+        e = (kind == 1 ? pref_line : kind == 2 ? completion_line : chat_line)(s, cb, tok, tmpl, root, line_no);
     cJSON_Delete(root);
     return e;
 }
@@ -615,6 +678,7 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
         ds->train_tokens += s->n_train;
         ds->val_tokens += s->n_tokens - s->n_train;
         ds->pref |= s->pairs;
+        ds->templated |= s->templated;
     }
     for (int i = 0; i < n && ds->pref; i++)
         if (!ds->src[i].pairs) {

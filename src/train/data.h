@@ -18,6 +18,12 @@
  * T + 1 tokens, padded with targets -1, which the loss skips), or with pack a turn and the ones after
  * it in the file, each from its start (their tokens attend to the earlier turns' in the window).
  *
+ * Prompt/completion data (`.jsonl` of {"prompt", "completion"} lines, TRL's prompt-completion
+ * format): two strings are one text, the prompt then the completion (BOS first, EOS after it),
+ * whose completion tokens alone are targets (from the first token that is not the prompt's own
+ * encoding: a token merging across the boundary is the completion's); two lists of messages are a
+ * conversation rendered as chat data's, trained on the completion's assistant messages only.
+ *
  * Preference data (`.jsonl` in OpenAI's preference fine-tuning format: {"input": {"messages": [...],
  * "tools": [...]}, "preferred_output": [one assistant message], "non_preferred_output": [one]} a
  * line, or TRL's {"prompt", "chosen", "rejected"}) gives pairs of turns, the two answers after the same conversation, each rendered as chat
@@ -43,6 +49,8 @@ typedef struct {
     uint64_t *starts;   /* [n_starts + 1]: where each turn begins; starts[n_starts] = n_tokens */
     uint64_t n_starts, n_train_starts; /* turns; the first n_train_starts train */
     uint8_t pairs;      /* preference data: turns 2p (the preferred answer) and 2p + 1 (the other) are pair p */
+    uint8_t completions; /* prompt/completion lines: 1 where their texts are joined as they are, no template */
+    uint8_t templated;   /* some turn was rendered with the chat template */
 } nv_source;
 
 typedef struct {
@@ -53,6 +61,8 @@ typedef struct {
     int pack;             /* chat training windows go on into the next turns instead of padding (set
                              by the caller; validation windows stay one turn each) */
     int pref;             /* preference pairs (every source; chat is set too): nv_data_next_pairs */
+    int templated;        /* some source's turns were rendered with the chat template (the model then
+                             chats with it; prompt/completion text alone does not) */
 } nv_dataset;
 
 typedef struct {
