@@ -409,7 +409,8 @@ static void api(void) {
 }
 
 /* nerve train's chat data: conversations with a system message, two answers (one of weight 0),
-   text parts, tools with a call and its result; one that is cut short; preference pairs */
+   text parts, tools with a call and its result; one that is cut short; preference pairs;
+   prompt/completion lines; {"text"} lines */
 static void chat(void) {
     static const char *const files[][2] = {
         {"two_turns.jsonl",
@@ -437,6 +438,10 @@ static void chat(void) {
          "{\"prompt\": \"Q\", \"chosen\": \"Yes.\", \"rejected\": \"No.\"}\n"
          "{\"prompt\": [{\"role\": \"user\", \"content\": \"Q\"}], \"chosen\": [{\"role\": \"assistant\", \"content\": \"Yes.\"}], \"rejected\": \"No.\"}\n"
          "{\"chosen\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", \"content\": \"Yes.\"}], \"rejected\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", \"content\": \"No.\"}]}\n"},
+        {"prompt_completion.jsonl", /* TRL's prompt-completion: strings, and message lists */
+         "{\"prompt\": \"Q: Where?\\nA:\", \"completion\": \" Home.\"}\n"
+         "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"See you.\"}]}\n"},
+        {"text_lines.jsonl", "{\"text\": \"Once upon a time.\\nThe end.\", \"id\": 1}\n{\"text\": \"A cat sat.\"}\n"},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("chat", files[i][0], files[i][1], strlen(files[i][1]));
 }
