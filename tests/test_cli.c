@@ -284,7 +284,12 @@ static void test_chat(void) {
             t_out + (strlen(t_out) > strlen(want) ? strlen(want) : 0));
     free(prompt);
     free(text_path);
+    /* -p: one message, the same answer as the first line read, no input needed */
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 30 --engine avx2 -p 'Once upon a time'", m, z);
+    T_CHECK(t_nerve(args) == 0 && !strncmp(t_out, first, strlen(first)) && count_lines(t_out) == 1, "-p: '%s' %s", t_out, t_err);
     free(first);
+    snprintf(args, sizeof args, "chat -m %s -z %s --ctx 16 -p 'a b c d e f g h i j k l m n o p q r s t u v w x y z'", m, z);
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "more than the context"), "-p too long: %s", t_err);
     snprintf(args, sizeof args, "chat -m %s -z %s --chat-template jinja", m, z);
     T_CHECK(t_nerve(args) == 2 && count_lines(t_err) == 1 && strstr(t_err, "unknown chat template"), "%s", t_err);
     T_CHECK(t_nerve("chat -z x") == 2 && count_lines(t_err) == 1, "no -m: %s", t_err);

@@ -26,7 +26,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nerve chat -m MODEL [-z TOKENIZER] [--chat-template T] [--system TEXT] [-n N] [--ctx N]\n"
+            "usage: nerve chat -m MODEL [-z TOKENIZER] [--chat-template T] [--system TEXT] [-p TEXT] [-n N] [--ctx N]\n"
             "                  [-t TEMP] [--top-p P] [--top-k K] [--min-p P] [-s SEED] [--no-think]\n"
             "                  [--engine E] [--threads N] [--lora ADAPTER | --lora-scaled ADAPTER SCALE]\n"
             "  a conversation with a chat model: each line on stdin is your message (end a line with '\\' to\n"
@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "  --chat-template T   plain, chatml, llama2, llama3 or deepseek (default: what the model declares, as\n"
             "                      serve: a chat run's, a GGUF file's or a folder's; else plain)\n"
             "  --system TEXT       a system message first\n"
+            "  -p TEXT             one message, answered, then the end (no input read): for scripts\n"
             "  -n N                the most tokens of one answer (default 512)\n"
             "  --ctx N             the positions the conversation may fill (default the model's context, at most\n"
             "                      8192); the oldest exchanges are dropped to make room for a new one\n"
@@ -115,6 +116,7 @@ static size_t stop_tail(const char *s, size_t n, const char *stop) {
 
 int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *template_name = NULL, *system_text = NULL;
+    const char *one = NULL; /* -p: a single message */
     int max_answer = 512, ctx_arg = 0, threads = 0, top_k = 40, no_think = 0;
     float temperature = 0.7f, top_p = 0.95f, min_p = 0.05f;
     uint64_t seed = 0;
@@ -137,6 +139,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--system")) system_text = v;
+        else if (!strcmp(a, "-p")) one = v;
         else if (!strcmp(a, "-n")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_answer)) return 2; }
         else if (!strcmp(a, "--ctx")) { if (!cli_int(CMD, a, v, 16, 1 << 24, &ctx_arg)) return 2; }
         else if (!strcmp(a, "-t")) { if (!cli_float(CMD, a, v, 0, 1e6, &temperature)) return 2; }
@@ -165,7 +168,7 @@ int cmd_chat(int argc, char **argv) {
     nv_state state = {0};
     history h = {0};
     nv_buf input = {0}, answer = {0};
-    int *fed = NULL, n_fed = 0, rc = 1, turns = 0, answered = 0;
+    int *fed = NULL, n_fed = 0, rc = 1, turns = 0, answered = 0, asked = 0;
     double t_gen = 0;
     if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     const nv_config *c = &model.config;
@@ -180,7 +183,7 @@ int cmd_chat(int argc, char **argv) {
     nv_model_drop_quant_sources(&model);
     if (system_text && history_push(&h, "system", system_text, strlen(system_text))) goto oom;
     const char *stop = nv_chat_template_stop(tmpl);
-    const int tty = isatty(STDIN_FILENO);
+    const int tty = !one && isatty(STDIN_FILENO);
     struct sigaction sa = {.sa_handler = on_sigint}, old_sa; /* no SA_RESTART: Ctrl-C ends a read at the prompt */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
@@ -190,9 +193,21 @@ int cmd_chat(int argc, char **argv) {
     const nv_chat_opts opts = {.no_think = no_think};
     for (;;) {
         interrupted = 0;
-        const int got = read_message(&input, tty);
+        int got;
+        if (one) { /* -p: that message, then the end */
+            if (asked++) break;
+            input.len = 0;
+            nv_buf_puts(&input, one);
+            got = input.oom ? -1 : 1;
+        } else {
+            got = read_message(&input, tty);
+        }
         if (got < 0) goto oom;
         if (got == 0) break;
+        if (one && !input.len) {
+            rc = cli_error(CMD, 2, "-p: the message is empty");
+            goto done;
+        }
         if (!strcmp(input.data, "/exit") || !strcmp(input.data, "/quit")) break;
         if (!strcmp(input.data, "/reset")) {
             history_drop(&h, system_text ? 1 : 0, h.n - (system_text ? 1 : 0));
@@ -220,6 +235,7 @@ int cmd_chat(int argc, char **argv) {
         if (n_ids == 0 || n_ids >= ctx) {
             fprintf(stderr, "nerve chat: that message gives %d tokens, more than the context of %d holds (--ctx)\n", n_ids, ctx);
             free(ids);
+            if (one) goto done; /* the one message: a failure */
             history_drop(&h, h.n - 1, 1);
             continue;
         }

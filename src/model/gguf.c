@@ -657,18 +657,17 @@ static const char *const layer_parts[NV_LAYER_MATRICES] = {"attn_q",   "attn_k",
                                                            "ffn_gate", "ffn_down", "ffn_up"};
 
 /* The tensor name of plan matrix i (nv_model.quant's order). */
-static void plan_tensor_name(const nv_config *c, int i, char *name, size_t cap) {
+void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap) {
     if (i < c->n_layers * NV_LAYER_MATRICES)
         snprintf(name, cap, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, layer_parts[i % NV_LAYER_MATRICES]);
     else
         snprintf(name, cap, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
 }
 
-/* 1 when m keeps tensor `name` only quantized (its fp32 values pending). */
-static int is_pending(const nv_model *m, const char *name) {
+int nv_model_pending(const nv_model *m, const char *name) {
     for (int i = 0; m && m->quant && i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
         char pn[64];
-        plan_tensor_name(&m->config, i, pn, sizeof pn);
+        nv_model_plan_tensor_name(&m->config, i, pn, sizeof pn);
         if (m->quant[i].pending && !strcmp(pn, name)) return 1;
     }
     return 0;
@@ -680,7 +679,7 @@ static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     if (!t) return nv_fail(NV_ENOMEM, "out of memory");
     size_t n = nv_model_tensor_map(c, m ? &m->w : NULL, t);
     nv_err e = NV_OK;
-    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, is_pending(m, t[i].name) ? NULL : t[i].p);
+    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
     free(t);
     return e;
 }
@@ -693,7 +692,7 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
     const int count = c->n_layers * NV_LAYER_MATRICES + 1;
     for (int i = 0; i < count; i++) {
         char name[64];
-        plan_tensor_name(c, i, name, sizeof name);
+        nv_model_plan_tensor_name(c, i, name, sizeof name);
         const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: checked before */
         int qb, offset;
         if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16)) continue;

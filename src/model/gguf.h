@@ -78,6 +78,11 @@ nv_err nv_gguf_read_config(const char *path, nv_config *c);
 nv_err nv_gguf_load_model(const char *path, nv_model *m);
 /* The same with the quantized plan matrices kept only quantized (nv_model_load_quantized). */
 nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
+/* Plan matrix i's tensor (nv_model.quant's order: per layer wq, wk, wv, wo, w1, w2, w3, then the
+ * classifier) by its GGUF name; and 1 when m keeps the tensor `name` only as its plan source (its
+ * fp32 values pending: the loaders leave them unmade). */
+void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap);
+int nv_model_pending(const nv_model *m, const char *name);
 /* Tensor types nv_gguf_save writes (ggml's codes). */
 #define NV_GGUF_F32 0u
 #define NV_GGUF_F16 1u

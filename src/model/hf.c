@@ -436,8 +436,30 @@ static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0,
     return NV_OK;
 }
 
+/* quantized loads (generate, serve): the F16 plan matrices as fp16 plan sources, their fp32 values
+   left unmade (pending), as a GGUF file's F16 tensors are kept (the token embedding is made too:
+   lookups read it). */
+static nv_err f16_sources(st_set *s, nv_model *m) {
+    const nv_config *c = &m->config;
+    const int count = c->n_layers * NV_LAYER_MATRICES + 1;
+    for (int i = 0; i < count; i++) {
+        char gg[64], name[96];
+        nv_model_plan_tensor_name(c, i, gg, sizeof gg);
+        hf_name(gg, name, sizeof name);
+        const st_tensor *t = st_find(s, name);
+        if (!t || t->dtype != ST_F16) continue; /* checked before: present, of its shape */
+        if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
+        nv_qmatrix *qm = &m->quant[i];
+        qm->count = (size_t)(t->bytes / 2);
+        qm->pending = strcmp(gg, "token_embd.weight") != 0;
+        if (!(qm->h = malloc((size_t)t->bytes))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
+        memcpy(qm->h, t->data, (size_t)t->bytes);
+    }
+    return NV_OK;
+}
+
 /* The config, and with m the weights, of the model config_path names (m NULL: checked only). */
-static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m) {
+static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int quantized) {
     cJSON *cfg;
     NV_TRY(json_file(config_path, 0, &cfg));
     int tied = 0;
@@ -472,9 +494,10 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m) {
     if (e == NV_OK && m) {
         if ((e = nv_model_alloc(m, c)) == NV_OK) {
             nv_model_tensor_map(c, &m->w, t);
+            if (quantized) e = f16_sources(&set, m);
             for (size_t i = 0; i < nt && e == NV_OK; i++) {
                 hf_name(t[i].name, name, sizeof name);
-                e = st_take(&set, config_path, name, t[i].d0, t[i].d1, t[i].p);
+                e = st_take(&set, config_path, name, t[i].d0, t[i].d1, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
             }
             if (e == NV_OK) e = nv_model_qk_reorder(m, 0);
             if (e != NV_OK) nv_model_free(m);
@@ -485,12 +508,12 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m) {
     return e;
 }
 
-nv_err nv_hf_read_config(const char *config_path, nv_config *c) { return hf_load(config_path, c, NULL); }
+nv_err nv_hf_read_config(const char *config_path, nv_config *c) { return hf_load(config_path, c, NULL, 0); }
 
-nv_err nv_hf_load_model(const char *config_path, nv_model *m) {
+nv_err nv_hf_load_model(const char *config_path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
     nv_config c;
-    return hf_load(config_path, &c, m);
+    return hf_load(config_path, &c, m, quantized);
 }
 
 /* ---- tokenizer.json ----------------------------------------------------------------------------- */

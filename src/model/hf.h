@@ -36,7 +36,10 @@
 /* 1 when path's last component is config.json (a Hugging Face model). */
 int nv_hf_is_model(const char *path);
 nv_err nv_hf_read_config(const char *config_path, nv_config *c);
-nv_err nv_hf_load_model(const char *config_path, nv_model *m);
+/* quantized (nv_model_load_quantized, for inference): F16 weight matrices are kept as fp16 plan
+ * sources, their fp32 values not made (as a GGUF file's F16 tensors), half the memory on the
+ * engines that run fp16 plans. */
+nv_err nv_hf_load_model(const char *config_path, nv_model *m, int quantized);
 
 /* 1 when data is JSON text (its first non-blank byte '{'): a tokenizer.json. */
 int nv_hf_is_json(const void *data, size_t len);

@@ -159,7 +159,7 @@ nv_err nv_model_load_quantized(const char *path, nv_model *m) { return load_any(
 
 static nv_err load_any(const char *path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
-    if (nv_hf_is_model(path)) return nv_hf_load_model(path, m);
+    if (nv_hf_is_model(path)) return nv_hf_load_model(path, m, quantized);
     nv_mapped map;
     NV_TRY(nv_file_map(path, &map));
     if (nv_gguf_is(map.data, map.len)) {
