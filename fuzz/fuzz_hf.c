@@ -116,6 +116,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     FZ_CHECK(nv_config_validate(&m.config) == NV_OK, "loaded config is invalid: %s", nv_errmsg());
+    /* for inference (F16 matrices kept as fp16 sources): the same config, and every weight it made
+       the fp32 load's; a pending one's source holds exactly the fp32 load's values */
+    nv_model q;
+    fz_clear_error();
+    e = nv_model_load_quantized(path, &q);
+    fz_check_error(e, "nv_model_load_quantized");
+    FZ_CHECK(e == NV_OK, "the quantized load fails where the fp32 one does not: %s", nv_errmsg());
+    if (e == NV_OK) {
+        FZ_CHECK(!memcmp(&q.config, &m.config, sizeof q.config) && q.n_params == m.n_params, "the quantized load's config differs");
+        const size_t nt = nv_model_tensor_count(&m.config);
+        nv_tensor_ref *tm = calloc(nt, sizeof *tm), *tq = calloc(nt, sizeof *tq);
+        if (!tm || !tq) abort();
+        nv_model_tensor_map(&m.config, &m.w, tm);
+        nv_model_tensor_map(&q.config, &q.w, tq);
+        for (size_t i = 0; i < nt; i++) { /* each tensor: made as the fp32 load's, or its fp16 source holds them */
+            const size_t n = (size_t)(tm[i].d0 * tm[i].d1);
+            int src = -1;
+            for (int j = 0; q.quant && j <= q.config.n_layers * NV_LAYER_MATRICES; j++) {
+                char pn[64];
+                nv_model_plan_tensor_name(&q.config, j, pn, sizeof pn);
+                if (!strcmp(pn, tm[i].name) && q.quant[j].h) src = j;
+            }
+            if (src >= 0) {
+                float *made = malloc(n * sizeof *made);
+                if (!made) abort();
+                FZ_CHECK(q.quant[src].count == n, "%s: a source of %zu values for %zu", tm[i].name, q.quant[src].count, n);
+                nv_qmatrix_fill_f32(&q.quant[src], made);
+                FZ_CHECK(!memcmp(made, tm[i].p, n * sizeof *made), "%s: the fp16 source is not the fp32 load's values", tm[i].name);
+                free(made);
+            }
+            if (src < 0 || !q.quant[src].pending)
+                FZ_CHECK(!memcmp(tq[i].p, tm[i].p, n * sizeof(float)), "%s: the quantized load made other weights", tm[i].name);
+        }
+        free(tm), free(tq);
+        nv_model_free(&q);
+    }
     nv_config read;
     FZ_CHECK(nv_model_read_config(path, &read) == NV_OK && !memcmp(&read, &m.config, sizeof read), "read_config differs from the load's");
     /* written as a folder again: the same config and weights (refused only for RoPE factors) */

@@ -128,10 +128,10 @@ static void models(void) {
 
 /* m (and tok) written as a folder; its config.json and model.safetensors as one seed, or the
  * safetensors alone (read with fuzz_hf's default config); its tokenizer.json a tokenizer seed. */
-static void hf_seed(const nv_model *m, const nv_tokenizer *tok, const char *name, int with_config) {
+static void hf_seed(const nv_model *m, const nv_tokenizer *tok, const char *name, int with_config, nv_hf_dtype dtype) {
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/hf-tmp", root);
-    check(nv_hf_save(m, tok, dir, NV_HF_F32, NULL));
+    check(nv_hf_save(m, tok, dir, dtype, NULL));
     char *cfg = NULL, *st = NULL, *tj = NULL;
     size_t cl = 0, sl = 0, tl = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -170,19 +170,21 @@ static void hf(void) {
     nv_model m;
     check(nv_model_alloc(&m, &c));
     nv_model_init_random(&m, 7);
-    hf_seed(&m, NULL, "llama_weights_only.safetensors", 0);
-    hf_seed(&m, NULL, "llama.hf", 1);
+    hf_seed(&m, NULL, "llama_weights_only.safetensors", 0, NV_HF_F32);
+    hf_seed(&m, NULL, "llama.hf", 1, NV_HF_F32);
+    hf_seed(&m, NULL, "llama_f16.hf", 1, NV_HF_F16); /* F16 matrices: fp16 plan sources for inference */
     nv_model_free(&m);
     /* Qwen3 (QK-norm, head size 6, an untied classifier) and Qwen2 (biases) */
     nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0};
     check(nv_model_alloc(&m, &q3));
     nv_model_init_random(&m, 9);
-    hf_seed(&m, NULL, "qwen3.hf", 1);
+    hf_seed(&m, NULL, "qwen3.hf", 1, NV_HF_F32);
+    hf_seed(&m, NULL, "qwen3_f16.hf", 1, NV_HF_F16); /* its query/key sources reordered too */
     nv_model_free(&m);
     nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
-    hf_seed(&m, NULL, "qwen2.hf", 1);
+    hf_seed(&m, NULL, "qwen2.hf", 1, NV_HF_F32);
     nv_model_free(&m);
     /* a PEFT adapter of the default config's model (fuzz_hf reads every input as one too) */
     check(nv_model_alloc(&m, &c));
@@ -216,7 +218,7 @@ static void hf(void) {
         check(nv_model_alloc(&m, &t));
         char name[64];
         snprintf(name, sizeof name, "vocab_%zu.hf", i);
-        hf_seed(&m, tok, name, 1);
+        hf_seed(&m, tok, name, 1, NV_HF_F32);
         nv_model_free(&m);
         nv_tokenizer_free(tok);
     }
