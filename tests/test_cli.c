@@ -290,6 +290,15 @@ static void test_chat(void) {
     free(first);
     snprintf(args, sizeof args, "chat -m %s -z %s --ctx 16 -p 'a b c d e f g h i j k l m n o p q r s t u v w x y z'", m, z);
     T_CHECK(t_nerve(args) == 1 && strstr(t_err, "more than the context"), "-p too long: %s", t_err);
+    /* --chat-template-file: a Jinja text recognised by its markers, as serve's; another one refused in one line */
+    const char *jt = t_write("chatml.jinja", "{% for m in messages %}{{ '<|im_start|>' + m.role }}{% endfor %}", 64);
+    const char *ju = t_write("other.jinja", "{{ messages[0].content }}", 25);
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 4 --chat-template-file %s -p Hi", m, z, jt);
+    T_CHECK(t_nerve(args) == 0, "--chat-template-file: %s", t_err);
+    snprintf(args, sizeof args, "chat -m %s -z %s --chat-template-file %s -p Hi", m, z, ju);
+    T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1 && strstr(t_err, "not a template nerve renders"), "%s", t_err);
+    snprintf(args, sizeof args, "serve -m %s -z %s --chat-template-file /nonexistent/t.jinja", m, z);
+    T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1 && strstr(t_err, "--chat-template-file"), "serve: %s", t_err);
     snprintf(args, sizeof args, "chat -m %s -z %s --chat-template jinja", m, z);
     T_CHECK(t_nerve(args) == 2 && count_lines(t_err) == 1 && strstr(t_err, "unknown chat template"), "%s", t_err);
     T_CHECK(t_nerve("chat -z x") == 2 && count_lines(t_err) == 1, "no -m: %s", t_err);

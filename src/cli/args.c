@@ -90,14 +90,28 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
 }
 
 /* A model's Jinja chat template (not run) recognised by its markers. */
-static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out) {
+static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out, int warn);
+
+int cli_template_file(const char *cmd, const char *path, nv_chat_template *out) {
+    char *text = NULL;
+    size_t n = 0;
+    if (nv_file_read_all(path, &text, &n) != NV_OK) return cli_error(cmd, 1, "--chat-template-file: %s", nv_errmsg());
+    const int known = template_of_text(path, text, n, out, 0);
+    free(text);
+    return known ? 0
+                 : cli_error(cmd, 1, "--chat-template-file %s: not a template nerve renders (ChatML's, Llama 3's, DeepSeek-R1's "
+                                     "or Llama 2's [INST]); name one with --chat-template",
+                             path);
+}
+
+static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out, int warn) {
     if (nv_chat_template_of_jinja(t, n, out)) return 1; /* one nerve wrote */
     if (memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
     else if (memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
     else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
     else if (memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
     else {
-        nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (see --chat-template)", model_path);
+        if (warn) nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (see --chat-template)", model_path);
         return 0;
     }
     return 1;
@@ -124,7 +138,7 @@ char *cli_declared_template_text(const char *model_path) {
 
 int cli_declared_template(const char *model_path, nv_chat_template *out) {
     char *t = cli_declared_template_text(model_path);
-    const int found = t && template_of_text(model_path, t, strlen(t), out);
+    const int found = t && template_of_text(model_path, t, strlen(t), out, 1);
     free(t);
     return found;
 }

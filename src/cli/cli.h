@@ -123,5 +123,8 @@ char *cli_declared_template_text(const char *model_path);
  * recognised by their markers as ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (another one: a
  * warning). Returns 0 when it declares none. */
 int cli_declared_template(const char *model_path, nv_chat_template *out);
+/* --chat-template-file FILE (llama.cpp's flag): a Jinja template, not run, recognised as above.
+ * 0, or the exit code after printing why (unreadable, or none of them). */
+int cli_template_file(const char *cmd, const char *path, nv_chat_template *out);
 
 #endif

@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "  -z TOKENIZER        default: the model's own, as generate\n"
             "  --chat-template T   plain, chatml, llama2, llama3 or deepseek (default: what the model declares, as\n"
             "                      serve: a chat run's, a GGUF file's or a folder's; else plain)\n"
+            "  --chat-template-file F  a Jinja template, recognised as one of those by its markers\n"
             "  --system TEXT       a system message first\n"
             "  -p TEXT             one message, answered, then the end (no input read): for scripts\n"
             "  -n N                the most tokens of one answer (default 512)\n"
@@ -116,7 +117,7 @@ static size_t stop_tail(const char *s, size_t n, const char *stop) {
 
 int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *template_name = NULL, *system_text = NULL;
-    const char *one = NULL; /* -p: a single message */
+    const char *one = NULL, *template_file = NULL; /* -p: a single message */
     int max_answer = 512, ctx_arg = 0, threads = 0, top_k = 40, no_think = 0;
     float temperature = 0.7f, top_p = 0.95f, min_p = 0.05f;
     uint64_t seed = 0;
@@ -138,6 +139,7 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
+        else if (!strcmp(a, "--chat-template-file")) template_file = v;
         else if (!strcmp(a, "--system")) system_text = v;
         else if (!strcmp(a, "-p")) one = v;
         else if (!strcmp(a, "-n")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_answer)) return 2; }
@@ -153,11 +155,16 @@ int cmd_chat(int argc, char **argv) {
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve chat --help)");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
+    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
     if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    if (template_file) {
+        const int trc = cli_template_file(CMD, template_file, &tmpl);
+        if (trc) return trc;
+    }
     if (seed == 0) seed = (uint64_t)time(NULL);
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
-    if (!template_name && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_PLAIN;
+    if (!template_name && !template_file && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_PLAIN;
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine);
     if (erc) return erc;

@@ -66,6 +66,7 @@ static void usage(FILE *f) {
             "  --chat-template T    plain, chatml, llama2, llama3 or deepseek (default: what the model declares: a GGUF\n"
             "                       file's tokenizer.chat_template recognised as ChatML, Llama 3's, DeepSeek-R1's or [INST];\n"
             "                       else plain)\n"
+            "  --chat-template-file F  a Jinja template (llama.cpp's flag): recognised as one of those by its markers\n"
             "  --reasoning-format F none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
             "                       goes to message.reasoning_content (delta.reasoning_content streamed); default\n"
             "                       deepseek with the deepseek chat template, else none\n"
@@ -127,7 +128,7 @@ bad:
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
-    const char *api_key = NULL, *template_name = NULL;
+    const char *api_key = NULL, *template_name = NULL, *template_file = NULL;
     int reasoning = -1; /* unset: deepseek for DeepSeek-R1's template, else none */
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
@@ -192,6 +193,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
+        else if (!strcmp(a, "--chat-template-file")) template_file = v;
         else if (!strcmp(a, "--reasoning-format")) {
             if (strcmp(v, "none") && strcmp(v, "deepseek"))
                 return cli_error(CMD, 2, "--reasoning-format takes none or deepseek, not '%s'", v);
@@ -223,8 +225,13 @@ int cmd_serve(int argc, char **argv) {
     if (!api_key) api_key = getenv("NERVE_API_KEY");
     if (api_key && !*api_key) api_key = NULL;
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
+    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
     if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-    int tmpl_given = template_name != NULL;
+    if (template_file) {
+        const int trc = cli_template_file(CMD, template_file, &tmpl);
+        if (trc) return trc;
+    }
+    int tmpl_given = template_name != NULL || template_file != NULL;
     int step_delay_ms = 0;
     const char *delay = getenv("NERVE_TEST_STEP_DELAY_MS");
     if (delay && *delay) step_delay_ms = atoi(delay);
