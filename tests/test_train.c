@@ -877,6 +877,28 @@ static void test_chat_finetune_then_serve(void) {
     resp_free(&r);
     T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
 
+    /* perplexity of the held-out answers (as training validates): the trained model's near its last
+       validation loss, the starting model's far above */
+    double nll[2] = {-1, -1};
+    const char *text_path_for_mix = t_data("corpus/tinystories_valid_head.txt");
+    if (!text_path_for_mix) text_path_for_mix = "x.txt";
+    for (int k = 0; k < 2; k++) {
+        snprintf(short_args, sizeof short_args, "perplexity -m %s %s%s -f %s/chats.jsonl --val-frac 0.05 --chat-template chatml --json",
+                 k ? model : dir, k ? "-z " : "", k ? tok : "", t_tmpdir());
+        if (t_nerve(short_args) == 0) {
+            cJSON *o = cJSON_Parse(t_out);
+            const cJSON *v = cJSON_GetObjectItem(o, "nll");
+            if (cJSON_IsNumber(v) && cJSON_GetObjectItem(o, "answers") && cJSON_GetObjectItem(o, "answers")->valueint == 12) nll[k] = v->valuedouble;
+            cJSON_Delete(o);
+        }
+    }
+    T_CHECK(nll[0] >= 0 && fabs(nll[0] - v1) < 0.05 + 0.5 * v1 && nll[1] > 3, "answer perplexity: trained %g (validation %g), base %g: %s",
+            nll[0], (double)v1, nll[1], t_err);
+    snprintf(short_args, sizeof short_args, "perplexity -m %s -f %s/chats.jsonl --ctx 64", dir, t_tmpdir());
+    T_CHECK(t_nerve(short_args) == 2 && strstr(t_err, "a turn at a time"), "--ctx with chat data: %s", t_err);
+    snprintf(short_args, sizeof short_args, "perplexity -m %s -f %s/chats.jsonl -f %s", dir, t_tmpdir(), text_path_for_mix);
+    T_CHECK(t_nerve(short_args) == 2 && strstr(t_err, "one kind or the other"), "chat and text: %s", t_err);
+
     /* nerve chat with the run folder: its template, the answer cut at the template's end of turn (text
        here: <|im_end|> is no token of this vocabulary), never printed */
     const char *qs = t_write("chat_questions.txt", "Did the dog see a kite?\nDid Sue find a toy?\n", 44);

@@ -41,6 +41,9 @@ static void usage(FILE *f) {
             "                starts at BOS and the predictions of its second half are scored\n"
             "  --chunks N    score at most N chunks (default: every whole chunk of the text)\n"
             "  --val-frac F  score only the last F of each file: the part `nerve train --val-frac F` held out\n"
+            "                Chat data (.jsonl: conversations, or prompt/completion lines) is scored as training\n"
+            "                validates it: each turn from its start, its answer tokens alone\n"
+            "  --chat-template T  chat data's template (default: the model's own, as nerve train's, else chatml)\n"
             "  --engine E    the engine (default: the fastest exact fp32 one, as generate)\n"
             "  --threads N   threads for the engines (default: one per core)\n"
             "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
@@ -356,10 +359,103 @@ done:
     return rc;
 }
 
+/* Chat data (.jsonl: conversations, or prompt/completion lines) scored as training validates it:
+   each turn rendered with the template and run from its start, the answers' tokens alone scored
+   (their -log p given everything before them in the turn); with val_frac, the held-out turns only. */
+static int chat_score(const char *model_path, const char *tok_path, const cli_loras *loras, nv_engine_id engine,
+                      const char *const *files, int n_files, float val_frac, nv_chat_template tmpl, int threads, int json) {
+    scored_model q = {0};
+    nv_tokenizer *tok = NULL;
+    nv_dataset ds = {0};
+    int *tokens = NULL, rc = 1;
+    if (scored_open(&q, model_path, loras, engine) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    const nv_config c = q.m.config;
+    if (nv_tokenizer_load_for_model(tok_path, c.vocab_size, &tok) != NV_OK ||
+        nv_dataset_open_chat(&ds, files, n_files, tok, c.vocab_size, val_frac, tmpl) != NV_OK || scored_ready(&q, c.seq_len) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
+    if (ds.pref) {
+        cli_error(CMD, 1, "preference pairs are not scored here (a turn of each answer would count both)");
+        goto done;
+    }
+    if (!(tokens = malloc((size_t)c.seq_len * sizeof *tokens))) {
+        cli_error(CMD, 1, "out of memory");
+        goto done;
+    }
+    const int V = c.vocab_size;
+    uint64_t turns = 0, skipped = 0;
+    for (int i = 0; i < ds.n_src; i++) {
+        const nv_source *s = &ds.src[i];
+        for (uint64_t t = val_frac > 0 ? s->n_train_starts : 0; s->starts && t < s->n_starts; t++) {
+            const uint64_t from = s->starts[t], len = s->starts[t + 1] - from;
+            if (len > (uint64_t)c.seq_len) { /* past the model's context: no whole answer to score */
+                skipped++;
+                continue;
+            }
+            for (uint64_t j = 0; j < len; j++) tokens[j] = (int)nv_source_token(s, from + j);
+            for (int start = 0; start < (int)len; start += ROWS) {
+                const int n = (int)len - start < ROWS ? (int)len - start : ROWS;
+                int rows = 0;
+                if (chunk_pass(&q, tokens, start, n, start, &rows) != NV_OK) {
+                    cli_error(CMD, 1, "%s", nv_errmsg());
+                    goto done;
+                }
+                for (int r = 0; r < rows; r++) { /* position start + r predicts the token after it */
+                    const int p = start + r;
+                    if (p + 1 >= (int)len || !s->trained[from + (uint64_t)p + 1]) continue;
+                    const float *l = q.s.logits + (size_t)r * V;
+                    mom_add(&q.nll, nv_logits_logz(l, V) - l[tokens[p + 1]]);
+                }
+            }
+            turns++;
+        }
+    }
+    if (!q.nll.n) {
+        cli_error(CMD, 1, "no answer token to score (%llu turns longer than the model's context of %d)", (unsigned long long)skipped,
+                  c.seq_len);
+        goto done;
+    }
+    if (!isfinite(q.nll.mean)) {
+        cli_error(CMD, 1, "the log-likelihood is not finite: the model gives logits that are not numbers");
+        goto done;
+    }
+    fprintf(stderr, "nerve perplexity: %llu answers, %llu answer tokens scored%s%s", (unsigned long long)turns,
+            (unsigned long long)q.nll.n, ds.templated ? ", rendered with the " : "", ds.templated ? nv_chat_template_name(tmpl) : "");
+    fprintf(stderr, ds.templated ? " template" : "");
+    if (skipped) fprintf(stderr, "; %llu longer than the context of %d left out", (unsigned long long)skipped, c.seq_len);
+    fprintf(stderr, "\n");
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        json_model(o, &q, (double)q.nll.n);
+        cJSON_AddNumberToObject(o, "answers", (double)turns);
+        cJSON_AddNumberToObject(o, "scored", (double)q.nll.n);
+        cJSON_AddNumberToObject(o, "skipped", (double)skipped);
+        cJSON_AddNumberToObject(o, "threads", threads);
+        char *text = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!text) {
+            cli_error(CMD, 1, "out of memory");
+            goto done;
+        }
+        printf("%s\n", text);
+        free(text);
+    } else {
+        print_text(&q, NULL, NULL);
+    }
+    rc = 0;
+done:
+    free(tokens);
+    nv_dataset_close(&ds);
+    if (tok) nv_tokenizer_free(tok);
+    scored_free(&q);
+    return rc;
+}
+
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *base_path = NULL, *base_engine_name = NULL;
     const char *files[MAX_FILES];
-    const char *choice_path = NULL;
+    const char *choice_path = NULL, *template_name = NULL;
     int n_files = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0;
     float val_frac = 0;
     cli_loras loras = {0};
@@ -391,6 +487,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--multiple-choice")) choice_path = v;
         else if (!strcmp(a, "--tasks")) { if (!cli_int(CMD, a, v, 1, 1 << 30, &max_tasks)) return 2; }
         else if (!strcmp(a, "--kl-base-engine")) base_engine_name = v;
+        else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve perplexity --help)", a);
     }
@@ -407,16 +504,28 @@ int cmd_perplexity(int argc, char **argv) {
             return cli_error(CMD, 2, "no text to score: give -f FILE (the default, corpus/tinystories_valid_head.txt in the shared data, is not there)");
         files[n_files++] = default_text;
     }
+    int chat_files = 0;
     for (int i = 0; i < n_files; i++) {
         const size_t len = strlen(files[i]);
-        if (len >= 6 && !strcmp(files[i] + len - 6, ".jsonl") && !nv_data_jsonl_is_text(files[i]))
-            return cli_error(CMD, 2, "%s: chat data is not scored here; give text or token shards", files[i]);
+        chat_files += len >= 6 && !strcmp(files[i] + len - 6, ".jsonl") && !nv_data_jsonl_is_text(files[i]);
     }
+    if (chat_files && chat_files != n_files)
+        return cli_error(CMD, 2, "chat data (.jsonl) is scored by its answers, text by chunks: give one kind or the other");
+    if (chat_files && (ctx || max_chunks || base_path))
+        return cli_error(CMD, 2, "chat data is scored a turn at a time: --ctx, --chunks and --kl-base do not go with it");
+    if (template_name && !chat_files) return cli_error(CMD, 2, "--chat-template goes with chat data (.jsonl)");
+    nv_chat_template tmpl = NV_CHAT_CHATML; /* as nerve train's default */
+    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
     cli_paths paths, base_paths;
     cli_model_paths(&model_path, &tok_path, &paths);
     nv_engine_id engine, base_engine = NV_ENGINE_SCALAR;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FP32, &engine);
     if (erc) return erc;
+    if (chat_files) {
+        if (!template_name && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_CHATML; /* the model's own, as train */
+        return chat_score(model_path, tok_path, &loras, engine, files, n_files, val_frac, tmpl, threads ? threads : nv_cpu_probe()->cores,
+                          json);
+    }
     if (base_path) {
         const char *unused_tok = "";
         cli_model_paths(&base_path, &unused_tok, &base_paths);
