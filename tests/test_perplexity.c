@@ -369,8 +369,15 @@ static void test_perplexity_errors(void) {
     expect_error(args, 2, "needs --kl-base");
     snprintf(args, sizeof args, "perplexity -m %s --ctx 3", model);
     expect_error(args, 2, "--ctx");
-    snprintf(args, sizeof args, "perplexity -m %s -z %s -f chats.jsonl", model, tokp);
-    expect_error(args, 2, "chat data");
+    /* chat data is scored by its answers: not mixed with text, nor with a chunk size */
+    snprintf(args, sizeof args, "perplexity -m %s -z %s -f chats.jsonl --ctx 64", model, tokp);
+    expect_error(args, 2, "chat data is scored a turn at a time");
+    snprintf(args, sizeof args, "perplexity -m %s -z %s -f chats.jsonl -f text.txt", model, tokp);
+    expect_error(args, 2, "one kind or the other");
+    snprintf(args, sizeof args, "perplexity -m %s -z %s -f %s/missing.jsonl", model, tokp, t_tmpdir());
+    expect_error(args, 1, "missing.jsonl");
+    snprintf(args, sizeof args, "perplexity -m %s -z %s --chat-template chatml", model, tokp);
+    expect_error(args, 2, "--chat-template goes with chat data");
     snprintf(args, sizeof args, "perplexity -m %s -z %s --ctx 1024", model, tokp);
     expect_error(args, 1, "longer than the model's context of 512");
     snprintf(args, sizeof args, "perplexity -m %s -z %s -f %s", model, tokp, t_write("short.txt", "Once upon a time.", 17));
