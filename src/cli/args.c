@@ -104,6 +104,12 @@ int cli_template_file(const char *cmd, const char *path, nv_chat_template *out) 
                              path);
 }
 
+int cli_template_flags(const char *cmd, const char *name, const char *file, nv_chat_template *out) {
+    if (name && file) return cli_error(cmd, 2, "--chat-template and --chat-template-file: one or the other");
+    if (name && nv_chat_template_parse(name, out) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
+    return file ? cli_template_file(cmd, file, out) : 0;
+}
+
 static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out, int warn) {
     if (nv_chat_template_of_jinja(t, n, out)) return 1; /* one nerve wrote */
     if (memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;

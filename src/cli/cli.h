@@ -126,5 +126,8 @@ int cli_declared_template(const char *model_path, nv_chat_template *out);
 /* --chat-template-file FILE (llama.cpp's flag): a Jinja template, not run, recognised as above.
  * 0, or the exit code after printing why (unreadable, or none of them). */
 int cli_template_file(const char *cmd, const char *path, nv_chat_template *out);
+/* --chat-template NAME or --chat-template-file FILE (either may be NULL, not both) into *out. 0, or
+ * the exit code after printing why. */
+int cli_template_flags(const char *cmd, const char *name, const char *file, nv_chat_template *out);
 
 #endif

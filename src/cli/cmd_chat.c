@@ -155,12 +155,8 @@ int cmd_chat(int argc, char **argv) {
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve chat --help)");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
-    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
-    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-    if (template_file) {
-        const int trc = cli_template_file(CMD, template_file, &tmpl);
-        if (trc) return trc;
-    }
+    const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
+    if (trc) return trc;
     if (seed == 0) seed = (uint64_t)time(NULL);
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);

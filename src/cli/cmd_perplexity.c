@@ -420,9 +420,8 @@ static int chat_score(const char *model_path, const char *tok_path, const cli_lo
         cli_error(CMD, 1, "the log-likelihood is not finite: the model gives logits that are not numbers");
         goto done;
     }
-    fprintf(stderr, "nerve perplexity: %llu answers, %llu answer tokens scored%s%s", (unsigned long long)turns,
-            (unsigned long long)q.nll.n, ds.templated ? ", rendered with the " : "", ds.templated ? nv_chat_template_name(tmpl) : "");
-    fprintf(stderr, ds.templated ? " template" : "");
+    fprintf(stderr, "nerve perplexity: %llu answers, %llu answer tokens scored", (unsigned long long)turns, (unsigned long long)q.nll.n);
+    if (ds.templated) fprintf(stderr, ", rendered with the %s template", nv_chat_template_name(tmpl));
     if (skipped) fprintf(stderr, "; %llu longer than the context of %d left out", (unsigned long long)skipped, c.seq_len);
     fprintf(stderr, "\n");
     if (json) {

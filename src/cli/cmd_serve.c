@@ -225,12 +225,8 @@ int cmd_serve(int argc, char **argv) {
     if (!api_key) api_key = getenv("NERVE_API_KEY");
     if (api_key && !*api_key) api_key = NULL;
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
-    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
-    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
-    if (template_file) {
-        const int trc = cli_template_file(CMD, template_file, &tmpl);
-        if (trc) return trc;
-    }
+    const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
+    if (trc) return trc;
     int tmpl_given = template_name != NULL || template_file != NULL;
     int step_delay_ms = 0;
     const char *delay = getenv("NERVE_TEST_STEP_DELAY_MS");

@@ -684,6 +684,19 @@ static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     return e;
 }
 
+nv_err nv_model_keep_f16(nv_model *m, int i, const void *h, size_t n, int pending) {
+    const int count = m->config.n_layers * NV_LAYER_MATRICES + 1;
+    if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
+    char name[64];
+    nv_model_plan_tensor_name(&m->config, i, name, sizeof name);
+    nv_qmatrix *qm = &m->quant[i];
+    qm->count = n;
+    qm->pending = pending && strcmp(name, "token_embd.weight") != 0; /* lookups read the embedding's fp32 values */
+    if (!(qm->h = malloc(n * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
+    memcpy(qm->h, h, n * sizeof(uint16_t));
+    return NV_OK;
+}
+
 /* The quantized plan matrices of the file, decomposed into m->quant (engine.h nv_qweights); with
  * pending, marked so that take_all leaves their fp32 values unmade (never the token embedding,
  * which lookups read). */
@@ -696,16 +709,15 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: checked before */
         int qb, offset;
         if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16)) continue;
-        if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
         const uint64_t n = t->dims[0] * t->dims[1];
+        if (t->type == T_F16) { /* fp16 plans: the values as they are (F16C makes them fp32 exactly) */
+            NV_TRY(nv_model_keep_f16(m, i, t->data, (size_t)n, pending));
+            continue;
+        }
+        if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
         nv_qmatrix *qm = &m->quant[i];
         qm->count = (size_t)n;
         qm->pending = pending && strcmp(name, "token_embd.weight") != 0;
-        if (t->type == T_F16) { /* fp16 plans: the values as they are (F16C makes them fp32 exactly) */
-            if (!(qm->h = malloc((size_t)n * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
-            memcpy(qm->h, t->data, (size_t)n * sizeof(uint16_t));
-            continue;
-        }
         uint64_t bb = 0;
         const uint64_t per = (uint64_t)block_of(t->type, &bb), nb = n / (uint64_t)qb;
         qm->qb = qb;

@@ -83,6 +83,9 @@ nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
  * fp32 values pending: the loaders leave them unmade). */
 void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap);
 int nv_model_pending(const nv_model *m, const char *name);
+/* Keeps plan matrix i's n fp16 values h as its plan source (m->quant, made when missing); with
+ * pending its fp32 values are left to be made (never the token embedding's: lookups read them). */
+nv_err nv_model_keep_f16(nv_model *m, int i, const void *h, size_t n, int pending);
 /* Tensor types nv_gguf_save writes (ggml's codes). */
 #define NV_GGUF_F32 0u
 #define NV_GGUF_F16 1u

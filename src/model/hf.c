@@ -437,8 +437,7 @@ static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0,
 }
 
 /* quantized loads (generate, serve): the F16 plan matrices as fp16 plan sources, their fp32 values
-   left unmade (pending), as a GGUF file's F16 tensors are kept (the token embedding is made too:
-   lookups read it). */
+   left unmade (pending), as a GGUF file's F16 tensors are kept. */
 static nv_err f16_sources(st_set *s, nv_model *m) {
     const nv_config *c = &m->config;
     const int count = c->n_layers * NV_LAYER_MATRICES + 1;
@@ -447,13 +446,7 @@ static nv_err f16_sources(st_set *s, nv_model *m) {
         nv_model_plan_tensor_name(c, i, gg, sizeof gg);
         hf_name(gg, name, sizeof name);
         const st_tensor *t = st_find(s, name);
-        if (!t || t->dtype != ST_F16) continue; /* checked before: present, of its shape */
-        if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
-        nv_qmatrix *qm = &m->quant[i];
-        qm->count = (size_t)(t->bytes / 2);
-        qm->pending = strcmp(gg, "token_embd.weight") != 0;
-        if (!(qm->h = malloc((size_t)t->bytes))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
-        memcpy(qm->h, t->data, (size_t)t->bytes);
+        if (t && t->dtype == ST_F16) NV_TRY(nv_model_keep_f16(m, i, t->data, (size_t)(t->bytes / 2), 1)); /* checked before */
     }
     return NV_OK;
 }

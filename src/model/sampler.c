@@ -134,14 +134,14 @@ static float draw_temperature(const nv_sampler *s, const float *logits, int n) {
     for (int i = 0; i < n; i++)
         if (isfinite(logits[i])) finite++, maxv = logits[i] > maxv ? logits[i] : maxv;
     if (finite < 2) return s->temperature; /* one candidate: nothing to be unsure of */
-    double z = 0, h = 0;
-    for (int i = 0; i < n; i++)
-        if (isfinite(logits[i])) z += exp((double)logits[i] - maxv);
+    /* H = -sum p ln p with p = e^d / z, d = logit - max: ln z - sum(e^d d) / z, in one pass */
+    double z = 0, zd = 0;
     for (int i = 0; i < n; i++)
         if (isfinite(logits[i])) {
-            const double p = exp((double)logits[i] - maxv) / z;
-            if (p > 0) h -= p * log(p);
+            const double d = (double)logits[i] - maxv, e = exp(d);
+            z += e, zd += e * d;
         }
+    const double h = log(z) - zd / z;
     const double lo = s->temperature > s->dynatemp_range ? s->temperature - s->dynatemp_range : 0.0,
                  hi = s->temperature + s->dynatemp_range;
     return (float)(lo + (hi - lo) * pow(h / log((double)finite), s->dynatemp_exponent));

@@ -294,8 +294,12 @@ static const char *token_text(const nv_tokenizer *t, int prev, int tok, nv_buf *
     return b->data ? b->data : "";
 }
 
-const char *nv_api_token_piece(const nv_tokenizer *t, int prev, int tok) { return token_piece(t, prev, tok); }
-const char *nv_api_token_text(const nv_tokenizer *t, int prev, int tok, nv_buf *b) { return token_text(t, prev, tok, b); }
+void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, nv_buf *b) {
+    cJSON_AddStringToObject(o, "token", token_text(t, prev, tok, b));
+    const char *piece = token_piece(t, prev, tok);
+    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+}
 
 /* The text ids[0..n) spell, as valid UTF-8 (the first follows BOS); malloc'd, NULL when out of memory. */
 static char *ids_text(const nv_tokenizer *t, const int *ids, int n) {
@@ -1481,10 +1485,7 @@ static void add_usage(cJSON *root, int prompt_tokens, int completion_tokens, int
 /* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
 static cJSON *chat_token(const nv_api_meta *m, int prev, int tok, float logprob, nv_buf *b) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "token", token_text(m->lp_tok, prev, tok, b));
-    const char *piece = token_piece(m->lp_tok, prev, tok);
-    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
-    for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    nv_api_token_fields(o, m->lp_tok, prev, tok, b);
     cJSON_AddNumberToObject(o, "logprob", logprob);
     return o;
 }

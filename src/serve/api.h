@@ -140,10 +140,10 @@ void nv_api_tool_texts_free(char **texts, int n);
  * [{"id", "piece"}]), "count", "max_model_len"}; special tokens' text in TEXT is parsed. The
  * response body goes to *out (malloc'd); returns 0 or the error's status. */
 int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err);
-/* A token's piece as a text shows it after prev (BOS shows nothing), and the same as valid UTF-8 (a
- * lone byte of a longer character as U+FFFD) in b, which the caller reuses: the logprobs' "token". */
-const char *nv_api_token_piece(const nv_tokenizer *t, int prev, int tok);
-const char *nv_api_token_text(const nv_tokenizer *t, int prev, int tok, nv_buf *b);
+/* A logprobs record's "token" (the piece as a text shows it after prev, as valid UTF-8: a lone byte
+ * of a longer character as U+FFFD; BOS shows nothing) and "bytes" (the piece's raw bytes), added to
+ * o; b is scratch the caller reuses. */
+void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, nv_buf *b);
 /* POST /apply-template (llama.cpp's): {"messages", "tools", "chat_template_kwargs",
  * "continue_final_message"} as a chat request has them -> {"prompt": TEXT}, the prompt the server
  * would feed the model as text (nv_chat_render_text), without running it. */

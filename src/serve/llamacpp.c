@@ -288,10 +288,7 @@ int nv_lcpp_parse(const nv_api_ctx *ctx, const char *body, size_t len, int infil
 static cJSON *prob_record(const nv_lcpp_meta *m, const nv_tokenizer *tok, int prev, int id, float logprob, nv_buf *b) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "token", nv_api_token_text(tok, prev, id, b));
-    const char *piece = nv_api_token_piece(tok, prev, id);
-    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
-    for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    nv_api_token_fields(o, tok, prev, id, b);
     if (m->post_probs) cJSON_AddNumberToObject(o, "prob", exp((double)logprob));
     else cJSON_AddNumberToObject(o, "logprob", logprob);
     return o;

@@ -182,17 +182,30 @@ static cJSON *parse_line(const char *text, size_t len) {
     return root;
 }
 
+/* The next line of t[0, len) from *at that is not blank: *line, *n bytes (without its '\n'), its
+   number in *line_no (blank lines counted); 0 at the end. */
+static int next_line(const char *t, size_t len, size_t *at, long *line_no, const char **line, size_t *n) {
+    while (*at < len) {
+        const char *nl = memchr(t + *at, '\n', len - *at);
+        const size_t from = *at, end = nl ? (size_t)(nl - t) : len;
+        size_t k = from;
+        while (k < end && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
+        *at = end + 1;
+        ++*line_no;
+        if (k < end) {
+            *line = t + from, *n = end - from;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The first non-blank line of a .jsonl file as JSON (NULL: none, or not JSON). */
 static cJSON *first_jsonl_object(const char *t, size_t len) {
-    for (size_t at = 0; at < len;) {
-        const char *nl = memchr(t + at, '\n', len - at);
-        const size_t end = nl ? (size_t)(nl - t) : len;
-        size_t k = at;
-        while (k < end && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
-        if (k < end) return parse_line(t + at, end - at);
-        at = end + 1;
-    }
-    return NULL;
+    size_t at = 0, n = 0;
+    long line_no = 0;
+    const char *line;
+    return next_line(t, len, &at, &line_no, &line, &n) ? parse_line(line, n) : NULL;
 }
 
 int nv_data_jsonl_is_text(const char *path) {
@@ -217,28 +230,22 @@ static nv_err load_jsonl_text(nv_source *s, const nv_tokenizer *tok) {
     size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0;
     nv_err e = NV_OK;
     long line_no = 0;
-    for (size_t at = 0; at < m.len && e == NV_OK;) {
-        const char *nl = memchr(t + at, '\n', m.len - at);
-        const size_t end = nl ? (size_t)(nl - t) : m.len;
-        line_no++;
-        size_t k = at;
-        while (k < end && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
-        if (k < end) {
-            cJSON *root = parse_line(t + at, end - at);
-            const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
-            if (!cJSON_IsObject(root) || !cJSON_IsString(text)) {
-                e = nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object with a \"text\" string (a file of text lines has one a line)",
-                            s->path, line_no);
-            } else {
-                const size_t n = strlen(text->valuestring), from = texts.len;
-                nv_buf_append(&texts, text->valuestring, n);
-                nv_buf_append(&texts, "", 1); /* documents apart, as terminated strings */
-                e = texts.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", s->path)
-                              : push_doc(&docs, &n_docs, &cap_docs, from, n, s->path);
-            }
-            cJSON_Delete(root);
+    size_t at = 0, len = 0;
+    const char *line;
+    while (e == NV_OK && next_line(t, m.len, &at, &line_no, &line, &len)) {
+        cJSON *root = parse_line(line, len);
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+        if (!cJSON_IsObject(root) || !cJSON_IsString(text)) {
+            e = nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object with a \"text\" string (a file of text lines has one a line)",
+                        s->path, line_no);
+        } else {
+            const size_t n = strlen(text->valuestring), from = texts.len;
+            nv_buf_append(&texts, text->valuestring, n);
+            nv_buf_append(&texts, "", 1); /* documents apart, as terminated strings */
+            e = texts.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", s->path)
+                          : push_doc(&docs, &n_docs, &cap_docs, from, n, s->path);
         }
-        at = end + 1;
+        cJSON_Delete(root);
     }
     nv_file_unmap(&m);
     if (e == NV_OK && !n_docs) e = nv_fail(NV_EFORMAT, "%s: no text lines", s->path);
@@ -597,17 +604,10 @@ static nv_err load_chat(nv_source *s, const nv_tokenizer *tok, nv_chat_template 
     chat_build cb = {0};
     nv_err e = NV_OK;
     long line_no = 0;
-    int seen_line = 0;
-    for (size_t at = 0; at < map.len && e == NV_OK;) {
-        const char *nl = memchr(t + at, '\n', map.len - at);
-        size_t end = nl ? (size_t)(nl - t) : map.len, len = end - at;
-        line_no++;
-        size_t k = 0;
-        while (k < len && (t[at + k] == ' ' || t[at + k] == '\t' || t[at + k] == '\r')) k++;
-        if (k < len) e = jsonl_line(s, &cb, tok, tmpl, t + at, len, line_no, !seen_line);
-        seen_line |= k < len;
-        at = end + 1;
-    }
+    size_t at = 0, len = 0;
+    const char *line;
+    for (int first = 1; e == NV_OK && next_line(t, map.len, &at, &line_no, &line, &len); first = 0)
+        e = jsonl_line(s, &cb, tok, tmpl, line, len, line_no, first);
     nv_file_unmap(&map);
     s->width = 4;
     if (e == NV_OK && cb.merged)
