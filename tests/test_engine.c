@@ -619,15 +619,16 @@ static void test_group(void) {
 
 /* Block-quantized plans (int8 values, per-block scales and optional offsets, slices turned into
  * fp32 in L1) give exactly the bits of an fp32 plan on the same weights as floats, with 8-bit panels
- * and, when every value is 0..15, with 4-bit ones; so do fp16 weights kept as fp16 (bits 16); the
- * AMX engines refuse them (the caller then builds an fp32 plan). */
+ * and, when every value is 0..15, with 4-bit ones; so do fp16 weights kept as fp16 (bits 16) and
+ * bf16 ones kept as bf16 (NV_QBITS_BF16); the AMX engines refuse them (the caller then builds an fp32 plan). */
 static void test_quant(void) {
     static const int shapes[][3] = {{1, 37, 288}, {1, 64, 512}, {1, 80, 96}, {2, 64, 96}, {3, 33, 64}, {5, 20, 100},
                                     {7, 100, 288}, {16, 48, 512}, {17, 15, 32}, {25, 64, 96}, {200, 40, 288}};
     uint64_t seed = 4242;
-    for (int bits = 4; bits <= 16; bits *= 2)
-    for (int qb = 16; qb <= (bits == 16 ? 16 : 32); qb += 16) /* fp16: no blocks, no offsets */
-        for (int off = 0; off < (bits == 16 ? 1 : 2); off++)
+    static const int kinds[] = {4, 8, 16, NV_QBITS_BF16};
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+    for (int qb = 16, bits = kinds[ki], half = bits >= 16; qb <= (half ? 16 : 32); qb += 16) /* fp16, bf16: no blocks, no offsets */
+        for (int off = 0; off < (half ? 1 : 2); off++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], nb = (k + qb - 1) / qb;
                 int8_t *q = malloc((size_t)n * k);
@@ -642,23 +643,29 @@ static void test_quant(void) {
                     q[i] = bits == 4 ? (int8_t)(seed >> 60) : (int8_t)(seed >> 56);
                 }
                 if (bits == 8) q[(size_t)n * k / 2] = 16; /* one value past 4 bits keeps the plan at 8 */
-                uint16_t *h = bits == 16 ? malloc(sizeof(uint16_t) * n * k) : NULL;
+                uint16_t *h = half ? malloc(sizeof(uint16_t) * n * k) : NULL;
                 for (int j = 0; j < n; j++)
                     for (int kk = 0; kk < k; kk++) {
                         float v = (float)q[(size_t)j * k + kk] * s[(size_t)j * nb + kk / qb];
                         if (off) v = v + o[(size_t)j * nb + kk / qb];
-                        if (h) { /* fp16 weights, of every exponent fp16 has */
-                            h[(size_t)j * k + kk] = (uint16_t)_cvtss_sh(v * 1e-3f * (float)(1 << (kk % 20)), _MM_FROUND_TO_NEAREST_INT);
-                            v = _cvtsh_ss(h[(size_t)j * k + kk]);
+                        uint16_t *hv = h ? h + (size_t)j * k + kk : NULL;
+                        if (hv && bits == 16) { /* fp16 weights, of every exponent fp16 has */
+                            *hv = (uint16_t)_cvtss_sh(v * 1e-3f * (float)(1 << (kk % 20)), _MM_FROUND_TO_NEAREST_INT);
+                            v = _cvtsh_ss(*hv);
+                        } else if (hv) { /* bf16 weights, of exponents far past fp16's */
+                            *hv = nv_bf16_from_f32(v * ldexpf(1.0f, kk % 160 - 80));
+                            v = nv_f32_from_bf16(*hv);
                         }
                         w[(size_t)j * k + kk] = v;
                     }
-                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h};
+                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h, bits == NV_QBITS_BF16};
                 nv_plan *pq = NULL, *pf = NULL;
+                const char *kind = bits == 4 ? "4-bit" : bits == 8 ? "8-bit" : bits == 16 ? "fp16" : "bf16";
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
-                /* the vector bf16 and int8 engines keep the stored values on avx512's panels (avx2-int8 on
-                   avx2's where avx512 is off) */
-                const nv_engine_id on = E == NV_ENGINE_AVX512_BF16 || E == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512
+                /* the vector bf16 and int8 engines keep block-quantized values on avx512's panels (avx2-int8
+                   on avx2's where avx512 is off); fp16 and bf16 ones they refuse (their own form is as small) */
+                const nv_engine_id on = half ? E
+                                        : E == NV_ENGINE_AVX512_BF16 || E == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512
                                         : E == NV_ENGINE_AVX2_INT8 ? (nv_engine_available(NV_ENGINE_AVX512) ? NV_ENGINE_AVX512 : NV_ENGINE_AVX2)
                                                                    : E;
                 if (on != NV_ENGINE_AVX2 && on != NV_ENGINE_AVX512) {
@@ -668,14 +675,14 @@ static void test_quant(void) {
                 } else {
                     nv_plan_run(pq, x, m, y0);
                     nv_plan_run(pf, x, m, y1);
-                    T_CHECK(memcmp(y0, y1, sizeof(float) * m * n) == 0, "%dx%dx%d, %d-bit, blocks of %d%s: differs from the fp32 plan",
-                            m, n, k, bits, qb, off ? " with offsets" : "");
+                    T_CHECK(memcmp(y0, y1, sizeof(float) * m * n) == 0, "%dx%dx%d, %s, blocks of %d%s: differs from the fp32 plan",
+                            m, n, k, kind, qb, off ? " with offsets" : "");
                     /* the padded outputs (fp32 panels: 4 bytes per weight) times bits per value, plus the
                      * float scales (and offsets) per block */
                     const size_t outs = nv_plan_packed_bytes(pf) / 4 / (size_t)k;
-                    const size_t want = outs * (size_t)k * bits / 8 + (h ? 0 : outs * (size_t)nb * 4 * (off ? 2 : 1));
+                    const size_t want = outs * (size_t)k * (half ? 16 : bits) / 8 + (h ? 0 : outs * (size_t)nb * 4 * (off ? 2 : 1));
                     T_CHECK(nv_plan_quantized(pq) == bits && !nv_plan_quantized(pf) && nv_plan_packed_bytes(pq) == want,
-                            "%d-bit: quantized %d, packed bytes %zu vs %zu", bits, nv_plan_quantized(pq),
+                            "%s: quantized %d, packed bytes %zu vs %zu", kind, nv_plan_quantized(pq),
                             nv_plan_packed_bytes(pq), nv_plan_packed_bytes(pf));
                 }
                 nv_plan_free(pq);
@@ -683,7 +690,7 @@ static void test_quant(void) {
                 free(q), free(s), free(o), free(w), free(x), free(y0), free(y1), free(h);
             }
     nv_plan *p = NULL;
-    nv_qweights bad = {NULL, NULL, NULL, 32, NULL};
+    nv_qweights bad = {NULL, NULL, NULL, 32, NULL, 0};
     T_CHECK(nv_plan_build_quant(&p, E, &bad, 4, 64) != NV_OK && !p, "weights without values accepted");
 }
 

@@ -336,12 +336,16 @@ static void test_export_roundtrip(void) {
     T_CHECK(t_nerve(args) == 0, "the run folder's GGUF does not generate: %s", t_err);
 }
 
-/* `nerve export --type q8_0|q4_0|f16` writes llama.cpp's Q8_0 (values within 0.6 of a step of the
- * fp32 ones), Q4_0 (within a step: the value of largest magnitude is exact, its opposite clamps to
- * 7 steps) or F16 (every matrix, within half an fp16 ulp); loading it keeps the matrices as int8,
- * 4-bit or fp16 values for avx2/avx512 plans, which give exactly the logits of fp32 plans over the
- * dequantized weights, and stay close to the fp32 model's (Q4_0 less so: 16 levels). */
+/* `nerve export --type q8_0|q4_0|f16|bf16` writes llama.cpp's Q8_0 (values within 0.6 of a step of
+ * the fp32 ones), Q4_0 (within a step: the value of largest magnitude is exact, its opposite clamps
+ * to 7 steps), F16 or BF16 (every matrix, within half an fp16 or bf16 ulp); loading it keeps the
+ * matrices as int8, 4-bit, fp16 or bf16 values for avx2/avx512 plans, which give exactly the logits
+ * of fp32 plans over the dequantized weights, and stay close to the fp32 model's (Q4_0 less so: 16
+ * levels). bits: 4, 8, 16 or NV_QBITS_BF16. */
 static void export_and_quantized_plans(const char *type, int bits) {
+    const int half = bits >= 16;
+    /* half an ulp, relative to the largest value: fp16 keeps 10 stored significand bits, bf16 7 */
+    const double half_ulp = bits == 16 ? 1.0 / 2048 : 1.0 / 256;
     const char *bp = t_data("models/stories260K.bin"), *tp = t_data("models/tok512.bin");
     if (!bp || !tp) return;
     char out[700], args[4200];
@@ -352,12 +356,13 @@ static void export_and_quantized_plans(const char *type, int bits) {
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF"), "%s to a llama2.c file: %s", type, t_err);
     snprintf(args, sizeof args, "export %s -o %s/q3.gguf --type q3_k", bp, t_tmpdir());
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--type"), "unknown type: %s", t_err);
-    nv_gguf g; /* general.file_type is llama.cpp's file type: MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7 */
+    nv_gguf g; /* general.file_type is llama.cpp's file type: MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_BF16 32 */
     if (nv_gguf_open(out, &g) == NV_OK) {
         const nv_gguf_kv *ft = nv_gguf_find(&g, "general.file_type");
         uint32_t v = 0;
         if (ft && ft->type == 4) memcpy(&v, ft->val, 4); /* GGUF value type 4: uint32 */
-        T_CHECK(ft && ft->type == 4 && v == (uint32_t)(bits == 16 ? 1 : bits == 4 ? 2 : 7), "%s: general.file_type %u", type, v);
+        T_CHECK(ft && ft->type == 4 && v == (uint32_t)(bits == 16 ? 1 : bits == NV_QBITS_BF16 ? 32 : bits == 4 ? 2 : 7),
+                "%s: general.file_type %u", type, v);
         nv_gguf_close(&g);
     } else {
         T_CHECK(0, "%s", nv_errmsg());
@@ -373,20 +378,21 @@ static void export_and_quantized_plans(const char *type, int bits) {
     for (uint64_t i = 0; i < b.n_params; i++) worst = fmax(worst, fabs((double)b.params[i] - q.params[i]));
     float amax = 0;
     for (uint64_t i = 0; i < b.n_params; i++) amax = fmaxf(amax, fabsf(b.params[i]));
-    const double bound = bits == 16 ? amax / 2048 + 0x1p-24 : bits == 8 ? 0.6 * amax / 127 : 1.05 * amax / 8;
+    const double bound = half ? amax * half_ulp + 0x1p-24 : bits == 8 ? 0.6 * amax / 127 : 1.05 * amax / 8;
     T_CHECK(worst > 0 && worst <= bound, "%s moved a weight by %g (largest weight %g)", type, worst, (double)amax);
     const size_t wq_len = (size_t)nv_config_q_dim(&b.config) * b.config.dim; /* and per block of wq */
     for (size_t b0 = 0; b0 + 32 <= wq_len; b0 += 32) {
         float bmax = 0, bworst = 0;
         for (int j = 0; j < 32; j++) bmax = fmaxf(bmax, fabsf(b.w.wq[b0 + j]));
         for (int j = 0; j < 32; j++) bworst = fmaxf(bworst, fabsf(b.w.wq[b0 + j] - q.w.wq[b0 + j]));
-        if (bworst > (bits == 16 ? bmax / 2048 + 0x1p-24f : bits == 8 ? 0.6f * bmax / 127 : 1.05f * bmax / 8)) {
+        if (bworst > (half ? bmax * (float)half_ulp + 0x1p-24f : bits == 8 ? 0.6f * bmax / 127 : 1.05f * bmax / 8)) {
             T_CHECK(0, "%s: block %zu of wq moved by %g (its largest %g)", type, b0 / 32, (double)bworst, (double)bmax);
             break;
         }
     }
-    if (bits == 16)
-        T_CHECK(q.quant && q.quant[0].h && !q.quant[0].q && q.quant[5].h, "F16 sources: wq and w2 kept as fp16");
+    if (half)
+        T_CHECK(q.quant && q.quant[0].h && !q.quant[0].q && q.quant[5].h && q.quant[0].h_bf16 == (bits == NV_QBITS_BF16),
+                "%s sources: wq and w2 kept as they are", type);
     else
         T_CHECK(q.quant && q.quant[0].q && q.quant[0].qb == 32 && !q.quant[0].o == (bits == 8) && !q.quant[5].q,
                 "%s sources: wq kept (with offsets for Q4_0), w2 (rows of 172, not whole blocks) F32", type);
@@ -395,11 +401,12 @@ static void export_and_quantized_plans(const char *type, int bits) {
         free(f.quant[i].q), free(f.quant[i].s), free(f.quant[i].o), free(f.quant[i].h);
     free(f.quant);
     f.quant = NULL;
+    nv_engines_init(NULL, 0); /* probed before the best engine is asked for (this test may run first) */
     const nv_engine_id e = nv_engine_best_fp32();
     T_CHECK(nv_model_build_plans(&b, e) == NV_OK && nv_model_build_plans(&q, e) == NV_OK && nv_model_build_plans(&f, e) == NV_OK,
             "%s", nv_errmsg());
     if (e != NV_ENGINE_SCALAR)
-        T_CHECK(nv_plan_quantized(q.plans[0].wq) == bits && nv_plan_quantized(q.plans[0].w2) == (bits == 16 ? 16 : 0) &&
+        T_CHECK(nv_plan_quantized(q.plans[0].wq) == bits && nv_plan_quantized(q.plans[0].w2) == (half ? bits : 0) &&
                     nv_plan_quantized(q.cls_plan) == bits && !nv_plan_quantized(f.plans[0].wq),
                 "which plans are block-quantized, with how many bits");
     enum { N = 40 };
@@ -434,15 +441,20 @@ static void export_and_quantized_plans(const char *type, int bits) {
         if (!z.params) break;
         int zero = 1;
         for (size_t i = 0; i < wq_n; i++) zero &= z.w.wq[i] == 0.0f;
-        T_CHECK(zero && z.quant && z.quant[0].pending && z.quant[5].pending == (bits == 16),
-                "wq made up front, or w2 (F32 unless F16) pending");
+        T_CHECK(zero && z.quant && z.quant[0].pending && z.quant[5].pending == half,
+                "wq made up front, or w2 (F32 unless F16 or BF16) pending");
         if (variant == 0) { /* the fast engine: block-quantized plans, wq never made */
             uint64_t id = nv_prefix_model_id(&z, 16, NV_KV_F16);
-            if (bits == 16) z.quant[3].h[7] ^= 1; /* the prefix cache tells models apart by their quantized matrices too */
+            if (half) z.quant[3].h[7] ^= 1; /* the prefix cache tells models apart by their quantized matrices too */
             else z.quant[3].q[7] ^= 1;
             T_CHECK(nv_prefix_model_id(&z, 16, NV_KV_F16) != id, "a pending matrix is not part of the model identity");
-            if (bits == 16) z.quant[3].h[7] ^= 1;
+            if (half) z.quant[3].h[7] ^= 1;
             else z.quant[3].q[7] ^= 1;
+            if (half) { /* and the same 16-bit values read as fp16 or as bf16 are other weights */
+                z.quant[3].h_bf16 ^= 1;
+                T_CHECK(nv_prefix_model_id(&z, 16, NV_KV_F16) != id, "fp16 and bf16 sources of the same bits are one model");
+                z.quant[3].h_bf16 ^= 1;
+            }
             float *lz = malloc(N * V * 4);
             T_CHECK(nv_model_build_plans(&z, e) == NV_OK && lz && t_forward_logits(&z, toks, N, lz) && !memcmp(lz, lq, N * V * 4),
                     "logits differ when loaded for inference");
@@ -450,6 +462,20 @@ static void export_and_quantized_plans(const char *type, int bits) {
             zero = 1;
             for (size_t i = 0; e != NV_ENGINE_SCALAR && i < wq_n; i++) zero &= z.w.wq[i] == 0.0f;
             T_CHECK(zero, "fp32 weights made although the plans are block-quantized");
+            const nv_engine_id lo = nv_engine_best(); /* int8 or bf16 where this CPU has one */
+            if (half && nv_engine_low_precision(lo)) {
+                /* those engines make their own form of fp16 and bf16 values, one matrix at a time: the
+                   model's fp32 weights stay unmade, and the logits are those of the same floats */
+                float *lo_z = malloc(N * V * 4), *lo_f = malloc(N * V * 4);
+                T_CHECK(nv_model_build_plans(&z, lo) == NV_OK && nv_model_build_plans(&f, lo) == NV_OK && lo_z && lo_f &&
+                            !nv_plan_quantized(z.plans[0].wq) && nv_plan_engine(z.plans[0].wq) == lo &&
+                            t_forward_logits(&z, toks, N, lo_z) && t_forward_logits(&f, toks, N, lo_f) && !memcmp(lo_z, lo_f, N * V * 4),
+                        "%s on %s: logits differ from the same floats' (%s)", type, nv_engine_name(lo), nv_errmsg());
+                zero = 1;
+                for (size_t i = 0; i < wq_n; i++) zero &= z.w.wq[i] == 0.0f;
+                T_CHECK(zero && z.quant[0].pending, "%s on %s: the fp32 weights were made for good", type, nv_engine_name(lo));
+                free(lo_z), free(lo_f);
+            }
         } else if (variant == 1) { /* the scalar engine reads fp32 weights: made exactly as a full load's */
             T_CHECK(nv_model_build_plans(&z, NV_ENGINE_SCALAR) == NV_OK && !z.quant[0].pending &&
                         !memcmp(z.w.wq, q.w.wq, wq_n * 4),
@@ -493,6 +519,7 @@ static void test_q4_0_writer_known_block(void) {
 }
 static void test_q4_0_export_and_quantized_plans(void) { export_and_quantized_plans("q4_0", 4); }
 static void test_f16_export_and_half_plans(void) { export_and_quantized_plans("f16", 16); }
+static void test_bf16_export_and_half_plans(void) { export_and_quantized_plans("bf16", NV_QBITS_BF16); }
 
 /* The k-quant writers (Q6_K, the Q4_K_M mix) and Q5_0 on a model whose rows are whole super-blocks
  * of 256: each tensor gets the type llama.cpp's Q4_K_M rule gives it (Q6_K for the classifier and
@@ -1006,6 +1033,7 @@ int main(void) {
     T_RUN(test_q4_0_writer_known_block);
     T_RUN(test_kquant_writers);
     T_RUN(test_f16_export_and_half_plans);
+    T_RUN(test_bf16_export_and_half_plans);
     T_RUN(test_serve_declared_template);
     T_RUN(test_qwen3_roundtrip);
     T_RUN(test_rope_factors);

@@ -206,14 +206,14 @@ static void test_half_types(void) {
         }
         T_CHECK(bad == 0 && inexact > 0, "%s: %llu values beyond rounding (%llu inexact)", types[ti], (unsigned long long)bad,
                 (unsigned long long)inexact);
-        /* loaded for inference, an F16 folder keeps its matrices as fp16 plan sources (their fp32
-           values unmade), and its logits are the fp32 load's to the bit on an fp32 engine */
+        /* loaded for inference, an F16 or BF16 folder keeps its matrices as they are, plan sources
+           (their fp32 values unmade), and its logits are the fp32 load's to the bit on an fp32 engine */
         nv_model q;
         T_CHECK(nv_model_load_quantized(cfg_path, &q) == NV_OK, "%s", nv_errmsg());
         if (q.params) {
-            const int f16 = ti == 1;
-            T_CHECK(f16 ? q.quant && q.quant[0].h && q.quant[0].pending && !q.quant[q.config.n_layers * NV_LAYER_MATRICES].pending
-                        : !q.quant,
+            const int bf16 = ti == 0, cls = q.config.n_layers * NV_LAYER_MATRICES;
+            T_CHECK(q.quant && q.quant[0].h && q.quant[0].h_bf16 == bf16 && q.quant[0].pending && q.quant[cls].h &&
+                        !q.quant[cls].pending,
                     "%s: plan sources %p", types[ti], (void *)q.quant);
             nv_engines_init(NULL, 1);
             const nv_engine_id eng = nv_engine_available(NV_ENGINE_AVX512) ? NV_ENGINE_AVX512 : NV_ENGINE_AVX2;
@@ -221,6 +221,8 @@ static void test_half_types(void) {
             nv_state s1, s2;
             if (nv_model_build_plans(&q, eng) == NV_OK && nv_model_build_plans(&back, eng) == NV_OK &&
                 nv_state_init(&s1, &q.config, 4, 8, 0) == NV_OK && nv_state_init(&s2, &back.config, 4, 8, 0) == NV_OK) {
+                T_CHECK(nv_plan_quantized(q.plans[0].wq) == (bf16 ? NV_QBITS_BF16 : 16) && !nv_plan_quantized(back.plans[0].wq),
+                        "%s: plans of %d bits", types[ti], nv_plan_quantized(q.plans[0].wq));
                 T_CHECK(nv_forward(&q, &s1, toks, 4, 0) == NV_OK && nv_forward(&back, &s2, toks, 4, 0) == NV_OK &&
                             !memcmp(s1.logits, s2.logits, (size_t)q.config.vocab_size * sizeof(float)),
                         "%s: logits from plan sources differ", types[ti]);

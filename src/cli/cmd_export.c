@@ -97,8 +97,8 @@ int cmd_export(int argc, char **argv) {
                    "  model.safetensors, tokenizer.json, ...) as transformers reads it; with the vocabulary of -z\n"
                    "  (default: the run folder's tokenizer.bin, or the input's own)\n"
                    "  --format F  llama2c, gguf or hf: the output's form whatever its name\n"
-                   "  --type T  Hugging Face: f32 (default, exact), bf16 or f16; GGUF: f32 (default, exact), f16 (the weight matrices in half precision, 2x\n"
-                   "            smaller, ~2x faster decode), q8_0 (the weight matrices quantized to 8 bits\n"
+                   "  --type T  Hugging Face: f32 (default, exact), bf16 or f16; GGUF: f32 (default, exact), f16 or bf16 (the weight matrices\n"
+                   "            in half precision, 2x smaller, ~2x faster decode; bf16 keeps fp32's range), q8_0 (the weight matrices quantized to 8 bits\n"
                    "            in blocks of 32, ~3.8x smaller; nerve serves them as int8, ~2x faster decode) or\n"
                    "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values); llama.cpp's\n"
                    "            k-quants: q6_k (6 bits in super-blocks of 256, ~5x smaller), q5_k_m and q4_k_m (its\n"
@@ -134,13 +134,12 @@ int cmd_export(int argc, char **argv) {
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
+    } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"bf16", NV_GGUF_BF16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
                  {"q5_0", NV_GGUF_Q5_0}, {"q5_k_m", NV_GGUF_Q5_K}, {"q5_k", NV_GGUF_Q5_K}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0}};
     uint32_t type = UINT32_MAX;
-    const int bf16 = !strcasecmp(type_name, "bf16"); /* Hugging Face folders only */
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         if (!strcasecmp(type_name, types[k].name)) type = types[k].type;
-    if (type == UINT32_MAX && !bf16)
+    if (type == UINT32_MAX)
         return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m or q4_0, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
     if (tf.name && tf.file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
@@ -154,9 +153,8 @@ int cmd_export(int argc, char **argv) {
         else if (!strcmp(format, "hf")) fmt = OUT_HF;
         else return cli_error(CMD, 2, "--format expects llama2c, gguf or hf, not '%s'", format);
     }
-    if (fmt == OUT_HF && type != NV_GGUF_F32 && type != NV_GGUF_F16 && !bf16)
+    if (fmt == OUT_HF && type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16)
         return cli_error(CMD, 2, "--type %s: a Hugging Face folder holds f32, bf16 or f16 weights", type_name);
-    if (fmt != OUT_HF && bf16) return cli_error(CMD, 2, "--type bf16 needs a Hugging Face output (--format hf)");
     if (fmt == OUT_LLAMA2C && type != NV_GGUF_F32)
         return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf) or a Hugging Face one", type_name);
     char path[4200], probe[4200], run_tok[4200];

@@ -75,13 +75,13 @@ void cli_tune_machine(char *out, size_t cap) {
 
 void cli_tune_model_key(const nv_model *m, char *out, size_t cap) {
     const nv_config *c = &m->config;
-    /* the weights' formats: each plan matrix's source (fp32, fp16, or int8 blocks of qb with or without offsets) */
+    /* the weights' formats: each plan matrix's source (fp32, fp16, bf16, or int8 blocks of qb with or without offsets) */
     uint64_t h = nv_hash64("nerve-tune", 10, 0);
     const int nm = c->n_layers * NV_LAYER_MATRICES + 1;
     for (int i = 0; m->quant && i < nm; i++) {
         const nv_qmatrix *q = &m->quant[i];
         const int four = q->q && nv_qweights_four_bit(q->q, q->count); /* Q4_0, Q4_1, Q4_K: plans keep 4 bits */
-        const int kind[3] = {q->h ? -1 : q->q ? q->qb : 0, q->o != NULL, four};
+        const int kind[3] = {q->h ? -1 - q->h_bf16 : q->q ? q->qb : 0, q->o != NULL, four};
         h = nv_hash64(kind, sizeof kind, h);
     }
     snprintf(out, cap, "dim %d, layers %d, heads %d/%d x %d, hidden %d, vocab %d, context %d, weights %016llx", c->dim,

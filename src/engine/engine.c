@@ -68,7 +68,7 @@ struct nv_plan {
     const nv_kern_amx *ka;
     /* block-quantized (nv_plan_build_quant): pack holds int8 panels (4-bit ones when every value
        is 0..15) with per-block scales and offsets beside them, or fp16 panels without them */
-    int quant, bits, qb; /* bits per stored value: 4, 8, or 16 (fp16) */
+    int quant, bits, qb; /* bits per stored value: 4, 8, 16 (fp16) or NV_QBITS_BF16 */
     float *qscale, *qoff; /* [np][k/qb][nr] */
     /* tile engines' dx: W^T's tiles in a buffer kept for the plan's life, so a training step does not
        fault in and zero the pages of a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x
@@ -601,7 +601,7 @@ void nv_plan_free(nv_plan *p) {
 /* ---------------------------------------------------------------- block-quantized plans */
 
 /* Q[p][kk][c] = q[(p*nr + c)*k + kk] (4-bit panels: byte kk*nr/2 + c holds c and c + nr/2; fp16
- * panels: h in place of q); S, O [p][b][c] = s, o[(p*nr + c)*nb + b]; zero past the last output. */
+ * and bf16 panels: h in place of q); S, O [p][b][c] = s, o[(p*nr + c)*nb + b]; zero past the last output. */
 static void pack_quant_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
@@ -609,10 +609,10 @@ static void pack_quant_task(void *vc, int task, int nt) {
     const int nr = p->kf->nr, n = p->n, k = p->k, nb = cdiv(k, p->qb);
     int p0, p1;
     pack_range(c, task, nt, &p0, &p1);
-    const int qw = nr * p->bits / 8; /* bytes per depth */
+    const int qw = (int)NV_QPANEL_BYTES(nr, p->bits); /* bytes per depth */
     for (int pi = p0; pi < p1; pi++) {
         int8_t *dq = (int8_t *)p->pack + (size_t)pi * k * qw;
-        if (p->bits == 16) { /* fp16 panels: H[p][kk][c] = h[(p*nr + c)*k + kk], zero past the last output */
+        if (w->h) { /* fp16 or bf16 panels: H[p][kk][c] = h[(p*nr + c)*k + kk], zero past the last output */
             uint16_t *dh = (uint16_t *)dq;
             for (int cc = 0; cc < nr; cc++) {
                 const int j = pi * nr + cc;
@@ -648,11 +648,14 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     *out = NULL;
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
     nv_engine_id e = engine_resolve(want);
-    /* the vector bf16 and int8 engines read the stored values as they are on avx512 where it is on,
-       else avx2 (fewer bytes than bf16 or a requantised copy, and no fp32 copy kept for the plan) */
-    if (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8) e = engine_resolve(NV_ENGINE_AVX512);
+    /* the vector bf16 and int8 engines read block-quantized values as they are on avx512 where it is
+       on, else avx2 (no more bytes than their own int8 or bf16 copy, exact, no requantising); fp16 and
+       bf16 values are as many bytes as bf16 tiles and twice int8's: those engines make their own */
+    if (!(w && w->h) && (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8))
+        e = engine_resolve(NV_ENGINE_AVX512);
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
-        return nv_fail(NV_EUNSUPPORTED, "plan: block-quantized weights run on avx2 or avx512, not %s", engine_names[e]);
+        return nv_fail(NV_EUNSUPPORTED, "plan: %s weights run on avx2 or avx512, not %s",
+                       w && w->h ? "fp16 and bf16" : "block-quantized", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
         return nv_fail(NV_EINVAL, "plan: bad block-quantized weights (%d x %d, blocks of %d)", n, k, w ? w->qb : 0);
     nv_plan *p;
@@ -662,11 +665,11 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     p->quant = 1;
     p->qb = w->h ? k : w->qb;
     /* 4-bit panels when the values allow (Q4_0, Q4_1, Q4_K): half the bytes to stream */
-    p->bits = w->h ? 16 : nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
-    p->pack_bytes = (size_t)p->np * p->kf->nr * k * p->bits / 8;
+    p->bits = w->h ? (w->h_bf16 ? NV_QBITS_BF16 : 16) : nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
+    p->pack_bytes = (size_t)p->np * k * NV_QPANEL_BYTES(p->kf->nr, p->bits);
     const size_t ns = (size_t)p->np * cdiv(k, p->qb) * p->kf->nr;
     p->pack = pack_alloc(p->pack_bytes);
-    if (!w->h) { /* fp16 weights have no scales or offsets */
+    if (!w->h) { /* fp16 and bf16 weights have no scales or offsets */
         p->qscale = pack_alloc(ns * sizeof(float));
         if (w->o) p->qoff = pack_alloc(ns * sizeof(float));
     }
@@ -781,7 +784,7 @@ static void fp32_run_task(void *vc, int task, int nt) {
     if (r0 >= r1 || c0 >= c1) return;
     if (p->quant) {
         const size_t sb = (size_t)c0 * cdiv(k, p->qb) * nr;
-        p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * nr * p->bits / 8, p->bits,
+        p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * NV_QPANEL_BYTES(nr, p->bits), p->bits,
                        p->qscale ? p->qscale + sb : NULL,
                        p->qoff ? p->qoff + sb : NULL, p->qb, c1 - c0, c->out + (size_t)r0 * n + (size_t)c0 * nr, n,
                        n - c0 * nr);

@@ -196,26 +196,31 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
 /* Block-quantized weights, the form GGUF's quantized types decompose into exactly: for output j
  * and input kk, W[j][kk] = (float)q[j*k + kk] * s[j*nb + kk/qb], then + o[j*nb + kk/qb] when o is
  * not NULL (a separate add), with nb = ceil(k / qb). Or half-precision weights: when h is not NULL,
- * W[j][kk] = h[j*k + kk] as fp16 (q, s, o, qb unused). */
+ * W[j][kk] = h[j*k + kk] as fp16, or as bf16 with h_bf16 (q, s, o, qb unused). */
 typedef struct {
     const int8_t *q;
     const float *s, *o;
     int qb;
     const uint16_t *h;
+    int h_bf16;
 } nv_qweights;
 /* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4),
  * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K: about 0.6-0.75 bytes per weight),
- * or over fp16 weights kept as fp16 (2 bytes per weight):
+ * or over fp16 or bf16 weights kept as they are (2 bytes per weight):
  * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
  * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
- * avx512 only (avx512-bf16, avx512-int8 and avx2-int8 build it on avx512, or avx2 where that is off:
- * the weights' own values, fewer bytes than bf16 and no requantised copy;
+ * avx512 only (avx512-bf16, avx512-int8 and avx2-int8 build a block-quantized one on avx512, or avx2
+ * where that is off: the weights' own values, no more bytes than bf16 or int8 and no requantised
+ * copy; fp16 and bf16 weights they take as floats into their own bf16 or int8 form;
  * NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
 /* 1 when every one of the n values is 0..15: such a plan keeps them at 4 bits. */
 int nv_qweights_four_bit(const int8_t *q, size_t n);
-int nv_plan_quantized(const nv_plan *p); /* 0: fp32 weights; 4, 8 or 16 (fp16): bits per stored value */
+/* bf16 weights kept as bf16: 16 bits a value as fp16's, a code of its own to tell them apart */
+#define NV_QBITS_BF16 17
+/* 0: fp32 weights; 4, 8 or 16 (fp16): bits per stored value; NV_QBITS_BF16: bf16 */
+int nv_plan_quantized(const nv_plan *p);
 /* Bytes of weight one pass of the plan reads: the packed copy (with the int8 engines' per-channel scales and sums, or
  * a block-quantized plan's int8 panels with their block scales and offsets), or for scalar the
  * caller's n x k floats. */

@@ -13,7 +13,8 @@
  * of qb depths a scale S[p][kk/qb][c] and, when O is not NULL, an offset O[p][kk/qb][c]; with q4,
  * values 0..15 two to a byte, NR/2 bytes per depth: byte c holds output c in its low nibble and
  * output c + NR/2 in its high one (Q4_0/Q4_1/Q4_K weights: ~0.6-0.75 bytes per weight); with
- * bits 16, fp16 weights, 2*NR bytes per depth, S and O NULL (the weight is the fp16 value). The
+ * bits 16, fp16 weights, 2*NR bytes per depth, S and O NULL (the weight is the fp16 value); with
+ * bits NV_QBITS_BF16, bf16 weights the same way (the weight is the bf16 value: its bits shifted up). The
  * weight is (float)Q * S (+ O: a separate add), computed in fp32 into a slice buffer in L1 just
  * before use, then the fp32 micro-kernels run on it: the result is bit-identical to gemm() over
  * panels holding those fp32 weights (GGUF's quantized types decompose exactly into this form).
@@ -30,7 +31,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/half.h"
+#include "engine/engine.h"
+
 #define NV_KERN_FP32_KC 256
+/* Bytes per depth of a quantized panel of nr outputs holding bits (4, 8, 16 or NV_QBITS_BF16) per value. */
+#define NV_QPANEL_BYTES(nr, bits) ((size_t)(nr) * ((bits) == NV_QBITS_BF16 ? 16 : (bits)) / 8)
 
 typedef struct {
     const char *name;
@@ -92,23 +98,6 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((aligned(64))) nv_amx_cfg;
 _Static_assert(sizeof(nv_amx_cfg) == 64, "tile config must be 64 bytes");
-
-/* fp32 -> bf16, round to nearest even (NaN stays NaN). */
-static inline uint16_t nv_bf16_from_f32(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } v = {f};
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-static inline float nv_f32_from_bf16(uint16_t h) {
-    union {
-        uint32_t u;
-        float f;
-    } v = {(uint32_t)h << 16};
-    return v.f;
-}
 
 /* Test-only: make the next nv_engines_init() run avx512, avx512-bf16, avx512-int8, amx-bf16 and
  * amx-int8 on their emulated kernels (whatever this CPU has), so their packing, tiling and remainder logic is tested here. */

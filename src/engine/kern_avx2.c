@@ -19,6 +19,7 @@
 #define vadd(a, b) _mm256_add_ps(a, b)
 #define vload_q8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
 #define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define vload_bf(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 /* one widening load, each byte in a 32-bit lane: its low nibble is an and, its high one a shift */
 #define vload_q4(p, lo, hi)                                                                                            \
     do {                                                                                                               \

@@ -20,6 +20,7 @@
 #define vadd(a, b) _mm512_add_ps(a, b)
 #define vload_q8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
 #define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define vload_bf(p) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define vload_q4(p, lo, hi)                                                                                            \
     do {                                                                                                               \
         const __m512i b_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)));                                \

@@ -39,6 +39,10 @@ static inline void vload_q4_emu(const int8_t *p, v16 *lo, v16 *hi) {
 static inline v16 vload_h(const int8_t *p) {
     return (v16){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
 }
+static inline __m256 bf16x8(const int8_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline v16 vload_bf(const int8_t *p) { return (v16){bf16x8(p), bf16x8(p + 16)}; }
 static inline v16 vload_n(const float *p, int n) {
     if (n >= 16) return vloadu(p);
     if (n <= 0) return vzero();

@@ -10,6 +10,7 @@
  *   vload_q4(p, lo, hi)  the low and the high nibbles of the VW bytes at p (exactly VW bytes read)
  *                    as floats 0..15, into the vectors lo and hi
  *   vload_h(p)       VW fp16 values at byte address p as floats (exact)
+ *   vload_bf(p)      VW bf16 values at byte address p as floats (exact)
  * Micro-kernel: MR rows x 2 vectors (NR = 2*VW outputs), B streamed from the panel, A broadcast. */
 
 #define NR (2 * VW)
@@ -221,24 +222,27 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
 /* ---- block-quantized panels (kern.h): each slice of QS depths of a panel is turned into fp32
  * weights in an L1 buffer, then the fp32 micro-kernels run on it exactly as gemm() would.
  * BITS: 8 (int8 panels), 4 (NR/2 bytes per depth: byte c holds output c in its low nibble, c + VW
- * in its high) or 16 (fp16 weights, 2*NR bytes per depth, no scales or offsets). */
+ * in its high), 16 (fp16 weights, 2*NR bytes per depth, no scales or offsets) or NV_QBITS_BF16 (bf16
+ * weights, the same way). */
 #define QS (NV_KERN_FP32_KC * 16 / NR) /* a slice buffer of QS*NR floats: 16 KiB */
-#define QW(BITS) ((size_t)NR * (BITS) / 8) /* panel bytes per depth */
+#define QW(BITS) NV_QPANEL_BYTES(NR, BITS) /* panel bytes per depth */
+#define HALF(BITS) ((BITS) >= 16) /* fp16 or bf16: the weights themselves, no scales or offsets */
 
-/* The 2*VW weights of one depth of a panel, before scale and offset (fp16: the weights). */
+/* The 2*VW weights of one depth of a panel, before scale and offset (fp16, bf16: the weights). */
 #define LOAD_Q(q, BITS, w0, w1)                                                                                        \
     do {                                                                                                               \
         if ((BITS) == 16) w0 = vload_h(q), w1 = vload_h((q) + 2 * VW);                                                 \
+        else if ((BITS) == NV_QBITS_BF16) w0 = vload_bf(q), w1 = vload_bf((q) + 2 * VW);                               \
         else if ((BITS) == 4) vload_q4(q, w0, w1);                                                                     \
         else w0 = vload_q8(q), w1 = vload_q8((q) + VW);                                                                \
     } while (0)
 
 static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf,
                                         const int HAS_O, const int BITS) {
-    if (BITS == 16) {
+    if (HALF(BITS)) {
         for (int kk = k0; kk < k0 + kc; kk++) {
             VF w0, w1;
-            LOAD_Q(Q + (size_t)kk * QW(16), 16, w0, w1);
+            LOAD_Q(Q + (size_t)kk * QW(BITS), BITS, w0, w1);
             vstoreu(buf + (size_t)(kk - k0) * NR, w0);
             vstoreu(buf + (size_t)(kk - k0) * NR + VW, w1);
         }
@@ -265,6 +269,7 @@ static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *S, const f
 static ALWAYS_INLINE void KP(dequant)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf,
                                       int bits) {
     if (bits == 16) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 16);
+    else if (bits == NV_QBITS_BF16) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, NV_QBITS_BF16);
     else if (bits == 4) {
         if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1, 4);
         else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 4);
@@ -284,8 +289,8 @@ static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0,
     VF c0 = vzero(), c1 = vzero(), c2 = vzero(), c3 = vzero();
     for (int k0 = 0; k0 < K; k0 += qb) {
         const int b = k0 / qb, ke = K - k0 < qb ? K : k0 + qb;
-        VF s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero(); /* fp16 weights have no scales */
-        if (BITS != 16) {
+        VF s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero(); /* fp16 and bf16 weights have no scales */
+        if (!HALF(BITS)) {
             s0 = vloadu(S0 + (size_t)b * NR), s1 = vloadu(S0 + (size_t)b * NR + VW);
             s2 = vloadu(S1 + (size_t)b * NR), s3 = vloadu(S1 + (size_t)b * NR + VW);
         }
@@ -298,7 +303,7 @@ static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0,
             VF w0, w1, w2, w3;
             LOAD_Q(q0, BITS, w0, w1);
             LOAD_Q(q1, BITS, w2, w3);
-            if (BITS != 16) w0 = vmul(w0, s0), w1 = vmul(w1, s1), w2 = vmul(w2, s2), w3 = vmul(w3, s3);
+            if (!HALF(BITS)) w0 = vmul(w0, s0), w1 = vmul(w1, s1), w2 = vmul(w2, s2), w3 = vmul(w3, s3);
             if (HAS_O) {
                 w0 = vadd(w0, vloadu(O0 + (size_t)b * NR));
                 w1 = vadd(w1, vloadu(O0 + (size_t)b * NR + VW));
@@ -334,6 +339,7 @@ static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_
             const float *o0 = O ? O + (size_t)p * sstride : NULL, *o1 = O ? o0 + sstride : NULL;
 #define ROW2(HAS_O, BITS) KP(row2_q8_o)(K, A, q0, s0, o0, q1, s1, o1, qb, C + (size_t)p * NR, ncols - p * NR, pf, HAS_O, BITS)
             if (bits == 16) ROW2(0, 16);
+            else if (bits == NV_QBITS_BF16) ROW2(0, NV_QBITS_BF16);
             else if (bits == 4) {
                 if (O) ROW2(1, 4);
                 else ROW2(0, 4);
@@ -378,6 +384,7 @@ static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_
 }
 #undef QS
 #undef QW
+#undef HALF
 #undef LOAD_Q
 
 #undef NR

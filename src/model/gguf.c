@@ -335,13 +335,6 @@ const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len) {
 
 static float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static float half_at(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
@@ -471,7 +464,7 @@ static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
         for (uint64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            dst[i] = t->type == T_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+            dst[i] = t->type == T_F16 ? f16_to_f32(h) : nv_f32_from_bf16(h);
         }
         break;
     default: {
@@ -684,7 +677,7 @@ static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     return e;
 }
 
-nv_err nv_model_keep_f16(nv_model *m, int i, const void *h, size_t n, int pending) {
+nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16, int pending) {
     const int count = m->config.n_layers * NV_LAYER_MATRICES + 1;
     if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
     char name[64];
@@ -694,6 +687,7 @@ nv_err nv_model_keep_f16(nv_model *m, int i, const void *h, size_t n, int pendin
     qm->pending = pending && strcmp(name, "token_embd.weight") != 0; /* lookups read the embedding's fp32 values */
     if (!(qm->h = malloc(n * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
     memcpy(qm->h, h, n * sizeof(uint16_t));
+    qm->h_bf16 = bf16;
     return NV_OK;
 }
 
@@ -708,10 +702,10 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         nv_model_plan_tensor_name(c, i, name, sizeof name);
         const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: checked before */
         int qb, offset;
-        if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16)) continue;
+        if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16 && t->type != T_BF16)) continue;
         const uint64_t n = t->dims[0] * t->dims[1];
-        if (t->type == T_F16) { /* fp16 plans: the values as they are (F16C makes them fp32 exactly) */
-            NV_TRY(nv_model_keep_f16(m, i, t->data, (size_t)n, pending));
+        if (t->type == T_F16 || t->type == T_BF16) { /* fp16 and bf16 plans: the values as they are (exact in fp32) */
+            NV_TRY(nv_model_keep_half(m, i, t->data, (size_t)n, t->type == T_BF16, pending));
             continue;
         }
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
@@ -1370,6 +1364,14 @@ static void quantize_f16(const float *x, uint64_t n, uint8_t *out) {
     for (uint64_t v = 0; v < n; v++) put_half(out + 2 * v, x[v]);
 }
 
+/* x (n values) as BF16 (round to nearest even: fp32's range, 8 significand bits). */
+static void quantize_bf16(const float *x, uint64_t n, uint8_t *out) {
+    for (uint64_t v = 0; v < n; v++) {
+        const uint16_t h = nv_bf16_from_f32(x[v]);
+        memcpy(out + 2 * v, &h, 2);
+    }
+}
+
 /* The type a tensor gets in a file of `type` (the writer's codes; NV_GGUF_Q4_K is llama.cpp's
  * Q4_K_M mix): vectors stay F32; Q4_K_M gives Q6_K to the classifier (the token embedding when it
  * is the classifier too) and to attn_v and ffn_down in the layers where llama.cpp's Q4_K_M does (the
@@ -1379,6 +1381,7 @@ static void quantize_f16(const float *x, uint64_t n, uint8_t *out) {
 static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type) {
     if (type == NV_GGUF_F32 || t->d1 == 1) return T_F32;
     if (type == NV_GGUF_F16) return T_F16;
+    if (type == NV_GGUF_BF16) return T_BF16;
     if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
         unsigned layer;
         char part[32];
@@ -1426,9 +1429,9 @@ nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy) {
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
                     const char *chat_template) {
     const nv_config *c = &m->config;
-    if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0 &&
-        type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K)
-        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, Q8_0, Q6_K, Q5_K_M, Q5_0, Q4_K_M or Q4_0)",
+    if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 &&
+        type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K)
+        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_0, Q4_K_M or Q4_0)",
                        path, type);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
@@ -1456,9 +1459,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 14;
     kv_str(&b, "general.name", name);
     /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
-       MOSTLY_Q5_0 8, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18 */
+       MOSTLY_Q5_0 8, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18, MOSTLY_BF16 32 */
     kv_u32(&b, "general.file_type",
-           type == NV_GGUF_Q8_0   ? 7
+           type == NV_GGUF_BF16   ? 32
+           : type == NV_GGUF_Q8_0 ? 7
            : type == NV_GGUF_Q5_0 ? 8
            : type == NV_GGUF_Q4_K ? 15
            : type == NV_GGUF_Q5_K ? 17
@@ -1491,6 +1495,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         if (quant && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
         if (quant && qdata[i])
             (tt == T_F16    ? quantize_f16
+             : tt == T_BF16 ? quantize_bf16
              : tt == T_Q8_0 ? quantize_q8_0
              : tt == T_Q5_0 ? quantize_q5_0
              : tt == T_Q4_K ? quantize_q4_k

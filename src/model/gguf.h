@@ -83,9 +83,10 @@ nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
  * fp32 values pending: the loaders leave them unmade). */
 void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap);
 int nv_model_pending(const nv_model *m, const char *name);
-/* Keeps plan matrix i's n fp16 values h as its plan source (m->quant, made when missing); with
- * pending its fp32 values are left to be made (never the token embedding's: lookups read them). */
-nv_err nv_model_keep_f16(nv_model *m, int i, const void *h, size_t n, int pending);
+/* Keeps plan matrix i's n fp16 values h (bf16 with bf16) as its plan source (m->quant, made when
+ * missing); with pending its fp32 values are left to be made (never the token embedding's: lookups
+ * read them). */
+nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16, int pending);
 /* Tensor types nv_gguf_save writes (ggml's codes). */
 #define NV_GGUF_F32 0u
 #define NV_GGUF_F16 1u
@@ -95,6 +96,7 @@ nv_err nv_model_keep_f16(nv_model *m, int i, const void *h, size_t n, int pendin
 #define NV_GGUF_Q4_K 12u /* the file as llama.cpp's Q4_K_M mix (Q4_K, Q6_K where it matters) */
 #define NV_GGUF_Q5_K 13u /* the file as its Q5_K_M mix (Q5_K, Q6_K where it matters) */
 #define NV_GGUF_Q6_K 14u
+#define NV_GGUF_BF16 30u
 /* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model,
  * atomically: what llama.cpp reads. type NV_GGUF_F32: every tensor F32, read back bit for bit.
  * NV_GGUF_Q8_0 / NV_GGUF_Q4_0: the matrices whose rows are whole blocks of 32 quantized as
@@ -108,6 +110,7 @@ nv_err nv_model_keep_f16(nv_model *m, int i, const void *h, size_t n, int pendin
  * super-blocks of 256 fall back as llama.cpp's quantizer does (Q4_K -> Q5_0, Q5_K -> Q5_1 (scale
  * and minimum of 32 values), Q6_K -> Q8_0).
  * NV_GGUF_F16: every matrix in fp16 (round to nearest even, beyond +-65504 infinite), norms F32.
+ * NV_GGUF_BF16: every matrix in bf16 (round to nearest even), norms F32.
  * chat_template (Jinja text, or NULL): tokenizer.chat_template.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,

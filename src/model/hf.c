@@ -401,13 +401,6 @@ static void hf_name(const char *gguf_name, char *out, size_t cap) {
     snprintf(out, cap, "%s", gguf_name); /* not reached: every name of the map is above */
 }
 
-static float bf16_value(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* The n values of an F32, F16 or BF16 tensor as fp32. */
 static void st_convert(const st_tensor *t, uint64_t n, float *dst) {
     if (t->dtype == ST_F32) memcpy(dst, t->data, (size_t)n * 4);
@@ -415,7 +408,7 @@ static void st_convert(const st_tensor *t, uint64_t n, float *dst) {
         for (uint64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, t->data + 2 * i, 2);
-            dst[i] = t->dtype == ST_F16 ? _cvtsh_ss(h) : bf16_value(h);
+            dst[i] = t->dtype == ST_F16 ? _cvtsh_ss(h) : nv_f32_from_bf16(h);
         }
 }
 
@@ -436,9 +429,9 @@ static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0,
     return NV_OK;
 }
 
-/* quantized loads (generate, serve): the F16 plan matrices as fp16 plan sources, their fp32 values
-   left unmade (pending), as a GGUF file's F16 tensors are kept. */
-static nv_err f16_sources(st_set *s, nv_model *m) {
+/* quantized loads (generate, serve): the F16 and BF16 plan matrices as fp16 and bf16 plan sources,
+   their fp32 values left unmade (pending), as a GGUF file's F16 and BF16 tensors are kept. */
+static nv_err half_sources(st_set *s, nv_model *m) {
     const nv_config *c = &m->config;
     const int count = c->n_layers * NV_LAYER_MATRICES + 1;
     for (int i = 0; i < count; i++) {
@@ -446,7 +439,8 @@ static nv_err f16_sources(st_set *s, nv_model *m) {
         nv_model_plan_tensor_name(c, i, gg, sizeof gg);
         hf_name(gg, name, sizeof name);
         const st_tensor *t = st_find(s, name);
-        if (t && t->dtype == ST_F16) NV_TRY(nv_model_keep_f16(m, i, t->data, (size_t)(t->bytes / 2), 1)); /* checked before */
+        if (t && (t->dtype == ST_F16 || t->dtype == ST_BF16)) /* checked before */
+            NV_TRY(nv_model_keep_half(m, i, t->data, (size_t)(t->bytes / 2), t->dtype == ST_BF16, 1));
     }
     return NV_OK;
 }
@@ -487,7 +481,7 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
     if (e == NV_OK && m) {
         if ((e = nv_model_alloc(m, c)) == NV_OK) {
             nv_model_tensor_map(c, &m->w, t);
-            if (quantized) e = f16_sources(&set, m);
+            if (quantized) e = half_sources(&set, m);
             for (size_t i = 0; i < nt && e == NV_OK; i++) {
                 hf_name(t[i].name, name, sizeof name);
                 e = st_take(&set, config_path, name, t[i].d0, t[i].d1, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
@@ -1114,13 +1108,6 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
     return e;
 }
 
-static uint16_t to_bf16(float f) { /* round to nearest even; NaN stays NaN */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
-}
-
 /* A tensor to write: its name, [rows, cols] (cols 0: a vector of rows) and fp32 values. */
 typedef struct {
     char name[128];
@@ -1155,7 +1142,7 @@ static nv_err st_write(const char *path, const st_out *t, size_t n, nv_hf_dtype 
             break;
         }
         for (uint64_t k = 0; k < count; k++)
-            half[k] = dtype == NV_HF_BF16 ? to_bf16(t[i].p[k]) : _cvtss_sh(t[i].p[k], _MM_FROUND_TO_NEAREST_INT);
+            half[k] = dtype == NV_HF_BF16 ? nv_bf16_from_f32(t[i].p[k]) : _cvtss_sh(t[i].p[k], _MM_FROUND_TO_NEAREST_INT);
         parts[i + 2] = (nv_iov){half, (size_t)count * 2};
     }
     char *text = e == NV_OK ? cJSON_PrintUnformatted(h) : NULL;

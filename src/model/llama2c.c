@@ -310,14 +310,34 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     return nv_file_write_atomic(path, parts, 2);
 }
 
-/* Matrix idx's plan: block-quantized when it has such a source and the engine takes it; else fp32,
- * making the fp32 weights first when they are still pending. */
-static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k) {
+/* A buffer for pending weights made for a plan's build alone. */
+typedef struct {
+    float *p;
+    size_t cap; /* floats */
+} scratch;
+
+/* Matrix idx's plan: block-quantized when it has such a source and the engine takes it; else built
+ * from fp32 weights: while they are still pending, made into a buffer for the build alone (the plan
+ * packs its own copy, so the model never holds them: a bf16 model on the bf16 or int8 engines stays
+ * at its plans' size), or into the model for good when the plan reads them in place (scalar). */
+static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
     nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
     if (qm && (qm->q || qm->h)) {
-        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb, qm->h};
+        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb, qm->h, qm->h_bf16};
         nv_err err = nv_plan_build_quant(out, e, &qw, n, k);
         if (err != NV_EUNSUPPORTED) return err;
+        const size_t count = (size_t)n * k;
+        if (qm->pending && tmp->cap < count) { /* one buffer for every matrix: grown, never faulted in again */
+            free(tmp->p);
+            tmp->cap = (tmp->p = malloc(count * sizeof(float))) ? count : 0;
+        }
+        if (qm->pending && tmp->p) {
+            nv_qmatrix_fill_f32(qm, tmp->p);
+            err = nv_plan_build(out, e, tmp->p, n, k);
+            if (err != NV_OK || nv_plan_engine(*out) != NV_ENGINE_SCALAR) return err;
+            nv_plan_free(*out); /* the scalar engine multiplies by the caller's floats: made below for good */
+            *out = NULL;
+        }
         if (qm->pending) {
             nv_qmatrix_fill_f32(qm, w);
             qm->pending = 0;
@@ -344,18 +364,22 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
      * product) has outlier channels that a per-token int8 scale flattens; like llama.cpp's
      * mixed quantisations, that matrix and the classifier stay on bf16 tiles under the int8 engines. */
     nv_engine_id sensitive = nv_engine_bf16_of(e);
-    for (int l = 0; l < c->n_layers; l++) {
+    scratch tmp = {NULL, 0};
+    nv_err err = NV_OK;
+    for (int l = 0; l < c->n_layers && err == NV_OK; l++) {
         nv_layer_plans *lp = &m->plans[l];
         const int i = l * NV_LAYER_MATRICES;
-        NV_TRY(build_plan(m, i + 0, &lp->wq, e, m->w.wq + (size_t)l * q * d, q, d));
-        NV_TRY(build_plan(m, i + 1, &lp->wk, e, m->w.wk + (size_t)l * kv * d, kv, d));
-        NV_TRY(build_plan(m, i + 2, &lp->wv, e, m->w.wv + (size_t)l * kv * d, kv, d));
-        NV_TRY(build_plan(m, i + 3, &lp->wo, e, m->w.wo + (size_t)l * d * q, d, q));
-        NV_TRY(build_plan(m, i + 4, &lp->w1, e, m->w.w1 + (size_t)l * h * d, h, d));
-        NV_TRY(build_plan(m, i + 5, &lp->w2, sensitive, m->w.w2 + (size_t)l * d * h, d, h));
-        NV_TRY(build_plan(m, i + 6, &lp->w3, e, m->w.w3 + (size_t)l * h * d, h, d));
+        if (err == NV_OK) err = build_plan(m, i + 0, &lp->wq, e, m->w.wq + (size_t)l * q * d, q, d, &tmp);
+        if (err == NV_OK) err = build_plan(m, i + 1, &lp->wk, e, m->w.wk + (size_t)l * kv * d, kv, d, &tmp);
+        if (err == NV_OK) err = build_plan(m, i + 2, &lp->wv, e, m->w.wv + (size_t)l * kv * d, kv, d, &tmp);
+        if (err == NV_OK) err = build_plan(m, i + 3, &lp->wo, e, m->w.wo + (size_t)l * d * q, d, q, &tmp);
+        if (err == NV_OK) err = build_plan(m, i + 4, &lp->w1, e, m->w.w1 + (size_t)l * h * d, h, d, &tmp);
+        if (err == NV_OK) err = build_plan(m, i + 5, &lp->w2, sensitive, m->w.w2 + (size_t)l * d * h, d, h, &tmp);
+        if (err == NV_OK) err = build_plan(m, i + 6, &lp->w3, e, m->w.w3 + (size_t)l * h * d, h, d, &tmp);
     }
-    return build_plan(m, c->n_layers * NV_LAYER_MATRICES, &m->cls_plan, sensitive, m->w.wcls, c->vocab_size, d);
+    if (err == NV_OK) err = build_plan(m, c->n_layers * NV_LAYER_MATRICES, &m->cls_plan, sensitive, m->w.wcls, c->vocab_size, d, &tmp);
+    free(tmp.p);
+    return err;
 }
 
 nv_err nv_model_read_config(const char *path, nv_config *c) {

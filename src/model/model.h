@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/file.h"
+#include "base/half.h"
 #include "engine/engine.h"
 #include "model/config.h"
 
@@ -43,12 +44,13 @@ typedef struct {
 } nv_layer_plans;
 
 /* The block-quantized source of a plan matrix (a GGUF file's quantized tensor; see nv_qweights),
- * or, for an F16 tensor, its fp16 values in h (q, s, o NULL). */
+ * or, for an F16 or BF16 tensor, its values in h (bf16 when h_bf16; q, s, o NULL). */
 typedef struct {
     int8_t *q;
     float *s, *o;
     int qb;
     uint16_t *h;
+    int h_bf16;
     size_t count; /* values (rows x columns, rows whole blocks) */
     int pending;  /* its fp32 weights in params are not made yet (nv_model_load_quantized) */
 } nv_qmatrix;
@@ -58,10 +60,12 @@ typedef struct {
 static inline void nv_qmatrix_to_f32(const int8_t *q, const float *s, const float *o, int qb, size_t n, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = o ? (float)q[i] * s[i / (size_t)qb] + o[i / (size_t)qb] : (float)q[i] * s[i / (size_t)qb];
 }
-/* The fp32 weights of a plan matrix's source (its count values): fp16 converted exactly, or the
- * block-quantized formula. */
+/* The fp32 weights of a plan matrix's source (its count values): fp16 or bf16 converted exactly, or
+ * the block-quantized formula. */
 static inline void nv_qmatrix_fill_f32(const nv_qmatrix *qm, float *y) {
-    if (qm->h)
+    if (qm->h && qm->h_bf16)
+        for (size_t i = 0; i < qm->count; i++) y[i] = nv_f32_from_bf16(qm->h[i]);
+    else if (qm->h)
         for (size_t i = 0; i < qm->count; i++) y[i] = _cvtsh_ss(qm->h[i]);
     else
         nv_qmatrix_to_f32(qm->q, qm->s, qm->o, qm->qb, qm->count, y);

@@ -48,7 +48,7 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
     for (int i = 0; m->quant && i <= c->n_layers * NV_LAYER_MATRICES; i++) {
         const nv_qmatrix *qm = &m->quant[i];
         if (qm->h) {
-            h = mix_u64(h, (uint64_t)i);
+            h = mix_u64(h, (uint64_t)i * 2 + (uint64_t)qm->h_bf16);
             h = nv_hash64(qm->h, qm->count * sizeof(uint16_t), h);
         }
         if (!qm->q) continue;
