@@ -8,12 +8,14 @@
  * weights; loads it as generate and serve do (a GGUF file's quantized matrices pending), whose
  * scalar plans must make exactly the same fp32 weights; and runs what `nerve generate` does next:
  * scalar plans and two forward steps (the KV cache capped at 4 positions), which must succeed,
- * while an out-of-range token and a position past the cache must be refused. */
+ * while an out-of-range token and a position past the cache must be refused. Every input is also
+ * read as a LoRA adapter (GGUF) and as an importance matrix (GGUF or llama.cpp's .dat). */
 #include <math.h>
 
 #include "fuzz_util.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/imatrix.h"
 #include "model/lora.h"
 #include "model/model.h"
 
@@ -75,7 +77,7 @@ static void check_resave(const nv_model *m, int gguf) {
     char path[512];
     if (fz_temp_name(gguf ? "model-gguf" : "model-v1", path, sizeof path) != 0) return;
     fz_clear_error();
-    nv_err e = gguf ? nv_gguf_save(m, NULL, "fuzz", path, NV_GGUF_F32, NULL) : nv_model_save_v1(m, path);
+    nv_err e = gguf ? nv_gguf_save(m, NULL, "fuzz", path, NV_GGUF_F32, NULL, NULL) : nv_model_save_v1(m, path);
     fz_check_error(e, gguf ? "nv_gguf_save" : "nv_model_save_v1");
     int fits = gguf ? 1 : fz_fits_v1(&m->config);
     FZ_CHECK(fits ? e == NV_OK : e == NV_EUNSUPPORTED, "%s export of a loaded model: %s (%s)", what, nv_err_name(e), nv_errmsg());
@@ -147,6 +149,45 @@ static void check_adapter(const uint8_t *data, size_t size) {
     }
     free(a.p);
 }
+static nv_err load_imatrix(const char *path, void *out) { return nv_imatrix_load(path, out); }
+
+/* Any input read as an importance matrix (export --imatrix: an imatrix GGUF or llama.cpp's .dat):
+ * refused with one line and nothing left behind, or entries of 1..2^24 columns with distinct
+ * names, finite sums >= 0 and a count >= 0, whose means are finite; saved and read back, the same. */
+static void check_imatrix(const uint8_t *data, size_t size) {
+    nv_imatrix im;
+    const int rc = fz_load_bytes("imatrix", data, size, load_imatrix, &im, "nv_imatrix_load");
+    if (rc != NV_OK) {
+        FZ_CHECK(rc < 0 || (im.e == NULL && im.n == 0), "a refused importance matrix left entries behind");
+        return;
+    }
+    FZ_CHECK(im.n >= 1, "an importance matrix without entries accepted");
+    for (int i = 0; i < im.n; i++) {
+        const nv_imatrix_entry *e = &im.e[i];
+        FZ_CHECK(e->k >= 1 && e->k <= (1 << 24) && e->count >= 0 && strlen(e->name) > 0 && nv_imatrix_find(&im, e->name) == e,
+                 "entry %d: '%s', %d columns, count %g", i, e->name, e->k, e->count);
+        float *mean = malloc((size_t)e->k * sizeof *mean);
+        if (!mean) continue;
+        nv_imatrix_means(e, mean);
+        for (int j = 0; j < e->k; j++) FZ_CHECK(isfinite(e->sum2[j]) && e->sum2[j] >= 0 && isfinite(mean[j]), "%s[%d] = %g", e->name, j, e->sum2[j]);
+        free(mean);
+    }
+    char path[512];
+    if (fz_write_temp("imatrix-out", (const uint8_t *)"", 0, path, sizeof path) == 0) {
+        nv_imatrix back;
+        fz_clear_error();
+        FZ_CHECK(nv_imatrix_save(&im, path) == NV_OK && nv_imatrix_load(path, &back) == NV_OK && back.n == im.n,
+                 "an importance matrix saved does not read back: %s", nv_errmsg());
+        for (int i = 0; i < back.n && i < im.n; i++) {
+            const nv_imatrix_entry *a = &im.e[i], *b = nv_imatrix_find(&back, a->name);
+            FZ_CHECK(b && b->k == a->k && b->count == (double)(float)a->count, "entry '%s' read back otherwise", a->name);
+        }
+        nv_imatrix_free(&back);
+        unlink(path);
+    }
+    nv_imatrix_free(&im);
+}
+
 static nv_err load_quantized(const char *path, void *out) { return nv_model_load_quantized(path, out); }
 
 /* The inference load of the same bytes (GGUF quantized matrices left pending): it loads whenever
@@ -176,6 +217,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1; /* not added to the corpus */
     if (size >= 4 && memcmp(data, "GGUF", 4) == 0) check_adapter(data, size);
+    check_imatrix(data, size);
     nv_model m;
     int rc = fz_load_bytes("model", data, size, load_model, &m, "nv_model_load");
     if (rc < 0) return 0;

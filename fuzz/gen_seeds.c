@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "model/imatrix.h"
 #include "model/model.h"
 #include "base/buf.h"
 #include "train/ckpt.h"
@@ -108,19 +109,19 @@ static void models(void) {
     nv_model m;
     check(nv_model_alloc(&m, &q));
     nv_model_init_random(&m, 9);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32, NULL));
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
     /* qwen2: projection biases; Llama 3.1-style RoPE frequency factors on a llama model */
     nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     for (int i = 0; i < 8; i++) m.w.bq[i] = 0.1f * (float)i;
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32, NULL));
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0};
     check(nv_model_alloc(&m, &lf));
     nv_model_init_random(&m, 11);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32, NULL));
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
 }
 
@@ -331,6 +332,27 @@ static void adapters(void) {
     free(p);
 }
 
+/* ---- importance matrices (fuzz_model reads every input as one too) ---------------------------------- */
+
+static void imatrices(void) {
+    nv_imatrix im = {0};
+    nv_imatrix_entry *e;
+    check(nv_imatrix_add_entry(&im, "seed", "blk.0.attn_q.weight", 19, 8, &e));
+    for (int j = 0; j < 8; j++) e->sum2[j] = 0.5 * j;
+    e->count = 16;
+    check(nv_imatrix_add_entry(&im, "seed", "output.weight", 13, 4, &e));
+    e->count = 0; /* never seen: weighs 1 */
+    check(nv_imatrix_add_dataset(&im, "seed.txt"));
+    im.chunks = 2, im.chunk_size = 8;
+    check(nv_imatrix_save(&im, seed_path("model", "imatrix.gguf")));
+    nv_imatrix_free(&im);
+    /* llama.cpp's .dat: one entry of 2 values over 4 calls, then the last call and the dataset */
+    static const uint8_t dat[] = {1, 0, 0, 0, 13, 0, 0, 0, 'o', 'u', 't', 'p', 'u', 't', '.', 'w', 'e', 'i', 'g', 'h', 't',
+                                  4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0x41, 0, 0, 0, 0x40, 4, 0, 0, 0, 3, 0, 0, 0, 'a', 'b', 'c'};
+    FILE *f = fopen(seed_path("model", "imatrix.dat"), "wb");
+    if (!f || fwrite(dat, 1, sizeof dat, f) != sizeof dat || fclose(f) != 0) exit(1);
+}
+
 /* ---- API bodies ------------------------------------------------------------------------------------ */
 
 static void api(void) {
@@ -485,6 +507,7 @@ int main(int argc, char **argv) {
     hf();
     ckpts();
     adapters();
+    imatrices();
     api();
     chat();
     choice();

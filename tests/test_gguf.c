@@ -509,7 +509,7 @@ static void test_q4_0_writer_known_block(void) {
                                    -1, -2, -3, -4, -5, -6, 0, 0, 7, -7, 2, 3, -2, 0, 0, 6};
     memcpy(m.w.wq, x, sizeof x);
     const char *p = t_path("known_q4.gguf");
-    T_CHECK(nv_gguf_save(&m, NULL, "known", p, NV_GGUF_Q4_0, NULL) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_gguf_save(&m, NULL, "known", p, NV_GGUF_Q4_0, NULL, NULL) == NV_OK, "%s", nv_errmsg());
     nv_model r;
     T_CHECK(nv_model_load(p, &r) == NV_OK, "%s", nv_errmsg());
     if (r.params)
@@ -551,7 +551,7 @@ static void test_kquant_writers(void) {
     for (int k = 0; k < KINDS; k++) {
         char path[700];
         snprintf(path, sizeof path, "%s/kq-%s.gguf", t_tmpdir(), kinds[k].name);
-        T_CHECK(nv_gguf_save(&m, NULL, "kq", path, kinds[k].type, NULL) == NV_OK, "%s: %s", kinds[k].name, nv_errmsg());
+        T_CHECK(nv_gguf_save(&m, NULL, "kq", path, kinds[k].type, NULL, NULL) == NV_OK, "%s: %s", kinds[k].name, nv_errmsg());
         nv_gguf g;
         if (nv_gguf_open(path, &g) != NV_OK) {
             T_CHECK(0, "%s", nv_errmsg());
@@ -620,7 +620,7 @@ static void test_kquant_writers(void) {
     if (!bp || nv_model_load(bp, &s) != NV_OK) return;
     const char *path = t_path("kq-260k.gguf");
     nv_gguf g;
-    T_CHECK(nv_gguf_save(&s, NULL, "kq", path, NV_GGUF_Q4_K, NULL) == NV_OK && nv_gguf_open(path, &g) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_gguf_save(&s, NULL, "kq", path, NV_GGUF_Q4_K, NULL, NULL) == NV_OK && nv_gguf_open(path, &g) == NV_OK, "%s", nv_errmsg());
     const nv_gguf_tensor *tq = nv_gguf_tensor_find(&g, "blk.1.attn_q.weight"), *tv = nv_gguf_tensor_find(&g, "blk.4.attn_v.weight");
     const nv_gguf_tensor *te = nv_gguf_tensor_find(&g, "token_embd.weight"), *td = nv_gguf_tensor_find(&g, "blk.1.ffn_down.weight");
     T_CHECK(tq && tq->type == 6u && tv && tv->type == 8u && te && te->type == 8u && td && td->type == 0u,
@@ -628,7 +628,7 @@ static void test_kquant_writers(void) {
             tq ? tq->type : 99, tv ? tv->type : 99, te ? te->type : 99, td ? td->type : 99);
     nv_gguf_close(&g);
     path = t_path("kq5-260k.gguf"); /* Q5_K falls back to Q5_1 */
-    T_CHECK(nv_gguf_save(&s, NULL, "kq", path, NV_GGUF_Q5_K, NULL) == NV_OK && nv_gguf_open(path, &g) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_gguf_save(&s, NULL, "kq", path, NV_GGUF_Q5_K, NULL, NULL) == NV_OK && nv_gguf_open(path, &g) == NV_OK, "%s", nv_errmsg());
     tq = nv_gguf_tensor_find(&g, "blk.1.attn_q.weight");
     T_CHECK(tq && tq->type == 7u, "Q5_K's fallback: attn_q %u (Q5_1)", tq ? tq->type : 99);
     nv_gguf_close(&g);
@@ -724,7 +724,7 @@ static void test_qwen3_roundtrip(void) {
     char out[700], q8[700];
     snprintf(out, sizeof out, "%s/qwen3.gguf", t_tmpdir());
     snprintf(q8, sizeof q8, "%s/qwen3-q8.gguf", t_tmpdir());
-    T_CHECK(nv_gguf_save(&m, NULL, "qk", out, NV_GGUF_F32, NULL) == NV_OK && nv_gguf_save(&m, NULL, "qk", q8, NV_GGUF_Q8_0, NULL) == NV_OK,
+    T_CHECK(nv_gguf_save(&m, NULL, "qk", out, NV_GGUF_F32, NULL, NULL) == NV_OK && nv_gguf_save(&m, NULL, "qk", q8, NV_GGUF_Q8_0, NULL, NULL) == NV_OK,
             "%s", nv_errmsg());
     nv_gguf g;
     if (nv_gguf_open(out, &g) == NV_OK) {
@@ -840,7 +840,7 @@ static void test_rope_factors(void) {
         memcpy(as_tensor.params, m.params, m.n_params * sizeof(float));
         as_tensor.config.n_rope_factors = half;
         for (int i = 0; i < half; i++) as_tensor.config.rope_factors[i] = 4.0f;
-        T_CHECK(nv_gguf_save(&as_tensor, NULL, "fours", t_path("fours.gguf"), NV_GGUF_F32, NULL) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_gguf_save(&as_tensor, NULL, "fours", t_path("fours.gguf"), NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
         nv_model fours_m;
         T_CHECK(nv_model_load(t_path("fours.gguf"), &fours_m) == NV_OK, "%s", nv_errmsg());
         const int toks[3] = {1, 5, 7};
@@ -863,7 +863,7 @@ static void test_rope_factors(void) {
     T_CHECK(nv_state_init(&plain_state, &m.config, 4, GW_CTX, 0) == NV_OK, "%s", nv_errmsg());
     m.config.n_rope_factors = half;
     for (int i = 0; i < half; i++) m.config.rope_factors[i] = i < half / 2 ? 1.0f : 1.0f + 7.0f * (float)i / (float)half;
-    T_CHECK(nv_gguf_save(&m, NULL, "factors", t_path("factors.gguf"), NV_GGUF_F32, NULL) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_gguf_save(&m, NULL, "factors", t_path("factors.gguf"), NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
     nv_gguf g;
     if (nv_gguf_open(t_path("factors.gguf"), &g) == NV_OK) {
         const nv_gguf_tensor *t = nv_gguf_tensor_find(&g, "rope_freqs.weight");
@@ -942,7 +942,7 @@ static void test_qwen2_bias(void) {
     for (int i = 0; i < L * kvd; i++) m.w.bk[i] = 0.1f * cosf(0.3f * (float)i), m.w.bv[i] = 0.05f * (float)(i % 5);
     char out[700];
     snprintf(out, sizeof out, "%s/qwen2.gguf", t_tmpdir());
-    T_CHECK(nv_gguf_save(&m, NULL, "q2", out, NV_GGUF_F32, NULL) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_gguf_save(&m, NULL, "q2", out, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
     nv_gguf g;
     if (nv_gguf_open(out, &g) == NV_OK) {
         size_t n = 0;

@@ -23,6 +23,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_imatrix(int argc, char **argv);
 
 /* nerve tune's file (cmd_tune.c): what was measured best for this machine and a model shape. */
 typedef struct {

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "model/gguf.h"
 #include "model/hf.h"
+#include "model/imatrix.h"
 #include "model/model.h"
 #include "serve/chat.h"
 #include "train/ckpt.h"
@@ -57,7 +58,7 @@ static int output_template(const template_flags *f, const char *input, char **te
 }
 
 static int write_out(const nv_model *m, const char *out, const char *tok_path, out_format fmt, uint32_t type,
-                     const char *chat_template) {
+                     const char *chat_template, const nv_imatrix *im) {
     if (fmt == OUT_LLAMA2C) {
         if (chat_template) {
             nv_chat_template t;
@@ -74,22 +75,22 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, o
                       fmt == OUT_GGUF ? "llama.cpp needs" : "transformers needs (tokenizer.json)");
     char name[256];
     nv_path_name(out, name, sizeof name); /* general.name */
-    nv_err e = fmt == OUT_GGUF ? nv_gguf_save(m, tok, name, out, type, chat_template)
+    nv_err e = fmt == OUT_GGUF ? nv_gguf_save(m, tok, name, out, type, chat_template, im)
                                : nv_hf_save(m, tok, out, type == NV_GGUF_F16 ? NV_HF_F16 : type == NV_GGUF_F32 ? NV_HF_F32 : NV_HF_BF16,
                                             chat_template);
     nv_tokenizer_free(tok);
     return e == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
 }
 
-int cmd_export(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32", *format = NULL;
+static int export_cmd(int argc, char **argv, nv_imatrix *im) {
+    const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32", *format = NULL, *imatrix_path = NULL;
     cli_loras loras = {0};
     template_flags tf = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_0|q4_k_m|q4_0]\n"
-                   "                   [--format llama2c|gguf|hf] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+                   "                   [--format llama2c|gguf|hf] [--imatrix FILE] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  (a file, or a Hugging Face folder) as a llama2.c version-1 checkpoint; or, when OUT ends in .gguf,\n"
                    "  as a GGUF v3 llama model (qwen3 for a QK-norm model) as llama.cpp reads it; or, when OUT\n"
@@ -109,6 +110,9 @@ int cmd_export(int argc, char **argv) {
                    "            plain, chatml, llama2, llama3, deepseek, or none (default: the input's own, e.g. the template a\n"
                    "            chat run trained with)\n"
                    "  --chat-template-file FILE  a Jinja template of your own instead\n"
+                   "  --imatrix FILE  an importance matrix (nerve imatrix, or llama.cpp's imatrix .gguf/.dat): the\n"
+                   "            q4_0, q5_0 and k-quant blocks' scales fitted to it, keeping best the weights that meet\n"
+                   "            the largest inputs\n"
                    "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
                    "            merge a LoRA adapter (GGUF, nerve's or llama.cpp's) into MODEL's weights first, scaled\n"
                    "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n");
@@ -129,6 +133,7 @@ int cmd_export(int argc, char **argv) {
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--chat-template")) tf.name = v;
         else if (!strcmp(a, "--chat-template-file")) tf.file = v;
+        else if (!strcmp(a, "--imatrix")) imatrix_path = v;
         else return cli_error(CMD, 2, "unknown option '%s'", a);
     }
     static const struct {
@@ -157,6 +162,12 @@ int cmd_export(int argc, char **argv) {
         return cli_error(CMD, 2, "--type %s: a Hugging Face folder holds f32, bf16 or f16 weights", type_name);
     if (fmt == OUT_LLAMA2C && type != NV_GGUF_F32)
         return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf) or a Hugging Face one", type_name);
+    if (imatrix_path) {
+        if (fmt != OUT_GGUF || type == NV_GGUF_F32 || type == NV_GGUF_F16 || type == NV_GGUF_BF16)
+            return cli_error(CMD, 2, "--imatrix goes with a quantized GGUF output (--type q4_0, q5_0, q4_k_m, q5_k_m, q6_k)");
+        if (type == NV_GGUF_Q8_0) nv_warn("export: Q8_0 takes no importance matrix (as llama.cpp's): %s is not used", imatrix_path);
+        else if (nv_imatrix_load(imatrix_path, im) != NV_OK) return cli_error(CMD, 1, "--imatrix: %s", nv_errmsg());
+    }
     char path[4200], probe[4200], run_tok[4200];
     snprintf(path, sizeof path, "%s", in);
     snprintf(probe, sizeof probe, "%s/ckpt.bin", in);
@@ -200,7 +211,7 @@ int cmd_export(int argc, char **argv) {
         long long step = (long long)ck.h.step;
         char *tmpl = NULL;
         int rc = output_template(&tf, path, &tmpl);
-        if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl);
+        if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl, im->n ? im : NULL);
         free(tmpl);
         nv_ckpt_close(&ck);
         if (!rc) fprintf(stderr, "nerve: wrote %s (step %lld)\n", out, step);
@@ -229,9 +240,16 @@ int cmd_export(int argc, char **argv) {
     if (!tok_path && fmt != OUT_LLAMA2C && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
     char *tmpl = NULL;
     int rc = output_template(&tf, path, &tmpl);
-    if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl);
+    if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl, im->n ? im : NULL);
     free(tmpl);
     nv_model_free(&m);
     if (!rc) fprintf(stderr, "nerve: wrote %s\n", out);
+    return rc;
+}
+
+int cmd_export(int argc, char **argv) {
+    nv_imatrix im = {0};
+    const int rc = export_cmd(argc, argv, &im);
+    nv_imatrix_free(&im);
     return rc;
 }

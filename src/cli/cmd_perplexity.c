@@ -2,7 +2,8 @@
  * --ctx tokens, each starting at BOS, the second half of each scored so every scored token sees at
  * least half a context), and with --kl-base how far its next-token distributions are from a
  * reference model's on the same tokens: a quantized export, an int8 engine or an adapter against
- * the model they came from, in one run (no file of logits in between). */
+ * the model they came from, in one run (no file of logits in between). nerve imatrix runs the same
+ * chunks to collect an importance matrix (llama.cpp's llama-imatrix) for `nerve export --imatrix`. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "model/choice.h"
 #include "cli/cli.h"
 #include "model/forward.h"
+#include "model/imatrix.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "train/data.h"
@@ -61,6 +63,20 @@ static void usage(FILE *f) {
             "                the context, summed (acc) and a token (acc_norm, llama.cpp's HellaSwag score)\n"
             "  --tasks N     score the first N tasks\n"
             "  --json        print the results as one JSON object\n");
+}
+
+static void imatrix_usage(FILE *f) {
+    fprintf(f,
+            "usage: nerve imatrix -m MODEL [-z TOKENIZER] [-f FILE...] [--ctx N] [--chunks N] [--val-frac F]\n"
+            "                     [--engine E] [--threads N] [--lora ADAPTER] [-o FILE]\n"
+            "  runs MODEL over a text in chunks, as nerve perplexity does (and prints its perplexity), summing\n"
+            "  for every weight matrix the square of each input column over all the tokens: an importance matrix\n"
+            "  (llama.cpp's imatrix), for `nerve export --type q4_k_m|q4_0|... --imatrix FILE` to keep best\n"
+            "  the weights that meet the largest inputs\n"
+            "  -o FILE       where it goes (default imatrix.gguf): llama.cpp's imatrix GGUF, which its\n"
+            "                llama-quantize --imatrix also reads\n"
+            "  -m, -z, -f, --ctx, --chunks, --val-frac, --engine, --threads, --lora: as nerve perplexity's\n"
+            "                (text only: no chat data); a few hundred chunks of text like the model's are plenty\n");
 }
 
 /* A running mean and variance (Welford), and the standard error of the mean as llama.cpp gives it. */
@@ -139,14 +155,15 @@ static void stream_read(const stream *st, uint64_t at, int n, int *out) {
 }
 
 /* The forward passes of one chunk on one model: its logits for positions [lo, hi) land in rows[0..]
- * (a pass whose positions are all before lo asks for one row and drops it). */
-static nv_err chunk_pass(scored_model *sm, const int *tok, int start, int n, int lo, int *rows_out) {
+ * (a pass whose positions are all before lo asks for one row and drops it; with all_rows every
+ * row is run through the classifier, so that an importance matrix sees them all). */
+static nv_err chunk_pass(scored_model *sm, const int *tok, int start, int n, int lo, int all_rows, int *rows_out) {
     const int want_from = lo > start ? lo : start;
-    const int rows = want_from < start + n ? start + n - want_from : 1;
+    const int rows = all_rows ? n : want_from < start + n ? start + n - want_from : 1;
     const double t0 = nv_now();
     nv_err e = nv_forward_rows(&sm->m, &sm->s, tok + start, n, start, rows);
     sm->seconds += nv_now() - t0;
-    *rows_out = want_from < start + n ? rows : 0;
+    *rows_out = all_rows || want_from < start + n ? rows : 0;
     return e;
 }
 
@@ -397,7 +414,7 @@ static int chat_score(const char *model_path, const char *tok_path, const cli_lo
             for (int start = 0; start < (int)len; start += ROWS) {
                 const int n = (int)len - start < ROWS ? (int)len - start : ROWS;
                 int rows = 0;
-                if (chunk_pass(&q, tokens, start, n, start, &rows) != NV_OK) {
+                if (chunk_pass(&q, tokens, start, n, start, 0, &rows) != NV_OK) {
                     cli_error(CMD, 1, "%s", nv_errmsg());
                     goto done;
                 }
@@ -451,8 +468,10 @@ done:
     return rc;
 }
 
-int cmd_perplexity(int argc, char **argv) {
+/* nerve perplexity, or with imatrix_mode nerve imatrix (-o FILE; text chunks only). */
+static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *base_path = NULL, *base_engine_name = NULL;
+    const char *imatrix_out = "imatrix.gguf";
     const char *files[MAX_FILES];
     const char *choice_path = NULL, *template_name = NULL;
     int n_files = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0;
@@ -461,10 +480,10 @@ int cmd_perplexity(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+            (imatrix_mode ? imatrix_usage : usage)(stdout);
             return 0;
         }
-        if (!strcmp(a, "--json")) {
+        if (!strcmp(a, "--json") && !imatrix_mode) {
             json = 1;
             continue;
         }
@@ -474,6 +493,7 @@ int cmd_perplexity(int argc, char **argv) {
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
+        else if (!strcmp(a, "-o") && imatrix_mode) imatrix_out = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--data")) {
             if (n_files == MAX_FILES) return cli_error(CMD, 2, "at most %d files", MAX_FILES);
             files[n_files++] = v;
@@ -488,9 +508,13 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--kl-base-engine")) base_engine_name = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
-        else return cli_error(CMD, 2, "unknown option '%s' (see nerve perplexity --help)", a);
+        else return cli_error(imatrix_mode ? "imatrix" : CMD, 2, "unknown option '%s' (see nerve %s --help)", a,
+                              imatrix_mode ? "imatrix" : CMD);
     }
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve perplexity --help)");
+    if (!model_path) return cli_error(imatrix_mode ? "imatrix" : CMD, 2, "-m MODEL is required (see nerve %s --help)",
+                                      imatrix_mode ? "imatrix" : CMD);
+    if (imatrix_mode && (base_path || base_engine_name || choice_path || max_tasks || template_name))
+        return cli_error("imatrix", 2, "--kl-base, --multiple-choice, --tasks and --chat-template are nerve perplexity's");
     if (base_engine_name && !base_path) return cli_error(CMD, 2, "--kl-base-engine needs --kl-base MODEL");
     if (max_tasks && !choice_path) return cli_error(CMD, 2, "--tasks goes with --multiple-choice FILE");
     if (choice_path && (n_files || ctx || max_chunks || val_frac > 0 || base_path))
@@ -510,6 +534,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (chat_files && chat_files != n_files)
         return cli_error(CMD, 2, "chat data (.jsonl) is scored by its answers, text by chunks: give one kind or the other");
+    if (chat_files && imatrix_mode) return cli_error("imatrix", 2, "an importance matrix is collected on text, not chat data (.jsonl)");
     if (chat_files && (ctx || max_chunks || base_path))
         return cli_error(CMD, 2, "chat data is scored a turn at a time: --ctx, --chunks and --kl-base do not go with it");
     if (template_name && !chat_files) return cli_error(CMD, 2, "--chat-template goes with chat data (.jsonl)");
@@ -535,9 +560,11 @@ int cmd_perplexity(int argc, char **argv) {
     nv_tokenizer *tok = NULL;
     nv_dataset ds = {0};
     kl_stats k = {0};
+    nv_imatrix im = {0};
     int *tokens = NULL, rc = 1;
     if (scored_open(&q, model_path, &loras, engine) != NV_OK ||
-        (base_path && scored_open(&b, base_path, NULL, base_engine) != NV_OK)) {
+        (base_path && scored_open(&b, base_path, NULL, base_engine) != NV_OK) ||
+        (imatrix_mode && nv_imatrix_collect(&im, &q.m) != NV_OK)) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         scored_free(&q);
         return 1;
@@ -584,8 +611,8 @@ int cmd_perplexity(int argc, char **argv) {
         for (int start = 0; start < ctx; start += ROWS) {
             const int n = ctx - start < ROWS ? ctx - start : ROWS;
             int rows = 0, base_rows = 0;
-            if (chunk_pass(&q, tokens, start, n, first, &rows) != NV_OK ||
-                (base_path && chunk_pass(&b, tokens, start, n, first, &base_rows) != NV_OK)) {
+            if (chunk_pass(&q, tokens, start, n, first, imatrix_mode, &rows) != NV_OK ||
+                (base_path && chunk_pass(&b, tokens, start, n, first, 0, &base_rows) != NV_OK)) {
                 cli_error(CMD, 1, "%s", nv_errmsg());
                 goto done;
             }
@@ -594,6 +621,7 @@ int cmd_perplexity(int argc, char **argv) {
             for (int r = 0; r < rows; r++) {
                 const int p = start + n - rows + r;
                 if (p >= ctx - 1) break;
+                if (p < first) continue; /* run for the importance matrix alone */
                 const float *lq = q.s.logits + (size_t)r * V;
                 if (!base_path) {
                     mom_add(&q.nll, nv_logits_logz(lq, V) - lq[tokens[p + 1]]);
@@ -624,7 +652,19 @@ int cmd_perplexity(int argc, char **argv) {
     }
     fprintf(stderr, "nerve perplexity: %.1f tokens/s%s\n", q.seconds > 0 ? (double)chunks * ctx / q.seconds : 0.0,
             base_path ? " (the model's forward passes; the reference's apart)" : "");
+    if (imatrix_mode) {
+        nv_imatrix_stop(&q.m);
+        im.chunks = chunks, im.chunk_size = ctx;
+        for (int i = 0; i < n_files && rc == 0; i++)
+            if (nv_imatrix_add_dataset(&im, files[i]) != NV_OK) rc = cli_error("imatrix", 1, "%s", nv_errmsg());
+        if (rc == 0 && nv_imatrix_save(&im, imatrix_out) != NV_OK) rc = cli_error("imatrix", 1, "%s", nv_errmsg());
+        if (rc == 0)
+            fprintf(stderr, "nerve imatrix: wrote %s (%d matrices, %d chunk%s of %d tokens)\n", imatrix_out, im.n, chunks,
+                    chunks == 1 ? "" : "s", ctx);
+    }
 done:
+    nv_imatrix_stop(&q.m);
+    nv_imatrix_free(&im);
     free(tokens);
     free(k.kld);
     scored_free(&q);
@@ -633,3 +673,6 @@ done:
     if (tok) nv_tokenizer_free(tok);
     return rc;
 }
+
+int cmd_perplexity(int argc, char **argv) { return perplexity_main(argc, argv, 0); }
+int cmd_imatrix(int argc, char **argv) { return perplexity_main(argc, argv, 1); }

@@ -19,6 +19,7 @@ static const struct {
     {"bench", cmd_bench, "measure the engines, training, generation and serving against peers"},
     {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},
     {"perplexity", cmd_perplexity, "score a text: perplexity, and the KL divergence from a reference model"},
+    {"imatrix", cmd_imatrix, "an importance matrix of a model over a text, for export --imatrix's quantization"},
     {"tune", cmd_tune, "measure which engine and prefill chunk serve a model fastest here, and keep the choice"},
     {"info", cmd_info, "what this machine offers: CPU, features, engines"},
 };

@@ -78,6 +78,8 @@ struct nv_plan {
        int8 plans rebuild them every call. */
     void *dx_tiles;
     atomic_int dx_busy, dx_ok;
+    nv_plan_observer observe; /* sees each forward product's input first (nv_plan_observe) */
+    void *observe_ctx;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -1277,9 +1279,18 @@ static void rows_ep_task(void *vc, int task, int nt) {
     if (r0 < r1) c->ep(c->ctx, r0, r1, 0, c->n);
 }
 
+static void plan_run(const nv_plan *p, const float *x, int m, float *y);
+
+void nv_plan_observe(nv_plan *p, nv_plan_observer fn, void *ctx) {
+    p->observe = fn;
+    p->observe_ctx = ctx;
+}
+
 void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, int m, float *const *ys,
                        nv_plan_epilogue ep, void *ep_ctx) {
     if (m <= 0 || count <= 0) return;
+    for (int i = 0; i < count; i++)
+        if (plans[i]->observe) plans[i]->observe(plans[i]->observe_ctx, x, m, plans[i]->k);
     const nv_engine_id e = plans[0]->engine;
     const int tiles = bf16_tiles(e) || int8_tiles(e); /* x converted once for all of them */
     int fused = count <= GROUP_MAX && (tiles || e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
@@ -1288,7 +1299,7 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
     op_ctx shared = {0};
     if (fused && tiles && !tile_prepare(&shared, plans[0], x, m)) fused = 0; /* out of memory: plan by plan */
     if (!fused) { /* one by one, then the epilogue by rows */
-        for (int i = 0; i < count; i++) nv_plan_run(plans[i], x, m, ys[i]);
+        for (int i = 0; i < count; i++) plan_run(plans[i], x, m, ys[i]);
         if (ep) {
             rows_ep_ctx rc = {ep, ep_ctx, m, plans[0]->n};
             run_tasks(rows_ep_task, &rc, conv_tasks(m, (size_t)m * plans[0]->n));
@@ -1319,6 +1330,11 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
 /* ---------------------------------------------------------------- plan entry points */
 
 void nv_plan_run(const nv_plan *p, const float *x, int m, float *y) {
+    if (m > 0 && p->observe) p->observe(p->observe_ctx, x, m, p->k);
+    plan_run(p, x, m, y);
+}
+
+static void plan_run(const nv_plan *p, const float *x, int m, float *y) {
     if (m <= 0) return;
     const int n = p->n, k = p->k;
     const double macs = (double)m * n * k;

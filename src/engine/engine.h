@@ -134,6 +134,10 @@ void nv_plan_run(const nv_plan *p, const float *x, int m, float *y);
  * allows (SwiGLU, a residual add: elementwise work that would otherwise run on one thread after a
  * second hand-off). */
 typedef void (*nv_plan_epilogue)(void *ctx, int r0, int r1, int c0, int c1);
+/* fn(ctx, x, m, k) is called on the calling thread with the m x k input of every nv_plan_run and
+ * nv_plan_run_group of p before the product (fn NULL: none): what an importance matrix collects. */
+typedef void (*nv_plan_observer)(void *ctx, const float *x, int m, int k);
+void nv_plan_observe(nv_plan *p, nv_plan_observer fn, void *ctx);
 void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, int m, float *const *ys,
                        nv_plan_epilogue ep, void *ep_ctx);
 /* The packed copy of rows r0..r1-1 of W (w: the whole n x k matrix) rewritten from w, on the

@@ -9,6 +9,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "model/imatrix.h"
 
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
@@ -1024,6 +1025,10 @@ static void kv_u32(nv_buf *b, const char *key, uint32_t v) {
     ob_key(b, key, GG_U32);
     ob_u32(b, v);
 }
+static void kv_i32(nv_buf *b, const char *key, int32_t v) {
+    ob_key(b, key, GG_I32);
+    nv_buf_append(b, &v, 4);
+}
 static void kv_f32(nv_buf *b, const char *key, float v) {
     ob_key(b, key, GG_F32);
     nv_buf_append(b, &v, 4);
@@ -1132,7 +1137,8 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
 }
 
 /* x (n values, n a multiple of 32) as Q8_0 blocks, as llama.cpp's quantize_row_q8_0_ref. */
-static void quantize_q8_0(const float *x, uint64_t n, uint8_t *out) {
+static void quantize_q8_0(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    (void)d0, (void)imp; /* as llama.cpp's: Q8_0 takes no importance */
     for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 34) {
         float amax = 0.0f;
         for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -1145,8 +1151,15 @@ static void quantize_q8_0(const float *x, uint64_t n, uint8_t *out) {
     }
 }
 
-/* x (n values, n a multiple of 32) as Q4_0 blocks, as llama.cpp's quantize_row_q4_0_ref. */
-static void quantize_q4_0(const float *x, uint64_t n, uint8_t *out) {
+static void quantize_sym_weighted(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out, int five);
+
+/* x (n values, n a multiple of 32) as Q4_0 blocks, as llama.cpp's quantize_row_q4_0_ref; with an
+ * importance per column (imp, rows of d0), each block's scale fitted to it instead. */
+static void quantize_q4_0(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    if (imp) {
+        quantize_sym_weighted(x, n, d0, imp, out, 0);
+        return;
+    }
     for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 18) {
         float amax = 0.0f, max = 0.0f; /* the value of largest magnitude, with its sign */
         for (int j = 0; j < QK; j++)
@@ -1163,8 +1176,13 @@ static void quantize_q4_0(const float *x, uint64_t n, uint8_t *out) {
 }
 
 /* x (n values, n a multiple of 32) as Q5_0 blocks, as llama.cpp's quantize_row_q5_0_ref: scale
- * -(the value of largest magnitude)/16, values 0..31 around 16, the fifth bits in a 32-bit mask. */
-static void quantize_q5_0(const float *x, uint64_t n, uint8_t *out) {
+ * -(the value of largest magnitude)/16, values 0..31 around 16, the fifth bits in a 32-bit mask (with
+ * imp, fitted as quantize_q4_0's). */
+static void quantize_q5_0(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    if (imp) {
+        quantize_sym_weighted(x, n, d0, imp, out, 1);
+        return;
+    }
     for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 22) {
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < QK; j++)
@@ -1252,23 +1270,55 @@ static float fit_scale(const float *x, const float *w, int n, int nmax) {
     return best_a;
 }
 
-/* The weights of a super-block's values (fit_scale_min, fit_scale). */
-static void kquant_weights(const float *x, float *w) {
+/* The weights of a super-block's values (fit_scale_min, fit_scale): av + |x|, or with an importance
+ * per column imp[i] * sqrt(2 av^2 + x^2) (llama.cpp's rule for Q4_K with an imatrix). */
+static void kquant_weights(const float *x, const float *imp, float *w) {
     double ss = 0;
     for (int i = 0; i < QK_K; i++) ss += (double)x[i] * x[i];
     const float av = isfinite(ss) ? (float)sqrt(ss / QK_K) : 0;
-    for (int i = 0; i < QK_K; i++) w[i] = isfinite(x[i]) ? av + fabsf(x[i]) : 0;
+    for (int i = 0; i < QK_K; i++)
+        w[i] = !isfinite(x[i]) ? 0 : imp ? imp[i] * sqrtf(2 * av * av + x[i] * x[i]) : av + fabsf(x[i]);
+}
+
+/* Q4_0 (five 0) or Q5_0 blocks whose scales are fitted to the importance of each column (imp, rows
+ * of d0 values): each value weighs imp * sqrt(sigma2 + x^2), sigma2 its row's mean square (llama.cpp's
+ * rule), and the scale of least weighted error among candidates around the range's (fit_scale) wins;
+ * the values are then rounded against the scale as stored. */
+static void quantize_sym_weighted(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out, int five) {
+    const int nmax = five ? 16 : 8, bytes = five ? 22 : 18;
+    float w[QK];
+    for (uint64_t r = 0; r < n / d0; r++) {
+        const float *row = x + r * d0;
+        double ss = 0;
+        for (uint64_t j = 0; j < d0; j++) ss += isfinite(row[j]) ? (double)row[j] * row[j] : 0;
+        const float sigma2 = (float)(ss / (double)d0);
+        for (uint64_t b = 0; b < d0 / QK; b++, out += bytes) {
+            const float *xb = row + b * QK, *ib = imp + b * QK;
+            for (int j = 0; j < QK; j++) w[j] = isfinite(xb[j]) ? ib[j] * sqrtf(sigma2 + xb[j] * xb[j]) : 0;
+            put_half(out, fit_scale(xb, w, QK, nmax));
+            const float d = half_at(out);
+            int q[QK];
+            for (int j = 0; j < QK; j++) q[j] = nmax + (d != 0 ? clampi(near_int(xb[j] / d), -nmax, nmax - 1) : 0);
+            uint32_t qh = 0;
+            uint8_t *qs = out + (five ? 6 : 2);
+            for (int j = 0; j < QK / 2; j++) {
+                qs[j] = (uint8_t)((q[j] & 0xF) | (q[j + QK / 2] & 0xF) << 4);
+                qh |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + QK / 2] >> 4) << (j + 16);
+            }
+            if (five) memcpy(out + 2, &qh, 4);
+        }
+    }
 }
 
 /* x (n values, n a multiple of 256) as Q4_K (five 0) or Q5_K super-blocks: 8 sub-blocks of 32, each
  * a 6-bit scale and min of the fp16 d and dmin (the largest of them over 63), values 0..15 (Q5_K:
  * 0..31, the fifth bits in 32 bytes before the nibbles; the decoder: decompose_block). */
-static void quantize_qk(const float *x, uint64_t n, uint8_t *out, int five) {
+static void quantize_qk(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out, int five) {
     const int nmax = five ? 31 : 15, bytes = five ? 176 : 144;
     float w[QK_K];
     for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += bytes) {
         float sc[8], mn[8], max_sc = 0, max_mn = 0;
-        kquant_weights(x, w);
+        kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
         for (int j = 0; j < 8; j++) {
             fit_scale_min(x + 32 * j, w + 32 * j, 32, nmax, &sc[j], &mn[j]);
             max_sc = fmaxf(max_sc, sc[j]), max_mn = fmaxf(max_mn, mn[j]);
@@ -1304,16 +1354,29 @@ static void quantize_qk(const float *x, uint64_t n, uint8_t *out, int five) {
             }
     }
 }
-static void quantize_q4_k(const float *x, uint64_t n, uint8_t *out) { quantize_qk(x, n, out, 0); }
-static void quantize_q5_k(const float *x, uint64_t n, uint8_t *out) { quantize_qk(x, n, out, 1); }
+static void quantize_q4_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) { quantize_qk(x, n, d0, imp, out, 0); }
+static void quantize_q5_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) { quantize_qk(x, n, d0, imp, out, 1); }
 
 /* x (n values, n a multiple of 32) as Q5_1 blocks, as llama.cpp's quantize_row_q5_1_ref: scale
- * (max - min)/31 and the minimum, values 0..31 from it (the fallback of Q5_K). */
-static void quantize_q5_1(const float *x, uint64_t n, uint8_t *out) {
+ * (max - min)/31 and the minimum, values 0..31 from it (the fallback of Q5_K); with an importance per
+ * column (imp, rows of d0), the scale and minimum fitted to it as the k-quants' (fit_scale_min). */
+static void quantize_q5_1(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    float w[QK];
     for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 24) {
         float lo = x[0], hi = x[0];
         for (int j = 1; j < QK; j++) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
-        const float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (imp) {
+            const float *ib = imp + b * QK % d0;
+            double ss = 0;
+            for (int j = 0; j < QK; j++) ss += isfinite(x[j]) ? (double)x[j] * x[j] : 0;
+            for (int j = 0; j < QK; j++) w[j] = isfinite(x[j]) ? ib[j] * sqrtf((float)(ss / QK) + x[j] * x[j]) : 0;
+            float a, m;
+            fit_scale_min(x, w, QK, 31, &a, &m);
+            put_half(out, a);
+            put_half(out + 2, -m);
+            d = half_at(out), lo = half_at(out + 2), id = d != 0.0f ? 1.0f / d : 0.0f;
+        }
         put_half(out, d);
         put_half(out + 2, lo);
         uint32_t qh = 0;
@@ -1329,11 +1392,11 @@ static void quantize_q5_1(const float *x, uint64_t n, uint8_t *out) {
 
 /* x (n values, n a multiple of 256) as Q6_K super-blocks: 16 sub-blocks of 16, each an int8 scale
  * of the fp16 d, values -32..31 stored as 0..63 in low nibbles and high bit pairs. */
-static void quantize_q6_k(const float *x, uint64_t n, uint8_t *out) {
+static void quantize_q6_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
     float w[QK_K];
     for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 210) {
         float sc[16], max_sc = 0, amax = 0;
-        kquant_weights(x, w);
+        kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
         for (int j = 0; j < 16; j++) {
             sc[j] = fit_scale(x + 16 * j, w + 16 * j, 16, 32);
             if (fabsf(sc[j]) > amax) amax = fabsf(sc[j]), max_sc = sc[j];
@@ -1360,12 +1423,14 @@ static void quantize_q6_k(const float *x, uint64_t n, uint8_t *out) {
 }
 
 /* x (n values) as F16. */
-static void quantize_f16(const float *x, uint64_t n, uint8_t *out) {
+static void quantize_f16(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    (void)d0, (void)imp;
     for (uint64_t v = 0; v < n; v++) put_half(out + 2 * v, x[v]);
 }
 
 /* x (n values) as BF16 (round to nearest even: fp32's range, 8 significand bits). */
-static void quantize_bf16(const float *x, uint64_t n, uint8_t *out) {
+static void quantize_bf16(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    (void)d0, (void)imp;
     for (uint64_t v = 0; v < n; v++) {
         const uint16_t h = nv_bf16_from_f32(x[v]);
         memcpy(out + 2 * v, &h, 2);
@@ -1426,8 +1491,13 @@ nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy) {
     return e;
 }
 
+/* 1 for the tensor types whose quantizers take an importance per column. */
+static int takes_importance(uint32_t tt) {
+    return tt == T_Q4_0 || tt == T_Q5_0 || tt == T_Q5_1 || tt == T_Q4_K || tt == T_Q5_K || tt == T_Q6_K;
+}
+
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
-                    const char *chat_template) {
+                    const char *chat_template, const struct nv_imatrix *imatrix) {
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 &&
         type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K)
@@ -1481,18 +1551,48 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
     if (chat_template) kv_str(&b, "tokenizer.chat_template", chat_template), n_kv++;
+    /* an importance matrix: each entry a quantized matrix uses must have its row's width (checked
+       before anything is written), and the file says what it was quantized with, as llama.cpp's do */
+    int used = 0;
+    nv_err e = NV_OK;
+    for (size_t i = 0; imatrix && i < nt && e == NV_OK; i++) {
+        if (!takes_importance(tensor_type(c, &t[i], type))) continue;
+        const nv_imatrix_entry *en = nv_imatrix_find(imatrix, t[i].name);
+        /* an embedding that is not the classifier is looked up, never multiplied: no entry expected */
+        if (!en) {
+            if (c->shared_classifier || strcmp(t[i].name, "token_embd.weight"))
+                nv_warn("%s: the importance matrix has no entry for %s: quantized without one", path, t[i].name);
+        } else if ((uint64_t)en->k != t[i].d0)
+            e = nv_fail(NV_EINVAL, "%s: the importance matrix's %s has %d columns, the tensor's rows %llu: it was made for another model",
+                        path, t[i].name, en->k, (unsigned long long)t[i].d0);
+        else used++;
+    }
+    if (used) {
+        kv_str(&b, "quantize.imatrix.dataset", imatrix->n_datasets ? imatrix->datasets[0] : "");
+        kv_i32(&b, "quantize.imatrix.entries_count", used);
+        kv_i32(&b, "quantize.imatrix.chunks_count", imatrix->chunks);
+        n_kv += 3;
+    }
     if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
     /* matrices in the type asked where their rows are whole blocks; vectors (norms) stay F32 */
     uint8_t **qdata = calloc(nt, sizeof *qdata);
     uint64_t *bytes = calloc(nt, sizeof *bytes);
+    float *imp = NULL; /* the entry's means, for the widest rows an entry has */
+    uint64_t imp_cap = 0;
     int oom = !qdata || !bytes;
     uint64_t off = 0;
-    for (size_t i = 0; i < nt && !oom; i++) {
+    for (size_t i = 0; i < nt && !oom && e == NV_OK; i++) {
         const uint64_t n = t[i].d0 * t[i].d1;
         const uint32_t tt = tensor_type(c, &t[i], type);
         const int quant = tt != T_F32;
         bytes[i] = tensor_bytes(tt, n, t[i].d0);
-        if (quant && !(qdata[i] = malloc((size_t)bytes[i]))) oom = 1;
+        const nv_imatrix_entry *en = imatrix && takes_importance(tt) ? nv_imatrix_find(imatrix, t[i].name) : NULL;
+        if (en && t[i].d0 > imp_cap) {
+            free(imp);
+            imp_cap = (imp = malloc((size_t)t[i].d0 * sizeof *imp)) ? t[i].d0 : 0;
+        }
+        if ((en && !imp) || (quant && !(qdata[i] = malloc((size_t)bytes[i])))) oom = 1;
+        else if (en) nv_imatrix_means(en, imp);
         if (quant && qdata[i])
             (tt == T_F16    ? quantize_f16
              : tt == T_BF16 ? quantize_bf16
@@ -1502,7 +1602,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
              : tt == T_Q5_K ? quantize_q5_k
              : tt == T_Q5_1 ? quantize_q5_1
              : tt == T_Q6_K ? quantize_q6_k
-                            : quantize_q4_0)(t[i].p, n, qdata[i]);
+                            : quantize_q4_0)(t[i].p, n, t[i].d0, en ? imp : NULL, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);
@@ -1515,8 +1615,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
     /* header, then each tensor and its padding: one atomic write */
     nv_iov *parts = calloc(2 * nt + 1, sizeof *parts);
-    nv_err e = NV_OK;
-    if (b.oom || !parts || oom) e = nv_fail(NV_ENOMEM, "out of memory");
+    if (e != NV_OK) {
+    } else if (b.oom || !parts || oom) e = nv_fail(NV_ENOMEM, "out of memory");
     else {
         int np = 0;
         parts[np++] = (nv_iov){b.data, b.len};
@@ -1529,6 +1629,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     for (size_t i = 0; qdata && i < nt; i++) free(qdata[i]);
     free(qdata);
     free(bytes);
+    free(imp);
     free(parts);
     nv_buf_free(&b);
     free(t);
@@ -1758,4 +1859,128 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
     }
     *out = p;
     return NV_OK;
+}
+
+/* ---- importance matrices (imatrix.h) -------------------------------------------------------- */
+
+nv_err nv_gguf_save_imatrix(const struct nv_imatrix *im, const char *path) {
+    nv_buf b = {0};
+    nv_buf_append(&b, "GGUF", 4);
+    ob_u32(&b, 3);
+    ob_u64(&b, 2 * (uint64_t)im->n);
+    ob_u64(&b, 4);
+    kv_str(&b, "general.type", "imatrix");
+    ob_key(&b, "imatrix.datasets", GG_ARR);
+    ob_u32(&b, GG_STR);
+    ob_u64(&b, (uint64_t)im->n_datasets);
+    for (int i = 0; i < im->n_datasets; i++) ob_str(&b, im->datasets[i], strlen(im->datasets[i]));
+    kv_u32(&b, "imatrix.chunk_count", (uint32_t)im->chunks);
+    kv_u32(&b, "imatrix.chunk_size", (uint32_t)im->chunk_size);
+    /* per entry NAME.in_sum2 [k, 1] and NAME.counts [1, 1], F32, each aligned to 32 bytes */
+    uint64_t off = 0;
+    for (int i = 0; i < im->n; i++)
+        for (int half = 0; half < 2; half++) {
+            char name[96];
+            snprintf(name, sizeof name, "%s.%s", im->e[i].name, half ? "counts" : "in_sum2");
+            const uint64_t n = half ? 1 : (uint64_t)im->e[i].k;
+            ob_str(&b, name, strlen(name));
+            ob_u32(&b, 2);
+            ob_u64(&b, n);
+            ob_u64(&b, 1);
+            ob_u32(&b, T_F32);
+            ob_u64(&b, off);
+            off += (n * 4 + 31) / 32 * 32;
+        }
+    static const uint8_t zeros[32];
+    nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
+    const size_t head = b.len;
+    for (int i = 0; i < im->n; i++) {
+        const nv_imatrix_entry *e = &im->e[i];
+        for (int j = 0; j < e->k; j++) {
+            const float v = (float)e->sum2[j];
+            nv_buf_append(&b, &v, 4);
+        }
+        nv_buf_append(&b, zeros, (32 - (size_t)e->k * 4 % 32) % 32);
+        const float count = (float)e->count;
+        nv_buf_append(&b, &count, 4);
+        nv_buf_append(&b, zeros, 28);
+    }
+    nv_err err = b.oom || b.len - head != off ? nv_fail(NV_ENOMEM, "out of memory") : NV_OK;
+    if (err == NV_OK) {
+        const nv_iov part = {b.data, b.len};
+        err = nv_file_write_atomic(path, &part, 1);
+    }
+    nv_buf_free(&b);
+    return err;
+}
+
+/* The values of t when it is F32 of dims [n] or [n, 1] (*n set), else NULL. */
+static const float *imatrix_values(const nv_gguf_tensor *t, uint64_t *n) {
+    if (!t || t->type != T_F32 || t->n_dims < 1 || t->n_dims > 2 || (t->n_dims == 2 && t->dims[1] != 1)) return NULL;
+    *n = t->dims[0];
+    return (const float *)t->data;
+}
+
+nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im) {
+    nv_gguf g;
+    NV_TRY(nv_gguf_open(path, &g));
+    nv_err e = NV_OK;
+    size_t tlen = 0;
+    const char *type = nv_gguf_string(&g, "general.type", &tlen);
+    int64_t chunks = 0, chunk_size = 0;
+    if (type && (tlen != 7 || memcmp(type, "imatrix", 7)))
+        e = nv_fail(NV_EFORMAT, "%s: a GGUF file of general.type '%.*s', not an importance matrix", path, (int)(tlen < 64 ? tlen : 64), type);
+    if (e == NV_OK && (e = get_int(&g, "imatrix.chunk_count", 0, &chunks)) == NV_OK)
+        e = get_int(&g, "imatrix.chunk_size", 0, &chunk_size);
+    im->chunks = chunks > 0 && chunks < INT32_MAX ? (int)chunks : 0;
+    im->chunk_size = chunk_size > 0 && chunk_size < INT32_MAX ? (int)chunk_size : 0;
+    const nv_gguf_kv *ds = nv_gguf_find(&g, "imatrix.datasets");
+    if (e == NV_OK && ds && ds->type == GG_ARR && ds->elem == GG_STR) {
+        gg_cursor c = {nv_reader_make(ds->val, (size_t)(g.map.data + g.map.len - ds->val), path), g.version >= 2};
+        for (uint64_t i = 0; i < ds->count && i < 1024 && e == NV_OK; i++) {
+            const char *s;
+            size_t len;
+            rd_string(&c, &s, &len, "dataset"); /* checked at open */
+            char *d = strndup(s, len < 4096 ? len : 4096);
+            e = d ? nv_imatrix_add_dataset(im, d) : nv_fail(NV_ENOMEM, "out of memory");
+            free(d);
+        }
+    }
+    for (uint64_t i = 0; i < g.n_tensors && e == NV_OK; i++) {
+        const nv_gguf_tensor *t = &g.t[i];
+        static const char suffix[] = ".in_sum2";
+        const size_t sl = sizeof suffix - 1;
+        if (t->name_len > sl && !memcmp(t->name + t->name_len - sl, suffix, sl)) {
+            char name[160], counts_name[176];
+            const size_t nl = t->name_len - sl;
+            if (nl >= sizeof name || memchr(t->name, 0, nl)) {
+                e = nv_fail(NV_EFORMAT, "%s: a tensor name of %zu bytes", path, t->name_len);
+                break;
+            }
+            memcpy(name, t->name, nl);
+            name[nl] = 0;
+            snprintf(counts_name, sizeof counts_name, "%s.counts", name);
+            uint64_t k = 0, nc = 0;
+            const float *sums = imatrix_values(t, &k), *count = imatrix_values(nv_gguf_tensor_find(&g, counts_name), &nc);
+            if (!sums || !count || nc != 1) {
+                e = nv_fail(NV_EUNSUPPORTED, "%s: entry '%s' is not F32 sums [k] with an F32 count [1] (a mixture of experts' are not read)",
+                            path, name);
+                break;
+            }
+            nv_imatrix_entry *en;
+            if ((e = nv_imatrix_add_entry(im, path, name, nl, (int64_t)k, &en)) != NV_OK) break;
+            float cv;
+            memcpy(&cv, count, 4);
+            if (!isfinite(cv) || cv < 0) e = nv_fail(NV_EFORMAT, "%s: entry '%s' counts %g rows", path, name, (double)cv);
+            en->count = cv;
+            for (uint64_t j = 0; j < k && e == NV_OK; j++) {
+                float v;
+                memcpy(&v, (const uint8_t *)sums + 4 * j, 4);
+                if (!isfinite(v) || v < 0) e = nv_fail(NV_EFORMAT, "%s: entry '%s' holds %g (finite, >= 0)", path, name, (double)v);
+                en->sum2[j] = v;
+            }
+        }
+    }
+    nv_gguf_close(&g);
+    return e;
 }

@@ -112,9 +112,16 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
  * NV_GGUF_F16: every matrix in fp16 (round to nearest even, beyond +-65504 infinite), norms F32.
  * NV_GGUF_BF16: every matrix in bf16 (round to nearest even), norms F32.
  * chat_template (Jinja text, or NULL): tokenizer.chat_template.
+ * imatrix (or NULL): an importance per input column for the matrices quantized to Q4_0, Q5_0 (and
+ * Q5_1), Q4_K, Q5_K and Q6_K, each block's scale fitted to it (imatrix.h); an entry of another
+ * width is an error before anything is written, a missing one a warning.
  * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
+struct nv_imatrix;
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
-                    const char *chat_template);
+                    const char *chat_template, const struct nv_imatrix *imatrix);
+/* Importance matrices in llama.cpp's imatrix GGUF (imatrix.h: nv_imatrix_save, nv_imatrix_load). */
+nv_err nv_gguf_save_imatrix(const struct nv_imatrix *im, const char *path);
+nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im);
 /* Writes tok alone as a vocab-only GGUF v3 file (llama.cpp's ggml-vocab-*.gguf kind), atomically. */
 nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path);
 /* 1 when path is a GGUF file whose metadata holds a vocabulary. */

@@ -526,7 +526,7 @@ static void save_model(const nv_model *m, const char *dir) {
         const char *jinja = nv_train_chat_template(dir, tmpl_name, sizeof tmpl_name) && nv_chat_template_parse(tmpl_name, &tmpl) == NV_OK
                                 ? nv_chat_template_jinja(tmpl)
                                 : NULL; /* a chat run's template travels with its model */
-        saved = nv_gguf_save(m, tok, name, gguf, NV_GGUF_F32, jinja);
+        saved = nv_gguf_save(m, tok, name, gguf, NV_GGUF_F32, jinja, NULL);
         nv_tokenizer_free(tok);
     }
     if (saved == NV_OK) {

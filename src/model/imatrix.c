@@ -1,0 +1,158 @@
+#include "model/imatrix.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "model/gguf.h"
+
+/* The observer: each row's squared inputs added to the entry's sums (on the calling thread, before
+ * the product; O(m k) beside the product's O(m k n)). */
+static void observe(void *ctx, const float *x, int m, int k) {
+    nv_imatrix_entry *e = ctx;
+    if (k != e->k) return;
+    for (int r = 0; r < m; r++) {
+        const float *row = x + (size_t)r * k;
+        for (int j = 0; j < k; j++) e->sum2[j] += (double)row[j] * row[j];
+    }
+    e->count += m;
+}
+
+static nv_plan *plan_of(nv_model *m, int i) {
+    if (i == m->config.n_layers * NV_LAYER_MATRICES) return m->cls_plan;
+    nv_layer_plans *lp = &m->plans[i / NV_LAYER_MATRICES];
+    nv_plan *const ps[NV_LAYER_MATRICES] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
+    return ps[i % NV_LAYER_MATRICES];
+}
+
+nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
+    memset(im, 0, sizeof *im);
+    if (!m->plans || !m->cls_plan) return nv_fail(NV_EINVAL, "imatrix: the model's plans are not built");
+    const nv_config *c = &m->config;
+    const int count = c->n_layers * NV_LAYER_MATRICES + 1;
+    const int q = nv_config_q_dim(c);
+    /* input widths of wq, wk, wv, wo, w1, w2, w3 */
+    const int in[NV_LAYER_MATRICES] = {c->dim, c->dim, c->dim, q, c->dim, c->hidden_dim, c->dim};
+    if (!(im->e = calloc((size_t)count, sizeof *im->e))) return nv_fail(NV_ENOMEM, "out of memory");
+    im->n = count;
+    for (int i = 0; i < count; i++) {
+        nv_imatrix_entry *e = &im->e[i];
+        nv_model_plan_tensor_name(c, i, e->name, sizeof e->name);
+        e->k = i < count - 1 ? in[i % NV_LAYER_MATRICES] : c->dim;
+        if (!(e->sum2 = calloc((size_t)e->k, sizeof *e->sum2))) {
+            nv_imatrix_free(im);
+            return nv_fail(NV_ENOMEM, "out of memory");
+        }
+    }
+    for (int i = 0; i < count; i++) nv_plan_observe(plan_of(m, i), observe, &im->e[i]);
+    return NV_OK;
+}
+
+void nv_imatrix_stop(nv_model *m) {
+    if (!m->plans || !m->cls_plan) return;
+    for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) nv_plan_observe(plan_of(m, i), NULL, NULL);
+}
+
+nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name) {
+    char **grown = realloc(im->datasets, (size_t)(im->n_datasets + 1) * sizeof *grown);
+    if (!grown) return nv_fail(NV_ENOMEM, "out of memory");
+    im->datasets = grown;
+    if (!(grown[im->n_datasets] = strdup(name))) return nv_fail(NV_ENOMEM, "out of memory");
+    im->n_datasets++;
+    return NV_OK;
+}
+
+void nv_imatrix_free(nv_imatrix *im) {
+    for (int i = 0; i < im->n; i++) free(im->e[i].sum2);
+    free(im->e);
+    for (int i = 0; i < im->n_datasets; i++) free(im->datasets[i]);
+    free(im->datasets);
+    memset(im, 0, sizeof *im);
+}
+
+const nv_imatrix_entry *nv_imatrix_find(const nv_imatrix *im, const char *name) {
+    for (int i = 0; im && i < im->n; i++)
+        if (!strcmp(im->e[i].name, name)) return &im->e[i];
+    return NULL;
+}
+
+void nv_imatrix_means(const nv_imatrix_entry *e, float *out) {
+    for (int j = 0; j < e->k; j++) out[j] = e->count > 0 ? (float)(e->sum2[j] / e->count) : 1.0f;
+}
+
+nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, size_t name_len, int64_t k, nv_imatrix_entry **out) {
+    if (name_len == 0 || name_len >= sizeof im->e[0].name || memchr(name, 0, name_len))
+        return nv_fail(NV_EFORMAT, "%s: an entry's name is empty, longer than %zu bytes or holds a NUL", path,
+                       sizeof im->e[0].name - 1);
+    if (k < 1 || k > (1 << 24)) return nv_fail(NV_EFORMAT, "%s: an entry has %lld values (1..16777216)", path, (long long)k);
+    nv_imatrix_entry *grown = realloc(im->e, (size_t)(im->n + 1) * sizeof *grown);
+    if (!grown) return nv_fail(NV_ENOMEM, "out of memory");
+    im->e = grown;
+    nv_imatrix_entry *e = &im->e[im->n];
+    memset(e, 0, sizeof *e);
+    memcpy(e->name, name, name_len);
+    if (nv_imatrix_find(im, e->name)) return nv_fail(NV_EFORMAT, "%s: entry '%s' appears twice", path, e->name);
+    e->k = (int)k;
+    if (!(e->sum2 = calloc((size_t)k, sizeof *e->sum2))) return nv_fail(NV_ENOMEM, "out of memory");
+    im->n++;
+    *out = e;
+    return NV_OK;
+}
+
+static nv_err load_dat(const char *path, const nv_mapped *map, nv_imatrix *im) {
+    nv_reader r = nv_reader_make(map->data, map->len, path);
+    int32_t n_entries;
+    NV_TRY(nv_read_i32(&r, &n_entries, "entry count"));
+    if (n_entries < 1 || n_entries > 100000) return nv_fail(NV_EFORMAT, "%s: %d entries (1..100000)", path, n_entries);
+    for (int i = 0; i < n_entries; i++) {
+        int32_t len, ncall, nval;
+        const void *name, *vals;
+        NV_TRY(nv_read_i32(&r, &len, "name length"));
+        if (len < 1 || len > 4096) return nv_fail(NV_EFORMAT, "%s: entry %d's name is %d bytes", path, i, len);
+        NV_TRY(nv_read_view(&r, &name, (size_t)len, "name"));
+        NV_TRY(nv_read_i32(&r, &ncall, "call count"));
+        NV_TRY(nv_read_i32(&r, &nval, "value count"));
+        if (ncall < 1) return nv_fail(NV_EFORMAT, "%s: entry %d was collected over %d calls", path, i, ncall);
+        nv_imatrix_entry *e;
+        NV_TRY(nv_imatrix_add_entry(im, path, name, (size_t)len, nval, &e));
+        NV_TRY(nv_read_view(&r, &vals, (size_t)nval * sizeof(float), "values"));
+        for (int j = 0; j < nval; j++) {
+            float v;
+            memcpy(&v, (const uint8_t *)vals + (size_t)j * 4, 4);
+            if (!isfinite(v) || v < 0) return nv_fail(NV_EFORMAT, "%s: entry '%s' holds %g (finite, >= 0)", path, e->name, (double)v);
+            e->sum2[j] = v; /* mean x ncall: the means come back over the calls */
+        }
+        e->count = ncall;
+    }
+    int32_t last_call, dlen; /* optional */
+    if (nv_reader_left(&r) == 0) return NV_OK;
+    NV_TRY(nv_read_i32(&r, &last_call, "last call"));
+    NV_TRY(nv_read_i32(&r, &dlen, "dataset length"));
+    const void *ds;
+    if (dlen < 0 || dlen > 65536) return nv_fail(NV_EFORMAT, "%s: the dataset name is %d bytes", path, dlen);
+    NV_TRY(nv_read_view(&r, &ds, (size_t)dlen, "dataset"));
+    im->chunks = last_call > 0 ? last_call : 0;
+    char *d = strndup(ds, (size_t)dlen);
+    if (!d) return nv_fail(NV_ENOMEM, "out of memory");
+    nv_err e = dlen ? nv_imatrix_add_dataset(im, d) : NV_OK;
+    free(d);
+    if (e == NV_OK && nv_reader_left(&r)) e = nv_fail(NV_EFORMAT, "%s: %zu bytes after the dataset", path, nv_reader_left(&r));
+    return e;
+}
+
+nv_err nv_imatrix_load(const char *path, nv_imatrix *im) {
+    memset(im, 0, sizeof *im);
+    nv_mapped map;
+    NV_TRY(nv_file_map(path, &map));
+    const int gguf = nv_gguf_is(map.data, map.len);
+    nv_err e = gguf ? NV_OK : load_dat(path, &map, im);
+    nv_file_unmap(&map);
+    if (gguf) e = nv_gguf_load_imatrix(path, im);
+    if (e == NV_OK && im->n == 0) e = nv_fail(NV_EFORMAT, "%s: no importance matrix entries", path);
+    if (e != NV_OK) nv_imatrix_free(im);
+    return e;
+}
+
+nv_err nv_imatrix_save(const nv_imatrix *im, const char *path) { return nv_gguf_save_imatrix(im, path); }
