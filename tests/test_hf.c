@@ -538,6 +538,105 @@ static nv_err load_with(const char *dir, const char *from, const char *to, nv_co
     return nv_model_read_config(cfg_path, c);
 }
 
+static nv_err load_with(const char *dir, const char *from, const char *to, nv_config *c);
+
+/* YaRN (transformers' rope_type yarn): the divisors from its definition, computed here in double;
+ * the attention factor (0.1 ln(factor) + 1, or mscale / mscale_all_dim's ratio, or given); the
+ * table's cos and sin multiplied by it; written back to config.json and to GGUF (llama.cpp's
+ * rope.scaling keys, no rope_freqs tensor) and read back the same, with the same logits. */
+static void test_yarn(const char *dir) {
+    nv_config c;
+    T_CHECK(load_with(dir, "\"rope_scaling\":\tnull",
+                      "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 128}", &c) == NV_OK,
+            "%s", nv_errmsg());
+    const int half = c.head_dim / 2;
+    T_CHECK(c.n_rope_factors == half && c.yarn.factor == 4.0f && c.yarn.orig_ctx == 128 &&
+                fabs(c.yarn.attn_factor - (0.1 * log(4.0) + 1)) < 1e-6,
+            "yarn: %d factors, factor %g, attention %g", c.n_rope_factors, (double)c.yarn.factor, (double)c.yarn.attn_factor);
+    /* transformers' find_correction_range(32, 1, head_dim, theta, 128), truncated, and its linear ramp */
+    const double lo = fmax(0, floor(c.head_dim * log(128 / (32 * 2 * M_PI)) / (2 * log(10000.0)))),
+                 hi = fmin(c.head_dim - 1, ceil(c.head_dim * log(128 / (1 * 2 * M_PI)) / (2 * log(10000.0))));
+    int kept = 0, divided = 0;
+    for (int i = 0; i < half; i++) {
+        const double ramp = fmin(1, fmax(0, (i - lo) / (hi == lo ? 0.001 : hi - lo))), extrap = 1 - ramp;
+        const double inv = 1 / pow(10000.0, 2.0 * i / c.head_dim), blended = inv / 4 * (1 - extrap) + inv * extrap;
+        T_CHECK(fabs(c.rope_factors[i] - inv / blended) < 1e-5 * (inv / blended), "pair %d: divisor %g, want %g", i,
+                (double)c.rope_factors[i], inv / blended);
+        kept += c.rope_factors[i] == 1.0f, divided += c.rope_factors[i] == 4.0f;
+    }
+    T_CHECK(kept && divided && kept + divided < half, "the ramp keeps %d pairs and divides %d of %d", kept, divided, half);
+    float *cs = malloc(sizeof(float) * 3 * (size_t)c.head_dim);
+    if (cs) {
+        nv_rope_table(cs, &c, 3);
+        const float f1 = 1.0f / powf(c.rope_theta, 2.0f / (float)c.head_dim) / c.rope_factors[1];
+        T_CHECK(cs[0] == c.yarn.attn_factor && cs[1] == 0 && cs[2 * c.head_dim + 2] == cosf(2 * f1) * c.yarn.attn_factor,
+                "the table's cos and sin are not multiplied by the attention factor: %g", (double)cs[0]);
+        free(cs);
+    }
+    nv_config d;
+    T_CHECK(load_with(dir, "\"rope_scaling\":\tnull",
+                      "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, \"mscale\": 1.0, \"mscale_all_dim\": 0.5}", &d) == NV_OK &&
+                fabs(d.yarn.attn_factor - (0.1 * log(4.0) + 1) / (0.05 * log(4.0) + 1)) < 1e-6 && d.yarn.orig_ctx == d.seq_len,
+            "yarn with mscale and mscale_all_dim: %g, original context %d: %s", (double)d.yarn.attn_factor, d.yarn.orig_ctx, nv_errmsg());
+    T_CHECK(load_with(dir, "\"rope_scaling\":\tnull",
+                      "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2.0, \"attention_factor\": 0.75, \"truncate\": false}",
+                      &d) == NV_OK &&
+                d.yarn.attn_factor == 0.75f && d.yarn.no_truncate,
+            "yarn with its attention factor and no truncation: %s", nv_errmsg());
+    /* written back: config.json and GGUF, each read back the same, the same logits */
+    nv_model m;
+    if (nv_model_alloc(&m, &c) != NV_OK) return;
+    nv_model_init_random(&m, 3);
+    const char *out = folder("yarn-out");
+    char cfg[700], gg[700];
+    snprintf(cfg, sizeof cfg, "%s/config.json", out);
+    snprintf(gg, sizeof gg, "%s/yarn.gguf", out);
+    nv_model a, b;
+    T_CHECK(nv_hf_save(&m, NULL, out, NV_HF_F32, NULL) == NV_OK && nv_model_load(cfg, &a) == NV_OK &&
+                nv_gguf_save(&m, NULL, "yarn", gg, NV_GGUF_F32, NULL, NULL) == NV_OK && nv_model_load(gg, &b) == NV_OK,
+            "%s", nv_errmsg());
+    nv_gguf g;
+    if (nv_gguf_open(gg, &g) == NV_OK) {
+        size_t n = 0;
+        const char *type = nv_gguf_string(&g, "llama.rope.scaling.type", &n);
+        T_CHECK(type && n == 4 && !memcmp(type, "yarn", 4) && !nv_gguf_tensor_find(&g, "rope_freqs.weight"), "the GGUF's YaRN keys");
+        nv_gguf_close(&g);
+    }
+    const int toks[4] = {1, 403, 407, 261};
+    for (int which = 0; which < 2; which++) {
+        nv_model *r = which ? &b : &a;
+        if (!r->params) continue;
+        T_CHECK(!memcmp(r->config.rope_factors, c.rope_factors, sizeof(float) * (size_t)half) &&
+                    r->config.yarn.attn_factor == c.yarn.attn_factor && r->config.yarn.orig_ctx == 128,
+                "%s: YaRN read back otherwise (attention %g)", which ? "GGUF" : "config.json", (double)r->config.yarn.attn_factor);
+        nv_state s1, s2;
+        if (nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK && nv_model_build_plans(r, NV_ENGINE_SCALAR) == NV_OK &&
+            nv_state_init(&s1, &c, 4, 8, 0) == NV_OK && nv_state_init(&s2, &r->config, 4, 8, 0) == NV_OK) {
+            T_CHECK(nv_forward(&m, &s1, toks, 4, 0) == NV_OK && nv_forward(r, &s2, toks, 4, 0) == NV_OK &&
+                        !memcmp(s1.logits, s2.logits, sizeof(float) * (size_t)c.vocab_size),
+                    "%s: other logits", which ? "GGUF" : "config.json");
+            nv_state_free(&s1);
+            nv_state_free(&s2);
+        }
+        nv_model_free(r);
+    }
+    /* a GGUF file's YaRN without its original context is refused */
+    char *bytes = NULL;
+    size_t len = 0;
+    if (nv_file_read_all(gg, &bytes, &len) == NV_OK) {
+        char *at = memmem(bytes, len, "original_context_length", 23);
+        if (at) at[22] = 'X';
+        nv_model bad;
+        T_CHECK(at && nv_model_load(t_write("yarn-bad.gguf", bytes, len), &bad) == NV_EFORMAT && strstr(nv_errmsg(), "original_context_length"),
+                "YaRN without its original context: %s", nv_errmsg());
+        free(bytes);
+    }
+    /* an unrounded ramp has no GGUF form */
+    m.config.yarn.no_truncate = 1;
+    T_CHECK(nv_gguf_save(&m, NULL, "yarn", gg, NV_GGUF_F32, NULL, NULL) == NV_EUNSUPPORTED, "truncate false written to GGUF");
+    nv_model_free(&m);
+}
+
 /* config.json: what is refused, and Llama 3.1's RoPE scaling and Mistral's window as they are meant. */
 static void test_config(void) {
     const char *src = folder("cfg-src");
@@ -552,7 +651,10 @@ static void test_config(void) {
         {"\"hidden_size\":\t64,", "", NV_EFORMAT, "'hidden_size' is missing"},
         {"\"num_attention_heads\":\t8", "\"num_attention_heads\":\t0", NV_EFORMAT, "num_attention_heads"},
         {"\"hidden_size\":\t64", "\"hidden_size\":\t64.5", NV_EFORMAT, "whole number"},
-        {"\"rope_scaling\":\tnull", "\"rope_scaling\":\t{\"rope_type\": \"yarn\", \"factor\": 4}", NV_EUNSUPPORTED, "'yarn'"},
+        {"\"rope_scaling\":\tnull", "\"rope_scaling\":\t{\"rope_type\": \"dynamic\", \"factor\": 4}", NV_EUNSUPPORTED, "'dynamic'"},
+        {"\"rope_scaling\":\tnull", "\"rope_scaling\":\t{\"rope_type\": \"yarn\", \"factor\": 0.5}", NV_EFORMAT, "yarn factor"},
+        {"\"rope_scaling\":\tnull", "\"rope_scaling\":\t{\"rope_type\": \"yarn\", \"factor\": 4, \"beta_fast\": 1, \"beta_slow\": 32}",
+         NV_EFORMAT, "betas"},
         {"\"attention_bias\":\tfalse", "\"attention_bias\":\ttrue", NV_EUNSUPPORTED, "attention output biases"},
         {"\"attention_bias\":\tfalse", "\"attention_bias\":\tfalse, \"mlp_bias\": true", NV_EUNSUPPORTED, "feed-forward"},
         {"\"vocab_size\":\t512", "\"vocab_size\":\t513", NV_EFORMAT, "model.embed_tokens.weight"},
@@ -602,6 +704,7 @@ static void test_config(void) {
     }
     T_CHECK(load_with(dir, "\"rope_scaling\":\tnull", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": -1}", &c) == NV_EFORMAT,
             "a negative linear factor");
+    test_yarn(dir);
     /* a Mistral window shorter than the context caps it; a Qwen2 one counts only when used */
     T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": 100", &c) == NV_OK && c.seq_len == 100, "%d", c.seq_len);
     T_CHECK(load_with(dir, "\"llama\"", "\"mistral\", \"sliding_window\": null", &c) == NV_OK && c.seq_len == 512, "%d", c.seq_len);

@@ -44,6 +44,45 @@ nv_err nv_config_validate(const nv_config *c) {
     for (int i = 0; i < c->n_rope_factors; i++)
         if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]))
             return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g; they must be positive", i, c->rope_factors[i]);
+    const nv_rope_yarn *y = &c->yarn;
+    if (y->factor != 0.0f &&
+        (!(y->factor >= 1.0f && y->factor < 1e6f) || y->orig_ctx < 1 || !(y->beta_fast > y->beta_slow) || !(y->beta_slow > 0.0f) ||
+         !isfinite(y->beta_fast) || !(y->attn_factor > 0.0f && y->attn_factor < 1e3f) || c->n_rope_factors != c->head_dim / 2))
+        return nv_fail(NV_EFORMAT, "model config: YaRN's factor %g (1..1e6), original context %d, betas %g > %g > 0 or attention "
+                                   "factor %g is out of range",
+                       (double)y->factor, y->orig_ctx, (double)y->beta_fast, (double)y->beta_slow, (double)y->attn_factor);
+    return NV_OK;
+}
+
+double nv_yarn_mscale(double factor) { return factor <= 1 ? 1.0 : 0.1 * log(factor) + 1.0; }
+
+/* The pair index at which a rotation makes `turns` turns over ctx positions (transformers'
+ * find_correction_dim). */
+static double yarn_dim(double turns, int head_dim, double theta, int ctx) {
+    return head_dim * log(ctx / (turns * 2 * M_PI)) / (2 * log(theta));
+}
+
+nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y) {
+    if (c->n_rope_factors) return nv_fail(NV_EUNSUPPORTED, "YaRN over other RoPE frequency factors is not supported");
+    if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
+        return nv_fail(NV_EUNSUPPORTED, "RoPE frequency factors for a head of %d (at most %d)", c->head_dim, 2 * NV_ROPE_FACTORS_MAX);
+    if (!(y->factor >= 1.0f && y->factor < 1e6f) || y->orig_ctx < 1 || !(y->beta_fast > y->beta_slow) || !(y->beta_slow > 0.0f) ||
+        !isfinite(y->beta_fast) || !(y->attn_factor >= 0.0f && y->attn_factor < 1e3f))
+        return nv_fail(NV_EFORMAT, "YaRN: factor %g (1..1e6), original context %d, betas %g > %g > 0 or attention factor %g out of range",
+                       (double)y->factor, y->orig_ctx, (double)y->beta_fast, (double)y->beta_slow, (double)y->attn_factor);
+    double lo = yarn_dim(y->beta_fast, c->head_dim, c->rope_theta, y->orig_ctx);
+    double hi = yarn_dim(y->beta_slow, c->head_dim, c->rope_theta, y->orig_ctx);
+    if (!y->no_truncate) lo = floor(lo), hi = ceil(hi);
+    lo = fmax(lo, 0), hi = fmin(hi, c->head_dim - 1);
+    if (lo == hi) hi += 0.001;
+    c->n_rope_factors = c->head_dim / 2;
+    for (int i = 0; i < c->n_rope_factors; i++) {
+        /* the share of the frequency kept as it is: 1 for the fast pairs, 0 for the slow ones */
+        const double keep = 1 - fmin(1, fmax(0, (i - lo) / (hi - lo)));
+        c->rope_factors[i] = (float)(1 / ((1 - keep) / y->factor + keep));
+    }
+    c->yarn = *y;
+    if (y->attn_factor == 0.0f) c->yarn.attn_factor = (float)nv_yarn_mscale(y->factor);
     return NV_OK;
 }
 
@@ -60,6 +99,7 @@ nv_err nv_config_rope_linear(nv_config *c, float factor) {
 
 uint64_t nv_config_rope_key(const nv_config *c) {
     uint64_t h = nv_checksum64(&c->rope_theta, sizeof c->rope_theta, (uint64_t)c->head_dim);
+    if (c->yarn.factor != 0.0f) h = nv_checksum64(&c->yarn.attn_factor, sizeof c->yarn.attn_factor, h);
     return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);
 }
 
@@ -80,11 +120,11 @@ typedef struct {
 } preset;
 
 static const preset presets[] = {
-    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
-    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
-    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
-    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0}},
-    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0}},
+    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
+    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
+    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
+    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
+    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_YARN}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

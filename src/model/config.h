@@ -14,6 +14,19 @@
 
 #define NV_ROPE_FACTORS_MAX 256 /* head sizes up to 512 */
 
+/* YaRN's RoPE scaling, as transformers' rope_type "yarn" and llama.cpp's rope.scaling.type yarn
+ * define it: the rotation frequencies blended between interpolated (divided by factor) and kept,
+ * by a ramp over the pairs whose wavelengths fit orig_ctx between beta_fast and beta_slow turns,
+ * and every cos and sin multiplied by attn_factor (the attention temperature). factor 0: none. */
+typedef struct {
+    float factor;
+    int orig_ctx;
+    float beta_fast, beta_slow;
+    float attn_factor; /* the multiplier itself: 0.1 ln(factor) + 1 unless the model says otherwise */
+    int no_truncate;   /* transformers' truncate false: the ramp's ends not rounded to whole pairs */
+} nv_rope_yarn;
+#define NV_NO_YARN {0, 0, 0, 0, 0, 0} /* for positional nv_config initializers */
+
 typedef struct {
     int dim;          /* residual stream width */
     int hidden_dim;   /* SwiGLU inner width */
@@ -32,6 +45,7 @@ typedef struct {
     int n_rope_factors;
     float rope_factors[NV_ROPE_FACTORS_MAX];
     int qkv_bias; /* Qwen2: biases added to the query, key and value projections */
+    nv_rope_yarn yarn; /* with YaRN, rope_factors are the divisors its blend gives (made by nv_config_rope_yarn) */
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
@@ -43,6 +57,11 @@ nv_err nv_config_validate(const nv_config *c);
 /* Linear RoPE scaling (positions divided by factor): every frequency's divisor multiplied by it
  * (all of them factor when there were none). */
 nv_err nv_config_rope_linear(nv_config *c, float factor);
+/* YaRN scaling (y->attn_factor 0: transformers' default, 0.1 ln(factor) + 1): the divisors of its
+ * blend into rope_factors and y kept in c->yarn (refused over other RoPE factors). */
+nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y);
+/* transformers' and llama.cpp's YaRN attention multiplier for a factor: 0.1 ln(factor) + 1 (1 when factor <= 1). */
+double nv_yarn_mscale(double factor);
 uint64_t nv_config_rope_key(const nv_config *c);
 /* Number of fp32 parameters (the classifier counted once when shared). */
 uint64_t nv_config_param_count(const nv_config *c);

@@ -549,16 +549,35 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
         return nv_fail(NV_EUNSUPPORTED, "%s: rotary dimension %lld differs from the head size %lld", g->path, (long long)rot,
                        (long long)head_dim);
     /* RoPE scaling: linear (positions divided by the factor; a factor without a type is linear, as
-     * llama.cpp reads it) is every frequency's divisor; YaRN and the rest are refused rather than run
-     * with the wrong positions. Llama 3.1+'s per-frequency divisors (the rope_freqs tensor) too. */
+     * llama.cpp reads it) is every frequency's divisor; YaRN as llama.cpp runs it (its attention
+     * factor times 0.1 ln(factor) + 1); the rest are refused rather than run with the wrong
+     * positions. Llama 3.1+'s per-frequency divisors (the rope_freqs tensor) too. */
     size_t sl = 0;
     const char *scaling = nv_gguf_string(g, akey(k, sizeof k, arch, "rope.scaling.type"), &sl);
     float factor = 1.0f;
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.factor"), 1.0f, &factor));
-    if (scaling && !name_is(scaling, sl, "none") && !name_is(scaling, sl, "linear"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling.type %.*s), which is not supported (linear is)",
+    const int yarn = scaling && name_is(scaling, sl, "yarn");
+    if (scaling && !name_is(scaling, sl, "none") && !name_is(scaling, sl, "linear") && !yarn)
+        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling.type %.*s), which is not supported (linear and yarn are)",
                        g->path, arch, scaling ? (int)(sl < 32 ? sl : 32) : 4, scaling ? scaling : "none");
-    const int linear = factor != 1.0f && factor != 0.0f; /* llama.cpp divides by the factor whatever the type says */
+    nv_rope_yarn y = {0};
+    if (yarn) {
+        int64_t orig = 0;
+        float attn = 1.0f, log_mul = 0.0f;
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "rope.scaling.original_context_length"), -1, &orig));
+        NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), 1.0f, &attn));
+        NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_fast"), 32.0f, &y.beta_fast));
+        NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_slow"), 1.0f, &y.beta_slow));
+        NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.yarn_log_multiplier"), 0.0f, &log_mul));
+        if (log_mul != 0.0f)
+            return nv_fail(NV_EUNSUPPORTED, "%s: YaRN with a log multiplier (DeepSeek's attention scaling) is not supported", g->path);
+        if (orig < 1 || orig > (1 << 30) || !(attn > 0.0f && attn < 1e3f))
+            return nv_fail(NV_EFORMAT, "%s: YaRN's original context %lld or attention factor %g is out of range", g->path, (long long)orig,
+                           (double)attn);
+        y.factor = factor, y.orig_ctx = (int)orig;
+        y.attn_factor = (float)(attn * nv_yarn_mscale(factor));
+    }
+    const int linear = !yarn && factor != 1.0f && factor != 0.0f; /* llama.cpp divides by the factor whatever the type says */
     if (linear && !(factor > 0.0f && factor < 1e6f))
         return nv_fail(NV_EFORMAT, "%s: %s.rope.scaling.factor %g is out of range", g->path, arch, (double)factor);
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
@@ -600,6 +619,11 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
         NV_TRY(take(g, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, c->rope_factors));
     }
     if (linear) NV_TRY(nv_config_rope_linear(c, factor));
+    if (yarn && nv_config_rope_yarn(c, &y) != NV_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", nv_errmsg()); /* nv_fail writes over the message it would read */
+        return nv_fail(NV_EFORMAT, "%s: %s", g->path, why);
+    }
     return nv_config_validate(c);
 }
 
@@ -1513,14 +1537,19 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     float *qk_copy = NULL;
     if (c->qk_norm || c->qkv_bias) NV_TRY(nv_model_half_view(m, &qw, &qk_copy));
     else qw = (nv_model){.config = *c, .w = m->w};
-    const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0);
+    const int yarn = c->yarn.factor != 0.0f; /* its keys, not its divisors, as llama.cpp reads it */
+    if (yarn && c->yarn.no_truncate) {
+        free(qk_copy);
+        return nv_fail(NV_EUNSUPPORTED, "%s: YaRN without rounding its ramp (transformers' truncate false) has no GGUF form", path);
+    }
+    const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0 && !yarn);
     nv_tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) {
         free(qk_copy);
         return nv_fail(NV_ENOMEM, "out of memory");
     }
     const size_t nw = nv_model_tensor_map(c, &qw.w, t);
-    if (c->n_rope_factors) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
+    if (c->n_rope_factors && !yarn) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
         t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors};
     const char *arch = arch_name(c->qk_norm, c->qkv_bias);
     char k[96];
@@ -1549,6 +1578,16 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_u32(&b, akey(k, sizeof k, arch, "attention.value_length"), (uint32_t)c->head_dim);
     kv_f32(&b, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), c->norm_eps);
     kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
+    if (yarn) {
+        kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "yarn");
+        kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->yarn.factor);
+        kv_u32(&b, akey(k, sizeof k, arch, "rope.scaling.original_context_length"), (uint32_t)c->yarn.orig_ctx);
+        const double attn = c->yarn.attn_factor / nv_yarn_mscale(c->yarn.factor); /* llama.cpp multiplies it back */
+        kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), fabs(attn - 1) < 1e-6 ? 1.0f : (float)attn);
+        kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_fast"), c->yarn.beta_fast);
+        kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_slow"), c->yarn.beta_slow);
+        n_kv += 6;
+    }
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
     if (chat_template) kv_str(&b, "tokenizer.chat_template", chat_template), n_kv++;
     /* an importance matrix: each entry a quantized matrix uses must have its row's width (checked

@@ -96,6 +96,37 @@ static const char *str_of(const cJSON *v) { return cJSON_IsString(v) ? v->values
 
 /* ---- config.json ----------------------------------------------------------------------------- */
 
+/* transformers' YaRN: factor, original_max_position_embeddings (default the model's context),
+ * beta_fast and beta_slow (32, 1), truncate (true), and the attention factor: attention_factor when
+ * given, else mscale / mscale_all_dim's ratio of 0.1 m ln(factor) + 1 when both are, else
+ * 0.1 ln(factor) + 1. */
+static nv_err yarn_params(const char *path, const cJSON *rs, int64_t ctx, nv_config *c) {
+    double factor, orig, fast, slow, attn, ms, ms_all;
+    int truncate;
+    NV_TRY(get_real(path, rs, "factor", 0.0, &factor));
+    NV_TRY(get_real(path, rs, "original_max_position_embeddings", (double)ctx, &orig));
+    NV_TRY(get_real(path, rs, "beta_fast", 32.0, &fast));
+    NV_TRY(get_real(path, rs, "beta_slow", 1.0, &slow));
+    NV_TRY(get_real(path, rs, "attention_factor", 0.0, &attn));
+    NV_TRY(get_real(path, rs, "mscale", 0.0, &ms));
+    NV_TRY(get_real(path, rs, "mscale_all_dim", 0.0, &ms_all));
+    NV_TRY(get_flag(path, rs, "truncate", 1, &truncate));
+    if (!(factor >= 1 && factor < 1e6) || !(orig >= 1 && orig <= (1 << 30)) || orig != floor(orig) || attn < 0)
+        return nv_fail(NV_EFORMAT, "%s: rope_scaling's yarn factor %g or original_max_position_embeddings %g is out of range", path,
+                       factor, orig);
+    if (attn == 0 && ms > 0 && ms_all > 0) {
+        const double l = factor <= 1 ? 0 : log(factor);
+        attn = (0.1 * ms * l + 1) / (0.1 * ms_all * l + 1);
+    }
+    const nv_rope_yarn y = {(float)factor, (int)orig, (float)fast, (float)slow, (float)attn, !truncate};
+    if (nv_config_rope_yarn(c, &y) != NV_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", nv_errmsg()); /* nv_fail writes over the message it would read */
+        return nv_fail(NV_EFORMAT, "%s: rope_scaling: %s", path, why);
+    }
+    return NV_OK;
+}
+
 /* Llama 3.1's rule for the rotation frequencies (what llama.cpp's converter stores as
  * rope_freqs): long wavelengths divided by factor, short ones kept, a smooth blend between. */
 static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
@@ -198,8 +229,9 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
         NV_TRY(get_real(path, rs, "factor", 0.0, &factor));
         if (!(factor > 0 && factor < 1e6)) return nv_fail(NV_EFORMAT, "%s: rope_scaling's linear factor is out of range", path);
         NV_TRY(nv_config_rope_linear(c, (float)factor));
-    } else if (rtype && strcmp(rtype, "default"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE scaling '%s' is not supported (llama3's and linear are)", path,
+    } else if (rtype && !strcmp(rtype, "yarn")) NV_TRY(yarn_params(path, rs, ctx, c));
+    else if (rtype && strcmp(rtype, "default"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE scaling '%s' is not supported (llama3's, linear and yarn are)", path,
                        nv_gguf_shown(rtype, strlen(rtype), shown, sizeof shown));
     else if (rs && !rtype)
         return nv_fail(NV_EFORMAT, "%s: rope_scaling names no rope_type", path);
@@ -1199,9 +1231,10 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
 
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template) {
     const nv_config *c = &m->config;
-    int linear = c->n_rope_factors > 0; /* one divisor for every frequency: linear scaling by it */
-    for (int i = 1; i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];
-    if (c->n_rope_factors && !linear)
+    const int yarn = c->yarn.factor != 0.0f; /* its parameters, not its divisors */
+    int linear = c->n_rope_factors > 0 && !yarn; /* one divisor for every frequency: linear scaling by it */
+    for (int i = 1; linear && i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];
+    if (c->n_rope_factors && !linear && !yarn)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
@@ -1226,6 +1259,15 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         cJSON *rs = cJSON_AddObjectToObject(cfg, "rope_scaling");
         cJSON_AddStringToObject(rs, "rope_type", "linear");
         cJSON_AddNumberToObject(rs, "factor", c->rope_factors[0]);
+    } else if (yarn) {
+        cJSON *rs = cJSON_AddObjectToObject(cfg, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "yarn");
+        cJSON_AddNumberToObject(rs, "factor", shortest(c->yarn.factor));
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->yarn.orig_ctx);
+        cJSON_AddNumberToObject(rs, "beta_fast", shortest(c->yarn.beta_fast));
+        cJSON_AddNumberToObject(rs, "beta_slow", shortest(c->yarn.beta_slow));
+        cJSON_AddNumberToObject(rs, "attention_factor", shortest(c->yarn.attn_factor));
+        if (c->yarn.no_truncate) cJSON_AddBoolToObject(rs, "truncate", 0);
     } else {
         cJSON_AddNullToObject(cfg, "rope_scaling");
     }
