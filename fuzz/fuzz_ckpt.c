@@ -7,8 +7,8 @@
  * header's config is valid and implies n_params, the three arrays lie inside the mapping, and
  * does what `nerve export` does: writes the weights as a llama2.c v1 model (refused only for
  * shapes v1 cannot hold) and loads that back, which must give the same weights; a LoRA run's
- * checkpoint (version 2) instead must hold exactly its shape's adapters. Version 1 files (a
- * 120-byte header) are read too. */
+ * checkpoint (version 2 on) instead must hold exactly its shape's adapters. Version 1 and 2 files
+ * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling. */
 #include <stddef.h>
 
 #include "base/hash.h"
@@ -20,10 +20,11 @@
 #define FZ_MAX_INPUT (1u << 20)
 #define FZ_PREFIX 16 /* magic, version, header size */
 #define FZ_V1_HEADER 120u /* version 1's header: the fields before the LoRA ones */
+#define FZ_V2_HEADER 144u /* version 2's: before the RoPE factors */
 
 static volatile float sink;
 
-/* The header size the file gives (version 1's or 2's: the loader took no other). */
+/* The header size the file gives (version 1's, 2's or 3's: the loader took no other). */
 static uint32_t header_bytes(const nv_ckpt *c) {
     uint32_t hb;
     memcpy(&hb, c->map.data + 12, 4);
@@ -81,8 +82,9 @@ static void try_load(const uint8_t *data, size_t size) {
     nv_ckpt_header_get_config(&ck.h, &c);
     FZ_CHECK(nv_config_validate(&c) == NV_OK, "accepted config is invalid: %s", nv_errmsg());
     const uint32_t hb = header_bytes(&ck);
-    FZ_CHECK(hb == FZ_V1_HEADER || hb == sizeof ck.h, "header of %u bytes accepted", hb);
-    FZ_CHECK(hb == sizeof ck.h || ck.h.lora_rank == 0, "a version 1 header read LoRA fields");
+    FZ_CHECK(hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == sizeof ck.h, "header of %u bytes accepted", hb);
+    FZ_CHECK(hb != FZ_V1_HEADER || ck.h.lora_rank == 0, "a version 1 header read LoRA fields");
+    FZ_CHECK(hb == sizeof ck.h || (ck.h.n_rope_factors == 0 && ck.h.yarn_factor == 0), "an older header read RoPE fields");
     const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};
     FZ_CHECK(!lora.rank || nv_lora_validate(&c, &lora) == NV_OK, "accepted LoRA shape is invalid: %s", nv_errmsg());
     FZ_CHECK(ck.h.n_params == (lora.rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c)),
@@ -102,7 +104,7 @@ static int fix_checksum(uint8_t *buf, size_t size) {
     if (size < FZ_PREFIX) return 0;
     uint32_t hb;
     memcpy(&hb, buf + 12, 4);
-    if (hb != FZ_V1_HEADER && hb != sizeof(nv_ckpt_header)) return 0;
+    if (hb != FZ_V1_HEADER && hb != FZ_V2_HEADER && hb != sizeof(nv_ckpt_header)) return 0;
     size_t hdr = FZ_PREFIX + hb;
     if (size < hdr + 8) return 0;
     uint64_t n;

@@ -112,7 +112,7 @@ static void models(void) {
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
     /* qwen2: projection biases; Llama 3.1-style RoPE frequency factors on a llama model */
-    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1};
+    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_YARN};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     for (int i = 0; i < 8; i++) m.w.bq[i] = 0.1f * (float)i;
@@ -176,13 +176,13 @@ static void hf(void) {
     hf_seed(&m, NULL, "llama_f16.hf", 1, NV_HF_F16); /* F16 matrices: fp16 plan sources for inference */
     nv_model_free(&m);
     /* Qwen3 (QK-norm, head size 6, an untied classifier) and Qwen2 (biases) */
-    nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0};
+    nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_YARN};
     check(nv_model_alloc(&m, &q3));
     nv_model_init_random(&m, 9);
     hf_seed(&m, NULL, "qwen3.hf", 1, NV_HF_F32);
     hf_seed(&m, NULL, "qwen3_f16.hf", 1, NV_HF_F16); /* its query/key sources reordered too */
     nv_model_free(&m);
-    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1};
+    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_YARN};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     hf_seed(&m, NULL, "qwen2.hf", 1, NV_HF_F32);
@@ -273,7 +273,7 @@ static void tokenizers(void) {
 
 static void ckpts(void) {
     nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN},  /* llama2.c shape */
-                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0}};    /* Qwen3-like: head_dim 6, QK-norm */
+                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_YARN}};    /* Qwen3-like: head_dim 6, QK-norm */
     for (int i = 0; i < 2; i++) {
         nv_model m;
         check(nv_model_alloc(&m, &cs[i]));

@@ -321,7 +321,7 @@ static void test_merge_reference(void) {
  * are stored reordered, as llama.cpp's converter writes them for that architecture). */
 static void test_gguf_round_trip(void) {
     nv_config cs[2] = {{16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN},
-                       {32, 48, 2, 4, 2, 8, 23, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0}};
+                       {32, 48, 2, 4, 2, 8, 23, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_YARN}};
     for (int k = 0; k < 2; k++) {
         const nv_lora_shape s = {4, 8.0f, k ? NV_LORA_ALL : (NV_LORA_Q | NV_LORA_V | NV_LORA_UP)};
         float *ad = random_adapters(&cs[k], &s, 21, 1.0f), *back = NULL;

@@ -199,6 +199,18 @@ static void test_recompute_run(void) {
     for (int i = 0; i < na && i < nb; i++) T_CHECK(!strcmp(la[i], lb[i]), "step %d: loss %s kept, %s mixed", i + 1, la[i], lb[i]);
 }
 
+/* A checkpoint of config c with zero weights and moments (*p, *m, *v, n of each: returned) saved to
+ * path with header *h and loaded into *k. */
+static size_t zero_ckpt(const nv_config *c, const char *path, nv_ckpt_header *h, float **p, float **m, float **v, nv_ckpt *k) {
+    memset(h, 0, sizeof *h);
+    nv_ckpt_header_set_config(h, c);
+    h->n_params = nv_config_param_count(c);
+    const size_t n = (size_t)h->n_params;
+    *p = calloc(n, sizeof(float)), *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    T_CHECK(nv_ckpt_save(path, h, *p, *m, *v) == NV_OK && nv_ckpt_load(path, k) == NV_OK, "%s", nv_errmsg());
+    return n;
+}
+
 /* A checkpoint written by nv_ckpt_save loads back; header flags other than 0/1 are refused
  * (found by fuzz/fuzz_ckpt.c: any non-zero value used to read as true). */
 static void test_ckpt_roundtrip_and_flags(void) {
@@ -224,12 +236,7 @@ static void test_ckpt_roundtrip_and_flags(void) {
     free(p), free(m), free(v);
     /* the projection-bias flag (qwen2): kept, and refused when neither 0 nor 1 */
     c.qkv_bias = 1;
-    memset(&h, 0, sizeof h);
-    nv_ckpt_header_set_config(&h, &c);
-    h.n_params = nv_config_param_count(&c);
-    n = (size_t)h.n_params;
-    p = calloc(n, sizeof(float)), m = calloc(n, sizeof(float)), v = calloc(n, sizeof(float));
-    T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK && nv_ckpt_load(path, &k) == NV_OK, "%s", nv_errmsg());
+    n = zero_ckpt(&c, path, &h, &p, &m, &v, &k);
     nv_config back;
     nv_ckpt_header_get_config(&k.h, &back);
     T_CHECK(back.qkv_bias == 1 && !memcmp(&back, &c, sizeof c), "the bias flag survives the round trip");
@@ -237,6 +244,31 @@ static void test_ckpt_roundtrip_and_flags(void) {
     h.qkv_bias = 3;
     T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK, "%s", nv_errmsg());
     T_CHECK(nv_ckpt_load(path, &k) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "bias flag 3 accepted: %s", nv_errmsg());
+    free(p), free(m), free(v);
+    /* RoPE factors and YaRN's parameters (version 3) survive; a version 2 file (a 144-byte header,
+       none of them) still loads */
+    T_CHECK(nv_config_preset("stories260K", &c) == NV_OK, "%s", nv_errmsg());
+    const nv_rope_yarn y = {8.0f, 64, 32.0f, 1.0f, 0.0f, 1};
+    T_CHECK(nv_config_rope_yarn(&c, &y) == NV_OK, "%s", nv_errmsg());
+    n = zero_ckpt(&c, path, &h, &p, &m, &v, &k);
+    nv_ckpt_header_get_config(&k.h, &back);
+    T_CHECK(!memcmp(&back, &c, sizeof c) && back.yarn.no_truncate == 1, "YaRN does not survive the round trip");
+    nv_ckpt_close(&k);
+    nv_ckpt_header h2 = h;
+    h2.n_rope_factors = 0, h2.yarn_factor = 0; /* written as version 2 wrote it */
+    memset(h2.rope_factors, 0, sizeof h2.rope_factors);
+    uint32_t ver = 2, hb = 144;
+    uint64_t sum = nv_checksum64("NVCKPT01", 8, 0);
+    sum = nv_checksum64(&ver, 4, sum), sum = nv_checksum64(&hb, 4, sum), sum = nv_checksum64(&h2, hb, sum);
+    for (int part = 0; part < 3; part++) sum = nv_checksum64(part == 0 ? p : part == 1 ? m : v, n * sizeof(float), sum);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite("NVCKPT01", 1, 8, f), fwrite(&ver, 4, 1, f), fwrite(&hb, 4, 1, f), fwrite(&h2, 1, hb, f);
+        fwrite(p, sizeof(float), n, f), fwrite(m, sizeof(float), n, f), fwrite(v, sizeof(float), n, f), fwrite(&sum, 8, 1, f);
+        fclose(f);
+    }
+    T_CHECK(nv_ckpt_load(path, &k) == NV_OK && k.h.n_rope_factors == 0, "a version 2 checkpoint: %s", nv_errmsg());
+    nv_ckpt_close(&k);
     free(p), free(m), free(v);
 }
 
@@ -341,6 +373,57 @@ static float val_at(const char *dir, int want_step) {
     }
     free(text);
     return v;
+}
+
+/* A model whose RoPE is scaled (YaRN here; Llama 3.1+'s factors take the same path) fine-tunes
+ * with that rotation: its checkpoint keeps the divisors and YaRN's parameters (version 3), the
+ * validation loss before any step differs from the same weights without the scaling, the run
+ * ends with a model.gguf of the same scaling, and a resume takes the checkpoint. */
+static void test_scaled_rope_finetune(void) {
+    const char *bp = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin"), *data = t_data("corpus/tinystories_valid_head.txt");
+    if (!bp || !tok || !data) return;
+    nv_model m;
+    T_CHECK(nv_model_load(bp, &m) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    char plain[700], yarn[700], args[4096], err[4096], dy[700], dp[700];
+    snprintf(plain, sizeof plain, "%s/plain.gguf", t_tmpdir());
+    snprintf(yarn, sizeof yarn, "%s/yarn.gguf", t_tmpdir());
+    T_CHECK(nv_gguf_save(&m, NULL, "plain", plain, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    const nv_rope_yarn y = {4.0f, 128, 32.0f, 1.0f, 0.0f, 0};
+    T_CHECK(nv_config_rope_yarn(&m.config, &y) == NV_OK && nv_gguf_save(&m, NULL, "yarn", yarn, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s",
+            nv_errmsg());
+    snprintf(dy, sizeof dy, "%s/yarn-run", t_tmpdir());
+    snprintf(dp, sizeof dp, "%s/plain-run", t_tmpdir());
+    for (int which = 0; which < 2; which++) {
+        snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 2 --batch 2 --seq 64 --eval-every 1 --eval-batches 2 "
+                 "--seed 5 --quiet --out %s", which ? plain : yarn, tok, data, which ? dp : dy);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "train failed: %s", err);
+    }
+    const float vy = val_at(dy, 0), vp = val_at(dp, 0);
+    T_CHECK(vy == vy && vp == vp && vy != vp, "validation before training: %g with YaRN, %g without", (double)vy, (double)vp);
+    char ck[800], out[800];
+    snprintf(ck, sizeof ck, "%s/ckpt.bin", dy);
+    snprintf(out, sizeof out, "%s/model.gguf", dy);
+    nv_ckpt k;
+    nv_model r;
+    T_CHECK(nv_ckpt_load(ck, &k) == NV_OK && nv_model_load(out, &r) == NV_OK, "%s", nv_errmsg());
+    if (k.params) {
+        nv_config kc;
+        nv_ckpt_header_get_config(&k.h, &kc);
+        T_CHECK(kc.n_rope_factors == m.config.n_rope_factors && kc.yarn.attn_factor == m.config.yarn.attn_factor &&
+                    !memcmp(kc.rope_factors, m.config.rope_factors, sizeof kc.rope_factors),
+                "the checkpoint lost the scaling");
+        nv_ckpt_close(&k);
+    }
+    if (r.params)
+        T_CHECK(r.config.yarn.factor == 4.0f && r.config.yarn.orig_ctx == 128 &&
+                    !memcmp(r.config.rope_factors, m.config.rope_factors, sizeof r.config.rope_factors),
+                "model.gguf lost the scaling");
+    nv_model_free(&r);
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 3 --batch 2 --seq 64 --eval-every 1 --eval-batches 2 "
+             "--seed 5 --quiet --out %s --resume", yarn, tok, data, dy);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume failed: %s", err);
+    nv_model_free(&m);
 }
 
 static void test_finetune_stories260K_lowers_val_loss(void) {
@@ -1412,6 +1495,7 @@ int main(void) {
     T_RUN(test_corrupt_checkpoint_refused_and_kept);
     T_RUN(test_export_then_generate);
     T_RUN(test_qk_norm_run_writes_gguf);
+    T_RUN(test_scaled_rope_finetune);
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_val_data_files);
     T_RUN(test_lr_schedule_flag);

@@ -9,11 +9,13 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 2u
-/* version 1's header: the fields before the LoRA ones */
+#define CKPT_VERSION 3u
+/* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
+#define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 _Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 144, "version 2's header is 144 bytes (docs/formats.md)");
+_Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's header is 144 bytes");
+_Static_assert(sizeof(nv_ckpt_header) == 1200, "version 3's header is 1200 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -29,10 +31,14 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->qkv_bias = c->qkv_bias;
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
+    h->n_rope_factors = c->n_rope_factors;
+    memcpy(h->rope_factors, c->rope_factors, sizeof h->rope_factors);
+    h->yarn_factor = c->yarn.factor, h->yarn_beta_fast = c->yarn.beta_fast, h->yarn_beta_slow = c->yarn.beta_slow;
+    h->yarn_attn_factor = c->yarn.attn_factor, h->yarn_orig_ctx = c->yarn.orig_ctx, h->yarn_no_truncate = c->yarn.no_truncate;
 }
 
 void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
-    memset(c, 0, sizeof *c); /* what the header has no field for: none (training refuses RoPE factors) */
+    memset(c, 0, sizeof *c);
     c->dim = h->dim;
     c->hidden_dim = h->hidden_dim;
     c->n_layers = h->n_layers;
@@ -46,6 +52,10 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->qkv_bias = h->qkv_bias;
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
+    c->n_rope_factors = h->n_rope_factors;
+    memcpy(c->rope_factors, h->rope_factors, sizeof c->rope_factors);
+    c->yarn = (nv_rope_yarn){h->yarn_factor, h->yarn_orig_ctx, h->yarn_beta_fast, h->yarn_beta_slow, h->yarn_attn_factor,
+                             h->yarn_no_truncate};
 }
 
 /* The checksum of a checkpoint's parts, hashed part by part in file order. */
@@ -83,18 +93,24 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
         goto fail;
     }
     if ((e = nv_read_u32(&r, &version, "version"))) goto fail;
-    if (version != 1 && version != CKPT_VERSION) {
-        e = nv_fail(NV_EUNSUPPORTED, "%s: checkpoint format version %u is not supported (this build reads 1 and %u)", path,
+    if (version < 1 || version > CKPT_VERSION) {
+        e = nv_fail(NV_EUNSUPPORTED, "%s: checkpoint format version %u is not supported (this build reads 1 to %u)", path,
                     version, CKPT_VERSION);
         goto fail;
     }
     if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
-    const size_t want_h = version == 1 ? CKPT_V1_HEADER : sizeof out->h;
+    const size_t want_h = version == 1 ? CKPT_V1_HEADER : version == 2 ? CKPT_V2_HEADER : sizeof out->h;
     if (hbytes != want_h) {
         e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, want_h);
         goto fail;
     }
-    if ((e = nv_read_bytes(&r, &out->h, want_h, "header"))) goto fail; /* version 1: the LoRA fields stay 0 */
+    if ((e = nv_read_bytes(&r, &out->h, want_h, "header"))) goto fail; /* older versions: the later fields stay 0 */
+    if (out->h.n_rope_factors < 0 || out->h.n_rope_factors > NV_ROPE_FACTORS_MAX || out->h.yarn_no_truncate < 0 ||
+        out->h.yarn_no_truncate > 1) {
+        e = nv_fail(NV_EFORMAT, "%s: %d RoPE frequency factors (at most %d), or YaRN's truncation flag %d", path, (int)out->h.n_rope_factors,
+                    NV_ROPE_FACTORS_MAX, (int)out->h.yarn_no_truncate);
+        goto fail;
+    }
     if ((out->h.shared_classifier != 0 && out->h.shared_classifier != 1) || (out->h.qk_norm != 0 && out->h.qk_norm != 1) ||
         (out->h.qkv_bias != 0 && out->h.qkv_bias != 1)) {
         e = nv_fail(NV_EFORMAT, "%s: header flags (shared classifier %d, QK-norm %d, biases %d) must be 0 or 1", path,

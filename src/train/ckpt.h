@@ -38,6 +38,12 @@ typedef struct {
     float lora_alpha;
     int32_t reserved;
     uint64_t base_hash;
+    /* version 3: the RoPE frequency divisors (Llama 3.1+'s, linear scaling's, YaRN's blend) and
+       YaRN's parameters, as nv_config holds them; older files read as none */
+    int32_t n_rope_factors;
+    float rope_factors[NV_ROPE_FACTORS_MAX];
+    float yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
+    int32_t yarn_orig_ctx, yarn_no_truncate, reserved3;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

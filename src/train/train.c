@@ -553,9 +553,6 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (c->qk_norm && c->qkv_bias) /* no format could hold the trained model */
         return together(nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no "
                                                  "format writes it)"));
-    if (c->n_rope_factors) /* the checkpoint header has no room for them */
-        return together(nv_fail(NV_EUNSUPPORTED, "training a model with RoPE frequency factors (Llama 3.1 and later) is "
-                                                 "not supported"));
     if (o->batch % world)
         return together(nv_fail(NV_EINVAL, "--batch %d does not split evenly over %d processes: make it a multiple of %d",
                                 o->batch, world, world));
