@@ -92,6 +92,11 @@ static void test_files(void) {
         T_CHECK(means[0] == 1.5f / 12 && means[1] == 0, "means %g %g", (double)means[0], (double)means[1]);
     }
     nv_imatrix_free(&back);
+    /* a count between 0 and 1 would make the means overflow (found by fuzz_model): refused */
+    im.e[1].count = 1e-30;
+    T_CHECK(nv_imatrix_save(&im, p) == NV_OK && nv_imatrix_load(p, &back) == NV_EFORMAT && strstr(nv_errmsg(), "counts"),
+            "a count of 1e-30 read: %s", nv_errmsg());
+    im.e[1].count = 7;
 
     /* llama.cpp's .dat: entries, each name, ncall, nval, values (means x ncall); then last call and dataset */
     unsigned char dat[256];
@@ -138,6 +143,9 @@ static void test_files(void) {
     memcpy(dat + 4 + 4 + 13 + 4 + 4, vals, 4);
     dat[4 + 4 + 3] = 0;
     T_CHECK(nv_imatrix_load(t_write("nul.dat", dat, entries_end), &back) != NV_OK, "a name with a NUL read");
+    dat[4 + 4 + 3] = '\n'; /* names go into messages: one line each (found by fuzz_model) */
+    T_CHECK(nv_imatrix_load(t_write("nl.dat", dat, entries_end), &back) != NV_OK && !strchr(nv_errmsg(), '\n'), "a name with a newline: %s",
+            nv_errmsg());
     /* a model GGUF is not an importance matrix */
     const char *model_gguf = t_data("gguf/tinyllamas-stories-260k-f32.gguf");
     if (model_gguf) T_CHECK(nv_imatrix_load(model_gguf, &back) != NV_OK, "a model read as an importance matrix");

@@ -2002,15 +2002,18 @@ nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im) {
             uint64_t k = 0, nc = 0;
             const float *sums = imatrix_values(t, &k), *count = imatrix_values(nv_gguf_tensor_find(&g, counts_name), &nc);
             if (!sums || !count || nc != 1) {
+                char shown[128];
                 e = nv_fail(NV_EUNSUPPORTED, "%s: entry '%s' is not F32 sums [k] with an F32 count [1] (a mixture of experts' are not read)",
-                            path, name);
+                            path, nv_gguf_shown(name, nl, shown, sizeof shown));
                 break;
             }
             nv_imatrix_entry *en;
             if ((e = nv_imatrix_add_entry(im, path, name, nl, (int64_t)k, &en)) != NV_OK) break;
             float cv;
             memcpy(&cv, count, 4);
-            if (!isfinite(cv) || cv < 0) e = nv_fail(NV_EFORMAT, "%s: entry '%s' counts %g rows", path, name, (double)cv);
+            /* a count is of tokens: 0 (never seen) or at least 1, so that every mean stays finite */
+            if (!isfinite(cv) || cv < 0 || (cv > 0 && cv < 1))
+                e = nv_fail(NV_EFORMAT, "%s: entry '%s' counts %g rows (0, or 1 and more)", path, name, (double)cv);
             en->count = cv;
             for (uint64_t j = 0; j < k && e == NV_OK; j++) {
                 float v;

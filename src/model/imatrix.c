@@ -83,8 +83,10 @@ void nv_imatrix_means(const nv_imatrix_entry *e, float *out) {
 }
 
 nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, size_t name_len, int64_t k, nv_imatrix_entry **out) {
-    if (name_len == 0 || name_len >= sizeof im->e[0].name || memchr(name, 0, name_len))
-        return nv_fail(NV_EFORMAT, "%s: an entry's name is empty, longer than %zu bytes or holds a NUL", path,
+    int printable = name_len > 0 && name_len < sizeof im->e[0].name;
+    for (size_t i = 0; printable && i < name_len; i++) printable = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
+    if (!printable) /* names go into messages: a tensor name is printable text */
+        return nv_fail(NV_EFORMAT, "%s: an entry's name is empty, longer than %zu bytes or holds a control byte", path,
                        sizeof im->e[0].name - 1);
     if (k < 1 || k > (1 << 24)) return nv_fail(NV_EFORMAT, "%s: an entry has %lld values (1..16777216)", path, (long long)k);
     nv_imatrix_entry *grown = realloc(im->e, (size_t)(im->n + 1) * sizeof *grown);
