@@ -49,7 +49,7 @@ static int make_folder(const char *tag, char *dir, size_t cap) {
 }
 
 /* default_config's model, for the adapter reading */
-static const nv_config adapter_model = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN};
+static const nv_config adapter_model = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
 
 static void check_peft(const void *st, size_t st_len) {
     static const char cfg[] = "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4}";

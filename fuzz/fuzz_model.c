@@ -120,7 +120,7 @@ static void check_forward(nv_model *m) {
 static nv_err load_model(const char *path, void *out) { return nv_model_load(path, out); }
 
 /* The model shape adapters are read against: tests/gguf_write.h's (the seeds' adapter is for it). */
-static const nv_config adapter_config = {32, 32, 1, 2, 1, 16, 8, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN};
+static const nv_config adapter_config = {32, 32, 1, 2, 1, 16, 8, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
 typedef struct {
     nv_lora_shape s;
     float *p;

@@ -86,7 +86,7 @@ static void model_v0(const nv_model *m, const char *name) {
 
 static void models(void) {
     /* dim 8, hidden 16, 2 heads of 4, 1 KV head (GQA), vocab 16, context 8 */
-    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN};
+    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
     for (int shared = 1; shared >= 0; shared--) {
         c.shared_classifier = shared;
         c.n_layers = shared ? 1 : 2;
@@ -105,20 +105,20 @@ static void models(void) {
     check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
     check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}) ? NV_EIO : NV_OK);
     /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
-    nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_YARN};
+    nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
     nv_model m;
     check(nv_model_alloc(&m, &q));
     nv_model_init_random(&m, 9);
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
     /* qwen2: projection biases; Llama 3.1-style RoPE frequency factors on a llama model */
-    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_YARN};
+    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     for (int i = 0; i < 8; i++) m.w.bq[i] = 0.1f * (float)i;
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
-    nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_NO_YARN};
+    nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_NO_ROPE_SCALING};
     check(nv_model_alloc(&m, &lf));
     nv_model_init_random(&m, 11);
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32, NULL, NULL));
@@ -167,7 +167,7 @@ static void hf_seed(const nv_model *m, const nv_tokenizer *tok, const char *name
 
 static void hf(void) {
     /* fuzz_hf's default config: dim 8, hidden 16, 2 heads of 4, 1 KV head, vocab 16, context 8, tied */
-    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN};
+    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
     nv_model m;
     check(nv_model_alloc(&m, &c));
     nv_model_init_random(&m, 7);
@@ -176,13 +176,13 @@ static void hf(void) {
     hf_seed(&m, NULL, "llama_f16.hf", 1, NV_HF_F16); /* F16 matrices: fp16 plan sources for inference */
     nv_model_free(&m);
     /* Qwen3 (QK-norm, head size 6, an untied classifier) and Qwen2 (biases) */
-    nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_YARN};
+    nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
     check(nv_model_alloc(&m, &q3));
     nv_model_init_random(&m, 9);
     hf_seed(&m, NULL, "qwen3.hf", 1, NV_HF_F32);
     hf_seed(&m, NULL, "qwen3_f16.hf", 1, NV_HF_F16); /* its query/key sources reordered too */
     nv_model_free(&m);
-    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_YARN};
+    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     hf_seed(&m, NULL, "qwen2.hf", 1, NV_HF_F32);
@@ -215,7 +215,7 @@ static void hf(void) {
         snprintf(vp, sizeof vp, "%s", seed_path("tokenizer", vocabs[i]));
         nv_tokenizer *tok;
         check(nv_tokenizer_load(vp, 0, &tok));
-        nv_config t = {8, 16, 1, 2, 1, 4, nv_tokenizer_vocab_size(tok), 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN};
+        nv_config t = {8, 16, 1, 2, 1, 4, nv_tokenizer_vocab_size(tok), 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
         check(nv_model_alloc(&m, &t));
         char name[64];
         snprintf(name, sizeof name, "vocab_%zu.hf", i);
@@ -272,8 +272,8 @@ static void tokenizers(void) {
 /* ---- training checkpoints ------------------------------------------------------------------------ */
 
 static void ckpts(void) {
-    nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN},  /* llama2.c shape */
-                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_YARN}};    /* Qwen3-like: head_dim 6, QK-norm */
+    nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING},  /* llama2.c shape */
+                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}};    /* Qwen3-like: head_dim 6, QK-norm */
     for (int i = 0; i < 2; i++) {
         nv_model m;
         check(nv_model_alloc(&m, &cs[i]));
@@ -322,7 +322,7 @@ static void ckpts(void) {
 /* ---- LoRA adapters: for fuzz_model's adapter shape (tests/gguf_write.h's model) ---------------------- */
 
 static void adapters(void) {
-    const nv_config c = {GW_DIM, GW_HID, 1, GW_HEADS, GW_KVH, GW_HD, GW_VOCAB, GW_CTX, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN};
+    const nv_config c = {GW_DIM, GW_HID, 1, GW_HEADS, GW_KVH, GW_HD, GW_VOCAB, GW_CTX, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
     const nv_lora_shape ls = {2, 4.0f, NV_LORA_ALL};
     float *p = calloc((size_t)nv_lora_param_count(&c, &ls), sizeof(float));
     if (!p) exit(1);

@@ -687,6 +687,18 @@ static void test_config(void) {
         kept += want == 1;
     }
     T_CHECK(scaled && kept, "the test's scaling leaves some frequencies alone and divides others (%d, %d)", scaled, kept);
+    nv_model l3m; /* written back as the rule it was read as, which gives the same divisors */
+    if (nv_model_alloc(&l3m, &c) == NV_OK) {
+        const char *l3 = folder("llama3-out");
+        char l3_cfg[700];
+        snprintf(l3_cfg, sizeof l3_cfg, "%s/config.json", l3);
+        nv_config back;
+        T_CHECK(nv_hf_save(&l3m, NULL, l3, NV_HF_F32, NULL) == NV_OK && nv_model_read_config(l3_cfg, &back) == NV_OK &&
+                    !memcmp(back.rope_factors, c.rope_factors, sizeof c.rope_factors) && back.llama3.factor == 8.0f &&
+                    back.llama3.high_freq_factor == 4.0f && back.llama3.orig_ctx == 64,
+                "llama3 scaling written back: %s", nv_errmsg());
+        nv_model_free(&l3m);
+    }
     /* linear scaling: every frequency divided by its factor */
     T_CHECK(load_with(dir, "\"rope_scaling\":\tnull", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.5}", &c) == NV_OK &&
                 c.n_rope_factors == c.head_dim / 2 && c.rope_factors[0] == 2.5f && c.rope_factors[c.n_rope_factors - 1] == 2.5f,

@@ -254,6 +254,19 @@ static void test_ckpt_roundtrip_and_flags(void) {
     nv_ckpt_header_get_config(&k.h, &back);
     T_CHECK(!memcmp(&back, &c, sizeof c) && back.yarn.no_truncate == 1, "YaRN does not survive the round trip");
     nv_ckpt_close(&k);
+    free(p), free(m), free(v);
+    nv_config l3; /* Llama 3.1's rule beside its divisors, as a config.json gives it */
+    T_CHECK(nv_config_preset("stories260K", &l3) == NV_OK, "%s", nv_errmsg());
+    l3.n_rope_factors = l3.head_dim / 2;
+    for (int i = 0; i < l3.n_rope_factors; i++) l3.rope_factors[i] = 1.0f + (float)i;
+    l3.llama3 = (nv_rope_llama3){8.0f, 1.0f, 4.0f, 64};
+    n = zero_ckpt(&l3, path, &h, &p, &m, &v, &k);
+    nv_ckpt_header_get_config(&k.h, &back);
+    T_CHECK(!memcmp(&back, &l3, sizeof l3), "Llama 3.1's rule does not survive the round trip");
+    nv_ckpt_close(&k);
+    free(p), free(m), free(v);
+    n = zero_ckpt(&c, path, &h, &p, &m, &v, &k);
+    nv_ckpt_close(&k);
     nv_ckpt_header h2 = h;
     h2.n_rope_factors = 0, h2.yarn_factor = 0; /* written as version 2 wrote it */
     memset(h2.rope_factors, 0, sizeof h2.rope_factors);

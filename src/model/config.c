@@ -51,6 +51,12 @@ nv_err nv_config_validate(const nv_config *c) {
         return nv_fail(NV_EFORMAT, "model config: YaRN's factor %g (1..1e6), original context %d, betas %g > %g > 0 or attention "
                                    "factor %g is out of range",
                        (double)y->factor, y->orig_ctx, (double)y->beta_fast, (double)y->beta_slow, (double)y->attn_factor);
+    const nv_rope_llama3 *l3 = &c->llama3;
+    if (l3->factor != 0.0f && (!(l3->factor > 0.0f && l3->factor < 1e6f) || !(l3->low_freq_factor > 0.0f) ||
+                               !(l3->high_freq_factor > l3->low_freq_factor) || !isfinite(l3->high_freq_factor) || l3->orig_ctx < 1 ||
+                               c->n_rope_factors != c->head_dim / 2 || y->factor != 0.0f))
+        return nv_fail(NV_EFORMAT, "model config: Llama 3.1's RoPE rule (factor %g, low %g, high %g, original context %d) is out of range",
+                       (double)l3->factor, (double)l3->low_freq_factor, (double)l3->high_freq_factor, l3->orig_ctx);
     return NV_OK;
 }
 
@@ -120,11 +126,11 @@ typedef struct {
 } preset;
 
 static const preset presets[] = {
-    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
-    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
-    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
-    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_YARN}},
-    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_YARN}},
+    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
+    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
+    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
+    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
+    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

@@ -25,7 +25,15 @@ typedef struct {
     float attn_factor; /* the multiplier itself: 0.1 ln(factor) + 1 unless the model says otherwise */
     int no_truncate;   /* transformers' truncate false: the ramp's ends not rounded to whole pairs */
 } nv_rope_yarn;
-#define NV_NO_YARN {0, 0, 0, 0, 0, 0} /* for positional nv_config initializers */
+/* Llama 3.1's rule (transformers' rope_type "llama3"), kept beside the divisors it gives so that
+ * config.json can say it again: factor 0 when the model has none (a GGUF file's rope_freqs tensor
+ * gives the divisors alone). */
+typedef struct {
+    float factor, low_freq_factor, high_freq_factor;
+    int orig_ctx;
+} nv_rope_llama3;
+/* nv_config's scaling fields left empty, for positional nv_config initializers */
+#define NV_NO_ROPE_SCALING {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -46,6 +54,7 @@ typedef struct {
     float rope_factors[NV_ROPE_FACTORS_MAX];
     int qkv_bias; /* Qwen2: biases added to the query, key and value projections */
     nv_rope_yarn yarn; /* with YaRN, rope_factors are the divisors its blend gives (made by nv_config_rope_yarn) */
+    nv_rope_llama3 llama3; /* with Llama 3.1's rule read from config.json, rope_factors are its divisors */
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }

@@ -135,7 +135,7 @@ static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
     NV_TRY(get_real(path, rs, "low_freq_factor", 1.0, &low));
     NV_TRY(get_real(path, rs, "high_freq_factor", 4.0, &high));
     NV_TRY(get_real(path, rs, "original_max_position_embeddings", 8192.0, &old_ctx));
-    if (factor <= 0 || low <= 0 || high <= low || old_ctx <= 0)
+    if (!(factor > 0 && factor < 1e6) || low <= 0 || high <= low || !(old_ctx >= 1 && old_ctx <= (1 << 30)) || old_ctx != floor(old_ctx))
         return nv_fail(NV_EFORMAT, "%s: rope_scaling's llama3 factors are out of range", path);
     if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %d (at most %d)", path, c->head_dim,
@@ -154,6 +154,7 @@ static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
         }
         c->rope_factors[i] = (float)f;
     }
+    c->llama3 = (nv_rope_llama3){(float)factor, (float)low, (float)high, (int)old_ctx};
     return NV_OK;
 }
 
@@ -1231,10 +1232,10 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
 
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template) {
     const nv_config *c = &m->config;
-    const int yarn = c->yarn.factor != 0.0f; /* its parameters, not its divisors */
-    int linear = c->n_rope_factors > 0 && !yarn; /* one divisor for every frequency: linear scaling by it */
+    const int yarn = c->yarn.factor != 0.0f, llama3 = c->llama3.factor != 0.0f; /* their parameters, not their divisors */
+    int linear = c->n_rope_factors > 0 && !yarn && !llama3; /* one divisor for every frequency: linear scaling by it */
     for (int i = 1; linear && i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];
-    if (c->n_rope_factors && !linear && !yarn)
+    if (c->n_rope_factors && !linear && !yarn && !llama3)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
@@ -1268,6 +1269,13 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         cJSON_AddNumberToObject(rs, "beta_slow", shortest(c->yarn.beta_slow));
         cJSON_AddNumberToObject(rs, "attention_factor", shortest(c->yarn.attn_factor));
         if (c->yarn.no_truncate) cJSON_AddBoolToObject(rs, "truncate", 0);
+    } else if (llama3) {
+        cJSON *rs = cJSON_AddObjectToObject(cfg, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+        cJSON_AddNumberToObject(rs, "factor", shortest(c->llama3.factor));
+        cJSON_AddNumberToObject(rs, "low_freq_factor", shortest(c->llama3.low_freq_factor));
+        cJSON_AddNumberToObject(rs, "high_freq_factor", shortest(c->llama3.high_freq_factor));
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->llama3.orig_ctx);
     } else {
         cJSON_AddNullToObject(cfg, "rope_scaling");
     }

@@ -15,7 +15,7 @@ static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 _Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
 _Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's header is 144 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 1200, "version 3's header is 1200 bytes (docs/formats.md)");
+_Static_assert(sizeof(nv_ckpt_header) == 1216, "version 3's header is 1216 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -35,6 +35,8 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     memcpy(h->rope_factors, c->rope_factors, sizeof h->rope_factors);
     h->yarn_factor = c->yarn.factor, h->yarn_beta_fast = c->yarn.beta_fast, h->yarn_beta_slow = c->yarn.beta_slow;
     h->yarn_attn_factor = c->yarn.attn_factor, h->yarn_orig_ctx = c->yarn.orig_ctx, h->yarn_no_truncate = c->yarn.no_truncate;
+    h->llama3_factor = c->llama3.factor, h->llama3_low_freq_factor = c->llama3.low_freq_factor;
+    h->llama3_high_freq_factor = c->llama3.high_freq_factor, h->llama3_orig_ctx = c->llama3.orig_ctx;
 }
 
 void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
@@ -56,6 +58,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     memcpy(c->rope_factors, h->rope_factors, sizeof c->rope_factors);
     c->yarn = (nv_rope_yarn){h->yarn_factor, h->yarn_orig_ctx, h->yarn_beta_fast, h->yarn_beta_slow, h->yarn_attn_factor,
                              h->yarn_no_truncate};
+    c->llama3 = (nv_rope_llama3){h->llama3_factor, h->llama3_low_freq_factor, h->llama3_high_freq_factor, h->llama3_orig_ctx};
 }
 
 /* The checksum of a checkpoint's parts, hashed part by part in file order. */

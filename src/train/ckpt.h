@@ -43,7 +43,9 @@ typedef struct {
     int32_t n_rope_factors;
     float rope_factors[NV_ROPE_FACTORS_MAX];
     float yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
-    int32_t yarn_orig_ctx, yarn_no_truncate, reserved3;
+    int32_t yarn_orig_ctx, yarn_no_truncate;
+    float llama3_factor, llama3_low_freq_factor, llama3_high_freq_factor; /* the rule behind Llama 3.1's divisors */
+    int32_t llama3_orig_ctx, reserved3;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);
