@@ -256,6 +256,8 @@ static void test_cli(void) {
     T_CHECK(t_nerve(args) == 0 && strstr(t_err, "Q8_0 takes no importance"), "%s", t_err);
     snprintf(args, sizeof args, "imatrix -m %s -z %s --kl-base %s", mp, tp, mp);
     T_CHECK(t_nerve(args) == 2, "imatrix --kl-base: %s", t_err);
+    snprintf(args, sizeof args, "imatrix -m %s -z %s --ctx 100000 -o %s", mp, tp, t_path("never.gguf"));
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "nerve imatrix:") && !nv_file_exists(t_path("never.gguf")), "%s", t_err);
     snprintf(args, sizeof args, "imatrix --help");
     T_CHECK(t_nerve(args) == 0 && strstr(t_out, "-o FILE"), "%s", t_out);
 }

@@ -471,7 +471,7 @@ done:
 /* nerve perplexity, or with imatrix_mode nerve imatrix (-o FILE; text chunks only). */
 static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *base_path = NULL, *base_engine_name = NULL;
-    const char *imatrix_out = "imatrix.gguf";
+    const char *imatrix_out = "imatrix.gguf", *cmd = imatrix_mode ? "imatrix" : CMD; /* errors name the command run */
     const char *files[MAX_FILES];
     const char *choice_path = NULL, *template_name = NULL;
     int n_files = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0;
@@ -487,44 +487,42 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
             json = 1;
             continue;
         }
-        const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
+        const int lf = cli_lora_flag(cmd, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "-o") && imatrix_mode) imatrix_out = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--data")) {
-            if (n_files == MAX_FILES) return cli_error(CMD, 2, "at most %d files", MAX_FILES);
+            if (n_files == MAX_FILES) return cli_error(cmd, 2, "at most %d files", MAX_FILES);
             files[n_files++] = v;
-        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (!cli_int(CMD, a, v, 4, 1 << 20, &ctx)) return 2; }
-        else if (!strcmp(a, "--chunks")) { if (!cli_int(CMD, a, v, 1, 1 << 30, &max_chunks)) return 2; }
+        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (!cli_int(cmd, a, v, 4, 1 << 20, &ctx)) return 2; }
+        else if (!strcmp(a, "--chunks")) { if (!cli_int(cmd, a, v, 1, 1 << 30, &max_chunks)) return 2; }
         else if (!strcmp(a, "--val-frac")) {
-            if (!cli_float(CMD, a, v, 0, 0.99, &val_frac)) return 2;
+            if (!cli_float(cmd, a, v, 0, 0.99, &val_frac)) return 2;
         } else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--kl-base")) base_path = v;
         else if (!strcmp(a, "--multiple-choice")) choice_path = v;
-        else if (!strcmp(a, "--tasks")) { if (!cli_int(CMD, a, v, 1, 1 << 30, &max_tasks)) return 2; }
+        else if (!strcmp(a, "--tasks")) { if (!cli_int(cmd, a, v, 1, 1 << 30, &max_tasks)) return 2; }
         else if (!strcmp(a, "--kl-base-engine")) base_engine_name = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
-        else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
-        else return cli_error(imatrix_mode ? "imatrix" : CMD, 2, "unknown option '%s' (see nerve %s --help)", a,
-                              imatrix_mode ? "imatrix" : CMD);
+        else if (!strcmp(a, "--threads")) { if (!cli_int(cmd, a, v, 1, 1024, &threads)) return 2; }
+        else return cli_error(cmd, 2, "unknown option '%s' (see nerve %s --help)", a, cmd);
     }
-    if (!model_path) return cli_error(imatrix_mode ? "imatrix" : CMD, 2, "-m MODEL is required (see nerve %s --help)",
-                                      imatrix_mode ? "imatrix" : CMD);
+    if (!model_path) return cli_error(cmd, 2, "-m MODEL is required (see nerve %s --help)", cmd);
     if (imatrix_mode && (base_path || base_engine_name || choice_path || max_tasks || template_name))
-        return cli_error("imatrix", 2, "--kl-base, --multiple-choice, --tasks and --chat-template are nerve perplexity's");
-    if (base_engine_name && !base_path) return cli_error(CMD, 2, "--kl-base-engine needs --kl-base MODEL");
-    if (max_tasks && !choice_path) return cli_error(CMD, 2, "--tasks goes with --multiple-choice FILE");
+        return cli_error(cmd, 2, "--kl-base, --multiple-choice, --tasks and --chat-template are nerve perplexity's");
+    if (base_engine_name && !base_path) return cli_error(cmd, 2, "--kl-base-engine needs --kl-base MODEL");
+    if (max_tasks && !choice_path) return cli_error(cmd, 2, "--tasks goes with --multiple-choice FILE");
     if (choice_path && (n_files || ctx || max_chunks || val_frac > 0 || base_path))
-        return cli_error(CMD, 2, "--multiple-choice scores its own tasks: -f, --ctx, --chunks, --val-frac and --kl-base "
+        return cli_error(cmd, 2, "--multiple-choice scores its own tasks: -f, --ctx, --chunks, --val-frac and --kl-base "
                                  "do not go with it");
     if (choice_path) return multiple_choice(model_path, tok_path, &loras, engine_name, threads, choice_path, max_tasks, json);
     char default_text[4096];
     if (!n_files) {
         if (!nv_data_path("corpus/tinystories_valid_head.txt", default_text, sizeof default_text))
-            return cli_error(CMD, 2, "no text to score: give -f FILE (the default, corpus/tinystories_valid_head.txt in the shared data, is not there)");
+            return cli_error(cmd, 2, "no text to score: give -f FILE (the default, corpus/tinystories_valid_head.txt in the shared data, is not there)");
         files[n_files++] = default_text;
     }
     int chat_files = 0;
@@ -533,17 +531,17 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         chat_files += len >= 6 && !strcmp(files[i] + len - 6, ".jsonl") && !nv_data_jsonl_is_text(files[i]);
     }
     if (chat_files && chat_files != n_files)
-        return cli_error(CMD, 2, "chat data (.jsonl) is scored by its answers, text by chunks: give one kind or the other");
-    if (chat_files && imatrix_mode) return cli_error("imatrix", 2, "an importance matrix is collected on text, not chat data (.jsonl)");
+        return cli_error(cmd, 2, "chat data (.jsonl) is scored by its answers, text by chunks: give one kind or the other");
+    if (chat_files && imatrix_mode) return cli_error(cmd, 2, "an importance matrix is collected on text, not chat data (.jsonl)");
     if (chat_files && (ctx || max_chunks || base_path))
-        return cli_error(CMD, 2, "chat data is scored a turn at a time: --ctx, --chunks and --kl-base do not go with it");
-    if (template_name && !chat_files) return cli_error(CMD, 2, "--chat-template goes with chat data (.jsonl)");
+        return cli_error(cmd, 2, "chat data is scored a turn at a time: --ctx, --chunks and --kl-base do not go with it");
+    if (template_name && !chat_files) return cli_error(cmd, 2, "--chat-template goes with chat data (.jsonl)");
     nv_chat_template tmpl = NV_CHAT_CHATML; /* as nerve train's default */
-    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
     cli_paths paths, base_paths;
     cli_model_paths(&model_path, &tok_path, &paths);
     nv_engine_id engine, base_engine = NV_ENGINE_SCALAR;
-    int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FP32, &engine);
+    int erc = cli_engine(cmd, engine_name, threads, CLI_ENGINE_FP32, &engine);
     if (erc) return erc;
     if (chat_files) {
         if (!template_name && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_CHATML; /* the model's own, as train */
@@ -553,7 +551,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (base_path) {
         const char *unused_tok = "";
         cli_model_paths(&base_path, &unused_tok, &base_paths);
-        if ((erc = cli_engine(CMD, base_engine_name, threads, CLI_ENGINE_FP32, &base_engine))) return erc;
+        if ((erc = cli_engine(cmd, base_engine_name, threads, CLI_ENGINE_FP32, &base_engine))) return erc;
     }
 
     scored_model q = {0}, b = {0};
@@ -565,7 +563,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (scored_open(&q, model_path, &loras, engine) != NV_OK ||
         (base_path && scored_open(&b, base_path, NULL, base_engine) != NV_OK) ||
         (imatrix_mode && nv_imatrix_collect(&im, &q.m) != NV_OK)) {
-        cli_error(CMD, 1, "%s", nv_errmsg());
+        cli_error(cmd, 1, "%s", nv_errmsg());
         scored_free(&q);
         return 1;
     }
@@ -573,13 +571,13 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (!ctx) ctx = c.seq_len < DEFAULT_CTX ? c.seq_len : DEFAULT_CTX;
     if (nv_tokenizer_load_for_model(tok_path, c.vocab_size, &tok) != NV_OK ||
         nv_dataset_open(&ds, files, n_files, tok, c.vocab_size, val_frac) != NV_OK) {
-        cli_error(CMD, 1, "%s", nv_errmsg());
+        cli_error(cmd, 1, "%s", nv_errmsg());
         goto done;
     }
     stream st = {&ds, val_frac, 0};
     for (int i = 0; i < ds.n_src; i++) st.total += ds.src[i].n_tokens - src_lo(&st, &ds.src[i]);
     if (st.total < (uint64_t)ctx) {
-        cli_error(CMD, 1, "%llu tokens to score%s: a chunk needs %d (give more text or a smaller --ctx)",
+        cli_error(cmd, 1, "%llu tokens to score%s: a chunk needs %d (give more text or a smaller --ctx)",
                   (unsigned long long)st.total, val_frac > 0 ? " in the held-out part" : "", ctx);
         goto done;
     }
@@ -587,16 +585,16 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (max_chunks && chunks64 > (uint64_t)max_chunks) chunks64 = (uint64_t)max_chunks;
     const int chunks = chunks64 > (1u << 30) ? 1 << 30 : (int)chunks64;
     if (scored_ready(&q, ctx) != NV_OK || (base_path && scored_ready(&b, ctx) != NV_OK)) {
-        cli_error(CMD, 1, "%s", nv_errmsg());
+        cli_error(cmd, 1, "%s", nv_errmsg());
         goto done;
     }
     if (base_path && b.m.config.vocab_size != c.vocab_size) {
-        cli_error(CMD, 1, "--kl-base %s has a vocabulary of %d tokens, %s one of %d: they do not predict the same tokens",
+        cli_error(cmd, 1, "--kl-base %s has a vocabulary of %d tokens, %s one of %d: they do not predict the same tokens",
                   base_path, b.m.config.vocab_size, model_path, c.vocab_size);
         goto done;
     }
     if (!(tokens = malloc((size_t)ctx * sizeof *tokens))) {
-        cli_error(CMD, 1, "out of memory");
+        cli_error(cmd, 1, "out of memory");
         goto done;
     }
     const int first = ctx / 2, V = c.vocab_size, bos = nv_tokenizer_bos(tok);
@@ -613,7 +611,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
             int rows = 0, base_rows = 0;
             if (chunk_pass(&q, tokens, start, n, first, imatrix_mode, &rows) != NV_OK ||
                 (base_path && chunk_pass(&b, tokens, start, n, first, 0, &base_rows) != NV_OK)) {
-                cli_error(CMD, 1, "%s", nv_errmsg());
+                cli_error(cmd, 1, "%s", nv_errmsg());
                 goto done;
             }
             /* row r is position start + n - rows + r, predicting the token after it; the last
@@ -628,7 +626,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
                     continue;
                 }
                 if (kl_add(&k, &q.nll, &b.nll, lq, b.s.logits + (size_t)r * V, V, tokens[p + 1]) != NV_OK) {
-                    cli_error(CMD, 1, "%s", nv_errmsg());
+                    cli_error(cmd, 1, "%s", nv_errmsg());
                     goto done;
                 }
             }
@@ -641,7 +639,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         fflush(stderr);
     }
     if (!isfinite(q.nll.mean) || (base_path && !isfinite(b.nll.mean))) {
-        cli_error(CMD, 1, "the log-likelihood is not finite: a model gives logits that are not numbers");
+        cli_error(cmd, 1, "the log-likelihood is not finite: a model gives logits that are not numbers");
         goto done;
     }
     if (base_path) qsort(k.kld, k.n, sizeof *k.kld, cmp_double);
@@ -656,8 +654,8 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         nv_imatrix_stop(&q.m);
         im.chunks = chunks, im.chunk_size = ctx;
         for (int i = 0; i < n_files && rc == 0; i++)
-            if (nv_imatrix_add_dataset(&im, files[i]) != NV_OK) rc = cli_error("imatrix", 1, "%s", nv_errmsg());
-        if (rc == 0 && nv_imatrix_save(&im, imatrix_out) != NV_OK) rc = cli_error("imatrix", 1, "%s", nv_errmsg());
+            if (nv_imatrix_add_dataset(&im, files[i]) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
+        if (rc == 0 && nv_imatrix_save(&im, imatrix_out) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
         if (rc == 0)
             fprintf(stderr, "nerve imatrix: wrote %s (%d matrices, %d chunk%s of %d tokens)\n", imatrix_out, im.n, chunks,
                     chunks == 1 ? "" : "s", ctx);
