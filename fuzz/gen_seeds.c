@@ -342,7 +342,7 @@ static void imatrices(void) {
     e->count = 16;
     check(nv_imatrix_add_entry(&im, "seed", "output.weight", 13, 4, &e));
     e->count = 0; /* never seen: weighs 1 */
-    check(nv_imatrix_add_dataset(&im, "seed.txt"));
+    check(nv_imatrix_add_dataset(&im, "seed.txt", 8));
     im.chunks = 2, im.chunk_size = 8;
     check(nv_imatrix_save(&im, seed_path("model", "imatrix.gguf")));
     nv_imatrix_free(&im);

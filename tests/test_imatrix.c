@@ -73,8 +73,8 @@ static void test_files(void) {
     for (int j = 0; j < 40; j++) e->sum2[j] = j * 0.25;
     e->count = 7;
     T_CHECK(nv_imatrix_add_entry(&im, "t", "output.weight", 13, 4, &e) != NV_OK, "a name taken twice");
-    nv_imatrix_add_dataset(&im, "a.txt");
-    nv_imatrix_add_dataset(&im, "b.txt");
+    nv_imatrix_add_dataset(&im, "a.txt", 5);
+    nv_imatrix_add_dataset(&im, "b.txt", 5);
     im.chunks = 9, im.chunk_size = 512;
     const char *p = t_path("im.gguf");
     T_CHECK(nv_imatrix_save(&im, p) == NV_OK && nv_imatrix_load(p, &back) == NV_OK, "%s", nv_errmsg());

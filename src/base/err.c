@@ -2,14 +2,18 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char err_message[1024];
 
 nv_err nv_fail(nv_err code, const char *fmt, ...) {
+    /* formatted aside first: an argument may be nv_errmsg() itself, the message being wrapped */
+    char text[sizeof err_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_message, sizeof err_message, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(err_message, text, sizeof text);
     return code;
 }
 

@@ -18,6 +18,7 @@ typedef enum {
 } nv_err;
 
 /* Records a printf-style message for this thread and returns code. */
+/* The arguments may include nv_errmsg() itself: a message wraps the one before it in place. */
 nv_err nv_fail(nv_err code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The message of the last nv_fail() on this thread ("" if none). */
 const char *nv_errmsg(void);

@@ -108,9 +108,7 @@ static nv_err load_gbnf(const char *text, const char *file, nv_grammar **out) {
     nv_err e = nv_gbnf_grammar(file ? owned : text, 0, out);
     free(owned);
     if (e == NV_OK || e == NV_ENOMEM) return e;
-    char why[512]; /* nv_fail formats into the buffer nv_errmsg() returns */
-    snprintf(why, sizeof why, "%s", nv_errmsg());
-    return nv_fail(e, "%s: %s", file ? file : "--grammar", why);
+    return nv_fail(e, "%s: %s", file ? file : "--grammar", nv_errmsg());
 }
 
 static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
@@ -127,9 +125,7 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
     nv_err e = nv_schema_grammar(schema, out);
     cJSON_Delete(schema);
     if (e == NV_OK) return NV_OK;
-    char why[512]; /* nv_fail formats into the buffer nv_errmsg() returns */
-    snprintf(why, sizeof why, "%s", nv_errmsg());
-    return nv_fail(e, "--json-schema: %s", why);
+    return nv_fail(e, "--json-schema: %s", nv_errmsg());
 }
 
 /* Up to k tokens the draft model proposes after ctx[0..n_ctx) by greedy decoding, into out. Its cache

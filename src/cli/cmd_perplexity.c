@@ -654,7 +654,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         nv_imatrix_stop(&q.m);
         im.chunks = chunks, im.chunk_size = ctx;
         for (int i = 0; i < n_files && rc == 0; i++)
-            if (nv_imatrix_add_dataset(&im, files[i]) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
+            if (nv_imatrix_add_dataset(&im, files[i], strlen(files[i])) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
         if (rc == 0 && nv_imatrix_save(&im, imatrix_out) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
         if (rc == 0)
             fprintf(stderr, "nerve imatrix: wrote %s (%d matrices, %d chunk%s of %d tokens)\n", imatrix_out, im.n, chunks,

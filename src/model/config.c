@@ -12,6 +12,18 @@
 #define MAX_VOCAB (1 << 22)
 #define MAX_SEQ (1 << 22)
 
+/* YaRN's parameters in range; attn_factor 0 passes with default_attn (nv_config_rope_yarn then
+ * computes it). */
+static int yarn_in_range(const nv_rope_yarn *y, int default_attn) {
+    return y->factor >= 1.0f && y->factor < 1e6f && y->orig_ctx >= 1 && y->beta_fast > y->beta_slow && y->beta_slow > 0.0f &&
+           isfinite(y->beta_fast) && (y->attn_factor > 0.0f || (default_attn && y->attn_factor == 0.0f)) && y->attn_factor < 1e3f;
+}
+
+static nv_err yarn_range_fail(const nv_rope_yarn *y, const char *where) {
+    return nv_fail(NV_EFORMAT, "%sYaRN's factor %g (1..1e6), original context %d, betas %g > %g > 0 or attention factor %g is out of range",
+                   where, (double)y->factor, y->orig_ctx, (double)y->beta_fast, (double)y->beta_slow, (double)y->attn_factor);
+}
+
 nv_err nv_config_validate(const nv_config *c) {
 #define BOUND(field, lo, hi)                                                                    \
     if (c->field < (lo) || c->field > (hi))                                                     \
@@ -45,12 +57,7 @@ nv_err nv_config_validate(const nv_config *c) {
         if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]))
             return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g; they must be positive", i, c->rope_factors[i]);
     const nv_rope_yarn *y = &c->yarn;
-    if (y->factor != 0.0f &&
-        (!(y->factor >= 1.0f && y->factor < 1e6f) || y->orig_ctx < 1 || !(y->beta_fast > y->beta_slow) || !(y->beta_slow > 0.0f) ||
-         !isfinite(y->beta_fast) || !(y->attn_factor > 0.0f && y->attn_factor < 1e3f) || c->n_rope_factors != c->head_dim / 2))
-        return nv_fail(NV_EFORMAT, "model config: YaRN's factor %g (1..1e6), original context %d, betas %g > %g > 0 or attention "
-                                   "factor %g is out of range",
-                       (double)y->factor, y->orig_ctx, (double)y->beta_fast, (double)y->beta_slow, (double)y->attn_factor);
+    if (y->factor != 0.0f && (!yarn_in_range(y, 0) || c->n_rope_factors != c->head_dim / 2)) return yarn_range_fail(y, "model config: ");
     const nv_rope_llama3 *l3 = &c->llama3;
     if (l3->factor != 0.0f && (!(l3->factor > 0.0f && l3->factor < 1e6f) || !(l3->low_freq_factor > 0.0f) ||
                                !(l3->high_freq_factor > l3->low_freq_factor) || !isfinite(l3->high_freq_factor) || l3->orig_ctx < 1 ||
@@ -72,10 +79,7 @@ nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y) {
     if (c->n_rope_factors) return nv_fail(NV_EUNSUPPORTED, "YaRN over other RoPE frequency factors is not supported");
     if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
         return nv_fail(NV_EUNSUPPORTED, "RoPE frequency factors for a head of %d (at most %d)", c->head_dim, 2 * NV_ROPE_FACTORS_MAX);
-    if (!(y->factor >= 1.0f && y->factor < 1e6f) || y->orig_ctx < 1 || !(y->beta_fast > y->beta_slow) || !(y->beta_slow > 0.0f) ||
-        !isfinite(y->beta_fast) || !(y->attn_factor >= 0.0f && y->attn_factor < 1e3f))
-        return nv_fail(NV_EFORMAT, "YaRN: factor %g (1..1e6), original context %d, betas %g > %g > 0 or attention factor %g out of range",
-                       (double)y->factor, y->orig_ctx, (double)y->beta_fast, (double)y->beta_slow, (double)y->attn_factor);
+    if (!yarn_in_range(y, 1)) return yarn_range_fail(y, "");
     double lo = yarn_dim(y->beta_fast, c->head_dim, c->rope_theta, y->orig_ctx);
     double hi = yarn_dim(y->beta_slow, c->head_dim, c->rope_theta, y->orig_ctx);
     if (!y->no_truncate) lo = floor(lo), hi = ceil(hi);

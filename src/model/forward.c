@@ -148,15 +148,15 @@ void nv_softmax_causal(float *x, size_t ld, int size0, int rows) {
 
 void nv_rope_table(float *cs, const nv_config *c, int npos) {
     const int hd = c->head_dim;
+    const float mscale = c->yarn.factor != 0.0f ? c->yarn.attn_factor : 1.0f; /* YaRN's attention temperature; x 1 is exact */
     for (int i = 0; i < hd; i += 2) {
         /* the float expressions of run.c, so the rotation is bit-identical */
         float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
         if (c->n_rope_factors) freq /= c->rope_factors[i / 2]; /* Llama 3.1+: llama.cpp's theta / freq_factor */
-        const float mscale = c->yarn.factor != 0.0f ? c->yarn.attn_factor : 1.0f; /* YaRN's attention temperature */
         for (int pos = 0; pos < npos; pos++) {
             float val = (float)pos * freq;
-            cs[(size_t)pos * hd + i] = mscale != 1.0f ? cosf(val) * mscale : cosf(val);
-            cs[(size_t)pos * hd + i + 1] = mscale != 1.0f ? sinf(val) * mscale : sinf(val);
+            cs[(size_t)pos * hd + i] = cosf(val) * mscale;
+            cs[(size_t)pos * hd + i + 1] = sinf(val) * mscale;
         }
     }
 }

@@ -347,6 +347,8 @@ static void put_half(uint8_t *p, float f) {
     const uint16_t h = (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
     memcpy(p, &h, 2);
 }
+/* f as put_half stores it. */
+static float as_half(float f) { return f16_to_f32((uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
 
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block's 12 packed bytes. */
 static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
@@ -619,11 +621,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
         NV_TRY(take(g, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, c->rope_factors));
     }
     if (linear) NV_TRY(nv_config_rope_linear(c, factor));
-    if (yarn && nv_config_rope_yarn(c, &y) != NV_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", nv_errmsg()); /* nv_fail writes over the message it would read */
-        return nv_fail(NV_EFORMAT, "%s: %s", g->path, why);
-    }
+    if (yarn && nv_config_rope_yarn(c, &y) != NV_OK) return nv_fail(NV_EFORMAT, "%s: %s", g->path, nv_errmsg());
     return nv_config_validate(c);
 }
 
@@ -1177,6 +1175,18 @@ static void quantize_q8_0(const float *x, uint64_t n, uint64_t d0, const float *
 
 static void quantize_sym_weighted(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out, int five);
 
+/* A block's QK values (0..15, or 0..31 with five) as Q4_0's nibbles after its scale (value j low,
+ * j + 16 high), or Q5_0's: their fifth bits in a 32-bit mask, then the nibbles. */
+static void pack_q4_q5(const int *q, uint8_t *out, int five) {
+    uint32_t qh = 0;
+    uint8_t *qs = out + (five ? 6 : 2);
+    for (int j = 0; j < QK / 2; j++) {
+        qs[j] = (uint8_t)((q[j] & 0xF) | (q[j + QK / 2] & 0xF) << 4);
+        qh |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + QK / 2] >> 4) << (j + 16);
+    }
+    if (five) memcpy(out + 2, &qh, 4);
+}
+
 /* x (n values, n a multiple of 32) as Q4_0 blocks, as llama.cpp's quantize_row_q4_0_ref; with an
  * importance per column (imp, rows of d0), each block's scale fitted to it instead. */
 static void quantize_q4_0(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
@@ -1190,12 +1200,12 @@ static void quantize_q4_0(const float *x, uint64_t n, uint64_t d0, const float *
             if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
         const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         put_half(out, d);
-        for (int j = 0; j < QK / 2; j++) { /* clamped before the cast, as quantize_q8_0 */
-            float v0 = x[j] * id + 8.5f, v1 = x[j + QK / 2] * id + 8.5f;
-            v0 = v0 != v0 ? 8.0f : fminf(15.0f, fmaxf(0.0f, v0));
-            v1 = v1 != v1 ? 8.0f : fminf(15.0f, fmaxf(0.0f, v1));
-            out[2 + j] = (uint8_t)((int)v0 | (int)v1 << 4);
+        int q[QK];
+        for (int j = 0; j < QK; j++) { /* clamped before the cast, as quantize_q8_0 */
+            const float v = x[j] * id + 8.5f;
+            q[j] = v != v ? 8 : (int)fminf(15.0f, fmaxf(0.0f, v));
         }
+        pack_q4_q5(q, out, 0);
     }
 }
 
@@ -1213,14 +1223,12 @@ static void quantize_q5_0(const float *x, uint64_t n, uint64_t d0, const float *
             if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
         const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         put_half(out, d);
-        uint32_t qh = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            float v0 = x[j] * id + 16.5f, v1 = x[j + QK / 2] * id + 16.5f;
-            const int q0 = v0 != v0 ? 16 : (int)fminf(31.0f, fmaxf(0.0f, v0)), q1 = v1 != v1 ? 16 : (int)fminf(31.0f, fmaxf(0.0f, v1));
-            out[6 + j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
-            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        int q[QK];
+        for (int j = 0; j < QK; j++) {
+            const float v = x[j] * id + 16.5f;
+            q[j] = v != v ? 16 : (int)fminf(31.0f, fmaxf(0.0f, v));
         }
-        memcpy(out + 2, &qh, 4);
+        pack_q4_q5(q, out, 1);
     }
 }
 
@@ -1323,13 +1331,7 @@ static void quantize_sym_weighted(const float *x, uint64_t n, uint64_t d0, const
             const float d = half_at(out);
             int q[QK];
             for (int j = 0; j < QK; j++) q[j] = nmax + (d != 0 ? clampi(near_int(xb[j] / d), -nmax, nmax - 1) : 0);
-            uint32_t qh = 0;
-            uint8_t *qs = out + (five ? 6 : 2);
-            for (int j = 0; j < QK / 2; j++) {
-                qs[j] = (uint8_t)((q[j] & 0xF) | (q[j + QK / 2] & 0xF) << 4);
-                qh |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + QK / 2] >> 4) << (j + 16);
-            }
-            if (five) memcpy(out + 2, &qh, 4);
+            pack_q4_q5(q, out, five);
         }
     }
 }
@@ -1397,9 +1399,7 @@ static void quantize_q5_1(const float *x, uint64_t n, uint64_t d0, const float *
             for (int j = 0; j < QK; j++) w[j] = isfinite(x[j]) ? ib[j] * sqrtf((float)(ss / QK) + x[j] * x[j]) : 0;
             float a, m;
             fit_scale_min(x, w, QK, 31, &a, &m);
-            put_half(out, a);
-            put_half(out + 2, -m);
-            d = half_at(out), lo = half_at(out + 2), id = d != 0.0f ? 1.0f / d : 0.0f;
+            d = as_half(a), lo = as_half(-m), id = d != 0.0f ? 1.0f / d : 0.0f; /* the values against the scale as stored */
         }
         put_half(out, d);
         put_half(out + 2, lo);
@@ -1654,9 +1654,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
     /* header, then each tensor and its padding: one atomic write */
     nv_iov *parts = calloc(2 * nt + 1, sizeof *parts);
-    if (e != NV_OK) {
-    } else if (b.oom || !parts || oom) e = nv_fail(NV_ENOMEM, "out of memory");
-    else {
+    if (e == NV_OK && (b.oom || !parts || oom)) e = nv_fail(NV_ENOMEM, "out of memory");
+    if (e == NV_OK) {
         int np = 0;
         parts[np++] = (nv_iov){b.data, b.len};
         for (size_t i = 0; i < nt; i++) {
@@ -1980,9 +1979,7 @@ nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im) {
             const char *s;
             size_t len;
             rd_string(&c, &s, &len, "dataset"); /* checked at open */
-            char *d = strndup(s, len < 4096 ? len : 4096);
-            e = d ? nv_imatrix_add_dataset(im, d) : nv_fail(NV_ENOMEM, "out of memory");
-            free(d);
+            e = nv_imatrix_add_dataset(im, s, len < 4096 ? len : 4096);
         }
     }
     for (uint64_t i = 0; i < g.n_tensors && e == NV_OK; i++) {

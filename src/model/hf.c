@@ -119,11 +119,7 @@ static nv_err yarn_params(const char *path, const cJSON *rs, int64_t ctx, nv_con
         attn = (0.1 * ms * l + 1) / (0.1 * ms_all * l + 1);
     }
     const nv_rope_yarn y = {(float)factor, (int)orig, (float)fast, (float)slow, (float)attn, !truncate};
-    if (nv_config_rope_yarn(c, &y) != NV_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", nv_errmsg()); /* nv_fail writes over the message it would read */
-        return nv_fail(NV_EFORMAT, "%s: rope_scaling: %s", path, why);
-    }
+    if (nv_config_rope_yarn(c, &y) != NV_OK) return nv_fail(NV_EFORMAT, "%s: rope_scaling: %s", path, nv_errmsg());
     return NV_OK;
 }
 

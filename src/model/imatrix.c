@@ -55,11 +55,11 @@ void nv_imatrix_stop(nv_model *m) {
     for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) nv_plan_observe(plan_of(m, i), NULL, NULL);
 }
 
-nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name) {
+nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name, size_t len) {
     char **grown = realloc(im->datasets, (size_t)(im->n_datasets + 1) * sizeof *grown);
     if (!grown) return nv_fail(NV_ENOMEM, "out of memory");
     im->datasets = grown;
-    if (!(grown[im->n_datasets] = strdup(name))) return nv_fail(NV_ENOMEM, "out of memory");
+    if (!(grown[im->n_datasets] = strndup(name, len))) return nv_fail(NV_ENOMEM, "out of memory");
     im->n_datasets++;
     return NV_OK;
 }
@@ -136,10 +136,7 @@ static nv_err load_dat(const char *path, const nv_mapped *map, nv_imatrix *im) {
     if (dlen < 0 || dlen > 65536) return nv_fail(NV_EFORMAT, "%s: the dataset name is %d bytes", path, dlen);
     NV_TRY(nv_read_view(&r, &ds, (size_t)dlen, "dataset"));
     im->chunks = last_call > 0 ? last_call : 0;
-    char *d = strndup(ds, (size_t)dlen);
-    if (!d) return nv_fail(NV_ENOMEM, "out of memory");
-    nv_err e = dlen ? nv_imatrix_add_dataset(im, d) : NV_OK;
-    free(d);
+    nv_err e = dlen ? nv_imatrix_add_dataset(im, ds, (size_t)dlen) : NV_OK;
     if (e == NV_OK && nv_reader_left(&r)) e = nv_fail(NV_EFORMAT, "%s: %zu bytes after the dataset", path, nv_reader_left(&r));
     return e;
 }

@@ -29,7 +29,8 @@ typedef struct nv_imatrix {
  * (nv_plan_observe). The observers point into im: nv_imatrix_stop before im moves or is freed. */
 nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m);
 void nv_imatrix_stop(nv_model *m);
-nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name);
+/* Adds the dataset name of len bytes (up to a NUL) to what im was collected on. */
+nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name, size_t len);
 /* A new entry (zero sums) named by name_len bytes of name (no NUL, shorter than 64, not present
  * yet) with k columns (1..2^24); path names the source in errors. */
 nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, size_t name_len, int64_t k, nv_imatrix_entry **out);

@@ -145,9 +145,7 @@ static nv_err check_header(const nv_config *c, const char *path) {
                        c->dim, c->n_heads);
     nv_err e = nv_config_validate(c);
     if (e != NV_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", nv_errmsg());
-        return nv_fail(e, "%s: not a valid llama2.c checkpoint: %s", path, msg);
+        return nv_fail(e, "%s: not a valid llama2.c checkpoint: %s", path, nv_errmsg());
     }
     return NV_OK;
 }

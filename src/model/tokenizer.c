@@ -94,9 +94,7 @@ int nv_tokenizer_lookup(const nv_tokenizer *t, const char *str) {
 
 /* Re-fails a reader error with the token index in front, keeping the reader's detail. */
 static nv_err tok_entry_fail(nv_err e, int index) {
-    char detail[768];
-    snprintf(detail, sizeof detail, "%s", nv_errmsg());
-    return nv_fail(e, "%s (token %d)", detail, index);
+    return nv_fail(e, "%s (token %d)", nv_errmsg(), index);
 }
 
 /* Reads one entry; *piece points into the mapping. */

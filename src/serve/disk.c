@@ -376,10 +376,8 @@ nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
     if (e == NV_OK && access(d->dir, R_OK | X_OK) != 0)
         e = nv_fail(NV_EIO, "%s: %s", d->dir, strerror(errno));
     if (e != NV_OK) {
-        char msg[4400];
-        snprintf(msg, sizeof msg, "%s", nv_errmsg());
         free(d);
-        return nv_fail(e, "SSD tier unusable: %s", msg);
+        return nv_fail(e, "SSD tier unusable: %s", nv_errmsg());
     }
     d->q = calloc((size_t)o->queue_cap, sizeof *d->q);
     d->done = calloc((size_t)o->queue_cap, sizeof *d->done);

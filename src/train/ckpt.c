@@ -123,16 +123,12 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     nv_config c;
     nv_ckpt_header_get_config(&out->h, &c);
     if ((e = nv_config_validate(&c))) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", nv_errmsg());
-        e = nv_fail(NV_EFORMAT, "%s: %s", path, msg);
+        e = nv_fail(NV_EFORMAT, "%s: %s", path, nv_errmsg());
         goto fail;
     }
     const nv_lora_shape lora = {out->h.lora_rank, out->h.lora_alpha, out->h.lora_targets};
     if (lora.rank && (e = nv_lora_validate(&c, &lora))) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", nv_errmsg());
-        e = nv_fail(NV_EFORMAT, "%s: %s", path, msg);
+        e = nv_fail(NV_EFORMAT, "%s: %s", path, nv_errmsg());
         goto fail;
     }
     if (out->h.n_params != (out->h.lora_rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c))) {

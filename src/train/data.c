@@ -316,11 +316,7 @@ static nv_err render_answer(const nv_source *s, const nv_tokenizer *tok, nv_chat
                             int n, char **tools, int n_tools, long line_no, int **ids, int *n_ids, int *n_prompt) {
     nv_chat_opts o = {.tools = (const char *const *)tools, .n_tools = n_tools};
     nv_err e = nv_chat_render_turn(tmpl, tok, m->m, n, &o, ids, n_ids, n_prompt);
-    if (e == NV_EFORMAT) { /* the template's reason, with the line (copied: nv_fail rewrites the message) */
-        char why[256];
-        snprintf(why, sizeof why, "%s", nv_errmsg());
-        e = nv_fail(NV_EFORMAT, "%s:%ld: %s", s->path, line_no, why);
-    }
+    if (e == NV_EFORMAT) e = nv_fail(NV_EFORMAT, "%s:%ld: %s", s->path, line_no, nv_errmsg()); /* the template's reason, with the line */
     return e;
 }
 
