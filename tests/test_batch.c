@@ -174,7 +174,7 @@ static void test_batch_equals_alone_stories260K(void) {
 }
 
 static void test_batch_equals_alone_qk_norm_gqa(void) {
-    nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}; /* head_dim 12: 8 lanes + 4 */
+    nv_config c = {48, 96, 2, 6, 2, 12, 300, 64, 10000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN}; /* head_dim 12: 8 lanes + 4 */
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 11);
@@ -190,7 +190,7 @@ static void test_batch_equals_alone_qk_norm_gqa(void) {
  * pages) and its own RoPE table; the biases themselves are checked against a GGUF file's tensors
  * in tests/test_gguf.c */
 static void test_batch_equals_alone_bias_rope_factors(void) {
-    nv_config c = {48, 96, 2, 6, 2, 8, 300, 64, 10000.0f, 1e-6f, 1, 0, 4, {1.0f, 2.0f, 8.0f, 32.0f}, 1, NV_NO_ROPE_SCALING};
+    nv_config c = {48, 96, 2, 6, 2, 8, 300, 64, 10000.0f, 1e-6f, 1, 0, 4, {1.0f, 2.0f, 8.0f, 32.0f}, 1, NV_CONFIG_PLAIN};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 13);
@@ -202,9 +202,24 @@ static void test_batch_equals_alone_bias_rope_factors(void) {
     nv_model_free(&m);
 }
 
+/* a mixture of experts (8 experts, 2 a token, QK-norm as Qwen3-MoE): a batch's rows gather to each
+ * expert with other sequences' rows, and still give what the sequence alone gives */
+static void test_batch_equals_alone_moe(void) {
+    nv_config c = {48, 64, 2, 6, 2, 8, 300, 64, 10000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.n_experts = 8;
+    c.n_experts_used = 2;
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 17);
+    for (size_t i = 0; i < (size_t)c.n_layers * c.n_experts * c.dim; i++) m.w.router[i] *= 50.0f; /* rows choose apart */
+    T_CHECK(nv_model_build_plans(&m, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
+    check_model(&m, "mixture of experts");
+    nv_model_free(&m);
+}
+
 /* head_dim 72: the decode rows' 64-dimension path plus an 8-lane remainder, with GQA */
 static void test_batch_equals_alone_wide_heads(void) {
-    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 5);
@@ -255,7 +270,7 @@ static int quantize_model(nv_model *m) {
 
 /* Block-quantized plans keep batch invariance: the mixed batch equals each sequence alone. */
 static void test_batch_equals_alone_quantized(void) {
-    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 8);
@@ -268,7 +283,7 @@ static void test_batch_equals_alone_quantized(void) {
 }
 
 static void test_batch_rejects_bad_batches(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     nv_kv_pages kv;
     nv_batch_state bs;
@@ -296,7 +311,7 @@ static void test_batch_rejects_bad_batches(void) {
 }
 
 static void test_kv_pool_accounting(void) {
-    nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 32, 2, 2, 2, 8, 50, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_kv_pool p;
     size_t bb = nv_kv_block_bytes(&c, 16, NV_KV_F32);
     T_CHECK(bb == (size_t)2 * 2 * 16 * 16 * 4, "block bytes %zu", bb);
@@ -334,7 +349,7 @@ static void test_kv_pool_accounting(void) {
 
 /* Keys and values beyond fp16's range are stored as +-65504, not infinity: the logits stay finite. */
 static void test_f16_pages_saturate(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 32, 1, 2, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     nv_kv_pages kv;
     nv_batch_state bs;
@@ -362,7 +377,7 @@ static void test_f16_pages_saturate(void) {
 /* q8 pages: every stored key and value is within half a step (1/254 of its head's largest
  * magnitude at that position) of the fp32 one; huge keys and values stay finite. */
 static void test_q8_pages_bound(void) {
-    nv_config c = {32, 64, 2, 4, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {32, 64, 2, 4, 2, 8, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     for (int huge = 0; huge < 2; huge++) {
         nv_model m;
         nv_kv_pages k32, k8;
@@ -417,6 +432,7 @@ int main(void) {
     T_RUN(test_batch_equals_alone_wide_heads);
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
     T_RUN(test_batch_equals_alone_bias_rope_factors);
+    T_RUN(test_batch_equals_alone_moe);
     T_RUN(test_batch_equals_alone_quantized);
     T_RUN(test_batch_rejects_bad_batches);
     T_RUN(test_kv_pool_accounting);

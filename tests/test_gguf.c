@@ -535,7 +535,7 @@ static double rel_rms(const float *a, const float *b, size_t n) {
 }
 
 static void test_kquant_writers(void) {
-    nv_config c = {256, 512, 8, 4, 1, 64, 300, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}; /* kv heads 1: attn_k/v rows of 256, wo rows of 256 */
+    nv_config c = {256, 512, 8, 4, 1, 64, 300, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN}; /* kv heads 1: attn_k/v rows of 256, wo rows of 256 */
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     if (!m.params) return;
@@ -714,7 +714,7 @@ static void expect_same_model(const char *path, const nv_model *m, const char *w
 }
 
 static void test_qwen3_roundtrip(void) {
-    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}; /* rows of 64: whole Q8_0 blocks */
+    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN}; /* rows of 64: whole Q8_0 blocks */
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     if (!m.params) return;
@@ -932,7 +932,7 @@ static void test_rope_factors(void) {
  * (projection + bias, then rotation of pairs (i, i + hd/2)) against this project's path; llama2.c
  * export refuses the model; fine-tuning it trains the biases and writes a qwen2 model.gguf. */
 static void test_qwen2_bias(void) {
-    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     if (!m.params) return;

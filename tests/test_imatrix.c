@@ -156,7 +156,7 @@ static void test_files(void) {
 /* On a model whose rows are whole super-blocks, each kind that takes an importance (Q4_0, Q5_0, Q4_K,
  * Q5_K, Q6_K) written with a strongly uneven one has a smaller error weighted by it than without. */
 static void test_weighted_quantizers(void) {
-    nv_config c = {256, 512, 2, 4, 1, 64, 300, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {256, 512, 2, 4, 1, 64, 300, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     if (!m.params) return;

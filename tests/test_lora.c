@@ -133,14 +133,14 @@ static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
 }
 
 static void test_fd_all_targets_gqa(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_lora_shape s = {3, 5.0f, NV_LORA_ALL};
     check_fd(&c, &s, 2, 5);
 }
 
 /* gate adapted without up (SwiGLU's inputs changed before it), QK-norm and a separate classifier */
 static void test_fd_some_targets_qknorm(void) {
-    nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_lora_shape s = {2, 2.0f, NV_LORA_Q | NV_LORA_K | NV_LORA_O | NV_LORA_GATE};
     check_fd(&c, &s, 2, 6);
     const nv_lora_shape u = {4, 4.0f, NV_LORA_V | NV_LORA_UP | NV_LORA_DOWN};
@@ -148,7 +148,7 @@ static void test_fd_some_targets_qknorm(void) {
 }
 
 static void test_fd_qkv_bias(void) {
-    nv_config c = {16, 24, 1, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 1, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     const nv_lora_shape s = {2, 3.0f, NV_LORA_ALL};
     check_fd(&c, &s, 2, 5);
 }
@@ -156,7 +156,7 @@ static void test_fd_qkv_bias(void) {
 /* The fastest floating-point engine's adapter gradients against fp32's. */
 static void test_engine_matches_fp32(void) {
     const nv_engine_id e = nv_engine_best_float();
-    nv_config c = {64, 96, 2, 4, 2, 16, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {64, 96, 2, 4, 2, 16, 50, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_lora_shape s = {8, 16.0f, NV_LORA_ALL};
     float *base = base_weights(&c, 3), *adapters = random_adapters(&c, &s, 4, 0.05f);
     for (uint64_t i = 0; base && i < nv_config_param_count(&c); i++) base[i] /= 6.0f; /* a trained model's scale */
@@ -263,7 +263,7 @@ static void test_shapes_and_targets(void) {
         T_CHECK(nv_lora_parse_targets(bad[i], &m) == NV_EINVAL && !strchr(nv_errmsg(), '\n'), "'%s' accepted", bad[i]);
     char text[64];
     T_CHECK(!strcmp(nv_lora_targets_text(NV_LORA_ALL, text, sizeof text), "q,k,v,o,gate,down,up"), "%s", text);
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_lora_shape ok = {8, 16, NV_LORA_ALL}, big = {9, 16, NV_LORA_ALL}, none = {4, 4, 0}, neg = {4, -1, NV_LORA_Q},
                         nan_alpha = {4, NAN, NV_LORA_Q}, zero = {0, 1, NV_LORA_Q};
     T_CHECK(nv_lora_validate(&c, &ok) == NV_OK, "%s", nv_errmsg());
@@ -287,7 +287,7 @@ static void test_shapes_and_targets(void) {
 
 /* W += k B A computed in double, against nv_lora_merge. */
 static void test_merge_reference(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_lora_shape s = {3, 4.5f, NV_LORA_O | NV_LORA_DOWN};
     float *base = base_weights(&c, 2), *ad = random_adapters(&c, &s, 3, 1.0f);
     const size_t n = (size_t)nv_config_param_count(&c);
@@ -320,8 +320,8 @@ static void test_merge_reference(void) {
 /* nerve's adapter file loads back exactly, in llama's and qwen3's row order (whose q and k rows of B
  * are stored reordered, as llama.cpp's converter writes them for that architecture). */
 static void test_gguf_round_trip(void) {
-    nv_config cs[2] = {{16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING},
-                       {32, 48, 2, 4, 2, 8, 23, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}};
+    nv_config cs[2] = {{16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN},
+                       {32, 48, 2, 4, 2, 8, 23, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}};
     for (int k = 0; k < 2; k++) {
         const nv_lora_shape s = {4, 8.0f, k ? NV_LORA_ALL : (NV_LORA_Q | NV_LORA_V | NV_LORA_UP)};
         float *ad = random_adapters(&cs[k], &s, 21, 1.0f), *back = NULL;
@@ -421,7 +421,7 @@ static void write_adapter(const char *path, const char *type, const char *atype,
 /* Adapters as llama.cpp's converter writes them, some layers only; and malformed ones, each
  * refused with one line. */
 static void test_foreign_and_malformed_adapters(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const char *path = t_path("hand.adapter.gguf");
     /* layer 1's q only, rank 2 */
     const adapter_tensor one[] = {{"blk.1.attn_q.weight.lora_a", 16, 2, 0}, {"blk.1.attn_q.weight.lora_b", 2, 16, 0}};

@@ -87,7 +87,7 @@ static float max_diff(const float *a, const float *b, int n) {
 }
 
 static void test_batch_rows_take_their_adapters(void) {
-    const nv_config c = {48, 96, 2, 6, 2, 12, 300, 128, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}; /* GQA, QK-norm */
+    const nv_config c = {48, 96, 2, 6, 2, 12, 300, 128, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN}; /* GQA, QK-norm */
     const nv_lora_shape s1 = {4, 8.0f, NV_LORA_ALL}, s2 = {2, 2.0f, NV_LORA_Q | NV_LORA_V | NV_LORA_GATE};
     float *p1, *p2;
     const char *f1 = write_adapter(&c, &s1, 5, 0.3f, "one.gguf", &p1);
@@ -183,7 +183,7 @@ static void test_batch_rows_take_their_adapters(void) {
         T_CHECK(nv_adapters_add(&set, &base, "none", t_path("missing.gguf"), 1.0f) != NV_OK && strstr(nv_errmsg(), "missing.gguf"),
                 "%s", nv_errmsg());
         T_CHECK(nv_adapters_add(&set, &base, "nan", f2, NAN) != NV_OK, "a NaN scale");
-        const nv_config other = {64, 96, 2, 4, 4, 16, 300, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
+        const nv_config other = {64, 96, 2, 4, 4, 16, 300, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
         const char *fo = write_adapter(&other, &s2, 7, 0.1f, "other.gguf", NULL);
         T_CHECK(nv_adapters_add(&set, &base, "other", fo, 1.0f) != NV_OK, "an adapter of another shape");
         const nv_lora_shape huge = {1, 1e6f, NV_LORA_Q}; /* alpha / rank x B beyond float's range */

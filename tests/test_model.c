@@ -114,7 +114,7 @@ static void test_chunked_prefill_is_exact(void) {
 
 /* GQA + separate head_dim + QK-norm + separate classifier: forward runs, is finite, chunk-exact. */
 static void test_general_config_forward(void) {
-    nv_config c = {48, 80, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {48, 80, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 7);
@@ -146,7 +146,7 @@ static void test_chunked_attention_shapes(void) {
     static const int head_dims[] = {72, 10};
     for (size_t hi = 0; hi < sizeof head_dims / sizeof head_dims[0]; hi++) {
         const int hd = head_dims[hi];
-        nv_config c = {64, 96, 2, 4, 2, hd, 61, 96, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+        nv_config c = {64, 96, 2, 4, 2, hd, 61, 96, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
         nv_model m;
         T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
         nv_model_init_random(&m, 11 + (uint64_t)hd);
@@ -269,7 +269,7 @@ static void test_silu_matches_scalar(void) {
 
 static void test_separate_classifier_v0_and_v1(void) {
     /* a tiny v0 file with negative vocab (separate classifier) built by hand */
-    nv_config c = {16, 24, 1, 2, 2, 8, 11, 6, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 1, 2, 2, 8, 11, 6, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     nv_model_alloc(&m, &c);
     nv_model_init_random(&m, 3);
@@ -778,7 +778,7 @@ static void test_rng_jump_and_parallel_init(void) {
         nv_rng_jump(&b, steps[i]);
         T_CHECK(a.state == b.state, "jump %llu", (unsigned long long)steps[i]);
     }
-    nv_config c = {64, 96, 3, 4, 2, 16, 9000, 32, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}; /* > 2^20 normals: drawn in pieces */
+    nv_config c = {64, 96, 3, 4, 2, 16, 9000, 32, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN}; /* > 2^20 normals: drawn in pieces */
     nv_model m1, m2;
     T_CHECK(nv_model_alloc(&m1, &c) == NV_OK && nv_model_alloc(&m2, &c) == NV_OK, "%s", nv_errmsg());
     if (!m1.params || !m2.params) return;

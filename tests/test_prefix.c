@@ -195,7 +195,7 @@ static void test_prefix_index(void) {
 }
 
 static void test_model_identity(void) {
-    nv_config c = {32, 64, 2, 4, 2, 8, 64, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {32, 64, 2, 4, 2, 8, 64, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 3);

@@ -173,7 +173,7 @@ static void check_fd(const nv_config *c, int B, int T) { check_fd_segments(c, B,
  * with and without the SFT term; and the losses' own values: DPO's log 2 where the model is its
  * reference, no overflow far either way, IPO's square, SimPO's and ORPO's closed forms. */
 static void test_fd_preference(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     for (int k = 0; k < NV_PREF_COUNT; k++) {
         fd_loss l = {.pairs = 2, .o = {(nv_pref_kind)k, 0.5f, 0.3f, k == NV_PREF_DPO ? 0.0f : 0.7f}, .ref = {-40, -35, -30, -45}};
         check_fd_loss(&c, 4, 6, 3, NULL, &l);
@@ -215,12 +215,12 @@ static void test_fd_preference(void) {
  * attention's blocks of rows) are the ones it has in a window of its own (RoPE sees only relative positions: equal to float rounding), where
  * without the documents they would not be. */
 static void test_packed_documents(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const int seg[12] = {0, 0, 0, 3, 3, 3, 0, 0, 2, 2, 2, 5}; /* two windows of 6: [3 | 3] and [2 | 3 | 1] */
     check_fd_segments(&c, 2, 6, 0, seg);
     /* 50 + 60 rows: the second document starts in attention's first block of 64 rows and runs on
        into the second */
-    nv_config big = {32, 64, 2, 4, 2, 8, 40, 128, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config big = {32, 64, 2, 4, 2, 8, 40, 128, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     enum { TA = 50, TB = 60, TW = TA + TB };
     nv_tmodel packed, alone;
     if (nv_tmodel_init(&packed, &big, NULL, 3, 1, TW, nv_engine_best_fp32()) != NV_OK ||
@@ -254,7 +254,7 @@ static void test_packed_documents(void) {
 /* Targets of -1 (chat data's prompts and padding): the gradient is the masked loss's, and the loss
  * is the mean over the rows that have a target: the mean of each such row's loss taken alone. */
 static void test_fd_ignored_targets(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd_segments(&c, 2, 5, 3, NULL);
     nv_tmodel tm;
     if (nv_tmodel_init(&tm, &c, NULL, 5, 2, 5, NV_ENGINE_SCALAR) != NV_OK) {
@@ -284,27 +284,27 @@ static void test_fd_ignored_targets(void) {
 }
 
 static void test_fd_gqa_tied(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd(&c, 2, 5);
 }
 
 static void test_fd_separate_classifier_qknorm(void) {
     /* q_dim (2 x 8 = 16) differs from dim (12), one KV head shared by both query heads */
-    nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd(&c, 2, 6);
 }
 
 /* qwen2: biases on the query, key and value projections (and, for their gradient through the
  * per-head norm, QK-norm on too, a combination no GGUF has but the layers allow) */
 static void test_fd_qkv_bias(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     check_fd(&c, 2, 5);
-    nv_config n = {12, 20, 1, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    nv_config n = {12, 20, 1, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_CONFIG_PLAIN};
     check_fd(&n, 2, 4);
 }
 
 static void test_fd_mha_separate(void) {
-    nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd(&c, 1, 7);
 }
 
@@ -313,7 +313,7 @@ static void test_fd_mha_separate(void) {
  * (m = (1-b1) g, v = (1-b2) g^2, so the step is lr * (g / (|g| + eps) + decay * p)); and the
  * schedule's warmup and cosine values. */
 static void test_adamw_matches_reference(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}; /* separate classifier */
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN}; /* separate classifier */
     for (int emb = 0; emb < 2; emb++) {
         nv_tmodel tm;
         if (nv_tmodel_init(&tm, &c, NULL, 3, 1, 4, NV_ENGINE_SCALAR) != NV_OK) {
@@ -407,7 +407,7 @@ static void test_lr_schedules(void) {
 /* A forward without targets (evaluation) has no loss to differentiate: the backward leaves the
  * gradients as they are instead of reading targets that are not there. */
 static void test_backward_needs_targets(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_tmodel tm;
     if (nv_tmodel_init(&tm, &c, NULL, 4, 1, 6, NV_ENGINE_SCALAR) != NV_OK) {
         T_CHECK(0, "%s", nv_errmsg());
@@ -442,7 +442,7 @@ static void test_backward_needs_targets(void) {
 /* Gradients on each fast engine vs the fp32 scalar path on the same batch, on the engines that are
  * on here and then on the emulated ones (so the AMX and AVX-512 paths are checked on any machine). */
 static void engines_match_fp32(const char *label) {
-    nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     int B = 2, T = 16, in[32], tg[32];
     make_batch(B, T, c.vocab_size, in, tg, 5);
     nv_tmodel ref;
@@ -502,7 +502,7 @@ static void test_engines_match_fp32(void) {
 /* Two micro-batches of one window accumulated with scale 1/2 give the gradient of one batch of
  * both windows (the loss is a mean over windows). */
 static void test_accumulation_equals_larger_batch(void) {
-    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     int T = 6, in[12], tg[12];
     make_batch(2, T, c.vocab_size, in, tg, 31);
     nv_tmodel big, small;
@@ -548,7 +548,7 @@ static double attn_tol = 1e-5;    /* its bound on each relative L2 error */
 static double attn_worst;         /* the largest error seen */
 
 static void attention_case(int H, int KVH, int hd, int B, int T) {
-    nv_config c = {H * hd, 4, 1, H, KVH, hd, 8, T, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {H * hd, 4, 1, H, KVH, hd, 8, T, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     size_t qn = (size_t)B * T * H * hd, kn = (size_t)B * T * KVH * hd, an = (size_t)B * H * T * 2;
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *dout = malloc(qn * 4), *out = malloc(qn * 4);
     float *att = calloc(an, 4), *dq = calloc(qn, 4), *dk = calloc(kn, 4), *dv = calloc(kn, 4);
@@ -641,7 +641,7 @@ static void test_attention_kernels_amx_bf16(void) {
  * per fixed chunk of rows, the element-wise passes and products do not depend on the split. Rows
  * (B x T = 70) leave partial chunks of the norms and partial tiles; QK-norm and biases on. */
 static void threads_same_bits(const char *label) {
-    nv_config c = {40, 72, 2, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    nv_config c = {40, 72, 2, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_CONFIG_PLAIN};
     enum { B = 2, T = 35 };
     int in[B * T], tg[B * T];
     make_batch(B, T, c.vocab_size, in, tg, 11);
@@ -750,8 +750,8 @@ static void recompute_case(const char *label, const nv_config *c, int lora_rank,
 }
 
 static void test_recompute_same_bits(void) {
-    nv_config qk = {40, 72, 3, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_NO_ROPE_SCALING};
-    nv_config plain = {32, 64, 3, 4, 2, 8, 61, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config qk = {40, 72, 3, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_CONFIG_PLAIN};
+    nv_config plain = {32, 64, 3, 4, 2, 8, 61, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     int seg[70];
     for (int i = 0; i < 70; i++) seg[i] = i % 35 < 20 ? 0 : 20; /* two documents a window */
     recompute_case(" (QK-norm, biases)", &qk, 0, NULL);
@@ -859,9 +859,9 @@ static void fused_case(const nv_config *c, nv_engine_id e) {
 
 static void fused_cases(void) {
     /* classifier 1000 x 40: pieces of 816 rows (a whole number of 16- and 32-row units) then 184 */
-    const nv_config tied = {40, 2100, 2, 4, 2, 10, 1000, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
-    const nv_config separate = {40, 72, 2, 4, 4, 10, 1000, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
-    const nv_config biases = {40, 72, 2, 4, 2, 10, 300, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    const nv_config tied = {40, 2100, 2, 4, 2, 10, 1000, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    const nv_config separate = {40, 72, 2, 4, 4, 10, 1000, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    const nv_config biases = {40, 72, 2, 4, 2, 10, 300, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
         if (nv_engine_available((nv_engine_id)e)) {
             fused_case(&tied, (nv_engine_id)e);
@@ -885,7 +885,7 @@ static void test_fused_optimizer_matches_two_passes(void) {
  * update, fused or not: weights, moments and the packed copies stay as they were (the next forward
  * gives the same loss), the update still counts, and a finite step afterwards updates again. */
 static void test_nonfinite_gradient_skips_update(void) {
-    const nv_config c = {40, 72, 2, 4, 2, 10, 300, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    const nv_config c = {40, 72, 2, 4, 2, 10, 300, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     enum { B = 2, T = 8 };
     int in[B * T], tg[B * T];
     make_batch(B, T, c.vocab_size, in, tg, 5);

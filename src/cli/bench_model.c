@@ -30,12 +30,17 @@
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 
+/* The weight bytes one token reads: of a mixture's experts, the share it uses. */
 static size_t model_weight_bytes(const nv_model *m) {
+    const nv_config *c = &m->config;
     size_t b = nv_plan_packed_bytes(m->cls_plan);
-    for (int l = 0; l < m->config.n_layers; l++) {
+    for (int l = 0; l < c->n_layers; l++) {
         const nv_layer_plans *lp = &m->plans[l];
-        const nv_plan *all[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
-        for (size_t i = 0; i < 7; i++) b += nv_plan_packed_bytes(all[i]);
+        const nv_plan *all[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3, lp->router};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) b += all[i] ? nv_plan_packed_bytes(all[i]) : 0;
+        size_t experts = 0;
+        for (int i = 0; lp->experts && i < 3 * c->n_experts; i++) experts += nv_plan_packed_bytes(lp->experts[i]);
+        if (c->n_experts) b += experts / (size_t)c->n_experts * (size_t)c->n_experts_used;
     }
     return b;
 }
@@ -226,7 +231,9 @@ out:
  * classifier for the rows that get logits). */
 static double forward_flops(const nv_config *c, int n, int pos, int cls_rows) {
     double d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
-    double per_tok = c->n_layers * (2.0 * d * (q + 2 * kv) + 2.0 * q * d + 6.0 * d * h);
+    /* a mixture of experts: the experts a token uses, and the router */
+    const double ffn_sets = c->n_experts ? c->n_experts_used : 1;
+    double per_tok = c->n_layers * (2.0 * d * (q + 2 * kv) + 2.0 * q * d + 6.0 * d * h * ffn_sets + 2.0 * d * c->n_experts);
     double ctx = 0; /* sum over the n queries of the positions they attend to */
     for (int t = 0; t < n; t++) ctx += pos + t + 1;
     double att = c->n_layers * 4.0 * c->n_heads * c->head_dim * ctx;

@@ -255,6 +255,10 @@ static int train(int argc, char **argv) {
             cli_error(CMD, 1, "%s", nv_errmsg());
             goto done;
         }
+        if (init.config.n_experts) { /* before the data is read (nv_train_run refuses it too) */
+            cli_error(CMD, 1, "%s: training a mixture-of-experts model is not supported", init_from);
+            goto done;
+        }
         *c = init.config;
         o.init_params = init.params;
     } else if (dim) {

@@ -77,15 +77,17 @@ void cli_tune_model_key(const nv_model *m, char *out, size_t cap) {
     const nv_config *c = &m->config;
     /* the weights' formats: each plan matrix's source (fp32, fp16, bf16, or int8 blocks of qb with or without offsets) */
     uint64_t h = nv_hash64("nerve-tune", 10, 0);
-    const int nm = c->n_layers * NV_LAYER_MATRICES + 1;
+    const int nm = nv_model_plan_count(c);
     for (int i = 0; m->quant && i < nm; i++) {
         const nv_qmatrix *q = &m->quant[i];
         const int four = q->q && nv_qweights_four_bit(q->q, q->count); /* Q4_0, Q4_1, Q4_K: plans keep 4 bits */
         const int kind[3] = {q->h ? -1 - q->h_bf16 : q->q ? q->qb : 0, q->o != NULL, four};
         h = nv_hash64(kind, sizeof kind, h);
     }
-    snprintf(out, cap, "dim %d, layers %d, heads %d/%d x %d, hidden %d, vocab %d, context %d, weights %016llx", c->dim,
-             c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->hidden_dim, c->vocab_size, c->seq_len,
+    char experts[48] = "";
+    if (c->n_experts) snprintf(experts, sizeof experts, ", experts %d/%d", c->n_experts_used, c->n_experts);
+    snprintf(out, cap, "dim %d, layers %d, heads %d/%d x %d, hidden %d%s, vocab %d, context %d, weights %016llx", c->dim,
+             c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->hidden_dim, experts, c->vocab_size, c->seq_len,
              (unsigned long long)h);
 }
 

@@ -491,7 +491,7 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     for (int t = 0; t < n; t++) work += (double)s->row_pos[t] + 1;
     work *= (double)c->n_heads * c->head_dim;
     nv_pool_run(attention_task, &job, work < NV_POOL_MIN_WORK ? 1 : units < ATT_TASKS ? units : ATT_TASKS);
-    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2, ad);
+    nv_layer_tail(m, l, n, &s->r, ad);
 }
 
 static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,

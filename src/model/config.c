@@ -56,6 +56,11 @@ nv_err nv_config_validate(const nv_config *c) {
     for (int i = 0; i < c->n_rope_factors; i++)
         if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]))
             return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g; they must be positive", i, c->rope_factors[i]);
+    if (c->n_experts != 0 && (c->n_experts < 1 || c->n_experts > 1024 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts))
+        return nv_fail(NV_EFORMAT, "model config: %d experts, %d used per token (want 1..1024 experts, 1..all of them used)", c->n_experts,
+                       c->n_experts_used);
+    if (c->n_experts == 0 && c->n_experts_used != 0)
+        return nv_fail(NV_EFORMAT, "model config: %d experts used per token without experts", c->n_experts_used);
     const nv_rope_yarn *y = &c->yarn;
     if (y->factor != 0.0f && (!yarn_in_range(y, 0) || c->n_rope_factors != c->head_dim / 2)) return yarn_range_fail(y, "model config: ");
     const nv_rope_llama3 *l3 = &c->llama3;
@@ -116,7 +121,8 @@ uint64_t nv_config_rope_key(const nv_config *c) {
 uint64_t nv_config_param_count(const nv_config *c) {
     uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
     uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c);
-    uint64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
+    /* a mixture of experts: each expert's three matrices and the router's row per expert */
+    uint64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h * (uint64_t)nv_config_ffn_sets(c) + (uint64_t)c->n_experts * d;
     if (c->qk_norm) per_layer += 2 * (uint64_t)c->head_dim;
     if (c->qkv_bias) per_layer += q + 2 * kv;
     uint64_t total = (uint64_t)c->vocab_size * d + L * per_layer + d;
@@ -130,11 +136,11 @@ typedef struct {
 } preset;
 
 static const preset presets[] = {
-    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
-    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
-    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
-    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING}},
-    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}},
+    {"stories260K", {64, 172, 5, 8, 4, 8, 512, 512, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
+    {"stories15M", {288, 768, 6, 6, 6, 48, 32000, 256, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
+    {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
+    {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
+    {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

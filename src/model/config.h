@@ -32,8 +32,9 @@ typedef struct {
     float factor, low_freq_factor, high_freq_factor;
     int orig_ctx;
 } nv_rope_llama3;
-/* nv_config's scaling fields left empty, for positional nv_config initializers */
-#define NV_NO_ROPE_SCALING {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
+/* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
+ * nv_config initializers */
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -55,6 +56,11 @@ typedef struct {
     int qkv_bias; /* Qwen2: biases added to the query, key and value projections */
     nv_rope_yarn yarn; /* with YaRN, rope_factors are the divisors its blend gives (made by nv_config_rope_yarn) */
     nv_rope_llama3 llama3; /* with Llama 3.1's rule read from config.json, rope_factors are its divisors */
+    /* A mixture of experts (Mixtral, Qwen3-MoE): every layer's FFN is n_experts SwiGLU experts of
+     * hidden_dim, of which a router (softmax over its logits) picks the n_experts_used most probable
+     * per token; their outputs are summed weighted by those probabilities renormalised to sum 1.
+     * n_experts 0: the dense FFN. */
+    int n_experts, n_experts_used;
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
@@ -72,6 +78,8 @@ nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y);
 /* transformers' and llama.cpp's YaRN attention multiplier for a factor: 0.1 ln(factor) + 1 (1 when factor <= 1). */
 double nv_yarn_mscale(double factor);
 uint64_t nv_config_rope_key(const nv_config *c);
+/* The FFN matrices of a layer: n_experts sets of w1, w2, w3 (one for a dense model). */
+static inline int nv_config_ffn_sets(const nv_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }
 /* Number of fp32 parameters (the classifier counted once when shared). */
 uint64_t nv_config_param_count(const nv_config *c);
 

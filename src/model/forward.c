@@ -61,7 +61,18 @@ nv_err nv_rows_init(nv_rows *r, const nv_config *c, int T) {
     r->q = calloc(n * q, sizeof(float));
     r->k = calloc(n * kv, sizeof(float));
     r->v = calloc(n * kv, sizeof(float));
-    if (!r->x || !r->xb || !r->xb2 || !r->hb || !r->hb2 || !r->q || !r->k || !r->v) {
+    int moe_ok = 1;
+    if (c->n_experts) {
+        const size_t E = (size_t)c->n_experts, k = (size_t)c->n_experts_used;
+        r->moe_x = calloc(n * d, sizeof(float));
+        r->moe_y = calloc(n * d, sizeof(float));
+        r->moe_p = calloc(n * E, sizeof(float));
+        r->moe_w = calloc(n * k, sizeof(float));
+        r->moe_sel = calloc(n * k, sizeof(int));
+        r->moe_rows = calloc(n, sizeof(int));
+        moe_ok = r->moe_x && r->moe_y && r->moe_p && r->moe_w && r->moe_sel && r->moe_rows;
+    }
+    if (!r->x || !r->xb || !r->xb2 || !r->hb || !r->hb2 || !r->q || !r->k || !r->v || !moe_ok) {
         nv_rows_free(r);
         return nv_fail(NV_ENOMEM, "cannot allocate the activations of %d rows", T);
     }
@@ -69,8 +80,10 @@ nv_err nv_rows_init(nv_rows *r, const nv_config *c, int T) {
 }
 
 void nv_rows_free(nv_rows *r) {
-    float *all[] = {r->x, r->xb, r->xb2, r->hb, r->hb2, r->q, r->k, r->v};
+    float *all[] = {r->x, r->xb, r->xb2, r->hb, r->hb2, r->q, r->k, r->v, r->moe_x, r->moe_y, r->moe_p, r->moe_w};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    free(r->moe_sel);
+    free(r->moe_rows);
     memset(r, 0, sizeof *r);
 }
 
@@ -390,11 +403,62 @@ static void swiglu_rows_task(void *ctx, int task, int n_tasks) {
     for (int r = task; r < e->rows; r += n_tasks) swiglu_ep(ctx, r, r + 1, 0, e->stride);
 }
 
-void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2,
-                   const nv_adapter_rows *ad) {
+/* A mixture of experts' FFN on the n normalised rows xn: x += the sum over each row's chosen experts
+ * of weight * w2.(silu(w1.xn) * w3.xn). The router's softmax picks a row's n_experts_used most probable
+ * experts (ties to the lower index), their probabilities renormalised to sum 1 (as Mixtral and
+ * Qwen3-MoE, and llama.cpp running them). Each expert runs once on the rows that chose it, gathered;
+ * a row's outputs are summed in expert order, so its result does not depend on the other rows. */
+static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
+    const nv_config *c = &m->config;
+    const nv_layer_plans *lp = &m->plans[l];
+    const int d = c->dim, h = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
+    nv_plan_run(lp->router, r->xb, n, r->moe_p);
+    for (int t = 0; t < n; t++) {
+        float *p = r->moe_p + (size_t)t * E, *w = r->moe_w + (size_t)t * K, sum = 0.0f;
+        int *sel = r->moe_sel + (size_t)t * K;
+        nv_softmax(p, E);
+        for (int j = 0; j < K; j++) { /* the K largest, by selection: K is small */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j && !taken; i++) taken = sel[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[j] = best;
+            sum += w[j] = p[best];
+        }
+        for (int j = 0; j < K; j++) w[j] /= sum;
+    }
+    float *acc = r->xb2; /* free after the attention's residual */
+    memset(acc, 0, (size_t)n * d * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int cnt = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < K; j++)
+                if (r->moe_sel[(size_t)t * K + j] == e) {
+                    memcpy(r->moe_x + (size_t)cnt * d, r->xb + (size_t)t * d, (size_t)d * sizeof(float));
+                    r->moe_rows[cnt++] = t * K + j;
+                }
+        if (!cnt) continue;
+        nv_plan *const *ep = &lp->experts[3 * e];
+        tail_ep glu = {NULL, r->hb2, r->hb, h, cnt};
+        nv_plan_run_group((const nv_plan *const[]){ep[0], ep[2]}, 2, r->moe_x, cnt, (float *const[]){r->hb, r->hb2}, swiglu_ep, &glu);
+        nv_plan_run(ep[1], r->hb, cnt, r->moe_y);
+        for (int i = 0; i < cnt; i++) {
+            const int t = r->moe_rows[i] / K;
+            const float wt = r->moe_w[r->moe_rows[i]], *y = r->moe_y + (size_t)i * d;
+            float *a = acc + (size_t)t * d;
+            for (int j = 0; j < d; j++) a[j] += wt * y[j];
+        }
+    }
+    for (size_t i = 0; i < (size_t)n * d; i++) r->x[i] += acc[i];
+}
+
+void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter_rows *ad) {
     const nv_config *c = &m->config;
     const nv_layer_plans *lp = &m->plans[l];
     int d = c->dim, h = c->hidden_dim;
+    float *x = r->x, *xb = r->xb, *xb2 = r->xb2, *hb = r->hb, *hb2 = r->hb2;
     /* each product's elementwise follow-up runs on the block's own thread, in the same job; an
      * adapter's update of wo or w2 adds to the residual after it (x += W y + B'A y) */
     tail_ep res = {x, xb2, NULL, d, n};
@@ -402,6 +466,10 @@ void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *
     nv_adapter_rows_add(ad, c, l, 3, xb, x);
 
     nv_rmsnorm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
+    if (c->n_experts) { /* adapters have no mixture form (refused when loaded) */
+        moe_ffn(m, l, n, r);
+        return;
+    }
     tail_ep glu = {NULL, hb2, hb, h, n};
     if (nv_adapter_rows_target(ad, 4) || nv_adapter_rows_target(ad, 6)) { /* SwiGLU waits for the updates */
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, NULL, NULL);
@@ -473,7 +541,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
     attention(c, s, rj.kc, rj.vc, n, pos);
-    nv_layer_tail(m, l, n, s->r.x, s->r.xb, s->r.xb2, s->r.hb, s->r.hb2, NULL);
+    nv_layer_tail(m, l, n, &s->r, NULL);
 }
 
 nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab) {

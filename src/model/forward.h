@@ -14,9 +14,13 @@
 
 /* Activations of up to T token rows, kept by the single-sequence and the batched forward alike:
  * x the residual stream, xb/xb2 normalised input and attention output, hb/hb2 the FFN's hidden
- * rows, q/k/v the projections. */
+ * rows, q/k/v the projections; a mixture of experts' also: moe_x/moe_y an expert's rows gathered
+ * and its output [T][dim], moe_p the router's probabilities [T][n_experts], moe_w the chosen
+ * experts' weights [T][n_experts_used], moe_sel who they are and moe_rows the rows an expert takes. */
 typedef struct {
     float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v;
+    float *moe_x, *moe_y, *moe_p, *moe_w;
+    int *moe_sel, *moe_rows;
 } nv_rows;
 
 nv_err nv_rows_init(nv_rows *r, const nv_config *c, int T);
@@ -51,13 +55,13 @@ nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n,
  * must; NV_ENOMEM (nothing changed) when it cannot. Shared with the batched forward. */
 nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab);
 
-/* The rest of layer l after attention, on n rows (shared with the batched forward): x += wo.xb,
- * then x += w2.(silu(w1.xn) * w3.xn) with xn = RMSNorm(x); xb holds the attention output on
- * entry; xb2, hb and hb2 are scratch of n x dim, n x hidden, n x hidden. With ad (NULL: none), the
- * rows' adapters add their updates to wo's, w1's, w3's and w2's products (before SwiGLU for w1 and
- * w3, which then runs as a pass of its own). */
-void nv_layer_tail(const nv_model *m, int l, int n, float *x, float *xb, float *xb2, float *hb, float *hb2,
-                   const nv_adapter_rows *ad);
+/* The rest of layer l after attention, on n rows of r (shared with the batched forward): x += wo.xb,
+ * then x += w2.(silu(w1.xn) * w3.xn) with xn = RMSNorm(x) (in a mixture of experts, the sum of the
+ * chosen experts' outputs, each weighted); r->xb holds the attention output on entry, the rest is
+ * scratch. With ad (NULL: none), the rows' adapters add their updates to wo's, w1's, w3's and w2's
+ * products (before SwiGLU for w1 and w3, which then runs as a pass of its own). A row's result does
+ * not depend on the other rows. */
+void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter_rows *ad);
 
 /* Building blocks, shared with training. */
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);

@@ -481,18 +481,18 @@ static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
 
 /* Finds name with the shape [d0] or [d0, d1] (dims[0] fastest) and a type this loader converts;
  * with dst, converts it there. */
-static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, float *dst) {
+static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, uint64_t d2, float *dst) {
     const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name);
     if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
     if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K", g->path, name,
                                   type_name(t->type), t->type);
-    uint64_t want[4] = {d0, d1, 1, 1};
+    uint64_t want[4] = {d0, d1, d2 ? d2 : 1, 1};
     for (int i = 0; i < 4; i++)
         if (t->dims[i] != want[i])
-            return nv_fail(NV_EFORMAT, "%s: tensor '%s' is [%llu, %llu, %llu, %llu], expected [%llu, %llu]", g->path, name,
+            return nv_fail(NV_EFORMAT, "%s: tensor '%s' is [%llu, %llu, %llu, %llu], expected [%llu, %llu, %llu]", g->path, name,
                            (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], (unsigned long long)t->dims[2],
-                           (unsigned long long)t->dims[3], (unsigned long long)d0, (unsigned long long)d1);
-    if (dst) to_f32(t, dst, d0 * d1);
+                           (unsigned long long)t->dims[3], (unsigned long long)d0, (unsigned long long)d1, (unsigned long long)want[2]);
+    if (dst) to_f32(t, dst, d0 * d1 * want[2]);
     return NV_OK;
 }
 
@@ -510,7 +510,9 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
  * with biases on the query, key and value projections). llama.cpp's qwen2/qwen3 rotate pairs half
  * a head apart, so their query and key rows are stored in that order and reordered on the way in
  * and out. */
-static const char *arch_name(int qk_norm, int qkv_bias) { return qk_norm ? "qwen3" : qkv_bias ? "qwen2" : "llama"; }
+static const char *arch_name(const nv_config *c) {
+    return c->qk_norm ? (c->n_experts ? "qwen3moe" : "qwen3") : c->qkv_bias ? "qwen2" : "llama";
+}
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
@@ -523,14 +525,39 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     const char *arch_s = nv_gguf_string(g, "general.architecture", &n);
     if (!arch_s) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
     char shown_arch[128], k[96];
-    const int qwen3 = name_is(arch_s, n, "qwen3"), qwen2 = name_is(arch_s, n, "qwen2");
-    if (!name_is(arch_s, n, "llama") && !qwen3 && !qwen2)
-        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2 or qwen3)", g->path,
+    const int qwen3moe = name_is(arch_s, n, "qwen3moe"), qwen3 = qwen3moe || name_is(arch_s, n, "qwen3"),
+              qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama");
+    if (!llama && !qwen3 && !qwen2)
+        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3 or qwen3moe)", g->path,
                        nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = arch_name(qwen3, qwen2);
+    const char *arch = qwen3moe ? "qwen3moe" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
-    NV_TRY(get_int(g, akey(k, sizeof k, arch, "feed_forward_length"), -1, &hidden));
+    /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
+       chosen weights are renormalised; what else it has (shared experts, other gating) is refused */
+    int64_t experts = 0, used = 0, shared = 0, gating = 1, dense_first = 0;
+    if (llama || qwen3moe) {
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_count"), 0, &experts));
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_used_count"), 0, &used));
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_shared_count"), 0, &shared));
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_gating_func"), 1, &gating));
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "leading_dense_block_count"), 0, &dense_first));
+    }
+    if (qwen3moe && experts == 0) return nv_fail(NV_EFORMAT, "%s: a qwen3moe model without %s.expert_count", g->path, arch);
+    if (experts < 0 || experts > 1024 || (experts && (used < 1 || used > experts)))
+        return nv_fail(NV_EFORMAT, "%s: %lld experts with %lld used per token (1..1024 experts, 1..all of them used)", g->path,
+                       (long long)experts, (long long)used);
+    if (experts && (shared || gating != 1 || dense_first))
+        return nv_fail(NV_EUNSUPPORTED, "%s: shared experts, dense leading layers or gating other than softmax are not supported", g->path);
+    if (experts && nv_gguf_tensor_find(g, "blk.0.ffn_gate.0.weight"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: the experts are separate tensors (blk.N.ffn_gate.E.weight, an older conversion); "
+                                        "convert the model again for one tensor per layer (ffn_gate_exps)", g->path);
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "feed_forward_length"), experts && qwen3moe ? 0 : -1, &hidden));
+    if (qwen3moe) { /* its experts' own width (llama.cpp: else the dense width over the experts used) */
+        int64_t per_expert = 0;
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_feed_forward_length"), 0, &per_expert));
+        hidden = per_expert ? per_expert : used ? hidden / used : 0;
+    }
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "block_count"), -1, &layers));
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "attention.head_count"), -1, &heads));
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "attention.head_count_kv"), heads, &kv_heads));
@@ -613,12 +640,14 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
     c->qk_norm = qwen3;
     c->qkv_bias = qwen2;
+    c->n_experts = (int)experts;
+    c->n_experts_used = (int)used;
     if (nv_gguf_tensor_find(g, "rope_freqs.weight")) {
         if (head_dim / 2 > NV_ROPE_FACTORS_MAX)
             return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
                            (long long)head_dim, 2 * NV_ROPE_FACTORS_MAX);
         c->n_rope_factors = (int)(head_dim / 2);
-        NV_TRY(take(g, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, c->rope_factors));
+        NV_TRY(take(g, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
     }
     if (linear) NV_TRY(nv_config_rope_linear(c, factor));
     if (yarn && nv_config_rope_yarn(c, &y) != NV_OK) return nv_fail(NV_EFORMAT, "%s: %s", g->path, nv_errmsg());
@@ -626,12 +655,14 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
 }
 
 size_t nv_model_tensor_count(const nv_config *c) {
-    return 2 + (c->shared_classifier ? 0 : 1) + (9 + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0)) * (size_t)c->n_layers;
+    return 2 + (c->shared_classifier ? 0 : 1) + (9 + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0) + (c->n_experts ? 1 : 0)) * (size_t)c->n_layers;
 }
 
 size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_ref *t) {
     const uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c);
+    const uint64_t E = (uint64_t)nv_config_ffn_sets(c);
+    const int moe = c->n_experts > 0;
     size_t k = 0;
 #define AT(field, off) (w ? w->field + (off) : NULL)
 #define ADD(...) (snprintf(t[k].name, sizeof t[k].name, __VA_ARGS__), k++)
@@ -646,12 +677,13 @@ size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_re
         } parts[] = {{"attn_norm", d, 1, AT(rms_att, l * d)},    {"attn_q", d, qd, AT(wq, l * qd * d)},
                      {"attn_k", d, kvd, AT(wk, l * kvd * d)},    {"attn_v", d, kvd, AT(wv, l * kvd * d)},
                      {"attn_output", qd, d, AT(wo, l * d * qd)}, {"ffn_norm", d, 1, AT(rms_ffn, l * d)},
-                     {"ffn_gate", d, h, AT(w1, l * h * d)},      {"ffn_down", h, d, AT(w2, l * d * h)},
-                     {"ffn_up", d, h, AT(w3, l * h * d)}};
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-            t[k] = (nv_tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p};
-            ADD("blk.%llu.%s.weight", (unsigned long long)l, parts[i].name);
+                     {"ffn_gate", d, h, AT(w1, l * E * h * d)},  {"ffn_down", h, d, AT(w2, l * E * d * h)},
+                     {"ffn_up", d, h, AT(w3, l * E * h * d)}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) { /* a mixture's FFN: all experts in one */
+            t[k] = (nv_tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p, .d2 = i >= 6 && moe ? E : 0};
+            ADD("blk.%llu.%s%s.weight", (unsigned long long)l, parts[i].name, i >= 6 && moe ? "_exps" : "");
         }
+        if (moe) t[k] = (nv_tensor_ref){.d0 = d, .d1 = E, .p = AT(router, l * E * d)}, ADD("blk.%llu.ffn_gate_inp.weight", (unsigned long long)l);
         if (c->qk_norm) {
             const uint64_t hd = (uint64_t)c->head_dim;
             t[k] = (nv_tensor_ref){.d0 = hd, .d1 = 1, .p = AT(q_norm, l * hd)}, ADD("blk.%llu.attn_q_norm.weight", (unsigned long long)l);
@@ -673,17 +705,24 @@ static const char *const layer_parts[NV_LAYER_MATRICES] = {"attn_q",   "attn_k",
                                                            "ffn_gate", "ffn_down", "ffn_up"};
 
 /* The tensor name of plan matrix i (nv_model.quant's order). */
-void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap) {
-    if (i < c->n_layers * NV_LAYER_MATRICES)
+void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap, int *expert) {
+    const int dense = c->n_layers * NV_LAYER_MATRICES;
+    if (expert) *expert = 0;
+    if (i < dense) {
         snprintf(name, cap, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, layer_parts[i % NV_LAYER_MATRICES]);
-    else
+    } else if (i == dense) {
         snprintf(name, cap, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
+    } else { /* (l * E + e) * 3 + part, after the classifier */
+        const int x = i - dense - 1, E = c->n_experts > 0 ? c->n_experts : 1;
+        snprintf(name, cap, "blk.%d.%s_exps.weight", x / 3 / E, layer_parts[4 + x % 3]);
+        if (expert) *expert = x / 3 % E;
+    }
 }
 
 int nv_model_pending(const nv_model *m, const char *name) {
-    for (int i = 0; m && m->quant && i <= m->config.n_layers * NV_LAYER_MATRICES; i++) {
+    for (int i = 0; m && m->quant && i < nv_model_plan_count(&m->config); i++) {
         char pn[64];
-        nv_model_plan_tensor_name(&m->config, i, pn, sizeof pn);
+        nv_model_plan_tensor_name(&m->config, i, pn, sizeof pn, NULL);
         if (m->quant[i].pending && !strcmp(pn, name)) return 1;
     }
     return 0;
@@ -695,16 +734,16 @@ static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     if (!t) return nv_fail(NV_ENOMEM, "out of memory");
     size_t n = nv_model_tensor_map(c, m ? &m->w : NULL, t);
     nv_err e = NV_OK;
-    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
+    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, t[i].d2, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
     free(t);
     return e;
 }
 
 nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16, int pending) {
-    const int count = m->config.n_layers * NV_LAYER_MATRICES + 1;
+    const int count = nv_model_plan_count(&m->config);
     if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
     char name[64];
-    nv_model_plan_tensor_name(&m->config, i, name, sizeof name);
+    nv_model_plan_tensor_name(&m->config, i, name, sizeof name, NULL);
     nv_qmatrix *qm = &m->quant[i];
     qm->count = n;
     qm->pending = pending && strcmp(name, "token_embd.weight") != 0; /* lookups read the embedding's fp32 values */
@@ -719,16 +758,18 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
  * which lookups read). */
 static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
     const nv_config *c = &m->config;
-    const int count = c->n_layers * NV_LAYER_MATRICES + 1;
+    const int count = nv_model_plan_count(c);
     for (int i = 0; i < count; i++) {
         char name[64];
-        nv_model_plan_tensor_name(c, i, name, sizeof name);
+        int expert;
+        nv_model_plan_tensor_name(c, i, name, sizeof name, &expert);
         const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: checked before */
         int qb, offset;
         if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16 && t->type != T_BF16)) continue;
-        const uint64_t n = t->dims[0] * t->dims[1];
+        const uint64_t n = t->dims[0] * t->dims[1]; /* an expert's slice of its layer's tensor: whole rows, whole blocks */
+        const uint8_t *data = (const uint8_t *)t->data + (uint64_t)expert * (t->bytes / (t->dims[2] ? t->dims[2] : 1));
         if (t->type == T_F16 || t->type == T_BF16) { /* fp16 and bf16 plans: the values as they are (exact in fp32) */
-            NV_TRY(nv_model_keep_half(m, i, t->data, (size_t)n, t->type == T_BF16, pending));
+            NV_TRY(nv_model_keep_half(m, i, data, (size_t)n, t->type == T_BF16, pending));
             continue;
         }
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
@@ -743,7 +784,7 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
         if (!qm->q || !qm->s || (offset && !qm->o)) return nv_fail(NV_ENOMEM, "out of memory for %s's quantized values", name);
         for (uint64_t b = 0; b < n / per; b++) /* o is written only for the types with an offset */
-            decompose_block(t->type, (const uint8_t *)t->data + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
+            decompose_block(t->type, data + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
                             offset ? qm->o + b * per / (uint64_t)qb : NULL);
     }
     return NV_OK;
@@ -1468,7 +1509,8 @@ static void quantize_bf16(const float *x, uint64_t n, uint64_t d0, const float *
  * super-blocks of 256 falls back as llama.cpp's does (Q4_K to Q5_0, Q6_K to Q8_0), a block type
  * whose rows are not whole blocks of 32 to F32. */
 static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type) {
-    if (type == NV_GGUF_F32 || t->d1 == 1) return T_F32;
+    /* a mixture's router stays F32, as llama.cpp keeps it: its logits choose the experts */
+    if (type == NV_GGUF_F32 || t->d1 == 1 || strstr(t->name, ".ffn_gate_inp.")) return T_F32;
     if (type == NV_GGUF_F16) return T_F16;
     if (type == NV_GGUF_BF16) return T_BF16;
     if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
@@ -1477,7 +1519,7 @@ static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t
         const int L = c->n_layers;
         type = type == NV_GGUF_Q4_K ? T_Q4_K : T_Q5_K;
         if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) type = T_Q6_K;
-        else if (sscanf(t->name, "blk.%u.%31[a-z_]", &layer, part) == 2 && (!strcmp(part, "attn_v") || !strcmp(part, "ffn_down"))) {
+        else if (sscanf(t->name, "blk.%u.%31[a-z_]", &layer, part) == 2 && (!strcmp(part, "attn_v") || !strcmp(part, "ffn_down") || !strcmp(part, "ffn_down_exps"))) {
             const int i = (int)layer;
             if (i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2) type = T_Q6_K;
         }
@@ -1550,8 +1592,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     }
     const size_t nw = nv_model_tensor_map(c, &qw.w, t);
     if (c->n_rope_factors && !yarn) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
-        t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors};
-    const char *arch = arch_name(c->qk_norm, c->qkv_bias);
+        t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0};
+    const char *arch = arch_name(c);
     char k[96];
     nv_buf b = {0};
     const size_t kv_at = ob_header(&b, nt, arch);
@@ -1571,6 +1613,12 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_u32(&b, akey(k, sizeof k, arch, "embedding_length"), (uint32_t)c->dim);
     kv_u32(&b, akey(k, sizeof k, arch, "block_count"), (uint32_t)c->n_layers);
     kv_u32(&b, akey(k, sizeof k, arch, "feed_forward_length"), (uint32_t)c->hidden_dim);
+    if (c->n_experts) { /* qwen3moe's experts have a width of their own (llama's: feed_forward_length) */
+        kv_u32(&b, akey(k, sizeof k, arch, "expert_count"), (uint32_t)c->n_experts);
+        kv_u32(&b, akey(k, sizeof k, arch, "expert_used_count"), (uint32_t)c->n_experts_used);
+        if (c->qk_norm) kv_u32(&b, akey(k, sizeof k, arch, "expert_feed_forward_length"), (uint32_t)c->hidden_dim), n_kv++;
+        n_kv += 2;
+    }
     kv_u32(&b, akey(k, sizeof k, arch, "rope.dimension_count"), (uint32_t)c->head_dim);
     kv_u32(&b, akey(k, sizeof k, arch, "attention.head_count"), (uint32_t)c->n_heads);
     kv_u32(&b, akey(k, sizeof k, arch, "attention.head_count_kv"), (uint32_t)c->n_kv_heads);
@@ -1621,7 +1669,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     int oom = !qdata || !bytes;
     uint64_t off = 0;
     for (size_t i = 0; i < nt && !oom && e == NV_OK; i++) {
-        const uint64_t n = t[i].d0 * t[i].d1;
+        const uint64_t n = t[i].d0 * nv_tensor_rows(&t[i]);
         const uint32_t tt = tensor_type(c, &t[i], type);
         const int quant = tt != T_F32;
         bytes[i] = tensor_bytes(tt, n, t[i].d0);
@@ -1643,9 +1691,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
              : tt == T_Q6_K ? quantize_q6_k
                             : quantize_q4_0)(t[i].p, n, t[i].d0, en ? imp : NULL, qdata[i]);
         ob_str(&b, t[i].name, strlen(t[i].name));
-        ob_u32(&b, t[i].d1 == 1 ? 1 : 2);
+        ob_u32(&b, t[i].d2 ? 3 : t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);
-        if (t[i].d1 != 1) ob_u64(&b, t[i].d1);
+        if (t[i].d1 != 1 || t[i].d2) ob_u64(&b, t[i].d1);
+        if (t[i].d2) ob_u64(&b, t[i].d2);
         ob_u32(&b, tt);
         ob_u64(&b, off);
         off += (bytes[i] + 31) / 32 * 32;
@@ -1718,7 +1767,7 @@ nv_err nv_gguf_save_lora(const nv_config *c, const nv_lora_shape *s, const float
         e = nv_fail(NV_ENOMEM, "out of memory");
         goto done;
     }
-    const size_t kv_at = ob_header(&b, 2 * pairs, arch_name(c->qk_norm, c->qkv_bias));
+    const size_t kv_at = ob_header(&b, 2 * pairs, arch_name(c));
     kv_str(&b, "general.type", "adapter");
     kv_str(&b, "adapter.type", "lora");
     kv_f32(&b, "adapter.lora.alpha", s->alpha);
@@ -1801,7 +1850,7 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
     NV_TRY(nv_gguf_open(path, &g));
     nv_err e = NV_OK;
     char shown[128];
-    const char *want_arch = arch_name(c->qk_norm, c->qkv_bias);
+    const char *want_arch = arch_name(c);
     size_t tlen = 0, alen = 0, arlen = 0;
     const char *type = nv_gguf_string(&g, "general.type", &tlen);
     const char *atype = nv_gguf_string(&g, "adapter.type", &alen);

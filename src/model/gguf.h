@@ -79,9 +79,10 @@ nv_err nv_gguf_load_model(const char *path, nv_model *m);
 /* The same with the quantized plan matrices kept only quantized (nv_model_load_quantized). */
 nv_err nv_gguf_load_model_quantized(const char *path, nv_model *m);
 /* Plan matrix i's tensor (nv_model.quant's order: per layer wq, wk, wv, wo, w1, w2, w3, then the
- * classifier) by its GGUF name; and 1 when m keeps the tensor `name` only as its plan source (its
+ * classifier, then a mixture of experts' expert matrices, whose tensors hold every expert of a layer:
+ * *expert says which slice, when not NULL) by its GGUF name; and 1 when m keeps the tensor `name` only as its plan source (its
  * fp32 values pending: the loaders leave them unmade). */
-void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap);
+void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap, int *expert);
 int nv_model_pending(const nv_model *m, const char *name);
 /* Keeps plan matrix i's n fp16 values h (bf16 with bf16) as its plan source (m->quant, made when
  * missing); with pending its fp32 values are left to be made (never the token embedding's: lookups
@@ -133,14 +134,18 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
 nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const size_t *plen, const float *score, uint8_t **out,
                     size_t *len);
 
-/* The model's tensors in llama.cpp's names and order, each with its GGUF shape [d0, d1] (d0 the
- * input width; d1 1 for a vector) and where it lives in w (p NULL when w is): the one map the GGUF
- * reader and writer and the Hugging Face ones share. nv_model_tensor_count is its length. */
+/* The model's tensors in llama.cpp's names and order, each with its GGUF shape [d0, d1] or [d0, d1,
+ * d2] (d0 the input width; d1 1 for a vector; d2 the experts of a mixture's expert tensors, 0 for
+ * the others) and where it lives in w (p NULL when w is): the one map the GGUF reader and writer
+ * and the Hugging Face ones share. nv_model_tensor_count is its length. */
 typedef struct {
     char name[64];
     uint64_t d0, d1;
     float *p;
+    uint64_t d2;
 } nv_tensor_ref;
+/* Rows of a tensor: d1, times d2 for an expert tensor. */
+static inline uint64_t nv_tensor_rows(const nv_tensor_ref *t) { return t->d1 * (t->d2 ? t->d2 : 1); }
 size_t nv_model_tensor_count(const nv_config *c);
 size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_ref *t);
 /* Every query and key row of m (and the QK-norm weights and the biases that go with them)

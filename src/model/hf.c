@@ -465,7 +465,7 @@ static nv_err half_sources(st_set *s, nv_model *m) {
     const int count = c->n_layers * NV_LAYER_MATRICES + 1;
     for (int i = 0; i < count; i++) {
         char gg[64], name[96];
-        nv_model_plan_tensor_name(c, i, gg, sizeof gg);
+        nv_model_plan_tensor_name(c, i, gg, sizeof gg, NULL);
         hf_name(gg, name, sizeof name);
         const st_tensor *t = st_find(s, name);
         if (t && (t->dtype == ST_F16 || t->dtype == ST_BF16)) /* checked before */
@@ -1234,6 +1234,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (c->n_rope_factors && !linear && !yarn && !llama3)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
+    if (c->n_experts) return nv_fail(NV_EUNSUPPORTED, "%s: a mixture of experts is written to GGUF only (name the output .gguf)", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", dir, nv_tokenizer_vocab_size(tok), c->vocab_size);
     NV_TRY(nv_mkdirs(dir));

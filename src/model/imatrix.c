@@ -31,6 +31,7 @@ nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
     memset(im, 0, sizeof *im);
     if (!m->plans || !m->cls_plan) return nv_fail(NV_EINVAL, "imatrix: the model's plans are not built");
     const nv_config *c = &m->config;
+    if (c->n_experts) return nv_fail(NV_EUNSUPPORTED, "imatrix: a mixture of experts' importances are not collected");
     const int count = c->n_layers * NV_LAYER_MATRICES + 1;
     const int q = nv_config_q_dim(c);
     /* input widths of wq, wk, wv, wo, w1, w2, w3 */
@@ -39,7 +40,7 @@ nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
     im->n = count;
     for (int i = 0; i < count; i++) {
         nv_imatrix_entry *e = &im->e[i];
-        nv_model_plan_tensor_name(c, i, e->name, sizeof e->name);
+        nv_model_plan_tensor_name(c, i, e->name, sizeof e->name, NULL);
         e->k = i < count - 1 ? in[i % NV_LAYER_MATRICES] : c->dim;
         if (!(e->sum2 = calloc((size_t)e->k, sizeof *e->sum2))) {
             nv_imatrix_free(im);
@@ -51,7 +52,7 @@ nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
 }
 
 void nv_imatrix_stop(nv_model *m) {
-    if (!m->plans || !m->cls_plan) return;
+    if (!m->plans || !m->cls_plan || m->config.n_experts) return; /* a mixture's plans were never observed */
     for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) nv_plan_observe(plan_of(m, i), NULL, NULL);
 }
 

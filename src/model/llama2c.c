@@ -16,7 +16,7 @@
 
 /* Number of fp32 values of each part, in version-1 order. */
 typedef struct {
-    uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm, bq, bkv;
+    uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm, bq, bkv, router;
 } part_sizes;
 
 static part_sizes sizes_of(const nv_config *c) {
@@ -31,14 +31,16 @@ static part_sizes sizes_of(const nv_config *c) {
     s.wk = L * kv * d;
     s.wv = L * kv * d;
     s.wo = L * d * q;
-    s.w1 = L * h * d;
-    s.w2 = L * d * h;
-    s.w3 = L * h * d;
+    const uint64_t sets = (uint64_t)nv_config_ffn_sets(c); /* experts */
+    s.w1 = L * sets * h * d;
+    s.w2 = L * sets * d * h;
+    s.w3 = L * sets * h * d;
     s.wcls = c->shared_classifier ? 0 : (uint64_t)c->vocab_size * d;
     s.q_norm = c->qk_norm ? L * (uint64_t)c->head_dim : 0;
     s.k_norm = s.q_norm;
     s.bq = c->qkv_bias ? L * q : 0;
     s.bkv = c->qkv_bias ? L * kv : 0;
+    s.router = L * (uint64_t)c->n_experts * d;
     return s;
 }
 
@@ -66,6 +68,8 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
     w->bk = c->qkv_bias ? p : NULL;
     p += s.bkv;
     w->bv = c->qkv_bias ? p : NULL;
+    p += s.bkv;
+    w->router = c->n_experts ? p : NULL;
 }
 
 static nv_err alloc_params(nv_model *m) {
@@ -264,7 +268,8 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
     for (uint64_t i = 0; i < s.q_norm; i++) w->q_norm[i] = w->k_norm[i] = 1.0f;
     const init_mat mats[] = {{w->tok_emb, s.tok_emb, std}, {w->wq, s.wq, std},      {w->wk, s.wk, std},
                              {w->wv, s.wv, std},           {w->wo, s.wo, std_res},  {w->w1, s.w1, std},
-                             {w->w2, s.w2, std_res},       {w->w3, s.w3, std},      {w->wcls, s.wcls, std}};
+                             {w->w2, s.w2, std_res},       {w->w3, s.w3, std},      {w->wcls, s.wcls, std},
+                             {w->router, s.router, std}};
     /* one stream of normals (two draws each) through the matrices in this order; its pieces start
        where the generator would be after the pieces before them, so the values do not depend on
        how many threads draw them */
@@ -281,7 +286,7 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
 
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
-           !c->n_rope_factors && !c->qkv_bias;
+           !c->n_rope_factors && !c->qkv_bias && !c->n_experts;
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
@@ -293,9 +298,9 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     if (c->rope_theta != 10000.0f || c->norm_eps != 1e-5f)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 implies RoPE theta 10000 and norm eps 1e-5 (this model: %g, %g; GGUF says them: name the output .gguf)", path,
                        c->rope_theta, c->norm_eps);
-    if (c->n_rope_factors || c->qkv_bias)
+    if (c->n_rope_factors || c->qkv_bias || c->n_experts)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no %s (GGUF has: name the output .gguf)", path,
-                       c->qkv_bias ? "projection biases" : "RoPE frequency factors");
+                       c->qkv_bias ? "projection biases" : c->n_experts ? "mixture of experts" : "RoPE frequency factors");
     uint8_t hdr[V1_HEADER_BYTES] = {0};
     uint32_t magic = V1_MAGIC;
     int32_t version = 1;
@@ -371,6 +376,19 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
         if (err == NV_OK) err = build_plan(m, i + 1, &lp->wk, e, m->w.wk + (size_t)l * kv * d, kv, d, &tmp);
         if (err == NV_OK) err = build_plan(m, i + 2, &lp->wv, e, m->w.wv + (size_t)l * kv * d, kv, d, &tmp);
         if (err == NV_OK) err = build_plan(m, i + 3, &lp->wo, e, m->w.wo + (size_t)l * d * q, d, q, &tmp);
+        if (c->n_experts) { /* the router exact: which experts run must not turn on an engine's rounding */
+            const size_t E = (size_t)c->n_experts, hd = (size_t)h * d;
+            if (err == NV_OK) err = nv_plan_build(&lp->router, nv_engine_low_precision(e) ? nv_engine_best_fp32() : e, m->w.router + (size_t)l * E * d, (int)E, d);
+            if (err == NV_OK && !(lp->experts = calloc(E * 3, sizeof *lp->experts))) err = nv_fail(NV_ENOMEM, "out of memory");
+            for (size_t x = 0; x < E && err == NV_OK; x++) {
+                const size_t at = (size_t)l * E + x;
+                nv_plan **ep = &lp->experts[3 * x];
+                err = build_plan(m, nv_model_expert_plan(c, l, (int)x, 0), &ep[0], e, m->w.w1 + at * hd, h, d, &tmp);
+                if (err == NV_OK) err = build_plan(m, nv_model_expert_plan(c, l, (int)x, 1), &ep[1], sensitive, m->w.w2 + at * hd, d, h, &tmp);
+                if (err == NV_OK) err = build_plan(m, nv_model_expert_plan(c, l, (int)x, 2), &ep[2], e, m->w.w3 + at * hd, h, d, &tmp);
+            }
+            continue;
+        }
         if (err == NV_OK) err = build_plan(m, i + 4, &lp->w1, e, m->w.w1 + (size_t)l * h * d, h, d, &tmp);
         if (err == NV_OK) err = build_plan(m, i + 5, &lp->w2, sensitive, m->w.w2 + (size_t)l * d * h, d, h, &tmp);
         if (err == NV_OK) err = build_plan(m, i + 6, &lp->w3, e, m->w.w3 + (size_t)l * h * d, h, d, &tmp);
@@ -405,16 +423,19 @@ void nv_qmatrix_drop(nv_qmatrix *qm) {
 }
 
 void nv_model_drop_quant_sources(nv_model *m) {
-    for (int i = 0; m->quant && i <= m->config.n_layers * NV_LAYER_MATRICES; i++) nv_qmatrix_drop(&m->quant[i]);
+    for (int i = 0; m->quant && i < nv_model_plan_count(&m->config); i++) nv_qmatrix_drop(&m->quant[i]);
 }
 
 void nv_model_free_plans(nv_model *m) {
     if (m->plans) {
         for (int l = 0; l < m->config.n_layers; l++) {
             nv_layer_plans *lp = &m->plans[l];
-            nv_plan *all[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
-            for (size_t i = 0; i < 7; i++)
+            nv_plan *all[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3, lp->router};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 if (all[i]) nv_plan_free(all[i]);
+            for (int i = 0; lp->experts && i < 3 * m->config.n_experts; i++)
+                if (lp->experts[i]) nv_plan_free(lp->experts[i]);
+            free(lp->experts);
         }
         free(m->plans);
         m->plans = NULL;

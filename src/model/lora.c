@@ -73,6 +73,7 @@ uint64_t nv_lora_offset(const nv_config *c, const nv_lora_shape *s, int l, int t
 }
 
 nv_err nv_lora_validate(const nv_config *c, const nv_lora_shape *s) {
+    if (c->n_experts) return nv_fail(NV_EUNSUPPORTED, "LoRA adapters on a mixture-of-experts model are not supported");
     if (!(s->targets & NV_LORA_ALL) || (s->targets & ~NV_LORA_ALL))
         return nv_fail(NV_EINVAL, "LoRA needs at least one target matrix (q, k, v, o, gate, down, up)");
     if (!isfinite(s->alpha) || s->alpha <= 0 || s->alpha > 1e6f)

@@ -28,19 +28,22 @@ typedef struct {
     float *wk;        /* [L][kv_dim][dim] */
     float *wv;        /* [L][kv_dim][dim] */
     float *wo;        /* [L][dim][q_dim] */
-    float *w1;        /* [L][hidden][dim] gate */
-    float *w2;        /* [L][dim][hidden] down */
-    float *w3;        /* [L][hidden][dim] up */
+    float *w1;        /* [L][E][hidden][dim] gate (E experts, 1 for a dense model) */
+    float *w2;        /* [L][E][dim][hidden] down */
+    float *w3;        /* [L][E][hidden][dim] up */
     float *wcls;      /* [vocab][dim]; == tok_emb when shared */
     float *q_norm;    /* [L][head_dim] (qk_norm only) */
     float *k_norm;    /* [L][head_dim] (qk_norm only) */
     float *bq;        /* [L][q_dim] (qkv_bias only) */
     float *bk;        /* [L][kv_dim] (qkv_bias only) */
     float *bv;        /* [L][kv_dim] (qkv_bias only) */
+    float *router;    /* [L][n_experts][dim] (a mixture of experts only) */
 } nv_weights;
 
 typedef struct {
-    nv_plan *wq, *wk, *wv, *wo, *w1, *w2, *w3;
+    nv_plan *wq, *wk, *wv, *wo, *w1, *w2, *w3; /* w1, w2, w3 NULL in a mixture of experts */
+    nv_plan *router;                           /* the router's logits (exact fp32), or NULL */
+    nv_plan **experts;                         /* [n_experts][3]: gate, down, up; or NULL */
 } nv_layer_plans;
 
 /* The block-quantized source of a plan matrix (a GGUF file's quantized tensor; see nv_qweights),
@@ -71,8 +74,17 @@ static inline void nv_qmatrix_fill_f32(const nv_qmatrix *qm, float *y) {
         nv_qmatrix_to_f32(qm->q, qm->s, qm->o, qm->qb, qm->count, y);
 }
 
-/* Plan matrices per layer in nv_model.quant, then the classifier at n_layers * NV_LAYER_MATRICES. */
+/* Plan matrices per layer in nv_model.quant, then the classifier at n_layers * NV_LAYER_MATRICES,
+ * then, in a mixture of experts (whose layers leave w1, w2, w3 empty), each layer's experts' gate,
+ * down and up matrices. */
 #define NV_LAYER_MATRICES 7
+static inline int nv_model_plan_count(const nv_config *c) {
+    return c->n_layers * NV_LAYER_MATRICES + 1 + c->n_layers * c->n_experts * 3;
+}
+/* The plan matrix of expert e's part k (0 gate, 1 down, 2 up) in layer l. */
+static inline int nv_model_expert_plan(const nv_config *c, int l, int e, int k) {
+    return c->n_layers * NV_LAYER_MATRICES + 1 + (l * c->n_experts + e) * 3 + k;
+}
 
 typedef struct {
     nv_config config;
@@ -84,7 +96,7 @@ typedef struct {
     nv_engine_id engine;  /* engine the plans were asked for */
     nv_layer_plans *plans; /* [L], NULL until nv_model_build_plans */
     nv_plan *cls_plan;
-    /* [L][NV_LAYER_MATRICES] (wq, wk, wv, wo, w1, w2, w3), then the classifier: block-quantized
+    /* nv_model_plan_count entries ([L][NV_LAYER_MATRICES], the classifier, experts): block-quantized
        sources kept from a quantized GGUF file (entries with q NULL have none), or NULL. Plans on
        avx2/avx512 are built from them (kept as int8, the same bits as fp32 plans on w);
        nv_model_drop_quant_sources frees them once the plans are built. */

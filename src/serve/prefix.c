@@ -30,7 +30,7 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
     /* the config, field by field (the context length does not change a position's KV) */
     int fields[] = {c->dim,        c->hidden_dim, c->n_layers,          c->n_heads, c->n_kv_heads,
                     c->head_dim,   c->vocab_size, c->shared_classifier, c->qk_norm, nv_config_kv_dim(c),
-                    c->qkv_bias};
+                    c->qkv_bias,   c->n_experts,  c->n_experts_used};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix_u64(h, (uint64_t)(uint32_t)fields[i]);
     h = mix_u64(h, nv_config_rope_key(c));
     h = mix_f32(h, c->norm_eps);
@@ -39,13 +39,15 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
         const nv_layer_plans *lp = &m->plans[l];
         const nv_plan *ps[] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) h = mix_plan(h, ps[i]);
+        h = mix_plan(h, lp->router);
+        for (int i = 0; lp->experts && i < 3 * c->n_experts; i++) h = mix_plan(h, lp->experts[i]);
     }
     h = mix_plan(h, m->cls_plan);
     /* the weights' content: the fp32 block, and the block-quantized sources (the only form of a
        matrix whose fp32 weights are pending) */
     h = mix_u64(h, m->n_params);
     h = nv_hash64(m->params, (size_t)m->n_params * sizeof(float), h);
-    for (int i = 0; m->quant && i <= c->n_layers * NV_LAYER_MATRICES; i++) {
+    for (int i = 0; m->quant && i < nv_model_plan_count(c); i++) {
         const nv_qmatrix *qm = &m->quant[i];
         if (qm->h) {
             h = mix_u64(h, (uint64_t)i * 2 + (uint64_t)qm->h_bf16);

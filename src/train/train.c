@@ -550,6 +550,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         return together(nv_fail(NV_EINVAL, "batch, seq, accum and steps must be positive"));
     if (o->seq > c->seq_len)
         return together(nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len));
+    if (c->n_experts)
+        return together(nv_fail(NV_EUNSUPPORTED, "training a mixture-of-experts model is not supported (generate, serve, chat, "
+                                                 "perplexity and export run it)"));
     if (c->qk_norm && c->qkv_bias) /* no format could hold the trained model */
         return together(nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no "
                                                  "format writes it)"));
