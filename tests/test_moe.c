@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/file.h"
+#include "base/half.h"
 #include "base/rng.h"
 #include "engine/engine.h"
 #include "model/forward.h"
@@ -364,6 +366,147 @@ static void test_refusals(void) {
     T_CHECK(t_nerve(args) != 0 && strstr(t_err, "GGUF only"), "%s", t_err);
     snprintf(args, sizeof args, "export %s -o %s -z %s --type q4_k_m", g512, t_path("requant.gguf"), t_data("models/tok512.bin"));
     T_CHECK(t_nerve(args) == 0, "%s", t_err);
+    /* nerve init makes one of a preset's shape (GGUF only) */
+    snprintf(args, sizeof args, "init --preset stories260K --experts 4 --experts-used 2 -o %s", t_path("init.gguf"));
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "4 experts, 2 a token"), "%s", t_err);
+    nv_config ic;
+    T_CHECK(nv_model_read_config(t_path("init.gguf"), &ic) == NV_OK && ic.n_experts == 4 && ic.n_experts_used == 2 && ic.hidden_dim == 172,
+            "%s", nv_errmsg());
+    snprintf(args, sizeof args, "init --preset stories260K --experts 4 -o %s", t_path("init.bin"));
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "name the output .gguf"), "%s", t_err);
+    snprintf(args, sizeof args, "init --preset stories260K --experts 4 --experts-used 5 -o %s", t_path("init5.gguf"));
+    T_CHECK(t_nerve(args) == 2, "%s", t_err);
+}
+
+/* A safetensors file of the model's tensors named as transformers names them (Mixtral's experts as
+ * block_sparse_moe.experts.E.w1/w2/w3, Qwen3-MoE's as mlp.experts.E.gate_proj/down_proj/up_proj),
+ * query and key rows in transformers' order, F32 or BF16; 0 on failure. */
+static int write_hf(const nv_model *m, const char *dir, int mixtral, int bf16) {
+    const nv_config *c = &m->config;
+    nv_model view;
+    float *copy;
+    if (nv_model_half_view(m, &view, &copy) != NV_OK) return 0;
+    const nv_weights *w = &view.w;
+    const size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c),
+                 E = (size_t)c->n_experts, hd = (size_t)c->head_dim;
+    enum { MAX = 512 };
+    static char names[MAX][128];
+    size_t rows[MAX], cols[MAX];
+    const float *data[MAX];
+    int n = 0;
+#define ADD(r, cl, ptr, ...) (snprintf(names[n], sizeof names[n], __VA_ARGS__), rows[n] = (r), cols[n] = (cl), data[n++] = (ptr))
+    ADD(c->vocab_size, d, w->tok_emb, "model.embed_tokens.weight");
+    ADD(c->vocab_size, d, w->wcls, "lm_head.weight");
+    ADD(0, d, w->rms_final, "model.norm.weight");
+    const char *moe = mixtral ? "block_sparse_moe" : "mlp";
+    for (int l = 0; l < c->n_layers; l++) {
+        ADD(0, d, w->rms_att + l * d, "model.layers.%d.input_layernorm.weight", l);
+        ADD(0, d, w->rms_ffn + l * d, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(q, d, w->wq + l * q * d, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(kv, d, w->wk + l * kv * d, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(kv, d, w->wv + l * kv * d, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(d, q, w->wo + l * d * q, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (c->qk_norm) {
+            ADD(0, hd, w->q_norm + l * hd, "model.layers.%d.self_attn.q_norm.weight", l);
+            ADD(0, hd, w->k_norm + l * hd, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
+        ADD(E, d, w->router + l * E * d, "model.layers.%d.%s.gate.weight", l, moe);
+        for (size_t e = 0; e < E; e++) {
+            const size_t at = ((size_t)l * E + e) * h * d;
+            ADD(h, d, w->w1 + at, "model.layers.%d.%s.experts.%zu.%s.weight", l, moe, e, mixtral ? "w1" : "gate_proj");
+            ADD(d, h, w->w2 + at, "model.layers.%d.%s.experts.%zu.%s.weight", l, moe, e, mixtral ? "w2" : "down_proj");
+            ADD(h, d, w->w3 + at, "model.layers.%d.%s.experts.%zu.%s.weight", l, moe, e, mixtral ? "w3" : "up_proj");
+        }
+    }
+#undef ADD
+    nv_buf hdr = {0}, body = {0};
+    nv_buf_append(&hdr, "{", 1);
+    for (int i = 0; i < n; i++) {
+        const size_t count = (rows[i] ? rows[i] : 1) * cols[i], bytes = count * (bf16 ? 2 : 4);
+        char shape[64], entry[400];
+        if (rows[i]) snprintf(shape, sizeof shape, "[%zu, %zu]", rows[i], cols[i]);
+        else snprintf(shape, sizeof shape, "[%zu]", cols[i]);
+        snprintf(entry, sizeof entry, "%s\"%s\": {\"dtype\": \"%s\", \"shape\": %s, \"data_offsets\": [%zu, %zu]}", i ? ", " : "", names[i],
+                 bf16 ? "BF16" : "F32", shape, body.len, body.len + bytes);
+        nv_buf_append(&hdr, entry, strlen(entry));
+        for (size_t j = 0; j < count; j++) {
+            const uint16_t b = nv_bf16_from_f32(data[i][j]);
+            nv_buf_append(&body, bf16 ? (const void *)&b : (const void *)&data[i][j], bf16 ? 2 : 4);
+        }
+    }
+    nv_buf_append(&hdr, "}", 1);
+    const uint64_t hl = hdr.len;
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(&hl, 8, 1, f) == 1 && fwrite(hdr.data, 1, hdr.len, f) == hdr.len && fwrite(body.data, 1, body.len, f) == body.len;
+    if (f) fclose(f);
+    nv_buf_free(&hdr);
+    nv_buf_free(&body);
+    free(copy);
+    return ok && !hdr.oom && !body.oom;
+}
+
+static void put_config(const char *dir, const char *json) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (f) fputs(json, f), fclose(f);
+}
+
+/* Mixtral and Qwen3-MoE folders as transformers saves them: the same logits as the model they were
+ * written from (F32), BF16 experts kept as bf16 per expert, what is not run refused. */
+static void test_hf_folders(void) {
+    nv_engines_init(NULL, 0);
+    static const char *const configs[2] = {
+        "{\"model_type\": \"mixtral\", \"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 64, "
+        "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 61, "
+        "\"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"num_local_experts\": 4, "
+        "\"num_experts_per_tok\": 2, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\", \"sliding_window\": null}",
+        "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"intermediate_size\": 6144, \"moe_intermediate_size\": 64, "
+        "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": 61, "
+        "\"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"num_experts\": 4, "
+        "\"num_experts_per_tok\": 2, \"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], "
+        "\"tie_word_embeddings\": false, \"use_sliding_window\": false}"};
+    for (int qk = 0; qk < 2; qk++) {
+        const nv_config c = moe_config(4, 2, qk);
+        nv_model m;
+        T_CHECK(moe_model(&m, &c, 41 + (uint64_t)qk) && nv_model_build_plans(&m, nv_engine_best_fp32()) == NV_OK, "%s", nv_errmsg());
+        const int n = 8, V = c.vocab_size, toks[8] = {1, 7, 30, 2, 59, 11, 11, 4};
+        float *ref = malloc((size_t)n * V * sizeof(float));
+        T_CHECK(t_forward_logits(&m, toks, n, ref), "%s", nv_errmsg());
+        const char *dir = t_path(qk ? "qwen3moe" : "mixtral"), *bdir = t_path(qk ? "qwen3moe-bf16" : "mixtral-bf16");
+        char cmd[1500];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s'", dir, bdir);
+        T_CHECK(system(cmd) == 0 && write_hf(&m, dir, !qk, 0) && write_hf(&m, bdir, !qk, 1), "cannot write the folders");
+        put_config(dir, configs[qk]);
+        put_config(bdir, configs[qk]);
+        char cj[700], bcj[700];
+        snprintf(cj, sizeof cj, "%s/config.json", dir);
+        snprintf(bcj, sizeof bcj, "%s/config.json", bdir);
+        nv_config rc;
+        T_CHECK(nv_model_read_config(cj, &rc) == NV_OK && rc.n_experts == 4 && rc.n_experts_used == 2 && rc.hidden_dim == 64 &&
+                    rc.qk_norm == qk,
+                "%s", nv_errmsg());
+        check_file(cj, nv_engine_best_fp32(), ref, 0.0f, qk ? "qwen3_moe F32" : "mixtral F32");
+        check_file(bcj, nv_engine_best_fp32(), ref, 0.1f, qk ? "qwen3_moe BF16" : "mixtral BF16");
+        free(ref);
+        nv_model_free(&m);
+    }
+    /* Qwen3-MoE without renormalised weights, or with dense layers: refused */
+    const char *dir = t_path("qwen3moe");
+    char cj[700];
+    snprintf(cj, sizeof cj, "%s/config.json", dir);
+    static const char *const from[3] = {"\"norm_topk_prob\": true", "\"decoder_sparse_step\": 1", "\"mlp_only_layers\": []"};
+    static const char *const to[3] = {"\"norm_topk_prob\": false", "\"decoder_sparse_step\": 2", "\"mlp_only_layers\": [1]"};
+    for (int i = 0; i < 3; i++) {
+        char cfg[2048];
+        const char *at = strstr(configs[1], from[i]);
+        snprintf(cfg, sizeof cfg, "%.*s%s%s", (int)(at - configs[1]), configs[1], to[i], at + strlen(from[i]));
+        put_config(dir, cfg);
+        nv_config rc;
+        T_CHECK(nv_model_read_config(cj, &rc) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "renormalised"), "%s: %s", to[i], nv_errmsg());
+    }
 }
 
 int main(void) {
@@ -371,6 +514,7 @@ int main(void) {
     T_RUN(test_identical_experts_are_dense);
     T_RUN(test_chunk_equals_tokens);
     T_RUN(test_gguf_round_trip);
+    T_RUN(test_hf_folders);
     T_RUN(test_refusals);
     return t_done();
 }

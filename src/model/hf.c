@@ -154,7 +154,9 @@ static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
     return NV_OK;
 }
 
-static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied) {
+/* The config of config.json j; *tied says whether the classifier is the embedding, *mixtral whether
+ * the experts are named as Mixtral's (block_sparse_moe) rather than Qwen3-MoE's (mlp). */
+static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *mixtral) {
     memset(c, 0, sizeof *c);
     const char *type = str_of(field(j, "model_type"));
     if (!type) {
@@ -165,15 +167,19 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                : !strcmp(a, "MistralForCausalLM") ? "mistral"
                : !strcmp(a, "Qwen2ForCausalLM")   ? "qwen2"
                : !strcmp(a, "Qwen3ForCausalLM")   ? "qwen3"
+               : !strcmp(a, "MixtralForCausalLM") ? "mixtral"
+               : !strcmp(a, "Qwen3MoeForCausalLM") ? "qwen3_moe"
                                                   : a;
     }
     if (!type) return nv_fail(NV_EFORMAT, "%s: neither 'model_type' nor 'architectures' names the model", path);
-    const int llama = !strcmp(type, "llama"), mistral = !strcmp(type, "mistral"), qwen2 = !strcmp(type, "qwen2"),
-              qwen3 = !strcmp(type, "qwen3");
+    const int mix = !strcmp(type, "mixtral"), qwen3_moe = !strcmp(type, "qwen3_moe");
+    const int llama = !strcmp(type, "llama"), mistral = !strcmp(type, "mistral") || mix, qwen2 = !strcmp(type, "qwen2"),
+              qwen3 = !strcmp(type, "qwen3") || qwen3_moe;
     char shown[128];
     if (!llama && !mistral && !qwen2 && !qwen3)
-        return nv_fail(NV_EUNSUPPORTED, "%s: model type '%s' is not supported (llama, mistral, qwen2, qwen3)", path,
+        return nv_fail(NV_EUNSUPPORTED, "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)", path,
                        nv_gguf_shown(type, strlen(type), shown, sizeof shown));
+    *mixtral = mix;
     const char *act = str_of(field(j, "hidden_act"));
     if (absent(field(j, "hidden_act")) ? 0 : !act || strcmp(act, "silu"))
         return nv_fail(NV_EUNSUPPORTED, "%s: hidden_act '%s' is not supported (silu)", path,
@@ -181,7 +187,24 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     const int64_t lim = 1 << 30;
     int64_t dim, hidden, layers, heads, kv_heads, head_dim, vocab, ctx;
     NV_TRY(get_whole(path, j, "hidden_size", 0, 1, 1, lim, &dim));
-    NV_TRY(get_whole(path, j, "intermediate_size", 0, 1, 1, lim, &hidden));
+    /* a mixture of experts: Mixtral's experts are intermediate_size wide, Qwen3-MoE's moe_intermediate_size;
+       both renormalise the chosen experts' weights (Qwen3-MoE when norm_topk_prob says so: refused otherwise) */
+    int64_t experts = 0, used = 0;
+    if (mix || qwen3_moe) {
+        NV_TRY(get_whole(path, j, mix ? "num_local_experts" : "num_experts", 0, 1, 1, 1024, &experts));
+        NV_TRY(get_whole(path, j, "num_experts_per_tok", 0, 1, 1, experts, &used));
+    }
+    if (qwen3_moe) {
+        int norm = 0;
+        int64_t step;
+        const cJSON *dense = field(j, "mlp_only_layers");
+        NV_TRY(get_flag(path, j, "norm_topk_prob", 0, &norm));
+        NV_TRY(get_whole(path, j, "decoder_sparse_step", 1, 0, 1, lim, &step));
+        if (!norm || step != 1 || (!absent(dense) && (!cJSON_IsArray(dense) || cJSON_GetArraySize(dense) > 0)))
+            return nv_fail(NV_EUNSUPPORTED, "%s: experts' weights not renormalised (norm_topk_prob false) or dense layers among the "
+                                            "experts' (decoder_sparse_step, mlp_only_layers) are not supported", path);
+    }
+    NV_TRY(get_whole(path, j, qwen3_moe ? "moe_intermediate_size" : "intermediate_size", 0, 1, 1, lim, &hidden));
     NV_TRY(get_whole(path, j, "num_hidden_layers", 0, 1, 1, lim, &layers));
     NV_TRY(get_whole(path, j, "num_attention_heads", 0, 1, 1, lim, &heads));
     NV_TRY(get_whole(path, j, "num_key_value_heads", heads, 0, 1, lim, &kv_heads));
@@ -217,6 +240,8 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     c->norm_eps = (float)eps;
     c->qk_norm = qwen3;
     c->qkv_bias = qwen2;
+    c->n_experts = (int)experts;
+    c->n_experts_used = (int)used;
     if (rs && !cJSON_IsObject(rs)) return nv_fail(NV_EFORMAT, "%s: rope_scaling is not an object", path);
     const char *rtype = rs ? str_of(field(rs, "rope_type")) : NULL;
     if (rs && !rtype) rtype = str_of(field(rs, "type"));
@@ -402,8 +427,9 @@ static nv_err st_open_model(st_set *s, const char *config_path) {
     return e;
 }
 
-/* transformers' name of a tensor named the llama.cpp way (nv_model_tensor_map's). */
-static void hf_name(const char *gguf_name, char *out, size_t cap) {
+/* transformers' name of a tensor named the llama.cpp way (nv_model_tensor_map's); of an expert
+ * tensor, expert e's, named as Mixtral's or Qwen3-MoE's. */
+static void hf_name(const char *gguf_name, int e, int mixtral, char *out, size_t cap) {
     static const struct {
         const char *gg, *hf;
     } top[] = {{"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
@@ -422,6 +448,19 @@ static void hf_name(const char *gguf_name, char *out, size_t cap) {
         }
     int layer = 0, at = 0;
     sscanf(gguf_name, "blk.%d.%n", &layer, &at);
+    static const char *const exps[3][3] = {{"ffn_gate_exps.weight", "w1", "gate_proj"},
+                                           {"ffn_down_exps.weight", "w2", "down_proj"},
+                                           {"ffn_up_exps.weight", "w3", "up_proj"}};
+    const char *moe = mixtral ? "block_sparse_moe" : "mlp";
+    if (at && !strcmp(gguf_name + at, "ffn_gate_inp.weight")) {
+        snprintf(out, cap, "model.layers.%d.%s.gate.weight", layer, moe);
+        return;
+    }
+    for (size_t i = 0; at && i < 3; i++)
+        if (!strcmp(gguf_name + at, exps[i][0])) {
+            snprintf(out, cap, "model.layers.%d.%s.experts.%d.%s.weight", layer, moe, e, exps[i][mixtral ? 1 : 2]);
+            return;
+        }
     for (size_t i = 0; at && i < sizeof part / sizeof part[0]; i++)
         if (!strcmp(gguf_name + at, part[i].gg)) {
             snprintf(out, cap, "model.layers.%d.%s", layer, part[i].hf);
@@ -460,13 +499,14 @@ static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0,
 
 /* quantized loads (generate, serve): the F16 and BF16 plan matrices as fp16 and bf16 plan sources,
    their fp32 values left unmade (pending), as a GGUF file's F16 and BF16 tensors are kept. */
-static nv_err half_sources(st_set *s, nv_model *m) {
+static nv_err half_sources(st_set *s, nv_model *m, int mixtral) {
     const nv_config *c = &m->config;
-    const int count = c->n_layers * NV_LAYER_MATRICES + 1;
+    const int count = nv_model_plan_count(c);
     for (int i = 0; i < count; i++) {
         char gg[64], name[96];
-        nv_model_plan_tensor_name(c, i, gg, sizeof gg, NULL);
-        hf_name(gg, name, sizeof name);
+        int expert;
+        nv_model_plan_tensor_name(c, i, gg, sizeof gg, &expert);
+        hf_name(gg, expert, mixtral, name, sizeof name);
         const st_tensor *t = st_find(s, name);
         if (t && (t->dtype == ST_F16 || t->dtype == ST_BF16)) /* checked before */
             NV_TRY(nv_model_keep_half(m, i, t->data, (size_t)(t->bytes / 2), t->dtype == ST_BF16, 1));
@@ -478,10 +518,10 @@ static nv_err half_sources(st_set *s, nv_model *m) {
 static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int quantized) {
     cJSON *cfg;
     NV_TRY(json_file(config_path, 0, &cfg));
-    int tied = 0;
+    int tied = 0, mixtral = 0;
     st_set set = {0};
     nv_tensor_ref *t = NULL;
-    nv_err e = config_of(config_path, cfg, c, &tied);
+    nv_err e = config_of(config_path, cfg, c, &tied, &mixtral);
     cJSON_Delete(cfg);
     if (e == NV_OK) e = st_open_model(&set, config_path);
     st_tensor *head = e == NV_OK ? st_find(&set, "lm_head.weight") : NULL;
@@ -493,10 +533,11 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
     char name[96];
     if (e == NV_OK) { /* everything checked before any weight memory is taken */
         nv_model_tensor_map(c, NULL, t);
-        for (size_t i = 0; i < nt && e == NV_OK; i++) {
-            hf_name(t[i].name, name, sizeof name);
-            e = st_take(&set, config_path, name, t[i].d0, t[i].d1, NULL);
-        }
+        for (size_t i = 0; i < nt && e == NV_OK; i++) /* an expert tensor: one per expert */
+            for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1) && e == NV_OK; x++) {
+                hf_name(t[i].name, (int)x, mixtral, name, sizeof name);
+                e = st_take(&set, config_path, name, t[i].d0, t[i].d1, NULL);
+            }
         for (size_t i = 0; i < set.n && e == NV_OK; i++) {
             const char *nm = set.t[i].name;
             const size_t nl = strlen(nm);
@@ -510,10 +551,13 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
     if (e == NV_OK && m) {
         if ((e = nv_model_alloc(m, c)) == NV_OK) {
             nv_model_tensor_map(c, &m->w, t);
-            if (quantized) e = half_sources(&set, m);
+            if (quantized) e = half_sources(&set, m, mixtral);
             for (size_t i = 0; i < nt && e == NV_OK; i++) {
-                hf_name(t[i].name, name, sizeof name);
-                e = st_take(&set, config_path, name, t[i].d0, t[i].d1, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
+                const int pending = nv_model_pending(m, t[i].name);
+                for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1) && e == NV_OK; x++) {
+                    hf_name(t[i].name, (int)x, mixtral, name, sizeof name);
+                    e = st_take(&set, config_path, name, t[i].d0, t[i].d1, pending ? NULL : t[i].p + x * t[i].d0 * t[i].d1);
+                }
             }
             if (e == NV_OK) e = nv_model_qk_reorder(m, 0);
             if (e != NV_OK) nv_model_free(m);
@@ -1211,7 +1255,7 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     if (e == NV_OK) {
         nv_model_tensor_map(c, &view.w, t);
         for (size_t i = 0; i < nt; i++) {
-            hf_name(t[i].name, o[i].name, sizeof o[i].name);
+            hf_name(t[i].name, 0, 0, o[i].name, sizeof o[i].name);
             o[i].rows = t[i].d1 == 1 ? t[i].d0 : t[i].d1;
             o[i].cols = t[i].d1 == 1 ? 0 : t[i].d0;
             o[i].p = t[i].p;
