@@ -21,7 +21,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     tok = fz_tok512("fuzz_choice");
     /* a model of the tokenizer's vocabulary with a short context, so long choices are left out */
-    const nv_config c = {16, 32, 1, 2, 2, 8, FZ_TOK_VOCAB, 48, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    const nv_config c = {16, 32, 1, 2, 2, 8, FZ_TOK_VOCAB, 48, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     if (nv_engines_init(NULL, 1) != NV_OK || nv_model_alloc(&model, &c) != NV_OK) abort();
     nv_model_init_random(&model, 5);
     if (nv_model_build_plans(&model, NV_ENGINE_SCALAR) != NV_OK) abort();

@@ -49,7 +49,7 @@ static int make_folder(const char *tag, char *dir, size_t cap) {
 }
 
 /* default_config's model, for the adapter reading */
-static const nv_config adapter_model = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+static const nv_config adapter_model = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
 
 static void check_peft(const void *st, size_t st_len) {
     static const char cfg[] = "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4}";
@@ -130,24 +130,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!tm || !tq) abort();
         nv_model_tensor_map(&m.config, &m.w, tm);
         nv_model_tensor_map(&q.config, &q.w, tq);
-        for (size_t i = 0; i < nt; i++) { /* each tensor: made as the fp32 load's, or its fp16 source holds them */
+        for (size_t i = 0; i < nt; i++) { /* each tensor: made as the fp32 load's, or its fp16 sources (one an expert) hold them */
             const size_t n = (size_t)(tm[i].d0 * tm[i].d1);
-            int src = -1;
-            for (int j = 0; q.quant && j <= q.config.n_layers * NV_LAYER_MATRICES; j++) {
+            int pending = 0;
+            for (int j = 0; q.quant && j < nv_model_plan_count(&q.config); j++) {
                 char pn[64];
-                nv_model_plan_tensor_name(&q.config, j, pn, sizeof pn);
-                if (!strcmp(pn, tm[i].name) && q.quant[j].h) src = j;
-            }
-            if (src >= 0) {
+                int ex;
+                nv_model_plan_tensor_name(&q.config, j, pn, sizeof pn, &ex);
+                if (strcmp(pn, tm[i].name) || !q.quant[j].h) continue;
                 float *made = malloc(n * sizeof *made);
                 if (!made) abort();
-                FZ_CHECK(q.quant[src].count == n, "%s: a source of %zu values for %zu", tm[i].name, q.quant[src].count, n);
-                nv_qmatrix_fill_f32(&q.quant[src], made);
-                FZ_CHECK(!memcmp(made, tm[i].p, n * sizeof *made), "%s: the fp16 source is not the fp32 load's values", tm[i].name);
+                FZ_CHECK(q.quant[j].count == n, "%s: a source of %zu values for %zu", tm[i].name, q.quant[j].count, n);
+                nv_qmatrix_fill_f32(&q.quant[j], made);
+                FZ_CHECK(!memcmp(made, tm[i].p + (size_t)ex * n, n * sizeof *made), "%s: the fp16 source of expert %d is not the fp32 load's values",
+                         tm[i].name, ex);
                 free(made);
+                pending |= q.quant[j].pending;
             }
-            if (src < 0 || !q.quant[src].pending)
-                FZ_CHECK(!memcmp(tq[i].p, tm[i].p, n * sizeof(float)), "%s: the quantized load made other weights", tm[i].name);
+            if (!pending)
+                FZ_CHECK(!memcmp(tq[i].p, tm[i].p, (size_t)nv_tensor_rows(&tm[i]) * tm[i].d0 * sizeof(float)),
+                         "%s: the quantized load made other weights", tm[i].name);
         }
         free(tm), free(tq);
         nv_model_free(&q);
@@ -160,7 +162,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fz_clear_error();
         e = nv_hf_save(&m, NULL, again, NV_HF_F32, NULL);
         fz_check_error(e, "nv_hf_save");
-        FZ_CHECK(e == NV_OK || (e == NV_EUNSUPPORTED && m.config.n_rope_factors), "save of a loaded folder: %s", nv_errmsg());
+        FZ_CHECK(e == NV_OK || (e == NV_EUNSUPPORTED && (m.config.n_rope_factors || m.config.n_experts)), "save of a loaded folder: %s",
+                 nv_errmsg());
         if (e == NV_OK) {
             snprintf(again_cfg, sizeof again_cfg, "%s/config.json", again);
             nv_model b;

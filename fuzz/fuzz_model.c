@@ -45,7 +45,7 @@ static void check_model(const nv_model *m, size_t file_len, int v1, int gguf) {
                  c->head_dim, c->n_heads, c->dim);
     if (v1) FZ_CHECK(file_len == 256 + m->n_params * 4, "v1 file of %zu bytes accepted for %llu parameters", file_len,
                      (unsigned long long)m->n_params);
-    uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
+    uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim * (uint64_t)nv_config_ffn_sets(c), L = (uint64_t)c->n_layers;
     uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c), v = (uint64_t)c->vocab_size;
     const nv_weights *w = &m->w;
     check_part(m, w->rms_att, L * d, "rms_att");
@@ -60,6 +60,8 @@ static void check_model(const nv_model *m, size_t file_len, int v1, int gguf) {
     check_part(m, w->w2, L * d * h, "w2");
     check_part(m, w->w3, L * h * d, "w3");
     check_part(m, w->wcls, v * d, "wcls");
+    check_part(m, w->router, L * (uint64_t)c->n_experts * d, "router");
+    FZ_CHECK((w->router != NULL) == (c->n_experts > 0), "a router without experts, or experts without one");
     if (c->qk_norm) {
         check_part(m, w->q_norm, L * (uint64_t)c->head_dim, "q_norm");
         check_part(m, w->k_norm, L * (uint64_t)c->head_dim, "k_norm");
@@ -120,7 +122,7 @@ static void check_forward(nv_model *m) {
 static nv_err load_model(const char *path, void *out) { return nv_model_load(path, out); }
 
 /* The model shape adapters are read against: tests/gguf_write.h's (the seeds' adapter is for it). */
-static const nv_config adapter_config = {32, 32, 1, 2, 1, 16, 8, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+static const nv_config adapter_config = {32, 32, 1, 2, 1, 16, 8, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
 typedef struct {
     nv_lora_shape s;
     float *p;

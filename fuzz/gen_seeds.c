@@ -14,6 +14,7 @@
 #include "train/ckpt.h"
 #include "../tests/gguf_write.h"
 #include "../tests/bpe_write.h"
+#include "../tests/moe_write.h"
 #include "model/gguf.h"
 #include "model/lora.h"
 #include "model/hf.h"
@@ -86,7 +87,7 @@ static void model_v0(const nv_model *m, const char *name) {
 
 static void models(void) {
     /* dim 8, hidden 16, 2 heads of 4, 1 KV head (GQA), vocab 16, context 8 */
-    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     for (int shared = 1; shared >= 0; shared--) {
         c.shared_classifier = shared;
         c.n_layers = shared ? 1 : 2;
@@ -105,24 +106,36 @@ static void models(void) {
     check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
     check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}) ? NV_EIO : NV_OK);
     /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
-    nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     check(nv_model_alloc(&m, &q));
     nv_model_init_random(&m, 9);
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
     /* qwen2: projection biases; Llama 3.1-style RoPE frequency factors on a llama model */
-    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     for (int i = 0; i < 8; i++) m.w.bq[i] = 0.1f * (float)i;
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
-    nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_NO_ROPE_SCALING};
+    nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &lf));
     nv_model_init_random(&m, 11);
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
+    /* mixtures of experts: Mixtral as llama (F16 experts: a source per expert's slice), qwen3moe */
+    nv_config me = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    me.n_experts = 3;
+    me.n_experts_used = 2;
+    for (int qk = 0; qk < 2; qk++) {
+        me.qk_norm = qk;
+        check(nv_model_alloc(&m, &me));
+        nv_model_init_random(&m, 12);
+        check(nv_gguf_save(&m, NULL, "seed", seed_path("model", qk ? "v3_qwen3moe.gguf" : "v3_moe_f16.gguf"), qk ? NV_GGUF_F32 : NV_GGUF_F16,
+                           NULL, NULL));
+        nv_model_free(&m);
+    }
 }
 
 /* ---- Hugging Face folders: config.json, NUL, model.safetensors (fuzz_hf's input) --------------- */
@@ -167,7 +180,7 @@ static void hf_seed(const nv_model *m, const nv_tokenizer *tok, const char *name
 
 static void hf(void) {
     /* fuzz_hf's default config: dim 8, hidden 16, 2 heads of 4, 1 KV head, vocab 16, context 8, tied */
-    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config c = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     check(nv_model_alloc(&m, &c));
     nv_model_init_random(&m, 7);
@@ -176,16 +189,33 @@ static void hf(void) {
     hf_seed(&m, NULL, "llama_f16.hf", 1, NV_HF_F16); /* F16 matrices: fp16 plan sources for inference */
     nv_model_free(&m);
     /* Qwen3 (QK-norm, head size 6, an untied classifier) and Qwen2 (biases) */
-    nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    nv_config q3 = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &q3));
     nv_model_init_random(&m, 9);
     hf_seed(&m, NULL, "qwen3.hf", 1, NV_HF_F32);
     hf_seed(&m, NULL, "qwen3_f16.hf", 1, NV_HF_F16); /* its query/key sources reordered too */
     nv_model_free(&m);
-    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_NO_ROPE_SCALING};
+    nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     hf_seed(&m, NULL, "qwen2.hf", 1, NV_HF_F32);
+    /* mixtures of experts, as transformers writes Mixtral's (F32) and Qwen3-MoE's (BF16) */
+    for (int qk = 0; qk < 2; qk++) {
+        nv_config mc = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 0, qk, 0, {0}, 0, NV_CONFIG_PLAIN};
+        mc.n_experts = 3;
+        mc.n_experts_used = 2;
+        nv_model mm;
+        check(nv_model_alloc(&mm, &mc));
+        nv_model_init_random(&mm, 13);
+        char cfg[2048];
+        moe_hf_config(&mc, !qk, cfg, sizeof cfg);
+        nv_buf b = {0};
+        add(&b, cfg, strlen(cfg) + 1); /* its NUL: the safetensors follow */
+        check(moe_safetensors(&mm, !qk, qk, &b) ? NV_OK : NV_ENOMEM);
+        put_buf("hf", qk ? "qwen3moe_bf16.hf" : "mixtral.hf", &b);
+        nv_buf_free(&b);
+        nv_model_free(&mm);
+    }
     nv_model_free(&m);
     /* a PEFT adapter of the default config's model (fuzz_hf reads every input as one too) */
     check(nv_model_alloc(&m, &c));
@@ -215,7 +245,7 @@ static void hf(void) {
         snprintf(vp, sizeof vp, "%s", seed_path("tokenizer", vocabs[i]));
         nv_tokenizer *tok;
         check(nv_tokenizer_load(vp, 0, &tok));
-        nv_config t = {8, 16, 1, 2, 1, 4, nv_tokenizer_vocab_size(tok), 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+        nv_config t = {8, 16, 1, 2, 1, 4, nv_tokenizer_vocab_size(tok), 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
         check(nv_model_alloc(&m, &t));
         char name[64];
         snprintf(name, sizeof name, "vocab_%zu.hf", i);
@@ -272,8 +302,8 @@ static void tokenizers(void) {
 /* ---- training checkpoints ------------------------------------------------------------------------ */
 
 static void ckpts(void) {
-    nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING},  /* llama2.c shape */
-                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_NO_ROPE_SCALING}};    /* Qwen3-like: head_dim 6, QK-norm */
+    nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN},  /* llama2.c shape */
+                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN}};    /* Qwen3-like: head_dim 6, QK-norm */
     for (int i = 0; i < 2; i++) {
         nv_model m;
         check(nv_model_alloc(&m, &cs[i]));
@@ -322,7 +352,7 @@ static void ckpts(void) {
 /* ---- LoRA adapters: for fuzz_model's adapter shape (tests/gguf_write.h's model) ---------------------- */
 
 static void adapters(void) {
-    const nv_config c = {GW_DIM, GW_HID, 1, GW_HEADS, GW_KVH, GW_HD, GW_VOCAB, GW_CTX, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_NO_ROPE_SCALING};
+    const nv_config c = {GW_DIM, GW_HID, 1, GW_HEADS, GW_KVH, GW_HD, GW_VOCAB, GW_CTX, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_lora_shape ls = {2, 4.0f, NV_LORA_ALL};
     float *p = calloc((size_t)nv_lora_param_count(&c, &ls), sizeof(float));
     if (!p) exit(1);

@@ -20,6 +20,7 @@
 #include "model/lora.h"
 #include "model/model.h"
 #include "forward_ref.h"
+#include "moe_write.h"
 #include "t.h"
 
 /* dim 64, hidden 64, 2 layers, 4 heads (2 kv) of 16, vocab 61, context 32; E experts, K used */
@@ -378,73 +379,17 @@ static void test_refusals(void) {
     T_CHECK(t_nerve(args) == 2, "%s", t_err);
 }
 
-/* A safetensors file of the model's tensors named as transformers names them (Mixtral's experts as
- * block_sparse_moe.experts.E.w1/w2/w3, Qwen3-MoE's as mlp.experts.E.gate_proj/down_proj/up_proj),
- * query and key rows in transformers' order, F32 or BF16; 0 on failure. */
+/* The model as a transformers folder (moe_write.h); 0 on failure. */
 static int write_hf(const nv_model *m, const char *dir, int mixtral, int bf16) {
-    const nv_config *c = &m->config;
-    nv_model view;
-    float *copy;
-    if (nv_model_half_view(m, &view, &copy) != NV_OK) return 0;
-    const nv_weights *w = &view.w;
-    const size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, q = (size_t)nv_config_q_dim(c), kv = (size_t)nv_config_kv_dim(c),
-                 E = (size_t)c->n_experts, hd = (size_t)c->head_dim;
-    enum { MAX = 512 };
-    static char names[MAX][128];
-    size_t rows[MAX], cols[MAX];
-    const float *data[MAX];
-    int n = 0;
-#define ADD(r, cl, ptr, ...) (snprintf(names[n], sizeof names[n], __VA_ARGS__), rows[n] = (r), cols[n] = (cl), data[n++] = (ptr))
-    ADD(c->vocab_size, d, w->tok_emb, "model.embed_tokens.weight");
-    ADD(c->vocab_size, d, w->wcls, "lm_head.weight");
-    ADD(0, d, w->rms_final, "model.norm.weight");
-    const char *moe = mixtral ? "block_sparse_moe" : "mlp";
-    for (int l = 0; l < c->n_layers; l++) {
-        ADD(0, d, w->rms_att + l * d, "model.layers.%d.input_layernorm.weight", l);
-        ADD(0, d, w->rms_ffn + l * d, "model.layers.%d.post_attention_layernorm.weight", l);
-        ADD(q, d, w->wq + l * q * d, "model.layers.%d.self_attn.q_proj.weight", l);
-        ADD(kv, d, w->wk + l * kv * d, "model.layers.%d.self_attn.k_proj.weight", l);
-        ADD(kv, d, w->wv + l * kv * d, "model.layers.%d.self_attn.v_proj.weight", l);
-        ADD(d, q, w->wo + l * d * q, "model.layers.%d.self_attn.o_proj.weight", l);
-        if (c->qk_norm) {
-            ADD(0, hd, w->q_norm + l * hd, "model.layers.%d.self_attn.q_norm.weight", l);
-            ADD(0, hd, w->k_norm + l * hd, "model.layers.%d.self_attn.k_norm.weight", l);
-        }
-        ADD(E, d, w->router + l * E * d, "model.layers.%d.%s.gate.weight", l, moe);
-        for (size_t e = 0; e < E; e++) {
-            const size_t at = ((size_t)l * E + e) * h * d;
-            ADD(h, d, w->w1 + at, "model.layers.%d.%s.experts.%zu.%s.weight", l, moe, e, mixtral ? "w1" : "gate_proj");
-            ADD(d, h, w->w2 + at, "model.layers.%d.%s.experts.%zu.%s.weight", l, moe, e, mixtral ? "w2" : "down_proj");
-            ADD(h, d, w->w3 + at, "model.layers.%d.%s.experts.%zu.%s.weight", l, moe, e, mixtral ? "w3" : "up_proj");
-        }
-    }
-#undef ADD
-    nv_buf hdr = {0}, body = {0};
-    nv_buf_append(&hdr, "{", 1);
-    for (int i = 0; i < n; i++) {
-        const size_t count = (rows[i] ? rows[i] : 1) * cols[i], bytes = count * (bf16 ? 2 : 4);
-        char shape[64], entry[400];
-        if (rows[i]) snprintf(shape, sizeof shape, "[%zu, %zu]", rows[i], cols[i]);
-        else snprintf(shape, sizeof shape, "[%zu]", cols[i]);
-        snprintf(entry, sizeof entry, "%s\"%s\": {\"dtype\": \"%s\", \"shape\": %s, \"data_offsets\": [%zu, %zu]}", i ? ", " : "", names[i],
-                 bf16 ? "BF16" : "F32", shape, body.len, body.len + bytes);
-        nv_buf_append(&hdr, entry, strlen(entry));
-        for (size_t j = 0; j < count; j++) {
-            const uint16_t b = nv_bf16_from_f32(data[i][j]);
-            nv_buf_append(&body, bf16 ? (const void *)&b : (const void *)&data[i][j], bf16 ? 2 : 4);
-        }
-    }
-    nv_buf_append(&hdr, "}", 1);
-    const uint64_t hl = hdr.len;
+    nv_buf b = {0};
     char path[700];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(&hl, 8, 1, f) == 1 && fwrite(hdr.data, 1, hdr.len, f) == hdr.len && fwrite(body.data, 1, body.len, f) == body.len;
+    const int ok = moe_safetensors(m, mixtral, bf16, &b);
+    FILE *f = ok ? fopen(path, "wb") : NULL;
+    const int written = f && fwrite(b.data, 1, b.len, f) == b.len;
     if (f) fclose(f);
-    nv_buf_free(&hdr);
-    nv_buf_free(&body);
-    free(copy);
-    return ok && !hdr.oom && !body.oom;
+    nv_buf_free(&b);
+    return written;
 }
 
 static void put_config(const char *dir, const char *json) {
@@ -479,8 +424,10 @@ static void test_hf_folders(void) {
         char cmd[1500];
         snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s'", dir, bdir);
         T_CHECK(system(cmd) == 0 && write_hf(&m, dir, !qk, 0) && write_hf(&m, bdir, !qk, 1), "cannot write the folders");
+        char generated[2048]; /* the BF16 folder's config as moe_write.h writes one (fuzz seeds too) */
+        moe_hf_config(&c, !qk, generated, sizeof generated);
         put_config(dir, configs[qk]);
-        put_config(bdir, configs[qk]);
+        put_config(bdir, generated);
         char cj[700], bcj[700];
         snprintf(cj, sizeof cj, "%s/config.json", dir);
         snprintf(bcj, sizeof bcj, "%s/config.json", bdir);
