@@ -165,7 +165,7 @@ static void test_weighted_quantizers(void) {
     uint64_t x = 99;
     for (int i = 0; i < c.n_layers * NV_LAYER_MATRICES + 1; i++) {
         char name[64];
-        nv_model_plan_tensor_name(&c, i, name, sizeof name);
+        nv_model_plan_tensor_name(&c, i, name, sizeof name, NULL);
         nv_imatrix_entry *e;
         const int k = i < c.n_layers * NV_LAYER_MATRICES && i % NV_LAYER_MATRICES == 5 ? c.hidden_dim : c.dim;
         T_CHECK(nv_imatrix_add_entry(&im, "t", name, strlen(name), k, &e) == NV_OK, "%s", nv_errmsg());

@@ -743,6 +743,28 @@ static void test_sampler(void) {
     T_CHECK(outside == 0, "%d samples outside the top-p nucleus", outside);
 }
 
+/* A model whose fp32 block is twice this machine's memory (a 70B-shaped one: 280 GB) is address space
+ * until written, as a quantized model's pending matrices are never written: it allocates, its
+ * far ends take values, and it frees. */
+static void test_weights_larger_than_memory(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    t_skip("sanitizer builds allocate the weights with calloc, which they watch");
+    return;
+#endif
+    nv_config c = {8192, 28672, 80, 64, 8, 128, 32000, 4096, 500000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    const double bytes = (double)nv_config_param_count(&c) * 4, mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (bytes < 2 * mem) {
+        t_skip("this machine has more than half of 280 GB of memory");
+        return;
+    }
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    m.w.rms_att[0] = 1.0f, m.params[m.n_params - 1] = 2.0f;
+    T_CHECK(m.w.rms_att[0] == 1.0f && m.params[m.n_params - 1] == 2.0f && m.w.w2[12345] == 0.0f, "the far ends");
+    nv_model_free(&m);
+}
+
 static void test_init_presets(void) {
     nv_config c;
     T_CHECK(nv_config_preset("stories15M", &c) == NV_OK && c.dim == 288 && c.n_layers == 6, "stories15M preset");
@@ -827,6 +849,7 @@ int main(void) {
     T_RUN(test_sampler_llamacpp_filters);
     T_RUN(test_sampler_extremes);
     T_RUN(test_init_presets);
+    T_RUN(test_weights_larger_than_memory);
     T_RUN(test_rng_jump_and_parallel_init);
     return t_done();
 }

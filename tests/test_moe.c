@@ -209,6 +209,14 @@ static void check_file(const char *path, nv_engine_id e, const float *ref, float
     nv_model a, b;
     T_CHECK(nv_model_load_quantized(path, &a) == NV_OK && nv_model_load(path, &b) == NV_OK, "%s: %s", what, nv_errmsg());
     if (!a.params || !b.params) return;
+    /* a quantized or 16-bit expert's fp32 weights are never made for inference (the plans take its source) */
+    const size_t hd = (size_t)a.config.hidden_dim * a.config.dim;
+    const nv_qmatrix *src = a.quant ? &a.quant[nv_model_expert_plan(&a.config, 1, 1, 2)] : NULL;
+    if (src && (src->q || src->h)) {
+        int made = 0;
+        for (size_t i = 0; i < hd * a.config.n_experts; i++) made += a.w.w3[hd * a.config.n_experts + i] != 0.0f;
+        T_CHECK(src->pending && !made, "%s: %d fp32 weights of layer 1's up experts made", what, made);
+    }
     nv_model_drop_quant_sources(&b);
     T_CHECK(nv_model_build_plans(&a, e) == NV_OK && nv_model_build_plans(&b, e) == NV_OK, "%s", nv_errmsg());
     const int n = 8, V = a.config.vocab_size, toks[8] = {1, 7, 30, 2, 59, 11, 11, 4};

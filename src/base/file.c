@@ -38,6 +38,11 @@ nv_err nv_file_map(const char *path, nv_mapped *out) {
     return NV_OK;
 }
 
+void nv_file_release(const void *p, size_t len) {
+    const uintptr_t page = 4096, lo = (uintptr_t)p & ~(page - 1), hi = ((uintptr_t)p + len + page - 1) & ~(page - 1);
+    if (p && len) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a private read-only file mapping: nothing lost */
+}
+
 void nv_file_unmap(nv_mapped *m) {
     if (m->data) munmap((void *)m->data, m->len);
     m->data = NULL;

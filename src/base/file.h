@@ -20,6 +20,9 @@ typedef struct {
 
 nv_err nv_file_map(const char *path, nv_mapped *out);
 void nv_file_unmap(nv_mapped *m);
+/* Lets go of the pages of [p, p + len) inside a mapping (read again from the file if touched
+ * again): what a loader has converted need not stay in the process's memory until the unmap. */
+void nv_file_release(const void *p, size_t len);
 
 typedef struct {
     const uint8_t *p;

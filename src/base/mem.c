@@ -25,6 +25,35 @@ void *nv_calloc_large(size_t n, size_t size) {
     return p;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define NV_RESERVE_CALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NV_RESERVE_CALLOC 1
+#endif
+#endif
+
+void *nv_reserve_zeroed(size_t bytes) {
+#ifdef NV_RESERVE_CALLOC
+    return nv_calloc_large(bytes ? bytes : 1, 1);
+#else
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    advise_huge(p, bytes);
+    return p;
+#endif
+}
+
+void nv_reserve_free(void *p, size_t bytes) {
+    if (!p) return;
+#ifdef NV_RESERVE_CALLOC
+    (void)bytes;
+    free(p);
+#else
+    munmap(p, bytes ? bytes : 1);
+#endif
+}
+
 void *nv_alloc_large(size_t align, size_t bytes, int huge) {
     if (bytes == 0) bytes = align;
     if (bytes > SIZE_MAX - align) return NULL;

@@ -14,5 +14,12 @@ void *nv_calloc_large(size_t n, size_t size);
  * that lives long: per-call temporaries skip the system call, and the compaction a huge-page fault
  * may wait for). */
 void *nv_alloc_large(size_t align, size_t bytes, int huge);
+/* Zeroed, page-aligned memory that is only address space until written (mmap with MAP_NORESERVE),
+ * advised as above, freed with nv_reserve_free(p, bytes): for a model's fp32 block, whose pending
+ * matrices are never written, so that a model whose fp32 size exceeds the machine's memory (an 8B
+ * model is 32 GB) still loads where its quantized form fits. (Sanitizer builds use calloc, which
+ * they watch.) */
+void *nv_reserve_zeroed(size_t bytes);
+void nv_reserve_free(void *p, size_t bytes);
 
 #endif

@@ -285,6 +285,7 @@ int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_mod
             goto fail;
         }
     }
+    d->drop_sources = 1; /* built once: each source goes as its plan takes it */
     if (nv_model_build_plans(d, engine) != NV_OK) {
         cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());
         goto fail;

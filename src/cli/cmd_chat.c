@@ -176,6 +176,7 @@ int cmd_chat(int argc, char **argv) {
     if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     const nv_config *c = &model.config;
     const int ctx = ctx_arg ? (ctx_arg < c->seq_len ? ctx_arg : c->seq_len) : c->seq_len < 8192 ? c->seq_len : 8192;
+    model.drop_sources = 1; /* built once: each source goes as its plan takes it */
     if (nv_tokenizer_load_for_model(tok_path, c->vocab_size, &tok) != NV_OK || nv_model_build_plans(&model, engine) != NV_OK ||
         nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
         nv_sampler_set_filters(&sampler, top_k, min_p) != NV_OK || nv_state_init(&state, c, PREFILL_CHUNK, ctx, 0) != NV_OK ||

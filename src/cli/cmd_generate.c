@@ -286,6 +286,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     /* the KV cache holds the positions this run can reach, not the whole context (131,072 for Llama 3.1) */
+    model.drop_sources = 1; /* built once: each source goes as its plan takes it */
     if (nv_model_build_plans(&model, engine) != NV_OK || nv_sampler_init(&sampler, c->vocab_size, temperature, top_p, seed) != NV_OK ||
         nv_sampler_set_penalties(&sampler, presence, frequency) != NV_OK ||
         nv_sampler_set_filters(&sampler, top_k, min_p) != NV_OK ||

@@ -116,6 +116,7 @@ static nv_err scored_open(scored_model *sm, const char *path, const cli_loras *l
     sm->path = path;
     sm->engine = engine;
     NV_TRY(cli_load_model(path, loras, 1, &sm->m));
+    sm->m.drop_sources = 1; /* built once: each source goes as its plan takes it */
     nv_err e = nv_model_build_plans(&sm->m, engine);
     if (e != NV_OK) {
         scored_free(sm);

@@ -313,6 +313,7 @@ int cmd_serve(int argc, char **argv) {
                     prefill_chunk, t.at, t.path);
         }
     }
+    model.drop_sources = 1; /* built once: each source goes as its plan takes it (the prefix cache keys the hash kept of them) */
     if (nv_model_build_plans(&model, engine) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -352,7 +353,7 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     sched_ok = 1;
-    nv_model_drop_quant_sources(&model); /* the plans hold their own copy; the prefix cache has hashed them */
+    nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     if (nv_sched_start(&sched) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

@@ -492,7 +492,10 @@ static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1,
             return nv_fail(NV_EFORMAT, "%s: tensor '%s' is [%llu, %llu, %llu, %llu], expected [%llu, %llu, %llu]", g->path, name,
                            (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], (unsigned long long)t->dims[2],
                            (unsigned long long)t->dims[3], (unsigned long long)d0, (unsigned long long)d1, (unsigned long long)want[2]);
-    if (dst) to_f32(t, dst, d0 * d1 * want[2]);
+    if (dst) {
+        to_f32(t, dst, d0 * d1 * want[2]);
+        nv_file_release(t->data, (size_t)t->bytes);
+    }
     return NV_OK;
 }
 
@@ -719,13 +722,26 @@ void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap
     }
 }
 
-int nv_model_pending(const nv_model *m, const char *name) {
-    for (int i = 0; m && m->quant && i < nv_model_plan_count(&m->config); i++) {
-        char pn[64];
-        nv_model_plan_tensor_name(&m->config, i, pn, sizeof pn, NULL);
-        if (m->quant[i].pending && !strcmp(pn, name)) return 1;
+/* The plan matrix a tensor name is (of an expert tensor, its first expert's: they are pending
+ * together), or -1: nv_model_plan_tensor_name backwards, without a walk over a mixture's thousands. */
+static int plan_of_name(const nv_config *c, const char *name) {
+    const int dense = c->n_layers * NV_LAYER_MATRICES;
+    if (!strcmp(name, c->shared_classifier ? "token_embd.weight" : "output.weight")) return dense;
+    int l = -1, at = 0;
+    if (sscanf(name, "blk.%d.%n", &l, &at) != 1 || !at || l < 0 || l >= c->n_layers) return -1;
+    const size_t n = strlen(name + at);
+    for (int p = 0; p < NV_LAYER_MATRICES; p++) {
+        const size_t pl = strlen(layer_parts[p]);
+        if (n < pl || memcmp(name + at, layer_parts[p], pl)) continue;
+        if (!strcmp(name + at + pl, ".weight")) return l * NV_LAYER_MATRICES + p;
+        if (p >= 4 && c->n_experts && !strcmp(name + at + pl, "_exps.weight")) return nv_model_expert_plan(c, l, 0, p - 4);
     }
-    return 0;
+    return -1;
+}
+
+int nv_model_pending(const nv_model *m, const char *name) {
+    const int i = m && m->quant ? plan_of_name(&m->config, name) : -1;
+    return i >= 0 && m->quant[i].pending;
 }
 
 /* Every tensor of the model, checked (m NULL) or converted into m's weights (but those pending). */
@@ -770,6 +786,7 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         const uint8_t *data = (const uint8_t *)t->data + (uint64_t)expert * (t->bytes / (t->dims[2] ? t->dims[2] : 1));
         if (t->type == T_F16 || t->type == T_BF16) { /* fp16 and bf16 plans: the values as they are (exact in fp32) */
             NV_TRY(nv_model_keep_half(m, i, data, (size_t)n, t->type == T_BF16, pending));
+            nv_file_release(data, (size_t)n * 2); /* copied: the file's pages need not stay */
             continue;
         }
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
@@ -786,6 +803,7 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         for (uint64_t b = 0; b < n / per; b++) /* o is written only for the types with an offset */
             decompose_block(t->type, data + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
                             offset ? qm->o + b * per / (uint64_t)qb : NULL);
+        nv_file_release(data, (size_t)(n / per * bb)); /* decomposed: the file's pages need not stay */
     }
     return NV_OK;
 }

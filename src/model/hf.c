@@ -508,8 +508,10 @@ static nv_err half_sources(st_set *s, nv_model *m, int mixtral) {
         nv_model_plan_tensor_name(c, i, gg, sizeof gg, &expert);
         hf_name(gg, expert, mixtral, name, sizeof name);
         const st_tensor *t = st_find(s, name);
-        if (t && (t->dtype == ST_F16 || t->dtype == ST_BF16)) /* checked before */
+        if (t && (t->dtype == ST_F16 || t->dtype == ST_BF16)) { /* checked before */
             NV_TRY(nv_model_keep_half(m, i, t->data, (size_t)(t->bytes / 2), t->dtype == ST_BF16, 1));
+            nv_file_release(t->data, (size_t)t->bytes); /* copied: the file's pages need not stay */
+        }
     }
     return NV_OK;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/mem.h"
 #include "base/pool.h"
 #include "base/rng.h"
@@ -75,7 +76,7 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
 static nv_err alloc_params(nv_model *m) {
     m->n_params = nv_config_param_count(&m->config);
     if (m->n_params > (SIZE_MAX / 4) / 2) return nv_fail(NV_ENOMEM, "model too large");
-    m->params = nv_calloc_large((size_t)m->n_params, sizeof(float));
+    m->params = nv_reserve_zeroed((size_t)m->n_params * sizeof(float)); /* pending matrices' parts never written */
     if (!m->params)
         return nv_fail(NV_ENOMEM, "cannot allocate %.1f MB for the weights", (double)m->n_params * 4 / 1e6);
     m->params_owned = 1;
@@ -223,7 +224,7 @@ static nv_err load_any(const char *path, nv_model *m, int quantized) {
     return NV_OK;
 fail:
     nv_file_unmap(&map);
-    if (m->params_owned) free(m->params);
+    if (m->params_owned) nv_reserve_free(m->params, (size_t)m->n_params * sizeof(float));
     memset(m, 0, sizeof *m);
     return e;
 }
@@ -319,12 +320,12 @@ typedef struct {
     size_t cap; /* floats */
 } scratch;
 
-/* Matrix idx's plan: block-quantized when it has such a source and the engine takes it; else built
- * from fp32 weights: while they are still pending, made into a buffer for the build alone (the plan
- * packs its own copy, so the model never holds them: a bf16 model on the bf16 or int8 engines stays
- * at its plans' size), or into the model for good when the plan reads them in place (scalar). */
-static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
-    nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
+/* Matrix idx's plan from its source qm (NULL: none): block-quantized when the source is and the
+ * engine takes it; else built from fp32 weights: while they are still pending, made into a buffer
+ * for the build alone (the plan packs its own copy, so the model never holds them: a bf16 model on
+ * the bf16 or int8 engines stays at its plans' size), or into the model for good when the plan
+ * reads them in place (scalar). */
+static nv_err plan_from(nv_qmatrix *qm, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
     if (qm && (qm->q || qm->h)) {
         const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb, qm->h, qm->h_bf16};
         nv_err err = nv_plan_build_quant(out, e, &qw, n, k);
@@ -351,13 +352,56 @@ static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, fl
     return nv_plan_build(out, e, w, n, k);
 }
 
+/* plan_from with matrix idx's source, which goes once the plan holds it when m->drop_sources. */
+static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
+    nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
+    const nv_err err = plan_from(qm, idx, out, e, w, n, k, tmp);
+    if (err == NV_OK && qm && m->drop_sources) nv_qmatrix_drop(qm);
+    return err;
+}
+
 nv_engine_id nv_model_engine(const nv_model *m) {
     if (m->plans && m->config.n_layers > 0 && m->plans[0].wq) return nv_plan_engine(m->plans[0].wq);
     return m->cls_plan ? nv_plan_engine(m->cls_plan) : m->engine;
 }
 
+uint64_t nv_model_sources_hash(const nv_model *m) {
+    if (m->sources_hashed) return m->sources_hash;
+    uint64_t h = 0x736f7572636573ull;
+    for (int i = 0; m->quant && i < nv_model_plan_count(&m->config); i++) {
+        const nv_qmatrix *qm = &m->quant[i];
+        if (qm->h) {
+            h = nv_hash64(&i, sizeof i, h ^ (uint64_t)qm->h_bf16);
+            h = nv_hash64(qm->h, qm->count * sizeof(uint16_t), h);
+        }
+        if (!qm->q) continue;
+        const size_t blocks = qm->count / (size_t)qm->qb;
+        h = nv_hash64(&i, sizeof i, h);
+        h = nv_hash64(qm->q, qm->count, h);
+        h = nv_hash64(qm->s, blocks * sizeof(float), h);
+        if (qm->o) h = nv_hash64(qm->o, blocks * sizeof(float), h);
+    }
+    return h;
+}
+
+uint64_t nv_model_weights_hash(const nv_model *m, uint64_t seed) {
+    const size_t nt = nv_model_tensor_count(&m->config);
+    nv_tensor_ref *t = malloc(nt * sizeof *t);
+    if (!t) return nv_hash64(m->params, (size_t)m->n_params * sizeof(float), seed); /* all of it, zeros read */
+    nv_model_tensor_map(&m->config, &m->w, t);
+    uint64_t h = seed;
+    for (size_t i = 0; i < nt; i++)
+        if (!nv_model_pending(m, t[i].name)) h = nv_hash64(t[i].p, (size_t)(nv_tensor_rows(&t[i]) * t[i].d0) * sizeof(float), h);
+    free(t);
+    return h;
+}
+
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     const nv_config *c = &m->config;
+    if (m->drop_sources && !m->sources_hashed) { /* what they held, before the first goes */
+        m->sources_hash = nv_model_sources_hash(m);
+        m->sources_hashed = 1;
+    }
     int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
     nv_model_free_plans(m); /* built again: on another engine */
     m->plans = calloc((size_t)c->n_layers, sizeof *m->plans);
@@ -446,7 +490,7 @@ void nv_model_free_plans(nv_model *m) {
 
 nv_err nv_model_own_params(nv_model *m) {
     if (m->params_owned) return NV_OK;
-    float *p = nv_alloc_large(64, (size_t)m->n_params * sizeof(float), 0);
+    float *p = nv_reserve_zeroed((size_t)m->n_params * sizeof(float));
     if (!p) return nv_fail(NV_ENOMEM, "cannot allocate %.1f MB for a copy of the weights", (double)m->n_params * 4 / 1e6);
     memcpy(p, m->params, (size_t)m->n_params * sizeof(float));
     m->params = p;
@@ -460,7 +504,7 @@ void nv_model_free(nv_model *m) {
     nv_model_free_plans(m);
     nv_model_drop_quant_sources(m);
     free(m->quant);
-    if (m->params_owned) free(m->params);
+    if (m->params_owned) nv_reserve_free(m->params, (size_t)m->n_params * sizeof(float));
     nv_file_unmap(&m->mapped);
     memset(m, 0, sizeof *m);
 }

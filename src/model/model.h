@@ -101,6 +101,12 @@ typedef struct {
        avx2/avx512 are built from them (kept as int8, the same bits as fp32 plans on w);
        nv_model_drop_quant_sources frees them once the plans are built. */
     nv_qmatrix *quant;
+    /* Set by the callers that build plans once (generate, serve, chat, perplexity): each matrix's
+       source is freed as soon as its plan holds it, so sources and plans never all sit in memory
+       together (nv_model_drop_quant_sources at the end, matrix by matrix). */
+    int drop_sources;
+    uint64_t sources_hash; /* nv_model_sources_hash's, recorded before a source is dropped */
+    int sources_hashed;
 } nv_model;
 
 /* Points w at the parts of a params block laid out in version-1 order. */
@@ -141,6 +147,12 @@ nv_engine_id nv_model_engine(const nv_model *m);
 /* Frees the block-quantized sources (m->quant) once the plans are built: the plans hold their own
  * packed copy. Later plan builds are then fp32, and fail for a matrix still pending. */
 void nv_model_drop_quant_sources(nv_model *m);
+/* A hash of the sources' contents (what a prefix cache keys a model's weights by): computed, or
+   the one recorded before drop_sources dropped any. */
+uint64_t nv_model_sources_hash(const nv_model *m);
+/* A hash of the fp32 weights that are made (a pending matrix's are not: its source stands for it,
+   and its never-written zeros are not read), from seed. */
+uint64_t nv_model_weights_hash(const nv_model *m, uint64_t seed);
 /* The same for one matrix's source (its fp32 weights then stand alone, e.g. after a LoRA merge). */
 void nv_qmatrix_drop(nv_qmatrix *qm);
 void nv_model_free(nv_model *m);

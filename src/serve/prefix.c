@@ -46,21 +46,7 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
     /* the weights' content: the fp32 block, and the block-quantized sources (the only form of a
        matrix whose fp32 weights are pending) */
     h = mix_u64(h, m->n_params);
-    h = nv_hash64(m->params, (size_t)m->n_params * sizeof(float), h);
-    for (int i = 0; m->quant && i < nv_model_plan_count(c); i++) {
-        const nv_qmatrix *qm = &m->quant[i];
-        if (qm->h) {
-            h = mix_u64(h, (uint64_t)i * 2 + (uint64_t)qm->h_bf16);
-            h = nv_hash64(qm->h, qm->count * sizeof(uint16_t), h);
-        }
-        if (!qm->q) continue;
-        const size_t blocks = qm->count / (size_t)qm->qb;
-        h = mix_u64(h, (uint64_t)i);
-        h = nv_hash64(qm->q, qm->count, h);
-        h = nv_hash64(qm->s, blocks * sizeof(float), h);
-        if (qm->o) h = nv_hash64(qm->o, blocks * sizeof(float), h);
-    }
-    return h;
+    return mix_u64(nv_model_weights_hash(m, h), nv_model_sources_hash(m));
 }
 
 uint64_t nv_prefix_chain(uint64_t model_id, uint64_t parent, const int *tokens, int n) {
