@@ -390,6 +390,9 @@ static void export_and_quantized_plans(const char *type, int bits) {
             break;
         }
     }
+    /* kept as the file's blocks (no arrays until a plan is built), and what they make */
+    T_CHECK(q.quant && q.quant[0].raw && !q.quant[0].q && !q.quant[0].h && (q.quant[5].raw != NULL) == half, "%s: raw sources", type);
+    T_CHECK(q.quant && nv_qmatrix_materialize(&q.quant[0]) == NV_OK && nv_qmatrix_materialize(&q.quant[5]) == NV_OK, "%s", nv_errmsg());
     if (half)
         T_CHECK(q.quant && q.quant[0].h && !q.quant[0].q && q.quant[5].h && q.quant[0].h_bf16 == (bits == NV_QBITS_BF16),
                 "%s sources: wq and w2 kept as they are", type);
@@ -445,11 +448,20 @@ static void export_and_quantized_plans(const char *type, int bits) {
                 "wq made up front, or w2 (F32 unless F16 or BF16) pending");
         if (variant == 0) { /* the fast engine: block-quantized plans, wq never made */
             uint64_t id = nv_prefix_model_id(&z, 16, NV_KV_F16);
-            if (half) z.quant[3].h[7] ^= 1; /* the prefix cache tells models apart by their quantized matrices too */
-            else z.quant[3].q[7] ^= 1;
-            T_CHECK(nv_prefix_model_id(&z, 16, NV_KV_F16) != id, "a pending matrix is not part of the model identity");
-            if (half) z.quant[3].h[7] ^= 1;
-            else z.quant[3].q[7] ^= 1;
+            { /* the prefix cache tells models apart by their quantized matrices too: a file with one byte of wo's other */
+                char *bytes = NULL;
+                size_t len = 0;
+                const size_t at = (size_t)(z.quant[3].raw - z.source_map.data) + 7;
+                T_CHECK(z.quant[3].raw && nv_file_read_all(out, &bytes, &len) == NV_OK && at < len, "wo's raw blocks");
+                if (bytes && at < len) {
+                    bytes[at] ^= 1;
+                    nv_model y;
+                    T_CHECK(nv_model_load_quantized(t_write("flipped.gguf", bytes, len), &y) == NV_OK, "%s", nv_errmsg());
+                    T_CHECK(y.quant && nv_prefix_model_id(&y, 16, NV_KV_F16) != id, "a pending matrix is not part of the model identity");
+                    nv_model_free(&y);
+                }
+                free(bytes);
+            }
             if (half) { /* and the same 16-bit values read as fp16 or as bf16 are other weights */
                 z.quant[3].h_bf16 ^= 1;
                 T_CHECK(nv_prefix_model_id(&z, 16, NV_KV_F16) != id, "fp16 and bf16 sources of the same bits are one model");

@@ -79,9 +79,8 @@ void cli_tune_model_key(const nv_model *m, char *out, size_t cap) {
     uint64_t h = nv_hash64("nerve-tune", 10, 0);
     const int nm = nv_model_plan_count(c);
     for (int i = 0; m->quant && i < nm; i++) {
-        const nv_qmatrix *q = &m->quant[i];
-        const int four = q->q && nv_qweights_four_bit(q->q, q->count); /* Q4_0, Q4_1, Q4_K: plans keep 4 bits */
-        const int kind[3] = {q->h ? -1 - q->h_bf16 : q->q ? q->qb : 0, q->o != NULL, four};
+        int kind[3];
+        nv_qmatrix_kind(&m->quant[i], kind);
         h = nv_hash64(kind, sizeof kind, h);
     }
     char experts[48] = "";

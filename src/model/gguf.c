@@ -769,9 +769,9 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
     return NV_OK;
 }
 
-/* The quantized plan matrices of the file, decomposed into m->quant (engine.h nv_qweights); with
- * pending, marked so that take_all leaves their fp32 values unmade (never the token embedding,
- * which lookups read). */
+/* The quantized and 16-bit plan matrices of the file as raw sources in m->quant (their blocks in the
+ * mapping, made into engine.h's nv_qweights form only while a plan is built); with pending, marked
+ * so that take_all leaves their fp32 values unmade (never the token embedding, which lookups read). */
 static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
     const nv_config *c = &m->config;
     const int count = nv_model_plan_count(c);
@@ -784,28 +784,68 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16 && t->type != T_BF16)) continue;
         const uint64_t n = t->dims[0] * t->dims[1]; /* an expert's slice of its layer's tensor: whole rows, whole blocks */
         const uint8_t *data = (const uint8_t *)t->data + (uint64_t)expert * (t->bytes / (t->dims[2] ? t->dims[2] : 1));
-        if (t->type == T_F16 || t->type == T_BF16) { /* fp16 and bf16 plans: the values as they are (exact in fp32) */
-            NV_TRY(nv_model_keep_half(m, i, data, (size_t)n, t->type == T_BF16, pending));
-            nv_file_release(data, (size_t)n * 2); /* copied: the file's pages need not stay */
-            continue;
-        }
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
         nv_qmatrix *qm = &m->quant[i];
+        const int half = t->type == T_F16 || t->type == T_BF16; /* fp16 and bf16 plans: the values as they are */
         qm->count = (size_t)n;
-        qm->pending = pending && strcmp(name, "token_embd.weight") != 0;
-        uint64_t bb = 0;
-        const uint64_t per = (uint64_t)block_of(t->type, &bb), nb = n / (uint64_t)qb;
-        qm->qb = qb;
-        qm->q = malloc((size_t)n);
-        qm->s = malloc((size_t)nb * sizeof(float));
-        qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
-        if (!qm->q || !qm->s || (offset && !qm->o)) return nv_fail(NV_ENOMEM, "out of memory for %s's quantized values", name);
-        for (uint64_t b = 0; b < n / per; b++) /* o is written only for the types with an offset */
-            decompose_block(t->type, data + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
-                            offset ? qm->o + b * per / (uint64_t)qb : NULL);
-        nv_file_release(data, (size_t)(n / per * bb)); /* decomposed: the file's pages need not stay */
+        qm->pending = pending && strcmp(name, "token_embd.weight") != 0; /* lookups read the embedding's fp32 values */
+        qm->qb = half ? 0 : qb;
+        qm->h_bf16 = t->type == T_BF16;
+        qm->raw = data;
+        qm->raw_bytes = (size_t)(t->bytes / (t->dims[2] ? t->dims[2] : 1));
+        qm->raw_type = t->type;
     }
     return NV_OK;
+}
+
+static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int to_half);
+
+nv_err nv_qmatrix_materialize(nv_qmatrix *qm) {
+    if (!qm->raw || qm->q || qm->h) return NV_OK;
+    const size_t n = qm->count;
+    if (qm->raw_type == T_F16 || qm->raw_type == T_BF16) {
+        if (!(qm->h = malloc(n * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for a matrix's 16-bit values");
+        memcpy(qm->h, qm->raw, n * sizeof(uint16_t));
+    } else {
+        int qb, offset;
+        uint64_t bb = 0;
+        quant_form(qm->raw_type, &qb, &offset);
+        const uint64_t per = (uint64_t)block_of(qm->raw_type, &bb), nb = n / (uint64_t)qb;
+        qm->q = malloc(n);
+        qm->s = malloc((size_t)nb * sizeof(float));
+        qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
+        if (!qm->q || !qm->s || (offset && !qm->o)) {
+            nv_qmatrix_release(qm);
+            return nv_fail(NV_ENOMEM, "out of memory for a matrix's quantized values");
+        }
+        for (uint64_t b = 0; b < n / per; b++) /* o is written only for the types with an offset */
+            decompose_block(qm->raw_type, qm->raw + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
+                            offset ? qm->o + b * per / (uint64_t)qb : NULL);
+    }
+    nv_file_release(qm->raw, qm->raw_bytes); /* read: the file's pages need not stay */
+    /* a query or key matrix: in this project's RoPE order (the arrays exist now, so they are reordered) */
+    const nv_err e = qm->raw_heads ? qmatrix_reorder(qm, (int)(n / ((size_t)qm->raw_heads * (size_t)qm->raw_hd)), qm->raw_heads, qm->raw_hd, 0)
+                                   : NV_OK;
+    if (e != NV_OK) nv_qmatrix_release(qm);
+    return e;
+}
+
+void nv_qmatrix_kind(const nv_qmatrix *qm, int kind[3]) {
+    int qb = 0, offset = 0;
+    const int raw = qm->raw && !qm->q && !qm->h, t = (int)qm->raw_type;
+    const int half = qm->h || (raw && (t == T_F16 || t == T_BF16)), quant = qm->q || (raw && quant_form(qm->raw_type, &qb, &offset));
+    kind[0] = half ? -1 - qm->h_bf16 : quant ? qm->qb : 0;
+    kind[1] = qm->q ? qm->o != NULL : raw && offset;
+    /* a raw source's 4 bits from its type (the values of Q4_0, Q4_1 and Q4_K are 0..15 by construction) */
+    kind[2] = qm->q ? nv_qweights_four_bit(qm->q, qm->count) : raw && (t == T_Q4_0 || t == T_Q4_1 || t == T_Q4_K);
+}
+
+void nv_qmatrix_release(nv_qmatrix *qm) {
+    if (!qm->raw) return; /* arrays that are the only form of the matrix stay */
+    free(qm->q), free(qm->s), free(qm->o), free(qm->h);
+    qm->q = NULL;
+    qm->s = qm->o = NULL;
+    qm->h = NULL;
 }
 
 /* Reorders the rows of each head of a matrix (heads x hd rows of row_bytes) between this project's
@@ -831,6 +871,10 @@ nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int
 
 /* A block-quantized or fp16 source of heads x hd rows, reordered as rope_pairs_reorder. */
 static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int to_half) {
+    if (qm->raw && !qm->q && !qm->h && !to_half) { /* raw blocks: reordered whenever they are made into arrays */
+        qm->raw_heads = heads, qm->raw_hd = hd;
+        return NV_OK;
+    }
     if (qm->h) return nv_rope_rows_reorder(qm->h, (size_t)cols * sizeof(uint16_t), heads, hd, to_half);
     if (!qm->q) return NV_OK;
     const size_t scales = (size_t)(cols / qm->qb) * sizeof(float);
@@ -883,6 +927,10 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
     if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK ||
                        ((c.qk_norm || c.qkv_bias) && (e = nv_model_qk_reorder(m, 0)) != NV_OK)))
         nv_model_free(m);
+    if (e == NV_OK && m->quant) { /* the raw sources point into the mapping: the model keeps it */
+        m->source_map = g.map;
+        g.map = (nv_mapped){0};
+    }
     nv_gguf_close(&g);
     return e;
 }

@@ -355,8 +355,10 @@ static nv_err plan_from(nv_qmatrix *qm, int idx, nv_plan **out, nv_engine_id e, 
 /* plan_from with matrix idx's source, which goes once the plan holds it when m->drop_sources. */
 static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
     nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
-    const nv_err err = plan_from(qm, idx, out, e, w, n, k, tmp);
-    if (err == NV_OK && qm && m->drop_sources) nv_qmatrix_drop(qm);
+    nv_err err = qm ? nv_qmatrix_materialize(qm) : NV_OK; /* a raw source's arrays, for this build alone */
+    if (err == NV_OK) err = plan_from(qm, idx, out, e, w, n, k, tmp);
+    if (qm && err == NV_OK && m->drop_sources) nv_qmatrix_drop(qm);
+    else if (qm) nv_qmatrix_release(qm);
     return err;
 }
 
@@ -370,6 +372,11 @@ uint64_t nv_model_sources_hash(const nv_model *m) {
     uint64_t h = 0x736f7572636573ull;
     for (int i = 0; m->quant && i < nv_model_plan_count(&m->config); i++) {
         const nv_qmatrix *qm = &m->quant[i];
+        if (qm->raw) { /* its blocks as the file has them (and how they are read) */
+            const uint32_t how[4] = {(uint32_t)i, qm->raw_type, (uint32_t)qm->h_bf16, (uint32_t)qm->raw_heads};
+            h = nv_hash64(qm->raw, qm->raw_bytes, nv_hash64(how, sizeof how, h));
+            continue;
+        }
         if (qm->h) {
             h = nv_hash64(&i, sizeof i, h ^ (uint64_t)qm->h_bf16);
             h = nv_hash64(qm->h, qm->count * sizeof(uint16_t), h);
@@ -457,6 +464,7 @@ nv_err nv_model_read_config(const char *path, nv_config *c) {
 }
 
 void nv_qmatrix_drop(nv_qmatrix *qm) {
+    qm->raw = NULL;
     free(qm->q); /* `pending` stays: those fp32 weights can no longer be made */
     free(qm->s);
     free(qm->o);
@@ -468,6 +476,7 @@ void nv_qmatrix_drop(nv_qmatrix *qm) {
 
 void nv_model_drop_quant_sources(nv_model *m) {
     for (int i = 0; m->quant && i < nv_model_plan_count(&m->config); i++) nv_qmatrix_drop(&m->quant[i]);
+    nv_file_unmap(&m->source_map); /* no raw source points into it any more */
 }
 
 void nv_model_free_plans(nv_model *m) {

@@ -56,6 +56,15 @@ typedef struct {
     int h_bf16;
     size_t count; /* values (rows x columns, rows whole blocks) */
     int pending;  /* its fp32 weights in params are not made yet (nv_model_load_quantized) */
+    /* A GGUF file's matrix is kept as its blocks, raw (raw_bytes of ggml type raw_type, in the file's
+       mapping: nv_model.source_map), and made into q, s, o or h only while a plan is built from it
+       (nv_qmatrix_materialize, then nv_qmatrix_release), so a loaded model holds its plans and not
+       also every matrix decomposed; raw_heads, raw_hd: query or key rows to put in this project's
+       RoPE order on the way (0: none). */
+    const uint8_t *raw;
+    size_t raw_bytes;
+    uint32_t raw_type;
+    int raw_heads, raw_hd;
 } nv_qmatrix;
 
 /* The fp32 weights of n values of a block-quantized matrix whose rows are whole blocks:
@@ -93,6 +102,7 @@ typedef struct {
     uint64_t n_params;
     int params_owned;
     nv_mapped mapped;     /* the checkpoint mapping, when weights are used in place */
+    nv_mapped source_map; /* a GGUF file's mapping while its matrices' raw blocks are plan sources */
     nv_engine_id engine;  /* engine the plans were asked for */
     nv_layer_plans *plans; /* [L], NULL until nv_model_build_plans */
     nv_plan *cls_plan;
@@ -155,6 +165,12 @@ uint64_t nv_model_sources_hash(const nv_model *m);
 uint64_t nv_model_weights_hash(const nv_model *m, uint64_t seed);
 /* The same for one matrix's source (its fp32 weights then stand alone, e.g. after a LoRA merge). */
 void nv_qmatrix_drop(nv_qmatrix *qm);
+/* A raw source made into its q, s, o (or h) arrays (nothing to do when it has them or is not raw),
+   and those freed again, the raw blocks kept (gguf.c, which reads the types). */
+nv_err nv_qmatrix_materialize(nv_qmatrix *qm);
+/* What a source is, made or raw: {0 none, qb of int8 blocks, -1 fp16, -2 bf16; offsets; 4-bit values}. */
+void nv_qmatrix_kind(const nv_qmatrix *qm, int kind[3]);
+void nv_qmatrix_release(nv_qmatrix *qm);
 void nv_model_free(nv_model *m);
 
 #endif
