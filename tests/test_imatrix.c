@@ -149,6 +149,12 @@ static void test_files(void) {
     /* a model GGUF is not an importance matrix */
     const char *model_gguf = t_data("gguf/tinyllamas-stories-260k-f32.gguf");
     if (model_gguf) T_CHECK(nv_imatrix_load(model_gguf, &back) != NV_OK, "a model read as an importance matrix");
+    /* nor one whose general.type holds a newline: the message stays one line (found by fuzz_model) */
+    static const char type_nl[] = "GGUF\3\0\0\0\0\0\0\0\0\0\0\0\1\0\0\0\0\0\0\0\14\0\0\0\0\0\0\0general.type\10\0\0\0"
+                                  "\3\0\0\0\0\0\0\0i\nx";
+    T_CHECK(nv_imatrix_load(t_write("type_nl.gguf", type_nl, sizeof type_nl - 1), &back) == NV_EFORMAT && strstr(nv_errmsg(), "general.type") &&
+                !strchr(nv_errmsg(), '\n'),
+            "%s", nv_errmsg());
     nv_imatrix_free(&im);
 #undef PUT
 }

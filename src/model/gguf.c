@@ -590,8 +590,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.factor"), 1.0f, &factor));
     const int yarn = scaling && name_is(scaling, sl, "yarn");
     if (scaling && !name_is(scaling, sl, "none") && !name_is(scaling, sl, "linear") && !yarn)
-        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling.type %.*s), which is not supported (linear and yarn are)",
-                       g->path, arch, scaling ? (int)(sl < 32 ? sl : 32) : 4, scaling ? scaling : "none");
+        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE (%s.rope.scaling.type %s), which is not supported (linear and yarn are)",
+                       g->path, arch, nv_gguf_shown(scaling, sl < 32 ? sl : 32, shown_arch, sizeof shown_arch));
     nv_rope_yarn y = {0};
     if (yarn) {
         int64_t orig = 0;
@@ -2081,8 +2081,10 @@ nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im) {
     size_t tlen = 0;
     const char *type = nv_gguf_string(&g, "general.type", &tlen);
     int64_t chunks = 0, chunk_size = 0;
+    char shown[128]; /* the file's own text, escaped: one line whatever it holds */
     if (type && (tlen != 7 || memcmp(type, "imatrix", 7)))
-        e = nv_fail(NV_EFORMAT, "%s: a GGUF file of general.type '%.*s', not an importance matrix", path, (int)(tlen < 64 ? tlen : 64), type);
+        e = nv_fail(NV_EFORMAT, "%s: a GGUF file of general.type '%s', not an importance matrix", path,
+                    nv_gguf_shown(type, tlen, shown, sizeof shown));
     if (e == NV_OK && (e = get_int(&g, "imatrix.chunk_count", 0, &chunks)) == NV_OK)
         e = get_int(&g, "imatrix.chunk_size", 0, &chunk_size);
     im->chunks = chunks > 0 && chunks < INT32_MAX ? (int)chunks : 0;
