@@ -349,31 +349,32 @@ static void test_refusals(void) {
     T_CHECK(nv_lora_validate(&c, &ls) == NV_EUNSUPPORTED, "LoRA accepted");
     nv_model_free(&m);
     /* the CLI: generate runs it; train, imatrix and a Hugging Face export refuse it in one line */
-    const char *tok = t_data("models/tok512.bin");
-    if (!tok) return;
-    (void)tok;
+    const char *tok = t_data("models/tok512.bin"), *text = t_data("corpus/tinystories_sample.txt");
+    if (!tok || !text) return;
     char args[2048];
-    snprintf(args, sizeof args, "generate -m %s -z %s -n 12 -t 0", good, t_data("models/tok512.bin"));
+    snprintf(args, sizeof args, "generate -m %s -z %s -n 12 -t 0", good, tok);
     T_CHECK(t_nerve(args) != 0, "a vocabulary of another size accepted");
-    const nv_config c512 = {64, 64, 2, 4, 2, 16, 512, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 4, 2};
+    nv_config c512 = moe_config(4, 2, 0); /* tok512's vocabulary, the classifier the embedding */
+    c512.vocab_size = 512;
+    c512.shared_classifier = 1;
     nv_model big;
     T_CHECK(moe_model(&big, &c512, 33), "%s", nv_errmsg());
     const char *g512 = t_path("v512.gguf");
     T_CHECK(nv_gguf_save(&big, NULL, "moe", g512, NV_GGUF_Q8_0, NULL, NULL) == NV_OK, "%s", nv_errmsg());
     nv_model_free(&big);
-    snprintf(args, sizeof args, "generate -m %s -z %s -n 12 -t 0 -p Once", g512, t_data("models/tok512.bin"));
+    snprintf(args, sizeof args, "generate -m %s -z %s -n 12 -t 0 -p Once", g512, tok);
     T_CHECK(t_nerve(args) == 0 && !strncmp(t_out, "Once", 4), "%s", t_err);
-    snprintf(args, sizeof args, "perplexity -m %s -z %s -f %s --ctx 32", g512, t_data("models/tok512.bin"), t_data("corpus/tinystories_sample.txt"));
+    snprintf(args, sizeof args, "perplexity -m %s -z %s -f %s --ctx 32", g512, tok, text);
     T_CHECK(t_nerve(args) == 0 && strstr(t_out, "Final estimate: PPL"), "%s", t_err);
-    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 1 --batch 1 --seq 16 --out %s", g512, t_data("models/tok512.bin"),
-             t_data("corpus/tinystories_sample.txt"), t_path("run"));
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 1 --batch 1 --seq 16 --out %s", g512, tok,
+             text, t_path("run"));
     T_CHECK(t_nerve(args) == 1 && strstr(t_err, "mixture-of-experts") && strchr(t_err, '\n') == t_err + strlen(t_err) - 1, "%s", t_err);
-    snprintf(args, sizeof args, "imatrix -m %s -z %s -f %s -o %s", g512, t_data("models/tok512.bin"), t_data("corpus/tinystories_sample.txt"),
+    snprintf(args, sizeof args, "imatrix -m %s -z %s -f %s -o %s", g512, tok, text,
              t_path("im.gguf"));
     T_CHECK(t_nerve(args) != 0 && strstr(t_err, "experts"), "%s", t_err);
-    snprintf(args, sizeof args, "export %s -o %s -z %s", g512, t_path("hfout/"), t_data("models/tok512.bin"));
+    snprintf(args, sizeof args, "export %s -o %s -z %s", g512, t_path("hfout/"), tok);
     T_CHECK(t_nerve(args) != 0 && strstr(t_err, "GGUF only"), "%s", t_err);
-    snprintf(args, sizeof args, "export %s -o %s -z %s --type q4_k_m", g512, t_path("requant.gguf"), t_data("models/tok512.bin"));
+    snprintf(args, sizeof args, "export %s -o %s -z %s --type q4_k_m", g512, t_path("requant.gguf"), tok);
     T_CHECK(t_nerve(args) == 0, "%s", t_err);
     /* nerve init makes one of a preset's shape (GGUF only) */
     snprintf(args, sizeof args, "init --preset stories260K --experts 4 --experts-used 2 -o %s", t_path("init.gguf"));

@@ -513,9 +513,10 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
  * with biases on the query, key and value projections). llama.cpp's qwen2/qwen3 rotate pairs half
  * a head apart, so their query and key rows are stored in that order and reordered on the way in
  * and out. */
-static const char *arch_name(const nv_config *c) {
-    return c->qk_norm ? (c->n_experts ? "qwen3moe" : "qwen3") : c->qkv_bias ? "qwen2" : "llama";
+static const char *arch_name(int qk_norm, int qkv_bias, int experts) {
+    return qk_norm ? (experts ? "qwen3moe" : "qwen3") : qkv_bias ? "qwen2" : "llama";
 }
+static const char *arch_of(const nv_config *c) { return arch_name(c->qk_norm, c->qkv_bias, c->n_experts); }
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
@@ -533,7 +534,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     if (!llama && !qwen3 && !qwen2)
         return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3 or qwen3moe)", g->path,
                        nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = qwen3moe ? "qwen3moe" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
+    const char *arch = arch_name(qwen3, qwen2, qwen3moe);
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
@@ -716,7 +717,7 @@ void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap
     } else if (i == dense) {
         snprintf(name, cap, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
     } else { /* (l * E + e) * 3 + part, after the classifier */
-        const int x = i - dense - 1, E = c->n_experts > 0 ? c->n_experts : 1;
+        const int x = i - dense - 1, E = nv_config_ffn_sets(c);
         snprintf(name, cap, "blk.%d.%s_exps.weight", x / 3 / E, layer_parts[4 + x % 3]);
         if (expert) *expert = x / 3 % E;
     }
@@ -755,6 +756,10 @@ static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     return e;
 }
 
+/* Whether a plan matrix's fp32 weights are left unmade when the load asks for pending ones: never
+ * the token embedding's, which lookups read. */
+static int source_pending(const char *name, int pending) { return pending && strcmp(name, "token_embd.weight") != 0; }
+
 nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16, int pending) {
     const int count = nv_model_plan_count(&m->config);
     if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
@@ -762,7 +767,7 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
     nv_model_plan_tensor_name(&m->config, i, name, sizeof name, NULL);
     nv_qmatrix *qm = &m->quant[i];
     qm->count = n;
-    qm->pending = pending && strcmp(name, "token_embd.weight") != 0; /* lookups read the embedding's fp32 values */
+    qm->pending = source_pending(name, pending);
     if (!(qm->h = malloc(n * sizeof(uint16_t)))) return nv_fail(NV_ENOMEM, "out of memory for %s's values", name);
     memcpy(qm->h, h, n * sizeof(uint16_t));
     qm->h_bf16 = bf16;
@@ -783,16 +788,16 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         int qb, offset;
         if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16 && t->type != T_BF16)) continue;
         const uint64_t n = t->dims[0] * t->dims[1]; /* an expert's slice of its layer's tensor: whole rows, whole blocks */
-        const uint8_t *data = (const uint8_t *)t->data + (uint64_t)expert * (t->bytes / (t->dims[2] ? t->dims[2] : 1));
+        const uint64_t bytes = t->bytes / (t->dims[2] ? t->dims[2] : 1); /* of one expert's slice (the whole tensor's else) */
         if (!m->quant && !(m->quant = calloc((size_t)count, sizeof *m->quant))) return nv_fail(NV_ENOMEM, "out of memory");
         nv_qmatrix *qm = &m->quant[i];
         const int half = t->type == T_F16 || t->type == T_BF16; /* fp16 and bf16 plans: the values as they are */
         qm->count = (size_t)n;
-        qm->pending = pending && strcmp(name, "token_embd.weight") != 0; /* lookups read the embedding's fp32 values */
+        qm->pending = source_pending(name, pending);
         qm->qb = half ? 0 : qb;
         qm->h_bf16 = t->type == T_BF16;
-        qm->raw = data;
-        qm->raw_bytes = (size_t)(t->bytes / (t->dims[2] ? t->dims[2] : 1));
+        qm->raw = (const uint8_t *)t->data + (uint64_t)expert * bytes;
+        qm->raw_bytes = (size_t)bytes;
         qm->raw_type = t->type;
     }
     return NV_OK;
@@ -1659,7 +1664,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const size_t nw = nv_model_tensor_map(c, &qw.w, t);
     if (c->n_rope_factors && !yarn) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
         t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0};
-    const char *arch = arch_name(c);
+    const char *arch = arch_of(c);
     char k[96];
     nv_buf b = {0};
     const size_t kv_at = ob_header(&b, nt, arch);
@@ -1833,7 +1838,7 @@ nv_err nv_gguf_save_lora(const nv_config *c, const nv_lora_shape *s, const float
         e = nv_fail(NV_ENOMEM, "out of memory");
         goto done;
     }
-    const size_t kv_at = ob_header(&b, 2 * pairs, arch_name(c));
+    const size_t kv_at = ob_header(&b, 2 * pairs, arch_of(c));
     kv_str(&b, "general.type", "adapter");
     kv_str(&b, "adapter.type", "lora");
     kv_f32(&b, "adapter.lora.alpha", s->alpha);
@@ -1916,7 +1921,7 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
     NV_TRY(nv_gguf_open(path, &g));
     nv_err e = NV_OK;
     char shown[128];
-    const char *want_arch = arch_name(c);
+    const char *want_arch = arch_of(c);
     size_t tlen = 0, alen = 0, arlen = 0;
     const char *type = nv_gguf_string(&g, "general.type", &tlen);
     const char *atype = nv_gguf_string(&g, "adapter.type", &alen);

@@ -107,7 +107,8 @@ typedef struct {
     nv_layer_plans *plans; /* [L], NULL until nv_model_build_plans */
     nv_plan *cls_plan;
     /* nv_model_plan_count entries ([L][NV_LAYER_MATRICES], the classifier, experts): block-quantized
-       sources kept from a quantized GGUF file (entries with q NULL have none), or NULL. Plans on
+       or 16-bit sources kept from a GGUF file or a folder (entries with neither raw, q nor h have
+       none), or NULL. Plans on
        avx2/avx512 are built from them (kept as int8, the same bits as fp32 plans on w);
        nv_model_drop_quant_sources frees them once the plans are built. */
     nv_qmatrix *quant;
@@ -168,9 +169,9 @@ void nv_qmatrix_drop(nv_qmatrix *qm);
 /* A raw source made into its q, s, o (or h) arrays (nothing to do when it has them or is not raw),
    and those freed again, the raw blocks kept (gguf.c, which reads the types). */
 nv_err nv_qmatrix_materialize(nv_qmatrix *qm);
+void nv_qmatrix_release(nv_qmatrix *qm);
 /* What a source is, made or raw: {0 none, qb of int8 blocks, -1 fp16, -2 bf16; offsets; 4-bit values}. */
 void nv_qmatrix_kind(const nv_qmatrix *qm, int kind[3]);
-void nv_qmatrix_release(nv_qmatrix *qm);
 void nv_model_free(nv_model *m);
 
 #endif
