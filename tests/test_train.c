@@ -131,30 +131,64 @@ static int run_interrupted(const char *launcher, const char *args, const char *d
     return st;
 }
 
-static void test_resume_after_sigint_is_bit_exact(void) {
-    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+/* 1 when run folder dir ended with model.gguf (no model.bin) holding exactly its checkpoint's weights
+ * and config; the model's config into *c. */
+static int run_gguf_is_ckpt(const char *dir, nv_config *c) {
+    char path[700], ck[700];
+    memset(c, 0, sizeof *c);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    T_CHECK(!nv_file_exists(path), "%s written", path);
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    snprintf(ck, sizeof ck, "%s/ckpt.bin", dir);
+    nv_model m;
+    nv_ckpt k;
+    int same = 0;
+    if (nv_model_load(path, &m) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return 0;
+    }
+    if (nv_ckpt_load(ck, &k) == NV_OK) {
+        nv_config kc;
+        nv_ckpt_header_get_config(&k.h, &kc);
+        same = !memcmp(&kc, &m.config, sizeof kc) && m.n_params == k.h.n_params &&
+               !memcmp(m.params, k.params, (size_t)m.n_params * sizeof(float));
+        nv_ckpt_close(&k);
+    }
+    T_CHECK(same, "%s differs from the checkpoint's weights or config", path);
+    *c = m.config;
+    nv_model_free(&m);
+    return same;
+}
+
+static float val_at(const char *dir, int want_step);
+
+/* A run of train_args with extra, and the same interrupted with SIGINT part way then resumed, into
+ * the folders tag + "full" and tag + "split": the same loss at every step. */
+static void resume_case(const char *tag, const char *extra) {
     char args[4096], err[4096], full[600], split[600];
-    snprintf(full, sizeof full, "%s/full", t_tmpdir());
-    snprintf(split, sizeof split, "%s/split", t_tmpdir());
-    train_args(args, sizeof args, full, "");
+    snprintf(full, sizeof full, "%s/%sfull", t_tmpdir(), tag);
+    snprintf(split, sizeof split, "%s/%ssplit", t_tmpdir(), tag);
+    train_args(args, sizeof args, full, extra);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "uninterrupted run failed: %s", err);
     /* the efficiency report ends with the run's peak memory */
     const char *pm = strstr(err, "; peak memory ");
     T_CHECK(pm && strtod(pm + 14, NULL) > 0.0 && strstr(pm, " GB\n"), "no peak memory in the report: %s", err);
 
     /* the same run, interrupted with SIGINT part way, then resumed */
-    train_args(args, sizeof args, split, "");
+    train_args(args, sizeof args, split, extra);
     int done_before = 0;
     const int st = run_interrupted("", args, split, SIGINT, 0, &done_before);
-    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "interrupted run did not exit cleanly (status %d)", st);
-    T_CHECK(done_before >= 9 && done_before < 24, "interrupt landed at step %d", done_before);
-    train_args(args, sizeof args, split, "--resume");
-    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume failed: %s", err);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s interrupted run did not exit cleanly (status %d)", tag, st);
+    T_CHECK(done_before >= 9 && done_before < 24, "%s: interrupt landed at step %d", tag, done_before);
+    char resume[1024];
+    snprintf(resume, sizeof resume, "%s --resume", extra);
+    train_args(args, sizeof args, split, resume);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "%s: resume failed: %s", tag, err);
 
     char a[64][32], b[64][32];
     int na = read_losses(full, a, 64), nb = read_losses(split, b, 64);
-    T_CHECK(na == 24 && nb == 24, "steps logged: %d uninterrupted, %d interrupted+resumed", na, nb);
-    for (int i = 0; i < na && i < nb; i++) T_CHECK(strcmp(a[i], b[i]) == 0, "step %d: loss %s vs %s", i + 1, a[i], b[i]);
+    T_CHECK(na == 24 && nb == 24, "%s: steps logged: %d uninterrupted, %d interrupted+resumed", tag, na, nb);
+    for (int i = 0; i < na && i < nb; i++) T_CHECK(strcmp(a[i], b[i]) == 0, "%s: step %d: loss %s vs %s", tag, i + 1, a[i], b[i]);
     /* plans are built once: the count logged at every step is the same */
     char path[800], *text = NULL;
     snprintf(path, sizeof path, "%.600s/metrics.jsonl", full);
@@ -166,9 +200,82 @@ static void test_resume_after_sigint_is_bit_exact(void) {
         differ += v != first;
     }
     free(text);
-    T_CHECK(first > 0 && differ == 0, "plan builds changed during training (first %ld, %ld differ)", first, differ);
+    T_CHECK(first > 0 && differ == 0, "%s: plan builds changed during training (first %ld, %ld differ)", tag, first, differ);
     snprintf(path, sizeof path, "%.600s/loss.svg", full);
-    T_CHECK(nv_file_exists(path), "no loss.svg");
+    T_CHECK(nv_file_exists(path), "%s: no loss.svg", tag);
+}
+
+static void test_resume_after_sigint_is_bit_exact(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    resume_case("", ""); /* later cases use its "full" run */
+}
+
+/* A mixture of experts trained from scratch (4 experts, 2 a token): resumed after SIGINT to the same
+ * losses; the load-balancing loss logged at every step near 1 (even) and its weight part of the
+ * objective (another --router-aux-coef, other losses); model.gguf holds the checkpoint's weights with
+ * the experts, and generate, perplexity and serve's folder form run it; fine-tuning the result goes on
+ * to a lower validation loss; the flags' misuses refused. */
+static void test_moe_run(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    const char *moe = "--experts 4 --experts-used 2";
+    resume_case("moe_", moe);
+    char dir[600], args[4096], err[4096];
+    snprintf(dir, sizeof dir, "%s/moe_full", t_tmpdir());
+    char aux[64][32], loss[64][32];
+    const int naux = read_field(dir, "\"router_aux\":", aux, 64);
+    T_CHECK(naux == 24, "router_aux logged at %d of 24 steps", naux);
+    for (int i = 0; i < naux; i++) {
+        const double v = strtod(aux[i], NULL);
+        T_CHECK(v >= 0.99 && v < 1.5, "step %d: router_aux %s", i + 1, aux[i]);
+    }
+    read_losses(dir, loss, 64);
+    char other[600];
+    snprintf(other, sizeof other, "%s/moe_aux", t_tmpdir());
+    train_args(args, sizeof args, other, "--experts 4 --experts-used 2 --router-aux-coef 1 --steps 4");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "%s", err);
+    char l2[64][32];
+    T_CHECK(read_losses(other, l2, 64) == 4 && !strcmp(l2[0], loss[0]) && strcmp(l2[3], loss[3]),
+            "the balance term's weight changed nothing (step 4: %s and %s)", l2[3], loss[3]);
+    /* the run's model */
+    nv_config mc;
+    T_CHECK(run_gguf_is_ckpt(dir, &mc) && mc.n_experts == 4 && mc.n_experts_used == 2, "%d experts, %d a token",
+            mc.n_experts, mc.n_experts_used);
+    snprintf(args, sizeof args, "generate -m %s -n 20 -t 0 -p Once", dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run folder: %s", err);
+    snprintf(args, sizeof args, "perplexity -m %s -f %s --ctx 32 --chunks 4", dir, t_data("corpus/tinystories_valid_head.txt"));
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "perplexity: %s", err);
+    /* fine-tuning it: the shape comes from the file, the validation loss goes down */
+    char tuned[600], extra[1200];
+    snprintf(tuned, sizeof tuned, "%s/moe_tuned", t_tmpdir());
+    snprintf(extra, sizeof extra, "--steps 16 --init-from %s", dir);
+    train_args(args, sizeof args, tuned, extra);
+    /* train_args gives a shape: a run from a file takes the file's */
+    char *shape = strstr(args, "--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 ");
+    if (shape) memset(shape, ' ', strlen("--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 "));
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "fine-tune: %s", err);
+    const float v0 = val_at(dir, 24), v1 = val_at(tuned, 16);
+    T_CHECK(v1 < v0, "fine-tuning the mixture: validation loss %g, was %g", v1, v0);
+    /* misuse */
+    const char *bad[] = {"--experts-used 2", "--experts 4 --experts-used 5", "--router-aux-coef 0.1",
+                         "--experts 4 --router-aux-coef -1", "--experts 0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        train_args(args, sizeof args, other, bad[i]);
+        T_CHECK(run_nerve(args, err, sizeof err) == 2 && !strncmp(err, "nerve train:", 12) && strchr(err, '\n') == err + strlen(err) - 1,
+                "'%s': %s", bad[i], err);
+    }
+    snprintf(extra, sizeof extra, "--experts 2 --init-from %s", dir);
+    train_args(args, sizeof args, other, extra);
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "drop --experts"), "%s", err);
+    /* preference losses have no share for the balance term: refused in one line */
+    char pref[700];
+    snprintf(pref, sizeof pref, "%s/moe_pref.jsonl", t_tmpdir());
+    FILE *f = fopen(pref, "w");
+    for (int i = 0; f && i < 8; i++) fprintf(f, "{\"prompt\": \"Tom had a dog.\", \"chosen\": \" It was big.\", \"rejected\": \" no\"}\n");
+    if (f) fclose(f);
+    snprintf(args, sizeof args, "train --init-from %s --data %s --steps 2 --batch 2 --seq 128 --quiet --out %s", dir, pref, other);
+    const int prc = run_nerve(args, err, sizeof err);
+    const char *said = strstr(err, "nerve train: preference training of a mixture-of-experts");
+    T_CHECK(prc == 1 && said && strchr(said, '\n') == err + strlen(err) - 1, "%s", err);
 }
 
 /* --recompute: the same losses and validation losses to the last digit as a run that keeps the
@@ -349,21 +456,9 @@ static void test_qk_norm_run_writes_gguf(void) {
     snprintf(dir, sizeof dir, "%s/qk", t_tmpdir());
     train_args(args, sizeof args, dir, "--qk-norm --head-dim 16");
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "train failed: %s", err);
-    snprintf(path, sizeof path, "%s/model.bin", dir);
-    T_CHECK(!nv_file_exists(path), "model.bin written for a QK-norm shape");
+    nv_config qc;
+    T_CHECK(run_gguf_is_ckpt(dir, &qc) && qc.qk_norm && qc.head_dim == 16, "QK-norm %d, head size %d", qc.qk_norm, qc.head_dim);
     snprintf(path, sizeof path, "%s/model.gguf", dir);
-    nv_model m;
-    nv_ckpt k;
-    char ck[700];
-    snprintf(ck, sizeof ck, "%s/ckpt.bin", dir);
-    T_CHECK(nv_model_load(path, &m) == NV_OK && nv_ckpt_load(ck, &k) == NV_OK, "%s", nv_errmsg());
-    if (m.params && k.params) {
-        T_CHECK(m.config.qk_norm && m.config.head_dim == 16 && m.n_params == k.h.n_params &&
-                    !memcmp(m.params, k.params, (size_t)m.n_params * sizeof(float)),
-                "model.gguf differs from the checkpoint's weights");
-        nv_ckpt_close(&k);
-    }
-    nv_model_free(&m);
     snprintf(args, sizeof args, "generate -m %s -n 30 -t 0", dir);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate from the run folder failed: %s", err);
     /* the file carries the run's vocabulary, as llama.cpp needs */
@@ -1503,6 +1598,7 @@ static void test_bad_training_args(void) {
 
 int main(void) {
     T_RUN(test_resume_after_sigint_is_bit_exact);
+    T_RUN(test_moe_run);
     T_RUN(test_ckpt_roundtrip_and_flags);
     T_RUN(test_recompute_run);
     T_RUN(test_corrupt_checkpoint_refused_and_kept);

@@ -23,7 +23,7 @@ static int tensors_of(const nv_tmodel *tm, tensor *out) {
     const nv_weights *w = &tm->m.w;
     const nv_config *c = &tm->m.config;
     size_t L = (size_t)c->n_layers, d = (size_t)c->dim, h = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
-    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
+    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), sets = (size_t)nv_config_ffn_sets(c);
     const float *base = tm->m.params;
     struct {
         const char *name;
@@ -31,8 +31,9 @@ static int tensors_of(const nv_tmodel *tm, tensor *out) {
         size_t n;
     } all[] = {{"rms_att", w->rms_att, L * d}, {"rms_ffn", w->rms_ffn, L * d}, {"rms_final", w->rms_final, d},
                {"tok_emb", w->tok_emb, V * d},  {"wq", w->wq, L * qd * d},     {"wk", w->wk, L * kvd * d},
-               {"wv", w->wv, L * kvd * d},      {"wo", w->wo, L * d * qd},     {"w1", w->w1, L * h * d},
-               {"w2", w->w2, L * d * h},        {"w3", w->w3, L * h * d},
+               {"wv", w->wv, L * kvd * d},      {"wo", w->wo, L * d * qd},     {"w1", w->w1, L * sets * h * d},
+               {"w2", w->w2, L * sets * d * h}, {"w3", w->w3, L * sets * h * d},
+               {"router", w->router, L * (size_t)c->n_experts * d},
                {"wcls", c->shared_classifier ? NULL : w->wcls, V * d},
                {"q_norm", w->q_norm, L * (size_t)c->head_dim}, {"k_norm", w->k_norm, L * (size_t)c->head_dim},
                {"bq", w->bq, L * qd}, {"bk", w->bk, L * kvd}, {"bv", w->bv, L * kvd}};
@@ -81,7 +82,7 @@ typedef struct {
 
 static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss *l, float *seq_scale) {
     const float ce = nv_tmodel_forward(tm, in, tg);
-    if (!l || !l->pairs) return ce;
+    if (!l || !l->pairs) return (double)ce + (double)tm->router_aux_coef * tm->router_aux; /* the mixture's balance term */
     double logp[8], total = 0;
     nv_tmodel_seq_logp(tm, logp);
     for (int i = 0; i < l->pairs; i++) {
@@ -98,12 +99,21 @@ static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss
 /* ignore_every > 0: every ignore_every-th target is -1 (chat data's prompt tokens), which the loss
  * and its gradient skip; seg: packed documents (nv_tmodel_set_segments), or NULL; l: the loss (NULL:
  * the mean cross-entropy) */
+static float fd_aux_coef; /* a mixture of experts' load-balancing weight in the loss checked */
+
+/* 1 when the last forward routed every row as the one whose choices `sel` holds (a mixture of
+   experts' loss jumps where a choice changes: a finite difference across one says nothing) */
+static int same_routing(const nv_tmodel *tm, const int *sel, size_t n) {
+    return !sel || !memcmp(tm->a.moe_sel, sel, n * sizeof(int));
+}
+
 static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, const int *seg, const fd_loss *l) {
     nv_tmodel tm;
     nv_err e = nv_tmodel_init(&tm, c, NULL, 5, B, T, NV_ENGINE_SCALAR);
     T_CHECK(e == NV_OK, "%s", nv_errmsg());
     if (e) return;
     perturb_init(&tm, 6);
+    tm.router_aux_coef = fd_aux_coef;
     nv_tmodel_set_segments(&tm, seg);
     int in[64], tg[64];
     make_batch(B, T, c->vocab_size, in, tg, 77);
@@ -113,11 +123,15 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
     float seq_scale[8];
     const double loss = loss_of(&tm, in, tg, l, seq_scale);
     T_CHECK(isfinite(loss) && loss > 0, "loss %f", loss);
+    const size_t n_sel = (size_t)c->n_layers * B * T * c->n_experts_used;
+    int *sel = c->n_experts ? malloc(n_sel * sizeof(int)) : NULL;
+    if (sel) memcpy(sel, tm.a.moe_sel, n_sel * sizeof(int));
     if (l && l->pairs) nv_tmodel_backward_seq(&tm, seq_scale);
     else nv_tmodel_backward(&tm, 1.0f);
     tensor ts[20];
     int nt = tensors_of(&tm, ts);
     const float h = 1e-2f;
+    int rerouted = 0, checked = 0;
     for (int ti = 0; ti < nt; ti++) {
         tensor *t = &ts[ti];
         /* the 4 largest gradients and 8 random entries */
@@ -144,11 +158,18 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
             *p = orig + h;
             nv_tmodel_refresh(&tm);
             double lp = loss_of(&tm, in, tg, l, NULL);
+            int same = same_routing(&tm, sel, n_sel);
             *p = orig - h;
             nv_tmodel_refresh(&tm);
             double lm = loss_of(&tm, in, tg, l, NULL);
+            same &= same_routing(&tm, sel, n_sel);
             *p = orig;
             nv_tmodel_refresh(&tm);
+            if (!same) { /* a choice flipped within +-h: the loss is not smooth there */
+                rerouted++;
+                continue;
+            }
+            checked++;
             float fd = (float)((lp - lm) / (2.0 * h)), an = tm.grads[t->off + pick[j]];
             if (fabsf(fd - an) > 3e-4f + 3e-2f * fabsf(an)) {
                 bad++;
@@ -158,6 +179,9 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
         T_CHECK(bad == 0, "%s: %d of %d entries differ (e.g. analytic %.6g vs finite difference %.6g)", t->name, bad, np,
                 worst_an, worst_fd);
     }
+    if (sel) printf("    %d experts, %d a token: %d entries checked, %d across a routing change\n", c->n_experts, c->n_experts_used, checked, rerouted);
+    T_CHECK(rerouted * 4 <= checked, "%d entries' finite differences crossed a routing change, %d did not", rerouted, checked);
+    free(sel);
     nv_tmodel_free(&tm);
 }
 
@@ -303,6 +327,22 @@ static void test_fd_qkv_bias(void) {
     check_fd(&n, 2, 4);
 }
 
+/* A mixture of experts: 4 experts, 2 a token (and all 3 of 3, where no choice can flip), with the
+ * load-balancing term weighted so its gradient shows, tied and separate classifiers, QK-norm. */
+static void test_fd_moe(void) {
+    fd_aux_coef = 0.5f;
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.n_experts = 4, c.n_experts_used = 2;
+    check_fd(&c, 2, 5);
+    nv_config q = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    q.n_experts = 3, q.n_experts_used = 3;
+    check_fd(&q, 2, 4);
+    q.n_experts_used = 1; /* one expert a token: its weight is 1, the router learns from the balance term alone */
+    check_fd(&q, 2, 6);
+    fd_aux_coef = 0.0f;
+    check_fd(&c, 1, 7);
+}
+
 static void test_fd_mha_separate(void) {
     nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd(&c, 1, 7);
@@ -441,8 +481,19 @@ static void test_backward_needs_targets(void) {
 
 /* Gradients on each fast engine vs the fp32 scalar path on the same batch, on the engines that are
  * on here and then on the emulated ones (so the AMX and AVX-512 paths are checked on any machine). */
+static void engines_match_fp32_of(nv_config c, const char *label);
+
 static void engines_match_fp32(const char *label) {
-    nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    const nv_config c = {64, 96, 2, 4, 2, 16, 97, 32, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    engines_match_fp32_of(c, label);
+    nv_config moe = c;
+    moe.n_experts = 4, moe.n_experts_used = 2;
+    engines_match_fp32_of(moe, label);
+    moe.n_experts_used = 4;
+    engines_match_fp32_of(moe, label);
+}
+
+static void engines_match_fp32_of(nv_config c, const char *label) {
     int B = 2, T = 16, in[32], tg[32];
     make_batch(B, T, c.vocab_size, in, tg, 5);
     nv_tmodel ref;
@@ -451,21 +502,40 @@ static void engines_match_fp32(const char *label) {
         return;
     }
     perturb_init(&ref, 3);
+    const size_t n_sel = (size_t)c.n_layers * B * T * c.n_experts_used;
+    ref.router_aux_coef = 0.1f;
     nv_tmodel_zero_grad(&ref);
     float lref = nv_tmodel_forward(&ref, in, tg);
     nv_tmodel_backward(&ref, 1.0f);
     int tested = 0;
     for (int e = 1; e < NV_ENGINE_COUNT; e++) {
         if (!nv_engine_available((nv_engine_id)e)) continue;
+        /* a mixture choosing among its experts: a low-precision engine's rounding moves a few rows'
+           choices (a row routed elsewhere has other gradients altogether), so those engines are
+           compared where every expert is used */
+        if (c.n_experts_used < c.n_experts && nv_engine_low_precision((nv_engine_id)e)) continue;
         nv_tmodel tm;
         if (nv_tmodel_init(&tm, &c, ref.m.params, 0, B, T, (nv_engine_id)e) != NV_OK) {
             T_CHECK(0, "%s", nv_errmsg());
             continue;
         }
         tested++;
+        tm.router_aux_coef = ref.router_aux_coef;
         nv_tmodel_zero_grad(&tm);
         float l = nv_tmodel_forward(&tm, in, tg);
         nv_tmodel_backward(&tm, 1.0f);
+        size_t rerouted = 0; /* rows whose set of experts differs from fp32's (the order may) */
+        for (size_t r = 0; r < n_sel / (c.n_experts_used ? c.n_experts_used : 1) && c.n_experts; r++) {
+            const int K = c.n_experts_used, *a = tm.a.moe_sel + r * K, *b = ref.a.moe_sel + r * K;
+            int same = 1;
+            for (int i = 0; i < K; i++) {
+                int found = 0;
+                for (int j = 0; j < K; j++) found |= a[i] == b[j];
+                same &= found;
+            }
+            rerouted += !same;
+        }
+        T_CHECK(!rerouted, "%s%s: %zu rows' experts differ from fp32's", nv_engine_name((nv_engine_id)e), label, rerouted);
         /* fp32 engines: summation order only; bf16: relative error of a few 2^-8; int8: the forward's
            weights and activations rounded to 1/254 of their channel's or token's largest value
            (the backward differentiates that forward), ~0.1 at this width (dim 64) */
@@ -640,8 +710,17 @@ static void test_attention_kernels_amx_bf16(void) {
  * two, on each engine that is on (and on the emulated ones): the norms' weight gradients are summed
  * per fixed chunk of rows, the element-wise passes and products do not depend on the split. Rows
  * (B x T = 70) leave partial chunks of the norms and partial tiles; QK-norm and biases on. */
+static void threads_same_bits_of(nv_config c, const char *label);
+
 static void threads_same_bits(const char *label) {
-    nv_config c = {40, 72, 2, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_CONFIG_PLAIN};
+    const nv_config c = {40, 72, 2, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 0, 1, 0, {0}, 1, NV_CONFIG_PLAIN};
+    threads_same_bits_of(c, label);
+    nv_config moe = {40, 72, 2, 4, 2, 10, 61, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    moe.n_experts = 6, moe.n_experts_used = 2;
+    threads_same_bits_of(moe, label);
+}
+
+static void threads_same_bits_of(nv_config c, const char *label) {
     enum { B = 2, T = 35 };
     int in[B * T], tg[B * T];
     make_batch(B, T, c.vocab_size, in, tg, 11);
@@ -659,6 +738,7 @@ static void threads_same_bits(const char *label) {
                 break;
             }
             perturb_init(&tm, 8);
+            tm.router_aux_coef = 0.1f;
             nv_tmodel_zero_grad(&tm);
             loss[t] = nv_tmodel_forward(&tm, in, tg);
             nv_tmodel_backward(&tm, 1.0f);
@@ -723,6 +803,7 @@ static void recompute_case(const char *label, const nv_config *c, int lora_rank,
                 break;
             }
             if (!lora_rank) perturb_init(&tm, 8);
+            tm.router_aux_coef = 0.1f;
             nv_tmodel_set_segments(&tm, seg);
             nv_tmodel_zero_grad(&tm);
             for (int k = 0; k < 2; k++) { /* accumulated: the second backward adds to the first */
@@ -757,6 +838,9 @@ static void test_recompute_same_bits(void) {
     recompute_case(" (QK-norm, biases)", &qk, 0, NULL);
     recompute_case(" (LoRA)", &plain, 4, NULL);
     recompute_case(" (packed)", &plain, 0, seg);
+    nv_config moe = plain;
+    moe.n_experts = 5, moe.n_experts_used = 2;
+    recompute_case(" (mixture of experts)", &moe, 0, NULL);
     nv_engines_set_emulation(1); /* the tile engines' and the vector bf16 engine's logic in C */
     nv_engines_reset();
     nv_engines_init(NULL, 0);
@@ -820,6 +904,7 @@ static void fused_case(const nv_config *c, nv_engine_id e) {
         T_CHECK(0, "%s", nv_errmsg());
         return;
     }
+    a.router_aux_coef = b.router_aux_coef = 0.01f;
     nv_adamw oa, ob;
     nv_adamw_opts o;
     nv_adamw_defaults(&o);
@@ -862,11 +947,16 @@ static void fused_cases(void) {
     const nv_config tied = {40, 2100, 2, 4, 2, 10, 1000, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_config separate = {40, 72, 2, 4, 4, 10, 1000, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     const nv_config biases = {40, 72, 2, 4, 2, 10, 300, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
+    /* a mixture of 24 experts, 2 a token, over 16 tokens: some experts get no row (their gradient
+       must still be written) */
+    nv_config moe = {40, 72, 2, 4, 2, 10, 300, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    moe.n_experts = 24, moe.n_experts_used = 2;
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
         if (nv_engine_available((nv_engine_id)e)) {
             fused_case(&tied, (nv_engine_id)e);
             fused_case(&separate, (nv_engine_id)e);
             fused_case(&biases, (nv_engine_id)e);
+            fused_case(&moe, (nv_engine_id)e);
         }
 }
 
@@ -939,6 +1029,7 @@ int main(void) {
     T_RUN(test_fd_gqa_tied);
     T_RUN(test_fd_separate_classifier_qknorm);
     T_RUN(test_fd_mha_separate);
+    T_RUN(test_fd_moe);
     T_RUN(test_fd_qkv_bias);
     T_RUN(test_fd_ignored_targets);
     T_RUN(test_fd_preference);

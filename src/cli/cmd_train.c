@@ -19,7 +19,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
-            "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--init-from MODEL]\n"
+            "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
+            "                   [--router-aux-coef C] [--init-from MODEL]\n"
             "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
@@ -63,6 +64,10 @@ static void usage(FILE *f) {
             "  the run folder gets ckpt.bin, metrics.jsonl, loss.svg, model.bin (model.gguf\n"
             "  when llama2.c's format cannot hold the shape, as with --qk-norm or --qkv-bias) and tokenizer.bin\n"
             "  --qk-norm: Qwen3's per-head query/key norms; --qkv-bias: Qwen2's query/key/value biases\n"
+            "  --experts N: a mixture of N experts of the shape's FFN in every layer, --experts-used K (default 2)\n"
+            "          of them a token, picked by a router (Mixtral's form; Qwen3-MoE's with --qk-norm; written as\n"
+            "          model.gguf); --router-aux-coef C (default 0.01) weighs the load-balancing loss that keeps\n"
+            "          the experts evenly used (metrics' router_aux: 1 when even)\n"
             "  --init-from: a llama2.c model, a GGUF file (llama, qwen2, qwen3), a run folder or a Hugging Face\n"
             "          folder (config.json, safetensors) to fine-tune; its own tokenizer is the default -z\n"
             "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
@@ -103,7 +108,7 @@ static int train(int argc, char **argv) {
     const char *pref_given = NULL; /* a preference training flag, for the refusal without preference data */
     const char *choice_path = NULL;
     nv_choice_set choices = {0};
-    int gamma_given = 0;
+    int gamma_given = 0, experts = 0, experts_used = 0, aux_given = 0;
     float val_frac = 0.05f, lora_alpha = 0;
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
@@ -148,6 +153,9 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--hidden")) ok = cli_int(CMD, a, v, 1, 1 << 20, &hidden);
         else if (!strcmp(a, "--head-dim")) ok = cli_int(CMD, a, v, 2, 4096, &head_dim);
         else if (!strcmp(a, "--context")) ok = cli_int(CMD, a, v, 1, 1 << 22, &context);
+        else if (!strcmp(a, "--experts")) ok = cli_int(CMD, a, v, 1, NV_MOE_MAX_EXPERTS, &experts);
+        else if (!strcmp(a, "--experts-used")) ok = cli_int(CMD, a, v, 1, NV_MOE_MAX_EXPERTS, &experts_used);
+        else if (!strcmp(a, "--router-aux-coef")) ok = cli_float(CMD, a, v, 0, 100, &o.router_aux_coef), aux_given = 1;
         else if (!strcmp(a, "--steps")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.steps);
         else if (!strcmp(a, "--batch")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.batch);
         else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq);
@@ -197,6 +205,11 @@ static int train(int argc, char **argv) {
             return cli_error(CMD, 2, "%s", nv_errmsg());
     }
 
+    if (experts_used && !experts) return cli_error(CMD, 2, "--experts-used goes with --experts N");
+    if (experts && init_from)
+        return cli_error(CMD, 2, "--init-from takes the model's shape from the file: drop --experts");
+    if (experts && experts_used > experts)
+        return cli_error(CMD, 2, "--experts-used %d exceeds --experts %d", experts_used, experts);
     if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
     if (sample_given && !o.sample_every) return cli_error(CMD, 2, "--sample-tokens and --sample-prompt go with --sample-every N");
     if (o.sample_every && o.lora.rank)
@@ -255,10 +268,6 @@ static int train(int argc, char **argv) {
             cli_error(CMD, 1, "%s", nv_errmsg());
             goto done;
         }
-        if (init.config.n_experts) { /* before the data is read (nv_train_run refuses it too) */
-            cli_error(CMD, 1, "%s: training a mixture-of-experts model is not supported", init_from);
-            goto done;
-        }
         *c = init.config;
         o.init_params = init.params;
     } else if (dim) {
@@ -286,6 +295,12 @@ static int train(int argc, char **argv) {
         }
     } else if (nv_config_preset(preset ? preset : "stories260K", c) != NV_OK) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
+        goto done;
+    }
+    if (experts) /* a mixture of experts of the shape's FFN */
+        c->n_experts = experts, c->n_experts_used = experts_used ? experts_used : (experts < 2 ? experts : 2);
+    if (aux_given && !c->n_experts) {
+        rc = cli_error(CMD, 2, "--router-aux-coef weighs a mixture of experts' load balance: the model has no experts");
         goto done;
     }
     if (!init_from) {

@@ -56,9 +56,9 @@ nv_err nv_config_validate(const nv_config *c) {
     for (int i = 0; i < c->n_rope_factors; i++)
         if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]))
             return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g; they must be positive", i, c->rope_factors[i]);
-    if (c->n_experts != 0 && (c->n_experts < 1 || c->n_experts > 1024 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts))
-        return nv_fail(NV_EFORMAT, "model config: %d experts, %d used per token (want 1..1024 experts, 1..all of them used)", c->n_experts,
-                       c->n_experts_used);
+    if (c->n_experts != 0 && (c->n_experts < 1 || c->n_experts > NV_MOE_MAX_EXPERTS || c->n_experts_used < 1 || c->n_experts_used > c->n_experts))
+        return nv_fail(NV_EFORMAT, "model config: %d experts, %d used per token (want 1..%d experts, 1..all of them used)", c->n_experts,
+                       c->n_experts_used, NV_MOE_MAX_EXPERTS);
     if (c->n_experts == 0 && c->n_experts_used != 0)
         return nv_fail(NV_EFORMAT, "model config: %d experts used per token without experts", c->n_experts_used);
     const nv_rope_yarn *y = &c->yarn;

@@ -60,7 +60,7 @@ typedef struct {
      * hidden_dim, of which a router (softmax over its logits) picks the n_experts_used most probable
      * per token; their outputs are summed weighted by those probabilities renormalised to sum 1.
      * n_experts 0: the dense FFN. */
-    int n_experts, n_experts_used;
+    int n_experts, n_experts_used; /* at most NV_MOE_MAX_EXPERTS */
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
@@ -78,6 +78,10 @@ nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y);
 /* transformers' and llama.cpp's YaRN attention multiplier for a factor: 0.1 ln(factor) + 1 (1 when factor <= 1). */
 double nv_yarn_mscale(double factor);
 uint64_t nv_config_rope_key(const nv_config *c);
+/* The most experts a layer may have (and so use per token). */
+#define NV_MOE_MAX_EXPERTS 1024
+#define NV_MOE_MAX_USED NV_MOE_MAX_EXPERTS
+
 /* The FFN matrices of a layer: n_experts sets of w1, w2, w3 (one for a dense model). */
 static inline int nv_config_ffn_sets(const nv_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }
 /* Number of fp32 parameters (the classifier counted once when shared). */

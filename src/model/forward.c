@@ -403,6 +403,22 @@ static void swiglu_rows_task(void *ctx, int task, int n_tasks) {
     for (int r = task; r < e->rows; r += n_tasks) swiglu_ep(ctx, r, r + 1, 0, e->stride);
 }
 
+void nv_moe_route(float *p, int E, int K, int *sel, float *w) {
+    float sum = 0.0f;
+    nv_softmax(p, E);
+    for (int j = 0; j < K; j++) { /* the K largest, by selection: K is small */
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j && !taken; i++) taken = sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[j] = best;
+        sum += w[j] = p[best];
+    }
+    for (int j = 0; j < K; j++) w[j] /= sum;
+}
+
 /* A mixture of experts' FFN on the n normalised rows xn: x += the sum over each row's chosen experts
  * of weight * w2.(silu(w1.xn) * w3.xn). The router's softmax picks a row's n_experts_used most probable
  * experts (ties to the lower index), their probabilities renormalised to sum 1 (as Mixtral and
@@ -413,22 +429,7 @@ static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
     const nv_layer_plans *lp = &m->plans[l];
     const int d = c->dim, h = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
     nv_plan_run(lp->router, r->xb, n, r->moe_p);
-    for (int t = 0; t < n; t++) {
-        float *p = r->moe_p + (size_t)t * E, *w = r->moe_w + (size_t)t * K, sum = 0.0f;
-        int *sel = r->moe_sel + (size_t)t * K;
-        nv_softmax(p, E);
-        for (int j = 0; j < K; j++) { /* the K largest, by selection: K is small */
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j && !taken; i++) taken = sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[j] = best;
-            sum += w[j] = p[best];
-        }
-        for (int j = 0; j < K; j++) w[j] /= sum;
-    }
+    for (int t = 0; t < n; t++) nv_moe_route(r->moe_p + (size_t)t * E, E, K, r->moe_sel + (size_t)t * K, r->moe_w + (size_t)t * K);
     float *acc = r->xb2; /* free after the attention's residual */
     memset(acc, 0, (size_t)n * d * sizeof(float));
     for (int e = 0; e < E; e++) {

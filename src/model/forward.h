@@ -64,6 +64,10 @@ nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab);
 void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter_rows *ad);
 
 /* Building blocks, shared with training. */
+/* A mixture of experts' routing of one row: p holds the router's E logits and becomes their softmax;
+ * sel gets the K most probable experts, most probable first (ties to the lower index), and w their
+ * probabilities renormalised to sum 1 (the softmax of the chosen logits alone). */
+void nv_moe_route(float *p, int E, int K, int *sel, float *w);
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);
 /* nv_rmsnorm of n rows of d (x and o d apart), on the thread pool when there are enough of them. */
 void nv_rmsnorm_rows(float *o, const float *x, const float *weight, int n, int d, float eps);

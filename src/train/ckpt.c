@@ -29,6 +29,8 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->shared_classifier = c->shared_classifier;
     h->qk_norm = c->qk_norm;
     h->qkv_bias = c->qkv_bias;
+    h->n_experts = c->n_experts;
+    h->n_experts_used = c->n_experts_used;
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
     h->n_rope_factors = c->n_rope_factors;
@@ -52,6 +54,8 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->shared_classifier = h->shared_classifier;
     c->qk_norm = h->qk_norm;
     c->qkv_bias = h->qkv_bias;
+    c->n_experts = h->n_experts;
+    c->n_experts_used = h->n_experts_used;
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
     c->n_rope_factors = h->n_rope_factors;

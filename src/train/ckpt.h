@@ -36,7 +36,7 @@ typedef struct {
     int32_t lora_rank;
     uint32_t lora_targets;
     float lora_alpha;
-    int32_t reserved;
+    int32_t n_experts; /* a mixture of experts (was a reserved 0, so older files read as dense) */
     uint64_t base_hash;
     /* version 3: the RoPE frequency divisors (Llama 3.1+'s, linear scaling's, YaRN's blend) and
        YaRN's parameters, as nv_config holds them; older files read as none */
@@ -45,7 +45,7 @@ typedef struct {
     float yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
     int32_t yarn_orig_ctx, yarn_no_truncate;
     float llama3_factor, llama3_low_freq_factor, llama3_high_freq_factor; /* the rule behind Llama 3.1's divisors */
-    int32_t llama3_orig_ctx, reserved3;
+    int32_t llama3_orig_ctx, n_experts_used; /* n_experts_used: was a reserved 0 */
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

@@ -44,12 +44,13 @@ nv_err nv_adamw_init(nv_adamw *a, const nv_adamw_opts *o, const nv_config *c, ui
     nv_weights_point(&w, c, a->m);
     const float *base = a->m;
     size_t L = (size_t)c->n_layers, d = (size_t)c->dim, h = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
-    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
+    size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), sets = (size_t)nv_config_ffn_sets(c);
     struct {
         const float *p;
         size_t n;
     } mats[] = {{w.wq, L * qd * d}, {w.wk, L * kvd * d}, {w.wv, L * kvd * d}, {w.wo, L * d * qd},
-                {w.w1, L * h * d},   {w.w2, L * d * h},   {w.w3, L * h * d},
+                {w.w1, L * sets * h * d},   {w.w2, L * sets * d * h},   {w.w3, L * sets * h * d},
+                {w.router, L * (size_t)c->n_experts * d}, /* NULL in a dense model */
                 {c->shared_classifier ? NULL : w.wcls, V * d},
                 {o->decay_embeddings ? w.tok_emb : NULL, V * d}};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)

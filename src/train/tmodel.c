@@ -17,6 +17,8 @@
 typedef struct {
     float *rope_cos, *rope_sin; /* [T][head_dim/2] */
     float *dx, *dx2, *dxn, *dq, *dk, *dv, *dao, *dh1, *dh3, *dhg, *datt;
+    float *xg, *dyg, *dxg, *dz; /* a mixture of experts: the rows gathered per expert, their output's and
+                                   input's gradients [BT*K][d], the router logits' gradient [BT][E] */
     float *normp; /* the norms' weight gradients per chunk of rows (nv_rmsnorm_backward) */
 } scratch_ptrs;
 
@@ -31,6 +33,9 @@ static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
     size_t H = (size_t)c->n_heads, KVH = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
     size_t qk = c->qk_norm ? 1 : 0;
+    /* a mixture of experts: the FFN's hidden rows are per (token, chosen expert) */
+    const size_t E = (size_t)c->n_experts, K = E ? (size_t)c->n_experts_used : 0, hr = BT * (E ? K : 1);
+    float *sel, *order, *at, *off; /* int parts (4 bytes a value, as a float's) */
     struct {
         float **p;
         size_t n;
@@ -39,15 +44,18 @@ static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a
         {&a->qraw, qk * L * BT * qd}, {&a->kraw, qk * L * BT * kvd}, {&a->qrstd, qk * L * BT * H},
         {&a->krstd, qk * L * BT * KVH}, {&a->q, L * BT * qd}, {&a->k, L * BT * kvd}, {&a->v, L * BT * kvd},
         {&a->att_stats, L * (size_t)B * H * T * 2}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
-        {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * BT * h}, {&a->h3, L * BT * h},
-        {&a->hg, L * BT * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
-        {&a->pscale, BT}, {&a->nll, BT},
+        {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * hr * h}, {&a->h3, L * hr * h},
+        {&a->hg, L * hr * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
+        {&a->pscale, BT}, {&a->nll, BT}, {&a->moe_p, L * BT * E}, {&a->moe_w, L * BT * K},
+        {&a->moe_y, L * BT * K * d}, {&sel, L * BT * K}, {&order, L * BT * K}, {&at, L * BT * K},
+        {&off, E ? L * (E + 1) : 0},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (base) *parts[i].p = parts[i].n ? base + total : NULL;
         total += (parts[i].n + 15) & ~(size_t)15; /* keep every part 64-byte aligned */
     }
+    if (base) a->moe_sel = (int *)sel, a->moe_order = (int *)order, a->moe_at = (int *)at, a->moe_off = (int *)off;
     return total;
 }
 
@@ -55,6 +63,7 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
     scratch_ptrs dummy, *s = out ? out : &dummy;
     size_t BT = (size_t)B * T, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), half = (size_t)c->head_dim / 2;
+    const size_t E = (size_t)c->n_experts, hr = BT * (E ? (size_t)c->n_experts_used : 1), gr = E ? hr : 0;
     size_t wide = qd > d ? qd : d;
     size_t normp = nv_rmsnorm_partials(BT, d), headp = c->qk_norm ? nv_rmsnorm_partials(BT * c->n_heads, c->head_dim) : 0;
     struct {
@@ -62,8 +71,9 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
         size_t n;
     } parts[] = {{&s->rope_cos, (size_t)T * half}, {&s->rope_sin, (size_t)T * half}, {&s->dx, BT * d},
                  {&s->dx2, BT * d}, {&s->dxn, BT * wide}, {&s->dq, BT * qd}, {&s->dk, BT * kvd},
-                 {&s->dv, BT * kvd}, {&s->dao, BT * qd}, {&s->dh1, BT * h}, {&s->dh3, BT * h},
-                 {&s->dhg, BT * h}, {&s->datt, nv_attention_workspace(c, B, T)}, {&s->normp, normp > headp ? normp : headp}};
+                 {&s->dv, BT * kvd}, {&s->dao, BT * qd}, {&s->dh1, hr * h}, {&s->dh3, hr * h},
+                 {&s->dhg, hr * h}, {&s->datt, nv_attention_workspace(c, B, T)}, {&s->normp, normp > headp ? normp : headp},
+                 {&s->xg, gr * d}, {&s->dyg, gr * d}, {&s->dxg, gr * d}, {&s->dz, BT * E}};
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (base) *parts[i].p = base + total;
@@ -260,7 +270,10 @@ nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, u
         return e;
     }
     double BT = (double)B * T, d = c->dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
-    double per_token = c->n_layers * (d * qd * 2 + d * kvd * 2 + 3 * d * c->hidden_dim) + d * c->vocab_size;
+    /* a mixture of experts: the experts a token uses, and the router */
+    const double ffn_sets = c->n_experts ? c->n_experts_used : 1;
+    double per_token = c->n_layers * (d * qd * 2 + d * kvd * 2 + 3 * d * c->hidden_dim * ffn_sets + d * c->n_experts) +
+                       d * c->vocab_size;
     double attn = c->n_layers * (double)c->n_heads * c->head_dim * (double)T * 2.0; /* QK^T and AV, causal half */
     /* forward 2, backward's dx 2 and dW 2 FLOPs a weight a token; frozen weights have no dW, and
        an adapter's r (in + out) weights run 3 products forward and backward */
@@ -297,15 +310,33 @@ typedef struct {
     int rows, k;
 } opt_matrix;
 
-/* Matrix i of the 7 * n_layers + 1 the plans hold: layer i / 7's wq, wk, wv, wo, w1, w2, w3, then
- * the classifier (its plan holds wcls, which is tok_emb itself when shared). */
+/* The matrices the plans hold: nv_model_plan_count's (the layers' seven, the classifier, then a
+ * mixture's experts), then each layer's router in a mixture of experts. */
+static int plan_matrix_count(const nv_config *c) { return nv_model_plan_count(c) + (c->n_experts ? c->n_layers : 0); }
+
+/* Matrix i of plan_matrix_count: layer i / 7's wq, wk, wv, wo, w1, w2, w3 (the last three without a
+ * plan in a mixture of experts), the classifier (its plan holds wcls, which is tok_emb itself when
+ * shared), then expert e of layer l's gate, down and up at nv_model_expert_plan, then the routers. */
 static opt_matrix plan_matrix(const nv_tmodel *tm, int i) {
     const nv_config *c = &tm->m.config;
     const nv_weights *w = &tm->m.w;
     const uint64_t d = (uint64_t)c->dim, q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c),
-                   h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
+                   h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size, E = (uint64_t)c->n_experts;
+    const int L = c->n_layers, experts_at = L * NV_LAYER_MATRICES + 1;
+    if (i >= experts_at) { /* a mixture's experts, then its routers */
+        const int x = i - experts_at;
+        if (x >= 3 * L * (int)E) {
+            const int l = x - 3 * L * (int)E;
+            return (opt_matrix){(uint64_t)(w->router + l * E * d - tm->m.params), E * d, tm->m.plans[l].router, (int)E, (int)d};
+        }
+        const int l = x / (3 * (int)E), e = x / 3 % (int)E, part = x % 3;
+        const uint64_t at = ((uint64_t)l * E + (uint64_t)e) * h * d;
+        const float *p = (part == 0 ? w->w1 : part == 1 ? w->w2 : w->w3) + at;
+        return (opt_matrix){(uint64_t)(p - tm->m.params), h * d, tm->m.plans[l].experts[3 * e + part], part == 1 ? (int)d : (int)h,
+                            part == 1 ? (int)h : (int)d};
+    }
     const int l = i / 7;
-    if (l >= c->n_layers) return (opt_matrix){(uint64_t)(w->wcls - tm->m.params), V * d, tm->m.cls_plan, (int)V, (int)d};
+    if (l >= L) return (opt_matrix){(uint64_t)(w->wcls - tm->m.params), V * d, tm->m.cls_plan, (int)V, (int)d};
     const nv_layer_plans *lp = &tm->m.plans[l];
     const struct {
         const float *p;
@@ -319,9 +350,9 @@ static opt_matrix plan_matrix(const nv_tmodel *tm, int i) {
 }
 
 void nv_tmodel_refresh(nv_tmodel *tm) {
-    for (int i = 0; i < 7 * tm->m.config.n_layers + 1; i++) {
+    for (int i = 0; i < plan_matrix_count(&tm->m.config); i++) {
         const opt_matrix mt = plan_matrix(tm, i);
-        nv_plan_refresh(mt.plan, tm->m.params + mt.off);
+        if (mt.plan) nv_plan_refresh(mt.plan, tm->m.params + mt.off);
     }
     lora_refresh(tm);
 }
@@ -357,13 +388,16 @@ static int matrix_cmp(const void *x, const void *y) {
     return a->off < b->off ? -1 : a->off > b->off;
 }
 
-/* The 7 * n_layers + 1 matrices sorted by place (malloc'd; NULL when out of memory). */
+/* The matrices with a plan sorted by place (malloc'd; NULL when out of memory). */
 static opt_matrix *sorted_matrices(const nv_tmodel *tm, int *count) {
-    const int k = *count = 7 * tm->m.config.n_layers + 1;
-    opt_matrix *mats = malloc(sizeof *mats * (size_t)k);
+    const int all = plan_matrix_count(&tm->m.config);
+    opt_matrix *mats = malloc(sizeof *mats * (size_t)all);
     if (!mats) return NULL;
-    for (int i = 0; i < k; i++) mats[i] = plan_matrix(tm, i);
+    int k = 0;
+    for (int i = 0; i < all; i++)
+        if ((mats[k] = plan_matrix(tm, i)).plan) k++;
     qsort(mats, (size_t)k, sizeof *mats, matrix_cmp);
+    *count = k;
     return mats;
 }
 
@@ -740,6 +774,210 @@ static void add_col_sums(float *g, const float *d, int rows, int n) {
         for (int i = 0; i < n; i++) g[i] += d[(size_t)r * n + i];
 }
 
+/* ---- a mixture of experts' FFN ------------------------------------------------------------ */
+
+/* Layer slot j's routing and grouped rows. */
+typedef struct {
+    float *p, *w, *y, *h1, *h3, *hg;
+    int *sel, *order, *at, *off;
+} moe_slot;
+
+static moe_slot moe_slot_of(const nv_tmodel *tm, int j) {
+    const nv_config *c = &tm->m.config;
+    const size_t BT = (size_t)tm->B * tm->T, E = (size_t)c->n_experts, K = (size_t)c->n_experts_used;
+    const size_t rows = BT * K, h = (size_t)c->hidden_dim;
+    const nv_acts *a = &tm->a;
+    return (moe_slot){a->moe_p + j * BT * E, a->moe_w + j * rows, a->moe_y + j * rows * c->dim, a->h1 + j * rows * h,
+                      a->h3 + j * rows * h, a->hg + j * rows * h, a->moe_sel + j * rows, a->moe_order + j * rows,
+                      a->moe_at + j * rows, a->moe_off + j * (E + 1)};
+}
+
+/* Row r's choices in expert order (so a row sums its experts' outputs in the order inference does). */
+static void choices_by_expert(const int *sel, int K, int *idx) {
+    for (int k = 0; k < K; k++) idx[k] = k;
+    for (int k = 1; k < K; k++)
+        for (int i = k; i > 0 && sel[idx[i]] < sel[idx[i - 1]]; i--) {
+            const int t = idx[i];
+            idx[i] = idx[i - 1];
+            idx[i - 1] = t;
+        }
+}
+
+typedef struct {
+    const nv_tmodel *tm;
+    moe_slot v;
+    const float *x2, *dx; /* combine: the residual; backward: the layer output's gradient */
+    float *out;           /* combine: the layer's output; backward: the gradient of the FFN's input */
+    const float *dxg;     /* backward's gather: each grouped row's input gradient */
+    float *dyg, *dz;
+    const float *aux_g;   /* [E]: the load-balancing loss's gradient with respect to each probability */
+} moe_job;
+
+static int task_rows(int rows, int task, int n_tasks) { return (int)((long)rows * task / n_tasks); }
+
+/* out[r] = x2[r] + sum of row r's chosen experts' outputs, each weighted. */
+static void moe_combine_task(void *ctx, int task, int n_tasks) {
+    const moe_job *j = ctx;
+    const nv_config *c = &j->tm->m.config;
+    const int BT = j->tm->B * j->tm->T, K = c->n_experts_used, d = c->dim;
+    int idx[NV_MOE_MAX_USED];
+    for (int r = task_rows(BT, task, n_tasks); r < task_rows(BT, task + 1, n_tasks); r++) {
+        float *o = j->out + (size_t)r * d;
+        const float *x2 = j->x2 + (size_t)r * d;
+        for (int i = 0; i < d; i++) o[i] = 0.0f;
+        choices_by_expert(j->v.sel + (size_t)r * K, K, idx);
+        for (int k = 0; k < K; k++) {
+            const int rk = r * K + idx[k];
+            const float wt = j->v.w[rk], *y = j->v.y + (size_t)j->v.at[rk] * d;
+            for (int i = 0; i < d; i++) o[i] += wt * y[i];
+        }
+        for (int i = 0; i < d; i++) o[i] += x2[i];
+    }
+}
+
+/* The FFN of layer l (its activations in slot j) on the normalised rows xn2: the router's softmax and
+ * each row's K experts (nv_moe_route, as inference), the rows grouped by expert (in token order within
+ * one), each expert's SwiGLU once on its rows, and with out, out = x2 + each row's weighted sum. The
+ * experts' outputs are kept (the weights' gradients need them), so a recomputing backward runs all of it. */
+static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, const float *xn2, const float *x2, float *out) {
+    const nv_config *c = &tm->m.config;
+    const nv_layer_plans *lp = &tm->m.plans[l];
+    const int BT = tm->B * tm->T, d = c->dim, hid = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
+    const moe_slot v = moe_slot_of(tm, j);
+    nv_plan_run(lp->router, xn2, BT, v.p);
+    for (int r = 0; r < BT; r++) nv_moe_route(v.p + (size_t)r * E, E, K, v.sel + (size_t)r * K, v.w + (size_t)r * K);
+    /* counting sort of the BT * K choices by expert */
+    memset(v.off, 0, (size_t)(E + 1) * sizeof(int));
+    for (int i = 0; i < BT * K; i++) v.off[v.sel[i] + 1]++;
+    for (int e = 0; e < E; e++) v.off[e + 1] += v.off[e];
+    int cursor[NV_MOE_MAX_EXPERTS];
+    memcpy(cursor, v.off, (size_t)E * sizeof(int));
+    for (int i = 0; i < BT * K; i++) {
+        const int at = cursor[v.sel[i]]++;
+        v.order[at] = i;
+        v.at[i] = at;
+        memcpy(s->xg + (size_t)at * d, xn2 + (size_t)(i / K) * d, (size_t)d * sizeof(float));
+    }
+    for (int e = 0; e < E; e++) {
+        const int r0 = v.off[e], cnt = v.off[e + 1] - r0;
+        if (!cnt) continue;
+        nv_plan *const *ep = &lp->experts[3 * e];
+        float *h1 = v.h1 + (size_t)r0 * hid, *h3 = v.h3 + (size_t)r0 * hid, *hg = v.hg + (size_t)r0 * hid;
+        ew_rows glu = {{.kind = EW_SWIGLU, .out = hg, .a = h1, .b = h3}, (size_t)hid};
+        nv_plan_run_group((const nv_plan *const[]){ep[0], ep[2]}, 2, s->xg + (size_t)r0 * d, cnt, (float *const[]){h1, h3},
+                          ew_epilogue, &glu);
+        nv_plan_run(ep[1], hg, cnt, v.y + (size_t)r0 * d);
+    }
+    if (!out) return;
+    moe_job mj = {.tm = tm, .v = v, .x2 = x2, .out = out};
+    nv_pool_run(moe_combine_task, &mj, pool_tasks((size_t)BT));
+    /* the load-balancing loss: (E / K) sum_e f_e P_e, f_e = count_e / BT, P_e = mean p_e */
+    double aux = 0.0;
+    for (int e = 0; e < E; e++) {
+        double pe = 0.0;
+        for (int r = 0; r < BT; r++) pe += v.p[(size_t)r * E + e];
+        aux += (double)(v.off[e + 1] - v.off[e]) / BT * (pe / BT);
+    }
+    tm->router_aux += (float)(aux * E / K / c->n_layers);
+}
+
+/* Each row's share of the backward before the experts: its grouped rows' output gradients (weight *
+ * dx) and the router logits' gradient dz: through the renormalised weights (the softmax of the chosen
+ * logits: dz_k = w_k (dw_k - sum_i w_i dw_i), dw_k = dx . y_k) and, with aux_g, through the full
+ * softmax from the load-balancing loss. */
+static void moe_route_back_task(void *ctx, int task, int n_tasks) {
+    const moe_job *j = ctx;
+    const nv_config *c = &j->tm->m.config;
+    const int BT = j->tm->B * j->tm->T, K = c->n_experts_used, E = c->n_experts, d = c->dim;
+    float dw[NV_MOE_MAX_USED];
+    for (int r = task_rows(BT, task, n_tasks); r < task_rows(BT, task + 1, n_tasks); r++) {
+        const float *dx = j->dx + (size_t)r * d, *w = j->v.w + (size_t)r * K, *p = j->v.p + (size_t)r * E;
+        const int *sel = j->v.sel + (size_t)r * K;
+        float *dz = j->dz + (size_t)r * E, wdw = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const int at = j->v.at[r * K + k];
+            const float *y = j->v.y + (size_t)at * d;
+            float *dy = j->dyg + (size_t)at * d, dot = 0.0f;
+            for (int i = 0; i < d; i++) {
+                dy[i] = w[k] * dx[i];
+                dot += dx[i] * y[i];
+            }
+            dw[k] = dot;
+            wdw += w[k] * dot;
+        }
+        float pg = 0.0f;
+        for (int e = 0; e < E; e++) pg += j->aux_g ? p[e] * j->aux_g[e] : 0.0f;
+        for (int e = 0; e < E; e++) dz[e] = j->aux_g ? p[e] * (j->aux_g[e] - pg) : 0.0f;
+        for (int k = 0; k < K; k++) dz[sel[k]] += w[k] * (dw[k] - wdw);
+    }
+}
+
+/* out[r] = the sum of row r's grouped rows' input gradients (in choice order). */
+static void moe_gather_task(void *ctx, int task, int n_tasks) {
+    const moe_job *j = ctx;
+    const nv_config *c = &j->tm->m.config;
+    const int BT = j->tm->B * j->tm->T, K = c->n_experts_used, d = c->dim;
+    for (int r = task_rows(BT, task, n_tasks); r < task_rows(BT, task + 1, n_tasks); r++) {
+        float *o = j->out + (size_t)r * d;
+        memcpy(o, j->dxg + (size_t)j->v.at[r * K] * d, (size_t)d * sizeof(float));
+        for (int k = 1; k < K; k++) {
+            const float *g = j->dxg + (size_t)j->v.at[r * K + k] * d;
+            for (int i = 0; i < d; i++) o[i] += g[i];
+        }
+    }
+}
+
+/* The backward of moe_forward (layer l, slot j) from dx, the gradient of its output: dxn gets the
+ * gradient of its input xn2, and the experts' and the router's weight gradients are added (acc) or
+ * written. aux_scale: the load-balancing loss's weight times the step's gradient scale (0: none). */
+static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, const float *xn2, const float *dx, float *dxn,
+                         float aux_scale, nv_engine_id eng, int acc) {
+    const nv_config *c = &tm->m.config;
+    const nv_layer_plans *lp = &tm->m.plans[l];
+    const int BT = tm->B * tm->T, d = c->dim, hid = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
+    const moe_slot v = moe_slot_of(tm, j);
+    const size_t hd = (size_t)hid * d;
+    for (int at = 0; at < BT * K; at++) /* the experts' inputs, gathered again (the scratch is shared) */
+        memcpy(s->xg + (size_t)at * d, xn2 + (size_t)(v.order[at] / K) * d, (size_t)d * sizeof(float));
+    /* d aux / d p[r][e] = (E / K) count_e / BT^2, over the mean of the layers */
+    float aux_g[NV_MOE_MAX_EXPERTS];
+    for (int e = 0; e < E; e++)
+        aux_g[e] = aux_scale * (float)((double)E / K * (v.off[e + 1] - v.off[e]) / ((double)BT * BT) / c->n_layers);
+    moe_job mj = {.tm = tm, .v = v, .dx = dx, .out = dxn, .dxg = s->dxg, .dyg = s->dyg, .dz = s->dz,
+                  .aux_g = aux_scale != 0.0f ? aux_g : NULL};
+    nv_pool_run(moe_route_back_task, &mj, pool_tasks((size_t)BT));
+    nv_weights *g = &tm->g;
+    for (int e = 0; e < E; e++) { /* down: the SwiGLU product's gradient and w2's */
+        const int r0 = v.off[e], cnt = v.off[e + 1] - r0;
+        float *gw2 = g->w2 + ((size_t)l * E + e) * hd;
+        if (!cnt) { /* no row chose it: no gradient (written as zeros when nothing is held) */
+            if (!acc) {
+                memset(gw2, 0, hd * sizeof(float));
+                memset(g->w1 + ((size_t)l * E + e) * hd, 0, hd * sizeof(float));
+                memset(g->w3 + ((size_t)l * E + e) * hd, 0, hd * sizeof(float));
+            }
+            continue;
+        }
+        nv_plan_run_dx(lp->experts[3 * e + 1], s->dyg + (size_t)r0 * d, cnt, s->dhg + (size_t)r0 * hid);
+        nv_gemm_dw(eng, s->dyg + (size_t)r0 * d, v.hg + (size_t)r0 * hid, cnt, d, hid, gw2, acc);
+    }
+    const size_t hn = (size_t)BT * K * hid;
+    ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = hn, .out = s->dh1, .out2 = s->dh3, .a = v.h1, .b = v.h3, .c = s->dhg});
+    for (int e = 0; e < E; e++) { /* gate and up */
+        const int r0 = v.off[e], cnt = v.off[e + 1] - r0;
+        if (!cnt) continue;
+        float *dh1 = s->dh1 + (size_t)r0 * hid, *dh3 = s->dh3 + (size_t)r0 * hid, *dxg = s->dxg + (size_t)r0 * d;
+        nv_plan_run_dx(lp->experts[3 * e], dh1, cnt, dxg);
+        nv_plan_run_dx_add(lp->experts[3 * e + 2], dh3, cnt, dxg);
+        nv_gemm_dw_group(eng, (const float *const[]){dh1, dh3}, (const int[]){hid, hid}, 2, s->xg + (size_t)r0 * d, cnt, d,
+                         (float *const[]){g->w1 + ((size_t)l * E + e) * hd, g->w3 + ((size_t)l * E + e) * hd}, acc);
+    }
+    nv_pool_run(moe_gather_task, &mj, pool_tasks((size_t)BT));
+    /* the router: its input's gradient added, its weights' from dz */
+    nv_plan_run_dx_add(lp->router, s->dz, BT, dxn);
+    nv_gemm_dw(nv_plan_engine(lp->router), s->dz, xn2, BT, E, d, g->router + (size_t)l * E * d, acc);
+}
+
 /* ---- whole model ----------------------------------------------------------------------- */
 
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
@@ -792,6 +1030,10 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
     lora_forward(tm, l, 3, ao, x2);
     nv_rmsnorm_forward(xn2, LAYER(a->rstd2, j, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
+    if (c->n_experts) { /* adapters have no mixture form (refused) */
+        moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL);
+        return;
+    }
     ew_rows glu = {{.kind = EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3}, (size_t)hid}; /* n: for ew_run */
     if (lora_plan(tm, l, 4, 0) || lora_plan(tm, l, 6, 0)) { /* adapters change gate and up before SwiGLU */
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, NULL, NULL);
@@ -817,6 +1059,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     tm->inputs = inputs;
     tm->targets = targets;
     tm->seg_fwd = tm->seg;
+    tm->router_aux = 0.0f; /* the mixture's layers add theirs */
 
     for (int r = 0; r < BT; r++) memcpy(a->x + (size_t)r * d, w->tok_emb + (size_t)inputs[r] * d, (size_t)d * sizeof(float));
     for (int l = 0; l < c->n_layers; l++) layer_forward(tm, l, &s, 1);
@@ -893,18 +1136,22 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         const float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2);
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
 
-        /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) */
-        nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
-        if (!frozen) nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
-        lora_backward(tm, e, l, 5, hg, s.dx, s.dhg, acc);
-        ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
-        nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
-        nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
-        if (!frozen)
-            nv_gemm_dw_group(e, (const float *const[]){s.dh1, s.dh3}, (const int[]){hid, hid}, 2, xn2, BT, d,
-                             (float *const[]){g->w1 + (size_t)l * wf_n, g->w3 + (size_t)l * wf_n}, acc);
-        lora_backward(tm, e, l, 4, xn2, s.dh1, s.dxn, acc);
-        lora_backward(tm, e, l, 6, xn2, s.dh3, s.dxn, acc);
+        /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2), or a mixture's weighted sum of such */
+        if (c->n_experts) {
+            moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef, e, acc);
+        } else {
+            nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
+            if (!frozen) nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
+            lora_backward(tm, e, l, 5, hg, s.dx, s.dhg, acc);
+            ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
+            nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
+            nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
+            if (!frozen)
+                nv_gemm_dw_group(e, (const float *const[]){s.dh1, s.dh3}, (const int[]){hid, hid}, 2, xn2, BT, d,
+                                 (float *const[]){g->w1 + (size_t)l * wf_n, g->w3 + (size_t)l * wf_n}, acc);
+            lora_backward(tm, e, l, 4, xn2, s.dh1, s.dxn, acc);
+            lora_backward(tm, e, l, 6, xn2, s.dh3, s.dxn, acc);
+        }
         memcpy(s.dx2, s.dx, sd * sizeof(float));
         nv_rmsnorm_backward(s.dx2, NORM_DW(g->rms_ffn + (size_t)l * d), s.dxn, x2, w->rms_ffn + (size_t)l * d,
                             LAYER(a->rstd2, j, BT), BT, d, s.normp);

@@ -24,7 +24,16 @@ typedef struct {
     float *ao;          /* [L][BT][qd] attention output before wo */
     float *x2;          /* [L][BT][d] residual after attention */
     float *xn2, *rstd2; /* [L][BT][d], [L][BT] FFN RMSNorm */
-    float *h1, *h3, *hg; /* [L][BT][hidden] gate, up, silu(gate)*up */
+    float *h1, *h3, *hg; /* [L][BT][hidden] gate, up, silu(gate)*up; in a mixture of experts
+                            [L][BT*K][hidden], a row per token's chosen expert, grouped by expert */
+    /* a mixture of experts only (K = n_experts_used, E = n_experts) */
+    float *moe_p;       /* [L][BT][E] the router's softmax */
+    float *moe_w;       /* [L][BT][K] the chosen experts' weights (renormalised) */
+    float *moe_y;       /* [L][BT*K][d] the experts' outputs, grouped by expert */
+    int *moe_sel;       /* [L][BT][K] the chosen experts */
+    int *moe_order;     /* [L][BT*K] the token * K + choice of each grouped row */
+    int *moe_at;        /* [L][BT*K] the grouped row of each token's choice */
+    int *moe_off;       /* [L][E+1] where expert e's grouped rows start */
     float *xnf, *rstdf; /* [BT][d], [BT] final norm */
     float *logits;      /* [BT][V]; the cross-entropy leaves exp(logit - row max) here, the backward
                            turns that into dlogits in place */
@@ -49,6 +58,12 @@ typedef struct {
     const int *seg_fwd;          /* the last forward's, which its backward uses */
     float loss;        /* mean loss of the last forward over its rows with a target */
     int n_targets;     /* those rows (a negative target is none: chat data's prompts and padding) */
+    /* a mixture of experts: the load-balancing loss's weight in the objective (set by the caller;
+       0: none), and the last forward's loss, the mean over layers of (E / K) * sum_e f_e P_e with
+       f_e the share of the window's tokens that chose expert e and P_e its mean router probability
+       (1 when balanced). nv_tmodel_backward adds coef * grad_scale * its gradient; the preference
+       losses' nv_tmodel_backward_seq does not. */
+    float router_aux_coef, router_aux;
     double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
     double attn_seconds;   /* time spent in causal attention (forward and backward) since init */
     /* LoRA (lora.rank > 0): the base weights are frozen — no gradients (grads is NULL), never

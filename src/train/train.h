@@ -57,6 +57,7 @@ typedef struct {
     const nv_choice_set *eval_choice;
     int eval_choice_tasks;
     int recompute; /* activation checkpointing (nv_tmodel_init_ex): the same bits, less memory, more time */
+    float router_aux_coef; /* a mixture of experts: the load-balancing loss's weight (nv_tmodel's) */
 } nv_train_opts;
 
 void nv_train_defaults(nv_train_opts *o);
