@@ -69,8 +69,9 @@ nv_err nv_rows_init(nv_rows *r, const nv_config *c, int T) {
         r->moe_p = calloc(n * E, sizeof(float));
         r->moe_w = calloc(n * k, sizeof(float));
         r->moe_sel = calloc(n * k, sizeof(int));
-        r->moe_rows = calloc(n, sizeof(int));
-        moe_ok = r->moe_x && r->moe_y && r->moe_p && r->moe_w && r->moe_sel && r->moe_rows;
+        r->moe_rows = calloc(n * k, sizeof(int));
+        r->moe_off = calloc(E + 1, sizeof(int));
+        moe_ok = r->moe_x && r->moe_y && r->moe_p && r->moe_w && r->moe_sel && r->moe_rows && r->moe_off;
     }
     if (!r->x || !r->xb || !r->xb2 || !r->hb || !r->hb2 || !r->q || !r->k || !r->v || !moe_ok) {
         nv_rows_free(r);
@@ -84,6 +85,7 @@ void nv_rows_free(nv_rows *r) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(r->moe_sel);
     free(r->moe_rows);
+    free(r->moe_off);
     memset(r, 0, sizeof *r);
 }
 
@@ -419,6 +421,19 @@ void nv_moe_route(float *p, int E, int K, int *sel, float *w) {
     for (int j = 0; j < K; j++) w[j] /= sum;
 }
 
+void nv_moe_group(const int *sel, int n, int K, int E, int *off, int *order, int *at) {
+    int cursor[NV_MOE_MAX_EXPERTS];
+    memset(off, 0, (size_t)(E + 1) * sizeof(int));
+    for (int i = 0; i < n * K; i++) off[sel[i] + 1]++;
+    for (int e = 0; e < E; e++) off[e + 1] += off[e];
+    memcpy(cursor, off, (size_t)E * sizeof(int));
+    for (int i = 0; i < n * K; i++) {
+        const int pos = cursor[sel[i]]++;
+        order[pos] = i;
+        if (at) at[i] = pos;
+    }
+}
+
 /* A mixture of experts' FFN on the n normalised rows xn: x += the sum over each row's chosen experts
  * of weight * w2.(silu(w1.xn) * w3.xn). The router's softmax picks a row's n_experts_used most probable
  * experts (ties to the lower index), their probabilities renormalised to sum 1 (as Mixtral and
@@ -432,22 +447,19 @@ static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
     for (int t = 0; t < n; t++) nv_moe_route(r->moe_p + (size_t)t * E, E, K, r->moe_sel + (size_t)t * K, r->moe_w + (size_t)t * K);
     float *acc = r->xb2; /* free after the attention's residual */
     memset(acc, 0, (size_t)n * d * sizeof(float));
+    nv_moe_group(r->moe_sel, n, K, E, r->moe_off, r->moe_rows, NULL);
     for (int e = 0; e < E; e++) {
-        int cnt = 0;
-        for (int t = 0; t < n; t++)
-            for (int j = 0; j < K; j++)
-                if (r->moe_sel[(size_t)t * K + j] == e) {
-                    memcpy(r->moe_x + (size_t)cnt * d, r->xb + (size_t)t * d, (size_t)d * sizeof(float));
-                    r->moe_rows[cnt++] = t * K + j;
-                }
+        const int *rows = r->moe_rows + r->moe_off[e], cnt = r->moe_off[e + 1] - r->moe_off[e];
         if (!cnt) continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(r->moe_x + (size_t)i * d, r->xb + (size_t)(rows[i] / K) * d, (size_t)d * sizeof(float));
         nv_plan *const *ep = &lp->experts[3 * e];
         tail_ep glu = {NULL, r->hb2, r->hb, h, cnt};
         nv_plan_run_group((const nv_plan *const[]){ep[0], ep[2]}, 2, r->moe_x, cnt, (float *const[]){r->hb, r->hb2}, swiglu_ep, &glu);
         nv_plan_run(ep[1], r->hb, cnt, r->moe_y);
         for (int i = 0; i < cnt; i++) {
-            const int t = r->moe_rows[i] / K;
-            const float wt = r->moe_w[r->moe_rows[i]], *y = r->moe_y + (size_t)i * d;
+            const int t = rows[i] / K;
+            const float wt = r->moe_w[rows[i]], *y = r->moe_y + (size_t)i * d;
             float *a = acc + (size_t)t * d;
             for (int j = 0; j < d; j++) a[j] += wt * y[j];
         }

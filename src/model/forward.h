@@ -16,11 +16,11 @@
  * x the residual stream, xb/xb2 normalised input and attention output, hb/hb2 the FFN's hidden
  * rows, q/k/v the projections; a mixture of experts' also: moe_x/moe_y an expert's rows gathered
  * and its output [T][dim], moe_p the router's probabilities [T][n_experts], moe_w the chosen
- * experts' weights [T][n_experts_used], moe_sel who they are and moe_rows the rows an expert takes. */
+ * experts' weights [T][n_experts_used], moe_sel who they are and moe_rows/moe_off the choices grouped by expert. */
 typedef struct {
     float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v;
     float *moe_x, *moe_y, *moe_p, *moe_w;
-    int *moe_sel, *moe_rows;
+    int *moe_sel, *moe_rows, *moe_off; /* moe_rows [T][K] and moe_off [E+1]: nv_moe_group's order and off */
 } nv_rows;
 
 nv_err nv_rows_init(nv_rows *r, const nv_config *c, int T);
@@ -68,6 +68,10 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
  * sel gets the K most probable experts, most probable first (ties to the lower index), and w their
  * probabilities renormalised to sum 1 (the softmax of the chosen logits alone). */
 void nv_moe_route(float *p, int E, int K, int *sel, float *w);
+/* n rows' K choices each (sel [n][K]) grouped by expert, by a counting sort: expert e's entries are
+ * order[off[e] .. off[e+1]), each a row * K + choice, in row order; off has E + 1 entries; at (NULL:
+ * not wanted) gets the inverse, each choice's place in order. */
+void nv_moe_group(const int *sel, int n, int K, int E, int *off, int *order, int *at);
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);
 /* nv_rmsnorm of n rows of d (x and o d apart), on the thread pool when there are enough of them. */
 void nv_rmsnorm_rows(float *o, const float *x, const float *weight, int n, int d, float eps);

@@ -792,6 +792,11 @@ static moe_slot moe_slot_of(const nv_tmodel *tm, int j) {
                       a->moe_at + j * rows, a->moe_off + j * (E + 1)};
 }
 
+/* xg's grouped rows: each the input row xn of its token */
+static void moe_gather_inputs(const moe_slot *v, int rows, int K, int d, const float *xn, float *xg) {
+    for (int at = 0; at < rows; at++) memcpy(xg + (size_t)at * d, xn + (size_t)(v->order[at] / K) * d, (size_t)d * sizeof(float));
+}
+
 /* Row r's choices in expert order (so a row sums its experts' outputs in the order inference does). */
 static void choices_by_expert(const int *sel, int K, int *idx) {
     for (int k = 0; k < K; k++) idx[k] = k;
@@ -836,8 +841,8 @@ static void moe_combine_task(void *ctx, int task, int n_tasks) {
 }
 
 /* The FFN of layer l (its activations in slot j) on the normalised rows xn2: the router's softmax and
- * each row's K experts (nv_moe_route, as inference), the rows grouped by expert (in token order within
- * one), each expert's SwiGLU once on its rows, and with out, out = x2 + each row's weighted sum. The
+ * each row's K experts (nv_moe_route, as inference), the rows grouped by expert (nv_moe_group, as
+ * inference), each expert's SwiGLU once on its rows, and with out, out = x2 + each row's weighted sum. The
  * experts' outputs are kept (the weights' gradients need them), so a recomputing backward runs all of it. */
 static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, const float *xn2, const float *x2, float *out) {
     const nv_config *c = &tm->m.config;
@@ -846,18 +851,8 @@ static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, cons
     const moe_slot v = moe_slot_of(tm, j);
     nv_plan_run(lp->router, xn2, BT, v.p);
     for (int r = 0; r < BT; r++) nv_moe_route(v.p + (size_t)r * E, E, K, v.sel + (size_t)r * K, v.w + (size_t)r * K);
-    /* counting sort of the BT * K choices by expert */
-    memset(v.off, 0, (size_t)(E + 1) * sizeof(int));
-    for (int i = 0; i < BT * K; i++) v.off[v.sel[i] + 1]++;
-    for (int e = 0; e < E; e++) v.off[e + 1] += v.off[e];
-    int cursor[NV_MOE_MAX_EXPERTS];
-    memcpy(cursor, v.off, (size_t)E * sizeof(int));
-    for (int i = 0; i < BT * K; i++) {
-        const int at = cursor[v.sel[i]]++;
-        v.order[at] = i;
-        v.at[i] = at;
-        memcpy(s->xg + (size_t)at * d, xn2 + (size_t)(i / K) * d, (size_t)d * sizeof(float));
-    }
+    nv_moe_group(v.sel, BT, K, E, v.off, v.order, v.at);
+    moe_gather_inputs(&v, BT * K, K, d, xn2, s->xg);
     for (int e = 0; e < E; e++) {
         const int r0 = v.off[e], cnt = v.off[e + 1] - r0;
         if (!cnt) continue;
@@ -937,8 +932,7 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
     const int BT = tm->B * tm->T, d = c->dim, hid = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
     const moe_slot v = moe_slot_of(tm, j);
     const size_t hd = (size_t)hid * d;
-    for (int at = 0; at < BT * K; at++) /* the experts' inputs, gathered again (the scratch is shared) */
-        memcpy(s->xg + (size_t)at * d, xn2 + (size_t)(v.order[at] / K) * d, (size_t)d * sizeof(float));
+    moe_gather_inputs(&v, BT * K, K, d, xn2, s->xg); /* again: the scratch is shared */
     /* d aux / d p[r][e] = (E / K) count_e / BT^2, over the mean of the layers */
     float aux_g[NV_MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++)
