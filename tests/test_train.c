@@ -908,8 +908,9 @@ static void check_close_runs(const char *dir_a, const char *dir_b, const char *k
  * losses and gradient norms but for the order of the sums: a gradient scaled wrong shows in the
  * norms); a stop requested on one process stops both after the same step, and the job resumes bit
  * for bit; its checkpoint resumes in one process too; a batch that does not split, processes given
- * different settings, and one process failing alone end the job with a clear error. fp32 (avx2)
- * so that only the order of the sums differs. */
+ * different settings, and one process failing alone end the job with a clear error; a mixture of
+ * experts too (its balance term off: that is each process's own). fp32 (avx2) so that only the
+ * order of the sums differs. */
 static void test_data_parallel_matches_one_process(void) {
     if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
     char mpirun[1200], np2[1300], guarded[1400];
@@ -937,6 +938,17 @@ static void test_data_parallel_matches_one_process(void) {
     nv_file_read_all(path, &text, NULL);
     T_CHECK(text && strstr(text, "\"processes\":2"), "metrics do not say 2 processes");
     free(text);
+    /* a mixture of experts: the same, the balance term off (it is each process's windows' own) */
+    char moe_flags[200], moe_one[600], moe_two[600];
+    snprintf(moe_flags, sizeof moe_flags, "%s --experts 4 --router-aux-coef 0", flags);
+    snprintf(moe_one, sizeof moe_one, "%s/dp_moe_one", t_tmpdir());
+    snprintf(moe_two, sizeof moe_two, "%s/dp_moe_two", t_tmpdir());
+    train_args(args, sizeof args, moe_one, moe_flags);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "mixture, one process: %s", err);
+    train_args(args, sizeof args, moe_two, moe_flags);
+    T_CHECK(run_launched(guarded, args, err, sizeof err) == 0, "mixture, two processes: %s", err);
+    check_close_runs(moe_one, moe_two, "\"loss\":", 0, 1e-4);
+    check_close_runs(moe_one, moe_two, "\"grad_norm\":", 0, 1e-3);
 
     /* SIGUSR1 (which mpirun would pass on to both at once) to one process only: both stop after the
        same step, process 0 saves; resumed, the uninterrupted job's losses bit for bit */
