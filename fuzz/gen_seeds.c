@@ -303,8 +303,11 @@ static void tokenizers(void) {
 
 static void ckpts(void) {
     nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN},  /* llama2.c shape */
-                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN}};    /* Qwen3-like: head_dim 6, QK-norm */
-    for (int i = 0; i < 2; i++) {
+                      {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN},     /* Qwen3-like: head_dim 6, QK-norm */
+                      {8, 12, 1, 2, 1, 4, 10, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}}; /* a mixture: below */
+    cs[2].n_experts = 3, cs[2].n_experts_used = 2;
+    static const char *const names[] = {"dim8.ckpt", "qk_norm.ckpt", "moe.ckpt"};
+    for (int i = 0; i < 3; i++) {
         nv_model m;
         check(nv_model_alloc(&m, &cs[i]));
         nv_model_init_random(&m, 11 + (uint64_t)i);
@@ -329,7 +332,7 @@ static void ckpts(void) {
             mo[j] = 0.1f * m.params[j];
             vo[j] = m.params[j] * m.params[j];
         }
-        check(nv_ckpt_save(seed_path("ckpt", i ? "qk_norm.ckpt" : "dim8.ckpt"), &h, m.params, mo, vo));
+        check(nv_ckpt_save(seed_path("ckpt", names[i]), &h, m.params, mo, vo));
         free(mo);
         free(vo);
         nv_model_free(&m);
