@@ -91,8 +91,14 @@ static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
     free(merged);
 
     const float h = 1e-2f;
-    int bad = 0, checked = 0;
+    int bad = 0, checked = 0, rerouted = 0;
     float worst_an = 0, worst_fd = 0;
+    /* a mixture of experts: an entry whose +-h moves a token's choice of experts (a jump in the loss) is
+       skipped, and counted */
+    nv_tmodel_forward(&tm, in, tg);
+    const size_t n_sel = (size_t)c->n_layers * B * T * c->n_experts_used;
+    int *sel = c->n_experts ? malloc(n_sel * sizeof(int)) : NULL;
+    if (sel) memcpy(sel, tm.a.moe_sel, n_sel * sizeof(int));
     for (int l = 0; l < c->n_layers; l++)
         for (int t = 0; t < NV_LAYER_MATRICES; t++) {
             if (!(s->targets & (1u << t))) continue;
@@ -111,11 +117,17 @@ static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
                     *p = orig + h;
                     nv_tmodel_refresh(&tm);
                     const double lp = nv_tmodel_forward(&tm, in, tg);
+                    int same = !sel || !memcmp(sel, tm.a.moe_sel, n_sel * sizeof(int));
                     *p = orig - h;
                     nv_tmodel_refresh(&tm);
                     const double lm = nv_tmodel_forward(&tm, in, tg);
+                    same &= !sel || !memcmp(sel, tm.a.moe_sel, n_sel * sizeof(int));
                     *p = orig;
                     nv_tmodel_refresh(&tm);
+                    if (!same) {
+                        rerouted++;
+                        continue;
+                    }
                     const float fd = (float)((lp - lm) / (2.0 * h)), an = grads[o0 + pick[j]];
                     checked++;
                     if (fabsf(fd - an) > 3e-4f + 3e-2f * fabsf(an)) bad++, worst_an = an, worst_fd = fd;
@@ -125,7 +137,9 @@ static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
     T_CHECK(bad == 0, "%d of %d adapter entries differ (e.g. analytic %.6g vs finite difference %.6g)", bad, checked, worst_an,
             worst_fd);
     /* the largest gradient of every tensor is not zero: every adapter is reached */
-    T_CHECK(checked > 0, "nothing checked");
+    T_CHECK(checked > 0 && rerouted * 4 <= checked, "%d checked, %d across a change of experts", checked, rerouted);
+    if (sel) printf("    %d adapter entries checked, %d across a change of experts\n", checked, rerouted);
+    free(sel);
     free(grads);
     nv_tmodel_free(&tm); /* before the frozen weights it used in place */
     free(base);
@@ -145,6 +159,17 @@ static void test_fd_some_targets_qknorm(void) {
     check_fd(&c, &s, 2, 6);
     const nv_lora_shape u = {4, 4.0f, NV_LORA_V | NV_LORA_UP | NV_LORA_DOWN};
     check_fd(&c, &u, 1, 7);
+}
+
+/* a mixture of experts: adapters on the attention, the gradient reaching them through the experts
+ * and the router (frozen) */
+static void test_fd_moe_attention(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.n_experts = 4, c.n_experts_used = 2;
+    const nv_lora_shape s = {3, 5.0f, NV_LORA_ATTN};
+    check_fd(&c, &s, 2, 5);
+    const nv_lora_shape ffn = {3, 5.0f, NV_LORA_Q | NV_LORA_UP};
+    T_CHECK(nv_lora_validate(&c, &ffn) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "(gate, down, up)"), "%s", nv_errmsg());
 }
 
 static void test_fd_qkv_bias(void) {
@@ -543,6 +568,7 @@ int main(void) {
     T_RUN(test_fd_all_targets_gqa);
     T_RUN(test_fd_some_targets_qknorm);
     T_RUN(test_fd_qkv_bias);
+    T_RUN(test_fd_moe_attention);
     T_RUN(test_engine_matches_fp32);
     T_RUN(test_merge_reference);
     T_RUN(test_training_moves_adapters_only);

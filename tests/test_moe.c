@@ -345,8 +345,9 @@ static void test_refusals(void) {
     /* formats and features without a mixture form */
     T_CHECK(nv_model_save_v1(&m, t_path("m.bin")) == NV_EUNSUPPORTED, "llama2.c v1 written");
     T_CHECK(nv_hf_save(&m, NULL, t_path("hf/"), NV_HF_F32, NULL) == NV_EUNSUPPORTED, "a Hugging Face folder written");
-    const nv_lora_shape ls = {4, 8.0f, NV_LORA_Q};
-    T_CHECK(nv_lora_validate(&c, &ls) == NV_EUNSUPPORTED, "LoRA accepted");
+    const nv_lora_shape ls = {4, 8.0f, NV_LORA_Q}, lf = {4, 8.0f, NV_LORA_Q | NV_LORA_DOWN};
+    T_CHECK(nv_lora_validate(&c, &ls) == NV_OK, "%s", nv_errmsg()); /* the attention's adapters */
+    T_CHECK(nv_lora_validate(&c, &lf) == NV_EUNSUPPORTED, "LoRA on the experts accepted");
     nv_model_free(&m);
     /* the CLI: generate and train run it; imatrix and a Hugging Face export refuse it in one line */
     const char *tok = t_data("models/tok512.bin"), *text = t_data("corpus/tinystories_sample.txt");

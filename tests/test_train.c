@@ -255,6 +255,41 @@ static void test_moe_run(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "fine-tune: %s", err);
     const float v0 = val_at(dir, 24), v1 = val_at(tuned, 16);
     T_CHECK(v1 < v0, "fine-tuning the mixture: validation loss %g, was %g", v1, v0);
+    /* LoRA adapters on its attention (the default targets for a mixture), served with the base */
+    char lora_dir[600];
+    snprintf(lora_dir, sizeof lora_dir, "%s/moe_lora", t_tmpdir());
+    snprintf(extra, sizeof extra, "--steps 16 --lora-rank 4 --init-from %s", dir);
+    train_args(args, sizeof args, lora_dir, extra);
+    if (shape) memset(strstr(args, "--dim 32"), ' ', strlen("--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 "));
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA on the mixture: %s", err);
+    /* its merged model: the attention moved, the experts and routers as they were, bit for bit */
+    nv_model base, merged;
+    char bp[700], mp[700];
+    snprintf(bp, sizeof bp, "%s/model.gguf", dir);
+    snprintf(mp, sizeof mp, "%s/model.gguf", lora_dir);
+    if (nv_model_load(bp, &base) == NV_OK) {
+        if (nv_model_load(mp, &merged) == NV_OK) {
+            const nv_config *bc = &base.config;
+            const size_t attn = (size_t)bc->n_layers * bc->dim * nv_config_q_dim(bc),
+                         ffn = (size_t)bc->n_layers * bc->n_experts * bc->hidden_dim * bc->dim;
+            T_CHECK(memcmp(base.w.wq, merged.w.wq, attn * sizeof(float)) != 0, "the adapters changed no query weight");
+            T_CHECK(!memcmp(base.w.w1, merged.w.w1, ffn * sizeof(float)) && !memcmp(base.w.w2, merged.w.w2, ffn * sizeof(float)) &&
+                        !memcmp(base.w.router, merged.w.router, (size_t)bc->n_layers * bc->n_experts * bc->dim * sizeof(float)),
+                    "the experts or the router changed");
+            nv_model_free(&merged);
+        } else {
+            T_CHECK(0, "%s", nv_errmsg());
+        }
+        nv_model_free(&base);
+    }
+    snprintf(args, sizeof args, "generate -m %s --lora %s/adapter.gguf -n 12 -t 0 -p Once", dir, lora_dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate with the adapter: %s", err);
+    snprintf(extra, sizeof extra, "--steps 2 --lora-rank 4 --lora-targets q,up --init-from %s", dir);
+    train_args(args, sizeof args, other, extra);
+    if (shape) memset(strstr(args, "--dim 32"), ' ', strlen("--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 "));
+    const int lrc = run_nerve(args, err, sizeof err);
+    const char *lsaid = strstr(err, "nerve train: LoRA adapters on a mixture of experts' FFN");
+    T_CHECK(lrc == 1 && lsaid && strchr(lsaid, '\n') == err + strlen(err) - 1, "exit %d: %s", lrc, err);
     /* misuse */
     const char *bad[] = {"--experts-used 2", "--experts 4 --experts-used 5", "--router-aux-coef 0.1",
                          "--experts 4 --router-aux-coef -1", "--experts 0"};

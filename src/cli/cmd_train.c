@@ -73,7 +73,8 @@ static void usage(FILE *f) {
             "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
             "          weight: a few percent of the parameters, gradients and optimizer state; --lora-alpha scales\n"
             "          the update by alpha/rank (default 2 x rank); --lora-targets: q,k,v,o,gate,down,up, attn, ffn or\n"
-            "          all (default). The run folder then also gets adapter.gguf (llama.cpp's adapter format, for\n"
+            "          all (default; attn for a mixture of experts, whose FFN takes none). The run folder then also\n"
+            "          gets adapter.gguf (llama.cpp's adapter format, for\n"
             "          --lora) and model.* holds the weights merged with it\n"
             "  data parallel: mpirun -np N nerve train ... runs N processes (on this machine or several), each\n"
             "  taking --batch / N of every batch's windows; the same arguments train the same model\n",
@@ -302,6 +303,13 @@ static int train(int argc, char **argv) {
     if (aux_given && !c->n_experts) {
         rc = cli_error(CMD, 2, "--router-aux-coef weighs a mixture of experts' load balance: the model has no experts");
         goto done;
+    }
+    if (c->n_experts && o.lora.rank) { /* adapters on a mixture: its attention's (its router stays as it is) */
+        if (aux_given) {
+            rc = cli_error(CMD, 2, "--router-aux-coef trains the router: LoRA adapters leave it frozen");
+            goto done;
+        }
+        if (!lora_targets) o.lora.targets = NV_LORA_ATTN;
     }
     if (!init_from) {
         if (tok) c->vocab_size = nv_tokenizer_vocab_size(tok);

@@ -479,7 +479,7 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     nv_adapter_rows_add(ad, c, l, 3, xb, x);
 
     nv_rmsnorm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
-    if (c->n_experts) { /* adapters have no mixture form (refused when loaded) */
+    if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_ffn(m, l, n, r);
         return;
     }

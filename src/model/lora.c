@@ -24,8 +24,8 @@ nv_err nv_lora_parse_targets(const char *spec, unsigned *mask) {
         unsigned bit = 0;
         for (int t = 0; t < NV_LAYER_MATRICES; t++)
             if (!strcmp(word, target_names[t])) bit = 1u << t;
-        if (!strcmp(word, "attn")) bit = NV_LORA_Q | NV_LORA_K | NV_LORA_V | NV_LORA_O;
-        else if (!strcmp(word, "ffn")) bit = NV_LORA_GATE | NV_LORA_DOWN | NV_LORA_UP;
+        if (!strcmp(word, "attn")) bit = NV_LORA_ATTN;
+        else if (!strcmp(word, "ffn")) bit = NV_LORA_FFN;
         else if (!strcmp(word, "all")) bit = NV_LORA_ALL;
         if (!bit)
             return nv_fail(NV_EINVAL, "LoRA targets: \"%s\" is not one of q, k, v, o, gate, down, up, attn, ffn, all", word);
@@ -73,9 +73,11 @@ uint64_t nv_lora_offset(const nv_config *c, const nv_lora_shape *s, int l, int t
 }
 
 nv_err nv_lora_validate(const nv_config *c, const nv_lora_shape *s) {
-    if (c->n_experts) return nv_fail(NV_EUNSUPPORTED, "LoRA adapters on a mixture-of-experts model are not supported");
     if (!(s->targets & NV_LORA_ALL) || (s->targets & ~NV_LORA_ALL))
         return nv_fail(NV_EINVAL, "LoRA needs at least one target matrix (q, k, v, o, gate, down, up)");
+    if (c->n_experts && (s->targets & NV_LORA_FFN)) /* one gate, down, up a layer: a mixture has E of each */
+        return nv_fail(NV_EUNSUPPORTED, "LoRA adapters on a mixture of experts' FFN (gate, down, up) are not supported: "
+                                        "adapt its attention (q, k, v, o)");
     if (!isfinite(s->alpha) || s->alpha <= 0 || s->alpha > 1e6f)
         return nv_fail(NV_EINVAL, "LoRA alpha %g: must be above 0 and at most 1e6", (double)s->alpha);
     for (int t = 0; t < NV_LAYER_MATRICES; t++) {

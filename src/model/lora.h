@@ -18,6 +18,8 @@
 /* Bits of nv_lora_shape.targets, in the plan order of a layer's matrices (NV_LAYER_MATRICES). */
 enum { NV_LORA_Q = 1, NV_LORA_K = 2, NV_LORA_V = 4, NV_LORA_O = 8, NV_LORA_GATE = 16, NV_LORA_DOWN = 32, NV_LORA_UP = 64 };
 #define NV_LORA_ALL 127u
+#define NV_LORA_ATTN 15u /* q, k, v, o */
+#define NV_LORA_FFN 112u /* gate, down, up */
 
 typedef struct {
     int rank;         /* 0: no adapter (the whole model trains) */
@@ -37,7 +39,7 @@ void nv_lora_dims(const nv_config *c, int t, int *out, int *in);
 uint64_t nv_lora_param_count(const nv_config *c, const nv_lora_shape *s);
 uint64_t nv_lora_offset(const nv_config *c, const nv_lora_shape *s, int l, int t);
 /* Checks a shape against a model: rank 1..min(in, out, 1024) of every target, alpha in (0, 1e6],
- * at least one target. */
+ * at least one target; in a mixture of experts, the attention's alone (NV_EUNSUPPORTED). */
 nv_err nv_lora_validate(const nv_config *c, const nv_lora_shape *s);
 /* The starting adapter: A uniform in +-1/sqrt(in) from seed (as PEFT's default), B zero, so the
  * adapted model starts as the base model. */

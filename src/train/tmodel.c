@@ -924,9 +924,10 @@ static void moe_gather_task(void *ctx, int task, int n_tasks) {
 
 /* The backward of moe_forward (layer l, slot j) from dx, the gradient of its output: dxn gets the
  * gradient of its input xn2, and the experts' and the router's weight gradients are added (acc) or
- * written. aux_scale: the load-balancing loss's weight times the step's gradient scale (0: none). */
+ * written (none when frozen: adapters on the attention train instead). aux_scale: the
+ * load-balancing loss's weight times the step's gradient scale (0: none). */
 static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, const float *xn2, const float *dx, float *dxn,
-                         float aux_scale, nv_engine_id eng, int acc) {
+                         float aux_scale, nv_engine_id eng, int acc, int frozen) {
     const nv_config *c = &tm->m.config;
     const nv_layer_plans *lp = &tm->m.plans[l];
     const int BT = tm->B * tm->T, d = c->dim, hid = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
@@ -943,9 +944,9 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
     nv_weights *g = &tm->g;
     for (int e = 0; e < E; e++) { /* down: the SwiGLU product's gradient and w2's */
         const int r0 = v.off[e], cnt = v.off[e + 1] - r0;
-        float *gw2 = g->w2 + ((size_t)l * E + e) * hd;
+        float *gw2 = frozen ? NULL : g->w2 + ((size_t)l * E + e) * hd;
         if (!cnt) { /* no row chose it: no gradient (written as zeros when nothing is held) */
-            if (!acc) {
+            if (!acc && !frozen) {
                 memset(gw2, 0, hd * sizeof(float));
                 memset(g->w1 + ((size_t)l * E + e) * hd, 0, hd * sizeof(float));
                 memset(g->w3 + ((size_t)l * E + e) * hd, 0, hd * sizeof(float));
@@ -953,7 +954,7 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
             continue;
         }
         nv_plan_run_dx(lp->experts[3 * e + 1], s->dyg + (size_t)r0 * d, cnt, s->dhg + (size_t)r0 * hid);
-        nv_gemm_dw(eng, s->dyg + (size_t)r0 * d, v.hg + (size_t)r0 * hid, cnt, d, hid, gw2, acc);
+        if (!frozen) nv_gemm_dw(eng, s->dyg + (size_t)r0 * d, v.hg + (size_t)r0 * hid, cnt, d, hid, gw2, acc);
     }
     const size_t hn = (size_t)BT * K * hid;
     ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = hn, .out = s->dh1, .out2 = s->dh3, .a = v.h1, .b = v.h3, .c = s->dhg});
@@ -963,13 +964,14 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
         float *dh1 = s->dh1 + (size_t)r0 * hid, *dh3 = s->dh3 + (size_t)r0 * hid, *dxg = s->dxg + (size_t)r0 * d;
         nv_plan_run_dx(lp->experts[3 * e], dh1, cnt, dxg);
         nv_plan_run_dx_add(lp->experts[3 * e + 2], dh3, cnt, dxg);
-        nv_gemm_dw_group(eng, (const float *const[]){dh1, dh3}, (const int[]){hid, hid}, 2, s->xg + (size_t)r0 * d, cnt, d,
-                         (float *const[]){g->w1 + ((size_t)l * E + e) * hd, g->w3 + ((size_t)l * E + e) * hd}, acc);
+        if (!frozen)
+            nv_gemm_dw_group(eng, (const float *const[]){dh1, dh3}, (const int[]){hid, hid}, 2, s->xg + (size_t)r0 * d, cnt,
+                             d, (float *const[]){g->w1 + ((size_t)l * E + e) * hd, g->w3 + ((size_t)l * E + e) * hd}, acc);
     }
     nv_pool_run(moe_gather_task, &mj, pool_tasks((size_t)BT));
     /* the router: its input's gradient added, its weights' from dz */
     nv_plan_run_dx_add(lp->router, s->dz, BT, dxn);
-    nv_gemm_dw(nv_plan_engine(lp->router), s->dz, xn2, BT, E, d, g->router + (size_t)l * E * d, acc);
+    if (!frozen) nv_gemm_dw(nv_plan_engine(lp->router), s->dz, xn2, BT, E, d, g->router + (size_t)l * E * d, acc);
 }
 
 /* ---- whole model ----------------------------------------------------------------------- */
@@ -1024,7 +1026,7 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
     lora_forward(tm, l, 3, ao, x2);
     nv_rmsnorm_forward(xn2, LAYER(a->rstd2, j, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
-    if (c->n_experts) { /* adapters have no mixture form (refused) */
+    if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL);
         return;
     }
@@ -1132,7 +1134,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2), or a mixture's weighted sum of such */
         if (c->n_experts) {
-            moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef, e, acc);
+            moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef, e, acc, frozen);
         } else {
             nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
             if (!frozen) nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);

@@ -635,7 +635,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         nv_ckpt_close(&ck);
         return e;
     }
-    tm.router_aux_coef = c->n_experts ? o->router_aux_coef : 0.0f;
+    tm.router_aux_coef = c->n_experts && !lora ? o->router_aux_coef : 0.0f; /* adapters: the router is frozen */
     double *ref = NULL; /* DPO, IPO: the reference's log-probabilities, two a pair */
     if (with_ref && (e = pref_reference(&tm, ds, &ref))) {
         nv_tmodel_free(&tm);
