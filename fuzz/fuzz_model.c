@@ -166,12 +166,15 @@ static void check_imatrix(const uint8_t *data, size_t size) {
     FZ_CHECK(im.n >= 1, "an importance matrix without entries accepted");
     for (int i = 0; i < im.n; i++) {
         const nv_imatrix_entry *e = &im.e[i];
-        FZ_CHECK(e->k >= 1 && e->k <= (1 << 24) && e->count >= 0 && strlen(e->name) > 0 && nv_imatrix_find(&im, e->name) == e,
-                 "entry %d: '%s', %d columns, count %g", i, e->name, e->k, e->count);
-        float *mean = malloc((size_t)e->k * sizeof *mean);
+        FZ_CHECK(e->k >= 1 && e->n_mat >= 1 && (int64_t)e->k * e->n_mat <= (1 << 24) && strlen(e->name) > 0 &&
+                     nv_imatrix_find(&im, e->name) == e,
+                 "entry %d: '%s', %d x %d columns", i, e->name, e->k, e->n_mat);
+        for (int m = 0; m < e->n_mat; m++) FZ_CHECK(e->count[m] == 0 || e->count[m] >= 1, "%s: count %g", e->name, e->count[m]);
+        const size_t nv = (size_t)e->k * (size_t)e->n_mat;
+        float *mean = malloc(nv * sizeof *mean);
         if (!mean) continue;
         nv_imatrix_means(e, mean);
-        for (int j = 0; j < e->k; j++) FZ_CHECK(isfinite(e->sum2[j]) && e->sum2[j] >= 0 && isfinite(mean[j]), "%s[%d] = %g", e->name, j, e->sum2[j]);
+        for (size_t j = 0; j < nv; j++) FZ_CHECK(isfinite(e->sum2[j]) && e->sum2[j] >= 0 && isfinite(mean[j]), "%s[%zu] = %g", e->name, j, e->sum2[j]);
         free(mean);
     }
     char path[512];
@@ -182,7 +185,9 @@ static void check_imatrix(const uint8_t *data, size_t size) {
                  "an importance matrix saved does not read back: %s", nv_errmsg());
         for (int i = 0; i < back.n && i < im.n; i++) {
             const nv_imatrix_entry *a = &im.e[i], *b = nv_imatrix_find(&back, a->name);
-            FZ_CHECK(b && b->k == a->k && b->count == (double)(float)a->count, "entry '%s' read back otherwise", a->name);
+            int same = b && b->k == a->k && b->n_mat == a->n_mat;
+            for (int m = 0; same && m < a->n_mat; m++) same = b->count[m] == (double)(float)a->count[m];
+            FZ_CHECK(same, "entry '%s' read back otherwise", a->name);
         }
         nv_imatrix_free(&back);
         unlink(path);

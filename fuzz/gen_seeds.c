@@ -370,11 +370,15 @@ static void adapters(void) {
 static void imatrices(void) {
     nv_imatrix im = {0};
     nv_imatrix_entry *e;
-    check(nv_imatrix_add_entry(&im, "seed", "blk.0.attn_q.weight", 19, 8, &e));
+    check(nv_imatrix_add_entry(&im, "seed", "blk.0.attn_q.weight", 19, 8, 1, &e));
     for (int j = 0; j < 8; j++) e->sum2[j] = 0.5 * j;
-    e->count = 16;
-    check(nv_imatrix_add_entry(&im, "seed", "output.weight", 13, 4, &e));
-    e->count = 0; /* never seen: weighs 1 */
+    e->count[0] = 16;
+    check(nv_imatrix_add_entry(&im, "seed", "output.weight", 13, 4, 1, &e));
+    e->count[0] = 0; /* never seen: weighs 1 */
+    /* a mixture's stacked expert tensor: three experts, the last never chosen */
+    check(nv_imatrix_add_entry(&im, "seed", "blk.0.ffn_up_exps.weight", 24, 4, 3, &e));
+    for (int j = 0; j < 8; j++) e->sum2[j] = 0.25 * (j + 1);
+    e->count[0] = 5, e->count[1] = 2;
     check(nv_imatrix_add_dataset(&im, "seed.txt", 8));
     im.chunks = 2, im.chunk_size = 8;
     check(nv_imatrix_save(&im, seed_path("model", "imatrix.gguf")));

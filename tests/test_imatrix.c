@@ -39,8 +39,8 @@ static void test_collect_matches_direct(void) {
                            *cls = nv_imatrix_find(&im, "token_embd.weight"); /* stories260K's classifier is its embedding */
     T_CHECK(q && k && v && g && u && d && cls, "entries missing");
     if (!q || !k || !v || !g || !u || !d || !cls) return;
-    T_CHECK(q->count == 5 && d->count == 5 && cls->count == 1 && d->k == c->hidden_dim && q->k == c->dim, "counts %g %g %g, widths %d %d",
-            q->count, d->count, cls->count, d->k, q->k);
+    T_CHECK(q->count[0] == 5 && d->count[0] == 5 && cls->count[0] == 1 && d->k == c->hidden_dim && q->k == c->dim && q->n_mat == 1,
+            "counts %g %g %g, widths %d %d", q->count[0], d->count[0], cls->count[0], d->k, q->k);
     double worst = 0;
     for (int j = 0; j < c->dim; j++) {
         double want = 0;
@@ -56,7 +56,7 @@ static void test_collect_matches_direct(void) {
                 !memcmp(g->sum2, u->sum2, (size_t)g->k * sizeof(double)),
             "products of the same input collected different sums");
     nv_imatrix_stop(&m);
-    T_CHECK(nv_forward(&m, &s, toks, 3, 5) == NV_OK && q->count == 5, "collected after stopping: %g", q->count);
+    T_CHECK(nv_forward(&m, &s, toks, 3, 5) == NV_OK && q->count[0] == 5, "collected after stopping: %g", q->count[0]);
     nv_state_free(&s);
     nv_imatrix_free(&im);
     nv_model_free(&m);
@@ -67,12 +67,12 @@ static void test_collect_matches_direct(void) {
 static void test_files(void) {
     nv_imatrix im = {0}, back;
     nv_imatrix_entry *e;
-    T_CHECK(nv_imatrix_add_entry(&im, "t", "blk.0.attn_q.weight", 19, 3, &e) == NV_OK, "%s", nv_errmsg());
-    e->sum2[0] = 1.5, e->sum2[1] = 0, e->sum2[2] = 1e6 / 3, e->count = 12;
-    T_CHECK(nv_imatrix_add_entry(&im, "t", "output.weight", 13, 40, &e) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_imatrix_add_entry(&im, "t", "blk.0.attn_q.weight", 19, 3, 1, &e) == NV_OK, "%s", nv_errmsg());
+    e->sum2[0] = 1.5, e->sum2[1] = 0, e->sum2[2] = 1e6 / 3, e->count[0] = 12;
+    T_CHECK(nv_imatrix_add_entry(&im, "t", "output.weight", 13, 40, 1, &e) == NV_OK, "%s", nv_errmsg());
     for (int j = 0; j < 40; j++) e->sum2[j] = j * 0.25;
-    e->count = 7;
-    T_CHECK(nv_imatrix_add_entry(&im, "t", "output.weight", 13, 4, &e) != NV_OK, "a name taken twice");
+    e->count[0] = 7;
+    T_CHECK(nv_imatrix_add_entry(&im, "t", "output.weight", 13, 4, 1, &e) != NV_OK, "a name taken twice");
     nv_imatrix_add_dataset(&im, "a.txt", 5);
     nv_imatrix_add_dataset(&im, "b.txt", 5);
     im.chunks = 9, im.chunk_size = 512;
@@ -83,8 +83,9 @@ static void test_files(void) {
                 "read back: %d entries, %d chunks of %d, %d datasets", back.n, back.chunks, back.chunk_size, back.n_datasets);
         for (int i = 0; i < im.n; i++) {
             const nv_imatrix_entry *a = &im.e[i], *b = nv_imatrix_find(&back, a->name);
-            int same = b && b->k == a->k && b->count == a->count;
-            for (int j = 0; same && j < a->k; j++) same = b->sum2[j] == (double)(float)a->sum2[j];
+            int same = b && b->k == a->k && b->n_mat == a->n_mat;
+            for (int m = 0; same && m < a->n_mat; m++) same = b->count[m] == a->count[m];
+            for (int j = 0; same && j < a->k * a->n_mat; j++) same = b->sum2[j] == (double)(float)a->sum2[j];
             T_CHECK(same, "%s differs read back", a->name);
         }
         float means[3];
@@ -93,10 +94,10 @@ static void test_files(void) {
     }
     nv_imatrix_free(&back);
     /* a count between 0 and 1 would make the means overflow (found by fuzz_model): refused */
-    im.e[1].count = 1e-30;
+    im.e[1].count[0] = 1e-30;
     T_CHECK(nv_imatrix_save(&im, p) == NV_OK && nv_imatrix_load(p, &back) == NV_EFORMAT && strstr(nv_errmsg(), "counts"),
             "a count of 1e-30 read: %s", nv_errmsg());
-    im.e[1].count = 7;
+    im.e[1].count[0] = 7;
 
     /* llama.cpp's .dat: entries, each name, ncall, nval, values (means x ncall); then last call and dataset */
     unsigned char dat[256];
@@ -174,12 +175,12 @@ static void test_weighted_quantizers(void) {
         nv_model_plan_tensor_name(&c, i, name, sizeof name, NULL);
         nv_imatrix_entry *e;
         const int k = i < c.n_layers * NV_LAYER_MATRICES && i % NV_LAYER_MATRICES == 5 ? c.hidden_dim : c.dim;
-        T_CHECK(nv_imatrix_add_entry(&im, "t", name, strlen(name), k, &e) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_imatrix_add_entry(&im, "t", name, strlen(name), k, 1, &e) == NV_OK, "%s", nv_errmsg());
         for (int j = 0; j < k; j++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             e->sum2[j] = exp(((double)(x >> 11) / 9007199254740992.0 - 0.5) * 8); /* e^-4 .. e^4 */
         }
-        e->count = 1;
+        e->count[0] = 1;
     }
     static const struct {
         const char *name;
@@ -214,6 +215,122 @@ static void test_weighted_quantizers(void) {
             "an importance of 128 columns for rows of 256: %s", nv_errmsg());
     e0->k = c.dim;
     nv_imatrix_free(&im);
+    nv_model_free(&m);
+}
+
+/* Layer 0's up experts' error in file path against m, each expert weighted by imp's importances of
+ * that expert (k x E), into err[E]. */
+static void expert_errors(const nv_model *m, const char *path, const double *imp, double *err) {
+    const nv_config *c = &m->config;
+    nv_model r;
+    T_CHECK(nv_model_load(path, &r) == NV_OK, "%s", nv_errmsg());
+    const size_t hd = (size_t)c->hidden_dim * c->dim;
+    for (int x = 0; x < c->n_experts; x++) {
+        err[x] = 0;
+        for (size_t i = 0; r.params && i < hd; i++) {
+            const double d = (double)m->w.w3[x * hd + i] - r.w.w3[x * hd + i];
+            err[x] += imp[(size_t)x * c->dim + i % (size_t)c->dim] * d * d;
+        }
+    }
+    nv_model_free(&r);
+}
+
+/* A mixture of experts (4 experts, 2 a token): one entry per stacked expert tensor of one sum per
+ * expert, over the tokens that chose it (gate's and up's alike, the counts those the router's choices
+ * give and adding to tokens x 2), no entry for the router, read back with its counts; an export
+ * weighs each expert's rows by its own importances: each expert's weighted error is below both the
+ * plain export's and one weighing every expert by expert 0's. */
+static void test_mixture(void) {
+    nv_config c = {256, 256, 1, 4, 2, 64, 300, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.n_experts = 4, c.n_experts_used = 2;
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    nv_model_init_random(&m, 5);
+    nv_imatrix im;
+    nv_state s;
+    enum { N = 9 };
+    const int toks[N] = {1, 40, 7, 261, 30, 99, 5, 17, 280};
+    T_CHECK(nv_model_build_plans(&m, nv_engine_best_fp32()) == NV_OK && nv_imatrix_collect(&im, &m) == NV_OK &&
+                nv_state_init(&s, &c, N, 16, 0) == NV_OK && nv_forward(&m, &s, toks, N, 0) == NV_OK,
+            "%s", nv_errmsg());
+    nv_imatrix_stop(&m);
+    const nv_imatrix_entry *g = nv_imatrix_find(&im, "blk.0.ffn_gate_exps.weight"), *u = nv_imatrix_find(&im, "blk.0.ffn_up_exps.weight"),
+                           *d = nv_imatrix_find(&im, "blk.0.ffn_down_exps.weight");
+    T_CHECK(im.n == 8 && g && u && d && !nv_imatrix_find(&im, "blk.0.ffn_gate.weight") && !nv_imatrix_find(&im, "blk.0.ffn_gate_inp.weight"),
+            "%d entries", im.n);
+    if (g && u && d) {
+        T_CHECK(g->n_mat == 4 && d->n_mat == 4 && g->k == c.dim && d->k == c.hidden_dim, "%d x %d, %d x %d", g->k, g->n_mat, d->k, d->n_mat);
+        double total = 0;
+        for (int x = 0; x < 4; x++) {
+            int chose = 0;
+            for (int i = 0; i < N * 2; i++) chose += s.r.moe_sel[i] == x;
+            T_CHECK(g->count[x] == chose && u->count[x] == chose && d->count[x] == chose, "expert %d: counts %g %g %g, chosen %d", x,
+                    g->count[x], u->count[x], d->count[x], chose);
+            total += g->count[x];
+        }
+        T_CHECK(total == N * 2 && !memcmp(g->sum2, u->sum2, (size_t)g->k * 4 * sizeof(double)), "%g choices, or gate's sums differ from up's",
+                total);
+    }
+    const char *p = t_path("moe.imatrix.gguf");
+    nv_imatrix back;
+    T_CHECK(nv_imatrix_save(&im, p) == NV_OK && nv_imatrix_load(p, &back) == NV_OK, "%s", nv_errmsg());
+    const nv_imatrix_entry *b = back.e ? nv_imatrix_find(&back, "blk.0.ffn_down_exps.weight") : NULL;
+    T_CHECK(b && d && b->n_mat == 4 && b->k == d->k && !memcmp(b->count, d->count, 4 * sizeof(double)), "read back otherwise");
+    nv_imatrix_free(&back);
+    nv_state_free(&s);
+    nv_imatrix_free(&im);
+
+    /* uneven importances, a pattern of its own per expert, for layer 0's up experts */
+    nv_imatrix per = {0}, first = {0};
+    nv_imatrix_entry *e;
+    T_CHECK(nv_imatrix_add_entry(&per, "t", "blk.0.ffn_up_exps.weight", 24, c.dim, 4, &e) == NV_OK, "%s", nv_errmsg());
+    uint64_t x = 7;
+    for (int j = 0; j < c.dim * 4; j++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        e->sum2[j] = exp(((double)(x >> 11) / 9007199254740992.0 - 0.5) * 8);
+    }
+    for (int k = 0; k < 4; k++) e->count[k] = 1;
+    nv_imatrix_entry *f;
+    T_CHECK(nv_imatrix_add_entry(&first, "t", "blk.0.ffn_up_exps.weight", 24, c.dim, 1, &f) == NV_OK, "%s", nv_errmsg());
+    memcpy(f->sum2, e->sum2, (size_t)c.dim * sizeof(double)); /* expert 0's, for all */
+    f->count[0] = 1;
+    const char *none = t_path("moe-q4.gguf"), *own = t_path("moe-q4-own.gguf"), *zero = t_path("moe-q4-first.gguf");
+    T_CHECK(nv_gguf_save(&m, NULL, "m", none, NV_GGUF_Q4_0, NULL, NULL) == NV_OK &&
+                nv_gguf_save(&m, NULL, "m", own, NV_GGUF_Q4_0, NULL, &per) == NV_OK &&
+                nv_gguf_save(&m, NULL, "m", zero, NV_GGUF_Q4_0, NULL, &first) == NV_OK,
+            "%s", nv_errmsg());
+    double en[4], eo[4], ez[4];
+    expert_errors(&m, none, e->sum2, en);
+    expert_errors(&m, own, e->sum2, eo);
+    expert_errors(&m, zero, e->sum2, ez);
+    for (int k = 0; k < 4; k++) {
+        T_CHECK(eo[k] < en[k] && (k == 0 ? eo[k] == ez[k] : eo[k] < ez[k]),
+                "expert %d: weighted error %g with its importances, %g without, %g with expert 0's", k, eo[k], en[k], ez[k]);
+        if (getenv("T_VERBOSE")) printf("    expert %d: %.4g own, %.4g none, %.4g expert 0's\n", k, eo[k], en[k], ez[k]);
+    }
+    /* llama.cpp's .dat holds an entry as one row of every expert's columns: the same file */
+    nv_imatrix dat = {0};
+    T_CHECK(nv_imatrix_add_entry(&dat, "t", "blk.0.ffn_up_exps.weight", 24, c.dim * 4, 1, &f) == NV_OK, "%s", nv_errmsg());
+    memcpy(f->sum2, per.e[0].sum2, (size_t)c.dim * 4 * sizeof(double));
+    f->count[0] = 1;
+    const char *flat = t_path("moe-q4-dat.gguf");
+    T_CHECK(nv_gguf_save(&m, NULL, "m", flat, NV_GGUF_Q4_0, NULL, &dat) == NV_OK, "%s", nv_errmsg());
+    char *fa = NULL, *fb = NULL;
+    size_t la = 0, lb = 0;
+    T_CHECK(nv_file_read_all(own, &fa, &la) == NV_OK && nv_file_read_all(flat, &fb, &lb) == NV_OK && la == lb && !memcmp(fa, fb, la),
+            "the .dat form's export differs from the per-expert entry's");
+    free(fa), free(fb);
+    nv_imatrix_free(&dat);
+    /* an entry of three experts for a tensor of four: made for another model */
+    nv_imatrix three = {0};
+    T_CHECK(nv_imatrix_add_entry(&three, "t", "blk.0.ffn_up_exps.weight", 24, c.dim, 3, &e) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_gguf_save(&m, NULL, "m", t_path("moe-bad.gguf"), NV_GGUF_Q4_0, NULL, &three) == NV_EINVAL &&
+                strstr(nv_errmsg(), "another model"),
+            "%s", nv_errmsg());
+    nv_imatrix_free(&three);
+    nv_imatrix_free(&per);
+    nv_imatrix_free(&first);
     nv_model_free(&m);
 }
 
@@ -272,6 +389,7 @@ int main(void) {
     T_RUN(test_collect_matches_direct);
     T_RUN(test_files);
     T_RUN(test_weighted_quantizers);
+    T_RUN(test_mixture);
     T_RUN(test_cli);
     return t_done();
 }

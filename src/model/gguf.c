@@ -1633,6 +1633,15 @@ static int takes_importance(uint32_t tt) {
     return tt == T_Q4_0 || tt == T_Q5_0 || tt == T_Q5_1 || tt == T_Q4_K || tt == T_Q5_K || tt == T_Q6_K;
 }
 
+/* 1 when entry en can weigh tensor t's quantization: its columns are t's rows, and it holds one matrix
+ * or one per expert of a stacked expert tensor (or, read from llama.cpp's .dat, where an entry is one
+ * row of every expert's columns, all of them in one). */
+static int imatrix_fits(const nv_imatrix_entry *en, const nv_tensor_ref *t) {
+    const uint64_t experts = t->d2 ? t->d2 : 1;
+    if ((uint64_t)en->k == t->d0) return en->n_mat == 1 || (uint64_t)en->n_mat == experts;
+    return experts > 1 && en->n_mat == 1 && (uint64_t)en->k == t->d0 * experts;
+}
+
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
                     const char *chat_template, const struct nv_imatrix *imatrix) {
     const nv_config *c = &m->config;
@@ -1720,9 +1729,9 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         if (!en) {
             if (c->shared_classifier || strcmp(t[i].name, "token_embd.weight"))
                 nv_warn("%s: the importance matrix has no entry for %s: quantized without one", path, t[i].name);
-        } else if ((uint64_t)en->k != t[i].d0)
-            e = nv_fail(NV_EINVAL, "%s: the importance matrix's %s has %d columns, the tensor's rows %llu: it was made for another model",
-                        path, t[i].name, en->k, (unsigned long long)t[i].d0);
+        } else if (!imatrix_fits(en, &t[i]))
+            e = nv_fail(NV_EINVAL, "%s: the importance matrix's %s has %d x %d columns, the tensor's %llu x %llu: it was made for another model",
+                        path, t[i].name, en->k, en->n_mat, (unsigned long long)t[i].d0, (unsigned long long)(t[i].d2 ? t[i].d2 : 1));
         else used++;
     }
     if (used) {
@@ -1735,7 +1744,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     /* matrices in the type asked where their rows are whole blocks; vectors (norms) stay F32 */
     uint8_t **qdata = calloc(nt, sizeof *qdata);
     uint64_t *bytes = calloc(nt, sizeof *bytes);
-    float *imp = NULL; /* the entry's means, for the widest rows an entry has */
+    float *imp = NULL; /* the entry's means, for the most an entry has */
     uint64_t imp_cap = 0;
     int oom = !qdata || !bytes;
     uint64_t off = 0;
@@ -1745,22 +1754,31 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         const int quant = tt != T_F32;
         bytes[i] = tensor_bytes(tt, n, t[i].d0);
         const nv_imatrix_entry *en = imatrix && takes_importance(tt) ? nv_imatrix_find(imatrix, t[i].name) : NULL;
-        if (en && t[i].d0 > imp_cap) {
+        const uint64_t n_imp = en ? (uint64_t)en->k * (uint64_t)en->n_mat : 0;
+        if (n_imp > imp_cap) {
             free(imp);
-            imp_cap = (imp = malloc((size_t)t[i].d0 * sizeof *imp)) ? t[i].d0 : 0;
+            imp_cap = (imp = malloc((size_t)n_imp * sizeof *imp)) ? n_imp : 0;
         }
         if ((en && !imp) || (quant && !(qdata[i] = malloc((size_t)bytes[i])))) oom = 1;
         else if (en) nv_imatrix_means(en, imp);
-        if (quant && qdata[i])
-            (tt == T_F16    ? quantize_f16
-             : tt == T_BF16 ? quantize_bf16
-             : tt == T_Q8_0 ? quantize_q8_0
-             : tt == T_Q5_0 ? quantize_q5_0
-             : tt == T_Q4_K ? quantize_q4_k
-             : tt == T_Q5_K ? quantize_q5_k
-             : tt == T_Q5_1 ? quantize_q5_1
-             : tt == T_Q6_K ? quantize_q6_k
-                            : quantize_q4_0)(t[i].p, n, t[i].d0, en ? imp : NULL, qdata[i]);
+        if (quant && qdata[i]) {
+            void (*quantize)(const float *, uint64_t, uint64_t, const float *, uint8_t *) =
+                tt == T_F16    ? quantize_f16
+                : tt == T_BF16 ? quantize_bf16
+                : tt == T_Q8_0 ? quantize_q8_0
+                : tt == T_Q5_0 ? quantize_q5_0
+                : tt == T_Q4_K ? quantize_q4_k
+                : tt == T_Q5_K ? quantize_q5_k
+                : tt == T_Q5_1 ? quantize_q5_1
+                : tt == T_Q6_K ? quantize_q6_k
+                               : quantize_q4_0;
+            /* a stacked expert tensor: each expert's rows with its own importances (or all with the
+               one matrix's, as llama.cpp takes an entry collected without experts) */
+            const uint64_t slices = t[i].d2 ? t[i].d2 : 1, per = n / slices, per_bytes = bytes[i] / slices;
+            for (uint64_t x = 0; x < slices; x++)
+                quantize(t[i].p + x * per, per, t[i].d0, en ? imp + (n_imp > t[i].d0 ? x * t[i].d0 : 0) : NULL,
+                         qdata[i] + x * per_bytes);
+        }
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d2 ? 3 : t[i].d1 == 1 ? 1 : 2);
         ob_u64(&b, t[i].d0);
@@ -2034,34 +2052,37 @@ nv_err nv_gguf_save_imatrix(const struct nv_imatrix *im, const char *path) {
     for (int i = 0; i < im->n_datasets; i++) ob_str(&b, im->datasets[i], strlen(im->datasets[i]));
     kv_u32(&b, "imatrix.chunk_count", (uint32_t)im->chunks);
     kv_u32(&b, "imatrix.chunk_size", (uint32_t)im->chunk_size);
-    /* per entry NAME.in_sum2 [k, 1] and NAME.counts [1, 1], F32, each aligned to 32 bytes */
+    /* per entry NAME.in_sum2 [k, n_mat] and NAME.counts [1, n_mat], F32, each aligned to 32 bytes */
     uint64_t off = 0;
     for (int i = 0; i < im->n; i++)
         for (int half = 0; half < 2; half++) {
             char name[96];
             snprintf(name, sizeof name, "%s.%s", im->e[i].name, half ? "counts" : "in_sum2");
-            const uint64_t n = half ? 1 : (uint64_t)im->e[i].k;
+            const uint64_t d0 = half ? 1 : (uint64_t)im->e[i].k, d1 = (uint64_t)im->e[i].n_mat;
             ob_str(&b, name, strlen(name));
             ob_u32(&b, 2);
-            ob_u64(&b, n);
-            ob_u64(&b, 1);
+            ob_u64(&b, d0);
+            ob_u64(&b, d1);
             ob_u32(&b, T_F32);
             ob_u64(&b, off);
-            off += (n * 4 + 31) / 32 * 32;
+            off += (d0 * d1 * 4 + 31) / 32 * 32;
         }
     static const uint8_t zeros[32];
     nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
     const size_t head = b.len;
     for (int i = 0; i < im->n; i++) {
         const nv_imatrix_entry *e = &im->e[i];
-        for (int j = 0; j < e->k; j++) {
+        const size_t n = (size_t)e->k * (size_t)e->n_mat;
+        for (size_t j = 0; j < n; j++) {
             const float v = (float)e->sum2[j];
             nv_buf_append(&b, &v, 4);
         }
-        nv_buf_append(&b, zeros, (32 - (size_t)e->k * 4 % 32) % 32);
-        const float count = (float)e->count;
-        nv_buf_append(&b, &count, 4);
-        nv_buf_append(&b, zeros, 28);
+        nv_buf_append(&b, zeros, (32 - n * 4 % 32) % 32);
+        for (int m = 0; m < e->n_mat; m++) {
+            const float count = (float)e->count[m];
+            nv_buf_append(&b, &count, 4);
+        }
+        nv_buf_append(&b, zeros, (32 - (size_t)e->n_mat * 4 % 32) % 32);
     }
     nv_err err = b.oom || b.len - head != off ? nv_fail(NV_ENOMEM, "out of memory") : NV_OK;
     if (err == NV_OK) {
@@ -2072,10 +2093,11 @@ nv_err nv_gguf_save_imatrix(const struct nv_imatrix *im, const char *path) {
     return err;
 }
 
-/* The values of t when it is F32 of dims [n] or [n, 1] (*n set), else NULL. */
-static const float *imatrix_values(const nv_gguf_tensor *t, uint64_t *n) {
-    if (!t || t->type != T_F32 || t->n_dims < 1 || t->n_dims > 2 || (t->n_dims == 2 && t->dims[1] != 1)) return NULL;
+/* The values of t when it is F32 of dims [n] or [n, m] (*n and *m set; m 1 for [n]), else NULL. */
+static const float *imatrix_values(const nv_gguf_tensor *t, uint64_t *n, uint64_t *m) {
+    if (!t || t->type != T_F32 || t->n_dims < 1 || t->n_dims > 2) return NULL;
     *n = t->dims[0];
+    *m = t->n_dims == 2 ? t->dims[1] : 1;
     return (const float *)t->data;
 }
 
@@ -2118,23 +2140,26 @@ nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im) {
             memcpy(name, t->name, nl);
             name[nl] = 0;
             snprintf(counts_name, sizeof counts_name, "%s.counts", name);
-            uint64_t k = 0, nc = 0;
-            const float *sums = imatrix_values(t, &k), *count = imatrix_values(nv_gguf_tensor_find(&g, counts_name), &nc);
-            if (!sums || !count || nc != 1) {
+            uint64_t k = 0, n_mat = 0, one = 0, nc = 0;
+            const float *sums = imatrix_values(t, &k, &n_mat),
+                        *count = imatrix_values(nv_gguf_tensor_find(&g, counts_name), &one, &nc);
+            if (!sums || !count || one != 1 || nc != n_mat) {
                 char shown[128];
-                e = nv_fail(NV_EUNSUPPORTED, "%s: entry '%s' is not F32 sums [k] with an F32 count [1] (a mixture of experts' are not read)",
-                            path, nv_gguf_shown(name, nl, shown, sizeof shown));
+                e = nv_fail(NV_EFORMAT, "%s: entry '%s' is not F32 sums [k, n] with F32 counts [1, n]", path,
+                            nv_gguf_shown(name, nl, shown, sizeof shown));
                 break;
             }
             nv_imatrix_entry *en;
-            if ((e = nv_imatrix_add_entry(im, path, name, nl, (int64_t)k, &en)) != NV_OK) break;
-            float cv;
-            memcpy(&cv, count, 4);
-            /* a count is of tokens: 0 (never seen) or at least 1, so that every mean stays finite */
-            if (!isfinite(cv) || cv < 0 || (cv > 0 && cv < 1))
-                e = nv_fail(NV_EFORMAT, "%s: entry '%s' counts %g rows (0, or 1 and more)", path, name, (double)cv);
-            en->count = cv;
-            for (uint64_t j = 0; j < k && e == NV_OK; j++) {
+            if ((e = nv_imatrix_add_entry(im, path, name, nl, (int64_t)k, (int64_t)n_mat, &en)) != NV_OK) break;
+            for (uint64_t m = 0; m < n_mat && e == NV_OK; m++) {
+                float cv;
+                memcpy(&cv, (const uint8_t *)count + 4 * m, 4);
+                /* a count is of tokens: 0 (never seen) or at least 1, so that every mean stays finite */
+                if (!isfinite(cv) || cv < 0 || (cv > 0 && cv < 1))
+                    e = nv_fail(NV_EFORMAT, "%s: entry '%s' counts %g rows (0, or 1 and more)", path, name, (double)cv);
+                en->count[m] = cv;
+            }
+            for (uint64_t j = 0; j < k * n_mat && e == NV_OK; j++) {
                 float v;
                 memcpy(&v, (const uint8_t *)sums + 4 * j, 4);
                 if (!isfinite(v) || v < 0) e = nv_fail(NV_EFORMAT, "%s: entry '%s' holds %g (finite, >= 0)", path, name, (double)v);

@@ -8,20 +8,29 @@
 #include "base/file.h"
 #include "model/gguf.h"
 
-/* The observer: each row's squared inputs added to the entry's sums (on the calling thread, before
+/* The observer: each row's squared inputs added to its matrix's sums (on the calling thread, before
  * the product; O(m k) beside the product's O(m k n)). */
 static void observe(void *ctx, const float *x, int m, int k) {
-    nv_imatrix_entry *e = ctx;
+    const nv_imatrix_obs *o = ctx;
+    nv_imatrix_entry *e = &o->im->e[o->e];
     if (k != e->k) return;
+    double *sum2 = e->sum2 + (size_t)o->mat * (size_t)k;
     for (int r = 0; r < m; r++) {
         const float *row = x + (size_t)r * k;
-        for (int j = 0; j < k; j++) e->sum2[j] += (double)row[j] * row[j];
+        for (int j = 0; j < k; j++) sum2[j] += (double)row[j] * row[j];
     }
-    e->count += m;
+    e->count[o->mat] += m;
 }
 
+/* Plan matrix i of m (nv_model_plan_count's order), or NULL (a mixture's dense FFN slots). */
 static nv_plan *plan_of(nv_model *m, int i) {
-    if (i == m->config.n_layers * NV_LAYER_MATRICES) return m->cls_plan;
+    const nv_config *c = &m->config;
+    const int dense = c->n_layers * NV_LAYER_MATRICES;
+    if (i == dense) return m->cls_plan;
+    if (i > dense) { /* a mixture's experts: (l * E + e) * 3 + part */
+        const int x = i - dense - 1, E = c->n_experts;
+        return m->plans[x / 3 / E].experts[3 * (x / 3 % E) + x % 3];
+    }
     nv_layer_plans *lp = &m->plans[i / NV_LAYER_MATRICES];
     nv_plan *const ps[NV_LAYER_MATRICES] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
     return ps[i % NV_LAYER_MATRICES];
@@ -31,29 +40,35 @@ nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
     memset(im, 0, sizeof *im);
     if (!m->plans || !m->cls_plan) return nv_fail(NV_EINVAL, "imatrix: the model's plans are not built");
     const nv_config *c = &m->config;
-    if (c->n_experts) return nv_fail(NV_EUNSUPPORTED, "imatrix: a mixture of experts' importances are not collected");
-    const int count = c->n_layers * NV_LAYER_MATRICES + 1;
-    const int q = nv_config_q_dim(c);
-    /* input widths of wq, wk, wv, wo, w1, w2, w3 */
-    const int in[NV_LAYER_MATRICES] = {c->dim, c->dim, c->dim, q, c->dim, c->hidden_dim, c->dim};
-    if (!(im->e = calloc((size_t)count, sizeof *im->e))) return nv_fail(NV_ENOMEM, "out of memory");
-    im->n = count;
-    for (int i = 0; i < count; i++) {
-        nv_imatrix_entry *e = &im->e[i];
-        nv_model_plan_tensor_name(c, i, e->name, sizeof e->name, NULL);
-        e->k = i < count - 1 ? in[i % NV_LAYER_MATRICES] : c->dim;
-        if (!(e->sum2 = calloc((size_t)e->k, sizeof *e->sum2))) {
+    const int total = nv_model_plan_count(c), dense = c->n_layers * NV_LAYER_MATRICES;
+    if (!(im->obs = calloc((size_t)total, sizeof *im->obs))) return nv_fail(NV_ENOMEM, "out of memory");
+    for (int i = 0; i < total; i++) {
+        nv_plan *p = plan_of(m, i);
+        if (!p) continue;
+        char name[sizeof im->e[0].name];
+        int expert;
+        nv_model_plan_tensor_name(c, i, name, sizeof name, &expert);
+        /* an expert's matrix is one of its layer's stacked tensor's: that entry's, made at expert 0 */
+        const nv_imatrix_entry *had = expert ? nv_imatrix_find(im, name) : NULL;
+        nv_imatrix_entry *e;
+        nv_err err = had ? NV_OK : nv_imatrix_add_entry(im, "imatrix", name, strlen(name), nv_plan_k(p), i > dense ? c->n_experts : 1, &e);
+        if (err != NV_OK) {
             nv_imatrix_free(im);
-            return nv_fail(NV_ENOMEM, "out of memory");
+            return err;
         }
+        const int at = had ? (int)(had - im->e) : im->n - 1;
+        im->obs[im->n_obs] = (nv_imatrix_obs){at, expert, im};
+        nv_plan_observe(p, observe, &im->obs[im->n_obs++]);
     }
-    for (int i = 0; i < count; i++) nv_plan_observe(plan_of(m, i), observe, &im->e[i]);
     return NV_OK;
 }
 
 void nv_imatrix_stop(nv_model *m) {
-    if (!m->plans || !m->cls_plan || m->config.n_experts) return; /* a mixture's plans were never observed */
-    for (int i = 0; i <= m->config.n_layers * NV_LAYER_MATRICES; i++) nv_plan_observe(plan_of(m, i), NULL, NULL);
+    if (!m->plans || !m->cls_plan) return;
+    for (int i = 0; i < nv_model_plan_count(&m->config); i++) {
+        nv_plan *p = plan_of(m, i);
+        if (p) nv_plan_observe(p, NULL, NULL);
+    }
 }
 
 nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name, size_t len) {
@@ -66,8 +81,12 @@ nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name, size_t len) {
 }
 
 void nv_imatrix_free(nv_imatrix *im) {
-    for (int i = 0; i < im->n; i++) free(im->e[i].sum2);
+    for (int i = 0; i < im->n; i++) {
+        free(im->e[i].sum2);
+        free(im->e[i].count);
+    }
     free(im->e);
+    free(im->obs);
     for (int i = 0; i < im->n_datasets; i++) free(im->datasets[i]);
     free(im->datasets);
     memset(im, 0, sizeof *im);
@@ -80,16 +99,22 @@ const nv_imatrix_entry *nv_imatrix_find(const nv_imatrix *im, const char *name) 
 }
 
 void nv_imatrix_means(const nv_imatrix_entry *e, float *out) {
-    for (int j = 0; j < e->k; j++) out[j] = e->count > 0 ? (float)(e->sum2[j] / e->count) : 1.0f;
+    for (int m = 0; m < e->n_mat; m++)
+        for (size_t j = (size_t)m * e->k; j < (size_t)(m + 1) * e->k; j++)
+            out[j] = e->count[m] > 0 ? (float)(e->sum2[j] / e->count[m]) : 1.0f;
 }
 
-nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, size_t name_len, int64_t k, nv_imatrix_entry **out) {
+nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, size_t name_len, int64_t k, int64_t n_mat,
+                            nv_imatrix_entry **out) {
     int printable = name_len > 0 && name_len < sizeof im->e[0].name;
     for (size_t i = 0; printable && i < name_len; i++) printable = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
     if (!printable) /* names go into messages: a tensor name is printable text */
         return nv_fail(NV_EFORMAT, "%s: an entry's name is empty, longer than %zu bytes or holds a control byte", path,
                        sizeof im->e[0].name - 1);
-    if (k < 1 || k > (1 << 24)) return nv_fail(NV_EFORMAT, "%s: an entry has %lld values (1..16777216)", path, (long long)k);
+    if (n_mat < 1 || n_mat > NV_MOE_MAX_EXPERTS)
+        return nv_fail(NV_EFORMAT, "%s: an entry of %lld matrices (1..%d)", path, (long long)n_mat, NV_MOE_MAX_EXPERTS);
+    if (k < 1 || k > (1 << 24) || k * n_mat > (1 << 24))
+        return nv_fail(NV_EFORMAT, "%s: an entry of %lld x %lld values (1..16777216)", path, (long long)k, (long long)n_mat);
     nv_imatrix_entry *grown = realloc(im->e, (size_t)(im->n + 1) * sizeof *grown);
     if (!grown) return nv_fail(NV_ENOMEM, "out of memory");
     im->e = grown;
@@ -98,7 +123,14 @@ nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, 
     memcpy(e->name, name, name_len);
     if (nv_imatrix_find(im, e->name)) return nv_fail(NV_EFORMAT, "%s: entry '%s' appears twice", path, e->name);
     e->k = (int)k;
-    if (!(e->sum2 = calloc((size_t)k, sizeof *e->sum2))) return nv_fail(NV_ENOMEM, "out of memory");
+    e->n_mat = (int)n_mat;
+    e->sum2 = calloc((size_t)(k * n_mat), sizeof *e->sum2);
+    e->count = calloc((size_t)n_mat, sizeof *e->count);
+    if (!e->sum2 || !e->count) {
+        free(e->sum2);
+        free(e->count);
+        return nv_fail(NV_ENOMEM, "out of memory");
+    }
     im->n++;
     *out = e;
     return NV_OK;
@@ -119,7 +151,7 @@ static nv_err load_dat(const char *path, const nv_mapped *map, nv_imatrix *im) {
         NV_TRY(nv_read_i32(&r, &nval, "value count"));
         if (ncall < 1) return nv_fail(NV_EFORMAT, "%s: entry %d was collected over %d calls", path, i, ncall);
         nv_imatrix_entry *e;
-        NV_TRY(nv_imatrix_add_entry(im, path, name, (size_t)len, nval, &e));
+        NV_TRY(nv_imatrix_add_entry(im, path, name, (size_t)len, nval, 1, &e)); /* a mixture's: its experts' values in a row */
         NV_TRY(nv_read_view(&r, &vals, (size_t)nval * sizeof(float), "values"));
         for (int j = 0; j < nval; j++) {
             float v;
@@ -127,7 +159,7 @@ static nv_err load_dat(const char *path, const nv_mapped *map, nv_imatrix *im) {
             if (!isfinite(v) || v < 0) return nv_fail(NV_EFORMAT, "%s: entry '%s' holds %g (finite, >= 0)", path, e->name, (double)v);
             e->sum2[j] = v; /* mean x ncall: the means come back over the calls */
         }
-        e->count = ncall;
+        e->count[0] = ncall;
     }
     int32_t last_call, dlen; /* optional */
     if (nv_reader_left(&r) == 0) return NV_OK;

@@ -1,9 +1,11 @@
 /* Importance matrices (llama.cpp's imatrix): for each weight matrix, the sum over the tokens of a
  * text of each input column's squared activation, so that quantization can keep most exact the
  * weights that meet the largest inputs. Collected while a model runs text (nv_imatrix_collect,
- * `nerve imatrix`), written and read as llama.cpp's imatrix GGUF (tensors NAME.in_sum2, F32 [k],
- * and NAME.counts, F32 [1]; general.type "imatrix", imatrix.datasets, imatrix.chunk_count,
- * imatrix.chunk_size) and read from its older .dat files too; `nerve export --imatrix` uses it. */
+ * `nerve imatrix`), written and read as llama.cpp's imatrix GGUF (tensors NAME.in_sum2, F32 [k, n],
+ * and NAME.counts, F32 [1, n], n 1 or, for a mixture's stacked expert tensor, one per expert, each
+ * expert summed over the tokens that chose it; general.type "imatrix", imatrix.datasets,
+ * imatrix.chunk_count, imatrix.chunk_size) and read from its older .dat files too; `nerve export
+ * --imatrix` uses it. */
 #ifndef NV_IMATRIX_H
 #define NV_IMATRIX_H
 
@@ -12,10 +14,17 @@
 
 typedef struct {
     char name[64]; /* the weight's GGUF tensor name, e.g. blk.0.attn_q.weight */
-    int k;         /* input columns */
-    double *sum2;  /* [k] sums of squared inputs */
-    double count;  /* rows (tokens) summed */
+    int k;         /* input columns of one matrix */
+    int n_mat;     /* matrices: 1, or the experts of a mixture's stacked tensor (blk.N.ffn_up_exps.weight) */
+    double *sum2;  /* [n_mat][k] sums of squared inputs */
+    double *count; /* [n_mat] rows (tokens) each matrix summed */
 } nv_imatrix_entry;
+
+/* Where a plan's observer adds its inputs: matrix mat of entry e (nv_imatrix_collect's). */
+typedef struct {
+    int e, mat;
+    struct nv_imatrix *im;
+} nv_imatrix_obs;
 
 typedef struct nv_imatrix {
     nv_imatrix_entry *e;
@@ -23,6 +32,8 @@ typedef struct nv_imatrix {
     int chunks, chunk_size;
     char **datasets; /* what it was collected on */
     int n_datasets;
+    nv_imatrix_obs *obs; /* one per observed plan (collecting only) */
+    int n_obs;
 } nv_imatrix;
 
 /* An entry for each of m's plan matrices (built), each plan's observer set to add its inputs
@@ -31,14 +42,17 @@ nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m);
 void nv_imatrix_stop(nv_model *m);
 /* Adds the dataset name of len bytes (up to a NUL) to what im was collected on. */
 nv_err nv_imatrix_add_dataset(nv_imatrix *im, const char *name, size_t len);
-/* A new entry (zero sums) named by name_len bytes of name (no NUL, shorter than 64, not present
- * yet) with k columns (1..2^24); path names the source in errors. */
-nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, size_t name_len, int64_t k, nv_imatrix_entry **out);
+/* A new entry (zero sums and counts) named by name_len bytes of name (no NUL, shorter than 64, not
+ * present yet) of n_mat matrices (1..NV_MOE_MAX_EXPERTS) with k columns each (k x n_mat at most
+ * 2^24); path names the source in errors. The pointer is good until the next entry is added. */
+nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, size_t name_len, int64_t k, int64_t n_mat,
+                            nv_imatrix_entry **out);
 void nv_imatrix_free(nv_imatrix *im);
 
 /* The entry of tensor `name`, NULL when there is none. */
 const nv_imatrix_entry *nv_imatrix_find(const nv_imatrix *im, const char *name);
-/* Its mean squared inputs, k floats into out; a column never seen (count 0) weighs 1. */
+/* Its mean squared inputs, k x n_mat floats into out (matrix by matrix); a matrix never seen (count
+ * 0: an expert no token chose) weighs every column 1. */
 void nv_imatrix_means(const nv_imatrix_entry *e, float *out);
 
 /* Writes im as llama.cpp's imatrix GGUF, atomically. */
