@@ -4,6 +4,7 @@
  * the logits of running it token by token; the GGUF form (llama.cpp's tensor names, shapes and keys)
  * read back to the same logits, quantized exports giving the logits of their dequantized weights to
  * the bit; malformed files and the paths that have no mixture form refused. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,12 +346,15 @@ static void test_refusals(void) {
     nv_model_free(&mq);
     /* formats and features without a mixture form */
     T_CHECK(nv_model_save_v1(&m, t_path("m.bin")) == NV_EUNSUPPORTED, "llama2.c v1 written");
-    T_CHECK(nv_hf_save(&m, NULL, t_path("hf/"), NV_HF_F32, NULL) == NV_EUNSUPPORTED, "a Hugging Face folder written");
+    nv_model biased = m; /* no model type has experts and Qwen2's biases */
+    biased.config.qkv_bias = 1;
+    T_CHECK(nv_hf_save(&biased, NULL, t_path("hf/"), NV_HF_F32, NULL) == NV_EUNSUPPORTED && !nv_file_exists(t_path("hf")),
+            "a Hugging Face folder of experts and biases written");
     const nv_lora_shape ls = {4, 8.0f, NV_LORA_Q}, lf = {4, 8.0f, NV_LORA_Q | NV_LORA_DOWN};
     T_CHECK(nv_lora_validate(&c, &ls) == NV_OK, "%s", nv_errmsg()); /* the attention's adapters */
     T_CHECK(nv_lora_validate(&c, &lf) == NV_EUNSUPPORTED, "LoRA on the experts accepted");
     nv_model_free(&m);
-    /* the CLI: generate, train and imatrix run it; a Hugging Face export refuses it in one line */
+    /* the CLI: generate, train, imatrix and a Hugging Face export take it */
     const char *tok = t_data("models/tok512.bin"), *text = t_data("corpus/tinystories_sample.txt");
     if (!tok || !text) return;
     char args[2048];
@@ -391,7 +395,9 @@ static void test_refusals(void) {
     snprintf(args, sizeof args, "export %s -o %s -z %s --type q4_k_m --imatrix %s", g512, t_path("imq.gguf"), tok, t_path("im.gguf"));
     T_CHECK(t_nerve(args) == 0, "%s", t_err);
     snprintf(args, sizeof args, "export %s -o %s -z %s", g512, t_path("hfout/"), tok);
-    T_CHECK(t_nerve(args) != 0 && strstr(t_err, "GGUF only"), "%s", t_err);
+    T_CHECK(t_nerve(args) == 0, "%s", t_err);
+    snprintf(args, sizeof args, "generate -m %s -n 12 -t 0 -p Once", t_path("hfout"));
+    T_CHECK(t_nerve(args) == 0 && !strncmp(t_out, "Once", 4), "the exported folder: %s", t_err);
     snprintf(args, sizeof args, "export %s -o %s -z %s --type q4_k_m", g512, t_path("requant.gguf"), tok);
     T_CHECK(t_nerve(args) == 0, "%s", t_err);
     /* nerve init makes one of a preset's shape (GGUF only) */
@@ -464,6 +470,25 @@ static void test_hf_folders(void) {
                 "%s", nv_errmsg());
         check_file(cj, nv_engine_best_fp32(), ref, 0.0f, qk ? "qwen3_moe F32" : "mixtral F32");
         check_file(bcj, nv_engine_best_fp32(), ref, 0.1f, qk ? "qwen3_moe BF16" : "mixtral BF16");
+        /* written by nerve (nv_hf_save, as `nerve export -o DIR/`): read back the same */
+        char out[640], bout[640];
+        snprintf(out, sizeof out, "%s", t_path(qk ? "qwen3moe-out" : "mixtral-out"));
+        snprintf(bout, sizeof bout, "%s", t_path(qk ? "qwen3moe-out-bf16" : "mixtral-out-bf16"));
+        T_CHECK(nv_hf_save(&m, NULL, out, NV_HF_F32, NULL) == NV_OK && nv_hf_save(&m, NULL, bout, NV_HF_BF16, NULL) == NV_OK, "%s",
+                nv_errmsg());
+        snprintf(cj, sizeof cj, "%s/config.json", out);
+        snprintf(bcj, sizeof bcj, "%s/config.json", bout);
+        char *text = NULL;
+        cJSON *j = nv_file_read_all(cj, &text, NULL) == NV_OK ? cJSON_Parse(text) : NULL;
+        const cJSON *mt = cJSON_GetObjectItem(j, "model_type"), *used = cJSON_GetObjectItem(j, "num_experts_per_tok"),
+                    *ne = cJSON_GetObjectItem(j, qk ? "num_experts" : "num_local_experts");
+        T_CHECK(cJSON_IsString(mt) && !strcmp(mt->valuestring, qk ? "qwen3_moe" : "mixtral") && cJSON_IsNumber(used) &&
+                    used->valuedouble == 2 && cJSON_IsNumber(ne) && ne->valuedouble == 4,
+                "config.json: %s", text ? text : nv_errmsg());
+        cJSON_Delete(j);
+        free(text);
+        check_file(cj, nv_engine_best_fp32(), ref, 0.0f, qk ? "qwen3_moe F32 written" : "mixtral F32 written");
+        check_file(bcj, nv_engine_best_fp32(), ref, 0.1f, qk ? "qwen3_moe BF16 written" : "mixtral BF16 written");
         free(ref);
         nv_model_free(&m);
     }

@@ -1252,19 +1252,24 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     NV_TRY(nv_model_half_view(m, &view, &qk));
     const size_t nt = nv_model_tensor_count(c);
     nv_tensor_ref *t = calloc(nt, sizeof *t);
-    st_out *o = calloc(nt, sizeof *o);
+    size_t no = 0;
+    if (t) nv_model_tensor_map(c, &view.w, t);
+    for (size_t i = 0; t && i < nt; i++) no += t[i].d2 ? t[i].d2 : 1; /* a stacked expert tensor: a tensor per expert */
+    st_out *o = calloc(no ? no : 1, sizeof *o);
     nv_err e = t && o ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
     if (e == NV_OK) {
-        nv_model_tensor_map(c, &view.w, t);
-        for (size_t i = 0; i < nt; i++) {
-            hf_name(t[i].name, 0, 0, o[i].name, sizeof o[i].name);
-            o[i].rows = t[i].d1 == 1 ? t[i].d0 : t[i].d1;
-            o[i].cols = t[i].d1 == 1 ? 0 : t[i].d0;
-            o[i].p = t[i].p;
-        }
+        const int mixtral = !c->qk_norm; /* Mixtral's names; Qwen3-MoE's with QK-norm */
+        size_t at = 0;
+        for (size_t i = 0; i < nt; i++)
+            for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1); x++, at++) {
+                hf_name(t[i].name, (int)x, mixtral, o[at].name, sizeof o[at].name);
+                o[at].rows = t[i].d1 == 1 ? t[i].d0 : t[i].d1;
+                o[at].cols = t[i].d1 == 1 ? 0 : t[i].d0;
+                o[at].p = t[i].p + x * t[i].d1 * t[i].d0;
+            }
         char path[HF_PATH];
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        e = st_write(path, o, nt, dtype);
+        e = st_write(path, o, no, dtype);
     }
     free(o);
     free(t);
@@ -1280,17 +1285,32 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (c->n_rope_factors && !linear && !yarn && !llama3)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
-    if (c->n_experts) return nv_fail(NV_EUNSUPPORTED, "%s: a mixture of experts is written to GGUF only (name the output .gguf)", dir);
+    if (c->n_experts && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has experts and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", dir, nv_tokenizer_vocab_size(tok), c->vocab_size);
     NV_TRY(nv_mkdirs(dir));
-    const char *type = c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
+    const int moe = c->n_experts > 0;
+    /* a mixture: Mixtral, or Qwen3-MoE with QK-norm (every layer's experts, weights renormalised) */
+    const char *type = moe ? (c->qk_norm ? "qwen3_moe" : "mixtral") : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
+    const char *cls = moe ? (c->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
+                      : c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
     cJSON *cfg = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(cfg, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString(c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddItemToArray(arch, cJSON_CreateString(cls));
     cJSON_AddStringToObject(cfg, "model_type", type);
     cJSON_AddNumberToObject(cfg, "hidden_size", c->dim);
     cJSON_AddNumberToObject(cfg, "intermediate_size", c->hidden_dim);
+    if (moe) {
+        cJSON_AddNumberToObject(cfg, c->qk_norm ? "num_experts" : "num_local_experts", c->n_experts);
+        cJSON_AddNumberToObject(cfg, "num_experts_per_tok", c->n_experts_used);
+        if (c->qk_norm) {
+            cJSON_AddNumberToObject(cfg, "moe_intermediate_size", c->hidden_dim);
+            cJSON_AddBoolToObject(cfg, "norm_topk_prob", 1);
+            cJSON_AddNumberToObject(cfg, "decoder_sparse_step", 1);
+            cJSON_AddArrayToObject(cfg, "mlp_only_layers");
+        }
+        cJSON_AddBoolToObject(cfg, "output_router_logits", 0);
+    }
     cJSON_AddNumberToObject(cfg, "num_hidden_layers", c->n_layers);
     cJSON_AddNumberToObject(cfg, "num_attention_heads", c->n_heads);
     cJSON_AddNumberToObject(cfg, "num_key_value_heads", c->n_kv_heads);

@@ -65,8 +65,10 @@ typedef enum { NV_HF_F32, NV_HF_BF16, NV_HF_F16 } nv_hf_dtype;
  * generation_config.json, model.safetensors (matrices and norms in dtype), tokenizer.json and
  * tokenizer_config.json; each file atomically. A llama2.c vocabulary is written as BPE with byte
  * fallback whose merges are every split of a piece into two pieces, ranked by the piece's score
- * (transformers' own conversion of SentencePiece models). Refused: RoPE frequency factors
- * (config.json names a scaling rule, not divisors) and QK-norm with biases (no such model type).
+ * (transformers' own conversion of SentencePiece models). A mixture of experts is written as
+ * Mixtral (model_type mixtral), or with QK-norm as Qwen3-MoE, a tensor per expert. Refused: RoPE
+ * frequency factors (config.json names a scaling rule, not divisors), and QK-norm or experts with
+ * biases (no such model type).
  * chat_template (Jinja text, or NULL): tokenizer_config.json's chat_template (written with tok). */
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template);
 
