@@ -45,6 +45,14 @@ static void train_args(char *buf, size_t cap, const char *out, const char *extra
              data ? data : "x", tok ? tok : "x", out, extra);
 }
 
+/* train_args for a run from a model file (--init-from in extra), whose shape is the file's */
+static void train_args_from(char *buf, size_t cap, const char *out, const char *extra) {
+    static const char shape[] = "--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 ";
+    train_args(buf, cap, out, extra);
+    char *at = strstr(buf, shape);
+    if (at) memset(at, ' ', strlen(shape));
+}
+
 /* A field of every step that has it in metrics.jsonl (key: "\"loss\":"), as the exact strings written. */
 static int read_field(const char *dir, const char *key, char values[][32], int max) {
     char path[800], *text = NULL;
@@ -248,10 +256,7 @@ static void test_moe_run(void) {
     char tuned[600], extra[1200];
     snprintf(tuned, sizeof tuned, "%s/moe_tuned", t_tmpdir());
     snprintf(extra, sizeof extra, "--steps 16 --init-from %s", dir);
-    train_args(args, sizeof args, tuned, extra);
-    /* train_args gives a shape: a run from a file takes the file's */
-    char *shape = strstr(args, "--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 ");
-    if (shape) memset(shape, ' ', strlen("--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 "));
+    train_args_from(args, sizeof args, tuned, extra);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "fine-tune: %s", err);
     const float v0 = val_at(dir, 24), v1 = val_at(tuned, 16);
     T_CHECK(v1 < v0, "fine-tuning the mixture: validation loss %g, was %g", v1, v0);
@@ -259,8 +264,7 @@ static void test_moe_run(void) {
     char lora_dir[600];
     snprintf(lora_dir, sizeof lora_dir, "%s/moe_lora", t_tmpdir());
     snprintf(extra, sizeof extra, "--steps 16 --lora-rank 4 --init-from %s", dir);
-    train_args(args, sizeof args, lora_dir, extra);
-    if (shape) memset(strstr(args, "--dim 32"), ' ', strlen("--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 "));
+    train_args_from(args, sizeof args, lora_dir, extra);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA on the mixture: %s", err);
     /* its merged model: the attention moved, the experts and routers as they were, bit for bit */
     nv_model base, merged;
@@ -285,8 +289,7 @@ static void test_moe_run(void) {
     snprintf(args, sizeof args, "generate -m %s --lora %s/adapter.gguf -n 12 -t 0 -p Once", dir, lora_dir);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "generate with the adapter: %s", err);
     snprintf(extra, sizeof extra, "--steps 2 --lora-rank 4 --lora-targets q,up --init-from %s", dir);
-    train_args(args, sizeof args, other, extra);
-    if (shape) memset(strstr(args, "--dim 32"), ' ', strlen("--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 "));
+    train_args_from(args, sizeof args, other, extra);
     const int lrc = run_nerve(args, err, sizeof err);
     const char *lsaid = strstr(err, "nerve train: LoRA adapters on a mixture of experts' FFN");
     T_CHECK(lrc == 1 && lsaid && strchr(lsaid, '\n') == err + strlen(err) - 1, "exit %d: %s", lrc, err);
@@ -299,8 +302,24 @@ static void test_moe_run(void) {
                 "'%s': %s", bad[i], err);
     }
     snprintf(extra, sizeof extra, "--experts 2 --init-from %s", dir);
-    train_args(args, sizeof args, other, extra);
-    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "drop --experts"), "%s", err);
+    train_args_from(args, sizeof args, other, extra);
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "a mixture of experts already"), "%s", err);
+    /* sparse upcycling: the dense run of resume_case made 4 experts, each a copy of its FFN: its first
+       evaluation is the dense model's (but for the rounding of the weighted sum), and training lowers it */
+    char up[600], dense[600];
+    snprintf(up, sizeof up, "%s/moe_upcycled", t_tmpdir());
+    snprintf(dense, sizeof dense, "%s/full", t_tmpdir());
+    snprintf(extra, sizeof extra, "--steps 16 --experts 4 --init-from %s", dense);
+    train_args_from(args, sizeof args, up, extra);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "upcycled: 4 experts"), "upcycling: %s", err);
+    const float d24 = val_at(dense, 24), u0 = val_at(up, 0), u16 = val_at(up, 16);
+    T_CHECK(fabsf(u0 - d24) <= 1e-4f * d24 && u16 < u0, "upcycled: validation loss %g at the start (the dense model's %g), %g after",
+            u0, d24, u16);
+    nv_config uc;
+    T_CHECK(run_gguf_is_ckpt(up, &uc) && uc.n_experts == 4 && uc.n_experts_used == 2, "%d experts", uc.n_experts);
+    snprintf(extra, sizeof extra, "--steps 2 --experts 4 --lora-rank 4 --init-from %s", dense);
+    train_args_from(args, sizeof args, other, extra);
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "drop --lora-rank"), "%s", err);
     /* preference losses have no share for the balance term: refused in one line */
     char pref[700];
     snprintf(pref, sizeof pref, "%s/moe_pref.jsonl", t_tmpdir());

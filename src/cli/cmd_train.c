@@ -66,7 +66,8 @@ static void usage(FILE *f) {
             "  --qk-norm: Qwen3's per-head query/key norms; --qkv-bias: Qwen2's query/key/value biases\n"
             "  --experts N: a mixture of N experts of the shape's FFN in every layer, --experts-used K (default 2)\n"
             "          of them a token, picked by a router (Mixtral's form; Qwen3-MoE's with --qk-norm; written as\n"
-            "          model.gguf); --router-aux-coef C (default 0.01) weighs the load-balancing loss that keeps\n"
+            "          model.gguf); with --init-from a dense model, each expert starts as a copy of its FFN (sparse\n"
+            "          upcycling); --router-aux-coef C (default 0.01) weighs the load-balancing loss that keeps\n"
             "          the experts evenly used (metrics' router_aux: 1 when even)\n"
             "  --init-from: a llama2.c model, a GGUF file (llama, qwen2, qwen3), a run folder or a Hugging Face\n"
             "          folder (config.json, safetensors) to fine-tune; its own tokenizer is the default -z\n"
@@ -207,8 +208,8 @@ static int train(int argc, char **argv) {
     }
 
     if (experts_used && !experts) return cli_error(CMD, 2, "--experts-used goes with --experts N");
-    if (experts && init_from)
-        return cli_error(CMD, 2, "--init-from takes the model's shape from the file: drop --experts");
+    if (experts && o.lora.rank)
+        return cli_error(CMD, 2, "--experts upcycles the model to train it whole: drop --lora-rank");
     if (experts && experts_used > experts)
         return cli_error(CMD, 2, "--experts-used %d exceeds --experts %d", experts_used, experts);
     if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
@@ -269,6 +270,18 @@ static int train(int argc, char **argv) {
             cli_error(CMD, 1, "%s", nv_errmsg());
             goto done;
         }
+        if (experts) { /* sparse upcycling: every expert a copy of the dense FFN */
+            const int used = experts_used ? experts_used : (experts < 2 ? experts : 2);
+            nv_model up;
+            if (nv_model_upcycle(&init, experts, used, o.seed, &up) != NV_OK) {
+                rc = cli_error(CMD, init.config.n_experts ? 2 : 1, "--experts: %s: %s", init_from, nv_errmsg());
+                goto done;
+            }
+            nv_model_free(&init);
+            init = up;
+            nv_info("%s upcycled: %d experts of its FFN, %d a token (%.2fM parameters)", init_from, experts, used,
+                    (double)init.n_params / 1e6);
+        }
         *c = init.config;
         o.init_params = init.params;
     } else if (dim) {
@@ -298,7 +311,7 @@ static int train(int argc, char **argv) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
         goto done;
     }
-    if (experts) /* a mixture of experts of the shape's FFN */
+    if (experts && !init_from) /* a mixture of experts of the shape's FFN */
         c->n_experts = experts, c->n_experts_used = experts_used ? experts_used : (experts < 2 ? experts : 2);
     if (aux_given && !c->n_experts) {
         rc = cli_error(CMD, 2, "--router-aux-coef weighs a mixture of experts' load balance: the model has no experts");

@@ -285,6 +285,46 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
     nv_pool_run(init_task, &j, pieces);
 }
 
+nv_err nv_model_upcycle(const nv_model *dense, int experts, int used, uint64_t seed, nv_model *out) {
+    memset(out, 0, sizeof *out);
+    if (dense->config.n_experts) return nv_fail(NV_EINVAL, "the model is a mixture of experts already");
+    nv_config c = dense->config;
+    c.n_experts = experts, c.n_experts_used = used;
+    NV_TRY(nv_config_validate(&c));
+    NV_TRY(nv_model_alloc(out, &c));
+    const size_t nd = nv_model_tensor_count(&dense->config), nm = nv_model_tensor_count(&c);
+    nv_tensor_ref *td = malloc(nd * sizeof *td), *tm = malloc(nm * sizeof *tm);
+    nv_err e = td && tm ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
+    if (e == NV_OK) {
+        nv_model_tensor_map(&dense->config, &dense->w, td);
+        nv_model_tensor_map(&c, &out->w, tm);
+    }
+    nv_rng rng;
+    nv_rng_seed(&rng, seed);
+    for (size_t i = 0; i < nm && e == NV_OK; i++) {
+        const uint64_t n = tm[i].d0 * tm[i].d1; /* one expert's, or the tensor's */
+        if (strstr(tm[i].name, ".ffn_gate_inp.")) { /* the router: small random logits, as a new model's */
+            for (uint64_t k = 0; k < n; k++) tm[i].p[k] = 0.02f * nv_rng_normal(&rng);
+            continue;
+        }
+        char want[64]; /* an expert tensor's source: the dense FFN matrix (blk.N.ffn_up_exps -> blk.N.ffn_up) */
+        const char *exps = strstr(tm[i].name, "_exps.");
+        snprintf(want, sizeof want, "%.*s%s", exps ? (int)(exps - tm[i].name) : (int)strlen(tm[i].name), tm[i].name, exps ? exps + 5 : "");
+        const nv_tensor_ref *src = NULL;
+        for (size_t k = 0; k < nd && !src; k++)
+            if (!strcmp(td[k].name, want)) src = &td[k];
+        if (!src || src->d0 * src->d1 != n) {
+            e = nv_fail(NV_EINVAL, "upcycling: no tensor %s of %llu values in the dense model", want, (unsigned long long)n);
+            break;
+        }
+        for (uint64_t x = 0; x < (tm[i].d2 ? tm[i].d2 : 1); x++) memcpy(tm[i].p + x * n, src->p, (size_t)n * sizeof(float));
+    }
+    free(td);
+    free(tm);
+    if (e != NV_OK) nv_model_free(out);
+    return e;
+}
+
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
            !c->n_rope_factors && !c->qkv_bias && !c->n_experts;

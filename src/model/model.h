@@ -143,6 +143,11 @@ nv_err nv_model_read_config(const char *path, nv_config *c);
 nv_err nv_model_alloc(nv_model *m, const nv_config *c);
 /* Random initialisation (normal(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1). */
 void nv_model_init_random(nv_model *m, uint64_t seed);
+/* Sparse upcycling: out (allocated) is the dense model made a mixture of `experts` experts, `used` a
+ * token, each expert a copy of its layer's FFN and the routers normal(0, 0.02) from seed; every
+ * other weight as it was. Its experts being equal, it computes what the dense model does (up to the
+ * rounding of the weighted sum) until training sets them apart. */
+nv_err nv_model_upcycle(const nv_model *dense, int experts, int used, uint64_t seed, nv_model *out);
 /* Writes m as a llama2.c version-1 checkpoint, atomically (refused unless nv_config_fits_v1). */
 nv_err nv_model_save_v1(const nv_model *m, const char *path);
 /* 1 when llama2.c's version-1 format holds this shape: no QK-norm, head_dim x heads = dim, RoPE theta
