@@ -383,6 +383,46 @@ static void test_cli(void) {
     T_CHECK(t_nerve(args) == 1 && strstr(t_err, "nerve imatrix:") && !nv_file_exists(t_path("never.gguf")), "%s", t_err);
     snprintf(args, sizeof args, "imatrix --help");
     T_CHECK(t_nerve(args) == 0 && strstr(t_out, "-o FILE"), "%s", t_out);
+
+    /* --in-file: a collection on the validation text added to the one before (sums and counts, chunks,
+       datasets); without -m, files combined alone (one twice: every sum and count doubled) */
+    char more[700], twice[700];
+    snprintf(more, sizeof more, "%s", t_path("more.imatrix.gguf"));
+    snprintf(twice, sizeof twice, "%s", t_path("twice.imatrix.gguf"));
+    snprintf(args, sizeof args, "imatrix -m %s -z %s -f %s --chunks 5 --ctx 256 --in-file %s -o %s", mp, tp, valid, im, more);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "35 chunks"), "%s", t_err);
+    snprintf(args, sizeof args, "imatrix --in-file %s --in-file %s -o %s", im, im, twice);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "60 chunks of 256 tokens"), "%s", t_err);
+    nv_imatrix a, b, t;
+    if (nv_imatrix_load(im, &a) == NV_OK) {
+        if (nv_imatrix_load(more, &b) == NV_OK) {
+            const nv_imatrix_entry *qa = nv_imatrix_find(&a, "blk.0.attn_q.weight"), *qb = nv_imatrix_find(&b, "blk.0.attn_q.weight");
+            T_CHECK(qa && qb && qb->count[0] == qa->count[0] + 5 * 256 && b.n_datasets == 2 && b.chunks == 35,
+                    "added: %g rows (had %g), %d datasets", qb ? qb->count[0] : 0, qa ? qa->count[0] : 0, b.n_datasets);
+            nv_imatrix_free(&b);
+        }
+        if (nv_imatrix_load(twice, &t) == NV_OK) {
+            int same = t.n == a.n;
+            for (int i = 0; same && i < a.n; i++) {
+                const nv_imatrix_entry *x = &a.e[i], *y = nv_imatrix_find(&t, x->name);
+                same = y && y->count[0] == 2 * x->count[0];
+                for (int j = 0; same && j < x->k; j++) same = y->sum2[j] == (double)(float)(2 * x->sum2[j]);
+            }
+            T_CHECK(same, "one file combined with itself is not every sum and count doubled");
+            nv_imatrix_free(&t);
+        }
+        nv_imatrix_free(&a);
+    }
+    /* refused: an entry of another shape (another model's), -f without a model */
+    nv_imatrix other = {0};
+    nv_imatrix_entry *oe;
+    T_CHECK(nv_imatrix_add_entry(&other, "t", "blk.0.attn_q.weight", 19, 32, 1, &oe) == NV_OK && nv_imatrix_save(&other, t_path("other.gguf")) == NV_OK,
+            "%s", nv_errmsg());
+    nv_imatrix_free(&other);
+    snprintf(args, sizeof args, "imatrix --in-file %s --in-file %s -o %s", im, t_path("other.gguf"), t_path("never2.gguf"));
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "another model") && !nv_file_exists(t_path("never2.gguf")), "%s", t_err);
+    snprintf(args, sizeof args, "imatrix --in-file %s -f %s", im, valid);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "combined alone"), "%s", t_err);
 }
 
 int main(void) {

@@ -68,15 +68,46 @@ static void usage(FILE *f) {
 static void imatrix_usage(FILE *f) {
     fprintf(f,
             "usage: nerve imatrix -m MODEL [-z TOKENIZER] [-f FILE...] [--ctx N] [--chunks N] [--val-frac F]\n"
-            "                     [--engine E] [--threads N] [--lora ADAPTER] [-o FILE]\n"
+            "                     [--engine E] [--threads N] [--lora ADAPTER] [--in-file IMATRIX...] [-o FILE]\n"
+            "       nerve imatrix --in-file IMATRIX --in-file IMATRIX... [-o FILE]\n"
             "  runs MODEL over a text in chunks, as nerve perplexity does (and prints its perplexity), summing\n"
             "  for every weight matrix the square of each input column over all the tokens: an importance matrix\n"
             "  (llama.cpp's imatrix), for `nerve export --type q4_k_m|q4_0|... --imatrix FILE` to keep best\n"
             "  the weights that meet the largest inputs\n"
             "  -o FILE       where it goes (default imatrix.gguf): llama.cpp's imatrix GGUF, which its\n"
             "                llama-quantize --imatrix also reads\n"
+            "  --in-file F   an importance matrix collected before (GGUF or llama.cpp's .dat) added to this\n"
+            "                one, sums and counts (llama-imatrix's --in-file); without -m, the files are\n"
+            "                combined alone\n"
             "  -m, -z, -f, --ctx, --chunks, --val-frac, --engine, --threads, --lora: as nerve perplexity's\n"
             "                (text only: no chat data); a few hundred chunks of text like the model's are plenty\n");
+}
+
+/* Adds each of the n importance matrices in files to im (nv_imatrix_merge); 0, or an exit code. */
+static int imatrix_add_files(const char *cmd, nv_imatrix *im, const char *const *files, int n) {
+    for (int i = 0; i < n; i++) {
+        nv_imatrix in;
+        if (nv_imatrix_load(files[i], &in) != NV_OK) return cli_error(cmd, 1, "%s", nv_errmsg());
+        const nv_err e = nv_imatrix_merge(im, &in, files[i]);
+        nv_imatrix_free(&in);
+        if (e != NV_OK) return cli_error(cmd, 1, "%s", nv_errmsg());
+    }
+    return 0;
+}
+
+static void imatrix_wrote(const char *path, const nv_imatrix *im) {
+    fprintf(stderr, "nerve imatrix: wrote %s (%d matrices, %d chunk%s of %d tokens)\n", path, im->n, im->chunks,
+            im->chunks == 1 ? "" : "s", im->chunk_size);
+}
+
+/* nerve imatrix --in-file A --in-file B ... without a model: the files combined into out. */
+static int imatrix_combine(const char *cmd, const char *const *files, int n, const char *out) {
+    nv_imatrix im = {0};
+    int rc = imatrix_add_files(cmd, &im, files, n);
+    if (rc == 0 && nv_imatrix_save(&im, out) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
+    if (rc == 0) imatrix_wrote(out, &im);
+    nv_imatrix_free(&im);
+    return rc;
 }
 
 /* A running mean and variance (Welford), and the standard error of the mean as llama.cpp gives it. */
@@ -473,9 +504,9 @@ done:
 static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *base_path = NULL, *base_engine_name = NULL;
     const char *imatrix_out = "imatrix.gguf", *cmd = imatrix_mode ? "imatrix" : CMD; /* errors name the command run */
-    const char *files[MAX_FILES];
+    const char *files[MAX_FILES], *in_files[MAX_FILES];
     const char *choice_path = NULL, *template_name = NULL;
-    int n_files = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0;
+    int n_files = 0, n_in = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0;
     float val_frac = 0;
     cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
@@ -495,6 +526,10 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "-o") && imatrix_mode) imatrix_out = v;
+        else if (!strcmp(a, "--in-file") && imatrix_mode) {
+            if (n_in == MAX_FILES) return cli_error(cmd, 2, "at most %d --in-file files", MAX_FILES);
+            in_files[n_in++] = v;
+        }
         else if (!strcmp(a, "-f") || !strcmp(a, "--data")) {
             if (n_files == MAX_FILES) return cli_error(cmd, 2, "at most %d files", MAX_FILES);
             files[n_files++] = v;
@@ -510,6 +545,12 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(cmd, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(cmd, 2, "unknown option '%s' (see nerve %s --help)", a, cmd);
+    }
+    if (imatrix_mode && !model_path && n_in) { /* importance matrices combined, no model run */
+        if (n_files || ctx || max_chunks || val_frac > 0 || engine_name || threads || loras.n)
+            return cli_error(cmd, 2, "without -m the --in-file files are combined alone: -f, --ctx, --chunks, --val-frac, "
+                                     "--engine, --threads and --lora need the model");
+        return imatrix_combine(cmd, in_files, n_in, imatrix_out);
     }
     if (!model_path) return cli_error(cmd, 2, "-m MODEL is required (see nerve %s --help)", cmd);
     if (imatrix_mode && (base_path || base_engine_name || choice_path || max_tasks || template_name))
@@ -656,10 +697,9 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         im.chunks = chunks, im.chunk_size = ctx;
         for (int i = 0; i < n_files && rc == 0; i++)
             if (nv_imatrix_add_dataset(&im, files[i], strlen(files[i])) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
+        if (rc == 0) rc = imatrix_add_files(cmd, &im, in_files, n_in);
         if (rc == 0 && nv_imatrix_save(&im, imatrix_out) != NV_OK) rc = cli_error(cmd, 1, "%s", nv_errmsg());
-        if (rc == 0)
-            fprintf(stderr, "nerve imatrix: wrote %s (%d matrices, %d chunk%s of %d tokens)\n", imatrix_out, im.n, chunks,
-                    chunks == 1 ? "" : "s", ctx);
+        if (rc == 0) imatrix_wrote(imatrix_out, &im);
     }
 done:
     nv_imatrix_stop(&q.m);

@@ -136,6 +136,23 @@ nv_err nv_imatrix_add_entry(nv_imatrix *im, const char *path, const char *name, 
     return NV_OK;
 }
 
+nv_err nv_imatrix_merge(nv_imatrix *dst, const nv_imatrix *src, const char *path) {
+    for (int i = 0; i < src->n; i++) {
+        const nv_imatrix_entry *a = &src->e[i];
+        nv_imatrix_entry *b = (nv_imatrix_entry *)nv_imatrix_find(dst, a->name);
+        if (!b) NV_TRY(nv_imatrix_add_entry(dst, path, a->name, strlen(a->name), a->k, a->n_mat, &b));
+        else if (b->k != a->k || b->n_mat != a->n_mat)
+            return nv_fail(NV_EINVAL, "%s: entry '%s' is %d x %d columns here and %d x %d before: collected on another model", path,
+                           a->name, a->k, a->n_mat, b->k, b->n_mat);
+        for (size_t j = 0; j < (size_t)a->k * (size_t)a->n_mat; j++) b->sum2[j] += a->sum2[j];
+        for (int m = 0; m < a->n_mat; m++) b->count[m] += a->count[m];
+    }
+    for (int i = 0; i < src->n_datasets; i++) NV_TRY(nv_imatrix_add_dataset(dst, src->datasets[i], strlen(src->datasets[i])));
+    dst->chunks += src->chunks;
+    if (!dst->chunk_size) dst->chunk_size = src->chunk_size;
+    return NV_OK;
+}
+
 static nv_err load_dat(const char *path, const nv_mapped *map, nv_imatrix *im) {
     nv_reader r = nv_reader_make(map->data, map->len, path);
     int32_t n_entries;

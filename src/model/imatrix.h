@@ -55,6 +55,10 @@ const nv_imatrix_entry *nv_imatrix_find(const nv_imatrix *im, const char *name);
  * 0: an expert no token chose) weighs every column 1. */
 void nv_imatrix_means(const nv_imatrix_entry *e, float *out);
 
+/* Adds src's sums and counts into dst's entries of the same names (entries dst lacks are added;
+ * one of another shape is an error naming path, src's file), its datasets after dst's and its
+ * chunks to dst's: llama-imatrix's --in-file, several collections as one. */
+nv_err nv_imatrix_merge(nv_imatrix *dst, const nv_imatrix *src, const char *path);
 /* Writes im as llama.cpp's imatrix GGUF, atomically. */
 nv_err nv_imatrix_save(const nv_imatrix *im, const char *path);
 /* Reads an imatrix GGUF, or llama.cpp's older binary .dat (int32 entries; per entry a name, its
