@@ -203,6 +203,20 @@ static void test_bench_generate_cases(void) {
     free(out);
 }
 
+/* bench train of a mixture of experts (stories260K's shape, 4 experts, 2 a token): measured rows with
+ * the experts said, and no PyTorch rows (the peers train dense models). */
+static void test_bench_train_experts(void) {
+    if (!have_nerve()) return;
+    int rc = -1, measured = 0;
+    char *out = run_bench("train --experts 4 --engine avx2", &rc);
+    T_CHECK(out && rc == 0, "nerve bench train --experts 4 failed (%d)", rc);
+    if (!out) return;
+    const char *figs[] = {"ms_per_step", "tokens_per_s", "tflops", "experts", "experts_used"};
+    T_CHECK(check_lines("train", out, figs, 5, &measured) > 0 && measured > 0, "no measured rows");
+    T_CHECK(strstr(out, "\"experts\":4") && strstr(out, "\"experts_used\":2") && !strstr(out, "torch"), "%.400s", out);
+    free(out);
+}
+
 /* --model takes a model file as well as a preset; anything else is an error. */
 static void test_bench_generate_model_file(void) {
     const char *mp = t_data("models/stories260K.bin");
@@ -385,6 +399,7 @@ int main(void) {
     T_RUN(test_bench_generate);
     T_RUN(test_bench_generate_cases);
     T_RUN(test_bench_generate_model_file);
+    T_RUN(test_bench_train_experts);
     T_RUN(test_accuracy_avx2);
     T_RUN(test_accuracy_avx512);
     T_RUN(test_accuracy_avx512_bf16);

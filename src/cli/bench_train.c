@@ -65,7 +65,7 @@ static double torch_step_ms(const nv_config *c, int batch, int seq, int threads,
 }
 
 int bench_train(int argc, char **argv, const bench_opts *o) {
-    int batch = 4, seq = 256, steps = o->quick ? 1 : 3, peers = 1, lora_rank = 0;
+    int batch = 4, seq = 256, steps = o->quick ? 1 : 3, peers = 1, lora_rank = 0, experts = 0, experts_used = 0;
     const char *only_model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -76,9 +76,16 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(argv[i - 1], "--steps")) { if (!cli_int(CMD, "--steps", v, 1, 1000, &steps)) return 2; }
         else if (!strcmp(argv[i - 1], "--model")) only_model = v;
         else if (!strcmp(argv[i - 1], "--lora-rank")) { if (!cli_int(CMD, "--lora-rank", v, 1, 1024, &lora_rank)) return 2; }
-        else return cli_error(CMD, 2, "unknown option '%s' (--batch, --seq, --steps, --model, --lora-rank, --no-peers)", argv[i - 1]);
+        else if (!strcmp(argv[i - 1], "--experts")) { if (!cli_int(CMD, "--experts", v, 1, NV_MOE_MAX_EXPERTS, &experts)) return 2; }
+        else if (!strcmp(argv[i - 1], "--experts-used")) { if (!cli_int(CMD, "--experts-used", v, 1, NV_MOE_MAX_EXPERTS, &experts_used)) return 2; }
+        else return cli_error(CMD, 2, "unknown option '%s' (--batch, --seq, --steps, --model, --lora-rank, --experts, --experts-used, --no-peers)",
+                              argv[i - 1]);
     }
-    if (lora_rank) peers = 0; /* the peers train whole models: no like-for-like ratio */
+    if (experts && lora_rank) return cli_error(CMD, 2, "--experts trains a mixture whole: drop --lora-rank");
+    if (experts_used && !experts) return cli_error(CMD, 2, "--experts-used goes with --experts N");
+    if (experts_used > experts) return cli_error(CMD, 2, "--experts-used %d exceeds --experts %d", experts_used, experts);
+    if (experts && !experts_used) experts_used = experts < 2 ? experts : 2; /* as nerve train's default */
+    if (lora_rank || experts) peers = 0; /* the peers train whole dense models: no like-for-like ratio */
     if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores;
     const char *models_full[] = {"stories15M", "stories110M"}, *models_quick[] = {"stories260K"};
@@ -89,6 +96,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
         nv_config c;
         if (nv_config_preset(models[mi], &c) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
         if (c.seq_len < seq) c.seq_len = seq;
+        if (experts) c.n_experts = experts, c.n_experts_used = experts_used; /* a mixture of the shape's FFN */
         double best_tps = 0;
         const char *best_engine = "";
         for (int e = NV_ENGINE_COUNT - 1; e >= 0; e--) {
@@ -130,6 +138,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             row_int(&r, "seq", seq);
             row_int(&r, "batch", batch);
             if (lora_rank) row_int(&r, "lora_rank", lora_rank);
+            if (experts) row_int(&r, "experts", experts), row_int(&r, "experts_used", experts_used);
             row_num(&r, "ms_per_step", ms);
             row_num(&r, "ms_attention", (tm.attn_seconds - attn0) * 1e3 / steps);
             row_num(&r, "tokens_per_s", tps);
