@@ -236,14 +236,23 @@ static void test_moe_run(void) {
         const double v = strtod(aux[i], NULL);
         T_CHECK(v >= 0.99 && v < 1.5, "step %d: router_aux %s", i + 1, aux[i]);
     }
+    char zs[64][32];
+    T_CHECK(read_field(dir, "\"router_z\":", zs, 64) == 24 && strtod(zs[0], NULL) > 0, "router_z not logged");
     read_losses(dir, loss, 64);
     char other[600];
     snprintf(other, sizeof other, "%s/moe_aux", t_tmpdir());
-    train_args(args, sizeof args, other, "--experts 4 --experts-used 2 --router-aux-coef 1 --steps 4");
-    T_CHECK(run_nerve(args, err, sizeof err) == 0, "%s", err);
-    char l2[64][32];
-    T_CHECK(read_losses(other, l2, 64) == 4 && !strcmp(l2[0], loss[0]) && strcmp(l2[3], loss[3]),
-            "the balance term's weight changed nothing (step 4: %s and %s)", l2[3], loss[3]);
+    static const char *const weights[2] = {"--router-aux-coef 1", "--router-z-coef 0.1"};
+    for (int wi = 0; wi < 2; wi++) { /* each term's weight is part of the objective */
+        char flags[200];
+        snprintf(flags, sizeof flags, "--experts 4 --experts-used 2 %s --steps 4", weights[wi]);
+        snprintf(other, sizeof other, "%s/moe_w%d", t_tmpdir(), wi);
+        train_args(args, sizeof args, other, flags);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "%s", err);
+        char l2[64][32];
+        T_CHECK(read_losses(other, l2, 64) == 4 && !strcmp(l2[0], loss[0]) && strcmp(l2[3], loss[3]),
+                "%s changed nothing (step 4: %s and %s)", weights[wi], l2[3], loss[3]);
+    }
+    snprintf(other, sizeof other, "%s/moe_aux", t_tmpdir());
     /* the run's model */
     nv_config mc;
     T_CHECK(run_gguf_is_ckpt(dir, &mc) && mc.n_experts == 4 && mc.n_experts_used == 2, "%d experts, %d a token",
@@ -294,8 +303,8 @@ static void test_moe_run(void) {
     const char *lsaid = strstr(err, "nerve train: LoRA adapters on a mixture of experts' FFN");
     T_CHECK(lrc == 1 && lsaid && strchr(lsaid, '\n') == err + strlen(err) - 1, "exit %d: %s", lrc, err);
     /* misuse */
-    const char *bad[] = {"--experts-used 2", "--experts 4 --experts-used 5", "--router-aux-coef 0.1",
-                         "--experts 4 --router-aux-coef -1", "--experts 0"};
+    const char *bad[] = {"--experts-used 2", "--experts 4 --experts-used 5", "--router-aux-coef 0.1", "--router-z-coef 0.1",
+                         "--experts 4 --router-aux-coef -1", "--experts 4 --router-z-coef -1", "--experts 0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         train_args(args, sizeof args, other, bad[i]);
         T_CHECK(run_nerve(args, err, sizeof err) == 2 && !strncmp(err, "nerve train:", 12) && strchr(err, '\n') == err + strlen(err) - 1,

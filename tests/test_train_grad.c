@@ -82,7 +82,8 @@ typedef struct {
 
 static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss *l, float *seq_scale) {
     const float ce = nv_tmodel_forward(tm, in, tg);
-    if (!l || !l->pairs) return (double)ce + (double)tm->router_aux_coef * tm->router_aux; /* the mixture's balance term */
+    if (!l || !l->pairs) /* a mixture's balance and z terms */
+        return (double)ce + (double)tm->router_aux_coef * tm->router_aux + (double)tm->router_z_coef * tm->router_z;
     double logp[8], total = 0;
     nv_tmodel_seq_logp(tm, logp);
     for (int i = 0; i < l->pairs; i++) {
@@ -99,7 +100,7 @@ static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss
 /* ignore_every > 0: every ignore_every-th target is -1 (chat data's prompt tokens), which the loss
  * and its gradient skip; seg: packed documents (nv_tmodel_set_segments), or NULL; l: the loss (NULL:
  * the mean cross-entropy) */
-static float fd_aux_coef; /* a mixture of experts' load-balancing weight in the loss checked */
+static float fd_aux_coef, fd_z_coef; /* a mixture of experts' load-balancing and z-loss weights in the loss checked */
 
 /* 1 when the last forward routed every row as the one whose choices `sel` holds (a mixture of
    experts' loss jumps where a choice changes: a finite difference across one says nothing) */
@@ -113,7 +114,7 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
     T_CHECK(e == NV_OK, "%s", nv_errmsg());
     if (e) return;
     perturb_init(&tm, 6);
-    tm.router_aux_coef = fd_aux_coef;
+    tm.router_aux_coef = fd_aux_coef, tm.router_z_coef = fd_z_coef;
     nv_tmodel_set_segments(&tm, seg);
     int in[64], tg[64];
     make_batch(B, T, c->vocab_size, in, tg, 77);
@@ -328,9 +329,9 @@ static void test_fd_qkv_bias(void) {
 }
 
 /* A mixture of experts: 4 experts, 2 a token (and all 3 of 3, where no choice can flip), with the
- * load-balancing term weighted so its gradient shows, tied and separate classifiers, QK-norm. */
+ * load-balancing and z terms weighted so their gradients show, tied and separate classifiers, QK-norm. */
 static void test_fd_moe(void) {
-    fd_aux_coef = 0.5f;
+    fd_aux_coef = 0.5f, fd_z_coef = 0.25f;
     nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     c.n_experts = 4, c.n_experts_used = 2;
     check_fd(&c, 2, 5);
@@ -339,7 +340,7 @@ static void test_fd_moe(void) {
     check_fd(&q, 2, 4);
     q.n_experts_used = 1; /* one expert a token: its weight is 1, the router learns from the balance term alone */
     check_fd(&q, 2, 6);
-    fd_aux_coef = 0.0f;
+    fd_aux_coef = fd_z_coef = 0.0f;
     check_fd(&c, 1, 7);
 }
 
@@ -738,7 +739,7 @@ static void threads_same_bits_of(nv_config c, const char *label) {
                 break;
             }
             perturb_init(&tm, 8);
-            tm.router_aux_coef = 0.1f;
+            tm.router_aux_coef = 0.1f, tm.router_z_coef = 0.01f;
             nv_tmodel_zero_grad(&tm);
             loss[t] = nv_tmodel_forward(&tm, in, tg);
             nv_tmodel_backward(&tm, 1.0f);
@@ -803,7 +804,7 @@ static void recompute_case(const char *label, const nv_config *c, int lora_rank,
                 break;
             }
             if (!lora_rank) perturb_init(&tm, 8);
-            tm.router_aux_coef = 0.1f;
+            tm.router_aux_coef = 0.1f, tm.router_z_coef = 0.01f;
             nv_tmodel_set_segments(&tm, seg);
             nv_tmodel_zero_grad(&tm);
             for (int k = 0; k < 2; k++) { /* accumulated: the second backward adds to the first */
@@ -905,6 +906,7 @@ static void fused_case(const nv_config *c, nv_engine_id e) {
         return;
     }
     a.router_aux_coef = b.router_aux_coef = 0.01f;
+    a.router_z_coef = b.router_z_coef = 0.001f;
     nv_adamw oa, ob;
     nv_adamw_opts o;
     nv_adamw_defaults(&o);

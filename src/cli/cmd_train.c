@@ -20,7 +20,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
-            "                   [--router-aux-coef C] [--init-from MODEL]\n"
+            "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
             "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
@@ -68,7 +68,8 @@ static void usage(FILE *f) {
             "          of them a token, picked by a router (Mixtral's form; Qwen3-MoE's with --qk-norm; written as\n"
             "          model.gguf); with --init-from a dense model, each expert starts as a copy of its FFN (sparse\n"
             "          upcycling); --router-aux-coef C (default 0.01) weighs the load-balancing loss that keeps\n"
-            "          the experts evenly used (metrics' router_aux: 1 when even)\n"
+            "          the experts evenly used (metrics' router_aux: 1 when even); --router-z-coef C (default 0, ST-MoE\n"
+            "          uses 0.001) the router z-loss that keeps its logits small (metrics' router_z)\n"
             "  --init-from: a llama2.c model, a GGUF file (llama, qwen2, qwen3), a run folder or a Hugging Face\n"
             "          folder (config.json, safetensors) to fine-tune; its own tokenizer is the default -z\n"
             "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
@@ -158,6 +159,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--experts")) ok = cli_int(CMD, a, v, 1, NV_MOE_MAX_EXPERTS, &experts);
         else if (!strcmp(a, "--experts-used")) ok = cli_int(CMD, a, v, 1, NV_MOE_MAX_EXPERTS, &experts_used);
         else if (!strcmp(a, "--router-aux-coef")) ok = cli_float(CMD, a, v, 0, 100, &o.router_aux_coef), aux_given = 1;
+        else if (!strcmp(a, "--router-z-coef")) ok = cli_float(CMD, a, v, 0, 100, &o.router_z_coef), aux_given = 1;
         else if (!strcmp(a, "--steps")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.steps);
         else if (!strcmp(a, "--batch")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.batch);
         else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq);
@@ -314,12 +316,12 @@ static int train(int argc, char **argv) {
     if (experts && !init_from) /* a mixture of experts of the shape's FFN */
         c->n_experts = experts, c->n_experts_used = experts_used ? experts_used : (experts < 2 ? experts : 2);
     if (aux_given && !c->n_experts) {
-        rc = cli_error(CMD, 2, "--router-aux-coef weighs a mixture of experts' load balance: the model has no experts");
+        rc = cli_error(CMD, 2, "--router-aux-coef and --router-z-coef weigh a mixture of experts' router losses: the model has no experts");
         goto done;
     }
     if (c->n_experts && o.lora.rank) { /* adapters on a mixture: its attention's (its router stays as it is) */
         if (aux_given) {
-            rc = cli_error(CMD, 2, "--router-aux-coef trains the router: LoRA adapters leave it frozen");
+            rc = cli_error(CMD, 2, "--router-aux-coef and --router-z-coef train the router: LoRA adapters leave it frozen");
             goto done;
         }
         if (!lora_targets) o.lora.targets = NV_LORA_ATTN;

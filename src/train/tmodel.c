@@ -46,7 +46,7 @@ static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a
         {&a->att_stats, L * (size_t)B * H * T * 2}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
         {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * hr * h}, {&a->h3, L * hr * h},
         {&a->hg, L * hr * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
-        {&a->pscale, BT}, {&a->nll, BT}, {&a->moe_p, L * BT * E}, {&a->moe_w, L * BT * K},
+        {&a->pscale, BT}, {&a->nll, BT}, {&a->moe_p, L * BT * E}, {&a->moe_w, L * BT * K}, {&a->moe_lse, E ? L * BT : 0},
         {&a->moe_y, L * BT * K * d}, {&sel, L * BT * K}, {&order, L * BT * K}, {&at, L * BT * K},
         {&off, E ? L * (E + 1) : 0},
     };
@@ -778,7 +778,7 @@ static void add_col_sums(float *g, const float *d, int rows, int n) {
 
 /* Layer slot j's routing and grouped rows. */
 typedef struct {
-    float *p, *w, *y, *h1, *h3, *hg;
+    float *p, *w, *y, *h1, *h3, *hg, *lse;
     int *sel, *order, *at, *off;
 } moe_slot;
 
@@ -788,8 +788,8 @@ static moe_slot moe_slot_of(const nv_tmodel *tm, int j) {
     const size_t rows = BT * K, h = (size_t)c->hidden_dim;
     const nv_acts *a = &tm->a;
     return (moe_slot){a->moe_p + j * BT * E, a->moe_w + j * rows, a->moe_y + j * rows * c->dim, a->h1 + j * rows * h,
-                      a->h3 + j * rows * h, a->hg + j * rows * h, a->moe_sel + j * rows, a->moe_order + j * rows,
-                      a->moe_at + j * rows, a->moe_off + j * (E + 1)};
+                      a->h3 + j * rows * h, a->hg + j * rows * h, a->moe_lse + j * BT, a->moe_sel + j * rows,
+                      a->moe_order + j * rows, a->moe_at + j * rows, a->moe_off + j * (E + 1)};
 }
 
 /* xg's grouped rows: each the input row xn of its token */
@@ -816,6 +816,7 @@ typedef struct {
     const float *dxg;     /* backward's gather: each grouped row's input gradient */
     float *dyg, *dz;
     const float *aux_g;   /* [E]: the load-balancing loss's gradient with respect to each probability */
+    float z_scale;        /* the z-loss's gradient with respect to a row's lse, over its lse (0: none) */
 } moe_job;
 
 static int task_rows(int rows, int task, int n_tasks) { return (int)((long)rows * task / n_tasks); }
@@ -850,7 +851,17 @@ static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, cons
     const int BT = tm->B * tm->T, d = c->dim, hid = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
     const moe_slot v = moe_slot_of(tm, j);
     nv_plan_run(lp->router, xn2, BT, v.p);
-    for (int r = 0; r < BT; r++) nv_moe_route(v.p + (size_t)r * E, E, K, v.sel + (size_t)r * K, v.w + (size_t)r * K);
+    double z = 0.0;
+    for (int r = 0; r < BT; r++) {
+        const float *zr = v.p + (size_t)r * E;
+        float most = zr[0];
+        double sum = 0.0;
+        for (int e = 1; e < E; e++) most = zr[e] > most ? zr[e] : most;
+        for (int e = 0; e < E; e++) sum += exp((double)zr[e] - most);
+        v.lse[r] = (float)(most + log(sum)); /* for the z-loss, before the logits become probabilities */
+        z += (double)v.lse[r] * v.lse[r];
+        nv_moe_route(v.p + (size_t)r * E, E, K, v.sel + (size_t)r * K, v.w + (size_t)r * K);
+    }
     nv_moe_group(v.sel, BT, K, E, v.off, v.order, v.at);
     moe_gather_inputs(&v, BT * K, K, d, xn2, s->xg);
     for (int e = 0; e < E; e++) {
@@ -874,6 +885,7 @@ static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, cons
         aux += (double)(v.off[e + 1] - v.off[e]) / BT * (pe / BT);
     }
     tm->router_aux += (float)(aux * E / K / c->n_layers);
+    tm->router_z += (float)(z / BT / c->n_layers);
 }
 
 /* Each row's share of the backward before the experts: its grouped rows' output gradients (weight *
@@ -902,7 +914,8 @@ static void moe_route_back_task(void *ctx, int task, int n_tasks) {
         }
         float pg = 0.0f;
         for (int e = 0; e < E; e++) pg += j->aux_g ? p[e] * j->aux_g[e] : 0.0f;
-        for (int e = 0; e < E; e++) dz[e] = j->aux_g ? p[e] * (j->aux_g[e] - pg) : 0.0f;
+        const float zg = j->z_scale * j->v.lse[r]; /* d z-loss / d logit e = zg * p[e] */
+        for (int e = 0; e < E; e++) dz[e] = (j->aux_g ? p[e] * (j->aux_g[e] - pg) : 0.0f) + zg * p[e];
         for (int k = 0; k < K; k++) dz[sel[k]] += w[k] * (dw[k] - wdw);
     }
 }
@@ -925,9 +938,9 @@ static void moe_gather_task(void *ctx, int task, int n_tasks) {
 /* The backward of moe_forward (layer l, slot j) from dx, the gradient of its output: dxn gets the
  * gradient of its input xn2, and the experts' and the router's weight gradients are added (acc) or
  * written (none when frozen: adapters on the attention train instead). aux_scale: the
- * load-balancing loss's weight times the step's gradient scale (0: none). */
+ * load-balancing loss's weight times the step's gradient scale (0: none); z_scale the z-loss's. */
 static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, const float *xn2, const float *dx, float *dxn,
-                         float aux_scale, nv_engine_id eng, int acc, int frozen) {
+                         float aux_scale, float z_scale, nv_engine_id eng, int acc, int frozen) {
     const nv_config *c = &tm->m.config;
     const nv_layer_plans *lp = &tm->m.plans[l];
     const int BT = tm->B * tm->T, d = c->dim, hid = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
@@ -938,8 +951,9 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
     float aux_g[NV_MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++)
         aux_g[e] = aux_scale * (float)((double)E / K * (v.off[e + 1] - v.off[e]) / ((double)BT * BT) / c->n_layers);
+    /* d z-loss / d lse[r] = 2 lse[r] / BT, over the mean of the layers */
     moe_job mj = {.tm = tm, .v = v, .dx = dx, .out = dxn, .dxg = s->dxg, .dyg = s->dyg, .dz = s->dz,
-                  .aux_g = aux_scale != 0.0f ? aux_g : NULL};
+                  .aux_g = aux_scale != 0.0f ? aux_g : NULL, .z_scale = (float)(2.0 * z_scale / BT / c->n_layers)};
     nv_pool_run(moe_route_back_task, &mj, pool_tasks((size_t)BT));
     nv_weights *g = &tm->g;
     for (int e = 0; e < E; e++) { /* down: the SwiGLU product's gradient and w2's */
@@ -1055,7 +1069,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     tm->inputs = inputs;
     tm->targets = targets;
     tm->seg_fwd = tm->seg;
-    tm->router_aux = 0.0f; /* the mixture's layers add theirs */
+    tm->router_aux = tm->router_z = 0.0f; /* the mixture's layers add theirs */
 
     for (int r = 0; r < BT; r++) memcpy(a->x + (size_t)r * d, w->tok_emb + (size_t)inputs[r] * d, (size_t)d * sizeof(float));
     for (int l = 0; l < c->n_layers; l++) layer_forward(tm, l, &s, 1);
@@ -1134,7 +1148,8 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2), or a mixture's weighted sum of such */
         if (c->n_experts) {
-            moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef, e, acc, frozen);
+            moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef,
+                         seq_scale ? 0.0f : grad_scale * tm->router_z_coef, e, acc, frozen);
         } else {
             nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
             if (!frozen) nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);

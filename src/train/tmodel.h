@@ -29,6 +29,7 @@ typedef struct {
     /* a mixture of experts only (K = n_experts_used, E = n_experts) */
     float *moe_p;       /* [L][BT][E] the router's softmax */
     float *moe_w;       /* [L][BT][K] the chosen experts' weights (renormalised) */
+    float *moe_lse;     /* [L][BT] the log of the sum of exp of each row's router logits */
     float *moe_y;       /* [L][BT*K][d] the experts' outputs, grouped by expert */
     int *moe_sel;       /* [L][BT][K] the chosen experts */
     int *moe_order;     /* [L][BT*K] the token * K + choice of each grouped row */
@@ -64,6 +65,9 @@ typedef struct {
        (1 when balanced). nv_tmodel_backward adds coef * grad_scale * its gradient; the preference
        losses' nv_tmodel_backward_seq does not. */
     float router_aux_coef, router_aux;
+    /* and the router z-loss's (ST-MoE: the mean over rows of the square of the log of the sum of exp
+       of the router's logits, which keeps them small; averaged over layers), weight and last value */
+    float router_z_coef, router_z;
     double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
     double attn_seconds;   /* time spent in causal attention (forward and backward) since init */
     /* LoRA (lora.rank > 0): the base weights are frozen — no gradients (grads is NULL), never

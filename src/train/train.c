@@ -554,8 +554,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (c->n_experts && ds->pref) /* the balance term has no share in the preference losses' gradient */
         return together(nv_fail(NV_EUNSUPPORTED, "preference training of a mixture-of-experts model is not supported (train "
                                                  "it on text, prompt/completion or chat data)"));
-    if (!(o->router_aux_coef >= 0.0f) || !isfinite(o->router_aux_coef))
-        return together(nv_fail(NV_EINVAL, "--router-aux-coef %g: want a finite value >= 0", (double)o->router_aux_coef));
+    if (!(o->router_aux_coef >= 0.0f) || !isfinite(o->router_aux_coef) || !(o->router_z_coef >= 0.0f) || !isfinite(o->router_z_coef))
+        return together(nv_fail(NV_EINVAL, "--router-aux-coef %g, --router-z-coef %g: want finite values >= 0",
+                                (double)o->router_aux_coef, (double)o->router_z_coef));
     if (c->qk_norm && c->qkv_bias) /* no format could hold the trained model */
         return together(nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no "
                                                  "format writes it)"));
@@ -636,6 +637,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         return e;
     }
     tm.router_aux_coef = c->n_experts && !lora ? o->router_aux_coef : 0.0f; /* adapters: the router is frozen */
+    tm.router_z_coef = c->n_experts && !lora ? o->router_z_coef : 0.0f;
     double *ref = NULL; /* DPO, IPO: the reference's log-probabilities, two a pair */
     if (with_ref && (e = pref_reference(&tm, ds, &ref))) {
         nv_tmodel_free(&tm);
@@ -788,7 +790,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     long step;
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;
-        double loss = 0, router_aux = 0; /* router_aux: a mixture's balance, the micro-batches' mean */
+        double loss = 0, router[2] = {0, 0}; /* a mixture's balance and z-loss, the micro-batches' means */
         /* the step's windows first: with chat data, the loss is the mean over the step's targets, whose
            count every process knows from the windows (it draws all of them) */
         const size_t pairs_a = (size_t)o->batch / 2; /* preference data: a micro-batch's pairs */
@@ -807,7 +809,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             double ta = nv_now();
             nv_tmodel_set_segments(&tm, seg ? seg + a * bt + mine : NULL); /* packed turns attend to themselves */
             const float l = nv_tmodel_forward(&tm, in + a * bt + mine, tg + a * bt + mine);
-            router_aux += tm.router_aux / (double)o->accum;
+            router[0] += tm.router_aux / (double)o->accum;
+            router[1] += tm.router_z / (double)o->accum;
             double tb0 = nv_now();
             if (pref) { /* the mean of the step's pairs' losses: each pair's answers weighted by its own */
                 pref_losses(&tm, tg + a * bt + mine, pair_ids + a * pairs_a + mine / (2 * (size_t)o->seq), ref,
@@ -831,8 +834,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             nv_dist_sum_f64(pref ? psums : &loss, pref ? PREF_SUMS : 1);
             if (!ds->chat) loss /= world;
             if (c->n_experts) {
-                nv_dist_sum_f64(&router_aux, 1);
-                router_aux /= world;
+                nv_dist_sum_f64(router, 2);
+                router[0] /= world, router[1] /= world;
             }
         }
         if (pref) loss = psums[PREF_PAIRS] > 0 ? psums[PREF_LOSS] / psums[PREF_PAIRS] : NAN;
@@ -875,7 +878,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             json_num(metrics, "loss", loss);
             fprintf(metrics, ",\"lr\":%.6g", lr);
             json_num(metrics, "grad_norm", gnorm);
-            if (c->n_experts) json_num(metrics, "router_aux", router_aux); /* 1 when the experts share the tokens evenly */
+            if (c->n_experts) { /* router_aux 1 when the experts share the tokens evenly */
+                json_num(metrics, "router_aux", router[0]);
+                json_num(metrics, "router_z", router[1]);
+            }
             if (pref && psums[PREF_PAIRS] > 0) { /* how often, and by how much, the model prefers the preferred */
                 json_num(metrics, "reward_acc", psums[PREF_CORRECT] / psums[PREF_PAIRS]);
                 json_num(metrics, "reward_margin", psums[PREF_MARGIN] / psums[PREF_PAIRS]);

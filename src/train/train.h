@@ -58,6 +58,7 @@ typedef struct {
     int eval_choice_tasks;
     int recompute; /* activation checkpointing (nv_tmodel_init_ex): the same bits, less memory, more time */
     float router_aux_coef; /* a mixture of experts: the load-balancing loss's weight (nv_tmodel's) */
+    float router_z_coef;   /* and the router z-loss's (0: none) */
 } nv_train_opts;
 
 void nv_train_defaults(nv_train_opts *o);
