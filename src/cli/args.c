@@ -44,6 +44,13 @@ int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, 
     return 1;
 }
 
+int cli_experts(const char *cmd, int experts, int *used) {
+    if (*used && !experts) return cli_error(cmd, 2, "--experts-used goes with --experts N");
+    if (*used > experts) return cli_error(cmd, 2, "--experts-used %d exceeds --experts %d", *used, experts);
+    if (experts && !*used) *used = experts < 2 ? experts : 2;
+    return 0;
+}
+
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
     char *end;
     errno = 0;

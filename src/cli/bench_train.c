@@ -82,9 +82,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
                               argv[i - 1]);
     }
     if (experts && lora_rank) return cli_error(CMD, 2, "--experts trains a mixture whole: drop --lora-rank");
-    if (experts_used && !experts) return cli_error(CMD, 2, "--experts-used goes with --experts N");
-    if (experts_used > experts) return cli_error(CMD, 2, "--experts-used %d exceeds --experts %d", experts_used, experts);
-    if (experts && !experts_used) experts_used = experts < 2 ? experts : 2; /* as nerve train's default */
+    if (cli_experts(CMD, experts, &experts_used)) return 2;
     if (lora_rank || experts) peers = 0; /* the peers train whole dense models: no like-for-like ratio */
     if (nv_engines_init(NULL, o->threads) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores;

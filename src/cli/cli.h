@@ -51,6 +51,9 @@ int cli_tune_count(const char *machine, char *path, size_t cap);
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out);
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
 int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
+/* --experts N and --experts-used K as given (0: not given): *used gets its default (2, or N when
+ * fewer) when N is given alone. Returns 0, or 2 after printing why the pair does not go together. */
+int cli_experts(const char *cmd, int experts, int *used);
 /* --kv-cache-dtype's value (f16, f32 or q8; model/batch.h), the same way. */
 int cli_kv_dtype(const char *cmd, const char *flag, const char *s, nv_kv_dtype *out);
 /* The value after argv[*i] (advancing *i), or NULL after printing a usage error. */

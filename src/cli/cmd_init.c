@@ -25,7 +25,7 @@ static void usage(FILE *f) {
 
 int cmd_init(int argc, char **argv) {
     const char *preset = NULL, *out = NULL;
-    int seq_len = 0, experts = 0, used = 2;
+    int seq_len = 0, experts = 0, used = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -37,12 +37,13 @@ int cmd_init(int argc, char **argv) {
         if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "--seq-len")) { if (!cli_int(CMD, a, v, 1, 1 << 22, &seq_len)) return 2; }
         else if (!strcmp(a, "--seed")) { if (!cli_u64(CMD, a, v, &seed)) return 2; }
-        else if (!strcmp(a, "--experts")) { if (!cli_int(CMD, a, v, 1, 1024, &experts)) return 2; }
-        else if (!strcmp(a, "--experts-used")) { if (!cli_int(CMD, a, v, 1, 1024, &used)) return 2; }
+        else if (!strcmp(a, "--experts")) { if (!cli_int(CMD, a, v, 1, NV_MOE_MAX_EXPERTS, &experts)) return 2; }
+        else if (!strcmp(a, "--experts-used")) { if (!cli_int(CMD, a, v, 1, NV_MOE_MAX_EXPERTS, &used)) return 2; }
         else if (!strcmp(a, "-o")) out = v;
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve init --help)", a);
     }
     if (!preset || !out) return cli_error(CMD, 2, "--preset and -o are required (see nerve init --help)");
+    if (cli_experts(CMD, experts, &used)) return 2;
     nv_config c;
     if (nv_config_preset(preset, &c) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
     if (seq_len) c.seq_len = seq_len;

@@ -209,11 +209,9 @@ static int train(int argc, char **argv) {
             return cli_error(CMD, 2, "%s", nv_errmsg());
     }
 
-    if (experts_used && !experts) return cli_error(CMD, 2, "--experts-used goes with --experts N");
+    if (cli_experts(CMD, experts, &experts_used)) return 2;
     if (experts && o.lora.rank)
         return cli_error(CMD, 2, "--experts upcycles the model to train it whole: drop --lora-rank");
-    if (experts && experts_used > experts)
-        return cli_error(CMD, 2, "--experts-used %d exceeds --experts %d", experts_used, experts);
     if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
     if (sample_given && !o.sample_every) return cli_error(CMD, 2, "--sample-tokens and --sample-prompt go with --sample-every N");
     if (o.sample_every && o.lora.rank)
@@ -273,15 +271,14 @@ static int train(int argc, char **argv) {
             goto done;
         }
         if (experts) { /* sparse upcycling: every expert a copy of the dense FFN */
-            const int used = experts_used ? experts_used : (experts < 2 ? experts : 2);
             nv_model up;
-            if (nv_model_upcycle(&init, experts, used, o.seed, &up) != NV_OK) {
+            if (nv_model_upcycle(&init, experts, experts_used, o.seed, &up) != NV_OK) {
                 rc = cli_error(CMD, init.config.n_experts ? 2 : 1, "--experts: %s: %s", init_from, nv_errmsg());
                 goto done;
             }
             nv_model_free(&init);
             init = up;
-            nv_info("%s upcycled: %d experts of its FFN, %d a token (%.2fM parameters)", init_from, experts, used,
+            nv_info("%s upcycled: %d experts of its FFN, %d a token (%.2fM parameters)", init_from, experts, experts_used,
                     (double)init.n_params / 1e6);
         }
         *c = init.config;
@@ -314,7 +311,7 @@ static int train(int argc, char **argv) {
         goto done;
     }
     if (experts && !init_from) /* a mixture of experts of the shape's FFN */
-        c->n_experts = experts, c->n_experts_used = experts_used ? experts_used : (experts < 2 ? experts : 2);
+        c->n_experts = experts, c->n_experts_used = experts_used;
     if (aux_given && !c->n_experts) {
         rc = cli_error(CMD, 2, "--router-aux-coef and --router-z-coef weigh a mixture of experts' router losses: the model has no experts");
         goto done;

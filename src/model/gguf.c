@@ -716,10 +716,11 @@ void nv_model_plan_tensor_name(const nv_config *c, int i, char *name, size_t cap
         snprintf(name, cap, "blk.%d.%s.weight", i / NV_LAYER_MATRICES, layer_parts[i % NV_LAYER_MATRICES]);
     } else if (i == dense) {
         snprintf(name, cap, "%s", c->shared_classifier ? "token_embd.weight" : "output.weight");
-    } else { /* (l * E + e) * 3 + part, after the classifier */
-        const int x = i - dense - 1, E = nv_config_ffn_sets(c);
-        snprintf(name, cap, "blk.%d.%s_exps.weight", x / 3 / E, layer_parts[4 + x % 3]);
-        if (expert) *expert = x / 3 % E;
+    } else { /* an expert's, after the classifier */
+        int l, x, k;
+        nv_model_expert_of(c, i, &l, &x, &k);
+        snprintf(name, cap, "blk.%d.%s_exps.weight", l, layer_parts[4 + k]);
+        if (expert) *expert = x;
     }
 }
 
@@ -2144,7 +2145,6 @@ nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im) {
             const float *sums = imatrix_values(t, &k, &n_mat),
                         *count = imatrix_values(nv_gguf_tensor_find(&g, counts_name), &one, &nc);
             if (!sums || !count || one != 1 || nc != n_mat) {
-                char shown[128];
                 e = nv_fail(NV_EFORMAT, "%s: entry '%s' is not F32 sums [k, n] with F32 counts [1, n]", path,
                             nv_gguf_shown(name, nl, shown, sizeof shown));
                 break;

@@ -22,20 +22,6 @@ static void observe(void *ctx, const float *x, int m, int k) {
     e->count[o->mat] += m;
 }
 
-/* Plan matrix i of m (nv_model_plan_count's order), or NULL (a mixture's dense FFN slots). */
-static nv_plan *plan_of(nv_model *m, int i) {
-    const nv_config *c = &m->config;
-    const int dense = c->n_layers * NV_LAYER_MATRICES;
-    if (i == dense) return m->cls_plan;
-    if (i > dense) { /* a mixture's experts: (l * E + e) * 3 + part */
-        const int x = i - dense - 1, E = c->n_experts;
-        return m->plans[x / 3 / E].experts[3 * (x / 3 % E) + x % 3];
-    }
-    nv_layer_plans *lp = &m->plans[i / NV_LAYER_MATRICES];
-    nv_plan *const ps[NV_LAYER_MATRICES] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
-    return ps[i % NV_LAYER_MATRICES];
-}
-
 nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
     memset(im, 0, sizeof *im);
     if (!m->plans || !m->cls_plan) return nv_fail(NV_EINVAL, "imatrix: the model's plans are not built");
@@ -43,7 +29,7 @@ nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
     const int total = nv_model_plan_count(c), dense = c->n_layers * NV_LAYER_MATRICES;
     if (!(im->obs = calloc((size_t)total, sizeof *im->obs))) return nv_fail(NV_ENOMEM, "out of memory");
     for (int i = 0; i < total; i++) {
-        nv_plan *p = plan_of(m, i);
+        nv_plan *p = nv_model_plan(m, i);
         if (!p) continue;
         char name[sizeof im->e[0].name];
         int expert;
@@ -66,7 +52,7 @@ nv_err nv_imatrix_collect(nv_imatrix *im, nv_model *m) {
 void nv_imatrix_stop(nv_model *m) {
     if (!m->plans || !m->cls_plan) return;
     for (int i = 0; i < nv_model_plan_count(&m->config); i++) {
-        nv_plan *p = plan_of(m, i);
+        nv_plan *p = nv_model_plan(m, i);
         if (p) nv_plan_observe(p, NULL, NULL);
     }
 }

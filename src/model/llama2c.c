@@ -489,6 +489,20 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
     return err;
 }
 
+nv_plan *nv_model_plan(const nv_model *m, int i) {
+    const nv_config *c = &m->config;
+    const int dense = c->n_layers * NV_LAYER_MATRICES;
+    if (i == dense) return m->cls_plan;
+    if (i > dense) {
+        int l, x, k;
+        nv_model_expert_of(c, i, &l, &x, &k);
+        return m->plans[l].experts[3 * x + k];
+    }
+    const nv_layer_plans *lp = &m->plans[i / NV_LAYER_MATRICES];
+    nv_plan *const ps[NV_LAYER_MATRICES] = {lp->wq, lp->wk, lp->wv, lp->wo, lp->w1, lp->w2, lp->w3};
+    return ps[i % NV_LAYER_MATRICES];
+}
+
 nv_err nv_model_read_config(const char *path, nv_config *c) {
     if (nv_hf_is_model(path)) return nv_hf_read_config(path, c);
     nv_mapped map;

@@ -94,6 +94,11 @@ static inline int nv_model_plan_count(const nv_config *c) {
 static inline int nv_model_expert_plan(const nv_config *c, int l, int e, int k) {
     return c->n_layers * NV_LAYER_MATRICES + 1 + (l * c->n_experts + e) * 3 + k;
 }
+/* Its inverse: expert plan matrix i's (past the classifier) layer, expert and part. */
+static inline void nv_model_expert_of(const nv_config *c, int i, int *l, int *e, int *k) {
+    const int x = i - c->n_layers * NV_LAYER_MATRICES - 1, E = c->n_experts > 0 ? c->n_experts : 1;
+    *l = x / 3 / E, *e = x / 3 % E, *k = x % 3;
+}
 
 typedef struct {
     nv_config config;
@@ -157,6 +162,9 @@ int nv_config_fits_v1(const nv_config *c);
  * with a block-quantized source gets a block-quantized plan where the engine takes one. Plans built
  * before (on another engine) are freed first. */
 nv_err nv_model_build_plans(nv_model *m, nv_engine_id e);
+/* The built plan of plan matrix i (nv_model_plan_count's order); NULL for a mixture's empty dense
+ * FFN slots. */
+nv_plan *nv_model_plan(const nv_model *m, int i);
 /* The engine the model's products run on once its plans are built: the layers' (the FFN down
  * projection and the classifier stay on bf16 tiles under an int8 engine), for messages and labels. */
 nv_engine_id nv_model_engine(const nv_model *m);

@@ -329,24 +329,23 @@ static opt_matrix plan_matrix(const nv_tmodel *tm, int i) {
             const int l = x - 3 * L * (int)E;
             return (opt_matrix){(uint64_t)(w->router + l * E * d - tm->m.params), E * d, tm->m.plans[l].router, (int)E, (int)d};
         }
-        const int l = x / (3 * (int)E), e = x / 3 % (int)E, part = x % 3;
+        int l, e, part;
+        nv_model_expert_of(c, i, &l, &e, &part);
         const uint64_t at = ((uint64_t)l * E + (uint64_t)e) * h * d;
         const float *p = (part == 0 ? w->w1 : part == 1 ? w->w2 : w->w3) + at;
-        return (opt_matrix){(uint64_t)(p - tm->m.params), h * d, tm->m.plans[l].experts[3 * e + part], part == 1 ? (int)d : (int)h,
+        return (opt_matrix){(uint64_t)(p - tm->m.params), h * d, nv_model_plan(&tm->m, i), part == 1 ? (int)d : (int)h,
                             part == 1 ? (int)h : (int)d};
     }
     const int l = i / 7;
     if (l >= L) return (opt_matrix){(uint64_t)(w->wcls - tm->m.params), V * d, tm->m.cls_plan, (int)V, (int)d};
-    const nv_layer_plans *lp = &tm->m.plans[l];
     const struct {
         const float *p;
-        nv_plan *plan;
         uint64_t rows, cols;
-    } m[7] = {{w->wq + l * q * d, lp->wq, q, d}, {w->wk + l * kv * d, lp->wk, kv, d}, {w->wv + l * kv * d, lp->wv, kv, d},
-              {w->wo + l * d * q, lp->wo, d, q}, {w->w1 + l * h * d, lp->w1, h, d},   {w->w2 + l * d * h, lp->w2, d, h},
-              {w->w3 + l * h * d, lp->w3, h, d}};
+    } m[7] = {{w->wq + l * q * d, q, d}, {w->wk + l * kv * d, kv, d}, {w->wv + l * kv * d, kv, d}, {w->wo + l * d * q, d, q},
+              {w->w1 + l * h * d, h, d}, {w->w2 + l * d * h, d, h},   {w->w3 + l * h * d, h, d}};
     const int j = i % 7;
-    return (opt_matrix){(uint64_t)(m[j].p - tm->m.params), m[j].rows * m[j].cols, m[j].plan, (int)m[j].rows, (int)m[j].cols};
+    return (opt_matrix){(uint64_t)(m[j].p - tm->m.params), m[j].rows * m[j].cols, nv_model_plan(&tm->m, i), (int)m[j].rows,
+                        (int)m[j].cols};
 }
 
 void nv_tmodel_refresh(nv_tmodel *tm) {
