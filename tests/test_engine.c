@@ -617,10 +617,43 @@ static void test_group(void) {
     }
 }
 
+/* The int8 engine a block-quantized plan asked of E takes its integer dot products to (amx-int8:
+ * avx512-int8's loop), or NV_ENGINE_COUNT for the engines that do not take them. */
+static nv_engine_id qdot_on(nv_engine_id e) {
+    if (e == NV_ENGINE_AMX_INT8)
+        e = nv_engine_available(NV_ENGINE_AVX512_INT8) ? NV_ENGINE_AVX512_INT8
+            : nv_engine_available(NV_ENGINE_AVX2_INT8) ? NV_ENGINE_AVX2_INT8
+                                                        : NV_ENGINE_COUNT;
+    return e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8 ? e : NV_ENGINE_COUNT;
+}
+
+/* The bound on a qdot plan's |y - fp32 y| for row x against output j's values q (scales s, offsets
+ * o or NULL, blocks of qb; the plan's blocks kq = 32 or 16): the activations quantised per kq-block
+ * with half-step hx = (max|x|/127)/2 move the products of q s by at most hx |q s|, the offset's term
+ * uses x's exact sum; plus fp32 terms over S = sum |x| (|q s| + |w|). */
+static double qdot_tol(const float *x, const int8_t *q, const float *s, const float *o, int qb, int k) {
+    const int kq = qb % 32 == 0 ? 32 : 16, nb = (k + qb - 1) / qb;
+    double S = 0, Q = 0;
+    for (int b0 = 0; b0 < k; b0 += kq) {
+        const int len = k - b0 < kq ? k - b0 : kq;
+        const double hx = half_step(x + b0, len);
+        for (int i = b0; i < b0 + len; i++) {
+            const double qs = fabs((double)q[i] * s[i / qb]), w = qs + (o ? fabs((double)o[i / qb]) : 0);
+            S += fabs((double)x[i]) * (qs + w);
+            Q += hx * qs;
+        }
+    }
+    (void)nb;
+    return Q + (k + 12) * U * (S + Q) + 2.0 * (k + 2) * U * S + 1e-30 * k;
+}
+
 /* Block-quantized plans (int8 values, per-block scales and optional offsets, slices turned into
  * fp32 in L1) give exactly the bits of an fp32 plan on the same weights as floats, with 8-bit panels
  * and, when every value is 0..15, with 4-bit ones; so do fp16 weights kept as fp16 (bits 16) and
- * bf16 ones kept as bf16 (NV_QBITS_BF16); the AMX engines refuse them (the caller then builds an fp32 plan). */
+ * bf16 ones kept as bf16 (NV_QBITS_BF16); the AMX engines refuse them (the caller then builds an fp32
+ * plan). On the int8 engines a block-quantized plan multiplies its values by the activations
+ * quantized per block (qdot): within qdot_tol of the fp32 plan, and its packed size is the values
+ * (4 or 8 bits), a scale and an offset per 16 or 32 of them. */
 static void test_quant(void) {
     static const int shapes[][3] = {{1, 37, 288}, {1, 64, 512}, {1, 80, 96}, {2, 64, 96}, {3, 33, 64}, {5, 20, 100},
                                     {7, 100, 288}, {16, 48, 512}, {17, 15, 32}, {25, 64, 96}, {200, 40, 288}};
@@ -664,11 +697,32 @@ static void test_quant(void) {
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
                 /* the vector bf16 and int8 engines keep block-quantized values on avx512's panels (avx2-int8
                    on avx2's where avx512 is off); fp16 and bf16 ones they refuse (their own form is as small) */
+                const nv_engine_id qe = half ? NV_ENGINE_COUNT : qdot_on(E);
                 const nv_engine_id on = half ? E
-                                        : E == NV_ENGINE_AVX512_BF16 || E == NV_ENGINE_AVX512_INT8 ? NV_ENGINE_AVX512
-                                        : E == NV_ENGINE_AVX2_INT8 ? (nv_engine_available(NV_ENGINE_AVX512) ? NV_ENGINE_AVX512 : NV_ENGINE_AVX2)
-                                                                   : E;
-                if (on != NV_ENGINE_AVX2 && on != NV_ENGINE_AVX512) {
+                                        : E == NV_ENGINE_AVX512_BF16 ? NV_ENGINE_AVX512
+                                                                     : E;
+                const nv_engine_id fe = nv_engine_available(NV_ENGINE_AVX512) ? NV_ENGINE_AVX512 : NV_ENGINE_AVX2;
+                if (qe != NV_ENGINE_COUNT) {
+                    if (e != NV_OK || nv_plan_engine(pq) != qe || nv_plan_build(&pf, fe, w, n, k) != NV_OK) {
+                        T_CHECK(0, "build on %s: %s", nv_engine_name(qe), e == NV_OK ? nv_engine_name(nv_plan_engine(pq)) : nv_errmsg());
+                    } else {
+                        nv_plan_run(pq, x, m, y0);
+                        nv_plan_run(pf, x, m, y1);
+                        int bad = 0;
+                        for (int r = 0; r < m; r++)
+                            for (int j = 0; j < n; j++) {
+                                const double tol = qdot_tol(x + (size_t)r * k, q + (size_t)j * k, s + (size_t)j * nb,
+                                                            off ? o + (size_t)j * nb : NULL, qb, k);
+                                bad += !(fabs((double)y0[(size_t)r * n + j] - y1[(size_t)r * n + j]) <= tol);
+                            }
+                        T_CHECK(!bad, "%dx%dx%d, %s, blocks of %d%s on %s: %d outputs past the bound", m, n, k, kind, qb,
+                                off ? " with offsets" : "", nv_engine_name(qe), bad);
+                        const size_t want = (size_t)(n + 15) / 16 * ((size_t)(k + qb - 1) / qb) *
+                                            ((size_t)qb * (bits == 4 ? 8 : 16) + 64 + (off ? 64 : 0));
+                        T_CHECK(nv_plan_quantized(pq) == bits && nv_plan_packed_bytes(pq) == want, "%s on %s: quantized %d, packed bytes %zu, not %zu",
+                                kind, nv_engine_name(qe), nv_plan_quantized(pq), nv_plan_packed_bytes(pq), want);
+                    }
+                } else if (on != NV_ENGINE_AVX2 && on != NV_ENGINE_AVX512) {
                     T_CHECK(e == NV_EUNSUPPORTED && !pq, "%s built a block-quantized plan", nv_engine_name(E));
                 } else if (e != NV_OK || nv_plan_engine(pq) != on || nv_plan_build(&pf, on, w, n, k) != NV_OK) {
                     T_CHECK(0, "build: %s", nv_errmsg());
@@ -759,7 +813,7 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"gemm_dw written instead of added: the bits added to zeros give", test_dw_overwrite},
                  {"1 and 2 threads give identical bits", test_threads_identical},
                  {"a plan group gives its plans' bits and one epilogue pass", test_group},
-                 {"block-quantized plans give the bits of fp32 plans", test_quant},
+                 {"block-quantized plans: the bits of fp32 plans (int8 engines: within the per-block bound)", test_quant},
                  {"products on the calling thread (nv_bpack)", test_bpack}};
     E = e;
     snprintf(skip_why, sizeof skip_why, "engine %s is off: %s", nv_engine_name(e), nv_engine_why_off(e));
@@ -831,6 +885,96 @@ static void test_int8_kernels_agree(void) {
             free(A), free(Au), free(B), free(xs), free(ws), free(wc);
             for (int v = 0; v < NK8; v++) free(C[v]);
         }
+}
+
+/* The block-quantized loop (kern.h's qdot_gemm) of every instance — the emulated VPDPBUSD, the
+ * avx2-int8 loop, and where the CPU has them AVX512_VNNI and AVX-VNNI — gives exactly a reference
+ * written from the definition: per block the int32 sum of the values (4-bit as they are, 8-bit
+ * stored + 128) times the signed activations, started at qinit for 8-bit, then the fp32 chain
+ * y = fma((float)sum, s * xs, y) and y = fma(o, xsum, y); on 1-13 rows, 1-5 tiles, blocks of 16 and
+ * 32, extreme bytes included; nothing past ncols is written. */
+static void test_qdot_kernels_agree(void) {
+    enum { NQ = 4 };
+    const nv_kern_amx *kq[NQ] = {&nv_kern_avx512int8_emu, &nv_kern_avx2int8, NULL, NULL};
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
+        kq[2] = &nv_kern_avx512int8;
+    if (__builtin_cpu_supports("avxvnni")) kq[3] = &nv_kern_avxvnni_int8;
+    static const int shapes[][3] = {{1, 1, 1}, {2, 3, 2}, {3, 2, 3}, {5, 5, 1}, {6, 2, 4}, {7, 4, 2}, {13, 3, 3}}; /* rows, tiles, blocks */
+    uint64_t seed = 31;
+    int runs = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int v = 0; v < 8; v++) {
+            const int rows = shapes[si][0], nt = shapes[si][1], nb = shapes[si][2], kqd = v & 1 ? 16 : 32, four = v >> 1 & 1,
+                      off = v >> 2 & 1, extreme = si == 4;
+            const int n = nt * 16, ncols = n - (int)(si % 3), k = nb * kqd;
+            const size_t bs = nv_qdot_block_bytes(kqd, four, off), qbytes = (size_t)kqd * (four ? 8 : 16);
+            int8_t *A = malloc((size_t)rows * k);
+            uint8_t *B = malloc((size_t)nt * nb * bs);
+            float *xs = malloc(sizeof(float) * rows * nb), *xsum = malloc(sizeof(float) * rows * nb);
+            int32_t *qinit = malloc(sizeof(int32_t) * rows * nb);
+            float *want = malloc(sizeof(float) * rows * n), *got = malloc(sizeof(float) * rows * n);
+            for (int i = 0; i < rows * k; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                A[i] = extreme ? (i % 2 ? 127 : -127) : (int8_t)((int)(seed >> 56) % 255 - 127);
+            }
+            for (size_t i = 0; i < (size_t)nt * nb * bs; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                B[i] = extreme ? 255 : (uint8_t)(seed >> 56);
+            }
+            rnd(xs, (size_t)rows * nb, &seed);
+            rnd(xsum, (size_t)rows * nb, &seed);
+            for (int i = 0; i < rows * nb; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                qinit[i] = (int32_t)(seed >> 48) - 32768;
+            }
+            for (int t = 0; t < nt; t++)
+                for (int b = 0; b < nb; b++) { /* scales and offsets: finite floats in the blocks' float slots */
+                    float *f = (float *)(void *)(B + ((size_t)t * nb + b) * bs + qbytes);
+                    rnd(f, off ? 32 : 16, &seed);
+                }
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j < n; j++) {
+                    const int t = j / 16, c = j % 16;
+                    float y = 0.0f;
+                    for (int b = 0; b < nb; b++) {
+                        const uint8_t *blk = B + ((size_t)t * nb + b) * bs;
+                        int32_t sum = four ? 0 : qinit[r * nb + b];
+                        for (int d = 0; d < kqd; d++) {
+                            const int wv = four ? (blk[(d / 8) * 64 + c * 4 + d % 4] >> (d % 8 < 4 ? 0 : 4)) & 15
+                                                : blk[(d / 4) * 64 + c * 4 + d % 4];
+                            sum += wv * A[(size_t)r * k + b * kqd + d];
+                        }
+                        const float *f = (const float *)(const void *)(blk + qbytes);
+                        y = fmaf((float)sum, f[c] * xs[r * nb + b], y);
+                        if (off) y = fmaf(f[16 + c], xsum[r * nb + b], y);
+                    }
+                    want[(size_t)r * n + j] = y;
+                }
+            const nv_qdot_a a = {A, (size_t)k, xs, xsum, qinit};
+            const nv_qdot_b qb = {B, nb, kqd, four, off};
+            for (int i = 0; i < NQ; i++) {
+                if (!kq[i]) continue;
+                for (int e = 0; e < rows * n; e++) got[e] = 12345.0f;
+                kq[i]->qdot_gemm(&a, rows, &qb, nt, got, (size_t)n, ncols);
+                int bad = 0, past = 0;
+                for (int r = 0; r < rows; r++)
+                    for (int j = 0; j < n; j++) {
+                        const float g = got[(size_t)r * n + j];
+                        if (j >= ncols) past += g != 12345.0f;
+                        else bad += memcmp(&g, &want[(size_t)r * n + j], sizeof g) != 0;
+                    }
+                T_CHECK(!bad && !past, "%s: %d outputs differ from the reference, %d written past ncols (%d rows, %d tiles, %d blocks of %d, %s%s)",
+                        kq[i]->name, bad, past, rows, nt, nb, kqd, four ? "4-bit" : "8-bit", off ? ", offsets" : "");
+                runs++;
+            }
+            free(A), free(B), free(xs), free(xsum), free(qinit), free(want), free(got);
+        }
+    if (!kq[2] || !kq[3])
+        printf("    (not run here: %s%s%s)\n", kq[2] ? "" : "the AVX512_VNNI loop", !kq[2] && !kq[3] ? " and " : "",
+               kq[3] ? "" : "the AVX-VNNI loop");
+    printf("    %d products equal the reference\n", runs);
 }
 
 /* Plans: every int8 engine that is on (amx-int8, avx512-int8, avx2-int8) gives the same y from the
@@ -998,6 +1142,7 @@ int main(void) {
     for (int e = NV_ENGINE_AVX2; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, "");
     T_RUN(test_avx512_bits_equal_avx2);
     T_RUN(test_int8_kernels_agree);
+    T_RUN(test_qdot_kernels_agree);
     T_RUN(test_int8_plans_agree);
     T_RUN(test_deep_int8_plans_fall_to_float);
     /* The engines this CPU lacks, on their emulated kernels. */

@@ -342,6 +342,24 @@ static void test_export_roundtrip(void) {
  * matrices as int8, 4-bit, fp16 or bf16 values for avx2/avx512 plans, which give exactly the logits
  * of fp32 plans over the dequantized weights, and stay close to the fp32 model's (Q4_0 less so: 16
  * levels). bits: 4, 8, 16 or NV_QBITS_BF16. */
+/* Of n positions' logits (v each), how many pick the same top token in a as in b; *moved the largest
+ * |a - b|, *largest the largest |a|. */
+static int logits_agree(const float *a, const float *b, int n, size_t v, double *moved, double *largest) {
+    int agree = 0;
+    *moved = *largest = 0;
+    for (int p = 0; p < n; p++) {
+        const float *x = a + (size_t)p * v, *y = b + (size_t)p * v;
+        size_t ix = 0, iy = 0;
+        for (size_t i = 0; i < v; i++) {
+            ix = x[i] > x[ix] ? i : ix, iy = y[i] > y[iy] ? i : iy;
+            *moved = fmax(*moved, fabs((double)x[i] - y[i]));
+            *largest = fmax(*largest, fabs((double)x[i]));
+        }
+        agree += ix == iy;
+    }
+    return agree;
+}
+
 static void export_and_quantized_plans(const char *type, int bits) {
     const int half = bits >= 16;
     /* half an ulp, relative to the largest value: fp16 keeps 10 stored significand bits, bf16 7 */
@@ -419,18 +437,8 @@ static void export_and_quantized_plans(const char *type, int bits) {
     float *lb = malloc(N * V * 4), *lq = malloc(N * V * 4), *lf = malloc(N * V * 4);
     T_CHECK(lb && lq && lf && t_forward_logits(&b, toks, N, lb) && t_forward_logits(&q, toks, N, lq) && t_forward_logits(&f, toks, N, lf), "forward");
     T_CHECK(!memcmp(lq, lf, N * V * 4), "block-quantized plans differ from fp32 plans over the same weights");
-    int agree = 0;
-    double dmax = 0, lmax = 0;
-    for (int p = 0; p < N; p++) {
-        const float *x = lb + p * V, *y = lq + p * V;
-        int ix = 0, iy = 0;
-        for (size_t v = 0; v < V; v++) {
-            ix = x[v] > x[ix] ? (int)v : ix, iy = y[v] > y[iy] ? (int)v : iy;
-            dmax = fmax(dmax, fabs((double)x[v] - y[v]));
-            lmax = fmax(lmax, fabs((double)x[v]));
-        }
-        agree += ix == iy;
-    }
+    double dmax, lmax;
+    const int agree = logits_agree(lb, lq, N, V, &dmax, &lmax);
     T_CHECK(bits >= 8 ? agree >= N * 9 / 10 && dmax < 0.05 * lmax : agree >= N / 2 && dmax < 0.5 * lmax,
             "%s against fp32: top-1 %d of %d, logits moved %g (largest %g)", type, agree, N, dmax, lmax);
     if (getenv("T_VERBOSE")) printf("    %s against fp32: top-1 %d of %d, logits moved %g (largest %g)\n", type, agree, N, dmax, lmax);
@@ -487,6 +495,24 @@ static void export_and_quantized_plans(const char *type, int bits) {
                 for (size_t i = 0; i < wq_n; i++) zero &= z.w.wq[i] == 0.0f;
                 T_CHECK(zero && z.quant[0].pending, "%s on %s: the fp32 weights were made for good", type, nv_engine_name(lo));
                 free(lo_z), free(lo_f);
+            }
+            if (!half && nv_engine_int8(lo)) {
+                /* an int8 engine multiplies the block-quantized values by activations quantized per
+                   block, the classifier's too: close to the fp32 plans over the same values */
+                float *lo_z = malloc(N * V * 4);
+                T_CHECK(nv_model_build_plans(&z, lo) == NV_OK && lo_z && nv_plan_quantized(z.plans[0].wq) == bits &&
+                            nv_engine_int8(nv_plan_engine(z.plans[0].wq)) && nv_plan_quantized(z.cls_plan) == bits &&
+                            nv_engine_int8(nv_plan_engine(z.cls_plan)) && t_forward_logits(&z, toks, N, lo_z),
+                        "%s on %s: plans (%s)", type, nv_engine_name(lo), nv_errmsg());
+                double moved = 0, largest = 0;
+                const int same = lo_z ? logits_agree(lq, lo_z, N, V, &moved, &largest) : 0;
+                T_CHECK(same >= N * 9 / 10 && moved > 0 && moved < 0.05 * largest,
+                        "%s on %s against fp32 plans of the same values: top-1 %d of %d, logits moved %g (largest %g)", type,
+                        nv_engine_name(lo), same, N, moved, largest);
+                if (getenv("T_VERBOSE"))
+                    printf("    %s on %s against fp32 plans of the same values: top-1 %d of %d, logits moved %g (largest %g)\n", type,
+                           nv_engine_name(lo), same, N, moved, largest);
+                free(lo_z);
             }
         } else if (variant == 1) { /* the scalar engine reads fp32 weights: made exactly as a full load's */
             T_CHECK(nv_model_build_plans(&z, NV_ENGINE_SCALAR) == NV_OK && !z.quant[0].pending &&

@@ -70,6 +70,10 @@ struct nv_plan {
        is 0..15) with per-block scales and offsets beside them, or fp16 panels without them */
     int quant, bits, qb; /* bits per stored value: 4, 8, 16 (fp16) or NV_QBITS_BF16 */
     float *qscale, *qoff; /* [np][k/qb][nr] */
+    /* block-quantized on an int8 engine (qdot): integer dot products with the activations quantized
+       per block of kq depths: pack holds np column tiles of 16 outputs, each k/kq blocks of values,
+       scales and offsets (kern.h's nv_qdot_b) */
+    int qdot, kq, qoffsets;
     /* tile engines' dx: W^T's tiles in a buffer kept for the plan's life, so a training step does not
        fault in and zero the pages of a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x
        768); a call that finds it in use by another thread takes a buffer of its own. On bf16 tiles,
@@ -582,6 +586,7 @@ long nv_plan_builds(void) { return atomic_load(&plan_build_count); }
 
 size_t nv_plan_packed_bytes(const nv_plan *p) {
     if (p->engine == NV_ENGINE_SCALAR) return (size_t)p->n * p->k * sizeof(float);
+    if (p->qdot) return p->pack_bytes; /* values, scales and offsets */
     if (p->quant)
         return p->pack_bytes + (p->qscale ? (size_t)p->np * cdiv(p->k, p->qb) * p->kf->nr * sizeof(float) * (p->qoff ? 2 : 1) : 0);
     return p->pack_bytes + (p->wscale ? (size_t)p->n * sizeof(float) : 0) + (p->wcomp ? (size_t)p->n * sizeof(int32_t) : 0);
@@ -646,13 +651,86 @@ int nv_qweights_four_bit(const int8_t *q, size_t n) {
     return 1;
 }
 
+/* The depth block of a block-quantized matrix's integer dot products: 32 or 16 (a block of qb cut
+ * into equal pieces that keep its scale and offset), 0 when qb is a multiple of neither. */
+static int qdot_kq(int qb) { return qb % 32 == 0 ? 32 : qb % 16 == 0 ? 16 : 0; }
+
+/* Column tiles t0..t1-1 of a qdot plan (kern.h's nv_qdot_b), zero past the last output and past k. */
+static void pack_qdot_task(void *vc, int task, int nt) {
+    pack_ctx *c = vc;
+    const nv_plan *p = c->p;
+    const nv_qweights *w = c->qw;
+    const int n = p->n, k = p->k, kq = p->kq, nb = cdiv(k, kq), nbw = cdiv(k, w->qb), four = p->bits == 4;
+    const size_t qbytes = (size_t)kq * (four ? 8 : 16), bs = nv_qdot_block_bytes(kq, four, w->o != NULL);
+    int t0, t1;
+    pack_range(c, task, nt, &t0, &t1);
+    for (int t = t0; t < t1; t++)
+        for (int kb = 0; kb < nb; kb++) {
+            uint8_t *dq = (uint8_t *)p->pack + ((size_t)t * nb + kb) * bs;
+            float *ds = (float *)(void *)(dq + qbytes), *dof = w->o ? ds + 16 : NULL;
+            memset(dq, four ? 0 : 0x80, qbytes); /* value 0 (8-bit ones stored + 128) */
+            for (int cc = 0; cc < 16; cc++) {
+                const int j = t * 16 + cc;
+                const int8_t *q = j < n ? w->q + (size_t)j * k : NULL;
+                for (int d = 0; q && d < kq && kb * kq + d < k; d++) {
+                    const int v = q[kb * kq + d];
+                    if (four) /* row d / 8: depths 0-3 of the eight in the low nibbles, 4-7 in the high ones */
+                        dq[(d / 8) * 64 + cc * 4 + d % 4] |= (uint8_t)(v << (d % 8 < 4 ? 0 : 4));
+                    else
+                        dq[(d / 4) * 64 + cc * 4 + d % 4] = (uint8_t)(v + 128);
+                }
+                const size_t wb = (size_t)j * nbw + (size_t)kb * kq / w->qb; /* the source block holding this piece */
+                ds[cc] = q ? w->s[wb] : 0.0f;
+                if (dof) dof[cc] = q ? w->o[wb] : 0.0f;
+            }
+        }
+}
+
+/* A qdot plan on int8 engine e (its kernel has qdot_gemm; w's qb a multiple of 16). */
+static nv_err qdot_build_on(nv_plan **out, nv_engine_id e, const nv_qweights *w, int n, int k) {
+    nv_plan *p;
+    NV_TRY(plan_new(&p, e, n, k));
+    p->ka = tile_kern(e);
+    p->np = cdiv(n, 16);
+    p->quant = p->qdot = 1;
+    p->qb = w->qb;
+    p->kq = qdot_kq(w->qb);
+    p->qoffsets = w->o != NULL;
+    p->bits = nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
+    p->pack_bytes = (size_t)p->np * cdiv(k, p->kq) * nv_qdot_block_bytes(p->kq, p->bits == 4, p->qoffsets);
+    if (!(p->pack = pack_alloc(p->pack_bytes))) {
+        nv_plan_free(p);
+        return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
+    }
+    pack_ctx c = {p, NULL, w, 0, p->np};
+    pack_run(pack_qdot_task, &c);
+    *out = p;
+    return NV_OK;
+}
+
+/* The int8 engine a block-quantized plan asked of int8 engine e runs its integer dot products on:
+ * e's vector loop (amx-int8: avx512-int8's, as tiles cannot scale each block of 16 or 32 depths),
+ * or NV_ENGINE_COUNT when none is on or qb does not fit. */
+static nv_engine_id qdot_engine(nv_engine_id e, const nv_qweights *w, int k) {
+    if (!int8_tiles(e) || !w || w->h || !w->q || !w->s || !qdot_kq(w->qb) || w->qb > k) return NV_ENGINE_COUNT;
+    if (e == NV_ENGINE_AMX_INT8) e = engine_resolve(NV_ENGINE_AVX512_INT8);
+    return int8_tiles(e) && e != NV_ENGINE_AMX_INT8 && tile_kern(e) && tile_kern(e)->qdot_gemm ? e : NV_ENGINE_COUNT;
+}
+
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k) {
     *out = NULL;
     if (!engines_ready) NV_TRY(nv_engines_init(NULL, 0));
     nv_engine_id e = engine_resolve(want);
-    /* the vector bf16 and int8 engines read block-quantized values as they are on avx512 where it is
-       on, else avx2 (no more bytes than their own int8 or bf16 copy, exact, no requantising); fp16 and
-       bf16 values are as many bytes as bf16 tiles and twice int8's: those engines make their own */
+    const nv_engine_id qe = n > 0 && k > 0 ? qdot_engine(e, w, k) : NV_ENGINE_COUNT;
+    if (qe != NV_ENGINE_COUNT) {
+        NV_TRY(qdot_build_on(out, qe, w, n, k));
+        atomic_fetch_add(&plan_build_count, 1);
+        return NV_OK;
+    }
+    /* the vector bf16 engine, and the vector int8 ones for blocks their loop cannot take, read
+       block-quantized values as they are on avx512 where it is on, else avx2 (no more bytes than their
+       own int8 or bf16 copy, exact, no requantising); fp16 and bf16 values are as many bytes as bf16
+       tiles and twice int8's: those engines make their own */
     if (!(w && w->h) && (e == NV_ENGINE_AVX512_BF16 || e == NV_ENGINE_AVX512_INT8 || e == NV_ENGINE_AVX2_INT8))
         e = engine_resolve(NV_ENGINE_AVX512);
     if (e != NV_ENGINE_AVX2 && e != NV_ENGINE_AVX512)
@@ -700,7 +778,9 @@ typedef struct {
     size_t lda;              /* elements per row of abuf */
     int depth;               /* padded reduction length */
     const float *colscale;   /* to_bf16: per-column factor (int8 dx folds the weight scales into dy) */
-    float *rowscale;         /* int8: per-row activation scales */
+    float *rowscale;         /* int8: per-row activation scales (qdot: per row and block) */
+    float *xsum;             /* qdot: per row and block, the activations' exact sum ... */
+    int32_t *qinit;          /* ... and -128 * the sum of their quantised values */
     int accumulate;          /* dx, dw: add to the output instead of overwriting it */
     atomic_int fail;         /* a task ran out of memory and wrote NaN */
 } op_ctx;
@@ -1240,6 +1320,75 @@ static int tile_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
     return 1;
 }
 
+/* ---------------------------------------------------------------- block-quantized plans on the int8 engines */
+
+/* Activation rows quantized per block of kq depths for a qdot plan (kern.h's nv_qdot_a): each
+ * block's signed bytes (as row_to_int8: scale = max|x| / 127 over the block), its scale, its exact
+ * sum in order and -128 * the sum of its bytes. */
+static void to_qdot_task(void *vc, int task, int nt) {
+    op_ctx *c = vc;
+    const int kq = c->p->kq, k = c->k, nb = cdiv(k, kq);
+    const int r0 = (int)((long)c->m * task / nt), r1 = (int)((long)c->m * (task + 1) / nt);
+    for (int r = r0; r < r1; r++) {
+        const float *x = c->a + (size_t)r * k;
+        int8_t *d = (int8_t *)c->abuf + (size_t)r * c->lda;
+        for (int b = 0; b < nb; b++) {
+            const int len = imin(kq, k - b * kq);
+            const size_t at = (size_t)r * nb + b;
+            float sum = 0.0f;
+            int32_t qsum = 0;
+            for (int i = 0; i < len; i++) sum += x[b * kq + i];
+            c->rowscale[at] = row_to_int8(x + b * kq, d + b * kq, len, 0);
+            memset(d + b * kq + len, 0, (size_t)(kq - len));
+            for (int i = 0; i < len; i++) qsum += d[b * kq + i];
+            c->xsum[at] = sum;
+            c->qinit[at] = -128 * qsum;
+        }
+    }
+}
+
+/* x's m rows quantized for qdot plan p into c->abuf, c->rowscale, c->xsum and c->qinit, which the
+ * caller frees (qdot_release); 0 when out of memory (nothing to free then). */
+static int qdot_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
+    const int nb = cdiv(p->k, p->kq);
+    const size_t lda = (size_t)nb * p->kq, blocks = (size_t)m * nb;
+    void *abuf = aalloc((size_t)m * lda);
+    float *xs = aalloc(blocks * sizeof(float)), *xsum = aalloc(blocks * sizeof(float));
+    int32_t *qinit = aalloc(blocks * sizeof(int32_t));
+    if (!abuf || !xs || !xsum || !qinit) {
+        free(abuf), free(xs), free(xsum), free(qinit);
+        return 0;
+    }
+    op_ctx conv = {.p = p, .a = x, .m = m, .k = p->k, .abuf = abuf, .rowscale = xs, .xsum = xsum, .qinit = qinit, .lda = lda};
+    run_tasks(to_qdot_task, &conv, conv_tasks(m, (size_t)m * p->k));
+    c->abuf = abuf;
+    c->rowscale = xs;
+    c->xsum = xsum;
+    c->qinit = qinit;
+    c->lda = lda;
+    return 1;
+}
+
+static void qdot_release(op_ctx *c) { free(c->abuf), free(c->rowscale), free(c->xsum), free(c->qinit); }
+
+static void qdot_run_task(void *vc, int task, int nt) {
+    (void)nt;
+    op_ctx *c = vc;
+    const nv_plan *p = c->p;
+    int r0, r1, t0, t1;
+    grid_task(&c->g, task, &r0, &r1, &t0, &t1);
+    if (r0 >= r1 || t0 >= t1) return;
+    const int nb = cdiv(p->k, p->kq), n = c->n, four = p->bits == 4;
+    const size_t at = (size_t)r0 * nb;
+    const nv_qdot_a a = {(const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, c->rowscale + at, c->xsum + at, c->qinit + at};
+    const nv_qdot_b b = {(const uint8_t *)p->pack + (size_t)t0 * nb * nv_qdot_block_bytes(p->kq, four, p->qoffsets), nb, p->kq,
+                         four, p->qoffsets};
+    p->ka->qdot_gemm(&a, r1 - r0, &b, t1 - t0, c->out + (size_t)r0 * n + (size_t)t0 * 16, n, n - t0 * 16);
+}
+
+/* Rows per qdot task unit: the widest micro-kernel's (zmm: 6). */
+#define QDOT_ROWS 6
+
 /* ---------------------------------------------------------------- plan groups */
 
 #define GROUP_MAX 8
@@ -1292,12 +1441,15 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
     for (int i = 0; i < count; i++)
         if (plans[i]->observe) plans[i]->observe(plans[i]->observe_ctx, x, m, plans[i]->k);
     const nv_engine_id e = plans[0]->engine;
-    const int tiles = bf16_tiles(e) || int8_tiles(e); /* x converted once for all of them */
-    int fused = count <= GROUP_MAX && (tiles || e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
+    const int qd = plans[0]->qdot, tiles = !qd && (bf16_tiles(e) || int8_tiles(e)); /* x converted once for all of them */
+    int fused = count <= GROUP_MAX && (qd || tiles || e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
     for (int i = 1; i < count; i++)
-        if (plans[i]->engine != e || plans[i]->k != plans[0]->k || (ep && plans[i]->n != plans[0]->n)) fused = 0;
+        if (plans[i]->engine != e || plans[i]->k != plans[0]->k || (ep && plans[i]->n != plans[0]->n) ||
+            plans[i]->qdot != qd || plans[i]->kq != plans[0]->kq)
+            fused = 0;
     op_ctx shared = {0};
-    if (fused && tiles && !tile_prepare(&shared, plans[0], x, m)) fused = 0; /* out of memory: plan by plan */
+    if (fused && (qd ? !qdot_prepare(&shared, plans[0], x, m) : tiles && !tile_prepare(&shared, plans[0], x, m)))
+        fused = 0; /* out of memory: plan by plan */
     if (!fused) { /* one by one, then the epilogue by rows */
         for (int i = 0; i < count; i++) plan_run(plans[i], x, m, ys[i]);
         if (ep) {
@@ -1307,22 +1459,27 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
         return;
     }
     group_ctx g = {.count = count, .ep = ep, .ep_ctx = ep_ctx};
-    g.fn = tiles ? amx_run_task : e == NV_ENGINE_SCALAR ? scalar_run_task : fp32_run_task;
-    g.cunit = tiles ? 32 : e == NV_ENGINE_SCALAR ? 1 : plans[0]->kf->nr; /* tiles: pairs of column tiles */
+    g.fn = qd ? qdot_run_task : tiles ? amx_run_task : e == NV_ENGINE_SCALAR ? scalar_run_task : fp32_run_task;
+    g.cunit = qd ? 16 : tiles ? 32 : e == NV_ENGINE_SCALAR ? 1 : plans[0]->kf->nr; /* tiles: pairs of column tiles */
     int most = 0;
     for (int i = 0; i < count; i++) {
         const nv_plan *p = plans[i];
         op_ctx *c = &g.c[i];
         *c = (op_ctx){.p = p, .a = x, .out = ys[i], .m = m, .n = p->n, .k = p->k, .abuf = shared.abuf, .lda = shared.lda,
-                      .depth = shared.depth, .rowscale = shared.rowscale};
+                      .depth = shared.depth, .rowscale = shared.rowscale, .xsum = shared.xsum, .qinit = shared.qinit};
         /* sized by the whole group's work, so a group of small products still splits */
         double macs = (double)m * p->k * p->n * count;
-        g.tasks[i] = tiles                    ? grid_make(&c->g, m, 32, cdiv(p->np, 2), macs)
+        g.tasks[i] = qd                       ? grid_make(&c->g, m, QDOT_ROWS, p->np, macs)
+                     : tiles                  ? grid_make(&c->g, m, 32, cdiv(p->np, 2), macs)
                      : e == NV_ENGINE_SCALAR ? grid_make(&c->g, m, 1, p->n, macs)
                                              : grid_make(&c->g, m, p->kf->mr, p->np, macs);
         if (g.tasks[i] > most) most = g.tasks[i];
     }
     run_tasks(group_task, &g, most);
+    if (qd) {
+        qdot_release(&shared);
+        return;
+    }
     free(shared.abuf);
     free(shared.rowscale);
 }
@@ -1339,6 +1496,16 @@ static void plan_run(const nv_plan *p, const float *x, int m, float *y) {
     const int n = p->n, k = p->k;
     const double macs = (double)m * n * k;
     op_ctx c = {.p = p, .a = x, .out = y, .m = m, .n = n, .k = k};
+    if (p->qdot) {
+        if (!qdot_prepare(&c, p, x, m)) {
+            nv_warn("plan: out of memory for %d x %d activations; output set to NaN", m, k);
+            fill_nan(y, (size_t)m * n);
+            return;
+        }
+        run_tasks(qdot_run_task, &c, grid_make(&c.g, m, QDOT_ROWS, p->np, macs));
+        qdot_release(&c);
+        return;
+    }
     switch (p->engine) {
     case NV_ENGINE_AVX2:
     case NV_ENGINE_AVX512:
@@ -1513,6 +1680,91 @@ static float max_abs(const float *v, int count) {
     return a;
 }
 
+/* The same product split over the pool's threads must give identical bits (y2: room for them);
+ * 0 with the reason in why when it does not. */
+static int split_same(const nv_plan *pe, const float *x, int m, const float *y, float *y2, const char *what, char *why,
+                      size_t len) {
+    if (force_inline) return 1;
+    force_split = 1;
+    nv_plan_run(pe, x, m, y2);
+    force_split = 0;
+    if (!memcmp(y, y2, sizeof(float) * m * pe->n)) return 1;
+    snprintf(why, len, "self-test: %s%dx%dx%d differs when split over %d threads", what, m, pe->n, pe->k, nv_pool_threads());
+    return 0;
+}
+
+/* A vector int8 engine's product over block-quantized weights (qdot) against scalar over the same
+ * weights as floats: 4-bit and 8-bit values, blocks of 16 and 32 (one cut into two kernel blocks of
+ * 16), with and without offsets, depths past the last whole block; within the activations' per-block
+ * quantisation bound Q = sum over blocks of xscale/2 * sum |q s|, plus fp32 terms; and identical bits
+ * split over the pool. */
+static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
+    static const int shapes[][4] = {{17, 37, 100, 32}, {1, 37, 100, 16}, {3, 20, 45, 16}, {6, 33, 96, 32}};
+    int ok = 1;
+    uint64_t seed = 0x9d070000u + (uint64_t)e;
+    for (size_t si = 0; ok && si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], qb = shapes[si][3], nb = cdiv(k, qb);
+        const int four = si % 2 == 0, off = si < 2;
+        int8_t *q = malloc((size_t)n * k);
+        float *sc = malloc(sizeof(float) * n * nb), *of = malloc(sizeof(float) * n * nb), *w = malloc(sizeof(float) * n * k);
+        float *x = malloc(sizeof(float) * m * k), *y = malloc(sizeof(float) * m * n), *yr = malloc(sizeof(float) * m * n),
+              *y2 = malloc(sizeof(float) * m * n);
+        nv_plan *pe = NULL, *ps = NULL;
+        if (!q || !sc || !of || !w || !x || !y || !yr || !y2) {
+            snprintf(why, len, "self-test: out of memory");
+            ok = 0;
+            goto next;
+        }
+        fill_rand(sc, (size_t)n * nb, &seed);
+        fill_rand(of, (size_t)n * nb, &seed);
+        fill_rand(x, (size_t)m * k, &seed);
+        for (size_t i = 0; i < (size_t)n * k; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            q[i] = four ? (int8_t)(seed >> 60) : (int8_t)(seed >> 56);
+        }
+        for (int j = 0; j < n; j++)
+            for (int kk = 0; kk < k; kk++) {
+                const size_t b = (size_t)j * nb + kk / qb;
+                const float v = (float)q[(size_t)j * k + kk] * sc[b];
+                w[(size_t)j * k + kk] = off ? v + of[b] : v;
+            }
+        const nv_qweights qw = {q, sc, off ? of : NULL, qb, NULL, 0};
+        if (qdot_build_on(&pe, e, &qw, n, k) != NV_OK || plan_build_on(&ps, NV_ENGINE_SCALAR, w, n, k) != NV_OK) {
+            snprintf(why, len, "self-test: %s", nv_errmsg());
+            ok = 0;
+            goto next;
+        }
+        nv_plan_run(pe, x, m, y);
+        nv_plan_run(ps, x, m, yr);
+        for (int r = 0; ok && r < m; r++)
+            for (int j = 0; ok && j < n; j++) {
+                double S = 0, Q = 0;
+                for (int b0 = 0; b0 < k; b0 += pe->kq) { /* the kernel's blocks */
+                    const int b1 = imin(k, b0 + pe->kq);
+                    const double hx = max_abs(x + (size_t)r * k + b0, b1 - b0) / 127.0f * 0.5;
+                    for (int i = b0; i < b1; i++) {
+                        const double wq = (double)q[(size_t)j * k + i] * sc[(size_t)j * nb + i / qb];
+                        S += fabs((double)x[(size_t)r * k + i] * w[(size_t)j * k + i]) + fabs(x[(size_t)r * k + i] * wq);
+                        Q += hx * fabs(wq);
+                    }
+                }
+                const double bound = Q + (k + 12) * U32 * (S + Q) + 2.0 * (k + 2) * U32 * S + 1e-30 * k;
+                const double err = fabs((double)y[(size_t)r * n + j] - yr[(size_t)r * n + j]);
+                if (!(err <= bound)) {
+                    snprintf(why, len, "self-test: block-quantized y[%d][%d] of %dx%dx%d is %g, scalar %g", r, j, m, n, k,
+                             y[(size_t)r * n + j], yr[(size_t)r * n + j]);
+                    ok = 0;
+                }
+            }
+        if (ok) ok = split_same(pe, x, m, y, y2, "block-quantized ", why, len);
+    next:
+        nv_plan_free(pe);
+        nv_plan_free(ps);
+        free(q), free(sc), free(of), free(w), free(x), free(y), free(yr), free(y2);
+    }
+    return ok;
+}
+
 /* One engine's self-test: y, dx and dw on awkward shapes against the scalar reference, every
  * element within the engine's worst-case bound, then the same run split over the pool must give
  * identical bits. Returns 1 when the engine passes, else 0 with the reason in why. */
@@ -1603,21 +1855,13 @@ static int selftest(nv_engine_id e, char *why, size_t len) {
                     ok = 0;
                 }
             }
-        /* the same product split over the pool's threads must give identical bits */
-        if (ok && !force_inline) {
-            force_split = 1;
-            nv_plan_run(pe, x, m, y2);
-            force_split = 0;
-            if (memcmp(y, y2, sizeof(float) * m * n) != 0) {
-                snprintf(why, len, "self-test: %dx%dx%d differs when split over %d threads", m, n, k, nv_pool_threads());
-                ok = 0;
-            }
-        }
+        if (ok) ok = split_same(pe, x, m, y, y2, "", why, len);
     next:
         nv_plan_free(pe);
         nv_plan_free(ps);
         free(w), free(x), free(dy), free(y), free(yr), free(y2), free(dx), free(dxr), free(dw), free(dwr), free(dw0);
     }
+    if (ok && int8_tiles(e) && e != NV_ENGINE_AMX_INT8 && tile_kern(e)->qdot_gemm) ok = selftest_qdot(e, why, len);
     return ok;
 }
 

@@ -210,13 +210,19 @@ typedef struct {
 } nv_qweights;
 /* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4),
  * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K: about 0.6-0.75 bytes per weight),
- * or over fp16 or bf16 weights kept as they are (2 bytes per weight):
- * each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so nv_plan_run gives
- * exactly the bits of an fp32 plan on the same engine built from those weights as floats. avx2 and
- * avx512 only (avx512-bf16, avx512-int8 and avx2-int8 build a block-quantized one on avx512, or avx2
- * where that is off: the weights' own values, no more bytes than bf16 or int8 and no requantised
- * copy; fp16 and bf16 weights they take as floats into their own bf16 or int8 form;
- * NV_EUNSUPPORTED when want resolves to another engine: build an fp32 plan then).
+ * or over fp16 or bf16 weights kept as they are (2 bytes per weight).
+ * On avx2 and avx512 each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so
+ * nv_plan_run gives exactly the bits of an fp32 plan on the same engine built from those weights as
+ * floats (avx512-bf16 builds block-quantized weights on avx512's panels).
+ * On the int8 engines (amx-int8 on avx512-int8's loop: tiles cannot scale each block) block-quantized
+ * weights whose blocks are a multiple of 16 stay their own values and are multiplied by the
+ * activations quantized per block of 32 (16 where the blocks are of 16) with VPDPBUSD, as llama.cpp
+ * multiplies its quantized types by Q8 activations: the error is the activations' quantisation alone
+ * (|err| <= sum over blocks of xscale/2 * sum |q s|, plus fp32 terms; kern_qdot_tmpl.h); the same
+ * bits on every int8 engine. Other blocks build on avx512 (avx2 where that is off).
+ * fp16 and bf16 weights the bf16 and int8 engines take as floats into their own bf16 or int8 form
+ * (NV_EUNSUPPORTED when want resolves to another engine than avx2, avx512 or an int8 one: build an
+ * fp32 plan then).
  * Inference only: nv_plan_refresh leaves it unchanged and nv_plan_run_dx gives NaN. */
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k);
 /* 1 when every one of the n values is 0..15: such a plan keeps them at 4 bits. */

@@ -54,6 +54,27 @@ extern const nv_kern_fp32 nv_kern_avx2;
 extern const nv_kern_fp32 nv_kern_avx512;
 extern const nv_kern_fp32 nv_kern_avx512_emu; /* the avx512 kernel logic on pairs of AVX2 vectors */
 
+/* The int8 engines' product over block-quantized weights (kern_qdot_tmpl.h has the arithmetic):
+ * activations quantized per depth block of kq (16 or 32) to signed bytes; weights in column tiles
+ * of 16 outputs, each tile nb blocks in a row, a block being its values (kq/4 rows of 64 bytes,
+ * VPDPBUSD's unsigned operand: output c's four depths at bytes 4c..4c+3, as q + 128; or with four,
+ * values 0..15 as they are in kq/8 rows whose low nibbles hold the first four depths of eight and
+ * high nibbles the next four), then 16 fp32 scales and, with offsets, 16 fp32 offsets: one stream. */
+typedef struct {
+    const int8_t *q;          /* rows x lda bytes, zero past k to nb * kq */
+    size_t lda;               /* bytes per row */
+    const float *xs, *xsum;   /* [rows][nb]: each block's scale (max |x| / 127) and exact sum */
+    const int32_t *qinit;     /* [rows][nb]: -128 * the block's sum of q (what q + 128 weights add) */
+} nv_qdot_a;
+typedef struct {
+    const uint8_t *q;         /* tile t at q + t * nb * nv_qdot_block_bytes(kq, four, offsets) */
+    int nb, kq, four, offsets;
+} nv_qdot_b;
+/* Bytes of one tile's block: values, scales, offsets. */
+static inline size_t nv_qdot_block_bytes(int kq, int four, int offsets) {
+    return (size_t)kq * (four ? 8 : 16) + 64 + (offsets ? 64 : 0);
+}
+
 typedef struct {
     const char *name;
     /* C[rows x ncols] (+)= A . B over ntiles column tiles of 16, Kp a multiple of 32; column tile t
@@ -68,6 +89,9 @@ typedef struct {
     void (*int8_gemm)(const int8_t *A, size_t lda, int rows, int Kp, const int8_t *B, int ntiles, const float *xscale,
                       const float *wscale, const int32_t *wcomp, float *C, size_t ldc, int ncols);
     int int8_unsigned;
+    /* C[rows x ncols] = A . B of block-quantized B (nv_qdot_b) over ntiles column tiles (the int8
+     * loops only; NULL elsewhere) */
+    void (*qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int ntiles, float *C, size_t ldc, int ncols);
 } nv_kern_amx;
 
 extern const nv_kern_amx nv_kern_amx_hw;

@@ -32,6 +32,28 @@ static inline __m512i vdp(__m512i acc, uint32_t quad, __m512i b) {
 
 #include "engine/kern_vdot_tmpl.h"
 
+/* the block-quantized product (kern_qdot_tmpl.h): the weights unsigned, the activations' four
+   signed bytes broadcast (an operand VPDPBUSD can take from memory) */
+#define QD(name) vqdot_##name
+#define VF __m512
+/* 4-bit rows: nibbles to bytes, low ones and high ones */
+static inline void vloadb4(const uint8_t *p, __m512i *lo, __m512i *hi) {
+    const __m512i v = _mm512_loadu_si512((const void *)p), m = _mm512_set1_epi8(0x0f);
+    *lo = _mm512_and_si512(v, m);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+}
+static inline __m512i vdq(__m512i acc, uint32_t quad, __m512i b) {
+    return _mm512_dpbusd_epi32(acc, b, _mm512_set1_epi32((int)quad));
+}
+#define vset(v) _mm512_set1_epi32(v)
+#define vzero() _mm512_setzero_ps()
+#define vblock(y, acc, s, xs) _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_loadu_ps(s), _mm512_set1_ps(xs)), y)
+#define voff(y, o, xsum) _mm512_fmadd_ps(_mm512_loadu_ps(o), _mm512_set1_ps(xsum), y)
+#undef vout
+#define vout(c, y, n) vstore_n(c, y, n)
+
+#include "engine/kern_qdot_tmpl.h"
+
 /* bf16_gemm (the training products) is set by the probe: VDPBF16PS where the CPU has it, else its
  * emulation (the same bits, slower). */
-const nv_kern_amx nv_kern_avx512int8 = {"avx512-int8", NULL, vint8_int8_gemm, 1};
+const nv_kern_amx nv_kern_avx512int8 = {"avx512-int8", NULL, vint8_int8_gemm, 1, vqdot_qdot_gemm};

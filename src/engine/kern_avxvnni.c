@@ -38,4 +38,26 @@ static inline v16i vdp_vnni(v16i acc, uint32_t quad, vq16 b) {
 
 #include "engine/kern_vdot_tmpl.h"
 
-const nv_kern_amx nv_kern_avxvnni_int8 = {"avx2-int8 (AVX-VNNI)", NULL, vint8vnni_int8_gemm, 1};
+/* the block-quantized product (kern_qdot_tmpl.h): the weights unsigned, the activations signed */
+static inline void vloadb4_vnni(const uint8_t *p, vq16 *lo, vq16 *hi) { nibbles_q(p, &lo->lo, &lo->hi, &hi->lo, &hi->hi); }
+static inline v16i vdq_vnni(v16i acc, uint32_t quad, vq16 b) {
+    const __m256i a = _mm256_set1_epi32((int)quad);
+    return (v16i){_mm256_dpbusd_avx_epi32(acc.lo, b.lo, a), _mm256_dpbusd_avx_epi32(acc.hi, b.hi, a)};
+}
+#define QD(name) vqdotvnni_##name
+#define QD_MR 3
+#define QD_NT 1
+#define QD_NT_FEW 2
+#define VF v16
+#define vloadb4(p, lo, hi) vloadb4_vnni(p, lo, hi)
+#define vdq(acc, group, b) vdq_vnni(acc, group, b)
+#undef vout
+#define vset(v) vset_q(v)
+#define vzero() vzero_q()
+#define vblock(y, acc, s, xs) vblock_q(y, acc, s, xs)
+#define voff(y, o, xsum) voff_q(y, o, xsum)
+#define vout(c, y, n) vstore_n(c, y, n)
+
+#include "engine/kern_qdot_tmpl.h"
+
+const nv_kern_amx nv_kern_avxvnni_int8 = {"avx2-int8 (AVX-VNNI)", NULL, vint8vnni_int8_gemm, 1, vqdotvnni_qdot_gemm};

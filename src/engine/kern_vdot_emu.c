@@ -83,7 +83,7 @@ static inline void vout_bf16(int accumulate, float *c, v16 acc, int n) {
 #undef vinit
 #undef vout
 
-const nv_kern_amx nv_kern_avx512bf16_emu = {"avx512-bf16 (emulated)", vbf16emu_bf16_gemm, NULL, 0};
+const nv_kern_amx nv_kern_avx512bf16_emu = {"avx512-bf16 (emulated)", vbf16emu_bf16_gemm, NULL, 0, NULL};
 
 void nv_kern_avx512bf16_emu_inject(int on) { bf16_inject = on; }
 
@@ -93,21 +93,48 @@ typedef struct {
     __m256i even_lo, odd_lo, even_hi, odd_hi; /* lanes 0-7 and 8-15: bytes 0, 2 and 1, 3 of each as int16 */
 } vq32;
 
-static inline vq32 vloadb_int8(const uint8_t *p) {
-    const __m256i lo = _mm256_loadu_si256((const __m256i *)p), hi = _mm256_loadu_si256((const __m256i *)(p + 32));
+static inline vq32 widen_int8(__m256i lo, __m256i hi) {
     return (vq32){_mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8), _mm256_srai_epi16(lo, 8),
                   _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8), _mm256_srai_epi16(hi, 8)};
 }
+static inline vq32 vloadb_int8(const uint8_t *p) {
+    return widen_int8(_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)(p + 32)));
+}
+/* The block-quantized loop's B: unsigned bytes widened (zero-extended) to int16. */
+static inline vq32 widen_u8(__m256i lo, __m256i hi) {
+    const __m256i m = _mm256_set1_epi16(0xff);
+    return (vq32){_mm256_and_si256(lo, m), _mm256_srli_epi16(lo, 8), _mm256_and_si256(hi, m), _mm256_srli_epi16(hi, 8)};
+}
+static inline vq32 vloadb_u8(const uint8_t *p) {
+    return widen_u8(_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)(p + 32)));
+}
+static inline void vloadb4_u8(const uint8_t *p, vq32 *lo, vq32 *hi) {
+    __m256i l0, l1, h0, h1;
+    nibbles_q(p, &l0, &l1, &h0, &h1);
+    *lo = widen_u8(l0, l1);
+    *hi = widen_u8(h0, h1);
+}
 static int int8_inject;                  /* nv_kern_avx512int8_emu_inject() */
 static _Thread_local unsigned int8_calls; /* which instruction is the eighth */
+/* acc + per 32-bit lane the four products of a's and b's bytes, a's given widened: ae its bytes 0 and
+ * 2, ao its bytes 1 and 3, as int16 */
+static inline v16i madd_quads(v16i acc, __m256i ae, __m256i ao, vq32 b) {
+    acc.lo = _mm256_add_epi32(acc.lo, _mm256_add_epi32(_mm256_madd_epi16(ae, b.even_lo), _mm256_madd_epi16(ao, b.odd_lo)));
+    acc.hi = _mm256_add_epi32(acc.hi, _mm256_add_epi32(_mm256_madd_epi16(ae, b.even_hi), _mm256_madd_epi16(ao, b.odd_hi)));
+    return acc;
+}
 /* inject: the test instance, which fault injection reaches; the engine's instance has no check */
 static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
     if (inject && int8_inject && ++int8_calls % 8 == 0) quad &= 0x00ffffffu; /* the last depth's product lost */
     const __m256i a = _mm256_set1_epi32((int)quad);
-    const __m256i ae = _mm256_and_si256(a, _mm256_set1_epi16(0xff)), ao = _mm256_srli_epi16(a, 8); /* u8 -> int16 */
-    acc.lo = _mm256_add_epi32(acc.lo, _mm256_add_epi32(_mm256_madd_epi16(ae, b.even_lo), _mm256_madd_epi16(ao, b.odd_lo)));
-    acc.hi = _mm256_add_epi32(acc.hi, _mm256_add_epi32(_mm256_madd_epi16(ae, b.even_hi), _mm256_madd_epi16(ao, b.odd_hi)));
-    return acc;
+    return madd_quads(acc, _mm256_and_si256(a, _mm256_set1_epi16(0xff)), _mm256_srli_epi16(a, 8), b); /* u8 -> int16 */
+}
+/* The same with the operands' roles swapped, for the block-quantized loop: b's bytes unsigned (widened
+ * so by vloadb_u8), the broadcast group's signed. */
+static inline v16i vdq_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
+    if (inject && int8_inject && ++int8_calls % 8 == 0) quad &= 0x00ffffffu;
+    const __m256i a = _mm256_set1_epi32((int)quad);
+    return madd_quads(acc, _mm256_srai_epi16(_mm256_slli_epi16(a, 8), 8), _mm256_srai_epi16(a, 8), b); /* s8 -> int16 */
 }
 
 #define VB_MR 4
@@ -125,7 +152,36 @@ static inline v16i vdp_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
 
 #include "engine/kern_vdot_tmpl.h"
 
-const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1};
+/* the block-quantized product (kern_qdot_tmpl.h) on the same emulated instruction */
+#define QD(name) vqdotemu_##name
+#define QD_MR 2
+#define QD_NT 1
+#define QD_NT_FEW 1
+#define VF v16
+#undef VBT
+#undef vloadb
+#undef vout
+#define VBT vq32
+#define vloadb(p) vloadb_u8(p)
+#define vloadb4(p, lo, hi) vloadb4_u8(p, lo, hi)
+#define vdq(acc, group, b) vdq_int8(acc, group, b, 1)
+#define vset(v) vset_q(v)
+#define vzero() vzero_q()
+#define vblock(y, acc, s, xs) vblock_q(y, acc, s, xs)
+#define voff(y, o, xsum) voff_q(y, o, xsum)
+#define vout(c, y, n) vstore_n(c, y, n)
+
+#include "engine/kern_qdot_tmpl.h"
+
+const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1, vqdotemu_qdot_gemm};
+
+/* restore the int8 loop's own macros for the engine's instance below */
+#undef QD
+#undef vloadb
+#undef vout
+#undef vdq
+#define vloadb(p) vloadb_int8(p)
+#define vout(o, c, r, t, acc, n) vout_int8((o)->xs[r], (o)->ws + (t) * 16, c, acc, n)
 
 /* The same loop without the fault-injection check: the avx2-int8 engine. */
 #undef VB
@@ -138,6 +194,18 @@ const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint
 
 #include "engine/kern_vdot_tmpl.h"
 
-const nv_kern_amx nv_kern_avx2int8 = {"avx2-int8", NULL, vint8avx2_int8_gemm, 1};
+#undef vloadb
+#undef vout
+#define QD(name) vqdotavx2_##name
+#define QD_MR 2
+#define QD_NT 1
+#define QD_NT_FEW 1
+#define vloadb(p) vloadb_u8(p)
+#define vdq(acc, group, b) vdq_int8(acc, group, b, 0)
+#define vout(c, y, n) vstore_n(c, y, n)
+
+#include "engine/kern_qdot_tmpl.h"
+
+const nv_kern_amx nv_kern_avx2int8 = {"avx2-int8", NULL, vint8avx2_int8_gemm, 1, vqdotavx2_qdot_gemm};
 
 void nv_kern_avx512int8_emu_inject(int on) { int8_inject = on; }

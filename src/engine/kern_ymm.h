@@ -40,4 +40,27 @@ static inline void vout_int8(float xs, const float *ws, float *c, v16i acc, int 
              n);
 }
 
+/* The block-quantized product's pieces (kern_qdot_tmpl.h): a block's sums into the fp32 chain,
+ * fma((float)acc, s * xs, y), and its offset's term, fma(o, xsum, y), lane by lane. */
+static inline v16 vzero_q(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline v16 vblock_q(v16 y, v16i acc, const float *s, float xs) {
+    const __m256 x = _mm256_set1_ps(xs);
+    return (v16){_mm256_fmadd_ps(_mm256_cvtepi32_ps(acc.lo), _mm256_mul_ps(_mm256_loadu_ps(s), x), y.lo),
+                 _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc.hi), _mm256_mul_ps(_mm256_loadu_ps(s + 8), x), y.hi)};
+}
+static inline v16 voff_q(v16 y, const float *o, float xsum) {
+    const __m256 x = _mm256_set1_ps(xsum);
+    return (v16){_mm256_fmadd_ps(_mm256_loadu_ps(o), x, y.lo), _mm256_fmadd_ps(_mm256_loadu_ps(o + 8), x, y.hi)};
+}
+static inline v16i vset_q(int32_t v) { return (v16i){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+/* A 64-byte row of nibbles as its low nibbles' bytes and its high nibbles' bytes (two ymm each). */
+static inline void nibbles_q(const uint8_t *p, __m256i *lo0, __m256i *lo1, __m256i *hi0, __m256i *hi1) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)p), b = _mm256_loadu_si256((const __m256i *)(p + 32));
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    *lo0 = _mm256_and_si256(a, m);
+    *lo1 = _mm256_and_si256(b, m);
+    *hi0 = _mm256_and_si256(_mm256_srli_epi16(a, 4), m);
+    *hi1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), m);
+}
+
 #endif

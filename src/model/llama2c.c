@@ -396,6 +396,10 @@ static nv_err plan_from(nv_qmatrix *qm, int idx, nv_plan **out, nv_engine_id e, 
 static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
     nv_qmatrix *qm = m->quant ? &m->quant[idx] : NULL;
     nv_err err = qm ? nv_qmatrix_materialize(qm) : NV_OK; /* a raw source's arrays, for this build alone */
+    /* a block-quantized matrix runs on the int8 engine whatever its place: its activations are
+       quantized per block of 16 or 32 (as llama.cpp's), not per token, so no channel's outliers
+       flatten a whole row (the reason the down projection and classifier otherwise stay bf16) */
+    if (qm && qm->q && nv_engine_int8(m->engine)) e = m->engine;
     if (err == NV_OK) err = plan_from(qm, idx, out, e, w, n, k, tmp);
     if (qm && err == NV_OK && m->drop_sources) nv_qmatrix_drop(qm);
     else if (qm) nv_qmatrix_release(qm);

@@ -1,0 +1,150 @@
+/* The int8 engines' product over block-quantized weights (a GGUF file's Q8_0, Q4_0, Q4_K, Q6_K ...
+ * matrices), written once for every vector instance: integer dot products of the weights' own
+ * values with the activations quantized per block of the same depths, as llama.cpp multiplies its
+ * quantized types by Q8 activations. Layout (kern.h, nv_qdot_a / nv_qdot_b): the weights are
+ * VPDPBUSD's unsigned operand (4-bit values as they are, 8-bit ones as q + 128), the activations
+ * its signed one, broadcast four depths at a time. A block's int32 sums start at 0 (4-bit) or at
+ * -128 * the activations' sum over the block (8-bit: what the + 128 added), and the output is,
+ * block by block in order, one fp32 chain
+ *     y = fma((float)isum, s * xs, y), then y = fma(o, xsum, y) with offsets,
+ * s and o the weights' block scale and offset, xs the activations' block scale and xsum their exact
+ * fp32 sum over the block: every instance gives the same bits, and a row's result depends neither on
+ * the rows beside it nor on the thread split.
+ *
+ * The including file defines, then includes this file:
+ *   QD(name)            function-name prefix
+ *   VACC, VF            16 int32 lanes, 16 fp32 lanes        VBT  a B operand: one 64-byte row
+ *   vloadb(p)           the 8-bit row at p
+ *   vloadb4(p, lo, hi)  the 4-bit row at p: its low nibbles' row into *lo, its high nibbles' into *hi
+ *   vdq(acc, group, b)  acc + per lane the four products of b's lane (unsigned bytes) and the
+ *                       broadcast group (signed bytes)
+ *   vset(v)             16 int32 lanes of v                  vzero()  16 zero floats
+ *   vblock(y, acc, s, xs)  fma((float)acc, load(s) * xs, y)  voff(y, o, xsum)  fma(load(o), xsum, y)
+ *   vout(c, y, n)       lanes 0..n-1 of y stored at c
+ * and optionally QD_MR (rows per micro-kernel, at most 6), QD_NT (column tiles above two rows, 1 or
+ * 2) and QD_NT_FEW (at one or two rows, 1-4). */
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#ifndef QD_MR
+#define QD_MR 6
+#endif
+#ifndef QD_NT
+#define QD_NT 2
+#endif
+#ifndef QD_NT_FEW
+#define QD_NT_FEW 4
+#endif
+_Static_assert(QD_MR >= 1 && QD_MR <= 6 && QD_NT >= 1 && QD_NT <= 2 && QD_NT_FEW >= 1 && QD_NT_FEW <= 4,
+               "the micro-kernel cases below cover 6 rows x 2 tiles, or 2 rows x 4");
+
+/* mr rows x nt column tiles over every block; kq and four compile-time in each case below, so the
+ * group loop unrolls whole (GCC otherwise copies the accumulators at its back edge). */
+static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, const int four, const nv_qdot_a *a,
+                                    const nv_qdot_b *b, float *C, size_t ldc, int nc) {
+    const int nb = b->nb;
+    const size_t qbytes = (size_t)kq * (four ? 8 : 16), bs = nv_qdot_block_bytes(kq, four, b->offsets),
+                 tstride = (size_t)nb * bs;
+    VF y[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) y[r][t] = vzero();
+    for (int kb = 0; kb < nb; kb++) {
+        const uint8_t *bq = b->q + (size_t)kb * bs;
+        const int8_t *aq = a->q + (size_t)kb * kq;
+        VACC acc[6][4];
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const VACC start = vset(four ? 0 : a->qinit[(size_t)r * nb + kb]);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) acc[r][t] = start;
+        }
+        if (four) {
+#pragma GCC unroll 4
+            for (int h = 0; h < kq / 8; h++) {
+                VBT lo[4], hi[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) vloadb4(bq + (size_t)t * tstride + (size_t)h * 64, &lo[t], &hi[t]);
+#pragma GCC unroll 6
+                for (int r = 0; r < mr; r++) {
+                    uint32_t g0, g1;
+                    memcpy(&g0, aq + (size_t)r * a->lda + 8 * h, 4);
+                    memcpy(&g1, aq + (size_t)r * a->lda + 8 * h + 4, 4);
+#pragma GCC unroll 4
+                    for (int t = 0; t < nt; t++) acc[r][t] = vdq(vdq(acc[r][t], g0, lo[t]), g1, hi[t]);
+                }
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int g = 0; g < kq / 4; g++) {
+                VBT bt[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) bt[t] = vloadb(bq + (size_t)t * tstride + (size_t)g * 64);
+#pragma GCC unroll 6
+                for (int r = 0; r < mr; r++) {
+                    uint32_t g0;
+                    memcpy(&g0, aq + (size_t)r * a->lda + 4 * g, 4);
+#pragma GCC unroll 4
+                    for (int t = 0; t < nt; t++) acc[r][t] = vdq(acc[r][t], g0, bt[t]);
+                }
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const float xs = a->xs[(size_t)r * nb + kb];
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const float *sc = (const float *)(const void *)(bq + (size_t)t * tstride + qbytes);
+                y[r][t] = vblock(y[r][t], acc[r][t], sc, xs);
+                if (b->offsets) y[r][t] = voff(y[r][t], sc + 16, a->xsum[(size_t)r * nb + kb]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) vout(C + (size_t)r * ldc + (size_t)t * 16, y[r][t], nc - t * 16);
+}
+
+static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, float *C, size_t ldc, int nc) {
+#define QD_CASE(R, T)                                                                                                  \
+    case R * 8 + T:                                                                                                    \
+        if (b->kq == 32)                                                                                               \
+            b->four ? QD(ukern)(R, T, 32, 1, a, b, C, ldc, nc) : QD(ukern)(R, T, 32, 0, a, b, C, ldc, nc);             \
+        else                                                                                                           \
+            b->four ? QD(ukern)(R, T, 16, 1, a, b, C, ldc, nc) : QD(ukern)(R, T, 16, 0, a, b, C, ldc, nc);             \
+        return;
+    switch (mr * 8 + nt) {
+        QD_CASE(1, 1) QD_CASE(1, 2) QD_CASE(1, 3) QD_CASE(1, 4)
+        QD_CASE(2, 1) QD_CASE(2, 2) QD_CASE(2, 3) QD_CASE(2, 4)
+        QD_CASE(3, 1) QD_CASE(3, 2)
+        QD_CASE(4, 1) QD_CASE(4, 2)
+        QD_CASE(5, 1) QD_CASE(5, 2)
+        QD_CASE(6, 1) QD_CASE(6, 2)
+    default:
+        break; /* not made by the blocking below */
+    }
+#undef QD_CASE
+}
+
+/* C[rows x ncols] over ntiles column tiles of 16 (kern.h's qdot_gemm). */
+static void QD(qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int ntiles, float *C, size_t ldc, int ncols) {
+    if (rows <= 0 || ntiles <= 0) return;
+    const int NT = rows <= 2 ? QD_NT_FEW : QD_NT;
+    const size_t tstride = (size_t)b->nb * nv_qdot_block_bytes(b->kq, b->four, b->offsets);
+    for (int t = 0; t < ntiles; t += NT) {
+        const int nt = ntiles - t < NT ? ntiles - t : NT;
+        const nv_qdot_b bt = {b->q + (size_t)t * tstride, b->nb, b->kq, b->four, b->offsets};
+        for (int r = 0; r < rows; r += QD_MR) {
+            const int mr = rows - r < QD_MR ? rows - r : QD_MR;
+            const size_t at = (size_t)r * b->nb;
+            const nv_qdot_a ar = {a->q + (size_t)r * a->lda, a->lda, a->xs + at, a->xsum + at, a->qinit + at};
+            QD(block)(mr, nt, &ar, &bt, C + (size_t)r * ldc + (size_t)t * 16, ldc, ncols - t * 16);
+        }
+    }
+}
+
+#undef QD_MR
+#undef QD_NT
+#undef QD_NT_FEW
+#undef ALWAYS_INLINE
