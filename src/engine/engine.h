@@ -219,7 +219,8 @@ typedef struct {
  * activations quantized per block of 32 (16 where the blocks are of 16) with VPDPBUSD, as llama.cpp
  * multiplies its quantized types by Q8 activations: the error is the activations' quantisation alone
  * (|err| <= sum over blocks of xscale/2 * sum |q s|, plus fp32 terms; kern_qdot_tmpl.h); the same
- * bits on every int8 engine. Other blocks build on avx512 (avx2 where that is off).
+ * bits on every int8 engine. Other blocks, and avx2-int8 without AVX-VNNI (four instructions per
+ * VPDPBUSD lose to the exact path), build on avx512 (avx2 where that is off).
  * fp16 and bf16 weights the bf16 and int8 engines take as floats into their own bf16 or int8 form
  * (NV_EUNSUPPORTED when want resolves to another engine than avx2, avx512 or an int8 one: build an
  * fp32 plan then).
