@@ -632,8 +632,9 @@ static nv_engine_id qdot_on(nv_engine_id e) {
 
 /* The bound on a qdot plan's |y - fp32 y| for row x against output j's values q (scales s, offsets
  * o or NULL, blocks of qb; the plan's blocks kq = 32 or 16): the activations quantised per kq-block
- * with half-step hx = (max|x|/127)/2 move the products of q s by at most hx |q s|, the offset's term
- * uses x's exact sum; plus fp32 terms over S = sum |x| (|q s| + |w|). */
+ * with half-step hx = (max|x|/127)/2 move the products of q s by at most hx |q s| (the offset's
+ * term uses x's exact sum, or, folded as c times the scale, meets the quantised x too: hx |o|);
+ * plus fp32 terms over S = 2 sum |x| (|q s| + |o|). */
 static double qdot_tol(const float *x, const int8_t *q, const float *s, const float *o, int qb, int k) {
     const int kq = qb % 32 == 0 ? 32 : 16, nb = (k + qb - 1) / qb;
     double S = 0, Q = 0;
@@ -641,8 +642,8 @@ static double qdot_tol(const float *x, const int8_t *q, const float *s, const fl
         const int len = k - b0 < kq ? k - b0 : kq;
         const double hx = half_step(x + b0, len);
         for (int i = b0; i < b0 + len; i++) {
-            const double qs = fabs((double)q[i] * s[i / qb]), w = qs + (o ? fabs((double)o[i / qb]) : 0);
-            S += fabs((double)x[i]) * (qs + w);
+            const double qs = fabs((double)q[i] * s[i / qb]) + (o ? fabs((double)o[i / qb]) : 0); /* a folded offset too */
+            S += 2 * fabs((double)x[i]) * qs;
             Q += hx * qs;
         }
     }
@@ -664,7 +665,7 @@ static void test_quant(void) {
     static const int kinds[] = {4, 8, 16, NV_QBITS_BF16};
     for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
     for (int qb = 16, bits = kinds[ki], half = bits >= 16; qb <= (half ? 16 : 32); qb += 16) /* fp16, bf16: no blocks, no offsets */
-        for (int off = 0; off < (half ? 1 : 2); off++)
+        for (int off = 0; off < (half ? 1 : 3); off++) /* off 2: offsets -8 times the scale, as Q4_0's */
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], nb = (k + qb - 1) / qb;
                 int8_t *q = malloc((size_t)n * k);
@@ -673,6 +674,7 @@ static void test_quant(void) {
                 float *y0 = malloc(sizeof(float) * m * n), *y1 = malloc(sizeof(float) * m * n);
                 rnd(s, (size_t)n * nb, &seed);
                 rnd(o, (size_t)n * nb, &seed);
+                for (int i = 0; off == 2 && i < n * nb; i++) o[i] = -8.0f * s[i];
                 rnd(x, (size_t)m * k, &seed);
                 for (size_t i = 0; i < (size_t)n * k; i++) {
                     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -722,7 +724,7 @@ static void test_quant(void) {
                         T_CHECK(!bad, "%dx%dx%d, %s, blocks of %d%s on %s: %d outputs past the bound", m, n, k, kind, qb,
                                 off ? " with offsets" : "", nv_engine_name(qe), bad);
                         const size_t want = (size_t)(n + 15) / 16 * ((size_t)(k + qb - 1) / qb) *
-                                            ((size_t)qb * (bits == 4 ? 8 : 16) + 64 + (off ? 64 : 0));
+                                            ((size_t)qb * (bits == 4 ? 8 : 16) + 64 + (off == 1 ? 64 : 0)); /* folded: none */
                         T_CHECK(nv_plan_quantized(pq) == bits && nv_plan_packed_bytes(pq) == want, "%s on %s: quantized %d, packed bytes %zu, not %zu",
                                 kind, nv_engine_name(qe), nv_plan_quantized(pq), nv_plan_packed_bytes(pq), want);
                     }
@@ -894,7 +896,7 @@ static void test_int8_kernels_agree(void) {
 /* The block-quantized loop (kern.h's qdot_gemm) of every instance — the emulated VPDPBUSD, and
  * where the CPU has them AVX512_VNNI and AVX-VNNI — gives exactly a reference
  * written from the definition: per block the int32 sum of the values (4-bit as they are, 8-bit
- * stored + 128) times the signed activations, started at qinit for 8-bit, then the fp32 chain
+ * stored + 128) times the signed activations, started at bias times the activations' sum, then the fp32 chain
  * y = fma((float)sum, s * xs, y) and y = fma(o, xsum, y); on 1-13 rows, 1-5 tiles, blocks of 16 and
  * 32, extreme bytes included; nothing past ncols is written. */
 static void test_qdot_kernels_agree(void) {
@@ -917,7 +919,8 @@ static void test_qdot_kernels_agree(void) {
             int8_t *A = malloc((size_t)rows * k);
             uint8_t *B = malloc((size_t)nt * nb * bs);
             float *xs = malloc(sizeof(float) * rows * nb), *xsum = malloc(sizeof(float) * rows * nb);
-            int32_t *qinit = malloc(sizeof(int32_t) * rows * nb);
+            int32_t *qsum = malloc(sizeof(int32_t) * rows * nb);
+            const int bias = (four ? 0 : -128) - (si % 2 ? 8 : 0); /* offsets -8 times the scale folded, or none */
             float *want = malloc(sizeof(float) * rows * n), *got = malloc(sizeof(float) * rows * n);
             for (int i = 0; i < rows * k; i++) {
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -931,7 +934,7 @@ static void test_qdot_kernels_agree(void) {
             rnd(xsum, (size_t)rows * nb, &seed);
             for (int i = 0; i < rows * nb; i++) {
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-                qinit[i] = (int32_t)(seed >> 48) - 32768;
+                qsum[i] = (int32_t)(seed >> 52) - 2048;
             }
             for (int t = 0; t < nt; t++)
                 for (int b = 0; b < nb; b++) { /* scales and offsets: finite floats in the blocks' float slots */
@@ -944,7 +947,7 @@ static void test_qdot_kernels_agree(void) {
                     float y = 0.0f;
                     for (int b = 0; b < nb; b++) {
                         const uint8_t *blk = B + ((size_t)t * nb + b) * bs;
-                        int32_t sum = four ? 0 : qinit[r * nb + b];
+                        int32_t sum = bias * qsum[r * nb + b];
                         for (int d = 0; d < kqd; d++) {
                             const int wv = four ? (blk[(d / 8) * 64 + c * 4 + d % 4] >> (d % 8 < 4 ? 0 : 4)) & 15
                                                 : blk[(d / 4) * 64 + c * 4 + d % 4];
@@ -956,8 +959,8 @@ static void test_qdot_kernels_agree(void) {
                     }
                     want[(size_t)r * n + j] = y;
                 }
-            const nv_qdot_a a = {A, (size_t)k, xs, xsum, qinit};
-            const nv_qdot_b qb = {B, nb, kqd, four, off};
+            const nv_qdot_a a = {A, (size_t)k, xs, xsum, qsum};
+            const nv_qdot_b qb = {B, nb, kqd, four, off, bias};
             for (int i = 0; i < NQ; i++) {
                 if (!kq[i]) continue;
                 for (int e = 0; e < rows * n; e++) got[e] = 12345.0f;
@@ -973,7 +976,7 @@ static void test_qdot_kernels_agree(void) {
                         kq[i]->name, bad, past, rows, nt, nb, kqd, four ? "4-bit" : "8-bit", off ? ", offsets" : "");
                 runs++;
             }
-            free(A), free(B), free(xs), free(xsum), free(qinit), free(want), free(got);
+            free(A), free(B), free(xs), free(xsum), free(qsum), free(want), free(got);
         }
     if (!kq[2] || !kq[3])
         printf("    (not run here: %s%s%s)\n", kq[2] ? "" : "the AVX512_VNNI loop", !kq[2] && !kq[3] ? " and " : "",

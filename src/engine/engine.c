@@ -73,7 +73,7 @@ struct nv_plan {
     /* block-quantized on an int8 engine (qdot): integer dot products with the activations quantized
        per block of kq depths: pack holds np column tiles of 16 outputs, each k/kq blocks of values,
        scales and offsets (kern.h's nv_qdot_b) */
-    int qdot, kq, qoffsets;
+    int qdot, kq, qoffsets, qbias; /* qbias: kern.h's nv_qdot_b.bias */
     /* tile engines' dx: W^T's tiles in a buffer kept for the plan's life, so a training step does not
        fault in and zero the pages of a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x
        768); a call that finds it in use by another thread takes a buffer of its own. On bf16 tiles,
@@ -661,13 +661,13 @@ static void pack_qdot_task(void *vc, int task, int nt) {
     const nv_plan *p = c->p;
     const nv_qweights *w = c->qw;
     const int n = p->n, k = p->k, kq = p->kq, nb = cdiv(k, kq), nbw = cdiv(k, w->qb), four = p->bits == 4;
-    const size_t qbytes = (size_t)kq * (four ? 8 : 16), bs = nv_qdot_block_bytes(kq, four, w->o != NULL);
+    const size_t qbytes = (size_t)kq * (four ? 8 : 16), bs = nv_qdot_block_bytes(kq, four, p->qoffsets);
     int t0, t1;
     pack_range(c, task, nt, &t0, &t1);
     for (int t = t0; t < t1; t++)
         for (int kb = 0; kb < nb; kb++) {
             uint8_t *dq = (uint8_t *)p->pack + ((size_t)t * nb + kb) * bs;
-            float *ds = (float *)(void *)(dq + qbytes), *dof = w->o ? ds + 16 : NULL;
+            float *ds = (float *)(void *)(dq + qbytes), *dof = p->qoffsets ? ds + 16 : NULL;
             memset(dq, four ? 0 : 0x80, qbytes); /* value 0 (8-bit ones stored + 128) */
             for (int cc = 0; cc < 16; cc++) {
                 const int j = t * 16 + cc;
@@ -686,6 +686,27 @@ static void pack_qdot_task(void *vc, int task, int nt) {
         }
 }
 
+/* 1 with *c when every offset of w is c times its block's scale for one integer c (Q4_0: -8, Q5_0:
+ * -16), which the integer sums can then take (kern.h's nv_qdot_b.bias); 0 otherwise. */
+static int qdot_fold(const nv_qweights *w, size_t blocks, int *c) {
+    float cf = 0.0f;
+    int have = 0;
+    for (size_t i = 0; i < blocks; i++) {
+        if (w->s[i] == 0.0f) {
+            if (w->o[i] != 0.0f) return 0;
+            continue;
+        }
+        if (!have) {
+            cf = w->o[i] / w->s[i];
+            if (!(cf == rintf(cf) && fabsf(cf) <= 128.0f)) return 0;
+            have = 1;
+        }
+        if (w->o[i] != cf * w->s[i]) return 0;
+    }
+    *c = (int)cf;
+    return 1;
+}
+
 /* A qdot plan on int8 engine e (its kernel has qdot_gemm; w's qb a multiple of 16). */
 static nv_err qdot_build_on(nv_plan **out, nv_engine_id e, const nv_qweights *w, int n, int k) {
     nv_plan *p;
@@ -695,8 +716,10 @@ static nv_err qdot_build_on(nv_plan **out, nv_engine_id e, const nv_qweights *w,
     p->quant = p->qdot = 1;
     p->qb = w->qb;
     p->kq = qdot_kq(w->qb);
-    p->qoffsets = w->o != NULL;
     p->bits = nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
+    int fold = 0;
+    p->qoffsets = w->o && !qdot_fold(w, (size_t)n * cdiv(k, w->qb), &fold);
+    p->qbias = (p->bits == 4 ? 0 : -128) + fold;
     p->pack_bytes = (size_t)p->np * cdiv(k, p->kq) * nv_qdot_block_bytes(p->kq, p->bits == 4, p->qoffsets);
     if (!(p->pack = pack_alloc(p->pack_bytes))) {
         nv_plan_free(p);
@@ -780,7 +803,7 @@ typedef struct {
     const float *colscale;   /* to_bf16: per-column factor (int8 dx folds the weight scales into dy) */
     float *rowscale;         /* int8: per-row activation scales (qdot: per row and block) */
     float *xsum;             /* qdot: per row and block, the activations' exact sum ... */
-    int32_t *qinit;          /* ... and -128 * the sum of their quantised values */
+    int32_t *qsum;           /* ... and the sum of their quantised values */
     int accumulate;          /* dx, dw: add to the output instead of overwriting it */
     atomic_int fail;         /* a task ran out of memory and wrote NaN */
 } op_ctx;
@@ -1324,7 +1347,7 @@ static int tile_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
 
 /* Activation rows quantized per block of kq depths for a qdot plan (kern.h's nv_qdot_a): each
  * block's signed bytes (as row_to_int8: scale = max|x| / 127 over the block), its scale, its exact
- * sum in order and -128 * the sum of its bytes. */
+ * sum in order and the sum of its bytes. */
 static void to_qdot_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
     const int kq = c->p->kq, k = c->k, nb = cdiv(k, kq);
@@ -1342,34 +1365,34 @@ static void to_qdot_task(void *vc, int task, int nt) {
             memset(d + b * kq + len, 0, (size_t)(kq - len));
             for (int i = 0; i < len; i++) qsum += d[b * kq + i];
             c->xsum[at] = sum;
-            c->qinit[at] = -128 * qsum;
+            c->qsum[at] = qsum;
         }
     }
 }
 
-/* x's m rows quantized for qdot plan p into c->abuf, c->rowscale, c->xsum and c->qinit, which the
+/* x's m rows quantized for qdot plan p into c->abuf, c->rowscale, c->xsum and c->qsum, which the
  * caller frees (qdot_release); 0 when out of memory (nothing to free then). */
 static int qdot_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
     const int nb = cdiv(p->k, p->kq);
     const size_t lda = (size_t)nb * p->kq, blocks = (size_t)m * nb;
     void *abuf = aalloc((size_t)m * lda);
     float *xs = aalloc(blocks * sizeof(float)), *xsum = aalloc(blocks * sizeof(float));
-    int32_t *qinit = aalloc(blocks * sizeof(int32_t));
-    if (!abuf || !xs || !xsum || !qinit) {
-        free(abuf), free(xs), free(xsum), free(qinit);
+    int32_t *qsum = aalloc(blocks * sizeof(int32_t));
+    if (!abuf || !xs || !xsum || !qsum) {
+        free(abuf), free(xs), free(xsum), free(qsum);
         return 0;
     }
-    op_ctx conv = {.p = p, .a = x, .m = m, .k = p->k, .abuf = abuf, .rowscale = xs, .xsum = xsum, .qinit = qinit, .lda = lda};
+    op_ctx conv = {.p = p, .a = x, .m = m, .k = p->k, .abuf = abuf, .rowscale = xs, .xsum = xsum, .qsum = qsum, .lda = lda};
     run_tasks(to_qdot_task, &conv, conv_tasks(m, (size_t)m * p->k));
     c->abuf = abuf;
     c->rowscale = xs;
     c->xsum = xsum;
-    c->qinit = qinit;
+    c->qsum = qsum;
     c->lda = lda;
     return 1;
 }
 
-static void qdot_release(op_ctx *c) { free(c->abuf), free(c->rowscale), free(c->xsum), free(c->qinit); }
+static void qdot_release(op_ctx *c) { free(c->abuf), free(c->rowscale), free(c->xsum), free(c->qsum); }
 
 static void qdot_run_task(void *vc, int task, int nt) {
     (void)nt;
@@ -1380,9 +1403,9 @@ static void qdot_run_task(void *vc, int task, int nt) {
     if (r0 >= r1 || t0 >= t1) return;
     const int nb = cdiv(p->k, p->kq), n = c->n, four = p->bits == 4;
     const size_t at = (size_t)r0 * nb;
-    const nv_qdot_a a = {(const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, c->rowscale + at, c->xsum + at, c->qinit + at};
+    const nv_qdot_a a = {(const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, c->rowscale + at, c->xsum + at, c->qsum + at};
     const nv_qdot_b b = {(const uint8_t *)p->pack + (size_t)t0 * nb * nv_qdot_block_bytes(p->kq, four, p->qoffsets), nb, p->kq,
-                         four, p->qoffsets};
+                         four, p->qoffsets, p->qbias};
     p->ka->qdot_gemm(&a, r1 - r0, &b, t1 - t0, c->out + (size_t)r0 * n + (size_t)t0 * 16, n, n - t0 * 16);
 }
 
@@ -1466,7 +1489,7 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
         const nv_plan *p = plans[i];
         op_ctx *c = &g.c[i];
         *c = (op_ctx){.p = p, .a = x, .out = ys[i], .m = m, .n = p->n, .k = p->k, .abuf = shared.abuf, .lda = shared.lda,
-                      .depth = shared.depth, .rowscale = shared.rowscale, .xsum = shared.xsum, .qinit = shared.qinit};
+                      .depth = shared.depth, .rowscale = shared.rowscale, .xsum = shared.xsum, .qsum = shared.qsum};
         /* sized by the whole group's work, so a group of small products still splits */
         double macs = (double)m * p->k * p->n * count;
         g.tasks[i] = qd                       ? grid_make(&c->g, m, QDOT_ROWS, p->np, macs)
@@ -1694,17 +1717,17 @@ static int split_same(const nv_plan *pe, const float *x, int m, const float *y, 
 }
 
 /* A vector int8 engine's product over block-quantized weights (qdot) against scalar over the same
- * weights as floats: 4-bit and 8-bit values, blocks of 16 and 32 (one cut into two kernel blocks of
- * 16), with and without offsets, depths past the last whole block; within the activations' per-block
- * quantisation bound Q = sum over blocks of xscale/2 * sum |q s|, plus fp32 terms; and identical bits
- * split over the pool. */
+ * weights as floats: 4-bit and 8-bit values, blocks of 16 and 32, with and without offsets (and
+ * offsets -8 times the scale, folded into the integer sums), depths past the last whole block;
+ * within the activations' per-block quantisation bound Q = sum over blocks of xscale/2 *
+ * sum (|q s| + |o|), plus fp32 terms; and identical bits split over the pool. */
 static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
     static const int shapes[][4] = {{17, 37, 100, 32}, {1, 37, 100, 16}, {3, 20, 45, 16}, {6, 33, 96, 32}};
     int ok = 1;
     uint64_t seed = 0x9d070000u + (uint64_t)e;
     for (size_t si = 0; ok && si < sizeof shapes / sizeof shapes[0]; si++) {
         const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], qb = shapes[si][3], nb = cdiv(k, qb);
-        const int four = si % 2 == 0, off = si < 2;
+        const int four = si % 2 == 0, off = si != 2; /* shape 3's offsets -8 times the scale (Q4_0's): folded */
         int8_t *q = malloc((size_t)n * k);
         float *sc = malloc(sizeof(float) * n * nb), *of = malloc(sizeof(float) * n * nb), *w = malloc(sizeof(float) * n * k);
         float *x = malloc(sizeof(float) * m * k), *y = malloc(sizeof(float) * m * n), *yr = malloc(sizeof(float) * m * n),
@@ -1718,6 +1741,7 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
         fill_rand(sc, (size_t)n * nb, &seed);
         fill_rand(of, (size_t)n * nb, &seed);
         fill_rand(x, (size_t)m * k, &seed);
+        for (size_t i = 0; si == 3 && i < (size_t)n * nb; i++) of[i] = -8.0f * sc[i];
         for (size_t i = 0; i < (size_t)n * k; i++) {
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             q[i] = four ? (int8_t)(seed >> 60) : (int8_t)(seed >> 56);
@@ -1742,10 +1766,11 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
                 for (int b0 = 0; b0 < k; b0 += pe->kq) { /* the kernel's blocks */
                     const int b1 = imin(k, b0 + pe->kq);
                     const double hx = max_abs(x + (size_t)r * k + b0, b1 - b0) / 127.0f * 0.5;
-                    for (int i = b0; i < b1; i++) {
-                        const double wq = (double)q[(size_t)j * k + i] * sc[(size_t)j * nb + i / qb];
-                        S += fabs((double)x[(size_t)r * k + i] * w[(size_t)j * k + i]) + fabs(x[(size_t)r * k + i] * wq);
-                        Q += hx * fabs(wq);
+                    for (int i = b0; i < b1; i++) { /* a folded offset (c times the scale) meets quantised x too */
+                        const double wq = fabs((double)q[(size_t)j * k + i] * sc[(size_t)j * nb + i / qb]) +
+                                          (off ? fabs((double)of[(size_t)j * nb + i / qb]) : 0);
+                        S += fabs((double)x[(size_t)r * k + i] * w[(size_t)j * k + i]) + fabs(x[(size_t)r * k + i]) * wq;
+                        Q += hx * wq;
                     }
                 }
                 const double bound = Q + (k + 12) * U32 * (S + Q) + 2.0 * (k + 2) * U32 * S + 1e-30 * k;

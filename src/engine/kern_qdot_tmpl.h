@@ -3,8 +3,9 @@
  * values with the activations quantized per block of the same depths, as llama.cpp multiplies its
  * quantized types by Q8 activations. Layout (kern.h, nv_qdot_a / nv_qdot_b): the weights are
  * VPDPBUSD's unsigned operand (4-bit values as they are, 8-bit ones as q + 128), the activations
- * its signed one, broadcast four depths at a time. A block's int32 sums start at 0 (4-bit) or at
- * -128 * the activations' sum over the block (8-bit: what the + 128 added), and the output is,
+ * its signed one, broadcast four depths at a time. A block's int32 sums start at bias times the
+ * activations' sum over the block (-128 for 8-bit values: what the + 128 added; plus c for offsets
+ * c times the scale, folded), and the output is,
  * block by block in order, one fp32 chain
  *     y = fma((float)isum, s * xs, y), then y = fma(o, xsum, y) with offsets,
  * s and o the weights' block scale and offset, xs the activations' block scale and xsum their exact
@@ -55,7 +56,7 @@ static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, co
         VACC acc[6][4];
 #pragma GCC unroll 6
         for (int r = 0; r < mr; r++) {
-            const VACC start = vset(four ? 0 : a->qinit[(size_t)r * nb + kb]);
+            const VACC start = vset(b->bias * a->qsum[(size_t)r * nb + kb]);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) acc[r][t] = start;
         }
@@ -134,11 +135,11 @@ static void QD(qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int 
     const size_t tstride = (size_t)b->nb * nv_qdot_block_bytes(b->kq, b->four, b->offsets);
     for (int t = 0; t < ntiles; t += NT) {
         const int nt = ntiles - t < NT ? ntiles - t : NT;
-        const nv_qdot_b bt = {b->q + (size_t)t * tstride, b->nb, b->kq, b->four, b->offsets};
+        const nv_qdot_b bt = {b->q + (size_t)t * tstride, b->nb, b->kq, b->four, b->offsets, b->bias};
         for (int r = 0; r < rows; r += QD_MR) {
             const int mr = rows - r < QD_MR ? rows - r : QD_MR;
             const size_t at = (size_t)r * b->nb;
-            const nv_qdot_a ar = {a->q + (size_t)r * a->lda, a->lda, a->xs + at, a->xsum + at, a->qinit + at};
+            const nv_qdot_a ar = {a->q + (size_t)r * a->lda, a->lda, a->xs + at, a->xsum + at, a->qsum + at};
             QD(block)(mr, nt, &ar, &bt, C + (size_t)r * ldc + (size_t)t * 16, ldc, ncols - t * 16);
         }
     }
