@@ -208,13 +208,27 @@ static void check_quantized(const nv_model *m, const uint8_t *data, size_t size)
     FZ_CHECK(nv_model_build_plans(&z, NV_ENGINE_SCALAR) == NV_OK, "plans after the inference load: %s", nv_errmsg());
     FZ_CHECK(z.n_params == m->n_params && memcmp(z.params, m->params, (size_t)m->n_params * 4) == 0,
              "fp32 weights made from pending matrices differ from the full load's");
+    /* the int8 engine's plans of the same sources (block-quantized matrices multiplied by integer dot
+       products, the rest W8A8) build and run a token (values unchecked: the weights are arbitrary) */
+    const nv_engine_id e8 = nv_engine_best();
+    if (nv_engine_int8(e8)) {
+        FZ_CHECK(nv_model_build_plans(&z, e8) == NV_OK, "%s plans: %s", nv_engine_name(e8), nv_errmsg());
+        nv_state s;
+        if (nv_state_init(&s, &z.config, 1, 1, 0) == NV_OK) {
+            int tok = 1 % z.config.vocab_size;
+            FZ_CHECK(nv_forward(&z, &s, &tok, 1, 0) == NV_OK, "forward on %s: %s", nv_engine_name(e8), nv_errmsg());
+            for (int i = 0; i < z.config.vocab_size; i++) sink += s.logits[i];
+            nv_state_free(&s);
+        }
+    }
     nv_model_free(&z);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    if (nv_engines_init("scalar", 1) != NV_OK) {
+    /* scalar, and an int8 engine where the CPU has one (check_quantized) */
+    if (nv_engines_init("scalar,avx512-int8,avx2-int8", 1) != NV_OK) {
         fprintf(stderr, "fuzz_model: %s\n", nv_errmsg());
         exit(1);
     }
