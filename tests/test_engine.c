@@ -636,7 +636,7 @@ static nv_engine_id qdot_on(nv_engine_id e) {
  * term uses x's exact sum, or, folded as c times the scale, meets the quantised x too: hx |o|);
  * plus fp32 terms over S = 2 sum |x| (|q s| + |o|). */
 static double qdot_tol(const float *x, const int8_t *q, const float *s, const float *o, int qb, int k) {
-    const int kq = qb % 32 == 0 ? 32 : 16, nb = (k + qb - 1) / qb;
+    const int kq = qb % 32 == 0 ? 32 : 16;
     double S = 0, Q = 0;
     for (int b0 = 0; b0 < k; b0 += kq) {
         const int len = k - b0 < kq ? k - b0 : kq;
@@ -647,7 +647,6 @@ static double qdot_tol(const float *x, const int8_t *q, const float *s, const fl
             Q += hx * qs;
         }
     }
-    (void)nb;
     return Q + (k + 12) * U * (S + Q) + 2.0 * (k + 2) * U * S + 1e-30 * k;
 }
 
