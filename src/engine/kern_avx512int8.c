@@ -37,7 +37,7 @@ static inline __m512i vdp(__m512i acc, uint32_t quad, __m512i b) {
 #define QD(name) vqdot_##name
 #define VF __m512
 /* 4-bit rows: nibbles to bytes, low ones and high ones */
-static inline void vloadb4(const uint8_t *p, __m512i *lo, __m512i *hi) {
+static inline void vqload4(const uint8_t *p, __m512i *lo, __m512i *hi) {
     const __m512i v = _mm512_loadu_si512((const void *)p), m = _mm512_set1_epi8(0x0f);
     *lo = _mm512_and_si512(v, m);
     *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
@@ -49,8 +49,8 @@ static inline __m512i vdq(__m512i acc, uint32_t quad, __m512i b) {
 #define vzero() _mm512_setzero_ps()
 #define vblock(y, acc, s, xs) _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_loadu_ps(s), _mm512_set1_ps(xs)), y)
 #define voff(y, o, xsum) _mm512_fmadd_ps(_mm512_loadu_ps(o), _mm512_set1_ps(xsum), y)
-#undef vout
-#define vout(c, y, n) vstore_n(c, y, n)
+#define vqload(p) vloadb(p)
+#define vqout(c, y, n) vstore_n(c, y, n)
 
 #include "engine/kern_qdot_tmpl.h"
 

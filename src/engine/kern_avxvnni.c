@@ -49,14 +49,14 @@ static inline v16i vdq_vnni(v16i acc, uint32_t quad, vq16 b) {
 #define QD_NT 1
 #define QD_NT_FEW 2
 #define VF v16
-#define vloadb4(p, lo, hi) vloadb4_vnni(p, lo, hi)
+#define vqload(p) vloadb_vnni(p)
+#define vqload4(p, lo, hi) vloadb4_vnni(p, lo, hi)
 #define vdq(acc, group, b) vdq_vnni(acc, group, b)
-#undef vout
 #define vset(v) vset_q(v)
 #define vzero() vzero_q()
 #define vblock(y, acc, s, xs) vblock_q(y, acc, s, xs)
 #define voff(y, o, xsum) voff_q(y, o, xsum)
-#define vout(c, y, n) vstore_n(c, y, n)
+#define vqout(c, y, n) vstore_n(c, y, n)
 
 #include "engine/kern_qdot_tmpl.h"
 

@@ -15,13 +15,14 @@
  * The including file defines, then includes this file:
  *   QD(name)            function-name prefix
  *   VACC, VF            16 int32 lanes, 16 fp32 lanes        VBT  a B operand: one 64-byte row
- *   vloadb(p)           the 8-bit row at p
- *   vloadb4(p, lo, hi)  the 4-bit row at p: its low nibbles' row into *lo, its high nibbles' into *hi
+ *   vqload(p)           the 8-bit row at p
+ *   vqload4(p, lo, hi)  the 4-bit row at p: its low nibbles' row into *lo, its high nibbles' into *hi
  *   vdq(acc, group, b)  acc + per lane the four products of b's lane (unsigned bytes) and the
  *                       broadcast group (signed bytes)
  *   vset(v)             16 int32 lanes of v                  vzero()  16 zero floats
  *   vblock(y, acc, s, xs)  fma((float)acc, load(s) * xs, y)  voff(y, o, xsum)  fma(load(o), xsum, y)
- *   vout(c, y, n)       lanes 0..n-1 of y stored at c
+ *   vqout(c, y, n)      lanes 0..n-1 of y stored at c
+ * (names of their own, so that a file instantiating kern_vdot_tmpl.h too keeps its macros)
  * and optionally QD_MR (rows per micro-kernel, at most 6), QD_NT (column tiles above two rows, 1 or
  * 2) and QD_NT_FEW (at one or two rows, 1-4). */
 
@@ -65,7 +66,7 @@ static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, co
             for (int h = 0; h < kq / 8; h++) {
                 VBT lo[4], hi[4];
 #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) vloadb4(bq + (size_t)t * tstride + (size_t)h * 64, &lo[t], &hi[t]);
+                for (int t = 0; t < nt; t++) vqload4(bq + (size_t)t * tstride + (size_t)h * 64, &lo[t], &hi[t]);
 #pragma GCC unroll 6
                 for (int r = 0; r < mr; r++) {
                     uint32_t g0, g1;
@@ -80,7 +81,7 @@ static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, co
             for (int g = 0; g < kq / 4; g++) {
                 VBT bt[4];
 #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) bt[t] = vloadb(bq + (size_t)t * tstride + (size_t)g * 64);
+                for (int t = 0; t < nt; t++) bt[t] = vqload(bq + (size_t)t * tstride + (size_t)g * 64);
 #pragma GCC unroll 6
                 for (int r = 0; r < mr; r++) {
                     uint32_t g0;
@@ -104,7 +105,7 @@ static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, co
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) vout(C + (size_t)r * ldc + (size_t)t * 16, y[r][t], nc - t * 16);
+        for (int t = 0; t < nt; t++) vqout(C + (size_t)r * ldc + (size_t)t * 16, y[r][t], nc - t * 16);
 }
 
 static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, float *C, size_t ldc, int nc) {

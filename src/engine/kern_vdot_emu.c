@@ -158,30 +158,18 @@ static inline v16i vdq_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
 #define QD_NT 1
 #define QD_NT_FEW 1
 #define VF v16
-#undef VBT
-#undef vloadb
-#undef vout
-#define VBT vq32
-#define vloadb(p) vloadb_u8(p)
-#define vloadb4(p, lo, hi) vloadb4_u8(p, lo, hi)
+#define vqload(p) vloadb_u8(p)
+#define vqload4(p, lo, hi) vloadb4_u8(p, lo, hi)
 #define vdq(acc, group, b) vdq_int8(acc, group, b, 1)
 #define vset(v) vset_q(v)
 #define vzero() vzero_q()
 #define vblock(y, acc, s, xs) vblock_q(y, acc, s, xs)
 #define voff(y, o, xsum) voff_q(y, o, xsum)
-#define vout(c, y, n) vstore_n(c, y, n)
+#define vqout(c, y, n) vstore_n(c, y, n)
 
 #include "engine/kern_qdot_tmpl.h"
 
 const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1, vqdotemu_qdot_gemm};
-
-/* restore the int8 loop's own macros for the engine's instance below */
-#undef QD
-#undef vloadb
-#undef vout
-#undef vdq
-#define vloadb(p) vloadb_int8(p)
-#define vout(o, c, r, t, acc, n) vout_int8((o)->xs[r], (o)->ws + (t) * 16, c, acc, n)
 
 /* The same loop without the fault-injection check: the avx2-int8 engine. */
 #undef VB
