@@ -193,8 +193,111 @@ static void test_quant_blocks(void) {
     T_CHECK(nv_gguf_dequant(14, b, 256, y) == NV_OK && y[0] == -32.0f && y[17] == -62.0f && y[32] == -48.0f && y[64] == 0.0f &&
                 y[96] == 112.0f && y[128] == -288.0f,
             "Q6_K: %g %g %g %g %g %g", (double)y[0], (double)y[17], (double)y[32], (double)y[64], (double)y[96], (double)y[128]);
-    T_CHECK(nv_gguf_dequant(12, b, 100, y) == NV_EUNSUPPORTED && nv_gguf_dequant(10, b, 256, y) == NV_EUNSUPPORTED,
-            "partial blocks or Q2_K accepted");
+    T_CHECK(nv_gguf_dequant(12, b, 100, y) == NV_EUNSUPPORTED && nv_gguf_dequant(16, b, 256, y) == NV_EUNSUPPORTED,
+            "partial blocks or IQ2_XXS accepted");
+    /* Q3_K: d 0.5, every scale 32 + 2 = 34 (low nibbles 2 in bytes 0..7, high pairs 0b10 in bytes 8..11),
+     * values' two bits 3 (qs 0xFF), third bit set for value 0 only: 7 - 4 = 3 there, 3 - 4 = -1 elsewhere */
+    memset(b, 0, sizeof b);
+    memset(b + 32, 0xFF, 64);
+    b[0] = 1;
+    for (int j = 0; j < 8; j++) b[96 + j] = 0x22;
+    for (int j = 8; j < 12; j++) b[96 + j] = 0xAA;
+    put_half(b + 108, 0.5f);
+    T_CHECK(nv_gguf_dequant(11, b, 256, y) == NV_OK && y[0] == 3.0f && y[1] == -1.0f && y[255] == -1.0f,
+            "Q3_K: %g %g %g", (double)y[0], (double)y[1], (double)y[255]);
+}
+
+/* llama.cpp's reference dequantizers of the 2- and 3-bit k-quants and the IQ4 types, written here in
+ * their own loop order (by half of 128, by shift, by 16), against the loader's on random blocks: the
+ * same floats. */
+static float ref_half(const uint8_t *p) { return _cvtsh_ss((uint16_t)(p[0] | p[1] << 8)); }
+static const int8_t ref_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void ref_q2_k(const uint8_t *b, float *y) {
+    const float d = ref_half(b + 80), min = ref_half(b + 82);
+    const uint8_t *q = b + 16;
+    int is = 0;
+    for (int n = 0; n < 256; n += 128, q += 32)
+        for (int shift = 0; shift < 8; shift += 2)
+            for (int part = 0; part < 2; part++) {
+                const uint8_t sc = b[is++];
+                const float dl = d * (float)(sc & 0xF), ml = min * (float)(sc >> 4);
+                for (int l = 0; l < 16; l++) *y++ = dl * (float)((q[l + 16 * part] >> shift) & 3) - ml;
+            }
+}
+
+static void ref_q3_k(const uint8_t *b, float *y) {
+    const uint8_t *hm = b, *q = b + 32, *raw = b + 96;
+    const float d = ref_half(b + 108);
+    int8_t sc[16];
+    for (int j = 0; j < 16; j++) { /* the 32-bit shuffle of the reference, one byte at a time */
+        const int low = (raw[j % 8] >> (j < 8 ? 0 : 4)) & 0xF, high = (raw[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (int8_t)((low | high << 4) - 32);
+    }
+    int is = 0;
+    uint8_t m = 1;
+    for (int n = 0; n < 256; n += 128, q += 32)
+        for (int shift = 0; shift < 8; shift += 2, m = (uint8_t)(m << 1))
+            for (int part = 0; part < 2; part++) {
+                const float dl = d * (float)sc[is++];
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (float)((int8_t)((q[l + 16 * part] >> shift) & 3) - ((hm[l + 16 * part] & m) ? 0 : 4));
+            }
+}
+
+static void ref_iq4_nl(const uint8_t *b, float *y) {
+    const float d = ref_half(b);
+    for (int j = 0; j < 16; j++) y[j] = d * (float)ref_iq4[b[2 + j] & 0xF], y[j + 16] = d * (float)ref_iq4[b[2 + j] >> 4];
+}
+
+static void ref_iq4_xs(const uint8_t *b, float *y) {
+    const float d = ref_half(b);
+    const uint16_t scales_h = (uint16_t)(b[2] | b[3] << 8);
+    const uint8_t *qs = b + 8;
+    for (int ib = 0; ib < 8; ib++, y += 32, qs += 16) {
+        const int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 0xF) | ((scales_h >> 2 * ib) & 3) << 4;
+        const float dl = d * (float)(ls - 32);
+        for (int j = 0; j < 16; j++) y[j] = dl * (float)ref_iq4[qs[j] & 0xF], y[j + 16] = dl * (float)ref_iq4[qs[j] >> 4];
+    }
+}
+
+static void test_quant_blocks_random(void) {
+    static const struct {
+        uint32_t type;
+        int values, bytes, d_at, dmin_at;
+        void (*ref)(const uint8_t *, float *);
+        const char *name;
+    } k[] = {{10, 256, 84, 80, 82, ref_q2_k, "Q2_K"},
+             {11, 256, 110, 108, -1, ref_q3_k, "Q3_K"},
+             {20, 32, 18, 0, -1, ref_iq4_nl, "IQ4_NL"},
+             {23, 256, 136, 0, -1, ref_iq4_xs, "IQ4_XS"}};
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    for (size_t t = 0; t < sizeof k / sizeof k[0]; t++) {
+        int bad = -1;
+        char why[160] = "";
+        for (int trial = 0; trial < 64 && bad < 0; trial++) {
+            uint8_t b[3 * 136];
+            float want[3 * 256], got[3 * 256];
+            for (size_t i = 0; i < sizeof b; i++) b[i] = (uint8_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+            for (int blk = 0; blk < 3; blk++) { /* finite scales, some tiny (fp16 subnormals), one zero */
+                uint8_t *p = b + blk * k[t].bytes;
+                const float dv = trial == 0 && blk == 0 ? 0.0f : ldexpf((float)(p[1] % 64) - 32.0f, -(p[0] % 24));
+                put_half(p + k[t].d_at, dv);
+                if (k[t].dmin_at >= 0) put_half(p + k[t].dmin_at, ldexpf((float)(p[2] % 64), -(p[3] % 24)));
+                k[t].ref(p, want + blk * k[t].values);
+            }
+            if (nv_gguf_dequant(k[t].type, b, (uint64_t)(3 * k[t].values), got) != NV_OK) {
+                bad = 0;
+                snprintf(why, sizeof why, "%s", nv_errmsg());
+            }
+            for (int i = 0; i < 3 * k[t].values && bad < 0; i++)
+                if (want[i] != got[i]) { /* a zero's sign aside (Q3_K's offset form adds -4s to 0 * q) */
+                    bad = i;
+                    snprintf(why, sizeof why, "value %d of trial %d: %g, the reference %g", i, trial, (double)got[i], (double)want[i]);
+                }
+        }
+        T_CHECK(bad < 0, "%s differs from the reference dequantizer: %s", k[t].name, why);
+    }
 }
 
 /* A copy of the synthetic file with len bytes of it, and bytes at off replaced. */
@@ -372,7 +475,7 @@ static void export_and_quantized_plans(const char *type, int bits) {
     T_CHECK(t_nerve(args) == 0, "export failed: %s", t_err);
     snprintf(args, sizeof args, "export %s -o %s/%s.bin --type %s", bp, t_tmpdir(), type, type);
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF"), "%s to a llama2.c file: %s", type, t_err);
-    snprintf(args, sizeof args, "export %s -o %s/q3.gguf --type q3_k", bp, t_tmpdir());
+    snprintf(args, sizeof args, "export %s -o %s/iq2.gguf --type iq2_xxs", bp, t_tmpdir());
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--type"), "unknown type: %s", t_err);
     nv_gguf g; /* general.file_type is llama.cpp's file type: MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_BF16 32 */
     if (nv_gguf_open(out, &g) == NV_OK) {
@@ -582,8 +685,11 @@ static void test_kquant_writers(void) {
         const char *name;
         uint32_t type, file_type;
         double bound;
-    } kinds[] = {{"q8_0", NV_GGUF_Q8_0, 7, 0.01},   {"q6_k", NV_GGUF_Q6_K, 18, 0.03},   {"q5_k_m", NV_GGUF_Q5_K, 17, 0.045},
-                 {"q5_0", NV_GGUF_Q5_0, 8, 0.05},   {"q4_k_m", NV_GGUF_Q4_K, 15, 0.08}, {"q4_0", NV_GGUF_Q4_0, 2, 0.13}};
+    } kinds[] = {{"q8_0", NV_GGUF_Q8_0, 7, 0.01},     {"q6_k", NV_GGUF_Q6_K, 18, 0.03},     {"q5_k_m", NV_GGUF_Q5_K, 17, 0.045},
+                 {"q5_0", NV_GGUF_Q5_0, 8, 0.05},     {"q4_k_m", NV_GGUF_Q4_K, 15, 0.08},   {"q4_0", NV_GGUF_Q4_0, 2, 0.13},
+                 {"q3_k_m", NV_GGUF_Q3_K, 12, 0.2},   {"q2_k", NV_GGUF_Q2_K, 10, 0.4},      {"iq4_xs", NV_GGUF_IQ4_XS, 30, 0.1},
+                 {"iq4_nl", NV_GGUF_IQ4_NL, 25, 0.1}};
+    enum { ORDERED = 8 }; /* the first eight: fewer bits, more error */
     enum { KINDS = (int)(sizeof kinds / sizeof kinds[0]) };
     double err_w1[KINDS] = {0}, err_emb[KINDS] = {0};
     for (int k = 0; k < KINDS; k++) {
@@ -599,24 +705,37 @@ static void test_kquant_writers(void) {
         uint32_t v = 0;
         if (ft && ft->type == 4) memcpy(&v, ft->val, 4);
         T_CHECK(v == kinds[k].file_type, "%s: general.file_type %u", kinds[k].name, v);
-        if (kinds[k].type == NV_GGUF_Q4_K || kinds[k].type == NV_GGUF_Q5_K) { /* 12 Q4_K or 13 Q5_K, 14 Q6_K */
-            const uint32_t base = kinds[k].type == NV_GGUF_Q4_K ? 12u : 13u;
+        if (kinds[k].type != NV_GGUF_Q8_0 && kinds[k].type != NV_GGUF_Q6_K && kinds[k].type != NV_GGUF_Q5_0 && kinds[k].type != NV_GGUF_Q4_0) {
+            /* a mix: 12 Q4_K or 13 Q5_K, 14 Q6_K, 10 Q2_K, 11 Q3_K, 20 IQ4_NL, 23 IQ4_XS. llama.cpp's
+             * rules for 8 layers and 4 query heads per key head (attn_v: Q6_K in layers 0, 3, 6, 7
+             * under Q4_K_M/Q5_K_M, Q5_K in 0-1 then Q4_K under Q3_K_M, Q4_K under Q2_K, Q5_K under
+             * the IQ4s; ffn_down: the same as attn_v under Q4_K_M/Q5_K_M, Q4_K under Q3_K_M, Q3_K
+             * under Q2_K, Q5_K in layer 0 under the IQ4s; attn_output: Q4_K under Q3_K_M, Q3_K under Q2_K) */
+            const uint32_t base = kinds[k].type; /* the writer's codes are the tensor types of the mix's base */
+            const int km = base == 12u || base == 13u, q3 = base == 11u, q2 = base == 10u, iq4 = base == 20u || base == 23u;
             for (int l = 0; l < 8; l++) {
                 char name[64];
                 const int more = l == 0 || l == 3 || l == 6 || l == 7;
+                const uint32_t want_v = km ? (more ? 14u : base) : q3 ? (l < 2 ? 13u : 12u) : q2 ? 12u : 13u;
+                const uint32_t want_d = km ? (more ? 14u : base) : q3 ? 12u : q2 ? 11u : l == 0 ? 13u : base;
+                const uint32_t want_o = q3 ? 12u : q2 ? 11u : base;
+                (void)iq4;
                 snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
                 const nv_gguf_tensor *tv = nv_gguf_tensor_find(&g, name);
                 snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
                 const nv_gguf_tensor *td = nv_gguf_tensor_find(&g, name);
                 snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
                 const nv_gguf_tensor *tq = nv_gguf_tensor_find(&g, name);
-                T_CHECK(tv && tv->type == (more ? 14u : base) && td && td->type == (more ? 14u : base) && tq && tq->type == base,
-                        "layer %d: attn_v %u, ffn_down %u, attn_q %u", l, tv ? tv->type : 99, td ? td->type : 99, tq ? tq->type : 99);
+                snprintf(name, sizeof name, "blk.%d.attn_output.weight", l);
+                const nv_gguf_tensor *to = nv_gguf_tensor_find(&g, name);
+                T_CHECK(tv && tv->type == want_v && td && td->type == want_d && tq && tq->type == base && to && to->type == want_o,
+                        "%s layer %d: attn_v %u, ffn_down %u, attn_q %u, attn_output %u", kinds[k].name, l, tv ? tv->type : 99,
+                        td ? td->type : 99, tq ? tq->type : 99, to ? to->type : 99);
             }
             const nv_gguf_tensor *to = nv_gguf_tensor_find(&g, "output.weight"), *te = nv_gguf_tensor_find(&g, "token_embd.weight");
             const nv_gguf_tensor *tn = nv_gguf_tensor_find(&g, "blk.2.attn_norm.weight");
-            T_CHECK(to && to->type == 14u && te && te->type == base && tn && tn->type == 0u, "output %u, token_embd %u, norm %u",
-                    to ? to->type : 99, te ? te->type : 99, tn ? tn->type : 99);
+            T_CHECK(to && to->type == 14u && te && te->type == base && tn && tn->type == 0u, "%s: output %u, token_embd %u, norm %u",
+                    kinds[k].name, to ? to->type : 99, te ? te->type : 99, tn ? tn->type : 99);
         }
         if (kinds[k].type == NV_GGUF_Q6_K) {
             const nv_gguf_tensor *tw = nv_gguf_tensor_find(&g, "blk.4.ffn_up.weight");
@@ -644,14 +763,32 @@ static void test_kquant_writers(void) {
             T_CHECK(nv_model_build_plans(&z, e) == NV_OK && nv_plan_quantized(z.plans[2].w1) > 0 && nv_model_build_plans(&r, e) == NV_OK &&
                         lz && lr && t_forward_logits(&z, toks, N, lz) && t_forward_logits(&r, toks, N, lr) && !memcmp(lz, lr, N * 300 * 4),
                     "%s: block-quantized plans differ from fp32 plans over the same weights", kinds[k].name);
+            nv_engines_init(NULL, 0);
+            const nv_engine_id lo = nv_engine_best();
+            if (nv_engine_int8(lo) && lz && lr) {
+                /* an int8 engine: the same values times activations quantized per block, every type
+                   of every mix (2- to 8-bit values, offsets folded or kept, blocks of 16 and 32) */
+                double moved = 0, largest = 0;
+                T_CHECK(nv_model_build_plans(&z, lo) == NV_OK && nv_engine_int8(nv_plan_engine(z.plans[2].w1)) &&
+                            t_forward_logits(&z, toks, N, lz),
+                        "%s on %s: %s", kinds[k].name, nv_engine_name(lo), nv_errmsg());
+                const int same = logits_agree(lr, lz, N, 300, &moved, &largest);
+                T_CHECK(same >= N - 1 && moved < 0.05 * largest, "%s on %s against fp32 plans of the same values: top-1 %d of %d, logits moved %g (largest %g)",
+                        kinds[k].name, nv_engine_name(lo), same, N, moved, largest);
+                if (getenv("T_VERBOSE"))
+                    printf("    %s on %s: top-1 %d of %d, logits moved %g (largest %g)\n", kinds[k].name, nv_engine_name(lo), same, N, moved, largest);
+            }
             free(lz), free(lr);
             nv_model_free(&z);
         }
         nv_model_free(&r);
     }
     int ordered = 1;
-    for (int k = 1; k < KINDS; k++) ordered &= err_w1[k - 1] < err_w1[k];
-    T_CHECK(ordered, "errors not ordered by bits: %g %g %g %g %g %g", err_w1[0], err_w1[1], err_w1[2], err_w1[3], err_w1[4], err_w1[5]);
+    for (int k = 1; k < ORDERED; k++) ordered &= err_w1[k - 1] < err_w1[k];
+    T_CHECK(ordered, "errors not ordered by bits: %g %g %g %g %g %g %g %g", err_w1[0], err_w1[1], err_w1[2], err_w1[3], err_w1[4],
+            err_w1[5], err_w1[6], err_w1[7]);
+    /* the IQ4 types' uneven levels fit these bell-shaped weights better than Q4_0's even ones */
+    T_CHECK(err_w1[8] < err_w1[5] && err_w1[9] < err_w1[5], "IQ4_XS %g, IQ4_NL %g against Q4_0 %g", err_w1[8], err_w1[9], err_w1[5]);
     nv_model_free(&m);
     const char *bp = t_data("models/stories260K.bin");
     nv_model s;
@@ -1063,6 +1200,7 @@ int main(void) {
     T_RUN(test_tiny_random_v3_f16);
     T_RUN(test_synthetic_types);
     T_RUN(test_quant_blocks);
+    T_RUN(test_quant_blocks_random);
     T_RUN(test_malformed);
     T_RUN(test_finetune_from_gguf);
     T_RUN(test_export_roundtrip);

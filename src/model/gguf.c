@@ -12,8 +12,9 @@
 #include "model/imatrix.h"
 
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
-       T_BF16 = 30 };
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12,
+       T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30 };
+#define SUPPORTED_TYPES "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
 #define QK 32   /* values per block of the simple types */
 #define QK_K 256 /* values per super-block of the k-quants */
 #define MAX_ALIGN (1u << 20)
@@ -113,7 +114,7 @@ static int block_of(uint32_t type, uint64_t *bytes) {
         int values, bytes;
     } k[] = {{T_F32, 1, 4},      {T_F16, 1, 2},      {T_BF16, 1, 2},      {T_Q4_0, QK, 18},     {T_Q4_1, QK, 20},
              {T_Q5_0, QK, 22},   {T_Q5_1, QK, 24},   {T_Q8_0, QK, 34},    {T_Q4_K, QK_K, 144}, {T_Q5_K, QK_K, 176},
-             {T_Q6_K, QK_K, 210}};
+             {T_Q6_K, QK_K, 210}, {T_Q2_K, QK_K, 84}, {T_Q3_K, QK_K, 110}, {T_IQ4_NL, QK, 18}, {T_IQ4_XS, QK_K, 136}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i].type == type) {
             *bytes = (uint64_t)k[i].bytes;
@@ -134,7 +135,7 @@ static const char *type_name(uint32_t type) {
     static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "?", "?", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
                                   "Q4_K", "Q5_K", "Q6_K", "Q8_K"};
     if (type < sizeof names / sizeof names[0]) return names[type];
-    return type == T_BF16 ? "BF16" : "?";
+    return type == T_BF16 ? "BF16" : type == T_IQ4_NL ? "IQ4_NL" : type == T_IQ4_XS ? "IQ4_XS" : "?";
 }
 
 static nv_err parse_tensor(gg_cursor *c, nv_gguf_tensor *t, uint64_t *offset) {
@@ -366,10 +367,14 @@ static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
  * + o. Every type here decomposes into it exactly, with the floats llama.cpp's reference
  * dequantizers compute; 0 for a type that is not quantized. */
 static int quant_form(uint32_t type, int *qb, int *offset) {
-    *qb = type == T_Q6_K ? 16 : 32;
-    *offset = type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 || type == T_Q4_K || type == T_Q5_K;
-    return type == T_Q8_0 || type == T_Q6_K || *offset;
+    *qb = type == T_Q6_K || type == T_Q2_K || type == T_Q3_K ? 16 : 32;
+    *offset = type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 || type == T_Q4_K || type == T_Q5_K ||
+              type == T_Q2_K || type == T_Q3_K;
+    return type == T_Q8_0 || type == T_Q6_K || type == T_IQ4_NL || type == T_IQ4_XS || *offset;
 }
+
+/* IQ4_NL's and IQ4_XS's 16 values, spaced to fit the weights' distribution rather than evenly */
+static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* One block of a quantized type (block_of's values) into q, and its sub-blocks' s and, for the
  * types with an offset (quant_form), o. */
@@ -424,6 +429,54 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
                 }
                 q[64 * c + l] = (int8_t)lo;
                 q[64 * c + 32 + l] = (int8_t)hi;
+            }
+        }
+        break;
+    }
+    case T_Q2_K: { /* 16 bytes of a 4-bit scale and min per 16 values, 64 of 2-bit values, d, dmin */
+        const uint8_t *sc = b, *qs = b + 16;
+        const float d = half_at(b + 80), dmin = half_at(b + 82);
+        for (int j = 0; j < 16; j++) { /* value d*sc*q - dmin*m */
+            s[j] = d * (float)(sc[j] & 0xF);
+            o[j] = -(dmin * (float)(sc[j] >> 4));
+        }
+        for (int i = 0; i < QK_K; i++) /* each half of 128: value i in bits 2j of byte i % 32, j = i % 128 / 32 */
+            q[i] = (int8_t)((qs[32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3);
+        break;
+    }
+    case T_Q3_K: { /* 32 bytes of third bits, 64 of 2-bit values, 12 of 6-bit scales (one per 16 values), d */
+        const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
+        const float d = half_at(b + 108);
+        for (int j = 0; j < 16; j++) { /* scale j: 4 low bits in a nibble of bytes 0..7, 2 high bits in bytes 8..11 */
+            const int lo = j < 8 ? sc[j] & 0xF : sc[j - 8] >> 4, hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+            s[j] = d * (float)((lo | hi << 4) - 32);
+            o[j] = -4.0f * s[j];
+        }
+        /* the value is its two bits, + 4 when its third bit is set, - 4: stored as 0..7 with the -4 in
+         * the offset (exact: (q + 4) s - 4 s is llama.cpp's d*sc*q in fp32) */
+        for (int i = 0; i < QK_K; i++) {
+            const int h = i / 128, j = i % 128 / 32, l = i % 32;
+            q[i] = (int8_t)(((qs[32 * h + l] >> (2 * j)) & 3) | ((hm[l] >> (4 * h + j)) & 1) << 2);
+        }
+        break;
+    }
+    case T_IQ4_NL: /* d, 16 bytes of indices into iq4_values, laid out as Q4_0's */
+        s[0] = half_at(b);
+        for (int j = 0; j < QK / 2; j++) {
+            q[j] = iq4_values[b[2 + j] & 0xF];
+            q[j + QK / 2] = iq4_values[b[2 + j] >> 4];
+        }
+        break;
+    case T_IQ4_XS: { /* d, 16 bits of scales' high pairs, 4 bytes of their low nibbles, 8 IQ4_NL-like sub-blocks of 32 */
+        const float d = half_at(b);
+        const unsigned high = (unsigned)b[2] | (unsigned)b[3] << 8;
+        const uint8_t *low = b + 4, *qs = b + 8;
+        for (int j = 0; j < 8; j++, qs += 16) {
+            const int ls = ((low[j / 2] >> (4 * (j % 2))) & 0xF) | (int)((high >> (2 * j)) & 3) << 4;
+            s[j] = d * (float)(ls - 32);
+            for (int l = 0; l < 16; l++) {
+                q[32 * j + l] = iq4_values[qs[l] & 0xF];
+                q[32 * j + 16 + l] = iq4_values[qs[l] >> 4];
             }
         }
         break;
@@ -484,7 +537,7 @@ static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
 static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, uint64_t d2, float *dst) {
     const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name);
     if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
-    if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K", g->path, name,
+    if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: " SUPPORTED_TYPES, g->path, name,
                                   type_name(t->type), t->type);
     uint64_t want[4] = {d0, d1, d2 ? d2 : 1, 1};
     for (int i = 0; i < 4; i++)
@@ -842,8 +895,8 @@ void nv_qmatrix_kind(const nv_qmatrix *qm, int kind[3]) {
     const int half = qm->h || (raw && (t == T_F16 || t == T_BF16)), quant = qm->q || (raw && quant_form(qm->raw_type, &qb, &offset));
     kind[0] = half ? -1 - qm->h_bf16 : quant ? qm->qb : 0;
     kind[1] = qm->q ? qm->o != NULL : raw && offset;
-    /* a raw source's 4 bits from its type (the values of Q4_0, Q4_1 and Q4_K are 0..15 by construction) */
-    kind[2] = qm->q ? nv_qweights_four_bit(qm->q, qm->count) : raw && (t == T_Q4_0 || t == T_Q4_1 || t == T_Q4_K);
+    /* a raw source's 4 bits from its type (the values of Q4_0, Q4_1, Q4_K, Q2_K and Q3_K are 0..15 by construction) */
+    kind[2] = qm->q ? nv_qweights_four_bit(qm->q, qm->count) : raw && (t == T_Q4_0 || t == T_Q4_1 || t == T_Q4_K || t == T_Q2_K || t == T_Q3_K);
 }
 
 void nv_qmatrix_release(nv_qmatrix *qm) {
@@ -1527,27 +1580,72 @@ static void quantize_q5_1(const float *x, uint64_t n, uint64_t d0, const float *
     }
 }
 
+/* The index of the IQ4 value nearest v. */
+static int iq4_nearest(float v) {
+    int best = 0;
+    for (int i = 1; i < 16; i++)
+        if (fabsf(v - (float)iq4_values[i]) < fabsf(v - (float)iq4_values[best])) best = i;
+    return best;
+}
+
+/* The scale a of x ~ a * iq4_values[L] (n values weighing w) among candidates that map the value
+ * of largest magnitude near either end of the table, each refined by least squares; 0 for an
+ * all-zero (or not finite) block. */
+static float fit_iq4(const float *x, const float *w, int n) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), max = x[i];
+    if (!(amax > 0) || !isfinite(amax)) return 0;
+    float best_a = max / (float)iq4_values[0];
+    double best = -1;
+    for (int step = -7; step <= 7; step++)
+        for (int end = 0; end < 2; end++) { /* the largest value toward -127 or toward 113 */
+            const float is = ((float)(end ? iq4_values[15] : iq4_values[0]) + (float)step) / max;
+            double sqx = 0, sq2 = 0;
+            for (int i = 0; i < n; i++) {
+                const float q = (float)iq4_values[iq4_nearest(is * x[i])];
+                sqx += w[i] * q * x[i], sq2 += w[i] * q * q;
+            }
+            if (sq2 > 0 && sqx * sqx / sq2 > best) best = sqx * sqx / sq2, best_a = (float)(sqx / sq2);
+        }
+    return best_a;
+}
+
+/* A super-block's signed sub-block scales (16 sub-blocks of 16 fitted by fit_scale with nmax, or
+ * with nmax 0, 8 of 32 by fit_iq4), each to its values weighing w, stored as integers ls in
+ * -levels..levels-1 of one fp16 d (the largest scale over -levels) put at dp; returns d as stored. */
+static float signed_sub_scales(const float *x, const float *w, int nmax, int levels, int *ls, uint8_t *dp) {
+    const int subs = nmax ? 16 : 8, size = QK_K / subs;
+    float sc[16], max_sc = 0, amax = 0;
+    for (int j = 0; j < subs; j++) {
+        sc[j] = nmax ? fit_scale(x + size * j, w + size * j, size, nmax) : fit_iq4(x + size * j, w + size * j, size);
+        if (fabsf(sc[j]) > amax) amax = fabsf(sc[j]), max_sc = sc[j];
+    }
+    const float isc = amax > 0 ? -(float)levels / max_sc : 0;
+    for (int j = 0; j < subs; j++) ls[j] = clampi(near_int(isc * sc[j]), -levels, levels - 1);
+    put_half(dp, isc != 0 ? 1.0f / isc : 0.0f);
+    return half_at(dp);
+}
+
+/* A super-block's values -nmax..nmax-1 (16 sub-blocks of 16) against their scales d * ls as stored, + nmax. */
+static void signed_values(const float *x, float d, const int *ls, int nmax, uint8_t *L) {
+    for (int j = 0; j < 16; j++) {
+        const float a = d * (float)ls[j];
+        for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)(nmax + (a != 0 ? clampi(near_int(x[16 * j + i] / a), -nmax, nmax - 1) : 0));
+    }
+}
+
 /* x (n values, n a multiple of 256) as Q6_K super-blocks: 16 sub-blocks of 16, each an int8 scale
  * of the fp16 d, values -32..31 stored as 0..63 in low nibbles and high bit pairs. */
 static void quantize_q6_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
     float w[QK_K];
     for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 210) {
-        float sc[16], max_sc = 0, amax = 0;
-        kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
-        for (int j = 0; j < 16; j++) {
-            sc[j] = fit_scale(x + 16 * j, w + 16 * j, 16, 32);
-            if (fabsf(sc[j]) > amax) amax = fabsf(sc[j]), max_sc = sc[j];
-        }
-        const float isc = amax > 0 ? -128.0f / max_sc : 0;
-        int8_t *scales = (int8_t *)(out + 192);
-        for (int j = 0; j < 16; j++) scales[j] = (int8_t)clampi(near_int(isc * sc[j]), -128, 127);
-        put_half(out + 208, isc != 0 ? 1.0f / isc : 0.0f);
-        const float d = half_at(out + 208);
+        int ls[16];
         uint8_t L[QK_K];
-        for (int j = 0; j < 16; j++) {
-            const float a = d * (float)scales[j];
-            for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)(32 + (a != 0 ? clampi(near_int(x[16 * j + i] / a), -32, 31) : 0));
-        }
+        kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
+        const float d = signed_sub_scales(x, w, 32, 128, ls, out + 208);
+        for (int j = 0; j < 16; j++) out[192 + j] = (uint8_t)(int8_t)ls[j];
+        signed_values(x, d, ls, 32, L);
         uint8_t *ql = out, *qh = out + 128;
         for (int h = 0; h < 2; h++)
             for (int l = 0; l < 32; l++) {
@@ -1556,6 +1654,116 @@ static void quantize_q6_k(const float *x, uint64_t n, uint64_t d0, const float *
                 ql[64 * h + l + 32] = (uint8_t)((v[l + 32] & 0xF) | (v[l + 96] & 0xF) << 4);
                 qh[32 * h + l] = (uint8_t)(v[l] >> 4 | (v[l + 32] >> 4) << 2 | (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
             }
+    }
+}
+
+/* A super-block's 2-bit values (Q2_K) or 3-bit ones (Q3_K) into their bytes: value i's two low bits
+ * in bits 2j of byte i % 32 of its half of 128 (j = i % 128 / 32); Q3_K's third bits (hm) in bit
+ * i / 32 of byte i % 32 of hm. */
+static void pack_low_k(const uint8_t *L, uint8_t *qs, uint8_t *hm) {
+    if (hm) memset(hm, 0, 32);
+    memset(qs, 0, 64);
+    for (int i = 0; i < QK_K; i++) {
+        qs[32 * (i / 128) + i % 32] |= (uint8_t)((L[i] & 3) << (2 * (i % 128 / 32)));
+        if (hm) hm[i % 32] |= (uint8_t)((L[i] >> 2) << (i / 32));
+    }
+}
+
+/* x (n values, n a multiple of 256) as Q2_K super-blocks: 16 sub-blocks of 16, each a 4-bit scale
+ * and min of the fp16 d and dmin (the largest of them over 15), values 0..3. */
+static void quantize_q2_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    float w[QK_K];
+    for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 84) {
+        float sc[16], mn[16], max_sc = 0, max_mn = 0;
+        kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
+        for (int j = 0; j < 16; j++) {
+            fit_scale_min(x + 16 * j, w + 16 * j, 16, 3, &sc[j], &mn[j]);
+            max_sc = fmaxf(max_sc, sc[j]), max_mn = fmaxf(max_mn, mn[j]);
+        }
+        const float isc = max_sc > 0 ? 15.0f / max_sc : 0, imn = max_mn > 0 ? 15.0f / max_mn : 0;
+        for (int j = 0; j < 16; j++)
+            out[j] = (uint8_t)(clampi(near_int(isc * sc[j]), 0, 15) | clampi(near_int(imn * mn[j]), 0, 15) << 4);
+        put_half(out + 80, max_sc / 15.0f);
+        put_half(out + 82, max_mn / 15.0f);
+        const float d = half_at(out + 80), dmin = half_at(out + 82); /* the values against the stored scales */
+        uint8_t L[QK_K];
+        for (int j = 0; j < 16; j++) {
+            const float a = d * (float)(out[j] & 0xF), m = dmin * (float)(out[j] >> 4);
+            for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)(a > 0 ? clampi(near_int((x[16 * j + i] + m) / a), 0, 3) : 0);
+        }
+        pack_low_k(L, out + 16, NULL);
+    }
+}
+
+/* x (n values, n a multiple of 256) as Q3_K super-blocks: 16 sub-blocks of 16, each a 6-bit signed
+ * scale of the fp16 d, values -4..3 (two bits and a third bit per value). */
+static void quantize_q3_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    float w[QK_K];
+    for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 110) {
+        int ls[16];
+        uint8_t L[QK_K], *scales = out + 96;
+        kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
+        const float d = signed_sub_scales(x, w, 4, 32, ls, out + 108);
+        memset(scales, 0, 12);
+        for (int j = 0; j < 16; j++) { /* decompose_block's packing: low nibbles in bytes 0..7, high pairs in 8..11 */
+            const int l = ls[j] + 32;
+            scales[j % 8] |= (uint8_t)((l & 0xF) << (j < 8 ? 0 : 4));
+            scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+        }
+        signed_values(x, d, ls, 4, L);
+        pack_low_k(L, out + 32, out);
+    }
+}
+
+/* The weights of a block's values for fit_iq4: with an importance per column imp[i] * sqrt(sigma2 +
+ * x^2) (sigma2: the mean square of the values around), else x^2 (as llama.cpp's IQ4 quantizers). */
+static void iq4_weights(const float *x, const float *imp, int n, float sigma2, float *w) {
+    for (int i = 0; i < n; i++) w[i] = !isfinite(x[i]) ? 0 : imp ? imp[i] * sqrtf(sigma2 + x[i] * x[i]) : x[i] * x[i];
+}
+
+static float mean_square(const float *x, uint64_t n) {
+    double ss = 0;
+    for (uint64_t i = 0; i < n; i++) ss += isfinite(x[i]) ? (double)x[i] * x[i] : 0;
+    return (float)(ss / (double)n);
+}
+
+/* 32 values against the scale d as stored, two indices to a byte as Q4_0's nibbles. */
+static void pack_iq4(const float *x, float d, uint8_t *qs) {
+    const float id = d != 0 ? 1.0f / d : 0;
+    for (int j = 0; j < QK / 2; j++)
+        qs[j] = (uint8_t)(iq4_nearest(x[j] * id) | iq4_nearest(x[j + QK / 2] * id) << 4);
+}
+
+/* x (n values, n a multiple of 32) as IQ4_NL blocks: an fp16 scale and 32 indices into iq4_values. */
+static void quantize_iq4_nl(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    float w[QK];
+    for (uint64_t r = 0; r < n / d0; r++) {
+        const float *row = x + r * d0, sigma2 = mean_square(row, d0);
+        for (uint64_t b = 0; b < d0 / QK; b++, out += 18) {
+            iq4_weights(row + b * QK, imp ? imp + b * QK : NULL, QK, sigma2, w);
+            put_half(out, fit_iq4(row + b * QK, w, QK));
+            pack_iq4(row + b * QK, half_at(out), out + 2);
+        }
+    }
+}
+
+/* x (n values, n a multiple of 256) as IQ4_XS super-blocks: 8 sub-blocks of 32 indices into
+ * iq4_values, each a 6-bit signed scale of the fp16 d (low nibbles in 4 bytes, high pairs in 16 bits). */
+static void quantize_iq4_xs(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    float w[QK_K];
+    for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 136) {
+        int ls[16];
+        iq4_weights(x, imp ? imp + b * QK_K % d0 : NULL, QK_K, 2 * mean_square(x, QK_K), w);
+        const float d = signed_sub_scales(x, w, 0, 32, ls, out);
+        unsigned high = 0;
+        memset(out + 4, 0, 4);
+        for (int j = 0; j < 8; j++) {
+            const int l = ls[j] + 32;
+            out[4 + j / 2] |= (uint8_t)((l & 0xF) << (4 * (j % 2)));
+            high |= (unsigned)(l >> 4) << (2 * j);
+            pack_iq4(x + 32 * j, d * (float)ls[j], out + 8 + 16 * j);
+        }
+        out[2] = (uint8_t)high, out[3] = (uint8_t)(high >> 8);
     }
 }
 
@@ -1574,30 +1782,41 @@ static void quantize_bf16(const float *x, uint64_t n, uint64_t d0, const float *
     }
 }
 
-/* The type a tensor gets in a file of `type` (the writer's codes; NV_GGUF_Q4_K is llama.cpp's
- * Q4_K_M mix): vectors stay F32; Q4_K_M gives Q6_K to the classifier (the token embedding when it
- * is the classifier too) and to attn_v and ffn_down in the layers where llama.cpp's Q4_K_M does (the
- * first and last eighth, every third between), Q4_K elsewhere; a k-quant whose rows are not whole
- * super-blocks of 256 falls back as llama.cpp's does (Q4_K to Q5_0, Q6_K to Q8_0), a block type
- * whose rows are not whole blocks of 32 to F32. */
-static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type) {
+/* The type a tensor gets in a file of `type` (the writer's codes; NV_GGUF_Q4_K and the others of a
+ * mix are llama.cpp's mixes, llama_tensor_get_type's rules for a dense model): vectors stay F32;
+ * every mix gives Q6_K to the classifier (the token embedding when it is the classifier too);
+ * Q4_K_M and Q5_K_M give Q6_K to attn_v and ffn_down in the first and last eighth of the layers and
+ * every third between; Q3_K_M gives attn_v Q5_K in the first two layers and Q4_K after, ffn_down
+ * Q5_K in the first sixteenth and Q4_K after, attn_output Q4_K; Q2_K gives attn_v Q4_K with four or
+ * more query heads per key head (Q3_K with fewer), ffn_down and attn_output Q3_K; IQ4_NL and IQ4_XS
+ * give attn_v Q5_K with four or more query heads per key head and, without an importance matrix,
+ * ffn_down Q5_K in the first eighth. A k-quant whose rows are not whole super-blocks of 256 falls
+ * back as llama.cpp's does (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, Q2_K, Q3_K and IQ4_XS to
+ * IQ4_NL), a block type whose rows are not whole blocks of 32 to F32. */
+static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type, int has_imatrix) {
     /* a mixture's router stays F32, as llama.cpp keeps it: its logits choose the experts */
     if (type == NV_GGUF_F32 || t->d1 == 1 || strstr(t->name, ".ffn_gate_inp.")) return T_F32;
     if (type == NV_GGUF_F16) return T_F16;
     if (type == NV_GGUF_BF16) return T_BF16;
-    if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
-        unsigned layer;
-        char part[32];
-        const int L = c->n_layers;
-        type = type == NV_GGUF_Q4_K ? T_Q4_K : T_Q5_K;
-        if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) type = T_Q6_K;
-        else if (sscanf(t->name, "blk.%u.%31[a-z_]", &layer, part) == 2 && (!strcmp(part, "attn_v") || !strcmp(part, "ffn_down") || !strcmp(part, "ffn_down_exps"))) {
-            const int i = (int)layer;
-            if (i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2) type = T_Q6_K;
-        }
+    unsigned layer = 0;
+    char part[32] = "";
+    const int L = c->n_layers, in_layer = sscanf(t->name, "blk.%u.%31[a-z_]", &layer, part) == 2, i = (int)layer;
+    const int attn_v = in_layer && !strcmp(part, "attn_v"), attn_out = in_layer && !strcmp(part, "attn_output");
+    const int ffn_down = in_layer && (!strcmp(part, "ffn_down") || !strcmp(part, "ffn_down_exps"));
+    const int more_bits = i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2, gqa4 = c->n_heads >= 4 * c->n_kv_heads;
+    if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) {
+        if (type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0) type = T_Q6_K;
+    } else if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
+        type = (attn_v || ffn_down) && more_bits ? T_Q6_K : type == NV_GGUF_Q4_K ? T_Q4_K : T_Q5_K;
+    } else if (type == NV_GGUF_Q3_K) {
+        type = attn_v ? (i < 2 ? T_Q5_K : T_Q4_K) : ffn_down ? (i < L / 16 ? T_Q5_K : T_Q4_K) : attn_out ? T_Q4_K : T_Q3_K;
+    } else if (type == NV_GGUF_Q2_K) {
+        type = attn_v ? (gqa4 ? T_Q4_K : T_Q3_K) : ffn_down || attn_out ? T_Q3_K : T_Q2_K;
+    } else if (type == NV_GGUF_IQ4_NL || type == NV_GGUF_IQ4_XS) {
+        if ((attn_v && gqa4) || (ffn_down && i < L / 8 && !has_imatrix)) type = T_Q5_K;
     }
-    if ((type == T_Q4_K || type == T_Q5_K || type == T_Q6_K) && t->d0 % QK_K)
-        type = type == T_Q4_K ? T_Q5_0 : type == T_Q5_K ? T_Q5_1 : T_Q8_0;
+    if ((type == T_Q2_K || type == T_Q3_K || type == T_Q4_K || type == T_Q5_K || type == T_Q6_K || type == T_IQ4_XS) && t->d0 % QK_K)
+        type = type == T_Q4_K ? T_Q5_0 : type == T_Q5_K ? T_Q5_1 : type == T_Q6_K ? T_Q8_0 : T_IQ4_NL;
     return t->d0 % QK ? T_F32 : type;
 }
 
@@ -1631,7 +1850,8 @@ nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy) {
 
 /* 1 for the tensor types whose quantizers take an importance per column. */
 static int takes_importance(uint32_t tt) {
-    return tt == T_Q4_0 || tt == T_Q5_0 || tt == T_Q5_1 || tt == T_Q4_K || tt == T_Q5_K || tt == T_Q6_K;
+    return tt == T_Q4_0 || tt == T_Q5_0 || tt == T_Q5_1 || tt == T_Q2_K || tt == T_Q3_K || tt == T_Q4_K || tt == T_Q5_K ||
+           tt == T_Q6_K || tt == T_IQ4_NL || tt == T_IQ4_XS;
 }
 
 /* 1 when entry en can weigh tensor t's quantization: its columns are t's rows, and it holds one matrix
@@ -1647,8 +1867,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
                     const char *chat_template, const struct nv_imatrix *imatrix) {
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 &&
-        type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K)
-        return nv_fail(NV_EUNSUPPORTED, "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_0, Q4_K_M or Q4_0)",
+        type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K && type != NV_GGUF_Q3_K &&
+        type != NV_GGUF_Q2_K && type != NV_GGUF_IQ4_NL && type != NV_GGUF_IQ4_XS)
+        return nv_fail(NV_EUNSUPPORTED,
+                       "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_0, Q4_K_M, Q4_0, IQ4_XS, IQ4_NL, Q3_K_M or Q2_K)",
                        path, type);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
@@ -1681,9 +1903,13 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 14;
     kv_str(&b, "general.name", name);
     /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
-       MOSTLY_Q5_0 8, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18, MOSTLY_BF16 32 */
+       MOSTLY_Q5_0 8, MOSTLY_Q2_K 10, MOSTLY_Q3_K_M 12, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18,
+       MOSTLY_IQ4_NL 25, MOSTLY_IQ4_XS 30, MOSTLY_BF16 32 */
     kv_u32(&b, "general.file_type",
-           type == NV_GGUF_BF16   ? 32
+           type == NV_GGUF_BF16     ? 32
+           : type == NV_GGUF_Q3_K   ? 12
+           : type == NV_GGUF_IQ4_NL ? 25
+           : type == NV_GGUF_IQ4_XS ? 30
            : type == NV_GGUF_Q8_0 ? 7
            : type == NV_GGUF_Q5_0 ? 8
            : type == NV_GGUF_Q4_K ? 15
@@ -1724,7 +1950,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     int used = 0;
     nv_err e = NV_OK;
     for (size_t i = 0; imatrix && i < nt && e == NV_OK; i++) {
-        if (!takes_importance(tensor_type(c, &t[i], type))) continue;
+        if (!takes_importance(tensor_type(c, &t[i], type, 1))) continue;
         const nv_imatrix_entry *en = nv_imatrix_find(imatrix, t[i].name);
         /* an embedding that is not the classifier is looked up, never multiplied: no entry expected */
         if (!en) {
@@ -1751,7 +1977,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t off = 0;
     for (size_t i = 0; i < nt && !oom && e == NV_OK; i++) {
         const uint64_t n = t[i].d0 * nv_tensor_rows(&t[i]);
-        const uint32_t tt = tensor_type(c, &t[i], type);
+        const uint32_t tt = tensor_type(c, &t[i], type, imatrix != NULL);
         const int quant = tt != T_F32;
         bytes[i] = tensor_bytes(tt, n, t[i].d0);
         const nv_imatrix_entry *en = imatrix && takes_importance(tt) ? nv_imatrix_find(imatrix, t[i].name) : NULL;
@@ -1772,6 +1998,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
                 : tt == T_Q5_K ? quantize_q5_k
                 : tt == T_Q5_1 ? quantize_q5_1
                 : tt == T_Q6_K ? quantize_q6_k
+                : tt == T_Q2_K ? quantize_q2_k
+                : tt == T_Q3_K ? quantize_q3_k
+                : tt == T_IQ4_NL ? quantize_iq4_nl
+                : tt == T_IQ4_XS ? quantize_iq4_xs
                                : quantize_q4_0;
             /* a stacked expert tensor: each expert's rows with its own importances (or all with the
                one matrix's, as llama.cpp takes an entry collected without experts) */
@@ -1981,8 +2211,7 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
             break;
         }
         if (!x->bytes) {
-            e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: "
-                                         "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K",
+            e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: " SUPPORTED_TYPES,
                         path, nv_gguf_shown(x->name, x->name_len, shown, sizeof shown), type_name(x->type), x->type);
             break;
         }

@@ -13,7 +13,7 @@
  *   must equal the head size) and the tensors token_embd, output_norm, output (absent: the
  *   classifier is the embedding) and blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  *   ffn_norm, ffn_gate, ffn_down, ffn_up}, each shape checked, converted to fp32 (F32, F16, BF16,
- *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K as llama.cpp's reference dequantizers define
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS as llama.cpp's reference dequantizers define
  *   them; other types are NV_EUNSUPPORTED naming the type). The whole model is checked before any
  *   weight memory is taken. llama.cpp stores Llama's Q/K weights
  *   in Meta's rotary layout, the one this project's RoPE uses, so no permutation is applied.
@@ -97,6 +97,10 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
 #define NV_GGUF_Q4_K 12u /* the file as llama.cpp's Q4_K_M mix (Q4_K, Q6_K where it matters) */
 #define NV_GGUF_Q5_K 13u /* the file as its Q5_K_M mix (Q5_K, Q6_K where it matters) */
 #define NV_GGUF_Q6_K 14u
+#define NV_GGUF_Q2_K 10u   /* llama.cpp's Q2_K mix (Q2_K; Q3_K, Q4_K and Q6_K where it matters) */
+#define NV_GGUF_Q3_K 11u   /* its Q3_K_M mix (Q3_K; Q4_K, Q5_K and Q6_K where it matters) */
+#define NV_GGUF_IQ4_NL 20u /* its IQ4_NL mix (IQ4_NL; Q5_K and Q6_K where it matters) */
+#define NV_GGUF_IQ4_XS 23u /* its IQ4_XS mix (IQ4_XS; Q5_K and Q6_K where it matters) */
 #define NV_GGUF_BF16 30u
 /* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model,
  * atomically: what llama.cpp reads. type NV_GGUF_F32: every tensor F32, read back bit for bit.
