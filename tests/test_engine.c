@@ -695,7 +695,7 @@ static void test_quant(void) {
                         }
                         w[(size_t)j * k + kk] = v;
                     }
-                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h, bits == NV_QBITS_BF16};
+                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h, bits == NV_QBITS_BF16, NULL};
                 nv_plan *pq = NULL, *pf = NULL;
                 const char *kind = bits == 4 ? "4-bit" : bits == 8 ? "8-bit" : bits == 16 ? "fp16" : "bf16";
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
@@ -749,7 +749,7 @@ static void test_quant(void) {
                 free(q), free(s), free(o), free(w), free(x), free(y0), free(y1), free(h);
             }
     nv_plan *p = NULL;
-    nv_qweights bad = {NULL, NULL, NULL, 32, NULL, 0};
+    nv_qweights bad = {NULL, NULL, NULL, 32, NULL, 0, NULL};
     T_CHECK(nv_plan_build_quant(&p, E, &bad, 4, 64) != NV_OK && !p, "weights without values accepted");
 }
 
@@ -910,16 +910,17 @@ static void test_qdot_kernels_agree(void) {
     uint64_t seed = 31;
     int runs = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int v = 0; v < 8; v++) {
-            const int rows = shapes[si][0], nt = shapes[si][1], nb = shapes[si][2], kqd = v & 1 ? 16 : 32, four = v >> 1 & 1,
-                      off = v >> 2 & 1, extreme = si == 4;
+        for (int v = 0; v < 10; v++) { /* 8 and 9: 4-bit indices into a table of 16 bytes (IQ4's), blocks of 32 */
+            const int table = v >= 8, rows = shapes[si][0], nt = shapes[si][1], nb = shapes[si][2];
+            const int kqd = !table && v & 1 ? 16 : 32, four = table || (v >> 1 & 1), off = table ? v & 1 : v >> 2 & 1, extreme = si == 4;
+            static const uint8_t lut[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 255};
             const int n = nt * 16, ncols = n - (int)(si % 3), k = nb * kqd;
             const size_t bs = nv_qdot_block_bytes(kqd, four, off), qbytes = (size_t)kqd * (four ? 8 : 16);
             int8_t *A = malloc((size_t)rows * k);
             uint8_t *B = malloc((size_t)nt * nb * bs);
             float *xs = malloc(sizeof(float) * rows * nb), *xsum = malloc(sizeof(float) * rows * nb);
             int32_t *qsum = malloc(sizeof(int32_t) * rows * nb);
-            const int bias = (four ? 0 : -128) - (si % 2 ? 8 : 0); /* offsets -8 times the scale folded, or none */
+            const int bias = (four && !table ? 0 : -128) - (si % 2 ? 8 : 0); /* offsets -8 times the scale folded, or none */
             float *want = malloc(sizeof(float) * rows * n), *got = malloc(sizeof(float) * rows * n);
             for (int i = 0; i < rows * k; i++) {
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -948,8 +949,9 @@ static void test_qdot_kernels_agree(void) {
                         const uint8_t *blk = B + ((size_t)t * nb + b) * bs;
                         int32_t sum = bias * qsum[r * nb + b];
                         for (int d = 0; d < kqd; d++) {
-                            const int wv = four ? (blk[(d / 8) * 64 + c * 4 + d % 4] >> (d % 8 < 4 ? 0 : 4)) & 15
-                                                : blk[(d / 4) * 64 + c * 4 + d % 4];
+                            int wv = four ? (blk[(d / 8) * 64 + c * 4 + d % 4] >> (d % 8 < 4 ? 0 : 4)) & 15
+                                          : blk[(d / 4) * 64 + c * 4 + d % 4];
+                            if (table) wv = lut[wv];
                             sum += wv * A[(size_t)r * k + b * kqd + d];
                         }
                         const float *f = (const float *)(const void *)(blk + qbytes);
@@ -959,7 +961,7 @@ static void test_qdot_kernels_agree(void) {
                     want[(size_t)r * n + j] = y;
                 }
             const nv_qdot_a a = {A, (size_t)k, xs, xsum, qsum};
-            const nv_qdot_b qb = {B, nb, kqd, four, off, bias};
+            const nv_qdot_b qb = {B, nb, kqd, four, off, bias, table ? lut : NULL};
             for (int i = 0; i < NQ; i++) {
                 if (!kq[i]) continue;
                 for (int e = 0; e < rows * n; e++) got[e] = 12345.0f;
@@ -972,7 +974,7 @@ static void test_qdot_kernels_agree(void) {
                         else bad += memcmp(&g, &want[(size_t)r * n + j], sizeof g) != 0;
                     }
                 T_CHECK(!bad && !past, "%s: %d outputs differ from the reference, %d written past ncols (%d rows, %d tiles, %d blocks of %d, %s%s)",
-                        kq[i]->name, bad, past, rows, nt, nb, kqd, four ? "4-bit" : "8-bit", off ? ", offsets" : "");
+                        kq[i]->name, bad, past, rows, nt, nb, kqd, table ? "table" : four ? "4-bit" : "8-bit", off ? ", offsets" : "");
                 runs++;
             }
             free(A), free(B), free(xs), free(xsum), free(qsum), free(want), free(got);

@@ -74,6 +74,8 @@ struct nv_plan {
        per block of kq depths: pack holds np column tiles of 16 outputs, each k/kq blocks of values,
        scales and offsets (kern.h's nv_qdot_b) */
     int qdot, kq, qoffsets, qbias; /* qbias: kern.h's nv_qdot_b.bias */
+    int has_lut;                   /* qdot over 4-bit indices into qlut (kern.h's nv_qdot_b.lut) */
+    uint8_t qlut[16];
     /* tile engines' dx: W^T's tiles in a buffer kept for the plan's life, so a training step does not
        fault in and zero the pages of a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x
        768); a call that finds it in use by another thread takes a buffer of its own. On bf16 tiles,
@@ -717,9 +719,15 @@ static nv_err qdot_build_on(nv_plan **out, nv_engine_id e, const nv_qweights *w,
     p->qb = w->qb;
     p->kq = qdot_kq(w->qb);
     p->bits = nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
+    if (w->lut && (p->bits != 4 || p->kq != 32)) {
+        nv_plan_free(p);
+        return nv_fail(NV_EINVAL, "plan: table indices must be 0..15 in blocks of 32");
+    }
     int fold = 0;
     p->qoffsets = w->o && !qdot_fold(w, (size_t)n * cdiv(k, w->qb), &fold);
-    p->qbias = (p->bits == 4 ? 0 : -128) + fold;
+    p->has_lut = w->lut != NULL; /* indices packed as 4-bit values, the table's values + 128 looked up */
+    for (int i = 0; p->has_lut && i < 16; i++) p->qlut[i] = (uint8_t)(w->lut[i] + 128);
+    p->qbias = (p->bits == 4 && !p->has_lut ? 0 : -128) + fold;
     p->pack_bytes = (size_t)p->np * cdiv(k, p->kq) * nv_qdot_block_bytes(p->kq, p->bits == 4, p->qoffsets);
     if (!(p->pack = pack_alloc(p->pack_bytes))) {
         nv_plan_free(p);
@@ -735,7 +743,8 @@ static nv_err qdot_build_on(nv_plan **out, nv_engine_id e, const nv_qweights *w,
  * e's vector loop (amx-int8: avx512-int8's, as tiles cannot scale each block of 16 or 32 depths),
  * or NV_ENGINE_COUNT when none is on or qb does not fit. */
 static nv_engine_id qdot_engine(nv_engine_id e, const nv_qweights *w, int k) {
-    if (!int8_tiles(e) || !w || w->h || !w->q || !w->s || !qdot_kq(w->qb) || w->qb > k) return NV_ENGINE_COUNT;
+    if (!int8_tiles(e) || !w || w->h || !w->q || !w->s || !qdot_kq(w->qb) || w->qb > k || (w->lut && qdot_kq(w->qb) != 32))
+        return NV_ENGINE_COUNT;
     if (e == NV_ENGINE_AMX_INT8) e = engine_resolve(NV_ENGINE_AVX512_INT8);
     return int8_tiles(e) && e != NV_ENGINE_AMX_INT8 && tile_kern(e) && tile_kern(e)->qdot_gemm ? e : NV_ENGINE_COUNT;
 }
@@ -761,6 +770,17 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
                        w && w->h ? "fp16 and bf16" : "block-quantized", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
         return nv_fail(NV_EINVAL, "plan: bad block-quantized weights (%d x %d, blocks of %d)", n, k, w ? w->qb : 0);
+    if (w->lut && !w->h) { /* the exact panels take values: the table's, looked up once here */
+        const size_t count = (size_t)n * k;
+        int8_t *vals = malloc(count);
+        if (!vals) return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
+        for (size_t i = 0; i < count; i++) vals[i] = w->lut[w->q[i] & 15];
+        nv_qweights wv = *w;
+        wv.q = vals, wv.lut = NULL;
+        const nv_err err = nv_plan_build_quant(out, want, &wv, n, k);
+        free(vals);
+        return err;
+    }
     nv_plan *p;
     NV_TRY(plan_new(&p, e, n, k));
     p->kf = engine_fp32[e];
@@ -1405,7 +1425,7 @@ static void qdot_run_task(void *vc, int task, int nt) {
     const size_t at = (size_t)r0 * nb;
     const nv_qdot_a a = {(const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, c->rowscale + at, c->xsum + at, c->qsum + at};
     const nv_qdot_b b = {(const uint8_t *)p->pack + (size_t)t0 * nb * nv_qdot_block_bytes(p->kq, four, p->qoffsets), nb, p->kq,
-                         four, p->qoffsets, p->qbias};
+                         four, p->qoffsets, p->qbias, p->has_lut ? p->qlut : NULL};
     p->ka->qdot_gemm(&a, r1 - r0, &b, t1 - t0, c->out + (size_t)r0 * n + (size_t)t0 * 16, n, n - t0 * 16);
 }
 
@@ -1718,16 +1738,20 @@ static int split_same(const nv_plan *pe, const float *x, int m, const float *y, 
 
 /* A vector int8 engine's product over block-quantized weights (qdot) against scalar over the same
  * weights as floats: 4-bit and 8-bit values, blocks of 16 and 32, with and without offsets (and
- * offsets -8 times the scale, folded into the integer sums), depths past the last whole block;
+ * offsets -8 times the scale, folded into the integer sums), 4-bit indices into a table of uneven
+ * values, depths past the last whole block;
  * within the activations' per-block quantisation bound Q = sum over blocks of xscale/2 *
  * sum (|q s| + |o|), plus fp32 terms; and identical bits split over the pool. */
 static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
-    static const int shapes[][4] = {{17, 37, 100, 32}, {1, 37, 100, 16}, {3, 20, 45, 16}, {6, 33, 96, 32}};
+    static const int shapes[][4] = {{17, 37, 100, 32}, {1, 37, 100, 16}, {3, 20, 45, 16}, {6, 33, 96, 32}, {7, 21, 70, 32}};
+    static const int8_t table[16] = {-127, -100, -77, -58, -40, -27, -15, -3, 2, 11, 26, 41, 55, 74, 96, 127};
     int ok = 1;
     uint64_t seed = 0x9d070000u + (uint64_t)e;
     for (size_t si = 0; ok && si < sizeof shapes / sizeof shapes[0]; si++) {
         const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], qb = shapes[si][3], nb = cdiv(k, qb);
-        const int four = si % 2 == 0, off = si != 2; /* shape 3's offsets -8 times the scale (Q4_0's): folded */
+        /* shape 3's offsets -8 times the scale (Q4_0's): folded; shape 4's values through the table */
+        const int four = si % 2 == 0, off = si != 2 && si != 4;
+        const int8_t *lut = si == 4 ? table : NULL;
         int8_t *q = malloc((size_t)n * k);
         float *sc = malloc(sizeof(float) * n * nb), *of = malloc(sizeof(float) * n * nb), *w = malloc(sizeof(float) * n * k);
         float *x = malloc(sizeof(float) * m * k), *y = malloc(sizeof(float) * m * n), *yr = malloc(sizeof(float) * m * n),
@@ -1749,10 +1773,11 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
         for (int j = 0; j < n; j++)
             for (int kk = 0; kk < k; kk++) {
                 const size_t b = (size_t)j * nb + kk / qb;
-                const float v = (float)q[(size_t)j * k + kk] * sc[b];
+                const int8_t qv = q[(size_t)j * k + kk];
+                const float v = (float)(lut ? lut[qv] : qv) * sc[b];
                 w[(size_t)j * k + kk] = off ? v + of[b] : v;
             }
-        const nv_qweights qw = {q, sc, off ? of : NULL, qb, NULL, 0};
+        const nv_qweights qw = {q, sc, off ? of : NULL, qb, NULL, 0, lut};
         if (qdot_build_on(&pe, e, &qw, n, k) != NV_OK || plan_build_on(&ps, NV_ENGINE_SCALAR, w, n, k) != NV_OK) {
             snprintf(why, len, "self-test: %s", nv_errmsg());
             ok = 0;
@@ -1767,7 +1792,8 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
                     const int b1 = imin(k, b0 + pe->kq);
                     const double hx = max_abs(x + (size_t)r * k + b0, b1 - b0) / 127.0f * 0.5;
                     for (int i = b0; i < b1; i++) { /* a folded offset (c times the scale) meets quantised x too */
-                        const double wq = fabs((double)q[(size_t)j * k + i] * sc[(size_t)j * nb + i / qb]) +
+                        const int8_t qv = q[(size_t)j * k + i];
+                        const double wq = fabs((double)(lut ? lut[qv] : qv) * sc[(size_t)j * nb + i / qb]) +
                                           (off ? fabs((double)of[(size_t)j * nb + i / qb]) : 0);
                         S += fabs((double)x[(size_t)r * k + i] * w[(size_t)j * k + i]) + fabs(x[(size_t)r * k + i]) * wq;
                         Q += hx * wq;

@@ -199,7 +199,8 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
 
 /* Block-quantized weights, the form GGUF's quantized types decompose into exactly: for output j
  * and input kk, W[j][kk] = (float)q[j*k + kk] * s[j*nb + kk/qb], then + o[j*nb + kk/qb] when o is
- * not NULL (a separate add), with nb = ceil(k / qb). Or half-precision weights: when h is not NULL,
+ * not NULL (a separate add), with nb = ceil(k / qb); with lut, q holds indices 0..15 and the value
+ * is lut[q] (IQ4_NL's and IQ4_XS's uneven levels). Or half-precision weights: when h is not NULL,
  * W[j][kk] = h[j*k + kk] as fp16, or as bf16 with h_bf16 (q, s, o, qb unused). */
 typedef struct {
     const int8_t *q;
@@ -207,6 +208,7 @@ typedef struct {
     int qb;
     const uint16_t *h;
     int h_bf16;
+    const int8_t *lut;
 } nv_qweights;
 /* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4),
  * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K: about 0.6-0.75 bytes per weight),
@@ -216,7 +218,8 @@ typedef struct {
  * floats (avx512-bf16 builds block-quantized weights on avx512's panels).
  * On the int8 engines (amx-int8 on avx512-int8's loop: tiles cannot scale each block) block-quantized
  * weights whose blocks are a multiple of 16 stay their own values and are multiplied by the
- * activations quantized per block of 32 (16 where the blocks are of 16) with VPDPBUSD, as llama.cpp
+ * activations quantized per block of 32 (16 where the blocks are of 16) with VPDPBUSD (indices into
+ * a table as 4-bit values looked up in registers: blocks of 32 only), as llama.cpp
  * multiplies its quantized types by Q8 activations: the error is the activations' quantisation alone
  * (|err| <= sum over blocks of xscale/2 * sum |q s|, plus fp32 terms; kern_qdot_tmpl.h); the same
  * bits on every int8 engine. Other blocks, and avx2-int8 without AVX-VNNI (four instructions per

@@ -58,8 +58,8 @@ extern const nv_kern_fp32 nv_kern_avx512_emu; /* the avx512 kernel logic on pair
  * activations quantized per depth block of kq (16 or 32) to signed bytes; weights in column tiles
  * of 16 outputs, each tile nb blocks in a row, a block being its values (kq/4 rows of 64 bytes,
  * VPDPBUSD's unsigned operand: output c's four depths at bytes 4c..4c+3, as q + 128; or with four,
- * values 0..15 as they are in kq/8 rows whose low nibbles hold the first four depths of eight and
- * high nibbles the next four), then 16 fp32 scales and, with offsets, 16 fp32 offsets: one stream.
+ * values 0..15 as they are (or as indices into a table, lut) in kq/8 rows whose low nibbles hold the
+ * first four depths of eight and high nibbles the next four), then 16 fp32 scales and, with offsets, 16 fp32 offsets: one stream.
  * Offsets that are one integer c times their block's scale (Q4_0's -8, Q5_0's -16) are not stored:
  * c joins the integer sums through bias. */
 typedef struct {
@@ -73,6 +73,8 @@ typedef struct {
     int nb, kq, four, offsets;
     int bias;                 /* a block's int32 sums start at bias * its qsum: -128 for values stored
                                  + 128, plus c where every offset is c times its scale (Q4_0: -8) */
+    const uint8_t *lut;       /* NULL, or with four and kq 32: the nibbles are indices into these 16
+                                 bytes (values + 128: bias -128) */
 } nv_qdot_b;
 /* Bytes of one tile's block: values, scales, offsets. */
 static inline size_t nv_qdot_block_bytes(int kq, int four, int offsets) {

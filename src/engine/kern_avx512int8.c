@@ -36,11 +36,16 @@ static inline __m512i vdp(__m512i acc, uint32_t quad, __m512i b) {
    signed bytes broadcast (an operand VPDPBUSD can take from memory) */
 #define QD(name) vqdot_##name
 #define VF __m512
-/* 4-bit rows: nibbles to bytes, low ones and high ones */
-static inline void vqload4(const uint8_t *p, __m512i *lo, __m512i *hi) {
+/* 4-bit rows: nibbles to bytes, low ones and high ones; with tab, each an index into its 16 bytes */
+static inline void vqload4(const uint8_t *p, const uint8_t *tab, __m512i *lo, __m512i *hi) {
     const __m512i v = _mm512_loadu_si512((const void *)p), m = _mm512_set1_epi8(0x0f);
     *lo = _mm512_and_si512(v, m);
     *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+    if (tab) {
+        const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab));
+        *lo = _mm512_shuffle_epi8(t, *lo);
+        *hi = _mm512_shuffle_epi8(t, *hi);
+    }
 }
 static inline __m512i vdq(__m512i acc, uint32_t quad, __m512i b) {
     return _mm512_dpbusd_epi32(acc, b, _mm512_set1_epi32((int)quad));

@@ -39,7 +39,9 @@ static inline v16i vdp_vnni(v16i acc, uint32_t quad, vq16 b) {
 #include "engine/kern_vdot_tmpl.h"
 
 /* the block-quantized product (kern_qdot_tmpl.h): the weights unsigned, the activations signed */
-static inline void vloadb4_vnni(const uint8_t *p, vq16 *lo, vq16 *hi) { nibbles_q(p, &lo->lo, &lo->hi, &hi->lo, &hi->hi); }
+static inline void vloadb4_vnni(const uint8_t *p, const uint8_t *tab, vq16 *lo, vq16 *hi) {
+    nibbles_q(p, tab, &lo->lo, &lo->hi, &hi->lo, &hi->hi);
+}
 static inline v16i vdq_vnni(v16i acc, uint32_t quad, vq16 b) {
     const __m256i a = _mm256_set1_epi32((int)quad);
     return (v16i){_mm256_dpbusd_avx_epi32(acc.lo, b.lo, a), _mm256_dpbusd_avx_epi32(acc.hi, b.hi, a)};
@@ -50,7 +52,7 @@ static inline v16i vdq_vnni(v16i acc, uint32_t quad, vq16 b) {
 #define QD_NT_FEW 2
 #define VF v16
 #define vqload(p) vloadb_vnni(p)
-#define vqload4(p, lo, hi) vloadb4_vnni(p, lo, hi)
+#define vqload4(p, tab, lo, hi) vloadb4_vnni(p, tab, lo, hi)
 #define vdq(acc, group, b) vdq_vnni(acc, group, b)
 #define vset(v) vset_q(v)
 #define vzero() vzero_q()

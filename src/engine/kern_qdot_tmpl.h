@@ -2,7 +2,8 @@
  * matrices), written once for every vector instance: integer dot products of the weights' own
  * values with the activations quantized per block of the same depths, as llama.cpp multiplies its
  * quantized types by Q8 activations. Layout (kern.h, nv_qdot_a / nv_qdot_b): the weights are
- * VPDPBUSD's unsigned operand (4-bit values as they are, 8-bit ones as q + 128), the activations
+ * VPDPBUSD's unsigned operand (4-bit values as they are, 8-bit ones as q + 128, or 4-bit indices
+ * into a table of 16 such bytes: IQ4_NL's and IQ4_XS's uneven levels), the activations
  * its signed one, broadcast four depths at a time. A block's int32 sums start at bias times the
  * activations' sum over the block (-128 for 8-bit values: what the + 128 added; plus c for offsets
  * c times the scale, folded), and the output is,
@@ -16,7 +17,8 @@
  *   QD(name)            function-name prefix
  *   VACC, VF            16 int32 lanes, 16 fp32 lanes        VBT  a B operand: one 64-byte row
  *   vqload(p)           the 8-bit row at p
- *   vqload4(p, lo, hi)  the 4-bit row at p: its low nibbles' row into *lo, its high nibbles' into *hi
+ *   vqload4(p, tab, lo, hi)  the 4-bit row at p: its low nibbles' row into *lo, its high nibbles'
+ *                       into *hi; with tab (16 bytes, else NULL), each nibble an index into tab
  *   vdq(acc, group, b)  acc + per lane the four products of b's lane (unsigned bytes) and the
  *                       broadcast group (signed bytes)
  *   vset(v)             16 int32 lanes of v                  vzero()  16 zero floats
@@ -39,8 +41,9 @@
 _Static_assert(QD_MR >= 1 && QD_MR <= 6 && QD_NT >= 1 && QD_NT <= 2 && QD_NT_FEW >= 1 && QD_NT_FEW <= 4,
                "the micro-kernel cases below cover 6 rows x 2 tiles, or 2 rows x 4");
 
-/* mr rows x nt column tiles over every block; kq and four compile-time in each case below, so the
- * group loop unrolls whole (GCC otherwise copies the accumulators at its back edge). */
+/* mr rows x nt column tiles over every block; kq and four (0: 8-bit values, 1: 4-bit ones, 2: 4-bit
+ * indices into b->lut) compile-time in each case below, so the group loop unrolls whole (GCC
+ * otherwise copies the accumulators at its back edge). */
 static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, const int four, const nv_qdot_a *a,
                                     const nv_qdot_b *b, float *C, size_t ldc, int nc) {
     const int nb = b->nb;
@@ -66,7 +69,8 @@ static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, co
             for (int h = 0; h < kq / 8; h++) {
                 VBT lo[4], hi[4];
 #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) vqload4(bq + (size_t)t * tstride + (size_t)h * 64, &lo[t], &hi[t]);
+                for (int t = 0; t < nt; t++)
+                    vqload4(bq + (size_t)t * tstride + (size_t)h * 64, four == 2 ? b->lut : NULL, &lo[t], &hi[t]);
 #pragma GCC unroll 6
                 for (int r = 0; r < mr; r++) {
                     uint32_t g0, g1;
@@ -111,7 +115,9 @@ static ALWAYS_INLINE void QD(ukern)(const int mr, const int nt, const int kq, co
 static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, float *C, size_t ldc, int nc) {
 #define QD_CASE(R, T)                                                                                                  \
     case R * 8 + T:                                                                                                    \
-        if (b->kq == 32)                                                                                               \
+        if (b->kq == 32 && b->lut)                                                                                     \
+            QD(ukern)(R, T, 32, 2, a, b, C, ldc, nc);                                                                  \
+        else if (b->kq == 32)                                                                                          \
             b->four ? QD(ukern)(R, T, 32, 1, a, b, C, ldc, nc) : QD(ukern)(R, T, 32, 0, a, b, C, ldc, nc);             \
         else                                                                                                           \
             b->four ? QD(ukern)(R, T, 16, 1, a, b, C, ldc, nc) : QD(ukern)(R, T, 16, 0, a, b, C, ldc, nc);             \
@@ -136,7 +142,7 @@ static void QD(qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int 
     const size_t tstride = (size_t)b->nb * nv_qdot_block_bytes(b->kq, b->four, b->offsets);
     for (int t = 0; t < ntiles; t += NT) {
         const int nt = ntiles - t < NT ? ntiles - t : NT;
-        const nv_qdot_b bt = {b->q + (size_t)t * tstride, b->nb, b->kq, b->four, b->offsets, b->bias};
+        const nv_qdot_b bt = {b->q + (size_t)t * tstride, b->nb, b->kq, b->four, b->offsets, b->bias, b->lut};
         for (int r = 0; r < rows; r += QD_MR) {
             const int mr = rows - r < QD_MR ? rows - r : QD_MR;
             const size_t at = (size_t)r * b->nb;

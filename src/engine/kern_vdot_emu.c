@@ -108,9 +108,9 @@ static inline vq32 widen_u8(__m256i lo, __m256i hi) {
 static inline vq32 vloadb_u8(const uint8_t *p) {
     return widen_u8(_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)(p + 32)));
 }
-static inline void vloadb4_u8(const uint8_t *p, vq32 *lo, vq32 *hi) {
+static inline void vloadb4_u8(const uint8_t *p, const uint8_t *tab, vq32 *lo, vq32 *hi) {
     __m256i l0, l1, h0, h1;
-    nibbles_q(p, &l0, &l1, &h0, &h1);
+    nibbles_q(p, tab, &l0, &l1, &h0, &h1);
     *lo = widen_u8(l0, l1);
     *hi = widen_u8(h0, h1);
 }
@@ -159,7 +159,7 @@ static inline v16i vdq_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
 #define QD_NT_FEW 1
 #define VF v16
 #define vqload(p) vloadb_u8(p)
-#define vqload4(p, lo, hi) vloadb4_u8(p, lo, hi)
+#define vqload4(p, tab, lo, hi) vloadb4_u8(p, tab, lo, hi)
 #define vdq(acc, group, b) vdq_int8(acc, group, b, 1)
 #define vset(v) vset_q(v)
 #define vzero() vzero_q()

@@ -53,14 +53,22 @@ static inline v16 voff_q(v16 y, const float *o, float xsum) {
     return (v16){_mm256_fmadd_ps(_mm256_loadu_ps(o), x, y.lo), _mm256_fmadd_ps(_mm256_loadu_ps(o + 8), x, y.hi)};
 }
 static inline v16i vset_q(int32_t v) { return (v16i){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
-/* A 64-byte row of nibbles as its low nibbles' bytes and its high nibbles' bytes (two ymm each). */
-static inline void nibbles_q(const uint8_t *p, __m256i *lo0, __m256i *lo1, __m256i *hi0, __m256i *hi1) {
+/* A 64-byte row of nibbles as its low nibbles' bytes and its high nibbles' bytes (two ymm each);
+ * with tab (16 bytes), each nibble then an index into it (VPSHUFB). */
+static inline void nibbles_q(const uint8_t *p, const uint8_t *tab, __m256i *lo0, __m256i *lo1, __m256i *hi0, __m256i *hi1) {
     const __m256i a = _mm256_loadu_si256((const __m256i *)p), b = _mm256_loadu_si256((const __m256i *)(p + 32));
     const __m256i m = _mm256_set1_epi8(0x0f);
     *lo0 = _mm256_and_si256(a, m);
     *lo1 = _mm256_and_si256(b, m);
     *hi0 = _mm256_and_si256(_mm256_srli_epi16(a, 4), m);
     *hi1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), m);
+    if (tab) {
+        const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
+        *lo0 = _mm256_shuffle_epi8(t, *lo0);
+        *lo1 = _mm256_shuffle_epi8(t, *lo1);
+        *hi0 = _mm256_shuffle_epi8(t, *hi0);
+        *hi1 = _mm256_shuffle_epi8(t, *hi1);
+    }
 }
 
 #endif

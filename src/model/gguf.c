@@ -375,6 +375,8 @@ static int quant_form(uint32_t type, int *qb, int *offset) {
 
 /* IQ4_NL's and IQ4_XS's 16 values, spaced to fit the weights' distribution rather than evenly */
 static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* The table a type's decomposed values index (nv_qmatrix.lut), or NULL when they are values. */
+static const int8_t *quant_lut(uint32_t type) { return type == T_IQ4_NL || type == T_IQ4_XS ? iq4_values : NULL; }
 
 /* One block of a quantized type (block_of's values) into q, and its sub-blocks' s and, for the
  * types with an offset (quant_form), o. */
@@ -460,11 +462,11 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
         }
         break;
     }
-    case T_IQ4_NL: /* d, 16 bytes of indices into iq4_values, laid out as Q4_0's */
+    case T_IQ4_NL: /* d, 16 bytes of indices into iq4_values (kept as indices: quant_lut), laid out as Q4_0's */
         s[0] = half_at(b);
         for (int j = 0; j < QK / 2; j++) {
-            q[j] = iq4_values[b[2 + j] & 0xF];
-            q[j + QK / 2] = iq4_values[b[2 + j] >> 4];
+            q[j] = (int8_t)(b[2 + j] & 0xF);
+            q[j + QK / 2] = (int8_t)(b[2 + j] >> 4);
         }
         break;
     case T_IQ4_XS: { /* d, 16 bits of scales' high pairs, 4 bytes of their low nibbles, 8 IQ4_NL-like sub-blocks of 32 */
@@ -475,8 +477,8 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
             const int ls = ((low[j / 2] >> (4 * (j % 2))) & 0xF) | (int)((high >> (2 * j)) & 3) << 4;
             s[j] = d * (float)(ls - 32);
             for (int l = 0; l < 16; l++) {
-                q[32 * j + l] = iq4_values[qs[l] & 0xF];
-                q[32 * j + 16 + l] = iq4_values[qs[l] >> 4];
+                q[32 * j + l] = (int8_t)(qs[l] & 0xF);
+                q[32 * j + 16 + l] = (int8_t)(qs[l] >> 4);
             }
         }
         break;
@@ -507,7 +509,7 @@ static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
     const int per = block_of(type, &bytes);
     quant_form(type, &qb, &offset);
     decompose_block(type, b, q, s, o);
-    nv_qmatrix_to_f32(q, s, offset ? o : NULL, qb, (size_t)per, y);
+    nv_qmatrix_to_f32(q, quant_lut(type), s, offset ? o : NULL, qb, (size_t)per, y);
 }
 
 /* Converts tensor t (n values) into dst. */
@@ -877,6 +879,7 @@ nv_err nv_qmatrix_materialize(nv_qmatrix *qm) {
             nv_qmatrix_release(qm);
             return nv_fail(NV_ENOMEM, "out of memory for a matrix's quantized values");
         }
+        qm->lut = quant_lut(qm->raw_type);
         for (uint64_t b = 0; b < n / per; b++) /* o is written only for the types with an offset */
             decompose_block(qm->raw_type, qm->raw + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
                             offset ? qm->o + b * per / (uint64_t)qb : NULL);
@@ -896,7 +899,9 @@ void nv_qmatrix_kind(const nv_qmatrix *qm, int kind[3]) {
     kind[0] = half ? -1 - qm->h_bf16 : quant ? qm->qb : 0;
     kind[1] = qm->q ? qm->o != NULL : raw && offset;
     /* a raw source's 4 bits from its type (the values of Q4_0, Q4_1, Q4_K, Q2_K and Q3_K are 0..15 by construction) */
-    kind[2] = qm->q ? nv_qweights_four_bit(qm->q, qm->count) : raw && (t == T_Q4_0 || t == T_Q4_1 || t == T_Q4_K || t == T_Q2_K || t == T_Q3_K);
+    kind[2] = qm->lut || (raw && quant_lut(qm->raw_type)) ? 2 /* 4-bit indices into a table */
+              : qm->q ? nv_qweights_four_bit(qm->q, qm->count)
+                      : raw && (t == T_Q4_0 || t == T_Q4_1 || t == T_Q4_K || t == T_Q2_K || t == T_Q3_K);
 }
 
 void nv_qmatrix_release(nv_qmatrix *qm) {
@@ -1580,12 +1585,17 @@ static void quantize_q5_1(const float *x, uint64_t n, uint64_t d0, const float *
     }
 }
 
-/* The index of the IQ4 value nearest v. */
+/* The index of the IQ4 value nearest v (the lower one at a tie; a NaN: 0), by bisection of the
+ * sorted table: the export's fits ask this for every value of every candidate scale. */
 static int iq4_nearest(float v) {
-    int best = 0;
-    for (int i = 1; i < 16; i++)
-        if (fabsf(v - (float)iq4_values[i]) < fabsf(v - (float)iq4_values[best])) best = i;
-    return best;
+    int lo = 0, hi = 15;
+    if (!(v > (float)iq4_values[0])) return 0;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (v < (float)iq4_values[mid]) hi = mid;
+        else lo = mid;
+    }
+    return v - (float)iq4_values[lo] <= (float)iq4_values[hi] - v ? lo : hi;
 }
 
 /* The scale a of x ~ a * iq4_values[L] (n values weighing w) among candidates that map the value

@@ -367,7 +367,7 @@ typedef struct {
  * reads them in place (scalar). */
 static nv_err plan_from(nv_qmatrix *qm, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
     if (qm && (qm->q || qm->h)) {
-        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb, qm->h, qm->h_bf16};
+        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb, qm->h, qm->h_bf16, qm->lut};
         nv_err err = nv_plan_build_quant(out, e, &qw, n, k);
         if (err != NV_EUNSUPPORTED) return err;
         const size_t count = (size_t)n * k;
@@ -428,6 +428,7 @@ uint64_t nv_model_sources_hash(const nv_model *m) {
         if (!qm->q) continue;
         const size_t blocks = qm->count / (size_t)qm->qb;
         h = nv_hash64(&i, sizeof i, h);
+        if (qm->lut) h = nv_hash64(qm->lut, 16, h);
         h = nv_hash64(qm->q, qm->count, h);
         h = nv_hash64(qm->s, blocks * sizeof(float), h);
         if (qm->o) h = nv_hash64(qm->o, blocks * sizeof(float), h);

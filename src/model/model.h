@@ -54,7 +54,8 @@ typedef struct {
     int qb;
     uint16_t *h;
     int h_bf16;
-    size_t count; /* values (rows x columns, rows whole blocks) */
+    const int8_t *lut; /* NULL, or q's values are indices into these 16 (nv_qweights.lut: IQ4_NL, IQ4_XS) */
+    size_t count;      /* values (rows x columns, rows whole blocks) */
     int pending;  /* its fp32 weights in params are not made yet (nv_model_load_quantized) */
     /* A GGUF file's matrix is kept as its blocks, raw (raw_bytes of ggml type raw_type, in the file's
        mapping: nv_model.source_map), and made into q, s, o or h only while a plan is built from it
@@ -68,9 +69,13 @@ typedef struct {
 } nv_qmatrix;
 
 /* The fp32 weights of n values of a block-quantized matrix whose rows are whole blocks:
- * y = (float)q * s, then + o (a separate add): the one formula of every quantized type. */
-static inline void nv_qmatrix_to_f32(const int8_t *q, const float *s, const float *o, int qb, size_t n, float *y) {
-    for (size_t i = 0; i < n; i++) y[i] = o ? (float)q[i] * s[i / (size_t)qb] + o[i / (size_t)qb] : (float)q[i] * s[i / (size_t)qb];
+ * y = (float)q * s, then + o (a separate add), q looked up in lut first when there is one: the one
+ * formula of every quantized type. */
+static inline void nv_qmatrix_to_f32(const int8_t *q, const int8_t *lut, const float *s, const float *o, int qb, size_t n, float *y) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = (float)(lut ? lut[q[i] & 15] : q[i]) * s[i / (size_t)qb];
+        y[i] = o ? v + o[i / (size_t)qb] : v;
+    }
 }
 /* The fp32 weights of a plan matrix's source (its count values): fp16 or bf16 converted exactly, or
  * the block-quantized formula. */
@@ -80,7 +85,7 @@ static inline void nv_qmatrix_fill_f32(const nv_qmatrix *qm, float *y) {
     else if (qm->h)
         for (size_t i = 0; i < qm->count; i++) y[i] = _cvtsh_ss(qm->h[i]);
     else
-        nv_qmatrix_to_f32(qm->q, qm->s, qm->o, qm->qb, qm->count, y);
+        nv_qmatrix_to_f32(qm->q, qm->lut, qm->s, qm->o, qm->qb, qm->count, y);
 }
 
 /* Plan matrices per layer in nv_model.quant, then the classifier at n_layers * NV_LAYER_MATRICES,
@@ -183,7 +188,8 @@ void nv_qmatrix_drop(nv_qmatrix *qm);
    and those freed again, the raw blocks kept (gguf.c, which reads the types). */
 nv_err nv_qmatrix_materialize(nv_qmatrix *qm);
 void nv_qmatrix_release(nv_qmatrix *qm);
-/* What a source is, made or raw: {0 none, qb of int8 blocks, -1 fp16, -2 bf16; offsets; 4-bit values}. */
+/* What a source is, made or raw: {0 none, qb of int8 blocks, -1 fp16, -2 bf16; offsets; 4-bit values
+ * (2: 4-bit indices into a table)}. */
 void nv_qmatrix_kind(const nv_qmatrix *qm, int kind[3]);
 void nv_model_free(nv_model *m);
 
