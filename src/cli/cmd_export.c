@@ -9,6 +9,7 @@
 #include "base/file.h"
 #include "base/utf8.h"
 #include "base/log.h"
+#include "base/pool.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
 #include "model/hf.h"
@@ -172,6 +173,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         if (type == NV_GGUF_Q8_0) nv_warn("export: Q8_0 takes no importance matrix (as llama.cpp's): %s is not used", imatrix_path);
         else if (nv_imatrix_load(imatrix_path, im) != NV_OK) return cli_error(CMD, 1, "--imatrix: %s", nv_errmsg());
     }
+    nv_pool_init(0); /* the quantizers run over every core (the same bytes on any count) */
     char path[4200], probe[4200], run_tok[4200];
     snprintf(path, sizeof path, "%s", in);
     snprintf(probe, sizeof probe, "%s/ckpt.bin", in);

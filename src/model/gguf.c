@@ -9,6 +9,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/pool.h"
 #include "model/imatrix.h"
 
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
@@ -1864,6 +1865,24 @@ static int takes_importance(uint32_t tt) {
            tt == T_Q6_K || tt == T_IQ4_NL || tt == T_IQ4_XS;
 }
 
+typedef void (*quantize_fn)(const float *, uint64_t, uint64_t, const float *, uint8_t *);
+
+/* One slice of a tensor quantized over the thread pool: its rows split into runs of whole rows
+ * (every quantizer's blocks and importances restart with a row), so the bytes are those of one
+ * call over the slice. */
+typedef struct {
+    quantize_fn quantize;
+    const float *x, *imp;
+    uint64_t rows, d0, row_bytes;
+    uint8_t *out;
+} quantize_job;
+
+static void quantize_rows_task(void *vc, int task, int n_tasks) {
+    const quantize_job *j = vc;
+    const uint64_t r0 = j->rows * (uint64_t)task / (uint64_t)n_tasks, r1 = j->rows * (uint64_t)(task + 1) / (uint64_t)n_tasks;
+    if (r1 > r0) j->quantize(j->x + r0 * j->d0, (r1 - r0) * j->d0, j->d0, j->imp, j->out + r0 * j->row_bytes);
+}
+
 /* 1 when entry en can weigh tensor t's quantization: its columns are t's rows, and it holds one matrix
  * or one per expert of a stacked expert tensor (or, read from llama.cpp's .dat, where an entry is one
  * row of every expert's columns, all of them in one). */
@@ -1999,7 +2018,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         if ((en && !imp) || (quant && !(qdata[i] = malloc((size_t)bytes[i])))) oom = 1;
         else if (en) nv_imatrix_means(en, imp);
         if (quant && qdata[i]) {
-            void (*quantize)(const float *, uint64_t, uint64_t, const float *, uint8_t *) =
+            const quantize_fn quantize =
                 tt == T_F16    ? quantize_f16
                 : tt == T_BF16 ? quantize_bf16
                 : tt == T_Q8_0 ? quantize_q8_0
@@ -2016,9 +2035,12 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
             /* a stacked expert tensor: each expert's rows with its own importances (or all with the
                one matrix's, as llama.cpp takes an entry collected without experts) */
             const uint64_t slices = t[i].d2 ? t[i].d2 : 1, per = n / slices, per_bytes = bytes[i] / slices;
-            for (uint64_t x = 0; x < slices; x++)
-                quantize(t[i].p + x * per, per, t[i].d0, en ? imp + (n_imp > t[i].d0 ? x * t[i].d0 : 0) : NULL,
-                         qdata[i] + x * per_bytes);
+            for (uint64_t x = 0; x < slices; x++) {
+                const quantize_job job = {quantize, t[i].p + x * per, en ? imp + (n_imp > t[i].d0 ? x * t[i].d0 : 0) : NULL,
+                                          per / t[i].d0, t[i].d0, per_bytes / (per / t[i].d0), qdata[i] + x * per_bytes};
+                const uint64_t tasks = job.rows < 64 ? job.rows : 64;
+                nv_pool_run(quantize_rows_task, (void *)&job, (int)(tasks ? tasks : 1));
+            }
         }
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d2 ? 3 : t[i].d1 == 1 ? 1 : 2);
