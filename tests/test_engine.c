@@ -654,16 +654,19 @@ static double qdot_tol(const float *x, const int8_t *q, const float *s, const fl
  * fp32 in L1) give exactly the bits of an fp32 plan on the same weights as floats, with 8-bit panels
  * and, when every value is 0..15, with 4-bit ones; so do fp16 weights kept as fp16 (bits 16) and
  * bf16 ones kept as bf16 (NV_QBITS_BF16); the AMX engines refuse them (the caller then builds an fp32
- * plan). On the int8 engines a block-quantized plan multiplies its values by the activations
- * quantized per block (qdot): within qdot_tol of the fp32 plan, and its packed size is the values
- * (4 or 8 bits), a scale and an offset per 16 or 32 of them. */
+ * plan); and 4-bit indices into a table of 16 values (IQ4's), looked up as the slices are made. On
+ * the int8 engines a block-quantized plan multiplies its values by the activations quantized per
+ * block (qdot): within qdot_tol of the fp32 plan, and its packed size is the values (4 or 8 bits,
+ * indices 4), a scale and an offset per 16 or 32 of them. */
 static void test_quant(void) {
     static const int shapes[][3] = {{1, 37, 288}, {1, 64, 512}, {1, 80, 96}, {2, 64, 96}, {3, 33, 64}, {5, 20, 100},
                                     {7, 100, 288}, {16, 48, 512}, {17, 15, 32}, {25, 64, 96}, {200, 40, 288}};
     uint64_t seed = 4242;
-    static const int kinds[] = {4, 8, 16, NV_QBITS_BF16};
+    static const int kinds[] = {4, 8, 16, NV_QBITS_BF16, -4}; /* -4: indices into lut */
+    static const int8_t lut[16] = {-128, -101, -80, -62, -47, -33, -20, -8, 3, 14, 27, 40, 55, 72, 93, 127};
     for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
-    for (int qb = 16, bits = kinds[ki], half = bits >= 16; qb <= (half ? 16 : 32); qb += 16) /* fp16, bf16: no blocks, no offsets */
+    for (int table = kinds[ki] < 0, qb = table ? 32 : 16, bits = table ? 4 : kinds[ki], half = bits >= 16; qb <= (half ? 16 : 32);
+         qb += 16) /* fp16, bf16: no blocks, no offsets; tables: blocks of 32, as IQ4's */
         for (int off = 0; off < (half ? 1 : 3); off++) /* off 2: offsets -8 times the scale, as Q4_0's */
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], nb = (k + qb - 1) / qb;
@@ -681,9 +684,11 @@ static void test_quant(void) {
                 }
                 if (bits == 8) q[(size_t)n * k / 2] = 16; /* one value past 4 bits keeps the plan at 8 */
                 uint16_t *h = half ? malloc(sizeof(uint16_t) * n * k) : NULL;
+                int8_t *qv = malloc((size_t)n * k); /* the values the indices stand for */
+                for (size_t i = 0; i < (size_t)n * k; i++) qv[i] = table ? lut[q[i]] : q[i];
                 for (int j = 0; j < n; j++)
                     for (int kk = 0; kk < k; kk++) {
-                        float v = (float)q[(size_t)j * k + kk] * s[(size_t)j * nb + kk / qb];
+                        float v = (float)qv[(size_t)j * k + kk] * s[(size_t)j * nb + kk / qb];
                         if (off) v = v + o[(size_t)j * nb + kk / qb];
                         uint16_t *hv = h ? h + (size_t)j * k + kk : NULL;
                         if (hv && bits == 16) { /* fp16 weights, of every exponent fp16 has */
@@ -695,9 +700,9 @@ static void test_quant(void) {
                         }
                         w[(size_t)j * k + kk] = v;
                     }
-                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h, bits == NV_QBITS_BF16, NULL};
+                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h, bits == NV_QBITS_BF16, table ? lut : NULL};
                 nv_plan *pq = NULL, *pf = NULL;
-                const char *kind = bits == 4 ? "4-bit" : bits == 8 ? "8-bit" : bits == 16 ? "fp16" : "bf16";
+                const char *kind = table ? "4-bit indices" : bits == 4 ? "4-bit" : bits == 8 ? "8-bit" : bits == 16 ? "fp16" : "bf16";
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
                 /* the vector bf16 and int8 engines keep block-quantized values on avx512's panels (avx2-int8
                    on avx2's where avx512 is off); fp16 and bf16 ones they refuse (their own form is as small) */
@@ -716,7 +721,7 @@ static void test_quant(void) {
                         int bad = 0;
                         for (int r = 0; r < m; r++)
                             for (int j = 0; j < n; j++) {
-                                const double tol = qdot_tol(x + (size_t)r * k, q + (size_t)j * k, s + (size_t)j * nb,
+                                const double tol = qdot_tol(x + (size_t)r * k, qv + (size_t)j * k, s + (size_t)j * nb,
                                                             off ? o + (size_t)j * nb : NULL, qb, k);
                                 bad += !(fabs((double)y0[(size_t)r * n + j] - y1[(size_t)r * n + j]) <= tol);
                             }
@@ -737,16 +742,17 @@ static void test_quant(void) {
                     T_CHECK(memcmp(y0, y1, sizeof(float) * m * n) == 0, "%dx%dx%d, %s, blocks of %d%s: differs from the fp32 plan",
                             m, n, k, kind, qb, off ? " with offsets" : "");
                     /* the padded outputs (fp32 panels: 4 bytes per weight) times bits per value, plus the
-                     * float scales (and offsets) per block */
+                     * float scales (and offsets) per block; avx2's kernel has no lookup: the table's values, 8-bit */
+                    const int pbits = table && on == NV_ENGINE_AVX2 ? 8 : bits;
                     const size_t outs = nv_plan_packed_bytes(pf) / 4 / (size_t)k;
-                    const size_t want = outs * (size_t)k * (half ? 16 : bits) / 8 + (h ? 0 : outs * (size_t)nb * 4 * (off ? 2 : 1));
-                    T_CHECK(nv_plan_quantized(pq) == bits && !nv_plan_quantized(pf) && nv_plan_packed_bytes(pq) == want,
+                    const size_t want = outs * (size_t)k * (half ? 16 : pbits) / 8 + (h ? 0 : outs * (size_t)nb * 4 * (off ? 2 : 1));
+                    T_CHECK(nv_plan_quantized(pq) == pbits && !nv_plan_quantized(pf) && nv_plan_packed_bytes(pq) == want,
                             "%s: quantized %d, packed bytes %zu vs %zu", kind, nv_plan_quantized(pq),
                             nv_plan_packed_bytes(pq), nv_plan_packed_bytes(pf));
                 }
                 nv_plan_free(pq);
                 nv_plan_free(pf);
-                free(q), free(s), free(o), free(w), free(x), free(y0), free(y1), free(h);
+                free(q), free(qv), free(s), free(o), free(w), free(x), free(y0), free(y1), free(h);
             }
     nv_plan *p = NULL;
     nv_qweights bad = {NULL, NULL, NULL, 32, NULL, 0, NULL};

@@ -74,8 +74,9 @@ struct nv_plan {
        per block of kq depths: pack holds np column tiles of 16 outputs, each k/kq blocks of values,
        scales and offsets (kern.h's nv_qdot_b) */
     int qdot, kq, qoffsets, qbias; /* qbias: kern.h's nv_qdot_b.bias */
-    int has_lut;                   /* qdot over 4-bit indices into qlut (kern.h's nv_qdot_b.lut) */
+    int has_lut;                   /* 4-bit indices into a table: qlut (qdot: kern.h's nv_qdot_b.lut) or flut */
     uint8_t qlut[16];
+    float flut[16];
     /* tile engines' dx: W^T's tiles in a buffer kept for the plan's life, so a training step does not
        fault in and zero the pages of a fresh one (the classifier's is n x k bf16: 49 MB at 32,000 x
        768); a call that finds it in use by another thread takes a buffer of its own. On bf16 tiles,
@@ -770,14 +771,16 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
                        w && w->h ? "fp16 and bf16" : "block-quantized", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
         return nv_fail(NV_EINVAL, "plan: bad block-quantized weights (%d x %d, blocks of %d)", n, k, w ? w->qb : 0);
-    if (w->lut && !w->h) { /* the exact panels take values: the table's, looked up once here */
+    if (w->lut && !w->h && !nv_qweights_four_bit(w->q, (size_t)n * k))
+        return nv_fail(NV_EINVAL, "plan: table indices must be 0..15");
+    if (w->lut && !w->h && !engine_fp32[e]->lut4) { /* a kernel without lookups takes the table's values, looked up here */
         const size_t count = (size_t)n * k;
         int8_t *vals = malloc(count);
         if (!vals) return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
-        for (size_t i = 0; i < count; i++) vals[i] = w->lut[w->q[i] & 15];
+        for (size_t i = 0; i < count; i++) vals[i] = w->lut[w->q[i]];
         nv_qweights wv = *w;
         wv.q = vals, wv.lut = NULL;
-        const nv_err err = nv_plan_build_quant(out, want, &wv, n, k);
+        const nv_err err = nv_plan_build_quant(out, e, &wv, n, k);
         free(vals);
         return err;
     }
@@ -787,8 +790,11 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     p->np = cdiv(n, p->kf->nr);
     p->quant = 1;
     p->qb = w->h ? k : w->qb;
-    /* 4-bit panels when the values allow (Q4_0, Q4_1, Q4_K): half the bytes to stream */
+    /* 4-bit panels when the values allow (Q4_0, Q4_1, Q4_K, Q3_K, Q2_K; IQ4's indices, looked up in
+       registers as the slices are made): half the bytes to stream */
     p->bits = w->h ? (w->h_bf16 ? NV_QBITS_BF16 : 16) : nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
+    p->has_lut = !w->h && w->lut;
+    for (int i = 0; p->has_lut && i < 16; i++) p->flut[i] = (float)w->lut[i];
     p->pack_bytes = (size_t)p->np * k * NV_QPANEL_BYTES(p->kf->nr, p->bits);
     const size_t ns = (size_t)p->np * cdiv(k, p->qb) * p->kf->nr;
     p->pack = pack_alloc(p->pack_bytes);
@@ -910,7 +916,7 @@ static void fp32_run_task(void *vc, int task, int nt) {
     if (p->quant) {
         const size_t sb = (size_t)c0 * cdiv(k, p->qb) * nr;
         p->kf->gemm_q8(c->a + (size_t)r0 * k, k, r1 - r0, k, (const int8_t *)p->pack + (size_t)c0 * k * NV_QPANEL_BYTES(nr, p->bits), p->bits,
-                       p->qscale ? p->qscale + sb : NULL,
+                       p->has_lut ? p->flut : NULL, p->qscale ? p->qscale + sb : NULL,
                        p->qoff ? p->qoff + sb : NULL, p->qb, c1 - c0, c->out + (size_t)r0 * n + (size_t)c0 * nr, n,
                        n - c0 * nr);
         return;

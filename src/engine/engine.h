@@ -211,7 +211,8 @@ typedef struct {
     const int8_t *lut;
 } nv_qweights;
 /* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4),
- * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K: about 0.6-0.75 bytes per weight),
+ * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K, Q3_K, Q2_K: about 0.6-0.75 bytes per
+ * weight; IQ4's 4-bit indices too on avx512, whose kernel looks its table up in registers),
  * or over fp16 or bf16 weights kept as they are (2 bytes per weight).
  * On avx2 and avx512 each slice is turned into fp32 in L1 just before the fp32 kernel uses it, so
  * nv_plan_run gives exactly the bits of an fp32 plan on the same engine built from those weights as

@@ -12,7 +12,8 @@
  * Block-quantized panels (gemm_q8): the same panels with int8 values, Q[p][kk][c], and per block
  * of qb depths a scale S[p][kk/qb][c] and, when O is not NULL, an offset O[p][kk/qb][c]; with q4,
  * values 0..15 two to a byte, NR/2 bytes per depth: byte c holds output c in its low nibble and
- * output c + NR/2 in its high one (Q4_0/Q4_1/Q4_K weights: ~0.6-0.75 bytes per weight); with
+ * output c + NR/2 in its high one (Q4_0/Q4_1/Q4_K weights: ~0.6-0.75 bytes per weight), or with
+ * lut, 4-bit indices into its 16 floats (IQ4_NL, IQ4_XS: the weight is lut[Q] * S); with
  * bits 16, fp16 weights, 2*NR bytes per depth, S and O NULL (the weight is the fp16 value); with
  * bits NV_QBITS_BF16, bf16 weights the same way (the weight is the bf16 value: its bits shifted up). The
  * weight is (float)Q * S (+ O: a separate add), computed in fp32 into a slice buffer in L1 just
@@ -46,8 +47,9 @@ typedef struct {
                the same bits as one call */
     void (*gemm)(const float *A, size_t lda, int rows, int K, const float *P, int np, float *C, size_t ldc, int ncols,
                  int accumulate);
-    void (*gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int bits, const float *S, const float *O,
-                    int qb, int np, float *C, size_t ldc, int ncols);
+    void (*gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int bits, const float *lut, const float *S,
+                    const float *O, int qb, int np, float *C, size_t ldc, int ncols);
+    int lut4; /* gemm_q8 takes 4-bit indices into lut (else lut is ignored: give it the values) */
 } nv_kern_fp32;
 
 extern const nv_kern_fp32 nv_kern_avx2;

@@ -27,8 +27,16 @@
         lo = _mm512_cvtepi32_ps(_mm512_and_si512(b_, _mm512_set1_epi32(15)));                                          \
         hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b_, 4));                                                             \
     } while (0)
+/* the same nibbles as indices: one in-register table of 16 floats */
+#define vload_q4t(p, t, lo, hi)                                                                                        \
+    do {                                                                                                               \
+        const __m512i b_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)));                                \
+        const __m512 t_ = _mm512_loadu_ps(t);                                                                          \
+        lo = _mm512_permutexvar_ps(_mm512_and_si512(b_, _mm512_set1_epi32(15)), t_);                                   \
+        hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b_, 4), t_);                                                      \
+    } while (0)
 #include "engine/kern_zmm.h"
 
 #include "engine/kern_fp32_tmpl.h"
 
-const nv_kern_fp32 nv_kern_avx512 = {"avx512", 2 * VW, MR, NV_KERN_FP32_KC, avx512_gemm, avx512_gemm_q8};
+const nv_kern_fp32 nv_kern_avx512 = {"avx512", 2 * VW, MR, NV_KERN_FP32_KC, avx512_gemm, avx512_gemm_q8, 1};

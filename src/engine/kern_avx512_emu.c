@@ -36,6 +36,20 @@ static inline void vload_q4_emu(const int8_t *p, v16 *lo, v16 *hi) {
     *hi = (v16){_mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4)), _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4))};
 }
 #define vload_q4(p, lo, hi) vload_q4_emu(p, &(lo), &(hi))
+/* The 16 floats at t looked up by the indices 0..15 in i's lanes: two in-register tables of 8, the
+ * one picked by each index's bit 3 (avx512's VPERMPS over 16 lanes, on AVX2). */
+static inline __m256 lut16_8(const float *t, __m256i i) {
+    const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), i), hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), i);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+}
+static inline void vload_q4t_emu(const int8_t *p, const float *t, v16 *lo, v16 *hi) {
+    const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
+    const __m256i f = _mm256_set1_epi32(15);
+    *lo = (v16){lut16_8(t, _mm256_and_si256(a, f)), lut16_8(t, _mm256_and_si256(b, f))};
+    *hi = (v16){lut16_8(t, _mm256_srli_epi32(a, 4)), lut16_8(t, _mm256_srli_epi32(b, 4))};
+}
+#define vload_q4t(p, t, lo, hi) vload_q4t_emu(p, t, &(lo), &(hi))
 static inline v16 vload_h(const int8_t *p) {
     return (v16){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
 }
@@ -65,6 +79,6 @@ static inline void vstore_n(float *p, v16 v, int n) {
 
 #include "engine/kern_fp32_tmpl.h"
 
-const nv_kern_fp32 nv_kern_avx512_emu = {"avx512 (emulated)", 2 * VW, MR, NV_KERN_FP32_KC, avx512emu_gemm, avx512emu_gemm_q8};
+const nv_kern_fp32 nv_kern_avx512_emu = {"avx512 (emulated)", 2 * VW, MR, NV_KERN_FP32_KC, avx512emu_gemm, avx512emu_gemm_q8, 1};
 
 void nv_kern_avx512_emu_inject(int on) { emu_inject = on; }

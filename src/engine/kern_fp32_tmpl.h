@@ -9,6 +9,8 @@
  *   vload_q8(p)      VW int8 values at p (exactly VW bytes read) as floats
  *   vload_q4(p, lo, hi)  the low and the high nibbles of the VW bytes at p (exactly VW bytes read)
  *                    as floats 0..15, into the vectors lo and hi
+ *   vload_q4t(p, t, lo, hi)  optional: the same nibbles as indices into the 16 floats at t, looked
+ *                    up (without it, gemm_q8 ignores lut)
  *   vload_h(p)       VW fp16 values at byte address p as floats (exact)
  *   vload_bf(p)      VW bf16 values at byte address p as floats (exact)
  * Micro-kernel: MR rows x 2 vectors (NR = 2*VW outputs), B streamed from the panel, A broadcast. */
@@ -222,23 +224,34 @@ static void KP(gemm)(const float *A, size_t lda, int rows, int K, const float *P
 /* ---- block-quantized panels (kern.h): each slice of QS depths of a panel is turned into fp32
  * weights in an L1 buffer, then the fp32 micro-kernels run on it exactly as gemm() would.
  * BITS: 8 (int8 panels), 4 (NR/2 bytes per depth: byte c holds output c in its low nibble, c + VW
- * in its high), 16 (fp16 weights, 2*NR bytes per depth, no scales or offsets) or NV_QBITS_BF16 (bf16
- * weights, the same way). */
+ * in its high), TAB4 (the same 4-bit panels holding indices into the 16 floats of lut), 16 (fp16
+ * weights, 2*NR bytes per depth, no scales or offsets) or NV_QBITS_BF16 (bf16 weights, the same way). */
 #define QS (NV_KERN_FP32_KC * 16 / NR) /* a slice buffer of QS*NR floats: 16 KiB */
-#define QW(BITS) NV_QPANEL_BYTES(NR, BITS) /* panel bytes per depth */
+#define TAB4 5
+#define QW(BITS) NV_QPANEL_BYTES(NR, (BITS) == TAB4 ? 4 : (BITS)) /* panel bytes per depth */
 #define HALF(BITS) ((BITS) >= 16) /* fp16 or bf16: the weights themselves, no scales or offsets */
 
+#ifdef vload_q4t
+#define LOAD_TAB(q, lut, w0, w1) vload_q4t(q, lut, w0, w1)
+#else
+#define LOAD_TAB(q, lut, w0, w1)                                                                                       \
+    do {                                                                                                               \
+        (void)(lut); /* not reached: gemm_q8 never picks TAB4 here */                                                  \
+        vload_q4(q, w0, w1);                                                                                           \
+    } while (0)
+#endif
 /* The 2*VW weights of one depth of a panel, before scale and offset (fp16, bf16: the weights). */
 #define LOAD_Q(q, BITS, w0, w1)                                                                                        \
     do {                                                                                                               \
         if ((BITS) == 16) w0 = vload_h(q), w1 = vload_h((q) + 2 * VW);                                                 \
         else if ((BITS) == NV_QBITS_BF16) w0 = vload_bf(q), w1 = vload_bf((q) + 2 * VW);                               \
         else if ((BITS) == 4) vload_q4(q, w0, w1);                                                                     \
+        else if ((BITS) == TAB4) LOAD_TAB(q, lut, w0, w1);                                                             \
         else w0 = vload_q8(q), w1 = vload_q8((q) + VW);                                                                \
     } while (0)
 
-static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf,
-                                        const int HAS_O, const int BITS) {
+static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *lut, const float *S, const float *O, int qb, int k0,
+                                        int kc, float *buf, const int HAS_O, const int BITS) {
     if (HALF(BITS)) {
         for (int kk = k0; kk < k0 + kc; kk++) {
             VF w0, w1;
@@ -266,16 +279,19 @@ static ALWAYS_INLINE void KP(dequant_o)(const int8_t *Q, const float *S, const f
     }
 }
 
-static ALWAYS_INLINE void KP(dequant)(const int8_t *Q, const float *S, const float *O, int qb, int k0, int kc, float *buf,
-                                      int bits) {
-    if (bits == 16) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 16);
-    else if (bits == NV_QBITS_BF16) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, NV_QBITS_BF16);
-    else if (bits == 4) {
-        if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1, 4);
-        else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 4);
+static ALWAYS_INLINE void KP(dequant)(const int8_t *Q, const float *lut, const float *S, const float *O, int qb, int k0, int kc,
+                                      float *buf, int bits) {
+    if (bits == 16) KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 0, 16);
+    else if (bits == NV_QBITS_BF16) KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 0, NV_QBITS_BF16);
+    else if (bits == TAB4) {
+        if (O) KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 1, TAB4);
+        else KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 0, TAB4);
+    } else if (bits == 4) {
+        if (O) KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 1, 4);
+        else KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 0, 4);
     } else {
-        if (O) KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 1, 8);
-        else KP(dequant_o)(Q, S, O, qb, k0, kc, buf, 0, 8);
+        if (O) KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 1, 8);
+        else KP(dequant_o)(Q, lut, S, O, qb, k0, kc, buf, 0, 8);
     }
 }
 
@@ -285,7 +301,7 @@ static ALWAYS_INLINE void KP(dequant)(const int8_t *Q, const float *S, const flo
  * meanwhile, every four depths. */
 static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0, const float *S0, const float *O0,
                                         const int8_t *Q1, const float *S1, const float *O1, int qb, float *C, int nc,
-                                        const int8_t *pf, const int HAS_O, const int BITS) {
+                                        const int8_t *pf, const float *lut, const int HAS_O, const int BITS) {
     VF c0 = vzero(), c1 = vzero(), c2 = vzero(), c3 = vzero();
     for (int k0 = 0; k0 < K; k0 += qb) {
         const int b = k0 / qb, ke = K - k0 < qb ? K : k0 + qb;
@@ -325,11 +341,14 @@ static ALWAYS_INLINE void KP(row2_q8_o)(int K, const float *a, const int8_t *Q0,
 /* The same loop orders as gemm(): one row streams two panels at a time, a few rows take panels
  * outermost (the weights stream once), more rows take depth blocks outermost with row blocks of
  * MC (the A block stays in L2) and dequantize each slice once per row block. */
-static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int bits, const float *S, const float *O,
-                        int qb, int np, float *C, size_t ldc, int ncols) {
+static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_t *Q, int bits, const float *lut, const float *S,
+                        const float *O, int qb, int np, float *C, size_t ldc, int ncols) {
+#ifdef vload_q4t
+    if (bits == 4 && lut) bits = TAB4;
+#endif
     const size_t qstride = (size_t)K * QW(bits), sstride = (size_t)((K + qb - 1) / qb) * NR;
     float buf0[QS * NR] __attribute__((aligned(64)));
-#define PANEL(p) Q + (size_t)(p) * qstride, S ? S + (size_t)(p) * sstride : NULL, O ? O + (size_t)(p) * sstride : NULL, qb
+#define PANEL(p) Q + (size_t)(p) * qstride, lut, S ? S + (size_t)(p) * sstride : NULL, O ? O + (size_t)(p) * sstride : NULL, qb
     if (rows == 1) {
         int p = 0;
         for (; p + 1 < np; p += 2) {
@@ -337,10 +356,13 @@ static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_
             const float *s0 = S ? S + (size_t)p * sstride : NULL, *s1 = S ? s0 + sstride : NULL;
             const int8_t *pf = p + 3 < np ? q1 + qstride : NULL;
             const float *o0 = O ? O + (size_t)p * sstride : NULL, *o1 = O ? o0 + sstride : NULL;
-#define ROW2(HAS_O, BITS) KP(row2_q8_o)(K, A, q0, s0, o0, q1, s1, o1, qb, C + (size_t)p * NR, ncols - p * NR, pf, HAS_O, BITS)
+#define ROW2(HAS_O, BITS) KP(row2_q8_o)(K, A, q0, s0, o0, q1, s1, o1, qb, C + (size_t)p * NR, ncols - p * NR, pf, lut, HAS_O, BITS)
             if (bits == 16) ROW2(0, 16);
             else if (bits == NV_QBITS_BF16) ROW2(0, NV_QBITS_BF16);
-            else if (bits == 4) {
+            else if (bits == TAB4) {
+                if (O) ROW2(1, TAB4);
+                else ROW2(0, TAB4);
+            } else if (bits == 4) {
                 if (O) ROW2(1, 4);
                 else ROW2(0, 4);
             } else {
@@ -383,6 +405,8 @@ static void KP(gemm_q8)(const float *A, size_t lda, int rows, int K, const int8_
 #undef PANEL
 }
 #undef QS
+#undef TAB4
+#undef LOAD_TAB
 #undef QW
 #undef HALF
 #undef LOAD_Q
