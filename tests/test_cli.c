@@ -379,6 +379,23 @@ static void test_info(void) {
                           "amx:", "scalar"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         T_CHECK(strstr(t_out, want[i]) != NULL, "info lacks '%s'", want[i]);
+    /* -m: what a model is; a GGUF file's tensors by type (stories260K's Q8_0 export: rows of 64 are whole
+       blocks, the norms stay F32; 8.5 bits per Q8_0 value: 34 bytes a block of 32) */
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    if (!m || !z) return;
+    char args[1400], out[700];
+    snprintf(out, sizeof out, "%s/info_q8.gguf", t_tmpdir());
+    snprintf(args, sizeof args, "export %s -z %s -o %s --type q8_0", m, z, out);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    snprintf(args, sizeof args, "info -m %s", out);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "dim 64, layers 5, heads 8/4 x 8, hidden 172, vocab 512") && strstr(t_out, "GGUF v3") &&
+                strstr(t_out, "params:   0.26 M") && strstr(t_out, "F32 ") && strstr(t_out, "8.50 bits per value"),
+            "info -m: %s%s", t_out, t_err);
+    const char *q8 = strstr(t_out, "Q8_0");
+    T_CHECK(q8 && strstr(q8, "8.50 bits per value"), "info -m: no Q8_0 line: %s", t_out);
+    snprintf(args, sizeof args, "info -m %s/absent.gguf", t_tmpdir());
+    const int rc = t_nerve(args);
+    T_CHECK(rc == 1 && count_lines(t_err) == 1, "info -m of a missing file: exit %d, '%s'", rc, t_err);
 }
 
 int main(void) {

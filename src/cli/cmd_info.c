@@ -1,22 +1,89 @@
-/* nerve info: the CPU, its run-time features, and which engines are on (and why not). */
+/* nerve info: the CPU, its run-time features, and which engines are on (and why not); with -m, what
+ * a model file is (its shape, size and, for GGUF, its tensor types). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/cpu.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "model/gguf.h"
+#include "model/model.h"
 #include "train/dist.h"
 
 #define CMD "info"
 
+/* A GGUF file's tensors by type: count, values and bytes each, and the bits per value over all. */
+static void gguf_types(const char *path, uint64_t file_bytes) {
+    nv_gguf g;
+    if (nv_gguf_open(path, &g) != NV_OK) return; /* the load before said what was wrong */
+    size_t arch_len = 0, name_len = 0;
+    const char *arch = nv_gguf_string(&g, "general.architecture", &arch_len), *name = nv_gguf_string(&g, "general.name", &name_len);
+    char shown[128];
+    printf("format:   GGUF v%u, architecture %s", g.version, arch ? nv_gguf_shown(arch, arch_len, shown, sizeof shown) : "?");
+    if (name) printf(", name \"%s\"", nv_gguf_shown(name, name_len, shown, sizeof shown));
+    printf("\n");
+    enum { TYPES = 64 };
+    uint64_t count[TYPES] = {0}, values[TYPES] = {0}, bytes[TYPES] = {0}, all_values = 0, all_bytes = 0;
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const nv_gguf_tensor *t = &g.t[i];
+        uint64_t n = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) n *= t->dims[d];
+        const uint32_t ty = t->type < TYPES ? t->type : TYPES - 1;
+        count[ty]++, values[ty] += n, bytes[ty] += t->bytes;
+        all_values += n, all_bytes += t->bytes;
+    }
+    printf("tensors:  %llu, %.2f MB of %.2f MB, %.2f bits per value\n", (unsigned long long)g.n_tensors, (double)all_bytes / 1e6,
+           (double)file_bytes / 1e6, all_values ? 8.0 * (double)all_bytes / (double)all_values : 0.0);
+    for (uint32_t ty = 0; ty < TYPES; ty++)
+        if (count[ty])
+            printf("  %-8s %4llu tensors, %12llu values, %9.2f MB, %5.2f bits per value\n", ty < TYPES - 1 ? nv_gguf_type_name(ty) : "?",
+                   (unsigned long long)count[ty], (unsigned long long)values[ty], (double)bytes[ty] / 1e6,
+                   values[ty] ? 8.0 * (double)bytes[ty] / (double)values[ty] : 0.0);
+    nv_gguf_close(&g);
+}
+
+/* nerve info -m MODEL: the shape the loader reads and the file's size; for GGUF, its types. */
+static int model_info(const char *path) {
+    nv_model m;
+    if (nv_model_load_quantized(path, &m) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    const nv_config *c = &m.config;
+    struct stat st;
+    const uint64_t file_bytes = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    printf("model:    %s\n", path);
+    printf("shape:    dim %d, layers %d, heads %d/%d x %d, hidden %d, vocab %d, context %d", c->dim, c->n_layers, c->n_heads,
+           c->n_kv_heads, c->head_dim, c->hidden_dim, c->vocab_size, c->seq_len);
+    if (c->n_experts) printf(", experts %d of %d", c->n_experts_used, c->n_experts);
+    printf("%s%s\n", c->qk_norm ? ", QK-norm" : "", c->qkv_bias ? ", q/k/v biases" : "");
+    printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
+    nv_model_free(&m);
+    char head[4] = {0};
+    FILE *f = file_bytes ? fopen(path, "rb") : NULL;
+    const int is_gguf = f && fread(head, 1, 4, f) == 4 && nv_gguf_is(head, 4);
+    if (f) fclose(f);
+    if (is_gguf) gguf_types(path, file_bytes);
+    else if (file_bytes) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);
+    return 0;
+}
+
 int cmd_info(int argc, char **argv) {
+    const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: nerve info\n  prints the CPU, its instruction-set features and the engines found\n");
+            printf("usage: nerve info [-m MODEL]\n  prints the CPU, its instruction-set features and the engines found;\n"
+                   "  with -m, what MODEL is instead: its shape, parameters, size and, for GGUF, its tensor types\n"
+                   "  (count, values, megabytes and bits per value of each)\n");
             return 0;
+        }
+        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            const char *v = cli_value(CMD, argc, argv, &i);
+            if (!v) return 2;
+            model = v;
+            continue;
         }
         return cli_error(CMD, 2, "unknown option '%s'", argv[i]);
     }
+    if (model) return model_info(model);
     const nv_cpu_info *c = nv_cpu_probe();
     printf("cpu:      %s\n", c->model);
     printf("cores:    %d\n", c->cores);

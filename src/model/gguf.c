@@ -132,11 +132,12 @@ static uint64_t tensor_bytes(uint32_t type, uint64_t n, uint64_t row) {
     return per && row % (uint64_t)per == 0 ? n / (uint64_t)per * bb : 0;
 }
 
-static const char *type_name(uint32_t type) {
-    static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "?", "?", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
-                                  "Q4_K", "Q5_K", "Q6_K", "Q8_K"};
-    if (type < sizeof names / sizeof names[0]) return names[type];
-    return type == T_BF16 ? "BF16" : type == T_IQ4_NL ? "IQ4_NL" : type == T_IQ4_XS ? "IQ4_XS" : "?";
+const char *nv_gguf_type_name(uint32_t type) {
+    static const char *names[] = {"F32",     "F16",    "Q4_0",  "Q4_1",   "?",     "?",     "Q5_0",  "Q5_1",   "Q8_0",  "Q8_1",
+                                  "Q2_K",    "Q3_K",   "Q4_K",  "Q5_K",   "Q6_K",  "Q8_K",  "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
+                                  "IQ4_NL",  "IQ3_S",  "IQ2_S", "IQ4_XS", "I8",    "I16",   "I32",   "I64",    "F64",   "IQ1_M",
+                                  "BF16",    "?",      "?",     "?",      "TQ1_0", "TQ2_0", "?",     "?",      "?",     "MXFP4"};
+    return type < sizeof names / sizeof names[0] ? names[type] : "?";
 }
 
 static nv_err parse_tensor(gg_cursor *c, nv_gguf_tensor *t, uint64_t *offset) {
@@ -541,7 +542,7 @@ static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1,
     const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name);
     if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
     if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: " SUPPORTED_TYPES, g->path, name,
-                                  type_name(t->type), t->type);
+                                  nv_gguf_type_name(t->type), t->type);
     uint64_t want[4] = {d0, d1, d2 ? d2 : 1, 1};
     for (int i = 0; i < 4; i++)
         if (t->dims[i] != want[i])
@@ -557,7 +558,7 @@ static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1,
 
 nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) {
     if (!tensor_bytes(type, n, n))
-        return nv_fail(NV_EUNSUPPORTED, "GGUF type %s (%u) with %llu values: not converted", type_name(type), type,
+        return nv_fail(NV_EUNSUPPORTED, "GGUF type %s (%u) with %llu values: not converted", nv_gguf_type_name(type), type,
                        (unsigned long long)n);
     nv_gguf_tensor t = {.type = type, .data = data};
     to_f32(&t, out, n);
@@ -2244,7 +2245,7 @@ nv_err nv_gguf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s,
         }
         if (!x->bytes) {
             e = nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: " SUPPORTED_TYPES,
-                        path, nv_gguf_shown(x->name, x->name_len, shown, sizeof shown), type_name(x->type), x->type);
+                        path, nv_gguf_shown(x->name, x->name_len, shown, sizeof shown), nv_gguf_type_name(x->type), x->type);
             break;
         }
         unsigned char *mark = &seen[l * NV_LAYER_MATRICES + t];

@@ -70,6 +70,8 @@ const nv_gguf_tensor *nv_gguf_tensor_find(const nv_gguf *g, const char *name);
 /* A string value: its bytes (not NUL-terminated) and length; NULL when absent or not a string. */
 const char *nv_gguf_string(const nv_gguf *g, const char *key, size_t *len);
 
+/* ggml's name of a tensor type (the codes ggml.h gives them; "?" for removed and unknown ones). */
+const char *nv_gguf_type_name(uint32_t type);
 /* n values of ggml type `type` at data (whole blocks) to fp32, as the loader converts them. */
 nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out);
 /* The config of a GGUF model without reading its tensors. */
