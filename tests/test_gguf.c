@@ -713,14 +713,13 @@ static void test_kquant_writers(void) {
              * the IQ4s; ffn_down: the same as attn_v under Q4_K_M/Q5_K_M, Q4_K under Q3_K_M, Q3_K
              * under Q2_K, Q5_K in layer 0 under the IQ4s; attn_output: Q4_K under Q3_K_M, Q3_K under Q2_K) */
             const uint32_t base = kinds[k].type; /* the writer's codes are the tensor types of the mix's base */
-            const int km = base == 12u || base == 13u, q3 = base == 11u, q2 = base == 10u, iq4 = base == 20u || base == 23u;
+            const int km = base == 12u || base == 13u, q3 = base == 11u, q2 = base == 10u; /* else IQ4_NL (20) or IQ4_XS (23) */
             for (int l = 0; l < 8; l++) {
                 char name[64];
                 const int more = l == 0 || l == 3 || l == 6 || l == 7;
                 const uint32_t want_v = km ? (more ? 14u : base) : q3 ? (l < 2 ? 13u : 12u) : q2 ? 12u : 13u;
                 const uint32_t want_d = km ? (more ? 14u : base) : q3 ? 12u : q2 ? 11u : l == 0 ? 13u : base;
                 const uint32_t want_o = q3 ? 12u : q2 ? 11u : base;
-                (void)iq4;
                 snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
                 const nv_gguf_tensor *tv = nv_gguf_tensor_find(&g, name);
                 snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);

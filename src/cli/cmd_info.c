@@ -13,10 +13,11 @@
 
 #define CMD "info"
 
-/* A GGUF file's tensors by type: count, values and bytes each, and the bits per value over all. */
-static void gguf_types(const char *path, uint64_t file_bytes) {
+/* A GGUF file's tensors by type: count, values and bytes each, and the bits per value over all; 0
+ * when path is not a GGUF file. */
+static int gguf_types(const char *path, uint64_t file_bytes) {
     nv_gguf g;
-    if (nv_gguf_open(path, &g) != NV_OK) return; /* the load before said what was wrong */
+    if (nv_gguf_open(path, &g) != NV_OK) return 0;
     size_t arch_len = 0, name_len = 0;
     const char *arch = nv_gguf_string(&g, "general.architecture", &arch_len), *name = nv_gguf_string(&g, "general.name", &name_len);
     char shown[128];
@@ -41,6 +42,7 @@ static void gguf_types(const char *path, uint64_t file_bytes) {
                    (unsigned long long)count[ty], (unsigned long long)values[ty], (double)bytes[ty] / 1e6,
                    values[ty] ? 8.0 * (double)bytes[ty] / (double)values[ty] : 0.0);
     nv_gguf_close(&g);
+    return 1;
 }
 
 /* nerve info -m MODEL: the shape the loader reads and the file's size; for GGUF, its types. */
@@ -57,12 +59,7 @@ static int model_info(const char *path) {
     printf("%s%s\n", c->qk_norm ? ", QK-norm" : "", c->qkv_bias ? ", q/k/v biases" : "");
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
     nv_model_free(&m);
-    char head[4] = {0};
-    FILE *f = file_bytes ? fopen(path, "rb") : NULL;
-    const int is_gguf = f && fread(head, 1, 4, f) == 4 && nv_gguf_is(head, 4);
-    if (f) fclose(f);
-    if (is_gguf) gguf_types(path, file_bytes);
-    else if (file_bytes) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);
+    if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);
     return 0;
 }
 

@@ -771,8 +771,8 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
                        w && w->h ? "fp16 and bf16" : "block-quantized", engine_names[e]);
     if (n <= 0 || k <= 0 || !w || (!w->h && (!w->q || !w->s || w->qb < 1 || w->qb > k)))
         return nv_fail(NV_EINVAL, "plan: bad block-quantized weights (%d x %d, blocks of %d)", n, k, w ? w->qb : 0);
-    if (w->lut && !w->h && !nv_qweights_four_bit(w->q, (size_t)n * k))
-        return nv_fail(NV_EINVAL, "plan: table indices must be 0..15");
+    const int four = !w->h && nv_qweights_four_bit(w->q, (size_t)n * k);
+    if (w->lut && !w->h && !four) return nv_fail(NV_EINVAL, "plan: table indices must be 0..15");
     if (w->lut && !w->h && !engine_fp32[e]->lut4) { /* a kernel without lookups takes the table's values, looked up here */
         const size_t count = (size_t)n * k;
         int8_t *vals = malloc(count);
@@ -792,7 +792,7 @@ nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *
     p->qb = w->h ? k : w->qb;
     /* 4-bit panels when the values allow (Q4_0, Q4_1, Q4_K, Q3_K, Q2_K; IQ4's indices, looked up in
        registers as the slices are made): half the bytes to stream */
-    p->bits = w->h ? (w->h_bf16 ? NV_QBITS_BF16 : 16) : nv_qweights_four_bit(w->q, (size_t)n * k) ? 4 : 8;
+    p->bits = w->h ? (w->h_bf16 ? NV_QBITS_BF16 : 16) : four ? 4 : 8;
     p->has_lut = !w->h && w->lut;
     for (int i = 0; p->has_lut && i < 16; i++) p->flut[i] = (float)w->lut[i];
     p->pack_bytes = (size_t)p->np * k * NV_QPANEL_BYTES(p->kf->nr, p->bits);

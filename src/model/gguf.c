@@ -1509,6 +1509,31 @@ static void quantize_sym_weighted(const float *x, uint64_t n, uint64_t d0, const
     }
 }
 
+/* A super-block's sub-block scales and minimums (subs sub-blocks of QK_K / subs values 0..nmax,
+ * fitted by fit_scale_min to its values weighing w), stored as integers ls, lm in 0..levels of the
+ * fp16 d and dmin (the largest of each over levels) put at dp and mp; then in L the values against
+ * the scales as stored. */
+static void unsigned_sub_scales(const float *x, const float *w, int subs, int nmax, int levels, uint8_t *ls, uint8_t *lm,
+                                uint8_t *dp, uint8_t *mp, uint8_t *L) {
+    const int size = QK_K / subs;
+    float sc[16], mn[16], max_sc = 0, max_mn = 0;
+    for (int j = 0; j < subs; j++) {
+        fit_scale_min(x + size * j, w + size * j, size, nmax, &sc[j], &mn[j]);
+        max_sc = fmaxf(max_sc, sc[j]), max_mn = fmaxf(max_mn, mn[j]);
+    }
+    const float isc = max_sc > 0 ? (float)levels / max_sc : 0, imn = max_mn > 0 ? (float)levels / max_mn : 0;
+    for (int j = 0; j < subs; j++)
+        ls[j] = (uint8_t)clampi(near_int(isc * sc[j]), 0, levels), lm[j] = (uint8_t)clampi(near_int(imn * mn[j]), 0, levels);
+    put_half(dp, max_sc / (float)levels);
+    put_half(mp, max_mn / (float)levels);
+    const float d = half_at(dp), dmin = half_at(mp);
+    for (int j = 0; j < subs; j++) {
+        const float a = d * (float)ls[j], m = dmin * (float)lm[j];
+        for (int i = 0; i < size; i++)
+            L[size * j + i] = (uint8_t)(a > 0 ? clampi(near_int((x[size * j + i] + m) / a), 0, nmax) : 0);
+    }
+}
+
 /* x (n values, n a multiple of 256) as Q4_K (five 0) or Q5_K super-blocks: 8 sub-blocks of 32, each
  * a 6-bit scale and min of the fp16 d and dmin (the largest of them over 63), values 0..15 (Q5_K:
  * 0..31, the fifth bits in 32 bytes before the nibbles; the decoder: decompose_block). */
@@ -1516,17 +1541,11 @@ static void quantize_qk(const float *x, uint64_t n, uint64_t d0, const float *im
     const int nmax = five ? 31 : 15, bytes = five ? 176 : 144;
     float w[QK_K];
     for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += bytes) {
-        float sc[8], mn[8], max_sc = 0, max_mn = 0;
+        uint8_t *q = out + 4, ls[8], lm[8], L[QK_K];
         kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
-        for (int j = 0; j < 8; j++) {
-            fit_scale_min(x + 32 * j, w + 32 * j, 32, nmax, &sc[j], &mn[j]);
-            max_sc = fmaxf(max_sc, sc[j]), max_mn = fmaxf(max_mn, mn[j]);
-        }
-        const float isc = max_sc > 0 ? 63.0f / max_sc : 0, imn = max_mn > 0 ? 63.0f / max_mn : 0;
-        uint8_t *q = out + 4, ls[8], lm[8];
+        unsigned_sub_scales(x, w, 8, nmax, 63, ls, lm, out, out + 2, L);
         memset(q, 0, 12);
         for (int j = 0; j < 8; j++) {
-            ls[j] = (uint8_t)clampi(near_int(isc * sc[j]), 0, 63), lm[j] = (uint8_t)clampi(near_int(imn * mn[j]), 0, 63);
             if (j < 4) { /* scale_min_k4's packing */
                 q[j] |= ls[j], q[j + 4] |= lm[j];
             } else {
@@ -1534,14 +1553,6 @@ static void quantize_qk(const float *x, uint64_t n, uint64_t d0, const float *im
                 q[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
                 q[j] |= (uint8_t)((lm[j] >> 4) << 6);
             }
-        }
-        put_half(out, max_sc / 63.0f);
-        put_half(out + 2, max_mn / 63.0f);
-        const float d = half_at(out), dmin = half_at(out + 2); /* the values against the stored scales */
-        uint8_t L[QK_K];
-        for (int j = 0; j < 8; j++) {
-            const float a = d * (float)ls[j], m = dmin * (float)lm[j];
-            for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)(a > 0 ? clampi(near_int((x[32 * j + i] + m) / a), 0, nmax) : 0);
         }
         uint8_t *qh = out + 16, *qs = out + (five ? 48 : 16);
         if (five) memset(qh, 0, 32);
@@ -1686,23 +1697,10 @@ static void pack_low_k(const uint8_t *L, uint8_t *qs, uint8_t *hm) {
 static void quantize_q2_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
     float w[QK_K];
     for (uint64_t b = 0; b < n / QK_K; b++, x += QK_K, out += 84) {
-        float sc[16], mn[16], max_sc = 0, max_mn = 0;
+        uint8_t ls[16], lm[16], L[QK_K];
         kquant_weights(x, imp ? imp + b * QK_K % d0 : NULL, w);
-        for (int j = 0; j < 16; j++) {
-            fit_scale_min(x + 16 * j, w + 16 * j, 16, 3, &sc[j], &mn[j]);
-            max_sc = fmaxf(max_sc, sc[j]), max_mn = fmaxf(max_mn, mn[j]);
-        }
-        const float isc = max_sc > 0 ? 15.0f / max_sc : 0, imn = max_mn > 0 ? 15.0f / max_mn : 0;
-        for (int j = 0; j < 16; j++)
-            out[j] = (uint8_t)(clampi(near_int(isc * sc[j]), 0, 15) | clampi(near_int(imn * mn[j]), 0, 15) << 4);
-        put_half(out + 80, max_sc / 15.0f);
-        put_half(out + 82, max_mn / 15.0f);
-        const float d = half_at(out + 80), dmin = half_at(out + 82); /* the values against the stored scales */
-        uint8_t L[QK_K];
-        for (int j = 0; j < 16; j++) {
-            const float a = d * (float)(out[j] & 0xF), m = dmin * (float)(out[j] >> 4);
-            for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)(a > 0 ? clampi(near_int((x[16 * j + i] + m) / a), 0, 3) : 0);
-        }
+        unsigned_sub_scales(x, w, 16, 3, 15, ls, lm, out + 80, out + 82, L);
+        for (int j = 0; j < 16; j++) out[j] = (uint8_t)(ls[j] | lm[j] << 4);
         pack_low_k(L, out + 16, NULL);
     }
 }
