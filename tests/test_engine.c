@@ -700,7 +700,8 @@ static void test_quant(void) {
                         }
                         w[(size_t)j * k + kk] = v;
                     }
-                nv_qweights qw = {h ? NULL : q, h ? NULL : s, off ? o : NULL, qb, h, bits == NV_QBITS_BF16, table ? lut : NULL};
+                nv_qweights qw = {.q = h ? NULL : q, .s = h ? NULL : s, .o = off ? o : NULL, .qb = qb, .h = h, .h_bf16 = bits == NV_QBITS_BF16,
+                                  .lut = table ? lut : NULL};
                 nv_plan *pq = NULL, *pf = NULL;
                 const char *kind = table ? "4-bit indices" : bits == 4 ? "4-bit" : bits == 8 ? "8-bit" : bits == 16 ? "fp16" : "bf16";
                 nv_err e = nv_plan_build_quant(&pq, E, &qw, n, k);
@@ -755,8 +756,84 @@ static void test_quant(void) {
                 free(q), free(qv), free(s), free(o), free(w), free(x), free(y0), free(y1), free(h);
             }
     nv_plan *p = NULL;
-    nv_qweights bad = {NULL, NULL, NULL, 32, NULL, 0, NULL};
+    nv_qweights bad = {.qb = 32};
     T_CHECK(nv_plan_build_quant(&p, E, &bad, 4, 64) != NV_OK && !p, "weights without values accepted");
+}
+
+/* The k-quants' integer form (nv_qweights.sub: integer scales and offsets per block, floats per
+ * super-block): an int8 engine's plan keeps it, one byte a block's scale or offset instead of four,
+ * and lands within the bound of the activations quantised per super-block (hx per 256 or 512
+ * depths; the offsets' terms on the quantised activations: hx |o|) of the fp32 plan over the same
+ * weights; an integer form that does not multiply out to the float scales is not used (the plan
+ * keeps float scales per block: larger, still within its bound). */
+static void test_quant_super(void) {
+    const nv_engine_id qe = qdot_on(E);
+    if (qe == NV_ENGINE_COUNT) return;
+    /* m, n, k, qb, blocks per super-block, 4-bit values, offsets (integer minimums) */
+    static const int forms[][7] = {{1, 40, 512, 32, 8, 1, 1},  {7, 33, 256, 16, 16, 0, 0}, {3, 17, 256, 16, 16, 1, 1},
+                                   {16, 16, 768, 32, 8, 0, 1}, {2, 50, 512, 16, 16, 0, 0}};
+    uint64_t seed = 777;
+    for (size_t fi = 0; fi < sizeof forms / sizeof forms[0]; fi++)
+        for (int broken = 0; broken < 2; broken++) {
+            const int m = forms[fi][0], n = forms[fi][1], k = forms[fi][2], qb = forms[fi][3], sub = forms[fi][4], four = forms[fi][5],
+                      off = forms[fi][6], nb = k / qb, nsb = nb / sub;
+            int8_t *q = malloc((size_t)n * k), *isc = malloc((size_t)n * nb), *imn = malloc((size_t)n * nb);
+            float *s = malloc(sizeof(float) * n * nb), *o = malloc(sizeof(float) * n * nb), *d = malloc(sizeof(float) * n * nsb),
+                  *dm = malloc(sizeof(float) * n * nsb), *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * m * k),
+                  *y0 = malloc(sizeof(float) * m * n), *y1 = malloc(sizeof(float) * m * n);
+            rnd(d, (size_t)n * nsb, &seed);
+            rnd(dm, (size_t)n * nsb, &seed);
+            rnd(x, (size_t)m * k, &seed);
+            for (int i = 0; i < n * nb; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                isc[i] = four ? (int8_t)(seed >> 58) : (int8_t)(seed >> 56); /* 0..63, as Q4_K's; or any byte, as Q6_K's */
+                imn[i] = (int8_t)((seed >> 20) & 63);
+                s[i] = d[i / sub] * (float)isc[i];
+                o[i] = dm[i / sub] * (float)imn[i];
+            }
+            if (broken) s[n * nb / 2] = nextafterf(s[n * nb / 2], INFINITY); /* one scale off its integer form */
+            for (size_t i = 0; i < (size_t)n * k; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                q[i] = four ? (int8_t)(seed >> 60) : (int8_t)((int)(seed >> 58) - 32);
+                const size_t b = i / (size_t)qb;
+                w[i] = off ? (float)q[i] * s[b] + o[b] : (float)q[i] * s[b];
+            }
+            const nv_qweights qw = {.q = q, .s = s, .o = off ? o : NULL, .qb = qb, .sub = sub, .sub_s = isc,
+                                    .sub_o = off ? imn : NULL, .sup_s = d, .sup_o = off ? dm : NULL};
+            nv_plan *pq = NULL, *pf = NULL;
+            if (nv_plan_build_quant(&pq, E, &qw, n, k) != NV_OK || nv_plan_build(&pf, NV_ENGINE_AVX512, w, n, k) != NV_OK) {
+                T_CHECK(0, "build: %s", nv_errmsg());
+            } else {
+                nv_plan_run(pq, x, m, y0);
+                nv_plan_run(pf, x, m, y1);
+                const int span = broken ? (qb % 32 ? 16 : 32) : qb * sub; /* the activations' scaling blocks */
+                int bad = 0;
+                for (int r = 0; r < m; r++)
+                    for (int j = 0; j < n; j++) {
+                        double S = 0, Q = 0;
+                        for (int b0 = 0; b0 < k; b0 += span) {
+                            const double hx = half_step(x + (size_t)r * k + b0, span);
+                            for (int i = b0; i < b0 + span; i++) {
+                                const size_t wi = (size_t)j * k + i, bi = wi / (size_t)qb;
+                                const double qs = fabs((double)q[wi] * s[bi]) + (off ? fabs((double)o[bi]) : 0);
+                                S += 2 * fabs((double)x[(size_t)r * k + i]) * qs;
+                                Q += hx * qs;
+                            }
+                        }
+                        const double tol = Q + (k + 12) * U * (S + Q) + 2.0 * (k + 2) * U * S;
+                        bad += !(fabs((double)y0[(size_t)r * n + j] - y1[(size_t)r * n + j]) <= tol);
+                    }
+                const size_t tiles = (size_t)(n + 15) / 16,
+                             want = broken ? tiles * nb * ((size_t)qb * (four ? 8 : 16) + 64 + (off ? 64 : 0))
+                                           : tiles * nsb * ((size_t)sub * ((size_t)qb * (four ? 8 : 16) + 16 * (off ? 2 : 1)) + 64 * (off ? 2 : 1));
+                T_CHECK(!bad && nv_plan_engine(pq) == qe && nv_plan_packed_bytes(pq) == want,
+                        "%dx%dx%d, blocks of %d, %d a super-block%s%s on %s: %d outputs past the bound, %zu packed bytes (want %zu)",
+                        m, n, k, qb, sub, off ? ", offsets" : "", broken ? ", an inexact integer form" : "",
+                        nv_engine_name(nv_plan_engine(pq)), bad, nv_plan_packed_bytes(pq), want);
+            }
+            nv_plan_free(pq), nv_plan_free(pf);
+            free(q), free(isc), free(imn), free(s), free(o), free(d), free(dm), free(w), free(x), free(y0), free(y1);
+        }
 }
 
 /* nv_bpack: B packed from n rows of k (rows) or k rows of n (cols), then C (+)= A . B over the whole
@@ -825,6 +902,7 @@ static void run_engine_cases(nv_engine_id e, const char *suffix) {
                  {"1 and 2 threads give identical bits", test_threads_identical},
                  {"a plan group gives its plans' bits and one epilogue pass", test_group},
                  {"block-quantized plans: the bits of fp32 plans (int8 engines: within the per-block bound)", test_quant},
+                 {"k-quant super-blocks with integer scales: within their bound on the int8 engines", test_quant_super},
                  {"products on the calling thread (nv_bpack)", test_bpack}};
     E = e;
     snprintf(skip_why, sizeof skip_why, "engine %s is off: %s", nv_engine_name(e), nv_engine_why_off(e));
@@ -898,6 +976,21 @@ static void test_int8_kernels_agree(void) {
         }
 }
 
+/* Runs instance kq's qdot_gemm and counts the outputs that differ from want in their bits, and
+ * those written at or past ncols (got is rows x n). */
+static void qdot_instance_check(const nv_kern_amx *kq, const nv_qdot_a *a, int rows, const nv_qdot_b *b, int nt, int n, int ncols,
+                                const float *want, float *got, int *bad, int *past) {
+    for (int e = 0; e < rows * n; e++) got[e] = 12345.0f;
+    kq->qdot_gemm(a, rows, b, nt, got, (size_t)n, ncols);
+    *bad = *past = 0;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < n; j++) {
+            const float g = got[(size_t)r * n + j];
+            if (j >= ncols) *past += g != 12345.0f;
+            else *bad += memcmp(&g, &want[(size_t)r * n + j], sizeof g) != 0;
+        }
+}
+
 /* The block-quantized loop (kern.h's qdot_gemm) of every instance — the emulated VPDPBUSD, and
  * where the CPU has them AVX512_VNNI and AVX-VNNI — gives exactly a reference
  * written from the definition: per block the int32 sum of the values (4-bit as they are, 8-bit
@@ -967,18 +1060,11 @@ static void test_qdot_kernels_agree(void) {
                     want[(size_t)r * n + j] = y;
                 }
             const nv_qdot_a a = {A, (size_t)k, xs, xsum, qsum};
-            const nv_qdot_b qb = {B, nb, kqd, four, off, bias, table ? lut : NULL};
+            const nv_qdot_b qb = {B, nb, kqd, four, off, bias, table ? lut : NULL, 0};
             for (int i = 0; i < NQ; i++) {
                 if (!kq[i]) continue;
-                for (int e = 0; e < rows * n; e++) got[e] = 12345.0f;
-                kq[i]->qdot_gemm(&a, rows, &qb, nt, got, (size_t)n, ncols);
-                int bad = 0, past = 0;
-                for (int r = 0; r < rows; r++)
-                    for (int j = 0; j < n; j++) {
-                        const float g = got[(size_t)r * n + j];
-                        if (j >= ncols) past += g != 12345.0f;
-                        else bad += memcmp(&g, &want[(size_t)r * n + j], sizeof g) != 0;
-                    }
+                int bad, past;
+                qdot_instance_check(kq[i], &a, rows, &qb, nt, n, ncols, want, got, &bad, &past);
                 T_CHECK(!bad && !past, "%s: %d outputs differ from the reference, %d written past ncols (%d rows, %d tiles, %d blocks of %d, %s%s)",
                         kq[i]->name, bad, past, rows, nt, nb, kqd, table ? "table" : four ? "4-bit" : "8-bit", off ? ", offsets" : "");
                 runs++;
@@ -988,6 +1074,95 @@ static void test_qdot_kernels_agree(void) {
     if (!kq[2] || !kq[3])
         printf("    (not run here: %s%s%s)\n", kq[2] ? "" : "the AVX512_VNNI loop", !kq[2] && !kq[3] ? " and " : "",
                kq[3] ? "" : "the AVX-VNNI loop");
+    printf("    %d products equal the reference\n", runs);
+}
+
+/* The loop over super-blocks (nv_qdot_b.sub) of every instance gives exactly a reference written
+ * from the definition: per block the int32 sum started at bias times the activations' block sum,
+ * times the block's integer scale, summed over the super-block (and the offsets' integers times the
+ * block sums), then y = fma((float)isum, d * xs, y), y = fma((float)imin, dm * xs, y); the five
+ * forms of the k-quants (Q4_K/Q5_K-like, Q6_K, Q2_K, Q3_K's folded -4, IQ4_XS's table), random
+ * bytes everywhere (the int32 sums wrap as the instructions' do). */
+static void test_qdot_super_kernels_agree(void) {
+    const nv_kern_amx *kq[3] = {&nv_kern_avx512int8_emu, NULL, NULL};
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
+        kq[1] = &nv_kern_avx512int8;
+    if (__builtin_cpu_supports("avxvnni")) kq[2] = &nv_kern_avxvnni_int8;
+    /* kq, four (2: table), offsets, blocks per super-block, bias */
+    static const int forms[][5] = {{32, 1, 1, 8, 0}, {32, 0, 1, 8, -128}, {16, 0, 0, 16, -128}, {16, 1, 1, 16, 0}, {16, 1, 0, 16, -4}, {32, 2, 0, 8, -128}};
+    static const int shapes[][3] = {{1, 1, 1}, {2, 3, 2}, {5, 2, 1}, {7, 4, 2}, {13, 1, 1}}; /* rows, tiles, super-blocks */
+    static const uint8_t lut[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 255};
+    uint64_t seed = 4711;
+    int runs = 0;
+    for (size_t fi = 0; fi < sizeof forms / sizeof forms[0]; fi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int kqd = forms[fi][0], four = forms[fi][1], off = forms[fi][2], sub = forms[fi][3], bias = forms[fi][4];
+            const int rows = shapes[si][0], nt = shapes[si][1], nsb = shapes[si][2], nb = nsb * sub, k = nb * kqd;
+            const int n = nt * 16, ncols = n - (int)(si % 3);
+            const nv_qdot_b qb = {NULL, nb, kqd, four != 0, off, bias, four == 2 ? lut : NULL, sub};
+            const size_t sbs = nv_qdot_super_bytes(kqd, four != 0, off, sub), qbytes = (size_t)kqd * (four ? 8 : 16);
+            uint8_t *B = malloc(nv_qdot_tile_bytes(&qb) * nt);
+            int8_t *A = malloc((size_t)rows * k);
+            float *xs = malloc(sizeof(float) * rows * nsb), *want = malloc(sizeof(float) * rows * n), *got = malloc(sizeof(float) * rows * n);
+            int32_t *qsum = malloc(sizeof(int32_t) * rows * nb);
+            for (int i = 0; i < rows * k; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                A[i] = (int8_t)((int)(seed >> 56) % 255 - 127);
+            }
+            for (size_t i = 0; i < nv_qdot_tile_bytes(&qb) * nt; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                B[i] = (uint8_t)(seed >> 56);
+            }
+            for (int t = 0; t < nt; t++) /* d and dm: finite floats in their slots */
+                for (int sb = 0; sb < nsb; sb++)
+                    rnd((float *)(void *)(B + ((size_t)t * nsb + sb) * sbs + (size_t)sub * (qbytes + 16 * (off ? 2 : 1))), off ? 32 : 16, &seed);
+            rnd(xs, (size_t)rows * nsb, &seed);
+            for (int i = 0; i < rows * nb; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                qsum[i] = (int32_t)(seed >> 52) - 2048;
+            }
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j < n; j++) {
+                    const int t = j / 16, c = j % 16;
+                    float y = 0.0f;
+                    for (int sb = 0; sb < nsb; sb++) {
+                        const uint8_t *base = B + ((size_t)t * nsb + sb) * sbs;
+                        const int8_t *isc = (const int8_t *)(base + (size_t)sub * qbytes), *imn = isc + sub * 16;
+                        const float *f = (const float *)(const void *)(base + (size_t)sub * (qbytes + 16 * (off ? 2 : 1)));
+                        int64_t isum = 0, imin = 0;
+                        for (int jb = 0; jb < sub; jb++) {
+                            const uint8_t *blk = base + (size_t)jb * qbytes;
+                            const int kb = sb * sub + jb;
+                            int64_t sum = (int64_t)bias * qsum[r * nb + kb];
+                            for (int dd = 0; dd < kqd; dd++) {
+                                int wv = four ? (blk[(dd / 8) * 64 + c * 4 + dd % 4] >> (dd % 8 < 4 ? 0 : 4)) & 15
+                                              : blk[(dd / 4) * 64 + c * 4 + dd % 4];
+                                if (four == 2) wv = lut[wv];
+                                sum += (int64_t)wv * A[(size_t)r * k + kb * kqd + dd];
+                            }
+                            isum += (int64_t)(int32_t)(uint32_t)sum * isc[jb * 16 + c];
+                            if (off) imin += (int64_t)imn[jb * 16 + c] * qsum[r * nb + kb];
+                        }
+                        y = fmaf((float)(int32_t)(uint32_t)isum, f[c] * xs[r * nsb + sb], y);
+                        if (off) y = fmaf((float)(int32_t)(uint32_t)imin, f[16 + c] * xs[r * nsb + sb], y);
+                    }
+                    want[(size_t)r * n + j] = y;
+                }
+            const nv_qdot_a a = {A, (size_t)k, xs, NULL, qsum};
+            nv_qdot_b bq = qb;
+            bq.q = B;
+            for (int i = 0; i < 3; i++) {
+                if (!kq[i]) continue;
+                int bad, past;
+                qdot_instance_check(kq[i], &a, rows, &bq, nt, n, ncols, want, got, &bad, &past);
+                T_CHECK(!bad && !past, "%s: %d outputs differ from the reference, %d written past ncols (%d rows, %d tiles, %d super-blocks of %d x %d, %s%s)",
+                        kq[i]->name, bad, past, rows, nt, nsb, sub, kqd, four == 2 ? "table" : four ? "4-bit" : "8-bit", off ? ", offsets" : "");
+                runs++;
+            }
+            free(A), free(B), free(xs), free(qsum), free(want), free(got);
+        }
     printf("    %d products equal the reference\n", runs);
 }
 
@@ -1157,6 +1332,7 @@ int main(void) {
     T_RUN(test_avx512_bits_equal_avx2);
     T_RUN(test_int8_kernels_agree);
     T_RUN(test_qdot_kernels_agree);
+    T_RUN(test_qdot_super_kernels_agree);
     T_RUN(test_int8_plans_agree);
     T_RUN(test_deep_int8_plans_fall_to_float);
     /* The engines this CPU lacks, on their emulated kernels. */

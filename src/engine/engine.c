@@ -74,6 +74,7 @@ struct nv_plan {
        per block of kq depths: pack holds np column tiles of 16 outputs, each k/kq blocks of values,
        scales and offsets (kern.h's nv_qdot_b) */
     int qdot, kq, qoffsets, qbias; /* qbias: kern.h's nv_qdot_b.bias */
+    int qsub;                      /* 0, or blocks per super-block: integer block scales (kern.h's nv_qdot_b.sub) */
     int has_lut;                   /* 4-bit indices into a table: qlut (qdot: kern.h's nv_qdot_b.lut) or flut */
     uint8_t qlut[16];
     float flut[16];
@@ -658,35 +659,89 @@ int nv_qweights_four_bit(const int8_t *q, size_t n) {
  * into equal pieces that keep its scale and offset), 0 when qb is a multiple of neither. */
 static int qdot_kq(int qb) { return qb % 32 == 0 ? 32 : qb % 16 == 0 ? 16 : 0; }
 
-/* Column tiles t0..t1-1 of a qdot plan (kern.h's nv_qdot_b), zero past the last output and past k. */
+/* Block kb of column tile t of a qdot plan's values into dq (kern.h's nv_qdot_b), zero past the last
+ * output and past k. */
+static void pack_qdot_values(uint8_t *dq, const nv_plan *p, const nv_qweights *w, int t, int kb) {
+    const int n = p->n, k = p->k, kq = p->kq, four = p->bits == 4;
+    memset(dq, four ? 0 : 0x80, (size_t)kq * (four ? 8 : 16)); /* value 0 (8-bit ones stored + 128) */
+    for (int cc = 0; cc < 16 && t * 16 + cc < n; cc++) {
+        const int8_t *q = w->q + (size_t)(t * 16 + cc) * k;
+        for (int d = 0; d < kq && kb * kq + d < k; d++) {
+            const int v = q[kb * kq + d];
+            if (four) /* row d / 8: depths 0-3 of the eight in the low nibbles, 4-7 in the high ones */
+                dq[(d / 8) * 64 + cc * 4 + d % 4] |= (uint8_t)(v << (d % 8 < 4 ? 0 : 4));
+            else
+                dq[(d / 4) * 64 + cc * 4 + d % 4] = (uint8_t)(v + 128);
+        }
+    }
+}
+
+/* Column tiles t0..t1-1 of a qdot plan: values, and float scales and offsets per block or integer
+ * ones per block with floats per super-block (p->qsub), zero past the last output. */
 static void pack_qdot_task(void *vc, int task, int nt) {
     pack_ctx *c = vc;
     const nv_plan *p = c->p;
     const nv_qweights *w = c->qw;
-    const int n = p->n, k = p->k, kq = p->kq, nb = cdiv(k, kq), nbw = cdiv(k, w->qb), four = p->bits == 4;
+    const int n = p->n, k = p->k, kq = p->kq, nb = cdiv(k, kq), nbw = cdiv(k, w->qb), four = p->bits == 4, sub = p->qsub;
     const size_t qbytes = (size_t)kq * (four ? 8 : 16), bs = nv_qdot_block_bytes(kq, four, p->qoffsets);
     int t0, t1;
     pack_range(c, task, nt, &t0, &t1);
-    for (int t = t0; t < t1; t++)
+    for (int t = t0; t < t1; t++) {
+        if (sub) { /* blocks are the weights' own (kq == qb) and rows whole super-blocks */
+            const int nsb = nb / sub;
+            const size_t sbs = nv_qdot_super_bytes(kq, four, p->qoffsets, sub), ints = (size_t)sub * qbytes;
+            for (int sb = 0; sb < nsb; sb++) {
+                uint8_t *base = (uint8_t *)p->pack + ((size_t)t * nsb + sb) * sbs;
+                int8_t *isc = (int8_t *)(base + ints), *imn = p->qoffsets ? isc + sub * 16 : NULL;
+                float *d = (float *)(void *)(base + ints + (size_t)sub * 16 * (p->qoffsets ? 2 : 1)), *dm = d + 16;
+                for (int j = 0; j < sub; j++) pack_qdot_values(base + (size_t)j * qbytes, p, w, t, sb * sub + j);
+                for (int cc = 0; cc < 16; cc++) {
+                    const int row = t * 16 + cc, in = row < n;
+                    const size_t b0 = (size_t)row * nb + (size_t)sb * sub, s0 = (size_t)row * nsb + (size_t)sb;
+                    for (int j = 0; j < sub; j++) {
+                        isc[j * 16 + cc] = in ? w->sub_s[b0 + (size_t)j] : 0;
+                        if (imn) imn[j * 16 + cc] = in ? w->sub_o[b0 + (size_t)j] : 0;
+                    }
+                    d[cc] = in ? w->sup_s[s0] : 0.0f;
+                    if (imn) dm[cc] = in ? w->sup_o[s0] : 0.0f;
+                }
+            }
+            continue;
+        }
         for (int kb = 0; kb < nb; kb++) {
             uint8_t *dq = (uint8_t *)p->pack + ((size_t)t * nb + kb) * bs;
             float *ds = (float *)(void *)(dq + qbytes), *dof = p->qoffsets ? ds + 16 : NULL;
-            memset(dq, four ? 0 : 0x80, qbytes); /* value 0 (8-bit ones stored + 128) */
+            pack_qdot_values(dq, p, w, t, kb);
             for (int cc = 0; cc < 16; cc++) {
                 const int j = t * 16 + cc;
-                const int8_t *q = j < n ? w->q + (size_t)j * k : NULL;
-                for (int d = 0; q && d < kq && kb * kq + d < k; d++) {
-                    const int v = q[kb * kq + d];
-                    if (four) /* row d / 8: depths 0-3 of the eight in the low nibbles, 4-7 in the high ones */
-                        dq[(d / 8) * 64 + cc * 4 + d % 4] |= (uint8_t)(v << (d % 8 < 4 ? 0 : 4));
-                    else
-                        dq[(d / 4) * 64 + cc * 4 + d % 4] = (uint8_t)(v + 128);
-                }
                 const size_t wb = (size_t)j * nbw + (size_t)kb * kq / w->qb; /* the source block holding this piece */
-                ds[cc] = q ? w->s[wb] : 0.0f;
-                if (dof) dof[cc] = q ? w->o[wb] : 0.0f;
+                ds[cc] = j < n ? w->s[wb] : 0.0f;
+                if (dof) dof[cc] = j < n ? w->o[wb] : 0.0f;
             }
         }
+    }
+}
+
+/* 1 when w's optional integer form of its scales (and offsets, unless folded) holds exactly for
+ * every one of its blocks (engine.h's nv_qweights.sub) and fits a qdot plan: blocks of kq, rows whole
+ * super-blocks. Not trusted: a form that does not multiply out to s and o is not used. */
+static int qdot_super(const nv_qweights *w, int n, int k, int folded) {
+    if (w->sub < 1 || w->sub > 16 || !w->sub_s || !w->sup_s || qdot_kq(w->qb) != w->qb || k % (w->qb * w->sub) ||
+        (w->o && !folded && (!w->sub_o || !w->sup_o)))
+        return 0;
+    const size_t blocks = (size_t)n * (size_t)(k / w->qb);
+    for (size_t b = 0; b < blocks; b++) {
+        if (w->sup_s[b / (size_t)w->sub] * (float)w->sub_s[b] != w->s[b]) return 0;
+        if (w->o && !folded && w->sup_o[b / (size_t)w->sub] * (float)w->sub_o[b] != w->o[b]) return 0;
+    }
+    return 1;
+}
+
+/* Plan p's operand for the kernel from column tile t0 on (kern.h's nv_qdot_b; q NULL before packing). */
+static nv_qdot_b qdot_operand(const nv_plan *p, int t0) {
+    nv_qdot_b b = {NULL, cdiv(p->k, p->kq), p->kq, p->bits == 4, p->qoffsets, p->qbias, p->has_lut ? p->qlut : NULL, p->qsub};
+    if (p->pack) b.q = (const uint8_t *)p->pack + (size_t)t0 * nv_qdot_tile_bytes(&b);
+    return b;
 }
 
 /* 1 with *c when every offset of w is c times its block's scale for one integer c (Q4_0: -8, Q5_0:
@@ -726,10 +781,12 @@ static nv_err qdot_build_on(nv_plan **out, nv_engine_id e, const nv_qweights *w,
     }
     int fold = 0;
     p->qoffsets = w->o && !qdot_fold(w, (size_t)n * cdiv(k, w->qb), &fold);
+    p->qsub = qdot_super(w, n, k, w->o && !p->qoffsets) ? w->sub : 0;
     p->has_lut = w->lut != NULL; /* indices packed as 4-bit values, the table's values + 128 looked up */
     for (int i = 0; p->has_lut && i < 16; i++) p->qlut[i] = (uint8_t)(w->lut[i] + 128);
     p->qbias = (p->bits == 4 && !p->has_lut ? 0 : -128) + fold;
-    p->pack_bytes = (size_t)p->np * cdiv(k, p->kq) * nv_qdot_block_bytes(p->kq, p->bits == 4, p->qoffsets);
+    const nv_qdot_b shape = qdot_operand(p, 0);
+    p->pack_bytes = (size_t)p->np * nv_qdot_tile_bytes(&shape);
     if (!(p->pack = pack_alloc(p->pack_bytes))) {
         nv_plan_free(p);
         return nv_fail(NV_ENOMEM, "plan: out of memory for %d x %d block-quantized weights", n, k);
@@ -1376,22 +1433,27 @@ static int tile_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
  * sum in order and the sum of its bytes. */
 static void to_qdot_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
-    const int kq = c->p->kq, k = c->k, nb = cdiv(k, kq);
+    const int kq = c->p->kq, k = c->k, nb = cdiv(k, kq), sub = c->p->qsub ? c->p->qsub : 1, nxs = cdiv(nb, sub);
     const int r0 = (int)((long)c->m * task / nt), r1 = (int)((long)c->m * (task + 1) / nt);
     for (int r = r0; r < r1; r++) {
         const float *x = c->a + (size_t)r * k;
         int8_t *d = (int8_t *)c->abuf + (size_t)r * c->lda;
+        for (int g = 0; g < nxs; g++) { /* one scale a block, or with super-blocks one a super-block (k a multiple then) */
+            const int len = imin(kq * sub, k - g * kq * sub);
+            c->rowscale[(size_t)r * nxs + g] = row_to_int8(x + g * kq * sub, d + g * kq * sub, len, 0);
+        }
+        memset(d + k, 0, (size_t)(nb * kq - k));
         for (int b = 0; b < nb; b++) {
             const int len = imin(kq, k - b * kq);
             const size_t at = (size_t)r * nb + b;
-            float sum = 0.0f;
             int32_t qsum = 0;
-            for (int i = 0; i < len; i++) sum += x[b * kq + i];
-            c->rowscale[at] = row_to_int8(x + b * kq, d + b * kq, len, 0);
-            memset(d + b * kq + len, 0, (size_t)(kq - len));
             for (int i = 0; i < len; i++) qsum += d[b * kq + i];
-            c->xsum[at] = sum;
             c->qsum[at] = qsum;
+            if (c->xsum) {
+                float sum = 0.0f;
+                for (int i = 0; i < len; i++) sum += x[b * kq + i];
+                c->xsum[at] = sum;
+            }
         }
     }
 }
@@ -1402,9 +1464,10 @@ static int qdot_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
     const int nb = cdiv(p->k, p->kq);
     const size_t lda = (size_t)nb * p->kq, blocks = (size_t)m * nb;
     void *abuf = aalloc((size_t)m * lda);
-    float *xs = aalloc(blocks * sizeof(float)), *xsum = aalloc(blocks * sizeof(float));
+    /* super-blocks: a scale per super-block, the offsets' terms on qsum (no exact sums) */
+    float *xs = aalloc(blocks / (size_t)(p->qsub ? p->qsub : 1) * sizeof(float)), *xsum = p->qsub ? NULL : aalloc(blocks * sizeof(float));
     int32_t *qsum = aalloc(blocks * sizeof(int32_t));
-    if (!abuf || !xs || !xsum || !qsum) {
+    if (!abuf || !xs || (!xsum && !p->qsub) || !qsum) {
         free(abuf), free(xs), free(xsum), free(qsum);
         return 0;
     }
@@ -1427,11 +1490,11 @@ static void qdot_run_task(void *vc, int task, int nt) {
     int r0, r1, t0, t1;
     grid_task(&c->g, task, &r0, &r1, &t0, &t1);
     if (r0 >= r1 || t0 >= t1) return;
-    const int nb = cdiv(p->k, p->kq), n = c->n, four = p->bits == 4;
+    const int nb = cdiv(p->k, p->kq), n = c->n, nxs = p->qsub ? nb / p->qsub : nb;
     const size_t at = (size_t)r0 * nb;
-    const nv_qdot_a a = {(const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, c->rowscale + at, c->xsum + at, c->qsum + at};
-    const nv_qdot_b b = {(const uint8_t *)p->pack + (size_t)t0 * nb * nv_qdot_block_bytes(p->kq, four, p->qoffsets), nb, p->kq,
-                         four, p->qoffsets, p->qbias, p->has_lut ? p->qlut : NULL};
+    const nv_qdot_a a = {(const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, c->rowscale + (size_t)r0 * nxs,
+                         c->xsum ? c->xsum + at : NULL, c->qsum + at};
+    const nv_qdot_b b = qdot_operand(p, t0);
     p->ka->qdot_gemm(&a, r1 - r0, &b, t1 - t0, c->out + (size_t)r0 * n + (size_t)t0 * 16, n, n - t0 * 16);
 }
 
@@ -1494,7 +1557,7 @@ void nv_plan_run_group(const nv_plan *const *plans, int count, const float *x, i
     int fused = count <= GROUP_MAX && (qd || tiles || e == NV_ENGINE_AVX2 || e == NV_ENGINE_AVX512 || e == NV_ENGINE_SCALAR);
     for (int i = 1; i < count; i++)
         if (plans[i]->engine != e || plans[i]->k != plans[0]->k || (ep && plans[i]->n != plans[0]->n) ||
-            plans[i]->qdot != qd || plans[i]->kq != plans[0]->kq)
+            plans[i]->qdot != qd || plans[i]->kq != plans[0]->kq || plans[i]->qsub != plans[0]->qsub)
             fused = 0;
     op_ctx shared = {0};
     if (fused && (qd ? !qdot_prepare(&shared, plans[0], x, m) : tiles && !tile_prepare(&shared, plans[0], x, m)))
@@ -1749,12 +1812,14 @@ static int split_same(const nv_plan *pe, const float *x, int m, const float *y, 
  * within the activations' per-block quantisation bound Q = sum over blocks of xscale/2 *
  * sum (|q s| + |o|), plus fp32 terms; and identical bits split over the pool. */
 static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
-    static const int shapes[][4] = {{17, 37, 100, 32}, {1, 37, 100, 16}, {3, 20, 45, 16}, {6, 33, 96, 32}, {7, 21, 70, 32}};
+    /* m, n, k, blocks, blocks per super-block (integer scales and offsets: nv_qweights.sub) */
+    static const int shapes[][5] = {{17, 37, 100, 32, 0}, {1, 37, 100, 16, 0}, {3, 20, 45, 16, 0}, {6, 33, 96, 32, 0},
+                                    {7, 21, 70, 32, 0},   {5, 20, 256, 16, 16}, {3, 35, 512, 32, 8}};
     static const int8_t table[16] = {-127, -100, -77, -58, -40, -27, -15, -3, 2, 11, 26, 41, 55, 74, 96, 127};
     int ok = 1;
     uint64_t seed = 0x9d070000u + (uint64_t)e;
     for (size_t si = 0; ok && si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], qb = shapes[si][3], nb = cdiv(k, qb);
+        const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], qb = shapes[si][3], nb = cdiv(k, qb), sub = shapes[si][4];
         /* shape 3's offsets -8 times the scale (Q4_0's): folded; shape 4's values through the table */
         const int four = si % 2 == 0, off = si != 2 && si != 4;
         const int8_t *lut = si == 4 ? table : NULL;
@@ -1762,8 +1827,10 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
         float *sc = malloc(sizeof(float) * n * nb), *of = malloc(sizeof(float) * n * nb), *w = malloc(sizeof(float) * n * k);
         float *x = malloc(sizeof(float) * m * k), *y = malloc(sizeof(float) * m * n), *yr = malloc(sizeof(float) * m * n),
               *y2 = malloc(sizeof(float) * m * n);
+        int8_t *isc = malloc((size_t)n * nb * 2); /* integer scales, then offsets */
+        float *sup = malloc(sizeof(float) * n * nb * 2);
         nv_plan *pe = NULL, *ps = NULL;
-        if (!q || !sc || !of || !w || !x || !y || !yr || !y2) {
+        if (!q || !sc || !of || !w || !x || !y || !yr || !y2 || !isc || !sup) {
             snprintf(why, len, "self-test: out of memory");
             ok = 0;
             goto next;
@@ -1771,7 +1838,15 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
         fill_rand(sc, (size_t)n * nb, &seed);
         fill_rand(of, (size_t)n * nb, &seed);
         fill_rand(x, (size_t)m * k, &seed);
+        fill_rand(sup, (size_t)n * nb * 2, &seed);
         for (size_t i = 0; si == 3 && i < (size_t)n * nb; i++) of[i] = -8.0f * sc[i];
+        for (size_t i = 0; sub && i < (size_t)n * nb; i++) { /* scales and offsets of integers, as the k-quants' */
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            isc[i] = (int8_t)(seed >> 56);
+            isc[(size_t)n * nb + i] = (int8_t)(seed >> 48);
+            sc[i] = sup[i / (size_t)sub] * (float)isc[i];
+            of[i] = sup[(size_t)n * nb + i / (size_t)sub] * (float)isc[(size_t)n * nb + i];
+        }
         for (size_t i = 0; i < (size_t)n * k; i++) {
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             q[i] = four ? (int8_t)(seed >> 60) : (int8_t)(seed >> 56);
@@ -1783,9 +1858,15 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
                 const float v = (float)(lut ? lut[qv] : qv) * sc[b];
                 w[(size_t)j * k + kk] = off ? v + of[b] : v;
             }
-        const nv_qweights qw = {q, sc, off ? of : NULL, qb, NULL, 0, lut};
+        const nv_qweights qw = {q,   sc,  off ? of : NULL, qb, NULL, 0, lut, sub, sub ? isc : NULL, sub ? isc + (size_t)n * nb : NULL,
+                                sub ? sup : NULL, sub ? sup + (size_t)n * nb : NULL};
         if (qdot_build_on(&pe, e, &qw, n, k) != NV_OK || plan_build_on(&ps, NV_ENGINE_SCALAR, w, n, k) != NV_OK) {
             snprintf(why, len, "self-test: %s", nv_errmsg());
+            ok = 0;
+            goto next;
+        }
+        if (pe->qsub != sub) {
+            snprintf(why, len, "self-test: super-blocks of %d blocks not kept (%d)", sub, pe->qsub);
             ok = 0;
             goto next;
         }
@@ -1794,8 +1875,8 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
         for (int r = 0; ok && r < m; r++)
             for (int j = 0; ok && j < n; j++) {
                 double S = 0, Q = 0;
-                for (int b0 = 0; b0 < k; b0 += pe->kq) { /* the kernel's blocks */
-                    const int b1 = imin(k, b0 + pe->kq);
+                for (int b0 = 0; b0 < k; b0 += pe->kq * (sub ? sub : 1)) { /* the activations' scaling blocks */
+                    const int b1 = imin(k, b0 + pe->kq * (sub ? sub : 1));
                     const double hx = max_abs(x + (size_t)r * k + b0, b1 - b0) / 127.0f * 0.5;
                     for (int i = b0; i < b1; i++) { /* a folded offset (c times the scale) meets quantised x too */
                         const int8_t qv = q[(size_t)j * k + i];
@@ -1817,7 +1898,7 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
     next:
         nv_plan_free(pe);
         nv_plan_free(ps);
-        free(q), free(sc), free(of), free(w), free(x), free(y), free(yr), free(y2);
+        free(q), free(sc), free(of), free(w), free(x), free(y), free(yr), free(y2), free(isc), free(sup);
     }
     return ok;
 }

@@ -209,6 +209,13 @@ typedef struct {
     const uint16_t *h;
     int h_bf16;
     const int8_t *lut;
+    /* Optional, the k-quants' own form of s and o, which a plan on an int8 engine then keeps (one
+       byte a block instead of four or eight): sub blocks per super-block (at most 16), and per block an integer
+       scale sub_s and (with o) an integer offset sub_o, per super-block the floats sup_s and sup_o,
+       with s[b] == sup_s[b / sub] * sub_s[b] and o[b] == sup_o[b / sub] * sub_o[b] exactly in fp32. */
+    int sub;
+    const int8_t *sub_s, *sub_o;
+    const float *sup_s, *sup_o;
 } nv_qweights;
 /* A plan over block-quantized weights, kept as int8 (about 1.1-1.3 bytes per weight instead of 4),
  * or as 4-bit values when every value is 0..15 (Q4_0, Q4_1, Q4_K, Q3_K, Q2_K: about 0.6-0.75 bytes per
@@ -220,8 +227,9 @@ typedef struct {
  * On the int8 engines (amx-int8 on avx512-int8's loop: tiles cannot scale each block) block-quantized
  * weights whose blocks are a multiple of 16 stay their own values and are multiplied by the
  * activations quantized per block of 32 (16 where the blocks are of 16) with VPDPBUSD (indices into
- * a table as 4-bit values looked up in registers: blocks of 32 only), as llama.cpp
- * multiplies its quantized types by Q8 activations: the error is the activations' quantisation alone
+ * a table as 4-bit values looked up in registers: blocks of 32 only; with the k-quants' integer
+ * form (nv_qweights.sub), one activation scale per super-block and the integer scales kept as bytes),
+ * as llama.cpp multiplies its quantized types by Q8 activations: the error is the activations' quantisation alone
  * (|err| <= sum over blocks of xscale/2 * sum |q s|, plus fp32 terms; kern_qdot_tmpl.h); the same
  * bits on every int8 engine. Other blocks, and avx2-int8 without AVX-VNNI (four instructions per
  * VPDPBUSD lose to the exact path), build on avx512 (avx2 where that is off).

@@ -67,7 +67,9 @@ extern const nv_kern_fp32 nv_kern_avx512_emu; /* the avx512 kernel logic on pair
 typedef struct {
     const int8_t *q;          /* rows x lda bytes, zero past k to nb * kq */
     size_t lda;               /* bytes per row */
-    const float *xs, *xsum;   /* [rows][nb]: each block's scale (max |x| / 127) and exact sum */
+    const float *xs, *xsum;   /* [rows][nb]: each block's scale (max |x| / 127) and exact sum; with
+                                 super-blocks (nv_qdot_b.sub) xs is [rows][nb / sub], one scale a
+                                 super-block, and xsum unused */
     const int32_t *qsum;      /* [rows][nb]: the block's sum of q */
 } nv_qdot_a;
 typedef struct {
@@ -77,10 +79,30 @@ typedef struct {
                                  + 128, plus c where every offset is c times its scale (Q4_0: -8) */
     const uint8_t *lut;       /* NULL, or with four and kq 32: the nibbles are indices into these 16
                                  bytes (values + 128: bias -128) */
+    int sub;                  /* 0, or blocks per super-block (the k-quants' 8 or 16; nb a multiple):
+                                 then a block's scale is an integer (int8) times its super-block's
+                                 fp32 scale, and its offset one times the super-block's fp32 offset
+                                 factor; each block's int32 sum is multiplied by its integer scale
+                                 and summed over the super-block, the offsets' integers by the
+                                 activations' block sums (qsum) likewise, and the output takes
+                                 per super-block
+                                     y = fma((float)isum, d * xs, y), then y = fma((float)imin, dm * xs, y)
+                                 (llama.cpp's k-quants times Q8_K): a super-block of a tile is its
+                                 sub blocks' values, sub x 16 int8 scales, with offsets sub x 16 int8
+                                 offset integers, 16 fp32 d, with offsets 16 fp32 dm */
 } nv_qdot_b;
 /* Bytes of one tile's block: values, scales, offsets. */
 static inline size_t nv_qdot_block_bytes(int kq, int four, int offsets) {
     return (size_t)kq * (four ? 8 : 16) + 64 + (offsets ? 64 : 0);
+}
+/* Bytes of one tile's super-block of sub blocks (nv_qdot_b.sub). */
+static inline size_t nv_qdot_super_bytes(int kq, int four, int offsets, int sub) {
+    return (size_t)sub * ((size_t)kq * (four ? 8 : 16) + 16 * (offsets ? 2 : 1)) + 64 * (offsets ? 2 : 1);
+}
+/* Bytes of one column tile of a qdot operand. */
+static inline size_t nv_qdot_tile_bytes(const nv_qdot_b *b) {
+    return b->sub ? (size_t)(b->nb / b->sub) * nv_qdot_super_bytes(b->kq, b->four, b->offsets, b->sub)
+                  : (size_t)b->nb * nv_qdot_block_bytes(b->kq, b->four, b->offsets);
 }
 
 typedef struct {

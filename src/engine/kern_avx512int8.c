@@ -54,6 +54,10 @@ static inline __m512i vdq(__m512i acc, uint32_t quad, __m512i b) {
 #define vzero() _mm512_setzero_ps()
 #define vblock(y, acc, s, xs) _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_loadu_ps(s), _mm512_set1_ps(xs)), y)
 #define voff(y, o, xsum) _mm512_fmadd_ps(_mm512_loadu_ps(o), _mm512_set1_ps(xsum), y)
+#define vsc(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define vmla(acc, u, v) _mm512_add_epi32(acc, _mm512_mullo_epi32(u, v))
+#define vfload(p) _mm512_load_ps(p)
+#define vfstore(p, y) _mm512_store_ps(p, y)
 #define vqload(p) vloadb(p)
 #define vqout(c, y, n) vstore_n(c, y, n)
 

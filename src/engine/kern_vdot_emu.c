@@ -165,6 +165,10 @@ static inline v16i vdq_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
 #define vzero() vzero_q()
 #define vblock(y, acc, s, xs) vblock_q(y, acc, s, xs)
 #define voff(y, o, xsum) voff_q(y, o, xsum)
+#define vsc(p) vsc_q(p)
+#define vmla(acc, u, v) vmla_q(acc, u, v)
+#define vfload(p) vfload_q(p)
+#define vfstore(p, y) vfstore_q(p, y)
 #define vqout(c, y, n) vstore_n(c, y, n)
 
 #include "engine/kern_qdot_tmpl.h"

@@ -53,6 +53,15 @@ static inline v16 voff_q(v16 y, const float *o, float xsum) {
     return (v16){_mm256_fmadd_ps(_mm256_loadu_ps(o), x, y.lo), _mm256_fmadd_ps(_mm256_loadu_ps(o + 8), x, y.hi)};
 }
 static inline v16i vset_q(int32_t v) { return (v16i){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+static inline v16i vsc_q(const uint8_t *p) {
+    return (v16i){_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)),
+                  _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)))};
+}
+static inline v16i vmla_q(v16i acc, v16i u, v16i v) {
+    return (v16i){_mm256_add_epi32(acc.lo, _mm256_mullo_epi32(u.lo, v.lo)), _mm256_add_epi32(acc.hi, _mm256_mullo_epi32(u.hi, v.hi))};
+}
+static inline v16 vfload_q(const float *p) { return (v16){_mm256_load_ps(p), _mm256_load_ps(p + 8)}; }
+static inline void vfstore_q(float *p, v16 y) { _mm256_store_ps(p, y.lo), _mm256_store_ps(p + 8, y.hi); }
 /* A 64-byte row of nibbles as its low nibbles' bytes and its high nibbles' bytes (two ymm each);
  * with tab (16 bytes), each nibble then an index into it (VPSHUFB). */
 static inline void nibbles_q(const uint8_t *p, const uint8_t *tab, __m256i *lo0, __m256i *lo1, __m256i *hi0, __m256i *hi1) {

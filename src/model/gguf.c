@@ -380,9 +380,25 @@ static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 
 /* The table a type's decomposed values index (nv_qmatrix.lut), or NULL when they are values. */
 static const int8_t *quant_lut(uint32_t type) { return type == T_IQ4_NL || type == T_IQ4_XS ? iq4_values : NULL; }
 
+/* The k-quants' super-blocks: the sub-blocks (of quant_form's qb) of one of block_of's blocks, whose
+ * scales are each an integer times one float of the block (and offsets, with *mins, another
+ * integer times another float); 0 for the other types. */
+static int quant_super(uint32_t type, int *mins) {
+    *mins = type == T_Q4_K || type == T_Q5_K || type == T_Q2_K;
+    return type == T_Q4_K || type == T_Q5_K || type == T_IQ4_XS ? 8 : type == T_Q2_K || type == T_Q3_K || type == T_Q6_K ? 16 : 0;
+}
+
+/* A super-block's integer form (nv_qmatrix.sub_s ...): its sub-blocks' integer scales sc and
+ * offsets mn, its float scale *d and offset factor *dm, with s[j] == *d * sc[j] and o[j] == *dm *
+ * mn[j] exactly; fields NULL where not wanted. */
+typedef struct {
+    int8_t *sc, *mn;
+    float *d, *dm;
+} super_out;
+
 /* One block of a quantized type (block_of's values) into q, and its sub-blocks' s and, for the
- * types with an offset (quant_form), o. */
-static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s, float *o) {
+ * types with an offset (quant_form), o; with sup (the types quant_super names), its integer form too. */
+static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s, float *o, const super_out *sup) {
     switch (type) {
     case T_Q4_0:
     case T_Q4_1: { /* d [, m], 16 bytes: value j in the low nibble of byte j, j + 16 in its high one */
@@ -418,12 +434,14 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
         const int five = type == T_Q5_K;
         const float d = half_at(b), dmin = half_at(b + 2);
         const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
+        if (sup) *sup->d = d, *sup->dm = -dmin; /* -(dmin*m) == (-dmin)*m: rounding is symmetric */
         for (int c = 0; c < 4; c++, qs += 32) { /* 64 values: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
             for (int h = 0; h < 2; h++) { /* value d*sc*q - dmin*m: scale d*sc, offset -(dmin*m) */
                 int sv, mv;
                 scale_min_k4(2 * c + h, sc, &sv, &mv);
                 s[2 * c + h] = d * (float)sv;
                 o[2 * c + h] = -(dmin * (float)mv);
+                if (sup) sup->sc[2 * c + h] = (int8_t)sv, sup->mn[2 * c + h] = (int8_t)mv;
             }
             for (int l = 0; l < 32; l++) {
                 int lo = qs[l] & 0xF, hi = qs[l] >> 4;
@@ -440,9 +458,11 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
     case T_Q2_K: { /* 16 bytes of a 4-bit scale and min per 16 values, 64 of 2-bit values, d, dmin */
         const uint8_t *sc = b, *qs = b + 16;
         const float d = half_at(b + 80), dmin = half_at(b + 82);
+        if (sup) *sup->d = d, *sup->dm = -dmin;
         for (int j = 0; j < 16; j++) { /* value d*sc*q - dmin*m */
             s[j] = d * (float)(sc[j] & 0xF);
             o[j] = -(dmin * (float)(sc[j] >> 4));
+            if (sup) sup->sc[j] = (int8_t)(sc[j] & 0xF), sup->mn[j] = (int8_t)(sc[j] >> 4);
         }
         for (int i = 0; i < QK_K; i++) /* each half of 128: value i in bits 2j of byte i % 32, j = i % 128 / 32 */
             q[i] = (int8_t)((qs[32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3);
@@ -454,8 +474,10 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
         for (int j = 0; j < 16; j++) { /* scale j: 4 low bits in a nibble of bytes 0..7, 2 high bits in bytes 8..11 */
             const int lo = j < 8 ? sc[j] & 0xF : sc[j - 8] >> 4, hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
             s[j] = d * (float)((lo | hi << 4) - 32);
-            o[j] = -4.0f * s[j];
+            o[j] = -4.0f * s[j]; /* c times the scale: folds into the integer sums, no integer form */
+            if (sup) sup->sc[j] = (int8_t)((lo | hi << 4) - 32);
         }
+        if (sup) *sup->d = d;
         /* the value is its two bits, + 4 when its third bit is set, - 4: stored as 0..7 with the -4 in
          * the offset (exact: (q + 4) s - 4 s is llama.cpp's d*sc*q in fp32) */
         for (int i = 0; i < QK_K; i++) {
@@ -478,6 +500,7 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
         for (int j = 0; j < 8; j++, qs += 16) {
             const int ls = ((low[j / 2] >> (4 * (j % 2))) & 0xF) | (int)((high >> (2 * j)) & 3) << 4;
             s[j] = d * (float)(ls - 32);
+            if (sup) sup->sc[j] = (int8_t)(ls - 32), *sup->d = d;
             for (int l = 0; l < 16; l++) {
                 q[32 * j + l] = (int8_t)(qs[l] & 0xF);
                 q[32 * j + 16 + l] = (int8_t)(qs[l] >> 4);
@@ -490,6 +513,7 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
         const int8_t *sc = (const int8_t *)(b + 192);
         const float d = half_at(b + 208);
         for (int i = 0; i < 16; i++) s[i] = d * (float)sc[i];
+        if (sup) memcpy(sup->sc, sc, 16), *sup->d = d;
         for (int h = 0; h < 2; h++, ql += 64, qh += 32, q += 128)
             for (int l = 0; l < 32; l++) {
                 q[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
@@ -510,7 +534,7 @@ static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
     uint64_t bytes;
     const int per = block_of(type, &bytes);
     quant_form(type, &qb, &offset);
-    decompose_block(type, b, q, s, o);
+    decompose_block(type, b, q, s, o, NULL);
     nv_qmatrix_to_f32(q, quant_lut(type), s, offset ? o : NULL, qb, (size_t)per, y);
 }
 
@@ -874,17 +898,28 @@ nv_err nv_qmatrix_materialize(nv_qmatrix *qm) {
         uint64_t bb = 0;
         quant_form(qm->raw_type, &qb, &offset);
         const uint64_t per = (uint64_t)block_of(qm->raw_type, &bb), nb = n / (uint64_t)qb;
+        int mins;
+        const int sub = quant_super(qm->raw_type, &mins);
         qm->q = malloc(n);
         qm->s = malloc((size_t)nb * sizeof(float));
         qm->o = offset ? malloc((size_t)nb * sizeof(float)) : NULL;
-        if (!qm->q || !qm->s || (offset && !qm->o)) {
+        if (sub) { /* the k-quants' integer form beside: an int8 engine's plan keeps it */
+            qm->sub = sub;
+            qm->sub_s = malloc((size_t)nb);
+            qm->sup_s = malloc((size_t)(n / per) * sizeof(float));
+            qm->sub_o = mins ? malloc((size_t)nb) : NULL;
+            qm->sup_o = mins ? malloc((size_t)(n / per) * sizeof(float)) : NULL;
+        }
+        if (!qm->q || !qm->s || (offset && !qm->o) || (sub && (!qm->sub_s || !qm->sup_s || (mins && (!qm->sub_o || !qm->sup_o))))) {
             nv_qmatrix_release(qm);
             return nv_fail(NV_ENOMEM, "out of memory for a matrix's quantized values");
         }
         qm->lut = quant_lut(qm->raw_type);
-        for (uint64_t b = 0; b < n / per; b++) /* o is written only for the types with an offset */
-            decompose_block(qm->raw_type, qm->raw + b * bb, qm->q + b * per, qm->s + b * per / (uint64_t)qb,
-                            offset ? qm->o + b * per / (uint64_t)qb : NULL);
+        for (uint64_t b = 0; b < n / per; b++) { /* o is written only for the types with an offset */
+            const uint64_t at = b * per / (uint64_t)qb;
+            const super_out so = {qm->sub_s + at, mins ? qm->sub_o + at : NULL, qm->sup_s + b, mins ? qm->sup_o + b : NULL};
+            decompose_block(qm->raw_type, qm->raw + b * bb, qm->q + b * per, qm->s + at, offset ? qm->o + at : NULL, sub ? &so : NULL);
+        }
     }
     nv_file_release(qm->raw, qm->raw_bytes); /* read: the file's pages need not stay */
     /* a query or key matrix: in this project's RoPE order (the arrays exist now, so they are reordered) */
@@ -908,10 +943,7 @@ void nv_qmatrix_kind(const nv_qmatrix *qm, int kind[3]) {
 
 void nv_qmatrix_release(nv_qmatrix *qm) {
     if (!qm->raw) return; /* arrays that are the only form of the matrix stay */
-    free(qm->q), free(qm->s), free(qm->o), free(qm->h);
-    qm->q = NULL;
-    qm->s = qm->o = NULL;
-    qm->h = NULL;
+    nv_qmatrix_free_arrays(qm);
 }
 
 /* Reorders the rows of each head of a matrix (heads x hd rows of row_bytes) between this project's
@@ -943,10 +975,15 @@ static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int t
     }
     if (qm->h) return nv_rope_rows_reorder(qm->h, (size_t)cols * sizeof(uint16_t), heads, hd, to_half);
     if (!qm->q) return NV_OK;
-    const size_t scales = (size_t)(cols / qm->qb) * sizeof(float);
+    const size_t blocks = (size_t)(cols / qm->qb), scales = blocks * sizeof(float);
     NV_TRY(nv_rope_rows_reorder(qm->q, (size_t)cols, heads, hd, to_half));
     NV_TRY(nv_rope_rows_reorder(qm->s, scales, heads, hd, to_half));
-    return nv_rope_rows_reorder(qm->o, scales, heads, hd, to_half);
+    NV_TRY(nv_rope_rows_reorder(qm->o, scales, heads, hd, to_half));
+    if (!qm->sub) return NV_OK; /* the integer form: rows of blocks' bytes, and of floats per super-block */
+    NV_TRY(nv_rope_rows_reorder(qm->sub_s, blocks, heads, hd, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->sub_o, blocks, heads, hd, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->sup_s, blocks / (size_t)qm->sub * sizeof(float), heads, hd, to_half));
+    return nv_rope_rows_reorder(qm->sup_o, blocks / (size_t)qm->sub * sizeof(float), heads, hd, to_half);
 }
 
 /* The fp32 weights unless pending, and the quantized sources. */

@@ -367,7 +367,8 @@ typedef struct {
  * reads them in place (scalar). */
 static nv_err plan_from(nv_qmatrix *qm, int idx, nv_plan **out, nv_engine_id e, float *w, int n, int k, scratch *tmp) {
     if (qm && (qm->q || qm->h)) {
-        const nv_qweights qw = {qm->q, qm->s, qm->o, qm->qb, qm->h, qm->h_bf16, qm->lut};
+        const nv_qweights qw = {qm->q,   qm->s,     qm->o,     qm->qb,    qm->h,    qm->h_bf16,
+                                qm->lut, qm->sub, qm->sub_s, qm->sub_o, qm->sup_s, qm->sup_o};
         nv_err err = nv_plan_build_quant(out, e, &qw, n, k);
         if (err != NV_EUNSUPPORTED) return err;
         const size_t count = (size_t)n * k;
@@ -524,13 +525,7 @@ nv_err nv_model_read_config(const char *path, nv_config *c) {
 
 void nv_qmatrix_drop(nv_qmatrix *qm) {
     qm->raw = NULL;
-    free(qm->q); /* `pending` stays: those fp32 weights can no longer be made */
-    free(qm->s);
-    free(qm->o);
-    free(qm->h);
-    qm->q = NULL;
-    qm->s = qm->o = NULL;
-    qm->h = NULL;
+    nv_qmatrix_free_arrays(qm); /* `pending` stays: those fp32 weights can no longer be made */
 }
 
 void nv_model_drop_quant_sources(nv_model *m) {

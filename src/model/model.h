@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "base/file.h"
 #include "base/half.h"
@@ -55,6 +56,9 @@ typedef struct {
     uint16_t *h;
     int h_bf16;
     const int8_t *lut; /* NULL, or q's values are indices into these 16 (nv_qweights.lut: IQ4_NL, IQ4_XS) */
+    int sub;           /* 0, or the k-quants' integer form of s and o beside them (nv_qweights.sub ...) */
+    int8_t *sub_s, *sub_o;
+    float *sup_s, *sup_o;
     size_t count;      /* values (rows x columns, rows whole blocks) */
     int pending;  /* its fp32 weights in params are not made yet (nv_model_load_quantized) */
     /* A GGUF file's matrix is kept as its blocks, raw (raw_bytes of ggml type raw_type, in the file's
@@ -77,6 +81,13 @@ static inline void nv_qmatrix_to_f32(const int8_t *q, const int8_t *lut, const f
         y[i] = o ? v + o[i / (size_t)qb] : v;
     }
 }
+/* Frees a source's arrays (q, s, o, h and the integer form), leaving its raw blocks. */
+static inline void nv_qmatrix_free_arrays(nv_qmatrix *qm) {
+    free(qm->q), free(qm->s), free(qm->o), free(qm->h), free(qm->sub_s), free(qm->sub_o), free(qm->sup_s), free(qm->sup_o);
+    qm->q = NULL, qm->s = qm->o = NULL, qm->h = NULL, qm->sub = 0;
+    qm->sub_s = qm->sub_o = NULL, qm->sup_s = qm->sup_o = NULL;
+}
+
 /* The fp32 weights of a plan matrix's source (its count values): fp16 or bf16 converted exactly, or
  * the block-quantized formula. */
 static inline void nv_qmatrix_fill_f32(const nv_qmatrix *qm, float *y) {
