@@ -1117,7 +1117,7 @@ static void test_qdot_super_kernels_agree(void) {
             }
             for (int t = 0; t < nt; t++) /* d and dm: finite floats in their slots */
                 for (int sb = 0; sb < nsb; sb++)
-                    rnd((float *)(void *)(B + ((size_t)t * nsb + sb) * sbs + (size_t)sub * (qbytes + 16 * (off ? 2 : 1))), off ? 32 : 16, &seed);
+                    rnd((float *)(void *)(B + ((size_t)t * nsb + sb) * sbs + nv_qdot_super_floats(kqd, four != 0, off, sub)), off ? 32 : 16, &seed);
             rnd(xs, (size_t)rows * nsb, &seed);
             for (int i = 0; i < rows * nb; i++) {
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -1130,7 +1130,7 @@ static void test_qdot_super_kernels_agree(void) {
                     for (int sb = 0; sb < nsb; sb++) {
                         const uint8_t *base = B + ((size_t)t * nsb + sb) * sbs;
                         const int8_t *isc = (const int8_t *)(base + (size_t)sub * qbytes), *imn = isc + sub * 16;
-                        const float *f = (const float *)(const void *)(base + (size_t)sub * (qbytes + 16 * (off ? 2 : 1)));
+                        const float *f = (const float *)(const void *)(base + nv_qdot_super_floats(kqd, four != 0, off, sub));
                         int64_t isum = 0, imin = 0;
                         for (int jb = 0; jb < sub; jb++) {
                             const uint8_t *blk = base + (size_t)jb * qbytes;

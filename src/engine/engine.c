@@ -693,7 +693,7 @@ static void pack_qdot_task(void *vc, int task, int nt) {
             for (int sb = 0; sb < nsb; sb++) {
                 uint8_t *base = (uint8_t *)p->pack + ((size_t)t * nsb + sb) * sbs;
                 int8_t *isc = (int8_t *)(base + ints), *imn = p->qoffsets ? isc + sub * 16 : NULL;
-                float *d = (float *)(void *)(base + ints + (size_t)sub * 16 * (p->qoffsets ? 2 : 1)), *dm = d + 16;
+                float *d = (float *)(void *)(base + nv_qdot_super_floats(kq, four, p->qoffsets, sub)), *dm = d + 16;
                 for (int j = 0; j < sub; j++) pack_qdot_values(base + (size_t)j * qbytes, p, w, t, sb * sub + j);
                 for (int cc = 0; cc < 16; cc++) {
                     const int row = t * 16 + cc, in = row < n;
@@ -1433,7 +1433,8 @@ static int tile_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
  * sum in order and the sum of its bytes. */
 static void to_qdot_task(void *vc, int task, int nt) {
     op_ctx *c = vc;
-    const int kq = c->p->kq, k = c->k, nb = cdiv(k, kq), sub = c->p->qsub ? c->p->qsub : 1, nxs = cdiv(nb, sub);
+    const int kq = c->p->kq, k = c->k, nb = cdiv(k, kq), sub = c->p->qsub ? c->p->qsub : 1,
+              nxs = nv_qdot_row_scales(nb, c->p->qsub);
     const int r0 = (int)((long)c->m * task / nt), r1 = (int)((long)c->m * (task + 1) / nt);
     for (int r = r0; r < r1; r++) {
         const float *x = c->a + (size_t)r * k;
@@ -1465,7 +1466,7 @@ static int qdot_prepare(op_ctx *c, const nv_plan *p, const float *x, int m) {
     const size_t lda = (size_t)nb * p->kq, blocks = (size_t)m * nb;
     void *abuf = aalloc((size_t)m * lda);
     /* super-blocks: a scale per super-block, the offsets' terms on qsum (no exact sums) */
-    float *xs = aalloc(blocks / (size_t)(p->qsub ? p->qsub : 1) * sizeof(float)), *xsum = p->qsub ? NULL : aalloc(blocks * sizeof(float));
+    float *xs = aalloc((size_t)m * nv_qdot_row_scales(nb, p->qsub) * sizeof(float)), *xsum = p->qsub ? NULL : aalloc(blocks * sizeof(float));
     int32_t *qsum = aalloc(blocks * sizeof(int32_t));
     if (!abuf || !xs || (!xsum && !p->qsub) || !qsum) {
         free(abuf), free(xs), free(xsum), free(qsum);
@@ -1490,7 +1491,7 @@ static void qdot_run_task(void *vc, int task, int nt) {
     int r0, r1, t0, t1;
     grid_task(&c->g, task, &r0, &r1, &t0, &t1);
     if (r0 >= r1 || t0 >= t1) return;
-    const int nb = cdiv(p->k, p->kq), n = c->n, nxs = p->qsub ? nb / p->qsub : nb;
+    const int nb = cdiv(p->k, p->kq), n = c->n, nxs = nv_qdot_row_scales(nb, p->qsub);
     const size_t at = (size_t)r0 * nb;
     const nv_qdot_a a = {(const int8_t *)c->abuf + (size_t)r0 * c->lda, c->lda, c->rowscale + (size_t)r0 * nxs,
                          c->xsum ? c->xsum + at : NULL, c->qsum + at};

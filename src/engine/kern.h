@@ -95,10 +95,17 @@ typedef struct {
 static inline size_t nv_qdot_block_bytes(int kq, int four, int offsets) {
     return (size_t)kq * (four ? 8 : 16) + 64 + (offsets ? 64 : 0);
 }
-/* Bytes of one tile's super-block of sub blocks (nv_qdot_b.sub). */
-static inline size_t nv_qdot_super_bytes(int kq, int four, int offsets, int sub) {
-    return (size_t)sub * ((size_t)kq * (four ? 8 : 16) + 16 * (offsets ? 2 : 1)) + 64 * (offsets ? 2 : 1);
+/* Offset in a tile's super-block of sub blocks (nv_qdot_b.sub) of its 16 fp32 d (then 16 dm):
+ * past the blocks' values and integer scales (and offsets). */
+static inline size_t nv_qdot_super_floats(int kq, int four, int offsets, int sub) {
+    return (size_t)sub * ((size_t)kq * (four ? 8 : 16) + 16 * (offsets ? 2 : 1));
 }
+/* Bytes of one tile's super-block of sub blocks. */
+static inline size_t nv_qdot_super_bytes(int kq, int four, int offsets, int sub) {
+    return nv_qdot_super_floats(kq, four, offsets, sub) + 64 * (offsets ? 2 : 1);
+}
+/* Activation scales a row (nv_qdot_a.xs) of nb blocks: one a block, or one a super-block of sub. */
+static inline int nv_qdot_row_scales(int nb, int sub) { return sub ? nb / sub : nb; }
 /* Bytes of one column tile of a qdot operand. */
 static inline size_t nv_qdot_tile_bytes(const nv_qdot_b *b) {
     return b->sub ? (size_t)(b->nb / b->sub) * nv_qdot_super_bytes(b->kq, b->four, b->offsets, b->sub)

@@ -127,7 +127,7 @@ static ALWAYS_INLINE void QD(ukern_super)(const int mr, const int nt, const int 
                                           const nv_qdot_b *b, float *C, size_t ldc, int nc) {
     const int nb = b->nb, sub = b->sub, nsb = nb / sub;
     const size_t qbytes = (size_t)kq * (four ? 8 : 16), sbs = nv_qdot_super_bytes(kq, four, b->offsets, sub),
-                 tstride = (size_t)nsb * sbs, ints = (size_t)sub * qbytes, floats = ints + (size_t)sub * 16 * (b->offsets ? 2 : 1);
+                 tstride = (size_t)nsb * sbs, ints = (size_t)sub * qbytes, floats = nv_qdot_super_floats(kq, four, b->offsets, sub);
     float ys[6][4][16] __attribute__((aligned(64)));
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++)
@@ -216,7 +216,7 @@ static void QD(qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int 
     if (rows <= 0 || ntiles <= 0) return;
     const int NT = rows <= 2 ? QD_NT_FEW : QD_NT;
     const size_t tstride = nv_qdot_tile_bytes(b);
-    const int nxs = b->sub ? b->nb / b->sub : b->nb; /* activation scales a row */
+    const int nxs = nv_qdot_row_scales(b->nb, b->sub);
     for (int t = 0; t < ntiles; t += NT) {
         const int nt = ntiles - t < NT ? ntiles - t : NT;
         nv_qdot_b bt = *b;
