@@ -144,6 +144,7 @@ static void test_prefill(void) {
         {NV_CHAT_PLAIN, "Hi\nOnce upon"},
         {NV_CHAT_LLAMA2, "[INST] Hi [/INST] Once upon"},
         {NV_CHAT_DEEPSEEK, "<\xef\xbd\x9cUser\xef\xbd\x9c>Hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>Once upon"},
+        {NV_CHAT_PHI3, "<|user|>\nHi<|end|>\n<|assistant|>\nOnce upon"},
     };
     const char *anth = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
                        "\"content\":\"Once upon\"}]}";

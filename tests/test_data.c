@@ -519,8 +519,8 @@ static void test_chat_data(void) {
     const nv_chat_msg c4[] = {{"user", "Four", NULL, 0}, {"assistant", "4", NULL, 0}};
     const nv_chat_msg c5[] = {{"user", "Five", NULL, 0}, {"assistant", "5", NULL, 0}};
     const nv_chat_msg c6[] = {{"user", "Rain?", NULL, 0}, {"assistant", "", &call, 1}};
-    const nv_chat_template all[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_PLAIN, NV_CHAT_DEEPSEEK};
-    for (int k = 0; k < 5; k++) {
+    const nv_chat_template all[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_PLAIN, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3};
+    for (int k = 0; k < (int)(sizeof all / sizeof all[0]); k++) {
         nv_dataset ds;
         nv_err e = nv_dataset_open_chat(&ds, &p, 1, t, 512, 0.2f, all[k]);
         T_CHECK(e == NV_OK, "open: %s", nv_errmsg());
@@ -537,7 +537,7 @@ static void test_chat_data(void) {
         check_turn(s, 6, t, all[k], c5, 2);
         /* the answer as the server stops it: c1's "Because." and the template's end */
         static const char *const want[] = {"\nBecause.", "Because.<|im_end|>", " Because.", "Because.<|eot_id|>",
-                                           "Because.<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
+                                           "Because.<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "Because.<|end|>"};
         const int eos_ends = all[k] == NV_CHAT_PLAIN || all[k] == NV_CHAT_LLAMA2;
         char got[128] = "";
         uint64_t a0 = s->starts[1], a1 = s->starts[2];
@@ -550,7 +550,7 @@ static void test_chat_data(void) {
                 "%s: the answer reads '%s'", nv_chat_template_name(all[k]), got);
         /* where the whole text is encoded at once, a turn is the next one's beginning: the answer the model
            learns is what the next prompt shows */
-        if (all[k] == NV_CHAT_CHATML || all[k] == NV_CHAT_LLAMA3 || all[k] == NV_CHAT_DEEPSEEK)
+        if (all[k] == NV_CHAT_CHATML || all[k] == NV_CHAT_LLAMA3 || all[k] == NV_CHAT_DEEPSEEK || all[k] == NV_CHAT_PHI3)
             for (uint64_t j = 0; j < s->starts[1] - s->starts[0]; j++)
                 T_CHECK(nv_source_token(s, s->starts[0] + j) == nv_source_token(s, s->starts[1] + j),
                         "%s: turn 0 token %llu is not turn 1's", nv_chat_template_name(all[k]), (unsigned long long)j);

@@ -88,6 +88,14 @@ static int expect_ids(const nv_tokenizer *tok, int *out, const char *t1, int b1,
     return na + nb;
 }
 
+/* Template t renders msgs as BOS then text, one encoding. */
+static void expect_render(const nv_tokenizer *tok, nv_chat_template t, const nv_chat_msg *msgs, int n_msgs, const char *text) {
+    int *ids = NULL, n = 0, want[4096];
+    T_CHECK(nv_chat_render(t, tok, msgs, n_msgs, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    const int nw = expect_ids(tok, want, text, 1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw), "%s template", nv_chat_template_name(t));
+    free(ids);
+}
 
 static void test_chat_templates(void) {
     nv_tokenizer *tok = tok512();
@@ -95,17 +103,10 @@ static void test_chat_templates(void) {
     nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"}, {.role = "assistant", .content = "Hello!"}, {.role = "user", .content = "Tell a story"}};
     nv_chat_template t0;
     int *ids = NULL, n = 0, want[4096], nw;
-    T_CHECK(nv_chat_render(NV_CHAT_PLAIN, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
-    nw = expect_ids(tok, want, "Be kind.\nHi there\nHello!\nTell a story", 1, 0, NULL, 0, 0);
-    T_CHECK(same_ids(ids, n, want, nw), "plain template");
-    free(ids);
-    T_CHECK(nv_chat_render(NV_CHAT_CHATML, tok, msgs, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
-    nw = expect_ids(tok, want,
-                    "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
-                    "Hello!<|im_end|>\n<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\n",
-                    1, 0, NULL, 0, 0);
-    T_CHECK(same_ids(ids, n, want, nw), "chatml template");
-    free(ids);
+    expect_render(tok, NV_CHAT_PLAIN, msgs, 4, "Be kind.\nHi there\nHello!\nTell a story");
+    expect_render(tok, NV_CHAT_CHATML, msgs, 4,
+                  "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+                  "Hello!<|im_end|>\n<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\n");
     /* Qwen3's non-thinking turn: an empty think block closed after the assistant's header */
     T_CHECK(nv_chat_render_ex(NV_CHAT_CHATML, tok, msgs + 3, 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
     nw = expect_ids(tok, want, "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", 1, 0,
@@ -118,25 +119,23 @@ static void test_chat_templates(void) {
     T_CHECK(same_ids(ids, n, want, nw), "llama2 template");
     free(ids);
     nv_chat_msg spaced[] = {{.role = "developer", .content = "  Be kind.\n"}, {.role = "user", .content = "Hi there "}};
-    T_CHECK(nv_chat_render(NV_CHAT_LLAMA3, tok, spaced, 2, &ids, &n) == NV_OK, "%s", nv_errmsg());
-    nw = expect_ids(tok, want,
-                    "<|start_header_id|>system<|end_header_id|>\n\nBe kind.<|eot_id|><|start_header_id|>user<|end_header_id|>"
-                    "\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
-                    1, 0, NULL, 0, 0);
-    T_CHECK(same_ids(ids, n, want, nw), "llama3 template");
-    free(ids);
+    expect_render(tok, NV_CHAT_LLAMA3, spaced, 2,
+                  "<|start_header_id|>system<|end_header_id|>\n\nBe kind.<|eot_id|><|start_header_id|>user<|end_header_id|>"
+                  "\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
     /* DeepSeek-R1's: the system text after BOS, user and assistant markers, an earlier answer without
        its reasoning and ended by end-of-sentence */
     nv_chat_msg ds[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"},
                         {.role = "assistant", .content = "<think>\nhmm\n</think>\n\nHello!"}, {.role = "user", .content = "Tell a story"}};
-    T_CHECK(nv_chat_render(NV_CHAT_DEEPSEEK, tok, ds, 4, &ids, &n) == NV_OK, "%s", nv_errmsg());
-    nw = expect_ids(tok, want,
-                    "Be kind.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi there<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>\n\nHello!"
-                    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c><\xef\xbd\x9cUser\xef\xbd\x9c>Tell a story"
-                    "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>",
-                    1, 0, NULL, 0, 0);
-    T_CHECK(same_ids(ids, n, want, nw), "deepseek template");
-    free(ids);
+    expect_render(tok, NV_CHAT_DEEPSEEK, ds, 4,
+                  "Be kind.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi there<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>\n\nHello!"
+                  "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c><\xef\xbd\x9cUser\xef\xbd\x9c>Tell a story"
+                  "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+    /* Phi-3's: the role between <| and |>, each turn ended by <|end|> and a line break */
+    expect_render(tok, NV_CHAT_PHI3, msgs, 4,
+                  "<|system|>\nBe kind.<|end|>\n<|user|>\nHi there<|end|>\n<|assistant|>\nHello!<|end|>\n<|user|>\nTell a story<|end|>\n"
+                  "<|assistant|>\n");
+    T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_PHI3), "<|end|>") && nv_chat_template_parse("phi3", &t0) == NV_OK && t0 == NV_CHAT_PHI3,
+            "phi3's stop and name");
     T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_DEEPSEEK), "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>") &&
                 nv_chat_template_parse("deepseek", &t0) == NV_OK && t0 == NV_CHAT_DEEPSEEK,
             "deepseek's stop and name");
@@ -161,7 +160,7 @@ static void test_chat_template_text(void) {
     nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"},
                           {.role = "assistant", .content = "Hello!"}, {.role = "user", .content = "Tell a story"}};
     const nv_chat_opts none = {0};
-    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_DEEPSEEK; t++) {
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_PHI3; t++) {
         nv_buf text = {0};
         int *ids = NULL, n = 0, *again = NULL, na = 0;
         T_CHECK(nv_chat_render_text((nv_chat_template)t, tok, msgs, 4, &none, &text) == NV_OK && text.data, "%s", nv_errmsg());

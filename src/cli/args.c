@@ -106,8 +106,8 @@ int cli_template_file(const char *cmd, const char *path, nv_chat_template *out) 
     const int known = template_of_text(path, text, n, out, 0);
     free(text);
     return known ? 0
-                 : cli_error(cmd, 1, "--chat-template-file %s: not a template nerve renders (ChatML's, Llama 3's, DeepSeek-R1's "
-                                     "or Llama 2's [INST]); name one with --chat-template",
+                 : cli_error(cmd, 1, "--chat-template-file %s: not a template nerve renders (ChatML's, Llama 3's, DeepSeek-R1's, "
+                                     "Phi-3's or Llama 2's [INST]); name one with --chat-template",
                              path);
 }
 
@@ -122,9 +122,12 @@ static int template_of_text(const char *model_path, const char *t, size_t n, nv_
     if (memmem(t, n, "<|im_start|>", 12)) *out = NV_CHAT_CHATML;
     else if (memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
     else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
+    else if (memmem(t, n, "<|assistant|>", 13) && memmem(t, n, "<|end|>", 7)) *out = NV_CHAT_PHI3;
     else if (memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
     else {
-        if (warn) nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (see --chat-template)", model_path);
+        if (warn)
+            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's or Llama-2's [INST] (see --chat-template)",
+                    model_path);
         return 0;
     }
     return 1;

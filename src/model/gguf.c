@@ -560,10 +560,59 @@ static void to_f32(const nv_gguf_tensor *t, float *dst, uint64_t n) {
     }
 }
 
-/* Finds name with the shape [d0] or [d0, d1] (dims[0] fastest) and a type this loader converts;
- * with dst, converts it there. */
-static nv_err take(const nv_gguf *g, const char *name, uint64_t d0, uint64_t d1, uint64_t d2, float *dst) {
-    const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name);
+/* Rows [row0, row0 + rows) of a 2-D tensor as a tensor of their own (whole rows are whole blocks). */
+static nv_err row_view(const nv_gguf *g, const nv_gguf_tensor *t, const char *name, uint64_t row0, uint64_t rows, uint64_t total,
+                       nv_gguf_tensor *view) {
+    if (t->dims[1] != total || t->dims[2] != 1 || t->dims[3] != 1)
+        return nv_fail(NV_EFORMAT, "%s: tensor '%.*s' is [%llu, %llu, %llu, %llu], expected %llu rows holding '%s'", g->path,
+                       (int)(t->name_len < 64 ? t->name_len : 64), t->name, (unsigned long long)t->dims[0],
+                       (unsigned long long)t->dims[1], (unsigned long long)t->dims[2], (unsigned long long)t->dims[3],
+                       (unsigned long long)total, name);
+    *view = *t;
+    if (!t->bytes) return NV_OK; /* a type not loaded: take says so */
+    const uint64_t row_bytes = t->bytes / total;
+    view->dims[1] = rows;
+    view->data = t->data + row0 * row_bytes;
+    view->bytes = rows * row_bytes;
+    return NV_OK;
+}
+
+/* A tensor of this project's layout as the file holds it (*t NULL when it is not there): itself,
+ * or its rows of a fused one, phi3's: a layer's attn_qkv holds the query's rows, then the key's,
+ * then the value's; its ffn_up (with no ffn_gate) the gate's rows, then the up projection's. */
+static nv_err tensor_rows(const nv_gguf *g, const nv_config *c, const char *name, nv_gguf_tensor *view, const nv_gguf_tensor **t) {
+    *t = nv_gguf_tensor_find(g, name);
+    int l = -1, at = 0;
+    if (!c || sscanf(name, "blk.%d.%n", &l, &at) != 1 || !at) return NV_OK;
+    const char *part = name + at;
+    const int q = !strcmp(part, "attn_q.weight"), k = !strcmp(part, "attn_k.weight"), v = !strcmp(part, "attn_v.weight");
+    const int gate = !strcmp(part, "ffn_gate.weight"), up = !strcmp(part, "ffn_up.weight");
+    char fused[64];
+    const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c), h = (uint64_t)c->hidden_dim;
+    if ((q || k || v) && !*t) {
+        snprintf(fused, sizeof fused, "blk.%d.attn_qkv.weight", l);
+        const nv_gguf_tensor *f = nv_gguf_tensor_find(g, fused);
+        if (!f) return NV_OK;
+        NV_TRY(row_view(g, f, name, q ? 0 : k ? qd : qd + kvd, q ? qd : kvd, qd + 2 * kvd, view));
+        *t = view;
+    } else if (gate || up) {
+        snprintf(fused, sizeof fused, "blk.%d.ffn_gate.weight", l);
+        if (nv_gguf_tensor_find(g, fused)) return NV_OK; /* separate: as they are */
+        snprintf(fused, sizeof fused, "blk.%d.ffn_up.weight", l);
+        const nv_gguf_tensor *f = nv_gguf_tensor_find(g, fused);
+        if (!f || f->dims[1] != 2 * h) return NV_OK; /* not fused: take says what is missing or misshapen */
+        NV_TRY(row_view(g, f, name, up ? h : 0, h, 2 * h, view));
+        *t = view;
+    }
+    return NV_OK;
+}
+
+/* Finds name (in the file or fused there, tensor_rows; c NULL: in the file) with the shape [d0] or
+ * [d0, d1] (dims[0] fastest) and a type this loader converts; with dst, converts it there. */
+static nv_err take(const nv_gguf *g, const nv_config *c, const char *name, uint64_t d0, uint64_t d1, uint64_t d2, float *dst) {
+    nv_gguf_tensor view;
+    const nv_gguf_tensor *t;
+    NV_TRY(tensor_rows(g, c, name, &view, &t));
     if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
     if (!t->bytes) return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' has type %s (%u) or rows that do not fill its blocks; supported: " SUPPORTED_TYPES, g->path, name,
                                   nv_gguf_type_name(t->type), t->type);
@@ -593,7 +642,8 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
  * llama2.c), qwen3 (llama with RMSNorm on each query and key head before RoPE) and qwen2 (llama
  * with biases on the query, key and value projections). llama.cpp's qwen2/qwen3 rotate pairs half
  * a head apart, so their query and key rows are stored in that order and reordered on the way in
- * and out. */
+ * and out. Read only: phi3 (Phi-3, Phi-3.5: llama with the rotation of qwen's, its query, key and
+ * value rows in one tensor per layer and its gate and up rows in another; written back as llama). */
 static const char *arch_name(int qk_norm, int qkv_bias, int experts) {
     return qk_norm ? (experts ? "qwen3moe" : "qwen3") : qkv_bias ? "qwen2" : "llama";
 }
@@ -605,17 +655,18 @@ static const char *akey(char *buf, size_t cap, const char *arch, const char *suf
     return buf;
 }
 
-static nv_err config_of(const nv_gguf *g, nv_config *c) {
+static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     size_t n = 0;
     const char *arch_s = nv_gguf_string(g, "general.architecture", &n);
     if (!arch_s) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
     char shown_arch[128], k[96];
     const int qwen3moe = name_is(arch_s, n, "qwen3moe"), qwen3 = qwen3moe || name_is(arch_s, n, "qwen3"),
-              qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama");
-    if (!llama && !qwen3 && !qwen2)
-        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3 or qwen3moe)", g->path,
+              qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3");
+    if (!llama && !qwen3 && !qwen2 && !phi3)
+        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe or phi3)", g->path,
                        nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = arch_name(qwen3, qwen2, qwen3moe);
+    const char *arch = phi3 ? "phi3" : arch_name(qwen3, qwen2, qwen3moe);
+    if (neox) *neox = qwen3 || qwen2 || phi3;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
@@ -694,6 +745,17 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
     const int linear = !yarn && factor != 1.0f && factor != 0.0f; /* llama.cpp divides by the factor whatever the type says */
     if (linear && !(factor > 0.0f && factor < 1e6f))
         return nv_fail(NV_EFORMAT, "%s: %s.rope.scaling.factor %g is out of range", g->path, arch, (double)factor);
+    /* Phi-3's LongRoPE (the 128k models, Phi-3.5): two sets of frequency divisors chosen by the
+       context and a temperature on cos and sin; refused rather than run with the wrong angles */
+    if (nv_gguf_tensor_find(g, "rope_factors_long.weight") || nv_gguf_tensor_find(g, "rope_factors_short.weight"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE with LongRoPE (rope_factors_long/short), which is not supported", g->path);
+    if (phi3) { /* as llama.cpp runs phi3: its sliding window is not applied (a warning there too) */
+        int64_t window = 0;
+        NV_TRY(get_int(g, "phi3.attention.sliding_window", 0, &window));
+        if (window > 0 && window < ctx)
+            nv_warn("%s: the model's sliding window of %lld tokens is not applied: attention sees the whole context of %lld, "
+                    "as llama.cpp runs phi3", g->path, (long long)window, (long long)ctx);
+    }
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;
@@ -732,7 +794,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c) {
             return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
                            (long long)head_dim, 2 * NV_ROPE_FACTORS_MAX);
         c->n_rope_factors = (int)(head_dim / 2);
-        NV_TRY(take(g, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
+        NV_TRY(take(g, NULL, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
     }
     if (linear) NV_TRY(nv_config_rope_linear(c, factor));
     if (yarn && nv_config_rope_yarn(c, &y) != NV_OK) return nv_fail(NV_EFORMAT, "%s: %s", g->path, nv_errmsg());
@@ -833,7 +895,7 @@ static nv_err take_all(const nv_gguf *g, const nv_config *c, nv_model *m) {
     if (!t) return nv_fail(NV_ENOMEM, "out of memory");
     size_t n = nv_model_tensor_map(c, m ? &m->w : NULL, t);
     nv_err e = NV_OK;
-    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, t[i].name, t[i].d0, t[i].d1, t[i].d2, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
+    for (size_t i = 0; i < n && e == NV_OK; i++) e = take(g, c, t[i].name, t[i].d0, t[i].d1, t[i].d2, nv_model_pending(m, t[i].name) ? NULL : t[i].p);
     free(t);
     return e;
 }
@@ -866,7 +928,9 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
         char name[64];
         int expert;
         nv_model_plan_tensor_name(c, i, name, sizeof name, &expert);
-        const nv_gguf_tensor *t = nv_gguf_tensor_find(g, name); /* present and of a loaded type: checked before */
+        nv_gguf_tensor view;
+        const nv_gguf_tensor *t; /* present and of a loaded type: checked before */
+        NV_TRY(tensor_rows(g, c, name, &view, &t));
         int qb, offset;
         if (!t || (!quant_form(t->type, &qb, &offset) && t->type != T_F16 && t->type != T_BF16)) continue;
         const uint64_t n = t->dims[0] * t->dims[1]; /* an expert's slice of its layer's tensor: whole rows, whole blocks */
@@ -1012,7 +1076,7 @@ nv_err nv_model_qk_reorder(nv_model *m, int to_half) {
 nv_err nv_gguf_read_config(const char *path, nv_config *c) {
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
-    nv_err e = config_of(&g, c);
+    nv_err e = config_of(&g, c, NULL);
     nv_gguf_close(&g);
     return e;
 }
@@ -1024,11 +1088,12 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
     nv_config c;
     /* the whole model is checked before any weight memory is taken (the fp32 block is zeroed
        memory: what is never written, pending matrices, is never touched) */
-    nv_err e = config_of(&g, &c);
+    int neox = 0;
+    nv_err e = config_of(&g, &c, &neox);
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
     if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK ||
-                       ((c.qk_norm || c.qkv_bias) && (e = nv_model_qk_reorder(m, 0)) != NV_OK)))
+                       (neox && (e = nv_model_qk_reorder(m, 0)) != NV_OK)))
         nv_model_free(m);
     if (e == NV_OK && m->quant) { /* the raw sources point into the mapping: the model keeps it */
         m->source_map = g.map;

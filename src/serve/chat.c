@@ -6,7 +6,7 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek"};
+static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -20,13 +20,17 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek)", name);
+    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3)", name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
 
 const char *nv_chat_template_stop(nv_chat_template t) {
-    return t == NV_CHAT_CHATML ? "<|im_end|>" : t == NV_CHAT_LLAMA3 ? "<|eot_id|>" : t == NV_CHAT_DEEPSEEK ? DS_END : NULL;
+    return t == NV_CHAT_CHATML ? "<|im_end|>"
+           : t == NV_CHAT_LLAMA3 ? "<|eot_id|>"
+           : t == NV_CHAT_DEEPSEEK ? DS_END
+           : t == NV_CHAT_PHI3 ? "<|end|>"
+                               : NULL;
 }
 
 int nv_chat_role_known(const char *role) {
@@ -159,34 +163,40 @@ static int continues(const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     return o->continue_final && n > 0 && !strcmp(m[n - 1].role, "assistant");
 }
 
-#define CHATML_ASSISTANT "<|im_start|>assistant\n"
-#define CHATML_NO_THINK "<think>\n\n</think>\n\n"
+/* ChatML's turns (Qwen's) and Phi-3's have one shape: a marker around the role, a line break, the
+ * text, an end marker and a line break. */
+typedef struct {
+    const char *pre, *close, *end;
+    int thinks; /* Qwen3's empty reasoning on a non-thinking turn (nv_chat_opts.no_think) */
+} turn_marks;
+static const turn_marks chatml_marks = {"<|im_start|>", "", "<|im_end|>", 1}, phi3_marks = {"<|", "|>", "<|end|>", 0};
 
-static void render_chatml(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+static void render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o, const turn_marks *k) {
+    const char *no_think = k->thinks && o->no_think ? "<think>\n\n</think>\n\n" : "";
     int i = 0;
     if (o->n_tools) { /* the tools join the first system message in one system turn */
-        nv_buf_puts(text, "<|im_start|>system\n");
+        nv_buf_printf(text, "%ssystem%s\n", k->pre, k->close);
         if (n && is_system(m[0].role)) nv_buf_printf(text, "%s\n\n", m[i++].content);
         hermes_tools(text, o);
-        nv_buf_puts(text, "<|im_end|>\n");
+        nv_buf_printf(text, "%s\n", k->end);
     }
     for (; i < n; i++) {
         if (is_tool(m[i].role)) { /* consecutive results share one user turn */
-            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_puts(text, "<|im_start|>user");
+            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s", k->pre, k->close);
             nv_buf_puts(text, "\n");
             tool_response(text, m[i].content);
-            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_puts(text, "<|im_end|>\n");
+            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_printf(text, "%s\n", k->end);
             continue;
         }
         if (i == n - 1 && continues(m, n, o)) { /* the answer so far: the model goes on from its last byte */
-            nv_buf_printf(text, "%s%s", o->no_think ? CHATML_ASSISTANT CHATML_NO_THINK : CHATML_ASSISTANT, m[i].content);
+            nv_buf_printf(text, "%sassistant%s\n%s%s", k->pre, k->close, no_think, m[i].content);
             return;
         }
-        nv_buf_printf(text, "<|im_start|>%s\n%s", is_system(m[i].role) ? "system" : m[i].role, m[i].content);
+        nv_buf_printf(text, "%s%s%s\n%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, m[i].content);
         hermes_calls(text, &m[i]);
-        nv_buf_puts(text, "<|im_end|>\n");
+        nv_buf_printf(text, "%s\n", k->end);
     }
-    nv_buf_puts(text, o->no_think ? CHATML_ASSISTANT CHATML_NO_THINK : CHATML_ASSISTANT);
+    nv_buf_printf(text, "%sassistant%s\n%s", k->pre, k->close, no_think);
 }
 
 /* A Llama 3 message's body: an assistant's call replaces its content. */
@@ -281,7 +291,7 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
     if (t == NV_CHAT_LLAMA2) return render_llama2(m, n, o, out);
     nv_buf text = {0};
-    if (t == NV_CHAT_CHATML) render_chatml(&text, m, n, o);
+    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(&text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
     else if (t == NV_CHAT_LLAMA3) render_llama3(&text, m, n, o);
     else if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n, o);
     else render_plain(&text, m, n, o);
@@ -340,8 +350,9 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
             nv_buf_puts(&answer, a->content);
             hermes_calls(&answer, a);
         } else {
-            if (t == NV_CHAT_CHATML || t == NV_CHAT_DEEPSEEK) {
-                (t == NV_CHAT_CHATML ? render_chatml : render_deepseek)(&text, m, n - 1, o);
+            if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_DEEPSEEK) {
+                if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n - 1, o);
+                else render_turns(&text, m, n - 1, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
                 nv_buf_puts(&answer, a->content);
                 hermes_calls(&answer, a);
             } else {
@@ -427,23 +438,27 @@ static const char jinja_plain[] =
     "{%- if m.role in " J_TOOL " %}{{- " J_RESPONSE " }}{%- else %}{{- ns.c }}{%- endif %}" J_HERMES_CALLS
     "{%- endfor %}";
 
-static const char jinja_chatml[] =
-    "{%- set ns = namespace(c='', start=0) %}" J_BOS
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
-    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT
-    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '<|im_end|>\\n' }}{%- endif %}"
-    J_EACH
-    "{%- if m.role in " J_TOOL " %}"
-    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n' + " J_RESPONSE " }}"
-    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + ('system' if m.role in " J_SYS " else m.role) + '\\n' + ns.c }}" J_HERMES_CALLS
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-    "{%- endif %}";
+/* render_turns' form, of the markers PRE role CLOSE and END; THINK after the generation prompt */
+#define J_TURNS(PRE, CLOSE, END, THINK)                                                                                  \
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS                                                                     \
+    "{%- if tools %}{{- '" PRE "system" CLOSE "\\n' }}"                                                                  \
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT                          \
+    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "\\n' }}{%- endif %}"         \
+    J_EACH                                                                                                               \
+    "{%- if m.role in " J_TOOL " %}"                                                                                     \
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE "' }}{%- endif %}"                           \
+    "{{- '\\n' + " J_RESPONSE " }}"                                                                                      \
+    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "\\n' }}{%- endif %}"                   \
+    "{%- else %}"                                                                                                        \
+    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE "\\n' + ns.c }}" J_HERMES_CALLS             \
+    "{{- '" END "\\n' }}"                                                                                                \
+    "{%- endif %}{%- endfor %}"                                                                                          \
+    "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE "\\n' }}" THINK "{%- endif %}"
+
+static const char jinja_chatml[] = J_TURNS(
+    "<|im_start|>", "", "<|im_end|>",
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}");
+static const char jinja_phi3[] = J_TURNS("<|", "|>", "<|end|>", "");
 
 static const char jinja_llama2[] =
     "{%- set ns = namespace(c='', start=0, sys='', user='', first=true, have_user=false) %}"
@@ -515,6 +530,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_LLAMA2: return jinja_llama2;
     case NV_CHAT_LLAMA3: return jinja_llama3;
     case NV_CHAT_DEEPSEEK: return jinja_deepseek;
+    case NV_CHAT_PHI3: return jinja_phi3;
     }
     return NULL;
 }
