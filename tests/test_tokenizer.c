@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "t.h"
 #include "tok_util.h"
@@ -720,6 +721,93 @@ static void cleanup_tmpdir(void) {
     rmdir(tmpdir);
 }
 
+/* A GGUF SentencePiece vocabulary with control tokens beyond llama2.c's three (Phi-3's, Mistral's
+ * [INST]): their text in a prompt is their id, the text between them encoded on its own with
+ * SentencePiece's dummy prefix after each (llama.cpp's rule), merges never across; EOS from the
+ * file, end-of-turn tokens ending generation; under a phi3 model the white space after them
+ * dropped (but after <s>, <unk>, <|endoftext|>). */
+static void put_u32(nv_buf *w, uint32_t v) { nv_buf_append(w, &v, 4); }
+static void put_str(nv_buf *w, const char *s) {
+    const uint64_t n = strlen(s);
+    nv_buf_append(w, &n, 8);
+    nv_buf_append(w, s, n);
+}
+
+static void spm_vocab_file(const char *path, const char *arch) {
+    static const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "c",
+                                   "<|user|>", "<|end|>", "<|assistant|>", "<|endoftext|>"};
+    static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 3, 3, 3, 3};
+    enum { N = 12 };
+    nv_buf w = {0};
+    nv_buf_append(&w, "GGUF", 4);
+    const uint32_t version = 3, n_kv = 6;
+    const uint64_t n_tensors = 0;
+    nv_buf_append(&w, &version, 4);
+    nv_buf_append(&w, &n_tensors, 8);
+    uint64_t kvs = n_kv;
+    nv_buf_append(&w, &kvs, 8);
+    put_str(&w, "general.architecture"), put_u32(&w, 8), put_str(&w, arch);
+    put_str(&w, "tokenizer.ggml.model"), put_u32(&w, 8), put_str(&w, "llama");
+    put_str(&w, "tokenizer.ggml.tokens"), put_u32(&w, 9), put_u32(&w, 8);
+    uint64_t n = N;
+    nv_buf_append(&w, &n, 8);
+    for (int i = 0; i < N; i++) put_str(&w, pieces[i]);
+    put_str(&w, "tokenizer.ggml.scores"), put_u32(&w, 9), put_u32(&w, 6);
+    nv_buf_append(&w, &n, 8);
+    for (int i = 0; i < N; i++) {
+        const float sc = i == 6 ? 10.0f : -(float)i;
+        nv_buf_append(&w, &sc, 4);
+    }
+    put_str(&w, "tokenizer.ggml.token_type"), put_u32(&w, 9), put_u32(&w, 5);
+    nv_buf_append(&w, &n, 8);
+    nv_buf_append(&w, types, sizeof types);
+    put_str(&w, "tokenizer.ggml.eos_token_id"), put_u32(&w, 4), put_u32(&w, 11);
+    FILE *f = fopen(path, "wb");
+    T_CHECK(f && fwrite(w.data, 1, w.len, f) == w.len && fclose(f) == 0, "writing %s", path);
+    nv_buf_free(&w);
+}
+
+static void test_spm_special_tokens(void) {
+    const char *text = "<|user|> a<|end|> <|assistant|> b";
+    const struct {
+        const char *arch;
+        int want[16], n;
+    } cases[] = {{"phi3", {1, 8, 6, 9, 10, 3, 5}, 7}, {"llama", {1, 8, 3, 6, 9, 3, 3, 10, 3, 3, 5}, 11}};
+    for (int c = 0; c < 2; c++) {
+        const char *p = t_path("spm_special.gguf");
+        spm_vocab_file(p, cases[c].arch);
+        nv_tokenizer *t = NULL;
+        T_CHECK(nv_tokenizer_load(p, 0, &t) == NV_OK, "%s", nv_errmsg());
+        if (!t) continue;
+        int *ids = NULL, n = 0;
+        T_CHECK(nv_tokenizer_encode(t, text, 1, 0, &ids, &n) == NV_OK, "%s", nv_errmsg());
+        int same = n == cases[c].n;
+        for (int i = 0; same && i < n; i++) same = ids[i] == cases[c].want[i];
+        T_CHECK(same, "%s: %d tokens, the first %d %d %d %d", cases[c].arch, n, n > 0 ? ids[0] : -1, n > 1 ? ids[1] : -1,
+                n > 2 ? ids[2] : -1, n > 3 ? ids[3] : -1);
+        free(ids);
+        /* no special token in the text: one piece, as before */
+        T_CHECK(nv_tokenizer_encode(t, "a", 1, 1, &ids, &n) == NV_OK && n == 3 && ids[0] == 1 && ids[1] == 6 && ids[2] == 11,
+                "%s: 'a' with BOS and EOS", cases[c].arch);
+        free(ids);
+        T_CHECK(nv_tokenizer_eos(t) == 11 && nv_tokenizer_is_eog(t, 11) && nv_tokenizer_is_eog(t, 9) && !nv_tokenizer_is_eog(t, 10),
+                "%s: EOS and the end of a turn end generation", cases[c].arch);
+        if (c == 1) { /* written back as a GGUF vocabulary (what nerve export writes): the same ids */
+            const char *q = t_path("spm_special_copy.gguf");
+            nv_tokenizer *u = NULL;
+            int *again = NULL, na = 0;
+            T_CHECK(nv_gguf_save_vocab(t, q) == NV_OK && nv_tokenizer_load(q, 0, &u) == NV_OK, "%s", nv_errmsg());
+            T_CHECK(u && nv_tokenizer_encode(u, text, 1, 1, &again, &na) == NV_OK && na == cases[c].n + 1 &&
+                        !memcmp(again, cases[c].want, (size_t)cases[c].n * sizeof(int)) && again[cases[c].n] == 11 &&
+                        nv_tokenizer_is_eog(u, 9),
+                    "the vocabulary written back encodes differently");
+            free(again);
+            if (u) nv_tokenizer_free(u);
+        }
+        nv_tokenizer_free(t);
+    }
+}
+
 int main(void) {
     T_RUN(test_ggml_vocab_cases);
     T_RUN(test_ggml_vocab_cases_gguf);
@@ -731,6 +819,7 @@ int main(void) {
     T_RUN(test_malformed);
     T_RUN(test_lenient_pieces);
     T_RUN(test_long_text);
+    T_RUN(test_spm_special_tokens);
     cleanup_tmpdir();
     return t_done();
 }

@@ -1125,7 +1125,7 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     size_t n = 0;
     const char *model = nv_gguf_string(&g, "tokenizer.ggml.model", &n);
     const nv_gguf_kv *toks = nv_gguf_find(&g, "tokenizer.ggml.tokens"), *scores = nv_gguf_find(&g, "tokenizer.ggml.scores");
-    int64_t unk, bos, eos;
+    int64_t unk, bos;
     if (!model || !toks) e = nv_fail(NV_EFORMAT, "%s: no tokenizer in this GGUF file (tokenizer.ggml.model/tokens)", path);
     else if (!name_is(model, n, "llama")) {
         char sm[128];
@@ -1137,10 +1137,9 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     else if (scores && (scores->type != GG_ARR || scores->elem != GG_F32 || scores->count != toks->count))
         e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.scores is not one float per token", path);
     else if ((e = get_int(&g, "tokenizer.ggml.unknown_token_id", 0, &unk)) == NV_OK &&
-             (e = get_int(&g, "tokenizer.ggml.bos_token_id", 1, &bos)) == NV_OK &&
-             (e = get_int(&g, "tokenizer.ggml.eos_token_id", 2, &eos)) == NV_OK && (unk != 0 || bos != 1 || eos != 2))
-        e = nv_fail(NV_EUNSUPPORTED, "%s: <unk>, BOS, EOS are ids %lld, %lld, %lld; this tokenizer needs 0, 1, 2", path, (long long)unk,
-                    (long long)bos, (long long)eos);
+             (e = get_int(&g, "tokenizer.ggml.bos_token_id", 1, &bos)) == NV_OK && (unk != 0 || bos != 1))
+        e = nv_fail(NV_EUNSUPPORTED, "%s: <unk> and BOS are ids %lld and %lld; this tokenizer needs 0 and 1 (EOS may be any)", path,
+                    (long long)unk, (long long)bos);
     if (e != NV_OK) {
         nv_gguf_close(&g);
         return e;
@@ -1262,6 +1261,8 @@ static nv_err get_bool(const nv_gguf *g, const char *key, int dflt, int *out) {
     return NV_OK;
 }
 
+static nv_err vocab_meta(const nv_gguf *g, nv_gguf_bpe *v);
+
 void nv_gguf_bpe_free(nv_gguf_bpe *v) {
     free(v->tok);
     free(v->tok_len);
@@ -1274,7 +1275,6 @@ void nv_gguf_bpe_free(nv_gguf_bpe *v) {
 nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v) {
     memset(v, 0, sizeof *v);
     const nv_gguf_kv *toks = nv_gguf_find(g, "tokenizer.ggml.tokens"), *merges = nv_gguf_find(g, "tokenizer.ggml.merges");
-    const nv_gguf_kv *types = nv_gguf_find(g, "tokenizer.ggml.token_type");
     if (!toks || !merges)
         return nv_fail(NV_EFORMAT, "%s: a gpt2 (byte-level BPE) vocabulary needs tokenizer.ggml.tokens and tokenizer.ggml.merges",
                        g->path);
@@ -1282,7 +1282,28 @@ nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v) {
     if (e == NV_OK && v->n_tokens < 256)
         e = nv_fail(NV_EFORMAT, "%s: %d tokens; a byte-level BPE vocabulary has at least the 256 bytes", g->path, v->n_tokens);
     if (e == NV_OK) e = str_array(g, merges, "tokenizer.ggml.merges", 1u << 24, &v->merge, &v->merge_len, &v->n_merges);
-    if (e == NV_OK && !(v->tok_type = malloc((size_t)v->n_tokens * sizeof *v->tok_type)))
+    if (e == NV_OK) e = vocab_meta(g, v);
+    if (e != NV_OK) nv_gguf_bpe_free(v);
+    return e;
+}
+
+nv_err nv_gguf_spm_meta(const nv_gguf *g, nv_gguf_bpe *v) {
+    memset(v, 0, sizeof *v);
+    const nv_gguf_kv *toks = nv_gguf_find(g, "tokenizer.ggml.tokens");
+    if (!toks || toks->type != GG_ARR || toks->count > (1u << 24))
+        return nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.tokens is not a list of at most 2^24 strings", g->path);
+    v->n_tokens = (int)toks->count;
+    const nv_err e = vocab_meta(g, v);
+    if (e != NV_OK) nv_gguf_bpe_free(v);
+    return e;
+}
+
+/* The token types (normal where absent), the special ids and add_bos of a vocabulary of
+ * v->n_tokens. */
+static nv_err vocab_meta(const nv_gguf *g, nv_gguf_bpe *v) {
+    const nv_gguf_kv *types = nv_gguf_find(g, "tokenizer.ggml.token_type");
+    nv_err e = NV_OK;
+    if (!(v->tok_type = malloc((size_t)(v->n_tokens ? v->n_tokens : 1) * sizeof *v->tok_type)))
         e = nv_fail(NV_ENOMEM, "%s: out of memory for the token types", g->path);
     if (e == NV_OK) {
         if (types && (types->type != GG_ARR || types->elem != GG_I32 || types->count != (uint64_t)v->n_tokens))
@@ -1302,7 +1323,6 @@ nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v) {
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eom_token_id", v->n_tokens, &v->eom);
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.unknown_token_id", v->n_tokens, &v->unk);
     if (e == NV_OK) e = get_bool(g, "tokenizer.ggml.add_bos_token", -1, &v->add_bos);
-    if (e != NV_OK) nv_gguf_bpe_free(v);
     return e;
 }
 
@@ -1424,12 +1444,14 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
         const char *p = nv_tokenizer_piece(tok, i);
         unsigned x;
         char end;
-        int32_t type = i == NV_TOKEN_UNK ? 2 : i <= NV_TOKEN_EOS ? 3 : sscanf(p, "<0x%2X%c", &x, &end) == 2 && end == '>' && strlen(p) == 6 ? 6 : 1;
+        int32_t type = nv_tokenizer_type(tok, i); /* the file's own, else llama2.c's layout */
+        if (!type)
+            type = i == NV_TOKEN_UNK ? 2 : i <= NV_TOKEN_EOS ? 3 : sscanf(p, "<0x%2X%c", &x, &end) == 2 && end == '>' && strlen(p) == 6 ? 6 : 1;
         nv_buf_append(b, &type, 4);
     }
     kv_u32(b, "tokenizer.ggml.unknown_token_id", NV_TOKEN_UNK);
     kv_u32(b, "tokenizer.ggml.bos_token_id", NV_TOKEN_BOS);
-    kv_u32(b, "tokenizer.ggml.eos_token_id", NV_TOKEN_EOS);
+    kv_u32(b, "tokenizer.ggml.eos_token_id", (uint32_t)nv_tokenizer_eos(tok));
     return 7;
 }
 

@@ -194,6 +194,9 @@ typedef struct {
     int bos, eos, eot, eom, unk, add_bos;
 } nv_gguf_bpe;
 nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v);
+/* A SentencePiece ("llama") vocabulary's token types, ids and add_bos as nv_gguf_bpe holds them
+ * (tok and merge NULL): what its llama2.c form (nv_gguf_tokenizer_bytes) cannot carry. */
+nv_err nv_gguf_spm_meta(const nv_gguf *g, nv_gguf_bpe *v);
 void nv_gguf_bpe_free(nv_gguf_bpe *v);
 
 #endif

@@ -56,6 +56,7 @@ struct nv_tokenizer {
     char pre[64];
     int eot, eom;
     int *special;          /* control and user-defined ids, grouped by first byte, longest first */
+    int rstrip;            /* Phi-3's vocabulary: most special tokens take the white space after them */
     int special_at[257];   /* special[special_at[b] .. special_at[b+1]) start with byte b */
     pcre2_code *re;        /* the pre-tokenizer's split */
 };
@@ -329,6 +330,39 @@ static void add_eog(nv_tokenizer *t, int id) {
     t->eog[t->n_eog++] = id;
 }
 
+/* The special tokens (unknown, control, user-defined: t->type), found in text before anything
+ * else, longest first. */
+static nv_err index_specials(const char *path, nv_tokenizer *t) {
+    int ns = 0;
+#define IS_SPECIAL(i) ((t->type[i] == 2 || t->type[i] == 3 || t->type[i] == 4) && t->len[i] > 0)
+    for (int i = 0; i < t->n; i++) ns += IS_SPECIAL(i);
+    if (!(t->special = malloc((size_t)(ns ? ns : 1) * sizeof *t->special))) return nv_fail(NV_ENOMEM, "%s: out of memory", path);
+    ns = 0;
+    for (int i = 0; i < t->n; i++)
+        if (IS_SPECIAL(i)) t->special[ns++] = i;
+#undef IS_SPECIAL
+    qsort_r(t->special, (size_t)ns, sizeof *t->special, by_special, t);
+    for (int b = 0, j = 0; b <= 256; b++) {
+        while (j < ns && (unsigned char)tok_piece(t, t->special[j])[0] < b) j++;
+        t->special_at[b] = j;
+    }
+    return NV_OK;
+}
+
+/* Generation ends at EOS, the end-of-turn and end-of-message ids, and the control tokens that end
+ * turns by name (as llama.cpp finds them). */
+static void add_ends(nv_tokenizer *t) {
+    add_eog(t, t->eos);
+    add_eog(t, t->eot);
+    add_eog(t, t->eom);
+    static const char *const ends[] = {"<|eot_id|>",  "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>",
+                                       "<end_of_turn>", "<|end|>",  NULL};
+    for (int i = 0; ends[i]; i++) {
+        int id = nv_tokenizer_lookup(t, ends[i]);
+        if (id >= 0 && t->type[id] == 3) add_eog(t, id);
+    }
+}
+
 static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_size, nv_tokenizer *t) {
     static const char *const gpt2[] = {"gpt-2", "gpt2", "default", "", NULL};
     const char *re = nv_bpe_regex_of_pre(v->pre);
@@ -434,20 +468,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     t->n_merges = used;
     if (used == 0 && v->n_merges > 0) return nv_fail(NV_EFORMAT, "%s: none of the %d merges joins two tokens of the vocabulary", path, v->n_merges);
 
-    /* special tokens: found in the text before the split, longest first */
-    int ns = 0;
-#define IS_SPECIAL(i) ((t->type[i] == 2 || t->type[i] == 3 || t->type[i] == 4) && t->len[i] > 0)
-    for (int i = 0; i < n; i++) ns += IS_SPECIAL(i);
-    if (!(t->special = malloc((size_t)(ns ? ns : 1) * sizeof *t->special))) return nv_fail(NV_ENOMEM, "%s: out of memory", path);
-    ns = 0;
-    for (int i = 0; i < n; i++)
-        if (IS_SPECIAL(i)) t->special[ns++] = i;
-#undef IS_SPECIAL
-    qsort_r(t->special, (size_t)ns, sizeof *t->special, by_special, t);
-    for (int b = 0, j = 0; b <= 256; b++) {
-        while (j < ns && (unsigned char)tok_piece(t, t->special[j])[0] < b) j++;
-        t->special_at[b] = j;
-    }
+    NV_TRY(index_specials(path, t));
 
     /* ids past a vocabulary cut to vocab_size are none */
     t->bos = v->bos < n ? v->bos : -1;
@@ -457,14 +478,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     snprintf(t->pre, sizeof t->pre, "%s", v->pre);
     t->add_bos = t->bos >= 0 && (v->add_bos >= 0 ? v->add_bos : add_bos_default);
     t->n_eog = 0;
-    add_eog(t, t->eos);
-    add_eog(t, t->eot);
-    add_eog(t, t->eom);
-    static const char *const ends[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", NULL};
-    for (int i = 0; ends[i]; i++) {
-        int id = nv_tokenizer_lookup(t, ends[i]);
-        if (id >= 0 && t->type[id] == 3) add_eog(t, id);
-    }
+    add_ends(t);
 
     int err;
     PCRE2_SIZE at_err;
@@ -472,6 +486,35 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     if (!t->re) return nv_fail(NV_EUNSUPPORTED, "%s: this PCRE2 cannot compile the pre-tokenizer (error %d)", path, err);
     pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* else the interpreter: slower, still linear (see bpe_split) */
     return NV_OK;
+}
+
+/* What a GGUF SentencePiece vocabulary says beyond llama2.c's form: its token types (control and
+ * user-defined tokens then parsed in text, as llama.cpp parses them), its EOS, end-of-turn tokens
+ * and add_bos; a phi3 model's special tokens take the white space after them but <unk>, <s> and
+ * <|endoftext|> (llama.cpp's rule for Phi-3, whose tokenizer strips there). */
+static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
+    nv_gguf g;
+    NV_TRY(nv_gguf_open(path, &g));
+    nv_gguf_bpe v;
+    nv_err e = nv_gguf_spm_meta(&g, &v);
+    size_t an = 0;
+    const char *arch = nv_gguf_string(&g, "general.architecture", &an);
+    t->rstrip = arch && an == 4 && !memcmp(arch, "phi3", 4);
+    nv_gguf_close(&g);
+    NV_TRY(e);
+    if (!(t->type = malloc((size_t)t->n))) e = nv_fail(NV_ENOMEM, "%s: out of memory for the token types", path);
+    for (int i = 0; e == NV_OK && i < t->n; i++) /* ids past a cut to the model's vocabulary are gone */
+        t->type[i] = i < v.n_tokens && v.tok_type[i] >= 0 && v.tok_type[i] <= 6 ? (uint8_t)v.tok_type[i] : 1;
+    if (e == NV_OK) {
+        if (v.eos >= 0 && v.eos < t->n) t->eos = v.eos;
+        t->eot = v.eot < t->n ? v.eot : -1;
+        t->eom = v.eom < t->n ? v.eom : -1;
+        if (v.add_bos >= 0) t->add_bos = v.add_bos;
+        add_ends(t);
+        e = index_specials(path, t);
+    }
+    nv_gguf_bpe_free(&v);
+    return e;
 }
 
 static nv_err tok_load_gguf(const char *path, int vocab_size, nv_tokenizer *t) {
@@ -493,7 +536,7 @@ static nv_err tok_load_gguf(const char *path, int vocab_size, nv_tokenizer *t) {
     e = nv_gguf_tokenizer_bytes(path, &bytes, &len);
     if (e == NV_OK) e = tok_build(path, &(nv_mapped){bytes, len}, vocab_size, t);
     free(bytes);
-    return e;
+    return e == NV_OK ? tok_spm_meta(path, t) : e;
 }
 
 nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
@@ -560,6 +603,8 @@ const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id) {
 float nv_tokenizer_score(const nv_tokenizer *t, int id) {
     return id >= 0 && id < t->n ? t->score[id] : 0.0f;
 }
+
+int nv_tokenizer_type(const nv_tokenizer *t, int id) { return t->type && id >= 0 && id < t->n ? t->type[id] : 0; }
 
 /* run.c's byte fallback is id b+3; a vocabulary too small for that gets <unk> instead of an
  * id past its end. */
@@ -923,11 +968,43 @@ nv_err nv_tokenizer_encode(const nv_tokenizer *t, const char *text, int bos, int
     return e;
 }
 
+/* Appends at tok + n the tokens of a piece of text between special tokens, before the merges:
+ * with space, SentencePiece's dummy prefix; then run.c's UTF-8 walk, byte for byte: a chunk is a
+ * non-continuation byte plus the continuation bytes after it, cut at 4 bytes; stray continuation
+ * bytes form chunks of their own, also at most 4. A chunk not in the vocabulary falls back to its
+ * bytes. Returns the new count. */
+static int spm_chunks(const nv_tokenizer *t, const char *text, size_t len, int space, int *tok, int n) {
+    if (space) {
+        int id = nv_tokenizer_lookup(t, " ");
+        tok[n++] = id >= 0 ? id : tok_byte_id(t, ' ');
+    }
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        size_t k = 1;
+        while (k < 4 && i + k < len && (s[i + k] & 0xC0) == 0x80) k++;
+        int id = k <= (size_t)t->max_len ? tok_lookup2(t, text + i, (int)k, "", 0) : -1;
+        if (id >= 0) {
+            tok[n++] = id;
+        } else {
+            for (size_t j = 0; j < k; j++) tok[n++] = tok_byte_id(t, s[i + j]);
+        }
+        i += k;
+    }
+    return n;
+}
+
+/* Whether a special token takes the white space after it (t->rstrip). */
+static int strips_after(const nv_tokenizer *t, int id) {
+    const char *p = tok_piece(t, id);
+    return t->rstrip && strcmp(p, "<unk>") && strcmp(p, "<s>") && strcmp(p, "<|endoftext|>");
+}
+
 static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens, int *n_tokens) {
     size_t tl = strlen(text);
-    if (tl > (size_t)INT_MAX - 3) return nv_fail(NV_ERANGE, "text of %zu bytes is too long to encode", tl);
-    /* Each byte yields at most one token; plus BOS, the dummy prefix and EOS. */
-    int *tok = malloc((tl + 3) * sizeof *tok);
+    if (tl > (size_t)INT_MAX / 2 - 4) return nv_fail(NV_ERANGE, "text of %zu bytes is too long to encode", tl);
+    /* Each byte yields at most one token; plus BOS, a dummy prefix per piece between special tokens
+       (each at least a byte) and EOS. */
+    int *tok = malloc((2 * tl + 4) * sizeof *tok);
     if (!tok) return nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
     int n = 0;
     if (t->byte_level) {
@@ -940,34 +1017,46 @@ static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int 
         *n_tokens = n;
         return NV_OK;
     }
-    if (bos) tok[n++] = NV_TOKEN_BOS;
-    /* add_dummy_prefix: SentencePiece prepends a space to non-empty text. */
-    if (text[0] != '\0') {
-        int id = nv_tokenizer_lookup(t, " ");
-        tok[n++] = id >= 0 ? id : tok_byte_id(t, ' ');
+    if (bos && t->add_bos) tok[n++] = NV_TOKEN_BOS;
+    /* A GGUF vocabulary's special tokens cut the text (llama.cpp's SentencePiece tokenizer): each
+       piece between them is encoded on its own, with SentencePiece's dummy-prefix space when it
+       opens the text or follows a special token; merges never cross a cut (brk). Without special
+       tokens the text is one piece. */
+    const int specials = t->special && t->special_at[256] > 0;
+    uint8_t *brk = specials ? calloc(2 * tl + 4, 1) : NULL;
+    if (specials && !brk) {
+        free(tok);
+        return nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
     }
-    /* run.c's UTF-8 walk, byte for byte: a chunk is a non-continuation byte plus the
-     * continuation bytes after it, cut at 4 bytes; stray continuation bytes form chunks of
-     * their own, also at most 4. A chunk not in the vocabulary falls back to its bytes. */
-    const unsigned char *s = (const unsigned char *)text;
-    for (size_t i = 0; i < tl;) {
-        size_t k = 1;
-        while (k < 4 && (s[i + k] & 0xC0) == 0x80) k++;
-        int id = k <= (size_t)t->max_len ? tok_lookup2(t, text + i, (int)k, "", 0) : -1;
-        if (id >= 0) {
-            tok[n++] = id;
-        } else {
-            for (size_t j = 0; j < k; j++) tok[n++] = tok_byte_id(t, s[i + j]);
+    int after_special = 1;
+    for (size_t i = 0, part = 0; i <= tl;) {
+        const int sp = specials && i < tl ? bpe_special_at(t, text + i, tl - i) : -1;
+        if (sp < 0 && i < tl) {
+            i++;
+            continue;
         }
-        i += k;
+        if (i > part) {
+            if (brk) brk[n] = 1;
+            n = spm_chunks(t, text + part, i - part, after_special, tok, n);
+            after_special = 0;
+        }
+        if (i == tl) break;
+        brk[n] = 1;
+        tok[n++] = sp;
+        i += (size_t)t->len[sp];
+        if (strips_after(t, sp))
+            while (i < tl && isspace((unsigned char)text[i])) i++;
+        part = i;
+        after_special = 1;
     }
-    int m = tok_merge(t, tok, n, NULL);
+    int m = tok_merge(t, tok, n, brk);
+    free(brk);
     if (m < 0) {
         free(tok);
         return nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
     }
     n = m;
-    if (eos) tok[n++] = NV_TOKEN_EOS;
+    if (eos) tok[n++] = t->eos;
     *tokens = tok;
     *n_tokens = n;
     return NV_OK;

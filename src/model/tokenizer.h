@@ -90,6 +90,9 @@ const char *nv_tokenizer_piece(const nv_tokenizer *t, int id);
 const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id);
 /* The piece's score; 0 if id is out of range. */
 float nv_tokenizer_score(const nv_tokenizer *t, int id);
+/* The GGUF token type the vocabulary gave id (1 normal, 2 unknown, 3 control, 4 user-defined,
+ * 6 byte), or 0 when its file gave none (llama2.c's tokenizer.bin). */
+int nv_tokenizer_type(const nv_tokenizer *t, int id);
 /* Id of the piece equal to str, or -1. */
 int nv_tokenizer_lookup(const nv_tokenizer *t, const char *str);
 
