@@ -119,6 +119,19 @@ static void models(void) {
     for (int i = 0; i < 8; i++) m.w.bq[i] = 0.1f * (float)i;
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
+    /* phi3: fused attn_qkv and gate-up ffn_up (rewritten from a llama file), a separate classifier;
+       and a SentencePiece vocabulary with control tokens under phi3 (their text parsed, white space
+       after them dropped) */
+    nv_config p3 = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    check(nv_model_alloc(&m, &p3));
+    nv_model_init_random(&m, 12);
+    char phi3_src[4200]; /* seed_path's buffer is one */
+    snprintf(phi3_src, sizeof phi3_src, "%s", seed_path("model", "phi3_src.tmp"));
+    check(nv_gguf_save(&m, NULL, "seed", phi3_src, NV_GGUF_F32, NULL, NULL));
+    check(gw_phi3_from(phi3_src, seed_path("model", "v3_phi3.gguf"), &p3, 0) ? NV_OK : NV_EIO);
+    remove(phi3_src);
+    nv_model_free(&m);
+    check(gw_spm_vocab(seed_path("tokenizer", "spm_phi3.gguf"), "phi3") ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &lf));
     nv_model_init_random(&m, 11);

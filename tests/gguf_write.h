@@ -12,14 +12,17 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/model.h"
 
-static void gw_u32(nv_buf *w, uint32_t v) { nv_buf_append(w, &v, 4); }
-static void gw_u64(nv_buf *w, uint64_t v) { nv_buf_append(w, &v, 8); }
-static void gw_str(nv_buf *w, const char *s) {
+static inline void gw_u32(nv_buf *w, uint32_t v) { nv_buf_append(w, &v, 4); }
+static inline void gw_u64(nv_buf *w, uint64_t v) { nv_buf_append(w, &v, 8); }
+static inline void gw_str(nv_buf *w, const char *s) {
     gw_u64(w, strlen(s));
     nv_buf_append(w, s, strlen(s));
 }
-static void gw_kv_u32(nv_buf *w, const char *k, uint32_t v) {
+static inline void gw_kv_u32(nv_buf *w, const char *k, uint32_t v) {
     gw_str(w, k);
     gw_u32(w, 4);
     gw_u32(w, v);
@@ -38,19 +41,19 @@ static const gw_tensor gw_tensors[] = {
     {"blk.0.ffn_down.weight", 1, GW_HID, GW_DIM},      {"blk.0.ffn_up.weight", 0, GW_DIM, GW_HID}};
 #define GW_NT (sizeof gw_tensors / sizeof gw_tensors[0])
 
-static uint64_t gw_bytes(const gw_tensor *t) {
+static inline uint64_t gw_bytes(const gw_tensor *t) {
     uint64_t n = t->d0 * t->d1;
     return t->type == 0 ? 4 * n : t->type == 8 ? n / 32 * 34 : 2 * n;
 }
 
 /* value i of tensor k: small exact numbers so every type holds them exactly (Q8_0: scale 1/64) */
-static float gw_value(int k, uint64_t i) { return (float)((int)((i * 7 + (uint64_t)k * 13) % 127) - 63) / 64.0f; }
+static inline float gw_value(int k, uint64_t i) { return (float)((int)((i * 7 + (uint64_t)k * 13) % 127) - 63) / 64.0f; }
 
 /* Tests may set this: a linear RoPE scaling factor written as llama.rope.scaling.{type,factor}. */
 static float gw_rope_scale;
 
 /* chat_template: tokenizer.chat_template's text (needs vocab), or NULL for none */
-static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t version, int vocab, const char *chat_template) {
+static inline size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t version, int vocab, const char *chat_template) {
     nv_buf w = {0};
     nv_buf_append(&w, "GGUF", 4);
     gw_u32(&w, version);
@@ -145,8 +148,150 @@ static size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t v
     return n;
 }
 
-static size_t gguf_write_model(const char *path, const char *arch, uint32_t version, int vocab) {
+static inline size_t gguf_write_model(const char *path, const char *arch, uint32_t version, int vocab) {
     return gguf_write_model_ex(path, arch, version, vocab, NULL);
+}
+
+/* Rewrites the llama file src as llama.cpp's phi3 (Phi-3's GGUF files) at dst: each layer's query,
+ * key and value rows in one attn_qkv tensor and its gate and up rows in one ffn_up (the query's and
+ * key's rows in the rotation order of pairs half a head apart), the block bytes as they are.
+ * variant 1: attn_qkv without the value rows; 2: with LongRoPE's rope_factors_long tensor. */
+/* w into path when ok (and w holds it all); frees w. Returns whether the file was written. */
+static inline int gw_save(const char *path, nv_buf *w, int ok) {
+    FILE *f = ok && !w->oom ? fopen(path, "wb") : NULL;
+    ok = f && fwrite(w->data, 1, w->len, f) == w->len;
+    if (f) ok = fclose(f) == 0 && ok;
+    nv_buf_free(w);
+    return ok;
+}
+
+static inline int gw_phi3_from(const char *src, const char *dst, const nv_config *c, int variant) {
+    nv_gguf g;
+    if (nv_gguf_open(src, &g) != NV_OK) return 0;
+    enum { MAXT = 64 };
+    struct {
+        char name[64];
+        uint32_t type, nd;
+        uint64_t d0, d1, bytes;
+        uint8_t *data;
+    } o[MAXT];
+    size_t n = 0;
+    int ok = g.n_tensors + 1 <= MAXT;
+    for (uint64_t i = 0; ok && i < g.n_tensors; i++) {
+        const nv_gguf_tensor *t = &g.t[i];
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)t->name_len, t->name);
+        int l = -1, at = 0;
+        const int blk = sscanf(name, "blk.%d.%n", &l, &at) == 1 && at;
+        if (blk && (!strcmp(name + at, "attn_k.weight") || !strcmp(name + at, "attn_v.weight") || !strcmp(name + at, "ffn_gate.weight")))
+            continue; /* joined with attn_q's and ffn_up's */
+        const char *parts[3] = {NULL, NULL, NULL};
+        if (blk && !strcmp(name + at, "attn_q.weight")) parts[0] = "attn_q", parts[1] = "attn_k", parts[2] = variant == 1 ? NULL : "attn_v";
+        else if (blk && !strcmp(name + at, "ffn_up.weight")) parts[0] = "ffn_gate", parts[1] = "ffn_up";
+        snprintf(o[n].name, sizeof o[n].name, "%s", name);
+        o[n].type = t->type, o[n].nd = t->n_dims, o[n].d0 = t->dims[0], o[n].d1 = t->dims[1];
+        if (!parts[0]) {
+            o[n].bytes = t->bytes;
+            o[n].data = malloc(t->bytes);
+            if (o[n].data) memcpy(o[n].data, t->data, t->bytes);
+            ok = o[n++].data != NULL;
+            continue;
+        }
+        snprintf(o[n].name, sizeof o[n].name, "blk.%d.%s.weight", l, parts[0][0] == 'a' ? "attn_qkv" : "ffn_up");
+        o[n].d1 = 0, o[n].bytes = 0, o[n].data = NULL;
+        for (int p = 0; ok && p < 3 && parts[p]; p++) {
+            char pn[64];
+            snprintf(pn, sizeof pn, "blk.%d.%s.weight", l, parts[p]);
+            const nv_gguf_tensor *pt = nv_gguf_tensor_find(&g, pn);
+            ok = pt && pt->type == t->type && pt->dims[0] == t->dims[0];
+            uint8_t *grown = ok ? realloc(o[n].data, o[n].bytes + pt->bytes) : NULL;
+            if (!(ok = ok && grown)) break;
+            o[n].data = grown;
+            memcpy(grown + o[n].bytes, pt->data, pt->bytes);
+            if (p < 2 && parts[0][0] == 'a') /* query and key rows into phi3's rotation order */
+                nv_rope_rows_reorder(grown + o[n].bytes, pt->bytes / pt->dims[1], p ? c->n_kv_heads : c->n_heads, c->head_dim, 1);
+            o[n].bytes += pt->bytes, o[n].d1 += pt->dims[1];
+        }
+        n++;
+    }
+    if (ok && variant == 2) { /* LongRoPE's divisors for long contexts */
+        snprintf(o[n].name, sizeof o[n].name, "rope_factors_long.weight");
+        o[n].type = 0, o[n].nd = 1, o[n].d0 = (uint64_t)c->head_dim / 2, o[n].d1 = 1, o[n].bytes = o[n].d0 * 4;
+        o[n].data = calloc(o[n].d0, 4);
+        ok = o[n++].data != NULL;
+    }
+    nv_gguf_close(&g);
+    nv_buf w = {0};
+    nv_buf_append(&w, "GGUF", 4);
+    gw_u32(&w, 3);
+    gw_u64(&w, n);
+    gw_u64(&w, 11);
+    gw_str(&w, "general.architecture");
+    gw_u32(&w, 8);
+    gw_str(&w, "phi3");
+    gw_kv_u32(&w, "phi3.embedding_length", (uint32_t)c->dim);
+    gw_kv_u32(&w, "phi3.feed_forward_length", (uint32_t)c->hidden_dim);
+    gw_kv_u32(&w, "phi3.block_count", (uint32_t)c->n_layers);
+    gw_kv_u32(&w, "phi3.attention.head_count", (uint32_t)c->n_heads);
+    gw_kv_u32(&w, "phi3.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    gw_kv_u32(&w, "phi3.context_length", (uint32_t)c->seq_len);
+    gw_kv_u32(&w, "phi3.rope.dimension_count", (uint32_t)c->head_dim);
+    gw_kv_u32(&w, "phi3.attention.sliding_window", (uint32_t)c->seq_len / 2 - 1); /* Phi-3-mini's 2047 of 4096 */
+    const struct {
+        const char *key;
+        float v;
+    } floats[] = {{"phi3.attention.layer_norm_rms_epsilon", c->norm_eps}, {"phi3.rope.freq_base", c->rope_theta}};
+    for (int i = 0; i < 2; i++) {
+        gw_str(&w, floats[i].key);
+        gw_u32(&w, 6);
+        nv_buf_append(&w, &floats[i].v, 4);
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        gw_str(&w, o[i].name);
+        gw_u32(&w, o[i].nd);
+        gw_u64(&w, o[i].d0);
+        if (o[i].nd > 1) gw_u64(&w, o[i].d1);
+        gw_u32(&w, o[i].type);
+        gw_u64(&w, off);
+        off += (o[i].bytes + 31) / 32 * 32;
+    }
+    static const uint8_t zeros[32];
+    nv_buf_append(&w, zeros, (32 - w.len % 32) % 32);
+    for (size_t i = 0; i < n; i++) {
+        nv_buf_append(&w, o[i].data, o[i].bytes);
+        nv_buf_append(&w, zeros, (32 - o[i].bytes % 32) % 32);
+        free(o[i].data);
+    }
+    return gw_save(dst, &w, ok);
+}
+
+/* A SentencePiece vocabulary of 12 pieces as a GGUF file of no tensors under architecture arch:
+ * llama2.c's <unk> <s> </s> (unknown, control), "▁", "a", "b", "▁a" (the one merge), "c", then
+ * the control tokens <|user|> (8), <|end|> (9), <|assistant|> (10) and <|endoftext|> (11, EOS). */
+static inline int gw_spm_vocab(const char *path, const char *arch) {
+    static const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "c",
+                                   "<|user|>", "<|end|>", "<|assistant|>", "<|endoftext|>"};
+    static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 3, 3, 3, 3};
+    enum { N = 12 };
+    nv_buf w = {0};
+    nv_buf_append(&w, "GGUF", 4);
+    gw_u32(&w, 3);
+    gw_u64(&w, 0); /* tensors */
+    gw_u64(&w, 6); /* metadata */
+    gw_str(&w, "general.architecture"), gw_u32(&w, 8), gw_str(&w, arch);
+    gw_str(&w, "tokenizer.ggml.model"), gw_u32(&w, 8), gw_str(&w, "llama");
+    gw_str(&w, "tokenizer.ggml.tokens"), gw_u32(&w, 9), gw_u32(&w, 8), gw_u64(&w, N);
+    for (int i = 0; i < N; i++) gw_str(&w, pieces[i]);
+    gw_str(&w, "tokenizer.ggml.scores"), gw_u32(&w, 9), gw_u32(&w, 6), gw_u64(&w, N);
+    for (int i = 0; i < N; i++) {
+        const float sc = i == 6 ? 10.0f : -(float)i;
+        nv_buf_append(&w, &sc, 4);
+    }
+    gw_str(&w, "tokenizer.ggml.token_type"), gw_u32(&w, 9), gw_u32(&w, 5), gw_u64(&w, N);
+    nv_buf_append(&w, types, sizeof types);
+    gw_str(&w, "tokenizer.ggml.eos_token_id"), gw_u32(&w, 4), gw_u32(&w, 11);
+    return gw_save(path, &w, 1);
 }
 
 #endif

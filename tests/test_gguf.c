@@ -1201,115 +1201,6 @@ static void test_qwen2_bias(void) {
     nv_model_free(&m);
 }
 
-/* Rewrites the llama file src as llama.cpp's phi3 (Phi-3's GGUF files) at dst: each layer's query,
- * key and value rows in one attn_qkv tensor and its gate and up rows in one ffn_up (the query's and
- * key's rows in the rotation order of pairs half a head apart), the block bytes as they are.
- * variant 1: attn_qkv without the value rows; 2: with LongRoPE's rope_factors_long tensor. */
-static int phi3_from(const char *src, const char *dst, const nv_config *c, int variant) {
-    nv_gguf g;
-    if (nv_gguf_open(src, &g) != NV_OK) return 0;
-    enum { MAXT = 64 };
-    struct {
-        char name[64];
-        uint32_t type, nd;
-        uint64_t d0, d1, bytes;
-        uint8_t *data;
-    } o[MAXT];
-    size_t n = 0;
-    int ok = g.n_tensors + 1 <= MAXT;
-    for (uint64_t i = 0; ok && i < g.n_tensors; i++) {
-        const nv_gguf_tensor *t = &g.t[i];
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)t->name_len, t->name);
-        int l = -1, at = 0;
-        const int blk = sscanf(name, "blk.%d.%n", &l, &at) == 1 && at;
-        if (blk && (!strcmp(name + at, "attn_k.weight") || !strcmp(name + at, "attn_v.weight") || !strcmp(name + at, "ffn_gate.weight")))
-            continue; /* joined with attn_q's and ffn_up's */
-        const char *parts[3] = {NULL, NULL, NULL};
-        if (blk && !strcmp(name + at, "attn_q.weight")) parts[0] = "attn_q", parts[1] = "attn_k", parts[2] = variant == 1 ? NULL : "attn_v";
-        else if (blk && !strcmp(name + at, "ffn_up.weight")) parts[0] = "ffn_gate", parts[1] = "ffn_up";
-        snprintf(o[n].name, sizeof o[n].name, "%s", name);
-        o[n].type = t->type, o[n].nd = t->n_dims, o[n].d0 = t->dims[0], o[n].d1 = t->dims[1];
-        if (!parts[0]) {
-            o[n].bytes = t->bytes;
-            o[n].data = malloc(t->bytes);
-            if (o[n].data) memcpy(o[n].data, t->data, t->bytes);
-            ok = o[n++].data != NULL;
-            continue;
-        }
-        snprintf(o[n].name, sizeof o[n].name, "blk.%d.%s.weight", l, parts[0][0] == 'a' ? "attn_qkv" : "ffn_up");
-        o[n].d1 = 0, o[n].bytes = 0, o[n].data = NULL;
-        for (int p = 0; ok && p < 3 && parts[p]; p++) {
-            char pn[64];
-            snprintf(pn, sizeof pn, "blk.%d.%s.weight", l, parts[p]);
-            const nv_gguf_tensor *pt = nv_gguf_tensor_find(&g, pn);
-            ok = pt && pt->type == t->type && pt->dims[0] == t->dims[0];
-            uint8_t *grown = ok ? realloc(o[n].data, o[n].bytes + pt->bytes) : NULL;
-            if (!(ok = ok && grown)) break;
-            o[n].data = grown;
-            memcpy(grown + o[n].bytes, pt->data, pt->bytes);
-            if (p < 2 && parts[0][0] == 'a') /* query and key rows into phi3's rotation order */
-                nv_rope_rows_reorder(grown + o[n].bytes, pt->bytes / pt->dims[1], p ? c->n_kv_heads : c->n_heads, c->head_dim, 1);
-            o[n].bytes += pt->bytes, o[n].d1 += pt->dims[1];
-        }
-        n++;
-    }
-    if (ok && variant == 2) { /* LongRoPE's divisors for long contexts */
-        snprintf(o[n].name, sizeof o[n].name, "rope_factors_long.weight");
-        o[n].type = 0, o[n].nd = 1, o[n].d0 = (uint64_t)c->head_dim / 2, o[n].d1 = 1, o[n].bytes = o[n].d0 * 4;
-        o[n].data = calloc(o[n].d0, 4);
-        ok = o[n++].data != NULL;
-    }
-    nv_gguf_close(&g);
-    nv_buf w = {0};
-    nv_buf_append(&w, "GGUF", 4);
-    gw_u32(&w, 3);
-    gw_u64(&w, n);
-    gw_u64(&w, 11);
-    gw_str(&w, "general.architecture");
-    gw_u32(&w, 8);
-    gw_str(&w, "phi3");
-    gw_kv_u32(&w, "phi3.embedding_length", (uint32_t)c->dim);
-    gw_kv_u32(&w, "phi3.feed_forward_length", (uint32_t)c->hidden_dim);
-    gw_kv_u32(&w, "phi3.block_count", (uint32_t)c->n_layers);
-    gw_kv_u32(&w, "phi3.attention.head_count", (uint32_t)c->n_heads);
-    gw_kv_u32(&w, "phi3.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    gw_kv_u32(&w, "phi3.context_length", (uint32_t)c->seq_len);
-    gw_kv_u32(&w, "phi3.rope.dimension_count", (uint32_t)c->head_dim);
-    gw_kv_u32(&w, "phi3.attention.sliding_window", (uint32_t)c->seq_len / 2 - 1); /* Phi-3-mini's 2047 of 4096 */
-    const struct {
-        const char *key;
-        float v;
-    } floats[] = {{"phi3.attention.layer_norm_rms_epsilon", c->norm_eps}, {"phi3.rope.freq_base", c->rope_theta}};
-    for (int i = 0; i < 2; i++) {
-        gw_str(&w, floats[i].key);
-        gw_u32(&w, 6);
-        nv_buf_append(&w, &floats[i].v, 4);
-    }
-    uint64_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        gw_str(&w, o[i].name);
-        gw_u32(&w, o[i].nd);
-        gw_u64(&w, o[i].d0);
-        if (o[i].nd > 1) gw_u64(&w, o[i].d1);
-        gw_u32(&w, o[i].type);
-        gw_u64(&w, off);
-        off += (o[i].bytes + 31) / 32 * 32;
-    }
-    static const uint8_t zeros[32];
-    nv_buf_append(&w, zeros, (32 - w.len % 32) % 32);
-    for (size_t i = 0; i < n; i++) {
-        nv_buf_append(&w, o[i].data, o[i].bytes);
-        nv_buf_append(&w, zeros, (32 - o[i].bytes % 32) % 32);
-        free(o[i].data);
-    }
-    FILE *f = ok && !w.oom ? fopen(dst, "wb") : NULL;
-    ok = f && fwrite(w.data, 1, w.len, f) == w.len;
-    if (f) ok = fclose(f) == 0 && ok;
-    nv_buf_free(&w);
-    return ok;
-}
-
 /* phi3 files (Phi-3-mini and -medium): a model written as llama and rewritten as phi3 (fused
  * tensors, qwen's rotation order) reads back as the very same model in F32, Q8_0 and Q6_K (every
  * fp32 weight the same bits), and read for inference from its quantized sources (int8 plans, the
@@ -1331,7 +1222,7 @@ static void test_phi3(void) {
         snprintf(src, sizeof src, "%s/phi3-src-%s.gguf", t_tmpdir(), types[ti].name);
         snprintf(dst, sizeof dst, "%s/phi3-%s.gguf", t_tmpdir(), types[ti].name);
         T_CHECK(nv_gguf_save(&m, NULL, "p3", src, types[ti].type, NULL, NULL) == NV_OK, "%s", nv_errmsg());
-        T_CHECK(phi3_from(src, dst, &c, 0), "%s: writing the phi3 file", types[ti].name);
+        T_CHECK(gw_phi3_from(src, dst, &c, 0), "%s: writing the phi3 file", types[ti].name);
         nv_model a, b;
         T_CHECK(nv_model_load(src, &a) == NV_OK && nv_model_load(dst, &b) == NV_OK, "%s: %s", types[ti].name, nv_errmsg());
         if (a.params && b.params)
@@ -1357,10 +1248,10 @@ static void test_phi3(void) {
     }
     const char *src = t_path("phi3-src-q8_0.gguf"), *bad = t_path("phi3-bad.gguf");
     nv_model x;
-    T_CHECK(phi3_from(src, bad, &c, 1), "writing a phi3 file without value rows");
+    T_CHECK(gw_phi3_from(src, bad, &c, 1), "writing a phi3 file without value rows");
     T_CHECK(nv_model_load(bad, &x) == NV_EFORMAT && strstr(nv_errmsg(), "attn_qkv") && strstr(nv_errmsg(), "expected 512 rows"),
             "a short attn_qkv: %s", nv_errmsg());
-    T_CHECK(phi3_from(src, bad, &c, 2), "writing a LongRoPE phi3 file");
+    T_CHECK(gw_phi3_from(src, bad, &c, 2), "writing a LongRoPE phi3 file");
     T_CHECK(nv_model_load(bad, &x) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "LongRoPE"), "LongRoPE: %s", nv_errmsg());
     nv_model_free(&m);
 }

@@ -8,6 +8,7 @@
 #include "base/buf.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "gguf_write.h"
 #include "t.h"
 #include "tok_util.h"
 
@@ -726,47 +727,6 @@ static void cleanup_tmpdir(void) {
  * SentencePiece's dummy prefix after each (llama.cpp's rule), merges never across; EOS from the
  * file, end-of-turn tokens ending generation; under a phi3 model the white space after them
  * dropped (but after <s>, <unk>, <|endoftext|>). */
-static void put_u32(nv_buf *w, uint32_t v) { nv_buf_append(w, &v, 4); }
-static void put_str(nv_buf *w, const char *s) {
-    const uint64_t n = strlen(s);
-    nv_buf_append(w, &n, 8);
-    nv_buf_append(w, s, n);
-}
-
-static void spm_vocab_file(const char *path, const char *arch) {
-    static const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "c",
-                                   "<|user|>", "<|end|>", "<|assistant|>", "<|endoftext|>"};
-    static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 3, 3, 3, 3};
-    enum { N = 12 };
-    nv_buf w = {0};
-    nv_buf_append(&w, "GGUF", 4);
-    const uint32_t version = 3, n_kv = 6;
-    const uint64_t n_tensors = 0;
-    nv_buf_append(&w, &version, 4);
-    nv_buf_append(&w, &n_tensors, 8);
-    uint64_t kvs = n_kv;
-    nv_buf_append(&w, &kvs, 8);
-    put_str(&w, "general.architecture"), put_u32(&w, 8), put_str(&w, arch);
-    put_str(&w, "tokenizer.ggml.model"), put_u32(&w, 8), put_str(&w, "llama");
-    put_str(&w, "tokenizer.ggml.tokens"), put_u32(&w, 9), put_u32(&w, 8);
-    uint64_t n = N;
-    nv_buf_append(&w, &n, 8);
-    for (int i = 0; i < N; i++) put_str(&w, pieces[i]);
-    put_str(&w, "tokenizer.ggml.scores"), put_u32(&w, 9), put_u32(&w, 6);
-    nv_buf_append(&w, &n, 8);
-    for (int i = 0; i < N; i++) {
-        const float sc = i == 6 ? 10.0f : -(float)i;
-        nv_buf_append(&w, &sc, 4);
-    }
-    put_str(&w, "tokenizer.ggml.token_type"), put_u32(&w, 9), put_u32(&w, 5);
-    nv_buf_append(&w, &n, 8);
-    nv_buf_append(&w, types, sizeof types);
-    put_str(&w, "tokenizer.ggml.eos_token_id"), put_u32(&w, 4), put_u32(&w, 11);
-    FILE *f = fopen(path, "wb");
-    T_CHECK(f && fwrite(w.data, 1, w.len, f) == w.len && fclose(f) == 0, "writing %s", path);
-    nv_buf_free(&w);
-}
-
 static void test_spm_special_tokens(void) {
     const char *text = "<|user|> a<|end|> <|assistant|> b";
     const struct {
@@ -775,7 +735,7 @@ static void test_spm_special_tokens(void) {
     } cases[] = {{"phi3", {1, 8, 6, 9, 10, 3, 5}, 7}, {"llama", {1, 8, 3, 6, 9, 3, 3, 10, 3, 3, 5}, 11}};
     for (int c = 0; c < 2; c++) {
         const char *p = t_path("spm_special.gguf");
-        spm_vocab_file(p, cases[c].arch);
+        T_CHECK(gw_spm_vocab(p, cases[c].arch), "writing %s", p);
         nv_tokenizer *t = NULL;
         T_CHECK(nv_tokenizer_load(p, 0, &t) == NV_OK, "%s", nv_errmsg());
         if (!t) continue;
@@ -792,6 +752,25 @@ static void test_spm_special_tokens(void) {
         free(ids);
         T_CHECK(nv_tokenizer_eos(t) == 11 && nv_tokenizer_is_eog(t, 11) && nv_tokenizer_is_eog(t, 9) && !nv_tokenizer_is_eog(t, 10),
                 "%s: EOS and the end of a turn end generation", cases[c].arch);
+        if (c == 0) { /* a run trained with it keeps it whole (a vocab-only GGUF as its tokenizer.bin), rule included */
+            static const char words[] = "a b c a a b c c b a b c a b a c a b c b a c a b c a b c a b c a b a c b a b c a\n";
+            const char *data = t_write("spm_words.txt", words, sizeof words - 1);
+            char args[2000], kept[900];
+            snprintf(args, sizeof args,
+                     "train --dim 8 --layers 1 --heads 2 --hidden 16 --data %s -z %s --steps 1 --batch 1 --seq 8 --val-frac 0 "
+                     "--quiet --out %s/spm_run",
+                     data, p, t_tmpdir());
+            snprintf(kept, sizeof kept, "%s/spm_run/tokenizer.bin", t_tmpdir());
+            nv_tokenizer *u = NULL;
+            int *again = NULL, na = 0;
+            T_CHECK(t_nerve(args) == 0, "training with the vocabulary: %s", t_err);
+            T_CHECK(nv_tokenizer_load(kept, 0, &u) == NV_OK && nv_tokenizer_encode(u, text, 1, 0, &again, &na) == NV_OK &&
+                        na == cases[c].n && !memcmp(again, cases[c].want, (size_t)na * sizeof(int)) && nv_tokenizer_eos(u) == 11 &&
+                        nv_tokenizer_strips_after_special(u),
+                    "the run's tokenizer.bin encodes differently: %s", nv_errmsg());
+            free(again);
+            if (u) nv_tokenizer_free(u);
+        }
         if (c == 1) { /* written back as a GGUF vocabulary (what nerve export writes): the same ids */
             const char *q = t_path("spm_special_copy.gguf");
             nv_tokenizer *u = NULL;

@@ -981,7 +981,8 @@ nv_err nv_qmatrix_materialize(nv_qmatrix *qm) {
         qm->lut = quant_lut(qm->raw_type);
         for (uint64_t b = 0; b < n / per; b++) { /* o is written only for the types with an offset */
             const uint64_t at = b * per / (uint64_t)qb;
-            const super_out so = {qm->sub_s + at, mins ? qm->sub_o + at : NULL, qm->sup_s + b, mins ? qm->sup_o + b : NULL};
+            const super_out so = sub ? (super_out){qm->sub_s + at, mins ? qm->sub_o + at : NULL, qm->sup_s + b, mins ? qm->sup_o + b : NULL}
+                                     : (super_out){0}; /* no arithmetic on the absent arrays */
             decompose_block(qm->raw_type, qm->raw + b * bb, qm->q + b * per, qm->s + at, offset ? qm->o + at : NULL, sub ? &so : NULL);
         }
     }
@@ -2201,7 +2202,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
 
 nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path) {
     nv_buf b = {0};
-    const size_t kv_at = ob_header(&b, 0, "llama");
+    /* a Phi-3's vocabulary says so by its architecture, for its white-space rule */
+    const size_t kv_at = ob_header(&b, 0, nv_tokenizer_strips_after_special(tok) ? "phi3" : "llama");
     uint64_t n_kv = 1 + (uint64_t)vocab_kvs(&b, tok);
     if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
     nv_err e = b.oom ? nv_fail(NV_ENOMEM, "out of memory") : nv_file_write_atomic(path, &(nv_iov){b.data, b.len}, 1);

@@ -640,19 +640,23 @@ static const char *template_bos(const cJSON *pp) {
     return str_of(field(field(first, "SpecialToken"), "id"));
 }
 
-/* A normalizer or pre-tokenizer's type (a Sequence's members in order, joined by '+'), shown. */
+/* A normalizer or pre-tokenizer's type (a Sequence's members in order, joined by '+'), shown in
+ * out (nv_gguf_shown: one line of printable ASCII). */
 static const char *chain_of(const cJSON *o, const char *list_key, const char *member_key, char *out, size_t cap) {
     const char *type = str_of(field(o, "type"));
-    if (!type || strcmp(type, "Sequence")) return type ? type : "?";
-    size_t at = 0;
-    out[0] = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, field(o, list_key)) {
-        const char *t = str_of(field(e, member_key));
-        at += (size_t)snprintf(out + at, at < cap ? cap - at : 0, "%s%.40s", at ? "+" : "", t ? t : "?");
-        if (at >= cap) break;
+    char chain[256] = "";
+    if (!type || strcmp(type, "Sequence")) {
+        snprintf(chain, sizeof chain, "%s", type ? type : "?");
+    } else {
+        size_t at = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, field(o, list_key)) {
+            const char *t = str_of(field(e, member_key));
+            at += (size_t)snprintf(chain + at, at < sizeof chain ? sizeof chain - at : 0, "%s%.40s", at ? "+" : "", t ? t : "?");
+            if (at >= sizeof chain) break;
+        }
     }
-    return out;
+    return nv_gguf_shown(chain, strnlen(chain, sizeof chain), out, cap);
 }
 
 static int is_type(const cJSON *o, const char *type) {

@@ -488,18 +488,27 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     return NV_OK;
 }
 
+/* Whether the n bytes at s contain word, ASCII case aside. */
+static int has_word(const char *s, size_t n, const char *word) {
+    const size_t w = strlen(word);
+    for (size_t i = 0; i + w <= n; i++)
+        if (!strncasecmp(s + i, word, w)) return 1;
+    return 0;
+}
+
 /* What a GGUF SentencePiece vocabulary says beyond llama2.c's form: its token types (control and
  * user-defined tokens then parsed in text, as llama.cpp parses them), its EOS, end-of-turn tokens
- * and add_bos; a phi3 model's special tokens take the white space after them but <unk>, <s> and
- * <|endoftext|> (llama.cpp's rule for Phi-3, whose tokenizer strips there). */
+ * and add_bos; a Phi-3's special tokens take the white space after them but <unk>, <s> and
+ * <|endoftext|> (llama.cpp's rule, by a general.name holding "phi-3" or "phi3", here also by the
+ * phi3 architecture: its tokenizer strips there). */
 static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
     nv_gguf_bpe v;
     nv_err e = nv_gguf_spm_meta(&g, &v);
-    size_t an = 0;
-    const char *arch = nv_gguf_string(&g, "general.architecture", &an);
-    t->rstrip = arch && an == 4 && !memcmp(arch, "phi3", 4);
+    size_t an = 0, nn = 0;
+    const char *arch = nv_gguf_string(&g, "general.architecture", &an), *name = nv_gguf_string(&g, "general.name", &nn);
+    t->rstrip = (arch && an == 4 && !memcmp(arch, "phi3", 4)) || (name && (has_word(name, nn, "phi-3") || has_word(name, nn, "phi3")));
     nv_gguf_close(&g);
     NV_TRY(e);
     if (!(t->type = malloc((size_t)t->n))) e = nv_fail(NV_ENOMEM, "%s: out of memory for the token types", path);
@@ -605,6 +614,17 @@ float nv_tokenizer_score(const nv_tokenizer *t, int id) {
 }
 
 int nv_tokenizer_type(const nv_tokenizer *t, int id) { return t->type && id >= 0 && id < t->n ? t->type[id] : 0; }
+
+int nv_tokenizer_strips_after_special(const nv_tokenizer *t) { return t->rstrip; }
+
+int nv_tokenizer_llama2c_form(const nv_tokenizer *t) {
+    if (t->byte_level) return 0;
+    if (!t->type) return 1;
+    if (t->rstrip || t->eos != NV_TOKEN_EOS || !t->add_bos) return 0;
+    for (int i = NV_TOKEN_EOS + 1; i < t->n; i++)
+        if (t->type[i] != 1 && t->type[i] != 6) return 0; /* a special token llama2.c's file cannot mark */
+    return 1;
+}
 
 /* run.c's byte fallback is id b+3; a vocabulary too small for that gets <unk> instead of an
  * id past its end. */

@@ -93,6 +93,11 @@ float nv_tokenizer_score(const nv_tokenizer *t, int id);
 /* The GGUF token type the vocabulary gave id (1 normal, 2 unknown, 3 control, 4 user-defined,
  * 6 byte), or 0 when its file gave none (llama2.c's tokenizer.bin). */
 int nv_tokenizer_type(const nv_tokenizer *t, int id);
+/* 1 when special tokens take the white space after them (a Phi-3 vocabulary's rule). */
+int nv_tokenizer_strips_after_special(const nv_tokenizer *t);
+/* 1 when llama2.c's tokenizer.bin holds the whole vocabulary: SentencePiece with <unk>, BOS, EOS
+ * at 0, 1, 2, BOS added, no other special token, no white-space rule. */
+int nv_tokenizer_llama2c_form(const nv_tokenizer *t);
 /* Id of the piece equal to str, or -1. */
 int nv_tokenizer_lookup(const nv_tokenizer *t, const char *str);
 

@@ -343,8 +343,9 @@ static void fmt_duration(char *buf, size_t cap, double s) {
 
 /* The tokenizer into the run folder as tokenizer.bin: copied, or from a GGUF file (a whole model,
  * maybe gigabytes: only its vocabulary is read) the vocabulary in tokenizer.bin's format, or, for a
- * byte-level vocabulary, which that format cannot hold, as a vocab-only GGUF file (the loaders
- * know a file by its contents, not its name). */
+ * vocabulary that format cannot hold (byte-level, or SentencePiece with special tokens, EOS or a
+ * white-space rule of its own), as a vocab-only GGUF file (the loaders know a file by its
+ * contents, not its name). */
 static nv_err copy_tokenizer(const char *from, const char *to) {
     nv_mapped m;
     NV_TRY(nv_file_map(from, &m));
@@ -353,19 +354,14 @@ static nv_err copy_tokenizer(const char *from, const char *to) {
     const void *data = m.data;
     nv_err e = NV_OK;
     if (nv_gguf_is(m.data, m.len)) {
-        nv_gguf g;
-        char model[32] = "";
-        if ((e = nv_gguf_open(from, &g)) == NV_OK) {
-            nv_gguf_vocab_model(&g, model, sizeof model);
-            nv_gguf_close(&g);
-        }
-        if (e == NV_OK && !strcmp(model, "gpt2")) { /* built only for a byte-level vocabulary */
-            nv_tokenizer *tok = NULL;
-            if ((e = nv_tokenizer_load(from, 0, &tok)) == NV_OK) e = nv_gguf_save_vocab(tok, to);
+        nv_tokenizer *tok = NULL;
+        if ((e = nv_tokenizer_load(from, 0, &tok)) == NV_OK && !nv_tokenizer_llama2c_form(tok)) {
+            e = nv_gguf_save_vocab(tok, to);
             nv_tokenizer_free(tok);
             nv_file_unmap(&m);
             return e;
         }
+        nv_tokenizer_free(tok);
         if (e == NV_OK) e = nv_gguf_tokenizer_bytes(from, &conv, &len);
         data = conv;
     }
