@@ -129,6 +129,7 @@ static void models(void) {
     snprintf(phi3_src, sizeof phi3_src, "%s", seed_path("model", "phi3_src.tmp"));
     check(nv_gguf_save(&m, NULL, "seed", phi3_src, NV_GGUF_F32, NULL, NULL));
     check(gw_phi3_from(phi3_src, seed_path("model", "v3_phi3.gguf"), &p3, 0) ? NV_OK : NV_EIO);
+    check(gw_phi3_from(phi3_src, seed_path("model", "v3_phi3_longrope.gguf"), &p3, 2) ? NV_OK : NV_EIO); /* Phi-3.5's RoPE */
     remove(phi3_src);
     nv_model_free(&m);
     check(gw_spm_vocab(seed_path("tokenizer", "spm_phi3.gguf"), "phi3") ? NV_OK : NV_EIO);

@@ -155,7 +155,9 @@ static inline size_t gguf_write_model(const char *path, const char *arch, uint32
 /* Rewrites the llama file src as llama.cpp's phi3 (Phi-3's GGUF files) at dst: each layer's query,
  * key and value rows in one attn_qkv tensor and its gate and up rows in one ffn_up (the query's and
  * key's rows in the rotation order of pairs half a head apart), the block bytes as they are.
- * variant 1: attn_qkv without the value rows; 2: with LongRoPE's rope_factors_long tensor. */
+ * variant 1: attn_qkv without the value rows; 2, 3, 4: LongRoPE (Phi-3.5's) with attention factor
+ * 1.25, its long divisors 1 + i / 2 and short ones 1 + i / 100 for pair i, the original context a
+ * quarter of the model's (2: the long ones apply) or all of it (3: the short ones; 4: without them). */
 /* w into path when ok (and w holds it all); frees w. Returns whether the file was written. */
 static inline int gw_save(const char *path, nv_buf *w, int ok) {
     FILE *f = ok && !w->oom ? fopen(path, "wb") : NULL;
@@ -176,7 +178,7 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
         uint8_t *data;
     } o[MAXT];
     size_t n = 0;
-    int ok = g.n_tensors + 1 <= MAXT;
+    int ok = g.n_tensors + 2 <= MAXT;
     for (uint64_t i = 0; ok && i < g.n_tensors; i++) {
         const nv_gguf_tensor *t = &g.t[i];
         char name[64];
@@ -214,10 +216,13 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
         }
         n++;
     }
-    if (ok && variant == 2) { /* LongRoPE's divisors for long contexts */
-        snprintf(o[n].name, sizeof o[n].name, "rope_factors_long.weight");
+    const int longrope = variant >= 2 && variant <= 4;
+    for (int s = 0; ok && longrope && s < (variant == 4 ? 1 : 2); s++) { /* LongRoPE's divisors */
+        snprintf(o[n].name, sizeof o[n].name, s ? "rope_factors_short.weight" : "rope_factors_long.weight");
         o[n].type = 0, o[n].nd = 1, o[n].d0 = (uint64_t)c->head_dim / 2, o[n].d1 = 1, o[n].bytes = o[n].d0 * 4;
-        o[n].data = calloc(o[n].d0, 4);
+        float *f = calloc(o[n].d0, 4);
+        for (uint64_t i = 0; f && i < o[n].d0; i++) f[i] = s ? 1.0f + (float)i / 100.0f : 1.0f + (float)i / 2.0f;
+        o[n].data = (uint8_t *)f;
         ok = o[n++].data != NULL;
     }
     nv_gguf_close(&g);
@@ -225,10 +230,17 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
     nv_buf_append(&w, "GGUF", 4);
     gw_u32(&w, 3);
     gw_u64(&w, n);
-    gw_u64(&w, 11);
+    gw_u64(&w, longrope ? 13 : 11);
     gw_str(&w, "general.architecture");
     gw_u32(&w, 8);
     gw_str(&w, "phi3");
+    if (longrope) {
+        gw_kv_u32(&w, "phi3.rope.scaling.original_context_length", (uint32_t)(variant == 2 ? c->seq_len / 4 : c->seq_len));
+        const float attn = 1.25f;
+        gw_str(&w, "phi3.rope.scaling.attn_factor");
+        gw_u32(&w, 6);
+        nv_buf_append(&w, &attn, 4);
+    }
     gw_kv_u32(&w, "phi3.embedding_length", (uint32_t)c->dim);
     gw_kv_u32(&w, "phi3.feed_forward_length", (uint32_t)c->hidden_dim);
     gw_kv_u32(&w, "phi3.block_count", (uint32_t)c->n_layers);

@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "serve/prefix.h"
+#include "train/ckpt.h"
 #include "gguf_write.h"
 #include "serve_util.h"
 #include "forward_ref.h"
@@ -1205,7 +1206,7 @@ static void test_qwen2_bias(void) {
  * tensors, qwen's rotation order) reads back as the very same model in F32, Q8_0 and Q6_K (every
  * fp32 weight the same bits), and read for inference from its quantized sources (int8 plans, the
  * fused tensors' rows taken in place) gives the llama file's logits bit for bit; a fused tensor
- * of the wrong size, and LongRoPE's factors, are refused with one line. */
+ * of the wrong size is refused with one line. */
 static void test_phi3(void) {
     nv_config c = {256, 256, 2, 4, 2, 64, 97, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN}; /* rows of a Q6_K super-block */
     nv_model m;
@@ -1251,8 +1252,79 @@ static void test_phi3(void) {
     T_CHECK(gw_phi3_from(src, bad, &c, 1), "writing a phi3 file without value rows");
     T_CHECK(nv_model_load(bad, &x) == NV_EFORMAT && strstr(nv_errmsg(), "attn_qkv") && strstr(nv_errmsg(), "expected 512 rows"),
             "a short attn_qkv: %s", nv_errmsg());
-    T_CHECK(gw_phi3_from(src, bad, &c, 2), "writing a LongRoPE phi3 file");
-    T_CHECK(nv_model_load(bad, &x) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "LongRoPE"), "LongRoPE: %s", nv_errmsg());
+    nv_model_free(&m);
+}
+
+/* Phi-3.5's LongRoPE (tests/gguf_write.h's variants): the divisors for the model's context (long
+ * past the original context, else short) and the attention factor on every cos and sin, against
+ * double precision; applied (the logits move from the plain model's); exported as GGUF (llama: a
+ * rope_freqs tensor and rope.scaling.attn_factor, which llama.cpp applies to any model) it reads
+ * back with the same config and logits; a checkpoint header keeps the factor; a context that needs
+ * the missing set is refused. */
+static void test_phi3_longrope(void) {
+    nv_config c = {64, 64, 1, 4, 2, 16, 97, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    nv_model_init_random(&m, 22);
+    char src[700]; /* t_path's buffers rotate */
+    snprintf(src, sizeof src, "%s", t_path("lr-src.gguf"));
+    T_CHECK(nv_gguf_save(&m, NULL, "lr", src, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    enum { N = 12 };
+    int toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (i * 29 + 3) % c.vocab_size;
+    float *plain = malloc(N * 97 * 4), *la = malloc(N * 97 * 4), *lb = malloc(N * 97 * 4);
+    const nv_engine_id e = nv_engine_best_fp32();
+    T_CHECK(plain && la && lb && nv_model_build_plans(&m, e) == NV_OK && t_forward_logits(&m, toks, N, plain), "%s", nv_errmsg());
+    for (int variant = 2; variant <= 3 && plain && la && lb; variant++) {
+        const char *dst = t_path("lr.gguf");
+        nv_model a, b;
+        T_CHECK(gw_phi3_from(src, dst, &c, variant), "writing LongRoPE variant %d", variant);
+        T_CHECK(nv_model_load(dst, &a) == NV_OK, "variant %d: %s", variant, nv_errmsg());
+        if (!a.params) continue;
+        const nv_config *ac = &a.config;
+        int factors = ac->n_rope_factors == 8 && ac->rope_attn == 1.25f;
+        for (int i = 0; factors && i < 8; i++) factors = ac->rope_factors[i] == (variant == 2 ? 1.0f + (float)i / 2.0f : 1.0f + (float)i / 100.0f);
+        T_CHECK(factors, "variant %d: %d factors, attention factor %g", variant, ac->n_rope_factors, (double)ac->rope_attn);
+        float table[38 * 16];
+        nv_rope_table(table, ac, 38);
+        double worst = 0;
+        for (int i = 0; i < 8; i++) {
+            const double f = variant == 2 ? 1.0 + i / 2.0 : 1.0 + i / 100.0, angle = 37.0 * pow(10000.0, -2.0 * i / 16) / f;
+            worst = fmax(worst, fmax(fabs(table[37 * 16 + 2 * i] - 1.25 * cos(angle)), fabs(table[37 * 16 + 2 * i + 1] - 1.25 * sin(angle))));
+        }
+        T_CHECK(worst < 1e-5, "variant %d: the rotation differs from double precision by %g", variant, worst);
+        T_CHECK(nv_model_build_plans(&a, e) == NV_OK && t_forward_logits(&a, toks, N, la) && memcmp(la, plain, N * 97 * 4),
+                "variant %d: LongRoPE left the logits as they were", variant);
+        const char *out = t_path("lr-export.gguf");
+        T_CHECK(nv_gguf_save(&a, NULL, "lr", out, NV_GGUF_F32, NULL, NULL) == NV_OK && nv_model_load(out, &b) == NV_OK, "%s", nv_errmsg());
+        if (b.params) {
+            T_CHECK(!memcmp(&b.config, ac, sizeof b.config), "variant %d: the export's config differs", variant);
+            T_CHECK(nv_model_build_plans(&b, e) == NV_OK && t_forward_logits(&b, toks, N, lb) && !memcmp(la, lb, N * 97 * 4),
+                    "variant %d: the export's logits differ", variant);
+            nv_model_free(&b);
+        }
+        nv_ckpt_header h;
+        nv_config back;
+        memset(&h, 0, sizeof h);
+        nv_ckpt_header_set_config(&h, ac);
+        nv_ckpt_header_get_config(&h, &back);
+        T_CHECK(!memcmp(&back, ac, sizeof back), "variant %d: a checkpoint header does not keep the config", variant);
+        nv_model_free(&a);
+    }
+    /* the attention factor alone (any model's rope.scaling.attn_factor): GGUF keeps it, llama2.c cannot */
+    m.config.rope_attn = 1.125f;
+    nv_model y;
+    T_CHECK(nv_gguf_save(&m, NULL, "attn", t_path("attn.gguf"), NV_GGUF_F32, NULL, NULL) == NV_OK &&
+                nv_model_load(t_path("attn.gguf"), &y) == NV_OK && y.config.rope_attn == 1.125f && !y.config.n_rope_factors,
+            "the attention factor alone: %s", nv_errmsg());
+    nv_model_free(&y);
+    T_CHECK(nv_model_save_v1(&m, t_path("attn.bin")) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "attention factor"), "%s", nv_errmsg());
+    m.config.rope_attn = 0.0f;
+    nv_model x;
+    T_CHECK(gw_phi3_from(src, t_path("lr-bad.gguf"), &c, 4), "writing LongRoPE without short factors");
+    T_CHECK(nv_model_load(t_path("lr-bad.gguf"), &x) == NV_EFORMAT && strstr(nv_errmsg(), "rope_factors_short.weight"), "%s", nv_errmsg());
+    free(plain), free(la), free(lb);
     nv_model_free(&m);
 }
 
@@ -1276,5 +1348,6 @@ int main(void) {
     T_RUN(test_rope_factors);
     T_RUN(test_qwen2_bias);
     T_RUN(test_phi3);
+    T_RUN(test_phi3_longrope);
     return t_done();
 }

@@ -69,6 +69,8 @@ nv_err nv_config_validate(const nv_config *c) {
                                c->n_rope_factors != c->head_dim / 2 || y->factor != 0.0f))
         return nv_fail(NV_EFORMAT, "model config: Llama 3.1's RoPE rule (factor %g, low %g, high %g, original context %d) is out of range",
                        (double)l3->factor, (double)l3->low_freq_factor, (double)l3->high_freq_factor, l3->orig_ctx);
+    if (c->rope_attn != 0.0f && (!(c->rope_attn > 0.0f && c->rope_attn < 1e3f) || y->factor != 0.0f))
+        return nv_fail(NV_EFORMAT, "model config: RoPE's attention factor %g is out of range (0, 1000) or beside YaRN's", (double)c->rope_attn);
     return NV_OK;
 }
 
@@ -112,9 +114,14 @@ nv_err nv_config_rope_linear(nv_config *c, float factor) {
     return NV_OK;
 }
 
+float nv_config_rope_mscale(const nv_config *c) {
+    return c->yarn.factor != 0.0f ? c->yarn.attn_factor : c->rope_attn != 0.0f ? c->rope_attn : 1.0f;
+}
+
 uint64_t nv_config_rope_key(const nv_config *c) {
     uint64_t h = nv_checksum64(&c->rope_theta, sizeof c->rope_theta, (uint64_t)c->head_dim);
-    if (c->yarn.factor != 0.0f) h = nv_checksum64(&c->yarn.attn_factor, sizeof c->yarn.attn_factor, h);
+    const float mscale = nv_config_rope_mscale(c);
+    if (mscale != 1.0f) h = nv_checksum64(&mscale, sizeof mscale, h);
     return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);
 }
 

@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -61,6 +61,9 @@ typedef struct {
      * per token; their outputs are summed weighted by those probabilities renormalised to sum 1.
      * n_experts 0: the dense FFN. */
     int n_experts, n_experts_used; /* at most NV_MOE_MAX_EXPERTS */
+    /* Every cos and sin multiplied by this outside YaRN (a GGUF file's rope.scaling.attn_factor, as
+     * llama.cpp applies it to any model: Phi-3's LongRoPE, whose divisors are rope_factors); 0: 1 */
+    float rope_attn;
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
@@ -78,6 +81,8 @@ nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y);
 /* transformers' and llama.cpp's YaRN attention multiplier for a factor: 0.1 ln(factor) + 1 (1 when factor <= 1). */
 double nv_yarn_mscale(double factor);
 uint64_t nv_config_rope_key(const nv_config *c);
+/* What every cos and sin of RoPE is multiplied by: YaRN's attention factor, else rope_attn, else 1. */
+float nv_config_rope_mscale(const nv_config *c);
 /* The most experts a layer may have (and so use per token). */
 #define NV_MOE_MAX_EXPERTS 1024
 #define NV_MOE_MAX_USED NV_MOE_MAX_EXPERTS

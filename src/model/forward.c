@@ -163,7 +163,7 @@ void nv_softmax_causal(float *x, size_t ld, int size0, int rows) {
 
 void nv_rope_table(float *cs, const nv_config *c, int npos) {
     const int hd = c->head_dim;
-    const float mscale = c->yarn.factor != 0.0f ? c->yarn.attn_factor : 1.0f; /* YaRN's attention temperature; x 1 is exact */
+    const float mscale = nv_config_rope_mscale(c); /* an attention temperature (YaRN's, LongRoPE's); x 1 is exact */
     for (int i = 0; i < hd; i += 2) {
         /* the float expressions of run.c, so the rotation is bit-identical */
         float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);

@@ -745,10 +745,21 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     const int linear = !yarn && factor != 1.0f && factor != 0.0f; /* llama.cpp divides by the factor whatever the type says */
     if (linear && !(factor > 0.0f && factor < 1e6f))
         return nv_fail(NV_EFORMAT, "%s: %s.rope.scaling.factor %g is out of range", g->path, arch, (double)factor);
-    /* Phi-3's LongRoPE (the 128k models, Phi-3.5): two sets of frequency divisors chosen by the
-       context and a temperature on cos and sin; refused rather than run with the wrong angles */
-    if (nv_gguf_tensor_find(g, "rope_factors_long.weight") || nv_gguf_tensor_find(g, "rope_factors_short.weight"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: the model scales RoPE with LongRoPE (rope_factors_long/short), which is not supported", g->path);
+    /* outside YaRN, rope.scaling.attn_factor multiplies every cos and sin (llama.cpp does so for any model) */
+    float rope_attn = 1.0f;
+    if (!yarn) NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), 1.0f, &rope_attn));
+    if (!(rope_attn > 0.0f && rope_attn < 1e3f))
+        return nv_fail(NV_EFORMAT, "%s: %s.rope.scaling.attn_factor %g is out of range", g->path, arch, (double)rope_attn);
+    /* Phi-3's LongRoPE (the 128k models, Phi-3.5): a divisor per frequency for contexts past the
+       original one and another for the rest, chosen by the model's context as llama.cpp chooses by
+       its run's (its default context is the model's) */
+    const int longrope = nv_gguf_tensor_find(g, "rope_factors_long.weight") || nv_gguf_tensor_find(g, "rope_factors_short.weight");
+    int64_t longrope_orig = 0;
+    if (longrope && !phi3)
+        return nv_fail(NV_EUNSUPPORTED, "%s: LongRoPE's factors (rope_factors_long/short) outside a phi3 model", g->path);
+    if (longrope && (yarn || linear || nv_gguf_tensor_find(g, "rope_freqs.weight")))
+        return nv_fail(NV_EUNSUPPORTED, "%s: LongRoPE beside other RoPE scaling", g->path);
+    if (longrope) NV_TRY(get_int(g, akey(k, sizeof k, arch, "rope.scaling.original_context_length"), ctx, &longrope_orig));
     if (phi3) { /* as llama.cpp runs phi3: its sliding window is not applied (a warning there too) */
         int64_t window = 0;
         NV_TRY(get_int(g, "phi3.attention.sliding_window", 0, &window));
@@ -796,6 +807,18 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
         c->n_rope_factors = (int)(head_dim / 2);
         NV_TRY(take(g, NULL, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
     }
+    if (longrope) {
+        const char *pick = ctx > longrope_orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
+        if (!nv_gguf_tensor_find(g, pick))
+            return nv_fail(NV_EFORMAT, "%s: LongRoPE's '%s' is missing (a context of %lld, the original %lld)", g->path, pick,
+                           (long long)ctx, (long long)longrope_orig);
+        if (head_dim / 2 > NV_ROPE_FACTORS_MAX)
+            return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
+                           (long long)head_dim, 2 * NV_ROPE_FACTORS_MAX);
+        c->n_rope_factors = (int)(head_dim / 2);
+        NV_TRY(take(g, NULL, pick, (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
+    }
+    if (rope_attn != 1.0f) c->rope_attn = rope_attn;
     if (linear) NV_TRY(nv_config_rope_linear(c, factor));
     if (yarn && nv_config_rope_yarn(c, &y) != NV_OK) return nv_fail(NV_EFORMAT, "%s: %s", g->path, nv_errmsg());
     return nv_config_validate(c);
@@ -2086,6 +2109,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_u32(&b, akey(k, sizeof k, arch, "attention.value_length"), (uint32_t)c->head_dim);
     kv_f32(&b, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), c->norm_eps);
     kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
+    if (c->rope_attn != 0.0f && !yarn) kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), c->rope_attn), n_kv++;
     if (yarn) {
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "yarn");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->yarn.factor);

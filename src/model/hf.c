@@ -1288,6 +1288,8 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     for (int i = 1; linear && i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];
     if (c->n_rope_factors && !linear && !yarn && !llama3)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
+    if (c->rope_attn != 0.0f) /* transformers' only carrier of it, longrope's, holds two sets of factors */
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE's attention factor outside YaRN has no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
     if (c->n_experts && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has experts and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)

@@ -327,7 +327,7 @@ nv_err nv_model_upcycle(const nv_model *dense, int experts, int used, uint64_t s
 
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
-           !c->n_rope_factors && !c->qkv_bias && !c->n_experts;
+           !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts;
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
@@ -339,9 +339,10 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     if (c->rope_theta != 10000.0f || c->norm_eps != 1e-5f)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 implies RoPE theta 10000 and norm eps 1e-5 (this model: %g, %g; GGUF says them: name the output .gguf)", path,
                        c->rope_theta, c->norm_eps);
-    if (c->n_rope_factors || c->qkv_bias || c->n_experts)
+    if (c->n_rope_factors || c->rope_attn || c->qkv_bias || c->n_experts)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no %s (GGUF has: name the output .gguf)", path,
-                       c->qkv_bias ? "projection biases" : c->n_experts ? "mixture of experts" : "RoPE frequency factors");
+                       c->qkv_bias ? "projection biases" : c->n_experts ? "mixture of experts"
+                       : c->n_rope_factors ? "RoPE frequency factors" : "RoPE attention factor");
     uint8_t hdr[V1_HEADER_BYTES] = {0};
     uint32_t magic = V1_MAGIC;
     int32_t version = 1;

@@ -36,7 +36,9 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->n_rope_factors = c->n_rope_factors;
     memcpy(h->rope_factors, c->rope_factors, sizeof h->rope_factors);
     h->yarn_factor = c->yarn.factor, h->yarn_beta_fast = c->yarn.beta_fast, h->yarn_beta_slow = c->yarn.beta_slow;
-    h->yarn_attn_factor = c->yarn.attn_factor, h->yarn_orig_ctx = c->yarn.orig_ctx, h->yarn_no_truncate = c->yarn.no_truncate;
+    /* without YaRN its attention factor's field carries rope_attn (0 in older files: none) */
+    h->yarn_attn_factor = c->yarn.factor != 0.0f ? c->yarn.attn_factor : c->rope_attn;
+    h->yarn_orig_ctx = c->yarn.orig_ctx, h->yarn_no_truncate = c->yarn.no_truncate;
     h->llama3_factor = c->llama3.factor, h->llama3_low_freq_factor = c->llama3.low_freq_factor;
     h->llama3_high_freq_factor = c->llama3.high_freq_factor, h->llama3_orig_ctx = c->llama3.orig_ctx;
 }
@@ -62,6 +64,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     memcpy(c->rope_factors, h->rope_factors, sizeof c->rope_factors);
     c->yarn = (nv_rope_yarn){h->yarn_factor, h->yarn_orig_ctx, h->yarn_beta_fast, h->yarn_beta_slow, h->yarn_attn_factor,
                              h->yarn_no_truncate};
+    if (h->yarn_factor == 0.0f) c->yarn.attn_factor = 0.0f, c->rope_attn = h->yarn_attn_factor;
     c->llama3 = (nv_rope_llama3){h->llama3_factor, h->llama3_low_freq_factor, h->llama3_high_freq_factor, h->llama3_orig_ctx};
 }
 
