@@ -1328,6 +1328,35 @@ static void test_phi3_longrope(void) {
     nv_model_free(&m);
 }
 
+/* A Phi-3 served end to end: a phi3 file and a SentencePiece vocabulary with Phi-3's control tokens
+ * (tests/gguf_write.h) behind `nerve serve --chat-template phi3`: a chat request's prompt is BOS,
+ * <|user|>, "▁a", <|end|>, <|assistant|> (the markers as their ids, the line breaks after them
+ * taken by them), five tokens where the text read as text would be far more, and the answer runs. */
+static void test_phi3_serve(void) {
+    nv_config c = {64, 64, 1, 4, 2, 16, 12, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    nv_model_init_random(&m, 23);
+    char src[700], model[700], vocab[700];
+    snprintf(src, sizeof src, "%s", t_path("p3s-src.gguf"));
+    snprintf(model, sizeof model, "%s", t_path("p3s.gguf"));
+    snprintf(vocab, sizeof vocab, "%s", t_path("p3s-vocab.gguf"));
+    T_CHECK(nv_gguf_save(&m, NULL, "p3s", src, NV_GGUF_F32, NULL, NULL) == NV_OK && gw_phi3_from(src, model, &c, 0) &&
+                gw_spm_vocab(vocab, "phi3"),
+            "writing the model and vocabulary: %s", nv_errmsg());
+    nv_model_free(&m);
+    server s;
+    T_CHECK(server_spawn(&s, "phi3-serve", NULL, NULL, model, vocab, "--chat-template phi3 --no-prefix-cache", 30), "the server did not start");
+    resp r = {0};
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"max_tokens\": 3, \"temperature\": 0}", &r) &&
+                r.status == 200 && r.body && strstr(r.body, "\"prompt_tokens\":5,"),
+            "status %d: %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 20) == 0, "the server did not exit 0");
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
@@ -1349,5 +1378,6 @@ int main(void) {
     T_RUN(test_qwen2_bias);
     T_RUN(test_phi3);
     T_RUN(test_phi3_longrope);
+    T_RUN(test_phi3_serve);
     return t_done();
 }
