@@ -132,7 +132,7 @@ static void models(void) {
     check(gw_phi3_from(phi3_src, seed_path("model", "v3_phi3_longrope.gguf"), &p3, 2) ? NV_OK : NV_EIO); /* Phi-3.5's RoPE */
     remove(phi3_src);
     nv_model_free(&m);
-    check(gw_spm_vocab(seed_path("tokenizer", "spm_phi3.gguf"), "phi3") ? NV_OK : NV_EIO);
+    check(gw_spm_vocab(seed_path("tokenizer", "spm_phi3.gguf"), "phi3", -1) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &lf));
     nv_model_init_random(&m, 11);

@@ -280,8 +280,9 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
 
 /* A SentencePiece vocabulary of 12 pieces as a GGUF file of no tensors under architecture arch:
  * llama2.c's <unk> <s> </s> (unknown, control), "▁", "a", "b", "▁a" (the one merge), "c", then
- * the control tokens <|user|> (8), <|end|> (9), <|assistant|> (10) and <|endoftext|> (11, EOS). */
-static inline int gw_spm_vocab(const char *path, const char *arch) {
+ * the control tokens <|user|> (8), <|end|> (9), <|assistant|> (10) and <|endoftext|> (11, EOS);
+ * space_prefix 0 or 1 written as tokenizer.ggml.add_space_prefix, -1 not. */
+static inline int gw_spm_vocab(const char *path, const char *arch, int space_prefix) {
     static const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "c",
                                    "<|user|>", "<|end|>", "<|assistant|>", "<|endoftext|>"};
     static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 3, 3, 3, 3};
@@ -290,7 +291,11 @@ static inline int gw_spm_vocab(const char *path, const char *arch) {
     nv_buf_append(&w, "GGUF", 4);
     gw_u32(&w, 3);
     gw_u64(&w, 0); /* tensors */
-    gw_u64(&w, 6); /* metadata */
+    gw_u64(&w, space_prefix >= 0 ? 7 : 6); /* metadata */
+    if (space_prefix >= 0) {
+        gw_str(&w, "tokenizer.ggml.add_space_prefix"), gw_u32(&w, 7);
+        nv_buf_append(&w, &(uint8_t){(uint8_t)space_prefix}, 1);
+    }
     gw_str(&w, "general.architecture"), gw_u32(&w, 8), gw_str(&w, arch);
     gw_str(&w, "tokenizer.ggml.model"), gw_u32(&w, 8), gw_str(&w, "llama");
     gw_str(&w, "tokenizer.ggml.tokens"), gw_u32(&w, 9), gw_u32(&w, 8), gw_u64(&w, N);

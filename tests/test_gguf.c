@@ -1343,7 +1343,7 @@ static void test_phi3_serve(void) {
     snprintf(model, sizeof model, "%s", t_path("p3s.gguf"));
     snprintf(vocab, sizeof vocab, "%s", t_path("p3s-vocab.gguf"));
     T_CHECK(nv_gguf_save(&m, NULL, "p3s", src, NV_GGUF_F32, NULL, NULL) == NV_OK && gw_phi3_from(src, model, &c, 0) &&
-                gw_spm_vocab(vocab, "phi3"),
+                gw_spm_vocab(vocab, "phi3", -1),
             "writing the model and vocabulary: %s", nv_errmsg());
     nv_model_free(&m);
     server s;

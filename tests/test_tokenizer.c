@@ -726,16 +726,18 @@ static void cleanup_tmpdir(void) {
  * [INST]): their text in a prompt is their id, the text between them encoded on its own with
  * SentencePiece's dummy prefix after each (llama.cpp's rule), merges never across; EOS from the
  * file, end-of-turn tokens ending generation; under a phi3 model the white space after them
- * dropped (but after <s>, <unk>, <|endoftext|>). */
+ * dropped (but after <s>, <unk>, <|endoftext|>); with add_space_prefix false no dummy prefix at all. */
 static void test_spm_special_tokens(void) {
     const char *text = "<|user|> a<|end|> <|assistant|> b";
     const struct {
         const char *arch;
-        int want[16], n;
-    } cases[] = {{"phi3", {1, 8, 6, 9, 10, 3, 5}, 7}, {"llama", {1, 8, 3, 6, 9, 3, 3, 10, 3, 3, 5}, 11}};
-    for (int c = 0; c < 2; c++) {
+        int space_prefix, want[16], n, a; /* a: the id of "a" encoded alone */
+    } cases[] = {{"phi3", -1, {1, 8, 6, 9, 10, 3, 5}, 7, 6},
+                 {"llama", -1, {1, 8, 3, 6, 9, 3, 3, 10, 3, 3, 5}, 11, 6},
+                 {"llama", 0, {1, 8, 6, 9, 3, 10, 3, 5}, 8, 4}};
+    for (int c = 0; c < 3; c++) {
         const char *p = t_path("spm_special.gguf");
-        T_CHECK(gw_spm_vocab(p, cases[c].arch), "writing %s", p);
+        T_CHECK(gw_spm_vocab(p, cases[c].arch, cases[c].space_prefix), "writing %s", p);
         nv_tokenizer *t = NULL;
         T_CHECK(nv_tokenizer_load(p, 0, &t) == NV_OK, "%s", nv_errmsg());
         if (!t) continue;
@@ -747,7 +749,7 @@ static void test_spm_special_tokens(void) {
                 n > 2 ? ids[2] : -1, n > 3 ? ids[3] : -1);
         free(ids);
         /* no special token in the text: one piece, as before */
-        T_CHECK(nv_tokenizer_encode(t, "a", 1, 1, &ids, &n) == NV_OK && n == 3 && ids[0] == 1 && ids[1] == 6 && ids[2] == 11,
+        T_CHECK(nv_tokenizer_encode(t, "a", 1, 1, &ids, &n) == NV_OK && n == 3 && ids[0] == 1 && ids[1] == cases[c].a && ids[2] == 11,
                 "%s: 'a' with BOS and EOS", cases[c].arch);
         free(ids);
         T_CHECK(nv_tokenizer_eos(t) == 11 && nv_tokenizer_is_eog(t, 11) && nv_tokenizer_is_eog(t, 9) && !nv_tokenizer_is_eog(t, 10),
@@ -771,7 +773,7 @@ static void test_spm_special_tokens(void) {
             free(again);
             if (u) nv_tokenizer_free(u);
         }
-        if (c == 1) { /* written back as a GGUF vocabulary (what nerve export writes): the same ids */
+        if (c >= 1) { /* written back as a GGUF vocabulary (what nerve export writes): the same ids */
             const char *q = t_path("spm_special_copy.gguf");
             nv_tokenizer *u = NULL;
             int *again = NULL, na = 0;

@@ -1347,6 +1347,7 @@ static nv_err vocab_meta(const nv_gguf *g, nv_gguf_bpe *v) {
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eom_token_id", v->n_tokens, &v->eom);
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.unknown_token_id", v->n_tokens, &v->unk);
     if (e == NV_OK) e = get_bool(g, "tokenizer.ggml.add_bos_token", -1, &v->add_bos);
+    if (e == NV_OK) e = get_bool(g, "tokenizer.ggml.add_space_prefix", -1, &v->add_space);
     return e;
 }
 
@@ -1373,6 +1374,10 @@ static void kv_i32(nv_buf *b, const char *key, int32_t v) {
 static void kv_f32(nv_buf *b, const char *key, float v) {
     ob_key(b, key, GG_F32);
     nv_buf_append(b, &v, 4);
+}
+static void kv_bool(nv_buf *b, const char *key, int v) {
+    ob_key(b, key, GG_BOOL);
+    nv_buf_append(b, &(uint8_t){(uint8_t)(v != 0)}, 1);
 }
 static void kv_str(nv_buf *b, const char *key, const char *v) {
     ob_key(b, key, GG_STR);
@@ -1432,8 +1437,7 @@ static int vocab_kvs_bpe(nv_buf *b, const nv_tokenizer *tok, const nv_bpe_view *
             kv_u32(b, ids[i].key, (uint32_t)ids[i].id);
             count++;
         }
-    ob_key(b, "tokenizer.ggml.add_bos_token", GG_BOOL);
-    nv_buf_append(b, &(uint8_t){(uint8_t)(v->add_bos != 0)}, 1);
+    kv_bool(b, "tokenizer.ggml.add_bos_token", v->add_bos != 0);
     return count;
 }
 
@@ -1476,6 +1480,10 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
     kv_u32(b, "tokenizer.ggml.unknown_token_id", NV_TOKEN_UNK);
     kv_u32(b, "tokenizer.ggml.bos_token_id", NV_TOKEN_BOS);
     kv_u32(b, "tokenizer.ggml.eos_token_id", (uint32_t)nv_tokenizer_eos(tok));
+    if (!nv_tokenizer_space_prefix(tok)) { /* SentencePiece's dummy prefix off, as the vocabulary read said */
+        kv_bool(b, "tokenizer.ggml.add_space_prefix", 0);
+        return 8;
+    }
     return 7;
 }
 

@@ -57,6 +57,7 @@ struct nv_tokenizer {
     int eot, eom;
     int *special;          /* control and user-defined ids, grouped by first byte, longest first */
     int rstrip;            /* Phi-3's vocabulary: most special tokens take the white space after them */
+    int no_space_prefix;   /* a GGUF vocabulary's add_space_prefix false: no SentencePiece dummy prefix */
     int special_at[257];   /* special[special_at[b] .. special_at[b+1]) start with byte b */
     pcre2_code *re;        /* the pre-tokenizer's split */
 };
@@ -519,6 +520,7 @@ static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
         t->eot = v.eot < t->n ? v.eot : -1;
         t->eom = v.eom < t->n ? v.eom : -1;
         if (v.add_bos >= 0) t->add_bos = v.add_bos;
+        t->no_space_prefix = v.add_space == 0;
         add_ends(t);
         e = index_specials(path, t);
     }
@@ -617,10 +619,12 @@ int nv_tokenizer_type(const nv_tokenizer *t, int id) { return t->type && id >= 0
 
 int nv_tokenizer_strips_after_special(const nv_tokenizer *t) { return t->rstrip; }
 
+int nv_tokenizer_space_prefix(const nv_tokenizer *t) { return !t->byte_level && !t->no_space_prefix; }
+
 int nv_tokenizer_llama2c_form(const nv_tokenizer *t) {
     if (t->byte_level) return 0;
     if (!t->type) return 1;
-    if (t->rstrip || t->eos != NV_TOKEN_EOS || !t->add_bos) return 0;
+    if (t->rstrip || t->no_space_prefix || t->eos != NV_TOKEN_EOS || !t->add_bos) return 0;
     for (int i = NV_TOKEN_EOS + 1; i < t->n; i++)
         if (t->type[i] != 1 && t->type[i] != 6) return 0; /* a special token llama2.c's file cannot mark */
     return 1;
@@ -1057,7 +1061,7 @@ static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int 
         }
         if (i > part) {
             if (brk) brk[n] = 1;
-            n = spm_chunks(t, text + part, i - part, after_special, tok, n);
+            n = spm_chunks(t, text + part, i - part, after_special && !t->no_space_prefix, tok, n);
             after_special = 0;
         }
         if (i == tl) break;

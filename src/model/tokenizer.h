@@ -95,6 +95,9 @@ float nv_tokenizer_score(const nv_tokenizer *t, int id);
 int nv_tokenizer_type(const nv_tokenizer *t, int id);
 /* 1 when special tokens take the white space after them (a Phi-3 vocabulary's rule). */
 int nv_tokenizer_strips_after_special(const nv_tokenizer *t);
+/* 1 when SentencePiece's dummy-prefix space opens the text (and follows each special token): a
+ * SentencePiece vocabulary unless its GGUF file said add_space_prefix false. */
+int nv_tokenizer_space_prefix(const nv_tokenizer *t);
 /* 1 when llama2.c's tokenizer.bin holds the whole vocabulary: SentencePiece with <unk>, BOS, EOS
  * at 0, 1, 2, BOS added, no other special token, no white-space rule. */
 int nv_tokenizer_llama2c_form(const nv_tokenizer *t);
