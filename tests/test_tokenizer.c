@@ -754,6 +754,8 @@ static void test_spm_special_tokens(void) {
         free(ids);
         T_CHECK(nv_tokenizer_eos(t) == 11 && nv_tokenizer_is_eog(t, 11) && nv_tokenizer_is_eog(t, 9) && !nv_tokenizer_is_eog(t, 10),
                 "%s: EOS and the end of a turn end generation", cases[c].arch);
+        T_CHECK(!strcmp(nv_tokenizer_decode(t, 5, 10), "") && !strcmp(nv_tokenizer_decode(t, 10, 6), " a"),
+                "%s: a control token prints nothing, text as it was", cases[c].arch);
         if (c == 0) { /* a run trained with it keeps it whole (a vocab-only GGUF as its tokenizer.bin), rule included */
             static const char words[] = "a b c a a b c c b a b c a b a c a b c b a c a b c a b c a b c a b a c b a b c a\n";
             const char *data = t_write("spm_words.txt", words, sizeof words - 1);

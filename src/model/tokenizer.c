@@ -1089,6 +1089,8 @@ static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int 
 const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token) {
     if (token < 0 || token >= t->n) return NULL;
     if (t->byte_level) return t->text + t->text_off[token];
+    /* a GGUF vocabulary's control tokens past llama2.c's three print nothing, as the byte-level ones */
+    if (t->type && token > NV_TOKEN_EOS && t->type[token] == 3) return "";
     const char *p = tok_piece(t, token);
     /* SentencePiece's decoder drops the dummy prefix's space after BOS (llama2.c PR #89). */
     if (prev_token == NV_TOKEN_BOS && p[0] == ' ') p++;
