@@ -1296,6 +1296,10 @@ static void test_phi3_longrope(void) {
         T_CHECK(worst < 1e-5, "variant %d: the rotation differs from double precision by %g", variant, worst);
         T_CHECK(nv_model_build_plans(&a, e) == NV_OK && t_forward_logits(&a, toks, N, la) && memcmp(la, plain, N * 97 * 4),
                 "variant %d: LongRoPE left the logits as they were", variant);
+        char args[900];
+        snprintf(args, sizeof args, "info -m %s", dst);
+        T_CHECK(t_nerve(args) == 0 && strstr(t_out, "rope:     theta 10000, 8 frequency divisors 1..") && strstr(t_out, "cos and sin x 1.25"),
+                "variant %d: nerve info says: %s", variant, t_out);
         const char *out = t_path("lr-export.gguf");
         T_CHECK(nv_gguf_save(&a, NULL, "lr", out, NV_GGUF_F32, NULL, NULL) == NV_OK && nv_model_load(out, &b) == NV_OK, "%s", nv_errmsg());
         if (b.params) {

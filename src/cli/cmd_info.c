@@ -1,5 +1,6 @@
 /* nerve info: the CPU, its run-time features, and which engines are on (and why not); with -m, what
  * a model file is (its shape, size and, for GGUF, its tensor types). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -57,6 +58,16 @@ static int model_info(const char *path) {
            c->n_kv_heads, c->head_dim, c->hidden_dim, c->vocab_size, c->seq_len);
     if (c->n_experts) printf(", experts %d of %d", c->n_experts_used, c->n_experts);
     printf("%s%s\n", c->qk_norm ? ", QK-norm" : "", c->qkv_bias ? ", q/k/v biases" : "");
+    printf("rope:     theta %g", (double)c->rope_theta); /* what sets the angles: scaling, divisors, temperature */
+    if (c->yarn.factor != 0.0f) printf(", YaRN factor %g from a context of %d", (double)c->yarn.factor, c->yarn.orig_ctx);
+    else if (c->llama3.factor != 0.0f) printf(", Llama 3.1's factor %g from a context of %d", (double)c->llama3.factor, c->llama3.orig_ctx);
+    if (c->n_rope_factors) {
+        float lo = c->rope_factors[0], hi = lo;
+        for (int i = 1; i < c->n_rope_factors; i++) lo = fminf(lo, c->rope_factors[i]), hi = fmaxf(hi, c->rope_factors[i]);
+        printf(", %d frequency divisors %g..%g", c->n_rope_factors, (double)lo, (double)hi);
+    }
+    if (nv_config_rope_mscale(c) != 1.0f) printf(", cos and sin x %g", (double)nv_config_rope_mscale(c));
+    printf("\n");
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
     nv_model_free(&m);
     if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);
