@@ -21,6 +21,14 @@
 #include "forward_ref.h"
 #include "t.h"
 
+/* m as a model of config c with random weights (seed); 0, reported, when it cannot be allocated. */
+static int random_model(nv_model *m, const nv_config *c, uint64_t seed) {
+    T_CHECK(nv_model_alloc(m, c) == NV_OK, "%s", nv_errmsg());
+    if (!m->params) return 0;
+    nv_model_init_random(m, seed);
+    return 1;
+}
+
 static void test_stories260k_gguf_equals_bin(void) {
     const char *gp = t_data("gguf/tinyllamas-stories-260k-f32.gguf"), *bp = t_data("models/stories260K.bin");
     if (!gp || !bp) return;
@@ -680,9 +688,7 @@ static double rel_rms(const float *a, const float *b, size_t n) {
 static void test_kquant_writers(void) {
     nv_config c = {256, 512, 8, 4, 1, 64, 300, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN}; /* kv heads 1: attn_k/v rows of 256, wo rows of 256 */
     nv_model m;
-    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
-    if (!m.params) return;
-    nv_model_init_random(&m, 21);
+    if (!random_model(&m, &c, 21)) return;
     static const struct {
         const char *name;
         uint32_t type, file_type;
@@ -898,9 +904,7 @@ static void expect_same_model(const char *path, const nv_model *m, const char *w
 static void test_qwen3_roundtrip(void) {
     nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN}; /* rows of 64: whole Q8_0 blocks */
     nv_model m;
-    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
-    if (!m.params) return;
-    nv_model_init_random(&m, 11);
+    if (!random_model(&m, &c, 11)) return;
     const int L = c.n_layers, hd = c.head_dim, d = c.dim;
     for (int i = 0; i < L * hd; i++) m.w.q_norm[i] = 1.0f + 0.01f * (float)i, m.w.k_norm[i] = 0.5f + 0.02f * (float)(i % 7);
     char out[700], q8[700];
@@ -1116,9 +1120,7 @@ static void test_rope_factors(void) {
 static void test_qwen2_bias(void) {
     nv_config c = {64, 80, 2, 4, 2, 16, 97, 64, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     nv_model m;
-    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
-    if (!m.params) return;
-    nv_model_init_random(&m, 12);
+    if (!random_model(&m, &c, 12)) return;
     const int L = c.n_layers, hd = c.head_dim, d = c.dim, qd = nv_config_q_dim(&c), kvd = nv_config_kv_dim(&c);
     for (int i = 0; i < L * qd; i++) m.w.bq[i] = 0.1f * sinf(0.7f * (float)i);
     for (int i = 0; i < L * kvd; i++) m.w.bk[i] = 0.1f * cosf(0.3f * (float)i), m.w.bv[i] = 0.05f * (float)(i % 5);
@@ -1210,9 +1212,7 @@ static void test_qwen2_bias(void) {
 static void test_phi3(void) {
     nv_config c = {256, 256, 2, 4, 2, 64, 97, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN}; /* rows of a Q6_K super-block */
     nv_model m;
-    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
-    if (!m.params) return;
-    nv_model_init_random(&m, 21);
+    if (!random_model(&m, &c, 21)) return;
     nv_engines_init(NULL, 0); /* probed before the best engine is asked for (this test may run alone) */
     const struct {
         uint32_t type;
@@ -1264,9 +1264,7 @@ static void test_phi3(void) {
 static void test_phi3_longrope(void) {
     nv_config c = {64, 64, 1, 4, 2, 16, 97, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
-    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
-    if (!m.params) return;
-    nv_model_init_random(&m, 22);
+    if (!random_model(&m, &c, 22)) return;
     char src[700]; /* t_path's buffers rotate */
     snprintf(src, sizeof src, "%s", t_path("lr-src.gguf"));
     T_CHECK(nv_gguf_save(&m, NULL, "lr", src, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
@@ -1339,9 +1337,7 @@ static void test_phi3_longrope(void) {
 static void test_phi3_serve(void) {
     nv_config c = {64, 64, 1, 4, 2, 16, 12, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
-    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
-    if (!m.params) return;
-    nv_model_init_random(&m, 23);
+    if (!random_model(&m, &c, 23)) return;
     char src[700], model[700], vocab[700];
     snprintf(src, sizeof src, "%s", t_path("p3s-src.gguf"));
     snprintf(model, sizeof model, "%s", t_path("p3s.gguf"));

@@ -1876,8 +1876,9 @@ static int selftest_qdot(nv_engine_id e, char *why, size_t len) {
         for (int r = 0; ok && r < m; r++)
             for (int j = 0; ok && j < n; j++) {
                 double S = 0, Q = 0;
-                for (int b0 = 0; b0 < k; b0 += pe->kq * (sub ? sub : 1)) { /* the activations' scaling blocks */
-                    const int b1 = imin(k, b0 + pe->kq * (sub ? sub : 1));
+                const int span = pe->kq * (sub ? sub : 1);
+                for (int b0 = 0; b0 < k; b0 += span) { /* the activations' scaling blocks */
+                    const int b1 = imin(k, b0 + span);
                     const double hx = max_abs(x + (size_t)r * k + b0, b1 - b0) / 127.0f * 0.5;
                     for (int i = b0; i < b1; i++) { /* a folded offset (c times the scale) meets quantised x too */
                         const int8_t qv = q[(size_t)j * k + i];

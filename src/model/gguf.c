@@ -800,23 +800,21 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     c->qkv_bias = qwen2;
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
-    if (nv_gguf_tensor_find(g, "rope_freqs.weight")) {
-        if (head_dim / 2 > NV_ROPE_FACTORS_MAX)
-            return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
-                           (long long)head_dim, 2 * NV_ROPE_FACTORS_MAX);
-        c->n_rope_factors = (int)(head_dim / 2);
-        NV_TRY(take(g, NULL, "rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
-    }
+    /* a divisor per pair: Llama 3.1+'s rope_freqs, or LongRoPE's set for the model's context (the two
+       refused together above) */
+    const char *divisors = nv_gguf_tensor_find(g, "rope_freqs.weight") ? "rope_freqs.weight" : NULL;
     if (longrope) {
-        const char *pick = ctx > longrope_orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
-        if (!nv_gguf_tensor_find(g, pick))
-            return nv_fail(NV_EFORMAT, "%s: LongRoPE's '%s' is missing (a context of %lld, the original %lld)", g->path, pick,
+        divisors = ctx > longrope_orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
+        if (!nv_gguf_tensor_find(g, divisors))
+            return nv_fail(NV_EFORMAT, "%s: LongRoPE's '%s' is missing (a context of %lld, the original %lld)", g->path, divisors,
                            (long long)ctx, (long long)longrope_orig);
+    }
+    if (divisors) {
         if (head_dim / 2 > NV_ROPE_FACTORS_MAX)
             return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
                            (long long)head_dim, 2 * NV_ROPE_FACTORS_MAX);
         c->n_rope_factors = (int)(head_dim / 2);
-        NV_TRY(take(g, NULL, pick, (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
+        NV_TRY(take(g, NULL, divisors, (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
     }
     if (rope_attn != 1.0f) c->rope_attn = rope_attn;
     if (linear) NV_TRY(nv_config_rope_linear(c, factor));
@@ -1070,8 +1068,9 @@ static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int t
     if (!qm->sub) return NV_OK; /* the integer form: rows of blocks' bytes, and of floats per super-block */
     NV_TRY(nv_rope_rows_reorder(qm->sub_s, blocks, heads, hd, to_half));
     NV_TRY(nv_rope_rows_reorder(qm->sub_o, blocks, heads, hd, to_half));
-    NV_TRY(nv_rope_rows_reorder(qm->sup_s, blocks / (size_t)qm->sub * sizeof(float), heads, hd, to_half));
-    return nv_rope_rows_reorder(qm->sup_o, blocks / (size_t)qm->sub * sizeof(float), heads, hd, to_half);
+    const size_t supers = blocks / (size_t)qm->sub * sizeof(float);
+    NV_TRY(nv_rope_rows_reorder(qm->sup_s, supers, heads, hd, to_half));
+    return nv_rope_rows_reorder(qm->sup_o, supers, heads, hd, to_half);
 }
 
 /* The fp32 weights unless pending, and the quantized sources. */
