@@ -71,9 +71,9 @@ static void check_model(const nv_model *m, size_t file_len, int v1, int gguf) {
 
 /* Save as llama2.c v1 or as GGUF, load again: the same config and weights. Refused exactly for
  * what the format cannot say: v1 has no QK-norm, no head size other than dim / heads, no theta or
- * epsilon other than 10000 and 1e-5, no RoPE frequency factors and no projection biases (a GGUF
- * model may have them); GGUF holds every shape the loader takes (QK-norm as the qwen3 architecture,
- * biases as qwen2). */
+ * epsilon other than 10000 and 1e-5, no RoPE frequency factors, no projection biases and none of
+ * Gemma 3's parts (a GGUF model may have them); GGUF holds every shape the loader takes (QK-norm as
+ * the qwen3 architecture, biases as qwen2, Gemma's block as gemma3). */
 static void check_resave(const nv_model *m, int gguf) {
     const char *what = gguf ? "GGUF" : "v1";
     char path[512];

@@ -2,6 +2,7 @@
  * kilobytes each, so that mutation starts from the structure the parsers expect.
  *
  *   gen_seeds DIR   writes DIR/{model,tokenizer,hf,ckpt,api,chat,gbnf,choice}/... (GGUF seeds through tests/gguf_write.h) */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,17 @@ static void models(void) {
     remove(phi3_src);
     nv_model_free(&m);
     check(gw_spm_vocab(seed_path("tokenizer", "spm_phi3.gguf"), "phi3", -1) ? NV_OK : NV_EIO);
+    /* gemma3: a sliding window over five layers in six with its RoPE base, GELU, post-norms, scaled
+       embeddings, soft-capped logits (7 layers: both kinds); and Gemma's vocabulary layout (BOS 2,
+       EOS 1, <unk> 3, byte tokens after the specials, no dummy prefix) */
+    nv_config g3 = {8, 16, 7, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    g3.swa_window = 3, g3.swa_period = 6, g3.rope_theta_swa = 10000.0f, g3.ffn_gelu = g3.post_norms = 1;
+    g3.emb_scale = sqrtf(8.0f), g3.logit_softcap = 30.0f;
+    check(nv_model_alloc(&m, &g3));
+    nv_model_init_random(&m, 13);
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_gemma3.gguf"), NV_GGUF_F32, NULL, NULL));
+    nv_model_free(&m);
+    check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &lf));
     nv_model_init_random(&m, 11);

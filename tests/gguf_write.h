@@ -311,4 +311,44 @@ static inline int gw_spm_vocab(const char *path, const char *arch, int space_pre
     return gw_save(path, &w, 1);
 }
 
+/* A vocabulary of Gemma's layout as a GGUF file of no tensors (arch gemma3): <pad> <eos> <bos> <unk>
+ * (ids 0-3: control, unknown), <start_of_turn> <end_of_turn> (4, 5: user-defined), the 256 byte
+ * tokens (6..261), then "▁", "a", "b", "▁a" (the one merge), "c" (262-266); BOS 2, EOS 1, <unk> 3,
+ * no dummy prefix. */
+#define GW_GEMMA_VOCAB 267
+static inline int gw_gemma_vocab(const char *path) {
+    static const char *head[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
+    static const char *tail[] = {"\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "c"};
+    enum { N = GW_GEMMA_VOCAB };
+    nv_buf w = {0};
+    nv_buf_append(&w, "GGUF", 4);
+    gw_u32(&w, 3);
+    gw_u64(&w, 0); /* tensors */
+    gw_u64(&w, 9); /* metadata */
+    gw_str(&w, "general.architecture"), gw_u32(&w, 8), gw_str(&w, "gemma3");
+    gw_str(&w, "tokenizer.ggml.model"), gw_u32(&w, 8), gw_str(&w, "llama");
+    gw_str(&w, "tokenizer.ggml.tokens"), gw_u32(&w, 9), gw_u32(&w, 8), gw_u64(&w, N);
+    for (int i = 0; i < N; i++) {
+        char byte[8];
+        snprintf(byte, sizeof byte, "<0x%02X>", (unsigned)(i - 6) & 255);
+        gw_str(&w, i < 6 ? head[i] : i < 262 ? byte : tail[i - 262]);
+    }
+    gw_str(&w, "tokenizer.ggml.scores"), gw_u32(&w, 9), gw_u32(&w, 6), gw_u64(&w, N);
+    for (int i = 0; i < N; i++) {
+        const float sc = i == 265 ? 10.0f : -(float)i;
+        nv_buf_append(&w, &sc, 4);
+    }
+    gw_str(&w, "tokenizer.ggml.token_type"), gw_u32(&w, 9), gw_u32(&w, 5), gw_u64(&w, N);
+    for (int i = 0; i < N; i++) {
+        const int32_t type = i == 3 ? 2 : i < 3 ? 3 : i < 6 ? 4 : i < 262 ? 6 : 1;
+        nv_buf_append(&w, &type, 4);
+    }
+    gw_str(&w, "tokenizer.ggml.bos_token_id"), gw_u32(&w, 4), gw_u32(&w, 2);
+    gw_str(&w, "tokenizer.ggml.eos_token_id"), gw_u32(&w, 4), gw_u32(&w, 1);
+    gw_str(&w, "tokenizer.ggml.unknown_token_id"), gw_u32(&w, 4), gw_u32(&w, 3);
+    gw_str(&w, "tokenizer.ggml.add_space_prefix"), gw_u32(&w, 7);
+    nv_buf_append(&w, &(uint8_t){0}, 1);
+    return gw_save(path, &w, 1);
+}
+
 #endif

@@ -67,7 +67,16 @@ static int model_info(const char *path) {
         printf(", %d frequency divisors %g..%g", c->n_rope_factors, (double)lo, (double)hi);
     }
     if (nv_config_rope_mscale(c) != 1.0f) printf(", cos and sin x %g", (double)nv_config_rope_mscale(c));
+    if (c->rope_theta_swa != 0.0f) printf("; windowed layers theta %g, unscaled", (double)c->rope_theta_swa);
     printf("\n");
+    if (c->swa_window) {
+        int windowed = 0;
+        for (int l = 0; l < c->n_layers; l++) windowed += nv_config_layer_windowed(c, l);
+        printf("window:   %d positions in %d of %d layers\n", c->swa_window, windowed, c->n_layers);
+    }
+    if (nv_config_inference_only(c)) /* Gemma's block */
+        printf("block:    %s%s, embeddings x %g, scores / %g%s\n", c->ffn_gelu ? "GELU gating" : "SwiGLU", c->post_norms ? ", post-norms" : "",
+               (double)(c->emb_scale != 0.0f ? c->emb_scale : 1.0f), (double)nv_config_attn_div(c), c->logit_softcap != 0.0f ? ", logits soft-capped" : "");
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
     nv_model_free(&m);
     if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);

@@ -266,6 +266,11 @@ static int train(int argc, char **argv) {
             rc = cli_error(CMD, 2, "--init-from takes the model's shape from the file: drop --preset/--dim");
             goto done;
         }
+        nv_config ic;
+        if (nv_model_read_config(init_from, &ic) == NV_OK && nv_config_inference_only(&ic)) { /* before the weights are read */
+            rc = cli_error(CMD, 1, "%s: this model cannot be trained: %s", init_from, nv_config_inference_only(&ic));
+            goto done;
+        }
         if (nv_model_load(init_from, &init) != NV_OK) {
             cli_error(CMD, 1, "%s", nv_errmsg());
             goto done;

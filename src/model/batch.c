@@ -125,17 +125,18 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
     if (e != NV_OK) return e;
     s->att = calloc((size_t)ATT_TASKS * GROUP * (size_t)c->seq_len, sizeof(float));
     s->group_start = calloc(T, sizeof(int));
-    s->rope = malloc((size_t)c->seq_len * (size_t)c->head_dim * sizeof(float));
+    s->rope = nv_rope_table_new(c, c->seq_len, 0);
+    s->rope_swa = nv_rope_table_new(c, c->seq_len, 1);
     s->row_seq = calloc(T, sizeof(int));
     s->row_pos = calloc(T, sizeof(int));
     s->logit_row = calloc((size_t)max_seqs, sizeof(int));
     s->logits = calloc((size_t)max_seqs * (size_t)c->vocab_size, sizeof(float));
     s->logits_cap = max_seqs;
-    if (!s->att || !s->row_seq || !s->row_pos || !s->logit_row || !s->logits || !s->rope || !s->group_start) {
+    if (!s->att || !s->row_seq || !s->row_pos || !s->logit_row || !s->logits || !s->rope || (c->rope_theta_swa != 0.0f && !s->rope_swa) ||
+        !s->group_start) {
         nv_batch_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the batch state (%d rows)", max_rows);
     }
-    nv_rope_table(s->rope, c, c->seq_len);
     s->rope_key = nv_config_rope_key(c);
     s->head_dim = c->head_dim;
     s->seq_len = c->seq_len;
@@ -170,7 +171,7 @@ nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const 
 void nv_batch_state_free(nv_batch_state *s) {
     nv_rows_free(&s->r);
     nv_batch_state_set_adapters(s, NULL, NULL);
-    void *all[] = {s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope, s->group_start};
+    void *all[] = {s->att, s->row_seq, s->row_pos, s->logit_row, s->logits, s->rope, s->rope_swa, s->group_start};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
 }
@@ -192,7 +193,7 @@ static void rows_task(void *ctx, int task, int n_tasks) {
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         int p = s->row_pos[t];
-        nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, s->rope + (size_t)p * hd);
+        nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, nv_rope_of_layer(c, s->rope, s->rope_swa, l) + (size_t)p * hd);
         int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
         /* keys are stored transposed: [kv_dim][B] */
         size_t kat = nv_kv_keys_at(j->kv, blk, l) + off, vat = nv_kv_values_at(j->kv, blk, l) + (size_t)off * hd;
@@ -336,7 +337,8 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
     const void *pages = kv->data;
     int hd = c->head_dim, q_dim = nv_config_q_dim(c), B = kv->block_size, l = j->l;
     int kv_mul = c->n_heads / c->n_kv_heads, units = j->n_groups * c->n_heads;
-    float scale = sqrtf((float)hd);
+    float scale = nv_config_attn_div(c);
+    const int window = nv_config_layer_windowed(c, l) ? c->swa_window : 0;
     float *att0 = s->att + (size_t)task * GROUP * s->seq_len;
     /* a task takes consecutive heads of a sequence: their keys and values lie side by side */
     for (int unit = (int)((long)units * task / n_tasks); unit < (int)((long)units * (task + 1) / n_tasks); unit++) {
@@ -413,6 +415,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
         /* q8: a score is (q . int8 keys) / sqrt(hd) times the keys' scale; a weight multiplies the
          * values' scale before it meets their int8 */
         if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, p0, kv, blocks, l, 0, h / kv_mul);
+        if (window) nv_window_mask(att0, (size_t)s->seq_len, p0, G, window); /* after q8's scales: -inf x 0 would be NaN */
         nv_softmax_causal(att0, (size_t)s->seq_len, p0 + 1, G);
         if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, p0, kv, blocks, l, 1, h / kv_mul);
         int i0 = 0;
@@ -545,7 +548,7 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
             s->row_seq[r] = i;
             s->row_pos[r] = seqs[i].pos + t;
             if (s->row_adapter) s->row_adapter[r] = seqs[i].adapter;
-            memcpy(s->r.x + (size_t)r * d, m->w.tok_emb + (size_t)seqs[i].tokens[t] * d, (size_t)d * sizeof(float));
+            nv_embed(m, seqs[i].tokens[t], s->r.x + (size_t)r * d);
         }
     }
     if (adapted) nv_adapter_rows_group(&s->adapter_rows, s->row_adapter, n);
@@ -564,7 +567,10 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
         for (int t = r - seqs[i].logits; t < r; t++, rows++)
             nv_rmsnorm(s->r.xb + (size_t)rows * d, s->r.x + (size_t)t * d, m->w.rms_final, d, c->norm_eps);
     }
-    if (rows) nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
+    if (rows) {
+        nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
+        nv_logits_finish(c, s->logits, rows);
+    }
     return NV_OK;
 }
 
@@ -576,5 +582,6 @@ nv_err nv_batch_row_logits(const nv_model *m, nv_batch_state *s, int row, int co
     int d = c->dim;
     nv_rmsnorm_rows(s->r.xb, s->r.x + (size_t)row * d, m->w.rms_final, count, d, c->norm_eps);
     nv_plan_run(m->cls_plan, s->r.xb, count, out);
+    nv_logits_finish(c, out, count);
     return NV_OK;
 }

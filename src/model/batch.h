@@ -127,6 +127,7 @@ typedef struct {
     float *logits;          /* [logits_cap][vocab] */
     int logits_cap;         /* rows s->logits holds (grown by a step that asks for more) */
     float *rope;            /* [seq_len][head_dim]: cos, sin of each position and pair */
+    float *rope_swa;        /* the same for the windowed layers when their RoPE base differs, or NULL */
     int step_rows;          /* rows of the last step (0 before the first) */
     uint64_t rope_key; /* nv_config_rope_key of the config the table was made for */
     int head_dim, seq_len;

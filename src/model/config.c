@@ -71,7 +71,27 @@ nv_err nv_config_validate(const nv_config *c) {
                        (double)l3->factor, (double)l3->low_freq_factor, (double)l3->high_freq_factor, l3->orig_ctx);
     if (c->rope_attn != 0.0f && (!(c->rope_attn > 0.0f && c->rope_attn < 1e3f) || y->factor != 0.0f))
         return nv_fail(NV_EFORMAT, "model config: RoPE's attention factor %g is out of range (0, 1000) or beside YaRN's", (double)c->rope_attn);
+    if (c->swa_window < 0 || c->swa_window > MAX_SEQ || c->swa_period < 0 || c->swa_period > MAX_LAYERS ||
+        (!c->swa_window && (c->swa_period || c->rope_theta_swa != 0.0f)) || !(c->rope_theta_swa >= 0.0f) || !isfinite(c->rope_theta_swa))
+        return nv_fail(NV_EFORMAT, "model config: sliding window %d, period %d, RoPE base %g are out of range", c->swa_window,
+                       c->swa_period, (double)c->rope_theta_swa);
+    if ((c->ffn_gelu != 0 && c->ffn_gelu != 1) || (c->post_norms != 0 && c->post_norms != 1))
+        return nv_fail(NV_EFORMAT, "model config: ffn_gelu and post_norms must be 0 or 1");
+    if (c->post_norms && c->n_experts) return nv_fail(NV_EFORMAT, "model config: post-norms beside a mixture of experts");
+    const float scales[] = {c->emb_scale, c->attn_div, c->logit_softcap};
+    for (int i = 0; i < 3; i++)
+        if (!(scales[i] >= 0.0f && scales[i] < 1e6f))
+            return nv_fail(NV_EFORMAT, "model config: embedding scale %g, attention divisor %g or logit cap %g is out of range [0, 1e6)",
+                           (double)c->emb_scale, (double)c->attn_div, (double)c->logit_softcap);
     return NV_OK;
+}
+
+float nv_config_attn_div(const nv_config *c) { return c->attn_div != 0.0f ? c->attn_div : sqrtf((float)c->head_dim); }
+
+const char *nv_config_inference_only(const nv_config *c) {
+    if (c->swa_window || c->ffn_gelu || c->post_norms || c->emb_scale != 0.0f || c->attn_div != 0.0f || c->logit_softcap != 0.0f)
+        return "Gemma 3's block (a sliding attention window, GELU gating, post-norms, scaled embeddings) is run for inference only";
+    return NULL;
 }
 
 double nv_yarn_mscale(double factor) { return factor <= 1 ? 1.0 : 0.1 * log(factor) + 1.0; }
@@ -122,6 +142,7 @@ uint64_t nv_config_rope_key(const nv_config *c) {
     uint64_t h = nv_checksum64(&c->rope_theta, sizeof c->rope_theta, (uint64_t)c->head_dim);
     const float mscale = nv_config_rope_mscale(c);
     if (mscale != 1.0f) h = nv_checksum64(&mscale, sizeof mscale, h);
+    if (c->rope_theta_swa != 0.0f) h = nv_checksum64(&c->rope_theta_swa, sizeof c->rope_theta_swa, h ^ (uint64_t)c->swa_period << 32);
     return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);
 }
 
@@ -132,6 +153,7 @@ uint64_t nv_config_param_count(const nv_config *c) {
     uint64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h * (uint64_t)nv_config_ffn_sets(c) + (uint64_t)c->n_experts * d;
     if (c->qk_norm) per_layer += 2 * (uint64_t)c->head_dim;
     if (c->qkv_bias) per_layer += q + 2 * kv;
+    if (c->post_norms) per_layer += 2 * d;
     uint64_t total = (uint64_t)c->vocab_size * d + L * per_layer + d;
     if (!c->shared_classifier) total += (uint64_t)c->vocab_size * d;
     return total;

@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -64,10 +64,32 @@ typedef struct {
     /* Every cos and sin multiplied by this outside YaRN (a GGUF file's rope.scaling.attn_factor, as
      * llama.cpp applies it to any model: Phi-3's LongRoPE, whose divisors are rope_factors); 0: 1 */
     float rope_attn;
+    /* Gemma 3's departures from the Llama block (GGUF arch gemma3), each 0 when absent. A sliding
+     * window: in a windowed layer a query sees the swa_window positions up to and including its own
+     * (llama.cpp's standard window); with swa_period, layer l sees the whole context when
+     * l % swa_period == swa_period - 1 (Gemma 3: five windowed layers, then one global), else every
+     * layer is windowed. rope_theta_swa: the windowed layers' RoPE base, without the others'
+     * scaling. */
+    int swa_window, swa_period;
+    float rope_theta_swa;
+    int ffn_gelu;        /* the FFN's gate through GELU (tanh form) instead of SiLU */
+    int post_norms;      /* RMSNorm (weights post_att, post_ffn) on the attention's and the FFN's outputs before the residual */
+    float emb_scale;     /* token embeddings multiplied by it on the way in (Gemma: sqrt(dim)) */
+    float attn_div;      /* attention scores divided by it instead of sqrt(head_dim) */
+    float logit_softcap; /* logits made cap * tanh(logits / cap) */
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
 static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * c->head_dim; }
+/* Whether layer l attends through the sliding window. */
+static inline int nv_config_layer_windowed(const nv_config *c, int l) {
+    return c->swa_window > 0 && (c->swa_period == 0 || l % c->swa_period != c->swa_period - 1);
+}
+/* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */
+float nv_config_attn_div(const nv_config *c);
+/* NULL, or what of the model (Gemma 3's block) only inference runs: training and the llama2.c,
+ * Hugging Face and GGUF writers refuse it with this. */
+const char *nv_config_inference_only(const nv_config *c);
 
 nv_err nv_config_validate(const nv_config *c);
 /* A key of what sets RoPE's angles (theta, head size, frequency factors): states made for one

@@ -27,16 +27,16 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
     s->att_rows = max_tokens < ATT_ROWS ? max_tokens : ATT_ROWS;
     s->att = calloc((size_t)c->n_heads * s->att_rows * cache_len, sizeof(float));
     s->kt = calloc((size_t)nv_config_q_dim(c) * 16, sizeof(float));
-    s->rope = malloc((size_t)cache_len * (size_t)c->head_dim * sizeof(float));
+    s->rope = nv_rope_table_new(c, cache_len, 0);
+    s->rope_swa = nv_rope_table_new(c, cache_len, 1);
     s->logit_cap = all_logits ? max_tokens : 1;
     s->logits = calloc((size_t)s->logit_cap * (size_t)c->vocab_size, sizeof(float));
     s->key_cache = calloc(cache, sizeof(float));
     s->value_cache = calloc(cache, sizeof(float));
-    if (!s->att || !s->kt || !s->rope || !s->logits || !s->key_cache || !s->value_cache) {
+    if (!s->att || !s->kt || !s->rope || (c->rope_theta_swa != 0.0f && !s->rope_swa) || !s->logits || !s->key_cache || !s->value_cache) {
         nv_state_free(s);
         return nv_fail(NV_ENOMEM, "cannot allocate the run state (KV cache of %zu MB)", cache * 8 >> 20);
     }
-    nv_rope_table(s->rope, c, cache_len);
     s->head_dim = c->head_dim;
     s->rope_key = nv_config_rope_key(c);
     return NV_OK;
@@ -44,7 +44,7 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
 
 void nv_state_free(nv_state *s) {
     nv_rows_free(&s->r);
-    float *all[] = {s->att, s->kt, s->rope, s->logits, s->key_cache, s->value_cache};
+    float *all[] = {s->att, s->kt, s->rope, s->rope_swa, s->logits, s->key_cache, s->value_cache};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(s, 0, sizeof *s);
 }
@@ -176,6 +176,55 @@ void nv_rope_table(float *cs, const nv_config *c, int npos) {
     }
 }
 
+float *nv_rope_table_new(const nv_config *c, int npos, int windowed) {
+    if (windowed && c->rope_theta_swa == 0.0f) return NULL;
+    float *cs = malloc((size_t)npos * (size_t)c->head_dim * sizeof(float));
+    if (!cs) return NULL;
+    nv_config lc = *c;
+    if (windowed) { /* llama.cpp's windowed layers: their own base, no frequency scaling */
+        lc.rope_theta = c->rope_theta_swa;
+        lc.n_rope_factors = 0;
+        lc.yarn = (nv_rope_yarn){0};
+    }
+    nv_rope_table(cs, &lc, npos);
+    return cs;
+}
+
+void nv_embed(const nv_model *m, int token, float *x) {
+    const int d = m->config.dim;
+    memcpy(x, m->w.tok_emb + (size_t)token * d, (size_t)d * sizeof(float));
+    const float scale = m->config.emb_scale;
+    if (scale != 0.0f)
+        for (int i = 0; i < d; i++) x[i] *= scale;
+}
+
+void nv_logits_finish(const nv_config *c, float *logits, int rows) {
+    const float cap = c->logit_softcap;
+    if (cap == 0.0f) return;
+    for (size_t i = 0; i < (size_t)rows * (size_t)c->vocab_size; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}
+
+void nv_window_mask(float *att, size_t ld, int p0, int rows, int window) {
+    for (int g = 0; g < rows; g++)
+        for (int u = 0; u <= p0 + g - window; u++) att[(size_t)g * ld + u] = -INFINITY;
+}
+
+void nv_gelu_mul(float *h, const float *g, int n) {
+    /* 0.5 x (1 + tanh(y)) = x / (1 + exp(-2y)), y = sqrt(2/pi) (x + 0.044715 x^3) */
+    const float k = -2.0f * 0.7978845608f, a = 0.044715f;
+    int i = 0;
+    for (const __m256 one = _mm256_set1_ps(1.0f), vk = _mm256_set1_ps(k), va = _mm256_set1_ps(a); i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(h + i);
+        const __m256 y = _mm256_mul_ps(_mm256_mul_ps(vk, x), _mm256_add_ps(one, _mm256_mul_ps(va, _mm256_mul_ps(x, x))));
+        const __m256 e = nv_expf256_exact(y);
+        _mm256_storeu_ps(h + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(g + i)));
+    }
+    for (; i < n; i++) {
+        const float x = h[i];
+        h[i] = x / (1.0f + expf(k * x * (1.0f + a * x * x))) * g[i];
+    }
+}
+
 void nv_rope_apply(float *vec, int n_heads, int head_dim, const float *cs) {
     for (int h = 0; h < n_heads; h++) {
         float *v = vec + (size_t)h * head_dim;
@@ -193,6 +242,7 @@ typedef struct {
     nv_state *s;
     const float *kc, *vc;
     int n, pos;
+    int window; /* the layer's sliding window, or 0 */
 } attn_job;
 
 /* Scores of positions u..u+8G-1 (G groups of 8 lanes, G independent chains): each lane sums
@@ -261,9 +311,9 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
     const int hd = c->head_dim, q_dim = nv_config_q_dim(c), p = j->pos + t;
     const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * s->cache_len * hd;
     const float *kh = j->kc + hoff, *vh = j->vc + hoff;
-    const float scale = sqrtf((float)hd);
-    const __m256 vscale = _mm256_set1_ps(scale);
     const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
+    const float scale = nv_config_attn_div(c);
+    const __m256 vscale = _mm256_set1_ps(scale);
     int u = 0;
     for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh, hd, hd, u, vscale, att);
     for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh, hd, hd, u, vscale, att);
@@ -273,6 +323,7 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
         for (int i = 0; i < hd; i++) score += q[i] * k[i];
         att[u] = score / scale;
     }
+    if (j->window) nv_window_mask(att, 0, p, 1, j->window);
     nv_softmax(att, p + 1);
     rows_values(att, s->cache_len, 1, p, vh, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
 }
@@ -294,7 +345,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
     const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * s->cache_len * hd, ald = (size_t)s->cache_len;
     const float *kh = j->kc + hoff, *vh = j->vc + hoff;
     float *kt = s->kt + (size_t)h * hd * 16;
-    const float scale = sqrtf((float)hd);
+    const float scale = nv_config_attn_div(c);
     for (int u0 = 0; u0 <= plast; u0 += 16) {
         const int nu = plast - u0 + 1 < 16 ? plast - u0 + 1 : 16;
         keys_t16(kh, hd, u0, nu, kt);
@@ -311,6 +362,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
             scores_rows_any(R, nu > 8 ? 2 : 1, 0, qr, hd, kt, 0, 16, 0, cnt, scale, ar, 0);
         }
     }
+    if (j->window) nv_window_mask(att, ald, p0, G, j->window);
     nv_softmax_causal(att, ald, p0 + 1, G);
     rows_values(att, ald, G, p0, vh, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);
 }
@@ -332,8 +384,8 @@ static void attention_head(void *ctx, int h, int n_heads) {
 }
 
 /* Causal attention of n query rows (positions pos..pos+n-1) over the layer's cache. */
-static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos) {
-    attn_job j = {c, s, kc, vc, n, pos};
+static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos, int window) {
+    attn_job j = {c, s, kc, vc, n, pos, window};
     /* a few microseconds of work (a small model's decode over a short context) is not worth waking
        the pool for; the heads' sums are the same either way */
     const double work = (double)c->n_heads * c->head_dim * n * (pos + n);
@@ -364,9 +416,10 @@ void nv_rmsnorm_rows(float *o, const float *x, const float *w, int n, int d, flo
 typedef struct {
     float *x;         /* the residual stream: x += y */
     const float *y;   /* residual: the product; SwiGLU: w3's output */
-    float *h;         /* SwiGLU: w1's output, replaced by silu(h) * y */
+    float *h;         /* SwiGLU: w1's output, replaced by silu(h) * y (gelu(h) * y with gelu) */
     int stride;       /* floats per row of all of them */
     int rows;         /* rows of the product (a pass of its own over them) */
+    int gelu;
 } tail_ep;
 
 static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
@@ -394,10 +447,21 @@ void nv_silu_mul(float *h, const float *g, int n) {
     }
 }
 
+static void residual_rows_task(void *ctx, int task, int n_tasks) {
+    const tail_ep *e = ctx;
+    for (int r = task; r < e->rows; r += n_tasks) residual_ep(ctx, r, r + 1, 0, e->stride);
+}
+
+/* Post-norms: y (e's product, its rows) normed in place by weight w, then x += y. */
+static void post_norm_residual(tail_ep *e, float *y, const float *w, float eps) {
+    nv_rmsnorm_rows(y, y, w, e->rows, e->stride, eps);
+    nv_pool_run(residual_rows_task, e, e->rows < 2 * nv_pool_threads() ? e->rows : 2 * nv_pool_threads());
+}
+
 static void swiglu_ep(void *vc, int r0, int r1, int c0, int c1) {
     const tail_ep *e = vc;
     for (int r = r0; r < r1; r++)
-        nv_silu_mul(e->h + (size_t)r * e->stride + c0, e->y + (size_t)r * e->stride + c0, c1 - c0);
+        (e->gelu ? nv_gelu_mul : nv_silu_mul)(e->h + (size_t)r * e->stride + c0, e->y + (size_t)r * e->stride + c0, c1 - c0);
 }
 
 static void swiglu_rows_task(void *ctx, int task, int n_tasks) {
@@ -454,7 +518,7 @@ static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
         for (int i = 0; i < cnt; i++)
             memcpy(r->moe_x + (size_t)i * d, r->xb + (size_t)(rows[i] / K) * d, (size_t)d * sizeof(float));
         nv_plan *const *ep = &lp->experts[3 * e];
-        tail_ep glu = {NULL, r->hb2, r->hb, h, cnt};
+        tail_ep glu = {NULL, r->hb2, r->hb, h, cnt, 0};
         nv_plan_run_group((const nv_plan *const[]){ep[0], ep[2]}, 2, r->moe_x, cnt, (float *const[]){r->hb, r->hb2}, swiglu_ep, &glu);
         nv_plan_run(ep[1], r->hb, cnt, r->moe_y);
         for (int i = 0; i < cnt; i++) {
@@ -474,16 +538,18 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     float *x = r->x, *xb = r->xb, *xb2 = r->xb2, *hb = r->hb, *hb2 = r->hb2;
     /* each product's elementwise follow-up runs on the block's own thread, in the same job; an
      * adapter's update of wo or w2 adds to the residual after it (x += W y + B'A y) */
-    tail_ep res = {x, xb2, NULL, d, n};
-    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, residual_ep, &res);
-    nv_adapter_rows_add(ad, c, l, 3, xb, x);
+    const int post = c->post_norms; /* the product normed before it joins the residual, its adapter's update with it */
+    tail_ep res = {x, xb2, NULL, d, n, 0};
+    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, post ? NULL : residual_ep, &res);
+    nv_adapter_rows_add(ad, c, l, 3, xb, post ? xb2 : x);
+    if (post) post_norm_residual(&res, xb2, m->w.post_att + (size_t)l * d, c->norm_eps);
 
     nv_rmsnorm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_ffn(m, l, n, r);
         return;
     }
-    tail_ep glu = {NULL, hb2, hb, h, n};
+    tail_ep glu = {NULL, hb2, hb, h, n, c->ffn_gelu};
     if (nv_adapter_rows_target(ad, 4) || nv_adapter_rows_target(ad, 6)) { /* SwiGLU waits for the updates */
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, NULL, NULL);
         nv_adapter_rows_add(ad, c, l, 4, xb, hb);
@@ -492,9 +558,10 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     } else {
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
     }
-    tail_ep res2 = {x, xb, NULL, d, n};
-    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, residual_ep, &res2);
-    nv_adapter_rows_add(ad, c, l, 5, hb, x);
+    tail_ep res2 = {x, xb, NULL, d, n, 0};
+    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, post ? NULL : residual_ep, &res2);
+    nv_adapter_rows_add(ad, c, l, 5, hb, post ? xb : x);
+    if (post) post_norm_residual(&res2, xb, m->w.post_ffn + (size_t)l * d, c->norm_eps);
 }
 
 void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs) {
@@ -533,7 +600,7 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         const int p = j->pos + t;
-        nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, s->rope + (size_t)p * hd);
+        nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, nv_rope_of_layer(c, s->rope, s->rope_swa, j->l) + (size_t)p * hd);
         for (int hh = 0; hh < c->n_kv_heads; hh++) { /* per head: [kv_heads][cache_len][hd] */
             const size_t at = ((size_t)hh * s->cache_len + (size_t)p) * hd;
             memcpy(j->kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));
@@ -553,7 +620,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
-    attention(c, s, rj.kc, rj.vc, n, pos);
+    attention(c, s, rj.kc, rj.vc, n, pos, nv_config_layer_windowed(c, l) ? c->swa_window : 0);
     nv_layer_tail(m, l, n, &s->r, NULL);
 }
 
@@ -584,11 +651,12 @@ nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n,
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return nv_fail(NV_ERANGE, "forward: token id %d outside the vocabulary of %d", tokens[t], c->vocab_size);
-        memcpy(s->r.x + (size_t)t * d, m->w.tok_emb + (size_t)tokens[t] * d, (size_t)d * sizeof(float));
+        nv_embed(m, tokens[t], s->r.x + (size_t)t * d);
     }
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, l, n, pos);
     const int first = n - rows;
     nv_rmsnorm_rows(s->r.xb, s->r.x + (size_t)first * d, m->w.rms_final, rows, d, c->norm_eps);
     nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);
+    nv_logits_finish(c, s->logits, rows);
     return NV_OK;
 }

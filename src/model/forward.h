@@ -34,6 +34,7 @@ typedef struct {
     int att_rows;
     float *kt;          /* [n_heads][head_dim][16]: 16 positions of a head's keys, transposed */
     float *rope;        /* [cache_len][head_dim]: nv_rope_table's cos, sin of every position */
+    float *rope_swa;    /* the same for the windowed layers when their RoPE base differs (nv_rope_of_layer), or NULL */
     int head_dim;       /* of the config the state (and its table) was made for */
     uint64_t rope_key;  /* nv_config_rope_key of the config the table was made for */
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] (grown by nv_forward_rows) */
@@ -86,6 +87,22 @@ void nv_silu_mul(float *h, const float *g, int n);
  * angles of one position's row of that table. */
 void nv_rope_table(float *cs, const nv_config *c, int npos);
 void nv_rope_apply(float *vec, int n_heads, int head_dim, const float *cs);
+/* A table of npos positions allocated and filled: the windowed layers' (windowed: their own base,
+ * unscaled; NULL without one, as when the model has none) or the others'. NULL when out of memory. */
+float *nv_rope_table_new(const nv_config *c, int npos, int windowed);
+/* The table layer l rotates by. */
+static inline const float *nv_rope_of_layer(const nv_config *c, const float *rope, const float *rope_swa, int l) {
+    return rope_swa && nv_config_layer_windowed(c, l) ? rope_swa : rope;
+}
+/* A token's embedding row into x (times the model's embedding scale when it has one). */
+void nv_embed(const nv_model *m, int token, float *x);
+/* The classifier's rows made final: the model's soft cap (cap * tanh(logit / cap)) when it has one. */
+void nv_logits_finish(const nv_config *c, float *logits, int rows);
+/* A sliding window over rows of attention scores (ld apart, row g at position p0 + g): positions
+ * up to p0 + g - window made -inf, so that the softmax gives them weight 0. */
+void nv_window_mask(float *att, size_t ld, int p0, int rows, int window);
+/* h[i] = gelu(h[i]) * g[i], GELU's tanh form (Gemma's gating). */
+void nv_gelu_mul(float *h, const float *g, int n);
 /* One row's query, key and value of layer l after their projections: the biases (Qwen2), QK-norm
  * (Qwen3), then RoPE of the query and key heads by the angles cs of its position (shared by the
  * single-sequence and the batched forward). */

@@ -647,7 +647,16 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
 static const char *arch_name(int qk_norm, int qkv_bias, int experts) {
     return qk_norm ? (experts ? "qwen3moe" : "qwen3") : qkv_bias ? "qwen2" : "llama";
 }
-static const char *arch_of(const nv_config *c) { return arch_name(c->qk_norm, c->qkv_bias, c->n_experts); }
+/* Whether c is what config_of makes of a gemma3 file (so that one written reads back the same). */
+static int gemma3_form(const nv_config *c) {
+    int uniform = 1;
+    for (int i = 1; i < c->n_rope_factors; i++) uniform &= c->rope_factors[i] == c->rope_factors[0];
+    const float div = c->n_layers == 62 ? sqrtf((float)(c->dim / c->n_heads)) : 0.0f;
+    return c->post_norms && c->ffn_gelu && c->qk_norm && !c->qkv_bias && !c->n_experts && c->emb_scale == sqrtf((float)c->dim) &&
+           c->attn_div == div && uniform && c->yarn.factor == 0.0f && c->llama3.factor == 0.0f &&
+           (c->swa_window ? c->swa_period == 6 && c->rope_theta_swa == 10000.0f : !c->swa_period && c->rope_theta_swa == 0.0f);
+}
+static const char *arch_of(const nv_config *c) { return c->post_norms ? "gemma3" : arch_name(c->qk_norm, c->qkv_bias, c->n_experts); }
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
@@ -661,12 +670,13 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     if (!arch_s) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
     char shown_arch[128], k[96];
     const int qwen3moe = name_is(arch_s, n, "qwen3moe"), qwen3 = qwen3moe || name_is(arch_s, n, "qwen3"),
-              qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3");
-    if (!llama && !qwen3 && !qwen2 && !phi3)
-        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe or phi3)", g->path,
+              qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3"),
+              gemma3 = name_is(arch_s, n, "gemma3");
+    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma3)
+        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3 or gemma3)", g->path,
                        nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = phi3 ? "phi3" : arch_name(qwen3, qwen2, qwen3moe);
-    if (neox) *neox = qwen3 || qwen2 || phi3;
+    const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : arch_name(qwen3, qwen2, qwen3moe);
+    if (neox) *neox = qwen3 || qwen2 || phi3 || gemma3;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
@@ -767,6 +777,18 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
             nv_warn("%s: the model's sliding window of %lld tokens is not applied: attention sees the whole context of %lld, "
                     "as llama.cpp runs phi3", g->path, (long long)window, (long long)ctx);
     }
+    /* Gemma 3 as llama.cpp runs it: five layers of a sliding window (their RoPE base 10000,
+       unscaled) then one of the whole context, when the file gives a window; logits soft-capped
+       when it gives a cap */
+    int64_t window = 0;
+    float softcap = 0.0f;
+    if (gemma3) {
+        NV_TRY(get_int(g, "gemma3.attention.sliding_window", 0, &window));
+        NV_TRY(get_float(g, "gemma3.final_logit_softcapping", 0.0f, &softcap));
+        if (window < 0 || window > (1 << 30) || !(softcap >= 0.0f && softcap < 1e6f))
+            return nv_fail(NV_EFORMAT, "%s: gemma3's sliding window %lld or logit cap %g is out of range", g->path, (long long)window,
+                           (double)softcap);
+    }
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;
@@ -796,8 +818,16 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.freq_base"), 10000.0f, &c->rope_theta));
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps));
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
-    c->qk_norm = qwen3;
+    c->qk_norm = qwen3 || gemma3;
     c->qkv_bias = qwen2;
+    if (gemma3) {
+        c->ffn_gelu = c->post_norms = 1;
+        c->emb_scale = sqrtf((float)dim);
+        /* llama.cpp's rule: the 62-layer model (27B) scales queries by its width per head, not its head size */
+        if (layers == 62) c->attn_div = sqrtf((float)(dim / heads));
+        c->logit_softcap = softcap;
+        if (window > 0) c->swa_window = (int)window, c->swa_period = 6, c->rope_theta_swa = 10000.0f;
+    }
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     /* a divisor per pair: Llama 3.1+'s rope_freqs, or LongRoPE's set for the model's context (the two
@@ -823,7 +853,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
 }
 
 size_t nv_model_tensor_count(const nv_config *c) {
-    return 2 + (c->shared_classifier ? 0 : 1) + (9 + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0) + (c->n_experts ? 1 : 0)) * (size_t)c->n_layers;
+    return 2 + (c->shared_classifier ? 0 : 1) +
+           (9 + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0) + (c->n_experts ? 1 : 0) + (c->post_norms ? 2 : 0)) * (size_t)c->n_layers;
 }
 
 size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_ref *t) {
@@ -861,6 +892,10 @@ size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_re
             t[k] = (nv_tensor_ref){.d0 = qd, .d1 = 1, .p = AT(bq, l * qd)}, ADD("blk.%llu.attn_q.bias", (unsigned long long)l);
             t[k] = (nv_tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bk, l * kvd)}, ADD("blk.%llu.attn_k.bias", (unsigned long long)l);
             t[k] = (nv_tensor_ref){.d0 = kvd, .d1 = 1, .p = AT(bv, l * kvd)}, ADD("blk.%llu.attn_v.bias", (unsigned long long)l);
+        }
+        if (c->post_norms) {
+            t[k] = (nv_tensor_ref){.d0 = d, .d1 = 1, .p = AT(post_att, l * d)}, ADD("blk.%llu.post_attention_norm.weight", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = d, .d1 = 1, .p = AT(post_ffn, l * d)}, ADD("blk.%llu.post_ffw_norm.weight", (unsigned long long)l);
         }
     }
 #undef ADD
@@ -1148,7 +1183,7 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     size_t n = 0;
     const char *model = nv_gguf_string(&g, "tokenizer.ggml.model", &n);
     const nv_gguf_kv *toks = nv_gguf_find(&g, "tokenizer.ggml.tokens"), *scores = nv_gguf_find(&g, "tokenizer.ggml.scores");
-    int64_t unk, bos;
+    int64_t bos = 1;
     if (!model || !toks) e = nv_fail(NV_EFORMAT, "%s: no tokenizer in this GGUF file (tokenizer.ggml.model/tokens)", path);
     else if (!name_is(model, n, "llama")) {
         char sm[128];
@@ -1159,10 +1194,7 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
         e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.tokens is not a list of 3 to 2^24 strings", path);
     else if (scores && (scores->type != GG_ARR || scores->elem != GG_F32 || scores->count != toks->count))
         e = nv_fail(NV_EFORMAT, "%s: tokenizer.ggml.scores is not one float per token", path);
-    else if ((e = get_int(&g, "tokenizer.ggml.unknown_token_id", 0, &unk)) == NV_OK &&
-             (e = get_int(&g, "tokenizer.ggml.bos_token_id", 1, &bos)) == NV_OK && (unk != 0 || bos != 1))
-        e = nv_fail(NV_EUNSUPPORTED, "%s: <unk> and BOS are ids %lld and %lld; this tokenizer needs 0 and 1 (EOS may be any)", path,
-                    (long long)unk, (long long)bos);
+    else e = get_int(&g, "tokenizer.ggml.bos_token_id", 1, &bos);
     if (e != NV_OK) {
         nv_gguf_close(&g);
         return e;
@@ -1177,7 +1209,8 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
         rd_string(&c, &piece[i], &plen[i], "token"); /* checked at open */
         if (scores) memcpy(&score[i], scores->val + 4 * (size_t)i, 4);
     }
-    if (e == NV_OK) e = nv_spm_bytes(path, n_tok, piece, plen, score, out, len);
+    /* llama's ids (BOS 1) in llama2.c's form; another layout (Gemma's) keeps its pieces, its types say what is special */
+    if (e == NV_OK) e = nv_spm_bytes(path, n_tok, piece, plen, score, bos == NV_TOKEN_BOS, out, len);
     free(piece);
     free(plen);
     free(score);
@@ -1185,8 +1218,8 @@ nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len) {
     return e;
 }
 
-nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const size_t *plen, const float *score, uint8_t **out,
-                    size_t *len) {
+nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const size_t *plen, const float *score, int llama2c_ids,
+                    uint8_t **out, size_t *len) {
     /* llama2.c's layout: int32 max length, then per token float score, int32 length, bytes */
     size_t total = 4;
     for (int i = 0; i < n; i++) total += 8 + (plen[i] > 7 ? plen[i] : 7); /* room for BOS/EOS written as "\n</s>\n" */
@@ -1196,7 +1229,7 @@ nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const siz
     for (int i = 0; i < n; i++) {
         const char *s = piece[i];
         size_t sl = plen[i];
-        if (i == NV_TOKEN_BOS || i == NV_TOKEN_EOS) { /* as llama2.c's export writes them: no text can spell them */
+        if (llama2c_ids && (i == NV_TOKEN_BOS || i == NV_TOKEN_EOS)) { /* as llama2.c's export writes them: no text can spell them */
             s = i == NV_TOKEN_BOS ? "\n<s>\n" : "\n</s>\n";
             sl = strlen(s);
         }
@@ -1476,8 +1509,8 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
             type = i == NV_TOKEN_UNK ? 2 : i <= NV_TOKEN_EOS ? 3 : sscanf(p, "<0x%2X%c", &x, &end) == 2 && end == '>' && strlen(p) == 6 ? 6 : 1;
         nv_buf_append(b, &type, 4);
     }
-    kv_u32(b, "tokenizer.ggml.unknown_token_id", NV_TOKEN_UNK);
-    kv_u32(b, "tokenizer.ggml.bos_token_id", NV_TOKEN_BOS);
+    kv_u32(b, "tokenizer.ggml.unknown_token_id", (uint32_t)nv_tokenizer_unk(tok));
+    kv_u32(b, "tokenizer.ggml.bos_token_id", (uint32_t)nv_tokenizer_bos(tok));
     kv_u32(b, "tokenizer.ggml.eos_token_id", (uint32_t)nv_tokenizer_eos(tok));
     if (!nv_tokenizer_space_prefix(tok)) { /* SentencePiece's dummy prefix off, as the vocabulary read said */
         kv_bool(b, "tokenizer.ggml.add_space_prefix", 0);
@@ -2059,6 +2092,9 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
     if (c->qk_norm && c->qkv_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
+    const int gemma3 = c->post_norms; /* written only as the loader reads gemma3 back */
+    if (nv_config_inference_only(c) && !gemma3_form(c))
+        return nv_fail(NV_EUNSUPPORTED, "%s: not written: no GGUF architecture holds this model's mix of Gemma 3's parts", path);
     /* qwen3/qwen2: the query and key rows (and QK-norm weights, query and key biases) in that
      * architecture's RoPE order, in copies */
     nv_model qw;
@@ -2070,14 +2106,16 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         free(qk_copy);
         return nv_fail(NV_EUNSUPPORTED, "%s: YaRN without rounding its ramp (transformers' truncate false) has no GGUF form", path);
     }
-    const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0 && !yarn);
+    /* gemma3's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for it) */
+    const int factor_only = gemma3 && c->n_rope_factors;
+    const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0 && !yarn && !factor_only);
     nv_tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) {
         free(qk_copy);
         return nv_fail(NV_ENOMEM, "out of memory");
     }
     const size_t nw = nv_model_tensor_map(c, &qw.w, t);
-    if (c->n_rope_factors && !yarn) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
+    if (c->n_rope_factors && !yarn && !factor_only) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
         t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0};
     const char *arch = arch_of(c);
     char k[96];
@@ -2117,6 +2155,13 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), c->norm_eps);
     kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
     if (c->rope_attn != 0.0f && !yarn) kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), c->rope_attn), n_kv++;
+    if (factor_only) {
+        kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "linear");
+        kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->rope_factors[0]);
+        n_kv += 2;
+    }
+    if (c->swa_window) kv_u32(&b, akey(k, sizeof k, arch, "attention.sliding_window"), (uint32_t)c->swa_window), n_kv++;
+    if (c->logit_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "final_logit_softcapping"), c->logit_softcap), n_kv++;
     if (yarn) {
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "yarn");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->yarn.factor);

@@ -136,8 +136,9 @@ int nv_gguf_has_vocab(const char *path);
 /* The vocabulary of path as llama2.c tokenizer.bin bytes in *out (the caller frees). */
 nv_err nv_gguf_tokenizer_bytes(const char *path, uint8_t **out, size_t *len);
 /* n SentencePiece pieces (U+2581 for spaces) and their scores as llama2.c tokenizer.bin bytes in
- * *out (the caller frees): ids 1 and 2 written "\n<s>\n"/"\n</s>\n"; path names the source in errors. */
-nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const size_t *plen, const float *score, uint8_t **out,
+ * *out (the caller frees): with llama2c_ids, ids 1 and 2 written "\n<s>\n"/"\n</s>\n"; path names the
+ * source in errors. */
+nv_err nv_spm_bytes(const char *path, int n, const char *const *piece, const size_t *plen, const float *score, int llama2c_ids, uint8_t **out,
                     size_t *len);
 
 /* The model's tensors in llama.cpp's names and order, each with its GGUF shape [d0, d1] or [d0, d1,

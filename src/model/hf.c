@@ -895,7 +895,7 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
             if (t >= 0 && score[t] == -1e30f) score[t] = -(float)k;
         }
         if (err == NV_OK && !cat) err = nv_fail(NV_ENOMEM, "%s: out of memory", path);
-        if (err == NV_OK) err = nv_spm_bytes(path, n, b->tok, plen, score, &v->spm, &v->spm_len);
+        if (err == NV_OK) err = nv_spm_bytes(path, n, b->tok, plen, score, 1, &v->spm, &v->spm_len);
         free(cat);
         free(score);
         free(plen);
@@ -1291,6 +1291,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (c->rope_attn != 0.0f) /* transformers' only carrier of it, longrope's, holds two sets of factors */
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE's attention factor outside YaRN has no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
+    if (nv_config_inference_only(c)) return nv_fail(NV_EUNSUPPORTED, "%s: not written: %s", dir, nv_config_inference_only(c));
     if (c->n_experts && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has experts and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", dir, nv_tokenizer_vocab_size(tok), c->vocab_size);

@@ -17,7 +17,7 @@
 
 /* Number of fp32 values of each part, in version-1 order. */
 typedef struct {
-    uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm, bq, bkv, router;
+    uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm, bq, bkv, router, post_norm;
 } part_sizes;
 
 static part_sizes sizes_of(const nv_config *c) {
@@ -42,6 +42,7 @@ static part_sizes sizes_of(const nv_config *c) {
     s.bq = c->qkv_bias ? L * q : 0;
     s.bkv = c->qkv_bias ? L * kv : 0;
     s.router = L * (uint64_t)c->n_experts * d;
+    s.post_norm = c->post_norms ? L * d : 0;
     return s;
 }
 
@@ -71,6 +72,10 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
     w->bv = c->qkv_bias ? p : NULL;
     p += s.bkv;
     w->router = c->n_experts ? p : NULL;
+    p += s.router;
+    w->post_att = c->post_norms ? p : NULL;
+    p += s.post_norm;
+    w->post_ffn = c->post_norms ? p : NULL;
 }
 
 static nv_err alloc_params(nv_model *m) {
@@ -267,6 +272,7 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
     for (uint64_t i = 0; i < s.rms_ffn; i++) w->rms_ffn[i] = 1.0f;
     for (uint64_t i = 0; i < s.rms_final; i++) w->rms_final[i] = 1.0f;
     for (uint64_t i = 0; i < s.q_norm; i++) w->q_norm[i] = w->k_norm[i] = 1.0f;
+    for (uint64_t i = 0; i < s.post_norm; i++) w->post_att[i] = w->post_ffn[i] = 1.0f;
     const init_mat mats[] = {{w->tok_emb, s.tok_emb, std}, {w->wq, s.wq, std},      {w->wk, s.wk, std},
                              {w->wv, s.wv, std},           {w->wo, s.wo, std_res},  {w->w1, s.w1, std},
                              {w->w2, s.w2, std_res},       {w->w3, s.w3, std},      {w->wcls, s.wcls, std},
@@ -327,11 +333,12 @@ nv_err nv_model_upcycle(const nv_model *dense, int experts, int used, uint64_t s
 
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
-           !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts;
+           !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts && !nv_config_inference_only(c);
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     const nv_config *c = &m->config;
+    if (nv_config_inference_only(c)) return nv_fail(NV_EUNSUPPORTED, "%s: not written: %s", path, nv_config_inference_only(c));
     if (c->qk_norm || c->head_dim * c->n_heads != c->dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 cannot hold this shape (head_dim %d x %d heads != dim %d%s; GGUF can: name the output .gguf)",
                        path, c->head_dim, c->n_heads, c->dim, c->qk_norm ? ", QK-norm" : "");

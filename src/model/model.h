@@ -39,6 +39,8 @@ typedef struct {
     float *bk;        /* [L][kv_dim] (qkv_bias only) */
     float *bv;        /* [L][kv_dim] (qkv_bias only) */
     float *router;    /* [L][n_experts][dim] (a mixture of experts only) */
+    float *post_att;  /* [L][dim] (post_norms only) */
+    float *post_ffn;  /* [L][dim] (post_norms only) */
 } nv_weights;
 
 typedef struct {

@@ -35,7 +35,8 @@ struct nv_tokenizer {
     uint32_t mask;
     char byte_pieces[512]; /* "b\0" for every byte b: decode's answer for <0xXX> pieces */
     uint8_t bigram[256 * 256 / 8]; /* bit (x,y) set: some piece has byte y right after byte x */
-    int bos, eos, add_bos; /* llama2.c's: 1, 2, always */
+    int unk, bos, eos, add_bos; /* llama2.c's: 0, 1, 2, always */
+    int spm_bytes;         /* a GGUF SentencePiece vocabulary's byte tokens are byte_tok's, not llama2.c's b + 3 */
     int eog[16], n_eog;    /* ids that end generation */
     /* Byte-level BPE (a GGUF "gpt2" vocabulary); NULL/0 for llama2.c's. Pieces are stored as
      * the file spells them (every byte as one code point); text is what they print. */
@@ -207,6 +208,7 @@ static nv_err tok_build(const char *path, const nv_mapped *m, int vocab_size, nv
         t->byte_pieces[2 * b] = (char)b;
         t->byte_pieces[2 * b + 1] = '\0';
     }
+    t->unk = NV_TOKEN_UNK;
     t->bos = NV_TOKEN_BOS;
     t->eos = NV_TOKEN_EOS;
     t->add_bos = 1;
@@ -358,9 +360,9 @@ static void add_ends(nv_tokenizer *t) {
     add_eog(t, t->eom);
     static const char *const ends[] = {"<|eot_id|>",  "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>",
                                        "<end_of_turn>", "<|end|>",  NULL};
-    for (int i = 0; ends[i]; i++) {
+    for (int i = 0; ends[i]; i++) { /* a user-defined one made control, as llama.cpp makes it (Gemma's <end_of_turn>) */
         int id = nv_tokenizer_lookup(t, ends[i]);
-        if (id >= 0 && t->type[id] == 3) add_eog(t, id);
+        if (id >= 0 && (t->type[id] == 3 || t->type[id] == 4)) add_eog(t, id), t->type[id] = 3;
     }
 }
 
@@ -502,6 +504,21 @@ static int has_word(const char *s, size_t n, const char *word) {
  * and add_bos; a Phi-3's special tokens take the white space after them but <unk>, <s> and
  * <|endoftext|> (llama.cpp's rule, by a general.name holding "phi-3" or "phi3", here also by the
  * phi3 architecture: its tokenizer strips there). */
+/* The byte tokens by their pieces (<0xXX>, type byte) when they are not llama2.c's ids b + 3 (Gemma's
+ * vocabulary has them past its specials). */
+static void spm_byte_ids(nv_tokenizer *t) {
+    int at_llama2c = 1;
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+    for (int i = 0; i < t->n; i++) {
+        const char *p = tok_piece(t, i);
+        unsigned b;
+        char end;
+        if (t->type[i] == 6 && t->len[i] == 6 && sscanf(p, "<0x%2X%c", &b, &end) == 2 && end == '>' && t->byte_tok[b] < 0) t->byte_tok[b] = i;
+    }
+    for (int b = 0; b < 256; b++) at_llama2c &= t->byte_tok[b] == b + 3 || (t->byte_tok[b] < 0 && b + 3 >= t->n);
+    t->spm_bytes = !at_llama2c;
+}
+
 static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
@@ -516,6 +533,10 @@ static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
     for (int i = 0; e == NV_OK && i < t->n; i++) /* ids past a cut to the model's vocabulary are gone */
         t->type[i] = i < v.n_tokens && v.tok_type[i] >= 0 && v.tok_type[i] <= 6 ? (uint8_t)v.tok_type[i] : 1;
     if (e == NV_OK) {
+        if (v.bos >= 0 && v.bos < t->n) t->bos = v.bos;
+        if (v.unk >= 0 && v.unk < t->n) t->unk = v.unk;
+        if (t->bos != NV_TOKEN_BOS) t->n_eog = 0; /* not llama2.c's ids: its BOS 1 does not end generation */
+        spm_byte_ids(t);
         if (v.eos >= 0 && v.eos < t->n) t->eos = v.eos;
         t->eot = v.eot < t->n ? v.eot : -1;
         t->eom = v.eom < t->n ? v.eom : -1;
@@ -586,6 +607,7 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
 
 int nv_tokenizer_vocab_size(const nv_tokenizer *t) { return t->n; }
 int nv_tokenizer_bos(const nv_tokenizer *t) { return t->bos; }
+int nv_tokenizer_unk(const nv_tokenizer *t) { return t->unk; }
 int nv_tokenizer_eos(const nv_tokenizer *t) { return t->eos; }
 int nv_tokenizer_adds_bos(const nv_tokenizer *t) { return t->add_bos; }
 int nv_tokenizer_byte_level(const nv_tokenizer *t) { return t->byte_level; }
@@ -607,8 +629,10 @@ const char *nv_tokenizer_piece(const nv_tokenizer *t, int id) {
 }
 
 const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id) {
-    if (!t->byte_level && id >= NV_TOKEN_UNK && id <= NV_TOKEN_EOS) return id == NV_TOKEN_UNK ? "<unk>" : id == NV_TOKEN_BOS ? "<s>" : "</s>";
-    return nv_tokenizer_piece(t, id);
+    const char *p = nv_tokenizer_piece(t, id);
+    if (!t->byte_level && p && p[0] == '\n') /* llama2.c's spelling of BOS and EOS, that no text matches */
+        return !strcmp(p, "\n<s>\n") ? "<s>" : !strcmp(p, "\n</s>\n") ? "</s>" : p;
+    return p;
 }
 
 float nv_tokenizer_score(const nv_tokenizer *t, int id) {
@@ -624,7 +648,9 @@ int nv_tokenizer_space_prefix(const nv_tokenizer *t) { return !t->byte_level && 
 int nv_tokenizer_llama2c_form(const nv_tokenizer *t) {
     if (t->byte_level) return 0;
     if (!t->type) return 1;
-    if (t->rstrip || t->no_space_prefix || t->eos != NV_TOKEN_EOS || !t->add_bos) return 0;
+    if (t->rstrip || t->no_space_prefix || t->spm_bytes || t->unk != NV_TOKEN_UNK || t->bos != NV_TOKEN_BOS || t->eos != NV_TOKEN_EOS ||
+        !t->add_bos)
+        return 0;
     for (int i = NV_TOKEN_EOS + 1; i < t->n; i++)
         if (t->type[i] != 1 && t->type[i] != 6) return 0; /* a special token llama2.c's file cannot mark */
     return 1;
@@ -633,7 +659,8 @@ int nv_tokenizer_llama2c_form(const nv_tokenizer *t) {
 /* run.c's byte fallback is id b+3; a vocabulary too small for that gets <unk> instead of an
  * id past its end. */
 static int tok_byte_id(const nv_tokenizer *t, unsigned char b) {
-    return (int)b + 3 < t->n ? (int)b + 3 : NV_TOKEN_UNK;
+    if (t->spm_bytes) return t->byte_tok[b] >= 0 ? t->byte_tok[b] : t->unk;
+    return (int)b + 3 < t->n ? (int)b + 3 : t->unk;
 }
 
 /* A merge candidate: the pair starting at node `left` merges into piece `id`. key orders
@@ -1041,7 +1068,7 @@ static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int 
         *n_tokens = n;
         return NV_OK;
     }
-    if (bos && t->add_bos) tok[n++] = NV_TOKEN_BOS;
+    if (bos && t->add_bos) tok[n++] = t->bos;
     /* A GGUF vocabulary's special tokens cut the text (llama.cpp's SentencePiece tokenizer): each
        piece between them is encoded on its own, with SentencePiece's dummy-prefix space when it
        opens the text or follows a special token; merges never cross a cut (brk). Without special
@@ -1090,10 +1117,11 @@ const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token
     if (token < 0 || token >= t->n) return NULL;
     if (t->byte_level) return t->text + t->text_off[token];
     /* a GGUF vocabulary's control tokens past llama2.c's three print nothing, as the byte-level ones */
-    if (t->type && token > NV_TOKEN_EOS && t->type[token] == 3) return "";
+    /* (llama2.c's own three keep their pieces, as run.c prints them) */
+    if (t->type && t->type[token] == 3 && !(t->bos == NV_TOKEN_BOS && token <= NV_TOKEN_EOS)) return "";
     const char *p = tok_piece(t, token);
     /* SentencePiece's decoder drops the dummy prefix's space after BOS (llama2.c PR #89). */
-    if (prev_token == NV_TOKEN_BOS && p[0] == ' ') p++;
+    if (prev_token == t->bos && p[0] == ' ' && !t->no_space_prefix) p++;
     /* Same test as run.c (sscanf, so the same lenient matches), gated to stay cheap. */
     if (p[0] == '<' && p[1] == '0' && p[2] == 'x') {
         unsigned char b;

@@ -57,8 +57,9 @@ nv_err nv_tokenizer_load_for_model(const char *path, int vocab_size, nv_tokenize
 void nv_tokenizer_free(nv_tokenizer *t);
 
 int nv_tokenizer_vocab_size(const nv_tokenizer *t);
-/* The BOS and EOS ids (-1 when the vocabulary has none). */
+/* The BOS, <unk> and EOS ids (-1 when the vocabulary has none; <unk>: 0 for a byte-level one). */
 int nv_tokenizer_bos(const nv_tokenizer *t);
+int nv_tokenizer_unk(const nv_tokenizer *t);
 int nv_tokenizer_eos(const nv_tokenizer *t);
 /* 1 when id ends a generation (see above). */
 int nv_tokenizer_is_eog(const nv_tokenizer *t, int id);

@@ -6,7 +6,7 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3"};
+static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -20,7 +20,7 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3)", name);
+    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma)", name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
@@ -30,6 +30,7 @@ const char *nv_chat_template_stop(nv_chat_template t) {
            : t == NV_CHAT_LLAMA3 ? "<|eot_id|>"
            : t == NV_CHAT_DEEPSEEK ? DS_END
            : t == NV_CHAT_PHI3 ? "<|end|>"
+           : t == NV_CHAT_GEMMA ? "<end_of_turn>"
                                : NULL;
 }
 
@@ -199,6 +200,41 @@ static void render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_cha
     nv_buf_printf(text, "%sassistant%s\n%s", k->pre, k->close, no_think);
 }
 
+/* Gemma's turns: <start_of_turn>user (or model, the assistant's), the text trimmed, <end_of_turn>;
+ * the first system message and the tools open the first turn's text (Gemma has no system turn);
+ * consecutive tool results share one user turn. */
+static void render_gemma(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    nv_buf prefix = {0};
+    int i = 0;
+    if (n && is_system(m[0].role)) nv_buf_printf(&prefix, "%s\n\n", m[i++].content);
+    if (o->n_tools) {
+        hermes_tools(&prefix, o);
+        nv_buf_puts(&prefix, "\n\n");
+    }
+    if (prefix.oom) text->oom = 1;
+    for (const int first = i; i < n; i++) {
+        const char *pre = i == first && prefix.data ? prefix.data : "";
+        if (is_tool(m[i].role)) {
+            nv_buf_puts(text, i == 0 || !is_tool(m[i - 1].role) ? "<start_of_turn>user\n" : "\n");
+            nv_buf_puts(text, i == 0 || !is_tool(m[i - 1].role) ? pre : "");
+            tool_response(text, m[i].content);
+            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_puts(text, "<end_of_turn>\n");
+            continue;
+        }
+        nv_buf_printf(text, "<start_of_turn>%s\n%s", strcmp(m[i].role, "assistant") ? "user" : "model", pre);
+        if (i == n - 1 && continues(m, n, o)) { /* the answer so far, continued */
+            nv_buf_puts(text, m[i].content);
+            nv_buf_free(&prefix);
+            return;
+        }
+        put_stripped(text, m[i].content);
+        hermes_calls(text, &m[i]);
+        nv_buf_puts(text, "<end_of_turn>\n");
+    }
+    nv_buf_puts(text, "<start_of_turn>model\n");
+    nv_buf_free(&prefix);
+}
+
 /* A Llama 3 message's body: an assistant's call replaces its content. */
 static void llama3_body(nv_buf *text, const nv_chat_msg *m) {
     if (m->n_calls)
@@ -294,6 +330,7 @@ static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_c
     if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(&text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
     else if (t == NV_CHAT_LLAMA3) render_llama3(&text, m, n, o);
     else if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n, o);
+    else if (t == NV_CHAT_GEMMA) render_gemma(&text, m, n, o);
     else render_plain(&text, m, n, o);
     nv_err e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", 1, 0);
     nv_buf_free(&text);
@@ -350,8 +387,9 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
             nv_buf_puts(&answer, a->content);
             hermes_calls(&answer, a);
         } else {
-            if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_DEEPSEEK) {
+            if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_DEEPSEEK || t == NV_CHAT_GEMMA) {
                 if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n - 1, o);
+                else if (t == NV_CHAT_GEMMA) render_gemma(&text, m, n - 1, o);
                 else render_turns(&text, m, n - 1, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
                 nv_buf_puts(&answer, a->content);
                 hermes_calls(&answer, a);
@@ -523,6 +561,25 @@ static const char jinja_deepseek[] =
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '" DS_ASSISTANT "' }}{%- endif %}";
 
+static const char jinja_gemma[] =
+    "{%- set ns = namespace(c='', start=0, pre='') %}" J_BOS
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT
+    "{%- set ns.pre = ns.c + '\\n\\n' %}{%- set ns.start = 1 %}{%- endif %}"
+    "{%- if tools %}{%- set ns.pre = ns.pre + '" J_TOOLS_HEAD "' %}"
+    "{%- for t in tools %}{%- set ns.pre = ns.pre + '\\n' + (t | tojson) %}{%- endfor %}"
+    "{%- set ns.pre = ns.pre + '" J_TOOLS_TAIL "\\n\\n' %}{%- endif %}"
+    J_EACH
+    "{%- set pre = ns.pre if i == ns.start else '' %}"
+    "{%- if m.role in " J_TOOL " %}"
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '<start_of_turn>user\\n' + pre }}{%- else %}{{- '\\n' }}{%- endif %}"
+    "{{- " J_RESPONSE " }}"
+    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '<end_of_turn>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<start_of_turn>' + ('model' if m.role == 'assistant' else 'user') + '\\n' + pre + (ns.c | trim) }}" J_HERMES_CALLS
+    "{{- '<end_of_turn>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}";
+
 const char *nv_chat_template_jinja(nv_chat_template t) {
     switch (t) {
     case NV_CHAT_PLAIN: return jinja_plain;
@@ -531,6 +588,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_LLAMA3: return jinja_llama3;
     case NV_CHAT_DEEPSEEK: return jinja_deepseek;
     case NV_CHAT_PHI3: return jinja_phi3;
+    case NV_CHAT_GEMMA: return jinja_gemma;
     }
     return NULL;
 }

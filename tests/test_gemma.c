@@ -1,0 +1,338 @@
+/* Gemma 3's block (GGUF arch gemma3): a sliding window over five of every six layers with their own
+ * RoPE base, GELU gating, RMSNorm after the attention and after the FFN, embeddings times
+ * sqrt(dim), soft-capped logits; its vocabulary's layout (BOS 2, EOS 1, byte tokens past the
+ * specials, no dummy prefix) and chat template. The forward (token by token and a whole prompt at once) is checked
+ * against a plain reference written here from the definition; a GGUF file written and read back
+ * gives the same logits; training and the formats without these parts refuse the model. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/hf.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "serve/chat.h"
+#include "forward_ref.h"
+#include "gguf_write.h"
+#include "serve_util.h"
+#include "t.h"
+
+#define T 24 /* positions: several windows' worth */
+
+/* A small Gemma-shaped config: GQA, head size 16 (q_dim 64 != dim 32), a window of 5 with every
+ * second layer global, the global layers' RoPE scaled linearly (as Gemma 3 4B+). */
+static nv_config gemma_config(void) {
+    nv_config c = {32, 48, 4, 4, 2, 16, 67, 64, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.swa_window = 5, c.swa_period = 2, c.rope_theta_swa = 10000.0f;
+    c.ffn_gelu = c.post_norms = 1;
+    c.emb_scale = sqrtf(32.0f);
+    c.logit_softcap = 3.0f;
+    nv_config_rope_linear(&c, 2.0f);
+    return c;
+}
+
+/* A model of c with random weights and norms that are not all ones. */
+static int gemma_model(nv_model *m, const nv_config *c, uint64_t seed) {
+    T_CHECK(nv_model_alloc(m, c) == NV_OK, "%s", nv_errmsg());
+    if (!m->params) return 0;
+    nv_model_init_random(m, seed);
+    const int L = c->n_layers, d = c->dim, hd = c->head_dim;
+    nv_weights *w = &m->w;
+    for (int i = 0; i < L * d; i++) {
+        w->rms_att[i] = 0.8f + 0.01f * (float)(i % 37);
+        w->rms_ffn[i] = 1.2f - 0.01f * (float)(i % 29);
+        w->post_att[i] = 0.5f + 0.02f * (float)(i % 31);
+        w->post_ffn[i] = 0.7f + 0.015f * (float)(i % 23);
+    }
+    for (int i = 0; i < L * hd; i++) w->q_norm[i] = 0.6f + 0.05f * (float)(i % 13), w->k_norm[i] = 1.4f - 0.04f * (float)(i % 11);
+    for (int i = 0; i < c->vocab_size * d; i++) w->tok_emb[i] *= 20.0f; /* logits large enough for the cap to bend */
+    return 1;
+}
+
+static void ref_rmsnorm(double *o, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) o[i] = x[i] * r * w[i];
+}
+
+/* y[rows] = W[rows][cols] . x */
+static void ref_matvec(double *y, const float *W, const double *x, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        double s = 0;
+        for (int k = 0; k < cols; k++) s += (double)W[(size_t)r * cols + k] * x[k];
+        y[r] = s;
+    }
+}
+
+/* The model's logits after each of toks[0..n), straight from the definition, in doubles. */
+static void reference_logits(const nv_model *m, const int *toks, int n, float *out) {
+    const nv_config *c = &m->config;
+    const nv_weights *w = &m->w;
+    const int d = c->dim, hd = c->head_dim, H = c->n_heads, KV = c->n_kv_heads, qd = H * hd, kvd = KV * hd, h = c->hidden_dim;
+    double *x = calloc((size_t)n * d, sizeof(double)), *xn = malloc(sizeof(double) * (size_t)(d > qd ? d : qd));
+    double *q = malloc(sizeof(double) * (size_t)n * qd), *k = malloc(sizeof(double) * (size_t)n * kvd), *v = malloc(sizeof(double) * (size_t)n * kvd);
+    double *att = malloc(sizeof(double) * (size_t)qd), *y = malloc(sizeof(double) * (size_t)(d > h ? d : h)), *g = malloc(sizeof(double) * (size_t)h),
+           *u = malloc(sizeof(double) * (size_t)h), *sc = malloc(sizeof(double) * (size_t)n);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < d; i++) x[(size_t)t * d + i] = (double)w->tok_emb[(size_t)toks[t] * d + i] * sqrt((double)d);
+    for (int l = 0; l < c->n_layers; l++) {
+        const int windowed = l % c->swa_period != c->swa_period - 1;
+        for (int t = 0; t < n; t++) {
+            ref_rmsnorm(xn, x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
+            ref_matvec(q + (size_t)t * qd, w->wq + (size_t)l * qd * d, xn, qd, d);
+            ref_matvec(k + (size_t)t * kvd, w->wk + (size_t)l * kvd * d, xn, kvd, d);
+            ref_matvec(v + (size_t)t * kvd, w->wv + (size_t)l * kvd * d, xn, kvd, d);
+            for (int hh = 0; hh < H + KV; hh++) { /* QK-norm per head, then RoPE on pairs (2i, 2i+1) */
+                double *vec = hh < H ? q + (size_t)t * qd + (size_t)hh * hd : k + (size_t)t * kvd + (size_t)(hh - H) * hd;
+                ref_rmsnorm(vec, vec, (hh < H ? w->q_norm : w->k_norm) + (size_t)l * hd, hd, c->norm_eps);
+                for (int i = 0; i < hd; i += 2) {
+                    const double theta = windowed ? c->rope_theta_swa : c->rope_theta;
+                    const double div = windowed ? 1.0 : c->rope_factors[i / 2];
+                    const double a = t * pow(theta, -(double)i / hd) / div, v0 = vec[i], v1 = vec[i + 1];
+                    vec[i] = v0 * cos(a) - v1 * sin(a);
+                    vec[i + 1] = v0 * sin(a) + v1 * cos(a);
+                }
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            const int lo = windowed && t - c->swa_window + 1 > 0 ? t - c->swa_window + 1 : 0;
+            for (int hh = 0; hh < H; hh++) {
+                const double *qh = q + (size_t)t * qd + (size_t)hh * hd;
+                const int kh = hh / (H / KV);
+                double mx = -INFINITY, sum = 0;
+                for (int s = lo; s <= t; s++) {
+                    double dot = 0;
+                    for (int i = 0; i < hd; i++) dot += qh[i] * k[(size_t)s * kvd + (size_t)kh * hd + i];
+                    sc[s] = dot / nv_config_attn_div(c);
+                    mx = fmax(mx, sc[s]);
+                }
+                for (int s = lo; s <= t; s++) sum += sc[s] = exp(sc[s] - mx);
+                for (int i = 0; i < hd; i++) {
+                    double o = 0;
+                    for (int s = lo; s <= t; s++) o += sc[s] / sum * v[(size_t)s * kvd + (size_t)kh * hd + i];
+                    att[(size_t)hh * hd + i] = o;
+                }
+            }
+            double *xt = x + (size_t)t * d;
+            ref_matvec(y, w->wo + (size_t)l * d * qd, att, d, qd);
+            ref_rmsnorm(y, y, w->post_att + (size_t)l * d, d, c->norm_eps);
+            for (int i = 0; i < d; i++) xt[i] += y[i];
+            ref_rmsnorm(xn, xt, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
+            ref_matvec(g, w->w1 + (size_t)l * h * d, xn, h, d);
+            ref_matvec(u, w->w3 + (size_t)l * h * d, xn, h, d);
+            for (int i = 0; i < h; i++) /* GELU, tanh form */
+                g[i] = 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
+            ref_matvec(y, w->w2 + (size_t)l * d * h, g, d, h);
+            ref_rmsnorm(y, y, w->post_ffn + (size_t)l * d, d, c->norm_eps);
+            for (int i = 0; i < d; i++) xt[i] += y[i];
+        }
+    }
+    for (int t = 0; t < n; t++) {
+        ref_rmsnorm(xn, x + (size_t)t * d, w->rms_final, d, c->norm_eps);
+        for (int r = 0; r < c->vocab_size; r++) {
+            double s = 0;
+            for (int i = 0; i < d; i++) s += (double)w->wcls[(size_t)r * d + i] * xn[i];
+            out[(size_t)t * c->vocab_size + r] = (float)(c->logit_softcap * tanh(s / c->logit_softcap));
+        }
+    }
+    free(x), free(xn), free(q), free(k), free(v), free(att), free(y), free(g), free(u), free(sc);
+}
+
+/* The largest difference between two sets of n rows of logits, over the largest logit. */
+static double logit_gap(const float *a, const float *b, size_t count) {
+    double worst = 0, scale = 1e-30;
+    for (size_t i = 0; i < count; i++) {
+        const double dlt = fabs((double)a[i] - b[i]);
+        worst = dlt > worst || dlt != dlt ? dlt : worst;
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return worst / scale;
+}
+
+static void tokens(int *toks, int n, int vocab) {
+    for (int t = 0; t < n; t++) toks[t] = (t * 37 + 11) % vocab;
+}
+
+static void test_forward_matches_reference(void) {
+    nv_config c = gemma_config();
+    nv_model m;
+    if (!gemma_model(&m, &c, 5)) return;
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    const size_t V = (size_t)c.vocab_size;
+    int toks[T];
+    tokens(toks, T, c.vocab_size);
+    float *ref = malloc(T * V * sizeof(float)), *one = malloc(T * V * sizeof(float)), *all = malloc(T * V * sizeof(float));
+    reference_logits(&m, toks, T, ref);
+    /* one position at a time (the decode path) and the whole prompt at once (rows attending together) */
+    T_CHECK(t_forward_logits(&m, toks, T, one), "%s", nv_errmsg());
+    nv_state s;
+    T_CHECK(nv_state_init(&s, &c, T, c.seq_len, 1) == NV_OK && nv_forward(&m, &s, toks, T, 0) == NV_OK, "%s", nv_errmsg());
+    memcpy(all, s.logits, T * V * sizeof(float));
+    nv_state_free(&s);
+    double gap1 = logit_gap(one, ref, T * V), gap2 = logit_gap(all, ref, T * V);
+    T_CHECK(gap1 < 1e-5 && gap2 < 1e-5, "token by token %.3g, the prompt at once %.3g of the largest logit from the reference", gap1, gap2);
+    /* the window alone matters: wider than the prompt, the positions within the first window keep
+       their logits bit for bit and every later one moves */
+    m.config.swa_window = 1000;
+    T_CHECK(t_forward_logits(&m, toks, T, all), "%s", nv_errmsg());
+    m.config = c;
+    int same = 0, moved = 0;
+    for (int t = 0; t < T; t++) {
+        const int differ = memcmp(one + t * V, all + t * V, V * sizeof(float)) != 0;
+        same += t < c.swa_window && !differ;
+        moved += t >= c.swa_window && differ;
+    }
+    T_CHECK(same == c.swa_window && moved == T - c.swa_window, "%d of %d positions inside the window kept, %d of %d after it moved", same,
+            c.swa_window, moved, T - c.swa_window);
+    free(ref), free(one), free(all);
+    nv_model_free(&m);
+}
+
+/* The file written as gemma3 reads back the same model: the same config and the same logits, bit for
+ * bit (the query and key rows go to llama.cpp's rotation order and back); block-quantized, close. */
+static void test_gguf_round_trip(void) {
+    nv_config c = gemma_config();
+    nv_model m;
+    if (!gemma_model(&m, &c, 7)) return;
+    /* the loader's window pattern is Gemma 3's: five windowed layers, then one global */
+    m.config.swa_period = 6, c.swa_period = 6;
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    char path[700], q8[700];
+    snprintf(path, sizeof path, "%s", t_path("g3.gguf"));
+    snprintf(q8, sizeof q8, "%s", t_path("g3-q8.gguf"));
+    T_CHECK(nv_gguf_save(&m, NULL, "g3", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_gguf_save(&m, NULL, "g3", q8, NV_GGUF_Q8_0, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    nv_model r, rq;
+    T_CHECK(nv_model_load(path, &r) == NV_OK, "%s", nv_errmsg());
+    const nv_config *x = &r.config;
+    T_CHECK(x->swa_window == 5 && x->swa_period == 6 && x->rope_theta_swa == 10000.0f && x->ffn_gelu && x->post_norms && x->qk_norm &&
+                x->emb_scale == c.emb_scale && x->attn_div == 0.0f && x->logit_softcap == 3.0f && x->n_rope_factors == 8 &&
+                x->rope_factors[7] == 2.0f && x->rope_theta == c.rope_theta && x->norm_eps == c.norm_eps,
+            "read back: window %d period %d theta %g gelu %d post %d scale %g cap %g factors %d", x->swa_window, x->swa_period,
+            (double)x->rope_theta_swa, x->ffn_gelu, x->post_norms, (double)x->emb_scale, (double)x->logit_softcap, x->n_rope_factors);
+    T_CHECK(nv_config_rope_key(x) == nv_config_rope_key(&c), "the RoPE key changed");
+    T_CHECK(nv_model_build_plans(&r, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    const size_t V = (size_t)c.vocab_size;
+    int toks[T];
+    tokens(toks, T, c.vocab_size);
+    float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float)), *ref = malloc(T * V * sizeof(float));
+    T_CHECK(t_forward_logits(&m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
+    T_CHECK(!memcmp(a, b, T * V * sizeof(float)), "the file's logits differ from the model's");
+    reference_logits(&m, toks, T, ref);
+    T_CHECK(logit_gap(a, ref, T * V) < 1e-5, "the six-layer pattern: %.3g from the reference", logit_gap(a, ref, T * V));
+    T_CHECK(nv_model_load_quantized(q8, &rq) == NV_OK && nv_model_build_plans(&rq, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(t_forward_logits(&rq, toks, T, b) && logit_gap(b, a, T * V) < 0.05, "Q8_0: %.3g from fp32", logit_gap(b, a, T * V));
+    free(a), free(b), free(ref);
+    nv_model_free(&r);
+    nv_model_free(&rq);
+    nv_model_free(&m);
+}
+
+/* What has no place for these parts says so: llama2.c's format, a Hugging Face folder, a GGUF file
+ * of a mix no architecture holds, training; nerve info shows them. */
+static void test_refusals_and_info(void) {
+    nv_config c = gemma_config();
+    c.swa_period = 6;
+    nv_model m;
+    if (!gemma_model(&m, &c, 9)) return;
+    T_CHECK(!nv_config_fits_v1(&c) && nv_model_save_v1(&m, t_path("g.bin")) == NV_EUNSUPPORTED, "llama2.c v1 took it");
+    T_CHECK(nv_hf_save(&m, NULL, t_path("ghf"), NV_HF_F32, NULL) == NV_EUNSUPPORTED, "a Hugging Face folder took it");
+    char path[700];
+    snprintf(path, sizeof path, "%s", t_path("g3i.gguf"));
+    T_CHECK(nv_gguf_save(&m, NULL, "g3", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    nv_model odd = m; /* a window on a block that is not Gemma's */
+    odd.config.swa_period = 3;
+    T_CHECK(nv_gguf_save(&odd, NULL, "odd", t_path("odd.gguf"), NV_GGUF_F32, NULL, NULL) == NV_EUNSUPPORTED, "an odd mix was written");
+    nv_model_free(&m);
+    char args[1600];
+    snprintf(args, sizeof args, "info -m '%s'", path);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "window:   5 positions in 4 of 4 layers") && strstr(t_out, "GELU gating, post-norms") &&
+                strstr(t_out, "windowed layers theta 10000"),
+            "info: %s%s", t_out, t_err);
+    snprintf(args, sizeof args, "train --init-from '%s' --data /dev/null --steps 1 --out '%s'", path, t_path("grun"));
+    const int rc = t_nerve(args);
+    T_CHECK(rc == 1 && strstr(t_err, "cannot be trained") && !strchr(strchr(t_err, '\n') ? strchr(t_err, '\n') + 1 : "", '\n'),
+            "train: exit %d: %s", rc, t_err);
+}
+
+/* Gemma's vocabulary layout: BOS 2 opens the text, no dummy prefix, specials cut the text, bytes
+ * fall back to their own tokens wherever they sit, <end_of_turn> ends generation and prints nothing;
+ * written back as GGUF it keeps every id. */
+static void test_vocabulary(void) {
+    char path[700], copy[700];
+    snprintf(path, sizeof path, "%s", t_path("gemma-vocab.gguf"));
+    snprintf(copy, sizeof copy, "%s", t_path("gemma-vocab-copy.gguf"));
+    T_CHECK(gw_gemma_vocab(path), "writing the vocabulary");
+    static const int want[] = {2, 4, 263, 262, 264, 6 + '\n', 6 + 0xC3, 6 + 0xA9, 5, 1};
+    const int nw = (int)(sizeof want / sizeof want[0]);
+    for (int pass = 0; pass < 2; pass++) {
+        nv_tokenizer *t = NULL;
+        T_CHECK(nv_tokenizer_load(pass ? copy : path, 0, &t) == NV_OK, "%s", nv_errmsg());
+        if (!t) return;
+        int *ids = NULL, n = 0;
+        T_CHECK(nv_tokenizer_encode(t, "<start_of_turn>a b\n\xc3\xa9<end_of_turn>", 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
+        int same = n == nw;
+        for (int i = 0; same && i < n; i++) same = ids[i] == want[i];
+        T_CHECK(same, "pass %d: %d tokens: %d %d %d %d %d %d", pass, n, n > 0 ? ids[0] : -1, n > 1 ? ids[1] : -1, n > 2 ? ids[2] : -1,
+                n > 3 ? ids[3] : -1, n > 4 ? ids[4] : -1, n > 5 ? ids[5] : -1);
+        free(ids);
+        T_CHECK(nv_tokenizer_bos(t) == 2 && nv_tokenizer_eos(t) == 1 && nv_tokenizer_unk(t) == 3 && !nv_tokenizer_llama2c_form(t) &&
+                    !nv_tokenizer_space_prefix(t),
+                "pass %d: ids %d %d %d", pass, nv_tokenizer_bos(t), nv_tokenizer_eos(t), nv_tokenizer_unk(t));
+        T_CHECK(nv_tokenizer_is_eog(t, 1) && nv_tokenizer_is_eog(t, 5) && !nv_tokenizer_is_eog(t, 2) && !nv_tokenizer_is_eog(t, 4),
+                "pass %d: what ends generation", pass);
+        T_CHECK(!strcmp(nv_tokenizer_decode(t, 2, 263), "a") && !strcmp(nv_tokenizer_decode(t, 263, 265), " a") &&
+                    !strcmp(nv_tokenizer_decode(t, 263, 5), "") && !strcmp(nv_tokenizer_decode(t, 5, 2), "") &&
+                    !strcmp(nv_tokenizer_decode(t, 2, 6 + 0xC3), "\xc3") && !strcmp(nv_tokenizer_special_text(t, 2), "<bos>"),
+                "pass %d: decoding", pass);
+        /* the template's prompt: BOS, then the turns with their markers as single tokens */
+        nv_chat_msg msgs[2] = {{.role = "system", .content = "c"}, {.role = "user", .content = " a "}};
+        nv_buf text = {0};
+        T_CHECK(nv_chat_render_text(NV_CHAT_GEMMA, t, msgs, 2, &(nv_chat_opts){0}, &text) == NV_OK && text.data &&
+                    !strcmp(text.data, "<bos><start_of_turn>user\nc\n\na<end_of_turn>\n<start_of_turn>model\n"),
+                "pass %d: rendered %s", pass, text.data ? text.data : "(none)");
+        nv_buf_free(&text);
+        if (!pass) T_CHECK(nv_gguf_save_vocab(t, copy) == NV_OK, "%s", nv_errmsg());
+        nv_tokenizer_free(t);
+    }
+}
+
+/* A gemma3 model with its vocabulary and template in one file, served: the chat prompt is Gemma's. */
+static void test_serve(void) {
+    char vocab[700], model[700];
+    snprintf(vocab, sizeof vocab, "%s", t_path("gs-vocab.gguf"));
+    snprintf(model, sizeof model, "%s", t_path("gs.gguf"));
+    nv_config c = gemma_config();
+    c.swa_period = 6, c.vocab_size = GW_GEMMA_VOCAB;
+    nv_model m;
+    nv_tokenizer *t = NULL;
+    T_CHECK(gw_gemma_vocab(vocab) && nv_tokenizer_load(vocab, 0, &t) == NV_OK, "%s", nv_errmsg());
+    if (!t || !gemma_model(&m, &c, 3)) return;
+    T_CHECK(nv_gguf_save(&m, t, "gs", model, NV_GGUF_Q8_0, nv_chat_template_jinja(NV_CHAT_GEMMA), NULL) == NV_OK, "%s", nv_errmsg());
+    nv_tokenizer_free(t);
+    nv_model_free(&m);
+    server s;
+    T_CHECK(server_spawn(&s, "gemma-serve", NULL, NULL, model, NULL, "--no-prefix-cache", 30), "the server did not start");
+    resp r = {0};
+    /* BOS, <start_of_turn>, "user" (4 bytes), a line break, "a", <end_of_turn>, a line break, <start_of_turn>,
+       "model" (5 bytes), a line break: 17 */
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"max_tokens\": 3, \"temperature\": 0}", &r) &&
+                r.status == 200 && r.body && strstr(r.body, "\"prompt_tokens\":17,"),
+            "status %d: %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 20) == 0, "the server did not exit 0");
+}
+
+int main(void) {
+    T_RUN(test_forward_matches_reference);
+    T_RUN(test_gguf_round_trip);
+    T_RUN(test_refusals_and_info);
+    T_RUN(test_vocabulary);
+    T_RUN(test_serve);
+    return t_done();
+}
