@@ -314,6 +314,9 @@ static int train(int argc, char **argv) {
     } else if (nv_config_preset(preset ? preset : "stories260K", c) != NV_OK) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
         goto done;
+    } else if (nv_config_inference_only(c)) {
+        rc = cli_error(CMD, 2, "--preset %s cannot be trained: %s", preset, nv_config_inference_only(c));
+        goto done;
     }
     if (experts && !init_from) /* a mixture of experts of the shape's FFN */
         c->n_experts = experts, c->n_experts_used = experts_used;

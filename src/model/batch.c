@@ -254,7 +254,7 @@ static inline __attribute__((always_inline)) void scores_pair_any(int nz, const 
  * wait in its output row between blocks (exact: an fp32 store and load). Each lane still sums
  * att[u] v[u][i] over u in order, multiply then add. */
 static inline __attribute__((always_inline)) void values_group(int NV, int G, const float *att0, size_t att_ld,
-                                                               int last0, const nv_kv_pages *kv, const int *blocks,
+                                                               int u_from, int last0, const nv_kv_pages *kv, const int *blocks,
                                                                int l, size_t koff, int hd, int i0, float *out0,
                                                                size_t out_ld, const int DT) {
     const int B = kv->block_size;
@@ -263,7 +263,7 @@ static inline __attribute__((always_inline)) void values_group(int NV, int G, co
         for (int c = 0; c < NV; c++) _mm256_storeu_ps(out0 + (size_t)g * out_ld + 8 * c, _mm256_setzero_ps());
     enum { CHUNK = 64 }; /* positions made fp32 at once (fp16 pages): 16 KiB at most */
     float vbuf[CHUNK * 64] __attribute__((aligned(32)));
-    for (int u0 = 0; u0 <= last0 + G - 1; u0 += B) {
+    for (int u0 = u_from; u0 <= last0 + G - 1; u0 += B) {
         const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
         if (u0 + B <= last0 + G - 1 && i0 == 0)
             kv_prefetch(pages, nv_kv_values_at(kv, blocks[u0 / B + 1], l) + koff * B, (size_t)B * hd, DT);
@@ -304,13 +304,13 @@ static inline void q8_prefetch_scales(const nv_kv_pages *kv, int block, int l, i
 /* q8 pages: att[g][u] *= the scale of position u's keys (values = 0) or values (1) of kv head `head`
  * for the G rows of a group (row g: positions 0..p0 + g). The same multiply whichever path computed
  * the scores, so q8 keeps the batch invariance of the other element types. */
-static void q8_scale_rows(float *att0, size_t att_ld, int G, int p0, const nv_kv_pages *kv, const int *blocks, int l,
+static void q8_scale_rows(float *att0, size_t att_ld, int G, int u_from, int p0, const nv_kv_pages *kv, const int *blocks, int l,
                           int values, int head) {
     const int B = kv->block_size;
     /* every block's scales asked for first (those the scores loop did not ask for ahead): each is a
      * line or two of a different block, and the multiplies between them cannot hide a round trip */
-    for (int u0 = 0; u0 <= p0 + G - 1; u0 += B) q8_prefetch_scale_row(kv, blocks[u0 / B], l, values, head);
-    for (int u0 = 0; u0 <= p0 + G - 1; u0 += B) {
+    for (int u0 = u_from; u0 <= p0 + G - 1; u0 += B) q8_prefetch_scale_row(kv, blocks[u0 / B], l, values, head);
+    for (int u0 = u_from; u0 <= p0 + G - 1; u0 += B) {
         const float *sc = nv_kv_scales(kv, blocks[u0 / B], l, values, head);
         for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++) {
             float *a = att0 + (size_t)g * att_ld + u0;
@@ -348,13 +348,16 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
         const int *blocks = j->seqs[s->row_seq[r0]].blocks;
         size_t koff = (size_t)(h / kv_mul) * hd;
         /* scores of every row, block by block: row g sees positions 0..p0+g */
-        int u_done = 0;
+        /* a sliding window: the blocks before the first row's window are never read (ub: where its
+           first block starts; the positions of that block before the window are masked) */
+        const int ub = window && p0 - window + 1 > 0 ? (p0 - window + 1) / B * B : 0;
+        int u_done = ub;
         if (G == 1 && B % 8 == 0 && B <= 32) {
             /* a decode row: two blocks at a time, up to eight independent sums in flight (the scores
              * of positions past p0 in the last block land in the scratch row, past its used part) */
             const float *q = s->r.q + (size_t)r0 * q_dim + (size_t)h * hd;
             int nz = B / 8, nblk = p0 / B + 1;
-            for (int bi = 0; bi + 2 <= nblk; bi += 2) {
+            for (int bi = ub / B; bi + 2 <= nblk; bi += 2) {
                 /* a pair of blocks is only ~2 x hd x B multiply-adds: ask for the keys well ahead */
                 for (int ahead = bi + PF_AHEAD; ahead < bi + PF_AHEAD + 2 && ahead < nblk; ahead++) {
                     kv_prefetch(pages, nv_kv_keys_at(kv, blocks[ahead], l) + koff * B, (size_t)B * hd, DT);
@@ -414,17 +417,17 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
         }
         /* q8: a score is (q . int8 keys) / sqrt(hd) times the keys' scale; a weight multiplies the
          * values' scale before it meets their int8 */
-        if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, p0, kv, blocks, l, 0, h / kv_mul);
-        if (window) nv_window_mask(att0, (size_t)s->seq_len, p0, G, window); /* after q8's scales: -inf x 0 would be NaN */
-        nv_softmax_causal(att0, (size_t)s->seq_len, p0 + 1, G);
-        if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, p0, kv, blocks, l, 1, h / kv_mul);
+        if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, ub, p0, kv, blocks, l, 0, h / kv_mul);
+        if (window) nv_window_mask(att0, (size_t)s->seq_len, ub, p0, G, window); /* after q8's scales: -inf x 0 would be NaN */
+        nv_softmax_causal(att0 + ub, (size_t)s->seq_len, p0 + 1 - ub, G);
+        if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, ub, p0, kv, blocks, l, 1, h / kv_mul);
         int i0 = 0;
         if (G == 1) /* a decode row: 64 dimensions at a time, eight independent sums in registers */
             for (; i0 + 64 <= hd; i0 += 64) {
                 __m256 o[8];
 #pragma GCC unroll 8
                 for (int e = 0; e < 8; e++) o[e] = _mm256_setzero_ps();
-                for (int u0 = 0; u0 <= p0; u0 += B) {
+                for (int u0 = ub; u0 <= p0; u0 += B) {
                     const size_t vb = nv_kv_values_at(kv, blocks[u0 / B], l) + koff * B + i0;
                     if (i0 == 0 && u0 + PF_AHEAD * B <= p0)
                         kv_prefetch(pages, nv_kv_values_at(kv, blocks[u0 / B + PF_AHEAD], l) + koff * B, (size_t)B * hd, DT);
@@ -441,13 +444,13 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
                 for (int e = 0; e < 8; e++) _mm256_storeu_ps(dst + 8 * e, o[e]);
             }
         for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv)
-            values_group(nv, G, att0, s->seq_len, p0, kv, blocks, l, koff, hd, i0,
+            values_group(nv, G, att0, s->seq_len, ub, p0, kv, blocks, l, koff, hd, i0,
                              s->r.xb + (size_t)r0 * q_dim + (size_t)h * hd + i0, q_dim, DT);
         for (; i0 < hd; i0++) /* a head size that is not a multiple of 8 */
             for (int gr = 0; gr < G; gr++) {
                 const float *att = att0 + (size_t)gr * s->seq_len;
                 float o = 0.0f;
-                for (int u = 0; u <= p0 + gr; u++)
+                for (int u = ub; u <= p0 + gr; u++)
                     o += att[u] * kv_load1(pages, nv_kv_values_at(kv, blocks[u / B], l) + koff * B + (size_t)(u % B) * hd + i0,
                                            DT);
                 s->r.xb[(size_t)(r0 + gr) * q_dim + (size_t)h * hd + i0] = o;

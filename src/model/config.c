@@ -170,15 +170,19 @@ static const preset presets[] = {
     {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
     {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
+    /* Gemma 3 270M's shape, for inference only (its embedding scale, sqrt(dim), set below) */
+    {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(name, presets[i].name) == 0) {
             *c = presets[i].c;
+            if (c->post_norms) c->emb_scale = sqrtf((float)c->dim);
             return NV_OK;
         }
     return nv_fail(NV_EINVAL, "unknown preset '%s' (known: %s)", name, nv_config_preset_names());
 }
 
-const char *nv_config_preset_names(void) { return "stories260K, stories15M, stories42M, stories110M, qwen3-0.6B"; }
+const char *nv_config_preset_names(void) { return "stories260K, stories15M, stories42M, stories110M, qwen3-0.6B, gemma3-270m"; }

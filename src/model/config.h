@@ -114,7 +114,7 @@ static inline int nv_config_ffn_sets(const nv_config *c) { return c->n_experts >
 /* Number of fp32 parameters (the classifier counted once when shared). */
 uint64_t nv_config_param_count(const nv_config *c);
 
-/* Fills c with a named preset (stories260K, stories15M, stories42M, stories110M, qwen3-0.6B). */
+/* Fills c with a named preset (stories260K, stories15M, stories42M, stories110M, qwen3-0.6B; gemma3-270m, for inference only). */
 nv_err nv_config_preset(const char *name, nv_config *c);
 /* Comma-separated preset names, for usage messages. */
 const char *nv_config_preset_names(void);

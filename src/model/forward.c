@@ -204,9 +204,9 @@ void nv_logits_finish(const nv_config *c, float *logits, int rows) {
     for (size_t i = 0; i < (size_t)rows * (size_t)c->vocab_size; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
-void nv_window_mask(float *att, size_t ld, int p0, int rows, int window) {
+void nv_window_mask(float *att, size_t ld, int from, int p0, int rows, int window) {
     for (int g = 0; g < rows; g++)
-        for (int u = 0; u <= p0 + g - window; u++) att[(size_t)g * ld + u] = -INFINITY;
+        for (int u = from; u <= p0 + g - window; u++) att[(size_t)g * ld + u] = -INFINITY;
 }
 
 void nv_gelu_mul(float *h, const float *g, int n) {
@@ -282,12 +282,12 @@ static inline __attribute__((always_inline)) void scores_groups(const int G, con
  * values [position][hd]): the values swept 64 positions at a time by every row that sees them, a
  * row's sums in registers within a sweep and in its output row between sweeps (an fp32 store and
  * load: exact), each lane summing over u in order, multiply then add, as llama2.c's loop. */
-static void rows_values(const float *att, size_t ald, int G, int p0, const float *vh, int hd, float *xb, size_t xld) {
+static void rows_values(const float *att, size_t ald, int G, int u_from, int p0, const float *vh, int hd, float *xb, size_t xld) {
     const int plast = p0 + G - 1;
     int i0 = 0;
     for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv) {
         for (int g = 0; g < G; g++) memset(xb + (size_t)g * xld + i0, 0, sizeof(float) * 8 * nv);
-        for (int u0 = 0; u0 <= plast; u0 += 64) {
+        for (int u0 = u_from; u0 <= plast; u0 += 64) {
             const int zn = plast - u0 + 1 < 64 ? plast - u0 + 1 : 64;
             for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++)
                 values_rows_add_any(nv, att + (size_t)g * ald + u0, vh + (size_t)u0 * hd + i0, (size_t)hd,
@@ -298,7 +298,7 @@ static void rows_values(const float *att, size_t ald, int G, int p0, const float
         for (int g = 0; g < G; g++) {
             const float *a = att + (size_t)g * ald;
             float o = 0.0f;
-            for (int u = 0; u <= p0 + g; u++) o += a[u] * vh[(size_t)u * hd + i0];
+            for (int u = u_from; u <= p0 + g; u++) o += a[u] * vh[(size_t)u * hd + i0];
             xb[(size_t)g * xld + i0] = o;
         }
 }
@@ -314,7 +314,8 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
     const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
     const float scale = nv_config_attn_div(c);
     const __m256 vscale = _mm256_set1_ps(scale);
-    int u = 0;
+    const int lo = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0; /* a sliding window's first position */
+    int u = lo;
     for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh, hd, hd, u, vscale, att);
     for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh, hd, hd, u, vscale, att);
     for (; u <= p; u++) {
@@ -323,9 +324,8 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
         for (int i = 0; i < hd; i++) score += q[i] * k[i];
         att[u] = score / scale;
     }
-    if (j->window) nv_window_mask(att, 0, p, 1, j->window);
-    nv_softmax(att, p + 1);
-    rows_values(att, s->cache_len, 1, p, vh, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
+    nv_softmax(att + lo, p + 1 - lo);
+    rows_values(att, s->cache_len, 1, lo, p, vh, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
 }
 
 /* Keys u0..u0+nu-1 (nu <= 16) of a head ([position][hd]) into kt[hd][16], zero past nu (no key
@@ -346,7 +346,9 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
     const float *kh = j->kc + hoff, *vh = j->vc + hoff;
     float *kt = s->kt + (size_t)h * hd * 16;
     const float scale = nv_config_attn_div(c);
-    for (int u0 = 0; u0 <= plast; u0 += 16) {
+    /* a sliding window: no key before the first row's window is read; the later rows' earlier ones are masked */
+    const int lo = j->window && p0 - j->window + 1 > 0 ? p0 - j->window + 1 : 0;
+    for (int u0 = lo; u0 <= plast; u0 += 16) {
         const int nu = plast - u0 + 1 < 16 ? plast - u0 + 1 : 16;
         keys_t16(kh, hd, u0, nu, kt);
         for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g += 4) {
@@ -362,9 +364,9 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
             scores_rows_any(R, nu > 8 ? 2 : 1, 0, qr, hd, kt, 0, 16, 0, cnt, scale, ar, 0);
         }
     }
-    if (j->window) nv_window_mask(att, ald, p0, G, j->window);
-    nv_softmax_causal(att, ald, p0 + 1, G);
-    rows_values(att, ald, G, p0, vh, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);
+    if (j->window) nv_window_mask(att, ald, lo, p0, G, j->window);
+    nv_softmax_causal(att + lo, ald, p0 + 1 - lo, G);
+    rows_values(att, ald, G, lo, p0, vh, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);
 }
 
 /* One head per task, over all n query rows: alone (decode) or in groups of att_rows (a prompt).

@@ -99,8 +99,9 @@ void nv_embed(const nv_model *m, int token, float *x);
 /* The classifier's rows made final: the model's soft cap (cap * tanh(logit / cap)) when it has one. */
 void nv_logits_finish(const nv_config *c, float *logits, int rows);
 /* A sliding window over rows of attention scores (ld apart, row g at position p0 + g): positions
- * up to p0 + g - window made -inf, so that the softmax gives them weight 0. */
-void nv_window_mask(float *att, size_t ld, int p0, int rows, int window);
+ * from `from` up to p0 + g - window made -inf, so that the softmax gives them weight 0 (the rows
+ * attend from `from` on, the first row's window or the start of its block). */
+void nv_window_mask(float *att, size_t ld, int from, int p0, int rows, int window);
 /* h[i] = gelu(h[i]) * g[i], GELU's tanh form (Gemma's gating). */
 void nv_gelu_mul(float *h, const float *g, int n);
 /* One row's query, key and value of layer l after their projections: the biases (Qwen2), QK-norm
