@@ -144,6 +144,14 @@ static void models(void) {
     nv_model_init_random(&m, 13);
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_gemma3.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
+    /* gemma2: every other layer windowed, scores and logits soft-capped, no QK-norm */
+    nv_config g2 = {8, 16, 2, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    g2.swa_window = 3, g2.swa_period = 2, g2.ffn_gelu = g2.post_norms = 1;
+    g2.emb_scale = sqrtf(8.0f), g2.logit_softcap = 30.0f, g2.attn_softcap = 50.0f;
+    check(nv_model_alloc(&m, &g2));
+    nv_model_init_random(&m, 14);
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_gemma2.gguf"), NV_GGUF_F32, NULL, NULL));
+    nv_model_free(&m);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &lf));

@@ -218,14 +218,14 @@ static void test_batch_equals_alone_moe(void) {
     nv_model_free(&m);
 }
 
-/* Gemma 3's block: a sliding window of 5 on every other layer (blocks of 4 and 16 hold positions
- * both sides of its edge) with its own RoPE table, GELU gating, post-norms, scaled embeddings, a
- * score divisor of the model's and soft-capped logits */
+/* The Gemma family's block: a sliding window of 5 on every other layer (blocks of 4 and 16 hold
+ * positions both sides of its edge) with its own RoPE table, GELU gating, post-norms, scaled
+ * embeddings, a score divisor of the model's, soft-capped scores and logits */
 static void test_batch_equals_alone_gemma(void) {
     nv_config c = {48, 64, 2, 6, 2, 8, 300, 64, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     c.swa_window = 5, c.swa_period = 2, c.rope_theta_swa = 10000.0f;
     c.ffn_gelu = c.post_norms = 1;
-    c.emb_scale = 6.0f, c.attn_div = 3.5f, c.logit_softcap = 4.0f;
+    c.emb_scale = 6.0f, c.attn_div = 3.5f, c.logit_softcap = 4.0f, c.attn_softcap = 1.5f;
     nv_model m;
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
     nv_model_init_random(&m, 19);

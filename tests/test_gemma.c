@@ -22,14 +22,18 @@
 
 #define T 24 /* positions: several windows' worth */
 
-/* A small Gemma-shaped config: GQA, head size 16 (q_dim 64 != dim 32), a window of 5 with every
- * second layer global, the global layers' RoPE scaled linearly (as Gemma 3 4B+). */
-static nv_config gemma_config(void) {
-    nv_config c = {32, 48, 4, 4, 2, 16, 67, 64, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
-    c.swa_window = 5, c.swa_period = 2, c.rope_theta_swa = 10000.0f;
-    c.ffn_gelu = c.post_norms = 1;
+/* A small config of Gemma generation `gen` (1, 2, 3): GQA, head size 16 (q_dim 64 != dim 32), GELU,
+ * scaled embeddings, linearly scaled RoPE (as Gemma 3 4B+). Gemma 2 and 3: post-norms, a window of 5
+ * with every second layer global (the loaders' patterns: Gemma 2's every other layer, Gemma 3's five
+ * of six: nv_config.swa_period), soft-capped logits; Gemma 2: soft-capped scores; Gemma 3: QK-norm,
+ * the windowed layers' own RoPE base. */
+static nv_config gemma_config(int gen) {
+    nv_config c = {32, 48, 4, 4, 2, 16, 67, 64, 1000000.0f, 1e-6f, 1, gen == 3, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.ffn_gelu = 1;
     c.emb_scale = sqrtf(32.0f);
-    c.logit_softcap = 3.0f;
+    if (gen >= 2) c.post_norms = 1, c.swa_window = 5, c.swa_period = 2, c.logit_softcap = 3.0f;
+    if (gen == 2) c.attn_softcap = 0.5f; /* small enough to bend this model's scores */
+    if (gen == 3) c.rope_theta_swa = 10000.0f;
     nv_config_rope_linear(&c, 2.0f);
     return c;
 }
@@ -44,10 +48,9 @@ static int gemma_model(nv_model *m, const nv_config *c, uint64_t seed) {
     for (int i = 0; i < L * d; i++) {
         w->rms_att[i] = 0.8f + 0.01f * (float)(i % 37);
         w->rms_ffn[i] = 1.2f - 0.01f * (float)(i % 29);
-        w->post_att[i] = 0.5f + 0.02f * (float)(i % 31);
-        w->post_ffn[i] = 0.7f + 0.015f * (float)(i % 23);
+        if (c->post_norms) w->post_att[i] = 0.5f + 0.02f * (float)(i % 31), w->post_ffn[i] = 0.7f + 0.015f * (float)(i % 23);
     }
-    for (int i = 0; i < L * hd; i++) w->q_norm[i] = 0.6f + 0.05f * (float)(i % 13), w->k_norm[i] = 1.4f - 0.04f * (float)(i % 11);
+    for (int i = 0; c->qk_norm && i < L * hd; i++) w->q_norm[i] = 0.6f + 0.05f * (float)(i % 13), w->k_norm[i] = 1.4f - 0.04f * (float)(i % 11);
     for (int i = 0; i < c->vocab_size * d; i++) w->tok_emb[i] *= 20.0f; /* logits large enough for the cap to bend */
     return 1;
 }
@@ -80,7 +83,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
     for (int t = 0; t < n; t++)
         for (int i = 0; i < d; i++) x[(size_t)t * d + i] = (double)w->tok_emb[(size_t)toks[t] * d + i] * sqrt((double)d);
     for (int l = 0; l < c->n_layers; l++) {
-        const int windowed = l % c->swa_period != c->swa_period - 1;
+        const int windowed = c->swa_window && l % c->swa_period != c->swa_period - 1, own_base = windowed && c->rope_theta_swa != 0.0f;
         for (int t = 0; t < n; t++) {
             ref_rmsnorm(xn, x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
             ref_matvec(q + (size_t)t * qd, w->wq + (size_t)l * qd * d, xn, qd, d);
@@ -88,10 +91,10 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             ref_matvec(v + (size_t)t * kvd, w->wv + (size_t)l * kvd * d, xn, kvd, d);
             for (int hh = 0; hh < H + KV; hh++) { /* QK-norm per head, then RoPE on pairs (2i, 2i+1) */
                 double *vec = hh < H ? q + (size_t)t * qd + (size_t)hh * hd : k + (size_t)t * kvd + (size_t)(hh - H) * hd;
-                ref_rmsnorm(vec, vec, (hh < H ? w->q_norm : w->k_norm) + (size_t)l * hd, hd, c->norm_eps);
+                if (c->qk_norm) ref_rmsnorm(vec, vec, (hh < H ? w->q_norm : w->k_norm) + (size_t)l * hd, hd, c->norm_eps);
                 for (int i = 0; i < hd; i += 2) {
-                    const double theta = windowed ? c->rope_theta_swa : c->rope_theta;
-                    const double div = windowed ? 1.0 : c->rope_factors[i / 2];
+                    const double theta = own_base ? c->rope_theta_swa : c->rope_theta;
+                    const double div = own_base ? 1.0 : c->rope_factors[i / 2];
                     const double a = t * pow(theta, -(double)i / hd) / div, v0 = vec[i], v1 = vec[i + 1];
                     vec[i] = v0 * cos(a) - v1 * sin(a);
                     vec[i + 1] = v0 * sin(a) + v1 * cos(a);
@@ -108,6 +111,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
                     double dot = 0;
                     for (int i = 0; i < hd; i++) dot += qh[i] * k[(size_t)s * kvd + (size_t)kh * hd + i];
                     sc[s] = dot / nv_config_attn_div(c);
+                    if (c->attn_softcap != 0.0f) sc[s] = c->attn_softcap * tanh(sc[s] / c->attn_softcap);
                     mx = fmax(mx, sc[s]);
                 }
                 for (int s = lo; s <= t; s++) sum += sc[s] = exp(sc[s] - mx);
@@ -119,7 +123,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             }
             double *xt = x + (size_t)t * d;
             ref_matvec(y, w->wo + (size_t)l * d * qd, att, d, qd);
-            ref_rmsnorm(y, y, w->post_att + (size_t)l * d, d, c->norm_eps);
+            if (c->post_norms) ref_rmsnorm(y, y, w->post_att + (size_t)l * d, d, c->norm_eps);
             for (int i = 0; i < d; i++) xt[i] += y[i];
             ref_rmsnorm(xn, xt, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
             ref_matvec(g, w->w1 + (size_t)l * h * d, xn, h, d);
@@ -127,7 +131,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             for (int i = 0; i < h; i++) /* GELU, tanh form */
                 g[i] = 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
             ref_matvec(y, w->w2 + (size_t)l * d * h, g, d, h);
-            ref_rmsnorm(y, y, w->post_ffn + (size_t)l * d, d, c->norm_eps);
+            if (c->post_norms) ref_rmsnorm(y, y, w->post_ffn + (size_t)l * d, d, c->norm_eps);
             for (int i = 0; i < d; i++) xt[i] += y[i];
         }
     }
@@ -136,7 +140,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
         for (int r = 0; r < c->vocab_size; r++) {
             double s = 0;
             for (int i = 0; i < d; i++) s += (double)w->wcls[(size_t)r * d + i] * xn[i];
-            out[(size_t)t * c->vocab_size + r] = (float)(c->logit_softcap * tanh(s / c->logit_softcap));
+            out[(size_t)t * c->vocab_size + r] = (float)(c->logit_softcap != 0.0f ? c->logit_softcap * tanh(s / c->logit_softcap) : s);
         }
     }
     free(x), free(xn), free(q), free(k), free(v), free(att), free(y), free(g), free(u), free(sc);
@@ -157,8 +161,8 @@ static void tokens(int *toks, int n, int vocab) {
     for (int t = 0; t < n; t++) toks[t] = (t * 37 + 11) % vocab;
 }
 
-static void test_forward_matches_reference(void) {
-    nv_config c = gemma_config();
+static void forward_matches_reference(int gen) {
+    nv_config c = gemma_config(gen);
     nv_model m;
     if (!gemma_model(&m, &c, 5)) return;
     T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
@@ -174,7 +178,13 @@ static void test_forward_matches_reference(void) {
     memcpy(all, s.logits, T * V * sizeof(float));
     nv_state_free(&s);
     double gap1 = logit_gap(one, ref, T * V), gap2 = logit_gap(all, ref, T * V);
-    T_CHECK(gap1 < 1e-5 && gap2 < 1e-5, "token by token %.3g, the prompt at once %.3g of the largest logit from the reference", gap1, gap2);
+    T_CHECK(gap1 < 1e-5 && gap2 < 1e-5, "Gemma %d: token by token %.3g, the prompt at once %.3g of the largest logit from the reference", gen,
+            gap1, gap2);
+    if (!c.swa_window) {
+        free(ref), free(one), free(all);
+        nv_model_free(&m);
+        return;
+    }
     /* the window alone matters: wider than the prompt, the positions within the first window keep
        their logits bit for bit and every later one moves */
     m.config.swa_window = 1000;
@@ -186,56 +196,66 @@ static void test_forward_matches_reference(void) {
         same += t < c.swa_window && !differ;
         moved += t >= c.swa_window && differ;
     }
-    T_CHECK(same == c.swa_window && moved == T - c.swa_window, "%d of %d positions inside the window kept, %d of %d after it moved", same,
-            c.swa_window, moved, T - c.swa_window);
+    T_CHECK(same == c.swa_window && moved == T - c.swa_window, "Gemma %d: %d of %d positions inside the window kept, %d of %d after it moved",
+            gen, same, c.swa_window, moved, T - c.swa_window);
     free(ref), free(one), free(all);
     nv_model_free(&m);
 }
 
-/* The file written as gemma3 reads back the same model: the same config and the same logits, bit for
- * bit (the query and key rows go to llama.cpp's rotation order and back); block-quantized, close. */
-static void test_gguf_round_trip(void) {
-    nv_config c = gemma_config();
+static void test_forward_matches_reference(void) {
+    for (int gen = 1; gen <= 3; gen++) forward_matches_reference(gen);
+}
+
+/* A file written as gemma, gemma2 or gemma3 reads back the same model: the same config and the same
+ * logits, bit for bit (the query and key rows go to llama.cpp's rotation order and back); block-
+ * quantized, close. */
+static void gguf_round_trip(int gen) {
+    nv_config c = gemma_config(gen);
+    if (gen == 3) c.swa_period = 6; /* the loader's pattern: five windowed layers, then one global */
     nv_model m;
     if (!gemma_model(&m, &c, 7)) return;
-    /* the loader's window pattern is Gemma 3's: five windowed layers, then one global */
-    m.config.swa_period = 6, c.swa_period = 6;
     T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
     char path[700], q8[700];
-    snprintf(path, sizeof path, "%s", t_path("g3.gguf"));
-    snprintf(q8, sizeof q8, "%s", t_path("g3-q8.gguf"));
-    T_CHECK(nv_gguf_save(&m, NULL, "g3", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(nv_gguf_save(&m, NULL, "g3", q8, NV_GGUF_Q8_0, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    snprintf(path, sizeof path, "%s", t_path("g.gguf"));
+    snprintf(q8, sizeof q8, "%s", t_path("g-q8.gguf"));
+    T_CHECK(nv_gguf_save(&m, NULL, "g", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "Gemma %d: %s", gen, nv_errmsg());
+    T_CHECK(nv_gguf_save(&m, NULL, "g", q8, NV_GGUF_Q8_0, NULL, NULL) == NV_OK, "Gemma %d: %s", gen, nv_errmsg());
+    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3"};
+    nv_gguf g;
+    size_t an = 0;
+    const char *a_s = nv_gguf_open(path, &g) == NV_OK ? nv_gguf_string(&g, "general.architecture", &an) : NULL;
+    T_CHECK(a_s && an == strlen(arch[gen]) && !memcmp(a_s, arch[gen], an), "Gemma %d written as another architecture", gen);
+    if (a_s) nv_gguf_close(&g);
     nv_model r, rq;
     T_CHECK(nv_model_load(path, &r) == NV_OK, "%s", nv_errmsg());
-    const nv_config *x = &r.config;
-    T_CHECK(x->swa_window == 5 && x->swa_period == 6 && x->rope_theta_swa == 10000.0f && x->ffn_gelu && x->post_norms && x->qk_norm &&
-                x->emb_scale == c.emb_scale && x->attn_div == 0.0f && x->logit_softcap == 3.0f && x->n_rope_factors == 8 &&
-                x->rope_factors[7] == 2.0f && x->rope_theta == c.rope_theta && x->norm_eps == c.norm_eps,
-            "read back: window %d period %d theta %g gelu %d post %d scale %g cap %g factors %d", x->swa_window, x->swa_period,
-            (double)x->rope_theta_swa, x->ffn_gelu, x->post_norms, (double)x->emb_scale, (double)x->logit_softcap, x->n_rope_factors);
-    T_CHECK(nv_config_rope_key(x) == nv_config_rope_key(&c), "the RoPE key changed");
+    T_CHECK(!memcmp(&r.config, &c, sizeof c), "Gemma %d: the config read back differs (window %d period %d theta %g caps %g %g)", gen,
+            r.config.swa_window, r.config.swa_period, (double)r.config.rope_theta_swa, (double)r.config.logit_softcap,
+            (double)r.config.attn_softcap);
     T_CHECK(nv_model_build_plans(&r, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
     const size_t V = (size_t)c.vocab_size;
     int toks[T];
     tokens(toks, T, c.vocab_size);
     float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float)), *ref = malloc(T * V * sizeof(float));
     T_CHECK(t_forward_logits(&m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
-    T_CHECK(!memcmp(a, b, T * V * sizeof(float)), "the file's logits differ from the model's");
+    T_CHECK(!memcmp(a, b, T * V * sizeof(float)), "Gemma %d: the file's logits differ from the model's", gen);
     reference_logits(&m, toks, T, ref);
-    T_CHECK(logit_gap(a, ref, T * V) < 1e-5, "the six-layer pattern: %.3g from the reference", logit_gap(a, ref, T * V));
+    T_CHECK(logit_gap(a, ref, T * V) < 1e-5, "Gemma %d (the loader's pattern): %.3g from the reference", gen, logit_gap(a, ref, T * V));
     T_CHECK(nv_model_load_quantized(q8, &rq) == NV_OK && nv_model_build_plans(&rq, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(t_forward_logits(&rq, toks, T, b) && logit_gap(b, a, T * V) < 0.05, "Q8_0: %.3g from fp32", logit_gap(b, a, T * V));
+    T_CHECK(t_forward_logits(&rq, toks, T, b) && logit_gap(b, a, T * V) < 0.05, "Gemma %d Q8_0: %.3g from fp32", gen, logit_gap(b, a, T * V));
     free(a), free(b), free(ref);
     nv_model_free(&r);
     nv_model_free(&rq);
     nv_model_free(&m);
 }
 
+static void test_gguf_round_trip(void) {
+    for (int gen = 1; gen <= 3; gen++) gguf_round_trip(gen);
+}
+
 /* What has no place for these parts says so: llama2.c's format, a Hugging Face folder, a GGUF file
  * of a mix no architecture holds, training; nerve info shows them. */
 static void test_refusals_and_info(void) {
-    nv_config c = gemma_config();
+    nv_config c = gemma_config(3);
     c.swa_period = 6;
     nv_model m;
     if (!gemma_model(&m, &c, 9)) return;
@@ -306,7 +326,7 @@ static void test_serve(void) {
     char vocab[700], model[700];
     snprintf(vocab, sizeof vocab, "%s", t_path("gs-vocab.gguf"));
     snprintf(model, sizeof model, "%s", t_path("gs.gguf"));
-    nv_config c = gemma_config();
+    nv_config c = gemma_config(3);
     c.swa_period = 6, c.vocab_size = GW_GEMMA_VOCAB;
     nv_model m;
     nv_tokenizer *t = NULL;

@@ -74,9 +74,13 @@ static int model_info(const char *path) {
         for (int l = 0; l < c->n_layers; l++) windowed += nv_config_layer_windowed(c, l);
         printf("window:   %d positions in %d of %d layers\n", c->swa_window, windowed, c->n_layers);
     }
-    if (nv_config_inference_only(c)) /* Gemma's block */
-        printf("block:    %s%s, embeddings x %g, scores / %g%s\n", c->ffn_gelu ? "GELU gating" : "SwiGLU", c->post_norms ? ", post-norms" : "",
-               (double)(c->emb_scale != 0.0f ? c->emb_scale : 1.0f), (double)nv_config_attn_div(c), c->logit_softcap != 0.0f ? ", logits soft-capped" : "");
+    if (nv_config_inference_only(c)) { /* Gemma's block */
+        printf("block:    %s%s, embeddings x %g, scores / %g", c->ffn_gelu ? "GELU gating" : "SwiGLU", c->post_norms ? ", post-norms" : "",
+               (double)(c->emb_scale != 0.0f ? c->emb_scale : 1.0f), (double)nv_config_attn_div(c));
+        if (c->attn_softcap != 0.0f) printf(" soft-capped at %g", (double)c->attn_softcap);
+        if (c->logit_softcap != 0.0f) printf(", logits soft-capped at %g", (double)c->logit_softcap);
+        printf("\n");
+    }
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
     nv_model_free(&m);
     if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);

@@ -418,6 +418,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
         /* q8: a score is (q . int8 keys) / sqrt(hd) times the keys' scale; a weight multiplies the
          * values' scale before it meets their int8 */
         if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, ub, p0, kv, blocks, l, 0, h / kv_mul);
+        if (c->attn_softcap != 0.0f) nv_attn_softcap(att0, (size_t)s->seq_len, ub, p0, G, c->attn_softcap);
         if (window) nv_window_mask(att0, (size_t)s->seq_len, ub, p0, G, window); /* after q8's scales: -inf x 0 would be NaN */
         nv_softmax_causal(att0 + ub, (size_t)s->seq_len, p0 + 1 - ub, G);
         if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, ub, p0, kv, blocks, l, 1, h / kv_mul);

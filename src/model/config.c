@@ -78,19 +78,21 @@ nv_err nv_config_validate(const nv_config *c) {
     if ((c->ffn_gelu != 0 && c->ffn_gelu != 1) || (c->post_norms != 0 && c->post_norms != 1))
         return nv_fail(NV_EFORMAT, "model config: ffn_gelu and post_norms must be 0 or 1");
     if (c->post_norms && c->n_experts) return nv_fail(NV_EFORMAT, "model config: post-norms beside a mixture of experts");
-    const float scales[] = {c->emb_scale, c->attn_div, c->logit_softcap};
-    for (int i = 0; i < 3; i++)
+    const float scales[] = {c->emb_scale, c->attn_div, c->logit_softcap, c->attn_softcap};
+    for (int i = 0; i < 4; i++)
         if (!(scales[i] >= 0.0f && scales[i] < 1e6f))
-            return nv_fail(NV_EFORMAT, "model config: embedding scale %g, attention divisor %g or logit cap %g is out of range [0, 1e6)",
-                           (double)c->emb_scale, (double)c->attn_div, (double)c->logit_softcap);
+            return nv_fail(NV_EFORMAT, "model config: embedding scale %g, attention divisor %g or logit caps %g, %g are out of range [0, 1e6)",
+                           (double)c->emb_scale, (double)c->attn_div, (double)c->logit_softcap, (double)c->attn_softcap);
     return NV_OK;
 }
 
 float nv_config_attn_div(const nv_config *c) { return c->attn_div != 0.0f ? c->attn_div : sqrtf((float)c->head_dim); }
 
 const char *nv_config_inference_only(const nv_config *c) {
-    if (c->swa_window || c->ffn_gelu || c->post_norms || c->emb_scale != 0.0f || c->attn_div != 0.0f || c->logit_softcap != 0.0f)
-        return "Gemma 3's block (a sliding attention window, GELU gating, post-norms, scaled embeddings) is run for inference only";
+    if (c->swa_window || c->ffn_gelu || c->post_norms || c->emb_scale != 0.0f || c->attn_div != 0.0f || c->logit_softcap != 0.0f ||
+        c->attn_softcap != 0.0f)
+        return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps) is run for "
+               "inference only";
     return NULL;
 }
 
@@ -172,7 +174,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape, for inference only (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

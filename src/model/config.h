@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -64,7 +64,8 @@ typedef struct {
     /* Every cos and sin multiplied by this outside YaRN (a GGUF file's rope.scaling.attn_factor, as
      * llama.cpp applies it to any model: Phi-3's LongRoPE, whose divisors are rope_factors); 0: 1 */
     float rope_attn;
-    /* Gemma 3's departures from the Llama block (GGUF arch gemma3), each 0 when absent. A sliding
+    /* The Gemma family's departures from the Llama block (GGUF archs gemma, gemma2, gemma3), each 0
+     * when absent. A sliding
      * window: in a windowed layer a query sees the swa_window positions up to and including its own
      * (llama.cpp's standard window); with swa_period, layer l sees the whole context when
      * l % swa_period == swa_period - 1 (Gemma 3: five windowed layers, then one global), else every
@@ -77,6 +78,7 @@ typedef struct {
     float emb_scale;     /* token embeddings multiplied by it on the way in (Gemma: sqrt(dim)) */
     float attn_div;      /* attention scores divided by it instead of sqrt(head_dim) */
     float logit_softcap; /* logits made cap * tanh(logits / cap) */
+    float attn_softcap;  /* attention scores made cap * tanh(score / cap) before the softmax (Gemma 2) */
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }

@@ -209,6 +209,11 @@ void nv_window_mask(float *att, size_t ld, int from, int p0, int rows, int windo
         for (int u = from; u <= p0 + g - window; u++) att[(size_t)g * ld + u] = -INFINITY;
 }
 
+void nv_attn_softcap(float *att, size_t ld, int from, int p0, int rows, float cap) {
+    for (int g = 0; g < rows; g++)
+        for (int u = from; u <= p0 + g; u++) att[(size_t)g * ld + u] = cap * tanhf(att[(size_t)g * ld + u] / cap);
+}
+
 void nv_gelu_mul(float *h, const float *g, int n) {
     /* 0.5 x (1 + tanh(y)) = x / (1 + exp(-2y)), y = sqrt(2/pi) (x + 0.044715 x^3) */
     const float k = -2.0f * 0.7978845608f, a = 0.044715f;
@@ -324,6 +329,7 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
         for (int i = 0; i < hd; i++) score += q[i] * k[i];
         att[u] = score / scale;
     }
+    if (c->attn_softcap != 0.0f) nv_attn_softcap(att, 0, lo, p, 1, c->attn_softcap);
     nv_softmax(att + lo, p + 1 - lo);
     rows_values(att, s->cache_len, 1, lo, p, vh, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
 }
@@ -364,6 +370,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
             scores_rows_any(R, nu > 8 ? 2 : 1, 0, qr, hd, kt, 0, 16, 0, cnt, scale, ar, 0);
         }
     }
+    if (c->attn_softcap != 0.0f) nv_attn_softcap(att, ald, lo, p0, G, c->attn_softcap);
     if (j->window) nv_window_mask(att, ald, lo, p0, G, j->window);
     nv_softmax_causal(att + lo, ald, p0 + 1 - lo, G);
     rows_values(att, ald, G, lo, p0, vh, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);

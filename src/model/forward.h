@@ -102,6 +102,9 @@ void nv_logits_finish(const nv_config *c, float *logits, int rows);
  * from `from` up to p0 + g - window made -inf, so that the softmax gives them weight 0 (the rows
  * attend from `from` on, the first row's window or the start of its block). */
 void nv_window_mask(float *att, size_t ld, int from, int p0, int rows, int window);
+/* Gemma 2's soft cap on rows of attention scores (as nv_window_mask's rows): from `from` to each
+ * row's own position, cap * tanh(score / cap). */
+void nv_attn_softcap(float *att, size_t ld, int from, int p0, int rows, float cap);
 /* h[i] = gelu(h[i]) * g[i], GELU's tanh form (Gemma's gating). */
 void nv_gelu_mul(float *h, const float *g, int n);
 /* One row's query, key and value of layer l after their projections: the biases (Qwen2), QK-norm

@@ -647,16 +647,33 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
 static const char *arch_name(int qk_norm, int qkv_bias, int experts) {
     return qk_norm ? (experts ? "qwen3moe" : "qwen3") : qkv_bias ? "qwen2" : "llama";
 }
-/* Whether c is what config_of makes of a gemma3 file (so that one written reads back the same). */
-static int gemma3_form(const nv_config *c) {
+/* llama.cpp's rule for the Gemma family's score divisor: the largest models (Gemma 2 27B: 46 layers,
+ * Gemma 3 27B: 62) scale queries by their width per head, not their head size (0: sqrt(head size)). */
+static float gemma_attn_div(const char *arch, int layers, int dim, int heads) {
+    return (!strcmp(arch, "gemma2") && layers == 46) || (!strcmp(arch, "gemma3") && layers == 62) ? sqrtf((float)(dim / heads)) : 0.0f;
+}
+/* The Gemma architecture of a config with GELU gating: gemma3 (post-norms and QK-norm), gemma2
+ * (post-norms), gemma. */
+static const char *gemma_arch(const nv_config *c) { return c->post_norms ? (c->qk_norm ? "gemma3" : "gemma2") : "gemma"; }
+/* Whether c is what config_of makes of a file of its Gemma architecture (so that one written reads
+ * back the same). */
+static int gemma_form(const nv_config *c) {
+    const char *arch = gemma_arch(c);
+    const int g3 = !strcmp(arch, "gemma3"), g2 = !strcmp(arch, "gemma2");
     int uniform = 1;
     for (int i = 1; i < c->n_rope_factors; i++) uniform &= c->rope_factors[i] == c->rope_factors[0];
-    const float div = c->n_layers == 62 ? sqrtf((float)(c->dim / c->n_heads)) : 0.0f;
-    return c->post_norms && c->ffn_gelu && c->qk_norm && !c->qkv_bias && !c->n_experts && c->emb_scale == sqrtf((float)c->dim) &&
-           c->attn_div == div && uniform && c->yarn.factor == 0.0f && c->llama3.factor == 0.0f &&
-           (c->swa_window ? c->swa_period == 6 && c->rope_theta_swa == 10000.0f : !c->swa_period && c->rope_theta_swa == 0.0f);
+    const int window = g3 ? (c->swa_window ? c->swa_period == 6 && c->rope_theta_swa == 10000.0f : !c->swa_period && c->rope_theta_swa == 0.0f)
+                       : g2 ? c->swa_window > 0 && c->swa_period == 2 && c->rope_theta_swa == 0.0f
+                            : !c->swa_window && !c->swa_period && c->rope_theta_swa == 0.0f;
+    const int caps = g2 ? c->attn_softcap > 0.0f && c->logit_softcap > 0.0f : c->attn_softcap == 0.0f && (g3 || c->logit_softcap == 0.0f);
+    return c->ffn_gelu && !c->qkv_bias && !c->n_experts && c->emb_scale == sqrtf((float)c->dim) &&
+           c->attn_div == gemma_attn_div(arch, c->n_layers, c->dim, c->n_heads) && uniform && c->yarn.factor == 0.0f &&
+           c->llama3.factor == 0.0f && window && caps && (g3 || !c->qk_norm);
 }
-static const char *arch_of(const nv_config *c) { return c->post_norms ? "gemma3" : arch_name(c->qk_norm, c->qkv_bias, c->n_experts); }
+/* Whether the architecture c is written as rotates pairs half a head apart (llama.cpp's NEOX order:
+ * its query and key rows are reordered on the way in and out). */
+static int half_rotation(const nv_config *c) { return c->qk_norm || c->qkv_bias || c->ffn_gelu; }
+static const char *arch_of(const nv_config *c) { return c->ffn_gelu ? gemma_arch(c) : arch_name(c->qk_norm, c->qkv_bias, c->n_experts); }
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
@@ -671,12 +688,13 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     char shown_arch[128], k[96];
     const int qwen3moe = name_is(arch_s, n, "qwen3moe"), qwen3 = qwen3moe || name_is(arch_s, n, "qwen3"),
               qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3"),
-              gemma3 = name_is(arch_s, n, "gemma3");
-    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma3)
-        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3 or gemma3)", g->path,
-                       nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : arch_name(qwen3, qwen2, qwen3moe);
-    if (neox) *neox = qwen3 || qwen2 || phi3 || gemma3;
+              gemma3 = name_is(arch_s, n, "gemma3"), gemma2 = name_is(arch_s, n, "gemma2"), gemma1 = name_is(arch_s, n, "gemma"),
+              gemma = gemma1 || gemma2 || gemma3;
+    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma)
+        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2 or gemma3)",
+                       g->path, nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
+    const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : gemma2 ? "gemma2" : gemma1 ? "gemma" : arch_name(qwen3, qwen2, qwen3moe);
+    if (neox) *neox = qwen3 || qwen2 || phi3 || gemma;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
@@ -777,17 +795,20 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
             nv_warn("%s: the model's sliding window of %lld tokens is not applied: attention sees the whole context of %lld, "
                     "as llama.cpp runs phi3", g->path, (long long)window, (long long)ctx);
     }
-    /* Gemma 3 as llama.cpp runs it: five layers of a sliding window (their RoPE base 10000,
-       unscaled) then one of the whole context, when the file gives a window; logits soft-capped
-       when it gives a cap */
+    /* The Gemma family as llama.cpp runs it. Gemma 3: five layers of a sliding window (their RoPE
+       base 10000, unscaled) then one of the whole context, when the file gives a window; logits
+       soft-capped when it gives a cap. Gemma 2: every other layer windowed (4096 unless the file
+       says), attention scores and logits soft-capped (50 and 30 unless it says). Gemma: neither. */
     int64_t window = 0;
-    float softcap = 0.0f;
-    if (gemma3) {
-        NV_TRY(get_int(g, "gemma3.attention.sliding_window", 0, &window));
-        NV_TRY(get_float(g, "gemma3.final_logit_softcapping", 0.0f, &softcap));
-        if (window < 0 || window > (1 << 30) || !(softcap >= 0.0f && softcap < 1e6f))
-            return nv_fail(NV_EFORMAT, "%s: gemma3's sliding window %lld or logit cap %g is out of range", g->path, (long long)window,
-                           (double)softcap);
+    float softcap = 0.0f, attn_softcap = 0.0f;
+    if (gemma2 || gemma3) {
+        NV_TRY(get_int(g, akey(k, sizeof k, arch, "attention.sliding_window"), gemma2 ? 4096 : 0, &window));
+        NV_TRY(get_float(g, akey(k, sizeof k, arch, "final_logit_softcapping"), gemma2 ? 30.0f : 0.0f, &softcap));
+        if (gemma2) NV_TRY(get_float(g, "gemma2.attn_logit_softcapping", 50.0f, &attn_softcap));
+        if (window < 0 || window > (1 << 30) || !(softcap >= 0.0f && softcap < 1e6f) || !(attn_softcap >= 0.0f && attn_softcap < 1e6f) ||
+            (gemma2 && !(attn_softcap > 0.0f && softcap > 0.0f && window > 0)))
+            return nv_fail(NV_EFORMAT, "%s: %s's sliding window %lld or soft caps %g, %g are out of range", g->path, arch, (long long)window,
+                           (double)softcap, (double)attn_softcap);
     }
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
@@ -820,13 +841,14 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
     c->qk_norm = qwen3 || gemma3;
     c->qkv_bias = qwen2;
-    if (gemma3) {
-        c->ffn_gelu = c->post_norms = 1;
+    if (gemma) {
+        c->ffn_gelu = 1;
+        c->post_norms = gemma2 || gemma3;
         c->emb_scale = sqrtf((float)dim);
-        /* llama.cpp's rule: the 62-layer model (27B) scales queries by its width per head, not its head size */
-        if (layers == 62) c->attn_div = sqrtf((float)(dim / heads));
+        c->attn_div = gemma_attn_div(arch, (int)layers, (int)dim, (int)heads);
         c->logit_softcap = softcap;
-        if (window > 0) c->swa_window = (int)window, c->swa_period = 6, c->rope_theta_swa = 10000.0f;
+        c->attn_softcap = attn_softcap;
+        if (window > 0) c->swa_window = (int)window, c->swa_period = gemma3 ? 6 : 2, c->rope_theta_swa = gemma3 ? 10000.0f : 0.0f;
     }
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
@@ -2092,22 +2114,22 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
     if (c->qk_norm && c->qkv_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
-    const int gemma3 = c->post_norms; /* written only as the loader reads gemma3 back */
-    if (nv_config_inference_only(c) && !gemma3_form(c))
-        return nv_fail(NV_EUNSUPPORTED, "%s: not written: no GGUF architecture holds this model's mix of Gemma 3's parts", path);
-    /* qwen3/qwen2: the query and key rows (and QK-norm weights, query and key biases) in that
+    const int gemma = c->ffn_gelu; /* written only as the loader reads its Gemma architecture back */
+    if (nv_config_inference_only(c) && !(gemma && gemma_form(c)))
+        return nv_fail(NV_EUNSUPPORTED, "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's parts", path);
+    /* qwen3/qwen2/gemma: the query and key rows (and QK-norm weights, query and key biases) in that
      * architecture's RoPE order, in copies */
     nv_model qw;
     float *qk_copy = NULL;
-    if (c->qk_norm || c->qkv_bias) NV_TRY(nv_model_half_view(m, &qw, &qk_copy));
+    if (half_rotation(c)) NV_TRY(nv_model_half_view(m, &qw, &qk_copy));
     else qw = (nv_model){.config = *c, .w = m->w};
     const int yarn = c->yarn.factor != 0.0f; /* its keys, not its divisors, as llama.cpp reads it */
     if (yarn && c->yarn.no_truncate) {
         free(qk_copy);
         return nv_fail(NV_EUNSUPPORTED, "%s: YaRN without rounding its ramp (transformers' truncate false) has no GGUF form", path);
     }
-    /* gemma3's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for it) */
-    const int factor_only = gemma3 && c->n_rope_factors;
+    /* the Gemma family's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for it) */
+    const int factor_only = gemma && c->n_rope_factors;
     const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0 && !yarn && !factor_only);
     nv_tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) {
@@ -2162,6 +2184,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     }
     if (c->swa_window) kv_u32(&b, akey(k, sizeof k, arch, "attention.sliding_window"), (uint32_t)c->swa_window), n_kv++;
     if (c->logit_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "final_logit_softcapping"), c->logit_softcap), n_kv++;
+    if (c->attn_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "attn_logit_softcapping"), c->attn_softcap), n_kv++;
     if (yarn) {
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "yarn");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->yarn.factor);
@@ -2298,10 +2321,10 @@ static void lora_transpose(float *b, float *bt, int out, int rank, int to_bt) {
         }
 }
 
-/* qwen2/qwen3 files keep the query and key rows in their RoPE order: so do the rows of B that
- * update them. */
+/* qwen2/qwen3/gemma files keep the query and key rows in their RoPE order: so do the rows of B
+ * that update them. */
 static nv_err lora_b_reorder(const nv_config *c, int t, float *b, int rank, int to_half) {
-    if (!(c->qk_norm || c->qkv_bias) || t > 1) return NV_OK;
+    if (!half_rotation(c) || t > 1) return NV_OK;
     return nv_rope_rows_reorder(b, (size_t)rank * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, to_half);
 }
 
