@@ -152,6 +152,13 @@ static void models(void) {
     nv_model_init_random(&m, 14);
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_gemma2.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
+    /* smollm3: every fourth layer without RoPE */
+    nv_config s3 = {8, 16, 4, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    s3.nope_period = 4;
+    check(nv_model_alloc(&m, &s3));
+    nv_model_init_random(&m, 15);
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_smollm3.gguf"), NV_GGUF_F32, NULL, NULL));
+    nv_model_free(&m);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &lf));

@@ -235,6 +235,18 @@ static void test_batch_equals_alone_gemma(void) {
     nv_model_free(&m);
 }
 
+/* SmolLM3's layers without RoPE (here every second): their keys enter the pages unrotated */
+static void test_batch_equals_alone_nope(void) {
+    nv_config c = {48, 64, 2, 6, 2, 8, 300, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.nope_period = 2;
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 23);
+    T_CHECK(nv_model_build_plans(&m, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
+    check_model(&m, "layers without RoPE");
+    nv_model_free(&m);
+}
+
 /* head_dim 72: the decode rows' 64-dimension path plus an 8-lane remainder, with GQA */
 static void test_batch_equals_alone_wide_heads(void) {
     nv_config c = {144, 96, 1, 2, 1, 72, 97, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
@@ -449,6 +461,7 @@ int main(void) {
     T_RUN(test_batch_equals_alone_stories260K);
     T_RUN(test_batch_equals_alone_wide_heads);
     T_RUN(test_batch_equals_alone_gemma);
+    T_RUN(test_batch_equals_alone_nope);
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
     T_RUN(test_batch_equals_alone_bias_rope_factors);
     T_RUN(test_batch_equals_alone_moe);

@@ -68,6 +68,7 @@ static int model_info(const char *path) {
     }
     if (nv_config_rope_mscale(c) != 1.0f) printf(", cos and sin x %g", (double)nv_config_rope_mscale(c));
     if (c->rope_theta_swa != 0.0f) printf("; windowed layers theta %g, unscaled", (double)c->rope_theta_swa);
+    if (c->nope_period) printf("; none in the last layer of every %d", c->nope_period);
     printf("\n");
     if (c->swa_window) {
         int windowed = 0;

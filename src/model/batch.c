@@ -190,10 +190,11 @@ static void rows_task(void *ctx, int task, int n_tasks) {
     const nv_config *c = &j->m->config;
     nv_batch_state *s = j->s;
     int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = j->kv->block_size, l = j->l;
+    const float *rope = nv_rope_of_layer(c, s->rope, s->rope_swa, l);
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         int p = s->row_pos[t];
-        nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, nv_rope_of_layer(c, s->rope, s->rope_swa, l) + (size_t)p * hd);
+        nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL);
         int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
         /* keys are stored transposed: [kv_dim][B] */
         size_t kat = nv_kv_keys_at(j->kv, blk, l) + off, vat = nv_kv_values_at(j->kv, blk, l) + (size_t)off * hd;

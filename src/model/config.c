@@ -78,6 +78,8 @@ nv_err nv_config_validate(const nv_config *c) {
     if ((c->ffn_gelu != 0 && c->ffn_gelu != 1) || (c->post_norms != 0 && c->post_norms != 1))
         return nv_fail(NV_EFORMAT, "model config: ffn_gelu and post_norms must be 0 or 1");
     if (c->post_norms && c->n_experts) return nv_fail(NV_EFORMAT, "model config: post-norms beside a mixture of experts");
+    if (c->nope_period < 0 || c->nope_period > MAX_LAYERS)
+        return nv_fail(NV_EFORMAT, "model config: a RoPE-less layer every %d is out of range", c->nope_period);
     const float scales[] = {c->emb_scale, c->attn_div, c->logit_softcap, c->attn_softcap};
     for (int i = 0; i < 4; i++)
         if (!(scales[i] >= 0.0f && scales[i] < 1e6f))
@@ -93,6 +95,7 @@ const char *nv_config_inference_only(const nv_config *c) {
         c->attn_softcap != 0.0f)
         return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps) is run for "
                "inference only";
+    if (c->nope_period) return "SmolLM3's layers without RoPE are run for inference only";
     return NULL;
 }
 
@@ -145,6 +148,7 @@ uint64_t nv_config_rope_key(const nv_config *c) {
     const float mscale = nv_config_rope_mscale(c);
     if (mscale != 1.0f) h = nv_checksum64(&mscale, sizeof mscale, h);
     if (c->rope_theta_swa != 0.0f) h = nv_checksum64(&c->rope_theta_swa, sizeof c->rope_theta_swa, h ^ (uint64_t)c->swa_period << 32);
+    if (c->nope_period) h = nv_checksum64(&c->nope_period, sizeof c->nope_period, h);
     return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);
 }
 
@@ -174,7 +178,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape, for inference only (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -79,6 +79,9 @@ typedef struct {
     float attn_div;      /* attention scores divided by it instead of sqrt(head_dim) */
     float logit_softcap; /* logits made cap * tanh(logits / cap) */
     float attn_softcap;  /* attention scores made cap * tanh(score / cap) before the softmax (Gemma 2) */
+    /* SmolLM3's layers without RoPE: layer l rotates no query or key when (l + 1) % nope_period == 0
+     * (every fourth); 0: every layer rotates */
+    int nope_period;
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
@@ -87,10 +90,13 @@ static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * 
 static inline int nv_config_layer_windowed(const nv_config *c, int l) {
     return c->swa_window > 0 && (c->swa_period == 0 || l % c->swa_period != c->swa_period - 1);
 }
+/* Whether layer l rotates its queries and keys (SmolLM3's every fourth does not). */
+static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->nope_period || (l + 1) % c->nope_period != 0; }
 /* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */
 float nv_config_attn_div(const nv_config *c);
-/* NULL, or what of the model (Gemma 3's block) only inference runs: training and the llama2.c,
- * Hugging Face and GGUF writers refuse it with this. */
+/* NULL, or what of the model (the Gemma family's block, SmolLM3's layers without RoPE) only
+ * inference runs: training and the llama2.c and Hugging Face writers refuse it with this (GGUF
+ * writes the architectures that hold it). */
 const char *nv_config_inference_only(const nv_config *c);
 
 nv_err nv_config_validate(const nv_config *c);

@@ -589,6 +589,7 @@ void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const
         for (int hh = 0; hh < c->n_kv_heads; hh++)
             nv_rmsnorm(k + hh * hd, k + hh * hd, m->w.k_norm + (size_t)l * hd, hd, c->norm_eps);
     }
+    if (!cs) return;
     nv_rope_apply(q, c->n_heads, hd, cs);
     nv_rope_apply(k, c->n_kv_heads, hd, cs);
 }
@@ -606,10 +607,11 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
     const nv_config *c = &j->m->config;
     nv_state *s = j->s;
     const int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c);
+    const float *rope = nv_rope_of_layer(c, s->rope, s->rope_swa, j->l);
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         const int p = j->pos + t;
-        nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, nv_rope_of_layer(c, s->rope, s->rope_swa, j->l) + (size_t)p * hd);
+        nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL);
         for (int hh = 0; hh < c->n_kv_heads; hh++) { /* per head: [kv_heads][cache_len][hd] */
             const size_t at = ((size_t)hh * s->cache_len + (size_t)p) * hd;
             memcpy(j->kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));

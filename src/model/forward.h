@@ -90,9 +90,9 @@ void nv_rope_apply(float *vec, int n_heads, int head_dim, const float *cs);
 /* A table of npos positions allocated and filled: the windowed layers' (windowed: their own base,
  * unscaled; NULL without one, as when the model has none) or the others'. NULL when out of memory. */
 float *nv_rope_table_new(const nv_config *c, int npos, int windowed);
-/* The table layer l rotates by. */
+/* The table layer l rotates by, or NULL when it does not rotate (SmolLM3's RoPE-less layers). */
 static inline const float *nv_rope_of_layer(const nv_config *c, const float *rope, const float *rope_swa, int l) {
-    return rope_swa && nv_config_layer_windowed(c, l) ? rope_swa : rope;
+    return !nv_config_layer_roped(c, l) ? NULL : rope_swa && nv_config_layer_windowed(c, l) ? rope_swa : rope;
 }
 /* A token's embedding row into x (times the model's embedding scale when it has one). */
 void nv_embed(const nv_model *m, int token, float *x);
@@ -108,8 +108,8 @@ void nv_attn_softcap(float *att, size_t ld, int from, int p0, int rows, float ca
 /* h[i] = gelu(h[i]) * g[i], GELU's tanh form (Gemma's gating). */
 void nv_gelu_mul(float *h, const float *g, int n);
 /* One row's query, key and value of layer l after their projections: the biases (Qwen2), QK-norm
- * (Qwen3), then RoPE of the query and key heads by the angles cs of its position (shared by the
- * single-sequence and the batched forward). */
+ * (Qwen3), then RoPE of the query and key heads by the angles cs of its position (none when cs is
+ * NULL) (shared by the single-sequence and the batched forward). */
 void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs);
 
 #endif

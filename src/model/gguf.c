@@ -647,6 +647,13 @@ nv_err nv_gguf_dequant(uint32_t type, const void *data, uint64_t n, float *out) 
 static const char *arch_name(int qk_norm, int qkv_bias, int experts) {
     return qk_norm ? (experts ? "qwen3moe" : "qwen3") : qkv_bias ? "qwen2" : "llama";
 }
+/* Whether c's RoPE divisors, if any, are one factor (linear scaling, which the Gemma family's and
+ * SmolLM3's files say by rope.scaling.factor: llama.cpp reads no divisors tensor for them). */
+static int linear_only(const nv_config *c) {
+    int uniform = c->llama3.factor == 0.0f;
+    for (int i = 1; i < c->n_rope_factors; i++) uniform &= c->rope_factors[i] == c->rope_factors[0];
+    return uniform;
+}
 /* llama.cpp's rule for the Gemma family's score divisor: the largest models (Gemma 2 27B: 46 layers,
  * Gemma 3 27B: 62) scale queries by their width per head, not their head size (0: sqrt(head size)). */
 static float gemma_attn_div(const char *arch, int layers, int dim, int heads) {
@@ -660,20 +667,27 @@ static const char *gemma_arch(const nv_config *c) { return c->post_norms ? (c->q
 static int gemma_form(const nv_config *c) {
     const char *arch = gemma_arch(c);
     const int g3 = !strcmp(arch, "gemma3"), g2 = !strcmp(arch, "gemma2");
-    int uniform = 1;
-    for (int i = 1; i < c->n_rope_factors; i++) uniform &= c->rope_factors[i] == c->rope_factors[0];
     const int window = g3 ? (c->swa_window ? c->swa_period == 6 && c->rope_theta_swa == 10000.0f : !c->swa_period && c->rope_theta_swa == 0.0f)
                        : g2 ? c->swa_window > 0 && c->swa_period == 2 && c->rope_theta_swa == 0.0f
                             : !c->swa_window && !c->swa_period && c->rope_theta_swa == 0.0f;
     const int caps = g2 ? c->attn_softcap > 0.0f && c->logit_softcap > 0.0f : c->attn_softcap == 0.0f && (g3 || c->logit_softcap == 0.0f);
     return c->ffn_gelu && !c->qkv_bias && !c->n_experts && c->emb_scale == sqrtf((float)c->dim) &&
-           c->attn_div == gemma_attn_div(arch, c->n_layers, c->dim, c->n_heads) && uniform && c->yarn.factor == 0.0f &&
-           c->llama3.factor == 0.0f && window && caps && (g3 || !c->qk_norm);
+           c->attn_div == gemma_attn_div(arch, c->n_layers, c->dim, c->n_heads) && linear_only(c) && c->yarn.factor == 0.0f && window &&
+           caps && (g3 || !c->qk_norm) && !c->nope_period;
 }
 /* Whether the architecture c is written as rotates pairs half a head apart (llama.cpp's NEOX order:
  * its query and key rows are reordered on the way in and out). */
 static int half_rotation(const nv_config *c) { return c->qk_norm || c->qkv_bias || c->ffn_gelu; }
-static const char *arch_of(const nv_config *c) { return c->ffn_gelu ? gemma_arch(c) : arch_name(c->qk_norm, c->qkv_bias, c->n_experts); }
+/* Whether c is what config_of makes of a smollm3 file: llama's block, every fourth layer without RoPE. */
+static int smollm3_form(const nv_config *c) {
+    nv_config plain = *c;
+    plain.nope_period = 0;
+    return c->nope_period == 4 && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_inference_only(&plain) &&
+           (c->yarn.factor != 0.0f || linear_only(c));
+}
+static const char *arch_of(const nv_config *c) {
+    return c->ffn_gelu ? gemma_arch(c) : c->nope_period ? "smollm3" : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
+}
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
@@ -689,11 +703,13 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     const int qwen3moe = name_is(arch_s, n, "qwen3moe"), qwen3 = qwen3moe || name_is(arch_s, n, "qwen3"),
               qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3"),
               gemma3 = name_is(arch_s, n, "gemma3"), gemma2 = name_is(arch_s, n, "gemma2"), gemma1 = name_is(arch_s, n, "gemma"),
-              gemma = gemma1 || gemma2 || gemma3;
-    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma)
-        return nv_fail(NV_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2 or gemma3)",
-                       g->path, nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
-    const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : gemma2 ? "gemma2" : gemma1 ? "gemma" : arch_name(qwen3, qwen2, qwen3moe);
+              gemma = gemma1 || gemma2 || gemma3, smollm3 = name_is(arch_s, n, "smollm3");
+    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3)
+        return nv_fail(NV_EUNSUPPORTED,
+                       "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3 or smollm3)", g->path,
+                       nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
+    const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : gemma2 ? "gemma2" : gemma1 ? "gemma" : smollm3 ? "smollm3"
+                                                                                                         : arch_name(qwen3, qwen2, qwen3moe);
     if (neox) *neox = qwen3 || qwen2 || phi3 || gemma;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
@@ -841,6 +857,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
     c->qk_norm = qwen3 || gemma3;
     c->qkv_bias = qwen2;
+    if (smollm3) c->nope_period = 4; /* llama.cpp's SmolLM3: every fourth layer without RoPE (no key says it) */
     if (gemma) {
         c->ffn_gelu = 1;
         c->post_norms = gemma2 || gemma3;
@@ -2115,8 +2132,9 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (c->qk_norm && c->qkv_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
     const int gemma = c->ffn_gelu; /* written only as the loader reads its Gemma architecture back */
-    if (nv_config_inference_only(c) && !(gemma && gemma_form(c)))
-        return nv_fail(NV_EUNSUPPORTED, "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's parts", path);
+    if (nv_config_inference_only(c) && !(gemma ? gemma_form(c) : smollm3_form(c)))
+        return nv_fail(NV_EUNSUPPORTED, "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's or SmolLM3's parts",
+                       path);
     /* qwen3/qwen2/gemma: the query and key rows (and QK-norm weights, query and key biases) in that
      * architecture's RoPE order, in copies */
     nv_model qw;
@@ -2128,8 +2146,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         free(qk_copy);
         return nv_fail(NV_EUNSUPPORTED, "%s: YaRN without rounding its ramp (transformers' truncate false) has no GGUF form", path);
     }
-    /* the Gemma family's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for it) */
-    const int factor_only = gemma && c->n_rope_factors;
+    /* the Gemma family's and SmolLM3's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for them) */
+    const int factor_only = (gemma || c->nope_period) && c->n_rope_factors && !yarn;
     const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0 && !yarn && !factor_only);
     nv_tensor_ref *t = calloc(nt, sizeof *t);
     if (!t) {

@@ -1,9 +1,11 @@
-/* Gemma 3's block (GGUF arch gemma3): a sliding window over five of every six layers with their own
- * RoPE base, GELU gating, RMSNorm after the attention and after the FFN, embeddings times
- * sqrt(dim), soft-capped logits; its vocabulary's layout (BOS 2, EOS 1, byte tokens past the
- * specials, no dummy prefix) and chat template. The forward (token by token and a whole prompt at once) is checked
- * against a plain reference written here from the definition; a GGUF file written and read back
- * gives the same logits; training and the formats without these parts refuse the model. */
+/* Architectures beyond llama's block, for inference. The Gemma family (GGUF gemma, gemma2, gemma3):
+ * GELU gating, embeddings times sqrt(dim); Gemma 2 and 3's sliding window (Gemma 3's windowed layers
+ * with their own RoPE base), RMSNorm after the attention and after the FFN, soft-capped logits (and
+ * Gemma 2's soft-capped scores); Gemma's vocabulary layout (BOS 2, EOS 1, byte tokens past the
+ * specials, no dummy prefix) and chat template. SmolLM3 (smollm3): llama's block with every fourth
+ * layer unrotated. The forward (token by token and a whole prompt at once) is checked against a
+ * plain reference written here from the definition; a GGUF file written and read back gives the
+ * same config and logits; training and the formats without these parts refuse the model. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +24,19 @@
 
 #define T 24 /* positions: several windows' worth */
 
-/* A small config of Gemma generation `gen` (1, 2, 3): GQA, head size 16 (q_dim 64 != dim 32), GELU,
- * scaled embeddings, linearly scaled RoPE (as Gemma 3 4B+). Gemma 2 and 3: post-norms, a window of 5
- * with every second layer global (the loaders' patterns: Gemma 2's every other layer, Gemma 3's five
- * of six: nv_config.swa_period), soft-capped logits; Gemma 2: soft-capped scores; Gemma 3: QK-norm,
- * the windowed layers' own RoPE base. */
+/* A small config of Gemma generation `gen` (1, 2, 3), or SmolLM3's block (gen 4): GQA, head size 16
+ * (q_dim 64 != dim 32), linearly scaled RoPE (as Gemma 3 4B+). Gemma: GELU, scaled embeddings.
+ * Gemma 2 and 3: post-norms, a window of 5 with every second layer global (the loaders' patterns:
+ * Gemma 2's every other layer, Gemma 3's five of six: nv_config.swa_period), soft-capped logits;
+ * Gemma 2: soft-capped scores; Gemma 3: QK-norm, the windowed layers' own RoPE base. SmolLM3: the
+ * fourth layer unrotated. */
 static nv_config gemma_config(int gen) {
     nv_config c = {32, 48, 4, 4, 2, 16, 67, 64, 1000000.0f, 1e-6f, 1, gen == 3, 0, {0}, 0, NV_CONFIG_PLAIN};
+    if (gen == 4) {
+        c.nope_period = 4;
+        nv_config_rope_linear(&c, 2.0f);
+        return c;
+    }
     c.ffn_gelu = 1;
     c.emb_scale = sqrtf(32.0f);
     if (gen >= 2) c.post_norms = 1, c.swa_window = 5, c.swa_period = 2, c.logit_softcap = 3.0f;
@@ -81,7 +89,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
     double *att = malloc(sizeof(double) * (size_t)qd), *y = malloc(sizeof(double) * (size_t)(d > h ? d : h)), *g = malloc(sizeof(double) * (size_t)h),
            *u = malloc(sizeof(double) * (size_t)h), *sc = malloc(sizeof(double) * (size_t)n);
     for (int t = 0; t < n; t++)
-        for (int i = 0; i < d; i++) x[(size_t)t * d + i] = (double)w->tok_emb[(size_t)toks[t] * d + i] * sqrt((double)d);
+        for (int i = 0; i < d; i++) x[(size_t)t * d + i] = (double)w->tok_emb[(size_t)toks[t] * d + i] * (c->emb_scale != 0.0f ? sqrt((double)d) : 1);
     for (int l = 0; l < c->n_layers; l++) {
         const int windowed = c->swa_window && l % c->swa_period != c->swa_period - 1, own_base = windowed && c->rope_theta_swa != 0.0f;
         for (int t = 0; t < n; t++) {
@@ -92,7 +100,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             for (int hh = 0; hh < H + KV; hh++) { /* QK-norm per head, then RoPE on pairs (2i, 2i+1) */
                 double *vec = hh < H ? q + (size_t)t * qd + (size_t)hh * hd : k + (size_t)t * kvd + (size_t)(hh - H) * hd;
                 if (c->qk_norm) ref_rmsnorm(vec, vec, (hh < H ? w->q_norm : w->k_norm) + (size_t)l * hd, hd, c->norm_eps);
-                for (int i = 0; i < hd; i += 2) {
+                for (int i = 0; i < hd && (!c->nope_period || (l + 1) % c->nope_period); i += 2) {
                     const double theta = own_base ? c->rope_theta_swa : c->rope_theta;
                     const double div = own_base ? 1.0 : c->rope_factors[i / 2];
                     const double a = t * pow(theta, -(double)i / hd) / div, v0 = vec[i], v1 = vec[i + 1];
@@ -128,8 +136,8 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             ref_rmsnorm(xn, xt, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
             ref_matvec(g, w->w1 + (size_t)l * h * d, xn, h, d);
             ref_matvec(u, w->w3 + (size_t)l * h * d, xn, h, d);
-            for (int i = 0; i < h; i++) /* GELU, tanh form */
-                g[i] = 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
+            for (int i = 0; i < h; i++) /* GELU, tanh form; else SiLU */
+                g[i] = (c->ffn_gelu ? 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) : g[i] / (1 + exp(-g[i]))) * u[i];
             ref_matvec(y, w->w2 + (size_t)l * d * h, g, d, h);
             if (c->post_norms) ref_rmsnorm(y, y, w->post_ffn + (size_t)l * d, d, c->norm_eps);
             for (int i = 0; i < d; i++) xt[i] += y[i];
@@ -178,7 +186,7 @@ static void forward_matches_reference(int gen) {
     memcpy(all, s.logits, T * V * sizeof(float));
     nv_state_free(&s);
     double gap1 = logit_gap(one, ref, T * V), gap2 = logit_gap(all, ref, T * V);
-    T_CHECK(gap1 < 1e-5 && gap2 < 1e-5, "Gemma %d: token by token %.3g, the prompt at once %.3g of the largest logit from the reference", gen,
+    T_CHECK(gap1 < 1e-5 && gap2 < 1e-5, "kind %d: token by token %.3g, the prompt at once %.3g of the largest logit from the reference", gen,
             gap1, gap2);
     if (!c.swa_window) {
         free(ref), free(one), free(all);
@@ -196,14 +204,14 @@ static void forward_matches_reference(int gen) {
         same += t < c.swa_window && !differ;
         moved += t >= c.swa_window && differ;
     }
-    T_CHECK(same == c.swa_window && moved == T - c.swa_window, "Gemma %d: %d of %d positions inside the window kept, %d of %d after it moved",
+    T_CHECK(same == c.swa_window && moved == T - c.swa_window, "kind %d: %d of %d positions inside the window kept, %d of %d after it moved",
             gen, same, c.swa_window, moved, T - c.swa_window);
     free(ref), free(one), free(all);
     nv_model_free(&m);
 }
 
 static void test_forward_matches_reference(void) {
-    for (int gen = 1; gen <= 3; gen++) forward_matches_reference(gen);
+    for (int gen = 1; gen <= 4; gen++) forward_matches_reference(gen);
 }
 
 /* A file written as gemma, gemma2 or gemma3 reads back the same model: the same config and the same
@@ -218,17 +226,17 @@ static void gguf_round_trip(int gen) {
     char path[700], q8[700];
     snprintf(path, sizeof path, "%s", t_path("g.gguf"));
     snprintf(q8, sizeof q8, "%s", t_path("g-q8.gguf"));
-    T_CHECK(nv_gguf_save(&m, NULL, "g", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "Gemma %d: %s", gen, nv_errmsg());
-    T_CHECK(nv_gguf_save(&m, NULL, "g", q8, NV_GGUF_Q8_0, NULL, NULL) == NV_OK, "Gemma %d: %s", gen, nv_errmsg());
-    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3"};
+    T_CHECK(nv_gguf_save(&m, NULL, "g", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "kind %d: %s", gen, nv_errmsg());
+    T_CHECK(nv_gguf_save(&m, NULL, "g", q8, NV_GGUF_Q8_0, NULL, NULL) == NV_OK, "kind %d: %s", gen, nv_errmsg());
+    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3", "smollm3"};
     nv_gguf g;
     size_t an = 0;
     const char *a_s = nv_gguf_open(path, &g) == NV_OK ? nv_gguf_string(&g, "general.architecture", &an) : NULL;
-    T_CHECK(a_s && an == strlen(arch[gen]) && !memcmp(a_s, arch[gen], an), "Gemma %d written as another architecture", gen);
+    T_CHECK(a_s && an == strlen(arch[gen]) && !memcmp(a_s, arch[gen], an), "kind %d written as another architecture", gen);
     if (a_s) nv_gguf_close(&g);
     nv_model r, rq;
     T_CHECK(nv_model_load(path, &r) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(!memcmp(&r.config, &c, sizeof c), "Gemma %d: the config read back differs (window %d period %d theta %g caps %g %g)", gen,
+    T_CHECK(!memcmp(&r.config, &c, sizeof c), "kind %d: the config read back differs (window %d period %d theta %g caps %g %g)", gen,
             r.config.swa_window, r.config.swa_period, (double)r.config.rope_theta_swa, (double)r.config.logit_softcap,
             (double)r.config.attn_softcap);
     T_CHECK(nv_model_build_plans(&r, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
@@ -237,11 +245,11 @@ static void gguf_round_trip(int gen) {
     tokens(toks, T, c.vocab_size);
     float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float)), *ref = malloc(T * V * sizeof(float));
     T_CHECK(t_forward_logits(&m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
-    T_CHECK(!memcmp(a, b, T * V * sizeof(float)), "Gemma %d: the file's logits differ from the model's", gen);
+    T_CHECK(!memcmp(a, b, T * V * sizeof(float)), "kind %d: the file's logits differ from the model's", gen);
     reference_logits(&m, toks, T, ref);
-    T_CHECK(logit_gap(a, ref, T * V) < 1e-5, "Gemma %d (the loader's pattern): %.3g from the reference", gen, logit_gap(a, ref, T * V));
+    T_CHECK(logit_gap(a, ref, T * V) < 1e-5, "kind %d (the loader's pattern): %.3g from the reference", gen, logit_gap(a, ref, T * V));
     T_CHECK(nv_model_load_quantized(q8, &rq) == NV_OK && nv_model_build_plans(&rq, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(t_forward_logits(&rq, toks, T, b) && logit_gap(b, a, T * V) < 0.05, "Gemma %d Q8_0: %.3g from fp32", gen, logit_gap(b, a, T * V));
+    T_CHECK(t_forward_logits(&rq, toks, T, b) && logit_gap(b, a, T * V) < 0.05, "kind %d Q8_0: %.3g from fp32", gen, logit_gap(b, a, T * V));
     free(a), free(b), free(ref);
     nv_model_free(&r);
     nv_model_free(&rq);
@@ -249,7 +257,7 @@ static void gguf_round_trip(int gen) {
 }
 
 static void test_gguf_round_trip(void) {
-    for (int gen = 1; gen <= 3; gen++) gguf_round_trip(gen);
+    for (int gen = 1; gen <= 4; gen++) gguf_round_trip(gen);
 }
 
 /* What has no place for these parts says so: llama2.c's format, a Hugging Face folder, a GGUF file
