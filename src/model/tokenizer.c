@@ -352,6 +352,9 @@ static nv_err index_specials(const char *path, nv_tokenizer *t) {
     return NV_OK;
 }
 
+/* A vocabulary's special id, or -1 when it is past a vocabulary cut to n tokens. */
+static int id_within(int id, int n) { return id < n ? id : -1; }
+
 /* Generation ends at EOS, the end-of-turn and end-of-message ids, and the control tokens that end
  * turns by name (as llama.cpp finds them). */
 static void add_ends(nv_tokenizer *t) {
@@ -474,10 +477,10 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     NV_TRY(index_specials(path, t));
 
     /* ids past a vocabulary cut to vocab_size are none */
-    t->bos = v->bos < n ? v->bos : -1;
-    t->eos = v->eos < n ? v->eos : -1;
-    t->eot = v->eot < n ? v->eot : -1;
-    t->eom = v->eom < n ? v->eom : -1;
+    t->bos = id_within(v->bos, n);
+    t->eos = id_within(v->eos, n);
+    t->eot = id_within(v->eot, n);
+    t->eom = id_within(v->eom, n);
     snprintf(t->pre, sizeof t->pre, "%s", v->pre);
     t->add_bos = t->bos >= 0 && (v->add_bos >= 0 ? v->add_bos : add_bos_default);
     t->n_eog = 0;
@@ -538,8 +541,8 @@ static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
         if (t->bos != NV_TOKEN_BOS) t->n_eog = 0; /* not llama2.c's ids: its BOS 1 does not end generation */
         spm_byte_ids(t);
         if (v.eos >= 0 && v.eos < t->n) t->eos = v.eos;
-        t->eot = v.eot < t->n ? v.eot : -1;
-        t->eom = v.eom < t->n ? v.eom : -1;
+        t->eot = id_within(v.eot, t->n);
+        t->eom = id_within(v.eom, t->n);
         if (v.add_bos >= 0) t->add_bos = v.add_bos;
         t->no_space_prefix = v.add_space == 0;
         add_ends(t);

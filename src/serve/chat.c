@@ -324,14 +324,19 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
     return nv_chat_render_opts(t, tok, m, n, &o, tokens, n_tokens);
 }
 
+/* The text of messages m[0..n) in a template that renders text (every one but llama2). */
+static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
+    else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
+    else if (t == NV_CHAT_DEEPSEEK) render_deepseek(text, m, n, o);
+    else if (t == NV_CHAT_GEMMA) render_gemma(text, m, n, o);
+    else render_plain(text, m, n, o);
+}
+
 static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
     if (t == NV_CHAT_LLAMA2) return render_llama2(m, n, o, out);
     nv_buf text = {0};
-    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(&text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
-    else if (t == NV_CHAT_LLAMA3) render_llama3(&text, m, n, o);
-    else if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n, o);
-    else if (t == NV_CHAT_GEMMA) render_gemma(&text, m, n, o);
-    else render_plain(&text, m, n, o);
+    render_prompt(t, &text, m, n, o);
     nv_err e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", 1, 0);
     nv_buf_free(&text);
     return e;
@@ -386,16 +391,13 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
             if (n > 1) nv_buf_puts(&answer, "\n");
             nv_buf_puts(&answer, a->content);
             hermes_calls(&answer, a);
-        } else {
-            if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_DEEPSEEK || t == NV_CHAT_GEMMA) {
-                if (t == NV_CHAT_DEEPSEEK) render_deepseek(&text, m, n - 1, o);
-                else if (t == NV_CHAT_GEMMA) render_gemma(&text, m, n - 1, o);
-                else render_turns(&text, m, n - 1, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
+        } else { /* the answer after the prompt, as the template shows it, and the template's end marker */
+            render_prompt(t, &text, m, n - 1, o);
+            if (t == NV_CHAT_LLAMA3) {
+                llama3_body(&answer, a);
+            } else {
                 nv_buf_puts(&answer, a->content);
                 hermes_calls(&answer, a);
-            } else {
-                render_llama3(&text, m, n - 1, o);
-                llama3_body(&answer, a);
             }
             nv_buf_puts(&answer, nv_chat_template_stop(t));
         }
