@@ -8,7 +8,8 @@
  * does what `nerve export` does: writes the weights as a llama2.c v1 model (refused only for
  * shapes v1 cannot hold) and loads that back, which must give the same weights; a LoRA run's
  * checkpoint (version 2 on) instead must hold exactly its shape's adapters. Version 1 and 2 files
- * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling. */
+ * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling, version 4 the layers
+ * without RoPE. */
 #include <stddef.h>
 
 #include "base/hash.h"
@@ -24,7 +25,7 @@
 
 static volatile float sink;
 
-/* The header size the file gives (version 1's, 2's or 3's: the loader took no other). */
+/* The header size the file gives (version 1's to 4's: the loader took no other). */
 static uint32_t header_bytes(const nv_ckpt *c) {
     uint32_t hb;
     memcpy(&hb, c->map.data + 12, 4);

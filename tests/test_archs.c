@@ -5,7 +5,8 @@
  * specials, no dummy prefix) and chat template. SmolLM3 (smollm3): llama's block with every fourth
  * layer unrotated. The forward (token by token and a whole prompt at once) is checked against a
  * plain reference written here from the definition; a GGUF file written and read back gives the
- * same config and logits; training and the formats without these parts refuse the model. */
+ * same config and logits; training and the formats without these parts refuse a Gemma model; a
+ * SmolLM3 one fine-tunes and is written back as smollm3. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,11 +357,35 @@ static void test_serve(void) {
     T_CHECK(server_stop_within(&s, 20) == 0, "the server did not exit 0");
 }
 
+/* SmolLM3 fine-tunes (its unrotated layers have their backward: tests/test_train_grad.c) and the run
+ * writes it back as smollm3. */
+static void test_smollm3_finetune(void) {
+    const char *tok = t_data("models/tok512.bin"), *text = t_data("corpus/tinystories_valid_head.txt");
+    if (!tok || !text) return;
+    nv_config c = gemma_config(4);
+    c.vocab_size = 512;
+    nv_model m;
+    if (!gemma_model(&m, &c, 11)) return;
+    char model[700], run[700], out[800], args[3000];
+    snprintf(model, sizeof model, "%s", t_path("smol.gguf"));
+    snprintf(run, sizeof run, "%s", t_path("smol-run"));
+    snprintf(out, sizeof out, "%s/model.gguf", run);
+    T_CHECK(nv_gguf_save(&m, NULL, "smol", model, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    nv_model_free(&m);
+    snprintf(args, sizeof args, "train --init-from '%s' -z '%s' --data '%s' --steps 2 --batch 1 --seq 16 --quiet --out '%s'", model, tok,
+             text, run);
+    T_CHECK(t_nerve(args) == 0, "train: %s", t_err);
+    nv_config back;
+    T_CHECK(nv_model_read_config(out, &back) == NV_OK && back.nope_period == 4 && back.vocab_size == 512, "the run's model: %s",
+            nv_errmsg());
+}
+
 int main(void) {
     T_RUN(test_forward_matches_reference);
     T_RUN(test_gguf_round_trip);
     T_RUN(test_refusals_and_info);
     T_RUN(test_vocabulary);
     T_RUN(test_serve);
+    T_RUN(test_smollm3_finetune);
     return t_done();
 }

@@ -383,6 +383,21 @@ static size_t zero_ckpt(const nv_config *c, const char *path, nv_ckpt_header *h,
 
 /* A checkpoint written by nv_ckpt_save loads back; header flags other than 0/1 are refused
  * (found by fuzz/fuzz_ckpt.c: any non-zero value used to read as true). */
+
+/* A checkpoint of header h written as format version ver wrote it: its first hb header bytes. */
+static void write_ckpt_version(const char *path, const nv_ckpt_header *h, uint32_t ver, uint32_t hb, const float *p, const float *m,
+                               const float *v, size_t n) {
+    uint64_t sum = nv_checksum64("NVCKPT01", 8, 0);
+    sum = nv_checksum64(&ver, 4, sum), sum = nv_checksum64(&hb, 4, sum), sum = nv_checksum64(h, hb, sum);
+    for (int part = 0; part < 3; part++) sum = nv_checksum64(part == 0 ? p : part == 1 ? m : v, n * sizeof(float), sum);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite("NVCKPT01", 1, 8, f), fwrite(&ver, 4, 1, f), fwrite(&hb, 4, 1, f), fwrite(h, 1, hb, f);
+        fwrite(p, sizeof(float), n, f), fwrite(m, sizeof(float), n, f), fwrite(v, sizeof(float), n, f), fwrite(&sum, 8, 1, f);
+        fclose(f);
+    }
+}
+
 static void test_ckpt_roundtrip_and_flags(void) {
     nv_config c;
     T_CHECK(nv_config_preset("stories260K", &c) == NV_OK, "%s", nv_errmsg());
@@ -440,17 +455,20 @@ static void test_ckpt_roundtrip_and_flags(void) {
     nv_ckpt_header h2 = h;
     h2.n_rope_factors = 0, h2.yarn_factor = 0; /* written as version 2 wrote it */
     memset(h2.rope_factors, 0, sizeof h2.rope_factors);
-    uint32_t ver = 2, hb = 144;
-    uint64_t sum = nv_checksum64("NVCKPT01", 8, 0);
-    sum = nv_checksum64(&ver, 4, sum), sum = nv_checksum64(&hb, 4, sum), sum = nv_checksum64(&h2, hb, sum);
-    for (int part = 0; part < 3; part++) sum = nv_checksum64(part == 0 ? p : part == 1 ? m : v, n * sizeof(float), sum);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite("NVCKPT01", 1, 8, f), fwrite(&ver, 4, 1, f), fwrite(&hb, 4, 1, f), fwrite(&h2, 1, hb, f);
-        fwrite(p, sizeof(float), n, f), fwrite(m, sizeof(float), n, f), fwrite(v, sizeof(float), n, f), fwrite(&sum, 8, 1, f);
-        fclose(f);
-    }
+    write_ckpt_version(path, &h2, 2, 144, p, m, v, n);
     T_CHECK(nv_ckpt_load(path, &k) == NV_OK && k.h.n_rope_factors == 0, "a version 2 checkpoint: %s", nv_errmsg());
+    nv_ckpt_close(&k);
+    free(p), free(m), free(v);
+    /* SmolLM3's layers without RoPE (version 4) survive; a version 3 file (a 1216-byte header) reads as none */
+    nv_config sm;
+    T_CHECK(nv_config_preset("stories260K", &sm) == NV_OK, "%s", nv_errmsg());
+    sm.nope_period = 4;
+    n = zero_ckpt(&sm, path, &h, &p, &m, &v, &k);
+    nv_ckpt_header_get_config(&k.h, &back);
+    T_CHECK(!memcmp(&back, &sm, sizeof sm), "the layers without RoPE do not survive the round trip");
+    nv_ckpt_close(&k);
+    write_ckpt_version(path, &h, 3, 1216, p, m, v, n);
+    T_CHECK(nv_ckpt_load(path, &k) == NV_OK && k.h.nope_period == 0, "a version 3 checkpoint: %s", nv_errmsg());
     nv_ckpt_close(&k);
     free(p), free(m), free(v);
 }

@@ -344,6 +344,13 @@ static void test_fd_moe(void) {
     check_fd(&c, 1, 7);
 }
 
+/* SmolLM3's layers without RoPE (here the second of each two): their queries and keys unrotated */
+static void test_fd_nope(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.nope_period = 2;
+    check_fd(&c, 2, 5);
+}
+
 static void test_fd_mha_separate(void) {
     nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd(&c, 1, 7);
@@ -1030,6 +1037,7 @@ int main(void) {
     nv_engines_init(NULL, 0);
     T_RUN(test_fd_gqa_tied);
     T_RUN(test_fd_separate_classifier_qknorm);
+    T_RUN(test_fd_nope);
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_moe);
     T_RUN(test_fd_qkv_bias);

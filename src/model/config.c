@@ -95,7 +95,6 @@ const char *nv_config_inference_only(const nv_config *c) {
         c->attn_softcap != 0.0f)
         return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps) is run for "
                "inference only";
-    if (c->nope_period) return "SmolLM3's layers without RoPE are run for inference only";
     return NULL;
 }
 

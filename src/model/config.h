@@ -94,9 +94,8 @@ static inline int nv_config_layer_windowed(const nv_config *c, int l) {
 static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->nope_period || (l + 1) % c->nope_period != 0; }
 /* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */
 float nv_config_attn_div(const nv_config *c);
-/* NULL, or what of the model (the Gemma family's block, SmolLM3's layers without RoPE) only
- * inference runs: training and the llama2.c and Hugging Face writers refuse it with this (GGUF
- * writes the architectures that hold it). */
+/* NULL, or what of the model (the Gemma family's block) only inference runs: training and the
+ * llama2.c and Hugging Face writers refuse it with this (GGUF writes the architectures that hold it). */
 const char *nv_config_inference_only(const nv_config *c);
 
 nv_err nv_config_validate(const nv_config *c);

@@ -9,13 +9,16 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 3u
-/* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones */
+#define CKPT_VERSION 4u
+/* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones; version 3's:
+ * before the layers without RoPE */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
+#define CKPT_V3_HEADER offsetof(nv_ckpt_header, nope_period)
 _Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
 _Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's header is 144 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 1216, "version 3's header is 1216 bytes (docs/formats.md)");
+_Static_assert(offsetof(nv_ckpt_header, nope_period) == 1216, "version 3's header is 1216 bytes");
+_Static_assert(sizeof(nv_ckpt_header) == 1224, "version 4's header is 1224 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -31,6 +34,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->qkv_bias = c->qkv_bias;
     h->n_experts = c->n_experts;
     h->n_experts_used = c->n_experts_used;
+    h->nope_period = c->nope_period;
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
     h->n_rope_factors = c->n_rope_factors;
@@ -58,6 +62,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->qkv_bias = h->qkv_bias;
     c->n_experts = h->n_experts;
     c->n_experts_used = h->n_experts_used;
+    c->nope_period = h->nope_period;
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
     c->n_rope_factors = h->n_rope_factors;
@@ -109,7 +114,7 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
         goto fail;
     }
     if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
-    const size_t want_h = version == 1 ? CKPT_V1_HEADER : version == 2 ? CKPT_V2_HEADER : sizeof out->h;
+    const size_t want_h = version == 1 ? CKPT_V1_HEADER : version == 2 ? CKPT_V2_HEADER : version == 3 ? CKPT_V3_HEADER : sizeof out->h;
     if (hbytes != want_h) {
         e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, want_h);
         goto fail;

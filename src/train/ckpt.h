@@ -46,6 +46,8 @@ typedef struct {
     int32_t yarn_orig_ctx, yarn_no_truncate;
     float llama3_factor, llama3_low_freq_factor, llama3_high_freq_factor; /* the rule behind Llama 3.1's divisors */
     int32_t llama3_orig_ctx, n_experts_used; /* n_experts_used: was a reserved 0 */
+    /* version 4: SmolLM3's layers without RoPE (nv_config.nope_period); older files read as none */
+    int32_t nope_period, reserved_v4;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

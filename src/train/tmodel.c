@@ -1029,8 +1029,10 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
         headnorm_forward(k, LAYER(a->krstd, j, (size_t)BT * KVH), ko, w->k_norm + (size_t)l * hd, BT, KVH, hd,
                          c->norm_eps);
     }
-    rope_rows(q, BT, T, H, hd, s->rope_cos, s->rope_sin, 1.0f);
-    rope_rows(k, BT, T, KVH, hd, s->rope_cos, s->rope_sin, 1.0f);
+    if (nv_config_layer_roped(c, l)) { /* SmolLM3's every fourth layer: none */
+        rope_rows(q, BT, T, H, hd, s->rope_cos, s->rope_sin, 1.0f);
+        rope_rows(k, BT, T, KVH, hd, s->rope_cos, s->rope_sin, 1.0f);
+    }
     const double ta = nv_now();
     nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, tm->seg_fwd, att_stats, ao, s->datt);
     tm->attn_seconds += nv_now() - ta;
@@ -1176,8 +1178,10 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         const double ta = nv_now();
         nv_attention_backward(c, e, B, T, q, k, v, tm->seg_fwd, att_stats, s.dao, s.dq, s.dk, s.dv, s.datt);
         tm->attn_seconds += nv_now() - ta;
-        rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
-        rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);
+        if (nv_config_layer_roped(c, l)) {
+            rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
+            rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);
+        }
         const float *dq_in = s.dq, *dk_in = s.dk;
         if (c->qk_norm) {
             /* back through the per-head norms into the raw projections (dao is free now) */
