@@ -304,7 +304,7 @@ void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, nv_
 /* The text ids[0..n) spell, as valid UTF-8 (the first follows BOS); malloc'd, NULL when out of memory. */
 static char *ids_text(const nv_tokenizer *t, const int *ids, int n) {
     nv_buf b = {0}, s = {0};
-    for (int j = 0; j < n; j++) nv_buf_puts(&b, token_piece(t, j ? ids[j - 1] : NV_TOKEN_BOS, ids[j]));
+    for (int j = 0; j < n; j++) nv_buf_puts(&b, token_piece(t, j ? ids[j - 1] : nv_tokenizer_bos(t), ids[j]));
     nv_utf8_sanitize(&s, b.data ? b.data : "", b.len);
     const int oom = b.oom || s.oom;
     nv_buf_free(&b);
@@ -1330,7 +1330,7 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
         }
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", ids[i]);
-        cJSON_AddStringToObject(o, "piece", token_text(ctx->tok, i ? ids[i - 1] : NV_TOKEN_BOS, ids[i], &piece));
+        cJSON_AddStringToObject(o, "piece", token_text(ctx->tok, i ? ids[i - 1] : nv_tokenizer_bos(ctx->tok), ids[i], &piece));
         cJSON_AddItemToArray(arr, o);
     }
     nv_buf_free(&piece);
