@@ -40,6 +40,15 @@ static void check(nv_err e) {
     exit(1);
 }
 
+/* A model of config c with random weights (seed) as the project's GGUF writer writes it, of tensor type type. */
+static void random_gguf(const nv_config *c, uint64_t seed, const char *name, uint32_t type) {
+    nv_model m;
+    check(nv_model_alloc(&m, c));
+    nv_model_init_random(&m, seed);
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", name), type, NULL, NULL));
+    nv_model_free(&m);
+}
+
 static void put(const char *sub, const char *name, const void *data, size_t len) {
     nv_iov part = {data, len};
     check(nv_file_write_atomic(seed_path(sub, name), &part, 1));
@@ -108,11 +117,8 @@ static void models(void) {
     check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}) ? NV_EIO : NV_OK);
     /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
     nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    random_gguf(&q, 9, "v3_qwen3.gguf", NV_GGUF_F32);
     nv_model m;
-    check(nv_model_alloc(&m, &q));
-    nv_model_init_random(&m, 9);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen3.gguf"), NV_GGUF_F32, NULL, NULL));
-    nv_model_free(&m);
     /* qwen2: projection biases; Llama 3.1-style RoPE frequency factors on a llama model */
     nv_config q2 = {8, 16, 1, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
     check(nv_model_alloc(&m, &q2));
@@ -140,42 +146,26 @@ static void models(void) {
     nv_config g3 = {8, 16, 7, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     g3.swa_window = 3, g3.swa_period = 6, g3.rope_theta_swa = 10000.0f, g3.ffn_gelu = g3.post_norms = 1;
     g3.emb_scale = sqrtf(8.0f), g3.logit_softcap = 30.0f;
-    check(nv_model_alloc(&m, &g3));
-    nv_model_init_random(&m, 13);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_gemma3.gguf"), NV_GGUF_F32, NULL, NULL));
-    nv_model_free(&m);
+    random_gguf(&g3, 13, "v3_gemma3.gguf", NV_GGUF_F32);
     /* gemma2: every other layer windowed, scores and logits soft-capped, no QK-norm */
     nv_config g2 = {8, 16, 2, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     g2.swa_window = 3, g2.swa_period = 2, g2.ffn_gelu = g2.post_norms = 1;
     g2.emb_scale = sqrtf(8.0f), g2.logit_softcap = 30.0f, g2.attn_softcap = 50.0f;
-    check(nv_model_alloc(&m, &g2));
-    nv_model_init_random(&m, 14);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_gemma2.gguf"), NV_GGUF_F32, NULL, NULL));
-    nv_model_free(&m);
+    random_gguf(&g2, 14, "v3_gemma2.gguf", NV_GGUF_F32);
     /* smollm3: every fourth layer without RoPE */
     nv_config s3 = {8, 16, 4, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     s3.nope_period = 4;
-    check(nv_model_alloc(&m, &s3));
-    nv_model_init_random(&m, 15);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_smollm3.gguf"), NV_GGUF_F32, NULL, NULL));
-    nv_model_free(&m);
+    random_gguf(&s3, 15, "v3_smollm3.gguf", NV_GGUF_F32);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
-    check(nv_model_alloc(&m, &lf));
-    nv_model_init_random(&m, 11);
-    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_rope_freqs.gguf"), NV_GGUF_F32, NULL, NULL));
-    nv_model_free(&m);
+    random_gguf(&lf, 11, "v3_rope_freqs.gguf", NV_GGUF_F32);
     /* mixtures of experts: Mixtral as llama (F16 experts: a source per expert's slice), qwen3moe */
     nv_config me = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     me.n_experts = 3;
     me.n_experts_used = 2;
     for (int qk = 0; qk < 2; qk++) {
         me.qk_norm = qk;
-        check(nv_model_alloc(&m, &me));
-        nv_model_init_random(&m, 12);
-        check(nv_gguf_save(&m, NULL, "seed", seed_path("model", qk ? "v3_qwen3moe.gguf" : "v3_moe_f16.gguf"), qk ? NV_GGUF_F32 : NV_GGUF_F16,
-                           NULL, NULL));
-        nv_model_free(&m);
+        random_gguf(&me, 12, qk ? "v3_qwen3moe.gguf" : "v3_moe_f16.gguf", qk ? NV_GGUF_F32 : NV_GGUF_F16);
     }
 }
 

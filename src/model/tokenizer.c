@@ -510,16 +510,17 @@ static int has_word(const char *s, size_t n, const char *word) {
 /* The byte tokens by their pieces (<0xXX>, type byte) when they are not llama2.c's ids b + 3 (Gemma's
  * vocabulary has them past its specials). */
 static void spm_byte_ids(nv_tokenizer *t) {
-    int at_llama2c = 1;
+    int at_llama2c = 1, found = 0;
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
     for (int i = 0; i < t->n; i++) {
         const char *p = tok_piece(t, i);
         unsigned b;
         char end;
-        if (t->type[i] == 6 && t->len[i] == 6 && sscanf(p, "<0x%2X%c", &b, &end) == 2 && end == '>' && t->byte_tok[b] < 0) t->byte_tok[b] = i;
+        if (t->type[i] == 6 && t->len[i] == 6 && sscanf(p, "<0x%2X%c", &b, &end) == 2 && end == '>' && t->byte_tok[b] < 0)
+            t->byte_tok[b] = i, found++;
     }
     for (int b = 0; b < 256; b++) at_llama2c &= t->byte_tok[b] == b + 3 || (t->byte_tok[b] < 0 && b + 3 >= t->n);
-    t->spm_bytes = !at_llama2c;
+    t->spm_bytes = found && !at_llama2c; /* no byte type marked (a file without token types): llama2.c's ids, as before */
 }
 
 static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
