@@ -330,6 +330,20 @@ static void test_vocabulary(void) {
     }
 }
 
+/* A SentencePiece vocabulary without token types keeps llama2.c's byte ids (b + 3): only a vocabulary
+ * that marks its byte tokens has them looked up by piece. (This 8-piece vocabulary's id 4 is "a": after
+ * "b" no merge takes it.) */
+static void test_untyped_vocabulary_bytes(void) {
+    const char *p = t_path("untyped.gguf");
+    T_CHECK(gguf_write_model(p, "llama", 3, 1) > 0, "writing %s", p);
+    nv_tokenizer *t = NULL;
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_tokenizer_load(p, 0, &t) == NV_OK && nv_tokenizer_encode(t, "b\x01", 0, 0, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(n >= 1 && ids[n - 1] == 1 + 3, "byte 1 became id %d", n >= 1 ? ids[n - 1] : -1);
+    free(ids);
+    if (t) nv_tokenizer_free(t);
+}
+
 /* A gemma3 model with its vocabulary and template in one file, served: the chat prompt is Gemma's. */
 static void test_serve(void) {
     char vocab[700], model[700];
@@ -385,6 +399,7 @@ int main(void) {
     T_RUN(test_gguf_round_trip);
     T_RUN(test_refusals_and_info);
     T_RUN(test_vocabulary);
+    T_RUN(test_untyped_vocabulary_bytes);
     T_RUN(test_serve);
     T_RUN(test_smollm3_finetune);
     return t_done();
