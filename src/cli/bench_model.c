@@ -236,8 +236,7 @@ static double forward_flops(const nv_config *c, int n, int pos, int cls_rows) {
     double per_tok = c->n_layers * (2.0 * d * (q + 2 * kv) + 2.0 * q * d + 6.0 * d * h * ffn_sets + 2.0 * d * c->n_experts);
     double ctx = 0, ctx_window = 0; /* sum over the n queries of the positions they attend to (in a sliding window's layers) */
     for (int t = 0; t < n; t++) ctx += pos + t + 1, ctx_window += c->swa_window && pos + t + 1 > c->swa_window ? c->swa_window : pos + t + 1;
-    int windowed = 0;
-    for (int l = 0; l < c->n_layers; l++) windowed += nv_config_layer_windowed(c, l);
+    const int windowed = nv_config_windowed_layers(c);
     double att = 4.0 * c->n_heads * c->head_dim * ((c->n_layers - windowed) * ctx + windowed * ctx_window);
     return per_tok * n + att + 2.0 * d * c->vocab_size * cls_rows;
 }

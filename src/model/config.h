@@ -90,6 +90,12 @@ static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * 
 static inline int nv_config_layer_windowed(const nv_config *c, int l) {
     return c->swa_window > 0 && (c->swa_period == 0 || l % c->swa_period != c->swa_period - 1);
 }
+/* How many layers attend through the sliding window. */
+static inline int nv_config_windowed_layers(const nv_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += nv_config_layer_windowed(c, l);
+    return n;
+}
 /* Whether layer l rotates its queries and keys (SmolLM3's every fourth does not). */
 static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->nope_period || (l + 1) % c->nope_period != 0; }
 /* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */

@@ -662,18 +662,33 @@ static float gemma_attn_div(const char *arch, int layers, int dim, int heads) {
 /* The Gemma architecture of a config with GELU gating: gemma3 (post-norms and QK-norm), gemma2
  * (post-norms), gemma. */
 static const char *gemma_arch(const nv_config *c) { return c->post_norms ? (c->qk_norm ? "gemma3" : "gemma2") : "gemma"; }
+/* The Gemma family as llama.cpp runs it, on c of architecture arch (gemma, gemma2, gemma3) with the
+ * sliding window and soft caps its file gives. Gemma 3: five layers of the window (their RoPE base
+ * 10000, unscaled) then one of the whole context, QK-norm, logits capped when it gives a cap. Gemma 2:
+ * every other layer windowed, scores and logits capped. Gemma: neither. All: GELU gating, scaled
+ * embeddings, the score divisor's rule; post-norms but in Gemma 1. */
+static void gemma_rules(nv_config *c, const char *arch, int window, float softcap, float attn_softcap) {
+    const int g3 = !strcmp(arch, "gemma3"), g2 = !strcmp(arch, "gemma2");
+    c->qk_norm = g3;
+    c->ffn_gelu = 1;
+    c->post_norms = g2 || g3;
+    c->emb_scale = sqrtf((float)c->dim);
+    c->attn_div = gemma_attn_div(arch, c->n_layers, c->dim, c->n_heads);
+    c->logit_softcap = g2 || g3 ? softcap : 0.0f;
+    c->attn_softcap = g2 ? attn_softcap : 0.0f;
+    c->swa_window = g2 || g3 ? window : 0;
+    c->swa_period = c->swa_window ? (g3 ? 6 : 2) : 0;
+    c->rope_theta_swa = c->swa_window && g3 ? 10000.0f : 0.0f;
+}
 /* Whether c is what config_of makes of a file of its Gemma architecture (so that one written reads
- * back the same). */
+ * back the same): gemma_rules change nothing, and no part the architecture lacks is there. */
 static int gemma_form(const nv_config *c) {
     const char *arch = gemma_arch(c);
-    const int g3 = !strcmp(arch, "gemma3"), g2 = !strcmp(arch, "gemma2");
-    const int window = g3 ? (c->swa_window ? c->swa_period == 6 && c->rope_theta_swa == 10000.0f : !c->swa_period && c->rope_theta_swa == 0.0f)
-                       : g2 ? c->swa_window > 0 && c->swa_period == 2 && c->rope_theta_swa == 0.0f
-                            : !c->swa_window && !c->swa_period && c->rope_theta_swa == 0.0f;
-    const int caps = g2 ? c->attn_softcap > 0.0f && c->logit_softcap > 0.0f : c->attn_softcap == 0.0f && (g3 || c->logit_softcap == 0.0f);
-    return c->ffn_gelu && !c->qkv_bias && !c->n_experts && c->emb_scale == sqrtf((float)c->dim) &&
-           c->attn_div == gemma_attn_div(arch, c->n_layers, c->dim, c->n_heads) && linear_only(c) && c->yarn.factor == 0.0f && window &&
-           caps && (g3 || !c->qk_norm) && !c->nope_period;
+    nv_config ruled = *c;
+    gemma_rules(&ruled, arch, c->swa_window, c->logit_softcap, c->attn_softcap);
+    const int g2 = !strcmp(arch, "gemma2"); /* its file cannot say "no window" or "no cap" (llama.cpp's defaults then) */
+    return !memcmp(&ruled, c, sizeof ruled) && (!g2 || (c->swa_window > 0 && c->attn_softcap > 0.0f && c->logit_softcap > 0.0f)) &&
+           !c->qkv_bias && !c->n_experts && linear_only(c) && c->yarn.factor == 0.0f && !c->nope_period;
 }
 /* Whether the architecture c is written as rotates pairs half a head apart (llama.cpp's NEOX order:
  * its query and key rows are reordered on the way in and out). */
@@ -809,10 +824,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
             nv_warn("%s: the model's sliding window of %lld tokens is not applied: attention sees the whole context of %lld, "
                     "as llama.cpp runs phi3", g->path, (long long)window, (long long)ctx);
     }
-    /* The Gemma family as llama.cpp runs it. Gemma 3: five layers of a sliding window (their RoPE
-       base 10000, unscaled) then one of the whole context, when the file gives a window; logits
-       soft-capped when it gives a cap. Gemma 2: every other layer windowed (4096 unless the file
-       says), attention scores and logits soft-capped (50 and 30 unless it says). Gemma: neither. */
+    /* The Gemma family's window and caps (gemma_rules): Gemma 2's 4096, 30 and 50 (llama.cpp's) unless
+       the file says */
     int64_t window = 0;
     float softcap = 0.0f, attn_softcap = 0.0f;
     if (gemma2 || gemma3) {
@@ -853,18 +866,10 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.freq_base"), 10000.0f, &c->rope_theta));
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps));
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
-    c->qk_norm = qwen3 || gemma3;
+    c->qk_norm = qwen3; /* gemma3's: gemma_rules */
     c->qkv_bias = qwen2;
     if (smollm3) c->nope_period = 4; /* llama.cpp's SmolLM3: every fourth layer without RoPE (no key says it) */
-    if (gemma) {
-        c->ffn_gelu = 1;
-        c->post_norms = gemma2 || gemma3;
-        c->emb_scale = sqrtf((float)dim);
-        c->attn_div = gemma_attn_div(arch, (int)layers, (int)dim, (int)heads);
-        c->logit_softcap = softcap;
-        c->attn_softcap = attn_softcap;
-        if (window > 0) c->swa_window = (int)window, c->swa_period = gemma3 ? 6 : 2, c->rope_theta_swa = gemma3 ? 10000.0f : 0.0f;
-    }
+    if (gemma) gemma_rules(c, arch, (int)window, softcap, attn_softcap);
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     /* a divisor per pair: Llama 3.1+'s rope_freqs, or LongRoPE's set for the model's context (the two
