@@ -471,6 +471,24 @@ static void test_ckpt_roundtrip_and_flags(void) {
     T_CHECK(nv_ckpt_load(path, &k) == NV_OK && k.h.nope_period == 0, "a version 3 checkpoint: %s", nv_errmsg());
     nv_ckpt_close(&k);
     free(p), free(m), free(v);
+    /* the Gemma block (version 5) survives; a version 4 file (a 1224-byte header) reads as llama's */
+    nv_config gm;
+    T_CHECK(nv_config_preset("stories260K", &gm) == NV_OK, "%s", nv_errmsg());
+    gm.swa_window = 64, gm.swa_period = 6, gm.rope_theta_swa = 10000.0f, gm.ffn_gelu = 1, gm.post_norms = 1;
+    gm.emb_scale = 8.0f, gm.attn_div = 4.0f, gm.logit_softcap = 30.0f, gm.attn_softcap = 50.0f;
+    n = zero_ckpt(&gm, path, &h, &p, &m, &v, &k);
+    nv_ckpt_header_get_config(&k.h, &back);
+    T_CHECK(!memcmp(&back, &gm, sizeof gm), "the Gemma block does not survive the round trip");
+    nv_ckpt_close(&k);
+    free(p), free(m), free(v);
+    gm.post_norms = 0; /* their weights would not be counted by a version 4 reader */
+    n = zero_ckpt(&gm, path, &h, &p, &m, &v, &k);
+    nv_ckpt_close(&k);
+    write_ckpt_version(path, &h, 4, 1224, p, m, v, n);
+    T_CHECK(nv_ckpt_load(path, &k) == NV_OK && !k.h.swa_window && !k.h.ffn_gelu && k.h.emb_scale == 0.0f, "a version 4 checkpoint: %s",
+            nv_errmsg());
+    nv_ckpt_close(&k);
+    free(p), free(m), free(v);
 }
 
 static void test_corrupt_checkpoint_refused_and_kept(void) {

@@ -36,7 +36,8 @@ static int tensors_of(const nv_tmodel *tm, tensor *out) {
                {"router", w->router, L * (size_t)c->n_experts * d},
                {"wcls", c->shared_classifier ? NULL : w->wcls, V * d},
                {"q_norm", w->q_norm, L * (size_t)c->head_dim}, {"k_norm", w->k_norm, L * (size_t)c->head_dim},
-               {"bq", w->bq, L * qd}, {"bk", w->bk, L * kvd}, {"bv", w->bv, L * kvd}};
+               {"bq", w->bq, L * qd}, {"bk", w->bk, L * kvd}, {"bv", w->bv, L * kvd},
+               {"post_att", w->post_att, L * d}, {"post_ffn", w->post_ffn, L * d}};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].p) out[n++] = (tensor){all[i].name, (size_t)(all[i].p - base), all[i].n};
@@ -63,6 +64,10 @@ static void perturb_init(nv_tmodel *tm, uint64_t seed) {
             tm->m.w.q_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
             tm->m.w.k_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
         }
+    for (int i = 0; c->post_norms && i < c->n_layers * c->dim; i++) {
+        tm->m.w.post_att[i] = 1.0f + 0.3f * nv_rng_normal(&r);
+        tm->m.w.post_ffn[i] = 1.0f + 0.3f * nv_rng_normal(&r);
+    }
     if (c->qkv_bias) {
         const int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
         for (int i = 0; i < c->n_layers * qd; i++) tm->m.w.bq[i] = 0.5f * nv_rng_normal(&r);
@@ -351,6 +356,27 @@ static void test_fd_nope(void) {
     check_fd(&c, 2, 5);
 }
 
+/* c with Gemma's block: every part of Gemma 2 and 3's, the window (7) shorter than the tests' windows */
+static nv_config with_gemma_block(nv_config c) {
+    c.swa_window = 7, c.swa_period = 2, c.rope_theta_swa = 10000.0f, c.ffn_gelu = 1, c.post_norms = 1;
+    c.emb_scale = sqrtf((float)c.dim), c.attn_div = 5.0f, c.logit_softcap = 10.0f, c.attn_softcap = 20.0f;
+    return c;
+}
+
+/* Gemma's block: GELU gating, the embedding scaled, post-norms on both products, the scores divided by
+ * their own divisor and soft-capped, the logits soft-capped, a sliding window of 3 on every other layer
+ * (Gemma 2's pattern) over windows of 6; then Gemma 3's: QK-norm, no caps, the windowed layers with
+ * their own RoPE base, every third layer global. Caps small enough that tanh bends. */
+static void test_fd_gemma(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.swa_window = 3, c.swa_period = 2, c.ffn_gelu = 1, c.post_norms = 1, c.emb_scale = 4.0f, c.attn_div = 3.0f;
+    c.attn_softcap = 2.0f, c.logit_softcap = 3.0f;
+    check_fd(&c, 2, 6);
+    nv_config g3 = {12, 20, 3, 2, 1, 8, 19, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    g3.swa_window = 2, g3.swa_period = 3, g3.rope_theta_swa = 10000.0f, g3.ffn_gelu = 1, g3.post_norms = 1, g3.emb_scale = 3.4641016f;
+    check_fd(&g3, 2, 5);
+}
+
 static void test_fd_mha_separate(void) {
     nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd(&c, 1, 7);
@@ -499,6 +525,7 @@ static void engines_match_fp32(const char *label) {
     engines_match_fp32_of(moe, label);
     moe.n_experts_used = 4;
     engines_match_fp32_of(moe, label);
+    engines_match_fp32_of(with_gemma_block(c), label);
 }
 
 static void engines_match_fp32_of(nv_config c, const char *label) {
@@ -624,9 +651,13 @@ static double rel_err(const float *a, const double *b, size_t n) {
 static nv_engine_id attn_engine; /* the engine attention_case runs on */
 static double attn_tol = 1e-5;    /* its bound on each relative L2 error */
 static double attn_worst;         /* the largest error seen */
+static int attn_window;            /* a sliding window over the case's layer, or 0 */
+static float attn_cap, attn_div;  /* a soft cap on the scores, or 0; their divisor, or 0: sqrt(hd) */
 
 static void attention_case(int H, int KVH, int hd, int B, int T) {
     nv_config c = {H * hd, 4, 1, H, KVH, hd, 8, T, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.swa_window = attn_window, c.attn_softcap = attn_cap, c.attn_div = attn_div;
+    const double div = attn_div != 0.0f ? attn_div : sqrt((double)hd);
     size_t qn = (size_t)B * T * H * hd, kn = (size_t)B * T * KVH * hd, an = (size_t)B * H * T * 2;
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *dout = malloc(qn * 4), *out = malloc(qn * 4);
     float *att = calloc(an, 4), *dq = calloc(qn, 4), *dk = calloc(kn, 4), *dv = calloc(kn, 4);
@@ -637,8 +668,8 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
     nv_rng_seed(&r, 7 + hd + T);
     for (size_t i = 0; i < qn; i++) q[i] = nv_rng_normal(&r), dout[i] = nv_rng_normal(&r);
     for (size_t i = 0; i < kn; i++) k[i] = nv_rng_normal(&r), v[i] = nv_rng_normal(&r);
-    nv_attention_forward(&c, attn_engine, B, T, q, k, v, NULL, att, out, ws);
-    nv_attention_backward(&c, attn_engine, B, T, q, k, v, NULL, att, dout, dq, dk, dv, ws);
+    nv_attention_forward(&c, attn_engine, B, T, 0, q, k, v, NULL, att, out, ws);
+    nv_attention_backward(&c, attn_engine, B, T, 0, q, k, v, NULL, att, dout, dq, dk, dv, ws);
     const int qd = H * hd, kvd = KVH * hd;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
@@ -646,14 +677,16 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
                 const float *qt = q + ((size_t)b * T + t) * qd + h * hd, *dt = dout + ((size_t)b * T + t) * qd + h * hd;
                 const int ko = h / (H / KVH) * hd;
                 double mx = -1e300, sum = 0, pdp = 0;
-                for (int u = 0; u <= t; u++) {
+                const int u0 = attn_window && t - attn_window + 1 > 0 ? t - attn_window + 1 : 0;
+                for (int u = u0; u <= t; u++) {
                     double sc = 0;
                     for (int i = 0; i < hd; i++) sc += (double)qt[i] * k[((size_t)b * T + u) * kvd + ko + i];
-                    p[u] = sc / sqrt((double)hd);
+                    p[u] = sc / div;
+                    if (attn_cap != 0.0f) p[u] = attn_cap * tanh(p[u] / attn_cap);
                     mx = p[u] > mx ? p[u] : mx;
                 }
-                for (int u = 0; u <= t; u++) sum += p[u] = exp(p[u] - mx);
-                for (int u = 0; u <= t; u++) {
+                for (int u = u0; u <= t; u++) sum += p[u] = exp(p[u] - mx);
+                for (int u = u0; u <= t; u++) {
                     p[u] /= sum;
                     const float *vu = v + ((size_t)b * T + u) * kvd + ko;
                     dp[u] = 0;
@@ -663,8 +696,16 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
                     }
                     pdp += p[u] * dp[u];
                 }
-                for (int u = 0; u <= t; u++) {
-                    double ds = p[u] * (dp[u] - pdp) / sqrt((double)hd);
+                for (int u = u0; u <= t; u++) {
+                    /* the capped score's slope: 1 - tanh^2, tanh recovered from the score itself */
+                    double slope = 1;
+                    if (attn_cap != 0.0f) {
+                        double sc = 0;
+                        for (int i = 0; i < hd; i++) sc += (double)qt[i] * k[((size_t)b * T + u) * kvd + ko + i];
+                        const double th = tanh(sc / div / attn_cap);
+                        slope = 1 - th * th;
+                    }
+                    double ds = p[u] * (dp[u] - pdp) / div * slope;
                     size_t row = ((size_t)b * T + u) * kvd + ko;
                     for (int i = 0; i < hd; i++) {
                         rdq[((size_t)b * T + t) * qd + h * hd + i] += ds * k[row + i];
@@ -689,6 +730,13 @@ static void attention_cases(void) {
     attention_case(2, 1, 48, 1, 33);  /* 32 + 16 */
     attention_case(2, 2, 64, 1, 129);
     attention_case(2, 1, 128, 1, 40); /* Qwen3's */
+    /* a sliding window shorter than a block and longer; a soft cap that bends (scores of a few units
+       against a cap of 1.5) with its own divisor, alone and with a window */
+    attn_window = 5, attention_case(4, 2, 12, 2, 37);
+    attn_window = 70, attention_case(2, 1, 64, 1, 150);
+    attn_window = 0, attn_cap = 1.5f, attn_div = 2.0f, attention_case(4, 2, 16, 2, 37);
+    attn_window = 20, attention_case(2, 1, 32, 1, 90);
+    attn_window = 0, attn_cap = 0.0f, attn_div = 0.0f;
 }
 
 static void test_attention_kernels(void) {
@@ -726,6 +774,7 @@ static void threads_same_bits(const char *label) {
     nv_config moe = {40, 72, 2, 4, 2, 10, 61, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     moe.n_experts = 6, moe.n_experts_used = 2;
     threads_same_bits_of(moe, label);
+    threads_same_bits_of(with_gemma_block(c), label);
 }
 
 static void threads_same_bits_of(nv_config c, const char *label) {
@@ -849,6 +898,9 @@ static void test_recompute_same_bits(void) {
     nv_config moe = plain;
     moe.n_experts = 5, moe.n_experts_used = 2;
     recompute_case(" (mixture of experts)", &moe, 0, NULL);
+    const nv_config gemma = with_gemma_block(plain);
+    recompute_case(" (Gemma's block)", &gemma, 0, NULL);
+    recompute_case(" (Gemma's block, LoRA)", &gemma, 4, seg);
     nv_engines_set_emulation(1); /* the tile engines' and the vector bf16 engine's logic in C */
     nv_engines_reset();
     nv_engines_init(NULL, 0);
@@ -1038,6 +1090,7 @@ int main(void) {
     T_RUN(test_fd_gqa_tied);
     T_RUN(test_fd_separate_classifier_qknorm);
     T_RUN(test_fd_nope);
+    T_RUN(test_fd_gemma);
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_moe);
     T_RUN(test_fd_qkv_bias);

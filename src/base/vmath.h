@@ -37,6 +37,15 @@ static inline __m256 nv_exp256(__m256 x) {
     return _mm256_blendv_ps(p, _mm256_add_ps(p, p), _mm256_castsi256_ps(top));
 }
 
+/* tanh on 8 lanes for the training loops' soft caps: sign(x) (1 - e) / (1 + e), e = e^-2|x| by
+ * nv_exp256 (exact at 0, +-1 far out; within about 1e-7 absolute of tanhf). */
+static inline __m256 nv_tanh256(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 e = nv_exp256(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, x)));
+    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    return _mm256_or_ps(t, _mm256_and_ps(sign, x));
+}
+
 /* nv_expf256_libm: e^x on 8 lanes, bit for bit the expf of glibc 2.27 and later in the FMA build
  * that x86-64-v3 machines run (what llama2.c calls), so the forward pass and the sampler can take
  * 8 lanes at a time and keep llama2.c's exact values. The same steps in double precision: with

@@ -71,7 +71,7 @@ static int model_info(const char *path) {
     if (c->nope_period) printf("; none in the last layer of every %d", c->nope_period);
     printf("\n");
     if (c->swa_window) printf("window:   %d positions in %d of %d layers\n", c->swa_window, nv_config_windowed_layers(c), c->n_layers);
-    if (nv_config_inference_only(c)) { /* Gemma's block */
+    if (nv_config_gemma_block(c)) { /* Gemma's block */
         printf("block:    %s%s, embeddings x %g, scores / %g", c->ffn_gelu ? "GELU gating" : "SwiGLU", c->post_norms ? ", post-norms" : "",
                (double)(c->emb_scale != 0.0f ? c->emb_scale : 1.0f), (double)nv_config_attn_div(c));
         if (c->attn_softcap != 0.0f) printf(" soft-capped at %g", (double)c->attn_softcap);

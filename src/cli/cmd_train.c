@@ -266,11 +266,6 @@ static int train(int argc, char **argv) {
             rc = cli_error(CMD, 2, "--init-from takes the model's shape from the file: drop --preset/--dim");
             goto done;
         }
-        nv_config ic;
-        if (nv_model_read_config(init_from, &ic) == NV_OK && nv_config_inference_only(&ic)) { /* before the weights are read */
-            rc = cli_error(CMD, 1, "%s: this model cannot be trained: %s", init_from, nv_config_inference_only(&ic));
-            goto done;
-        }
         if (nv_model_load(init_from, &init) != NV_OK) {
             cli_error(CMD, 1, "%s", nv_errmsg());
             goto done;
@@ -313,9 +308,6 @@ static int train(int argc, char **argv) {
         }
     } else if (nv_config_preset(preset ? preset : "stories260K", c) != NV_OK) {
         rc = cli_error(CMD, 2, "%s", nv_errmsg());
-        goto done;
-    } else if (nv_config_inference_only(c)) {
-        rc = cli_error(CMD, 2, "--preset %s cannot be trained: %s", preset, nv_config_inference_only(c));
         goto done;
     }
     if (experts && !init_from) /* a mixture of experts of the shape's FFN */

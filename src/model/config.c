@@ -90,11 +90,10 @@ nv_err nv_config_validate(const nv_config *c) {
 
 float nv_config_attn_div(const nv_config *c) { return c->attn_div != 0.0f ? c->attn_div : sqrtf((float)c->head_dim); }
 
-const char *nv_config_inference_only(const nv_config *c) {
+const char *nv_config_gemma_block(const nv_config *c) {
     if (c->swa_window || c->ffn_gelu || c->post_norms || c->emb_scale != 0.0f || c->attn_div != 0.0f || c->logit_softcap != 0.0f ||
         c->attn_softcap != 0.0f)
-        return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps) is run for "
-               "inference only";
+        return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps)";
     return NULL;
 }
 
@@ -175,7 +174,7 @@ static const preset presets[] = {
     {"stories42M", {512, 1376, 8, 8, 8, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
     {"stories110M", {768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}},
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
-    /* Gemma 3 270M's shape, for inference only (its embedding scale, sqrt(dim), set below) */
+    /* Gemma 3 270M's shape (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
                      512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0}},
 };

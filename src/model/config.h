@@ -100,9 +100,9 @@ static inline int nv_config_windowed_layers(const nv_config *c) {
 static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->nope_period || (l + 1) % c->nope_period != 0; }
 /* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */
 float nv_config_attn_div(const nv_config *c);
-/* NULL, or what of the model (the Gemma family's block) only inference runs: training and the
- * llama2.c and Hugging Face writers refuse it with this (GGUF writes the architectures that hold it). */
-const char *nv_config_inference_only(const nv_config *c);
+/* NULL, or the Gemma family's parts the model has, named: the llama2.c and Hugging Face writers
+ * refuse them with this (GGUF writes the architectures that hold them). */
+const char *nv_config_gemma_block(const nv_config *c);
 
 nv_err nv_config_validate(const nv_config *c);
 /* A key of what sets RoPE's angles (theta, head size, frequency factors): states made for one
@@ -127,7 +127,7 @@ static inline int nv_config_ffn_sets(const nv_config *c) { return c->n_experts >
 /* Number of fp32 parameters (the classifier counted once when shared). */
 uint64_t nv_config_param_count(const nv_config *c);
 
-/* Fills c with a named preset (stories260K, stories15M, stories42M, stories110M, qwen3-0.6B; gemma3-270m, for inference only). */
+/* Fills c with a named preset (stories260K, stories15M, stories42M, stories110M, qwen3-0.6B, gemma3-270m). */
 nv_err nv_config_preset(const char *name, nv_config *c);
 /* Comma-separated preset names, for usage messages. */
 const char *nv_config_preset_names(void);

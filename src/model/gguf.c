@@ -695,7 +695,7 @@ static int gemma_form(const nv_config *c) {
 static int half_rotation(const nv_config *c) { return c->qk_norm || c->qkv_bias || c->ffn_gelu; }
 /* Whether c is what config_of makes of a smollm3 file: llama's block, every fourth layer without RoPE. */
 static int smollm3_form(const nv_config *c) {
-    return c->nope_period == 4 && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_inference_only(c) &&
+    return c->nope_period == 4 && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) &&
            (c->yarn.factor != 0.0f || linear_only(c));
 }
 static const char *arch_of(const nv_config *c) {
@@ -2135,7 +2135,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (c->qk_norm && c->qkv_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
     const int gemma = c->ffn_gelu; /* written only as the loader reads its Gemma architecture back */
-    if ((nv_config_inference_only(c) || c->nope_period) && !(gemma ? gemma_form(c) : smollm3_form(c)))
+    if ((nv_config_gemma_block(c) || c->nope_period) && !(gemma ? gemma_form(c) : smollm3_form(c)))
         return nv_fail(NV_EUNSUPPORTED, "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's or SmolLM3's parts",
                        path);
     /* qwen3/qwen2/gemma: the query and key rows (and QK-norm weights, query and key biases) in that

@@ -1291,7 +1291,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (c->rope_attn != 0.0f) /* transformers' only carrier of it, longrope's, holds two sets of factors */
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE's attention factor outside YaRN has no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
-    if (nv_config_inference_only(c)) return nv_fail(NV_EUNSUPPORTED, "%s: not written: %s", dir, nv_config_inference_only(c));
+    if (nv_config_gemma_block(c)) return nv_fail(NV_EUNSUPPORTED, "%s: %s is not written as config.json (export GGUF instead)", dir, nv_config_gemma_block(c));
     if (c->nope_period) return nv_fail(NV_EUNSUPPORTED, "%s: layers without RoPE (SmolLM3's) are not written as config.json (export GGUF instead)", dir);
     if (c->n_experts && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has experts and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)

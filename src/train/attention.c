@@ -32,13 +32,30 @@ typedef struct {
     const float *q, *k, *v, *dout;
     float *stats, *out, *dq, *dk, *dv, *ws;
     const int *seg; /* [B*T] each row's first key, or NULL: 0 */
+    int window;     /* the layer's sliding window (row t sees keys t - window + 1..t), or 0 */
+    float scale;    /* the scores' factor: 1 / nv_config_attn_div */
 } attn_job;
 
-/* Row t's first key in sequence b: its document's start (packed windows), else 0; a start outside
-   0..t (the caller's error) is taken as 0 or t, so that no row has fewer than one key. */
+/* Row t's first key in sequence b: its document's start (packed windows), else 0, and not before
+   its sliding window; a start outside 0..t (the caller's error) is taken as 0 or t, so that no row
+   has fewer than one key. */
 static int first_key(const attn_job *j, int b, int t) {
-    const int k0 = j->seg ? j->seg[(size_t)b * j->T + t] : 0;
+    int k0 = j->seg ? j->seg[(size_t)b * j->T + t] : 0;
+    if (j->window && k0 < t - j->window + 1) k0 = t - j->window + 1;
     return k0 < 0 ? 0 : k0 > t ? t : k0;
+}
+
+/* Gemma 2's soft cap on the scores: s[u] = cap * tanh(scale * s[u] / cap) in place for u < n, and
+ * with fac, fac[u] = d s / d (the raw score) = scale * (1 - tanh^2). The backward runs it on the
+ * same raw scores as the forward did: the same bits. */
+static void cap_row(float *s, int n, float scale, float cap, float *fac) {
+    const __m256 vin = _mm256_set1_ps(scale / cap), vcap = _mm256_set1_ps(cap), vs = _mm256_set1_ps(scale),
+                 one = _mm256_set1_ps(1.0f);
+    for (int u = 0; u < n; u += 8) {
+        const __m256 t = nv_tanh256(_mm256_mul_ps(nv_load8_n(s + u, n - u), vin));
+        nv_store8_n(s + u, _mm256_mul_ps(vcap, t), n - u);
+        if (fac) nv_store8_n(fac + u, _mm256_mul_ps(vs, _mm256_fnmadd_ps(t, t, one)), n - u);
+    }
 }
 
 /* p[u] = exp(scale * s[u] - mx) * inv for u < n, zero for n <= u < n_zero (n_zero <= the row's
@@ -90,7 +107,7 @@ static void forward_task(void *ctx, int task, int n_tasks) {
     const size_t koff = (size_t)(h / kv_mul) * hd;
     float *ws = j->ws + (size_t)task * task_floats(c, T);
     float *kbuf = ws, *vbuf = kbuf + nv_bpack_floats(hd, T), *s = vbuf + nv_bpack_floats(T, hd);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = j->scale, cap = c->attn_softcap;
     nv_bpack kp, vp;
     nv_bpack_rows(&kp, j->e, j->k + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, kbuf); /* B = K^T */
     nv_bpack_cols(&vp, j->e, j->v + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, vbuf); /* B = V */
@@ -105,7 +122,8 @@ static void forward_task(void *ctx, int task, int n_tasks) {
             float *row = s + (size_t)(t - r0) * T8;
             const int k0 = first_key(j, b, t);
             memset(row, 0, (size_t)k0 * sizeof(float));
-            softmax_row(row + k0, t + 1 - k0, r1 - k0, scale, st0 + (size_t)t * 2);
+            if (cap != 0.0f) cap_row(row + k0, t + 1 - k0, scale, cap, NULL);
+            softmax_row(row + k0, t + 1 - k0, r1 - k0, cap != 0.0f ? 1.0f : scale, st0 + (size_t)t * 2);
         }
         nv_bpack_run(&vp, s, (size_t)T8, m, r1, hd, out0 + (size_t)r0 * qd, (size_t)qd, 0);
     }
@@ -128,7 +146,8 @@ static void backward_task(void *ctx, int task, int n_tasks) {
     float *vbuf = ws, *kbuf = vbuf + nv_bpack_floats(hd, T), *ktbuf = kbuf + nv_bpack_floats(T, hd);
     float *ds = ktbuf + nv_bpack_floats(hd, T), *pb = ds + (size_t)RB * T8, *tr = pb + (size_t)RB * T8;
     float *blk = tr + (size_t)T8 * RB;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = j->scale, cap = c->attn_softcap;
+    float *fac = tr; /* soft-capped scores: each score's factor (cap_row's), RB x T8, until tr's first transpose */
     float *dkb = j->dk + (size_t)b * T * kvd + koff, *dvb = j->dv + (size_t)b * T * kvd + koff;
     const float *kb = j->k + (size_t)b * T * kvd + koff;
     nv_bpack vp, kp, ktp, bp;
@@ -146,7 +165,9 @@ static void backward_task(void *ctx, int task, int n_tasks) {
                 float *p = pb + (size_t)(t - r0) * T8;
                 const int k0 = first_key(j, b, t);
                 memset(p, 0, (size_t)k0 * sizeof(float));
-                probs_row(p + k0, p + k0, t + 1 - k0, r1 - k0, scale, st0[(size_t)t * 2], st0[(size_t)t * 2 + 1]);
+                if (cap != 0.0f) cap_row(p + k0, t + 1 - k0, scale, cap, fac + (size_t)(t - r0) * T8 + k0);
+                probs_row(p + k0, p + k0, t + 1 - k0, r1 - k0, cap != 0.0f ? 1.0f : scale, st0[(size_t)t * 2],
+                          st0[(size_t)t * 2 + 1]);
             }
             nv_bpack_run(&vp, dout0, (size_t)qd, m, hd, r1, ds, (size_t)T8, 0);
             for (int t = r0; t < r1; t++) { /* over the row's keys k0..t (zero before and after) */
@@ -160,6 +181,15 @@ static void backward_task(void *ctx, int task, int n_tasks) {
                 for (; u + 8 <= n; u += 8) vsum = _mm256_fmadd_ps(_mm256_loadu_ps(a + u), _mm256_loadu_ps(d + u), vsum);
                 float sum = nv_hsum256(vsum);
                 for (; u < n; u++) sum += a[u] * d[u];
+                if (cap != 0.0f) { /* dS = P (dP - rowsum(P dP)) times each score's own factor */
+                    const float *f = fac + (size_t)(t - r0) * T8 + k0;
+                    const __m256 vsm = _mm256_set1_ps(sum);
+                    for (u = 0; u < n; u += 8)
+                        nv_store8_n(d + u, _mm256_mul_ps(_mm256_mul_ps(nv_load8_n(a + u, n - u), _mm256_sub_ps(nv_load8_n(d + u, n - u), vsm)),
+                                                         nv_load8_n(f + u, n - u)), n - u);
+                    for (u = n; u < r1 - k0; u++) d[u] = 0.0f;
+                    continue;
+                }
                 const __m256 vsm = _mm256_set1_ps(sum), vsc = _mm256_set1_ps(scale);
                 for (u = 0; u + 8 <= n; u += 8)
                     _mm256_storeu_ps(d + u, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(a + u),
@@ -180,15 +210,19 @@ static void backward_task(void *ctx, int task, int n_tasks) {
         }
 }
 
-void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
+static int layer_window(const nv_config *c, int layer) { return nv_config_layer_windowed(c, layer) ? c->swa_window : 0; }
+
+void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                           const float *v, const int *seg, float *stats, float *out, float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws, seg};
+    attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws, seg, layer_window(c, layer),
+                  1.0f / nv_config_attn_div(c)};
     nv_pool_run(forward_task, &j, B * c->n_heads);
 }
 
-void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
+void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                            const float *v, const int *seg, const float *stats, const float *dout, float *dq, float *dk,
                            float *dv, float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws, seg};
+    attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws, seg, layer_window(c, layer),
+                  1.0f / nv_config_attn_div(c)};
     nv_pool_run(backward_task, &j, B * c->n_kv_heads);
 }

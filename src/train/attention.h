@@ -20,13 +20,16 @@
 #include "model/config.h"
 
 size_t nv_attention_workspace(const nv_config *c, int B, int T);
-/* seg: NULL, or [B*T] the first position of each row's document within its window (0 <= seg[r] <=
+/* layer: the model's layer, whose sliding window (Gemma's windowed layers: row t sees keys
+ * t - swa_window + 1..t) applies; the scores are divided by nv_config_attn_div and, with
+ * attn_softcap, capped (cap * tanh(score / cap)) before the softmax.
+ * seg: NULL, or [B*T] the first position of each row's document within its window (0 <= seg[r] <=
  * r % T): row t then attends to keys seg[t]..t only, as if its document were a window of its own
  * (packed windows of several conversations); NULL is seg 0 everywhere, bit for bit. */
-void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
+void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                           const float *v, const int *seg, float *stats, float *out, float *ws);
 /* dq, dk, dv are accumulated (+=); seg as the forward's. */
-void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, const float *q, const float *k,
+void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                            const float *v, const int *seg, const float *stats, const float *dout, float *dq, float *dk,
                            float *dv, float *ws);
 

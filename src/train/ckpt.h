@@ -1,8 +1,8 @@
 /* Training checkpoints: weights, AdamW state, step, data cursor and run identity in one file.
  *
  *   "NVCKPT01"  8-byte magic
- *   uint32      format version (2; version 1, whose header ends before the LoRA fields, is read)
- *   uint32      header bytes (sizeof nv_ckpt_header; 120 in version 1)
+ *   uint32      format version (5; versions 1 to 4, whose headers end earlier, are read)
+ *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224 in versions 1 to 4)
  *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run, LoRA shape
  *   fp32        params[n], adam m[n], adam v[n] (a LoRA run's: the adapters')
  *   uint64      checksum of everything before it
@@ -48,6 +48,13 @@ typedef struct {
     int32_t llama3_orig_ctx, n_experts_used; /* n_experts_used: was a reserved 0 */
     /* version 4: SmolLM3's layers without RoPE (nv_config.nope_period); older files read as none */
     int32_t nope_period, reserved_v4;
+    /* version 5: the Gemma family's block (nv_config's fields of the same names); older files read as
+       llama's */
+    int32_t swa_window, swa_period;
+    float rope_theta_swa;
+    int32_t ffn_gelu, post_norms;
+    float emb_scale, attn_div, logit_softcap, attn_softcap;
+    int32_t reserved_v5;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

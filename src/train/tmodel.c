@@ -16,6 +16,8 @@
 
 typedef struct {
     float *rope_cos, *rope_sin; /* [T][head_dim/2] */
+    float *swa_cos, *swa_sin;   /* the windowed layers' own (rope_theta_swa), else empty */
+    float *dpost;               /* post-norms: the gradient of a product before its norm [BT][d] */
     float *dx, *dx2, *dxn, *dq, *dk, *dv, *dao, *dh1, *dh3, *dhg, *datt;
     float *xg, *dyg, *dxg, *dz; /* a mixture of experts: the rows gathered per expert, their output's and
                                    input's gradients [BT*K][d], the router logits' gradient [BT][E] */
@@ -32,7 +34,7 @@ static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a
     size_t BT = (size_t)B * T, L = (size_t)kept, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
     size_t H = (size_t)c->n_heads, KVH = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
-    size_t qk = c->qk_norm ? 1 : 0;
+    size_t qk = c->qk_norm ? 1 : 0, post = c->post_norms ? 1 : 0, lcap = c->logit_softcap != 0.0f ? 1 : 0;
     /* a mixture of experts: the FFN's hidden rows are per (token, chosen expert) */
     const size_t E = (size_t)c->n_experts, K = E ? (size_t)c->n_experts_used : 0, hr = BT * (E ? K : 1);
     float *sel, *order, *at, *off; /* int parts (4 bytes a value, as a float's) */
@@ -44,6 +46,8 @@ static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a
         {&a->qraw, qk * L * BT * qd}, {&a->kraw, qk * L * BT * kvd}, {&a->qrstd, qk * L * BT * H},
         {&a->krstd, qk * L * BT * KVH}, {&a->q, L * BT * qd}, {&a->k, L * BT * kvd}, {&a->v, L * BT * kvd},
         {&a->att_stats, L * (size_t)B * H * T * 2}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
+        {&a->ya, post * L * BT * d}, {&a->rstd_pa, post * L * BT}, {&a->yf, post * L * BT * d}, {&a->rstd_pf, post * L * BT},
+        {&a->lmax, lcap * BT},
         {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * hr * h}, {&a->h3, L * hr * h},
         {&a->hg, L * hr * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
         {&a->pscale, BT}, {&a->nll, BT}, {&a->moe_p, L * BT * E}, {&a->moe_w, L * BT * K}, {&a->moe_lse, E ? L * BT : 0},
@@ -64,12 +68,13 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
     size_t BT = (size_t)B * T, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), half = (size_t)c->head_dim / 2;
     const size_t E = (size_t)c->n_experts, hr = BT * (E ? (size_t)c->n_experts_used : 1), gr = E ? hr : 0;
-    size_t wide = qd > d ? qd : d;
+    size_t wide = qd > d ? qd : d, swa = c->rope_theta_swa != 0.0f ? (size_t)T * half : 0;
     size_t normp = nv_rmsnorm_partials(BT, d), headp = c->qk_norm ? nv_rmsnorm_partials(BT * c->n_heads, c->head_dim) : 0;
     struct {
         float **p;
         size_t n;
-    } parts[] = {{&s->rope_cos, (size_t)T * half}, {&s->rope_sin, (size_t)T * half}, {&s->dx, BT * d},
+    } parts[] = {{&s->rope_cos, (size_t)T * half}, {&s->rope_sin, (size_t)T * half}, {&s->swa_cos, swa}, {&s->swa_sin, swa},
+                 {&s->dpost, c->post_norms ? BT * d : 0}, {&s->dx, BT * d},
                  {&s->dx2, BT * d}, {&s->dxn, BT * wide}, {&s->dq, BT * qd}, {&s->dk, BT * kvd},
                  {&s->dv, BT * kvd}, {&s->dao, BT * qd}, {&s->dh1, hr * h}, {&s->dh3, hr * h},
                  {&s->dhg, hr * h}, {&s->datt, nv_attention_workspace(c, B, T)}, {&s->normp, normp > headp ? normp : headp},
@@ -246,20 +251,22 @@ nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, u
         tm->n_train = tm->m.n_params;
     }
     scratch_ptrs s = scratch_of(tm);
-    /* inference's angles (nv_rope_table), so training and inference rotate identically, split into
-     * the cos and sin rows rope_rows reads */
+    /* inference's angles (nv_rope_table_new), so training and inference rotate identically, split
+     * into the cos and sin rows rope_rows reads; Gemma 3's windowed layers have their own */
     const int half = c->head_dim / 2;
-    float *cs = malloc((size_t)T * c->head_dim * sizeof(float));
-    if (!cs) {
-        nv_tmodel_free(tm);
-        return nv_fail(NV_ENOMEM, "cannot allocate the RoPE table");
+    for (int windowed = 0; windowed <= (c->rope_theta_swa != 0.0f); windowed++) {
+        float *cs = nv_rope_table_new(c, T, windowed);
+        if (!cs) {
+            nv_tmodel_free(tm);
+            return nv_fail(NV_ENOMEM, "cannot allocate the RoPE table");
+        }
+        float *cosv = windowed ? s.swa_cos : s.rope_cos, *sinv = windowed ? s.swa_sin : s.rope_sin;
+        for (size_t i = 0; i < (size_t)T * half; i++) {
+            cosv[i] = cs[2 * i];
+            sinv[i] = cs[2 * i + 1];
+        }
+        free(cs);
     }
-    nv_rope_table(cs, c, T);
-    for (size_t i = 0; i < (size_t)T * half; i++) {
-        s.rope_cos[i] = cs[2 * i];
-        s.rope_sin[i] = cs[2 * i + 1];
-    }
-    free(cs);
     nv_err e = nv_model_build_plans(&tm->m, engine);
     if (e == NV_OK && adapters) {
         tm->lora = *lora;
@@ -634,7 +641,19 @@ static void headnorm_forward(float *out, float *rstd, const float *x, const floa
 /* Element-wise passes (SwiGLU and its backward, residual adds), 8 lanes at a time, a range's last
  * lanes through masked loads: every element is the same operations wherever a range starts or ends,
  * so the pool's fixed ranges and a product's epilogue blocks give the same bits. */
-typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_ADD } ew_kind;
+typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_GEGLU, EW_GEGLU_BACK, EW_ADD } ew_kind;
+
+/* GELU's tanh form as inference writes it: gelu(x) = x s, s = 1 / (1 + e^(k x (1 + a x^2))) (the
+ * sigmoid of 2 sqrt(2/pi) (x + a x^3)); *dz, when asked, is ds/dx: s (1 - s) times that argument's slope. */
+static inline __m256 gelu_sigmoid(__m256 x, __m256 *dz) {
+    const __m256 one = _mm256_set1_ps(1.0f), k = _mm256_set1_ps(-2.0f * 0.7978845608f), a = _mm256_set1_ps(0.044715f);
+    const __m256 xx = _mm256_mul_ps(x, x);
+    const __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, nv_exp256(_mm256_mul_ps(_mm256_mul_ps(k, x), _mm256_fmadd_ps(a, xx, one)))));
+    if (dz) /* d(-k x (1 + a x^2))/dx = -k (1 + 3 a x^2) */
+        *dz = _mm256_mul_ps(_mm256_mul_ps(sg, _mm256_sub_ps(one, sg)),
+                            _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), k), _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), xx, one)));
+    return sg;
+}
 typedef struct {
     ew_kind kind;
     size_t n;
@@ -657,6 +676,17 @@ static void ew_range(const ew_job *j, size_t i0, size_t i1) {
             nv_store8_n(j->out2 + i, _mm256_mul_ps(g, _mm256_mul_ps(a, sg)), n);
             const __m256 dsilu = _mm256_mul_ps(sg, _mm256_add_ps(one, _mm256_mul_ps(a, _mm256_sub_ps(one, sg))));
             nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_mul_ps(g, b), dsilu), n);
+            break;
+        }
+        case EW_GEGLU: /* out = gelu(a) * b */
+            nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_mul_ps(a, gelu_sigmoid(a, NULL)), b), n);
+            break;
+        case EW_GEGLU_BACK: { /* as EW_SWIGLU_BACK's: d gelu/dx = s + x ds/dx */
+            const __m256 g = nv_load8_n(j->c + i, n);
+            __m256 dsg;
+            const __m256 sg = gelu_sigmoid(a, &dsg);
+            nv_store8_n(j->out2 + i, _mm256_mul_ps(g, _mm256_mul_ps(a, sg)), n);
+            nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_mul_ps(g, b), _mm256_fmadd_ps(a, dsg, sg)), n);
             break;
         }
         case EW_ADD: /* out = a + b */
@@ -690,14 +720,46 @@ static void ew_run(ew_job j) {
 
 #define CE_TASKS 64
 typedef struct {
-    float *logits, *pscale, *nll;
+    float *logits, *pscale, *nll, *lmax;
     const int *targets;
     int V, rows, T;
+    float cap;               /* a soft cap on the logits (Gemma 2, 3), or 0 */
     float dscale;            /* dlogits_task */
     const float *seq_scale;  /* dlogits_task: [rows / T] per sequence instead of dscale, or NULL */
     double partial[CE_TASKS];
     int counted[CE_TASKS];
 } ce_job;
+
+/* A soft-capped row (z the product's logits): logits cap * tanh(z / cap), whose tanh stays in lg for
+ * the backward (the exps are made again from it there, the same operations: the same bits), the row's
+ * max in lmax, 1/sum in pscale; returns -log p(target). */
+static float capped_nll(ce_job *j, int r, float *lg) {
+    const int V = j->V;
+    const __m256 vin = _mm256_set1_ps(1.0f / j->cap), vcap = _mm256_set1_ps(j->cap);
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (int i = 0; i < V; i += 8) {
+        const int n = V - i < 8 ? V - i : 8;
+        const __m256 t = nv_tanh256(_mm256_mul_ps(nv_load8_n(lg + i, n), vin));
+        nv_store8_n(lg + i, t, n);
+        const __m256 x = _mm256_mul_ps(vcap, t);
+        vmax = _mm256_max_ps(vmax, n == 8 ? x : _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(nv_lane_mask8(n))));
+    }
+    const float maxv = nv_hmax256(vmax);
+    const __m256 vm = _mm256_set1_ps(maxv);
+    __m256 vsum = _mm256_setzero_ps();
+    for (int i = 0; i < V; i += 8) {
+        const int n = V - i < 8 ? V - i : 8;
+        const __m256 e = nv_exp256(_mm256_fmsub_ps(vcap, nv_load8_n(lg + i, n), vm));
+        vsum = _mm256_add_ps(vsum, n == 8 ? e : _mm256_and_ps(e, _mm256_castsi256_ps(nv_lane_mask8(n))));
+    }
+    const float inv = 1.0f / nv_hsum256(vsum);
+    j->lmax[r] = maxv;
+    j->pscale[r] = inv;
+    /* the target's exp as the backward makes it */
+    float e_t[8];
+    _mm256_storeu_ps(e_t, nv_exp256(_mm256_fmsub_ps(vcap, _mm256_set1_ps(lg[j->targets[r]]), vm)));
+    return (float)-log((double)(e_t[0] * inv) + 1e-30);
+}
 
 /* The softmax's exps in place (their scale to probabilities in pscale, applied by the backward's one
  * pass over the logits) and the summed -log p(target) of a contiguous block of rows. A row whose
@@ -712,6 +774,10 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         if (j->targets[r] < 0) continue;
         counted++;
         float *lg = j->logits + (size_t)r * j->V;
+        if (j->cap != 0.0f) {
+            total += j->nll[r] = capped_nll(j, r, lg);
+            continue;
+        }
         const int V = j->V, V8 = V & ~7;
         __m256 vmax = _mm256_set1_ps(-INFINITY);
         for (int i = 0; i < V8; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(lg + i));
@@ -740,6 +806,22 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     j->counted[task] = counted;
 }
 
+/* A soft-capped row's dlogits from its tanh values t: (p - onehot(target)) * dscale * (1 - t^2), p's
+ * exps made as capped_nll made them. */
+static void capped_dlogits(const ce_job *j, int r, float *lg, float dscale) {
+    const int V = j->V, target = j->targets[r];
+    const __m256 vcap = _mm256_set1_ps(j->cap), vm = _mm256_set1_ps(j->lmax[r]), one = _mm256_set1_ps(1.0f);
+    const __m256 vps = _mm256_set1_ps(j->pscale[r] * dscale);
+    const float t_target = lg[target];
+    for (int i = 0; i < V; i += 8) {
+        const int n = V - i < 8 ? V - i : 8;
+        const __m256 t = nv_load8_n(lg + i, n);
+        const __m256 p = _mm256_mul_ps(nv_exp256(_mm256_fmsub_ps(vcap, t, vm)), vps);
+        nv_store8_n(lg + i, _mm256_mul_ps(p, _mm256_fnmadd_ps(t, t, one)), n);
+    }
+    lg[target] -= dscale * (1.0f - t_target * t_target);
+}
+
 /* dlogits = (p - onehot(target)) * dscale, p = exp * pscale, in place over a block of rows. */
 static void dlogits_task(void *ctx, int task, int n_tasks) {
     ce_job *j = ctx;
@@ -750,6 +832,10 @@ static void dlogits_task(void *ctx, int task, int n_tasks) {
         const __m256 vd = _mm256_set1_ps(dscale);
         if (j->targets[r] < 0) { /* no target: no gradient */
             memset(lg, 0, (size_t)j->V * sizeof(float));
+            continue;
+        }
+        if (j->cap != 0.0f) {
+            capped_dlogits(j, r, lg, dscale);
             continue;
         }
         const float inv = j->pscale[r], e_target = lg[j->targets[r]];
@@ -987,11 +1073,28 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
     if (!frozen) nv_gemm_dw(nv_plan_engine(lp->router), s->dz, xn2, BT, E, d, g->router + (size_t)l * E * d, acc);
 }
 
+/* A post-norm: out = x + rmsnorm(y) * w, y's statistics into rstd. */
+static void post_norm_add(float *out, float *rstd, const float *y, const float *w, const float *x, int rows, int d, float eps) {
+    nv_rmsnorm_forward(out, rstd, y, w, rows, d, eps);
+    ew_run((ew_job){.kind = EW_ADD, .n = (size_t)rows * d, .out = out, .a = out, .b = x});
+}
+
 /* ---- whole model ----------------------------------------------------------------------- */
 
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
 
 #define LAYER(ptr, l, per) ((ptr) + (size_t)(l) * (per))
+
+/* Rotates layer l's queries and keys (sign 1) or their gradients back (-1) with the layer's table:
+   none for SmolLM3's unrotated layers, the windowed layers' own when they have one. */
+static void rope_layer(const nv_tmodel *tm, int l, const scratch_ptrs *s, float *q, float *k, float sign) {
+    const nv_config *c = &tm->m.config;
+    if (!nv_config_layer_roped(c, l)) return;
+    const int own = c->rope_theta_swa != 0.0f && nv_config_layer_windowed(c, l), BT = tm->B * tm->T;
+    const float *cosv = own ? s->swa_cos : s->rope_cos, *sinv = own ? s->swa_sin : s->rope_sin;
+    rope_rows(q, BT, tm->T, c->n_heads, c->head_dim, cosv, sinv, sign);
+    rope_rows(k, BT, tm->T, c->n_kv_heads, c->head_dim, cosv, sinv, sign);
+}
 
 /* Layer l's forward from its input x[l]: its activations into slot j of the kept ones (l, or 0 when
    they are recomputed in the backward), and with with_out its output x[l + 1]. The same operations
@@ -1029,23 +1132,24 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
         headnorm_forward(k, LAYER(a->krstd, j, (size_t)BT * KVH), ko, w->k_norm + (size_t)l * hd, BT, KVH, hd,
                          c->norm_eps);
     }
-    if (nv_config_layer_roped(c, l)) { /* SmolLM3's every fourth layer: none */
-        rope_rows(q, BT, T, H, hd, s->rope_cos, s->rope_sin, 1.0f);
-        rope_rows(k, BT, T, KVH, hd, s->rope_cos, s->rope_sin, 1.0f);
-    }
+    rope_layer(tm, l, s, q, k, 1.0f);
     const double ta = nv_now();
-    nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, q, k, v, tm->seg_fwd, att_stats, ao, s->datt);
+    nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, l, q, k, v, tm->seg_fwd, att_stats, ao, s->datt);
     tm->attn_seconds += nv_now() - ta;
-    /* each product's element-wise follow-up in the same job, on the block's own thread */
+    /* each product's element-wise follow-up in the same job, on the block's own thread; with
+       post-norms (Gemma 2, 3) the product is normed first, then added */
+    const int post = c->post_norms;
+    float *ya = post ? LAYER(a->ya, j, sd) : x2, *yf = post ? LAYER(a->yf, j, sd) : xout;
     ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
-    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){x2}, ew_epilogue, &res1);
-    lora_forward(tm, l, 3, ao, x2);
+    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){ya}, post ? NULL : ew_epilogue, &res1);
+    lora_forward(tm, l, 3, ao, ya);
+    if (post) post_norm_add(x2, LAYER(a->rstd_pa, j, BT), ya, w->post_att + (size_t)l * d, x, BT, d, c->norm_eps);
     nv_rmsnorm_forward(xn2, LAYER(a->rstd2, j, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL);
         return;
     }
-    ew_rows glu = {{.kind = EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3}, (size_t)hid}; /* n: for ew_run */
+    ew_rows glu = {{.kind = c->ffn_gelu ? EW_GEGLU : EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3}, (size_t)hid}; /* n: for ew_run */
     if (lora_plan(tm, l, 4, 0) || lora_plan(tm, l, 6, 0)) { /* adapters change gate and up before SwiGLU */
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, NULL, NULL);
         lora_forward(tm, l, 4, xn2, h1);
@@ -1054,10 +1158,13 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     } else {
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xn2, BT, (float *const[]){h1, h3}, ew_epilogue, &glu);
     }
-    if (!with_out) return; /* recomputed for the backward: the layer's output is kept already */
+    /* recomputed for the backward: the layer's output is kept already (a post-norm's statistics are
+       not: it runs to the end, writing the output's same bits again) */
+    if (!with_out && !post) return;
     ew_rows res2 = {{.kind = EW_ADD, .out = xout, .a = xout, .b = x2}, (size_t)d};
-    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){xout}, ew_epilogue, &res2);
-    lora_forward(tm, l, 5, hg, xout);
+    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){yf}, post ? NULL : ew_epilogue, &res2);
+    lora_forward(tm, l, 5, hg, yf);
+    if (post) post_norm_add(xout, LAYER(a->rstd_pf, j, BT), yf, w->post_ffn + (size_t)l * d, x2, BT, d, c->norm_eps);
 }
 
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
@@ -1072,13 +1179,14 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     tm->seg_fwd = tm->seg;
     tm->router_aux = tm->router_z = 0.0f; /* the mixture's layers add theirs */
 
-    for (int r = 0; r < BT; r++) memcpy(a->x + (size_t)r * d, w->tok_emb + (size_t)inputs[r] * d, (size_t)d * sizeof(float));
+    for (int r = 0; r < BT; r++) nv_embed(&tm->m, inputs[r], a->x + (size_t)r * d); /* Gemma's scaled by sqrt(dim) */
     for (int l = 0; l < c->n_layers; l++) layer_forward(tm, l, &s, 1);
     nv_rmsnorm_forward(a->xnf, a->rstdf, LAYER(a->x, c->n_layers, sd), w->rms_final, BT, d, c->norm_eps);
     nv_plan_run(tm->m.cls_plan, a->xnf, BT, a->logits);
     if (!targets) return 0.0f;
     /* cross-entropy; the logits become the softmax's exps for the backward */
-    ce_job cj = {.logits = a->logits, .pscale = a->pscale, .nll = a->nll, .targets = targets, .V = V, .rows = BT};
+    ce_job cj = {.logits = a->logits, .pscale = a->pscale, .nll = a->nll, .lmax = a->lmax, .targets = targets, .V = V, .rows = BT,
+                 .cap = c->logit_softcap};
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0;
@@ -1102,6 +1210,21 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale);
 void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) { backward(tm, grad_scale, NULL); }
 
 void nv_tmodel_backward_seq(nv_tmodel *tm, const float *seq_scale) { backward(tm, 0.0f, seq_scale); }
+
+/* With post-norms, the gradient of layer slot j's FFN product (ffn) or attention product before its
+   norm, from dy, the norm's output's (its weight's gradient added, dropped when frozen); else dy. */
+static const float *post_norm_back(nv_tmodel *tm, const scratch_ptrs *s, int l, int j, const float *dy, int ffn) {
+    const nv_config *c = &tm->m.config;
+    if (!c->post_norms) return dy;
+    const int BT = tm->B * tm->T, d = c->dim;
+    const size_t sd = (size_t)BT * d, off = (size_t)l * d;
+    memset(s->dpost, 0, sd * sizeof(float));
+    float *dw = tm->lora.rank > 0 ? tm->sink : (ffn ? tm->g.post_ffn : tm->g.post_att) + off;
+    nv_rmsnorm_backward(s->dpost, dw, dy, ffn ? LAYER(tm->a.yf, j, sd) : LAYER(tm->a.ya, j, sd),
+                        (ffn ? tm->m.w.post_ffn : tm->m.w.post_att) + off, ffn ? LAYER(tm->a.rstd_pf, j, BT) : LAYER(tm->a.rstd_pa, j, BT),
+                        BT, d, s->normp);
+    return s->dpost;
+}
 
 static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
     const nv_config *c = &tm->m.config;
@@ -1129,7 +1252,8 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
 
     /* dlogits = (p - onehot) * scale / (rows with a target), in place */
-    ce_job dj = {.logits = a->logits, .pscale = a->pscale, .targets = tm->targets, .V = V, .rows = BT, .T = T,
+    ce_job dj = {.logits = a->logits, .pscale = a->pscale, .lmax = a->lmax, .targets = tm->targets, .V = V, .rows = BT, .T = T,
+                 .cap = c->logit_softcap,
                  .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f, .seq_scale = seq_scale};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
@@ -1147,15 +1271,18 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         const float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2);
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
 
-        /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2), or a mixture's weighted sum of such */
+        /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) (gelu with ffn_gelu; the product normed first
+           with post-norms), or a mixture's weighted sum of such */
+        const float *dffn = post_norm_back(tm, &s, l, j, s.dx, 1);
         if (c->n_experts) {
             moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef,
                          seq_scale ? 0.0f : grad_scale * tm->router_z_coef, e, acc, frozen);
         } else {
-            nv_plan_run_dx(lp->w2, s.dx, BT, s.dhg);
-            if (!frozen) nv_gemm_dw(e, s.dx, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
-            lora_backward(tm, e, l, 5, hg, s.dx, s.dhg, acc);
-            ew_run((ew_job){.kind = EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3, .c = s.dhg});
+            nv_plan_run_dx(lp->w2, dffn, BT, s.dhg);
+            if (!frozen) nv_gemm_dw(e, dffn, hg, BT, d, hid, g->w2 + (size_t)l * wf_n, acc);
+            lora_backward(tm, e, l, 5, hg, dffn, s.dhg, acc);
+            ew_run((ew_job){.kind = c->ffn_gelu ? EW_GEGLU_BACK : EW_SWIGLU_BACK, .n = sh, .out = s.dh1, .out2 = s.dh3, .a = h1, .b = h3,
+                            .c = s.dhg});
             nv_plan_run_dx(lp->w1, s.dh1, BT, s.dxn);
             nv_plan_run_dx_add(lp->w3, s.dh3, BT, s.dxn);
             if (!frozen)
@@ -1168,20 +1295,18 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         nv_rmsnorm_backward(s.dx2, NORM_DW(g->rms_ffn + (size_t)l * d), s.dxn, x2, w->rms_ffn + (size_t)l * d,
                             LAYER(a->rstd2, j, BT), BT, d, s.normp);
 
-        /* attention: x2 = x + Wo . attn(q, k, v) */
-        nv_plan_run_dx(lp->wo, s.dx2, BT, s.dao);
-        if (!frozen) nv_gemm_dw(e, s.dx2, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
-        lora_backward(tm, e, l, 3, ao, s.dx2, s.dao, acc);
+        /* attention: x2 = x + Wo . attn(q, k, v) (the product normed first with post-norms) */
+        const float *dattn = post_norm_back(tm, &s, l, j, s.dx2, 0);
+        nv_plan_run_dx(lp->wo, dattn, BT, s.dao);
+        if (!frozen) nv_gemm_dw(e, dattn, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
+        lora_backward(tm, e, l, 3, ao, dattn, s.dao, acc);
         memset(s.dq, 0, sq * sizeof(float));
         memset(s.dk, 0, skv * sizeof(float));
         memset(s.dv, 0, skv * sizeof(float));
         const double ta = nv_now();
-        nv_attention_backward(c, e, B, T, q, k, v, tm->seg_fwd, att_stats, s.dao, s.dq, s.dk, s.dv, s.datt);
+        nv_attention_backward(c, e, B, T, l, q, k, v, tm->seg_fwd, att_stats, s.dao, s.dq, s.dk, s.dv, s.datt);
         tm->attn_seconds += nv_now() - ta;
-        if (nv_config_layer_roped(c, l)) {
-            rope_rows(s.dq, BT, T, H, hd, s.rope_cos, s.rope_sin, -1.0f);
-            rope_rows(s.dk, BT, T, KVH, hd, s.rope_cos, s.rope_sin, -1.0f);
-        }
+        rope_layer(tm, l, &s, s.dq, s.dk, -1.0f);
         const float *dq_in = s.dq, *dk_in = s.dk;
         if (c->qk_norm) {
             /* back through the per-head norms into the raw projections (dao is free now) */
@@ -1215,10 +1340,11 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
                             LAYER(a->rstd1, j, BT), BT, d, s.normp);
     }
 #undef NORM_DW
+    const float emb_scale = c->emb_scale != 0.0f ? c->emb_scale : 1.0f;
     for (int r = 0; r < BT && !frozen; r++) {
         float *ge = g->tok_emb + (size_t)tm->inputs[r] * d;
         const float *dxr = s.dx + (size_t)r * d;
-        for (int j = 0; j < d; j++) ge[j] += dxr[j];
+        for (int j = 0; j < d; j++) ge[j] += emb_scale * dxr[j];
     }
     tm->grads_held = 1;
 }

@@ -23,6 +23,8 @@ typedef struct {
     float *att_stats;   /* [L][B][H][T][2] each attention row's softmax max and 1/sum (backward recomputes P) */
     float *ao;          /* [L][BT][qd] attention output before wo */
     float *x2;          /* [L][BT][d] residual after attention */
+    float *ya, *rstd_pa; /* post-norms only: [L][BT][d] the attention's output projection before its norm, [L][BT] */
+    float *yf, *rstd_pf; /* post-norms only: [L][BT][d] the FFN's down projection before its norm, [L][BT] */
     float *xn2, *rstd2; /* [L][BT][d], [L][BT] FFN RMSNorm */
     float *h1, *h3, *hg; /* [L][BT][hidden] gate, up, silu(gate)*up; in a mixture of experts
                             [L][BT*K][hidden], a row per token's chosen expert, grouped by expert */
@@ -36,8 +38,9 @@ typedef struct {
     int *moe_at;        /* [L][BT*K] the grouped row of each token's choice */
     int *moe_off;       /* [L][E+1] where expert e's grouped rows start */
     float *xnf, *rstdf; /* [BT][d], [BT] final norm */
-    float *logits;      /* [BT][V]; the cross-entropy leaves exp(logit - row max) here, the backward
-                           turns that into dlogits in place */
+    float *logits;      /* [BT][V]; the cross-entropy leaves exp(logit - row max) here (with a soft cap on
+                           the logits, tanh(logit / cap) instead), the backward turns that into dlogits in place */
+    float *lmax;        /* [BT] with a soft cap on the logits: each row's largest capped logit */
     float *pscale;      /* [BT] 1 / each row's sum of exps: logits[r][i] * pscale[r] is p(i) */
     float *nll;         /* [BT] each row's -log p(target); 0 where it has none */
 } nv_acts;

@@ -553,8 +553,6 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (!(o->router_aux_coef >= 0.0f) || !isfinite(o->router_aux_coef) || !(o->router_z_coef >= 0.0f) || !isfinite(o->router_z_coef))
         return together(nv_fail(NV_EINVAL, "--router-aux-coef %g, --router-z-coef %g: want finite values >= 0",
                                 (double)o->router_aux_coef, (double)o->router_z_coef));
-    if (nv_config_inference_only(c))
-        return together(nv_fail(NV_EUNSUPPORTED, "this model cannot be trained: %s", nv_config_inference_only(c)));
     if (c->qk_norm && c->qkv_bias) /* no format could hold the trained model */
         return together(nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no "
                                                  "format writes it)"));
