@@ -8,8 +8,9 @@
  * does what `nerve export` does: writes the weights as a llama2.c v1 model (refused only for
  * shapes v1 cannot hold) and loads that back, which must give the same weights; a LoRA run's
  * checkpoint (version 2 on) instead must hold exactly its shape's adapters. Version 1 and 2 files
- * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling, version 4 the layers
- * without RoPE. */
+ * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling (1216 bytes), version 4
+ * the layers without RoPE (1224), version 5 the Gemma family's block; an older header must read
+ * none of the later fields. */
 #include <stddef.h>
 
 #include "base/hash.h"
@@ -22,6 +23,12 @@
 #define FZ_PREFIX 16 /* magic, version, header size */
 #define FZ_V1_HEADER 120u /* version 1's header: the fields before the LoRA ones */
 #define FZ_V2_HEADER 144u /* version 2's: before the RoPE factors */
+#define FZ_V3_HEADER 1216u /* version 3's: before the layers without RoPE */
+#define FZ_V4_HEADER 1224u /* version 4's: before the Gemma block */
+
+static int known_header(uint32_t hb) {
+    return hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == FZ_V3_HEADER || hb == FZ_V4_HEADER || hb == sizeof(nv_ckpt_header);
+}
 
 static volatile float sink;
 
@@ -83,9 +90,12 @@ static void try_load(const uint8_t *data, size_t size) {
     nv_ckpt_header_get_config(&ck.h, &c);
     FZ_CHECK(nv_config_validate(&c) == NV_OK, "accepted config is invalid: %s", nv_errmsg());
     const uint32_t hb = header_bytes(&ck);
-    FZ_CHECK(hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == sizeof ck.h, "header of %u bytes accepted", hb);
+    FZ_CHECK(known_header(hb), "header of %u bytes accepted", hb);
     FZ_CHECK(hb != FZ_V1_HEADER || ck.h.lora_rank == 0, "a version 1 header read LoRA fields");
-    FZ_CHECK(hb == sizeof ck.h || (ck.h.n_rope_factors == 0 && ck.h.yarn_factor == 0), "an older header read RoPE fields");
+    FZ_CHECK(hb >= FZ_V3_HEADER || (ck.h.n_rope_factors == 0 && ck.h.yarn_factor == 0), "an older header read RoPE fields");
+    FZ_CHECK(hb >= FZ_V4_HEADER || ck.h.nope_period == 0, "an older header read the layers without RoPE");
+    FZ_CHECK(hb == sizeof ck.h || (!ck.h.swa_window && !ck.h.post_norms && !ck.h.ffn_gelu && ck.h.emb_scale == 0.0f),
+             "an older header read the Gemma block");
     const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};
     FZ_CHECK(!lora.rank || nv_lora_validate(&c, &lora) == NV_OK, "accepted LoRA shape is invalid: %s", nv_errmsg());
     FZ_CHECK(ck.h.n_params == (lora.rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c)),
@@ -105,7 +115,7 @@ static int fix_checksum(uint8_t *buf, size_t size) {
     if (size < FZ_PREFIX) return 0;
     uint32_t hb;
     memcpy(&hb, buf + 12, 4);
-    if (hb != FZ_V1_HEADER && hb != FZ_V2_HEADER && hb != sizeof(nv_ckpt_header)) return 0;
+    if (!known_header(hb)) return 0;
     size_t hdr = FZ_PREFIX + hb;
     if (size < hdr + 8) return 0;
     uint64_t n;

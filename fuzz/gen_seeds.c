@@ -335,10 +335,13 @@ static void tokenizers(void) {
 static void ckpts(void) {
     nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN},  /* llama2.c shape */
                       {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN},     /* Qwen3-like: head_dim 6, QK-norm */
-                      {8, 12, 1, 2, 1, 4, 10, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN}}; /* a mixture: below */
+                      {8, 12, 1, 2, 1, 4, 10, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN},  /* a mixture: below */
+                      {8, 12, 2, 2, 1, 4, 10, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}};     /* Gemma 3's block: below */
     cs[2].n_experts = 3, cs[2].n_experts_used = 2;
-    static const char *const names[] = {"dim8.ckpt", "qk_norm.ckpt", "moe.ckpt"};
-    for (int i = 0; i < 3; i++) {
+    cs[3].swa_window = 4, cs[3].swa_period = 2, cs[3].rope_theta_swa = 10000.0f, cs[3].ffn_gelu = 1, cs[3].post_norms = 1;
+    cs[3].emb_scale = 2.828427f, cs[3].logit_softcap = 30.0f;
+    static const char *const names[] = {"dim8.ckpt", "qk_norm.ckpt", "moe.ckpt", "gemma.ckpt"};
+    for (int i = 0; i < 4; i++) {
         nv_model m;
         check(nv_model_alloc(&m, &cs[i]));
         nv_model_init_random(&m, 11 + (uint64_t)i);
