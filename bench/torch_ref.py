@@ -3,7 +3,11 @@
 one training step (forward, cross-entropy, backward, AdamW) timed after a warm-up step.
 
 usage: torch_ref.py --dim D --hidden H --layers L --heads N --kv-heads K --vocab V --batch B --seq S
-                    --threads T --steps N --mode fp32|bf16
+                    --threads T --steps N --mode fp32|bf16 [--head-dim HD] [--qk-norm 1] [--gemma 1]
+                    [--window W --window-period P] [--theta X] [--theta-swa X]
+--gemma 1: Gemma's block (GELU gating, embeddings times sqrt(dim), RMSNorm after the attention and
+the FFN); --window: a sliding window on the layers l with l % P != P - 1 (every layer when P is 0),
+their RoPE base --theta-swa.
 Prints one JSON object: {"ok": true, "ms_per_step": ..., "torch": version, "threads": T}.
 """
 import argparse
@@ -17,6 +21,10 @@ def main():
     ap = argparse.ArgumentParser()
     for name in ("dim", "hidden", "layers", "heads", "kv-heads", "vocab", "batch", "seq", "threads", "steps"):
         ap.add_argument("--" + name, type=int, required=True)
+    for name in ("head-dim", "qk-norm", "gemma", "window", "window-period"):
+        ap.add_argument("--" + name, type=int, default=0)
+    ap.add_argument("--theta", type=float, default=10000.0)
+    ap.add_argument("--theta-swa", type=float, default=0.0)
     ap.add_argument("--mode", choices=("fp32", "bf16"), required=True)
     a = ap.parse_args()
     try:
@@ -28,7 +36,7 @@ def main():
         return
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    hd = a.dim // a.heads
+    hd = a.head_dim or a.dim // a.heads
 
     class RMSNorm(nn.Module):
         def __init__(self, d):
@@ -38,22 +46,35 @@ def main():
         def forward(self, x):
             return self.w * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
 
-    pos = torch.arange(a.seq, dtype=torch.float32)
-    freq = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
-    ang = torch.outer(pos, freq)
-    cos, sin = torch.cos(ang), torch.sin(ang)
+    def table(theta):
+        pos = torch.arange(a.seq, dtype=torch.float32)
+        freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+        ang = torch.outer(pos, freq)
+        return torch.cos(ang), torch.sin(ang)
 
-    def rope(x):  # x: B, T, H, hd, interleaved pairs as llama2.c
+    def rope(x, cs):  # x: B, T, H, hd, interleaved pairs as llama2.c
         x0, x1 = x[..., 0::2], x[..., 1::2]
-        c, s = cos[None, :, None, :], sin[None, :, None, :]
+        c, s = cs[0][None, :, None, :], cs[1][None, :, None, :]
         return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
 
-    mask = torch.full((a.seq, a.seq), float("-inf")).triu(1)
+    full = torch.full((a.seq, a.seq), float("-inf")).triu(1)
+    windowed = full.clone()
+    if a.window:  # a query sees itself and the window - 1 positions before it
+        windowed = windowed + torch.full((a.seq, a.seq), float("-inf")).tril(-a.window)
+    tables = (table(a.theta), table(a.theta_swa or a.theta))
+
+    def layer_windowed(l):
+        return a.window > 0 and (a.window_period == 0 or l % a.window_period != a.window_period - 1)
 
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self, l):
             super().__init__()
+            self.win = layer_windowed(l)
             self.n1, self.n2 = RMSNorm(a.dim), RMSNorm(a.dim)
+            if a.gemma:
+                self.p1, self.p2 = RMSNorm(a.dim), RMSNorm(a.dim)
+            if a.qk_norm:
+                self.qn, self.kn = RMSNorm(hd), RMSNorm(hd)
             self.wq = nn.Linear(a.dim, a.heads * hd, bias=False)
             self.wk = nn.Linear(a.dim, a.kv_heads * hd, bias=False)
             self.wv = nn.Linear(a.dim, a.kv_heads * hd, bias=False)
@@ -65,28 +86,37 @@ def main():
         def forward(self, x):
             B, T, _ = x.shape
             h = self.n1(x)
-            q = rope(self.wq(h).view(B, T, a.heads, hd))
-            k = rope(self.wk(h).view(B, T, a.kv_heads, hd))
+            q, k = self.wq(h).view(B, T, a.heads, hd), self.wk(h).view(B, T, a.kv_heads, hd)
+            if a.qk_norm:
+                q, k = self.qn(q), self.kn(k)
+            cs = tables[1] if self.win else tables[0]
+            q, k = rope(q, cs), rope(k, cs)
             v = self.wv(h).view(B, T, a.kv_heads, hd)
             rep = a.heads // a.kv_heads
             k = k.repeat_interleave(rep, dim=2)
             v = v.repeat_interleave(rep, dim=2)
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-            att = (q @ k.transpose(-1, -2)) / math.sqrt(hd) + mask[:T, :T]
+            att = (q @ k.transpose(-1, -2)) / math.sqrt(hd) + (windowed if self.win else full)[:T, :T]
             o = (F.softmax(att.float(), dim=-1).type_as(v) @ v).transpose(1, 2).reshape(B, T, -1)
-            x = x + self.wo(o)
+            if not a.gemma:
+                x = x + self.wo(o)
+                h = self.n2(x)
+                return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+            x = x + self.p1(self.wo(o))
             h = self.n2(x)
-            return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+            return x + self.p2(self.w2(F.gelu(self.w1(h), approximate="tanh") * self.w3(h)))
 
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
             self.emb = nn.Embedding(a.vocab, a.dim)
-            self.blocks = nn.ModuleList(Block() for _ in range(a.layers))
+            self.blocks = nn.ModuleList(Block(l) for l in range(a.layers))
             self.norm = RMSNorm(a.dim)
 
         def forward(self, idx, tgt):
             x = self.emb(idx)
+            if a.gemma:
+                x = x * math.sqrt(a.dim)
             for b in self.blocks:
                 x = b(x)
             logits = F.linear(self.norm(x), self.emb.weight)  # tied classifier, as the stories presets

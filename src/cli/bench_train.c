@@ -1,5 +1,6 @@
-/* nerve bench train: training-step speed per engine on the stories shapes, with PyTorch (CPU,
- * fp32 and bf16 autocast) measured in the same run on the same shape and batch. */
+/* nerve bench train: training-step speed per engine on the stories shapes (or --model PRESET:
+ * qwen3-0.6B's, gemma3-270m's), with PyTorch (CPU, fp32 and bf16 autocast) measured in the same run
+ * on the same shape and batch (bench/torch_ref.py: llama's block, QK-norm, Gemma 3's block). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,11 @@ static double torch_step_ms(const nv_config *c, int batch, int seq, int threads,
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "%s %s --dim %d --hidden %d --layers %d --heads %d --kv-heads %d --vocab %d --batch %d --seq %d "
-             "--threads %d --steps %d --mode %s 2>&1",
+             "--threads %d --steps %d --mode %s --head-dim %d --qk-norm %d --theta %g --gemma %d --window %d --window-period %d "
+             "--theta-swa %g 2>&1",
              py, script, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, batch, seq,
-             threads, steps, mode);
+             threads, steps, mode, c->head_dim, c->qk_norm, (double)c->rope_theta, c->ffn_gelu && c->post_norms, c->swa_window,
+             c->swa_period, (double)c->rope_theta_swa);
     FILE *p = popen(cmd, "r");
     if (!p) {
         snprintf(why, cap, "cannot run %s", py);
@@ -160,7 +163,12 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
             nv_tmodel_free(&tm);
             nv_model_free(&base); /* the frozen weights the adapters' model used in place */
         }
-        if (!peers) continue;
+        /* the peer's model: llama's block, or Gemma 3's (what torch_ref.py writes; not caps, divisors or
+           RoPE scaling) */
+        const int gemma3 = c.ffn_gelu && c.post_norms && c.emb_scale != 0.0f;
+        if (!peers || (nv_config_gemma_block(&c) && !gemma3) || c.logit_softcap != 0.0f || c.attn_softcap != 0.0f ||
+            c.attn_div != 0.0f || c.n_rope_factors || c.qkv_bias || c.nope_period)
+            continue;
         const char *modes[] = {"fp32", "bf16"}, *names[] = {"pytorch-fp32", "pytorch-bf16"};
         for (int k = 0; k < 2; k++) {
             char why[512] = "";
