@@ -9,6 +9,7 @@
  * gives the reference's loss, and both fine-tune and are written back as their own architecture. */
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@
 #include "model/hf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "base/buf.h"
 #include "train/tmodel.h"
 #include "serve/chat.h"
 #include "forward_ref.h"
@@ -326,19 +328,214 @@ static void test_training_forward_matches(void) {
     for (int gen = 1; gen <= 4; gen++) training_forward_matches(gen);
 }
 
+/* A folder (made if missing) holding gw_gemma_vocab's vocabulary as transformers' GemmaConverter
+ * writes tokenizer.json (BPE with byte fallback, the one merge, spaces replaced by U+2581 and no
+ * dummy prefix, the turn markers special) with its tokenizer_config.json; returns its path. */
+static const char *hf_gemma_tokenizer(const char *name) {
+    static char dir[640];
+    snprintf(dir, sizeof dir, "%s", t_path(name));
+    mkdir(dir, 0755);
+    static const char *const head[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
+    static const char *const tail[] = {"\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "c"};
+    nv_buf j = {0};
+    nv_buf_printf(&j, "{\"version\": \"1.0\", \"added_tokens\": [");
+    for (int i = 0; i < 6; i++)
+        nv_buf_printf(&j, "%s{\"id\": %d, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                          "\"normalized\": false, \"special\": true}", i ? ", " : "", i, head[i]);
+    nv_buf_printf(&j, "], \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xe2\x96\x81\"}, "
+                      "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"MergedWithPrevious\", "
+                      "\"invert\": false}, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+                      "{\"id\": \"<bos>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}]}, "
+                      "\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"byte_fallback\": true, \"vocab\": {");
+    for (int i = 0; i < GW_GEMMA_VOCAB; i++) {
+        char byte[8];
+        snprintf(byte, sizeof byte, "<0x%02X>", (unsigned)(i - 6) & 255);
+        nv_buf_printf(&j, "%s\"%s\": %d", i ? ", " : "", i < 6 ? head[i] : i < 262 ? byte : tail[i - 262], i);
+    }
+    nv_buf_printf(&j, "}, \"merges\": [\"\xe2\x96\x81 a\"]}}");
+    char file[700];
+    snprintf(file, sizeof file, "%s/tokenizer.json", name);
+    t_write(file, j.data, j.len);
+    nv_buf_free(&j);
+    static const char cfg[] = "{\"bos_token\": \"<bos>\", \"eos_token\": \"<eos>\", \"unk_token\": \"<unk>\", \"pad_token\": \"<pad>\", "
+                              "\"add_bos_token\": true, \"add_eos_token\": false, \"tokenizer_class\": \"GemmaTokenizer\"}";
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", name);
+    t_write(file, cfg, strlen(cfg));
+    return dir;
+}
+
+/* transformers' name of a Gemma model's tensor named the llama.cpp way (Gemma 2 and 3's four norms a
+ * layer with post-norms: the FFN's input norm is pre_feedforward_layernorm there, and
+ * post_attention_layernorm the attention's post-norm). */
+static void gemma_hf_name(const char *gg, int post_norms, char *out, size_t cap) {
+    static const char *const map[][2] = {
+        {"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
+        {"attn_norm.weight", "input_layernorm.weight"},      {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_k.weight", "self_attn.k_proj.weight"},        {"attn_v.weight", "self_attn.v_proj.weight"},
+        {"attn_output.weight", "self_attn.o_proj.weight"},   {"ffn_gate.weight", "mlp.gate_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"},         {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight"},   {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+        {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
+    int layer = -1, at = 0;
+    sscanf(gg, "blk.%d.%n", &layer, &at);
+    const char *part = at ? gg + at : gg;
+    if (!strcmp(part, "ffn_norm.weight")) {
+        snprintf(out, cap, "model.layers.%d.%s", layer, post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight");
+        return;
+    }
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(part, map[i][0])) {
+            if (at) snprintf(out, cap, "model.layers.%d.%s", layer, map[i][1]);
+            else snprintf(out, cap, "%s", map[i][1]);
+            return;
+        }
+    snprintf(out, cap, "?%s", gg);
+}
+
+/* m as transformers keeps a Gemma model in folder dir: config.json (cfg), model.safetensors in F32
+ * with transformers' names, the query and key rows in its rotate-half order, every norm as w - 1. */
+static void hf_gemma_weights(const nv_model *m, const char *dir, const char *cfg) {
+    char file[800];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    FILE *f = fopen(file, "wb");
+    if (f) fputs(cfg, f), fclose(f);
+    nv_model h;
+    if (nv_model_alloc(&h, &m->config) != NV_OK) return;
+    memcpy(h.params, m->params, (size_t)m->n_params * sizeof(float));
+    T_CHECK(nv_model_qk_reorder(&h, 1) == NV_OK, "%s", nv_errmsg());
+    const size_t nt = nv_model_tensor_count(&m->config);
+    nv_tensor_ref *t = calloc(nt, sizeof *t);
+    nv_model_tensor_map(&m->config, &h.w, t);
+    nv_buf hdr = {0};
+    uint64_t off = 0;
+    nv_buf_printf(&hdr, "{");
+    for (size_t i = 0; i < nt; i++) {
+        char name[128];
+        gemma_hf_name(t[i].name, m->config.post_norms, name, sizeof name);
+        const uint64_t n = t[i].d0 * t[i].d1;
+        if (t[i].d1 == 1)
+            for (uint64_t x = 0; x < n && strstr(name, "norm"); x++) t[i].p[x] -= 1.0f;
+        if (t[i].d1 == 1) nv_buf_printf(&hdr, "%s\"%s\": {\"dtype\": \"F32\", \"shape\": [%llu], ", i ? ", " : "", name, (unsigned long long)t[i].d0);
+        else
+            nv_buf_printf(&hdr, "%s\"%s\": {\"dtype\": \"F32\", \"shape\": [%llu, %llu], ", i ? ", " : "", name,
+                          (unsigned long long)t[i].d1, (unsigned long long)t[i].d0);
+        nv_buf_printf(&hdr, "\"data_offsets\": [%llu, %llu]}", (unsigned long long)off, (unsigned long long)(off + 4 * n));
+        off += 4 * n;
+    }
+    nv_buf_printf(&hdr, "}");
+    while (hdr.len % 8) nv_buf_append(&hdr, " ", 1);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    f = fopen(file, "wb");
+    const uint64_t hl = hdr.len;
+    if (f) {
+        fwrite(&hl, 8, 1, f), fwrite(hdr.data, 1, hdr.len, f);
+        for (size_t i = 0; i < nt; i++) fwrite(t[i].p, sizeof(float), t[i].d0 * t[i].d1, f);
+        fclose(f);
+    }
+    nv_buf_free(&hdr);
+    free(t);
+    nv_model_free(&h);
+}
+
+/* A Gemma folder as transformers writes it (gemma, gemma2, gemma3_text) reads as the model it holds:
+ * the config nerve's GGUF reader gives, logits within rounding (the norms' w - 1 and back) of the
+ * model's; with the vocabulary's tokenizer.json beside it, nerve generate runs it. */
+static void hf_folder(int gen) {
+    nv_config c = gemma_config(gen);
+    c.vocab_size = GW_GEMMA_VOCAB;
+    if (gen == 3) c.n_layers = 6, c.swa_period = 6; /* five windowed layers, then a global one */
+    nv_model m;
+    if (!gemma_model(&m, &c, 17)) return;
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    char name[32], cfg[2048];
+    snprintf(name, sizeof name, "gemma%d-hf", gen);
+    const char *dir = hf_gemma_tokenizer(name);
+    static const char *const type[] = {"", "gemma", "gemma2", "gemma3_text"};
+    int at = snprintf(cfg, sizeof cfg,
+                      "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": 32, \"intermediate_size\": 48, "
+                      "\"num_hidden_layers\": %d, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
+                      "\"vocab_size\": %d, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, "
+                      "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}, \"bos_token_id\": 2, \"eos_token_id\": 1, "
+                      "\"pad_token_id\": 0, \"torch_dtype\": \"float32\"",
+                      gen == 1 ? "GemmaForCausalLM" : gen == 2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM", type[gen], c.n_layers, c.vocab_size);
+    if (gen == 1) at += snprintf(cfg + at, sizeof cfg - (size_t)at, ", \"hidden_act\": \"gelu\"}");
+    if (gen == 2)
+        at += snprintf(cfg + at, sizeof cfg - (size_t)at,
+                       ", \"hidden_activation\": \"gelu_pytorch_tanh\", \"query_pre_attn_scalar\": 16, \"sliding_window\": 5, "
+                       "\"final_logit_softcapping\": 3.0, \"attn_logit_softcapping\": 0.5}");
+    if (gen == 3)
+        at += snprintf(cfg + at, sizeof cfg - (size_t)at,
+                       ", \"hidden_activation\": \"gelu_pytorch_tanh\", \"query_pre_attn_scalar\": 16, \"sliding_window\": 5, "
+                       "\"rope_local_base_freq\": 10000.0, \"final_logit_softcapping\": 3.0, \"attn_logit_softcapping\": null, "
+                       "\"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\", "
+                       "\"sliding_attention\", \"full_attention\"]}");
+    hf_gemma_weights(&m, dir, cfg);
+    char path[800];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    nv_model r;
+    T_CHECK(nv_model_load(path, &r) == NV_OK, "kind %d: %s", gen, nv_errmsg());
+    if (r.params) {
+        T_CHECK(!memcmp(&r.config, &c, sizeof c), "kind %d: the folder's config differs (window %d period %d theta %g caps %g %g div %g)", gen,
+                r.config.swa_window, r.config.swa_period, (double)r.config.rope_theta_swa, (double)r.config.logit_softcap,
+                (double)r.config.attn_softcap, (double)r.config.attn_div);
+        T_CHECK(nv_model_build_plans(&r, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+        const size_t V = (size_t)c.vocab_size;
+        int toks[T];
+        tokens(toks, T, c.vocab_size);
+        float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float));
+        T_CHECK(t_forward_logits(&m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
+        T_CHECK(logit_gap(b, a, T * V) < 1e-5, "kind %d: the folder's logits are %.3g from the model's", gen, logit_gap(b, a, T * V));
+        free(a), free(b);
+        nv_model_free(&r);
+    }
+    nv_model_free(&m);
+    char args[1200];
+    snprintf(args, sizeof args, "generate -m '%s' -n 6 -t 0 -p 'a b'", dir);
+    T_CHECK(t_nerve(args) == 0, "kind %d: generate from the folder: %s", gen, t_err);
+    if (gen != 3) return;
+    const char *text = t_data("corpus/tinystories_valid_head.txt"); /* fine-tuned from the folder, written back as gemma3 */
+    char run[700], out[800];
+    snprintf(run, sizeof run, "%s", t_path("gemma3-hf-run"));
+    snprintf(out, sizeof out, "%s/model.gguf", run);
+    snprintf(args, sizeof args, "train --init-from '%s' --data '%s' --steps 2 --batch 1 --seq 16 --quiet --out '%s'", dir, text ? text : "", run);
+    T_CHECK(!text || (t_nerve(args) == 0 && written_as(out, 3)), "train from the folder: %s", t_err);
+    /* refused, one line each: the vision-language folder, layer types that are not a period */
+    static const struct {
+        const char *from, *to, *says;
+    } bad[] = {{"\"gemma3_text\"", "\"gemma3\"", "vision-language"},
+               {"[\"sliding_attention\"", "[\"full_attention\"", "repeating pattern"},
+               {"\"gelu_pytorch_tanh\"", "\"relu\"", "hidden_activation 'relu'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char odd[2048];
+        const char *hit = strstr(cfg, bad[i].from);
+        snprintf(odd, sizeof odd, "%.*s%s%s", (int)(hit - cfg), cfg, bad[i].to, hit + strlen(bad[i].from));
+        FILE *f = fopen(path, "wb");
+        if (f) fputs(odd, f), fclose(f);
+        nv_config oc;
+        const nv_err e = nv_model_read_config(path, &oc);
+        T_CHECK(e != NV_OK && strstr(nv_errmsg(), bad[i].says) && !strchr(nv_errmsg(), '\n'), "case %zu: %s", i, nv_errmsg());
+    }
+}
+
+static void test_hf_folder(void) {
+    for (int gen = 1; gen <= 3; gen++) hf_folder(gen);
+}
+
 /* Gemma's vocabulary layout: BOS 2 opens the text, no dummy prefix, specials cut the text, bytes
  * fall back to their own tokens wherever they sit, <end_of_turn> ends generation and prints nothing;
  * written back as GGUF it keeps every id. */
 static void test_vocabulary(void) {
-    char path[700], copy[700];
+    char path[700], copy[700], hf[700];
     snprintf(path, sizeof path, "%s", t_path("gemma-vocab.gguf"));
     snprintf(copy, sizeof copy, "%s", t_path("gemma-vocab-copy.gguf"));
+    snprintf(hf, sizeof hf, "%s/tokenizer.json", hf_gemma_tokenizer("gemma-vocab-hf"));
     T_CHECK(gw_gemma_vocab(path), "writing the vocabulary");
     static const int want[] = {2, 4, 263, 262, 264, 6 + '\n', 6 + 0xC3, 6 + 0xA9, 5, 1};
     const int nw = (int)(sizeof want / sizeof want[0]);
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) { /* the file, nerve's GGUF copy, the same vocabulary as transformers writes it */
         nv_tokenizer *t = NULL;
-        T_CHECK(nv_tokenizer_load(pass ? copy : path, 0, &t) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_tokenizer_load(pass == 2 ? hf : pass ? copy : path, 0, &t) == NV_OK, "%s", nv_errmsg());
         if (!t) return;
         int *ids = NULL, n = 0;
         T_CHECK(nv_tokenizer_encode(t, "<start_of_turn>a b\n\xc3\xa9<end_of_turn>", 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
@@ -473,6 +670,7 @@ int main(void) {
     T_RUN(test_refusals_and_info);
     T_RUN(test_vocabulary);
     T_RUN(test_untyped_vocabulary_bytes);
+    T_RUN(test_hf_folder);
     T_RUN(test_serve);
     T_RUN(test_training_forward_matches);
     T_RUN(test_finetune);

@@ -154,6 +154,61 @@ static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
     return NV_OK;
 }
 
+/* A soft cap at key: its value (> 0), 0 for null, dflt when the key is missing. */
+static nv_err get_cap(const char *path, const cJSON *j, const char *key, double dflt, float *out) {
+    const cJSON *v = field(j, key);
+    double cap = dflt;
+    if (v && !cJSON_IsNull(v)) NV_TRY(get_real(path, j, key, dflt, &cap));
+    else if (v) cap = 0;
+    if (!(cap >= 0 && cap < 1e6)) return nv_fail(NV_EFORMAT, "%s: '%s' is out of range", path, key);
+    *out = (float)cap;
+    return NV_OK;
+}
+
+/* The Gemma family's block from config.json (transformers' names; generation gen 1, 2, 3): GELU,
+ * embeddings times sqrt(hidden_size); Gemma 2 and 3: post-norms, the scores divided by
+ * sqrt(query_pre_attn_scalar), a sliding window on the layers layer_types names (by default Gemma
+ * 2's every other, from the first; Gemma 3's five of every sliding_window_pattern = 6), as
+ * nv_config's period form; Gemma 2's soft caps (30 and 50 when missing, none when null); Gemma 3:
+ * the windowed layers' RoPE base rope_local_base_freq (10000), the logits' cap when given. */
+static nv_err gemma_block(const char *path, const cJSON *j, int gen, nv_config *c) {
+    c->ffn_gelu = 1;
+    c->emb_scale = sqrtf((float)c->dim);
+    if (gen == 1) return NV_OK;
+    c->post_norms = 1;
+    int64_t window, period = gen == 2 ? 2 : 6, qpas;
+    NV_TRY(get_whole(path, j, "sliding_window", 4096, 0, 1, 1 << 30, &window));
+    NV_TRY(get_whole(path, j, "query_pre_attn_scalar", c->head_dim, 0, 1, 1 << 30, &qpas));
+    if (gen == 3) NV_TRY(get_whole(path, j, "sliding_window_pattern", 6, 0, 1, 1 << 20, &period));
+    const cJSON *types = field(j, "layer_types");
+    if (!absent(types)) { /* the period its first full layer gives, checked against every layer */
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
+            return nv_fail(NV_EFORMAT, "%s: 'layer_types' is not a list of %d layer types", path, c->n_layers);
+        period = 0;
+        for (int l = 0; l < c->n_layers && !period; l++) {
+            const char *t = str_of(cJSON_GetArrayItem(types, l));
+            if (t && !strcmp(t, "full_attention")) period = l + 1;
+        }
+        for (int l = 0; l < c->n_layers; l++) {
+            const char *t = str_of(cJSON_GetArrayItem(types, l));
+            const int full = period && l % period == period - 1;
+            if (!t || strcmp(t, full ? "full_attention" : "sliding_attention"))
+                return nv_fail(NV_EUNSUPPORTED, "%s: layer_types is not a repeating pattern of sliding layers, then one full", path);
+        }
+    }
+    c->swa_window = (int)window;
+    c->swa_period = (int)period;
+    if (qpas != c->head_dim) c->attn_div = sqrtf((float)qpas);
+    if (gen == 3) {
+        double local;
+        NV_TRY(get_real(path, j, "rope_local_base_freq", 10000.0, &local));
+        if (!(local > 0)) return nv_fail(NV_EFORMAT, "%s: 'rope_local_base_freq' is out of range", path);
+        c->rope_theta_swa = (float)local;
+    }
+    NV_TRY(get_cap(path, j, "final_logit_softcapping", gen == 2 ? 30.0 : 0.0, &c->logit_softcap));
+    return get_cap(path, j, "attn_logit_softcapping", gen == 2 ? 50.0 : 0.0, &c->attn_softcap);
+}
+
 /* The config of config.json j; *tied says whether the classifier is the embedding, *mixtral whether
  * the experts are named as Mixtral's (block_sparse_moe) rather than Qwen3-MoE's (mlp). */
 static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *mixtral) {
@@ -175,15 +230,26 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     const int mix = !strcmp(type, "mixtral"), qwen3_moe = !strcmp(type, "qwen3_moe");
     const int llama = !strcmp(type, "llama"), mistral = !strcmp(type, "mistral") || mix, qwen2 = !strcmp(type, "qwen2"),
               qwen3 = !strcmp(type, "qwen3") || qwen3_moe;
+    const int gemma = !strcmp(type, "gemma") ? 1 : !strcmp(type, "gemma2") ? 2 : !strcmp(type, "gemma3_text") ? 3 : 0;
     char shown[128];
-    if (!llama && !mistral && !qwen2 && !qwen3)
-        return nv_fail(NV_EUNSUPPORTED, "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)", path,
-                       nv_gguf_shown(type, strlen(type), shown, sizeof shown));
+    if (!strcmp(type, "gemma3")) /* the vision-language folder: its text model nests in text_config, its weights under language_model */
+        return nv_fail(NV_EUNSUPPORTED, "%s: Gemma 3's vision-language folder (model_type gemma3) is not read: its text model's GGUF "
+                                        "file is, or a gemma3_text folder (270M, 1B)", path);
+    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma)
+        return nv_fail(NV_EUNSUPPORTED,
+                       "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text)",
+                       path, nv_gguf_shown(type, strlen(type), shown, sizeof shown));
     *mixtral = mix;
-    const char *act = str_of(field(j, "hidden_act"));
-    if (absent(field(j, "hidden_act")) ? 0 : !act || strcmp(act, "silu"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: hidden_act '%s' is not supported (silu)", path,
-                       act ? nv_gguf_shown(act, strlen(act), shown, sizeof shown) : "?");
+    /* Gemma's GELU is the tanh form (gelu_pytorch_tanh; Gemma 1's "gelu" runs as that too, in
+       transformers and llama.cpp), named hidden_activation (hidden_act in Gemma 1's folders) */
+    const char *act_key = gemma && !absent(field(j, "hidden_activation")) ? "hidden_activation" : "hidden_act";
+    const char *act = str_of(field(j, act_key));
+    if (absent(field(j, act_key)) ? 0
+        : !act ? 1
+        : gemma ? strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu") && strcmp(act, "gelu_new")
+                : strcmp(act, "silu"))
+        return nv_fail(NV_EUNSUPPORTED, "%s: %s '%s' is not supported (%s)", path, act_key,
+                       act ? nv_gguf_shown(act, strlen(act), shown, sizeof shown) : "?", gemma ? "gelu_pytorch_tanh" : "silu");
     const int64_t lim = 1 << 30;
     int64_t dim, hidden, layers, heads, kv_heads, head_dim, vocab, ctx;
     NV_TRY(get_whole(path, j, "hidden_size", 0, 1, 1, lim, &dim));
@@ -217,7 +283,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     int bias = 0, mlp_bias = 0, tie = 0;
     NV_TRY(get_flag(path, j, "attention_bias", 0, &bias));
     NV_TRY(get_flag(path, j, "mlp_bias", 0, &mlp_bias));
-    NV_TRY(get_flag(path, j, "tie_word_embeddings", 0, &tie));
+    NV_TRY(get_flag(path, j, "tie_word_embeddings", gemma != 0, &tie)); /* transformers ties Gemma's by default */
     if ((bias && !qwen2) || mlp_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: %s biases are not supported (Qwen2's query, key and value biases are)", path,
                        mlp_bias ? "feed-forward" : "attention output");
@@ -238,8 +304,9 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     c->seq_len = (int)ctx;
     c->rope_theta = (float)theta;
     c->norm_eps = (float)eps;
-    c->qk_norm = qwen3;
+    c->qk_norm = qwen3 || gemma == 3;
     c->qkv_bias = qwen2;
+    if (gemma) NV_TRY(gemma_block(path, j, gemma, c));
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     if (rs && !cJSON_IsObject(rs)) return nv_fail(NV_EFORMAT, "%s: rope_scaling is not an object", path);
@@ -258,7 +325,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     else if (rs && !rtype)
         return nv_fail(NV_EFORMAT, "%s: rope_scaling names no rope_type", path);
     /* a sliding window no shorter than the context attends to everything: cap the context there */
-    int window_on = mistral || llama;
+    int window_on = mistral || llama; /* (Gemma's window is its own: gemma_block) */
     if (qwen2 || qwen3) NV_TRY(get_flag(path, j, "use_sliding_window", 0, &window_on));
     int64_t window;
     NV_TRY(get_whole(path, j, "sliding_window", 0, 0, 0, INT64_C(1) << 40, &window));
@@ -427,9 +494,15 @@ static nv_err st_open_model(st_set *s, const char *config_path) {
     return e;
 }
 
+/* How a folder names its tensors beyond llama's: Mixtral's experts (else Qwen3-MoE's), Gemma 2 and
+ * 3's four norms a layer (post_attention_layernorm is the attention's post-norm there, the FFN's
+ * input norm pre_feedforward_layernorm). */
+enum { HF_MIXTRAL = 1, HF_POST_NORMS = 2 };
+
 /* transformers' name of a tensor named the llama.cpp way (nv_model_tensor_map's); of an expert
- * tensor, expert e's, named as Mixtral's or Qwen3-MoE's. */
-static void hf_name(const char *gguf_name, int e, int mixtral, char *out, size_t cap) {
+ * tensor, expert e's; style: HF_ bits. */
+static void hf_name(const char *gguf_name, int e, int style, char *out, size_t cap) {
+    const int mixtral = style & HF_MIXTRAL;
     static const struct {
         const char *gg, *hf;
     } top[] = {{"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
@@ -459,6 +532,16 @@ static void hf_name(const char *gguf_name, int e, int mixtral, char *out, size_t
     for (size_t i = 0; at && i < 3; i++)
         if (!strcmp(gguf_name + at, exps[i][0])) {
             snprintf(out, cap, "model.layers.%d.%s.experts.%d.%s.weight", layer, moe, e, exps[i][mixtral ? 1 : 2]);
+            return;
+        }
+    static const struct {
+        const char *gg, *hf;
+    } post[] = {{"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+                {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
+    for (size_t i = 0; at && (style & HF_POST_NORMS) && i < sizeof post / sizeof post[0]; i++)
+        if (!strcmp(gguf_name + at, post[i].gg)) {
+            snprintf(out, cap, "model.layers.%d.%s", layer, post[i].hf);
             return;
         }
     for (size_t i = 0; at && i < sizeof part / sizeof part[0]; i++)
@@ -499,14 +582,14 @@ static nv_err st_take(st_set *s, const char *dir, const char *name, uint64_t d0,
 
 /* quantized loads (generate, serve): the F16 and BF16 plan matrices as fp16 and bf16 plan sources,
    their fp32 values left unmade (pending), as a GGUF file's F16 and BF16 tensors are kept. */
-static nv_err half_sources(st_set *s, nv_model *m, int mixtral) {
+static nv_err half_sources(st_set *s, nv_model *m, int style) {
     const nv_config *c = &m->config;
     const int count = nv_model_plan_count(c);
     for (int i = 0; i < count; i++) {
         char gg[64], name[96];
         int expert;
         nv_model_plan_tensor_name(c, i, gg, sizeof gg, &expert);
-        hf_name(gg, expert, mixtral, name, sizeof name);
+        hf_name(gg, expert, style, name, sizeof name);
         const st_tensor *t = st_find(s, name);
         if (t && (t->dtype == ST_F16 || t->dtype == ST_BF16)) { /* checked before */
             NV_TRY(nv_model_keep_half(m, i, t->data, (size_t)(t->bytes / 2), t->dtype == ST_BF16, 1));
@@ -514,6 +597,12 @@ static nv_err half_sources(st_set *s, nv_model *m, int mixtral) {
         }
     }
     return NV_OK;
+}
+
+/* Whether tensor t is one of a Gemma model's norms, which transformers keeps as w - 1. */
+static int gemma_norm(const nv_config *c, const nv_tensor_ref *t) {
+    const size_t n = strlen(t->name);
+    return c->emb_scale != 0.0f && c->ffn_gelu && t->d1 == 1 && t->p && n > 11 && !strcmp(t->name + n - 11, "norm.weight");
 }
 
 /* The config, and with m the weights, of the model config_path names (m NULL: checked only). */
@@ -525,6 +614,7 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
     nv_tensor_ref *t = NULL;
     nv_err e = config_of(config_path, cfg, c, &tied, &mixtral);
     cJSON_Delete(cfg);
+    const int style = (mixtral ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
     if (e == NV_OK) e = st_open_model(&set, config_path);
     st_tensor *head = e == NV_OK ? st_find(&set, "lm_head.weight") : NULL;
     c->shared_classifier = tied || !head;
@@ -537,7 +627,7 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
         nv_model_tensor_map(c, NULL, t);
         for (size_t i = 0; i < nt && e == NV_OK; i++) /* an expert tensor: one per expert */
             for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1) && e == NV_OK; x++) {
-                hf_name(t[i].name, (int)x, mixtral, name, sizeof name);
+                hf_name(t[i].name, (int)x, style, name, sizeof name);
                 e = st_take(&set, config_path, name, t[i].d0, t[i].d1, NULL);
             }
         for (size_t i = 0; i < set.n && e == NV_OK; i++) {
@@ -553,13 +643,15 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
     if (e == NV_OK && m) {
         if ((e = nv_model_alloc(m, c)) == NV_OK) {
             nv_model_tensor_map(c, &m->w, t);
-            if (quantized) e = half_sources(&set, m, mixtral);
+            if (quantized) e = half_sources(&set, m, style);
             for (size_t i = 0; i < nt && e == NV_OK; i++) {
                 const int pending = nv_model_pending(m, t[i].name);
                 for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1) && e == NV_OK; x++) {
-                    hf_name(t[i].name, (int)x, mixtral, name, sizeof name);
+                    hf_name(t[i].name, (int)x, style, name, sizeof name);
                     e = st_take(&set, config_path, name, t[i].d0, t[i].d1, pending ? NULL : t[i].p + x * t[i].d0 * t[i].d1);
                 }
+                if (gemma_norm(c, &t[i])) /* Gemma's RMSNorms scale by 1 + w: the weight the others multiply by */
+                    for (uint64_t x = 0; x < t[i].d0; x++) t[i].p[x] += 1.0f;
             }
             if (e == NV_OK) e = nv_model_qk_reorder(m, 0);
             if (e != NV_OK) nv_model_free(m);
@@ -677,20 +769,28 @@ static nv_err byte_level_norm(const char *path, const cJSON *norm, int *nfc) {
                    chain_of(norm, "normalizers", "type", shown, sizeof shown));
 }
 
+/* Whether o is a Replace of " " by U+2581 (SentencePiece's word boundary). */
+static int space_to_meta(const cJSON *o) {
+    const char *from = str_of(field(field(o, "pattern"), "String")), *to = str_of(field(o, "content"));
+    return is_type(o, "Replace") && from && !strcmp(from, " ") && to && !strcmp(to, "\xe2\x96\x81");
+}
+
 /* A byte-fallback (SentencePiece-style) tokenizer's text handling must be SentencePiece's, which
- * this project's encoder does: a space before the text and spaces as U+2581, spelled either as
- * Llama 2's normalizer (Prepend, then Replace) without a pre-tokenizer, or as a Metaspace
- * pre-tokenizer that prepends and does not split, without a normalizer. */
-static nv_err spm_text_rules(const char *path, const cJSON *norm, const cJSON *pre) {
+ * this project's encoder does: spaces as U+2581 and, with *prefix, a space before the text. With
+ * one, spelled either as Llama 2's normalizer (Prepend, then Replace) without a pre-tokenizer, or
+ * as a Metaspace pre-tokenizer that prepends and does not split, without a normalizer; without
+ * (Gemma's), the Replace alone, with no pre-tokenizer or a Split at " " (a no-op after it). */
+static nv_err spm_text_rules(const char *path, const cJSON *norm, const cJSON *pre, int *prefix) {
     static const char meta[] = "\xe2\x96\x81";
     const cJSON *list = field(norm, "normalizers");
     const cJSON *prepend = cJSON_GetArrayItem(list, 0), *replace = cJSON_GetArrayItem(list, 1);
     const int legacy = is_type(norm, "Sequence") && cJSON_GetArraySize(list) == 2 && is_type(prepend, "Prepend") &&
-                       str_of(field(prepend, "prepend")) && !strcmp(str_of(field(prepend, "prepend")), meta) &&
-                       is_type(replace, "Replace") && str_of(field(field(replace, "pattern"), "String")) &&
-                       !strcmp(str_of(field(field(replace, "pattern"), "String")), " ") && str_of(field(replace, "content")) &&
-                       !strcmp(str_of(field(replace, "content")), meta);
+                       str_of(field(prepend, "prepend")) && !strcmp(str_of(field(prepend, "prepend")), meta) && space_to_meta(replace);
+    *prefix = 1;
     if (legacy && absent(pre)) return NV_OK;
+    const char *split_at = str_of(field(field(pre, "pattern"), "String"));
+    if (space_to_meta(norm) && (absent(pre) || (is_type(pre, "Split") && split_at && !strcmp(split_at, " "))))
+        return *prefix = 0, NV_OK;
     const char *scheme = str_of(field(pre, "prepend_scheme")), *rep = str_of(field(pre, "replacement"));
     const cJSON *add = field(pre, "add_prefix_space"); /* the older spelling of prepend_scheme */
     const int metaspace = is_type(pre, "Metaspace") && rep && !strcmp(rep, meta) && !cJSON_IsTrue(field(pre, "split")) &&
@@ -699,7 +799,7 @@ static nv_err spm_text_rules(const char *path, const cJSON *norm, const cJSON *p
     char sn[256], sp[256];
     return nv_fail(NV_EUNSUPPORTED,
                    "%s: normalizer '%s' with pre-tokenizer '%s' is not SentencePiece's text handling (Llama 2's Prepend and "
-                   "Replace normalizer, or a Metaspace pre-tokenizer that prepends and does not split)",
+                   "Replace normalizer, a Metaspace pre-tokenizer that prepends and does not split, or Gemma's Replace alone)",
                    path, absent(norm) ? "none" : chain_of(norm, "normalizers", "type", sn, sizeof sn),
                    absent(pre) ? "none" : chain_of(pre, "pretokenizers", "type", sp, sizeof sp));
 }
@@ -876,10 +976,21 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
         /* SentencePiece-style: this project's encoder merges by score, so the merge of rank r
            scores its piece -r (the first merge making a piece counts); other pieces never merge */
         const int bos = b->bos >= 0 ? b->bos : index_find(&x, "<s>", 3), eos = b->eos >= 0 ? b->eos : index_find(&x, "</s>", 4);
-        if (b->unk != 0 || bos != 1 || eos != 2)
-            err = nv_fail(NV_EUNSUPPORTED, "%s: <unk>, BOS, EOS are ids %d, %d, %d; a byte-fallback tokenizer needs 0, 1, 2", path,
-                          b->unk, bos, eos);
-        if (err == NV_OK) err = spm_text_rules(path, field(root, "normalizer"), field(root, "pre_tokenizer"));
+        /* llama's ids (llama2.c's form), or another layout (Gemma's: <pad>, <eos>, <bos>, <unk>, then the
+           byte tokens) whose ids, types and byte tokens the tokenizer keeps (v->typed) */
+        int bytes = 0;
+        for (int i = 0; i < n; i++) {
+            unsigned byte;
+            char end;
+            if (b->tok_len[i] == 6 && sscanf(b->tok[i], "<0x%2X%c", &byte, &end) == 2 && end == '>') b->tok_type[i] = 6, bytes++;
+        }
+        v->typed = !(b->unk == 0 && bos == 1 && eos == 2);
+        if (v->typed && (b->bos < 0 || b->eos < 0 || b->unk < 0 || !bytes))
+            err = nv_fail(NV_EUNSUPPORTED, "%s: <unk>, BOS, EOS are ids %d, %d, %d; a byte-fallback tokenizer needs 0, 1, 2, or all three "
+                                           "named and its byte tokens spelled <0xXX> (Gemma's)", path, b->unk, bos, eos);
+        int prefix = 1;
+        if (err == NV_OK) err = spm_text_rules(path, field(root, "normalizer"), field(root, "pre_tokenizer"), &prefix);
+        b->add_space = prefix;
         float *score = malloc((size_t)n * sizeof *score);
         size_t *plen = malloc((size_t)n * sizeof *plen);
         if (err == NV_OK && (!score || !plen)) err = nv_fail(NV_ENOMEM, "%s: out of memory", path);
@@ -895,7 +1006,7 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
             if (t >= 0 && score[t] == -1e30f) score[t] = -(float)k;
         }
         if (err == NV_OK && !cat) err = nv_fail(NV_ENOMEM, "%s: out of memory", path);
-        if (err == NV_OK) err = nv_spm_bytes(path, n, b->tok, plen, score, 1, &v->spm, &v->spm_len);
+        if (err == NV_OK) err = nv_spm_bytes(path, n, b->tok, plen, score, !v->typed, &v->spm, &v->spm_len);
         free(cat);
         free(score);
         free(plen);

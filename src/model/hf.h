@@ -1,12 +1,14 @@
 /* Hugging Face model folders: what `save_pretrained` writes and the Hub serves.
  *
- * A folder holds config.json (model_type llama, mistral, qwen2 or qwen3), the weights as
+ * A folder holds config.json (model_type llama, mistral, qwen2, qwen3, their mixtures of experts,
+ * or the Gemma family's gemma, gemma2, gemma3_text), the weights as
  * model.safetensors or as shards named by model.safetensors.index.json (F32, F16 or BF16 tensors
  * under transformers' names), and tokenizer.json (+ tokenizer_config.json). A model is named by
  * its config.json (cli_model_paths turns a folder into that path); its tokenizer by its
  * tokenizer.json.
  *
- * Reading: the config is checked field by field (hidden_act silu; RoPE unscaled or Llama 3.1's
+ * Reading: the config is checked field by field (hidden_act silu, Gemma's gelu_pytorch_tanh and
+ * its block, its norms stored as w - 1 read as w; RoPE unscaled or Llama 3.1's
  * "llama3" scaling, turned into the per-frequency divisors llama.cpp computes; a Mistral sliding
  * window caps the context at the window, where full attention is the same); every tensor is
  * checked against its shape and its byte range inside its file before any weight memory is taken;
@@ -17,8 +19,9 @@
  *
  * Tokenizers: tokenizer.json's BPE model, either byte-level (Llama 3's and Qwen2/3's split regexes
  * or GPT-2's, recognised exactly) or with byte fallback and SentencePiece's U+2581 (Llama 2,
- * Mistral: ranks become scores, the merge of rank r scoring -r, for this project's SentencePiece
- * encoder; <unk>, BOS, EOS must be ids 0, 1, 2). BOS, EOS and add_bos_token come from
+ * Mistral, Gemma: ranks become scores, the merge of rank r scoring -r, for this project's
+ * SentencePiece encoder; <unk>, BOS, EOS ids 0, 1, 2, or Gemma's layout with its ids, token types
+ * and no dummy prefix kept). BOS, EOS and add_bos_token come from
  * tokenizer_config.json, else the post-processor's template; ids the file does not name up to
  * config.json's vocab_size become unused [PADn] tokens, as llama.cpp's converter makes them. */
 #ifndef NV_HF_H
@@ -48,6 +51,8 @@ int nv_hf_is_json(const void *data, size_t len);
 typedef struct {
     int byte_level;
     int nfc; /* the normalizer composes text to Unicode NFC first (Qwen's) */
+    int typed; /* SentencePiece-style, not llama's ids (Gemma's layout): bpe's ids, token types and
+                  add_space say what llama2.c's form cannot */
     nv_gguf_bpe bpe;
     uint8_t *spm;
     size_t spm_len;
@@ -67,8 +72,8 @@ typedef enum { NV_HF_F32, NV_HF_BF16, NV_HF_F16 } nv_hf_dtype;
  * fallback whose merges are every split of a piece into two pieces, ranked by the piece's score
  * (transformers' own conversion of SentencePiece models). A mixture of experts is written as
  * Mixtral (model_type mixtral), or with QK-norm as Qwen3-MoE, a tensor per expert. Refused: RoPE
- * frequency factors (config.json names a scaling rule, not divisors), and QK-norm or experts with
- * biases (no such model type).
+ * frequency factors (config.json names a scaling rule, not divisors), QK-norm or experts with
+ * biases (no such model type), and the Gemma family's block (export GGUF).
  * chat_template (Jinja text, or NULL): tokenizer_config.json's chat_template (written with tok). */
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template);
 

@@ -523,6 +523,25 @@ static void spm_byte_ids(nv_tokenizer *t) {
     t->spm_bytes = found && !at_llama2c; /* no byte type marked (a file without token types): llama2.c's ids, as before */
 }
 
+/* A SentencePiece vocabulary's types, ids, add_bos and dummy prefix (v's: a GGUF file's or a
+ * tokenizer.json's) on t, built from its pieces in llama2.c's form. */
+static nv_err spm_meta_apply(const char *path, nv_tokenizer *t, const nv_gguf_bpe *v) {
+    if (!(t->type = malloc((size_t)t->n))) return nv_fail(NV_ENOMEM, "%s: out of memory for the token types", path);
+    for (int i = 0; i < t->n; i++) /* ids past a cut to the model's vocabulary are gone */
+        t->type[i] = i < v->n_tokens && v->tok_type[i] >= 0 && v->tok_type[i] <= 6 ? (uint8_t)v->tok_type[i] : 1;
+    if (v->bos >= 0 && v->bos < t->n) t->bos = v->bos;
+    if (v->unk >= 0 && v->unk < t->n) t->unk = v->unk;
+    if (t->bos != NV_TOKEN_BOS) t->n_eog = 0; /* not llama2.c's ids: its BOS 1 does not end generation */
+    spm_byte_ids(t);
+    if (v->eos >= 0 && v->eos < t->n) t->eos = v->eos;
+    t->eot = id_within(v->eot, t->n);
+    t->eom = id_within(v->eom, t->n);
+    if (v->add_bos >= 0) t->add_bos = v->add_bos;
+    t->no_space_prefix = v->add_space == 0;
+    add_ends(t);
+    return index_specials(path, t);
+}
+
 static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
@@ -533,22 +552,7 @@ static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
     t->rstrip = (arch && an == 4 && !memcmp(arch, "phi3", 4)) || (name && (has_word(name, nn, "phi-3") || has_word(name, nn, "phi3")));
     nv_gguf_close(&g);
     NV_TRY(e);
-    if (!(t->type = malloc((size_t)t->n))) e = nv_fail(NV_ENOMEM, "%s: out of memory for the token types", path);
-    for (int i = 0; e == NV_OK && i < t->n; i++) /* ids past a cut to the model's vocabulary are gone */
-        t->type[i] = i < v.n_tokens && v.tok_type[i] >= 0 && v.tok_type[i] <= 6 ? (uint8_t)v.tok_type[i] : 1;
-    if (e == NV_OK) {
-        if (v.bos >= 0 && v.bos < t->n) t->bos = v.bos;
-        if (v.unk >= 0 && v.unk < t->n) t->unk = v.unk;
-        if (t->bos != NV_TOKEN_BOS) t->n_eog = 0; /* not llama2.c's ids: its BOS 1 does not end generation */
-        spm_byte_ids(t);
-        if (v.eos >= 0 && v.eos < t->n) t->eos = v.eos;
-        t->eot = id_within(v.eot, t->n);
-        t->eom = id_within(v.eom, t->n);
-        if (v.add_bos >= 0) t->add_bos = v.add_bos;
-        t->no_space_prefix = v.add_space == 0;
-        add_ends(t);
-        e = index_specials(path, t);
-    }
+    e = spm_meta_apply(path, t, &v);
     nv_gguf_bpe_free(&v);
     return e;
 }
@@ -595,6 +599,7 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
         e = nv_hf_vocab_read(path, &v);
         if (e == NV_OK)
             e = v.byte_level ? tok_build_bpe(path, &v.bpe, vocab_size, t) : tok_build(path, &(nv_mapped){v.spm, v.spm_len}, vocab_size, t);
+        if (e == NV_OK && v.typed) e = spm_meta_apply(path, t, &v.bpe); /* Gemma's layout */
         t->nfc = v.nfc;
         nv_hf_vocab_free(&v);
     } else {
