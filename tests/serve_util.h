@@ -223,4 +223,30 @@ static inline int http(int port, const char *method, const char *path, const cha
     return ok;
 }
 
+/* Serves model (with vocab, or the file's own vocabulary when NULL, and the extra serve flags) as
+ * `name`, asks one chat turn "a" (3 tokens at temperature 0) and stops the server: the answer's
+ * prompt_tokens, or -1 (the reason on stderr) when the server did not start, did not answer 200 with
+ * a count, or did not exit 0. */
+static inline int chat_prompt_tokens(const char *name, const char *model, const char *vocab, const char *flags) {
+    server s;
+    if (!server_spawn(&s, name, NULL, NULL, model, vocab, flags, 30)) {
+        fprintf(stderr, "    %s: the server did not start\n", name);
+        return -1;
+    }
+    resp r = {0};
+    const char *count = NULL;
+    if (http(s.port, "POST", "/v1/chat/completions", NULL,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"max_tokens\": 3, \"temperature\": 0}", &r) &&
+        r.status == 200 && r.body)
+        count = strstr(r.body, "\"prompt_tokens\":");
+    int n = count ? atoi(count + 16) : -1;
+    if (!count) fprintf(stderr, "    %s: status %d: %s\n", name, r.status, r.body ? r.body : "");
+    resp_free(&r);
+    if (server_stop_within(&s, 20) != 0) {
+        fprintf(stderr, "    %s: the server did not exit 0\n", name);
+        n = -1;
+    }
+    return n;
+}
+
 #endif

@@ -339,7 +339,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
     int hd = c->head_dim, q_dim = nv_config_q_dim(c), B = kv->block_size, l = j->l;
     int kv_mul = c->n_heads / c->n_kv_heads, units = j->n_groups * c->n_heads;
     float scale = nv_config_attn_div(c);
-    const int window = nv_config_layer_windowed(c, l) ? c->swa_window : 0;
+    const int window = nv_config_layer_window(c, l);
     float *att0 = s->att + (size_t)task * GROUP * s->seq_len;
     /* a task takes consecutive heads of a sequence: their keys and values lie side by side */
     for (int unit = (int)((long)units * task / n_tasks); unit < (int)((long)units * (task + 1) / n_tasks); unit++) {
@@ -351,7 +351,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
         /* scores of every row, block by block: row g sees positions 0..p0+g */
         /* a sliding window: the blocks before the first row's window are never read (ub: where its
            first block starts; the positions of that block before the window are masked) */
-        const int ub = window && p0 - window + 1 > 0 ? (p0 - window + 1) / B * B : 0;
+        const int ub = nv_window_start(window, p0) / B * B;
         int u_done = ub;
         if (G == 1 && B % 8 == 0 && B <= 32) {
             /* a decode row: two blocks at a time, up to eight independent sums in flight (the scores

@@ -97,6 +97,13 @@ const char *nv_config_gemma_block(const nv_config *c) {
     return NULL;
 }
 
+void nv_config_gemma(nv_config *c, int gen) {
+    c->ffn_gelu = 1;
+    c->emb_scale = sqrtf((float)c->dim);
+    c->post_norms = gen >= 2;
+    c->qk_norm = gen == 3;
+}
+
 double nv_yarn_mscale(double factor) { return factor <= 1 ? 1.0 : 0.1 * log(factor) + 1.0; }
 
 /* The pair index at which a rotation makes `turns` turns over ctx positions (transformers'
@@ -183,7 +190,7 @@ nv_err nv_config_preset(const char *name, nv_config *c) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(name, presets[i].name) == 0) {
             *c = presets[i].c;
-            if (c->post_norms) c->emb_scale = sqrtf((float)c->dim);
+            if (c->ffn_gelu) nv_config_gemma(c, 3); /* gemma3-270m: its embedding scale */
             return NV_OK;
         }
     return nv_fail(NV_EINVAL, "unknown preset '%s' (known: %s)", name, nv_config_preset_names());

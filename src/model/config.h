@@ -90,6 +90,11 @@ static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * 
 static inline int nv_config_layer_windowed(const nv_config *c, int l) {
     return c->swa_window > 0 && (c->swa_period == 0 || l % c->swa_period != c->swa_period - 1);
 }
+/* Layer l's sliding window, or 0 when it sees the whole context. */
+static inline int nv_config_layer_window(const nv_config *c, int l) { return nv_config_layer_windowed(c, l) ? c->swa_window : 0; }
+/* The first position a query at position p sees through a window of `window` positions (0: none,
+ * every position from 0). */
+static inline int nv_window_start(int window, int p) { return window && p - window + 1 > 0 ? p - window + 1 : 0; }
 /* How many layers attend through the sliding window. */
 static inline int nv_config_windowed_layers(const nv_config *c) {
     int n = 0;
@@ -103,6 +108,9 @@ float nv_config_attn_div(const nv_config *c);
 /* NULL, or the Gemma family's parts the model has, named: the llama2.c and Hugging Face writers
  * refuse them with this (GGUF writes the architectures that hold them). */
 const char *nv_config_gemma_block(const nv_config *c);
+/* The block every Gemma generation gen (1, 2, 3) has, on c: GELU gating, embeddings times sqrt(dim);
+ * post-norms from Gemma 2, QK-norm in Gemma 3. Its window, divisor and caps are the file's to say. */
+void nv_config_gemma(nv_config *c, int gen);
 
 nv_err nv_config_validate(const nv_config *c);
 /* A key of what sets RoPE's angles (theta, head size, frequency factors): states made for one

@@ -319,7 +319,7 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
     const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
     const float scale = nv_config_attn_div(c);
     const __m256 vscale = _mm256_set1_ps(scale);
-    const int lo = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0; /* a sliding window's first position */
+    const int lo = nv_window_start(j->window, p);
     int u = lo;
     for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh, hd, hd, u, vscale, att);
     for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh, hd, hd, u, vscale, att);
@@ -353,7 +353,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
     float *kt = s->kt + (size_t)h * hd * 16;
     const float scale = nv_config_attn_div(c);
     /* a sliding window: no key before the first row's window is read; the later rows' earlier ones are masked */
-    const int lo = j->window && p0 - j->window + 1 > 0 ? p0 - j->window + 1 : 0;
+    const int lo = nv_window_start(j->window, p0);
     for (int u0 = lo; u0 <= plast; u0 += 16) {
         const int nu = plast - u0 + 1 < 16 ? plast - u0 + 1 : 16;
         keys_t16(kh, hd, u0, nu, kt);
@@ -631,7 +631,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
-    attention(c, s, rj.kc, rj.vc, n, pos, nv_config_layer_windowed(c, l) ? c->swa_window : 0);
+    attention(c, s, rj.kc, rj.vc, n, pos, nv_config_layer_window(c, l));
     nv_layer_tail(m, l, n, &s->r, NULL);
 }
 

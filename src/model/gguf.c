@@ -669,10 +669,7 @@ static const char *gemma_arch(const nv_config *c) { return c->post_norms ? (c->q
  * embeddings, the score divisor's rule; post-norms but in Gemma 1. */
 static void gemma_rules(nv_config *c, const char *arch, int window, float softcap, float attn_softcap) {
     const int g3 = !strcmp(arch, "gemma3"), g2 = !strcmp(arch, "gemma2");
-    c->qk_norm = g3;
-    c->ffn_gelu = 1;
-    c->post_norms = g2 || g3;
-    c->emb_scale = sqrtf((float)c->dim);
+    nv_config_gemma(c, g3 ? 3 : g2 ? 2 : 1);
     c->attn_div = gemma_attn_div(arch, c->n_layers, c->dim, c->n_heads);
     c->logit_softcap = g2 || g3 ? softcap : 0.0f;
     c->attn_softcap = g2 ? attn_softcap : 0.0f;

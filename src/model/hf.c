@@ -172,10 +172,8 @@ static nv_err get_cap(const char *path, const cJSON *j, const char *key, double 
  * nv_config's period form; Gemma 2's soft caps (30 and 50 when missing, none when null); Gemma 3:
  * the windowed layers' RoPE base rope_local_base_freq (10000), the logits' cap when given. */
 static nv_err gemma_block(const char *path, const cJSON *j, int gen, nv_config *c) {
-    c->ffn_gelu = 1;
-    c->emb_scale = sqrtf((float)c->dim);
+    nv_config_gemma(c, gen);
     if (gen == 1) return NV_OK;
-    c->post_norms = 1;
     int64_t window, period = gen == 2 ? 2 : 6, qpas;
     NV_TRY(get_whole(path, j, "sliding_window", 4096, 0, 1, 1 << 30, &window));
     NV_TRY(get_whole(path, j, "query_pre_attn_scalar", c->head_dim, 0, 1, 1 << 30, &qpas));
@@ -304,7 +302,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     c->seq_len = (int)ctx;
     c->rope_theta = (float)theta;
     c->norm_eps = (float)eps;
-    c->qk_norm = qwen3 || gemma == 3;
+    c->qk_norm = qwen3; /* and Gemma 3's: gemma_block */
     c->qkv_bias = qwen2;
     if (gemma) NV_TRY(gemma_block(path, j, gemma, c));
     c->n_experts = (int)experts;

@@ -41,7 +41,7 @@ typedef struct {
    has fewer than one key. */
 static int first_key(const attn_job *j, int b, int t) {
     int k0 = j->seg ? j->seg[(size_t)b * j->T + t] : 0;
-    if (j->window && k0 < t - j->window + 1) k0 = t - j->window + 1;
+    if (k0 < nv_window_start(j->window, t)) k0 = nv_window_start(j->window, t);
     return k0 < 0 ? 0 : k0 > t ? t : k0;
 }
 
@@ -210,11 +210,9 @@ static void backward_task(void *ctx, int task, int n_tasks) {
         }
 }
 
-static int layer_window(const nv_config *c, int layer) { return nv_config_layer_windowed(c, layer) ? c->swa_window : 0; }
-
 void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                           const float *v, const int *seg, float *stats, float *out, float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws, seg, layer_window(c, layer),
+    attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws, seg, nv_config_layer_window(c, layer),
                   1.0f / nv_config_attn_div(c)};
     nv_pool_run(forward_task, &j, B * c->n_heads);
 }
@@ -222,7 +220,7 @@ void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, int 
 void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                            const float *v, const int *seg, const float *stats, const float *dout, float *dq, float *dk,
                            float *dv, float *ws) {
-    attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws, seg, layer_window(c, layer),
+    attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws, seg, nv_config_layer_window(c, layer),
                   1.0f / nv_config_attn_div(c)};
     nv_pool_run(backward_task, &j, B * c->n_kv_heads);
 }

@@ -1089,9 +1089,10 @@ void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
    none for SmolLM3's unrotated layers, the windowed layers' own when they have one. */
 static void rope_layer(const nv_tmodel *tm, int l, const scratch_ptrs *s, float *q, float *k, float sign) {
     const nv_config *c = &tm->m.config;
-    if (!nv_config_layer_roped(c, l)) return;
-    const int own = c->rope_theta_swa != 0.0f && nv_config_layer_windowed(c, l), BT = tm->B * tm->T;
-    const float *cosv = own ? s->swa_cos : s->rope_cos, *sinv = own ? s->swa_sin : s->rope_sin;
+    const float *cosv = nv_rope_of_layer(c, s->rope_cos, c->rope_theta_swa != 0.0f ? s->swa_cos : NULL, l);
+    if (!cosv) return;
+    const float *sinv = cosv == s->swa_cos ? s->swa_sin : s->rope_sin;
+    const int BT = tm->B * tm->T;
     rope_rows(q, BT, tm->T, c->n_heads, c->head_dim, cosv, sinv, sign);
     rope_rows(k, BT, tm->T, c->n_kv_heads, c->head_dim, cosv, sinv, sign);
 }
