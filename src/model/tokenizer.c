@@ -502,11 +502,6 @@ static int has_word(const char *s, size_t n, const char *word) {
     return 0;
 }
 
-/* What a GGUF SentencePiece vocabulary says beyond llama2.c's form: its token types (control and
- * user-defined tokens then parsed in text, as llama.cpp parses them), its EOS, end-of-turn tokens
- * and add_bos; a Phi-3's special tokens take the white space after them but <unk>, <s> and
- * <|endoftext|> (llama.cpp's rule, by a general.name holding "phi-3" or "phi3", here also by the
- * phi3 architecture: its tokenizer strips there). */
 /* The byte tokens by their pieces (<0xXX>, type byte) when they are not llama2.c's ids b + 3 (Gemma's
  * vocabulary has them past its specials). */
 static void spm_byte_ids(nv_tokenizer *t) {
@@ -542,6 +537,11 @@ static nv_err spm_meta_apply(const char *path, nv_tokenizer *t, const nv_gguf_bp
     return index_specials(path, t);
 }
 
+/* What a GGUF SentencePiece vocabulary says beyond llama2.c's form: its token types (control and
+ * user-defined tokens then parsed in text, as llama.cpp parses them), its ids, end-of-turn tokens,
+ * add_bos and dummy prefix (spm_meta_apply); a Phi-3's special tokens take the white space after
+ * them but <unk>, <s> and <|endoftext|> (llama.cpp's rule, by a general.name holding "phi-3" or
+ * "phi3", here also by the phi3 architecture: its tokenizer strips there). */
 static nv_err tok_spm_meta(const char *path, nv_tokenizer *t) {
     nv_gguf g;
     NV_TRY(nv_gguf_open(path, &g));
