@@ -837,7 +837,8 @@ static void test_quant_super(void) {
 }
 
 /* nv_bpack: B packed from n rows of k (rows) or k rows of n (cols), then C (+)= A . B over the whole
- * depth and outputs, a prefix of each and no depth at all, against a double reference (amx engines: bf16 tiles,
+ * depth and outputs, a prefix of each and no depth at all, of the pack and of a view from an aligned
+ * output and depth on, against a double reference (amx engines: bf16 tiles,
  * within the bf16 bound); nothing outside the m x ncols block of C is written. */
 static void test_bpack(void) {
     static const int kn[][2] = {{1, 1}, {31, 15}, {64, 33}, {100, 100}, {300, 17}};
@@ -860,28 +861,37 @@ static void test_bpack(void) {
                 nv_engine_id want = nv_engine_bf16_of(E);
                 while (!nv_engine_available(want)) want = nv_engine_next_down(want);
                 T_CHECK(bp.e == want, "packed for %s on %s", nv_engine_name(bp.e), nv_engine_name(E));
-                const int depths[3] = {k, k / 2 + 1, 0}, cols[2] = {n, n > 1 ? n - 1 : 1};
-                for (int v = 0; v < 12; v++) { /* every depth x outputs x accumulate */
-                    const int depth = depths[v % 3], ncols = cols[v / 3 % 2], acc = v >= 6;
-                    for (size_t i = 0; i < (size_t)(m + 1) * ldc; i++) c[i] = 0.5f;
-                    nv_bpack_run(&bp, a, (size_t)lda, m, depth, ncols, c, (size_t)ldc, acc);
-                    for (int r = 0; r <= m; r++)
-                        for (int j = 0; j < ldc; j++) {
-                            const float got = c[(size_t)r * ldc + j];
-                            if (r == m || j >= ncols) {
-                                T_CHECK(got == 0.5f, "wrote outside C's block: [%d][%d] (m=%d ncols=%d)", r, j, m, ncols);
-                                continue;
+                /* the whole pack, then a view from an aligned output and depth on (nv_bpack_skip) */
+                const int al = nv_bpack_align(&bp);
+                T_CHECK(al >= 1 && (al & (al - 1)) == 0, "alignment %d is a power of two", al);
+                for (int skip = 0; skip < 2; skip++) {
+                    const int col0 = skip && n > al ? al : 0, d0 = skip && k > al ? al : 0, vk = k - d0, vn = n - col0;
+                    nv_bpack view;
+                    nv_bpack_skip(&bp, col0, d0, &view);
+                    T_CHECK(view.k == vk && view.n == vn, "view shape");
+                    const int depths[3] = {vk, vk / 2 + 1, 0}, cols[2] = {vn, vn > 1 ? vn - 1 : 1};
+                    for (int v = 0; v < 12; v++) { /* every depth x outputs x accumulate */
+                        const int depth = depths[v % 3], ncols = cols[v / 3 % 2], acc = v >= 6;
+                        for (size_t i = 0; i < (size_t)(m + 1) * ldc; i++) c[i] = 0.5f;
+                        nv_bpack_run(&view, a, (size_t)lda, m, depth, ncols, c, (size_t)ldc, acc);
+                        for (int r = 0; r <= m; r++)
+                            for (int j = 0; j < ldc; j++) {
+                                const float got = c[(size_t)r * ldc + j];
+                                if (r == m || j >= ncols) {
+                                    T_CHECK(got == 0.5f, "wrote outside C's block: [%d][%d] (m=%d ncols=%d)", r, j, m, ncols);
+                                    continue;
+                                }
+                                double want = acc ? 0.5 : 0.0, S = 0.0;
+                                for (int kk = 0; kk < depth; kk++) {
+                                    const double bv = layout ? b[(size_t)(d0 + kk) * ldb + col0 + j] : b[(size_t)(col0 + j) * ldb + d0 + kk];
+                                    want += (double)a[(size_t)r * lda + kk] * bv;
+                                    S += fabs((double)a[(size_t)r * lda + kk] * bv);
+                                }
+                                const double tol = nv_engine_low_precision(bp.e) ? bf16_tol(depth, S, acc ? 0.5 : 0.0) : 1e-5 * (S + (acc ? 0.5 : 0.0)) + 1e-30;
+                                T_CHECK(fabs(got - want) <= tol, "%s k=%d n=%d m=%d from %d,%d depth=%d ncols=%d acc=%d: C[%d][%d] = %.9g, want %.9g",
+                                        layout ? "cols" : "rows", k, n, m, col0, d0, depth, ncols, acc, r, j, got, want);
                             }
-                            double want = acc ? 0.5 : 0.0, S = 0.0;
-                            for (int kk = 0; kk < depth; kk++) {
-                                const double bv = layout ? b[(size_t)kk * ldb + j] : b[(size_t)j * ldb + kk];
-                                want += (double)a[(size_t)r * lda + kk] * bv;
-                                S += fabs((double)a[(size_t)r * lda + kk] * bv);
-                            }
-                            const double tol = nv_engine_low_precision(bp.e) ? bf16_tol(depth, S, acc ? 0.5 : 0.0) : 1e-5 * (S + (acc ? 0.5 : 0.0)) + 1e-30;
-                            T_CHECK(fabs(got - want) <= tol, "%s k=%d n=%d m=%d depth=%d ncols=%d acc=%d: C[%d][%d] = %.9g, want %.9g",
-                                    layout ? "cols" : "rows", k, n, m, depth, ncols, acc, r, j, got, want);
-                        }
+                    }
                 }
                 free(a), free(b), free(c), free(buf);
             }

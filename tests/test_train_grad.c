@@ -653,6 +653,7 @@ static double attn_tol = 1e-5;    /* its bound on each relative L2 error */
 static double attn_worst;         /* the largest error seen */
 static int attn_window;            /* a sliding window over the case's layer, or 0 */
 static float attn_cap, attn_div;  /* a soft cap on the scores, or 0; their divisor, or 0: sqrt(hd) */
+static int attn_doc;               /* packed documents of this many rows each (the last one shorter), or 0: one */
 
 static void attention_case(int H, int KVH, int hd, int B, int T) {
     nv_config c = {H * hd, 4, 1, H, KVH, hd, 8, T, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
@@ -662,14 +663,16 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *dout = malloc(qn * 4), *out = malloc(qn * 4);
     float *att = calloc(an, 4), *dq = calloc(qn, 4), *dk = calloc(kn, 4), *dv = calloc(kn, 4);
     float *ws = malloc(nv_attention_workspace(&c, B, T) * 4);
+    int *seg = attn_doc ? malloc((size_t)B * T * sizeof *seg) : NULL;
+    for (int i = 0; seg && i < B * T; i++) seg[i] = i % T / attn_doc * attn_doc;
     double *rout = calloc(qn, 8), *rdq = calloc(qn, 8), *rdk = calloc(kn, 8), *rdv = calloc(kn, 8), *p = malloc(T * 8),
            *dp = malloc(T * 8);
     nv_rng r;
     nv_rng_seed(&r, 7 + hd + T);
     for (size_t i = 0; i < qn; i++) q[i] = nv_rng_normal(&r), dout[i] = nv_rng_normal(&r);
     for (size_t i = 0; i < kn; i++) k[i] = nv_rng_normal(&r), v[i] = nv_rng_normal(&r);
-    nv_attention_forward(&c, attn_engine, B, T, 0, q, k, v, NULL, att, out, ws);
-    nv_attention_backward(&c, attn_engine, B, T, 0, q, k, v, NULL, att, dout, dq, dk, dv, ws);
+    nv_attention_forward(&c, attn_engine, B, T, 0, q, k, v, seg, att, out, ws);
+    nv_attention_backward(&c, attn_engine, B, T, 0, q, k, v, seg, att, dout, dq, dk, dv, ws);
     const int qd = H * hd, kvd = KVH * hd;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
@@ -677,7 +680,8 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
                 const float *qt = q + ((size_t)b * T + t) * qd + h * hd, *dt = dout + ((size_t)b * T + t) * qd + h * hd;
                 const int ko = h / (H / KVH) * hd;
                 double mx = -1e300, sum = 0, pdp = 0;
-                const int u0 = attn_window && t - attn_window + 1 > 0 ? t - attn_window + 1 : 0;
+                int u0 = attn_window && t - attn_window + 1 > 0 ? t - attn_window + 1 : 0;
+                if (attn_doc && t / attn_doc * attn_doc > u0) u0 = t / attn_doc * attn_doc;
                 for (int u = u0; u <= t; u++) {
                     double sc = 0;
                     for (int i = 0; i < hd; i++) sc += (double)qt[i] * k[((size_t)b * T + u) * kvd + ko + i];
@@ -717,9 +721,9 @@ static void attention_case(int H, int KVH, int hd, int B, int T) {
     double e[4] = {rel_err(out, rout, qn), rel_err(dq, rdq, qn), rel_err(dk, rdk, kn), rel_err(dv, rdv, kn)};
     for (int i = 0; i < 4; i++) attn_worst = e[i] > attn_worst ? e[i] : attn_worst;
     T_CHECK(e[0] < attn_tol && e[1] < attn_tol && e[2] < attn_tol && e[3] < attn_tol,
-            "%s H %d KVH %d hd %d B %d T %d: relative error out %.2g dq %.2g dk %.2g dv %.2g", nv_engine_name(attn_engine), H,
-            KVH, hd, B, T, e[0], e[1], e[2], e[3]);
-    free(q), free(k), free(v), free(dout), free(out), free(att), free(dq), free(dk), free(dv), free(ws);
+            "%s H %d KVH %d hd %d B %d T %d window %d documents of %d: relative error out %.2g dq %.2g dk %.2g dv %.2g",
+            nv_engine_name(attn_engine), H, KVH, hd, B, T, attn_window, attn_doc, e[0], e[1], e[2], e[3]);
+    free(seg), free(q), free(k), free(v), free(dout), free(out), free(att), free(dq), free(dk), free(dv), free(ws);
     free(rout), free(rdq), free(rdk), free(rdv), free(p), free(dp);
 }
 
@@ -736,7 +740,11 @@ static void attention_cases(void) {
     attn_window = 70, attention_case(2, 1, 64, 1, 150);
     attn_window = 0, attn_cap = 1.5f, attn_div = 2.0f, attention_case(4, 2, 16, 2, 37);
     attn_window = 20, attention_case(2, 1, 32, 1, 90);
-    attn_window = 0, attn_cap = 0.0f, attn_div = 0.0f;
+    /* the products skip the keys before a block's first row's window or document (a multiple of the
+       packs' alignment): documents of 70 rows over blocks of 64, alone and with a window */
+    attn_window = 0, attn_cap = 0.0f, attn_div = 0.0f, attn_doc = 70, attention_case(2, 1, 16, 2, 200);
+    attn_window = 37, attention_case(4, 2, 12, 1, 150);
+    attn_window = 0, attn_doc = 0;
 }
 
 static void test_attention_kernels(void) {

@@ -1322,7 +1322,23 @@ static void bpack_init(nv_bpack *bp, nv_engine_id e, int k, int n, float *buf) {
     bp->k = k;
     bp->n = n;
     bp->nr = bp->e == NV_ENGINE_SCALAR || bf16_tiles(bp->e) ? 16 : engine_fp32[bp->e]->nr;
+    bp->kstride = k;
     bp->data = buf;
+}
+
+/* Tiles: 16 outputs a column of tiles, 32 deep a tile. Panels: nr outputs, any depth. */
+int nv_bpack_align(const nv_bpack *bp) { return bf16_tiles(bp->e) ? 32 : bp->nr; }
+
+void nv_bpack_skip(const nv_bpack *bp, int col0, int d0, nv_bpack *view) {
+    *view = *bp;
+    view->k = bp->k - d0;
+    view->n = bp->n - col0;
+    if (bf16_tiles(bp->e)) {
+        const size_t col_tiles = (size_t)cdiv(bp->kstride, 32) * 512; /* uint16 a column of tiles */
+        view->data = (float *)((uint16_t *)bp->data + (size_t)(col0 / 16) * col_tiles + (size_t)(d0 / 32) * 512);
+        return;
+    }
+    view->data = bp->data + (size_t)(col0 / bp->nr) * bp->kstride * bp->nr + (size_t)d0 * bp->nr;
 }
 
 void nv_bpack_rows(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int n, int k, float *buf) {
@@ -1352,7 +1368,7 @@ void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
  * packed depth). */
 static void bpack_run_amx(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C,
                           size_t ldc, int accumulate) {
-    const int Kp = rup(depth, 32), rows = amx_rows(m), KBp = cdiv(bp->k, 32), nt = cdiv(ncols, 16);
+    const int Kp = rup(depth, 32), rows = amx_rows(m), KBp = cdiv(bp->kstride, 32), nt = cdiv(ncols, 16);
     uint16_t *a = aalloc((size_t)rows * Kp * sizeof(uint16_t));
     if (!a) { /* no memory: the block says so rather than holding stale values */
         for (int r = 0; r < m; r++) fill_nan(C + (size_t)r * ldc, (size_t)ncols);
@@ -1382,7 +1398,7 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
     if (bp->e == NV_ENGINE_SCALAR) { /* the reference: one chain per output over depth in order */
         for (int r = 0; r < m; r++)
             for (int j = 0; j < ncols; j++) {
-                const float *pj = bp->data + (size_t)(j / nr) * bp->k * nr + j % nr;
+                const float *pj = bp->data + (size_t)(j / nr) * bp->kstride * nr + j % nr;
                 float acc = accumulate ? C[(size_t)r * ldc + j] : 0.0f;
                 for (int kk = 0; kk < depth; kk++) acc += A[(size_t)r * lda + kk] * pj[(size_t)kk * nr];
                 C[(size_t)r * ldc + j] = acc;
@@ -1390,13 +1406,13 @@ void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int dep
         return;
     }
     const nv_kern_fp32 *kf = engine_fp32[bp->e];
-    if (depth == bp->k) { /* whole panels: one call, the kernel's own blocking over all of them */
+    if (depth == bp->kstride) { /* whole panels: one call, the kernel's own blocking over all of them */
         kf->gemm(A, lda, m, depth, bp->data, np, C, ldc, ncols, accumulate);
         return;
     }
-    /* a prefix of the depth: panels are k deep, so one panel per call */
+    /* a prefix of the depth (or a view's band of it): panels are kstride deep, so one panel per call */
     for (int p = 0; p < np; p++)
-        kf->gemm(A, lda, m, depth, bp->data + (size_t)p * bp->k * nr, 1, C + (size_t)p * nr, ldc, ncols - p * nr,
+        kf->gemm(A, lda, m, depth, bp->data + (size_t)p * bp->kstride * nr, 1, C + (size_t)p * nr, ldc, ncols - p * nr,
                  accumulate);
 }
 

@@ -184,6 +184,7 @@ void nv_gemm_dw_group(nv_engine_id e, const float *const *dys, const int *ns, in
 typedef struct {
     nv_engine_id e;
     int k, n, nr; /* depth, outputs, outputs per panel */
+    int kstride;  /* the packed depth a panel's (or column of tiles') stride is laid out for: k unless a view */
     float *data;
 } nv_bpack;
 /* Floats of buffer a pack of depth k x n outputs needs on any engine. */
@@ -196,6 +197,12 @@ void nv_bpack_cols(nv_bpack *bp, nv_engine_id e, const float *b, size_t ldb, int
  * ncols <= n). */
 void nv_bpack_run(const nv_bpack *bp, const float *A, size_t lda, int m, int depth, int ncols, float *C, size_t ldc,
                   int accumulate);
+/* The multiple (a power of two) that nv_bpack_skip's offsets must be of for this pack. */
+int nv_bpack_align(const nv_bpack *bp);
+/* *view = the part of bp from output col0 and depth d0 on (multiples of nv_bpack_align; no copy):
+ * B'[kk][j] = B[d0 + kk][col0 + j]. Products over a band of B (attention's keys inside a window)
+ * then skip what lies before it. */
+void nv_bpack_skip(const nv_bpack *bp, int col0, int d0, nv_bpack *view);
 
 /* Block-quantized weights, the form GGUF's quantized types decompose into exactly: for output j
  * and input kk, W[j][kk] = (float)q[j*k + kk] * s[j*nb + kk/qb], then + o[j*nb + kk/qb] when o is

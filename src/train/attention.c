@@ -45,6 +45,25 @@ static int first_key(const attn_job *j, int b, int t) {
     return k0 < 0 ? 0 : k0 > t ? t : k0;
 }
 
+/* The first key any row of r0..r1 reads, rounded down to a multiple of al: the block's products
+ * run over the keys from there to its last row (packed documents and sliding windows leave the
+ * keys before it out of every row). */
+static int block_first_key(const attn_job *j, int b, int r0, int r1, int al) {
+    int lo = r1;
+    for (int t = r0; t < r1; t++) {
+        const int k0 = first_key(j, b, t);
+        if (k0 < lo) lo = k0;
+    }
+    return lo / al * al;
+}
+
+/* The multiple a view of each of the packs (z may be NULL) starts at: powers of two, so the largest. */
+static int key_align(const nv_bpack *x, const nv_bpack *y, const nv_bpack *z) {
+    int a = nv_bpack_align(x), b = nv_bpack_align(y), c = z ? nv_bpack_align(z) : 1;
+    a = a > b ? a : b;
+    return a > c ? a : c;
+}
+
 /* Gemma 2's soft cap on the scores: s[u] = cap * tanh(scale * s[u] / cap) in place for u < n, and
  * with fac, fac[u] = d s / d (the raw score) = scale * (1 - tanh^2). The backward runs it on the
  * same raw scores as the forward did: the same bits. */
@@ -94,9 +113,10 @@ static void softmax_row(float *s, int n, int n_zero, float scale, float *st) {
     for (int u = n; u < n_zero; u++) s[u] = 0.0f;
 }
 
-/* One (sequence, query head): per block of RB query rows, S = Q K^T over the keys up to the block's
- * last row, each row's softmax in place (zero after the diagonal; its max and 1/sum kept in stats),
- * then out = P V over the same keys. */
+/* One (sequence, query head): per block of RB query rows, S = Q K^T over the keys from the block's
+ * first (block_first_key) up to its last row, each row's softmax in place (zero before the row's
+ * first key and after the diagonal; its max and 1/sum kept in stats), then out = P V over the same
+ * keys. */
 static void forward_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const attn_job *j = ctx;
@@ -113,26 +133,31 @@ static void forward_task(void *ctx, int task, int n_tasks) {
     nv_bpack_cols(&vp, j->e, j->v + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, vbuf); /* B = V */
     const float *q0 = j->q + (size_t)b * T * qd + (size_t)h * hd;
     float *st0 = j->stats + ((size_t)b * H + h) * T * 2, *out0 = j->out + (size_t)b * T * qd + (size_t)h * hd;
+    const int al = key_align(&kp, &vp, NULL);
     for (int r0 = 0; r0 < T; r0 += RB) {
-        const int r1 = T - r0 < RB ? T : r0 + RB, m = r1 - r0;
-        nv_bpack_run(&kp, q0 + (size_t)r0 * qd, (size_t)qd, m, hd, r1, s, (size_t)T8, 0);
-        /* the probabilities over the scores, zero past the diagonal up to the block's last key (the
-           product below reads them) */
-        for (int t = r0; t < r1; t++) { /* keys before the row's document start are zero too */
+        const int r1 = T - r0 < RB ? T : r0 + RB, m = r1 - r0, lo = block_first_key(j, b, r0, r1, al);
+        nv_bpack kv, vv; /* the keys and values from lo on */
+        nv_bpack_skip(&kp, lo, 0, &kv);
+        nv_bpack_skip(&vp, 0, lo, &vv);
+        nv_bpack_run(&kv, q0 + (size_t)r0 * qd, (size_t)qd, m, hd, r1 - lo, s, (size_t)T8, 0);
+        /* the probabilities over the scores (a row's entry u - lo for key u), zero before the row's
+           first key and past the diagonal up to the block's last key (the product below reads them) */
+        for (int t = r0; t < r1; t++) {
             float *row = s + (size_t)(t - r0) * T8;
-            const int k0 = first_key(j, b, t);
+            const int k0 = first_key(j, b, t) - lo;
             memset(row, 0, (size_t)k0 * sizeof(float));
-            if (cap != 0.0f) cap_row(row + k0, t + 1 - k0, scale, cap, NULL);
-            softmax_row(row + k0, t + 1 - k0, r1 - k0, cap != 0.0f ? 1.0f : scale, st0 + (size_t)t * 2);
+            if (cap != 0.0f) cap_row(row + k0, t + 1 - lo - k0, scale, cap, NULL);
+            softmax_row(row + k0, t + 1 - lo - k0, r1 - lo - k0, cap != 0.0f ? 1.0f : scale, st0 + (size_t)t * 2);
         }
-        nv_bpack_run(&vp, s, (size_t)T8, m, r1, hd, out0 + (size_t)r0 * qd, (size_t)qd, 0);
+        nv_bpack_run(&vv, s, (size_t)T8, m, r1 - lo, hd, out0 + (size_t)r0 * qd, (size_t)qd, 0);
     }
 }
 
 /* One (sequence, KV head), its query heads in turn, per block of RB query rows:
  *   P again from S = Q K^T and the forward's row max and 1/sum (the same operations, so the same
- *   bits as the forward's), dP = dout V^T, dS = P (dP - rowsum(P dP)) scale (zero after the diagonal),
- *   dq += dS K, dk += dS^T q, dv += P^T dout over the keys up to the block's last row.
+ *   bits as the forward's), dP = dout V^T, dS = P (dP - rowsum(P dP)) scale (zero before the row's
+ *   first key and after the diagonal), dq += dS K, dk += dS^T q, dv += P^T dout over the forward's
+ *   keys (the block's first to its last row).
  * The dk/dv rows a task adds to belong to its KV head alone. */
 static void backward_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
@@ -154,28 +179,33 @@ static void backward_task(void *ctx, int task, int n_tasks) {
     nv_bpack_rows(&vp, j->e, j->v + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, vbuf); /* B = V^T */
     nv_bpack_cols(&kp, j->e, kb, (size_t)kvd, T, hd, kbuf);                               /* B = K */
     nv_bpack_rows(&ktp, j->e, kb, (size_t)kvd, T, hd, ktbuf);                             /* B = K^T */
+    const int al = key_align(&vp, &kp, &ktp);
     for (int h = kvh * kv_mul; h < (kvh + 1) * kv_mul; h++)
         for (int r0 = 0; r0 < T; r0 += RB) {
-            const int r1 = T - r0 < RB ? T : r0 + RB, m = r1 - r0;
+            const int r1 = T - r0 < RB ? T : r0 + RB, m = r1 - r0, lo = block_first_key(j, b, r0, r1, al), w = r1 - lo;
             const float *st0 = j->stats + ((size_t)b * H + h) * T * 2;
             const float *dout0 = j->dout + ((size_t)b * T + r0) * qd + (size_t)h * hd;
             const float *q0 = j->q + ((size_t)b * T + r0) * qd + (size_t)h * hd;
-            nv_bpack_run(&ktp, q0, (size_t)qd, m, hd, r1, pb, (size_t)T8, 0); /* the forward's scores */
+            nv_bpack vv, kv, ktv; /* V^T, K and K^T from key lo on: a row's entry u - lo is key u's */
+            nv_bpack_skip(&vp, lo, 0, &vv);
+            nv_bpack_skip(&kp, 0, lo, &kv);
+            nv_bpack_skip(&ktp, lo, 0, &ktv);
+            nv_bpack_run(&ktv, q0, (size_t)qd, m, hd, w, pb, (size_t)T8, 0); /* the forward's scores */
             for (int t = r0; t < r1; t++) {
                 float *p = pb + (size_t)(t - r0) * T8;
-                const int k0 = first_key(j, b, t);
+                const int k0 = first_key(j, b, t) - lo;
                 memset(p, 0, (size_t)k0 * sizeof(float));
-                if (cap != 0.0f) cap_row(p + k0, t + 1 - k0, scale, cap, fac + (size_t)(t - r0) * T8 + k0);
-                probs_row(p + k0, p + k0, t + 1 - k0, r1 - k0, cap != 0.0f ? 1.0f : scale, st0[(size_t)t * 2],
+                if (cap != 0.0f) cap_row(p + k0, t + 1 - lo - k0, scale, cap, fac + (size_t)(t - r0) * T8 + k0);
+                probs_row(p + k0, p + k0, t + 1 - lo - k0, w - k0, cap != 0.0f ? 1.0f : scale, st0[(size_t)t * 2],
                           st0[(size_t)t * 2 + 1]);
             }
-            nv_bpack_run(&vp, dout0, (size_t)qd, m, hd, r1, ds, (size_t)T8, 0);
+            nv_bpack_run(&vv, dout0, (size_t)qd, m, hd, w, ds, (size_t)T8, 0);
             for (int t = r0; t < r1; t++) { /* over the row's keys k0..t (zero before and after) */
-                const int k0 = first_key(j, b, t);
+                const int k0 = first_key(j, b, t) - lo;
                 const float *a = pb + (size_t)(t - r0) * T8 + k0;
                 float *d = ds + (size_t)(t - r0) * T8 + k0;
                 memset(d - k0, 0, (size_t)k0 * sizeof(float));
-                const int n = t + 1 - k0;
+                const int n = t + 1 - lo - k0;
                 __m256 vsum = _mm256_setzero_ps();
                 int u = 0;
                 for (; u + 8 <= n; u += 8) vsum = _mm256_fmadd_ps(_mm256_loadu_ps(a + u), _mm256_loadu_ps(d + u), vsum);
@@ -187,7 +217,7 @@ static void backward_task(void *ctx, int task, int n_tasks) {
                     for (u = 0; u < n; u += 8)
                         nv_store8_n(d + u, _mm256_mul_ps(_mm256_mul_ps(nv_load8_n(a + u, n - u), _mm256_sub_ps(nv_load8_n(d + u, n - u), vsm)),
                                                          nv_load8_n(f + u, n - u)), n - u);
-                    for (u = n; u < r1 - k0; u++) d[u] = 0.0f;
+                    for (u = n; u < w - k0; u++) d[u] = 0.0f;
                     continue;
                 }
                 const __m256 vsm = _mm256_set1_ps(sum), vsc = _mm256_set1_ps(scale);
@@ -196,17 +226,17 @@ static void backward_task(void *ctx, int task, int n_tasks) {
                                                                         _mm256_sub_ps(_mm256_loadu_ps(d + u), vsm)),
                                                           vsc));
                 for (; u < n; u++) d[u] = a[u] * (d[u] - sum) * scale;
-                for (; u < r1 - k0; u++) d[u] = 0.0f;
+                for (; u < w - k0; u++) d[u] = 0.0f;
             }
-            nv_bpack_run(&kp, ds, (size_t)T8, m, r1, hd, j->dq + ((size_t)b * T + r0) * qd + (size_t)h * hd, (size_t)qd, 1);
-            /* dk[0..r1) += dS^T q over the block's rows */
-            nv_transpose(ds, (size_t)T8, m, r1, tr, RB);
+            nv_bpack_run(&kv, ds, (size_t)T8, m, w, hd, j->dq + ((size_t)b * T + r0) * qd + (size_t)h * hd, (size_t)qd, 1);
+            /* dk[lo..r1) += dS^T q over the block's rows */
+            nv_transpose(ds, (size_t)T8, m, w, tr, RB);
             nv_bpack_cols(&bp, j->e, q0, (size_t)qd, m, hd, blk);
-            nv_bpack_run(&bp, tr, RB, r1, m, hd, dkb, (size_t)kvd, 1);
-            /* dv[0..r1) += P^T dout over the block's rows */
-            nv_transpose(pb, (size_t)T8, m, r1, tr, RB);
+            nv_bpack_run(&bp, tr, RB, w, m, hd, dkb + (size_t)lo * kvd, (size_t)kvd, 1);
+            /* dv[lo..r1) += P^T dout over the block's rows */
+            nv_transpose(pb, (size_t)T8, m, w, tr, RB);
             nv_bpack_cols(&bp, j->e, dout0, (size_t)qd, m, hd, blk);
-            nv_bpack_run(&bp, tr, RB, r1, m, hd, dvb, (size_t)kvd, 1);
+            nv_bpack_run(&bp, tr, RB, w, m, hd, dvb + (size_t)lo * kvd, (size_t)kvd, 1);
         }
 }
 

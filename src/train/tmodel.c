@@ -281,11 +281,19 @@ nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, u
     const double ffn_sets = c->n_experts ? c->n_experts_used : 1;
     double per_token = c->n_layers * (d * qd * 2 + d * kvd * 2 + 3 * d * c->hidden_dim * ffn_sets + d * c->n_experts) +
                        d * c->vocab_size;
-    double attn = c->n_layers * (double)c->n_heads * c->head_dim * (double)T * 2.0; /* QK^T and AV, causal half */
+    /* QK^T and AV over the keys a query sees: half the window causally, fewer in a layer whose sliding
+       window is shorter (its first W queries see 1..W keys, the rest W). Packed documents (--pack) are
+       counted as one: their saving depends on the batch. */
+    double keys = 0.0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const double W = nv_config_layer_window(c, l);
+        keys += W > 0 && W < T ? (W * (W + 1) / 2.0 + ((double)T - W) * W) / T : T / 2.0;
+    }
+    const double attn = (double)c->n_heads * c->head_dim * 2.0 * keys;
     /* forward 2, backward's dx 2 and dW 2 FLOPs a weight a token; frozen weights have no dW, and
        an adapter's r (in + out) weights run 3 products forward and backward */
     const double lora_per_token = adapters ? (double)nv_lora_param_count(c, lora) : 0.0;
-    tm->flops_per_step = (adapters ? 4.0 : 6.0) * BT * per_token + 6.0 * BT * lora_per_token + 3.0 * 2.0 * BT * attn / 2.0;
+    tm->flops_per_step = (adapters ? 4.0 : 6.0) * BT * per_token + 6.0 * BT * lora_per_token + 3.0 * 2.0 * BT * attn;
     return NV_OK;
 }
 
