@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/hf.h"
@@ -279,7 +281,13 @@ static void test_refusals_and_info(void) {
     nv_model m;
     if (!gemma_model(&m, &c, 9)) return;
     T_CHECK(!nv_config_fits_v1(&c) && nv_model_save_v1(&m, t_path("g.bin")) == NV_EUNSUPPORTED, "llama2.c v1 took it");
-    T_CHECK(nv_hf_save(&m, NULL, t_path("ghf"), NV_HF_F32, NULL) == NV_EUNSUPPORTED, "a Hugging Face folder took it");
+    nv_model g1 = m; /* Gemma 1's config.json has no window */
+    g1.config = gemma_config(1);
+    g1.config.swa_window = 5;
+    T_CHECK(nv_hf_save(&g1, NULL, t_path("ghf"), NV_HF_F32, NULL) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "reads back the same"),
+            "a Hugging Face folder took Gemma 1 with a window: %s", nv_errmsg());
+    struct stat st;
+    T_CHECK(stat(t_path("ghf"), &st) != 0, "the refused folder was made");
     char path[700];
     snprintf(path, sizeof path, "%s", t_path("g3i.gguf"));
     T_CHECK(nv_gguf_save(&m, NULL, "g3", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
@@ -438,6 +446,27 @@ static void hf_gemma_weights(const nv_model *m, const char *dir, const char *cfg
     nv_model_free(&h);
 }
 
+/* The folder whose config.json is at path reads as model m: its config exactly, its logits within
+ * 1e-5 (the F32 norms' w - 1 and back). */
+static void folder_is_model(const char *path, const nv_model *m, int kind) {
+    const nv_config *c = &m->config;
+    nv_model r;
+    T_CHECK(nv_model_load(path, &r) == NV_OK, "kind %d: %s", kind, nv_errmsg());
+    if (!r.params) return;
+    T_CHECK(!memcmp(&r.config, c, sizeof *c), "kind %d: the folder's config differs (window %d period %d theta %g caps %g %g div %g)", kind,
+            r.config.swa_window, r.config.swa_period, (double)r.config.rope_theta_swa, (double)r.config.logit_softcap,
+            (double)r.config.attn_softcap, (double)r.config.attn_div);
+    T_CHECK(nv_model_build_plans(&r, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    const size_t V = (size_t)c->vocab_size;
+    int toks[T];
+    tokens(toks, T, c->vocab_size);
+    float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float));
+    T_CHECK(t_forward_logits(m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
+    T_CHECK(logit_gap(b, a, T * V) < 1e-5, "kind %d: the folder's logits are %.3g from the model's", kind, logit_gap(b, a, T * V));
+    free(a), free(b);
+    nv_model_free(&r);
+}
+
 /* A Gemma folder as transformers writes it (gemma, gemma2, gemma3_text) reads as the model it holds:
  * the config nerve's GGUF reader gives, logits within rounding (the norms' w - 1 and back) of the
  * model's; with the vocabulary's tokenizer.json beside it, nerve generate runs it. */
@@ -473,22 +502,7 @@ static void hf_folder(int gen) {
     hf_gemma_weights(&m, dir, cfg);
     char path[800];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    nv_model r;
-    T_CHECK(nv_model_load(path, &r) == NV_OK, "kind %d: %s", gen, nv_errmsg());
-    if (r.params) {
-        T_CHECK(!memcmp(&r.config, &c, sizeof c), "kind %d: the folder's config differs (window %d period %d theta %g caps %g %g div %g)", gen,
-                r.config.swa_window, r.config.swa_period, (double)r.config.rope_theta_swa, (double)r.config.logit_softcap,
-                (double)r.config.attn_softcap, (double)r.config.attn_div);
-        T_CHECK(nv_model_build_plans(&r, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
-        const size_t V = (size_t)c.vocab_size;
-        int toks[T];
-        tokens(toks, T, c.vocab_size);
-        float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float));
-        T_CHECK(t_forward_logits(&m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
-        T_CHECK(logit_gap(b, a, T * V) < 1e-5, "kind %d: the folder's logits are %.3g from the model's", gen, logit_gap(b, a, T * V));
-        free(a), free(b);
-        nv_model_free(&r);
-    }
+    folder_is_model(path, &m, gen);
     nv_model_free(&m);
     char args[1200];
     snprintf(args, sizeof args, "generate -m '%s' -n 6 -t 0 -p 'a b'", dir);
@@ -522,20 +536,83 @@ static void test_hf_folder(void) {
     for (int gen = 1; gen <= 3; gen++) hf_folder(gen);
 }
 
+/* nerve's own folder of each (gemma, gemma2, gemma3_text, smollm3; and Gemma 3 whose period is
+ * longer than its layers, said by sliding_window_pattern alone) reads back, through the reader
+ * tested above against transformers' layout, as the same config and logits (F32; the norms'
+ * w - 1 and back within rounding); `nerve export MODEL.gguf -o DIR/` writes it too. */
+static void hf_written(int gen) {
+    nv_config c = gemma_config(gen == 5 ? 3 : gen);
+    if (gen == 5) c.swa_period = 6;
+    nv_model m;
+    if (!gemma_model(&m, &c, 23)) return;
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    char name[32], dir[700], path[800];
+    snprintf(name, sizeof name, "written%d", gen);
+    snprintf(dir, sizeof dir, "%s", t_path(name));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    T_CHECK(nv_hf_save(&m, NULL, dir, NV_HF_F32, NULL) == NV_OK, "kind %d: %s", gen, nv_errmsg());
+    folder_is_model(path, &m, gen);
+    if (gen == 4) { /* SmolLM3's forms: the list alone (its released config.json), the interval alone; a list that is not a period */
+        char *text = NULL;
+        T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK, "%s", nv_errmsg());
+        cJSON *j = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        for (int form = 0; j && form < 3; form++) {
+            cJSON *o = cJSON_Duplicate(j, 1);
+            if (form == 0) cJSON_DeleteItemFromObject(o, "no_rope_layer_interval");
+            if (form == 1) cJSON_DeleteItemFromObject(o, "no_rope_layers");
+            if (form == 2) cJSON_ReplaceItemInArray(cJSON_GetObjectItem(o, "no_rope_layers"), 0, cJSON_CreateNumber(0)); /* 0 1 1 0 */
+            char *out = cJSON_PrintUnformatted(o);
+            char rel[64];
+            snprintf(rel, sizeof rel, "%s/config.json", name);
+            t_write(rel, out, strlen(out));
+            free(out);
+            cJSON_Delete(o);
+            nv_config rc;
+            const nv_err e = nv_model_read_config(path, &rc);
+            if (form < 2) T_CHECK(e == NV_OK && !memcmp(&rc, &c, sizeof c), "form %d: %s", form, e ? nv_errmsg() : "another config");
+            else T_CHECK(e != NV_OK && strstr(nv_errmsg(), "no_rope_layers is not a repeating pattern"), "an irregular list: %s", nv_errmsg());
+        }
+        cJSON_Delete(j);
+    }
+    if (gen == 5) { /* the command: a GGUF file to a folder */
+        char gguf[700], out[700], args[1600];
+        snprintf(gguf, sizeof gguf, "%s", t_path("written3.gguf"));
+        snprintf(out, sizeof out, "%s", t_path("written3-cli"));
+        T_CHECK(nv_gguf_save(&m, NULL, "w3", gguf, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+        snprintf(args, sizeof args, "export '%s' -o '%s/'", gguf, out);
+        T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+        snprintf(args, sizeof args, "info -m '%s/config.json'", out);
+        T_CHECK(t_nerve(args) == 0 && strstr(t_out, "window:   5 positions in 4 of 4 layers") && strstr(t_out, "windowed layers theta 10000") &&
+                    strstr(t_out, "GELU gating, post-norms"),
+                "info: %s%s", t_out, t_err);
+    }
+    nv_model_free(&m);
+}
+
+static void test_hf_written(void) {
+    for (int gen = 1; gen <= 5; gen++) hf_written(gen);
+}
+
 /* Gemma's vocabulary layout: BOS 2 opens the text, no dummy prefix, specials cut the text, bytes
  * fall back to their own tokens wherever they sit, <end_of_turn> ends generation and prints nothing;
  * written back as GGUF it keeps every id. */
 static void test_vocabulary(void) {
-    char path[700], copy[700], hf[700];
+    char path[700], copy[700], hf[700], ours[720], ours_dir[700];
     snprintf(path, sizeof path, "%s", t_path("gemma-vocab.gguf"));
     snprintf(copy, sizeof copy, "%s", t_path("gemma-vocab-copy.gguf"));
     snprintf(hf, sizeof hf, "%s/tokenizer.json", hf_gemma_tokenizer("gemma-vocab-hf"));
+    snprintf(ours_dir, sizeof ours_dir, "%s", t_path("gemma-vocab-ours"));
+    snprintf(ours, sizeof ours, "%s/tokenizer.json", ours_dir);
     T_CHECK(gw_gemma_vocab(path), "writing the vocabulary");
     static const int want[] = {2, 4, 263, 262, 264, 6 + '\n', 6 + 0xC3, 6 + 0xA9, 5, 1};
     const int nw = (int)(sizeof want / sizeof want[0]);
-    for (int pass = 0; pass < 3; pass++) { /* the file, nerve's GGUF copy, the same vocabulary as transformers writes it */
+    /* the file, nerve's GGUF copy, the same vocabulary as transformers writes it, and as nerve writes
+       it beside a model's folder */
+    for (int pass = 0; pass < 4; pass++) {
         nv_tokenizer *t = NULL;
-        T_CHECK(nv_tokenizer_load(pass == 2 ? hf : pass ? copy : path, 0, &t) == NV_OK, "%s", nv_errmsg());
+        const char *const from[4] = {path, copy, hf, ours};
+        T_CHECK(nv_tokenizer_load(from[pass], 0, &t) == NV_OK, "pass %d: %s", pass, nv_errmsg());
         if (!t) return;
         int *ids = NULL, n = 0;
         T_CHECK(nv_tokenizer_encode(t, "<start_of_turn>a b\n\xc3\xa9<end_of_turn>", 1, 1, &ids, &n) == NV_OK, "%s", nv_errmsg());
@@ -561,6 +638,13 @@ static void test_vocabulary(void) {
                 "pass %d: rendered %s", pass, text.data ? text.data : "(none)");
         nv_buf_free(&text);
         if (!pass) T_CHECK(nv_gguf_save_vocab(t, copy) == NV_OK, "%s", nv_errmsg());
+        nv_config c = gemma_config(3);
+        c.vocab_size = GW_GEMMA_VOCAB;
+        nv_model m;
+        if (!pass && gemma_model(&m, &c, 5)) {
+            T_CHECK(nv_hf_save(&m, t, ours_dir, NV_HF_BF16, nv_chat_template_jinja(NV_CHAT_GEMMA)) == NV_OK, "%s", nv_errmsg());
+            nv_model_free(&m);
+        }
         nv_tokenizer_free(t);
     }
 }
@@ -664,6 +748,7 @@ int main(void) {
     T_RUN(test_vocabulary);
     T_RUN(test_untyped_vocabulary_bytes);
     T_RUN(test_hf_folder);
+    T_RUN(test_hf_written);
     T_RUN(test_serve);
     T_RUN(test_training_forward_matches);
     T_RUN(test_finetune);

@@ -207,6 +207,32 @@ static nv_err gemma_block(const char *path, const cJSON *j, int gen, nv_config *
     return get_cap(path, j, "attn_logit_softcapping", gen == 2 ? 50.0 : 0.0, &c->attn_softcap);
 }
 
+/* SmolLM3's layers without RoPE as nv_config's period: no_rope_layers (1: the layer rotates, 0: it
+ * does not; transformers' name says the opposite of its values) must be a 0 every period-th layer
+ * and 1 elsewhere; without it, no_rope_layer_interval (4) is that period. */
+static nv_err smollm3_nope(const char *path, const cJSON *j, nv_config *c) {
+    int64_t period;
+    NV_TRY(get_whole(path, j, "no_rope_layer_interval", 4, 0, 1, 1 << 20, &period));
+    const cJSON *list = field(j, "no_rope_layers");
+    if (!absent(list)) { /* the period its first unrotated layer gives, checked against every layer */
+        if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < c->n_layers)
+            return nv_fail(NV_EFORMAT, "%s: 'no_rope_layers' is not a list of %d flags", path, c->n_layers);
+        period = 0;
+        for (int l = 0; l < c->n_layers && !period; l++) {
+            const cJSON *v = cJSON_GetArrayItem(list, l);
+            if (cJSON_IsNumber(v) && v->valuedouble == 0) period = l + 1;
+        }
+        for (int l = 0; l < c->n_layers; l++) {
+            const cJSON *v = cJSON_GetArrayItem(list, l);
+            const int roped = !period || l % period != period - 1;
+            if (!cJSON_IsNumber(v) || v->valuedouble != roped)
+                return nv_fail(NV_EUNSUPPORTED, "%s: no_rope_layers is not a repeating pattern of rotated layers, then one without", path);
+        }
+    }
+    c->nope_period = (int)period;
+    return NV_OK;
+}
+
 /* The config of config.json j; *tied says whether the classifier is the embedding, *mixtral whether
  * the experts are named as Mixtral's (block_sparse_moe) rather than Qwen3-MoE's (mlp). */
 static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *mixtral) {
@@ -222,6 +248,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                : !strcmp(a, "Qwen3ForCausalLM")   ? "qwen3"
                : !strcmp(a, "MixtralForCausalLM") ? "mixtral"
                : !strcmp(a, "Qwen3MoeForCausalLM") ? "qwen3_moe"
+               : !strcmp(a, "SmolLM3ForCausalLM") ? "smollm3"
                                                   : a;
     }
     if (!type) return nv_fail(NV_EFORMAT, "%s: neither 'model_type' nor 'architectures' names the model", path);
@@ -229,13 +256,15 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     const int llama = !strcmp(type, "llama"), mistral = !strcmp(type, "mistral") || mix, qwen2 = !strcmp(type, "qwen2"),
               qwen3 = !strcmp(type, "qwen3") || qwen3_moe;
     const int gemma = !strcmp(type, "gemma") ? 1 : !strcmp(type, "gemma2") ? 2 : !strcmp(type, "gemma3_text") ? 3 : 0;
+    const int smollm3 = !strcmp(type, "smollm3"); /* llama's block, some layers without RoPE */
     char shown[128];
     if (!strcmp(type, "gemma3")) /* the vision-language folder: its text model nests in text_config, its weights under language_model */
         return nv_fail(NV_EUNSUPPORTED, "%s: Gemma 3's vision-language folder (model_type gemma3) is not read: its text model's GGUF "
                                         "file is, or a gemma3_text folder (270M, 1B)", path);
-    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma)
+    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3)
         return nv_fail(NV_EUNSUPPORTED,
-                       "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text)",
+                       "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, "
+                       "smollm3)",
                        path, nv_gguf_shown(type, strlen(type), shown, sizeof shown));
     *mixtral = mix;
     /* Gemma's GELU is the tanh form (gelu_pytorch_tanh; Gemma 1's "gelu" runs as that too, in
@@ -281,7 +310,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     int bias = 0, mlp_bias = 0, tie = 0;
     NV_TRY(get_flag(path, j, "attention_bias", 0, &bias));
     NV_TRY(get_flag(path, j, "mlp_bias", 0, &mlp_bias));
-    NV_TRY(get_flag(path, j, "tie_word_embeddings", gemma != 0, &tie)); /* transformers ties Gemma's by default */
+    NV_TRY(get_flag(path, j, "tie_word_embeddings", gemma || smollm3, &tie)); /* transformers ties Gemma's and SmolLM3's by default */
     if ((bias && !qwen2) || mlp_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: %s biases are not supported (Qwen2's query, key and value biases are)", path,
                        mlp_bias ? "feed-forward" : "attention output");
@@ -305,6 +334,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     c->qk_norm = qwen3; /* and Gemma 3's: gemma_block */
     c->qkv_bias = qwen2;
     if (gemma) NV_TRY(gemma_block(path, j, gemma, c));
+    if (smollm3) NV_TRY(smollm3_nope(path, j, c));
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     if (rs && !cJSON_IsObject(rs)) return nv_fail(NV_EFORMAT, "%s: rope_scaling is not an object", path);
@@ -324,7 +354,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
         return nv_fail(NV_EFORMAT, "%s: rope_scaling names no rope_type", path);
     /* a sliding window no shorter than the context attends to everything: cap the context there */
     int window_on = mistral || llama; /* (Gemma's window is its own: gemma_block) */
-    if (qwen2 || qwen3) NV_TRY(get_flag(path, j, "use_sliding_window", 0, &window_on));
+    if (qwen2 || qwen3 || smollm3) NV_TRY(get_flag(path, j, "use_sliding_window", 0, &window_on));
     int64_t window;
     NV_TRY(get_whole(path, j, "sliding_window", 0, 0, 0, INT64_C(1) << 40, &window));
     if (window_on && window > 0 && window < c->seq_len) {
@@ -1187,9 +1217,14 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
        the models' own tokenizer.json files leave them: config.json's vocab_size brings them back */
     int end = n;
     while (byte_level && end > 0 && bv.type[end - 1] == 5) end--;
+    const int unk = nv_tokenizer_unk(tok);
     for (int i = 0; i < end && e == NV_OK; i++) {
         cJSON_AddNumberToObject(vocab, text[i], i);
-        const int type = byte_level ? bv.type[i] : i <= NV_TOKEN_EOS ? 3 : 1;
+        /* a SentencePiece vocabulary's types when it has them (GGUF's: 2 unknown, 3 control, 4
+           user-defined), else llama2.c's three specials */
+        int type = byte_level ? bv.type[i] : nv_tokenizer_type(tok, i);
+        if (!byte_level && !type) type = i <= NV_TOKEN_EOS ? 3 : 1;
+        if (!byte_level && type == 2) type = 3;
         if (type == 3 || type == 4) cJSON_AddItemToArray(added, added_token(i, text[i], type == 3));
     }
     if (e == NV_OK && byte_level) {
@@ -1252,28 +1287,39 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
                 free(pair);
             }
         free(m);
-        /* Llama 2's pipeline: a leading U+2581 and spaces as U+2581; bytes decoded by fallback */
-        cJSON *norm = typed("Sequence"), *nl = cJSON_AddArrayToObject(norm, "normalizers"), *pre = typed("Prepend"), *rep = typed("Replace");
-        cJSON_AddStringToObject(pre, "prepend", "\xE2\x96\x81");
+        /* Llama 2's pipeline: a leading U+2581 (the dummy prefix: not Gemma's) and spaces as U+2581;
+           bytes decoded by fallback; the prefix's space stripped again */
+        const int prefix = nv_tokenizer_space_prefix(tok);
+        cJSON *rep = typed("Replace");
         cJSON_AddStringToObject(cJSON_AddObjectToObject(rep, "pattern"), "String", " ");
         cJSON_AddStringToObject(rep, "content", "\xE2\x96\x81");
-        cJSON_AddItemToArray(nl, pre);
-        cJSON_AddItemToArray(nl, rep);
-        cJSON_AddItemToObject(tj, "normalizer", norm);
+        if (prefix) {
+            cJSON *norm = typed("Sequence"), *nl = cJSON_AddArrayToObject(norm, "normalizers"), *pre = typed("Prepend");
+            cJSON_AddStringToObject(pre, "prepend", "\xE2\x96\x81");
+            cJSON_AddItemToArray(nl, pre);
+            cJSON_AddItemToArray(nl, rep);
+            cJSON_AddItemToObject(tj, "normalizer", norm);
+        } else {
+            cJSON_AddItemToObject(tj, "normalizer", rep);
+        }
         cJSON_AddNullToObject(tj, "pre_tokenizer");
-        cJSON_AddItemToObject(tj, "post_processor", bos_template("<s>", NV_TOKEN_BOS));
-        cJSON *dec = typed("Sequence"), *dl = cJSON_AddArrayToObject(dec, "decoders"), *drep = typed("Replace"), *strip = typed("Strip");
+        if (add_bos && bos >= 0) cJSON_AddItemToObject(tj, "post_processor", bos_template(text[bos], bos));
+        else cJSON_AddNullToObject(tj, "post_processor");
+        cJSON *dec = typed("Sequence"), *dl = cJSON_AddArrayToObject(dec, "decoders"), *drep = typed("Replace");
         cJSON_AddStringToObject(cJSON_AddObjectToObject(drep, "pattern"), "String", "\xE2\x96\x81");
         cJSON_AddStringToObject(drep, "content", " ");
-        cJSON_AddStringToObject(strip, "content", " ");
-        cJSON_AddNumberToObject(strip, "start", 1);
-        cJSON_AddNumberToObject(strip, "stop", 0);
         cJSON_AddItemToArray(dl, drep);
         cJSON_AddItemToArray(dl, typed("ByteFallback"));
         cJSON_AddItemToArray(dl, typed("Fuse"));
-        cJSON_AddItemToArray(dl, strip);
+        if (prefix) {
+            cJSON *strip = typed("Strip");
+            cJSON_AddStringToObject(strip, "content", " ");
+            cJSON_AddNumberToObject(strip, "start", 1);
+            cJSON_AddNumberToObject(strip, "stop", 0);
+            cJSON_AddItemToArray(dl, strip);
+        }
         cJSON_AddItemToObject(tj, "decoder", dec);
-        cJSON_AddStringToObject(model, "unk_token", text[0]);
+        cJSON_AddStringToObject(model, "unk_token", text[unk >= 0 ? unk : 0]);
         cJSON_AddBoolToObject(model, "fuse_unk", 1);
         cJSON_AddBoolToObject(model, "byte_fallback", 1);
     }
@@ -1287,10 +1333,12 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
     else cJSON_AddNullToObject(tc, "bos_token");
     if (eos >= 0 && e == NV_OK) cJSON_AddStringToObject(tc, "eos_token", text[eos]);
     else cJSON_AddNullToObject(tc, "eos_token");
-    if (spm && e == NV_OK) cJSON_AddStringToObject(tc, "unk_token", text[0]);
+    if (spm && e == NV_OK) cJSON_AddStringToObject(tc, "unk_token", text[unk >= 0 ? unk : 0]);
     cJSON_AddBoolToObject(tc, "clean_up_tokenization_spaces", 0);
     cJSON_AddNumberToObject(tc, "model_max_length", c->seq_len);
-    cJSON_AddStringToObject(tc, "tokenizer_class", spm ? "LlamaTokenizerFast" : "PreTrainedTokenizerFast");
+    /* Llama's class adds its own prefix handling: a vocabulary without the prefix (Gemma's) takes the
+       plain class, which runs tokenizer.json as written */
+    cJSON_AddStringToObject(tc, "tokenizer_class", spm && nv_tokenizer_space_prefix(tok) ? "LlamaTokenizerFast" : "PreTrainedTokenizerFast");
     for (int i = 0; i < n; i++) free(text[i]);
     free(text);
     return e;
@@ -1370,24 +1418,62 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     for (size_t i = 0; t && i < nt; i++) no += t[i].d2 ? t[i].d2 : 1; /* a stacked expert tensor: a tensor per expert */
     st_out *o = calloc(no ? no : 1, sizeof *o);
     nv_err e = t && o ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
+    /* Gemma's norms as transformers keeps them, w - 1 (its RMSNorm scales by 1 + w) */
+    size_t norm_floats = 0;
+    for (size_t i = 0; t && i < nt; i++) norm_floats += gemma_norm(c, &t[i]) ? t[i].d0 : 0;
+    float *norms = norm_floats ? malloc(norm_floats * sizeof(float)) : NULL;
+    if (e == NV_OK && norm_floats && !norms) e = nv_fail(NV_ENOMEM, "out of memory");
     if (e == NV_OK) {
-        const int mixtral = !c->qk_norm; /* Mixtral's names; Qwen3-MoE's with QK-norm */
+        /* Mixtral's expert names (Qwen3-MoE's with QK-norm); Gemma 2 and 3's four norms a layer */
+        const int style = (c->n_experts && !c->qk_norm ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
         size_t at = 0;
+        float *nrm = norms;
         for (size_t i = 0; i < nt; i++)
             for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1); x++, at++) {
-                hf_name(t[i].name, (int)x, mixtral, o[at].name, sizeof o[at].name);
+                hf_name(t[i].name, (int)x, style, o[at].name, sizeof o[at].name);
                 o[at].rows = t[i].d1 == 1 ? t[i].d0 : t[i].d1;
                 o[at].cols = t[i].d1 == 1 ? 0 : t[i].d0;
                 o[at].p = t[i].p + x * t[i].d1 * t[i].d0;
+                if (gemma_norm(c, &t[i])) {
+                    for (uint64_t u = 0; u < t[i].d0; u++) nrm[u] = t[i].p[u] - 1.0f;
+                    o[at].p = nrm;
+                    nrm += t[i].d0;
+                }
             }
         char path[HF_PATH];
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         e = st_write(path, o, no, dtype);
     }
+    free(norms);
     free(o);
     free(t);
     free(qk);
     return e;
+}
+
+/* The Gemma block of generation gen as transformers' config names it (gemma_block reads it back):
+ * GELU's name, the window and its layers (layer_types, and Gemma 3's period and RoPE base), the
+ * scores' divisor squared, the soft caps (null: none). */
+static void gemma_fields(cJSON *cfg, const nv_config *c, int gen) {
+    cJSON_AddStringToObject(cfg, "hidden_activation", "gelu_pytorch_tanh");
+    if (gen == 1) return;
+    const float div = c->attn_div != 0.0f ? c->attn_div : sqrtf((float)c->head_dim);
+    cJSON_AddNumberToObject(cfg, "query_pre_attn_scalar", (double)lrintf(div * div));
+    cJSON_AddNumberToObject(cfg, "sliding_window", c->swa_window);
+    if (!(gen == 3 && c->swa_period > c->n_layers)) { /* (no full layer: Gemma 3's period alone says it) */
+        cJSON *types = cJSON_AddArrayToObject(cfg, "layer_types");
+        for (int l = 0; l < c->n_layers; l++)
+            cJSON_AddItemToArray(types, cJSON_CreateString(nv_config_layer_window(c, l) ? "sliding_attention" : "full_attention"));
+    }
+    if (gen == 3) {
+        cJSON_AddNumberToObject(cfg, "sliding_window_pattern", c->swa_period);
+        cJSON_AddNumberToObject(cfg, "rope_local_base_freq", shortest(c->rope_theta_swa));
+    }
+    const float caps[2] = {c->logit_softcap, c->attn_softcap};
+    static const char *const cap_key[2] = {"final_logit_softcapping", "attn_logit_softcapping"};
+    for (int i = 0; i < 2; i++)
+        if (caps[i] != 0.0f) cJSON_AddNumberToObject(cfg, cap_key[i], shortest(caps[i]));
+        else cJSON_AddNullToObject(cfg, cap_key[i]);
 }
 
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template) {
@@ -1400,16 +1486,18 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (c->rope_attn != 0.0f) /* transformers' only carrier of it, longrope's, holds two sets of factors */
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE's attention factor outside YaRN has no form in config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
-    if (nv_config_gemma_block(c)) return nv_fail(NV_EUNSUPPORTED, "%s: %s is not written as config.json (export GGUF instead)", dir, nv_config_gemma_block(c));
-    if (c->nope_period) return nv_fail(NV_EUNSUPPORTED, "%s: layers without RoPE (SmolLM3's) are not written as config.json (export GGUF instead)", dir);
     if (c->n_experts && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has experts and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", dir, nv_tokenizer_vocab_size(tok), c->vocab_size);
-    NV_TRY(nv_mkdirs(dir));
-    const int moe = c->n_experts > 0;
-    /* a mixture: Mixtral, or Qwen3-MoE with QK-norm (every layer's experts, weights renormalised) */
-    const char *type = moe ? (c->qk_norm ? "qwen3_moe" : "mixtral") : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
-    const char *cls = moe ? (c->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
+    const int moe = c->n_experts > 0, gemma = c->ffn_gelu ? (c->qk_norm ? 3 : c->post_norms ? 2 : 1) : 0;
+    /* a mixture: Mixtral, or Qwen3-MoE with QK-norm (every layer's experts, weights renormalised);
+       the Gemma generations; SmolLM3 (layers without RoPE) */
+    static const char *const gemma_type[][2] = {{"gemma", "GemmaForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},
+                                                {"gemma3_text", "Gemma3ForCausalLM"}};
+    const char *type = gemma ? gemma_type[gemma - 1][0] : c->nope_period ? "smollm3" : moe ? (c->qk_norm ? "qwen3_moe" : "mixtral")
+                       : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
+    const char *cls = gemma ? gemma_type[gemma - 1][1] : c->nope_period ? "SmolLM3ForCausalLM"
+                      : moe ? (c->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
                       : c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
     cJSON *cfg = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(cfg, "architectures");
@@ -1459,12 +1547,36 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     } else {
         cJSON_AddNullToObject(cfg, "rope_scaling");
     }
-    cJSON_AddStringToObject(cfg, "hidden_act", "silu");
+    cJSON_AddStringToObject(cfg, "hidden_act", gemma ? "gelu_pytorch_tanh" : "silu");
+    if (gemma) gemma_fields(cfg, c, gemma);
+    if (c->nope_period) { /* both forms: transformers reads the list, other readers the interval */
+        cJSON *list = cJSON_AddArrayToObject(cfg, "no_rope_layers");
+        for (int l = 0; l < c->n_layers; l++) cJSON_AddItemToArray(list, cJSON_CreateNumber(nv_config_layer_roped(c, l)));
+        cJSON_AddNumberToObject(cfg, "no_rope_layer_interval", c->nope_period);
+        cJSON_AddBoolToObject(cfg, "use_sliding_window", 0);
+    }
     cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->shared_classifier);
     if (!c->qkv_bias) cJSON_AddBoolToObject(cfg, "attention_bias", 0);
     cJSON_AddNumberToObject(cfg, "initializer_range", 0.02);
     cJSON_AddBoolToObject(cfg, "use_cache", 1);
     cJSON_AddStringToObject(cfg, "torch_dtype", dtype == NV_HF_F32 ? "float32" : dtype == NV_HF_BF16 ? "bfloat16" : "float16");
+    /* what config.json says must read back as this model: else no folder is written */
+    nv_config back;
+    int tied = 0, mixtral = 0;
+    nv_err said = config_of(dir, cfg, &back, &tied, &mixtral);
+    back.shared_classifier = tied;
+    if (said != NV_OK || memcmp(&back, c, sizeof back)) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", said != NV_OK ? nv_errmsg() : "");
+        cJSON_Delete(cfg);
+        return nv_fail(NV_EUNSUPPORTED, "%s: this model's config has no form in config.json that reads back the same (export GGUF instead)%s%s",
+                       dir, *why ? ": " : "", why);
+    }
+    nv_err made = nv_mkdirs(dir);
+    if (made != NV_OK) {
+        cJSON_Delete(cfg);
+        return made;
+    }
     cJSON *gen = cJSON_CreateObject();
     const int bos = tok ? nv_tokenizer_bos(tok) : -1, eos = tok ? nv_tokenizer_eos(tok) : -1;
     if (bos >= 0) cJSON_AddNumberToObject(cfg, "bos_token_id", bos), cJSON_AddNumberToObject(gen, "bos_token_id", bos);
