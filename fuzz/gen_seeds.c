@@ -230,6 +230,21 @@ static void hf(void) {
     check(nv_model_alloc(&m, &q2));
     nv_model_init_random(&m, 10);
     hf_seed(&m, NULL, "qwen2.hf", 1, NV_HF_F32);
+    nv_model_free(&m);
+    /* Gemma 3 (its config.json block: layer_types, the caps, the norms as w - 1) and SmolLM3
+       (no_rope_layers), two layers each */
+    nv_config g3 = {8, 16, 2, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_config_gemma(&g3, 3);
+    g3.swa_window = 4, g3.swa_period = 2, g3.rope_theta_swa = 10000.0f, g3.logit_softcap = 30.0f;
+    check(nv_model_alloc(&m, &g3));
+    nv_model_init_random(&m, 11);
+    hf_seed(&m, NULL, "gemma3.hf", 1, NV_HF_F32);
+    nv_model_free(&m);
+    nv_config s3 = {8, 16, 2, 2, 1, 4, 16, 8, 1000000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    s3.nope_period = 2;
+    check(nv_model_alloc(&m, &s3));
+    nv_model_init_random(&m, 12);
+    hf_seed(&m, NULL, "smollm3.hf", 1, NV_HF_F32);
     /* mixtures of experts, as transformers writes Mixtral's (F32) and Qwen3-MoE's (BF16) */
     for (int qk = 0; qk < 2; qk++) {
         nv_config mc = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 0, qk, 0, {0}, 0, NV_CONFIG_PLAIN};
