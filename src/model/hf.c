@@ -1162,6 +1162,13 @@ static int is_byte_piece(const char *p) { return strlen(p) == 6 && !strncmp(p, "
 
 /* A llama2.c vocabulary's merges: every split of a piece into two pieces (neither <unk>, BOS, EOS
  * nor a byte), best-scored piece first. */
+/* Whether token id can be a merge's result or part: a normal piece (typed 1, or untyped past
+ * llama2.c's three specials), not a byte token. */
+static int mergeable(const nv_tokenizer *tok, int id) {
+    const int type = nv_tokenizer_type(tok, id);
+    return id >= 3 && (type == 0 || type == 1) && !is_byte_piece(nv_tokenizer_piece(tok, id));
+}
+
 static nv_err spm_merges(const nv_tokenizer *tok, spm_merge **out, int *count) {
     const int n = nv_tokenizer_vocab_size(tok);
     int cap = 1024, k = 0;
@@ -1170,13 +1177,13 @@ static nv_err spm_merges(const nv_tokenizer *tok, spm_merge **out, int *count) {
     for (int id = 3; m && id < n; id++) {
         const char *p = nv_tokenizer_piece(tok, id);
         const size_t len = strlen(p);
-        if (is_byte_piece(p) || len >= sizeof buf) continue;
+        if (!mergeable(tok, id) || len >= sizeof buf) continue;
         for (size_t cut = 1; cut < len; cut++) {
             if (((uint8_t)p[cut] & 0xC0) == 0x80) continue; /* inside a character */
             memcpy(buf, p, cut);
             buf[cut] = 0;
             const int l = nv_tokenizer_lookup(tok, buf), r = nv_tokenizer_lookup(tok, p + cut);
-            if (l < 3 || r < 3 || is_byte_piece(nv_tokenizer_piece(tok, l)) || is_byte_piece(nv_tokenizer_piece(tok, r))) continue;
+            if (l < 0 || r < 0 || !mergeable(tok, l) || !mergeable(tok, r)) continue;
             if (k == cap) {
                 spm_merge *g = realloc(m, (size_t)(cap *= 2) * sizeof *m);
                 if (!g) break;
