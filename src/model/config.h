@@ -105,8 +105,8 @@ static inline int nv_config_windowed_layers(const nv_config *c) {
 static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->nope_period || (l + 1) % c->nope_period != 0; }
 /* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */
 float nv_config_attn_div(const nv_config *c);
-/* NULL, or the Gemma family's parts the model has, named: the llama2.c and Hugging Face writers
- * refuse them with this (GGUF writes the architectures that hold them). */
+/* NULL, or the Gemma family's parts the model has, named: the llama2.c writer refuses them with this
+ * (GGUF and Hugging Face folders write the architectures that hold them). */
 const char *nv_config_gemma_block(const nv_config *c);
 /* The block every Gemma generation gen (1, 2, 3) has, on c: GELU gating, embeddings times sqrt(dim);
  * post-norms from Gemma 2, QK-norm in Gemma 3. Its window, divisor and caps are the file's to say. */

@@ -165,6 +165,26 @@ static nv_err get_cap(const char *path, const cJSON *j, const char *key, double 
     return NV_OK;
 }
 
+/* The period of a per-layer list whose layers are `other`, then one `last` (Gemma's layer_types,
+ * SmolLM3's no_rope_layers), as nv_config keeps such patterns: the layer after the first `last`
+ * entry, checked against each of the first n entries; 0 when none is `last`, -1 when the list is
+ * not such a pattern. */
+static int list_period(const cJSON *list, int n, int (*last)(const cJSON *), int (*other)(const cJSON *)) {
+    int period = 0;
+    for (int l = 0; l < n && !period; l++)
+        if (last(cJSON_GetArrayItem(list, l))) period = l + 1;
+    for (int l = 0; l < n; l++)
+        if (!(period && l % period == period - 1 ? last : other)(cJSON_GetArrayItem(list, l))) return -1;
+    return period;
+}
+
+static int named(const cJSON *v, const char *name) { return str_of(v) && !strcmp(str_of(v), name); }
+static int full_layer(const cJSON *v) { return named(v, "full_attention"); }
+static int sliding_layer(const cJSON *v) { return named(v, "sliding_attention"); }
+/* no_rope_layers' flags: 1 where the layer rotates */
+static int unroped_layer(const cJSON *v) { return cJSON_IsNumber(v) && v->valuedouble == 0; }
+static int roped_layer(const cJSON *v) { return cJSON_IsNumber(v) && v->valuedouble == 1; }
+
 /* The Gemma family's block from config.json (transformers' names; generation gen 1, 2, 3): GELU,
  * embeddings times sqrt(hidden_size); Gemma 2 and 3: post-norms, the scores divided by
  * sqrt(query_pre_attn_scalar), a sliding window on the layers layer_types names (by default Gemma
@@ -179,20 +199,11 @@ static nv_err gemma_block(const char *path, const cJSON *j, int gen, nv_config *
     NV_TRY(get_whole(path, j, "query_pre_attn_scalar", c->head_dim, 0, 1, 1 << 30, &qpas));
     if (gen == 3) NV_TRY(get_whole(path, j, "sliding_window_pattern", 6, 0, 1, 1 << 20, &period));
     const cJSON *types = field(j, "layer_types");
-    if (!absent(types)) { /* the period its first full layer gives, checked against every layer */
+    if (!absent(types)) {
         if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
             return nv_fail(NV_EFORMAT, "%s: 'layer_types' is not a list of %d layer types", path, c->n_layers);
-        period = 0;
-        for (int l = 0; l < c->n_layers && !period; l++) {
-            const char *t = str_of(cJSON_GetArrayItem(types, l));
-            if (t && !strcmp(t, "full_attention")) period = l + 1;
-        }
-        for (int l = 0; l < c->n_layers; l++) {
-            const char *t = str_of(cJSON_GetArrayItem(types, l));
-            const int full = period && l % period == period - 1;
-            if (!t || strcmp(t, full ? "full_attention" : "sliding_attention"))
-                return nv_fail(NV_EUNSUPPORTED, "%s: layer_types is not a repeating pattern of sliding layers, then one full", path);
-        }
+        if ((period = list_period(types, c->n_layers, full_layer, sliding_layer)) < 0)
+            return nv_fail(NV_EUNSUPPORTED, "%s: layer_types is not a repeating pattern of sliding layers, then one full", path);
     }
     c->swa_window = (int)window;
     c->swa_period = (int)period;
@@ -214,20 +225,11 @@ static nv_err smollm3_nope(const char *path, const cJSON *j, nv_config *c) {
     int64_t period;
     NV_TRY(get_whole(path, j, "no_rope_layer_interval", 4, 0, 1, 1 << 20, &period));
     const cJSON *list = field(j, "no_rope_layers");
-    if (!absent(list)) { /* the period its first unrotated layer gives, checked against every layer */
+    if (!absent(list)) {
         if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < c->n_layers)
             return nv_fail(NV_EFORMAT, "%s: 'no_rope_layers' is not a list of %d flags", path, c->n_layers);
-        period = 0;
-        for (int l = 0; l < c->n_layers && !period; l++) {
-            const cJSON *v = cJSON_GetArrayItem(list, l);
-            if (cJSON_IsNumber(v) && v->valuedouble == 0) period = l + 1;
-        }
-        for (int l = 0; l < c->n_layers; l++) {
-            const cJSON *v = cJSON_GetArrayItem(list, l);
-            const int roped = !period || l % period != period - 1;
-            if (!cJSON_IsNumber(v) || v->valuedouble != roped)
-                return nv_fail(NV_EUNSUPPORTED, "%s: no_rope_layers is not a repeating pattern of rotated layers, then one without", path);
-        }
+        if ((period = list_period(list, c->n_layers, unroped_layer, roped_layer)) < 0)
+            return nv_fail(NV_EUNSUPPORTED, "%s: no_rope_layers is not a repeating pattern of rotated layers, then one without", path);
     }
     c->nope_period = (int)period;
     return NV_OK;

@@ -1220,18 +1220,13 @@ void nv_tmodel_backward(nv_tmodel *tm, float grad_scale) { backward(tm, grad_sca
 
 void nv_tmodel_backward_seq(nv_tmodel *tm, const float *seq_scale) { backward(tm, 0.0f, seq_scale); }
 
-/* With post-norms, the gradient of layer slot j's FFN product (ffn) or attention product before its
-   norm, from dy, the norm's output's (its weight's gradient added, dropped when frozen); else dy. */
-static const float *post_norm_back(nv_tmodel *tm, const scratch_ptrs *s, int l, int j, const float *dy, int ffn) {
-    const nv_config *c = &tm->m.config;
-    if (!c->post_norms) return dy;
-    const int BT = tm->B * tm->T, d = c->dim;
-    const size_t sd = (size_t)BT * d, off = (size_t)l * d;
-    memset(s->dpost, 0, sd * sizeof(float));
-    float *dw = tm->lora.rank > 0 ? tm->sink : (ffn ? tm->g.post_ffn : tm->g.post_att) + off;
-    nv_rmsnorm_backward(s->dpost, dw, dy, ffn ? LAYER(tm->a.yf, j, sd) : LAYER(tm->a.ya, j, sd),
-                        (ffn ? tm->m.w.post_ffn : tm->m.w.post_att) + off, ffn ? LAYER(tm->a.rstd_pf, j, BT) : LAYER(tm->a.rstd_pa, j, BT),
-                        BT, d, s->normp);
+/* A post-norm's backward (out = x + rmsnorm(y) * w): the gradient of the product y before its norm,
+   from dy, the norm's output's, into s->dpost (returned); w's gradient added to dw. */
+static const float *post_norm_back(const nv_tmodel *tm, const scratch_ptrs *s, float *dw, const float *dy, const float *y,
+                                   const float *w, const float *rstd) {
+    const int BT = tm->B * tm->T, d = tm->m.config.dim;
+    memset(s->dpost, 0, (size_t)BT * d * sizeof(float));
+    nv_rmsnorm_backward(s->dpost, dw, dy, y, w, rstd, BT, d, s->normp);
     return s->dpost;
 }
 
@@ -1282,7 +1277,9 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) (gelu with ffn_gelu; the product normed first
            with post-norms), or a mixture's weighted sum of such */
-        const float *dffn = post_norm_back(tm, &s, l, j, s.dx, 1);
+        const float *dffn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_ffn + (size_t)l * d), s.dx, LAYER(a->yf, j, sd),
+                                                           w->post_ffn + (size_t)l * d, LAYER(a->rstd_pf, j, BT))
+                                          : s.dx;
         if (c->n_experts) {
             moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef,
                          seq_scale ? 0.0f : grad_scale * tm->router_z_coef, e, acc, frozen);
@@ -1305,7 +1302,9 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
                             LAYER(a->rstd2, j, BT), BT, d, s.normp);
 
         /* attention: x2 = x + Wo . attn(q, k, v) (the product normed first with post-norms) */
-        const float *dattn = post_norm_back(tm, &s, l, j, s.dx2, 0);
+        const float *dattn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_att + (size_t)l * d), s.dx2, LAYER(a->ya, j, sd),
+                                                            w->post_att + (size_t)l * d, LAYER(a->rstd_pa, j, BT))
+                                           : s.dx2;
         nv_plan_run_dx(lp->wo, dattn, BT, s.dao);
         if (!frozen) nv_gemm_dw(e, dattn, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
         lora_backward(tm, e, l, 3, ao, dattn, s.dao, acc);
