@@ -3,7 +3,8 @@
  * with their own RoPE base), RMSNorm after the attention and after the FFN, soft-capped logits (and
  * Gemma 2's soft-capped scores); Gemma's vocabulary layout (BOS 2, EOS 1, byte tokens past the
  * specials, no dummy prefix) and chat template. SmolLM3 (smollm3): llama's block with every fourth
- * layer unrotated. The forward (token by token and a whole prompt at once) is checked against a
+ * layer unrotated. Granite (granite, granitemoe): llama's block with embeddings, scores, each branch
+ * into the residual and the logits scaled by multipliers of its own. The forward (token by token and a whole prompt at once) is checked against a
  * plain reference written here from the definition; a GGUF file written and read back gives the
  * same config and logits; the formats without these parts refuse a Gemma model; training's forward
  * gives the reference's loss, and both fine-tune and are written back as their own architecture. */
@@ -30,16 +31,17 @@
 
 #define T 24 /* positions: several windows' worth */
 
-/* A small config of Gemma generation `gen` (1, 2, 3), or SmolLM3's block (gen 4): GQA, head size 16
+/* A small config of Gemma generation `gen` (1, 2, 3), SmolLM3's block (gen 4) or Granite's (gen 5): GQA, head size 16
  * (q_dim 64 != dim 32), linearly scaled RoPE (as Gemma 3 4B+). Gemma: GELU, scaled embeddings.
  * Gemma 2 and 3: post-norms, a window of 5 with every second layer global (the loaders' patterns:
  * Gemma 2's every other layer, Gemma 3's five of six: nv_config.swa_period), soft-capped logits;
  * Gemma 2: soft-capped scores; Gemma 3: QK-norm, the windowed layers' own RoPE base. SmolLM3: the
- * fourth layer unrotated. */
+ * fourth layer unrotated. Granite: its four multipliers (a score factor that is no power of two). */
 static nv_config gemma_config(int gen) {
     nv_config c = {32, 48, 4, 4, 2, 16, 67, 64, 1000000.0f, 1e-6f, 1, gen == 3, 0, {0}, 0, NV_CONFIG_PLAIN};
-    if (gen == 4) {
-        c.nope_period = 4;
+    if (gen == 4 || gen == 5) {
+        if (gen == 4) c.nope_period = 4;
+        else nv_config_set_granite(&c, 12.0, 0.1, 0.22, 8.0);
         nv_config_rope_linear(&c, 2.0f);
         return c;
     }
@@ -95,7 +97,8 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
     double *att = malloc(sizeof(double) * (size_t)qd), *y = malloc(sizeof(double) * (size_t)(d > h ? d : h)), *g = malloc(sizeof(double) * (size_t)h),
            *u = malloc(sizeof(double) * (size_t)h), *sc = malloc(sizeof(double) * (size_t)n);
     for (int t = 0; t < n; t++)
-        for (int i = 0; i < d; i++) x[(size_t)t * d + i] = (double)w->tok_emb[(size_t)toks[t] * d + i] * (c->emb_scale != 0.0f ? sqrt((double)d) : 1);
+        for (int i = 0; i < d; i++) x[(size_t)t * d + i] = (double)w->tok_emb[(size_t)toks[t] * d + i] * (c->emb_scale != 0.0f ? c->emb_scale : 1);
+    const double rs = c->residual_scale != 0.0f ? c->residual_scale : 1, ldiv = c->logit_div != 0.0f ? c->logit_div : 1;
     for (int l = 0; l < c->n_layers; l++) {
         const int windowed = c->swa_window && l % c->swa_period != c->swa_period - 1, own_base = windowed && c->rope_theta_swa != 0.0f;
         for (int t = 0; t < n; t++) {
@@ -138,7 +141,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             double *xt = x + (size_t)t * d;
             ref_matvec(y, w->wo + (size_t)l * d * qd, att, d, qd);
             if (c->post_norms) ref_rmsnorm(y, y, w->post_att + (size_t)l * d, d, c->norm_eps);
-            for (int i = 0; i < d; i++) xt[i] += y[i];
+            for (int i = 0; i < d; i++) xt[i] += rs * y[i];
             ref_rmsnorm(xn, xt, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
             ref_matvec(g, w->w1 + (size_t)l * h * d, xn, h, d);
             ref_matvec(u, w->w3 + (size_t)l * h * d, xn, h, d);
@@ -146,7 +149,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
                 g[i] = (c->ffn_gelu ? 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) : g[i] / (1 + exp(-g[i]))) * u[i];
             ref_matvec(y, w->w2 + (size_t)l * d * h, g, d, h);
             if (c->post_norms) ref_rmsnorm(y, y, w->post_ffn + (size_t)l * d, d, c->norm_eps);
-            for (int i = 0; i < d; i++) xt[i] += y[i];
+            for (int i = 0; i < d; i++) xt[i] += rs * y[i];
         }
     }
     for (int t = 0; t < n; t++) {
@@ -154,6 +157,7 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
         for (int r = 0; r < c->vocab_size; r++) {
             double s = 0;
             for (int i = 0; i < d; i++) s += (double)w->wcls[(size_t)r * d + i] * xn[i];
+            s /= ldiv;
             out[(size_t)t * c->vocab_size + r] = (float)(c->logit_softcap != 0.0f ? c->logit_softcap * tanh(s / c->logit_softcap) : s);
         }
     }
@@ -217,12 +221,12 @@ static void forward_matches_reference(int gen) {
 }
 
 static void test_forward_matches_reference(void) {
-    for (int gen = 1; gen <= 4; gen++) forward_matches_reference(gen);
+    for (int gen = 1; gen <= 5; gen++) forward_matches_reference(gen);
 }
 
 /* 1 when the GGUF file at path names generation gen's architecture. */
 static int written_as(const char *path, int gen) {
-    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3", "smollm3"};
+    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3", "smollm3", "granite"};
     nv_gguf g;
     if (nv_gguf_open(path, &g) != NV_OK) return 0;
     size_t an = 0;
@@ -269,8 +273,48 @@ static void gguf_round_trip(int gen) {
     nv_model_free(&m);
 }
 
+/* A mixture of experts with Granite's multipliers is written as granitemoe and reads back as itself,
+ * its logits the reference's (the experts' weighted sum scaled into the residual as a dense FFN's). */
+static void granitemoe_round_trip(void) {
+    nv_config c = gemma_config(5);
+    c.n_experts = 4, c.n_experts_used = 2, c.logit_div = 1.0f; /* logits large enough to tell the residual's scaling */
+    nv_model m, r;
+    if (!gemma_model(&m, &c, 19)) return;
+    for (uint64_t i = 0; i < m.n_params; i++) m.params[i] *= 6.0f; /* the experts' share of the residual well above rounding */
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    char path[700];
+    snprintf(path, sizeof path, "%s", t_path("gmoe.gguf"));
+    T_CHECK(nv_gguf_save(&m, NULL, "gmoe", path, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    nv_gguf g;
+    size_t an = 0;
+    T_CHECK(nv_gguf_open(path, &g) == NV_OK, "%s", nv_errmsg());
+    const char *a_s = nv_gguf_string(&g, "general.architecture", &an);
+    T_CHECK(a_s && an == 10 && !memcmp(a_s, "granitemoe", 10), "written as another architecture");
+    nv_gguf_close(&g);
+    T_CHECK(nv_model_load(path, &r) == NV_OK && !memcmp(&r.config, &c, sizeof c), "granitemoe read back: %s", nv_errmsg());
+    T_CHECK(nv_model_build_plans(&r, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    const size_t V = (size_t)c.vocab_size;
+    int toks[T];
+    tokens(toks, T, c.vocab_size);
+    float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float));
+    T_CHECK(t_forward_logits(&m, toks, T, a) && t_forward_logits(&r, toks, T, b) && !memcmp(a, b, T * V * sizeof(float)),
+            "granitemoe's logits differ from the model's");
+    /* inference's mixture (forward.c) against training's (tmodel.c): the same logits (no divisor here) */
+    nv_tmodel tm;
+    T_CHECK(nv_tmodel_init(&tm, &c, m.params, 0, 1, T, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    nv_tmodel_forward(&tm, toks, NULL);
+    printf("    granitemoe: training's logits %.3g from inference's\n", logit_gap(tm.a.logits, a, T * V));
+    T_CHECK(logit_gap(tm.a.logits, a, T * V) < 1e-5, "granitemoe: training's logits are %.3g from inference's",
+            logit_gap(tm.a.logits, a, T * V));
+    nv_tmodel_free(&tm);
+    free(a), free(b);
+    nv_model_free(&r);
+    nv_model_free(&m);
+}
+
 static void test_gguf_round_trip(void) {
-    for (int gen = 1; gen <= 4; gen++) gguf_round_trip(gen);
+    for (int gen = 1; gen <= 5; gen++) gguf_round_trip(gen);
+    granitemoe_round_trip();
 }
 
 /* What has no place for these parts says so: llama2.c's format, a Hugging Face folder, a GGUF file
@@ -281,6 +325,11 @@ static void test_refusals_and_info(void) {
     nv_model m;
     if (!gemma_model(&m, &c, 9)) return;
     T_CHECK(!nv_config_fits_v1(&c) && nv_model_save_v1(&m, t_path("g.bin")) == NV_EUNSUPPORTED, "llama2.c v1 took it");
+    nv_model gr = m; /* Granite's multipliers have no place there either */
+    gr.config = gemma_config(5);
+    T_CHECK(!nv_config_fits_v1(&gr.config) && nv_model_save_v1(&gr, t_path("gr.bin")) == NV_EUNSUPPORTED &&
+                strstr(nv_errmsg(), "Granite's multipliers"),
+            "llama2.c v1 took Granite: %s", nv_errmsg());
     nv_model g1 = m; /* Gemma 1's config.json has no window */
     g1.config = gemma_config(1);
     g1.config.swa_window = 5;
@@ -333,7 +382,7 @@ static void training_forward_matches(int gen) {
 }
 
 static void test_training_forward_matches(void) {
-    for (int gen = 1; gen <= 4; gen++) training_forward_matches(gen);
+    for (int gen = 1; gen <= 5; gen++) training_forward_matches(gen);
 }
 
 /* A folder (made if missing) holding gw_gemma_vocab's vocabulary as transformers' GemmaConverter
@@ -536,13 +585,13 @@ static void test_hf_folder(void) {
     for (int gen = 1; gen <= 3; gen++) hf_folder(gen);
 }
 
-/* nerve's own folder of each (gemma, gemma2, gemma3_text, smollm3; and Gemma 3 whose period is
- * longer than its layers, said by sliding_window_pattern alone) reads back, through the reader
+/* nerve's own folder of each (gemma, gemma2, gemma3_text, smollm3, granite; and Gemma 3 whose period
+ * is longer than its layers, said by sliding_window_pattern alone) reads back, through the reader
  * tested above against transformers' layout, as the same config and logits (F32; the norms'
  * w - 1 and back within rounding); `nerve export MODEL.gguf -o DIR/` writes it too. */
 static void hf_written(int gen) {
-    nv_config c = gemma_config(gen == 5 ? 3 : gen);
-    if (gen == 5) c.swa_period = 6;
+    nv_config c = gemma_config(gen == 6 ? 3 : gen);
+    if (gen == 6) c.swa_period = 6;
     nv_model m;
     if (!gemma_model(&m, &c, 23)) return;
     T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
@@ -575,7 +624,23 @@ static void hf_written(int gen) {
         }
         cJSON_Delete(j);
     }
-    if (gen == 5) { /* the command: a GGUF file to a folder */
+    if (gen == 5) { /* Granite's keys as transformers' GraniteConfig names them */
+        char *text = NULL;
+        T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK, "%s", nv_errmsg());
+        cJSON *j = text ? cJSON_Parse(text) : NULL;
+        static const char *const key[4] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"};
+        static const double want[4] = {12.0, 0.1, 0.22, 8.0};
+        const cJSON *type = cJSON_GetObjectItem(j, "model_type");
+        T_CHECK(cJSON_IsString(type) && !strcmp(type->valuestring, "granite"), "granite's model_type: %s", text ? text : "");
+        for (int i = 0; i < 4; i++) {
+            const cJSON *v = cJSON_GetObjectItem(j, key[i]);
+            T_CHECK(cJSON_IsNumber(v) && fabs(v->valuedouble - want[i]) < 1e-6 * want[i], "granite's %s: %g", key[i],
+                    cJSON_IsNumber(v) ? v->valuedouble : -1.0);
+        }
+        cJSON_Delete(j);
+        free(text);
+    }
+    if (gen == 6) { /* the command: a GGUF file to a folder */
         char gguf[700], out[700], args[1600];
         snprintf(gguf, sizeof gguf, "%s", t_path("written3.gguf"));
         snprintf(out, sizeof out, "%s", t_path("written3-cli"));
@@ -591,7 +656,7 @@ static void hf_written(int gen) {
 }
 
 static void test_hf_written(void) {
-    for (int gen = 1; gen <= 5; gen++) hf_written(gen);
+    for (int gen = 1; gen <= 6; gen++) hf_written(gen);
 }
 
 /* Gemma's vocabulary layout: BOS 2 opens the text, no dummy prefix, specials cut the text, bytes
@@ -697,15 +762,16 @@ static int first_last_loss(const char *run, double *first, double *last) {
     return 1;
 }
 
-/* Gemma 2, Gemma 3 and SmolLM3 fine-tune (their backward: tests/test_train_grad.c): the loss falls,
- * and the run writes the model back as its own architecture with its config unchanged, which then
- * generates; Gemma 3 takes LoRA adapters too. */
+/* Gemma 2, Gemma 3, SmolLM3 and Granite fine-tune (their backward: tests/test_train_grad.c): the loss
+ * falls, and the run writes the model back as its own architecture with its config unchanged, which
+ * then generates; Gemma 3 and Granite take LoRA adapters too. */
 static void finetune(int gen) {
     const char *tok = t_data("models/tok512.bin"), *text = t_data("corpus/tinystories_valid_head.txt");
     if (!tok || !text) return;
     nv_config c = gemma_config(gen);
     c.vocab_size = 512;
     if (gen == 3) c.swa_period = 6; /* the loader's pattern */
+    if (gen == 5) c.logit_div = 1.25f; /* logits divided by 8 learn too slowly for 12 steps of this model */
     nv_model m;
     if (!gemma_model(&m, &c, 11)) return;
     char model[700], run[700], out[800], args[3000], name[32];
@@ -728,17 +794,17 @@ static void finetune(int gen) {
             gen, nv_errmsg());
     snprintf(args, sizeof args, "generate -m '%s' -z '%s' -n 8 -t 0 -p Once", out, tok);
     T_CHECK(t_nerve(args) == 0 && t_out[0], "kind %d: generate from the run's model: %s", gen, t_err);
-    if (gen != 3) return;
+    if (gen != 3 && gen != 5) return;
     snprintf(args, sizeof args,
              "train --init-from '%s' -z '%s' --data '%s' --steps 6 --batch 2 --seq 24 --lr 3e-3 --lora-rank 4 --quiet --out '%s-lora'", model,
              tok, text, run);
-    T_CHECK(t_nerve(args) == 0, "LoRA on gemma3: %s", t_err);
+    T_CHECK(t_nerve(args) == 0, "LoRA on kind %d: %s", gen, t_err);
     snprintf(args, sizeof args, "generate -m '%s' -z '%s' --lora '%s-lora/adapter.gguf' -n 8 -t 0 -p Once", model, tok, run);
-    T_CHECK(t_nerve(args) == 0 && t_out[0], "generate with the gemma3 adapter: %s", t_err);
+    T_CHECK(t_nerve(args) == 0 && t_out[0], "generate with the kind %d adapter: %s", gen, t_err);
 }
 
 static void test_finetune(void) {
-    for (int gen = 2; gen <= 4; gen++) finetune(gen);
+    for (int gen = 2; gen <= 5; gen++) finetune(gen);
 }
 
 int main(void) {

@@ -152,6 +152,14 @@ static void test_fd_all_targets_gqa(void) {
     check_fd(&c, &s, 2, 5);
 }
 
+/* Granite's multipliers: the updates of wo and w2 join their products before the residual scaling */
+static void test_fd_granite(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_config_set_granite(&c, 3.0, 0.4, 0.3, 1.5);
+    const nv_lora_shape s = {3, 5.0f, NV_LORA_ALL};
+    check_fd(&c, &s, 2, 5);
+}
+
 /* gate adapted without up (SwiGLU's inputs changed before it), QK-norm and a separate classifier */
 static void test_fd_some_targets_qknorm(void) {
     nv_config c = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
@@ -566,6 +574,7 @@ static void test_checkpoints(void) {
 int main(void) {
     T_RUN(test_shapes_and_targets);
     T_RUN(test_fd_all_targets_gqa);
+    T_RUN(test_fd_granite);
     T_RUN(test_fd_some_targets_qknorm);
     T_RUN(test_fd_qkv_bias);
     T_RUN(test_fd_moe_attention);

@@ -225,6 +225,52 @@ static void test_batch_rows_take_their_adapters(void) {
 
 /* ---- the server ------------------------------------------------------------------------------- */
 
+/* Granite's branches scaled into the residual: an adapter's update of wo and w2 joins its product
+ * before the scaling, so the rows of an adapter still give the merged model's logits (and a base row
+ * beside them its own bits). */
+static void test_granite_rows_take_their_adapters(void) {
+    nv_config c = {48, 96, 2, 6, 2, 8, 300, 128, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_config_set_granite(&c, 4.0, 0.2, 0.3, 2.0);
+    const nv_lora_shape sh = {4, 8.0f, NV_LORA_O | NV_LORA_DOWN | NV_LORA_Q};
+    float *p = NULL;
+    const char *f = write_adapter(&c, &sh, 5, 0.3f, "granite-ad.gguf", &p);
+    char path[700];
+    snprintf(path, sizeof path, "%s", f ? f : "");
+    nv_model base, merged;
+    T_CHECK(p && nv_model_alloc(&base, &c) == NV_OK && nv_model_alloc(&merged, &c) == NV_OK, "%s", nv_errmsg());
+    if (!p || !base.params || !merged.params) return;
+    nv_model_init_random(&base, 11);
+    for (uint64_t i = 0; i < base.n_params; i++) base.params[i] *= 8.0f;
+    memcpy(merged.params, base.params, (size_t)base.n_params * sizeof(float));
+    nv_lora_merge(&merged, &sh, p, 1.0f);
+    T_CHECK(nv_model_build_plans(&base, NV_ENGINE_SCALAR) == NV_OK && nv_model_build_plans(&merged, NV_ENGINE_SCALAR) == NV_OK, "%s",
+            nv_errmsg());
+    nv_adapters set;
+    nv_adapters_init(&set, 4);
+    T_CHECK(nv_adapters_add(&set, &base, "one", path, 1.0f) == NV_OK, "%s", nv_errmsg());
+    int toks[NSEQ][LEN];
+    for (int i = 0; i < NSEQ; i++)
+        for (int q = 0; q < LEN; q++) toks[i][q] = 3 + (i * 131 + q * 17) % (c.vocab_size - 3);
+    const int V = c.vocab_size, ad[NSEQ] = {1, 0, 1, 0}, none[NSEQ] = {0};
+    float *mixed[NSEQ], *plain[NSEQ], *ref[NSEQ];
+    for (int i = 0; i < NSEQ; i++)
+        mixed[i] = malloc((size_t)V * sizeof(float)), plain[i] = malloc((size_t)V * sizeof(float)), ref[i] = malloc((size_t)V * sizeof(float));
+    T_CHECK(run_two_steps(&base, &set, toks, ad, 0xF, mixed) && run_two_steps(&base, NULL, toks, none, 0xF, plain) &&
+                run_two_steps(&merged, NULL, toks, none, 0xF, ref),
+            "steps");
+    for (int i = 0; i < NSEQ; i++) {
+        const float d = max_diff(mixed[i], ad[i] ? ref[i] : plain[i], V), scale = max_abs(ref[i], V);
+        T_CHECK(ad[i] ? d <= 1e-4f * scale : d == 0.0f, "sequence %d (adapter %d) is %.3g from its model's logits (max %.3g)", i, ad[i],
+                (double)d, (double)scale);
+        if (ad[i]) T_CHECK(max_diff(mixed[i], plain[i], V) > 0.01f * scale, "the adapter changes little");
+    }
+    for (int i = 0; i < NSEQ; i++) free(mixed[i]), free(plain[i]), free(ref[i]);
+    nv_adapters_free(&set);
+    nv_model_free(&base);
+    nv_model_free(&merged);
+    free(p);
+}
+
 static char *completion(int port, const char *model, const char *prompt, int max_tokens, int *cached) {
     char body[2048];
     snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0}", model, prompt,
@@ -512,6 +558,7 @@ static void test_server_adapters(void) {
 int main(void) {
     nv_engines_init(NULL, 0);
     T_RUN(test_batch_rows_take_their_adapters);
+    T_RUN(test_granite_rows_take_their_adapters);
     T_RUN(test_server_adapters);
     return t_done();
 }

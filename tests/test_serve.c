@@ -2005,7 +2005,9 @@ static void test_chat_templates_in_jinja(void) {
     size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
     const int rc = p ? pclose(p) : -1;
-    T_CHECK(rc == 0 && strstr(out, "chatml: 19/19") && strstr(out, "phi3: 19/19") && strstr(out, "gemma: 19/19"), "chat_template_check.py (exit %d):\n%s", rc, out);
+    T_CHECK(rc == 0 && strstr(out, "chatml: 19/19") && strstr(out, "phi3: 19/19") && strstr(out, "gemma: 19/19") &&
+                strstr(out, "granite: 19/19"),
+            "chat_template_check.py (exit %d):\n%s", rc, out);
 }
 
 int main(void) {

@@ -160,7 +160,8 @@ static void test_chat_template_text(void) {
     nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"},
                           {.role = "assistant", .content = "Hello!"}, {.role = "user", .content = "Tell a story"}};
     const nv_chat_opts none = {0};
-    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_PHI3; t++) {
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_GRANITE; t++) {
+        if (t == NV_CHAT_GEMMA) continue; /* its vocabulary's own: tests/test_archs.c */
         nv_buf text = {0};
         int *ids = NULL, n = 0, *again = NULL, na = 0;
         T_CHECK(nv_chat_render_text((nv_chat_template)t, tok, msgs, 4, &none, &text) == NV_OK && text.data, "%s", nv_errmsg());
@@ -169,7 +170,15 @@ static void test_chat_template_text(void) {
             T_CHECK(text.data && !strcmp(text.data, "<s>[INST] <<SYS>>\nBe kind.\n<</SYS>>\n\nHi there [/INST] Hello! </s>"
                                                      "<s>[INST] Tell a story [/INST]"),
                     "llama2 text: %s", text.data);
-        } else { /* one text after BOS */
+        } else if (t == NV_CHAT_GRANITE) { /* no line break after the role, each turn ended by <|end_of_text|> and one */
+            T_CHECK(text.data && !strcmp(text.data, "<s><|start_of_role|>system<|end_of_role|>Be kind.<|end_of_text|>\n"
+                                                     "<|start_of_role|>user<|end_of_role|>Hi there<|end_of_text|>\n"
+                                                     "<|start_of_role|>assistant<|end_of_role|>Hello!<|end_of_text|>\n"
+                                                     "<|start_of_role|>user<|end_of_role|>Tell a story<|end_of_text|>\n"
+                                                     "<|start_of_role|>assistant<|end_of_role|>"),
+                    "granite text: %s", text.data);
+        }
+        if (t != NV_CHAT_LLAMA2) { /* one text after BOS */
             T_CHECK(text.data && !strncmp(text.data, "<s>", 3) &&
                         nv_tokenizer_encode(tok, text.data + 3, 1, 0, &again, &na) == NV_OK && na == n &&
                         !memcmp(again, ids, (size_t)n * sizeof *ids),

@@ -242,6 +242,10 @@ static void test_smollm_digits(void) {
     EXPECT(t, "a  12", 1, id_of(t, "a"), id_of(t, "  "), id_of(t, "1"), id_of(t, "2"));
     EXPECT(g, "a  12", 1, id_of(g, "a"), id_of(g, " "), id_of(g, " "), id_of(g, "12"));
     EXPECT(t, "the 12the", 1, id_of(t, "t"), id_of(t, "he"), id_of(t, " "), id_of(t, "1"), id_of(t, "2"), id_of(t, "t"), id_of(t, "he"));
+    /* Granite 3's files name it "refact" (llama.cpp runs its split as SmolLM's) */
+    nv_tokenizer *r = load_vocab(&(vocab_opts){"refact", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (r) EXPECT(r, "a  12", 1, id_of(r, "a"), id_of(r, "  "), id_of(r, "1"), id_of(r, "2"));
+    nv_tokenizer_free(r);
     nv_tokenizer_free(t);
     nv_tokenizer_free(g);
 }

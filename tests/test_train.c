@@ -498,6 +498,12 @@ static void test_ckpt_roundtrip_and_flags(void) {
     nv_config gm_v4 = gm;
     gm_v4.post_norms = 0; /* their weights would not be counted by a version 4 reader */
     newer_fields_case(path, &gm, &gm_v4, &base, 4, 1224, "the Gemma block");
+    /* Granite's multipliers (version 6) survive; a version 5 file (a 1264-byte header) reads without them */
+    nv_config gr = base, gr_v5;
+    nv_config_set_granite(&gr, 12.0f, 0.0078125f, 0.22f, 8.0f);
+    gr_v5 = gr;
+    gr_v5.residual_scale = gr_v5.logit_div = 0.0f;
+    newer_fields_case(path, &gr, &gr, &gr_v5, 5, 1264, "Granite's multipliers");
 }
 
 static void test_corrupt_checkpoint_refused_and_kept(void) {

@@ -377,6 +377,20 @@ static void test_fd_gemma(void) {
     check_fd(&g3, 2, 5);
 }
 
+/* Granite's multipliers: embeddings x 6, scores x 0.3 (not / sqrt(head size)), each branch x 0.4 into
+ * the residual, logits / 0.5 (a divisor under 1, so the logits' gradient grows); tied and separate
+ * classifiers, and a mixture of experts (its weighted sum scaled too). */
+static void test_fd_granite(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_config_set_granite(&c, 6.0, 0.3, 0.4, 0.5);
+    check_fd(&c, 2, 5);
+    nv_config s = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_config_set_granite(&s, 1.0, 0.0, 1.7, 3.0); /* no embedding or score factor: the residual and logits alone */
+    check_fd(&s, 2, 6);
+    c.n_experts = 4, c.n_experts_used = 2;
+    check_fd(&c, 2, 5);
+}
+
 static void test_fd_mha_separate(void) {
     nv_config c = {16, 32, 1, 2, 2, 8, 17, 8, 500.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     check_fd(&c, 1, 7);
@@ -1099,6 +1113,7 @@ int main(void) {
     T_RUN(test_fd_separate_classifier_qknorm);
     T_RUN(test_fd_nope);
     T_RUN(test_fd_gemma);
+    T_RUN(test_fd_granite);
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_moe);
     T_RUN(test_fd_qkv_bias);

@@ -124,10 +124,12 @@ static int template_of_text(const char *model_path, const char *t, size_t n, nv_
     else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
     else if (memmem(t, n, "<|assistant|>", 13) && memmem(t, n, "<|end|>", 7)) *out = NV_CHAT_PHI3;
     else if (memmem(t, n, "<start_of_turn>", 15) && memmem(t, n, "<end_of_turn>", 13)) *out = NV_CHAT_GEMMA;
+    else if (memmem(t, n, "<|start_of_role|>", 17)) *out = NV_CHAT_GRANITE;
     else if (memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
     else {
         if (warn)
-            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's, Gemma's or Llama-2's [INST] (see --chat-template)",
+            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's, Gemma's, Granite's or Llama-2's [INST] "
+                    "(see --chat-template)",
                     model_path);
         return 0;
     }

@@ -78,6 +78,10 @@ static int model_info(const char *path) {
         if (c->logit_softcap != 0.0f) printf(", logits soft-capped at %g", (double)c->logit_softcap);
         printf("\n");
     }
+    if (nv_config_granite(c)) /* Granite's multipliers */
+        printf("block:    embeddings x %g, scores / %g, branches x %g into the residual, logits / %g\n",
+               (double)(c->emb_scale != 0.0f ? c->emb_scale : 1.0f), (double)nv_config_attn_div(c), (double)nv_config_residual_scale(c),
+               (double)(c->logit_div != 0.0f ? c->logit_div : 1.0f));
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
     nv_model_free(&m);
     if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);

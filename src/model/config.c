@@ -80,21 +80,36 @@ nv_err nv_config_validate(const nv_config *c) {
     if (c->post_norms && c->n_experts) return nv_fail(NV_EFORMAT, "model config: post-norms beside a mixture of experts");
     if (c->nope_period < 0 || c->nope_period > MAX_LAYERS)
         return nv_fail(NV_EFORMAT, "model config: a RoPE-less layer every %d is out of range", c->nope_period);
-    const float scales[] = {c->emb_scale, c->attn_div, c->logit_softcap, c->attn_softcap};
-    for (int i = 0; i < 4; i++)
+    const float scales[] = {c->emb_scale, c->attn_div, c->logit_softcap, c->attn_softcap, c->residual_scale, c->logit_div};
+    for (int i = 0; i < 6; i++)
         if (!(scales[i] >= 0.0f && scales[i] < 1e6f))
-            return nv_fail(NV_EFORMAT, "model config: embedding scale %g, attention divisor %g or logit caps %g, %g are out of range [0, 1e6)",
-                           (double)c->emb_scale, (double)c->attn_div, (double)c->logit_softcap, (double)c->attn_softcap);
+            return nv_fail(NV_EFORMAT,
+                           "model config: embedding scale %g, attention divisor %g, logit caps %g, %g, residual scale %g or logit divisor %g "
+                           "are out of range [0, 1e6)",
+                           (double)c->emb_scale, (double)c->attn_div, (double)c->logit_softcap, (double)c->attn_softcap,
+                           (double)c->residual_scale, (double)c->logit_div);
     return NV_OK;
 }
 
 float nv_config_attn_div(const nv_config *c) { return c->attn_div != 0.0f ? c->attn_div : sqrtf((float)c->head_dim); }
 
 const char *nv_config_gemma_block(const nv_config *c) {
-    if (c->swa_window || c->ffn_gelu || c->post_norms || c->emb_scale != 0.0f || c->attn_div != 0.0f || c->logit_softcap != 0.0f ||
-        c->attn_softcap != 0.0f)
+    const int scales = !nv_config_granite(c) && (c->emb_scale != 0.0f || c->attn_div != 0.0f); /* Granite's own otherwise */
+    if (c->swa_window || c->ffn_gelu || c->post_norms || scales || c->logit_softcap != 0.0f || c->attn_softcap != 0.0f)
         return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps)";
     return NULL;
+}
+
+const char *nv_config_granite_block(const nv_config *c) {
+    return nv_config_granite(c) ? "Granite's multipliers (embeddings, attention scores, residual branches, logits)" : NULL;
+}
+
+void nv_config_set_granite(nv_config *c, double embedding, double attention, double residual, double logits) {
+    c->emb_scale = embedding == 1.0 ? 0.0f : (float)embedding;
+    const float div = attention != 0.0 ? (float)(1.0 / attention) : 0.0f; /* a double's inverse: the float divisor it was written from */
+    c->attn_div = div == sqrtf((float)c->head_dim) ? 0.0f : div;
+    c->residual_scale = (float)residual;
+    c->logit_div = (float)logits;
 }
 
 void nv_config_gemma(nv_config *c, int gen) {
@@ -183,7 +198,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

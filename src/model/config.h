@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -82,6 +82,11 @@ typedef struct {
     /* SmolLM3's layers without RoPE: layer l rotates no query or key when (l + 1) % nope_period == 0
      * (every fourth); 0: every layer rotates */
     int nope_period;
+    /* Granite's multipliers (GGUF granite and granitemoe, transformers' granite): the attention's and
+     * the FFN's outputs multiplied by residual_scale before they join the residual stream, the logits
+     * divided by logit_div; 0: neither. Its embedding multiplier is emb_scale, its attention
+     * multiplier 1 / attn_div. */
+    float residual_scale, logit_div;
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
@@ -103,11 +108,22 @@ static inline int nv_config_windowed_layers(const nv_config *c) {
 }
 /* Whether layer l rotates its queries and keys (SmolLM3's every fourth does not). */
 static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->nope_period || (l + 1) % c->nope_period != 0; }
+/* Whether c has Granite's residual or logit multipliers. */
+static inline int nv_config_granite(const nv_config *c) { return c->residual_scale != 0.0f || c->logit_div != 0.0f; }
+/* What each branch is multiplied by before it joins the residual stream (1 but in Granite). */
+static inline float nv_config_residual_scale(const nv_config *c) { return c->residual_scale != 0.0f ? c->residual_scale : 1.0f; }
 /* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */
 float nv_config_attn_div(const nv_config *c);
 /* NULL, or the Gemma family's parts the model has, named: the llama2.c writer refuses them with this
- * (GGUF and Hugging Face folders write the architectures that hold them). */
+ * (GGUF and Hugging Face folders write the architectures that hold them). A Granite model's scaled
+ * embeddings and score divisor are its own (nv_config_granite_block), not Gemma's. */
 const char *nv_config_gemma_block(const nv_config *c);
+/* Granite's four multipliers, as its files give them (attention: the scores' factor, 0 for none), on c:
+ * an embedding factor of 1 and a score factor of 1 / sqrt(head_dim) are stored as none, so that a
+ * file written from c reads back as c. */
+void nv_config_set_granite(nv_config *c, double embedding, double attention, double residual, double logits);
+/* NULL, or Granite's multipliers named, when c has them (the llama2.c writer refuses them too). */
+const char *nv_config_granite_block(const nv_config *c);
 /* The block every Gemma generation gen (1, 2, 3) has, on c: GELU gating, embeddings times sqrt(dim);
  * post-norms from Gemma 2, QK-norm in Gemma 3. Its window, divisor and caps are the file's to say. */
 void nv_config_gemma(nv_config *c, int gen);

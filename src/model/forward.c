@@ -199,9 +199,12 @@ void nv_embed(const nv_model *m, int token, float *x) {
 }
 
 void nv_logits_finish(const nv_config *c, float *logits, int rows) {
-    const float cap = c->logit_softcap;
+    const size_t n = (size_t)rows * (size_t)c->vocab_size;
+    const float div = c->logit_div, cap = c->logit_softcap;
+    if (div != 0.0f && div != 1.0f)
+        for (size_t i = 0; i < n; i++) logits[i] /= div;
     if (cap == 0.0f) return;
-    for (size_t i = 0; i < (size_t)rows * (size_t)c->vocab_size; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
 void nv_window_mask(float *att, size_t ld, int from, int p0, int rows, int window) {
@@ -423,20 +426,25 @@ void nv_rmsnorm_rows(float *o, const float *x, const float *w, int n, int d, flo
 }
 
 typedef struct {
-    float *x;         /* the residual stream: x += y */
+    float *x;         /* the residual stream: x += scale y */
     const float *y;   /* residual: the product; SwiGLU: w3's output */
     float *h;         /* SwiGLU: w1's output, replaced by silu(h) * y (gelu(h) * y with gelu) */
     int stride;       /* floats per row of all of them */
     int rows;         /* rows of the product (a pass of its own over them) */
     int gelu;
+    float scale;      /* residual: Granite's multiplier (nv_config_residual_scale; 1: x += y exactly) */
 } tail_ep;
 
 static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
     const tail_ep *e = vc;
+    const float s = e->scale;
     for (int r = r0; r < r1; r++) {
         float *x = e->x + (size_t)r * e->stride;
         const float *y = e->y + (size_t)r * e->stride;
-        for (int i = c0; i < c1; i++) x[i] += y[i];
+        if (s == 1.0f)
+            for (int i = c0; i < c1; i++) x[i] += y[i];
+        else
+            for (int i = c0; i < c1; i++) x[i] += s * y[i];
     }
 }
 
@@ -461,9 +469,10 @@ static void residual_rows_task(void *ctx, int task, int n_tasks) {
     for (int r = task; r < e->rows; r += n_tasks) residual_ep(ctx, r, r + 1, 0, e->stride);
 }
 
-/* Post-norms: y (e's product, its rows) normed in place by weight w, then x += y. */
-static void post_norm_residual(tail_ep *e, float *y, const float *w, float eps) {
-    nv_rmsnorm_rows(y, y, w, e->rows, e->stride, eps);
+/* A branch kept apart from the residual (post-norms, Granite's multiplier): y (e's product, its rows)
+ * normed in place by weight w when there is one, then x += scale y. */
+static void branch_residual(tail_ep *e, float *y, const float *w, float eps) {
+    if (w) nv_rmsnorm_rows(y, y, w, e->rows, e->stride, eps);
     nv_pool_run(residual_rows_task, e, e->rows < 2 * nv_pool_threads() ? e->rows : 2 * nv_pool_threads());
 }
 
@@ -527,7 +536,7 @@ static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
         for (int i = 0; i < cnt; i++)
             memcpy(r->moe_x + (size_t)i * d, r->xb + (size_t)(rows[i] / K) * d, (size_t)d * sizeof(float));
         nv_plan *const *ep = &lp->experts[3 * e];
-        tail_ep glu = {NULL, r->hb2, r->hb, h, cnt, 0};
+        tail_ep glu = {NULL, r->hb2, r->hb, h, cnt, 0, 1.0f};
         nv_plan_run_group((const nv_plan *const[]){ep[0], ep[2]}, 2, r->moe_x, cnt, (float *const[]){r->hb, r->hb2}, swiglu_ep, &glu);
         nv_plan_run(ep[1], r->hb, cnt, r->moe_y);
         for (int i = 0; i < cnt; i++) {
@@ -537,7 +546,8 @@ static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
             for (int j = 0; j < d; j++) a[j] += wt * y[j];
         }
     }
-    for (size_t i = 0; i < (size_t)n * d; i++) r->x[i] += acc[i];
+    const float rs = nv_config_residual_scale(c);
+    for (size_t i = 0; i < (size_t)n * d; i++) r->x[i] += rs * acc[i];
 }
 
 void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter_rows *ad) {
@@ -547,18 +557,21 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     float *x = r->x, *xb = r->xb, *xb2 = r->xb2, *hb = r->hb, *hb2 = r->hb2;
     /* each product's elementwise follow-up runs on the block's own thread, in the same job; an
      * adapter's update of wo or w2 adds to the residual after it (x += W y + B'A y) */
-    const int post = c->post_norms; /* the product normed before it joins the residual, its adapter's update with it */
-    tail_ep res = {x, xb2, NULL, d, n, 0};
-    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, post ? NULL : residual_ep, &res);
-    nv_adapter_rows_add(ad, c, l, 3, xb, post ? xb2 : x);
-    if (post) post_norm_residual(&res, xb2, m->w.post_att + (size_t)l * d, c->norm_eps);
+    const int post = c->post_norms;
+    /* the product kept apart, its adapter's update with it, until it is normed (post-norms) or, with
+     * an adapter, scaled by Granite's multiplier, and joins the residual */
+    const int granite = nv_config_granite(c), apart = post || (granite && nv_adapter_rows_target(ad, 3));
+    tail_ep res = {x, xb2, NULL, d, n, 0, nv_config_residual_scale(c)};
+    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, apart ? NULL : residual_ep, &res);
+    nv_adapter_rows_add(ad, c, l, 3, xb, apart ? xb2 : x);
+    if (apart) branch_residual(&res, xb2, post ? m->w.post_att + (size_t)l * d : NULL, c->norm_eps);
 
     nv_rmsnorm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_ffn(m, l, n, r);
         return;
     }
-    tail_ep glu = {NULL, hb2, hb, h, n, c->ffn_gelu};
+    tail_ep glu = {NULL, hb2, hb, h, n, c->ffn_gelu, 1.0f};
     if (nv_adapter_rows_target(ad, 4) || nv_adapter_rows_target(ad, 6)) { /* SwiGLU waits for the updates */
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, NULL, NULL);
         nv_adapter_rows_add(ad, c, l, 4, xb, hb);
@@ -567,10 +580,11 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     } else {
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
     }
-    tail_ep res2 = {x, xb, NULL, d, n, 0};
-    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, post ? NULL : residual_ep, &res2);
-    nv_adapter_rows_add(ad, c, l, 5, hb, post ? xb : x);
-    if (post) post_norm_residual(&res2, xb, m->w.post_ffn + (size_t)l * d, c->norm_eps);
+    const int apart2 = post || (granite && nv_adapter_rows_target(ad, 5));
+    tail_ep res2 = {x, xb, NULL, d, n, 0, res.scale};
+    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, apart2 ? NULL : residual_ep, &res2);
+    nv_adapter_rows_add(ad, c, l, 5, hb, apart2 ? xb : x);
+    if (apart2) branch_residual(&res2, xb, post ? m->w.post_ffn + (size_t)l * d : NULL, c->norm_eps);
 }
 
 void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs) {

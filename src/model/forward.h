@@ -96,7 +96,8 @@ static inline const float *nv_rope_of_layer(const nv_config *c, const float *rop
 }
 /* A token's embedding row into x (times the model's embedding scale when it has one). */
 void nv_embed(const nv_model *m, int token, float *x);
-/* The classifier's rows made final: the model's soft cap (cap * tanh(logit / cap)) when it has one. */
+/* The classifier's rows made final: divided by Granite's logit divisor, then the model's soft cap
+ * (cap * tanh(logit / cap)), when it has them. */
 void nv_logits_finish(const nv_config *c, float *logits, int rows);
 /* A sliding window over rows of attention scores (ld apart, row g at position p0 + g): positions
  * from `from` up to p0 + g - window made -inf, so that the softmax gives them weight 0 (the rows

@@ -695,8 +695,25 @@ static int smollm3_form(const nv_config *c) {
     return c->nope_period == 4 && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) &&
            (c->yarn.factor != 0.0f || linear_only(c));
 }
+/* The float factor whose inverse (as nv_config_set_granite takes it) is the divisor div again: the
+ * nearest to 1 / div, or a neighbour of it when that one's inverse rounds elsewhere. */
+static float inverse_f32(float div) {
+    const float near = (float)(1.0 / div);
+    const float tries[3] = {near, nextafterf(near, 0.0f), nextafterf(near, INFINITY)};
+    for (int i = 0; i < 3; i++)
+        if ((float)(1.0 / tries[i]) == div) return tries[i];
+    return near;
+}
+/* Whether c is what config_of makes of a granite or granitemoe file: llama's block (a mixture of
+ * experts or not) with Granite's multipliers and nothing of the others'. */
+static int granite_form(const nv_config *c) {
+    return nv_config_granite(c) && !c->qk_norm && !c->qkv_bias && !nv_config_gemma_block(c) && !c->nope_period;
+}
 static const char *arch_of(const nv_config *c) {
-    return c->ffn_gelu ? gemma_arch(c) : c->nope_period ? "smollm3" : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
+    return nv_config_granite(c) ? (c->n_experts ? "granitemoe" : "granite")
+           : c->ffn_gelu        ? gemma_arch(c)
+           : c->nope_period     ? "smollm3"
+                                : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
 }
 
 /* "<arch>.<suffix>" into buf. */
@@ -713,27 +730,35 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     const int qwen3moe = name_is(arch_s, n, "qwen3moe"), qwen3 = qwen3moe || name_is(arch_s, n, "qwen3"),
               qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3"),
               gemma3 = name_is(arch_s, n, "gemma3"), gemma2 = name_is(arch_s, n, "gemma2"), gemma1 = name_is(arch_s, n, "gemma"),
-              gemma = gemma1 || gemma2 || gemma3, smollm3 = name_is(arch_s, n, "smollm3");
-    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3)
+              gemma = gemma1 || gemma2 || gemma3, smollm3 = name_is(arch_s, n, "smollm3"),
+              granitemoe = name_is(arch_s, n, "granitemoe"), granite = granitemoe || name_is(arch_s, n, "granite");
+    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3 && !granite)
         return nv_fail(NV_EUNSUPPORTED,
-                       "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3 or smollm3)", g->path,
-                       nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
+                       "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, smollm3, granite or "
+                       "granitemoe)",
+                       g->path, nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
     const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : gemma2 ? "gemma2" : gemma1 ? "gemma" : smollm3 ? "smollm3"
-                                                                                                         : arch_name(qwen3, qwen2, qwen3moe);
+                       : granitemoe ? "granitemoe" : granite ? "granite"
+                                                             : arch_name(qwen3, qwen2, qwen3moe);
     if (neox) *neox = qwen3 || qwen2 || phi3 || gemma;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
        chosen weights are renormalised; what else it has (shared experts, other gating) is refused */
     int64_t experts = 0, used = 0, shared = 0, gating = 1, dense_first = 0;
-    if (llama || qwen3moe) {
+    if (llama || qwen3moe || granitemoe) {
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_count"), 0, &experts));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_used_count"), 0, &used));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_shared_count"), 0, &shared));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_gating_func"), 1, &gating));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "leading_dense_block_count"), 0, &dense_first));
     }
-    if (qwen3moe && experts == 0) return nv_fail(NV_EFORMAT, "%s: a qwen3moe model without %s.expert_count", g->path, arch);
+    if ((qwen3moe || granitemoe) && experts == 0) return nv_fail(NV_EFORMAT, "%s: a %s model without %s.expert_count", g->path, arch, arch);
+    if (granitemoe) { /* GraniteMoeShared's shared expert, beside the routed ones */
+        int64_t shared_ff = 0;
+        NV_TRY(get_int(g, "granitemoe.expert_shared_feed_forward_length", 0, &shared_ff));
+        if (shared_ff || nv_gguf_tensor_find(g, "blk.0.ffn_gate_shexp.weight")) shared = 1;
+    }
     if (experts < 0 || experts > 1024 || (experts && (used < 1 || used > experts)))
         return nv_fail(NV_EFORMAT, "%s: %lld experts with %lld used per token (1..1024 experts, 1..all of them used)", g->path,
                        (long long)experts, (long long)used);
@@ -821,6 +846,14 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
             nv_warn("%s: the model's sliding window of %lld tokens is not applied: attention sees the whole context of %lld, "
                     "as llama.cpp runs phi3", g->path, (long long)window, (long long)ctx);
     }
+    /* Granite's multipliers (llama.cpp's keys; a missing one is neutral, a score factor of 0 the default) */
+    float granite_m[4] = {1.0f, 0.0f, 1.0f, 1.0f};
+    static const char *const granite_keys[4] = {"embedding_scale", "attention.scale", "residual_scale", "logit_scale"};
+    for (int i = 0; granite && i < 4; i++) {
+        NV_TRY(get_float(g, akey(k, sizeof k, arch, granite_keys[i]), granite_m[i], &granite_m[i]));
+        if (!(granite_m[i] >= 0.0f && granite_m[i] < 1e6f) || (i != 1 && granite_m[i] == 0.0f))
+            return nv_fail(NV_EFORMAT, "%s: %s.%s %g is out of range", g->path, arch, granite_keys[i], (double)granite_m[i]);
+    }
     /* The Gemma family's window and caps (gemma_rules): Gemma 2's 4096, 30 and 50 (llama.cpp's) unless
        the file says */
     int64_t window = 0;
@@ -867,6 +900,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     c->qkv_bias = qwen2;
     if (smollm3) c->nope_period = 4; /* llama.cpp's SmolLM3: every fourth layer without RoPE (no key says it) */
     if (gemma) gemma_rules(c, arch, (int)window, softcap, attn_softcap);
+    if (granite) nv_config_set_granite(c, granite_m[0], granite_m[1], granite_m[2], granite_m[3]);
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     /* a divisor per pair: Llama 3.1+'s rope_freqs, or LongRoPE's set for the model's context (the two
@@ -2132,9 +2166,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (c->qk_norm && c->qkv_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
     const int gemma = c->ffn_gelu; /* written only as the loader reads its Gemma architecture back */
-    if ((nv_config_gemma_block(c) || c->nope_period) && !(gemma ? gemma_form(c) : smollm3_form(c)))
-        return nv_fail(NV_EUNSUPPORTED, "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's or SmolLM3's parts",
-                       path);
+    if ((nv_config_gemma_block(c) || c->nope_period || nv_config_granite(c)) &&
+        !(nv_config_granite(c) ? granite_form(c) : gemma ? gemma_form(c) : smollm3_form(c)))
+        return nv_fail(NV_EUNSUPPORTED,
+                       "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's, SmolLM3's or Granite's parts", path);
     /* qwen3/qwen2/gemma: the query and key rows (and QK-norm weights, query and key biases) in that
      * architecture's RoPE order, in copies */
     nv_model qw;
@@ -2203,6 +2238,13 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (c->swa_window) kv_u32(&b, akey(k, sizeof k, arch, "attention.sliding_window"), (uint32_t)c->swa_window), n_kv++;
     if (c->logit_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "final_logit_softcapping"), c->logit_softcap), n_kv++;
     if (c->attn_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "attn_logit_softcapping"), c->attn_softcap), n_kv++;
+    if (nv_config_granite(c)) { /* all four, as llama.cpp asks for them; none as 1 (the score factor: 0, its default) */
+        kv_f32(&b, akey(k, sizeof k, arch, "embedding_scale"), c->emb_scale != 0.0f ? c->emb_scale : 1.0f);
+        kv_f32(&b, akey(k, sizeof k, arch, "attention.scale"), c->attn_div != 0.0f ? inverse_f32(c->attn_div) : 0.0f);
+        kv_f32(&b, akey(k, sizeof k, arch, "residual_scale"), nv_config_residual_scale(c));
+        kv_f32(&b, akey(k, sizeof k, arch, "logit_scale"), c->logit_div != 0.0f ? c->logit_div : 1.0f);
+        n_kv += 4;
+    }
     if (yarn) {
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "yarn");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->yarn.factor);

@@ -235,6 +235,20 @@ static nv_err smollm3_nope(const char *path, const cJSON *j, nv_config *c) {
     return NV_OK;
 }
 
+/* Granite's multipliers (transformers' names, each 1 when missing): the scores are multiplied by
+ * attention_multiplier (not divided by sqrt(head_dim)), the embeddings by embedding_multiplier, each
+ * branch by residual_multiplier before it joins the residual, and the logits divided by logits_scaling. */
+static nv_err granite_scales(const char *path, const cJSON *j, nv_config *c) {
+    static const char *const keys[4] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"};
+    double m[4];
+    for (int i = 0; i < 4; i++) {
+        NV_TRY(get_real(path, j, keys[i], 1.0, &m[i]));
+        if (!(m[i] > 0 && m[i] < 1e6)) return nv_fail(NV_EFORMAT, "%s: '%s' is out of range (0, 1e6)", path, keys[i]);
+    }
+    nv_config_set_granite(c, m[0], m[1], m[2], m[3]);
+    return NV_OK;
+}
+
 /* The config of config.json j; *tied says whether the classifier is the embedding, *mixtral whether
  * the experts are named as Mixtral's (block_sparse_moe) rather than Qwen3-MoE's (mlp). */
 static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *mixtral) {
@@ -251,6 +265,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                : !strcmp(a, "MixtralForCausalLM") ? "mixtral"
                : !strcmp(a, "Qwen3MoeForCausalLM") ? "qwen3_moe"
                : !strcmp(a, "SmolLM3ForCausalLM") ? "smollm3"
+               : !strcmp(a, "GraniteForCausalLM") ? "granite"
                                                   : a;
     }
     if (!type) return nv_fail(NV_EFORMAT, "%s: neither 'model_type' nor 'architectures' names the model", path);
@@ -259,14 +274,15 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
               qwen3 = !strcmp(type, "qwen3") || qwen3_moe;
     const int gemma = !strcmp(type, "gemma") ? 1 : !strcmp(type, "gemma2") ? 2 : !strcmp(type, "gemma3_text") ? 3 : 0;
     const int smollm3 = !strcmp(type, "smollm3"); /* llama's block, some layers without RoPE */
+    const int granite = !strcmp(type, "granite"); /* llama's block with four multipliers */
     char shown[128];
     if (!strcmp(type, "gemma3")) /* the vision-language folder: its text model nests in text_config, its weights under language_model */
         return nv_fail(NV_EUNSUPPORTED, "%s: Gemma 3's vision-language folder (model_type gemma3) is not read: its text model's GGUF "
                                         "file is, or a gemma3_text folder (270M, 1B)", path);
-    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3)
+    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3 && !granite)
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, "
-                       "smollm3)",
+                       "smollm3, granite)",
                        path, nv_gguf_shown(type, strlen(type), shown, sizeof shown));
     *mixtral = mix;
     /* Gemma's GELU is the tanh form (gelu_pytorch_tanh; Gemma 1's "gelu" runs as that too, in
@@ -337,6 +353,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     c->qkv_bias = qwen2;
     if (gemma) NV_TRY(gemma_block(path, j, gemma, c));
     if (smollm3) NV_TRY(smollm3_nope(path, j, c));
+    if (granite) NV_TRY(granite_scales(path, j, c));
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     if (rs && !cJSON_IsObject(rs)) return nv_fail(NV_EFORMAT, "%s: rope_scaling is not an object", path);
@@ -1503,9 +1520,11 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
        the Gemma generations; SmolLM3 (layers without RoPE) */
     static const char *const gemma_type[][2] = {{"gemma", "GemmaForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},
                                                 {"gemma3_text", "Gemma3ForCausalLM"}};
-    const char *type = gemma ? gemma_type[gemma - 1][0] : c->nope_period ? "smollm3" : moe ? (c->qk_norm ? "qwen3_moe" : "mixtral")
+    const int granite = nv_config_granite(c) && !moe; /* (GraniteMoe's fused experts are not written) */
+    const char *type = gemma ? gemma_type[gemma - 1][0] : c->nope_period ? "smollm3" : granite ? "granite"
+                       : moe ? (c->qk_norm ? "qwen3_moe" : "mixtral")
                        : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
-    const char *cls = gemma ? gemma_type[gemma - 1][1] : c->nope_period ? "SmolLM3ForCausalLM"
+    const char *cls = gemma ? gemma_type[gemma - 1][1] : c->nope_period ? "SmolLM3ForCausalLM" : granite ? "GraniteForCausalLM"
                       : moe ? (c->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
                       : c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
     cJSON *cfg = cJSON_CreateObject();
@@ -1563,6 +1582,13 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         for (int l = 0; l < c->n_layers; l++) cJSON_AddItemToArray(list, cJSON_CreateNumber(nv_config_layer_roped(c, l)));
         cJSON_AddNumberToObject(cfg, "no_rope_layer_interval", c->nope_period);
         cJSON_AddBoolToObject(cfg, "use_sliding_window", 0);
+    }
+    if (granite) { /* granite_scales reads them back; the score factor is a double whose inverse is the divisor again */
+        cJSON_AddNumberToObject(cfg, "embedding_multiplier", shortest(c->emb_scale != 0.0f ? c->emb_scale : 1.0f));
+        cJSON_AddNumberToObject(cfg, "attention_multiplier", 1.0 / nv_config_attn_div(c));
+        cJSON_AddNumberToObject(cfg, "residual_multiplier", shortest(nv_config_residual_scale(c)));
+        cJSON_AddNumberToObject(cfg, "logits_scaling", shortest(c->logit_div != 0.0f ? c->logit_div : 1.0f));
+        cJSON_AddBoolToObject(cfg, "mlp_bias", 0);
     }
     cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->shared_classifier);
     if (!c->qkv_bias) cJSON_AddBoolToObject(cfg, "attention_bias", 0);

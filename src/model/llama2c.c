@@ -333,13 +333,16 @@ nv_err nv_model_upcycle(const nv_model *dense, int experts, int used, uint64_t s
 
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
-           !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) && !c->nope_period;
+           !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) && !c->nope_period &&
+           !nv_config_granite(c);
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     const nv_config *c = &m->config;
     if (nv_config_gemma_block(c))
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for %s (GGUF has: name the output .gguf)", path, nv_config_gemma_block(c));
+    if (nv_config_granite(c))
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for %s (GGUF has: name the output .gguf)", path, nv_config_granite_block(c));
     if (c->nope_period) return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no layers without RoPE (GGUF has: name the output .gguf)", path);
     if (c->qk_norm || c->head_dim * c->n_heads != c->dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 cannot hold this shape (head_dim %d x %d heads != dim %d%s; GGUF can: name the output .gguf)",

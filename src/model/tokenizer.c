@@ -273,7 +273,7 @@ const char *nv_bpe_pre_of_regex(const char *re) {
 const char *nv_bpe_regex_of_pre(const char *pre) {
     static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
     static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
-    static const char *const smollm[] = {"smollm", "starcoder", NULL};
+    static const char *const smollm[] = {"smollm", "starcoder", "refact", NULL}; /* refact: Granite 3's */
     return name_in(pre, llama3) ? RE_LLAMA3 : name_in(pre, qwen2) ? RE_QWEN2 : name_in(pre, smollm) ? RE_SMOLLM : RE_GPT2;
 }
 

@@ -6,7 +6,7 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma"};
+static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -20,7 +20,7 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma)", name);
+    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite)", name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
@@ -31,6 +31,7 @@ const char *nv_chat_template_stop(nv_chat_template t) {
            : t == NV_CHAT_DEEPSEEK ? DS_END
            : t == NV_CHAT_PHI3 ? "<|end|>"
            : t == NV_CHAT_GEMMA ? "<end_of_turn>"
+           : t == NV_CHAT_GRANITE ? "<|end_of_text|>"
                                : NULL;
 }
 
@@ -164,40 +165,41 @@ static int continues(const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     return o->continue_final && n > 0 && !strcmp(m[n - 1].role, "assistant");
 }
 
-/* ChatML's turns (Qwen's) and Phi-3's have one shape: a marker around the role, a line break, the
- * text, an end marker and a line break. */
+/* ChatML's turns (Qwen's), Phi-3's and Granite's have one shape: a marker around the role, a line
+ * break (none in Granite's), the text, an end marker and a line break. */
 typedef struct {
-    const char *pre, *close, *end;
+    const char *pre, *close, *after, *end;
     int thinks; /* Qwen3's empty reasoning on a non-thinking turn (nv_chat_opts.no_think) */
 } turn_marks;
-static const turn_marks chatml_marks = {"<|im_start|>", "", "<|im_end|>", 1}, phi3_marks = {"<|", "|>", "<|end|>", 0};
+static const turn_marks chatml_marks = {"<|im_start|>", "", "\n", "<|im_end|>", 1}, phi3_marks = {"<|", "|>", "\n", "<|end|>", 0},
+                        granite_marks = {"<|start_of_role|>", "<|end_of_role|>", "", "<|end_of_text|>", 0};
 
 static void render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o, const turn_marks *k) {
     const char *no_think = k->thinks && o->no_think ? "<think>\n\n</think>\n\n" : "";
     int i = 0;
     if (o->n_tools) { /* the tools join the first system message in one system turn */
-        nv_buf_printf(text, "%ssystem%s\n", k->pre, k->close);
+        nv_buf_printf(text, "%ssystem%s%s", k->pre, k->close, k->after);
         if (n && is_system(m[0].role)) nv_buf_printf(text, "%s\n\n", m[i++].content);
         hermes_tools(text, o);
         nv_buf_printf(text, "%s\n", k->end);
     }
     for (; i < n; i++) {
         if (is_tool(m[i].role)) { /* consecutive results share one user turn */
-            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s", k->pre, k->close);
-            nv_buf_puts(text, "\n");
+            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s%s", k->pre, k->close, k->after);
+            else nv_buf_puts(text, "\n");
             tool_response(text, m[i].content);
             if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_printf(text, "%s\n", k->end);
             continue;
         }
         if (i == n - 1 && continues(m, n, o)) { /* the answer so far: the model goes on from its last byte */
-            nv_buf_printf(text, "%sassistant%s\n%s%s", k->pre, k->close, no_think, m[i].content);
+            nv_buf_printf(text, "%sassistant%s%s%s%s", k->pre, k->close, k->after, no_think, m[i].content);
             return;
         }
-        nv_buf_printf(text, "%s%s%s\n%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, m[i].content);
+        nv_buf_printf(text, "%s%s%s%s%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, k->after, m[i].content);
         hermes_calls(text, &m[i]);
         nv_buf_printf(text, "%s\n", k->end);
     }
-    nv_buf_printf(text, "%sassistant%s\n%s", k->pre, k->close, no_think);
+    nv_buf_printf(text, "%sassistant%s%s%s", k->pre, k->close, k->after, no_think);
 }
 
 /* Gemma's turns: <start_of_turn>user (or model, the assistant's), the text trimmed, <end_of_turn>;
@@ -326,7 +328,8 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 
 /* The text of messages m[0..n) in a template that renders text (every one but llama2). */
 static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
-    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
+    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_GRANITE)
+        render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : t == NV_CHAT_PHI3 ? &phi3_marks : &granite_marks);
     else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
     else if (t == NV_CHAT_DEEPSEEK) render_deepseek(text, m, n, o);
     else if (t == NV_CHAT_GEMMA) render_gemma(text, m, n, o);
@@ -478,27 +481,28 @@ static const char jinja_plain[] =
     "{%- if m.role in " J_TOOL " %}{{- " J_RESPONSE " }}{%- else %}{{- ns.c }}{%- endif %}" J_HERMES_CALLS
     "{%- endfor %}";
 
-/* render_turns' form, of the markers PRE role CLOSE and END; THINK after the generation prompt */
-#define J_TURNS(PRE, CLOSE, END, THINK)                                                                                  \
+/* render_turns' form, of the markers PRE role CLOSE AFTER and END; THINK after the generation prompt */
+#define J_TURNS(PRE, CLOSE, AFTER, END, THINK)                                                                           \
     "{%- set ns = namespace(c='', start=0) %}" J_BOS                                                                     \
-    "{%- if tools %}{{- '" PRE "system" CLOSE "\\n' }}"                                                                  \
+    "{%- if tools %}{{- '" PRE "system" CLOSE AFTER "' }}"                                                               \
     "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT                          \
     "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "\\n' }}{%- endif %}"         \
     J_EACH                                                                                                               \
     "{%- if m.role in " J_TOOL " %}"                                                                                     \
-    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE "' }}{%- endif %}"                           \
-    "{{- '\\n' + " J_RESPONSE " }}"                                                                                      \
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE AFTER "' }}{%- else %}{{- '\\n' }}{%- endif %}" \
+    "{{- " J_RESPONSE " }}"                                                                                              \
     "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "\\n' }}{%- endif %}"                   \
     "{%- else %}"                                                                                                        \
-    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE "\\n' + ns.c }}" J_HERMES_CALLS             \
+    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE AFTER "' + ns.c }}" J_HERMES_CALLS         \
     "{{- '" END "\\n' }}"                                                                                                \
     "{%- endif %}{%- endfor %}"                                                                                          \
-    "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE "\\n' }}" THINK "{%- endif %}"
+    "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE AFTER "' }}" THINK "{%- endif %}"
 
 static const char jinja_chatml[] = J_TURNS(
-    "<|im_start|>", "", "<|im_end|>",
+    "<|im_start|>", "", "\\n", "<|im_end|>",
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}");
-static const char jinja_phi3[] = J_TURNS("<|", "|>", "<|end|>", "");
+static const char jinja_phi3[] = J_TURNS("<|", "|>", "\\n", "<|end|>", "");
+static const char jinja_granite[] = J_TURNS("<|start_of_role|>", "<|end_of_role|>", "", "<|end_of_text|>", "");
 
 static const char jinja_llama2[] =
     "{%- set ns = namespace(c='', start=0, sys='', user='', first=true, have_user=false) %}"
@@ -591,6 +595,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_DEEPSEEK: return jinja_deepseek;
     case NV_CHAT_PHI3: return jinja_phi3;
     case NV_CHAT_GEMMA: return jinja_gemma;
+    case NV_CHAT_GRANITE: return jinja_granite;
     }
     return NULL;
 }

@@ -9,18 +9,20 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 5u
+#define CKPT_VERSION 6u
 /* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones; version 3's:
- * before the layers without RoPE; version 4's: before the Gemma block's */
+ * before the layers without RoPE; version 4's: before the Gemma block's; version 5's: before Granite's */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 #define CKPT_V3_HEADER offsetof(nv_ckpt_header, nope_period)
 #define CKPT_V4_HEADER offsetof(nv_ckpt_header, swa_window)
+#define CKPT_V5_HEADER offsetof(nv_ckpt_header, residual_scale)
 _Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
 _Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's header is 144 bytes");
 _Static_assert(offsetof(nv_ckpt_header, nope_period) == 1216, "version 3's header is 1216 bytes");
 _Static_assert(offsetof(nv_ckpt_header, swa_window) == 1224, "version 4's header is 1224 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 1264, "version 5's header is 1264 bytes (docs/formats.md)");
+_Static_assert(offsetof(nv_ckpt_header, residual_scale) == 1264, "version 5's header is 1264 bytes");
+_Static_assert(sizeof(nv_ckpt_header) == 1272, "version 6's header is 1272 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -40,6 +42,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->swa_window = c->swa_window, h->swa_period = c->swa_period, h->rope_theta_swa = c->rope_theta_swa;
     h->ffn_gelu = c->ffn_gelu, h->post_norms = c->post_norms, h->emb_scale = c->emb_scale, h->attn_div = c->attn_div;
     h->logit_softcap = c->logit_softcap, h->attn_softcap = c->attn_softcap;
+    h->residual_scale = c->residual_scale, h->logit_div = c->logit_div;
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
     h->n_rope_factors = c->n_rope_factors;
@@ -71,6 +74,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->swa_window = h->swa_window, c->swa_period = h->swa_period, c->rope_theta_swa = h->rope_theta_swa;
     c->ffn_gelu = h->ffn_gelu, c->post_norms = h->post_norms, c->emb_scale = h->emb_scale, c->attn_div = h->attn_div;
     c->logit_softcap = h->logit_softcap, c->attn_softcap = h->attn_softcap;
+    c->residual_scale = h->residual_scale, c->logit_div = h->logit_div;
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
     c->n_rope_factors = h->n_rope_factors;
@@ -123,7 +127,7 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     }
     if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
     const size_t want_h = version == 1 ? CKPT_V1_HEADER : version == 2 ? CKPT_V2_HEADER : version == 3 ? CKPT_V3_HEADER
-                          : version == 4 ? CKPT_V4_HEADER : sizeof out->h;
+                          : version == 4 ? CKPT_V4_HEADER : version == 5 ? CKPT_V5_HEADER : sizeof out->h;
     if (hbytes != want_h) {
         e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, want_h);
         goto fail;

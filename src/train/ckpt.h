@@ -1,8 +1,8 @@
 /* Training checkpoints: weights, AdamW state, step, data cursor and run identity in one file.
  *
  *   "NVCKPT01"  8-byte magic
- *   uint32      format version (5; versions 1 to 4, whose headers end earlier, are read)
- *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224 in versions 1 to 4)
+ *   uint32      format version (6; versions 1 to 5, whose headers end earlier, are read)
+ *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224, 1264 in versions 1 to 5)
  *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run, LoRA shape
  *   fp32        params[n], adam m[n], adam v[n] (a LoRA run's: the adapters')
  *   uint64      checksum of everything before it
@@ -55,6 +55,8 @@ typedef struct {
     int32_t ffn_gelu, post_norms;
     float emb_scale, attn_div, logit_softcap, attn_softcap;
     int32_t reserved_v5;
+    /* version 6: Granite's residual multiplier and logit divisor (nv_config's); older files read as none */
+    float residual_scale, logit_div;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

@@ -18,6 +18,7 @@ typedef struct {
     float *rope_cos, *rope_sin; /* [T][head_dim/2] */
     float *swa_cos, *swa_sin;   /* the windowed layers' own (rope_theta_swa), else empty */
     float *dpost;               /* post-norms: the gradient of a product before its norm [BT][d] */
+    float *dres;                /* Granite: a branch's gradient, the residual's times its multiplier [BT][d] */
     float *dx, *dx2, *dxn, *dq, *dk, *dv, *dao, *dh1, *dh3, *dhg, *datt;
     float *xg, *dyg, *dxg, *dz; /* a mixture of experts: the rows gathered per expert, their output's and
                                    input's gradients [BT*K][d], the router logits' gradient [BT][E] */
@@ -74,7 +75,7 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
         float **p;
         size_t n;
     } parts[] = {{&s->rope_cos, (size_t)T * half}, {&s->rope_sin, (size_t)T * half}, {&s->swa_cos, swa}, {&s->swa_sin, swa},
-                 {&s->dpost, c->post_norms ? BT * d : 0}, {&s->dx, BT * d},
+                 {&s->dpost, c->post_norms ? BT * d : 0}, {&s->dres, c->residual_scale != 0.0f ? BT * d : 0}, {&s->dx, BT * d},
                  {&s->dx2, BT * d}, {&s->dxn, BT * wide}, {&s->dq, BT * qd}, {&s->dk, BT * kvd},
                  {&s->dv, BT * kvd}, {&s->dao, BT * qd}, {&s->dh1, hr * h}, {&s->dh3, hr * h},
                  {&s->dhg, hr * h}, {&s->datt, nv_attention_workspace(c, B, T)}, {&s->normp, normp > headp ? normp : headp},
@@ -649,7 +650,7 @@ static void headnorm_forward(float *out, float *rstd, const float *x, const floa
 /* Element-wise passes (SwiGLU and its backward, residual adds), 8 lanes at a time, a range's last
  * lanes through masked loads: every element is the same operations wherever a range starts or ends,
  * so the pool's fixed ranges and a product's epilogue blocks give the same bits. */
-typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_GEGLU, EW_GEGLU_BACK, EW_ADD } ew_kind;
+typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_GEGLU, EW_GEGLU_BACK, EW_ADD, EW_SCALE_ADD, EW_SCALE } ew_kind;
 
 /* GELU's tanh form as inference writes it: gelu(x) = x s, s = 1 / (1 + e^(k x (1 + a x^2))) (the
  * sigmoid of 2 sqrt(2/pi) (x + a x^3)); *dz, when asked, is ds/dx: s (1 - s) times that argument's slope. */
@@ -667,6 +668,7 @@ typedef struct {
     size_t n;
     float *out, *out2;
     const float *a, *b, *c;
+    float s; /* EW_SCALE_ADD, EW_SCALE */
 } ew_job;
 
 static void ew_range(const ew_job *j, size_t i0, size_t i1) {
@@ -700,6 +702,12 @@ static void ew_range(const ew_job *j, size_t i0, size_t i1) {
         case EW_ADD: /* out = a + b */
             nv_store8_n(j->out + i, _mm256_add_ps(a, b), n);
             break;
+        case EW_SCALE_ADD: /* out = s a + b, as inference's residual adds it (no fused multiply-add) */
+            nv_store8_n(j->out + i, _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(j->s), a), b), n);
+            break;
+        case EW_SCALE: /* out = s a */
+            nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_set1_ps(j->s), a), n);
+            break;
         }
     }
 }
@@ -732,6 +740,7 @@ typedef struct {
     const int *targets;
     int V, rows, T;
     float cap;               /* a soft cap on the logits (Gemma 2, 3), or 0 */
+    float div;               /* Granite's logit divisor (the product's logits divided by it first), or 0 */
     float dscale;            /* dlogits_task */
     const float *seq_scale;  /* dlogits_task: [rows / T] per sequence instead of dscale, or NULL */
     double partial[CE_TASKS];
@@ -782,6 +791,8 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         if (j->targets[r] < 0) continue;
         counted++;
         float *lg = j->logits + (size_t)r * j->V;
+        if (j->div != 0.0f && j->div != 1.0f) /* as inference: nv_logits_finish */
+            for (int i = 0; i < j->V; i++) lg[i] /= j->div;
         if (j->cap != 0.0f) {
             total += j->nll[r] = capped_nll(j, r, lg);
             continue;
@@ -836,7 +847,8 @@ static void dlogits_task(void *ctx, int task, int n_tasks) {
     int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
     for (int r = r0; r < r1; r++) {
         float *lg = j->logits + (size_t)r * j->V;
-        const float dscale = j->seq_scale ? j->seq_scale[r / j->T] : j->dscale;
+        /* the divisor's share: d(product's logit) = d(logit) / div */
+        const float dscale = (j->seq_scale ? j->seq_scale[r / j->T] : j->dscale) / (j->div != 0.0f ? j->div : 1.0f);
         const __m256 vd = _mm256_set1_ps(dscale);
         if (j->targets[r] < 0) { /* no target: no gradient */
             memset(lg, 0, (size_t)j->V * sizeof(float));
@@ -914,7 +926,7 @@ typedef struct {
 
 static int task_rows(int rows, int task, int n_tasks) { return (int)((long)rows * task / n_tasks); }
 
-/* out[r] = x2[r] + sum of row r's chosen experts' outputs, each weighted. */
+/* out[r] = x2[r] + sum of row r's chosen experts' outputs, each weighted (the sum times Granite's multiplier). */
 static void moe_combine_task(void *ctx, int task, int n_tasks) {
     const moe_job *j = ctx;
     const nv_config *c = &j->tm->m.config;
@@ -930,7 +942,8 @@ static void moe_combine_task(void *ctx, int task, int n_tasks) {
             const float wt = j->v.w[rk], *y = j->v.y + (size_t)j->v.at[rk] * d;
             for (int i = 0; i < d; i++) o[i] += wt * y[i];
         }
-        for (int i = 0; i < d; i++) o[i] += x2[i];
+        const float rs = nv_config_residual_scale(c);
+        for (int i = 0; i < d; i++) o[i] = rs * o[i] + x2[i];
     }
 }
 
@@ -1081,10 +1094,15 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
     if (!frozen) nv_gemm_dw(nv_plan_engine(lp->router), s->dz, xn2, BT, E, d, g->router + (size_t)l * E * d, acc);
 }
 
-/* A post-norm: out = x + rmsnorm(y) * w, y's statistics into rstd. */
-static void post_norm_add(float *out, float *rstd, const float *y, const float *w, const float *x, int rows, int d, float eps) {
+/* A branch y joining the residual x: out = x + rs y (rs, Granite's multiplier: 1 but there; out may be y). */
+static ew_job residual_job(float *out, const float *y, const float *x, float rs, size_t n) {
+    return (ew_job){.kind = rs == 1.0f ? EW_ADD : EW_SCALE_ADD, .n = n, .out = out, .a = y, .b = x, .s = rs};
+}
+
+/* A post-norm: out = x + rs rmsnorm(y) * w, y's statistics into rstd. */
+static void post_norm_add(float *out, float *rstd, const float *y, const float *w, const float *x, int rows, int d, float eps, float rs) {
     nv_rmsnorm_forward(out, rstd, y, w, rows, d, eps);
-    ew_run((ew_job){.kind = EW_ADD, .n = (size_t)rows * d, .out = out, .a = out, .b = x});
+    ew_run(residual_job(out, out, x, rs, (size_t)rows * d));
 }
 
 /* ---- whole model ----------------------------------------------------------------------- */
@@ -1146,13 +1164,17 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     nv_attention_forward(c, nv_plan_engine(tm->m.cls_plan), B, T, l, q, k, v, tm->seg_fwd, att_stats, ao, s->datt);
     tm->attn_seconds += nv_now() - ta;
     /* each product's element-wise follow-up in the same job, on the block's own thread; with
-       post-norms (Gemma 2, 3) the product is normed first, then added */
+       post-norms (Gemma 2, 3) the product is normed first, then added; with Granite's multiplier and
+       an adapter, the adapter's update joins the product before it is scaled and added */
     const int post = c->post_norms;
+    const float rs = nv_config_residual_scale(c);
     float *ya = post ? LAYER(a->ya, j, sd) : x2, *yf = post ? LAYER(a->yf, j, sd) : xout;
-    ew_rows res1 = {{.kind = EW_ADD, .out = x2, .a = x2, .b = x}, (size_t)d};
-    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){ya}, post ? NULL : ew_epilogue, &res1);
+    const int late1 = !post && rs != 1.0f && lora_plan(tm, l, 3, 0), late2 = !post && rs != 1.0f && lora_plan(tm, l, 5, 0);
+    ew_rows res1 = {residual_job(x2, x2, x, rs, sd), (size_t)d};
+    nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){ya}, post || late1 ? NULL : ew_epilogue, &res1);
     lora_forward(tm, l, 3, ao, ya);
-    if (post) post_norm_add(x2, LAYER(a->rstd_pa, j, BT), ya, w->post_att + (size_t)l * d, x, BT, d, c->norm_eps);
+    if (post) post_norm_add(x2, LAYER(a->rstd_pa, j, BT), ya, w->post_att + (size_t)l * d, x, BT, d, c->norm_eps, rs);
+    if (late1) ew_run(res1.j);
     nv_rmsnorm_forward(xn2, LAYER(a->rstd2, j, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL);
@@ -1170,10 +1192,11 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     /* recomputed for the backward: the layer's output is kept already (a post-norm's statistics are
        not: it runs to the end, writing the output's same bits again) */
     if (!with_out && !post) return;
-    ew_rows res2 = {{.kind = EW_ADD, .out = xout, .a = xout, .b = x2}, (size_t)d};
-    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){yf}, post ? NULL : ew_epilogue, &res2);
+    ew_rows res2 = {residual_job(xout, xout, x2, rs, sd), (size_t)d};
+    nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){yf}, post || late2 ? NULL : ew_epilogue, &res2);
     lora_forward(tm, l, 5, hg, yf);
-    if (post) post_norm_add(xout, LAYER(a->rstd_pf, j, BT), yf, w->post_ffn + (size_t)l * d, x2, BT, d, c->norm_eps);
+    if (post) post_norm_add(xout, LAYER(a->rstd_pf, j, BT), yf, w->post_ffn + (size_t)l * d, x2, BT, d, c->norm_eps, rs);
+    if (late2) ew_run(res2.j);
 }
 
 float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
@@ -1195,7 +1218,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     if (!targets) return 0.0f;
     /* cross-entropy; the logits become the softmax's exps for the backward */
     ce_job cj = {.logits = a->logits, .pscale = a->pscale, .nll = a->nll, .lmax = a->lmax, .targets = targets, .V = V, .rows = BT,
-                 .cap = c->logit_softcap};
+                 .cap = c->logit_softcap, .div = c->logit_div};
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0;
@@ -1230,6 +1253,14 @@ static const float *post_norm_back(const nv_tmodel *tm, const scratch_ptrs *s, f
     return s->dpost;
 }
 
+/* The gradient of a branch's output from the residual's, dx: dx itself, or with Granite's multiplier rs
+   dx times rs, in s->dres (returned). */
+static const float *branch_grad(const scratch_ptrs *s, const float *dx, float rs, size_t n) {
+    if (rs == 1.0f) return dx;
+    ew_run((ew_job){.kind = EW_SCALE, .n = n, .out = s->dres, .a = dx, .b = dx, .s = rs});
+    return s->dres;
+}
+
 static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
     const nv_config *c = &tm->m.config;
     const nv_weights *w = &tm->m.w;
@@ -1254,10 +1285,11 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 #define NORM_DW(p) (frozen ? tm->sink : (p))
     int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
+    const float rs = nv_config_residual_scale(c);
 
     /* dlogits = (p - onehot) * scale / (rows with a target), in place */
     ce_job dj = {.logits = a->logits, .pscale = a->pscale, .lmax = a->lmax, .targets = tm->targets, .V = V, .rows = BT, .T = T,
-                 .cap = c->logit_softcap,
+                 .cap = c->logit_softcap, .div = c->logit_div,
                  .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f, .seq_scale = seq_scale};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
@@ -1276,12 +1308,13 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) (gelu with ffn_gelu; the product normed first
-           with post-norms), or a mixture's weighted sum of such */
-        const float *dffn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_ffn + (size_t)l * d), s.dx, LAYER(a->yf, j, sd),
+           with post-norms; times Granite's multiplier), or a mixture's weighted sum of such */
+        const float *dffn_out = branch_grad(&s, s.dx, rs, sd);
+        const float *dffn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_ffn + (size_t)l * d), dffn_out, LAYER(a->yf, j, sd),
                                                            w->post_ffn + (size_t)l * d, LAYER(a->rstd_pf, j, BT))
-                                          : s.dx;
+                                          : dffn_out;
         if (c->n_experts) {
-            moe_backward(tm, l, j, &s, xn2, s.dx, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef,
+            moe_backward(tm, l, j, &s, xn2, dffn, s.dxn, seq_scale ? 0.0f : grad_scale * tm->router_aux_coef,
                          seq_scale ? 0.0f : grad_scale * tm->router_z_coef, e, acc, frozen);
         } else {
             nv_plan_run_dx(lp->w2, dffn, BT, s.dhg);
@@ -1301,10 +1334,12 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         nv_rmsnorm_backward(s.dx2, NORM_DW(g->rms_ffn + (size_t)l * d), s.dxn, x2, w->rms_ffn + (size_t)l * d,
                             LAYER(a->rstd2, j, BT), BT, d, s.normp);
 
-        /* attention: x2 = x + Wo . attn(q, k, v) (the product normed first with post-norms) */
-        const float *dattn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_att + (size_t)l * d), s.dx2, LAYER(a->ya, j, sd),
+        /* attention: x2 = x + Wo . attn(q, k, v) (the product normed first with post-norms; times
+           Granite's multiplier) */
+        const float *dattn_out = branch_grad(&s, s.dx2, rs, sd);
+        const float *dattn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_att + (size_t)l * d), dattn_out, LAYER(a->ya, j, sd),
                                                             w->post_att + (size_t)l * d, LAYER(a->rstd_pa, j, BT))
-                                           : s.dx2;
+                                           : dattn_out;
         nv_plan_run_dx(lp->wo, dattn, BT, s.dao);
         if (!frozen) nv_gemm_dw(e, dattn, ao, BT, d, qd, g->wo + (size_t)l * wo_n, acc);
         lora_backward(tm, e, l, 3, ao, dattn, s.dao, acc);
