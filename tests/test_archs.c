@@ -639,6 +639,10 @@ static void hf_written(int gen) {
         }
         cJSON_Delete(j);
         free(text);
+        char args[1600];
+        snprintf(args, sizeof args, "info -m '%s'", path);
+        T_CHECK(t_nerve(args) == 0 && strstr(t_out, "block:    embeddings x 12, scores / 10, branches x 0.22 into the residual, logits / 8"),
+                "info: %s%s", t_out, t_err);
     }
     if (gen == 6) { /* the command: a GGUF file to a folder */
         char gguf[700], out[700], args[1600];
