@@ -156,6 +156,12 @@ static void models(void) {
     nv_config s3 = {8, 16, 4, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     s3.nope_period = 4;
     random_gguf(&s3, 15, "v3_smollm3.gguf", NV_GGUF_F32);
+    /* granite and granitemoe: llama's block (and experts) with the four multipliers */
+    nv_config gr = {8, 16, 2, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_config_set_granite(&gr, 12.0, 0.1, 0.22, 8.0);
+    random_gguf(&gr, 16, "v3_granite.gguf", NV_GGUF_F32);
+    gr.n_experts = 3, gr.n_experts_used = 2;
+    random_gguf(&gr, 17, "v3_granitemoe.gguf", NV_GGUF_F32);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     random_gguf(&lf, 11, "v3_rope_freqs.gguf", NV_GGUF_F32);
@@ -245,6 +251,12 @@ static void hf(void) {
     check(nv_model_alloc(&m, &s3));
     nv_model_init_random(&m, 12);
     hf_seed(&m, NULL, "smollm3.hf", 1, NV_HF_F32);
+    nv_model_free(&m);
+    nv_config gr = {8, 16, 2, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_config_set_granite(&gr, 12.0, 0.1, 0.22, 8.0); /* granite: its four multipliers in config.json */
+    check(nv_model_alloc(&m, &gr));
+    nv_model_init_random(&m, 13);
+    hf_seed(&m, NULL, "granite.hf", 1, NV_HF_F32);
     /* mixtures of experts, as transformers writes Mixtral's (F32) and Qwen3-MoE's (BF16) */
     for (int qk = 0; qk < 2; qk++) {
         nv_config mc = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 0, qk, 0, {0}, 0, NV_CONFIG_PLAIN};
