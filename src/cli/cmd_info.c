@@ -73,15 +73,15 @@ static int model_info(const char *path) {
     if (c->swa_window) printf("window:   %d positions in %d of %d layers\n", c->swa_window, nv_config_windowed_layers(c), c->n_layers);
     if (nv_config_gemma_block(c)) { /* Gemma's block */
         printf("block:    %s%s, embeddings x %g, scores / %g", c->ffn_gelu ? "GELU gating" : "SwiGLU", c->post_norms ? ", post-norms" : "",
-               (double)(c->emb_scale != 0.0f ? c->emb_scale : 1.0f), (double)nv_config_attn_div(c));
+               (double)nv_config_emb_scale(c), (double)nv_config_attn_div(c));
         if (c->attn_softcap != 0.0f) printf(" soft-capped at %g", (double)c->attn_softcap);
         if (c->logit_softcap != 0.0f) printf(", logits soft-capped at %g", (double)c->logit_softcap);
         printf("\n");
     }
     if (nv_config_granite(c)) /* Granite's multipliers */
         printf("block:    embeddings x %g, scores / %g, branches x %g into the residual, logits / %g\n",
-               (double)(c->emb_scale != 0.0f ? c->emb_scale : 1.0f), (double)nv_config_attn_div(c), (double)nv_config_residual_scale(c),
-               (double)(c->logit_div != 0.0f ? c->logit_div : 1.0f));
+               (double)nv_config_emb_scale(c), (double)nv_config_attn_div(c), (double)nv_config_residual_scale(c),
+               (double)nv_config_logit_div(c));
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
     nv_model_free(&m);
     if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);

@@ -112,6 +112,10 @@ static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->
 static inline int nv_config_granite(const nv_config *c) { return c->residual_scale != 0.0f || c->logit_div != 0.0f; }
 /* What each branch is multiplied by before it joins the residual stream (1 but in Granite). */
 static inline float nv_config_residual_scale(const nv_config *c) { return c->residual_scale != 0.0f ? c->residual_scale : 1.0f; }
+/* What the logits are divided by (1 but in Granite). */
+static inline float nv_config_logit_div(const nv_config *c) { return c->logit_div != 0.0f ? c->logit_div : 1.0f; }
+/* What token embeddings are multiplied by (1 but in Gemma and Granite). */
+static inline float nv_config_emb_scale(const nv_config *c) { return c->emb_scale != 0.0f ? c->emb_scale : 1.0f; }
 /* What attention scores are divided by: sqrt(head_dim) unless the model says otherwise. */
 float nv_config_attn_div(const nv_config *c);
 /* NULL, or the Gemma family's parts the model has, named: the llama2.c writer refuses them with this

@@ -200,8 +200,8 @@ void nv_embed(const nv_model *m, int token, float *x) {
 
 void nv_logits_finish(const nv_config *c, float *logits, int rows) {
     const size_t n = (size_t)rows * (size_t)c->vocab_size;
-    const float div = c->logit_div, cap = c->logit_softcap;
-    if (div != 0.0f && div != 1.0f)
+    const float div = nv_config_logit_div(c), cap = c->logit_softcap;
+    if (div != 1.0f)
         for (size_t i = 0; i < n; i++) logits[i] /= div;
     if (cap == 0.0f) return;
     for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
@@ -432,7 +432,7 @@ typedef struct {
     int stride;       /* floats per row of all of them */
     int rows;         /* rows of the product (a pass of its own over them) */
     int gelu;
-    float scale;      /* residual: Granite's multiplier (nv_config_residual_scale; 1: x += y exactly) */
+    float scale;      /* residual: Granite's multiplier (nv_config_residual_scale; 1: x += y, the same bits) */
 } tail_ep;
 
 static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
@@ -441,10 +441,7 @@ static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
     for (int r = r0; r < r1; r++) {
         float *x = e->x + (size_t)r * e->stride;
         const float *y = e->y + (size_t)r * e->stride;
-        if (s == 1.0f)
-            for (int i = c0; i < c1; i++) x[i] += y[i];
-        else
-            for (int i = c0; i < c1; i++) x[i] += s * y[i];
+        for (int i = c0; i < c1; i++) x[i] += s * y[i];
     }
 }
 
@@ -560,8 +557,8 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     const int post = c->post_norms;
     /* the product kept apart, its adapter's update with it, until it is normed (post-norms) or, with
      * an adapter, scaled by Granite's multiplier, and joins the residual */
-    const int granite = nv_config_granite(c), apart = post || (granite && nv_adapter_rows_target(ad, 3));
     tail_ep res = {x, xb2, NULL, d, n, 0, nv_config_residual_scale(c)};
+    const int apart = post || (res.scale != 1.0f && nv_adapter_rows_target(ad, 3));
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, apart ? NULL : residual_ep, &res);
     nv_adapter_rows_add(ad, c, l, 3, xb, apart ? xb2 : x);
     if (apart) branch_residual(&res, xb2, post ? m->w.post_att + (size_t)l * d : NULL, c->norm_eps);
@@ -580,7 +577,7 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     } else {
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
     }
-    const int apart2 = post || (granite && nv_adapter_rows_target(ad, 5));
+    const int apart2 = post || (res.scale != 1.0f && nv_adapter_rows_target(ad, 5));
     tail_ep res2 = {x, xb, NULL, d, n, 0, res.scale};
     nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, apart2 ? NULL : residual_ep, &res2);
     nv_adapter_rows_add(ad, c, l, 5, hb, apart2 ? xb : x);

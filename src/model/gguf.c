@@ -2239,10 +2239,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (c->logit_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "final_logit_softcapping"), c->logit_softcap), n_kv++;
     if (c->attn_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "attn_logit_softcapping"), c->attn_softcap), n_kv++;
     if (nv_config_granite(c)) { /* all four, as llama.cpp asks for them; none as 1 (the score factor: 0, its default) */
-        kv_f32(&b, akey(k, sizeof k, arch, "embedding_scale"), c->emb_scale != 0.0f ? c->emb_scale : 1.0f);
+        kv_f32(&b, akey(k, sizeof k, arch, "embedding_scale"), nv_config_emb_scale(c));
         kv_f32(&b, akey(k, sizeof k, arch, "attention.scale"), c->attn_div != 0.0f ? inverse_f32(c->attn_div) : 0.0f);
         kv_f32(&b, akey(k, sizeof k, arch, "residual_scale"), nv_config_residual_scale(c));
-        kv_f32(&b, akey(k, sizeof k, arch, "logit_scale"), c->logit_div != 0.0f ? c->logit_div : 1.0f);
+        kv_f32(&b, akey(k, sizeof k, arch, "logit_scale"), nv_config_logit_div(c));
         n_kv += 4;
     }
     if (yarn) {

@@ -1584,10 +1584,10 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         cJSON_AddBoolToObject(cfg, "use_sliding_window", 0);
     }
     if (granite) { /* granite_scales reads them back; the score factor is a double whose inverse is the divisor again */
-        cJSON_AddNumberToObject(cfg, "embedding_multiplier", shortest(c->emb_scale != 0.0f ? c->emb_scale : 1.0f));
+        cJSON_AddNumberToObject(cfg, "embedding_multiplier", shortest(nv_config_emb_scale(c)));
         cJSON_AddNumberToObject(cfg, "attention_multiplier", 1.0 / nv_config_attn_div(c));
         cJSON_AddNumberToObject(cfg, "residual_multiplier", shortest(nv_config_residual_scale(c)));
-        cJSON_AddNumberToObject(cfg, "logits_scaling", shortest(c->logit_div != 0.0f ? c->logit_div : 1.0f));
+        cJSON_AddNumberToObject(cfg, "logits_scaling", shortest(nv_config_logit_div(c)));
         cJSON_AddBoolToObject(cfg, "mlp_bias", 0);
     }
     cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->shared_classifier);

@@ -650,7 +650,7 @@ static void headnorm_forward(float *out, float *rstd, const float *x, const floa
 /* Element-wise passes (SwiGLU and its backward, residual adds), 8 lanes at a time, a range's last
  * lanes through masked loads: every element is the same operations wherever a range starts or ends,
  * so the pool's fixed ranges and a product's epilogue blocks give the same bits. */
-typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_GEGLU, EW_GEGLU_BACK, EW_ADD, EW_SCALE_ADD, EW_SCALE } ew_kind;
+typedef enum { EW_SWIGLU, EW_SWIGLU_BACK, EW_GEGLU, EW_GEGLU_BACK, EW_SCALE_ADD, EW_SCALE } ew_kind;
 
 /* GELU's tanh form as inference writes it: gelu(x) = x s, s = 1 / (1 + e^(k x (1 + a x^2))) (the
  * sigmoid of 2 sqrt(2/pi) (x + a x^3)); *dz, when asked, is ds/dx: s (1 - s) times that argument's slope. */
@@ -699,10 +699,7 @@ static void ew_range(const ew_job *j, size_t i0, size_t i1) {
             nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_mul_ps(g, b), _mm256_fmadd_ps(a, dsg, sg)), n);
             break;
         }
-        case EW_ADD: /* out = a + b */
-            nv_store8_n(j->out + i, _mm256_add_ps(a, b), n);
-            break;
-        case EW_SCALE_ADD: /* out = s a + b, as inference's residual adds it (no fused multiply-add) */
+        case EW_SCALE_ADD: /* out = s a + b, as inference's residual adds it (no fused multiply-add; s 1: a + b exactly) */
             nv_store8_n(j->out + i, _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(j->s), a), b), n);
             break;
         case EW_SCALE: /* out = s a */
@@ -740,7 +737,7 @@ typedef struct {
     const int *targets;
     int V, rows, T;
     float cap;               /* a soft cap on the logits (Gemma 2, 3), or 0 */
-    float div;               /* Granite's logit divisor (the product's logits divided by it first), or 0 */
+    float div;               /* the product's logits divided by it first (nv_config_logit_div: Granite's, else 1) */
     float dscale;            /* dlogits_task */
     const float *seq_scale;  /* dlogits_task: [rows / T] per sequence instead of dscale, or NULL */
     double partial[CE_TASKS];
@@ -791,7 +788,7 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         if (j->targets[r] < 0) continue;
         counted++;
         float *lg = j->logits + (size_t)r * j->V;
-        if (j->div != 0.0f && j->div != 1.0f) /* as inference: nv_logits_finish */
+        if (j->div != 1.0f) /* as inference: nv_logits_finish */
             for (int i = 0; i < j->V; i++) lg[i] /= j->div;
         if (j->cap != 0.0f) {
             total += j->nll[r] = capped_nll(j, r, lg);
@@ -848,7 +845,7 @@ static void dlogits_task(void *ctx, int task, int n_tasks) {
     for (int r = r0; r < r1; r++) {
         float *lg = j->logits + (size_t)r * j->V;
         /* the divisor's share: d(product's logit) = d(logit) / div */
-        const float dscale = (j->seq_scale ? j->seq_scale[r / j->T] : j->dscale) / (j->div != 0.0f ? j->div : 1.0f);
+        const float dscale = (j->seq_scale ? j->seq_scale[r / j->T] : j->dscale) / j->div;
         const __m256 vd = _mm256_set1_ps(dscale);
         if (j->targets[r] < 0) { /* no target: no gradient */
             memset(lg, 0, (size_t)j->V * sizeof(float));
@@ -1096,7 +1093,7 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
 
 /* A branch y joining the residual x: out = x + rs y (rs, Granite's multiplier: 1 but there; out may be y). */
 static ew_job residual_job(float *out, const float *y, const float *x, float rs, size_t n) {
-    return (ew_job){.kind = rs == 1.0f ? EW_ADD : EW_SCALE_ADD, .n = n, .out = out, .a = y, .b = x, .s = rs};
+    return (ew_job){.kind = EW_SCALE_ADD, .n = n, .out = out, .a = y, .b = x, .s = rs};
 }
 
 /* A post-norm: out = x + rs rmsnorm(y) * w, y's statistics into rstd. */
@@ -1218,7 +1215,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     if (!targets) return 0.0f;
     /* cross-entropy; the logits become the softmax's exps for the backward */
     ce_job cj = {.logits = a->logits, .pscale = a->pscale, .nll = a->nll, .lmax = a->lmax, .targets = targets, .V = V, .rows = BT,
-                 .cap = c->logit_softcap, .div = c->logit_div};
+                 .cap = c->logit_softcap, .div = nv_config_logit_div(c)};
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0;
@@ -1289,7 +1286,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
     /* dlogits = (p - onehot) * scale / (rows with a target), in place */
     ce_job dj = {.logits = a->logits, .pscale = a->pscale, .lmax = a->lmax, .targets = tm->targets, .V = V, .rows = BT, .T = T,
-                 .cap = c->logit_softcap, .div = c->logit_div,
+                 .cap = c->logit_softcap, .div = nv_config_logit_div(c),
                  .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f, .seq_scale = seq_scale};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
@@ -1383,7 +1380,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
                             LAYER(a->rstd1, j, BT), BT, d, s.normp);
     }
 #undef NORM_DW
-    const float emb_scale = c->emb_scale != 0.0f ? c->emb_scale : 1.0f;
+    const float emb_scale = nv_config_emb_scale(c);
     for (int r = 0; r < BT && !frozen; r++) {
         float *ge = g->tok_emb + (size_t)tm->inputs[r] * d;
         const float *dxr = s.dx + (size_t)r * d;
