@@ -585,13 +585,15 @@ static void test_hf_folder(void) {
     for (int gen = 1; gen <= 3; gen++) hf_folder(gen);
 }
 
-/* nerve's own folder of each (gemma, gemma2, gemma3_text, smollm3, granite; and Gemma 3 whose period
- * is longer than its layers, said by sliding_window_pattern alone) reads back, through the reader
+/* nerve's own folder of each (gemma, gemma2, gemma3_text, smollm3, granite; Gemma 3 whose period is
+ * longer than its layers, said by sliding_window_pattern alone; SmolLM3 whose interval is longer than
+ * its layers, said by no_rope_layer_interval alone) reads back, through the reader
  * tested above against transformers' layout, as the same config and logits (F32; the norms'
  * w - 1 and back within rounding); `nerve export MODEL.gguf -o DIR/` writes it too. */
 static void hf_written(int gen) {
-    nv_config c = gemma_config(gen == 6 ? 3 : gen);
+    nv_config c = gemma_config(gen == 6 ? 3 : gen == 7 ? 4 : gen);
     if (gen == 6) c.swa_period = 6;
+    if (gen == 7) c.nope_period = 5; /* every layer rotates: a list of flags would say interval 0 */
     nv_model m;
     if (!gemma_model(&m, &c, 23)) return;
     T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
@@ -660,7 +662,7 @@ static void hf_written(int gen) {
 }
 
 static void test_hf_written(void) {
-    for (int gen = 1; gen <= 6; gen++) hf_written(gen);
+    for (int gen = 1; gen <= 7; gen++) hf_written(gen);
 }
 
 /* Gemma's vocabulary layout: BOS 2 opens the text, no dummy prefix, specials cut the text, bytes

@@ -1578,8 +1578,10 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     cJSON_AddStringToObject(cfg, "hidden_act", gemma ? "gelu_pytorch_tanh" : "silu");
     if (gemma) gemma_fields(cfg, c, gemma);
     if (c->nope_period) { /* both forms: transformers reads the list, other readers the interval */
-        cJSON *list = cJSON_AddArrayToObject(cfg, "no_rope_layers");
-        for (int l = 0; l < c->n_layers; l++) cJSON_AddItemToArray(list, cJSON_CreateNumber(nv_config_layer_roped(c, l)));
+        if (c->nope_period <= c->n_layers) { /* (no layer without RoPE: the interval alone says it) */
+            cJSON *list = cJSON_AddArrayToObject(cfg, "no_rope_layers");
+            for (int l = 0; l < c->n_layers; l++) cJSON_AddItemToArray(list, cJSON_CreateNumber(nv_config_layer_roped(c, l)));
+        }
         cJSON_AddNumberToObject(cfg, "no_rope_layer_interval", c->nope_period);
         cJSON_AddBoolToObject(cfg, "use_sliding_window", 0);
     }
