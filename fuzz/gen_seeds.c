@@ -498,6 +498,8 @@ static void api(void) {
                        "\"parallel_tool_calls\":false}"},
         {"tool_answer.txt", "Sure.\n<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}}\n</tool_call>\n"
                             "<tool_call>{\"name\":\"a\",\"arguments\":\"{}\"}</tool_call> {\"name\": \"a\", \"parameters\": {}}"},
+        {"tool_answer_granite.txt", "Let me see. <|tool_call|>[{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}}, "
+                                    "{\"name\":\"a\",\"arguments\":\"{}\"}]"},
         {"pattern.json", "{\"prompt\":\"a\",\"json_schema\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\","
                          "\"pattern\":\"^(?:[A-Z]\\\\d{2,3}|x[^\\\"\\\\\\\\]+?)*\\\\.(a|b)?$\"},\"q\":{\"type\":\"string\","
                          "\"pattern\":\"\\\\u00e9\\\\s\\\\W.\"}},\"required\":[\"p\",\"q\"]}}"},

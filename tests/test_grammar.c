@@ -427,6 +427,37 @@ static void test_think(void) {
     nv_grammar_unref(g);
 }
 
+/* Tool calls as one list in one frame (Granite's <|tool_call|>[A, B]): calls inside the list only,
+ * at least one, each held to its tool's schema. */
+static void test_tool_call_list(void) {
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\","
+                               "\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"time\"}}]");
+    nv_grammar *g = NULL;
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, "arguments", "<|tool_call|>[", "]", NULL, ", ", 0, 0, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+        const char *good[] = {"<|tool_call|>[{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}]",
+                              "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}, {\"name\": \"play\", \"arguments\": {\"toy\":\"ball\"}}]",
+                              "<|tool_call|>[{\"name\":\"time\",\"arguments\":{\"any\":[1]}}, {\"name\":\"time\",\"arguments\":{}}, "
+                              "{\"name\":\"time\",\"arguments\":{}}]"};
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) T_CHECK(accepts(g, good[i]), "accepts %s", good[i]);
+        const char *bad[] = {"<|tool_call|>[]", "<|tool_call|>[{\"name\": \"play\", \"arguments\": {\"toy\": \"doll\"}}]",
+                             "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}]<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}]",
+                             "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}},]", "<|tool_call|>{\"name\":\"time\",\"arguments\":{}}"};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "refuses %s", bad[i]);
+        nv_grammar_unref(g);
+    }
+    /* one call only: no second in the list */
+    T_CHECK(nv_tool_calls_grammar(tools, "time", "arguments", "<|tool_call|>[", "]", NULL, NULL, 0, 0, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+        T_CHECK(accepts(g, "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}]") &&
+                    !accepts(g, "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}, {\"name\":\"time\",\"arguments\":{}}]"),
+                "a single call");
+        nv_grammar_unref(g);
+    }
+    cJSON_Delete(tools);
+}
+
 static void test_lazy(void) {
     cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"play\"}},\"required\":[\"name\"]}");
     nv_grammar *g = NULL;
@@ -470,6 +501,7 @@ int main(void) {
     T_RUN(test_schemas);
     T_RUN(test_schema_refusals);
     T_RUN(test_mask);
+    T_RUN(test_tool_call_list);
     T_RUN(test_lazy);
     T_RUN(test_think);
     return t_done();

@@ -756,40 +756,21 @@ static void test_structured_outputs(void) {
     }
 }
 
-/* Tool calling end to end, on a stories260K-shaped model with a 2,048-token context (the tools'
- * description alone outgrows stories260K's 512 with its 512-token vocabulary): tool_choice
- * "required" and a named tool give calls whose arguments fit the tool's schema, whole and
- * streamed alike, with finish_reason "tool_calls" and content null; "auto" leaves the random
- * model's text as content; a conversation with a call and its result is accepted. */
-static void test_tool_calls(void) {
-    char model[700], args[1024];
-    snprintf(model, sizeof model, "%s/tools-2k.bin", tmpdir);
-    snprintf(args, sizeof args, "init --preset stories260K --seq-len 2048 --seed 7 -o '%s'", model);
-    if (t_nerve(args) != 0) {
-        T_CHECK(0, "init: %s", t_err);
-        return;
-    }
-    server s;
-    if (!server_spawn(&s, "tools", NULL, NULL, model, tok_path, "--kv-memory 64M", 30)) {
-        T_CHECK(0, "the tools server did not start");
-        return;
-    }
-    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
-                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"
-                        "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
-                        "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":"
-                        "{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
+/* tool_choice "required" and a named tool ("play"), seeds 1..n_seeds each, on the server at port:
+ * calls whose arguments fit the tools' schemas (those of test_tool_calls), whole and streamed
+ * alike, finish_reason "tool_calls", content null. Returns the calls seen. */
+static int required_calls(int port, const char *tools, int n_seeds) {
     const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"play\"}}"};
     char body[4096];
     int calls_seen = 0;
     for (int c = 0; c < 2; c++)
-        for (int seed = 1; seed <= 3; seed++) {
+        for (int seed = 1; seed <= n_seeds; seed++) {
             snprintf(body, sizeof body,
                      "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],\"max_tokens\":400,\"seed\":%d,%s,"
                      "\"tool_choice\":%s%%s}",
                      seed, tools, choices[c]);
             resp whole, streamed;
-            T_CHECK(post_whole_and_streamed(s.port, "/v1/chat/completions", body, ",\"stream\":true", &whole, &streamed),
+            T_CHECK(post_whole_and_streamed(port, "/v1/chat/completions", body, ",\"stream\":true", &whole, &streamed),
                     "choice %d seed %d: %d / %d", c, seed, whole.status, streamed.status);
             cJSON *root = cJSON_Parse(whole.body);
             const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
@@ -843,6 +824,34 @@ static void test_tool_calls(void) {
             cJSON_Delete(root);
             resp_free(&whole), resp_free(&streamed);
         }
+    return calls_seen;
+}
+
+/* Tool calling end to end, on a stories260K-shaped model with a 2,048-token context (the tools'
+ * description alone outgrows stories260K's 512 with its 512-token vocabulary): tool_choice
+ * "required" and a named tool give calls whose arguments fit the tool's schema, whole and
+ * streamed alike, with finish_reason "tool_calls" and content null; "auto" leaves the random
+ * model's text as content; a conversation with a call and its result is accepted. */
+static void test_tool_calls(void) {
+    char model[700], args[1024];
+    snprintf(model, sizeof model, "%s/tools-2k.bin", tmpdir);
+    snprintf(args, sizeof args, "init --preset stories260K --seq-len 2048 --seed 7 -o '%s'", model);
+    if (t_nerve(args) != 0) {
+        T_CHECK(0, "init: %s", t_err);
+        return;
+    }
+    server s;
+    if (!server_spawn(&s, "tools", NULL, NULL, model, tok_path, "--kv-memory 64M", 30)) {
+        T_CHECK(0, "the tools server did not start");
+        return;
+    }
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
+                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"
+                        "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                        "{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
+    char body[4096];
+    const int calls_seen = required_calls(s.port, tools, 3);
     T_CHECK(calls_seen >= 4, "only %d calls in 6 answers", calls_seen);
 
     /* auto: this random model writes text, which stays content; a whole conversation renders */
@@ -909,6 +918,28 @@ static void test_tool_calls(void) {
     }
     rc = server_stop(&s);
     T_CHECK(rc == 0, "llama3 tools server exit %d", rc);
+
+    /* Granite's format: the calls come as <|tool_call|>[...] and are read back as calls; a
+     * conversation with a call and its result is shown in Granite's turns (/apply-template) */
+    if (!server_spawn(&s, "tools-granite", NULL, NULL, model, tok_path, "--kv-memory 64M --chat-template granite", 30)) {
+        T_CHECK(0, "the granite tools server did not start");
+        return;
+    }
+    const int granite_calls = required_calls(s.port, tools, 2);
+    T_CHECK(granite_calls >= 3, "granite: only %d calls in 4 answers", granite_calls);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+             "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
+             tools);
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL, body, &r) && r.status == 200 &&
+                strstr(r.body, "<|start_of_role|>available_tools<|end_of_role|>[\\n    {\\n        \\\"type\\\": \\\"function\\\",") &&
+                strstr(r.body, "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\\\"name\\\": \\\"play\\\", \\\"arguments\\\": "
+                               "{\\\"toy\\\":\\\"car\\\"}}]<|end_of_text|>\\n<|start_of_role|>tool_response<|end_of_role|>done"),
+            "granite apply-template: %d %s", r.status, r.body);
+    resp_free(&r);
+    rc = server_stop(&s);
+    T_CHECK(rc == 0, "granite tools server exit %d", rc);
 }
 
 #define NCONC 8

@@ -516,6 +516,46 @@ static void test_chat_tools(void) {
     nw = expect_ids(tok, want, want_text, 1, 0, NULL, 0, 0);
     T_CHECK(same_ids(ids, n, want, nw), "plain with tools");
     free(ids);
+    /* granite: Granite 3's own turns; the tools one JSON list, each result a tool_response turn */
+    const char *granite_tools[] = {"{\n    \"type\": \"function\"\n}", "{\n    \"a\": [\n        1\n    ]\n}"};
+    nv_chat_opts og = {.tools = granite_tools, .n_tools = 2};
+    const char *granite_list = "<|start_of_role|>available_tools<|end_of_role|>[\n    {\n        \"type\": \"function\"\n    },\n"
+                               "    {\n        \"a\": [\n            1\n        ]\n    }\n]<|end_of_text|>\n";
+    nv_chat_call two[] = {{"f", "{\"x\": 1}"}, {"g", "{}"}};
+    msgs[2].calls = two, msgs[2].n_calls = 2;
+    nv_buf text = {0};
+    snprintf(want_text, sizeof want_text,
+             "<s><|start_of_role|>system<|end_of_role|>Be kind.<|end_of_text|>\n%s<|start_of_role|>user<|end_of_role|>Hi"
+             "<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\"name\": \"f\", \"arguments\": "
+             "{\"x\": 1}}, {\"name\": \"g\", \"arguments\": {}}]<|end_of_text|>\n<|start_of_role|>tool_response<|end_of_role|>42"
+             "<|end_of_text|>\n<|start_of_role|>tool_response<|end_of_role|>43<|end_of_text|>\n"
+             "<|start_of_role|>assistant<|end_of_role|>",
+             granite_list);
+    T_CHECK(nv_chat_render_text(NV_CHAT_GRANITE, tok, msgs, 5, &og, &text) == NV_OK && text.data && !strcmp(text.data, want_text),
+            "granite with tools: %s", text.data ? text.data : nv_errmsg());
+    /* no system message: Granite's own line saying tools exist */
+    text.len = 0;
+    snprintf(want_text, sizeof want_text,
+             "<s><|start_of_role|>system<|end_of_role|>You are Granite, developed by IBM. You are a helpful AI assistant with "
+             "access to the following tools. When a tool is required to answer the user's query, respond with <|tool_call|> "
+             "followed by a JSON list of tools used. If a tool does not exist in the provided list of tools, notify the user "
+             "that you do not have the ability to fulfill the request.<|end_of_text|>\n%s<|start_of_role|>user<|end_of_role|>Hi"
+             "<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",
+             granite_list);
+    T_CHECK(nv_chat_render_text(NV_CHAT_GRANITE, tok, msgs + 1, 1, &og, &text) == NV_OK && text.data && !strcmp(text.data, want_text),
+            "granite's own system line: %s", text.data ? text.data : nv_errmsg());
+    /* a turn to train on: the answer's calls as the model writes them, then <|end_of_text|> */
+    int np = 0;
+    T_CHECK(nv_chat_render_turn(NV_CHAT_GRANITE, tok, msgs + 1, 2, &og, &ids, &n, &np) == NV_OK, "%s", nv_errmsg());
+    text.len = 0;
+    T_CHECK(nv_chat_render_text(NV_CHAT_GRANITE, tok, msgs + 1, 1, &og, &text) == NV_OK && text.data, "%s", nv_errmsg());
+    nv_buf_puts(&text, "<|tool_call|>[{\"name\": \"f\", \"arguments\": {\"x\": 1}}, {\"name\": \"g\", \"arguments\": {}}]"
+                       "<|end_of_text|>");
+    nw = expect_ids(tok, want, text.data + 3, 1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(ids, n, want, nw) && np > 0 && np < n, "granite's answer with calls");
+    free(ids);
+    nv_buf_free(&text);
+    msgs[2].calls = &call, msgs[2].n_calls = 1;
     nv_tokenizer_free(tok);
 }
 
@@ -581,6 +621,21 @@ static void test_tool_parser(void) {
     };
     for (size_t i = 0; i < sizeof llama3 / sizeof llama3[0]; i++)
         for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_LLAMA3, &llama3[i], bw);
+    static const tool_case granite[] = {
+        {"Let me check. <|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"play\", "
+         "\"arguments\": {}}]",
+         "Let me check.", 2, "get_weather", "{\"city\":\"Oslo\"}"},
+        {"<|tool_call|>{\"name\": \"play\", \"arguments\": \"{\\\"toy\\\": \\\"car\\\"}\"}\n", "", 1, "play", "{\"toy\":\"car\"}"},
+        {"<|tool_call|>[{\"name\": \"play\"}, {\"name\": \"fly\"}]", "<|tool_call|>[{\"name\": \"play\"}, {\"name\": \"fly\"}]", 0,
+         NULL, NULL}, /* one unknown tool: none is a call */
+        {"<|tool_call|>[{\"name\": \"play\"}] and more", "<|tool_call|>[{\"name\": \"play\"}] and more", 0, NULL, NULL},
+        {"A\n<|tool_call|>[not json", "A\n<|tool_call|>[not json", 0, NULL, NULL},
+        {"Nothing to call.<|tool_call|>[]", "Nothing to call.", 0, NULL, NULL},
+        {"Text <|tool_ but no call \n", "Text <|tool_ but no call \n", 0, NULL, NULL},
+        {"<tool_call>{\"name\": \"play\"}</tool_call>", "<tool_call>{\"name\": \"play\"}</tool_call>", 0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof granite / sizeof granite[0]; i++)
+        for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_GRANITE, &granite[i], bw);
     /* streamed: content is never taken back: what is given before the end stays given */
     const char *names[] = {"play"};
     nv_tool_parser p = {.style = NV_TOOLS_HERMES, .names = names, .n_names = 1};
@@ -591,6 +646,19 @@ static void test_tool_parser(void) {
     T_CHECK(content.data && !strcmp(content.data, "Sure.") && n == 0, "held back: '%s'", content.data ? content.data : "");
     nv_tool_parser_feed(&p, "_call>{\"name\":\"play\"}</tool_call>", 34, 0, &content, &calls, &n);
     T_CHECK(n == 1 && !strcmp(content.data, "Sure."), "call after held text: %d '%s'", n, content.data);
+    nv_tool_calls_free(calls, n);
+    nv_buf_free(&content);
+    nv_tool_parser_free(&p);
+    /* Granite's list is decided at the end of the answer; the text before the marker streams */
+    p = (nv_tool_parser){.style = NV_TOOLS_GRANITE, .names = names, .n_names = 1};
+    calls = NULL, n = 0;
+    nv_tool_parser_feed(&p, "Sure <|tool", 11, 0, &content, &calls, &n);
+    T_CHECK(content.data && !strcmp(content.data, "Sure") && n == 0, "granite held back: '%s'", content.data ? content.data : "");
+    const char *rest = "_call|>[{\"name\":\"play\"}]";
+    nv_tool_parser_feed(&p, rest, strlen(rest), 0, &content, &calls, &n);
+    T_CHECK(n == 0 && !strcmp(content.data, "Sure"), "granite before the end: %d '%s'", n, content.data);
+    nv_tool_parser_feed(&p, "", 0, 1, &content, &calls, &n);
+    T_CHECK(n == 1 && !strcmp(content.data, "Sure") && !strcmp(calls[0].name, "play"), "granite at the end: %d '%s'", n, content.data);
     nv_tool_calls_free(calls, n);
     nv_buf_free(&content);
     nv_tool_parser_free(&p);

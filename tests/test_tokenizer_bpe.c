@@ -123,6 +123,12 @@ static void test_specials_and_decode(void) {
     EXPECT(t, "at", 0, id_of(t, "at"));
     T_CHECK(nv_tokenizer_encode(t, "at", 0, 1, &ids, &n) == NV_OK && n == 2 && ids[1] == ID_IM_END, "eos appended");
     free(ids);
+    /* a control token shown (a template's tool-call marker) prints its text; ends, others and unknown texts are refused */
+    T_CHECK(nv_tokenizer_show(t, "<|im_start|>") == ID_IM_START && !strcmp(nv_tokenizer_decode(t, 0, ID_IM_START), "<|im_start|>"),
+            "a shown control token prints its text");
+    T_CHECK(nv_tokenizer_show(t, "<|im_end|>") < 0 && nv_tokenizer_show(t, "<think>") < 0 && nv_tokenizer_show(t, "<|nope|>") < 0 &&
+                !strcmp(nv_tokenizer_decode(t, 0, ID_IM_END), ""),
+            "only control tokens that do not end an answer");
     nv_tokenizer_free(t);
 }
 

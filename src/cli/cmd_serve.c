@@ -299,6 +299,9 @@ int cmd_serve(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
+       the tool-call parser, as llama.cpp's preserved tokens */
+    if (nv_chat_tool_token(tmpl)) nv_tokenizer_show(tok, nv_chat_tool_token(tmpl));
     char tuned_line[160] = "";
     if (!no_tune && !engine_name && !chunk_given) { /* what `nerve tune` measured best here for this model */
         char machine[512], key[256];

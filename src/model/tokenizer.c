@@ -61,6 +61,7 @@ struct nv_tokenizer {
     int no_space_prefix;   /* a GGUF vocabulary's add_space_prefix false: no SentencePiece dummy prefix */
     int special_at[257];   /* special[special_at[b] .. special_at[b+1]) start with byte b */
     pcre2_code *re;        /* the pre-tokenizer's split */
+    int shown[4], n_shown; /* control tokens decoding prints as their text (nv_tokenizer_show) */
 };
 
 /* FNV-1a, continued across calls so a pair can be hashed without concatenating it. */
@@ -644,6 +645,16 @@ const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id) {
     return p;
 }
 
+int nv_tokenizer_show(nv_tokenizer *t, const char *text) {
+    const int id = nv_tokenizer_lookup(t, text);
+    if (id < 0 || !t->type || t->type[id] != 3 || nv_tokenizer_is_eog(t, id) || id == t->bos) return -1;
+    for (int i = 0; i < t->n_shown; i++)
+        if (t->shown[i] == id) return id;
+    if (t->n_shown == (int)(sizeof t->shown / sizeof t->shown[0])) return -1;
+    t->shown[t->n_shown++] = id;
+    return id;
+}
+
 float nv_tokenizer_score(const nv_tokenizer *t, int id) {
     return id >= 0 && id < t->n ? t->score[id] : 0.0f;
 }
@@ -1124,6 +1135,8 @@ static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int 
 
 const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token) {
     if (token < 0 || token >= t->n) return NULL;
+    for (int i = 0; i < t->n_shown; i++)
+        if (token == t->shown[i]) return tok_piece(t, token);
     if (t->byte_level) return t->text + t->text_off[token];
     /* a GGUF vocabulary's control tokens past llama2.c's three print nothing, as the byte-level ones */
     /* (llama2.c's own three keep their pieces, as run.c prints them) */

@@ -89,6 +89,12 @@ const char *nv_tokenizer_piece(const nv_tokenizer *t, int id);
  * SentencePiece vocabulary's <unk>, <s> and </s> (llama2.c stores BOS and EOS as "\n<s>\n" and
  * "\n</s>\n"), else the piece; NULL if id is out of range. */
 const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id);
+/* Makes decoding print the control token whose text is `text` as that text (llama.cpp's
+ * preserved tokens): Granite answers a tool call with its <|tool_call|> token, which the server
+ * must see. Call it before the tokenizer is shared (the only exception to immutability); at
+ * most four. Returns the token's id, or -1 when the vocabulary has no such control token (or it
+ * is BOS or an end of generation, which never print). */
+int nv_tokenizer_show(nv_tokenizer *t, const char *text);
 /* The piece's score; 0 if id is out of range. */
 float nv_tokenizer_score(const nv_tokenizer *t, int id);
 /* The GGUF token type the vocabulary gave id (1 normal, 2 unknown, 3 control, 4 user-defined,

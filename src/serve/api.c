@@ -493,13 +493,18 @@ static const char *tool_name(const cJSON *tool) {
 }
 
 /* The grammar of tool calls: Hermes: <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>,
- * with parallel more after newlines; Llama 3: {"name": NAME, "parameters": ARGS}. ARGS follows
+ * with parallel more after newlines; Llama 3: {"name": NAME, "parameters": ARGS}; Granite:
+ * <|tool_call|>[{"name": NAME, "arguments": ARGS}], with parallel more in the list. ARGS follows
  * the tool's parameters schema. */
 static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, int skip_bad,
                             int think, nv_grammar **out) {
-    if (style == NV_TOOLS_LLAMA3) return nv_tool_calls_grammar(tools, only, "parameters", "", "", NULL, skip_bad, think, out);
-    return nv_tool_calls_grammar(tools, only, "arguments", "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, skip_bad,
-                                 think, out);
+    if (style == NV_TOOLS_LLAMA3)
+        return nv_tool_calls_grammar(tools, only, "parameters", "", "", NULL, NULL, skip_bad, think, out);
+    if (style == NV_TOOLS_GRANITE)
+        return nv_tool_calls_grammar(tools, only, "arguments", "<|tool_call|>[", "]", NULL, parallel ? ", " : NULL, skip_bad,
+                                     think, out);
+    return nv_tool_calls_grammar(tools, only, "arguments", "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, NULL,
+                                 skip_bad, think, out);
 }
 
 /* tools, tool_choice, parallel_tool_calls (chat): the tools go into the prompt through the
@@ -540,10 +545,10 @@ static int check_tools(const cJSON *tools, nv_api_error *err) {
 }
 
 /* A tool as the chat template prints it (Python's json.dumps style: one line for Hermes, indented by
-   4 for Llama 3), malloc'd. */
+   4 for Llama 3 and Granite), malloc'd. */
 static char *tool_text(const cJSON *tool, nv_tool_style style) {
     nv_buf b = {0};
-    nv_py_json(&b, tool, style == NV_TOOLS_LLAMA3 ? 4 : 0);
+    nv_py_json(&b, tool, style == NV_TOOLS_HERMES ? 0 : 4);
     return nv_buf_take(&b);
 }
 
@@ -646,9 +651,10 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
          * grammar cannot take leaves the calls unconstrained: they are still read) */
         out->req.lazy_grammar = out->lazy_grammar;
-        out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : "<tool_call>";
+        out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : style == NV_TOOLS_GRANITE ? "<|tool_call|>" : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
-        out->req.lazy_ends = style == NV_TOOLS_LLAMA3 || !parallel; /* Llama 3's call is the whole answer */
+        /* Llama 3's call is the whole answer, Granite's list the rest of it */
+        out->req.lazy_ends = style != NV_TOOLS_HERMES || !parallel;
         out->req.lazy_think = ctx->reasoning; /* a call begins after the model's think block */
     }
     return 0;

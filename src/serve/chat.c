@@ -13,6 +13,10 @@ static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deep
 #define DS_ASSISTANT NV_CHAT_DEEPSEEK_ASSISTANT
 #define DS_END "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define N_TEMPLATES (int)(sizeof names / sizeof names[0])
+/* Granite's markers */
+#define GRANITE_ROLE(r) "<|start_of_role|>" r "<|end_of_role|>"
+#define GRANITE_END "<|end_of_text|>\n"
+#define GRANITE_TOOL_CALL "<|tool_call|>"
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
     for (int i = 0; i < N_TEMPLATES; i++)
@@ -44,7 +48,11 @@ static int is_system(const char *role) { return !strcmp(role, "system") || !strc
 /* "function": the deprecated role of a function's result (LangChain's FunctionMessage), a tool's result */
 static int is_tool(const char *role) { return !strcmp(role, "tool") || !strcmp(role, "function"); }
 
-nv_tool_style nv_chat_tool_style(nv_chat_template t) { return t == NV_CHAT_LLAMA3 ? NV_TOOLS_LLAMA3 : NV_TOOLS_HERMES; }
+nv_tool_style nv_chat_tool_style(nv_chat_template t) {
+    return t == NV_CHAT_LLAMA3 ? NV_TOOLS_LLAMA3 : t == NV_CHAT_GRANITE ? NV_TOOLS_GRANITE : NV_TOOLS_HERMES;
+}
+
+const char *nv_chat_tool_token(nv_chat_template t) { return t == NV_CHAT_GRANITE ? GRANITE_TOOL_CALL : NULL; }
 
 /* ---- tools: the Hermes format (Qwen2.5/Qwen3's templates) and Llama 3.1's JSON one ---- */
 
@@ -76,6 +84,42 @@ static void llama3_tools_preamble(nv_buf *b, const nv_chat_opts *o) {
                    "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
                    "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
     for (int i = 0; i < o->n_tools; i++) nv_buf_printf(b, "%s\n\n", o->tools[i]);
+}
+
+/* Granite 3's system line when tools are given and no system message (its template's, without the
+ * knowledge cutoff and today's date, which would change the prompt from day to day). */
+#define GRANITE_TOOLS_SYSTEM                                                                                              \
+    "You are Granite, developed by IBM. You are a helpful AI assistant with access to the following tools. When a "      \
+    "tool is required to answer the user's query, respond with " GRANITE_TOOL_CALL " followed by a JSON list of tools "  \
+    "used. If a tool does not exist in the provided list of tools, notify the user that you do not have the ability "   \
+    "to fulfill the request."
+
+/* The tools as one JSON list indented by 4 (Python's json.dumps(tools, indent=4)): each tool's
+ * text, already indented by 4 at its own depth, moved one level in (its strings hold no raw line
+ * break, so every line break is one of the layout's). */
+static void granite_tools(nv_buf *b, const nv_chat_opts *o) {
+    nv_buf_puts(b, "[");
+    for (int i = 0; i < o->n_tools; i++) {
+        nv_buf_puts(b, i ? ",\n    " : "\n    ");
+        for (const char *s = o->tools[i], *nl; *s; s = nl + 1) {
+            if (!(nl = strchr(s, '\n'))) {
+                nv_buf_puts(b, s);
+                break;
+            }
+            nv_buf_append(b, s, (size_t)(nl - s));
+            nv_buf_puts(b, "\n    ");
+        }
+    }
+    nv_buf_puts(b, "\n]");
+}
+
+/* An assistant's calls as Granite writes them after its text: <|tool_call|> and one JSON list. */
+static void granite_calls(nv_buf *b, const nv_chat_msg *m) {
+    if (!m->n_calls) return;
+    nv_buf_puts(b, GRANITE_TOOL_CALL "[");
+    for (int i = 0; i < m->n_calls; i++)
+        nv_buf_printf(b, "%s{\"name\": \"%s\", \"arguments\": %s}", i ? ", " : "", m->calls[i].name, m->calls[i].arguments);
+    nv_buf_puts(b, "]");
 }
 
 /* Appends s without leading and trailing white space. */
@@ -165,41 +209,60 @@ static int continues(const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     return o->continue_final && n > 0 && !strcmp(m[n - 1].role, "assistant");
 }
 
-/* ChatML's turns (Qwen's), Phi-3's and Granite's have one shape: a marker around the role, a line
- * break (none in Granite's), the text, an end marker and a line break. */
+/* ChatML's turns (Qwen's) and Phi-3's have one shape: a marker around the role, a line break, the
+ * text, an end marker and a line break. */
 typedef struct {
-    const char *pre, *close, *after, *end;
+    const char *pre, *close, *end;
     int thinks; /* Qwen3's empty reasoning on a non-thinking turn (nv_chat_opts.no_think) */
 } turn_marks;
-static const turn_marks chatml_marks = {"<|im_start|>", "", "\n", "<|im_end|>", 1}, phi3_marks = {"<|", "|>", "\n", "<|end|>", 0},
-                        granite_marks = {"<|start_of_role|>", "<|end_of_role|>", "", "<|end_of_text|>", 0};
+static const turn_marks chatml_marks = {"<|im_start|>", "", "<|im_end|>", 1}, phi3_marks = {"<|", "|>", "<|end|>", 0};
 
 static void render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o, const turn_marks *k) {
     const char *no_think = k->thinks && o->no_think ? "<think>\n\n</think>\n\n" : "";
     int i = 0;
     if (o->n_tools) { /* the tools join the first system message in one system turn */
-        nv_buf_printf(text, "%ssystem%s%s", k->pre, k->close, k->after);
+        nv_buf_printf(text, "%ssystem%s\n", k->pre, k->close);
         if (n && is_system(m[0].role)) nv_buf_printf(text, "%s\n\n", m[i++].content);
         hermes_tools(text, o);
         nv_buf_printf(text, "%s\n", k->end);
     }
     for (; i < n; i++) {
         if (is_tool(m[i].role)) { /* consecutive results share one user turn */
-            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s%s", k->pre, k->close, k->after);
+            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s\n", k->pre, k->close);
             else nv_buf_puts(text, "\n");
             tool_response(text, m[i].content);
             if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_printf(text, "%s\n", k->end);
             continue;
         }
         if (i == n - 1 && continues(m, n, o)) { /* the answer so far: the model goes on from its last byte */
-            nv_buf_printf(text, "%sassistant%s%s%s%s", k->pre, k->close, k->after, no_think, m[i].content);
+            nv_buf_printf(text, "%sassistant%s\n%s%s", k->pre, k->close, no_think, m[i].content);
             return;
         }
-        nv_buf_printf(text, "%s%s%s%s%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, k->after, m[i].content);
+        nv_buf_printf(text, "%s%s%s\n%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, m[i].content);
         hermes_calls(text, &m[i]);
         nv_buf_printf(text, "%s\n", k->end);
     }
-    nv_buf_printf(text, "%sassistant%s%s%s", k->pre, k->close, k->after, no_think);
+    nv_buf_printf(text, "%sassistant%s\n%s", k->pre, k->close, no_think);
+}
+
+/* Granite's turns: <|start_of_role|>ROLE<|end_of_role|>TEXT<|end_of_text|> and a line break, with
+ * its own tool turns (chat.h). */
+static void render_granite(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    int i = 0;
+    if (o->n_tools) {
+        nv_buf_printf(text, GRANITE_ROLE("system") "%s" GRANITE_END GRANITE_ROLE("available_tools"),
+                      n && is_system(m[0].role) ? m[i++].content : GRANITE_TOOLS_SYSTEM);
+        granite_tools(text, o);
+        nv_buf_puts(text, GRANITE_END);
+    }
+    for (; i < n; i++) {
+        const char *role = is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool_response" : m[i].role;
+        nv_buf_printf(text, GRANITE_ROLE("%s") "%s", role, m[i].content);
+        if (i == n - 1 && continues(m, n, o)) return; /* the answer so far, continued */
+        granite_calls(text, &m[i]);
+        nv_buf_puts(text, GRANITE_END);
+    }
+    nv_buf_puts(text, GRANITE_ROLE("assistant"));
 }
 
 /* Gemma's turns: <start_of_turn>user (or model, the assistant's), the text trimmed, <end_of_turn>;
@@ -328,8 +391,8 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 
 /* The text of messages m[0..n) in a template that renders text (every one but llama2). */
 static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
-    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_GRANITE)
-        render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : t == NV_CHAT_PHI3 ? &phi3_marks : &granite_marks);
+    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
+    else if (t == NV_CHAT_GRANITE) render_granite(text, m, n, o);
     else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
     else if (t == NV_CHAT_DEEPSEEK) render_deepseek(text, m, n, o);
     else if (t == NV_CHAT_GEMMA) render_gemma(text, m, n, o);
@@ -400,7 +463,8 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
                 llama3_body(&answer, a);
             } else {
                 nv_buf_puts(&answer, a->content);
-                hermes_calls(&answer, a);
+                if (t == NV_CHAT_GRANITE) granite_calls(&answer, a);
+                else hermes_calls(&answer, a);
             }
             nv_buf_puts(&answer, nv_chat_template_stop(t));
         }
@@ -481,28 +545,44 @@ static const char jinja_plain[] =
     "{%- if m.role in " J_TOOL " %}{{- " J_RESPONSE " }}{%- else %}{{- ns.c }}{%- endif %}" J_HERMES_CALLS
     "{%- endfor %}";
 
-/* render_turns' form, of the markers PRE role CLOSE AFTER and END; THINK after the generation prompt */
-#define J_TURNS(PRE, CLOSE, AFTER, END, THINK)                                                                           \
-    "{%- set ns = namespace(c='', start=0) %}" J_BOS                                                                     \
-    "{%- if tools %}{{- '" PRE "system" CLOSE AFTER "' }}"                                                               \
+/* render_turns' form, of the markers PRE role CLOSE, a line break, and END; THINK after the generation prompt */
+#define J_TURNS(PRE, CLOSE, END, THINK)                                                                                 \
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS                                                                    \
+    "{%- if tools %}{{- '" PRE "system" CLOSE "\\n' }}"                                                                 \
     "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT                          \
-    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "\\n' }}{%- endif %}"         \
-    J_EACH                                                                                                               \
-    "{%- if m.role in " J_TOOL " %}"                                                                                     \
-    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE AFTER "' }}{%- else %}{{- '\\n' }}{%- endif %}" \
-    "{{- " J_RESPONSE " }}"                                                                                              \
-    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "\\n' }}{%- endif %}"                   \
-    "{%- else %}"                                                                                                        \
-    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE AFTER "' + ns.c }}" J_HERMES_CALLS         \
-    "{{- '" END "\\n' }}"                                                                                                \
-    "{%- endif %}{%- endfor %}"                                                                                          \
-    "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE AFTER "' }}" THINK "{%- endif %}"
+    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "\\n' }}{%- endif %}"        \
+    J_EACH                                                                                                              \
+    "{%- if m.role in " J_TOOL " %}"                                                                                    \
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE "\\n' }}{%- else %}{{- '\\n' }}{%- endif %}" \
+    "{{- " J_RESPONSE " }}"                                                                                             \
+    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "\\n' }}{%- endif %}"                 \
+    "{%- else %}"                                                                                                       \
+    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE "\\n' + ns.c }}" J_HERMES_CALLS           \
+    "{{- '" END "\\n' }}"                                                                                               \
+    "{%- endif %}{%- endfor %}"                                                                                         \
+    "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE "\\n' }}" THINK "{%- endif %}"
 
 static const char jinja_chatml[] = J_TURNS(
-    "<|im_start|>", "", "\\n", "<|im_end|>",
+    "<|im_start|>", "", "<|im_end|>",
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}");
-static const char jinja_phi3[] = J_TURNS("<|", "|>", "\\n", "<|end|>", "");
-static const char jinja_granite[] = J_TURNS("<|start_of_role|>", "<|end_of_role|>", "", "<|end_of_text|>", "");
+static const char jinja_phi3[] = J_TURNS("<|", "|>", "<|end|>", "");
+#define J_GRANITE_ROLE(r) "'<|start_of_role|>' + " r " + '<|end_of_role|>'"
+static const char jinja_granite[] =
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS
+    "{%- if tools %}{{- " J_GRANITE_ROLE("'system'") " }}"
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT
+    "{{- ns.c }}{%- set ns.start = 1 %}{%- else %}{{- \"" GRANITE_TOOLS_SYSTEM "\" }}{%- endif %}"
+    "{{- '<|end_of_text|>\\n' + " J_GRANITE_ROLE("'available_tools'") " + (tools | tojson(indent=4)) + '<|end_of_text|>\\n' }}"
+    "{%- endif %}"
+    J_EACH
+    "{%- set role = 'system' if m.role in " J_SYS " else ('tool_response' if m.role in " J_TOOL " else m.role) %}"
+    "{{- " J_GRANITE_ROLE("role") " + ns.c }}"
+    "{%- if m.tool_calls %}{{- '" GRANITE_TOOL_CALL "[' }}"
+    "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
+    "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
+    "{{- '}' }}{%- endfor %}{{- ']' }}{%- endif %}"
+    "{{- '<|end_of_text|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- " J_GRANITE_ROLE("'assistant'") " }}{%- endif %}";
 
 static const char jinja_llama2[] =
     "{%- set ns = namespace(c='', start=0, sys='', user='', first=true, have_user=false) %}"

@@ -24,7 +24,7 @@
  * Roles: system, developer (as system), user, assistant, tool.
  *
  * Tools (nv_chat_opts.tools: each tool's JSON as the template prints it, Python's json.dumps style:
- * one line for Hermes, indented by 4 for llama3):
+ * one line for Hermes, indented by 4 for llama3 and granite):
  * - chatml, plain, llama2, deepseek use the Hermes format Qwen2.5/Qwen3 are trained on: a "# Tools" block
  *   listing the tools inside <tools></tools> and asking for calls as
  *   <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, in the system turn (chatml: the
@@ -35,7 +35,12 @@
  * - llama3 uses Meta's Llama 3.1 JSON format: "Environment: ipython" opens the system turn, the
  *   tools (indented JSON) and the instruction to answer {"name": ..., "parameters": ...} go
  *   before the first user message, an assistant's call is that JSON, and tool results are
- *   ipython turns. */
+ *   ipython turns.
+ * - granite uses IBM Granite 3's own format: a system turn (the first system message, else Granite's
+ *   line saying tools exist and asking for "<|tool_call|> followed by a JSON list"), then an
+ *   available_tools turn holding the tools as one JSON list indented by 4; an assistant's calls
+ *   follow its text as <|tool_call|>[{"name": NAME, "arguments": ARGS}, ...]; each tool result is a
+ *   tool_response turn (with or without tools in the request). */
 #ifndef NV_SERVE_CHAT_H
 #define NV_SERVE_CHAT_H
 
@@ -75,8 +80,11 @@ typedef struct {
 } nv_chat_opts;
 
 /* The tool calls' wire format of a template. */
-typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3 } nv_tool_style;
+typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
+/* The text of the control token that opens the template's tool calls, which decoding must print
+ * (nv_tokenizer_show): Granite's "<|tool_call|>"; NULL for the others (their markers are text). */
+const char *nv_chat_tool_token(nv_chat_template t);
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out);
 const char *nv_chat_template_name(nv_chat_template t);

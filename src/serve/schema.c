@@ -1359,7 +1359,8 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
 }
 
 nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *args_key, const char *prefix,
-                             const char *suffix, const char *sep, int skip_bad, int think, nv_grammar **out) {
+                             const char *suffix, const char *sep, const char *item_sep, int skip_bad, int think,
+                             nv_grammar **out) {
     *out = NULL;
     sc c;
     NV_TRY(start(&c, NULL));
@@ -1405,6 +1406,17 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *a
     if (c.err != NV_OK) nv_gbody_free(&calls);
     if (skipped) nv_gbuild_seal(c.b);
     int value = c.err == NV_OK ? nv_gbuild_add(c.b, &calls) : 0;
+    if (c.err == NV_OK && item_sep) { /* list ::= call more;  more ::= | item_sep call more */
+        int more = nv_gbuild_reserve(c.b);
+        nv_gbody_alt(&calls);
+        nv_gbody_lit(c.b, &calls, item_sep, strlen(item_sep));
+        nv_gbody_ref(&calls, value);
+        nv_gbody_ref(&calls, more);
+        nv_gbuild_define(c.b, more, &calls);
+        nv_gbody_ref(&calls, value);
+        nv_gbody_ref(&calls, more);
+        value = nv_gbuild_add(c.b, &calls);
+    }
     return finish_framed(&c, value, prefix, suffix, sep, out);
 }
 

@@ -50,10 +50,12 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
 /* Tool calls: prefix {"name": NAME, ARGS_KEY: ARGS} suffix for one of tools (an OpenAI tools list;
  * only: just that one), ARGS as the tool's "parameters" schema says (its $ref pointing into its
  * own parameters; none: any object), framed as nv_schema_grammar_framed does, after a think
- * block as nv_schema_grammar_ex's when think. skip_bad: a tool
+ * block as nv_schema_grammar_ex's when think. item_sep (not NULL): one frame holds a list of
+ * calls, each after the first preceded by item_sep (Granite's <|tool_call|>[A, B]). skip_bad: a tool
  * whose parameters cannot be compiled is left out, with a warning (an error only when none is
  * left); otherwise its error is returned, naming the tool. */
 nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *args_key, const char *prefix,
-                             const char *suffix, const char *sep, int skip_bad, int think, nv_grammar **out);
+                             const char *suffix, const char *sep, const char *item_sep, int skip_bad, int think,
+                             nv_grammar **out);
 
 #endif

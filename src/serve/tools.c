@@ -86,15 +86,21 @@ static void call_id(char *out) {
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-/* A call from JSON text: {"name": a known tool, ARGS: object or its JSON text}; 1 when it is one. */
-static int parse_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
+/* The JSON value that is all of text but white space, or NULL. */
+static cJSON *parse_whole(const char *text, size_t n) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     while (j && end && end < text + n && is_ws(*end)) end++;
-    if (j && end != text + n) { /* only white space may follow the call */
+    if (j && end != text + n) {
         cJSON_Delete(j);
         j = NULL;
     }
+    return j;
+}
+
+/* A call from its JSON: {"name": a known tool, ARGS: object or its JSON text}; 1 when it is one,
+ * -1 when out of memory. */
+static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *out) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
     if (!args && p->style == NV_TOOLS_LLAMA3) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
@@ -115,6 +121,13 @@ static int parse_call(const nv_tool_parser *p, const char *text, size_t n, nv_to
         }
     }
     cJSON_Delete(parsed);
+    return ok;
+}
+
+/* A call from JSON text (only white space may follow it). */
+static int parse_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
+    cJSON *j = parse_whole(text, n);
+    int ok = call_of_json(p, j, out);
     cJSON_Delete(j);
     return ok;
 }
@@ -233,12 +246,73 @@ static int feed_llama3(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
     return 0;
 }
 
+/* Granite's calls after its marker: a JSON list of calls (or one call); every element must be one,
+ * else none is (1: calls added, 0: not calls, -1: out of memory). */
+static int granite_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
+    cJSON *j = parse_whole(text, n);
+    int ok = j != NULL, made = 0;
+    for (const cJSON *e = cJSON_IsArray(j) ? j->child : j; ok > 0 && e; e = e->next) {
+        nv_tool_call c;
+        ok = call_of_json(p, e, &c);
+        if (ok > 0 && add_call(calls, n_calls, &c) < 0) {
+            free(c.name);
+            free(c.arguments);
+            ok = -1;
+        }
+        made += ok > 0;
+    }
+    if (ok <= 0) { /* take back what this list added */
+        for (int i = *n_calls - made; i < *n_calls; i++) free((*calls)[i].name), free((*calls)[i].arguments);
+        *n_calls -= made;
+    } else {
+        p->n_calls += made;
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* Granite: the answer's text, then <|tool_call|> and its calls to the end of the answer. */
+static int feed_granite(nv_tool_parser *p, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
+    static const char tag[] = "<|tool_call|>";
+    const char *h = p->hold.data ? p->hold.data : "";
+    size_t len = p->hold.len;
+    if (p->state == OUTSIDE) {
+        const char *at = memmem(h, len, tag, sizeof tag - 1);
+        size_t k = at ? (size_t)(at - h) : final ? len : len - nv_partial_tag(h, len, tag), keep = k;
+        if (at || !final) /* the white space before a call goes (held back while one may come) */
+            while (keep && is_ws(h[keep - 1])) keep--;
+        nv_buf_append(content, h, keep);
+        if (!at) {
+            nv_buf_consume(&p->hold, keep);
+            return 0;
+        }
+        nv_buf_append(&p->ws, h + keep, k - keep);
+        nv_buf_consume(&p->hold, k + sizeof tag - 1);
+        p->state = IN_CALL;
+    }
+    if (!final) return 0;
+    h = p->hold.data ? p->hold.data : "";
+    len = p->hold.len;
+    int ok = granite_calls(p, h, len, calls, n_calls);
+    if (ok < 0) return -1;
+    if (!ok) { /* not calls after all: as written, with the blank before the marker */
+        nv_buf_append(content, p->ws.data ? p->ws.data : "", p->ws.len);
+        nv_buf_puts(content, tag);
+        nv_buf_append(content, h, len);
+    }
+    nv_buf_consume(&p->ws, p->ws.len);
+    nv_buf_consume(&p->hold, len);
+    p->state = OUTSIDE;
+    return 0;
+}
+
 int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, nv_buf *content, nv_tool_call **calls,
                         int *n_calls) {
     nv_buf_append(&p->hold, s, n);
     if (p->hold.oom) return -1;
-    int rc = p->style == NV_TOOLS_LLAMA3 ? feed_llama3(p, final, content, calls, n_calls)
-                                         : feed_hermes(p, final, content, calls, n_calls);
+    int rc = p->style == NV_TOOLS_LLAMA3    ? feed_llama3(p, final, content, calls, n_calls)
+             : p->style == NV_TOOLS_GRANITE ? feed_granite(p, final, content, calls, n_calls)
+                                            : feed_hermes(p, final, content, calls, n_calls);
     return rc < 0 || content->oom ? -1 : 0;
 }
 

@@ -5,13 +5,17 @@
  * - nv_py_json() prints a JSON value as Python's json.dumps(ensure_ascii=False) does, which is
  *   what the models' own templates (tojson) feed them: ", " and ": " on one line, or indented.
  * - nv_tool_parser takes the answer's text in pieces and gives back the content and the calls:
- *   Hermes style (chatml, plain, llama2 templates): each <tool_call>JSON</tool_call> block whose
+ *   Hermes style (every template but llama3 and granite): each <tool_call>JSON</tool_call> block whose
  *   JSON is {"name": one of the request's tools, "arguments": object (or its JSON text)} becomes
  *   a call; white space around the blocks is dropped; a block that does not parse, or names an
  *   unknown tool, stays in the content as written. An unclosed block at the end is a call if
  *   what it holds parses. Llama 3 style: an answer that is one JSON object {"name", "parameters"
- *   (or "arguments")} is a call; anything else is content. Text that may still turn out to be a
- *   call is held back until it is decided, so streamed content never has to be taken back.
+ *   (or "arguments")} is a call; anything else is content. Granite style: the text after
+ *   "<|tool_call|>" to the end of the answer is a JSON list of calls {"name", "arguments"} (one
+ *   object is a list of one; an empty list is no call), the text before it content without its
+ *   trailing white space; a list with anything else in it stays content as written. Text that
+ *   may still turn out to be a call is held back until it is decided, so streamed content never
+ *   has to be taken back.
  * - Calls get ids "call_" + 24 random letters and digits. Arguments are compact JSON text. */
 #ifndef NV_SERVE_TOOLS_H
 #define NV_SERVE_TOOLS_H
