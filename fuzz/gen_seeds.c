@@ -257,20 +257,22 @@ static void hf(void) {
     check(nv_model_alloc(&m, &gr));
     nv_model_init_random(&m, 13);
     hf_seed(&m, NULL, "granite.hf", 1, NV_HF_F32);
-    /* mixtures of experts, as transformers writes Mixtral's (F32) and Qwen3-MoE's (BF16) */
-    for (int qk = 0; qk < 2; qk++) {
-        nv_config mc = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 0, qk, 0, {0}, 0, NV_CONFIG_PLAIN};
+    /* mixtures of experts, as transformers writes Mixtral's (F32), Qwen3-MoE's (BF16) and GraniteMoe's
+       (F32, its experts fused) */
+    for (int layout = MOE_QWEN3; layout <= MOE_GRANITE; layout++) {
+        nv_config mc = {8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 0, layout == MOE_QWEN3, 0, {0}, 0, NV_CONFIG_PLAIN};
         mc.n_experts = 3;
         mc.n_experts_used = 2;
+        if (layout == MOE_GRANITE) nv_config_set_granite(&mc, 12.0, 0.1, 0.22, 8.0);
         nv_model mm;
         check(nv_model_alloc(&mm, &mc));
         nv_model_init_random(&mm, 13);
         char cfg[2048];
-        moe_hf_config(&mc, !qk, cfg, sizeof cfg);
+        moe_hf_config(&mc, layout, cfg, sizeof cfg);
         nv_buf b = {0};
         add(&b, cfg, strlen(cfg) + 1); /* its NUL: the safetensors follow */
-        check(moe_safetensors(&mm, !qk, qk, &b) ? NV_OK : NV_ENOMEM);
-        put_buf("hf", qk ? "qwen3moe_bf16.hf" : "mixtral.hf", &b);
+        check(moe_safetensors(&mm, layout, layout == MOE_QWEN3, &b) ? NV_OK : NV_ENOMEM);
+        put_buf("hf", layout == MOE_QWEN3 ? "qwen3moe_bf16.hf" : layout == MOE_MIXTRAL ? "mixtral.hf" : "granitemoe.hf", &b);
         nv_buf_free(&b);
         nv_model_free(&mm);
     }

@@ -412,12 +412,12 @@ static void test_refusals(void) {
     T_CHECK(t_nerve(args) == 2, "%s", t_err);
 }
 
-/* The model as a transformers folder (moe_write.h); 0 on failure. */
-static int write_hf(const nv_model *m, const char *dir, int mixtral, int bf16) {
+/* The model as a transformers folder, its experts kept as layout says (moe_write.h); 0 on failure. */
+static int write_hf(const nv_model *m, const char *dir, int layout, int bf16) {
     nv_buf b = {0};
     char path[700];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    const int ok = moe_safetensors(m, mixtral, bf16, &b);
+    const int ok = moe_safetensors(m, layout, bf16, &b);
     FILE *f = ok ? fopen(path, "wb") : NULL;
     const int written = f && fwrite(b.data, 1, b.len, f) == b.len;
     if (f) fclose(f);
@@ -508,12 +508,80 @@ static void test_hf_folders(void) {
     }
 }
 
+/* GraniteMoe folders: the experts fused per layer (input_linear: each expert's gate rows, then its up
+ * rows; output_linear; router.layer), Granite's four multipliers: the same logits as the model they
+ * were written from (F32; BF16 within its rounding), written back by nerve in that form; a fused
+ * tensor missing or of another shape refused with its name. */
+static void test_granitemoe_folders(void) {
+    nv_engines_init(NULL, 0);
+    nv_config c = moe_config(4, 2, 0);
+    nv_config_set_granite(&c, 3.0, 0.2, 0.5, 2.0);
+    nv_model m;
+    T_CHECK(moe_model(&m, &c, 43) && nv_model_build_plans(&m, nv_engine_best_fp32()) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    const int n = 8, toks[8] = {1, 7, 30, 2, 59, 11, 11, 4};
+    float *ref = malloc((size_t)n * c.vocab_size * sizeof(float));
+    T_CHECK(t_forward_logits(&m, toks, n, ref), "%s", nv_errmsg());
+    const char *dir = t_path("granitemoe"), *bdir = t_path("granitemoe-bf16");
+    char cmd[1500], cfg[2048], cj[700], bcj[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s'", dir, bdir);
+    T_CHECK(system(cmd) == 0 && write_hf(&m, dir, MOE_GRANITE, 0) && write_hf(&m, bdir, MOE_GRANITE, 1), "cannot write the folders");
+    moe_hf_config(&c, MOE_GRANITE, cfg, sizeof cfg);
+    put_config(dir, cfg);
+    put_config(bdir, cfg);
+    snprintf(cj, sizeof cj, "%s/config.json", dir);
+    snprintf(bcj, sizeof bcj, "%s/config.json", bdir);
+    nv_config rc;
+    T_CHECK(nv_model_read_config(cj, &rc) == NV_OK && !memcmp(&rc, &c, sizeof c), "granitemoe config: %s", nv_errmsg());
+    check_file(cj, nv_engine_best_fp32(), ref, 0.0f, "granitemoe F32");
+    check_file(bcj, nv_engine_best_fp32(), ref, 0.1f, "granitemoe BF16");
+    /* written by nerve: granitemoe, its experts fused again */
+    char out[640], bout[640], st[700];
+    snprintf(out, sizeof out, "%s", t_path("granitemoe-out"));
+    snprintf(bout, sizeof bout, "%s", t_path("granitemoe-out-bf16"));
+    T_CHECK(nv_hf_save(&m, NULL, out, NV_HF_F32, NULL) == NV_OK && nv_hf_save(&m, NULL, bout, NV_HF_BF16, NULL) == NV_OK, "%s",
+            nv_errmsg());
+    snprintf(cj, sizeof cj, "%s/config.json", out);
+    snprintf(bcj, sizeof bcj, "%s/config.json", bout);
+    snprintf(st, sizeof st, "%s/model.safetensors", out);
+    char *text = NULL, *weights = NULL;
+    cJSON *j = nv_file_read_all(cj, &text, NULL) == NV_OK ? cJSON_Parse(text) : NULL;
+    const cJSON *mt = cJSON_GetObjectItem(j, "model_type"), *ne = cJSON_GetObjectItem(j, "num_local_experts");
+    T_CHECK(cJSON_IsString(mt) && !strcmp(mt->valuestring, "granitemoe") && cJSON_IsNumber(ne) && ne->valuedouble == 4,
+            "config.json: %s", text ? text : nv_errmsg());
+    T_CHECK(nv_file_read_all(st, &weights, NULL) == NV_OK && weights &&
+                strstr(weights + 8, "\"model.layers.1.block_sparse_moe.input_linear.weight\":{\"dtype\":\"F32\",\"shape\":[4,128,64]") &&
+                strstr(weights + 8, "\"model.layers.1.block_sparse_moe.output_linear.weight\":{\"dtype\":\"F32\",\"shape\":[4,64,64]") &&
+                strstr(weights + 8, "\"model.layers.0.block_sparse_moe.router.layer.weight\":{\"dtype\":\"F32\",\"shape\":[4,64]") &&
+                !strstr(weights + 8, "experts."),
+            "the written experts are not fused");
+    cJSON_Delete(j);
+    free(text);
+    free(weights);
+    check_file(cj, nv_engine_best_fp32(), ref, 0.0f, "granitemoe F32 written");
+    check_file(bcj, nv_engine_best_fp32(), ref, 0.1f, "granitemoe BF16 written");
+    /* refused, naming the fused tensor: one missing (a folder of another layout), one of another shape */
+    snprintf(cj, sizeof cj, "%s/config.json", dir);
+    T_CHECK(write_hf(&m, dir, MOE_MIXTRAL, 0) && nv_model_read_config(cj, &rc) == NV_EFORMAT &&
+                strstr(nv_errmsg(), "'model.layers.0.block_sparse_moe.input_linear.weight' is missing"),
+            "per-expert tensors under granitemoe: %s", nv_errmsg());
+    c.hidden_dim = 32;
+    moe_hf_config(&c, MOE_GRANITE, cfg, sizeof cfg);
+    put_config(dir, cfg);
+    T_CHECK(write_hf(&m, dir, MOE_GRANITE, 0) && nv_model_read_config(cj, &rc) == NV_EFORMAT &&
+                strstr(nv_errmsg(), "input_linear.weight' is not of shape [experts, 64, 64]"),
+            "another width: %s", nv_errmsg());
+    free(ref);
+    nv_model_free(&m);
+}
+
 int main(void) {
     T_RUN(test_layer_matches_direct);
     T_RUN(test_identical_experts_are_dense);
     T_RUN(test_chunk_equals_tokens);
     T_RUN(test_gguf_round_trip);
     T_RUN(test_hf_folders);
+    T_RUN(test_granitemoe_folders);
     T_RUN(test_refusals);
     return t_done();
 }

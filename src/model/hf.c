@@ -249,9 +249,13 @@ static nv_err granite_scales(const char *path, const cJSON *j, nv_config *c) {
     return NV_OK;
 }
 
-/* The config of config.json j; *tied says whether the classifier is the embedding, *mixtral whether
- * the experts are named as Mixtral's (block_sparse_moe) rather than Qwen3-MoE's (mlp). */
-static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *mixtral) {
+/* How a folder keeps a mixture's experts: Qwen3-MoE's (mlp.experts.E.*), Mixtral's
+ * (block_sparse_moe.experts.E.w1/w2/w3) or GraniteMoe's, fused per layer (st_unfuse_experts). */
+enum { HF_EXPERTS_QWEN3 = 0, HF_EXPERTS_MIXTRAL, HF_EXPERTS_FUSED };
+
+/* The config of config.json j; *tied says whether the classifier is the embedding, *experts how the
+ * experts are kept (HF_EXPERTS_). */
+static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *experts_kept) {
     memset(c, 0, sizeof *c);
     const char *type = str_of(field(j, "model_type"));
     if (!type) {
@@ -266,6 +270,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                : !strcmp(a, "Qwen3MoeForCausalLM") ? "qwen3_moe"
                : !strcmp(a, "SmolLM3ForCausalLM") ? "smollm3"
                : !strcmp(a, "GraniteForCausalLM") ? "granite"
+               : !strcmp(a, "GraniteMoeForCausalLM") ? "granitemoe"
                                                   : a;
     }
     if (!type) return nv_fail(NV_EFORMAT, "%s: neither 'model_type' nor 'architectures' names the model", path);
@@ -274,7 +279,8 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
               qwen3 = !strcmp(type, "qwen3") || qwen3_moe;
     const int gemma = !strcmp(type, "gemma") ? 1 : !strcmp(type, "gemma2") ? 2 : !strcmp(type, "gemma3_text") ? 3 : 0;
     const int smollm3 = !strcmp(type, "smollm3"); /* llama's block, some layers without RoPE */
-    const int granite = !strcmp(type, "granite"); /* llama's block with four multipliers */
+    const int granitemoe = !strcmp(type, "granitemoe"); /* Granite's block with experts, fused per layer */
+    const int granite = !strcmp(type, "granite") || granitemoe; /* llama's block with four multipliers */
     char shown[128];
     if (!strcmp(type, "gemma3")) /* the vision-language folder: its text model nests in text_config, its weights under language_model */
         return nv_fail(NV_EUNSUPPORTED, "%s: Gemma 3's vision-language folder (model_type gemma3) is not read: its text model's GGUF "
@@ -282,9 +288,9 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3 && !granite)
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, "
-                       "smollm3, granite)",
+                       "smollm3, granite, granitemoe)",
                        path, nv_gguf_shown(type, strlen(type), shown, sizeof shown));
-    *mixtral = mix;
+    *experts_kept = mix ? HF_EXPERTS_MIXTRAL : granitemoe ? HF_EXPERTS_FUSED : HF_EXPERTS_QWEN3;
     /* Gemma's GELU is the tanh form (gelu_pytorch_tanh; Gemma 1's "gelu" runs as that too, in
        transformers and llama.cpp), named hidden_activation (hidden_act in Gemma 1's folders) */
     const char *act_key = gemma && !absent(field(j, "hidden_activation")) ? "hidden_activation" : "hidden_act";
@@ -298,11 +304,12 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     const int64_t lim = 1 << 30;
     int64_t dim, hidden, layers, heads, kv_heads, head_dim, vocab, ctx;
     NV_TRY(get_whole(path, j, "hidden_size", 0, 1, 1, lim, &dim));
-    /* a mixture of experts: Mixtral's experts are intermediate_size wide, Qwen3-MoE's moe_intermediate_size;
-       both renormalise the chosen experts' weights (Qwen3-MoE when norm_topk_prob says so: refused otherwise) */
+    /* a mixture of experts: Mixtral's and GraniteMoe's experts are intermediate_size wide, Qwen3-MoE's
+       moe_intermediate_size; all renormalise the chosen experts' weights (GraniteMoe takes the softmax
+       of the chosen logits, the same; Qwen3-MoE when norm_topk_prob says so: refused otherwise) */
     int64_t experts = 0, used = 0;
-    if (mix || qwen3_moe) {
-        NV_TRY(get_whole(path, j, mix ? "num_local_experts" : "num_experts", 0, 1, 1, 1024, &experts));
+    if (mix || qwen3_moe || granitemoe) {
+        NV_TRY(get_whole(path, j, qwen3_moe ? "num_experts" : "num_local_experts", 0, 1, 1, 1024, &experts));
         NV_TRY(get_whole(path, j, "num_experts_per_tok", 0, 1, 1, experts, &used));
     }
     if (qwen3_moe) {
@@ -405,7 +412,10 @@ typedef struct {
     int n_files;
     st_tensor *t;
     size_t n, cap;
+    char *view_names; /* the names of views into fused tensors (st_unfuse_experts), HF_VIEW_NAME bytes each */
 } st_set;
+
+#define HF_VIEW_NAME 96
 
 static void st_close(st_set *s) {
     for (int i = 0; i < s->n_files; i++) {
@@ -413,6 +423,7 @@ static void st_close(st_set *s) {
         cJSON_Delete(s->hdr[i]);
     }
     free(s->t);
+    free(s->view_names);
     memset(s, 0, sizeof *s);
 }
 
@@ -435,6 +446,18 @@ static int dtype_of(const char *d, uint64_t *size) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!strcmp(d, sizes[i].name)) return *size = (uint64_t)sizes[i].size, ST_OTHER;
     return -1;
+}
+
+static nv_err st_add(st_set *s, const st_tensor *t) {
+    if (s->n == s->cap) {
+        const size_t cap = s->cap ? 2 * s->cap : 64;
+        st_tensor *nt = realloc(s->t, cap * sizeof *nt);
+        if (!nt) return nv_fail(NV_ENOMEM, "out of memory");
+        s->t = nt;
+        s->cap = cap;
+    }
+    s->t[s->n++] = *t;
+    return NV_OK;
 }
 
 /* One .safetensors file: an 8-byte little-endian header length, the JSON header naming each
@@ -486,14 +509,54 @@ static nv_err st_open_file(st_set *s, const char *path) {
             return nv_fail(NV_EFORMAT, "%s: tensor '%s' spans %llu bytes, its shape and dtype %llu", path, nm,
                            (unsigned long long)t.bytes, (unsigned long long)(numel * esize));
         if (st_find(s, t.name)) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is stored twice", path, nm);
-        if (s->n == s->cap) {
-            const size_t cap = s->cap ? 2 * s->cap : 64;
-            st_tensor *nt = realloc(s->t, cap * sizeof *nt);
-            if (!nt) return nv_fail(NV_ENOMEM, "out of memory");
-            s->t = nt;
-            s->cap = cap;
+        NV_TRY(st_add(s, &t));
+    }
+    return NV_OK;
+}
+
+/* GraniteMoe's experts, fused per layer: block_sparse_moe.input_linear [E, 2 hidden, dim] (each
+ * expert's gate rows, then its up rows: transformers' chunk(2)), output_linear [E, dim, hidden] and
+ * router.layer [E, dim], seen as Mixtral's per-expert tensors (views into the same bytes), so the
+ * reader takes them as it takes Mixtral's. */
+static nv_err st_unfuse_experts(st_set *s, const char *dir, const nv_config *c) {
+    const uint64_t E = (uint64_t)c->n_experts, H = (uint64_t)c->hidden_dim, D = (uint64_t)c->dim;
+    const size_t n_views = (size_t)c->n_layers * (1 + 3 * (size_t)E);
+    if (!(s->view_names = malloc(n_views * HF_VIEW_NAME))) return nv_fail(NV_ENOMEM, "out of memory");
+    size_t v = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        static const char *const fused[3] = {"input_linear", "output_linear", "router.layer"};
+        const uint64_t rows[3] = {2 * H, D, E}, cols[3] = {D, H, D};
+        for (int f = 0; f < 3; f++) {
+            char name[HF_VIEW_NAME];
+            snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.%s.weight", l, fused[f]);
+            st_tensor *t = st_find(s, name);
+            const int stacked = f < 2; /* [E, rows, cols]; the router [rows, cols] */
+            if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", dir, name);
+            if (t->ndim != 2 + stacked || (stacked && t->shape[0] != E) || t->shape[stacked] != rows[f] ||
+                t->shape[stacked + 1] != cols[f])
+                return nv_fail(NV_EFORMAT, "%s: tensor '%s' is not of shape [%s%llu, %llu]", dir, name, stacked ? "experts, " : "",
+                               (unsigned long long)rows[f], (unsigned long long)cols[f]);
+            if (t->dtype == ST_OTHER)
+                return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 and BF16 are read)", dir, name, t->dtype_name);
+            t->used = 1;
+            const st_tensor whole = *t; /* (adding views may move the set's table) */
+            const uint64_t esize = whole.dtype == ST_F32 ? 4 : 2;
+            /* each view: its name, the expert, its first row within the expert's block, its rows */
+            for (uint64_t e = 0; e < (stacked ? E : 1); e++)
+                for (int part = 0; part < (f == 0 ? 2 : 1); part++) {
+                    const uint64_t vr = f == 0 ? H : rows[f];
+                    char *vn = s->view_names + v++ * HF_VIEW_NAME;
+                    if (!stacked) snprintf(vn, HF_VIEW_NAME, "model.layers.%d.block_sparse_moe.gate.weight", l);
+                    else
+                        snprintf(vn, HF_VIEW_NAME, "model.layers.%d.block_sparse_moe.experts.%llu.%s.weight", l, (unsigned long long)e,
+                                 f == 1 ? "w2" : part ? "w3" : "w1");
+                    if (st_find(s, vn)) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is stored fused and on its own", dir, vn);
+                    st_tensor view = {.name = vn, .dtype = whole.dtype, .dtype_name = whole.dtype_name, .ndim = 2, .shape = {vr, cols[f]},
+                                      .data = whole.data + (e * rows[f] + (uint64_t)part * H) * cols[f] * esize,
+                                      .bytes = vr * cols[f] * esize};
+                    NV_TRY(st_add(s, &view));
+                }
         }
-        s->t[s->n++] = t;
     }
     return NV_OK;
 }
@@ -656,13 +719,14 @@ static int gemma_norm(const nv_config *c, const nv_tensor_ref *t) {
 static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int quantized) {
     cJSON *cfg;
     NV_TRY(json_file(config_path, 0, &cfg));
-    int tied = 0, mixtral = 0;
+    int tied = 0, experts_kept = 0;
     st_set set = {0};
     nv_tensor_ref *t = NULL;
-    nv_err e = config_of(config_path, cfg, c, &tied, &mixtral);
+    nv_err e = config_of(config_path, cfg, c, &tied, &experts_kept);
     cJSON_Delete(cfg);
-    const int style = (mixtral ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
+    const int style = (experts_kept != HF_EXPERTS_QWEN3 ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
     if (e == NV_OK) e = st_open_model(&set, config_path);
+    if (e == NV_OK && experts_kept == HF_EXPERTS_FUSED) e = st_unfuse_experts(&set, config_path, c);
     st_tensor *head = e == NV_OK ? st_find(&set, "lm_head.weight") : NULL;
     c->shared_classifier = tied || !head;
     if (head && tied) head->used = 1; /* transformers ties the two and ignores it as well */
@@ -1370,12 +1434,27 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
     return e;
 }
 
-/* A tensor to write: its name, [rows, cols] (cols 0: a vector of rows) and fp32 values. */
+/* A tensor to write: its name, [rows, cols] (cols 0: a vector of rows) and fp32 values; or a stack
+ * [stack, rows, cols] (GraniteMoe's fused experts) whose slice k is p's k-th block of rows - rows2
+ * rows, then p2's k-th block of rows2 rows (rows2 0: p's alone). */
 typedef struct {
     char name[128];
     uint64_t rows, cols;
     const float *p;
+    uint64_t stack, rows2;
+    const float *p2;
 } st_out;
+
+/* A stack's values in order, malloc'd (NULL when out of memory). */
+static float *st_gather(const st_out *t) {
+    const uint64_t ra = t->rows - t->rows2, rb = t->rows2, cl = t->cols;
+    float *flat = malloc((size_t)(t->stack * t->rows * cl) * sizeof *flat);
+    for (uint64_t k = 0; flat && k < t->stack; k++) {
+        memcpy(flat + k * t->rows * cl, t->p + k * ra * cl, (size_t)(ra * cl) * sizeof *flat);
+        if (rb) memcpy(flat + (k * t->rows + ra) * cl, t->p2 + k * rb * cl, (size_t)(rb * cl) * sizeof *flat);
+    }
+    return flat;
+}
 
 /* n tensors as one safetensors file at path, in dtype, atomically. */
 static nv_err st_write(const char *path, const st_out *t, size_t n, nv_hf_dtype dtype) {
@@ -1387,24 +1466,34 @@ static nv_err st_write(const char *path, const st_out *t, size_t n, nv_hf_dtype 
     const size_t esize = dtype == NV_HF_F32 ? 4 : 2;
     uint64_t off = 0;
     for (size_t i = 0; i < n && e == NV_OK; i++) {
-        const uint64_t count = t[i].rows * (t[i].cols ? t[i].cols : 1);
+        const int stacked = t[i].stack > 0;
+        const uint64_t count = (stacked ? t[i].stack : 1) * t[i].rows * (t[i].cols ? t[i].cols : 1);
         cJSON *o = cJSON_AddObjectToObject(h, t[i].name);
         cJSON_AddStringToObject(o, "dtype", dtype == NV_HF_F32 ? "F32" : dtype == NV_HF_BF16 ? "BF16" : "F16");
-        const double shape[2] = {(double)t[i].rows, (double)t[i].cols}, offs[2] = {(double)off, (double)(off + count * esize)};
-        cJSON_AddItemToObject(o, "shape", cJSON_CreateDoubleArray(shape, t[i].cols ? 2 : 1));
+        const double shape[3] = {(double)t[i].stack, (double)t[i].rows, (double)t[i].cols},
+                     offs[2] = {(double)off, (double)(off + count * esize)};
+        cJSON_AddItemToObject(o, "shape", cJSON_CreateDoubleArray(shape + !stacked, stacked ? 3 : t[i].cols ? 2 : 1));
         cJSON_AddItemToObject(o, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
         off += count * esize;
+        float *flat = stacked ? st_gather(&t[i]) : NULL;
+        const float *src = stacked ? flat : t[i].p;
+        if (stacked && !flat) {
+            e = nv_fail(NV_ENOMEM, "out of memory");
+            break;
+        }
         if (dtype == NV_HF_F32) {
-            parts[i + 2] = (nv_iov){t[i].p, (size_t)count * 4};
+            conv[i] = flat;
+            parts[i + 2] = (nv_iov){src, (size_t)count * 4};
             continue;
         }
         uint16_t *half = conv[i] = malloc((size_t)count * 2);
+        for (uint64_t k = 0; half && k < count; k++)
+            half[k] = dtype == NV_HF_BF16 ? nv_bf16_from_f32(src[k]) : _cvtss_sh(src[k], _MM_FROUND_TO_NEAREST_INT);
+        free(flat);
         if (!half) {
             e = nv_fail(NV_ENOMEM, "out of memory");
             break;
         }
-        for (uint64_t k = 0; k < count; k++)
-            half[k] = dtype == NV_HF_BF16 ? nv_bf16_from_f32(t[i].p[k]) : _cvtss_sh(t[i].p[k], _MM_FROUND_TO_NEAREST_INT);
         parts[i + 2] = (nv_iov){half, (size_t)count * 2};
     }
     char *text = e == NV_OK ? cJSON_PrintUnformatted(h) : NULL;
@@ -1432,6 +1521,30 @@ static nv_err st_write(const char *path, const st_out *t, size_t n, nv_hf_dtype 
     return e;
 }
 
+/* GraniteMoe's fused form of tensor t[i] into *o (when o is given): one tensor for a layer's gate
+ * projections (input_linear: with its up projections), down projections (output_linear) or router
+ * (router.layer); none for its up projections (inside input_linear); -1 for a tensor that is none of
+ * these. */
+static int fused_expert_out(const nv_tensor_ref *t, size_t nt, size_t i, st_out *o) {
+    int layer = 0, at = 0;
+    sscanf(t[i].name, "blk.%d.%n", &layer, &at);
+    const char *part = t[i].name + at;
+    if (!at) return -1;
+    if (!strcmp(part, "ffn_up_exps.weight")) return 0;
+    const int gate = !strcmp(part, "ffn_gate_exps.weight"), down = !strcmp(part, "ffn_down_exps.weight");
+    if (!gate && !down && strcmp(part, "ffn_gate_inp.weight")) return -1;
+    if (!o) return 1;
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "model.layers.%d.block_sparse_moe.%s.weight", layer,
+             gate ? "input_linear" : down ? "output_linear" : "router.layer");
+    o->rows = t[i].d1, o->cols = t[i].d0, o->p = t[i].p, o->stack = t[i].d2;
+    char up[64];
+    snprintf(up, sizeof up, "blk.%d.ffn_up_exps.weight", layer);
+    for (size_t k = 0; gate && k < nt; k++)
+        if (!strcmp(t[k].name, up)) o->rows2 = t[k].d1, o->rows += t[k].d1, o->p2 = t[k].p;
+    return 1;
+}
+
 static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtype) {
     const nv_config *c = &m->config;
     nv_model view;
@@ -1441,7 +1554,11 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     nv_tensor_ref *t = calloc(nt, sizeof *t);
     size_t no = 0;
     if (t) nv_model_tensor_map(c, &view.w, t);
-    for (size_t i = 0; t && i < nt; i++) no += t[i].d2 ? t[i].d2 : 1; /* a stacked expert tensor: a tensor per expert */
+    const int fused = c->n_experts && nv_config_granite(c); /* GraniteMoe's experts: fused per layer */
+    for (size_t i = 0; t && i < nt; i++) { /* a stacked expert tensor: a tensor per expert, or fused */
+        const int f = fused ? fused_expert_out(t, nt, i, NULL) : -1;
+        no += f >= 0 ? (size_t)f : t[i].d2 ? t[i].d2 : 1;
+    }
     st_out *o = calloc(no ? no : 1, sizeof *o);
     nv_err e = t && o ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
     /* Gemma's norms as transformers keeps them, w - 1 (its RMSNorm scales by 1 + w) */
@@ -1454,7 +1571,12 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
         const int style = (c->n_experts && !c->qk_norm ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
         size_t at = 0;
         float *nrm = norms;
-        for (size_t i = 0; i < nt; i++)
+        for (size_t i = 0; i < nt; i++) {
+            const int f = fused ? fused_expert_out(t, nt, i, &o[at]) : -1;
+            if (f >= 0) {
+                at += (size_t)f;
+                continue;
+            }
             for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1); x++, at++) {
                 hf_name(t[i].name, (int)x, style, o[at].name, sizeof o[at].name);
                 o[at].rows = t[i].d1 == 1 ? t[i].d0 : t[i].d1;
@@ -1466,6 +1588,7 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
                     nrm += t[i].d0;
                 }
             }
+        }
         char path[HF_PATH];
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         e = st_write(path, o, no, dtype);
@@ -1520,11 +1643,12 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
        the Gemma generations; SmolLM3 (layers without RoPE) */
     static const char *const gemma_type[][2] = {{"gemma", "GemmaForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},
                                                 {"gemma3_text", "Gemma3ForCausalLM"}};
-    const int granite = nv_config_granite(c) && !moe; /* (GraniteMoe's fused experts are not written) */
-    const char *type = gemma ? gemma_type[gemma - 1][0] : c->nope_period ? "smollm3" : granite ? "granite"
+    const int granite = nv_config_granite(c); /* with experts: GraniteMoe (write_weights fuses them) */
+    const char *type = gemma ? gemma_type[gemma - 1][0] : c->nope_period ? "smollm3" : granite ? (moe ? "granitemoe" : "granite")
                        : moe ? (c->qk_norm ? "qwen3_moe" : "mixtral")
                        : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
-    const char *cls = gemma ? gemma_type[gemma - 1][1] : c->nope_period ? "SmolLM3ForCausalLM" : granite ? "GraniteForCausalLM"
+    const char *cls = gemma ? gemma_type[gemma - 1][1] : c->nope_period ? "SmolLM3ForCausalLM"
+                      : granite ? (moe ? "GraniteMoeForCausalLM" : "GraniteForCausalLM")
                       : moe ? (c->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
                       : c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
     cJSON *cfg = cJSON_CreateObject();
@@ -1599,8 +1723,8 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     cJSON_AddStringToObject(cfg, "torch_dtype", dtype == NV_HF_F32 ? "float32" : dtype == NV_HF_BF16 ? "bfloat16" : "float16");
     /* what config.json says must read back as this model: else no folder is written */
     nv_config back;
-    int tied = 0, mixtral = 0;
-    nv_err said = config_of(dir, cfg, &back, &tied, &mixtral);
+    int tied = 0, experts_kept = 0;
+    nv_err said = config_of(dir, cfg, &back, &tied, &experts_kept);
     back.shared_classifier = tied;
     if (said != NV_OK || memcmp(&back, c, sizeof back)) {
         char why[256];

@@ -1,7 +1,8 @@
 /* Hugging Face model folders: what `save_pretrained` writes and the Hub serves.
  *
  * A folder holds config.json (model_type llama, mistral, qwen2, qwen3, their mixtures of experts,
- * the Gemma family's gemma, gemma2, gemma3_text, smollm3 or granite), the weights as
+ * the Gemma family's gemma, gemma2, gemma3_text, smollm3, granite or granitemoe, whose experts are
+ * fused per layer), the weights as
  * model.safetensors or as shards named by model.safetensors.index.json (F32, F16 or BF16 tensors
  * under transformers' names), and tokenizer.json (+ tokenizer_config.json). A model is named by
  * its config.json (cli_model_paths turns a folder into that path); its tokenizer by its
@@ -75,7 +76,8 @@ typedef enum { NV_HF_F32, NV_HF_BF16, NV_HF_F16 } nv_hf_dtype;
  * frequency factors (config.json names a scaling rule, not divisors), QK-norm or experts with
  * biases (no such model type), and any model the config.json made would not read back as exactly
  * (checked before anything is written). The Gemma family is written as gemma, gemma2 or
- * gemma3_text (norms as w - 1), SmolLM3 as smollm3, dense Granite as granite.
+ * gemma3_text (norms as w - 1), SmolLM3 as smollm3, Granite as granite, or with experts as granitemoe
+ * (its experts fused per layer: input_linear, output_linear, router.layer).
  * chat_template (Jinja text, or NULL): tokenizer_config.json's chat_template (written with tok). */
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template);
 

@@ -546,20 +546,20 @@ static const char jinja_plain[] =
     "{%- endfor %}";
 
 /* render_turns' form, of the markers PRE role CLOSE, a line break, and END; THINK after the generation prompt */
-#define J_TURNS(PRE, CLOSE, END, THINK)                                                                                 \
-    "{%- set ns = namespace(c='', start=0) %}" J_BOS                                                                    \
-    "{%- if tools %}{{- '" PRE "system" CLOSE "\\n' }}"                                                                 \
-    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT                          \
-    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "\\n' }}{%- endif %}"        \
-    J_EACH                                                                                                              \
-    "{%- if m.role in " J_TOOL " %}"                                                                                    \
-    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE "\\n' }}{%- else %}{{- '\\n' }}{%- endif %}" \
-    "{{- " J_RESPONSE " }}"                                                                                             \
-    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "\\n' }}{%- endif %}"                 \
-    "{%- else %}"                                                                                                       \
-    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE "\\n' + ns.c }}" J_HERMES_CALLS           \
-    "{{- '" END "\\n' }}"                                                                                               \
-    "{%- endif %}{%- endfor %}"                                                                                         \
+#define J_TURNS(PRE, CLOSE, END, THINK)                                                                                  \
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS                                                                     \
+    "{%- if tools %}{{- '" PRE "system" CLOSE "\\n' }}"                                                                  \
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT                           \
+    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "\\n' }}{%- endif %}"         \
+    J_EACH                                                                                                               \
+    "{%- if m.role in " J_TOOL " %}"                                                                                     \
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE "\\n' }}{%- else %}{{- '\\n' }}{%- endif %}"  \
+    "{{- " J_RESPONSE " }}"                                                                                              \
+    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "\\n' }}{%- endif %}"                  \
+    "{%- else %}"                                                                                                        \
+    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE "\\n' + ns.c }}" J_HERMES_CALLS            \
+    "{{- '" END "\\n' }}"                                                                                                \
+    "{%- endif %}{%- endfor %}"                                                                                          \
     "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE "\\n' }}" THINK "{%- endif %}"
 
 static const char jinja_chatml[] = J_TURNS(
