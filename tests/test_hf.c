@@ -297,6 +297,165 @@ static void test_qwen_shapes(void) {
     }
 }
 
+static int put_spliced(const char *dir, const char *name, const char *text, const char *from, const char *to);
+
+/* The safetensors of dir rewritten as Phi-3 keeps them: each layer's q_proj, k_proj and v_proj rows
+ * in one self_attn.qkv_proj, its gate_proj and up_proj rows in one mlp.gate_up_proj (F32). */
+static int phi3_weights(const char *dir, int n_layers) {
+    st_file s;
+    if (!st_read(dir, "model.safetensors", &s)) return 0;
+    nv_buf hdr = {0}, body = {0};
+    nv_buf_puts(&hdr, "{");
+    int ok = 1, first = 1;
+    /* every tensor but the ones fused, as it was; then the fused ones */
+    for (const cJSON *t = s.hdr->child; t && ok; t = t->next) {
+        if (!strcmp(t->string, "__metadata__") ||
+            (strstr(t->string, "_proj.weight") && !strstr(t->string, "o_proj") && !strstr(t->string, "down_proj")))
+            continue;
+        int r, c;
+        const float *v = st_f32(&s, t->string, &r, &c);
+        ok = v != NULL;
+        const int vec = cJSON_GetArraySize(cJSON_GetObjectItem(t, "shape")) == 1;
+        if (vec) nv_buf_printf(&hdr, "%s\"%s\": {\"dtype\": \"F32\", \"shape\": [%d], ", first ? "" : ", ", t->string, r);
+        else nv_buf_printf(&hdr, "%s\"%s\": {\"dtype\": \"F32\", \"shape\": [%d, %d], ", first ? "" : ", ", t->string, r, c);
+        nv_buf_printf(&hdr, "\"data_offsets\": [%zu, %zu]}", body.len, body.len + (size_t)r * c * 4);
+        if (v) nv_buf_append(&body, v, (size_t)r * c * 4);
+        first = 0;
+    }
+    static const char *const fused[2][4] = {{"self_attn.qkv_proj", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                            {"mlp.gate_up_proj", "mlp.gate_proj", "mlp.up_proj", NULL}};
+    for (int l = 0; l < n_layers && ok; l++)
+        for (int f = 0; f < 2 && ok; f++) {
+            size_t start = body.len;
+            int rows = 0, cols = 0;
+            for (int p = 1; p < 4 && fused[f][p] && ok; p++) {
+                char name[128];
+                snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, fused[f][p]);
+                int r, c;
+                const float *v = st_f32(&s, name, &r, &c);
+                ok = v != NULL;
+                if (v) nv_buf_append(&body, v, (size_t)r * c * 4), rows += r, cols = c;
+            }
+            nv_buf_printf(&hdr, ", \"model.layers.%d.%s.weight\": {\"dtype\": \"F32\", \"shape\": [%d, %d], \"data_offsets\": [%zu, %zu]}",
+                          l, fused[f][0], rows, cols, start, body.len);
+        }
+    nv_buf_puts(&hdr, "}");
+    while (hdr.len % 8) nv_buf_puts(&hdr, " ");
+    const uint64_t hl = hdr.len;
+    nv_buf file = {0};
+    nv_buf_append(&file, &hl, 8);
+    nv_buf_append(&file, hdr.data, hdr.len);
+    nv_buf_append(&file, body.data, body.len);
+    ok = ok && !file.oom;
+    if (ok) put(dir, "model.safetensors", file.data, file.len);
+    nv_buf_free(&hdr), nv_buf_free(&body), nv_buf_free(&file);
+    st_free(&s);
+    return ok;
+}
+
+/* Phi-3 folders (model_type phi3): the query, key and value rows fused in qkv_proj, the gate and up
+ * rows in gate_up_proj, read as the llama folder they were made from (config and weights the same
+ * bits; Phi-3-mini's sliding window not applied, as llama.cpp runs it); LongRoPE's divisors (long
+ * past the original context, else short) and attention factor; RoPE on part of a head (Phi-4-mini),
+ * a fused tensor missing or of another size refused. */
+static void test_phi3_folder(void) {
+    nv_config c = {.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .vocab_size = 97,
+                   .seq_len = 256, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    nv_model m, back;
+    random_model(&c, &m);
+    const char *dir = folder("phi3");
+    char cfg_path[700];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    T_CHECK(nv_hf_save(&m, NULL, dir, NV_HF_F32, NULL) == NV_OK && phi3_weights(dir, c.n_layers), "%s", nv_errmsg());
+    char *llama = slurp(dir, "config.json", NULL);
+    T_CHECK(put_spliced(dir, "config.json", llama, "\"LlamaForCausalLM\"",
+                        "\"Phi3ForCausalLM\"], \"sliding_window\": 47, \"original_max_position_embeddings\": 64, \"partial_rotary_factor\": 1.0, "
+                        "\"x\": [0"),
+            "config");
+    char *phi3 = slurp(dir, "config.json", NULL);
+    T_CHECK(put_spliced(dir, "config.json", phi3, "\"llama\"", "\"phi3\""), "model_type");
+    free(phi3);
+    phi3 = slurp(dir, "config.json", NULL);
+    T_CHECK(nv_model_load(cfg_path, &back) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(back.params && back.n_params == m.n_params && !memcmp(back.params, m.params, m.n_params * 4) &&
+                !memcmp(&back.config, &m.config, sizeof m.config),
+            "phi3: weights or config differ from the llama folder's");
+    nv_model_free(&back);
+    /* LongRoPE: the context (256) past the original (64): long_factor, sqrt(1 + ln 4 / ln 64) on every cos and sin */
+    char rs[1024] = "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [";
+    for (int i = 0; i < 8; i++) snprintf(rs + strlen(rs), sizeof rs - strlen(rs), "%s%g", i ? ", " : "", 1.0 + i / 100.0);
+    strcat(rs, "], \"long_factor\": [");
+    for (int i = 0; i < 8; i++) snprintf(rs + strlen(rs), sizeof rs - strlen(rs), "%s%g", i ? ", " : "", 1.0 + i / 2.0);
+    strcat(rs, "]}");
+    nv_config lc;
+    T_CHECK(put_spliced(dir, "config.json", phi3, "\"rope_scaling\":\tnull", rs) && nv_model_read_config(cfg_path, &lc) == NV_OK,
+            "%s", nv_errmsg());
+    int factors = lc.n_rope_factors == 8 && lc.rope_attn == (float)sqrt(1 + log(4.0) / log(64.0));
+    for (int i = 0; factors && i < 8; i++) factors = lc.rope_factors[i] == (float)(1.0 + i / 2.0);
+    T_CHECK(factors, "longrope: %d factors, the first %g, attention %g", lc.n_rope_factors, (double)lc.rope_factors[0], (double)lc.rope_attn);
+    char *lr = slurp(dir, "config.json", NULL); /* the context within the original: short_factor, no attention factor */
+    T_CHECK(put_spliced(dir, "config.json", lr, "\"original_max_position_embeddings\": 64", "\"original_max_position_embeddings\": 256") &&
+                nv_model_read_config(cfg_path, &lc) == NV_OK && lc.n_rope_factors == 8 && lc.rope_factors[1] == 1.01f && lc.rope_attn == 0.0f,
+            "longrope within the original context: %s", nv_errmsg());
+    free(lr);
+    T_CHECK(put_spliced(dir, "config.json", phi3, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.75") &&
+                nv_model_read_config(cfg_path, &lc) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "partial_rotary_factor 0.75"),
+            "partial rotary: %s", nv_errmsg());
+    /* a layer's qkv_proj one row short of the three it holds; the llama names under phi3 */
+    put(dir, "config.json", phi3, strlen(phi3));
+    T_CHECK(nv_hf_save(&m, NULL, dir, NV_HF_F32, NULL) == NV_OK, "%s", nv_errmsg());
+    put(dir, "config.json", phi3, strlen(phi3));
+    T_CHECK(nv_model_read_config(cfg_path, &lc) == NV_EFORMAT && strstr(nv_errmsg(), "'model.layers.0.self_attn.qkv_proj.weight' is missing"),
+            "llama's tensors under phi3: %s", nv_errmsg());
+    c.n_kv_heads = 4; /* qkv_proj then holds 64 + 2 x 64 rows, the file 64 + 2 x 32 */
+    char *wider = NULL;
+    T_CHECK(phi3_weights(dir, c.n_layers), "rewrite");
+    size_t wl = strlen(phi3);
+    wider = malloc(wl + 1);
+    memcpy(wider, phi3, wl + 1);
+    char *kv = strstr(wider, "\"num_key_value_heads\":\t2");
+    if (kv) kv[strlen("\"num_key_value_heads\":\t")] = '4';
+    put(dir, "config.json", wider, wl);
+    T_CHECK(kv && nv_model_read_config(cfg_path, &lc) == NV_EFORMAT &&
+                strstr(nv_errmsg(), "'model.layers.0.self_attn.qkv_proj.weight' is not of shape [192, 64]"),
+            "a short qkv_proj: %s", nv_errmsg());
+    free(wider);
+    free(phi3);
+    free(llama);
+    nv_model_free(&m);
+}
+
+/* An added token marked rstrip (Phi-3's tokenizer.json marks its special tokens so) gives the
+ * tokenizer Phi-3's rule, special tokens taking the white space after them; a folder written from
+ * it marks them again but <unk>, <s> and <|endoftext|>, and reads back with the rule. */
+static void test_rstrip_tokens(void) {
+    const char *dir = folder("rstrip");
+    if (!export_260k(dir, "f32")) return;
+    char path[800], args[2400];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    nv_tokenizer *t = NULL;
+    T_CHECK(nv_tokenizer_load(path, 0, &t) == NV_OK && !nv_tokenizer_strips_after_special(t), "%s", nv_errmsg());
+    if (t) nv_tokenizer_free(t), t = NULL;
+    char *tj = slurp(dir, "tokenizer.json", NULL);
+    T_CHECK(put_spliced(dir, "tokenizer.json", tj, "\"rstrip\":\tfalse", "\"rstrip\":\ttrue"), "splice");
+    free(tj);
+    T_CHECK(nv_tokenizer_load(path, 0, &t) == NV_OK && nv_tokenizer_strips_after_special(t), "%s", nv_errmsg());
+    if (t) nv_tokenizer_free(t);
+    const char *out = folder("rstrip-out");
+    snprintf(args, sizeof args, "export %s -z %s -o %s/", t_data("models/stories260K.bin"), path, out);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    char *written = slurp(out, "tokenizer.json", NULL);
+    const char *eos = written ? strstr(written, "\"content\":\t\"</s>\"") : NULL, *unk = written ? strstr(written, "\"content\":\t\"<unk>\"") : NULL;
+    const char *eos_strip = eos ? strstr(eos, "\"rstrip\":\t") : NULL, *unk_strip = unk ? strstr(unk, "\"rstrip\":\t") : NULL;
+    static const char yes[] = "\"rstrip\":\ttrue", no[] = "\"rstrip\":\tfalse";
+    T_CHECK(eos_strip && !strncmp(eos_strip, yes, sizeof yes - 1) && unk_strip && !strncmp(unk_strip, no, sizeof no - 1),
+            "the written tokenizer.json's rstrip flags: %s", written ? written : "");
+    free(written);
+    snprintf(path, sizeof path, "%s/tokenizer.json", out);
+    T_CHECK(nv_tokenizer_load(path, 0, &t) == NV_OK && nv_tokenizer_strips_after_special(t), "written back: %s", nv_errmsg());
+    if (t) nv_tokenizer_free(t);
+}
+
 /* The weights split over two shards named by model.safetensors.index.json read as one file's; an
  * index naming a file outside the folder, or a tensor its file lacks, is refused. */
 static void test_shards(void) {
@@ -1017,6 +1176,8 @@ int main(void) {
     T_RUN(test_half_types);
     T_RUN(test_qwen_shapes);
     T_RUN(test_shards);
+    T_RUN(test_phi3_folder);
+    T_RUN(test_rstrip_tokens);
     T_RUN(test_tokenizer_roundtrip);
     T_RUN(test_config);
     T_RUN(test_malformed_safetensors);

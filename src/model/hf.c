@@ -154,6 +154,36 @@ static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
     return NV_OK;
 }
 
+/* Phi-3's LongRoPE (rope_scaling type longrope; "su" in early folders): a divisor per rotated pair,
+ * long_factor when the model's context is past original_max_position_embeddings, else short_factor
+ * (as the GGUF reader chooses), and every cos and sin times attention_factor, by default
+ * sqrt(1 + ln(s) / ln(original)) for s = context / original > 1 (transformers' and llama.cpp's). */
+static nv_err longrope_factors(const char *path, const cJSON *j, const cJSON *rs, nv_config *c) {
+    int64_t orig;
+    const char *key = "original_max_position_embeddings";
+    NV_TRY(get_whole(path, absent(field(j, key)) ? rs : j, key, c->seq_len, 0, 1, 1 << 30, &orig));
+    const int n = c->head_dim / 2;
+    if (n > NV_ROPE_FACTORS_MAX)
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %d (at most %d)", path, c->head_dim, 2 * NV_ROPE_FACTORS_MAX);
+    const char *set = c->seq_len > orig ? "long_factor" : "short_factor";
+    const cJSON *list = field(rs, set), *f;
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != n)
+        return nv_fail(NV_EFORMAT, "%s: rope_scaling's %s is not a list of %d factors", path, set, n);
+    int i = 0;
+    cJSON_ArrayForEach(f, list) {
+        if (!cJSON_IsNumber(f) || !(f->valuedouble > 0 && f->valuedouble < 1e6))
+            return nv_fail(NV_EFORMAT, "%s: rope_scaling's %s[%d] is out of range", path, set, i);
+        c->rope_factors[i++] = (float)f->valuedouble;
+    }
+    c->n_rope_factors = n;
+    const double scale = (double)c->seq_len / (double)orig;
+    double attn = scale > 1 ? sqrt(1 + log(scale) / log((double)orig)) : 1.0;
+    if (!absent(field(rs, "attention_factor"))) NV_TRY(get_real(path, rs, "attention_factor", 1.0, &attn));
+    if (!(attn > 0 && attn < 1e3)) return nv_fail(NV_EFORMAT, "%s: LongRoPE's attention factor %g is out of range", path, attn);
+    if ((float)attn != 1.0f) c->rope_attn = (float)attn;
+    return NV_OK;
+}
+
 /* A soft cap at key: its value (> 0), 0 for null, dflt when the key is missing. */
 static nv_err get_cap(const char *path, const cJSON *j, const char *key, double dflt, float *out) {
     const cJSON *v = field(j, key);
@@ -249,13 +279,14 @@ static nv_err granite_scales(const char *path, const cJSON *j, nv_config *c) {
     return NV_OK;
 }
 
-/* How a folder keeps a mixture's experts: Qwen3-MoE's (mlp.experts.E.*), Mixtral's
- * (block_sparse_moe.experts.E.w1/w2/w3) or GraniteMoe's, fused per layer (st_unfuse_experts). */
-enum { HF_EXPERTS_QWEN3 = 0, HF_EXPERTS_MIXTRAL, HF_EXPERTS_FUSED };
+/* How a folder keeps its tensors beyond llama's names: a mixture's experts as Mixtral's
+ * (block_sparse_moe.experts.E.w1/w2/w3; else Qwen3-MoE's mlp.experts.E.*), fused per layer
+ * (GraniteMoe's), the attention's and FFN's projections fused (Phi-3's): st_unfuse. */
+enum { HF_MIXTRAL_NAMES = 1, HF_FUSED_EXPERTS = 2, HF_FUSED_PROJ = 4 };
 
-/* The config of config.json j; *tied says whether the classifier is the embedding, *experts how the
- * experts are kept (HF_EXPERTS_). */
-static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *experts_kept) {
+/* The config of config.json j; *tied says whether the classifier is the embedding, *kept how the
+ * tensors are kept (HF_MIXTRAL_NAMES, ...). */
+static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tied, int *kept) {
     memset(c, 0, sizeof *c);
     const char *type = str_of(field(j, "model_type"));
     if (!type) {
@@ -271,6 +302,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                : !strcmp(a, "SmolLM3ForCausalLM") ? "smollm3"
                : !strcmp(a, "GraniteForCausalLM") ? "granite"
                : !strcmp(a, "GraniteMoeForCausalLM") ? "granitemoe"
+               : !strcmp(a, "Phi3ForCausalLM")    ? "phi3"
                                                   : a;
     }
     if (!type) return nv_fail(NV_EFORMAT, "%s: neither 'model_type' nor 'architectures' names the model", path);
@@ -281,16 +313,17 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     const int smollm3 = !strcmp(type, "smollm3"); /* llama's block, some layers without RoPE */
     const int granitemoe = !strcmp(type, "granitemoe"); /* Granite's block with experts, fused per layer */
     const int granite = !strcmp(type, "granite") || granitemoe; /* llama's block with four multipliers */
+    const int phi3 = !strcmp(type, "phi3"); /* llama's block, its projections fused */
     char shown[128];
     if (!strcmp(type, "gemma3")) /* the vision-language folder: its text model nests in text_config, its weights under language_model */
         return nv_fail(NV_EUNSUPPORTED, "%s: Gemma 3's vision-language folder (model_type gemma3) is not read: its text model's GGUF "
                                         "file is, or a gemma3_text folder (270M, 1B)", path);
-    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3 && !granite)
+    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3 && !granite && !phi3)
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, "
-                       "smollm3, granite, granitemoe)",
+                       "smollm3, granite, granitemoe, phi3)",
                        path, nv_gguf_shown(type, strlen(type), shown, sizeof shown));
-    *experts_kept = mix ? HF_EXPERTS_MIXTRAL : granitemoe ? HF_EXPERTS_FUSED : HF_EXPERTS_QWEN3;
+    *kept = mix ? HF_MIXTRAL_NAMES : granitemoe ? HF_MIXTRAL_NAMES | HF_FUSED_EXPERTS : phi3 ? HF_FUSED_PROJ : 0;
     /* Gemma's GELU is the tanh form (gelu_pytorch_tanh; Gemma 1's "gelu" runs as that too, in
        transformers and llama.cpp), named hidden_activation (hidden_act in Gemma 1's folders) */
     const char *act_key = gemma && !absent(field(j, "hidden_activation")) ? "hidden_activation" : "hidden_act";
@@ -301,6 +334,9 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                 : strcmp(act, "silu"))
         return nv_fail(NV_EUNSUPPORTED, "%s: %s '%s' is not supported (%s)", path, act_key,
                        act ? nv_gguf_shown(act, strlen(act), shown, sizeof shown) : "?", gemma ? "gelu_pytorch_tanh" : "silu");
+    double rotary = 1.0; /* Phi-4-mini rotates three quarters of each head */
+    NV_TRY(get_real(path, j, "partial_rotary_factor", 1.0, &rotary));
+    if (rotary != 1.0) return nv_fail(NV_EUNSUPPORTED, "%s: RoPE on part of each head (partial_rotary_factor %g) is not supported", path, rotary);
     const int64_t lim = 1 << 30;
     int64_t dim, hidden, layers, heads, kv_heads, head_dim, vocab, ctx;
     NV_TRY(get_whole(path, j, "hidden_size", 0, 1, 1, lim, &dim));
@@ -373,8 +409,9 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
         if (!(factor > 0 && factor < 1e6)) return nv_fail(NV_EFORMAT, "%s: rope_scaling's linear factor is out of range", path);
         NV_TRY(nv_config_rope_linear(c, (float)factor));
     } else if (rtype && !strcmp(rtype, "yarn")) NV_TRY(yarn_params(path, rs, ctx, c));
+    else if (rtype && phi3 && (!strcmp(rtype, "longrope") || !strcmp(rtype, "su"))) NV_TRY(longrope_factors(path, j, rs, c));
     else if (rtype && strcmp(rtype, "default"))
-        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE scaling '%s' is not supported (llama3's, linear and yarn are)", path,
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE scaling '%s' is not supported (llama3's, linear and yarn are; Phi-3's longrope)", path,
                        nv_gguf_shown(rtype, strlen(rtype), shown, sizeof shown));
     else if (rs && !rtype)
         return nv_fail(NV_EFORMAT, "%s: rope_scaling names no rope_type", path);
@@ -383,6 +420,9 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     if (qwen2 || qwen3 || smollm3) NV_TRY(get_flag(path, j, "use_sliding_window", 0, &window_on));
     int64_t window;
     NV_TRY(get_whole(path, j, "sliding_window", 0, 0, 0, INT64_C(1) << 40, &window));
+    if (phi3 && window > 0 && window < c->seq_len) /* as llama.cpp runs phi3 (a warning there too) */
+        nv_warn("%s: the model's sliding window of %lld tokens is not applied: attention sees the whole context of %d, as "
+                "llama.cpp runs phi3", path, (long long)window, c->seq_len);
     if (window_on && window > 0 && window < c->seq_len) {
         nv_info("%s: attention over a sliding window of %lld tokens: the context is capped there", path, (long long)window);
         c->seq_len = (int)window;
@@ -514,50 +554,70 @@ static nv_err st_open_file(st_set *s, const char *path) {
     return NV_OK;
 }
 
-/* GraniteMoe's experts, fused per layer: block_sparse_moe.input_linear [E, 2 hidden, dim] (each
- * expert's gate rows, then its up rows: transformers' chunk(2)), output_linear [E, dim, hidden] and
- * router.layer [E, dim], seen as Mixtral's per-expert tensors (views into the same bytes), so the
- * reader takes them as it takes Mixtral's. */
-static nv_err st_unfuse_experts(st_set *s, const char *dir, const nv_config *c) {
+/* A tensor a folder keeps fused per layer and the tensors it holds, as consecutive blocks of rows
+ * (per expert when stacked: [experts, rows, cols]): model.layers.L.FUSED.weight holds
+ * model.layers.L.PART.weight, or model.layers.L.STACK.experts.E.PART.weight, for each part. */
+typedef struct {
+    const char *fused, *stack;
+    uint64_t rows[3], cols; /* each part's rows (0: no more parts) */
+    const char *part[3];
+} st_fusion;
+
+/* The fused tensors of config c's folder as the separate ones they hold (views into the same bytes,
+ * so a 16-bit one stays 16-bit), which the rest of the reader takes as it takes any: GraniteMoe's
+ * experts (block_sparse_moe.input_linear: each expert's gate rows, then its up rows, as transformers
+ * chunks them; output_linear; router.layer), Phi-3's projections (self_attn.qkv_proj: the query's
+ * rows, the key's, the value's; mlp.gate_up_proj: the gate's, then the up projection's). */
+static nv_err st_unfuse(st_set *s, const char *dir, const nv_config *c, int kept) {
     const uint64_t E = (uint64_t)c->n_experts, H = (uint64_t)c->hidden_dim, D = (uint64_t)c->dim;
-    const size_t n_views = (size_t)c->n_layers * (1 + 3 * (size_t)E);
+    const uint64_t qd = (uint64_t)nv_config_q_dim(c), kvd = (uint64_t)nv_config_kv_dim(c);
+    const st_fusion experts[3] = {{"block_sparse_moe.input_linear", "block_sparse_moe", {H, H}, D, {"w1", "w3"}},
+                                  {"block_sparse_moe.output_linear", "block_sparse_moe", {D}, H, {"w2"}},
+                                  {"block_sparse_moe.router.layer", NULL, {E}, D, {"block_sparse_moe.gate"}}},
+                      projections[2] = {{"self_attn.qkv_proj", NULL, {qd, kvd, kvd}, D,
+                                         {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+                                        {"mlp.gate_up_proj", NULL, {H, H}, D, {"mlp.gate_proj", "mlp.up_proj"}}};
+    const st_fusion *fu = kept & HF_FUSED_EXPERTS ? experts : projections;
+    const int nf = kept & HF_FUSED_EXPERTS ? 3 : 2;
+    size_t n_views = 0;
+    for (int f = 0; f < nf; f++)
+        for (int p = 0; p < 3 && fu[f].rows[p]; p++) n_views += fu[f].stack ? (size_t)E : 1;
+    n_views *= (size_t)c->n_layers;
     if (!(s->view_names = malloc(n_views * HF_VIEW_NAME))) return nv_fail(NV_ENOMEM, "out of memory");
     size_t v = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        static const char *const fused[3] = {"input_linear", "output_linear", "router.layer"};
-        const uint64_t rows[3] = {2 * H, D, E}, cols[3] = {D, H, D};
-        for (int f = 0; f < 3; f++) {
-            char name[HF_VIEW_NAME];
-            snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.%s.weight", l, fused[f]);
+    for (int l = 0; l < c->n_layers; l++)
+        for (int f = 0; f < nf; f++) {
+            const int stacked = fu[f].stack != NULL;
+            uint64_t rows = 0;
+            for (int p = 0; p < 3; p++) rows += fu[f].rows[p];
+            char name[HF_VIEW_NAME], shape[64];
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, fu[f].fused);
+            snprintf(shape, sizeof shape, "[%s%llu, %llu]", stacked ? "experts, " : "", (unsigned long long)rows,
+                     (unsigned long long)fu[f].cols);
             st_tensor *t = st_find(s, name);
-            const int stacked = f < 2; /* [E, rows, cols]; the router [rows, cols] */
             if (!t) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is missing", dir, name);
-            if (t->ndim != 2 + stacked || (stacked && t->shape[0] != E) || t->shape[stacked] != rows[f] ||
-                t->shape[stacked + 1] != cols[f])
-                return nv_fail(NV_EFORMAT, "%s: tensor '%s' is not of shape [%s%llu, %llu]", dir, name, stacked ? "experts, " : "",
-                               (unsigned long long)rows[f], (unsigned long long)cols[f]);
+            if (t->ndim != 2 + stacked || (stacked && t->shape[0] != E) || t->shape[stacked] != rows || t->shape[stacked + 1] != fu[f].cols)
+                return nv_fail(NV_EFORMAT, "%s: tensor '%s' is not of shape %s", dir, name, shape);
             if (t->dtype == ST_OTHER)
                 return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 and BF16 are read)", dir, name, t->dtype_name);
             t->used = 1;
             const st_tensor whole = *t; /* (adding views may move the set's table) */
             const uint64_t esize = whole.dtype == ST_F32 ? 4 : 2;
-            /* each view: its name, the expert, its first row within the expert's block, its rows */
             for (uint64_t e = 0; e < (stacked ? E : 1); e++)
-                for (int part = 0; part < (f == 0 ? 2 : 1); part++) {
-                    const uint64_t vr = f == 0 ? H : rows[f];
+                for (uint64_t p = 0, row = 0; p < 3 && fu[f].rows[p]; row += fu[f].rows[p++]) {
                     char *vn = s->view_names + v++ * HF_VIEW_NAME;
-                    if (!stacked) snprintf(vn, HF_VIEW_NAME, "model.layers.%d.block_sparse_moe.gate.weight", l);
-                    else
-                        snprintf(vn, HF_VIEW_NAME, "model.layers.%d.block_sparse_moe.experts.%llu.%s.weight", l, (unsigned long long)e,
-                                 f == 1 ? "w2" : part ? "w3" : "w1");
+                    if (stacked)
+                        snprintf(vn, HF_VIEW_NAME, "model.layers.%d.%s.experts.%llu.%s.weight", l, fu[f].stack, (unsigned long long)e,
+                                 fu[f].part[p]);
+                    else snprintf(vn, HF_VIEW_NAME, "model.layers.%d.%s.weight", l, fu[f].part[p]);
                     if (st_find(s, vn)) return nv_fail(NV_EFORMAT, "%s: tensor '%s' is stored fused and on its own", dir, vn);
-                    st_tensor view = {.name = vn, .dtype = whole.dtype, .dtype_name = whole.dtype_name, .ndim = 2, .shape = {vr, cols[f]},
-                                      .data = whole.data + (e * rows[f] + (uint64_t)part * H) * cols[f] * esize,
-                                      .bytes = vr * cols[f] * esize};
+                    const st_tensor view = {.name = vn, .dtype = whole.dtype, .dtype_name = whole.dtype_name, .ndim = 2,
+                                            .shape = {fu[f].rows[p], fu[f].cols},
+                                            .data = whole.data + (e * rows + row) * fu[f].cols * esize,
+                                            .bytes = fu[f].rows[p] * fu[f].cols * esize};
                     NV_TRY(st_add(s, &view));
                 }
         }
-    }
     return NV_OK;
 }
 
@@ -719,14 +779,14 @@ static int gemma_norm(const nv_config *c, const nv_tensor_ref *t) {
 static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int quantized) {
     cJSON *cfg;
     NV_TRY(json_file(config_path, 0, &cfg));
-    int tied = 0, experts_kept = 0;
+    int tied = 0, kept = 0;
     st_set set = {0};
     nv_tensor_ref *t = NULL;
-    nv_err e = config_of(config_path, cfg, c, &tied, &experts_kept);
+    nv_err e = config_of(config_path, cfg, c, &tied, &kept);
     cJSON_Delete(cfg);
-    const int style = (experts_kept != HF_EXPERTS_QWEN3 ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
+    const int style = (kept & HF_MIXTRAL_NAMES ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
     if (e == NV_OK) e = st_open_model(&set, config_path);
-    if (e == NV_OK && experts_kept == HF_EXPERTS_FUSED) e = st_unfuse_experts(&set, config_path, c);
+    if (e == NV_OK && (kept & (HF_FUSED_EXPERTS | HF_FUSED_PROJ))) e = st_unfuse(&set, config_path, c, kept);
     st_tensor *head = e == NV_OK ? st_find(&set, "lm_head.weight") : NULL;
     c->shared_classifier = tied || !head;
     if (head && tied) head->used = 1; /* transformers ties the two and ignores it as well */
@@ -1037,6 +1097,7 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
             return nv_fail(NV_EFORMAT, "%s: added token %d is another token in the vocabulary", path, id);
         b->tok[id] = content;
         b->tok_type[id] = cJSON_IsTrue(field(e, "special")) ? 3 : 4; /* control, user-defined */
+        v->rstrip |= cJSON_IsTrue(field(e, "rstrip"));
     }
     /* room for [PADn] names and for merges given as pairs */
     size_t arena = 0;
@@ -1186,13 +1247,15 @@ static char *spelled(const nv_tokenizer *tok, int id, int spm) {
     return out;
 }
 
-static cJSON *added_token(int id, const char *content, int special) {
+/* rstrip: the token takes the white space after it (a Phi-3 vocabulary's special tokens but <unk>,
+   <s> and <|endoftext|>, the reader's and llama.cpp's rule) */
+static cJSON *added_token(int id, const char *content, int special, int rstrip) {
     cJSON *a = cJSON_CreateObject();
     cJSON_AddNumberToObject(a, "id", id);
     cJSON_AddStringToObject(a, "content", content);
     cJSON_AddBoolToObject(a, "single_word", 0);
     cJSON_AddBoolToObject(a, "lstrip", 0);
-    cJSON_AddBoolToObject(a, "rstrip", 0);
+    cJSON_AddBoolToObject(a, "rstrip", rstrip && strcmp(content, "<unk>") && strcmp(content, "<s>") && strcmp(content, "<|endoftext|>"));
     cJSON_AddBoolToObject(a, "normalized", 0);
     cJSON_AddBoolToObject(a, "special", special);
     return a;
@@ -1315,7 +1378,8 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
         int type = byte_level ? bv.type[i] : nv_tokenizer_type(tok, i);
         if (!byte_level && !type) type = i <= NV_TOKEN_EOS ? 3 : 1;
         if (!byte_level && type == 2) type = 3;
-        if (type == 3 || type == 4) cJSON_AddItemToArray(added, added_token(i, text[i], type == 3));
+        if (type == 3 || type == 4)
+            cJSON_AddItemToArray(added, added_token(i, text[i], type == 3, nv_tokenizer_strips_after_special(tok)));
     }
     if (e == NV_OK && byte_level) {
         for (int k = 0; k < bv.n_merges; k++) {
@@ -1723,8 +1787,8 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     cJSON_AddStringToObject(cfg, "torch_dtype", dtype == NV_HF_F32 ? "float32" : dtype == NV_HF_BF16 ? "bfloat16" : "float16");
     /* what config.json says must read back as this model: else no folder is written */
     nv_config back;
-    int tied = 0, experts_kept = 0;
-    nv_err said = config_of(dir, cfg, &back, &tied, &experts_kept);
+    int tied = 0, kept = 0;
+    nv_err said = config_of(dir, cfg, &back, &tied, &kept);
     back.shared_classifier = tied;
     if (said != NV_OK || memcmp(&back, c, sizeof back)) {
         char why[256];

@@ -1,8 +1,8 @@
 /* Hugging Face model folders: what `save_pretrained` writes and the Hub serves.
  *
  * A folder holds config.json (model_type llama, mistral, qwen2, qwen3, their mixtures of experts,
- * the Gemma family's gemma, gemma2, gemma3_text, smollm3, granite or granitemoe, whose experts are
- * fused per layer), the weights as
+ * the Gemma family's gemma, gemma2, gemma3_text, smollm3, granite, granitemoe (its experts fused per
+ * layer) or phi3 (its query, key and value projections fused, and its gate and up), the weights as
  * model.safetensors or as shards named by model.safetensors.index.json (F32, F16 or BF16 tensors
  * under transformers' names), and tokenizer.json (+ tokenizer_config.json). A model is named by
  * its config.json (cli_model_paths turns a folder into that path); its tokenizer by its
@@ -54,6 +54,8 @@ typedef struct {
     int nfc; /* the normalizer composes text to Unicode NFC first (Qwen's) */
     int typed; /* SentencePiece-style, not llama's ids (Gemma's layout): bpe's ids, token types and
                   add_space say what llama2.c's form cannot */
+    int rstrip; /* an added token takes the white space after it (Phi-3's: the tokenizer's rule for
+                   its special tokens) */
     nv_gguf_bpe bpe;
     uint8_t *spm;
     size_t spm_len;

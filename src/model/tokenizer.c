@@ -602,6 +602,7 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
             e = v.byte_level ? tok_build_bpe(path, &v.bpe, vocab_size, t) : tok_build(path, &(nv_mapped){v.spm, v.spm_len}, vocab_size, t);
         if (e == NV_OK && v.typed) e = spm_meta_apply(path, t, &v.bpe); /* Gemma's layout */
         t->nfc = v.nfc;
+        t->rstrip = v.rstrip && !v.byte_level; /* (SentencePiece's rule: the byte-level encoder has none) */
         nv_hf_vocab_free(&v);
     } else {
         e = tok_build(path, &m, vocab_size, t);
