@@ -179,6 +179,66 @@ static void models(void) {
 
 /* m (and tok) written as a folder; its config.json and model.safetensors as one seed, or the
  * safetensors alone (read with fuzz_hf's default config); its tokenizer.json a tokenizer seed. */
+/* A Phi-3 folder (config.json, its NUL, model.safetensors in F32): each layer's query, key and value
+ * rows in qkv_proj, its gate and up rows in gate_up_proj, LongRoPE's two sets of factors. */
+static void phi3_seed(void) {
+    const nv_config c = {8, 16, 2, 2, 1, 4, 16, 32, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_model m;
+    check(nv_model_alloc(&m, &c));
+    nv_model_init_random(&m, 14);
+    const nv_weights *w = &m.w;
+    const size_t d = 8, h = 16, q = 8, kv = 4, V = 16;
+    nv_buf b = {0}, hdr = {0}, body = {0};
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\": [\"Phi3ForCausalLM\"], \"model_type\": \"phi3\", \"hidden_size\": 8, \"intermediate_size\": 16, "
+             "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 16, "
+             "\"max_position_embeddings\": 32, \"original_max_position_embeddings\": 8, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
+             "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0, 1.5], \"long_factor\": [2.0, 3.5]}, "
+             "\"sliding_window\": 7, \"partial_rotary_factor\": 1.0, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}");
+    add(&b, cfg, strlen(cfg) + 1);
+    nv_buf_puts(&hdr, "{");
+    for (int l = -1; l < 2; l++) { /* the model's own tensors, then each layer's */
+        /* name, rows, cols (0: a vector), then up to three sources of rows (their counts) */
+        const struct {
+            const char *name;
+            size_t rows, cols;
+            const float *p[3];
+            size_t r[3];
+        } top[] = {{"model.embed_tokens", V, d, {w->tok_emb}, {V}}, {"lm_head", V, d, {w->wcls}, {V}},
+                   {"model.norm", d, 0, {w->rms_final}, {d}}},
+          layer[] = {{"input_layernorm", d, 0, {w->rms_att + l * d}, {d}},
+                     {"post_attention_layernorm", d, 0, {w->rms_ffn + l * d}, {d}},
+                     {"self_attn.qkv_proj", q + 2 * kv, d, {w->wq + l * q * d, w->wk + l * kv * d, w->wv + l * kv * d}, {q, kv, kv}},
+                     {"self_attn.o_proj", d, q, {w->wo + l * d * q}, {d}},
+                     {"mlp.gate_up_proj", 2 * h, d, {w->w1 + l * h * d, w->w3 + l * h * d}, {h, h}},
+                     {"mlp.down_proj", d, h, {w->w2 + l * d * h}, {d}}},
+          *ts = l < 0 ? top : layer;
+        const size_t nt = l < 0 ? sizeof top / sizeof top[0] : sizeof layer / sizeof layer[0];
+        for (size_t i = 0; i < nt; i++) {
+            char name[128], shape[48];
+            if (l < 0) snprintf(name, sizeof name, "%s.weight", ts[i].name);
+            else snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, ts[i].name);
+            if (ts[i].cols) snprintf(shape, sizeof shape, "[%zu, %zu]", ts[i].rows, ts[i].cols);
+            else snprintf(shape, sizeof shape, "[%zu]", ts[i].rows);
+            const size_t cols = ts[i].cols ? ts[i].cols : 1;
+            nv_buf_printf(&hdr, "%s\"%s\": {\"dtype\": \"F32\", \"shape\": %s, \"data_offsets\": [%zu, %zu]}", body.len ? ", " : "", name,
+                          shape, body.len, body.len + ts[i].rows * cols * 4);
+            for (int k = 0; k < 3 && ts[i].p[k]; k++) add(&body, ts[i].p[k], ts[i].r[k] * cols * 4);
+        }
+    }
+    nv_buf_puts(&hdr, "}");
+    while (hdr.len % 8) nv_buf_puts(&hdr, " ");
+    const uint64_t hl = hdr.len;
+    add(&b, &hl, 8);
+    add(&b, hdr.data, hdr.len);
+    add(&b, body.data, body.len);
+    check(b.oom || hdr.oom || body.oom ? NV_ENOMEM : NV_OK);
+    put_buf("hf", "phi3_longrope.hf", &b);
+    nv_buf_free(&b), nv_buf_free(&hdr), nv_buf_free(&body);
+    nv_model_free(&m);
+}
+
 static void hf_seed(const nv_model *m, const nv_tokenizer *tok, const char *name, int with_config, nv_hf_dtype dtype) {
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/hf-tmp", root);
@@ -252,6 +312,7 @@ static void hf(void) {
     nv_model_init_random(&m, 12);
     hf_seed(&m, NULL, "smollm3.hf", 1, NV_HF_F32);
     nv_model_free(&m);
+    phi3_seed();
     nv_config gr = {8, 16, 2, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_config_set_granite(&gr, 12.0, 0.1, 0.22, 8.0); /* granite: its four multipliers in config.json */
     check(nv_model_alloc(&m, &gr));

@@ -381,6 +381,10 @@ static void test_phi3_folder(void) {
                 !memcmp(&back.config, &m.config, sizeof m.config),
             "phi3: weights or config differ from the llama folder's");
     nv_model_free(&back);
+    char args[900];
+    snprintf(args, sizeof args, "info -m %s", dir); /* the folder itself names the model */
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "shape:    dim 64, layers 2, heads 4/2 x 16, hidden 96, vocab 97, context 256"),
+            "info: %s%s", t_out, t_err);
     /* LongRoPE: the context (256) past the original (64): long_factor, sqrt(1 + ln 4 / ln 64) on every cos and sin */
     char rs[1024] = "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [";
     for (int i = 0; i < 8; i++) snprintf(rs + strlen(rs), sizeof rs - strlen(rs), "%s%g", i ? ", " : "", 1.0 + i / 100.0);

@@ -9,10 +9,12 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "model/gguf.h"
+#include "model/grammar.h"
 #include "model/tokenizer.h"
 #include "serve/api.h"
 #include "serve/llamacpp.h"
 #include "serve/chat.h"
+#include "serve/schema.h"
 #include "bpe_write.h"
 #include "t.h"
 
@@ -123,7 +125,27 @@ static void test_specials_and_decode(void) {
     EXPECT(t, "at", 0, id_of(t, "at"));
     T_CHECK(nv_tokenizer_encode(t, "at", 0, 1, &ids, &n) == NV_OK && n == 2 && ids[1] == ID_IM_END, "eos appended");
     free(ids);
-    /* a control token shown (a template's tool-call marker) prints its text; ends, others and unknown texts are refused */
+    /* a control token shown (a template's tool-call marker) prints its text, so a call grammar that
+       opens with that text takes the token itself (not only its bytes); ends, others and unknown texts are refused */
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
+    nv_grammar *g = NULL;
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, "arguments", "<|im_start|>[", "]", NULL, NULL, 0, 0, &g) == NV_OK, "%s", nv_errmsg());
+    cJSON_Delete(tools);
+    uint8_t opens[2] = {0, 0};
+    for (int shown = 0; shown < 2 && g; shown++) {
+        T_CHECK(!shown || nv_tokenizer_show(t, "<|im_start|>") == ID_IM_START, "show");
+        nv_gtrie *tr = NULL;
+        uint8_t *mask = malloc(N_TOKENS);
+        nv_gmatch *m = nv_gmatch_new(g);
+        T_CHECK(nv_gtrie_build(t, &tr) == NV_OK && mask && m && nv_gmatch_mask(m, tr, mask) > 0, "%s", nv_errmsg());
+        if (mask) opens[shown] = mask[ID_IM_START];
+        T_CHECK(mask && mask['<'], "the marker's first byte is allowed");
+        nv_gmatch_free(m);
+        free(mask);
+        nv_gtrie_free(tr);
+    }
+    nv_grammar_unref(g);
+    T_CHECK(!opens[0] && opens[1], "the marker's token opens the call: %d before it is shown, %d after", opens[0], opens[1]);
     T_CHECK(nv_tokenizer_show(t, "<|im_start|>") == ID_IM_START && !strcmp(nv_tokenizer_decode(t, 0, ID_IM_START), "<|im_start|>"),
             "a shown control token prints its text");
     T_CHECK(nv_tokenizer_show(t, "<|im_end|>") < 0 && nv_tokenizer_show(t, "<think>") < 0 && nv_tokenizer_show(t, "<|nope|>") < 0 &&

@@ -105,7 +105,12 @@ int cmd_info(int argc, char **argv) {
         }
         return cli_error(CMD, 2, "unknown option '%s'", argv[i]);
     }
-    if (model) return model_info(model);
+    if (model) { /* a run folder or a Hugging Face folder: the model file in it */
+        cli_paths paths;
+        const char *tok = NULL;
+        cli_model_paths(&model, &tok, &paths);
+        return model_info(model);
+    }
     const nv_cpu_info *c = nv_cpu_probe();
     printf("cpu:      %s\n", c->model);
     printf("cores:    %d\n", c->cores);
