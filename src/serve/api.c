@@ -501,7 +501,7 @@ static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style 
     if (style == NV_TOOLS_LLAMA3)
         return nv_tool_calls_grammar(tools, only, "parameters", "", "", NULL, NULL, skip_bad, think, out);
     if (style == NV_TOOLS_GRANITE)
-        return nv_tool_calls_grammar(tools, only, "arguments", "<|tool_call|>[", "]", NULL, parallel ? ", " : NULL, skip_bad,
+        return nv_tool_calls_grammar(tools, only, "arguments", NV_GRANITE_TOOL_CALL "[", "]", NULL, parallel ? ", " : NULL, skip_bad,
                                      think, out);
     return nv_tool_calls_grammar(tools, only, "arguments", "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, NULL,
                                  skip_bad, think, out);
@@ -651,7 +651,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
          * grammar cannot take leaves the calls unconstrained: they are still read) */
         out->req.lazy_grammar = out->lazy_grammar;
-        out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : style == NV_TOOLS_GRANITE ? "<|tool_call|>" : "<tool_call>";
+        out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : style == NV_TOOLS_GRANITE ? NV_GRANITE_TOOL_CALL : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
         /* Llama 3's call is the whole answer, Granite's list the rest of it */
         out->req.lazy_ends = style != NV_TOOLS_HERMES || !parallel;

@@ -16,7 +16,6 @@ static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deep
 /* Granite's markers */
 #define GRANITE_ROLE(r) "<|start_of_role|>" r "<|end_of_role|>"
 #define GRANITE_END "<|end_of_text|>\n"
-#define GRANITE_TOOL_CALL "<|tool_call|>"
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
     for (int i = 0; i < N_TEMPLATES; i++)
@@ -52,7 +51,7 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t) {
     return t == NV_CHAT_LLAMA3 ? NV_TOOLS_LLAMA3 : t == NV_CHAT_GRANITE ? NV_TOOLS_GRANITE : NV_TOOLS_HERMES;
 }
 
-const char *nv_chat_tool_token(nv_chat_template t) { return t == NV_CHAT_GRANITE ? GRANITE_TOOL_CALL : NULL; }
+const char *nv_chat_tool_token(nv_chat_template t) { return t == NV_CHAT_GRANITE ? NV_GRANITE_TOOL_CALL : NULL; }
 
 /* ---- tools: the Hermes format (Qwen2.5/Qwen3's templates) and Llama 3.1's JSON one ---- */
 
@@ -88,10 +87,10 @@ static void llama3_tools_preamble(nv_buf *b, const nv_chat_opts *o) {
 
 /* Granite 3's system line when tools are given and no system message (its template's, without the
  * knowledge cutoff and today's date, which would change the prompt from day to day). */
-#define GRANITE_TOOLS_SYSTEM                                                                                              \
+#define GRANITE_TOOLS_SYSTEM                                                                                             \
     "You are Granite, developed by IBM. You are a helpful AI assistant with access to the following tools. When a "      \
-    "tool is required to answer the user's query, respond with " GRANITE_TOOL_CALL " followed by a JSON list of tools "  \
-    "used. If a tool does not exist in the provided list of tools, notify the user that you do not have the ability "   \
+    "tool is required to answer the user's query, respond with " NV_GRANITE_TOOL_CALL " followed by a JSON list of tools " \
+    "used. If a tool does not exist in the provided list of tools, notify the user that you do not have the ability "    \
     "to fulfill the request."
 
 /* The tools as one JSON list indented by 4 (Python's json.dumps(tools, indent=4)): each tool's
@@ -116,7 +115,7 @@ static void granite_tools(nv_buf *b, const nv_chat_opts *o) {
 /* An assistant's calls as Granite writes them after its text: <|tool_call|> and one JSON list. */
 static void granite_calls(nv_buf *b, const nv_chat_msg *m) {
     if (!m->n_calls) return;
-    nv_buf_puts(b, GRANITE_TOOL_CALL "[");
+    nv_buf_puts(b, NV_GRANITE_TOOL_CALL "[");
     for (int i = 0; i < m->n_calls; i++)
         nv_buf_printf(b, "%s{\"name\": \"%s\", \"arguments\": %s}", i ? ", " : "", m->calls[i].name, m->calls[i].arguments);
     nv_buf_puts(b, "]");
@@ -577,7 +576,7 @@ static const char jinja_granite[] =
     J_EACH
     "{%- set role = 'system' if m.role in " J_SYS " else ('tool_response' if m.role in " J_TOOL " else m.role) %}"
     "{{- " J_GRANITE_ROLE("role") " + ns.c }}"
-    "{%- if m.tool_calls %}{{- '" GRANITE_TOOL_CALL "[' }}"
+    "{%- if m.tool_calls %}{{- '" NV_GRANITE_TOOL_CALL "[' }}"
     "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
     "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
     "{{- '}' }}{%- endfor %}{{- ']' }}{%- endif %}"

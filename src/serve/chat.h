@@ -82,8 +82,10 @@ typedef struct {
 /* The tool calls' wire format of a template. */
 typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
+/* What opens Granite's tool calls: one control token in its vocabulary. */
+#define NV_GRANITE_TOOL_CALL "<|tool_call|>"
 /* The text of the control token that opens the template's tool calls, which decoding must print
- * (nv_tokenizer_show): Granite's "<|tool_call|>"; NULL for the others (their markers are text). */
+ * (nv_tokenizer_show): Granite's; NULL for the others (their markers are text). */
 const char *nv_chat_tool_token(nv_chat_template t);
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out);

@@ -273,7 +273,7 @@ static int granite_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_
 
 /* Granite: the answer's text, then <|tool_call|> and its calls to the end of the answer. */
 static int feed_granite(nv_tool_parser *p, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
-    static const char tag[] = "<|tool_call|>";
+    static const char tag[] = NV_GRANITE_TOOL_CALL;
     const char *h = p->hold.data ? p->hold.data : "";
     size_t len = p->hold.len;
     if (p->state == OUTSIDE) {
