@@ -277,8 +277,31 @@ static void test_packed_documents(void) {
     nv_tmodel_set_segments(&packed, NULL);
     const float lc = nv_tmodel_forward(&packed, in, tg);
     T_CHECK(fabsf(lc - la) > 1e-4f * la, "without documents the loss %.8g is still the lone one's %.8g", lc, la);
+    /* the FLOPs counted: attention over the keys each row sees, its own document's (50 + 60 rows:
+       50*51/2 + 60*61/2 key-rows a layer against 110*111/2 as one document), the products the same */
+    const double per_key = 12.0 * big.n_heads * big.head_dim, L = big.n_layers;
+    T_CHECK(packed.flops_key == per_key && packed.flops_per_step == nv_tmodel_step_flops(&packed, NULL) &&
+                fabs(nv_tmodel_step_flops(&packed, NULL) - packed.flops_dense - per_key * L * (110.0 * 111 / 2)) < 1e-6 * packed.flops_per_step &&
+                fabs(nv_tmodel_step_flops(&packed, segs) - packed.flops_dense - per_key * L * (50.0 * 51 / 2 + 60.0 * 61 / 2)) <
+                    1e-6 * packed.flops_per_step,
+            "step FLOPs: %.6g one document, %.6g packed, %.6g of products", nv_tmodel_step_flops(&packed, NULL),
+            nv_tmodel_step_flops(&packed, segs), packed.flops_dense);
     nv_tmodel_free(&packed);
     nv_tmodel_free(&alone);
+    /* a window of 3 on every other layer: a row sees at most 3 keys there (two windows of 8, the second
+       two documents of 4: 36 + 20 key-rows in the global layer, 21 + 18 in the windowed one) */
+    nv_config w = {16, 24, 2, 4, 2, 4, 23, 16, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    w.swa_window = 3, w.swa_period = 2;
+    nv_tmodel tw;
+    if (nv_tmodel_init(&tw, &w, NULL, 3, 2, 8, NV_ENGINE_SCALAR) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    const int wseg[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4};
+    T_CHECK(fabs(nv_tmodel_step_flops(&tw, wseg) - tw.flops_dense - tw.flops_key * (56.0 + 39.0)) < 1e-9 * tw.flops_per_step &&
+                fabs(tw.flops_per_step - tw.flops_dense - tw.flops_key * (72.0 + 42.0)) < 1e-9 * tw.flops_per_step,
+            "windowed step FLOPs: %.6g packed, %.6g not", nv_tmodel_step_flops(&tw, wseg), tw.flops_per_step);
+    nv_tmodel_free(&tw);
 }
 
 /* Targets of -1 (chat data's prompts and padding): the gradient is the masked loss's, and the loss

@@ -282,20 +282,27 @@ nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, u
     const double ffn_sets = c->n_experts ? c->n_experts_used : 1;
     double per_token = c->n_layers * (d * qd * 2 + d * kvd * 2 + 3 * d * c->hidden_dim * ffn_sets + d * c->n_experts) +
                        d * c->vocab_size;
-    /* QK^T and AV over the keys a query sees: half the window causally, fewer in a layer whose sliding
-       window is shorter (its first W queries see 1..W keys, the rest W). Packed documents (--pack) are
-       counted as one: their saving depends on the batch. */
-    double keys = 0.0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const double W = nv_config_layer_window(c, l);
-        keys += W > 0 && W < T ? (W * (W + 1) / 2.0 + ((double)T - W) * W) / T : T / 2.0;
-    }
-    const double attn = (double)c->n_heads * c->head_dim * 2.0 * keys;
     /* forward 2, backward's dx 2 and dW 2 FLOPs a weight a token; frozen weights have no dW, and
        an adapter's r (in + out) weights run 3 products forward and backward */
     const double lora_per_token = adapters ? (double)nv_lora_param_count(c, lora) : 0.0;
-    tm->flops_per_step = (adapters ? 4.0 : 6.0) * BT * per_token + 6.0 * BT * lora_per_token + 3.0 * 2.0 * BT * attn;
+    tm->flops_dense = (adapters ? 4.0 : 6.0) * BT * per_token + 6.0 * BT * lora_per_token;
+    /* QK^T and AV, 2 FLOPs a head dimension each, forward and the backward's two of each */
+    tm->flops_key = 3.0 * 2.0 * 2.0 * c->n_heads * c->head_dim;
+    tm->flops_per_step = nv_tmodel_step_flops(tm, NULL);
     return NV_OK;
+}
+
+double nv_tmodel_step_flops(const nv_tmodel *tm, const int *seg) {
+    const nv_config *c = &tm->m.config;
+    const int T = tm->T, W = c->swa_window, windowed = nv_config_windowed_layers(c);
+    /* the keys row r sees: its document's rows up to itself, at most W in a windowed layer */
+    double all = 0.0, in_window = 0.0;
+    for (int r = 0; r < tm->B * T; r++) {
+        const int seen = r % T - (seg ? seg[r] : 0) + 1;
+        all += seen;
+        in_window += seen < W ? seen : W;
+    }
+    return tm->flops_dense + tm->flops_key * ((c->n_layers - windowed) * all + windowed * in_window);
 }
 
 void nv_tmodel_free(nv_tmodel *tm) {

@@ -71,7 +71,9 @@ typedef struct {
     /* and the router z-loss's (ST-MoE: the mean over rows of the square of the log of the sum of exp
        of the router's logits, which keeps them small; averaged over layers), weight and last value */
     float router_z_coef, router_z;
-    double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens */
+    double flops_per_step; /* matmul FLOPs of one forward+backward of B*T tokens, one document a window */
+    double flops_dense;    /* of those, the weights' products (attention's are flops_key a key a row sees) */
+    double flops_key;
     double attn_seconds;   /* time spent in causal attention (forward and backward) since init */
     /* LoRA (lora.rank > 0): the base weights are frozen — no gradients (grads is NULL), never
        updated — and adapters on the targeted matrices train instead (model/lora.h's block) */
@@ -117,6 +119,10 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
  * its whole window up to itself. Used by every forward until set again; the caller keeps it alive
  * through the backward. */
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg);
+/* The matmul FLOPs of one forward+backward of B*T rows packed as seg says (NULL: one document a
+ * window, flops_per_step): attention counted over the keys each row sees, its document's earlier
+ * rows within the layer's window. */
+double nv_tmodel_step_flops(const nv_tmodel *tm, const int *seg);
 /* Backward of the last forward (which must have had targets); adds grad_scale * dLoss/dparam
  * into grads, Loss the forward's mean (grad_scale = 1/accum_steps averages micro-batches; rows
  * without a target add nothing). The first backward after init,

@@ -737,7 +737,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     nv_train_stop_requested = 0;
 
     long builds_after_setup = nv_plan_builds();
-    double t_start = nv_now(), sum_f = 0, sum_b = 0, sum_o = 0, sum_w = 0, sum_step = 0;
+    double t_start = nv_now(), sum_f = 0, sum_b = 0, sum_o = 0, sum_w = 0, sum_step = 0, sum_flops = 0;
     long steps_run = 0;
     const int quiet = o->quiet || !lead;
     int tty = isatty(STDERR_FILENO) && !quiet;
@@ -800,10 +800,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             int n[2];
             step_pairs += pair_targets(tg + 2 * i * o->seq, o->seq, n);
         }
-        double psums[PREF_SUMS] = {0};
+        double psums[PREF_SUMS] = {0}, step_flops = 0;
         for (int a = 0; a < o->accum; a++) {
             double ta = nv_now();
             nv_tmodel_set_segments(&tm, seg ? seg + a * bt + mine : NULL); /* packed turns attend to themselves */
+            step_flops += nv_tmodel_step_flops(&tm, seg ? seg + a * bt + mine : NULL);
             const float l = nv_tmodel_forward(&tm, in + a * bt + mine, tg + a * bt + mine);
             router[0] += tm.router_aux / (double)o->accum;
             router[1] += tm.router_z / (double)o->accum;
@@ -828,6 +829,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (world > 1) {
             nv_dist_sum_f32(tm.train_grads, tm.n_train);
             nv_dist_sum_f64(pref ? psums : &loss, pref ? PREF_SUMS : 1);
+            nv_dist_sum_f64(&step_flops, 1);
             if (!ds->chat) loss /= world;
             if (c->n_experts) {
                 nv_dist_sum_f64(router, 2);
@@ -868,7 +870,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             keep_evals(&last_eval, &ev);
         }
         const float val = ev.val;
-        double tps = (double)bt * o->accum / dt, tflops = tm.flops_per_step * world * o->accum / dt / 1e12;
+        double tps = (double)bt * o->accum / dt, tflops = step_flops / dt / 1e12;
+        sum_flops += step_flops;
         if (lead) {
             fprintf(metrics, "{\"step\":%ld", step + 1);
             json_num(metrics, "loss", loss);
@@ -1008,7 +1011,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;
-        double achieved = tm.flops_per_step * world * o->accum * n / sum_step;
+        double achieved = sum_flops / sum_step;
         /* the peak of the unit this engine runs on, measured now with the same threads (by every process
            at once, summed) */
         nv_peak_unit unit = nv_peak_unit_of(nv_engine_bf16_of(used)); /* int8 engines train on bf16 tiles */
