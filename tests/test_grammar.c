@@ -434,7 +434,8 @@ static void test_tool_call_list(void) {
                                "\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}},"
                                "{\"type\":\"function\",\"function\":{\"name\":\"time\"}}]");
     nv_grammar *g = NULL;
-    T_CHECK(nv_tool_calls_grammar(tools, NULL, "arguments", "<|tool_call|>[", "]", NULL, ", ", 0, 0, &g) == NV_OK, "%s", nv_errmsg());
+    const nv_call_frame list = {"arguments", "<|tool_call|>[", "]", NULL, ", "}, one = {"arguments", "<|tool_call|>[", "]", NULL, NULL};
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, &list, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
     if (g) {
         const char *good[] = {"<|tool_call|>[{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}]",
                               "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}, {\"name\": \"play\", \"arguments\": {\"toy\":\"ball\"}}]",
@@ -448,13 +449,51 @@ static void test_tool_call_list(void) {
         nv_grammar_unref(g);
     }
     /* one call only: no second in the list */
-    T_CHECK(nv_tool_calls_grammar(tools, "time", "arguments", "<|tool_call|>[", "]", NULL, NULL, 0, 0, &g) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_tool_calls_grammar(tools, "time", &one, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
     if (g) {
         T_CHECK(accepts(g, "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}]") &&
                     !accepts(g, "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}, {\"name\":\"time\",\"arguments\":{}}]"),
                 "a single call");
         nv_grammar_unref(g);
     }
+    cJSON_Delete(tools);
+}
+
+/* Tools beside an answer format (response_format): Hermes calls, one or more, or instead the answer
+ * in the format (a schema, or any object), after white space; nothing of both, nothing else. */
+static void test_calls_or_answer(void) {
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\","
+                               "\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]");
+    cJSON *answer = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":5},"
+                                "\"$defs_use\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"city\"],\"additionalProperties\":false,"
+                                "\"$defs\":{\"n\":{\"type\":\"integer\"}}}");
+    const nv_call_frame hermes = {"arguments", "<tool_call>\n", "\n</tool_call>", "\n", NULL};
+    nv_grammar *g = NULL;
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, &hermes, 0, 0, answer, 0, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+        const char *good[] = {"<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}\n</tool_call>",
+                              "<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}\n</tool_call>\n<tool_call>\n"
+                              "{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}}\n</tool_call>\n",
+                              "{\"city\": \"Oslo\"}", "\n {\"city\":\"Rome\",\"$defs_use\":3}"};
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) T_CHECK(accepts(g, good[i]), "accepts %s", good[i]);
+        const char *bad[] = {"{\"city\": \"Copenhagen\"}", "{\"toy\": \"car\"}", "Sure: {\"city\": \"Oslo\"}",
+                             "{\"city\": \"Oslo\"}<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}\n</tool_call>",
+                             "<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}\n</tool_call>{\"city\": \"Oslo\"}"};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "refuses %s", bad[i]);
+        nv_grammar_unref(g);
+    }
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, &hermes, 0, 0, NULL, 1, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+        T_CHECK(accepts(g, "{\"anything\": [1, 2]}") && !accepts(g, "[1, 2]") &&
+                    accepts(g, "<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}}\n</tool_call>"),
+                "a call or any object");
+        nv_grammar_unref(g);
+    }
+    cJSON *bad_answer = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/nowhere\"}}}");
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, &hermes, 0, 0, bad_answer, 0, &g) != NV_OK && !g && strstr(nv_errmsg(), "the answer's format"),
+            "a format that cannot be compiled: %s", nv_errmsg());
+    cJSON_Delete(bad_answer);
+    cJSON_Delete(answer);
     cJSON_Delete(tools);
 }
 
@@ -502,6 +541,7 @@ int main(void) {
     T_RUN(test_schema_refusals);
     T_RUN(test_mask);
     T_RUN(test_tool_call_list);
+    T_RUN(test_calls_or_answer);
     T_RUN(test_lazy);
     T_RUN(test_think);
     return t_done();

@@ -881,6 +881,34 @@ static void test_tool_calls(void) {
             "role function: %d %s (the tool message's prompt: %d tokens)", r.status, r.body, tool_prompt);
     free(tool_answer);
     resp_free(&r);
+    /* auto beside a JSON response_format: each answer is calls or the answer in the format (this random
+       model under the grammar), never text around them */
+    int shapes[2] = {0, 0};
+    for (int seed = 1; seed <= 4; seed++) {
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],\"max_tokens\":300,\"seed\":%d,%s,"
+                 "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"w\",\"schema\":{\"type\":\"object\","
+                 "\"properties\":{\"sky\":{\"enum\":[\"sun\",\"rain\"]}},\"required\":[\"sky\"],\"additionalProperties\":false}}}}",
+                 seed, tools);
+        T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200, "format and tools %d: %s", r.status, r.body);
+        cJSON *root = cJSON_Parse(r.body);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0), *msg = cJSON_GetObjectItem(c0, "message");
+        const char *fin = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason"));
+        const char *content = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "content"));
+        cJSON *answer = content ? cJSON_Parse(content) : NULL;
+        const char *sky = cJSON_GetStringValue(cJSON_GetObjectItem(answer, "sky"));
+        if (fin && !strcmp(fin, "tool_calls")) {
+            shapes[0]++;
+            T_CHECK(!content && cJSON_GetArraySize(cJSON_GetObjectItem(msg, "tool_calls")) >= 1, "%s", r.body);
+        } else if (fin && !strcmp(fin, "stop")) {
+            shapes[1]++;
+            T_CHECK(sky && cJSON_GetArraySize(answer) == 1, "not the format: %s", r.body);
+        }
+        cJSON_Delete(answer);
+        cJSON_Delete(root);
+        resp_free(&r);
+    }
+    T_CHECK(shapes[0] + shapes[1] >= 2, "format and tools: %d calls, %d answers in the format of 4", shapes[0], shapes[1]);
     int rc = server_stop(&s);
     T_CHECK(rc == 0, "tools server exit %d", rc);
 

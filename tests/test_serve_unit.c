@@ -742,7 +742,8 @@ static void test_api_tools(void) {
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"b\"}}", "tool_choice"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}],"
          "\"tool_choice\":\"required\"", "tools"},
-        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"guided_regex\":\"[a-z]+\"", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"guided_choice\":[\"x\"]", "tools"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"parallel_tool_calls\":1", "parallel_tool_calls"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -750,6 +751,29 @@ static void test_api_tools(void) {
         T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 400 && !strcmp(e.param, bad[i].param), "%s: %d %s (%s)",
                 bad[i].extra, e.status, e.param, e.message);
     }
+    /* beside a JSON response_format: under auto a call or, instead, the answer in the format; required
+       and named: a call only (the format waits for a later turn) */
+    const char *formats[] = {"\"response_format\":{\"type\":\"json_object\"}",
+                             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"c\",\"schema\":"
+                             "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}"};
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 3; i++) {
+            snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],%s,%s%s%s}", T, formats[f],
+                     i ? ",\"tool_choice\":" : "", i ? choices[i - 1] : "");
+            T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0 && r.tools && r.req.grammar && !r.req.lazy_grammar,
+                    "format %d choice %d: %s", f, i, e.message);
+            if (r.req.grammar) {
+                const char *call = "<tool_call>\n{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}\n</tool_call>";
+                const char *answer = f ? "{\"city\": \"Oslo\"}" : "{\"any\": 1}";
+                nv_gmatch *m = nv_gmatch_new(r.req.grammar), *a = nv_gmatch_new(r.req.grammar);
+                T_CHECK(nv_gmatch_feed(m, call, strlen(call)) == 1 && nv_gmatch_done(m), "format %d choice %d: a call", f, i);
+                T_CHECK((nv_gmatch_feed(a, answer, strlen(answer)) == 1 && nv_gmatch_done(a)) == (i == 0),
+                        "format %d choice %d: the answer in the format %s", f, i, i ? "taken" : "refused");
+                nv_gmatch_free(m);
+                nv_gmatch_free(a);
+            }
+            nv_api_request_free(&r);
+        }
     const char *bad_msgs[] = {
         "{\"messages\":[{\"role\":\"tool\"}]}",
         "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}]}",

@@ -497,14 +497,14 @@ static const char *tool_name(const cJSON *tool) {
  * <|tool_call|>[{"name": NAME, "arguments": ARGS}], with parallel more in the list. ARGS follows
  * the tool's parameters schema. */
 static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, int skip_bad,
-                            int think, nv_grammar **out) {
-    if (style == NV_TOOLS_LLAMA3)
-        return nv_tool_calls_grammar(tools, only, "parameters", "", "", NULL, NULL, skip_bad, think, out);
-    if (style == NV_TOOLS_GRANITE)
-        return nv_tool_calls_grammar(tools, only, "arguments", NV_GRANITE_TOOL_CALL "[", "]", NULL, parallel ? ", " : NULL, skip_bad,
-                                     think, out);
-    return nv_tool_calls_grammar(tools, only, "arguments", "<tool_call>\n", "\n</tool_call>", parallel ? "\n" : NULL, NULL,
-                                 skip_bad, think, out);
+                            int think, const nv_api_request *format, nv_grammar **out) {
+    const nv_call_frame frame = style == NV_TOOLS_LLAMA3    ? (nv_call_frame){"parameters", "", "", NULL, NULL}
+                                : style == NV_TOOLS_GRANITE ? (nv_call_frame){"arguments", NV_GRANITE_TOOL_CALL "[", "]", NULL,
+                                                                              parallel ? ", " : NULL}
+                                                            : (nv_call_frame){"arguments", "<tool_call>\n", "\n</tool_call>",
+                                                                              parallel ? "\n" : NULL, NULL};
+    return nv_tool_calls_grammar(tools, only, &frame, skip_bad, think, format ? format->format_schema : NULL,
+                                 format && format->format_object, out);
 }
 
 /* tools, tool_choice, parallel_tool_calls (chat): the tools go into the prompt through the
@@ -594,10 +594,10 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     const char *only = NULL;
     int required = 0;
     if (choice && cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return 0; /* not even shown */
-    if (out->grammar) {
-        nv_api_error_set(err, E400, NULL, "response_format",
-                         "'response_format' together with 'tools' is not supported: the format would leave no room for a "
-                         "call (set 'tool_choice' to 'none' to answer in the format)");
+    if (out->grammar && out->format_text) {
+        nv_api_error_set(err, E400, NULL, "tools",
+                         "a regular expression, choices or a grammar together with 'tools' is not supported: they would leave "
+                         "no room for a call (a JSON 'response_format' is; or set 'tool_choice' to 'none')");
         return err->status;
     }
     if (choice && cJSON_IsString(choice)) {
@@ -639,15 +639,21 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
             return nv_api_oom(err);
         }
     }
-    if (required || only) {
-        nv_err e = calls_grammar(tools, only, style, parallel && !only, 0, ctx->reasoning, &out->grammar);
+    /* an answer format (response_format): a turn that must call leaves it for a later turn; under auto
+       the answer is a call or, instead, the answer in the format, from its first byte */
+    const int format = out->grammar != NULL;
+    nv_grammar_unref(out->grammar);
+    out->grammar = out->req.grammar = NULL;
+    if (required || only || format) {
+        nv_err e = calls_grammar(tools, only, style, parallel && !only, 0, ctx->reasoning, required || only ? NULL : out,
+                                 &out->grammar);
         if (e != NV_OK) {
             nv_api_error_set(err, e == NV_ENOMEM ? 500 : 400, e == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
                              "tools", "the calls cannot be held to the tools' schemas: %s", nv_errmsg());
             return err->status;
         }
         out->req.grammar = out->grammar;
-    } else if (calls_grammar(tools, NULL, style, 0, 1, 0, &out->lazy_grammar) == NV_OK) {
+    } else if (calls_grammar(tools, NULL, style, 0, 1, 0, NULL, &out->lazy_grammar) == NV_OK) {
         /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
          * grammar cannot take leaves the calls unconstrained: they are still read) */
         out->req.lazy_grammar = out->lazy_grammar;
@@ -966,6 +972,7 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
         int rc = text_kinds[text] ? text_grammar(v, text_kinds[text], text_fields[text], think, &out->grammar, err)
                                   : structured_outputs(v, think, &out->grammar, err);
         if (!rc) out->req.grammar = out->grammar;
+        out->format_text = 1;
         return rc;
     }
     const cJSON *schema = llama ? llama : vllm;
@@ -981,6 +988,7 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
         if (!strcmp(type->valuestring, "text")) return 0;
         if (!strcmp(type->valuestring, "json_object")) {
             e = nv_schema_grammar_ex(NULL, 1, think, &out->grammar);
+            out->format_object = 1;
         } else if (!strcmp(type->valuestring, "json_schema")) {
             const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
             const cJSON *name = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "name") : NULL;
@@ -1007,6 +1015,7 @@ static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *r
         }
     }
     if (schema && !out->grammar && e == NV_OK) e = nv_schema_grammar_ex(schema, 0, think, &out->grammar);
+    if (schema && e == NV_OK && !(out->format_schema = cJSON_Duplicate(schema, 1))) e = NV_ENOMEM;
     cJSON_Delete(parsed);
     if (e == NV_ENOMEM) {
         return nv_api_oom(err);
@@ -1429,6 +1438,7 @@ void nv_api_request_free(nv_api_request *r) {
     for (int i = 0; i < NV_MAX_STOP; i++) free(r->stop_copy[i]);
     nv_grammar_unref(r->grammar);
     nv_grammar_unref(r->lazy_grammar);
+    cJSON_Delete(r->format_schema);
     nv_api_tools_free(r->tools);
     for (int i = 0; r->tool_json && r->tool_json[i]; i++) free(r->tool_json[i]);
     free(r->tool_json);

@@ -78,6 +78,10 @@ typedef struct {
     float *bias;
     unsigned char *dry_breaker; /* DRY's breaker tokens, when DRY is on [vocab] */
     nv_grammar *grammar; /* response_format's or tool_choice's, when given (req.grammar points to it) */
+    /* the format the answer was asked in, kept for tools (a call, or the answer in the format) */
+    cJSON *format_schema; /* a JSON schema's copy, or NULL */
+    int format_object;    /* any JSON object (response_format json_object) */
+    int format_text;      /* a regular expression, choices or a grammar: nothing that stands beside calls */
     nv_api_tools *tools; /* chat with tools (and tool_choice not "none"): read the answer for calls */
     nv_grammar *lazy_grammar; /* tool_choice "auto": a call, once begun, is held to the tools' schemas */
     char **tool_json;    /* each tool as the template prints it (while the prompt is rendered) */

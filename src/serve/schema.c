@@ -1313,8 +1313,9 @@ nv_err nv_schema_grammar_ex(const cJSON *schema, int json_object, int think, nv_
 nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out) { return nv_schema_grammar_ex(schema, 0, 0, out); }
 nv_err nv_json_object_grammar(nv_grammar **out) { return nv_schema_grammar_ex(NULL, 1, 0, out); }
 
-/* prefix T suffix, and with sep: (sep prefix T suffix)* and a newline that may end it. */
-static nv_err finish_framed(sc *c, int value, const char *prefix, const char *suffix, const char *sep, nv_grammar **out) {
+/* prefix T suffix, and with sep: (sep prefix T suffix)* and a newline that may end it; or instead
+ * (alt >= 0), white space and alt. */
+static nv_err finish_framed(sc *c, int value, const char *prefix, const char *suffix, const char *sep, int alt, nv_grammar **out) {
     free(c->refs);
     if (c->err != NV_OK) {
         nv_gbuild_free(c->b);
@@ -1341,6 +1342,13 @@ static nv_err finish_framed(sc *c, int value, const char *prefix, const char *su
         nv_gbody_ref(&body, end);
         root = nv_gbuild_add(c->b, &body);
     }
+    if (alt >= 0) { /* root | ws alt */
+        nv_gbody_ref(&body, root);
+        nv_gbody_alt(&body);
+        nv_gbody_ref(&body, ws(c));
+        nv_gbody_ref(&body, alt);
+        root = nv_gbuild_add(c->b, &body);
+    }
     if (think >= 0) {
         nv_gbody_ref(&body, think);
         nv_gbody_ref(&body, root);
@@ -1355,12 +1363,11 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
     sc c;
     NV_TRY(start(&c, schema));
     int value = gen(&c, schema);
-    return finish_framed(&c, value, prefix, suffix, sep, out);
+    return finish_framed(&c, value, prefix, suffix, sep, -1, out);
 }
 
-nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *args_key, const char *prefix,
-                             const char *suffix, const char *sep, const char *item_sep, int skip_bad, int think,
-                             nv_grammar **out) {
+nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call_frame *frame, int skip_bad, int think,
+                             const cJSON *answer, int answer_object, nv_grammar **out) {
     *out = NULL;
     sc c;
     NV_TRY(start(&c, NULL));
@@ -1368,7 +1375,7 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *a
     nv_gbody calls = {0};
     int n_ok = 0, skipped = 0;
     char key[80], why[512] = "no tool to call";
-    snprintf(key, sizeof key, "\"%s\"", args_key);
+    snprintf(key, sizeof key, "\"%s\"", frame->args_key);
     for (const cJSON *t = tools ? tools->child : NULL; t && c.err == NV_OK; t = t->next) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
@@ -1404,12 +1411,11 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *a
     if (c.err == NV_OK && !n_ok) c.err = nv_fail(skipped ? NV_EUNSUPPORTED : NV_EINVAL, "%s", why);
     else if (c.err != NV_OK) c.err = nv_fail(c.err, "%s", why);
     if (c.err != NV_OK) nv_gbody_free(&calls);
-    if (skipped) nv_gbuild_seal(c.b);
     int value = c.err == NV_OK ? nv_gbuild_add(c.b, &calls) : 0;
-    if (c.err == NV_OK && item_sep) { /* list ::= call more;  more ::= | item_sep call more */
+    if (c.err == NV_OK && frame->item_sep) { /* list ::= call more;  more ::= | item_sep call more */
         int more = nv_gbuild_reserve(c.b);
         nv_gbody_alt(&calls);
-        nv_gbody_lit(c.b, &calls, item_sep, strlen(item_sep));
+        nv_gbody_lit(c.b, &calls, frame->item_sep, strlen(frame->item_sep));
         nv_gbody_ref(&calls, value);
         nv_gbody_ref(&calls, more);
         nv_gbuild_define(c.b, more, &calls);
@@ -1417,7 +1423,14 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *a
         nv_gbody_ref(&calls, more);
         value = nv_gbuild_add(c.b, &calls);
     }
-    return finish_framed(&c, value, prefix, suffix, sep, out);
+    int alt = -1; /* the answer in the format instead of a call (its $ref points into its own schema) */
+    if (c.err == NV_OK && (answer || answer_object)) {
+        c.doc = answer_object ? NULL : answer;
+        alt = answer_object ? (any_value(&c), c.object_any) : gen(&c, answer);
+        if (c.err != NV_OK) c.err = nv_fail(c.err, "the answer's format: %s", nv_errmsg());
+    }
+    if (skipped && c.err == NV_OK) nv_gbuild_seal(c.b); /* a skipped tool's leftovers */
+    return finish_framed(&c, value, frame->prefix, frame->suffix, frame->sep, alt, out);
 }
 
 /* ---- whole texts: a regular expression, a choice ---- */

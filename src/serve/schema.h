@@ -47,15 +47,21 @@ int nv_think_block_rule(nv_gbuild *b);
 nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const char *suffix, const char *sep,
                                 nv_grammar **out);
 
-/* Tool calls: prefix {"name": NAME, ARGS_KEY: ARGS} suffix for one of tools (an OpenAI tools list;
- * only: just that one), ARGS as the tool's "parameters" schema says (its $ref pointing into its
- * own parameters; none: any object), framed as nv_schema_grammar_framed does, after a think
- * block as nv_schema_grammar_ex's when think. item_sep (not NULL): one frame holds a list of
- * calls, each after the first preceded by item_sep (Granite's <|tool_call|>[A, B]). skip_bad: a tool
- * whose parameters cannot be compiled is left out, with a warning (an error only when none is
+/* How a template writes tool calls: prefix {"name": NAME, ARGS_KEY: ARGS} suffix, framed as
+ * nv_schema_grammar_framed does (sep: more calls); item_sep (not NULL): one frame holds a list of
+ * calls, each after the first preceded by item_sep (Granite's <|tool_call|>[A, B]). */
+typedef struct {
+    const char *args_key, *prefix, *suffix, *sep, *item_sep;
+} nv_call_frame;
+
+/* Tool calls as frame writes them for one of tools (an OpenAI tools list; only: just that one),
+ * ARGS as the tool's "parameters" schema says (its $ref pointing into its own parameters; none:
+ * any object), after a think block as nv_schema_grammar_ex's when think. answer (not NULL), or
+ * answer_object: the calls or, instead of them, an answer in JSON that answer's schema accepts
+ * (answer_object: any object), as nv_schema_grammar_ex's (response_format beside tools: the model
+ * calls, or answers in the format). skip_bad: a tool whose parameters cannot be compiled is left out, with a warning (an error only when none is
  * left); otherwise its error is returned, naming the tool. */
-nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const char *args_key, const char *prefix,
-                             const char *suffix, const char *sep, const char *item_sep, int skip_bad, int think,
-                             nv_grammar **out);
+nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call_frame *frame, int skip_bad, int think,
+                             const cJSON *answer, int answer_object, nv_grammar **out);
 
 #endif
