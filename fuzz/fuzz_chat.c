@@ -1,6 +1,6 @@
 /* libFuzzer harness: nerve train's chat data (a .jsonl file of {"messages": [...], "tools": [...]}
  * lines, OpenAI's chat fine-tuning format; or preference pairs, OpenAI's or TRL's) through
- * nv_dataset_open_chat under the plain, chatml, llama2, llama3 and granite templates,
+ * nv_dataset_open_chat under the plain, chatml, llama2, llama3, granite and mistral templates,
  * with stories260K's tokenizer (models/tok512.bin from the shared data, else a stand-in).
  *
  * Checked, as src/train/data.h promises: a failure leaves a message and nothing open; a success
@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
        like one that found nothing */
     char path[512];
     if (fz_write_temp_as("chat", ".jsonl", data, size, path, sizeof path) != 0) abort();
-    const nv_chat_template all[] = {NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_GRANITE};
+    const nv_chat_template all[] = {NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_GRANITE, NV_CHAT_MISTRAL};
     const char *paths[] = {path};
     for (int k = 0; k < (int)(sizeof all / sizeof all[0]); k++) {
         nv_dataset ds;

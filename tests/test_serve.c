@@ -758,8 +758,9 @@ static void test_structured_outputs(void) {
 
 /* tool_choice "required" and a named tool ("play"), seeds 1..n_seeds each, on the server at port:
  * calls whose arguments fit the tools' schemas (those of test_tool_calls), whole and streamed
- * alike, finish_reason "tool_calls", content null. Returns the calls seen. */
-static int required_calls(int port, const char *tools, int n_seeds) {
+ * alike, finish_reason "tool_calls", content null, ids OpenAI's "call_..." (short: Mistral's 9
+ * letters and digits). Returns the calls seen. */
+static int required_calls(int port, const char *tools, int n_seeds, int short_ids) {
     const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"play\"}}"};
     char body[4096];
     int calls_seen = 0;
@@ -790,7 +791,8 @@ static int required_calls(int port, const char *tools, int n_seeds) {
                 const cJSON *fn = cJSON_GetObjectItem(tc, "function");
                 const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(fn, "name"));
                 cJSON *a = cJSON_Parse(cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")));
-                int ok = name && cJSON_IsObject(a) && !strncmp(cJSON_GetStringValue(cJSON_GetObjectItem(tc, "id")), "call_", 5);
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(tc, "id"));
+                int ok = name && cJSON_IsObject(a) && id && (short_ids ? strlen(id) == 9 : !strncmp(id, "call_", 5));
                 if (ok && !strcmp(name, "play")) {
                     const char *toy = cJSON_GetStringValue(cJSON_GetObjectItem(a, "toy"));
                     ok = toy && (!strcmp(toy, "ball") || !strcmp(toy, "car")) && cJSON_GetArraySize(a) == 1;
@@ -827,6 +829,30 @@ static int required_calls(int port, const char *tools, int n_seeds) {
     return calls_seen;
 }
 
+/* A server of model under chat template tmpl: required calls come back as calls (short_ids: Mistral's
+ * ids), and the conversation (JSON with a %s for the tools) renders with want and want2 in its
+ * prompt (/apply-template's JSON: its quotes and line breaks escaped). */
+static void template_tools(const char *model, const char *tools, const char *tmpl, int short_ids, const char *conversation,
+                           const char *want, const char *want2) {
+    server s;
+    char flags[128], name[64], body[4096];
+    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template %s", tmpl);
+    snprintf(name, sizeof name, "tools-%s", tmpl);
+    if (!server_spawn(&s, name, NULL, NULL, model, tok_path, flags, 30)) {
+        T_CHECK(0, "the %s tools server did not start", tmpl);
+        return;
+    }
+    const int calls = required_calls(s.port, tools, 2, short_ids);
+    T_CHECK(calls >= 3, "%s: only %d calls in 4 answers", tmpl, calls);
+    snprintf(body, sizeof body, conversation, tools);
+    resp r;
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL, body, &r) && r.status == 200 && strstr(r.body, want) && strstr(r.body, want2),
+            "%s apply-template: %d %s", tmpl, r.status, r.body);
+    resp_free(&r);
+    const int rc = server_stop(&s);
+    T_CHECK(rc == 0, "%s tools server exit %d", tmpl, rc);
+}
+
 /* Tool calling end to end, on a stories260K-shaped model with a 2,048-token context (the tools'
  * description alone outgrows stories260K's 512 with its 512-token vocabulary): tool_choice
  * "required" and a named tool give calls whose arguments fit the tool's schema, whole and
@@ -851,7 +877,7 @@ static void test_tool_calls(void) {
                         "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":"
                         "{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
     char body[4096];
-    const int calls_seen = required_calls(s.port, tools, 3);
+    const int calls_seen = required_calls(s.port, tools, 3, 0);
     T_CHECK(calls_seen >= 4, "only %d calls in 6 answers", calls_seen);
 
     /* auto: this random model writes text, which stays content; a whole conversation renders */
@@ -949,25 +975,24 @@ static void test_tool_calls(void) {
 
     /* Granite's format: the calls come as <|tool_call|>[...] and are read back as calls; a
      * conversation with a call and its result is shown in Granite's turns (/apply-template) */
-    if (!server_spawn(&s, "tools-granite", NULL, NULL, model, tok_path, "--kv-memory 64M --chat-template granite", 30)) {
-        T_CHECK(0, "the granite tools server did not start");
-        return;
-    }
-    const int granite_calls = required_calls(s.port, tools, 2);
-    T_CHECK(granite_calls >= 3, "granite: only %d calls in 4 answers", granite_calls);
-    snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
-             "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
-             "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
-             tools);
-    T_CHECK(http(s.port, "POST", "/apply-template", NULL, body, &r) && r.status == 200 &&
-                strstr(r.body, "<|start_of_role|>available_tools<|end_of_role|>[\\n    {\\n        \\\"type\\\": \\\"function\\\",") &&
-                strstr(r.body, "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\\\"name\\\": \\\"play\\\", \\\"arguments\\\": "
-                               "{\\\"toy\\\":\\\"car\\\"}}]<|end_of_text|>\\n<|start_of_role|>tool_response<|end_of_role|>done"),
-            "granite apply-template: %d %s", r.status, r.body);
-    resp_free(&r);
-    rc = server_stop(&s);
-    T_CHECK(rc == 0, "granite tools server exit %d", rc);
+    template_tools(model, tools, "granite", 0,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                   "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
+                   "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
+                   "<|start_of_role|>available_tools<|end_of_role|>[\\n    {\\n        \\\"type\\\": \\\"function\\\",",
+                   "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\\\"name\\\": \\\"play\\\", \\\"arguments\\\": "
+                   "{\\\"toy\\\":\\\"car\\\"}}]<|end_of_text|>\\n<|start_of_role|>tool_response<|end_of_role|>done");
+    /* Mistral's v3 format: [TOOL_CALLS] [...] read back as calls with 9-character ids; a conversation
+       with a call and its result in Mistral's turns */
+    template_tools(model, tools, "mistral", 1,
+                   "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Play?\"},"
+                   "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"k3Xb9Qz1a\",\"type\":\"function\",\"function\":"
+                   "{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"k3Xb9Qz1a\","
+                   "\"content\":\"done\"}],%s}",
+                   "[AVAILABLE_TOOLS] [{\\\"type\\\": \\\"function\\\", \\\"function\\\": {\\\"name\\\": \\\"get_weather\\\"",
+                   "[/AVAILABLE_TOOLS][INST] Be brief.\\n\\nPlay?[/INST][TOOL_CALLS] [{\\\"name\\\": \\\"play\\\", "
+                   "\\\"arguments\\\": {\\\"toy\\\":\\\"car\\\"}, \\\"id\\\": \\\"k3Xb9Qz1a\\\"}]</s>[TOOL_RESULTS] "
+                   "{\\\"content\\\": done, \\\"call_id\\\": \\\"k3Xb9Qz1a\\\"}[/TOOL_RESULTS]");
 }
 
 #define NCONC 8
@@ -2065,7 +2090,7 @@ static void test_chat_templates_in_jinja(void) {
     out[n] = 0;
     const int rc = p ? pclose(p) : -1;
     T_CHECK(rc == 0 && strstr(out, "chatml: 19/19") && strstr(out, "phi3: 19/19") && strstr(out, "gemma: 19/19") &&
-                strstr(out, "granite: 19/19"),
+                strstr(out, "granite: 19/19") && strstr(out, "mistral: 19/19"),
             "chat_template_check.py (exit %d):\n%s", rc, out);
 }
 

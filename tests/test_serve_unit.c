@@ -468,7 +468,7 @@ static void test_chat_tools(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
     const char *tools[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\"}}"};
-    nv_chat_call call = {"f", "{\"x\": 1}"};
+    nv_chat_call call = {"f", "{\"x\": 1}", NULL};
     nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."},
                           {.role = "user", .content = "Hi"},
                           {.role = "assistant", .content = "", .calls = &call, .n_calls = 1},
@@ -521,7 +521,7 @@ static void test_chat_tools(void) {
     nv_chat_opts og = {.tools = granite_tools, .n_tools = 2};
     const char *granite_list = "<|start_of_role|>available_tools<|end_of_role|>[\n    {\n        \"type\": \"function\"\n    },\n"
                                "    {\n        \"a\": [\n            1\n        ]\n    }\n]<|end_of_text|>\n";
-    nv_chat_call two[] = {{"f", "{\"x\": 1}"}, {"g", "{}"}};
+    nv_chat_call two[] = {{"f", "{\"x\": 1}", "a1b2c3d4e"}, {"g", "{}", NULL}};
     msgs[2].calls = two, msgs[2].n_calls = 2;
     nv_buf text = {0};
     snprintf(want_text, sizeof want_text,
@@ -555,6 +555,32 @@ static void test_chat_tools(void) {
     T_CHECK(same_ids(ids, n, want, nw) && np > 0 && np < n, "granite's answer with calls");
     free(ids);
     nv_buf_free(&text);
+    /* mistral: Mistral's v3 turns, the system text and the tools before the last user message, the
+       calls with their ids (the answer's text not shown), EOS after each answer */
+    const char *one_line[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\"}}"};
+    nv_chat_opts om = {.tools = one_line, .n_tools = 1};
+    msgs[2].content = "Checking.";
+    msgs[3].tool_call_id = "a1b2c3d4e";
+    nv_chat_msg more[7];
+    memcpy(more, msgs, sizeof msgs);
+    more[5] = (nv_chat_msg){.role = "assistant", .content = "  Done. "};
+    more[6] = (nv_chat_msg){.role = "user", .content = "Thanks"};
+    text.len = 0;
+    T_CHECK(nv_chat_render_text(NV_CHAT_MISTRAL, tok, more, 7, &om, &text) == NV_OK && text.data &&
+                !strcmp(text.data, "<s>[INST] Hi[/INST][TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"x\": 1}, \"id\": \"a1b2c3d4e\"}, "
+                                   "{\"name\": \"g\", \"arguments\": {}, \"id\": \"\"}]</s>[TOOL_RESULTS] {\"content\": 42, \"call_id\": "
+                                   "\"a1b2c3d4e\"}[/TOOL_RESULTS][TOOL_RESULTS] {\"content\": 43, \"call_id\": \"\"}[/TOOL_RESULTS] Done.</s>"
+                                   "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}][/AVAILABLE_TOOLS]"
+                                   "[INST] Be kind.\n\nThanks[/INST]"),
+            "mistral: %s", text.data ? text.data : nv_errmsg());
+    /* the ids: BOS once, EOS (the token) after each answer */
+    T_CHECK(nv_chat_render_opts(NV_CHAT_MISTRAL, tok, more, 7, &om, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    int eos = 0, bos = 0;
+    for (int i = 0; i < n; i++) eos += ids[i] == nv_tokenizer_eos(tok), bos += ids[i] == nv_tokenizer_bos(tok);
+    T_CHECK(eos == 2 && bos == 1 && ids[0] == nv_tokenizer_bos(tok), "mistral: %d EOS, %d BOS", eos, bos);
+    free(ids);
+    nv_buf_free(&text);
+    msgs[2].content = "", msgs[3].tool_call_id = NULL;
     msgs[2].calls = &call, msgs[2].n_calls = 1;
     nv_tokenizer_free(tok);
 }
@@ -583,13 +609,22 @@ static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise)
     const char *got = content.data ? content.data : "";
     T_CHECK(!strcmp(got, c->content) && n == c->n_calls, "%s (%s): content '%s' (want '%s'), %d calls (want %d)", c->text,
             bytewise ? "byte by byte" : "whole", got, c->content, n, c->n_calls);
+    /* ids: OpenAI's "call_" and 24 letters and digits; Mistral's 9 letters and digits */
+    const int mistral = style == NV_TOOLS_MISTRAL;
     if (n && c->name0)
-        T_CHECK(!strcmp(calls[0].name, c->name0) && !strcmp(calls[0].arguments, c->args0) && !strncmp(calls[0].id, "call_", 5) &&
-                    strlen(calls[0].id) == 29,
+        T_CHECK(!strcmp(calls[0].name, c->name0) && !strcmp(calls[0].arguments, c->args0) &&
+                    (mistral || !strncmp(calls[0].id, "call_", 5)) && strlen(calls[0].id) == (mistral ? 9 : 29) &&
+                    strspn(calls[0].id + (mistral ? 0 : 5), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") ==
+                        (mistral ? 9 : 24),
                 "%s: call %s %s %s", c->text, calls[0].name, calls[0].arguments, calls[0].id);
     nv_tool_calls_free(calls, n);
     nv_buf_free(&content);
     nv_tool_parser_free(&p);
+}
+
+static void run_tool_cases(nv_tool_style style, const tool_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        for (int bw = 0; bw < 2; bw++) run_tool_case(style, &cases[i], bw);
 }
 
 static void test_tool_parser(void) {
@@ -610,8 +645,7 @@ static void test_tool_parser(void) {
         {"Here:\n<tool_call>bad</tool_call>", "Here:\n<tool_call>bad</tool_call>", 0, NULL, NULL},
         {"A \n<tool_call>{\"name\":\"play\"}</tool_call>\n B", "AB", 1, "play", "{}"}, /* blanks around a call go */
     };
-    for (size_t i = 0; i < sizeof hermes / sizeof hermes[0]; i++)
-        for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_HERMES, &hermes[i], bw);
+    run_tool_cases(NV_TOOLS_HERMES, hermes, sizeof hermes / sizeof hermes[0]);
     static const tool_case llama3[] = {
         {" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", "", 1, "get_weather", "{\"city\":\"Rome\"}"},
         {"{\"name\": \"play\", \"arguments\": {}}", "", 1, "play", "{}"},
@@ -619,8 +653,7 @@ static void test_tool_parser(void) {
         {"{\"set\": 1}", "{\"set\": 1}", 0, NULL, NULL},
         {"\n\n", "\n\n", 0, NULL, NULL},
     };
-    for (size_t i = 0; i < sizeof llama3 / sizeof llama3[0]; i++)
-        for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_LLAMA3, &llama3[i], bw);
+    run_tool_cases(NV_TOOLS_LLAMA3, llama3, sizeof llama3 / sizeof llama3[0]);
     static const tool_case granite[] = {
         {"Let me check. <|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"play\", "
          "\"arguments\": {}}]",
@@ -634,8 +667,16 @@ static void test_tool_parser(void) {
         {"Text <|tool_ but no call \n", "Text <|tool_ but no call \n", 0, NULL, NULL},
         {"<tool_call>{\"name\": \"play\"}</tool_call>", "<tool_call>{\"name\": \"play\"}</tool_call>", 0, NULL, NULL},
     };
-    for (size_t i = 0; i < sizeof granite / sizeof granite[0]; i++)
-        for (int bw = 0; bw < 2; bw++) run_tool_case(NV_TOOLS_GRANITE, &granite[i], bw);
+    run_tool_cases(NV_TOOLS_GRANITE, granite, sizeof granite / sizeof granite[0]);
+    static const tool_case mistral[] = {
+        {"[TOOL_CALLS] [{\"name\": \"play\", \"arguments\": {\"toy\": \"ball\"}, \"id\": \"abcdefghi\"}, {\"name\": \"get_weather\", "
+         "\"arguments\": {}}]",
+         "", 2, "play", "{\"toy\":\"ball\"}"},
+        {"Sure. [TOOL_CALLS][{\"name\": \"fly\", \"arguments\": {}}]", "Sure. [TOOL_CALLS][{\"name\": \"fly\", \"arguments\": {}}]", 0,
+         NULL, NULL},
+        {"<|tool_call|>[{\"name\": \"play\"}]", "<|tool_call|>[{\"name\": \"play\"}]", 0, NULL, NULL},
+    };
+    run_tool_cases(NV_TOOLS_MISTRAL, mistral, sizeof mistral / sizeof mistral[0]);
     /* streamed: content is never taken back: what is given before the end stays given */
     const char *names[] = {"play"};
     nv_tool_parser p = {.style = NV_TOOLS_HERMES, .names = names, .n_names = 1};

@@ -328,7 +328,7 @@ static void test_chat_turn_boundary(void) {
     vocab_opts o = qwen();
     nv_tokenizer *t = load_vocab(&o);
     if (!t) return;
-    const nv_chat_msg m[] = {{"user", "the cat\n", NULL, 0}, {"assistant", "12 in", NULL, 0}};
+    const nv_chat_msg m[] = {{"user", "the cat\n", NULL, 0, NULL}, {"assistant", "12 in", NULL, 0, NULL}};
     const nv_chat_opts none = {0};
     for (int k = 0; k < 2; k++) {
         const nv_chat_template tmpl = k ? NV_CHAT_CHATML : NV_CHAT_PLAIN;

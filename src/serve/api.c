@@ -494,13 +494,14 @@ static const char *tool_name(const cJSON *tool) {
 
 /* The grammar of tool calls: Hermes: <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>,
  * with parallel more after newlines; Llama 3: {"name": NAME, "parameters": ARGS}; Granite:
- * <|tool_call|>[{"name": NAME, "arguments": ARGS}], with parallel more in the list. ARGS follows
- * the tool's parameters schema. */
+ * <|tool_call|>[{"name": NAME, "arguments": ARGS}], Mistral: [TOOL_CALLS] [{...}], with parallel
+ * more in the list. ARGS follows the tool's parameters schema. */
 static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, int skip_bad,
                             int think, const nv_api_request *format, nv_grammar **out) {
+    const char *list_sep = parallel ? ", " : NULL; /* Granite's and Mistral's calls: one list */
     const nv_call_frame frame = style == NV_TOOLS_LLAMA3    ? (nv_call_frame){"parameters", "", "", NULL, NULL}
-                                : style == NV_TOOLS_GRANITE ? (nv_call_frame){"arguments", NV_GRANITE_TOOL_CALL "[", "]", NULL,
-                                                                              parallel ? ", " : NULL}
+                                : style == NV_TOOLS_GRANITE ? (nv_call_frame){"arguments", NV_GRANITE_TOOL_CALL "[", "]", NULL, list_sep}
+                                : style == NV_TOOLS_MISTRAL ? (nv_call_frame){"arguments", NV_MISTRAL_TOOL_CALLS " [", "]", NULL, list_sep}
                                                             : (nv_call_frame){"arguments", "<tool_call>\n", "\n</tool_call>",
                                                                               parallel ? "\n" : NULL, NULL};
     return nv_tool_calls_grammar(tools, only, &frame, skip_bad, think, format ? format->format_schema : NULL,
@@ -544,11 +545,11 @@ static int check_tools(const cJSON *tools, nv_api_error *err) {
     return 0;
 }
 
-/* A tool as the chat template prints it (Python's json.dumps style: one line for Hermes, indented by
-   4 for Llama 3 and Granite), malloc'd. */
+/* A tool as the chat template prints it (Python's json.dumps style: one line for Hermes and Mistral,
+   indented by 4 for Llama 3 and Granite), malloc'd. */
 static char *tool_text(const cJSON *tool, nv_tool_style style) {
     nv_buf b = {0};
-    nv_py_json(&b, tool, style == NV_TOOLS_HERMES ? 0 : 4);
+    nv_py_json(&b, tool, style == NV_TOOLS_HERMES || style == NV_TOOLS_MISTRAL ? 0 : 4);
     return nv_buf_take(&b);
 }
 
@@ -657,9 +658,12 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
          * grammar cannot take leaves the calls unconstrained: they are still read) */
         out->req.lazy_grammar = out->lazy_grammar;
-        out->req.lazy_trigger = style == NV_TOOLS_LLAMA3 ? "{" : style == NV_TOOLS_GRANITE ? NV_GRANITE_TOOL_CALL : "<tool_call>";
+        out->req.lazy_trigger = style == NV_TOOLS_LLAMA3    ? "{"
+                                : style == NV_TOOLS_GRANITE ? NV_GRANITE_TOOL_CALL
+                                : style == NV_TOOLS_MISTRAL ? NV_MISTRAL_TOOL_CALLS
+                                                            : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
-        /* Llama 3's call is the whole answer, Granite's list the rest of it */
+        /* Llama 3's call is the whole answer, Granite's and Mistral's list the rest of it */
         out->req.lazy_ends = style != NV_TOOLS_HERMES || !parallel;
         out->req.lazy_think = ctx->reasoning; /* a call begins after the model's think block */
     }
@@ -718,6 +722,7 @@ static int message_calls(const cJSON *msg, int i, nv_chat_msg *m, nv_api_error *
         }
         c[k].name = name->valuestring;
         c[k].arguments = args->valuestring;
+        c[k].id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(call, "id"));
     }
     return 0;
 }
@@ -771,6 +776,7 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
                 rc = message_text(content, i, &texts[i], err);
             }
             m[i].role = role->valuestring;
+            m[i].tool_call_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id"));
             if (!rc && !strcmp(role->valuestring, "assistant")) rc = message_calls(msg, i, &m[i], err);
         }
     }

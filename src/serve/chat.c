@@ -6,7 +6,7 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite"};
+static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -23,7 +23,7 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite)", name);
+    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral)", name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
@@ -48,10 +48,15 @@ static int is_system(const char *role) { return !strcmp(role, "system") || !strc
 static int is_tool(const char *role) { return !strcmp(role, "tool") || !strcmp(role, "function"); }
 
 nv_tool_style nv_chat_tool_style(nv_chat_template t) {
-    return t == NV_CHAT_LLAMA3 ? NV_TOOLS_LLAMA3 : t == NV_CHAT_GRANITE ? NV_TOOLS_GRANITE : NV_TOOLS_HERMES;
+    return t == NV_CHAT_LLAMA3    ? NV_TOOLS_LLAMA3
+           : t == NV_CHAT_GRANITE ? NV_TOOLS_GRANITE
+           : t == NV_CHAT_MISTRAL ? NV_TOOLS_MISTRAL
+                                  : NV_TOOLS_HERMES;
 }
 
-const char *nv_chat_tool_token(nv_chat_template t) { return t == NV_CHAT_GRANITE ? NV_GRANITE_TOOL_CALL : NULL; }
+const char *nv_chat_tool_token(nv_chat_template t) {
+    return t == NV_CHAT_GRANITE ? NV_GRANITE_TOOL_CALL : t == NV_CHAT_MISTRAL ? NV_MISTRAL_TOOL_CALLS : NULL;
+}
 
 /* ---- tools: the Hermes format (Qwen2.5/Qwen3's templates) and Llama 3.1's JSON one ---- */
 
@@ -264,6 +269,62 @@ static void render_granite(nv_buf *text, const nv_chat_msg *m, int n, const nv_c
     nv_buf_puts(text, GRANITE_ROLE("assistant"));
 }
 
+/* An assistant's calls as Mistral writes them: [TOOL_CALLS] and one JSON list, each call with its id. */
+static void mistral_calls(nv_buf *b, const nv_chat_msg *m) {
+    nv_buf_puts(b, NV_MISTRAL_TOOL_CALLS " [");
+    for (int i = 0; i < m->n_calls; i++)
+        nv_buf_printf(b, "%s{\"name\": \"%s\", \"arguments\": %s, \"id\": \"%s\"}", i ? ", " : "", m->calls[i].name,
+                      m->calls[i].arguments, m->calls[i].id ? m->calls[i].id : "");
+    nv_buf_puts(b, "]");
+}
+
+/* Mistral's v3 turns (chat.h), out in pieces that each end with EOS (the last may not): BOS opens
+ * the first. */
+static nv_err render_mistral(const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
+    nv_buf sys = {0}, text = {0};
+    int last_user = -1, first = 1;
+    nv_err e = NV_OK;
+    for (int i = 0; i < n; i++) {
+        if (is_system(m[i].role)) nv_buf_printf(&sys, "%s%s", sys.len ? "\n\n" : "", m[i].content);
+        else if (!strcmp(m[i].role, "user")) last_user = i;
+    }
+    for (int i = 0; i < n && e == NV_OK; i++) {
+        if (is_system(m[i].role)) continue;
+        int ends = 0; /* an answer: EOS after it */
+        if (is_tool(m[i].role)) {
+            nv_buf_printf(&text, "[TOOL_RESULTS] {\"content\": %s, \"call_id\": \"%s\"}[/TOOL_RESULTS]", m[i].content,
+                          m[i].tool_call_id ? m[i].tool_call_id : "");
+        } else if (strcmp(m[i].role, "assistant")) {
+            const int last = i == last_user;
+            if (last && o->n_tools) {
+                nv_buf_puts(&text, "[AVAILABLE_TOOLS] [");
+                for (int k = 0; k < o->n_tools; k++) nv_buf_printf(&text, "%s%s", k ? ", " : "", o->tools[k]);
+                nv_buf_puts(&text, "][/AVAILABLE_TOOLS]");
+            }
+            nv_buf_printf(&text, "[INST] %s%s%s[/INST]", last && sys.len ? sys.data : "", last && sys.len ? "\n\n" : "", m[i].content);
+        } else if (i == n - 1 && continues(m, n, o)) { /* the answer so far, continued */
+            nv_buf_printf(&text, " %s", m[i].content);
+        } else if (m[i].n_calls) { /* (its text is not shown, as Mistral's template has it) */
+            mistral_calls(&text, &m[i]);
+            ends = 1;
+        } else {
+            nv_buf_puts(&text, " ");
+            put_stripped(&text, m[i].content);
+            ends = 1;
+        }
+        if (ends) {
+            e = text.oom || sys.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data, first, 1);
+            nv_buf_free(&text);
+            first = 0;
+        }
+    }
+    if (e == NV_OK && (text.len || first))
+        e = text.oom || sys.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", first, 0);
+    nv_buf_free(&sys);
+    nv_buf_free(&text);
+    return e;
+}
+
 /* Gemma's turns: <start_of_turn>user (or model, the assistant's), the text trimmed, <end_of_turn>;
  * the first system message and the tools open the first turn's text (Gemma has no system turn);
  * consecutive tool results share one user turn. */
@@ -400,6 +461,7 @@ static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m
 
 static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
     if (t == NV_CHAT_LLAMA2) return render_llama2(m, n, o, out);
+    if (t == NV_CHAT_MISTRAL) return render_mistral(m, n, o, out);
     nv_buf text = {0};
     render_prompt(t, &text, m, n, o);
     nv_err e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", 1, 0);
@@ -449,6 +511,17 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         const sink to_ids = {.tok = tok, .ids = &out};
         e = render_llama2(m, n, o, &to_ids);
         if (e == NV_OK) e = nv_tokenizer_encode_into(tok, "", 0, 1, &out);
+    } else if (t == NV_CHAT_MISTRAL) { /* the answer as the template ends it, with EOS */
+        const sink to_ids = {.tok = tok, .ids = &out};
+        nv_chat_opts whole = *o;
+        whole.continue_final = 0;
+        e = render_mistral(m, n, &whole, &to_ids);
+        if (a->n_calls) { /* (the answer's text, for a vocabulary that merges across the boundary) */
+            mistral_calls(&answer, a);
+        } else {
+            nv_buf_puts(&answer, " ");
+            put_stripped(&answer, a->content);
+        }
     } else {
         nv_buf text = {0};
         if (t == NV_CHAT_PLAIN) { /* the answer is the text's next line, ended by EOS */
@@ -485,7 +558,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         } else {
             out.v = prompt, out.n = out.cap = np;
             prompt = NULL;
-            e = nv_tokenizer_encode_into(tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN, &out);
+            e = nv_tokenizer_encode_into(tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN || t == NV_CHAT_MISTRAL, &out);
             k = np;
         }
     }
@@ -583,6 +656,27 @@ static const char jinja_granite[] =
     "{{- '<|end_of_text|>\\n' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- " J_GRANITE_ROLE("'assistant'") " }}{%- endif %}";
 
+static const char jinja_mistral[] =
+    "{%- set ns = namespace(c='', start=0, sys='', last=-1) %}" J_BOS
+    "{%- for m in messages %}{%- if m.role in " J_SYS " %}" J_CONTENT
+    "{%- set ns.sys = ns.sys + ('\\n\\n' if ns.sys else '') + ns.c %}"
+    "{%- elif m.role == 'user' %}{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
+    J_EACH
+    "{%- if m.role in " J_SYS " %}"
+    "{%- elif m.role in " J_TOOL " %}"
+    "{{- '[TOOL_RESULTS] {\"content\": ' + ns.c + ', \"call_id\": \"' + (m.tool_call_id or '') + '\"}[/TOOL_RESULTS]' }}"
+    "{%- elif m.role != 'assistant' %}"
+    "{%- if i == ns.last and tools %}{{- '[AVAILABLE_TOOLS] [' }}"
+    "{%- for t in tools %}{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- t | tojson }}{%- endfor %}"
+    "{{- '][/AVAILABLE_TOOLS]' }}{%- endif %}"
+    "{{- '[INST] ' + (ns.sys + '\\n\\n' if i == ns.last and ns.sys else '') + ns.c + '[/INST]' }}"
+    "{%- elif m.tool_calls %}{{- '" NV_MISTRAL_TOOL_CALLS " [' }}"
+    "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
+    "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
+    "{{- ', \"id\": \"' + (tc.id or '') + '\"}' }}{%- endfor %}{{- ']' + eos_token }}"
+    "{%- else %}{{- ' ' + (ns.c | trim) + eos_token }}"
+    "{%- endif %}{%- endfor %}";
+
 static const char jinja_llama2[] =
     "{%- set ns = namespace(c='', start=0, sys='', user='', first=true, have_user=false) %}"
     "{%- set bos = bos_token if bos_token else '' %}"
@@ -675,6 +769,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_PHI3: return jinja_phi3;
     case NV_CHAT_GEMMA: return jinja_gemma;
     case NV_CHAT_GRANITE: return jinja_granite;
+    case NV_CHAT_MISTRAL: return jinja_mistral;
     }
     return NULL;
 }

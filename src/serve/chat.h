@@ -40,7 +40,13 @@
  *   line saying tools exist and asking for "<|tool_call|> followed by a JSON list"), then an
  *   available_tools turn holding the tools as one JSON list indented by 4; an assistant's calls
  *   follow its text as <|tool_call|>[{"name": NAME, "arguments": ARGS}, ...]; each tool result is a
- *   tool_response turn (with or without tools in the request). */
+ *   tool_response turn (with or without tools in the request).
+ * - mistral uses Mistral's v3 format (Mistral-7B-Instruct-v0.3, Mistral-Large-2407): BOS, then
+ *   "[INST] USER[/INST]" per user message, " ANSWER" EOS per answer; the system messages' text
+ *   opens the last user message (then "\n\n"), and the tools, as one JSON list, go before it as
+ *   "[AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS]"; an assistant's calls (its text, if any, is not
+ *   shown, as Mistral's template drops it) are "[TOOL_CALLS] [{"name", "arguments", "id"}, ...]"
+ *   EOS, each tool result "[TOOL_RESULTS] {"content": RESULT, "call_id": "ID"}[/TOOL_RESULTS]". */
 #ifndef NV_SERVE_CHAT_H
 #define NV_SERVE_CHAT_H
 
@@ -51,7 +57,7 @@
 #include "model/tokenizer.h"
 
 typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3, NV_CHAT_GEMMA,
-               NV_CHAT_GRANITE } nv_chat_template;
+               NV_CHAT_GRANITE, NV_CHAT_MISTRAL } nv_chat_template;
 
 /* DeepSeek's assistant marker, <｜Assistant｜> (fullwidth vertical bars): the deepseek template writes
  * it, and a GGUF file's template holding it is recognised as that one. */
@@ -60,6 +66,7 @@ typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3
 typedef struct {
     const char *name;
     const char *arguments; /* JSON text */
+    const char *id;        /* the call's id, or NULL (mistral writes it) */
 } nv_chat_call;
 
 typedef struct {
@@ -67,6 +74,7 @@ typedef struct {
     const char *content;
     const nv_chat_call *calls; /* an assistant's tool calls */
     int n_calls;
+    const char *tool_call_id; /* a tool result's call, or NULL (mistral writes it) */
 } nv_chat_msg;
 
 typedef struct {
@@ -80,10 +88,11 @@ typedef struct {
 } nv_chat_opts;
 
 /* The tool calls' wire format of a template. */
-typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE } nv_tool_style;
+typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
-/* What opens Granite's tool calls: one control token in its vocabulary. */
+/* What opens Granite's and Mistral's tool calls: one control token in their vocabularies. */
 #define NV_GRANITE_TOOL_CALL "<|tool_call|>"
+#define NV_MISTRAL_TOOL_CALLS "[TOOL_CALLS]"
 /* The text of the control token that opens the template's tool calls, which decoding must print
  * (nv_tokenizer_show): Granite's; NULL for the others (their markers are text). */
 const char *nv_chat_tool_token(nv_chat_template t);
@@ -119,7 +128,7 @@ nv_err nv_chat_render_text(nv_chat_template t, const nv_tokenizer *tok, const nv
 /* One assistant turn as training sees it: msgs[n_msgs - 1] is the assistant's answer; the ids are
  * the prompt nv_chat_render_opts gives the messages before it (what the server feeds the model)
  * followed by the answer's tokens as the model should produce them, ending with what stops the
- * server's generation: "<|im_end|>" (chatml), "<|eot_id|>" (llama3), EOS (llama2, plain). The
+ * server's generation: "<|im_end|>" (chatml), "<|eot_id|>" (llama3), EOS (llama2, plain, mistral). The
  * whole text is encoded at once, as a conversation that continues reads it; *n_prompt is where
  * the answer starts: always the prompt's length. Where the answer's first token would merge with
  * the prompt's last, a byte-level vocabulary takes the prompt's tokens and the answer encoded on its

@@ -74,14 +74,17 @@ void nv_tool_calls_free(nv_tool_call *calls, int n) {
     free(calls);
 }
 
-static void call_id(char *out) {
+/* OpenAI's form, "call_" and 24 letters and digits; Mistral's, 9 letters and digits (its template
+   takes no other). */
+static void call_id(char *out, nv_tool_style style) {
     static _Atomic uint64_t counter;
     static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     nv_rng r;
     nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9) << 9) ^ atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
-    memcpy(out, "call_", 5);
-    for (int i = 0; i < 24; i++) out[5 + i] = digits[nv_xorshift_u32(&r.state) % 62];
-    out[29] = '\0';
+    const int mistral = style == NV_TOOLS_MISTRAL, at = mistral ? 0 : 5, n = mistral ? 9 : 24;
+    memcpy(out, "call_", (size_t)at);
+    for (int i = 0; i < n; i++) out[at + i] = digits[nv_xorshift_u32(&r.state) % 62];
+    out[at + n] = '\0';
 }
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
@@ -111,7 +114,7 @@ static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *o
     int ok = cJSON_IsObject(j) && known && (!args || cJSON_IsObject(obj));
     if (ok) {
         memset(out, 0, sizeof *out);
-        call_id(out->id);
+        call_id(out->id, p->style);
         out->name = strdup(name->valuestring);
         out->arguments = obj ? cJSON_PrintUnformatted(obj) : strdup("{}");
         if (!out->name || !out->arguments) {
@@ -246,9 +249,9 @@ static int feed_llama3(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
     return 0;
 }
 
-/* Granite's calls after its marker: a JSON list of calls (or one call); every element must be one,
- * else none is (1: calls added, 0: not calls, -1: out of memory). */
-static int granite_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
+/* The calls after Granite's or Mistral's marker: a JSON list of calls (or one call); every element
+ * must be one, else none is (1: calls added, 0: not calls, -1: out of memory). */
+static int listed_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
     cJSON *j = parse_whole(text, n);
     int ok = j != NULL, made = 0;
     for (const cJSON *e = cJSON_IsArray(j) ? j->child : j; ok > 0 && e; e = e->next) {
@@ -271,13 +274,13 @@ static int granite_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_
     return ok;
 }
 
-/* Granite: the answer's text, then <|tool_call|> and its calls to the end of the answer. */
-static int feed_granite(nv_tool_parser *p, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
-    static const char tag[] = NV_GRANITE_TOOL_CALL;
+/* Granite and Mistral: the answer's text, then the marker (tag) and its calls to the end of the answer. */
+static int feed_list(nv_tool_parser *p, const char *tag, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
+    const size_t tag_len = strlen(tag);
     const char *h = p->hold.data ? p->hold.data : "";
     size_t len = p->hold.len;
     if (p->state == OUTSIDE) {
-        const char *at = memmem(h, len, tag, sizeof tag - 1);
+        const char *at = memmem(h, len, tag, tag_len);
         size_t k = at ? (size_t)(at - h) : final ? len : len - nv_partial_tag(h, len, tag), keep = k;
         if (at || !final) /* the white space before a call goes (held back while one may come) */
             while (keep && is_ws(h[keep - 1])) keep--;
@@ -287,13 +290,13 @@ static int feed_granite(nv_tool_parser *p, int final, nv_buf *content, nv_tool_c
             return 0;
         }
         nv_buf_append(&p->ws, h + keep, k - keep);
-        nv_buf_consume(&p->hold, k + sizeof tag - 1);
+        nv_buf_consume(&p->hold, k + tag_len);
         p->state = IN_CALL;
     }
     if (!final) return 0;
     h = p->hold.data ? p->hold.data : "";
     len = p->hold.len;
-    int ok = granite_calls(p, h, len, calls, n_calls);
+    int ok = listed_calls(p, h, len, calls, n_calls);
     if (ok < 0) return -1;
     if (!ok) { /* not calls after all: as written, with the blank before the marker */
         nv_buf_append(content, p->ws.data ? p->ws.data : "", p->ws.len);
@@ -311,7 +314,8 @@ int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, n
     nv_buf_append(&p->hold, s, n);
     if (p->hold.oom) return -1;
     int rc = p->style == NV_TOOLS_LLAMA3    ? feed_llama3(p, final, content, calls, n_calls)
-             : p->style == NV_TOOLS_GRANITE ? feed_granite(p, final, content, calls, n_calls)
+             : p->style == NV_TOOLS_GRANITE ? feed_list(p, NV_GRANITE_TOOL_CALL, final, content, calls, n_calls)
+             : p->style == NV_TOOLS_MISTRAL ? feed_list(p, NV_MISTRAL_TOOL_CALLS, final, content, calls, n_calls)
                                             : feed_hermes(p, final, content, calls, n_calls);
     return rc < 0 || content->oom ? -1 : 0;
 }

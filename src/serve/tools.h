@@ -13,10 +13,12 @@
  *   (or "arguments")} is a call; anything else is content. Granite style: the text after
  *   "<|tool_call|>" to the end of the answer is a JSON list of calls {"name", "arguments"} (one
  *   object is a list of one; an empty list is no call), the text before it content without its
- *   trailing white space; a list with anything else in it stays content as written. Text that
+ *   trailing white space; a list with anything else in it stays content as written. Mistral style:
+ *   the same after "[TOOL_CALLS]" (each call's "id" ignored). Text that
  *   may still turn out to be a call is held back until it is decided, so streamed content never
  *   has to be taken back.
- * - Calls get ids "call_" + 24 random letters and digits. Arguments are compact JSON text. */
+ * - Calls get ids "call_" + 24 random letters and digits (Mistral style: 9 letters and digits, which
+ *   its template requires). Arguments are compact JSON text. */
 #ifndef NV_SERVE_TOOLS_H
 #define NV_SERVE_TOOLS_H
 
