@@ -189,6 +189,65 @@ static void test_chunked_attention_shapes(void) {
     }
 }
 
+/* Sliding-window layers keep a ring of their window and a chunk (nv_state_init): the same logits, bit
+ * for bit, as a state whose layers keep every position, token by token and in chunks (groups of 32
+ * rows and single rows), far past the ring's wrap; a window of 50 (head size 10, not a multiple of 8)
+ * on two layers of three, the third global. A step taken back within a chunk resumes exactly; one
+ * before the ring's reach is refused (NV_ERANGE), and a run from position 0 starts over. */
+static void test_window_ring(void) {
+    nv_config c = {64, 96, 3, 4, 2, 10, 61, 600, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.swa_window = 50, c.swa_period = 3; /* layers 0 and 1 windowed, 2 global */
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 29);
+    T_CHECK(nv_model_build_plans(&m, nv_engine_best_fp32()) == NV_OK, "%s", nv_errmsg());
+    enum { N = 500, V = 61 };
+    int toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (i * 23 + 7) % V;
+    nv_state full;
+    T_CHECK(nv_state_init(&full, &c, 400, 600, 1) == NV_OK && !full.ring, "%s", nv_errmsg()); /* 2 x (50 + 400) > 600: no ring */
+    float *want = malloc(sizeof(float) * N * V);
+    for (int p = 0; want && p < N; p += 40) {
+        const int n = N - p < 40 ? N - p : 40;
+        T_CHECK(nv_forward(&m, &full, toks + p, n, p) == NV_OK, "%s", nv_errmsg());
+        memcpy(want + (size_t)p * V, full.logits, sizeof(float) * n * V);
+    }
+    static const int chunks[] = {1, 33, 7};
+    for (size_t ci = 0; want && ci < sizeof chunks / sizeof chunks[0]; ci++) {
+        nv_state st;
+        T_CHECK(nv_state_init(&st, &c, chunks[ci], 600, 1) == NV_OK && st.ring == 50 + chunks[ci], "%s", nv_errmsg());
+        int same = 1;
+        for (int p = 0; p < N; p += chunks[ci]) {
+            const int n = N - p < chunks[ci] ? N - p : chunks[ci];
+            T_CHECK(nv_forward(&m, &st, toks + p, n, p) == NV_OK, "%s", nv_errmsg());
+            same &= !memcmp(st.logits, want + (size_t)p * V, sizeof(float) * n * V);
+        }
+        T_CHECK(same, "chunks of %d: a ring's logits differ from a full cache's", chunks[ci]);
+        if (chunks[ci] == 33) {
+            /* back within a chunk: the same logits; before the ring's reach: refused; from 0: again */
+            const int back = N - 20;
+            T_CHECK(nv_state_resumable(&st, back) && nv_forward(&m, &st, toks + back, 1, back) == NV_OK &&
+                        !memcmp(st.logits, want + (size_t)back * V, sizeof(float) * V),
+                    "a step back within a chunk");
+            T_CHECK(!nv_state_resumable(&st, 100) && nv_forward(&m, &st, toks + 100, 1, 100) == NV_ERANGE &&
+                        strstr(nv_errmsg(), "run again from position 0"),
+                    "a step back past the ring: %s", nv_errmsg());
+            T_CHECK(nv_forward(&m, &st, toks, 33, 0) == NV_OK && !memcmp(st.logits, want, sizeof(float) * 33 * V),
+                    "from position 0 again");
+        }
+        nv_state_free(&st);
+    }
+    /* the memory: two windowed layers of 2 x (50 + 1) positions and one of 600, against 3 x 600 */
+    nv_state small;
+    T_CHECK(nv_state_init(&small, &c, 1, 600, 0) == NV_OK && small.layer_slots[0] == 102 && small.layer_slots[1] == 102 &&
+                small.layer_slots[2] == 600 && small.layer_at[2] == (size_t)2 * 102 * 20,
+            "ring slots %d %d %d", small.layer_slots[0], small.layer_slots[1], small.layer_slots[2]);
+    nv_state_free(&small);
+    free(want);
+    nv_state_free(&full);
+    nv_model_free(&m);
+}
+
 /* nv_softmax (8-lane max, exp and division) gives llama2.c's scalar loop's values bit for bit, on
  * rows whose spread passes expf's slow path (differences beyond -88), with NaN, and of every
  * length 1-40. */
@@ -836,6 +895,7 @@ int main(void) {
     T_RUN(test_chunked_prefill_is_exact);
     T_RUN(test_general_config_forward);
     T_RUN(test_chunked_attention_shapes);
+    T_RUN(test_window_ring);
     T_RUN(test_softmax_matches_scalar);
     T_RUN(test_silu_matches_scalar);
     T_RUN(test_softmax_causal_matches_rows);

@@ -791,10 +791,24 @@ static void test_spm_special_tokens(void) {
     }
 }
 
+/* A byte piece is "<0x", two hex digits and ">" exactly: sscanf's %X would also take a sign or a
+ * space ("<0x-8>" read as byte 0xFFFFFFF8 once indexed a table of 256; found by fuzz_tokenizer). */
+static void test_byte_pieces(void) {
+    static const struct {
+        const char *p;
+        int want;
+    } cases[] = {{"<0x41>", 0x41}, {"<0xff>", 0xff}, {"<0x00>", 0}, {"<0x-8>", -1}, {"<0x 8>", -1}, {"<0x+8>", -1},
+                 {"<0x8>", -1},    {"<0x4G>", -1},   {"<0x41", -1},  {"<0x411>", -1}, {"<1x41>", -1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK(nv_byte_piece(cases[i].p, strlen(cases[i].p)) == cases[i].want, "%s: %d", cases[i].p,
+                nv_byte_piece(cases[i].p, strlen(cases[i].p)));
+}
+
 int main(void) {
     T_RUN(test_ggml_vocab_cases);
     T_RUN(test_ggml_vocab_cases_gguf);
     T_RUN(test_known_ids_and_decode);
+    T_RUN(test_byte_pieces);
     T_RUN(test_roundtrip_llama32000);
     T_RUN(test_roundtrip_tok512);
     T_RUN(test_merge_rules);

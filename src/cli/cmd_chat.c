@@ -247,6 +247,7 @@ int cmd_chat(int argc, char **argv) {
            whose logits are wanted) */
         int pos = 0;
         while (pos < n_fed && pos < n_ids - 1 && fed[pos] == ids[pos]) pos++;
+        if (!nv_state_resumable(&state, pos)) pos = 0; /* a windowed layer's ring has gone past it: all again */
         const double t0 = nv_now();
         while (pos < n_ids) {
             const int n = n_ids - pos < PREFILL_CHUNK ? n_ids - pos : PREFILL_CHUNK;

@@ -135,6 +135,7 @@ static nv_err load_grammar(const char *schema_arg, nv_grammar **out) {
  * how many it proposed (0 when its context cannot hold them), -1 on failure (reported). */
 static int draft_tokens(const nv_model *d, nv_state *ds, const int *ctx, int n_ctx, int *dvalid, int k, float p_min, int *out) {
     if (n_ctx - 1 + k > ds->cache_len) k = ds->cache_len - (n_ctx - 1);
+    if (!nv_state_resumable(ds, *dvalid)) *dvalid = 0; /* its windowed layers' ring has gone past: all again */
     if (k <= 0) return 0;
     while (*dvalid < n_ctx) {
         int n = n_ctx - *dvalid < ds->max_tokens ? n_ctx - *dvalid : ds->max_tokens;

@@ -226,7 +226,9 @@ nv_err nv_choice_score(const nv_model *m, const nv_tokenizer *tok, const nv_choi
             int best_sum = 0, best_mean = 0;
             for (int k = 0; k < t->n_choices && e == NV_OK; k++) {
                 sums[k] = 0;
-                e = run_span(m, &st, ids[k], shared - 1, n_ids[k] - 1, &sums[k], &r->tokens);
+                /* a windowed layer's ring gone past the shared tokens (a long choice before): run them again */
+                if (!nv_state_resumable(&st, shared - 1)) e = run_span(m, &st, ids[k], 0, shared - 1, NULL, &r->tokens);
+                if (e == NV_OK) e = run_span(m, &st, ids[k], shared - 1, n_ids[k] - 1, &sums[k], &r->tokens);
                 if (e != NV_OK) break;
                 if (sums[k] > sums[best_sum]) best_sum = k;
                 if (sums[k] / (n_ids[k] - shared) > sums[best_mean] / (n_ids[best_mean] - shared)) best_mean = k;

@@ -18,7 +18,21 @@ nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_
         return nv_fail(NV_EINVAL, "state: bad sizes (chunk %d, cache %d, model context %d)", max_tokens, cache_len,
                        c->seq_len);
     size_t kv = (size_t)nv_config_kv_dim(c);
-    size_t cache = (size_t)c->n_layers * (size_t)cache_len * kv;
+    /* windowed layers: a ring of their window and a chunk, each position twice, when that saves memory */
+    const long ring = (long)c->swa_window + max_tokens;
+    s->ring = c->swa_window > 0 && nv_config_windowed_layers(c) > 0 && 2 * ring < cache_len ? (int)ring : 0;
+    s->layer_at = malloc((size_t)c->n_layers * sizeof *s->layer_at);
+    s->layer_slots = malloc((size_t)c->n_layers * sizeof *s->layer_slots);
+    if (!s->layer_at || !s->layer_slots) {
+        nv_state_free(s);
+        return nv_fail(NV_ENOMEM, "cannot allocate the run state");
+    }
+    size_t cache = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        s->layer_slots[l] = s->ring && nv_config_layer_windowed(c, l) ? 2 * s->ring : cache_len;
+        s->layer_at[l] = cache;
+        cache += (size_t)s->layer_slots[l] * kv;
+    }
     s->max_tokens = max_tokens;
     s->cache_len = cache_len;
     s->all_logits = all_logits;
@@ -46,6 +60,8 @@ void nv_state_free(nv_state *s) {
     nv_rows_free(&s->r);
     float *all[] = {s->att, s->kt, s->rope, s->rope_swa, s->logits, s->key_cache, s->value_cache};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    free(s->layer_at);
+    free(s->layer_slots);
     memset(s, 0, sizeof *s);
 }
 
@@ -251,12 +267,18 @@ typedef struct {
     const float *kc, *vc;
     int n, pos;
     int window; /* the layer's sliding window, or 0 */
+    int slots;  /* positions a kv head's run holds */
+    int ring;   /* the layer's ring (its positions at slot p % ring and again ring later), or 0 */
 } attn_job;
+
+/* The first position whose slot is 0 in the run that holds positions lo.. (0 without a ring): a
+ * position u >= lo is at slot u - run_base, below 2 * ring for the ring's worth of positions. */
+static inline int run_base(const attn_job *j, int lo) { return j->ring ? lo - lo % j->ring : 0; }
 
 /* Scores of positions u..u+8G-1 (G groups of 8 lanes, G independent chains): each lane sums
  * q[i] k[i] over i in order, keys read 8 x 8 and transposed in registers. */
 static inline __attribute__((always_inline)) void scores_groups(const int G, const float *q, const float *kbase,
-                                                                int stride, int hd, int u, __m256 vscale, float *att) {
+                                                                int stride, int hd, __m256 vscale, float *att) {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const int hd8 = hd & ~7;
     for (int i0 = 0; i0 < hd8; i0 += 8) {
@@ -264,7 +286,7 @@ static inline __attribute__((always_inline)) void scores_groups(const int G, con
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
 #pragma GCC unroll 8
-            for (int l = 0; l < 8; l++) k[g][l] = _mm256_loadu_ps(kbase + (size_t)(u + 8 * g + l) * stride + i0);
+            for (int l = 0; l < 8; l++) k[g][l] = _mm256_loadu_ps(kbase + (size_t)(8 * g + l) * stride + i0);
             nv_tr8x8_ps(k[g]);
         }
 #pragma GCC unroll 8
@@ -277,20 +299,21 @@ static inline __attribute__((always_inline)) void scores_groups(const int G, con
     for (int i = hd8; i < hd; i++) { /* a head size that is not a multiple of 8 */
         const __m256 qi = _mm256_set1_ps(q[i]);
         for (int g = 0; g < G; g++) {
-            const float *kb = kbase + (size_t)(u + 8 * g) * stride + i;
+            const float *kb = kbase + (size_t)(8 * g) * stride + i;
             const size_t st = (size_t)stride;
             const __m256 kv = _mm256_setr_ps(kb[0], kb[st], kb[2 * st], kb[3 * st], kb[4 * st], kb[5 * st], kb[6 * st], kb[7 * st]);
             acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(qi, kv));
         }
     }
-    for (int g = 0; g < G; g++) _mm256_storeu_ps(att + u + 8 * g, _mm256_div_ps(acc[g], vscale));
+    for (int g = 0; g < G; g++) _mm256_storeu_ps(att + 8 * g, _mm256_div_ps(acc[g], vscale));
 }
 
 /* xb[g] = sum_u att[g][u] v[u] over u <= p0 + g for G rows (att rows ald apart, xb rows xld apart,
- * values [position][hd]): the values swept 64 positions at a time by every row that sees them, a
+ * values [position - base][hd]): the values swept 64 positions at a time by every row that sees them, a
  * row's sums in registers within a sweep and in its output row between sweeps (an fp32 store and
  * load: exact), each lane summing over u in order, multiply then add, as llama2.c's loop. */
-static void rows_values(const float *att, size_t ald, int G, int u_from, int p0, const float *vh, int hd, float *xb, size_t xld) {
+static void rows_values(const float *att, size_t ald, int G, int u_from, int p0, const float *vh, int base, int hd, float *xb,
+                        size_t xld) {
     const int plast = p0 + G - 1;
     int i0 = 0;
     for (int nv; (nv = (hd - i0) / 8 < 8 ? (hd - i0) / 8 : 8) > 0; i0 += 8 * nv) {
@@ -298,7 +321,7 @@ static void rows_values(const float *att, size_t ald, int G, int u_from, int p0,
         for (int u0 = u_from; u0 <= plast; u0 += 64) {
             const int zn = plast - u0 + 1 < 64 ? plast - u0 + 1 : 64;
             for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g++)
-                values_rows_add_any(nv, att + (size_t)g * ald + u0, vh + (size_t)u0 * hd + i0, (size_t)hd,
+                values_rows_add_any(nv, att + (size_t)g * ald + u0, vh + (size_t)(u0 - base) * hd + i0, (size_t)hd,
                                     p0 + g - u0 + 1 < zn ? p0 + g - u0 + 1 : zn, xb + (size_t)g * xld + i0);
         }
     }
@@ -306,7 +329,7 @@ static void rows_values(const float *att, size_t ald, int G, int u_from, int p0,
         for (int g = 0; g < G; g++) {
             const float *a = att + (size_t)g * ald;
             float o = 0.0f;
-            for (int u = u_from; u <= p0 + g; u++) o += a[u] * vh[(size_t)u * hd + i0];
+            for (int u = u_from; u <= p0 + g; u++) o += a[u] * vh[(size_t)(u - base) * hd + i0];
             xb[(size_t)g * xld + i0] = o;
         }
 }
@@ -317,24 +340,24 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
     const nv_config *c = j->c;
     nv_state *s = j->s;
     const int hd = c->head_dim, q_dim = nv_config_q_dim(c), p = j->pos + t;
-    const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * s->cache_len * hd;
+    const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * j->slots * hd;
     const float *kh = j->kc + hoff, *vh = j->vc + hoff;
     const float *q = s->r.q + (size_t)t * q_dim + (size_t)h * hd;
     const float scale = nv_config_attn_div(c);
     const __m256 vscale = _mm256_set1_ps(scale);
-    const int lo = nv_window_start(j->window, p);
+    const int lo = nv_window_start(j->window, p), base = run_base(j, lo);
     int u = lo;
-    for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh, hd, hd, u, vscale, att);
-    for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh, hd, hd, u, vscale, att);
+    for (; u + 16 <= p + 1; u += 16) scores_groups(2, q, kh + (size_t)(u - base) * hd, hd, hd, vscale, att + u);
+    for (; u + 8 <= p + 1; u += 8) scores_groups(1, q, kh + (size_t)(u - base) * hd, hd, hd, vscale, att + u);
     for (; u <= p; u++) {
-        const float *k = kh + (size_t)u * hd;
+        const float *k = kh + (size_t)(u - base) * hd;
         float score = 0.0f;
         for (int i = 0; i < hd; i++) score += q[i] * k[i];
         att[u] = score / scale;
     }
     if (c->attn_softcap != 0.0f) nv_attn_softcap(att, 0, lo, p, 1, c->attn_softcap);
     nv_softmax(att + lo, p + 1 - lo);
-    rows_values(att, s->cache_len, 1, lo, p, vh, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
+    rows_values(att, s->cache_len, 1, lo, p, vh, base, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
 }
 
 /* Keys u0..u0+nu-1 (nu <= 16) of a head ([position][hd]) into kt[hd][16], zero past nu (no key
@@ -351,15 +374,15 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
     const nv_config *c = j->c;
     nv_state *s = j->s;
     const int hd = c->head_dim, q_dim = nv_config_q_dim(c), p0 = j->pos + t0, plast = p0 + G - 1;
-    const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * s->cache_len * hd, ald = (size_t)s->cache_len;
+    const size_t hoff = (size_t)(h / (c->n_heads / c->n_kv_heads)) * j->slots * hd, ald = (size_t)s->cache_len;
     const float *kh = j->kc + hoff, *vh = j->vc + hoff;
     float *kt = s->kt + (size_t)h * hd * 16;
     const float scale = nv_config_attn_div(c);
     /* a sliding window: no key before the first row's window is read; the later rows' earlier ones are masked */
-    const int lo = nv_window_start(j->window, p0);
+    const int lo = nv_window_start(j->window, p0), base = run_base(j, lo);
     for (int u0 = lo; u0 <= plast; u0 += 16) {
         const int nu = plast - u0 + 1 < 16 ? plast - u0 + 1 : 16;
-        keys_t16(kh, hd, u0, nu, kt);
+        keys_t16(kh, hd, u0 - base, nu, kt);
         for (int g = u0 > p0 ? u0 - p0 : 0; g < G; g += 4) {
             const int R = G - g < 4 ? G - g : 4;
             const float *qr[4];
@@ -376,7 +399,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
     if (c->attn_softcap != 0.0f) nv_attn_softcap(att, ald, lo, p0, G, c->attn_softcap);
     if (j->window) nv_window_mask(att, ald, lo, p0, G, j->window);
     nv_softmax_causal(att + lo, ald, p0 + 1 - lo, G);
-    rows_values(att, ald, G, lo, p0, vh, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);
+    rows_values(att, ald, G, lo, p0, vh, base, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);
 }
 
 /* One head per task, over all n query rows: alone (decode) or in groups of att_rows (a prompt).
@@ -396,8 +419,8 @@ static void attention_head(void *ctx, int h, int n_heads) {
 }
 
 /* Causal attention of n query rows (positions pos..pos+n-1) over the layer's cache. */
-static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos, int window) {
-    attn_job j = {c, s, kc, vc, n, pos, window};
+static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos, int window, int slots) {
+    attn_job j = {c, s, kc, vc, n, pos, window, slots, slots == s->cache_len ? 0 : s->ring};
     /* a few microseconds of work (a small model's decode over a short context) is not worth waking
        the pool for; the heads' sums are the same either way */
     const double work = (double)c->n_heads * c->head_dim * n * (pos + n);
@@ -623,26 +646,28 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         const int p = j->pos + t;
         nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL);
-        for (int hh = 0; hh < c->n_kv_heads; hh++) { /* per head: [kv_heads][cache_len][hd] */
-            const size_t at = ((size_t)hh * s->cache_len + (size_t)p) * hd;
-            memcpy(j->kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));
-            memcpy(j->vc + at, s->r.v + (size_t)t * kv_dim + (size_t)hh * hd, (size_t)hd * sizeof(float));
-        }
+        /* per head: [kv_heads][slots][hd]; in a ring at p % ring and again a ring later */
+        const int slots = s->layer_slots[j->l], ring = slots == s->cache_len ? 0 : s->ring;
+        for (int copy = 0; copy < (ring ? 2 : 1); copy++)
+            for (int hh = 0; hh < c->n_kv_heads; hh++) {
+                const size_t at = ((size_t)hh * slots + (size_t)(ring ? p % ring + copy * ring : p)) * hd;
+                memcpy(j->kc + at, k + (size_t)hh * hd, (size_t)hd * sizeof(float));
+                memcpy(j->vc + at, s->r.v + (size_t)t * kv_dim + (size_t)hh * hd, (size_t)hd * sizeof(float));
+            }
     }
 }
 
 static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
     const nv_config *c = &m->config;
     const nv_layer_plans *lp = &m->plans[l];
-    const int d = c->dim, kv_dim = nv_config_kv_dim(c);
-    rows_job rj = {m, s, s->key_cache + (size_t)l * s->cache_len * kv_dim, s->value_cache + (size_t)l * s->cache_len * kv_dim,
-                   l, n, pos};
+    const int d = c->dim;
+    rows_job rj = {m, s, s->key_cache + s->layer_at[l], s->value_cache + s->layer_at[l], l, n, pos};
     nv_rmsnorm_rows(s->r.xb, s->r.x, m->w.rms_att + (size_t)l * d, n, d, c->norm_eps);
     nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
-    attention(c, s, rj.kc, rj.vc, n, pos, nv_config_layer_window(c, l));
+    attention(c, s, rj.kc, rj.vc, n, pos, nv_config_layer_window(c, l), s->layer_slots[l]);
     nv_layer_tail(m, l, n, &s->r, NULL);
 }
 
@@ -654,6 +679,8 @@ nv_err nv_logits_reserve(float **logits, int *cap, int rows, int vocab) {
     *cap = rows;
     return NV_OK;
 }
+
+int nv_state_resumable(const nv_state *s, int pos) { return !s->ring || pos == 0 || pos >= s->hi - s->max_tokens - 1; }
 
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos) {
     return nv_forward_rows(m, s, tokens, n, pos, s->all_logits ? n : 1);
@@ -668,6 +695,9 @@ nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n,
     if (n < 1 || n > s->max_tokens) return nv_fail(NV_EINVAL, "forward: %d tokens do not fit a chunk of %d", n, s->max_tokens);
     if (pos < 0 || pos + n > s->cache_len)
         return nv_fail(NV_ERANGE, "forward: positions %d..%d exceed the context of %d", pos, pos + n - 1, s->cache_len);
+    if (!nv_state_resumable(s, pos))
+        return nv_fail(NV_ERANGE, "forward: the windowed layers keep %d positions and have gone past %d; run again from position 0",
+                       s->ring, pos);
     NV_TRY(nv_logits_reserve(&s->logits, &s->logit_cap, rows, c->vocab_size)); /* before any work: a failure changes nothing */
     int d = c->dim;
     for (int t = 0; t < n; t++) {
@@ -676,6 +706,7 @@ nv_err nv_forward_rows(const nv_model *m, nv_state *s, const int *tokens, int n,
         nv_embed(m, tokens[t], s->r.x + (size_t)t * d);
     }
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, l, n, pos);
+    s->hi = pos == 0 || pos + n > s->hi ? pos + n : s->hi;
     const int first = n - rows;
     nv_rmsnorm_rows(s->r.xb, s->r.x + (size_t)first * d, m->w.rms_final, rows, d, c->norm_eps);
     nv_plan_run(m->cls_plan, s->r.xb, rows, s->logits);

@@ -40,12 +40,26 @@ typedef struct {
     float *logits;      /* [max_tokens][vocab] when all_logits, else [vocab] (grown by nv_forward_rows) */
     int all_logits;
     int logit_cap;      /* rows s->logits holds */
-    float *key_cache;   /* [L][n_kv_heads][cache_len][head_dim]: a head's keys are one run */
-    float *value_cache; /* [L][n_kv_heads][cache_len][head_dim] */
+    float *key_cache;   /* per layer [n_kv_heads][layer_slots[l]][head_dim] from layer_at[l]: a head's keys are one run */
+    float *value_cache; /* the same for the values */
+    size_t *layer_at;   /* [L] */
+    int *layer_slots;   /* [L] positions a kv head's run holds: cache_len, or a windowed layer's 2 * ring */
+    int ring;           /* a windowed layer's positions kept (its window + max_tokens), or 0: all cache_len */
+    int hi;             /* one past the last position written since a forward at position 0 (what the rings hold) */
 } nv_state;
 
+/* A state for chunks of up to max_tokens rows over positions 0..cache_len-1. The layers of a sliding
+ * window keep only their last window + max_tokens positions (ring) when that is less than half of
+ * cache_len: each key and value at slot p % ring and again at p % ring + ring, so that the ring's
+ * worth of positions any row reads is one run whatever its first position, read in the same order
+ * as a full cache (the same logits, bit for bit). */
 nv_err nv_state_init(nv_state *s, const nv_config *c, int max_tokens, int cache_len, int all_logits);
 void nv_state_free(nv_state *s);
+/* 1 when a forward may start at position pos (a position at or before the last one written): with
+ * rings, the windowed layers must still hold the window before pos: a forward at position 0 always
+ * can; after one that wrote up to position hi - 1, pos >= hi - max_tokens - 1 (a speculative step's
+ * rows taken back, a chat that continues). Else nv_forward fails (NV_ERANGE): run again from 0. */
+int nv_state_resumable(const nv_state *s, int pos);
 
 nv_err nv_forward(const nv_model *m, nv_state *s, const int *tokens, int n, int pos);
 /* nv_forward, with the logits of the last `rows` rows (1..n) in s->logits [rows][vocab] whatever

@@ -1575,11 +1575,8 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
     ob_u64(b, (uint64_t)n);
     for (int i = 0; i < n; i++) {
         const char *p = nv_tokenizer_piece(tok, i);
-        unsigned x;
-        char end;
         int32_t type = nv_tokenizer_type(tok, i); /* the file's own, else llama2.c's layout */
-        if (!type)
-            type = i == NV_TOKEN_UNK ? 2 : i <= NV_TOKEN_EOS ? 3 : sscanf(p, "<0x%2X%c", &x, &end) == 2 && end == '>' && strlen(p) == 6 ? 6 : 1;
+        if (!type) type = i == NV_TOKEN_UNK ? 2 : i <= NV_TOKEN_EOS ? 3 : nv_byte_piece(p, strlen(p)) >= 0 ? 6 : 1;
         nv_buf_append(b, &type, 4);
     }
     kv_u32(b, "tokenizer.ggml.unknown_token_id", (uint32_t)nv_tokenizer_unk(tok));

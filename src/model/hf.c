@@ -1151,11 +1151,8 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
         /* llama's ids (llama2.c's form), or another layout (Gemma's: <pad>, <eos>, <bos>, <unk>, then the
            byte tokens) whose ids, types and byte tokens the tokenizer keeps (v->typed) */
         int bytes = 0;
-        for (int i = 0; i < n; i++) {
-            unsigned byte;
-            char end;
-            if (b->tok_len[i] == 6 && sscanf(b->tok[i], "<0x%2X%c", &byte, &end) == 2 && end == '>') b->tok_type[i] = 6, bytes++;
-        }
+        for (int i = 0; i < n; i++)
+            if (nv_byte_piece(b->tok[i], (size_t)b->tok_len[i]) >= 0) b->tok_type[i] = 6, bytes++;
         v->typed = !(b->unk == 0 && bos == 1 && eos == 2);
         if (v->typed && (b->bos < 0 || b->eos < 0 || b->unk < 0 || !bytes))
             err = nv_fail(NV_EUNSUPPORTED, "%s: <unk>, BOS, EOS are ids %d, %d, %d; a byte-fallback tokenizer needs 0, 1, 2, or all three "

@@ -90,6 +90,12 @@ static int tok_lookup2(const nv_tokenizer *t, const char *a, int la, const char 
     }
 }
 
+int nv_byte_piece(const char *p, size_t len) {
+    if (len != 6 || memcmp(p, "<0x", 3) || !isxdigit((unsigned char)p[3]) || !isxdigit((unsigned char)p[4]) || p[5] != '>') return -1;
+    const char hex[3] = {p[3], p[4], 0};
+    return (int)strtol(hex, NULL, 16);
+}
+
 int nv_tokenizer_lookup(const nv_tokenizer *t, const char *str) {
     size_t n = strlen(str);
     if (n > (size_t)t->max_len) return -1;
@@ -509,11 +515,8 @@ static void spm_byte_ids(nv_tokenizer *t) {
     int at_llama2c = 1, found = 0;
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
     for (int i = 0; i < t->n; i++) {
-        const char *p = tok_piece(t, i);
-        unsigned b;
-        char end;
-        if (t->type[i] == 6 && t->len[i] == 6 && sscanf(p, "<0x%2X%c", &b, &end) == 2 && end == '>' && t->byte_tok[b] < 0)
-            t->byte_tok[b] = i, found++;
+        const int b = t->type[i] == 6 ? nv_byte_piece(tok_piece(t, i), (size_t)t->len[i]) : -1;
+        if (b >= 0 && t->byte_tok[b] < 0) t->byte_tok[b] = i, found++;
     }
     for (int b = 0; b < 256; b++) at_llama2c &= t->byte_tok[b] == b + 3 || (t->byte_tok[b] < 0 && b + 3 >= t->n);
     t->spm_bytes = found && !at_llama2c; /* no byte type marked (a file without token types): llama2.c's ids, as before */

@@ -40,6 +40,7 @@
 #ifndef NV_TOKENIZER_H
 #define NV_TOKENIZER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -89,6 +90,9 @@ const char *nv_tokenizer_piece(const nv_tokenizer *t, int id);
  * SentencePiece vocabulary's <unk>, <s> and </s> (llama2.c stores BOS and EOS as "\n<s>\n" and
  * "\n</s>\n"), else the piece; NULL if id is out of range. */
 const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id);
+/* The byte a SentencePiece byte piece stands for: len 6, "<0x", two hex digits, ">" (no sign, no
+ * space, as sscanf's %X would take); -1 for any other piece. */
+int nv_byte_piece(const char *p, size_t len);
 /* Makes decoding print the control token whose text is `text` as that text (llama.cpp's
  * preserved tokens): Granite answers a tool call with its <|tool_call|> token, which the server
  * must see. Call it before the tokenizer is shared (the only exception to immutability); at
