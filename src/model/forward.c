@@ -275,8 +275,9 @@ typedef struct {
  * position u >= lo is at slot u - run_base, below 2 * ring for the ring's worth of positions. */
 static inline int run_base(const attn_job *j, int lo) { return j->ring ? lo - lo % j->ring : 0; }
 
-/* Scores of positions u..u+8G-1 (G groups of 8 lanes, G independent chains): each lane sums
- * q[i] k[i] over i in order, keys read 8 x 8 and transposed in registers. */
+/* Scores of 8G consecutive positions (G groups of 8 lanes, G independent chains) into att[0..8G),
+ * their keys from kbase on, stride apart: each lane sums q[i] k[i] over i in order, keys read 8 x 8
+ * and transposed in registers. */
 static inline __attribute__((always_inline)) void scores_groups(const int G, const float *q, const float *kbase,
                                                                 int stride, int hd, __m256 vscale, float *att) {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -360,8 +361,8 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
     rows_values(att, s->cache_len, 1, lo, p, vh, base, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
 }
 
-/* Keys u0..u0+nu-1 (nu <= 16) of a head ([position][hd]) into kt[hd][16], zero past nu (no key
- * past the cache is read). */
+/* Keys u0..u0+nu-1 (nu <= 16) of a head ([slot][hd]: u0 a slot) into kt[hd][16], zero past nu (no
+ * key past the cache is read). */
 static void keys_t16(const float *kh, int hd, int u0, int nu, float *kt) {
     nv_transpose(kh + (size_t)u0 * hd, (size_t)hd, nu, hd, kt, 16);
     for (int i = 0; nu < 16 && i < hd; i++) memset(kt + (size_t)i * 16 + nu, 0, (size_t)(16 - nu) * sizeof(float));
