@@ -452,7 +452,7 @@ typedef struct {
     int n_files;
     st_tensor *t;
     size_t n, cap;
-    char *view_names; /* the names of views into fused tensors (st_unfuse_experts), HF_VIEW_NAME bytes each */
+    char *view_names; /* the names of views into fused tensors (st_unfuse), HF_VIEW_NAME bytes each */
 } st_set;
 
 #define HF_VIEW_NAME 96
@@ -1244,15 +1244,14 @@ static char *spelled(const nv_tokenizer *tok, int id, int spm) {
     return out;
 }
 
-/* rstrip: the token takes the white space after it (a Phi-3 vocabulary's special tokens but <unk>,
-   <s> and <|endoftext|>, the reader's and llama.cpp's rule) */
+/* rstrip: the token takes the white space after it (nv_tokenizer_strips_after) */
 static cJSON *added_token(int id, const char *content, int special, int rstrip) {
     cJSON *a = cJSON_CreateObject();
     cJSON_AddNumberToObject(a, "id", id);
     cJSON_AddStringToObject(a, "content", content);
     cJSON_AddBoolToObject(a, "single_word", 0);
     cJSON_AddBoolToObject(a, "lstrip", 0);
-    cJSON_AddBoolToObject(a, "rstrip", rstrip && strcmp(content, "<unk>") && strcmp(content, "<s>") && strcmp(content, "<|endoftext|>"));
+    cJSON_AddBoolToObject(a, "rstrip", rstrip);
     cJSON_AddBoolToObject(a, "normalized", 0);
     cJSON_AddBoolToObject(a, "special", special);
     return a;
@@ -1376,7 +1375,7 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
         if (!byte_level && !type) type = i <= NV_TOKEN_EOS ? 3 : 1;
         if (!byte_level && type == 2) type = 3;
         if (type == 3 || type == 4)
-            cJSON_AddItemToArray(added, added_token(i, text[i], type == 3, nv_tokenizer_strips_after_special(tok)));
+            cJSON_AddItemToArray(added, added_token(i, text[i], type == 3, nv_tokenizer_strips_after(tok, i)));
     }
     if (e == NV_OK && byte_level) {
         for (int k = 0; k < bv.n_merges; k++) {

@@ -1068,9 +1068,8 @@ static int spm_chunks(const nv_tokenizer *t, const char *text, size_t len, int s
     return n;
 }
 
-/* Whether a special token takes the white space after it (t->rstrip). */
-static int strips_after(const nv_tokenizer *t, int id) {
-    const char *p = tok_piece(t, id);
+int nv_tokenizer_strips_after(const nv_tokenizer *t, int id) {
+    const char *p = nv_tokenizer_special_text(t, id); /* (llama2.c's "\n<s>\n" as <s>) */
     return t->rstrip && strcmp(p, "<unk>") && strcmp(p, "<s>") && strcmp(p, "<|endoftext|>");
 }
 
@@ -1119,7 +1118,7 @@ static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int 
         brk[n] = 1;
         tok[n++] = sp;
         i += (size_t)t->len[sp];
-        if (strips_after(t, sp))
+        if (nv_tokenizer_strips_after(t, sp))
             while (i < tl && isspace((unsigned char)text[i])) i++;
         part = i;
         after_special = 1;

@@ -500,8 +500,8 @@ static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style 
                             int think, const nv_api_request *format, nv_grammar **out) {
     const char *list_sep = parallel ? ", " : NULL; /* Granite's and Mistral's calls: one list */
     const nv_call_frame frame = style == NV_TOOLS_LLAMA3    ? (nv_call_frame){"parameters", "", "", NULL, NULL}
-                                : style == NV_TOOLS_GRANITE ? (nv_call_frame){"arguments", NV_GRANITE_TOOL_CALL "[", "]", NULL, list_sep}
-                                : style == NV_TOOLS_MISTRAL ? (nv_call_frame){"arguments", NV_MISTRAL_TOOL_CALLS " [", "]", NULL, list_sep}
+                                : style == NV_TOOLS_GRANITE ? (nv_call_frame){"arguments", NV_GRANITE_CALLS, "]", NULL, list_sep}
+                                : style == NV_TOOLS_MISTRAL ? (nv_call_frame){"arguments", NV_MISTRAL_CALLS, "]", NULL, list_sep}
                                                             : (nv_call_frame){"arguments", "<tool_call>\n", "\n</tool_call>",
                                                                               parallel ? "\n" : NULL, NULL};
     return nv_tool_calls_grammar(tools, only, &frame, skip_bad, think, format ? format->format_schema : NULL,

@@ -117,12 +117,16 @@ static void granite_tools(nv_buf *b, const nv_chat_opts *o) {
     nv_buf_puts(b, "\n]");
 }
 
-/* An assistant's calls as Granite writes them after its text: <|tool_call|> and one JSON list. */
-static void granite_calls(nv_buf *b, const nv_chat_msg *m) {
+/* An assistant's calls as one JSON list after open (NV_GRANITE_CALLS, NV_MISTRAL_CALLS), each call's
+ * id too with ids (Mistral's); nothing without calls. */
+static void call_list(nv_buf *b, const char *open, const nv_chat_msg *m, int ids) {
     if (!m->n_calls) return;
-    nv_buf_puts(b, NV_GRANITE_TOOL_CALL "[");
-    for (int i = 0; i < m->n_calls; i++)
-        nv_buf_printf(b, "%s{\"name\": \"%s\", \"arguments\": %s}", i ? ", " : "", m->calls[i].name, m->calls[i].arguments);
+    nv_buf_puts(b, open);
+    for (int i = 0; i < m->n_calls; i++) {
+        nv_buf_printf(b, "%s{\"name\": \"%s\", \"arguments\": %s", i ? ", " : "", m->calls[i].name, m->calls[i].arguments);
+        if (ids) nv_buf_printf(b, ", \"id\": \"%s\"", m->calls[i].id ? m->calls[i].id : "");
+        nv_buf_puts(b, "}");
+    }
     nv_buf_puts(b, "]");
 }
 
@@ -263,19 +267,10 @@ static void render_granite(nv_buf *text, const nv_chat_msg *m, int n, const nv_c
         const char *role = is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool_response" : m[i].role;
         nv_buf_printf(text, GRANITE_ROLE("%s") "%s", role, m[i].content);
         if (i == n - 1 && continues(m, n, o)) return; /* the answer so far, continued */
-        granite_calls(text, &m[i]);
+        call_list(text, NV_GRANITE_CALLS, &m[i], 0);
         nv_buf_puts(text, GRANITE_END);
     }
     nv_buf_puts(text, GRANITE_ROLE("assistant"));
-}
-
-/* An assistant's calls as Mistral writes them: [TOOL_CALLS] and one JSON list, each call with its id. */
-static void mistral_calls(nv_buf *b, const nv_chat_msg *m) {
-    nv_buf_puts(b, NV_MISTRAL_TOOL_CALLS " [");
-    for (int i = 0; i < m->n_calls; i++)
-        nv_buf_printf(b, "%s{\"name\": \"%s\", \"arguments\": %s, \"id\": \"%s\"}", i ? ", " : "", m->calls[i].name,
-                      m->calls[i].arguments, m->calls[i].id ? m->calls[i].id : "");
-    nv_buf_puts(b, "]");
 }
 
 /* Mistral's v3 turns (chat.h), out in pieces that each end with EOS (the last may not): BOS opens
@@ -305,7 +300,7 @@ static nv_err render_mistral(const nv_chat_msg *m, int n, const nv_chat_opts *o,
         } else if (i == n - 1 && continues(m, n, o)) { /* the answer so far, continued */
             nv_buf_printf(&text, " %s", m[i].content);
         } else if (m[i].n_calls) { /* (its text is not shown, as Mistral's template has it) */
-            mistral_calls(&text, &m[i]);
+            call_list(&text, NV_MISTRAL_CALLS, &m[i], 1);
             ends = 1;
         } else {
             nv_buf_puts(&text, " ");
@@ -517,7 +512,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         whole.continue_final = 0;
         e = render_mistral(m, n, &whole, &to_ids);
         if (a->n_calls) { /* (the answer's text, for a vocabulary that merges across the boundary) */
-            mistral_calls(&answer, a);
+            call_list(&answer, NV_MISTRAL_CALLS, a, 1);
         } else {
             nv_buf_puts(&answer, " ");
             put_stripped(&answer, a->content);
@@ -535,7 +530,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
                 llama3_body(&answer, a);
             } else {
                 nv_buf_puts(&answer, a->content);
-                if (t == NV_CHAT_GRANITE) granite_calls(&answer, a);
+                if (t == NV_CHAT_GRANITE) call_list(&answer, NV_GRANITE_CALLS, a, 0);
                 else hermes_calls(&answer, a);
             }
             nv_buf_puts(&answer, nv_chat_template_stop(t));
@@ -649,7 +644,7 @@ static const char jinja_granite[] =
     J_EACH
     "{%- set role = 'system' if m.role in " J_SYS " else ('tool_response' if m.role in " J_TOOL " else m.role) %}"
     "{{- " J_GRANITE_ROLE("role") " + ns.c }}"
-    "{%- if m.tool_calls %}{{- '" NV_GRANITE_TOOL_CALL "[' }}"
+    "{%- if m.tool_calls %}{{- '" NV_GRANITE_CALLS "' }}"
     "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
     "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
     "{{- '}' }}{%- endfor %}{{- ']' }}{%- endif %}"
@@ -670,7 +665,7 @@ static const char jinja_mistral[] =
     "{%- for t in tools %}{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- t | tojson }}{%- endfor %}"
     "{{- '][/AVAILABLE_TOOLS]' }}{%- endif %}"
     "{{- '[INST] ' + (ns.sys + '\\n\\n' if i == ns.last and ns.sys else '') + ns.c + '[/INST]' }}"
-    "{%- elif m.tool_calls %}{{- '" NV_MISTRAL_TOOL_CALLS " [' }}"
+    "{%- elif m.tool_calls %}{{- '" NV_MISTRAL_CALLS "' }}"
     "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
     "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
     "{{- ', \"id\": \"' + (tc.id or '') + '\"}' }}{%- endfor %}{{- ']' + eos_token }}"

@@ -93,6 +93,9 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t);
 /* What opens Granite's and Mistral's tool calls: one control token in their vocabularies. */
 #define NV_GRANITE_TOOL_CALL "<|tool_call|>"
 #define NV_MISTRAL_TOOL_CALLS "[TOOL_CALLS]"
+/* What their list of calls opens with, as the templates write it and the call grammar holds it. */
+#define NV_GRANITE_CALLS NV_GRANITE_TOOL_CALL "["
+#define NV_MISTRAL_CALLS NV_MISTRAL_TOOL_CALLS " ["
 /* The text of the control token that opens the template's tool calls, which decoding must print
  * (nv_tokenizer_show): Granite's; NULL for the others (their markers are text). */
 const char *nv_chat_tool_token(nv_chat_template t);
