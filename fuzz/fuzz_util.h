@@ -33,11 +33,14 @@
 /* A fresh temporary file name: "<dir>/nerve-fuzz-<tag>-XXXXXX", created empty (fd returned,
  * -1 on failure after a message). */
 /* 1 when llama2.c's v1 header can say c: no QK-norm, head_dim = dim / heads, RoPE theta 10000,
- * norm eps 1e-5 (nv_model_save_v1 refuses anything else as unsupported). */
+ * norm eps 1e-5, and none of the parts of the other families (RoPE factors, biases, experts,
+ * Gemma's, SmolLM3's, Granite's, partial rotation): nv_model_save_v1 refuses anything else as
+ * unsupported. */
 static inline int fz_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
            !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts && !c->swa_window && !c->ffn_gelu && !c->post_norms &&
-           c->emb_scale == 0.0f && c->attn_div == 0.0f && c->logit_softcap == 0.0f && c->attn_softcap == 0.0f && !c->nope_period;
+           c->emb_scale == 0.0f && c->attn_div == 0.0f && c->logit_softcap == 0.0f && c->attn_softcap == 0.0f && !c->nope_period &&
+           c->residual_scale == 0.0f && c->logit_div == 0.0f && !c->rope_dim;
 }
 
 /* The same, the name ending in suffix (for loaders that know a file by its name's ending). */

@@ -115,6 +115,7 @@ static void models(void) {
     /* byte-level BPE vocabularies: Qwen's split without BOS, Llama 3's with it */
     check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
     check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_gpt4o.gguf"), &(vocab_opts){"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
     /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
     nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     random_gguf(&q, 9, "v3_qwen3.gguf", NV_GGUF_F32);
@@ -137,6 +138,9 @@ static void models(void) {
     check(nv_gguf_save(&m, NULL, "seed", phi3_src, NV_GGUF_F32, NULL, NULL));
     check(gw_phi3_from(phi3_src, seed_path("model", "v3_phi3.gguf"), &p3, 0) ? NV_OK : NV_EIO);
     check(gw_phi3_from(phi3_src, seed_path("model", "v3_phi3_longrope.gguf"), &p3, 2) ? NV_OK : NV_EIO); /* Phi-3.5's RoPE */
+    nv_config p4 = p3; /* Phi-4-mini's: RoPE on 2 of each head's 4 values, LongRoPE's divisor for that pair */
+    p4.rope_dim = 2;
+    check(gw_phi3_from(phi3_src, seed_path("model", "v3_phi4_mini.gguf"), &p4, 2) ? NV_OK : NV_EIO);
     remove(phi3_src);
     nv_model_free(&m);
     check(gw_spm_vocab(seed_path("tokenizer", "spm_phi3.gguf"), "phi3", -1) ? NV_OK : NV_EIO);
@@ -180,8 +184,9 @@ static void models(void) {
 /* m (and tok) written as a folder; its config.json and model.safetensors as one seed, or the
  * safetensors alone (read with fuzz_hf's default config); its tokenizer.json a tokenizer seed. */
 /* A Phi-3 folder (config.json, its NUL, model.safetensors in F32): each layer's query, key and value
- * rows in qkv_proj, its gate and up rows in gate_up_proj, LongRoPE's two sets of factors. */
-static void phi3_seed(void) {
+ * rows in qkv_proj, its gate and up rows in gate_up_proj, LongRoPE's two sets of factors; with
+ * partial, Phi-4-mini's RoPE on half of each head (one factor a set). */
+static void phi3_seed(int partial) {
     const nv_config c = {8, 16, 2, 2, 1, 4, 16, 32, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
     check(nv_model_alloc(&m, &c));
@@ -194,8 +199,9 @@ static void phi3_seed(void) {
              "{\"architectures\": [\"Phi3ForCausalLM\"], \"model_type\": \"phi3\", \"hidden_size\": 8, \"intermediate_size\": 16, "
              "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 16, "
              "\"max_position_embeddings\": 32, \"original_max_position_embeddings\": 8, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
-             "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0, 1.5], \"long_factor\": [2.0, 3.5]}, "
-             "\"sliding_window\": 7, \"partial_rotary_factor\": 1.0, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}");
+             "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0%s], \"long_factor\": [2.0%s]}, "
+             "\"sliding_window\": 7, \"partial_rotary_factor\": %s, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}",
+             partial ? "" : ", 1.5", partial ? "" : ", 3.5", partial ? "0.5" : "1.0");
     add(&b, cfg, strlen(cfg) + 1);
     nv_buf_puts(&hdr, "{");
     for (int l = -1; l < 2; l++) { /* the model's own tensors, then each layer's */
@@ -234,7 +240,7 @@ static void phi3_seed(void) {
     add(&b, hdr.data, hdr.len);
     add(&b, body.data, body.len);
     check(b.oom || hdr.oom || body.oom ? NV_ENOMEM : NV_OK);
-    put_buf("hf", "phi3_longrope.hf", &b);
+    put_buf("hf", partial ? "phi4_mini.hf" : "phi3_longrope.hf", &b);
     nv_buf_free(&b), nv_buf_free(&hdr), nv_buf_free(&body);
     nv_model_free(&m);
 }
@@ -312,7 +318,8 @@ static void hf(void) {
     nv_model_init_random(&m, 12);
     hf_seed(&m, NULL, "smollm3.hf", 1, NV_HF_F32);
     nv_model_free(&m);
-    phi3_seed();
+    phi3_seed(0);
+    phi3_seed(1);
     nv_config gr = {8, 16, 2, 2, 1, 4, 16, 8, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_config_set_granite(&gr, 12.0, 0.1, 0.22, 8.0); /* granite: its four multipliers in config.json */
     check(nv_model_alloc(&m, &gr));

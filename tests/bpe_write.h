@@ -44,6 +44,7 @@ static void spell(const char *text, char *out) {
 static const char *merges_text[][2] = {
     {" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"}, {" ", "c"}, {"a", "t"}, {" c", "at"}, {"1", "2"},
     {"\n", "\n"}, {"e", "r"}, {"h", "er"}, {" ", " "}, {"\xc3", "\xa9"}, {"\xa9", "!"}, {"'", "l"}, {"'l", "l"},
+    {"a", "C"}, /* across GPT-4o's split where lower case turns upper */
 };
 #define N_MERGES (int)(sizeof merges_text / sizeof merges_text[0])
 /* "<|im_end|>\n" starts with another special's text (the longest must win); "[PAD0]" is unused

@@ -157,7 +157,9 @@ static inline size_t gguf_write_model(const char *path, const char *arch, uint32
  * key's rows in the rotation order of pairs half a head apart), the block bytes as they are.
  * variant 1: attn_qkv without the value rows; 2, 3, 4: LongRoPE (Phi-3.5's) with attention factor
  * 1.25, its long divisors 1 + i / 2 and short ones 1 + i / 100 for pair i, the original context a
- * quarter of the model's (2: the long ones apply) or all of it (3: the short ones; 4: without them). */
+ * quarter of the model's (2: the long ones apply) or all of it (3: the short ones; 4: without them).
+ * With c's partial rotation (Phi-4-mini's), rope.dimension_count says it, only those rows of a head
+ * are reordered, and the divisors are one per rotated pair. */
 /* w into path when ok (and w holds it all); frees w. Returns whether the file was written. */
 static inline int gw_save(const char *path, nv_buf *w, int ok) {
     FILE *f = ok && !w->oom ? fopen(path, "wb") : NULL;
@@ -211,7 +213,7 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
             o[n].data = grown;
             memcpy(grown + o[n].bytes, pt->data, pt->bytes);
             if (p < 2 && parts[0][0] == 'a') /* query and key rows into phi3's rotation order */
-                nv_rope_rows_reorder(grown + o[n].bytes, pt->bytes / pt->dims[1], p ? c->n_kv_heads : c->n_heads, c->head_dim, 1);
+                nv_rope_rows_reorder(grown + o[n].bytes, pt->bytes / pt->dims[1], p ? c->n_kv_heads : c->n_heads, c->head_dim, nv_config_rope_dim(c), 1);
             o[n].bytes += pt->bytes, o[n].d1 += pt->dims[1];
         }
         n++;
@@ -219,7 +221,7 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
     const int longrope = variant >= 2 && variant <= 4;
     for (int s = 0; ok && longrope && s < (variant == 4 ? 1 : 2); s++) { /* LongRoPE's divisors */
         snprintf(o[n].name, sizeof o[n].name, s ? "rope_factors_short.weight" : "rope_factors_long.weight");
-        o[n].type = 0, o[n].nd = 1, o[n].d0 = (uint64_t)c->head_dim / 2, o[n].d1 = 1, o[n].bytes = o[n].d0 * 4;
+        o[n].type = 0, o[n].nd = 1, o[n].d0 = (uint64_t)nv_config_rope_dim(c) / 2, o[n].d1 = 1, o[n].bytes = o[n].d0 * 4;
         float *f = calloc(o[n].d0, 4);
         for (uint64_t i = 0; f && i < o[n].d0; i++) f[i] = s ? 1.0f + (float)i / 100.0f : 1.0f + (float)i / 2.0f;
         o[n].data = (uint8_t *)f;
@@ -247,7 +249,7 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
     gw_kv_u32(&w, "phi3.attention.head_count", (uint32_t)c->n_heads);
     gw_kv_u32(&w, "phi3.attention.head_count_kv", (uint32_t)c->n_kv_heads);
     gw_kv_u32(&w, "phi3.context_length", (uint32_t)c->seq_len);
-    gw_kv_u32(&w, "phi3.rope.dimension_count", (uint32_t)c->head_dim);
+    gw_kv_u32(&w, "phi3.rope.dimension_count", (uint32_t)nv_config_rope_dim(c));
     gw_kv_u32(&w, "phi3.attention.sliding_window", (uint32_t)c->seq_len / 2 - 1); /* Phi-3-mini's 2047 of 4096 */
     const struct {
         const char *key;

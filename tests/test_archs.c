@@ -4,7 +4,8 @@
  * Gemma 2's soft-capped scores); Gemma's vocabulary layout (BOS 2, EOS 1, byte tokens past the
  * specials, no dummy prefix) and chat template. SmolLM3 (smollm3): llama's block with every fourth
  * layer unrotated. Granite (granite, granitemoe): llama's block with embeddings, scores, each branch
- * into the residual and the logits scaled by multipliers of its own. The forward (token by token and a whole prompt at once) is checked against a
+ * into the residual and the logits scaled by multipliers of its own. Partial rotation (Phi-4-mini's
+ * RoPE on the first values of each head only, written as phi3; and beside Qwen2's biases, as qwen2). The forward (token by token and a whole prompt at once) is checked against a
  * plain reference written here from the definition; a GGUF file written and read back gives the
  * same config and logits; the formats without these parts refuse a Gemma model; training's forward
  * gives the reference's loss, and both fine-tune and are written back as their own architecture. */
@@ -31,7 +32,9 @@
 
 #define T 24 /* positions: several windows' worth */
 
-/* A small config of Gemma generation `gen` (1, 2, 3), SmolLM3's block (gen 4) or Granite's (gen 5): GQA, head size 16
+/* A small config of Gemma generation `gen` (1, 2, 3), SmolLM3's block (gen 4), Granite's (gen 5) or partial
+ * rotation (gen 8: 10 of 16 values, LongRoPE's attention factor, query, key and value biases; gen 9:
+ * Phi-4-mini's, llama's block with LongRoPE's divisors, one per rotated pair): GQA, head size 16
  * (q_dim 64 != dim 32), linearly scaled RoPE (as Gemma 3 4B+). Gemma: GELU, scaled embeddings.
  * Gemma 2 and 3: post-norms, a window of 5 with every second layer global (the loaders' patterns:
  * Gemma 2's every other layer, Gemma 3's five of six: nv_config.swa_period), soft-capped logits;
@@ -39,10 +42,12 @@
  * fourth layer unrotated. Granite: its four multipliers (a score factor that is no power of two). */
 static nv_config gemma_config(int gen) {
     nv_config c = {32, 48, 4, 4, 2, 16, 67, 64, 1000000.0f, 1e-6f, 1, gen == 3, 0, {0}, 0, NV_CONFIG_PLAIN};
-    if (gen == 4 || gen == 5) {
+    if (gen == 4 || gen == 5 || gen >= 8) {
         if (gen == 4) c.nope_period = 4;
+        else if (gen >= 8) c.rope_dim = 10, c.rope_attn = 1.25f, c.qkv_bias = gen == 8; /* the divisors below: one per rotated pair */
         else nv_config_set_granite(&c, 12.0, 0.1, 0.22, 8.0);
         nv_config_rope_linear(&c, 2.0f);
+        for (int i = 0; gen == 9 && i < c.n_rope_factors; i++) c.rope_factors[i] = 1.0f + 0.5f * (float)i; /* LongRoPE's, uneven */
         return c;
     }
     c.ffn_gelu = 1;
@@ -67,6 +72,8 @@ static int gemma_model(nv_model *m, const nv_config *c, uint64_t seed) {
         if (c->post_norms) w->post_att[i] = 0.5f + 0.02f * (float)(i % 31), w->post_ffn[i] = 0.7f + 0.015f * (float)(i % 23);
     }
     for (int i = 0; c->qk_norm && i < L * hd; i++) w->q_norm[i] = 0.6f + 0.05f * (float)(i % 13), w->k_norm[i] = 1.4f - 0.04f * (float)(i % 11);
+    for (int i = 0; c->qkv_bias && i < L * nv_config_q_dim(c); i++) w->bq[i] = 0.05f * (float)(i % 17 - 8);
+    for (int i = 0; c->qkv_bias && i < L * nv_config_kv_dim(c); i++) w->bk[i] = 0.04f * (float)(i % 13 - 6), w->bv[i] = 0.03f * (float)(i % 11 - 5);
     for (int i = 0; i < c->vocab_size * d; i++) w->tok_emb[i] *= 20.0f; /* logits large enough for the cap to bend */
     return 1;
 }
@@ -106,15 +113,21 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             ref_matvec(q + (size_t)t * qd, w->wq + (size_t)l * qd * d, xn, qd, d);
             ref_matvec(k + (size_t)t * kvd, w->wk + (size_t)l * kvd * d, xn, kvd, d);
             ref_matvec(v + (size_t)t * kvd, w->wv + (size_t)l * kvd * d, xn, kvd, d);
+            for (int i = 0; c->qkv_bias && i < qd; i++) q[(size_t)t * qd + i] += w->bq[(size_t)l * qd + i];
+            for (int i = 0; c->qkv_bias && i < kvd; i++)
+                k[(size_t)t * kvd + i] += w->bk[(size_t)l * kvd + i], v[(size_t)t * kvd + i] += w->bv[(size_t)l * kvd + i];
+            /* RoPE on the first rot values of a head (partial rotation), every cos and sin times ms */
+            const int rot = c->rope_dim ? c->rope_dim : hd;
+            const double ms = c->rope_attn != 0.0f ? c->rope_attn : 1.0;
             for (int hh = 0; hh < H + KV; hh++) { /* QK-norm per head, then RoPE on pairs (2i, 2i+1) */
                 double *vec = hh < H ? q + (size_t)t * qd + (size_t)hh * hd : k + (size_t)t * kvd + (size_t)(hh - H) * hd;
                 if (c->qk_norm) ref_rmsnorm(vec, vec, (hh < H ? w->q_norm : w->k_norm) + (size_t)l * hd, hd, c->norm_eps);
-                for (int i = 0; i < hd && (!c->nope_period || (l + 1) % c->nope_period); i += 2) {
+                for (int i = 0; i < rot && (!c->nope_period || (l + 1) % c->nope_period); i += 2) {
                     const double theta = own_base ? c->rope_theta_swa : c->rope_theta;
                     const double div = own_base ? 1.0 : c->rope_factors[i / 2];
-                    const double a = t * pow(theta, -(double)i / hd) / div, v0 = vec[i], v1 = vec[i + 1];
-                    vec[i] = v0 * cos(a) - v1 * sin(a);
-                    vec[i + 1] = v0 * sin(a) + v1 * cos(a);
+                    const double a = t * pow(theta, -(double)i / rot) / div, v0 = vec[i], v1 = vec[i + 1];
+                    vec[i] = ms * (v0 * cos(a) - v1 * sin(a));
+                    vec[i + 1] = ms * (v0 * sin(a) + v1 * cos(a));
                 }
             }
         }
@@ -220,8 +233,12 @@ static void forward_matches_reference(int gen) {
     nv_model_free(&m);
 }
 
+/* The kinds the tests below run: the Gemma generations, SmolLM3, Granite, partial rotation. */
+static const int kinds[] = {1, 2, 3, 4, 5, 8, 9};
+#define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
+
 static void test_forward_matches_reference(void) {
-    for (int gen = 1; gen <= 5; gen++) forward_matches_reference(gen);
+    for (int i = 0; i < N_KINDS; i++) forward_matches_reference(kinds[i]);
 }
 
 /* 1 when the GGUF file at path names architecture arch. */
@@ -237,7 +254,7 @@ static int gguf_arch_is(const char *path, const char *arch) {
 
 /* 1 when the GGUF file at path names generation gen's architecture. */
 static int written_as(const char *path, int gen) {
-    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3", "smollm3", "granite"};
+    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3", "smollm3", "granite", "", "", "qwen2", "phi3"};
     return gguf_arch_is(path, arch[gen]);
 }
 
@@ -313,7 +330,7 @@ static void granitemoe_round_trip(void) {
 }
 
 static void test_gguf_round_trip(void) {
-    for (int gen = 1; gen <= 5; gen++) gguf_round_trip(gen);
+    for (int i = 0; i < N_KINDS; i++) gguf_round_trip(kinds[i]);
     granitemoe_round_trip();
 }
 
@@ -382,7 +399,7 @@ static void training_forward_matches(int gen) {
 }
 
 static void test_training_forward_matches(void) {
-    for (int gen = 1; gen <= 5; gen++) training_forward_matches(gen);
+    for (int i = 0; i < N_KINDS; i++) training_forward_matches(kinds[i]);
 }
 
 /* A folder (made if missing) holding gw_gemma_vocab's vocabulary as transformers' GemmaConverter
@@ -768,9 +785,10 @@ static int first_last_loss(const char *run, double *first, double *last) {
     return 1;
 }
 
-/* Gemma 2, Gemma 3, SmolLM3 and Granite fine-tune (their backward: tests/test_train_grad.c): the loss
- * falls, and the run writes the model back as its own architecture with its config unchanged, which
- * then generates; Gemma 3 and Granite take LoRA adapters too. */
+/* Gemma 2, Gemma 3, SmolLM3, Granite and partial rotation fine-tune (their backward:
+ * tests/test_train_grad.c): the loss falls, and the run writes the model back as its own architecture
+ * with its config unchanged, which then generates; Gemma 3, Granite and partial rotation take LoRA
+ * adapters too. */
 static void finetune(int gen) {
     const char *tok = t_data("models/tok512.bin"), *text = t_data("corpus/tinystories_valid_head.txt");
     if (!tok || !text) return;
@@ -800,7 +818,7 @@ static void finetune(int gen) {
             gen, nv_errmsg());
     snprintf(args, sizeof args, "generate -m '%s' -z '%s' -n 8 -t 0 -p Once", out, tok);
     T_CHECK(t_nerve(args) == 0 && t_out[0], "kind %d: generate from the run's model: %s", gen, t_err);
-    if (gen != 3 && gen != 5) return;
+    if (gen != 3 && gen != 5 && gen != 8) return;
     snprintf(args, sizeof args,
              "train --init-from '%s' -z '%s' --data '%s' --steps 6 --batch 2 --seq 24 --lr 3e-3 --lora-rank 4 --quiet --out '%s-lora'", model,
              tok, text, run);
@@ -810,7 +828,7 @@ static void finetune(int gen) {
 }
 
 static void test_finetune(void) {
-    for (int gen = 2; gen <= 5; gen++) finetune(gen);
+    for (int i = 1; i < N_KINDS; i++) finetune(kinds[i]);
 }
 
 int main(void) {

@@ -12,6 +12,7 @@
 #include "base/file.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "serve/prefix.h"
@@ -1330,6 +1331,158 @@ static void test_phi3_longrope(void) {
     nv_model_free(&m);
 }
 
+/* nv_rope_rows_reorder against the definition: transformers' rotate_half turns values (i, i + rot/2)
+ * of the first rot of a head, this project's RoPE values (2i, 2i + 1); the rest of a head stays. */
+static void test_rope_rows_order(void) {
+    uint8_t rows[2][16];
+    for (int i = 0; i < 16; i++) rows[0][i] = rows[1][i] = (uint8_t)i;
+    T_CHECK(nv_rope_rows_reorder(rows[0], 1, 2, 8, 4, 1) == NV_OK && nv_rope_rows_reorder(rows[1], 1, 2, 8, 8, 1) == NV_OK, "%s", nv_errmsg());
+    static const uint8_t part[16] = {0, 2, 1, 3, 4, 5, 6, 7, 8, 10, 9, 11, 12, 13, 14, 15};
+    static const uint8_t whole[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+    T_CHECK(!memcmp(rows[0], part, 16) && !memcmp(rows[1], whole, 16), "half order: %d %d %d %d | %d %d %d %d", rows[0][0], rows[0][1],
+            rows[0][2], rows[0][3], rows[1][0], rows[1][1], rows[1][2], rows[1][3]);
+    T_CHECK(nv_rope_rows_reorder(rows[0], 1, 2, 8, 4, 0) == NV_OK && nv_rope_rows_reorder(rows[1], 1, 2, 8, 8, 0) == NV_OK, "back");
+    for (int i = 0; i < 16; i++) T_CHECK(rows[0][i] == i && rows[1][i] == i, "row %d back at %d, %d", i, rows[0][i], rows[1][i]);
+}
+
+/* Phi-4-mini's partial rotation in a phi3 file (rope.dimension_count 12 of a head of 16, LongRoPE's
+ * six divisors): the model reads back with the first 12 query and key rows of a head in this
+ * project's order and the rest as they were (every fp32 weight the llama file's, in F32 and Q8_0),
+ * its RoPE table turns those pairs alone (the others cos 1 and sin 0, untempered), read for inference
+ * from its Q8_0 source it gives the llama file's model's logits under the same config bit for bit;
+ * exported as GGUF it is phi3 again (fused tensors, the divisors as both LongRoPE sets) and reads back
+ * as the same model (Q8_0: the same blocks), with a SentencePiece vocabulary only if it has Phi-3's
+ * white-space rule (which the architecture implies); as a Hugging Face folder it is Phi-3's and reads
+ * back the same; llama2.c's format refuses it and a checkpoint header keeps it. */
+static void test_phi4_mini(void) {
+    nv_config c = {64, 64, 2, 4, 2, 16, 97, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_model m;
+    if (!random_model(&m, &c, 23)) return;
+    nv_engines_init(NULL, 0); /* probed before the best engine is asked for (this test may run alone) */
+    nv_config pc = c; /* what the phi3 file says */
+    pc.rope_dim = 12;
+    const uint32_t types[2] = {NV_GGUF_F32, NV_GGUF_Q8_0};
+    enum { N = 12 };
+    int toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (i * 31 + 7) % c.vocab_size;
+    for (int ti = 0; ti < 2; ti++) {
+        char src[700], dst[700];
+        snprintf(src, sizeof src, "%s/p4-src-%d.gguf", t_tmpdir(), ti);
+        snprintf(dst, sizeof dst, "%s/p4-%d.gguf", t_tmpdir(), ti);
+        T_CHECK(nv_gguf_save(&m, NULL, "p4", src, types[ti], NULL, NULL) == NV_OK && gw_phi3_from(src, dst, &pc, 2), "%s", nv_errmsg());
+        nv_model a, b;
+        T_CHECK(nv_model_load(src, &a) == NV_OK && nv_model_load(dst, &b) == NV_OK, "type %d: %s", ti, nv_errmsg());
+        if (!a.params || !b.params) return;
+        const nv_config *bc = &b.config;
+        int factors = bc->rope_dim == 12 && bc->n_rope_factors == 6 && bc->rope_attn == 1.25f;
+        for (int i = 0; factors && i < 6; i++) factors = bc->rope_factors[i] == 1.0f + (float)i / 2.0f;
+        T_CHECK(factors, "type %d: RoPE on %d values, %d divisors, attention factor %g", ti, bc->rope_dim, bc->n_rope_factors, (double)bc->rope_attn);
+        T_CHECK(a.n_params == b.n_params && !memcmp(a.params, b.params, a.n_params * 4), "type %d: the phi3 file's weights differ", ti);
+        if (ti == 1) { /* both files written: the Q8_0 one read to fp32 */
+            float table[30 * 16];
+            nv_rope_table(table, bc, 30);
+            double worst = 0;
+            for (int i = 0; i < 8; i++) {
+                const double angle = 29.0 * pow(10000.0, -2.0 * i / 12) / (1.0 + i / 2.0);
+                const double want_c = i < 6 ? 1.25 * cos(angle) : 1.0, want_s = i < 6 ? 1.25 * sin(angle) : 0.0;
+                worst = fmax(worst, fmax(fabs(table[29 * 16 + 2 * i] - want_c), fabs(table[29 * 16 + 2 * i + 1] - want_s)));
+            }
+            T_CHECK(worst < 1e-5, "the rotation differs from double precision by %g", worst);
+            /* written back as phi3 (fused, both LongRoPE sets the one it runs), F32 and Q8_0: the same
+               model; a Q8_0 file's blocks are the ones the rewritten Q8_0 file holds */
+            for (int wt = 0; wt < 2; wt++) {
+                char out[700];
+                snprintf(out, sizeof out, "%s/p4-out-%d.gguf", t_tmpdir(), wt);
+                nv_model r;
+                T_CHECK(nv_gguf_save(&b, NULL, "p4", out, types[wt], NULL, NULL) == NV_OK && nv_model_load(out, &r) == NV_OK, "%s", nv_errmsg());
+                nv_gguf g;
+                T_CHECK(nv_gguf_open(out, &g) == NV_OK, "%s", nv_errmsg());
+                const nv_gguf_tensor *qkv = nv_gguf_tensor_find(&g, "blk.1.attn_qkv.weight"), *up = nv_gguf_tensor_find(&g, "blk.1.ffn_up.weight");
+                T_CHECK(qkv && up && qkv->dims[1] == 128 && up->dims[1] == 128 && !nv_gguf_tensor_find(&g, "blk.1.attn_q.weight") &&
+                            !nv_gguf_tensor_find(&g, "blk.1.ffn_gate.weight") && nv_gguf_tensor_find(&g, "rope_factors_short.weight"),
+                        "the file's tensors are not phi3's");
+                if (wt == 1 && qkv) { /* the same blocks as the phi3 file made from llama's Q8_0 */
+                    nv_gguf h;
+                    char q8[700];
+                    snprintf(q8, sizeof q8, "%s/p4-1.gguf", t_tmpdir());
+                    T_CHECK(nv_gguf_open(q8, &h) == NV_OK, "%s", nv_errmsg());
+                    const nv_gguf_tensor *hq = nv_gguf_tensor_find(&h, "blk.1.attn_qkv.weight");
+                    T_CHECK(hq && hq->bytes == qkv->bytes && !memcmp(hq->data, qkv->data, qkv->bytes), "attn_qkv's Q8_0 blocks differ");
+                    nv_gguf_close(&h);
+                }
+                nv_gguf_close(&g);
+                if (r.params)
+                    T_CHECK(!memcmp(&r.config, bc, sizeof r.config) && (wt || !memcmp(r.params, b.params, b.n_params * 4)),
+                            "type %d: the phi3 export reads back as another model", wt);
+                nv_model_free(&r);
+            }
+            /* a Hugging Face folder: Phi-3's (fused projections, partial_rotary_factor, LongRoPE's
+               sets and attention factor), the same model back; llama2.c has no form for it */
+            nv_model hm;
+            char hf[700];
+            snprintf(hf, sizeof hf, "%s/p4-hf/config.json", t_tmpdir());
+            T_CHECK(nv_hf_save(&b, NULL, t_path("p4-hf"), NV_HF_F32, NULL) == NV_OK && nv_model_load(hf, &hm) == NV_OK, "%s", nv_errmsg());
+            if (hm.params)
+                T_CHECK(!memcmp(&hm.config, bc, sizeof hm.config) && !memcmp(hm.params, b.params, b.n_params * 4),
+                        "the folder reads back as another model (RoPE on %d values, %d divisors, attention %g)", hm.config.rope_dim,
+                        hm.config.n_rope_factors, (double)hm.config.rope_attn);
+            nv_model_free(&hm);
+            T_CHECK(nv_model_save_v1(&b, t_path("p4.bin")) == NV_EUNSUPPORTED, "llama2.c took it");
+            nv_ckpt_header h;
+            nv_config back;
+            memset(&h, 0, sizeof h);
+            nv_ckpt_header_set_config(&h, bc);
+            nv_ckpt_header_get_config(&h, &back);
+            T_CHECK(!memcmp(&back, bc, sizeof back), "a checkpoint header does not keep the config");
+            char args[900];
+            snprintf(args, sizeof args, "info -m %s", dst);
+            T_CHECK(t_nerve(args) == 0 && strstr(t_out, "rope:     theta 10000 on 12 of each head's 16 values, 6 frequency divisors 1..3.5"),
+                    "nerve info says: %s", t_out);
+        }
+        nv_model_free(&a);
+        nv_model_free(&b);
+        if (ti == 0) continue;
+        /* the Q8_0 sources, their query and key rows put back in order as the plans are built */
+        T_CHECK(nv_model_load_quantized(src, &a) == NV_OK && nv_model_load_quantized(dst, &b) == NV_OK, "%s", nv_errmsg());
+        if (!a.params || !b.params) return;
+        const nv_config keep = a.config;
+        a.config = b.config; /* the llama file's weights under the phi3 file's RoPE */
+        const nv_engine_id e = nv_engine_best();
+        float *la = malloc(N * 97 * 4), *lb = malloc(N * 97 * 4);
+        T_CHECK(la && lb && nv_model_build_plans(&a, e) == NV_OK && nv_model_build_plans(&b, e) == NV_OK && t_forward_logits(&a, toks, N, la) &&
+                    t_forward_logits(&b, toks, N, lb),
+                "%s", nv_errmsg());
+        if (la && lb) T_CHECK(!memcmp(la, lb, N * 97 * 4), "on %s: the phi3 file's logits differ from the llama file's", nv_engine_name(e));
+        free(la), free(lb);
+        a.config = keep;
+        nv_model_free(&a);
+        nv_model_free(&b);
+    }
+    nv_model_free(&m);
+    /* beside a SentencePiece vocabulary: the phi3 file says Phi-3's white-space rule, so one whose
+       special tokens lack it is refused, one with it written and read back with it */
+    nv_config vc = pc;
+    vc.vocab_size = 12;
+    nv_model vm;
+    if (!random_model(&vm, &vc, 24)) return;
+    nv_tokenizer *plain = NULL, *phi = NULL, *back = NULL;
+    char vocab[700], out[700];
+    snprintf(vocab, sizeof vocab, "%s/p4-vocab-llama.gguf", t_tmpdir());
+    T_CHECK(gw_spm_vocab(vocab, "llama", -1) && nv_tokenizer_load(vocab, 12, &plain) == NV_OK, "%s", nv_errmsg());
+    snprintf(vocab, sizeof vocab, "%s/p4-vocab-phi3.gguf", t_tmpdir());
+    T_CHECK(gw_spm_vocab(vocab, "phi3", -1) && nv_tokenizer_load(vocab, 12, &phi) == NV_OK, "%s", nv_errmsg());
+    snprintf(out, sizeof out, "%s/p4-vocab-model.gguf", t_tmpdir());
+    if (plain && phi) {
+        T_CHECK(nv_gguf_save(&vm, plain, "p4", out, NV_GGUF_F32, NULL, NULL) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "white-space rule"),
+                "a vocabulary without Phi-3's rule: %s", nv_errmsg());
+        T_CHECK(nv_gguf_save(&vm, phi, "p4", out, NV_GGUF_F32, NULL, NULL) == NV_OK && nv_tokenizer_load(out, 12, &back) == NV_OK &&
+                    nv_tokenizer_strips_after_special(back),
+                "Phi-3's vocabulary: %s", nv_errmsg());
+    }
+    nv_tokenizer_free(plain), nv_tokenizer_free(phi), nv_tokenizer_free(back);
+    nv_model_free(&vm);
+}
+
 /* A Phi-3 served end to end: a phi3 file and a SentencePiece vocabulary with Phi-3's control tokens
  * (tests/gguf_write.h) behind `nerve serve --chat-template phi3`: a chat request's prompt is BOS,
  * <|user|>, "▁a", <|end|>, <|assistant|> (the markers as their ids, the line breaks after them
@@ -1371,6 +1524,8 @@ int main(void) {
     T_RUN(test_qwen2_bias);
     T_RUN(test_phi3);
     T_RUN(test_phi3_longrope);
+    T_RUN(test_rope_rows_order);
+    T_RUN(test_phi4_mini);
     T_RUN(test_phi3_serve);
     return t_done();
 }

@@ -356,8 +356,9 @@ static int phi3_weights(const char *dir, int n_layers) {
 /* Phi-3 folders (model_type phi3): the query, key and value rows fused in qkv_proj, the gate and up
  * rows in gate_up_proj, read as the llama folder they were made from (config and weights the same
  * bits; Phi-3-mini's sliding window not applied, as llama.cpp runs it); LongRoPE's divisors (long
- * past the original context, else short) and attention factor; RoPE on part of a head (Phi-4-mini),
- * a fused tensor missing or of another size refused. */
+ * past the original context, else short) and attention factor; RoPE on part of a head (Phi-4-mini:
+ * its rows in order, an odd count refused), a fused tensor missing or of another size refused; nerve
+ * writes such a model as Phi-3's folder and reads it back the same. */
 static void test_phi3_folder(void) {
     nv_config c = {.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .vocab_size = 97,
                    .seq_len = 256, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
@@ -402,9 +403,30 @@ static void test_phi3_folder(void) {
                 nv_model_read_config(cfg_path, &lc) == NV_OK && lc.n_rope_factors == 8 && lc.rope_factors[1] == 1.01f && lc.rope_attn == 0.0f,
             "longrope within the original context: %s", nv_errmsg());
     free(lr);
+    /* Phi-4-mini's RoPE on three quarters of a head: 12 of 16 values, their rows (i, i + 6) in this
+       project's order, the last 4 of each query and key head as the folder has them */
     T_CHECK(put_spliced(dir, "config.json", phi3, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.75") &&
-                nv_model_read_config(cfg_path, &lc) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "partial_rotary_factor 0.75"),
+                nv_model_load(cfg_path, &back) == NV_OK && back.config.rope_dim == 12,
             "partial rotary: %s", nv_errmsg());
+    nv_model want;
+    T_CHECK(nv_model_alloc(&want, &m.config) == NV_OK, "%s", nv_errmsg());
+    memcpy(want.params, m.params, m.n_params * 4);
+    T_CHECK(nv_model_qk_reorder(&want, 1) == NV_OK, "%s", nv_errmsg()); /* the folder's rows */
+    want.config.rope_dim = 12;
+    T_CHECK(nv_model_qk_reorder(&want, 0) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(back.params && !memcmp(back.params, want.params, m.n_params * 4), "partial rotary: the rows are not where RoPE turns them");
+    nv_model_free(&want);
+    nv_model_free(&back);
+    static const struct {
+        const char *factor, *says;
+    } odd_rot[] = {{"0.7", "rotates 11 of a head's 16"}, {"1.5", "out of range"}, {"0", "out of range"}};
+    for (int i = 0; i < 3; i++) {
+        char to[64];
+        snprintf(to, sizeof to, "\"partial_rotary_factor\": %s", odd_rot[i].factor);
+        T_CHECK(put_spliced(dir, "config.json", phi3, "\"partial_rotary_factor\": 1.0", to) && nv_model_read_config(cfg_path, &lc) == NV_EFORMAT &&
+                    strstr(nv_errmsg(), odd_rot[i].says),
+                "partial_rotary_factor %s: %s", odd_rot[i].factor, nv_errmsg());
+    }
     /* a layer's qkv_proj one row short of the three it holds; the llama names under phi3 */
     put(dir, "config.json", phi3, strlen(phi3));
     T_CHECK(nv_hf_save(&m, NULL, dir, NV_HF_F32, NULL) == NV_OK, "%s", nv_errmsg());
@@ -426,6 +448,35 @@ static void test_phi3_folder(void) {
     free(wider);
     free(phi3);
     free(llama);
+    /* nerve writes LongRoPE's divisors and attention factor (and RoPE on part of a head) as Phi-3's
+       folder: fused projections, both sets the one it runs; it reads back as the same model */
+    for (int partial = 0; partial < 2; partial++) {
+        nv_model w;
+        nv_config wc = m.config;
+        wc.rope_dim = partial ? 12 : 0;
+        wc.n_rope_factors = partial ? 6 : 8, wc.rope_attn = 1.25f;
+        for (int i = 0; i < wc.n_rope_factors; i++) wc.rope_factors[i] = 1.0f + (float)i / 2.0f;
+        T_CHECK(nv_model_alloc(&w, &wc) == NV_OK, "%s", nv_errmsg());
+        memcpy(w.params, m.params, m.n_params * 4);
+        const char *out = folder(partial ? "phi4-out" : "phi3-out");
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", out);
+        T_CHECK(nv_hf_save(&w, NULL, out, NV_HF_F32, NULL) == NV_OK && nv_model_load(cfg_path, &back) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(back.params && !memcmp(&back.config, &wc, sizeof wc) && !memcmp(back.params, w.params, m.n_params * 4),
+                "partial %d: the written folder reads back as another model", partial);
+        nv_model_free(&back);
+        size_t st_len = 0;
+        char *cfg = slurp(out, "config.json", NULL), *file = slurp(out, "model.safetensors", &st_len), *st = NULL;
+        uint64_t hl = 0; /* the safetensors header: its length, then its JSON */
+        if (file && st_len >= 8) memcpy(&hl, file, 8);
+        if (file && hl <= st_len - 8 && (st = malloc(hl + 1))) memcpy(st, file + 8, hl), st[hl] = 0;
+        free(file);
+        T_CHECK(cfg && strstr(cfg, "\"Phi3ForCausalLM\"") && strstr(cfg, "\"longrope\"") && st &&
+                    strstr(st, "model.layers.1.self_attn.qkv_proj.weight") && strstr(st, "model.layers.1.mlp.gate_up_proj.weight") &&
+                    !strstr(st, "q_proj") && !strstr(st, "mlp.up_proj"),
+                "partial %d: not Phi-3's folder", partial);
+        free(cfg), free(st);
+        nv_model_free(&w);
+    }
     nv_model_free(&m);
 }
 
@@ -570,13 +621,14 @@ static void test_tokenizer_roundtrip(void) {
     nv_tokenizer_free(a);
     nv_tokenizer_free(b);
     a = b = NULL;
-    /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's */
+    /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's, GPT-4o's */
     const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0},
                                {"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
-    static const char *const native[] = {"\"Split\"", "\"Split\"", "\"Digits\"", "\"use_regex\":\ttrue"};
-    for (int k = 0; k < 4; k++) {
+                               {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
+    static const char *const native[] = {"\"Split\"", "\"Split\"", "\"Digits\"", "\"use_regex\":\ttrue", "\\\\p{Lu}\\\\p{Lt}"};
+    for (int k = 0; k < 5; k++) {
         char gguf[700];
         snprintf(gguf, sizeof gguf, "%s/vocab%d.gguf", t_tmpdir(), k);
         T_CHECK(write_vocab(gguf, &opts[k]) == 0, "write %s", gguf);

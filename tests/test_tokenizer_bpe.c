@@ -279,6 +279,31 @@ static void test_smollm_digits(void) {
     nv_tokenizer_free(g);
 }
 
+/* GPT-4o's split (llama.cpp's "gpt-4o" and "llama4"; Phi-4-mini's tokenizer.json Split pattern): a
+ * word ends where lower case turns upper ("aCat": "a" "Cat", so the a-C merge cannot join them,
+ * as it does under GPT-2's split), digits in threes ("1212": "121" "2"), whole words not taken
+ * (no ignore_merges), a contraction stays with its word; tokenizer.json's pattern names it. */
+static void test_gpt4o_split(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *l4 = load_vocab(&(vocab_opts){"llama4", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (!t || !g || !l4) return;
+    EXPECT(t, "aCat", 0, 'a', 'C', id_of(t, "at"));
+    EXPECT(l4, "aCat", 0, 'a', 'C', id_of(t, "at"));
+    EXPECT(g, "aCat", 0, id_of(g, "aC"), id_of(g, "at"));
+    EXPECT(t, "1212", 0, id_of(t, "12"), '1', '2');
+    EXPECT(g, "1212", 0, id_of(g, "12"), id_of(g, "12"));
+    EXPECT(t, " there", 0, id_of(t, " the"), 'r', 'e');
+    EXPECT(t, "Cat'll", 0, 'C', id_of(t, "at"), id_of(t, "'ll"));
+    EXPECT(t, "!\n\n", 0, '!', id_of(t, "\n\n"));
+    T_CHECK(!strcmp(nv_bpe_pre_of_regex(nv_bpe_regex_of_pre("gpt-4o")), "gpt-4o") &&
+                nv_bpe_regex_of_pre("llama4") == nv_bpe_regex_of_pre("gpt-4o") && nv_bpe_regex_of_pre("gpt-4o") != nv_bpe_regex_of_pre("gpt-2"),
+            "the pattern and its names");
+    nv_tokenizer_free(t);
+    nv_tokenizer_free(g);
+    nv_tokenizer_free(l4);
+}
+
 /* Written out (vocab-only GGUF) and read back: the same pieces, ids, special ids and encodings. */
 static void test_write_read_back(void) {
     for (int v = 0; v < 2; v++) {
@@ -508,6 +533,7 @@ int main(void) {
     T_RUN(test_refused);
     T_RUN(test_gpt2_default);
     T_RUN(test_smollm_digits);
+    T_RUN(test_gpt4o_split);
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
     T_RUN(test_fill_in_the_middle);

@@ -379,6 +379,14 @@ static void test_fd_nope(void) {
     check_fd(&c, 2, 5);
 }
 
+/* Partial rotation (Phi-4-mini's): RoPE on the first 4 of each head's 8 values, with QK-norm (its
+ * weights over the whole head) and RoPE's attention factor; the rest pass through */
+static void test_fd_partial_rotary(void) {
+    nv_config c = {16, 24, 2, 2, 1, 8, 23, 8, 10000.0f, 1e-5f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.rope_dim = 4, c.rope_attn = 1.2f;
+    check_fd(&c, 2, 5);
+}
+
 /* c with Gemma's block: every part of Gemma 2 and 3's, the window (7) shorter than the tests' windows */
 static nv_config with_gemma_block(nv_config c) {
     c.swa_window = 7, c.swa_period = 2, c.rope_theta_swa = 10000.0f, c.ffn_gelu = 1, c.post_norms = 1;
@@ -1135,6 +1143,7 @@ int main(void) {
     T_RUN(test_fd_gqa_tied);
     T_RUN(test_fd_separate_classifier_qknorm);
     T_RUN(test_fd_nope);
+    T_RUN(test_fd_partial_rotary);
     T_RUN(test_fd_gemma);
     T_RUN(test_fd_granite);
     T_RUN(test_fd_mha_separate);

@@ -167,7 +167,7 @@ int bench_train(int argc, char **argv, const bench_opts *o) {
            RoPE scaling) */
         const int gemma3 = c.ffn_gelu && c.post_norms && c.emb_scale != 0.0f;
         if (!peers || (nv_config_gemma_block(&c) && !gemma3) || c.logit_softcap != 0.0f || c.attn_softcap != 0.0f ||
-            c.attn_div != 0.0f || c.n_rope_factors || c.qkv_bias || c.nope_period || nv_config_granite(&c))
+            c.attn_div != 0.0f || c.n_rope_factors || c.qkv_bias || c.nope_period || nv_config_granite(&c) || c.rope_dim)
             continue;
         const char *modes[] = {"fp32", "bf16"}, *names[] = {"pytorch-fp32", "pytorch-bf16"};
         for (int k = 0; k < 2; k++) {

@@ -59,6 +59,7 @@ static int model_info(const char *path) {
     if (c->n_experts) printf(", experts %d of %d", c->n_experts_used, c->n_experts);
     printf("%s%s\n", c->qk_norm ? ", QK-norm" : "", c->qkv_bias ? ", q/k/v biases" : "");
     printf("rope:     theta %g", (double)c->rope_theta); /* what sets the angles: scaling, divisors, temperature */
+    if (c->rope_dim) printf(" on %d of each head's %d values", c->rope_dim, c->head_dim);
     if (c->yarn.factor != 0.0f) printf(", YaRN factor %g from a context of %d", (double)c->yarn.factor, c->yarn.orig_ctx);
     else if (c->llama3.factor != 0.0f) printf(", Llama 3.1's factor %g from a context of %d", (double)c->llama3.factor, c->llama3.orig_ctx);
     if (c->n_rope_factors) {

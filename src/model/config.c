@@ -50,9 +50,14 @@ nv_err nv_config_validate(const nv_config *c) {
     if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
         return nv_fail(NV_EFORMAT, "model config: norm epsilon must be in (0, 1)");
     if (c->qkv_bias != 0 && c->qkv_bias != 1) return nv_fail(NV_EFORMAT, "model config: qkv_bias must be 0 or 1");
-    if (c->n_rope_factors != 0 && (c->n_rope_factors != c->head_dim / 2 || c->n_rope_factors > NV_ROPE_FACTORS_MAX))
-        return nv_fail(NV_EFORMAT, "model config: %d RoPE frequency factors for a head of %d (want none or one per pair, at most %d)",
-                       c->n_rope_factors, c->head_dim, NV_ROPE_FACTORS_MAX);
+    /* partial rotation names fewer values than the head's (the whole head is 0: one form of each config) */
+    if (c->rope_dim != 0 && (c->rope_dim < 2 || c->rope_dim >= c->head_dim || c->rope_dim % 2 != 0))
+        return nv_fail(NV_EFORMAT, "model config: RoPE on %d of a head's %d values (want an even count below it, or 0 for all)", c->rope_dim,
+                       c->head_dim);
+    const int pairs = nv_config_rope_dim(c) / 2;
+    if (c->n_rope_factors != 0 && (c->n_rope_factors != pairs || c->n_rope_factors > NV_ROPE_FACTORS_MAX))
+        return nv_fail(NV_EFORMAT, "model config: %d RoPE frequency factors for %d rotated values (want none or one per pair, at most %d)",
+                       c->n_rope_factors, 2 * pairs, NV_ROPE_FACTORS_MAX);
     for (int i = 0; i < c->n_rope_factors; i++)
         if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]))
             return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g; they must be positive", i, c->rope_factors[i]);
@@ -62,11 +67,11 @@ nv_err nv_config_validate(const nv_config *c) {
     if (c->n_experts == 0 && c->n_experts_used != 0)
         return nv_fail(NV_EFORMAT, "model config: %d experts used per token without experts", c->n_experts_used);
     const nv_rope_yarn *y = &c->yarn;
-    if (y->factor != 0.0f && (!yarn_in_range(y, 0) || c->n_rope_factors != c->head_dim / 2)) return yarn_range_fail(y, "model config: ");
+    if (y->factor != 0.0f && (!yarn_in_range(y, 0) || c->n_rope_factors != pairs)) return yarn_range_fail(y, "model config: ");
     const nv_rope_llama3 *l3 = &c->llama3;
     if (l3->factor != 0.0f && (!(l3->factor > 0.0f && l3->factor < 1e6f) || !(l3->low_freq_factor > 0.0f) ||
                                !(l3->high_freq_factor > l3->low_freq_factor) || !isfinite(l3->high_freq_factor) || l3->orig_ctx < 1 ||
-                               c->n_rope_factors != c->head_dim / 2 || y->factor != 0.0f))
+                               c->n_rope_factors != pairs || y->factor != 0.0f))
         return nv_fail(NV_EFORMAT, "model config: Llama 3.1's RoPE rule (factor %g, low %g, high %g, original context %d) is out of range",
                        (double)l3->factor, (double)l3->low_freq_factor, (double)l3->high_freq_factor, l3->orig_ctx);
     if (c->rope_attn != 0.0f && (!(c->rope_attn > 0.0f && c->rope_attn < 1e3f) || y->factor != 0.0f))
@@ -129,15 +134,15 @@ static double yarn_dim(double turns, int head_dim, double theta, int ctx) {
 
 nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y) {
     if (c->n_rope_factors) return nv_fail(NV_EUNSUPPORTED, "YaRN over other RoPE frequency factors is not supported");
-    if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
-        return nv_fail(NV_EUNSUPPORTED, "RoPE frequency factors for a head of %d (at most %d)", c->head_dim, 2 * NV_ROPE_FACTORS_MAX);
+    const int rot = nv_config_rope_dim(c); /* transformers' YaRN ramp spans the rotated values */
+    NV_TRY(nv_config_rope_pairs_fit(c));
     if (!yarn_in_range(y, 1)) return yarn_range_fail(y, "");
-    double lo = yarn_dim(y->beta_fast, c->head_dim, c->rope_theta, y->orig_ctx);
-    double hi = yarn_dim(y->beta_slow, c->head_dim, c->rope_theta, y->orig_ctx);
+    double lo = yarn_dim(y->beta_fast, rot, c->rope_theta, y->orig_ctx);
+    double hi = yarn_dim(y->beta_slow, rot, c->rope_theta, y->orig_ctx);
     if (!y->no_truncate) lo = floor(lo), hi = ceil(hi);
-    lo = fmax(lo, 0), hi = fmin(hi, c->head_dim - 1);
+    lo = fmax(lo, 0), hi = fmin(hi, rot - 1);
     if (lo == hi) hi += 0.001;
-    c->n_rope_factors = c->head_dim / 2;
+    c->n_rope_factors = rot / 2;
     for (int i = 0; i < c->n_rope_factors; i++) {
         /* the share of the frequency kept as it is: 1 for the fast pairs, 0 for the slow ones */
         const double keep = 1 - fmin(1, fmax(0, (i - lo) / (hi - lo)));
@@ -148,11 +153,17 @@ nv_err nv_config_rope_yarn(nv_config *c, const nv_rope_yarn *y) {
     return NV_OK;
 }
 
+nv_err nv_config_rope_pairs_fit(const nv_config *c) {
+    if (nv_config_rope_dim(c) / 2 > NV_ROPE_FACTORS_MAX)
+        return nv_fail(NV_EUNSUPPORTED, "RoPE frequency factors for %d rotated values (at most %d)", nv_config_rope_dim(c),
+                       2 * NV_ROPE_FACTORS_MAX);
+    return NV_OK;
+}
+
 nv_err nv_config_rope_linear(nv_config *c, float factor) {
-    if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
-        return nv_fail(NV_EUNSUPPORTED, "RoPE frequency factors for a head of %d (at most %d)", c->head_dim, 2 * NV_ROPE_FACTORS_MAX);
+    NV_TRY(nv_config_rope_pairs_fit(c));
     if (!c->n_rope_factors) {
-        c->n_rope_factors = c->head_dim / 2;
+        c->n_rope_factors = nv_config_rope_dim(c) / 2;
         for (int i = 0; i < c->n_rope_factors; i++) c->rope_factors[i] = 1.0f;
     }
     for (int i = 0; i < c->n_rope_factors; i++) c->rope_factors[i] *= factor;
@@ -169,6 +180,7 @@ uint64_t nv_config_rope_key(const nv_config *c) {
     if (mscale != 1.0f) h = nv_checksum64(&mscale, sizeof mscale, h);
     if (c->rope_theta_swa != 0.0f) h = nv_checksum64(&c->rope_theta_swa, sizeof c->rope_theta_swa, h ^ (uint64_t)c->swa_period << 32);
     if (c->nope_period) h = nv_checksum64(&c->nope_period, sizeof c->nope_period, h);
+    if (c->rope_dim) h = nv_checksum64(&c->rope_dim, sizeof c->rope_dim, h);
     return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);
 }
 
@@ -198,7 +210,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -87,10 +87,16 @@ typedef struct {
      * divided by logit_div; 0: neither. Its embedding multiplier is emb_scale, its attention
      * multiplier 1 / attn_div. */
     float residual_scale, logit_div;
+    /* RoPE on the first rope_dim values of each query and key head, the rest passed through as they
+     * are (transformers' partial_rotary_factor, a GGUF file's rope.dimension_count: Phi-4-mini rotates
+     * 96 of 128); 0: the whole head. Frequency divisors are one per rotated pair. */
+    int rope_dim;
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
 static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * c->head_dim; }
+/* How many values of each query and key head RoPE rotates (all but with partial rotation). */
+static inline int nv_config_rope_dim(const nv_config *c) { return c->rope_dim ? c->rope_dim : c->head_dim; }
 /* Whether layer l attends through the sliding window. */
 static inline int nv_config_layer_windowed(const nv_config *c, int l) {
     return c->swa_window > 0 && (c->swa_period == 0 || l % c->swa_period != c->swa_period - 1);
@@ -135,6 +141,8 @@ void nv_config_gemma(nv_config *c, int gen);
 nv_err nv_config_validate(const nv_config *c);
 /* A key of what sets RoPE's angles (theta, head size, frequency factors): states made for one
  * config keep it to refuse a model that rotates differently. */
+/* Whether c's rotated pairs fit the table of frequency divisors (an error saying so, or NV_OK). */
+nv_err nv_config_rope_pairs_fit(const nv_config *c);
 /* Linear RoPE scaling (positions divided by factor): every frequency's divisor multiplied by it
  * (all of them factor when there were none). */
 nv_err nv_config_rope_linear(nv_config *c, float factor);

@@ -178,11 +178,15 @@ void nv_softmax_causal(float *x, size_t ld, int size0, int rows) {
 }
 
 void nv_rope_table(float *cs, const nv_config *c, int npos) {
-    const int hd = c->head_dim;
+    const int hd = c->head_dim, rot = nv_config_rope_dim(c);
     const float mscale = nv_config_rope_mscale(c); /* an attention temperature (YaRN's, LongRoPE's); x 1 is exact */
-    for (int i = 0; i < hd; i += 2) {
+    /* partial rotation: the pairs past rot turn by nothing (cos 1, sin 0 leave a finite value exactly
+       as it was, untempered, as llama.cpp passes them through) */
+    for (int i = rot; i < hd; i += 2)
+        for (int pos = 0; pos < npos; pos++) cs[(size_t)pos * hd + i] = 1.0f, cs[(size_t)pos * hd + i + 1] = 0.0f;
+    for (int i = 0; i < rot; i += 2) {
         /* the float expressions of run.c, so the rotation is bit-identical */
-        float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
+        float freq = 1.0f / powf(c->rope_theta, (float)i / (float)rot);
         if (c->n_rope_factors) freq /= c->rope_factors[i / 2]; /* Llama 3.1+: llama.cpp's theta / freq_factor */
         for (int pos = 0; pos < npos; pos++) {
             float val = (float)pos * freq;

@@ -687,9 +687,15 @@ static int gemma_form(const nv_config *c) {
     return !memcmp(&ruled, c, sizeof ruled) && (!g2 || (c->swa_window > 0 && c->attn_softcap > 0.0f && c->logit_softcap > 0.0f)) &&
            !c->qkv_bias && !c->n_experts && linear_only(c) && c->yarn.factor == 0.0f && !c->nope_period;
 }
+int nv_config_phi3_form(const nv_config *c, int folder) {
+    return (c->rope_dim || (folder && c->n_rope_factors)) && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) &&
+           !c->nope_period && !nv_config_granite(c) && c->yarn.factor == 0.0f && c->llama3.factor == 0.0f;
+}
+/* phi3 in a GGUF file: its LongRoPE divisors, if any, as both sets. */
+static int phi3_form(const nv_config *c) { return nv_config_phi3_form(c, 0); }
 /* Whether the architecture c is written as rotates pairs half a head apart (llama.cpp's NEOX order:
  * its query and key rows are reordered on the way in and out). */
-static int half_rotation(const nv_config *c) { return c->qk_norm || c->qkv_bias || c->ffn_gelu; }
+static int half_rotation(const nv_config *c) { return c->qk_norm || c->qkv_bias || c->ffn_gelu || phi3_form(c); }
 /* Whether c is what config_of makes of a smollm3 file: llama's block, every fourth layer without RoPE. */
 static int smollm3_form(const nv_config *c) {
     return c->nope_period == 4 && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) &&
@@ -713,6 +719,7 @@ static const char *arch_of(const nv_config *c) {
     return nv_config_granite(c) ? (c->n_experts ? "granitemoe" : "granite")
            : c->ffn_gelu        ? gemma_arch(c)
            : c->nope_period     ? "smollm3"
+           : phi3_form(c)       ? "phi3"
                                 : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
 }
 
@@ -789,8 +796,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
         return nv_fail(NV_EUNSUPPORTED, "%s: value heads of %lld differ from key heads of %lld", g->path, (long long)v_dim,
                        (long long)head_dim);
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "rope.dimension_count"), head_dim, &rot));
-    if (rot != head_dim)
-        return nv_fail(NV_EUNSUPPORTED, "%s: rotary dimension %lld differs from the head size %lld", g->path, (long long)rot,
+    if (rot < 2 || rot > head_dim || rot % 2) /* partial rotation (Phi-4-mini: 96 of 128) */
+        return nv_fail(NV_EFORMAT, "%s: rotary dimension %lld for a head of %lld (want an even count up to it)", g->path, (long long)rot,
                        (long long)head_dim);
     /* RoPE scaling: linear (positions divided by the factor; a factor without a type is linear, as
      * llama.cpp reads it) is every frequency's divisor; YaRN as llama.cpp runs it (its attention
@@ -891,6 +898,7 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     c->n_heads = (int)heads;
     c->n_kv_heads = (int)kv_heads;
     c->head_dim = (int)head_dim;
+    c->rope_dim = rot < head_dim ? (int)rot : 0;
     c->vocab_size = (int)emb->dims[1];
     c->seq_len = (int)ctx;
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.freq_base"), 10000.0f, &c->rope_theta));
@@ -913,10 +921,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
                            (long long)ctx, (long long)longrope_orig);
     }
     if (divisors) {
-        if (head_dim / 2 > NV_ROPE_FACTORS_MAX)
-            return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %lld (at most %d)", g->path,
-                           (long long)head_dim, 2 * NV_ROPE_FACTORS_MAX);
-        c->n_rope_factors = (int)(head_dim / 2);
+        if (nv_config_rope_pairs_fit(c) != NV_OK) return nv_fail(NV_EUNSUPPORTED, "%s: %s", g->path, nv_errmsg());
+        c->n_rope_factors = nv_config_rope_dim(c) / 2;
         NV_TRY(take(g, NULL, divisors, (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
     }
     if (rope_attn != 1.0f) c->rope_attn = rope_attn;
@@ -1078,7 +1084,7 @@ static nv_err take_quant(const nv_gguf *g, nv_model *m, int pending) {
     return NV_OK;
 }
 
-static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int to_half);
+static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int rot, int to_half);
 
 nv_err nv_qmatrix_materialize(nv_qmatrix *qm) {
     if (!qm->raw || qm->q || qm->h) return NV_OK;
@@ -1117,7 +1123,7 @@ nv_err nv_qmatrix_materialize(nv_qmatrix *qm) {
     }
     nv_file_release(qm->raw, qm->raw_bytes); /* read: the file's pages need not stay */
     /* a query or key matrix: in this project's RoPE order (the arrays exist now, so they are reordered) */
-    const nv_err e = qm->raw_heads ? qmatrix_reorder(qm, (int)(n / ((size_t)qm->raw_heads * (size_t)qm->raw_hd)), qm->raw_heads, qm->raw_hd, 0)
+    const nv_err e = qm->raw_heads ? qmatrix_reorder(qm, (int)(n / ((size_t)qm->raw_heads * (size_t)qm->raw_hd)), qm->raw_heads, qm->raw_hd, qm->raw_rot, 0)
                                    : NV_OK;
     if (e != NV_OK) nv_qmatrix_release(qm);
     return e;
@@ -1142,18 +1148,19 @@ void nv_qmatrix_release(nv_qmatrix *qm) {
 
 /* Reorders the rows of each head of a matrix (heads x hd rows of row_bytes) between this project's
  * RoPE order, which rotates rows (2i, 2i + 1), and the order of qwen3 files, which rotate rows
- * (i, i + hd/2): to_half moves row 2i to i and row 2i + 1 to i + hd/2, else back. The attention
- * scores are the same either way (q and k reordered alike; QK-norm's weights with them). */
-nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int to_half) {
+ * (i, i + rot/2), among the first rot rows of a head (all hd but with partial rotation; the rest stay):
+ * to_half moves row 2i to i and row 2i + 1 to i + rot/2, else back. The attention scores are the same
+ * either way (q and k reordered alike; QK-norm's weights with them). */
+nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int rot, int to_half) {
     if (!base) return NV_OK;
-    uint8_t *tmp = malloc((size_t)hd * row_bytes);
+    uint8_t *tmp = malloc((size_t)rot * row_bytes);
     if (!tmp) return nv_fail(NV_ENOMEM, "out of memory");
     for (int h = 0; h < heads; h++) {
         uint8_t *head = (uint8_t *)base + (size_t)h * hd * row_bytes;
-        memcpy(tmp, head, (size_t)hd * row_bytes);
-        for (int i = 0; i < hd / 2; i++)
+        memcpy(tmp, head, (size_t)rot * row_bytes);
+        for (int i = 0; i < rot / 2; i++)
             for (int e = 0; e < 2; e++) {
-                const size_t pair = (size_t)(2 * i + e), half = (size_t)(i + e * (hd / 2));
+                const size_t pair = (size_t)(2 * i + e), half = (size_t)(i + e * (rot / 2));
                 memcpy(head + (to_half ? half : pair) * row_bytes, tmp + (to_half ? pair : half) * row_bytes, row_bytes);
             }
     }
@@ -1161,44 +1168,44 @@ nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int
     return NV_OK;
 }
 
-/* A block-quantized or fp16 source of heads x hd rows, reordered as rope_pairs_reorder. */
-static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int to_half) {
+/* A block-quantized or fp16 source of heads x hd rows, reordered as nv_rope_rows_reorder. */
+static nv_err qmatrix_reorder(nv_qmatrix *qm, int cols, int heads, int hd, int rot, int to_half) {
     if (qm->raw && !qm->q && !qm->h && !to_half) { /* raw blocks: reordered whenever they are made into arrays */
-        qm->raw_heads = heads, qm->raw_hd = hd;
+        qm->raw_heads = heads, qm->raw_hd = hd, qm->raw_rot = rot;
         return NV_OK;
     }
-    if (qm->h) return nv_rope_rows_reorder(qm->h, (size_t)cols * sizeof(uint16_t), heads, hd, to_half);
+    if (qm->h) return nv_rope_rows_reorder(qm->h, (size_t)cols * sizeof(uint16_t), heads, hd, rot, to_half);
     if (!qm->q) return NV_OK;
     const size_t blocks = (size_t)(cols / qm->qb), scales = blocks * sizeof(float);
-    NV_TRY(nv_rope_rows_reorder(qm->q, (size_t)cols, heads, hd, to_half));
-    NV_TRY(nv_rope_rows_reorder(qm->s, scales, heads, hd, to_half));
-    NV_TRY(nv_rope_rows_reorder(qm->o, scales, heads, hd, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->q, (size_t)cols, heads, hd, rot, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->s, scales, heads, hd, rot, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->o, scales, heads, hd, rot, to_half));
     if (!qm->sub) return NV_OK; /* the integer form: rows of blocks' bytes, and of floats per super-block */
-    NV_TRY(nv_rope_rows_reorder(qm->sub_s, blocks, heads, hd, to_half));
-    NV_TRY(nv_rope_rows_reorder(qm->sub_o, blocks, heads, hd, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->sub_s, blocks, heads, hd, rot, to_half));
+    NV_TRY(nv_rope_rows_reorder(qm->sub_o, blocks, heads, hd, rot, to_half));
     const size_t supers = blocks / (size_t)qm->sub * sizeof(float);
-    NV_TRY(nv_rope_rows_reorder(qm->sup_s, supers, heads, hd, to_half));
-    return nv_rope_rows_reorder(qm->sup_o, supers, heads, hd, to_half);
+    NV_TRY(nv_rope_rows_reorder(qm->sup_s, supers, heads, hd, rot, to_half));
+    return nv_rope_rows_reorder(qm->sup_o, supers, heads, hd, rot, to_half);
 }
 
 /* The fp32 weights unless pending, and the quantized sources. */
 nv_err nv_model_qk_reorder(nv_model *m, int to_half) {
     const nv_config *c = &m->config;
-    const int d = c->dim, hd = c->head_dim, qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
+    const int d = c->dim, hd = c->head_dim, rot = nv_config_rope_dim(c), qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c);
     for (int l = 0; l < c->n_layers; l++) {
         nv_qmatrix *qq = m->quant ? &m->quant[l * NV_LAYER_MATRICES + 0] : NULL;
         nv_qmatrix *qk = m->quant ? &m->quant[l * NV_LAYER_MATRICES + 1] : NULL;
-        if (!qq || !qq->pending) NV_TRY(nv_rope_rows_reorder(m->w.wq + (size_t)l * qd * d, (size_t)d * 4, c->n_heads, hd, to_half));
-        if (!qk || !qk->pending) NV_TRY(nv_rope_rows_reorder(m->w.wk + (size_t)l * kvd * d, (size_t)d * 4, c->n_kv_heads, hd, to_half));
-        if (qq) NV_TRY(qmatrix_reorder(qq, d, c->n_heads, hd, to_half));
-        if (qk) NV_TRY(qmatrix_reorder(qk, d, c->n_kv_heads, hd, to_half));
+        if (!qq || !qq->pending) NV_TRY(nv_rope_rows_reorder(m->w.wq + (size_t)l * qd * d, (size_t)d * 4, c->n_heads, hd, rot, to_half));
+        if (!qk || !qk->pending) NV_TRY(nv_rope_rows_reorder(m->w.wk + (size_t)l * kvd * d, (size_t)d * 4, c->n_kv_heads, hd, rot, to_half));
+        if (qq) NV_TRY(qmatrix_reorder(qq, d, c->n_heads, hd, rot, to_half));
+        if (qk) NV_TRY(qmatrix_reorder(qk, d, c->n_kv_heads, hd, rot, to_half));
         if (c->qk_norm) {
-            NV_TRY(nv_rope_rows_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, to_half));
-            NV_TRY(nv_rope_rows_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, rot, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, rot, to_half));
         }
         if (c->qkv_bias) {
-            NV_TRY(nv_rope_rows_reorder(m->w.bq + (size_t)l * qd, 4, c->n_heads, hd, to_half));
-            NV_TRY(nv_rope_rows_reorder(m->w.bk + (size_t)l * kvd, 4, c->n_kv_heads, hd, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.bq + (size_t)l * qd, 4, c->n_heads, hd, rot, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.bk + (size_t)l * kvd, 4, c->n_kv_heads, hd, rot, to_half));
         }
     }
     return NV_OK;
@@ -2149,6 +2156,36 @@ static int imatrix_fits(const nv_imatrix_entry *en, const nv_tensor_ref *t) {
     return experts > 1 && en->n_mat == 1 && (uint64_t)en->k == t->d0 * experts;
 }
 
+size_t nv_phi3_fuse(nv_tensor_ref *t, nv_tensor_parts *tp, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned layer = 0;
+        char part[32] = "";
+        const int in_layer = sscanf(t[i].name, "blk.%u.%31[a-z_]", &layer, part) == 2;
+        const int qkv = in_layer && !strcmp(part, "attn_q"), gate = in_layer && !strcmp(part, "ffn_gate");
+        if (in_layer && !strcmp(part, "ffn_up")) continue; /* joined to ffn_gate's */
+        t[k] = t[i], tp[k] = tp[i];
+        if (qkv || gate) { /* map order: attn_q, attn_k, attn_v; ffn_gate, ffn_down, ffn_up */
+            const size_t with[2] = {qkv ? i + 1 : i + 2, qkv ? i + 2 : 0};
+            snprintf(tp[k].first, sizeof tp[k].first, "%s", t[i].name);
+            for (int j = 0; j < (qkv ? 2 : 1); j++) {
+                tp[k].p[tp[k].n] = t[with[j]].p, tp[k].rows[tp[k].n++] = t[with[j]].d1;
+                t[k].d1 += t[with[j]].d1;
+            }
+            snprintf(t[k].name, sizeof t[k].name, "blk.%u.%s.weight", layer, qkv ? "attn_qkv" : "ffn_up");
+            if (qkv) i += 2;
+        }
+        k++;
+    }
+    return k;
+}
+
+/* The importance matrix's entry for tensor t (phi3's fused ones: under their own name, else their first part's). */
+static const nv_imatrix_entry *tensor_importance(const nv_imatrix *im, const nv_tensor_ref *t, const nv_tensor_parts *tp) {
+    const nv_imatrix_entry *en = nv_imatrix_find(im, t->name);
+    return en || !tp->first[0] ? en : nv_imatrix_find(im, tp->first);
+}
+
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
                     const char *chat_template, const struct nv_imatrix *imatrix) {
     const nv_config *c = &m->config;
@@ -2167,6 +2204,13 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         !(nv_config_granite(c) ? granite_form(c) : gemma ? gemma_form(c) : smollm3_form(c)))
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's, SmolLM3's or Granite's parts", path);
+    if (phi3_form(c) && tok && !nv_tokenizer_strips_after_special(tok) && nv_tokenizer_strip_rule_matters(tok)) /* the reader's rule for phi3 */
+        return nv_fail(NV_EUNSUPPORTED, "%s: not written: a phi3 file's SentencePiece vocabulary takes Phi-3's white-space rule after its "
+                                        "special tokens, which this one does not have (write the model without it)", path);
+    if (c->rope_dim && !half_rotation(c)) /* llama.cpp refuses a llama file whose rope.dimension_count is not the head's */
+        return nv_fail(NV_EUNSUPPORTED,
+                       "%s: not written: RoPE on %d of each head's %d values beside this model's other parts has no GGUF architecture", path,
+                       c->rope_dim, c->head_dim);
     /* qwen3/qwen2/gemma: the query and key rows (and QK-norm weights, query and key biases) in that
      * architecture's RoPE order, in copies */
     nv_model qw;
@@ -2179,16 +2223,24 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EUNSUPPORTED, "%s: YaRN without rounding its ramp (transformers' truncate false) has no GGUF form", path);
     }
     /* the Gemma family's and SmolLM3's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for them) */
-    const int factor_only = (gemma || c->nope_period) && c->n_rope_factors && !yarn;
-    const size_t nt = nv_model_tensor_count(c) + (c->n_rope_factors > 0 && !yarn && !factor_only);
+    const int factor_only = (gemma || c->nope_period) && c->n_rope_factors && !yarn, phi3 = phi3_form(c);
+    const int divisors = c->n_rope_factors > 0 && !yarn && !factor_only ? 1 + phi3 : 0; /* phi3: long and short */
+    size_t nt = nv_model_tensor_count(c) + (size_t)divisors;
     nv_tensor_ref *t = calloc(nt, sizeof *t);
-    if (!t) {
-        free(qk_copy);
+    nv_tensor_parts *tp = calloc(nt, sizeof *tp);
+    if (!t || !tp) {
+        free(t), free(tp), free(qk_copy);
         return nv_fail(NV_ENOMEM, "out of memory");
     }
-    const size_t nw = nv_model_tensor_map(c, &qw.w, t);
-    if (c->n_rope_factors && !yarn && !factor_only) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
+    size_t nw = nv_model_tensor_map(c, &qw.w, t);
+    for (size_t i = 0; i < nw; i++) tp[i] = (nv_tensor_parts){{t[i].p}, {nv_tensor_rows(&t[i])}, 1, ""};
+    if (phi3) nw = nv_phi3_fuse(t, tp, nw), nt = nw + (size_t)divisors;
+    if (divisors == 1) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
         t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0};
+    for (int set = 0; divisors == 2 && set < 2; set++) /* the one set nerve runs, for contexts past the original one and within it */
+        t[nw + (size_t)set] = (nv_tensor_ref){"", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0},
+                          snprintf(t[nw + (size_t)set].name, sizeof t[nw].name, "rope_factors_%s.weight", set ? "short" : "long");
+    for (size_t i = nw; i < nt; i++) tp[i] = (nv_tensor_parts){{t[i].p}, {1}, 1, ""};
     const char *arch = arch_of(c);
     char k[96];
     nv_buf b = {0};
@@ -2219,7 +2271,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         if (c->qk_norm) kv_u32(&b, akey(k, sizeof k, arch, "expert_feed_forward_length"), (uint32_t)c->hidden_dim), n_kv++;
         n_kv += 2;
     }
-    kv_u32(&b, akey(k, sizeof k, arch, "rope.dimension_count"), (uint32_t)c->head_dim);
+    kv_u32(&b, akey(k, sizeof k, arch, "rope.dimension_count"), (uint32_t)nv_config_rope_dim(c));
     kv_u32(&b, akey(k, sizeof k, arch, "attention.head_count"), (uint32_t)c->n_heads);
     kv_u32(&b, akey(k, sizeof k, arch, "attention.head_count_kv"), (uint32_t)c->n_kv_heads);
     kv_u32(&b, akey(k, sizeof k, arch, "attention.key_length"), (uint32_t)c->head_dim);
@@ -2227,6 +2279,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), c->norm_eps);
     kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
     if (c->rope_attn != 0.0f && !yarn) kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), c->rope_attn), n_kv++;
+    if (divisors == 2) kv_u32(&b, akey(k, sizeof k, arch, "rope.scaling.original_context_length"), (uint32_t)c->seq_len), n_kv++;
     if (factor_only) {
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "linear");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->rope_factors[0]);
@@ -2260,7 +2313,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     nv_err e = NV_OK;
     for (size_t i = 0; imatrix && i < nt && e == NV_OK; i++) {
         if (!takes_importance(tensor_type(c, &t[i], type, 1))) continue;
-        const nv_imatrix_entry *en = nv_imatrix_find(imatrix, t[i].name);
+        const nv_imatrix_entry *en = tensor_importance(imatrix, &t[i], &tp[i]);
         /* an embedding that is not the classifier is looked up, never multiplied: no entry expected */
         if (!en) {
             if (c->shared_classifier || strcmp(t[i].name, "token_embd.weight"))
@@ -2289,7 +2342,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         const uint32_t tt = tensor_type(c, &t[i], type, imatrix != NULL);
         const int quant = tt != T_F32;
         bytes[i] = tensor_bytes(tt, n, t[i].d0);
-        const nv_imatrix_entry *en = imatrix && takes_importance(tt) ? nv_imatrix_find(imatrix, t[i].name) : NULL;
+        const nv_imatrix_entry *en = imatrix && takes_importance(tt) ? tensor_importance(imatrix, &t[i], &tp[i]) : NULL;
         const uint64_t n_imp = en ? (uint64_t)en->k * (uint64_t)en->n_mat : 0;
         if (n_imp > imp_cap) {
             free(imp);
@@ -2313,14 +2366,20 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
                 : tt == T_IQ4_XS ? quantize_iq4_xs
                                : quantize_q4_0;
             /* a stacked expert tensor: each expert's rows with its own importances (or all with the
-               one matrix's, as llama.cpp takes an entry collected without experts) */
+               one matrix's, as llama.cpp takes an entry collected without experts); a fused one: each
+               part's rows where they sit in it (rows are quantized alone, so the parts join as one) */
             const uint64_t slices = t[i].d2 ? t[i].d2 : 1, per = n / slices, per_bytes = bytes[i] / slices;
-            for (uint64_t x = 0; x < slices; x++) {
-                const quantize_job job = {quantize, t[i].p + x * per, en ? imp + (n_imp > t[i].d0 ? x * t[i].d0 : 0) : NULL,
-                                          per / t[i].d0, t[i].d0, per_bytes / (per / t[i].d0), qdata[i] + x * per_bytes};
-                const uint64_t tasks = job.rows < 64 ? job.rows : 64;
-                nv_pool_run(quantize_rows_task, (void *)&job, (int)(tasks ? tasks : 1));
-            }
+            const uint64_t row_bytes = per_bytes / (per / t[i].d0);
+            uint8_t *at = qdata[i];
+            for (int part = 0; part < tp[i].n; part++)
+                for (uint64_t x = 0; x < (tp[i].n > 1 ? 1 : slices); x++) {
+                    const uint64_t rows = tp[i].n > 1 ? tp[i].rows[part] : per / t[i].d0;
+                    const quantize_job job = {quantize, tp[i].p[part] + x * per, en ? imp + (n_imp > t[i].d0 ? x * t[i].d0 : 0) : NULL,
+                                              rows, t[i].d0, row_bytes, at};
+                    const uint64_t tasks = job.rows < 64 ? job.rows : 64;
+                    nv_pool_run(quantize_rows_task, (void *)&job, (int)(tasks ? tasks : 1));
+                    at += rows * row_bytes;
+                }
         }
         ob_str(&b, t[i].name, strlen(t[i].name));
         ob_u32(&b, t[i].d2 ? 3 : t[i].d1 == 1 ? 1 : 2);
@@ -2334,13 +2393,16 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     static const uint8_t zeros[32];
     nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
     /* header, then each tensor and its padding: one atomic write */
-    nv_iov *parts = calloc(2 * nt + 1, sizeof *parts);
+    nv_iov *parts = calloc(4 * nt + 1, sizeof *parts);
     if (e == NV_OK && (b.oom || !parts || oom)) e = nv_fail(NV_ENOMEM, "out of memory");
     if (e == NV_OK) {
         int np = 0;
         parts[np++] = (nv_iov){b.data, b.len};
         for (size_t i = 0; i < nt; i++) {
-            parts[np++] = (nv_iov){qdata[i] ? (const void *)qdata[i] : (const void *)t[i].p, (size_t)bytes[i]};
+            if (qdata[i]) parts[np++] = (nv_iov){qdata[i], (size_t)bytes[i]};
+            else /* F32: each part's floats as they are (one part but in phi3's fused tensors) */
+                for (int part = 0; part < tp[i].n; part++)
+                    parts[np++] = (nv_iov){tp[i].p[part], (size_t)(tp[i].n > 1 ? tp[i].rows[part] * t[i].d0 * 4 : bytes[i])};
             if (bytes[i] % 32) parts[np++] = (nv_iov){zeros, 32 - bytes[i] % 32};
         }
         e = nv_file_write_atomic(path, parts, np);
@@ -2352,6 +2414,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     free(parts);
     nv_buf_free(&b);
     free(t);
+    free(tp);
     free(qk_copy);
     return e;
 }
@@ -2382,7 +2445,7 @@ static void lora_transpose(float *b, float *bt, int out, int rank, int to_bt) {
  * that update them. */
 static nv_err lora_b_reorder(const nv_config *c, int t, float *b, int rank, int to_half) {
     if (!half_rotation(c) || t > 1) return NV_OK;
-    return nv_rope_rows_reorder(b, (size_t)rank * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, to_half);
+    return nv_rope_rows_reorder(b, (size_t)rank * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, nv_config_rope_dim(c), to_half);
 }
 
 nv_err nv_gguf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *path) {

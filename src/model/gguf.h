@@ -155,13 +155,32 @@ typedef struct {
 static inline uint64_t nv_tensor_rows(const nv_tensor_ref *t) { return t->d1 * (t->d2 ? t->d2 : 1); }
 size_t nv_model_tensor_count(const nv_config *c);
 size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_ref *t);
+/* Where a written tensor's rows come from: one block of the weights (n 1), or (phi3's fused
+ * tensors) up to three one after another; `first` names the first part's tensor when they are
+ * fused (for an importance matrix collected under the separate names). */
+typedef struct {
+    const float *p[3];
+    uint64_t rows[3];
+    int n;
+    char first[64];
+} nv_tensor_parts;
+/* The parts of t[0..n) (the map's, one each) made phi3's in place: a layer's attn_q, attn_k and
+ * attn_v one blk.N.attn_qkv, its ffn_gate and ffn_up one blk.N.ffn_up (the gate's rows first), as
+ * llama.cpp's phi3 (and Phi-3's folders: qkv_proj, gate_up_proj) hold them; returns the new count. */
+size_t nv_phi3_fuse(nv_tensor_ref *t, nv_tensor_parts *tp, size_t n);
+/* Whether c is written as Phi-3 (GGUF phi3; a Hugging Face folder too when it has LongRoPE's
+ * divisors): llama's block rotating part of each head (Phi-4-mini), which llama.cpp's llama
+ * refuses; for a folder also any per-pair RoPE divisors besides YaRN's and Llama 3.1's rule. */
+int nv_config_phi3_form(const nv_config *c, int folder);
 /* Every query and key row of m (and the QK-norm weights and the biases that go with them)
  * reordered between this project's RoPE order, which rotates rows (2i, 2i + 1) of a head, and the
  * order of qwen GGUF files and of Hugging Face checkpoints, which rotate rows (i, i + hd/2):
- * to_half 1 into the latter, 0 back. */
+ * to_half 1 into the latter, 0 back (with partial rotation, within the first rows a head rotates,
+ * (i, i + rot/2), the rest kept). */
 nv_err nv_model_qk_reorder(nv_model *m, int to_half);
-/* The rows of heads x hd rows of row_bytes each (NULL: nothing) reordered the same way, in place. */
-nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int to_half);
+/* The rows of heads x hd rows of row_bytes each (NULL: nothing) reordered the same way, in place,
+ * the first rot rows of each head rotated (hd: all of them). */
+nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int rot, int to_half);
 /* view: m's config and weights, but for copies of the query and key rows (QK-norm weights, query
  * and key biases) in the half order (*copy, the caller frees), for writers of that order. */
 nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy);

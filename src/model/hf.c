@@ -133,13 +133,12 @@ static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
     NV_TRY(get_real(path, rs, "original_max_position_embeddings", 8192.0, &old_ctx));
     if (!(factor > 0 && factor < 1e6) || low <= 0 || high <= low || !(old_ctx >= 1 && old_ctx <= (1 << 30)) || old_ctx != floor(old_ctx))
         return nv_fail(NV_EFORMAT, "%s: rope_scaling's llama3 factors are out of range", path);
-    if (c->head_dim / 2 > NV_ROPE_FACTORS_MAX)
-        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %d (at most %d)", path, c->head_dim,
-                       2 * NV_ROPE_FACTORS_MAX);
+    if (nv_config_rope_pairs_fit(c) != NV_OK) return nv_fail(NV_EUNSUPPORTED, "%s: %s", path, nv_errmsg());
     const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
-    c->n_rope_factors = c->head_dim / 2;
+    const int rot = nv_config_rope_dim(c);
+    c->n_rope_factors = rot / 2;
     for (int i = 0; i < c->n_rope_factors; i++) {
-        const float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        const float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)rot);
         const double wavelen = 2 * M_PI / freq;
         double f;
         if (wavelen < high_wavelen) f = 1.0;
@@ -162,9 +161,8 @@ static nv_err longrope_factors(const char *path, const cJSON *j, const cJSON *rs
     int64_t orig;
     const char *key = "original_max_position_embeddings";
     NV_TRY(get_whole(path, absent(field(j, key)) ? rs : j, key, c->seq_len, 0, 1, 1 << 30, &orig));
-    const int n = c->head_dim / 2;
-    if (n > NV_ROPE_FACTORS_MAX)
-        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors for a head of %d (at most %d)", path, c->head_dim, 2 * NV_ROPE_FACTORS_MAX);
+    const int n = nv_config_rope_dim(c) / 2; /* one per rotated pair (Phi-4-mini: 48 for 96 of 128 values) */
+    if (nv_config_rope_pairs_fit(c) != NV_OK) return nv_fail(NV_EUNSUPPORTED, "%s: %s", path, nv_errmsg());
     const char *set = c->seq_len > orig ? "long_factor" : "short_factor";
     const cJSON *list = field(rs, set), *f;
     if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != n)
@@ -334,9 +332,11 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                 : strcmp(act, "silu"))
         return nv_fail(NV_EUNSUPPORTED, "%s: %s '%s' is not supported (%s)", path, act_key,
                        act ? nv_gguf_shown(act, strlen(act), shown, sizeof shown) : "?", gemma ? "gelu_pytorch_tanh" : "silu");
-    double rotary = 1.0; /* Phi-4-mini rotates three quarters of each head */
+    double rotary = 1.0; /* Phi-4-mini rotates three quarters of each head (a phi3 folder; transformers' llama would not) */
     NV_TRY(get_real(path, j, "partial_rotary_factor", 1.0, &rotary));
-    if (rotary != 1.0) return nv_fail(NV_EUNSUPPORTED, "%s: RoPE on part of each head (partial_rotary_factor %g) is not supported", path, rotary);
+    if (rotary != 1.0 && !phi3)
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE on part of each head (partial_rotary_factor %g) outside a phi3 model", path, rotary);
+    if (!(rotary > 0.0 && rotary <= 1.0)) return nv_fail(NV_EFORMAT, "%s: partial_rotary_factor %g is out of range (0, 1]", path, rotary);
     const int64_t lim = 1 << 30;
     int64_t dim, hidden, layers, heads, kv_heads, head_dim, vocab, ctx;
     NV_TRY(get_whole(path, j, "hidden_size", 0, 1, 1, lim, &dim));
@@ -388,6 +388,10 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     c->n_heads = (int)heads;
     c->n_kv_heads = (int)kv_heads;
     c->head_dim = (int)head_dim;
+    const int rot = (int)(head_dim * rotary); /* transformers' int(head_dim * partial_rotary_factor) */
+    if (rot < 2 || rot % 2) return nv_fail(NV_EFORMAT, "%s: partial_rotary_factor %g rotates %d of a head's %lld values (want an even count)",
+                                           path, rotary, rot, (long long)head_dim);
+    c->rope_dim = rot < head_dim ? rot : 0;
     c->vocab_size = (int)vocab;
     c->seq_len = (int)ctx;
     c->rope_theta = (float)theta;
@@ -1388,10 +1392,10 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
             cJSON_AddItemToArray(merges, cJSON_CreateString(pair));
             free(pair);
         }
-        /* the split as the model families write it: Llama 3's and Qwen2's regex, then bytes; SmolLM's
-           single digits, then GPT-2's regex inside ByteLevel; GPT-2's alone */
+        /* the split as the model families write it: Llama 3's, Qwen2's and GPT-4o's regex, then bytes;
+           SmolLM's single digits, then GPT-2's regex inside ByteLevel; GPT-2's alone */
         const char *re = nv_bpe_regex_of_pre(bv.pre);
-        const int own_regex = re == nv_bpe_regex_of_pre("llama-bpe") || re == nv_bpe_regex_of_pre("qwen2");
+        const int own_regex = re == nv_bpe_regex_of_pre("llama-bpe") || re == nv_bpe_regex_of_pre("qwen2") || re == nv_bpe_regex_of_pre("gpt-4o");
         cJSON *pt = typed("Sequence"), *list = cJSON_AddArrayToObject(pt, "pretokenizers");
         if (own_regex) {
             cJSON *split = typed("Split");
@@ -1494,25 +1498,30 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
     return e;
 }
 
-/* A tensor to write: its name, [rows, cols] (cols 0: a vector of rows) and fp32 values; or a stack
- * [stack, rows, cols] (GraniteMoe's fused experts) whose slice k is p's k-th block of rows - rows2
- * rows, then p2's k-th block of rows2 rows (rows2 0: p's alone). */
+/* A tensor to write: its name, [rows, cols] (cols 0: a vector of rows) and fp32 values p; or one
+ * gathered from parts (n_parts > 0): a stack [stack, rows, cols] (GraniteMoe's fused experts) or a
+ * fused matrix (Phi-3's qkv_proj, gate_up_proj; stack 0), whose rows (a stack's slice k's) are
+ * each part's (k-th block of) part_rows[j] rows in turn. */
 typedef struct {
     char name[128];
     uint64_t rows, cols;
     const float *p;
-    uint64_t stack, rows2;
-    const float *p2;
+    uint64_t stack;
+    int n_parts;
+    const float *part[3];
+    uint64_t part_rows[3];
 } st_out;
 
-/* A stack's values in order, malloc'd (NULL when out of memory). */
+/* A gathered tensor's values in order, malloc'd (NULL when out of memory). */
 static float *st_gather(const st_out *t) {
-    const uint64_t ra = t->rows - t->rows2, rb = t->rows2, cl = t->cols;
-    float *flat = malloc((size_t)(t->stack * t->rows * cl) * sizeof *flat);
-    for (uint64_t k = 0; flat && k < t->stack; k++) {
-        memcpy(flat + k * t->rows * cl, t->p + k * ra * cl, (size_t)(ra * cl) * sizeof *flat);
-        if (rb) memcpy(flat + (k * t->rows + ra) * cl, t->p2 + k * rb * cl, (size_t)(rb * cl) * sizeof *flat);
-    }
+    const uint64_t slices = t->stack ? t->stack : 1, cl = t->cols;
+    float *flat = malloc((size_t)(slices * t->rows * cl) * sizeof *flat), *at = flat;
+    for (uint64_t k = 0; flat && k < slices; k++)
+        for (int j = 0; j < t->n_parts; j++) {
+            const uint64_t n = t->part_rows[j] * cl;
+            memcpy(at, t->part[j] + k * n, (size_t)n * sizeof *flat);
+            at += n;
+        }
     return flat;
 }
 
@@ -1535,9 +1544,9 @@ static nv_err st_write(const char *path, const st_out *t, size_t n, nv_hf_dtype 
         cJSON_AddItemToObject(o, "shape", cJSON_CreateDoubleArray(shape + !stacked, stacked ? 3 : t[i].cols ? 2 : 1));
         cJSON_AddItemToObject(o, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
         off += count * esize;
-        float *flat = stacked ? st_gather(&t[i]) : NULL;
-        const float *src = stacked ? flat : t[i].p;
-        if (stacked && !flat) {
+        float *flat = t[i].n_parts ? st_gather(&t[i]) : NULL;
+        const float *src = t[i].n_parts ? flat : t[i].p;
+        if (t[i].n_parts && !flat) {
             e = nv_fail(NV_ENOMEM, "out of memory");
             break;
         }
@@ -1597,11 +1606,12 @@ static int fused_expert_out(const nv_tensor_ref *t, size_t nt, size_t i, st_out 
     memset(o, 0, sizeof *o);
     snprintf(o->name, sizeof o->name, "model.layers.%d.block_sparse_moe.%s.weight", layer,
              gate ? "input_linear" : down ? "output_linear" : "router.layer");
-    o->rows = t[i].d1, o->cols = t[i].d0, o->p = t[i].p, o->stack = t[i].d2;
+    o->rows = t[i].d1, o->cols = t[i].d0, o->stack = t[i].d2;
+    o->n_parts = 1, o->part[0] = t[i].p, o->part_rows[0] = t[i].d1;
     char up[64];
     snprintf(up, sizeof up, "blk.%d.ffn_up_exps.weight", layer);
     for (size_t k = 0; gate && k < nt; k++)
-        if (!strcmp(t[k].name, up)) o->rows2 = t[k].d1, o->rows += t[k].d1, o->p2 = t[k].p;
+        if (!strcmp(t[k].name, up)) o->part[1] = t[k].p, o->part_rows[1] = t[k].d1, o->rows += t[k].d1, o->n_parts = 2;
     return 1;
 }
 
@@ -1610,17 +1620,20 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     nv_model view;
     float *qk = NULL;
     NV_TRY(nv_model_half_view(m, &view, &qk));
-    const size_t nt = nv_model_tensor_count(c);
+    size_t nt = nv_model_tensor_count(c);
     nv_tensor_ref *t = calloc(nt, sizeof *t);
+    nv_tensor_parts *tp = calloc(nt, sizeof *tp);
     size_t no = 0;
-    if (t) nv_model_tensor_map(c, &view.w, t);
+    if (t && tp) nv_model_tensor_map(c, &view.w, t);
+    for (size_t i = 0; t && tp && i < nt; i++) tp[i] = (nv_tensor_parts){{t[i].p}, {t[i].d1}, 1, ""};
+    if (t && tp && nv_config_phi3_form(c, 1)) nt = nv_phi3_fuse(t, tp, nt); /* Phi-3's qkv_proj and gate_up_proj */
     const int fused = c->n_experts && nv_config_granite(c); /* GraniteMoe's experts: fused per layer */
     for (size_t i = 0; t && i < nt; i++) { /* a stacked expert tensor: a tensor per expert, or fused */
         const int f = fused ? fused_expert_out(t, nt, i, NULL) : -1;
         no += f >= 0 ? (size_t)f : t[i].d2 ? t[i].d2 : 1;
     }
     st_out *o = calloc(no ? no : 1, sizeof *o);
-    nv_err e = t && o ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
+    nv_err e = t && tp && o ? NV_OK : nv_fail(NV_ENOMEM, "out of memory");
     /* Gemma's norms as transformers keeps them, w - 1 (its RMSNorm scales by 1 + w) */
     size_t norm_floats = 0;
     for (size_t i = 0; t && i < nt; i++) norm_floats += gemma_norm(c, &t[i]) ? t[i].d0 : 0;
@@ -1635,6 +1648,16 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
             const int f = fused ? fused_expert_out(t, nt, i, &o[at]) : -1;
             if (f >= 0) {
                 at += (size_t)f;
+                continue;
+            }
+            if (tp[i].n > 1) { /* Phi-3's fused projections */
+                int layer = 0;
+                sscanf(t[i].name, "blk.%d.", &layer);
+                snprintf(o[at].name, sizeof o[at].name, "model.layers.%d.%s.weight", layer,
+                         strstr(t[i].name, "attn_qkv") ? "self_attn.qkv_proj" : "mlp.gate_up_proj");
+                o[at].rows = t[i].d1, o[at].cols = t[i].d0, o[at].n_parts = tp[i].n;
+                memcpy(o[at].part, tp[i].p, sizeof o[at].part), memcpy(o[at].part_rows, tp[i].rows, sizeof o[at].part_rows);
+                at++;
                 continue;
             }
             for (uint64_t x = 0; x < (t[i].d2 ? t[i].d2 : 1); x++, at++) {
@@ -1656,6 +1679,7 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     free(norms);
     free(o);
     free(t);
+    free(tp);
     free(qk);
     return e;
 }
@@ -1690,11 +1714,21 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     const int yarn = c->yarn.factor != 0.0f, llama3 = c->llama3.factor != 0.0f; /* their parameters, not their divisors */
     int linear = c->n_rope_factors > 0 && !yarn && !llama3; /* one divisor for every frequency: linear scaling by it */
     for (int i = 1; linear && i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];
-    if (c->n_rope_factors && !linear && !yarn && !llama3)
-        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors have no form in config.json (export GGUF instead)", dir);
-    if (c->rope_attn != 0.0f) /* transformers' only carrier of it, longrope's, holds two sets of factors */
-        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE's attention factor outside YaRN has no form in config.json (export GGUF instead)", dir);
+    /* Phi-3's folder (fused projections, write_weights) for llama's block with RoPE on part of each
+       head or other per-pair divisors: LongRoPE's two sets, both the one nerve runs */
+    const int phi3 = nv_config_phi3_form(c, 1) && (c->rope_dim || !linear);
+    linear &= !phi3;
+    if (c->n_rope_factors && !linear && !yarn && !llama3 && !phi3)
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors beside this model's other parts have no form in config.json (export GGUF instead)",
+                       dir);
+    if (c->rope_attn != 0.0f && !(phi3 && c->n_rope_factors)) /* transformers' only carrier of it: longrope's */
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE's attention factor without LongRoPE's divisors has no form in config.json (export GGUF instead)",
+                       dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
+    if (c->rope_dim && !phi3) /* transformers reads partial_rotary_factor in phi3's folders */
+        return nv_fail(NV_EUNSUPPORTED, "%s: RoPE on %d of each head's %d values beside this model's other parts has no form in config.json "
+                                        "(export GGUF instead)",
+                       dir, c->rope_dim, c->head_dim);
     if (c->n_experts && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has experts and projection biases", dir);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", dir, nv_tokenizer_vocab_size(tok), c->vocab_size);
@@ -1706,10 +1740,12 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     const int granite = nv_config_granite(c); /* with experts: GraniteMoe (write_weights fuses them) */
     const char *type = gemma ? gemma_type[gemma - 1][0] : c->nope_period ? "smollm3" : granite ? (moe ? "granitemoe" : "granite")
                        : moe ? (c->qk_norm ? "qwen3_moe" : "mixtral")
+                       : phi3 ? "phi3"
                        : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
     const char *cls = gemma ? gemma_type[gemma - 1][1] : c->nope_period ? "SmolLM3ForCausalLM"
                       : granite ? (moe ? "GraniteMoeForCausalLM" : "GraniteForCausalLM")
                       : moe ? (c->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
+                      : phi3 ? "Phi3ForCausalLM"
                       : c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
     cJSON *cfg = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(cfg, "architectures");
@@ -1756,8 +1792,22 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         cJSON_AddNumberToObject(rs, "low_freq_factor", shortest(c->llama3.low_freq_factor));
         cJSON_AddNumberToObject(rs, "high_freq_factor", shortest(c->llama3.high_freq_factor));
         cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->llama3.orig_ctx);
+    } else if (phi3 && c->n_rope_factors) { /* longrope_factors reads it back: the short set, the context no longer than the original */
+        cJSON *rs = cJSON_AddObjectToObject(cfg, "rope_scaling");
+        cJSON_AddStringToObject(rs, "type", "longrope");
+        for (int set = 0; set < 2; set++) {
+            cJSON *list = cJSON_AddArrayToObject(rs, set ? "short_factor" : "long_factor");
+            for (int i = 0; i < c->n_rope_factors; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(shortest(c->rope_factors[i])));
+        }
+        cJSON_AddNumberToObject(rs, "attention_factor", c->rope_attn != 0.0f ? shortest(c->rope_attn) : 1.0);
+        cJSON_AddNumberToObject(cfg, "original_max_position_embeddings", c->seq_len);
     } else {
         cJSON_AddNullToObject(cfg, "rope_scaling");
+    }
+    if (c->rope_dim) { /* a factor whose int(head_dim x factor) is the count again (transformers' rounding) */
+        double f = (double)c->rope_dim / c->head_dim;
+        if ((int)(c->head_dim * f) != c->rope_dim) f = nextafter(f, 1.0);
+        cJSON_AddNumberToObject(cfg, "partial_rotary_factor", f);
     }
     cJSON_AddStringToObject(cfg, "hidden_act", gemma ? "gelu_pytorch_tanh" : "silu");
     if (gemma) gemma_fields(cfg, c, gemma);
@@ -1948,7 +1998,7 @@ nv_err nv_hf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, f
             st_convert(ab[0], (uint64_t)r * (uint64_t)in_dim, a);
             st_convert(ab[1], (uint64_t)r * (uint64_t)out_dim, b);
             /* B's query and key rows in transformers' RoPE order, then transposed into B^T */
-            if (t <= 1) e = nv_rope_rows_reorder(b, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, 0);
+            if (t <= 1) e = nv_rope_rows_reorder(b, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, nv_config_rope_dim(c), 0);
             for (int o = 0; o < out_dim; o++)
                 for (int k = 0; k < r; k++) a[(size_t)r * in_dim + (size_t)k * out_dim + o] = b[(size_t)o * r + k];
         }
@@ -1986,7 +2036,7 @@ nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *
             at += (size_t)out_dim * r;
             for (int oo = 0; oo < out_dim; oo++)
                 for (int q = 0; q < r; q++) bl[(size_t)oo * r + q] = bt[(size_t)q * out_dim + oo];
-            if (t <= 1) e = nv_rope_rows_reorder(bl, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, 1);
+            if (t <= 1) e = nv_rope_rows_reorder(bl, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, nv_config_rope_dim(c), 1);
             for (int half = 0; half < 2; half++, k++) {
                 snprintf(o[k].name, sizeof o[k].name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l, lora_module[t],
                          half ? 'B' : 'A');

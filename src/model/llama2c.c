@@ -334,7 +334,7 @@ nv_err nv_model_upcycle(const nv_model *dense, int experts, int used, uint64_t s
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
            !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) && !c->nope_period &&
-           !nv_config_granite(c);
+           !nv_config_granite(c) && !c->rope_dim;
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
@@ -344,6 +344,7 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     if (nv_config_granite(c))
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for %s (GGUF has: name the output .gguf)", path, nv_config_granite_block(c));
     if (c->nope_period) return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no layers without RoPE (GGUF has: name the output .gguf)", path);
+    if (c->rope_dim) return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 rotates whole heads (this model %d of %d values)", path, c->rope_dim, c->head_dim);
     if (c->qk_norm || c->head_dim * c->n_heads != c->dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 cannot hold this shape (head_dim %d x %d heads != dim %d%s; GGUF can: name the output .gguf)",
                        path, c->head_dim, c->n_heads, c->dim, c->qk_norm ? ", QK-norm" : "");

@@ -66,12 +66,12 @@ typedef struct {
     /* A GGUF file's matrix is kept as its blocks, raw (raw_bytes of ggml type raw_type, in the file's
        mapping: nv_model.source_map), and made into q, s, o or h only while a plan is built from it
        (nv_qmatrix_materialize, then nv_qmatrix_release), so a loaded model holds its plans and not
-       also every matrix decomposed; raw_heads, raw_hd: query or key rows to put in this project's
-       RoPE order on the way (0: none). */
+       also every matrix decomposed; raw_heads, raw_hd, raw_rot: query or key rows to put in this
+       project's RoPE order on the way (0: none; raw_rot of each head's raw_hd rows rotated). */
     const uint8_t *raw;
     size_t raw_bytes;
     uint32_t raw_type;
-    int raw_heads, raw_hd;
+    int raw_heads, raw_hd, raw_rot;
 } nv_qmatrix;
 
 /* The fp32 weights of n values of a block-quantized matrix whose rows are whole blocks:

@@ -259,6 +259,11 @@ static const char RE_QWEN2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N
 /* SmolLM's (and StarCoder's): every digit a piece, then GPT-2's split of what lies between, whose
  * lookahead ends at a digit as it ends at the piece's end (one regex for the two passes). */
 static const char RE_SMOLLM[] = "\\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?![^\\s\\p{N}])|\\s+";
+/* GPT-4o's (tiktoken's o200k_base: Phi-4-mini, Llama 4): a word split where lower case turns upper,
+ * its contraction kept with it, digits in threes, line breaks and slashes kept after punctuation. */
+static const char RE_GPT4O[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                               "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                               "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static int name_in(const char *name, const char *const *list) {
     for (; *list; list++)
@@ -269,7 +274,7 @@ static int name_in(const char *name, const char *const *list) {
 /* The split regexes by llama.cpp's pre-tokenizer names, for tokenizer.json's Split pattern. */
 static const struct {
     const char *pre, *re;
-} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}, {"smollm", RE_SMOLLM}};
+} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}, {"smollm", RE_SMOLLM}, {"gpt-4o", RE_GPT4O}};
 
 const char *nv_bpe_pre_of_regex(const char *re) {
     for (size_t i = 0; i < sizeof pre_regex / sizeof pre_regex[0]; i++)
@@ -281,7 +286,12 @@ const char *nv_bpe_regex_of_pre(const char *pre) {
     static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
     static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
     static const char *const smollm[] = {"smollm", "starcoder", "refact", NULL}; /* refact: Granite 3's */
-    return name_in(pre, llama3) ? RE_LLAMA3 : name_in(pre, qwen2) ? RE_QWEN2 : name_in(pre, smollm) ? RE_SMOLLM : RE_GPT2;
+    static const char *const gpt4o[] = {"gpt-4o", "llama4", NULL};
+    return name_in(pre, llama3)   ? RE_LLAMA3
+           : name_in(pre, qwen2)  ? RE_QWEN2
+           : name_in(pre, smollm) ? RE_SMOLLM
+           : name_in(pre, gpt4o)  ? RE_GPT4O
+                                  : RE_GPT2;
 }
 
 /* GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the
@@ -389,7 +399,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
                     "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
     } else if (re == RE_GPT2) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, smollm, gpt-2)", path,
+        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, smollm, gpt-4o, gpt-2)", path,
                        nv_gguf_shown(v->pre, strlen(v->pre), shown, sizeof shown));
     }
     if (vocab_size > v->n_tokens)
@@ -1068,9 +1078,19 @@ static int spm_chunks(const nv_tokenizer *t, const char *text, size_t len, int s
     return n;
 }
 
-int nv_tokenizer_strips_after(const nv_tokenizer *t, int id) {
+/* Whether Phi-3's rule would take the white space after special token id (all but <unk>, <s>,
+ * <|endoftext|>, as llama.cpp's). */
+static int strip_rule_takes(const nv_tokenizer *t, int id) {
     const char *p = nv_tokenizer_special_text(t, id); /* (llama2.c's "\n<s>\n" as <s>) */
-    return t->rstrip && strcmp(p, "<unk>") && strcmp(p, "<s>") && strcmp(p, "<|endoftext|>");
+    return strcmp(p, "<unk>") && strcmp(p, "<s>") && strcmp(p, "<|endoftext|>");
+}
+
+int nv_tokenizer_strips_after(const nv_tokenizer *t, int id) { return t->rstrip && strip_rule_takes(t, id); }
+
+int nv_tokenizer_strip_rule_matters(const nv_tokenizer *t) {
+    for (int j = 0; t->special && !t->byte_level && j < t->special_at[256]; j++)
+        if (strip_rule_takes(t, t->special[j])) return 1;
+    return 0;
 }
 
 static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int eos, int **tokens, int *n_tokens) {

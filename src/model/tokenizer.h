@@ -109,6 +109,9 @@ int nv_tokenizer_strips_after_special(const nv_tokenizer *t);
 /* 1 when special token id takes the white space after it: under that rule, all but <unk>, <s> and
  * <|endoftext|> (llama.cpp's). */
 int nv_tokenizer_strips_after(const nv_tokenizer *t, int id);
+/* 1 when that rule would change how t encodes some text: a SentencePiece vocabulary with special
+ * tokens parsed in text besides those three. */
+int nv_tokenizer_strip_rule_matters(const nv_tokenizer *t);
 /* 1 when SentencePiece's dummy-prefix space opens the text (and follows each special token): a
  * SentencePiece vocabulary unless its GGUF file said add_space_prefix false. */
 int nv_tokenizer_space_prefix(const nv_tokenizer *t);

@@ -9,9 +9,11 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 6u
+#define CKPT_VERSION 7u
 /* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones; version 3's:
- * before the layers without RoPE; version 4's: before the Gemma block's; version 5's: before Granite's */
+ * before the layers without RoPE; version 4's: before the Gemma block's; version 5's: before Granite's;
+ * version 6's: all, rope_dim a reserved 0 (version 7 gives it partial rotation, which version 6 readers
+ * would have run as whole) */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 #define CKPT_V3_HEADER offsetof(nv_ckpt_header, nope_period)
@@ -22,7 +24,7 @@ _Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's hea
 _Static_assert(offsetof(nv_ckpt_header, nope_period) == 1216, "version 3's header is 1216 bytes");
 _Static_assert(offsetof(nv_ckpt_header, swa_window) == 1224, "version 4's header is 1224 bytes");
 _Static_assert(offsetof(nv_ckpt_header, residual_scale) == 1264, "version 5's header is 1264 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 1272, "version 6's header is 1272 bytes (docs/formats.md)");
+_Static_assert(sizeof(nv_ckpt_header) == 1272, "versions 6 and 7's header is 1272 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -43,6 +45,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->ffn_gelu = c->ffn_gelu, h->post_norms = c->post_norms, h->emb_scale = c->emb_scale, h->attn_div = c->attn_div;
     h->logit_softcap = c->logit_softcap, h->attn_softcap = c->attn_softcap;
     h->residual_scale = c->residual_scale, h->logit_div = c->logit_div;
+    h->rope_dim = c->rope_dim;
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
     h->n_rope_factors = c->n_rope_factors;
@@ -75,6 +78,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->ffn_gelu = h->ffn_gelu, c->post_norms = h->post_norms, c->emb_scale = h->emb_scale, c->attn_div = h->attn_div;
     c->logit_softcap = h->logit_softcap, c->attn_softcap = h->attn_softcap;
     c->residual_scale = h->residual_scale, c->logit_div = h->logit_div;
+    c->rope_dim = h->rope_dim;
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
     c->n_rope_factors = h->n_rope_factors;
@@ -133,6 +137,7 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
         goto fail;
     }
     if ((e = nv_read_bytes(&r, &out->h, want_h, "header"))) goto fail; /* older versions: the later fields stay 0 */
+    if (version < 7) out->h.rope_dim = 0; /* reserved then */
     if (out->h.n_rope_factors < 0 || out->h.n_rope_factors > NV_ROPE_FACTORS_MAX || out->h.yarn_no_truncate < 0 ||
         out->h.yarn_no_truncate > 1) {
         e = nv_fail(NV_EFORMAT, "%s: %d RoPE frequency factors (at most %d), or YaRN's truncation flag %d", path, (int)out->h.n_rope_factors,
