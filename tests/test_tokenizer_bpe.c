@@ -452,6 +452,23 @@ static int put_text(const nv_tokenizer *t, const char *text, int *out) {
     return n;
 }
 
+/* llama.cpp's native body is read as an OpenAI one with its own fields taken out: a key given twice
+ * is taken out whole (the second "logprobs" once surfaced as logprobs without n_probs; fuzz_api). */
+static void test_native_repeated_keys(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (!t) return;
+    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS, 4000, 0, 64, NULL};
+    static const char body[] = "{\"prompt\":\"cat\",\"max_tokens\":3,\"logprobs\":5,\"logprobs\":5,\"seed\":-1,\"seed\":-1}";
+    nv_api_request r;
+    nv_api_error e;
+    nv_lcpp_meta m;
+    T_CHECK(nv_lcpp_parse(&ctx, body, strlen(body), 0, &r, &m, &e) == 0, "%s", e.message);
+    T_CHECK(m.n_probs == 0 && !r.req.logprobs, "n_probs %d, logprobs %d", m.n_probs, r.req.logprobs);
+    nv_api_request_free(&r);
+    nv_lcpp_meta_free(&m);
+    nv_tokenizer_free(t);
+}
+
 static void test_infill_native(void) {
     for (int fim = 1; fim <= 2; fim++) {
         vocab_opts o = qwen();
@@ -538,5 +555,6 @@ int main(void) {
     T_RUN(test_chat_turn_boundary);
     T_RUN(test_fill_in_the_middle);
     T_RUN(test_infill_native);
+    T_RUN(test_native_repeated_keys);
     return t_done();
 }

@@ -2156,7 +2156,9 @@ static int imatrix_fits(const nv_imatrix_entry *en, const nv_tensor_ref *t) {
     return experts > 1 && en->n_mat == 1 && (uint64_t)en->k == t->d0 * experts;
 }
 
-size_t nv_phi3_fuse(nv_tensor_ref *t, nv_tensor_parts *tp, size_t n) {
+size_t nv_tensor_parts_of(nv_tensor_ref *t, nv_tensor_parts *tp, size_t n, int phi3) {
+    for (size_t i = 0; i < n; i++) tp[i] = (nv_tensor_parts){{t[i].p}, {nv_tensor_rows(&t[i])}, 1, ""};
+    if (!phi3) return n;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned layer = 0;
@@ -2232,15 +2234,16 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         free(t), free(tp), free(qk_copy);
         return nv_fail(NV_ENOMEM, "out of memory");
     }
-    size_t nw = nv_model_tensor_map(c, &qw.w, t);
-    for (size_t i = 0; i < nw; i++) tp[i] = (nv_tensor_parts){{t[i].p}, {nv_tensor_rows(&t[i])}, 1, ""};
-    if (phi3) nw = nv_phi3_fuse(t, tp, nw), nt = nw + (size_t)divisors;
-    if (divisors == 1) /* Llama 3.1+'s frequency divisors, as llama.cpp stores them */
-        t[nw] = (nv_tensor_ref){"rope_freqs.weight", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0};
-    for (int set = 0; divisors == 2 && set < 2; set++) /* the one set nerve runs, for contexts past the original one and within it */
-        t[nw + (size_t)set] = (nv_tensor_ref){"", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0},
-                          snprintf(t[nw + (size_t)set].name, sizeof t[nw].name, "rope_factors_%s.weight", set ? "short" : "long");
-    for (size_t i = nw; i < nt; i++) tp[i] = (nv_tensor_parts){{t[i].p}, {1}, 1, ""};
+    const size_t nw = nv_tensor_parts_of(t, tp, nv_model_tensor_map(c, &qw.w, t), phi3);
+    nt = nw + (size_t)divisors;
+    /* Llama 3.1+'s frequency divisors, as llama.cpp stores them; phi3: the one set nerve runs, for
+       contexts past the original one and within it */
+    static const char *const divisor_names[2][2] = {{"rope_freqs.weight", ""}, {"rope_factors_long.weight", "rope_factors_short.weight"}};
+    for (int set = 0; set < divisors; set++) {
+        t[nw + (size_t)set] = (nv_tensor_ref){"", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0};
+        snprintf(t[nw + (size_t)set].name, sizeof t[nw].name, "%s", divisor_names[phi3][set]);
+        tp[nw + (size_t)set] = (nv_tensor_parts){{c->rope_factors}, {1}, 1, ""};
+    }
     const char *arch = arch_of(c);
     char k[96];
     nv_buf b = {0};

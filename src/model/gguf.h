@@ -164,10 +164,11 @@ typedef struct {
     int n;
     char first[64];
 } nv_tensor_parts;
-/* The parts of t[0..n) (the map's, one each) made phi3's in place: a layer's attn_q, attn_k and
- * attn_v one blk.N.attn_qkv, its ffn_gate and ffn_up one blk.N.ffn_up (the gate's rows first), as
- * llama.cpp's phi3 (and Phi-3's folders: qkv_proj, gate_up_proj) hold them; returns the new count. */
-size_t nv_phi3_fuse(nv_tensor_ref *t, nv_tensor_parts *tp, size_t n);
+/* tp[0..n): each tensor of the map t[0..n) one part (its own rows); with phi3, t and tp made phi3's
+ * in place: a layer's attn_q, attn_k and attn_v one blk.N.attn_qkv, its ffn_gate and ffn_up one
+ * blk.N.ffn_up (the gate's rows first), as llama.cpp's phi3 (and Phi-3's folders: qkv_proj,
+ * gate_up_proj) hold them. Returns the tensors' count. */
+size_t nv_tensor_parts_of(nv_tensor_ref *t, nv_tensor_parts *tp, size_t n, int phi3);
 /* Whether c is written as Phi-3 (GGUF phi3; a Hugging Face folder too when it has LongRoPE's
  * divisors): llama's block rotating part of each head (Phi-4-mini), which llama.cpp's llama
  * refuses; for a folder also any per-pair RoPE divisors besides YaRN's and Llama 3.1's rule. */

@@ -1615,7 +1615,8 @@ static int fused_expert_out(const nv_tensor_ref *t, size_t nt, size_t i, st_out 
     return 1;
 }
 
-static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtype) {
+/* m's tensors as model.safetensors in dir; phi3: Phi-3's fused projections. */
+static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtype, int phi3) {
     const nv_config *c = &m->config;
     nv_model view;
     float *qk = NULL;
@@ -1624,9 +1625,7 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     nv_tensor_ref *t = calloc(nt, sizeof *t);
     nv_tensor_parts *tp = calloc(nt, sizeof *tp);
     size_t no = 0;
-    if (t && tp) nv_model_tensor_map(c, &view.w, t);
-    for (size_t i = 0; t && tp && i < nt; i++) tp[i] = (nv_tensor_parts){{t[i].p}, {t[i].d1}, 1, ""};
-    if (t && tp && nv_config_phi3_form(c, 1)) nt = nv_phi3_fuse(t, tp, nt); /* Phi-3's qkv_proj and gate_up_proj */
+    if (t && tp) nt = nv_tensor_parts_of(t, tp, nv_model_tensor_map(c, &view.w, t), phi3);
     const int fused = c->n_experts && nv_config_granite(c); /* GraniteMoe's experts: fused per layer */
     for (size_t i = 0; t && i < nt; i++) { /* a stacked expert tensor: a tensor per expert, or fused */
         const int f = fused ? fused_expert_out(t, nt, i, NULL) : -1;
@@ -1853,7 +1852,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (bos >= 0) cJSON_AddNumberToObject(cfg, "bos_token_id", bos), cJSON_AddNumberToObject(gen, "bos_token_id", bos);
     if (eos >= 0) cJSON_AddNumberToObject(cfg, "eos_token_id", eos), cJSON_AddNumberToObject(gen, "eos_token_id", eos);
     cJSON *tj = NULL, *tc = NULL;
-    nv_err e = write_weights(m, dir, dtype);
+    nv_err e = write_weights(m, dir, dtype, phi3);
     if (e == NV_OK && tok) e = tokenizer_files(tok, c, &tj, &tc);
     if (e == NV_OK && tok && chat_template && !cJSON_AddStringToObject(tc, "chat_template", chat_template))
         e = nv_fail(NV_ENOMEM, "out of memory");

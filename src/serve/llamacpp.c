@@ -35,8 +35,13 @@ static const struct {
 /* DRY's fields, typical_p, top_n_sigma, XTC's, dynatemp's and Mirostat's pass on to the request as they are (the
    OpenAI endpoints read them: api.c). */
 
+/* Every member named key out of o (a body may give a key twice; the parser would then read the next). */
+static void drop(cJSON *o, const char *key) {
+    while (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+}
+
 static void put_number(cJSON *q, const char *key, double v) {
-    cJSON_DeleteItemFromObjectCaseSensitive(q, key);
+    drop(q, key);
     cJSON_AddNumberToObject(q, key, v);
 }
 
@@ -66,12 +71,12 @@ static int bias_object(const nv_api_ctx *ctx, const cJSON *list, cJSON *q, nv_ap
         for (int j = 0; j < n; j++) { /* the object form's checks (an id in the vocabulary) come after */
             char key[32];
             snprintf(key, sizeof key, "%d", ids[j]);
-            cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+            drop(obj, key);
             cJSON_AddNumberToObject(obj, key, bias);
         }
         if (ids != &one) free(ids);
     }
-    cJSON_DeleteItemFromObjectCaseSensitive(q, "logit_bias");
+    drop(q, "logit_bias");
     cJSON_AddItemToObject(q, "logit_bias", obj);
     return 0;
 }
@@ -166,7 +171,7 @@ static int infill_prompt(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, nv_lc
         for (int k = 0; arr && k < suf.n; k++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(suf.v[k]));
         if (arr) cJSON_AddItemToArray(arr, cJSON_CreateNumber(fim[2]));
         for (int k = 0; arr && k < mid.n; k++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(mid.v[k]));
-        cJSON_DeleteItemFromObjectCaseSensitive(q, "prompt");
+        drop(q, "prompt");
         if (!arr || !cJSON_AddItemToObject(q, "prompt", arr)) rcode = (cJSON_Delete(arr), nv_api_oom(err));
     }
     free(ex.v), free(pre.v), free(suf.v), free(mid.v);
@@ -175,7 +180,7 @@ static int infill_prompt(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, nv_lc
 
 /* The native request in in, as the OpenAI completions request q (a copy of it) stands for it. */
 static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infill, nv_lcpp_meta *meta, nv_api_error *err) {
-    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) cJSON_DeleteItemFromObjectCaseSensitive(q, ignored[i]);
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) drop(q, ignored[i]);
     for (size_t i = 0; i < sizeof neutral / sizeof neutral[0]; i++) {
         const cJSON *v = nv_api_field(in, neutral[i].key);
         if (v && !(cJSON_IsNumber(v) && v->valuedouble == neutral[i].neutral)) {
@@ -183,7 +188,7 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
                              neutral[i].key, neutral[i].neutral);
             return err->status;
         }
-        cJSON_DeleteItemFromObjectCaseSensitive(q, neutral[i].key);
+        drop(q, neutral[i].key);
     }
     const cJSON *lora = nv_api_field(in, "lora");
     if (lora && !(cJSON_IsArray(lora) && !lora->child)) {
@@ -191,7 +196,7 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
                          "'lora' is not supported by this server: name an adapter as the request's 'model' (serve --lora-modules)");
         return err->status;
     }
-    cJSON_DeleteItemFromObjectCaseSensitive(q, "lora");
+    drop(q, "lora");
     /* n_probs: the generated tokens' probabilities, as /v1/completions' logprobs */
     const cJSON *probs = nv_api_field(in, "n_probs"), *post = nv_api_field(in, "post_sampling_probs");
     if (probs && (!cJSON_IsNumber(probs) || probs->valuedouble != floor(probs->valuedouble) || probs->valuedouble < 0 ||
@@ -205,9 +210,9 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
     }
     meta->n_probs = probs ? (int)probs->valuedouble : 0;
     meta->post_probs = cJSON_IsTrue(post);
-    cJSON_DeleteItemFromObjectCaseSensitive(q, "n_probs");
-    cJSON_DeleteItemFromObjectCaseSensitive(q, "post_sampling_probs");
-    cJSON_DeleteItemFromObjectCaseSensitive(q, "logprobs");
+    drop(q, "n_probs");
+    drop(q, "post_sampling_probs");
+    drop(q, "logprobs");
     if (meta->n_probs > 0) put_number(q, "logprobs", meta->n_probs);
     const cJSON *np = nv_api_field(in, "n_predict");
     if (np && (!cJSON_IsNumber(np) || np->valuedouble != floor(np->valuedouble) || np->valuedouble < -1 || np->valuedouble > 1e9)) {
@@ -215,22 +220,22 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
         return err->status;
     }
     meta->n_predict = np ? (int)np->valuedouble : -1;
-    cJSON_DeleteItemFromObjectCaseSensitive(q, "n_predict");
+    drop(q, "n_predict");
     if (meta->n_predict == 0) { /* the prompt alone (it then stays in the prefix cache) */
         meta->prompt_only = 1;
         put_number(q, "max_tokens", 0);
-        cJSON_DeleteItemFromObjectCaseSensitive(q, "echo");
+        drop(q, "echo");
         cJSON_AddTrueToObject(q, "echo");
-        cJSON_DeleteItemFromObjectCaseSensitive(q, "stream");
+        drop(q, "stream");
     } else {
         put_number(q, "max_tokens", meta->n_predict > 0 ? meta->n_predict : ctx->seq_len); /* a ceiling (max_tokens_cap) */
     }
     const cJSON *rp = nv_api_field(in, "repeat_penalty");
     if (rp && !nv_api_field(in, "repetition_penalty")) cJSON_AddItemToObject(q, "repetition_penalty", cJSON_Duplicate(rp, 1));
-    cJSON_DeleteItemFromObjectCaseSensitive(q, "repeat_penalty");
+    drop(q, "repeat_penalty");
     const cJSON *seed = nv_api_field(in, "seed");
     meta->seed = -1;
-    if (seed && cJSON_IsNumber(seed) && seed->valuedouble < 0) cJSON_DeleteItemFromObjectCaseSensitive(q, "seed"); /* -1: random */
+    if (seed && cJSON_IsNumber(seed) && seed->valuedouble < 0) drop(q, "seed"); /* -1: random */
     else if (seed && cJSON_IsNumber(seed)) meta->seed = (long long)seed->valuedouble;
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!nv_api_field(in, defaults[i].key)) put_number(q, defaults[i].key, defaults[i].v);
