@@ -9,8 +9,9 @@
  * shapes v1 cannot hold) and loads that back, which must give the same weights; a LoRA run's
  * checkpoint (version 2 on) instead must hold exactly its shape's adapters. Version 1 and 2 files
  * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling (1216 bytes), version 4
- * the layers without RoPE (1224), version 5 the Gemma family's block; an older header must read
- * none of the later fields. */
+ * the layers without RoPE (1224), version 5 the Gemma family's block (1264), version 6 Granite's
+ * multipliers (1272), version 7 partial rotation (in a field version 6 reserved), version 8
+ * LongRoPE's short set; an older header must read none of the later fields. */
 #include <stddef.h>
 
 #include "base/hash.h"
@@ -25,9 +26,12 @@
 #define FZ_V2_HEADER 144u /* version 2's: before the RoPE factors */
 #define FZ_V3_HEADER 1216u /* version 3's: before the layers without RoPE */
 #define FZ_V4_HEADER 1224u /* version 4's: before the Gemma block */
+#define FZ_V5_HEADER 1264u /* version 5's: before Granite's multipliers */
+#define FZ_V7_HEADER 1272u /* versions 6 and 7: before LongRoPE's short set */
 
 static int known_header(uint32_t hb) {
-    return hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == FZ_V3_HEADER || hb == FZ_V4_HEADER || hb == sizeof(nv_ckpt_header);
+    return hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == FZ_V3_HEADER || hb == FZ_V4_HEADER || hb == FZ_V5_HEADER ||
+           hb == FZ_V7_HEADER || hb == sizeof(nv_ckpt_header);
 }
 
 static volatile float sink;
@@ -94,8 +98,13 @@ static void try_load(const uint8_t *data, size_t size) {
     FZ_CHECK(hb != FZ_V1_HEADER || ck.h.lora_rank == 0, "a version 1 header read LoRA fields");
     FZ_CHECK(hb >= FZ_V3_HEADER || (ck.h.n_rope_factors == 0 && ck.h.yarn_factor == 0), "an older header read RoPE fields");
     FZ_CHECK(hb >= FZ_V4_HEADER || ck.h.nope_period == 0, "an older header read the layers without RoPE");
-    FZ_CHECK(hb == sizeof ck.h || (!ck.h.swa_window && !ck.h.post_norms && !ck.h.ffn_gelu && ck.h.emb_scale == 0.0f),
+    FZ_CHECK(hb >= FZ_V5_HEADER || (!ck.h.swa_window && !ck.h.post_norms && !ck.h.ffn_gelu && ck.h.emb_scale == 0.0f),
              "an older header read the Gemma block");
+    FZ_CHECK(hb >= FZ_V7_HEADER || (ck.h.residual_scale == 0.0f && ck.h.logit_div == 0.0f), "an older header read Granite's multipliers");
+    uint32_t version;
+    memcpy(&version, ck.map.data + 8, 4);
+    FZ_CHECK(version >= 7 || ck.h.rope_dim == 0, "a version %u header read partial rotation", version);
+    FZ_CHECK(hb == sizeof ck.h || ck.h.longrope_orig == 0, "an older header read LongRoPE's short set");
     const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};
     FZ_CHECK(!lora.rank || nv_lora_validate(&c, &lora) == NV_OK, "accepted LoRA shape is invalid: %s", nv_errmsg());
     FZ_CHECK(ck.h.n_params == (lora.rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c)),

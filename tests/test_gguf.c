@@ -1256,12 +1256,14 @@ static void test_phi3(void) {
     nv_model_free(&m);
 }
 
-/* Phi-3.5's LongRoPE (tests/gguf_write.h's variants): the divisors for the model's context (long
- * past the original context, else short) and the attention factor on every cos and sin, against
- * double precision; applied (the logits move from the plain model's); exported as GGUF (llama: a
- * rope_freqs tensor and rope.scaling.attn_factor, which llama.cpp applies to any model) it reads
- * back with the same config and logits; a checkpoint header keeps the factor; a context that needs
- * the missing set is refused. */
+/* Phi-3.5's LongRoPE (tests/gguf_write.h's variants): the short divisors below the original context
+ * and, when the model's context goes past it, the long ones there (variant 2; variant 3's context is
+ * the original one: the short set alone), and the attention factor on every cos and sin, against
+ * double precision; a sequence within the original context turns as a model of the short set alone;
+ * applied (the logits move from the plain model's); exported as GGUF (phi3 with both sets when there
+ * are two; else llama: a rope_freqs tensor and rope.scaling.attn_factor, which llama.cpp applies to
+ * any model) it reads back with the same config and logits; a checkpoint header keeps it all; a
+ * context that needs the missing set is refused. */
 static void test_phi3_longrope(void) {
     nv_config c = {64, 64, 1, 4, 2, 16, 97, 64, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
     nv_model m;
@@ -1293,11 +1295,31 @@ static void test_phi3_longrope(void) {
             worst = fmax(worst, fmax(fabs(table[37 * 16 + 2 * i] - 1.25 * cos(angle)), fabs(table[37 * 16 + 2 * i + 1] - 1.25 * sin(angle))));
         }
         T_CHECK(worst < 1e-5, "variant %d: the rotation differs from double precision by %g", variant, worst);
+        /* below the original context (16 in variant 2) the short set: the first 16 positions turn as a
+           model of the short divisors alone, which is all variant 3 has */
+        T_CHECK(ac->longrope_orig == (variant == 2 ? 16 : 0), "variant %d: the short set ends at %d", variant, ac->longrope_orig);
+        worst = 0;
+        for (int i = 0; i < 8; i++) {
+            const double angle = 9.0 * pow(10000.0, -2.0 * i / 16) / (1.0 + i / 100.0);
+            worst = fmax(worst, fmax(fabs(table[9 * 16 + 2 * i] - 1.25 * cos(angle)), fabs(table[9 * 16 + 2 * i + 1] - 1.25 * sin(angle))));
+        }
+        T_CHECK(worst < 1e-5, "variant %d: position 9 does not turn by the short set (%g)", variant, worst);
         T_CHECK(nv_model_build_plans(&a, e) == NV_OK && t_forward_logits(&a, toks, N, la) && memcmp(la, plain, N * 97 * 4),
                 "variant %d: LongRoPE left the logits as they were", variant);
+        if (variant == 2) { /* a sequence within the original context: the logits of the short set alone */
+            nv_model s1;
+            T_CHECK(nv_model_load(dst, &s1) == NV_OK, "%s", nv_errmsg());
+            memcpy(s1.config.rope_factors, s1.config.rope_factors_short, sizeof s1.config.rope_factors);
+            s1.config.longrope_orig = 0;
+            memset(s1.config.rope_factors_short, 0, sizeof s1.config.rope_factors_short);
+            T_CHECK(nv_model_build_plans(&s1, e) == NV_OK && t_forward_logits(&s1, toks, N, lb) && !memcmp(la, lb, N * 97 * 4),
+                    "the first %d positions differ from the short set's", N);
+            nv_model_free(&s1);
+        }
         char args[900];
         snprintf(args, sizeof args, "info -m %s", dst);
-        T_CHECK(t_nerve(args) == 0 && strstr(t_out, "rope:     theta 10000, 8 frequency divisors 1..") && strstr(t_out, "cos and sin x 1.25"),
+        T_CHECK(t_nerve(args) == 0 && strstr(t_out, "rope:     theta 10000, 8 frequency divisors 1..") && strstr(t_out, "cos and sin x 1.25") &&
+                    (variant != 2 || strstr(t_out, "(1..1.07 below position 16)")),
                 "variant %d: nerve info says: %s", variant, t_out);
         const char *out = t_path("lr-export.gguf");
         T_CHECK(nv_gguf_save(&a, NULL, "lr", out, NV_GGUF_F32, NULL, NULL) == NV_OK && nv_model_load(out, &b) == NV_OK, "%s", nv_errmsg());

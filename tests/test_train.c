@@ -504,6 +504,18 @@ static void test_ckpt_roundtrip_and_flags(void) {
     gr_v5 = gr;
     gr_v5.residual_scale = gr_v5.logit_div = 0.0f;
     newer_fields_case(path, &gr, &gr, &gr_v5, 5, 1264, "Granite's multipliers");
+    /* partial rotation (version 7) survives; version 6's reserved field reads as none */
+    nv_config pr = base;
+    pr.rope_dim = base.head_dim / 2;
+    newer_fields_case(path, &pr, &pr, &base, 6, 1272, "partial rotation");
+    /* LongRoPE's short set (version 8) survives; a version 7 file reads its long set alone */
+    nv_config lr = base, lr_v7;
+    lr.n_rope_factors = base.head_dim / 2, lr.longrope_orig = 100, lr.rope_attn = 1.25f;
+    for (int i = 0; i < lr.n_rope_factors; i++) lr.rope_factors[i] = 2.0f + (float)i, lr.rope_factors_short[i] = 1.0f + 0.1f * (float)i;
+    lr_v7 = lr;
+    lr_v7.longrope_orig = 0;
+    memset(lr_v7.rope_factors_short, 0, sizeof lr_v7.rope_factors_short);
+    newer_fields_case(path, &lr, &lr, &lr_v7, 7, 1272, "LongRoPE's short set");
 }
 
 static void test_corrupt_checkpoint_refused_and_kept(void) {

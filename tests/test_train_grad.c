@@ -380,11 +380,15 @@ static void test_fd_nope(void) {
 }
 
 /* Partial rotation (Phi-4-mini's): RoPE on the first 4 of each head's 8 values, with QK-norm (its
- * weights over the whole head) and RoPE's attention factor; the rest pass through */
+ * weights over the whole head) and RoPE's attention factor; the rest pass through; LongRoPE's short
+ * set below position 3, its long set past it */
 static void test_fd_partial_rotary(void) {
     nv_config c = {16, 24, 2, 2, 1, 8, 23, 8, 10000.0f, 1e-5f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     c.rope_dim = 4, c.rope_attn = 1.2f;
     check_fd(&c, 2, 5);
+    c.n_rope_factors = 2, c.longrope_orig = 3;
+    c.rope_factors[0] = 1.5f, c.rope_factors[1] = 6.0f, c.rope_factors_short[0] = 1.1f, c.rope_factors_short[1] = 1.3f;
+    check_fd(&c, 2, 6);
 }
 
 /* c with Gemma's block: every part of Gemma 2 and 3's, the window (7) shorter than the tests' windows */

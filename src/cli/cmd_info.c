@@ -66,6 +66,11 @@ static int model_info(const char *path) {
         float lo = c->rope_factors[0], hi = lo;
         for (int i = 1; i < c->n_rope_factors; i++) lo = fminf(lo, c->rope_factors[i]), hi = fmaxf(hi, c->rope_factors[i]);
         printf(", %d frequency divisors %g..%g", c->n_rope_factors, (double)lo, (double)hi);
+        if (c->longrope_orig) { /* LongRoPE's short set */
+            lo = hi = c->rope_factors_short[0];
+            for (int i = 1; i < c->n_rope_factors; i++) lo = fminf(lo, c->rope_factors_short[i]), hi = fmaxf(hi, c->rope_factors_short[i]);
+            printf(" (%g..%g below position %d)", (double)lo, (double)hi, c->longrope_orig);
+        }
     }
     if (nv_config_rope_mscale(c) != 1.0f) printf(", cos and sin x %g", (double)nv_config_rope_mscale(c));
     if (c->rope_theta_swa != 0.0f) printf("; windowed layers theta %g, unscaled", (double)c->rope_theta_swa);

@@ -59,8 +59,14 @@ nv_err nv_config_validate(const nv_config *c) {
         return nv_fail(NV_EFORMAT, "model config: %d RoPE frequency factors for %d rotated values (want none or one per pair, at most %d)",
                        c->n_rope_factors, 2 * pairs, NV_ROPE_FACTORS_MAX);
     for (int i = 0; i < c->n_rope_factors; i++)
-        if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]))
-            return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g; they must be positive", i, c->rope_factors[i]);
+        if (!(c->rope_factors[i] > 0.0f) || !isfinite(c->rope_factors[i]) || (c->longrope_orig && !(c->rope_factors_short[i] > 0.0f)) ||
+            !isfinite(c->rope_factors_short[i]))
+            return nv_fail(NV_EFORMAT, "model config: RoPE frequency factor %d is %g (short set %g); they must be positive", i,
+                           c->rope_factors[i], c->rope_factors_short[i]);
+    if (c->longrope_orig < 0 || c->longrope_orig > MAX_SEQ ||
+        (c->longrope_orig && (!c->n_rope_factors || c->yarn.factor != 0.0f || c->llama3.factor != 0.0f)))
+        return nv_fail(NV_EFORMAT, "model config: LongRoPE's original context %d is out of range, or has no divisors or other scaling",
+                       c->longrope_orig);
     if (c->n_experts != 0 && (c->n_experts < 1 || c->n_experts > NV_MOE_MAX_EXPERTS || c->n_experts_used < 1 || c->n_experts_used > c->n_experts))
         return nv_fail(NV_EFORMAT, "model config: %d experts, %d used per token (want 1..%d experts, 1..all of them used)", c->n_experts,
                        c->n_experts_used, NV_MOE_MAX_EXPERTS);
@@ -181,6 +187,8 @@ uint64_t nv_config_rope_key(const nv_config *c) {
     if (c->rope_theta_swa != 0.0f) h = nv_checksum64(&c->rope_theta_swa, sizeof c->rope_theta_swa, h ^ (uint64_t)c->swa_period << 32);
     if (c->nope_period) h = nv_checksum64(&c->nope_period, sizeof c->nope_period, h);
     if (c->rope_dim) h = nv_checksum64(&c->rope_dim, sizeof c->rope_dim, h);
+    if (c->longrope_orig) /* the short set and where it ends */
+        h = nv_checksum64(c->rope_factors_short, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->longrope_orig << 20);
     return nv_checksum64(c->rope_factors, (size_t)c->n_rope_factors * sizeof(float), h ^ (uint64_t)c->n_rope_factors);
 }
 
@@ -210,7 +218,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

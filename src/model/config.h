@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -91,6 +91,12 @@ typedef struct {
      * are (transformers' partial_rotary_factor, a GGUF file's rope.dimension_count: Phi-4-mini rotates
      * 96 of 128); 0: the whole head. Frequency divisors are one per rotated pair. */
     int rope_dim;
+    /* LongRoPE's two sets (Phi-3-128k, Phi-3.5, Phi-4-mini) when the context is past the original
+     * one: positions below longrope_orig turn by these short divisors, the rest by rope_factors (the
+     * long ones), as transformers and vLLM turn every sequence that fits the original context; 0:
+     * rope_factors everywhere. */
+    int longrope_orig;
+    float rope_factors_short[NV_ROPE_FACTORS_MAX];
 } nv_config;
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }

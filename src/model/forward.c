@@ -186,10 +186,12 @@ void nv_rope_table(float *cs, const nv_config *c, int npos) {
         for (int pos = 0; pos < npos; pos++) cs[(size_t)pos * hd + i] = 1.0f, cs[(size_t)pos * hd + i + 1] = 0.0f;
     for (int i = 0; i < rot; i += 2) {
         /* the float expressions of run.c, so the rotation is bit-identical */
-        float freq = 1.0f / powf(c->rope_theta, (float)i / (float)rot);
-        if (c->n_rope_factors) freq /= c->rope_factors[i / 2]; /* Llama 3.1+: llama.cpp's theta / freq_factor */
+        const float base = 1.0f / powf(c->rope_theta, (float)i / (float)rot);
+        /* Llama 3.1+: llama.cpp's theta / freq_factor; LongRoPE's short set below its original context */
+        const float freq = c->n_rope_factors ? base / c->rope_factors[i / 2] : base;
+        const float short_freq = c->longrope_orig ? base / c->rope_factors_short[i / 2] : freq;
         for (int pos = 0; pos < npos; pos++) {
-            float val = (float)pos * freq;
+            float val = (float)pos * (pos < c->longrope_orig ? short_freq : freq);
             cs[(size_t)pos * hd + i] = cosf(val) * mscale;
             cs[(size_t)pos * hd + i + 1] = sinf(val) * mscale;
         }
@@ -203,7 +205,7 @@ float *nv_rope_table_new(const nv_config *c, int npos, int windowed) {
     nv_config lc = *c;
     if (windowed) { /* llama.cpp's windowed layers: their own base, no frequency scaling */
         lc.rope_theta = c->rope_theta_swa;
-        lc.n_rope_factors = 0;
+        lc.n_rope_factors = lc.longrope_orig = 0;
         lc.yarn = (nv_rope_yarn){0};
     }
     nv_rope_table(cs, &lc, npos);

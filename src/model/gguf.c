@@ -688,10 +688,10 @@ static int gemma_form(const nv_config *c) {
            !c->qkv_bias && !c->n_experts && linear_only(c) && c->yarn.factor == 0.0f && !c->nope_period;
 }
 int nv_config_phi3_form(const nv_config *c, int folder) {
-    return (c->rope_dim || (folder && c->n_rope_factors)) && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) &&
+    return (c->rope_dim || c->longrope_orig || (folder && c->n_rope_factors)) && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) &&
            !c->nope_period && !nv_config_granite(c) && c->yarn.factor == 0.0f && c->llama3.factor == 0.0f;
 }
-/* phi3 in a GGUF file: its LongRoPE divisors, if any, as both sets. */
+/* phi3 in a GGUF file: LongRoPE's two sets, or the one divisors as both. */
 static int phi3_form(const nv_config *c) { return nv_config_phi3_form(c, 0); }
 /* Whether the architecture c is written as rotates pairs half a head apart (llama.cpp's NEOX order:
  * its query and key rows are reordered on the way in and out). */
@@ -836,9 +836,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     if (!yarn) NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), 1.0f, &rope_attn));
     if (!(rope_attn > 0.0f && rope_attn < 1e3f))
         return nv_fail(NV_EFORMAT, "%s: %s.rope.scaling.attn_factor %g is out of range", g->path, arch, (double)rope_attn);
-    /* Phi-3's LongRoPE (the 128k models, Phi-3.5): a divisor per frequency for contexts past the
-       original one and another for the rest, chosen by the model's context as llama.cpp chooses by
-       its run's (its default context is the model's) */
+    /* Phi-3's LongRoPE (the 128k models, Phi-3.5, Phi-4-mini): a divisor per frequency for positions
+       past the original context and another for the rest (nv_config.longrope_orig) */
     const int longrope = nv_gguf_tensor_find(g, "rope_factors_long.weight") || nv_gguf_tensor_find(g, "rope_factors_short.weight");
     int64_t longrope_orig = 0;
     if (longrope && !phi3)
@@ -911,11 +910,13 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     if (granite) nv_config_set_granite(c, granite_m[0], granite_m[1], granite_m[2], granite_m[3]);
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
-    /* a divisor per pair: Llama 3.1+'s rope_freqs, or LongRoPE's set for the model's context (the two
-       refused together above) */
+    /* a divisor per pair: Llama 3.1+'s rope_freqs, or LongRoPE's: the short set below the original
+       context, the long one past it when the model's context reaches there (the two refused together
+       above) */
     const char *divisors = nv_gguf_tensor_find(g, "rope_freqs.weight") ? "rope_freqs.weight" : NULL;
-    if (longrope) {
-        divisors = ctx > longrope_orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
+    const int both = longrope && ctx > longrope_orig && longrope_orig > 0;
+    for (int set = 0; longrope && set <= both; set++) {
+        divisors = set ? "rope_factors_long.weight" : "rope_factors_short.weight";
         if (!nv_gguf_tensor_find(g, divisors))
             return nv_fail(NV_EFORMAT, "%s: LongRoPE's '%s' is missing (a context of %lld, the original %lld)", g->path, divisors,
                            (long long)ctx, (long long)longrope_orig);
@@ -924,6 +925,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
         if (nv_config_rope_pairs_fit(c) != NV_OK) return nv_fail(NV_EUNSUPPORTED, "%s: %s", g->path, nv_errmsg());
         c->n_rope_factors = nv_config_rope_dim(c) / 2;
         NV_TRY(take(g, NULL, divisors, (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors));
+        if (both) NV_TRY(take(g, NULL, "rope_factors_short.weight", (uint64_t)c->n_rope_factors, 1, 0, c->rope_factors_short));
+        if (both) c->longrope_orig = (int)longrope_orig;
     }
     if (rope_attn != 1.0f) c->rope_attn = rope_attn;
     if (linear) NV_TRY(nv_config_rope_linear(c, factor));
@@ -2209,6 +2212,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (phi3_form(c) && tok && !nv_tokenizer_strips_after_special(tok) && nv_tokenizer_strip_rule_matters(tok)) /* the reader's rule for phi3 */
         return nv_fail(NV_EUNSUPPORTED, "%s: not written: a phi3 file's SentencePiece vocabulary takes Phi-3's white-space rule after its "
                                         "special tokens, which this one does not have (write the model without it)", path);
+    if (c->longrope_orig && !phi3_form(c))
+        return nv_fail(NV_EUNSUPPORTED, "%s: not written: LongRoPE's two sets beside this model's other parts have no GGUF architecture", path);
     if (c->rope_dim && !half_rotation(c)) /* llama.cpp refuses a llama file whose rope.dimension_count is not the head's */
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: not written: RoPE on %d of each head's %d values beside this model's other parts has no GGUF architecture", path,
@@ -2236,13 +2241,14 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     }
     const size_t nw = nv_tensor_parts_of(t, tp, nv_model_tensor_map(c, &qw.w, t), phi3);
     nt = nw + (size_t)divisors;
-    /* Llama 3.1+'s frequency divisors, as llama.cpp stores them; phi3: the one set nerve runs, for
-       contexts past the original one and within it */
+    /* Llama 3.1+'s frequency divisors, as llama.cpp stores them; phi3: LongRoPE's long and short sets
+       (the one set as both when there is one) */
     static const char *const divisor_names[2][2] = {{"rope_freqs.weight", ""}, {"rope_factors_long.weight", "rope_factors_short.weight"}};
     for (int set = 0; set < divisors; set++) {
-        t[nw + (size_t)set] = (nv_tensor_ref){"", (uint64_t)c->n_rope_factors, 1, (float *)c->rope_factors, 0};
+        float *f = (float *)(set && c->longrope_orig ? c->rope_factors_short : c->rope_factors);
+        t[nw + (size_t)set] = (nv_tensor_ref){"", (uint64_t)c->n_rope_factors, 1, f, 0};
         snprintf(t[nw + (size_t)set].name, sizeof t[nw].name, "%s", divisor_names[phi3][set]);
-        tp[nw + (size_t)set] = (nv_tensor_parts){{c->rope_factors}, {1}, 1, ""};
+        tp[nw + (size_t)set] = (nv_tensor_parts){{f}, {1}, 1, ""};
     }
     const char *arch = arch_of(c);
     char k[96];
@@ -2282,7 +2288,9 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_f32(&b, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), c->norm_eps);
     kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base"), c->rope_theta);
     if (c->rope_attn != 0.0f && !yarn) kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), c->rope_attn), n_kv++;
-    if (divisors == 2) kv_u32(&b, akey(k, sizeof k, arch, "rope.scaling.original_context_length"), (uint32_t)c->seq_len), n_kv++;
+    if (divisors == 2) /* where the short set ends (the whole context when the two are one) */
+        kv_u32(&b, akey(k, sizeof k, arch, "rope.scaling.original_context_length"),
+               (uint32_t)(c->longrope_orig ? c->longrope_orig : c->seq_len)), n_kv++;
     if (factor_only) {
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "linear");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->rope_factors[0]);

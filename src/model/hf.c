@@ -154,26 +154,32 @@ static nv_err llama3_factors(const char *path, const cJSON *rs, nv_config *c) {
 }
 
 /* Phi-3's LongRoPE (rope_scaling type longrope; "su" in early folders): a divisor per rotated pair,
- * long_factor when the model's context is past original_max_position_embeddings, else short_factor
- * (as the GGUF reader chooses), and every cos and sin times attention_factor, by default
- * sqrt(1 + ln(s) / ln(original)) for s = context / original > 1 (transformers' and llama.cpp's). */
+ * short_factor below original_max_position_embeddings and, when the model's context goes past it,
+ * long_factor there (nv_config.longrope_orig; as the GGUF reader reads them), and every cos and sin
+ * times attention_factor, by default sqrt(1 + ln(s) / ln(original)) for s = context / original > 1
+ * (transformers' and llama.cpp's). */
 static nv_err longrope_factors(const char *path, const cJSON *j, const cJSON *rs, nv_config *c) {
     int64_t orig;
     const char *key = "original_max_position_embeddings";
     NV_TRY(get_whole(path, absent(field(j, key)) ? rs : j, key, c->seq_len, 0, 1, 1 << 30, &orig));
     const int n = nv_config_rope_dim(c) / 2; /* one per rotated pair (Phi-4-mini: 48 for 96 of 128 values) */
     if (nv_config_rope_pairs_fit(c) != NV_OK) return nv_fail(NV_EUNSUPPORTED, "%s: %s", path, nv_errmsg());
-    const char *set = c->seq_len > orig ? "long_factor" : "short_factor";
-    const cJSON *list = field(rs, set), *f;
-    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != n)
-        return nv_fail(NV_EFORMAT, "%s: rope_scaling's %s is not a list of %d factors", path, set, n);
-    int i = 0;
-    cJSON_ArrayForEach(f, list) {
-        if (!cJSON_IsNumber(f) || !(f->valuedouble > 0 && f->valuedouble < 1e6))
-            return nv_fail(NV_EFORMAT, "%s: rope_scaling's %s[%d] is out of range", path, set, i);
-        c->rope_factors[i++] = (float)f->valuedouble;
+    const int both = c->seq_len > orig;
+    for (int k = 0; k <= both; k++) { /* short, then long */
+        const char *set = k ? "long_factor" : "short_factor";
+        const cJSON *list = field(rs, set), *f;
+        if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != n)
+            return nv_fail(NV_EFORMAT, "%s: rope_scaling's %s is not a list of %d factors", path, set, n);
+        int i = 0;
+        cJSON_ArrayForEach(f, list) {
+            if (!cJSON_IsNumber(f) || !(f->valuedouble > 0 && f->valuedouble < 1e6))
+                return nv_fail(NV_EFORMAT, "%s: rope_scaling's %s[%d] is out of range", path, set, i);
+            c->rope_factors[i++] = (float)f->valuedouble;
+        }
+        if (both && !k) memcpy(c->rope_factors_short, c->rope_factors, sizeof c->rope_factors_short);
     }
     c->n_rope_factors = n;
+    c->longrope_orig = both ? (int)orig : 0;
     const double scale = (double)c->seq_len / (double)orig;
     double attn = scale > 1 ? sqrt(1 + log(scale) / log((double)orig)) : 1.0;
     if (!absent(field(rs, "attention_factor"))) NV_TRY(get_real(path, rs, "attention_factor", 1.0, &attn));
@@ -1715,7 +1721,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     for (int i = 1; linear && i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];
     /* Phi-3's folder (fused projections, write_weights) for llama's block with RoPE on part of each
        head or other per-pair divisors: LongRoPE's two sets, both the one nerve runs */
-    const int phi3 = nv_config_phi3_form(c, 1) && (c->rope_dim || !linear);
+    const int phi3 = nv_config_phi3_form(c, 1) && (c->rope_dim || c->longrope_orig || !linear);
     linear &= !phi3;
     if (c->n_rope_factors && !linear && !yarn && !llama3 && !phi3)
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE frequency factors beside this model's other parts have no form in config.json (export GGUF instead)",
@@ -1791,15 +1797,17 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         cJSON_AddNumberToObject(rs, "low_freq_factor", shortest(c->llama3.low_freq_factor));
         cJSON_AddNumberToObject(rs, "high_freq_factor", shortest(c->llama3.high_freq_factor));
         cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->llama3.orig_ctx);
-    } else if (phi3 && c->n_rope_factors) { /* longrope_factors reads it back: the short set, the context no longer than the original */
+    } else if (phi3 && c->n_rope_factors) { /* longrope_factors reads it back: LongRoPE's two sets, or one set as both */
         cJSON *rs = cJSON_AddObjectToObject(cfg, "rope_scaling");
         cJSON_AddStringToObject(rs, "type", "longrope");
         for (int set = 0; set < 2; set++) {
+            const float *f = set && c->longrope_orig ? c->rope_factors_short : c->rope_factors;
             cJSON *list = cJSON_AddArrayToObject(rs, set ? "short_factor" : "long_factor");
-            for (int i = 0; i < c->n_rope_factors; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(shortest(c->rope_factors[i])));
+            for (int i = 0; i < c->n_rope_factors; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(shortest(f[i])));
         }
         cJSON_AddNumberToObject(rs, "attention_factor", c->rope_attn != 0.0f ? shortest(c->rope_attn) : 1.0);
-        cJSON_AddNumberToObject(cfg, "original_max_position_embeddings", c->seq_len);
+        /* where the short set ends; with one set, the whole context (so it is the one read) */
+        cJSON_AddNumberToObject(cfg, "original_max_position_embeddings", c->longrope_orig ? c->longrope_orig : c->seq_len);
     } else {
         cJSON_AddNullToObject(cfg, "rope_scaling");
     }

@@ -9,22 +9,24 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 7u
+#define CKPT_VERSION 8u
 /* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones; version 3's:
  * before the layers without RoPE; version 4's: before the Gemma block's; version 5's: before Granite's;
- * version 6's: all, rope_dim a reserved 0 (version 7 gives it partial rotation, which version 6 readers
- * would have run as whole) */
+ * version 6's and 7's: before LongRoPE's short set, rope_dim a reserved 0 in 6 (version 7 gives it
+ * partial rotation, which version 6 readers would have run as whole) */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 #define CKPT_V3_HEADER offsetof(nv_ckpt_header, nope_period)
 #define CKPT_V4_HEADER offsetof(nv_ckpt_header, swa_window)
 #define CKPT_V5_HEADER offsetof(nv_ckpt_header, residual_scale)
+#define CKPT_V7_HEADER offsetof(nv_ckpt_header, longrope_orig)
 _Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
 _Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's header is 144 bytes");
 _Static_assert(offsetof(nv_ckpt_header, nope_period) == 1216, "version 3's header is 1216 bytes");
 _Static_assert(offsetof(nv_ckpt_header, swa_window) == 1224, "version 4's header is 1224 bytes");
 _Static_assert(offsetof(nv_ckpt_header, residual_scale) == 1264, "version 5's header is 1264 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 1272, "versions 6 and 7's header is 1272 bytes (docs/formats.md)");
+_Static_assert(offsetof(nv_ckpt_header, longrope_orig) == 1272, "versions 6 and 7's header is 1272 bytes");
+_Static_assert(sizeof(nv_ckpt_header) == 2304, "version 8's header is 2304 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -46,6 +48,8 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->logit_softcap = c->logit_softcap, h->attn_softcap = c->attn_softcap;
     h->residual_scale = c->residual_scale, h->logit_div = c->logit_div;
     h->rope_dim = c->rope_dim;
+    h->longrope_orig = c->longrope_orig;
+    memcpy(h->rope_factors_short, c->rope_factors_short, sizeof h->rope_factors_short);
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
     h->n_rope_factors = c->n_rope_factors;
@@ -79,6 +83,8 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->logit_softcap = h->logit_softcap, c->attn_softcap = h->attn_softcap;
     c->residual_scale = h->residual_scale, c->logit_div = h->logit_div;
     c->rope_dim = h->rope_dim;
+    c->longrope_orig = h->longrope_orig;
+    memcpy(c->rope_factors_short, h->rope_factors_short, sizeof c->rope_factors_short);
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
     c->n_rope_factors = h->n_rope_factors;
@@ -89,10 +95,11 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->llama3 = (nv_rope_llama3){h->llama3_factor, h->llama3_low_freq_factor, h->llama3_high_freq_factor, h->llama3_orig_ctx};
 }
 
-/* The checksum of a checkpoint's parts, hashed part by part in file order. */
-static uint64_t ckpt_sum(uint32_t version, uint32_t hbytes, const nv_ckpt_header *h, const float *params,
+/* The checksum of a checkpoint's parts, hashed part by part in file order (h: the header's hbytes
+ * bytes; n_params floats each of params, m, v). */
+static uint64_t ckpt_sum(uint32_t version, uint32_t hbytes, const void *h, uint64_t n_params, const float *params,
                          const float *m, const float *v) {
-    size_t n = (size_t)h->n_params * sizeof(float);
+    size_t n = (size_t)n_params * sizeof(float);
     uint64_t sum = nv_checksum64(CKPT_MAGIC, 8, 0);
     sum = nv_checksum64(&version, 4, sum);
     sum = nv_checksum64(&hbytes, 4, sum);
@@ -105,7 +112,7 @@ static uint64_t ckpt_sum(uint32_t version, uint32_t hbytes, const nv_ckpt_header
 nv_err nv_ckpt_save(const char *path, const nv_ckpt_header *h, const float *params, const float *m, const float *v) {
     uint32_t version = CKPT_VERSION, hbytes = (uint32_t)sizeof *h;
     size_t n = (size_t)h->n_params * sizeof(float);
-    uint64_t sum = ckpt_sum(version, hbytes, h, params, m, v);
+    uint64_t sum = ckpt_sum(version, hbytes, h, h->n_params, params, m, v);
     nv_iov parts[] = {{CKPT_MAGIC, 8}, {&version, 4}, {&hbytes, 4}, {h, sizeof *h},
                       {params, n},     {m, n},        {v, n},       {&sum, 8}};
     return nv_file_write_atomic(path, parts, 8);
@@ -131,7 +138,8 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     }
     if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
     const size_t want_h = version == 1 ? CKPT_V1_HEADER : version == 2 ? CKPT_V2_HEADER : version == 3 ? CKPT_V3_HEADER
-                          : version == 4 ? CKPT_V4_HEADER : version == 5 ? CKPT_V5_HEADER : sizeof out->h;
+                          : version == 4 ? CKPT_V4_HEADER : version == 5 ? CKPT_V5_HEADER : version <= 7 ? CKPT_V7_HEADER
+                                                                                                     : sizeof out->h;
     if (hbytes != want_h) {
         e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, want_h);
         goto fail;
@@ -175,7 +183,8 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     const float *params = (const float *)(map.data + r.pos);
     uint64_t want;
     memcpy(&want, map.data + map.len - 8, 8);
-    if (want != ckpt_sum(version, hbytes, &out->h, params, params + out->h.n_params, params + 2 * out->h.n_params)) {
+    /* the header as the file holds it (a reserved field an older version left is cleared in out->h) */
+    if (want != ckpt_sum(version, hbytes, map.data + 16, out->h.n_params, params, params + out->h.n_params, params + 2 * out->h.n_params)) {
         e = nv_fail(NV_EFORMAT, "%s: checksum mismatch: the checkpoint is corrupted", path);
         goto fail;
     }

@@ -2,7 +2,7 @@
  *
  *   "NVCKPT01"  8-byte magic
  *   uint32      format version (6; versions 1 to 5, whose headers end earlier, are read)
- *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224, 1264 in versions 1 to 5, 1272 in 6 and 7)
+ *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224, 1264 in versions 1 to 5, 1272 in 6 and 7, 2304 in 8)
  *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run, LoRA shape
  *   fp32        params[n], adam m[n], adam v[n] (a LoRA run's: the adapters')
  *   uint64      checksum of everything before it
@@ -57,6 +57,9 @@ typedef struct {
     int32_t rope_dim; /* version 7: partial rotation (nv_config's; a reserved 0 before, read as none) */
     /* version 6: Granite's residual multiplier and logit divisor (nv_config's); older files read as none */
     float residual_scale, logit_div;
+    /* version 8: LongRoPE's short set and where it ends (nv_config's); older files read as none */
+    int32_t longrope_orig, reserved_v8;
+    float rope_factors_short[NV_ROPE_FACTORS_MAX];
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);
