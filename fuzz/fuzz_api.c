@@ -225,7 +225,7 @@ static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
 /* The answer's calls and content must not depend on how the text arrives. */
 static void check_tool_parser(const char *data, size_t size) {
     static const char *const names[] = {"get_weather", "play", "a"};
-    for (int style = NV_TOOLS_HERMES; style <= NV_TOOLS_MISTRAL; style++) {
+    for (int style = NV_TOOLS_HERMES; style <= NV_TOOLS_PHI4_MINI; style++) {
         nv_buf content[2] = {{0}, {0}};
         nv_tool_call *calls[2] = {NULL, NULL};
         int n[2] = {0, 0};

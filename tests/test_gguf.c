@@ -860,7 +860,13 @@ static void test_serve_declared_template(void) {
                   "'<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
                   "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}"
                   "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}",
-                  "", "chat template phi3"}};
+                  "", "chat template phi3"},
+                 /* Phi-4-mini-instruct's own */
+                 {"{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not "
+                  "none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + "
+                  "'<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
+                  "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}",
+                  "", "chat template phi4-mini"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *p = t_path("chat.gguf");
         gguf_write_model_ex(p, "llama", 3, 1, cases[i].tmpl);

@@ -993,6 +993,15 @@ static void test_tool_calls(void) {
                    "[/AVAILABLE_TOOLS][INST] Be brief.\\n\\nPlay?[/INST][TOOL_CALLS] [{\\\"name\\\": \\\"play\\\", "
                    "\\\"arguments\\\": {\\\"toy\\\":\\\"car\\\"}, \\\"id\\\": \\\"k3Xb9Qz1a\\\"}]</s>[TOOL_RESULTS] "
                    "{\\\"content\\\": done, \\\"call_id\\\": \\\"k3Xb9Qz1a\\\"}[/TOOL_RESULTS]");
+    /* Phi-4-mini's: the tools' functions in the system turn, the calls Granite's list closed by
+       <|/tool_call|>, the result a tool turn, no line breaks */
+    template_tools(model, tools, "phi4-mini", 0,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                   "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
+                   "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
+                   "<|system|><|tool|>[{\\\"name\\\": \\\"get_weather\\\", \\\"description\\\": \\\"Weather\\\"",
+                   "<|user|>Play?<|end|><|assistant|><|tool_call|>[{\\\"name\\\": \\\"play\\\", \\\"arguments\\\": "
+                   "{\\\"toy\\\":\\\"car\\\"}}]<|/tool_call|><|end|><|tool|>done<|end|><|assistant|>");
 }
 
 #define NCONC 8
@@ -2090,7 +2099,7 @@ static void test_chat_templates_in_jinja(void) {
     out[n] = 0;
     const int rc = p ? pclose(p) : -1;
     T_CHECK(rc == 0 && strstr(out, "chatml: 19/19") && strstr(out, "phi3: 19/19") && strstr(out, "gemma: 19/19") &&
-                strstr(out, "granite: 19/19") && strstr(out, "mistral: 19/19"),
+                strstr(out, "granite: 19/19") && strstr(out, "mistral: 19/19") && strstr(out, "phi4-mini: 19/19"),
             "chat_template_check.py (exit %d):\n%s", rc, out);
 }
 

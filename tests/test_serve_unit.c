@@ -582,6 +582,30 @@ static void test_chat_tools(void) {
     nv_buf_free(&text);
     msgs[2].content = "", msgs[3].tool_call_id = NULL;
     msgs[2].calls = &call, msgs[2].n_calls = 1;
+    /* phi4-mini: Phi-4-mini's turns without line breaks, the tools' functions between <|tool|> and
+       <|/tool|> in the system turn (an empty one without a system message), calls as Granite's list
+       closed by <|/tool_call|>, results as tool turns (BOS as this vocabulary adds it; Phi-4-mini's
+       adds none) */
+    const char *fn[] = {"{\"name\": \"f\"}"};
+    nv_chat_opts o4m = {.tools = fn, .n_tools = 1};
+    text.len = 0;
+    T_CHECK(nv_chat_render_text(NV_CHAT_PHI4_MINI, tok, msgs, 4, &o4m, &text) == NV_OK && text.data &&
+                !strcmp(text.data, "<s><|system|>Be kind.<|tool|>[{\"name\": \"f\"}]<|/tool|><|end|><|user|>Hi<|end|><|assistant|>"
+                                   "<|tool_call|>[{\"name\": \"f\", \"arguments\": {\"x\": 1}}]<|/tool_call|><|end|><|tool|>42<|end|>"
+                                   "<|assistant|>"),
+            "phi4-mini: %s", text.data ? text.data : nv_errmsg());
+    text.len = 0;
+    T_CHECK(nv_chat_render_text(NV_CHAT_PHI4_MINI, tok, msgs + 1, 1, &o4m, &text) == NV_OK && text.data &&
+                !strcmp(text.data, "<s><|system|><|tool|>[{\"name\": \"f\"}]<|/tool|><|end|><|user|>Hi<|end|><|assistant|>"),
+            "phi4-mini without a system message: %s", text.data ? text.data : nv_errmsg());
+    text.len = 0;
+    T_CHECK(nv_chat_render_text(NV_CHAT_PHI4_MINI, tok, msgs, 2, &(nv_chat_opts){0}, &text) == NV_OK && text.data &&
+                !strcmp(text.data, "<s><|system|>Be kind.<|end|><|user|>Hi<|end|><|assistant|>"),
+            "phi4-mini without tools: %s", text.data ? text.data : nv_errmsg());
+    T_CHECK(nv_chat_tool_style(NV_CHAT_PHI4_MINI) == NV_TOOLS_PHI4_MINI && !strcmp(nv_chat_tool_token(NV_CHAT_PHI4_MINI), "<|tool_call|>") &&
+                !strcmp(nv_chat_template_stop(NV_CHAT_PHI4_MINI), "<|end|>"),
+            "phi4-mini's calls, marker and stop");
+    nv_buf_free(&text);
     nv_tokenizer_free(tok);
 }
 

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "  Ctrl-C stops an answer; at the prompt it ends the conversation.\n"
             "  -m MODEL            a model file, a nerve train run folder or a Hugging Face folder (as generate)\n"
             "  -z TOKENIZER        default: the model's own, as generate\n"
-            "  --chat-template T   plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite or mistral (default: what the model\n"
+            "  --chat-template T   plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral or phi4-mini (default: what the model\n"
             "                      declares, as serve: a chat run's, a GGUF file's or a folder's; else plain)\n"
             "  --chat-template-file F  a Jinja template, recognised as one of those by its markers\n"
             "  --system TEXT       a system message first\n"

@@ -500,7 +500,8 @@ static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style 
                             int think, const nv_api_request *format, nv_grammar **out) {
     const char *list_sep = parallel ? ", " : NULL; /* Granite's and Mistral's calls: one list */
     const nv_call_frame frame = style == NV_TOOLS_LLAMA3    ? (nv_call_frame){"parameters", "", "", NULL, NULL}
-                                : style == NV_TOOLS_GRANITE ? (nv_call_frame){"arguments", NV_GRANITE_CALLS, "]", NULL, list_sep}
+                                : style == NV_TOOLS_GRANITE || style == NV_TOOLS_PHI4_MINI
+                                    ? (nv_call_frame){"arguments", NV_GRANITE_CALLS, "]", NULL, list_sep}
                                 : style == NV_TOOLS_MISTRAL ? (nv_call_frame){"arguments", NV_MISTRAL_CALLS, "]", NULL, list_sep}
                                                             : (nv_call_frame){"arguments", "<tool_call>\n", "\n</tool_call>",
                                                                               parallel ? "\n" : NULL, NULL};
@@ -546,10 +547,11 @@ static int check_tools(const cJSON *tools, nv_api_error *err) {
 }
 
 /* A tool as the chat template prints it (Python's json.dumps style: one line for Hermes and Mistral,
-   indented by 4 for Llama 3 and Granite), malloc'd. */
+   indented by 4 for Llama 3 and Granite; Phi-4-mini's: its function alone, on one line), malloc'd. */
 static char *tool_text(const cJSON *tool, nv_tool_style style) {
     nv_buf b = {0};
-    nv_py_json(&b, tool, style == NV_TOOLS_HERMES || style == NV_TOOLS_MISTRAL ? 0 : 4);
+    if (style == NV_TOOLS_PHI4_MINI) tool = cJSON_GetObjectItemCaseSensitive(tool, "function"); /* its functions alone */
+    nv_py_json(&b, tool, style == NV_TOOLS_HERMES || style == NV_TOOLS_MISTRAL || style == NV_TOOLS_PHI4_MINI ? 0 : 4);
     return nv_buf_take(&b);
 }
 
@@ -659,7 +661,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
          * grammar cannot take leaves the calls unconstrained: they are still read) */
         out->req.lazy_grammar = out->lazy_grammar;
         out->req.lazy_trigger = style == NV_TOOLS_LLAMA3    ? "{"
-                                : style == NV_TOOLS_GRANITE ? NV_GRANITE_TOOL_CALL
+                                : style == NV_TOOLS_GRANITE || style == NV_TOOLS_PHI4_MINI ? NV_GRANITE_TOOL_CALL
                                 : style == NV_TOOLS_MISTRAL ? NV_MISTRAL_TOOL_CALLS
                                                             : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;

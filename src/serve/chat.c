@@ -6,7 +6,7 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral"};
+static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral", "phi4-mini"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -23,7 +23,8 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral)", name);
+    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini)",
+                   name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
@@ -32,7 +33,7 @@ const char *nv_chat_template_stop(nv_chat_template t) {
     return t == NV_CHAT_CHATML ? "<|im_end|>"
            : t == NV_CHAT_LLAMA3 ? "<|eot_id|>"
            : t == NV_CHAT_DEEPSEEK ? DS_END
-           : t == NV_CHAT_PHI3 ? "<|end|>"
+           : t == NV_CHAT_PHI3 || t == NV_CHAT_PHI4_MINI ? "<|end|>"
            : t == NV_CHAT_GEMMA ? "<end_of_turn>"
            : t == NV_CHAT_GRANITE ? "<|end_of_text|>"
                                : NULL;
@@ -51,11 +52,12 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t) {
     return t == NV_CHAT_LLAMA3    ? NV_TOOLS_LLAMA3
            : t == NV_CHAT_GRANITE ? NV_TOOLS_GRANITE
            : t == NV_CHAT_MISTRAL ? NV_TOOLS_MISTRAL
+           : t == NV_CHAT_PHI4_MINI ? NV_TOOLS_PHI4_MINI
                                   : NV_TOOLS_HERMES;
 }
 
 const char *nv_chat_tool_token(nv_chat_template t) {
-    return t == NV_CHAT_GRANITE ? NV_GRANITE_TOOL_CALL : t == NV_CHAT_MISTRAL ? NV_MISTRAL_TOOL_CALLS : NULL;
+    return t == NV_CHAT_GRANITE || t == NV_CHAT_PHI4_MINI ? NV_GRANITE_TOOL_CALL : t == NV_CHAT_MISTRAL ? NV_MISTRAL_TOOL_CALLS : NULL;
 }
 
 /* ---- tools: the Hermes format (Qwen2.5/Qwen3's templates) and Llama 3.1's JSON one ---- */
@@ -273,6 +275,33 @@ static void render_granite(nv_buf *text, const nv_chat_msg *m, int n, const nv_c
     nv_buf_puts(text, GRANITE_ROLE("assistant"));
 }
 
+/* Phi-4-mini's calls: Granite's list, closed by its own token. */
+static void phi4_calls(nv_buf *b, const nv_chat_msg *m) {
+    call_list(b, NV_GRANITE_CALLS, m, 0);
+    if (m->n_calls) nv_buf_puts(b, "<|/tool_call|>");
+}
+
+/* Phi-4-mini's turns: <|role|>TEXT<|end|>, no line breaks (its own template's; Phi-3's have them);
+ * the tools, their functions as one JSON list, between <|tool|> and <|/tool|> at the end of the
+ * system turn (the first system message's, else an empty one), as its template puts a system
+ * message's tools; a tool's result a turn of role tool, as its template names it; earlier calls
+ * phi4_calls. */
+static void render_phi4_mini(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    int i = 0;
+    if (o->n_tools) {
+        nv_buf_printf(text, "<|system|>%s<|tool|>[", n && is_system(m[0].role) ? m[i++].content : "");
+        for (int k = 0; k < o->n_tools; k++) nv_buf_printf(text, "%s%s", k ? ", " : "", o->tools[k]);
+        nv_buf_puts(text, "]<|/tool|><|end|>");
+    }
+    for (; i < n; i++) {
+        nv_buf_printf(text, "<|%s|>%s", is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool" : m[i].role, m[i].content);
+        if (i == n - 1 && continues(m, n, o)) return; /* the answer so far, continued */
+        phi4_calls(text, &m[i]);
+        nv_buf_puts(text, "<|end|>");
+    }
+    nv_buf_puts(text, "<|assistant|>");
+}
+
 /* Mistral's v3 turns (chat.h), out in pieces that each end with EOS (the last may not): BOS opens
  * the first. */
 static nv_err render_mistral(const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
@@ -448,6 +477,7 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
     else if (t == NV_CHAT_GRANITE) render_granite(text, m, n, o);
+    else if (t == NV_CHAT_PHI4_MINI) render_phi4_mini(text, m, n, o);
     else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
     else if (t == NV_CHAT_DEEPSEEK) render_deepseek(text, m, n, o);
     else if (t == NV_CHAT_GEMMA) render_gemma(text, m, n, o);
@@ -531,6 +561,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
             } else {
                 nv_buf_puts(&answer, a->content);
                 if (t == NV_CHAT_GRANITE) call_list(&answer, NV_GRANITE_CALLS, a, 0);
+                else if (t == NV_CHAT_PHI4_MINI) phi4_calls(&answer, a);
                 else hermes_calls(&answer, a);
             }
             nv_buf_puts(&answer, nv_chat_template_stop(t));
@@ -651,6 +682,23 @@ static const char jinja_granite[] =
     "{{- '<|end_of_text|>\\n' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- " J_GRANITE_ROLE("'assistant'") " }}{%- endif %}";
 
+static const char jinja_phi4_mini[] =
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS
+    "{%- if tools %}{{- '<|system|>' }}"
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT
+    "{{- ns.c }}{%- set ns.start = 1 %}{%- endif %}"
+    "{{- '<|tool|>[' }}{%- for t in tools %}{%- if not loop.first %}{{- ', ' }}{%- endif %}"
+    "{{- (t.function if t.function is defined else t) | tojson }}{%- endfor %}{{- ']<|/tool|><|end|>' }}"
+    "{%- endif %}"
+    J_EACH
+    "{{- '<|' + ('system' if m.role in " J_SYS " else ('tool' if m.role in " J_TOOL " else m.role)) + '|>' + ns.c }}"
+    "{%- if m.tool_calls %}{{- '" NV_GRANITE_CALLS "' }}"
+    "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
+    "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
+    "{{- '}' }}{%- endfor %}{{- ']<|/tool_call|>' }}{%- endif %}"
+    "{{- '<|end|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|assistant|>' }}{%- endif %}";
+
 static const char jinja_mistral[] =
     "{%- set ns = namespace(c='', start=0, sys='', last=-1) %}" J_BOS
     "{%- for m in messages %}{%- if m.role in " J_SYS " %}" J_CONTENT
@@ -765,6 +813,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_GEMMA: return jinja_gemma;
     case NV_CHAT_GRANITE: return jinja_granite;
     case NV_CHAT_MISTRAL: return jinja_mistral;
+    case NV_CHAT_PHI4_MINI: return jinja_phi4_mini;
     }
     return NULL;
 }

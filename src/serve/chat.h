@@ -57,7 +57,7 @@
 #include "model/tokenizer.h"
 
 typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3, NV_CHAT_GEMMA,
-               NV_CHAT_GRANITE, NV_CHAT_MISTRAL } nv_chat_template;
+               NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI } nv_chat_template;
 
 /* DeepSeek's assistant marker, <｜Assistant｜> (fullwidth vertical bars): the deepseek template writes
  * it, and a GGUF file's template holding it is recognised as that one. */
@@ -88,7 +88,9 @@ typedef struct {
 } nv_chat_opts;
 
 /* The tool calls' wire format of a template. */
-typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL } nv_tool_style;
+/* Phi-4-mini's calls are Granite's list after the same marker (its vocabulary's control token, then
+ * closed by <|/tool_call|>); its tools are their functions on one line. */
+typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
 /* What opens Granite's and Mistral's tool calls: one control token in their vocabularies. */
 #define NV_GRANITE_TOOL_CALL "<|tool_call|>"
@@ -97,7 +99,7 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t);
 #define NV_GRANITE_CALLS NV_GRANITE_TOOL_CALL "["
 #define NV_MISTRAL_CALLS NV_MISTRAL_TOOL_CALLS " ["
 /* The text of the control token that opens the template's tool calls, which decoding must print
- * (nv_tokenizer_show): Granite's; NULL for the others (their markers are text). */
+ * (nv_tokenizer_show): Granite's, Mistral's, Phi-4-mini's; NULL for the others (their markers are text). */
 const char *nv_chat_tool_token(nv_chat_template t);
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out);

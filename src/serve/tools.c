@@ -314,7 +314,7 @@ int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, n
     nv_buf_append(&p->hold, s, n);
     if (p->hold.oom) return -1;
     int rc = p->style == NV_TOOLS_LLAMA3    ? feed_llama3(p, final, content, calls, n_calls)
-             : p->style == NV_TOOLS_GRANITE ? feed_list(p, NV_GRANITE_TOOL_CALL, final, content, calls, n_calls)
+             : p->style == NV_TOOLS_GRANITE || p->style == NV_TOOLS_PHI4_MINI ? feed_list(p, NV_GRANITE_TOOL_CALL, final, content, calls, n_calls)
              : p->style == NV_TOOLS_MISTRAL ? feed_list(p, NV_MISTRAL_TOOL_CALLS, final, content, calls, n_calls)
                                             : feed_hermes(p, final, content, calls, n_calls);
     return rc < 0 || content->oom ? -1 : 0;

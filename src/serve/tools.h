@@ -13,7 +13,8 @@
  *   (or "arguments")} is a call; anything else is content. Granite style: the text after
  *   "<|tool_call|>" to the end of the answer is a JSON list of calls {"name", "arguments"} (one
  *   object is a list of one; an empty list is no call), the text before it content without its
- *   trailing white space; a list with anything else in it stays content as written. Mistral style:
+ *   trailing white space; a list with anything else in it stays content as written (Phi-4-mini's
+ *   style too: its closing <|/tool_call|> is a control token that prints nothing). Mistral style:
  *   the same after "[TOOL_CALLS]" (each call's "id" ignored). Text that
  *   may still turn out to be a call is held back until it is decided, so streamed content never
  *   has to be taken back.
