@@ -276,9 +276,10 @@ static void render_granite(nv_buf *text, const nv_chat_msg *m, int n, const nv_c
 }
 
 /* Phi-4-mini's calls: Granite's list, closed by its own token. */
+#define PHI4_CALLS_END "<|/tool_call|>"
 static void phi4_calls(nv_buf *b, const nv_chat_msg *m) {
     call_list(b, NV_GRANITE_CALLS, m, 0);
-    if (m->n_calls) nv_buf_puts(b, "<|/tool_call|>");
+    if (m->n_calls) nv_buf_puts(b, PHI4_CALLS_END);
 }
 
 /* Phi-4-mini's turns: <|role|>TEXT<|end|>, no line breaks (its own template's; Phi-3's have them);
@@ -665,6 +666,12 @@ static const char jinja_chatml[] = J_TURNS(
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}");
 static const char jinja_phi3[] = J_TURNS("<|", "|>", "<|end|>", "");
 #define J_GRANITE_ROLE(r) "'<|start_of_role|>' + " r " + '<|end_of_role|>'"
+/* call_list's form (Granite's list, and Phi-4-mini's), the list closed by END */
+#define J_CALL_LIST(END)                                                                                                 \
+    "{%- if m.tool_calls %}{{- '" NV_GRANITE_CALLS "' }}"                                                                \
+    "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"                        \
+    "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS       \
+    "{{- '}' }}{%- endfor %}{{- '" END "' }}{%- endif %}"
 static const char jinja_granite[] =
     "{%- set ns = namespace(c='', start=0) %}" J_BOS
     "{%- if tools %}{{- " J_GRANITE_ROLE("'system'") " }}"
@@ -674,11 +681,7 @@ static const char jinja_granite[] =
     "{%- endif %}"
     J_EACH
     "{%- set role = 'system' if m.role in " J_SYS " else ('tool_response' if m.role in " J_TOOL " else m.role) %}"
-    "{{- " J_GRANITE_ROLE("role") " + ns.c }}"
-    "{%- if m.tool_calls %}{{- '" NV_GRANITE_CALLS "' }}"
-    "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
-    "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
-    "{{- '}' }}{%- endfor %}{{- ']' }}{%- endif %}"
+    "{{- " J_GRANITE_ROLE("role") " + ns.c }}" J_CALL_LIST("]")
     "{{- '<|end_of_text|>\\n' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- " J_GRANITE_ROLE("'assistant'") " }}{%- endif %}";
 
@@ -692,11 +695,7 @@ static const char jinja_phi4_mini[] =
     "{%- endif %}"
     J_EACH
     "{{- '<|' + ('system' if m.role in " J_SYS " else ('tool' if m.role in " J_TOOL " else m.role)) + '|>' + ns.c }}"
-    "{%- if m.tool_calls %}{{- '" NV_GRANITE_CALLS "' }}"
-    "{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"
-    "{%- if not loop.first %}{{- ', ' }}{%- endif %}{{- '{\"name\": \"' + f.name + '\", \"arguments\": ' }}" J_ARGS
-    "{{- '}' }}{%- endfor %}{{- ']<|/tool_call|>' }}{%- endif %}"
-    "{{- '<|end|>' }}{%- endfor %}"
+    J_CALL_LIST("]" PHI4_CALLS_END) "{{- '<|end|>' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|assistant|>' }}{%- endif %}";
 
 static const char jinja_mistral[] =
