@@ -866,7 +866,14 @@ static void test_serve_declared_template(void) {
                   "none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + "
                   "'<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
                   "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}",
-                  "", "chat template phi4-mini"}};
+                  "", "chat template phi4-mini"},
+                 /* Phi-4's own */
+                 {"{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + "
+                  "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
+                  "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}{{'<|im_start|>assistant<|im_sep|>' + "
+                  "message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
+                  "'<|im_start|>assistant<|im_sep|>' }}{% endif %}",
+                  "", "chat template phi4,"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *p = t_path("chat.gguf");
         gguf_write_model_ex(p, "llama", 3, 1, cases[i].tmpl);

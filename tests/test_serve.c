@@ -2099,7 +2099,8 @@ static void test_chat_templates_in_jinja(void) {
     out[n] = 0;
     const int rc = p ? pclose(p) : -1;
     T_CHECK(rc == 0 && strstr(out, "chatml: 19/19") && strstr(out, "phi3: 19/19") && strstr(out, "gemma: 19/19") &&
-                strstr(out, "granite: 19/19") && strstr(out, "mistral: 19/19") && strstr(out, "phi4-mini: 19/19"),
+                strstr(out, "granite: 19/19") && strstr(out, "mistral: 19/19") && strstr(out, "phi4-mini: 19/19") &&
+                strstr(out, "phi4: 19/19"),
             "chat_template_check.py (exit %d):\n%s", rc, out);
 }
 

@@ -602,6 +602,20 @@ static void test_chat_tools(void) {
     T_CHECK(nv_chat_render_text(NV_CHAT_PHI4_MINI, tok, msgs, 2, &(nv_chat_opts){0}, &text) == NV_OK && text.data &&
                 !strcmp(text.data, "<s><|system|>Be kind.<|end|><|user|>Hi<|end|><|assistant|>"),
             "phi4-mini without tools: %s", text.data ? text.data : nv_errmsg());
+    /* phi4: Phi-4's ChatML turns, <|im_sep|> after the role and no line breaks; tools as ChatML's */
+    text.len = 0;
+    static const char phi4_head[] = "<s><|im_start|>system<|im_sep|>Be kind.\n\n# Tools";
+    T_CHECK(nv_chat_render_text(NV_CHAT_PHI4, tok, msgs, 4, &o, &text) == NV_OK && text.data &&
+                !strncmp(text.data, phi4_head, sizeof phi4_head - 1) &&
+                strstr(text.data, "</tool_call><|im_end|><|im_start|>user<|im_sep|>Hi<|im_end|><|im_start|>assistant<|im_sep|><tool_call>\n{\"name\": \"f\", "
+                                  "\"arguments\": {\"x\": 1}}\n</tool_call><|im_end|><|im_start|>user<|im_sep|><tool_response>\n42\n"
+                                  "</tool_response><|im_end|><|im_start|>assistant<|im_sep|>"),
+            "phi4: %s", text.data ? text.data : nv_errmsg());
+    text.len = 0;
+    T_CHECK(nv_chat_render_text(NV_CHAT_PHI4, tok, msgs, 2, &(nv_chat_opts){0}, &text) == NV_OK && text.data &&
+                !strcmp(text.data, "<s><|im_start|>system<|im_sep|>Be kind.<|im_end|><|im_start|>user<|im_sep|>Hi<|im_end|>"
+                                   "<|im_start|>assistant<|im_sep|>"),
+            "phi4 without tools: %s", text.data ? text.data : nv_errmsg());
     T_CHECK(nv_chat_tool_style(NV_CHAT_PHI4_MINI) == NV_TOOLS_PHI4_MINI && !strcmp(nv_chat_tool_token(NV_CHAT_PHI4_MINI), "<|tool_call|>") &&
                 !strcmp(nv_chat_template_stop(NV_CHAT_PHI4_MINI), "<|end|>"),
             "phi4-mini's calls, marker and stop");

@@ -111,7 +111,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "            not whole blocks fall back as llama.cpp's do\n"
                    "  --chat-template T  the chat template the output carries (GGUF: tokenizer.chat_template; Hugging Face:\n"
                    "            tokenizer_config.json's chat_template), in Jinja as transformers, vLLM and llama.cpp run it:\n"
-                   "            plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, or none (default:\n"
+                   "            plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, or none (default:\n"
                    "            the input's own, e.g. the template a chat run trained with)\n"
                    "  --chat-template-file FILE  a Jinja template of your own instead\n"
                    "  --imatrix FILE  an importance matrix (nerve imatrix, or llama.cpp's imatrix .gguf/.dat): the\n"

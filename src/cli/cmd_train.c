@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
             "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini] [--pack]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]] [--recompute]\n"
             "  presets: %s\n"

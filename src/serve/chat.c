@@ -6,7 +6,8 @@
 
 #include "base/buf.h"
 
-static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral", "phi4-mini"};
+static const char *const names[] = {"plain",   "chatml",  "llama2",    "llama3", "deepseek", "phi3",
+                                     "gemma",   "granite", "mistral",   "phi4-mini", "phi4"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -23,14 +24,15 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             *out = (nv_chat_template)i;
             return NV_OK;
         }
-    return nv_fail(NV_EINVAL, "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini)",
+    return nv_fail(NV_EINVAL,
+                   "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4)",
                    name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
 
 const char *nv_chat_template_stop(nv_chat_template t) {
-    return t == NV_CHAT_CHATML ? "<|im_end|>"
+    return t == NV_CHAT_CHATML || t == NV_CHAT_PHI4 ? "<|im_end|>"
            : t == NV_CHAT_LLAMA3 ? "<|eot_id|>"
            : t == NV_CHAT_DEEPSEEK ? DS_END
            : t == NV_CHAT_PHI3 || t == NV_CHAT_PHI4_MINI ? "<|end|>"
@@ -219,40 +221,41 @@ static int continues(const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     return o->continue_final && n > 0 && !strcmp(m[n - 1].role, "assistant");
 }
 
-/* ChatML's turns (Qwen's) and Phi-3's have one shape: a marker around the role, a line break, the
- * text, an end marker and a line break. */
+/* ChatML's turns (Qwen's), Phi-3's and Phi-4's have one shape: a marker around the role (with a line
+ * break after it but in Phi-4's), the text, an end marker (the same). */
 typedef struct {
     const char *pre, *close, *end;
     int thinks; /* Qwen3's empty reasoning on a non-thinking turn (nv_chat_opts.no_think) */
 } turn_marks;
-static const turn_marks chatml_marks = {"<|im_start|>", "", "<|im_end|>", 1}, phi3_marks = {"<|", "|>", "<|end|>", 0};
+static const turn_marks chatml_marks = {"<|im_start|>", "\n", "<|im_end|>\n", 1}, phi3_marks = {"<|", "|>\n", "<|end|>\n", 0},
+                        phi4_marks = {"<|im_start|>", "<|im_sep|>", "<|im_end|>", 0};
 
 static void render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o, const turn_marks *k) {
     const char *no_think = k->thinks && o->no_think ? "<think>\n\n</think>\n\n" : "";
     int i = 0;
     if (o->n_tools) { /* the tools join the first system message in one system turn */
-        nv_buf_printf(text, "%ssystem%s\n", k->pre, k->close);
+        nv_buf_printf(text, "%ssystem%s", k->pre, k->close);
         if (n && is_system(m[0].role)) nv_buf_printf(text, "%s\n\n", m[i++].content);
         hermes_tools(text, o);
-        nv_buf_printf(text, "%s\n", k->end);
+        nv_buf_puts(text, k->end);
     }
     for (; i < n; i++) {
         if (is_tool(m[i].role)) { /* consecutive results share one user turn */
-            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s\n", k->pre, k->close);
+            if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s", k->pre, k->close);
             else nv_buf_puts(text, "\n");
             tool_response(text, m[i].content);
-            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_printf(text, "%s\n", k->end);
+            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_puts(text, k->end);
             continue;
         }
         if (i == n - 1 && continues(m, n, o)) { /* the answer so far: the model goes on from its last byte */
-            nv_buf_printf(text, "%sassistant%s\n%s%s", k->pre, k->close, no_think, m[i].content);
+            nv_buf_printf(text, "%sassistant%s%s%s", k->pre, k->close, no_think, m[i].content);
             return;
         }
-        nv_buf_printf(text, "%s%s%s\n%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, m[i].content);
+        nv_buf_printf(text, "%s%s%s%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, m[i].content);
         hermes_calls(text, &m[i]);
-        nv_buf_printf(text, "%s\n", k->end);
+        nv_buf_puts(text, k->end);
     }
-    nv_buf_printf(text, "%sassistant%s\n%s", k->pre, k->close, no_think);
+    nv_buf_printf(text, "%sassistant%s%s", k->pre, k->close, no_think);
 }
 
 /* Granite's turns: <|start_of_role|>ROLE<|end_of_role|>TEXT<|end_of_text|> and a line break, with
@@ -476,7 +479,8 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 
 /* The text of messages m[0..n) in a template that renders text (every one but llama2). */
 static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
-    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3) render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : &phi3_marks);
+    if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_PHI4)
+        render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : t == NV_CHAT_PHI3 ? &phi3_marks : &phi4_marks);
     else if (t == NV_CHAT_GRANITE) render_granite(text, m, n, o);
     else if (t == NV_CHAT_PHI4_MINI) render_phi4_mini(text, m, n, o);
     else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
@@ -644,27 +648,29 @@ static const char jinja_plain[] =
     "{%- if m.role in " J_TOOL " %}{{- " J_RESPONSE " }}{%- else %}{{- ns.c }}{%- endif %}" J_HERMES_CALLS
     "{%- endfor %}";
 
-/* render_turns' form, of the markers PRE role CLOSE, a line break, and END; THINK after the generation prompt */
+/* render_turns' form, of the markers PRE role CLOSE and END (turn_marks': the line breaks in them);
+ * THINK after the generation prompt */
 #define J_TURNS(PRE, CLOSE, END, THINK)                                                                                  \
     "{%- set ns = namespace(c='', start=0) %}" J_BOS                                                                     \
-    "{%- if tools %}{{- '" PRE "system" CLOSE "\\n' }}"                                                                  \
+    "{%- if tools %}{{- '" PRE "system" CLOSE "' }}"                                                                     \
     "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT                           \
-    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "\\n' }}{%- endif %}"         \
+    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '" END "' }}{%- endif %}"            \
     J_EACH                                                                                                               \
     "{%- if m.role in " J_TOOL " %}"                                                                                     \
-    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE "\\n' }}{%- else %}{{- '\\n' }}{%- endif %}"  \
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '" PRE "user" CLOSE "' }}{%- else %}{{- '\\n' }}{%- endif %}"     \
     "{{- " J_RESPONSE " }}"                                                                                              \
-    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "\\n' }}{%- endif %}"                  \
+    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '" END "' }}{%- endif %}"                     \
     "{%- else %}"                                                                                                        \
-    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE "\\n' + ns.c }}" J_HERMES_CALLS            \
-    "{{- '" END "\\n' }}"                                                                                                \
+    "{{- '" PRE "' + ('system' if m.role in " J_SYS " else m.role) + '" CLOSE "' + ns.c }}" J_HERMES_CALLS               \
+    "{{- '" END "' }}"                                                                                                   \
     "{%- endif %}{%- endfor %}"                                                                                          \
-    "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE "\\n' }}" THINK "{%- endif %}"
+    "{%- if add_generation_prompt %}{{- '" PRE "assistant" CLOSE "' }}" THINK "{%- endif %}"
 
 static const char jinja_chatml[] = J_TURNS(
-    "<|im_start|>", "", "<|im_end|>",
+    "<|im_start|>", "\\n", "<|im_end|>\\n",
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}");
-static const char jinja_phi3[] = J_TURNS("<|", "|>", "<|end|>", "");
+static const char jinja_phi3[] = J_TURNS("<|", "|>\\n", "<|end|>\\n", "");
+static const char jinja_phi4[] = J_TURNS("<|im_start|>", "<|im_sep|>", "<|im_end|>", "");
 #define J_GRANITE_ROLE(r) "'<|start_of_role|>' + " r " + '<|end_of_role|>'"
 /* call_list's form (Granite's list, and Phi-4-mini's), the list closed by END */
 #define J_CALL_LIST(END)                                                                                                 \
@@ -813,6 +819,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_GRANITE: return jinja_granite;
     case NV_CHAT_MISTRAL: return jinja_mistral;
     case NV_CHAT_PHI4_MINI: return jinja_phi4_mini;
+    case NV_CHAT_PHI4: return jinja_phi4;
     }
     return NULL;
 }
