@@ -425,9 +425,12 @@ static void attention_head(void *ctx, int h, int n_heads) {
     }
 }
 
-/* Causal attention of n query rows (positions pos..pos+n-1) over the layer's cache. */
-static void attention(const nv_config *c, nv_state *s, const float *kc, const float *vc, int n, int pos, int window, int slots) {
-    attn_job j = {c, s, kc, vc, n, pos, window, slots, slots == s->cache_len ? 0 : s->ring};
+/* Layer l's ring (a windowed layer's, when the state keeps one), or 0: its cache holds every position. */
+static int layer_ring(const nv_state *s, int l) { return s->layer_slots[l] == s->cache_len ? 0 : s->ring; }
+
+/* Causal attention of n query rows (positions pos..pos+n-1) over layer l's cache. */
+static void attention(const nv_config *c, nv_state *s, int l, const float *kc, const float *vc, int n, int pos) {
+    attn_job j = {c, s, kc, vc, n, pos, nv_config_layer_window(c, l), s->layer_slots[l], layer_ring(s, l)};
     /* a few microseconds of work (a small model's decode over a short context) is not worth waking
        the pool for; the heads' sums are the same either way */
     const double work = (double)c->n_heads * c->head_dim * n * (pos + n);
@@ -654,7 +657,7 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
         const int p = j->pos + t;
         nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL);
         /* per head: [kv_heads][slots][hd]; in a ring at p % ring and again a ring later */
-        const int slots = s->layer_slots[j->l], ring = slots == s->cache_len ? 0 : s->ring;
+        const int slots = s->layer_slots[j->l], ring = layer_ring(s, j->l);
         for (int copy = 0; copy < (ring ? 2 : 1); copy++)
             for (int hh = 0; hh < c->n_kv_heads; hh++) {
                 const size_t at = ((size_t)hh * slots + (size_t)(ring ? p % ring + copy * ring : p)) * hd;
@@ -674,7 +677,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
-    attention(c, s, rj.kc, rj.vc, n, pos, nv_config_layer_window(c, l), s->layer_slots[l]);
+    attention(c, s, l, rj.kc, rj.vc, n, pos);
     nv_layer_tail(m, l, n, &s->r, NULL);
 }
 

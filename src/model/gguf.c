@@ -2454,9 +2454,13 @@ static void lora_transpose(float *b, float *bt, int out, int rank, int to_bt) {
 
 /* qwen2/qwen3/gemma files keep the query and key rows in their RoPE order: so do the rows of B
  * that update them. */
-static nv_err lora_b_reorder(const nv_config *c, int t, float *b, int rank, int to_half) {
-    if (!half_rotation(c) || t > 1) return NV_OK;
+nv_err nv_lora_b_rows_reorder(const nv_config *c, int t, float *b, int rank, int to_half) {
+    if (t > 1) return NV_OK;
     return nv_rope_rows_reorder(b, (size_t)rank * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, nv_config_rope_dim(c), to_half);
+}
+
+static nv_err lora_b_reorder(const nv_config *c, int t, float *b, int rank, int to_half) {
+    return half_rotation(c) ? nv_lora_b_rows_reorder(c, t, b, rank, to_half) : NV_OK;
 }
 
 nv_err nv_gguf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *path) {

@@ -182,6 +182,9 @@ nv_err nv_model_qk_reorder(nv_model *m, int to_half);
 /* The rows of heads x hd rows of row_bytes each (NULL: nothing) reordered the same way, in place,
  * the first rot rows of each head rotated (hd: all of them). */
 nv_err nv_rope_rows_reorder(void *base, size_t row_bytes, int heads, int hd, int rot, int to_half);
+/* A LoRA adapter's B ([out][rank], matrix t in plan order) for a query (t 0) or key (t 1) matrix:
+ * its rows reordered the same way (nothing for the other matrices). */
+nv_err nv_lora_b_rows_reorder(const nv_config *c, int t, float *b, int rank, int to_half);
 /* view: m's config and weights, but for copies of the query and key rows (QK-norm weights, query
  * and key biases) in the half order (*copy, the caller frees), for writers of that order. */
 nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy);

@@ -2005,7 +2005,7 @@ nv_err nv_hf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, f
             st_convert(ab[0], (uint64_t)r * (uint64_t)in_dim, a);
             st_convert(ab[1], (uint64_t)r * (uint64_t)out_dim, b);
             /* B's query and key rows in transformers' RoPE order, then transposed into B^T */
-            if (t <= 1) e = nv_rope_rows_reorder(b, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, nv_config_rope_dim(c), 0);
+            e = nv_lora_b_rows_reorder(c, t, b, r, 0);
             for (int o = 0; o < out_dim; o++)
                 for (int k = 0; k < r; k++) a[(size_t)r * in_dim + (size_t)k * out_dim + o] = b[(size_t)o * r + k];
         }
@@ -2043,7 +2043,7 @@ nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *
             at += (size_t)out_dim * r;
             for (int oo = 0; oo < out_dim; oo++)
                 for (int q = 0; q < r; q++) bl[(size_t)oo * r + q] = bt[(size_t)q * out_dim + oo];
-            if (t <= 1) e = nv_rope_rows_reorder(bl, (size_t)r * sizeof(float), t == 0 ? c->n_heads : c->n_kv_heads, c->head_dim, nv_config_rope_dim(c), 1);
+            e = nv_lora_b_rows_reorder(c, t, bl, r, 1);
             for (int half = 0; half < 2; half++, k++) {
                 snprintf(o[k].name, sizeof o[k].name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l, lora_module[t],
                          half ? 'B' : 'A');
