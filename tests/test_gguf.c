@@ -610,7 +610,14 @@ static void export_and_quantized_plans(const char *type, int bits) {
                 T_CHECK(zero && z.quant[0].pending, "%s on %s: the fp32 weights were made for good", type, nv_engine_name(lo));
                 free(lo_z), free(lo_f);
             }
-            if (!half && nv_engine_int8(lo)) {
+            if (!half && nv_engine_int8(lo) && !nv_engine_int8_blocks(lo)) {
+                /* plain AVX2: the int8 engine's block-quantized plans are the exact fp32 loop's */
+                float *lo_z = malloc(N * V * 4);
+                T_CHECK(nv_model_build_plans(&z, lo) == NV_OK && lo_z && nv_plan_quantized(z.plans[0].wq) == bits &&
+                            !nv_engine_int8(nv_plan_engine(z.plans[0].wq)) && t_forward_logits(&z, toks, N, lo_z) && !memcmp(lo_z, lq, N * V * 4),
+                        "%s on %s without a block loop: plans or logits differ from the fp32 engine's (%s)", type, nv_engine_name(lo), nv_errmsg());
+                free(lo_z);
+            } else if (!half && nv_engine_int8(lo)) {
                 /* an int8 engine multiplies the block-quantized values by activations quantized per
                    block, the classifier's too: close to the fp32 plans over the same values */
                 float *lo_z = malloc(N * V * 4);
@@ -773,7 +780,7 @@ static void test_kquant_writers(void) {
                     "%s: block-quantized plans differ from fp32 plans over the same weights", kinds[k].name);
             nv_engines_init(NULL, 0);
             const nv_engine_id lo = nv_engine_best();
-            if (nv_engine_int8(lo) && lz && lr) {
+            if (nv_engine_int8_blocks(lo) && lz && lr) { /* (plain AVX2's int8 engine runs these plans as e does: checked above) */
                 /* an int8 engine: the same values times activations quantized per block, every type
                    of every mix (2- to 8-bit values, offsets folded or kept, blocks of 16 and 32) */
                 double moved = 0, largest = 0;

@@ -800,11 +800,20 @@ static nv_err qdot_build_on(nv_plan **out, nv_engine_id e, const nv_qweights *w,
 /* The int8 engine a block-quantized plan asked of int8 engine e runs its integer dot products on:
  * e's vector loop (amx-int8: avx512-int8's, as tiles cannot scale each block of 16 or 32 depths),
  * or NV_ENGINE_COUNT when none is on or qb does not fit. */
+static nv_engine_id qdot_loop(nv_engine_id e) {
+    if (e == NV_ENGINE_AMX_INT8) e = engine_resolve(NV_ENGINE_AVX512_INT8);
+    return int8_tiles(e) && e != NV_ENGINE_AMX_INT8 && tile_kern(e) && tile_kern(e)->qdot_gemm ? e : NV_ENGINE_COUNT;
+}
 static nv_engine_id qdot_engine(nv_engine_id e, const nv_qweights *w, int k) {
     if (!int8_tiles(e) || !w || w->h || !w->q || !w->s || !qdot_kq(w->qb) || w->qb > k || (w->lut && qdot_kq(w->qb) != 32))
         return NV_ENGINE_COUNT;
-    if (e == NV_ENGINE_AMX_INT8) e = engine_resolve(NV_ENGINE_AVX512_INT8);
-    return int8_tiles(e) && e != NV_ENGINE_AMX_INT8 && tile_kern(e) && tile_kern(e)->qdot_gemm ? e : NV_ENGINE_COUNT;
+    return qdot_loop(e);
+}
+
+int nv_engine_int8_blocks(nv_engine_id e) {
+    if (!engines_ready && nv_engines_init(NULL, 0) != NV_OK) return 0;
+    e = engine_resolve(e);
+    return int8_tiles(e) && qdot_loop(e) != NV_ENGINE_COUNT;
 }
 
 nv_err nv_plan_build_quant(nv_plan **out, nv_engine_id want, const nv_qweights *w, int n, int k) {

@@ -114,6 +114,10 @@ nv_engine_id nv_engine_best_float(void);
 int nv_engine_low_precision(nv_engine_id e);
 /* 1 for the W8A8 engines (amx-int8, avx512-int8, avx2-int8). */
 int nv_engine_int8(nv_engine_id e);
+/* 1 when block-quantized plans asked of int8 engine e multiply by integer dot products on this CPU
+ * (avx512-int8's loop, AVX-VNNI's); 0 when they run on the exact fp32 vector loop instead (plain
+ * AVX2, where the integer form would be slower). */
+int nv_engine_int8_blocks(nv_engine_id e);
 /* The bf16 engine an int8 engine's training products and activation-by-activation products run on
  * (amx-int8: amx-bf16, avx512-int8 and avx2-int8: avx512-bf16); e itself for the others. */
 nv_engine_id nv_engine_bf16_of(nv_engine_id e);
