@@ -11,7 +11,8 @@
  * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling (1216 bytes), version 4
  * the layers without RoPE (1224), version 5 the Gemma family's block (1264), version 6 Granite's
  * multipliers (1272), version 7 partial rotation (in a field version 6 reserved), version 8
- * LongRoPE's short set; an older header must read none of the later fields. */
+ * LongRoPE's short set, version 9 OLMo 2's block (in a field version 8 reserved, and QK-norm 2); an
+ * older header must read none of the later fields. */
 #include <stddef.h>
 
 #include "base/hash.h"
@@ -105,6 +106,7 @@ static void try_load(const uint8_t *data, size_t size) {
     memcpy(&version, ck.map.data + 8, 4);
     FZ_CHECK(version >= 7 || ck.h.rope_dim == 0, "a version %u header read partial rotation", version);
     FZ_CHECK(hb == sizeof ck.h || ck.h.longrope_orig == 0, "an older header read LongRoPE's short set");
+    FZ_CHECK(version >= 9 || (ck.h.no_pre_norms == 0 && ck.h.qk_norm <= 1), "a version %u header read OLMo 2's block", version);
     const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};
     FZ_CHECK(!lora.rank || nv_lora_validate(&c, &lora) == NV_OK, "accepted LoRA shape is invalid: %s", nv_errmsg());
     FZ_CHECK(ck.h.n_params == (lora.rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c)),

@@ -48,8 +48,10 @@ static void check_model(const nv_model *m, size_t file_len, int v1, int gguf) {
     uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim * (uint64_t)nv_config_ffn_sets(c), L = (uint64_t)c->n_layers;
     uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c), v = (uint64_t)c->vocab_size;
     const nv_weights *w = &m->w;
-    check_part(m, w->rms_att, L * d, "rms_att");
-    check_part(m, w->rms_ffn, L * d, "rms_ffn");
+    FZ_CHECK((w->rms_att == NULL) == (c->no_pre_norms != 0) && (w->rms_ffn == NULL) == (c->no_pre_norms != 0),
+             "norms before the branches where the config has none, or none where it has them");
+    check_part(m, w->rms_att, c->no_pre_norms ? 0 : L * d, "rms_att");
+    check_part(m, w->rms_ffn, c->no_pre_norms ? 0 : L * d, "rms_ffn");
     check_part(m, w->rms_final, d, "rms_final");
     check_part(m, w->tok_emb, v * d, "tok_emb");
     check_part(m, w->wq, L * q * d, "wq");
@@ -63,8 +65,8 @@ static void check_model(const nv_model *m, size_t file_len, int v1, int gguf) {
     check_part(m, w->router, L * (uint64_t)c->n_experts * d, "router");
     FZ_CHECK((w->router != NULL) == (c->n_experts > 0), "a router without experts, or experts without one");
     if (c->qk_norm) {
-        check_part(m, w->q_norm, L * (uint64_t)c->head_dim, "q_norm");
-        check_part(m, w->k_norm, L * (uint64_t)c->head_dim, "k_norm");
+        check_part(m, w->q_norm, L * (uint64_t)nv_config_q_norm_len(c), "q_norm");
+        check_part(m, w->k_norm, L * (uint64_t)nv_config_k_norm_len(c), "k_norm");
     }
     FZ_CHECK((w->wcls == w->tok_emb) == (c->shared_classifier != 0), "classifier sharing does not match the flag");
 }

@@ -166,6 +166,12 @@ static void models(void) {
     random_gguf(&gr, 16, "v3_granite.gguf", NV_GGUF_F32);
     gr.n_experts = 3, gr.n_experts_used = 2;
     random_gguf(&gr, 17, "v3_granitemoe.gguf", NV_GGUF_F32);
+    /* olmo2: norms after the branches only, QK-norm over whole projections; OLMo 3's window on three
+       layers of four (its flags per layer) with their own RoPE base */
+    nv_config ol = {8, 16, 4, 2, 1, 4, 16, 8, 500000.0f, 1e-6f, 0, NV_QK_NORM_WHOLE, 0, {0}, 0, NV_CONFIG_PLAIN};
+    ol.post_norms = ol.no_pre_norms = 1, ol.swa_window = 3, ol.swa_period = 4, ol.rope_theta_swa = 500000.0f;
+    random_gguf(&ol, 18, "v3_olmo3.gguf", NV_GGUF_F32);
+    check(write_vocab(seed_path("tokenizer", "bpe_dbrx.gguf"), &(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     random_gguf(&lf, 11, "v3_rope_freqs.gguf", NV_GGUF_F32);
@@ -433,12 +439,14 @@ static void ckpts(void) {
     nv_config cs[] = {{8, 16, 1, 2, 1, 4, 16, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN},  /* llama2.c shape */
                       {8, 12, 1, 2, 2, 6, 10, 8, 1e6f, 1e-6f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN},     /* Qwen3-like: head_dim 6, QK-norm */
                       {8, 12, 1, 2, 1, 4, 10, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN},  /* a mixture: below */
-                      {8, 12, 2, 2, 1, 4, 10, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}};     /* Gemma 3's block: below */
+                      {8, 12, 2, 2, 1, 4, 10, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN},      /* Gemma 3's block: below */
+                      {8, 12, 2, 2, 1, 4, 10, 8, 1e6f, 1e-6f, 0, NV_QK_NORM_WHOLE, 0, {0}, 0, NV_CONFIG_PLAIN}}; /* OLMo 2's: below */
     cs[2].n_experts = 3, cs[2].n_experts_used = 2;
     cs[3].swa_window = 4, cs[3].swa_period = 2, cs[3].rope_theta_swa = 10000.0f, cs[3].ffn_gelu = 1, cs[3].post_norms = 1;
     cs[3].emb_scale = 2.828427f, cs[3].logit_softcap = 30.0f;
-    static const char *const names[] = {"dim8.ckpt", "qk_norm.ckpt", "moe.ckpt", "gemma.ckpt"};
-    for (int i = 0; i < 4; i++) {
+    cs[4].post_norms = cs[4].no_pre_norms = 1;
+    static const char *const names[] = {"dim8.ckpt", "qk_norm.ckpt", "moe.ckpt", "gemma.ckpt", "olmo2.ckpt"};
+    for (int i = 0; i < 5; i++) {
         nv_model m;
         check(nv_model_alloc(&m, &cs[i]));
         nv_model_init_random(&m, 11 + (uint64_t)i);

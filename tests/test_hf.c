@@ -626,9 +626,11 @@ static void test_tokenizer_roundtrip(void) {
                                {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0},
                                {"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
-    static const char *const native[] = {"\"Split\"", "\"Split\"", "\"Digits\"", "\"use_regex\":\ttrue", "\\\\p{Lu}\\\\p{Lt}"};
-    for (int k = 0; k < 5; k++) {
+                               {"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
+    static const char *const native[] = {"\"Split\"", "\"ignore_merges\":\ttrue", "\"Digits\"", "\"use_regex\":\ttrue", "\\\\p{Lu}\\\\p{Lt}",
+                                         "\"ignore_merges\":\tfalse"};
+    for (int k = 0; k < 6; k++) {
         char gguf[700];
         snprintf(gguf, sizeof gguf, "%s/vocab%d.gguf", t_tmpdir(), k);
         T_CHECK(write_vocab(gguf, &opts[k]) == 0, "write %s", gguf);
@@ -649,6 +651,9 @@ static void test_tokenizer_roundtrip(void) {
         bad = 0;
         for (int i = 0; b && i < n; i++) bad += !same_ids(a, b, tx[i]);
         T_CHECK(b && bad == 0, "%s: %d of %d texts encode differently", opts[k].pre, bad, n);
+        nv_bpe_view bv; /* Llama 3's split read back as llama-bpe or (ignore_merges false) dbrx */
+        T_CHECK(b && nv_tokenizer_bpe_view(b, &bv) && !strcmp(bv.pre, opts[k].pre) && same_ids(a, b, " there"), "%s read back as %s",
+                opts[k].pre, b && nv_tokenizer_bpe_view(b, &bv) ? bv.pre : "?");
         if (k == 0 && b) { /* ids past the tokenizer's, up to config.json's vocab_size: [PADn], and left out again on writing */
             const char *padded = folder("bpe-padded"), *again = folder("bpe-padded-again");
             copy_file(bd, padded, "tokenizer.json");
@@ -1033,6 +1038,9 @@ static void test_malformed_tokenizer(void) {
         {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", NV_EUNSUPPORTED, "'Unigram'"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0, \"c\": 1, \"d\": 2}, \"merges\": []}}", NV_EFORMAT, "two tokens"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", NV_EFORMAT, "whole number"},
+        /* one id far past the others: millions of unnamed ids refused, not made (a slow load the fuzzer found) */
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 9000000}, \"merges\": []}}", NV_EFORMAT,
+         "8999998 of its 9000001 token ids name no token"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": [3]}}", NV_EFORMAT, "merge"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"added_tokens\": [{\"id\": 1}]}",
          NV_EFORMAT, "no content"},

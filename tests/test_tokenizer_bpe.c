@@ -97,6 +97,20 @@ static void test_llama3_split_and_ignore_merges(void) {
     nv_tokenizer_free(t);
 }
 
+/* llama.cpp's dbrx (OLMo 2's vocabulary): Llama 3's split with every piece merged, a whole-word
+ * token not taken, no BOS unless asked; tokenizer.json says it as that regex with ignore_merges false. */
+static void test_dbrx_split_merges_whole_words(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (!t) return;
+    EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
+    EXPECT(t, " there", 0, id_of(t, " the"), 'r', 'e');
+    EXPECT(t, "at", 1, id_of(t, "at"));
+    nv_bpe_view v;
+    T_CHECK(nv_tokenizer_bpe_view(t, &v) && !strcmp(v.pre, "dbrx") && !nv_bpe_pre_ignores_merges(v.pre) && nv_bpe_pre_ignores_merges("llama-bpe"),
+            "the pre-tokenizer's name");
+    nv_tokenizer_free(t);
+}
+
 static void test_specials_and_decode(void) {
     vocab_opts o = qwen();
     nv_tokenizer *t = load_vocab(&o);
@@ -545,6 +559,7 @@ static void test_infill_native(void) {
 int main(void) {
     T_RUN(test_merges_by_rank_within_pieces);
     T_RUN(test_llama3_split_and_ignore_merges);
+    T_RUN(test_dbrx_split_merges_whole_words);
     T_RUN(test_specials_and_decode);
     T_RUN(test_roundtrip_random);
     T_RUN(test_refused);

@@ -441,9 +441,9 @@ static void test_ckpt_roundtrip_and_flags(void) {
     T_CHECK(nv_ckpt_load(path, &k) == NV_OK, "%s", nv_errmsg());
     T_CHECK(k.h.step == 7 && !memcmp(k.params, p, n * sizeof(float)) && !memcmp(k.v, v, n * sizeof(float)), "round trip");
     nv_ckpt_close(&k);
-    h.qk_norm = 2;
+    h.qk_norm = 3; /* 2: over whole projections (OLMo 2), below */
     T_CHECK(nv_ckpt_save(path, &h, p, m, v) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(nv_ckpt_load(path, &k) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "flag 2 accepted: %s", nv_errmsg());
+    T_CHECK(nv_ckpt_load(path, &k) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "flag 3 accepted: %s", nv_errmsg());
     free(p), free(m), free(v);
     /* the projection-bias flag (qwen2): kept, and refused when neither 0 nor 1 */
     c.qkv_bias = 1;
@@ -516,6 +516,31 @@ static void test_ckpt_roundtrip_and_flags(void) {
     lr_v7.longrope_orig = 0;
     memset(lr_v7.rope_factors_short, 0, sizeof lr_v7.rope_factors_short);
     newer_fields_case(path, &lr, &lr, &lr_v7, 7, 1272, "LongRoPE's short set");
+    /* OLMo 2's block (version 9: no pre-norms, QK-norm over whole projections) survives; a version 8
+       file reads the field's place as the reserved 0 it was, and refuses QK-norm 2 */
+    nv_config ol = base, ol_v8 = base;
+    ol.post_norms = ol.no_pre_norms = 1, ol.qk_norm = NV_QK_NORM_WHOLE;
+    ol_v8.post_norms = 1;
+    nv_ckpt_header h8;
+    nv_ckpt k8;
+    float *p8, *m8, *v8;
+    size_t n8 = zero_ckpt(&ol, path, &h8, &p8, &m8, &v8, &k8);
+    nv_ckpt_header_get_config(&k8.h, &back);
+    T_CHECK(!memcmp(&back, &ol, sizeof back) && k8.h.n_params == nv_config_param_count(&ol), "OLMo 2's block: not kept through the round trip");
+    nv_ckpt_close(&k8);
+    free(p8), free(m8), free(v8);
+    n8 = zero_ckpt(&ol_v8, path, &h8, &p8, &m8, &v8, &k8);
+    nv_ckpt_close(&k8);
+    h8.no_pre_norms = 1;
+    write_ckpt_version(path, &h8, 8, 2304, p8, m8, v8, n8);
+    T_CHECK(nv_ckpt_load(path, &k8) == NV_OK, "a version 8 checkpoint: %s", nv_errmsg());
+    nv_ckpt_header_get_config(&k8.h, &back);
+    T_CHECK(!memcmp(&back, &ol_v8, sizeof back), "a version 8 checkpoint read OLMo 2's block");
+    nv_ckpt_close(&k8);
+    h8.no_pre_norms = 0, h8.qk_norm = NV_QK_NORM_WHOLE;
+    write_ckpt_version(path, &h8, 8, 2304, p8, m8, v8, n8);
+    T_CHECK(nv_ckpt_load(path, &k8) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "a version 8 checkpoint's QK-norm 2: %s", nv_errmsg());
+    free(p8), free(m8), free(v8);
 }
 
 static void test_corrupt_checkpoint_refused_and_kept(void) {

@@ -35,7 +35,7 @@ static int tensors_of(const nv_tmodel *tm, tensor *out) {
                {"w2", w->w2, L * sets * d * h}, {"w3", w->w3, L * sets * h * d},
                {"router", w->router, L * (size_t)c->n_experts * d},
                {"wcls", c->shared_classifier ? NULL : w->wcls, V * d},
-               {"q_norm", w->q_norm, L * (size_t)c->head_dim}, {"k_norm", w->k_norm, L * (size_t)c->head_dim},
+               {"q_norm", w->q_norm, L * (size_t)nv_config_q_norm_len(c)}, {"k_norm", w->k_norm, L * (size_t)nv_config_k_norm_len(c)},
                {"bq", w->bq, L * qd}, {"bk", w->bk, L * kvd}, {"bv", w->bv, L * kvd},
                {"post_att", w->post_att, L * d}, {"post_ffn", w->post_ffn, L * d}};
     int n = 0;
@@ -52,18 +52,27 @@ static void make_batch(int B, int T, int V, int *in, int *tg, uint64_t seed) {
 }
 
 /* Scales weights up from the 0.02 init so that every path carries a visible gradient. */
+/* What perturb_init multiplies the initial weights by, and the finite differences' step: 12 and 1e-2
+ * let the norms' and softmaxes' nonlinearity show. A model without norms before its branches (OLMo 2)
+ * multiplies raw residual rows that large and bends within +-1e-2, so its test takes 4 and 1e-3. */
+static float fd_weight_scale = 12.0f, fd_h = 1e-2f;
+
 static void perturb_init(nv_tmodel *tm, uint64_t seed) {
     nv_rng r;
     nv_rng_seed(&r, seed);
-    for (uint64_t i = 0; i < tm->m.n_params; i++) tm->m.params[i] *= 12.0f;
+    for (uint64_t i = 0; i < tm->m.n_params; i++) tm->m.params[i] *= fd_weight_scale;
     const nv_config *c = &tm->m.config;
-    size_t nn = (size_t)c->n_layers * c->dim * 2 + c->dim;
-    for (size_t i = 0; i < nn; i++) tm->m.w.rms_att[i] = 1.0f + 0.3f * nv_rng_normal(&r); /* rms_att..rms_final are contiguous */
-    if (c->qk_norm)
+    /* rms_att..rms_final are contiguous (OLMo 2: rms_final alone) */
+    size_t nn = (c->no_pre_norms ? 0 : (size_t)c->n_layers * c->dim * 2) + c->dim;
+    float *norms = c->no_pre_norms ? tm->m.w.rms_final : tm->m.w.rms_att;
+    for (size_t i = 0; i < nn; i++) norms[i] = 1.0f + 0.3f * nv_rng_normal(&r);
+    if (c->qk_norm == 1)
         for (int i = 0; i < c->n_layers * c->head_dim; i++) {
             tm->m.w.q_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
             tm->m.w.k_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
         }
+    for (int i = 0; c->qk_norm == NV_QK_NORM_WHOLE && i < c->n_layers * nv_config_q_norm_len(c); i++) tm->m.w.q_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
+    for (int i = 0; c->qk_norm == NV_QK_NORM_WHOLE && i < c->n_layers * nv_config_k_norm_len(c); i++) tm->m.w.k_norm[i] = 1.0f + 0.3f * nv_rng_normal(&r);
     for (int i = 0; c->post_norms && i < c->n_layers * c->dim; i++) {
         tm->m.w.post_att[i] = 1.0f + 0.3f * nv_rng_normal(&r);
         tm->m.w.post_ffn[i] = 1.0f + 0.3f * nv_rng_normal(&r);
@@ -136,7 +145,7 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
     else nv_tmodel_backward(&tm, 1.0f);
     tensor ts[20];
     int nt = tensors_of(&tm, ts);
-    const float h = 1e-2f;
+    const float h = fd_h;
     int rerouted = 0, checked = 0;
     for (int ti = 0; ti < nt; ti++) {
         tensor *t = &ts[ti];
@@ -389,6 +398,20 @@ static void test_fd_partial_rotary(void) {
     c.n_rope_factors = 2, c.longrope_orig = 3;
     c.rope_factors[0] = 1.5f, c.rope_factors[1] = 6.0f, c.rope_factors_short[0] = 1.1f, c.rope_factors_short[1] = 1.3f;
     check_fd(&c, 2, 6);
+}
+
+/* OLMo 2's block: no norms before the attention and the FFN, post-norms on both, QK-norm over the
+ * whole query and key projections (GQA, a separate classifier); then OLMo 3's: a window of 3 on three
+ * layers of four, their RoPE unscaled at their own base while the others' is linearly scaled. */
+static void test_fd_olmo2(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 0, NV_QK_NORM_WHOLE, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.post_norms = 1, c.no_pre_norms = 1;
+    fd_weight_scale = 4.0f, fd_h = 1e-3f;
+    check_fd(&c, 2, 6);
+    c.n_layers = 4, c.swa_window = 3, c.swa_period = 4, c.rope_theta_swa = 500.0f;
+    T_CHECK(nv_config_rope_linear(&c, 2.0f) == NV_OK, "%s", nv_errmsg());
+    check_fd(&c, 2, 6);
+    fd_weight_scale = 12.0f, fd_h = 1e-2f;
 }
 
 /* c with Gemma's block: every part of Gemma 2 and 3's, the window (7) shorter than the tests' windows */
@@ -1149,6 +1172,7 @@ int main(void) {
     T_RUN(test_fd_nope);
     T_RUN(test_fd_partial_rotary);
     T_RUN(test_fd_gemma);
+    T_RUN(test_fd_olmo2);
     T_RUN(test_fd_granite);
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_moe);

@@ -57,7 +57,8 @@ static int model_info(const char *path) {
     printf("shape:    dim %d, layers %d, heads %d/%d x %d, hidden %d, vocab %d, context %d", c->dim, c->n_layers, c->n_heads,
            c->n_kv_heads, c->head_dim, c->hidden_dim, c->vocab_size, c->seq_len);
     if (c->n_experts) printf(", experts %d of %d", c->n_experts_used, c->n_experts);
-    printf("%s%s\n", c->qk_norm ? ", QK-norm" : "", c->qkv_bias ? ", q/k/v biases" : "");
+    printf("%s%s\n", c->qk_norm == NV_QK_NORM_WHOLE ? ", QK-norm over whole projections" : c->qk_norm ? ", QK-norm" : "",
+           c->qkv_bias ? ", q/k/v biases" : "");
     printf("rope:     theta %g", (double)c->rope_theta); /* what sets the angles: scaling, divisors, temperature */
     if (c->rope_dim) printf(" on %d of each head's %d values", c->rope_dim, c->head_dim);
     if (c->yarn.factor != 0.0f) printf(", YaRN factor %g from a context of %d", (double)c->yarn.factor, c->yarn.orig_ctx);
@@ -77,7 +78,8 @@ static int model_info(const char *path) {
     if (c->nope_period) printf("; none in the last layer of every %d", c->nope_period);
     printf("\n");
     if (c->swa_window) printf("window:   %d positions in %d of %d layers\n", c->swa_window, nv_config_windowed_layers(c), c->n_layers);
-    if (nv_config_gemma_block(c)) { /* Gemma's block */
+    if (c->no_pre_norms) printf("block:    OLMo 2's: RMSNorm after the attention and the FFN, none before\n");
+    else if (nv_config_gemma_block(c)) { /* Gemma's block */
         printf("block:    %s%s, embeddings x %g, scores / %g", c->ffn_gelu ? "GELU gating" : "SwiGLU", c->post_norms ? ", post-norms" : "",
                (double)nv_config_emb_scale(c), (double)nv_config_attn_div(c));
         if (c->attn_softcap != 0.0f) printf(" soft-capped at %g", (double)c->attn_softcap);

@@ -481,11 +481,9 @@ static int make_groups(nv_batch_state *s, int n) {
 static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
                           int l, int n, const nv_adapter_rows *ad) {
     const nv_config *c = &m->config;
-    const nv_weights *w = &m->w;
     const nv_layer_plans *lp = &m->plans[l];
-    int d = c->dim;
 
-    nv_rmsnorm_rows(s->r.xb, s->r.x, w->rms_att + (size_t)l * d, n, d, c->norm_eps);
+    nv_layer_input(m, l, 0, s->r.xb, s->r.x, n);
     nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     nv_adapter_rows_add(ad, c, l, 0, s->r.xb, s->r.q);

@@ -50,6 +50,8 @@ nv_err nv_config_validate(const nv_config *c) {
     if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
         return nv_fail(NV_EFORMAT, "model config: norm epsilon must be in (0, 1)");
     if (c->qkv_bias != 0 && c->qkv_bias != 1) return nv_fail(NV_EFORMAT, "model config: qkv_bias must be 0 or 1");
+    if (c->qk_norm < 0 || c->qk_norm > NV_QK_NORM_WHOLE)
+        return nv_fail(NV_EFORMAT, "model config: qk_norm must be 0, 1 (per head) or 2 (whole projections)");
     /* partial rotation names fewer values than the head's (the whole head is 0: one form of each config) */
     if (c->rope_dim != 0 && (c->rope_dim < 2 || c->rope_dim >= c->head_dim || c->rope_dim % 2 != 0))
         return nv_fail(NV_EFORMAT, "model config: RoPE on %d of a head's %d values (want an even count below it, or 0 for all)", c->rope_dim,
@@ -89,6 +91,8 @@ nv_err nv_config_validate(const nv_config *c) {
     if ((c->ffn_gelu != 0 && c->ffn_gelu != 1) || (c->post_norms != 0 && c->post_norms != 1))
         return nv_fail(NV_EFORMAT, "model config: ffn_gelu and post_norms must be 0 or 1");
     if (c->post_norms && c->n_experts) return nv_fail(NV_EFORMAT, "model config: post-norms beside a mixture of experts");
+    if ((c->no_pre_norms != 0 && c->no_pre_norms != 1) || (c->no_pre_norms && !c->post_norms))
+        return nv_fail(NV_EFORMAT, "model config: no_pre_norms must be 0 or 1, and 1 only beside post-norms");
     if (c->nope_period < 0 || c->nope_period > MAX_LAYERS)
         return nv_fail(NV_EFORMAT, "model config: a RoPE-less layer every %d is out of range", c->nope_period);
     const float scales[] = {c->emb_scale, c->attn_div, c->logit_softcap, c->attn_softcap, c->residual_scale, c->logit_div};
@@ -109,6 +113,12 @@ const char *nv_config_gemma_block(const nv_config *c) {
     if (c->swa_window || c->ffn_gelu || c->post_norms || scales || c->logit_softcap != 0.0f || c->attn_softcap != 0.0f)
         return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps)";
     return NULL;
+}
+
+const char *nv_config_olmo2_block(const nv_config *c) {
+    return c->no_pre_norms || c->qk_norm == NV_QK_NORM_WHOLE
+               ? "OLMo 2's block (RMSNorm after the attention and the FFN instead of before, QK-norm over whole projections)"
+               : NULL;
 }
 
 const char *nv_config_granite_block(const nv_config *c) {
@@ -196,8 +206,9 @@ uint64_t nv_config_param_count(const nv_config *c) {
     uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
     uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c);
     /* a mixture of experts: each expert's three matrices and the router's row per expert */
-    uint64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h * (uint64_t)nv_config_ffn_sets(c) + (uint64_t)c->n_experts * d;
-    if (c->qk_norm) per_layer += 2 * (uint64_t)c->head_dim;
+    uint64_t per_layer = d * q + 2 * d * kv + q * d + 3 * d * h * (uint64_t)nv_config_ffn_sets(c) + (uint64_t)c->n_experts * d;
+    if (!c->no_pre_norms) per_layer += 2 * d;
+    if (c->qk_norm) per_layer += (uint64_t)nv_config_q_norm_len(c) + (uint64_t)nv_config_k_norm_len(c);
     if (c->qkv_bias) per_layer += q + 2 * kv;
     if (c->post_norms) per_layer += 2 * d;
     uint64_t total = (uint64_t)c->vocab_size * d + L * per_layer + d;
@@ -218,7 +229,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

@@ -34,7 +34,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -48,7 +48,9 @@ typedef struct {
     float rope_theta;
     float norm_eps;
     int shared_classifier; /* classifier weights are the token embedding */
-    int qk_norm;           /* Qwen3: RMSNorm on each query and key head before RoPE */
+    /* RMSNorm on the queries and keys before RoPE: 1 on each head (Qwen3, Gemma 3), NV_QK_NORM_WHOLE
+     * on the whole query and key projections, a weight per value (OLMo 2); 0: none */
+    int qk_norm;
     /* Llama 3.1+'s RoPE scaling (a GGUF file's rope_freqs tensor): 0, or head_dim / 2 divisors of the
      * rotation frequencies, one per pair */
     int n_rope_factors;
@@ -97,10 +99,19 @@ typedef struct {
      * rope_factors everywhere. */
     int longrope_orig;
     float rope_factors_short[NV_ROPE_FACTORS_MAX];
+    /* OLMo 2's block: no RMSNorm before the attention and the FFN, which read the residual stream as
+     * it is (post_norms then norm their outputs); 0: llama's norms before each */
+    int no_pre_norms;
 } nv_config;
+
+#define NV_QK_NORM_WHOLE 2
 
 static inline int nv_config_q_dim(const nv_config *c) { return c->n_heads * c->head_dim; }
 static inline int nv_config_kv_dim(const nv_config *c) { return c->n_kv_heads * c->head_dim; }
+/* How many values QK-norm normalises together (and its weights per layer): a head, or the whole
+ * query or key projection (OLMo 2). */
+static inline int nv_config_q_norm_len(const nv_config *c) { return c->qk_norm == NV_QK_NORM_WHOLE ? nv_config_q_dim(c) : c->head_dim; }
+static inline int nv_config_k_norm_len(const nv_config *c) { return c->qk_norm == NV_QK_NORM_WHOLE ? nv_config_kv_dim(c) : c->head_dim; }
 /* How many values of each query and key head RoPE rotates (all but with partial rotation). */
 static inline int nv_config_rope_dim(const nv_config *c) { return c->rope_dim ? c->rope_dim : c->head_dim; }
 /* Whether layer l attends through the sliding window. */
@@ -134,6 +145,9 @@ float nv_config_attn_div(const nv_config *c);
  * (GGUF and Hugging Face folders write the architectures that hold them). A Granite model's scaled
  * embeddings and score divisor are its own (nv_config_granite_block), not Gemma's. */
 const char *nv_config_gemma_block(const nv_config *c);
+/* NULL, or OLMo 2's parts named when c has them: no norms before the attention and the FFN, QK-norm
+ * over whole projections (the llama2.c writer refuses them with this). */
+const char *nv_config_olmo2_block(const nv_config *c);
 /* Granite's four multipliers, as its files give them (attention: the scores' factor, 0 for none), on c:
  * an embedding factor of 1 and a score factor of 1 / sqrt(head_dim) are stored as none, so that a
  * file written from c reads back as c. */

@@ -458,6 +458,13 @@ void nv_rmsnorm_rows(float *o, const float *x, const float *w, int n, int d, flo
     nv_pool_run(norm_task, &j, tasks < n ? tasks : n);
 }
 
+void nv_layer_input(const nv_model *m, int l, int ffn, float *o, const float *x, int n) {
+    const nv_config *c = &m->config;
+    const float *w = ffn ? m->w.rms_ffn : m->w.rms_att;
+    if (!w) memcpy(o, x, (size_t)n * c->dim * sizeof(float)); /* OLMo 2: no norm before the branch */
+    else nv_rmsnorm_rows(o, x, w + (size_t)l * c->dim, n, c->dim, c->norm_eps);
+}
+
 typedef struct {
     float *x;         /* the residual stream: x += scale y */
     const float *y;   /* residual: the product; SwiGLU: w3's output */
@@ -596,7 +603,7 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     nv_adapter_rows_add(ad, c, l, 3, xb, apart ? xb2 : x);
     if (apart) branch_residual(&res, xb2, post ? m->w.post_att + (size_t)l * d : NULL, c->norm_eps);
 
-    nv_rmsnorm_rows(xb, x, m->w.rms_ffn + (size_t)l * d, n, d, c->norm_eps);
+    nv_layer_input(m, l, 1, xb, x, n);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_ffn(m, l, n, r);
         return;
@@ -627,11 +634,10 @@ void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const
         for (int i = 0; i < kvd; i++) k[i] += bk[i];
         for (int i = 0; i < kvd; i++) v[i] += bv[i];
     }
-    if (c->qk_norm) {
-        for (int hh = 0; hh < c->n_heads; hh++)
-            nv_rmsnorm(q + hh * hd, q + hh * hd, m->w.q_norm + (size_t)l * hd, hd, c->norm_eps);
-        for (int hh = 0; hh < c->n_kv_heads; hh++)
-            nv_rmsnorm(k + hh * hd, k + hh * hd, m->w.k_norm + (size_t)l * hd, hd, c->norm_eps);
+    if (c->qk_norm) { /* each head, or (OLMo 2) the whole projection as one */
+        const int qn = nv_config_q_norm_len(c), kn = nv_config_k_norm_len(c);
+        for (int at = 0; at < nv_config_q_dim(c); at += qn) nv_rmsnorm(q + at, q + at, m->w.q_norm + (size_t)l * qn, qn, c->norm_eps);
+        for (int at = 0; at < nv_config_kv_dim(c); at += kn) nv_rmsnorm(k + at, k + at, m->w.k_norm + (size_t)l * kn, kn, c->norm_eps);
     }
     if (!cs) return;
     nv_rope_apply(q, c->n_heads, hd, cs);
@@ -670,9 +676,8 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
 static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
     const nv_config *c = &m->config;
     const nv_layer_plans *lp = &m->plans[l];
-    const int d = c->dim;
     rows_job rj = {m, s, s->key_cache + s->layer_at[l], s->value_cache + s->layer_at[l], l, n, pos};
-    nv_rmsnorm_rows(s->r.xb, s->r.x, m->w.rms_att + (size_t)l * d, n, d, c->norm_eps);
+    nv_layer_input(m, l, 0, s->r.xb, s->r.x, n);
     nv_plan_run_group((const nv_plan *const[]){lp->wq, lp->wk, lp->wv}, 3, s->r.xb, n,
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();

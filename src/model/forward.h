@@ -90,6 +90,9 @@ void nv_moe_group(const int *sel, int n, int K, int E, int *off, int *order, int
 void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float eps);
 /* nv_rmsnorm of n rows of d (x and o d apart), on the thread pool when there are enough of them. */
 void nv_rmsnorm_rows(float *o, const float *x, const float *weight, int n, int d, float eps);
+/* What layer l's attention (ffn 0) or FFN (ffn 1) reads of n residual rows x: them normed by the
+ * layer's weights, or as they are in OLMo 2's block (no norm before either). */
+void nv_layer_input(const nv_model *m, int l, int ffn, float *o, const float *x, int n);
 void nv_softmax(float *x, int size);
 /* nv_softmax of each of rows rows ld apart, row g holding size0 + g values (size0 >= 1; a causal
  * block of query rows): the same values, eight rows' sums carried side by side. */

@@ -685,7 +685,7 @@ static int gemma_form(const nv_config *c) {
     gemma_rules(&ruled, arch, c->swa_window, c->logit_softcap, c->attn_softcap);
     const int g2 = !strcmp(arch, "gemma2"); /* its file cannot say "no window" or "no cap" (llama.cpp's defaults then) */
     return !memcmp(&ruled, c, sizeof ruled) && (!g2 || (c->swa_window > 0 && c->attn_softcap > 0.0f && c->logit_softcap > 0.0f)) &&
-           !c->qkv_bias && !c->n_experts && linear_only(c) && c->yarn.factor == 0.0f && !c->nope_period;
+           !c->qkv_bias && !c->n_experts && linear_only(c) && c->yarn.factor == 0.0f && !c->nope_period && !nv_config_olmo2_block(c);
 }
 int nv_config_phi3_form(const nv_config *c, int folder) {
     return (c->rope_dim || c->longrope_orig || (folder && c->n_rope_factors)) && !c->qk_norm && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) &&
@@ -715,18 +715,52 @@ static float inverse_f32(float div) {
 static int granite_form(const nv_config *c) {
     return nv_config_granite(c) && !c->qk_norm && !c->qkv_bias && !nv_config_gemma_block(c) && !c->nope_period;
 }
+/* Whether c is what config_of makes of an olmo2 file: OLMo 2's block (QK-norm over the whole
+ * projections, norms after the attention and the FFN only), OLMo 3's window over the layers of a
+ * period with their own RoPE base, and otherwise llama's parts alone. */
+static int olmo2_form(const nv_config *c) {
+    return c->no_pre_norms && c->post_norms && c->qk_norm == NV_QK_NORM_WHOLE && !c->qkv_bias && !c->n_experts && !c->ffn_gelu &&
+           c->emb_scale == 0.0f && c->attn_div == 0.0f && c->logit_softcap == 0.0f && c->attn_softcap == 0.0f && !c->nope_period &&
+           !nv_config_granite(c) && !c->rope_dim && !c->longrope_orig && (c->yarn.factor != 0.0f || linear_only(c)) &&
+           (!c->swa_window || c->rope_theta_swa != 0.0f);
+}
 static const char *arch_of(const nv_config *c) {
-    return nv_config_granite(c) ? (c->n_experts ? "granitemoe" : "granite")
-           : c->ffn_gelu        ? gemma_arch(c)
-           : c->nope_period     ? "smollm3"
-           : phi3_form(c)       ? "phi3"
-                                : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
+    return nv_config_granite(c)      ? (c->n_experts ? "granitemoe" : "granite")
+           : nv_config_olmo2_block(c) ? "olmo2"
+           : c->ffn_gelu              ? gemma_arch(c)
+           : c->nope_period           ? "smollm3"
+           : phi3_form(c)             ? "phi3"
+                                      : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
 }
 
 /* "<arch>.<suffix>" into buf. */
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
     snprintf(buf, cap, "%s.%s", arch, suffix);
     return buf;
+}
+
+/* A sliding window's layers as llama.cpp reads key (get_key_or_arr): a period n (layer l windowed
+ * when l % n < n - 1; 0: every layer), dflt when absent, or a flag per layer, which must be such a
+ * period (nv_config.swa_period) to be run. */
+static nv_err swa_pattern(const nv_gguf *g, const char *key, int dflt, int64_t layers, int *period) {
+    const nv_gguf_kv *kv = nv_gguf_find(g, key);
+    if (!kv || kv->type != GG_ARR) {
+        int64_t p;
+        NV_TRY(get_int(g, key, dflt, &p));
+        if (p < 0 || p > 1024) return nv_fail(NV_EFORMAT, "%s: %s %lld is out of range", g->path, key, (long long)p);
+        *period = (int)p;
+        return NV_OK;
+    }
+    if (kv->elem != GG_BOOL || kv->count != (uint64_t)layers)
+        return nv_fail(NV_EFORMAT, "%s: %s is not a flag for each of the %lld layers", g->path, key, (long long)layers);
+    int64_t p = 0; /* the first layer of the whole context ends the period */
+    while (p < layers && kv->val[p]) p++;
+    p = p < layers ? p + 1 : 0;
+    for (int64_t l = 0; l < layers; l++)
+        if ((kv->val[l] != 0) != (p == 0 || l % p < p - 1))
+            return nv_fail(NV_EUNSUPPORTED, "%s: %s does not repeat windowed layers, then one of the whole context", g->path, key);
+    *period = (int)p;
+    return NV_OK;
 }
 
 static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
@@ -738,16 +772,17 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
               qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3"),
               gemma3 = name_is(arch_s, n, "gemma3"), gemma2 = name_is(arch_s, n, "gemma2"), gemma1 = name_is(arch_s, n, "gemma"),
               gemma = gemma1 || gemma2 || gemma3, smollm3 = name_is(arch_s, n, "smollm3"),
-              granitemoe = name_is(arch_s, n, "granitemoe"), granite = granitemoe || name_is(arch_s, n, "granite");
-    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3 && !granite)
+              granitemoe = name_is(arch_s, n, "granitemoe"), granite = granitemoe || name_is(arch_s, n, "granite"),
+              olmo2 = name_is(arch_s, n, "olmo2");
+    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3 && !granite && !olmo2)
         return nv_fail(NV_EUNSUPPORTED,
-                       "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, smollm3, granite or "
-                       "granitemoe)",
+                       "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, smollm3, granite, "
+                       "granitemoe or olmo2)",
                        g->path, nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
     const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : gemma2 ? "gemma2" : gemma1 ? "gemma" : smollm3 ? "smollm3"
-                       : granitemoe ? "granitemoe" : granite ? "granite"
+                       : granitemoe ? "granitemoe" : granite ? "granite" : olmo2 ? "olmo2"
                                                              : arch_name(qwen3, qwen2, qwen3moe);
-    if (neox) *neox = qwen3 || qwen2 || phi3 || gemma;
+    if (neox) *neox = qwen3 || qwen2 || phi3 || gemma || olmo2;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
@@ -873,6 +908,18 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
             return nv_fail(NV_EFORMAT, "%s: %s's sliding window %lld or soft caps %g, %g are out of range", g->path, arch, (long long)window,
                            (double)softcap, (double)attn_softcap);
     }
+    /* OLMo 3 (olmo2 with a window): its layers as llama.cpp's set_swa_pattern names them, their RoPE
+       base rope.freq_base_swa (else the model's) without the others' scaling */
+    int64_t olmo_window = 0;
+    int olmo_period = 0;
+    float olmo_theta_swa = 0.0f;
+    if (olmo2) {
+        NV_TRY(get_int(g, "olmo2.attention.sliding_window", 0, &olmo_window));
+        if (olmo_window < 0 || olmo_window > (1 << 30))
+            return nv_fail(NV_EFORMAT, "%s: olmo2's sliding window %lld is out of range", g->path, (long long)olmo_window);
+        if (olmo_window) NV_TRY(swa_pattern(g, "olmo2.attention.sliding_window_pattern", 4, layers, &olmo_period));
+        if (olmo_window) NV_TRY(get_float(g, "olmo2.rope.freq_base_swa", 0.0f, &olmo_theta_swa));
+    }
     const nv_gguf_tensor *emb = nv_gguf_tensor_find(g, "token_embd.weight");
     if (!emb) return nv_fail(NV_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     const int64_t lim = 1 << 30;
@@ -908,6 +955,11 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     if (smollm3) c->nope_period = 4; /* llama.cpp's SmolLM3: every fourth layer without RoPE (no key says it) */
     if (gemma) gemma_rules(c, arch, (int)window, softcap, attn_softcap);
     if (granite) nv_config_set_granite(c, granite_m[0], granite_m[1], granite_m[2], granite_m[3]);
+    if (olmo2) {
+        c->qk_norm = NV_QK_NORM_WHOLE, c->post_norms = 1, c->no_pre_norms = 1;
+        c->swa_window = (int)olmo_window, c->swa_period = olmo_period;
+        c->rope_theta_swa = olmo_window ? (olmo_theta_swa != 0.0f ? olmo_theta_swa : c->rope_theta) : 0.0f;
+    }
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     /* a divisor per pair: Llama 3.1+'s rope_freqs, or LongRoPE's: the short set below the original
@@ -936,7 +988,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
 
 size_t nv_model_tensor_count(const nv_config *c) {
     return 2 + (c->shared_classifier ? 0 : 1) +
-           (9 + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0) + (c->n_experts ? 1 : 0) + (c->post_norms ? 2 : 0)) * (size_t)c->n_layers;
+           ((c->no_pre_norms ? 7 : 9) + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0) + (c->n_experts ? 1 : 0) + (c->post_norms ? 2 : 0)) *
+               (size_t)c->n_layers;
 }
 
 size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_ref *t) {
@@ -955,20 +1008,21 @@ size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_re
             const char *name;
             uint64_t d0, d1;
             float *p;
-        } parts[] = {{"attn_norm", d, 1, AT(rms_att, l * d)},    {"attn_q", d, qd, AT(wq, l * qd * d)},
+        } parts[] = {{"attn_norm", d, 1, c->no_pre_norms ? NULL : AT(rms_att, l * d)}, {"attn_q", d, qd, AT(wq, l * qd * d)},
                      {"attn_k", d, kvd, AT(wk, l * kvd * d)},    {"attn_v", d, kvd, AT(wv, l * kvd * d)},
-                     {"attn_output", qd, d, AT(wo, l * d * qd)}, {"ffn_norm", d, 1, AT(rms_ffn, l * d)},
+                     {"attn_output", qd, d, AT(wo, l * d * qd)}, {"ffn_norm", d, 1, c->no_pre_norms ? NULL : AT(rms_ffn, l * d)},
                      {"ffn_gate", d, h, AT(w1, l * E * h * d)},  {"ffn_down", h, d, AT(w2, l * E * d * h)},
                      {"ffn_up", d, h, AT(w3, l * E * h * d)}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) { /* a mixture's FFN: all experts in one */
+            if (c->no_pre_norms && (i == 0 || i == 5)) continue; /* OLMo 2: no attn_norm, ffn_norm */
             t[k] = (nv_tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p, .d2 = i >= 6 && moe ? E : 0};
             ADD("blk.%llu.%s%s.weight", (unsigned long long)l, parts[i].name, i >= 6 && moe ? "_exps" : "");
         }
         if (moe) t[k] = (nv_tensor_ref){.d0 = d, .d1 = E, .p = AT(router, l * E * d)}, ADD("blk.%llu.ffn_gate_inp.weight", (unsigned long long)l);
-        if (c->qk_norm) {
-            const uint64_t hd = (uint64_t)c->head_dim;
-            t[k] = (nv_tensor_ref){.d0 = hd, .d1 = 1, .p = AT(q_norm, l * hd)}, ADD("blk.%llu.attn_q_norm.weight", (unsigned long long)l);
-            t[k] = (nv_tensor_ref){.d0 = hd, .d1 = 1, .p = AT(k_norm, l * hd)}, ADD("blk.%llu.attn_k_norm.weight", (unsigned long long)l);
+        if (c->qk_norm) { /* a head's weights, or (OLMo 2) the whole projection's */
+            const uint64_t qn = (uint64_t)nv_config_q_norm_len(c), kn = (uint64_t)nv_config_k_norm_len(c);
+            t[k] = (nv_tensor_ref){.d0 = qn, .d1 = 1, .p = AT(q_norm, l * qn)}, ADD("blk.%llu.attn_q_norm.weight", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = kn, .d1 = 1, .p = AT(k_norm, l * kn)}, ADD("blk.%llu.attn_k_norm.weight", (unsigned long long)l);
         }
         if (c->qkv_bias) {
             t[k] = (nv_tensor_ref){.d0 = qd, .d1 = 1, .p = AT(bq, l * qd)}, ADD("blk.%llu.attn_q.bias", (unsigned long long)l);
@@ -1202,9 +1256,10 @@ nv_err nv_model_qk_reorder(nv_model *m, int to_half) {
         if (!qk || !qk->pending) NV_TRY(nv_rope_rows_reorder(m->w.wk + (size_t)l * kvd * d, (size_t)d * 4, c->n_kv_heads, hd, rot, to_half));
         if (qq) NV_TRY(qmatrix_reorder(qq, d, c->n_heads, hd, rot, to_half));
         if (qk) NV_TRY(qmatrix_reorder(qk, d, c->n_kv_heads, hd, rot, to_half));
-        if (c->qk_norm) {
-            NV_TRY(nv_rope_rows_reorder(m->w.q_norm + (size_t)l * hd, 4, 1, hd, rot, to_half));
-            NV_TRY(nv_rope_rows_reorder(m->w.k_norm + (size_t)l * hd, 4, 1, hd, rot, to_half));
+        if (c->qk_norm) { /* a head's weights, or every head's (OLMo 2) */
+            const int qn = nv_config_q_norm_len(c), kn = nv_config_k_norm_len(c);
+            NV_TRY(nv_rope_rows_reorder(m->w.q_norm + (size_t)l * qn, 4, qn / hd, hd, rot, to_half));
+            NV_TRY(nv_rope_rows_reorder(m->w.k_norm + (size_t)l * kn, 4, kn / hd, hd, rot, to_half));
         }
         if (c->qkv_bias) {
             NV_TRY(nv_rope_rows_reorder(m->w.bq + (size_t)l * qd, 4, c->n_heads, hd, rot, to_half));
@@ -2101,18 +2156,19 @@ static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t
 nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy) {
     const nv_config *c = &m->config;
     *view = (nv_model){.config = *c, .w = m->w};
-    const size_t L = (size_t)c->n_layers, d = (size_t)c->dim, hd = (size_t)c->head_dim;
+    const size_t L = (size_t)c->n_layers, d = (size_t)c->dim;
     const size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), nq = L * qd * d, nk = L * kvd * d;
-    const size_t extra = (c->qk_norm ? 2 * L * hd : 0) + (c->qkv_bias ? L * (qd + kvd) : 0);
+    const size_t qn = c->qk_norm ? L * (size_t)nv_config_q_norm_len(c) : 0, kn = c->qk_norm ? L * (size_t)nv_config_k_norm_len(c) : 0;
+    const size_t extra = qn + kn + (c->qkv_bias ? L * (qd + kvd) : 0);
     float *p = *copy = malloc((nq + nk + extra) * sizeof(float));
     if (!p) return nv_fail(NV_ENOMEM, "out of memory for a copy of the query and key weights");
     view->w.wq = memcpy(p, m->w.wq, nq * sizeof(float));
     view->w.wk = memcpy(p += nq, m->w.wk, nk * sizeof(float));
     p += nk;
     if (c->qk_norm) {
-        view->w.q_norm = memcpy(p, m->w.q_norm, L * hd * sizeof(float));
-        view->w.k_norm = memcpy(p += L * hd, m->w.k_norm, L * hd * sizeof(float));
-        p += L * hd;
+        view->w.q_norm = memcpy(p, m->w.q_norm, qn * sizeof(float));
+        view->w.k_norm = memcpy(p += qn, m->w.k_norm, kn * sizeof(float));
+        p += kn;
     }
     if (c->qkv_bias) {
         view->w.bq = memcpy(p, m->w.bq, L * qd * sizeof(float));
@@ -2205,10 +2261,12 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (c->qk_norm && c->qkv_bias)
         return nv_fail(NV_EUNSUPPORTED, "%s: no GGUF architecture has both QK-norm and projection biases", path);
     const int gemma = c->ffn_gelu; /* written only as the loader reads its Gemma architecture back */
-    if ((nv_config_gemma_block(c) || c->nope_period || nv_config_granite(c)) &&
-        !(nv_config_granite(c) ? granite_form(c) : gemma ? gemma_form(c) : smollm3_form(c)))
+    const int olmo2 = nv_config_olmo2_block(c) != NULL;
+    if ((nv_config_gemma_block(c) || c->nope_period || nv_config_granite(c) || olmo2) &&
+        !(nv_config_granite(c) ? granite_form(c) : olmo2 ? olmo2_form(c) : gemma ? gemma_form(c) : smollm3_form(c)))
         return nv_fail(NV_EUNSUPPORTED,
-                       "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's, SmolLM3's or Granite's parts", path);
+                       "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's, SmolLM3's, Granite's or OLMo 2's parts",
+                       path);
     if (phi3_form(c) && tok && !nv_tokenizer_strips_after_special(tok) && nv_tokenizer_strip_rule_matters(tok)) /* the reader's rule for phi3 */
         return nv_fail(NV_EUNSUPPORTED, "%s: not written: a phi3 file's SentencePiece vocabulary takes Phi-3's white-space rule after its "
                                         "special tokens, which this one does not have (write the model without it)", path);
@@ -2229,8 +2287,8 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         free(qk_copy);
         return nv_fail(NV_EUNSUPPORTED, "%s: YaRN without rounding its ramp (transformers' truncate false) has no GGUF form", path);
     }
-    /* the Gemma family's and SmolLM3's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for them) */
-    const int factor_only = (gemma || c->nope_period) && c->n_rope_factors && !yarn, phi3 = phi3_form(c);
+    /* the Gemma family's, SmolLM3's and OLMo 2's RoPE scaling is linear, a factor (llama.cpp reads no divisors tensor for them) */
+    const int factor_only = (gemma || c->nope_period || olmo2) && c->n_rope_factors && !yarn, phi3 = phi3_form(c);
     const int divisors = c->n_rope_factors > 0 && !yarn && !factor_only ? 1 + phi3 : 0; /* phi3: long and short */
     size_t nt = nv_model_tensor_count(c) + (size_t)divisors;
     nv_tensor_ref *t = calloc(nt, sizeof *t);
@@ -2297,6 +2355,14 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         n_kv += 2;
     }
     if (c->swa_window) kv_u32(&b, akey(k, sizeof k, arch, "attention.sliding_window"), (uint32_t)c->swa_window), n_kv++;
+    if (c->swa_window && olmo2) { /* OLMo 3's layers, a flag each as llama.cpp's converter writes them, and their RoPE base */
+        ob_key(&b, akey(k, sizeof k, arch, "attention.sliding_window_pattern"), GG_ARR);
+        ob_u32(&b, GG_BOOL);
+        ob_u64(&b, (uint64_t)c->n_layers);
+        for (int l = 0; l < c->n_layers; l++) nv_buf_append(&b, &(uint8_t){(uint8_t)nv_config_layer_windowed(c, l)}, 1);
+        kv_f32(&b, akey(k, sizeof k, arch, "rope.freq_base_swa"), c->rope_theta_swa);
+        n_kv += 2;
+    }
     if (c->logit_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "final_logit_softcapping"), c->logit_softcap), n_kv++;
     if (c->attn_softcap != 0.0f) kv_f32(&b, akey(k, sizeof k, arch, "attn_logit_softcapping"), c->attn_softcap), n_kv++;
     if (nv_config_granite(c)) { /* all four, as llama.cpp asks for them; none as 1 (the score factor: 0, its default) */

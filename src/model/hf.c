@@ -219,6 +219,18 @@ static int sliding_layer(const cJSON *v) { return named(v, "sliding_attention");
 static int unroped_layer(const cJSON *v) { return cJSON_IsNumber(v) && v->valuedouble == 0; }
 static int roped_layer(const cJSON *v) { return cJSON_IsNumber(v) && v->valuedouble == 1; }
 
+/* The period of the sliding window's layers that layer_types names, into *period (unchanged when
+ * there is none). */
+static nv_err layer_types_period(const char *path, const cJSON *j, int layers, int64_t *period) {
+    const cJSON *types = field(j, "layer_types");
+    if (absent(types)) return NV_OK;
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != layers)
+        return nv_fail(NV_EFORMAT, "%s: 'layer_types' is not a list of %d layer types", path, layers);
+    if ((*period = list_period(types, layers, full_layer, sliding_layer)) < 0)
+        return nv_fail(NV_EUNSUPPORTED, "%s: layer_types is not a repeating pattern of sliding layers, then one full", path);
+    return NV_OK;
+}
+
 /* The Gemma family's block from config.json (transformers' names; generation gen 1, 2, 3): GELU,
  * embeddings times sqrt(hidden_size); Gemma 2 and 3: post-norms, the scores divided by
  * sqrt(query_pre_attn_scalar), a sliding window on the layers layer_types names (by default Gemma
@@ -232,13 +244,7 @@ static nv_err gemma_block(const char *path, const cJSON *j, int gen, nv_config *
     NV_TRY(get_whole(path, j, "sliding_window", 4096, 0, 1, 1 << 30, &window));
     NV_TRY(get_whole(path, j, "query_pre_attn_scalar", c->head_dim, 0, 1, 1 << 30, &qpas));
     if (gen == 3) NV_TRY(get_whole(path, j, "sliding_window_pattern", 6, 0, 1, 1 << 20, &period));
-    const cJSON *types = field(j, "layer_types");
-    if (!absent(types)) {
-        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
-            return nv_fail(NV_EFORMAT, "%s: 'layer_types' is not a list of %d layer types", path, c->n_layers);
-        if ((period = list_period(types, c->n_layers, full_layer, sliding_layer)) < 0)
-            return nv_fail(NV_EUNSUPPORTED, "%s: layer_types is not a repeating pattern of sliding layers, then one full", path);
-    }
+    NV_TRY(layer_types_period(path, j, c->n_layers, &period));
     c->swa_window = (int)window;
     c->swa_period = (int)period;
     if (qpas != c->head_dim) c->attn_div = sqrtf((float)qpas);
@@ -250,6 +256,20 @@ static nv_err gemma_block(const char *path, const cJSON *j, int gen, nv_config *
     }
     NV_TRY(get_cap(path, j, "final_logit_softcapping", gen == 2 ? 30.0 : 0.0, &c->logit_softcap));
     return get_cap(path, j, "attn_logit_softcapping", gen == 2 ? 50.0 : 0.0, &c->attn_softcap);
+}
+
+/* OLMo 2's block (olmo2, olmo3: generation gen): no norm before the attention and the FFN, their
+ * outputs normed (post_attention_layernorm, post_feedforward_layernorm), QK-norm over the whole query
+ * and key projections; OLMo 3's sliding window on the layers layer_types names (by default three of
+ * every four), their RoPE the model's base without its scaling. */
+static nv_err olmo_block(const char *path, const cJSON *j, int gen, nv_config *c) {
+    c->qk_norm = NV_QK_NORM_WHOLE, c->post_norms = 1, c->no_pre_norms = 1;
+    if (gen == 2) return NV_OK;
+    int64_t window, period = 4;
+    NV_TRY(get_whole(path, j, "sliding_window", 4096, 0, 1, 1 << 30, &window));
+    NV_TRY(layer_types_period(path, j, c->n_layers, &period));
+    c->swa_window = (int)window, c->swa_period = (int)period, c->rope_theta_swa = c->rope_theta;
+    return NV_OK;
 }
 
 /* SmolLM3's layers without RoPE as nv_config's period: no_rope_layers (1: the layer rotates, 0: it
@@ -307,6 +327,8 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
                : !strcmp(a, "GraniteForCausalLM") ? "granite"
                : !strcmp(a, "GraniteMoeForCausalLM") ? "granitemoe"
                : !strcmp(a, "Phi3ForCausalLM")    ? "phi3"
+               : !strcmp(a, "Olmo2ForCausalLM")   ? "olmo2"
+               : !strcmp(a, "Olmo3ForCausalLM")   ? "olmo3"
                                                   : a;
     }
     if (!type) return nv_fail(NV_EFORMAT, "%s: neither 'model_type' nor 'architectures' names the model", path);
@@ -318,14 +340,15 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     const int granitemoe = !strcmp(type, "granitemoe"); /* Granite's block with experts, fused per layer */
     const int granite = !strcmp(type, "granite") || granitemoe; /* llama's block with four multipliers */
     const int phi3 = !strcmp(type, "phi3"); /* llama's block, its projections fused */
+    const int olmo = !strcmp(type, "olmo2") ? 2 : !strcmp(type, "olmo3") ? 3 : 0; /* norms after the branches, not before */
     char shown[128];
     if (!strcmp(type, "gemma3")) /* the vision-language folder: its text model nests in text_config, its weights under language_model */
         return nv_fail(NV_EUNSUPPORTED, "%s: Gemma 3's vision-language folder (model_type gemma3) is not read: its text model's GGUF "
                                         "file is, or a gemma3_text folder (270M, 1B)", path);
-    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3 && !granite && !phi3)
+    if (!llama && !mistral && !qwen2 && !qwen3 && !gemma && !smollm3 && !granite && !phi3 && !olmo)
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: model type '%s' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, "
-                       "smollm3, granite, granitemoe, phi3)",
+                       "smollm3, granite, granitemoe, phi3, olmo2, olmo3)",
                        path, nv_gguf_shown(type, strlen(type), shown, sizeof shown));
     *kept = mix ? HF_MIXTRAL_NAMES : granitemoe ? HF_MIXTRAL_NAMES | HF_FUSED_EXPERTS : phi3 ? HF_FUSED_PROJ : 0;
     /* Gemma's GELU is the tanh form (gelu_pytorch_tanh; Gemma 1's "gelu" runs as that too, in
@@ -407,6 +430,7 @@ static nv_err config_of(const char *path, const cJSON *j, nv_config *c, int *tie
     if (gemma) NV_TRY(gemma_block(path, j, gemma, c));
     if (smollm3) NV_TRY(smollm3_nope(path, j, c));
     if (granite) NV_TRY(granite_scales(path, j, c));
+    if (olmo) NV_TRY(olmo_block(path, j, olmo, c));
     c->n_experts = (int)experts;
     c->n_experts_used = (int)used;
     if (rs && !cJSON_IsObject(rs)) return nv_fail(NV_EFORMAT, "%s: rope_scaling is not an object", path);
@@ -1112,6 +1136,12 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
     /* room for [PADn] names and for merges given as pairs */
     size_t arena = 0;
     for (int i = 0; i < n; i++) arena += b->tok[i] ? 0 : 24;
+    /* a model pads its vocabulary by a few ids (Qwen2.5's 271, OLMo 2's 74): ids mostly unnamed are
+       a broken file, not millions of [PADn] tokens to make */
+    const int unnamed = (int)(arena / 24);
+    if (unnamed > 4096 && unnamed > n - unnamed)
+        return nv_fail(NV_EFORMAT, "%s: %d of its %d token ids name no token (the largest id, or config.json's vocab_size, is far past the "
+                                   "vocabulary)", path, unnamed, n);
     cJSON_ArrayForEach(e, merges) {
         if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && str_of(cJSON_GetArrayItem(e, 0)) && str_of(cJSON_GetArrayItem(e, 1)))
             arena += strlen(cJSON_GetArrayItem(e, 0)->valuestring) + strlen(cJSON_GetArrayItem(e, 1)->valuestring) + 2;
@@ -1154,6 +1184,9 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
         v->byte_level = 1;
         err = byte_level_norm(path, field(root, "normalizer"), &v->nfc);
         if (err == NV_OK) err = byte_level_pre(path, field(root, "pre_tokenizer"), b->pre, sizeof b->pre);
+        /* Llama 3's split with the merges applied to whole pieces too: llama.cpp's name for it (OLMo 2's) */
+        if (err == NV_OK && nv_bpe_pre_ignores_merges(b->pre) && cJSON_IsFalse(field(model, "ignore_merges")))
+            snprintf(b->pre, sizeof b->pre, "dbrx");
     } else if (err == NV_OK) {
         /* SentencePiece-style: this project's encoder merges by score, so the merge of rank r
            scores its piece -r (the first merge making a piece counts); other pieces never merge */
@@ -1431,7 +1464,7 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
         cJSON_AddItemToObject(tj, "decoder", dec);
         cJSON_AddNullToObject(model, "unk_token");
         cJSON_AddBoolToObject(model, "byte_fallback", 0);
-        cJSON_AddBoolToObject(model, "ignore_merges", re == nv_bpe_regex_of_pre("llama-bpe"));
+        cJSON_AddBoolToObject(model, "ignore_merges", nv_bpe_pre_ignores_merges(bv.pre));
     } else if (e == NV_OK) {
         spm_merge *m = NULL;
         int nm = 0;
@@ -1689,6 +1722,13 @@ static nv_err write_weights(const nv_model *m, const char *dir, nv_hf_dtype dtyp
     return e;
 }
 
+/* Each layer's attention as transformers' layer_types names it (list_period reads it back). */
+static void add_layer_types(cJSON *cfg, const nv_config *c) {
+    cJSON *types = cJSON_AddArrayToObject(cfg, "layer_types");
+    for (int l = 0; l < c->n_layers; l++)
+        cJSON_AddItemToArray(types, cJSON_CreateString(nv_config_layer_window(c, l) ? "sliding_attention" : "full_attention"));
+}
+
 /* The Gemma block of generation gen as transformers' config names it (gemma_block reads it back):
  * GELU's name, the window and its layers (layer_types, and Gemma 3's period and RoPE base), the
  * scores' divisor squared, the soft caps (null: none). */
@@ -1698,11 +1738,7 @@ static void gemma_fields(cJSON *cfg, const nv_config *c, int gen) {
     const float div = c->attn_div != 0.0f ? c->attn_div : sqrtf((float)c->head_dim);
     cJSON_AddNumberToObject(cfg, "query_pre_attn_scalar", (double)lrintf(div * div));
     cJSON_AddNumberToObject(cfg, "sliding_window", c->swa_window);
-    if (!(gen == 3 && c->swa_period > c->n_layers)) { /* (no full layer: Gemma 3's period alone says it) */
-        cJSON *types = cJSON_AddArrayToObject(cfg, "layer_types");
-        for (int l = 0; l < c->n_layers; l++)
-            cJSON_AddItemToArray(types, cJSON_CreateString(nv_config_layer_window(c, l) ? "sliding_attention" : "full_attention"));
-    }
+    if (!(gen == 3 && c->swa_period > c->n_layers)) add_layer_types(cfg, c); /* (no full layer: Gemma 3's period alone says it) */
     if (gen == 3) {
         cJSON_AddNumberToObject(cfg, "sliding_window_pattern", c->swa_period);
         cJSON_AddNumberToObject(cfg, "rope_local_base_freq", shortest(c->rope_theta_swa));
@@ -1738,16 +1774,19 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", dir, nv_tokenizer_vocab_size(tok), c->vocab_size);
     const int moe = c->n_experts > 0, gemma = c->ffn_gelu ? (c->qk_norm ? 3 : c->post_norms ? 2 : 1) : 0;
+    const int olmo = !gemma && nv_config_olmo2_block(c) ? (c->swa_window ? 3 : 2) : 0; /* OLMo 2, OLMo 3 with its window */
     /* a mixture: Mixtral, or Qwen3-MoE with QK-norm (every layer's experts, weights renormalised);
        the Gemma generations; SmolLM3 (layers without RoPE) */
     static const char *const gemma_type[][2] = {{"gemma", "GemmaForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},
                                                 {"gemma3_text", "Gemma3ForCausalLM"}};
     const int granite = nv_config_granite(c); /* with experts: GraniteMoe (write_weights fuses them) */
-    const char *type = gemma ? gemma_type[gemma - 1][0] : c->nope_period ? "smollm3" : granite ? (moe ? "granitemoe" : "granite")
+    const char *type = gemma ? gemma_type[gemma - 1][0] : olmo ? (olmo == 3 ? "olmo3" : "olmo2")
+                       : c->nope_period ? "smollm3" : granite ? (moe ? "granitemoe" : "granite")
                        : moe ? (c->qk_norm ? "qwen3_moe" : "mixtral")
                        : phi3 ? "phi3"
                        : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
-    const char *cls = gemma ? gemma_type[gemma - 1][1] : c->nope_period ? "SmolLM3ForCausalLM"
+    const char *cls = gemma ? gemma_type[gemma - 1][1] : olmo ? (olmo == 3 ? "Olmo3ForCausalLM" : "Olmo2ForCausalLM")
+                      : c->nope_period ? "SmolLM3ForCausalLM"
                       : granite ? (moe ? "GraniteMoeForCausalLM" : "GraniteForCausalLM")
                       : moe ? (c->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
                       : phi3 ? "Phi3ForCausalLM"
@@ -1818,6 +1857,10 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     }
     cJSON_AddStringToObject(cfg, "hidden_act", gemma ? "gelu_pytorch_tanh" : "silu");
     if (gemma) gemma_fields(cfg, c, gemma);
+    if (olmo == 3) { /* olmo_block reads them back */
+        cJSON_AddNumberToObject(cfg, "sliding_window", c->swa_window);
+        add_layer_types(cfg, c);
+    }
     if (c->nope_period) { /* both forms: transformers reads the list, other readers the interval */
         if (c->nope_period <= c->n_layers) { /* (no layer without RoPE: the interval alone says it) */
             cJSON *list = cJSON_AddArrayToObject(cfg, "no_rope_layers");

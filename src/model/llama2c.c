@@ -24,8 +24,8 @@ static part_sizes sizes_of(const nv_config *c) {
     uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
     uint64_t q = (uint64_t)nv_config_q_dim(c), kv = (uint64_t)nv_config_kv_dim(c);
     part_sizes s = {0};
-    s.rms_att = L * d;
-    s.rms_ffn = L * d;
+    s.rms_att = c->no_pre_norms ? 0 : L * d;
+    s.rms_ffn = s.rms_att;
     s.rms_final = d;
     s.tok_emb = (uint64_t)c->vocab_size * d;
     s.wq = L * q * d;
@@ -37,8 +37,8 @@ static part_sizes sizes_of(const nv_config *c) {
     s.w2 = L * sets * d * h;
     s.w3 = L * sets * h * d;
     s.wcls = c->shared_classifier ? 0 : (uint64_t)c->vocab_size * d;
-    s.q_norm = c->qk_norm ? L * (uint64_t)c->head_dim : 0;
-    s.k_norm = s.q_norm;
+    s.q_norm = c->qk_norm ? L * (uint64_t)nv_config_q_norm_len(c) : 0;
+    s.k_norm = c->qk_norm ? L * (uint64_t)nv_config_k_norm_len(c) : 0;
     s.bq = c->qkv_bias ? L * q : 0;
     s.bkv = c->qkv_bias ? L * kv : 0;
     s.router = L * (uint64_t)c->n_experts * d;
@@ -48,8 +48,8 @@ static part_sizes sizes_of(const nv_config *c) {
 
 void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
     part_sizes s = sizes_of(c);
-    w->rms_att = p, p += s.rms_att;
-    w->rms_ffn = p, p += s.rms_ffn;
+    w->rms_att = c->no_pre_norms ? NULL : p, p += s.rms_att;
+    w->rms_ffn = c->no_pre_norms ? NULL : p, p += s.rms_ffn;
     w->rms_final = p, p += s.rms_final;
     w->tok_emb = p, p += s.tok_emb;
     w->wq = p, p += s.wq;
@@ -271,7 +271,8 @@ void nv_model_init_random(nv_model *m, uint64_t seed) {
     for (uint64_t i = 0; i < s.rms_att; i++) w->rms_att[i] = 1.0f;
     for (uint64_t i = 0; i < s.rms_ffn; i++) w->rms_ffn[i] = 1.0f;
     for (uint64_t i = 0; i < s.rms_final; i++) w->rms_final[i] = 1.0f;
-    for (uint64_t i = 0; i < s.q_norm; i++) w->q_norm[i] = w->k_norm[i] = 1.0f;
+    for (uint64_t i = 0; i < s.q_norm; i++) w->q_norm[i] = 1.0f;
+    for (uint64_t i = 0; i < s.k_norm; i++) w->k_norm[i] = 1.0f;
     for (uint64_t i = 0; i < s.post_norm; i++) w->post_att[i] = w->post_ffn[i] = 1.0f;
     const init_mat mats[] = {{w->tok_emb, s.tok_emb, std}, {w->wq, s.wq, std},      {w->wk, s.wk, std},
                              {w->wv, s.wv, std},           {w->wo, s.wo, std_res},  {w->w1, s.w1, std},
@@ -339,6 +340,8 @@ int nv_config_fits_v1(const nv_config *c) {
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     const nv_config *c = &m->config;
+    if (nv_config_olmo2_block(c))
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for %s (GGUF has: name the output .gguf)", path, nv_config_olmo2_block(c));
     if (nv_config_gemma_block(c))
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for %s (GGUF has: name the output .gguf)", path, nv_config_gemma_block(c));
     if (nv_config_granite(c))

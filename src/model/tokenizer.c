@@ -282,12 +282,18 @@ const char *nv_bpe_pre_of_regex(const char *re) {
     return NULL;
 }
 
+/* Llama 3's split, whose pieces that are tokens are taken whole (its BPE ignores the merges) */
+static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
+
+int nv_bpe_pre_ignores_merges(const char *pre) { return name_in(pre, llama3); }
+
 const char *nv_bpe_regex_of_pre(const char *pre) {
-    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
+    /* Llama 3's split (cl100k's) with merges applied to every piece: DBRX's and OLMo 2's vocabularies */
+    static const char *const cl100k[] = {"dbrx", "smaug-bpe", NULL};
     static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
     static const char *const smollm[] = {"smollm", "starcoder", "refact", NULL}; /* refact: Granite 3's */
     static const char *const gpt4o[] = {"gpt-4o", "llama4", NULL};
-    return name_in(pre, llama3)   ? RE_LLAMA3
+    return name_in(pre, llama3) || name_in(pre, cl100k) ? RE_LLAMA3
            : name_in(pre, qwen2)  ? RE_QWEN2
            : name_in(pre, smollm) ? RE_SMOLLM
            : name_in(pre, gpt4o)  ? RE_GPT4O
@@ -390,7 +396,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     static const char *const gpt2[] = {"gpt-2", "gpt2", "default", "", NULL};
     const char *re = nv_bpe_regex_of_pre(v->pre);
     int add_bos_default = 0;
-    if (re == RE_LLAMA3) {
+    if (nv_bpe_pre_ignores_merges(v->pre)) {
         t->ignore_merges = 1;
         add_bos_default = 1;
     } else if (re == RE_GPT2 && name_in(v->pre, gpt2)) {
@@ -399,7 +405,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
                     "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
     } else if (re == RE_GPT2) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, qwen2, smollm, gpt-4o, gpt-2)", path,
+        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, dbrx, qwen2, smollm, gpt-4o, gpt-2)", path,
                        nv_gguf_shown(v->pre, strlen(v->pre), shown, sizeof shown));
     }
     if (vocab_size > v->n_tokens)

@@ -82,6 +82,9 @@ typedef struct {
  * for any name not llama3's or qwen2's). */
 const char *nv_bpe_pre_of_regex(const char *re);
 const char *nv_bpe_regex_of_pre(const char *pre);
+/* Whether pre-tokenizer pre's pieces that are tokens are taken whole, the merges not applied to them
+ * (Llama 3's, tokenizer.json's ignore_merges; DBRX's and OLMo 2's same split does not). */
+int nv_bpe_pre_ignores_merges(const char *pre);
 /* Fills *v and returns 1 for a byte-level vocabulary; 0 otherwise. */
 int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v);
 /* The piece as stored (NUL-terminated copy), NULL if id is out of range. */

@@ -34,7 +34,8 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix_u64(h, (uint64_t)(uint32_t)fields[i]);
     h = mix_u64(h, nv_config_rope_key(c));
     h = mix_f32(h, c->norm_eps);
-    if (nv_config_gemma_block(c)) { /* Gemma's block (mixed only where present: other models' keys stay as they were) */
+    if (c->no_pre_norms) h = mix_u64(h, 0x6f6c6d6f32); /* OLMo 2's block ("olmo2"; its QK-norm is qk_norm's value above) */
+    if (nv_config_gemma_block(c)) { /* Gemma's block, OLMo 3's window (mixed only where present: other models' keys stay as they were) */
         const int gemma[] = {c->swa_window, c->swa_period, c->ffn_gelu, c->post_norms};
         for (size_t i = 0; i < sizeof gemma / sizeof gemma[0]; i++) h = mix_u64(h, (uint64_t)(uint32_t)gemma[i]);
         h = mix_f32(mix_f32(mix_f32(h, c->emb_scale), c->attn_div), c->attn_softcap);

@@ -9,11 +9,13 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 8u
+#define CKPT_VERSION 9u
 /* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones; version 3's:
  * before the layers without RoPE; version 4's: before the Gemma block's; version 5's: before Granite's;
  * version 6's and 7's: before LongRoPE's short set, rope_dim a reserved 0 in 6 (version 7 gives it
- * partial rotation, which version 6 readers would have run as whole) */
+ * partial rotation, which version 6 readers would have run as whole); version 8's is version 9's
+ * size, its no_pre_norms a reserved 0 (version 9 gives it OLMo 2's block, and QK-norm 2, which
+ * version 8 readers refuse) */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 #define CKPT_V3_HEADER offsetof(nv_ckpt_header, nope_period)
@@ -26,7 +28,7 @@ _Static_assert(offsetof(nv_ckpt_header, nope_period) == 1216, "version 3's heade
 _Static_assert(offsetof(nv_ckpt_header, swa_window) == 1224, "version 4's header is 1224 bytes");
 _Static_assert(offsetof(nv_ckpt_header, residual_scale) == 1264, "version 5's header is 1264 bytes");
 _Static_assert(offsetof(nv_ckpt_header, longrope_orig) == 1272, "versions 6 and 7's header is 1272 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 2304, "version 8's header is 2304 bytes (docs/formats.md)");
+_Static_assert(sizeof(nv_ckpt_header) == 2304, "versions 8 and 9's header is 2304 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -49,6 +51,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->residual_scale = c->residual_scale, h->logit_div = c->logit_div;
     h->rope_dim = c->rope_dim;
     h->longrope_orig = c->longrope_orig;
+    h->no_pre_norms = c->no_pre_norms;
     memcpy(h->rope_factors_short, c->rope_factors_short, sizeof h->rope_factors_short);
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
@@ -84,6 +87,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->residual_scale = h->residual_scale, c->logit_div = h->logit_div;
     c->rope_dim = h->rope_dim;
     c->longrope_orig = h->longrope_orig;
+    c->no_pre_norms = h->no_pre_norms;
     memcpy(c->rope_factors_short, h->rope_factors_short, sizeof c->rope_factors_short);
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
@@ -146,15 +150,16 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     }
     if ((e = nv_read_bytes(&r, &out->h, want_h, "header"))) goto fail; /* older versions: the later fields stay 0 */
     if (version < 7) out->h.rope_dim = 0; /* reserved then */
+    if (version < 9) out->h.no_pre_norms = 0;
     if (out->h.n_rope_factors < 0 || out->h.n_rope_factors > NV_ROPE_FACTORS_MAX || out->h.yarn_no_truncate < 0 ||
         out->h.yarn_no_truncate > 1) {
         e = nv_fail(NV_EFORMAT, "%s: %d RoPE frequency factors (at most %d), or YaRN's truncation flag %d", path, (int)out->h.n_rope_factors,
                     NV_ROPE_FACTORS_MAX, (int)out->h.yarn_no_truncate);
         goto fail;
     }
-    if ((out->h.shared_classifier != 0 && out->h.shared_classifier != 1) || (out->h.qk_norm != 0 && out->h.qk_norm != 1) ||
+    if ((out->h.shared_classifier != 0 && out->h.shared_classifier != 1) || (out->h.qk_norm < 0 || out->h.qk_norm > (version < 9 ? 1 : NV_QK_NORM_WHOLE)) ||
         (out->h.qkv_bias != 0 && out->h.qkv_bias != 1)) {
-        e = nv_fail(NV_EFORMAT, "%s: header flags (shared classifier %d, QK-norm %d, biases %d) must be 0 or 1", path,
+        e = nv_fail(NV_EFORMAT, "%s: header flags (shared classifier %d, QK-norm %d, biases %d) must be 0 or 1 (QK-norm: 2 from version 9)", path,
                     (int)out->h.shared_classifier, (int)out->h.qk_norm, (int)out->h.qkv_bias);
         goto fail;
     }

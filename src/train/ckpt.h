@@ -58,7 +58,8 @@ typedef struct {
     /* version 6: Granite's residual multiplier and logit divisor (nv_config's); older files read as none */
     float residual_scale, logit_div;
     /* version 8: LongRoPE's short set and where it ends (nv_config's); older files read as none */
-    int32_t longrope_orig, reserved_v8;
+    int32_t longrope_orig;
+    int32_t no_pre_norms; /* version 9: OLMo 2's block (nv_config's; a reserved 0 before, read as llama's) */
     float rope_factors_short[NV_ROPE_FACTORS_MAX];
 } nv_ckpt_header;
 

@@ -34,8 +34,11 @@ static int act_slot(const nv_tmodel *tm, int l) { return tm->recompute ? 0 : l; 
 static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a, float *base) {
     size_t BT = (size_t)B * T, L = (size_t)kept, d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c);
-    size_t H = (size_t)c->n_heads, KVH = (size_t)c->n_kv_heads, V = (size_t)c->vocab_size;
+    size_t H = (size_t)c->n_heads, V = (size_t)c->vocab_size;
     size_t qk = c->qk_norm ? 1 : 0, post = c->post_norms ? 1 : 0, lcap = c->logit_softcap != 0.0f ? 1 : 0;
+    size_t pre = c->no_pre_norms ? 0 : 1; /* OLMo 2: the branches read the residual rows themselves */
+    /* QK-norm's statistics per row: one per head, or one for the whole projection (OLMo 2) */
+    size_t qgroups = qd / (size_t)nv_config_q_norm_len(c), kgroups = kvd / (size_t)nv_config_k_norm_len(c);
     /* a mixture of experts: the FFN's hidden rows are per (token, chosen expert) */
     const size_t E = (size_t)c->n_experts, K = E ? (size_t)c->n_experts_used : 0, hr = BT * (E ? K : 1);
     float *sel, *order, *at, *off; /* int parts (4 bytes a value, as a float's) */
@@ -43,13 +46,13 @@ static size_t acts_layout(const nv_config *c, int B, int T, int kept, nv_acts *a
         float **p;
         size_t n;
     } parts[] = {
-        {&a->x, ((size_t)c->n_layers + 1) * BT * d}, {&a->xn1, L * BT * d}, {&a->rstd1, L * BT},
-        {&a->qraw, qk * L * BT * qd}, {&a->kraw, qk * L * BT * kvd}, {&a->qrstd, qk * L * BT * H},
-        {&a->krstd, qk * L * BT * KVH}, {&a->q, L * BT * qd}, {&a->k, L * BT * kvd}, {&a->v, L * BT * kvd},
+        {&a->x, ((size_t)c->n_layers + 1) * BT * d}, {&a->xn1, pre * L * BT * d}, {&a->rstd1, pre * L * BT},
+        {&a->qraw, qk * L * BT * qd}, {&a->kraw, qk * L * BT * kvd}, {&a->qrstd, qk * L * BT * qgroups},
+        {&a->krstd, qk * L * BT * kgroups}, {&a->q, L * BT * qd}, {&a->k, L * BT * kvd}, {&a->v, L * BT * kvd},
         {&a->att_stats, L * (size_t)B * H * T * 2}, {&a->ao, L * BT * qd}, {&a->x2, L * BT * d},
         {&a->ya, post * L * BT * d}, {&a->rstd_pa, post * L * BT}, {&a->yf, post * L * BT * d}, {&a->rstd_pf, post * L * BT},
         {&a->lmax, lcap * BT},
-        {&a->xn2, L * BT * d}, {&a->rstd2, L * BT}, {&a->h1, L * hr * h}, {&a->h3, L * hr * h},
+        {&a->xn2, pre * L * BT * d}, {&a->rstd2, pre * L * BT}, {&a->h1, L * hr * h}, {&a->h3, L * hr * h},
         {&a->hg, L * hr * h}, {&a->xnf, BT * d}, {&a->rstdf, BT}, {&a->logits, BT * V},
         {&a->pscale, BT}, {&a->nll, BT}, {&a->moe_p, L * BT * E}, {&a->moe_w, L * BT * K}, {&a->moe_lse, E ? L * BT : 0},
         {&a->moe_y, L * BT * K * d}, {&sel, L * BT * K}, {&order, L * BT * K}, {&at, L * BT * K},
@@ -70,7 +73,12 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
     size_t qd = (size_t)nv_config_q_dim(c), kvd = (size_t)nv_config_kv_dim(c), half = (size_t)c->head_dim / 2;
     const size_t E = (size_t)c->n_experts, hr = BT * (E ? (size_t)c->n_experts_used : 1), gr = E ? hr : 0;
     size_t wide = qd > d ? qd : d, swa = c->rope_theta_swa != 0.0f ? (size_t)T * half : 0;
-    size_t normp = nv_rmsnorm_partials(BT, d), headp = c->qk_norm ? nv_rmsnorm_partials(BT * c->n_heads, c->head_dim) : 0;
+    size_t normp = nv_rmsnorm_partials(BT, d), headp = 0;
+    if (c->qk_norm) { /* per head, or over the whole projections */
+        const size_t qn = (size_t)nv_config_q_norm_len(c), kn = (size_t)nv_config_k_norm_len(c);
+        const size_t qp = nv_rmsnorm_partials(BT * (qd / qn), qn), kp = nv_rmsnorm_partials(BT * (kvd / kn), kn);
+        headp = qp > kp ? qp : kp;
+    }
     struct {
         float **p;
         size_t n;
@@ -127,7 +135,8 @@ static nv_err lora_setup(nv_tmodel *tm, const float *lora_init, uint64_t seed, n
     tm->lora_grads = nv_calloc_large((size_t)n, sizeof(float));
     tm->lora_us = nv_calloc_large(lora_us_floats(c, tm->B, tm->T, s->rank), sizeof(float));
     tm->lora_du = nv_calloc_large(BT * (size_t)s->rank, sizeof(float));
-    tm->sink = calloc((size_t)(c->dim + c->head_dim), sizeof(float));
+    /* the frozen norms' weight gradients, dropped: as wide as the widest norm (OLMo 2's QK-norm: a whole projection) */
+    tm->sink = calloc((size_t)(c->dim + nv_config_q_norm_len(c) + nv_config_k_norm_len(c)), sizeof(float));
     tm->lora_plans = calloc((size_t)c->n_layers * NV_LAYER_MATRICES * 2, sizeof *tm->lora_plans);
     if (!tm->lora_params || !tm->lora_grads || !tm->lora_us || !tm->lora_du || !tm->sink || !tm->lora_plans)
         return nv_fail(NV_ENOMEM, "cannot allocate the LoRA adapters");
@@ -1114,6 +1123,27 @@ static void post_norm_add(float *out, float *rstd, const float *y, const float *
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
 
 #define LAYER(ptr, l, per) ((ptr) + (size_t)(l) * (per))
+/* LAYER of a part a model may not have (OLMo 2's pre-norms): NULL then */
+#define LAYER_OR_NULL(ptr, l, per) ((ptr) ? LAYER(ptr, l, per) : NULL)
+
+/* A branch's input: x's rows normed by w into xn (statistics into rstd), or x itself without a norm
+   before the branch (w NULL: OLMo 2). */
+static float *pre_norm_forward(float *xn, float *rstd, float *x, const float *w, int rows, int d, float eps) {
+    if (!w) return x;
+    nv_rmsnorm_forward(xn, rstd, x, w, rows, d, eps);
+    return xn;
+}
+
+/* Back through pre_norm_forward: dx = dres + what dxn gives x through the norm (through none: dxn). */
+static void pre_norm_back(float *dx, const float *dres, float *dw, const float *dxn, const float *x, const float *w, const float *rstd,
+                          int rows, int d, float *normp) {
+    if (!w) {
+        ew_run(residual_job(dx, dxn, dres, 1.0f, (size_t)rows * d));
+        return;
+    }
+    memcpy(dx, dres, (size_t)rows * d * sizeof(float));
+    nv_rmsnorm_backward(dx, dw, dxn, x, w, rstd, rows, d, normp);
+}
 
 /* Rotates layer l's queries and keys (sign 1) or their gradients back (-1) with the layer's table:
    none for SmolLM3's unrotated layers, the windowed layers' own when they have one. */
@@ -1136,15 +1166,16 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     nv_acts *a = &tm->a;
     const int j = act_slot(tm, l);
     int B = tm->B, T = tm->T, BT = B * T, d = c->dim, hid = c->hidden_dim;
-    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
+    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads;
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
     const nv_layer_plans *lp = &tm->m.plans[l];
-    float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, j, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
-    float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd), *xn2 = LAYER(a->xn2, j, sd);
+    float *x = LAYER(a->x, l, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
+    float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd);
     float *h1 = LAYER(a->h1, j, sh), *h3 = LAYER(a->h3, j, sh), *hg = LAYER(a->hg, j, sh);
     float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2), *xout = LAYER(a->x, l + 1, sd);
 
-    nv_rmsnorm_forward(xn1, LAYER(a->rstd1, j, BT), x, w->rms_att + (size_t)l * d, BT, d, c->norm_eps);
+    float *xn1 = pre_norm_forward(LAYER_OR_NULL(a->xn1, j, sd), LAYER_OR_NULL(a->rstd1, j, BT), x, LAYER_OR_NULL(w->rms_att, l, d), BT, d,
+                                  c->norm_eps);
     /* q, k and v in one job (xn1 made bf16 once on the tile engines); with QK-norm the raw
        projections, normed per head below */
     float *qo = c->qk_norm ? LAYER(a->qraw, j, sq) : q, *ko = c->qk_norm ? LAYER(a->kraw, j, skv) : k;
@@ -1158,10 +1189,10 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
         add_bias_rows(ko, w->bk + (size_t)l * kvd, BT, kvd);
         add_bias_rows(v, w->bv + (size_t)l * kvd, BT, kvd);
     }
-    if (c->qk_norm) {
-        headnorm_forward(q, LAYER(a->qrstd, j, (size_t)BT * H), qo, w->q_norm + (size_t)l * hd, BT, H, hd, c->norm_eps);
-        headnorm_forward(k, LAYER(a->krstd, j, (size_t)BT * KVH), ko, w->k_norm + (size_t)l * hd, BT, KVH, hd,
-                         c->norm_eps);
+    if (c->qk_norm) { /* per head, or (OLMo 2) over the whole projection */
+        const int qn = nv_config_q_norm_len(c), kn = nv_config_k_norm_len(c);
+        headnorm_forward(q, LAYER(a->qrstd, j, (size_t)BT * (qd / qn)), qo, w->q_norm + (size_t)l * qn, BT, qd / qn, qn, c->norm_eps);
+        headnorm_forward(k, LAYER(a->krstd, j, (size_t)BT * (kvd / kn)), ko, w->k_norm + (size_t)l * kn, BT, kvd / kn, kn, c->norm_eps);
     }
     rope_layer(tm, l, s, q, k, 1.0f);
     const double ta = nv_now();
@@ -1179,7 +1210,8 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     lora_forward(tm, l, 3, ao, ya);
     if (post) post_norm_add(x2, LAYER(a->rstd_pa, j, BT), ya, w->post_att + (size_t)l * d, x, BT, d, c->norm_eps, rs);
     if (late1) ew_run(res1.j);
-    nv_rmsnorm_forward(xn2, LAYER(a->rstd2, j, BT), x2, w->rms_ffn + (size_t)l * d, BT, d, c->norm_eps);
+    float *xn2 = pre_norm_forward(LAYER_OR_NULL(a->xn2, j, sd), LAYER_OR_NULL(a->rstd2, j, BT), x2, LAYER_OR_NULL(w->rms_ffn, l, d), BT,
+                                  d, c->norm_eps);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL);
         return;
@@ -1287,7 +1319,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
     if (!acc && !frozen) zero_unwritten_grads(tm); /* adapters: every gradient is a product's, written whole */
     /* a frozen model's norms still pass their gradient back; their own weights' is dropped */
 #define NORM_DW(p) (frozen ? tm->sink : (p))
-    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads, KVH = c->n_kv_heads, hd = c->head_dim;
+    int qd = nv_config_q_dim(c), kvd = nv_config_kv_dim(c), H = c->n_heads;
     size_t sd = (size_t)BT * d, sq = (size_t)BT * qd, skv = (size_t)BT * kvd, sh = (size_t)BT * hid;
     const float rs = nv_config_residual_scale(c);
 
@@ -1305,8 +1337,10 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         const nv_layer_plans *lp = &tm->m.plans[l];
         const int j = act_slot(tm, l);
         if (tm->recompute) layer_forward(tm, l, &s, 0);
-        float *x = LAYER(a->x, l, sd), *xn1 = LAYER(a->xn1, j, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
-        float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd), *xn2 = LAYER(a->xn2, j, sd);
+        float *x = LAYER(a->x, l, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
+        float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd);
+        const float *w_att = LAYER_OR_NULL(w->rms_att, l, d), *w_ffn = LAYER_OR_NULL(w->rms_ffn, l, d);
+        float *xn1 = w_att ? LAYER(a->xn1, j, sd) : x, *xn2 = w_ffn ? LAYER(a->xn2, j, sd) : x2; /* pre_norm_forward's */
         float *h1 = LAYER(a->h1, j, sh), *h3 = LAYER(a->h3, j, sh), *hg = LAYER(a->hg, j, sh);
         const float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2);
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
@@ -1334,9 +1368,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
             lora_backward(tm, e, l, 4, xn2, s.dh1, s.dxn, acc);
             lora_backward(tm, e, l, 6, xn2, s.dh3, s.dxn, acc);
         }
-        memcpy(s.dx2, s.dx, sd * sizeof(float));
-        nv_rmsnorm_backward(s.dx2, NORM_DW(g->rms_ffn + (size_t)l * d), s.dxn, x2, w->rms_ffn + (size_t)l * d,
-                            LAYER(a->rstd2, j, BT), BT, d, s.normp);
+        pre_norm_back(s.dx2, s.dx, NORM_DW(LAYER_OR_NULL(g->rms_ffn, l, d)), s.dxn, x2, w_ffn, LAYER_OR_NULL(a->rstd2, j, BT), BT, d, s.normp);
 
         /* attention: x2 = x + Wo . attn(q, k, v) (the product normed first with post-norms; times
            Granite's multiplier) */
@@ -1360,10 +1392,11 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
             float *dqraw = s.dao, *dkraw = s.dxn;
             memset(dqraw, 0, sq * sizeof(float));
             memset(dkraw, 0, skv * sizeof(float));
-            nv_rmsnorm_backward(dqraw, NORM_DW(g->q_norm + (size_t)l * hd), s.dq, LAYER(a->qraw, j, sq), w->q_norm + (size_t)l * hd,
-                                LAYER(a->qrstd, j, (size_t)BT * H), BT * H, hd, s.normp);
-            nv_rmsnorm_backward(dkraw, NORM_DW(g->k_norm + (size_t)l * hd), s.dk, LAYER(a->kraw, j, skv),
-                                w->k_norm + (size_t)l * hd, LAYER(a->krstd, j, (size_t)BT * KVH), BT * KVH, hd, s.normp);
+            const int qn = nv_config_q_norm_len(c), kn = nv_config_k_norm_len(c), qrows = BT * (qd / qn), krows = BT * (kvd / kn);
+            nv_rmsnorm_backward(dqraw, NORM_DW(g->q_norm + (size_t)l * qn), s.dq, LAYER(a->qraw, j, sq), w->q_norm + (size_t)l * qn,
+                                LAYER(a->qrstd, j, (size_t)qrows), qrows, qn, s.normp);
+            nv_rmsnorm_backward(dkraw, NORM_DW(g->k_norm + (size_t)l * kn), s.dk, LAYER(a->kraw, j, skv), w->k_norm + (size_t)l * kn,
+                                LAYER(a->krstd, j, (size_t)krows), krows, kn, s.normp);
             memcpy(s.dq, dqraw, sq * sizeof(float));
             memcpy(s.dk, dkraw, skv * sizeof(float));
         }
@@ -1382,9 +1415,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         lora_backward(tm, e, l, 0, xn1, dq_in, s.dxn, acc);
         lora_backward(tm, e, l, 1, xn1, dk_in, s.dxn, acc);
         lora_backward(tm, e, l, 2, xn1, s.dv, s.dxn, acc);
-        memcpy(s.dx, s.dx2, sd * sizeof(float));
-        nv_rmsnorm_backward(s.dx, NORM_DW(g->rms_att + (size_t)l * d), s.dxn, x, w->rms_att + (size_t)l * d,
-                            LAYER(a->rstd1, j, BT), BT, d, s.normp);
+        pre_norm_back(s.dx, s.dx2, NORM_DW(LAYER_OR_NULL(g->rms_att, l, d)), s.dxn, x, w_att, LAYER_OR_NULL(a->rstd1, j, BT), BT, d, s.normp);
     }
 #undef NORM_DW
     const float emb_scale = nv_config_emb_scale(c);
