@@ -22,7 +22,7 @@ import urllib.request
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-TEMPLATES = ["plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral", "phi4-mini", "phi4"]
+TEMPLATES = ["plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral", "phi4-mini", "phi4", "olmo2"]
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city, «now»",
                                             "parameters": {"type": "object", "properties": {

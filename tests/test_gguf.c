@@ -880,7 +880,14 @@ static void test_serve_declared_template(void) {
                   "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}{{'<|im_start|>assistant<|im_sep|>' + "
                   "message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
                   "'<|im_start|>assistant<|im_sep|>' }}{% endif %}",
-                  "", "chat template phi4,"}};
+                  "", "chat template phi4,"},
+                 /* OLMo-2-1124-13B-Instruct's own (Tulu 3's): Phi-3's roles without <|end|> */
+                 {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + "
+                  "'\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == "
+                  "'assistant' %}{% if not loop.last %}{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}{% else %}{{ "
+                  "'<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if loop.last and add_generation_prompt "
+                  "%}{{ '<|assistant|>\n' }}{% endif %}{% endfor %}",
+                  "", "chat template olmo2"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *p = t_path("chat.gguf");
         gguf_write_model_ex(p, "llama", 3, 1, cases[i].tmpl);

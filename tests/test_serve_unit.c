@@ -616,6 +616,25 @@ static void test_chat_tools(void) {
                 !strcmp(text.data, "<s><|im_start|>system<|im_sep|>Be kind.<|im_end|><|im_start|>user<|im_sep|>Hi<|im_end|>"
                                    "<|im_start|>assistant<|im_sep|>"),
             "phi4 without tools: %s", text.data ? text.data : nv_errmsg());
+    /* olmo2: OLMo 2's turns (<|role|>, a line break, the text, a line break), an answer ended by EOS then
+       a line break, the generation prompt after every conversation; tools as ChatML's in a system turn */
+    text.len = 0;
+    T_CHECK(nv_chat_render_text(NV_CHAT_OLMO2, tok, msgs, 2, &(nv_chat_opts){0}, &text) == NV_OK && text.data &&
+                !strcmp(text.data, "<s><|system|>\nBe kind.\n<|user|>\nHi\n<|assistant|>\n"),
+            "olmo2 without tools: %s", text.data ? text.data : nv_errmsg());
+    text.len = 0;
+    static const char olmo2_head[] = "<s><|system|>\nBe kind.\n\n# Tools";
+    T_CHECK(nv_chat_render_text(NV_CHAT_OLMO2, tok, msgs, 4, &o, &text) == NV_OK && text.data &&
+                !strncmp(text.data, olmo2_head, sizeof olmo2_head - 1) &&
+                strstr(text.data, "</tool_call>\n<|user|>\nHi\n<|assistant|>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n"
+                                  "</tool_call></s>\n<|user|>\n<tool_response>\n42\n</tool_response>\n<|assistant|>\n"),
+            "olmo2: %s", text.data ? text.data : nv_errmsg());
+    T_CHECK(nv_chat_render_opts(NV_CHAT_OLMO2, tok, msgs, 4, &o, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    eos = bos = 0;
+    for (int i = 0; i < n; i++) eos += ids[i] == nv_tokenizer_eos(tok), bos += ids[i] == nv_tokenizer_bos(tok);
+    T_CHECK(eos == 1 && bos == 1 && ids[0] == nv_tokenizer_bos(tok) && nv_chat_template_stop(NV_CHAT_OLMO2) == NULL,
+            "olmo2: %d EOS, %d BOS; its answers end at EOS", eos, bos);
+    free(ids);
     T_CHECK(nv_chat_tool_style(NV_CHAT_PHI4_MINI) == NV_TOOLS_PHI4_MINI && !strcmp(nv_chat_tool_token(NV_CHAT_PHI4_MINI), "<|tool_call|>") &&
                 !strcmp(nv_chat_template_stop(NV_CHAT_PHI4_MINI), "<|end|>"),
             "phi4-mini's calls, marker and stop");

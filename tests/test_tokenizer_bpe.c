@@ -392,6 +392,20 @@ static void test_chat_turn_boundary(void) {
         }
         free(ids), free(prompt), free(answer), free(whole);
     }
+    /* olmo2 on a vocabulary that adds no BOS: its template writes BOS (<|endoftext|> here) all the same,
+       once; the turn ends its answer with EOS and nothing after (no generation prompt) */
+    int *ids = NULL, n = 0, np = 0, *prompt = NULL, nprompt = 0;
+    nv_buf text = {0};
+    T_CHECK(nv_chat_render_turn(NV_CHAT_OLMO2, t, m, 2, &none, &ids, &n, &np) == NV_OK &&
+                nv_chat_render_opts(NV_CHAT_OLMO2, t, m, 1, &none, &prompt, &nprompt) == NV_OK &&
+                nv_chat_render_text(NV_CHAT_OLMO2, t, m, 1, &none, &text) == NV_OK,
+            "render: %s", nv_errmsg());
+    T_CHECK(np == nprompt && n > np && !memcmp(ids, prompt, (size_t)np * sizeof(int)) && prompt[0] == ID_ENDOFTEXT &&
+                prompt[1] != ID_ENDOFTEXT && ids[n - 1] == nv_tokenizer_eos(t) && ids[n - 2] != ID_ENDOFTEXT,
+            "olmo2: BOS, the prompt, the answer and EOS (%d of %d)", np, nprompt);
+    T_CHECK(text.data && !strcmp(text.data, "<|endoftext|><|user|>\nthe cat\n\n<|assistant|>\n"), "olmo2's text: %s", text.data ? text.data : "");
+    free(ids), free(prompt);
+    nv_buf_free(&text);
     nv_tokenizer_free(t);
 }
 

@@ -107,7 +107,7 @@ int cli_template_file(const char *cmd, const char *path, nv_chat_template *out) 
     free(text);
     return known ? 0
                  : cli_error(cmd, 1, "--chat-template-file %s: not a template nerve renders (ChatML's, Llama 3's, DeepSeek-R1's, "
-                                     "Phi-3's, Phi-4's, Phi-4-mini's, Gemma's, Granite's, Mistral's or Llama 2's [INST]); name one with "
+                                     "Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, Gemma's, Granite's, Mistral's or Llama 2's [INST]); name one with "
                                      "--chat-template",
                              path);
 }
@@ -125,13 +125,14 @@ static int template_of_text(const char *model_path, const char *t, size_t n, nv_
     else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
     else if (memmem(t, n, "<|assistant|>", 13) && memmem(t, n, "<|end|>", 7)) /* Phi-4-mini's: its tools' closing marker */
         *out = memmem(t, n, "<|/tool|>", 9) ? NV_CHAT_PHI4_MINI : NV_CHAT_PHI3;
+    else if (memmem(t, n, "<|assistant|>", 13) && memmem(t, n, "<|user|>", 8)) *out = NV_CHAT_OLMO2; /* the same roles without <|end|> */
     else if (memmem(t, n, "<start_of_turn>", 15) && memmem(t, n, "<end_of_turn>", 13)) *out = NV_CHAT_GEMMA;
     else if (memmem(t, n, "<|start_of_role|>", 17)) *out = NV_CHAT_GRANITE;
     else if (memmem(t, n, "[AVAILABLE_TOOLS]", 17) || memmem(t, n, "[TOOL_CALLS]", 12)) *out = NV_CHAT_MISTRAL;
     else if (memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
     else {
         if (warn)
-            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's, Phi-4's, Phi-4-mini's, Gemma's, Granite's, "
+            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, Gemma's, Granite's, "
                     "Mistral's or Llama-2's [INST] "
                     "(see --chat-template)",
                     model_path);

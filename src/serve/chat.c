@@ -7,7 +7,7 @@
 #include "base/buf.h"
 
 static const char *const names[] = {"plain",   "chatml",  "llama2",    "llama3", "deepseek", "phi3",
-                                     "gemma",   "granite", "mistral",   "phi4-mini", "phi4"};
+                                     "gemma",   "granite", "mistral",   "phi4-mini", "phi4",   "olmo2"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -25,7 +25,8 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
             return NV_OK;
         }
     return nv_fail(NV_EINVAL,
-                   "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4)",
+                   "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, "
+                   "olmo2)",
                    name);
 }
 
@@ -156,10 +157,17 @@ typedef struct {
     nv_buf *text;
 } sink;
 
+/* bos: 1, BOS where the tokenizer prepends one; SINK_BOS_ALWAYS, where the vocabulary has one (a
+ * template that writes bos_token itself: OLMo 2's). eos: EOS after the text. */
+#define SINK_BOS_ALWAYS 2
 static nv_err sink_put(const sink *s, const char *text, int bos, int eos) {
-    if (s->ids) return nv_tokenizer_encode_into(s->tok, text, bos, eos, s->ids);
     const int b = nv_tokenizer_bos(s->tok), e = nv_tokenizer_eos(s->tok);
-    if (bos && b >= 0 && nv_tokenizer_adds_bos(s->tok)) nv_buf_puts(s->text, nv_tokenizer_special_text(s->tok, b));
+    const int own = bos == SINK_BOS_ALWAYS && b >= 0 && !nv_tokenizer_adds_bos(s->tok); /* the template's, not the tokenizer's */
+    if (s->ids) {
+        if (own) NV_TRY(nv_ids_push(s->ids, &b, 1));
+        return nv_tokenizer_encode_into(s->tok, text, bos != 0, eos, s->ids);
+    }
+    if (bos && b >= 0 && (own || nv_tokenizer_adds_bos(s->tok))) nv_buf_puts(s->text, nv_tokenizer_special_text(s->tok, b));
     nv_buf_puts(s->text, text);
     if (eos && e >= 0) nv_buf_puts(s->text, nv_tokenizer_special_text(s->tok, e));
     return s->text->oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : NV_OK;
@@ -353,6 +361,45 @@ static nv_err render_mistral(const nv_chat_msg *m, int n, const nv_chat_opts *o,
     return e;
 }
 
+/* OLMo 2's turns (Tülu 3's format): <|role|>, a line break, the text and a line break; an answer ends
+ * with EOS instead, then a line break unless it is the last message; with prompt, <|assistant|> and a
+ * line break after every conversation (its template's generation prompt, after an answer too). BOS
+ * opens it whatever the vocabulary's habit, as its template writes bos_token. Tools as Hermes's in
+ * the system turn (OLMo 2 has no format of its own); consecutive results share one user turn. */
+static nv_err render_olmo2(const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out, int prompt) {
+    nv_buf text = {0};
+    nv_err e = NV_OK;
+    int i = 0, first = 1, continued = 0;
+    if (o->n_tools) {
+        nv_buf_puts(&text, "<|system|>\n");
+        if (n && is_system(m[0].role)) nv_buf_printf(&text, "%s\n\n", m[i++].content);
+        hermes_tools(&text, o);
+        nv_buf_puts(&text, "\n");
+    }
+    for (; i < n && e == NV_OK && !continued; i++) {
+        if (is_tool(m[i].role)) {
+            nv_buf_puts(&text, i == 0 || !is_tool(m[i - 1].role) ? "<|user|>\n" : "\n");
+            tool_response(&text, m[i].content);
+            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_puts(&text, "\n");
+        } else if (strcmp(m[i].role, "assistant")) {
+            nv_buf_printf(&text, "<|%s|>\n%s\n", is_system(m[i].role) ? "system" : m[i].role, m[i].content);
+        } else {
+            nv_buf_printf(&text, "<|assistant|>\n%s", m[i].content);
+            if ((continued = i == n - 1 && continues(m, n, o))) break; /* the answer so far, continued */
+            hermes_calls(&text, &m[i]);
+            e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data, first ? SINK_BOS_ALWAYS : 0, 1);
+            nv_buf_free(&text);
+            first = 0;
+            if (i < n - 1) nv_buf_puts(&text, "\n");
+        }
+    }
+    if (prompt && !continued) nv_buf_puts(&text, "<|assistant|>\n");
+    if (e == NV_OK && (text.len || first))
+        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", first ? SINK_BOS_ALWAYS : 0, 0);
+    nv_buf_free(&text);
+    return e;
+}
+
 /* Gemma's turns: <start_of_turn>user (or model, the assistant's), the text trimmed, <end_of_turn>;
  * the first system message and the tools open the first turn's text (Gemma has no system turn);
  * consecutive tool results share one user turn. */
@@ -492,6 +539,7 @@ static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m
 static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
     if (t == NV_CHAT_LLAMA2) return render_llama2(m, n, o, out);
     if (t == NV_CHAT_MISTRAL) return render_mistral(m, n, o, out);
+    if (t == NV_CHAT_OLMO2) return render_olmo2(m, n, o, out, 1);
     nv_buf text = {0};
     render_prompt(t, &text, m, n, o);
     nv_err e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", 1, 0);
@@ -541,12 +589,15 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         const sink to_ids = {.tok = tok, .ids = &out};
         e = render_llama2(m, n, o, &to_ids);
         if (e == NV_OK) e = nv_tokenizer_encode_into(tok, "", 0, 1, &out);
-    } else if (t == NV_CHAT_MISTRAL) { /* the answer as the template ends it, with EOS */
+    } else if (t == NV_CHAT_MISTRAL || t == NV_CHAT_OLMO2) { /* the answer as the template ends it, with EOS */
         const sink to_ids = {.tok = tok, .ids = &out};
         nv_chat_opts whole = *o;
         whole.continue_final = 0;
-        e = render_mistral(m, n, &whole, &to_ids);
-        if (a->n_calls) { /* (the answer's text, for a vocabulary that merges across the boundary) */
+        e = t == NV_CHAT_MISTRAL ? render_mistral(m, n, &whole, &to_ids) : render_olmo2(m, n, &whole, &to_ids, 0);
+        if (t == NV_CHAT_OLMO2) { /* (the answer's text, for a vocabulary that merges across the boundary) */
+            nv_buf_puts(&answer, a->content);
+            hermes_calls(&answer, a);
+        } else if (a->n_calls) {
             call_list(&answer, NV_MISTRAL_CALLS, a, 1);
         } else {
             nv_buf_puts(&answer, " ");
@@ -589,7 +640,8 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         } else {
             out.v = prompt, out.n = out.cap = np;
             prompt = NULL;
-            e = nv_tokenizer_encode_into(tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN || t == NV_CHAT_MISTRAL, &out);
+            e = nv_tokenizer_encode_into(tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN || t == NV_CHAT_MISTRAL || t == NV_CHAT_OLMO2,
+                                         &out);
             k = np;
         }
     }
@@ -807,6 +859,23 @@ static const char jinja_gemma[] =
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}";
 
+/* render_olmo2's form (bos_token as J_BOS: transformers passes it always, as OLMo 2's own template writes it) */
+static const char jinja_olmo2[] =
+    "{%- set ns = namespace(c='', start=0) %}" J_BOS
+    "{%- if tools %}{{- '<|system|>\\n' }}"
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT
+    "{{- ns.c + '\\n\\n' }}{%- set ns.start = 1 %}{%- endif %}" J_HERMES_TOOLS "{{- '\\n' }}{%- endif %}"
+    J_EACH
+    "{%- if m.role in " J_TOOL " %}"
+    "{%- if i == 0 or not " J_IS_TOOL("i - 1") " %}{{- '<|user|>\\n' }}{%- else %}{{- '\\n' }}{%- endif %}"
+    "{{- " J_RESPONSE " }}"
+    "{%- if i == messages | length - 1 or not " J_IS_TOOL("i + 1") " %}{{- '\\n' }}{%- endif %}"
+    "{%- elif m.role == 'assistant' %}{{- '<|assistant|>\\n' + ns.c }}" J_HERMES_CALLS "{{- eos_token }}"
+    "{%- if i < messages | length - 1 %}{{- '\\n' }}{%- endif %}"
+    "{%- else %}{{- '<|' + ('system' if m.role in " J_SYS " else m.role) + '|>\\n' + ns.c + '\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}";
+
 const char *nv_chat_template_jinja(nv_chat_template t) {
     switch (t) {
     case NV_CHAT_PLAIN: return jinja_plain;
@@ -820,6 +889,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_MISTRAL: return jinja_mistral;
     case NV_CHAT_PHI4_MINI: return jinja_phi4_mini;
     case NV_CHAT_PHI4: return jinja_phi4;
+    case NV_CHAT_OLMO2: return jinja_olmo2;
     }
     return NULL;
 }

@@ -57,7 +57,7 @@
 #include "model/tokenizer.h"
 
 typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3, NV_CHAT_GEMMA,
-               NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4 } nv_chat_template;
+               NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2 } nv_chat_template;
 
 /* DeepSeek's assistant marker, <｜Assistant｜> (fullwidth vertical bars): the deepseek template writes
  * it, and a GGUF file's template holding it is recognised as that one. */
