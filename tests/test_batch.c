@@ -144,8 +144,9 @@ static void check_model(nv_model *m, const char *what) {
              * 2.7e-3 seen on the random-weight models, 7.5e-2 to 8.6e-2 on the trained stories260K,
              * whose keys (heads of 8 dimensions) carry outliers (its real-text top-1: `bench accuracy`) */
             const nv_engine_id e = m->engine;
-            /* post-norms (gemma) scale each block's output to unit size, its q8 rounding with it: 1.05e-2 seen */
-            const double tol = dt == NV_KV_Q8                 ? (!strcmp(what, "stories260K") ? 0.12 : !strcmp(what, "gemma") ? 2e-2 : 1e-2)
+            /* post-norms (gemma, olmo) scale each block's output to unit size, its q8 rounding with it: 1.05e-2 seen */
+            const int post = !strcmp(what, "gemma") || !strcmp(what, "olmo");
+            const double tol = dt == NV_KV_Q8                 ? (!strcmp(what, "stories260K") ? 0.12 : post ? 2e-2 : 1e-2)
                                : !nv_engine_low_precision(e) ? 4e-3
                                : nv_engine_int8(e)           ? 3e-2
                                                              : 1.5e-2;
@@ -232,6 +233,23 @@ static void test_batch_equals_alone_gemma(void) {
     for (int i = 0; i < c.n_layers * c.dim; i++) m.w.post_att[i] = 0.5f + 0.02f * (float)(i % 31), m.w.post_ffn[i] = 1.5f - 0.02f * (float)(i % 17);
     T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
     check_model(&m, "gemma");
+    nv_model_free(&m);
+}
+
+/* OLMo 2's and 3's block: no norms before the branches, post-norms after, QK-norm over the whole query
+ * and key projections, a window of 5 on three layers of four with their own RoPE (blocks of 4 and 16
+ * hold positions both sides of its edge) */
+static void test_batch_equals_alone_olmo(void) {
+    nv_config c = {48, 64, 4, 6, 2, 8, 300, 64, 500000.0f, 1e-6f, 0, NV_QK_NORM_WHOLE, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.post_norms = c.no_pre_norms = 1, c.swa_window = 5, c.swa_period = 4, c.rope_theta_swa = 10000.0f;
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 29);
+    for (int i = 0; i < c.n_layers * c.dim; i++) m.w.post_att[i] = 0.5f + 0.02f * (float)(i % 31), m.w.post_ffn[i] = 1.5f - 0.02f * (float)(i % 17);
+    for (int i = 0; i < c.n_layers * nv_config_q_dim(&c); i++) m.w.q_norm[i] = 0.7f + 0.03f * (float)(i % 19);
+    for (int i = 0; i < c.n_layers * nv_config_kv_dim(&c); i++) m.w.k_norm[i] = 1.3f - 0.03f * (float)(i % 13);
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    check_model(&m, "olmo");
     nv_model_free(&m);
 }
 
@@ -461,6 +479,7 @@ int main(void) {
     T_RUN(test_batch_equals_alone_stories260K);
     T_RUN(test_batch_equals_alone_wide_heads);
     T_RUN(test_batch_equals_alone_gemma);
+    T_RUN(test_batch_equals_alone_olmo);
     T_RUN(test_batch_equals_alone_nope);
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
     T_RUN(test_batch_equals_alone_bias_rope_factors);
