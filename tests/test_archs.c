@@ -673,6 +673,12 @@ static void hf_written(int gen) {
                 "kind %d: config.json %s", gen, cfg_text ? cfg_text : "");
         cJSON_Delete(h), cJSON_Delete(cfg);
         free(text), free(cfg_text);
+        char args[1600];
+        snprintf(args, sizeof args, "info -m '%s'", path);
+        T_CHECK(t_nerve(args) == 0 && strstr(t_out, "QK-norm over whole projections") &&
+                    strstr(t_out, "block:    OLMo 2's: RMSNorm after the attention and the FFN, none before") &&
+                    (gen == 10 || strstr(t_out, "window:   5 positions in 2 of 4 layers")),
+                "info: %s%s", t_out, t_err);
     }
     if (gen == 4) { /* SmolLM3's forms: the list alone (its released config.json), the interval alone; a list that is not a period */
         char *text = NULL;
