@@ -229,26 +229,36 @@ static int continues(const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     return o->continue_final && n > 0 && !strcmp(m[n - 1].role, "assistant");
 }
 
-/* ChatML's turns (Qwen's), Phi-3's and Phi-4's have one shape: a marker around the role (with a line
- * break after it but in Phi-4's), the text, an end marker (the same). */
+/* ChatML's turns (Qwen's), Phi-3's, Phi-4's and OLMo 2's have one shape: a marker around the role
+ * (with a line break after it but in Phi-4's), the text, an end marker (the same). OLMo 2's (Tülu
+ * 3's format) ends an answer with EOS instead, then a line break unless it is the last message, and
+ * opens with BOS whatever the vocabulary's habit, as its template writes bos_token. */
 typedef struct {
     const char *pre, *close, *end;
-    int thinks; /* Qwen3's empty reasoning on a non-thinking turn (nv_chat_opts.no_think) */
+    int thinks;      /* Qwen3's empty reasoning on a non-thinking turn (nv_chat_opts.no_think) */
+    int eos_answers; /* OLMo 2's answers, ended by EOS */
 } turn_marks;
-static const turn_marks chatml_marks = {"<|im_start|>", "\n", "<|im_end|>\n", 1}, phi3_marks = {"<|", "|>\n", "<|end|>\n", 0},
-                        phi4_marks = {"<|im_start|>", "<|im_sep|>", "<|im_end|>", 0};
+static const turn_marks chatml_marks = {"<|im_start|>", "\n", "<|im_end|>\n", 1, 0},
+                        phi3_marks = {"<|", "|>\n", "<|end|>\n", 0, 0},
+                        phi4_marks = {"<|im_start|>", "<|im_sep|>", "<|im_end|>", 0, 0},
+                        olmo2_marks = {"<|", "|>\n", "\n", 0, 1};
 
-static void render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o, const turn_marks *k) {
+/* The turns of m[0..n) into text; with k->eos_answers, each answer and the text before it go to out
+ * with EOS after them (*put: something went to out), the rest stays in text. gen_prompt: the
+ * assistant's header after the last message (not after an answer being continued). Tools join the
+ * first system message in one system turn; consecutive tool results share one user turn. */
+static nv_err render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o, const turn_marks *k, const sink *out,
+                           int gen_prompt, int *put) {
     const char *no_think = k->thinks && o->no_think ? "<think>\n\n</think>\n\n" : "";
     int i = 0;
-    if (o->n_tools) { /* the tools join the first system message in one system turn */
+    if (o->n_tools) {
         nv_buf_printf(text, "%ssystem%s", k->pre, k->close);
         if (n && is_system(m[0].role)) nv_buf_printf(text, "%s\n\n", m[i++].content);
         hermes_tools(text, o);
         nv_buf_puts(text, k->end);
     }
     for (; i < n; i++) {
-        if (is_tool(m[i].role)) { /* consecutive results share one user turn */
+        if (is_tool(m[i].role)) {
             if (i == 0 || !is_tool(m[i - 1].role)) nv_buf_printf(text, "%suser%s", k->pre, k->close);
             else nv_buf_puts(text, "\n");
             tool_response(text, m[i].content);
@@ -257,13 +267,21 @@ static void render_turns(nv_buf *text, const nv_chat_msg *m, int n, const nv_cha
         }
         if (i == n - 1 && continues(m, n, o)) { /* the answer so far: the model goes on from its last byte */
             nv_buf_printf(text, "%sassistant%s%s%s", k->pre, k->close, no_think, m[i].content);
-            return;
+            return NV_OK;
         }
         nv_buf_printf(text, "%s%s%s%s", k->pre, is_system(m[i].role) ? "system" : m[i].role, k->close, m[i].content);
         hermes_calls(text, &m[i]);
-        nv_buf_puts(text, k->end);
+        if (k->eos_answers && !strcmp(m[i].role, "assistant")) {
+            NV_TRY(text->oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text->data, *put ? 0 : SINK_BOS_ALWAYS, 1));
+            nv_buf_free(text);
+            *put = 1;
+            if (i < n - 1) nv_buf_puts(text, "\n");
+        } else {
+            nv_buf_puts(text, k->end);
+        }
     }
-    nv_buf_printf(text, "%sassistant%s%s", k->pre, k->close, no_think);
+    if (gen_prompt) nv_buf_printf(text, "%sassistant%s%s", k->pre, k->close, no_think);
+    return NV_OK;
 }
 
 /* Granite's turns: <|start_of_role|>ROLE<|end_of_role|>TEXT<|end_of_text|> and a line break, with
@@ -357,45 +375,6 @@ static nv_err render_mistral(const nv_chat_msg *m, int n, const nv_chat_opts *o,
     if (e == NV_OK && (text.len || first))
         e = text.oom || sys.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", first, 0);
     nv_buf_free(&sys);
-    nv_buf_free(&text);
-    return e;
-}
-
-/* OLMo 2's turns (Tülu 3's format): <|role|>, a line break, the text and a line break; an answer ends
- * with EOS instead, then a line break unless it is the last message; with prompt, <|assistant|> and a
- * line break after every conversation (its template's generation prompt, after an answer too). BOS
- * opens it whatever the vocabulary's habit, as its template writes bos_token. Tools as Hermes's in
- * the system turn (OLMo 2 has no format of its own); consecutive results share one user turn. */
-static nv_err render_olmo2(const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out, int prompt) {
-    nv_buf text = {0};
-    nv_err e = NV_OK;
-    int i = 0, first = 1, continued = 0;
-    if (o->n_tools) {
-        nv_buf_puts(&text, "<|system|>\n");
-        if (n && is_system(m[0].role)) nv_buf_printf(&text, "%s\n\n", m[i++].content);
-        hermes_tools(&text, o);
-        nv_buf_puts(&text, "\n");
-    }
-    for (; i < n && e == NV_OK && !continued; i++) {
-        if (is_tool(m[i].role)) {
-            nv_buf_puts(&text, i == 0 || !is_tool(m[i - 1].role) ? "<|user|>\n" : "\n");
-            tool_response(&text, m[i].content);
-            if (i == n - 1 || !is_tool(m[i + 1].role)) nv_buf_puts(&text, "\n");
-        } else if (strcmp(m[i].role, "assistant")) {
-            nv_buf_printf(&text, "<|%s|>\n%s\n", is_system(m[i].role) ? "system" : m[i].role, m[i].content);
-        } else {
-            nv_buf_printf(&text, "<|assistant|>\n%s", m[i].content);
-            if ((continued = i == n - 1 && continues(m, n, o))) break; /* the answer so far, continued */
-            hermes_calls(&text, &m[i]);
-            e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data, first ? SINK_BOS_ALWAYS : 0, 1);
-            nv_buf_free(&text);
-            first = 0;
-            if (i < n - 1) nv_buf_puts(&text, "\n");
-        }
-    }
-    if (prompt && !continued) nv_buf_puts(&text, "<|assistant|>\n");
-    if (e == NV_OK && (text.len || first))
-        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", first ? SINK_BOS_ALWAYS : 0, 0);
     nv_buf_free(&text);
     return e;
 }
@@ -526,8 +505,9 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 
 /* The text of messages m[0..n) in a template that renders text (every one but llama2). */
 static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    int put = 0; /* (these marks send nothing to a sink) */
     if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_PHI4)
-        render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : t == NV_CHAT_PHI3 ? &phi3_marks : &phi4_marks);
+        render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : t == NV_CHAT_PHI3 ? &phi3_marks : &phi4_marks, NULL, 1, &put);
     else if (t == NV_CHAT_GRANITE) render_granite(text, m, n, o);
     else if (t == NV_CHAT_PHI4_MINI) render_phi4_mini(text, m, n, o);
     else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
@@ -536,13 +516,19 @@ static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m
     else render_plain(text, m, n, o);
 }
 
-static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out) {
+/* gen_prompt 0: without the assistant's header after the last message (OLMo 2's; the other
+   templates' callers always want it). */
+static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out, int gen_prompt) {
     if (t == NV_CHAT_LLAMA2) return render_llama2(m, n, o, out);
     if (t == NV_CHAT_MISTRAL) return render_mistral(m, n, o, out);
-    if (t == NV_CHAT_OLMO2) return render_olmo2(m, n, o, out, 1);
     nv_buf text = {0};
-    render_prompt(t, &text, m, n, o);
-    nv_err e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", 1, 0);
+    nv_err e = NV_OK;
+    int put = 0;
+    if (t == NV_CHAT_OLMO2) e = render_turns(&text, m, n, o, &olmo2_marks, out, gen_prompt, &put);
+    else render_prompt(t, &text, m, n, o);
+    const int bos = put ? 0 : t == NV_CHAT_OLMO2 ? SINK_BOS_ALWAYS : 1; /* (OLMo 2's template writes bos_token) */
+    if (e == NV_OK && (text.len || !put))
+        e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", bos, 0);
     nv_buf_free(&text);
     return e;
 }
@@ -550,7 +536,7 @@ static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_c
 nv_err nv_chat_render_text(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o,
                            nv_buf *text) {
     const sink out = {.tok = tok, .text = text};
-    return render(t, m, n, o, &out);
+    return render(t, m, n, o, &out, 1);
 }
 
 nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n,
@@ -559,7 +545,7 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
     *n_tokens = 0;
     nv_ids out = {0};
     const sink to_ids = {.tok = tok, .ids = &out};
-    nv_err e = render(t, m, n, o, &to_ids);
+    nv_err e = render(t, m, n, o, &to_ids, 1);
     if (e != NV_OK) {
         free(out.v);
         return e;
@@ -593,7 +579,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         const sink to_ids = {.tok = tok, .ids = &out};
         nv_chat_opts whole = *o;
         whole.continue_final = 0;
-        e = t == NV_CHAT_MISTRAL ? render_mistral(m, n, &whole, &to_ids) : render_olmo2(m, n, &whole, &to_ids, 0);
+        e = render(t, m, n, &whole, &to_ids, 0);
         if (t == NV_CHAT_OLMO2) { /* (the answer's text, for a vocabulary that merges across the boundary) */
             nv_buf_puts(&answer, a->content);
             hermes_calls(&answer, a);
@@ -859,7 +845,7 @@ static const char jinja_gemma[] =
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}";
 
-/* render_olmo2's form (bos_token as J_BOS: transformers passes it always, as OLMo 2's own template writes it) */
+/* OLMo 2's turns' form (bos_token as J_BOS: transformers passes it always, as OLMo 2's own template writes it) */
 static const char jinja_olmo2[] =
     "{%- set ns = namespace(c='', start=0) %}" J_BOS
     "{%- if tools %}{{- '<|system|>\\n' }}"

@@ -1126,12 +1126,17 @@ void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
 /* LAYER of a part a model may not have (OLMo 2's pre-norms): NULL then */
 #define LAYER_OR_NULL(ptr, l, per) ((ptr) ? LAYER(ptr, l, per) : NULL)
 
-/* A branch's input: x's rows normed by w into xn (statistics into rstd), or x itself without a norm
-   before the branch (w NULL: OLMo 2). */
-static float *pre_norm_forward(float *xn, float *rstd, float *x, const float *w, int rows, int d, float eps) {
-    if (!w) return x;
-    nv_rmsnorm_forward(xn, rstd, x, w, rows, d, eps);
-    return xn;
+/* The rows activation slot j's branch reads: its normed copy in xn (slots of rows x d) when a norm w
+   comes before the branch, x itself when none does (w NULL: OLMo 2). */
+static float *branch_input(float *xn, int j, float *x, const float *w, int rows, int d) {
+    return w ? LAYER(xn, j, (size_t)rows * d) : x;
+}
+
+/* A branch's input (branch_input), x's rows normed by w first (statistics into rstd's slot j). */
+static float *pre_norm_forward(float *xn, float *rstd, int j, float *x, const float *w, int rows, int d, float eps) {
+    float *in = branch_input(xn, j, x, w, rows, d);
+    if (w) nv_rmsnorm_forward(in, LAYER(rstd, j, rows), x, w, rows, d, eps);
+    return in;
 }
 
 /* Back through pre_norm_forward: dx = dres + what dxn gives x through the norm (through none: dxn). */
@@ -1174,8 +1179,7 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     float *h1 = LAYER(a->h1, j, sh), *h3 = LAYER(a->h3, j, sh), *hg = LAYER(a->hg, j, sh);
     float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2), *xout = LAYER(a->x, l + 1, sd);
 
-    float *xn1 = pre_norm_forward(LAYER_OR_NULL(a->xn1, j, sd), LAYER_OR_NULL(a->rstd1, j, BT), x, LAYER_OR_NULL(w->rms_att, l, d), BT, d,
-                                  c->norm_eps);
+    float *xn1 = pre_norm_forward(a->xn1, a->rstd1, j, x, LAYER_OR_NULL(w->rms_att, l, d), BT, d, c->norm_eps);
     /* q, k and v in one job (xn1 made bf16 once on the tile engines); with QK-norm the raw
        projections, normed per head below */
     float *qo = c->qk_norm ? LAYER(a->qraw, j, sq) : q, *ko = c->qk_norm ? LAYER(a->kraw, j, skv) : k;
@@ -1210,8 +1214,7 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     lora_forward(tm, l, 3, ao, ya);
     if (post) post_norm_add(x2, LAYER(a->rstd_pa, j, BT), ya, w->post_att + (size_t)l * d, x, BT, d, c->norm_eps, rs);
     if (late1) ew_run(res1.j);
-    float *xn2 = pre_norm_forward(LAYER_OR_NULL(a->xn2, j, sd), LAYER_OR_NULL(a->rstd2, j, BT), x2, LAYER_OR_NULL(w->rms_ffn, l, d), BT,
-                                  d, c->norm_eps);
+    float *xn2 = pre_norm_forward(a->xn2, a->rstd2, j, x2, LAYER_OR_NULL(w->rms_ffn, l, d), BT, d, c->norm_eps);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
         moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL);
         return;
@@ -1340,7 +1343,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
         float *x = LAYER(a->x, l, sd), *q = LAYER(a->q, j, sq), *k = LAYER(a->k, j, skv);
         float *v = LAYER(a->v, j, skv), *ao = LAYER(a->ao, j, sq), *x2 = LAYER(a->x2, j, sd);
         const float *w_att = LAYER_OR_NULL(w->rms_att, l, d), *w_ffn = LAYER_OR_NULL(w->rms_ffn, l, d);
-        float *xn1 = w_att ? LAYER(a->xn1, j, sd) : x, *xn2 = w_ffn ? LAYER(a->xn2, j, sd) : x2; /* pre_norm_forward's */
+        float *xn1 = branch_input(a->xn1, j, x, w_att, BT, d), *xn2 = branch_input(a->xn2, j, x2, w_ffn, BT, d);
         float *h1 = LAYER(a->h1, j, sh), *h3 = LAYER(a->h3, j, sh), *hg = LAYER(a->hg, j, sh);
         const float *att_stats = LAYER(a->att_stats, j, (size_t)B * H * T * 2);
         size_t wq_n = (size_t)qd * d, wkv_n = (size_t)kvd * d, wo_n = (size_t)d * qd, wf_n = (size_t)hid * d;
