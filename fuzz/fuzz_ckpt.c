@@ -11,8 +11,10 @@
  * (120- and 144-byte headers) are read too; version 3 adds the RoPE scaling (1216 bytes), version 4
  * the layers without RoPE (1224), version 5 the Gemma family's block (1264), version 6 Granite's
  * multipliers (1272), version 7 partial rotation (in a field version 6 reserved), version 8
- * LongRoPE's short set, version 9 OLMo 2's block (in a field version 8 reserved, and QK-norm 2); an
- * older header must read none of the later fields. */
+ * LongRoPE's short set, version 9 OLMo 2's block (in a field version 8 reserved, and QK-norm 2),
+ * version 10 the best validation loss (2320); an older header must read none of the later fields,
+ * and an accepted best must lie within the run. */
+#include <math.h>
 #include <stddef.h>
 
 #include "base/hash.h"
@@ -29,10 +31,11 @@
 #define FZ_V4_HEADER 1224u /* version 4's: before the Gemma block */
 #define FZ_V5_HEADER 1264u /* version 5's: before Granite's multipliers */
 #define FZ_V7_HEADER 1272u /* versions 6 and 7: before LongRoPE's short set */
+#define FZ_V9_HEADER 2304u /* versions 8 and 9: before the best validation loss */
 
 static int known_header(uint32_t hb) {
     return hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == FZ_V3_HEADER || hb == FZ_V4_HEADER || hb == FZ_V5_HEADER ||
-           hb == FZ_V7_HEADER || hb == sizeof(nv_ckpt_header);
+           hb == FZ_V7_HEADER || hb == FZ_V9_HEADER || hb == sizeof(nv_ckpt_header);
 }
 
 static volatile float sink;
@@ -105,7 +108,11 @@ static void try_load(const uint8_t *data, size_t size) {
     uint32_t version;
     memcpy(&version, ck.map.data + 8, 4);
     FZ_CHECK(version >= 7 || ck.h.rope_dim == 0, "a version %u header read partial rotation", version);
-    FZ_CHECK(hb == sizeof ck.h || ck.h.longrope_orig == 0, "an older header read LongRoPE's short set");
+    FZ_CHECK(hb >= FZ_V9_HEADER || ck.h.longrope_orig == 0, "an older header read LongRoPE's short set");
+    FZ_CHECK(version >= 10 || (isnan(ck.h.best_val_loss) && ck.h.best_step == 0 && ck.h.evals_since_best == 0),
+             "a version %u header read a best validation loss", version);
+    FZ_CHECK(ck.h.best_step >= 0 && ck.h.best_step <= ck.h.step && ck.h.evals_since_best >= 0 && !isinf(ck.h.best_val_loss),
+             "a best validation loss out of range accepted");
     FZ_CHECK(version >= 9 || (ck.h.no_pre_norms == 0 && ck.h.qk_norm <= 1), "a version %u header read OLMo 2's block", version);
     const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};
     FZ_CHECK(!lora.rank || nv_lora_validate(&c, &lora) == NV_OK, "accepted LoRA shape is invalid: %s", nv_errmsg());

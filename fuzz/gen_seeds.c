@@ -464,6 +464,7 @@ static void ckpts(void) {
         h.seed = 42;
         h.last_loss = 2.5f;
         h.last_val_loss = 2.75f;
+        h.best_step = 2, h.best_val_loss = 2.7f, h.evals_since_best = 1;
         /* adam m and v: the weights scaled, so the three arrays differ */
         float *mo = malloc(m.n_params * 4), *vo = malloc(m.n_params * 4);
         if (!mo || !vo) exit(1);
@@ -487,6 +488,7 @@ static void ckpts(void) {
     nv_ckpt_header_set_config(&h, &cs[0]);
     h.step = 2, h.n_params = n, h.batch = 4, h.seq = 8, h.accum = 1, h.seed = 42;
     h.lora_rank = ls.rank, h.lora_alpha = ls.alpha, h.lora_targets = ls.targets, h.base_hash = 77;
+    h.best_val_loss = NAN; /* no evaluation yet */
     check(nv_ckpt_save(seed_path("ckpt", "lora.ckpt"), &h, p, p + n, p + 2 * n));
     free(p);
 }

@@ -541,6 +541,30 @@ static void test_ckpt_roundtrip_and_flags(void) {
     write_ckpt_version(path, &h8, 8, 2304, p8, m8, v8, n8);
     T_CHECK(nv_ckpt_load(path, &k8) == NV_EFORMAT && strstr(nv_errmsg(), "must be 0 or 1"), "a version 8 checkpoint's QK-norm 2: %s", nv_errmsg());
     free(p8), free(m8), free(v8);
+    /* the best validation loss (version 10) survives; a version 9 file reads none; values out of range
+       are refused */
+    n8 = zero_ckpt(&base, path, &h8, &p8, &m8, &v8, &k8);
+    nv_ckpt_close(&k8);
+    h8.step = 20, h8.best_step = 8, h8.best_val_loss = 1.5f, h8.evals_since_best = 2;
+    T_CHECK(nv_ckpt_save(path, &h8, p8, m8, v8) == NV_OK && nv_ckpt_load(path, &k8) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(k8.h.best_step == 8 && k8.h.best_val_loss == 1.5f && k8.h.evals_since_best == 2, "the best validation loss: not kept");
+    nv_ckpt_close(&k8);
+    write_ckpt_version(path, &h8, 9, 2304, p8, m8, v8, n8);
+    T_CHECK(nv_ckpt_load(path, &k8) == NV_OK, "a version 9 checkpoint: %s", nv_errmsg());
+    T_CHECK(isnan(k8.h.best_val_loss) && k8.h.best_step == 0 && k8.h.evals_since_best == 0, "a version 9 checkpoint read a best loss");
+    nv_ckpt_close(&k8);
+    const struct {
+        int64_t step;
+        float val;
+        int32_t since;
+    } bad[] = {{21, 1.5f, 2}, {-1, 1.5f, 0}, {8, 1.5f, -1}, {8, INFINITY, 0}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        nv_ckpt_header hb = h8;
+        hb.best_step = bad[i].step, hb.best_val_loss = bad[i].val, hb.evals_since_best = bad[i].since;
+        T_CHECK(nv_ckpt_save(path, &hb, p8, m8, v8) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_ckpt_load(path, &k8) == NV_EFORMAT && strstr(nv_errmsg(), "out of range"), "best case %zu: %s", i, nv_errmsg());
+    }
+    free(p8), free(m8), free(v8);
 }
 
 static void test_corrupt_checkpoint_refused_and_kept(void) {
@@ -776,6 +800,125 @@ static void test_val_data_files(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--val-data and --val-frac exclude each other"), "both: %s", err);
     snprintf(args, sizeof args, "train --data %s --val-data --out %s/valdata-y", shard[0], t_tmpdir());
     T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "--val-data needs at least one path"), "no path: %s", err);
+}
+
+/* The "Final estimate" line of `nerve perplexity` on model (a file or a folder), "" when it failed. */
+static void perplexity_line(const char *model, char *out, size_t cap) {
+    char args[2048], cmd[4096], path[700], *text = NULL;
+    const char *tok = t_data("models/tok512.bin"), *val = t_data("corpus/tinystories_valid_head.txt");
+    snprintf(path, sizeof path, "%s/ppl.txt", t_tmpdir());
+    snprintf(args, sizeof args, "perplexity -m %s%s%s -f %s --ctx 64 --chunks 4", model, strstr(model, ".bin") ? " -z " : "",
+             strstr(model, ".bin") ? tok : "", val ? val : "x");
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>/dev/null", t_nerve_bin(), args, path);
+    out[0] = '\0';
+    if (system(cmd) == 0 && nv_file_read_all(path, &text, NULL) == NV_OK) {
+        const char *at = strstr(text, "Final estimate");
+        if (at) snprintf(out, cap, "%.*s", (int)strcspn(at, "\n"), at);
+    }
+    free(text);
+}
+
+/* --save-best and --early-stop. stories260K fine-tuned on text unlike its own (a few made-up words
+ * repeated) while validating on TinyStories: the validation loss is lowest before the first step,
+ * so --early-stop 3 stops after three evaluations, best/ holds the starting weights as a model
+ * folder (perplexity as the starting model's, to the digit), the checkpoint keeps the best; resumed,
+ * the run has nothing to do, and with a higher --early-stop it trains on without overwriting best/
+ * (the best restored, not forgotten). A run from scratch whose validation loss falls keeps its
+ * lowest step's weights; a LoRA run its adapters; a new run in the folder drops an old best/;
+ * without validation the flags are refused. */
+static void test_save_best_and_early_stop(void) {
+    const char *m = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    const char *val = t_data("corpus/tinystories_valid_head.txt");
+    if (!m || !tok || !val) return;
+    char odd[700], dir[600], args[4096], err[4096], path[800];
+    snprintf(odd, sizeof odd, "%s/odd.txt", t_tmpdir());
+    {
+        static const char *const words[] = {"zebra", "quantum", "xylophone", "marmalade", "kettle", "ozone", "juniper"};
+        FILE *f = fopen(odd, "w");
+        uint64_t r = 1;
+        for (int d = 0; f && d < 200; d++, fputs("\n\n", f))
+            for (int w = 0; w < 60; w++) r = r * 6364136223846793005ull + 1442695040888963407ull, fprintf(f, "%s ", words[(r >> 33) % 7]);
+        if (f) fclose(f);
+    }
+    snprintf(dir, sizeof dir, "%s/best_run", t_tmpdir());
+    char common[3000];
+    snprintf(common, sizeof common,
+             "train --init-from %s -z %s --data %s --val-data %s --steps 40 --batch 4 --seq 64 --lr 3e-3 --warmup 2 --eval-every 4 "
+             "--eval-batches 4 --quiet",
+             m, tok, odd, val);
+    snprintf(args, sizeof args, "%s --early-stop 3 --out %s", common, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "early stop run: %s", err);
+    T_CHECK(count_steps(dir) == 12 && strstr(err, "stopped early at step 12") && strstr(err, "at step 0"), "%d steps: %s", count_steps(dir), err);
+    char want[512], got[512];
+    perplexity_line(m, want, sizeof want);
+    snprintf(path, sizeof path, "%s/best", dir);
+    perplexity_line(path, got, sizeof got);
+    T_CHECK(want[0] && !strcmp(want, got), "best/ is not the starting model: '%s' against '%s'", got, want);
+    nv_ckpt k;
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    if (nv_ckpt_load(path, &k) == NV_OK) {
+        T_CHECK(k.h.step == 12 && k.h.best_step == 0 && k.h.best_val_loss == val_at(dir, 0) && k.h.evals_since_best == 3,
+                "checkpoint: step %lld, best %g at %lld, %d since", (long long)k.h.step, (double)k.h.best_val_loss,
+                (long long)k.h.best_step, (int)k.h.evals_since_best);
+        nv_ckpt_close(&k);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
+    char *before = NULL, *after = NULL;
+    size_t nb = 0, na = 0;
+    snprintf(path, sizeof path, "%s/best/model.bin", dir);
+    nv_file_read_all(path, &before, &nb);
+    snprintf(args, sizeof args, "%s --early-stop 3 --resume --out %s", common, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "nothing to do") && count_steps(dir) == 12, "resumed: %s", err);
+    snprintf(args, sizeof args, "%s --early-stop 4 --resume --out %s", common, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && count_steps(dir) == 16 && strstr(err, "stopped early at step 16"), "trained on: %s", err);
+    nv_file_read_all(path, &after, &na);
+    T_CHECK(before && after && nb == na && !memcmp(before, after, nb), "best/model.bin changed after the resume");
+    free(before), free(after);
+
+    /* LoRA: best/ holds the adapters (of step 0 here) */
+    char lora_dir[700];
+    snprintf(lora_dir, sizeof lora_dir, "%s/best_lora", t_tmpdir());
+    snprintf(args, sizeof args, "%s --lora-rank 4 --early-stop 2 --out %s", common, lora_dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA run: %s", err);
+    snprintf(path, sizeof path, "%s/best/adapter.gguf", lora_dir);
+    T_CHECK(nv_file_exists(path), "no %s: %s", path, err);
+    snprintf(path, sizeof path, "%s/best/adapter_config.json", lora_dir);
+    T_CHECK(nv_file_exists(path), "no %s", path);
+
+    /* from scratch, the validation loss falls: best/ holds the lowest step's weights (the last's:
+       the run's own model.bin, byte for byte) */
+    snprintf(dir, sizeof dir, "%s/best_scratch", t_tmpdir());
+    train_args(args, sizeof args, dir, "--save-best");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "run: %s", err);
+    char vals[8][32];
+    const int nv = read_field(dir, "\"val_loss\":", vals, 8);
+    int low = 0;
+    for (int i = 1; i < nv; i++)
+        if (strtod(vals[i], NULL) < strtod(vals[low], NULL)) low = i;
+    T_CHECK(nv == 4 && low == 3, "validation losses (%d): the lowest is evaluation %d", nv, low);
+    char final_path[800];
+    snprintf(path, sizeof path, "%s/best/model.bin", dir);
+    snprintf(final_path, sizeof final_path, "%s/model.bin", dir);
+    nv_file_read_all(path, &before, &nb);
+    nv_file_read_all(final_path, &after, &na);
+    T_CHECK(before && after && nb == na && !memcmp(before, after, nb), "best/model.bin is not the last step's model");
+    free(before), free(after);
+    /* a new run in the folder, without the flag, drops the earlier run's best/ */
+    train_args(args, sizeof args, dir, "--steps 2");
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    unlink(path);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "rerun: %s", err);
+    snprintf(path, sizeof path, "%s/best", dir);
+    T_CHECK(!nv_file_exists(path), "%s outlived a new run", path);
+
+    /* no validation: refused in one line */
+    train_args(args, sizeof args, dir, "--save-best --val-frac 0 --resume");
+    T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "follow the validation loss"), "no validation: %s", err);
+    train_args(args, sizeof args, dir, "--early-stop 2 --eval-every 0 --resume");
+    T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "follow the validation loss"), "no evaluations: %s", err);
+    train_args(args, sizeof args, dir, "--early-stop 0");
+    T_CHECK(run_nerve(args, err, sizeof err) == 2, "--early-stop 0: %s", err);
 }
 
 /* nerve tokenize -o writes the text's tokens as nerve train reads them: a run on the shard logs the
@@ -1770,6 +1913,7 @@ int main(void) {
     T_RUN(test_scaled_rope_finetune);
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_val_data_files);
+    T_RUN(test_save_best_and_early_stop);
     T_RUN(test_lr_schedule_flag);
     T_RUN(test_pretokenized_shard);
     T_RUN(test_samples_during_training);

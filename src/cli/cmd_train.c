@@ -26,8 +26,9 @@ static void usage(FILE *f) {
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
-            "                   [--val-frac F | --val-data PATH...] [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4] [--pack]\n"
+            "                   [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N] [--ckpt-every N] [--time-limit SECONDS]\n"
+            "                   [--engine E] [--threads N] [--quiet]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]] [--recompute]\n"
             "  presets: %s\n"
@@ -58,6 +59,10 @@ static void usage(FILE *f) {
             "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
+            "  --save-best: whenever an evaluation's validation loss is the lowest so far (step 0's included), the\n"
+            "          weights go to the run folder's best/ (a model folder for generate and serve; a LoRA run's:\n"
+            "          its adapters); --early-stop N stops the run after N evaluations without a lower one (with\n"
+            "          --save-best); the final weights stay in the run folder itself\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
@@ -128,6 +133,7 @@ static int train(int argc, char **argv) {
         if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
         if (!strcmp(a, "--pack")) { pack = 1; continue; }
         if (!strcmp(a, "--recompute")) { o.recompute = 1; continue; }
+        if (!strcmp(a, "--save-best")) { o.save_best = 1; continue; }
         if (!strcmp(a, "--data") || !strcmp(a, "--val-data")) {
             const int val = a[2] == 'v';
             if (i + 1 >= argc || argv[i + 1][0] == '-') return cli_error(CMD, 2, "%s needs at least one path", a);
@@ -166,6 +172,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--accum")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.accum);
         else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps), warmup_given = 1;
         else if (!strcmp(a, "--eval-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.eval_every);
+        else if (!strcmp(a, "--early-stop")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.early_stop);
         else if (!strcmp(a, "--sample-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.sample_every);
         else if (!strcmp(a, "--sample-tokens")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.sample_tokens), sample_given = 1;
         else if (!strcmp(a, "--sample-prompt")) o.sample_prompt = v, sample_given = 1;

@@ -1,8 +1,9 @@
 /* Training checkpoints: weights, AdamW state, step, data cursor and run identity in one file.
  *
  *   "NVCKPT01"  8-byte magic
- *   uint32      format version (6; versions 1 to 5, whose headers end earlier, are read)
- *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224, 1264 in versions 1 to 5, 1272 in 6 and 7, 2304 in 8)
+ *   uint32      format version (10; versions 1 to 9, whose headers end earlier, are read)
+ *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224, 1264 in versions 1 to 5, 1272 in 6 and 7,
+ *               2304 in 8 and 9)
  *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run, LoRA shape
  *   fp32        params[n], adam m[n], adam v[n] (a LoRA run's: the adapters')
  *   uint64      checksum of everything before it
@@ -61,6 +62,11 @@ typedef struct {
     int32_t longrope_orig;
     int32_t no_pre_norms; /* version 9: OLMo 2's block (nv_config's; a reserved 0 before, read as llama's) */
     float rope_factors_short[NV_ROPE_FACTORS_MAX];
+    /* version 10: the lowest validation loss so far and where (nerve train --save-best, --early-stop);
+       older files read as none (NaN) */
+    int64_t best_step;
+    float best_val_loss;      /* NaN: no evaluation yet */
+    int32_t evals_since_best; /* evaluations after best_step, none lower */
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

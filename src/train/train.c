@@ -334,6 +334,24 @@ static void keep_evals(eval_figures *last, const eval_figures *e) {
     if (!isnan(e->mc[1])) last->mc[0] = e->mc[0], last->mc[1] = e->mc[1];
 }
 
+/* The lowest validation loss so far and where (--save-best, --early-stop; kept in checkpoints). */
+typedef struct {
+    float val; /* NaN: none yet */
+    long step;
+    int since; /* evaluations after it, none lower */
+} best_eval;
+
+/* 1 when val (step's) is the lowest so far, which it becomes; else one more evaluation since. */
+static int best_eval_note(best_eval *b, float val, long step) {
+    if (isnan(val)) return 0;
+    if (isnan(b->val) || val < b->val) {
+        *b = (best_eval){val, step, 0};
+        return 1;
+    }
+    b->since++;
+    return 0;
+}
+
 static void fmt_duration(char *buf, size_t cap, double s) {
     if (s < 0 || !isfinite(s)) snprintf(buf, cap, "?");
     else if (s < 60) snprintf(buf, cap, "%.0fs", s);
@@ -448,6 +466,7 @@ typedef struct {
     long step;
     int64_t tokens_seen;
     nv_data_cursor cur;
+    best_eval best;
 } run_state;
 
 /* The processes of a job must train the same model on the same data with the same settings, or
@@ -502,19 +521,20 @@ static void remove_models(const char *dir) {
 }
 
 /* The run's weights as model.bin (llama2.c v1), or model.gguf for the shapes that format cannot
-   hold (QK-norm, other head sizes, RoPE base: GGUF, with the run's vocabulary when it has one, as
-   llama.cpp needs); the other kind, an earlier run's, is removed so it is not taken for this one. */
-static void save_model(const nv_model *m, const char *dir) {
+   hold (QK-norm, other head sizes, RoPE base: GGUF, with the vocabulary and chat template the folder
+   holds, as llama.cpp needs); the other kind, an earlier run's, is removed so it is not taken for
+   this one; named after the run's folder run_dir. path: the file's name, written or not. */
+static nv_err save_model(const nv_model *m, const char *dir, const char *run_dir, char path[4200]) {
     char bin[4200], gguf[4200];
     model_paths(dir, bin, gguf, sizeof bin);
     const int v1 = nv_config_fits_v1(&m->config);
-    const char *path = v1 ? bin : gguf;
+    snprintf(path, 4200, "%s", v1 ? bin : gguf);
     nv_err saved;
     if (v1) {
         saved = nv_model_save_v1(m, bin);
     } else {
         char name[256], tok_path[4200];
-        nv_path_name(dir, name, sizeof name); /* as `nerve serve` names the run */
+        nv_path_name(run_dir, name, sizeof name); /* as `nerve serve` names the run */
         snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", dir);
         nv_tokenizer *tok = NULL;
         if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, m->config.vocab_size, &tok) != NV_OK) tok = NULL;
@@ -526,12 +546,56 @@ static void save_model(const nv_model *m, const char *dir) {
         saved = nv_gguf_save(m, tok, name, gguf, NV_GGUF_F32, jinja, NULL);
         nv_tokenizer_free(tok);
     }
-    if (saved == NV_OK) {
-        nv_info("wrote %s", path);
-        unlink(v1 ? gguf : bin);
+    if (saved == NV_OK) unlink(v1 ? gguf : bin);
+    return saved;
+}
+
+/* What a folder needs beside its model for `nerve serve -m DIR`: the chat template it chats with
+   (none after a run on text: an earlier chat run's is removed) and a copy of the tokenizer. */
+static void write_serving_files(const char *dir, const nv_train_opts *o, const nv_dataset *ds) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/chat_template", dir);
+    if (o->chat_template) {
+        char line[64];
+        snprintf(line, sizeof line, "%s\n%s", o->chat_template, ds->pack ? "packed\n" : "");
+        nv_iov part = {line, strlen(line)};
+        if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
     } else {
-        nv_info("%s not written: %s", path, nv_errmsg());
+        unlink(path);
     }
+    if (o->tokenizer_path) {
+        snprintf(path, sizeof path, "%s/tokenizer.bin", dir);
+        if (strcmp(o->tokenizer_path, path) != 0 && copy_tokenizer(o->tokenizer_path, path) != NV_OK)
+            nv_warn("could not copy the tokenizer into %s: %s", dir, nv_errmsg());
+    }
+}
+
+/* The files a run writes into its best/ folder, removed when a new run starts in the folder (an
+   earlier run's best is not this one's), with the folder when nothing else is in it. */
+static void clear_best(const char *dir) {
+    static const char *const names[] = {"model.bin", "model.gguf", "adapter.gguf", "adapter_model.safetensors",
+                                        "adapter_config.json", "tokenizer.bin", "chat_template"};
+    char path[4300];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+/* The weights as they stand into best_dir (--save-best): the model, or a LoRA run's adapters
+   (adapter.gguf and PEFT's files); a failure is a warning and the run goes on. */
+static void save_best(nv_tmodel *tm, const nv_train_opts *o, const char *best_dir) {
+    char path[4200];
+    nv_err e;
+    if (o->lora.rank > 0) {
+        snprintf(path, sizeof path, "%s/adapter.gguf", best_dir);
+        e = nv_gguf_save_lora(&o->config, &o->lora, tm->lora_params, path);
+        if (e == NV_OK) e = nv_hf_save_lora(&o->config, &o->lora, tm->lora_params, best_dir);
+    } else {
+        e = save_model(&tm->m, best_dir, o->out_dir, path);
+    }
+    if (e != NV_OK) nv_warn("%s not written: %s", path, nv_errmsg());
 }
 
 nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
@@ -573,7 +637,16 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                   o->pref.sft_weight >= 0 && isfinite(o->pref.sft_weight)))
         return together(nv_fail(NV_EINVAL, "the preference loss's settings must be finite, its SFT weight not negative"));
     if (pref && ds->pack) return together(nv_fail(NV_EINVAL, "preference pairs are not packed: leave out --pack"));
+    if (o->early_stop < 0) return together(nv_fail(NV_EINVAL, "--early-stop %d: want a count of evaluations >= 1", o->early_stop));
+    const int save_best_on = o->save_best || o->early_stop > 0;
+    if (save_best_on && (o->eval_every <= 0 || ds->val_tokens == 0))
+        return together(nv_fail(NV_EINVAL, "--save-best and --early-stop follow the validation loss: give held-out data "
+                                           "(--val-frac or --val-data) and --eval-every N"));
+    char best_dir[4200];
+    snprintf(best_dir, sizeof best_dir, "%s/best", o->out_dir);
     if (lead) e = nv_mkdirs(o->out_dir);
+    if (lead && !o->resume && e == NV_OK) clear_best(best_dir);
+    if (lead && save_best_on && e == NV_OK) e = nv_mkdirs(best_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
     char ckpt_path[4200], metrics_path[4200], svg_path[4200], adapter_path[4200];
     snprintf(adapter_path, sizeof adapter_path, "%s/adapter.gguf", o->out_dir);
@@ -658,7 +731,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     long step0 = 0;
     int64_t tokens_seen = 0;
     series tr = {0}, va = {0};
+    best_eval best = {NAN, 0, 0};
     if (o->resume && lead) {
+        best = (best_eval){ck.h.best_val_loss, (long)ck.h.best_step, ck.h.evals_since_best};
         memcpy(opt.m, ck.m, (size_t)tm.n_train * sizeof(float));
         memcpy(opt.v, ck.v, (size_t)tm.n_train * sizeof(float));
         opt.step = (long)ck.h.step;
@@ -674,9 +749,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (f) fclose(f);
     }
     if (world > 1) { /* every process starts from process 0's weights and state: identical from here on */
-        run_state st = {step0, tokens_seen, cur};
+        run_state st = {step0, tokens_seen, cur, best};
         nv_dist_bcast(&st, sizeof st);
-        step0 = st.step, tokens_seen = st.tokens_seen, cur = st.cur;
+        step0 = st.step, tokens_seen = st.tokens_seen, cur = st.cur, best = st.best;
         opt.step = step0;
         nv_dist_bcast(tm.train_params, (size_t)tm.n_train * sizeof(float));
         if (o->resume) { /* a new run's moments are zeros everywhere */
@@ -685,24 +760,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
         if (!lead) nv_tmodel_refresh(&tm);
     }
-    if (lead) { /* the template `nerve serve -m RUN_DIR` chats with; none after a run on text */
-        char path[4200];
-        snprintf(path, sizeof path, "%s/chat_template", o->out_dir);
-        if (o->chat_template) {
-            char line[64];
-            snprintf(line, sizeof line, "%s\n%s", o->chat_template, ds->pack ? "packed\n" : "");
-            nv_iov part = {line, strlen(line)};
-            if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
-        } else {
-            unlink(path); /* an earlier chat run's, in a folder reused for text */
-        }
-    }
-    if (o->tokenizer_path && lead) {
-        char tok_dst[4200];
-        snprintf(tok_dst, sizeof tok_dst, "%s/tokenizer.bin", o->out_dir);
-        if (strcmp(o->tokenizer_path, tok_dst) != 0 && copy_tokenizer(o->tokenizer_path, tok_dst) != NV_OK)
-            nv_warn("could not copy the tokenizer into %s: %s", o->out_dir, nv_errmsg());
-    }
+    if (lead) write_serving_files(o->out_dir, o, ds);
+    if (lead && save_best_on) write_serving_files(best_dir, o, ds);
 
     struct sigaction sa, old_int, old_term, old_usr1;
     int handlers = 0;
@@ -765,6 +824,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         /* the starting point of the validation curve (fine-tuning shows its gain against it) */
         const eval_figures e0 = evaluate(&tm, o, ds, in, tg, pair_ids, ref);
         keep_evals(&last_eval, &e0);
+        if (best_eval_note(&best, e0.val, 0) && save_best_on && lead) save_best(&tm, o, best_dir);
         if (isfinite(e0.val) && lead) {
             fprintf(metrics, "{\"step\":0");
             json_evals(metrics, &e0);
@@ -784,6 +844,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     long last_good = -1;  /* the last step of this run whose update was made */
     char diverged_msg[4600] = "";
     long step;
+    if (o->early_stop > 0 && best.since >= o->early_stop) { /* resumed after stopping early: as a finished run */
+        if (lead)
+            nv_info("%s stopped early at step %ld (the validation loss was lowest at step %ld): nothing to do; a higher "
+                    "--early-stop trains on", ckpt_path, step0, best.step);
+        step0 = o->steps;
+    }
     for (step = step0; step < o->steps; step++) {
         double t0 = nv_now(), tf = 0, tb = 0;
         double loss = 0, router[2] = {0, 0}; /* a mixture's balance and z-loss, the micro-batches' means */
@@ -868,7 +934,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
             ev = evaluate(&tm, o, ds, in, tg, pair_ids, ref);
             keep_evals(&last_eval, &ev);
+            if (best_eval_note(&best, ev.val, step + 1) && save_best_on && lead) {
+                if (tty) fprintf(stderr, "\r\033[K"); /* a warning would land in the progress line */
+                save_best(&tm, o, best_dir);
+            }
         }
+        /* no lower validation loss in --early-stop evaluations */
+        const int early = o->early_stop > 0 && !isnan(ev.val) && best.since >= o->early_stop;
         const float val = ev.val;
         double tps = (double)bt * o->accum / dt, tflops = step_flops / dt / 1e12;
         sum_flops += step_flops;
@@ -935,7 +1007,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             nanosleep(&ts, NULL);
         }
         /* a signal or the time limit on any process stops them all, after the same step */
-        const int stop = (int)nv_dist_max(diverged || nv_train_stop_requested ||
+        const int stop = (int)nv_dist_max(diverged || early || nv_train_stop_requested ||
                                           (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s));
         if (lead && (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0))) {
             nv_ckpt_header h;
@@ -958,6 +1030,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             h.seed = o->seed;
             h.last_loss = last_loss;
             h.last_val_loss = last_eval.val;
+            h.best_step = best.step;
+            h.best_val_loss = best.val;
+            h.evals_since_best = best.since;
             if ((e = nv_ckpt_save(ckpt_path, &h, tm.train_params, opt.m, opt.v))) goto done;
             /* the adapters as llama.cpp reads them, and as PEFT does (adapter_config.json and
                adapter_model.safetensors in the run folder), with every checkpoint (a run that dies
@@ -980,7 +1055,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
         if (stop && !last) {
             if (tty) fprintf(stderr, "\n");
-            if (lead) nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, ckpt_path);
+            if (lead && early)
+                nv_info("stopped early at step %ld: the validation loss has not gone below %.4f (step %ld) in %d evaluations; "
+                        "checkpoint saved to %s",
+                        step + 1, (double)best.val, best.step, best.since, ckpt_path);
+            else if (lead) nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, ckpt_path);
             step++;
             break;
         }
@@ -1007,7 +1086,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         } else {
             unlink(adapter_path); /* an earlier run's, which would not go with this model */
         }
-        if (save) save_model(&tm.m, o->out_dir);
+        char path[4200];
+        if (save && save_model(&tm.m, o->out_dir, o->out_dir, path) == NV_OK) nv_info("wrote %s", path);
+        else if (save) nv_info("%s not written: %s", path, nv_errmsg());
+        if (save_best_on && !isnan(best.val))
+            nv_info("best validation loss %.4f, at step %ld: %s%s", (double)best.val, best.step, best_dir,
+                    lora ? "/adapter.gguf" : "");
     }
     if (steps_run > 0) {
         double wall = nv_now() - t_start, n = (double)steps_run;

@@ -7,7 +7,8 @@
  * cannot hold, with the vocabulary when there is one; a LoRA run's merged with its adapters, which
  * adapter.gguf holds alone, in llama.cpp's adapter format) and, when one was
  * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`); after
- * training on chat data, chat_template (the template's name, for `nerve serve`).
+ * training on chat data, chat_template (the template's name, for `nerve serve`); with save_best,
+ * best/ (the same files for the weights of the lowest validation loss).
  * Resuming (same arguments, same folder) continues the exact loss sequence of an uninterrupted
  * run: every piece of state that influences the next step is in the checkpoint. */
 #ifndef NV_TRAIN_H
@@ -30,6 +31,11 @@ typedef struct {
     uint64_t seed;
     nv_adamw_opts adamw;
     int eval_every, eval_batches, ckpt_every;
+    /* save_best: at every evaluation whose validation loss is the lowest so far, the weights into the
+       run folder's best/ (the model with the tokenizer and chat template; a LoRA run's adapters).
+       early_stop > 0: stop (checkpointed, cleanly) after that many evaluations without a lower one;
+       implies save_best. Both need validation data and eval_every. */
+    int save_best, early_stop;
     const char *out_dir;
     const char *tokenizer_path; /* copied into the run folder when set */
     const char *chat_template;  /* the template chat data was rendered with: the run folder's chat_template
