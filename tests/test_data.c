@@ -99,6 +99,48 @@ static void test_u32_and_mixed_sources(void) {
     nv_dataset_close(&ds);
 }
 
+/* A weighted mixture (nv_dataset_set_weights): windows come from each source in proportion to its
+ * weight whatever its size, uniformly within it, every one inside its training split; weight 0 draws
+ * none (and lets a source too short for a window stand); a weighted one too short is an error naming
+ * it; the unigram baseline is the mixture's; bad weights are refused. */
+static void test_weighted_sources(void) {
+    const char *paths[3] = {write_ramp_u16("wbig.bin", 6000, 0), write_ramp_u16("wsmall.bin", 600, 10000),
+                            write_ramp_u16("wtiny.bin", 20, 20000)};
+    nv_dataset ds;
+    if (!open_ok(&ds, paths, 3, NULL, 30000, 0.1f)) return;
+    const float w[3] = {1, 3, 0};
+    T_CHECK(nv_dataset_set_weights(&ds, w, 3) == NV_OK, "%s", nv_errmsg());
+    enum { B = 8, T = 32 };
+    int in[B * T], tg[B * T], from[3] = {0, 0, 0}, lo = 1 << 30, hi = 0;
+    nv_data_cursor c;
+    nv_data_cursor_init(&c, 5);
+    for (int it = 0; it < 500; it++) {
+        T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg, NULL) == NV_OK, "%s", nv_errmsg());
+        for (int b = 0; b < B; b++) {
+            const int s = in[b * T], src = s >= 20000 ? 2 : s >= 10000 ? 1 : 0;
+            from[src]++;
+            const int end = src == 0 ? 5400 : 10000 + 540; /* the first held-out token */
+            T_CHECK(s + T < end, "window at %d leaves the training split", s);
+            for (int t = 0; t < T; t++) T_CHECK(in[b * T + t] == s + t && tg[b * T + t] == s + t + 1, "a window mixes sources");
+            if (src == 1) lo = s < lo ? s : lo, hi = s > hi ? s : hi;
+        }
+    }
+    /* 4000 windows, a quarter and three quarters (sizes alone would give the small one a tenth);
+       binomial sd ~27 */
+    T_CHECK(from[2] == 0 && abs(from[1] - 3000) < 150, "windows by source: %d %d %d", from[0], from[1], from[2]);
+    T_CHECK(lo < 10030 && hi > 10480, "the small source's windows start only in [%d, %d]", lo, hi);
+    /* the baseline: a quarter of uniform over 5400 tokens and three quarters of uniform over 540 */
+    const double want = -(0.25 * log(0.25 / 5400) + 0.75 * log(0.75 / 540));
+    T_CHECK(fabs(nv_dataset_unigram_loss(&ds, 30000) - want) < 1e-9, "unigram %.12f want %.12f", nv_dataset_unigram_loss(&ds, 30000), want);
+    const float tiny[3] = {1, 1, 1};
+    T_CHECK(nv_dataset_set_weights(&ds, tiny, 3) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_data_next_batch(&ds, &c, B, T, in, tg, NULL) == NV_EINVAL && strstr(nv_errmsg(), "wtiny.bin"), "%s", nv_errmsg());
+    const float bad[][3] = {{0, 0, 0}, {1, -1, 0}, {1, NAN, 0}, {INFINITY, 1, 0}};
+    for (int i = 0; i < 4; i++) T_CHECK(nv_dataset_set_weights(&ds, bad[i], 3) == NV_EINVAL, "weights %d accepted", i);
+    T_CHECK(nv_dataset_set_weights(&ds, w, 4) == NV_EINVAL && nv_dataset_set_weights(&ds, w, 0) == NV_EINVAL, "a count");
+    nv_dataset_close(&ds);
+}
+
 static void test_cursor_deterministic_and_resumable(void) {
     const char *p = write_ramp_u16("det.bin", 20000, 0);
     nv_dataset ds;
@@ -790,6 +832,22 @@ static void test_preference_data(void) {
         }
     }
     if (e == NV_OK) nv_dataset_close(&ds);
+    /* a weighted mixture of the two files draws pairs by the weights, each a training pair of its file */
+    const char *mix[2] = {t_path("pref.jsonl"), t_path("trl.jsonl")};
+    e = nv_dataset_open_chat(&ds, mix, 2, t, 512, 0.2f, NV_CHAT_CHATML);
+    T_CHECK(e == NV_OK && nv_data_pairs(&ds) == 13 && ds.src[1].n_train_starts == 6, "two files: %s", e ? nv_errmsg() : "pairs");
+    for (int k = 0; e == NV_OK && k < 2; k++) {
+        const float w[2] = {(float)(k == 0), (float)(k == 1)};
+        T_CHECK(nv_dataset_set_weights(&ds, w, 2) == NV_OK, "%s", nv_errmsg());
+        int drawn[13] = {0};
+        for (int round = 0; round < 20; round++) {
+            T_CHECK(nv_data_next_pairs(&ds, &c, B, T, in, tg, ids) == NV_OK, "weighted pairs: %s", nv_errmsg());
+            for (int i = 0; i < B / 2; i++) drawn[ids[i] < 13 ? ids[i] : 0]++;
+        }
+        for (int id = 0; id < 13; id++) /* pref.jsonl's training pairs are 0-7, trl.jsonl's 10-12 */
+            T_CHECK((drawn[id] > 0) == (k == 0 ? id < 8 : id >= 10), "weights %d,%d: pair %d drawn %d times", k == 0, k == 1, id, drawn[id]);
+    }
+    if (e == NV_OK) nv_dataset_close(&ds);
 
     /* refusals */
     const char *ok_line = "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, \"preferred_output\": "
@@ -891,6 +949,7 @@ static void test_text_tokenized_in_groups(void) {
 int main(void) {
     T_RUN(test_u16_windows_from_training_split);
     T_RUN(test_u32_and_mixed_sources);
+    T_RUN(test_weighted_sources);
     T_RUN(test_cursor_deterministic_and_resumable);
     T_RUN(test_val_batches);
     T_RUN(test_unigram_loss);

@@ -216,6 +216,26 @@ static void resume_case(const char *tag, const char *extra) {
 static void test_resume_after_sigint_is_bit_exact(void) {
     if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
     resume_case("", ""); /* later cases use its "full" run */
+    /* a weighted mixture (--data-weights) resumes to the same losses too, and says its shares */
+    nv_buf text = {0};
+    for (int i = 0; i < 400; i++) nv_buf_printf(&text, "The cat sat on the mat %d times.%s", i, i % 8 == 7 ? "\n\n" : " ");
+    char extra[900], args[4096], err[4096];
+    snprintf(extra, sizeof extra, "--data %s --data-weights 1,3", t_write("cats.txt", text.data, text.len));
+    nv_buf_free(&text);
+    resume_case("mix", extra);
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/mixfull", t_tmpdir());
+    train_args(args, sizeof args, dir, extra);
+    strcat(args, " --resume");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "cats.txt: 75.0% of the training windows"), "no shares: %s", err);
+    const char *bad[] = {"--data-weights 1", "--data-weights 1,-2", "--data-weights 0,0", "--data-weights 1,,2"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(extra, sizeof extra, "--data %s %s", t_path("cats.txt"), bad[i]);
+        snprintf(dir, sizeof dir, "%s/mixbad", t_tmpdir());
+        train_args(args, sizeof args, dir, extra);
+        T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "nerve train: --data-weights") && !strchr(strchr(err, '\n') + 1, '\n'),
+                "'%s': %s", bad[i], err);
+    }
 }
 
 /* A mixture of experts trained from scratch (4 experts, 2 a token): resumed after SIGINT to the same

@@ -1,4 +1,5 @@
 /* nerve train: train from scratch or fine-tune, resumable, on the fastest engine. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,8 @@ static void usage(FILE *f) {
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
-            "                   [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N] [--ckpt-every N] [--time-limit SECONDS]\n"
-            "                   [--engine E] [--threads N] [--quiet]\n"
+            "                   [--data-weights W1,W2,...] [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N]\n"
+            "                   [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
             "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]] [--recompute]\n"
@@ -57,6 +58,9 @@ static void usage(FILE *f) {
             "          every evaluation: metrics' mc_acc and mc_acc_norm, the first --eval-choice-tasks N of them\n"
             "  --recompute: keep only each layer's input and run its forward again in the backward (activation\n"
             "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
+            "  --data-weights: each --data file's share of the training windows (a mixture: 3,1 draws three\n"
+            "          windows from the first for one from the second, whatever their sizes); by default a file's\n"
+            "          share is its size\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
             "  --save-best: whenever an evaluation's validation loss is the lowest so far (step 0's included), the\n"
@@ -117,7 +121,8 @@ static int train(int argc, char **argv) {
     const char *choice_path = NULL;
     nv_choice_set choices = {0};
     int gamma_given = 0, experts = 0, experts_used = 0, aux_given = 0;
-    float val_frac = 0.05f, lora_alpha = 0;
+    float val_frac = 0.05f, lora_alpha = 0, data_weights[MAX_DATA];
+    int n_weights = 0; /* --data-weights */
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -173,6 +178,17 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps), warmup_given = 1;
         else if (!strcmp(a, "--eval-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.eval_every);
         else if (!strcmp(a, "--early-stop")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.early_stop);
+        else if (!strcmp(a, "--data-weights")) { /* W1,W2,...: one a --data file */
+            n_weights = 0;
+            for (const char *p = v; ok && *p;) {
+                char *end;
+                const float w = strtof(p, &end);
+                if (end == p || (*end && *end != ',') || n_weights == MAX_DATA || !(w >= 0.0f) || !isfinite(w))
+                    return cli_error(CMD, 2, "--data-weights '%s': want numbers >= 0 separated by commas, one a --data file", v);
+                data_weights[n_weights++] = w;
+                p = *end ? end + 1 : end;
+            }
+        }
         else if (!strcmp(a, "--sample-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.sample_every);
         else if (!strcmp(a, "--sample-tokens")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.sample_tokens), sample_given = 1;
         else if (!strcmp(a, "--sample-prompt")) o.sample_prompt = v, sample_given = 1;
@@ -374,6 +390,14 @@ static int train(int argc, char **argv) {
         goto done;
     }
     if (n_val) nv_dataset_split_at(&ds, n_data);
+    if (n_weights && n_weights != n_data) {
+        rc = cli_error(CMD, 2, "--data-weights gives %d weight%s for %d --data files", n_weights, n_weights == 1 ? "" : "s", n_data);
+        goto done;
+    }
+    if (n_weights && nv_dataset_set_weights(&ds, data_weights, n_weights) != NV_OK) {
+        rc = cli_error(CMD, 2, "--data-weights: %s", nv_errmsg());
+        goto done;
+    }
     if (pref_given && !ds.pref) {
         rc = cli_error(CMD, 2, "%s goes with preference data (.jsonl lines with preferred_output and non_preferred_output, "
                                "or prompt, chosen and rejected)", pref_given);
@@ -438,6 +462,10 @@ static int train(int argc, char **argv) {
         fprintf(stderr, "nerve: data: %llu training tokens, %llu validation tokens; unigram baseline loss %.3f\n",
             (unsigned long long)ds.train_tokens, (unsigned long long)ds.val_tokens,
             nv_dataset_unigram_loss(&ds, c->vocab_size));
+    for (int i = 0; n_weights && i < n_data && nv_dist_rank() == 0; i++) /* the mixture, as it will be drawn */
+        fprintf(stderr, "nerve: data: %s: %.1f%% of the training windows (%llu tokens, %.1f%% of the training tokens)\n",
+                ds.src[i].path, 100 * ds.weights[i], (unsigned long long)ds.src[i].n_train,
+                ds.train_tokens ? 100.0 * (double)ds.src[i].n_train / (double)ds.train_tokens : 0.0);
     o.tokenizer_path = tok_path;
     if (choice_path) {
         if (!tok) {

@@ -703,7 +703,24 @@ void nv_dataset_split_at(nv_dataset *ds, int first_val) {
     }
 }
 
+nv_err nv_dataset_set_weights(nv_dataset *ds, const float *w, int n) {
+    if (n < 1 || n > ds->n_src) return nv_fail(NV_EINVAL, "%d data weights for %d training files", n, ds->n_src);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(w[i] >= 0.0f) || !isfinite(w[i])) return nv_fail(NV_EINVAL, "data weight %g: want a finite value >= 0", (double)w[i]);
+        sum += w[i];
+    }
+    if (!(sum > 0)) return nv_fail(NV_EINVAL, "the data weights are all 0: nothing would train");
+    double *shares = calloc((size_t)ds->n_src, sizeof *shares);
+    if (!shares) return nv_fail(NV_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) shares[i] = w[i] / sum;
+    free(ds->weights);
+    ds->weights = shares;
+    return NV_OK;
+}
+
 void nv_dataset_close(nv_dataset *ds) {
+    free(ds->weights);
     for (int i = 0; i < ds->n_src; i++) {
         nv_file_unmap(&ds->src[i].map);
         free(ds->src[i].owned);
@@ -731,6 +748,28 @@ static uint64_t rand_below(uint64_t *state, uint64_t n) {
 static uint64_t train_windows(const nv_source *s, int T) {
     if (s->starts) return s->n_train_starts;
     return s->n_train > (uint64_t)T ? s->n_train - (uint64_t)T : 0;
+}
+
+/* A weighted draw of the source of the next training window (nv_dataset_set_weights). */
+static int weighted_source(const nv_dataset *ds, uint64_t *rng) {
+    const double u = (double)rand_below(rng, 1ull << 53) / 9007199254740992.0; /* [0, 1) */
+    double at = 0;
+    int last = 0;
+    for (int i = 0; i < ds->n_src; i++) {
+        if (ds->weights[i] <= 0) continue;
+        last = i;
+        if (u < (at += ds->weights[i])) return i;
+    }
+    return last; /* (rounding: the shares' sum fell short of u) */
+}
+
+/* A weighted mixture: every source with a share must offer a window (or pair: count). */
+static nv_err check_weighted(const nv_dataset *ds, uint64_t (*count)(const nv_source *, int), int T, const char *what) {
+    for (int i = 0; i < ds->n_src; i++)
+        if (ds->weights[i] > 0 && !count(&ds->src[i], T))
+            return nv_fail(NV_EINVAL, "%s holds no training %s%s: give it weight 0, or more data", ds->src[i].path, what,
+                           count == train_windows ? " of the window's length (or a shorter --seq)" : "");
+    return NV_OK;
 }
 
 /* Window number w of a source's training or validation part into in/tg [T]. A chat turn starts the
@@ -764,6 +803,16 @@ static void fill_window(const nv_source *s, uint64_t first, int T, int pack, int
 }
 
 nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets, int *seg) {
+    if (ds->weights) {
+        NV_TRY(check_weighted(ds, train_windows, T, ds->chat ? "turn" : "window"));
+        for (int b = 0; b < B; b++) {
+            const nv_source *s = &ds->src[weighted_source(ds, &c->rng)];
+            fill_window(s, rand_below(&c->rng, train_windows(s, T)), T, ds->pack, inputs + (size_t)b * T, targets + (size_t)b * T,
+                        seg ? seg + (size_t)b * T : NULL);
+            c->windows++;
+        }
+        return NV_OK;
+    }
     uint64_t total = 0;
     for (int i = 0; i < ds->n_src; i++) total += train_windows(&ds->src[i], T);
     if (!total)
@@ -854,6 +903,11 @@ static uint64_t nth_pair(const nv_dataset *ds, uint64_t w, int val) {
     return base + (val ? ds->src[i].n_train_starts / 2 : 0) + w;
 }
 
+static uint64_t train_pairs(const nv_source *s, int T) {
+    (void)T;
+    return pairs_in(s, 0);
+}
+
 static uint64_t total_pairs(const nv_dataset *ds, int val) {
     uint64_t total = 0;
     for (int i = 0; i < ds->n_src; i++) total += pairs_in(&ds->src[i], val);
@@ -865,8 +919,16 @@ nv_err nv_data_next_pairs(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
     if (B % 2) return nv_fail(NV_EINVAL, "preference pairs need an even batch (each pair is two windows)");
     const uint64_t total = total_pairs(ds, 0);
     if (!total) return nv_fail(NV_EINVAL, "the preference data holds no training pair");
+    if (ds->weights) NV_TRY(check_weighted(ds, train_pairs, T, "pair"));
     for (int b = 0; b < B / 2; b++) {
-        ids[b] = nth_pair(ds, rand_below(&c->rng, total), 0);
+        if (ds->weights) { /* a source by its share, then one of its training pairs (numbered first in it) */
+            const int i = weighted_source(ds, &c->rng);
+            uint64_t base = 0;
+            for (int k = 0; k < i; k++) base += ds->src[k].n_starts / 2;
+            ids[b] = base + rand_below(&c->rng, train_pairs(&ds->src[i], T));
+        } else {
+            ids[b] = nth_pair(ds, rand_below(&c->rng, total), 0);
+        }
         nv_data_pair(ds, ids[b], T, inputs + (size_t)b * 2 * T, targets + (size_t)b * 2 * T);
         c->windows += 2;
     }
@@ -887,12 +949,20 @@ double nv_dataset_unigram_loss(const nv_dataset *ds, int vocab_size) {
     double *cnt = calloc((size_t)vocab_size, sizeof(double));
     if (!cnt) return 0.0;
     double n = 0;
-    for (int i = 0; i < ds->n_src; i++)
-        for (uint64_t j = 0; j < ds->src[i].n_train; j++) {
-            if (ds->src[i].trained && !ds->src[i].trained[j]) continue; /* chat: the answers' tokens only */
-            uint32_t t = nv_source_token(&ds->src[i], j);
-            if (t < (uint32_t)vocab_size) cnt[t] += 1, n += 1;
+    for (int i = 0; i < ds->n_src; i++) {
+        const nv_source *s = &ds->src[i];
+        double scale = 1; /* a mixture's: each source's tokens weighted to its share */
+        if (ds->weights) {
+            uint64_t k = 0;
+            for (uint64_t j = 0; j < s->n_train; j++) k += !s->trained || s->trained[j];
+            scale = k ? ds->weights[i] / (double)k : 0;
         }
+        for (uint64_t j = 0; j < s->n_train; j++) {
+            if (s->trained && !s->trained[j]) continue; /* chat: the answers' tokens only */
+            uint32_t t = nv_source_token(s, j);
+            if (t < (uint32_t)vocab_size) cnt[t] += scale, n += scale;
+        }
+    }
     double h = 0;
     for (int v = 0; v < vocab_size; v++)
         if (cnt[v] > 0) h -= cnt[v] / n * log(cnt[v] / n);

@@ -63,6 +63,8 @@ typedef struct {
     int pref;             /* preference pairs (every source; chat is set too): nv_data_next_pairs */
     int templated;        /* some source's turns were rendered with the chat template (the model then
                              chats with it; prompt/completion text alone does not) */
+    double *weights;      /* [n_src] each source's share of the training windows, summing to 1
+                             (nv_dataset_set_weights); NULL: in proportion to the windows each holds */
 } nv_dataset;
 
 typedef struct {
@@ -82,6 +84,11 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
 /* Makes sources [first_val, n_src) validation data whole and the ones before them training data
  * whole (nerve train --val-data), in place of the val_frac split. */
 void nv_dataset_split_at(nv_dataset *ds, int first_val);
+/* Draws training windows (or preference pairs) from the first n sources in proportion to w[0..n)
+ * (>= 0, finite, not all 0; the sources after them train nothing) instead of their sizes: a mixture,
+ * each source's windows then drawn uniformly within it (a small source is seen more often, a large
+ * one less, than its size alone would have it). */
+nv_err nv_dataset_set_weights(nv_dataset *ds, const float *w, int n);
 void nv_dataset_close(nv_dataset *ds);
 static inline uint32_t nv_source_token(const nv_source *s, uint64_t i) {
     if (s->owned) return s->owned[i];
@@ -100,7 +107,9 @@ void nv_data_cursor_init(nv_data_cursor *c, uint64_t seed);
  * chosen (sources too short for a window are never chosen; a chat source needs a turn). A target
  * of -1 is no target (chat data: a prompt's token, or padding). seg, when not NULL, gets [B*T]
  * each row's first position of its document in the window (nv_tmodel_set_segments): a packed
- * window's later turns start where they start, every other row's document at 0. */
+ * window's later turns start where they start, every other row's document at 0. With weights
+ * (nv_dataset_set_weights) a window's source is drawn by them first, and a weighted source too short
+ * for a window is an error naming it. */
 nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets, int *seg);
 /* Deterministic validation batch number i (0-based) of evenly spaced windows; returns 0 when
  * the validation split cannot hold a window. */

@@ -483,6 +483,7 @@ static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     h = nv_hash64(&o->lora.alpha, sizeof o->lora.alpha, h);
     h = nv_hash64(&o->pref, sizeof o->pref, h);
     if (o->init_params) h = nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), h);
+    if (ds->weights) h = nv_hash64(ds->weights, (size_t)ds->n_src * sizeof(double), h);
     for (int i = 0; i < ds->n_src; i++) {
         const nv_source *s = &ds->src[i];
         uint64_t probe[10] = {s->n_tokens, s->n_train};
