@@ -941,6 +941,32 @@ static void test_save_best_and_early_stop(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 2, "--early-stop 0: %s", err);
 }
 
+/* --epochs sets the run's length from the data: ceil(F x (training tokens / seq) / batch) steps,
+ * each step's metrics carrying the passes so far (the last one's F, to a step's worth); with
+ * --steps it is a usage error. */
+static void test_epochs(void) {
+    const char *data = t_data("corpus/tinystories_valid_head.txt"), *tok = t_data("models/tok512.bin");
+    if (!data || !tok) return;
+    char args[4096], err[4096], dir[600];
+    snprintf(dir, sizeof dir, "%s/epochs", t_tmpdir());
+    snprintf(args, sizeof args,
+             "train --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 --data %s -z %s --epochs 0.5 --batch 16 --seq 32 "
+             "--eval-every 0 --quiet --out %s",
+             data, tok, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "run: %s", err);
+    const char *at = strstr(err, "data: ");
+    const double n_train = at ? strtod(at + 6, NULL) : 0, windows = n_train / 32;
+    const int want = (int)ceil(0.5 * windows / 16);
+    char ep[2048][32];
+    const int n = read_field(dir, "\"epoch\":", ep, 2048);
+    T_CHECK(n_train > 0 && n == want, "%d steps logged for %.0f training tokens, want %d", n, n_train, want);
+    const double last = n ? strtod(ep[n - 1], NULL) : 0, first = n ? strtod(ep[0], NULL) : 0;
+    T_CHECK(last >= 0.5 && last < 0.5 + 16 / windows && fabs(first - 16 / windows) < 1e-6, "epochs %.6f .. %.6f", first, last);
+    T_CHECK(strstr(err, "0.5 epochs: ") && strstr(err, "epochs) in "), "no epochs said: %s", err);
+    snprintf(args, sizeof args, "train --data %s -z %s --epochs 1 --steps 5 --out %s/epochs2", data, tok, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 2 && strstr(err, "exclude each other"), "both: %s", err);
+}
+
 /* nerve tokenize -o writes the text's tokens as nerve train reads them: a run on the shard logs the
  * same losses, bit for bit, as the run on the text; the uint32 form too; and its refusals. */
 static void test_pretokenized_shard(void) {
@@ -1934,6 +1960,7 @@ int main(void) {
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_val_data_files);
     T_RUN(test_save_best_and_early_stop);
+    T_RUN(test_epochs);
     T_RUN(test_lr_schedule_flag);
     T_RUN(test_pretokenized_shard);
     T_RUN(test_samples_during_training);

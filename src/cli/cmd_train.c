@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
             "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
-            "                   --data PATH... [-z TOKENIZER] [--steps N] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
+            "                   --data PATH... [-z TOKENIZER] [--steps N | --epochs F] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
@@ -58,6 +58,8 @@ static void usage(FILE *f) {
             "          every evaluation: metrics' mc_acc and mc_acc_norm, the first --eval-choice-tasks N of them\n"
             "  --recompute: keep only each layer's input and run its forward again in the backward (activation\n"
             "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
+            "  --epochs F: the run's length in passes over the training data instead of --steps: F x its windows\n"
+            "          (its tokens / --seq; a chat file's turns) / (--batch x --accum) steps, rounded up\n"
             "  --data-weights: each --data file's share of the training windows (a mixture: 3,1 draws three\n"
             "          windows from the first for one from the second, whatever their sizes); by default a file's\n"
             "          share is its size\n"
@@ -123,6 +125,8 @@ static int train(int argc, char **argv) {
     int gamma_given = 0, experts = 0, experts_used = 0, aux_given = 0;
     float val_frac = 0.05f, lora_alpha = 0, data_weights[MAX_DATA];
     int n_weights = 0; /* --data-weights */
+    int steps_given = 0;
+    float epochs = 0; /* --epochs: the steps from the data's size */
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -171,7 +175,8 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--experts-used")) ok = cli_int(CMD, a, v, 1, NV_MOE_MAX_EXPERTS, &experts_used);
         else if (!strcmp(a, "--router-aux-coef")) ok = cli_float(CMD, a, v, 0, 100, &o.router_aux_coef), aux_given = 1;
         else if (!strcmp(a, "--router-z-coef")) ok = cli_float(CMD, a, v, 0, 100, &o.router_z_coef), aux_given = 1;
-        else if (!strcmp(a, "--steps")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.steps);
+        else if (!strcmp(a, "--steps")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.steps), steps_given = 1;
+        else if (!strcmp(a, "--epochs")) ok = cli_float(CMD, a, v, 1e-6, 1e6, &epochs);
         else if (!strcmp(a, "--batch")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.batch);
         else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq);
         else if (!strcmp(a, "--accum")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.accum);
@@ -235,6 +240,7 @@ static int train(int argc, char **argv) {
     if (cli_experts(CMD, experts, &experts_used)) return 2;
     if (experts && o.lora.rank)
         return cli_error(CMD, 2, "--experts upcycles the model to train it whole: drop --lora-rank");
+    if (steps_given && epochs > 0) return cli_error(CMD, 2, "--steps and --epochs exclude each other (give the run's length once)");
     if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
     if (sample_given && !o.sample_every) return cli_error(CMD, 2, "--sample-tokens and --sample-prompt go with --sample-every N");
     if (o.sample_every && o.lora.rank)
@@ -244,9 +250,6 @@ static int train(int argc, char **argv) {
                                  "the run's merged model afterwards with nerve perplexity --multiple-choice");
     if (o.eval_choice_tasks && !choice_path) return cli_error(CMD, 2, "--eval-choice-tasks goes with --eval-choice FILE");
     if (choice_path && o.eval_every <= 0) return cli_error(CMD, 2, "--eval-choice scores at every evaluation: --eval-every must be positive");
-    /* a short run still warms up and decays: the default warmup is at most a tenth of the run */
-    if (!warmup_given && o.adamw.warmup_steps > o.steps / 10) o.adamw.warmup_steps = o.steps / 10;
-
     cli_paths init_paths; /* a folder (a run's, or Hugging Face's) names its model file and tokenizer */
     if (init_from) {
         const char *own_tok = tok_path;
@@ -466,6 +469,21 @@ static int train(int argc, char **argv) {
         fprintf(stderr, "nerve: data: %s: %.1f%% of the training windows (%llu tokens, %.1f%% of the training tokens)\n",
                 ds.src[i].path, 100 * ds.weights[i], (unsigned long long)ds.src[i].n_train,
                 ds.train_tokens ? 100.0 * (double)ds.src[i].n_train / (double)ds.train_tokens : 0.0);
+    if (epochs > 0) { /* the steps that draw that many passes over the training data */
+        const double per_step = (double)o.batch * o.accum, windows = nv_data_epoch_windows(&ds, o.seq);
+        const double steps = ceil(epochs * windows / per_step);
+        if (!(steps >= 1) || steps > (double)(1 << 30)) {
+            rc = cli_error(CMD, 2, "--epochs %g: %.0f steps of %d x %d windows (the data holds %.1f windows of %d tokens)",
+                           (double)epochs, steps, o.batch, o.accum, windows, o.seq + 1);
+            goto done;
+        }
+        o.steps = (int)steps;
+        if (nv_dist_rank() == 0)
+            fprintf(stderr, "nerve: %g epochs: %d steps of %d windows (%.1f windows a pass)\n", (double)epochs, o.steps,
+                    o.batch * o.accum, windows);
+    }
+    /* a short run still warms up and decays: the default warmup is at most a tenth of the run */
+    if (!warmup_given && o.adamw.warmup_steps > o.steps / 10) o.adamw.warmup_steps = o.steps / 10;
     o.tokenizer_path = tok_path;
     if (choice_path) {
         if (!tok) {

@@ -945,6 +945,16 @@ int nv_data_val_pairs(const nv_dataset *ds, int i, int B, int T, int *inputs, in
     return 1;
 }
 
+double nv_data_epoch_windows(const nv_dataset *ds, int T) {
+    double n = 0;
+    for (int i = 0; i < ds->n_src; i++) {
+        const nv_source *s = &ds->src[i];
+        if (ds->weights && ds->weights[i] <= 0) continue; /* a source a mixture leaves out */
+        n += s->starts ? (double)s->n_train_starts : (double)s->n_train / T;
+    }
+    return n;
+}
+
 double nv_dataset_unigram_loss(const nv_dataset *ds, int vocab_size) {
     double *cnt = calloc((size_t)vocab_size, sizeof(double));
     if (!cnt) return 0.0;

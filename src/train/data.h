@@ -126,6 +126,11 @@ nv_err nv_data_next_pairs(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
 /* Validation batch number i of B / 2 pairs, the validation pairs in order; 0 when there are none. */
 int nv_data_val_pairs(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets, uint64_t *ids);
 
+/* The windows of T + 1 tokens one pass over the training data draws (an epoch): a text source's
+ * training tokens / T, a chat source's training turns (preference data: two a pair); what
+ * nv_data_cursor.windows is measured against. 0 when there is no training data. */
+double nv_data_epoch_windows(const nv_dataset *ds, int T);
+
 /* Unigram entropy of the training split in nats per token: the loss a model that ignores
  * context can reach, the baseline training must beat. */
 double nv_dataset_unigram_loss(const nv_dataset *ds, int vocab_size);

@@ -798,6 +798,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
 
     long builds_after_setup = nv_plan_builds();
     double t_start = nv_now(), sum_f = 0, sum_b = 0, sum_o = 0, sum_w = 0, sum_step = 0, sum_flops = 0;
+    /* passes over the training data: the windows drawn so far against one pass's (the cursor's count,
+       so a resumed run goes on counting) */
+    const double epoch_windows = nv_data_epoch_windows(ds, o->seq);
+    const uint64_t windows0 = cur.windows;
     long steps_run = 0;
     const int quiet = o->quiet || !lead;
     int tty = isatty(STDERR_FILENO) && !quiet;
@@ -949,6 +953,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             fprintf(metrics, "{\"step\":%ld", step + 1);
             json_num(metrics, "loss", loss);
             fprintf(metrics, ",\"lr\":%.6g", lr);
+            json_num(metrics, "epoch", epoch_windows > 0 ? (double)cur.windows / epoch_windows : NAN);
             json_num(metrics, "grad_norm", gnorm);
             if (c->n_experts) { /* router_aux 1 when the experts share the tokens evenly */
                 json_num(metrics, "router_aux", router[0]);
@@ -982,9 +987,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * last_eval.mc[1]);
         char line[512];
         snprintf(line, sizeof line,
-                 "step %ld/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, wait %.0f) "
-                 "| %.3f TFLOP/s | ETA %s",
-                 step + 1, o->steps, loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tw * 1e3, tflops,
+                 "step %ld/%d (epoch %.2f) | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, "
+                 "wait %.0f) | %.3f TFLOP/s | ETA %s",
+                 step + 1, o->steps, epoch_windows > 0 ? (double)cur.windows / epoch_windows : 0.0, loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tw * 1e3, tflops,
                  eta);
         if (tty) fprintf(stderr, "\r\033[K%s", line);
         else if (!quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
@@ -1117,10 +1122,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                      world > 1 ? " a process" : "");
         if (lead)
             fprintf(stderr,
-                    "nerve: efficiency: %ld steps in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward "
+                    "nerve: efficiency: %ld steps (%.2f epochs) in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward "
                     "%.1f (%.0f%%) + optimizer %.1f (%.0f%%) + waiting %.1f (%.0f%%); %.3f TFLOP/s achieved on %s%s%s; %ld "
                     "plans built at setup, %ld since%s\n",
-                    steps_run, wall, (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
+                    steps_run, epoch_windows > 0 ? (double)(cur.windows - windows0) / epoch_windows : 0.0, wall,
+                    (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
                     100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
                     100 * sum_o / sum_step, 1e3 * sum_w / n, 100 * sum_w / sum_step, achieved / 1e12,
                     nv_engine_name(used), procs, peak_text, builds_after_setup, nv_plan_builds() - builds_after_setup,
