@@ -704,7 +704,8 @@ static void test_kquant_writers(void) {
     } kinds[] = {{"q8_0", NV_GGUF_Q8_0, 7, 0.01},     {"q6_k", NV_GGUF_Q6_K, 18, 0.03},     {"q5_k_m", NV_GGUF_Q5_K, 17, 0.045},
                  {"q5_0", NV_GGUF_Q5_0, 8, 0.05},     {"q4_k_m", NV_GGUF_Q4_K, 15, 0.08},   {"q4_0", NV_GGUF_Q4_0, 2, 0.13},
                  {"q3_k_m", NV_GGUF_Q3_K, 12, 0.2},   {"q2_k", NV_GGUF_Q2_K, 10, 0.4},      {"iq4_xs", NV_GGUF_IQ4_XS, 30, 0.1},
-                 {"iq4_nl", NV_GGUF_IQ4_NL, 25, 0.1}};
+                 {"iq4_nl", NV_GGUF_IQ4_NL, 25, 0.1},   {"q5_k_s", NV_GGUF_Q5_K_S, 16, 0.045}, {"q4_k_s", NV_GGUF_Q4_K_S, 14, 0.08},
+                 {"q3_k_s", NV_GGUF_Q3_K_S, 11, 0.2},   {"q3_k_l", NV_GGUF_Q3_K_L, 13, 0.2}};
     enum { ORDERED = 8 }; /* the first eight: fewer bits, more error */
     enum { KINDS = (int)(sizeof kinds / sizeof kinds[0]) };
     double err_w1[KINDS] = {0}, err_emb[KINDS] = {0};
@@ -727,14 +728,24 @@ static void test_kquant_writers(void) {
              * under Q4_K_M/Q5_K_M, Q5_K in 0-1 then Q4_K under Q3_K_M, Q4_K under Q2_K, Q5_K under
              * the IQ4s; ffn_down: the same as attn_v under Q4_K_M/Q5_K_M, Q4_K under Q3_K_M, Q3_K
              * under Q2_K, Q5_K in layer 0 under the IQ4s; attn_output: Q4_K under Q3_K_M, Q3_K under Q2_K) */
-            const uint32_t base = kinds[k].type; /* the writer's codes are the tensor types of the mix's base */
-            const int km = base == 12u || base == 13u, q3 = base == 11u, q2 = base == 10u; /* else IQ4_NL (20) or IQ4_XS (23) */
+            /* the _S and _L mixes (writer codes past 0xFF): Q5_K_S all Q5_K; Q4_K_S Q5_K for attn_v in
+               layers 0-3 and ffn_down in layer 0; Q3_K_S all Q3_K; Q3_K_L Q5_K for attn_v, ffn_down and
+               attn_output */
+            const uint32_t code = kinds[k].type, sl_base = code == NV_GGUF_Q5_K_S ? 13u : code == NV_GGUF_Q4_K_S ? 12u : 11u;
+            const uint32_t base = code > 0xFFu ? sl_base : code; /* else the writer's code is the mix's base tensor type */
+            const int km = code == 12u || code == 13u, q3 = code == 11u, q2 = code == 10u; /* else IQ4_NL (20) or IQ4_XS (23) */
             for (int l = 0; l < 8; l++) {
                 char name[64];
                 const int more = l == 0 || l == 3 || l == 6 || l == 7;
-                const uint32_t want_v = km ? (more ? 14u : base) : q3 ? (l < 2 ? 13u : 12u) : q2 ? 12u : 13u;
-                const uint32_t want_d = km ? (more ? 14u : base) : q3 ? 12u : q2 ? 11u : l == 0 ? 13u : base;
-                const uint32_t want_o = q3 ? 12u : q2 ? 11u : base;
+                uint32_t want_v = km ? (more ? 14u : base) : q3 ? (l < 2 ? 13u : 12u) : q2 ? 12u : 13u;
+                uint32_t want_d = km ? (more ? 14u : base) : q3 ? 12u : q2 ? 11u : l == 0 ? 13u : base;
+                uint32_t want_o = q3 ? 12u : q2 ? 11u : base;
+                if (code > 0xFFu) {
+                    const int l3 = code == NV_GGUF_Q3_K_L, k4 = code == NV_GGUF_Q4_K_S;
+                    want_v = l3 || (k4 && l < 4) ? 13u : base;
+                    want_d = l3 || (k4 && l < 1) ? 13u : base;
+                    want_o = l3 ? 13u : base;
+                }
                 snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
                 const nv_gguf_tensor *tv = nv_gguf_tensor_find(&g, name);
                 snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
@@ -837,10 +848,10 @@ static void test_kquant_writers(void) {
         T_CHECK(0, "%s", nv_errmsg());
     }
     nv_model_free(&s);
-    /* nerve export --type q4_k_m / q6_k (any case), and the file generates */
+    /* nerve export --type q4_k_m / q6_k (any case) and the _S/_L mixes, and the file generates */
     const char *tp = t_data("models/tok512.bin");
-    static const char *const types[] = {"q4_k_m", "Q6_K", "q5_0", "q5_k_m"};
-    for (int k = 0; tp && k < 4; k++) {
+    static const char *const types[] = {"q4_k_m", "Q6_K", "q5_0", "q5_k_m", "q4_k_s", "Q3_K_L"};
+    for (int k = 0; tp && k < 6; k++) {
         char args[4200], out[700];
         snprintf(out, sizeof out, "%s/kq-cli-%d.gguf", t_tmpdir(), k);
         snprintf(args, sizeof args, "export %s -z %s -o %s --type %s", bp, tp, out, types[k]);

@@ -90,7 +90,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_0|q4_k_m|q4_0|iq4_xs|iq4_nl|q3_k_m|q2_k]\n"
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_k_s|q5_0|q4_k_m|q4_k_s|q4_0|iq4_xs|iq4_nl|q3_k_l|q3_k_m|q3_k_s|q2_k]\n"
                    "                   [--format llama2c|gguf|hf] [--imatrix FILE] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  (a file, or a Hugging Face folder) as a llama2.c version-1 checkpoint; or, when OUT ends in .gguf,\n"
@@ -107,12 +107,15 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "            Q5_K_M and Q4_K_M mixes: 5- or 4-bit, Q6_K for the classifier and some attn_v/ffn_down;\n"
                    "            ~5.5x and ~6.5x smaller), or q5_0; smaller still: iq4_xs and iq4_nl (4-bit indices into 16\n"
                    "            unevenly spaced values, per 32; IQ4_XS's scales 6-bit in super-blocks of 256: ~7x smaller),\n"
-                   "            q3_k_m (3-bit, ~8x) and q2_k (2-bit, ~9.5x; both coarse: for large models); rows that are\n"
+                   "            q3_k_m (3-bit, ~8x) and q2_k (2-bit, ~9.5x; both coarse: for large models); its other mixes\n"
+                   "            q5_k_s (Q5_K alone) and q4_k_s (Q4_K, Q5_K for the first layers' attn_v and ffn_down), a\n"
+                   "            little smaller than the _m mixes, and\n"
+                   "            q3_k_s, q3_k_l (Q3_K alone, or Q5_K for attn_v, attn_output and ffn_down); rows that are\n"
                    "            not whole blocks fall back as llama.cpp's do\n"
                    "  --chat-template T  the chat template the output carries (GGUF: tokenizer.chat_template; Hugging Face:\n"
                    "            tokenizer_config.json's chat_template), in Jinja as transformers, vLLM and llama.cpp run it:\n"
-                   "            plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, or none (default:\n"
-                   "            the input's own, e.g. the template a chat run trained with)\n"
+                   "            plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, olmo2, or none\n"
+                   "            (default: the input's own, e.g. the template a chat run trained with)\n"
                    "  --chat-template-file FILE  a Jinja template of your own instead\n"
                    "  --imatrix FILE  an importance matrix (nerve imatrix, or llama.cpp's imatrix .gguf/.dat): the\n"
                    "            q4_0, q5_0, k-quant and IQ4 blocks' scales fitted to it, keeping best the weights that meet\n"
@@ -145,12 +148,14 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         uint32_t type;
     } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"bf16", NV_GGUF_BF16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
                  {"q5_0", NV_GGUF_Q5_0}, {"q5_k_m", NV_GGUF_Q5_K}, {"q5_k", NV_GGUF_Q5_K}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0},
-                 {"iq4_xs", NV_GGUF_IQ4_XS}, {"iq4_nl", NV_GGUF_IQ4_NL}, {"q3_k_m", NV_GGUF_Q3_K}, {"q3_k", NV_GGUF_Q3_K}, {"q2_k", NV_GGUF_Q2_K}};
+                 {"iq4_xs", NV_GGUF_IQ4_XS}, {"iq4_nl", NV_GGUF_IQ4_NL}, {"q3_k_m", NV_GGUF_Q3_K}, {"q3_k", NV_GGUF_Q3_K}, {"q2_k", NV_GGUF_Q2_K},
+                 {"q5_k_s", NV_GGUF_Q5_K_S}, {"q4_k_s", NV_GGUF_Q4_K_S}, {"q3_k_s", NV_GGUF_Q3_K_S}, {"q3_k_l", NV_GGUF_Q3_K_L}};
     uint32_t type = UINT32_MAX;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         if (!strcasecmp(type_name, types[k].name)) type = types[k].type;
     if (type == UINT32_MAX)
-        return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m, q4_0, iq4_xs, iq4_nl, q3_k_m or q2_k, not '%s'", type_name);
+        return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q5_0, q4_k_m, q4_k_s, q4_0, iq4_xs, iq4_nl, "
+                                 "q3_k_l, q3_k_m, q3_k_s or q2_k, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
     if (tf.name && tf.file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
     struct stat os;
@@ -169,7 +174,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf) or a Hugging Face one", type_name);
     if (imatrix_path) {
         if (fmt != OUT_GGUF || type == NV_GGUF_F32 || type == NV_GGUF_F16 || type == NV_GGUF_BF16)
-            return cli_error(CMD, 2, "--imatrix goes with a quantized GGUF output (--type q4_0, q5_0, q4_k_m, q5_k_m, q6_k, iq4_xs, iq4_nl, q3_k_m, q2_k)");
+            return cli_error(CMD, 2, "--imatrix goes with a quantized GGUF output (--type q4_0, q5_0, a k-quant, iq4_xs, iq4_nl)");
         if (type == NV_GGUF_Q8_0) nv_warn("export: Q8_0 takes no importance matrix (as llama.cpp's): %s is not used", imatrix_path);
         else if (nv_imatrix_load(imatrix_path, im) != NV_OK) return cli_error(CMD, 1, "--imatrix: %s", nv_errmsg());
     }

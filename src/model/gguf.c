@@ -2123,7 +2123,9 @@ static void quantize_bf16(const float *x, uint64_t n, uint64_t d0, const float *
  * Q5_K in the first sixteenth and Q4_K after, attn_output Q4_K; Q2_K gives attn_v Q4_K with four or
  * more query heads per key head (Q3_K with fewer), ffn_down and attn_output Q3_K; IQ4_NL and IQ4_XS
  * give attn_v Q5_K with four or more query heads per key head and, without an importance matrix,
- * ffn_down Q5_K in the first eighth. A k-quant whose rows are not whole super-blocks of 256 falls
+ * ffn_down Q5_K in the first eighth; Q3_K_S is Q3_K and Q5_K_S Q5_K throughout; Q3_K_L gives attn_v,
+ * attn_output and ffn_down Q5_K; Q4_K_S gives attn_v Q5_K in the first four layers and ffn_down in
+ * the first eighth. A k-quant whose rows are not whole super-blocks of 256 falls
  * back as llama.cpp's does (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, Q2_K, Q3_K and IQ4_XS to
  * IQ4_NL), a block type whose rows are not whole blocks of 32 to F32. */
 static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type, int has_imatrix) {
@@ -2143,6 +2145,12 @@ static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t
         type = (attn_v || ffn_down) && more_bits ? T_Q6_K : type == NV_GGUF_Q4_K ? T_Q4_K : T_Q5_K;
     } else if (type == NV_GGUF_Q3_K) {
         type = attn_v ? (i < 2 ? T_Q5_K : T_Q4_K) : ffn_down ? (i < L / 16 ? T_Q5_K : T_Q4_K) : attn_out ? T_Q4_K : T_Q3_K;
+    } else if (type == NV_GGUF_Q3_K_S || type == NV_GGUF_Q3_K_L) {
+        type = type == NV_GGUF_Q3_K_L && (attn_v || attn_out || ffn_down) ? T_Q5_K : T_Q3_K;
+    } else if (type == NV_GGUF_Q4_K_S) {
+        type = (attn_v && i < 4) || (ffn_down && i < L / 8) ? T_Q5_K : T_Q4_K;
+    } else if (type == NV_GGUF_Q5_K_S) {
+        type = T_Q5_K;
     } else if (type == NV_GGUF_Q2_K) {
         type = attn_v ? (gqa4 ? T_Q4_K : T_Q3_K) : ffn_down || attn_out ? T_Q3_K : T_Q2_K;
     } else if (type == NV_GGUF_IQ4_NL || type == NV_GGUF_IQ4_XS) {
@@ -2252,9 +2260,11 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     const nv_config *c = &m->config;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 &&
         type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K && type != NV_GGUF_Q3_K &&
-        type != NV_GGUF_Q2_K && type != NV_GGUF_IQ4_NL && type != NV_GGUF_IQ4_XS)
+        type != NV_GGUF_Q2_K && type != NV_GGUF_IQ4_NL && type != NV_GGUF_IQ4_XS && type != NV_GGUF_Q3_K_S && type != NV_GGUF_Q3_K_L &&
+        type != NV_GGUF_Q4_K_S && type != NV_GGUF_Q5_K_S)
         return nv_fail(NV_EUNSUPPORTED,
-                       "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_0, Q4_K_M, Q4_0, IQ4_XS, IQ4_NL, Q3_K_M or Q2_K)",
+                       "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q5_0, Q4_K_M, Q4_K_S, Q4_0, "
+                       "IQ4_XS, IQ4_NL, Q3_K_L, Q3_K_M, Q3_K_S or Q2_K)",
                        path, type);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
@@ -2316,9 +2326,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     kv_str(&b, "general.name", name);
     /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
        MOSTLY_Q5_0 8, MOSTLY_Q2_K 10, MOSTLY_Q3_K_M 12, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18,
-       MOSTLY_IQ4_NL 25, MOSTLY_IQ4_XS 30, MOSTLY_BF16 32 */
+       MOSTLY_IQ4_NL 25, MOSTLY_IQ4_XS 30, MOSTLY_BF16 32; the _S and _L mixes' codes end in theirs */
     kv_u32(&b, "general.file_type",
-           type == NV_GGUF_BF16     ? 32
+           type > 0xFFu             ? type & 0xFFu
+           : type == NV_GGUF_BF16     ? 32
            : type == NV_GGUF_Q3_K   ? 12
            : type == NV_GGUF_IQ4_NL ? 25
            : type == NV_GGUF_IQ4_XS ? 30

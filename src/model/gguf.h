@@ -104,6 +104,11 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
 #define NV_GGUF_IQ4_NL 20u /* its IQ4_NL mix (IQ4_NL; Q5_K and Q6_K where it matters) */
 #define NV_GGUF_IQ4_XS 23u /* its IQ4_XS mix (IQ4_XS; Q5_K and Q6_K where it matters) */
 #define NV_GGUF_BF16 30u
+/* llama.cpp's other k-quant mixes: writer codes outside the tensor types' range, the low byte its file type */
+#define NV_GGUF_Q3_K_S 0x10Bu /* Q3_K throughout (Q6_K for the classifier) */
+#define NV_GGUF_Q3_K_L 0x10Du /* Q3_K; Q5_K for attn_v, attn_output and ffn_down */
+#define NV_GGUF_Q4_K_S 0x10Eu /* Q4_K; Q5_K for attn_v in the first four layers and ffn_down in the first eighth */
+#define NV_GGUF_Q5_K_S 0x110u /* Q5_K throughout */
 /* Writes m (and, when tok is given, its SentencePiece vocabulary) as a GGUF v3 llama model,
  * atomically: what llama.cpp reads. type NV_GGUF_F32: every tensor F32, read back bit for bit.
  * NV_GGUF_Q8_0 / NV_GGUF_Q4_0: the matrices whose rows are whole blocks of 32 quantized as
