@@ -5,8 +5,10 @@
 # Works as root or through sudo. On a system without dpkg/apt it prints what to install and stops.
 set -eu
 
+# openssl, curl: make test serves HTTPS with a certificate openssl makes, and asks it with curl
 # python3-jinja2: make test renders the chat templates nerve exports in Jinja (scripts/chat_template_check.py)
-packages=(gcc make libc6-dev binutils pkg-config libmicrohttpd-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin libunistring-dev python3-jinja2)
+packages=(gcc make libc6-dev binutils pkg-config libmicrohttpd-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin libunistring-dev python3-jinja2
+          openssl curl)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(libopenblas-dev libdnnl-dev python3-torch)
 fi

@@ -68,8 +68,9 @@ static inline int server_spawn(server *s, const char *name, const char *pre, con
     s->pid = pid;
     for (double t0 = now_s(); now_s() - t0 < wait_s;) {
         char *text = read_log(s);
-        const char *p = strstr(text, "listening on http://127.0.0.1:");
+        const char *p = strstr(text, "listening on http://127.0.0.1:"), *ps = strstr(text, "listening on https://127.0.0.1:");
         if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        else if (ps) s->port = atoi(ps + strlen("listening on https://127.0.0.1:"));
         free(text);
         if (s->port > 0) return 1;
         int st;
@@ -204,11 +205,11 @@ static inline int http_raw(int port, const char *raw, size_t len, resp *r) {
     memset(r, 0, sizeof *r);
     int fd = connect_to_within(port, 60);
     if (fd < 0) return 0;
-    char *buf;
-    size_t n;
-    int ok = send_all(fd, raw, len) && read_all(fd, &buf, &n);
-    if (ok) {
-        ok = parse_response(buf, n, r);
+    char *buf = NULL;
+    size_t n = 0;
+    int ok = send_all(fd, raw, len);
+    if (ok) { /* (read_all hands its buffer over even when nothing came) */
+        ok = read_all(fd, &buf, &n) && parse_response(buf, n, r);
         free(buf);
     }
     close(fd);

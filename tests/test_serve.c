@@ -2104,6 +2104,76 @@ static void test_chat_templates_in_jinja(void) {
             "chat_template_check.py (exit %d):\n%s", rc, out);
 }
 
+/* HTTPS (--ssl-key-file, --ssl-cert-file) with a self-signed certificate made by openssl: curl,
+ * checking the certificate, gets a completion and /health; a plain HTTP request to it gets no HTTP
+ * answer; a key that is not one, a key without its certificate, a key of another certificate and a
+ * missing file are refused in one line before anything listens. */
+static void test_https(void) {
+    if (system("command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1") != 0) {
+        t_skip("openssl or curl is not installed (scripts/deps.sh installs them)");
+        return;
+    }
+    char key[700], cert[700], other[700], cmd[4096];
+    snprintf(key, sizeof key, "%s/tls-key.pem", tmpdir);
+    snprintf(cert, sizeof cert, "%s/tls-cert.pem", tmpdir);
+    snprintf(other, sizeof other, "%s/tls-other.pem", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey rsa:2048 -nodes -keyout '%s' -out '%s' -days 2 -subj /CN=localhost "
+             "-addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1 && openssl genrsa -out '%s' 2048 >/dev/null 2>&1",
+             key, cert, other);
+    if (system(cmd) != 0) {
+        t_skip("openssl could not make a certificate");
+        return;
+    }
+    char args[2200];
+    snprintf(args, sizeof args, "--kv-disk-cache 0 --ssl-key-file '%s' --ssl-cert-file '%s'", key, cert);
+    server s;
+    if (!server_start(&s, "https", args, NULL)) {
+        T_CHECK(0, "the HTTPS server did not start");
+        return;
+    }
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "listening on https://127.0.0.1:") != NULL, "no https in the log: %s", log);
+    free(log);
+    char out[700], *body = NULL;
+    snprintf(out, sizeof out, "%s/https-out.json", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "curl -sS --max-time 60 --cacert '%s' https://127.0.0.1:%d/v1/completions -d "
+             "'{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0}' >'%s' 2>&1 && "
+             "curl -sS --max-time 20 --cacert '%s' https://127.0.0.1:%d/health >>'%s' 2>&1",
+             cert, s.port, out, cert, s.port, out);
+    const int rc = system(cmd);
+    nv_file_read_all(out, &body, NULL);
+    T_CHECK(rc == 0 && body && strstr(body, "\"text_completion\"") && strstr(body, "\"completion_tokens\":8") && strstr(body, "\"status\""),
+            "over HTTPS: rc %d, %s", rc, body ? body : "(nothing)");
+    free(body);
+    resp r = {0};
+    T_CHECK(!http(s.port, "GET", "/health", NULL, NULL, &r) || r.status != 200, "plain HTTP was answered on the HTTPS port");
+    resp_free(&r);
+    T_CHECK(server_stop(&s) == 0, "the HTTPS server did not stop cleanly");
+
+    const struct {
+        const char *k, *c, *want;
+        int rc;
+    } bad[] = {{cert, cert, "is not a PEM PRIVATE KEY", 1},
+               {key, NULL, "go together", 2},
+               {other, cert, "cannot serve HTTPS", 1},
+               {"/nonexistent/key.pem", cert, "--ssl-key-file: /nonexistent/key.pem", 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char extra[2000] = "";
+        if (bad[i].c) snprintf(extra, sizeof extra, "--ssl-cert-file '%s'", bad[i].c);
+        /* (a server that starts after all is stopped by the timeout: exit 0, a failure, not a hang) */
+        snprintf(cmd, sizeof cmd, "timeout 60 '%s' serve -m %s -z %s --port 0 --kv-disk-cache 0 --ssl-key-file '%s' %s 2>'%s' </dev/null",
+                 t_nerve_bin(), model_path, tok_path, bad[i].k, extra, out);
+        const int st = system(cmd), code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+        char *err = NULL;
+        nv_file_read_all(out, &err, NULL);
+        T_CHECK(code == bad[i].rc && err && strstr(err, bad[i].want) && strchr(err, '\n') == strrchr(err, '\n'), "case %zu: exit %d, '%s'", i,
+                code, err ? err : "");
+        free(err);
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     snprintf(tmpdir, sizeof tmpdir, "%s", t_tmpdir());
@@ -2148,6 +2218,7 @@ int main(void) {
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_auth_cors_timeout);
+    T_RUN(test_https);
     T_RUN(test_chat_templates_in_jinja);
     return t_done();
 }

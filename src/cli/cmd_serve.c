@@ -30,8 +30,9 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
-            "                   [--engine E] [--threads N] [--api-key KEY] [--cors]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4] [--reasoning-format none|deepseek]\n"
+            "                   [--engine E] [--threads N] [--api-key KEY] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2]\n"
+            "                   [--reasoning-format none|deepseek]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
@@ -63,9 +64,11 @@ static void usage(FILE *f) {
             "                       the prefill chunk; used by default when neither --engine nor --prefill-chunk says)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $NERVE_API_KEY, else none)\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
-            "  --chat-template T    plain, chatml, llama2, llama3 or deepseek (default: what the model declares: a GGUF\n"
-            "                       file's tokenizer.chat_template recognised as ChatML, Llama 3's, DeepSeek-R1's or [INST];\n"
-            "                       else plain)\n"
+            "  --ssl-key-file F, --ssl-cert-file F\n"
+            "                       serve HTTPS with this PEM private key and certificate (chain) instead of HTTP\n"
+            "                       (llama.cpp's flags; vLLM's --ssl-keyfile, --ssl-certfile too)\n"
+            "  --chat-template T    one of the names above (default: what the model declares: a GGUF file's or a folder's\n"
+            "                       chat template recognised by its markers, a chat run's own; else plain)\n"
             "  --chat-template-file F  a Jinja template (llama.cpp's flag): recognised as one of those by its markers\n"
             "  --reasoning-format F none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
             "                       goes to message.reasoning_content (delta.reasoning_content streamed); default\n"
@@ -126,9 +129,28 @@ bad:
     return 0;
 }
 
+/* A PEM file's text into *out (NUL-terminated) when it holds a block "-----BEGIN ...marker-----";
+   else one line on stderr and 0. */
+static int read_pem(const char *flag, const char *path, const char *marker, char **out) {
+    size_t len = 0;
+    if (nv_file_read_all(path, out, &len) != NV_OK) {
+        cli_error(CMD, 1, "%s: %s", flag, nv_errmsg());
+        return 0;
+    }
+    const char *begin = strstr(*out, "-----BEGIN ");
+    const char *end = begin ? strstr(begin + 11, "-----") : NULL; /* the BEGIN line's end */
+    if (strlen(*out) != len || !begin || !end || !memmem(begin, (size_t)(end - begin), marker, strlen(marker))) {
+        cli_error(CMD, 1, "%s: %s is not a PEM %s (-----BEGIN ...%s-----)", flag, path, marker, marker);
+        free(*out);
+        *out = NULL;
+        return 0;
+    }
+    return 1;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
-    const char *api_key = NULL, *template_name = NULL, *template_file = NULL;
+    const char *api_key = NULL, *template_name = NULL, *template_file = NULL, *ssl_key = NULL, *ssl_cert = NULL;
     int reasoning = -1; /* unset: deepseek for DeepSeek-R1's template, else none */
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
@@ -192,6 +214,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--ssl-key-file") || !strcmp(a, "--ssl-keyfile")) ssl_key = v;
+        else if (!strcmp(a, "--ssl-cert-file") || !strcmp(a, "--ssl-certfile")) ssl_cert = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--chat-template-file")) template_file = v;
         else if (!strcmp(a, "--reasoning-format")) {
@@ -224,6 +248,13 @@ int cmd_serve(int argc, char **argv) {
     if (cli_spec_check(CMD, &spec)) return 2;
     if (!api_key) api_key = getenv("NERVE_API_KEY");
     if (api_key && !*api_key) api_key = NULL;
+    if (!ssl_key != !ssl_cert) return cli_error(CMD, 2, "--ssl-key-file and --ssl-cert-file go together (HTTPS needs both)");
+    char *key_pem = NULL, *cert_pem = NULL; /* read before the model loads: a wrong file fails at once */
+    if (ssl_key && (!read_pem("--ssl-key-file", ssl_key, "PRIVATE KEY", &key_pem) ||
+                    !read_pem("--ssl-cert-file", ssl_cert, "CERTIFICATE", &cert_pem))) {
+        free(key_pem);
+        return 1;
+    }
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
     const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
@@ -378,7 +409,9 @@ int cmd_serve(int argc, char **argv) {
                        .timeout_s = timeout,
                        .engine = nv_engine_name(nv_model_engine(&model)),
                        .lora_updates = lora_updates,
-                       .responses_store = (size_t)responses_store};
+                       .responses_store = (size_t)responses_store,
+                       .tls_key = key_pem,
+                       .tls_cert = cert_pem};
     char adapters_line[48] = ""; /* before the HTTP threads can load adapters */
     if (adapters.live || lora_updates)
         snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s%s", adapters.live, adapters.live == 1 ? "" : "s",
@@ -412,9 +445,9 @@ int cmd_serve(int argc, char **argv) {
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
-            "nerve serve: listening on http://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
+            "nerve serve: listening on %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)\n",
-            shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
+            key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
             reasoning ? " (reasoning to reasoning_content)" : "",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
@@ -448,6 +481,9 @@ done:
     nv_model_free(&model);
     nv_model_free(&draft);
     nv_metrics_free(&metrics);
+    if (key_pem) explicit_bzero(key_pem, strlen(key_pem)); /* the private key leaves no copy behind */
+    free(key_pem);
+    free(cert_pem);
     if (rc == 0) fprintf(stderr, "nerve serve: stopped\n");
     return rc;
 }

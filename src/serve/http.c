@@ -31,6 +31,8 @@ struct nv_http {
     atomic_int stopping;
     atomic_int active; /* requests received whose response has not completed */
     nv_resp_store *responses; /* stored Responses (NULL: --responses-store 0) */
+    atomic_int starting;      /* 1 inside MHD_start_daemon: */
+    char start_error[256];    /* its last message then (why a TLS key was refused) */
 };
 
 enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES, P_LLAMACPP }; /* the API a stream speaks */
@@ -1034,11 +1036,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    nv_http *h = cls;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n') line[--n] = '\0';
+    if (atomic_load(&h->starting)) snprintf(h->start_error, sizeof h->start_error, "%.200s", line);
     nv_debug("serve: libmicrohttpd: %s", line);
 }
 
@@ -1070,15 +1073,33 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    const int tls = o->tls_key != NULL;
+    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        nv_resp_store_free(h->responses);
+        free(h);
+        freeaddrinfo(ai);
+        return nv_fail(NV_EUNSUPPORTED, "HTTPS: this libmicrohttpd was built without TLS (GnuTLS)");
+    }
+    if (tls) flags |= MHD_USE_TLS;
     unsigned idle = (unsigned)(o->timeout_s > 0 ? o->timeout_s + 30 : 600);
+    /* without TLS the list ends before the key and certificate */
+    atomic_store(&h->starting, 1);
     h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT, idle,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_THREAD_STACK_SIZE,
-                            (size_t)(4u << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+                            (size_t)(4u << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+                            tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, o->tls_key, MHD_OPTION_HTTPS_MEM_CERT, o->tls_cert,
+                            MHD_OPTION_END);
+    atomic_store(&h->starting, 0);
     freeaddrinfo(ai);
     if (!h->d) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", h->start_error);
         nv_resp_store_free(h->responses);
         free(h);
+        if (tls && why[0])
+            return nv_fail(NV_EINVAL, "cannot serve HTTPS on %s:%d: %s (--ssl-key-file, --ssl-cert-file: a PEM private key and its "
+                                      "certificate)", o->host, o->port, why);
         return nv_fail(NV_EIO, "cannot listen on %s:%d (address in use or not available)", o->host, o->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);

@@ -37,6 +37,8 @@ typedef struct {
     const char *engine; /* shown in /metrics */
     int lora_updates;   /* /v1/load_lora_adapter and /v1/unload_lora_adapter are on (ctx->adapters must be set) */
     size_t responses_store; /* bytes of stored Responses (previous_response_id, GET /v1/responses/{id}); 0: none */
+    const char *tls_key, *tls_cert; /* PEM text of the private key and its certificate chain: HTTPS (NULL: HTTP);
+                                       kept by the caller until nv_http_stop */
 } nv_http_opts;
 
 typedef struct nv_http nv_http;
