@@ -4,6 +4,7 @@
  * (every truncation, bad versions, types, shapes, offsets, architectures) refused with a clear
  * error. */
 #include <immintrin.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -858,6 +859,10 @@ static void test_kquant_writers(void) {
         T_CHECK(t_nerve(args) == 0, "export --type %s: %s", types[k], t_err);
         snprintf(args, sizeof args, "generate -m %s -n 24 -t 0", out);
         T_CHECK(t_nerve(args) == 0 && strlen(t_out) > 20, "generate from a %s file: %s", types[k], t_err);
+        char want[32] = ", file type "; /* nerve info names the mix as llama.cpp does */
+        for (size_t j = 0, at = strlen(want); types[k][j] && at + 1 < sizeof want; j++) want[at++] = (char)toupper((unsigned char)types[k][j]), want[at] = 0;
+        snprintf(args, sizeof args, "info -m %s", out);
+        T_CHECK(t_nerve(args) == 0 && strstr(t_out, want), "info of a %s file: %s", types[k], t_out);
     }
 }
 

@@ -1544,7 +1544,7 @@ static void test_golden_through_api(void) {
     const char *want_path = t_data("models/stories260K_greedy200.expected.txt");
     if (!want_path) return;
     server s;
-    if (!server_start(&s, "golden", "--engine scalar --kv-cache-dtype f32 --alias karpathy/stories260K --prefill-chunk 3 --kv-block 32",
+    if (!server_start(&s, "golden", "--engine scalar --kv-cache-dtype f32 --served-model-name karpathy/stories260K --prefill-chunk 3 --kv-block 32",
                       NULL)) {
         T_CHECK(0, "server did not start");
         return;

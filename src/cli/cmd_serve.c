@@ -57,7 +57,8 @@ static void usage(FILE *f) {
             "                       tokenizers/tokenizer.bin in the shared data)\n"
             "  --port P             TCP port (default 8000; 0 = any free port, printed at start)\n"
             "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
-            "  --alias NAME         model id in the API (default: the model's file name without extension)\n"
+            "  --alias NAME         model id in the API (default: the model's file name without extension; vLLM's\n"
+            "                       --served-model-name too)\n"
             "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest that probes well)\n"
             "  --threads N          threads for the engines (default: one per core)\n"
             "  --no-tune            ignore what `nerve tune` measured for this machine and model (the engine and\n"
@@ -210,7 +211,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--port")) { if (!cli_int(CMD, a, v, 0, 65535, &port)) return 2; }
         else if (!strcmp(a, "--host")) host = v;
-        else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--alias") || !strcmp(a, "--served-model-name")) alias = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--api-key")) api_key = v;
