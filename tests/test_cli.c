@@ -66,6 +66,16 @@ static void test_generate_seeded_and_prompted(void) {
     snprintf(args, sizeof args, "generate -m %s -z %s -p 'Once upon a time there was' -n 3 -t 0", m, z);
     T_CHECK(t_nerve(args) == 0, "%s", t_err);
     T_CHECK(strlen(t_out) > 0 && strlen(t_out) < 16, "steps < prompt printed '%s'", t_out);
+    /* -f: the prompt from a file gives the same text as -p; with -p it is a usage error; a NUL byte refused */
+    const char *pf = t_write("prompt.txt", "Once upon a time", 16);
+    char pfile[700];
+    snprintf(pfile, sizeof pfile, "%s", pf);
+    snprintf(args, sizeof args, "generate -m %s -z %s -f %s -n 80 -t 0.9 --top-p 0.9 -s 42", m, z, pfile);
+    T_CHECK(t_nerve(args) == 0 && strcmp(first, t_out) == 0, "-f gave other text: %s", t_out);
+    snprintf(args, sizeof args, "generate -m %s -z %s -f %s -p x", m, z, pfile);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "one or the other"), "-f and -p: %s", t_err);
+    snprintf(args, sizeof args, "generate -m %s -z %s -f %s", m, z, t_write("nul.txt", "a\0b", 3));
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "NUL byte"), "a NUL byte: %s", t_err);
 }
 
 /* `generate -m m -z z run` and the same with `extra` print the same text. */

@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "                folder's tokenizer.bin, the GGUF model's own vocabulary, the Hugging Face folder's tokenizer.json, else\n"
             "                tokenizers/tokenizer.bin in the shared data)\n"
             "  -p PROMPT     text to continue (also -i); default empty\n"
+            "  -f FILE       the prompt from a file instead, as it is (also --file)\n"
             "  -n STEPS      positions to run, prompt included (default 256; 0 or more than the context = context)\n"
             "  -t TEMP       temperature, 0 = greedy (default 1.0)\n"
             "  --top-p P     nucleus sampling threshold, 0 or 1 = off (default 0.9)\n"
@@ -163,7 +164,8 @@ static nv_err set_dry(nv_sampler *smp, const nv_tokenizer *tok, float mult, floa
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL;
+    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *engine_name = NULL, *schema_arg = NULL, *prompt_file = NULL;
+    int prompt_given = 0;
     const char *gbnf_text = NULL, *gbnf_file = NULL;
     int no_tune = 0;
     int json_object = 0;
@@ -200,7 +202,8 @@ int cmd_generate(int argc, char **argv) {
         if (sf) continue;
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "-i")) prompt = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "-i")) prompt = v, prompt_given = 1;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = v;
         else if (!strcmp(a, "-n")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &steps)) return 2; }
         else if (!strcmp(a, "-t")) { if (!cli_float(CMD, a, v, 0, 1e6, &temperature)) return 2; }
         else if (!strcmp(a, "--top-p")) { if (!cli_float(CMD, a, v, 0, 1, &top_p)) return 2; }
@@ -241,9 +244,23 @@ int cmd_generate(int argc, char **argv) {
     if (!!json_object + !!schema_arg + !!gbnf_text + !!gbnf_file > 1)
         return cli_error(CMD, 2, "give one of --json, --json-schema, --grammar and --grammar-file");
     if (cli_spec_check(CMD, &spec)) return 2;
+    if (prompt_given && prompt_file) return cli_error(CMD, 2, "-p and -f both give the prompt: one or the other");
+    char *prompt_text = NULL; /* -f: the file's text, as it is (its last line break included) */
+    if (prompt_file) {
+        size_t len = 0;
+        if (nv_file_read_all(prompt_file, &prompt_text, &len) != NV_OK) return cli_error(CMD, 1, "-f: %s", nv_errmsg());
+        if (strlen(prompt_text) != len) {
+            free(prompt_text);
+            return cli_error(CMD, 1, "-f: %s holds a NUL byte: a prompt is text", prompt_file);
+        }
+        prompt = prompt_text;
+    }
     nv_grammar *grammar = NULL;
-    if ((json_object || schema_arg) && load_grammar(schema_arg, &grammar) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
-    if ((gbnf_text || gbnf_file) && load_gbnf(gbnf_text, gbnf_file, &grammar) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    if (((json_object || schema_arg) && load_grammar(schema_arg, &grammar) != NV_OK) ||
+        ((gbnf_text || gbnf_file) && load_gbnf(gbnf_text, gbnf_file, &grammar) != NV_OK)) {
+        free(prompt_text);
+        return cli_error(CMD, 1, "%s", nv_errmsg());
+    }
     if (seed == 0) seed = (uint64_t)time(NULL); /* as run.c: 0 means "pick one" */
 
     cli_paths paths;
@@ -251,7 +268,11 @@ int cmd_generate(int argc, char **argv) {
     nv_engine_id engine;
     /* exact fp32 by default, so the output is llama2.c's: bf16/int8 engines are opt-in here */
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FP32, &engine);
-    if (erc) return erc;
+    if (erc) {
+        free(prompt_text);
+        nv_grammar_unref(grammar);
+        return erc;
+    }
 
     nv_model model;
     nv_tokenizer *tok = NULL;
@@ -410,6 +431,7 @@ int cmd_generate(int argc, char **argv) {
                 accepted, drafted, passes, generated);
     rc = 0;
 done:
+    free(prompt_text);
     free(prompt_tokens);
     free(ctx);
     nv_state_free(&state);
