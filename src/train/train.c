@@ -352,6 +352,10 @@ static int best_eval_note(best_eval *b, float val, long step) {
     return 0;
 }
 
+/* Passes over the training data that `windows` drawn windows make, one pass being per_pass of them
+   (nv_data_epoch_windows). */
+static double epochs_of(uint64_t windows, double per_pass) { return per_pass > 0 ? (double)windows / per_pass : 0.0; }
+
 static void fmt_duration(char *buf, size_t cap, double s) {
     if (s < 0 || !isfinite(s)) snprintf(buf, cap, "?");
     else if (s < 60) snprintf(buf, cap, "%.0fs", s);
@@ -953,7 +957,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             fprintf(metrics, "{\"step\":%ld", step + 1);
             json_num(metrics, "loss", loss);
             fprintf(metrics, ",\"lr\":%.6g", lr);
-            json_num(metrics, "epoch", epoch_windows > 0 ? (double)cur.windows / epoch_windows : NAN);
+            json_num(metrics, "epoch", epochs_of(cur.windows, epoch_windows));
             json_num(metrics, "grad_norm", gnorm);
             if (c->n_experts) { /* router_aux 1 when the experts share the tokens evenly */
                 json_num(metrics, "router_aux", router[0]);
@@ -989,8 +993,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         snprintf(line, sizeof line,
                  "step %ld/%d (epoch %.2f) | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, "
                  "wait %.0f) | %.3f TFLOP/s | ETA %s",
-                 step + 1, o->steps, epoch_windows > 0 ? (double)cur.windows / epoch_windows : 0.0, loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tw * 1e3, tflops,
-                 eta);
+                 step + 1, o->steps, epochs_of(cur.windows, epoch_windows), loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3,
+                 (t1 - to0) * 1e3, tw * 1e3, tflops, eta);
         if (tty) fprintf(stderr, "\r\033[K%s", line);
         else if (!quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
         if (samples && ((step + 1) % o->sample_every == 0 || last)) {
@@ -1122,10 +1126,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                      world > 1 ? " a process" : "");
         if (lead)
             fprintf(stderr,
-                    "nerve: efficiency: %ld steps (%.2f epochs) in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + backward "
-                    "%.1f (%.0f%%) + optimizer %.1f (%.0f%%) + waiting %.1f (%.0f%%); %.3f TFLOP/s achieved on %s%s%s; %ld "
+                    "nerve: efficiency: %ld steps (%.2f epochs) in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + "
+                    "backward %.1f (%.0f%%) + optimizer %.1f (%.0f%%) + waiting %.1f (%.0f%%); %.3f TFLOP/s achieved on %s%s%s; %ld "
                     "plans built at setup, %ld since%s\n",
-                    steps_run, epoch_windows > 0 ? (double)(cur.windows - windows0) / epoch_windows : 0.0, wall,
+                    steps_run, epochs_of(cur.windows - windows0, epoch_windows), wall,
                     (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
                     100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
                     100 * sum_o / sum_step, 1e3 * sum_w / n, 100 * sum_w / sum_step, achieved / 1e12,
