@@ -362,6 +362,49 @@ static nv_tokenizer *load_tok512(void) {
     return t;
 }
 
+/* A folder of text (--data DIR): its text files in the order of their paths, each read as that
+ * file alone is (the tokens of the files given one by one, exactly), subfolders included; hidden
+ * files and folders, symbolic links, binary files and the other data formats left out; a folder
+ * with no text file is an error. */
+static void test_text_folder(void) {
+    nv_tokenizer *t = load_tok512();
+    if (!t) return;
+    char dir[600], cmd[8192];
+    snprintf(dir, sizeof dir, "%s/notes", t_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/sub' '%s/.git' '%s/empty' && printf 'Once upon a time there was a cat.\\n\\nThe cat sat.\\n' > '%s/b.txt' "
+             "&& printf 'Lily went to the park.\\n' > '%s/sub/a.md' && printf 'secret\\n' > '%s/.hidden.txt' && "
+             "printf 'x\\000y' > '%s/bin.dat' && printf '{\"text\": \"a\"}\\n' > '%s/c.jsonl' && printf 'git\\n' > '%s/.git/HEAD' && "
+             "ln -sf '%s/b.txt' '%s/link.txt'",
+             dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir);
+    T_CHECK(system(cmd) == 0, "making %s", dir);
+    char b[800], a[800];
+    snprintf(b, sizeof b, "%s/b.txt", dir);
+    snprintf(a, sizeof a, "%s/sub/a.md", dir);
+    const char *one[1] = {dir}, *two[2] = {b, a}; /* "b.txt" sorts before "sub/a.md" */
+    nv_dataset d1, d2;
+    if (open_ok(&d1, one, 1, t, 512, 0.0f)) {
+        if (open_ok(&d2, two, 2, t, 512, 0.0f)) {
+            const uint64_t n = d2.src[0].n_tokens + d2.src[1].n_tokens;
+            int same = d1.src[0].n_tokens == n && n > 10;
+            for (uint64_t i = 0; same && i < n; i++) {
+                const nv_source *s = i < d2.src[0].n_tokens ? &d2.src[0] : &d2.src[1];
+                same = nv_source_token(&d1.src[0], i) == nv_source_token(s, i < d2.src[0].n_tokens ? i : i - d2.src[0].n_tokens);
+            }
+            T_CHECK(same, "the folder's %llu tokens are not its two text files' %llu", (unsigned long long)d1.src[0].n_tokens,
+                    (unsigned long long)n);
+            nv_dataset_close(&d2);
+        }
+        nv_dataset_close(&d1);
+    }
+    char empty[800];
+    snprintf(empty, sizeof empty, "%s/empty", dir);
+    const char *none[1] = {empty};
+    T_CHECK(nv_dataset_open(&d1, none, 1, t, 512, 0.0f) == NV_EINVAL && strstr(nv_errmsg(), "holds no text file"), "%s", nv_errmsg());
+    T_CHECK(nv_dataset_open(&d1, one, 1, NULL, 512, 0.0f) == NV_EINVAL && strstr(nv_errmsg(), "tokenizer"), "%s", nv_errmsg());
+    nv_tokenizer_free(t);
+}
+
 static void test_text_documents(void) {
     nv_tokenizer *t = load_tok512();
     if (!t) return;
@@ -955,6 +998,7 @@ int main(void) {
     T_RUN(test_unigram_loss);
     T_RUN(test_malformed_inputs);
     T_RUN(test_text_documents);
+    T_RUN(test_text_folder);
     T_RUN(test_text_tokenized_in_groups);
     T_RUN(test_chat_data);
     T_RUN(test_prompt_completion_data);

@@ -137,6 +137,11 @@ int nv_file_exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+int nv_file_is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 void nv_path_name(const char *path, char *out, size_t cap) {
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/') n--; /* "runs/train/" names the folder */

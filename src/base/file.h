@@ -62,6 +62,8 @@ int nv_data_path(const char *rel, char *buf, size_t cap);
 /* mkdir -p: creates path and its missing parents (mode 0755). */
 nv_err nv_mkdirs(const char *path);
 int nv_file_exists(const char *path);
+/* 1 when path names a folder (symbolic links followed). */
+int nv_file_is_dir(const char *path);
 /* A path's last component without its extension, into out ("runs/demo/" -> "demo", "m/x.gguf" ->
  * "x"): the server's model id, a GGUF's general.name (export, and a training run's model.gguf). */
 void nv_path_name(const char *path, char *out, size_t cap);

@@ -1,9 +1,11 @@
 #include "train/data.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -138,18 +140,15 @@ static nv_err push_doc(size_t (**docs)[2], size_t *n, size_t *cap, size_t at, si
     return NV_OK;
 }
 
-static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
-    if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
-    nv_mapped m;
-    NV_TRY(nv_file_map(s->path, &m));
-    const char *t = (const char *)m.data;
-    size_t len = m.len;
+/* The documents of one text file's bytes t[0, len), which lie at `base` in the text being
+ * tokenized, onto the list: split at <|endoftext|>, at blank lines, or at every line break when the
+ * file marks documents neither way (a marked story keeps its single line breaks). */
+static nv_err split_docs(const char *t, size_t len, size_t base, size_t (**docs)[2], size_t *n_docs, size_t *cap_docs,
+                         const char *path) {
     static const char eot[] = "<|endoftext|>";
-    /* One document per line only when the file marks documents neither by blank lines nor by
-     * <|endoftext|> (a marked story keeps its single line breaks). */
     int blank_lines = len && memmem(t, len, eot, sizeof eot - 1) != NULL;
     for (size_t i = 0; i + 1 < len && !blank_lines; i++) blank_lines = t[i] == '\n' && t[i + 1] == '\n';
-    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0, start = 0;
+    size_t start = 0;
     nv_err e = NV_OK;
     for (size_t i = 0; i <= len && e == NV_OK; i++) {
         size_t cut = 0, skip = 0;
@@ -157,13 +156,125 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
         else if (t[i] == '<' && len - i >= sizeof eot - 1 && memcmp(t + i, eot, sizeof eot - 1) == 0) cut = 1, skip = sizeof eot - 1;
         else if (t[i] == '\n' && (!blank_lines || (i + 1 < len && t[i + 1] == '\n'))) cut = 1, skip = 1;
         if (!cut) continue;
-        e = push_doc(&docs, &n_docs, &cap_docs, start, i - start, s->path);
+        e = push_doc(docs, n_docs, cap_docs, base + start, i - start, path);
         i += skip ? skip - 1 : 0;
         start = i + 1;
     }
-    if (e == NV_OK) e = tokenize_docs(s, tok, t, len, (const size_t(*)[2])docs, n_docs);
+    return e;
+}
+
+static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
+    if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
+    nv_mapped m;
+    NV_TRY(nv_file_map(s->path, &m));
+    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0;
+    nv_err e = split_docs((const char *)m.data, m.len, 0, &docs, &n_docs, &cap_docs, s->path);
+    if (e == NV_OK) e = tokenize_docs(s, tok, (const char *)m.data, m.len, (const size_t(*)[2])docs, n_docs);
     free(docs);
     nv_file_unmap(&m);
+    s->width = 4;
+    return e;
+}
+
+/* ---- a folder of text files ---- */
+
+typedef struct {
+    char **paths;
+    size_t n, cap;
+} path_list;
+
+static void path_list_free(path_list *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->paths[i]);
+    free(l->paths);
+}
+
+static int cmp_paths(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The regular files under dir onto l, to a depth of 32 folders: names starting with '.' (and what
+ * such folders hold) left out, symbolic links not followed. */
+static nv_err walk_files(const char *dir, int depth, path_list *l) {
+    if (depth > 32) return nv_fail(NV_EINVAL, "%s: folders nested more than 32 deep", dir);
+    DIR *d = opendir(dir);
+    if (!d) return nv_fail(NV_EIO, "%s: cannot read the folder", dir);
+    nv_err e = NV_OK;
+    for (struct dirent *ent; e == NV_OK && (ent = readdir(d));) {
+        if (ent->d_name[0] == '.') continue;
+        const size_t len = strlen(dir) + strlen(ent->d_name) + 2;
+        char *path = malloc(len);
+        if (!path) {
+            e = nv_fail(NV_ENOMEM, "out of memory listing %s", dir);
+            break;
+        }
+        snprintf(path, len, "%s/%s", dir, ent->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0 || (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))) {
+            free(path);
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            e = walk_files(path, depth + 1, l);
+            free(path);
+            continue;
+        }
+        if (l->n == l->cap) {
+            l->cap = grown_cap(l->cap, l->n + 1, 64);
+            char **np = realloc(l->paths, l->cap * sizeof *np);
+            if (!np) {
+                free(path);
+                e = nv_fail(NV_ENOMEM, "out of memory listing %s", dir);
+                break;
+            }
+            l->paths = np;
+        }
+        l->paths[l->n++] = path;
+    }
+    closedir(d);
+    return e;
+}
+
+/* A folder as one text source: every text file under it (walk_files), in the order of their
+ * paths, each read as a text file is (its documents split the same way); files of the other data
+ * formats (.bin, .u32, .jsonl) and binary ones (a NUL byte in the first 8000 bytes, git's rule) are
+ * left out, counted in the log. */
+static nv_err load_text_dir(nv_source *s, const nv_tokenizer *tok) {
+    if (!tok) return nv_fail(NV_EINVAL, "%s: a folder of text needs a tokenizer (-z)", s->path);
+    path_list l = {0};
+    nv_err e = walk_files(s->path, 0, &l);
+    if (e == NV_OK && l.n) qsort(l.paths, l.n, sizeof *l.paths, cmp_paths);
+    nv_buf all = {0};
+    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0, files = 0, other = 0, binary = 0;
+    for (size_t i = 0; i < l.n && e == NV_OK; i++) {
+        const char *p = l.paths[i];
+        if (has_suffix(p, ".bin") || has_suffix(p, ".u32") || has_suffix(p, ".jsonl")) {
+            other++;
+            continue;
+        }
+        char *text = NULL;
+        size_t len = 0;
+        if ((e = nv_file_read_all(p, &text, &len)) != NV_OK) break;
+        if (memchr(text, '\0', len < 8000 ? len : 8000)) {
+            binary++;
+        } else if (memchr(text, '\0', len)) {
+            e = nv_fail(NV_EFORMAT, "%s: a NUL byte in text", p);
+        } else {
+            const size_t at = all.len;
+            nv_buf_append(&all, text, len);
+            if (all.oom) e = nv_fail(NV_ENOMEM, "out of memory reading %s", p);
+            else e = split_docs(all.data + at, len, at, &docs, &n_docs, &cap_docs, p);
+            files++;
+        }
+        free(text);
+    }
+    if (e == NV_OK && !files)
+        e = nv_fail(NV_EINVAL, "%s holds no text file (%zu of the other data formats, %zu binary: give those by name)", s->path,
+                    other, binary);
+    if (e == NV_OK) e = tokenize_docs(s, tok, all.data, all.len, (const size_t(*)[2])docs, n_docs);
+    if (e == NV_OK)
+        nv_info("data: %s: %zu text file%s%s", s->path, files, files == 1 ? "" : "s",
+                other || binary ? " (files of the other data formats, or binary, left out)" : "");
+    free(docs);
+    nv_buf_free(&all);
+    path_list_free(&l);
     s->width = 4;
     return e;
 }
@@ -659,6 +770,8 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
         } else if (has_suffix(s->path, ".jsonl")) {
             e = load_chat(s, tok, tmpl, val_frac);
             ds->chat = 1;
+        } else if (nv_file_is_dir(s->path)) {
+            e = load_text_dir(s, tok);
         } else {
             e = load_text(s, tok);
         }
