@@ -2104,9 +2104,10 @@ static void test_chat_templates_in_jinja(void) {
             "chat_template_check.py (exit %d):\n%s", rc, out);
 }
 
-/* HTTPS (--ssl-key-file, --ssl-cert-file) with a self-signed certificate made by openssl: curl,
- * checking the certificate, gets a completion and /health; a plain HTTP request to it gets no HTTP
- * answer; a key that is not one, a key without its certificate, a key of another certificate and a
+/* HTTPS (--ssl-key-file, --ssl-cert-file) with a self-signed certificate made by openssl, and API
+ * keys from a file (--api-key-file: two keys, a comment and a blank line): curl, checking the
+ * certificate, gets a completion with either key (Bearer or x-api-key) and /health without one, 401
+ * without a key or with the comment line as one; a plain HTTP request to it gets no HTTP answer; a key that is not one, a key without its certificate, a key of another certificate and a
  * missing file are refused in one line before anything listens. */
 static void test_https(void) {
     if (system("command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1") != 0) {
@@ -2125,8 +2126,11 @@ static void test_https(void) {
         t_skip("openssl could not make a certificate");
         return;
     }
-    char args[2200];
-    snprintf(args, sizeof args, "--kv-disk-cache 0 --ssl-key-file '%s' --ssl-cert-file '%s'", key, cert);
+    char keys[700];
+    static const char key_lines[] = "# keys\n  alpha-key  \n\nbeta-key\n";
+    snprintf(keys, sizeof keys, "%s", t_write("keys.txt", key_lines, sizeof key_lines - 1));
+    char args[3000];
+    snprintf(args, sizeof args, "--kv-disk-cache 0 --ssl-key-file '%s' --ssl-cert-file '%s' --api-key-file '%s'", key, cert, keys);
     server s;
     if (!server_start(&s, "https", args, NULL)) {
         T_CHECK(0, "the HTTPS server did not start");
@@ -2138,7 +2142,7 @@ static void test_https(void) {
     char out[700], *body = NULL;
     snprintf(out, sizeof out, "%s/https-out.json", tmpdir);
     snprintf(cmd, sizeof cmd,
-             "curl -sS --max-time 60 --cacert '%s' https://127.0.0.1:%d/v1/completions -d "
+             "curl -sS --max-time 60 --cacert '%s' -H 'Authorization: Bearer alpha-key' https://127.0.0.1:%d/v1/completions -d "
              "'{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0}' >'%s' 2>&1 && "
              "curl -sS --max-time 20 --cacert '%s' https://127.0.0.1:%d/health >>'%s' 2>&1",
              cert, s.port, out, cert, s.port, out);
@@ -2147,6 +2151,19 @@ static void test_https(void) {
     T_CHECK(rc == 0 && body && strstr(body, "\"text_completion\"") && strstr(body, "\"completion_tokens\":8") && strstr(body, "\"status\""),
             "over HTTPS: rc %d, %s", rc, body ? body : "(nothing)");
     free(body);
+    const struct {
+        const char *header;
+        int status;
+    } auth[] = {{"x-api-key: beta-key", 200}, {"Authorization: Bearer beta-key", 200}, {"X-None: 1", 401},
+                {"Authorization: Bearer # keys", 401}, {"Authorization: Bearer alpha-key  ", 200}};
+    for (size_t i = 0; i < sizeof auth / sizeof auth[0]; i++) {
+        snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' --max-time 20 --cacert '%s' -H '%s' https://127.0.0.1:%d/v1/models >'%s'",
+                 cert, auth[i].header, s.port, out);
+        body = NULL;
+        T_CHECK(system(cmd) == 0 && nv_file_read_all(out, &body, NULL) == NV_OK && atoi(body) == auth[i].status, "'%s': %s (want %d)",
+                auth[i].header, body ? body : "?", auth[i].status);
+        free(body);
+    }
     resp r = {0};
     T_CHECK(!http(s.port, "GET", "/health", NULL, NULL, &r) || r.status != 200, "plain HTTP was answered on the HTTPS port");
     resp_free(&r);

@@ -30,7 +30,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
-            "                   [--engine E] [--threads N] [--api-key KEY] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
+            "                   [--engine E] [--threads N] [--api-key KEY | --api-key-file F] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2]\n"
             "                   [--reasoning-format none|deepseek]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
@@ -63,7 +63,10 @@ static void usage(FILE *f) {
             "  --threads N          threads for the engines (default: one per core)\n"
             "  --no-tune            ignore what `nerve tune` measured for this machine and model (the engine and\n"
             "                       the prefill chunk; used by default when neither --engine nor --prefill-chunk says)\n"
-            "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $NERVE_API_KEY, else none)\n"
+            "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $NERVE_API_KEY, else none);\n"
+            "                       repeat it for several keys\n"
+            "  --api-key-file F     the keys from a file, one a line ('#' lines and blank ones skipped): kept out of the\n"
+            "                       process list and the shell's history\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
             "  --ssl-key-file F, --ssl-cert-file F\n"
             "                       serve HTTPS with this PEM private key and certificate (chain) instead of HTTP\n"
@@ -149,9 +152,54 @@ static int read_pem(const char *flag, const char *path, const char *marker, char
     return 1;
 }
 
+/* The API keys: each --api-key, each line of --api-key-file (surrounding white space trimmed; empty
+   lines and lines starting with '#' skipped), else $NERVE_API_KEY. The file's text (text_len bytes)
+   is kept in *text, the keys pointing into it. 0 after one line on stderr. */
+#define MAX_API_KEYS 256
+static int gather_api_keys(const char *const *given, int n_given, const char *key_file, char **text, size_t *text_len,
+                           const char **keys, int *n) {
+    *n = 0;
+    for (int i = 0; i < n_given; i++)
+        if (*given[i]) keys[(*n)++] = given[i];
+    if (key_file) {
+        size_t len = 0;
+        if (nv_file_read_all(key_file, text, &len) != NV_OK) {
+            cli_error(CMD, 1, "--api-key-file: %s", nv_errmsg());
+            return 0;
+        }
+        *text_len = len;
+        if (strlen(*text) != len) {
+            cli_error(CMD, 1, "--api-key-file: %s holds a NUL byte", key_file);
+            return 0;
+        }
+        for (char *line = *text, *next; line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            while (isspace((unsigned char)*line)) line++;
+            size_t l = strlen(line);
+            while (l && isspace((unsigned char)line[l - 1])) line[--l] = '\0';
+            if (!l || line[0] == '#') continue;
+            if (*n == MAX_API_KEYS) {
+                cli_error(CMD, 2, "at most %d API keys", MAX_API_KEYS);
+                return 0;
+            }
+            keys[(*n)++] = line;
+        }
+        if (!*n) {
+            cli_error(CMD, 1, "--api-key-file: %s holds no key", key_file);
+            return 0;
+        }
+    }
+    const char *env = getenv("NERVE_API_KEY");
+    if (!*n && env && *env) keys[(*n)++] = env;
+    return 1;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
-    const char *api_key = NULL, *template_name = NULL, *template_file = NULL, *ssl_key = NULL, *ssl_cert = NULL;
+    const char *template_name = NULL, *template_file = NULL, *ssl_key = NULL, *ssl_cert = NULL, *key_file = NULL;
+    const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
+    int n_given_keys = 0, n_api_keys = 0;
     int reasoning = -1; /* unset: deepseek for DeepSeek-R1's template, else none */
     int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
@@ -214,7 +262,11 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--alias") || !strcmp(a, "--served-model-name")) alias = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--api-key")) {
+            if (n_given_keys == MAX_API_KEYS) return cli_error(CMD, 2, "at most %d API keys", MAX_API_KEYS);
+            given_keys[n_given_keys++] = v;
+        }
+        else if (!strcmp(a, "--api-key-file")) key_file = v;
         else if (!strcmp(a, "--ssl-key-file") || !strcmp(a, "--ssl-keyfile")) ssl_key = v;
         else if (!strcmp(a, "--ssl-cert-file") || !strcmp(a, "--ssl-certfile")) ssl_cert = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
@@ -247,13 +299,18 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve serve --help)");
     if (cli_spec_check(CMD, &spec)) return 2;
-    if (!api_key) api_key = getenv("NERVE_API_KEY");
-    if (api_key && !*api_key) api_key = NULL;
+    char *key_text = NULL; /* --api-key-file's */
+    size_t key_text_len = 0;
+    if (!gather_api_keys(given_keys, n_given_keys, key_file, &key_text, &key_text_len, api_keys, &n_api_keys)) {
+        free(key_text);
+        return 1;
+    }
     if (!ssl_key != !ssl_cert) return cli_error(CMD, 2, "--ssl-key-file and --ssl-cert-file go together (HTTPS needs both)");
     char *key_pem = NULL, *cert_pem = NULL; /* read before the model loads: a wrong file fails at once */
     if (ssl_key && (!read_pem("--ssl-key-file", ssl_key, "PRIVATE KEY", &key_pem) ||
                     !read_pem("--ssl-cert-file", ssl_cert, "CERTIFICATE", &cert_pem))) {
         free(key_pem);
+        free(key_text);
         return 1;
     }
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
@@ -404,7 +461,8 @@ int cmd_serve(int argc, char **argv) {
                       .adapters = &adapters};
     nv_http_opts ho = {.host = host,
                        .port = port,
-                       .api_key = api_key,
+                       .api_keys = api_keys,
+                       .n_api_keys = n_api_keys,
                        .cors = cors,
                        .max_body = (size_t)max_body,
                        .timeout_s = timeout,
@@ -452,7 +510,7 @@ int cmd_serve(int argc, char **argv) {
             reasoning ? " (reasoning to reasoning_content)" : "",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
-            prefill_chunk, tuned_line, cache_line, spec_line, api_key ? ", API key required" : "");
+            prefill_chunk, tuned_line, cache_line, spec_line, n_api_keys ? ", API key required" : "");
     fflush(stderr);
 
     int sig = 0;
@@ -483,6 +541,8 @@ done:
     nv_model_free(&draft);
     nv_metrics_free(&metrics);
     if (key_pem) explicit_bzero(key_pem, strlen(key_pem)); /* the private key leaves no copy behind */
+    if (key_text) explicit_bzero(key_text, key_text_len);
+    free(key_text);
     free(key_pem);
     free(cert_pem);
     if (rc == 0) fprintf(stderr, "nerve serve: stopped\n");

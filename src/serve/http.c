@@ -107,23 +107,33 @@ static int conn_gone(int fd) {
     return 0;
 }
 
-/* Equality whose time depends only on the key's length, not on where the strings differ. */
-static int key_equal(const char *given, const char *key) {
-    size_t gl = strlen(given), kl = strlen(key);
+/* Equality of given[0, gl) and key whose time depends only on the key's length, not on where the
+   strings differ. */
+static int key_equal(const char *given, size_t gl, const char *key) {
+    size_t kl = strlen(key);
     volatile unsigned char d = (unsigned char)(gl != kl);
     for (size_t i = 0; i < kl; i++) d |= (unsigned char)(key[i] ^ (i < gl ? given[i] : 0));
     return d == 0;
 }
 
+/* 1 when given (white space around it is not part of a header's value) is one of the keys, each
+   compared whole whichever matches. */
+static int key_known(const nv_http *h, const char *given) {
+    while (*given == ' ' || *given == '\t') given++;
+    size_t gl = strlen(given);
+    while (gl && (given[gl - 1] == ' ' || given[gl - 1] == '\t')) gl--;
+    int found = 0;
+    for (int i = 0; i < h->o.n_api_keys; i++) found |= key_equal(given, gl, h->o.api_keys[i]);
+    return found;
+}
+
 static int auth_ok(nv_http *h, struct MHD_Connection *c) {
-    if (!h->o.api_key || !*h->o.api_key) return 1;
+    if (h->o.n_api_keys <= 0) return 1;
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients send it so */
-    if (x && key_equal(x, h->o.api_key)) return 1;
+    if (x && key_known(h, x)) return 1;
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!v || strncasecmp(v, "Bearer ", 7) != 0) return 0;
-    v += 7;
-    while (*v == ' ') v++;
-    return key_equal(v, h->o.api_key);
+    return key_known(h, v + 7);
 }
 
 static void add_common_headers(nv_http *h, struct MHD_Response *resp, const char *ctype) {

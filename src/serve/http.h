@@ -13,7 +13,7 @@
  *   GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions (also without the
  *   /v1 prefix); OPTIONS for CORS preflight when cors is on. Wrong method: 405; unknown path:
  *   404; every error carries OpenAI's body {"error":{"message","type","param","code"}}.
- * - With api_key set, everything but /health and CORS preflights needs
+ * - With api_keys set (any of them), everything but /health and CORS preflights needs
  *   "Authorization: Bearer KEY" (compared in time independent of where the keys differ), else
  *   401. No CORS header is ever sent unless cors is on.
  * - A body larger than max_body is refused with 413 (at once when Content-Length says so).
@@ -30,7 +30,8 @@
 typedef struct {
     const char *host; /* numeric address or name to bind */
     int port;         /* 0: any free port (see nv_http_port) */
-    const char *api_key;
+    const char *const *api_keys; /* any of them is accepted (none: no key needed) */
+    int n_api_keys;
     int cors;
     size_t max_body;
     double timeout_s;
