@@ -706,7 +706,8 @@ static void test_kquant_writers(void) {
                  {"q5_0", NV_GGUF_Q5_0, 8, 0.05},     {"q4_k_m", NV_GGUF_Q4_K, 15, 0.08},   {"q4_0", NV_GGUF_Q4_0, 2, 0.13},
                  {"q3_k_m", NV_GGUF_Q3_K, 12, 0.2},   {"q2_k", NV_GGUF_Q2_K, 10, 0.4},      {"iq4_xs", NV_GGUF_IQ4_XS, 30, 0.1},
                  {"iq4_nl", NV_GGUF_IQ4_NL, 25, 0.1},   {"q5_k_s", NV_GGUF_Q5_K_S, 16, 0.045}, {"q4_k_s", NV_GGUF_Q4_K_S, 14, 0.08},
-                 {"q3_k_s", NV_GGUF_Q3_K_S, 11, 0.2},   {"q3_k_l", NV_GGUF_Q3_K_L, 13, 0.2}};
+                 {"q3_k_s", NV_GGUF_Q3_K_S, 11, 0.2},   {"q3_k_l", NV_GGUF_Q3_K_L, 13, 0.2},   {"q5_1", NV_GGUF_Q5_1, 9, 0.05},
+                 {"q4_1", NV_GGUF_Q4_1, 3, 0.11}};
     enum { ORDERED = 8 }; /* the first eight: fewer bits, more error */
     enum { KINDS = (int)(sizeof kinds / sizeof kinds[0]) };
     double err_w1[KINDS] = {0}, err_emb[KINDS] = {0};
@@ -723,7 +724,9 @@ static void test_kquant_writers(void) {
         uint32_t v = 0;
         if (ft && ft->type == 4) memcpy(&v, ft->val, 4);
         T_CHECK(v == kinds[k].file_type, "%s: general.file_type %u", kinds[k].name, v);
-        if (kinds[k].type != NV_GGUF_Q8_0 && kinds[k].type != NV_GGUF_Q6_K && kinds[k].type != NV_GGUF_Q5_0 && kinds[k].type != NV_GGUF_Q4_0) {
+        const int pure = kinds[k].type == NV_GGUF_Q8_0 || kinds[k].type == NV_GGUF_Q6_K || kinds[k].type == NV_GGUF_Q5_0 ||
+                         kinds[k].type == NV_GGUF_Q4_0 || kinds[k].type == NV_GGUF_Q5_1 || kinds[k].type == NV_GGUF_Q4_1;
+        if (!pure) {
             /* a mix: 12 Q4_K or 13 Q5_K, 14 Q6_K, 10 Q2_K, 11 Q3_K, 20 IQ4_NL, 23 IQ4_XS. llama.cpp's
              * rules for 8 layers and 4 query heads per key head (attn_v: Q6_K in layers 0, 3, 6, 7
              * under Q4_K_M/Q5_K_M, Q5_K in 0-1 then Q4_K under Q3_K_M, Q4_K under Q2_K, Q5_K under
@@ -763,6 +766,13 @@ static void test_kquant_writers(void) {
             const nv_gguf_tensor *tn = nv_gguf_tensor_find(&g, "blk.2.attn_norm.weight");
             T_CHECK(to && to->type == 14u && te && te->type == base && tn && tn->type == 0u, "%s: output %u, token_embd %u, norm %u",
                     kinds[k].name, to ? to->type : 99, te ? te->type : 99, tn ? tn->type : 99);
+        }
+        if (kinds[k].type == NV_GGUF_Q5_1 || kinds[k].type == NV_GGUF_Q4_1) { /* every matrix, the classifier too: 24 or 20 bytes a block */
+            const nv_gguf_tensor *tw = nv_gguf_tensor_find(&g, "blk.4.ffn_up.weight"), *to = nv_gguf_tensor_find(&g, "output.weight");
+            const uint64_t per = kinds[k].type == NV_GGUF_Q5_1 ? 24 : 20;
+            T_CHECK(tw && tw->type == kinds[k].type && tw->bytes == 512ull * 256 / 32 * per && to && to->type == kinds[k].type,
+                    "%s: ffn_up type %u, %llu bytes; output type %u", kinds[k].name, tw ? tw->type : 99,
+                    tw ? (unsigned long long)tw->bytes : 0ull, to ? to->type : 99);
         }
         if (kinds[k].type == NV_GGUF_Q6_K) {
             const nv_gguf_tensor *tw = nv_gguf_tensor_find(&g, "blk.4.ffn_up.weight");
@@ -851,8 +861,8 @@ static void test_kquant_writers(void) {
     nv_model_free(&s);
     /* nerve export --type q4_k_m / q6_k (any case) and the _S/_L mixes, and the file generates */
     const char *tp = t_data("models/tok512.bin");
-    static const char *const types[] = {"q4_k_m", "Q6_K", "q5_0", "q5_k_m", "q4_k_s", "Q3_K_L"};
-    for (int k = 0; tp && k < 6; k++) {
+    static const char *const types[] = {"q4_k_m", "Q6_K", "q5_0", "q5_k_m", "q4_k_s", "Q3_K_L", "q4_1"};
+    for (int k = 0; tp && k < 7; k++) {
         char args[4200], out[700];
         snprintf(out, sizeof out, "%s/kq-cli-%d.gguf", t_tmpdir(), k);
         snprintf(args, sizeof args, "export %s -z %s -o %s --type %s", bp, tp, out, types[k]);

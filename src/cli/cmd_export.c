@@ -90,7 +90,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_k_s|q5_0|q4_k_m|q4_k_s|q4_0|iq4_xs|iq4_nl|q3_k_l|q3_k_m|q3_k_s|q2_k]\n"
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_k_s|q5_1|q5_0|q4_k_m|q4_k_s|q4_1|q4_0|iq4_xs|iq4_nl|q3_k_l|q3_k_m|q3_k_s|q2_k]\n"
                    "                   [--format llama2c|gguf|hf] [--imatrix FILE] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  (a file, or a Hugging Face folder) as a llama2.c version-1 checkpoint; or, when OUT ends in .gguf,\n"
@@ -102,7 +102,8 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "  --type T  Hugging Face: f32 (default, exact), bf16 or f16; GGUF: f32 (default, exact), f16 or bf16 (the weight matrices\n"
                    "            in half precision, 2x smaller, ~2x faster decode; bf16 keeps fp32's range), q8_0 (the weight matrices quantized to 8 bits\n"
                    "            in blocks of 32, ~3.8x smaller; nerve serves them as int8, ~2x faster decode) or\n"
-                   "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values); llama.cpp's\n"
+                   "            q4_0 (4 bits in blocks of 32, ~7x smaller, coarser; served as 4-bit values), q4_1 and q5_1 (with\n"
+                   "            a minimum per block too); llama.cpp's\n"
                    "            k-quants: q6_k (6 bits in super-blocks of 256, ~5x smaller), q5_k_m and q4_k_m (its\n"
                    "            Q5_K_M and Q4_K_M mixes: 5- or 4-bit, Q6_K for the classifier and some attn_v/ffn_down;\n"
                    "            ~5.5x and ~6.5x smaller), or q5_0; smaller still: iq4_xs and iq4_nl (4-bit indices into 16\n"
@@ -149,12 +150,12 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"bf16", NV_GGUF_BF16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
                  {"q5_0", NV_GGUF_Q5_0}, {"q5_k_m", NV_GGUF_Q5_K}, {"q5_k", NV_GGUF_Q5_K}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0},
                  {"iq4_xs", NV_GGUF_IQ4_XS}, {"iq4_nl", NV_GGUF_IQ4_NL}, {"q3_k_m", NV_GGUF_Q3_K}, {"q3_k", NV_GGUF_Q3_K}, {"q2_k", NV_GGUF_Q2_K},
-                 {"q5_k_s", NV_GGUF_Q5_K_S}, {"q4_k_s", NV_GGUF_Q4_K_S}, {"q3_k_s", NV_GGUF_Q3_K_S}, {"q3_k_l", NV_GGUF_Q3_K_L}};
+                 {"q4_1", NV_GGUF_Q4_1}, {"q5_1", NV_GGUF_Q5_1}, {"q5_k_s", NV_GGUF_Q5_K_S}, {"q4_k_s", NV_GGUF_Q4_K_S}, {"q3_k_s", NV_GGUF_Q3_K_S}, {"q3_k_l", NV_GGUF_Q3_K_L}};
     uint32_t type = UINT32_MAX;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         if (!strcasecmp(type_name, types[k].name)) type = types[k].type;
     if (type == UINT32_MAX)
-        return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q5_0, q4_k_m, q4_k_s, q4_0, iq4_xs, iq4_nl, "
+        return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1, q4_0, iq4_xs, iq4_nl, "
                                  "q3_k_l, q3_k_m, q3_k_s or q2_k, not '%s'", type_name);
     if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
     if (tf.name && tf.file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
@@ -174,7 +175,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf) or a Hugging Face one", type_name);
     if (imatrix_path) {
         if (fmt != OUT_GGUF || type == NV_GGUF_F32 || type == NV_GGUF_F16 || type == NV_GGUF_BF16)
-            return cli_error(CMD, 2, "--imatrix goes with a quantized GGUF output (--type q4_0, q5_0, a k-quant, iq4_xs, iq4_nl)");
+            return cli_error(CMD, 2, "--imatrix goes with a quantized GGUF output (--type q4_0, q4_1, q5_0, q5_1, a k-quant, iq4_xs, iq4_nl)");
         if (type == NV_GGUF_Q8_0) nv_warn("export: Q8_0 takes no importance matrix (as llama.cpp's): %s is not used", imatrix_path);
         else if (nv_imatrix_load(imatrix_path, im) != NV_OK) return cli_error(CMD, 1, "--imatrix: %s", nv_errmsg());
     }

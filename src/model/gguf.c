@@ -1890,22 +1890,24 @@ static void quantize_qk(const float *x, uint64_t n, uint64_t d0, const float *im
 static void quantize_q4_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) { quantize_qk(x, n, d0, imp, out, 0); }
 static void quantize_q5_k(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) { quantize_qk(x, n, d0, imp, out, 1); }
 
-/* x (n values, n a multiple of 32) as Q5_1 blocks, as llama.cpp's quantize_row_q5_1_ref: scale
- * (max - min)/31 and the minimum, values 0..31 from it (the fallback of Q5_K); with an importance per
- * column (imp, rows of d0), the scale and minimum fitted to it as the k-quants' (fit_scale_min). */
-static void quantize_q5_1(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+/* x (n values, n a multiple of 32) as Q5_1 blocks (five) or Q4_1 ones, as llama.cpp's
+ * quantize_row_q5_1_ref / q4_1_ref: scale (max - min)/31 (/15) and the minimum, values 0..31 (0..15)
+ * from it (Q5_1: the fallback of Q5_K); with an importance per column (imp, rows of d0), the scale
+ * and minimum fitted to it as the k-quants' (fit_scale_min). */
+static void quantize_asym(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out, int five) {
     float w[QK];
-    for (uint64_t b = 0; b < n / QK; b++, x += QK, out += 24) {
+    const int top = five ? 31 : 15, qs = five ? 8 : 4; /* the largest value; where the nibbles start */
+    for (uint64_t b = 0; b < n / QK; b++, x += QK, out += five ? 24 : 20) {
         float lo = x[0], hi = x[0];
         for (int j = 1; j < QK; j++) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
-        float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = (hi - lo) / (float)top, id = d != 0.0f ? 1.0f / d : 0.0f;
         if (imp) {
             const float *ib = imp + b * QK % d0;
             double ss = 0;
             for (int j = 0; j < QK; j++) ss += isfinite(x[j]) ? (double)x[j] * x[j] : 0;
             for (int j = 0; j < QK; j++) w[j] = isfinite(x[j]) ? ib[j] * sqrtf((float)(ss / QK) + x[j] * x[j]) : 0;
             float a, m;
-            fit_scale_min(x, w, QK, 31, &a, &m);
+            fit_scale_min(x, w, QK, top, &a, &m);
             d = as_half(a), lo = as_half(-m), id = d != 0.0f ? 1.0f / d : 0.0f; /* the values against the scale as stored */
         }
         put_half(out, d);
@@ -1913,13 +1915,16 @@ static void quantize_q5_1(const float *x, uint64_t n, uint64_t d0, const float *
         uint32_t qh = 0;
         for (int j = 0; j < QK / 2; j++) {
             const float v0 = (x[j] - lo) * id + 0.5f, v1 = (x[j + QK / 2] - lo) * id + 0.5f;
-            const int q0 = v0 != v0 ? 0 : (int)fminf(31.0f, fmaxf(0.0f, v0)), q1 = v1 != v1 ? 0 : (int)fminf(31.0f, fmaxf(0.0f, v1));
-            out[8 + j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            const int q0 = v0 != v0 ? 0 : (int)fminf((float)top, fmaxf(0.0f, v0)), q1 = v1 != v1 ? 0 : (int)fminf((float)top, fmaxf(0.0f, v1));
+            out[qs + j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
             qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
         }
-        memcpy(out + 4, &qh, 4);
+        if (five) memcpy(out + 4, &qh, 4);
     }
 }
+
+static void quantize_q5_1(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) { quantize_asym(x, n, d0, imp, out, 1); }
+static void quantize_q4_1(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) { quantize_asym(x, n, d0, imp, out, 0); }
 
 /* The index of the IQ4 value nearest v (the lower one at a tie; a NaN: 0), by bisection of the
  * sorted table: the export's fits ask this for every value of every candidate scale. */
@@ -2140,7 +2145,8 @@ static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t
     const int ffn_down = in_layer && (!strcmp(part, "ffn_down") || !strcmp(part, "ffn_down_exps"));
     const int more_bits = i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2, gqa4 = c->n_heads >= 4 * c->n_kv_heads;
     if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) {
-        if (type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0) type = T_Q6_K;
+        if (type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_1 && type != NV_GGUF_Q5_1)
+            type = T_Q6_K;
     } else if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
         type = (attn_v || ffn_down) && more_bits ? T_Q6_K : type == NV_GGUF_Q4_K ? T_Q4_K : T_Q5_K;
     } else if (type == NV_GGUF_Q3_K) {
@@ -2192,7 +2198,7 @@ nv_err nv_model_half_view(const nv_model *m, nv_model *view, float **copy) {
 
 /* 1 for the tensor types whose quantizers take an importance per column. */
 static int takes_importance(uint32_t tt) {
-    return tt == T_Q4_0 || tt == T_Q5_0 || tt == T_Q5_1 || tt == T_Q2_K || tt == T_Q3_K || tt == T_Q4_K || tt == T_Q5_K ||
+    return tt == T_Q4_0 || tt == T_Q4_1 || tt == T_Q5_0 || tt == T_Q5_1 || tt == T_Q2_K || tt == T_Q3_K || tt == T_Q4_K || tt == T_Q5_K ||
            tt == T_Q6_K || tt == T_IQ4_NL || tt == T_IQ4_XS;
 }
 
@@ -2261,9 +2267,9 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 &&
         type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K && type != NV_GGUF_Q3_K &&
         type != NV_GGUF_Q2_K && type != NV_GGUF_IQ4_NL && type != NV_GGUF_IQ4_XS && type != NV_GGUF_Q3_K_S && type != NV_GGUF_Q3_K_L &&
-        type != NV_GGUF_Q4_K_S && type != NV_GGUF_Q5_K_S)
+        type != NV_GGUF_Q4_K_S && type != NV_GGUF_Q5_K_S && type != NV_GGUF_Q4_1 && type != NV_GGUF_Q5_1)
         return nv_fail(NV_EUNSUPPORTED,
-                       "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q5_0, Q4_K_M, Q4_K_S, Q4_0, "
+                       "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q5_1, Q5_0, Q4_K_M, Q4_K_S, Q4_1, Q4_0, "
                        "IQ4_XS, IQ4_NL, Q3_K_L, Q3_K_M, Q3_K_S or Q2_K)",
                        path, type);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
@@ -2325,7 +2331,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t n_kv = 14;
     kv_str(&b, "general.name", name);
     /* llama.cpp's file types (not the tensor types): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
-       MOSTLY_Q5_0 8, MOSTLY_Q2_K 10, MOSTLY_Q3_K_M 12, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18,
+       MOSTLY_Q4_1 3, MOSTLY_Q5_0 8, MOSTLY_Q5_1 9, MOSTLY_Q2_K 10, MOSTLY_Q3_K_M 12, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18,
        MOSTLY_IQ4_NL 25, MOSTLY_IQ4_XS 30, MOSTLY_BF16 32; the _S and _L mixes' codes end in theirs */
     kv_u32(&b, "general.file_type",
            type > 0xFFu             ? type & 0xFFu
@@ -2335,6 +2341,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
            : type == NV_GGUF_IQ4_XS ? 30
            : type == NV_GGUF_Q8_0 ? 7
            : type == NV_GGUF_Q5_0 ? 8
+           : type == NV_GGUF_Q5_1 ? 9
            : type == NV_GGUF_Q4_K ? 15
            : type == NV_GGUF_Q5_K ? 17
            : type == NV_GGUF_Q6_K ? 18
@@ -2447,6 +2454,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
                 : tt == T_Q4_K ? quantize_q4_k
                 : tt == T_Q5_K ? quantize_q5_k
                 : tt == T_Q5_1 ? quantize_q5_1
+                : tt == T_Q4_1 ? quantize_q4_1
                 : tt == T_Q6_K ? quantize_q6_k
                 : tt == T_Q2_K ? quantize_q2_k
                 : tt == T_Q3_K ? quantize_q3_k

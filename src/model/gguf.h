@@ -94,7 +94,9 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
 #define NV_GGUF_F32 0u
 #define NV_GGUF_F16 1u
 #define NV_GGUF_Q4_0 2u
+#define NV_GGUF_Q4_1 3u /* Q4_0 with a minimum per block: values 0..15 from it, scale (max - min)/15 */
 #define NV_GGUF_Q5_0 6u
+#define NV_GGUF_Q5_1 7u /* the same in 5 bits */
 #define NV_GGUF_Q8_0 8u
 #define NV_GGUF_Q4_K 12u /* the file as llama.cpp's Q4_K_M mix (Q4_K, Q6_K where it matters) */
 #define NV_GGUF_Q5_K 13u /* the file as its Q5_K_M mix (Q5_K, Q6_K where it matters) */
