@@ -2,6 +2,8 @@
  * tokens (loads with nv_tokenizer_load, round-trips, compresses better with a larger
  * vocabulary), byte fallback for unseen text, reserved pieces that must never be assembled,
  * determinism, and `nerve tokenizer train` end to end with its errors. */
+#include <errno.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -395,6 +397,22 @@ static void test_cli_train(void) {
     /* several files: the second one adds to the first */
     snprintf(args, sizeof args, "tokenizer train --vocab 300 %s %s -o %s", p, p, t_path("two.bin"));
     T_CHECK(t_nerve(args) == 0 && strstr(t_out, "from 72 bytes"), "two files: %s %s", t_out, t_err);
+    /* a folder: its text files in path order, as those files given by name (a hidden one left out) */
+    char dir[700], cmd[3000];
+    snprintf(dir, sizeof dir, "%s/tokdir", t_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/b' && cp '%s' '%s/a.txt' && cp '%s' '%s/b/c.txt' && cp '%s' '%s/.skip.txt'", dir, corpus, dir,
+             p, dir, p, dir);
+    T_CHECK(system(cmd) == 0, "making %s", dir);
+    snprintf(args, sizeof args, "tokenizer train --vocab 512 %s -o %s", dir, t_path("dir.bin"));
+    T_CHECK(t_nerve(args) == 0, "a folder: %s", t_err);
+    snprintf(args, sizeof args, "tokenizer train --vocab 512 %s %s -o %s", corpus, p, t_path("named.bin"));
+    T_CHECK(t_nerve(args) == 0, "the same files named: %s", t_err);
+    char *from_dir = NULL, *from_named = NULL;
+    size_t nd = 0, nn = 0;
+    nv_file_read_all(t_path("dir.bin"), &from_dir, &nd);
+    nv_file_read_all(t_path("named.bin"), &from_named, &nn);
+    T_CHECK(from_dir && from_named && nd == nn && !memcmp(from_dir, from_named, nd), "the folder's tokenizer is not its files'");
+    free(from_dir), free(from_named);
     /* help */
     T_CHECK(t_nerve("tokenizer --help") == 0 && strstr(t_out, "--vocab"), "help");
     T_CHECK(t_nerve("tokenizer train --help") == 0 && strstr(t_out, "--max-chars"), "help");
@@ -427,11 +445,15 @@ static void test_cli_errors(void) {
         {"tokenizer train --vocab 512 -o %s/x.bin", 2},         /* no TEXT */
         {"tokenizer train --vocab 512 %s/missing.txt -o %s", 1},
         {"tokenizer train --vocab 512 %s -o %s/no/such/dir/x.bin", 1},
-        {"tokenizer train --vocab 512 %s/ -o %s", 1},          /* a directory */
+        {"tokenizer train --vocab 512 %s/notext -o %s", 1},    /* a folder of no text file */
     };
+    char notext[700];
+    snprintf(notext, sizeof notext, "%s/notext", t_tmpdir());
+    T_CHECK(mkdir(notext, 0755) == 0 || errno == EEXIST, "mkdir %s", notext);
+    t_write("notext/data.jsonl", "{\"text\": \"a\"}\n", 14);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *a1 = corpus, *a2 = o;
-        if (strstr(cases[i].fmt, "%s/missing") || strstr(cases[i].fmt, "%s/ ")) a1 = t_tmpdir();
+        if (strstr(cases[i].fmt, "%s/missing") || strstr(cases[i].fmt, "%s/notext")) a1 = t_tmpdir();
         if (strstr(cases[i].fmt, "-o %s/")) a2 = t_tmpdir();
         if (strstr(cases[i].fmt, "-o %s/x.bin")) a1 = t_tmpdir();
         snprintf(args, sizeof args, cases[i].fmt, a1, a2);

@@ -8,9 +8,12 @@
 #include "base/timer.h"
 #include "cli/cli.h"
 #include "model/bpe_train.h"
+#include "train/data.h"
 
 static const char *const tokenizer_usage =
-    "usage: nerve tokenizer train --vocab N [--max-chars M] -o OUT TEXT...\n"
+    "usage: nerve tokenizer train --vocab N [--max-chars M] -o OUT TEXT|FOLDER...\n"
+    "  TEXT, FOLDER    text files, or folders: every text file under them in path order, as nerve train\n"
+    "                  --data reads a folder (hidden, linked, binary and .bin/.u32/.jsonl files left out)\n"
     "  --vocab N       tokens in all: 259 reserved (<unk>, <s>, </s>, 256 byte tokens), one per\n"
     "                  character kept from the text, then learned pieces\n"
     "  --max-chars M   read at most the first M bytes of text, all files together (cut at a\n"
@@ -19,11 +22,38 @@ static const char *const tokenizer_usage =
     "Lines are sentences with a leading space, as SentencePiece does; \"<|endoftext|>\" ends a\n"
     "line and is dropped. The output loads with -z in every nerve command.\n";
 
+/* Appends the files of path (a folder's text files in order, or the file itself) to all, owned by it. */
+static nv_err add_text_path(nv_text_files *all, const char *path) {
+    nv_text_files one = {0};
+    if (nv_file_is_dir(path)) {
+        NV_TRY(nv_data_text_files(path, &one));
+    } else {
+        one.paths = malloc(sizeof *one.paths);
+        if (one.paths) one.paths[0] = strdup(path);
+        if (!one.paths || !one.paths[0]) {
+            free(one.paths);
+            return nv_fail(NV_ENOMEM, "out of memory");
+        }
+        one.n = one.cap = 1;
+    }
+    char **grown = realloc(all->paths, (all->n + one.n) * sizeof *grown);
+    if (!grown) {
+        nv_text_files_free(&one);
+        return nv_fail(NV_ENOMEM, "out of memory");
+    }
+    all->paths = grown;
+    memcpy(all->paths + all->n, one.paths, one.n * sizeof *one.paths);
+    all->n += one.n, all->cap = all->n;
+    free(one.paths); /* (its strings are all's now) */
+    return NV_OK;
+}
+
 static int tokenizer_train(int argc, char **argv) {
     const char *cmd = "tokenizer", *out_path = NULL;
     int vocab = 0, options_done = 0, n_paths = 0;
     uint64_t max_chars = UINT64_MAX;
     nv_mapped *maps = NULL;
+    nv_text_files files = {0}; /* the text files of the paths given, folders opened */
     nv_iov *texts = NULL;
     int n_maps = 0, n_texts = 0, rc = 2;
     const char **paths = calloc((size_t)argc, sizeof *paths);
@@ -71,6 +101,12 @@ static int tokenizer_train(int argc, char **argv) {
     }
 
     rc = 1;
+    for (int i = 0; i < n_paths; i++)
+        if (add_text_path(&files, paths[i]) != NV_OK) {
+            cli_error(cmd, 1, "%s", nv_errmsg());
+            goto done;
+        }
+    n_paths = (int)files.n;
     maps = calloc((size_t)n_paths, sizeof *maps);
     texts = calloc((size_t)n_paths, sizeof *texts);
     if (!maps || !texts) {
@@ -78,7 +114,7 @@ static int tokenizer_train(int argc, char **argv) {
         goto done;
     }
     for (; n_maps < n_paths; n_maps++) {
-        if (nv_file_map(paths[n_maps], &maps[n_maps]) != NV_OK) {
+        if (nv_file_map(files.paths[n_maps], &maps[n_maps]) != NV_OK) {
             cli_error(cmd, 1, "%s", nv_errmsg());
             goto done;
         }
@@ -126,6 +162,7 @@ done:
     free(maps);
     free(texts);
     free(paths);
+    nv_text_files_free(&files);
     return rc;
 }
 

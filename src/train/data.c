@@ -178,21 +178,26 @@ static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
 
 /* ---- a folder of text files ---- */
 
-typedef struct {
-    char **paths;
-    size_t n, cap;
-} path_list;
-
-static void path_list_free(path_list *l) {
-    for (size_t i = 0; i < l->n; i++) free(l->paths[i]);
-    free(l->paths);
+void nv_text_files_free(nv_text_files *f) {
+    for (size_t i = 0; i < f->n; i++) free(f->paths[i]);
+    free(f->paths);
+    memset(f, 0, sizeof *f);
 }
 
 static int cmp_paths(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* The regular files under dir onto l, to a depth of 32 folders: names starting with '.' (and what
- * such folders hold) left out, symbolic links not followed. */
-static nv_err walk_files(const char *dir, int depth, path_list *l) {
+/* 1 when the file's first 8000 bytes hold a NUL byte (or it cannot be read: the reader says why). */
+static int looks_binary(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char head[8000];
+    const size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return memchr(head, '\0', n) != NULL;
+}
+
+/* The files under dir onto l (nv_data_text_files' rules). */
+static nv_err walk_files(const char *dir, int depth, nv_text_files *l) {
     if (depth > 32) return nv_fail(NV_EINVAL, "%s: folders nested more than 32 deep", dir);
     DIR *d = opendir(dir);
     if (!d) return nv_fail(NV_EIO, "%s: cannot read the folder", dir);
@@ -207,74 +212,65 @@ static nv_err walk_files(const char *dir, int depth, path_list *l) {
         }
         snprintf(path, len, "%s/%s", dir, ent->d_name);
         struct stat st;
-        if (lstat(path, &st) != 0 || (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))) {
-            free(path);
-            continue;
-        }
-        if (S_ISDIR(st.st_mode)) {
-            e = walk_files(path, depth + 1, l);
-            free(path);
-            continue;
-        }
-        if (l->n == l->cap) {
+        const int seen = lstat(path, &st) == 0;
+        if (seen && S_ISDIR(st.st_mode)) e = walk_files(path, depth + 1, l);
+        int keep = seen && S_ISREG(st.st_mode);
+        if (keep && (has_suffix(path, ".bin") || has_suffix(path, ".u32") || has_suffix(path, ".jsonl"))) keep = 0, l->other++;
+        else if (keep && looks_binary(path)) keep = 0, l->binary++;
+        if (keep && l->n == l->cap) {
             l->cap = grown_cap(l->cap, l->n + 1, 64);
             char **np = realloc(l->paths, l->cap * sizeof *np);
-            if (!np) {
-                free(path);
-                e = nv_fail(NV_ENOMEM, "out of memory listing %s", dir);
-                break;
-            }
-            l->paths = np;
+            if (!np) e = nv_fail(NV_ENOMEM, "out of memory listing %s", dir), keep = 0;
+            else l->paths = np;
         }
-        l->paths[l->n++] = path;
+        if (keep) l->paths[l->n++] = path;
+        else free(path);
     }
     closedir(d);
     return e;
 }
 
-/* A folder as one text source: every text file under it (walk_files), in the order of their
- * paths, each read as a text file is (its documents split the same way); files of the other data
- * formats (.bin, .u32, .jsonl) and binary ones (a NUL byte in the first 8000 bytes, git's rule) are
- * left out, counted in the log. */
+nv_err nv_data_text_files(const char *dir, nv_text_files *out) {
+    memset(out, 0, sizeof *out);
+    nv_err e = walk_files(dir, 0, out);
+    if (e == NV_OK && !out->n)
+        e = nv_fail(NV_EINVAL, "%s holds no text file (%zu of the other data formats, %zu binary: give those by name)", dir,
+                    out->other, out->binary);
+    if (e != NV_OK) nv_text_files_free(out);
+    else qsort(out->paths, out->n, sizeof *out->paths, cmp_paths);
+    return e;
+}
+
+/* A folder as one text source: its text files (nv_data_text_files) in order, each read as a text
+ * file is (its documents split the same way). */
 static nv_err load_text_dir(nv_source *s, const nv_tokenizer *tok) {
     if (!tok) return nv_fail(NV_EINVAL, "%s: a folder of text needs a tokenizer (-z)", s->path);
-    path_list l = {0};
-    nv_err e = walk_files(s->path, 0, &l);
-    if (e == NV_OK && l.n) qsort(l.paths, l.n, sizeof *l.paths, cmp_paths);
+    nv_text_files l;
+    NV_TRY(nv_data_text_files(s->path, &l));
     nv_buf all = {0};
-    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0, files = 0, other = 0, binary = 0;
+    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0;
+    nv_err e = NV_OK;
     for (size_t i = 0; i < l.n && e == NV_OK; i++) {
-        const char *p = l.paths[i];
-        if (has_suffix(p, ".bin") || has_suffix(p, ".u32") || has_suffix(p, ".jsonl")) {
-            other++;
-            continue;
-        }
         char *text = NULL;
         size_t len = 0;
-        if ((e = nv_file_read_all(p, &text, &len)) != NV_OK) break;
-        if (memchr(text, '\0', len < 8000 ? len : 8000)) {
-            binary++;
-        } else if (memchr(text, '\0', len)) {
-            e = nv_fail(NV_EFORMAT, "%s: a NUL byte in text", p);
+        if ((e = nv_file_read_all(l.paths[i], &text, &len)) != NV_OK) break;
+        if (memchr(text, '\0', len)) {
+            e = nv_fail(NV_EFORMAT, "%s: a NUL byte in text", l.paths[i]);
         } else {
             const size_t at = all.len;
             nv_buf_append(&all, text, len);
-            if (all.oom) e = nv_fail(NV_ENOMEM, "out of memory reading %s", p);
-            else e = split_docs(all.data + at, len, at, &docs, &n_docs, &cap_docs, p);
-            files++;
+            e = all.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", l.paths[i])
+                        : split_docs(all.data + at, len, at, &docs, &n_docs, &cap_docs, l.paths[i]);
         }
         free(text);
     }
-    if (e == NV_OK && !files)
-        e = nv_fail(NV_EINVAL, "%s holds no text file (%zu of the other data formats, %zu binary: give those by name)", s->path,
-                    other, binary);
-    if (e == NV_OK) e = tokenize_docs(s, tok, all.data, all.len, (const size_t(*)[2])docs, n_docs);
+    if (e == NV_OK) e = tokenize_docs(s, tok, all.data ? all.data : "", all.len, (const size_t(*)[2])docs, n_docs);
     if (e == NV_OK)
-        nv_info("data: %s: %zu text file%s%s", s->path, files, files == 1 ? "" : "s",
-                other || binary ? " (files of the other data formats, or binary, left out)" : "");
+        nv_info("data: %s: %zu text file%s%s", s->path, l.n, l.n == 1 ? "" : "s",
+                l.other || l.binary ? " (files of the other data formats, or binary, left out)" : "");
     free(docs);
     nv_buf_free(&all);
-    path_list_free(&l);
+    nv_text_files_free(&l);
     s->width = 4;
     return e;
 }

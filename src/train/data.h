@@ -72,6 +72,18 @@ typedef struct {
     uint64_t windows;  /* windows drawn so far */
 } nv_data_cursor;
 
+/* The text files a folder holds, as --data reads a folder: every regular file under it (to a depth of
+ * 32 folders) in the order of their paths; names starting with '.' (and what such folders hold) and
+ * symbolic links left out, and counted apart: files of the other data formats (.bin, .u32, .jsonl)
+ * and binary ones (a NUL byte in the first 8000 bytes, git's rule). */
+typedef struct {
+    char **paths;
+    size_t n, cap;
+    size_t other, binary; /* left out */
+} nv_text_files;
+nv_err nv_data_text_files(const char *dir, nv_text_files *out);
+void nv_text_files_free(nv_text_files *f);
+
 /* 1 when path is a .jsonl file of text lines: its first line an object with a "text" string (and
  * neither chat's "messages" nor preference data's "input"/"prompt"). */
 int nv_data_jsonl_is_text(const char *path);
