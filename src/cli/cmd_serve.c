@@ -299,20 +299,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve serve --help)");
     if (cli_spec_check(CMD, &spec)) return 2;
-    char *key_text = NULL; /* --api-key-file's */
-    size_t key_text_len = 0;
-    if (!gather_api_keys(given_keys, n_given_keys, key_file, &key_text, &key_text_len, api_keys, &n_api_keys)) {
-        free(key_text);
-        return 1;
-    }
     if (!ssl_key != !ssl_cert) return cli_error(CMD, 2, "--ssl-key-file and --ssl-cert-file go together (HTTPS needs both)");
-    char *key_pem = NULL, *cert_pem = NULL; /* read before the model loads: a wrong file fails at once */
-    if (ssl_key && (!read_pem("--ssl-key-file", ssl_key, "PRIVATE KEY", &key_pem) ||
-                    !read_pem("--ssl-cert-file", ssl_cert, "CERTIFICATE", &cert_pem))) {
-        free(key_pem);
-        free(key_text);
-        return 1;
-    }
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
     const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
@@ -368,6 +355,16 @@ int cmd_serve(int argc, char **argv) {
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine); /* the fastest engine that probes well */
     if (erc) return erc;
+    /* the keys' files, read before the model loads: a wrong one fails at once */
+    char *key_text = NULL, *key_pem = NULL, *cert_pem = NULL; /* --api-key-file's; the TLS key's and certificate's */
+    size_t key_text_len = 0;
+    if (!gather_api_keys(given_keys, n_given_keys, key_file, &key_text, &key_text_len, api_keys, &n_api_keys) ||
+        (ssl_key && (!read_pem("--ssl-key-file", ssl_key, "PRIVATE KEY", &key_pem) ||
+                     !read_pem("--ssl-cert-file", ssl_cert, "CERTIFICATE", &cert_pem)))) {
+        free(key_text);
+        free(key_pem);
+        return 1;
+    }
 
     nv_model model, draft = {0};
     nv_adapters adapters;
@@ -381,6 +378,7 @@ int cmd_serve(int argc, char **argv) {
     if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) {
         nv_metrics_free(&metrics);
         nv_adapters_free(&adapters);
+        free(key_text), free(key_pem), free(cert_pem);
         return cli_error(CMD, 1, "%s", nv_errmsg());
     }
     const nv_config *c = &model.config;
