@@ -297,6 +297,17 @@ static void test_chat(void) {
     /* -p: one message, the same answer as the first line read, no input needed */
     snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 30 --engine avx2 -p 'Once upon a time'", m, z);
     T_CHECK(t_nerve(args) == 0 && !strncmp(t_out, first, strlen(first)) && count_lines(t_out) == 1, "-p: '%s' %s", t_out, t_err);
+    /* --system-file: the same answer as --system with the file's text (its last line break dropped) */
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 30 --engine avx2 --system 'You tell stories.' -p 'Once upon a time'", m, z);
+    T_CHECK(t_nerve(args) == 0, "--system: %s", t_err);
+    char *with_system = strdup(t_out);
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 30 --engine avx2 --system-file %s -p 'Once upon a time'", m, z,
+             t_write("system.txt", "You tell stories.\n", 18));
+    T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, with_system) && strcmp(t_out, first) != 0, "--system-file: '%s' against '%s'", t_out,
+            with_system);
+    free(with_system);
+    snprintf(args, sizeof args, "chat -m %s -z %s --system x --system-file %s -p Hi", m, z, t_path("system.txt"));
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "one or the other"), "both: %s", t_err);
     free(first);
     snprintf(args, sizeof args, "chat -m %s -z %s --ctx 16 -p 'a b c d e f g h i j k l m n o p q r s t u v w x y z'", m, z);
     T_CHECK(t_nerve(args) == 1 && strstr(t_err, "more than the context"), "-p too long: %s", t_err);

@@ -26,7 +26,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nerve chat -m MODEL [-z TOKENIZER] [--chat-template T] [--system TEXT] [-p TEXT] [-n N] [--ctx N]\n"
+            "usage: nerve chat -m MODEL [-z TOKENIZER] [--chat-template T] [--system TEXT | --system-file F] [-p TEXT] [-n N] [--ctx N]\n"
             "                  [-t TEMP] [--top-p P] [--top-k K] [--min-p P] [-s SEED] [--no-think]\n"
             "                  [--engine E] [--threads N] [--lora ADAPTER | --lora-scaled ADAPTER SCALE]\n"
             "  a conversation with a chat model: each line on stdin is your message (end a line with '\\' to\n"
@@ -39,6 +39,7 @@ static void usage(FILE *f) {
             "                      else plain)\n"
             "  --chat-template-file F  a Jinja template, recognised as one of those by its markers\n"
             "  --system TEXT       a system message first\n"
+            "  --system-file F     the system message from a file (its last line break dropped)\n"
             "  -p TEXT             one message, answered, then the end (no input read): for scripts\n"
             "  -n N                the most tokens of one answer (default 512)\n"
             "  --ctx N             the positions the conversation may fill (default the model's context, at most\n"
@@ -118,6 +119,7 @@ static size_t stop_tail(const char *s, size_t n, const char *stop) {
 
 int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *template_name = NULL, *system_text = NULL;
+    const char *system_file = NULL;
     const char *one = NULL, *template_file = NULL; /* -p: a single message */
     int max_answer = 512, ctx_arg = 0, threads = 0, top_k = 40, no_think = 0;
     float temperature = 0.7f, top_p = 0.95f, min_p = 0.05f;
@@ -142,6 +144,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--chat-template-file")) template_file = v;
         else if (!strcmp(a, "--system")) system_text = v;
+        else if (!strcmp(a, "--system-file")) system_file = v;
         else if (!strcmp(a, "-p")) one = v;
         else if (!strcmp(a, "-n")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_answer)) return 2; }
         else if (!strcmp(a, "--ctx")) { if (!cli_int(CMD, a, v, 16, 1 << 24, &ctx_arg)) return 2; }
@@ -155,6 +158,7 @@ int cmd_chat(int argc, char **argv) {
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve chat --help)", a);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve chat --help)");
+    if (system_text && system_file) return cli_error(CMD, 2, "--system and --system-file both give the system message: one or the other");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
     const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
@@ -174,7 +178,21 @@ int cmd_chat(int argc, char **argv) {
     nv_buf input = {0}, answer = {0};
     int *fed = NULL, n_fed = 0, rc = 1, turns = 0, answered = 0, asked = 0;
     double t_gen = 0;
-    if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
+    char *system_read = NULL; /* --system-file's text */
+    if (system_file) {
+        size_t len = 0;
+        if (nv_file_read_all(system_file, &system_read, &len) != NV_OK) return cli_error(CMD, 1, "--system-file: %s", nv_errmsg());
+        if (strlen(system_read) != len) {
+            free(system_read);
+            return cli_error(CMD, 1, "--system-file: %s holds a NUL byte", system_file);
+        }
+        while (len && (system_read[len - 1] == '\n' || system_read[len - 1] == '\r')) system_read[--len] = '\0';
+        system_text = system_read;
+    }
+    if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) {
+        free(system_read);
+        return cli_error(CMD, 1, "%s", nv_errmsg());
+    }
     const nv_config *c = &model.config;
     const int ctx = ctx_arg ? (ctx_arg < c->seq_len ? ctx_arg : c->seq_len) : c->seq_len < 8192 ? c->seq_len : 8192;
     model.drop_sources = 1; /* built once: each source goes as its plan takes it */
@@ -312,6 +330,7 @@ int cmd_chat(int argc, char **argv) {
 oom:
     cli_error(CMD, 1, "out of memory");
 done:
+    free(system_read);
     history_drop(&h, 0, h.n);
     free(h.m);
     free(fed);
