@@ -24,6 +24,23 @@ int cli_error(const char *cmd, int code, const char *fmt, ...) {
     return code;
 }
 
+int cli_read_text(const char *cmd, const char *flag, const char *path, char **out, size_t *len) {
+    size_t n = 0;
+    *out = NULL;
+    if (nv_file_read_all(path, out, &n) != NV_OK) {
+        cli_error(cmd, 1, "%s: %s", flag, nv_errmsg());
+        return 0;
+    }
+    if (strlen(*out) != n) {
+        cli_error(cmd, 1, "%s: %s holds a NUL byte", flag, path);
+        free(*out);
+        *out = NULL;
+        return 0;
+    }
+    if (len) *len = n;
+    return 1;
+}
+
 const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         cli_error(cmd, 2, "%s needs a value", argv[*i]);

@@ -59,6 +59,9 @@ int cli_kv_dtype(const char *cmd, const char *flag, const char *s, nv_kv_dtype *
 /* The value after argv[*i] (advancing *i), or NULL after printing a usage error. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A text file a flag names, whole, into *out (NUL-terminated; len its bytes, or NULL): 1, or 0 after
+   one line on stderr when it cannot be read or holds a NUL byte (*out then NULL). */
+int cli_read_text(const char *cmd, const char *flag, const char *path, char **out, size_t *len);
 /* Probes the engines on `threads` threads and picks `name`, or when NULL the fastest engine
  * (see cli_engine_default). Returns 0, or the exit code after printing why
  * (2: unknown engine name, 1: that engine is off on this machine). */

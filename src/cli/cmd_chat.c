@@ -181,11 +181,7 @@ int cmd_chat(int argc, char **argv) {
     char *system_read = NULL; /* --system-file's text */
     if (system_file) {
         size_t len = 0;
-        if (nv_file_read_all(system_file, &system_read, &len) != NV_OK) return cli_error(CMD, 1, "--system-file: %s", nv_errmsg());
-        if (strlen(system_read) != len) {
-            free(system_read);
-            return cli_error(CMD, 1, "--system-file: %s holds a NUL byte", system_file);
-        }
+        if (!cli_read_text(CMD, "--system-file", system_file, &system_read, &len)) return 1;
         while (len && (system_read[len - 1] == '\n' || system_read[len - 1] == '\r')) system_read[--len] = '\0';
         system_text = system_read;
     }

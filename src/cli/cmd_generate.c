@@ -247,12 +247,7 @@ int cmd_generate(int argc, char **argv) {
     if (prompt_given && prompt_file) return cli_error(CMD, 2, "-p and -f both give the prompt: one or the other");
     char *prompt_text = NULL; /* -f: the file's text, as it is (its last line break included) */
     if (prompt_file) {
-        size_t len = 0;
-        if (nv_file_read_all(prompt_file, &prompt_text, &len) != NV_OK) return cli_error(CMD, 1, "-f: %s", nv_errmsg());
-        if (strlen(prompt_text) != len) {
-            free(prompt_text);
-            return cli_error(CMD, 1, "-f: %s holds a NUL byte: a prompt is text", prompt_file);
-        }
+        if (!cli_read_text(CMD, "-f", prompt_file, &prompt_text, NULL)) return 1;
         prompt = prompt_text;
     }
     nv_grammar *grammar = NULL;

@@ -136,14 +136,10 @@ bad:
 /* A PEM file's text into *out (NUL-terminated) when it holds a block "-----BEGIN ...marker-----";
    else one line on stderr and 0. */
 static int read_pem(const char *flag, const char *path, const char *marker, char **out) {
-    size_t len = 0;
-    if (nv_file_read_all(path, out, &len) != NV_OK) {
-        cli_error(CMD, 1, "%s: %s", flag, nv_errmsg());
-        return 0;
-    }
+    if (!cli_read_text(CMD, flag, path, out, NULL)) return 0;
     const char *begin = strstr(*out, "-----BEGIN ");
     const char *end = begin ? strstr(begin + 11, "-----") : NULL; /* the BEGIN line's end */
-    if (strlen(*out) != len || !begin || !end || !memmem(begin, (size_t)(end - begin), marker, strlen(marker))) {
+    if (!begin || !end || !memmem(begin, (size_t)(end - begin), marker, strlen(marker))) {
         cli_error(CMD, 1, "%s: %s is not a PEM %s (-----BEGIN ...%s-----)", flag, path, marker, marker);
         free(*out);
         *out = NULL;
@@ -162,16 +158,7 @@ static int gather_api_keys(const char *const *given, int n_given, const char *ke
     for (int i = 0; i < n_given; i++)
         if (*given[i]) keys[(*n)++] = given[i];
     if (key_file) {
-        size_t len = 0;
-        if (nv_file_read_all(key_file, text, &len) != NV_OK) {
-            cli_error(CMD, 1, "--api-key-file: %s", nv_errmsg());
-            return 0;
-        }
-        *text_len = len;
-        if (strlen(*text) != len) {
-            cli_error(CMD, 1, "--api-key-file: %s holds a NUL byte", key_file);
-            return 0;
-        }
+        if (!cli_read_text(CMD, "--api-key-file", key_file, text, text_len)) return 0;
         for (char *line = *text, *next; line; line = next) {
             next = strchr(line, '\n');
             if (next) *next++ = '\0';
