@@ -32,14 +32,9 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 }
 
 static void remove_folder(const char *dir) {
-    const char *names[] = {"config.json",    "model.safetensors",     "generation_config.json", "tokenizer.json",
-                           "tokenizer_config.json", "adapter_config.json", "adapter_model.safetensors"};
-    char path[600];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    static const char *const names[] = {"config.json",    "model.safetensors",     "generation_config.json", "tokenizer.json",
+                                        "tokenizer_config.json", "adapter_config.json", "adapter_model.safetensors"};
+    nv_remove_in_dir(dir, names, sizeof names / sizeof names[0]);
 }
 
 static int make_folder(const char *tag, char *dir, size_t cap) {

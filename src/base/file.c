@@ -137,6 +137,13 @@ int nv_file_exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+void nv_remove_in_dir(const char *dir, const char *const *names, size_t n) {
+    char path[4400];
+    for (size_t i = 0; i < n; i++)
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path) unlink(path);
+    rmdir(dir);
+}
+
 int nv_file_is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);

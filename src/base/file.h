@@ -62,6 +62,9 @@ int nv_data_path(const char *rel, char *buf, size_t cap);
 /* mkdir -p: creates path and its missing parents (mode 0755). */
 nv_err nv_mkdirs(const char *path);
 int nv_file_exists(const char *path);
+/* Removes the files names[0, n) from dir (those absent ignored), then dir itself when that leaves it
+ * empty: what a command wrote into a folder of its own, taken back. */
+void nv_remove_in_dir(const char *dir, const char *const *names, size_t n);
 /* 1 when path names a folder (symbolic links followed). */
 int nv_file_is_dir(const char *path);
 /* A path's last component without its extension, into out ("runs/demo/" -> "demo", "m/x.gguf" ->

@@ -580,12 +580,7 @@ static void write_serving_files(const char *dir, const nv_train_opts *o, const n
 static void clear_best(const char *dir) {
     static const char *const names[] = {"model.bin", "model.gguf", "adapter.gguf", "adapter_model.safetensors",
                                         "adapter_config.json", "tokenizer.bin", "chat_template"};
-    char path[4300];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    nv_remove_in_dir(dir, names, sizeof names / sizeof names[0]);
 }
 
 /* The weights as they stand into best_dir (--save-best): the model, or a LoRA run's adapters
