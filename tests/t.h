@@ -110,6 +110,17 @@ static inline const char *t_write(const char *name, const void *data, size_t len
     return p;
 }
 
+/* 1 when the files a and b both read and hold the same bytes. */
+static inline int t_same_files(const char *a, const char *b) {
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    const int same = nv_file_read_all(a, &x, &nx) == NV_OK && nv_file_read_all(b, &y, &ny) == NV_OK && nx == ny &&
+                     !memcmp(x, y, nx);
+    free(x);
+    free(y);
+    return same;
+}
+
 /* Runs `nerve ARGS` (ARGS already shell-quoted) with stdin read from the file in; t_out and t_err
  * then hold its stdout and stderr. Returns the exit code (128 when it did not exit normally). */
 static char *t_out, *t_err;

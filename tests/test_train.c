@@ -844,12 +844,15 @@ static void perplexity_line(const char *model, char *out, size_t cap) {
  * folder (perplexity as the starting model's, to the digit), the checkpoint keeps the best; resumed,
  * the run has nothing to do, and with a higher --early-stop it trains on without overwriting best/
  * (the best restored, not forgotten). A run from scratch whose validation loss falls keeps its
- * lowest step's weights; a LoRA run its adapters; a new run in the folder drops an old best/;
+ * lowest step's weights; a LoRA run its adapters and the model they make; a new run in the folder drops an old best/;
  * without validation the flags are refused. */
 static void test_save_best_and_early_stop(void) {
-    const char *m = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    const char *m_at = t_data("models/stories260K.bin"), *tok_at = t_data("models/tok512.bin");
     const char *val = t_data("corpus/tinystories_valid_head.txt");
-    if (!m || !tok || !val) return;
+    if (!m_at || !tok_at || !val) return;
+    char m[600], tok[600]; /* t_data's buffers are reused (perplexity_line takes some) */
+    snprintf(m, sizeof m, "%s", m_at);
+    snprintf(tok, sizeof tok, "%s", tok_at);
     char odd[700], dir[600], args[4096], err[4096], path[800];
     snprintf(odd, sizeof odd, "%s/odd.txt", t_tmpdir());
     {
@@ -896,7 +899,7 @@ static void test_save_best_and_early_stop(void) {
     T_CHECK(before && after && nb == na && !memcmp(before, after, nb), "best/model.bin changed after the resume");
     free(before), free(after);
 
-    /* LoRA: best/ holds the adapters (of step 0 here) */
+    /* LoRA: best/ holds the adapters (of step 0 here) and the model they make, the starting one */
     char lora_dir[700];
     snprintf(lora_dir, sizeof lora_dir, "%s/best_lora", t_tmpdir());
     snprintf(args, sizeof args, "%s --lora-rank 4 --early-stop 2 --out %s", common, lora_dir);
@@ -905,6 +908,22 @@ static void test_save_best_and_early_stop(void) {
     T_CHECK(nv_file_exists(path), "no %s: %s", path, err);
     snprintf(path, sizeof path, "%s/best/adapter_config.json", lora_dir);
     T_CHECK(nv_file_exists(path), "no %s", path);
+    snprintf(path, sizeof path, "%s/best", lora_dir);
+    perplexity_line(path, got, sizeof got);
+    T_CHECK(want[0] && !strcmp(want, got), "a LoRA run's best/ is not the starting model: '%s' against '%s'", got, want);
+    /* validated on its own kind of text, the loss falls to the last step: best/model.bin is the run's
+       merged model.bin byte for byte (merged from best/adapter.gguf as read back) */
+    snprintf(args, sizeof args,
+             "train --init-from %s -z %s --data %s --val-frac 0.1 --steps 12 --batch 4 --seq 64 --lr 3e-3 --warmup 2 "
+             "--eval-every 4 --eval-batches 4 --quiet --lora-rank 4 --save-best --out %s",
+             m, tok, odd, lora_dir);
+    snprintf(path, sizeof path, "%s/ckpt.bin", lora_dir);
+    unlink(path);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "at step 12"), "LoRA run on its own text: %s", err);
+    char final_path[800];
+    snprintf(path, sizeof path, "%s/best/model.bin", lora_dir);
+    snprintf(final_path, sizeof final_path, "%s/model.bin", lora_dir);
+    T_CHECK(t_same_files(path, final_path), "a LoRA run's best/model.bin is not its merged model");
 
     /* from scratch, the validation loss falls: best/ holds the lowest step's weights (the last's:
        the run's own model.bin, byte for byte) */
@@ -917,13 +936,9 @@ static void test_save_best_and_early_stop(void) {
     for (int i = 1; i < nv; i++)
         if (strtod(vals[i], NULL) < strtod(vals[low], NULL)) low = i;
     T_CHECK(nv == 4 && low == 3, "validation losses (%d): the lowest is evaluation %d", nv, low);
-    char final_path[800];
     snprintf(path, sizeof path, "%s/best/model.bin", dir);
     snprintf(final_path, sizeof final_path, "%s/model.bin", dir);
-    nv_file_read_all(path, &before, &nb);
-    nv_file_read_all(final_path, &after, &na);
-    T_CHECK(before && after && nb == na && !memcmp(before, after, nb), "best/model.bin is not the last step's model");
-    free(before), free(after);
+    T_CHECK(t_same_files(path, final_path), "best/model.bin is not the last step's model");
     /* a new run in the folder, without the flag, drops the earlier run's best/ */
     train_args(args, sizeof args, dir, "--steps 2");
     snprintf(path, sizeof path, "%s/ckpt.bin", dir);

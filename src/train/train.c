@@ -589,6 +589,7 @@ static void save_best(nv_tmodel *tm, const nv_train_opts *o, const char *best_di
     char path[4200];
     nv_err e;
     if (o->lora.rank > 0) {
+        remove_models(best_dir); /* merged from the best adapters at the run's end (save_best_merged) */
         snprintf(path, sizeof path, "%s/adapter.gguf", best_dir);
         e = nv_gguf_save_lora(&o->config, &o->lora, tm->lora_params, path);
         if (e == NV_OK) e = nv_hf_save_lora(&o->config, &o->lora, tm->lora_params, best_dir);
@@ -598,192 +599,575 @@ static void save_best(nv_tmodel *tm, const nv_train_opts *o, const char *best_di
     if (e != NV_OK) nv_warn("%s not written: %s", path, nv_errmsg());
 }
 
-nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
+/* What a run refuses before it touches anything: every process checks the same settings alike. */
+static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int world) {
     const nv_config *c = &o->config;
-    /* data parallel: each of the job's processes takes batch / world of every micro-batch's windows;
-       process 0 ("lead") owns the run folder and the console. Every check after the agreement on the
-       settings fails on all processes alike. */
-    const int rank = nv_dist_rank(), world = nv_dist_size(), lead = rank == 0;
-    failed_together = 0;
-    nv_err e = NV_OK;
-    if (world > 1 && (e = agree_on_setup(o, ds))) return together(e);
     if (o->batch < 1 || o->seq < 1 || o->accum < 1 || o->steps < 1)
-        return together(nv_fail(NV_EINVAL, "batch, seq, accum and steps must be positive"));
-    if (o->seq > c->seq_len)
-        return together(nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len));
+        return nv_fail(NV_EINVAL, "batch, seq, accum and steps must be positive");
+    if (o->seq > c->seq_len) return nv_fail(NV_EINVAL, "--seq %d exceeds the model's context %d", o->seq, c->seq_len);
     if (c->n_experts && ds->pref) /* the balance term has no share in the preference losses' gradient */
-        return together(nv_fail(NV_EUNSUPPORTED, "preference training of a mixture-of-experts model is not supported (train "
-                                                 "it on text, prompt/completion or chat data)"));
+        return nv_fail(NV_EUNSUPPORTED, "preference training of a mixture-of-experts model is not supported (train "
+                                        "it on text, prompt/completion or chat data)");
     if (!(o->router_aux_coef >= 0.0f) || !isfinite(o->router_aux_coef) || !(o->router_z_coef >= 0.0f) || !isfinite(o->router_z_coef))
-        return together(nv_fail(NV_EINVAL, "--router-aux-coef %g, --router-z-coef %g: want finite values >= 0",
-                                (double)o->router_aux_coef, (double)o->router_z_coef));
+        return nv_fail(NV_EINVAL, "--router-aux-coef %g, --router-z-coef %g: want finite values >= 0",
+                       (double)o->router_aux_coef, (double)o->router_z_coef);
     if (c->qk_norm && c->qkv_bias) /* no format could hold the trained model */
-        return together(nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no "
-                                                 "format writes it)"));
+        return nv_fail(NV_EUNSUPPORTED, "a model with both QK-norm and projection biases cannot be trained (no format "
+                                        "writes it)");
     if (o->batch % world)
-        return together(nv_fail(NV_EINVAL, "--batch %d does not split evenly over %d processes: make it a multiple of %d",
-                                o->batch, world, world));
-    const int local_batch = o->batch / world, lora = o->lora.rank > 0;
-    if (lora && !o->init_params)
-        return together(nv_fail(NV_EINVAL, "LoRA trains adapters on a model: give it with --init-from"));
-    if (lora && (e = nv_lora_validate(c, &o->lora))) return together(e);
-    const int pref = ds->pref;
+        return nv_fail(NV_EINVAL, "--batch %d does not split evenly over %d processes: make it a multiple of %d", o->batch,
+                       world, world);
+    const int lora = o->lora.rank > 0, pref = ds->pref;
+    if (lora && !o->init_params) return nv_fail(NV_EINVAL, "LoRA trains adapters on a model: give it with --init-from");
+    if (lora) NV_TRY(nv_lora_validate(c, &o->lora));
     if (pref && !o->init_params)
-        return together(nv_fail(NV_EINVAL, "preference training improves an existing model: give it with --init-from"));
-    const int with_ref = pref && nv_pref_needs_reference(o->pref.kind);
-    if (pref && local_batch % 2)
-        return together(nv_fail(NV_EINVAL, "preference pairs are two windows each: --batch must be even%s", world > 1 ? " on every process (a multiple of twice the processes)" : ""));
+        return nv_fail(NV_EINVAL, "preference training improves an existing model: give it with --init-from");
+    if (pref && (o->batch / world) % 2)
+        return nv_fail(NV_EINVAL, "preference pairs are two windows each: --batch must be even%s",
+                       world > 1 ? " on every process (a multiple of twice the processes)" : "");
     if (pref && !(isfinite(o->pref.beta) && o->pref.kind < NV_PREF_COUNT && isfinite(o->pref.gamma) &&
                   o->pref.sft_weight >= 0 && isfinite(o->pref.sft_weight)))
-        return together(nv_fail(NV_EINVAL, "the preference loss's settings must be finite, its SFT weight not negative"));
-    if (pref && ds->pack) return together(nv_fail(NV_EINVAL, "preference pairs are not packed: leave out --pack"));
-    if (o->early_stop < 0) return together(nv_fail(NV_EINVAL, "--early-stop %d: want a count of evaluations >= 1", o->early_stop));
-    const int save_best_on = o->save_best || o->early_stop > 0;
-    if (save_best_on && (o->eval_every <= 0 || ds->val_tokens == 0))
-        return together(nv_fail(NV_EINVAL, "--save-best and --early-stop follow the validation loss: give held-out data "
-                                           "(--val-frac or --val-data) and --eval-every N"));
-    char best_dir[4200];
-    snprintf(best_dir, sizeof best_dir, "%s/best", o->out_dir);
-    if (lead) e = nv_mkdirs(o->out_dir);
-    if (lead && !o->resume && e == NV_OK) clear_best(best_dir);
-    if (lead && save_best_on && e == NV_OK) e = nv_mkdirs(best_dir);
-    if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
-    char ckpt_path[4200], metrics_path[4200], svg_path[4200], adapter_path[4200];
-    snprintf(adapter_path, sizeof adapter_path, "%s/adapter.gguf", o->out_dir);
-    snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", o->out_dir);
-    snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", o->out_dir);
-    snprintf(svg_path, sizeof svg_path, "%s/loss.svg", o->out_dir);
-    /* Resume state is verified in full before anything is allocated or written (by process 0, which
-       sends it to the others: only its machine needs the run folder). */
-    nv_ckpt ck = {0};
-    /* what identifies the frozen weights a LoRA run adapts, or the reference a DPO/IPO run compares with */
-    const uint64_t bhash = lora || with_ref ? base_hash(o) : 0;
-    if (lead) e = check_resume(o, ds->pack, bhash, ckpt_path, &ck);
-    if (nv_dist_max(e != NV_OK)) {
-        nv_ckpt_close(&ck);
-        return together(e ? e : nv_fail(NV_EINVAL, "process 0 could not start the run (its message says why)"));
-    }
-
+        return nv_fail(NV_EINVAL, "the preference loss's settings must be finite, its SFT weight not negative");
+    if (pref && ds->pack) return nv_fail(NV_EINVAL, "preference pairs are not packed: leave out --pack");
+    if (o->early_stop < 0) return nv_fail(NV_EINVAL, "--early-stop %d: want a count of evaluations >= 1", o->early_stop);
+    if ((o->save_best || o->early_stop > 0) && (o->eval_every <= 0 || ds->val_tokens == 0))
+        return nv_fail(NV_EINVAL, "--save-best and --early-stop follow the validation loss: give held-out data "
+                                  "(--val-frac or --val-data) and --eval-every N");
     /* starting weights with a NaN or an infinity would only ever skip their updates */
     if (!o->resume && o->init_params) {
         const uint64_t n = nv_config_param_count(c);
         for (uint64_t i = 0; i < n; i++)
             if (!isfinite(o->init_params[i]))
-                return together(nv_fail(NV_EFORMAT, "the starting weights hold a value that is not finite (parameter %llu of "
-                                                    "%llu): a model to fine-tune must be finite",
-                                        (unsigned long long)i, (unsigned long long)n));
+                return nv_fail(NV_EFORMAT, "the starting weights hold a value that is not finite (parameter %llu of %llu): "
+                                           "a model to fine-tune must be finite",
+                               (unsigned long long)i, (unsigned long long)n);
     }
-    /* a run that cannot fit this machine's memory is refused before it allocates (and before the
-       kernel kills it part way through setup) */
-    const double need = nv_tmodel_memory_bytes(c, local_batch, o->seq, &o->lora, o->recompute) * nv_dist_local_size();
+    return NV_OK;
+}
+
+/* A run that cannot fit this machine's memory is refused before it allocates (and before the kernel
+   kills it part way through setup), on every machine of the job if on any. need: what this
+   machine's processes take. */
+static nv_err check_memory(const nv_train_opts *o, double *need) {
+    const int lora = o->lora.rank > 0;
+    *need = nv_tmodel_memory_bytes(&o->config, o->batch / nv_dist_size(), o->seq, &o->lora, o->recompute) *
+            nv_dist_local_size();
     const double have = (double)nv_cpu_probe()->mem_total_bytes;
-    const int too_big_here = have > 0 && need > have;
-    if (nv_dist_max(too_big_here)) { /* on any machine of the job */
-        nv_ckpt_close(&ck);
-        if (!too_big_here)
-            return together(nv_fail(NV_ENOMEM, "another machine of this job has too little memory for its processes' "
-                                               "share of the training: lower --batch or --seq"));
-        return together(nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, %s, packed weights "
-                                           "and the activations of %d x %d tokens%s) and this machine has %.1f GB: lower "
-                                           "--batch or --seq%s%s",
-                                need / 1e9, lora ? "the adapters and their state" : "gradients, AdamW state", o->batch,
-                                o->seq, nv_dist_local_size() > 1 ? ", over its processes" : "", have / 1e9,
-                                o->recompute ? "" : ", recompute the activations (--recompute)",
-                                lora ? "" : ", or train LoRA adapters (--lora-rank)"));
-    }
+    const int too_big_here = have > 0 && *need > have;
+    if (!nv_dist_max(too_big_here)) return NV_OK;
+    if (!too_big_here)
+        return nv_fail(NV_ENOMEM, "another machine of this job has too little memory for its processes' share of the "
+                                  "training: lower --batch or --seq");
+    return nv_fail(NV_ENOMEM, "training needs about %.1f GB (weights, %s, packed weights and the activations of %d x %d "
+                              "tokens%s) and this machine has %.1f GB: lower --batch or --seq%s%s",
+                   *need / 1e9, lora ? "the adapters and their state" : "gradients, AdamW state", o->batch, o->seq,
+                   nv_dist_local_size() > 1 ? ", over its processes" : "", have / 1e9,
+                   o->recompute ? "" : ", recompute the activations (--recompute)",
+                   lora ? "" : ", or train LoRA adapters (--lora-rank)");
+}
+
+/* Everything a run holds from its setup to its end. Data parallel: each of the job's processes
+   takes batch / world of every micro-batch's windows; process 0 ("lead") owns the run folder and
+   the console. */
+typedef struct {
+    const nv_train_opts *o;
+    const nv_dataset *ds;
+    int world, lead, local_batch, lora, pref, with_ref, save_best_on, quiet, tty;
+    size_t bt;   /* tokens of a micro-batch, every process's */
+    size_t mine; /* where this process's rows start in it */
+    uint64_t bhash; /* what identifies the frozen weights a LoRA run adapts, or the reference a DPO/IPO run compares with */
+    int have_tm;
     nv_tmodel tm;
+    nv_adamw opt;
+    nv_data_cursor cur;
+    double *ref; /* DPO, IPO: the reference's log-probabilities, two a pair */
+    /* a step's batches: every process draws the whole batch's windows (the data cursor stays the same
+       everywhere) and trains on its rows */
+    int *in, *tg, *seg;  /* seg: packed, where each row's turn starts */
+    uint64_t *pair_ids;  /* preference data: each window pair's number */
+    float *seq_scale;    /* and each local sequence's weight for the backward */
+    FILE *metrics, *samples;
+    series tr, va;
+    best_eval best;
+    eval_figures last_eval; /* the latest of each kind, for the progress line */
+    long step0;
+    int64_t tokens_seen;
+    float last_loss;
+    double epoch_windows; /* windows a pass over the training data takes */
+    char procs[64];       /* " x N processes (...)" */
+    char best_dir[4200], ckpt_path[4200], metrics_path[4200], svg_path[4200], adapter_path[4200], samples_path[4200];
+} train_run;
+
+/* One step's figures. */
+typedef struct {
+    double loss, router[2]; /* a mixture's balance and z-loss, the micro-batches' means */
+    double psums[PREF_SUMS], flops;
+    long targets, pairs; /* chat data's answer tokens, preference data's pairs with answers */
+    double t_forward, t_backward, t_wait, t_optimizer, t_step;
+    float lr;
+    double gnorm;
+    int no_targets, skipped;
+    eval_figures ev;
+} step_figures;
+
+/* Sums over the steps this process ran, for the efficiency report. */
+typedef struct {
+    long steps;
+    double forward, backward, optimizer, wait, step, flops;
+    uint64_t windows0; /* the data cursor's windows when the run (or its resumption) began */
+} run_totals;
+
+/* The model, the optimizer and where the data stands: new, or from the checkpoint ck that process 0
+   verified (closed here); then process 0's on every process. */
+static nv_err run_setup(train_run *r, nv_ckpt *ck) {
+    const nv_train_opts *o = r->o;
+    const nv_config *c = &o->config;
+    nv_err e;
     /* a LoRA run's checkpoint holds the adapters; the frozen weights are --init-from's. Preference
        training scores its pairs with the starting model first, then takes up the checkpoint's. */
-    const float *resumed = o->resume && lead && !pref ? ck.params : NULL;
-    if (lora)
-        e = nv_tmodel_init_ex(&tm, c, o->init_params, o->seed, local_batch, o->seq, o->engine, &o->lora, resumed,
+    const float *resumed = o->resume && r->lead && !r->pref ? ck->params : NULL;
+    if (r->lora)
+        e = nv_tmodel_init_ex(&r->tm, c, o->init_params, o->seed, r->local_batch, o->seq, o->engine, &o->lora, resumed,
                               o->recompute);
     else
-        e = nv_tmodel_init_ex(&tm, c, resumed ? resumed : o->init_params, o->seed, local_batch, o->seq, o->engine, NULL,
-                              NULL, o->recompute);
-    if (e) {
-        nv_ckpt_close(&ck);
-        return e;
+        e = nv_tmodel_init_ex(&r->tm, c, resumed ? resumed : o->init_params, o->seed, r->local_batch, o->seq, o->engine,
+                              NULL, NULL, o->recompute);
+    if (e) return e;
+    r->have_tm = 1;
+    r->tm.router_aux_coef = c->n_experts && !r->lora ? o->router_aux_coef : 0.0f; /* adapters: the router is frozen */
+    r->tm.router_z_coef = c->n_experts && !r->lora ? o->router_z_coef : 0.0f;
+    if (r->with_ref) NV_TRY(pref_reference(&r->tm, r->ds, &r->ref));
+    if (r->pref && o->resume && r->lead) {
+        memcpy(r->tm.train_params, ck->params, (size_t)r->tm.n_train * sizeof(float));
+        nv_tmodel_refresh(&r->tm);
     }
-    tm.router_aux_coef = c->n_experts && !lora ? o->router_aux_coef : 0.0f; /* adapters: the router is frozen */
-    tm.router_z_coef = c->n_experts && !lora ? o->router_z_coef : 0.0f;
-    double *ref = NULL; /* DPO, IPO: the reference's log-probabilities, two a pair */
-    if (with_ref && (e = pref_reference(&tm, ds, &ref))) {
-        nv_tmodel_free(&tm);
-        nv_ckpt_close(&ck);
-        return e;
-    }
-    if (pref && o->resume && lead) {
-        memcpy(tm.train_params, ck.params, (size_t)tm.n_train * sizeof(float));
-        nv_tmodel_refresh(&tm);
-    }
-    nv_adamw opt;
     nv_adamw_opts ao = o->adamw;
     ao.total_steps = o->steps;
-    if ((e = nv_adamw_init(&opt, &ao, lora ? NULL : c, tm.n_train))) {
-        free(ref);
-        nv_tmodel_free(&tm);
-        nv_ckpt_close(&ck);
-        return e;
-    }
-    nv_data_cursor cur;
-    nv_data_cursor_init(&cur, o->seed);
-    long step0 = 0;
-    int64_t tokens_seen = 0;
-    series tr = {0}, va = {0};
-    best_eval best = {NAN, 0, 0};
-    if (o->resume && lead) {
-        best = (best_eval){ck.h.best_val_loss, (long)ck.h.best_step, ck.h.evals_since_best};
-        memcpy(opt.m, ck.m, (size_t)tm.n_train * sizeof(float));
-        memcpy(opt.v, ck.v, (size_t)tm.n_train * sizeof(float));
-        opt.step = (long)ck.h.step;
-        step0 = (long)ck.h.step;
-        tokens_seen = ck.h.tokens_seen;
-        cur.rng = ck.h.data_rng;
-        cur.windows = ck.h.data_windows;
-        nv_ckpt_close(&ck);
-        metrics_restore(metrics_path, step0, &tr, &va);
-        nv_info("resuming %s at step %ld of %d", ckpt_path, step0, o->steps);
-    } else if (lead) {
-        FILE *f = fopen(metrics_path, "w");
+    NV_TRY(nv_adamw_init(&r->opt, &ao, r->lora ? NULL : c, r->tm.n_train));
+    nv_data_cursor_init(&r->cur, o->seed);
+    r->best = (best_eval){NAN, 0, 0};
+    if (o->resume && r->lead) {
+        r->best = (best_eval){ck->h.best_val_loss, (long)ck->h.best_step, ck->h.evals_since_best};
+        memcpy(r->opt.m, ck->m, (size_t)r->tm.n_train * sizeof(float));
+        memcpy(r->opt.v, ck->v, (size_t)r->tm.n_train * sizeof(float));
+        r->opt.step = (long)ck->h.step;
+        r->step0 = (long)ck->h.step;
+        r->tokens_seen = ck->h.tokens_seen;
+        r->cur.rng = ck->h.data_rng;
+        r->cur.windows = ck->h.data_windows;
+        nv_ckpt_close(ck);
+        metrics_restore(r->metrics_path, r->step0, &r->tr, &r->va);
+        nv_info("resuming %s at step %ld of %d", r->ckpt_path, r->step0, o->steps);
+    } else if (r->lead) {
+        FILE *f = fopen(r->metrics_path, "w");
         if (f) fclose(f);
     }
-    if (world > 1) { /* every process starts from process 0's weights and state: identical from here on */
-        run_state st = {step0, tokens_seen, cur, best};
+    if (r->world > 1) { /* every process starts from process 0's weights and state: identical from here on */
+        run_state st = {r->step0, r->tokens_seen, r->cur, r->best};
         nv_dist_bcast(&st, sizeof st);
-        step0 = st.step, tokens_seen = st.tokens_seen, cur = st.cur, best = st.best;
-        opt.step = step0;
-        nv_dist_bcast(tm.train_params, (size_t)tm.n_train * sizeof(float));
+        r->step0 = st.step, r->tokens_seen = st.tokens_seen, r->cur = st.cur, r->best = st.best;
+        r->opt.step = r->step0;
+        nv_dist_bcast(r->tm.train_params, (size_t)r->tm.n_train * sizeof(float));
         if (o->resume) { /* a new run's moments are zeros everywhere */
-            nv_dist_bcast(opt.m, (size_t)tm.n_train * sizeof(float));
-            nv_dist_bcast(opt.v, (size_t)tm.n_train * sizeof(float));
+            nv_dist_bcast(r->opt.m, (size_t)r->tm.n_train * sizeof(float));
+            nv_dist_bcast(r->opt.v, (size_t)r->tm.n_train * sizeof(float));
         }
-        if (!lead) nv_tmodel_refresh(&tm);
+        if (!r->lead) nv_tmodel_refresh(&r->tm);
     }
-    if (lead) write_serving_files(o->out_dir, o, ds);
-    if (lead && save_best_on) write_serving_files(best_dir, o, ds);
+    return NV_OK;
+}
 
-    struct sigaction sa, old_int, old_term, old_usr1;
-    int handlers = 0;
-    size_t bt = (size_t)o->batch * o->seq;
-    /* every process draws the whole batch's windows (the data cursor stays the same everywhere) and
-       trains on its rows */
-    int *in = malloc(bt * o->accum * sizeof(int)), *tg = malloc(bt * o->accum * sizeof(int)); /* a step's batches */
-    int *seg = ds->pack ? malloc(bt * o->accum * sizeof(int)) : NULL; /* packed: where each row's turn starts */
-    /* preference data: each window pair's number, and each local sequence's weight for the backward */
-    uint64_t *pair_ids = pref ? malloc((size_t)o->batch / 2 * o->accum * sizeof(uint64_t)) : NULL;
-    float *seq_scale = pref ? malloc((size_t)local_batch * sizeof(float)) : NULL;
-    const size_t mine = (size_t)rank * local_batch * o->seq;
-    FILE *metrics = lead ? fopen(metrics_path, "a") : NULL;
-    char samples_path[4200];
-    snprintf(samples_path, sizeof samples_path, "%s/samples.txt", o->out_dir);
+/* The step's batches and the metrics and samples files. */
+static nv_err run_open_files(train_run *r) {
+    const nv_train_opts *o = r->o;
+    const size_t n = r->bt * o->accum;
+    r->in = malloc(n * sizeof(int));
+    r->tg = malloc(n * sizeof(int));
+    r->seg = r->ds->pack ? malloc(n * sizeof(int)) : NULL;
+    r->pair_ids = r->pref ? malloc((size_t)o->batch / 2 * o->accum * sizeof(uint64_t)) : NULL;
+    r->seq_scale = r->pref ? malloc((size_t)r->local_batch * sizeof(float)) : NULL;
+    if (!r->in || !r->tg || (r->ds->pack && !r->seg) || (r->pref && (!r->pair_ids || !r->seq_scale)))
+        return nv_fail(NV_ENOMEM, "cannot allocate the step's batches");
+    if (!r->lead) return NV_OK;
+    r->metrics = fopen(r->metrics_path, "a");
+    if (!r->metrics) return nv_fail(NV_EIO, "cannot open %s", r->metrics_path);
     /* a new run's samples start afresh; a resumed one's go on after its earlier ones */
-    FILE *samples = lead && o->sample_every > 0 ? fopen(samples_path, o->resume ? "a" : "w") : NULL;
-    if (!in || !tg || (ds->pack && !seg) || (pref && (!pair_ids || !seq_scale)) || (lead && !metrics) || (lead && o->sample_every > 0 && !samples)) {
-        e = nv_fail(lead && (!metrics || (o->sample_every > 0 && !samples)) ? NV_EIO : NV_ENOMEM,
-                    "cannot open %s or %s, or allocate batches", metrics_path, samples_path);
-        goto done;
+    if (o->sample_every > 0 && !(r->samples = fopen(r->samples_path, o->resume ? "a" : "w")))
+        return nv_fail(NV_EIO, "cannot open %s", r->samples_path);
+    return NV_OK;
+}
+
+static void run_free(train_run *r) {
+    if (r->metrics) fclose(r->metrics);
+    if (r->samples) fclose(r->samples);
+    free(r->in);
+    free(r->tg);
+    free(r->seg);
+    free(r->pair_ids);
+    free(r->seq_scale);
+    free(r->ref);
+    free(r->tr.step);
+    free(r->tr.loss);
+    free(r->va.step);
+    free(r->va.loss);
+    nv_adamw_free(&r->opt);
+    if (r->have_tm) nv_tmodel_free(&r->tm);
+}
+
+/* An evaluation: its figures kept for the progress line, and best/ written when its validation loss
+   is the lowest so far. */
+static eval_figures run_evaluate(train_run *r, long step) {
+    const eval_figures ev = evaluate(&r->tm, r->o, r->ds, r->in, r->tg, r->pair_ids, r->ref);
+    keep_evals(&r->last_eval, &ev);
+    if (best_eval_note(&r->best, ev.val, step) && r->save_best_on && r->lead) {
+        if (r->tty) fprintf(stderr, "\r\033[K"); /* a warning would land in the progress line */
+        save_best(&r->tm, r->o, r->best_dir);
     }
+    return ev;
+}
+
+/* The starting point of the validation curve (fine-tuning shows its gain against it). */
+static void run_first_eval(train_run *r) {
+    const eval_figures e0 = run_evaluate(r, 0);
+    if (!isfinite(e0.val) || !r->lead) return;
+    fprintf(r->metrics, "{\"step\":0");
+    json_evals(r->metrics, &e0);
+    fprintf(r->metrics, "}\n");
+    fflush(r->metrics);
+    series_add(&r->va, 0.0f, e0.val);
+    if (r->quiet) return;
+    if (isnan(e0.mc[1])) fprintf(stderr, "step 0/%d | val %.4f\n", r->o->steps, e0.val);
+    else fprintf(stderr, "step 0/%d | val %.4f | mc %.2f%%\n", r->o->steps, e0.val, 100 * e0.mc[1]);
+}
+
+/* A step's gradient, summed over its micro-batches and the job's processes, and its loss: the
+   windows first (with chat data the loss is the mean over the step's targets, whose count every
+   process knows from the windows: it draws all of them), then forward and backward for each. */
+static nv_err step_gradients(train_run *r, step_figures *f) {
+    const nv_train_opts *o = r->o;
+    const nv_dataset *ds = r->ds;
+    const size_t bt = r->bt, pairs_a = (size_t)o->batch / 2; /* preference data: a micro-batch's pairs */
+    for (int a = 0; a < o->accum; a++)
+        NV_TRY(r->pref ? nv_data_next_pairs(ds, &r->cur, o->batch, o->seq, r->in + a * bt, r->tg + a * bt, r->pair_ids + a * pairs_a)
+                       : nv_data_next_batch(ds, &r->cur, o->batch, o->seq, r->in + a * bt, r->tg + a * bt,
+                                            r->seg ? r->seg + a * bt : NULL));
+    for (size_t i = 0; ds->chat && i < bt * o->accum; i++) f->targets += r->tg[i] >= 0;
+    for (size_t i = 0; r->pref && i < pairs_a * o->accum; i++) {
+        int n[2];
+        f->pairs += pair_targets(r->tg + 2 * i * o->seq, o->seq, n);
+    }
+    for (int a = 0; a < o->accum; a++) {
+        double ta = nv_now();
+        const int *seg = r->seg ? r->seg + a * bt + r->mine : NULL;
+        const int *tg = r->tg + a * bt + r->mine;
+        nv_tmodel_set_segments(&r->tm, seg); /* packed turns attend to themselves */
+        f->flops += nv_tmodel_step_flops(&r->tm, seg);
+        const float l = nv_tmodel_forward(&r->tm, r->in + a * bt + r->mine, tg);
+        f->router[0] += r->tm.router_aux / (double)o->accum;
+        f->router[1] += r->tm.router_z / (double)o->accum;
+        double tb0 = nv_now();
+        if (r->pref) { /* the mean of the step's pairs' losses: each pair's answers weighted by its own */
+            pref_losses(&r->tm, tg, r->pair_ids + a * pairs_a + r->mine / (2 * (size_t)o->seq), r->ref, &o->pref,
+                        f->pairs ? (double)f->pairs : 1.0, r->seq_scale, f->psums);
+            nv_tmodel_backward_seq(&r->tm, r->seq_scale);
+        } else if (ds->chat) { /* each micro-batch's share of the step's targets */
+            f->loss += (double)l * r->tm.n_targets;
+            nv_tmodel_backward(&r->tm, f->targets ? (float)((double)r->tm.n_targets / (double)f->targets) : 0.0f);
+        } else {
+            f->loss += l;
+            nv_tmodel_backward(&r->tm, 1.0f / (float)(o->accum * r->world));
+        }
+        f->t_forward += tb0 - ta;
+        f->t_backward += nv_now() - tb0;
+    }
+    if (!ds->chat) f->loss /= o->accum;
+    /* the job's gradient: the sum of every process's (each already divided by the processes) */
+    double tw0 = nv_now();
+    if (r->world > 1) {
+        nv_dist_sum_f32(r->tm.train_grads, r->tm.n_train);
+        nv_dist_sum_f64(r->pref ? f->psums : &f->loss, r->pref ? PREF_SUMS : 1);
+        nv_dist_sum_f64(&f->flops, 1);
+        if (!ds->chat) f->loss /= r->world;
+        if (o->config.n_experts) {
+            nv_dist_sum_f64(f->router, 2);
+            f->router[0] /= r->world, f->router[1] /= r->world;
+        }
+    }
+    if (r->pref) f->loss = f->psums[PREF_PAIRS] > 0 ? f->psums[PREF_LOSS] / f->psums[PREF_PAIRS] : NAN;
+    else if (ds->chat) f->loss = f->targets ? f->loss / (double)f->targets : NAN;
+    f->t_wait = nv_now() - tw0;
+    return NV_OK;
+}
+
+/* The optimizer's step: the packed engine copies follow the master weights in the same pass; plans
+   are not rebuilt; a gradient norm that is not finite leaves everything as it was (the update is
+   skipped). A chat step whose windows hold no answer token has nothing to learn: AdamW's momentum
+   and decay alone would still move the weights, so it is skipped too (counted, as the schedule goes
+   on). */
+static void step_update(train_run *r, step_figures *f) {
+    double t0 = nv_now();
+    f->no_targets = r->ds->chat && (r->pref ? f->pairs == 0 : f->targets == 0);
+    if (f->no_targets) {
+        f->lr = nv_adamw_count(&r->opt);
+        r->tm.grads_held = 0;
+    } else {
+        f->gnorm = nv_tmodel_optimize(&r->tm, &r->opt, &f->lr);
+    }
+    f->skipped = !isfinite(f->gnorm) || f->no_targets;
+    f->t_optimizer = nv_now() - t0;
+}
+
+/* The step's line of metrics.jsonl. */
+static void write_metrics(const train_run *r, long step, const step_figures *f) {
+    FILE *m = r->metrics;
+    const double dt = f->t_step;
+    fprintf(m, "{\"step\":%ld", step);
+    json_num(m, "loss", f->loss);
+    fprintf(m, ",\"lr\":%.6g", f->lr);
+    json_num(m, "epoch", epochs_of(r->cur.windows, r->epoch_windows));
+    json_num(m, "grad_norm", f->gnorm);
+    if (r->o->config.n_experts) { /* router_aux 1 when the experts share the tokens evenly */
+        json_num(m, "router_aux", f->router[0]);
+        json_num(m, "router_z", f->router[1]);
+    }
+    if (r->pref && f->psums[PREF_PAIRS] > 0) { /* how often, and by how much, the model prefers the preferred */
+        json_num(m, "reward_acc", f->psums[PREF_CORRECT] / f->psums[PREF_PAIRS]);
+        json_num(m, "reward_margin", f->psums[PREF_MARGIN] / f->psums[PREF_PAIRS]);
+    }
+    fprintf(m,
+            ",\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,\"ms_forward\":%.2f,\"ms_backward\":%.2f,"
+            "\"ms_optimizer\":%.2f,\"ms_wait\":%.2f,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
+            (double)r->bt * r->o->accum / dt, dt * 1e3, f->t_forward * 1e3, f->t_backward * 1e3, f->t_optimizer * 1e3,
+            f->t_wait * 1e3, f->flops / dt / 1e12, (long long)r->tokens_seen, nv_plan_builds());
+    if (r->world > 1) fprintf(m, ",\"processes\":%d", r->world);
+    if (f->skipped) fprintf(m, ",\"skipped\":true");
+    json_evals(m, &f->ev);
+    fprintf(m, "}\n");
+    fflush(m);
+}
+
+/* The live progress line (on a terminal rewritten in place; else every tenth step, the last and
+   those evaluated), with avg the mean seconds of this run's steps. */
+static void show_progress(const train_run *r, long step, const step_figures *f, double avg, int last) {
+    const nv_train_opts *o = r->o;
+    const eval_figures *le = &r->last_eval;
+    const double dt = f->t_step;
+    char eta[32], vbuf[64] = "";
+    fmt_duration(eta, sizeof eta, avg * (o->steps - step));
+    if (!isnan(le->val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", le->val);
+    if (!isnan(le->pref[0])) /* preference data: the validation pairs the model prefers rightly */
+        snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", le->pref[0]);
+    if (!isnan(le->mc[1])) snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * le->mc[1]);
+    char line[512];
+    snprintf(line, sizeof line,
+             "step %ld/%d (epoch %.2f) | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, "
+             "wait %.0f) | %.3f TFLOP/s | ETA %s",
+             step, o->steps, epochs_of(r->cur.windows, r->epoch_windows), f->loss, vbuf, f->lr,
+             (double)r->bt * o->accum / dt, dt * 1e3, f->t_forward * 1e3, f->t_backward * 1e3, f->t_optimizer * 1e3,
+             f->t_wait * 1e3, f->flops / dt / 1e12, eta);
+    if (r->tty) fprintf(stderr, "\r\033[K%s", line);
+    else if (!r->quiet && (last || step % 10 == 0 || !isnan(f->ev.val))) fprintf(stderr, "%s\n", line);
+}
+
+/* The checkpoint, atomically, with a LoRA run's adapters beside it and the loss curve. */
+static nv_err save_checkpoint(const train_run *r) {
+    const nv_train_opts *o = r->o;
+    nv_ckpt_header h;
+    memset(&h, 0, sizeof h);
+    nv_ckpt_header_set_config(&h, &o->config);
+    h.step = r->opt.step;
+    h.tokens_seen = r->tokens_seen;
+    h.data_rng = r->cur.rng;
+    h.data_windows = r->cur.windows;
+    h.n_params = r->tm.n_train;
+    h.base_hash = r->bhash; /* 0 unless LoRA or a preference loss with a reference */
+    if (r->lora) {
+        h.lora_rank = o->lora.rank;
+        h.lora_targets = o->lora.targets;
+        h.lora_alpha = o->lora.alpha;
+    }
+    h.batch = o->batch;
+    h.seq = o->seq;
+    h.accum = o->accum;
+    h.seed = o->seed;
+    h.last_loss = r->last_loss;
+    h.last_val_loss = r->last_eval.val;
+    h.best_step = r->best.step;
+    h.best_val_loss = r->best.val;
+    h.evals_since_best = r->best.since;
+    NV_TRY(nv_ckpt_save(r->ckpt_path, &h, r->tm.train_params, r->opt.m, r->opt.v));
+    /* the adapters as llama.cpp reads them, and as PEFT does (adapter_config.json and
+       adapter_model.safetensors in the run folder), with every checkpoint (a run that dies before
+       its end still leaves the ones its checkpoint holds, to use with --lora) */
+    if (r->lora && nv_gguf_save_lora(&o->config, &o->lora, r->tm.lora_params, r->adapter_path) != NV_OK)
+        nv_warn("%s not written: %s", r->adapter_path, nv_errmsg());
+    if (r->lora && nv_hf_save_lora(&o->config, &o->lora, r->tm.lora_params, o->out_dir) != NV_OK)
+        nv_warn("%s/adapter_model.safetensors not written: %s", o->out_dir, nv_errmsg());
+    write_svg(r->svg_path, &r->tr, &r->va, o->steps);
+    return NV_OK;
+}
+
+/* A LoRA run's best/ gets a model too, as its folder gets one: best/adapter.gguf (written at the best
+   evaluation, perhaps by an earlier session of a resumed run) merged into the frozen weights, so
+   best/ generates and serves without --lora. m: the run's merged model, whose own copy of the
+   weights this overwrites. */
+static void save_best_merged(const train_run *r, nv_model *m) {
+    const nv_train_opts *o = r->o;
+    char adapter[4300], path[4200];
+    snprintf(adapter, sizeof adapter, "%s/adapter.gguf", r->best_dir);
+    nv_lora_shape s;
+    float *p = NULL;
+    nv_err e = nv_gguf_load_lora(adapter, &o->config, &s, &p);
+    if (e == NV_OK && (s.rank != o->lora.rank || s.targets != o->lora.targets || s.alpha != o->lora.alpha))
+        e = nv_fail(NV_EFORMAT, "%s does not hold this run's adapters", adapter);
+    if (e == NV_OK) {
+        memcpy(m->params, o->init_params, (size_t)m->n_params * sizeof(float));
+        nv_lora_merge(m, &o->lora, p, 1.0f);
+        e = save_model(m, r->best_dir, o->out_dir, path);
+    }
+    free(p);
+    if (e != NV_OK) nv_warn("the best model is not written (%s): use the base with --lora %s", nv_errmsg(), adapter);
+}
+
+/* The weights as they stand, ready for `nerve generate`, however the run ended; a LoRA run's
+   adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training model
+   is done with: a copy of its frozen weights takes the update). */
+static void save_final(train_run *r) {
+    int save = 1;
+    if (r->lora) { /* adapter.gguf was written with the last checkpoint */
+        if (nv_file_exists(r->adapter_path)) nv_info("wrote %s", r->adapter_path);
+        /* the frozen weights are --init-from's own: merged into a copy, made mostly in the memory the
+           plans (no longer needed) held */
+        nv_model_free_plans(&r->tm.m);
+        if (nv_model_own_params(&r->tm.m) == NV_OK) {
+            nv_lora_merge(&r->tm.m, &r->o->lora, r->tm.lora_params, 1.0f);
+        } else { /* never the base under the merged model's name: export and serve refuse a missing one */
+            nv_warn("the merged model is not written (%s): use the base with --lora %s", nv_errmsg(), r->adapter_path);
+            remove_models(r->o->out_dir);
+            save = 0;
+        }
+    } else {
+        unlink(r->adapter_path); /* an earlier run's, which would not go with this model */
+    }
+    char path[4200];
+    if (save && save_model(&r->tm.m, r->o->out_dir, r->o->out_dir, path) == NV_OK) nv_info("wrote %s", path);
+    else if (save) nv_info("%s not written: %s", path, nv_errmsg());
+    if (!r->save_best_on || isnan(r->best.val)) return;
+    if (r->lora && save) save_best_merged(r, &r->tm.m);
+    nv_info("best validation loss %.4f, at step %ld: %s", (double)r->best.val, r->best.step, r->best_dir);
+}
+
+/* The end-of-run report: where the time went, the fraction of the engine's peak (measured now with
+   the same threads, by every process at once, summed), plan builds and peak memory. */
+static void report_efficiency(const train_run *r, const run_totals *t, nv_engine_id used, double wall,
+                              long builds_after_setup) {
+    const double n = (double)t->steps, achieved = t->flops / t->step;
+    nv_peak_unit unit = nv_peak_unit_of(nv_engine_bf16_of(used)); /* int8 engines train on bf16 tiles */
+    char why[160], peak_text[96] = "";
+    double peak = 0;
+    nv_dist_max(0); /* the processes measure together, once process 0 has saved */
+    if (unit != NV_PEAK_COUNT && nv_peak_available(unit, why, sizeof why)) peak = nv_peak_run(unit, nv_pool_threads(), 0.2);
+    const int same_unit = nv_dist_max(unit) == -nv_dist_max(-(long)unit); /* machines of one kind */
+    nv_dist_sum_f64(&peak, 1);
+    if (peak > 0 && same_unit)
+        snprintf(peak_text, sizeof peak_text, " = %.0f%% of the %.2f TFLOP/s %s peak measured now", 100 * achieved / peak,
+                 peak / 1e12, nv_peak_instr(unit));
+    /* the process's peak resident memory, what a run at this batch and window needs on this box */
+    struct rusage ru;
+    char mem_text[48] = "";
+    if (!getrusage(RUSAGE_SELF, &ru) && ru.ru_maxrss > 0)
+        snprintf(mem_text, sizeof mem_text, "; peak memory %.2f GB%s", (double)ru.ru_maxrss * 1024.0 / 1e9,
+                 r->world > 1 ? " a process" : "");
+    if (!r->lead) return;
+    fprintf(stderr,
+            "nerve: efficiency: %ld steps (%.2f epochs) in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + "
+            "backward %.1f (%.0f%%) + optimizer %.1f (%.0f%%) + waiting %.1f (%.0f%%); %.3f TFLOP/s achieved on %s%s%s; %ld "
+            "plans built at setup, %ld since%s\n",
+            t->steps, epochs_of(r->cur.windows - t->windows0, r->epoch_windows), wall, (double)r->bt * r->o->accum * n / t->step,
+            1e3 * t->step / n, 1e3 * t->forward / n, 100 * t->forward / t->step, 1e3 * t->backward / n,
+            100 * t->backward / t->step, 1e3 * t->optimizer / n, 100 * t->optimizer / t->step, 1e3 * t->wait / n,
+            100 * t->wait / t->step, achieved / 1e12, nv_engine_name(used), r->procs, peak_text, builds_after_setup,
+            nv_plan_builds() - builds_after_setup, mem_text);
+}
+
+/* The startup line: what is trained, on what, how. */
+static void announce(const train_run *r, double need) {
+    const nv_train_opts *o = r->o;
+    char what[160];
+    if (r->lora) {
+        char targets[64];
+        snprintf(what, sizeof what, "LoRA adapters (rank %d, alpha %g, on %s: %.2fM parameters) of a frozen %.2fM-parameter model",
+                 o->lora.rank, (double)o->lora.alpha, nv_lora_targets_text(o->lora.targets, targets, sizeof targets),
+                 (double)r->tm.n_train / 1e6, (double)r->tm.m.n_params / 1e6);
+    } else {
+        snprintf(what, sizeof what, "%.2fM parameters", (double)r->tm.m.n_params / 1e6);
+    }
+    nv_info("training %s on %s%s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about %.2f GB of memory)",
+            what, nv_engine_name(nv_model_engine(&r->tm.m)), r->procs, o->steps, o->batch, o->seq, o->accum,
+            r->tm.flops_per_step * r->world * o->accum / 1e9, need / 1e9);
+}
+
+nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
+    /* every check after the agreement on the settings fails on all processes alike */
+    failed_together = 0;
+    train_run run = {0}, *r = &run;
+    r->o = o;
+    r->ds = ds;
+    r->world = nv_dist_size();
+    r->lead = nv_dist_rank() == 0;
+    nv_err e = NV_OK;
+    if (r->world > 1 && (e = agree_on_setup(o, ds))) return together(e);
+    if ((e = check_settings(o, ds, r->world))) return together(e);
+    r->local_batch = o->batch / r->world;
+    r->lora = o->lora.rank > 0;
+    r->pref = ds->pref;
+    r->with_ref = r->pref && nv_pref_needs_reference(o->pref.kind);
+    r->save_best_on = o->save_best || o->early_stop > 0;
+    r->bt = (size_t)o->batch * o->seq;
+    r->mine = (size_t)nv_dist_rank() * r->local_batch * o->seq;
+    r->quiet = o->quiet || !r->lead;
+    r->tty = isatty(STDERR_FILENO) && !r->quiet;
+    r->last_eval = (eval_figures){NAN, {NAN, NAN}, {NAN, NAN}};
+    if (r->world > 1)
+        snprintf(r->procs, sizeof r->procs, " x %d processes (%d thread%s each)", r->world, nv_pool_threads(),
+                 nv_pool_threads() == 1 ? "" : "s");
+    snprintf(r->best_dir, sizeof r->best_dir, "%s/best", o->out_dir);
+    snprintf(r->adapter_path, sizeof r->adapter_path, "%s/adapter.gguf", o->out_dir);
+    snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/ckpt.bin", o->out_dir);
+    snprintf(r->metrics_path, sizeof r->metrics_path, "%s/metrics.jsonl", o->out_dir);
+    snprintf(r->svg_path, sizeof r->svg_path, "%s/loss.svg", o->out_dir);
+    snprintf(r->samples_path, sizeof r->samples_path, "%s/samples.txt", o->out_dir);
+    if (r->lead) e = nv_mkdirs(o->out_dir);
+    if (r->lead && !o->resume && e == NV_OK) clear_best(r->best_dir);
+    if (r->lead && r->save_best_on && e == NV_OK) e = nv_mkdirs(r->best_dir);
+    if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
+    /* Resume state is verified in full before anything is allocated or written (by process 0, which
+       sends it to the others: only its machine needs the run folder). */
+    nv_ckpt ck = {0};
+    r->bhash = r->lora || r->with_ref ? base_hash(o) : 0;
+    if (r->lead) e = check_resume(o, ds->pack, r->bhash, r->ckpt_path, &ck);
+    if (nv_dist_max(e != NV_OK)) {
+        nv_ckpt_close(&ck);
+        return together(e ? e : nv_fail(NV_EINVAL, "process 0 could not start the run (its message says why)"));
+    }
+    double need;
+    if ((e = check_memory(o, &need))) {
+        nv_ckpt_close(&ck);
+        return together(e);
+    }
+    e = run_setup(r, &ck);
+    nv_ckpt_close(&ck);
+    if (e) {
+        run_free(r);
+        return e;
+    }
+    if (r->lead) write_serving_files(o->out_dir, o, ds);
+    if (r->lead && r->save_best_on) write_serving_files(r->best_dir, o, ds);
+    if ((e = run_open_files(r))) {
+        run_free(r);
+        return e;
+    }
+    struct sigaction sa, old_int, old_term, old_usr1;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -792,221 +1176,71 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     /* mpirun passes SIGUSR1 on to every process at once, where its Ctrl-C sends SIGTERM a second late
        and SIGKILL a second after that: the way to stop a job that checkpoints slowly */
     sigaction(SIGUSR1, &sa, &old_usr1);
-    handlers = 1;
     nv_train_stop_requested = 0;
 
-    long builds_after_setup = nv_plan_builds();
-    double t_start = nv_now(), sum_f = 0, sum_b = 0, sum_o = 0, sum_w = 0, sum_step = 0, sum_flops = 0;
+    const long builds_after_setup = nv_plan_builds();
+    const double t_start = nv_now();
     /* passes over the training data: the windows drawn so far against one pass's (the cursor's count,
        so a resumed run goes on counting) */
-    const double epoch_windows = nv_data_epoch_windows(ds, o->seq);
-    const uint64_t windows0 = cur.windows;
-    long steps_run = 0;
-    const int quiet = o->quiet || !lead;
-    int tty = isatty(STDERR_FILENO) && !quiet;
-    float last_loss = 0;
-    eval_figures last_eval = {NAN, {NAN, NAN}, {NAN, NAN}};
-    char procs[64] = "";
-    if (world > 1)
-        snprintf(procs, sizeof procs, " x %d processes (%d thread%s each)", world, nv_pool_threads(),
-                 nv_pool_threads() == 1 ? "" : "s");
-    char what[160];
-    if (lora) {
-        char targets[64];
-        snprintf(what, sizeof what, "LoRA adapters (rank %d, alpha %g, on %s: %.2fM parameters) of a frozen %.2fM-parameter model",
-                 o->lora.rank, (double)o->lora.alpha, nv_lora_targets_text(o->lora.targets, targets, sizeof targets),
-                 (double)tm.n_train / 1e6, (double)tm.m.n_params / 1e6);
-    } else {
-        snprintf(what, sizeof what, "%.2fM parameters", (double)tm.m.n_params / 1e6);
-    }
-    if (lead)
-        nv_info("training %s on %s%s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about "
-                "%.2f GB of memory)",
-                what, nv_engine_name(nv_model_engine(&tm.m)), procs, o->steps, o->batch, o->seq,
-                o->accum, tm.flops_per_step * world * o->accum / 1e9, need / 1e9);
-    if (!o->resume && o->eval_every > 0) {
-        /* the starting point of the validation curve (fine-tuning shows its gain against it) */
-        const eval_figures e0 = evaluate(&tm, o, ds, in, tg, pair_ids, ref);
-        keep_evals(&last_eval, &e0);
-        if (best_eval_note(&best, e0.val, 0) && save_best_on && lead) save_best(&tm, o, best_dir);
-        if (isfinite(e0.val) && lead) {
-            fprintf(metrics, "{\"step\":0");
-            json_evals(metrics, &e0);
-            fprintf(metrics, "}\n");
-            fflush(metrics);
-            series_add(&va, 0.0f, e0.val);
-            if (!quiet && isnan(e0.mc[1])) fprintf(stderr, "step 0/%d | val %.4f\n", o->steps, e0.val);
-            else if (!quiet) fprintf(stderr, "step 0/%d | val %.4f | mc %.2f%%\n", o->steps, e0.val, 100 * e0.mc[1]);
-        }
-    }
+    r->epoch_windows = nv_data_epoch_windows(ds, o->seq);
+    run_totals tot = {0};
+    tot.windows0 = r->cur.windows;
+    if (r->lead) announce(r, need);
+    if (!o->resume && o->eval_every > 0) run_first_eval(r);
     /* test hooks: a pause after each step, so a test can interrupt a tiny run part way reliably; a NaN
        gradient from a given step on, so a test can watch the run stop as diverged */
     const char *delay_env = getenv("NERVE_TEST_STEP_DELAY_MS"), *nan_env = getenv("NERVE_TEST_NAN_GRAD_FROM");
-    int step_delay_ms = delay_env ? atoi(delay_env) : 0;
-    long nan_from = nan_env ? atol(nan_env) : 0;
-    int skip_streak = 0;  /* updates skipped in a row for a gradient norm that was not finite */
-    long last_good = -1;  /* the last step of this run whose update was made */
+    const int step_delay_ms = delay_env ? atoi(delay_env) : 0;
+    const long nan_from = nan_env ? atol(nan_env) : 0;
+    int skip_streak = 0; /* updates skipped in a row for a gradient norm that was not finite */
+    long last_good = -1; /* the last step of this run whose update was made */
     char diverged_msg[4600] = "";
-    long step;
-    if (o->early_stop > 0 && best.since >= o->early_stop) { /* resumed after stopping early: as a finished run */
-        if (lead)
+    long step0 = r->step0;
+    if (o->early_stop > 0 && r->best.since >= o->early_stop) { /* resumed after stopping early: as a finished run */
+        if (r->lead)
             nv_info("%s stopped early at step %ld (the validation loss was lowest at step %ld): nothing to do; a higher "
-                    "--early-stop trains on", ckpt_path, step0, best.step);
+                    "--early-stop trains on",
+                    r->ckpt_path, r->step0, r->best.step);
         step0 = o->steps;
     }
-    for (step = step0; step < o->steps; step++) {
-        double t0 = nv_now(), tf = 0, tb = 0;
-        double loss = 0, router[2] = {0, 0}; /* a mixture's balance and z-loss, the micro-batches' means */
-        /* the step's windows first: with chat data, the loss is the mean over the step's targets, whose
-           count every process knows from the windows (it draws all of them) */
-        const size_t pairs_a = (size_t)o->batch / 2; /* preference data: a micro-batch's pairs */
-        for (int a = 0; a < o->accum; a++)
-            if ((e = pref ? nv_data_next_pairs(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt, pair_ids + a * pairs_a)
-                          : nv_data_next_batch(ds, &cur, o->batch, o->seq, in + a * bt, tg + a * bt, seg ? seg + a * bt : NULL)))
-                goto done;
-        long step_targets = 0, step_pairs = 0;
-        for (size_t i = 0; ds->chat && i < bt * o->accum; i++) step_targets += tg[i] >= 0;
-        for (size_t i = 0; pref && i < pairs_a * o->accum; i++) {
-            int n[2];
-            step_pairs += pair_targets(tg + 2 * i * o->seq, o->seq, n);
-        }
-        double psums[PREF_SUMS] = {0}, step_flops = 0;
-        for (int a = 0; a < o->accum; a++) {
-            double ta = nv_now();
-            nv_tmodel_set_segments(&tm, seg ? seg + a * bt + mine : NULL); /* packed turns attend to themselves */
-            step_flops += nv_tmodel_step_flops(&tm, seg ? seg + a * bt + mine : NULL);
-            const float l = nv_tmodel_forward(&tm, in + a * bt + mine, tg + a * bt + mine);
-            router[0] += tm.router_aux / (double)o->accum;
-            router[1] += tm.router_z / (double)o->accum;
-            double tb0 = nv_now();
-            if (pref) { /* the mean of the step's pairs' losses: each pair's answers weighted by its own */
-                pref_losses(&tm, tg + a * bt + mine, pair_ids + a * pairs_a + mine / (2 * (size_t)o->seq), ref,
-                            &o->pref, step_pairs ? (double)step_pairs : 1.0, seq_scale, psums);
-                nv_tmodel_backward_seq(&tm, seq_scale);
-            } else if (ds->chat) { /* each micro-batch's share of the step's targets */
-                loss += (double)l * tm.n_targets;
-                nv_tmodel_backward(&tm, step_targets ? (float)((double)tm.n_targets / (double)step_targets) : 0.0f);
-            } else {
-                loss += l;
-                nv_tmodel_backward(&tm, 1.0f / (float)(o->accum * world));
-            }
-            tf += tb0 - ta;
-            tb += nv_now() - tb0;
-        }
-        if (!ds->chat) loss /= o->accum;
-        /* the job's gradient: the sum of every process's (each already divided by the processes) */
-        double tw0 = nv_now();
-        if (world > 1) {
-            nv_dist_sum_f32(tm.train_grads, tm.n_train);
-            nv_dist_sum_f64(pref ? psums : &loss, pref ? PREF_SUMS : 1);
-            nv_dist_sum_f64(&step_flops, 1);
-            if (!ds->chat) loss /= world;
-            if (c->n_experts) {
-                nv_dist_sum_f64(router, 2);
-                router[0] /= world, router[1] /= world;
-            }
-        }
-        if (pref) loss = psums[PREF_PAIRS] > 0 ? psums[PREF_LOSS] / psums[PREF_PAIRS] : NAN;
-        else if (ds->chat) loss = step_targets ? loss / (double)step_targets : NAN;
-        double tw = nv_now() - tw0;
-        if (nan_from > 0 && step + 1 >= nan_from) tm.train_grads[0] = NAN;
-        double to0 = nv_now();
-        float lr;
-        /* the packed engine copies follow the master weights in the same pass; plans are not rebuilt; a
-           gradient norm that is not finite leaves everything as it was (the update is skipped). A chat
-           step whose windows hold no answer token has nothing to learn: AdamW's momentum and decay
-           alone would still move the weights, so it is skipped too (counted, as the schedule goes on). */
-        const int no_targets = ds->chat && (pref ? step_pairs == 0 : step_targets == 0);
-        double gnorm = 0;
-        if (no_targets) {
-            lr = nv_adamw_count(&opt);
-            tm.grads_held = 0;
-        } else {
-            gnorm = nv_tmodel_optimize(&tm, &opt, &lr);
-        }
-        const int skipped = !isfinite(gnorm) || no_targets;
-        if (!no_targets) skip_streak = skipped ? skip_streak + 1 : 0;
-        if (!skipped) last_good = step + 1;
+    for (long step = step0; step < o->steps; step++) {
+        const double t0 = nv_now();
+        step_figures f = {0};
+        f.ev = (eval_figures){NAN, {NAN, NAN}, {NAN, NAN}};
+        if ((e = step_gradients(r, &f))) break;
+        if (nan_from > 0 && step + 1 >= nan_from) r->tm.train_grads[0] = NAN;
+        step_update(r, &f);
+        if (!f.no_targets) skip_streak = f.skipped ? skip_streak + 1 : 0;
+        if (!f.skipped) last_good = step + 1;
         const int diverged = skip_streak >= NV_TRAIN_DIVERGED_STEPS;
-        double t1 = nv_now(), dt = t1 - t0;
-        tokens_seen += (int64_t)bt * o->accum;
-        sum_f += tf, sum_b += tb, sum_o += t1 - to0, sum_w += tw, sum_step += dt;
-        steps_run++;
-        last_loss = (float)loss;
-        int last = step + 1 == o->steps;
-        eval_figures ev = {NAN, {NAN, NAN}, {NAN, NAN}};
-        if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
-            ev = evaluate(&tm, o, ds, in, tg, pair_ids, ref);
-            keep_evals(&last_eval, &ev);
-            if (best_eval_note(&best, ev.val, step + 1) && save_best_on && lead) {
-                if (tty) fprintf(stderr, "\r\033[K"); /* a warning would land in the progress line */
-                save_best(&tm, o, best_dir);
-            }
-        }
+        f.t_step = nv_now() - t0;
+        r->tokens_seen += (int64_t)r->bt * o->accum;
+        tot.forward += f.t_forward, tot.backward += f.t_backward, tot.optimizer += f.t_optimizer, tot.wait += f.t_wait;
+        tot.step += f.t_step, tot.flops += f.flops;
+        tot.steps++;
+        r->last_loss = (float)f.loss;
+        const int last = step + 1 == o->steps;
+        if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) f.ev = run_evaluate(r, step + 1);
         /* no lower validation loss in --early-stop evaluations */
-        const int early = o->early_stop > 0 && !isnan(ev.val) && best.since >= o->early_stop;
-        const float val = ev.val;
-        double tps = (double)bt * o->accum / dt, tflops = step_flops / dt / 1e12;
-        sum_flops += step_flops;
-        if (lead) {
-            fprintf(metrics, "{\"step\":%ld", step + 1);
-            json_num(metrics, "loss", loss);
-            fprintf(metrics, ",\"lr\":%.6g", lr);
-            json_num(metrics, "epoch", epochs_of(cur.windows, epoch_windows));
-            json_num(metrics, "grad_norm", gnorm);
-            if (c->n_experts) { /* router_aux 1 when the experts share the tokens evenly */
-                json_num(metrics, "router_aux", router[0]);
-                json_num(metrics, "router_z", router[1]);
-            }
-            if (pref && psums[PREF_PAIRS] > 0) { /* how often, and by how much, the model prefers the preferred */
-                json_num(metrics, "reward_acc", psums[PREF_CORRECT] / psums[PREF_PAIRS]);
-                json_num(metrics, "reward_margin", psums[PREF_MARGIN] / psums[PREF_PAIRS]);
-            }
-            fprintf(metrics,
-                    ",\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f,\"ms_forward\":%.2f,\"ms_backward\":%.2f,"
-                    "\"ms_optimizer\":%.2f,\"ms_wait\":%.2f,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
-                    tps, dt * 1e3, tf * 1e3, tb * 1e3, (t1 - to0) * 1e3, tw * 1e3, tflops, (long long)tokens_seen,
-                    nv_plan_builds());
-            if (world > 1) fprintf(metrics, ",\"processes\":%d", world);
-            if (skipped) fprintf(metrics, ",\"skipped\":true");
-            json_evals(metrics, &ev);
-            fprintf(metrics, "}\n");
-            fflush(metrics);
+        const int early = o->early_stop > 0 && !isnan(f.ev.val) && r->best.since >= o->early_stop;
+        if (r->lead) write_metrics(r, step + 1, &f);
+        if (isfinite(f.loss)) series_add(&r->tr, (float)(step + 1), (float)f.loss);
+        if (isfinite(f.ev.val)) series_add(&r->va, (float)(step + 1), f.ev.val);
+        show_progress(r, step + 1, &f, tot.step / tot.steps, last);
+        if (r->samples && ((step + 1) % o->sample_every == 0 || last)) {
+            if (r->tty) fprintf(stderr, "\n"); /* the step's line stays above its sample */
+            write_sample(o, &r->tm.m, step + 1, r->samples, r->quiet);
         }
-        if (isfinite(loss)) series_add(&tr, (float)(step + 1), (float)loss);
-        if (isfinite(val)) series_add(&va, (float)(step + 1), val);
-
-        double avg = sum_step / steps_run;
-        char eta[32], vbuf[64] = "";
-        fmt_duration(eta, sizeof eta, avg * (o->steps - step - 1));
-        if (!isnan(last_eval.val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", last_eval.val);
-        if (!isnan(last_eval.pref[0])) /* preference data: the validation pairs the model prefers rightly */
-            snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", last_eval.pref[0]);
-        if (!isnan(last_eval.mc[1]))
-            snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * last_eval.mc[1]);
-        char line[512];
-        snprintf(line, sizeof line,
-                 "step %ld/%d (epoch %.2f) | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, "
-                 "wait %.0f) | %.3f TFLOP/s | ETA %s",
-                 step + 1, o->steps, epochs_of(cur.windows, epoch_windows), loss, vbuf, lr, tps, dt * 1e3, tf * 1e3, tb * 1e3,
-                 (t1 - to0) * 1e3, tw * 1e3, tflops, eta);
-        if (tty) fprintf(stderr, "\r\033[K%s", line);
-        else if (!quiet && (last || (step + 1) % 10 == 0 || !isnan(val))) fprintf(stderr, "%s\n", line);
-        if (samples && ((step + 1) % o->sample_every == 0 || last)) {
-            if (tty) fprintf(stderr, "\n"); /* the step's line stays above its sample */
-            write_sample(o, &tm.m, step + 1, samples, quiet);
-        }
-        if (skipped && lead) {
-            if (tty) fprintf(stderr, "\n");
-            if (no_targets)
+        if (f.skipped && r->lead) {
+            if (r->tty) fprintf(stderr, "\n");
+            if (f.no_targets)
                 nv_warn("step %ld: no answer token in this step's windows (their prompts fill them): update skipped; "
                         "raise --seq",
                         step + 1);
             else
-                nv_warn("step %ld: the gradient norm is %g: update skipped, weights and optimizer state unchanged",
-                        step + 1, gnorm);
+                nv_warn("step %ld: the gradient norm is %g: update skipped, weights and optimizer state unchanged", step + 1,
+                        f.gnorm);
         }
-
         if (step_delay_ms > 0) {
             struct timespec ts = {step_delay_ms / 1000, (long)(step_delay_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
@@ -1014,146 +1248,43 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         /* a signal or the time limit on any process stops them all, after the same step */
         const int stop = (int)nv_dist_max(diverged || early || nv_train_stop_requested ||
                                           (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s));
-        if (lead && (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0))) {
-            nv_ckpt_header h;
-            memset(&h, 0, sizeof h);
-            nv_ckpt_header_set_config(&h, c);
-            h.step = opt.step;
-            h.tokens_seen = tokens_seen;
-            h.data_rng = cur.rng;
-            h.data_windows = cur.windows;
-            h.n_params = tm.n_train;
-            h.base_hash = bhash; /* 0 unless LoRA or a preference loss with a reference */
-            if (lora) {
-                h.lora_rank = o->lora.rank;
-                h.lora_targets = o->lora.targets;
-                h.lora_alpha = o->lora.alpha;
-            }
-            h.batch = o->batch;
-            h.seq = o->seq;
-            h.accum = o->accum;
-            h.seed = o->seed;
-            h.last_loss = last_loss;
-            h.last_val_loss = last_eval.val;
-            h.best_step = best.step;
-            h.best_val_loss = best.val;
-            h.evals_since_best = best.since;
-            if ((e = nv_ckpt_save(ckpt_path, &h, tm.train_params, opt.m, opt.v))) goto done;
-            /* the adapters as llama.cpp reads them, and as PEFT does (adapter_config.json and
-               adapter_model.safetensors in the run folder), with every checkpoint (a run that dies
-               before its end still leaves the ones its checkpoint holds, to use with --lora) */
-            if (lora && nv_gguf_save_lora(c, &o->lora, tm.lora_params, adapter_path) != NV_OK)
-                nv_warn("%s not written: %s", adapter_path, nv_errmsg());
-            if (lora && nv_hf_save_lora(c, &o->lora, tm.lora_params, o->out_dir) != NV_OK)
-                nv_warn("%s/adapter_model.safetensors not written: %s", o->out_dir, nv_errmsg());
-            write_svg(svg_path, &tr, &va, o->steps);
-        }
+        if (r->lead && (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0)) &&
+            (e = save_checkpoint(r)))
+            break;
         if (diverged) { /* reported once the model is saved (whose own errors must not replace this) */
             char good[64];
             if (last_good > 0) snprintf(good, sizeof good, "step %ld, the last good update", last_good);
-            else snprintf(good, sizeof good, "step %ld, where this run started", step0);
+            else snprintf(good, sizeof good, "step %ld, where this run started", r->step0);
             snprintf(diverged_msg, sizeof diverged_msg,
                      "training diverged: the gradient norm was not finite for %d steps in a row (to step %ld), whose updates "
-                     "were skipped; %s holds the weights of %s: lower --lr, or check the data",
-                     skip_streak, step + 1, ckpt_path, good);
+                     "were skipped; %.4199s holds the weights of %s: lower --lr, or check the data",
+                     skip_streak, step + 1, r->ckpt_path, good);
             break;
         }
         if (stop && !last) {
-            if (tty) fprintf(stderr, "\n");
-            if (lead && early)
+            if (r->tty) fprintf(stderr, "\n");
+            if (r->lead && early)
                 nv_info("stopped early at step %ld: the validation loss has not gone below %.4f (step %ld) in %d evaluations; "
                         "checkpoint saved to %s",
-                        step + 1, (double)best.val, best.step, best.since, ckpt_path);
-            else if (lead) nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, ckpt_path);
-            step++;
+                        step + 1, (double)r->best.val, r->best.step, r->best.since, r->ckpt_path);
+            else if (r->lead)
+                nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, r->ckpt_path);
             break;
         }
     }
-    if (tty) fprintf(stderr, "\n");
-    const nv_engine_id used = nv_model_engine(&tm.m); /* before a LoRA run's merge frees the plans */
-    /* the weights as they stand, ready for `nerve generate`, however the run ended; a LoRA run's
-       adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training
-       model is done with: a copy of its frozen weights takes the update) */
-    if (steps_run > 0 && lead) {
-        int save = 1;
-        if (lora) { /* adapter.gguf was written with the last checkpoint */
-            if (nv_file_exists(adapter_path)) nv_info("wrote %s", adapter_path);
-            /* the frozen weights are --init-from's own: merged into a copy, made mostly in the memory
-               the plans (no longer needed) held */
-            nv_model_free_plans(&tm.m);
-            if (nv_model_own_params(&tm.m) == NV_OK) {
-                nv_lora_merge(&tm.m, &o->lora, tm.lora_params, 1.0f);
-            } else { /* never the base under the merged model's name: export and serve refuse a missing one */
-                nv_warn("the merged model is not written (%s): use the base with --lora %s", nv_errmsg(), adapter_path);
-                remove_models(o->out_dir);
-                save = 0;
-            }
-        } else {
-            unlink(adapter_path); /* an earlier run's, which would not go with this model */
-        }
-        char path[4200];
-        if (save && save_model(&tm.m, o->out_dir, o->out_dir, path) == NV_OK) nv_info("wrote %s", path);
-        else if (save) nv_info("%s not written: %s", path, nv_errmsg());
-        if (save_best_on && !isnan(best.val))
-            nv_info("best validation loss %.4f, at step %ld: %s%s", (double)best.val, best.step, best_dir,
-                    lora ? "/adapter.gguf" : "");
+    if (e == NV_OK) {
+        if (r->tty) fprintf(stderr, "\n");
+        const nv_engine_id used = nv_model_engine(&r->tm.m); /* before a LoRA run's merge frees the plans */
+        if (tot.steps > 0 && r->lead) save_final(r);
+        if (tot.steps > 0) report_efficiency(r, &tot, used, nv_now() - t_start, builds_after_setup);
+        /* the others leave only once process 0 has saved everything (a process that exits early could
+           make the launcher end the job under it) */
+        nv_dist_max(0);
+        if (diverged_msg[0]) e = together(nv_fail(NV_ERANGE, "%s", diverged_msg));
     }
-    if (steps_run > 0) {
-        double wall = nv_now() - t_start, n = (double)steps_run;
-        double achieved = sum_flops / sum_step;
-        /* the peak of the unit this engine runs on, measured now with the same threads (by every process
-           at once, summed) */
-        nv_peak_unit unit = nv_peak_unit_of(nv_engine_bf16_of(used)); /* int8 engines train on bf16 tiles */
-        char why[160], peak_text[96] = "";
-        double peak = 0;
-        nv_dist_max(0); /* the processes measure together, once process 0 has saved */
-        if (unit != NV_PEAK_COUNT && nv_peak_available(unit, why, sizeof why)) peak = nv_peak_run(unit, nv_pool_threads(), 0.2);
-        const int same_unit = nv_dist_max(unit) == -nv_dist_max(-(long)unit); /* machines of one kind */
-        nv_dist_sum_f64(&peak, 1);
-        if (peak > 0 && same_unit)
-            snprintf(peak_text, sizeof peak_text, " = %.0f%% of the %.2f TFLOP/s %s peak measured now", 100 * achieved / peak,
-                     peak / 1e12, nv_peak_instr(unit));
-        /* the process's peak resident memory, what a run at this batch and window needs on this box */
-        struct rusage ru;
-        char mem_text[48] = "";
-        if (!getrusage(RUSAGE_SELF, &ru) && ru.ru_maxrss > 0)
-            snprintf(mem_text, sizeof mem_text, "; peak memory %.2f GB%s", (double)ru.ru_maxrss * 1024.0 / 1e9,
-                     world > 1 ? " a process" : "");
-        if (lead)
-            fprintf(stderr,
-                    "nerve: efficiency: %ld steps (%.2f epochs) in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + "
-                    "backward %.1f (%.0f%%) + optimizer %.1f (%.0f%%) + waiting %.1f (%.0f%%); %.3f TFLOP/s achieved on %s%s%s; %ld "
-                    "plans built at setup, %ld since%s\n",
-                    steps_run, epochs_of(cur.windows - windows0, epoch_windows), wall,
-                    (double)bt * o->accum * n / sum_step, 1e3 * sum_step / n, 1e3 * sum_f / n,
-                    100 * sum_f / sum_step, 1e3 * sum_b / n, 100 * sum_b / sum_step, 1e3 * sum_o / n,
-                    100 * sum_o / sum_step, 1e3 * sum_w / n, 100 * sum_w / sum_step, achieved / 1e12,
-                    nv_engine_name(used), procs, peak_text, builds_after_setup, nv_plan_builds() - builds_after_setup,
-                    mem_text);
-    }
-    /* the others leave only once process 0 has saved everything (a process that exits early could
-       make the launcher end the job under it) */
-    nv_dist_max(0);
-    if (diverged_msg[0]) e = together(nv_fail(NV_ERANGE, "%s", diverged_msg));
-done:
-    if (handlers) {
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-        sigaction(SIGUSR1, &old_usr1, NULL);
-    }
-    if (metrics) fclose(metrics);
-    if (samples) fclose(samples);
-    free(in);
-    free(tg);
-    free(seg);
-    free(pair_ids);
-    free(seq_scale);
-    free(ref);
-    free(tr.step);
-    free(tr.loss);
-    free(va.step);
-    free(va.loss);
-    nv_adamw_free(&opt);
-    nv_tmodel_free(&tm);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+    run_free(r);
     return e;
 }
