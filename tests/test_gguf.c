@@ -14,6 +14,7 @@
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/hf.h"
+#include "model/imatrix.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "serve/prefix.h"
@@ -541,9 +542,9 @@ static void export_and_quantized_plans(const char *type, int bits) {
     const nv_engine_id e = nv_engine_best_fp32();
     T_CHECK(nv_model_build_plans(&b, e) == NV_OK && nv_model_build_plans(&q, e) == NV_OK && nv_model_build_plans(&f, e) == NV_OK,
             "%s", nv_errmsg());
-    if (e != NV_ENGINE_SCALAR)
+    if (e != NV_ENGINE_SCALAR) /* Q4_0's classifier is Q6_K, as llama.cpp's: Q8_0 for these rows of 64 */
         T_CHECK(nv_plan_quantized(q.plans[0].wq) == bits && nv_plan_quantized(q.plans[0].w2) == (half ? bits : 0) &&
-                    nv_plan_quantized(q.cls_plan) == bits && !nv_plan_quantized(f.plans[0].wq),
+                    nv_plan_quantized(q.cls_plan) == (bits == 4 ? 8 : bits) && !nv_plan_quantized(f.plans[0].wq),
                 "which plans are block-quantized, with how many bits");
     enum { N = 40 };
     int toks[N];
@@ -767,12 +768,15 @@ static void test_kquant_writers(void) {
             T_CHECK(to && to->type == 14u && te && te->type == base && tn && tn->type == 0u, "%s: output %u, token_embd %u, norm %u",
                     kinds[k].name, to ? to->type : 99, te ? te->type : 99, tn ? tn->type : 99);
         }
-        if (kinds[k].type == NV_GGUF_Q5_1 || kinds[k].type == NV_GGUF_Q4_1) { /* every matrix, the classifier too: 24 or 20 bytes a block */
+        if (kinds[k].type == NV_GGUF_Q5_1 || kinds[k].type == NV_GGUF_Q4_1 || kinds[k].type == NV_GGUF_Q5_0 ||
+            kinds[k].type == NV_GGUF_Q4_0) { /* every matrix (24, 20, 22 or 18 bytes a block) but the classifier: Q6_K */
             const nv_gguf_tensor *tw = nv_gguf_tensor_find(&g, "blk.4.ffn_up.weight"), *to = nv_gguf_tensor_find(&g, "output.weight");
-            const uint64_t per = kinds[k].type == NV_GGUF_Q5_1 ? 24 : 20;
-            T_CHECK(tw && tw->type == kinds[k].type && tw->bytes == 512ull * 256 / 32 * per && to && to->type == kinds[k].type,
-                    "%s: ffn_up type %u, %llu bytes; output type %u", kinds[k].name, tw ? tw->type : 99,
-                    tw ? (unsigned long long)tw->bytes : 0ull, to ? to->type : 99);
+            const nv_gguf_tensor *te = nv_gguf_tensor_find(&g, "token_embd.weight");
+            const uint32_t ty = kinds[k].type;
+            const uint64_t per = ty == NV_GGUF_Q5_1 ? 24 : ty == NV_GGUF_Q4_1 ? 20 : ty == NV_GGUF_Q5_0 ? 22 : 18;
+            T_CHECK(tw && tw->type == ty && tw->bytes == 512ull * 256 / 32 * per && to && to->type == 14u && te && te->type == ty,
+                    "%s: ffn_up type %u, %llu bytes; output type %u, token_embd %u", kinds[k].name, tw ? tw->type : 99,
+                    tw ? (unsigned long long)tw->bytes : 0ull, to ? to->type : 99, te ? te->type : 99);
         }
         if (kinds[k].type == NV_GGUF_Q6_K) {
             const nv_gguf_tensor *tw = nv_gguf_tensor_find(&g, "blk.4.ffn_up.weight");
@@ -826,6 +830,54 @@ static void test_kquant_writers(void) {
             err_w1[5], err_w1[6], err_w1[7]);
     /* the IQ4 types' uneven levels fit these bell-shaped weights better than Q4_0's even ones */
     T_CHECK(err_w1[8] < err_w1[5] && err_w1[9] < err_w1[5], "IQ4_XS %g, IQ4_NL %g against Q4_0 %g", err_w1[8], err_w1[9], err_w1[5]);
+    /* --pure: every matrix the mix's own type, the classifier and the raised layers too, under the
+       mix's file type */
+    static const struct {
+        uint32_t type, tensor, file_type;
+    } pures[] = {{NV_GGUF_Q4_K, 12u, 15}, {NV_GGUF_Q3_K_L, 11u, 13}, {NV_GGUF_Q4_0, 2u, 2}};
+    for (size_t k = 0; k < sizeof pures / sizeof pures[0]; k++) {
+        const char *path = t_path("kq-pure.gguf");
+        nv_gguf g;
+        if (nv_gguf_save(&m, NULL, "kq", path, pures[k].type | NV_GGUF_PURE, NULL, NULL) != NV_OK || nv_gguf_open(path, &g) != NV_OK) {
+            T_CHECK(0, "%s", nv_errmsg());
+            continue;
+        }
+        const char *names[] = {"output.weight", "token_embd.weight", "blk.0.attn_v.weight", "blk.0.ffn_down.weight", "blk.5.attn_output.weight"};
+        for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+            const nv_gguf_tensor *t = nv_gguf_tensor_find(&g, names[n]);
+            T_CHECK(t && t->type == pures[k].tensor, "pure %u: %s %u", pures[k].type, names[n], t ? t->type : 99);
+        }
+        const nv_gguf_kv *ft = nv_gguf_find(&g, "general.file_type");
+        uint32_t v = 0;
+        if (ft && ft->type == 4) memcpy(&v, ft->val, 4);
+        T_CHECK(v == pures[k].file_type, "pure %u: general.file_type %u", pures[k].type, v);
+        nv_gguf_close(&g);
+    }
+    /* with an importance matrix, Q4_0 and Q5_0 give the first eighth's ffn_down (layer 0 of 8) Q4_1
+       and Q5_1, as llama.cpp's guard does; the other layers keep the type */
+    nv_imatrix im = {0};
+    nv_imatrix_entry *ie;
+    char iname[64];
+    for (int l = 0; l < c.n_layers; l++) {
+        snprintf(iname, sizeof iname, "blk.%d.ffn_down.weight", l);
+        T_CHECK(nv_imatrix_add_entry(&im, "t", iname, strlen(iname), c.hidden_dim, 1, &ie) == NV_OK, "%s", nv_errmsg());
+        for (int j = 0; j < c.hidden_dim; j++) ie->sum2[j] = 1.0 + (j % 7);
+        ie->count[0] = 1;
+    }
+    static const uint32_t guarded[][2] = {{NV_GGUF_Q4_0, 3u}, {NV_GGUF_Q5_0, 7u}};
+    for (int k = 0; k < 2; k++) {
+        const char *path = t_path("kq-guard.gguf");
+        nv_gguf g;
+        if (nv_gguf_save(&m, NULL, "kq", path, guarded[k][0], NULL, &im) != NV_OK || nv_gguf_open(path, &g) != NV_OK) {
+            T_CHECK(0, "%s", nv_errmsg());
+            continue;
+        }
+        const nv_gguf_tensor *d0 = nv_gguf_tensor_find(&g, "blk.0.ffn_down.weight"), *d1 = nv_gguf_tensor_find(&g, "blk.1.ffn_down.weight");
+        T_CHECK(d0 && d0->type == guarded[k][1] && d1 && d1->type == guarded[k][0], "type %u with an imatrix: ffn_down %u, then %u",
+                guarded[k][0], d0 ? d0->type : 99, d1 ? d1->type : 99);
+        nv_gguf_close(&g);
+    }
+    nv_imatrix_free(&im);
     nv_model_free(&m);
     const char *bp = t_data("models/stories260K.bin");
     nv_model s;
@@ -874,6 +926,23 @@ static void test_kquant_writers(void) {
         snprintf(args, sizeof args, "info -m %s", out);
         T_CHECK(t_nerve(args) == 0 && strstr(t_out, want), "info of a %s file: %s", types[k], t_out);
     }
+    /* --pure from the CLI: the classifier (the tied embedding) in Q4_0 too; refused beside an
+       unquantized or non-GGUF output */
+    if (!tp) return;
+    char args[4200], out[700];
+    snprintf(out, sizeof out, "%s/kq-cli-pure.gguf", t_tmpdir());
+    snprintf(args, sizeof args, "export %s -z %s -o %s --type q4_0 --pure", bp, tp, out);
+    T_CHECK(t_nerve(args) == 0, "export --pure: %s", t_err);
+    nv_gguf g2;
+    if (nv_gguf_open(out, &g2) == NV_OK) {
+        const nv_gguf_tensor *te = nv_gguf_tensor_find(&g2, "token_embd.weight");
+        T_CHECK(te && te->type == 2u, "--pure: token_embd %u", te ? te->type : 99);
+        nv_gguf_close(&g2);
+    }
+    snprintf(args, sizeof args, "export %s -z %s -o %s --type f16 --pure", bp, tp, out);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--pure"), "--pure with f16: %s", t_err);
+    snprintf(args, sizeof args, "export %s -z %s -o %s/kq-pure-hf/ --type bf16 --pure", bp, tp, t_tmpdir());
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--pure"), "--pure to a Hugging Face folder: %s", t_err);
 }
 
 /* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless

@@ -85,13 +85,14 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, o
 
 static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32", *format = NULL, *imatrix_path = NULL;
+    int pure = 0;
     cli_loras loras = {0};
     template_flags tf = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_k_s|q5_1|q5_0|q4_k_m|q4_k_s|q4_1|q4_0|iq4_xs|iq4_nl|q3_k_l|q3_k_m|q3_k_s|q2_k]\n"
-                   "                   [--format llama2c|gguf|hf] [--imatrix FILE] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+                   "                   [--format llama2c|gguf|hf] [--imatrix FILE] [--pure] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  (a file, or a Hugging Face folder) as a llama2.c version-1 checkpoint; or, when OUT ends in .gguf,\n"
                    "  as a GGUF v3 llama model (qwen3 for a QK-norm model) as llama.cpp reads it; or, when OUT\n"
@@ -112,7 +113,9 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "            q5_k_s (Q5_K alone) and q4_k_s (Q4_K, Q5_K for the first layers' attn_v and ffn_down), a\n"
                    "            little smaller than the _m mixes, and\n"
                    "            q3_k_s, q3_k_l (Q3_K alone, or Q5_K for attn_v, attn_output and ffn_down); rows that are\n"
-                   "            not whole blocks fall back as llama.cpp's do\n"
+                   "            not whole blocks fall back as llama.cpp's do; each gives the classifier Q6_K (q8_0 aside)\n"
+                   "  --pure    every matrix in the type's own form: no Q6_K classifier, none of a mix's raised layers\n"
+                   "            (llama-quantize's --pure)\n"
                    "  --chat-template T  the chat template the output carries (GGUF: tokenizer.chat_template; Hugging Face:\n"
                    "            tokenizer_config.json's chat_template), in Jinja as transformers, vLLM and llama.cpp run it:\n"
                    "            plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, olmo2, or none\n"
@@ -129,6 +132,10 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         if (a[0] != '-') {
             if (in) return cli_error(CMD, 2, "one checkpoint at a time");
             in = a;
+            continue;
+        }
+        if (!strcmp(a, "--pure")) {
+            pure = 1;
             continue;
         }
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
@@ -173,6 +180,8 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         return cli_error(CMD, 2, "--type %s: a Hugging Face folder holds f32, bf16 or f16 weights", type_name);
     if (fmt == OUT_LLAMA2C && type != NV_GGUF_F32)
         return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf) or a Hugging Face one", type_name);
+    if (pure && (fmt != OUT_GGUF || type == NV_GGUF_F32 || type == NV_GGUF_F16 || type == NV_GGUF_BF16))
+        return cli_error(CMD, 2, "--pure goes with a quantized GGUF output (--type q8_0, q4_0, a k-quant, ...)");
     if (imatrix_path) {
         if (fmt != OUT_GGUF || type == NV_GGUF_F32 || type == NV_GGUF_F16 || type == NV_GGUF_BF16)
             return cli_error(CMD, 2, "--imatrix goes with a quantized GGUF output (--type q4_0, q4_1, q5_0, q5_1, a k-quant, iq4_xs, iq4_nl)");
@@ -223,7 +232,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         long long step = (long long)ck.h.step;
         char *tmpl = NULL;
         int rc = output_template(&tf, path, &tmpl);
-        if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl, im->n ? im : NULL);
+        if (!rc) rc = write_out(&m, out, tok_path, fmt, pure ? type | NV_GGUF_PURE : type, tmpl, im->n ? im : NULL);
         free(tmpl);
         nv_ckpt_close(&ck);
         if (!rc) fprintf(stderr, "nerve: wrote %s (step %lld)\n", out, step);
@@ -252,7 +261,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     if (!tok_path && fmt != OUT_LLAMA2C && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
     char *tmpl = NULL;
     int rc = output_template(&tf, path, &tmpl);
-    if (!rc) rc = write_out(&m, out, tok_path, fmt, type, tmpl, im->n ? im : NULL);
+    if (!rc) rc = write_out(&m, out, tok_path, fmt, pure ? type | NV_GGUF_PURE : type, tmpl, im->n ? im : NULL);
     free(tmpl);
     nv_model_free(&m);
     if (!rc) fprintf(stderr, "nerve: wrote %s\n", out);

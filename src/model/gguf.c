@@ -2122,7 +2122,9 @@ static void quantize_bf16(const float *x, uint64_t n, uint64_t d0, const float *
 
 /* The type a tensor gets in a file of `type` (the writer's codes; NV_GGUF_Q4_K and the others of a
  * mix are llama.cpp's mixes, llama_tensor_get_type's rules for a dense model): vectors stay F32;
- * every mix gives Q6_K to the classifier (the token embedding when it is the classifier too);
+ * every quantized type but Q8_0 gives Q6_K to the classifier (the token embedding when it is the
+ * classifier too); with an importance matrix, Q4_0 and Q5_0 give Q4_1 and Q5_1 to ffn_down in the
+ * first eighth of the layers;
  * Q4_K_M and Q5_K_M give Q6_K to attn_v and ffn_down in the first and last eighth of the layers and
  * every third between; Q3_K_M gives attn_v Q5_K in the first two layers and Q4_K after, ffn_down
  * Q5_K in the first sixteenth and Q4_K after, attn_output Q4_K; Q2_K gives attn_v Q4_K with four or
@@ -2132,8 +2134,9 @@ static void quantize_bf16(const float *x, uint64_t n, uint64_t d0, const float *
  * attn_output and ffn_down Q5_K; Q4_K_S gives attn_v Q5_K in the first four layers and ffn_down in
  * the first eighth. A k-quant whose rows are not whole super-blocks of 256 falls
  * back as llama.cpp's does (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, Q2_K, Q3_K and IQ4_XS to
- * IQ4_NL), a block type whose rows are not whole blocks of 32 to F32. */
-static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type, int has_imatrix) {
+ * IQ4_NL), a block type whose rows are not whole blocks of 32 to F32. pure: none of those rules but
+ * the fallbacks. */
+static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type, int has_imatrix, int pure) {
     /* a mixture's router stays F32, as llama.cpp keeps it: its logits choose the experts */
     if (type == NV_GGUF_F32 || t->d1 == 1 || strstr(t->name, ".ffn_gate_inp.")) return T_F32;
     if (type == NV_GGUF_F16) return T_F16;
@@ -2144,9 +2147,17 @@ static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t
     const int attn_v = in_layer && !strcmp(part, "attn_v"), attn_out = in_layer && !strcmp(part, "attn_output");
     const int ffn_down = in_layer && (!strcmp(part, "ffn_down") || !strcmp(part, "ffn_down_exps"));
     const int more_bits = i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2, gqa4 = c->n_heads >= 4 * c->n_kv_heads;
-    if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) {
-        if (type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 && type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_1 && type != NV_GGUF_Q5_1)
-            type = T_Q6_K;
+    if (pure) { /* the mix's own type for every matrix (llama-quantize --pure) */
+        type = type == NV_GGUF_Q3_K_S || type == NV_GGUF_Q3_K_L ? T_Q3_K
+               : type == NV_GGUF_Q4_K_S                         ? T_Q4_K
+               : type == NV_GGUF_Q5_K_S                         ? T_Q5_K
+                                                                : type; /* the others' codes are their types */
+    } else if (!strcmp(t->name, "output.weight") || (c->shared_classifier && !strcmp(t->name, "token_embd.weight"))) {
+        if (type != NV_GGUF_Q8_0) type = T_Q6_K;
+    } else if ((type == NV_GGUF_Q4_0 || type == NV_GGUF_Q5_0) && has_imatrix) {
+        /* llama.cpp's guard for the first eighth's ffn_down, whose blocks Q4_0 and Q5_0 fit badly even
+           with an importance matrix */
+        if (ffn_down && i < L / 8) type = type == NV_GGUF_Q4_0 ? T_Q4_1 : T_Q5_1;
     } else if (type == NV_GGUF_Q4_K || type == NV_GGUF_Q5_K) {
         type = (attn_v || ffn_down) && more_bits ? T_Q6_K : type == NV_GGUF_Q4_K ? T_Q4_K : T_Q5_K;
     } else if (type == NV_GGUF_Q3_K) {
@@ -2264,6 +2275,8 @@ static const nv_imatrix_entry *tensor_importance(const nv_imatrix *im, const nv_
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
                     const char *chat_template, const struct nv_imatrix *imatrix) {
     const nv_config *c = &m->config;
+    const int pure = (type & NV_GGUF_PURE) != 0;
+    type &= ~NV_GGUF_PURE;
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 &&
         type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K && type != NV_GGUF_Q3_K &&
         type != NV_GGUF_Q2_K && type != NV_GGUF_IQ4_NL && type != NV_GGUF_IQ4_XS && type != NV_GGUF_Q3_K_S && type != NV_GGUF_Q3_K_L &&
@@ -2407,7 +2420,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     int used = 0;
     nv_err e = NV_OK;
     for (size_t i = 0; imatrix && i < nt && e == NV_OK; i++) {
-        if (!takes_importance(tensor_type(c, &t[i], type, 1))) continue;
+        if (!takes_importance(tensor_type(c, &t[i], type, 1, pure))) continue;
         const nv_imatrix_entry *en = tensor_importance(imatrix, &t[i], &tp[i]);
         /* an embedding that is not the classifier is looked up, never multiplied: no entry expected */
         if (!en) {
@@ -2434,7 +2447,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
     uint64_t off = 0;
     for (size_t i = 0; i < nt && !oom && e == NV_OK; i++) {
         const uint64_t n = t[i].d0 * nv_tensor_rows(&t[i]);
-        const uint32_t tt = tensor_type(c, &t[i], type, imatrix != NULL);
+        const uint32_t tt = tensor_type(c, &t[i], type, imatrix != NULL, pure);
         const int quant = tt != T_F32;
         bytes[i] = tensor_bytes(tt, n, t[i].d0);
         const nv_imatrix_entry *en = imatrix && takes_importance(tt) ? tensor_importance(imatrix, &t[i], &tp[i]) : NULL;
