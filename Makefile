@@ -38,6 +38,7 @@ build/$(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE) $$(WARN) $(2) -c $$< -o $$@
 
+build/$(1)/obj/src/serve/webui.o: src/serve/webui.html
 build/$(1)/obj/src/train/dist.o: $(MPI_STAMP)
 build/$(1)/obj/src/train/dist.o: BASE += $(MPI_CFLAGS)
 
@@ -131,6 +132,8 @@ build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(if $(filter $(basename $(notdir $<)),$(FUZZ_ASAN_ONLY)),$(subst $(FUZZ_SAN),-fsanitize=address,$(FUZZ_FLAGS)),$(FUZZ_FLAGS)) \
 	  -MMD -MP -Wno-unknown-pragmas $(FUZZ_TARGET_$(basename $(notdir $<))) -c $< -o $@
+
+build/fuzz/obj/src/serve/webui.o: src/serve/webui.html
 
 build/fuzz/libnerve.a: $(call objs,fuzz,$(LIB_SRC))
 	@rm -f $@

@@ -2109,6 +2109,47 @@ static void test_chat_templates_in_jinja(void) {
  * certificate, gets a completion with either key (Bearer or x-api-key) and /health without one, 401
  * without a key or with the comment line as one; a plain HTTP request to it gets no HTTP answer; a key that is not one, a key without its certificate, a key of another certificate and a
  * missing file are refused in one line before anything listens. */
+/* GET / answers the chat page (public, with its security headers) and --no-webui takes it away;
+ * the page's script, run by node against the server on a stand-in DOM (tests/webui_check.js),
+ * lists the model, streams an answer with its usage line, keeps the conversation, and shows a
+ * refusal as an error without keeping the refused question. */
+static void test_webui(void) {
+    server s;
+    if (!server_start(&s, "webui", "--kv-disk-cache 0 --api-key page-key", NULL)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    resp r;
+    T_CHECK(http(s.port, "GET", "/", NULL, NULL, &r) && r.status == 200 && strstr(r.head, "text/html") &&
+                strstr(r.head, "Content-Security-Policy: default-src 'none'") && strstr(r.body, "<title>nerve</title>") &&
+                strstr(r.body, "/v1/chat/completions"),
+            "GET / without a key: %d %s", r.status, r.head ? r.head : "");
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 401, "/v1/models without a key: %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/", NULL, "{}", &r) && r.status == 405, "POST /: %d", r.status);
+    resp_free(&r);
+    if (system("command -v node >/dev/null 2>&1") == 0) {
+        char cmd[1024], out[700], *text = NULL;
+        snprintf(out, sizeof out, "%s/webui-check.txt", tmpdir);
+        snprintf(cmd, sizeof cmd, "node tests/webui_check.js http://127.0.0.1:%d page-key >'%s' 2>&1", s.port, out);
+        const int rc = system(cmd);
+        nv_file_read_all(out, &text, NULL);
+        T_CHECK(rc == 0 && text && !strcmp(text, "ok\n"), "the page's script: %s", text ? text : "(no output)");
+        free(text);
+    } else {
+        t_skip("node is not installed (scripts/deps.sh installs nodejs): the page's script is not run");
+    }
+    server_stop(&s);
+    if (!server_start(&s, "no-webui", "--kv-disk-cache 0 --no-webui", NULL)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    T_CHECK(http(s.port, "GET", "/", NULL, NULL, &r) && r.status == 404, "GET / with --no-webui: %d", r.status);
+    resp_free(&r);
+    server_stop(&s);
+}
+
 static void test_https(void) {
     if (system("command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1") != 0) {
         t_skip("openssl or curl is not installed (scripts/deps.sh installs them)");
@@ -2236,6 +2277,7 @@ int main(void) {
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_auth_cors_timeout);
     T_RUN(test_https);
+    T_RUN(test_webui);
     T_RUN(test_chat_templates_in_jinja);
     return t_done();
 }

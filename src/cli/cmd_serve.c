@@ -68,6 +68,7 @@ static void usage(FILE *f) {
             "  --api-key-file F     the keys from a file, one a line ('#' lines and blank ones skipped): kept out of the\n"
             "                       process list and the shell's history\n"
             "  --cors               send Access-Control-Allow-Origin: * and answer CORS preflights\n"
+            "  --no-webui           no chat page at / (default: GET / answers a page to chat with the model in a browser)\n"
             "  --ssl-key-file F, --ssl-cert-file F\n"
             "                       serve HTTPS with this PEM private key and certificate (chain) instead of HTTP\n"
             "                       (llama.cpp's flags; vLLM's --ssl-keyfile, --ssl-certfile too)\n"
@@ -188,7 +189,7 @@ int cmd_serve(int argc, char **argv) {
     const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
     int n_given_keys = 0, n_api_keys = 0;
     int reasoning = -1; /* unset: deepseek for DeepSeek-R1's template, else none */
-    int port = 8000, threads = 0, cors = 0, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
+    int port = 8000, threads = 0, cors = 0, webui = 1, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
@@ -212,6 +213,10 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-prefix-cache")) {
             prefix_cache = 0;
+            continue;
+        }
+        if (!strcmp(a, "--no-webui")) {
+            webui = 0;
             continue;
         }
         if (!strcmp(a, "--no-tune")) {
@@ -449,6 +454,7 @@ int cmd_serve(int argc, char **argv) {
                        .api_keys = api_keys,
                        .n_api_keys = n_api_keys,
                        .cors = cors,
+                       .webui = webui,
                        .max_body = (size_t)max_body,
                        .timeout_s = timeout,
                        .engine = nv_engine_name(nv_model_engine(&model)),
@@ -490,12 +496,13 @@ int cmd_serve(int argc, char **argv) {
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
             "nerve serve: listening on %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
-            "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)\n",
+            "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)%s\n",
             key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
             reasoning ? " (reasoning to reasoning_content)" : "",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
-            prefill_chunk, tuned_line, cache_line, spec_line, n_api_keys ? ", API key required" : "");
+            prefill_chunk, tuned_line, cache_line, spec_line, n_api_keys ? ", API key required" : "",
+            webui ? "; chat in a browser at /" : "");
     fflush(stderr);
 
     int sig = 0;

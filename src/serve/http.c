@@ -19,6 +19,7 @@
 #include "serve/anthropic.h"
 #include "serve/llamacpp.h"
 #include "serve/responses.h"
+#include "serve/webui.h"
 
 struct nv_http {
     struct MHD_Daemon *d;
@@ -41,7 +42,8 @@ typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
     R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
     R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS,
-    R_LCPP_COMPLETION, R_INFILL, R_PROPS, R_APPLY_TEMPLATE /* llama.cpp's native API */
+    R_LCPP_COMPLETION, R_INFILL, R_PROPS, R_APPLY_TEMPLATE, /* llama.cpp's native API */
+    R_WEBUI /* GET /: the chat page */
 } route_id;
 
 typedef struct {
@@ -147,7 +149,7 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
                                         "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
-                                        "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template"};
+                                        "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template", "/"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -157,6 +159,15 @@ static int anthropic_route(route_id r) { return r == R_MESSAGES || r == R_COUNT_
 /* Anthropic's SDKs send anthropic-version with every request: /v1/models answers them in their shape. */
 static int anthropic_client(struct MHD_Connection *c) {
     return MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version") != NULL;
+}
+
+/* Queues a built response (taken) with status, counted in the metrics. */
+static enum MHD_Result queue_counted(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, int status, struct MHD_Response *resp) {
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    cc->responded = 1;
+    nv_metrics_status(h->m, status);
+    return ret;
 }
 
 /* Queues body (malloc'd, taken) with status. */
@@ -177,12 +188,24 @@ static enum MHD_Result respond(nv_http *h, struct MHD_Connection *c, conn_ctx *c
     }
     add_common_headers(h, resp, ctype);
     if (hname) MHD_add_response_header(resp, hname, hval);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    cc->responded = 1;
-    nv_metrics_status(h->m, status);
+    enum MHD_Result ret = queue_counted(h, c, cc, status, resp);
     if (status >= 400 || cc->route >= R_COMPLETIONS) access_log(cc, c, status, NULL);
     return ret;
+}
+
+/* The chat page: public as llama-server's (it holds nothing; its requests carry the key the user
+   gives it), and kept from loading or sending anything but itself and its calls to this server. */
+static enum MHD_Result respond_page(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(nv_webui_page), (void *)nv_webui_page, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_common_headers(h, resp, "text/html; charset=utf-8");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+                            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    return queue_counted(h, c, cc, 200, resp);
 }
 
 /* An error body in the shape of the API the route belongs to, or the client speaks. */
@@ -208,6 +231,7 @@ static enum MHD_Result fail(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, 
 /* ---- routing ------------------------------------------------------------------------------- */
 
 static route_id route_of(const char *url) {
+    if (!strcmp(url, "/")) return R_WEBUI;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/props")) return R_PROPS;
@@ -611,10 +635,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         }
         add_common_headers(h, resp, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        cc->responded = 1;
-        nv_metrics_status(h->m, 200);
+        enum MHD_Result ret = queue_counted(h, c, cc, 200, resp);
         access_log(cc, c, 200, "stream");
         return ret;
     }
@@ -902,11 +923,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 asked && header_list_ok(asked) ? asked : "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-        enum MHD_Result ret = MHD_queue_response(c, 204, resp);
-        MHD_destroy_response(resp);
-        cc->responded = 1;
-        nv_metrics_status(h->m, 204);
-        return ret;
+        return queue_counted(h, c, cc, 204, resp);
     }
     if (cc->route == R_NONE) {
         nv_api_error e;
@@ -926,6 +943,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         return respond(h, c, cc, stopping ? 503 : 200, "application/json",
                        strdup(stopping ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}"), NULL, NULL);
     }
+    if (cc->route == R_WEBUI) return respond_page(h, c, cc);
     if (cc->route == R_PROPS) /* public, as llama-server's */
         return respond(h, c, cc, 200, "application/json", nv_lcpp_props(&h->ctx, h->s->o.max_batch), NULL, NULL);
     if (!auth_ok(h, c))
@@ -998,6 +1016,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         atomic_fetch_add(&h->active, 1);
         cc->t0 = nv_now();
         cc->route = route_of(url);
+        if (cc->route == R_WEBUI && !h->o.webui) cc->route = R_NONE; /* --no-webui */
         cc->method = method;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {

@@ -9,7 +9,8 @@
  *   pool at the scheduler's next iteration). A stream is a chunked response whose content
  *   callback blocks for the next text; a client that goes away mid-stream makes the write fail
  *   or the socket check fire, and the request is cancelled the same way.
- * - Routes: GET /health (never authenticated), GET /metrics, GET /v1/models,
+ * - Routes: GET / (the chat page, serve/webui.h; never authenticated; off: 404), GET /health (never
+ *   authenticated), GET /metrics, GET /v1/models,
  *   GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions (also without the
  *   /v1 prefix); OPTIONS for CORS preflight when cors is on. Wrong method: 405; unknown path:
  *   404; every error carries OpenAI's body {"error":{"message","type","param","code"}}.
@@ -33,6 +34,7 @@ typedef struct {
     const char *const *api_keys; /* any of them is accepted (none: no key needed) */
     int n_api_keys;
     int cors;
+    int webui; /* GET / answers the chat page (serve/webui.h); else 404 */
     size_t max_body;
     double timeout_s;
     const char *engine; /* shown in /metrics */
