@@ -22,7 +22,7 @@
  * one): a failure gives Anthropic's error body and keeps nothing; a success is a chat request that
  * passes the same checks (max_tokens capped by the room, never refused for it), and the message and
  * stream events built for it are valid JSON. And as a Responses body, the same way (OpenAI's error
- * body; the response object and its events valid). */
+ * body; the response object and its events valid), and as Ollama's chat, generate and show bodies. */
 #include <cjson/cJSON.h>
 
 #include "base/file.h"
@@ -31,6 +31,7 @@
 #include "model/sampler.h"
 #include "serve/anthropic.h"
 #include "serve/llamacpp.h"
+#include "serve/ollama.h"
 #include "serve/api.h"
 #include "serve/responses.h"
 #include "serve/tools.h"
@@ -276,6 +277,39 @@ static void check_llamacpp(nv_api_ctx *ctx, const char *data, size_t size) {
     }
 }
 
+/* The body as Ollama's /api/chat and /api/generate, and /api/show: a failure gives Ollama's error
+ * body; a load-only request keeps nothing; a success passes the request checks and its lines and
+ * whole answer (with a call) are valid JSON. */
+static void check_ollama(nv_api_ctx *ctx, const char *data, size_t size) {
+    for (int chat = 0; chat < 2; chat++) {
+        nv_api_request r;
+        nv_olla_meta m;
+        nv_api_error err;
+        int rc = nv_olla_parse(ctx, data, size, chat, &r, &m, &err);
+        if (rc != 0) {
+            FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0' && r.prompt_ids == NULL, "ollama status %d", rc);
+            check_json(nv_olla_error_json(&err), "ollama error body");
+            continue;
+        }
+        if (m.load_only) {
+            FZ_CHECK(r.prompt_ids == NULL, "a load-only request was parsed");
+            check_json(nv_olla_loaded(&m), "ollama load answer");
+            continue;
+        }
+        check_request(ctx, r.chat, &r);
+        nv_tool_call call = {.id = "call_0", .name = (char *)"f", .arguments = (char *)"{\"a\":1}"};
+        nv_olla_answer a = {"why", "x", &call, 1, NV_FINISH_STOP, r.req.n_prompt, 1, 0.1, 0.2};
+        check_json(nv_olla_chunk(&m, "why", "x", &call, 1), "ollama line");
+        check_json(nv_olla_done(&m, &a), "ollama answer");
+        nv_api_request_free(&r);
+    }
+    const nv_olla_model_info info = {260032, 1056540, "llama", "F32", "llama2.c"};
+    char *out = NULL;
+    nv_api_error err;
+    if (nv_olla_show(ctx, &info, data, size, &out, &err) == 0) check_json(out, "ollama show");
+    else check_json(nv_olla_error_json(&err), "ollama show error");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
     static nv_adapters adapters; /* one adapter, lora-a, a request may name as its model */
@@ -316,6 +350,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_anthropic(&ctx, (const char *)data, size);
     check_responses(&ctx, (const char *)data, size);
     check_llamacpp(&ctx, (const char *)data, size);
+    check_ollama(&ctx, (const char *)data, size);
     check_tool_parser((const char *)data, size);
     /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */
     for (int detok = 0; detok < 2; detok++) {

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The official OpenAI and Anthropic Node SDKs against `nerve serve`: installs `openai` (v4) and
-# `@anthropic-ai/sdk` from the npm registry into a temporary folder, starts build/nerve serve on
+# The official OpenAI and Anthropic Node SDKs and Ollama's JavaScript library against `nerve serve`:
+# installs `openai` (v4), `@anthropic-ai/sdk` and `ollama` from the npm registry into a temporary folder, starts build/nerve serve on
 # stories260K with an API key on a free port, and a second one for tool calls on a
 # stories260K-shaped model with a 2,048-token context (`nerve init`: the tools' description
 # outgrows stories260K's 512), and runs scripts/sdk/check.mjs (chat, completions, logprobs,
 # structured outputs, tools, embeddings, the Responses API) and scripts/sdk/check_anthropic.mjs
-# (/v1/messages whole and streamed, stop sequences, prefill, token counting, tool use, errors).
+# (/v1/messages whole and streamed, stop sequences, prefill, token counting, tool use, errors) and
+# scripts/sdk/check_ollama.mjs (/api/chat and /api/generate whole and streamed, the model list, errors).
 # Needs node and npm; not part of `make test` (it downloads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +16,8 @@ command -v node >/dev/null && command -v npm >/dev/null || { echo "sdk_check: ne
 tmp=$(mktemp -d)
 pid= pid2=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; [ -n "$pid2" ] && kill "$pid2" 2>/dev/null; rm -rf "$tmp"' EXIT
-(cd "$tmp" && npm init -y >/dev/null && npm install --silent openai@4 @anthropic-ai/sdk >/dev/null)
-cp scripts/sdk/check.mjs scripts/sdk/check_anthropic.mjs "$tmp/"
+(cd "$tmp" && npm init -y >/dev/null && npm install --silent openai@4 @anthropic-ai/sdk ollama >/dev/null)
+cp scripts/sdk/check.mjs scripts/sdk/check_anthropic.mjs scripts/sdk/check_ollama.mjs "$tmp/"
 NERVE_API_KEY=sdk-check build/nerve serve -m "$data/models/stories260K.bin" -z "$data/models/tok512.bin" --port 0 \
     --no-prefix-cache 2>"$tmp/serve.log" &
 pid=$!
@@ -32,3 +33,4 @@ port2=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve
 [ -n "$port2" ] || { cat "$tmp/serve2.log" >&2; exit 1; }
 node "$tmp/check.mjs" "http://127.0.0.1:$port/v1" sdk-check "http://127.0.0.1:$port2/v1"
 node "$tmp/check_anthropic.mjs" "http://127.0.0.1:$port" sdk-check "http://127.0.0.1:$port2" stories260K tools-2k
+node "$tmp/check_ollama.mjs" "http://127.0.0.1:$port" sdk-check stories260K

@@ -2109,6 +2109,167 @@ static void test_chat_templates_in_jinja(void) {
  * certificate, gets a completion with either key (Bearer or x-api-key) and /health without one, 401
  * without a key or with the comment line as one; a plain HTTP request to it gets no HTTP answer; a key that is not one, a key without its certificate, a key of another certificate and a
  * missing file are refused in one line before anything listens. */
+/* An Ollama answer, whole or as JSON lines: its text (content or response), thinking aside, and the
+ * last object's fields. Returns the status (0 when a line is not JSON or no done object came). */
+typedef struct {
+    char text[4096], done_reason[16];
+    int lines, done, eval_count, prompt_eval_count, ndjson, calls;
+    char call_args[256];
+} olla_result;
+
+static int olla_post(int port, const char *path, const char *body, olla_result *o) {
+    memset(o, 0, sizeof *o);
+    resp r;
+    if (!http(port, "POST", path, NULL, body, &r)) return 0;
+    int status = r.status;
+    o->ndjson = r.head && strstr(r.head, "application/x-ndjson") != NULL;
+    char *save = NULL;
+    for (char *line = status == 200 ? strtok_r(r.body, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *root = cJSON_Parse(line);
+        if (!root) {
+            status = 0;
+            break;
+        }
+        o->lines++;
+        const cJSON *msg = cJSON_GetObjectItem(root, "message");
+        const cJSON *t = msg ? cJSON_GetObjectItem(msg, "content") : cJSON_GetObjectItem(root, "response");
+        if (cJSON_IsString(t)) strncat(o->text, t->valuestring, sizeof o->text - strlen(o->text) - 1);
+        const cJSON *calls = msg ? cJSON_GetObjectItem(msg, "tool_calls") : NULL;
+        if (cJSON_IsArray(calls) && calls->child) {
+            o->calls += cJSON_GetArraySize(calls);
+            char *args = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetObjectItem(calls->child, "function"), "arguments"));
+            snprintf(o->call_args, sizeof o->call_args, "%s", args ? args : "");
+            free(args);
+        }
+        if (cJSON_IsTrue(cJSON_GetObjectItem(root, "done"))) {
+            o->done++;
+            const cJSON *dr = cJSON_GetObjectItem(root, "done_reason");
+            snprintf(o->done_reason, sizeof o->done_reason, "%s", cJSON_IsString(dr) ? dr->valuestring : "");
+            o->eval_count = cJSON_GetObjectItem(root, "eval_count") ? cJSON_GetObjectItem(root, "eval_count")->valueint : -1;
+            o->prompt_eval_count =
+                cJSON_GetObjectItem(root, "prompt_eval_count") ? cJSON_GetObjectItem(root, "prompt_eval_count")->valueint : -1;
+        }
+        cJSON_Delete(root);
+    }
+    if (status == 200 && o->done != 1) status = 0;
+    resp_free(&r);
+    return status;
+}
+
+/* Ollama's API: its requests give the same text as the OpenAI requests they stand for (chat with
+ * history and a tool call, generate through the template and raw), streamed as JSON lines or whole
+ * with Ollama's counts; /api/tags, /api/ps, /api/show and /api/version; format "json"; a request
+ * with nothing to answer "loads" the model; the refusals in Ollama's error shape. */
+static void test_ollama_api(void) {
+    server s;
+    if (!server_start(&s, "ollama", "--kv-disk-cache 0 --chat-template chatml", NULL)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    resp r;
+    T_CHECK(http(s.port, "GET", "/api/version", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"version\""), "/api/version: %d",
+            r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/api/tags", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"name\":\"stories260K:latest\"") &&
+                strstr(r.body, "\"parameter_size\":\"260K\"") && strstr(r.body, "\"format\":\"llama2.c\""),
+            "/api/tags: %d %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/api/ps", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"context_length\":512"), "/api/ps: %s",
+            r.body ? r.body : "");
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/api/show", NULL, "{\"model\":\"stories260K\"}", &r) && r.status == 200 &&
+                strstr(r.body, "\"template\":\"chatml\"") && strstr(r.body, "\"llama.context_length\":512"),
+            "/api/show: %s", r.body ? r.body : "");
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/api/show", NULL, "{\"model\":\"nope\"}", &r) && r.status == 404 && !strcmp(r.body, "{\"error\":\"model 'nope' not found\"}"),
+            "/api/show of another model: %d %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+
+    /* chat with history and a tool call, streamed by default, against the OpenAI request it stands for */
+    static const char olla_msgs[] =
+        "[{\"role\":\"system\",\"content\":\"Tell stories.\"},{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"weather\",\"arguments\":{\"city\":\"Oslo\"}}}]},"
+        "{\"role\":\"tool\",\"content\":\"Sunny\",\"tool_name\":\"weather\"},{\"role\":\"user\",\"content\":\"Once upon a time\"}]";
+    static const char openai_msgs[] =
+        "[{\"role\":\"system\",\"content\":\"Tell stories.\"},{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"weather\","
+        "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},{\"role\":\"tool\",\"content\":\"Sunny\",\"tool_call_id\":\"c1\"},"
+        "{\"role\":\"user\",\"content\":\"Once upon a time\"}]";
+    char body[2048];
+    olla_result o, w;
+    result want;
+    snprintf(body, sizeof body, "{\"model\":\"stories260K:latest\",\"messages\":%s,\"options\":{\"num_predict\":12,\"temperature\":0}}", olla_msgs);
+    T_CHECK(olla_post(s.port, "/api/chat", body, &o) == 200 && o.ndjson && o.lines == 13 && o.eval_count == 12 && o.prompt_eval_count > 20 &&
+                !strcmp(o.done_reason, "length"),
+            "streamed chat: %d lines, eval_count %d, prompt_eval_count %d, done_reason %s", o.lines, o.eval_count, o.prompt_eval_count,
+            o.done_reason);
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":%s,\"stream\":false,\"options\":{\"num_predict\":12,\"temperature\":0}}",
+             olla_msgs);
+    T_CHECK(olla_post(s.port, "/api/chat", body, &w) == 200 && !w.ndjson && w.lines == 1 && !strcmp(w.text, o.text),
+            "whole chat '%s' against streamed '%s'", w.text, o.text);
+    snprintf(body, sizeof body, "{\"messages\":%s,\"max_tokens\":12,\"temperature\":0}", openai_msgs);
+    T_CHECK(complete(s.port, 1, NULL, body, &want) && want.status == 200 && o.text[0] && !strcmp(o.text, want.text),
+            "/api/chat '%s' against /v1/chat/completions '%s'", o.text, want.text);
+
+    /* generate: through the template (one user message), and raw (the prompt as it is) */
+    T_CHECK(olla_post(s.port, "/api/generate",
+                      "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"system\":\"Tell stories.\",\"stream\":false,"
+                      "\"options\":{\"num_predict\":10,\"temperature\":0}}",
+                      &o) == 200 &&
+                complete(s.port, 1, NULL,
+                         "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell stories.\"},{\"role\":\"user\",\"content\":\"Once upon a "
+                         "time\"}],\"max_tokens\":10,\"temperature\":0}",
+                         &want) &&
+                o.text[0] && !strcmp(o.text, want.text),
+            "/api/generate '%s' against chat '%s'", o.text, want.text);
+    T_CHECK(olla_post(s.port, "/api/generate",
+                      "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"raw\":true,\"options\":{\"num_predict\":10,\"temperature\":0}}",
+                      &o) == 200 &&
+                o.ndjson &&
+                complete(s.port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":10,\"temperature\":0}", &want) &&
+                o.text[0] && !strcmp(o.text, want.text),
+            "raw /api/generate '%s' against /v1/completions '%s'", o.text, want.text);
+    /* no num_predict: until the end of the context or the turn, not OpenAI's 16 */
+    T_CHECK(olla_post(s.port, "/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Once\",\"raw\":true,\"stream\":false,"
+                                                "\"options\":{\"temperature\":0}}",
+                      &o) == 200 &&
+                o.eval_count > 16,
+            "raw generate without num_predict: %d tokens", o.eval_count);
+    /* format, a JSON schema: an object it accepts */
+    T_CHECK(olla_post(s.port, "/api/chat",
+                      "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stream\":false,"
+                      "\"format\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+                      "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120}},\"required\":[\"name\",\"age\"]},\"options\":{\"temperature\":0}}",
+                      &o) == 200 &&
+                !strcmp(o.done_reason, "stop"),
+            "format: %s (%s)", o.text, o.done_reason);
+    cJSON *j = cJSON_Parse(o.text);
+    T_CHECK(cJSON_IsObject(j) && cJSON_IsString(cJSON_GetObjectItem(j, "name")) && cJSON_IsNumber(cJSON_GetObjectItem(j, "age")),
+            "format gave '%s'", o.text);
+    cJSON_Delete(j);
+    /* nothing to answer: the model "loads" */
+    T_CHECK(olla_post(s.port, "/api/chat", "{\"model\":\"stories260K\",\"messages\":[]}", &o) == 200 && !strcmp(o.done_reason, "load"),
+            "load: %s", o.done_reason);
+    /* refusals, in Ollama's shape */
+    static const struct {
+        const char *path, *body, *want;
+        int status;
+    } bad[] = {{"/api/chat", "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", "{\"error\":\"model 'x' not found\"}", 404},
+               {"/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", "{\"error\":\"model is required\"}", 400},
+               {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\",\"images\":[\"aGk=\"]}]}", "images", 400},
+               {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"options\":{\"num_predict\":0}}", "num_predict", 400},
+               {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":[1,2]}", "context", 400},
+               {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"tool\",\"content\":\"Hi\"}]}", "tool", 400},
+               {"/api/chat", "not json", "\"error\"", 400}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        T_CHECK(http(s.port, "POST", bad[i].path, NULL, bad[i].body, &r) && r.status == bad[i].status && !strncmp(r.body, "{\"error\":\"", 10) &&
+                    strstr(r.body, bad[i].want),
+                "refusal %zu: %d %s", i, r.status, r.body ? r.body : "");
+        resp_free(&r);
+    }
+    server_stop(&s);
+}
+
 /* GET / answers the chat page (public, with its security headers) and --no-webui takes it away;
  * the page's script, run by node against the server on a stand-in DOM (tests/webui_check.js),
  * lists the model, streams an answer with its usage line, keeps the conversation, and shows a
@@ -2278,6 +2439,7 @@ int main(void) {
     T_RUN(test_auth_cors_timeout);
     T_RUN(test_https);
     T_RUN(test_webui);
+    T_RUN(test_ollama_api);
     T_RUN(test_chat_templates_in_jinja);
     return t_done();
 }

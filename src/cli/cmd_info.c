@@ -14,18 +14,6 @@
 
 #define CMD "info"
 
-/* llama.cpp's name of a file type (general.file_type: its llama_ftype numbers), NULL when unknown. */
-static const char *file_type_name(uint32_t ft) {
-    static const char *const names[] = {
-        [0] = "F32",      [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",    [7] = "Q8_0",    [8] = "Q5_0",   [9] = "Q5_1",
-        [10] = "Q2_K",    [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M",
-        [16] = "Q5_K_S",  [17] = "Q5_K_M", [18] = "Q6_K",   [19] = "IQ2_XXS", [20] = "IQ2_XS", [21] = "Q2_K_S",
-        [22] = "IQ3_XS",  [23] = "IQ3_XXS", [24] = "IQ1_S", [25] = "IQ4_NL", [26] = "IQ3_S",  [27] = "IQ3_M",
-        [28] = "IQ2_S",   [29] = "IQ2_M",  [30] = "IQ4_XS", [31] = "IQ1_M",  [32] = "BF16",   [36] = "TQ1_0",
-        [37] = "TQ2_0",   [38] = "MXFP4_MOE"};
-    return ft < sizeof names / sizeof names[0] ? names[ft] : NULL;
-}
-
 /* A GGUF file's tensors by type: count, values and bytes each, and the bits per value over all; 0
  * when path is not a GGUF file. */
 static int gguf_types(const char *path, uint64_t file_bytes) {
@@ -40,7 +28,7 @@ static int gguf_types(const char *path, uint64_t file_bytes) {
     if (ft && (ft->type == 4 || ft->type == 5)) { /* uint32 as llama.cpp writes it, or int32 */
         uint32_t v;
         memcpy(&v, ft->val, 4);
-        const char *fname = file_type_name(v);
+        const char *fname = nv_gguf_file_type_name(v);
         if (fname) printf(", file type %s", fname);
         else printf(", file type %u", v);
     }

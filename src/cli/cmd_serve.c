@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/file.h"
@@ -153,6 +154,28 @@ static int read_pem(const char *flag, const char *path, const char *marker, char
    lines and lines starting with '#' skipped), else $NERVE_API_KEY. The file's text (text_len bytes)
    is kept in *text, the keys pointing into it. 0 after one line on stderr. */
 #define MAX_API_KEYS 256
+/* What Ollama's /api/tags and /api/show say of the model: its format, architecture, weight type,
+   parameters and file size (arch and quant hold the texts). */
+static nv_olla_model_info olla_info(const char *path, const nv_model *m, char arch[64], char quant[32]) {
+    nv_olla_model_info info = {.n_params = (long long)m->n_params, .family = "llama", .quantization = "F32",
+                               .format = nv_hf_is_model(path) ? "safetensors" : "llama2.c"};
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) info.file_bytes = (long long)st.st_size;
+    nv_gguf g;
+    if (nv_gguf_open(path, &g) != NV_OK) return info;
+    size_t n = 0;
+    const char *a = nv_gguf_string(&g, "general.architecture", &n);
+    if (a) info.family = nv_gguf_shown(a, n, arch, 64);
+    const nv_gguf_kv *ft = nv_gguf_find(&g, "general.file_type");
+    uint32_t v = 0;
+    if (ft && (ft->type == 4 || ft->type == 5)) memcpy(&v, ft->val, 4);
+    snprintf(quant, 32, "%s", ft && nv_gguf_file_type_name(v) ? nv_gguf_file_type_name(v) : "unknown");
+    info.quantization = quant;
+    info.format = "gguf";
+    nv_gguf_close(&g);
+    return info;
+}
+
 static int gather_api_keys(const char *const *given, int n_given, const char *key_file, char **text, size_t *text_len,
                            const char **keys, int *n) {
     *n = 0;
@@ -449,12 +472,14 @@ int cmd_serve(int argc, char **argv) {
                       .dim = c->dim,
                       .capacity = nv_sched_capacity(&sched),
                       .adapters = &adapters};
+    char olla_arch[64], olla_quant[32];
     nv_http_opts ho = {.host = host,
                        .port = port,
                        .api_keys = api_keys,
                        .n_api_keys = n_api_keys,
                        .cors = cors,
                        .webui = webui,
+                       .olla = olla_info(model_path, &model, olla_arch, olla_quant),
                        .max_body = (size_t)max_body,
                        .timeout_s = timeout,
                        .engine = nv_engine_name(nv_model_engine(&model)),

@@ -139,6 +139,9 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
 /* Importance matrices in llama.cpp's imatrix GGUF (imatrix.h: nv_imatrix_save, nv_imatrix_load). */
 nv_err nv_gguf_save_imatrix(const struct nv_imatrix *im, const char *path);
 nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im);
+/* llama.cpp's name of a file type (general.file_type: its llama_ftype numbers: "Q4_K_M", ...), NULL
+ * when unknown. */
+const char *nv_gguf_file_type_name(uint32_t ft);
 /* Writes tok alone as a vocab-only GGUF v3 file (llama.cpp's ggml-vocab-*.gguf kind), atomically. */
 nv_err nv_gguf_save_vocab(const nv_tokenizer *tok, const char *path);
 /* 1 when path is a GGUF file whose metadata holds a vocabulary. */

@@ -11,16 +11,6 @@
 #define E400 400, "invalid_request_error"
 
 
-static int bad(nv_api_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(nv_api_error *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char msg[sizeof err->message];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    nv_api_error_set(err, E400, NULL, NULL, "%s", msg);
-    return err->status;
-}
 
 static int is_type(const cJSON *block, const char *type) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(block, "type");
@@ -35,12 +25,12 @@ static int text_of(const cJSON *v, const char *path, nv_buf *b, nv_api_error *er
         nv_buf_puts(b, v->valuestring);
         return 0;
     }
-    if (!cJSON_IsArray(v)) return bad(err, "%s: must be a string or a list of text blocks", path);
+    if (!cJSON_IsArray(v)) return nv_api_bad(err, "%s: must be a string or a list of text blocks", path);
     int k = 0;
     for (const cJSON *p = v->child; p; p = p->next, k++) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "text");
         if (!is_type(p, "text") || !cJSON_IsString(t))
-            return bad(err, "%s.%d: only text blocks {\"type\": \"text\", \"text\": string} are supported here", path, k);
+            return nv_api_bad(err, "%s.%d: only text blocks {\"type\": \"text\", \"text\": string} are supported here", path, k);
         if (k) nv_buf_puts(b, "\n");
         nv_buf_puts(b, t->valuestring);
     }
@@ -81,7 +71,7 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
     for (const cJSON *b = content->child; b && !rc; b = b->next, k++) {
         if (is_type(b, "text")) {
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "text");
-            if (!cJSON_IsString(t)) rc = bad(err, "messages.%d.content.%d.text: must be a string", i, k);
+            if (!cJSON_IsString(t)) rc = nv_api_bad(err, "messages.%d.content.%d.text: must be a string", i, k);
             else {
                 if (pending) nv_buf_puts(&text, "\n");
                 nv_buf_puts(&text, t->valuestring);
@@ -91,11 +81,11 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id"), *c = nv_api_field(b, "content");
             const cJSON *is_error = nv_api_field(b, "is_error");
             if (!cJSON_IsString(id) || !id->valuestring[0]) {
-                rc = bad(err, "messages.%d.content.%d.tool_use_id: required (the id of the tool_use it answers)", i, k);
+                rc = nv_api_bad(err, "messages.%d.content.%d.tool_use_id: required (the id of the tool_use it answers)", i, k);
                 break;
             }
             if (is_error && !cJSON_IsBool(is_error)) {
-                rc = bad(err, "messages.%d.content.%d.is_error: must be a boolean", i, k);
+                rc = nv_api_bad(err, "messages.%d.content.%d.is_error: must be a boolean", i, k);
                 break;
             }
             if (pending && !add_msg(msgs, "user", text.data)) {
@@ -114,10 +104,10 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
             else if (!rc) rc = nv_api_oom(err);
             nv_buf_free(&result);
         } else if (is_type(b, "image") || is_type(b, "document")) {
-            rc = bad(err, "messages.%d.content.%d: this model reads text only ('%s' blocks are not supported)", i, k,
+            rc = nv_api_bad(err, "messages.%d.content.%d: this model reads text only ('%s' blocks are not supported)", i, k,
                      cJSON_GetObjectItemCaseSensitive(b, "type")->valuestring);
         } else {
-            rc = bad(err, "messages.%d.content.%d: a user message's blocks are text and tool_result", i, k);
+            rc = nv_api_bad(err, "messages.%d.content.%d: a user message's blocks are text and tool_result", i, k);
         }
     }
     if (!rc && text.oom) rc = nv_api_oom(err);
@@ -136,13 +126,13 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_err
     for (const cJSON *b = content->child; b && !rc; b = b->next, k++) {
         if (is_type(b, "text")) {
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "text");
-            if (!cJSON_IsString(t)) rc = bad(err, "messages.%d.content.%d.text: must be a string", i, k);
+            if (!cJSON_IsString(t)) rc = nv_api_bad(err, "messages.%d.content.%d.text: must be a string", i, k);
             else nv_buf_puts(&text, t->valuestring);
         } else if (is_type(b, "tool_use")) {
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id"), *name = cJSON_GetObjectItemCaseSensitive(b, "name");
             const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
             if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input)) {
-                rc = bad(err, "messages.%d.content.%d: a tool_use block is {\"id\", \"name\", \"input\": object}", i, k);
+                rc = nv_api_bad(err, "messages.%d.content.%d: a tool_use block is {\"id\", \"name\", \"input\": object}", i, k);
                 break;
             }
             char *args = cJSON_PrintUnformatted(input);
@@ -162,7 +152,7 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_err
         } else if (is_type(b, "thinking") || is_type(b, "redacted_thinking")) {
             continue;
         } else {
-            rc = bad(err, "messages.%d.content.%d: an assistant message's blocks are text, tool_use and thinking", i, k);
+            rc = nv_api_bad(err, "messages.%d.content.%d: an assistant message's blocks are text, tool_use and thinking", i, k);
         }
     }
     if (!rc && text.oom) rc = nv_api_oom(err);
@@ -181,8 +171,8 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_err
 
 static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
     const cJSON *msgs = nv_api_field(in, "messages"), *system = nv_api_field(in, "system");
-    if (!msgs) return bad(err, "messages: Field required");
-    if (!cJSON_IsArray(msgs) || !msgs->child) return bad(err, "messages: must be a non-empty list of messages");
+    if (!msgs) return nv_api_bad(err, "messages: Field required");
+    if (!cJSON_IsArray(msgs) || !msgs->child) return nv_api_bad(err, "messages: must be a non-empty list of messages");
     cJSON *list = cJSON_AddArrayToObject(out, "messages");
     if (system) {
         nv_buf b = {0};
@@ -196,13 +186,13 @@ static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
     const cJSON *last = NULL;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = nv_api_field(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) return bad(err, "messages.%d: must be {\"role\", \"content\"}", i);
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) return nv_api_bad(err, "messages.%d: must be {\"role\", \"content\"}", i);
         int user = !strcmp(role->valuestring, "user"), assistant = !strcmp(role->valuestring, "assistant");
         if (!user && !assistant)
-            return bad(err, "messages.%d.role: must be 'user' or 'assistant' (the system prompt is the top-level 'system')",
+            return nv_api_bad(err, "messages.%d.role: must be 'user' or 'assistant' (the system prompt is the top-level 'system')",
                        i);
         if (!content || (!cJSON_IsString(content) && !cJSON_IsArray(content)))
-            return bad(err, "messages.%d.content: must be a string or a list of content blocks", i);
+            return nv_api_bad(err, "messages.%d.content: must be a string or a list of content blocks", i);
         int rc = 0;
         if (cJSON_IsString(content)) rc = add_msg(list, role->valuestring, content->valuestring) ? 0 : nv_api_oom(err);
         else rc = user ? user_blocks(content, i, list, err) : assistant_blocks(content, i, list, err);
@@ -213,11 +203,11 @@ static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
     if (!strcmp(cJSON_GetObjectItemCaseSensitive(last, "role")->valuestring, "assistant")) {
         const cJSON *answer = cJSON_GetArrayItem(list, cJSON_GetArraySize(list) - 1);
         if (cJSON_GetObjectItemCaseSensitive(answer, "tool_calls"))
-            return bad(err, "messages.%d: the last message, the assistant's, may hold only text to continue", i - 1);
+            return nv_api_bad(err, "messages.%d: the last message, the assistant's, may hold only text to continue", i - 1);
         const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(answer, "content"));
         size_t n = t ? strlen(t) : 0;
         if (n && strchr(" \t\r\n", t[n - 1]))
-            return bad(err, "messages.%d: the final assistant content cannot end with trailing whitespace", i - 1);
+            return nv_api_bad(err, "messages.%d: the final assistant content cannot end with trailing whitespace", i - 1);
         cJSON_AddBoolToObject(out, "continue_final_message", 1);
     }
     return 0;
@@ -227,17 +217,17 @@ static int translate_messages(const cJSON *in, cJSON *out, nv_api_error *err) {
 static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
     const cJSON *tools = nv_api_field(in, "tools"), *choice = nv_api_field(in, "tool_choice");
     if (tools) {
-        if (!cJSON_IsArray(tools)) return bad(err, "tools: must be a list of tools");
+        if (!cJSON_IsArray(tools)) return nv_api_bad(err, "tools: must be a list of tools");
         cJSON *list = cJSON_AddArrayToObject(out, "tools");
         int i = 0;
         for (const cJSON *t = tools->child; t; t = t->next, i++) {
             const cJSON *type = nv_api_field(t, "type"), *name = cJSON_GetObjectItemCaseSensitive(t, "name");
             const cJSON *desc = nv_api_field(t, "description"), *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
             if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom")))
-                return bad(err, "tools.%d.type: only client tools (\"custom\") are supported here, not '%.40s'", i,
+                return nv_api_bad(err, "tools.%d.type: only client tools (\"custom\") are supported here, not '%.40s'", i,
                            cJSON_IsString(type) ? type->valuestring : "?");
             if (!cJSON_IsObject(t) || !cJSON_IsString(name) || !cJSON_IsObject(schema) || (desc && !cJSON_IsString(desc)))
-                return bad(err, "tools.%d: a tool is {\"name\", \"description\": string, \"input_schema\": object}", i);
+                return nv_api_bad(err, "tools.%d: a tool is {\"name\", \"description\": string, \"input_schema\": object}", i);
             cJSON *tool = cJSON_CreateObject(), *fn = cJSON_CreateObject();
             cJSON_AddItemToArray(list, tool);
             cJSON_AddStringToObject(tool, "type", "function");
@@ -251,61 +241,51 @@ static int translate_tools(const cJSON *in, cJSON *out, nv_api_error *err) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type"), *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
     const cJSON *dp = nv_api_field(choice, "disable_parallel_tool_use");
     if (!cJSON_IsObject(choice) || !cJSON_IsString(type) || (dp && !cJSON_IsBool(dp)))
-        return bad(err, "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+        return nv_api_bad(err, "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
     const char *t = type->valuestring;
     if (!strcmp(t, "tool")) {
-        if (!cJSON_IsString(name)) return bad(err, "tool_choice.name: required with type 'tool'");
+        if (!cJSON_IsString(name)) return nv_api_bad(err, "tool_choice.name: required with type 'tool'");
         cJSON *c = cJSON_AddObjectToObject(out, "tool_choice");
         cJSON_AddStringToObject(c, "type", "function");
         cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name->valuestring);
     } else if (!strcmp(t, "auto") || !strcmp(t, "any") || !strcmp(t, "none")) {
         if (strcmp(t, "none") && (!tools || !tools->child))
-            return bad(err, "tool_choice: '%s' needs 'tools'", t);
+            return nv_api_bad(err, "tool_choice: '%s' needs 'tools'", t);
         cJSON_AddStringToObject(out, "tool_choice", !strcmp(t, "any") ? "required" : t);
     } else {
-        return bad(err, "tool_choice.type: must be 'auto', 'any', 'tool' or 'none', not '%.40s'", t);
+        return nv_api_bad(err, "tool_choice.type: must be 'auto', 'any', 'tool' or 'none', not '%.40s'", t);
     }
     if (dp) cJSON_AddBoolToObject(out, "parallel_tool_calls", !cJSON_IsTrue(dp));
     return 0;
 }
 
-/* Copies field key of in to out when given, after checking its JSON type (number or integer, bool). */
-static int copy_field(const cJSON *in, cJSON *out, const char *key, char kind, nv_api_error *err) {
-    const cJSON *v = nv_api_field(in, key);
-    if (!v) return 0;
-    /* an integer: finite and whole (no cast of an out-of-range double); its range is the OpenAI parser's to check */
-    int ok = kind == 'b' ? cJSON_IsBool(v) : cJSON_IsNumber(v) && (kind == 'n' || (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble)));
-    if (!ok) return bad(err, "%s: must be %s", key, kind == 'b' ? "a boolean" : kind == 'n' ? "a number" : "an integer");
-    cJSON_AddItemToObject(out, key, cJSON_Duplicate(v, 0));
-    return 0;
-}
 
 static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out, nv_anth_meta *meta, nv_api_error *err) {
     const cJSON *model = nv_api_field(in, "model");
-    if (!cJSON_IsString(model)) return bad(err, "model: Field required (a string)");
+    if (!cJSON_IsString(model)) return nv_api_bad(err, "model: Field required (a string)");
     cJSON_AddStringToObject(out, "model", model->valuestring);
     int rc;
     if (!count_only) {
         const cJSON *mt = nv_api_field(in, "max_tokens");
-        if (!mt) return bad(err, "max_tokens: Field required");
+        if (!mt) return nv_api_bad(err, "max_tokens: Field required");
         if (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e9 || mt->valuedouble != (double)(long long)mt->valuedouble)
-            return bad(err, "max_tokens: must be an integer of at least 1");
+            return nv_api_bad(err, "max_tokens: must be an integer of at least 1");
         cJSON_AddNumberToObject(out, "max_tokens", mt->valuedouble);
-        if ((rc = copy_field(in, out, "stream", 'b', err))) return rc;
+        if ((rc = nv_api_copy_field(in, out, "stream", NULL, 'b', err))) return rc;
         const cJSON *t = nv_api_field(in, "temperature");
         if (t && (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > 1))
-            return bad(err, "temperature: must be a number from 0 to 1");
-        if ((rc = copy_field(in, out, "temperature", 'n', err)) || (rc = copy_field(in, out, "top_p", 'n', err)) ||
-            (rc = copy_field(in, out, "top_k", 'i', err)))
+            return nv_api_bad(err, "temperature: must be a number from 0 to 1");
+        if ((rc = nv_api_copy_field(in, out, "temperature", NULL, 'n', err)) || (rc = nv_api_copy_field(in, out, "top_p", NULL, 'n', err)) ||
+            (rc = nv_api_copy_field(in, out, "top_k", NULL, 'i', err)))
             return rc;
         const cJSON *stops = nv_api_field(in, "stop_sequences");
         if (stops) {
             if (!cJSON_IsArray(stops) || cJSON_GetArraySize(stops) > NV_MAX_STOP - 1)
-                return bad(err, "stop_sequences: must be a list of at most %d strings", NV_MAX_STOP - 1);
+                return nv_api_bad(err, "stop_sequences: must be a list of at most %d strings", NV_MAX_STOP - 1);
             int i = 0;
             for (const cJSON *s = stops->child; s; s = s->next, i++) {
                 if (!cJSON_IsString(s) || !s->valuestring[0] || strlen(s->valuestring) > 256)
-                    return bad(err, "stop_sequences.%d: must be a string of 1 to 256 bytes", i);
+                    return nv_api_bad(err, "stop_sequences.%d: must be a string of 1 to 256 bytes", i);
                 if (!(meta->stop[meta->n_stop] = strdup(s->valuestring))) return nv_api_oom(err);
                 meta->n_stop++;
             }
@@ -317,7 +297,7 @@ static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out,
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(thinking, "type");
         if (!cJSON_IsObject(thinking) || !cJSON_IsString(type) ||
             (strcmp(type->valuestring, "enabled") && strcmp(type->valuestring, "disabled") && strcmp(type->valuestring, "adaptive")))
-            return bad(err, "thinking: must be {\"type\": \"enabled\" | \"disabled\" | \"adaptive\"}");
+            return nv_api_bad(err, "thinking: must be {\"type\": \"enabled\" | \"disabled\" | \"adaptive\"}");
     }
     /* Anthropic's default is no thinking: a reasoning model (--reasoning-format) thinks only when asked,
        through Qwen3's switch; other models' prompts are left as they are */
@@ -325,7 +305,7 @@ static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out,
     if (reasoning && (!thinking || !strcmp(type->valuestring, "disabled")))
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
     const cJSON *md = nv_api_field(in, "metadata");
-    if (md && !cJSON_IsObject(md)) return bad(err, "metadata: must be an object");
+    if (md && !cJSON_IsObject(md)) return nv_api_bad(err, "metadata: must be an object");
     if ((rc = translate_tools(in, out, err))) return rc;
     return translate_messages(in, out, err);
 }

@@ -1279,6 +1279,26 @@ int nv_api_oom(nv_api_error *err) {
     return err->status;
 }
 
+int nv_api_bad(nv_api_error *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[sizeof err->message];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    nv_api_error_set(err, E400, NULL, NULL, "%s", msg);
+    return err->status;
+}
+
+int nv_api_copy_field(const cJSON *in, cJSON *out, const char *key, const char *as, char kind, nv_api_error *err) {
+    const cJSON *v = nv_api_field(in, key);
+    if (!v) return 0;
+    /* an integer: finite and whole (no cast of an out-of-range double); its range is the OpenAI parser's to check */
+    int ok = kind == 'b' ? cJSON_IsBool(v) : cJSON_IsNumber(v) && (kind == 'n' || (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble)));
+    if (!ok) return nv_api_bad(err, "%s: must be %s", key, kind == 'b' ? "a boolean" : kind == 'n' ? "a number" : "an integer");
+    cJSON_AddItemToObject(out, as ? as : key, cJSON_Duplicate(v, 0));
+    return 0;
+}
+
 int nv_api_parse_translated(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_translate translate, void *arg,
                             const nv_api_parse_opts *o, nv_api_request *out, nv_api_error *err) {
     memset(out, 0, sizeof *out);

@@ -116,6 +116,11 @@ int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
 typedef int (*nv_api_translate)(const cJSON *in, cJSON *chat, void *arg, nv_api_error *err);
 int nv_api_parse_translated(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_translate translate, void *arg,
                             const nv_api_parse_opts *o, nv_api_request *out, nv_api_error *err);
+/* For the translators: a 400 with the message (returns its status); field key of in copied to out
+ * (as key, or as `as` when given) when given, after checking its JSON type: kind 'n' a number, 'i'
+ * an integer, 'b' a boolean (the range is the OpenAI parser's to check). */
+int nv_api_bad(nv_api_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int nv_api_copy_field(const cJSON *in, cJSON *out, const char *key, const char *as, char kind, nv_api_error *err);
 /* The fill-in-the-middle markers of a code model's vocabulary (prefix, suffix, middle): Qwen2.5-Coder's,
  * StarCoder's or DeepSeek-Coder's; 0 when it has none. */
 int nv_api_fim_tokens(const nv_tokenizer *tok, int ids[3]);

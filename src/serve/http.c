@@ -18,6 +18,7 @@
 #include "base/timer.h"
 #include "serve/anthropic.h"
 #include "serve/llamacpp.h"
+#include "serve/ollama.h"
 #include "serve/responses.h"
 #include "serve/webui.h"
 
@@ -36,14 +37,15 @@ struct nv_http {
     char start_error[256];    /* its last message then (why a TLS key was refused) */
 };
 
-enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES, P_LLAMACPP }; /* the API a stream speaks */
+enum { P_OPENAI = 0, P_ANTHROPIC, P_RESPONSES, P_LLAMACPP, P_OLLAMA }; /* the API a stream speaks */
 
 typedef enum {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
     R_MESSAGES, R_COUNT_TOKENS, /* Anthropic's API: its error shape */
     R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS,
     R_LCPP_COMPLETION, R_INFILL, R_PROPS, R_APPLY_TEMPLATE, /* llama.cpp's native API */
-    R_WEBUI /* GET /: the chat page */
+    R_WEBUI, /* GET /: the chat page */
+    R_OLLA_CHAT, R_OLLA_GENERATE, R_OLLA_TAGS, R_OLLA_PS, R_OLLA_SHOW, R_OLLA_VERSION /* Ollama's API: its error shape */
 } route_id;
 
 typedef struct {
@@ -80,6 +82,7 @@ typedef struct {
     nv_resp_stream resp;
     nv_resp_meta resp_meta;
     nv_lcpp_meta lcpp_meta;
+    nv_olla_meta olla_meta;
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -149,12 +152,14 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
                                         "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
-                                        "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template", "/"};
+                                        "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template", "/",
+                                        "/api/chat", "/api/generate", "/api/tags", "/api/ps", "/api/show", "/api/version"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
 
 static int anthropic_route(route_id r) { return r == R_MESSAGES || r == R_COUNT_TOKENS; }
+static int ollama_route(route_id r) { return r >= R_OLLA_CHAT && r <= R_OLLA_VERSION; }
 
 /* Anthropic's SDKs send anthropic-version with every request: /v1/models answers them in their shape. */
 static int anthropic_client(struct MHD_Connection *c) {
@@ -210,6 +215,7 @@ static enum MHD_Result respond_page(nv_http *h, struct MHD_Connection *c, conn_c
 
 /* An error body in the shape of the API the route belongs to, or the client speaks. */
 static char *error_json(struct MHD_Connection *c, const conn_ctx *cc, const nv_api_error *e) {
+    if (ollama_route(cc->route)) return nv_olla_error_json(e);
     return anthropic_route(cc->route) || anthropic_client(c) ? nv_anth_error_json(e) : nv_api_error_json(e);
 }
 
@@ -256,13 +262,19 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/unload_lora_adapter")) return R_LORA_UNLOAD;
     if (!strcmp(url, "/completion")) return R_LCPP_COMPLETION;
     if (!strcmp(url, "/infill")) return R_INFILL;
+    if (!strcmp(url, "/api/chat")) return R_OLLA_CHAT;
+    if (!strcmp(url, "/api/generate")) return R_OLLA_GENERATE;
+    if (!strcmp(url, "/api/tags")) return R_OLLA_TAGS;
+    if (!strcmp(url, "/api/ps")) return R_OLLA_PS;
+    if (!strcmp(url, "/api/show")) return R_OLLA_SHOW;
+    if (!strcmp(url, "/api/version")) return R_OLLA_VERSION;
     return R_NONE;
 }
 
 static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
            r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD || r == R_LCPP_COMPLETION ||
-           r == R_INFILL || r == R_APPLY_TEMPLATE;
+           r == R_INFILL || r == R_APPLY_TEMPLATE || r == R_OLLA_CHAT || r == R_OLLA_GENERATE || r == R_OLLA_SHOW;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -301,9 +313,10 @@ static void sse_event(stream_ctx *st, char *json) {
         st->out.oom = 1;
         return;
     }
-    nv_buf_puts(&st->out, "data: ");
+    const int line = st->proto == P_OLLAMA; /* Ollama's streams are JSON lines */
+    if (!line) nv_buf_puts(&st->out, "data: ");
     nv_buf_puts(&st->out, json);
-    nv_buf_puts(&st->out, "\n\n");
+    nv_buf_puts(&st->out, line ? "\n" : "\n\n");
     free(json);
 }
 
@@ -388,7 +401,11 @@ static void stream_poll(stream_ctx *st) {
                 nv_anth_stream_start(&st->anth, &st->anth_meta, rs.prompt_tokens, rs.cached_tokens, &st->out);
                 st->anth_started = 1;
             }
-            if (st->proto == P_LLAMACPP) {
+            if (st->proto == P_OLLAMA) {
+                if (why.len || said.len || n_new)
+                    sse_event(st, nv_olla_chunk(&st->olla_meta, why.data, said.data, calls, n_new));
+                st->n_calls[0] += n_new;
+            } else if (st->proto == P_LLAMACPP) {
                 if (said.len || (st->lcpp_meta.n_probs && lps.n))
                     sse_event(st, nv_lcpp_chunk(&st->lcpp_meta, said.data ? said.data : "", rs.completion_tokens, rs.prompt_tokens,
                                                 lps.v, lps.n, st->h->ctx.tok));
@@ -409,7 +426,7 @@ static void stream_poll(stream_ctx *st) {
                 finish_error(st->h, rs.finish, &e);
                 if (st->proto == P_ANTHROPIC) nv_anth_stream_error(&e, &st->out);
                 else if (st->proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, &e, &st->out);
-                else sse_event(st, nv_api_error_json(&e));
+                else sse_event(st, st->proto == P_OLLAMA ? nv_olla_error_json(&e) : nv_api_error_json(&e));
                 stream_cancel_all(st);
                 if (st->proto == P_OPENAI) nv_buf_puts(&st->out, "data: [DONE]\n\n");
                 st->finished = 1;
@@ -431,6 +448,10 @@ static void stream_poll(stream_ctx *st) {
                 nv_lcpp_answer a = {"", rs.finish, rs.stop_index, rs.prompt_tokens, rs.completion_tokens, rs.cached_tokens,
                                     rs.prompt_s, rs.gen_s, NULL, 0, NULL}; /* the records went with their text */
                 sse_event(st, nv_lcpp_response(&st->lcpp_meta, &a));
+            } else if (st->proto == P_OLLAMA) { /* the last line: counts and times, the text already sent */
+                nv_olla_answer a = {.content = "", .finish = rs.finish, .prompt_tokens = rs.prompt_tokens,
+                                    .completion_tokens = rs.completion_tokens, .prompt_s = rs.prompt_s, .gen_s = rs.gen_s};
+                sse_event(st, nv_olla_done(&st->olla_meta, &a));
             }
             if (st->proto != P_OPENAI) {
                 st->finished = 1;
@@ -553,7 +574,7 @@ static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_
  * request's meta, rm: a Responses request's (either taken by a stream), both NULL for the chat and
  * text completions. */
 static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am,
-                                nv_resp_meta *rm, nv_lcpp_meta *lm) {
+                                nv_resp_meta *rm, nv_lcpp_meta *lm, const nv_olla_meta *om) {
     const int chat = ar.chat;
     ar.req.timeout_s = h->o.timeout_s;
     /* n choices per prompt: n sequences from each, seeds apart so sampled choices differ; choice
@@ -618,6 +639,9 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             st->proto = P_LLAMACPP;
             st->lcpp_meta = *lm;
             memset(lm, 0, sizeof *lm);
+        } else if (om) {
+            st->proto = P_OLLAMA;
+            st->olla_meta = *om;
         }
         for (int i = 0; i < n && st->proto == P_OPENAI; i++) {
             st->meta.index = i;
@@ -633,7 +657,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             stream_free(st);
             return MHD_NO;
         }
-        add_common_headers(h, resp, "text/event-stream");
+        add_common_headers(h, resp, st->proto == P_OLLAMA ? "application/x-ndjson" : "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         enum MHD_Result ret = queue_counted(h, c, cc, 200, resp);
         access_log(cc, c, 200, "stream");
@@ -693,6 +717,10 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
                                 .incomplete = rs[0].finish == NV_FINISH_LENGTH, .prompt_tokens = prompt,
                                 .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
             body = nv_resp_response(rm, &a);
+        } else if (!oom && om) {
+            nv_olla_answer a = {ch[0].reasoning, ch[0].text, calls[0], n_calls[0], rs[0].finish, prompt, completion,
+                                rs[0].prompt_s, rs[0].gen_s};
+            body = nv_olla_done(om, &a);
         } else if (!oom && lm) {
             nv_lcpp_answer a = {lm->prompt_only ? "" : ch[0].text, rs[0].finish, rs[0].stop_index, prompt, completion,
                                 rs[0].cached_tokens, rs[0].prompt_s, rs[0].gen_s, lps[0].v, lps[0].n, h->ctx.tok};
@@ -714,7 +742,7 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_api_request ar;
     nv_api_error err;
     if (nv_api_parse(&h->ctx, cc->route == R_CHAT, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
-    return generate(h, c, cc, ar, NULL, NULL, NULL);
+    return generate(h, c, cc, ar, NULL, NULL, NULL, NULL);
 }
 
 /* llama.cpp's native /completion and /infill, run as the completions request they translate to. */
@@ -723,9 +751,19 @@ static enum MHD_Result native(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
     nv_api_error err;
     nv_lcpp_meta lm;
     if (nv_lcpp_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_INFILL, &ar, &lm, &err)) return respond_error(h, c, cc, &err);
-    enum MHD_Result ret = generate(h, c, cc, ar, NULL, NULL, &lm);
+    enum MHD_Result ret = generate(h, c, cc, ar, NULL, NULL, &lm, NULL);
     nv_lcpp_meta_free(&lm); /* a stream took it */
     return ret;
+}
+
+/* Ollama's /api/chat and /api/generate, run as the chat (or, raw, completions) request they translate to. */
+static enum MHD_Result ollama(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_request ar;
+    nv_api_error err;
+    nv_olla_meta om;
+    if (nv_olla_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_OLLA_CHAT, &ar, &om, &err)) return respond_error(h, c, cc, &err);
+    if (om.load_only) return respond(h, c, cc, 200, "application/json", nv_olla_loaded(&om), NULL, NULL);
+    return generate(h, c, cc, ar, NULL, NULL, NULL, &om);
 }
 
 /* OpenAI's /v1/responses, run as the chat request it translates to. */
@@ -734,7 +772,7 @@ static enum MHD_Result responses(nv_http *h, struct MHD_Connection *c, conn_ctx 
     nv_api_error err;
     nv_resp_meta rm;
     if (nv_resp_parse(&h->ctx, h->responses, cc->body.data, cc->body.len, &ar, &rm, &err)) return respond_error(h, c, cc, &err);
-    enum MHD_Result ret = generate(h, c, cc, ar, NULL, &rm, NULL);
+    enum MHD_Result ret = generate(h, c, cc, ar, NULL, &rm, NULL, NULL);
     nv_resp_meta_free(&rm); /* a stream took it */
     return ret;
 }
@@ -768,7 +806,7 @@ static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_anth_meta_free(&am);
         return respond(h, c, cc, 200, "application/json", nv_anth_count_json(n), NULL, NULL);
     }
-    enum MHD_Result ret = generate(h, c, cc, ar, &am, NULL, NULL);
+    enum MHD_Result ret = generate(h, c, cc, ar, &am, NULL, NULL, NULL);
     nv_anth_meta_free(&am); /* a stream took it */
     return ret;
 }
@@ -944,6 +982,8 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
                        strdup(stopping ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}"), NULL, NULL);
     }
     if (cc->route == R_WEBUI) return respond_page(h, c, cc);
+    if (cc->route == R_OLLA_VERSION) /* public, as /health: what the server speaks */
+        return respond(h, c, cc, 200, "application/json", nv_olla_version(), NULL, NULL);
     if (cc->route == R_PROPS) /* public, as llama-server's */
         return respond(h, c, cc, 200, "application/json", nv_lcpp_props(&h->ctx, h->s->o.max_batch), NULL, NULL);
     if (!auth_ok(h, c))
@@ -993,6 +1033,16 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_LORA_LOAD:
     case R_LORA_UNLOAD:
         return lora_update(h, c, cc);
+    case R_OLLA_TAGS:
+    case R_OLLA_PS:
+        return respond(h, c, cc, 200, "application/json", nv_olla_tags(&h->ctx, &h->o.olla, h->created, cc->route == R_OLLA_PS),
+                       NULL, NULL);
+    case R_OLLA_SHOW: {
+        char *out = NULL;
+        nv_api_error e;
+        return nv_olla_show(&h->ctx, &h->o.olla, cc->body.data, cc->body.len, &out, &e) ? respond_error(h, c, cc, &e)
+                                                                                         : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+    }
     case R_RESPONSE:
     case R_RESPONSE_ITEMS:
         return stored_response(h, c, cc, url, is_delete);
@@ -1001,6 +1051,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (anthropic_route(cc->route)) return messages(h, c, cc);
         if (cc->route == R_RESPONSES) return responses(h, c, cc);
         if (cc->route == R_LCPP_COMPLETION || cc->route == R_INFILL) return native(h, c, cc);
+        if (cc->route == R_OLLA_CHAT || cc->route == R_OLLA_GENERATE) return ollama(h, c, cc);
         return cc->route == R_EMBEDDINGS ? embeddings(h, c, cc) : completions(h, c, cc);
     }
 }

@@ -26,6 +26,7 @@
 
 #include "serve/api.h"
 #include "serve/metrics.h"
+#include "serve/ollama.h"
 #include "serve/sched.h"
 
 typedef struct {
@@ -35,6 +36,7 @@ typedef struct {
     int n_api_keys;
     int cors;
     int webui; /* GET / answers the chat page (serve/webui.h); else 404 */
+    nv_olla_model_info olla; /* what Ollama's /api/tags and /api/show tell of the model */
     size_t max_body;
     double timeout_s;
     const char *engine; /* shown in /metrics */
