@@ -22,7 +22,7 @@
  * one): a failure gives Anthropic's error body and keeps nothing; a success is a chat request that
  * passes the same checks (max_tokens capped by the room, never refused for it), and the message and
  * stream events built for it are valid JSON. And as a Responses body, the same way (OpenAI's error
- * body; the response object and its events valid), and as Ollama's chat, generate and show bodies. */
+ * body; the response object and its events valid), and as Ollama's chat, generate, embed and show bodies. */
 #include <cjson/cJSON.h>
 
 #include "base/file.h"
@@ -302,6 +302,20 @@ static void check_ollama(nv_api_ctx *ctx, const char *data, size_t size) {
         check_json(nv_olla_chunk(&m, "why", "x", &call, 1), "ollama line");
         check_json(nv_olla_done(&m, &a), "ollama answer");
         nv_api_request_free(&r);
+    }
+    for (int legacy = 0; legacy < 2; legacy++) { /* /api/embed, /api/embeddings */
+        nv_api_embed e;
+        nv_olla_meta m;
+        nv_api_error err;
+        if (nv_olla_embed_parse(ctx, data, size, legacy, &e, &m, &err) != 0) {
+            FZ_CHECK(err.status >= 400 && err.status < 600 && err.message[0] != '\0' && e.ids == NULL, "ollama embed status %d", err.status);
+            check_json(nv_olla_error_json(&err), "ollama embed error body");
+            continue;
+        }
+        FZ_CHECK(e.n >= 1 && (!legacy || e.n == 1), "%d embedding inputs", e.n);
+        float v[4] = {0.5f, -0.5f, 0.5f, -0.5f};
+        check_json(nv_olla_embed_response(&m, legacy, v, 1, 4, e.n_ids[0]), "ollama embed answer");
+        nv_api_embed_free(&e);
     }
     const nv_olla_model_info info = {260032, 1056540, "llama", "F32", "llama2.c"};
     char *out = NULL;

@@ -2158,8 +2158,9 @@ static int olla_post(int port, const char *path, const char *body, olla_result *
 
 /* Ollama's API: its requests give the same text as the OpenAI requests they stand for (chat with
  * history and a tool call, generate through the template and raw), streamed as JSON lines or whole
- * with Ollama's counts; /api/tags, /api/ps, /api/show and /api/version; format "json"; a request
- * with nothing to answer "loads" the model; the refusals in Ollama's error shape. */
+ * with Ollama's counts; /api/tags, /api/ps, /api/show and /api/version; a format's schema; the
+ * embeddings /v1/embeddings gives; a request with nothing to answer "loads" the model; the
+ * refusals in Ollama's error shape. */
 static void test_ollama_api(void) {
     server s;
     if (!server_start(&s, "ollama", "--kv-disk-cache 0 --chat-template chatml", NULL)) {
@@ -2247,6 +2248,28 @@ static void test_ollama_api(void) {
     T_CHECK(cJSON_IsObject(j) && cJSON_IsString(cJSON_GetObjectItem(j, "name")) && cJSON_IsNumber(cJSON_GetObjectItem(j, "age")),
             "format gave '%s'", o.text);
     cJSON_Delete(j);
+    /* embeddings: /api/embed's vectors are /v1/embeddings' for the same texts; /api/embeddings's one */
+    resp e1, e2;
+    T_CHECK(http(s.port, "POST", "/api/embed", NULL, "{\"model\":\"stories260K:latest\",\"input\":[\"Once upon a time\",\"Hi\"]}", &e1) &&
+                e1.status == 200 &&
+                http(s.port, "POST", "/v1/embeddings", NULL, "{\"input\":[\"Once upon a time\",\"Hi\"]}", &e2) && e2.status == 200,
+            "embeddings: %d %d", e1.status, e2.status);
+    cJSON *ja = cJSON_Parse(e1.body), *jb = cJSON_Parse(e2.body);
+    const cJSON *va = cJSON_GetObjectItem(ja, "embeddings"), *vb = cJSON_GetObjectItem(jb, "data");
+    int same = cJSON_GetArraySize(va) == 2 && cJSON_GetArraySize(vb) == 2 && cJSON_GetObjectItem(ja, "prompt_eval_count");
+    for (int i = 0; same && i < 2; i++) {
+        const cJSON *x = cJSON_GetArrayItem(va, i), *y = cJSON_GetObjectItem(cJSON_GetArrayItem(vb, i), "embedding");
+        same = cJSON_GetArraySize(x) == 64 && cJSON_GetArraySize(y) == 64;
+        for (int k = 0; same && k < 64; k++)
+            same = fabs(cJSON_GetArrayItem(x, k)->valuedouble - cJSON_GetArrayItem(y, k)->valuedouble) < 1e-6;
+    }
+    T_CHECK(same, "/api/embed against /v1/embeddings: %.200s", e1.body ? e1.body : "");
+    cJSON_Delete(ja), cJSON_Delete(jb), resp_free(&e1), resp_free(&e2);
+    T_CHECK(http(s.port, "POST", "/api/embeddings", NULL, "{\"model\":\"stories260K\",\"prompt\":\"Hi\"}", &e1) && e1.status == 200,
+            "/api/embeddings: %d", e1.status);
+    ja = cJSON_Parse(e1.body);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(ja, "embedding")) == 64, "/api/embeddings: %.200s", e1.body ? e1.body : "");
+    cJSON_Delete(ja), resp_free(&e1);
     /* nothing to answer: the model "loads" */
     T_CHECK(olla_post(s.port, "/api/chat", "{\"model\":\"stories260K\",\"messages\":[]}", &o) == 200 && !strcmp(o.done_reason, "load"),
             "load: %s", o.done_reason);
@@ -2260,7 +2283,9 @@ static void test_ollama_api(void) {
                {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"options\":{\"num_predict\":0}}", "num_predict", 400},
                {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":[1,2]}", "context", 400},
                {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"tool\",\"content\":\"Hi\"}]}", "tool", 400},
-               {"/api/chat", "not json", "\"error\"", 400}};
+               {"/api/chat", "not json", "\"error\"", 400},
+               {"/api/embed", "{\"model\":\"stories260K\"}", "input", 400},
+               {"/api/embed", "{\"model\":\"y\",\"input\":\"Hi\"}", "{\"error\":\"model 'y' not found\"}", 404}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         T_CHECK(http(s.port, "POST", bad[i].path, NULL, bad[i].body, &r) && r.status == bad[i].status && !strncmp(r.body, "{\"error\":\"", 10) &&
                     strstr(r.body, bad[i].want),

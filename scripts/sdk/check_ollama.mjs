@@ -1,7 +1,7 @@
 // Drives a running `nerve serve` (stories260K) with Ollama's official JavaScript library (`ollama`
 // from npm) and asserts what its clients read: the model list, a model's details, chat whole and
 // streamed (the library's own reading of the JSON lines), generate through the template and raw,
-// structured output by a JSON schema, the version, and the error the library raises for an
+// structured output by a JSON schema, embeddings, the version, and the error the library raises for an
 // unknown model. Usage: node check_ollama.mjs HOST API_KEY MODEL
 import { Ollama } from 'ollama';
 import assert from 'node:assert/strict';
@@ -50,6 +50,11 @@ const schema = { type: 'object', properties: { name: { type: 'string', maxLength
 const structured = await ollama.chat({ model, messages: [{ role: 'user', content: 'Hi' }], format: schema,
                                        options: { temperature: 0 } });
 assert.equal(typeof JSON.parse(structured.message.content).name, 'string');
+
+const emb = await ollama.embed({ model, input: ['Once upon a time', 'Hi'] });
+assert.equal(emb.embeddings.length, 2);
+const norm = Math.hypot(...emb.embeddings[0]);
+assert.ok(Math.abs(norm - 1) < 1e-4, `an embedding of length ${norm}`);
 
 await assert.rejects(ollama.chat({ model: 'no-such-model', messages }), (e) => e.status_code === 404 && /not found/.test(e.message));
 console.log(`ollama SDK check: ok (${model})`);

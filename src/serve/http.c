@@ -45,7 +45,8 @@ typedef enum {
     R_RESPONSES, R_LORA_LOAD, R_LORA_UNLOAD, R_RESPONSE, R_RESPONSE_ITEMS,
     R_LCPP_COMPLETION, R_INFILL, R_PROPS, R_APPLY_TEMPLATE, /* llama.cpp's native API */
     R_WEBUI, /* GET /: the chat page */
-    R_OLLA_CHAT, R_OLLA_GENERATE, R_OLLA_TAGS, R_OLLA_PS, R_OLLA_SHOW, R_OLLA_VERSION /* Ollama's API: its error shape */
+    R_OLLA_CHAT, R_OLLA_GENERATE, R_OLLA_TAGS, R_OLLA_PS, R_OLLA_SHOW, R_OLLA_EMBED, R_OLLA_EMBEDDINGS,
+    R_OLLA_VERSION /* Ollama's API: its error shape */
 } route_id;
 
 typedef struct {
@@ -153,7 +154,8 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
                                         "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
                                         "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template", "/",
-                                        "/api/chat", "/api/generate", "/api/tags", "/api/ps", "/api/show", "/api/version"};
+                                        "/api/chat", "/api/generate", "/api/tags", "/api/ps", "/api/show", "/api/embed",
+                                        "/api/embeddings", "/api/version"};
     nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -267,6 +269,8 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/api/tags")) return R_OLLA_TAGS;
     if (!strcmp(url, "/api/ps")) return R_OLLA_PS;
     if (!strcmp(url, "/api/show")) return R_OLLA_SHOW;
+    if (!strcmp(url, "/api/embed")) return R_OLLA_EMBED;
+    if (!strcmp(url, "/api/embeddings")) return R_OLLA_EMBEDDINGS;
     if (!strcmp(url, "/api/version")) return R_OLLA_VERSION;
     return R_NONE;
 }
@@ -274,7 +278,8 @@ static route_id route_of(const char *url) {
 static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
            r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD || r == R_LCPP_COMPLETION ||
-           r == R_INFILL || r == R_APPLY_TEMPLATE || r == R_OLLA_CHAT || r == R_OLLA_GENERATE || r == R_OLLA_SHOW;
+           r == R_INFILL || r == R_APPLY_TEMPLATE || r == R_OLLA_CHAT || r == R_OLLA_GENERATE || r == R_OLLA_SHOW ||
+           r == R_OLLA_EMBED || r == R_OLLA_EMBEDDINGS;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -864,10 +869,15 @@ static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ct
     return status == 200 ? respond(h, c, cc, 200, "text/plain; charset=utf-8", strdup(msg), NULL, NULL) : respond_error(h, c, cc, &err);
 }
 
+/* /v1/embeddings, and Ollama's /api/embed and /api/embeddings in their shapes. */
 static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_embed in;
     nv_api_error err;
-    if (nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err)) return respond_error(h, c, cc, &err);
+    nv_olla_meta om;
+    const int olla = ollama_route(cc->route), legacy = cc->route == R_OLLA_EMBEDDINGS;
+    if (olla ? nv_olla_embed_parse(&h->ctx, cc->body.data, cc->body.len, legacy, &in, &om, &err)
+             : nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err))
+        return respond_error(h, c, cc, &err);
     /* the waves' requests come and go: the handler holds the adapter for all of them */
     if (in.adapter && !nv_adapters_pin(h->ctx.adapters, in.adapter, in.adapter_gen)) {
         nv_api_embed_free(&in);
@@ -927,7 +937,9 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
             goto out;
         }
     }
-    ret = respond(h, c, cc, 200, "application/json", nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
+    ret = respond(h, c, cc, 200, "application/json",
+                  olla ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
+                       : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
                   NULL, NULL);
 out:
     if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
@@ -1052,7 +1064,8 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (cc->route == R_RESPONSES) return responses(h, c, cc);
         if (cc->route == R_LCPP_COMPLETION || cc->route == R_INFILL) return native(h, c, cc);
         if (cc->route == R_OLLA_CHAT || cc->route == R_OLLA_GENERATE) return ollama(h, c, cc);
-        return cc->route == R_EMBEDDINGS ? embeddings(h, c, cc) : completions(h, c, cc);
+        return cc->route == R_EMBEDDINGS || cc->route == R_OLLA_EMBED || cc->route == R_OLLA_EMBEDDINGS ? embeddings(h, c, cc)
+                                                                                                      : completions(h, c, cc);
     }
 }
 

@@ -231,6 +231,59 @@ char *nv_olla_error_json(const nv_api_error *e) {
     return nv_api_print_free(o);
 }
 
+int nv_olla_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, int legacy, nv_api_embed *out, nv_olla_meta *meta,
+                        nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    memset(meta, 0, sizeof *meta);
+    meta->t_arrival = nv_now();
+    cJSON *in = nv_api_body_object(body, len, err);
+    if (!in) return err->status;
+    cJSON *q = cJSON_CreateObject();
+    const cJSON *model = nv_api_field(in, "model"), *input = nv_api_field(in, legacy ? "prompt" : "input");
+    const cJSON *trunc = nv_api_field(in, "truncate");
+    int rc = !q ? nv_api_oom(err) : 0;
+    if (!rc && (!cJSON_IsString(model) || !model->valuestring[0])) rc = nv_api_bad(err, "model is required");
+    else if (!rc && trunc && !cJSON_IsBool(trunc)) rc = nv_api_bad(err, "truncate: must be a boolean");
+    else if (!rc && (!input || (!cJSON_IsString(input) && !cJSON_IsArray(input))))
+        rc = nv_api_bad(err, legacy ? "prompt: must be a string" : "input: must be a text or a list of texts");
+    else if (!rc && legacy && !cJSON_IsString(input)) rc = nv_api_bad(err, "prompt: must be a string");
+    if (!rc) {
+        char id[NV_API_MODEL_ID + 8];
+        snprintf(meta->model, sizeof meta->model, "%s", model->valuestring);
+        model_id_of(model->valuestring, id, sizeof id);
+        cJSON_AddStringToObject(q, "model", id);
+        cJSON_AddItemToObject(q, "input", cJSON_Duplicate(input, 1));
+        rc = nv_api_copy_field(in, q, "dimensions", NULL, 'i', err);
+    }
+    cJSON_Delete(in);
+    char *text = rc ? NULL : cJSON_PrintUnformatted(q);
+    cJSON_Delete(q);
+    if (!rc && !text) rc = nv_api_oom(err);
+    if (!rc) rc = nv_api_embed_parse(ctx, text, strlen(text), out, err);
+    free(text);
+    if (rc == 404) snprintf(err->message, sizeof err->message, "model '%.200s' not found", meta->model);
+    return rc;
+}
+
+char *nv_olla_embed_response(const nv_olla_meta *m, int legacy, const float *vecs, int n, int dim, int prompt_tokens) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", m->model);
+    cJSON *list = legacy ? NULL : cJSON_AddArrayToObject(o, "embeddings");
+    for (int i = 0; i < n; i++) {
+        cJSON *v = cJSON_CreateArray();
+        for (int k = 0; k < dim; k++) cJSON_AddItemToArray(v, cJSON_CreateNumber((double)vecs[(size_t)i * dim + k]));
+        if (legacy) cJSON_AddItemToObject(o, "embedding", v);
+        else cJSON_AddItemToArray(list, v);
+    }
+    if (!legacy) {
+        cJSON_AddNumberToObject(o, "total_duration", floor((nv_now() - m->t_arrival) * 1e9));
+        cJSON_AddNumberToObject(o, "load_duration", 0);
+        cJSON_AddNumberToObject(o, "prompt_eval_count", prompt_tokens);
+    }
+    return nv_api_print_free(o);
+}
+
 /* RFC 3339 in UTC with nanoseconds, as Ollama writes created_at. */
 static void rfc3339(char *out, size_t cap, double unix_s) {
     const time_t t = (time_t)unix_s;

@@ -1,6 +1,6 @@
 /* Ollama's API (POST /api/chat and /api/generate, GET /api/tags, /api/ps, /api/version, POST
  * /api/show), served by the same request machinery as the OpenAI API, so the tools written for
- * Ollama talk to nerve unchanged. No HTTP here.
+ * Ollama talk to nerve unchanged; POST /api/embed (and /api/embeddings) as /v1/embeddings. No HTTP here.
  *
  * Contract:
  * - nv_olla_parse() turns a chat body ({model, messages, tools, format, options, stream, think,
@@ -56,6 +56,15 @@ typedef struct {
 char *nv_olla_done(const nv_olla_meta *m, const nv_olla_answer *a);
 /* The answer to a load-only request: done, done_reason "load". */
 char *nv_olla_loaded(const nv_olla_meta *m);
+
+/* POST /api/embed {model, input: a text or a list of them, truncate, dimensions, options, keep_alive}
+ * (legacy: POST /api/embeddings {model, prompt}) as the embeddings request it stands for (the same
+ * checks: an input past the context is refused, whatever truncate says; dimensions only the
+ * model's width). The answer: {"model", "embeddings": [[...], ...], "total_duration",
+ * "load_duration", "prompt_eval_count"} (legacy: {"embedding": [...]}), each vector of unit length. */
+int nv_olla_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, int legacy, nv_api_embed *out, nv_olla_meta *meta,
+                        nv_api_error *err);
+char *nv_olla_embed_response(const nv_olla_meta *m, int legacy, const float *vecs, int n, int dim, int prompt_tokens);
 
 /* GET /api/tags: the base model and each adapter as "ID:latest" with their details; GET /api/ps
  * the same as running models; POST /api/show {"model"} that model's details, parameters and
