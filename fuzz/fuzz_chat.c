@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[512];
     if (fz_write_temp_as("chat", ".jsonl", data, size, path, sizeof path) != 0) abort();
     const nv_chat_template all[] = {NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_GRANITE, NV_CHAT_MISTRAL,
-                                    NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2};
+                                    NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2, NV_CHAT_SMOLLM3};
     const char *paths[] = {path};
     for (int k = 0; k < (int)(sizeof all / sizeof all[0]); k++) {
         nv_dataset ds;

@@ -11,6 +11,7 @@ usage: chat_template_check.py NERVE_BIN MODEL TOKENIZER WORK_DIR [DUMP.json]
 Prints one line per template and exits 1 on any difference. DUMP.json gets every case (template
 text, variables, nerve's prompt) for another Jinja engine to render (scripts/hf/chat_templates.mjs:
 transformers.js's)."""
+import datetime
 import json
 import os
 import socket
@@ -22,7 +23,8 @@ import urllib.request
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-TEMPLATES = ["plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral", "phi4-mini", "phi4", "olmo2"]
+TEMPLATES = ["plain", "chatml", "llama2", "llama3", "deepseek", "phi3", "gemma", "granite", "mistral", "phi4-mini", "phi4", "olmo2",
+             "smollm3"]
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city, «now»",
                                             "parameters": {"type": "object", "properties": {
@@ -51,6 +53,10 @@ CASES = [
       {"role": "user", "content": "y"}], {}),
     ([{"role": "user", "content": "quotes \" and \\ backslash {{ not jinja }} {% raw %}"}], {}),
     ([{"role": "user", "content": "think less"}], {"chat_template_kwargs": {"enable_thinking": False}}),
+    # SmolLM3's switches in the system message, and an answer that opens with line breaks
+    ([{"role": "system", "content": "Be brief. /no_think"}, {"role": "user", "content": "A"},
+      {"role": "assistant", "content": "\n\nB"}, {"role": "user", "content": "C"}], {}),
+    ([{"role": "system", "content": "/system_override Only this. /think"}, {"role": "user", "content": "A"}], {}),
     ([{"role": "user", "content": "Weather in Paris?"}], {"tools": [WEATHER]}),
     ([{"role": "system", "content": "You help."}, {"role": "user", "content": "Weather?"}], {"tools": [WEATHER, TIME]}),
     ([{"role": "user", "content": "Weather in Paris?"},
@@ -77,6 +83,8 @@ def jinja_env():
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     env.filters["tojson"] = tojson
+    # transformers' global (SmolLM3's template dates its system turn); the server's clock is this one
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     return env
 
 

@@ -41,3 +41,5 @@ build/nerve generate -m "$out/model.bin" -z "$out/tokenizer.bin" -p "Once upon a
 echo
 echo
 echo "demo: the run folder $out holds model.bin, tokenizer.bin, ckpt.bin, metrics.jsonl, samples.txt and loss.svg"
+echo "demo: serve it (the OpenAI, Anthropic and Ollama APIs, and a chat page at http://localhost:8000/):"
+echo "      build/nerve serve -m $out"

@@ -605,7 +605,7 @@ static void test_chat_data(void) {
     const nv_chat_msg c5[] = {{"user", "Five", NULL, 0, NULL}, {"assistant", "5", NULL, 0, NULL}};
     const nv_chat_msg c6[] = {{"user", "Rain?", NULL, 0, NULL}, {"assistant", "", &call2, 1, NULL}};
     const nv_chat_template all[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_PLAIN, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3,
-                                    NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2};
+                                    NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2, NV_CHAT_SMOLLM3};
     for (int k = 0; k < (int)(sizeof all / sizeof all[0]); k++) {
         nv_dataset ds;
         nv_err e = nv_dataset_open_chat(&ds, &p, 1, t, 512, 0.2f, all[k]);
@@ -624,7 +624,8 @@ static void test_chat_data(void) {
         /* the answer as the server stops it: c1's "Because." and the template's end */
         static const char *const want[] = {"\nBecause.", "Because.<|im_end|>", " Because.", "Because.<|eot_id|>",
                                            "Because.<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "Because.<|end|>",
-                                           "", "Because.<|end_of_text|>", " Because.", "Because.<|end|>", "Because.<|im_end|>", "Because."};
+                                           "", "Because.<|end_of_text|>", " Because.", "Because.<|end|>", "Because.<|im_end|>", "Because.",
+                                           "Because.<|im_end|>"};
         const int eos_ends = all[k] == NV_CHAT_PLAIN || all[k] == NV_CHAT_LLAMA2 || all[k] == NV_CHAT_MISTRAL || all[k] == NV_CHAT_OLMO2;
         char got[128] = "";
         uint64_t a0 = s->starts[1], a1 = s->starts[2];
@@ -638,7 +639,7 @@ static void test_chat_data(void) {
         /* where the whole text is encoded at once, a turn is the next one's beginning: the answer the model
            learns is what the next prompt shows */
         if (all[k] == NV_CHAT_CHATML || all[k] == NV_CHAT_LLAMA3 || all[k] == NV_CHAT_DEEPSEEK || all[k] == NV_CHAT_PHI3 ||
-            all[k] == NV_CHAT_GRANITE || all[k] == NV_CHAT_PHI4_MINI || all[k] == NV_CHAT_PHI4)
+            all[k] == NV_CHAT_GRANITE || all[k] == NV_CHAT_PHI4_MINI || all[k] == NV_CHAT_PHI4 || all[k] == NV_CHAT_SMOLLM3)
             for (uint64_t j = 0; j < s->starts[1] - s->starts[0]; j++)
                 T_CHECK(nv_source_token(s, s->starts[0] + j) == nv_source_token(s, s->starts[1] + j),
                         "%s: turn 0 token %llu is not turn 1's", nv_chat_template_name(all[k]), (unsigned long long)j);

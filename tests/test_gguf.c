@@ -976,6 +976,9 @@ static void test_serve_declared_template(void) {
                   "message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
                   "'<|im_start|>assistant<|im_sep|>' }}{% endif %}",
                   "", "chat template phi4,"},
+                 /* SmolLM3's (the lines of its system turn that tell it) */
+                 {"{{- \"<|im_start|>system\\n\" -}}{{- \"## Metadata\\n\\n\" -}}{{- \"Knowledge Cutoff Date: June 2025\\n\" -}}"
+                  "{{- \"Reasoning Mode: \" + reasoning_mode + \"\\n\\n\" -}}", "", "chat template smollm3"},
                  /* OLMo-2-1124-13B-Instruct's own (Tulu 3's): Phi-3's roles without <|end|> */
                  {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + "
                   "'\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == "

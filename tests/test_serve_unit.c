@@ -1,6 +1,7 @@
 /* The server's pieces without HTTP: stop-string and UTF-8 hold-back, chat templates, the
  * OpenAI request parser's defaults and limits, and the response JSON shapes. */
 #include <cjson/cJSON.h>
+#include <time.h>
 
 #include "model/tokenizer.h"
 #include "serve/api.h"
@@ -118,6 +119,39 @@ static void test_chat_templates(void) {
                     "[INST] Tell a story [/INST]", 1, 0);
     T_CHECK(same_ids(ids, n, want, nw), "llama2 template");
     free(ids);
+    /* SmolLM3's: its metadata system turn (today's date; thinking by default, the system message's
+       /no_think switching it off and dropped from its text), left open; without thinking an empty
+       think block before each answer and after the generation prompt; an answer's leading line
+       breaks dropped; a /system_override system message alone */
+    {
+        char today[64], want_text[4096];
+        const time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        strftime(today, sizeof today, "%d %B %Y", &tm);
+        nv_chat_msg smol[] = {{.role = "system", .content = "Be kind. /no_think"}, {.role = "user", .content = "Hi there"},
+                              {.role = "assistant", .content = "\n\nHello!"}, {.role = "user", .content = "Tell a story"}};
+        snprintf(want_text, sizeof want_text,
+                 "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: %s\nReasoning Mode: /no_think\n\n"
+                 "## Custom Instructions\n\nBe kind.\n\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n"
+                 "Hello!<|im_end|>\n<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n",
+                 today);
+        expect_render(tok, NV_CHAT_SMOLLM3, smol, 4, want_text);
+        nv_buf st = {0};
+        T_CHECK(nv_chat_render_text(NV_CHAT_SMOLLM3, tok, smol + 1, 1, &(nv_chat_opts){0}, &st) == NV_OK && st.data &&
+                    strstr(st.data, "Reasoning Mode: /think\n\n## Custom Instructions\n\nYou are a helpful AI assistant named SmolLM, "
+                                    "trained by Hugging Face. Your role") &&
+                    st.len > 71 && !strcmp(st.data + st.len - 71, "conclusion.\n\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"),
+                "smollm3 thinking by default: %s", st.data ? st.data : nv_errmsg());
+        nv_chat_msg over[] = {{.role = "system", .content = "/system_override Only this. /think  "}, {.role = "user", .content = "A"}};
+        st.len = 0;
+        T_CHECK(nv_chat_render_text(NV_CHAT_SMOLLM3, tok, over, 2, &(nv_chat_opts){0}, &st) == NV_OK && st.data &&
+                    !strcmp(st.data, "<s><|im_start|>system\n Only this.<|im_end|>\n<|im_start|>user\nA<|im_end|>\n<|im_start|>assistant\n"),
+                "smollm3 /system_override: %s", st.data ? st.data : nv_errmsg());
+        nv_buf_free(&st);
+        T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_SMOLLM3), "<|im_end|>") && nv_chat_tool_style(NV_CHAT_SMOLLM3) == NV_TOOLS_HERMES,
+                "smollm3's stop and calls");
+    }
     nv_chat_msg spaced[] = {{.role = "developer", .content = "  Be kind.\n"}, {.role = "user", .content = "Hi there "}};
     expect_render(tok, NV_CHAT_LLAMA3, spaced, 2,
                   "<|start_header_id|>system<|end_header_id|>\n\nBe kind.<|eot_id|><|start_header_id|>user<|end_header_id|>"

@@ -124,7 +124,7 @@ int cli_template_file(const char *cmd, const char *path, nv_chat_template *out) 
     free(text);
     return known ? 0
                  : cli_error(cmd, 1, "--chat-template-file %s: not a template nerve renders (ChatML's, Llama 3's, DeepSeek-R1's, "
-                                     "Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, Gemma's, Granite's, Mistral's or Llama 2's [INST]); name one with "
+                                     "Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, SmolLM3's, Gemma's, Granite's, Mistral's or Llama 2's [INST]); name one with "
                                      "--chat-template",
                              path);
 }
@@ -137,7 +137,9 @@ int cli_template_flags(const char *cmd, const char *name, const char *file, nv_c
 
 static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out, int warn) {
     if (nv_chat_template_of_jinja(t, n, out)) return 1; /* one nerve wrote */
-    if (memmem(t, n, "<|im_start|>", 12)) *out = memmem(t, n, "<|im_sep|>", 10) ? NV_CHAT_PHI4 : NV_CHAT_CHATML; /* Phi-4's separator */
+    if (memmem(t, n, "<|im_start|>", 12) && memmem(t, n, "Knowledge Cutoff Date", 21) && memmem(t, n, "Reasoning Mode", 14))
+        *out = NV_CHAT_SMOLLM3; /* SmolLM3's ChatML, with its metadata */
+    else if (memmem(t, n, "<|im_start|>", 12)) *out = memmem(t, n, "<|im_sep|>", 10) ? NV_CHAT_PHI4 : NV_CHAT_CHATML; /* Phi-4's separator */
     else if (memmem(t, n, "<|start_header_id|>", 19)) *out = NV_CHAT_LLAMA3;
     else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
     else if (memmem(t, n, "<|assistant|>", 13) && memmem(t, n, "<|end|>", 7)) /* Phi-4-mini's: its tools' closing marker */
@@ -149,7 +151,7 @@ static int template_of_text(const char *model_path, const char *t, size_t n, nv_
     else if (memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
     else {
         if (warn)
-            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, Gemma's, Granite's, "
+            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, SmolLM3's, Gemma's, Granite's, "
                     "Mistral's or Llama-2's [INST] "
                     "(see --chat-template)",
                     model_path);

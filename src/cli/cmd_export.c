@@ -118,7 +118,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "            (llama-quantize's --pure)\n"
                    "  --chat-template T  the chat template the output carries (GGUF: tokenizer.chat_template; Hugging Face:\n"
                    "            tokenizer_config.json's chat_template), in Jinja as transformers, vLLM and llama.cpp run it:\n"
-                   "            plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, olmo2, or none\n"
+                   "            plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, olmo2, smollm3, or none\n"
                    "            (default: the input's own, e.g. the template a chat run trained with)\n"
                    "  --chat-template-file FILE  a Jinja template of your own instead\n"
                    "  --imatrix FILE  an importance matrix (nerve imatrix, or llama.cpp's imatrix .gguf/.dat): the\n"

@@ -3,11 +3,12 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/buf.h"
 
 static const char *const names[] = {"plain",   "chatml",  "llama2",    "llama3", "deepseek", "phi3",
-                                     "gemma",   "granite", "mistral",   "phi4-mini", "phi4",   "olmo2"};
+                                     "gemma",   "granite", "mistral",   "phi4-mini", "phi4",   "olmo2", "smollm3"};
 
 /* DeepSeek's markers: fullwidth vertical bars, and U+2581 for the space in end▁of▁sentence */
 #define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -26,14 +27,14 @@ nv_err nv_chat_template_parse(const char *name, nv_chat_template *out) {
         }
     return nv_fail(NV_EINVAL,
                    "unknown chat template '%s' (known: plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini, phi4, "
-                   "olmo2)",
+                   "olmo2, smollm3)",
                    name);
 }
 
 const char *nv_chat_template_name(nv_chat_template t) { return (unsigned)t < (unsigned)N_TEMPLATES ? names[t] : "?"; }
 
 const char *nv_chat_template_stop(nv_chat_template t) {
-    return t == NV_CHAT_CHATML || t == NV_CHAT_PHI4 ? "<|im_end|>"
+    return t == NV_CHAT_CHATML || t == NV_CHAT_PHI4 || t == NV_CHAT_SMOLLM3 ? "<|im_end|>"
            : t == NV_CHAT_LLAMA3 ? "<|eot_id|>"
            : t == NV_CHAT_DEEPSEEK ? DS_END
            : t == NV_CHAT_PHI3 || t == NV_CHAT_PHI4_MINI ? "<|end|>"
@@ -479,6 +480,92 @@ static void render_deepseek(nv_buf *text, const nv_chat_msg *m, int n, const nv_
     nv_buf_puts(text, DS_ASSISTANT);
 }
 
+/* SmolLM3's template (chat.h). */
+#define SMOLLM3_THINK                                                                                                    \
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face. Your role as an assistant involves "        \
+    "thoroughly exploring questions through a systematic thinking process before providing the final precise and "     \
+    "accurate solutions. This requires engaging in a comprehensive cycle of analysis, summarizing, exploration, "       \
+    "reassessment, reflection, backtracking, and iteration to develop well-considered thinking process. Please "        \
+    "structure your response into two main sections: Thought and Solution using the specified format: <think> "        \
+    "Thought section </think> Solution section. In the Thought section, detail your reasoning process in steps. Each "  \
+    "step should include detailed considerations such as analysing questions, summarizing relevant findings, "          \
+    "brainstorming new ideas, verifying the accuracy of the current steps, refining any errors, and revisiting "        \
+    "previous steps. In the Solution section, based on various attempts, explorations, and reflections from the "       \
+    "Thought section, systematically present the final solution that you deem correct. The Solution section should be " \
+    "logical, accurate, and concise and detail necessary steps needed to reach the conclusion."
+#define SMOLLM3_NO_THINK "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
+#define SMOLLM3_EMPTY_THINK "<think>\n\n</think>\n"
+
+/* s with every `cut` taken out, one after the other (Python's str.replace in turn), then the white
+   space at its end. */
+static void put_without(nv_buf *b, const char *s, const char *const *cut, int n_cut) {
+    nv_buf t[2] = {{0}, {0}};
+    nv_buf_puts(&t[0], s);
+    int cur = 0;
+    for (int k = 0; k < n_cut && t[cur].data; k++, cur ^= 1) {
+        const size_t cl = strlen(cut[k]);
+        t[cur ^ 1].len = 0; /* (reused: emptied) */
+        if (t[cur ^ 1].data) t[cur ^ 1].data[0] = '\0';
+        for (const char *p = t[cur].data, *hit; *p; p = hit + cl) {
+            if (!(hit = strstr(p, cut[k]))) {
+                nv_buf_puts(&t[cur ^ 1], p);
+                break;
+            }
+            nv_buf_append(&t[cur ^ 1], p, (size_t)(hit - p));
+        }
+        if (!t[cur ^ 1].data) nv_buf_puts(&t[cur ^ 1], "");
+    }
+    size_t n = t[cur].len;
+    while (n && isspace((unsigned char)t[cur].data[n - 1])) n--;
+    if (n) nv_buf_append(b, t[cur].data, n);
+    nv_buf_free(&t[0]);
+    nv_buf_free(&t[1]);
+}
+
+static void render_smollm3(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+    const char *sys = n && is_system(m[0].role) ? m[0].content : NULL;
+    int think = !o->no_think;
+    if (sys && strstr(sys, "/no_think")) think = 0;
+    else if (sys && strstr(sys, "/think")) think = 1;
+    static const char *const switches[] = {"/no_think", "/think"}, *const all[] = {"/no_think", "/think", "/system_override"};
+    nv_buf_puts(text, "<|im_start|>system\n");
+    if (sys && strstr(sys, "/system_override")) {
+        put_without(text, sys, all, 3);
+        nv_buf_puts(text, "<|im_end|>\n");
+    } else {
+        char today[64];
+        const time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm); /* as the template's strftime_now gives it */
+        strftime(today, sizeof today, "%d %B %Y", &tm);
+        nv_buf_printf(text, "## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: %s\nReasoning Mode: %s\n\n"
+                            "## Custom Instructions\n\n", today, think ? "/think" : "/no_think");
+        const size_t at = text->len;
+        if (sys) put_without(text, sys, switches, 2);
+        if (text->len == at) nv_buf_puts(text, think ? SMOLLM3_THINK : SMOLLM3_NO_THINK);
+        nv_buf_puts(text, "\n\n");
+        if (o->n_tools) { /* (SmolLM3's xml_tools: Hermes's list) */
+            nv_buf_puts(text, "### Tools\n\n");
+            hermes_tools(text, o);
+            nv_buf_puts(text, "\n\n<|im_end|>\n");
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (is_system(m[i].role)) continue;
+        if (strcmp(m[i].role, "assistant") != 0) {
+            nv_buf_printf(text, "<|im_start|>user\n%s<|im_end|>\n", m[i].content);
+            continue;
+        }
+        const char *c = m[i].content;
+        while (*c == '\n') c++;
+        nv_buf_printf(text, "<|im_start|>assistant\n%s%s", think ? "" : SMOLLM3_EMPTY_THINK, c);
+        if (i == n - 1 && continues(m, n, o)) return; /* the answer so far, continued */
+        hermes_calls(text, &m[i]);
+        nv_buf_puts(text, "<|im_end|>\n");
+    }
+    nv_buf_printf(text, "<|im_start|>assistant\n%s", think ? "" : SMOLLM3_EMPTY_THINK);
+}
+
 static void render_plain(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     if (o->n_tools) {
         hermes_tools(text, o);
@@ -513,6 +600,7 @@ static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m
     else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
     else if (t == NV_CHAT_DEEPSEEK) render_deepseek(text, m, n, o);
     else if (t == NV_CHAT_GEMMA) render_gemma(text, m, n, o);
+    else if (t == NV_CHAT_SMOLLM3) render_smollm3(text, m, n, o);
     else render_plain(text, m, n, o);
 }
 
@@ -601,7 +689,9 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
             if (t == NV_CHAT_LLAMA3) {
                 llama3_body(&answer, a);
             } else {
-                nv_buf_puts(&answer, a->content);
+                const char *c = a->content;
+                while (t == NV_CHAT_SMOLLM3 && *c == '\n') c++; /* as SmolLM3's template shows an answer */
+                nv_buf_puts(&answer, c);
                 if (t == NV_CHAT_GRANITE) call_list(&answer, NV_GRANITE_CALLS, a, 0);
                 else if (t == NV_CHAT_PHI4_MINI) phi4_calls(&answer, a);
                 else hermes_calls(&answer, a);
@@ -862,6 +952,33 @@ static const char jinja_olmo2[] =
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}";
 
+/* SmolLM3's: its system turn (today's date from strftime_now, as its own template has it; thinking
+   unless enable_thinking is false or the system message says /no_think), then its turns */
+static const char jinja_smollm3[] =
+    "{%- set ns = namespace(c='', start=0, think=true, sys='') %}" J_BOS
+    "{%- if enable_thinking is defined and enable_thinking is false %}{%- set ns.think = false %}{%- endif %}"
+    "{%- if messages and messages[0].role in " J_SYS " %}{%- set m = messages[0] %}" J_CONTENT "{%- set ns.sys = ns.c %}"
+    "{%- if '/no_think' in ns.sys %}{%- set ns.think = false %}{%- elif '/think' in ns.sys %}{%- set ns.think = true %}{%- endif %}"
+    "{%- endif %}"
+    "{%- set custom = ns.sys.replace('/no_think', '').replace('/think', '').rstrip() %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if '/system_override' in ns.sys %}{{- custom.replace('/system_override', '').rstrip() + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '## Metadata\\n\\nKnowledge Cutoff Date: June 2025\\nToday Date: ' + strftime_now('%d %B %Y') + '\\nReasoning Mode: ' + "
+    "('/think' if ns.think else '/no_think') + '\\n\\n## Custom Instructions\\n\\n' }}"
+    "{%- if custom %}{{- custom }}{%- elif ns.think %}{{- '" SMOLLM3_THINK "' }}{%- else %}{{- '" SMOLLM3_NO_THINK "' }}{%- endif %}"
+    "{{- '\\n\\n' }}"
+    "{%- if tools %}{{- '### Tools\\n\\n' }}" J_HERMES_TOOLS "{{- '\\n\\n<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    J_EACH
+    "{%- if m.role in " J_SYS " %}"
+    "{%- elif m.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' + ('' if ns.think else '<think>\\n\\n</think>\\n') + ns.c.lstrip('\\n') }}" J_HERMES_CALLS
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>user\\n' + ns.c + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' + ('' if ns.think else '<think>\\n\\n</think>\\n') }}{%- endif %}";
+
 const char *nv_chat_template_jinja(nv_chat_template t) {
     switch (t) {
     case NV_CHAT_PLAIN: return jinja_plain;
@@ -876,6 +993,7 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     case NV_CHAT_PHI4_MINI: return jinja_phi4_mini;
     case NV_CHAT_PHI4: return jinja_phi4;
     case NV_CHAT_OLMO2: return jinja_olmo2;
+    case NV_CHAT_SMOLLM3: return jinja_smollm3;
     }
     return NULL;
 }

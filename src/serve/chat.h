@@ -46,7 +46,16 @@
  *   opens the last user message (then "\n\n"), and the tools, as one JSON list, go before it as
  *   "[AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS]"; an assistant's calls (its text, if any, is not
  *   shown, as Mistral's template drops it) are "[TOOL_CALLS] [{"name", "arguments", "id"}, ...]"
- *   EOS, each tool result "[TOOL_RESULTS] {"content": RESULT, "call_id": "ID"}[/TOOL_RESULTS]". */
+ *   EOS, each tool result "[TOOL_RESULTS] {"content": RESULT, "call_id": "ID"}[/TOOL_RESULTS]".
+ * - smollm3 is SmolLM3's template: ChatML's turns after a system turn of its own, "## Metadata" (its
+ *   knowledge cutoff, today's date, "Reasoning Mode: /think" or "/no_think": thinking unless
+ *   nv_chat_opts.no_think or the first system message says /no_think) and "## Custom Instructions"
+ *   (the first system message without those switches, else SmolLM3's default for the mode), left
+ *   open as SmolLM3's template leaves it unless tools close it ("### Tools", Hermes's list and
+ *   instruction); a "/system_override" system message stands alone instead. Other system messages
+ *   are not shown, tool results are user turns, and without thinking each answer (and the
+ *   generation prompt) starts with an empty "<think>\n\n</think>\n". An answer's calls follow its
+ *   text in Hermes form (SmolLM3's own template drops them from the history). */
 #ifndef NV_SERVE_CHAT_H
 #define NV_SERVE_CHAT_H
 
@@ -57,7 +66,7 @@
 #include "model/tokenizer.h"
 
 typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3, NV_CHAT_GEMMA,
-               NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2 } nv_chat_template;
+               NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2, NV_CHAT_SMOLLM3 } nv_chat_template;
 
 /* DeepSeek's assistant marker, <｜Assistant｜> (fullwidth vertical bars): the deepseek template writes
  * it, and a GGUF file's template holding it is recognised as that one. */
