@@ -23,6 +23,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "serve/chat.h"
 #include "serve_util.h"
 #include "t.h"
 
@@ -2098,10 +2099,14 @@ static void test_chat_templates_in_jinja(void) {
     size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
     const int rc = p ? pclose(p) : -1;
-    T_CHECK(rc == 0 && strstr(out, "chatml: 19/19") && strstr(out, "phi3: 19/19") && strstr(out, "gemma: 19/19") &&
-                strstr(out, "granite: 19/19") && strstr(out, "mistral: 19/19") && strstr(out, "phi4-mini: 19/19") &&
-                strstr(out, "phi4: 19/19"),
-            "chat_template_check.py (exit %d):\n%s", rc, out);
+    /* every template (by its name) rendered every conversation alike */
+    int all = rc == 0;
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_SMOLLM3 && all; t++) {
+        char line[96];
+        snprintf(line, sizeof line, "chat_template_check: %s: 21/21 ", nv_chat_template_name((nv_chat_template)t));
+        all = strstr(out, line) != NULL;
+    }
+    T_CHECK(all, "chat_template_check.py (exit %d):\n%s", rc, out);
 }
 
 /* HTTPS (--ssl-key-file, --ssl-cert-file) with a self-signed certificate made by openssl, and API
@@ -2273,6 +2278,8 @@ static void test_ollama_api(void) {
     /* nothing to answer: the model "loads" */
     T_CHECK(olla_post(s.port, "/api/chat", "{\"model\":\"stories260K\",\"messages\":[]}", &o) == 200 && !strcmp(o.done_reason, "load"),
             "load: %s", o.done_reason);
+    T_CHECK(olla_post(s.port, "/api/generate", "{\"model\":\"stories260K:latest\"}", &o) == 200 && !strcmp(o.done_reason, "load"),
+            "load by generate without a prompt: %s", o.done_reason);
     /* refusals, in Ollama's shape */
     static const struct {
         const char *path, *body, *want;

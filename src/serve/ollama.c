@@ -165,11 +165,12 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
        the room there is) */
     if (!nv_api_field(out, "max_tokens")) cJSON_AddNumberToObject(out, "max_tokens", 1e9);
     if (chat) {
-        const cJSON *tools = nv_api_field(in, "tools");
+        const cJSON *tools = nv_api_field(in, "tools"), *msgs = nv_api_field(in, "messages");
         if (tools) cJSON_AddItemToObject(out, "tools", cJSON_Duplicate(tools, 1)); /* OpenAI's shape, checked as theirs */
-        return translate_messages(nv_api_field(in, "messages"), out, err);
+        return msgs ? translate_messages(msgs, out, err) : 0; /* none: the model is loaded */
     }
     const cJSON *prompt = nv_api_field(in, "prompt"), *system = nv_api_field(in, "system"), *raw = nv_api_field(in, "raw");
+    if (!prompt) return 0; /* none: the model is loaded */
     if (!cJSON_IsString(prompt)) return nv_api_bad(err, "prompt: must be a string");
     if (system && !cJSON_IsString(system)) return nv_api_bad(err, "system: must be a string");
     if (raw && !cJSON_IsBool(raw)) return nv_api_bad(err, "raw: must be a boolean");
