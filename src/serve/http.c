@@ -76,7 +76,7 @@ typedef struct {
     answer_split split[NV_MAX_CHOICES]; /* each choice's reasoning, content and calls */
     nv_api_tools *tools;                /* chat with tools: the names split[] reads calls of */
     int n_calls[NV_MAX_CHOICES];
-    int proto;                          /* P_OPENAI, or an Anthropic Messages or Responses stream (one choice) */
+    int proto;                          /* P_OPENAI, or another API's stream (one choice) */
     nv_anth_stream anth;
     int anth_started;                   /* message_start is out */
     nv_anth_meta anth_meta;
@@ -576,8 +576,8 @@ static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_
 }
 
 /* Runs a parsed request (taken) and answers it whole or as a stream; am: an Anthropic Messages
- * request's meta, rm: a Responses request's (either taken by a stream), both NULL for the chat and
- * text completions. */
+ * request's meta, rm: a Responses request's, lm: llama.cpp's native request's (each taken by a
+ * stream), om: an Ollama request's (copied), all NULL for the chat and text completions. */
 static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am,
                                 nv_resp_meta *rm, nv_lcpp_meta *lm, const nv_olla_meta *om) {
     const int chat = ar.chat;
