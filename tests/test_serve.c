@@ -2325,7 +2325,7 @@ static void test_webui(void) {
     if (system("command -v node >/dev/null 2>&1") == 0) {
         char cmd[1024], out[700], *text = NULL;
         snprintf(out, sizeof out, "%s/webui-check.txt", tmpdir);
-        snprintf(cmd, sizeof cmd, "node tests/webui_check.js http://127.0.0.1:%d page-key >'%s' 2>&1", s.port, out);
+        snprintf(cmd, sizeof cmd, "node --no-warnings tests/webui_check.js http://127.0.0.1:%d page-key >'%s' 2>&1", s.port, out);
         const int rc = system(cmd);
         nv_file_read_all(out, &text, NULL);
         T_CHECK(rc == 0 && text && !strcmp(text, "ok\n"), "the page's script: %s", text ? text : "(no output)");
