@@ -499,27 +499,21 @@ static void render_deepseek(nv_buf *text, const nv_chat_msg *m, int n, const nv_
 /* s with every `cut` taken out, one after the other (Python's str.replace in turn), then the white
    space at its end. */
 static void put_without(nv_buf *b, const char *s, const char *const *cut, int n_cut) {
-    nv_buf t[2] = {{0}, {0}};
-    nv_buf_puts(&t[0], s);
-    int cur = 0;
-    for (int k = 0; k < n_cut && t[cur].data; k++, cur ^= 1) {
+    nv_buf t = {0};
+    nv_buf_puts(&t, s);
+    for (int k = 0; k < n_cut && t.data; k++) {
+        nv_buf u = {0};
         const size_t cl = strlen(cut[k]);
-        t[cur ^ 1].len = 0; /* (reused: emptied) */
-        if (t[cur ^ 1].data) t[cur ^ 1].data[0] = '\0';
-        for (const char *p = t[cur].data, *hit; *p; p = hit + cl) {
-            if (!(hit = strstr(p, cut[k]))) {
-                nv_buf_puts(&t[cur ^ 1], p);
-                break;
-            }
-            nv_buf_append(&t[cur ^ 1], p, (size_t)(hit - p));
-        }
-        if (!t[cur ^ 1].data) nv_buf_puts(&t[cur ^ 1], "");
+        const char *p = t.data;
+        for (const char *hit; (hit = strstr(p, cut[k])); p = hit + cl) nv_buf_append(&u, p, (size_t)(hit - p));
+        nv_buf_puts(&u, p);
+        nv_buf_free(&t);
+        t = u;
     }
-    size_t n = t[cur].len;
-    while (n && isspace((unsigned char)t[cur].data[n - 1])) n--;
-    if (n) nv_buf_append(b, t[cur].data, n);
-    nv_buf_free(&t[0]);
-    nv_buf_free(&t[1]);
+    size_t n = t.len;
+    while (n && isspace((unsigned char)t.data[n - 1])) n--;
+    if (n) nv_buf_append(b, t.data, n);
+    nv_buf_free(&t);
 }
 
 static void render_smollm3(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
