@@ -18,6 +18,13 @@ static void model_id_of(const char *name, char *id, size_t cap) {
     snprintf(id, cap, "%.*s", (int)(n > tag && !strcmp(name + n - tag, ":latest") ? n - tag : n), name);
 }
 
+/* The 404 of a model this server does not have, in Ollama's words (also over the OpenAI parser's
+   own 404); returns its status. */
+static int not_found(nv_api_error *err, const char *name) {
+    nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model", "model '%.200s' not found", name);
+    return err->status;
+}
+
 /* A field that must be absent, null or empty (images: no model here reads them). */
 static int refuse_unless_empty(const cJSON *in, const char *key, const char *why, nv_api_error *err) {
     const cJSON *v = nv_api_field(in, key);
@@ -210,8 +217,7 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
     if (!rc && empty) { /* the model must still be one this server has */
         char id[NV_API_MODEL_ID + 8];
         model_id_of(meta->model, id, sizeof id);
-        if (nv_api_model_find(ctx, id, NULL) < 0)
-            nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model", "model '%.200s' not found", meta->model);
+        if (nv_api_model_find(ctx, id, NULL) < 0) not_found(err, meta->model);
         else meta->load_only = 1;
         cJSON_Delete(q);
         return err->status;
@@ -219,7 +225,7 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
     const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .max_tokens_cap = 1};
     if (!rc) rc = nv_api_parse_json(ctx, chat || !raw, q, &o, out, err);
     cJSON_Delete(q);
-    if (rc == 404) snprintf(err->message, sizeof err->message, "model '%.200s' not found", meta->model); /* Ollama's words */
+    if (rc == 404) not_found(err, meta->model);
     return rc;
 }
 
@@ -263,7 +269,7 @@ int nv_olla_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, int
     if (!rc && !text) rc = nv_api_oom(err);
     if (!rc) rc = nv_api_embed_parse(ctx, text, strlen(text), out, err);
     free(text);
-    if (rc == 404) snprintf(err->message, sizeof err->message, "model '%.200s' not found", meta->model);
+    if (rc == 404) not_found(err, meta->model);
     return rc;
 }
 
@@ -427,7 +433,7 @@ int nv_olla_show(const nv_api_ctx *ctx, const nv_olla_model_info *info, const ch
     const int k = cJSON_IsString(model) ? nv_api_model_find(ctx, id, NULL) : -1;
     if (k < 0) {
         if (!cJSON_IsString(model)) nv_api_bad(err, "model is required");
-        else nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model", "model '%.200s' not found", model->valuestring);
+        else not_found(err, model->valuestring);
         cJSON_Delete(in);
         return err->status;
     }
