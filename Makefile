@@ -9,7 +9,7 @@ CC      ?= gcc
 WARN    := -Wall -Wextra -Werror
 BASE    := -std=c11 -D_GNU_SOURCE -Isrc -ffp-contract=off -fno-math-errno -pthread -MMD -MP
 OPT     := -O2 -march=x86-64-v3 -g
-SAN     := -O1 -march=x86-64-v3 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN     := -O2 -march=x86-64-v3 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDLIBS  := -lm -lpthread -lmicrohttpd -lcjson -lpcre2-8 -lunistring
 # OpenMPI, for `mpirun -np N nerve train` (src/train/dist.c); without its headers nerve builds for
 # one process and says so when a launcher starts it
@@ -36,7 +36,7 @@ all: build/nerve
 define variant
 build/$(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(BASE) $$(WARN) $(2) -c $$< -o $$@
+	$$(CC) $$(BASE) $$(WARN) $(2) $$(OBJ_EXTRA) -c $$< -o $$@
 
 build/$(1)/obj/src/serve/webui.o: src/serve/webui.html
 build/$(1)/obj/src/train/dist.o: $(MPI_STAMP)
@@ -57,6 +57,7 @@ build/$(1)/tests/%: build/$(1)/obj/tests/%.o build/$(1)/libnerve.a
 endef
 $(eval $(call variant,release,$(OPT)))
 $(eval $(call variant,asan,$(SAN)))
+build/asan/obj/src/engine/kern_%_emu.o: OBJ_EXTRA := -O1
 
 build/nerve: build/release/nerve
 	cp $< $@

@@ -15,8 +15,10 @@ for t in "$bindir"/test_*; do
     echo "== [$label] $name"
     # a hung test must not hang the suite: 20 minutes each at most (the sanitizer build of test_train,
     # whose fine-tunes run nerve under ASan, takes ~10 minutes on a slow 2-core AVX2 machine)
+    start=$SECONDS
     out=$(timeout 1200 "$t" 2>&1)
     rc=$?
+    echo "  ($name: $((SECONDS - start)) s)"
     [ "$rc" -eq 124 ] && echo "  FAIL     $name timed out after 1200 s"
     printf '%s\n' "$out" | grep -v '^@@ RESULT'
     res=$(printf '%s\n' "$out" | grep '^@@ RESULT' | tail -n1)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "base/file.h"
 
@@ -56,20 +57,38 @@ static inline void t_run(const char *name, void (*fn)(void)) {
     if (only && *only && !strstr(name, only)) return;
     t_case_failed = 0;
     t_case_skipped = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     fn();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* a case's seconds, where they are worth reading: what keeps the suite within its time */
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    char took[32] = "";
+    if (secs >= 1.0) snprintf(took, sizeof took, " (%.1f s)", secs);
     if (t_case_failed) {
         t_failed++;
-        printf("  FAIL     %s\n", name);
+        printf("  FAIL     %s%s\n", name, took);
     } else if (t_case_skipped) {
         t_skipped++;
         printf("  skipped: %s: %s\n", name, t_skip_reason);
     } else {
         t_passed++;
-        printf("  ok       %s\n", name);
+        printf("  ok       %s%s\n", name, took);
     }
     fflush(stdout);
 }
 #define T_RUN(fn) t_run(#fn, fn)
+
+/* 1 in the sanitizer build (the suite's second pass). A case whose checks need a model to learn
+ * something over a long run trains a few steps there instead: the same code under ASan and UBSan,
+ * with the checks that do not depend on the run's length; the release pass checks what it learned. */
+static inline int t_sanitized(void) {
+#ifdef __SANITIZE_ADDRESS__
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 /* The nerve binary under test (set by tests/run.sh). */
 static inline const char *t_nerve_bin(void) {

@@ -2205,7 +2205,10 @@ static void test_ollama_api(void) {
     olla_result o, w;
     result want;
     snprintf(body, sizeof body, "{\"model\":\"stories260K:latest\",\"messages\":%s,\"options\":{\"num_predict\":12,\"temperature\":0}}", olla_msgs);
-    T_CHECK(olla_post(s.port, "/api/chat", body, &o) == 200 && o.ndjson && o.lines == 13 && o.eval_count == 12 && o.prompt_eval_count > 20 &&
+    /* one line per poll of the request: a token apiece when the reader keeps up, fewer when tokens come
+     * faster than it reads (a loaded machine), never more than the 12 tokens and the done line */
+    T_CHECK(olla_post(s.port, "/api/chat", body, &o) == 200 && o.ndjson && o.lines >= 2 && o.lines <= 13 && o.eval_count == 12 &&
+                o.prompt_eval_count > 20 &&
                 !strcmp(o.done_reason, "length"),
             "streamed chat: %d lines, eval_count %d, prompt_eval_count %d, done_reason %s", o.lines, o.eval_count, o.prompt_eval_count,
             o.done_reason);

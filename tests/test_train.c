@@ -1249,11 +1249,11 @@ static int read_values(const char *dir, const char *key, double *v, int max) {
     return n;
 }
 
-/* The steps' key (loss, grad_norm) of two runs agree within rel from step `from` on. */
-static void check_close_runs(const char *dir_a, const char *dir_b, const char *key, int from, double rel) {
+/* The steps' key (loss, grad_norm) of two runs of `steps` steps agree within rel from step `from` on. */
+static void check_close_runs(const char *dir_a, const char *dir_b, const char *key, int steps, int from, double rel) {
     double a[64], b[64];
     const int na = read_values(dir_a, key, a, 64), nb = read_values(dir_b, key, b, 64);
-    T_CHECK(na == 24 && nb == 24, "%s logged: %d in %s, %d in %s", key, na, dir_a, nb, dir_b);
+    T_CHECK(na == steps && nb == steps, "%s logged: %d in %s, %d in %s", key, na, dir_a, nb, dir_b);
     for (int i = from; i < na && i < nb; i++)
         T_CHECK(fabs(a[i] - b[i]) <= rel * fabs(a[i]), "step %d: %s %.9g in %s, %.9g in %s", i + 1, key, a[i], dir_a, b[i],
                 dir_b);
@@ -1283,9 +1283,9 @@ static void test_data_parallel_matches_one_process(void) {
     train_args(args, sizeof args, two, flags);
     T_CHECK(run_launched(guarded, args, err, sizeof err) == 0, "two processes: %s", err);
     T_CHECK(strstr(err, "x 2 processes") != NULL, "the report does not say 2 processes: %s", err);
-    check_close_runs(one, two, "\"loss\":", 0, 1e-4);
-    check_close_runs(one, two, "\"grad_norm\":", 0, 1e-3);
-    check_close_runs(one, two, "\"tokens\":", 0, 0);
+    check_close_runs(one, two, "\"loss\":", 24, 0, 1e-4);
+    check_close_runs(one, two, "\"grad_norm\":", 24, 0, 1e-3);
+    check_close_runs(one, two, "\"tokens\":", 24, 0, 0);
     const float va = val_at(one, 24), vb = val_at(two, 24);
     T_CHECK(isfinite(va) && fabsf(va - vb) <= 1e-4f * va, "validation loss %g in one process, %g in two", va, vb);
     char *text = NULL;
@@ -1302,8 +1302,8 @@ static void test_data_parallel_matches_one_process(void) {
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "mixture, one process: %s", err);
     train_args(args, sizeof args, moe_two, moe_flags);
     T_CHECK(run_launched(guarded, args, err, sizeof err) == 0, "mixture, two processes: %s", err);
-    check_close_runs(moe_one, moe_two, "\"loss\":", 0, 1e-4);
-    check_close_runs(moe_one, moe_two, "\"grad_norm\":", 0, 1e-3);
+    check_close_runs(moe_one, moe_two, "\"loss\":", 24, 0, 1e-4);
+    check_close_runs(moe_one, moe_two, "\"grad_norm\":", 24, 0, 1e-3);
 
     /* SIGUSR1 (which mpirun would pass on to both at once) to one process only: both stop after the
        same step, process 0 saves; resumed, the uninterrupted job's losses bit for bit */
@@ -1323,7 +1323,7 @@ static void test_data_parallel_matches_one_process(void) {
     /* the same checkpoint goes on in one process: the batch is the run's, not the process's */
     train_args(args, sizeof args, moved, resume);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume in one process: %s", err);
-    check_close_runs(two, moved, "\"loss\":", done_before, 1e-4);
+    check_close_runs(two, moved, "\"loss\":", 24, done_before, 1e-4);
 
     /* refused together, one line from process 0: a batch that does not split over the processes */
     char bad[600];
@@ -1362,18 +1362,19 @@ static void test_prompt_completion_finetune(void) {
     const char *data = t_write("pc.jsonl", lines.data, lines.len);
     nv_buf_free(&lines);
     char args[4096], err[8192], dir[600], path[700];
+    const int learn = !t_sanitized(); /* the sanitizer's pass: a few steps, not enough to learn the answer */
     snprintf(dir, sizeof dir, "%s/pc_run", t_tmpdir());
     snprintf(args, sizeof args,
-             "train --init-from %s -z %s --data %s --steps 120 --batch 8 --seq 64 --lr 1e-3 --warmup 10 --eval-every 0 --seed 3 "
+             "train --init-from %s -z %s --data %s --steps %d --batch 8 --seq 64 --lr 1e-3 --warmup %d --eval-every 0 --seed 3 "
              "--quiet --out %s",
-             model, tok, data, dir);
+             model, tok, data, learn ? 120 : 3, learn ? 10 : 1, dir);
     T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "prompt and completion joined as they are (no chat template)"),
             "prompt/completion fine-tune: %s", err);
     snprintf(path, sizeof path, "%s/chat_template", dir);
     T_CHECK(!nv_file_exists(path), "a prompt/completion run declared a chat template");
     snprintf(args, sizeof args, "generate -m %s -p \"$(printf 'Q: Did the dog see a kite?\\nA:')\" -t 0 -n 60 --engine avx2", dir);
-    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "Q: Did the dog see a kite?\nA: Yes, the cat is happy."), "generate: %s %s", t_out,
-            t_err);
+    T_CHECK(t_nerve(args) == 0 && (!learn || strstr(t_out, "Q: Did the dog see a kite?\nA: Yes, the cat is happy.")), "generate: %s %s",
+            t_out, t_err);
 }
 
 /* Chat fine-tuning end to end: stories260K fine-tuned on conversations in OpenAI's format (one answer
@@ -1398,10 +1399,12 @@ static void test_chat_finetune_then_serve(void) {
     }
     fclose(f);
     snprintf(dir, sizeof dir, "%s/chat_run", t_tmpdir());
+    /* the sanitizer's pass: a few steps, the same code, not enough to learn the answer */
+    const int learn = !t_sanitized(), steps = learn ? 120 : 4;
     snprintf(args, sizeof args,
-             "train --init-from %s -z %s --data %s --steps 120 --batch 8 --seq 96 --lr 1e-3 --warmup 10 --eval-every 40 "
+             "train --init-from %s -z %s --data %s --steps %d --batch 8 --seq 96 --lr 1e-3 --warmup %d --eval-every %d "
              "--eval-batches 2 --seed 3 --quiet --out %s",
-             model, tok, path, dir);
+             model, tok, path, steps, learn ? 10 : 1, steps / 3, dir);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "chat fine-tune: %s", err);
     T_CHECK(strstr(err, "chat data: 240 answers to train on (12 of them held out), rendered with the chatml template"),
             "no chat data summary: %s", err);
@@ -1412,8 +1415,8 @@ static void test_chat_finetune_then_serve(void) {
              path, short_dir);
     T_CHECK(run_nerve(short_args, err, sizeof err) == 1 && strstr(err, "no training conversation has an answer within --seq 8"),
             "prompts longer than the window: '%s'", err);
-    const float v0 = val_at(dir, 0), v1 = val_at(dir, 120);
-    T_CHECK(v0 > 3 && v1 < 0.3f, "validation loss on the answers %g -> %g", v0, v1);
+    const float v0 = val_at(dir, 0), v1 = val_at(dir, steps);
+    T_CHECK(v0 > 3 && v1 > 0 && (!learn || v1 < 0.3f), "validation loss on the answers %g -> %g", v0, v1);
     char *text = NULL;
     snprintf(path, sizeof path, "%.600s/chat_template", dir);
     T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK && text && !strcmp(text, "chatml\n"), "chat_template: %s",
@@ -1430,7 +1433,7 @@ static void test_chat_finetune_then_serve(void) {
     resp r;
     const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Did the dog see a kite?\"}], \"temperature\": 0}";
     T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 &&
-                strstr(r.body, "\"content\":\"Yes, the cat is happy.\"") && strstr(r.body, "\"finish_reason\":\"stop\""),
+                (!learn || (strstr(r.body, "\"content\":\"Yes, the cat is happy.\"") && strstr(r.body, "\"finish_reason\":\"stop\""))),
             "answer: %d %s", r.status, r.body ? r.body : "");
     resp_free(&r);
     T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
@@ -1461,7 +1464,7 @@ static void test_chat_finetune_then_serve(void) {
        here: <|im_end|> is no token of this vocabulary), never printed */
     const char *qs = t_write("chat_questions.txt", "Did the dog see a kite?\nDid Sue find a toy?\n", 44);
     snprintf(short_args, sizeof short_args, "chat -m %s -t 0 --engine avx2", dir);
-    T_CHECK(t_nerve_stdin(short_args, qs) == 0 && !strcmp(t_out, "Yes, the cat is happy.\nYes, the cat is happy.\n"),
+    T_CHECK(t_nerve_stdin(short_args, qs) == 0 && (!learn || !strcmp(t_out, "Yes, the cat is happy.\nYes, the cat is happy.\n")),
             "nerve chat: '%s' %s", t_out, t_err);
 
     /* exported, the run's template travels in Jinja: GGUF's tokenizer.chat_template, which a server of
@@ -1488,7 +1491,7 @@ static void test_chat_finetune_then_serve(void) {
         T_CHECK(strstr(log, "chat template chatml") != NULL, "the server did not take the file's template: %s", log);
         free(log);
         T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 200 &&
-                    strstr(r.body, "\"content\":\"Yes, the cat is happy.\""),
+                    (!learn || strstr(r.body, "\"content\":\"Yes, the cat is happy.\"")),
                 "answer from the GGUF export: %d %s", r.status, r.body ? r.body : "");
         resp_free(&r);
         T_CHECK(server_stop_within(&s, 20) == 0, "server did not stop cleanly");
@@ -1615,13 +1618,13 @@ static void test_chat_finetune_then_serve(void) {
     snprintf(halves, sizeof halves, "%s/chat_halves", t_tmpdir());
     for (int k = 0; k < 2; k++) {
         snprintf(args, sizeof args,
-                 "train --init-from %s -z %s --data %s --steps 24 --batch %d --accum %d --seq 96 --lr 1e-3 --eval-every 0 "
+                 "train --init-from %s -z %s --data %s --steps %d --batch %d --accum %d --seq 96 --lr 1e-3 --eval-every 0 "
                  "--seed 4 --engine avx2 --quiet --out %s",
-                 model, tok, path, k ? 4 : 8, k ? 2 : 1, k ? halves : whole);
+                 model, tok, path, learn ? 24 : 6, k ? 4 : 8, k ? 2 : 1, k ? halves : whole);
         T_CHECK(run_nerve(args, err, sizeof err) == 0, "chat run %d: %s", k, err);
     }
-    check_close_runs(whole, halves, "\"loss\":", 0, 1e-5);
-    check_close_runs(whole, halves, "\"grad_norm\":", 0, 1e-4);
+    check_close_runs(whole, halves, "\"loss\":", learn ? 24 : 6, 0, 1e-5);
+    check_close_runs(whole, halves, "\"grad_norm\":", learn ? 24 : 6, 0, 1e-4);
 }
 
 /* The greedy answers a run folder's server gives to the six questions of test_preference_finetune,
@@ -1678,9 +1681,11 @@ static void test_preference_finetune(void) {
                 "\"assistant\", \"content\": \"No. Go away.\"}]}\n", who[i % 6], what[(i / 6) % 5]);
     fclose(f);
     fclose(g);
+    /* the sanitizer's pass: a few steps of each run, the same code, not enough to learn the preference */
+    const int learn = !t_sanitized(), pref_steps = learn ? 30 : 3;
     snprintf(sft, sizeof sft, "%s/sft_run", t_tmpdir());
-    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps 120 --batch 8 --seq 96 --lr 1e-3 --warmup 10 "
-             "--eval-every 0 --seed 3 --quiet --out %s", model, tok, sft_data, sft);
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps %d --batch 8 --seq 96 --lr 1e-3 --warmup %d "
+             "--eval-every 0 --seed 3 --quiet --out %s", model, tok, sft_data, learn ? 120 : 4, learn ? 10 : 1, sft);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "SFT: %s", err);
     const int yes_before = answers_are(sft, "sft_serve", "Yes, they were happy.");
     T_CHECK(yes_before >= 0 && yes_before < 6, "the SFT model already answers %d of 6 questions Yes", yes_before);
@@ -1701,12 +1706,15 @@ static void test_preference_finetune(void) {
 
     /* with the SFT term, every answer becomes the preferred one */
     snprintf(dpo, sizeof dpo, "%s/dpo_run", t_tmpdir());
-    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-sft-weight 1 --eval-every 10 --out %s", base, dpo);
+    snprintf(args, sizeof args, "%s --steps %d --lr 3e-4 --pref-sft-weight 1 --eval-every %d --out %s", base, pref_steps, pref_steps / 3,
+             dpo);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "DPO: %s", err);
     const int na = read_field(dpo, "\"val_reward_acc\":", acc, 64);
-    T_CHECK(na == 4 && !strcmp(acc[0], "0") && !strcmp(acc[3], "1"), "validation accuracy %s -> %s", acc[0], na ? acc[na - 1] : "-");
-    T_CHECK(val_at(dpo, 30) < 0.1f, "validation loss %g", val_at(dpo, 30));
-    T_CHECK(answers_are(dpo, "dpo_serve", "Yes, they were happy.") == 6, "not every answer became the preferred one");
+    T_CHECK(na == 4 && !strcmp(acc[0], "0") && (!learn || !strcmp(acc[3], "1")), "validation accuracy %s -> %s", acc[0],
+            na ? acc[na - 1] : "-");
+    T_CHECK(!learn || val_at(dpo, 30) < 0.1f, "validation loss %g", val_at(dpo, 30));
+    const int yes_after = answers_are(dpo, "dpo_serve", "Yes, they were happy.");
+    T_CHECK(yes_after >= 0 && (!learn || yes_after == 6), "not every answer became the preferred one");
 
     /* the other losses: each learns the preference (the validation pairs preferred rightly, by its
        rewards and by the likelihood a token); SimPO and ORPO without a reference pass, and ORPO, whose
@@ -1715,35 +1723,41 @@ static void test_preference_finetune(void) {
     char other[700];
     for (int k = 0; k < 3; k++) {
         snprintf(other, sizeof other, "%s/pref_%s", t_tmpdir(), kinds[k]);
-        snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-loss %s --eval-every 30 --out %s", base, kinds[k], other);
+        snprintf(args, sizeof args, "%s --steps %d --lr 3e-4 --pref-loss %s --eval-every %d --out %s", base, pref_steps, kinds[k],
+                 pref_steps, other);
         T_CHECK(run_nerve(args, err, sizeof err) == 0 && (strstr(err, "the reference") != NULL) == (k == 0), "%s: %s",
                 kinds[k], err);
         char choice[64][32];
-        T_CHECK(read_field(other, "\"val_reward_acc\":", acc, 64) == 2 && !strcmp(acc[1], "1") &&
-                    read_field(other, "\"val_choice_acc\":", choice, 64) == 2 && !strcmp(choice[1], "1"),
+        T_CHECK(read_field(other, "\"val_reward_acc\":", acc, 64) == 2 && (!learn || !strcmp(acc[1], "1")) &&
+                    read_field(other, "\"val_choice_acc\":", choice, 64) == 2 && (!learn || !strcmp(choice[1], "1")),
                 "%s: validation accuracy %s, choice %s", kinds[k], acc[1], choice[1]);
     }
-    T_CHECK(answers_are(other, "orpo_serve", "Yes, they were happy.") == 6, "ORPO: not every answer became the preferred one");
+    const int orpo_yes = answers_are(other, "orpo_serve", "Yes, they were happy.");
+    T_CHECK(orpo_yes >= 0 && (!learn || orpo_yes == 6), "ORPO: not every answer became the preferred one");
 
     /* stopped after its first step and resumed: the same losses as the run above */
     char split[700];
     snprintf(split, sizeof split, "%s/dpo_split", t_tmpdir());
-    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-sft-weight 1 --eval-every 10 --time-limit 0.0001 --out %s",
-             base, split);
+    snprintf(args, sizeof args, "%s --steps %d --lr 3e-4 --pref-sft-weight 1 --eval-every %d --time-limit 0.0001 --out %s",
+             base, pref_steps, pref_steps / 3, split);
     T_CHECK(run_nerve(args, err, sizeof err) == 0 && count_steps(split) == 1, "the stopped run: %s", err);
-    snprintf(args, sizeof args, "%s --steps 30 --lr 3e-4 --pref-sft-weight 1 --eval-every 10 --resume --out %s", base, split);
+    snprintf(args, sizeof args, "%s --steps %d --lr 3e-4 --pref-sft-weight 1 --eval-every %d --resume --out %s", base, pref_steps,
+             pref_steps / 3, split);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume: %s", err);
     char lb[64][32];
     const int n1 = read_losses(dpo, l, 64), n2 = read_losses(split, lb, 64);
-    T_CHECK(n1 == 30 && n2 == 30, "steps logged: %d and %d", n1, n2);
+    T_CHECK(n1 == pref_steps && n2 == pref_steps, "steps logged: %d and %d", n1, n2);
     for (int i = 0; i < n1 && i < n2; i++) T_CHECK(!strcmp(l[i], lb[i]), "step %d: loss %s vs %s resumed", i + 1, l[i], lb[i]);
 
     /* LoRA: the frozen model is the reference; the adapters learn the preference */
     char lora[700];
     snprintf(lora, sizeof lora, "%s/dpo_lora", t_tmpdir());
-    snprintf(args, sizeof args, "%s --steps 20 --lr 3e-3 --pref-sft-weight 1 --lora-rank 8 --eval-every 20 --out %s", base, lora);
+    const int lora_steps = learn ? 20 : 2;
+    snprintf(args, sizeof args, "%s --steps %d --lr 3e-3 --pref-sft-weight 1 --lora-rank 8 --eval-every %d --out %s", base, lora_steps,
+             lora_steps, lora);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA DPO: %s", err);
-    T_CHECK(read_field(lora, "\"val_reward_acc\":", acc, 64) == 2 && !strcmp(acc[1], "1"), "LoRA: validation accuracy %s", acc[1]);
+    T_CHECK(read_field(lora, "\"val_reward_acc\":", acc, 64) == 2 && (!learn || !strcmp(acc[1], "1")), "LoRA: validation accuracy %s",
+            acc[1]);
 
     /* two processes, a pair each of every micro-batch's four: the losses and validation of one process */
     char mpirun[1200], np2[1400];

@@ -1730,7 +1730,10 @@ static void quantize_q5_0(const float *x, uint64_t n, uint64_t d0, const float *
 
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 /* Nearest integer of a finite float (a NaN or infinity: 0). */
-static inline int near_int(float v) { return isfinite(v) ? (int)lrintf(fmaxf(-1e9f, fminf(1e9f, v))) : 0; }
+static inline int near_int(float v) {
+    if (fabsf(v) < 1e9f) return (int)lrintf(v); /* the fits' inner loops: no libm call for the common case */
+    return isfinite(v) ? (v > 0 ? 1000000000 : -1000000000) : 0;
+}
 
 /* The k-quants' sub-block fits. Each value weighs av + |x| (av: the root mean square of its
  * super-block), so the large values a product is most sensitive to are kept best; candidate scales
