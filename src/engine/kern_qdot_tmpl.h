@@ -181,6 +181,10 @@ static ALWAYS_INLINE void QD(ukern_super)(const int mr, const int nt, const int 
         for (int t = 0; t < nt; t++) vqout(C + (size_t)r * ldc + (size_t)t * 16, vfload(ys[r][t]), nc - t * 16);
 }
 
+/* Only the micro-kernels qdot_gemm's blocking makes for this instance are compiled (the others'
+ * branches are constant-false and dropped before inlining): each case is ten large unrolled bodies,
+ * and all sixteen made an AVX2 instance take a minute to compile, several under the sanitizer. */
+#define QD_FITS(R, T) ((R) <= QD_MR && (T) <= ((R) <= 2 ? QD_NT_FEW : QD_NT))
 static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, float *C, size_t ldc, int nc) {
 #define QD_FORMS(K, R, T)                                                                                              \
     if (b->kq == 32 && b->lut)                                                                                         \
@@ -191,6 +195,7 @@ static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, fl
         b->four ? K(R, T, 16, 1, a, b, C, ldc, nc) : K(R, T, 16, 0, a, b, C, ldc, nc);
 #define QD_CASE(R, T)                                                                                                  \
     case R * 8 + T:                                                                                                    \
+        if (!QD_FITS(R, T)) break;                                                                                     \
         if (b->sub) {                                                                                                  \
             QD_FORMS(QD(ukern_super), R, T)                                                                            \
         } else {                                                                                                       \
@@ -231,6 +236,7 @@ static void QD(qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int 
     }
 }
 
+#undef QD_FITS
 #undef QD_MR
 #undef QD_NT
 #undef QD_NT_FEW

@@ -84,10 +84,19 @@ static inline VB(out) VB(out_at)(const VB(out) *o, int r, int t) {
                      o->wc ? o->wc + (size_t)t * 16 : NULL};
 }
 
+/* Only the micro-kernels gemm's blocking makes for this instance are compiled (the others' branches
+ * are constant-false and dropped before inlining): each is a large unrolled body, and an AVX2
+ * instance with all twenty took a minute to compile, several under the sanitizer. */
+#define VB_FITS(R, T) ((R) <= VB_MR && (T) <= ((R) <= 2 ? VB_NT_FEW : VB_NT))
 static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, const VB_ELEM *B, size_t tstride, float *C,
                       size_t ldc, int nc, const VB(out) *o) {
 #define VB_CASE(R, T)                                                                                                  \
-    case R * 8 + T: VB(ukern)(R, T, KB, A, lda, B, tstride, C, ldc, nc, o); return;
+    case R * 8 + T:                                                                                                    \
+        if (VB_FITS(R, T)) {                                                                                           \
+            VB(ukern)(R, T, KB, A, lda, B, tstride, C, ldc, nc, o);                                                    \
+            return;                                                                                                    \
+        }                                                                                                              \
+        break;
     switch (mr * 8 + nt) {
         VB_CASE(1, 1) VB_CASE(1, 2) VB_CASE(1, 3) VB_CASE(1, 4)
         VB_CASE(2, 1) VB_CASE(2, 2) VB_CASE(2, 3) VB_CASE(2, 4)
@@ -97,14 +106,17 @@ static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, cons
         VB_CASE(6, 1) VB_CASE(6, 2)
         VB_CASE(7, 1) VB_CASE(7, 2)
         VB_CASE(8, 1) VB_CASE(8, 2)
-    default: /* a shape gemm's blocking does not make: pieces that are cases above */
-        for (int t = 0; t < nt; t += 2)
-            for (int r = 0; r < mr; r += VB_MR) {
-                const VB(out) sub = VB(out_at)(o, r, t);
-                VB(block)(mr - r < VB_MR ? mr - r : VB_MR, nt - t < 2 ? nt - t : 2, KB, A + (size_t)r * lda, lda,
-                          B + (size_t)t * tstride, tstride, C + (size_t)r * ldc + (size_t)t * 16, ldc, nc - t * 16, &sub);
-            }
+    default:
+        break;
     }
+    /* a shape gemm's blocking does not make: pieces of one column tile and at most VB_MR rows, which
+       every instance compiles */
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < mr; r += VB_MR) {
+            const VB(out) sub = VB(out_at)(o, r, t);
+            VB(block)(mr - r < VB_MR ? mr - r : VB_MR, 1, KB, A + (size_t)r * lda, lda, B + (size_t)t * tstride, tstride,
+                      C + (size_t)r * ldc + (size_t)t * 16, ldc, nc - t * 16, &sub);
+        }
 #undef VB_CASE
 }
 
@@ -141,6 +153,7 @@ static void VB(bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const
 }
 #endif
 
+#undef VB_FITS
 #undef VB_MR
 #undef VB_NT
 #undef VB_NT_FEW
