@@ -1,7 +1,8 @@
 // Runs the chat page's script (src/serve/webui.html) in node against a live `nerve serve`, on a
 // small stand-in for the DOM: the models list, a streamed answer with its usage line, the
 // conversation kept for the next turn, and a refused request (a wrong API key) shown as an error
-// that leaves the conversation as it was. The page is the one the server answers GET / with.
+// that leaves the conversation as it was; and its Markdown rendering of an answer, element by
+// element, text never taken for markup. The page is the one the server answers GET / with.
 // Usage: node webui_check.js URL KEY; prints "ok".
 'use strict';
 const vm = require('vm');
@@ -36,6 +37,7 @@ const byId = {};
 const document = {
   getElementById: (id) => byId[id] || (byId[id] = new El(id)),
   createElement: (tag) => new El(tag),
+  createTextNode: (text) => Object.assign(new El('#text'), { text: String(text) }),
 };
 const store = {};
 const localStorage = { getItem: (k) => (k in store ? store[k] : null), setItem: (k, v) => { store[k] = String(v); } };
@@ -46,6 +48,33 @@ const context = vm.createContext({
   document, localStorage, performance, TextDecoder, AbortController, console, JSON, Error, String, parseInt, parseFloat, isNaN,
   fetch: (url, opts) => fetch(base + url, opts),
 });
+
+/* The tree under el as a compact string: tag(children), text nodes quoted, a link's address after @. */
+function shape(el) {
+  if (el.tag === '#text') return JSON.stringify(el.text);
+  const inner = el.children.length ? el.children.map(shape).join(',') : el.text ? JSON.stringify(el.text) : '';
+  return el.tag + (el.href ? '@' + el.href : '') + (el.start ? '#' + el.start : '') + (el.className ? '.' + el.className : '') +
+    '(' + inner + ')';
+}
+
+/* The page's Markdown: each input's tree as the page builds it. */
+function checkMarkdown() {
+  const cases = [
+    ['plain\nsecond line', 'div(p("plain","\\n","second line"))'],
+    ['# Title\n\nSome **bold** and `a <b>` and *it* [x](https://e.com/a) [y](javascript:alert(1))',
+     'div(h1("Title"),p("Some ",strong("bold")," and ",code("a <b>")," and ",em("it")," ",a@https://e.com/a("x")," [y](javascript:alert(1))"))'],
+    ['```c\nint <script>;\n```\n- a\n- b\n\n3. c\n4. d', 'div(pre(code.language-c("int <script>;")),ul(li("a"),li("b")),ol#3(li("c"),li("d")))'],
+    ['> q1\n> q2\n\n---\nsnake_case_name and 2 * 3 * 4', 'div(blockquote("q1","\\n","q2"),hr(),p("snake_case_name and 2 * 3 * 4"))'],
+    ['```\nstill streaming', 'div(pre(code("still streaming")))'],
+    ['<img src=x onerror=alert(1)>', 'div(p("<img src=x onerror=alert(1)>"))'],
+  ];
+  const markdown = vm.runInContext('markdown', context);
+  for (const [text, want] of cases) {
+    const box = new El('div');
+    markdown(box, text);
+    if (shape(box) !== want) fail('markdown of ' + JSON.stringify(text) + ': ' + shape(box) + ' against ' + want);
+  }
+}
 
 function fail(msg) {
   console.log('not ok: ' + msg);
@@ -60,6 +89,7 @@ const until = async (what, cond) => {
   const html = await (await fetch(base + '/')).text();
   vm.runInContext(html.slice(html.indexOf('<script>') + 8, html.indexOf('</script>')), context);
   const model = document.getElementById('model'), log = document.getElementById('log');
+  checkMarkdown();
   await until('the models list', () => model.children.length > 0);
   model.value = model.children[0].value; // a browser's select takes its first option
   if (!model.value) fail('no model id in the list');
@@ -71,7 +101,10 @@ const until = async (what, cond) => {
   if (!q || q.className !== 'msg user' || q.textContent !== 'Once upon a time') fail('the question bubble: ' + (q && q.textContent));
   if (!a || a.className !== 'msg assistant') fail('the answer bubble: ' + (a && a.className));
   const said = vm.runInContext('chat[1].content', context);
-  if (!said || !a.textContent.startsWith(said)) fail('the answer kept in the conversation: "' + said + '" against "' + a.textContent + '"');
+  const rendered = Object.assign(new El('div'), { className: 'answer' });
+  vm.runInContext('markdown', context)(rendered, said || '');
+  if (!said || a.said !== said || shape(a.children[0]) !== shape(rendered))
+    fail('the answer kept in the conversation: "' + said + '" against ' + shape(a.children[0]));
   if (!/\d+ prompt tokens, [1-9]\d* generated, [\d.]+ tokens\/s/.test(a.lastChild.textContent)) fail('the usage line: ' + a.lastChild.textContent);
   if (byId.input.value !== '') fail('the input was not cleared');
 
