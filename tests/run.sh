@@ -13,8 +13,8 @@ for t in "$bindir"/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     echo "== [$label] $name"
-    # a hung test must not hang the suite: 20 minutes each at most (the sanitizer build of test_train,
-    # whose fine-tunes run nerve under ASan, takes ~10 minutes on a slow 2-core AVX2 machine)
+    # a hung test must not hang the suite: 20 minutes each at most (the longest, the sanitizer build of
+    # test_train, takes ~2.5 minutes on a 2-core AVX2 machine)
     start=$SECONDS
     out=$(timeout 1200 "$t" 2>&1)
     rc=$?

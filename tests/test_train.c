@@ -1614,17 +1614,18 @@ static void test_chat_finetune_then_serve(void) {
                    "\"content\": \"%s.\"}]}\n", who[i % 6], what[(i / 6) % 5], answer);
     }
     fclose(f);
+    const int pair_steps = learn ? 24 : 6;
     snprintf(whole, sizeof whole, "%s/chat_whole", t_tmpdir());
     snprintf(halves, sizeof halves, "%s/chat_halves", t_tmpdir());
     for (int k = 0; k < 2; k++) {
         snprintf(args, sizeof args,
                  "train --init-from %s -z %s --data %s --steps %d --batch %d --accum %d --seq 96 --lr 1e-3 --eval-every 0 "
                  "--seed 4 --engine avx2 --quiet --out %s",
-                 model, tok, path, learn ? 24 : 6, k ? 4 : 8, k ? 2 : 1, k ? halves : whole);
+                 model, tok, path, pair_steps, k ? 4 : 8, k ? 2 : 1, k ? halves : whole);
         T_CHECK(run_nerve(args, err, sizeof err) == 0, "chat run %d: %s", k, err);
     }
-    check_close_runs(whole, halves, "\"loss\":", learn ? 24 : 6, 0, 1e-5);
-    check_close_runs(whole, halves, "\"grad_norm\":", learn ? 24 : 6, 0, 1e-4);
+    check_close_runs(whole, halves, "\"loss\":", pair_steps, 0, 1e-5);
+    check_close_runs(whole, halves, "\"grad_norm\":", pair_steps, 0, 1e-4);
 }
 
 /* The greedy answers a run folder's server gives to the six questions of test_preference_finetune,
@@ -1712,7 +1713,7 @@ static void test_preference_finetune(void) {
     const int na = read_field(dpo, "\"val_reward_acc\":", acc, 64);
     T_CHECK(na == 4 && !strcmp(acc[0], "0") && (!learn || !strcmp(acc[3], "1")), "validation accuracy %s -> %s", acc[0],
             na ? acc[na - 1] : "-");
-    T_CHECK(!learn || val_at(dpo, 30) < 0.1f, "validation loss %g", val_at(dpo, 30));
+    T_CHECK(!learn || val_at(dpo, pref_steps) < 0.1f, "validation loss %g", val_at(dpo, pref_steps));
     const int yes_after = answers_are(dpo, "dpo_serve", "Yes, they were happy.");
     T_CHECK(yes_after >= 0 && (!learn || yes_after == 6), "not every answer became the preferred one");
 

@@ -58,7 +58,7 @@ function shape(el) {
 }
 
 /* The page's Markdown: each input's tree as the page builds it. */
-function checkMarkdown() {
+function checkMarkdown(markdown) {
   const cases = [
     ['plain\nsecond line', 'div(p("plain","\\n","second line"))'],
     ['# Title\n\nSome **bold** and `a <b>` and *it* [x](https://e.com/a) [y](javascript:alert(1))',
@@ -68,7 +68,6 @@ function checkMarkdown() {
     ['```\nstill streaming', 'div(pre(code("still streaming")))'],
     ['<img src=x onerror=alert(1)>', 'div(p("<img src=x onerror=alert(1)>"))'],
   ];
-  const markdown = vm.runInContext('markdown', context);
   for (const [text, want] of cases) {
     const box = new El('div');
     markdown(box, text);
@@ -89,7 +88,8 @@ const until = async (what, cond) => {
   const html = await (await fetch(base + '/')).text();
   vm.runInContext(html.slice(html.indexOf('<script>') + 8, html.indexOf('</script>')), context);
   const model = document.getElementById('model'), log = document.getElementById('log');
-  checkMarkdown();
+  const markdown = vm.runInContext('markdown', context);
+  checkMarkdown(markdown);
   await until('the models list', () => model.children.length > 0);
   model.value = model.children[0].value; // a browser's select takes its first option
   if (!model.value) fail('no model id in the list');
@@ -102,7 +102,7 @@ const until = async (what, cond) => {
   if (!a || a.className !== 'msg assistant') fail('the answer bubble: ' + (a && a.className));
   const said = vm.runInContext('chat[1].content', context);
   const rendered = Object.assign(new El('div'), { className: 'answer' });
-  vm.runInContext('markdown', context)(rendered, said || '');
+  markdown(rendered, said || '');
   if (!said || a.said !== said || shape(a.children[0]) !== shape(rendered))
     fail('the answer kept in the conversation: "' + said + '" against ' + shape(a.children[0]));
   if (!/\d+ prompt tokens, [1-9]\d* generated, [\d.]+ tokens\/s/.test(a.lastChild.textContent)) fail('the usage line: ' + a.lastChild.textContent);
