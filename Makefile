@@ -31,6 +31,9 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 objs = $(patsubst %.c,build/$(1)/obj/%.o,$(2))
 
 .PHONY: all test demo deps clean bench-peers
+# the test programs' objects are intermediate files of a chain of pattern rules: kept, so that the
+# next make does not compile them again
+.SECONDARY:
 all: build/nerve
 
 define variant

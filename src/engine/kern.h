@@ -39,6 +39,19 @@
 /* Bytes per depth of a quantized panel of nr outputs holding bits (4, 8, 16 or NV_QBITS_BF16) per value. */
 #define NV_QPANEL_BYTES(nr, bits) ((size_t)(nr) * ((bits) == NV_QBITS_BF16 ? 16 : (bits)) / 8)
 
+/* The vector templates' blocking (kern_vdot_tmpl.h, kern_qdot_tmpl.h): n rows (or column tiles) of a
+ * block go to micro-kernels of `most`, then of the largest powers of two that fit, so an instance
+ * compiles a micro-kernel (each a large unrolled body) for those sizes only, not one for every
+ * remainder. Every output is one chain whatever the piece, so the split changes no bit. */
+static inline int nv_kern_piece(int n, int most) {
+    if (n >= most) return most;
+    int p = 1;
+    while (2 * p <= n) p *= 2;
+    return p;
+}
+/* Whether nv_kern_piece(., most) can give n (a compile-time constant in the templates' cases). */
+#define NV_KERN_PIECE_MADE(n, most) ((n) == (most) || ((n) < (most) && ((n) & ((n) - 1)) == 0))
+
 typedef struct {
     const char *name;
     int nr; /* outputs per panel */

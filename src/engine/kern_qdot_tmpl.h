@@ -181,10 +181,11 @@ static ALWAYS_INLINE void QD(ukern_super)(const int mr, const int nt, const int 
         for (int t = 0; t < nt; t++) vqout(C + (size_t)r * ldc + (size_t)t * 16, vfload(ys[r][t]), nc - t * 16);
 }
 
-/* Only the micro-kernels qdot_gemm's blocking makes for this instance are compiled (the others'
- * branches are constant-false and dropped before inlining): each case is ten large unrolled bodies,
- * and all sixteen made an AVX2 instance take a minute to compile, several under the sanitizer. */
-#define QD_FITS(R, T) ((R) <= QD_MR && (T) <= ((R) <= 2 ? QD_NT_FEW : QD_NT))
+/* One micro-kernel of mr rows x nt column tiles, a shape QD(qdot_gemm) makes: only those are
+ * compiled (the other cases' branches are constant-false and dropped before inlining), each in ten
+ * forms (super-blocks or not, five kinds of values). */
+#define QD_NT_OF(R) ((R) <= 2 ? QD_NT_FEW : QD_NT)
+#define QD_MADE(R, T) (NV_KERN_PIECE_MADE(R, QD_MR) && NV_KERN_PIECE_MADE(T, QD_NT_OF(R)))
 static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, float *C, size_t ldc, int nc) {
 #define QD_FORMS(K, R, T)                                                                                              \
     if (b->kq == 32 && b->lut)                                                                                         \
@@ -195,7 +196,7 @@ static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, fl
         b->four ? K(R, T, 16, 1, a, b, C, ldc, nc) : K(R, T, 16, 0, a, b, C, ldc, nc);
 #define QD_CASE(R, T)                                                                                                  \
     case R * 8 + T:                                                                                                    \
-        if (!QD_FITS(R, T)) break;                                                                                     \
+        if (!QD_MADE(R, T)) return;                                                                                    \
         if (b->sub) {                                                                                                  \
             QD_FORMS(QD(ukern_super), R, T)                                                                            \
         } else {                                                                                                       \
@@ -210,33 +211,38 @@ static void QD(block)(int mr, int nt, const nv_qdot_a *a, const nv_qdot_b *b, fl
         QD_CASE(5, 1) QD_CASE(5, 2)
         QD_CASE(6, 1) QD_CASE(6, 2)
     default:
-        break; /* not made by the blocking below */
+        break;
     }
 #undef QD_CASE
 #undef QD_FORMS
 }
 
-/* C[rows x ncols] over ntiles column tiles of 16 (kern.h's qdot_gemm). */
+/* C[rows x ncols] over ntiles column tiles of 16 (kern.h's qdot_gemm), in the pieces nv_kern_piece
+ * gives (as kern_vdot_tmpl.h's gemm). */
 static void QD(qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int ntiles, float *C, size_t ldc, int ncols) {
     if (rows <= 0 || ntiles <= 0) return;
     const int NT = rows <= 2 ? QD_NT_FEW : QD_NT;
     const size_t tstride = nv_qdot_tile_bytes(b);
     const int nxs = nv_qdot_row_scales(b->nb, b->sub);
-    for (int t = 0; t < ntiles; t += NT) {
-        const int nt = ntiles - t < NT ? ntiles - t : NT;
-        nv_qdot_b bt = *b;
-        bt.q = b->q + (size_t)t * tstride;
-        for (int r = 0; r < rows; r += QD_MR) {
-            const int mr = rows - r < QD_MR ? rows - r : QD_MR;
+    for (int t0 = 0; t0 < ntiles; t0 += NT) {
+        const int nt = ntiles - t0 < NT ? ntiles - t0 : NT;
+        for (int r = 0, mr; r < rows; r += mr) {
+            mr = nv_kern_piece(rows - r, QD_MR);
             const size_t at = (size_t)r * b->nb;
             const nv_qdot_a ar = {a->q + (size_t)r * a->lda, a->lda, a->xs + (size_t)r * nxs, b->sub ? NULL : a->xsum + at,
                                   a->qsum + at};
-            QD(block)(mr, nt, &ar, &bt, C + (size_t)r * ldc + (size_t)t * 16, ldc, ncols - t * 16);
+            for (int t = t0, n; t < t0 + nt; t += n) {
+                n = nv_kern_piece(t0 + nt - t, QD_NT_OF(mr));
+                nv_qdot_b bt = *b;
+                bt.q = b->q + (size_t)t * tstride;
+                QD(block)(mr, n, &ar, &bt, C + (size_t)r * ldc + (size_t)t * 16, ldc, ncols - t * 16);
+            }
         }
     }
 }
 
-#undef QD_FITS
+#undef QD_MADE
+#undef QD_NT_OF
 #undef QD_MR
 #undef QD_NT
 #undef QD_NT_FEW

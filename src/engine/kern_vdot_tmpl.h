@@ -84,19 +84,16 @@ static inline VB(out) VB(out_at)(const VB(out) *o, int r, int t) {
                      o->wc ? o->wc + (size_t)t * 16 : NULL};
 }
 
-/* Only the micro-kernels gemm's blocking makes for this instance are compiled (the others' branches
- * are constant-false and dropped before inlining): each is a large unrolled body, and an AVX2
- * instance with all twenty took a minute to compile, several under the sanitizer. */
-#define VB_FITS(R, T) ((R) <= VB_MR && (T) <= ((R) <= 2 ? VB_NT_FEW : VB_NT))
+/* One micro-kernel of mr rows x nt column tiles, a shape VB(gemm) makes: only those are compiled
+ * (the other cases' branches are constant-false and dropped before inlining). */
+#define VB_NT_OF(R) ((R) <= 2 ? VB_NT_FEW : VB_NT)
+#define VB_MADE(R, T) (NV_KERN_PIECE_MADE(R, VB_MR) && NV_KERN_PIECE_MADE(T, VB_NT_OF(R)))
 static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, const VB_ELEM *B, size_t tstride, float *C,
                       size_t ldc, int nc, const VB(out) *o) {
 #define VB_CASE(R, T)                                                                                                  \
     case R * 8 + T:                                                                                                    \
-        if (VB_FITS(R, T)) {                                                                                           \
-            VB(ukern)(R, T, KB, A, lda, B, tstride, C, ldc, nc, o);                                                    \
-            return;                                                                                                    \
-        }                                                                                                              \
-        break;
+        if (VB_MADE(R, T)) VB(ukern)(R, T, KB, A, lda, B, tstride, C, ldc, nc, o);                                     \
+        return;
     switch (mr * 8 + nt) {
         VB_CASE(1, 1) VB_CASE(1, 2) VB_CASE(1, 3) VB_CASE(1, 4)
         VB_CASE(2, 1) VB_CASE(2, 2) VB_CASE(2, 3) VB_CASE(2, 4)
@@ -109,31 +106,27 @@ static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, cons
     default:
         break;
     }
-    /* a shape gemm's blocking does not make: pieces of one column tile and at most VB_MR rows, which
-       every instance compiles */
-    for (int t = 0; t < nt; t++)
-        for (int r = 0; r < mr; r += VB_MR) {
-            const VB(out) sub = VB(out_at)(o, r, t);
-            VB(block)(mr - r < VB_MR ? mr - r : VB_MR, 1, KB, A + (size_t)r * lda, lda, B + (size_t)t * tstride, tstride,
-                      C + (size_t)r * ldc + (size_t)t * 16, ldc, nc - t * 16, &sub);
-        }
 #undef VB_CASE
 }
 
 /* C[rows x ncols] over ntiles column tiles of 16, Kp a multiple of the tile depth; column tile t at
- * B + t * bstride (0: tiles packed at depth Kp). */
+ * B + t * bstride (0: tiles packed at depth Kp). A group of column tiles is swept by every row block
+ * while it is in cache; blocks and groups go in the pieces nv_kern_piece gives. */
 static void VB(gemm)(const VB_ELEM *A, size_t lda, int rows, int Kp, const VB_ELEM *B, size_t bstride, int ntiles,
                      float *C, size_t ldc, int ncols, const VB(out) *o) {
     if (rows <= 0 || ntiles <= 0) return;
     const int KB = Kp / VB_DEPTH, NT = rows <= 2 ? VB_NT_FEW : VB_NT;
     const size_t tstride = bstride ? bstride : (size_t)KB * VB_TILE; /* elements per column tile */
-    for (int t = 0; t < ntiles; t += NT) {
-        const int nt = ntiles - t < NT ? ntiles - t : NT;
-        for (int r = 0; r < rows; r += VB_MR) {
-            const int mr = rows - r < VB_MR ? rows - r : VB_MR;
-            const VB(out) sub = VB(out_at)(o, r, t);
-            VB(block)(mr, nt, KB, A + (size_t)r * lda, lda, B + (size_t)t * tstride, tstride, C + (size_t)r * ldc + (size_t)t * 16,
-                      ldc, ncols - t * 16, &sub);
+    for (int t0 = 0; t0 < ntiles; t0 += NT) {
+        const int nt = ntiles - t0 < NT ? ntiles - t0 : NT;
+        for (int r = 0, mr; r < rows; r += mr) {
+            mr = nv_kern_piece(rows - r, VB_MR);
+            for (int t = t0, n; t < t0 + nt; t += n) {
+                n = nv_kern_piece(t0 + nt - t, VB_NT_OF(mr));
+                const VB(out) sub = VB(out_at)(o, r, t);
+                VB(block)(mr, n, KB, A + (size_t)r * lda, lda, B + (size_t)t * tstride, tstride,
+                          C + (size_t)r * ldc + (size_t)t * 16, ldc, ncols - t * 16, &sub);
+            }
         }
     }
 }
@@ -153,7 +146,8 @@ static void VB(bf16_gemm)(const uint16_t *A, size_t lda, int rows, int Kp, const
 }
 #endif
 
-#undef VB_FITS
+#undef VB_MADE
+#undef VB_NT_OF
 #undef VB_MR
 #undef VB_NT
 #undef VB_NT_FEW
