@@ -1676,14 +1676,15 @@ static void test_preference_finetune(void) {
     for (int i = 0; i < 240; i++)
         fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}, {\"role\": \"assistant\", \"content\": "
                 "\"%s\"}]}\n", who[i % 6], what[(i / 6) % 5], i % 2 ? "Yes, they were happy." : "No. Go away.");
-    for (int i = 0; i < 120; i++)
+    /* the sanitizer's pass: fewer pairs (each run's reference pass goes over all of them) and a few
+       steps of each run, the same code, not enough to learn the preference */
+    const int learn = !t_sanitized(), pref_steps = learn ? 30 : 3, n_pairs = learn ? 120 : 40, mpi_steps = learn ? 10 : 4;
+    for (int i = 0; i < n_pairs; i++)
         fprintf(g, "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}]}, \"preferred_output\": "
                 "[{\"role\": \"assistant\", \"content\": \"Yes, they were happy.\"}], \"non_preferred_output\": [{\"role\": "
                 "\"assistant\", \"content\": \"No. Go away.\"}]}\n", who[i % 6], what[(i / 6) % 5]);
     fclose(f);
     fclose(g);
-    /* the sanitizer's pass: a few steps of each run, the same code, not enough to learn the preference */
-    const int learn = !t_sanitized(), pref_steps = learn ? 30 : 3;
     snprintf(sft, sizeof sft, "%s/sft_run", t_tmpdir());
     snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps %d --batch 8 --seq 96 --lr 1e-3 --warmup %d "
              "--eval-every 0 --seed 3 --quiet --out %s", model, tok, sft_data, learn ? 120 : 4, learn ? 10 : 1, sft);
@@ -1697,9 +1698,10 @@ static void test_preference_finetune(void) {
     /* pure DPO: the first step's loss is log 2 (the model is its reference), none preferred at step 0 */
     snprintf(dpo, sizeof dpo, "%s/dpo_pure", t_tmpdir());
     snprintf(args, sizeof args, "%s --steps 2 --lr 1e-5 --eval-every 1 --out %s", base, dpo);
-    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "preference data: 120 pairs to train on (6 of them held out)") &&
-                strstr(err, "log-probabilities of 120 pairs"),
-            "pure DPO: %s", err);
+    char said[2][120]; /* 5% held out */
+    snprintf(said[0], sizeof said[0], "preference data: %d pairs to train on (%d of them held out)", n_pairs, n_pairs / 20);
+    snprintf(said[1], sizeof said[1], "log-probabilities of %d pairs", n_pairs);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, said[0]) && strstr(err, said[1]), "pure DPO: %s", err);
     char l[64][32], acc[64][32];
     T_CHECK(read_losses(dpo, l, 64) == 2 && !strncmp(l[0], "0.69314718", 10), "the first step's loss is %s, not log 2", l[0]);
     T_CHECK(read_field(dpo, "\"val_reward_acc\":", acc, 64) == 3 && !strcmp(acc[0], "0"), "step 0's accuracy %s", acc[0]);
@@ -1767,19 +1769,19 @@ static void test_preference_finetune(void) {
         char one[700], two[700];
         snprintf(one, sizeof one, "%s/dpo_one", t_tmpdir());
         snprintf(two, sizeof two, "%s/dpo_two", t_tmpdir());
-        snprintf(args, sizeof args, "%s --steps 10 --lr 1e-4 --batch 4 --accum 2 --eval-every 5 --threads 1 --engine avx2 --out %s",
-                 base, one);
+        snprintf(args, sizeof args, "%s --steps %d --lr 1e-4 --batch 4 --accum 2 --eval-every %d --threads 1 --engine avx2 --out %s",
+                 base, mpi_steps, mpi_steps / 2, one);
         T_CHECK(run_nerve(args, err, sizeof err) == 0, "one process: %s", err);
-        snprintf(args, sizeof args, "%s --steps 10 --lr 1e-4 --batch 4 --accum 2 --eval-every 5 --threads 1 --engine avx2 --out %s",
-                 base, two);
+        snprintf(args, sizeof args, "%s --steps %d --lr 1e-4 --batch 4 --accum 2 --eval-every %d --threads 1 --engine avx2 --out %s",
+                 base, mpi_steps, mpi_steps / 2, two);
         T_CHECK(run_launched(np2, args, err, sizeof err) == 0, "two processes: %s", err);
         double a[64], b2[64];
         const int n_one = read_values(one, "\"loss\":", a, 64), n_two = read_values(two, "\"loss\":", b2, 64);
-        T_CHECK(n_one == 10 && n_two == 10, "steps: %d and %d", n_one, n_two);
+        T_CHECK(n_one == mpi_steps && n_two == mpi_steps, "steps: %d and %d", n_one, n_two);
         for (int i = 0; i < n_one && i < n_two; i++)
             T_CHECK(fabs(a[i] - b2[i]) <= 1e-5 * fabs(a[i]), "step %d: loss %.9g in one process, %.9g in two", i + 1, a[i], b2[i]);
-        T_CHECK(fabsf(val_at(one, 10) - val_at(two, 10)) <= 1e-5f * val_at(one, 10), "validation %g and %g", val_at(one, 10),
-                val_at(two, 10));
+        T_CHECK(fabsf(val_at(one, mpi_steps) - val_at(two, mpi_steps)) <= 1e-5f * val_at(one, mpi_steps), "validation %g and %g",
+                val_at(one, mpi_steps), val_at(two, mpi_steps));
         snprintf(args, sizeof args, "%s --steps 2 --batch 6 --out %s/dpo_bad", base, t_tmpdir());
         T_CHECK(run_launched(np2, args, err, sizeof err) == 2 && strstr(err, "a multiple of 4"), "--batch 6 over 2: '%s'", err);
     }
