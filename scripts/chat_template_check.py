@@ -31,6 +31,15 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
                                                 "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
                                                 "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+# what json.dumps and Python's repr (SmolLM3's `tool | string`) write differently: quotes, escapes,
+# characters Python does not print as they are, booleans, None, floats
+ODD = {"type": "function", "function": {
+    "name": "odd_one", "description": "it's \"quoted\", back\\slash, tab\there, line\nbreak, nbsp\u00a0, zwsp\u200b, "
+                                      "soft\u00adhyphen, bell\u0007, del\u007f, \u2028, emoji \U0001F600, \u00e9",
+    "parameters": {"type": "object", "properties": {
+        "n": {"type": "number", "minimum": 0.5, "maximum": 1e-05, "default": 3, "examples": [1e16, 0.0001, -2.5, 123456.789]},
+        "flag": {"type": "boolean", "default": True}, "none": {"default": None},
+        "s": {"type": "string", "enum": ["it's", "say \"hi\"", "both ' and \"", ""]}}, "required": []}}}
 
 
 def call(name, args, cid="c1"):
@@ -73,6 +82,7 @@ CASES = [
                                          "tool_calls": [call("get_time", "{}")]},
       {"role": "function", "content": "12:00"}], {}),
     ([{"role": "tool", "content": "a result first"}, {"role": "user", "content": "then a question"}], {}),
+    ([{"role": "user", "content": "Odd?"}], {"tools": [ODD, TIME]}),
 ]
 
 

@@ -148,6 +148,19 @@ static void test_chat_templates(void) {
         T_CHECK(nv_chat_render_text(NV_CHAT_SMOLLM3, tok, over, 2, &(nv_chat_opts){0}, &st) == NV_OK && st.data &&
                     !strcmp(st.data, "<s><|im_start|>system\n Only this.<|im_end|>\n<|im_start|>user\nA<|im_end|>\n<|im_start|>assistant\n"),
                 "smollm3 /system_override: %s", st.data ? st.data : nv_errmsg());
+        /* tools: its xml_tools' block, each tool as Python prints the dict, the system turn closed */
+        static const char *const tools[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"it's\\n\u00a0\", "
+                                            "\"parameters\": {\"x\": true, \"y\": null, \"z\": [0.5, 2, 1e-05, \"\"]}}}"};
+        st.len = 0;
+        T_CHECK(nv_chat_render_text(NV_CHAT_SMOLLM3, tok, over + 1, 1, &(nv_chat_opts){.tools = tools, .n_tools = 1}, &st) == NV_OK &&
+                    st.data &&
+                    strstr(st.data, "\n\n### Tools\n\nYou may call one or more functions to assist with the user query.\nYou are provided "
+                                    "with function signatures within <tools></tools> XML tags:\n\n<tools>\n{'type': 'function', 'function': "
+                                    "{'name': 'f', 'description': \"it's\\n\\xa0\", 'parameters': {'x': True, 'y': None, 'z': [0.5, 2, "
+                                    "1e-05, '']}}}\n</tools>\n\nFor each function call, return a json object with function name and "
+                                    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                                    "\"arguments\": <args-json-object>}\n</tool_call>\n\n<|im_end|>\n<|im_start|>user\nA<|im_end|>\n"),
+                "smollm3 tools: %s", st.data ? st.data : nv_errmsg());
         nv_buf_free(&st);
         T_CHECK(!strcmp(nv_chat_template_stop(NV_CHAT_SMOLLM3), "<|im_end|>") && nv_chat_tool_style(NV_CHAT_SMOLLM3) == NV_TOOLS_HERMES,
                 "smollm3's stop and calls");

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "serve/tools.h"
 
 static const char *const names[] = {"plain",   "chatml",  "llama2",    "llama3", "deepseek", "phi3",
                                      "gemma",   "granite", "mistral",   "phi4-mini", "phi4",   "olmo2", "smollm3"};
@@ -516,6 +517,23 @@ static void put_without(nv_buf *b, const char *s, const char *const *cut, int n_
     nv_buf_free(&t);
 }
 
+/* SmolLM3's tools, as its template writes its xml_tools: each as Python prints the dict (`tool |
+   string`); a tool whose text is not JSON, which the API never passes on, as its text. */
+static void smollm3_tools(nv_buf *b, const nv_chat_opts *o) {
+    nv_buf_puts(b, "### Tools\n\nYou may call one or more functions to assist with the user query.\nYou are provided with "
+                   "function signatures within <tools></tools> XML tags:\n\n<tools>\n");
+    for (int i = 0; i < o->n_tools; i++) {
+        cJSON *tool = cJSON_Parse(o->tools[i]);
+        if (tool) nv_py_repr(b, tool);
+        else nv_buf_puts(b, o->tools[i]);
+        cJSON_Delete(tool);
+        nv_buf_puts(b, "\n");
+    }
+    nv_buf_puts(b, "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                   "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                   "<args-json-object>}\n</tool_call>\n\n<|im_end|>\n");
+}
+
 static void render_smollm3(nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
     const char *sys = n && is_system(m[0].role) ? m[0].content : NULL;
     int think = !o->no_think;
@@ -538,11 +556,7 @@ static void render_smollm3(nv_buf *text, const nv_chat_msg *m, int n, const nv_c
         if (sys) put_without(text, sys, switches, 2);
         if (text->len == at) nv_buf_puts(text, think ? SMOLLM3_THINK : SMOLLM3_NO_THINK);
         nv_buf_puts(text, "\n\n");
-        if (o->n_tools) { /* (SmolLM3's xml_tools: Hermes's list) */
-            nv_buf_puts(text, "### Tools\n\n");
-            hermes_tools(text, o);
-            nv_buf_puts(text, "\n\n<|im_end|>\n");
-        }
+        if (o->n_tools) smollm3_tools(text, o);
     }
     for (int i = 0; i < n; i++) {
         if (is_system(m[i].role)) continue;
@@ -962,7 +976,11 @@ static const char jinja_smollm3[] =
     "('/think' if ns.think else '/no_think') + '\\n\\n## Custom Instructions\\n\\n' }}"
     "{%- if custom %}{{- custom }}{%- elif ns.think %}{{- '" SMOLLM3_THINK "' }}{%- else %}{{- '" SMOLLM3_NO_THINK "' }}{%- endif %}"
     "{{- '\\n\\n' }}"
-    "{%- if tools %}{{- '### Tools\\n\\n' }}" J_HERMES_TOOLS "{{- '\\n\\n<|im_end|>\\n' }}{%- endif %}"
+    "{%- if tools %}{{- '### Tools\\n\\nYou may call one or more functions to assist with the user query.\\nYou are provided with "
+    "function signatures within <tools></tools> XML tags:\\n\\n<tools>\\n' }}{%- for t in tools %}{{- (t | string) + '\\n' }}{%- endfor %}"
+    "{{- '</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+    "XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call>\\n\\n<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- endif %}"
     J_EACH
     "{%- if m.role in " J_SYS " %}"

@@ -1,13 +1,17 @@
 /* Tool calling (see tools.h). */
 #include "serve/tools.h"
 
+#include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unictype.h>
 
 #include "base/rng.h"
 #include "base/timer.h"
+#include "base/utf8.h"
 
 /* ---- Python's json.dumps ---- */
 
@@ -66,6 +70,103 @@ static void py_value(nv_buf *b, const cJSON *v, int indent, int depth) {
 }
 
 void nv_py_json(nv_buf *b, const cJSON *v, int indent) { py_value(b, v, indent, 0); }
+
+/* ---- Python's repr: what `value | string` prints in a Jinja template that Python runs
+ * (transformers, vLLM), the form SmolLM3's template gives each of its xml_tools ---- */
+
+/* Whether Python's str.isprintable() holds for code point cp: outside Unicode's Other (Cc Cf Cs Co
+   Cn) and Separator (Zl Zp Zs) categories, or the ASCII space. */
+static int py_printable(uint32_t cp) {
+    return cp == ' ' || (!uc_is_general_category((ucs4_t)cp, UC_CATEGORY_C) && !uc_is_general_category((ucs4_t)cp, UC_CATEGORY_Z));
+}
+
+/* A str: single quotes unless it holds one and no double quote; backslash escapes for that quote,
+   the backslash and \n \r \t, and \xhh \uhhhh \Uhhhhhhhh for what is not printable (a byte that is
+   not UTF-8, which the API refuses before, as \xhh). */
+static void py_repr_str(nv_buf *b, const char *s) {
+    const char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
+    nv_buf_append(b, &q, 1);
+    for (size_t i = 0, n = strlen(s), k; i < n; i += k) {
+        uint32_t c;
+        if (!(k = nv_utf8_get(s + i, s + n, &c))) {
+            nv_buf_printf(b, "\\x%02x", (unsigned char)s[i]);
+            k = 1;
+        } else if (c == '\\' || c == (uint32_t)q) {
+            nv_buf_printf(b, "\\%c", (char)c);
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            nv_buf_puts(b, c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t");
+        } else if (py_printable(c)) {
+            nv_buf_append(b, s + i, k);
+        } else {
+            nv_buf_printf(b, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", (unsigned)c);
+        }
+    }
+    nv_buf_append(b, &q, 1);
+}
+
+/* A float as Python's repr: the shortest digits that read back as v, positional for decimal
+   exponents -4 to 15 (with ".0" when whole), else d.ddde+XX. */
+static void py_repr_float(nv_buf *b, double v) {
+    if (isinf(v) || isnan(v)) { /* json.loads reads a literal out of range as inf */
+        nv_buf_puts(b, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+        return;
+    }
+    char e[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (strtod(e, NULL) == v) break;
+    }
+    /* e is [-]d[.ddd]e[+-]XX: its digits without the point and trailing zeros, and the exponent */
+    const char *at = e;
+    if (*at == '-') nv_buf_puts(b, "-"), at++;
+    char digits[24];
+    int nd = 0;
+    for (; *at != 'e'; at++)
+        if (*at != '.') digits[nd++] = *at;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    const int x = atoi(at + 1);
+    if (x < -4 || x >= 16) {
+        nv_buf_append(b, digits, 1);
+        if (nd > 1) nv_buf_puts(b, "."), nv_buf_append(b, digits + 1, (size_t)nd - 1);
+        nv_buf_printf(b, "e%c%02d", x < 0 ? '-' : '+', abs(x));
+    } else if (x < 0) {
+        nv_buf_puts(b, "0.");
+        for (int i = 0; i < -x - 1; i++) nv_buf_puts(b, "0");
+        nv_buf_append(b, digits, (size_t)nd);
+    } else {
+        for (int i = 0; i <= x; i++) nv_buf_append(b, i < nd ? digits + i : "0", 1);
+        nv_buf_puts(b, ".");
+        if (nd > x + 1) nv_buf_append(b, digits + x + 1, (size_t)(nd - x - 1));
+        else nv_buf_puts(b, "0");
+    }
+}
+
+static void py_repr(nv_buf *b, const cJSON *v) {
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        const int obj = cJSON_IsObject(v);
+        nv_buf_puts(b, obj ? "{" : "[");
+        for (const cJSON *c = v->child; c; c = c->next) {
+            if (c != v->child) nv_buf_puts(b, ", ");
+            if (obj) {
+                py_repr_str(b, c->string);
+                nv_buf_puts(b, ": ");
+            }
+            py_repr(b, c);
+        }
+        nv_buf_puts(b, obj ? "}" : "]");
+    } else if (cJSON_IsString(v)) {
+        py_repr_str(b, v->valuestring);
+    } else if (cJSON_IsNumber(v)) {
+        /* whole values within 2^53 as ints, as json.dumps above prints them (cJSON keeps no literal) */
+        const double d = v->valuedouble;
+        if (d == floor(d) && fabs(d) < 0x1p53) nv_buf_printf(b, "%.0f", d == 0 ? 0.0 : d);
+        else py_repr_float(b, d);
+    } else {
+        nv_buf_puts(b, cJSON_IsTrue(v) ? "True" : cJSON_IsFalse(v) ? "False" : "None");
+    }
+}
+
+void nv_py_repr(nv_buf *b, const cJSON *v) { py_repr(b, v); }
 
 /* ---- calls ---- */
 

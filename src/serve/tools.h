@@ -3,7 +3,8 @@
  *
  * Contract:
  * - nv_py_json() prints a JSON value as Python's json.dumps(ensure_ascii=False) does, which is
- *   what the models' own templates (tojson) feed them: ", " and ": " on one line, or indented.
+ *   what the models' own templates (tojson) feed them: ", " and ": " on one line, or indented;
+ *   nv_py_repr() as Python's repr (SmolLM3's templates print tools with `| string`).
  * - nv_tool_parser takes the answer's text in pieces and gives back the content and the calls:
  *   Hermes style (every template but llama3 and granite): each <tool_call>JSON</tool_call> block whose
  *   JSON is {"name": one of the request's tools, "arguments": object (or its JSON text)} becomes
@@ -31,6 +32,10 @@
 #define NV_MAX_TOOLS 128
 
 void nv_py_json(nv_buf *b, const cJSON *v, int indent);
+/* v as Python's repr prints what json.loads makes of it (str(dict): single-quoted strings, True,
+ * False, None; whole numbers as ints), which a Jinja template run by Python writes for `v | string`
+ * (SmolLM3's xml_tools). */
+void nv_py_repr(nv_buf *b, const cJSON *v);
 /* The JSON escape of byte c into out ('"', '\\', control characters; \n style where there is one,
  * else \u00XX), its length; 0 when c is written as itself. */
 size_t nv_json_escape(unsigned c, char out[8]);
