@@ -23,7 +23,7 @@ echo
 echo "== nerve tokenizer train --vocab 1024 (TinyStories text, $(du -ch "$train" "$valid" | tail -1 | cut -f1))"
 build/nerve tokenizer train --vocab 1024 "$train" "$valid" -o "$out/tok.bin"
 echo
-echo "== nerve train: dim 128, 5 layers, 4 heads, 300 steps of 16 x 256 tokens (about 3 minutes; capped at 4)"
+echo "== nerve train: dim 128, 5 layers, 4 heads, 300 steps of 16 x 256 tokens (about 3 minutes on AVX2, one with AVX512_BF16; capped at 4)"
 build/nerve train --dim 128 --layers 5 --heads 4 --hidden 384 \
     --data "$train" "$valid" -z "$out/tok.bin" \
     --steps 300 --batch 16 --seq 256 --lr 3e-3 --warmup 20 --eval-every 50 --eval-batches 8 \

@@ -8,6 +8,7 @@ set -u
 label=$1 bindir=$2 nerve=$3
 export NERVE_BIN=$nerve
 jobs_max=${NERVE_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case $jobs_max in '' | *[!0-9]* | 0) jobs_max=1 ;; esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The longest programs first, so that none of them starts last and runs alone (the rest by name).

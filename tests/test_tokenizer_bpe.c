@@ -12,6 +12,7 @@
 #include "model/grammar.h"
 #include "model/tokenizer.h"
 #include "serve/api.h"
+#include "serve/ollama.h"
 #include "serve/llamacpp.h"
 #include "serve/chat.h"
 #include "serve/schema.h"
@@ -452,6 +453,32 @@ static void test_fill_in_the_middle(void) {
         T_CHECK(nv_api_parse(&ctx, bad[i].chat, bad[i].body, strlen(bad[i].body), &r, &e) == 400 && !strcmp(e.param, bad[i].param),
                 "case %zu: %d %s (%s)", i, e.status, e.message, e.param);
     }
+    /* Ollama's /api/generate with a suffix: the same prompt; an empty one is the chat template's turn;
+       refused with raw or a system text, on /api/chat, and when not a string */
+    nv_olla_meta meta;
+    const char *olla = "{\"model\":\"m\",\"prompt\":\"def the(\",\"suffix\":\"\\n  return cat\",\"stream\":false,"
+                       "\"options\":{\"num_predict\":4}}";
+    T_CHECK(nv_olla_parse(&ctx, olla, strlen(olla), 0, &r, &meta, &e) == 0, "ollama suffix: %s", e.message);
+    same = r.req.n_prompt == nw;
+    for (int i = 0; same && i < nw; i++) same = r.req.prompt[i] == want[i];
+    T_CHECK(same && r.req.max_tokens == 4, "ollama: the prompt is not PRE prefix SUF suffix MID (%d ids, want %d)", r.req.n_prompt, nw);
+    nv_api_request_free(&r);
+    const char *olla_plain = "{\"model\":\"m\",\"prompt\":\"def the(\",\"suffix\":\"\"}";
+    T_CHECK(nv_olla_parse(&ctx, olla_plain, strlen(olla_plain), 0, &r, &meta, &e) == 0 && r.req.prompt[0] != N_TOKENS &&
+                r.req.n_prompt > na + 3,
+            "ollama, an empty suffix: %s", e.message);
+    nv_api_request_free(&r);
+    static const struct {
+        const char *body, *said;
+        int chat;
+    } olla_bad[] = {{"{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":5}", "suffix: must be a string", 0},
+                    {"{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\",\"raw\":true}", "not used with raw", 0},
+                    {"{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\",\"system\":\"s\"}", "not used with suffix", 0},
+                    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"y\"}", "/api/generate's", 1}};
+    for (size_t i = 0; i < sizeof olla_bad / sizeof *olla_bad; i++)
+        T_CHECK(nv_olla_parse(&ctx, olla_bad[i].body, strlen(olla_bad[i].body), olla_bad[i].chat, &r, &meta, &e) == 400 &&
+                    strstr(e.message, olla_bad[i].said),
+                "ollama case %zu: %d %s", i, e.status, e.message);
     nv_tokenizer_free(t);
     t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}); /* no markers */
     if (!t) return;
@@ -459,6 +486,8 @@ static void test_fill_in_the_middle(void) {
     memset(&e, 0, sizeof e);
     T_CHECK(nv_api_parse(&ctx, 0, body, strlen(body), &r, &e) == 400 && !strcmp(e.param, "suffix") && strstr(e.message, "fill-in-the-middle"),
             "a vocabulary without markers: %d %s", e.status, e.message);
+    T_CHECK(nv_olla_parse(&ctx, olla, strlen(olla), 0, &r, &meta, &e) == 400 && strstr(e.message, "fill-in-the-middle"),
+            "ollama, a vocabulary without markers: %d %s", e.status, e.message);
     nv_tokenizer_free(t);
 }
 

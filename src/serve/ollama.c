@@ -164,7 +164,7 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
     int rc;
     if ((rc = refuse_unless_empty(in, "images", "this server's models read text, not images", err)) ||
         (rc = refuse_unless_empty(in, "template", "the model's chat template is the server's (--chat-template)", err)) ||
-        (rc = refuse_unless_empty(in, "suffix", "fill-in-the-middle is llama.cpp's /infill here", err)) ||
+        (chat && (rc = refuse_unless_empty(in, "suffix", "fill-in-the-middle is /api/generate's", err))) ||
         (rc = refuse_unless_empty(in, "context", "the deprecated context is not kept: send the conversation to /api/chat", err)) ||
         (rc = translate_options(in, out, err)) || (rc = translate_format(in, out, err)))
         return rc;
@@ -177,10 +177,21 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
         return msgs ? translate_messages(msgs, out, err) : 0; /* none: the model is loaded */
     }
     const cJSON *prompt = nv_api_field(in, "prompt"), *system = nv_api_field(in, "system"), *raw = nv_api_field(in, "raw");
+    const cJSON *suffix = nv_api_field(in, "suffix");
     if (!prompt) return 0; /* none: the model is loaded */
     if (!cJSON_IsString(prompt)) return nv_api_bad(err, "prompt: must be a string");
     if (system && !cJSON_IsString(system)) return nv_api_bad(err, "system: must be a string");
     if (raw && !cJSON_IsBool(raw)) return nv_api_bad(err, "raw: must be a boolean");
+    if (suffix && !cJSON_IsString(suffix)) return nv_api_bad(err, "suffix: must be a string");
+    if (suffix && suffix->valuestring[0]) {
+        /* fill-in-the-middle: the answer goes between prompt and suffix, asked in the model's own form
+           (as Ollama's code-model templates write it), so a completions request with OpenAI's suffix */
+        if (cJSON_IsTrue(raw)) return nv_api_bad(err, "suffix: not used with raw (the prompt is sent as it is)");
+        if (system && system->valuestring[0]) return nv_api_bad(err, "system: not used with suffix (the model's fill-in-the-middle form has no system text)");
+        cJSON_AddStringToObject(out, "prompt", prompt->valuestring);
+        cJSON_AddStringToObject(out, "suffix", suffix->valuestring);
+        return 0;
+    }
     if (cJSON_IsTrue(raw)) { /* the prompt as it is: a text completion */
         if (system) return nv_api_bad(err, "system: not used with raw (the prompt is sent as it is)");
         cJSON_AddStringToObject(out, "prompt", prompt->valuestring);
@@ -212,7 +223,9 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
     const int empty = !what || (cJSON_IsArray(what) && !what->child) || (cJSON_IsString(what) && !what->valuestring[0]);
     cJSON *q = cJSON_CreateObject();
     int rc = q ? translate(in, q, chat, ctx->reasoning, meta, err) : nv_api_oom(err);
-    const int raw = cJSON_IsTrue(nv_api_field(in, "raw"));
+    const cJSON *suffix = nv_api_field(in, "suffix");
+    /* raw, or a suffix to fill in before: a completions request */
+    const int completion = cJSON_IsTrue(nv_api_field(in, "raw")) || (cJSON_IsString(suffix) && suffix->valuestring[0]);
     cJSON_Delete(in);
     if (!rc && empty) { /* the model must still be one this server has */
         char id[NV_API_MODEL_ID + 8];
@@ -223,7 +236,7 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
         return err->status;
     }
     const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .max_tokens_cap = 1};
-    if (!rc) rc = nv_api_parse_json(ctx, chat || !raw, q, &o, out, err);
+    if (!rc) rc = nv_api_parse_json(ctx, chat || !completion, q, &o, out, err);
     cJSON_Delete(q);
     if (rc == 404) not_found(err, meta->model);
     return rc;

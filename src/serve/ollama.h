@@ -5,9 +5,11 @@
  * Contract:
  * - nv_olla_parse() turns a chat body ({model, messages, tools, format, options, stream, think,
  *   keep_alive}) into the OpenAI chat request the server runs, and a generate body ({model,
- *   prompt, system, format, options, stream, think, raw, keep_alive}) into a chat request of one
- *   user message (the model's template applied, as Ollama does) or, with raw, into a completions
- *   request of the prompt as it is. stream defaults to true (Ollama's default). options: seed,
+ *   prompt, suffix, system, format, options, stream, think, raw, keep_alive}) into a chat request of
+ *   one user message (the model's template applied, as Ollama does), with raw into a completions
+ *   request of the prompt as it is, or with a suffix into a completions request with OpenAI's
+ *   suffix: the model's fill-in-the-middle form of prompt and suffix (a vocabulary without its
+ *   markers is refused; system and raw do not go with it). stream defaults to true (Ollama's default). options: seed,
  *   num_predict (max_tokens as a ceiling: the answer ends where the context does; -1 and -2: no
  *   limit), temperature, top_k, top_p, min_p, typical_p, repeat_penalty (repetition_penalty),
  *   presence_penalty, frequency_penalty, mirostat, mirostat_tau, mirostat_eta, stop; the options
@@ -15,8 +17,8 @@
  *   use_mmap, ...) are accepted and ignored. format: "json" (any JSON object) or a JSON schema.
  *   think: false turns a reasoning model's thinking off (Qwen3's switch). A message's tool_calls
  *   carry their arguments as a JSON object; a tool message answers the latest call (by tool_name
- *   when given). images (no model here reads them), template, suffix and context are refused
- *   unless empty. The model is named by its id, with or without Ollama's ":latest" tag. A chat
+ *   when given). images (no model here reads them), template, context, and suffix on /api/chat
+ *   are refused unless empty. The model is named by its id, with or without Ollama's ":latest" tag. A chat
  *   without messages, or a generate without a prompt, loads the model: *load_only is set and
  *   nothing is parsed into out (nv_olla_loaded answers it).
  * - Answers (nv_olla_chunk, nv_olla_done): JSON objects, one a line when streamed
