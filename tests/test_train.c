@@ -15,6 +15,7 @@
 #include "serve/chat.h"
 #include "train/ckpt.h"
 #include "train/dist.h"
+#include "train/train.h"
 #include "t.h"
 #include "serve_util.h"
 
@@ -1658,33 +1659,39 @@ static int answers_are(const char *dir, const char *name, const char *want) {
  * reference); the validation pairs go from none preferred rightly to all; IPO, SimPO and ORPO learn
  * the preference too; a stopped run resumes bit for bit; LoRA adapters train on pairs; two
  * processes train what one does; the settings preference training cannot take are refused. */
+static const char *const pref_who[] = {"the cat", "a dog", "Tim", "the bird", "Sue", "the big bear"};
+static const char *const pref_what[] = {"go to the park", "like the red ball", "want to play", "see the sun", "find a toy"};
+
+/* n preference pairs into path: "Did WHO WHAT?" answered "Yes, they were happy." rather than "No. Go
+   away."; 0 when it cannot be written. */
+static int write_preferences(const char *path, int n) {
+    FILE *g = fopen(path, "w");
+    T_CHECK(g, "cannot write %s", path);
+    if (!g) return 0;
+    for (int i = 0; i < n; i++)
+        fprintf(g, "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}]}, \"preferred_output\": "
+                "[{\"role\": \"assistant\", \"content\": \"Yes, they were happy.\"}], \"non_preferred_output\": [{\"role\": "
+                "\"assistant\", \"content\": \"No. Go away.\"}]}\n", pref_who[i % 6], pref_what[(i / 6) % 5]);
+    return fclose(g) == 0;
+}
+
 static void test_preference_finetune(void) {
     const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
     if (!model || !tok) return;
-    static const char *who[] = {"the cat", "a dog", "Tim", "the bird", "Sue", "the big bear"};
-    static const char *what[] = {"go to the park", "like the red ball", "want to play", "see the sun", "find a toy"};
     char sft_data[800], pref_data[800], sft[700], dpo[700], args[4096], err[8192];
     snprintf(sft_data, sizeof sft_data, "%s/yes_no.jsonl", t_tmpdir());
     snprintf(pref_data, sizeof pref_data, "%s/prefer_yes.jsonl", t_tmpdir());
-    FILE *f = fopen(sft_data, "w"), *g = fopen(pref_data, "w");
-    T_CHECK(f && g, "cannot write the data");
-    if (!f || !g) {
-        if (f) fclose(f);
-        if (g) fclose(g);
-        return;
-    }
+    FILE *f = fopen(sft_data, "w");
+    T_CHECK(f, "cannot write the data");
+    if (!f) return;
     for (int i = 0; i < 240; i++)
         fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}, {\"role\": \"assistant\", \"content\": "
-                "\"%s\"}]}\n", who[i % 6], what[(i / 6) % 5], i % 2 ? "Yes, they were happy." : "No. Go away.");
+                "\"%s\"}]}\n", pref_who[i % 6], pref_what[(i / 6) % 5], i % 2 ? "Yes, they were happy." : "No. Go away.");
+    fclose(f);
     /* the sanitizer's pass: fewer pairs (each run's reference pass goes over all of them) and a few
        steps of each run, the same code, not enough to learn the preference */
     const int learn = !t_sanitized(), pref_steps = learn ? 30 : 3, n_pairs = learn ? 120 : 40, mpi_steps = learn ? 10 : 4;
-    for (int i = 0; i < n_pairs; i++)
-        fprintf(g, "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": \"Did %s %s?\"}]}, \"preferred_output\": "
-                "[{\"role\": \"assistant\", \"content\": \"Yes, they were happy.\"}], \"non_preferred_output\": [{\"role\": "
-                "\"assistant\", \"content\": \"No. Go away.\"}]}\n", who[i % 6], what[(i / 6) % 5]);
-    fclose(f);
-    fclose(g);
+    if (!write_preferences(pref_data, n_pairs)) return;
     snprintf(sft, sizeof sft, "%s/sft_run", t_tmpdir());
     snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --steps %d --batch 8 --seq 96 --lr 1e-3 --warmup %d "
              "--eval-every 0 --seed 3 --quiet --out %s", model, tok, sft_data, learn ? 120 : 4, learn ? 10 : 1, sft);
@@ -1824,6 +1831,71 @@ static void lora_args(char *buf, size_t cap, const char *base, const char *out, 
              "train --init-from %s -z %s --data %s --steps 24 --batch 4 --seq 64 --lr 3e-3 --warmup 2 --eval-every 8 "
              "--eval-batches 4 --ckpt-every 6 --seed 3 --lora-rank 4 --lora-targets q,v,o,down --quiet --out %s %s",
              base, t_data("models/tok512.bin"), t_data("corpus/tinystories_valid_head.txt"), out, extra);
+}
+
+/* --best-metric: best/ and --early-stop follow another figure, the highest being best (here
+ * preference data's held-out reward accuracy); kept in the checkpoint, so a resume must follow the
+ * same; and its refusals. */
+static void test_best_metric(void) {
+    const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    if (!model || !tok) return;
+    char data[700], dir[700], base[3000], args[4096], err[8192], path[800];
+    snprintf(data, sizeof data, "%s/best_pairs.jsonl", t_tmpdir());
+    if (!write_preferences(data, 40)) return;
+    snprintf(base, sizeof base, "train --init-from %s -z %s --data %s --batch 8 --seq 96 --warmup 2 --eval-batches 2 --seed 4 "
+             "--lr 3e-4 --pref-sft-weight 1 --eval-every 1 --engine avx2 --quiet", model, tok, data);
+    snprintf(dir, sizeof dir, "%s/best_acc", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 4 --save-best --best-metric val_reward_acc --out %s", base, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "best held-out reward accuracy"), "run: %s", err);
+    /* the first evaluation of the highest accuracy (step 0's included) */
+    double acc[16];
+    const int n = read_values(dir, "\"val_reward_acc\":", acc, 16);
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (acc[i] > acc[best]) best = i;
+    nv_ckpt k;
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    if (nv_ckpt_load(path, &k) == NV_OK) {
+        T_CHECK(n == 5 && k.h.best_metric == NV_BEST_REWARD_ACC && k.h.best_step == best && k.h.best_val_loss == (float)acc[best],
+                "checkpoint: metric %d, best %g at %lld; metrics: %d evaluations, the highest %g at %d", (int)k.h.best_metric,
+                (double)k.h.best_val_loss, (long long)k.h.best_step, n, n ? acc[best] : 0.0, best);
+        nv_ckpt_close(&k);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
+    snprintf(path, sizeof path, "%s/best/model.bin", dir);
+    T_CHECK(nv_file_exists(path), "no %s", path);
+    /* resumed by the validation loss: refused, the checkpoint kept */
+    snprintf(args, sizeof args, "%s --steps 6 --save-best --resume --out %s", base, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "kept its best by --best-metric val_reward_acc"), "resume: %s", err);
+    T_CHECK(count_steps(dir) == 4, "the refused resume trained");
+
+    /* --early-stop 2: the run stops after two evaluations without a higher accuracy */
+    snprintf(dir, sizeof dir, "%s/best_early", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 12 --early-stop 2 --best-metric val_reward_acc --out %s", base, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "early stop: %s", err);
+    const int m = read_values(dir, "\"val_reward_acc\":", acc, 16);
+    int stop = 12, hi = 0, since = 0; /* the rule, replayed on what was logged */
+    for (int i = 1; i < m && stop == 12; i++) {
+        if (acc[i] > acc[hi]) hi = i, since = 0;
+        else if (++since >= 2) stop = i;
+    }
+    T_CHECK(m >= 3 && count_steps(dir) == stop && (stop == 12 || strstr(err, "the held-out reward accuracy has not gone above")),
+            "stopped at step %d, the rule says %d: %s", count_steps(dir), stop, err);
+
+    static const struct {
+        const char *extra, *want;
+        int rc, text;
+    } bad[] = {{"--best-metric nope", "want val_loss, val_reward_acc", 2, 0},
+               {"--best-metric mc_acc --save-best", "--eval-choice", 1, 0},
+               {"--best-metric val_choice_acc", "goes with --save-best or --early-stop", 1, 0},
+               {"--best-metric val_reward_acc --save-best", "this run's data are not pairs", 1, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(dir, sizeof dir, "%s/best_bad%zu", t_tmpdir(), i);
+        if (bad[i].text) train_args(args, sizeof args, dir, bad[i].extra);
+        else snprintf(args, sizeof args, "%s --steps 2 %s --out %s", base, bad[i].extra, dir);
+        T_CHECK(run_nerve(args, err, sizeof err) == bad[i].rc && strstr(err, bad[i].want), "%s: exit ?, '%s'", bad[i].extra, err);
+    }
 }
 
 static void test_lora_run(void) {
@@ -1992,6 +2064,7 @@ int main(void) {
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_val_data_files);
     T_RUN(test_save_best_and_early_stop);
+    T_RUN(test_best_metric);
     T_RUN(test_epochs);
     T_RUN(test_lr_schedule_flag);
     T_RUN(test_pretokenized_shard);

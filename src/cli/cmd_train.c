@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
-            "                   [--data-weights W1,W2,...] [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N]\n"
+            "                   [--data-weights W1,W2,...] [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N] [--best-metric M]\n"
             "                   [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
@@ -69,7 +69,9 @@ static void usage(FILE *f) {
             "  --save-best: whenever an evaluation's validation loss is the lowest so far (step 0's included), the\n"
             "          weights go to the run folder's best/ (a model folder for generate and serve; a LoRA run's:\n"
             "          its adapters); --early-stop N stops the run after N evaluations without a lower one (with\n"
-            "          --save-best); the final weights stay in the run folder itself\n"
+            "          --save-best); the final weights stay in the run folder itself. --best-metric M follows\n"
+            "          another figure instead, the highest being best: val_reward_acc or val_choice_acc (preference\n"
+            "          data), mc_acc or mc_acc_norm (--eval-choice); val_loss is the default\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
@@ -184,6 +186,11 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps), warmup_given = 1;
         else if (!strcmp(a, "--eval-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.eval_every);
         else if (!strcmp(a, "--early-stop")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.early_stop);
+        else if (!strcmp(a, "--best-metric")) {
+            const int m = nv_best_metric_parse(v);
+            if (m < 0) return cli_error(CMD, 2, "--best-metric %s: want val_loss, val_reward_acc, val_choice_acc, mc_acc or mc_acc_norm", v);
+            o.best_metric = (nv_best_metric)m;
+        }
         else if (!strcmp(a, "--data-weights")) { /* W1,W2,...: one a --data file */
             n_weights = 0;
             for (const char *p = v; ok && *p;) {

@@ -48,7 +48,8 @@ typedef struct {
     float llama3_factor, llama3_low_freq_factor, llama3_high_freq_factor; /* the rule behind Llama 3.1's divisors */
     int32_t llama3_orig_ctx, n_experts_used; /* n_experts_used: was a reserved 0 */
     /* version 4: SmolLM3's layers without RoPE (nv_config.nope_period); older files read as none */
-    int32_t nope_period, reserved_v4;
+    int32_t nope_period;
+    int32_t best_metric; /* nv_train_opts.best_metric of the best below (a reserved 0 before: val_loss) */
     /* version 5: the Gemma family's block (nv_config's fields of the same names); older files read as
        llama's */
     int32_t swa_window, swa_period;

@@ -289,13 +289,16 @@ static float eval_pref(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in
    tasks, elsewhere, or when none could be scored. */
 static void eval_choice(const nv_train_opts *o, const nv_model *m, double acc[2]) {
     acc[0] = acc[1] = NAN;
-    if (!o->eval_choice || nv_dist_rank() != 0) return;
+    if (!o->eval_choice) return;
     nv_choice_result r;
-    if (nv_choice_score(m, o->tokenizer, o->eval_choice, o->eval_choice_tasks, &r, NULL) != NV_OK) {
-        nv_warn("multiple-choice evaluation failed: %s", nv_errmsg());
-        return;
+    if (nv_dist_rank() == 0) {
+        if (nv_choice_score(m, o->tokenizer, o->eval_choice, o->eval_choice_tasks, &r, NULL) != NV_OK)
+            nv_warn("multiple-choice evaluation failed: %s", nv_errmsg());
+        else if (r.tasks)
+            acc[0] = (double)r.right_sum / r.tasks, acc[1] = (double)r.right_mean / r.tasks;
     }
-    if (r.tasks) acc[0] = (double)r.right_sum / r.tasks, acc[1] = (double)r.right_mean / r.tasks;
+    /* every process follows them for --best-metric (--early-stop must stop them all at one step) */
+    if (nv_dist_size() > 1) nv_dist_bcast(acc, 2 * sizeof *acc);
 }
 
 /* A number for metrics.jsonl: JSON has no NaN or infinity, so those are null. */
@@ -334,17 +337,44 @@ static void keep_evals(eval_figures *last, const eval_figures *e) {
     if (!isnan(e->mc[1])) last->mc[0] = e->mc[0], last->mc[1] = e->mc[1];
 }
 
-/* The lowest validation loss so far and where (--save-best, --early-stop; kept in checkpoints). */
+static const char *const best_metric_names[NV_BEST_COUNT] = {"val_loss", "val_reward_acc", "val_choice_acc", "mc_acc", "mc_acc_norm"};
+/* as the messages say them */
+static const char *const best_metric_words[NV_BEST_COUNT] = {"validation loss", "held-out reward accuracy",
+                                                             "held-out choice accuracy", "multiple-choice accuracy",
+                                                             "multiple-choice accuracy (acc_norm)"};
+
+const char *nv_best_metric_name(nv_best_metric m) { return (unsigned)m < NV_BEST_COUNT ? best_metric_names[m] : "?"; }
+
+int nv_best_metric_parse(const char *name) {
+    for (int i = 0; i < NV_BEST_COUNT; i++)
+        if (!strcmp(name, best_metric_names[i])) return i;
+    return -1;
+}
+
+/* An evaluation's figure for metric m (NaN when it has none). */
+static double best_metric_of(const eval_figures *e, nv_best_metric m) {
+    switch (m) {
+    case NV_BEST_REWARD_ACC: return e->pref[0];
+    case NV_BEST_CHOICE_ACC: return e->pref[1];
+    case NV_BEST_MC_ACC: return e->mc[0];
+    case NV_BEST_MC_ACC_NORM: return e->mc[1];
+    default: return e->val;
+    }
+}
+
+/* The best evaluation so far by --best-metric and where (--save-best, --early-stop; kept in
+   checkpoints). */
 typedef struct {
-    float val; /* NaN: none yet */
+    float val; /* the metric's value; NaN: none yet */
     long step;
-    int since; /* evaluations after it, none lower */
+    int since; /* evaluations after it, none better */
 } best_eval;
 
-/* 1 when val (step's) is the lowest so far, which it becomes; else one more evaluation since. */
-static int best_eval_note(best_eval *b, float val, long step) {
+/* 1 when val (step's) is the best so far (the lowest loss, the highest accuracy), which it becomes;
+   else one more evaluation since. */
+static int best_eval_note(best_eval *b, float val, long step, nv_best_metric m) {
     if (isnan(val)) return 0;
-    if (isnan(b->val) || val < b->val) {
+    if (isnan(b->val) || (m == NV_BEST_VAL_LOSS ? val < b->val : val > b->val)) {
         *b = (best_eval){val, step, 0};
         return 1;
     }
@@ -462,6 +492,14 @@ static nv_err check_resume(const nv_train_opts *o, int pack, uint64_t bhash, con
         return nv_fail(NV_EINVAL, "%s %s other weights than --init-from's: resume with the model the run started from",
                        ckpt_path, lora ? "adapts" : "was trained against");
     }
+    /* its best so far is by its own metric, which this run must follow (a file without a best follows any) */
+    if (!isnan(ck->h.best_val_loss) && ck->h.best_metric != (int32_t)o->best_metric) {
+        const int32_t was = ck->h.best_metric;
+        const long at = (long)ck->h.best_step;
+        nv_ckpt_close(ck);
+        return nv_fail(NV_EINVAL, "%s kept its best by --best-metric %s (at step %ld): resume with the same", ckpt_path,
+                       was >= 0 && was < NV_BEST_COUNT ? best_metric_names[was] : "(unknown)", at);
+    }
     return NV_OK;
 }
 
@@ -480,7 +518,7 @@ typedef struct {
 static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     uint64_t h = nv_hash64(&o->config, sizeof o->config, 1);
     const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume, ds->pack,
-                             o->lora.rank, (long)o->lora.targets, ds->pref};
+                             o->lora.rank, (long)o->lora.targets, ds->pref, o->early_stop, (long)o->best_metric};
     h = nv_hash64(settings, sizeof settings, h);
     h = nv_hash64(&o->seed, sizeof o->seed, h);
     h = nv_hash64(&o->adamw, sizeof o->adamw, h);
@@ -630,9 +668,19 @@ static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int w
         return nv_fail(NV_EINVAL, "the preference loss's settings must be finite, its SFT weight not negative");
     if (pref && ds->pack) return nv_fail(NV_EINVAL, "preference pairs are not packed: leave out --pack");
     if (o->early_stop < 0) return nv_fail(NV_EINVAL, "--early-stop %d: want a count of evaluations >= 1", o->early_stop);
-    if ((o->save_best || o->early_stop > 0) && (o->eval_every <= 0 || ds->val_tokens == 0))
-        return nv_fail(NV_EINVAL, "--save-best and --early-stop follow the validation loss: give held-out data "
-                                  "(--val-frac or --val-data) and --eval-every N");
+    const nv_best_metric bm = o->best_metric;
+    if ((unsigned)bm >= NV_BEST_COUNT) return nv_fail(NV_EINVAL, "unknown best metric %d", (int)bm);
+    if (bm != NV_BEST_VAL_LOSS && !o->save_best && o->early_stop <= 0)
+        return nv_fail(NV_EINVAL, "--best-metric goes with --save-best or --early-stop");
+    if ((o->save_best || o->early_stop > 0) && bm <= NV_BEST_CHOICE_ACC && (o->eval_every <= 0 || ds->val_tokens == 0))
+        return nv_fail(NV_EINVAL, "--save-best and --early-stop follow the %s: give held-out data (--val-frac or --val-data) "
+                                  "and --eval-every N",
+                       best_metric_words[bm]);
+    if ((bm == NV_BEST_REWARD_ACC || bm == NV_BEST_CHOICE_ACC) && !pref)
+        return nv_fail(NV_EINVAL, "--best-metric %s is preference data's: this run's data are not pairs", best_metric_names[bm]);
+    if ((bm == NV_BEST_MC_ACC || bm == NV_BEST_MC_ACC_NORM) && (!o->eval_choice || o->eval_every <= 0))
+        return nv_fail(NV_EINVAL, "--best-metric %s is the multiple-choice tasks': give --eval-choice FILE and --eval-every N",
+                       best_metric_names[bm]);
     /* starting weights with a NaN or an infinity would only ever skip their updates */
     if (!o->resume && o->init_params) {
         const uint64_t n = nv_config_param_count(c);
@@ -819,7 +867,8 @@ static void run_free(train_run *r) {
 static eval_figures run_evaluate(train_run *r, long step) {
     const eval_figures ev = evaluate(&r->tm, r->o, r->ds, r->in, r->tg, r->pair_ids, r->ref);
     keep_evals(&r->last_eval, &ev);
-    if (best_eval_note(&r->best, ev.val, step) && r->save_best_on && r->lead) {
+    if (best_eval_note(&r->best, (float)best_metric_of(&ev, r->o->best_metric), step, r->o->best_metric) && r->save_best_on &&
+        r->lead) {
         if (r->tty) fprintf(stderr, "\r\033[K"); /* a warning would land in the progress line */
         save_best(&r->tm, r->o, r->best_dir);
     }
@@ -994,6 +1043,7 @@ static nv_err save_checkpoint(const train_run *r) {
     h.last_val_loss = r->last_eval.val;
     h.best_step = r->best.step;
     h.best_val_loss = r->best.val;
+    h.best_metric = (int32_t)r->o->best_metric;
     h.evals_since_best = r->best.since;
     NV_TRY(nv_ckpt_save(r->ckpt_path, &h, r->tm.train_params, r->opt.m, r->opt.v));
     /* the adapters as llama.cpp reads them, and as PEFT does (adapter_config.json and
@@ -1054,7 +1104,7 @@ static void save_final(train_run *r) {
     else if (save) nv_info("%s not written: %s", path, nv_errmsg());
     if (!r->save_best_on || isnan(r->best.val)) return;
     if (r->lora && save) save_best_merged(r, &r->tm.m);
-    nv_info("best validation loss %.4f, at step %ld: %s", (double)r->best.val, r->best.step, r->best_dir);
+    nv_info("best %s %.4f, at step %ld: %s", best_metric_words[r->o->best_metric], (double)r->best.val, r->best.step, r->best_dir);
 }
 
 /* The end-of-run report: where the time went, the fraction of the engine's peak (measured now with
@@ -1198,9 +1248,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     long step0 = r->step0;
     if (o->early_stop > 0 && r->best.since >= o->early_stop) { /* resumed after stopping early: as a finished run */
         if (r->lead)
-            nv_info("%s stopped early at step %ld (the validation loss was lowest at step %ld): nothing to do; a higher "
-                    "--early-stop trains on",
-                    r->ckpt_path, r->step0, r->best.step);
+            nv_info("%s stopped early at step %ld (the %s was best at step %ld): nothing to do; a higher --early-stop trains "
+                    "on",
+                    r->ckpt_path, r->step0, best_metric_words[o->best_metric], r->best.step);
         step0 = o->steps;
     }
     for (long step = step0; step < o->steps; step++) {
@@ -1221,8 +1271,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         r->last_loss = (float)f.loss;
         const int last = step + 1 == o->steps;
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) f.ev = run_evaluate(r, step + 1);
-        /* no lower validation loss in --early-stop evaluations */
-        const int early = o->early_stop > 0 && !isnan(f.ev.val) && r->best.since >= o->early_stop;
+        /* no better evaluation in --early-stop evaluations */
+        const int early = o->early_stop > 0 && !isnan(best_metric_of(&f.ev, o->best_metric)) && r->best.since >= o->early_stop;
         if (r->lead) write_metrics(r, step + 1, &f);
         if (isfinite(f.loss)) series_add(&r->tr, (float)(step + 1), (float)f.loss);
         if (isfinite(f.ev.val)) series_add(&r->va, (float)(step + 1), f.ev.val);
@@ -1264,9 +1314,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (stop && !last) {
             if (r->tty) fprintf(stderr, "\n");
             if (r->lead && early)
-                nv_info("stopped early at step %ld: the validation loss has not gone below %.4f (step %ld) in %d evaluations; "
-                        "checkpoint saved to %s",
-                        step + 1, (double)r->best.val, r->best.step, r->best.since, r->ckpt_path);
+                nv_info("stopped early at step %ld: the %s has not gone %s %.4f (step %ld) in %d evaluations; checkpoint saved "
+                        "to %s",
+                        step + 1, best_metric_words[o->best_metric], o->best_metric == NV_BEST_VAL_LOSS ? "below" : "above",
+                        (double)r->best.val, r->best.step, r->best.since, r->ckpt_path);
             else if (r->lead)
                 nv_info("stopped at step %ld: checkpoint saved to %s (continue with --resume)", step + 1, r->ckpt_path);
             break;

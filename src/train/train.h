@@ -8,7 +8,7 @@
  * adapter.gguf holds alone, in llama.cpp's adapter format) and, when one was
  * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`); after
  * training on chat data, chat_template (the template's name, for `nerve serve`); with save_best,
- * best/ (the same files for the weights of the lowest validation loss).
+ * best/ (the same files for the weights of the best evaluation by best_metric).
  * Resuming (same arguments, same folder) continues the exact loss sequence of an uninterrupted
  * run: every piece of state that influences the next step is in the checkpoint. */
 #ifndef NV_TRAIN_H
@@ -22,6 +22,14 @@
 #include "train/optim.h"
 #include "train/pref.h"
 
+/* What --save-best and --early-stop follow: the validation loss (lower is better), preference data's
+ * held-out accuracies (by the loss's rewards, by the model's own choice) or the multiple-choice
+ * tasks' (acc, acc_norm), higher being better. */
+typedef enum { NV_BEST_VAL_LOSS = 0, NV_BEST_REWARD_ACC, NV_BEST_CHOICE_ACC, NV_BEST_MC_ACC, NV_BEST_MC_ACC_NORM, NV_BEST_COUNT } nv_best_metric;
+/* The metric's name as --best-metric and metrics.jsonl spell it; and back (-1: none such). */
+const char *nv_best_metric_name(nv_best_metric m);
+int nv_best_metric_parse(const char *name);
+
 typedef struct {
     nv_config config;
     const float *init_params; /* fine-tuning start (n_params floats) or NULL for random init */
@@ -31,11 +39,13 @@ typedef struct {
     uint64_t seed;
     nv_adamw_opts adamw;
     int eval_every, eval_batches, ckpt_every;
-    /* save_best: at every evaluation whose validation loss is the lowest so far, the weights into the
-       run folder's best/ (the model with the tokenizer and chat template; a LoRA run's adapters).
-       early_stop > 0: stop (checkpointed, cleanly) after that many evaluations without a lower one;
-       implies save_best. Both need validation data and eval_every. */
+    /* save_best: at every evaluation whose best_metric is the best so far, the weights into the run
+       folder's best/ (the model with the tokenizer and chat template; a LoRA run's adapters).
+       early_stop > 0: stop (checkpointed, cleanly) after that many evaluations without a better one;
+       implies save_best. Both need eval_every, and the metric's source: validation data, preference
+       data's held-out pairs, or eval_choice. */
     int save_best, early_stop;
+    nv_best_metric best_metric;
     const char *out_dir;
     const char *tokenizer_path; /* copied into the run folder when set */
     const char *chat_template;  /* the template chat data was rendered with: the run folder's chat_template
