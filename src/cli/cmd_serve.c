@@ -150,10 +150,6 @@ static int read_pem(const char *flag, const char *path, const char *marker, char
     return 1;
 }
 
-/* The API keys: each --api-key, each line of --api-key-file (surrounding white space trimmed; empty
-   lines and lines starting with '#' skipped), else $NERVE_API_KEY. The file's text (text_len bytes)
-   is kept in *text, the keys pointing into it. 0 after one line on stderr. */
-#define MAX_API_KEYS 256
 /* What Ollama's /api/tags and /api/show say of the model: its format, architecture, weight type,
    parameters and file size (arch and quant hold the texts). */
 static nv_olla_model_info olla_info(const char *path, const nv_model *m, char arch[64], char quant[32]) {
@@ -176,6 +172,10 @@ static nv_olla_model_info olla_info(const char *path, const nv_model *m, char ar
     return info;
 }
 
+/* The API keys: each --api-key, each line of --api-key-file (surrounding white space trimmed; empty
+   lines and lines starting with '#' skipped), else $NERVE_API_KEY. The file's text (text_len bytes)
+   is kept in *text, the keys pointing into it. 0 after one line on stderr. */
+#define MAX_API_KEYS 256
 static int gather_api_keys(const char *const *given, int n_given, const char *key_file, char **text, size_t *text_len,
                            const char **keys, int *n) {
     *n = 0;

@@ -343,8 +343,6 @@ static const char *const best_metric_words[NV_BEST_COUNT] = {"validation loss", 
                                                              "held-out choice accuracy", "multiple-choice accuracy",
                                                              "multiple-choice accuracy (acc_norm)"};
 
-const char *nv_best_metric_name(nv_best_metric m) { return (unsigned)m < NV_BEST_COUNT ? best_metric_names[m] : "?"; }
-
 int nv_best_metric_parse(const char *name) {
     for (int i = 0; i < NV_BEST_COUNT; i++)
         if (!strcmp(name, best_metric_names[i])) return i;
@@ -672,7 +670,8 @@ static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int w
     if ((unsigned)bm >= NV_BEST_COUNT) return nv_fail(NV_EINVAL, "unknown best metric %d", (int)bm);
     if (bm != NV_BEST_VAL_LOSS && !o->save_best && o->early_stop <= 0)
         return nv_fail(NV_EINVAL, "--best-metric goes with --save-best or --early-stop");
-    if ((o->save_best || o->early_stop > 0) && bm <= NV_BEST_CHOICE_ACC && (o->eval_every <= 0 || ds->val_tokens == 0))
+    const int held_out = bm == NV_BEST_VAL_LOSS || bm == NV_BEST_REWARD_ACC || bm == NV_BEST_CHOICE_ACC;
+    if ((o->save_best || o->early_stop > 0) && held_out && (o->eval_every <= 0 || ds->val_tokens == 0))
         return nv_fail(NV_EINVAL, "--save-best and --early-stop follow the %s: give held-out data (--val-frac or --val-data) "
                                   "and --eval-every N",
                        best_metric_words[bm]);

@@ -26,8 +26,7 @@
  * held-out accuracies (by the loss's rewards, by the model's own choice) or the multiple-choice
  * tasks' (acc, acc_norm), higher being better. */
 typedef enum { NV_BEST_VAL_LOSS = 0, NV_BEST_REWARD_ACC, NV_BEST_CHOICE_ACC, NV_BEST_MC_ACC, NV_BEST_MC_ACC_NORM, NV_BEST_COUNT } nv_best_metric;
-/* The metric's name as --best-metric and metrics.jsonl spell it; and back (-1: none such). */
-const char *nv_best_metric_name(nv_best_metric m);
+/* The metric named as --best-metric and metrics.jsonl spell it (-1: none such). */
 int nv_best_metric_parse(const char *name);
 
 typedef struct {
