@@ -59,12 +59,12 @@ report() {
     fi
 }
 
-running=()
+running=() # the names of the programs started and not yet reported
 # Reports every program that has finished; keeps the others in `running`.
 reap() {
-    local still=() t
-    for t in "${running[@]}"; do
-        if [ -e "$work/$(basename "$t").rc" ]; then report "$(basename "$t")"; else still+=("$t"); fi
+    local still=() name
+    for name in "${running[@]}"; do
+        if [ -e "$work/$name.rc" ]; then report "$name"; else still+=("$name"); fi
     done
     running=("${still[@]}")
 }
@@ -74,7 +74,7 @@ for t in "${order[@]}"; do
         reap
     done
     run_one "$t" &
-    running+=("$t")
+    running+=("$(basename "$t")")
 done
 wait
 reap

@@ -223,9 +223,6 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
     const int empty = !what || (cJSON_IsArray(what) && !what->child) || (cJSON_IsString(what) && !what->valuestring[0]);
     cJSON *q = cJSON_CreateObject();
     int rc = q ? translate(in, q, chat, ctx->reasoning, meta, err) : nv_api_oom(err);
-    const cJSON *suffix = nv_api_field(in, "suffix");
-    /* raw, or a suffix to fill in before: a completions request */
-    const int completion = cJSON_IsTrue(nv_api_field(in, "raw")) || (cJSON_IsString(suffix) && suffix->valuestring[0]);
     cJSON_Delete(in);
     if (!rc && empty) { /* the model must still be one this server has */
         char id[NV_API_MODEL_ID + 8];
@@ -236,7 +233,8 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
         return err->status;
     }
     const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .max_tokens_cap = 1};
-    if (!rc) rc = nv_api_parse_json(ctx, chat || !completion, q, &o, out, err);
+    /* translate() wrote a prompt (raw, or a suffix to fill in before) for a completions request, else messages */
+    if (!rc) rc = nv_api_parse_json(ctx, !nv_api_field(q, "prompt"), q, &o, out, err);
     cJSON_Delete(q);
     if (rc == 404) not_found(err, meta->model);
     return rc;

@@ -157,7 +157,8 @@ static void py_repr(nv_buf *b, const cJSON *v) {
     } else if (cJSON_IsString(v)) {
         py_repr_str(b, v->valuestring);
     } else if (cJSON_IsNumber(v)) {
-        /* whole values within 2^53 as ints, as json.dumps above prints them (cJSON keeps no literal) */
+        /* whole values within 2^53 as ints: cJSON keeps no literal, and json.loads makes ints of the
+           literals without a point or an exponent that such values mostly come from */
         const double d = v->valuedouble;
         if (d == floor(d) && fabs(d) < 0x1p53) nv_buf_printf(b, "%.0f", d == 0 ? 0.0 : d);
         else py_repr_float(b, d);
