@@ -833,6 +833,114 @@ static void test_serve(void) {
     T_CHECK(n == 17, "%d prompt tokens", n);
 }
 
+/* A completion of the served model at temperature 0 with its log-probabilities: the text and the
+ * logprobs object printed, or NULL (the status and body on stderr) when it was not a 200. */
+static char *greedy_completion(int port, const char *prompt, int max_tokens, int *prompt_tokens, int *status) {
+    char body[4096];
+    snprintf(body, sizeof body, "{\"prompt\": \"%s\", \"max_tokens\": %d, \"temperature\": 0, \"logprobs\": 2}", prompt, max_tokens);
+    resp r = {0};
+    char *out = NULL;
+    *status = http(port, "POST", "/v1/completions", NULL, body, &r) ? r.status : -1;
+    cJSON *j = r.status == 200 && r.body ? cJSON_Parse(r.body) : NULL;
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    const cJSON *text = cJSON_GetObjectItem(ch, "text"), *lps = cJSON_GetObjectItem(ch, "logprobs");
+    const cJSON *pt = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens");
+    if (cJSON_IsString(text) && lps && cJSON_IsNumber(pt)) {
+        char *l = cJSON_PrintUnformatted(lps);
+        nv_buf b = {0};
+        nv_buf_printf(&b, "%s\n%s", text->valuestring, l ? l : "");
+        free(l);
+        out = b.data;
+        *prompt_tokens = pt->valueint;
+    } else if (r.status != 400) {
+        fprintf(stderr, "    status %d: %s\n", r.status, r.body ? r.body : "");
+    }
+    cJSON_Delete(j);
+    resp_free(&r);
+    return out;
+}
+
+/* The prometheus gauge `name` in the server's /metrics, or -1. */
+static long metric(int port, const char *name) {
+    resp r = {0};
+    long v = -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = http(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200 && r.body ? strstr(r.body, key) : NULL;
+    if (at) v = atol(at + strlen(key));
+    resp_free(&r);
+    return v;
+}
+
+/* --swa-cache window: a Gemma 3-shaped model (a window of 5 on five layers of six) serves a prompt of
+ * many windows through rings of 6 blocks of 4 positions, with exactly the tokens and
+ * log-probabilities of every position kept; and a budget too small for every position of every
+ * layer still holds it, whole-context layers beside windowed rings. */
+static void test_serve_window_cache(void) {
+    char vocab[700], model[700];
+    snprintf(vocab, sizeof vocab, "%s", t_path("gw-vocab.gguf"));
+    snprintf(model, sizeof model, "%s", t_path("gw.gguf"));
+    nv_config c = gemma_config(3);
+    c.vocab_size = GW_GEMMA_VOCAB, c.seq_len = 512, c.n_layers = 6, c.swa_period = 6; /* Gemma 3's pattern: the last layer global */
+    nv_model m;
+    nv_tokenizer *t = NULL;
+    T_CHECK(gw_gemma_vocab(vocab) && nv_tokenizer_load(vocab, 0, &t) == NV_OK, "%s", nv_errmsg());
+    if (!t || !gemma_model(&m, &c, 5)) return;
+    T_CHECK(nv_gguf_save(&m, t, "gw", model, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    nv_tokenizer_free(t);
+    nv_model_free(&m);
+    char prompt[400] = "";
+    for (int i = 0; i < 30; i++) strcat(prompt, i % 3 ? "abc def " : "ghi jk ");
+    /* f16 blocks of 4 positions: 3 KB with every layer, 512 bytes for the global layer, 2.5 KB for the
+       windowed ones; 128K holds 168 positions of every layer, fewer than the prompt and answer's; split,
+       two rings of 6 blocks (30 KB) and 196 blocks of the global layer (784 positions) */
+    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 2 --kv-memory 128K";
+    char flags[2][300];
+    snprintf(flags[0], sizeof flags[0], "%s --swa-cache full --no-prefix-cache", common);
+    snprintf(flags[1], sizeof flags[1], "%s --swa-cache window", common);
+    char *got[2] = {NULL, NULL};
+    int n_prompt[2] = {0, 0}, status[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        server sv;
+        if (!server_spawn(&sv, k ? "gw-window" : "gw-full", NULL, NULL, model, NULL, flags[k], 30)) {
+            T_CHECK(0, "the server did not start with %s", flags[k]);
+            continue;
+        }
+        got[k] = greedy_completion(sv.port, prompt, 40, &n_prompt[k], &status[k]);
+        if (k == 0) { /* the long request does not fit; a shorter one serves as the reference */
+            T_CHECK(status[0] == 400, "every position of every layer: a request past the pool answered %d", status[0]);
+            free(got[0]);
+            got[0] = NULL;
+            char *log = read_log(&sv);
+            T_CHECK(!strstr(log, "windowed layers' KV"), "full pages reported split");
+            free(log);
+        } else {
+            char *log = read_log(&sv);
+            T_CHECK(strstr(log, "windowed layers' KV 12 blocks") && strstr(log, "no prefix cache"), "the split pool was not reported:\n%s", log);
+            free(log);
+            T_CHECK(got[1] && n_prompt[1] > 200, "window: %d prompt tokens, status %d", n_prompt[1], status[1]);
+            T_CHECK(metric(sv.port, "nerve_kv_window_blocks_total") == 12 && metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 &&
+                        metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 && metric(sv.port, "nerve_kv_blocks_in_use") == 0,
+                    "a finished request left windowed blocks taken");
+        }
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the server (%s) did not exit 0", flags[k]);
+    }
+    /* the same request on pages big enough for every position of every layer */
+    server sv;
+    char *full = NULL;
+    int n_full = 0, st = 0;
+    if (server_spawn(&sv, "gw-full-big", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 16 --max-batch 2 --no-prefix-cache", 30)) {
+        full = greedy_completion(sv.port, prompt, 40, &n_full, &st);
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the server did not exit 0");
+    }
+    T_CHECK(full && got[1] && n_full == n_prompt[1] && !strcmp(full, got[1]),
+            "the windowed rings changed the answer or its log-probabilities:\n  full:   %.300s\n  window: %.300s", full ? full : "-",
+            got[1] ? got[1] : "-");
+    free(full);
+    free(got[0]);
+    free(got[1]);
+}
+
 /* The first and the mean of the last three losses in a run's metrics.jsonl. */
 static int first_last_loss(const char *run, double *first, double *last) {
     char path[800], *text = NULL;
@@ -903,6 +1011,7 @@ int main(void) {
     T_RUN(test_hf_folder);
     T_RUN(test_hf_written);
     T_RUN(test_serve);
+    T_RUN(test_serve_window_cache);
     T_RUN(test_training_forward_matches);
     T_RUN(test_finetune);
     return t_done();

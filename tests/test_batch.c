@@ -32,7 +32,7 @@ static int reference_paged(const nv_model *m, const int *toks, int n, nv_kv_dtyp
         return 0;
     }
     for (int p = 0; p < n && ok; p++) {
-        nv_batch_seq q = {toks + p, 1, p, table, 1, 0};
+        nv_batch_seq q = {toks + p, 1, p, table, 1, 0, NULL};
         ok = nv_batch_forward(m, &bs, &kv, &q, 1) == NV_OK;
         if (ok) memcpy(out + (size_t)p * c->vocab_size, nv_batch_logits(&bs, c, 0), (size_t)c->vocab_size * sizeof(float));
     }
@@ -45,15 +45,22 @@ static int reference_paged(const nv_model *m, const int *toks, int n, nv_kv_dtyp
  * decode-like), starting at step start[i], with blocks handed out in a shuffled order; checks
  * every step's logits against the references: the last row's, and for sequences 0 and 2 those of
  * every row of the chunk (as a speculative step asks; more rows than the state's first logits
- * buffer holds). Returns the number of mismatching rows. */
-static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], int BLOCK, nv_kv_dtype dtype,
+ * buffer holds). With split, the windowed layers live in pages of their own where each sequence
+ * has a ring of blocks just long enough for its window and its largest chunk (serve's
+ * --swa-cache window), reused round and round. Returns the number of mismatching rows. */
+static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], int BLOCK, nv_kv_dtype dtype, int split,
                      int *checked) {
     const nv_config *c = &m->config;
     static const int chunk[NSEQ] = {7, 1, 3, 16};
     static const int start[NSEQ] = {0, 0, 2, 5};
-    nv_kv_pages kv;
+    nv_kv_pages kv, wkv = {0};
     nv_batch_state bs;
-    if (nv_kv_pages_init(&kv, c, BLOCK, POOL, dtype) != NV_OK || nv_batch_state_init(&bs, c, 32, NSEQ) != NV_OK) return -1;
+    const nv_kv_layers held = split ? NV_KV_LAYERS_FULL : NV_KV_LAYERS_ALL;
+    if (nv_kv_pages_init_of(&kv, c, BLOCK, POOL, dtype, held) != NV_OK ||
+        (split && nv_kv_pages_init_of(&wkv, c, BLOCK, POOL, dtype, NV_KV_LAYERS_WINDOWED) != NV_OK) ||
+        nv_batch_state_init(&bs, c, 32, NSEQ) != NV_OK)
+        return -1;
+    if (split) kv.windowed = &wkv;
     int perm[POOL];
     for (int i = 0; i < POOL; i++) perm[i] = i;
     nv_rng rng;
@@ -63,16 +70,20 @@ static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], i
         perm[i] = perm[j];
         perm[j] = t;
     }
-    int table[NSEQ][MAX_TABLE], next = 0, pos[NSEQ] = {0}, bad = 0;
+    int table[NSEQ][MAX_TABLE], wtable[NSEQ][MAX_TABLE], next = 0, pos[NSEQ] = {0}, bad = 0;
+    const int ring = (16 + c->swa_window - 2) / BLOCK + 2; /* the blocks from a 16-row chunk's window to its end */
     for (int i = 0; i < NSEQ; i++)
-        for (int b = 0; b < (LEN + BLOCK - 1) / BLOCK; b++) table[i][b] = perm[next++];
+        for (int b = 0; b < (LEN + BLOCK - 1) / BLOCK; b++) {
+            table[i][b] = perm[next++];
+            wtable[i][b] = b < ring ? perm[POOL - 1 - i * ring - b] : wtable[i][b % ring];
+        }
     for (int step = 0; step < 64; step++) {
         nv_batch_seq seqs[NSEQ];
         int who[NSEQ], n = 0;
         for (int i = 0; i < NSEQ; i++) {
             if (step < start[i] || pos[i] >= LEN) continue;
             int k = LEN - pos[i] < chunk[i] ? LEN - pos[i] : chunk[i];
-            seqs[n] = (nv_batch_seq){toks[i] + pos[i], k, pos[i], table[i], i % 2 == 0 ? k : 1, 0};
+            seqs[n] = (nv_batch_seq){toks[i] + pos[i], k, pos[i], table[i], i % 2 == 0 ? k : 1, 0, split ? wtable[i] : NULL};
             who[n++] = i;
         }
         if (!n) break;
@@ -95,6 +106,7 @@ static int run_mixed(const nv_model *m, int toks[NSEQ][LEN], float *ref[NSEQ], i
     }
     nv_batch_state_free(&bs);
     nv_kv_pages_free(&kv);
+    nv_kv_pages_free(&wkv);
     return bad;
 }
 
@@ -113,12 +125,15 @@ static void check_model(nv_model *m, const char *what) {
     /* block 4: the scalar remainder paths; 16: 8-wide score lanes, 16 positions per grouped pass;
      * 24: a grouped pass of 16 then one of 8, and three lane groups for decode rows */
     static const int blocks[] = {4, 16, 24};
-    for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
-        const int block = blocks[bi];
-        int checked = 0, bad = run_mixed(m, toks, ref, block, NV_KV_F32, &checked);
-        T_CHECK(bad == 0 && checked > 40, "%s (%s, blocks of %d): %d of %d rows differ from the sequence run alone",
-                what, nv_engine_name(m->engine), block, bad, checked);
-    }
+    /* a model with windowed and whole-context layers also runs on split pages */
+    const int splits = nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) && nv_kv_layers_count(c, NV_KV_LAYERS_FULL) ? 2 : 1;
+    for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+        for (int split = 0; split < splits; split++) {
+            const int block = blocks[bi];
+            int checked = 0, bad = run_mixed(m, toks, ref, block, NV_KV_F32, split, &checked);
+            T_CHECK(bad == 0 && checked > 40, "%s (%s, blocks of %d%s): %d of %d rows differ from the sequence run alone",
+                    what, nv_engine_name(m->engine), block, split ? ", split pages" : "", bad, checked);
+        }
     /* fp16 and q8 pages: the mixed batch equals the sequence decoded alone in pages of the same
      * type, bit for bit, and the logits stay within the type's rounding of fp32's */
     static const nv_kv_dtype lowp[] = {NV_KV_F16, NV_KV_Q8};
@@ -152,9 +167,11 @@ static void check_model(nv_model *m, const char *what) {
                                                              : 1.5e-2;
             T_CHECK(worst <= tol * scale, "%s (%s, blocks of %d): %s pages move a logit by %.3g (largest logit %.3g)", what,
                     nv_engine_name(m->engine), block, nv_kv_dtype_name(dt), worst, scale);
-            int checked = 0, bad = run_mixed(m, toks, refl, block, dt, &checked);
-            T_CHECK(bad == 0 && checked > 40, "%s (%s, %s, blocks of %d): %d of %d rows differ from the sequence alone",
-                    what, nv_engine_name(m->engine), nv_kv_dtype_name(dt), block, bad, checked);
+            for (int split = 0; split < splits; split++) {
+                int checked = 0, bad = run_mixed(m, toks, refl, block, dt, split, &checked);
+                T_CHECK(bad == 0 && checked > 40, "%s (%s, %s, blocks of %d%s): %d of %d rows differ from the sequence alone",
+                        what, nv_engine_name(m->engine), nv_kv_dtype_name(dt), block, split ? ", split pages" : "", bad, checked);
+            }
             for (int i = 0; i < NSEQ; i++) free(refl[i]);
         }
     for (int i = 0; i < NSEQ; i++) free(ref[i]);
@@ -338,23 +355,49 @@ static void test_batch_rejects_bad_batches(void) {
     T_CHECK(nv_model_alloc(&m, &c) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
     T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4, NV_KV_F32) == NV_OK && nv_batch_state_init(&bs, &c, 4, 2) == NV_OK, "%s", nv_errmsg());
     int toks[8] = {1, 5, 6, 7, 8, 9, 10, 11}, table[8] = {0, 1, 2, 3, 4, 0, 0, 0};
-    nv_batch_seq q = {toks, 4, 0, table, 1, 0};
+    nv_batch_seq q = {toks, 4, 0, table, 1, 0, NULL};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
     q.n = 5; /* more rows than the state holds */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "5 rows in a 4-row state accepted");
-    q = (nv_batch_seq){toks, 2, 15, table, 1, 0}; /* position 16 is in block table[4] = 4, outside a pool of 4 */
+    q = (nv_batch_seq){toks, 2, 15, table, 1, 0, NULL}; /* position 16 is in block table[4] = 4, outside a pool of 4 */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "block outside the pool accepted");
-    q = (nv_batch_seq){toks, 2, 31, table, 1, 0}; /* past the context of 32 */
+    q = (nv_batch_seq){toks, 2, 31, table, 1, 0, NULL}; /* past the context of 32 */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "positions past the context accepted");
     int bad_tok = 50;
-    q = (nv_batch_seq){&bad_tok, 1, 0, table, 1, 0};
+    q = (nv_batch_seq){&bad_tok, 1, 0, table, 1, 0, NULL};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "token outside the vocabulary accepted");
-    q = (nv_batch_seq){toks, 2, 0, table, 3, 0}; /* the logits of 3 of 2 rows */
+    q = (nv_batch_seq){toks, 2, 0, table, 3, 0, NULL}; /* the logits of 3 of 2 rows */
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "logits of more rows than the sequence has accepted");
     q.logits = -1;
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "a negative logits count accepted");
     nv_batch_state_free(&bs);
     nv_kv_pages_free(&kv);
+    nv_model_free(&m);
+
+    /* split pages: both sides or neither, and a table into each that stays inside its pages */
+    c.n_layers = 2, c.swa_window = 3, c.swa_period = 2;
+    nv_kv_pages wkv;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK && nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_kv_pages_init_of(&kv, &c, 4, 4, NV_KV_F32, NV_KV_LAYERS_FULL) == NV_OK && kv.n_layers == 1 &&
+                nv_kv_pages_init_of(&wkv, &c, 4, 2, NV_KV_F32, NV_KV_LAYERS_WINDOWED) == NV_OK && wkv.n_layers == 1 &&
+                nv_batch_state_init(&bs, &c, 4, 2) == NV_OK,
+            "%s", nv_errmsg());
+    int wtable[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    q = (nv_batch_seq){toks, 4, 0, table, 1, 0, wtable};
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "the whole-context side without the windowed one accepted");
+    kv.windowed = &wkv;
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_batch_forward(&m, &bs, &wkv, &q, 1) == NV_EINVAL, "the windowed side alone accepted");
+    q.wblocks = NULL;
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_EINVAL, "split pages without a windowed table accepted");
+    wtable[0] = 2; /* outside the windowed side's 2 blocks */
+    q.wblocks = wtable;
+    T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_ERANGE, "a windowed block outside its pages accepted");
+    nv_batch_state_free(&bs);
+    nv_kv_pages_free(&kv);
+    nv_kv_pages_free(&wkv);
+    c.swa_window = 0;
+    T_CHECK(nv_kv_pages_init_of(&wkv, &c, 4, 2, NV_KV_F32, NV_KV_LAYERS_WINDOWED) == NV_EINVAL, "pages of no layer made");
     nv_model_free(&m);
 }
 
@@ -364,7 +407,7 @@ static void test_kv_pool_accounting(void) {
     size_t bb = nv_kv_block_bytes(&c, 16, NV_KV_F32);
     T_CHECK(bb == (size_t)2 * 2 * 16 * 16 * 4, "block bytes %zu", bb);
     T_CHECK(nv_kv_block_bytes(&c, 16, NV_KV_F16) * 2 == bb, "fp16 blocks are not half the size");
-    T_CHECK(nv_kv_pool_init(&p, &c, 16, NV_KV_F16, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 10, "%s", nv_errmsg());
+    T_CHECK(nv_kv_pool_init(&p, &c, NV_KV_LAYERS_ALL, 16, NV_KV_F16, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 10, "%s", nv_errmsg());
     nv_kv_pool_free(&p);
     /* q8: one byte an element, the 64-byte-padded elements then an fp32 scale per layer, keys or
      * values, kv head and position */
@@ -372,11 +415,11 @@ static void test_kv_pool_accounting(void) {
             nv_kv_block_bytes(&c, 16, NV_KV_Q8));
     T_CHECK(nv_kv_block_bytes(&c, 3, NV_KV_Q8) == (size_t)(2 * 2 * 3 * 16 + 63) / 64 * 64 + 2 * 2 * 2 * 3 * 4,
             "q8 block bytes of 3 positions %zu", nv_kv_block_bytes(&c, 3, NV_KV_Q8));
-    T_CHECK(nv_kv_pool_init(&p, &c, 16, (nv_kv_dtype)4, bb * 5, 0) == NV_EINVAL, "an unknown element type accepted");
+    T_CHECK(nv_kv_pool_init(&p, &c, NV_KV_LAYERS_ALL, 16, (nv_kv_dtype)4, bb * 5, 0) == NV_EINVAL, "an unknown element type accepted");
     T_CHECK(nv_kv_dtype_parse("f16") == NV_KV_F16 && nv_kv_dtype_parse("f32") == NV_KV_F32 &&
                 nv_kv_dtype_parse("q8") == NV_KV_Q8 && !nv_kv_dtype_parse("q4"),
             "dtype names");
-    T_CHECK(nv_kv_pool_init(&p, &c, 16, NV_KV_F32, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 5, "%s", nv_errmsg());
+    T_CHECK(nv_kv_pool_init(&p, &c, NV_KV_LAYERS_ALL, 16, NV_KV_F32, bb * 5 + 7, 0) == NV_OK && p.n_blocks == 5, "%s", nv_errmsg());
     T_CHECK(nv_kv_reserve(&p, 3) && !nv_kv_reserve(&p, 3) && nv_kv_reserve(&p, 2), "reservations over-commit");
     T_CHECK(!nv_kv_reserve(&p, 1), "reserved past the pool");
     int a = nv_kv_alloc(&p), b = nv_kv_alloc(&p);
@@ -392,7 +435,7 @@ static void test_kv_pool_accounting(void) {
     nv_kv_unreserve(&p, 3);
     T_CHECK(nv_kv_in_use(&p) == 0 && p.n_free == 5 && p.n_reserved == 0, "blocks not all free at the end");
     nv_kv_pool_free(&p);
-    T_CHECK(nv_kv_pool_init(&p, &c, 16, NV_KV_F32, bb - 1, 0) == NV_EINVAL, "a budget below one block accepted");
+    T_CHECK(nv_kv_pool_init(&p, &c, NV_KV_LAYERS_ALL, 16, NV_KV_F32, bb - 1, 0) == NV_EINVAL, "a budget below one block accepted");
 }
 
 /* Keys and values beyond fp16's range are stored as +-65504, not infinity: the logits stay finite. */
@@ -408,7 +451,7 @@ static void test_f16_pages_saturate(void) {
     T_CHECK(nv_kv_pages_init(&kv, &c, 4, 4, NV_KV_F16) == NV_OK && nv_batch_state_init(&bs, &c, 8, 1) == NV_OK, "%s",
             nv_errmsg());
     int toks[6] = {1, 5, 6, 7, 8, 9}, table[4] = {0, 1, 2, 3};
-    nv_batch_seq q = {toks, 6, 0, table, 1, 0};
+    nv_batch_seq q = {toks, 6, 0, table, 1, 0, NULL};
     T_CHECK(nv_batch_forward(&m, &bs, &kv, &q, 1) == NV_OK, "%s", nv_errmsg());
     float big = 0;
     for (size_t i = 0; i < nv_kv_keys_at(&kv, 2, 0); i++) big = fmaxf(big, fabsf(nv_kv_get(&kv, i)));
@@ -439,7 +482,7 @@ static void test_q8_pages_bound(void) {
                     nv_batch_state_init(&b32, &c, 8, 1) == NV_OK && nv_batch_state_init(&b8, &c, 8, 1) == NV_OK,
                 "%s", nv_errmsg());
         int toks[7] = {1, 5, 6, 7, 8, 9, 10}, table[4] = {0, 1, 2, 3};
-        nv_batch_seq q = {toks, 7, 0, table, 1, 0};
+        nv_batch_seq q = {toks, 7, 0, table, 1, 0, NULL};
         T_CHECK(nv_batch_forward(&m, &b32, &k32, &q, 1) == NV_OK && nv_batch_forward(&m, &b8, &k8, &q, 1) == NV_OK, "%s",
                 nv_errmsg());
         /* layer 0's keys and values come from the same inputs in both */

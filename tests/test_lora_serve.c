@@ -61,7 +61,7 @@ static int run_two_steps(const nv_model *m, const nv_adapters *set, int toks[NSE
         int idx[NSEQ], n = 0;
         for (int i = 0; i < NSEQ; i++) {
             if (!(seqs_on >> i & 1)) continue;
-            q[n] = (nv_batch_seq){toks[i] + step * LEN / 2, LEN / 2, step * LEN / 2, table[i], step == 1, ad[i]};
+            q[n] = (nv_batch_seq){toks[i] + step * LEN / 2, LEN / 2, step * LEN / 2, table[i], step == 1, ad[i], NULL};
             idx[n++] = i;
         }
         ok = nv_batch_forward(m, &bs, &kv, q, n) == NV_OK;
@@ -165,7 +165,7 @@ static void test_batch_rows_take_their_adapters(void) {
         T_CHECK(nv_kv_pages_init(&kv, &c, 8, 8, NV_KV_F32) == NV_OK && nv_batch_state_init(&bs, &c, 8, 1) == NV_OK &&
                     nv_batch_state_set_adapters(&bs, &c, &set) == NV_OK,
                 "%s", nv_errmsg());
-        nv_batch_seq q = {toks[0], 2, 0, table, 1, 3};
+        nv_batch_seq q = {toks[0], 2, 0, table, 1, 3, NULL};
         T_CHECK(nv_batch_forward(&base, &bs, &kv, &q, 1) == NV_EINVAL && strstr(nv_errmsg(), "adapter 3, which is not loaded"), "%s", nv_errmsg());
         nv_batch_state_set_adapters(&bs, &c, NULL);
         q.adapter = 1;

@@ -117,7 +117,7 @@ static void test_pool_idle_list(void) {
     nv_config_preset("stories260K", &c);
     nv_kv_pool p;
     size_t bb = nv_kv_block_bytes(&c, 4, NV_KV_F32);
-    T_CHECK(nv_kv_pool_init(&p, &c, 4, NV_KV_F32, bb * 6, 0) == NV_OK && p.n_blocks == 6, "init");
+    T_CHECK(nv_kv_pool_init(&p, &c, NV_KV_LAYERS_ALL, 4, NV_KV_F32, bb * 6, 0) == NV_OK && p.n_blocks == 6, "init");
     p.on_evict = record_evict;
     n_evicted = 0;
     T_CHECK(nv_kv_reserve(&p, 3), "reserve");
@@ -159,7 +159,7 @@ static void test_prefix_index(void) {
     nv_config c;
     nv_config_preset("stories260K", &c);
     nv_kv_pool p;
-    T_CHECK(nv_kv_pool_init(&p, &c, 4, NV_KV_F32, nv_kv_block_bytes(&c, 4, NV_KV_F32) * 4, 0) == NV_OK, "init");
+    T_CHECK(nv_kv_pool_init(&p, &c, NV_KV_LAYERS_ALL, 4, NV_KV_F32, nv_kv_block_bytes(&c, 4, NV_KV_F32) * 4, 0) == NV_OK, "init");
     nv_prefix px;
     T_CHECK(nv_prefix_init(&px, &p, 77) == NV_OK, "prefix init");
     nv_kv_reserve(&p, 4);

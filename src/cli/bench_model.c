@@ -67,7 +67,7 @@ static nv_err all_logits(const nv_model *m, const int *ids, int n, nv_kv_dtype k
         }
         for (int pos = 0; pos < n && err == NV_OK; pos += chunk) {
             int len = n - pos < chunk ? n - pos : chunk;
-            nv_batch_seq q = {ids + pos, len, pos, table, len, 0};
+            nv_batch_seq q = {ids + pos, len, pos, table, len, 0, NULL};
             err = nv_batch_forward(m, &bs, &pages, &q, 1);
             for (int t = 0; t < len && err == NV_OK; t++)
                 memcpy(out + (size_t)(pos + t) * V, nv_batch_logits_at(&bs, &m->config, 0, t), (size_t)V * sizeof(float));

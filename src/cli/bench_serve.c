@@ -625,7 +625,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
     const char *CMD = "bench serve", *model = NULL, *tok = NULL;
     int requests = 2, prompt = o->quick ? 8 : 32, tokens = o->quick ? 16 : 128;
     int clients[8] = {1, 4, 16}, n_clients = 3, lora_rank = 0, n_adapters = 4;
-    const char *kv_dtype = "f16", *kv_memory = NULL;
+    const char *kv_dtype = "f16", *kv_memory = NULL, *swa_cache = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -635,6 +635,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z")) tok = v;
         else if (!strcmp(a, "--kv-memory")) kv_memory = v; /* checked by the server */
+        else if (!strcmp(a, "--swa-cache")) swa_cache = v; /* checked by the server */
         else if (!strcmp(a, "--lora-rank")) { if (!cli_int(CMD, a, v, 1, 1024, &lora_rank)) return 2; }
         else if (!strcmp(a, "--adapters")) { if (!cli_int(CMD, a, v, 1, MAX_BENCH_ADAPTERS, &n_adapters)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) {
@@ -646,7 +647,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         } else
             return cli_error(CMD, 2,
                              "unknown option '%s' (--clients LIST, --requests M, --prompt N, --tokens N, -m MODEL, -z TOK, "
-                             "--kv-cache-dtype T, --kv-memory SIZE, --lora-rank R, --adapters K)",
+                             "--kv-cache-dtype T, --kv-memory SIZE, --swa-cache full|window, --lora-rank R, --adapters K)",
                              a);
     }
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;
@@ -674,6 +675,10 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
     if (kv_memory) {
         add_arg(args, &na, "--kv-memory");
         add_arg(args, &na, kv_memory);
+    }
+    if (swa_cache) {
+        add_arg(args, &na, "--swa-cache");
+        add_arg(args, &na, swa_cache);
     }
     char rank_arg[16];
     snprintf(rank_arg, sizeof rank_arg, "%d", lora_rank);

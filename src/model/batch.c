@@ -32,22 +32,43 @@ nv_kv_dtype nv_kv_dtype_parse(const char *name) {
     return (nv_kv_dtype)0;
 }
 
+int nv_kv_layers_count(const nv_config *c, nv_kv_layers held) {
+    if (held == NV_KV_LAYERS_ALL) return c->n_layers;
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += nv_config_layer_windowed(c, l) == (held == NV_KV_LAYERS_WINDOWED);
+    return n;
+}
+
+size_t nv_kv_block_bytes_of(const nv_config *c, int block_size, nv_kv_dtype t, nv_kv_layers held) {
+    return nv_kv_geometry_bytes(nv_kv_layers_count(c, held), block_size, nv_config_kv_dim(c), c->n_kv_heads, t);
+}
+
 size_t nv_kv_block_bytes(const nv_config *c, int block_size, nv_kv_dtype t) {
-    return nv_kv_geometry_bytes(c->n_layers, block_size, nv_config_kv_dim(c), c->n_kv_heads, t);
+    return nv_kv_block_bytes_of(c, block_size, t, NV_KV_LAYERS_ALL);
 }
 
 nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t) {
+    return nv_kv_pages_init_of(kv, c, block_size, n_blocks, t, NV_KV_LAYERS_ALL);
+}
+
+nv_err nv_kv_pages_init_of(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t,
+                           nv_kv_layers held) {
     memset(kv, 0, sizeof *kv);
     if (block_size < 1 || n_blocks < 1)
         return nv_fail(NV_EINVAL, "kv pages: bad sizes (%d blocks of %d positions)", n_blocks, block_size);
     if (!nv_kv_dtype_name(t)) return nv_fail(NV_EINVAL, "kv pages: unknown element type %d", (int)t);
-    size_t per = nv_kv_block_bytes(c, block_size, t);
+    const int n_layers = nv_kv_layers_count(c, held);
+    if (n_layers < 1)
+        return nv_fail(NV_EINVAL, "kv pages: the model has no %s layers",
+                       held == NV_KV_LAYERS_WINDOWED ? "sliding-window" : "whole-context");
+    size_t per = nv_kv_block_bytes_of(c, block_size, t, held);
     if ((size_t)n_blocks > SIZE_MAX / per) return nv_fail(NV_ENOMEM, "kv pages: size overflows");
     kv->data = nv_calloc_large((size_t)n_blocks, per); /* 2 MiB pages: a sequence's blocks lie far apart */
     if (!kv->data) return nv_fail(NV_ENOMEM, "cannot allocate %zu MB of KV pages", ((size_t)n_blocks * per) >> 20);
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
-    kv->n_layers = c->n_layers;
+    kv->n_layers = n_layers;
+    kv->held = held;
     kv->kv_dim = nv_config_kv_dim(c);
     kv->n_kv_heads = c->n_kv_heads;
     kv->dtype = t;
@@ -182,28 +203,35 @@ typedef struct {
     const nv_kv_pages *kv;
     const nv_batch_seq *seqs;
     int l, n, n_groups;
+    int kl;         /* the layer's place in kv (l, or its place among the layers of its kind on split pages) */
+    int windowed;   /* kv is the windowed side of split pages: sequences' wblocks index it */
 } layer_job;
+
+/* Sequence i's block table into the job's pages. */
+static inline const int *job_table(const layer_job *j, int i) {
+    return j->windowed ? j->seqs[i].wblocks : j->seqs[i].blocks;
+}
 
 /* Rows task, task + n_tasks, ...: biases, QK-norm, RoPE, and the row's keys and values into its block. */
 static void rows_task(void *ctx, int task, int n_tasks) {
     const layer_job *j = ctx;
     const nv_config *c = &j->m->config;
     nv_batch_state *s = j->s;
-    int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = j->kv->block_size, l = j->l;
+    int hd = c->head_dim, q_dim = nv_config_q_dim(c), kv_dim = nv_config_kv_dim(c), B = j->kv->block_size, l = j->l, kl = j->kl;
     const float *rope = nv_rope_of_layer(c, s->rope, s->rope_swa, l);
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         int p = s->row_pos[t];
         nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL);
-        int blk = j->seqs[s->row_seq[t]].blocks[p / B], off = p % B;
+        int blk = job_table(j, s->row_seq[t])[p / B], off = p % B;
         /* keys are stored transposed: [kv_dim][B] */
-        size_t kat = nv_kv_keys_at(j->kv, blk, l) + off, vat = nv_kv_values_at(j->kv, blk, l) + (size_t)off * hd;
+        size_t kat = nv_kv_keys_at(j->kv, blk, kl) + off, vat = nv_kv_values_at(j->kv, blk, kl) + (size_t)off * hd;
         const float *v = s->r.v + (size_t)t * kv_dim;
         if (j->kv->dtype == NV_KV_Q8) {
             int8_t *pages = j->kv->data;
             for (int hh = 0; hh < c->n_kv_heads; hh++) {
-                nv_kv_scales(j->kv, blk, l, 0, hh)[off] = to_q8(k + (size_t)hh * hd, hd, pages + kat + (size_t)hh * hd * B, (size_t)B);
-                nv_kv_scales(j->kv, blk, l, 1, hh)[off] = to_q8(v + (size_t)hh * hd, hd, pages + vat + (size_t)hh * B * hd, 1);
+                nv_kv_scales(j->kv, blk, kl, 0, hh)[off] = to_q8(k + (size_t)hh * hd, hd, pages + kat + (size_t)hh * hd * B, (size_t)B);
+                nv_kv_scales(j->kv, blk, kl, 1, hh)[off] = to_q8(v + (size_t)hh * hd, hd, pages + vat + (size_t)hh * B * hd, 1);
             }
         } else if (j->kv->dtype == NV_KV_F16) {
             uint16_t *pages = j->kv->data;
@@ -336,17 +364,17 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
     nv_batch_state *s = j->s;
     const nv_kv_pages *kv = j->kv;
     const void *pages = kv->data;
-    int hd = c->head_dim, q_dim = nv_config_q_dim(c), B = kv->block_size, l = j->l;
+    int hd = c->head_dim, q_dim = nv_config_q_dim(c), B = kv->block_size, l = j->kl; /* the pages' layer */
     int kv_mul = c->n_heads / c->n_kv_heads, units = j->n_groups * c->n_heads;
     float scale = nv_config_attn_div(c);
-    const int window = nv_config_layer_window(c, l);
+    const int window = nv_config_layer_window(c, j->l);
     float *att0 = s->att + (size_t)task * GROUP * s->seq_len;
     /* a task takes consecutive heads of a sequence: their keys and values lie side by side */
     for (int unit = (int)((long)units * task / n_tasks); unit < (int)((long)units * (task + 1) / n_tasks); unit++) {
         int g = unit / c->n_heads, h = unit % c->n_heads;
         int r0 = s->group_start[g], r1 = g + 1 < j->n_groups ? s->group_start[g + 1] : j->n, G = r1 - r0;
         int p0 = s->row_pos[r0], plast = s->row_pos[r1 - 1];
-        const int *blocks = j->seqs[s->row_seq[r0]].blocks;
+        const int *blocks = job_table(j, s->row_seq[r0]);
         size_t koff = (size_t)(h / kv_mul) * hd;
         /* scores of every row, block by block: row g sees positions 0..p0+g */
         /* a sliding window: the blocks before the first row's window are never read (ub: where its
@@ -478,7 +506,8 @@ static int make_groups(nv_batch_state *s, int n) {
     return groups;
 }
 
-static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, const nv_batch_seq *seqs,
+/* Layer l over kv, the pages that hold it (on split pages: the side of its kind), where it is layer kl. */
+static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages *kv, int kl, const nv_batch_seq *seqs,
                           int l, int n, const nv_adapter_rows *ad) {
     const nv_config *c = &m->config;
     const nv_layer_plans *lp = &m->plans[l];
@@ -489,7 +518,7 @@ static void layer_forward(const nv_model *m, nv_batch_state *s, const nv_kv_page
     nv_adapter_rows_add(ad, c, l, 0, s->r.xb, s->r.q);
     nv_adapter_rows_add(ad, c, l, 1, s->r.xb, s->r.k);
     nv_adapter_rows_add(ad, c, l, 2, s->r.xb, s->r.v);
-    layer_job job = {m, s, kv, seqs, l, n, make_groups(s, n)};
+    layer_job job = {m, s, kv, seqs, l, n, make_groups(s, n), kl, kv->held == NV_KV_LAYERS_WINDOWED};
     nv_pool_run(rows_task, &job, n < ATT_TASKS ? n : ATT_TASKS);
     /* every row's K/V of this step is in place before any row attends (causality by position) */
     int units = job.n_groups * c->n_heads;
@@ -506,8 +535,14 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
     if (!m->plans) return nv_fail(NV_EINVAL, "batch: plans not built");
     if (n_seqs < 1 || n_seqs > s->max_seqs)
         return nv_fail(NV_EINVAL, "batch: %d sequences do not fit a state of %d", n_seqs, s->max_seqs);
-    if (kv->n_layers != c->n_layers || kv->kv_dim != nv_config_kv_dim(c) || kv->n_kv_heads != c->n_kv_heads)
+    const nv_kv_pages *wkv = kv->windowed;
+    if (kv->n_layers != nv_kv_layers_count(c, kv->held) || kv->kv_dim != nv_config_kv_dim(c) || kv->n_kv_heads != c->n_kv_heads ||
+        kv->held == NV_KV_LAYERS_WINDOWED)
         return nv_fail(NV_EINVAL, "batch: KV pages were made for another model shape");
+    if ((kv->held == NV_KV_LAYERS_FULL) != (wkv != NULL) ||
+        (wkv && (wkv->held != NV_KV_LAYERS_WINDOWED || wkv->n_layers != nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) ||
+                 wkv->kv_dim != kv->kv_dim || wkv->n_kv_heads != kv->n_kv_heads)))
+        return nv_fail(NV_EINVAL, "batch: split KV pages need both sides, made for this model shape");
     if (s->head_dim != c->head_dim || s->seq_len != c->seq_len || s->rope_key != nv_config_rope_key(c))
         return nv_fail(NV_EINVAL, "batch: the state was made for another model shape");
     long total = 0;
@@ -525,10 +560,14 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
             if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
                 return nv_fail(NV_ERANGE, "batch: token id %d outside the vocabulary of %d", q->tokens[t],
                                c->vocab_size);
-        int last_block = (q->pos + q->n - 1) / kv->block_size;
-        for (int b = 0; b <= last_block; b++)
-            if (q->blocks[b] < 0 || q->blocks[b] >= kv->n_blocks)
-                return nv_fail(NV_ERANGE, "batch: block id %d outside the pool of %d", q->blocks[b], kv->n_blocks);
+        for (int side = 0; side < 1 + (wkv != NULL); side++) {
+            const nv_kv_pages *pk = side ? wkv : kv;
+            const int *table = side ? q->wblocks : q->blocks;
+            if (!table) return nv_fail(NV_EINVAL, "batch: sequence %d has no table for the windowed layers' pages", i);
+            for (int b = 0; b <= (q->pos + q->n - 1) / pk->block_size; b++)
+                if (table[b] < 0 || table[b] >= pk->n_blocks)
+                    return nv_fail(NV_ERANGE, "batch: block id %d outside the pool of %d", table[b], pk->n_blocks);
+        }
         total += q->n;
     }
     if (total > s->max_rows) return nv_fail(NV_EINVAL, "batch: %ld rows do not fit a state of %d", total, s->max_rows);
@@ -556,7 +595,11 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
     }
     if (adapted) nv_adapter_rows_group(&s->adapter_rows, s->row_adapter, n);
     s->step_rows = 0;
-    for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, seqs, l, n, adapted ? &s->adapter_rows : NULL);
+    int held[2] = {0, 0}; /* layers of each side of split pages so far */
+    for (int l = 0; l < c->n_layers; l++) {
+        const int w = kv->windowed && nv_config_layer_windowed(c, l);
+        layer_forward(m, s, w ? kv->windowed : kv, held[w]++, seqs, l, n, adapted ? &s->adapter_rows : NULL);
+    }
     s->step_rows = n;
     /* classifier over the last rows of each sequence that wants logits, stacked (xb has room: at
      * most every row of the step) */

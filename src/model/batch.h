@@ -58,13 +58,22 @@
 /* Element types of KV pages; the values are the codes block files record (serve/disk.h). */
 typedef enum { NV_KV_F32 = 1, NV_KV_F16 = 2, NV_KV_Q8 = 3 } nv_kv_dtype;
 
-typedef struct {
+/* Which of a model's layers a set of pages holds: all of them, or one side of split pages (serve's
+ * --swa-cache window): the layers that see the whole context, or the sliding-window ones. */
+typedef enum { NV_KV_LAYERS_ALL = 0, NV_KV_LAYERS_FULL = 1, NV_KV_LAYERS_WINDOWED = 2 } nv_kv_layers;
+
+typedef struct nv_kv_pages {
     int block_size; /* positions per block */
     int n_blocks;
-    int n_layers, kv_dim, n_kv_heads;
+    int n_layers, kv_dim, n_kv_heads; /* n_layers: those held (the model's layers of that kind, in order) */
+    nv_kv_layers held;
     nv_kv_dtype dtype;
     size_t block_elems; /* elements from one block to the next (q8: bytes, scales included) */
-    void *data; /* per block, per layer: keys [kv_dim][block_size], values [n_kv_heads][block_size][head_dim] */
+    void *data; /* per block, per held layer: keys [kv_dim][block_size], values [n_kv_heads][block_size][head_dim] */
+    /* Split pages: on pages holding NV_KV_LAYERS_FULL, the pages of the windowed layers (set by the
+     * owner; NULL otherwise). A sequence's windowed layers then read and write these through its
+     * wblocks table. */
+    const struct nv_kv_pages *windowed;
 } nv_kv_pages;
 
 /* "f32" / "f16" / "q8" (NULL for anything else), and back (0 when unknown). */
@@ -83,10 +92,18 @@ static inline size_t nv_kv_geometry_bytes(int n_layers, int block_size, int kv_d
     size_t scales = t == NV_KV_Q8 ? (size_t)n_layers * 2 * (size_t)n_kv_heads * (size_t)block_size * sizeof(float) : 0;
     return nv_kv_elems_bytes(n_layers, block_size, kv_dim, t) + scales;
 }
+/* The number of c's layers of that kind. */
+int nv_kv_layers_count(const nv_config *c, nv_kv_layers held);
+/* Bytes of one block holding every layer (nv_kv_block_bytes) or those of one kind. */
 size_t nv_kv_block_bytes(const nv_config *c, int block_size, nv_kv_dtype t);
+size_t nv_kv_block_bytes_of(const nv_config *c, int block_size, nv_kv_dtype t, nv_kv_layers held);
+/* Pages of every layer (nv_kv_pages_init), or of one kind (NV_EINVAL when c has none of it). */
 nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t);
+nv_err nv_kv_pages_init_of(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t,
+                           nv_kv_layers held);
 void nv_kv_pages_free(nv_kv_pages *kv);
-/* Element index of the keys of (block, layer); the values follow block_size * kv_dim later. */
+/* Element index of the keys of (block, layer); the values follow block_size * kv_dim later. `layer`
+ * counts the layers the pages hold (on split pages: the model's layers of that kind before it). */
 static inline size_t nv_kv_keys_at(const nv_kv_pages *kv, int block, int layer) {
     return (size_t)block * kv->block_elems + (size_t)layer * 2 * (size_t)kv->block_size * kv->kv_dim;
 }
@@ -115,6 +132,10 @@ typedef struct {
     const int *blocks; /* block table covering positions 0..pos+n-1 */
     int logits;        /* k: compute the logits of the last k rows (0: none) */
     int adapter;       /* the LoRA adapter its rows take: 1..n of the state's set (0: the base model) */
+    const int *wblocks; /* split pages (kv->windowed): the windowed layers' table into those pages, also
+                           covering 0..pos+n-1; the entries of blocks wholly before the window of the
+                           sequence's first row are never read, so a ring of blocks may repeat there
+                           (every block from that window's start on must be distinct). NULL otherwise */
 } nv_batch_seq;
 
 typedef struct {

@@ -3,20 +3,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-nv_err nv_kv_pool_init(nv_kv_pool *p, const nv_config *c, int block_size, nv_kv_dtype dtype, uint64_t budget_bytes,
-                       int max_blocks) {
+nv_err nv_kv_pool_init(nv_kv_pool *p, const nv_config *c, nv_kv_layers held, int block_size, nv_kv_dtype dtype,
+                       uint64_t budget_bytes, int max_blocks) {
     memset(p, 0, sizeof *p);
     if (block_size < 1 || block_size > 4096)
         return nv_fail(NV_EINVAL, "KV block size %d is outside [1, 4096]", block_size);
     if (!nv_kv_dtype_name(dtype)) return nv_fail(NV_EINVAL, "unknown KV element type %d", (int)dtype);
-    size_t bytes = nv_kv_block_bytes(c, block_size, dtype);
+    size_t bytes = nv_kv_block_bytes_of(c, block_size, dtype, held);
     uint64_t n = budget_bytes / bytes;
     if (n < 1)
         return nv_fail(NV_EINVAL, "a KV budget of %llu bytes holds no block (one block of %d positions is %zu bytes)",
                        (unsigned long long)budget_bytes, block_size, bytes);
     if (n > (1u << 30)) n = 1u << 30;
     if (max_blocks > 0 && n > (uint64_t)max_blocks) n = (uint64_t)max_blocks;
-    NV_TRY(nv_kv_pages_init(&p->pages, c, block_size, (int)n, dtype));
+    NV_TRY(nv_kv_pages_init_of(&p->pages, c, block_size, (int)n, dtype, held));
     p->block_size = block_size;
     p->n_blocks = (int)n;
     p->block_bytes = bytes;

@@ -53,10 +53,10 @@ typedef struct {
     uint64_t evictions;
 } nv_kv_pool;
 
-/* As many blocks of dtype elements as fit budget_bytes (at least one must fit; at most max_blocks
- * when > 0). A block's bytes: nv_kv_block_bytes (model/batch.h). */
-nv_err nv_kv_pool_init(nv_kv_pool *p, const nv_config *c, int block_size, nv_kv_dtype dtype, uint64_t budget_bytes,
-                       int max_blocks);
+/* As many blocks of dtype elements, holding the `held` layers of c, as fit budget_bytes (at least one
+ * must fit; at most max_blocks when > 0). A block's bytes: nv_kv_block_bytes_of (model/batch.h). */
+nv_err nv_kv_pool_init(nv_kv_pool *p, const nv_config *c, nv_kv_layers held, int block_size, nv_kv_dtype dtype,
+                       uint64_t budget_bytes, int max_blocks);
 void nv_kv_pool_free(nv_kv_pool *p);
 
 /* Promises n free or idle blocks; 1 on success, 0 (nothing changed) when fewer than n are unpromised. */

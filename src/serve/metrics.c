@@ -235,6 +235,14 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     put_one(&b, "nerve_kv_blocks_reserved", "gauge", "Free blocks promised to admitted sequences.", g->kv_reserved);
     put_one(&b, "nerve_kv_block_size_tokens", "gauge", "Positions per KV block.", g->kv_block_size);
     put_one(&b, "nerve_kv_block_bytes", "gauge", "Bytes per KV block.", g->kv_block_bytes);
+    if (g->kv_window_total) {
+        put_one(&b, "nerve_kv_window_blocks_total", "gauge",
+                "Blocks of the sliding-window layers' own pool (--swa-cache window): a ring a sequence.", g->kv_window_total);
+        put_one(&b, "nerve_kv_window_blocks_in_use", "gauge", "Windowed-layer blocks in sequences' rings.", g->kv_window_in_use);
+        put_one(&b, "nerve_kv_window_blocks_reserved", "gauge", "Windowed-layer blocks promised to admitted sequences.",
+                g->kv_window_reserved);
+        put_one(&b, "nerve_kv_window_block_bytes", "gauge", "Bytes per windowed-layer block.", g->kv_window_block_bytes);
+    }
     if (g->lora_on) {
         put_one(&b, "nerve_lora_adapters", "gauge", "LoRA adapters a request may name (--lora-modules, /v1/load_lora_adapter).",
                 (unsigned long long)g->lora_n);

@@ -48,6 +48,11 @@ struct nv_req {
     int lazy_ends;  /* its whole sentence ends the answer */
     int *blocks;
     int n_alloc, reserved;
+    /* split pages (the scheduler's wring > 0): the windowed layers' table, [blocks_needed]. Its first
+     * n_wring entries are the sequence's own ring of blocks in wpool; entry k past them repeats entry
+     * k mod n_wring, which holds only positions the window has left behind */
+    int *wblocks;
+    int n_wring, wreserved;
     int pos;  /* positions whose keys and values are written */
     int last; /* the token the next decode row feeds (and decode()'s previous token) */
     int outs[NV_MAX_SPEC + 1]; /* the tokens this step sampled, in order */
@@ -191,6 +196,7 @@ static void req_free(nv_req *r) {
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->blocks);
+    free(r->wblocks);
     free(r->hashes);
     free(r->lp_raw);
     free(r->lps);
@@ -343,6 +349,11 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list 
 
 /* ---- the scheduler ------------------------------------------------------------------------- */
 
+/* Split pages: the ring of windowed-layer blocks a sequence of the given blocks takes. */
+static int ring_blocks(const nv_sched *s, int blocks_needed) {
+    return blocks_needed < s->wring ? blocks_needed : s->wring;
+}
+
 long nv_sched_capacity(const nv_sched *s) {
     long pool = (long)s->pool.n_blocks * s->pool.block_size;
     return pool < s->model->config.seq_len ? pool : s->model->config.seq_len;
@@ -399,7 +410,31 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->o = *o;
     const nv_config *c = &model->config;
     const nv_kv_dtype dtype = o->kv_dtype ? o->kv_dtype : NV_KV_F16;
+    const int split = o->swa_window_cache && nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) > 0 &&
+                      nv_kv_layers_count(c, NV_KV_LAYERS_FULL) > 0;
+    const nv_kv_layers held = split ? NV_KV_LAYERS_FULL : NV_KV_LAYERS_ALL;
     uint64_t kv_bytes = o->kv_bytes;
+    nv_err e = NV_OK;
+    if (split) {
+        /* the windowed layers' pages: a ring per sequence that holds the window behind its first row
+           and the most rows a step gives it (a prompt chunk, or a decode row and its drafts); rings
+           for max_batch sequences, within the share of the budget those layers would take unsplit */
+        const int B = o->block_size, rows = o->prefill_chunk > 1 + o->spec_tokens ? o->prefill_chunk : 1 + o->spec_tokens;
+        s->wring = (int)(((long)rows + c->swa_window - 2) / B + 2);
+        const uint64_t wb = nv_kv_block_bytes_of(c, B, dtype, NV_KV_LAYERS_WINDOWED);
+        uint64_t share = (uint64_t)((double)kv_bytes * nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) / c->n_layers) / wb;
+        uint64_t want = (uint64_t)o->max_batch * (uint64_t)s->wring;
+        uint64_t wn = want < share ? want : share > (uint64_t)s->wring ? share : (uint64_t)s->wring;
+        if (wn * wb >= kv_bytes) {
+            nv_sched_free(s);
+            return nv_fail(NV_EINVAL,
+                           "scheduler: a KV budget of %llu MB leaves nothing for the whole-context layers after one window's "
+                           "ring (%d blocks of %llu KB)",
+                           (unsigned long long)(kv_bytes >> 20), s->wring, (unsigned long long)(wb >> 10));
+        }
+        e = nv_kv_pool_init(&s->wpool, c, NV_KV_LAYERS_WINDOWED, B, dtype, wn * wb, 0);
+        kv_bytes -= wn * wb;
+    }
     if (o->draft) {
         const nv_config *dc = &o->draft->config;
         if (!o->spec_tokens || dc->vocab_size != c->vocab_size) {
@@ -408,11 +443,13 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
                            c->vocab_size, dc->vocab_size);
         }
         /* one budget for both: a block id holds the model's and the draft's keys and values */
-        const double tb = (double)nv_kv_block_bytes(c, o->block_size, dtype), db = (double)nv_kv_block_bytes(dc, o->block_size, dtype);
-        kv_bytes = (uint64_t)((double)o->kv_bytes * (tb / (tb + db)));
+        const double tb = (double)nv_kv_block_bytes_of(c, o->block_size, dtype, held),
+                     db = (double)nv_kv_block_bytes(dc, o->block_size, dtype);
+        kv_bytes = (uint64_t)((double)kv_bytes * (tb / (tb + db)));
         s->dlimit = c->seq_len < dc->seq_len ? c->seq_len : dc->seq_len;
     }
-    nv_err e = nv_kv_pool_init(&s->pool, c, o->block_size, dtype, kv_bytes, 0);
+    if (e == NV_OK) e = nv_kv_pool_init(&s->pool, c, held, o->block_size, dtype, kv_bytes, 0);
+    if (e == NV_OK && split) s->pool.pages.windowed = &s->wpool.pages;
     /* every sequence's decode row with its drafts, and the prompt chunk */
     if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + o->spec_tokens) + o->prefill_chunk, o->max_batch);
     if (e == NV_OK) e = nv_batch_state_set_adapters(&s->bs, c, o->adapters);
@@ -440,7 +477,9 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
-    if (o->prefix_cache && (e = prefix_init(s)) != NV_OK) {
+    /* split pages keep no windowed keys and values of a prefix once the window has passed it: a
+       cached prefix could not be reused exactly, so there is no prefix cache */
+    if (o->prefix_cache && !split && (e = prefix_init(s)) != NV_OK) {
         nv_sched_free(s);
         return e;
     }
@@ -461,6 +500,9 @@ static void grammar_costs(nv_req *r) {
 static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     /* last block first: a prefix's first blocks end up the most recently used idle ones */
     for (int i = r->n_alloc - 1; i >= 0; i--) nv_kv_unref(&s->pool, r->blocks[i]);
+    for (int i = (r->n_alloc < r->n_wring ? r->n_alloc : r->n_wring) - 1; i >= 0; i--) nv_kv_unref(&s->wpool, r->wblocks[i]);
+    nv_kv_unreserve(&s->wpool, r->wreserved);
+    r->wreserved = 0;
     r->n_alloc = 0;
     r->restore_next = r->restore_end = 0;
     nv_kv_unreserve(&s->pool, r->reserved);
@@ -546,6 +588,7 @@ static void reap_disk(nv_sched *s) {
 static int prepare(nv_sched *s, nv_req *r) {
     if (!r->blocks) r->blocks = malloc((size_t)r->blocks_needed * sizeof(int));
     if (!r->blocks) return 0;
+    if (s->wring && !r->wblocks && !(r->wblocks = malloc((size_t)r->blocks_needed * sizeof(int)))) return 0;
     if (r->embed) { /* the sum of its rows, the model's width; no drafts and no prefix lookups */
         if (!r->embed_sum && !(r->embed_sum = calloc((size_t)s->model->config.dim, sizeof *r->embed_sum))) return 0;
         r->n_lookup = 0;
@@ -597,7 +640,9 @@ static void admit(nv_sched *s) {
             while (s->disk && hits + on_disk < r->n_lookup && nv_disk_has(s->disk, r->hashes[hits + on_disk])) on_disk++;
         }
         int need = r->blocks_needed - hits; /* blocks of its own, disk restores included */
-        if (nv_kv_available(&s->pool) < need + idle_hits) break; /* the head waits; nobody overtakes it */
+        const int wneed = ring_blocks(s, r->blocks_needed);
+        if (nv_kv_available(&s->pool) < need + idle_hits || (wneed && nv_kv_available(&s->wpool) < wneed))
+            break; /* the head waits; nobody overtakes it */
         s->wait_head = r->next;
         if (!s->wait_head) s->wait_tail = NULL;
         s->n_waiting--;
@@ -605,6 +650,8 @@ static void admit(nv_sched *s) {
         for (int k = 0; k < hits; k++) nv_kv_ref(&s->pool, r->blocks[k]);
         nv_kv_reserve(&s->pool, need); /* cannot fail: checked above */
         r->reserved = need;
+        if (wneed) nv_kv_reserve(&s->wpool, wneed);
+        r->n_wring = r->wreserved = wneed;
         r->n_alloc = hits;
         for (int k = 0; k < on_disk; k++) {
             r->blocks[r->n_alloc++] = nv_kv_alloc(&s->pool);
@@ -728,12 +775,18 @@ static int plan_step(nv_sched *s) {
         }
         q.pos = r->pos;
         q.blocks = r->blocks;
+        q.wblocks = r->wblocks;
         q.adapter = r->adapter;
         const long reach = (long)r->pos + q.n + (q.tokens == &r->last ? r->spec_k : 0); /* positions it may write */
         while ((long)r->n_alloc * B < reach) {
             int b = r->reserved > 0 ? nv_kv_alloc(&s->pool) : -1;
             if (b < 0) break;
             r->reserved--;
+            if (r->wblocks) { /* its windowed layers' block: the next of its ring, or the ring again */
+                const int k = r->n_alloc;
+                r->wblocks[k] = k < r->n_wring ? nv_kv_alloc(&s->wpool) : r->wblocks[k % r->n_wring];
+                if (k < r->n_wring) r->wreserved--;
+            }
             r->blocks[r->n_alloc++] = b;
         }
         if ((long)r->n_alloc * B < reach) { /* cannot happen: admission reserved every block */
@@ -1304,6 +1357,7 @@ void nv_sched_free(nv_sched *s) {
     free(s->seqs);
     nv_batch_state_free(&s->bs);
     nv_kv_pool_free(&s->pool);
+    nv_kv_pool_free(&s->wpool);
     free(s->dseqs);
     free(s->dreq);
     nv_batch_state_free(&s->dbs);
@@ -1321,6 +1375,12 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
     g->kv_reserved = s->pool.n_reserved;
     g->kv_block_size = s->pool.block_size;
     g->kv_block_bytes = s->pool.block_bytes;
+    if (s->wring) {
+        g->kv_window_total = s->wpool.n_blocks;
+        g->kv_window_in_use = nv_kv_in_use(&s->wpool);
+        g->kv_window_reserved = s->wpool.n_reserved;
+        g->kv_window_block_bytes = s->wpool.block_bytes;
+    }
     g->max_batch = s->o.max_batch;
     g->prefix_on = s->prefix_on;
     g->kv_idle = s->pool.n_idle;

@@ -65,6 +65,12 @@
  *   longer live is refused (NV_SUBMIT_NO_ADAPTER). The prefix
  *   cache's chains of an adapter's request start at the adapter's identity instead of 0 (its first
  *   block's parent), so its blocks never match the base's or another adapter's, in RAM or on disk.
+ * - Split pages (swa_window_cache on a model with windowed and whole-context layers): the pool holds
+ *   the whole-context layers; the windowed layers live in wpool, where a sequence owns a ring of
+ *   min(wring, its blocks) blocks, reserved at admission with the rest (the head of the queue also
+ *   waits for those) and returned when it ends. Its block k of the windowed layers is ring block k
+ *   mod the ring's length; wring covers the window behind a step's first row and the most rows a
+ *   step gives a sequence, so no row ever reads a reused block. No prefix cache then.
  * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
  *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
 #ifndef NV_SERVE_SCHED_H
@@ -176,6 +182,11 @@ typedef struct {
     int block_size;    /* positions per KV block */
     uint64_t kv_bytes; /* KV pool budget */
     nv_kv_dtype kv_dtype; /* the pool's element type (0: fp16) */
+    /* a model with sliding-window layers beside whole-context ones: 1 keeps only the window of the
+     * windowed layers (split pages: a ring of blocks per sequence in pages of their own; the pool
+     * holds the other layers' keys and values), and turns the prefix cache off; 0 keeps every
+     * position of every layer */
+    int swa_window_cache;
     int step_delay_ms; /* testing hook: sleep after each step (0 = off) */
     /* the prefix cache */
     int prefix_cache;          /* 0: off (no sharing, no tiers) */
@@ -206,6 +217,10 @@ typedef struct {
     nv_metrics *metrics;
     nv_sched_opts o;
     nv_kv_pool pool;
+    /* split pages (o.swa_window_cache on a model with both kinds of layers): the windowed layers'
+     * pool, and the blocks of one sequence's ring; wring 0 when the pages are not split */
+    nv_kv_pool wpool;
+    int wring;
     nv_batch_state bs;
     pthread_t thread;
     int started, inited;
