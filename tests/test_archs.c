@@ -833,18 +833,21 @@ static void test_serve(void) {
     T_CHECK(n == 17, "%d prompt tokens", n);
 }
 
-/* A completion of the served model at temperature 0 with its log-probabilities: the text and the
- * logprobs object printed, or NULL (the status and body on stderr) when it was not a 200. */
-static char *greedy_completion(int port, const char *prompt, int max_tokens, int *prompt_tokens, int *status) {
-    char body[4096];
-    snprintf(body, sizeof body, "{\"prompt\": \"%s\", \"max_tokens\": %d, \"temperature\": 0, \"logprobs\": 2}", prompt, max_tokens);
+/* A completion of the served model at temperature 0 with its log-probabilities (prompt: a JSON
+ * value, a string or a list of token ids): the text and the logprobs object printed, or NULL (the
+ * status and body on stderr unless a 400) when it was not a 200; its prompt and cached tokens. */
+static char *greedy_completion(int port, const char *prompt, int max_tokens, int *prompt_tokens, int *cached, int *status) {
+    nv_buf body = {0};
+    nv_buf_printf(&body, "{\"prompt\": %s, \"max_tokens\": %d, \"temperature\": 0, \"logprobs\": 2}", prompt, max_tokens);
     resp r = {0};
     char *out = NULL;
-    *status = http(port, "POST", "/v1/completions", NULL, body, &r) ? r.status : -1;
+    *status = body.data && http(port, "POST", "/v1/completions", NULL, body.data, &r) ? r.status : -1;
+    free(body.data);
     cJSON *j = r.status == 200 && r.body ? cJSON_Parse(r.body) : NULL;
-    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *u = cJSON_GetObjectItem(j, "usage");
     const cJSON *text = cJSON_GetObjectItem(ch, "text"), *lps = cJSON_GetObjectItem(ch, "logprobs");
-    const cJSON *pt = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens");
+    const cJSON *pt = cJSON_GetObjectItem(u, "prompt_tokens");
+    const cJSON *ct = cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens");
     if (cJSON_IsString(text) && lps && cJSON_IsNumber(pt)) {
         char *l = cJSON_PrintUnformatted(lps);
         nv_buf b = {0};
@@ -852,6 +855,7 @@ static char *greedy_completion(int port, const char *prompt, int max_tokens, int
         free(l);
         out = b.data;
         *prompt_tokens = pt->valueint;
+        *cached = cJSON_IsNumber(ct) ? ct->valueint : 0;
     } else if (r.status != 400) {
         fprintf(stderr, "    status %d: %s\n", r.status, r.body ? r.body : "");
     }
@@ -872,10 +876,21 @@ static long metric(int port, const char *name) {
     return v;
 }
 
+/* A JSON list of n token ids of the test vocabulary, the same for the same seed. */
+static void token_list(char *out, size_t cap, int n, unsigned seed) {
+    size_t at = (size_t)snprintf(out, cap, "[1");
+    for (int i = 1; i < n && at < cap; i++) {
+        seed = seed * 1103515245u + 12345u;
+        at += (size_t)snprintf(out + at, cap - at, ",%u", 3 + (seed >> 8) % (GW_GEMMA_VOCAB - 3));
+    }
+    if (at < cap) snprintf(out + at, cap - at, "]");
+}
+
 /* --swa-cache window: a Gemma 3-shaped model (a window of 5 on five layers of six) serves a prompt of
  * many windows through rings of 6 blocks of 4 positions, with exactly the tokens and
- * log-probabilities of every position kept; and a budget too small for every position of every
- * layer still holds it, whole-context layers beside windowed rings. */
+ * log-probabilities of every position kept; a budget too small for every position of every layer
+ * still holds it, whole-context layers beside windowed rings; and a prompt that continues a finished
+ * one reuses its prefix through the ring it left (a checkpoint), with the same answer again. */
 static void test_serve_window_cache(void) {
     char vocab[700], model[700];
     snprintf(vocab, sizeof vocab, "%s", t_path("gw-vocab.gguf"));
@@ -889,56 +904,67 @@ static void test_serve_window_cache(void) {
     T_CHECK(nv_gguf_save(&m, t, "gw", model, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
     nv_tokenizer_free(t);
     nv_model_free(&m);
-    char prompt[400] = "";
-    for (int i = 0; i < 30; i++) strcat(prompt, i % 3 ? "abc def " : "ghi jk ");
+    /* prompts: a long text; 61 token ids, then the same 61 and 50 more (a conversation's next turn);
+       a third of 70 others */
+    enum { LONG, FIRST, NEXT, OTHER, N_PROMPTS };
+    static char prompts[N_PROMPTS][1600];
+    char text[400] = "";
+    for (int i = 0; i < 30; i++) strcat(text, i % 3 ? "abc def " : "ghi jk ");
+    snprintf(prompts[LONG], sizeof prompts[LONG], "\"%s\"", text);
+    token_list(prompts[FIRST], sizeof prompts[FIRST], 61, 7);
+    token_list(prompts[NEXT], sizeof prompts[NEXT], 111, 7);
+    token_list(prompts[OTHER], sizeof prompts[OTHER], 70, 99);
     /* f16 blocks of 4 positions: 3 KB with every layer, 512 bytes for the global layer, 2.5 KB for the
-       windowed ones; 128K holds 168 positions of every layer, fewer than the prompt and answer's; split,
-       two rings of 6 blocks (30 KB) and 196 blocks of the global layer (784 positions) */
-    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 2 --kv-memory 128K";
-    char flags[2][300];
-    snprintf(flags[0], sizeof flags[0], "%s --swa-cache full --no-prefix-cache", common);
-    snprintf(flags[1], sizeof flags[1], "%s --swa-cache window", common);
-    char *got[2] = {NULL, NULL};
-    int n_prompt[2] = {0, 0}, status[2] = {0, 0};
-    for (int k = 0; k < 2; k++) {
+       windowed ones; 128K holds 168 positions of every layer, fewer than the long prompt and answer's;
+       split, two rings of 6 blocks (30 KB) and 196 blocks of the global layer (784 positions) */
+    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 2";
+    /* the windowed server also drafts by prompt lookup: rows past the sequence's position enter its ring */
+    static const char *const modes[] = {"--kv-memory 128K --swa-cache full --no-prefix-cache",
+                                        "--kv-memory 128K --swa-cache window --spec-tokens 4", "--swa-cache full --no-prefix-cache"};
+    char *got[3][N_PROMPTS] = {{NULL}};
+    int n_prompt[3][N_PROMPTS] = {{0}}, cached[3][N_PROMPTS] = {{0}}, status[3][N_PROMPTS] = {{0}};
+    for (int k = 0; k < 3; k++) {
         server sv;
-        if (!server_spawn(&sv, k ? "gw-window" : "gw-full", NULL, NULL, model, NULL, flags[k], 30)) {
-            T_CHECK(0, "the server did not start with %s", flags[k]);
+        char flags[300], name[32];
+        snprintf(flags, sizeof flags, "%s %s", common, modes[k]);
+        snprintf(name, sizeof name, "gw-%d", k);
+        if (!server_spawn(&sv, name, NULL, NULL, model, NULL, flags, 30)) {
+            T_CHECK(0, "the server did not start with %s", flags);
             continue;
         }
-        got[k] = greedy_completion(sv.port, prompt, 40, &n_prompt[k], &status[k]);
-        if (k == 0) { /* the long request does not fit; a shorter one serves as the reference */
-            T_CHECK(status[0] == 400, "every position of every layer: a request past the pool answered %d", status[0]);
-            free(got[0]);
-            got[0] = NULL;
-            char *log = read_log(&sv);
+        for (int q = 0; q < N_PROMPTS; q++)
+            got[k][q] = greedy_completion(sv.port, prompts[q], q == FIRST ? 1 : 40, &n_prompt[k][q], &cached[k][q], &status[k][q]);
+        char *log = read_log(&sv);
+        if (k == 0) {
+            T_CHECK(status[0][LONG] == 400, "every position of every layer: a request past the pool answered %d", status[0][LONG]);
             T_CHECK(!strstr(log, "windowed layers' KV"), "full pages reported split");
-            free(log);
-        } else {
-            char *log = read_log(&sv);
-            T_CHECK(strstr(log, "windowed layers' KV 12 blocks") && strstr(log, "no prefix cache"), "the split pool was not reported:\n%s", log);
-            free(log);
-            T_CHECK(got[1] && n_prompt[1] > 200, "window: %d prompt tokens, status %d", n_prompt[1], status[1]);
-            T_CHECK(metric(sv.port, "nerve_kv_window_blocks_total") == 12 && metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 &&
-                        metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 && metric(sv.port, "nerve_kv_blocks_in_use") == 0,
-                    "a finished request left windowed blocks taken");
         }
-        T_CHECK(server_stop_within(&sv, 20) == 0, "the server (%s) did not exit 0", flags[k]);
+        if (k == 1) {
+            T_CHECK(strstr(log, "windowed layers' KV 12 blocks") && strstr(log, "windowed-layer checkpoints"),
+                    "the split pool was not reported:\n%s", log);
+            T_CHECK(got[1][LONG] && n_prompt[1][LONG] > 200, "window: %d prompt tokens, status %d", n_prompt[1][LONG], status[1][LONG]);
+            /* the next turn continued the first from its last full block; the other prompt took the room of
+               the least recently used ring, so two are kept */
+            T_CHECK(cached[1][NEXT] == 60 && cached[1][FIRST] == 0 && cached[1][OTHER] == 0, "cached tokens %d, %d, %d",
+                    cached[1][FIRST], cached[1][NEXT], cached[1][OTHER]);
+            T_CHECK(metric(sv.port, "nerve_kv_window_blocks_total") == 12 && metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 &&
+                        metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 && metric(sv.port, "nerve_kv_window_blocks_kept") == 12 &&
+                        metric(sv.port, "nerve_kv_blocks_in_use") == 0,
+                    "after the requests: windowed blocks in use %ld, reserved %ld, kept %ld", metric(sv.port, "nerve_kv_window_blocks_in_use"),
+                    metric(sv.port, "nerve_kv_window_blocks_reserved"), metric(sv.port, "nerve_kv_window_blocks_kept"));
+        }
+        free(log);
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the server (%s) did not exit 0", flags);
     }
-    /* the same request on pages big enough for every position of every layer */
-    server sv;
-    char *full = NULL;
-    int n_full = 0, st = 0;
-    if (server_spawn(&sv, "gw-full-big", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 16 --max-batch 2 --no-prefix-cache", 30)) {
-        full = greedy_completion(sv.port, prompt, 40, &n_full, &st);
-        T_CHECK(server_stop_within(&sv, 20) == 0, "the server did not exit 0");
+    /* every answer as the server that keeps every position of every layer and no cache gives it */
+    for (int q = 0; q < N_PROMPTS; q++) {
+        T_CHECK(got[2][q] && got[1][q] && n_prompt[2][q] == n_prompt[1][q] && !strcmp(got[2][q], got[1][q]),
+                "prompt %d: the windowed rings changed the answer or its log-probabilities:\n  full:   %.300s\n  window: %.300s", q,
+                got[2][q] ? got[2][q] : "-", got[1][q] ? got[1][q] : "-");
+        if (q != LONG)
+            T_CHECK(got[0][q] && !strcmp(got[0][q], got[2][q]), "prompt %d: a smaller pool changed the answer", q);
+        for (int k = 0; k < 3; k++) free(got[k][q]);
     }
-    T_CHECK(full && got[1] && n_full == n_prompt[1] && !strcmp(full, got[1]),
-            "the windowed rings changed the answer or its log-probabilities:\n  full:   %.300s\n  window: %.300s", full ? full : "-",
-            got[1] ? got[1] : "-");
-    free(full);
-    free(got[0]);
-    free(got[1]);
 }
 
 /* The first and the mean of the last three losses in a run's metrics.jsonl. */

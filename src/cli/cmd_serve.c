@@ -102,8 +102,9 @@ static void usage(FILE *f) {
             "  --swa-cache M        a model with sliding-window layers (Gemma 2 and 3, OLMo 3): full (default) keeps\n"
             "                       every position of every layer; window keeps only the window of the windowed\n"
             "                       layers (a ring of blocks per sequence), so long contexts take several times less\n"
-            "                       memory, and turns the prefix cache off (a prefix whose window is gone cannot be\n"
-            "                       reused exactly); the same outputs either way\n"
+            "                       memory; the same outputs either way. The prefix cache then reuses a prefix only\n"
+            "                       where a finished sequence's ring still holds its window (a conversation's next\n"
+            "                       turn), and has no SSD tier\n"
             "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
             "  --max-body SIZE      largest request body (default 1M)\n"
             "  --responses-store SIZE\n"
@@ -511,22 +512,25 @@ int cmd_serve(int argc, char **argv) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
-    char cache_line[4400] = ", no prefix cache";
+    char cache_line[4400] = ", no prefix cache", window_line[200] = "";
     if (sched.wring)
-        snprintf(cache_line, sizeof cache_line,
-                 ", windowed layers' KV %d blocks = %.1f MiB (%d a sequence: its window and a step's rows), no prefix cache",
+        snprintf(window_line, sizeof window_line,
+                 ", windowed layers' KV %d blocks = %.1f MiB (a ring of %d a sequence: its window and a step's rows)",
                  sched.wpool.n_blocks, (double)sched.wpool.n_blocks * (double)sched.wpool.block_bytes / 1048576.0, sched.wring);
     if (sched.prefix_on) {
         double ram_mib = (double)sched.pool.max_idle * (double)sched.pool.block_bytes / 1048576.0;
         if (sched.disk) {
             nv_metrics_gauges g;
             nv_sched_gauges(&sched, &g);
-            snprintf(cache_line, sizeof cache_line, ", prefix cache: RAM %.1f MiB, SSD %s (%ld blocks, %.1f of %.1f MiB)", ram_mib,
-                     nv_disk_dir(sched.disk), g.disk.files, (double)g.disk.bytes / 1048576.0,
+            snprintf(cache_line, sizeof cache_line, "%s, prefix cache: RAM %.1f MiB, SSD %s (%ld blocks, %.1f of %.1f MiB)", window_line,
+                     ram_mib, nv_disk_dir(sched.disk), g.disk.files, (double)g.disk.bytes / 1048576.0,
                      (double)g.disk.max_bytes / 1048576.0);
         } else {
-            snprintf(cache_line, sizeof cache_line, ", prefix cache: RAM %.1f MiB, no SSD tier", ram_mib);
+            snprintf(cache_line, sizeof cache_line, "%s, prefix cache: RAM %.1f MiB%s", window_line, ram_mib,
+                     sched.wring ? " and windowed-layer checkpoints, no SSD tier" : ", no SSD tier");
         }
+    } else if (sched.wring) {
+        snprintf(cache_line, sizeof cache_line, "%s, no prefix cache", window_line);
     }
     char spec_line[200] = "";
     if (spec.draft)

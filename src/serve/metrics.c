@@ -241,6 +241,9 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
         put_one(&b, "nerve_kv_window_blocks_in_use", "gauge", "Windowed-layer blocks in sequences' rings.", g->kv_window_in_use);
         put_one(&b, "nerve_kv_window_blocks_reserved", "gauge", "Windowed-layer blocks promised to admitted sequences.",
                 g->kv_window_reserved);
+        put_one(&b, "nerve_kv_window_blocks_kept", "gauge",
+                "Windowed-layer blocks of finished sequences kept for a prompt that continues one (prefix cache).",
+                g->kv_window_kept);
         put_one(&b, "nerve_kv_window_block_bytes", "gauge", "Bytes per windowed-layer block.", g->kv_window_block_bytes);
     }
     if (g->lora_on) {

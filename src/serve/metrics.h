@@ -60,7 +60,7 @@ typedef struct {
     int kv_in_use, kv_total, kv_reserved, kv_block_size;
     size_t kv_block_bytes;
     /* split pages (serve --swa-cache window): the windowed layers' pool; kv_window_total 0 otherwise */
-    int kv_window_total, kv_window_in_use, kv_window_reserved;
+    int kv_window_total, kv_window_in_use, kv_window_reserved, kv_window_kept;
     size_t kv_window_block_bytes;
     int max_batch;
     const char *model_id, *engine;

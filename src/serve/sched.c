@@ -99,6 +99,15 @@ struct nv_req {
     int disk_from;                 /* the first block asked of the SSD tier */
 };
 
+/* A finished sequence's ring of windowed-layer blocks, kept (see ckpt_keep). */
+struct nv_swa_ckpt {
+    int32_t *ring;     /* the sequence's ring blocks (the checkpoint's references) */
+    int n_ring, ring_len; /* blocks held; the ring's length (block k lived in ring[k % ring_len]) */
+    int lo, end;       /* blocks [lo, end) of its windowed layers are intact and full */
+    uint64_t *hashes;  /* [end - lo] their chain hashes */
+    uint64_t used;     /* when it was made or last reused */
+};
+
 /* Disk bytes read per loop iteration at most (at least one block), so a long restore does not
  * stall the other sequences' decoding. */
 #define RESTORE_BYTES (64u << 20)
@@ -373,7 +382,7 @@ static nv_err prefix_init(nv_sched *s) {
     s->restore_cap = per_iter < 1 ? 1 : per_iter > (uint64_t)s->pool.n_blocks ? s->pool.n_blocks : (int)per_iter;
     s->restore = calloc((size_t)s->restore_cap, sizeof(restore_item));
     if (!s->restore) return nv_fail(NV_ENOMEM, "scheduler: out of memory");
-    if (o->disk_dir && *o->disk_dir && o->disk_bytes > 0) {
+    if (o->disk_dir && *o->disk_dir && o->disk_bytes > 0 && !s->wring) { /* split pages: RAM only (see ckpt_keep) */
         int q = s->pool.n_blocks / 4;
         nv_disk_opts d = {.root = o->disk_dir,
                           .model_id = id,
@@ -449,7 +458,11 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         s->dlimit = c->seq_len < dc->seq_len ? c->seq_len : dc->seq_len;
     }
     if (e == NV_OK) e = nv_kv_pool_init(&s->pool, c, held, o->block_size, dtype, kv_bytes, 0);
-    if (e == NV_OK && split) s->pool.pages.windowed = &s->wpool.pages;
+    if (e == NV_OK && split) {
+        s->pool.pages.windowed = &s->wpool.pages;
+        s->cap_ckpts = o->max_batch;
+        if (!(s->ckpts = calloc((size_t)s->cap_ckpts, sizeof *s->ckpts))) e = nv_fail(NV_ENOMEM, "scheduler: out of memory");
+    }
     /* every sequence's decode row with its drafts, and the prompt chunk */
     if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + o->spec_tokens) + o->prefill_chunk, o->max_batch);
     if (e == NV_OK) e = nv_batch_state_set_adapters(&s->bs, c, o->adapters);
@@ -477,9 +490,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
-    /* split pages keep no windowed keys and values of a prefix once the window has passed it: a
-       cached prefix could not be reused exactly, so there is no prefix cache */
-    if (o->prefix_cache && !split && (e = prefix_init(s)) != NV_OK) {
+    if (o->prefix_cache && (e = prefix_init(s)) != NV_OK) {
         nv_sched_free(s);
         return e;
     }
@@ -497,10 +508,104 @@ static void grammar_costs(nv_req *r) {
     r->gs.mask_s = 0;
 }
 
+/* ---- split pages: checkpoints of the windowed layers ------------------------------------------
+ * On split pages a prefix is only reusable with the windowed layers' keys and values of the window
+ * behind its end, which a ring overwrites as its sequence goes on. So a finished sequence hands its
+ * ring over as a checkpoint instead of returning it (llama.cpp's SWA checkpoints): its blocks
+ * [lo, end) are intact there, with their chain hashes. A prompt that continues it (the next turn of
+ * a conversation) may reuse its prefix up to any block P <= end whose window starts at or after lo:
+ * the shared whole-context blocks from the prefix cache, the window copied into its own ring.
+ * Checkpoints hold wpool blocks; the least recently used goes when a sequence needs the room. */
+
+/* The first block a row at position p reads in the windowed layers. */
+static int window_block(const nv_sched *s, long p) {
+    long from = p - s->model->config.swa_window + 1;
+    return from > 0 ? (int)(from / s->wpool.block_size) : 0;
+}
+
+static void ckpt_drop(nv_sched *s, int i) {
+    nv_swa_ckpt *c = &s->ckpts[i];
+    for (int k = 0; k < c->n_ring; k++) nv_kv_unref(&s->wpool, c->ring[k]);
+    s->ckpt_blocks -= c->n_ring;
+    free(c->ring);
+    free(c->hashes);
+    s->ckpts[i] = s->ckpts[--s->n_ckpts];
+}
+
+/* Frees the least recently used checkpoints (other than `keep`) until wpool can reserve `need`;
+ * returns keep's index, which dropping others may move. */
+static int ckpt_make_room(nv_sched *s, int need, int keep) {
+    while (nv_kv_available(&s->wpool) < need) {
+        int old = -1;
+        for (int i = 0; i < s->n_ckpts; i++)
+            if (i != keep && (old < 0 || s->ckpts[i].used < s->ckpts[old].used)) old = i;
+        if (old < 0) break;
+        if (keep == s->n_ckpts - 1) keep = old; /* the last moves into the dropped one's place */
+        ckpt_drop(s, old);
+    }
+    return keep;
+}
+
+/* A finished sequence's ring as a checkpoint; 0 (the caller returns the ring) when it has no full
+ * block it could be continued from. */
+static int ckpt_keep(nv_sched *s, nv_req *r) {
+    const int n_ring = r->n_alloc < r->n_wring ? r->n_alloc : r->n_wring;
+    const int lo = r->n_alloc - r->n_wring > 0 ? r->n_alloc - r->n_wring : 0, end = r->n_hashed;
+    if (!s->prefix_on || !s->wring || r->embed || end <= lo || end < 1) return 0;
+    if (s->n_ckpts == s->cap_ckpts) { /* as many as sequences run: the least recently used goes */
+        int old = 0;
+        for (int i = 1; i < s->n_ckpts; i++) old = s->ckpts[i].used < s->ckpts[old].used ? i : old;
+        ckpt_drop(s, old);
+    }
+    nv_swa_ckpt c = {malloc((size_t)n_ring * sizeof(int32_t)), n_ring, r->n_wring, lo, end,
+                     malloc((size_t)(end - lo) * sizeof(uint64_t)), ++s->ckpt_clock};
+    if (!c.ring || !c.hashes) {
+        free(c.ring);
+        free(c.hashes);
+        return 0;
+    }
+    memcpy(c.ring, r->wblocks, (size_t)n_ring * sizeof(int32_t));
+    memcpy(c.hashes, r->hashes + lo, (size_t)(end - lo) * sizeof(uint64_t));
+    s->ckpts[s->n_ckpts++] = c;
+    s->ckpt_blocks += n_ring;
+    return 1;
+}
+
+/* The checkpoint a prompt whose first `hits` blocks are in the prefix cache can continue, and at
+ * which block (*at, <= hits: the largest any checkpoint serves); -1 when none. */
+static int ckpt_find(const nv_sched *s, const nv_req *r, int hits, int *at) {
+    int best = -1;
+    *at = 0;
+    for (int i = 0; i < s->n_ckpts; i++) {
+        const nv_swa_ckpt *c = &s->ckpts[i];
+        for (int p = hits < c->end ? hits : c->end; p > *at && window_block(s, (long)p * s->wpool.block_size) >= c->lo; p--)
+            if (c->hashes[p - 1 - c->lo] == r->hashes[p - 1]) { /* a chain hash: the whole prefix up to p agrees */
+                best = i, *at = p;
+                break;
+            }
+    }
+    return best;
+}
+
+/* r continues checkpoint ck from block `at`: the ring blocks of its first `at` blocks taken, and
+ * the window behind block `at` copied into them. */
+static void ckpt_resume(nv_sched *s, nv_req *r, int ck, int at) {
+    nv_swa_ckpt *c = &s->ckpts[ck];
+    for (int k = 0; k < at; k++) {
+        r->wblocks[k] = k < r->n_wring ? nv_kv_alloc(&s->wpool) : r->wblocks[k % r->n_wring];
+        if (k < r->n_wring) r->wreserved--;
+    }
+    for (int k = window_block(s, (long)at * s->wpool.block_size); k < at; k++)
+        memcpy(nv_kv_block_data(&s->wpool.pages, r->wblocks[k]), nv_kv_block_data(&s->wpool.pages, c->ring[k % c->ring_len]),
+               s->wpool.block_bytes);
+    c->used = ++s->ckpt_clock;
+}
+
 static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     /* last block first: a prefix's first blocks end up the most recently used idle ones */
     for (int i = r->n_alloc - 1; i >= 0; i--) nv_kv_unref(&s->pool, r->blocks[i]);
-    for (int i = (r->n_alloc < r->n_wring ? r->n_alloc : r->n_wring) - 1; i >= 0; i--) nv_kv_unref(&s->wpool, r->wblocks[i]);
+    if (fin == NV_FINISH_ERROR || !ckpt_keep(s, r))
+        for (int i = (r->n_alloc < r->n_wring ? r->n_alloc : r->n_wring) - 1; i >= 0; i--) nv_kv_unref(&s->wpool, r->wblocks[i]);
     nv_kv_unreserve(&s->wpool, r->wreserved);
     r->wreserved = 0;
     r->n_alloc = 0;
@@ -629,18 +734,20 @@ static void admit(nv_sched *s) {
             continue;
         }
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
-        int hits = 0, idle_hits = 0, on_disk = 0;
+        int hits = 0, idle_hits = 0, on_disk = 0, ck = -1;
         if (s->prefix_on && !r->plps && !r->embed) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
             for (; hits < r->n_lookup; hits++) {
                 int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], chain_parent(r, hits), r->prompt + hits * B);
                 if (b < 0) break;
                 r->blocks[hits] = b;
-                if (s->pool.refs[b] == 0) idle_hits++;
             }
+            if (s->wring) ck = ckpt_find(s, r, hits, &hits); /* split pages: only as far as a checkpoint's window reaches */
+            for (int k = 0; k < hits; k++) idle_hits += s->pool.refs[r->blocks[k]] == 0;
             while (s->disk && hits + on_disk < r->n_lookup && nv_disk_has(s->disk, r->hashes[hits + on_disk])) on_disk++;
         }
         int need = r->blocks_needed - hits; /* blocks of its own, disk restores included */
         const int wneed = ring_blocks(s, r->blocks_needed);
+        if (wneed) ck = ckpt_make_room(s, wneed, ck);
         if (nv_kv_available(&s->pool) < need + idle_hits || (wneed && nv_kv_available(&s->wpool) < wneed))
             break; /* the head waits; nobody overtakes it */
         s->wait_head = r->next;
@@ -652,6 +759,7 @@ static void admit(nv_sched *s) {
         r->reserved = need;
         if (wneed) nv_kv_reserve(&s->wpool, wneed);
         r->n_wring = r->wreserved = wneed;
+        if (ck >= 0) ckpt_resume(s, r, ck, hits);
         r->n_alloc = hits;
         for (int k = 0; k < on_disk; k++) {
             r->blocks[r->n_alloc++] = nv_kv_alloc(&s->pool);
@@ -1356,6 +1464,8 @@ void nv_sched_free(nv_sched *s) {
     free(s->embed_tmp);
     free(s->seqs);
     nv_batch_state_free(&s->bs);
+    while (s->n_ckpts) ckpt_drop(s, s->n_ckpts - 1);
+    free(s->ckpts);
     nv_kv_pool_free(&s->pool);
     nv_kv_pool_free(&s->wpool);
     free(s->dseqs);
@@ -1377,7 +1487,8 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
     g->kv_block_bytes = s->pool.block_bytes;
     if (s->wring) {
         g->kv_window_total = s->wpool.n_blocks;
-        g->kv_window_in_use = nv_kv_in_use(&s->wpool);
+        g->kv_window_in_use = nv_kv_in_use(&s->wpool) - s->ckpt_blocks;
+        g->kv_window_kept = s->ckpt_blocks;
         g->kv_window_reserved = s->wpool.n_reserved;
         g->kv_window_block_bytes = s->wpool.block_bytes;
     }

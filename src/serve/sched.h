@@ -70,7 +70,10 @@
  *   min(wring, its blocks) blocks, reserved at admission with the rest (the head of the queue also
  *   waits for those) and returned when it ends. Its block k of the windowed layers is ring block k
  *   mod the ring's length; wring covers the window behind a step's first row and the most rows a
- *   step gives a sequence, so no row ever reads a reused block. No prefix cache then.
+ *   step gives a sequence, so no row ever reads a reused block. With the prefix cache (RAM only: no
+ *   SSD tier), a finished sequence's ring is kept as a checkpoint, and a prompt reuses its cached
+ *   prefix only as far as a checkpoint holds the window behind it (the window is copied into its
+ *   own ring); the least recently used checkpoint goes when a sequence needs its blocks.
  * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
  *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
 #ifndef NV_SERVE_SCHED_H
@@ -93,6 +96,7 @@
 #define NV_MAX_STOP 16
 
 typedef struct nv_req nv_req;
+typedef struct nv_swa_ckpt nv_swa_ckpt;
 
 /* One token's log-probability under the model (the log-softmax of its raw logits,
  * before temperature, penalties and bias) and its n_top most likely alternatives, best first. */
@@ -184,8 +188,8 @@ typedef struct {
     nv_kv_dtype kv_dtype; /* the pool's element type (0: fp16) */
     /* a model with sliding-window layers beside whole-context ones: 1 keeps only the window of the
      * windowed layers (split pages: a ring of blocks per sequence in pages of their own; the pool
-     * holds the other layers' keys and values), and turns the prefix cache off; 0 keeps every
-     * position of every layer */
+     * holds the other layers' keys and values; the prefix cache as far as checkpoints reach, no SSD
+     * tier); 0 keeps every position of every layer */
     int swa_window_cache;
     int step_delay_ms; /* testing hook: sleep after each step (0 = off) */
     /* the prefix cache */
@@ -221,6 +225,10 @@ typedef struct {
      * pool, and the blocks of one sequence's ring; wring 0 when the pages are not split */
     nv_kv_pool wpool;
     int wring;
+    /* and with the prefix cache, finished sequences' rings kept as checkpoints (sched.c) */
+    struct nv_swa_ckpt *ckpts;
+    int n_ckpts, cap_ckpts, ckpt_blocks;
+    uint64_t ckpt_clock;
     nv_batch_state bs;
     pthread_t thread;
     int started, inited;
