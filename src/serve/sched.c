@@ -363,6 +363,20 @@ static int ring_blocks(const nv_sched *s, int blocks_needed) {
     return blocks_needed < s->wring ? blocks_needed : s->wring;
 }
 
+/* The ring blocks r holds: one for each of its first blocks, up to its ring's length. */
+static int ring_held(const nv_req *r) { return r->n_alloc < r->n_wring ? r->n_alloc : r->n_wring; }
+
+/* r's block k of the windowed layers: the next block of its ring (from its reservation), or, past
+ * the ring's length, the ring block it reuses. */
+static void ring_take(nv_sched *s, nv_req *r, int k) {
+    if (k < r->n_wring) {
+        r->wblocks[k] = nv_kv_alloc(&s->wpool);
+        r->wreserved--;
+    } else {
+        r->wblocks[k] = r->wblocks[k % r->n_wring];
+    }
+}
+
 long nv_sched_capacity(const nv_sched *s) {
     long pool = (long)s->pool.n_blocks * s->pool.block_size;
     return pool < s->model->config.seq_len ? pool : s->model->config.seq_len;
@@ -437,9 +451,9 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         if (wn * wb >= kv_bytes) {
             nv_sched_free(s);
             return nv_fail(NV_EINVAL,
-                           "scheduler: a KV budget of %llu MB leaves nothing for the whole-context layers after one window's "
-                           "ring (%d blocks of %llu KB)",
-                           (unsigned long long)(kv_bytes >> 20), s->wring, (unsigned long long)(wb >> 10));
+                           "scheduler: a KV budget of %.1f MiB leaves nothing for the whole-context layers after one window's "
+                           "ring (%d blocks of %.1f KiB)",
+                           (double)kv_bytes / 1048576.0, s->wring, (double)wb / 1024.0);
         }
         e = nv_kv_pool_init(&s->wpool, c, NV_KV_LAYERS_WINDOWED, B, dtype, wn * wb, 0);
         kv_bytes -= wn * wb;
@@ -549,9 +563,8 @@ static int ckpt_make_room(nv_sched *s, int need, int keep) {
 /* A finished sequence's ring as a checkpoint; 0 (the caller returns the ring) when it has no full
  * block it could be continued from. */
 static int ckpt_keep(nv_sched *s, nv_req *r) {
-    const int n_ring = r->n_alloc < r->n_wring ? r->n_alloc : r->n_wring;
-    const int lo = r->n_alloc - r->n_wring > 0 ? r->n_alloc - r->n_wring : 0, end = r->n_hashed;
-    if (!s->prefix_on || !s->wring || r->embed || end <= lo || end < 1) return 0;
+    const int n_ring = ring_held(r), lo = r->n_alloc - n_ring, end = r->n_hashed;
+    if (!s->prefix_on || !s->wring || r->embed || end <= lo) return 0;
     if (s->n_ckpts == s->cap_ckpts) { /* as many as sequences run: the least recently used goes */
         int old = 0;
         for (int i = 1; i < s->n_ckpts; i++) old = s->ckpts[i].used < s->ckpts[old].used ? i : old;
@@ -591,10 +604,7 @@ static int ckpt_find(const nv_sched *s, const nv_req *r, int hits, int *at) {
  * the window behind block `at` copied into them. */
 static void ckpt_resume(nv_sched *s, nv_req *r, int ck, int at) {
     nv_swa_ckpt *c = &s->ckpts[ck];
-    for (int k = 0; k < at; k++) {
-        r->wblocks[k] = k < r->n_wring ? nv_kv_alloc(&s->wpool) : r->wblocks[k % r->n_wring];
-        if (k < r->n_wring) r->wreserved--;
-    }
+    for (int k = 0; k < at; k++) ring_take(s, r, k);
     for (int k = window_block(s, (long)at * s->wpool.block_size); k < at; k++)
         memcpy(nv_kv_block_data(&s->wpool.pages, r->wblocks[k]), nv_kv_block_data(&s->wpool.pages, c->ring[k % c->ring_len]),
                s->wpool.block_bytes);
@@ -605,7 +615,7 @@ static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     /* last block first: a prefix's first blocks end up the most recently used idle ones */
     for (int i = r->n_alloc - 1; i >= 0; i--) nv_kv_unref(&s->pool, r->blocks[i]);
     if (fin == NV_FINISH_ERROR || !ckpt_keep(s, r))
-        for (int i = (r->n_alloc < r->n_wring ? r->n_alloc : r->n_wring) - 1; i >= 0; i--) nv_kv_unref(&s->wpool, r->wblocks[i]);
+        for (int i = ring_held(r) - 1; i >= 0; i--) nv_kv_unref(&s->wpool, r->wblocks[i]);
     nv_kv_unreserve(&s->wpool, r->wreserved);
     r->wreserved = 0;
     r->n_alloc = 0;
@@ -890,11 +900,7 @@ static int plan_step(nv_sched *s) {
             int b = r->reserved > 0 ? nv_kv_alloc(&s->pool) : -1;
             if (b < 0) break;
             r->reserved--;
-            if (r->wblocks) { /* its windowed layers' block: the next of its ring, or the ring again */
-                const int k = r->n_alloc;
-                r->wblocks[k] = k < r->n_wring ? nv_kv_alloc(&s->wpool) : r->wblocks[k % r->n_wring];
-                if (k < r->n_wring) r->wreserved--;
-            }
+            if (r->wblocks) ring_take(s, r, r->n_alloc);
             r->blocks[r->n_alloc++] = b;
         }
         if ((long)r->n_alloc * B < reach) { /* cannot happen: admission reserved every block */
