@@ -10,6 +10,7 @@
  * same config and logits; the formats without these parts refuse a Gemma model; training's forward
  * gives the reference's loss, and both fine-tune and are written back as their own architecture. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -891,19 +892,31 @@ static void token_list(char *out, size_t cap, int n, unsigned seed) {
  * log-probabilities of every position kept; a budget too small for every position of every layer
  * still holds it, whole-context layers beside windowed rings; and a prompt that continues a finished
  * one reuses its prefix through the ring it left (a checkpoint), with the same answer again. */
-static void test_serve_window_cache(void) {
-    char vocab[700], model[700];
+/* A Gemma 3-shaped model with its vocabulary (a window of 5 on five layers of six, a context of 512)
+ * in model; 0 on failure. */
+static int window_model(char *model, size_t cap) {
+    char vocab[700];
     snprintf(vocab, sizeof vocab, "%s", t_path("gw-vocab.gguf"));
-    snprintf(model, sizeof model, "%s", t_path("gw.gguf"));
+    snprintf(model, cap, "%s", t_path("gw.gguf"));
     nv_config c = gemma_config(3);
     c.vocab_size = GW_GEMMA_VOCAB, c.seq_len = 512, c.n_layers = 6, c.swa_period = 6; /* Gemma 3's pattern: the last layer global */
     nv_model m;
     nv_tokenizer *t = NULL;
     T_CHECK(gw_gemma_vocab(vocab) && nv_tokenizer_load(vocab, 0, &t) == NV_OK, "%s", nv_errmsg());
-    if (!t || !gemma_model(&m, &c, 5)) return;
-    T_CHECK(nv_gguf_save(&m, t, "gw", model, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    if (!t || !gemma_model(&m, &c, 5)) {
+        if (t) nv_tokenizer_free(t);
+        return 0;
+    }
+    const int ok = nv_gguf_save(&m, t, "gw", model, NV_GGUF_F32, NULL, NULL) == NV_OK;
+    T_CHECK(ok, "%s", nv_errmsg());
     nv_tokenizer_free(t);
     nv_model_free(&m);
+    return ok;
+}
+
+static void test_serve_window_cache(void) {
+    char model[700];
+    if (!window_model(model, sizeof model)) return;
     /* prompts: a long text; 61 token ids, then the same 61 and 50 more (a conversation's next turn);
        a third of 70 others */
     enum { LONG, FIRST, NEXT, OTHER, N_PROMPTS };
@@ -965,6 +978,87 @@ static void test_serve_window_cache(void) {
             T_CHECK(got[0][q] && !strcmp(got[0][q], got[2][q]), "prompt %d: a smaller pool changed the answer", q);
         for (int k = 0; k < 3; k++) free(got[k][q]);
     }
+}
+
+/* One client's requests, in order, and what came back. */
+enum { WC_CLIENTS = 4, WC_EACH = 3 };
+/* the first answer is one token: what follows its prompt in the second is not that answer, and the
+   ring reaches back only about a prefill chunk past its window */
+static const int wc_tokens[WC_EACH] = {1, 12, 17};
+typedef struct {
+    int port;
+    const char *prompt[WC_EACH];
+    char *got[WC_EACH];
+} wc_client;
+
+static void *wc_client_main(void *arg) {
+    wc_client *w = arg;
+    for (int q = 0; q < WC_EACH; q++) {
+        int n = 0, cached = 0, status = 0;
+        w->got[q] = greedy_completion(w->port, w->prompt[q], wc_tokens[q], &n, &cached, &status);
+    }
+    return NULL;
+}
+
+/* --swa-cache window under concurrency: four clients at once, three requests each (a prompt, the
+ * same prompt continued, another), through two sequences at a time, so requests queue for rings and
+ * checkpoints are evicted while others are made and resumed; every answer is the one a server
+ * without the cache and with every position of every layer gives the same prompt alone, and
+ * afterwards no block is taken but the kept checkpoints. */
+static void test_serve_window_cache_concurrent(void) {
+    char model[700];
+    if (!window_model(model, sizeof model)) return;
+    static char prompts[WC_CLIENTS][WC_EACH][1600];
+    wc_client w[WC_CLIENTS];
+    for (int i = 0; i < WC_CLIENTS; i++) {
+        token_list(prompts[i][0], sizeof prompts[i][0], 50 + 13 * i, 11 + (unsigned)i);
+        token_list(prompts[i][1], sizeof prompts[i][1], 90 + 13 * i, 11 + (unsigned)i); /* the first continued */
+        token_list(prompts[i][2], sizeof prompts[i][2], 30 + 7 * i, 50 + (unsigned)i);
+        for (int q = 0; q < WC_EACH; q++) w[i].prompt[q] = prompts[i][q], w[i].got[q] = NULL;
+    }
+    server sv;
+    if (server_spawn(&sv, "gwc-window", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 8 --max-batch 2 --swa-cache window", 30)) {
+        pthread_t th[WC_CLIENTS];
+        for (int i = 0; i < WC_CLIENTS; i++) {
+            w[i].port = sv.port;
+            pthread_create(&th[i], NULL, wc_client_main, &w[i]);
+        }
+        for (int i = 0; i < WC_CLIENTS; i++) pthread_join(th[i], NULL);
+        T_CHECK(metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 && metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 &&
+                    metric(sv.port, "nerve_kv_blocks_in_use") == 0 && metric(sv.port, "nerve_kv_blocks_reserved") == 0 &&
+                    metric(sv.port, "nerve_kv_window_blocks_kept") > 0 &&
+                    metric(sv.port, "nerve_kv_window_blocks_kept") <= metric(sv.port, "nerve_kv_window_blocks_total"),
+                "after the clients: windowed blocks in use %ld, kept %ld of %ld, %ld prompt tokens from the cache",
+                metric(sv.port, "nerve_kv_window_blocks_in_use"),
+                metric(sv.port, "nerve_kv_window_blocks_kept"), metric(sv.port, "nerve_kv_window_blocks_total"),
+                metric(sv.port, "nerve_prefix_cached_tokens_total"));
+        /* with two sequences running, a new ring takes a checkpoint's room: under this load few of them
+           live long enough to be continued; alone, the first prompt and its continuation again */
+        int n = 0, cached[2] = {0, 0}, status = 0;
+        for (int q = 0; q < 2; q++) free(greedy_completion(sv.port, prompts[0][q], wc_tokens[q], &n, &cached[q], &status));
+        T_CHECK(cached[1] == 48, "the continued prompt took %d tokens from the cache, not 48", cached[1]);
+        if (getenv("T_VERBOSE"))
+            printf("    %ld prompt tokens from the cache\n", metric(sv.port, "nerve_prefix_cached_tokens_total"));
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the windowed server did not exit 0");
+    } else {
+        T_CHECK(0, "the windowed server did not start");
+    }
+    int same = 0;
+    if (server_spawn(&sv, "gwc-full", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 8 --swa-cache full --no-prefix-cache", 30)) {
+        for (int i = 0; i < WC_CLIENTS; i++)
+            for (int q = 0; q < WC_EACH; q++) {
+                int n = 0, cached = 0, status = 0;
+                char *want = greedy_completion(sv.port, prompts[i][q], wc_tokens[q], &n, &cached, &status);
+                const int ok = want && w[i].got[q] && !strcmp(want, w[i].got[q]);
+                T_CHECK(ok, "client %d, request %d: %.200s\n    against %.200s", i, q, w[i].got[q] ? w[i].got[q] : "-", want ? want : "-");
+                same += ok;
+                free(want);
+            }
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the reference server did not exit 0");
+    }
+    T_CHECK(same == WC_CLIENTS * WC_EACH, "%d of %d answers as the reference's", same, WC_CLIENTS * WC_EACH);
+    for (int i = 0; i < WC_CLIENTS; i++)
+        for (int q = 0; q < WC_EACH; q++) free(w[i].got[q]);
 }
 
 /* The first and the mean of the last three losses in a run's metrics.jsonl. */
@@ -1038,6 +1132,7 @@ int main(void) {
     T_RUN(test_hf_written);
     T_RUN(test_serve);
     T_RUN(test_serve_window_cache);
+    T_RUN(test_serve_window_cache_concurrent);
     T_RUN(test_training_forward_matches);
     T_RUN(test_finetune);
     return t_done();
