@@ -647,7 +647,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         } else
             return cli_error(CMD, 2,
                              "unknown option '%s' (--clients LIST, --requests M, --prompt N, --tokens N, -m MODEL, -z TOK, "
-                             "--kv-cache-dtype T, --kv-memory SIZE, --swa-cache full|window, --lora-rank R, --adapters K)",
+                             "--kv-cache-dtype T, --kv-memory SIZE, --swa-cache auto|full|window, --lora-rank R, --adapters K)",
                              a);
     }
     int threads = o->threads ? o->threads : nv_cpu_probe()->cores, max_clients = 1;

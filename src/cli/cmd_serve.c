@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
-            "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+            "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache auto|full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face\n"
@@ -99,12 +99,13 @@ static void usage(FILE *f) {
             "  --kv-cache-dtype T   element type of cached keys and values: f16 (default: half the memory and\n"
             "                       the reads of f32), q8 (int8 with a scale per position and head: ~1.9x the\n"
             "                       positions of f16) or f32 (outputs bit-identical to nerve generate)\n"
-            "  --swa-cache M        a model with sliding-window layers (Gemma 2 and 3, OLMo 3): full (default) keeps\n"
-            "                       every position of every layer; window keeps only the window of the windowed\n"
-            "                       layers (a ring of blocks per sequence), so long contexts take several times less\n"
-            "                       memory; the same outputs either way. The prefix cache then reuses a prefix only\n"
-            "                       where a finished sequence's ring still holds its window (a conversation's next\n"
-            "                       turn), and has no SSD tier\n"
+            "  --swa-cache M        a model with sliding-window layers (Gemma 2 and 3, OLMo 3): full keeps every\n"
+            "                       position of every layer; window keeps only the window of the windowed layers (a\n"
+            "                       ring of blocks per sequence), so long contexts take several times less memory;\n"
+            "                       the same outputs either way. The prefix cache then reuses a prefix only where a\n"
+            "                       finished sequence's ring still holds its window (a conversation's next turn), and\n"
+            "                       has no SSD tier. auto (default): window when --kv-memory cannot hold the model's\n"
+            "                       whole context with every layer, else full\n"
             "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
             "  --max-body SIZE      largest request body (default 1M)\n"
             "  --responses-store SIZE\n"
@@ -227,7 +228,7 @@ int cmd_serve(int argc, char **argv) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
-    int swa_window_cache = 0;
+    nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
     const char *modules[NV_MAX_ADAPTERS];
     int n_modules = 0;
@@ -308,8 +309,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) { if (!cli_kv_dtype(CMD, a, v, &kv_dtype)) return 2; }
         else if (!strcmp(a, "--swa-cache")) {
-            if (strcmp(v, "full") && strcmp(v, "window")) return cli_error(CMD, 2, "--swa-cache takes full or window, not '%s'", v);
-            swa_window_cache = !strcmp(v, "window");
+            if (strcmp(v, "auto") && strcmp(v, "full") && strcmp(v, "window"))
+                return cli_error(CMD, 2, "--swa-cache takes auto, full or window, not '%s'", v);
+            swa_cache = !strcmp(v, "window") ? NV_SWA_WINDOW : !strcmp(v, "full") ? NV_SWA_FULL : NV_SWA_AUTO;
         }
         else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
         else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }
@@ -453,7 +455,7 @@ int cmd_serve(int argc, char **argv) {
                         .block_size = kv_block,
                         .kv_bytes = kv_bytes,
                         .kv_dtype = kv_dtype,
-                        .swa_window_cache = swa_window_cache,
+                        .swa_cache = swa_cache,
                         .step_delay_ms = step_delay_ms,
                         .prefix_cache = prefix_cache,
                         .ram_cache_bytes = ram_cache,
@@ -465,9 +467,9 @@ int cmd_serve(int argc, char **argv) {
                         .draft = spec.draft ? &draft : NULL,
                         .draft_p_min = spec.draft_p_min,
                         .adapters = n_modules || lora_updates ? &adapters : NULL};
-    if (swa_window_cache && !nv_kv_layers_count(&model.config, NV_KV_LAYERS_WINDOWED))
+    if (swa_cache == NV_SWA_WINDOW && !nv_kv_layers_count(&model.config, NV_KV_LAYERS_WINDOWED))
         nv_warn("serve: --swa-cache window: %s has no sliding-window layers; every layer keeps every position", model_id);
-    else if (swa_window_cache && !nv_kv_layers_count(&model.config, NV_KV_LAYERS_FULL))
+    else if (swa_cache == NV_SWA_WINDOW && !nv_kv_layers_count(&model.config, NV_KV_LAYERS_FULL))
         nv_warn("serve: --swa-cache window needs layers that see the whole context beside the windowed ones; every layer "
                 "keeps every position");
     if (nv_sched_init(&sched, &model, tok, &metrics, &so) != NV_OK) {
@@ -475,6 +477,10 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     sched_ok = 1;
+    if (swa_cache == NV_SWA_AUTO && sched.wring)
+        nv_info("serve: every layer's keys and values of the context of %d positions would not fit --kv-memory: the "
+                "windowed layers keep only their window (--swa-cache full keeps every position)",
+                model.config.seq_len);
     nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     if (nv_sched_start(&sched) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());

@@ -65,7 +65,8 @@
  *   longer live is refused (NV_SUBMIT_NO_ADAPTER). The prefix
  *   cache's chains of an adapter's request start at the adapter's identity instead of 0 (its first
  *   block's parent), so its blocks never match the base's or another adapter's, in RAM or on disk.
- * - Split pages (swa_window_cache on a model with windowed and whole-context layers): the pool holds
+ * - Split pages (swa_cache window, or auto where the budget is short, on a model with windowed and
+ *   whole-context layers): the pool holds
  *   the whole-context layers; the windowed layers live in wpool, where a sequence owns a ring of
  *   min(wring, its blocks) blocks, reserved at admission with the rest (the head of the queue also
  *   waits for those) and returned when it ends. Its block k of the windowed layers is ring block k
@@ -97,6 +98,8 @@
 
 typedef struct nv_req nv_req;
 typedef struct nv_swa_ckpt nv_swa_ckpt;
+
+typedef enum { NV_SWA_AUTO = 0, NV_SWA_FULL, NV_SWA_WINDOW } nv_swa_cache;
 
 /* One token's log-probability under the model (the log-softmax of its raw logits,
  * before temperature, penalties and bias) and its n_top most likely alternatives, best first. */
@@ -186,11 +189,12 @@ typedef struct {
     int block_size;    /* positions per KV block */
     uint64_t kv_bytes; /* KV pool budget */
     nv_kv_dtype kv_dtype; /* the pool's element type (0: fp16) */
-    /* a model with sliding-window layers beside whole-context ones: 1 keeps only the window of the
-     * windowed layers (split pages: a ring of blocks per sequence in pages of their own; the pool
-     * holds the other layers' keys and values; the prefix cache as far as checkpoints reach, no SSD
-     * tier); 0 keeps every position of every layer */
-    int swa_window_cache;
+    /* a model with sliding-window layers beside whole-context ones: NV_SWA_WINDOW keeps only the
+     * window of the windowed layers (split pages: a ring of blocks per sequence in pages of their own;
+     * the pool holds the other layers' keys and values; the prefix cache as far as checkpoints reach,
+     * no SSD tier); NV_SWA_FULL keeps every position of every layer; NV_SWA_AUTO (0) is window when
+     * the budget cannot hold the model's whole context with every layer, full otherwise */
+    nv_swa_cache swa_cache;
     int step_delay_ms; /* testing hook: sleep after each step (0 = off) */
     /* the prefix cache */
     int prefix_cache;          /* 0: off (no sharing, no tiers) */
@@ -221,7 +225,7 @@ typedef struct {
     nv_metrics *metrics;
     nv_sched_opts o;
     nv_kv_pool pool;
-    /* split pages (o.swa_window_cache on a model with both kinds of layers): the windowed layers'
+    /* split pages (o.swa_cache, on a model with both kinds of layers): the windowed layers'
      * pool, and the blocks of one sequence's ring; wring 0 when the pages are not split */
     nv_kv_pool wpool;
     int wring;
