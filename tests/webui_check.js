@@ -67,6 +67,11 @@ function checkMarkdown(markdown) {
     ['> q1\n> q2\n\n---\nsnake_case_name and 2 * 3 * 4', 'div(blockquote("q1","\\n","q2"),hr(),p("snake_case_name and 2 * 3 * 4"))'],
     ['```\nstill streaming', 'div(pre(code("still streaming")))'],
     ['<img src=x onerror=alert(1)>', 'div(p("<img src=x onerror=alert(1)>"))'],
+    ['| Name | Qty |\n| :--- | ---: |\n| **tea** | 2 |\n| cake |\n\nafter',
+     'div(table(thead(tr(th.left("Name"),th.right("Qty"))),tbody(tr(td.left(strong("tea")),td.right("2")),tr(td.left("cake"),td.right()))),p("after"))'],
+    ['a \\| b | c\n:-: | ---\n1 | <b>2</b>', 'div(table(thead(tr(th.center("a | b"),th("c"))),tbody(tr(td.center("1"),td("<b>2</b>")))))'],
+    ['a | b\n---', 'div(p("a | b"),hr())'],
+    ['- a\n  - b\n    1. c\n  - d\n- e\n\n- f\ng', 'div(ul(li("a",ul(li("b",ol(li("c"))),li("d"))),li("e"),li("f","\\n","g")))'],
   ];
   for (const [text, want] of cases) {
     const box = new El('div');
