@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo: train a BPE tokenizer and a small Llama (about 1.2M parameters) on TinyStories text
-# for about three minutes on this machine's fastest engine, then sample a story from it.
+# for two and a half minutes on this machine's fastest engine, then sample a story from it.
 # Everything lands in runs/demo (removed first, so the demo always starts fresh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +23,11 @@ echo
 echo "== nerve tokenizer train --vocab 1024 (TinyStories text, $(du -ch "$train" "$valid" | tail -1 | cut -f1))"
 build/nerve tokenizer train --vocab 1024 "$train" "$valid" -o "$out/tok.bin"
 echo
-echo "== nerve train: dim 128, 5 layers, 4 heads, 300 steps of 16 x 256 tokens (about 3 minutes on AVX2, one with AVX512_BF16; capped at 4)"
+echo "== nerve train: dim 128, 5 layers, 4 heads, as many steps of 16 x 256 tokens as 150 seconds take (--time-budget; capped at 4 minutes)"
 build/nerve train --dim 128 --layers 5 --heads 4 --hidden 384 \
     --data "$train" "$valid" -z "$out/tok.bin" \
-    --steps 300 --batch 16 --seq 256 --lr 3e-3 --warmup 20 --eval-every 50 --eval-batches 8 \
-    --sample-every 100 --sample-tokens 40 --sample-prompt "Once upon a time" \
+    --time-budget 150 --batch 16 --seq 256 --lr 3e-3 --warmup 20 --eval-every 50 --eval-batches 8 \
+    --sample-every 250 --sample-tokens 40 --sample-prompt "Once upon a time" \
     --time-limit 240 --out "$out"
 echo
 echo "== validation loss by step (the unigram baseline is printed above as 'unigram baseline loss')"

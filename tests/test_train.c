@@ -585,6 +585,22 @@ static void test_ckpt_roundtrip_and_flags(void) {
         T_CHECK(nv_ckpt_save(path, &hb, p8, m8, v8) == NV_OK, "%s", nv_errmsg());
         T_CHECK(nv_ckpt_load(path, &k8) == NV_EFORMAT && strstr(nv_errmsg(), "out of range"), "best case %zu: %s", i, nv_errmsg());
     }
+    /* the length --time-budget decided (version 11) survives; a version 10 file reads none; one short of
+       the steps done, or negative, is refused */
+    h8.budget_steps = 300;
+    T_CHECK(nv_ckpt_save(path, &h8, p8, m8, v8) == NV_OK && nv_ckpt_load(path, &k8) == NV_OK && k8.h.budget_steps == 300,
+            "the decided length: not kept (%s)", nv_errmsg());
+    nv_ckpt_close(&k8);
+    write_ckpt_version(path, &h8, 10, 2320, p8, m8, v8, n8);
+    T_CHECK(nv_ckpt_load(path, &k8) == NV_OK && k8.h.budget_steps == 0 && k8.h.best_val_loss == 1.5f,
+            "a version 10 checkpoint: %s", nv_errmsg());
+    nv_ckpt_close(&k8);
+    for (int i = 0; i < 2; i++) {
+        h8.budget_steps = i ? -1 : h8.step - 1;
+        T_CHECK(nv_ckpt_save(path, &h8, p8, m8, v8) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_ckpt_load(path, &k8) == NV_EFORMAT && strstr(nv_errmsg(), "out of range"), "decided length %lld: %s",
+                (long long)h8.budget_steps, nv_errmsg());
+    }
     free(p8), free(m8), free(v8);
 }
 
@@ -1836,6 +1852,63 @@ static void lora_args(char *buf, size_t cap, const char *base, const char *out, 
 /* --best-metric: best/ and --early-stop follow another figure, the highest being best (here
  * preference data's held-out reward accuracy); kept in the checkpoint, so a resume must follow the
  * same; and its refusals. */
+/* The last step metrics.jsonl in dir records (0: none). */
+static long last_step(const char *dir) {
+    char path[800], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (nv_file_read_all(path, &text, NULL) != NV_OK) return 0;
+    long step = 0;
+    for (const char *p = text; (p = strstr(p, "{\"step\":")) != NULL; p += 8) step = atol(p + 8);
+    free(text);
+    return step;
+}
+
+/* The length a run's log says --time-budget decided (-1: none). */
+static long budget_steps(const char *err) {
+    const char *at = strstr(err, "--time-budget "), *p = at ? strstr(at, "s: ") : NULL;
+    return p ? atol(p + 3) : -1;
+}
+
+/* --time-budget: a few steps in, the run's measured rate decides how many steps fit, and it ends
+ * about when the budget does; a run stopped after the decision resumes to the same length; the three
+ * ways to give a run's length exclude each other. */
+static void test_time_budget(void) {
+    const char *data = t_data("corpus/tinystories_valid_head.txt"), *tok = t_data("models/tok512.bin");
+    if (!data || !tok) return;
+    char dir[700], base[2000], args[4096], err[8192];
+    snprintf(base, sizeof base,
+             "train --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 --data %s -z %s --batch 4 --seq 32 --lr 3e-3 "
+             "--eval-every 50 --eval-batches 2 --seed 7 --quiet",
+             data, tok);
+    snprintf(dir, sizeof dir, "%s/budget", t_tmpdir());
+    snprintf(args, sizeof args, "%s --time-budget 2 --out %s", base, dir);
+    double t0 = now_s();
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "run: %s", err);
+    const double took = now_s() - t0;
+    long n = budget_steps(err);
+    T_CHECK(n >= 5 && last_step(dir) == n, "decided %ld steps, ran %ld: %s", n, last_step(dir), err);
+    /* the whole command: the data and model set up, then two seconds of steps (slow machines decide fewer) */
+    T_CHECK(took > 1.6 && took < 12, "a budget of 2 s took %.1f s (%ld steps)", took, n);
+    if (getenv("T_VERBOSE")) printf("    --time-budget 2: %ld steps, %.2f s in all\n", n, took);
+
+    /* stopped by --time-limit once decided, resumed: on to the decided length */
+    snprintf(dir, sizeof dir, "%s/budget_resumed", t_tmpdir());
+    snprintf(args, sizeof args, "%s --time-budget 3 --time-limit 1 --out %s", base, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "run: %s", err);
+    n = budget_steps(err);
+    const long stopped = last_step(dir);
+    T_CHECK(n >= 5 && stopped < n, "decided %ld steps, stopped at %ld: %s", n, stopped, err);
+    snprintf(args, sizeof args, "%s --time-budget 3 --resume --out %s", base, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && budget_steps(err) < 0, "resume: %s", err);
+    T_CHECK(last_step(dir) == n, "resumed at %ld to %ld, not the %ld decided", stopped, last_step(dir), n);
+
+    static const char *const refused[] = {"--steps 5 --time-budget 2", "--epochs 1 --time-budget 2", "--time-budget 0"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "%s %s --out %s/budget_refused", base, refused[i], t_tmpdir());
+        T_CHECK(run_nerve(args, err, sizeof err) == 2, "%s: %s", refused[i], err);
+    }
+}
+
 static void test_best_metric(void) {
     const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
     if (!model || !tok) return;
@@ -2065,6 +2138,7 @@ int main(void) {
     T_RUN(test_val_data_files);
     T_RUN(test_save_best_and_early_stop);
     T_RUN(test_best_metric);
+    T_RUN(test_time_budget);
     T_RUN(test_epochs);
     T_RUN(test_lr_schedule_flag);
     T_RUN(test_pretokenized_shard);

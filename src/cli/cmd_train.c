@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
             "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
-            "                   --data PATH... [-z TOKENIZER] [--steps N | --epochs F] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
+            "                   --data PATH... [-z TOKENIZER] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
@@ -61,6 +61,11 @@ static void usage(FILE *f) {
             "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
             "  --epochs F: the run's length in passes over the training data instead of --steps: F x its windows\n"
             "          (its tokens / --seq; a chat file's turns) / (--batch x --accum) steps, rounded up\n"
+            "  --time-budget S: the run's length in time instead: after a few steps (at least 5 and 2%% of S) the\n"
+            "          steps that fit S seconds from the first step at the rate measured, evaluations included;\n"
+            "          the LR schedule (and the default warmup, a tenth of them at most) then fits those; a\n"
+            "          --resume goes on to the length decided (kept in the checkpoint). --time-limit stops a run\n"
+            "          wherever it is; this one plans to end there\n"
             "  --data-weights: each --data file's share of the training windows (a mixture: 3,1 draws three\n"
             "          windows from the first for one from the second, whatever their sizes); by default a file's\n"
             "          share is its size\n"
@@ -130,6 +135,7 @@ static int train(int argc, char **argv) {
     int n_weights = 0; /* --data-weights */
     int steps_given = 0;
     float epochs = 0; /* --epochs: the steps from the data's size */
+    float time_budget = 0; /* --time-budget: the steps that fit, decided by the run */
     const char *lora_targets = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -180,6 +186,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--router-z-coef")) ok = cli_float(CMD, a, v, 0, 100, &o.router_z_coef), aux_given = 1;
         else if (!strcmp(a, "--steps")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.steps), steps_given = 1;
         else if (!strcmp(a, "--epochs")) ok = cli_float(CMD, a, v, 1e-6, 1e6, &epochs);
+        else if (!strcmp(a, "--time-budget")) ok = cli_float(CMD, a, v, 0.1f, 1e8f, &time_budget);
         else if (!strcmp(a, "--batch")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.batch);
         else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq);
         else if (!strcmp(a, "--accum")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.accum);
@@ -248,7 +255,13 @@ static int train(int argc, char **argv) {
     if (cli_experts(CMD, experts, &experts_used)) return 2;
     if (experts && o.lora.rank)
         return cli_error(CMD, 2, "--experts upcycles the model to train it whole: drop --lora-rank");
-    if (steps_given && epochs > 0) return cli_error(CMD, 2, "--steps and --epochs exclude each other (give the run's length once)");
+    if ((steps_given != 0) + (epochs > 0) + (time_budget > 0) > 1)
+        return cli_error(CMD, 2, "--steps, --epochs and --time-budget exclude each other (give the run's length once)");
+    if (time_budget > 0) { /* a bound the run's decision replaces */
+        o.time_budget_s = time_budget;
+        o.steps = NV_TRAIN_BUDGET_STEPS;
+        o.warmup_auto = !warmup_given;
+    }
     if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
     if (sample_given && !o.sample_every) return cli_error(CMD, 2, "--sample-tokens and --sample-prompt go with --sample-every N");
     if (o.sample_every && o.lora.rank)

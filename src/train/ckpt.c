@@ -10,13 +10,14 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 10u
+#define CKPT_VERSION 11u
 /* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones; version 3's:
  * before the layers without RoPE; version 4's: before the Gemma block's; version 5's: before Granite's;
  * version 6's and 7's: before LongRoPE's short set, rope_dim a reserved 0 in 6 (version 7 gives it
  * partial rotation, which version 6 readers would have run as whole); version 8's is version 9's
  * size, its no_pre_norms a reserved 0 (version 9 gives it OLMo 2's block, and QK-norm 2, which
- * version 8 readers refuse); version 9's: before the best validation loss */
+ * version 8 readers refuse); version 9's: before the best validation loss; version 10's: before
+ * the length --time-budget decided */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 #define CKPT_V3_HEADER offsetof(nv_ckpt_header, nope_period)
@@ -24,6 +25,7 @@ static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
 #define CKPT_V5_HEADER offsetof(nv_ckpt_header, residual_scale)
 #define CKPT_V7_HEADER offsetof(nv_ckpt_header, longrope_orig)
 #define CKPT_V9_HEADER offsetof(nv_ckpt_header, best_step)
+#define CKPT_V10_HEADER offsetof(nv_ckpt_header, budget_steps)
 _Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
 _Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's header is 144 bytes");
 _Static_assert(offsetof(nv_ckpt_header, nope_period) == 1216, "version 3's header is 1216 bytes");
@@ -31,7 +33,8 @@ _Static_assert(offsetof(nv_ckpt_header, swa_window) == 1224, "version 4's header
 _Static_assert(offsetof(nv_ckpt_header, residual_scale) == 1264, "version 5's header is 1264 bytes");
 _Static_assert(offsetof(nv_ckpt_header, longrope_orig) == 1272, "versions 6 and 7's header is 1272 bytes");
 _Static_assert(CKPT_V9_HEADER == 2304, "versions 8 and 9's header is 2304 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 2320, "version 10's header is 2320 bytes (docs/formats.md)");
+_Static_assert(CKPT_V10_HEADER == 2320, "version 10's header is 2320 bytes");
+_Static_assert(sizeof(nv_ckpt_header) == 2328, "version 11's header is 2328 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -146,7 +149,7 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
     const size_t want_h = version == 1 ? CKPT_V1_HEADER : version == 2 ? CKPT_V2_HEADER : version == 3 ? CKPT_V3_HEADER
                           : version == 4 ? CKPT_V4_HEADER : version == 5 ? CKPT_V5_HEADER : version <= 7 ? CKPT_V7_HEADER
-                          : version <= 9 ? CKPT_V9_HEADER : sizeof out->h;
+                          : version <= 9 ? CKPT_V9_HEADER : version == 10 ? CKPT_V10_HEADER : sizeof out->h;
     if (hbytes != want_h) {
         e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, want_h);
         goto fail;
@@ -155,6 +158,11 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     if (version < 7) out->h.rope_dim = 0; /* reserved then */
     if (version < 9) out->h.no_pre_norms = 0;
     if (version < 10) out->h.best_val_loss = NAN; /* no best known */
+    if (out->h.budget_steps < 0 || (out->h.budget_steps > 0 && out->h.budget_steps < out->h.step) || out->h.budget_steps > INT32_MAX) {
+        e = nv_fail(NV_EFORMAT, "%s: a decided length of %lld steps at step %lld: out of range", path, (long long)out->h.budget_steps,
+                    (long long)out->h.step);
+        goto fail;
+    }
     if (out->h.best_step < 0 || out->h.best_step > out->h.step || out->h.evals_since_best < 0 ||
         (!isnan(out->h.best_val_loss) && !isfinite(out->h.best_val_loss))) {
         e = nv_fail(NV_EFORMAT, "%s: best validation loss %g at step %lld, %d evaluations since: out of range (step %lld)", path,

@@ -68,6 +68,9 @@ typedef struct {
     int64_t best_step;
     float best_val_loss;      /* NaN: no evaluation yet */
     int32_t evals_since_best; /* evaluations after best_step, none lower */
+    /* version 11: the run's length in steps as --time-budget decided it (0: not decided, or a run of
+       --steps; older files read as 0) */
+    int64_t budget_steps;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

@@ -507,7 +507,9 @@ typedef struct {
     int64_t tokens_seen;
     nv_data_cursor cur;
     best_eval best;
+    long budget_steps; /* the length --time-budget decided (0: none yet) */
 } run_state;
+
 
 /* The processes of a job must train the same model on the same data with the same settings, or
    their gradients would be summed into nonsense: each hashes what it was given, and all refuse to
@@ -516,7 +518,8 @@ typedef struct {
 static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     uint64_t h = nv_hash64(&o->config, sizeof o->config, 1);
     const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume, ds->pack,
-                             o->lora.rank, (long)o->lora.targets, ds->pref, o->early_stop, (long)o->best_metric};
+                             o->lora.rank, (long)o->lora.targets, ds->pref, o->early_stop, (long)o->best_metric,
+                             (long)(o->time_budget_s * 1e3)};
     h = nv_hash64(settings, sizeof settings, h);
     h = nv_hash64(&o->seed, sizeof o->seed, h);
     h = nv_hash64(&o->adamw, sizeof o->adamw, h);
@@ -717,7 +720,10 @@ static nv_err check_memory(const nv_train_opts *o, double *need) {
    takes batch / world of every micro-batch's windows; process 0 ("lead") owns the run folder and
    the console. */
 typedef struct {
-    const nv_train_opts *o;
+    const nv_train_opts *o; /* opts: the caller's, with the length --time-budget decides */
+    nv_train_opts opts;
+    int length_decided;     /* --time-budget: opts.steps is the decided length */
+    double t_first_eval;    /* seconds the evaluation before the first step took (0: none) */
     const nv_dataset *ds;
     int world, lead, local_batch, lora, pref, with_ref, save_best_on, quiet, tty;
     size_t bt;   /* tokens of a micro-batch, every process's */
@@ -744,6 +750,41 @@ typedef struct {
     char procs[64];       /* " x N processes (...)" */
     char best_dir[4200], ckpt_path[4200], metrics_path[4200], svg_path[4200], adapter_path[4200], samples_path[4200];
 } train_run;
+
+/* The run's length from here on: total steps, the LR schedule over them, and the default warmup (a
+   tenth of them at most) where the warmup was not given. */
+static void set_length(train_run *r, long total) {
+    r->opts.steps = (int)total;
+    r->opt.o.total_steps = (int)total;
+    if (r->opts.warmup_auto && r->opt.o.warmup_steps > total / 10) r->opt.o.warmup_steps = (int)(total / 10);
+    r->opts.adamw.warmup_steps = r->opt.o.warmup_steps;
+}
+
+/* --time-budget: the steps that fit what is left of it (done steps so far, `elapsed` seconds since the
+   run's start, per_step seconds a step after its first: progress and metrics included) with an
+   evaluation's cost (the first's) every eval_every steps; process 0's figures for every process. */
+static void decide_length(train_run *r, long done, double elapsed, double per_step) {
+    const nv_train_opts *o = r->o;
+    const double per_eval = o->eval_every > 0 ? r->t_first_eval / o->eval_every : 0, left = o->time_budget_s - elapsed;
+    long total = done + (left > 0 ? (long)(left / (per_step + per_eval)) : 0);
+    if (total > NV_TRAIN_BUDGET_STEPS) total = NV_TRAIN_BUDGET_STEPS;
+    if (r->world > 1) nv_dist_bcast(&total, sizeof total);
+    set_length(r, total);
+    r->length_decided = 1;
+    if (!r->lead) return;
+    if (r->tty) fprintf(stderr, "\n");
+    nv_info("--time-budget %gs: %ld steps (%.0f ms a step%s after %.1f s; warmup %d)", o->time_budget_s, total, per_step * 1e3,
+            per_eval > 0 ? " and the evaluations" : "", elapsed, r->opt.o.warmup_steps);
+}
+
+/* "N", or "~N" while --time-budget has not decided the length (N: the budget's worth at the rate so
+   far, or "?" before any step). */
+static const char *steps_text(const train_run *r, long step, double elapsed, char *buf, size_t cap) {
+    if (r->o->time_budget_s <= 0 || r->length_decided) snprintf(buf, cap, "%d", r->o->steps);
+    else if (step <= r->step0 || elapsed <= 0) snprintf(buf, cap, "?");
+    else snprintf(buf, cap, "~%.0f", (double)r->step0 + (double)(step - r->step0) * r->o->time_budget_s / elapsed);
+    return buf;
+}
 
 /* One step's figures. */
 typedef struct {
@@ -802,6 +843,7 @@ static nv_err run_setup(train_run *r, nv_ckpt *ck) {
         r->tokens_seen = ck->h.tokens_seen;
         r->cur.rng = ck->h.data_rng;
         r->cur.windows = ck->h.data_windows;
+        if (o->time_budget_s > 0 && ck->h.budget_steps > 0) set_length(r, (long)ck->h.budget_steps), r->length_decided = 1;
         nv_ckpt_close(ck);
         metrics_restore(r->metrics_path, r->step0, &r->tr, &r->va);
         nv_info("resuming %s at step %ld of %d", r->ckpt_path, r->step0, o->steps);
@@ -810,9 +852,10 @@ static nv_err run_setup(train_run *r, nv_ckpt *ck) {
         if (f) fclose(f);
     }
     if (r->world > 1) { /* every process starts from process 0's weights and state: identical from here on */
-        run_state st = {r->step0, r->tokens_seen, r->cur, r->best};
+        run_state st = {r->step0, r->tokens_seen, r->cur, r->best, r->length_decided ? r->opts.steps : 0};
         nv_dist_bcast(&st, sizeof st);
         r->step0 = st.step, r->tokens_seen = st.tokens_seen, r->cur = st.cur, r->best = st.best;
+        if (st.budget_steps > 0) set_length(r, st.budget_steps), r->length_decided = 1;
         r->opt.step = r->step0;
         nv_dist_bcast(r->tm.train_params, (size_t)r->tm.n_train * sizeof(float));
         if (o->resume) { /* a new run's moments are zeros everywhere */
@@ -876,7 +919,9 @@ static eval_figures run_evaluate(train_run *r, long step) {
 
 /* The starting point of the validation curve (fine-tuning shows its gain against it). */
 static void run_first_eval(train_run *r) {
+    const double t0 = nv_now();
     const eval_figures e0 = run_evaluate(r, 0);
+    r->t_first_eval = nv_now() - t0;
     if (!isfinite(e0.val) || !r->lead) return;
     fprintf(r->metrics, "{\"step\":0");
     json_evals(r->metrics, &e0);
@@ -884,8 +929,10 @@ static void run_first_eval(train_run *r) {
     fflush(r->metrics);
     series_add(&r->va, 0.0f, e0.val);
     if (r->quiet) return;
-    if (isnan(e0.mc[1])) fprintf(stderr, "step 0/%d | val %.4f\n", r->o->steps, e0.val);
-    else fprintf(stderr, "step 0/%d | val %.4f | mc %.2f%%\n", r->o->steps, e0.val, 100 * e0.mc[1]);
+    char total[32];
+    steps_text(r, 0, 0, total, sizeof total);
+    if (isnan(e0.mc[1])) fprintf(stderr, "step 0/%s | val %.4f\n", total, e0.val);
+    else fprintf(stderr, "step 0/%s | val %.4f | mc %.2f%%\n", total, e0.val, 100 * e0.mc[1]);
 }
 
 /* A step's gradient, summed over its micro-batches and the job's processes, and its loss: the
@@ -996,21 +1043,23 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
 
 /* The live progress line (on a terminal rewritten in place; else every tenth step, the last and
    those evaluated), with avg the mean seconds of this run's steps. */
-static void show_progress(const train_run *r, long step, const step_figures *f, double avg, int last) {
+static void show_progress(const train_run *r, long step, const step_figures *f, double avg, double elapsed, int last) {
     const nv_train_opts *o = r->o;
     const eval_figures *le = &r->last_eval;
     const double dt = f->t_step;
-    char eta[32], vbuf[64] = "";
-    fmt_duration(eta, sizeof eta, avg * (o->steps - step));
+    char eta[32], vbuf[64] = "", total[32];
+    const int deciding = o->time_budget_s > 0 && !r->length_decided;
+    fmt_duration(eta, sizeof eta, deciding ? fmax(0, o->time_budget_s - elapsed) : avg * (o->steps - step));
+    steps_text(r, step, elapsed, total, sizeof total);
     if (!isnan(le->val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", le->val);
     if (!isnan(le->pref[0])) /* preference data: the validation pairs the model prefers rightly */
         snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", le->pref[0]);
     if (!isnan(le->mc[1])) snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * le->mc[1]);
     char line[512];
     snprintf(line, sizeof line,
-             "step %ld/%d (epoch %.2f) | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, "
+             "step %ld/%s (epoch %.2f) | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, "
              "wait %.0f) | %.3f TFLOP/s | ETA %s",
-             step, o->steps, epochs_of(r->cur.windows, r->epoch_windows), f->loss, vbuf, f->lr,
+             step, total, epochs_of(r->cur.windows, r->epoch_windows), f->loss, vbuf, f->lr,
              (double)r->bt * o->accum / dt, dt * 1e3, f->t_forward * 1e3, f->t_backward * 1e3, f->t_optimizer * 1e3,
              f->t_wait * 1e3, f->flops / dt / 1e12, eta);
     if (r->tty) fprintf(stderr, "\r\033[K%s", line);
@@ -1044,6 +1093,7 @@ static nv_err save_checkpoint(const train_run *r) {
     h.best_val_loss = r->best.val;
     h.best_metric = (int32_t)r->o->best_metric;
     h.evals_since_best = r->best.since;
+    h.budget_steps = r->length_decided ? o->steps : 0;
     NV_TRY(nv_ckpt_save(r->ckpt_path, &h, r->tm.train_params, r->opt.m, r->opt.v));
     /* the adapters as llama.cpp reads them, and as PEFT does (adapter_config.json and
        adapter_model.safetensors in the run folder), with every checkpoint (a run that dies before
@@ -1151,8 +1201,11 @@ static void announce(const train_run *r, double need) {
     } else {
         snprintf(what, sizeof what, "%.2fM parameters", (double)r->tm.m.n_params / 1e6);
     }
-    nv_info("training %s on %s%s: %d steps of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about %.2f GB of memory)",
-            what, nv_engine_name(nv_model_engine(&r->tm.m)), r->procs, o->steps, o->batch, o->seq, o->accum,
+    char length[64];
+    if (o->time_budget_s > 0 && !r->length_decided) snprintf(length, sizeof length, "the steps %g s takes", o->time_budget_s);
+    else snprintf(length, sizeof length, "%d steps", o->steps);
+    nv_info("training %s on %s%s: %s of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about %.2f GB of memory)",
+            what, nv_engine_name(nv_model_engine(&r->tm.m)), r->procs, length, o->batch, o->seq, o->accum,
             r->tm.flops_per_step * r->world * o->accum / 1e9, need / 1e9);
 }
 
@@ -1160,7 +1213,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     /* every check after the agreement on the settings fails on all processes alike */
     failed_together = 0;
     train_run run = {0}, *r = &run;
-    r->o = o;
+    run.opts = *o;
+    o = r->o = &run.opts;
     r->ds = ds;
     r->world = nv_dist_size();
     r->lead = nv_dist_rank() == 0;
@@ -1244,6 +1298,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     int skip_streak = 0; /* updates skipped in a row for a gradient norm that was not finite */
     long last_good = -1; /* the last step of this run whose update was made */
     char diverged_msg[4600] = "";
+    double t_first_done = 0; /* when this run's first step ended (--time-budget times the ones after it) */
     long step0 = r->step0;
     if (o->early_stop > 0 && r->best.since >= o->early_stop) { /* resumed after stopping early: as a finished run */
         if (r->lead)
@@ -1267,6 +1322,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         tot.forward += f.t_forward, tot.backward += f.t_backward, tot.optimizer += f.t_optimizer, tot.wait += f.t_wait;
         tot.step += f.t_step, tot.flops += f.flops;
         tot.steps++;
+        if (tot.steps == 1) t_first_done = nv_now();
+        if (o->time_budget_s > 0 && !r->length_decided && tot.steps >= 5 &&
+            nv_dist_max(nv_now() - t_start >= 0.02 * o->time_budget_s))
+            decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_first_done) / (double)(tot.steps - 1));
         r->last_loss = (float)f.loss;
         const int last = step + 1 == o->steps;
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) f.ev = run_evaluate(r, step + 1);
@@ -1275,7 +1334,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (r->lead) write_metrics(r, step + 1, &f);
         if (isfinite(f.loss)) series_add(&r->tr, (float)(step + 1), (float)f.loss);
         if (isfinite(f.ev.val)) series_add(&r->va, (float)(step + 1), f.ev.val);
-        show_progress(r, step + 1, &f, tot.step / tot.steps, last);
+        show_progress(r, step + 1, &f, tot.step / tot.steps, nv_now() - t_start, last);
         if (r->samples && ((step + 1) % o->sample_every == 0 || last)) {
             if (r->tty) fprintf(stderr, "\n"); /* the step's line stays above its sample */
             write_sample(o, &r->tm.m, step + 1, r->samples, r->quiet);

@@ -53,6 +53,12 @@ typedef struct {
     nv_engine_id engine;
     int quiet;                 /* no live progress line */
     double time_limit_s;       /* stop (checkpointed, clean) after this long; 0 = none */
+    /* time_budget_s > 0: the run's length is what fits this long from its first step, evaluations
+       included: steps is then only a provisional bound until, a few steps in (at least 5, and 2% of the
+       budget), the measured rate decides it; warmup_auto: adamw.warmup_steps is the default, cut to a
+       tenth of the decided steps. The decision is kept in the checkpoint (a resume goes on to it). */
+    double time_budget_s;
+    int warmup_auto;
     /* every sample_every steps (and after the last), sample_tokens tokens the model writes after BOS
        and sample_prompt (NULL: none) with tokenizer, to stderr and the run folder's samples.txt; 0: none.
        Whole-model runs only. */
@@ -78,6 +84,7 @@ typedef struct {
 
 void nv_train_defaults(nv_train_opts *o);
 /* Updates skipped in a row (a gradient norm that is not finite) after which a run stops as diverged. */
+#define NV_TRAIN_BUDGET_STEPS (1 << 30) /* steps before --time-budget decides: a bound never reached */
 #define NV_TRAIN_DIVERGED_STEPS 5
 /* Runs (or resumes) training. Returns NV_OK also when stopped by a signal after saving; a run
  * that diverged saves its checkpoint and model (the weights of the last good update) and returns
