@@ -61,7 +61,7 @@ static void usage(FILE *f) {
             "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
             "  --epochs F: the run's length in passes over the training data instead of --steps: F x its windows\n"
             "          (its tokens / --seq; a chat file's turns) / (--batch x --accum) steps, rounded up\n"
-            "  --time-budget S: the run's length in time instead: after a few steps (at least 5 and 2%% of S) the\n"
+            "  --time-budget S: the run's length in time instead: after a few steps (at least 5 and 5%% of S) the\n"
             "          steps that fit S seconds from the first step at the rate measured, evaluations included;\n"
             "          the LR schedule (and the default warmup, a tenth of them at most) then fits those; a\n"
             "          --resume goes on to the length decided (kept in the checkpoint). --time-limit stops a run\n"

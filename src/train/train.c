@@ -1324,7 +1324,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         tot.steps++;
         if (tot.steps == 1) t_first_done = nv_now();
         if (o->time_budget_s > 0 && !r->length_decided && tot.steps >= 5 &&
-            nv_dist_max(nv_now() - t_start >= 0.02 * o->time_budget_s))
+            nv_dist_max(nv_now() - t_start >= 0.05 * o->time_budget_s))
             decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_first_done) / (double)(tot.steps - 1));
         r->last_loss = (float)f.loss;
         const int last = step + 1 == o->steps;

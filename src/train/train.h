@@ -54,7 +54,7 @@ typedef struct {
     int quiet;                 /* no live progress line */
     double time_limit_s;       /* stop (checkpointed, clean) after this long; 0 = none */
     /* time_budget_s > 0: the run's length is what fits this long from its first step, evaluations
-       included: steps is then only a provisional bound until, a few steps in (at least 5, and 2% of the
+       included: steps is then only a provisional bound until, a few steps in (at least 5, and 5% of the
        budget), the measured rate decides it; warmup_auto: adamw.warmup_steps is the default, cut to a
        tenth of the decided steps. The decision is kept in the checkpoint (a resume goes on to it). */
     double time_budget_s;
