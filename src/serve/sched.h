@@ -66,9 +66,8 @@
  *   cache's chains of an adapter's request start at the adapter's identity instead of 0 (its first
  *   block's parent), so its blocks never match the base's or another adapter's, in RAM or on disk.
  * - Split pages (swa_cache window, or auto where the budget is short, on a model with windowed and
- *   whole-context layers): the pool holds
- *   the whole-context layers; the windowed layers live in wpool, where a sequence owns a ring of
- *   min(wring, its blocks) blocks, reserved at admission with the rest (the head of the queue also
+ *   whole-context layers): the pool holds the whole-context layers; the windowed layers live in
+ *   wpool, where a sequence owns a ring of min(wring, its blocks) blocks, reserved at admission with the rest (the head of the queue also
  *   waits for those) and returned when it ends. Its block k of the windowed layers is ring block k
  *   mod the ring's length; wring covers the window behind a step's first row and the most rows a
  *   step gives a sequence, so no row ever reads a reused block. With the prefix cache (RAM only: no

@@ -510,7 +510,6 @@ typedef struct {
     long budget_steps; /* the length --time-budget decided (0: none yet) */
 } run_state;
 
-
 /* The processes of a job must train the same model on the same data with the same settings, or
    their gradients would be summed into nonsense: each hashes what it was given, and all refuse to
    start unless the hashes agree. (The data are compared by their sizes and the tokens at a few
