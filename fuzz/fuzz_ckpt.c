@@ -12,8 +12,9 @@
  * the layers without RoPE (1224), version 5 the Gemma family's block (1264), version 6 Granite's
  * multipliers (1272), version 7 partial rotation (in a field version 6 reserved), version 8
  * LongRoPE's short set, version 9 OLMo 2's block (in a field version 8 reserved, and QK-norm 2),
- * version 10 the best validation loss (2320); an older header must read none of the later fields,
- * and an accepted best must lie within the run. */
+ * version 10 the best validation loss (2320), version 11 the length --time-budget decided (2328); an
+ * older header must read none of the later fields, an accepted best must lie within the run, and a
+ * decided length must be none or at least the steps done. */
 #include <math.h>
 #include <stddef.h>
 
@@ -32,10 +33,11 @@
 #define FZ_V5_HEADER 1264u /* version 5's: before Granite's multipliers */
 #define FZ_V7_HEADER 1272u /* versions 6 and 7: before LongRoPE's short set */
 #define FZ_V9_HEADER 2304u /* versions 8 and 9: before the best validation loss */
+#define FZ_V10_HEADER 2320u /* version 10: before the decided length */
 
 static int known_header(uint32_t hb) {
     return hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == FZ_V3_HEADER || hb == FZ_V4_HEADER || hb == FZ_V5_HEADER ||
-           hb == FZ_V7_HEADER || hb == FZ_V9_HEADER || hb == sizeof(nv_ckpt_header);
+           hb == FZ_V7_HEADER || hb == FZ_V9_HEADER || hb == FZ_V10_HEADER || hb == sizeof(nv_ckpt_header);
 }
 
 static volatile float sink;
@@ -114,6 +116,9 @@ static void try_load(const uint8_t *data, size_t size) {
     FZ_CHECK(ck.h.best_step >= 0 && ck.h.best_step <= ck.h.step && ck.h.evals_since_best >= 0 && !isinf(ck.h.best_val_loss),
              "a best validation loss out of range accepted");
     FZ_CHECK(version >= 9 || (ck.h.no_pre_norms == 0 && ck.h.qk_norm <= 1), "a version %u header read OLMo 2's block", version);
+    FZ_CHECK(version >= 11 || ck.h.budget_steps == 0, "a version %u header read a decided length", version);
+    FZ_CHECK(ck.h.budget_steps == 0 || (ck.h.budget_steps >= ck.h.step && ck.h.budget_steps <= INT32_MAX),
+             "a decided length of %lld at step %lld accepted", (long long)ck.h.budget_steps, (long long)ck.h.step);
     const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};
     FZ_CHECK(!lora.rank || nv_lora_validate(&c, &lora) == NV_OK, "accepted LoRA shape is invalid: %s", nv_errmsg());
     FZ_CHECK(ck.h.n_params == (lora.rank ? nv_lora_param_count(&c, &lora) : nv_config_param_count(&c)),

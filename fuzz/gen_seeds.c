@@ -464,7 +464,7 @@ static void ckpts(void) {
         h.seed = 42;
         h.last_loss = 2.5f;
         h.last_val_loss = 2.75f;
-        h.best_step = 2, h.best_val_loss = 2.7f, h.evals_since_best = 1;
+        h.best_step = 2, h.best_val_loss = 2.7f, h.evals_since_best = 1, h.budget_steps = i == 3 ? 40 : 0;
         /* adam m and v: the weights scaled, so the three arrays differ */
         float *mo = malloc(m.n_params * 4), *vo = malloc(m.n_params * 4);
         if (!mo || !vo) exit(1);
