@@ -760,9 +760,11 @@ static void admit(nv_sched *s) {
         }
         int need = r->blocks_needed - hits; /* blocks of its own, disk restores included */
         const int wneed = ring_blocks(s, r->blocks_needed);
-        if (wneed) ck = ckpt_make_room(s, wneed, ck);
-        if (nv_kv_available(&s->pool) < need + idle_hits || (wneed && nv_kv_available(&s->wpool) < wneed))
-            break; /* the head waits; nobody overtakes it */
+        if (nv_kv_available(&s->pool) < need + idle_hits) break; /* the head waits; nobody overtakes it */
+        if (wneed) {
+            ck = ckpt_make_room(s, wneed, ck); /* checkpoints go only for a request the pool holds */
+            if (nv_kv_available(&s->wpool) < wneed) break;
+        }
         s->wait_head = r->next;
         if (!s->wait_head) s->wait_tail = NULL;
         s->n_waiting--;
