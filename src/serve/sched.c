@@ -433,11 +433,13 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->o = *o;
     const nv_config *c = &model->config;
     const nv_kv_dtype dtype = o->kv_dtype ? o->kv_dtype : NV_KV_F16;
-    /* auto: split when every layer's keys and values of the whole context would not fit the budget */
+    /* auto: split when every layer's keys and values of the whole context would not fit the budget
+       (a block id's bytes: the model's every layer, and a draft model's) */
+    const uint64_t id_bytes = nv_kv_block_bytes(c, o->block_size, dtype) +
+                              (o->draft ? nv_kv_block_bytes(&o->draft->config, o->block_size, dtype) : 0);
     const int split = nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) > 0 && nv_kv_layers_count(c, NV_KV_LAYERS_FULL) > 0 &&
                       (o->swa_cache == NV_SWA_WINDOW ||
-                       (o->swa_cache == NV_SWA_AUTO &&
-                        o->kv_bytes / nv_kv_block_bytes(c, o->block_size, dtype) * (uint64_t)o->block_size < (uint64_t)c->seq_len));
+                       (o->swa_cache == NV_SWA_AUTO && o->kv_bytes / id_bytes * (uint64_t)o->block_size < (uint64_t)c->seq_len));
     const nv_kv_layers held = split ? NV_KV_LAYERS_FULL : NV_KV_LAYERS_ALL;
     uint64_t kv_bytes = o->kv_bytes;
     nv_err e = NV_OK;
