@@ -1003,7 +1003,8 @@ static void *wc_client_main(void *arg) {
 
 /* --swa-cache window under concurrency: four clients at once, three requests each (a prompt, the
  * same prompt continued, another), through two sequences at a time, so requests queue for rings and
- * checkpoints are evicted while others are made and resumed; every answer is the one a server
+ * checkpoints are evicted while others are made and resumed, with a draft model (the model itself)
+ * proposing tokens; every answer is the one a server
  * without the cache and with every position of every layer gives the same prompt alone, and
  * afterwards no block is taken but the kept checkpoints. */
 static void test_serve_window_cache_concurrent(void) {
@@ -1018,7 +1019,10 @@ static void test_serve_window_cache_concurrent(void) {
         for (int q = 0; q < WC_EACH; q++) w[i].prompt[q] = prompts[i][q], w[i].got[q] = NULL;
     }
     server sv;
-    if (server_spawn(&sv, "gwc-window", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 8 --max-batch 2 --swa-cache window", 30)) {
+    /* the model drafts for itself: its draft's keys and values sit on full pages under the pool's block ids */
+    char flags[1000];
+    snprintf(flags, sizeof flags, "--kv-block 4 --prefill-chunk 8 --max-batch 2 --swa-cache window --model-draft '%s' --spec-tokens 3", model);
+    if (server_spawn(&sv, "gwc-window", NULL, NULL, model, NULL, flags, 30)) {
         pthread_t th[WC_CLIENTS];
         for (int i = 0; i < WC_CLIENTS; i++) {
             w[i].port = sv.port;
