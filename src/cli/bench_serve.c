@@ -770,10 +770,7 @@ int bench_prefix(int argc, char **argv, const bench_opts *o) {
     int prefix = o->quick ? 400 : 2000, fresh = o->quick ? 20 : 50, reps = o->quick ? 2 : 3, keep_cache = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--keep-page-cache")) {
-            keep_cache = 1;
-            continue;
-        }
+        if (cli_switch(a, "--keep-page-cache", &keep_cache, 1)) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "--prefix")) { if (!cli_int(CMD, a, v, 16, 1 << 20, &prefix)) return 2; }
         else if (!strcmp(a, "--new")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &fresh)) return 2; }

@@ -5,6 +5,7 @@
 #define NV_CLI_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/engine.h"
 #include "model/batch.h"
@@ -58,6 +59,12 @@ int cli_experts(const char *cmd, int experts, int *used);
 int cli_kv_dtype(const char *cmd, const char *flag, const char *s, nv_kv_dtype *out);
 /* The value after argv[*i] (advancing *i), or NULL after printing a usage error. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* A flag without a value: 1 (and *out = value) when a is flag, else 0. */
+static inline int cli_switch(const char *a, const char *flag, int *out, int value) {
+    if (strcmp(a, flag) != 0) return 0;
+    *out = value;
+    return 1;
+}
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A text file a flag names, whole, into *out (NUL-terminated; len its bytes, or NULL): 1, or 0 after
    one line on stderr when it cannot be read or holds a NUL byte (*out then NULL). */

@@ -131,10 +131,7 @@ int cmd_chat(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--no-think")) {
-            no_think = 1;
-            continue;
-        }
+        if (cli_switch(a, "--no-think", &no_think, 1)) continue;
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;

@@ -134,10 +134,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
             in = a;
             continue;
         }
-        if (!strcmp(a, "--pure")) {
-            pure = 1;
-            continue;
-        }
+        if (cli_switch(a, "--pure", &pure, 1)) continue;
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;

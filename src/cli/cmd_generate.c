@@ -185,14 +185,9 @@ int cmd_generate(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--json")) {
-            json_object = 1;
+        if (cli_switch(a, "--json", &json_object, 1) ||
+            cli_switch(a, "--no-tune", &no_tune, 1))
             continue;
-        }
-        if (!strcmp(a, "--no-tune")) {
-            no_tune = 1;
-            continue;
-        }
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;

@@ -238,26 +238,12 @@ int cmd_serve(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--cors")) {
-            cors = 1;
+        if (cli_switch(a, "--cors", &cors, 1) ||
+            cli_switch(a, "--no-prefix-cache", &prefix_cache, 0) ||
+            cli_switch(a, "--no-webui", &webui, 0) ||
+            cli_switch(a, "--no-tune", &no_tune, 1) ||
+            cli_switch(a, "--allow-lora-updates", &lora_updates, 1))
             continue;
-        }
-        if (!strcmp(a, "--no-prefix-cache")) {
-            prefix_cache = 0;
-            continue;
-        }
-        if (!strcmp(a, "--no-webui")) {
-            webui = 0;
-            continue;
-        }
-        if (!strcmp(a, "--no-tune")) {
-            no_tune = 1;
-            continue;
-        }
-        if (!strcmp(a, "--allow-lora-updates")) {
-            lora_updates = 1;
-            continue;
-        }
         if (!strcmp(a, "--lora-modules")) { /* NAME=ADAPTER, then more such words until the next flag */
             if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
             for (;;) {
