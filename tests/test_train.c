@@ -1863,10 +1863,14 @@ static long last_step(const char *dir) {
     return step;
 }
 
-/* The length a run's log says --time-budget decided (-1: none). */
+/* The length a run's log says --time-budget decided last (-1: none). */
 static long budget_steps(const char *err) {
-    const char *at = strstr(err, "--time-budget "), *p = at ? strstr(at, "s: ") : NULL;
-    return p ? atol(p + 3) : -1;
+    long n = -1;
+    for (const char *at = strstr(err, "--time-budget "); at; at = strstr(at + 1, "--time-budget ")) {
+        const char *p = strstr(at, "s: ");
+        if (p) n = atol(p + 3);
+    }
+    return n;
 }
 
 /* --time-budget: a few steps in, the run's measured rate decides how many steps fit, and it ends

@@ -760,11 +760,12 @@ static void set_length(train_run *r, long total) {
 }
 
 /* --time-budget: the steps that fit what is left of it (done steps so far, `elapsed` seconds since the
-   run's start, per_step seconds a step after its first: progress and metrics included) with an
-   evaluation's cost (the first's) every eval_every steps; process 0's figures for every process. */
-static void decide_length(train_run *r, long done, double elapsed, double per_step) {
+   run's start) at per_step seconds a step (its wall time: progress and metrics included) and
+   per_eval more for the evaluations; process 0's figures for every process. `again`: the second
+   plan, which corrects the first by the steps since. */
+static void decide_length(train_run *r, long done, double elapsed, double per_step, double per_eval, int again) {
     const nv_train_opts *o = r->o;
-    const double per_eval = o->eval_every > 0 ? r->t_first_eval / o->eval_every : 0, left = o->time_budget_s - elapsed;
+    const double left = o->time_budget_s - elapsed;
     long total = done + (left > 0 ? (long)(left / (per_step + per_eval)) : 0);
     if (total > NV_TRAIN_BUDGET_STEPS) total = NV_TRAIN_BUDGET_STEPS;
     if (r->world > 1) nv_dist_bcast(&total, sizeof total);
@@ -772,8 +773,12 @@ static void decide_length(train_run *r, long done, double elapsed, double per_st
     r->length_decided = 1;
     if (!r->lead) return;
     if (r->tty) fprintf(stderr, "\n");
-    nv_info("--time-budget %gs: %ld steps (%.0f ms a step%s after %.1f s; warmup %d)", o->time_budget_s, total, per_step * 1e3,
-            per_eval > 0 ? " and the evaluations" : "", elapsed, r->opt.o.warmup_steps);
+    if (again)
+        nv_info("--time-budget %gs: %ld steps, planned again %.1f s in (%.0f ms a step since, evaluations included)",
+                o->time_budget_s, total, elapsed, per_step * 1e3);
+    else
+        nv_info("--time-budget %gs: %ld steps (%.0f ms a step%s after %.1f s; warmup %d)", o->time_budget_s, total,
+                per_step * 1e3, per_eval > 0 ? " and the evaluations" : "", elapsed, r->opt.o.warmup_steps);
 }
 
 /* "N", or "~N" while --time-budget has not decided the length (N: the budget's worth at the rate so
@@ -1297,7 +1302,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     int skip_streak = 0; /* updates skipped in a row for a gradient norm that was not finite */
     long last_good = -1; /* the last step of this run whose update was made */
     char diverged_msg[4600] = "";
-    double t_first_done = 0; /* when this run's first step ended (--time-budget times the ones after it) */
+    /* --time-budget: when this run's first step ended (the plan times the ones after it), and the step
+       and time of the first plan, which a second one at 30% of the budget corrects (a run resumed with
+       its length decided keeps it) */
+    double t_first_done = 0, t_planned = 0;
+    long planned_at = 0;
+    int replanned = r->length_decided;
     long step0 = r->step0;
     if (o->early_stop > 0 && r->best.since >= o->early_stop) { /* resumed after stopping early: as a finished run */
         if (r->lead)
@@ -1323,8 +1333,14 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         tot.steps++;
         if (tot.steps == 1) t_first_done = nv_now();
         if (o->time_budget_s > 0 && !r->length_decided && tot.steps >= 5 &&
-            nv_dist_max(nv_now() - t_start >= 0.05 * o->time_budget_s))
-            decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_first_done) / (double)(tot.steps - 1));
+            nv_dist_max(nv_now() - t_start >= 0.05 * o->time_budget_s)) {
+            decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_first_done) / (double)(tot.steps - 1),
+                          o->eval_every > 0 ? r->t_first_eval / o->eval_every : 0, 0);
+            planned_at = step + 1, t_planned = nv_now();
+        } else if (planned_at && !replanned && nv_dist_max(nv_now() - t_start >= 0.3 * o->time_budget_s)) {
+            decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_planned) / (double)(step + 1 - planned_at), 0, 1);
+            replanned = 1;
+        }
         r->last_loss = (float)f.loss;
         const int last = step + 1 == o->steps;
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) f.ev = run_evaluate(r, step + 1);

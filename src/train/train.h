@@ -55,8 +55,9 @@ typedef struct {
     double time_limit_s;       /* stop (checkpointed, clean) after this long; 0 = none */
     /* time_budget_s > 0: the run's length is what fits this long from its first step, evaluations
        included: steps is then only a provisional bound until, a few steps in (at least 5, and 5% of the
-       budget), the measured rate decides it; warmup_auto: adamw.warmup_steps is the default, cut to a
-       tenth of the decided steps. The decision is kept in the checkpoint (a resume goes on to it). */
+       budget), the measured rate decides it, and at 30% of the budget the rate since corrects it once;
+       warmup_auto: adamw.warmup_steps is the default, cut to a tenth of the first decision. The
+       decision is kept in the checkpoint (a resume goes on to it and plans no more). */
     double time_budget_s;
     int warmup_auto;
     /* every sample_every steps (and after the last), sample_tokens tokens the model writes after BOS
