@@ -678,7 +678,11 @@ static void hf_written(int gen) {
         snprintf(args, sizeof args, "info -m '%s'", path);
         T_CHECK(t_nerve(args) == 0 && strstr(t_out, "QK-norm over whole projections") &&
                     strstr(t_out, "block:    OLMo 2's: RMSNorm after the attention and the FFN, none before") &&
-                    (gen == 10 || strstr(t_out, "window:   5 positions in 2 of 4 layers")),
+                    (gen == 10 || strstr(t_out, "window:   5 positions in 2 of 4 layers")) &&
+                    /* serve's fp16 cache: 2 x 32 values of 2 bytes a layer; split, the ring is the context's 4 blocks */
+                    strstr(t_out, gen == 10 ? "kv:       f16 512 bytes a position (the context of 64: 32.0 KiB)\n"
+                                            : "kv:       f16 512 bytes a position (the context of 64: 32.0 KiB); split (serve "
+                                              "--swa-cache window): 256 bytes a position (16.0 KiB) and a ring of 16.0 KiB a sequence"),
                 "info: %s%s", t_out, t_err);
     }
     if (gen == 4) { /* SmolLM3's forms: the list alone (its released config.json), the interval alone; a list that is not a period */

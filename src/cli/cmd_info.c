@@ -8,6 +8,7 @@
 #include "base/cpu.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "model/batch.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "train/dist.h"
@@ -55,6 +56,37 @@ static int gguf_types(const char *path, uint64_t file_bytes) {
 }
 
 /* nerve info -m MODEL: the shape the loader reads and the file's size; for GGUF, its types. */
+
+/* bytes as "512 bytes", "3.0 KiB", "24.0 MiB" or "1.50 GiB" */
+static const char *fmt_bytes(double b, char *buf, size_t cap) {
+    if (b < 1024) snprintf(buf, cap, "%.0f bytes", b);
+    else if (b < 1048576.0) snprintf(buf, cap, "%.1f KiB", b / 1024);
+    else if (b < 1073741824.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+    else snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+    return buf;
+}
+
+/* What serve's KV cache takes (its default fp16 pages): a position of every layer and the whole
+   context; and on split pages (--swa-cache window), a position of the whole-context layers and a
+   sequence's ring of windowed-layer blocks at the default blocks of 16 and prompt chunks of 512. */
+static void print_kv_sizes(const nv_config *c) {
+    enum { BLOCK = 16, CHUNK = 512 };
+    char a[32], b[32], d[32], e[32];
+    const double all = (double)nv_kv_block_bytes(c, 1, NV_KV_F16);
+    printf("kv:       f16 %s a position (the context of %d: %s)", fmt_bytes(all, a, sizeof a), c->seq_len,
+           fmt_bytes(all * c->seq_len, b, sizeof b));
+    if (nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) && nv_kv_layers_count(c, NV_KV_LAYERS_FULL)) {
+        const double whole = (double)nv_kv_block_bytes_of(c, 1, NV_KV_F16, NV_KV_LAYERS_FULL);
+        long ring = (CHUNK + c->swa_window - 2) / BLOCK + 2, blocks = (c->seq_len + BLOCK - 1) / BLOCK;
+        if (ring > blocks) ring = blocks;
+        printf("; split (serve --swa-cache window): %s a position (%s) and a ring of %s a sequence (blocks of %d, chunks of %d)",
+               fmt_bytes(whole, d, sizeof d), fmt_bytes(whole * c->seq_len, e, sizeof e),
+               fmt_bytes((double)ring * (double)nv_kv_block_bytes_of(c, BLOCK, NV_KV_F16, NV_KV_LAYERS_WINDOWED), a, sizeof a),
+               BLOCK, CHUNK);
+    }
+    printf("\n");
+}
+
 static int model_info(const char *path) {
     nv_model m;
     if (nv_model_load_quantized(path, &m) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
@@ -99,6 +131,7 @@ static int model_info(const char *path) {
                (double)nv_config_emb_scale(c), (double)nv_config_attn_div(c), (double)nv_config_residual_scale(c),
                (double)nv_config_logit_div(c));
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
+    print_kv_sizes(c);
     nv_model_free(&m);
     if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);
     return 0;
