@@ -96,6 +96,7 @@ struct nv_req {
     int n_hashed;                  /* blocks 0..n_hashed-1 are hashed (and indexed when they could be) */
     int restore_next, restore_end; /* blocks [restore_next, restore_end) wait to be read from disk */
     int n_cached;                  /* prompt tokens served from the cache */
+    int snapped;                   /* split pages: the window at its prompt's end was offered as a checkpoint */
     int disk_from;                 /* the first block asked of the SSD tier */
 };
 
@@ -551,6 +552,13 @@ static void ckpt_drop(nv_sched *s, int i) {
     s->ckpts[i] = s->ckpts[--s->n_ckpts];
 }
 
+/* The store is full: the least recently used checkpoint goes. */
+static void ckpt_drop_oldest(nv_sched *s) {
+    int old = 0;
+    for (int i = 1; i < s->n_ckpts; i++) old = s->ckpts[i].used < s->ckpts[old].used ? i : old;
+    ckpt_drop(s, old);
+}
+
 /* Frees the least recently used checkpoints (other than `keep`) until wpool can reserve `need`;
  * returns keep's index, which dropping others may move. */
 static int ckpt_make_room(nv_sched *s, int need, int keep) {
@@ -570,11 +578,7 @@ static int ckpt_make_room(nv_sched *s, int need, int keep) {
 static int ckpt_keep(nv_sched *s, nv_req *r) {
     const int n_ring = ring_held(r), lo = r->n_alloc - n_ring, end = r->n_hashed;
     if (!s->prefix_on || !s->wring || r->embed || end <= lo) return 0;
-    if (s->n_ckpts == s->cap_ckpts) { /* as many as sequences run: the least recently used goes */
-        int old = 0;
-        for (int i = 1; i < s->n_ckpts; i++) old = s->ckpts[i].used < s->ckpts[old].used ? i : old;
-        ckpt_drop(s, old);
-    }
+    if (s->n_ckpts == s->cap_ckpts) ckpt_drop_oldest(s);
     nv_swa_ckpt c = {malloc((size_t)n_ring * sizeof(int32_t)), n_ring, r->n_wring, lo, end,
                      malloc((size_t)(end - lo) * sizeof(uint64_t)), ++s->ckpt_clock};
     if (!c.ring || !c.hashes) {
@@ -587,6 +591,34 @@ static int ckpt_keep(nv_sched *s, nv_req *r) {
     s->ckpts[s->n_ckpts++] = c;
     s->ckpt_blocks += n_ring;
     return 1;
+}
+
+/* Split pages, once r's prompt has run: the window behind its prompt's last full blocks copied into
+   blocks of their own, as a checkpoint, when the windowed pool has them to spare (a snapshot never
+   takes room a sequence has reserved, and goes first when one needs it). A finished sequence's ring
+   holds only what its last steps touched: after a long answer, this is what the same prompt (asked
+   again, or with another answer) continues from. */
+static void ckpt_snapshot(nv_sched *s, nv_req *r) {
+    r->snapped = 1;
+    const int B = s->wpool.block_size, end = r->n_hashed;
+    const int lo = end > 1 ? window_block(s, (long)(end - 1) * B) : 0, n = end - lo; /* hits at end and end - 1 */
+    if (end < 1 || n < 1 || !nv_kv_reserve(&s->wpool, n)) return;
+    if (s->n_ckpts == s->cap_ckpts) ckpt_drop_oldest(s);
+    nv_swa_ckpt c = {malloc((size_t)n * sizeof(int32_t)), n, n, lo, end, malloc((size_t)n * sizeof(uint64_t)), ++s->ckpt_clock};
+    if (!c.ring || !c.hashes) {
+        free(c.ring);
+        free(c.hashes);
+        nv_kv_unreserve(&s->wpool, n);
+        return;
+    }
+    for (int k = lo; k < end; k++) { /* block k at ring[k % n], as in a ring of n */
+        c.ring[k % n] = nv_kv_alloc(&s->wpool);
+        memcpy(nv_kv_block_data(&s->wpool.pages, c.ring[k % n]), nv_kv_block_data(&s->wpool.pages, r->wblocks[k]),
+               s->wpool.block_bytes);
+    }
+    memcpy(c.hashes, r->hashes + lo, (size_t)n * sizeof(uint64_t));
+    s->ckpts[s->n_ckpts++] = c;
+    s->ckpt_blocks += n;
 }
 
 /* The checkpoint a prompt whose first `hits` blocks are in the prefix cache can continue, and at
@@ -1369,6 +1401,7 @@ static void *sched_loop(void *arg) {
             nv_req *r = s->step_req[i];
             /* an embedded document's blocks are not kept for others (no one asks for its prefix) */
             if (s->prefix_on && e == NV_OK && !r->embed) index_full_blocks(s, r);
+            if (s->wring && s->prefix_on && e == NV_OK && !r->embed && !r->snapped && r->pos >= r->n_prompt) ckpt_snapshot(s, r);
             if (r->emit.len) {
                 nv_buf_append(&r->out, r->emit.data, r->emit.len);
                 nv_buf_consume(&r->emit, r->emit.len);

@@ -73,7 +73,9 @@
  *   step gives a sequence, so no row ever reads a reused block. With the prefix cache (RAM only: no
  *   SSD tier), a finished sequence's ring is kept as a checkpoint, and a prompt reuses its cached
  *   prefix only as far as a checkpoint holds the window behind it (the window is copied into its
- *   own ring); the least recently used checkpoint goes when a sequence needs its blocks.
+ *   own ring); once a prompt has run, the window behind it is also copied into spare blocks as a
+ *   checkpoint (the same prompt again after a long answer); the least recently used checkpoint goes
+ *   when a sequence needs its blocks.
  * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
  *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
 #ifndef NV_SERVE_SCHED_H
