@@ -224,6 +224,22 @@ static inline int http(int port, const char *method, const char *path, const cha
     return ok;
 }
 
+/* The value of a metric line "name value" in the server's /metrics (exact name, labels included), or -1. */
+static inline double metric(int port, const char *name) {
+    resp r;
+    double v = -1;
+    if (http(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200) {
+        size_t nl = strlen(name);
+        for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+            if (!strncmp(p, name, nl) && p[nl] == ' ') {
+                v = atof(p + nl + 1);
+                break;
+            }
+    }
+    resp_free(&r);
+    return v;
+}
+
 /* Serves model (with vocab, or the file's own vocabulary when NULL, and the extra serve flags) as
  * `name`, asks one chat turn "a" (3 tokens at temperature 0) and stops the server: the answer's
  * prompt_tokens, or -1 (the reason on stderr) when the server did not start, did not answer 200 with

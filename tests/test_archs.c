@@ -869,18 +869,6 @@ static char *greedy_completion(int port, const char *prompt, int max_tokens, int
     return out;
 }
 
-/* The prometheus gauge `name` in the server's /metrics, or -1. */
-static long metric(int port, const char *name) {
-    resp r = {0};
-    long v = -1;
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *at = http(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200 && r.body ? strstr(r.body, key) : NULL;
-    if (at) v = atol(at + strlen(key));
-    resp_free(&r);
-    return v;
-}
-
 /* A JSON list of n token ids of the test vocabulary, the same for the same seed. */
 static void token_list(char *out, size_t cap, int n, unsigned seed) {
     size_t at = (size_t)snprintf(out, cap, "[1");
@@ -975,7 +963,7 @@ static void test_serve_window_cache(void) {
                         metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 && metric(sv.port, "nerve_kv_window_blocks_kept") > 0 &&
                         metric(sv.port, "nerve_kv_window_blocks_kept") <= 12 &&
                         metric(sv.port, "nerve_kv_blocks_in_use") == 0,
-                    "after the requests: windowed blocks in use %ld, reserved %ld, kept %ld", metric(sv.port, "nerve_kv_window_blocks_in_use"),
+                    "after the requests: windowed blocks in use %g, reserved %g, kept %g", metric(sv.port, "nerve_kv_window_blocks_in_use"),
                     metric(sv.port, "nerve_kv_window_blocks_reserved"), metric(sv.port, "nerve_kv_window_blocks_kept"));
         }
         free(log);
@@ -1044,7 +1032,7 @@ static void test_serve_window_cache_concurrent(void) {
                     metric(sv.port, "nerve_kv_blocks_in_use") == 0 && metric(sv.port, "nerve_kv_blocks_reserved") == 0 &&
                     metric(sv.port, "nerve_kv_window_blocks_kept") > 0 &&
                     metric(sv.port, "nerve_kv_window_blocks_kept") <= metric(sv.port, "nerve_kv_window_blocks_total"),
-                "after the clients: windowed blocks in use %ld, kept %ld of %ld, %ld prompt tokens from the cache",
+                "after the clients: windowed blocks in use %g, kept %g of %g, %g prompt tokens from the cache",
                 metric(sv.port, "nerve_kv_window_blocks_in_use"),
                 metric(sv.port, "nerve_kv_window_blocks_kept"), metric(sv.port, "nerve_kv_window_blocks_total"),
                 metric(sv.port, "nerve_prefix_cached_tokens_total"));
@@ -1054,7 +1042,7 @@ static void test_serve_window_cache_concurrent(void) {
         for (int q = 0; q < 2; q++) free(greedy_completion(sv.port, prompts[0][q], wc_tokens[q], &n, &cached[q], &status));
         T_CHECK(cached[1] == 48, "the continued prompt took %d tokens from the cache, not 48", cached[1]);
         if (getenv("T_VERBOSE"))
-            printf("    %ld prompt tokens from the cache\n", metric(sv.port, "nerve_prefix_cached_tokens_total"));
+            printf("    %g prompt tokens from the cache\n", metric(sv.port, "nerve_prefix_cached_tokens_total"));
         T_CHECK(server_stop_within(&sv, 20) == 0, "the windowed server did not exit 0");
     } else {
         T_CHECK(0, "the windowed server did not start");

@@ -206,27 +206,6 @@ static void stream_finish(stream *st, result *out) {
     free(st->buf);
 }
 
-/* The value of a metric line "name value" (exact name, labels included), or -1. */
-static double metric(int port, const char *name) {
-    int fd = connect_to(port);
-    if (fd < 0) return -1;
-    char *buf = NULL;
-    size_t len = 0;
-    double v = -1;
-    if (send_request(fd, "GET", "/metrics", NULL)) read_rest(fd, &buf, &len);
-    close(fd);
-    int status;
-    char *body = buf ? body_of(buf, &status) : NULL;
-    size_t nl = strlen(name);
-    for (const char *p = body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, name, nl) && p[nl] == ' ') {
-            v = atof(p + nl + 1);
-            break;
-        }
-    free(buf);
-    return v;
-}
-
 static int wait_pool_idle(int port) {
     for (double t0 = now_s(); now_s() - t0 < 20; sleep_ms(20))
         if (metric(port, "nerve_running_sequences") == 0 && metric(port, "nerve_kv_blocks_in_use") == 0 &&

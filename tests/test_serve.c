@@ -41,21 +41,6 @@ static int server_stop(server *s) { return server_stop_within(s, 20); }
 
 static int connect_to(int port) { return connect_to_within(port, 60); }
 
-/* The value of a metric line "name value" (exact name, labels included), or -1. */
-static double metric(int port, const char *name) {
-    resp r;
-    double v = -1;
-    if (http(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200) {
-        size_t nl = strlen(name);
-        for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-            if (!strncmp(p, name, nl) && p[nl] == ' ') {
-                v = atof(p + nl + 1);
-                break;
-            }
-    }
-    resp_free(&r);
-    return v;
-}
 
 /* Waits (bounded) until no sequence runs and every KV block is free. */
 static int wait_pool_idle(int port) {

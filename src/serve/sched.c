@@ -552,20 +552,19 @@ static void ckpt_drop(nv_sched *s, int i) {
     s->ckpts[i] = s->ckpts[--s->n_ckpts];
 }
 
-/* The store is full: the least recently used checkpoint goes. */
-static void ckpt_drop_oldest(nv_sched *s) {
-    int old = 0;
-    for (int i = 1; i < s->n_ckpts; i++) old = s->ckpts[i].used < s->ckpts[old].used ? i : old;
-    ckpt_drop(s, old);
+/* The least recently used checkpoint other than `keep` (-1: none). */
+static int ckpt_oldest(const nv_sched *s, int keep) {
+    int old = -1;
+    for (int i = 0; i < s->n_ckpts; i++)
+        if (i != keep && (old < 0 || s->ckpts[i].used < s->ckpts[old].used)) old = i;
+    return old;
 }
 
 /* Frees the least recently used checkpoints (other than `keep`) until wpool can reserve `need`;
  * returns keep's index, which dropping others may move. */
 static int ckpt_make_room(nv_sched *s, int need, int keep) {
     while (nv_kv_available(&s->wpool) < need) {
-        int old = -1;
-        for (int i = 0; i < s->n_ckpts; i++)
-            if (i != keep && (old < 0 || s->ckpts[i].used < s->ckpts[old].used)) old = i;
+        const int old = ckpt_oldest(s, keep);
         if (old < 0) break;
         if (keep == s->n_ckpts - 1) keep = old; /* the last moves into the dropped one's place */
         ckpt_drop(s, old);
@@ -573,24 +572,37 @@ static int ckpt_make_room(nv_sched *s, int need, int keep) {
     return keep;
 }
 
+/* A new checkpoint of r's blocks [lo, end) (their chain hashes copied), whose n_ring blocks the
+ * caller puts in its ring (block k at ring[k % ring_len]); the least recently used goes when the
+ * store is full. NULL when out of memory. */
+static nv_swa_ckpt *ckpt_new(nv_sched *s, const nv_req *r, int n_ring, int ring_len, int lo, int end) {
+    if (s->n_ckpts == s->cap_ckpts) ckpt_drop(s, ckpt_oldest(s, -1));
+    nv_swa_ckpt c = {malloc((size_t)n_ring * sizeof(int32_t)), n_ring, ring_len, lo, end,
+                     malloc((size_t)(end - lo) * sizeof(uint64_t)), ++s->ckpt_clock};
+    if (!c.ring || !c.hashes) {
+        free(c.ring);
+        free(c.hashes);
+        return NULL;
+    }
+    memcpy(c.hashes, r->hashes + lo, (size_t)(end - lo) * sizeof(uint64_t));
+    s->ckpt_blocks += n_ring;
+    s->ckpts[s->n_ckpts] = c;
+    return &s->ckpts[s->n_ckpts++];
+}
+
+/* Copies a windowed-layer block's keys and values into another. */
+static void wblock_copy(nv_sched *s, int32_t to, int32_t from) {
+    memcpy(nv_kv_block_data(&s->wpool.pages, to), nv_kv_block_data(&s->wpool.pages, from), s->wpool.block_bytes);
+}
+
 /* A finished sequence's ring as a checkpoint; 0 (the caller returns the ring) when it has no full
  * block it could be continued from. */
 static int ckpt_keep(nv_sched *s, nv_req *r) {
     const int n_ring = ring_held(r), lo = r->n_alloc - n_ring, end = r->n_hashed;
     if (!s->prefix_on || !s->wring || r->embed || end <= lo) return 0;
-    if (s->n_ckpts == s->cap_ckpts) ckpt_drop_oldest(s);
-    nv_swa_ckpt c = {malloc((size_t)n_ring * sizeof(int32_t)), n_ring, r->n_wring, lo, end,
-                     malloc((size_t)(end - lo) * sizeof(uint64_t)), ++s->ckpt_clock};
-    if (!c.ring || !c.hashes) {
-        free(c.ring);
-        free(c.hashes);
-        return 0;
-    }
-    memcpy(c.ring, r->wblocks, (size_t)n_ring * sizeof(int32_t));
-    memcpy(c.hashes, r->hashes + lo, (size_t)(end - lo) * sizeof(uint64_t));
-    s->ckpts[s->n_ckpts++] = c;
-    s->ckpt_blocks += n_ring;
-    return 1;
+    nv_swa_ckpt *c = ckpt_new(s, r, n_ring, r->n_wring, lo, end);
+    if (c) memcpy(c->ring, r->wblocks, (size_t)n_ring * sizeof(int32_t));
+    return c != NULL;
 }
 
 /* Split pages, once r's prompt has run: the window behind its prompt's last full blocks copied into
@@ -603,22 +615,15 @@ static void ckpt_snapshot(nv_sched *s, nv_req *r) {
     const int B = s->wpool.block_size, end = r->n_hashed;
     const int lo = end > 1 ? window_block(s, (long)(end - 1) * B) : 0, n = end - lo; /* hits at end and end - 1 */
     if (end < 1 || n < 1 || !nv_kv_reserve(&s->wpool, n)) return;
-    if (s->n_ckpts == s->cap_ckpts) ckpt_drop_oldest(s);
-    nv_swa_ckpt c = {malloc((size_t)n * sizeof(int32_t)), n, n, lo, end, malloc((size_t)n * sizeof(uint64_t)), ++s->ckpt_clock};
-    if (!c.ring || !c.hashes) {
-        free(c.ring);
-        free(c.hashes);
+    nv_swa_ckpt *c = ckpt_new(s, r, n, n, lo, end);
+    if (!c) {
         nv_kv_unreserve(&s->wpool, n);
         return;
     }
     for (int k = lo; k < end; k++) { /* block k at ring[k % n], as in a ring of n */
-        c.ring[k % n] = nv_kv_alloc(&s->wpool);
-        memcpy(nv_kv_block_data(&s->wpool.pages, c.ring[k % n]), nv_kv_block_data(&s->wpool.pages, r->wblocks[k]),
-               s->wpool.block_bytes);
+        c->ring[k % n] = nv_kv_alloc(&s->wpool);
+        wblock_copy(s, c->ring[k % n], r->wblocks[k]);
     }
-    memcpy(c.hashes, r->hashes + lo, (size_t)n * sizeof(uint64_t));
-    s->ckpts[s->n_ckpts++] = c;
-    s->ckpt_blocks += n;
 }
 
 /* The checkpoint a prompt whose first `hits` blocks are in the prefix cache can continue, and at
@@ -642,9 +647,7 @@ static int ckpt_find(const nv_sched *s, const nv_req *r, int hits, int *at) {
 static void ckpt_resume(nv_sched *s, nv_req *r, int ck, int at) {
     nv_swa_ckpt *c = &s->ckpts[ck];
     for (int k = 0; k < at; k++) ring_take(s, r, k);
-    for (int k = window_block(s, (long)at * s->wpool.block_size); k < at; k++)
-        memcpy(nv_kv_block_data(&s->wpool.pages, r->wblocks[k]), nv_kv_block_data(&s->wpool.pages, c->ring[k % c->ring_len]),
-               s->wpool.block_bytes);
+    for (int k = window_block(s, (long)at * s->wpool.block_size); k < at; k++) wblock_copy(s, r->wblocks[k], c->ring[k % c->ring_len]);
     c->used = ++s->ckpt_clock;
 }
 

@@ -781,10 +781,13 @@ static void decide_length(train_run *r, long done, double elapsed, double per_st
                 per_step * 1e3, per_eval > 0 ? " and the evaluations" : "", elapsed, r->opt.o.warmup_steps);
 }
 
+/* --time-budget has not decided the run's length yet. */
+static int length_pending(const train_run *r) { return r->o->time_budget_s > 0 && !r->length_decided; }
+
 /* "N", or "~N" while --time-budget has not decided the length (N: the budget's worth at the rate so
    far, or "?" before any step). */
 static const char *steps_text(const train_run *r, long step, double elapsed, char *buf, size_t cap) {
-    if (r->o->time_budget_s <= 0 || r->length_decided) snprintf(buf, cap, "%d", r->o->steps);
+    if (!length_pending(r)) snprintf(buf, cap, "%d", r->o->steps);
     else if (step <= r->step0 || elapsed <= 0) snprintf(buf, cap, "?");
     else snprintf(buf, cap, "~%.0f", (double)r->step0 + (double)(step - r->step0) * r->o->time_budget_s / elapsed);
     return buf;
@@ -1052,8 +1055,7 @@ static void show_progress(const train_run *r, long step, const step_figures *f, 
     const eval_figures *le = &r->last_eval;
     const double dt = f->t_step;
     char eta[32], vbuf[64] = "", total[32];
-    const int deciding = o->time_budget_s > 0 && !r->length_decided;
-    fmt_duration(eta, sizeof eta, deciding ? fmax(0, o->time_budget_s - elapsed) : avg * (o->steps - step));
+    fmt_duration(eta, sizeof eta, length_pending(r) ? fmax(0, o->time_budget_s - elapsed) : avg * (o->steps - step));
     steps_text(r, step, elapsed, total, sizeof total);
     if (!isnan(le->val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", le->val);
     if (!isnan(le->pref[0])) /* preference data: the validation pairs the model prefers rightly */
@@ -1206,7 +1208,7 @@ static void announce(const train_run *r, double need) {
         snprintf(what, sizeof what, "%.2fM parameters", (double)r->tm.m.n_params / 1e6);
     }
     char length[64];
-    if (o->time_budget_s > 0 && !r->length_decided) snprintf(length, sizeof length, "the steps %g s takes", o->time_budget_s);
+    if (length_pending(r)) snprintf(length, sizeof length, "the steps %g s takes", o->time_budget_s);
     else snprintf(length, sizeof length, "%d steps", o->steps);
     nv_info("training %s on %s%s: %s of %d x %d tokens x %d accumulation (%.2f GFLOP/step, about %.2f GB of memory)",
             what, nv_engine_name(nv_model_engine(&r->tm.m)), r->procs, length, o->batch, o->seq, o->accum,
@@ -1332,7 +1334,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         tot.step += f.t_step, tot.flops += f.flops;
         tot.steps++;
         if (tot.steps == 1) t_first_done = nv_now();
-        if (o->time_budget_s > 0 && !r->length_decided && tot.steps >= 5 &&
+        if (length_pending(r) && tot.steps >= 5 &&
             nv_dist_max(nv_now() - t_start >= 0.05 * o->time_budget_s)) {
             decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_first_done) / (double)(tot.steps - 1),
                           o->eval_every > 0 ? r->t_first_eval / o->eval_every : 0, 0);
