@@ -1852,16 +1852,20 @@ static void lora_args(char *buf, size_t cap, const char *base, const char *out, 
 /* --best-metric: best/ and --early-stop follow another figure, the highest being best (here
  * preference data's held-out reward accuracy); kept in the checkpoint, so a resume must follow the
  * same; and its refusals. */
-/* The last step metrics.jsonl in dir records (0: none). */
-static long last_step(const char *dir) {
-    char path[800], *text = NULL;
+/* The last value of `key` metrics.jsonl in dir records (0: none). */
+static double last_metric(const char *dir, const char *key) {
+    char path[800], pat[64], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(pat, sizeof pat, "\"%s\":", key);
     if (nv_file_read_all(path, &text, NULL) != NV_OK) return 0;
-    long step = 0;
-    for (const char *p = text; (p = strstr(p, "{\"step\":")) != NULL; p += 8) step = atol(p + 8);
+    double v = 0;
+    for (const char *p = text; (p = strstr(p, pat)) != NULL; p += strlen(pat)) v = atof(p + strlen(pat));
     free(text);
-    return step;
+    return v;
 }
+
+/* The last step metrics.jsonl in dir records (0: none). */
+static long last_step(const char *dir) { return (long)last_metric(dir, "step"); }
 
 /* The length a run's log says --time-budget decided last (-1: none). */
 static long budget_steps(const char *err) {
@@ -1893,7 +1897,20 @@ static void test_time_budget(void) {
     T_CHECK(n >= 5 && last_step(dir) == n, "decided %ld steps, ran %ld: %s", n, last_step(dir), err);
     /* the whole command: the data and model set up, then two seconds of steps (slow machines decide fewer) */
     T_CHECK(took > 1.6 && took < 12, "a budget of 2 s took %.1f s (%ld steps)", took, n);
-    if (getenv("T_VERBOSE")) printf("    --time-budget 2: %ld steps, %.2f s in all\n", n, took);
+    const double ended = last_metric(dir, "elapsed_s");
+    T_CHECK(ended > 1.5 && ended < 2.6, "the last step ended %.2f s in: %s", ended, err);
+    if (getenv("T_VERBOSE")) printf("    --time-budget 2: %ld steps, %.2f s in all, the last step %.2f s in\n", n, took, ended);
+
+    /* the machine slows down part way (20 ms more a step from 1.1 s on, 10-30x the tiny model's step
+       here): the plans after it move the schedule's end, so the run still ends about when its budget does */
+    snprintf(dir, sizeof dir, "%s/budget_slowed", t_tmpdir());
+    snprintf(args, sizeof args, "%s --time-budget 2 --out %s", base, dir);
+    T_CHECK(run_launched("env NERVE_TEST_STEP_DELAY_MS=20@1.1", args, err, sizeof err) == 0, "run: %s", err);
+    const long slowed = budget_steps(err);
+    const double slowed_end = last_metric(dir, "elapsed_s");
+    T_CHECK(slowed < n && last_step(dir) == slowed && slowed_end > 1.5 && slowed_end < 2.6,
+            "slowed down part way: %ld steps (%ld unslowed), the last ended %.2f s in: %s", slowed, n, slowed_end, err);
+    if (getenv("T_VERBOSE")) printf("    slowed from 1.1 s on: %ld steps, the last %.2f s in\n", slowed, slowed_end);
 
     /* stopped by --time-limit once decided, resumed: on to the decided length */
     snprintf(dir, sizeof dir, "%s/budget_resumed", t_tmpdir());

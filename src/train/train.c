@@ -759,25 +759,32 @@ static void set_length(train_run *r, long total) {
     r->opts.adamw.warmup_steps = r->opt.o.warmup_steps;
 }
 
+/* --time-budget plans again at 30%, 45%, 60%, 75% and 90% of the budget, each time from the steps since
+   the plan before: a machine that slows down (or speeds up) part way moves the end of the schedule, not
+   the end of the budget. */
+#define NV_TRAIN_BUDGET_REPLANS 5
+static double budget_replan_at(int replans) { return 0.3 + 0.15 * replans; }
+
 /* --time-budget: the steps that fit what is left of it (done steps so far, `elapsed` seconds since the
    run's start) at per_step seconds a step (its wall time: progress and metrics included) and
-   per_eval more for the evaluations; process 0's figures for every process. `again`: the second
-   plan, which corrects the first by the steps since. */
+   per_eval more for the evaluations; process 0's figures for every process. `again`: a later plan,
+   which corrects the one before by the steps since (logged when the length moves). */
 static void decide_length(train_run *r, long done, double elapsed, double per_step, double per_eval, int again) {
     const nv_train_opts *o = r->o;
     const double left = o->time_budget_s - elapsed;
     long total = done + (left > 0 ? (long)(left / (per_step + per_eval)) : 0);
     if (total > NV_TRAIN_BUDGET_STEPS) total = NV_TRAIN_BUDGET_STEPS;
     if (r->world > 1) nv_dist_bcast(&total, sizeof total);
+    const long before = r->opts.steps;
     set_length(r, total);
     r->length_decided = 1;
-    if (!r->lead) return;
+    if (!r->lead || (again && total == before)) return;
     if (r->tty) fprintf(stderr, "\n");
     if (again)
-        nv_info("--time-budget %gs: %ld steps, planned again %.1f s in (%.0f ms a step since, evaluations included)",
+        nv_info("--time-budget %gs: %ld steps, planned again %.1f s in (%.3g ms a step since, evaluations included)",
                 o->time_budget_s, total, elapsed, per_step * 1e3);
     else
-        nv_info("--time-budget %gs: %ld steps (%.0f ms a step%s after %.1f s; warmup %d)", o->time_budget_s, total,
+        nv_info("--time-budget %gs: %ld steps (%.3g ms a step%s after %.1f s; warmup %d)", o->time_budget_s, total,
                 per_step * 1e3, per_eval > 0 ? " and the evaluations" : "", elapsed, r->opt.o.warmup_steps);
 }
 
@@ -799,6 +806,7 @@ typedef struct {
     double psums[PREF_SUMS], flops;
     long targets, pairs; /* chat data's answer tokens, preference data's pairs with answers */
     double t_forward, t_backward, t_wait, t_optimizer, t_step;
+    double elapsed; /* seconds since this process's run started, at the step's end */
     float lr;
     double gnorm;
     int no_targets, skipped;
@@ -1041,6 +1049,7 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
             "\"ms_optimizer\":%.2f,\"ms_wait\":%.2f,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
             (double)r->bt * r->o->accum / dt, dt * 1e3, f->t_forward * 1e3, f->t_backward * 1e3, f->t_optimizer * 1e3,
             f->t_wait * 1e3, f->flops / dt / 1e12, (long long)r->tokens_seen, nv_plan_builds());
+    fprintf(m, ",\"elapsed_s\":%.3f", f->elapsed);
     if (r->world > 1) fprintf(m, ",\"processes\":%d", r->world);
     if (f->skipped) fprintf(m, ",\"skipped\":true");
     json_evals(m, &f->ev);
@@ -1300,16 +1309,19 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
        gradient from a given step on, so a test can watch the run stop as diverged */
     const char *delay_env = getenv("NERVE_TEST_STEP_DELAY_MS"), *nan_env = getenv("NERVE_TEST_NAN_GRAD_FROM");
     const int step_delay_ms = delay_env ? atoi(delay_env) : 0;
+    /* "MS@S": the pause only from S seconds into the run, so a test can slow a run down part way */
+    const char *delay_from = delay_env ? strchr(delay_env, '@') : NULL;
+    const double step_delay_from_s = delay_from ? atof(delay_from + 1) : 0;
     const long nan_from = nan_env ? atol(nan_env) : 0;
     int skip_streak = 0; /* updates skipped in a row for a gradient norm that was not finite */
     long last_good = -1; /* the last step of this run whose update was made */
     char diverged_msg[4600] = "";
     /* --time-budget: when this run's first step ended (the plan times the ones after it), and the step
-       and time of the first plan, which a second one at 30% of the budget corrects (a run resumed with
-       its length decided keeps it) */
+       and time of the latest plan, which the next corrects by the rate since (a run resumed with its
+       length decided keeps it) */
     double t_first_done = 0, t_planned = 0;
     long planned_at = 0;
-    int replanned = r->length_decided;
+    int replans = r->length_decided ? NV_TRAIN_BUDGET_REPLANS : 0;
     long step0 = r->step0;
     if (o->early_stop > 0 && r->best.since >= o->early_stop) { /* resumed after stopping early: as a finished run */
         if (r->lead)
@@ -1339,15 +1351,18 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
             decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_first_done) / (double)(tot.steps - 1),
                           o->eval_every > 0 ? r->t_first_eval / o->eval_every : 0, 0);
             planned_at = step + 1, t_planned = nv_now();
-        } else if (planned_at && !replanned && nv_dist_max(nv_now() - t_start >= 0.3 * o->time_budget_s)) {
+        } else if (planned_at && replans < NV_TRAIN_BUDGET_REPLANS &&
+                   nv_dist_max(nv_now() - t_start >= budget_replan_at(replans) * o->time_budget_s)) {
             decide_length(r, step + 1, nv_now() - t_start, (nv_now() - t_planned) / (double)(step + 1 - planned_at), 0, 1);
-            replanned = 1;
+            replans++;
+            planned_at = step + 1, t_planned = nv_now();
         }
         r->last_loss = (float)f.loss;
         const int last = step + 1 == o->steps;
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) f.ev = run_evaluate(r, step + 1);
         /* no better evaluation in --early-stop evaluations */
         const int early = o->early_stop > 0 && !isnan(best_metric_of(&f.ev, o->best_metric)) && r->best.since >= o->early_stop;
+        f.elapsed = nv_now() - t_start;
         if (r->lead) write_metrics(r, step + 1, &f);
         if (isfinite(f.loss)) series_add(&r->tr, (float)(step + 1), (float)f.loss);
         if (isfinite(f.ev.val)) series_add(&r->va, (float)(step + 1), f.ev.val);
@@ -1366,7 +1381,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                 nv_warn("step %ld: the gradient norm is %g: update skipped, weights and optimizer state unchanged", step + 1,
                         f.gnorm);
         }
-        if (step_delay_ms > 0) {
+        if (step_delay_ms > 0 && nv_now() - t_start >= step_delay_from_s) {
             struct timespec ts = {step_delay_ms / 1000, (long)(step_delay_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
