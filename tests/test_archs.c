@@ -870,14 +870,17 @@ static char *greedy_completion(int port, const char *prompt, int max_tokens, int
 }
 
 /* A JSON list of n token ids of the test vocabulary, the same for the same seed. */
-static void token_list(char *out, size_t cap, int n, unsigned seed) {
+static void token_lists(char *out, size_t cap, int n, unsigned seed, int n_more, unsigned seed_more) {
     size_t at = (size_t)snprintf(out, cap, "[1");
-    for (int i = 1; i < n && at < cap; i++) {
-        seed = seed * 1103515245u + 12345u;
-        at += (size_t)snprintf(out + at, cap - at, ",%u", 3 + (seed >> 8) % (GW_GEMMA_VOCAB - 3));
+    for (int i = 1; i < n + n_more && at < cap; i++) {
+        unsigned *sd = i < n ? &seed : &seed_more;
+        *sd = *sd * 1103515245u + 12345u;
+        at += (size_t)snprintf(out + at, cap - at, ",%u", 3 + (*sd >> 8) % (GW_GEMMA_VOCAB - 3));
     }
     if (at < cap) snprintf(out + at, cap - at, "]");
 }
+
+static void token_list(char *out, size_t cap, int n, unsigned seed) { token_lists(out, cap, n, seed, 0, 0); }
 
 /* --swa-cache window: a Gemma 3-shaped model (a window of 5 on five layers of six) serves a prompt of
  * many windows through rings of 6 blocks of 4 positions, with exactly the tokens and
@@ -977,6 +980,46 @@ static void test_serve_window_cache(void) {
         if (q != LONG && q != AGAIN)
             T_CHECK(got[0][q] && !strcmp(got[0][q], got[2][q]), "prompt %d: a smaller pool changed the answer", q);
         for (int k = 0; k < 3; k++) free(got[k][q]);
+    }
+}
+
+/* --swa-cache window, prompts that share a long beginning and go on differently (a system prompt and
+ * tools, then each request's own text): no checkpoint holds the window where the shared part ends, so
+ * the second prompt runs whole, and leaves one there; the third continues from it. Every answer is the
+ * one a server without the cache and with every position of every layer gives. */
+static void test_serve_window_shared_prefix(void) {
+    char model[700];
+    if (!window_model(model, sizeof model)) return;
+    enum { N = 3 };
+    static char prompts[N][1600];
+    for (int q = 0; q < N; q++) token_lists(prompts[q], sizeof prompts[q], 45, 7, 40, 200 + (unsigned)q);
+    static const char *const modes[] = {"--swa-cache window", "--swa-cache full --no-prefix-cache"};
+    char *got[2][N] = {{NULL}};
+    int cached[2][N] = {{0}};
+    for (int k = 0; k < 2; k++) {
+        server sv;
+        char flags[300], name[32];
+        snprintf(flags, sizeof flags, "--kv-block 4 --prefill-chunk 16 --max-batch 2 %s", modes[k]);
+        snprintf(name, sizeof name, "gws-%d", k);
+        if (!server_spawn(&sv, name, NULL, NULL, model, NULL, flags, 30)) {
+            T_CHECK(0, "the server did not start with %s", flags);
+            continue;
+        }
+        for (int q = 0; q < N; q++) {
+            int n = 0, status = 0;
+            got[k][q] = greedy_completion(sv.port, prompts[q], 6, &n, &cached[k][q], &status);
+            T_CHECK(got[k][q] && n == 85, "%s, prompt %d: status %d, %d prompt tokens", flags, q, status, n);
+        }
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the server (%s) did not exit 0", flags);
+    }
+    /* the shared 45 tokens: 11 whole blocks of 4 */
+    T_CHECK(cached[0][0] == 0 && cached[0][1] == 0 && cached[0][2] == 44, "cached tokens %d, %d, %d (44 for the third)", cached[0][0],
+            cached[0][1], cached[0][2]);
+    for (int q = 0; q < N; q++) {
+        T_CHECK(got[0][q] && got[1][q] && !strcmp(got[0][q], got[1][q]),
+                "prompt %d: the answer or its log-probabilities differ:\n  full:   %.300s\n  window: %.300s", q, got[1][q] ? got[1][q] : "-",
+                got[0][q] ? got[0][q] : "-");
+        free(got[0][q]), free(got[1][q]);
     }
 }
 
@@ -1136,6 +1179,7 @@ int main(void) {
     T_RUN(test_hf_written);
     T_RUN(test_serve);
     T_RUN(test_serve_window_cache);
+    T_RUN(test_serve_window_shared_prefix);
     T_RUN(test_serve_window_cache_concurrent);
     T_RUN(test_training_forward_matches);
     T_RUN(test_finetune);

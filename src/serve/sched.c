@@ -97,6 +97,9 @@ struct nv_req {
     int restore_next, restore_end; /* blocks [restore_next, restore_end) wait to be read from disk */
     int n_cached;                  /* prompt tokens served from the cache */
     int snapped;                   /* split pages: the window at its prompt's end was offered as a checkpoint */
+    int snap_at;                   /* split pages: the block edge inside its prompt where an earlier prompt's
+                                      cached prefix ends, which no checkpoint reached: its window is kept
+                                      there too (0: none) */
     int disk_from;                 /* the first block asked of the SSD tier */
 };
 
@@ -480,7 +483,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     if (e == NV_OK) e = nv_kv_pool_init(&s->pool, c, held, o->block_size, dtype, kv_bytes, 0);
     if (e == NV_OK && split) {
         s->pool.pages.windowed = &s->wpool.pages;
-        s->cap_ckpts = o->max_batch;
+        s->cap_ckpts = 3 * o->max_batch; /* a sequence leaves up to three: a shared prefix's, its prompt's, its ring */
         if (!(s->ckpts = calloc((size_t)s->cap_ckpts, sizeof *s->ckpts))) e = nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
     /* every sequence's decode row with its drafts, and the prompt chunk */
@@ -605,16 +608,18 @@ static int ckpt_keep(nv_sched *s, nv_req *r) {
     return c != NULL;
 }
 
-/* Split pages, once r's prompt has run: the window behind its prompt's last full blocks copied into
-   blocks of their own, as a checkpoint, when the windowed pool has them to spare (a snapshot never
-   takes room a sequence has reserved, and goes first when one needs it). A finished sequence's ring
-   holds only what its last steps touched: after a long answer, this is what the same prompt (asked
-   again, or with another answer) continues from. */
-static void ckpt_snapshot(nv_sched *s, nv_req *r) {
-    r->snapped = 1;
-    const int B = s->wpool.block_size, end = r->n_hashed;
+/* Split pages: the window behind r's first `end` blocks (its prompt's, hashed) copied into blocks of
+   their own, as a checkpoint, in room no sequence has reserved (the least recently used checkpoints
+   make way for it, and it for a sequence's ring). Taken once a prompt has run: a finished
+   sequence's ring holds only what its last steps touched, so after a long answer this is what the same
+   prompt (asked again, or with another answer) continues from. And where a prompt's cached prefix
+   ended that no checkpoint reached (snap_at): the part the prompts that follow share. */
+static void ckpt_snapshot(nv_sched *s, nv_req *r, int end) {
+    const int B = s->wpool.block_size;
     const int lo = end > 1 ? window_block(s, (long)(end - 1) * B) : 0, n = end - lo; /* hits at end and end - 1 */
-    if (end < 1 || n < 1 || !nv_kv_reserve(&s->wpool, n)) return;
+    if (end < 1 || n < 1) return;
+    ckpt_make_room(s, n, -1); /* older checkpoints go first (never room a sequence reserved) */
+    if (!nv_kv_reserve(&s->wpool, n)) return;
     nv_swa_ckpt *c = ckpt_new(s, r, n, n, lo, end);
     if (!c) {
         nv_kv_unreserve(&s->wpool, n);
@@ -785,13 +790,18 @@ static void admit(nv_sched *s) {
         }
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
         int hits = 0, idle_hits = 0, on_disk = 0, ck = -1;
+        r->snap_at = 0;
         if (s->prefix_on && !r->plps && !r->embed) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
             for (; hits < r->n_lookup; hits++) {
                 int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], chain_parent(r, hits), r->prompt + hits * B);
                 if (b < 0) break;
                 r->blocks[hits] = b;
             }
-            if (s->wring) ck = ckpt_find(s, r, hits, &hits); /* split pages: only as far as a checkpoint's window reaches */
+            if (s->wring) { /* split pages: only as far as a checkpoint's window reaches; a snapshot where the prefix ends */
+                const int shared = hits;
+                ck = ckpt_find(s, r, shared, &hits);
+                if (shared > hits) r->snap_at = shared;
+            }
             for (int k = 0; k < hits; k++) idle_hits += s->pool.refs[r->blocks[k]] == 0;
             while (s->disk && hits + on_disk < r->n_lookup && nv_disk_has(s->disk, r->hashes[hits + on_disk])) on_disk++;
         }
@@ -918,6 +928,10 @@ static int plan_step(nv_sched *s) {
         if (r->pos < r->n_prompt) {
             if (budget == 0) continue;
             q.n = r->n_prompt - r->pos < budget ? r->n_prompt - r->pos : budget;
+            /* a chunk that reaches snap_at ends there: the ring then holds the window behind that block and
+               the one before it (ckpt_snapshot copies both), however far the chunk would have gone past */
+            const long snap = (long)r->snap_at * B;
+            if (r->pos < snap && r->pos + q.n > snap) q.n = (int)(snap - r->pos);
             budget -= q.n;
             q.tokens = r->prompt + r->pos;
             q.logits = r->pos + q.n == r->n_prompt && r->max_tokens > 0;
@@ -1404,7 +1418,10 @@ static void *sched_loop(void *arg) {
             nv_req *r = s->step_req[i];
             /* an embedded document's blocks are not kept for others (no one asks for its prefix) */
             if (s->prefix_on && e == NV_OK && !r->embed) index_full_blocks(s, r);
-            if (s->wring && s->prefix_on && e == NV_OK && !r->embed && !r->snapped && r->pos >= r->n_prompt) ckpt_snapshot(s, r);
+            if (s->wring && s->prefix_on && e == NV_OK && !r->embed) {
+                if (r->snap_at && r->pos >= (long)r->snap_at * s->pool.block_size) ckpt_snapshot(s, r, r->snap_at), r->snap_at = 0;
+                if (!r->snapped && r->pos >= r->n_prompt) ckpt_snapshot(s, r, r->n_hashed), r->snapped = 1;
+            }
             if (r->emit.len) {
                 nv_buf_append(&r->out, r->emit.data, r->emit.len);
                 nv_buf_consume(&r->emit, r->emit.len);
