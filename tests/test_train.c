@@ -1930,6 +1930,70 @@ static void test_time_budget(void) {
     }
 }
 
+/* Text and no -z: the run trains its own BPE tokenizer on the text (--data, then --val-data), the
+ * one `nerve tokenizer train` makes of the same files, and keeps it in its folder as tokenizer.bin
+ * (the model's vocabulary its size), leaving no temporary file; a resumed run takes that one; a run
+ * refused for its folder's checkpoint leaves the folder's tokenizer as it was; --vocab is refused
+ * where no tokenizer is trained, and where it cannot hold the text's characters. */
+static void test_own_tokenizer(void) {
+    const char *text = t_data("corpus/tinystories_valid_head.txt"), *val = t_data("corpus/tinystories_sample.txt");
+    if (!text || !val) return;
+    char dir[700], tmp[700], args[4096], err[8192], want[800], got[800], launcher[800];
+    snprintf(dir, sizeof dir, "%s/own_tok", t_tmpdir());
+    snprintf(tmp, sizeof tmp, "%s/own_tok_tmp", t_tmpdir());
+    T_CHECK(nv_mkdirs(tmp) == NV_OK, "%s", nv_errmsg());
+    snprintf(launcher, sizeof launcher, "env TMPDIR=%s", tmp);
+    static const char shape[] = "--dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 --batch 4 --seq 32 --eval-every 4 --eval-batches 2 --quiet";
+    snprintf(args, sizeof args, "train %s --vocab 400 --data %s --val-data %s --steps 4 --out %s", shape, text, val, dir);
+    T_CHECK(run_launched(launcher, args, err, sizeof err) == 0 && strstr(err, "trained a BPE tokenizer of 400 tokens"), "run: %s", err);
+    snprintf(want, sizeof want, "%s/own_tok_want.bin", t_tmpdir());
+    snprintf(args, sizeof args, "tokenizer train --vocab 400 %s %s -o %s", text, val, want);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "tokenizer train: %s", err);
+    snprintf(got, sizeof got, "%s/tokenizer.bin", dir);
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    T_CHECK(nv_file_read_all(want, &a, &na) == NV_OK && nv_file_read_all(got, &b, &nb) == NV_OK && na == nb && !memcmp(a, b, na),
+            "the run's tokenizer.bin (%zu bytes) is not the one nerve tokenizer train makes of its text (%zu)", nb, na);
+    snprintf(args, sizeof args, "%s/model.bin", dir);
+    nv_model m;
+    if (nv_model_load(args, &m) == NV_OK) {
+        T_CHECK(m.config.vocab_size == 400, "the model's vocabulary is %d, not the tokenizer's 400", m.config.vocab_size);
+        nv_model_free(&m);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
+    int left = 0;
+    DIR *d = opendir(tmp);
+    for (struct dirent *ent; d && (ent = readdir(d));) left += ent->d_name[0] != '.';
+    if (d) closedir(d);
+    T_CHECK(d && left == 0, "%d temporary files left in TMPDIR", left);
+    /* the same command again: refused for the checkpoint, the folder's tokenizer untouched (another
+       --vocab trained one elsewhere); resumed: the folder's tokenizer, none trained */
+    const char *const settings[] = {"--vocab 350 --steps 4", "--vocab 400 --steps 6 --resume"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "train %s %s --data %s --val-data %s --out %s", shape, settings[i], text, val, dir);
+        const int rc = run_nerve(args, err, sizeof err);
+        if (i == 0) T_CHECK(rc == 1 && strstr(err, "already holds a checkpoint"), "%s: exit %d: %s", settings[i], rc, err);
+        else T_CHECK(rc == 0 && !strstr(err, "trained a BPE") && last_step(dir) == 6, "%s: exit %d: %s", settings[i], rc, err);
+        free(b);
+        b = NULL;
+        T_CHECK(nv_file_read_all(got, &b, &nb) == NV_OK && na == nb && !memcmp(a, b, na), "%s changed the folder's tokenizer", settings[i]);
+    }
+    free(a);
+    free(b);
+    /* --vocab where no tokenizer is trained; one too small for the text's characters */
+    const char *tok = t_data("models/tok512.bin");
+    char shard[800];
+    snprintf(shard, sizeof shard, "%s/own_tok.bin", t_tmpdir());
+    const char *const refused[] = {"-z", "--data-shard", "--vocab-small"};
+    for (int i = 0; i < 3; i++) {
+        if (i == 0) snprintf(args, sizeof args, "train %s --vocab 400 -z %s --data %s --out %s/refused", shape, tok ? tok : "x", text, t_tmpdir());
+        if (i == 1) snprintf(args, sizeof args, "train %s --vocab 400 --data %s %s --out %s/refused", shape, text, shard, t_tmpdir());
+        if (i == 2) snprintf(args, sizeof args, "train %s --vocab 260 --data %s --out %s/refused", shape, text, t_tmpdir());
+        T_CHECK(run_nerve(args, err, sizeof err) == 2 && strchr(err, '\n') == strrchr(err, '\n'), "%s: %s", refused[i], err);
+    }
+}
+
 static void test_best_metric(void) {
     const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
     if (!model || !tok) return;
@@ -2160,6 +2224,7 @@ int main(void) {
     T_RUN(test_save_best_and_early_stop);
     T_RUN(test_best_metric);
     T_RUN(test_time_budget);
+    T_RUN(test_own_tokenizer);
     T_RUN(test_epochs);
     T_RUN(test_lr_schedule_flag);
     T_RUN(test_pretokenized_shard);

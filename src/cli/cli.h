@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "model/batch.h"
+#include "model/bpe_train.h"
 #include "model/model.h"
 #include "serve/chat.h"
 
@@ -25,6 +26,11 @@ int cmd_tokenizer(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_imatrix(int argc, char **argv);
+
+/* A byte-fallback BPE tokenizer of `vocab` tokens trained on text files and folders (every text file
+ * under a folder, as train --data reads it), their first max_chars bytes (cmd_tokenizer.c); `nerve
+ * tokenizer train`'s, and train's when it is given text and no tokenizer. */
+nv_err cli_bpe_train_paths(const char *const *paths, int n_paths, int vocab, uint64_t max_chars, nv_bpe_result *r);
 
 /* nerve tune's file (cmd_tune.c): what was measured best for this machine and a model shape. */
 typedef struct {

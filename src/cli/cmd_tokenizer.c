@@ -48,14 +48,48 @@ static nv_err add_text_path(nv_text_files *all, const char *path) {
     return NV_OK;
 }
 
+nv_err cli_bpe_train_paths(const char *const *paths, int n_paths, int vocab, uint64_t max_chars, nv_bpe_result *r) {
+    memset(r, 0, sizeof *r);
+    nv_text_files files = {0}; /* the text files of the paths given, folders opened */
+    nv_err e = NV_OK;
+    for (int i = 0; i < n_paths && e == NV_OK; i++) e = add_text_path(&files, paths[i]);
+    const size_t n = files.n;
+    nv_mapped *maps = e == NV_OK ? calloc(n ? n : 1, sizeof *maps) : NULL;
+    nv_iov *texts = e == NV_OK ? calloc(n ? n : 1, sizeof *texts) : NULL;
+    if (e == NV_OK && (!maps || !texts)) e = nv_fail(NV_ENOMEM, "out of memory");
+    size_t n_maps = 0;
+    for (; e == NV_OK && n_maps < n; n_maps++)
+        if ((e = nv_file_map(files.paths[n_maps], &maps[n_maps])) != NV_OK) break;
+    int n_texts = 0;
+    uint64_t budget = max_chars;
+    for (size_t i = 0; e == NV_OK && i < n && budget > 0; i++) {
+        size_t len = maps[i].len;
+        if ((uint64_t)len > budget) {
+            len = (size_t)budget;
+            /* never split a character: back up to the start of the one that was cut */
+            for (int k = 0; k < 3 && len > 0 && (maps[i].data[len] & 0xC0) == 0x80; k++) len--;
+            budget = 0;
+        } else {
+            budget -= (uint64_t)len;
+        }
+        texts[n_texts++] = (nv_iov){maps[i].data, len};
+    }
+    if (e == NV_OK) {
+        nv_bpe_opts o = {.vocab_size = vocab};
+        e = nv_bpe_train(texts, n_texts, &o, r);
+    }
+    for (size_t i = 0; i < n_maps; i++) nv_file_unmap(&maps[i]);
+    free(maps);
+    free(texts);
+    nv_text_files_free(&files);
+    return e;
+}
+
 static int tokenizer_train(int argc, char **argv) {
     const char *cmd = "tokenizer", *out_path = NULL;
     int vocab = 0, options_done = 0, n_paths = 0;
     uint64_t max_chars = UINT64_MAX;
-    nv_mapped *maps = NULL;
-    nv_text_files files = {0}; /* the text files of the paths given, folders opened */
-    nv_iov *texts = NULL;
-    int n_maps = 0, n_texts = 0, rc = 2;
+    int rc = 2;
     const char **paths = calloc((size_t)argc, sizeof *paths);
     if (!paths) return cli_error(cmd, 1, "out of memory");
     for (int i = 1; i < argc; i++) {
@@ -101,42 +135,9 @@ static int tokenizer_train(int argc, char **argv) {
     }
 
     rc = 1;
-    for (int i = 0; i < n_paths; i++)
-        if (add_text_path(&files, paths[i]) != NV_OK) {
-            cli_error(cmd, 1, "%s", nv_errmsg());
-            goto done;
-        }
-    n_paths = (int)files.n;
-    maps = calloc((size_t)n_paths, sizeof *maps);
-    texts = calloc((size_t)n_paths, sizeof *texts);
-    if (!maps || !texts) {
-        cli_error(cmd, 1, "out of memory");
-        goto done;
-    }
-    for (; n_maps < n_paths; n_maps++) {
-        if (nv_file_map(files.paths[n_maps], &maps[n_maps]) != NV_OK) {
-            cli_error(cmd, 1, "%s", nv_errmsg());
-            goto done;
-        }
-    }
-    uint64_t budget = max_chars;
-    for (int i = 0; i < n_paths && budget > 0; i++) {
-        size_t len = maps[i].len;
-        if ((uint64_t)len > budget) {
-            len = (size_t)budget;
-            /* never split a character: back up to the start of the one that was cut */
-            for (int k = 0; k < 3 && len > 0 && (maps[i].data[len] & 0xC0) == 0x80; k++) len--;
-            budget = 0;
-        } else {
-            budget -= (uint64_t)len;
-        }
-        texts[n_texts++] = (nv_iov){maps[i].data, len};
-    }
-
     double t0 = nv_now();
-    nv_bpe_opts o = {.vocab_size = vocab};
     nv_bpe_result r;
-    nv_err e = nv_bpe_train(texts, n_texts, &o, &r);
+    nv_err e = cli_bpe_train_paths(paths, n_paths, vocab, max_chars, &r);
     double secs = nv_now() - t0;
     if (e != NV_OK) {
         rc = cli_error(cmd, e == NV_ERANGE ? 2 : 1, "%s", nv_errmsg());
@@ -158,11 +159,7 @@ static int tokenizer_train(int argc, char **argv) {
     }
     nv_bpe_result_free(&r);
 done:
-    for (int i = 0; i < n_maps; i++) nv_file_unmap(&maps[i]);
-    free(maps);
-    free(texts);
     free(paths);
-    nv_text_files_free(&files);
     return rc;
 }
 

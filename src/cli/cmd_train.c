@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/file.h"
 #include "base/log.h"
+#include "base/timer.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -22,7 +24,7 @@ static void usage(FILE *f) {
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
             "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
-            "                   --data PATH... [-z TOKENIZER] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
+            "                   --data PATH... [-z TOKENIZER | --vocab N] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
@@ -40,6 +42,10 @@ static void usage(FILE *f) {
             "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
             "          step when turns are short; each attends to itself alone)\n"
+            "          Text files and folders without -z (and without --init-from): the run trains its own BPE\n"
+            "          tokenizer on them first (as nerve tokenizer train; the first 256 MiB), --vocab N tokens\n"
+            "          (default: the shape's vocabulary, fewer when the text has no more pairs to merge), and\n"
+            "          keeps it in --out as tokenizer.bin (a --resume takes that one)\n"
             "          Preference data (.jsonl in OpenAI's preference format: {\"input\": {\"messages\": [...]},\n"
             "          \"preferred_output\": [answer], \"non_preferred_output\": [answer]} a line, or TRL's\n"
             "          {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}) trains the --init-from model to\n"
@@ -120,6 +126,45 @@ int cmd_train(int argc, char **argv) {
     return rc;
 }
 
+/* Text the run's own tokenizer is trained on at most: the first 256 MiB of the --data files. */
+#define OWN_TOKENIZER_CHARS (256ull << 20)
+
+/* No -z, no --init-from and only text to train on (text files and folders): the run's own
+ * byte-fallback BPE tokenizer of `vocab` tokens, trained on the text (the --data files, then the
+ * --val-data ones) into a temporary file (*temp set) that the run copies into its folder as
+ * tokenizer.bin; a resumed run takes the one its folder holds. 0 with path set, or the exit code. */
+static int own_tokenizer(const nv_train_opts *o, const char *const *paths, int n_paths, int vocab, char *path, size_t cap,
+                         int *temp) {
+    *temp = 0;
+    snprintf(path, cap, "%s/tokenizer.bin", o->out_dir);
+    if (o->resume && nv_file_exists(path)) return 0;
+    const double t0 = nv_now();
+    nv_bpe_result r;
+    nv_err e = cli_bpe_train_paths(paths, n_paths, vocab, OWN_TOKENIZER_CHARS, &r);
+    if (e != NV_OK)
+        return cli_error(CMD, e == NV_ERANGE ? 2 : 1, "training the run's tokenizer on its text (no -z given): %s", nv_errmsg());
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, cap, "%s/nerve-tokenizer-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    const int fd = mkstemp(path);
+    size_t done = 0;
+    while (fd >= 0 && done < r.len) {
+        const ssize_t w = write(fd, r.data + done, r.len - done);
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    if (fd >= 0) *temp = 1;
+    if (fd < 0 || close(fd) != 0 || done < r.len) {
+        nv_bpe_result_free(&r);
+        return cli_error(CMD, 1, "cannot write the run's tokenizer to %s", path);
+    }
+    nv_info("no -z: trained a BPE tokenizer of %d tokens%s on %.1f MB of the text in %.2f s; the run keeps it as "
+            "%s/tokenizer.bin",
+            r.n_tokens, r.n_tokens < vocab ? " (the text has no more pairs to merge)" : "", (double)r.n_bytes / 1e6,
+            nv_now() - t0, o->out_dir);
+    nv_bpe_result_free(&r);
+    return 0;
+}
+
 static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
@@ -138,6 +183,9 @@ static int train(int argc, char **argv) {
     float epochs = 0; /* --epochs: the steps from the data's size */
     float time_budget = 0; /* --time-budget: the steps that fit, decided by the run */
     const char *lora_targets = NULL;
+    int vocab = 0; /* --vocab: the size of the tokenizer the run trains when given no -z */
+    char own_tok[4200];
+    int own_tok_temp = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -167,6 +215,7 @@ static int train(int argc, char **argv) {
         int ok = 1;
         if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "-z")) tok_path = v;
+        else if (!strcmp(a, "--vocab")) ok = cli_int(CMD, a, v, NV_BPE_RESERVED + 1, NV_BPE_MAX_VOCAB, &vocab);
         else if (!strcmp(a, "--init-from")) init_from = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
@@ -272,6 +321,16 @@ static int train(int argc, char **argv) {
                                  "the run's merged model afterwards with nerve perplexity --multiple-choice");
     if (o.eval_choice_tasks && !choice_path) return cli_error(CMD, 2, "--eval-choice-tasks goes with --eval-choice FILE");
     if (choice_path && o.eval_every <= 0) return cli_error(CMD, 2, "--eval-choice scores at every evaluation: --eval-every must be positive");
+    if (vocab && (tok_path || init_from))
+        return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text when it is given no -z and no --init-from");
+    /* text and no tokenizer: the run trains its own (own_tokenizer) */
+    int own = !tok_path && !init_from && n_data > 0;
+    for (int i = 0; i < n_data + n_val && own; i++) {
+        const char *p = i < n_data ? data[i] : val_data[i - n_data];
+        own = nv_file_is_dir(p) || nv_data_named_text(p);
+    }
+    if (vocab && !own)
+        return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text: the data here is not only text files and folders");
     cli_paths init_paths; /* a folder (a run's, or Hugging Face's) names its model file and tokenizer */
     if (init_from) {
         const char *own_tok = tok_path;
@@ -372,6 +431,18 @@ static int train(int argc, char **argv) {
         if (!lora_targets) o.lora.targets = NV_LORA_ATTN;
     }
     if (!init_from) {
+        if (own) {
+            const char *paths[2 * MAX_DATA];
+            for (int i = 0; i < n_data + n_val; i++) paths[i] = i < n_data ? data[i] : val_data[i - n_data];
+            if ((rc = own_tokenizer(&o, paths, n_data + n_val, vocab ? vocab : c->vocab_size, own_tok, sizeof own_tok, &own_tok_temp)))
+                goto done;
+            rc = 1;
+            tok_path = own_tok;
+            if (nv_tokenizer_load(tok_path, 0, &tok) != NV_OK) {
+                cli_error(CMD, 1, "%s", nv_errmsg());
+                goto done;
+            }
+        }
         if (tok) c->vocab_size = nv_tokenizer_vocab_size(tok);
         if (context) c->seq_len = context;
         if (c->seq_len < o.seq) c->seq_len = o.seq;
@@ -524,6 +595,7 @@ static int train(int argc, char **argv) {
     }
     rc = 0;
 done:
+    if (own_tok_temp) unlink(own_tok);
     nv_choice_free(&choices);
     nv_dataset_close(&ds);
     nv_model_free(&init);

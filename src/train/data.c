@@ -20,6 +20,10 @@ static int has_suffix(const char *s, const char *suf) {
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+int nv_data_named_text(const char *path) {
+    return !has_suffix(path, ".bin") && !has_suffix(path, ".u32") && !has_suffix(path, ".jsonl");
+}
+
 /* The capacity a growing array needs for need elements: cap doubled (from first) until it holds them. */
 static uint64_t grown_cap(uint64_t cap, uint64_t need, uint64_t first) {
     uint64_t nc = cap ? cap * 2 : first;
@@ -215,7 +219,7 @@ static nv_err walk_files(const char *dir, int depth, nv_text_files *l) {
         const int seen = lstat(path, &st) == 0;
         if (seen && S_ISDIR(st.st_mode)) e = walk_files(path, depth + 1, l);
         int keep = seen && S_ISREG(st.st_mode);
-        if (keep && (has_suffix(path, ".bin") || has_suffix(path, ".u32") || has_suffix(path, ".jsonl"))) keep = 0, l->other++;
+        if (keep && !nv_data_named_text(path)) keep = 0, l->other++;
         else if (keep && looks_binary(path)) keep = 0, l->binary++;
         if (keep && l->n == l->cap) {
             l->cap = grown_cap(l->cap, l->n + 1, 64);

@@ -82,6 +82,8 @@ typedef struct {
     size_t other, binary; /* left out */
 } nv_text_files;
 nv_err nv_data_text_files(const char *dir, nv_text_files *out);
+/* 1 when path's name is not one of the other formats' (.bin, .u32, .jsonl): read as text. */
+int nv_data_named_text(const char *path);
 void nv_text_files_free(nv_text_files *f);
 
 /* 1 when path is a .jsonl file of text lines: its first line an object with a "text" string (and
