@@ -9,12 +9,15 @@
  * plain reference written here from the definition; a GGUF file written and read back gives the
  * same config and logits; the formats without these parts refuse a Gemma model; training's forward
  * gives the reference's loss, and both fine-tune and are written back as their own architecture. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -926,8 +929,9 @@ static void test_serve_window_cache(void) {
     token_list(prompts[OTHER], sizeof prompts[OTHER], 70, 99);
     /* f16 blocks of 4 positions: 3 KB with every layer, 512 bytes for the global layer, 2.5 KB for the
        windowed ones; 128K holds 168 positions of every layer, fewer than the long prompt and answer's;
-       split, two rings of 6 blocks (30 KB) and 196 blocks of the global layer (784 positions) */
-    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 2";
+       split, three rings of 6 blocks (45 KB: two running sequences' and one kept) and 166 blocks of the
+       global layer (664 positions) */
+    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 2 --kv-disk-cache 0"; /* (the SSD tier: its own test) */
     /* the windowed server also drafts by prompt lookup: rows past the sequence's position enter its ring */
     /* (auto, the default, is window where the budget cannot hold the context of 512 with every layer) */
     static const char *const modes[] = {"--kv-memory 128K --swa-cache full --no-prefix-cache", "--kv-memory 128K --spec-tokens 4",
@@ -951,7 +955,7 @@ static void test_serve_window_cache(void) {
             T_CHECK(status[0][LONG] == 400 && status[0][AGAIN] == 400, "every position of every layer: a request past the pool answered %d",
                     status[0][LONG]);
         if (k == 1) {
-            T_CHECK(strstr(log, "windowed layers' KV 12 blocks") && strstr(log, "windowed-layer checkpoints") &&
+            T_CHECK(strstr(log, "windowed layers' KV 18 blocks") && strstr(log, "windowed-layer checkpoints") &&
                         strstr(log, "would not fit --kv-memory"),
                     "the split pool was not reported:\n%s", log);
             T_CHECK(got[1][LONG] && n_prompt[1][LONG] > 200, "window: %d prompt tokens, status %d", n_prompt[1][LONG], status[1][LONG]);
@@ -962,9 +966,9 @@ static void test_serve_window_cache(void) {
             /* the same prompt again: every full block but the last position's, from the snapshot */
             T_CHECK(cached[1][LONG] == 0 && cached[1][AGAIN] == (n_prompt[1][LONG] - 1) / 4 * 4, "the long prompt again: %d of %d tokens cached",
                     cached[1][AGAIN], n_prompt[1][AGAIN]);
-            T_CHECK(metric(sv.port, "nerve_kv_window_blocks_total") == 12 && metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 &&
+            T_CHECK(metric(sv.port, "nerve_kv_window_blocks_total") == 18 && metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 &&
                         metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 && metric(sv.port, "nerve_kv_window_blocks_kept") > 0 &&
-                        metric(sv.port, "nerve_kv_window_blocks_kept") <= 12 &&
+                        metric(sv.port, "nerve_kv_window_blocks_kept") <= 18 &&
                         metric(sv.port, "nerve_kv_blocks_in_use") == 0,
                     "after the requests: windowed blocks in use %g, reserved %g, kept %g", metric(sv.port, "nerve_kv_window_blocks_in_use"),
                     metric(sv.port, "nerve_kv_window_blocks_reserved"), metric(sv.port, "nerve_kv_window_blocks_kept"));
@@ -999,7 +1003,7 @@ static void test_serve_window_shared_prefix(void) {
     for (int k = 0; k < 2; k++) {
         server sv;
         char flags[300], name[32];
-        snprintf(flags, sizeof flags, "--kv-block 4 --prefill-chunk 16 --max-batch 2 %s", modes[k]);
+        snprintf(flags, sizeof flags, "--kv-block 4 --prefill-chunk 16 --max-batch 2 --kv-disk-cache 0 %s", modes[k]);
         snprintf(name, sizeof name, "gws-%d", k);
         if (!server_spawn(&sv, name, NULL, NULL, model, NULL, flags, 30)) {
             T_CHECK(0, "the server did not start with %s", flags);
@@ -1021,6 +1025,116 @@ static void test_serve_window_shared_prefix(void) {
                 got[0][q] ? got[0][q] : "-");
         free(got[0][q]), free(got[1][q]);
     }
+}
+
+/* Greedy answers (text and log-probabilities) to prompts[0..n) of a server started with flags
+ * (NULL prompts skipped), each request's cached tokens in cached; 0 when it did not start. */
+static int window_answers(const char *model, const char *name, const char *flags, const char *const *prompts, int n, int tokens,
+                          char **got, int *cached) {
+    server sv;
+    if (!server_spawn(&sv, name, NULL, NULL, model, NULL, flags, 30)) {
+        T_CHECK(0, "the server did not start with %s", flags);
+        return 0;
+    }
+    for (int q = 0; q < n; q++) {
+        int np = 0, status = 0;
+        if (prompts[q]) got[q] = greedy_completion(sv.port, prompts[q], tokens, &np, &cached[q], &status);
+    }
+    T_CHECK(server_stop_within(&sv, 20) == 0, "the server (%s) did not exit 0", flags);
+    return 1;
+}
+
+/* --swa-cache window: a sequence that continued a checkpoint holds in its ring only the window it
+ * copied and the blocks it ran; the checkpoint its ring then becomes claims no more (a prompt sharing
+ * only the beginning before that window is not served from the blocks it never wrote). */
+static void test_serve_window_resumed_ring(void) {
+    char model[700];
+    if (!window_model(model, sizeof model)) return;
+    static char prompts[3][1600];
+    token_list(prompts[0], sizeof prompts[0], 20, 41);           /* W */
+    token_lists(prompts[1], sizeof prompts[1], 16, 41, 5, 42);   /* X: W's first 16 tokens, then others */
+    token_lists(prompts[2], sizeof prompts[2], 8, 41, 12, 43);   /* Y: W's first 8 */
+    const char *const ps[3] = {prompts[0], prompts[1], prompts[2]};
+    char *got[2][3] = {{NULL}};
+    int cached[2][3] = {{0}};
+    /* one sequence at a time: three checkpoints are kept, so W's ring is gone when Y comes */
+    window_answers(model, "gwr-window", "--kv-block 4 --prefill-chunk 16 --max-batch 1 --kv-disk-cache 0 --swa-cache window", ps, 3, 4,
+                   got[0], cached[0]);
+    window_answers(model, "gwr-full", "--kv-block 4 --prefill-chunk 16 --swa-cache full --no-prefix-cache", ps, 3, 4, got[1], cached[1]);
+    T_CHECK(cached[0][1] == 16, "X continued W's prompt checkpoint with %d tokens, not 16", cached[0][1]);
+    for (int q = 0; q < 3; q++) {
+        T_CHECK(got[0][q] && got[1][q] && !strcmp(got[0][q], got[1][q]), "request %d (%d tokens cached): %.200s\n    against %.200s", q,
+                cached[0][q], got[0][q] ? got[0][q] : "-", got[1][q] ? got[1][q] : "-");
+        free(got[0][q]), free(got[1][q]);
+    }
+}
+
+/* The .kvb files of the SSD tier's directory under root whose name ends with suffix ("-full",
+ * "-windowed"): their paths (at most cap) into names; how many. */
+static int tier_files(const char *root, const char *suffix, char names[][800], int cap) {
+    DIR *d = opendir(root);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        const size_t l = strlen(de->d_name), sl = strlen(suffix);
+        if (l <= sl || strcmp(de->d_name + l - sl, suffix) != 0) continue;
+        char sub[800];
+        snprintf(sub, sizeof sub, "%s/%s", root, de->d_name);
+        DIR *f = opendir(sub);
+        for (struct dirent *fe; f && (fe = readdir(f));)
+            if (strstr(fe->d_name, ".kvb") && n < cap && strlen(sub) + strlen(fe->d_name) + 2 <= 800) {
+                memcpy(names[n], sub, strlen(sub));
+                names[n][strlen(sub)] = '/';
+                memcpy(names[n] + strlen(sub) + 1, fe->d_name, strlen(fe->d_name) + 1);
+                n++;
+            }
+        if (f) closedir(f);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* --swa-cache window with the SSD tier: each block's two sides (the whole-context layers' and the
+ * windowed ones') in parts of their own; after a restart a prompt is served from disk, its window
+ * read into its ring, and a prompt sharing its beginning from the whole-context blocks in RAM and a
+ * window from disk; windowed files corrupted on disk: the prompt runs whole. Every answer is the one a
+ * server without the cache and with every position of every layer gives. */
+static void test_serve_window_disk(void) {
+    char model[700];
+    if (!window_model(model, sizeof model)) return;
+    static char p1[1600], p2[1600];
+    token_list(p1, sizeof p1, 120, 31);
+    token_lists(p2, sizeof p2, 80, 31, 40, 77);
+    const char *dir = t_path("gw-kvdisk");
+    char flags[1200];
+    snprintf(flags, sizeof flags, "--kv-block 4 --prefill-chunk 16 --max-batch 2 --swa-cache window --kv-cache-dir '%s'", dir);
+    const char *const both[2] = {p1, p2};
+    char *want[2] = {NULL}, *first[1] = {NULL}, *again[2] = {NULL}, *after[1] = {NULL};
+    int wc[2] = {0}, c0[1] = {0}, c1[2] = {0}, c2[1] = {0};
+    window_answers(model, "gwd-full", "--kv-block 4 --prefill-chunk 16 --swa-cache full --no-prefix-cache", both, 2, 6, want, wc);
+    window_answers(model, "gwd-1", flags, both, 1, 6, first, c0);
+    static char files[2][256][800];
+    const int nf = tier_files(dir, "-full", files[0], 256), nw = tier_files(dir, "-windowed", files[1], 256);
+    /* 120 tokens and 5 generated: 30 whole blocks, every one of which was written (the ring still held it) */
+    T_CHECK(nf >= 29 && nw >= 29, "%d whole-context and %d windowed block files", nf, nw);
+    window_answers(model, "gwd-2", flags, both, 2, 6, again, c1);
+    T_CHECK(c0[0] == 0 && c1[0] == 116 && c1[1] == 80, "tokens from the cache: %d, after the restart %d and %d (116, 80)", c0[0], c1[0],
+            c1[1]);
+    for (int i = 0; i < nw; i++) { /* every windowed file's payload corrupted */
+        int fd = open(files[1][i], O_RDWR);
+        char c = 0;
+        if (fd >= 0 && pread(fd, &c, 1, 80 + 16 + 7) == 1) {
+            c ^= 0x10;
+            T_CHECK(pwrite(fd, &c, 1, 80 + 16 + 7) == 1, "corrupt %s", files[1][i]);
+        }
+        if (fd >= 0) close(fd);
+    }
+    window_answers(model, "gwd-3", flags, both, 1, 6, after, c2);
+    T_CHECK(c2[0] == 0, "with its windows corrupted, %d tokens came from the cache", c2[0]);
+    const char *got[4] = {first[0], again[0], again[1], after[0]}, *ref[4] = {want[0], want[0], want[1], want[0]};
+    for (int i = 0; i < 4; i++)
+        T_CHECK(got[i] && ref[i] && !strcmp(got[i], ref[i]), "answer %d: %.200s\n    against %.200s", i, got[i] ? got[i] : "-",
+                ref[i] ? ref[i] : "-");
+    free(want[0]), free(want[1]), free(first[0]), free(again[0]), free(again[1]), free(after[0]);
 }
 
 /* One client's requests, in order, and what came back. */
@@ -1063,7 +1177,8 @@ static void test_serve_window_cache_concurrent(void) {
     server sv;
     /* the model drafts for itself: its draft's keys and values sit on full pages under the pool's block ids */
     char flags[1000];
-    snprintf(flags, sizeof flags, "--kv-block 4 --prefill-chunk 8 --max-batch 2 --swa-cache window --model-draft '%s' --spec-tokens 3", model);
+    snprintf(flags, sizeof flags,
+             "--kv-block 4 --prefill-chunk 8 --max-batch 2 --kv-disk-cache 0 --swa-cache window --model-draft '%s' --spec-tokens 3", model);
     if (server_spawn(&sv, "gwc-window", NULL, NULL, model, NULL, flags, 30)) {
         pthread_t th[WC_CLIENTS];
         for (int i = 0; i < WC_CLIENTS; i++) {
@@ -1180,6 +1295,8 @@ int main(void) {
     T_RUN(test_serve);
     T_RUN(test_serve_window_cache);
     T_RUN(test_serve_window_shared_prefix);
+    T_RUN(test_serve_window_resumed_ring);
+    T_RUN(test_serve_window_disk);
     T_RUN(test_serve_window_cache_concurrent);
     T_RUN(test_training_forward_matches);
     T_RUN(test_finetune);

@@ -103,9 +103,10 @@ static void usage(FILE *f) {
             "                       position of every layer; window keeps only the window of the windowed layers (a\n"
             "                       ring of blocks per sequence), so long contexts take several times less memory;\n"
             "                       the same outputs either way. The prefix cache then reuses a prefix only where a\n"
-            "                       finished sequence's ring still holds its window (a conversation's next turn), and\n"
-            "                       has no SSD tier. auto (default): window when --kv-memory cannot hold the model's\n"
-            "                       whole context with every layer, else full\n"
+            "                       window behind its end is kept: a finished sequence's ring (a conversation's next\n"
+            "                       turn), a prompt's end, where a shared prefix ended, or the SSD tier, which keeps\n"
+            "                       each block's windowed layers too. auto (default): window when --kv-memory cannot\n"
+            "                       hold the model's whole context with every layer, else full\n"
             "  --timeout S          end a request that has not finished after S seconds (default 600)\n"
             "  --max-body SIZE      largest request body (default 1M)\n"
             "  --responses-store SIZE\n"
@@ -514,8 +515,12 @@ int cmd_serve(int argc, char **argv) {
         if (sched.disk) {
             nv_metrics_gauges g;
             nv_sched_gauges(&sched, &g);
-            snprintf(cache_line, sizeof cache_line, "%s, prefix cache: RAM %.1f MiB, SSD %s (%ld blocks, %.1f of %.1f MiB)", window_line,
-                     ram_mib, nv_disk_dir(sched.disk), g.disk.files, (double)g.disk.bytes / 1048576.0,
+            char dirs[2200];
+            if (sched.wdisk) snprintf(dirs, sizeof dirs, "%s and %s", nv_disk_dir(sched.disk), nv_disk_dir(sched.wdisk));
+            else snprintf(dirs, sizeof dirs, "%s", nv_disk_dir(sched.disk));
+            snprintf(cache_line, sizeof cache_line, "%s, prefix cache: RAM %.1f MiB%s, SSD %s (%ld %s, %.1f of %.1f MiB)", window_line,
+                     ram_mib, sched.wdisk ? " and windowed-layer checkpoints" : "", dirs, g.disk.files,
+                     sched.wdisk ? "files: each block's two sides" : "blocks", (double)g.disk.bytes / 1048576.0,
                      (double)g.disk.max_bytes / 1048576.0);
         } else {
             snprintf(cache_line, sizeof cache_line, "%s, prefix cache: RAM %.1f MiB%s", window_line, ram_mib,

@@ -362,8 +362,9 @@ nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
     nv_disk *d = calloc(1, sizeof *d);
     if (!d) return nv_fail(NV_ENOMEM, "SSD tier: out of memory");
     d->o = *o;
-    d->o.root = NULL;
-    if (snprintf(d->dir, sizeof d->dir, "%s/%016" PRIx64, o->root, o->model_id) >= (int)sizeof d->dir) {
+    d->o.root = d->o.part = NULL;
+    if (snprintf(d->dir, sizeof d->dir, "%s/%016" PRIx64 "%s%s", o->root, o->model_id, o->part ? "-" : "", o->part ? o->part : "") >=
+        (int)sizeof d->dir) {
         free(d);
         return nv_fail(NV_EINVAL, "SSD tier: directory name too long");
     }

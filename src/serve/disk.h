@@ -3,7 +3,9 @@
  *
  * Contract:
  * - Files live in ROOT/<model identity as 16 hex digits>/ (so servers of different models can
- *   share ROOT without seeing each other's blocks), one per block, named <block hash>.kvb:
+ *   share ROOT without seeing each other's blocks), or ROOT/<identity>-<part>/ for a part of the
+ *   model's layers (split pages: "full" for the whole-context layers, "windowed" for the others),
+ *   one per block, named <block hash>.kvb:
  *
  *     offset  size  field (little-endian)
  *      0      8     magic "NVKVBLK\0"
@@ -58,6 +60,7 @@
 
 typedef struct {
     const char *root;   /* the cache directory */
+    const char *part;   /* the layers the blocks hold, when not all: the directory's suffix (NULL: all) */
     uint64_t model_id;
     int block_size, n_layers, kv_dim, n_kv_heads;
     nv_kv_dtype dtype;  /* the pages' element type */

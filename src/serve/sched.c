@@ -101,6 +101,14 @@ struct nv_req {
                                       cached prefix ends, which no checkpoint reached: its window is kept
                                       there too (0: none) */
     int disk_from;                 /* the first block asked of the SSD tier */
+    /* split pages, a prefix read from the SSD tier: the windowed layers' blocks [wrestore_next,
+       wrestore_end) wait to be read into its ring; restore_shared of its first blocks are shared from
+       RAM, and its reservation holds blocks for them too, so that a block failing its checks leaves it
+       to prefill the whole prompt on blocks of its own (restore_fallback) */
+    int wrestore_next, wrestore_end;
+    int restore_shared, restore_split;
+    int wvalid_from; /* split pages: its ring holds the windowed layers' keys and values of the blocks
+                        from this one on that it has reached (those before were never copied in) */
 };
 
 /* A finished sequence's ring of windowed-layer blocks, kept (see ckpt_keep). */
@@ -120,6 +128,8 @@ typedef struct {
     nv_req *r;
     int k;
     int ok;
+    int win;   /* a windowed-layer block (split pages), into the ring */
+    int split; /* the request's prefix is split pages' (restore_split when listed) */
 } restore_item;
 
 /* ---- text helpers ---------------------------------------------------------------------- */
@@ -386,6 +396,22 @@ long nv_sched_capacity(const nv_sched *s) {
     return pool < s->model->config.seq_len ? pool : s->model->config.seq_len;
 }
 
+static void reap_disk(nv_sched *s);
+
+/* Closes the SSD tier (its writers finish their queues; every pinned block comes back) and frees it. */
+static void disk_free_all(nv_sched *s) {
+    nv_disk *tiers[2] = {s->disk, s->wdisk};
+    for (int i = 0; i < 2; i++)
+        if (tiers[i]) nv_disk_close(tiers[i]);
+    reap_disk(s);
+    for (int i = 0; i < 2; i++)
+        if (tiers[i]) nv_disk_free(tiers[i]);
+    s->disk = s->wdisk = NULL;
+    free(s->wstage);
+    free(s->wstage_free);
+    s->wstage = NULL, s->wstage_free = NULL, s->n_wstage_free = 0;
+}
+
 /* The prefix cache: identity, the RAM tier over the pool, the SSD tier when asked for (an
  * unusable directory is one warning, and serving goes on without it). */
 static nv_err prefix_init(nv_sched *s) {
@@ -396,11 +422,11 @@ static nv_err prefix_init(nv_sched *s) {
     s->prefix_on = 1;
     uint64_t idle = o->ram_cache_bytes / s->pool.block_bytes;
     nv_kv_set_max_idle(&s->pool, idle > (uint64_t)s->pool.n_blocks ? s->pool.n_blocks : (int)idle);
-    uint64_t per_iter = RESTORE_BYTES / s->pool.block_bytes;
+    uint64_t per_iter = RESTORE_BYTES / (s->wring && s->wpool.block_bytes > s->pool.block_bytes ? s->wpool.block_bytes : s->pool.block_bytes);
     s->restore_cap = per_iter < 1 ? 1 : per_iter > (uint64_t)s->pool.n_blocks ? s->pool.n_blocks : (int)per_iter;
     s->restore = calloc((size_t)s->restore_cap, sizeof(restore_item));
     if (!s->restore) return nv_fail(NV_ENOMEM, "scheduler: out of memory");
-    if (o->disk_dir && *o->disk_dir && o->disk_bytes > 0 && !s->wring) { /* split pages: RAM only (see ckpt_keep) */
+    if (o->disk_dir && *o->disk_dir && o->disk_bytes > 0) {
         int q = s->pool.n_blocks / 4;
         nv_disk_opts d = {.root = o->disk_dir,
                           .model_id = id,
@@ -411,9 +437,25 @@ static nv_err prefix_init(nv_sched *s) {
                           .dtype = s->pool.pages.dtype,
                           .max_bytes = o->disk_bytes,
                           .queue_cap = q < 1 ? 1 : q > 64 ? 64 : q};
-        if (nv_disk_open(&s->disk, &d) != NV_OK) {
+        nv_err e = NV_OK;
+        if (s->wring) { /* split pages: each side's blocks in a part of their own, the budget shared so both hold as many */
+            const double fb = (double)s->pool.block_bytes, wb = (double)s->wpool.block_bytes;
+            nv_disk_opts w = d;
+            d.part = "full", d.n_layers = nv_kv_layers_count(c, NV_KV_LAYERS_FULL);
+            d.max_bytes = (uint64_t)((double)o->disk_bytes * fb / (fb + wb));
+            w.part = "windowed", w.n_layers = nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED);
+            w.max_bytes = o->disk_bytes - d.max_bytes;
+            s->wstage_bytes = (s->wpool.block_bytes + (size_t)o->block_size * sizeof(int32_t) + 63) & ~(size_t)63;
+            s->wstage = malloc((size_t)w.queue_cap * s->wstage_bytes);
+            s->wstage_free = malloc((size_t)w.queue_cap * sizeof(int));
+            if (!s->wstage || !s->wstage_free) e = nv_fail(NV_ENOMEM, "out of memory");
+            for (int i = 0; e == NV_OK && i < w.queue_cap; i++) s->wstage_free[s->n_wstage_free++] = i;
+            if (e == NV_OK) e = nv_disk_open(&s->wdisk, &w);
+        }
+        if (e == NV_OK) e = nv_disk_open(&s->disk, &d);
+        if (e != NV_OK) {
             nv_warn("serve: prefix cache: %s; running without the SSD tier (serving goes on)", nv_errmsg());
-            s->disk = NULL;
+            disk_free_all(s);
         }
     }
     return NV_OK;
@@ -455,7 +497,9 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         s->wring = (int)(((long)rows + c->swa_window - 2) / B + 2);
         const uint64_t wb = nv_kv_block_bytes_of(c, B, dtype, NV_KV_LAYERS_WINDOWED);
         uint64_t share = (uint64_t)((double)kv_bytes * nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) / c->n_layers) / wb;
-        uint64_t want = (uint64_t)o->max_batch * (uint64_t)s->wring;
+        /* and with the prefix cache one more, so that a kept ring (a checkpoint) and max_batch running
+           sequences fit together: a request continuing it need not wait for its room */
+        uint64_t want = (uint64_t)(o->max_batch + (o->prefix_cache ? 1 : 0)) * (uint64_t)s->wring;
         uint64_t wn = want < share ? want : share > (uint64_t)s->wring ? share : (uint64_t)s->wring;
         if (wn * wb >= kv_bytes) {
             nv_sched_free(s);
@@ -601,7 +645,8 @@ static void wblock_copy(nv_sched *s, int32_t to, int32_t from) {
 /* A finished sequence's ring as a checkpoint; 0 (the caller returns the ring) when it has no full
  * block it could be continued from. */
 static int ckpt_keep(nv_sched *s, nv_req *r) {
-    const int n_ring = ring_held(r), lo = r->n_alloc - n_ring, end = r->n_hashed;
+    const int n_ring = ring_held(r), end = r->n_hashed;
+    const int lo = r->n_alloc - n_ring > r->wvalid_from ? r->n_alloc - n_ring : r->wvalid_from;
     if (!s->prefix_on || !s->wring || r->embed || end <= lo) return 0;
     nv_swa_ckpt *c = ckpt_new(s, r, n_ring, r->n_wring, lo, end);
     if (c) memcpy(c->ring, r->wblocks, (size_t)n_ring * sizeof(int32_t));
@@ -616,7 +661,9 @@ static int ckpt_keep(nv_sched *s, nv_req *r) {
    ended that no checkpoint reached (snap_at): the part the prompts that follow share. */
 static void ckpt_snapshot(nv_sched *s, nv_req *r, int end) {
     const int B = s->wpool.block_size;
-    const int lo = end > 1 ? window_block(s, (long)(end - 1) * B) : 0, n = end - lo; /* hits at end and end - 1 */
+    int lo = end > 1 ? window_block(s, (long)(end - 1) * B) : 0; /* hits at end and end - 1 */
+    if (lo < r->wvalid_from) lo = r->wvalid_from;
+    const int n = end - lo;
     if (end < 1 || n < 1) return;
     ckpt_make_room(s, n, -1); /* older checkpoints go first (never room a sequence reserved) */
     if (!nv_kv_reserve(&s->wpool, n)) return;
@@ -652,19 +699,21 @@ static int ckpt_find(const nv_sched *s, const nv_req *r, int hits, int *at) {
 static void ckpt_resume(nv_sched *s, nv_req *r, int ck, int at) {
     nv_swa_ckpt *c = &s->ckpts[ck];
     for (int k = 0; k < at; k++) ring_take(s, r, k);
-    for (int k = window_block(s, (long)at * s->wpool.block_size); k < at; k++) wblock_copy(s, r->wblocks[k], c->ring[k % c->ring_len]);
+    r->wvalid_from = window_block(s, (long)at * s->wpool.block_size);
+    for (int k = r->wvalid_from; k < at; k++) wblock_copy(s, r->wblocks[k], c->ring[k % c->ring_len]);
     c->used = ++s->ckpt_clock;
 }
 
 static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     /* last block first: a prefix's first blocks end up the most recently used idle ones */
     for (int i = r->n_alloc - 1; i >= 0; i--) nv_kv_unref(&s->pool, r->blocks[i]);
-    if (fin == NV_FINISH_ERROR || !ckpt_keep(s, r))
+    if (fin == NV_FINISH_ERROR || r->restore_split || !ckpt_keep(s, r)) /* (a ring still being read from disk is not whole) */
         for (int i = ring_held(r) - 1; i >= 0; i--) nv_kv_unref(&s->wpool, r->wblocks[i]);
     nv_kv_unreserve(&s->wpool, r->wreserved);
     r->wreserved = 0;
     r->n_alloc = 0;
-    r->restore_next = r->restore_end = 0;
+    r->restore_next = r->restore_end = r->wrestore_next = r->wrestore_end = 0;
+    r->restore_split = r->restore_shared = 0;
     nv_kv_unreserve(&s->pool, r->reserved);
     r->reserved = 0;
     r->done = 1;
@@ -734,13 +783,30 @@ static void disk_write(nv_sched *s, int32_t b, uint64_t hash, uint64_t parent) {
     if (!nv_disk_enqueue(s->disk, &j)) nv_kv_unref(&s->pool, b);
 }
 
-/* Drops the SSD writer's references on the blocks it is done with. */
+/* Split pages: r's windowed-layer block k (full, hashed) queued for the windowed part of the SSD
+ * tier, as a copy (its ring block is written again once the ring comes round), while its ring still
+ * holds it and a staging slot is free. */
+static void wdisk_write(nv_sched *s, const nv_req *r, int k, uint64_t hash, uint64_t parent) {
+    if (!s->wdisk || k < r->wvalid_from || k + r->n_wring < r->n_alloc || !s->n_wstage_free || nv_disk_known(s->wdisk, hash))
+        return;
+    const int slot = s->wstage_free[--s->n_wstage_free], B = s->pool.block_size;
+    uint8_t *copy = s->wstage + (size_t)slot * s->wstage_bytes;
+    int32_t *tokens = (int32_t *)(copy + s->wpool.block_bytes);
+    memcpy(copy, nv_kv_block_data(&s->wpool.pages, r->wblocks[k]), s->wpool.block_bytes);
+    memcpy(tokens, s->pool.tokens + (size_t)r->blocks[k] * B, (size_t)B * sizeof *tokens);
+    nv_disk_job j = {.hash = hash, .parent = parent, .tokens = tokens, .payload = copy, .block = slot};
+    if (!nv_disk_enqueue(s->wdisk, &j)) s->wstage_free[s->n_wstage_free++] = slot;
+}
+
+/* Drops the SSD writers' references on the blocks they are done with (the windowed part's: staging
+ * slots). */
 static void reap_disk(nv_sched *s) {
-    if (!s->disk) return;
     int32_t done[64];
     int n;
-    while ((n = nv_disk_reap(s->disk, done, 64)) > 0)
+    while (s->disk && (n = nv_disk_reap(s->disk, done, 64)) > 0)
         for (int i = 0; i < n; i++) nv_kv_unref(&s->pool, done[i]);
+    while (s->wdisk && (n = nv_disk_reap(s->wdisk, done, 64)) > 0)
+        for (int i = 0; i < n; i++) s->wstage_free[s->n_wstage_free++] = done[i];
 }
 
 /* The request's block table and hash chain, and the chain hashes of the prompt blocks a lookup
@@ -775,6 +841,28 @@ static int prepare(nv_sched *s, nv_req *r) {
     return 1;
 }
 
+/* How many of r's first n blocks (found in the prefix cache) no sequence holds: taking them takes
+ * from the pool's free room. */
+static int idle_count(const nv_sched *s, const nv_req *r, int n) {
+    int idle = 0;
+    for (int k = 0; k < n; k++) idle += s->pool.refs[r->blocks[k]] == 0;
+    return idle;
+}
+
+/* Split pages with an SSD tier: the largest point p in (lo, top] of r's prompt blocks whose window,
+ * the windowed layers' blocks [window_block(p B), p), the tier's windowed part holds (0: none).
+ * A block it lacks rules out every point whose window holds it, so each block is asked once. */
+static int wdisk_point(nv_sched *s, const nv_req *r, int lo, int top) {
+    for (int p = top; p > lo;) {
+        int k = p - 1;
+        const int w = window_block(s, (long)p * s->pool.block_size);
+        while (k >= w && nv_disk_has(s->wdisk, r->hashes[k])) k--;
+        if (k < w) return p;
+        p = k;
+    }
+    return 0;
+}
+
 static void admit(nv_sched *s) {
     int B = s->pool.block_size;
     while (s->wait_head && s->n_running < s->o.max_batch && !s->stopping) {
@@ -789,29 +877,45 @@ static void admit(nv_sched *s) {
             continue;
         }
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
-        int hits = 0, idle_hits = 0, on_disk = 0, ck = -1;
-        r->snap_at = 0;
+        int hits = 0, idle_hits = 0, on_disk = 0, ck = -1, shared = 0, wpoint = 0;
         if (s->prefix_on && !r->plps && !r->embed) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
             for (; hits < r->n_lookup; hits++) {
                 int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], chain_parent(r, hits), r->prompt + hits * B);
                 if (b < 0) break;
                 r->blocks[hits] = b;
             }
-            if (s->wring) { /* split pages: only as far as a checkpoint's window reaches; a snapshot where the prefix ends */
-                const int shared = hits;
+            shared = hits;
+            if (s->wring) { /* split pages: only as far as a checkpoint's window reaches */
                 ck = ckpt_find(s, r, shared, &hits);
-                if (shared > hits) r->snap_at = shared;
+                if (s->wdisk) { /* or the SSD tier's: its whole-context blocks, then a window it holds */
+                    int top = shared;
+                    while (top < r->n_lookup && nv_disk_has(s->disk, r->hashes[top])) top++;
+                    wpoint = wdisk_point(s, r, hits, top);
+                    const int from_ram = wpoint < shared ? wpoint : shared;
+                    /* its reservation holds every block of its own, for the fallback (restore_fallback) */
+                    if (wpoint && nv_kv_available(&s->pool) < r->blocks_needed + idle_count(s, r, from_ram)) wpoint = 0;
+                    if (wpoint) ck = -1, hits = from_ram, on_disk = wpoint - from_ram;
+                }
+            } else {
+                while (s->disk && hits + on_disk < r->n_lookup && nv_disk_has(s->disk, r->hashes[hits + on_disk])) on_disk++;
             }
-            for (int k = 0; k < hits; k++) idle_hits += s->pool.refs[r->blocks[k]] == 0;
-            while (s->disk && hits + on_disk < r->n_lookup && nv_disk_has(s->disk, r->hashes[hits + on_disk])) on_disk++;
+            idle_hits = idle_count(s, r, hits);
         }
-        int need = r->blocks_needed - hits; /* blocks of its own, disk restores included */
+        int need = r->blocks_needed - (wpoint ? 0 : hits); /* blocks of its own, disk restores included */
         const int wneed = ring_blocks(s, r->blocks_needed);
         if (nv_kv_available(&s->pool) < need + idle_hits) break; /* the head waits; nobody overtakes it */
         if (wneed) {
             ck = ckpt_make_room(s, wneed, ck); /* checkpoints go only for a request the pool holds */
+            if (nv_kv_available(&s->wpool) < wneed && ck >= 0) { /* the room is the checkpoint's own: the prompt runs whole */
+                ckpt_drop(s, ck);
+                ck = -1, hits = idle_hits = 0, need = r->blocks_needed;
+                if (nv_kv_available(&s->pool) < need) break;
+            }
             if (nv_kv_available(&s->wpool) < wneed) break;
         }
+        /* split pages: the window where a shared prefix ends is kept too (ckpt_snapshot), when this
+           prompt cannot continue from there */
+        r->snap_at = s->wring && shared > (wpoint ? wpoint : hits) ? shared : 0;
         s->wait_head = r->next;
         if (!s->wait_head) s->wait_tail = NULL;
         s->n_waiting--;
@@ -821,7 +925,9 @@ static void admit(nv_sched *s) {
         r->reserved = need;
         if (wneed) nv_kv_reserve(&s->wpool, wneed);
         r->n_wring = r->wreserved = wneed;
+        r->wvalid_from = 0;
         if (ck >= 0) ckpt_resume(s, r, ck, hits);
+        for (int k = 0; k < wpoint; k++) ring_take(s, r, k);
         r->n_alloc = hits;
         for (int k = 0; k < on_disk; k++) {
             r->blocks[r->n_alloc++] = nv_kv_alloc(&s->pool);
@@ -833,20 +939,57 @@ static void admit(nv_sched *s) {
         r->n_hashed = hits;
         r->restore_next = r->disk_from = hits;
         r->restore_end = hits + on_disk;
+        r->restore_split = wpoint > 0;
+        r->restore_shared = wpoint ? hits : 0;
+        r->wrestore_next = r->wrestore_end = 0;
+        if (wpoint) r->wrestore_next = r->wvalid_from = window_block(s, (long)wpoint * B), r->wrestore_end = wpoint;
         if (s->prefix_on && !r->plps && !r->embed) {
             /* a shared block whose file was dropped or evicted gets another chance at the SSD tier */
             for (int k = 0; s->disk && k < hits; k++)
                 if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], chain_parent(r, k));
             int miss = r->n_lookup - hits;
-            nv_metrics_prefix(s->metrics, hits, miss, 0, on_disk || !s->disk ? 0 : miss, on_disk ? 0 : r->n_cached);
+            const int restoring = on_disk || wpoint; /* counted once read */
+            nv_metrics_prefix(s->metrics, hits, miss, 0, restoring || !s->disk ? 0 : miss, restoring ? 0 : r->n_cached);
         }
         s->running[s->n_running++] = r;
     }
 }
 
+/* Split pages: a block of r's prefix on disk failed its checks (or went): r prefills its whole
+ * prompt instead, on blocks of its own (its reservation holds one for each block it shared), none of
+ * them indexed yet (restore_split_done indexes them). */
+static void restore_fallback(nv_sched *s, nv_req *r) {
+    for (int k = 0; k < r->restore_shared; k++) {
+        nv_kv_unref(&s->pool, r->blocks[k]);
+        r->blocks[k] = nv_kv_alloc(&s->pool);
+        r->reserved--;
+    }
+    nv_metrics_prefix(s->metrics, 0, 0, 0, r->n_lookup, 0);
+    r->restore_next = r->restore_end = r->wrestore_next = r->wrestore_end = 0;
+    r->restore_split = r->restore_shared = 0;
+    r->pos = r->dvalid = r->n_cached = r->n_hashed = r->wvalid_from = 0;
+    nv_log(NV_LOG_WARN, "serve: prefix cache: a block on disk failed its checks; the prompt runs whole");
+}
+
+/* Split pages: r's prefix is read whole (its window and the whole-context blocks past those it
+ * shares): the blocks read are indexed (with a draft model, once the draft has run them:
+ * index_full_blocks), the fallback's spare reservation returned, and r goes on from there. */
+static void restore_split_done(nv_sched *s, nv_req *r) {
+    const int B = s->pool.block_size, p = r->wrestore_end;
+    for (int k = r->disk_from; k < p && !s->o.draft; k++) nv_prefix_insert(&s->prefix, r->blocks[k], r->hashes[k], chain_parent(r, k));
+    if (!s->o.draft) r->n_hashed = p;
+    nv_kv_unreserve(&s->pool, r->restore_shared);
+    r->reserved -= r->restore_shared;
+    r->pos = r->n_cached = p * B;
+    nv_metrics_prefix(s->metrics, 0, 0, p - r->disk_from, r->n_lookup - p, r->n_cached);
+    r->restore_next = r->restore_end = r->wrestore_next = r->wrestore_end = 0;
+    r->restore_split = r->restore_shared = 0;
+}
+
 /* Reads the disk blocks admitted requests wait for, at most restore_cap blocks per call, with
  * the lock released while reading (the blocks are the requests' own; only this thread touches
- * the pool). A block that fails its checks ends that request's hit: it is prefilled instead.
+ * the pool). A block that fails its checks ends that request's hit: it is prefilled instead (on
+ * split pages from its start, restore_fallback: what came before has no window to go on from).
  * Lock held on entry and exit. */
 static void restore_from_disk(nv_sched *s) {
     if (!s->disk) return;
@@ -854,19 +997,21 @@ static void restore_from_disk(nv_sched *s) {
     int n = 0, B = s->pool.block_size;
     for (int i = 0; i < s->n_running && n < s->restore_cap; i++) {
         nv_req *r = s->running[i];
-        for (int k = r->restore_next; k < r->restore_end && n < s->restore_cap; k++) it[n++] = (restore_item){r, k, 0};
+        for (int k = r->wrestore_next; k < r->wrestore_end && n < s->restore_cap; k++) it[n++] = (restore_item){r, k, 0, 1, 1};
+        for (int k = r->restore_next; k < r->restore_end && n < s->restore_cap; k++)
+            it[n++] = (restore_item){r, k, 0, 0, r->restore_split};
     }
     if (!n) return;
     pthread_mutex_unlock(&s->mu);
     double t0 = nv_now();
-    for (int i = 0; i < n; i++) nv_disk_prefetch(s->disk, it[i].r->hashes[it[i].k]); /* the device reads in parallel */
+    for (int i = 0; i < n; i++) nv_disk_prefetch(it[i].win ? s->wdisk : s->disk, it[i].r->hashes[it[i].k]); /* the device reads in parallel */
     nv_req *failed = NULL;
     for (int i = 0; i < n; i++) {
         nv_req *r = it[i].r;
         int k = it[i].k;
         if (r == failed) continue;
-        it[i].ok = nv_disk_load(s->disk, r->hashes[k], chain_parent(r, k), r->prompt + k * B,
-                                nv_kv_block_data(&s->pool.pages, r->blocks[k]));
+        void *into = it[i].win ? nv_kv_block_data(&s->wpool.pages, r->wblocks[k]) : nv_kv_block_data(&s->pool.pages, r->blocks[k]);
+        it[i].ok = nv_disk_load(it[i].win ? s->wdisk : s->disk, r->hashes[k], chain_parent(r, k), r->prompt + k * B, into);
         if (!it[i].ok) failed = r;
     }
     nv_debug("serve: prefix cache: read %d blocks from disk in %.1f ms%s", n, (nv_now() - t0) * 1e3,
@@ -875,6 +1020,19 @@ static void restore_from_disk(nv_sched *s) {
     for (int i = 0; i < n; i++) {
         nv_req *r = it[i].r;
         int k = it[i].k;
+        if (it[i].split) { /* split pages: all or nothing */
+            int *next = it[i].win ? &r->wrestore_next : &r->restore_next;
+            if (!r->restore_split || k != *next) continue; /* after a failure of this request */
+            if (!it[i].ok) {
+                restore_fallback(s, r);
+                continue;
+            }
+            if (!it[i].win)
+                for (int t = 0; t < B; t++) nv_kv_record(&s->pool, r->blocks[k], t, r->prompt[k * B + t]);
+            *next = k + 1;
+            if (r->wrestore_next >= r->wrestore_end && r->restore_next >= r->restore_end) restore_split_done(s, r);
+            continue;
+        }
         if (k != r->restore_next || k >= r->restore_end) continue; /* after a failure of this request */
         if (!it[i].ok) {
             r->restore_end = k;
@@ -924,7 +1082,7 @@ static int plan_step(nv_sched *s) {
     for (int i = 0; i < s->n_running; i++) {
         nv_req *r = s->running[i];
         nv_batch_seq q = {0};
-        if (r->restore_next < r->restore_end) continue; /* still reading its prefix from disk */
+        if (r->restore_next < r->restore_end || r->wrestore_next < r->wrestore_end) continue; /* still reading its prefix from disk */
         if (r->pos < r->n_prompt) {
             if (budget == 0) continue;
             q.n = r->n_prompt - r->pos < budget ? r->n_prompt - r->pos : budget;
@@ -1207,6 +1365,7 @@ static void index_full_blocks(nv_sched *s, nv_req *r) {
         r->hashes[k] = h;
         r->n_hashed++;
         if (nv_prefix_insert(&s->prefix, b, h, parent)) disk_write(s, b, h, parent);
+        if (s->wdisk) wdisk_write(s, r, k, h, parent);
     }
 }
 
@@ -1509,12 +1668,7 @@ void nv_sched_stop(nv_sched *s) {
 
 void nv_sched_free(nv_sched *s) {
     nv_sched_stop(s);
-    if (s->disk) { /* the writer finishes its queue; then every pinned block comes back */
-        nv_disk_close(s->disk);
-        reap_disk(s);
-        nv_disk_free(s->disk);
-        s->disk = NULL;
-    }
+    disk_free_all(s); /* the writers finish their queues; then every pinned block comes back */
     nv_prefix_free(&s->prefix);
     free(s->restore);
     free(s->plp_logits);
@@ -1577,5 +1731,13 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
     if (s->disk) {
         nv_disk_stats_get(s->disk, &g->disk);
         g->disk_dir = nv_disk_dir(s->disk);
+    }
+    if (s->wdisk) { /* split pages: both parts of the tier together */
+        nv_disk_stats w;
+        nv_disk_stats_get(s->wdisk, &w);
+        g->disk.writer_up &= w.writer_up;
+        g->disk.files += w.files, g->disk.bytes += w.bytes, g->disk.max_bytes += w.max_bytes, g->disk.queue_depth += w.queue_depth;
+        g->disk.writes += w.writes, g->disk.write_drops += w.write_drops, g->disk.write_errors += w.write_errors;
+        g->disk.evictions += w.evictions, g->disk.rejected += w.rejected, g->disk.loads += w.loads, g->disk.load_failures += w.load_failures;
     }
 }

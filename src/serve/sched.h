@@ -251,6 +251,13 @@ typedef struct {
     int prefix_on;
     nv_prefix prefix;
     nv_disk *disk; /* NULL: no SSD tier */
+    /* split pages: the windowed layers' part of the SSD tier (disk holds the whole-context layers'),
+     * and the copies its writer reads (a ring block is written again before the writer gets to it):
+     * a slot per outstanding write, each a block's bytes then its tokens */
+    nv_disk *wdisk;
+    uint8_t *wstage;
+    int *wstage_free, n_wstage_free;
+    size_t wstage_bytes;
     void *restore; /* the loop's scratch for disk reads */
     int restore_cap;
     float *plp_logits; /* the loop's scratch for prompt log-probabilities (made at first use) */
