@@ -1067,6 +1067,22 @@ static void test_serve_window_resumed_ring(void) {
                 cached[0][q], got[0][q] ? got[0][q] : "-", got[1][q] ? got[1][q] : "-");
         free(got[0][q]), free(got[1][q]);
     }
+    /* a budget of one ring (18K: 6 windowed blocks, 6 of the global layer): W's ring, kept, is all the
+       room X's ring could take; X runs whole rather than wait for it (for ever: nothing else frees it) */
+    static char small[2][400];
+    token_list(small[0], sizeof small[0], 20, 51);
+    token_lists(small[1], sizeof small[1], 16, 51, 4, 52);
+    const char *const sp[2] = {small[0], small[1]};
+    char *one[2][2] = {{NULL}};
+    int c1[2][2] = {{0}};
+    window_answers(model, "gwr-one", "--kv-block 4 --prefill-chunk 16 --max-batch 1 --kv-disk-cache 0 --kv-memory 18K --timeout 10 "
+                   "--swa-cache window", sp, 2, 4, one[0], c1[0]);
+    window_answers(model, "gwr-one-full", "--kv-block 4 --prefill-chunk 16 --swa-cache full --no-prefix-cache", sp, 2, 4, one[1], c1[1]);
+    for (int q = 0; q < 2; q++) {
+        T_CHECK(one[0][q] && one[1][q] && !strcmp(one[0][q], one[1][q]), "one ring, request %d: %.200s\n    against %.200s", q,
+                one[0][q] ? one[0][q] : "-", one[1][q] ? one[1][q] : "-");
+        free(one[0][q]), free(one[1][q]);
+    }
 }
 
 /* The .kvb files of the SSD tier's directory under root whose name ends with suffix ("-full",
