@@ -787,8 +787,11 @@ static void disk_write(nv_sched *s, int32_t b, uint64_t hash, uint64_t parent) {
  * tier, as a copy (its ring block is written again once the ring comes round), while its ring still
  * holds it and a staging slot is free. */
 static void wdisk_write(nv_sched *s, const nv_req *r, int k, uint64_t hash, uint64_t parent) {
-    if (!s->wdisk || k < r->wvalid_from || k + r->n_wring < r->n_alloc || !s->n_wstage_free || nv_disk_known(s->wdisk, hash))
+    if (!s->wdisk || k < r->wvalid_from || k + r->n_wring < r->n_alloc || nv_disk_known(s->wdisk, hash)) return;
+    if (!s->n_wstage_free) { /* the writer is behind: as a full queue's drop */
+        s->wstage_drops++;
         return;
+    }
     const int slot = s->wstage_free[--s->n_wstage_free], B = s->pool.block_size;
     uint8_t *copy = s->wstage + (size_t)slot * s->wstage_bytes;
     int32_t *tokens = (int32_t *)(copy + s->wpool.block_bytes);
@@ -1726,6 +1729,7 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
             for (const nv_req *r = s->wait_head; r; r = r->next) g->lora_waiting[j] += r->adapter == numbers[j];
         }
     }
+    const uint64_t wstage_drops = s->wstage_drops; /* (the loop counts them under the lock) */
     pthread_mutex_unlock(&s->mu);
     g->disk_on = s->disk != NULL;
     if (s->disk) {
@@ -1737,7 +1741,7 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
         nv_disk_stats_get(s->wdisk, &w);
         g->disk.writer_up &= w.writer_up;
         g->disk.files += w.files, g->disk.bytes += w.bytes, g->disk.max_bytes += w.max_bytes, g->disk.queue_depth += w.queue_depth;
-        g->disk.writes += w.writes, g->disk.write_drops += w.write_drops, g->disk.write_errors += w.write_errors;
+        g->disk.writes += w.writes, g->disk.write_drops += w.write_drops + wstage_drops, g->disk.write_errors += w.write_errors;
         g->disk.evictions += w.evictions, g->disk.rejected += w.rejected, g->disk.loads += w.loads, g->disk.load_failures += w.load_failures;
     }
 }

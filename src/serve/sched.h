@@ -258,6 +258,7 @@ typedef struct {
     uint8_t *wstage;
     int *wstage_free, n_wstage_free;
     size_t wstage_bytes;
+    uint64_t wstage_drops; /* windowed blocks not written: every slot was taken (counted as write drops) */
     void *restore; /* the loop's scratch for disk reads */
     int restore_cap;
     float *plp_logits; /* the loop's scratch for prompt log-probabilities (made at first use) */
