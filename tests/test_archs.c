@@ -1183,6 +1183,7 @@ static void test_serve_window_cache_concurrent(void) {
     char model[700];
     if (!window_model(model, sizeof model)) return;
     static char prompts[WC_CLIENTS][WC_EACH][1600];
+    char *want[WC_CLIENTS][WC_EACH] = {{NULL}};
     wc_client w[WC_CLIENTS];
     for (int i = 0; i < WC_CLIENTS; i++) {
         token_list(prompts[i][0], sizeof prompts[i][0], 50 + 13 * i, 11 + (unsigned)i);
@@ -1191,52 +1192,71 @@ static void test_serve_window_cache_concurrent(void) {
         for (int q = 0; q < WC_EACH; q++) w[i].prompt[q] = prompts[i][q], w[i].got[q] = NULL;
     }
     server sv;
-    /* the model drafts for itself: its draft's keys and values sit on full pages under the pool's block ids */
-    char flags[1000];
-    snprintf(flags, sizeof flags,
-             "--kv-block 4 --prefill-chunk 8 --max-batch 2 --kv-disk-cache 0 --swa-cache window --model-draft '%s' --spec-tokens 3", model);
-    if (server_spawn(&sv, "gwc-window", NULL, NULL, model, NULL, flags, 30)) {
+    if (server_spawn(&sv, "gwc-full", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 8 --swa-cache full --no-prefix-cache", 30)) {
+        for (int i = 0; i < WC_CLIENTS; i++)
+            for (int q = 0; q < WC_EACH; q++) {
+                int n = 0, cached = 0, status = 0;
+                want[i][q] = greedy_completion(sv.port, prompts[i][q], wc_tokens[q], &n, &cached, &status);
+            }
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the reference server did not exit 0");
+    }
+    /* the model drafts for itself: its draft's keys and values sit on full pages under the pool's block
+       ids; then with the SSD tier, and the same again after a restart (prefixes read from disk while
+       other sequences run) */
+    char flags[3][1400];
+    for (int k = 0; k < 3; k++)
+        snprintf(flags[k], sizeof flags[k], "--kv-block 4 --prefill-chunk 8 --max-batch 2 %s --swa-cache window --model-draft '%s' --spec-tokens 3",
+                 k ? "" : "--kv-disk-cache 0", model);
+    for (int k = 1; k < 3; k++)
+        snprintf(flags[k] + strlen(flags[k]), sizeof flags[k] - strlen(flags[k]), " --kv-cache-dir '%s'", t_path("gwc-kvdisk"));
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "gwc-window-%d", k); /* (a log of its own: a new server's is not the last one's) */
+        if (!server_spawn(&sv, name, NULL, NULL, model, NULL, flags[k], 30)) {
+            T_CHECK(0, "the windowed server did not start with %s", flags[k]);
+            continue;
+        }
         pthread_t th[WC_CLIENTS];
         for (int i = 0; i < WC_CLIENTS; i++) {
             w[i].port = sv.port;
             pthread_create(&th[i], NULL, wc_client_main, &w[i]);
         }
         for (int i = 0; i < WC_CLIENTS; i++) pthread_join(th[i], NULL);
+        const double from_cache = metric(sv.port, "nerve_prefix_cached_tokens_total");
         T_CHECK(metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 && metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 &&
                     metric(sv.port, "nerve_kv_blocks_in_use") == 0 && metric(sv.port, "nerve_kv_blocks_reserved") == 0 &&
                     metric(sv.port, "nerve_kv_window_blocks_kept") > 0 &&
                     metric(sv.port, "nerve_kv_window_blocks_kept") <= metric(sv.port, "nerve_kv_window_blocks_total"),
-                "after the clients: windowed blocks in use %g, kept %g of %g, %g prompt tokens from the cache",
-                metric(sv.port, "nerve_kv_window_blocks_in_use"),
-                metric(sv.port, "nerve_kv_window_blocks_kept"), metric(sv.port, "nerve_kv_window_blocks_total"),
-                metric(sv.port, "nerve_prefix_cached_tokens_total"));
-        /* with two sequences running, a new ring takes a checkpoint's room: under this load few of them
-           live long enough to be continued; alone, the first prompt and its continuation again */
-        int n = 0, cached[2] = {0, 0}, status = 0;
-        for (int q = 0; q < 2; q++) free(greedy_completion(sv.port, prompts[0][q], wc_tokens[q], &n, &cached[q], &status));
-        T_CHECK(cached[1] == 48, "the continued prompt took %d tokens from the cache, not 48", cached[1]);
-        if (getenv("T_VERBOSE"))
-            printf("    %g prompt tokens from the cache\n", metric(sv.port, "nerve_prefix_cached_tokens_total"));
-        T_CHECK(server_stop_within(&sv, 20) == 0, "the windowed server did not exit 0");
-    } else {
-        T_CHECK(0, "the windowed server did not start");
-    }
-    int same = 0;
-    if (server_spawn(&sv, "gwc-full", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 8 --swa-cache full --no-prefix-cache", 30)) {
+                "%s, after the clients: windowed blocks in use %g, kept %g of %g, %g prompt tokens from the cache", flags[k],
+                metric(sv.port, "nerve_kv_window_blocks_in_use"), metric(sv.port, "nerve_kv_window_blocks_kept"),
+                metric(sv.port, "nerve_kv_window_blocks_total"), from_cache);
+        /* after the restart every first prompt is on disk */
+        if (k == 2) T_CHECK(from_cache >= 4 * 48, "after the restart %g prompt tokens from the cache", from_cache);
+        if (k == 0) { /* with two sequences running, a new ring takes a checkpoint's room: under this load few
+                         of them live long enough to be continued; alone, the first prompt and its continuation again */
+            int n = 0, cached[2] = {0, 0}, status = 0;
+            for (int q = 0; q < 2; q++) free(greedy_completion(sv.port, prompts[0][q], wc_tokens[q], &n, &cached[q], &status));
+            T_CHECK(cached[1] == 48, "the continued prompt took %d tokens from the cache, not 48", cached[1]);
+        }
+        if (getenv("T_VERBOSE")) printf("    %s: %g prompt tokens from the cache\n", k == 0 ? "RAM" : k == 1 ? "SSD tier" : "restarted", from_cache);
+        if (server_stop_within(&sv, 20) != 0) {
+            T_CHECK(0, "the windowed server (%s) did not exit 0", flags[k]);
+            print_log(&sv);
+        }
+        int same = 0;
         for (int i = 0; i < WC_CLIENTS; i++)
             for (int q = 0; q < WC_EACH; q++) {
-                int n = 0, cached = 0, status = 0;
-                char *want = greedy_completion(sv.port, prompts[i][q], wc_tokens[q], &n, &cached, &status);
-                const int ok = want && w[i].got[q] && !strcmp(want, w[i].got[q]);
-                T_CHECK(ok, "client %d, request %d: %.200s\n    against %.200s", i, q, w[i].got[q] ? w[i].got[q] : "-", want ? want : "-");
+                const int ok = want[i][q] && w[i].got[q] && !strcmp(want[i][q], w[i].got[q]);
+                T_CHECK(ok, "%s: client %d, request %d: %.200s\n    against %.200s", flags[k], i, q, w[i].got[q] ? w[i].got[q] : "-",
+                        want[i][q] ? want[i][q] : "-");
                 same += ok;
-                free(want);
+                free(w[i].got[q]);
+                w[i].got[q] = NULL;
             }
-        T_CHECK(server_stop_within(&sv, 20) == 0, "the reference server did not exit 0");
+        T_CHECK(same == WC_CLIENTS * WC_EACH, "%d of %d answers as the reference's", same, WC_CLIENTS * WC_EACH);
     }
-    T_CHECK(same == WC_CLIENTS * WC_EACH, "%d of %d answers as the reference's", same, WC_CLIENTS * WC_EACH);
     for (int i = 0; i < WC_CLIENTS; i++)
-        for (int q = 0; q < WC_EACH; q++) free(w[i].got[q]);
+        for (int q = 0; q < WC_EACH; q++) free(want[i][q]);
 }
 
 /* The first and the mean of the last three losses in a run's metrics.jsonl. */
