@@ -54,6 +54,7 @@ static inline int server_spawn(server *s, const char *name, const char *pre, con
                                const char *tok, const char *args, double wait_s) {
     memset(s, 0, sizeof *s);
     snprintf(s->log, sizeof s->log, "%s/%.300s.log", t_tmpdir(), name);
+    unlink(s->log); /* a server started before under this name left its "listening on" line there */
     char cmd[8192];
     char ztok[4200] = ""; /* tok NULL: no -z (the server's default) */
     if (tok) snprintf(ztok, sizeof ztok, "-z '%s'", tok);
@@ -238,6 +239,17 @@ static inline double metric(int port, const char *name) {
     }
     resp_free(&r);
     return v;
+}
+
+/* Waits up to 20 s until no request runs or waits and no KV block is in use or reserved, the SSD
+ * writer's pins included (its queue empty); 0 when that did not come. */
+static inline int wait_pool_idle(int port) {
+    for (double t0 = now_s(); now_s() - t0 < 20; sleep_ms(20))
+        if (metric(port, "nerve_running_sequences") == 0 && metric(port, "nerve_queue_depth") == 0 &&
+            metric(port, "nerve_kv_blocks_in_use") == 0 && metric(port, "nerve_kv_blocks_reserved") == 0 &&
+            metric(port, "nerve_prefix_disk_write_queue_depth") <= 0)
+            return 1;
+    return 0;
 }
 
 /* Serves model (with vocab, or the file's own vocabulary when NULL, and the extra serve flags) as

@@ -1223,6 +1223,7 @@ static void test_serve_window_cache_concurrent(void) {
         }
         for (int i = 0; i < WC_CLIENTS; i++) pthread_join(th[i], NULL);
         const double from_cache = metric(sv.port, "nerve_prefix_cached_tokens_total");
+        T_CHECK(wait_pool_idle(sv.port), "%s: the pool's blocks were not all back within 20 s (the SSD writer's included)", flags[k]);
         T_CHECK(metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 && metric(sv.port, "nerve_kv_window_blocks_reserved") == 0 &&
                     metric(sv.port, "nerve_kv_blocks_in_use") == 0 && metric(sv.port, "nerve_kv_blocks_reserved") == 0 &&
                     metric(sv.port, "nerve_kv_window_blocks_kept") > 0 &&

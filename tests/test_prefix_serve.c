@@ -206,14 +206,6 @@ static void stream_finish(stream *st, result *out) {
     free(st->buf);
 }
 
-static int wait_pool_idle(int port) {
-    for (double t0 = now_s(); now_s() - t0 < 20; sleep_ms(20))
-        if (metric(port, "nerve_running_sequences") == 0 && metric(port, "nerve_kv_blocks_in_use") == 0 &&
-            metric(port, "nerve_kv_blocks_reserved") == 0 && metric(port, "nerve_prefix_disk_write_queue_depth") <= 0)
-            return 1;
-    return 0;
-}
-
 static int count_of(const char *text, const char *what) {
     int n = 0;
     for (const char *p = text; (p = strstr(p, what)); p++) n++;

@@ -42,15 +42,6 @@ static int server_stop(server *s) { return server_stop_within(s, 20); }
 static int connect_to(int port) { return connect_to_within(port, 60); }
 
 
-/* Waits (bounded) until no sequence runs and every KV block is free. */
-static int wait_pool_idle(int port) {
-    for (double t0 = now_s(); now_s() - t0 < 15; sleep_ms(20))
-        if (metric(port, "nerve_running_sequences") == 0 && metric(port, "nerve_kv_blocks_in_use") == 0 &&
-            metric(port, "nerve_queue_depth") == 0 && metric(port, "nerve_kv_blocks_reserved") == 0)
-            return 1;
-    return 0;
-}
-
 /* ---- OpenAI response helpers ----------------------------------------------------------------- */
 
 typedef struct {
