@@ -1981,15 +1981,41 @@ static void test_own_tokenizer(void) {
     }
     free(a);
     free(b);
+    /* a .jsonl file of text lines: the tokenizer of its texts, one a line (as a text file of those lines) */
+    char jsonl[800], plain[800], jdir[700];
+    snprintf(jsonl, sizeof jsonl, "%s/own_tok.jsonl", t_tmpdir());
+    snprintf(plain, sizeof plain, "%s/own_tok_lines.txt", t_tmpdir());
+    snprintf(jdir, sizeof jdir, "%s/own_tok_jsonl", t_tmpdir());
+    FILE *fj = fopen(jsonl, "w"), *fp = fopen(plain, "w");
+    for (int i = 0; fj && fp && i < 300; i++) {
+        fprintf(fj, "{\"id\": %d, \"text\": \"Tom had %d red \\\"balls\\\" and a caf\\u00e9 day number %d.\"}\n", i, i % 17, i);
+        fprintf(fp, "Tom had %d red \"balls\" and a caf\u00e9 day number %d.\n", i % 17, i);
+    }
+    if (fj) fclose(fj);
+    if (fp) fclose(fp);
+    snprintf(args, sizeof args, "tokenizer train --vocab 300 %s -o %s", plain, want);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "tokenizer train: %s", err);
+    snprintf(args, sizeof args, "train %s --vocab 300 --data %s --steps 2 --out %s", shape, jsonl, jdir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "trained a BPE tokenizer of 300 tokens"), "a .jsonl of text: %s", err);
+    snprintf(got, sizeof got, "%s/tokenizer.bin", jdir);
+    T_CHECK(nv_file_read_all(want, &a, &na) == NV_OK && nv_file_read_all(got, &b, &nb) == NV_OK && na == nb && !memcmp(a, b, na),
+            "the .jsonl run's tokenizer is not that of its texts, one a line");
+    free(a);
+    free(b);
     /* --vocab where no tokenizer is trained; one too small for the text's characters */
     const char *tok = t_data("models/tok512.bin");
     char shard[800];
     snprintf(shard, sizeof shard, "%s/own_tok.bin", t_tmpdir());
-    const char *const refused[] = {"-z", "--data-shard", "--vocab-small"};
-    for (int i = 0; i < 3; i++) {
+    char chat[800];
+    snprintf(chat, sizeof chat, "%s/own_tok_chat.jsonl", t_tmpdir());
+    FILE *fc = fopen(chat, "w");
+    if (fc) fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"hello\"}]}\n", fc), fclose(fc);
+    const char *const refused[] = {"-z", "--data-shard", "--vocab-small", "--data-chat"};
+    for (int i = 0; i < 4; i++) {
         if (i == 0) snprintf(args, sizeof args, "train %s --vocab 400 -z %s --data %s --out %s/refused", shape, tok ? tok : "x", text, t_tmpdir());
         if (i == 1) snprintf(args, sizeof args, "train %s --vocab 400 --data %s %s --out %s/refused", shape, text, shard, t_tmpdir());
         if (i == 2) snprintf(args, sizeof args, "train %s --vocab 260 --data %s --out %s/refused", shape, text, t_tmpdir());
+        if (i == 3) snprintf(args, sizeof args, "train %s --vocab 400 --data %s %s --out %s/refused", shape, text, chat, t_tmpdir());
         T_CHECK(run_nerve(args, err, sizeof err) == 2 && strchr(err, '\n') == strrchr(err, '\n'), "%s: %s", refused[i], err);
     }
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/file.h"
 #include "base/timer.h"
 #include "cli/cli.h"
@@ -13,7 +14,8 @@
 static const char *const tokenizer_usage =
     "usage: nerve tokenizer train --vocab N [--max-chars M] -o OUT TEXT|FOLDER...\n"
     "  TEXT, FOLDER    text files, or folders: every text file under them in path order, as nerve train\n"
-    "                  --data reads a folder (hidden, linked, binary and .bin/.u32/.jsonl files left out)\n"
+    "                  --data reads a folder (hidden, linked, binary and .bin/.u32/.jsonl files left out);\n"
+    "                  a .jsonl file of {\"text\": ...} lines named: its texts, one a line\n"
     "  --vocab N       tokens in all: 259 reserved (<unk>, <s>, </s>, 256 byte tokens), one per\n"
     "                  character kept from the text, then learned pieces\n"
     "  --max-chars M   read at most the first M bytes of text, all files together (cut at a\n"
@@ -48,6 +50,14 @@ static nv_err add_text_path(nv_text_files *all, const char *path) {
     return NV_OK;
 }
 
+/* A .jsonl file's text lines, each "text" a line of the buffer (nv_data_jsonl_each_text). */
+static nv_err jsonl_line_text(void *ctx, const char *text, size_t n) {
+    nv_buf *b = ctx;
+    nv_buf_append(b, text, n);
+    nv_buf_append(b, "\n", 1);
+    return b->oom ? nv_fail(NV_ENOMEM, "out of memory") : NV_OK;
+}
+
 nv_err cli_bpe_train_paths(const char *const *paths, int n_paths, int vocab, uint64_t max_chars, nv_bpe_result *r) {
     memset(r, 0, sizeof *r);
     nv_text_files files = {0}; /* the text files of the paths given, folders opened */
@@ -55,31 +65,43 @@ nv_err cli_bpe_train_paths(const char *const *paths, int n_paths, int vocab, uin
     for (int i = 0; i < n_paths && e == NV_OK; i++) e = add_text_path(&files, paths[i]);
     const size_t n = files.n;
     nv_mapped *maps = e == NV_OK ? calloc(n ? n : 1, sizeof *maps) : NULL;
+    nv_buf *lines = e == NV_OK ? calloc(n ? n : 1, sizeof *lines) : NULL; /* a .jsonl file of text lines: their texts */
     nv_iov *texts = e == NV_OK ? calloc(n ? n : 1, sizeof *texts) : NULL;
-    if (e == NV_OK && (!maps || !texts)) e = nv_fail(NV_ENOMEM, "out of memory");
-    size_t n_maps = 0;
-    for (; e == NV_OK && n_maps < n; n_maps++)
-        if ((e = nv_file_map(files.paths[n_maps], &maps[n_maps])) != NV_OK) break;
+    if (e == NV_OK && (!maps || !lines || !texts)) e = nv_fail(NV_ENOMEM, "out of memory");
+    for (size_t i = 0; e == NV_OK && i < n; i++) {
+        const char *p = files.paths[i];
+        const size_t l = strlen(p);
+        if (l > 6 && !strcmp(p + l - 6, ".jsonl") && nv_data_jsonl_is_text(p)) {
+            e = nv_data_jsonl_each_text(p, jsonl_line_text, &lines[i]);
+            texts[i] = (nv_iov){lines[i].data, lines[i].len};
+        } else if ((e = nv_file_map(p, &maps[i])) == NV_OK) {
+            texts[i] = (nv_iov){maps[i].data, maps[i].len};
+        }
+    }
     int n_texts = 0;
     uint64_t budget = max_chars;
     for (size_t i = 0; e == NV_OK && i < n && budget > 0; i++) {
-        size_t len = maps[i].len;
+        const uint8_t *data = texts[i].ptr;
+        size_t len = texts[i].len;
         if ((uint64_t)len > budget) {
             len = (size_t)budget;
             /* never split a character: back up to the start of the one that was cut */
-            for (int k = 0; k < 3 && len > 0 && (maps[i].data[len] & 0xC0) == 0x80; k++) len--;
+            for (int k = 0; k < 3 && len > 0 && (data[len] & 0xC0) == 0x80; k++) len--;
             budget = 0;
         } else {
             budget -= (uint64_t)len;
         }
-        texts[n_texts++] = (nv_iov){maps[i].data, len};
+        texts[n_texts++] = (nv_iov){data, len};
     }
     if (e == NV_OK) {
         nv_bpe_opts o = {.vocab_size = vocab};
         e = nv_bpe_train(texts, n_texts, &o, r);
     }
-    for (size_t i = 0; i < n_maps; i++) nv_file_unmap(&maps[i]);
+    for (size_t i = 0; maps && i < n; i++)
+        if (maps[i].data) nv_file_unmap(&maps[i]);
+    for (size_t i = 0; lines && i < n; i++) nv_buf_free(&lines[i]);
     free(maps);
+    free(lines);
     free(texts);
     nv_text_files_free(&files);
     return e;

@@ -42,7 +42,7 @@ static void usage(FILE *f) {
             "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
             "          step when turns are short; each attends to itself alone)\n"
-            "          Text files and folders without -z (and without --init-from): the run trains its own BPE\n"
+            "          Text (files, folders, .jsonl text lines) without -z (and --init-from): the run trains its own BPE\n"
             "          tokenizer on them first (as nerve tokenizer train; the first 256 MiB), --vocab N tokens\n"
             "          (default: the shape's vocabulary, fewer when the text has no more pairs to merge), and\n"
             "          keeps it in --out as tokenizer.bin (a --resume takes that one)\n"
@@ -129,7 +129,7 @@ int cmd_train(int argc, char **argv) {
 /* Text the run's own tokenizer is trained on at most: the first 256 MiB of the --data files. */
 #define OWN_TOKENIZER_CHARS (256ull << 20)
 
-/* No -z, no --init-from and only text to train on (text files and folders): the run's own
+/* No -z, no --init-from and only text to train on (text files, folders, .jsonl files of text lines): the run's own
  * byte-fallback BPE tokenizer of `vocab` tokens, trained on the text (the --data files, then the
  * --val-data ones) into a temporary file (*temp set) that the run copies into its folder as
  * tokenizer.bin; a resumed run takes the one its folder holds. 0 with path set, or the exit code. */
@@ -327,10 +327,12 @@ static int train(int argc, char **argv) {
     int own = !tok_path && !init_from && n_data > 0;
     for (int i = 0; i < n_data + n_val && own; i++) {
         const char *p = i < n_data ? data[i] : val_data[i - n_data];
-        own = nv_file_is_dir(p) || nv_data_named_text(p);
+        const size_t l = strlen(p);
+        own = nv_file_is_dir(p) || nv_data_named_text(p) || (l > 6 && !strcmp(p + l - 6, ".jsonl") && nv_data_jsonl_is_text(p));
     }
     if (vocab && !own)
-        return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text: the data here is not only text files and folders");
+        return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text: the data here is not only text (text "
+                                 "files, folders, .jsonl files of {\"text\"} lines)");
     cli_paths init_paths; /* a folder (a run's, or Hugging Face's) names its model file and tokenizer */
     if (init_from) {
         const char *own_tok = tok_path;

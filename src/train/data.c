@@ -331,38 +331,52 @@ int nv_data_jsonl_is_text(const char *path) {
     return text;
 }
 
-/* A .jsonl file of {"text": ...} lines: each line's text one document, as a text file's. */
-static nv_err load_jsonl_text(nv_source *s, const nv_tokenizer *tok) {
-    if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
+nv_err nv_data_jsonl_each_text(const char *path, nv_err (*fn)(void *ctx, const char *text, size_t n), void *ctx) {
     nv_mapped m;
-    NV_TRY(nv_file_map(s->path, &m));
+    NV_TRY(nv_file_map(path, &m));
     const char *t = (const char *)m.data;
-    nv_buf texts = {0};
-    size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0;
     nv_err e = NV_OK;
-    long line_no = 0;
+    long line_no = 0, lines = 0;
     size_t at = 0, len = 0;
     const char *line;
     while (e == NV_OK && next_line(t, m.len, &at, &line_no, &line, &len)) {
         cJSON *root = parse_line(line, len);
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
-        if (!cJSON_IsObject(root) || !cJSON_IsString(text)) {
-            e = nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object with a \"text\" string (a file of text lines has one a line)",
-                        s->path, line_no);
-        } else {
-            const size_t n = strlen(text->valuestring), from = texts.len;
-            nv_buf_append(&texts, text->valuestring, n);
-            nv_buf_append(&texts, "", 1); /* documents apart, as terminated strings */
-            e = texts.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", s->path)
-                          : push_doc(&docs, &n_docs, &cap_docs, from, n, s->path);
-        }
+        if (!cJSON_IsObject(root) || !cJSON_IsString(text))
+            e = nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object with a \"text\" string (a file of text lines has one a line)", path,
+                        line_no);
+        else e = fn(ctx, text->valuestring, strlen(text->valuestring)), lines++;
         cJSON_Delete(root);
     }
     nv_file_unmap(&m);
-    if (e == NV_OK && !n_docs) e = nv_fail(NV_EFORMAT, "%s: no text lines", s->path);
-    if (e == NV_OK) e = tokenize_docs(s, tok, texts.data, texts.len, (const size_t(*)[2])docs, n_docs);
-    free(docs);
-    nv_buf_free(&texts);
+    if (e == NV_OK && !lines) e = nv_fail(NV_EFORMAT, "%s: no text lines", path);
+    return e;
+}
+
+/* load_jsonl_text's documents as they are read: their texts apart (terminated strings) and where each is. */
+typedef struct {
+    nv_buf texts;
+    size_t (*docs)[2], n_docs, cap_docs;
+    const char *path;
+} jsonl_docs;
+
+static nv_err jsonl_doc(void *ctx, const char *text, size_t n) {
+    jsonl_docs *d = ctx;
+    const size_t from = d->texts.len;
+    nv_buf_append(&d->texts, text, n);
+    nv_buf_append(&d->texts, "", 1);
+    return d->texts.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", d->path)
+                        : push_doc(&d->docs, &d->n_docs, &d->cap_docs, from, n, d->path);
+}
+
+/* A .jsonl file of {"text": ...} lines: each line's text one document, as a text file's. */
+static nv_err load_jsonl_text(nv_source *s, const nv_tokenizer *tok) {
+    if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
+    jsonl_docs d = {.path = s->path};
+    nv_err e = nv_data_jsonl_each_text(s->path, jsonl_doc, &d);
+    if (e == NV_OK) e = tokenize_docs(s, tok, d.texts.data, d.texts.len, (const size_t(*)[2])d.docs, d.n_docs);
+    free(d.docs);
+    nv_buf_free(&d.texts);
     return e;
 }
 

@@ -89,6 +89,10 @@ void nv_text_files_free(nv_text_files *f);
 /* 1 when path is a .jsonl file of text lines: its first line an object with a "text" string (and
  * neither chat's "messages" nor preference data's "input"/"prompt"). */
 int nv_data_jsonl_is_text(const char *path);
+/* fn(ctx, text, length) for each line's "text" string of such a file, in order (the first error it
+ * returns ends the walk); NV_EFORMAT, naming the line, for a line that is not an object with one, or
+ * a file with none. */
+nv_err nv_data_jsonl_each_text(const char *path, nv_err (*fn)(void *ctx, const char *text, size_t n), void *ctx);
 /* tok may be NULL when every path is a shard. Chat data is rendered with the chatml template. */
 nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                        float val_frac);
