@@ -55,8 +55,6 @@ static int gguf_types(const char *path, uint64_t file_bytes) {
     return 1;
 }
 
-/* nerve info -m MODEL: the shape the loader reads and the file's size; for GGUF, its types. */
-
 /* bytes as "512 bytes", "3.0 KiB", "24.0 MiB" or "1.50 GiB" */
 static const char *fmt_bytes(double b, char *buf, size_t cap) {
     if (b < 1024) snprintf(buf, cap, "%.0f bytes", b);
@@ -77,7 +75,7 @@ static void print_kv_sizes(const nv_config *c) {
            fmt_bytes(all * c->seq_len, b, sizeof b));
     if (nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) && nv_kv_layers_count(c, NV_KV_LAYERS_FULL)) {
         const double whole = (double)nv_kv_block_bytes_of(c, 1, NV_KV_F16, NV_KV_LAYERS_FULL);
-        long ring = (CHUNK + c->swa_window - 2) / BLOCK + 2, blocks = (c->seq_len + BLOCK - 1) / BLOCK;
+        long ring = nv_kv_ring_blocks(c, CHUNK, BLOCK), blocks = (c->seq_len + BLOCK - 1) / BLOCK;
         if (ring > blocks) ring = blocks;
         printf("; split (serve --swa-cache window): %s a position (%s) and a ring of %s a sequence (blocks of %d, chunks of %d)",
                fmt_bytes(whole, d, sizeof d), fmt_bytes(whole * c->seq_len, e, sizeof e),
@@ -87,6 +85,7 @@ static void print_kv_sizes(const nv_config *c) {
     printf("\n");
 }
 
+/* nerve info -m MODEL: the shape the loader reads and the file's size; for GGUF, its types. */
 static int model_info(const char *path) {
     nv_model m;
     if (nv_model_load_quantized(path, &m) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());

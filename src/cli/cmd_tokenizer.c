@@ -70,8 +70,7 @@ nv_err cli_bpe_train_paths(const char *const *paths, int n_paths, int vocab, uin
     if (e == NV_OK && (!maps || !lines || !texts)) e = nv_fail(NV_ENOMEM, "out of memory");
     for (size_t i = 0; e == NV_OK && i < n; i++) {
         const char *p = files.paths[i];
-        const size_t l = strlen(p);
-        if (l > 6 && !strcmp(p + l - 6, ".jsonl") && nv_data_jsonl_is_text(p)) {
+        if (nv_data_jsonl_is_text(p)) {
             e = nv_data_jsonl_each_text(p, jsonl_line_text, &lines[i]);
             texts[i] = (nv_iov){lines[i].data, lines[i].len};
         } else if ((e = nv_file_map(p, &maps[i])) == NV_OK) {

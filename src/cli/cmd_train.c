@@ -1,4 +1,5 @@
 /* nerve train: train from scratch or fine-tune, resumable, on the fastest engine. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,17 +146,13 @@ static int own_tokenizer(const nv_train_opts *o, const char *const *paths, int n
         return cli_error(CMD, e == NV_ERANGE ? 2 : 1, "training the run's tokenizer on its text (no -z given): %s", nv_errmsg());
     const char *tmp = getenv("TMPDIR");
     snprintf(path, cap, "%s/nerve-tokenizer-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    const int fd = mkstemp(path);
-    size_t done = 0;
-    while (fd >= 0 && done < r.len) {
-        const ssize_t w = write(fd, r.data + done, r.len - done);
-        if (w <= 0) break;
-        done += (size_t)w;
-    }
-    if (fd >= 0) *temp = 1;
-    if (fd < 0 || close(fd) != 0 || done < r.len) {
+    const int fd = mkstemp(path); /* a name of its own, which the write below replaces */
+    if (fd >= 0) close(fd), *temp = 1;
+    const nv_iov part = {r.data, r.len};
+    e = fd < 0 ? nv_fail(NV_EIO, "%s: %s", path, strerror(errno)) : nv_file_write_atomic(path, &part, 1);
+    if (e != NV_OK) {
         nv_bpe_result_free(&r);
-        return cli_error(CMD, 1, "cannot write the run's tokenizer to %s", path);
+        return cli_error(CMD, 1, "cannot write the run's tokenizer: %s", nv_errmsg());
     }
     nv_info("no -z: trained a BPE tokenizer of %d tokens%s on %.1f MB of the text in %.2f s; the run keeps it as "
             "%s/tokenizer.bin",
@@ -323,12 +320,12 @@ static int train(int argc, char **argv) {
     if (choice_path && o.eval_every <= 0) return cli_error(CMD, 2, "--eval-choice scores at every evaluation: --eval-every must be positive");
     if (vocab && (tok_path || init_from))
         return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text when it is given no -z and no --init-from");
-    /* text and no tokenizer: the run trains its own (own_tokenizer) */
+    /* text and no tokenizer: the run trains its own on the --data files, then the --val-data ones (own_tokenizer) */
+    const char *text_paths[2 * MAX_DATA];
     int own = !tok_path && !init_from && n_data > 0;
     for (int i = 0; i < n_data + n_val && own; i++) {
-        const char *p = i < n_data ? data[i] : val_data[i - n_data];
-        const size_t l = strlen(p);
-        own = nv_file_is_dir(p) || nv_data_named_text(p) || (l > 6 && !strcmp(p + l - 6, ".jsonl") && nv_data_jsonl_is_text(p));
+        const char *p = text_paths[i] = i < n_data ? data[i] : val_data[i - n_data];
+        own = nv_file_is_dir(p) || nv_data_named_text(p) || nv_data_jsonl_is_text(p);
     }
     if (vocab && !own)
         return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text: the data here is not only text (text "
@@ -434,9 +431,8 @@ static int train(int argc, char **argv) {
     }
     if (!init_from) {
         if (own) {
-            const char *paths[2 * MAX_DATA];
-            for (int i = 0; i < n_data + n_val; i++) paths[i] = i < n_data ? data[i] : val_data[i - n_data];
-            if ((rc = own_tokenizer(&o, paths, n_data + n_val, vocab ? vocab : c->vocab_size, own_tok, sizeof own_tok, &own_tok_temp)))
+            if ((rc = own_tokenizer(&o, text_paths, n_data + n_val, vocab ? vocab : c->vocab_size, own_tok, sizeof own_tok,
+                                    &own_tok_temp)))
                 goto done;
             rc = 1;
             tok_path = own_tok;

@@ -39,6 +39,10 @@ int nv_kv_layers_count(const nv_config *c, nv_kv_layers held) {
     return n;
 }
 
+int nv_kv_ring_blocks(const nv_config *c, int rows, int block_size) {
+    return (int)(((long)rows + c->swa_window - 2) / block_size + 2);
+}
+
 size_t nv_kv_block_bytes_of(const nv_config *c, int block_size, nv_kv_dtype t, nv_kv_layers held) {
     return nv_kv_geometry_bytes(nv_kv_layers_count(c, held), block_size, nv_config_kv_dim(c), c->n_kv_heads, t);
 }

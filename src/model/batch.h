@@ -97,6 +97,10 @@ int nv_kv_layers_count(const nv_config *c, nv_kv_layers held);
 /* Bytes of one block holding every layer (nv_kv_block_bytes) or those of one kind. */
 size_t nv_kv_block_bytes(const nv_config *c, int block_size, nv_kv_dtype t);
 size_t nv_kv_block_bytes_of(const nv_config *c, int block_size, nv_kv_dtype t, nv_kv_layers held);
+/* Split pages: the blocks of a sequence's ring of windowed-layer blocks when a step gives it at most
+ * `rows` rows: the window behind the step's first row and the step's rows, so no row reads a block
+ * the ring has reused. */
+int nv_kv_ring_blocks(const nv_config *c, int rows, int block_size);
 /* Pages of every layer (nv_kv_pages_init), or of one kind (NV_EINVAL when c has none of it). */
 nv_err nv_kv_pages_init(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t);
 nv_err nv_kv_pages_init_of(nv_kv_pages *kv, const nv_config *c, int block_size, int n_blocks, nv_kv_dtype t,

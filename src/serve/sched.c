@@ -494,7 +494,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
            and the most rows a step gives it (a prompt chunk, or a decode row and its drafts); rings
            for max_batch sequences, within the share of the budget those layers would take unsplit */
         const int B = o->block_size, rows = o->prefill_chunk > 1 + o->spec_tokens ? o->prefill_chunk : 1 + o->spec_tokens;
-        s->wring = (int)(((long)rows + c->swa_window - 2) / B + 2);
+        s->wring = nv_kv_ring_blocks(c, rows, B);
         const uint64_t wb = nv_kv_block_bytes_of(c, B, dtype, NV_KV_LAYERS_WINDOWED);
         uint64_t share = (uint64_t)((double)kv_bytes * nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) / c->n_layers) / wb;
         /* and with the prefix cache one more, so that a kept ring (a checkpoint) and max_batch running

@@ -321,7 +321,7 @@ static cJSON *first_jsonl_object(const char *t, size_t len) {
 
 int nv_data_jsonl_is_text(const char *path) {
     nv_mapped m;
-    if (nv_file_map(path, &m) != NV_OK) return 0;
+    if (!has_suffix(path, ".jsonl") || nv_file_map(path, &m) != NV_OK) return 0;
     cJSON *root = first_jsonl_object((const char *)m.data, m.len);
     nv_file_unmap(&m);
     const int text = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "text")) &&
@@ -779,7 +779,7 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
             if (!e && s->map.len % (size_t)s->width)
                 e = nv_fail(NV_EFORMAT, "%s: %zu bytes is not a whole number of %d-byte tokens", s->path, s->map.len, s->width);
             if (!e) s->n_tokens = s->map.len / (size_t)s->width;
-        } else if (has_suffix(s->path, ".jsonl") && nv_data_jsonl_is_text(s->path)) {
+        } else if (nv_data_jsonl_is_text(s->path)) {
             e = load_jsonl_text(s, tok);
         } else if (has_suffix(s->path, ".jsonl")) {
             e = load_chat(s, tok, tmpl, val_frac);

@@ -1059,13 +1059,13 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
 
 /* The live progress line (on a terminal rewritten in place; else every tenth step, the last and
    those evaluated), with avg the mean seconds of this run's steps. */
-static void show_progress(const train_run *r, long step, const step_figures *f, double avg, double elapsed, int last) {
+static void show_progress(const train_run *r, long step, const step_figures *f, double avg, int last) {
     const nv_train_opts *o = r->o;
     const eval_figures *le = &r->last_eval;
     const double dt = f->t_step;
     char eta[32], vbuf[64] = "", total[32];
-    fmt_duration(eta, sizeof eta, length_pending(r) ? fmax(0, o->time_budget_s - elapsed) : avg * (o->steps - step));
-    steps_text(r, step, elapsed, total, sizeof total);
+    fmt_duration(eta, sizeof eta, length_pending(r) ? fmax(0, o->time_budget_s - f->elapsed) : avg * (o->steps - step));
+    steps_text(r, step, f->elapsed, total, sizeof total);
     if (!isnan(le->val)) snprintf(vbuf, sizeof vbuf, " | val %.4f", le->val);
     if (!isnan(le->pref[0])) /* preference data: the validation pairs the model prefers rightly */
         snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", le->pref[0]);
@@ -1366,7 +1366,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (r->lead) write_metrics(r, step + 1, &f);
         if (isfinite(f.loss)) series_add(&r->tr, (float)(step + 1), (float)f.loss);
         if (isfinite(f.ev.val)) series_add(&r->va, (float)(step + 1), f.ev.val);
-        show_progress(r, step + 1, &f, tot.step / tot.steps, nv_now() - t_start, last);
+        show_progress(r, step + 1, &f, tot.step / tot.steps, last);
         if (r->samples && ((step + 1) % o->sample_every == 0 || last)) {
             if (r->tty) fprintf(stderr, "\n"); /* the step's line stays above its sample */
             write_sample(o, &r->tm.m, step + 1, r->samples, r->quiet);
