@@ -568,10 +568,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         files[n_files++] = default_text;
     }
     int chat_files = 0;
-    for (int i = 0; i < n_files; i++) {
-        const size_t len = strlen(files[i]);
-        chat_files += len >= 6 && !strcmp(files[i] + len - 6, ".jsonl") && !nv_data_jsonl_is_text(files[i]);
-    }
+    for (int i = 0; i < n_files; i++) chat_files += nv_data_jsonl_is_turns(files[i]);
     if (chat_files && chat_files != n_files)
         return cli_error(cmd, 2, "chat data (.jsonl) is scored by its answers, text by chunks: give one kind or the other");
     if (chat_files && imatrix_mode) return cli_error(cmd, 2, "an importance matrix is collected on text, not chat data (.jsonl)");

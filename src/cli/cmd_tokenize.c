@@ -30,11 +30,9 @@ static int write_shard(const char *cmd, const char *tok_path, const char *out, c
     const size_t ol = strlen(out);
     const int width = ol > 4 && !strcmp(out + ol - 4, ".bin") ? 2 : ol > 4 && !strcmp(out + ol - 4, ".u32") ? 4 : 0;
     if (!width) return cli_error(cmd, 2, "-o %s: a shard is named .bin (uint16) or .u32 (uint32)", out);
-    for (int i = 0; i < n; i++) {
-        const size_t l = strlen(files[i]);
-        if (l > 6 && !strcmp(files[i] + l - 6, ".jsonl") && !nv_data_jsonl_is_text(files[i]))
+    for (int i = 0; i < n; i++)
+        if (nv_data_jsonl_is_turns(files[i]))
             return cli_error(cmd, 2, "%s: chat data is rendered by nerve train itself (give it to --data as it is)", files[i]);
-    }
     nv_tokenizer *t = NULL;
     if (nv_tokenizer_load(tok_path, 0, &t) != NV_OK) return cli_error(cmd, 1, "%s", nv_errmsg());
     const int vocab = nv_tokenizer_vocab_size(t);

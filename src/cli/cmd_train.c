@@ -469,10 +469,7 @@ static int train(int argc, char **argv) {
     /* --val-data's files follow --data's in one dataset, validation whole */
     for (int i = 0; i < n_val; i++) data[n_data + i] = val_data[i];
     int chat_files = 0; /* refused before the data is read */
-    for (int i = 0; i < n_data + n_val; i++) {
-        const size_t len = strlen(data[i]);
-        chat_files += len >= 6 && !strcmp(data[i] + len - 6, ".jsonl") && !nv_data_jsonl_is_text(data[i]);
-    }
+    for (int i = 0; i < n_data + n_val; i++) chat_files += nv_data_jsonl_is_turns(data[i]);
     if ((template_name || pack) && !chat_files) {
         rc = cli_error(CMD, 2, "%s goes with chat data (a .jsonl file in --data)", pack ? "--pack" : "--chat-template");
         goto done;

@@ -369,6 +369,8 @@ static nv_err jsonl_doc(void *ctx, const char *text, size_t n) {
                         : push_doc(&d->docs, &d->n_docs, &d->cap_docs, from, n, d->path);
 }
 
+int nv_data_jsonl_is_turns(const char *path) { return has_suffix(path, ".jsonl") && !nv_data_jsonl_is_text(path); }
+
 /* A .jsonl file of {"text": ...} lines: each line's text one document, as a text file's. */
 static nv_err load_jsonl_text(nv_source *s, const nv_tokenizer *tok) {
     if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);

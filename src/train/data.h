@@ -89,6 +89,9 @@ void nv_text_files_free(nv_text_files *f);
 /* 1 when path is a .jsonl file (by its name) of text lines: its first line an object with a "text"
  * string (and neither chat's "messages" nor preference data's "input"/"prompt"). */
 int nv_data_jsonl_is_text(const char *path);
+/* 1 when path is a .jsonl file (by its name) of turns: chat, prompt/completion or preference data
+ * (any .jsonl file but one of text lines). */
+int nv_data_jsonl_is_turns(const char *path);
 /* fn(ctx, text, length) for each line's "text" string of such a file, in order (the first error it
  * returns ends the walk); NV_EFORMAT, naming the line, for a line that is not an object with one, or
  * a file with none. */
