@@ -298,10 +298,11 @@ static void check_ollama(nv_api_ctx *ctx, const char *data, size_t size) {
         }
         check_request(ctx, r.chat, &r);
         nv_tool_call call = {.id = "call_0", .name = (char *)"f", .arguments = (char *)"{\"a\":1}"};
-        nv_olla_answer a = {"why", "x", &call, 1, NV_FINISH_STOP, r.req.n_prompt, 1, 0.1, 0.2};
+        nv_olla_answer a = {"why", "x", &call, 1, NV_FINISH_STOP, r.req.n_prompt, 1, 0.1, 0.2, "x"};
         check_json(nv_olla_chunk(&m, "why", "x", &call, 1), "ollama line");
         check_json(nv_olla_done(&m, &a), "ollama answer");
         nv_api_request_free(&r);
+        nv_olla_meta_free(&m);
     }
     for (int legacy = 0; legacy < 2; legacy++) { /* /api/embed, /api/embeddings */
         nv_api_embed e;

@@ -607,7 +607,7 @@ static void api(void) {
                                   "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}},\"strict\":true}}}"},
         {"messages_prefill.json", "{\"model\":\"stories260K\",\"max_tokens\":100000,\"stream\":true,\"messages\":"
                                   "[{\"role\":\"user\",\"content\":\"Once\"},{\"role\":\"assistant\",\"content\":\"upon a\"}]}"},
-        /* Ollama's /api/chat (a call and its answer, options, a schema) and /api/generate (raw) */
+        /* Ollama's /api/chat (a call and its answer, options, a schema) and /api/generate (raw; a context) */
         {"ollama_chat.json", "{\"model\":\"stories260K:latest\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},"
                              "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"play\","
                              "\"arguments\":{\"toy\":\"ball\"}}}]},{\"role\":\"tool\",\"content\":\"ok\",\"tool_name\":\"play\"}],"
@@ -615,6 +615,8 @@ static void api(void) {
                              "\"options\":{\"num_predict\":32,\"temperature\":0.5,\"repeat_penalty\":1.1,\"stop\":[\"\\n\"],\"num_ctx\":4096}}"},
         {"ollama_generate.json", "{\"model\":\"stories260K\",\"prompt\":\"Once upon\",\"raw\":true,\"stream\":false,"
                                  "\"format\":\"json\",\"options\":{\"num_predict\":-1,\"seed\":7,\"top_k\":40}}"},
+        {"ollama_context.json", "{\"model\":\"stories260K\",\"system\":\"Tell stories.\",\"prompt\":\"And then?\","
+                                "\"context\":[1,403,407,261,378],\"think\":false}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

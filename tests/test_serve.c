@@ -2096,6 +2096,8 @@ typedef struct {
     char text[4096], done_reason[16];
     int lines, done, eval_count, prompt_eval_count, ndjson, calls;
     char call_args[256];
+    char context[8192]; /* the done object's context as JSON ("" when absent) */
+    int n_context;
 } olla_result;
 
 static int olla_post(int port, const char *path, const char *body, olla_result *o) {
@@ -2129,6 +2131,11 @@ static int olla_post(int port, const char *path, const char *body, olla_result *
             o->eval_count = cJSON_GetObjectItem(root, "eval_count") ? cJSON_GetObjectItem(root, "eval_count")->valueint : -1;
             o->prompt_eval_count =
                 cJSON_GetObjectItem(root, "prompt_eval_count") ? cJSON_GetObjectItem(root, "prompt_eval_count")->valueint : -1;
+            const cJSON *ctx = cJSON_GetObjectItem(root, "context");
+            char *ids = ctx ? cJSON_PrintUnformatted(ctx) : NULL;
+            snprintf(o->context, sizeof o->context, "%s", ids ? ids : "");
+            o->n_context = cJSON_GetArraySize(ctx);
+            free(ids);
         }
         cJSON_Delete(root);
     }
@@ -2177,7 +2184,7 @@ static void test_ollama_api(void) {
         "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"weather\","
         "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},{\"role\":\"tool\",\"content\":\"Sunny\",\"tool_call_id\":\"c1\"},"
         "{\"role\":\"user\",\"content\":\"Once upon a time\"}]";
-    char body[2048];
+    char body[12288];
     olla_result o, w;
     result want;
     snprintf(body, sizeof body, "{\"model\":\"stories260K:latest\",\"messages\":%s,\"options\":{\"num_predict\":12,\"temperature\":0}}", olla_msgs);
@@ -2207,6 +2214,27 @@ static void test_ollama_api(void) {
                          &want) &&
                 o.text[0] && !strcmp(o.text, want.text),
             "/api/generate '%s' against chat '%s'", o.text, want.text);
+    /* its context, sent back with the next prompt: the conversation so far before that prompt's turn
+       (whose BOS goes), the same whether the answer is streamed or not, and it begins the next context */
+    olla_result alone, s2;
+    char first_context[8192];
+    snprintf(first_context, sizeof first_context, "%s", o.context);
+    const int n_first = o.n_context;
+    T_CHECK(n_first > o.prompt_eval_count + 10 && o.prompt_eval_count > 0, "context of %d ids for a prompt of %d and 10 tokens",
+            n_first, o.prompt_eval_count);
+    T_CHECK(olla_post(s.port, "/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"And then?\",\"stream\":false,"
+                                                "\"options\":{\"num_predict\":8,\"temperature\":0}}", &alone) == 200,
+            "generate without a context");
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"And then?\",\"context\":%s,\"stream\":false,"
+                                "\"options\":{\"num_predict\":8,\"temperature\":0}}", first_context);
+    T_CHECK(olla_post(s.port, "/api/generate", body, &w) == 200 && w.prompt_eval_count == n_first + alone.prompt_eval_count - 1 &&
+                !strncmp(w.context, first_context, strlen(first_context) - 1) && w.n_context > w.prompt_eval_count,
+            "with the context: %d prompt ids (want %d + %d - 1), context %.80s", w.prompt_eval_count, n_first, alone.prompt_eval_count,
+            w.context);
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"And then?\",\"context\":%s,"
+                                "\"options\":{\"num_predict\":8,\"temperature\":0}}", first_context);
+    T_CHECK(olla_post(s.port, "/api/generate", body, &s2) == 200 && s2.ndjson && !strcmp(s2.text, w.text) && !strcmp(s2.context, w.context),
+            "streamed with the context: '%s' against '%s'", s2.text, w.text);
     T_CHECK(olla_post(s.port, "/api/generate",
                       "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"raw\":true,\"options\":{\"num_predict\":10,\"temperature\":0}}",
                       &o) == 200 &&
@@ -2267,7 +2295,12 @@ static void test_ollama_api(void) {
                {"/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", "{\"error\":\"model is required\"}", 400},
                {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\",\"images\":[\"aGk=\"]}]}", "images", 400},
                {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"options\":{\"num_predict\":0}}", "num_predict", 400},
-               {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":[1,2]}", "context", 400},
+               {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":[1,512]}", "context: item 1", 400},
+               {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":[1.5]}", "context: item 0", 400},
+               {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":\"1 2\"}", "context", 400},
+               {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"raw\":true,\"context\":[1]}", "context", 400},
+               {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"context\":[1]}",
+                "context", 400},
                {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"tool\",\"content\":\"Hi\"}]}", "tool", 400},
                {"/api/chat", "not json", "\"error\"", 400},
                {"/api/embed", "{\"model\":\"stories260K\"}", "input", 400},
@@ -2276,6 +2309,16 @@ static void test_ollama_api(void) {
         T_CHECK(http(s.port, "POST", bad[i].path, NULL, bad[i].body, &r) && r.status == bad[i].status && !strncmp(r.body, "{\"error\":\"", 10) &&
                     strstr(r.body, bad[i].want),
                 "refusal %zu: %d %s", i, r.status, r.body ? r.body : "");
+        resp_free(&r);
+    }
+    /* a context as long as the model's (512), and one that leaves no room for the prompt */
+    for (int k = 0; k < 2; k++) {
+        int at = snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":[1");
+        for (int i = 1; i < (k ? 500 : 512); i++) at += snprintf(body + at, sizeof body - (size_t)at, ",2");
+        snprintf(body + at, sizeof body - (size_t)at, "]}");
+        T_CHECK(http(s.port, "POST", "/api/generate", NULL, body, &r) && r.status == 400 && !strncmp(r.body, "{\"error\":\"", 10) &&
+                    strstr(r.body, k ? "maximum context length" : "context: 512 tokens"),
+                "a context of %d ids: %d %s", k ? 500 : 512, r.status, r.body ? r.body : "");
         resp_free(&r);
     }
     server_stop(&s);

@@ -197,6 +197,30 @@ static void test_chat_templates(void) {
     nv_tokenizer_free(tok);
 }
 
+/* Ollama's context on llama2.c's vocabulary (nv_chat_render_history; the templates that render turn
+ * after turn: test_tokenizer_bpe): plain's is the prompt's text with the answer right after it, as
+ * /api/generate's answer went on from it; mistral (the system text goes in the last user message)
+ * falls back to the training turn; a history ends with an answer. */
+static void test_chat_history(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    const nv_chat_msg msgs[] = {{.role = "system", .content = "Be kind."}, {.role = "user", .content = "Hi there"},
+                                {.role = "assistant", .content = "Hello!"}};
+    const nv_chat_opts none = {0};
+    int *hist = NULL, nh = 0, want[4096], nw;
+    T_CHECK(nv_chat_render_history(NV_CHAT_PLAIN, tok, msgs, 3, &none, &hist, &nh) == NV_OK, "plain: %s", nv_errmsg());
+    nw = expect_ids(tok, want, "Be kind.\nHi thereHello!", 1, 0, NULL, 0, 0);
+    T_CHECK(same_ids(hist, nh, want, nw), "plain: not the prompt's text with the answer after it");
+    free(hist);
+    int *turn = NULL, nt = 0, np = 0;
+    T_CHECK(nv_chat_render_history(NV_CHAT_MISTRAL, tok, msgs, 3, &none, &hist, &nh) == NV_OK &&
+                nv_chat_render_turn(NV_CHAT_MISTRAL, tok, msgs, 3, &none, &turn, &nt, &np) == NV_OK && same_ids(hist, nh, turn, nt),
+            "mistral: not the training turn (%s)", nv_errmsg());
+    free(hist), free(turn);
+    T_CHECK(nv_chat_render_history(NV_CHAT_CHATML, tok, msgs, 2, &none, &hist, &nh) == NV_EINVAL, "a history must end with an answer");
+    nv_tokenizer_free(tok);
+}
+
 /* The prompt as text (/apply-template): BOS and EOS spelled where the ids have them, the same
  * ids as the token rendering where the text encodes as one piece; the Jinja forms recognised
  * exactly and only as themselves (their renderings are checked against jinja2 and transformers.js
@@ -1017,6 +1041,7 @@ int main(void) {
     T_RUN(test_utf8);
     T_RUN(test_ngram_draft);
     T_RUN(test_chat_templates);
+    T_RUN(test_chat_history);
     T_RUN(test_chat_template_text);
     T_RUN(test_api_parse_defaults_and_limits);
     T_RUN(test_api_response_shapes);

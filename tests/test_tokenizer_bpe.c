@@ -1,6 +1,7 @@
 /* Byte-level BPE vocabularies (GGUF tokenizer.ggml.model "gpt2": Llama 3, Qwen2/Qwen3), on the
  * small vocabulary of bpe_write.h, whose merges are chosen so that a wrong split, a wrong merge
  * order or a merge across pieces gives different ids than the right ones. */
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -360,6 +361,62 @@ static void test_write_read_back(void) {
     }
 }
 
+/* Ollama's context (nv_chat_render_history): a conversation so far, then a next message's own
+ * rendering (its BOS left out, llama2's kept), is the whole conversation's rendering, for the
+ * templates that render turn after turn, where the turns meet at a control token or BOS/EOS (not
+ * smollm3 or mistral: a rendering of its own opens with SmolLM3's metadata system turn, and
+ * mistral's puts the system text in the last user message). */
+static void test_chat_history(void) {
+    vocab_opts o = qwen();
+    nv_tokenizer *t = load_vocab(&o);
+    if (!t) return;
+    const nv_chat_msg msgs[] = {{"system", "Be kind.", NULL, 0, NULL}, {"user", "Hi there", NULL, 0, NULL},
+                                {"assistant", "Hello!", NULL, 0, NULL}, {"user", "Tell a story", NULL, 0, NULL}};
+    static const nv_chat_template turn_by_turn[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3,
+                                                     NV_CHAT_GEMMA, NV_CHAT_PHI4, NV_CHAT_PHI4_MINI, NV_CHAT_OLMO2, NV_CHAT_GRANITE};
+    for (int think = 0; think < 2; think++)
+        for (size_t k = 0; k < sizeof turn_by_turn / sizeof turn_by_turn[0]; k++) {
+            const nv_chat_template tmpl = turn_by_turn[k];
+            const nv_chat_opts opts = {.no_think = think};
+            int *hist = NULL, nh = 0, *next = NULL, nn = 0, *all = NULL, na = 0;
+            T_CHECK(nv_chat_render_history(tmpl, t, msgs, 3, &opts, &hist, &nh) == NV_OK &&
+                        nv_chat_render_opts(tmpl, t, msgs + 3, 1, &opts, &next, &nn) == NV_OK &&
+                        nv_chat_render_opts(tmpl, t, msgs, 4, &opts, &all, &na) == NV_OK,
+                    "%s: %s", nv_chat_template_name(tmpl), nv_errmsg());
+            const int skip = !nv_chat_turns_open_with_bos(tmpl) && nn && next[0] == nv_tokenizer_bos(t);
+            T_CHECK(nh + nn - skip == na && !memcmp(hist, all, (size_t)nh * sizeof *all) &&
+                        !memcmp(next + skip, all + nh, (size_t)(nn - skip) * sizeof *all),
+                    "%s: the history (%d) and the next message (%d less %d) are not the whole (%d)", nv_chat_template_name(tmpl), nh,
+                    nn, skip, na);
+            free(hist), free(next), free(all);
+        }
+    /* /api/generate through chatml: the context its answer comes with, sent back with the next
+       prompt, makes that prompt the whole conversation's rendering */
+    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS, 4000, 0, 64, NULL};
+    nv_api_request r;
+    nv_api_error e;
+    nv_olla_meta meta;
+    const char *first = "{\"model\":\"m\",\"system\":\"Be kind.\",\"prompt\":\"Hi there\"}";
+    T_CHECK(nv_olla_parse(&ctx, first, strlen(first), 0, &r, &meta, &e) == 0, "%s", e.message);
+    nv_api_request_free(&r);
+    char *done = nv_olla_done(&meta, &(nv_olla_answer){.content = "", .finish = NV_FINISH_STOP, .whole = "Hello!"});
+    nv_olla_meta_free(&meta);
+    cJSON *j = cJSON_Parse(done);
+    char *ids_json = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "context")), next[8192];
+    snprintf(next, sizeof next, "{\"model\":\"m\",\"prompt\":\"Tell a story\",\"context\":%s}", ids_json ? ids_json : "null");
+    int *all = NULL, na = 0;
+    T_CHECK(nv_olla_parse(&ctx, next, strlen(next), 0, &r, &meta, &e) == 0 &&
+                nv_chat_render_opts(NV_CHAT_CHATML, t, msgs, 4, &(nv_chat_opts){0}, &all, &na) == NV_OK,
+            "%s %s", e.message, nv_errmsg());
+    T_CHECK(r.req.n_prompt == na && !memcmp(r.req.prompt, all, (size_t)na * sizeof *all),
+            "the prompt after the context (%d ids) is not the conversation's (%d): %s", r.req.n_prompt, na, done);
+    nv_api_request_free(&r);
+    nv_olla_meta_free(&meta);
+    free(all), free(ids_json), free(done);
+    cJSON_Delete(j);
+    nv_tokenizer_free(t);
+}
+
 /* A chat turn for training (nerve train's chat data) begins with exactly the server's prompt even
  * where a byte-level vocabulary merges across the boundary: plain's answer line starts with "\n",
  * and a user message ending in "\n" would make "\n\n" one token; the answer is then encoded on its
@@ -468,6 +525,7 @@ static void test_fill_in_the_middle(void) {
                 r.req.n_prompt > na + 3,
             "ollama, an empty suffix: %s", e.message);
     nv_api_request_free(&r);
+    nv_olla_meta_free(&meta);
     static const struct {
         const char *body, *said;
         int chat;
@@ -611,6 +669,7 @@ int main(void) {
     T_RUN(test_gpt4o_split);
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
+    T_RUN(test_chat_history);
     T_RUN(test_fill_in_the_middle);
     T_RUN(test_infill_native);
     T_RUN(test_native_repeated_keys);

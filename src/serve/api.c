@@ -842,6 +842,21 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     return rc;
 }
 
+/* The prompt after the ids of po->prefix (its BOS left out after them unless the options keep it). */
+static int put_prefix(const nv_api_ctx *ctx, const nv_api_parse_opts *po, nv_api_request *out, nv_api_error *err) {
+    const int *p = out->prompt_ids;
+    int n = out->req.n_prompt;
+    if (n && !po->prefix_keeps_bos && p[0] == nv_tokenizer_bos(ctx->tok)) p++, n--;
+    int *ids = malloc(((size_t)po->n_prefix + (size_t)n) * sizeof *ids);
+    if (!ids) return nv_api_oom(err);
+    memcpy(ids, po->prefix, (size_t)po->n_prefix * sizeof *ids);
+    if (n) memcpy(ids + po->n_prefix, p, (size_t)n * sizeof *ids);
+    free(out->prompt_ids);
+    out->prompt_ids = ids;
+    out->req.n_prompt = po->n_prefix + n;
+    return 0;
+}
+
 static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_api_error *err) {
     const cJSON *s = nv_api_field(root, "stop");
     if (!s) return 0;
@@ -1155,6 +1170,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     }
 
     if ((rc = chat ? parse_messages(ctx, root, out, err) : parse_prompt(ctx, root, out, err))) return rc;
+    if (po->n_prefix && (rc = put_prefix(ctx, po, out, err))) return rc;
     if (po->count_only) return 0;
     const char *pp = chat ? "messages" : "prompt";
     long np = out->req.n_prompt; /* the longest prompt sets the room every one of them has */

@@ -107,6 +107,11 @@ typedef struct {
                        context, max_tokens is not set */
     int max_tokens_cap; /* max_tokens is a ceiling: past the room the context or the KV pool leaves,
                            the answer gets that room instead of a 400 */
+    /* ids put before the prompt (Ollama's context: a conversation so far), checked with it against
+       the context; the prompt's BOS is left out after them unless prefix_keeps_bos (llama2's turns
+       each open with one) */
+    const int *prefix;
+    int n_prefix, prefix_keeps_bos;
 } nv_api_parse_opts;
 int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *o, nv_api_request *out,
                       nv_api_error *err);

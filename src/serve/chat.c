@@ -651,6 +651,54 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
     return NV_OK;
 }
 
+int nv_chat_turns_open_with_bos(nv_chat_template t) { return t == NV_CHAT_LLAMA2; }
+
+nv_err nv_chat_render_history(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o,
+                              int **tokens, int *n_tokens) {
+    *tokens = NULL;
+    *n_tokens = 0;
+    if (n < 1 || strcmp(m[n - 1].role, "assistant") != 0)
+        return nv_fail(NV_EINVAL, "chat: a conversation so far ends with the assistant's answer");
+    nv_chat_opts closed = *o;
+    closed.continue_final = 0;
+    if (t == NV_CHAT_PLAIN) {
+        nv_buf text = {0};
+        render_plain(&text, m, n - 1, &closed);
+        nv_buf_puts(&text, m[n - 1].content);
+        hermes_calls(&text, &m[n - 1]);
+        nv_ids out = {0};
+        nv_err e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : nv_tokenizer_encode_into(tok, text.data ? text.data : "", 1, 0, &out);
+        nv_buf_free(&text);
+        if (e != NV_OK) {
+            free(out.v);
+            return e;
+        }
+        *tokens = out.v;
+        *n_tokens = out.n;
+        return NV_OK;
+    }
+    nv_chat_msg *more = malloc(((size_t)n + 1) * sizeof *more);
+    if (!more) return nv_fail(NV_ENOMEM, "chat: out of memory");
+    memcpy(more, m, (size_t)n * sizeof *more);
+    more[n] = (nv_chat_msg){.role = "user", .content = "."};
+    int *all = NULL, na = 0, *next = NULL, nn = 0;
+    nv_err e = nv_chat_render_opts(t, tok, more, n + 1, &closed, &all, &na);
+    if (e == NV_OK) e = nv_chat_render_opts(t, tok, more + n, 1, &closed, &next, &nn);
+    free(more);
+    const int skip = e == NV_OK && nn && !nv_chat_turns_open_with_bos(t) && next[0] == nv_tokenizer_bos(tok), tail = nn - skip;
+    if (e == NV_OK && tail > 0 && na > tail && !memcmp(all + na - tail, next + skip, (size_t)tail * sizeof *all)) {
+        *tokens = all;
+        *n_tokens = na - tail;
+        all = NULL;
+    } else if (e == NV_OK) {
+        int np;
+        e = nv_chat_render_turn(t, tok, m, n, &closed, tokens, n_tokens, &np);
+    }
+    free(all);
+    free(next);
+    return e;
+}
+
 nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o,
                            int **tokens, int *n_tokens, int *n_prompt) {
     *tokens = NULL;

@@ -407,6 +407,7 @@ static void stream_poll(stream_ctx *st) {
                 st->anth_started = 1;
             }
             if (st->proto == P_OLLAMA) {
+                if (st->olla_meta.prompt && said.len) nv_buf_append(&st->olla_meta.streamed, said.data, said.len);
                 if (why.len || said.len || n_new)
                     sse_event(st, nv_olla_chunk(&st->olla_meta, why.data, said.data, calls, n_new));
                 st->n_calls[0] += n_new;
@@ -455,7 +456,9 @@ static void stream_poll(stream_ctx *st) {
                 sse_event(st, nv_lcpp_response(&st->lcpp_meta, &a));
             } else if (st->proto == P_OLLAMA) { /* the last line: counts and times, the text already sent */
                 nv_olla_answer a = {.content = "", .finish = rs.finish, .prompt_tokens = rs.prompt_tokens,
-                                    .completion_tokens = rs.completion_tokens, .prompt_s = rs.prompt_s, .gen_s = rs.gen_s};
+                                    .completion_tokens = rs.completion_tokens, .prompt_s = rs.prompt_s, .gen_s = rs.gen_s,
+                                    .whole = st->olla_meta.streamed.data};
+                if (st->olla_meta.streamed.oom) st->out.oom = 1;
                 sse_event(st, nv_olla_done(&st->olla_meta, &a));
             }
             if (st->proto != P_OPENAI) {
@@ -512,6 +515,7 @@ static void stream_free(void *cls) {
     nv_resp_stream_free(&st->resp);
     nv_resp_meta_free(&st->resp_meta);
     nv_lcpp_meta_free(&st->lcpp_meta);
+    nv_olla_meta_free(&st->olla_meta);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -576,10 +580,10 @@ static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_
 }
 
 /* Runs a parsed request (taken) and answers it whole or as a stream; am: an Anthropic Messages
- * request's meta, rm: a Responses request's, lm: llama.cpp's native request's (each taken by a
- * stream), om: an Ollama request's (copied), all NULL for the chat and text completions. */
+ * request's meta, rm: a Responses request's, lm: llama.cpp's native request's, om: an Ollama
+ * request's (each taken by a stream), all NULL for the chat and text completions. */
 static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am,
-                                nv_resp_meta *rm, nv_lcpp_meta *lm, const nv_olla_meta *om) {
+                                nv_resp_meta *rm, nv_lcpp_meta *lm, nv_olla_meta *om) {
     const int chat = ar.chat;
     ar.req.timeout_s = h->o.timeout_s;
     /* n choices per prompt: n sequences from each, seeds apart so sampled choices differ; choice
@@ -647,6 +651,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         } else if (om) {
             st->proto = P_OLLAMA;
             st->olla_meta = *om;
+            memset(om, 0, sizeof *om);
         }
         for (int i = 0; i < n && st->proto == P_OPENAI; i++) {
             st->meta.index = i;
@@ -724,7 +729,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             body = nv_resp_response(rm, &a);
         } else if (!oom && om) {
             nv_olla_answer a = {ch[0].reasoning, ch[0].text, calls[0], n_calls[0], rs[0].finish, prompt, completion,
-                                rs[0].prompt_s, rs[0].gen_s};
+                                rs[0].prompt_s, rs[0].gen_s, ch[0].text};
             body = nv_olla_done(om, &a);
         } else if (!oom && lm) {
             nv_lcpp_answer a = {lm->prompt_only ? "" : ch[0].text, rs[0].finish, rs[0].stop_index, prompt, completion,
@@ -768,7 +773,9 @@ static enum MHD_Result ollama(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
     nv_olla_meta om;
     if (nv_olla_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_OLLA_CHAT, &ar, &om, &err)) return respond_error(h, c, cc, &err);
     if (om.load_only) return respond(h, c, cc, 200, "application/json", nv_olla_loaded(&om), NULL, NULL);
-    return generate(h, c, cc, ar, NULL, NULL, NULL, &om);
+    enum MHD_Result ret = generate(h, c, cc, ar, NULL, NULL, NULL, &om);
+    nv_olla_meta_free(&om); /* a stream took it */
+    return ret;
 }
 
 /* OpenAI's /v1/responses, run as the chat request it translates to. */

@@ -9,6 +9,7 @@
 
 #include "base/buf.h"
 #include "base/hash.h"
+#include "base/log.h"
 #include "base/timer.h"
 #include "serve/sched.h"
 
@@ -165,7 +166,7 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
     if ((rc = refuse_unless_empty(in, "images", "this server's models read text, not images", err)) ||
         (rc = refuse_unless_empty(in, "template", "the model's chat template is the server's (--chat-template)", err)) ||
         (chat && (rc = refuse_unless_empty(in, "suffix", "fill-in-the-middle is /api/generate's", err))) ||
-        (rc = refuse_unless_empty(in, "context", "the deprecated context is not kept: send the conversation to /api/chat", err)) ||
+        (chat && (rc = refuse_unless_empty(in, "context", "/api/chat's conversation is its messages", err))) ||
         (rc = translate_options(in, out, err)) || (rc = translate_format(in, out, err)))
         return rc;
     /* Ollama's default: until the end of the turn or of the context (a ceiling the parser lowers to
@@ -187,6 +188,7 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
         /* fill-in-the-middle: the answer goes between prompt and suffix, asked in the model's own form
            (as Ollama's code-model templates write it), so a completions request with OpenAI's suffix */
         if (cJSON_IsTrue(raw)) return nv_api_bad(err, "suffix: not used with raw (the prompt is sent as it is)");
+        if ((rc = refuse_unless_empty(in, "context", "not used with suffix (the model's fill-in-the-middle form)", err))) return rc;
         if (system && system->valuestring[0]) return nv_api_bad(err, "system: not used with suffix (the model's fill-in-the-middle form has no system text)");
         cJSON_AddStringToObject(out, "prompt", prompt->valuestring);
         cJSON_AddStringToObject(out, "suffix", suffix->valuestring);
@@ -194,6 +196,7 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
     }
     if (cJSON_IsTrue(raw)) { /* the prompt as it is: a text completion */
         if (system) return nv_api_bad(err, "system: not used with raw (the prompt is sent as it is)");
+        if ((rc = refuse_unless_empty(in, "context", "not used with raw (the prompt is sent as it is)", err))) return rc;
         cJSON_AddStringToObject(out, "prompt", prompt->valuestring);
         return 0;
     }
@@ -207,6 +210,43 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
     cJSON_AddStringToObject(m, "role", "user");
     cJSON_AddStringToObject(m, "content", prompt->valuestring);
     return 0;
+}
+
+/* generate through the template: its context's ids (checked against the vocabulary), and what its
+   answer's context is rendered from. */
+static int keep_turn(const nv_api_ctx *ctx, const cJSON *in, const cJSON *q, nv_olla_meta *m, nv_api_error *err) {
+    const cJSON *system = nv_api_field(in, "system"), *kw = nv_api_field(q, "chat_template_kwargs");
+    m->ctx = ctx;
+    m->no_think = kw && cJSON_IsFalse(nv_api_field(kw, "enable_thinking"));
+    if (!(m->prompt = strdup(nv_api_field(in, "prompt")->valuestring)) ||
+        (system && system->valuestring[0] && !(m->system = strdup(system->valuestring))))
+        return nv_api_oom(err);
+    const cJSON *c = nv_api_field(in, "context");
+    if (!c || cJSON_IsNull(c)) return 0;
+    if (!cJSON_IsArray(c)) return nv_api_bad(err, "context: must be a list of token ids");
+    const int n = cJSON_GetArraySize(c);
+    if (n >= ctx->seq_len)
+        return nv_api_bad(err, "context: %d tokens; this model's context holds %d", n, ctx->seq_len);
+    if (n && !(m->context = malloc((size_t)n * sizeof *m->context))) return nv_api_oom(err);
+    const cJSON *id;
+    cJSON_ArrayForEach(id, c) {
+        const double v = cJSON_IsNumber(id) ? id->valuedouble : -1;
+        if (!(v >= 0 && v < ctx->vocab_size && v == floor(v)))
+            return nv_api_bad(err, "context: item %d is not a token id of this model's vocabulary (0 to %d)", m->n_context,
+                              ctx->vocab_size - 1);
+        m->context[m->n_context++] = (int)v;
+    }
+    return 0;
+}
+
+void nv_olla_meta_free(nv_olla_meta *m) {
+    free(m->system);
+    free(m->prompt);
+    free(m->context);
+    nv_buf_free(&m->streamed);
+    m->system = m->prompt = NULL;
+    m->context = NULL;
+    m->n_context = 0;
 }
 
 int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat, nv_api_request *out, nv_olla_meta *meta,
@@ -223,6 +263,8 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
     const int empty = !what || (cJSON_IsArray(what) && !what->child) || (cJSON_IsString(what) && !what->valuestring[0]);
     cJSON *q = cJSON_CreateObject();
     int rc = q ? translate(in, q, chat, ctx->reasoning, meta, err) : nv_api_oom(err);
+    /* through the template: the OpenAI request's messages stand for it */
+    if (!rc && !empty && !chat && nv_api_field(q, "messages")) rc = keep_turn(ctx, in, q, meta, err);
     cJSON_Delete(in);
     if (!rc && empty) { /* the model must still be one this server has */
         char id[NV_API_MODEL_ID + 8];
@@ -232,11 +274,13 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
         cJSON_Delete(q);
         return err->status;
     }
-    const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .max_tokens_cap = 1};
+    const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .max_tokens_cap = 1, .prefix = meta->context,
+                                 .n_prefix = meta->n_context, .prefix_keeps_bos = nv_chat_turns_open_with_bos(ctx->tmpl)};
     /* translate() wrote a prompt (raw, or a suffix to fill in before) for a completions request, else messages */
     if (!rc) rc = nv_api_parse_json(ctx, !nv_api_field(q, "prompt"), q, &o, out, err);
     cJSON_Delete(q);
     if (rc == 404) not_found(err, meta->model);
+    if (rc) nv_olla_meta_free(meta);
     return rc;
 }
 
@@ -281,6 +325,7 @@ int nv_olla_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, int
     if (!rc) rc = nv_api_embed_parse(ctx, text, strlen(text), out, err);
     free(text);
     if (rc == 404) not_found(err, meta->model);
+    if (rc) nv_olla_meta_free(meta);
     return rc;
 }
 
@@ -357,6 +402,28 @@ char *nv_olla_chunk(const nv_olla_meta *m, const char *thinking, const char *con
 
 static double ns(double s) { return s > 0 ? floor(s * 1e9) : 0; }
 
+/* generate's context: the one it came with, then its messages and answer as the conversation so far
+   (its BOS left out after a context, as the prompt's was); 0 when the template cannot render it. */
+static int add_context(cJSON *o, const nv_olla_meta *m, const char *answer) {
+    nv_chat_msg msgs[3];
+    int n = 0;
+    if (m->system) msgs[n++] = (nv_chat_msg){.role = "system", .content = m->system};
+    msgs[n++] = (nv_chat_msg){.role = "user", .content = m->prompt};
+    msgs[n++] = (nv_chat_msg){.role = "assistant", .content = answer ? answer : ""};
+    const nv_chat_opts opts = {.no_think = m->no_think};
+    int *ids = NULL, k = 0;
+    if (nv_chat_render_history(m->ctx->tmpl, m->ctx->tok, msgs, n, &opts, &ids, &k) != NV_OK) {
+        nv_warn("serve: /api/generate: no context for the answer: %s", nv_errmsg());
+        return 0;
+    }
+    const int skip = m->n_context && k && !nv_chat_turns_open_with_bos(m->ctx->tmpl) && ids[0] == nv_tokenizer_bos(m->ctx->tok);
+    cJSON *list = cJSON_AddArrayToObject(o, "context");
+    for (int i = 0; list && i < m->n_context; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(m->context[i]));
+    for (int i = skip; list && i < k; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(ids[i]));
+    free(ids);
+    return 1;
+}
+
 char *nv_olla_done(const nv_olla_meta *m, const nv_olla_answer *a) {
     cJSON *o = head(m);
     add_text(o, m, a->thinking, a->content, a->calls, a->n_calls);
@@ -368,6 +435,7 @@ char *nv_olla_done(const nv_olla_meta *m, const nv_olla_answer *a) {
     cJSON_AddNumberToObject(o, "prompt_eval_duration", ns(a->prompt_s));
     cJSON_AddNumberToObject(o, "eval_count", a->completion_tokens);
     cJSON_AddNumberToObject(o, "eval_duration", ns(a->gen_s));
+    if (m->prompt) add_context(o, m, a->whole);
     return nv_api_print_free(o);
 }
 

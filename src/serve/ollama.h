@@ -17,8 +17,10 @@
  *   use_mmap, ...) are accepted and ignored. format: "json" (any JSON object) or a JSON schema.
  *   think: false turns a reasoning model's thinking off (Qwen3's switch). A message's tool_calls
  *   carry their arguments as a JSON object; a tool message answers the latest call (by tool_name
- *   when given). images (no model here reads them), template, context, and suffix on /api/chat
- *   are refused unless empty. The model is named by its id, with or without Ollama's ":latest" tag. A chat
+ *   when given). generate's context (the ids an earlier answer returned: the conversation so far)
+ *   goes before the prompt's rendering, whose BOS is then left out (llama2's kept); with raw or a
+ *   suffix it is refused. images (no model here reads them), template, and context and suffix on
+ *   /api/chat are refused unless empty. The model is named by its id, with or without Ollama's ":latest" tag. A chat
  *   without messages, or a generate without a prompt, loads the model: *load_only is set and
  *   nothing is parsed into out (nv_olla_loaded answers it).
  * - Answers (nv_olla_chunk, nv_olla_done): JSON objects, one a line when streamed
@@ -26,7 +28,9 @@
  *   "assistant", "content", "thinking"?, "tool_calls"?} (chat) or "response" and "thinking"?
  *   (generate), "done": false}; the last (or the whole answer) has "done": true, "done_reason"
  *   (stop, length), "total_duration", "load_duration" (0: the model is loaded at start),
- *   "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration" (nanoseconds).
+ *   "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration" (nanoseconds);
+ *   generate through the template adds "context": the context it came with, then its system
+ *   message, prompt and answer as nv_chat_render_history renders them (left out when that fails).
  * - Errors are {"error": MESSAGE} with the status (nv_olla_error_json). */
 #ifndef NV_SERVE_OLLAMA_H
 #define NV_SERVE_OLLAMA_H
@@ -39,7 +43,15 @@ typedef struct {
     int chat;                        /* /api/chat, else /api/generate */
     int load_only;                   /* no messages or prompt: the model is only "loaded" */
     double t_arrival;
+    /* /api/generate through the template: what its answer's context is made of (owned; NULL
+       otherwise). context: the ids the request came with; system may be NULL. */
+    const nv_api_ctx *ctx;
+    char *system, *prompt;
+    int no_think;
+    int *context, n_context;
+    nv_buf streamed; /* a stream's content so far (the context needs the whole answer) */
 } nv_olla_meta;
+void nv_olla_meta_free(nv_olla_meta *m);
 
 int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat, nv_api_request *out, nv_olla_meta *meta,
                   nv_api_error *err);
@@ -54,6 +66,7 @@ typedef struct {
     nv_finish finish;
     int prompt_tokens, completion_tokens;
     double prompt_s, gen_s; /* from arrival to the first token, and from it to the last */
+    const char *whole;      /* the whole answer's content, for generate's context */
 } nv_olla_answer;
 char *nv_olla_done(const nv_olla_meta *m, const nv_olla_answer *a);
 /* The answer to a load-only request: done, done_reason "load". */
