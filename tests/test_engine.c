@@ -1327,6 +1327,11 @@ static void test_probe_report(void) {
         printf("    %-12s %s%s\n", nv_engine_name((nv_engine_id)e), nv_engine_available((nv_engine_id)e) ? "on" : "off: ",
                nv_engine_why_off((nv_engine_id)e));
     T_CHECK(nv_engine_available(NV_ENGINE_SCALAR), "scalar off");
+    /* an engine this CPU has is never latched off by its own self-test: a wrong kernel must fail here,
+       not turn its cases into skips */
+    for (int e = 0; e < NV_ENGINE_COUNT; e++)
+        T_CHECK(strncmp(nv_engine_why_off((nv_engine_id)e), "self-test", 9) != 0, "%s: %s", nv_engine_name((nv_engine_id)e),
+                nv_engine_why_off((nv_engine_id)e));
     T_CHECK(nv_engine_best() >= nv_engine_best_float() && nv_engine_best_float() >= nv_engine_best_fp32(), "best");
     T_CHECK(!nv_engine_int8(nv_engine_best_float()) && nv_engine_best_fp32() <= NV_ENGINE_AVX512, "best_float %s, best_fp32 %s",
             nv_engine_name(nv_engine_best_float()), nv_engine_name(nv_engine_best_fp32()));

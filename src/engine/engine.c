@@ -46,6 +46,7 @@ static void vint8_fill(void) {
         for (int b = 0; b < 2; b++) {
             vint8_kerns[i][b] = *int8[i];
             vint8_kerns[i][b].bf16_gemm = bf16[b]->bf16_gemm;
+            vint8_kerns[i][b].bf16_a_tiles = bf16[b]->bf16_a_tiles;
         }
 }
 static int force_inline; /* self-test: every task on the calling thread */
@@ -1273,24 +1274,26 @@ static void pack_x_vnni_task(void *vc, int task, int nt) {
 }
 
 /* The AMX backward products with the shared B tiles (c->abuf): dx = dy . W (c->p set; A = dy's rows
- * times the weight scales, for int8 plans; B = W^T's tiles) or dw = dy^T . x (A = dy^T's rows; B =
- * x's tiles); with c->accumulate each is added to the output instead. A task owns a block of the
- * output's rows and of its column tiles; per block of rows (and slice of a deep product's depth) it
- * turns that piece of A into bf16 rows in a small buffer and runs the tile loop. dy is never
- * converted whole; each output is one tile chain per depth slice (one slice up to GRAD_SLICE_MIN),
- * whatever the blocks and threads. */
+ * times the weight scales, for int8 plans; B = W^T's tiles) or dw = dy^T . x (A = dy^T's rows, or
+ * for a loop that takes A as tiles dy's row pairs, no transpose; B = x's tiles); with c->accumulate
+ * each is added to the output instead. A task owns a block of the output's rows and of its column
+ * tiles; per block of rows (and slice of a deep product's depth) it turns that piece of A into bf16
+ * in a small buffer and runs the tile loop. dy is never converted whole; each output is one tile
+ * chain per depth slice (one slice up to GRAD_SLICE_MIN), whatever the blocks, threads and A's
+ * layout. */
 static void amx_grad_task(void *vc, int task, int nt) {
     (void)nt;
     op_ctx *c = vc;
-    const int dx = c->p != NULL;
+    const int dx = c->p != NULL, a_tiles = !dx && c->ka->bf16_a_tiles;
     const int m = c->m, n = c->n, k = c->k, depth = c->depth, KB = depth / 32, ktiles = cdiv(k, 16);
     const int slice = grad_slice(depth), rb = amx_block_rows(slice);
     int r0, r1, u0, u1;
     grid_task(&c->g, task, &r0, &r1, &u0, &u1);
     int t0 = 2 * u0, t1 = imin(ktiles, 2 * u1);
     if (r0 >= r1 || t0 >= t1) return;
-    uint16_t *A = task_scratch(c, (size_t)amx_rows(imin(rb, r1 - r0)) * slice * sizeof(uint16_t), r0, r1, t0 * 16,
-                               (t1 - t0) * 16);
+    const int most = imin(rb, r1 - r0);
+    uint16_t *A = task_scratch(c, (size_t)(a_tiles ? rup(most, 16) : amx_rows(most)) * slice * sizeof(uint16_t), r0, r1,
+                               t0 * 16, (t1 - t0) * 16);
     if (!A) return;
     const uint16_t *B = (const uint16_t *)c->abuf + (size_t)t0 * KB * 512;
     for (int b0 = r0; b0 < r1; b0 += rb) {
@@ -1300,9 +1303,12 @@ static void amx_grad_task(void *vc, int task, int nt) {
             if (dx)
                 rows_to_bf16(c->a + d0, (size_t)n, imin(sd, n - d0), c->p->wscale ? c->p->wscale + d0 : NULL, b0,
                              b0 + rows, A, sd);
+            else if (a_tiles) /* (zero past dy's rows and the block's columns) */
+                bf16_tiles_of_cols(c->a + (size_t)d0 * n + b0, (size_t)n, imin(sd, m - d0), rows, sd / 32, 0,
+                                   cdiv(rows, 16) * (sd / 32), A);
             else dy_t_to_bf16(c->a, m, n, b0, rows, d0, A, sd);
-            memset(A + (size_t)rows * sd, 0, (size_t)(arows - rows) * sd * sizeof(uint16_t)); /* the tile's zero rows */
-            c->ka->bf16_gemm(A, sd, rows, sd, B + (size_t)(d0 / 32) * 512, (size_t)KB * 512, t1 - t0,
+            if (!a_tiles) memset(A + (size_t)rows * sd, 0, (size_t)(arows - rows) * sd * sizeof(uint16_t)); /* the tile's zero rows */
+            c->ka->bf16_gemm(A, a_tiles ? 0 : (size_t)sd, rows, sd, B + (size_t)(d0 / 32) * 512, (size_t)KB * 512, t1 - t0,
                              c->out + (size_t)b0 * k + (size_t)t0 * 16, k, k - t0 * 16, c->accumulate || d0 > 0);
         }
     }

@@ -142,6 +142,10 @@ typedef struct {
     /* C[rows x ncols] = A . B of block-quantized B (nv_qdot_b) over ntiles column tiles (the int8
      * loops only; NULL elsewhere) */
     void (*qdot_gemm)(const nv_qdot_a *a, int rows, const nv_qdot_b *b, int ntiles, float *C, size_t ldc, int ncols);
+    /* bf16_gemm also takes A as VNNI tiles, B's layout (lda 0: row tile u at A + u * Kp / 32 * 512),
+     * which pairing two rows of dy gives dW's dy^T without a transpose: the vector loops (a tile
+     * unit's A tiles are rows) */
+    int bf16_a_tiles;
 } nv_kern_amx;
 
 extern const nv_kern_amx nv_kern_amx_hw;

@@ -26,4 +26,4 @@ static inline void amx_ldtilecfg(const nv_amx_cfg *cfg) { __asm__ volatile("ldti
 
 #include "engine/kern_amx_tmpl.h"
 
-const nv_kern_amx nv_kern_amx_hw = {"amx", amxhw_bf16_gemm, amxhw_int8_gemm, 0, NULL};
+const nv_kern_amx nv_kern_amx_hw = {"amx", amxhw_bf16_gemm, amxhw_int8_gemm, 0, NULL, 0};

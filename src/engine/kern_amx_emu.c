@@ -132,6 +132,6 @@ static void emu_release(void) {
 
 #include "engine/kern_amx_tmpl.h"
 
-const nv_kern_amx nv_kern_amx_emu = {"amx (emulated)", amxemu_bf16_gemm, amxemu_int8_gemm, 0, NULL};
+const nv_kern_amx nv_kern_amx_emu = {"amx (emulated)", amxemu_bf16_gemm, amxemu_int8_gemm, 0, NULL, 0};
 
 void nv_kern_amx_emu_inject(int on) { emu_inject = on; }

@@ -26,4 +26,4 @@ static inline __m512 vdp(__m512 acc, uint32_t pair, __m512i b) {
 
 #include "engine/kern_vdot_tmpl.h"
 
-const nv_kern_amx nv_kern_avx512bf16 = {"avx512-bf16", vbf16_bf16_gemm, NULL, 0, NULL};
+const nv_kern_amx nv_kern_avx512bf16 = {"avx512-bf16", vbf16_bf16_gemm, NULL, 0, NULL, 1};

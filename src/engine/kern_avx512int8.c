@@ -65,4 +65,4 @@ static inline __m512i vdq(__m512i acc, uint32_t quad, __m512i b) {
 
 /* bf16_gemm (the training products) is set by the probe: VDPBF16PS where the CPU has it, else its
  * emulation (the same bits, slower). */
-const nv_kern_amx nv_kern_avx512int8 = {"avx512-int8", NULL, vint8_int8_gemm, 1, vqdot_qdot_gemm};
+const nv_kern_amx nv_kern_avx512int8 = {"avx512-int8", NULL, vint8_int8_gemm, 1, vqdot_qdot_gemm, 0};

@@ -66,4 +66,4 @@ static inline v16i vdq_vnni(v16i acc, uint32_t quad, vq16 b) {
 
 #include "engine/kern_qdot_tmpl.h"
 
-const nv_kern_amx nv_kern_avxvnni_int8 = {"avx2-int8 (AVX-VNNI)", NULL, vint8vnni_int8_gemm, 1, vqdotvnni_qdot_gemm};
+const nv_kern_amx nv_kern_avxvnni_int8 = {"avx2-int8 (AVX-VNNI)", NULL, vint8vnni_int8_gemm, 1, vqdotvnni_qdot_gemm, 0};

@@ -83,7 +83,7 @@ static inline void vout_bf16(int accumulate, float *c, v16 acc, int n) {
 #undef vinit
 #undef vout
 
-const nv_kern_amx nv_kern_avx512bf16_emu = {"avx512-bf16 (emulated)", vbf16emu_bf16_gemm, NULL, 0, NULL};
+const nv_kern_amx nv_kern_avx512bf16_emu = {"avx512-bf16 (emulated)", vbf16emu_bf16_gemm, NULL, 0, NULL, 1};
 
 void nv_kern_avx512bf16_emu_inject(int on) { bf16_inject = on; }
 
@@ -173,7 +173,7 @@ static inline v16i vdq_int8(v16i acc, uint32_t quad, vq32 b, const int inject) {
 
 #include "engine/kern_qdot_tmpl.h"
 
-const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1, vqdotemu_qdot_gemm};
+const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint8emu_int8_gemm, 1, vqdotemu_qdot_gemm, 0};
 
 /* The same loop without the fault-injection check: the avx2-int8 engine. */
 #undef VB
@@ -189,6 +189,6 @@ const nv_kern_amx nv_kern_avx512int8_emu = {"avx512-int8 (emulated)", NULL, vint
 /* No block-quantized loop here: four instructions per VPDPBUSD make it slower than avx2's exact
    path over the same values (prefill of a stories110M-shaped Q4_K_M file 520 against 880 tok/s),
    so such plans go there (the AVX-VNNI instance has one). */
-const nv_kern_amx nv_kern_avx2int8 = {"avx2-int8", NULL, vint8avx2_int8_gemm, 1, NULL};
+const nv_kern_amx nv_kern_avx2int8 = {"avx2-int8", NULL, vint8avx2_int8_gemm, 1, NULL, 0};
 
 void nv_kern_avx512int8_emu_inject(int on) { int8_inject = on; }

@@ -46,8 +46,10 @@ typedef struct {
     const int32_t *wc;
 } VB(out);
 
-static ALWAYS_INLINE void VB(ukern)(const int mr, const int nt, int KB, const VB_ELEM *A, size_t lda, const VB_ELEM *B,
-                                    size_t tstride, float *C, size_t ldc, int nc, const VB(out) *o) {
+/* A is rows (lda elements apart) or, with at, VNNI tiles as B's (at A: the block's first row, at most
+ * 16 - its row within the tile rows on; the next depth tile VB_TILE on). */
+static ALWAYS_INLINE void VB(ukern)(const int mr, const int nt, const int at, int KB, const VB_ELEM *A, size_t lda,
+                                    const VB_ELEM *B, size_t tstride, float *C, size_t ldc, int nc, const VB(out) *o) {
     VACC acc[8][4];
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++)
@@ -55,18 +57,19 @@ static ALWAYS_INLINE void VB(ukern)(const int mr, const int nt, int KB, const VB
         for (int t = 0; t < nt; t++) acc[r][t] = vinit(o, t);
     for (int kb = 0; kb < KB; kb++) {
         const VB_ELEM *b = B + (size_t)kb * VB_TILE;
-        const VB_ELEM *a = A + (size_t)kb * VB_DEPTH;
+        const VB_ELEM *a = A + (size_t)kb * (at ? VB_TILE : VB_DEPTH);
+        const size_t ars = at ? VB_GROUP : lda, ags = at ? 16 * VB_GROUP : VB_GROUP; /* a row's, a depth group's step */
         /* unrolled whole: GCC otherwise copies every accumulator at the loop's back edge (the
            instructions overwrite their accumulator), a third of VPDPBUSD's loop */
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++, b += 16 * VB_GROUP, a += VB_GROUP) {
+        for (int i = 0; i < 16; i++, b += 16 * VB_GROUP, a += ags) {
             VBT bt[4];
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) bt[t] = vloadb(b + (size_t)t * tstride);
 #pragma GCC unroll 8
             for (int r = 0; r < mr; r++) {
                 uint32_t group;
-                memcpy(&group, a + (size_t)r * lda, sizeof group);
+                memcpy(&group, a + (size_t)r * ars, sizeof group);
 #pragma GCC unroll 4
                 for (int t = 0; t < nt; t++) acc[r][t] = vdp(acc[r][t], group, bt[t]);
             }
@@ -88,11 +91,12 @@ static inline VB(out) VB(out_at)(const VB(out) *o, int r, int t) {
  * (the other cases' branches are constant-false and dropped before inlining). */
 #define VB_NT_OF(R) ((R) <= 2 ? VB_NT_FEW : VB_NT)
 #define VB_MADE(R, T) (NV_KERN_PIECE_MADE(R, VB_MR) && NV_KERN_PIECE_MADE(T, VB_NT_OF(R)))
-static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, const VB_ELEM *B, size_t tstride, float *C,
-                      size_t ldc, int nc, const VB(out) *o) {
+static void VB(block)(int mr, int nt, int at, int KB, const VB_ELEM *A, size_t lda, const VB_ELEM *B, size_t tstride,
+                      float *C, size_t ldc, int nc, const VB(out) *o) {
 #define VB_CASE(R, T)                                                                                                  \
     case R * 8 + T:                                                                                                    \
-        if (VB_MADE(R, T)) VB(ukern)(R, T, KB, A, lda, B, tstride, C, ldc, nc, o);                                     \
+        if (VB_MADE(R, T) && at) VB(ukern)(R, T, 1, KB, A, lda, B, tstride, C, ldc, nc, o);                            \
+        else if (VB_MADE(R, T)) VB(ukern)(R, T, 0, KB, A, lda, B, tstride, C, ldc, nc, o);                             \
         return;
     switch (mr * 8 + nt) {
         VB_CASE(1, 1) VB_CASE(1, 2) VB_CASE(1, 3) VB_CASE(1, 4)
@@ -110,22 +114,25 @@ static void VB(block)(int mr, int nt, int KB, const VB_ELEM *A, size_t lda, cons
 }
 
 /* C[rows x ncols] over ntiles column tiles of 16, Kp a multiple of the tile depth; column tile t at
- * B + t * bstride (0: tiles packed at depth Kp). A group of column tiles is swept by every row block
- * while it is in cache; blocks and groups go in the pieces nv_kern_piece gives. */
+ * B + t * bstride (0: tiles packed at depth Kp); A rows lda apart, or (lda 0) VNNI tiles as B's
+ * packed at depth Kp, row tile u at A + u * Kp / VB_DEPTH * VB_TILE, a micro-kernel's rows then
+ * within one of them. A group of column tiles is swept by every row block while it is in cache;
+ * blocks and groups go in the pieces nv_kern_piece gives. */
 static void VB(gemm)(const VB_ELEM *A, size_t lda, int rows, int Kp, const VB_ELEM *B, size_t bstride, int ntiles,
                      float *C, size_t ldc, int ncols, const VB(out) *o) {
     if (rows <= 0 || ntiles <= 0) return;
-    const int KB = Kp / VB_DEPTH, NT = rows <= 2 ? VB_NT_FEW : VB_NT;
+    const int KB = Kp / VB_DEPTH, NT = rows <= 2 ? VB_NT_FEW : VB_NT, at = lda == 0;
     const size_t tstride = bstride ? bstride : (size_t)KB * VB_TILE; /* elements per column tile */
     for (int t0 = 0; t0 < ntiles; t0 += NT) {
         const int nt = ntiles - t0 < NT ? ntiles - t0 : NT;
         for (int r = 0, mr; r < rows; r += mr) {
-            mr = nv_kern_piece(rows - r, VB_MR);
+            mr = nv_kern_piece(at && rows - r > 16 - r % 16 ? 16 - r % 16 : rows - r, VB_MR);
+            const VB_ELEM *a = at ? A + (size_t)(r / 16) * KB * VB_TILE + (size_t)(r % 16) * VB_GROUP : A + (size_t)r * lda;
             for (int t = t0, n; t < t0 + nt; t += n) {
                 n = nv_kern_piece(t0 + nt - t, VB_NT_OF(mr));
                 const VB(out) sub = VB(out_at)(o, r, t);
-                VB(block)(mr, n, KB, A + (size_t)r * lda, lda, B + (size_t)t * tstride, tstride,
-                          C + (size_t)r * ldc + (size_t)t * 16, ldc, ncols - t * 16, &sub);
+                VB(block)(mr, n, at, KB, a, lda, B + (size_t)t * tstride, tstride, C + (size_t)r * ldc + (size_t)t * 16, ldc,
+                          ncols - t * 16, &sub);
             }
         }
     }
