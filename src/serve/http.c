@@ -66,6 +66,23 @@ typedef struct {
     nv_tool_parser tp;
 } answer_split;
 
+/* The API a generation answers in and what its answer needs from the request (P_OPENAI: nothing):
+ * the meta of proto's parser, the others zero. */
+typedef struct {
+    int proto;
+    nv_anth_meta anth;
+    nv_resp_meta resp;
+    nv_lcpp_meta lcpp;
+    nv_olla_meta olla;
+} api_meta;
+
+static void api_meta_free(api_meta *m) {
+    nv_anth_meta_free(&m->anth);
+    nv_resp_meta_free(&m->resp);
+    nv_lcpp_meta_free(&m->lcpp);
+    nv_olla_meta_free(&m->olla);
+}
+
 typedef struct {
     nv_http *h;
     nv_req *r[NV_MAX_CHOICES]; /* one sequence per choice */
@@ -76,14 +93,10 @@ typedef struct {
     answer_split split[NV_MAX_CHOICES]; /* each choice's reasoning, content and calls */
     nv_api_tools *tools;                /* chat with tools: the names split[] reads calls of */
     int n_calls[NV_MAX_CHOICES];
-    int proto;                          /* P_OPENAI, or another API's stream (one choice) */
+    api_meta pm;                        /* P_OPENAI, or another API's stream (one choice) and its meta */
     nv_anth_stream anth;
     int anth_started;                   /* message_start is out */
-    nv_anth_meta anth_meta;
     nv_resp_stream resp;
-    nv_resp_meta resp_meta;
-    nv_lcpp_meta lcpp_meta;
-    nv_olla_meta olla_meta;
     int prompt_tokens, completion_tokens, cached_tokens;
     nv_api_meta meta;
     int fd;
@@ -318,7 +331,7 @@ static void sse_event(stream_ctx *st, char *json) {
         st->out.oom = 1;
         return;
     }
-    const int line = st->proto == P_OLLAMA; /* Ollama's streams are JSON lines */
+    const int line = st->pm.proto == P_OLLAMA; /* Ollama's streams are JSON lines */
     if (!line) nv_buf_puts(&st->out, "data: ");
     nv_buf_puts(&st->out, json);
     nv_buf_puts(&st->out, line ? "\n" : "\n\n");
@@ -363,7 +376,7 @@ static void openai_news(stream_ctx *st, int i, const nv_buf *why, const nv_buf *
 /* The same as Anthropic's events (thinking and text blocks, tool_use blocks) or the Responses API's
  * (reasoning and message items, function_call items): one choice. */
 static void item_news(stream_ctx *st, const nv_buf *why, const nv_buf *said, const nv_tool_call *calls, int n_new) {
-    const int anth = st->proto == P_ANTHROPIC;
+    const int anth = st->pm.proto == P_ANTHROPIC;
     if (why->len) anth ? nv_anth_stream_text(&st->anth, 1, why->data, &st->out) : nv_resp_stream_text(&st->resp, 1, why->data, &st->out);
     if (said->len) anth ? nv_anth_stream_text(&st->anth, 0, said->data, &st->out) : nv_resp_stream_text(&st->resp, 0, said->data, &st->out);
     for (int k = 0; k < n_new; k++) anth ? nv_anth_stream_call(&st->anth, &calls[k], &st->out) : nv_resp_stream_call(&st->resp, &calls[k], &st->out);
@@ -401,21 +414,21 @@ static void stream_poll(stream_ctx *st) {
             if ((text.len || rs.done) &&
                 split_feed(&st->split[i], text.data ? text.data : "", text.len, rs.done, &why, &said, &calls, &n_new) < 0)
                 st->out.oom = 1;
-            if (st->proto == P_ANTHROPIC && !st->anth_started && (text.len || rs.done) &&
+            if (st->pm.proto == P_ANTHROPIC && !st->anth_started && (text.len || rs.done) &&
                 (rs.finish == NV_FINISH_NONE || rs.finish == NV_FINISH_STOP || rs.finish == NV_FINISH_LENGTH)) {
-                nv_anth_stream_start(&st->anth, &st->anth_meta, rs.prompt_tokens, rs.cached_tokens, &st->out);
+                nv_anth_stream_start(&st->anth, &st->pm.anth, rs.prompt_tokens, rs.cached_tokens, &st->out);
                 st->anth_started = 1;
             }
-            if (st->proto == P_OLLAMA) {
-                if (st->olla_meta.prompt && said.len) nv_buf_append(&st->olla_meta.streamed, said.data, said.len);
+            if (st->pm.proto == P_OLLAMA) {
+                if (st->pm.olla.prompt && said.len) nv_buf_append(&st->pm.olla.streamed, said.data, said.len);
                 if (why.len || said.len || n_new)
-                    sse_event(st, nv_olla_chunk(&st->olla_meta, why.data, said.data, calls, n_new));
+                    sse_event(st, nv_olla_chunk(&st->pm.olla, why.data, said.data, calls, n_new));
                 st->n_calls[0] += n_new;
-            } else if (st->proto == P_LLAMACPP) {
-                if (said.len || (st->lcpp_meta.n_probs && lps.n))
-                    sse_event(st, nv_lcpp_chunk(&st->lcpp_meta, said.data ? said.data : "", rs.completion_tokens, rs.prompt_tokens,
+            } else if (st->pm.proto == P_LLAMACPP) {
+                if (said.len || (st->pm.lcpp.n_probs && lps.n))
+                    sse_event(st, nv_lcpp_chunk(&st->pm.lcpp, said.data ? said.data : "", rs.completion_tokens, rs.prompt_tokens,
                                                 lps.v, lps.n, st->h->ctx.tok));
-            } else if (st->proto != P_OPENAI) {
+            } else if (st->pm.proto != P_OPENAI) {
                 item_news(st, &why, &said, calls, n_new);
             } else {
                 openai_news(st, i, &why, &said, &lps, calls, n_new);
@@ -430,38 +443,38 @@ static void stream_poll(stream_ctx *st) {
             if (rs.finish != NV_FINISH_STOP && rs.finish != NV_FINISH_LENGTH) {
                 nv_api_error e;
                 finish_error(st->h, rs.finish, &e);
-                if (st->proto == P_ANTHROPIC) nv_anth_stream_error(&e, &st->out);
-                else if (st->proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, &e, &st->out);
-                else sse_event(st, st->proto == P_OLLAMA ? nv_olla_error_json(&e) : nv_api_error_json(&e));
+                if (st->pm.proto == P_ANTHROPIC) nv_anth_stream_error(&e, &st->out);
+                else if (st->pm.proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, &e, &st->out);
+                else sse_event(st, st->pm.proto == P_OLLAMA ? nv_olla_error_json(&e) : nv_api_error_json(&e));
                 stream_cancel_all(st);
-                if (st->proto == P_OPENAI) nv_buf_puts(&st->out, "data: [DONE]\n\n");
+                if (st->pm.proto == P_OPENAI) nv_buf_puts(&st->out, "data: [DONE]\n\n");
                 st->finished = 1;
                 break;
             }
             if (i % st->per == 0) st->prompt_tokens += rs.prompt_tokens; /* each prompt once */
             if (i == 0) st->cached_tokens = rs.cached_tokens;
             st->completion_tokens += rs.completion_tokens;
-            if (st->proto == P_ANTHROPIC) {
+            if (st->pm.proto == P_ANTHROPIC) {
                 nv_anth_answer a = {.prompt_tokens = st->prompt_tokens, .cached_tokens = st->cached_tokens,
                                     .output_tokens = st->completion_tokens};
                 a.stop_reason = nv_anth_stop_reason(st->anth.m, rs.finish, rs.stop_index, st->n_calls[0], &a.stop_sequence);
                 nv_anth_stream_end(&st->anth, &a, &st->out);
-            } else if (st->proto == P_RESPONSES) {
+            } else if (st->pm.proto == P_RESPONSES) {
                 nv_resp_answer a = {.incomplete = rs.finish == NV_FINISH_LENGTH, .prompt_tokens = st->prompt_tokens,
                                     .cached_tokens = st->cached_tokens, .output_tokens = st->completion_tokens};
                 nv_resp_stream_end(&st->resp, &a, &st->out);
-            } else if (st->proto == P_LLAMACPP) { /* the whole response, its content already sent */
+            } else if (st->pm.proto == P_LLAMACPP) { /* the whole response, its content already sent */
                 nv_lcpp_answer a = {"", rs.finish, rs.stop_index, rs.prompt_tokens, rs.completion_tokens, rs.cached_tokens,
                                     rs.prompt_s, rs.gen_s, NULL, 0, NULL}; /* the records went with their text */
-                sse_event(st, nv_lcpp_response(&st->lcpp_meta, &a));
-            } else if (st->proto == P_OLLAMA) { /* the last line: counts and times, the text already sent */
+                sse_event(st, nv_lcpp_response(&st->pm.lcpp, &a));
+            } else if (st->pm.proto == P_OLLAMA) { /* the last line: counts and times, the text already sent */
                 nv_olla_answer a = {.content = "", .finish = rs.finish, .prompt_tokens = rs.prompt_tokens,
                                     .completion_tokens = rs.completion_tokens, .prompt_s = rs.prompt_s, .gen_s = rs.gen_s,
-                                    .whole = st->olla_meta.streamed.data};
-                if (st->olla_meta.streamed.oom) st->out.oom = 1;
-                sse_event(st, nv_olla_done(&st->olla_meta, &a));
+                                    .whole = st->pm.olla.streamed.data};
+                if (st->pm.olla.streamed.oom) st->out.oom = 1;
+                sse_event(st, nv_olla_done(&st->pm.olla, &a));
             }
-            if (st->proto != P_OPENAI) {
+            if (st->pm.proto != P_OPENAI) {
                 st->finished = 1;
                 return;
             }
@@ -511,11 +524,8 @@ static void stream_free(void *cls) {
     }
     for (int i = 0; i < st->n; i++) free(st->echo[i]), split_free(&st->split[i]);
     nv_api_tools_free(st->tools);
-    nv_anth_meta_free(&st->anth_meta);
     nv_resp_stream_free(&st->resp);
-    nv_resp_meta_free(&st->resp_meta);
-    nv_lcpp_meta_free(&st->lcpp_meta);
-    nv_olla_meta_free(&st->olla_meta);
+    api_meta_free(&st->pm);
     nv_buf_free(&st->out);
     free(st);
 }
@@ -579,11 +589,9 @@ static enum MHD_Result finish_failed(nv_http *h, struct MHD_Connection *c, conn_
     return respond_error(h, c, cc, &e);
 }
 
-/* Runs a parsed request (taken) and answers it whole or as a stream; am: an Anthropic Messages
- * request's meta, rm: a Responses request's, lm: llama.cpp's native request's, om: an Ollama
- * request's (each taken by a stream), all NULL for the chat and text completions. */
-static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, nv_anth_meta *am,
-                                nv_resp_meta *rm, nv_lcpp_meta *lm, nv_olla_meta *om) {
+/* Runs a parsed request and answers it whole or as a stream in pm's API (both taken). */
+static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, api_meta pm) {
+    const int proto = pm.proto;
     const int chat = ar.chat;
     ar.req.timeout_s = h->o.timeout_s;
     /* n choices per prompt: n sequences from each, seeds apart so sampled choices differ; choice
@@ -605,11 +613,13 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (ce == NV_OK) continue;
         for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
         nv_api_request_free(&ar);
+        api_meta_free(&pm);
         return create_failed(h, c, cc, ce);
     }
     nv_submit sub = submit_all(h, r, n);
     if (sub != NV_SUBMIT_OK) {
         nv_api_request_free(&ar);
+        api_meta_free(&pm);
         return submit_failed(h, c, cc, sub);
     }
     nv_api_meta meta;
@@ -623,6 +633,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (!st) {
             release_all(h, r, n, 1);
             nv_api_request_free(&ar);
+            api_meta_free(&pm);
             return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
         }
         st->h = h;
@@ -635,25 +646,9 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         st->tools = ar.tools; /* the stream reads calls after the request is gone */
         ar.tools = NULL;
         for (int i = 0; i < n; i++) st->split[i] = split_init(chat && h->ctx.reasoning, st->tools);
-        if (am) {
-            st->proto = P_ANTHROPIC; /* message_start once the prompt is in (stream_poll): its usage is then whole */
-            st->anth_meta = *am;
-            memset(am, 0, sizeof *am);
-        } else if (rm) {
-            st->proto = P_RESPONSES;
-            st->resp_meta = *rm;
-            memset(rm, 0, sizeof *rm);
-            nv_resp_stream_start(&st->resp, &st->resp_meta, &st->out);
-        } else if (lm) {
-            st->proto = P_LLAMACPP;
-            st->lcpp_meta = *lm;
-            memset(lm, 0, sizeof *lm);
-        } else if (om) {
-            st->proto = P_OLLAMA;
-            st->olla_meta = *om;
-            memset(om, 0, sizeof *om);
-        }
-        for (int i = 0; i < n && st->proto == P_OPENAI; i++) {
+        st->pm = pm; /* Anthropic's message_start once the prompt is in (stream_poll): its usage is then whole */
+        if (proto == P_RESPONSES) nv_resp_stream_start(&st->resp, &st->pm.resp, &st->out);
+        for (int i = 0; i < n && st->pm.proto == P_OPENAI; i++) {
             st->meta.index = i;
             if (chat) sse_event(st, nv_api_chunk(&st->meta, "", 1, NULL, st->include_usage));
             else if (ar.echo && echo[i] && *echo[i] && meta.lp_on) {
@@ -667,7 +662,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             stream_free(st);
             return MHD_NO;
         }
-        add_common_headers(h, resp, st->proto == P_OLLAMA ? "application/x-ndjson" : "text/event-stream");
+        add_common_headers(h, resp, st->pm.proto == P_OLLAMA ? "application/x-ndjson" : "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         enum MHD_Result ret = queue_counted(h, c, cc, 200, resp);
         access_log(cc, c, 200, "stream");
@@ -685,6 +680,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             release_all(h, r, n, 1);
             for (int j = 0; j < n; j++) free(lps[j].v), nv_buf_free(&text[j]);
             nv_api_request_free(&ar);
+            api_meta_free(&pm);
             access_log(cc, c, 499, "client closed the connection");
             return MHD_NO;
         }
@@ -717,24 +713,24 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls";
         }
         char *body = NULL;
-        if (!oom && am) {
+        if (!oom && proto == P_ANTHROPIC) {
             nv_anth_answer a = {.reasoning = ch[0].reasoning, .text = ch[0].text, .calls = calls[0], .n_calls = n_calls[0],
                                 .prompt_tokens = prompt, .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
-            a.stop_reason = nv_anth_stop_reason(am, rs[0].finish, rs[0].stop_index, n_calls[0], &a.stop_sequence);
-            body = nv_anth_message(am, &a);
-        } else if (!oom && rm) {
+            a.stop_reason = nv_anth_stop_reason(&pm.anth, rs[0].finish, rs[0].stop_index, n_calls[0], &a.stop_sequence);
+            body = nv_anth_message(&pm.anth, &a);
+        } else if (!oom && proto == P_RESPONSES) {
             nv_resp_answer a = {.reasoning = ch[0].reasoning, .text = ch[0].text, .calls = calls[0], .n_calls = n_calls[0],
                                 .incomplete = rs[0].finish == NV_FINISH_LENGTH, .prompt_tokens = prompt,
                                 .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
-            body = nv_resp_response(rm, &a);
-        } else if (!oom && om) {
+            body = nv_resp_response(&pm.resp, &a);
+        } else if (!oom && proto == P_OLLAMA) {
             nv_olla_answer a = {ch[0].reasoning, ch[0].text, calls[0], n_calls[0], rs[0].finish, prompt, completion,
                                 rs[0].prompt_s, rs[0].gen_s, ch[0].text};
-            body = nv_olla_done(om, &a);
-        } else if (!oom && lm) {
-            nv_lcpp_answer a = {lm->prompt_only ? "" : ch[0].text, rs[0].finish, rs[0].stop_index, prompt, completion,
+            body = nv_olla_done(&pm.olla, &a);
+        } else if (!oom && proto == P_LLAMACPP) {
+            nv_lcpp_answer a = {pm.lcpp.prompt_only ? "" : ch[0].text, rs[0].finish, rs[0].stop_index, prompt, completion,
                                 rs[0].cached_tokens, rs[0].prompt_s, rs[0].gen_s, lps[0].v, lps[0].n, h->ctx.tok};
-            body = nv_lcpp_response(lm, &a);
+            body = nv_lcpp_response(&pm.lcpp, &a);
         } else if (!oom) {
             body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);
         }
@@ -745,6 +741,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     for (int i = 0; i < n; i++) free(lps[i].v), nv_buf_free(&text[i]);
     nv_api_tools_free(tools);
+    api_meta_free(&pm);
     return ret;
 }
 
@@ -752,41 +749,35 @@ static enum MHD_Result completions(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_api_request ar;
     nv_api_error err;
     if (nv_api_parse(&h->ctx, cc->route == R_CHAT, cc->body.data, cc->body.len, &ar, &err)) return respond_error(h, c, cc, &err);
-    return generate(h, c, cc, ar, NULL, NULL, NULL, NULL);
+    return generate(h, c, cc, ar, (api_meta){.proto = P_OPENAI});
 }
 
 /* llama.cpp's native /completion and /infill, run as the completions request they translate to. */
 static enum MHD_Result native(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_request ar;
     nv_api_error err;
-    nv_lcpp_meta lm;
-    if (nv_lcpp_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_INFILL, &ar, &lm, &err)) return respond_error(h, c, cc, &err);
-    enum MHD_Result ret = generate(h, c, cc, ar, NULL, NULL, &lm, NULL);
-    nv_lcpp_meta_free(&lm); /* a stream took it */
-    return ret;
+    api_meta pm = {.proto = P_LLAMACPP};
+    if (nv_lcpp_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_INFILL, &ar, &pm.lcpp, &err)) return respond_error(h, c, cc, &err);
+    return generate(h, c, cc, ar, pm);
 }
 
 /* Ollama's /api/chat and /api/generate, run as the chat (or, raw, completions) request they translate to. */
 static enum MHD_Result ollama(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_request ar;
     nv_api_error err;
-    nv_olla_meta om;
-    if (nv_olla_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_OLLA_CHAT, &ar, &om, &err)) return respond_error(h, c, cc, &err);
-    if (om.load_only) return respond(h, c, cc, 200, "application/json", nv_olla_loaded(&om), NULL, NULL);
-    enum MHD_Result ret = generate(h, c, cc, ar, NULL, NULL, NULL, &om);
-    nv_olla_meta_free(&om); /* a stream took it */
-    return ret;
+    api_meta pm = {.proto = P_OLLAMA};
+    if (nv_olla_parse(&h->ctx, cc->body.data, cc->body.len, cc->route == R_OLLA_CHAT, &ar, &pm.olla, &err)) return respond_error(h, c, cc, &err);
+    if (pm.olla.load_only) return respond(h, c, cc, 200, "application/json", nv_olla_loaded(&pm.olla), NULL, NULL);
+    return generate(h, c, cc, ar, pm);
 }
 
 /* OpenAI's /v1/responses, run as the chat request it translates to. */
 static enum MHD_Result responses(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_request ar;
     nv_api_error err;
-    nv_resp_meta rm;
-    if (nv_resp_parse(&h->ctx, h->responses, cc->body.data, cc->body.len, &ar, &rm, &err)) return respond_error(h, c, cc, &err);
-    enum MHD_Result ret = generate(h, c, cc, ar, NULL, &rm, NULL, NULL);
-    nv_resp_meta_free(&rm); /* a stream took it */
-    return ret;
+    api_meta pm = {.proto = P_RESPONSES};
+    if (nv_resp_parse(&h->ctx, h->responses, cc->body.data, cc->body.len, &ar, &pm.resp, &err)) return respond_error(h, c, cc, &err);
+    return generate(h, c, cc, ar, pm);
 }
 
 /* GET or DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: from the store. */
@@ -809,18 +800,16 @@ static enum MHD_Result stored_response(nv_http *h, struct MHD_Connection *c, con
 static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_request ar;
     nv_api_error err;
-    nv_anth_meta am;
+    api_meta pm = {.proto = P_ANTHROPIC};
     const int count = cc->route == R_COUNT_TOKENS;
-    if (nv_anth_parse(&h->ctx, cc->body.data, cc->body.len, count, &ar, &am, &err)) return respond_error(h, c, cc, &err);
+    if (nv_anth_parse(&h->ctx, cc->body.data, cc->body.len, count, &ar, &pm.anth, &err)) return respond_error(h, c, cc, &err);
     if (count) {
         const int n = ar.req.n_prompt;
         nv_api_request_free(&ar);
-        nv_anth_meta_free(&am);
+        nv_anth_meta_free(&pm.anth);
         return respond(h, c, cc, 200, "application/json", nv_anth_count_json(n), NULL, NULL);
     }
-    enum MHD_Result ret = generate(h, c, cc, ar, &am, NULL, NULL, NULL);
-    nv_anth_meta_free(&am); /* a stream took it */
-    return ret;
+    return generate(h, c, cc, ar, pm);
 }
 
 /* /v1/embeddings: each input a prompt-only request that keeps its embedding, run in waves of up to
