@@ -802,6 +802,57 @@ static void test_sampler(void) {
     T_CHECK(outside == 0, "%d samples outside the top-p nucleus", outside);
 }
 
+/* llama2.c's top-p draw (run.c's sample_topp), its candidates ordered most likely first and equal
+ * ones by index (what its qsort, glibc's stable merge sort, gives them in index order). */
+static int by_prob_then_index(const void *a, const void *b) {
+    const nv_prob_index *x = a, *y = b;
+    return x->prob > y->prob ? -1 : x->prob < y->prob ? 1 : (x->index > y->index) - (x->index < y->index);
+}
+static int reference_topp(const float *logits, int n, float topp, uint64_t *state, float *p, nv_prob_index *c) {
+    memcpy(p, logits, (size_t)n * sizeof *p);
+    nv_softmax(p, n);
+    const float coin = nv_xorshift_f32(state), cutoff = (1.0f - topp) / (float)(n - 1);
+    int n0 = 0;
+    for (int i = 0; i < n; i++)
+        if (p[i] >= cutoff) c[n0++] = (nv_prob_index){p[i], i};
+    qsort(c, (size_t)n0, sizeof *c, by_prob_then_index);
+    float cumulative = 0.0f;
+    int last = n0 - 1;
+    for (int i = 0; i < n0; i++)
+        if ((cumulative += c[i].prob) > topp) {
+            last = i;
+            break;
+        }
+    float r = coin * cumulative, cdf = 0.0f;
+    for (int i = 0; i <= last; i++)
+        if (r < (cdf += c[i].prob)) return c[i].index;
+    return c[last].index;
+}
+
+/* Top-p over a long, nearly flat distribution full of ties (tens of thousands of candidates, sorted
+ * by radix rather than qsort) draws llama2.c's tokens, seed for seed. */
+static void test_sampler_topp_long(void) {
+    const int n = 32000;
+    float *logits = malloc(sizeof(float) * n), *l = malloc(sizeof(float) * n), *p = malloc(sizeof(float) * n);
+    nv_prob_index *c = malloc(sizeof *c * (size_t)n);
+    for (int i = 0; i < n; i++) logits[i] = (float)((i * 7919) % 50) * 0.01f + (i % 997 == 0 ? 3.0f : 0.0f);
+    nv_sampler s;
+    T_CHECK(nv_sampler_init(&s, n, 1.0f, 0.9f, 77) == NV_OK, "%s", nv_errmsg());
+    uint64_t state = 77;
+    int differ = -1, distinct = 0, prev = -1;
+    for (int t = 0; t < 120 && differ < 0; t++) {
+        memcpy(l, logits, sizeof(float) * n);
+        const int got = nv_sample(&s, l), want = reference_topp(logits, n, 0.9f, &state, p, c);
+        if (got != want) differ = t;
+        distinct += got != prev;
+        prev = got;
+    }
+    T_CHECK(differ < 0, "draw %d differs from llama2.c's", differ);
+    T_CHECK(distinct > 100, "only %d changes of token in 120 draws", distinct);
+    nv_sampler_free(&s);
+    free(logits), free(l), free(p), free(c);
+}
+
 /* A model whose fp32 block is twice this machine's memory (a 70B-shaped one: 280 GB) is address space
  * until written, as a quantized model's pending matrices are never written: it allocates, its
  * far ends take values, and it frees. */
@@ -902,6 +953,7 @@ int main(void) {
     T_RUN(test_separate_classifier_v0_and_v1);
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);
+    T_RUN(test_sampler_topp_long);
     T_RUN(test_sampler_adjustments);
     T_RUN(test_sampler_filters);
     T_RUN(test_sampler_dry);

@@ -24,6 +24,8 @@ nv_err nv_sampler_init(nv_sampler *s, int vocab_size, float temperature, float t
 
 void nv_sampler_free(nv_sampler *s) {
     free(s->probindex);
+    free(s->sortbuf);
+    s->sortbuf = NULL;
     free(s->bias_tok);
     free(s->bias);
     free(s->counts);
@@ -298,6 +300,47 @@ static int compare_prob_desc(const void *a, const void *b) {
     return 0;
 }
 
+#define RADIX_MIN 256 /* candidates from which sorting goes by radix */
+
+/* c[0..n) most likely first, equal ones in the order given: the order of llama2.c's qsort (glibc's,
+ * a stable merge sort). Long lists (a flat distribution gives tens of thousands of candidates, which
+ * qsort took milliseconds a token over) by an LSD radix sort on the probabilities' bits, a byte a
+ * pass, stable, through a scratch list the sampler keeps from its first long sort: the callers'
+ * probabilities are all above zero, and positive floats order as their bits do. */
+static void sort_prob_desc(nv_sampler *s, nv_prob_index *c, int n) {
+    if (n >= RADIX_MIN && !s->sortbuf) s->sortbuf = malloc((size_t)s->vocab_size * sizeof *s->sortbuf);
+    if (n < RADIX_MIN || !s->sortbuf) {
+        qsort(c, (size_t)n, sizeof *c, compare_prob_desc);
+        return;
+    }
+    int count[4][256] = {{0}};
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &c[i].prob, sizeof u);
+        u = ~u; /* descending */
+        for (int b = 0; b < 4; b++) count[b][(u >> (8 * b)) & 255]++;
+    }
+    nv_prob_index *src = c, *dst = s->sortbuf;
+    for (int b = 0; b < 4; b++) {
+        int at = 0, uniform = 0;
+        for (int v = 0; v < 256; v++) {
+            const int k = count[b][v];
+            uniform |= k == n;
+            count[b][v] = at;
+            at += k;
+        }
+        if (uniform) continue; /* every key has this byte: the order stands */
+        for (int i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &src[i].prob, sizeof u);
+            dst[count[b][((~u) >> (8 * b)) & 255]++] = src[i];
+        }
+        nv_prob_index *t = src;
+        src = dst, dst = t;
+    }
+    if (src != c) memcpy(c, src, (size_t)n * sizeof *c);
+}
+
 /* Candidates c[0..n), most likely first where limit matters: keeps the shortest prefix whose sum
  * passes limit (all of them when none does) and draws one of it in proportion to its probability. */
 static int sample_nucleus(const nv_prob_index *c, int n, float limit, float coin) {
@@ -318,7 +361,8 @@ static int sample_nucleus(const nv_prob_index *c, int n, float limit, float coin
     return c[last].index; /* rounding */
 }
 
-static int sample_topp(const float *probs, int n, float topp, nv_prob_index *probindex, float coin) {
+static int sample_topp(nv_sampler *s, const float *probs, int n, float topp, float coin) {
+    nv_prob_index *probindex = s->probindex;
     /* Tokens below (1 - topp) / (n - 1) can never be in the nucleus: drop them before sorting. */
     int n0 = 0;
     const float cutoff = (1.0f - topp) / (float)(n - 1);
@@ -331,7 +375,7 @@ static int sample_topp(const float *probs, int n, float topp, nv_prob_index *pro
     /* None passes when top_p < 1/n and the distribution is near uniform (max p < cutoff): the
      * nucleus is then the top token alone (its p >= 1/n > top_p). Also NaN probabilities. */
     if (n0 == 0) return nv_argmax(probs, n);
-    qsort(probindex, (size_t)n0, sizeof *probindex, compare_prob_desc);
+    sort_prob_desc(s, probindex, n0);
     return sample_nucleus(probindex, n0, topp, coin);
 }
 
@@ -407,7 +451,7 @@ static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin)
     }
     if (s->typical_p > 0 && s->typical_p < 1) n0 = typical_set(c, n0, s->typical_p, s->aux);
     if (s->xtc_probability > 0 && nv_xorshift_f32(&s->rng_state) < s->xtc_probability) {
-        qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
+        sort_prob_desc(s, c, n0);
         float total = 0.0f;
         for (int i = 0; i < n0; i++) total += c[i].prob;
         int top = 0; /* the candidates at or above the threshold: all but the least likely of them go */
@@ -418,7 +462,7 @@ static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin)
         }
     }
     if (!(s->top_p > 0 && s->top_p < 1)) return sample_nucleus(c, n0, INFINITY, coin); /* all of them */
-    qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
+    sort_prob_desc(s, c, n0);
     float total = 0.0f;
     for (int i = 0; i < n0; i++) total += c[i].prob;
     return sample_nucleus(c, n0, s->top_p * total, coin);
@@ -437,7 +481,7 @@ static int sample_mirostat(nv_sampler *s, const float *probs, int n, float coin)
         if (n0 == 0) return nv_argmax(probs, n);
         const int m = n0 < MIROSTAT_M ? n0 : MIROSTAT_M;
         select_top(c, n0, m);
-        qsort(c, (size_t)m, sizeof *c, compare_prob_desc);
+        sort_prob_desc(s, c, m);
         double sum_tb = 0, sum_tt = 0;
         for (int i = 0; i + 1 < m; i++) {
             const double t = log((double)(i + 2) / (double)(i + 1)), b = log((double)c[i].prob / (double)c[i + 1].prob);
@@ -450,7 +494,7 @@ static int sample_mirostat(nv_sampler *s, const float *probs, int n, float coin)
         const int keep = k < n0 ? (int)k : n0;
         if (keep > m) select_top(c, n0, keep);
         n0 = keep;
-        qsort(c, (size_t)n0, sizeof *c, compare_prob_desc);
+        sort_prob_desc(s, c, n0);
     }
     float total = 0.0f;
     for (int i = 0; i < n0; i++) total += c[i].prob;
@@ -497,7 +541,7 @@ int nv_sample(nv_sampler *s, float *logits) {
     if ((s->top_k > 0 && s->top_k < n) || s->min_p > 0 || (s->typical_p > 0 && s->typical_p < 1) || s->xtc_probability > 0)
         return sample_filtered(s, logits, n, coin);
     if (s->top_p <= 0 || s->top_p >= 1 || n < 2) return sample_mult(logits, n, coin);
-    return sample_topp(logits, n, s->top_p, s->probindex, coin);
+    return sample_topp(s, logits, n, s->top_p, coin);
 }
 
 int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out) {

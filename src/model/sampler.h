@@ -29,6 +29,7 @@ typedef struct {
     float mirostat_tau, mirostat_eta, mirostat_mu; /* target surprise, learning rate, the running bound */
     uint64_t rng_state;
     nv_prob_index *probindex; /* scratch for top-p */
+    nv_prob_index *sortbuf;   /* [vocab] the radix sort's scratch, from the first long sort on (NULL before) */
     /* OpenAI's logit adjustments, applied to the raw logits before everything else (greedy too):
      * logit_bias adds bias[i] to token bias_tok[i]; a token generated c times so far loses
      * c * frequency + presence. Off (NULL / 0) unless set. */
