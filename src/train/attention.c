@@ -240,8 +240,14 @@ static void backward_task(void *ctx, int task, int n_tasks) {
         }
 }
 
+/* The engine for a head's products: a bf16 tile pads a head's depth to 32, so below 32 the fp32 one. */
+static nv_engine_id head_engine(const nv_config *c, nv_engine_id e) {
+    return c->head_dim < 32 && nv_engine_low_precision(e) ? nv_engine_best_fp32() : e;
+}
+
 void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                           const float *v, const int *seg, float *stats, float *out, float *ws) {
+    e = head_engine(c, e);
     attn_job j = {c, B, T, e, q, k, v, NULL, stats, out, NULL, NULL, NULL, ws, seg, nv_config_layer_window(c, layer),
                   1.0f / nv_config_attn_div(c)};
     nv_pool_run(forward_task, &j, B * c->n_heads);
@@ -250,6 +256,7 @@ void nv_attention_forward(const nv_config *c, nv_engine_id e, int B, int T, int 
 void nv_attention_backward(const nv_config *c, nv_engine_id e, int B, int T, int layer, const float *q, const float *k,
                            const float *v, const int *seg, const float *stats, const float *dout, float *dq, float *dk,
                            float *dv, float *ws) {
+    e = head_engine(c, e);
     attn_job j = {c, B, T, e, q, k, v, dout, (float *)stats, NULL, dq, dk, dv, ws, seg, nv_config_layer_window(c, layer),
                   1.0f / nv_config_attn_div(c)};
     nv_pool_run(backward_task, &j, B * c->n_kv_heads);
