@@ -383,7 +383,7 @@ static void test_chat_history(void) {
                         nv_chat_render_opts(tmpl, t, msgs + 3, 1, &opts, &next, &nn) == NV_OK &&
                         nv_chat_render_opts(tmpl, t, msgs, 4, &opts, &all, &na) == NV_OK,
                     "%s: %s", nv_chat_template_name(tmpl), nv_errmsg());
-            const int skip = !nv_chat_turns_open_with_bos(tmpl) && nn && next[0] == nv_tokenizer_bos(t);
+            const int skip = nv_chat_leading_bos(tmpl, t, next, nn);
             T_CHECK(nh + nn - skip == na && !memcmp(hist, all, (size_t)nh * sizeof *all) &&
                         !memcmp(next + skip, all + nh, (size_t)(nn - skip) * sizeof *all),
                     "%s: the history (%d) and the next message (%d less %d) are not the whole (%d)", nv_chat_template_name(tmpl), nh,

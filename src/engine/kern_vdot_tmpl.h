@@ -47,7 +47,7 @@ typedef struct {
 } VB(out);
 
 /* A is rows (lda elements apart) or, with at, VNNI tiles as B's (at A: the block's first row, at most
- * 16 - its row within the tile rows on; the next depth tile VB_TILE on). */
+ * 16 - its row within the tile rows on; the next depth tile VB_TILE on): bf16 only (dW's dy). */
 static ALWAYS_INLINE void VB(ukern)(const int mr, const int nt, const int at, int KB, const VB_ELEM *A, size_t lda,
                                     const VB_ELEM *B, size_t tstride, float *C, size_t ldc, int nc, const VB(out) *o) {
     VACC acc[8][4];
@@ -95,7 +95,7 @@ static void VB(block)(int mr, int nt, int at, int KB, const VB_ELEM *A, size_t l
                       float *C, size_t ldc, int nc, const VB(out) *o) {
 #define VB_CASE(R, T)                                                                                                  \
     case R * 8 + T:                                                                                                    \
-        if (VB_MADE(R, T) && at) VB(ukern)(R, T, 1, KB, A, lda, B, tstride, C, ldc, nc, o);                            \
+        if (VB_MADE(R, T) && VB_GROUP == 2 && at) VB(ukern)(R, T, 1, KB, A, lda, B, tstride, C, ldc, nc, o);           \
         else if (VB_MADE(R, T)) VB(ukern)(R, T, 0, KB, A, lda, B, tstride, C, ldc, nc, o);                             \
         return;
     switch (mr * 8 + nt) {

@@ -842,11 +842,11 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     return rc;
 }
 
-/* The prompt after the ids of po->prefix (its BOS left out after them unless the options keep it). */
+/* The prompt after the ids of po->prefix (its BOS left out after them, llama2's kept). */
 static int put_prefix(const nv_api_ctx *ctx, const nv_api_parse_opts *po, nv_api_request *out, nv_api_error *err) {
     const int *p = out->prompt_ids;
     int n = out->req.n_prompt;
-    if (n && !po->prefix_keeps_bos && p[0] == nv_tokenizer_bos(ctx->tok)) p++, n--;
+    if (nv_chat_leading_bos(ctx->tmpl, ctx->tok, p, n)) p++, n--;
     int *ids = malloc(((size_t)po->n_prefix + (size_t)n) * sizeof *ids);
     if (!ids) return nv_api_oom(err);
     memcpy(ids, po->prefix, (size_t)po->n_prefix * sizeof *ids);

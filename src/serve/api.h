@@ -108,10 +108,9 @@ typedef struct {
     int max_tokens_cap; /* max_tokens is a ceiling: past the room the context or the KV pool leaves,
                            the answer gets that room instead of a 400 */
     /* ids put before the prompt (Ollama's context: a conversation so far), checked with it against
-       the context; the prompt's BOS is left out after them unless prefix_keeps_bos (llama2's turns
-       each open with one) */
+       the context; the prompt's BOS left out after them as nv_chat_leading_bos says */
     const int *prefix;
-    int n_prefix, prefix_keeps_bos;
+    int n_prefix;
 } nv_api_parse_opts;
 int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *o, nv_api_request *out,
                       nv_api_error *err);

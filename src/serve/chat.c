@@ -651,7 +651,9 @@ nv_err nv_chat_render_opts(nv_chat_template t, const nv_tokenizer *tok, const nv
     return NV_OK;
 }
 
-int nv_chat_turns_open_with_bos(nv_chat_template t) { return t == NV_CHAT_LLAMA2; }
+int nv_chat_leading_bos(nv_chat_template t, const nv_tokenizer *tok, const int *ids, int n) {
+    return t != NV_CHAT_LLAMA2 && n > 0 && ids[0] == nv_tokenizer_bos(tok);
+}
 
 nv_err nv_chat_render_history(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o,
                               int **tokens, int *n_tokens) {
@@ -685,7 +687,7 @@ nv_err nv_chat_render_history(nv_chat_template t, const nv_tokenizer *tok, const
     nv_err e = nv_chat_render_opts(t, tok, more, n + 1, &closed, &all, &na);
     if (e == NV_OK) e = nv_chat_render_opts(t, tok, more + n, 1, &closed, &next, &nn);
     free(more);
-    const int skip = e == NV_OK && nn && !nv_chat_turns_open_with_bos(t) && next[0] == nv_tokenizer_bos(tok), tail = nn - skip;
+    const int skip = e == NV_OK && nv_chat_leading_bos(t, tok, next, nn), tail = nn - skip;
     if (e == NV_OK && tail > 0 && na > tail && !memcmp(all + na - tail, next + skip, (size_t)tail * sizeof *all)) {
         *tokens = all;
         *n_tokens = na - tail;

@@ -150,11 +150,11 @@ nv_err nv_chat_render_text(nv_chat_template t, const nv_tokenizer *tok, const nv
  * there, which they never merge). llama2 refuses an answer right after another (NV_EFORMAT). */
 nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv_chat_msg *msgs, int n_msgs,
                            const nv_chat_opts *o, int **tokens, int *n_tokens, int *n_prompt);
-/* 1 when the template opens every turn with BOS (llama2's <s>[INST]), so a rendering that follows
- * a conversation keeps its BOS; the others open only the conversation with it. */
-int nv_chat_turns_open_with_bos(nv_chat_template t);
+/* 1 when ids (n of them) open with a BOS that a rendering going on after a conversation leaves out:
+ * the templates open only the conversation with BOS, but llama2's, whose turns each open with <s>. */
+int nv_chat_leading_bos(nv_chat_template t, const nv_tokenizer *tok, const int *ids, int n);
 /* A conversation so far, msgs[n_msgs - 1] the assistant's answer, as the ids that a following
- * message's own rendering (its BOS left out unless nv_chat_turns_open_with_bos) goes after: Ollama's
+ * message's own rendering (its BOS left out as nv_chat_leading_bos says) goes after: Ollama's
  * context. plain: the prompt's text with the answer right after it (/api/generate's answer goes on
  * from the prompt). The others: the messages with one more user message, less that message's own
  * rendering; where the template does not end so (mistral puts the system text in the last user

@@ -275,7 +275,7 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
         return err->status;
     }
     const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .max_tokens_cap = 1, .prefix = meta->context,
-                                 .n_prefix = meta->n_context, .prefix_keeps_bos = nv_chat_turns_open_with_bos(ctx->tmpl)};
+                                 .n_prefix = meta->n_context};
     /* translate() wrote a prompt (raw, or a suffix to fill in before) for a completions request, else messages */
     if (!rc) rc = nv_api_parse_json(ctx, !nv_api_field(q, "prompt"), q, &o, out, err);
     cJSON_Delete(q);
@@ -325,7 +325,6 @@ int nv_olla_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, int
     if (!rc) rc = nv_api_embed_parse(ctx, text, strlen(text), out, err);
     free(text);
     if (rc == 404) not_found(err, meta->model);
-    if (rc) nv_olla_meta_free(meta);
     return rc;
 }
 
@@ -416,7 +415,7 @@ static int add_context(cJSON *o, const nv_olla_meta *m, const char *answer) {
         nv_warn("serve: /api/generate: no context for the answer: %s", nv_errmsg());
         return 0;
     }
-    const int skip = m->n_context && k && !nv_chat_turns_open_with_bos(m->ctx->tmpl) && ids[0] == nv_tokenizer_bos(m->ctx->tok);
+    const int skip = m->n_context && nv_chat_leading_bos(m->ctx->tmpl, m->ctx->tok, ids, k);
     cJSON *list = cJSON_AddArrayToObject(o, "context");
     for (int i = 0; list && i < m->n_context; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(m->context[i]));
     for (int i = skip; list && i < k; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(ids[i]));
