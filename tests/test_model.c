@@ -853,6 +853,55 @@ static void test_sampler_topp_long(void) {
     free(logits), free(l), free(p), free(c);
 }
 
+/* Locally typical sampling over the same long distribution draws what the procedure gives with its
+ * candidates ordered by distance from the entropy, equal ones by index (the stable qsort_r's order). */
+static const float *typical_dist;
+static int by_dist_then_index(const void *a, const void *b) {
+    const nv_prob_index *x = a, *y = b;
+    const float dx = typical_dist[x->index], dy = typical_dist[y->index];
+    return dx < dy ? -1 : dx > dy ? 1 : (x->index > y->index) - (x->index < y->index);
+}
+static void test_sampler_typical_long(void) {
+    const int n = 32000;
+    float *logits = malloc(sizeof(float) * n), *l = malloc(sizeof(float) * n), *p = malloc(sizeof(float) * n),
+          *dist = malloc(sizeof(float) * n);
+    nv_prob_index *c = malloc(sizeof *c * (size_t)n);
+    for (int i = 0; i < n; i++) logits[i] = (float)((i * 7919) % 50) * 0.01f + (i % 997 == 0 ? 3.0f : 0.0f);
+    nv_sampler s;
+    T_CHECK(nv_sampler_init(&s, n, 1.0f, 1.0f, 99) == NV_OK && nv_sampler_set_more(&s, 0.5f, -1.0f, 0.0f, 0.1f) == NV_OK, "%s",
+            nv_errmsg());
+    uint64_t state = 99;
+    int differ = -1;
+    for (int t = 0; t < 40 && differ < 0; t++) {
+        memcpy(l, logits, sizeof(float) * n);
+        const int got = nv_sample(&s, l);
+        memcpy(p, logits, sizeof(float) * n);
+        nv_softmax(p, n);
+        const float coin = nv_xorshift_f32(&state);
+        double total = 0, ent = 0;
+        for (int i = 0; i < n; i++) total += p[i];
+        for (int i = 0; i < n; i++) ent -= p[i] / total * log(p[i] / total);
+        for (int i = 0; i < n; i++) c[i] = (nv_prob_index){p[i], i}, dist[i] = (float)fabs(-log(p[i] / total) - ent);
+        typical_dist = dist;
+        qsort(c, (size_t)n, sizeof *c, by_dist_then_index);
+        double cum = 0;
+        int k = 0;
+        while (k < n && (cum += c[k++].prob / total) < 0.5) {}
+        float sum = 0.0f, cdf = 0.0f;
+        for (int i = 0; i < k; i++) sum += c[i].prob;
+        int want = c[k - 1].index;
+        for (int i = 0; i < k; i++)
+            if (coin * sum < (cdf += c[i].prob)) {
+                want = c[i].index;
+                break;
+            }
+        if (got != want) differ = t;
+    }
+    T_CHECK(differ < 0, "typical draw %d differs from the procedure's", differ);
+    nv_sampler_free(&s);
+    free(logits), free(l), free(p), free(dist), free(c);
+}
+
 /* A model whose fp32 block is twice this machine's memory (a 70B-shaped one: 280 GB) is address space
  * until written, as a quantized model's pending matrices are never written: it allocates, its
  * far ends take values, and it frees. */
@@ -954,6 +1003,7 @@ int main(void) {
     T_RUN(test_malformed_checkpoints_refused);
     T_RUN(test_sampler);
     T_RUN(test_sampler_topp_long);
+    T_RUN(test_sampler_typical_long);
     T_RUN(test_sampler_adjustments);
     T_RUN(test_sampler_filters);
     T_RUN(test_sampler_dry);

@@ -293,6 +293,12 @@ static int sample_mult(const float *probs, int n, float coin) {
     return n - 1; /* rounding errors */
 }
 
+static inline uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
 static int compare_prob_desc(const void *a, const void *b) {
     const nv_prob_index *x = a, *y = b;
     if (x->prob > y->prob) return -1;
@@ -302,22 +308,30 @@ static int compare_prob_desc(const void *a, const void *b) {
 
 #define RADIX_MIN 256 /* candidates from which sorting goes by radix */
 
-/* c[0..n) most likely first, equal ones in the order given: the order of llama2.c's qsort (glibc's,
- * a stable merge sort). Long lists (a flat distribution gives tens of thousands of candidates, which
- * qsort took milliseconds a token over) by an LSD radix sort on the probabilities' bits, a byte a
- * pass, stable, through a scratch list the sampler keeps from its first long sort: the callers'
- * probabilities are all above zero, and positive floats order as their bits do. */
-static void sort_prob_desc(nv_sampler *s, nv_prob_index *c, int n) {
+static int compare_dist(const void *a, const void *b, void *arg) {
+    const float *d = arg, x = d[((const nv_prob_index *)a)->index], y = d[((const nv_prob_index *)b)->index];
+    return x < y ? -1 : x > y;
+}
+
+/* c[0..n) by key, most likely first (key NULL: by probability) or, with key[index] (a [vocab] list),
+ * smallest first; equal ones in the order given: the order of llama2.c's qsort (glibc's, a stable
+ * merge sort). Long lists (a flat distribution gives tens of thousands of candidates, which qsort took
+ * milliseconds a token over) by an LSD radix sort on the keys' bits, a byte a pass, stable, through a
+ * scratch list the sampler keeps from its first long sort: the keys are never negative (the callers'
+ * probabilities are above zero, their distances absolute values), and such floats order as their
+ * bits do. */
+static void sort_by(nv_sampler *s, nv_prob_index *c, int n, const float *key) {
     if (n >= RADIX_MIN && !s->sortbuf) s->sortbuf = malloc((size_t)s->vocab_size * sizeof *s->sortbuf);
     if (n < RADIX_MIN || !s->sortbuf) {
-        qsort(c, (size_t)n, sizeof *c, compare_prob_desc);
+        if (key) qsort_r(c, (size_t)n, sizeof *c, compare_dist, (void *)key);
+        else qsort(c, (size_t)n, sizeof *c, compare_prob_desc);
         return;
     }
+    const uint32_t flip = key ? 0 : 0xffffffffu; /* most likely first: the bits reversed */
+#define SORT_KEY(e) (bits_of(key ? key[(e).index] : (e).prob) ^ flip)
     int count[4][256] = {{0}};
     for (int i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &c[i].prob, sizeof u);
-        u = ~u; /* descending */
+        const uint32_t u = SORT_KEY(c[i]);
         for (int b = 0; b < 4; b++) count[b][(u >> (8 * b)) & 255]++;
     }
     nv_prob_index *src = c, *dst = s->sortbuf;
@@ -330,14 +344,11 @@ static void sort_prob_desc(nv_sampler *s, nv_prob_index *c, int n) {
             at += k;
         }
         if (uniform) continue; /* every key has this byte: the order stands */
-        for (int i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, &src[i].prob, sizeof u);
-            dst[count[b][((~u) >> (8 * b)) & 255]++] = src[i];
-        }
+        for (int i = 0; i < n; i++) dst[count[b][(SORT_KEY(src[i]) >> (8 * b)) & 255]++] = src[i];
         nv_prob_index *t = src;
         src = dst, dst = t;
     }
+#undef SORT_KEY
     if (src != c) memcpy(c, src, (size_t)n * sizeof *c);
 }
 
@@ -375,7 +386,7 @@ static int sample_topp(nv_sampler *s, const float *probs, int n, float topp, flo
     /* None passes when top_p < 1/n and the distribution is near uniform (max p < cutoff): the
      * nucleus is then the top token alone (its p >= 1/n > top_p). Also NaN probabilities. */
     if (n0 == 0) return nv_argmax(probs, n);
-    sort_prob_desc(s, probindex, n0);
+    sort_by(s, probindex, n0, NULL);
     return sample_nucleus(probindex, n0, topp, coin);
 }
 
@@ -410,15 +421,10 @@ static int candidates(const float *probs, int n, float floor_p, nv_prob_index *c
     return n0;
 }
 
-static int compare_dist(const void *a, const void *b, void *arg) {
-    const float *d = arg, x = d[((const nv_prob_index *)a)->index], y = d[((const nv_prob_index *)b)->index];
-    return x < y ? -1 : x > y;
-}
-
 /* Locally typical sampling over candidates c[0..n) (probabilities, not normalised): ordered by how
    far each one's surprise is from the distribution's entropy (dist: [vocab] scratch), the fewest
    whose share reaches p; returns how many. */
-static int typical_set(nv_prob_index *c, int n, float p, float *dist) {
+static int typical_set(nv_sampler *s, nv_prob_index *c, int n, float p, float *dist) {
     double total = 0, ent = 0;
     for (int i = 0; i < n; i++) total += c[i].prob;
     for (int i = 0; i < n; i++) {
@@ -426,7 +432,7 @@ static int typical_set(nv_prob_index *c, int n, float p, float *dist) {
         ent -= q * log(q);
     }
     for (int i = 0; i < n; i++) dist[c[i].index] = (float)fabs(-log(c[i].prob / total) - ent);
-    qsort_r(c, (size_t)n, sizeof *c, compare_dist, dist);
+    sort_by(s, c, n, dist);
     double cum = 0;
     int k = 0;
     while (k < n) {
@@ -449,9 +455,9 @@ static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin)
         select_top(c, n0, s->top_k);
         n0 = s->top_k;
     }
-    if (s->typical_p > 0 && s->typical_p < 1) n0 = typical_set(c, n0, s->typical_p, s->aux);
+    if (s->typical_p > 0 && s->typical_p < 1) n0 = typical_set(s, c, n0, s->typical_p, s->aux);
     if (s->xtc_probability > 0 && nv_xorshift_f32(&s->rng_state) < s->xtc_probability) {
-        sort_prob_desc(s, c, n0);
+        sort_by(s, c, n0, NULL);
         float total = 0.0f;
         for (int i = 0; i < n0; i++) total += c[i].prob;
         int top = 0; /* the candidates at or above the threshold: all but the least likely of them go */
@@ -462,7 +468,7 @@ static int sample_filtered(nv_sampler *s, const float *probs, int n, float coin)
         }
     }
     if (!(s->top_p > 0 && s->top_p < 1)) return sample_nucleus(c, n0, INFINITY, coin); /* all of them */
-    sort_prob_desc(s, c, n0);
+    sort_by(s, c, n0, NULL);
     float total = 0.0f;
     for (int i = 0; i < n0; i++) total += c[i].prob;
     return sample_nucleus(c, n0, s->top_p * total, coin);
@@ -481,7 +487,7 @@ static int sample_mirostat(nv_sampler *s, const float *probs, int n, float coin)
         if (n0 == 0) return nv_argmax(probs, n);
         const int m = n0 < MIROSTAT_M ? n0 : MIROSTAT_M;
         select_top(c, n0, m);
-        sort_prob_desc(s, c, m);
+        sort_by(s, c, m, NULL);
         double sum_tb = 0, sum_tt = 0;
         for (int i = 0; i + 1 < m; i++) {
             const double t = log((double)(i + 2) / (double)(i + 1)), b = log((double)c[i].prob / (double)c[i + 1].prob);
@@ -494,7 +500,7 @@ static int sample_mirostat(nv_sampler *s, const float *probs, int n, float coin)
         const int keep = k < n0 ? (int)k : n0;
         if (keep > m) select_top(c, n0, keep);
         n0 = keep;
-        sort_prob_desc(s, c, n0);
+        sort_by(s, c, n0, NULL);
     }
     float total = 0.0f;
     for (int i = 0; i < n0; i++) total += c[i].prob;
