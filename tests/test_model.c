@@ -829,13 +829,18 @@ static int reference_topp(const float *logits, int n, float topp, uint64_t *stat
     return c[last].index;
 }
 
+/* A long, nearly flat distribution full of ties: 50 levels a hundredth apart, every 997th token 3 above. */
+static void long_flat_logits(float *logits, int n) {
+    for (int i = 0; i < n; i++) logits[i] = (float)((i * 7919) % 50) * 0.01f + (i % 997 == 0 ? 3.0f : 0.0f);
+}
+
 /* Top-p over a long, nearly flat distribution full of ties (tens of thousands of candidates, sorted
  * by radix rather than qsort) draws llama2.c's tokens, seed for seed. */
 static void test_sampler_topp_long(void) {
     const int n = 32000;
     float *logits = malloc(sizeof(float) * n), *l = malloc(sizeof(float) * n), *p = malloc(sizeof(float) * n);
     nv_prob_index *c = malloc(sizeof *c * (size_t)n);
-    for (int i = 0; i < n; i++) logits[i] = (float)((i * 7919) % 50) * 0.01f + (i % 997 == 0 ? 3.0f : 0.0f);
+    long_flat_logits(logits, n);
     nv_sampler s;
     T_CHECK(nv_sampler_init(&s, n, 1.0f, 0.9f, 77) == NV_OK, "%s", nv_errmsg());
     uint64_t state = 77;
@@ -866,7 +871,7 @@ static void test_sampler_typical_long(void) {
     float *logits = malloc(sizeof(float) * n), *l = malloc(sizeof(float) * n), *p = malloc(sizeof(float) * n),
           *dist = malloc(sizeof(float) * n);
     nv_prob_index *c = malloc(sizeof *c * (size_t)n);
-    for (int i = 0; i < n; i++) logits[i] = (float)((i * 7919) % 50) * 0.01f + (i % 997 == 0 ? 3.0f : 0.0f);
+    long_flat_logits(logits, n);
     nv_sampler s;
     T_CHECK(nv_sampler_init(&s, n, 1.0f, 1.0f, 99) == NV_OK && nv_sampler_set_more(&s, 0.5f, -1.0f, 0.0f, 0.1f) == NV_OK, "%s",
             nv_errmsg());
