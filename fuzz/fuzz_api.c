@@ -124,6 +124,10 @@ static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     FZ_CHECK(q->vocab_size == ctx->vocab_size, "vocab_size");
     FZ_CHECK(!r->echo || chat || r->echo_text != NULL, "echo without text");
     FZ_CHECK(q->prompt_logprobs == (r->echo && q->logprobs), "prompt log-probabilities without echo and logprobs");
+    FZ_CHECK(q->n_prediction >= 0 && q->n_prediction <= ctx->seq_len && (q->n_prediction == 0 || q->prediction == r->pred_ids),
+             "prediction of %d ids", q->n_prediction);
+    for (int i = 0; i < q->n_prediction; i++)
+        FZ_CHECK(q->prediction[i] >= 0 && q->prediction[i] < ctx->vocab_size, "prediction id %d", q->prediction[i]);
 
     nv_req *req = NULL;
     fz_clear_error();
@@ -137,6 +141,7 @@ static void check_request(const nv_api_ctx *ctx, int chat, nv_api_request *r) {
     nv_api_meta meta;
     nv_api_meta_init(&meta, chat, ctx->model_id);
     const char *text = r->echo_text ? r->echo_text : "";
+    meta.pred = q->n_prediction > 0;
     check_json(nv_api_response(&meta, text, "stop", q->n_prompt, 0), "response");
     check_json(nv_api_chunk(&meta, text, chat, NULL, r->include_usage), "chunk");
 }

@@ -931,7 +931,8 @@ static void test_serve_window_cache(void) {
        windowed ones; 128K holds 168 positions of every layer, fewer than the long prompt and answer's;
        split, three rings of 6 blocks (45 KB: two running sequences' and one kept) and 166 blocks of the
        global layer (664 positions) */
-    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 2 --kv-disk-cache 0"; /* (the SSD tier: its own test) */
+    /* (the SSD tier: its own test; rings sized for steps of 16 rows, not a prediction's 17) */
+    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 2 --kv-disk-cache 0 --prediction-tokens 0";
     /* the windowed server also drafts by prompt lookup: rows past the sequence's position enter its ring */
     /* (auto, the default, is window where the budget cannot hold the context of 512 with every layer) */
     static const char *const modes[] = {"--kv-memory 128K --swa-cache full --no-prefix-cache", "--kv-memory 128K --spec-tokens 4",
@@ -1067,8 +1068,9 @@ static void test_serve_window_resumed_ring(void) {
                 cached[0][q], got[0][q] ? got[0][q] : "-", got[1][q] ? got[1][q] : "-");
         free(got[0][q]), free(got[1][q]);
     }
-    /* a budget of one ring (18K: 6 windowed blocks, 6 of the global layer): W's ring, kept, is all the
-       room X's ring could take; X runs whole rather than wait for it (for ever: nothing else frees it) */
+    /* a budget of one ring (18K: 6 windowed blocks, 6 of the global layer; steps of at most 16 rows, so no
+       prediction's 17): W's ring, kept, is all the room X's ring could take; X runs whole rather than wait
+       for it (for ever: nothing else frees it) */
     static char small[2][400];
     token_list(small[0], sizeof small[0], 20, 51);
     token_lists(small[1], sizeof small[1], 16, 51, 4, 52);
@@ -1076,7 +1078,7 @@ static void test_serve_window_resumed_ring(void) {
     char *one[2][2] = {{NULL}};
     int c1[2][2] = {{0}};
     window_answers(model, "gwr-one", "--kv-block 4 --prefill-chunk 16 --max-batch 1 --kv-disk-cache 0 --kv-memory 18K --timeout 10 "
-                   "--swa-cache window", sp, 2, 4, one[0], c1[0]);
+                   "--swa-cache window --prediction-tokens 0", sp, 2, 4, one[0], c1[0]);
     window_answers(model, "gwr-one-full", "--kv-block 4 --prefill-chunk 16 --swa-cache full --no-prefix-cache", sp, 2, 4, one[1], c1[1]);
     for (int q = 0; q < 2; q++) {
         T_CHECK(one[0][q] && one[1][q] && !strcmp(one[0][q], one[1][q]), "one ring, request %d: %.200s\n    against %.200s", q,

@@ -108,7 +108,7 @@ static void test_bench_prefix_quick(void) {
 }
 
 /* bench spec: the same requests with and without drafts; identical texts, drafts accepted on the
- * greedy story (the trained stories260K repeats itself within 150 tokens on the fp32 engines; an
+ * greedy story, and most of the predicted answers' tokens taken from their predictions (the trained stories260K repeats itself within 150 tokens on the fp32 engines; an
  * engine that rounds differently, as the int8 ones, tells another story, so the engine is named:
  * avx2, the same bits on every machine). */
 static void test_bench_spec_quick(void) {
@@ -117,9 +117,9 @@ static void test_bench_spec_quick(void) {
     T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
     cJSON *rows[16];
     int n = parse_rows(t_out, rows, 16);
-    T_CHECK(n == 2, "%d rows: %s", n, t_out);
-    static const char *cases[2] = {"greedy", "sampled"};
-    for (int i = 0; i < n && i < 2; i++) {
+    T_CHECK(n == 3, "%d rows: %s", n, t_out);
+    static const char *cases[3] = {"greedy", "sampled", "predicted"};
+    for (int i = 0; i < n && i < 3; i++) {
         const cJSON *r = rows[i];
         T_CHECK(!strcmp(str(r, "bench"), "spec") && !strcmp(str(r, "case"), cases[i]) && num(r, "clients") == 1, "row %d", i);
         T_CHECK(!cJSON_GetObjectItem(r, "ok") && cJSON_IsTrue(cJSON_GetObjectItem(r, "identical")), "row %d: %s", i, str(r, "why"));
@@ -130,6 +130,8 @@ static void test_bench_spec_quick(void) {
     }
     if (n >= 1) T_CHECK(num(rows[0], "tokens_per_step") > 1.05 && num(rows[0], "acceptance") > 0, "greedy: %g tokens a step",
                         num(rows[0], "tokens_per_step"));
+    if (n >= 3) T_CHECK(num(rows[2], "tokens_per_step") > 4 && num(rows[2], "acceptance") > 0.5, "predicted: %g tokens a step, acceptance %g",
+                        num(rows[2], "tokens_per_step"), num(rows[2], "acceptance"));
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
     T_CHECK(t_nerve("bench spec --spec-tokens 17") == 2, "--spec-tokens 17 accepted");
     T_CHECK(t_nerve("bench spec --draft-engine avx2") == 2, "--draft-engine without a draft accepted");
@@ -146,7 +148,7 @@ static void test_bench_spec_draft_quick(void) {
     T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
     cJSON *rows[16];
     int n = parse_rows(t_out, rows, 16);
-    T_CHECK(n == 2, "%d rows: %s", n, t_out);
+    T_CHECK(n == 3, "%d rows: %s", n, t_out);
     for (int i = 0; i < n; i++)
         T_CHECK(!strcmp(str(rows[i], "draft"), "stories260K") && num(rows[i], "draft_p_min") == 0 && cJSON_IsTrue(cJSON_GetObjectItem(rows[i], "identical")) &&
                     num(rows[i], "completion_tokens") == 100,

@@ -49,6 +49,7 @@ typedef struct {
     char text[8192];
     char finish[32];
     int prompt_tokens, completion_tokens;
+    int pred_accepted, pred_rejected; /* usage.completion_tokens_details' (0 when absent) */
     int events, done, error_event, usage_chunk;
 } result;
 
@@ -90,6 +91,11 @@ static void copy_usage(result *out, const cJSON *root) {
     if (!cJSON_IsObject(u)) return;
     out->prompt_tokens = cJSON_GetObjectItem(u, "prompt_tokens")->valueint;
     out->completion_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
+    const cJSON *d = cJSON_GetObjectItem(u, "completion_tokens_details");
+    out->pred_accepted = cJSON_GetNumberValue(cJSON_GetObjectItem(d, "accepted_prediction_tokens")) > 0
+                             ? cJSON_GetObjectItem(d, "accepted_prediction_tokens")->valueint : 0;
+    out->pred_rejected = cJSON_GetNumberValue(cJSON_GetObjectItem(d, "rejected_prediction_tokens")) > 0
+                             ? cJSON_GetObjectItem(d, "rejected_prediction_tokens")->valueint : 0;
 }
 
 /* POSTs body to the endpoint and collects text, finish reason and usage (streamed or not). */
@@ -1032,7 +1038,8 @@ static void test_eight_concurrent_greedy_equal_alone(void) {
     T_CHECK(wait_pool_idle(main_srv.port), "blocks still in use after the requests ended");
 }
 
-/* The body of a 200 answer without its id and created (which differ between any two answers). */
+/* The body of a 200 answer without its id and created (which differ between any two answers) and
+ * usage.completion_tokens_details (a prediction's drafts: how many depends on the lookup's n-grams). */
 static char *answer_core(int port, const char *path, const char *body) {
     resp r;
     char *out = NULL;
@@ -1041,6 +1048,7 @@ static char *answer_core(int port, const char *path, const char *body) {
         if (root) {
             cJSON_DeleteItemFromObject(root, "id");
             cJSON_DeleteItemFromObject(root, "created");
+            cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "usage"), "completion_tokens_details");
             out = cJSON_PrintUnformatted(root);
             cJSON_Delete(root);
         }
@@ -1078,6 +1086,9 @@ static void check_drafts_change_nothing(const char *name, const char *drafts, do
                             "\"response_format\":{\"type\":\"json_object\"}}"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"She wanted to\"}],\"max_tokens\":120,"
                                  "\"temperature\":0.9,\"seed\":5,\"logprobs\":true,\"top_logprobs\":2}"},
+        /* a prediction's drafts beside the server's own (a draft model never drafts for it) */
+        {"/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"prediction\":{\"type\":"
+                            "\"content\",\"content\":\", there was a little girl named Lily. She loved to play in the sun.\"}}"},
     };
     const int n_bodies = (int)(sizeof bodies / sizeof bodies[0]);
     double steps0 = metric(sp.port, "nerve_steps_total");
@@ -1123,6 +1134,112 @@ static void check_drafts_change_nothing(const char *name, const char *drafts, do
 }
 
 static void test_speculative_decoding(void) { check_drafts_change_nothing("spec", "--spec-tokens 6 --spec-lookup-min 1", 50); }
+
+/* body (a JSON object's text) with "prediction": {"type": "content", "content": pred} (pred NULL:
+ * none) POSTed to path: the answer without id, created and usage.completion_tokens_details, whose
+ * counts go to acc and rej (-1 when it has none); its first choice's text to text. */
+static char *predicted_core(int port, const char *path, const char *body, const char *pred, int *acc, int *rej, char *text,
+                            size_t cap) {
+    cJSON *b = cJSON_Parse(body);
+    if (pred) {
+        cJSON *p = cJSON_AddObjectToObject(b, "prediction");
+        cJSON_AddStringToObject(p, "type", "content");
+        cJSON_AddStringToObject(p, "content", pred);
+    }
+    char *sent = cJSON_PrintUnformatted(b), *out = NULL;
+    cJSON_Delete(b);
+    resp r;
+    *acc = *rej = -1;
+    text[0] = '\0';
+    if (http(port, "POST", path, NULL, sent, &r) && r.status == 200) {
+        cJSON *root = cJSON_Parse(r.body);
+        cJSON_DeleteItemFromObject(root, "id");
+        cJSON_DeleteItemFromObject(root, "created");
+        cJSON *d = cJSON_DetachItemFromObject(cJSON_GetObjectItem(root, "usage"), "completion_tokens_details");
+        if (d) {
+            *acc = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "accepted_prediction_tokens"));
+            *rej = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "rejected_prediction_tokens"));
+        }
+        cJSON_Delete(d);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+        const cJSON *t = cJSON_GetObjectItem(c0, "text");
+        if (!t) t = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content");
+        if (cJSON_IsString(t)) snprintf(text, cap, "%s", t->valuestring);
+        out = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+    }
+    resp_free(&r);
+    free(sent);
+    return out;
+}
+
+/* OpenAI's Predicted Outputs on the main server (no --spec-tokens): a prediction changes nothing in
+ * the answer (text, log-probabilities, finish, usage; greedy and sampled, chat and not, n, a stop
+ * string), whether it is the answer, an edit of it or unrelated; the answer itself as prediction
+ * saves most steps; usage counts the drafts taken and refused, streamed too. */
+static void test_prediction(void) {
+    if (!main_up) return t_skip("the main server did not start");
+    const int port = main_srv.port;
+    static const char *const bodies[][2] = {
+        {"/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":150,\"temperature\":0}"},
+        {"/v1/completions", "{\"prompt\":\"Lily and Ben\",\"max_tokens\":120,\"temperature\":0.8,\"top_p\":0.9,\"seed\":7,\"logprobs\":2}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"She wanted to\"}],\"max_tokens\":100,"
+                                 "\"temperature\":0.9,\"seed\":5,\"logprobs\":true,\"top_logprobs\":2}"},
+        {"/v1/completions", "{\"prompt\":\"Tom had a big red\",\"max_tokens\":80,\"temperature\":1,\"seed\":11,\"n\":2}"},
+        {"/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0,\"stop\":[\"park. They\"]}"},
+    };
+    static char text[8192], edited[8192], unused[8192];
+    int acc, rej;
+    for (int i = 0; i < (int)(sizeof bodies / sizeof bodies[0]); i++) {
+        char *want = predicted_core(port, bodies[i][0], bodies[i][1], NULL, &acc, &rej, text, sizeof text);
+        T_CHECK(want && acc == -1, "request %d without a prediction: %s, details %d", i, want ? "ok" : "failed", acc);
+        /* the answer itself; an edit of it (a word in the middle replaced, a piece cut out); unrelated text */
+        snprintf(edited, sizeof edited, "%s", text);
+        const size_t len = strlen(edited);
+        if (len > 60) {
+            memcpy(edited + len / 3, "purple", 6);
+            memmove(edited + len / 2, edited + len / 2 + 15, len - len / 2 - 15 + 1);
+        }
+        const char *preds[] = {text, edited, "The end. 12345 and then something else entirely."};
+        for (int k = 0; k < 3; k++) {
+            const double steps0 = metric(port, "nerve_steps_total");
+            char *got = predicted_core(port, bodies[i][0], bodies[i][1], preds[k], &acc, &rej, unused, sizeof unused);
+            const double steps = metric(port, "nerve_steps_total") - steps0;
+            T_CHECK(want && got && !strcmp(want, got), "request %d, prediction %d, changes the answer:\n      without %.300s\n      with    %.300s",
+                    i, k, want ? want : "(failed)", got ? got : "(failed)");
+            T_CHECK(acc >= 0 && rej >= 0, "request %d, prediction %d: no completion_tokens_details (%d %d)", i, k, acc, rej);
+            if (i == 0 && k == 0) /* greedy, 150 tokens, exactly predicted: most taken as drafts, steps saved */
+                T_CHECK(acc >= 120 && rej == 0 && steps < 40, "the answer predicted: %d taken, %d refused, %.0f steps", acc, rej, steps);
+            if (i == 0 && k == 1) T_CHECK(acc >= 80 && rej > 0, "an edit predicted: %d taken, %d refused", acc, rej);
+            free(got);
+        }
+        free(want);
+    }
+    /* streamed, with usage: the same text, and the counts in the usage chunk */
+    result plain, streamed;
+    free(predicted_core(port, bodies[0][0], bodies[0][1], NULL, &acc, &rej, text, sizeof text));
+    cJSON *b = cJSON_Parse(bodies[0][1]);
+    cJSON_AddTrueToObject(b, "stream");
+    cJSON_AddTrueToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage");
+    cJSON *p = cJSON_AddObjectToObject(b, "prediction");
+    cJSON_AddStringToObject(p, "type", "content");
+    cJSON *parts = cJSON_AddArrayToObject(p, "content"), *part = cJSON_CreateObject();
+    cJSON_AddStringToObject(part, "type", "text");
+    cJSON_AddStringToObject(part, "text", text);
+    cJSON_AddItemToArray(parts, part);
+    char *sb = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    T_CHECK(complete(port, 0, NULL, sb, &streamed) && streamed.usage_chunk == 1 && !strcmp(streamed.text, text) &&
+                streamed.pred_accepted >= 120 && streamed.completion_tokens == 150,
+            "streamed with a prediction: usage %d, %d taken, %d tokens, '%.80s'", streamed.usage_chunk, streamed.pred_accepted,
+            streamed.completion_tokens, streamed.text);
+    free(sb);
+    /* an empty prediction is no prediction's drafts, but the counts are there */
+    T_CHECK(complete(port, 0, NULL, "{\"prompt\":\"Once\",\"max_tokens\":8,\"prediction\":{\"type\":\"content\",\"content\":\"\"}}", &plain) &&
+                plain.status == 200 && plain.completion_tokens == 8,
+            "an empty prediction: %d", plain.status);
+    T_CHECK(wait_pool_idle(port), "blocks still in use after the requests ended");
+}
 
 /* Drafts from a draft model (a Q4_0 export of the model: most drafts right, some refused), the
  * main server's engine for the model and the fastest for the draft. */
@@ -1348,6 +1465,13 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":[\"a\",5]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":\"def f(\",\"suffix\":\"return 1\"}", 400, "suffix", NULL}, /* tok512: no fill-in-the-middle markers */
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"y\"}", 400, "suffix", "unsupported_parameter"},
+        {"POST", C, "{\"prompt\":\"x\",\"prediction\":\"text\"}", 400, "prediction", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"prediction\":{\"type\":\"text\",\"content\":\"a\"}}", 400, "prediction", NULL},
+        {"POST", C, "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\"}}", 400, "prediction", "missing_required_parameter"},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prediction\":{\"type\":\"content\",\"content\":5}}", 400,
+         "prediction", NULL},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":"
+                    "\"image_url\"}]}}", 400, "prediction", NULL},
         {"POST", C, "{\"prompt\":[\"a\",\"b\"],\"n\":9}", 400, "n", NULL},
         {"POST", C, "{\"prompt\":[\"a\",[1,2,99999]]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"max_tokens\":\"10\"}", 400, "max_tokens", NULL},
@@ -2472,6 +2596,7 @@ int main(void) {
     T_RUN(test_structured_outputs);
     T_RUN(test_eight_concurrent_greedy_equal_alone);
     T_RUN(test_speculative_decoding);
+    T_RUN(test_prediction);
     T_RUN(test_draft_model);
     T_RUN(test_llamacpp_native);
     T_RUN(test_sixteen_clients);

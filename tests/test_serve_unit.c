@@ -50,6 +50,46 @@ static void test_ngram_draft(void) {
     T_CHECK(n == 4 && out[0] == 7 && out[3] == 7, "run: %d", n);
 }
 
+/* A prediction's drafts: from its start, along the answer while it follows, found again after an edit
+ * (the first occurrence of the answer's tail at or after where it left, else the last before), none
+ * past its end or where the tail occurs nowhere. */
+static void test_pred_draft(void) {
+    /* predicted: a b c d e f g h c d (c d occurs twice) */
+    const int ids[] = {10, 11, 12, 13, 14, 15, 16, 17, 12, 13};
+    nv_pred p = {ids, 10, 0, 0};
+    int out[8] = {0}, ans[16] = {0}, n_ans = 0;
+    int n = nv_pred_draft(&p, ans, n_ans, 2, 4, 3, out);
+    T_CHECK(n == 3 && out[0] == 10 && out[2] == 12, "start: %d (%d %d)", n, out[0], out[2]);
+    const int took[] = {10, 11, 12};
+    for (int i = 0; i < 3; i++) nv_pred_follow(&p, ans[n_ans++] = took[i]);
+    n = nv_pred_draft(&p, ans, n_ans, 2, 4, 8, out);
+    T_CHECK(p.at == 3 && n == 7 && out[0] == 13 && out[6] == 13, "followed: at %d, %d drafts", p.at, n);
+    /* an edit: 99 instead of d, then e f: found again after f */
+    const int edit[] = {99, 14, 15};
+    for (int i = 0; i < 3; i++) nv_pred_follow(&p, ans[n_ans++] = edit[i]);
+    T_CHECK(p.at == -1 && p.hint == 3, "lost: at %d hint %d", p.at, p.hint);
+    n = nv_pred_draft(&p, ans, n_ans, 2, 4, 2, out);
+    T_CHECK(p.at == 6 && n == 2 && out[0] == 16 && out[1] == 17, "found again: at %d, %d (%d %d)", p.at, n, out[0], out[1]);
+    /* "c d" after the hint (at 8), not the earlier one */
+    nv_pred q = {ids, 10, -1, 5};
+    const int cd[] = {12, 13};
+    T_CHECK(nv_pred_draft(&q, cd, 2, 2, 4, 4, out) == 0 && q.at == 10, "the occurrence after the hint: at %d", q.at);
+    /* only before the hint: the last of those */
+    nv_pred r = {ids, 10, -1, 9};
+    const int ab[] = {10, 11};
+    T_CHECK(nv_pred_draft(&r, ab, 2, 2, 4, 4, out) == 4 && r.at == 2 && out[0] == 12, "before the hint: at %d", r.at);
+    /* no occurrence of the tail (min 2: a single token is not enough) */
+    nv_pred u = {ids, 10, -1, 0};
+    const int xy[] = {98, 12};
+    T_CHECK(nv_pred_draft(&u, xy, 2, 2, 4, 4, out) == 0 && u.at == -1, "no match: at %d", u.at);
+    T_CHECK(nv_pred_draft(&u, xy, 2, 1, 4, 4, out) == 4 && u.at == 3, "1-gram: at %d", u.at);
+    /* past the end: nothing, and a token then loses the place */
+    nv_pred e = {ids, 10, 10, 10};
+    T_CHECK(nv_pred_draft(&e, ans, 0, 2, 4, 4, out) == 0, "past the end");
+    nv_pred_follow(&e, 10);
+    T_CHECK(e.at == -1, "a token past the end");
+}
+
 static void test_utf8(void) {
     T_CHECK(nv_utf8_incomplete_tail("a\xC3", 2) == 1, "2-byte lead");
     T_CHECK(nv_utf8_incomplete_tail("a\xE2\x82", 3) == 2, "3-byte char missing one");
@@ -1040,6 +1080,7 @@ int main(void) {
     T_RUN(test_stop_holdback);
     T_RUN(test_utf8);
     T_RUN(test_ngram_draft);
+    T_RUN(test_pred_draft);
     T_RUN(test_chat_templates);
     T_RUN(test_chat_history);
     T_RUN(test_chat_template_text);

@@ -891,15 +891,35 @@ done:
  * every text was identical (it must be: drafts change how many steps, never which tokens). A
  * trained model is needed for the figures to mean anything (drafts are only accepted where the
  * model repeats what it read or wrote): by default the shared stories260K. With --model-draft the
- * drafts come from that model instead (speculative decoding by a draft model). */
+ * drafts come from that model instead (speculative decoding by a draft model). The case `predicted`
+ * is greedy with each request's answer from the server without drafts, one word in PRED_EDIT
+ * changed, as its prediction (OpenAI's Predicted Outputs: an editor's file with a few edits). */
 static const char *const spec_prompts[] = {"Once upon a time",  "Lily and Ben",  "The dog",     "One day, a little",
                                            "Tom had a big red", "The sun was",   "A cat named", "She wanted to"};
 #define N_SPEC_PROMPTS 8
 
+#define PRED_EDIT 25
+
+/* text with every PRED_EDIT-th word (from the 12th) replaced (malloc'd; NULL when out of memory). */
+static char *edited_words(const char *text) {
+    gbuf b = {0};
+    int word = 0, ok = gb_add(&b, "", 0);
+    for (const char *p = text; *p;) {
+        const char *e = p;
+        while (*e && *e != ' ') e++;
+        ok &= word++ % PRED_EDIT == 12 ? gb_add(&b, "purple", 6) : gb_add(&b, p, (size_t)(e - p));
+        if (*e) ok &= gb_add(&b, " ", 1), e++;
+        p = e;
+    }
+    if (!ok) free(b.p);
+    return ok ? b.p : NULL;
+}
+
 typedef struct {
     int port, requests, tokens, client;
     double temperature;
-    gbuf *texts; /* [requests] */
+    gbuf *texts;        /* [requests] */
+    const gbuf *preds;  /* [requests] the texts to predict edited versions of, or NULL */
     long completion;
     int ok;
 } spec_job;
@@ -909,27 +929,41 @@ static void *spec_client(void *arg) {
     j->ok = 1;
     for (int i = 0; i < j->requests; i++) {
         int k = (j->client * j->requests + i) % N_SPEC_PROMPTS;
-        char body[512];
-        snprintf(body, sizeof body,
-                 "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%g,\"seed\":%d,\"stream\":true,"
-                 "\"stream_options\":{\"include_usage\":true}}",
-                 spec_prompts[k], j->tokens, j->temperature, 1000 + j->client * 37 + i);
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "prompt", spec_prompts[k]);
+        cJSON_AddNumberToObject(b, "max_tokens", j->tokens);
+        cJSON_AddNumberToObject(b, "temperature", j->temperature);
+        cJSON_AddNumberToObject(b, "seed", 1000 + j->client * 37 + i);
+        cJSON_AddTrueToObject(b, "stream");
+        cJSON_AddTrueToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage");
+        char *pred = j->preds && j->preds[i].p ? edited_words(j->preds[i].p) : NULL;
+        if (pred) {
+            cJSON *p = cJSON_AddObjectToObject(b, "prediction");
+            cJSON_AddStringToObject(p, "type", "content");
+            cJSON_AddStringToObject(p, "content", pred);
+        }
+        char *body = cJSON_PrintUnformatted(b);
+        cJSON_Delete(b);
+        free(pred);
         sresult r = {.text = &j->texts[i]};
-        if (!stream_post(j->port, body, &r)) j->ok = 0;
+        if (!body || !stream_post(j->port, body, &r)) j->ok = 0;
+        free(body);
         j->completion += r.tokens;
         free(r.gaps);
     }
     return NULL;
 }
 
-/* n clients x requests on port; the wall time, texts in texts[n][requests]. */
-static double spec_round(int port, int n, int requests, int tokens, double temperature, gbuf *texts, long *completion,
-                         int *ok) {
+/* n clients x requests on port (preds: NULL, or texts to predict as texts is laid out); the wall
+ * time, texts in texts[n][requests]. */
+static double spec_round(int port, int n, int requests, int tokens, double temperature, const gbuf *preds, gbuf *texts,
+                         long *completion, int *ok) {
     spec_job jobs[64];
     pthread_t th[64];
     double t0 = nv_now();
     for (int c = 0; c < n; c++) {
-        jobs[c] = (spec_job){port, requests, tokens, c, temperature, texts + (size_t)c * requests, 0, 0};
+        jobs[c] = (spec_job){port, requests, tokens, c, temperature, texts + (size_t)c * requests,
+                             preds ? preds + (size_t)c * requests : NULL, 0, 0};
         pthread_create(&th[c], NULL, spec_client, &jobs[c]);
     }
     *completion = 0;
@@ -1030,8 +1064,9 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
     static const struct {
         const char *name;
         double temperature;
-    } cases[] = {{"greedy", 0.0}, {"sampled", 0.8}};
-    for (int ci = 0; ci < 2; ci++)
+        int predicted;
+    } cases[] = {{"greedy", 0.0, 0}, {"sampled", 0.8, 0}, {"predicted", 0.0, 1}};
+    for (int ci = 0; ci < 3; ci++)
         for (int cl = 0; cl < n_clients; cl++) {
             int n = clients[cl], ok = 1, identical = 1;
             size_t nt = (size_t)n * requests;
@@ -1045,7 +1080,8 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
                     double s0 = metric(srv->port, "nerve_steps_total"), d0 = metric(srv->port, "nerve_spec_draft_tokens_total");
                     double a0 = metric(srv->port, "nerve_spec_accepted_tokens_total");
                     long completion = 0;
-                    wall[side] += spec_round(srv->port, n, requests, tokens, cases[ci].temperature, texts, &completion, &ok);
+                    const gbuf *preds = side && cases[ci].predicted ? prev : NULL;
+                    wall[side] += spec_round(srv->port, n, requests, tokens, cases[ci].temperature, preds, texts, &completion, &ok);
                     done[side] += completion;
                     steps[side] += metric(srv->port, "nerve_steps_total") - s0;
                     if (side) {

@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3]\n"
             "                   [--reasoning-format none|deepseek]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
+            "                   [--prediction-tokens N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache auto|full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
@@ -86,6 +87,10 @@ static void usage(FILE *f) {
             "                       text is exactly what decoding without it gives (default 0: off)\n"
             "  --spec-lookup-min N, --spec-lookup-max N\n"
             "                       the lengths of the tail looked up, longest first (default 2 and 4)\n"
+            "  --prediction-tokens N\n"
+            "                       a request's 'prediction' (OpenAI's Predicted Outputs: the text the answer is\n"
+            "                       expected to be) proposes up to N of its tokens a step, checked as drafts; the\n"
+            "                       text is exactly what decoding without it gives (default 16, 0: not drafted from)\n"
             "  --model-draft MODEL  speculative decoding by a draft model (also -md): a smaller model with the same\n"
             "                       tokenizer proposes up to --spec-tokens tokens (default 8) by greedy decoding,\n"
             "                       checked in one step; the text is exactly what decoding without it gives; its\n"
@@ -221,6 +226,7 @@ int cmd_serve(int argc, char **argv) {
     int n_given_keys = 0, n_api_keys = 0;
     int reasoning = -1; /* unset: deepseek for DeepSeek-R1's template, else none */
     int port = 8000, threads = 0, cors = 0, webui = 1, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
+    int pred_tokens = NV_MAX_SPEC;
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
     float timeout = 600.0f;
     uint64_t kv_bytes = 512ull << 20, max_body = 1ull << 20, ram_cache = UINT64_MAX, disk_cache = 8ull << 30;
@@ -288,6 +294,7 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--max-lora-rank")) { if (!cli_int(CMD, a, v, 1, 1024, &max_lora_rank)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
+        else if (!strcmp(a, "--prediction-tokens")) { if (!cli_int(CMD, a, v, 0, NV_MAX_SPEC, &pred_tokens)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) {
             if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2;
             chunk_given = 1;
@@ -449,6 +456,7 @@ int cmd_serve(int argc, char **argv) {
                         .disk_dir = cache_dir,
                         .disk_bytes = disk_cache,
                         .spec_tokens = spec.tokens,
+                        .pred_tokens = pred_tokens,
                         .spec_ngram_min = spec.lookup_min,
                         .spec_ngram_max = spec.lookup_max,
                         .draft = spec.draft ? &draft : NULL,

@@ -565,6 +565,32 @@ int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *ou
     return 0;
 }
 
+void nv_pred_follow(nv_pred *p, int tok) {
+    if (p->at >= 0 && p->at < p->n && p->ids[p->at] == tok) p->hint = ++p->at;
+    else p->at = -1;
+}
+
+int nv_pred_draft(nv_pred *p, const int *ans, int n_ans, int min_n, int max_n, int k, int *out) {
+    if (min_n < 1) min_n = 1;
+    for (int n = max_n < n_ans ? max_n : n_ans; p->at < 0 && n >= min_n; n--) {
+        const int *tail = ans + n_ans - n;
+        int before = -1;
+        for (int i = 0; i + n <= p->n; i++) {
+            if (p->ids[i] != tail[0] || memcmp(p->ids + i, tail, (size_t)n * sizeof *tail) != 0) continue;
+            if (i + n >= p->hint) {
+                p->at = i + n;
+                break;
+            }
+            before = i + n;
+        }
+        if (p->at < 0 && before >= 0) p->at = before;
+    }
+    if (p->at < 0) return 0;
+    int m = p->n - p->at < k ? p->n - p->at : k;
+    if (m > 0) memcpy(out, p->ids + p->at, (size_t)m * sizeof *out);
+    return m > 0 ? m : 0;
+}
+
 /* A draft is proposed only while the chance that it is reached and accepted is at least this. */
 #define SPEC_P_MIN 0.3
 

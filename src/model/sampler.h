@@ -118,6 +118,21 @@ int nv_top_token(const float *logits, int n, float *prob);
  * nothing matches. */
 int nv_ngram_draft(const int *ctx, int len, int min_n, int max_n, int k, int *out);
 
+/* Drafts from a predicted answer (OpenAI's Predicted Outputs: the text the answer is expected to
+ * be, such as a file being edited). at is the index in ids of the token the answer is expected to
+ * take next, -1 once it took another; hint is where it last was in place. nv_pred_follow moves it
+ * along the answer's tokens. nv_pred_draft gives up to k of the tokens expected next (returns how
+ * many, 0 when none); having lost its place, it first finds it again from the answer's last n
+ * tokens (n from max_n down to min_n, ans[0..n_ans) the answer so far): their first occurrence in
+ * ids that ends at or after hint (an edit replaced what lay before), else the last before it. */
+typedef struct {
+    const int *ids;
+    int n;
+    int at, hint;
+} nv_pred;
+void nv_pred_follow(nv_pred *p, int tok);
+int nv_pred_draft(nv_pred *p, const int *ans, int n_ans, int min_n, int max_n, int k, int *out);
+
 /* Most draft tokens a step may check per sequence. */
 #define NV_MAX_SPEC 16
 

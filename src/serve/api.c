@@ -672,8 +672,9 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     return 0;
 }
 
-/* The text of a message's content: a string, or a list of {"type":"text","text":...} parts. */
-static int message_text(const cJSON *content, int i, nv_buf *text, nv_api_error *err) {
+/* The text of a content field (name: how errors call it, param: their param): a string, or a list of
+ * {"type":"text","text":...} parts. */
+static int content_text(const cJSON *content, const char *param, const char *name, nv_buf *text, nv_api_error *err) {
     if (cJSON_IsString(content)) {
         nv_buf_puts(text, content->valuestring);
         return 0;
@@ -683,18 +684,49 @@ static int message_text(const cJSON *content, int i, nv_buf *text, nv_api_error 
             const cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
             const cJSON *t = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
             if (!type || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !t || !cJSON_IsString(t)) {
-                nv_api_error_set(err, E400, NULL, "messages",
-                                 "'messages[%d].content' parts must be {\"type\": \"text\", \"text\": string} "
-                                 "(this model reads text only)",
-                                 i);
+                nv_api_error_set(err, E400, NULL, param,
+                                 "'%s' parts must be {\"type\": \"text\", \"text\": string} (this model reads text only)",
+                                 name);
                 return err->status;
             }
             nv_buf_puts(text, t->valuestring);
         }
         return 0;
     }
-    nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].content' must be a string or a list of text parts", i);
+    nv_api_error_set(err, E400, NULL, param, "'%s' must be a string or a list of text parts", name);
     return err->status;
+}
+
+/* OpenAI's Predicted Outputs: {"type": "content", "content": a string or text parts}, the text the
+ * answer is expected to be, encoded as the answer's tokens (no BOS); cut at the context's length,
+ * past which no answer reaches. */
+static int parse_prediction(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *p = nv_api_field(root, "prediction");
+    if (!p) return 0;
+    const cJSON *type = cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, "type") : NULL;
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "content") != 0) {
+        nv_api_error_set(err, E400, NULL, "prediction", "'prediction' must be {\"type\": \"content\", \"content\": text}");
+        return err->status;
+    }
+    const cJSON *content = nv_api_field(p, "content");
+    if (!content) {
+        nv_api_error_set(err, E400, "missing_required_parameter", "prediction", "'prediction.content' is required");
+        return err->status;
+    }
+    nv_buf text = {0};
+    int rc = content_text(content, "prediction", "prediction.content", &text, err);
+    if (!rc && text.oom) rc = nv_api_oom(err);
+    if (!rc && text.len) {
+        if (nv_tokenizer_encode(ctx->tok, text.data, 0, 0, &out->pred_ids, &out->req.n_prediction) != NV_OK) {
+            nv_api_error_set(err, 500, "server_error", NULL, "prediction", "cannot tokenize the prediction: %s", nv_errmsg());
+            rc = err->status;
+        } else {
+            if (out->req.n_prediction > ctx->seq_len) out->req.n_prediction = ctx->seq_len;
+            out->req.prediction = out->pred_ids;
+        }
+    }
+    nv_buf_free(&text);
+    return rc;
 }
 
 /* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments": JSON
@@ -775,7 +807,9 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
                     rc = err->status;
                 }
             } else {
-                rc = message_text(content, i, &texts[i], err);
+                char name[48];
+                snprintf(name, sizeof name, "messages[%d].content", i);
+                rc = content_text(content, "messages", name, &texts[i], err);
             }
             m[i].role = role->valuestring;
             m[i].tool_call_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id"));
@@ -1172,6 +1206,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     if ((rc = chat ? parse_messages(ctx, root, out, err) : parse_prompt(ctx, root, out, err))) return rc;
     if (po->n_prefix && (rc = put_prefix(ctx, po, out, err))) return rc;
     if (po->count_only) return 0;
+    if ((rc = parse_prediction(ctx, root, out, err))) return rc;
     const char *pp = chat ? "messages" : "prompt";
     long np = out->req.n_prompt; /* the longest prompt sets the room every one of them has */
     for (int i = 0; i < out->n_more; i++)
@@ -1474,6 +1509,7 @@ int nv_api_detokenize(const nv_api_ctx *ctx, const char *body, size_t len, char 
 
 void nv_api_request_free(nv_api_request *r) {
     free(r->prompt_ids);
+    free(r->pred_ids);
     for (int i = 0; i < r->n_more; i++) free(r->more[i].ids), free(r->more[i].echo_text);
     free(r->bias_tok);
     free(r->dry_breaker);
@@ -1531,13 +1567,17 @@ static cJSON *envelope(const nv_api_meta *m, const char *object) {
     return root;
 }
 
-static void add_usage(cJSON *root, int prompt_tokens, int completion_tokens, int cached_tokens) {
+static void add_usage(cJSON *root, const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens) {
     cJSON *u = cJSON_AddObjectToObject(root, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion_tokens);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", cached_tokens);
+    if (!m->pred) return;
+    d = cJSON_AddObjectToObject(u, "completion_tokens_details");
+    cJSON_AddNumberToObject(d, "accepted_prediction_tokens", m->pred_accepted);
+    cJSON_AddNumberToObject(d, "rejected_prediction_tokens", m->pred_rejected);
 }
 
 
@@ -1650,7 +1690,7 @@ char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int
         add_logprobs(c, &mi);
         cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
     }
-    add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
+    add_usage(root, m, prompt_tokens, completion_tokens, cached_tokens);
     return nv_api_print_free(root);
 }
 
@@ -1749,7 +1789,7 @@ void nv_think_free(nv_think *t) { nv_buf_free(&t->hold); }
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens) {
     cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");
     cJSON_AddArrayToObject(root, "choices");
-    add_usage(root, prompt_tokens, completion_tokens, cached_tokens);
+    add_usage(root, m, prompt_tokens, completion_tokens, cached_tokens);
     return nv_api_print_free(root);
 }
 

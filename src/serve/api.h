@@ -72,6 +72,7 @@ typedef struct {
     nv_req_params req; /* prompt and stop strings point into this struct */
     char model[NV_API_MODEL_ID]; /* the model's id, as responses name it (a copy: an adapter may be removed meanwhile) */
     int *prompt_ids;
+    int *pred_ids; /* prediction's tokens (req.prediction points to them), or NULL */
     char *echo_text; /* the prompt as text, when echo */
     char *stop_copy[NV_MAX_STOP];
     int *bias_tok; /* logit_bias, when given */
@@ -180,6 +181,9 @@ typedef struct {
     const nv_token_lp *lps;
     int n_lps;
     long text_offset;
+    /* a request with a prediction: usage adds completion_tokens_details with its drafts taken and
+       refused, summed over the choices (set by the caller before the response or usage chunk) */
+    int pred, pred_accepted, pred_rejected;
 } nv_api_meta;
 
 /* Fills id ("cmpl-..." or "chatcmpl-...") and created; logprobs off. */

@@ -454,6 +454,8 @@ static void stream_poll(stream_ctx *st) {
             if (i % st->per == 0) st->prompt_tokens += rs.prompt_tokens; /* each prompt once */
             if (i == 0) st->cached_tokens = rs.cached_tokens;
             st->completion_tokens += rs.completion_tokens;
+            st->meta.pred_accepted += rs.accepted_prediction_tokens;
+            st->meta.pred_rejected += rs.rejected_prediction_tokens;
             if (st->pm.proto == P_ANTHROPIC) {
                 nv_anth_answer a = {.prompt_tokens = st->prompt_tokens, .cached_tokens = st->cached_tokens,
                                     .output_tokens = st->completion_tokens};
@@ -626,6 +628,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
     nv_api_meta_init(&meta, chat, ar.model);
     meta.lp_on = ar.req.logprobs;
     meta.lp_tok = h->ctx.tok;
+    meta.pred = ar.req.n_prediction > 0;
     int fd = conn_fd(c);
 
     if (ar.stream) {
@@ -694,6 +697,8 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
     int failed = -1, completion = 0, prompt = 0;
     for (int i = 0; i < n; i++) {
         completion += rs[i].completion_tokens;
+        meta.pred_accepted += rs[i].accepted_prediction_tokens;
+        meta.pred_rejected += rs[i].rejected_prediction_tokens;
         if (i % per == 0) prompt += rs[i].prompt_tokens; /* each prompt once */
         if (failed < 0 && rs[i].finish != NV_FINISH_STOP && rs[i].finish != NV_FINISH_LENGTH) failed = i;
     }

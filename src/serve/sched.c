@@ -67,6 +67,12 @@ struct nv_req {
     int dvalid; /* a draft model: positions [0, dvalid) of its pages hold the draft's keys and values of ctx */
     int dnext;  /* this step: dvalid once the draft's rows of ctx have run */
     int dk;     /* this step: the draft model's tokens fed behind the decode row (0: none) */
+    /* a prediction (pred.n > 0): where the answer is in it, whether this step's drafts came from it,
+       and its drafts taken and refused so far (published with n_gen) */
+    int *pred_ids;
+    nv_pred pred;
+    int pred_step;
+    int pred_acc, pred_rej, pred_acc_pub, pred_rej_pub;
     int n_gen;
     nv_finish fin;
     nv_buf pending; /* text not yet safe to publish */
@@ -227,6 +233,7 @@ static void req_free(nv_req *r) {
     free(r->plps);
     free(r->embed_sum);
     free(r->ctx);
+    free(r->pred_ids);
     nv_gsampler_free(&r->gs);
     nv_glazy_free(&r->lazy);
     nv_sampler_free(&r->sampler);
@@ -255,6 +262,17 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->min_tokens = p->min_tokens;
     r->adapter = p->adapter;
     r->adapter_gen = p->adapter_gen;
+    if (p->n_prediction > 0) {
+        if (!(r->pred_ids = malloc((size_t)p->n_prediction * sizeof(int)))) goto oom;
+        for (int i = 0; i < p->n_prediction; i++)
+            if (p->prediction[i] < 0 || p->prediction[i] >= p->vocab_size) {
+                req_free(r);
+                return nv_fail(NV_EINVAL, "request: the prediction's token %d is outside the vocabulary", p->prediction[i]);
+            }
+        memcpy(r->pred_ids, p->prediction, (size_t)p->n_prediction * sizeof(int));
+        r->pred = (nv_pred){r->pred_ids, p->n_prediction, 0, 0};
+        r->spec = (nv_spec_record){8, 0}; /* a prediction is mostly the answer: long drafts from the start */
+    }
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !*p->stop[i]) continue;
         if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) goto oom;
@@ -367,6 +385,8 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list 
     st->stop_index = r->done ? r->stop_hit : -1; /* written by the loop before it published done */
     st->prompt_s = r->t_first_pub > 0 ? r->t_first_pub - r->t_arrival : 0;
     st->gen_s = r->t_first_pub > 0 ? r->t_last_pub - r->t_first_pub : 0;
+    st->accepted_prediction_tokens = r->pred_acc_pub;
+    st->rejected_prediction_tokens = r->pred_rej_pub;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -466,8 +486,8 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     memset(s, 0, sizeof *s);
     if (o->max_batch < 1 || o->prefill_chunk < 1 || o->max_queue < 1)
         return nv_fail(NV_EINVAL, "scheduler: max batch, prefill chunk and queue must be at least 1");
-    if (o->spec_tokens < 0 || o->spec_tokens > NV_MAX_SPEC ||
-        (o->spec_tokens && (o->spec_ngram_min < 1 || o->spec_ngram_max < o->spec_ngram_min)))
+    if (o->spec_tokens < 0 || o->spec_tokens > NV_MAX_SPEC || o->pred_tokens < 0 || o->pred_tokens > NV_MAX_SPEC ||
+        ((o->spec_tokens || o->pred_tokens) && (o->spec_ngram_min < 1 || o->spec_ngram_max < o->spec_ngram_min)))
         return nv_fail(NV_EINVAL, "scheduler: speculative decoding takes 0 to %d draft tokens and n-grams of 1 <= min <= max",
                        NV_MAX_SPEC);
     pthread_mutex_init(&s->mu, NULL);
@@ -479,6 +499,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->o = *o;
     const nv_config *c = &model->config;
     const nv_kv_dtype dtype = o->kv_dtype ? o->kv_dtype : NV_KV_F16;
+    const int drafts = o->spec_tokens > o->pred_tokens ? o->spec_tokens : o->pred_tokens; /* the most a decode row takes */
     /* auto: split when every layer's keys and values of the whole context would not fit the budget
        (a block id's bytes: the model's every layer, and a draft model's) */
     const uint64_t id_bytes = nv_kv_block_bytes(c, o->block_size, dtype) +
@@ -493,7 +514,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         /* the windowed layers' pages: a ring per sequence that holds the window behind its first row
            and the most rows a step gives it (a prompt chunk, or a decode row and its drafts); rings
            for max_batch sequences, within the share of the budget those layers would take unsplit */
-        const int B = o->block_size, rows = o->prefill_chunk > 1 + o->spec_tokens ? o->prefill_chunk : 1 + o->spec_tokens;
+        const int B = o->block_size, rows = o->prefill_chunk > 1 + drafts ? o->prefill_chunk : 1 + drafts;
         s->wring = nv_kv_ring_blocks(c, rows, B);
         const uint64_t wb = nv_kv_block_bytes_of(c, B, dtype, NV_KV_LAYERS_WINDOWED);
         uint64_t share = (uint64_t)((double)kv_bytes * nv_kv_layers_count(c, NV_KV_LAYERS_WINDOWED) / c->n_layers) / wb;
@@ -531,7 +552,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         if (!(s->ckpts = calloc((size_t)s->cap_ckpts, sizeof *s->ckpts))) e = nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
     /* every sequence's decode row with its drafts, and the prompt chunk */
-    if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + o->spec_tokens) + o->prefill_chunk, o->max_batch);
+    if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + drafts) + o->prefill_chunk, o->max_batch);
     if (e == NV_OK) e = nv_batch_state_set_adapters(&s->bs, c, o->adapters);
     if (e == NV_OK && o->draft) { /* the model's rows of a step and as many rows of catching up */
         const nv_config *dc = &o->draft->config;
@@ -719,6 +740,7 @@ static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     r->done = 1;
     r->finish = fin;
     r->n_gen_pub = r->n_gen;
+    r->pred_acc_pub = r->pred_acc, r->pred_rej_pub = r->pred_rej;
     r->t_first_pub = r->t_first, r->t_last_pub = r->t_last;
     nv_metrics_finish(s->metrics, fin, r->n_prompt, r->n_gen, nv_now() - r->t_arrival);
     grammar_costs(r);
@@ -823,7 +845,7 @@ static int prepare(nv_sched *s, nv_req *r) {
         r->n_lookup = 0;
         return 1;
     }
-    if (s->o.spec_tokens && !r->ctx) { /* the prompt and every token the request may generate */
+    if ((s->o.spec_tokens || (r->pred.n && s->o.pred_tokens)) && !r->ctx) { /* the prompt and every token the request may generate */
         long cap = (long)r->n_prompt + r->max_tokens;
         r->cap_ctx = (int)(cap < s->model->config.seq_len + 1 ? cap : s->model->config.seq_len + 1);
         if (r->cap_ctx < r->n_prompt) r->cap_ctx = r->n_prompt;
@@ -1100,9 +1122,11 @@ static int plan_step(nv_sched *s) {
             q.n = 1;
             q.tokens = &r->last;
             q.logits = 1;
+            r->pred_step = 0;
             /* drafts: never more than the tokens the request may still produce after this row's,
              * nor past the context (so within the reservation) */
-            int k = s->o.spec_tokens && r->ctx ? nv_spec_len(&r->spec, s->o.spec_tokens) : 0;
+            const int k_max = r->pred.n && s->o.pred_tokens ? s->o.pred_tokens : s->o.spec_tokens;
+            int k = k_max && r->ctx ? nv_spec_len(&r->spec, k_max) : 0;
             const int left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
             if (k > left) k = left;
             if (k > room) k = room;
@@ -1151,8 +1175,12 @@ static void draft_task(void *ctx, int task, int n_tasks) {
     for (int i = task; i < j->n; i += n_tasks) {
         nv_req *r = s->step_req[i];
         nv_batch_seq *q = &s->seqs[i];
-        if (q->tokens != &r->last || r->spec_k <= 0) continue;
-        int nd = nv_ngram_draft(r->ctx, r->n_ctx, s->o.spec_ngram_min, s->o.spec_ngram_max, r->spec_k, r->spec_rows + 1);
+        if (q->tokens != &r->last || r->spec_k <= 0 || (s->o.draft && !r->pred.n)) continue;
+        int nd = 0;
+        if (r->pred.n) /* the prediction first, then the lookup where it has nothing */
+            nd = r->pred_step = nv_pred_draft(&r->pred, r->ctx + r->n_prompt, r->n_ctx - r->n_prompt, s->o.spec_ngram_min,
+                                              s->o.spec_ngram_max, r->spec_k, r->spec_rows + 1);
+        if (nd <= 0) nd = nv_ngram_draft(r->ctx, r->n_ctx, s->o.spec_ngram_min, s->o.spec_ngram_max, r->spec_k, r->spec_rows + 1);
         if (nd <= 0) continue;
         r->spec_rows[0] = r->last;
         q->tokens = r->spec_rows;
@@ -1199,7 +1227,7 @@ static void draft_model_rows(nv_sched *s, int n) {
         nv_batch_seq d = {.tokens = r->ctx + r->dvalid, .n = rows, .pos = r->dvalid, .blocks = r->blocks};
         r->dnext = r->dvalid + rows;
         /* caught up: the decode row's logits give the first draft */
-        if (q->tokens == &r->last && r->spec_k > 0 && r->dnext == q->pos + 1 && q->pos + r->spec_k <= s->dlimit) {
+        if (q->tokens == &r->last && !r->pred.n && r->spec_k > 0 && r->dnext == q->pos + 1 && q->pos + r->spec_k <= s->dlimit) {
             d.logits = 1;
             r->dk = r->spec_k;
             if (r->dk > kmax) kmax = r->dk;
@@ -1238,13 +1266,13 @@ static void draft_model_rows(nv_sched *s, int n) {
 }
 
 static void draft_rows(nv_sched *s, int n) {
-    if (!s->o.spec_tokens) return;
-    if (!s->o.draft) {
+    int preds = 0;
+    for (int i = 0; i < n && !preds; i++) preds = s->step_req[i]->pred.n && s->step_req[i]->spec_k > 0;
+    if ((s->o.spec_tokens && !s->o.draft) || preds) {
         draft_job j = {s, n};
         nv_pool_run(draft_task, &j, n);
-    } else if (!s->draft_off) {
-        draft_model_rows(s, n);
     }
+    if (s->o.draft && !s->draft_off) draft_model_rows(s, n);
     const int B = s->pool.block_size;
     for (int i = 0; i < n; i++) {
         const nv_batch_seq *q = &s->seqs[i];
@@ -1320,6 +1348,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
     r->last = tok;
     r->n_gen++;
     if (r->ctx && r->n_ctx < r->cap_ctx) r->ctx[r->n_ctx++] = tok;
+    if (r->pred.n) nv_pred_follow(&r->pred, tok);
     size_t piece_len = piece ? strlen(piece) : 0;
     if (r->lp_k >= 0) lp_record(r, lp, piece_len);
     r->pend_total += piece_len;
@@ -1568,6 +1597,7 @@ static void *sched_loop(void *arg) {
                 drafted += (unsigned long)(q->n - 1);
                 accepted += (unsigned long)agreed;
                 nv_spec_update(&r->spec, agreed, agreed < used && agreed + 1 < q->n); /* a token the answer took differed from its draft */
+                if (r->pred_step) r->pred_acc += agreed, r->pred_rej += q->n - 1 - agreed;
                 if (r->dk) r->dvalid += nv_draft_kept(agreed, r->dk);
             }
         }
@@ -1590,6 +1620,7 @@ static void *sched_loop(void *arg) {
             }
             r->lp_pub = r->lp_flushed;
             r->n_gen_pub = r->n_gen;
+            r->pred_acc_pub = r->pred_acc, r->pred_rej_pub = r->pred_rej;
             r->t_first_pub = r->t_first, r->t_last_pub = r->t_last;
             if (r->plps && r->pos >= r->n_prompt && r->fin != NV_FINISH_ERROR) r->plp_ready = 1; /* never half-computed records */
             if (r->fin != NV_FINISH_NONE) {

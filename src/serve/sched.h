@@ -46,6 +46,10 @@
  *   log-probabilities and the random draws are those of decoding without drafts. A draft is never
  *   longer than the tokens the request may still produce, so the reservation holds; the keys and
  *   values the refused drafts wrote lie past the sequence's position and are written again.
+ * - A request's prediction (OpenAI's Predicted Outputs; pred_tokens > 0): drafts taken from the
+ *   predicted answer where the answer follows it, checked the same way, whatever spec_tokens is;
+ *   its acceptance starts high (a prediction is mostly the answer). The status counts the
+ *   prediction's drafts the answer took and those it refused.
  * - A draft model (nv_sched_opts.draft; llama.cpp's --model-draft): the drafts come from a smaller
  *   model of the same vocabulary instead of the lookup, checked the same way (so the same text).
  *   The draft keeps its own keys and values in pages of its own shape that share the pool's block
@@ -167,6 +171,10 @@ typedef struct {
     int lazy_think; /* the trigger is not looked for inside a leading <think>...</think> block */
     int adapter; /* the LoRA adapter the request runs with: its number in nv_sched_opts.adapters (0: none) */
     unsigned adapter_gen; /* its generation when the request's model was looked up (nv_adapters_find) */
+    /* a predicted answer (OpenAI's Predicted Outputs; copied): its tokens are checked as drafts where
+       the answer follows it (nv_sched_opts.pred_tokens), which changes nothing in the answer */
+    const int *prediction;
+    int n_prediction;
     int embed; /* with max_tokens 0: the prompt's embedding (the mean over its tokens of the final
                   norm's output, unit length) is kept for nv_req_embedding; computed in full (no
                   prefix-cache hits, whose rows are not run) */
@@ -181,6 +189,8 @@ typedef struct {
                           nv_req_params.stop), else -1 (an end token, a limit, a failure) */
     double prompt_s;   /* seconds from submission to the first token (queueing and prompt; 0 before it) */
     double gen_s;      /* seconds from the first token to the latest published one */
+    /* a prediction's drafts so far: taken by the answer, checked and refused */
+    int accepted_prediction_tokens, rejected_prediction_tokens;
 } nv_req_status;
 
 typedef struct {
@@ -207,6 +217,10 @@ typedef struct {
      * (spec_ngram_max >= n >= spec_ngram_min, the longest that occurs), checked in one step */
     int spec_tokens;
     int spec_ngram_min, spec_ngram_max;
+    /* a request's prediction: up to pred_tokens of its tokens checked a step (0: predictions are not
+     * drafted from); where the answer has left it, the answer's last n tokens find its place again
+     * (n as above), else the lookup drafts as it would (with spec_tokens or not; never a draft model) */
+    int pred_tokens;
     /* a draft model (NULL: none): with spec_tokens > 0 the drafts are its greedy tokens instead of
      * the lookup's; its vocabulary must be the model's; its plans built; must outlive the scheduler */
     const nv_model *draft;
