@@ -246,7 +246,8 @@ static void req_free(nv_req *r) {
 
 nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     *out = NULL;
-    if (p->n_prompt < 1 || p->max_tokens < 0 || p->n_stop < 0 || p->n_stop > NV_MAX_STOP)
+    if (p->n_prompt < 1 || p->max_tokens < 0 || p->n_stop < 0 || p->n_stop > NV_MAX_STOP || p->n_prediction < 0 ||
+        (p->n_prediction > 0 && !p->prediction))
         return nv_fail(NV_EINVAL, "request: empty prompt or a negative number of tokens");
     nv_req *r = calloc(1, sizeof *r);
     if (!r) return nv_fail(NV_ENOMEM, "request: out of memory");
