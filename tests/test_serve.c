@@ -1173,6 +1173,20 @@ static char *predicted_core(int port, const char *path, const char *body, const 
     return out;
 }
 
+typedef struct {
+    int port;
+    const char *body, *pred;
+    char *core;
+    int acc, rej;
+    char text[4096];
+} pred_job;
+
+static void *run_pred_job(void *arg) {
+    pred_job *j = arg;
+    j->core = predicted_core(j->port, "/v1/completions", j->body, j->pred, &j->acc, &j->rej, j->text, sizeof j->text);
+    return NULL;
+}
+
 /* OpenAI's Predicted Outputs on the main server (no --spec-tokens): a prediction changes nothing in
  * the answer (text, log-probabilities, finish, usage; greedy and sampled, chat and not, n, a stop
  * string), whether it is the answer, an edit of it or unrelated; the answer itself as prediction
@@ -1234,6 +1248,27 @@ static void test_prediction(void) {
             "streamed with a prediction: usage %d, %d taken, %d tokens, '%.80s'", streamed.usage_chunk, streamed.pred_accepted,
             streamed.completion_tokens, streamed.text);
     free(sb);
+    /* eight at once in the same steps, every other one with its answer (a word changed) as prediction: each
+       the answer it gives alone */
+    static char bodies8[NCONC][256], preds8[NCONC][4096];
+    pred_job alone[NCONC], together[NCONC];
+    pthread_t th[NCONC];
+    for (int i = 0; i < NCONC; i++) {
+        snprintf(bodies8[i], sizeof bodies8[i], "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0}", prompts[i], 60 + 7 * i);
+        alone[i] = (pred_job){port, bodies8[i], NULL, NULL, 0, 0, ""};
+        run_pred_job(&alone[i]);
+        snprintf(preds8[i], sizeof preds8[i], "%s", alone[i].text);
+        if (strlen(preds8[i]) > 30) memcpy(preds8[i] + strlen(preds8[i]) / 2, "purple", 6);
+        together[i] = (pred_job){port, bodies8[i], i % 2 ? preds8[i] : NULL, NULL, 0, 0, ""};
+    }
+    for (int i = 0; i < NCONC; i++) pthread_create(&th[i], NULL, run_pred_job, &together[i]);
+    for (int i = 0; i < NCONC; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NCONC; i++) {
+        T_CHECK(alone[i].core && together[i].core && !strcmp(alone[i].core, together[i].core) && (i % 2 ? together[i].acc > 0 : together[i].acc == -1),
+                "request %d of eight (prediction %d, %d taken): '%.120s' against '%.120s' alone", i, i % 2, together[i].acc, together[i].text,
+                alone[i].text);
+        free(alone[i].core), free(together[i].core);
+    }
     /* an empty prediction is no prediction's drafts, but the counts are there */
     T_CHECK(complete(port, 0, NULL, "{\"prompt\":\"Once\",\"max_tokens\":8,\"prediction\":{\"type\":\"content\",\"content\":\"\"}}", &plain) &&
                 plain.status == 200 && plain.completion_tokens == 8,
@@ -2435,16 +2470,28 @@ static void test_ollama_api(void) {
                 "refusal %zu: %d %s", i, r.status, r.body ? r.body : "");
         resp_free(&r);
     }
-    /* a context as long as the model's (512), and one that leaves no room for the prompt */
-    for (int k = 0; k < 2; k++) {
-        int at = snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"context\":[1");
-        for (int i = 1; i < (k ? 500 : 512); i++) at += snprintf(body + at, sizeof body - (size_t)at, ",2");
-        snprintf(body + at, sizeof body - (size_t)at, "]}");
-        T_CHECK(http(s.port, "POST", "/api/generate", NULL, body, &r) && r.status == 400 && !strncmp(r.body, "{\"error\":\"", 10) &&
-                    strstr(r.body, k ? "maximum context length" : "context: 512 tokens"),
-                "a context of %d ids: %d %s", k ? 500 : 512, r.status, r.body ? r.body : "");
-        resp_free(&r);
+    /* contexts of 500, 512 and 700 ids with the prompt after them do not fit the context of 512: truncated
+       as Ollama does (num_keep 4 by default: [1 300 301 302], then the last (511 - 4) / 2 tokens), so their
+       prompts are the same and so are the greedy answers; num_keep 0 keeps (511 - 0) / 2 */
+    static char big[8192];
+    olla_result cut[5];
+    const int lens[5] = {500, 512, 700, 700, 512};
+    for (int k = 0; k < 5; k++) { /* the last: another prompt after the same context (the prompt's end is kept) */
+        int at = snprintf(big, sizeof big, "{\"model\":\"stories260K\",\"prompt\":\"%s\",\"stream\":false,\"options\":"
+                                           "{\"temperature\":0,\"num_predict\":20%s},\"context\":[1",
+                          k == 4 ? "Once upon a time, there was a big dog" : "Hi", k == 3 ? ",\"num_keep\":0" : "");
+        /* 300 301 302, then ids counted from the context's end, so that the tails of any two are alike */
+        for (int i = 1; i < lens[k]; i++) at += snprintf(big + at, sizeof big - (size_t)at, ",%d", i < 4 ? 299 + i : 300 + (lens[k] - i) % 200);
+        snprintf(big + at, sizeof big - (size_t)at, "]}");
+        T_CHECK(olla_post(s.port, "/api/generate", big, &cut[k]) == 200 && cut[k].done && cut[k].eval_count >= 1 &&
+                    cut[k].prompt_eval_count == (k == 3 ? 255 : 4 + 253),
+                "a context of %d ids: %d prompt tokens, %d answered", lens[k], cut[k].prompt_eval_count, cut[k].eval_count);
+        if (k > 0 && k < 3) T_CHECK(!strcmp(cut[k].text, cut[0].text), "truncated alike, answered otherwise: '%s' / '%s'", cut[k].text, cut[0].text);
     }
+    T_CHECK(strcmp(cut[4].text, cut[1].text) != 0, "another prompt after the context, the same answer: '%s'", cut[4].text);
+    snprintf(big, sizeof big, "{\"model\":\"stories260K\",\"prompt\":\"Hi\",\"options\":{\"num_keep\":-1}}");
+    T_CHECK(http(s.port, "POST", "/api/generate", NULL, big, &r) && r.status == 400 && strstr(r.body, "num_keep"), "num_keep -1: %d", r.status);
+    resp_free(&r);
     server_stop(&s);
 }
 

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "serve/gbnf.h"
@@ -891,6 +892,21 @@ static int put_prefix(const nv_api_ctx *ctx, const nv_api_parse_opts *po, nv_api
     return 0;
 }
 
+/* Ollama's truncation (nv_api_parse_opts.truncate): the prompt's first keep tokens and its last ones,
+ * when it does not fit with room for an answer; half of that room past the kept ones is left to the
+ * answer (llama.cpp's server drops whole halves likewise). */
+static void truncate_prompt(const nv_api_ctx *ctx, int keep, nv_api_request *out) {
+    const long hold = ctx->capacity < ctx->seq_len - 1 ? ctx->capacity : ctx->seq_len - 1; /* the longest prompt that fits */
+    const int n = out->req.n_prompt;
+    if (n <= hold || hold < 2) return; /* (a pool of one position: refused below) */
+    if (keep > hold / 2) keep = (int)(hold / 2);
+    const int tail = (int)((hold - keep) / 2);
+    memmove(out->prompt_ids + keep, out->prompt_ids + n - tail, (size_t)tail * sizeof *out->prompt_ids);
+    out->req.n_prompt = keep + tail;
+    nv_info("serve: a prompt of %d tokens is cut to %d (its first %d and its last %d), as Ollama truncates", n, keep + tail, keep,
+            tail);
+}
+
 static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_api_error *err) {
     const cJSON *s = nv_api_field(root, "stop");
     if (!s) return 0;
@@ -1206,6 +1222,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     if ((rc = chat ? parse_messages(ctx, root, out, err) : parse_prompt(ctx, root, out, err))) return rc;
     if (po->n_prefix && (rc = put_prefix(ctx, po, out, err))) return rc;
     if (po->count_only) return 0;
+    if (po->truncate) truncate_prompt(ctx, po->keep, out);
     if ((rc = parse_prediction(ctx, root, out, err))) return rc;
     const char *pp = chat ? "messages" : "prompt";
     long np = out->req.n_prompt; /* the longest prompt sets the room every one of them has */

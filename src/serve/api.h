@@ -112,6 +112,10 @@ typedef struct {
        the context; the prompt's BOS left out after them as nv_chat_leading_bos says */
     const int *prefix;
     int n_prefix;
+    /* Ollama's truncation (truncate set): a prompt that the context or the KV pool cannot hold with
+       room for one answer token keeps its first `keep` tokens (at most half of what it may hold) and
+       its last ones, half of the room past them, instead of a 400 */
+    int truncate, keep;
 } nv_api_parse_opts;
 int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *o, nv_api_request *out,
                       nv_api_error *err);

@@ -224,9 +224,7 @@ static int keep_turn(const nv_api_ctx *ctx, const cJSON *in, const cJSON *q, nv_
     const cJSON *c = nv_api_field(in, "context");
     if (!c || cJSON_IsNull(c)) return 0;
     if (!cJSON_IsArray(c)) return nv_api_bad(err, "context: must be a list of token ids");
-    const int n = cJSON_GetArraySize(c);
-    if (n >= ctx->seq_len)
-        return nv_api_bad(err, "context: %d tokens; this model's context holds %d", n, ctx->seq_len);
+    const int n = cJSON_GetArraySize(c); /* however long: the prompt it begins is truncated to fit */
     if (n && !(m->context = malloc((size_t)n * sizeof *m->context))) return nv_api_oom(err);
     const cJSON *id;
     cJSON_ArrayForEach(id, c) {
@@ -263,6 +261,11 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
     const int empty = !what || (cJSON_IsArray(what) && !what->child) || (cJSON_IsString(what) && !what->valuestring[0]);
     cJSON *q = cJSON_CreateObject();
     int rc = q ? translate(in, q, chat, ctx->reasoning, meta, err) : nv_api_oom(err);
+    /* options.num_keep: the prompt's first tokens a truncation keeps (Ollama's default 4) */
+    const cJSON *opts = nv_api_field(in, "options"), *nk = cJSON_IsObject(opts) ? nv_api_field(opts, "num_keep") : NULL;
+    if (!rc && nk && !(cJSON_IsNumber(nk) && nk->valuedouble >= 0 && nk->valuedouble <= 1e9 && nk->valuedouble == floor(nk->valuedouble)))
+        rc = nv_api_bad(err, "options.num_keep: must be an integer >= 0");
+    const int keep = nk && !rc ? (int)nk->valuedouble : 4;
     /* through the template: the OpenAI request's messages stand for it */
     if (!rc && !empty && !chat && nv_api_field(q, "messages")) rc = keep_turn(ctx, in, q, meta, err);
     cJSON_Delete(in);
@@ -275,7 +278,7 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
         return err->status;
     }
     const nv_api_parse_opts o = {.max_stop = NV_MAX_STOP - 1, .max_tokens_cap = 1, .prefix = meta->context,
-                                 .n_prefix = meta->n_context};
+                                 .n_prefix = meta->n_context, .truncate = 1, .keep = keep};
     /* translate() wrote a prompt (raw, or a suffix to fill in before) for a completions request, else messages */
     if (!rc) rc = nv_api_parse_json(ctx, !nv_api_field(q, "prompt"), q, &o, out, err);
     cJSON_Delete(q);

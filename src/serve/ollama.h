@@ -20,7 +20,10 @@
  *   when given). generate's context (the ids an earlier answer returned: the conversation so far)
  *   goes before the prompt's rendering, whose BOS is then left out (llama2's kept); with raw or a
  *   suffix it is refused. images (no model here reads them), template, and context and suffix on
- *   /api/chat are refused unless empty. The model is named by its id, with or without Ollama's ":latest" tag. A chat
+ *   /api/chat are refused unless empty. A prompt (context included) that the context or the KV pool
+ *   cannot hold with room for an answer is truncated as Ollama truncates, not refused: its first
+ *   options.num_keep tokens (default 4) and its last, half of the room past those (nv_api_parse_opts).
+ *   The model is named by its id, with or without Ollama's ":latest" tag. A chat
  *   without messages, or a generate without a prompt, loads the model: *load_only is set and
  *   nothing is parsed into out (nv_olla_loaded answers it).
  * - Answers (nv_olla_chunk, nv_olla_done): JSON objects, one a line when streamed
