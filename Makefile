@@ -23,6 +23,14 @@ MPI_STAMP := build/mpi-$(if $(MPI_LIBS),on,off).stamp
 $(MPI_STAMP):
 	@mkdir -p build && rm -f build/mpi-*.stamp && touch $@
 
+# the commit the binary is built from (`nerve --version`): build/version.h, rewritten only when it
+# changes, so that main.c alone is compiled again after a commit
+NV_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+build/version.h: FORCE
+	@mkdir -p build && printf '#define NV_COMMIT "%s"\n' '$(NV_COMMIT)' > $@.tmp && \
+	  { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
+FORCE:
+
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/engine/*.c src/model/*.c src/train/*.c src/serve/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
@@ -30,7 +38,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 # $(call objs,variant,sources)
 objs = $(patsubst %.c,build/$(1)/obj/%.o,$(2))
 
-.PHONY: all test demo deps clean bench-peers
+.PHONY: all test demo deps clean bench-peers FORCE
 # the test programs' objects are intermediate files of a chain of pattern rules: kept, so that the
 # next make does not compile them again
 .SECONDARY:
@@ -42,6 +50,8 @@ build/$(1)/obj/%.o: %.c
 	$$(CC) $$(BASE) $$(WARN) $(2) $$(OBJ_EXTRA) -c $$< -o $$@
 
 build/$(1)/obj/src/serve/webui.o: src/serve/webui.html
+build/$(1)/obj/src/cli/main.o: build/version.h
+build/$(1)/obj/src/cli/main.o: BASE += -Ibuild
 build/$(1)/obj/src/train/dist.o: $(MPI_STAMP)
 build/$(1)/obj/src/train/dist.o: BASE += $(MPI_CFLAGS)
 

@@ -395,6 +395,11 @@ static void test_bad_input_one_line_errors(void) {
 }
 
 static void test_info(void) {
+    /* the build: "nerve COMMIT (...)", one line, by either spelling; an unknown command is a 2 */
+    T_CHECK(t_nerve("--version") == 0 && !strncmp(t_out, "nerve ", 6) && count_lines(t_out) == 1 && !strstr(t_out, "nerve  "),
+            "--version: '%s'", t_out);
+    T_CHECK(t_nerve("version") == 0 && !strncmp(t_out, "nerve ", 6), "version: '%s'", t_out);
+    T_CHECK(t_nerve("--versions") == 2, "an unknown command accepted");
     T_CHECK(t_nerve("info") == 0, "info failed: %s", t_err);
     const char *want[] = {"cpu:", "cores:", "memory:", "AVX2", "AVX-512F", "AVX512-BF16", "AMX-TILE", "AMX-BF16", "AMX-INT8",
                           "amx:", "scalar"};
