@@ -14,13 +14,62 @@
 
 static int pad8(int n) { return (n + 7) & ~7; }
 
+/* Heads this narrow take the backward's products whose outputs are a head wide (dS K, dS^T q, P^T dout)
+ * transposed: a head's hd outputs would fill a fraction of the engine's panel (32 floats on avx512),
+ * so the block's rows or keys are the outputs instead (dq^T = K^T dS^T, ...), the head's dimensions
+ * the rows. (The forward's P V, one such product beside the softmax, measured no faster so.) */
+#define NARROW 32
+
 /* Per task: keys and values packed (keys as hd x T for the scores and, backward, as T x hd too; values
  * as T x hd forward, hd x T backward), RB rows of scores and of probabilities, a transpose (T8 x RB)
- * and one block of query (or output gradient) rows packed as RB x hd. */
+ * and one block of query (or output gradient) rows packed as RB x hd. Narrow heads' backward also: a
+ * block's scores packed either way and six head-wide matrices transposed (hd x T8: K^T, q^T, dout^T,
+ * and the outputs dq^T, dk^T, dv^T). */
 static size_t task_floats(const nv_config *c, int T) {
     const int T8 = pad8(T), hd = c->head_dim;
-    return 2 * nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + 2 * (size_t)RB * T8 + (size_t)T8 * RB +
-           nv_bpack_floats(RB, hd);
+    size_t n = 2 * nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + 2 * (size_t)RB * T8 + (size_t)T8 * RB +
+               nv_bpack_floats(RB, hd);
+    if (hd < NARROW) n += nv_bpack_floats(T, RB) + nv_bpack_floats(RB, T) + 6 * (size_t)hd * T8;
+    return n;
+}
+
+/* The narrow heads' buffers at the end of a task's workspace (task_floats); the matrices hd x T8. */
+typedef struct {
+    float *packt; /* a block's scores as B transposed (depth: keys, outputs: rows) */
+    float *pack;  /* a block's scores as B (depth: rows, outputs: keys) */
+    float *k;     /* K^T */
+    float *q, *dout; /* a query head's q^T and dout^T */
+    float *dq, *dk, *dv; /* a query head's dq^T; dk^T and dv^T, summed over the task's blocks */
+} narrow_ws;
+
+static narrow_ws narrow_of(const nv_config *c, int T, float *task_ws) {
+    const int T8 = pad8(T), hd = c->head_dim;
+    const size_t mat = (size_t)hd * T8;
+    float *p = task_ws + 2 * nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + 2 * (size_t)RB * T8 + (size_t)T8 * RB +
+               nv_bpack_floats(RB, hd);
+    narrow_ws w;
+    w.packt = p, p += nv_bpack_floats(T, RB);
+    w.pack = p, p += nv_bpack_floats(RB, T);
+    w.k = p, w.q = p + mat, w.dout = p + 2 * mat, w.dq = p + 3 * mat, w.dk = p + 4 * mat, w.dv = p + 5 * mat;
+    return w;
+}
+
+/* dst[i * ldd + d] += src[d * lds + i] for i < n, d < hd: a transposed head-wide matrix added back
+ * (8 x 8 blocks in registers, the edges one by one). */
+static void add_transposed(float *dst, size_t ldd, const float *src, size_t lds, int n, int hd) {
+    const int n8 = n & ~7, h8 = hd & ~7;
+    for (int d = 0; d < h8; d += 8)
+        for (int i = 0; i < n8; i += 8) {
+            __m256 t[8];
+            for (int r = 0; r < 8; r++) t[r] = _mm256_loadu_ps(src + (size_t)(d + r) * lds + i);
+            nv_tr8x8_ps(t);
+            for (int r = 0; r < 8; r++) {
+                float *o = dst + (size_t)(i + r) * ldd + d;
+                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), t[r]));
+            }
+        }
+    for (int i = 0; i < n; i++)
+        for (int d = i < n8 ? h8 : 0; d < hd; d++) dst[(size_t)i * ldd + d] += src[(size_t)d * lds + i];
 }
 
 size_t nv_attention_workspace(const nv_config *c, int B, int T) { return (size_t)B * c->n_heads * task_floats(c, T); }
@@ -175,12 +224,23 @@ static void backward_task(void *ctx, int task, int n_tasks) {
     float *fac = tr; /* soft-capped scores: each score's factor (cap_row's), RB x T8, until tr's first transpose */
     float *dkb = j->dk + (size_t)b * T * kvd + koff, *dvb = j->dv + (size_t)b * T * kvd + koff;
     const float *kb = j->k + (size_t)b * T * kvd + koff;
+    const int narrow = hd < NARROW;
+    const narrow_ws nw = narrow ? narrow_of(c, T, ws) : (narrow_ws){0};
     nv_bpack vp, kp, ktp, bp;
     nv_bpack_rows(&vp, j->e, j->v + (size_t)b * T * kvd + koff, (size_t)kvd, T, hd, vbuf); /* B = V^T */
-    nv_bpack_cols(&kp, j->e, kb, (size_t)kvd, T, hd, kbuf);                               /* B = K */
+    if (narrow) { /* A = K^T; dk^T and dv^T summed over the blocks of every query head, added back at the end */
+        nv_transpose(kb, (size_t)kvd, T, hd, nw.k, (size_t)T8);
+        memset(nw.dk, 0, 2 * (size_t)hd * T8 * sizeof(float)); /* (dk and dv lie side by side) */
+    } else {
+        nv_bpack_cols(&kp, j->e, kb, (size_t)kvd, T, hd, kbuf); /* B = K */
+    }
     nv_bpack_rows(&ktp, j->e, kb, (size_t)kvd, T, hd, ktbuf);                             /* B = K^T */
-    const int al = key_align(&vp, &kp, &ktp);
-    for (int h = kvh * kv_mul; h < (kvh + 1) * kv_mul; h++)
+    const int al = narrow ? key_align(&vp, &ktp, NULL) : key_align(&vp, &kp, &ktp);
+    for (int h = kvh * kv_mul; h < (kvh + 1) * kv_mul; h++) {
+        if (narrow) { /* this head's q^T and dout^T, A of dk^T and dv^T */
+            nv_transpose(j->q + (size_t)b * T * qd + (size_t)h * hd, (size_t)qd, T, hd, nw.q, (size_t)T8);
+            nv_transpose(j->dout + (size_t)b * T * qd + (size_t)h * hd, (size_t)qd, T, hd, nw.dout, (size_t)T8);
+        }
         for (int r0 = 0; r0 < T; r0 += RB) {
             const int r1 = T - r0 < RB ? T : r0 + RB, m = r1 - r0, lo = block_first_key(j, b, r0, r1, al), w = r1 - lo;
             const float *st0 = j->stats + ((size_t)b * H + h) * T * 2;
@@ -188,7 +248,7 @@ static void backward_task(void *ctx, int task, int n_tasks) {
             const float *q0 = j->q + ((size_t)b * T + r0) * qd + (size_t)h * hd;
             nv_bpack vv, kv, ktv; /* V^T, K and K^T from key lo on: a row's entry u - lo is key u's */
             nv_bpack_skip(&vp, lo, 0, &vv);
-            nv_bpack_skip(&kp, 0, lo, &kv);
+            if (!narrow) nv_bpack_skip(&kp, 0, lo, &kv);
             nv_bpack_skip(&ktp, lo, 0, &ktv);
             nv_bpack_run(&ktv, q0, (size_t)qd, m, hd, w, pb, (size_t)T8, 0); /* the forward's scores */
             for (int t = r0; t < r1; t++) {
@@ -228,6 +288,16 @@ static void backward_task(void *ctx, int task, int n_tasks) {
                 for (; u < n; u++) d[u] = a[u] * (d[u] - sum) * scale;
                 for (; u < w - k0; u++) d[u] = 0.0f;
             }
+            if (narrow) { /* transposed: the block's rows (or keys) are the outputs, the head's dimensions the rows */
+                nv_bpack t; /* dq^T[rows r0..r1) = K^T dS^T */
+                nv_bpack_rows(&t, j->e, ds, (size_t)T8, m, w, nw.packt);
+                nv_bpack_run(&t, nw.k + lo, (size_t)T8, hd, w, m, nw.dq + r0, (size_t)T8, 0);
+                nv_bpack_cols(&t, j->e, ds, (size_t)T8, m, w, nw.pack); /* dk^T[keys lo..r1) += q^T dS */
+                nv_bpack_run(&t, nw.q + r0, (size_t)T8, hd, m, w, nw.dk + lo, (size_t)T8, 1);
+                nv_bpack_cols(&t, j->e, pb, (size_t)T8, m, w, nw.pack); /* dv^T[keys lo..r1) += dout^T P */
+                nv_bpack_run(&t, nw.dout + r0, (size_t)T8, hd, m, w, nw.dv + lo, (size_t)T8, 1);
+                continue;
+            }
             nv_bpack_run(&kv, ds, (size_t)T8, m, w, hd, j->dq + ((size_t)b * T + r0) * qd + (size_t)h * hd, (size_t)qd, 1);
             /* dk[lo..r1) += dS^T q over the block's rows */
             nv_transpose(ds, (size_t)T8, m, w, tr, RB);
@@ -238,6 +308,12 @@ static void backward_task(void *ctx, int task, int n_tasks) {
             nv_bpack_cols(&bp, j->e, dout0, (size_t)qd, m, hd, blk);
             nv_bpack_run(&bp, tr, RB, w, m, hd, dvb + (size_t)lo * kvd, (size_t)kvd, 1);
         }
+        if (narrow) add_transposed(j->dq + (size_t)b * T * qd + (size_t)h * hd, (size_t)qd, nw.dq, (size_t)T8, T, hd);
+    }
+    if (narrow) {
+        add_transposed(dkb, (size_t)kvd, nw.dk, (size_t)T8, T, hd);
+        add_transposed(dvb, (size_t)kvd, nw.dv, (size_t)T8, T, hd);
+    }
 }
 
 /* The engine for a head's products: a bf16 tile pads a head's depth to 32, so below 32 the fp32 one. */
