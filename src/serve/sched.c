@@ -501,6 +501,10 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     const nv_config *c = &model->config;
     const nv_kv_dtype dtype = o->kv_dtype ? o->kv_dtype : NV_KV_F16;
     const int drafts = o->spec_tokens > o->pred_tokens ? o->spec_tokens : o->pred_tokens; /* the most a decode row takes */
+    /* draft rows a step takes in all: every sequence's --spec-tokens, and predictions' further drafts for
+       at most 16 sequences (a large max_batch does not multiply the batch state by 17) */
+    const int pred_more = o->pred_tokens > o->spec_tokens ? o->pred_tokens - o->spec_tokens : 0;
+    s->draft_cap = o->max_batch * o->spec_tokens + pred_more * (o->max_batch < 16 ? o->max_batch : 16);
     /* auto: split when every layer's keys and values of the whole context would not fit the budget
        (a block id's bytes: the model's every layer, and a draft model's) */
     const uint64_t id_bytes = nv_kv_block_bytes(c, o->block_size, dtype) +
@@ -553,7 +557,7 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
         if (!(s->ckpts = calloc((size_t)s->cap_ckpts, sizeof *s->ckpts))) e = nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
     /* every sequence's decode row with its drafts, and the prompt chunk */
-    if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch * (1 + drafts) + o->prefill_chunk, o->max_batch);
+    if (e == NV_OK) e = nv_batch_state_init(&s->bs, c, o->max_batch + s->draft_cap + o->prefill_chunk, o->max_batch);
     if (e == NV_OK) e = nv_batch_state_set_adapters(&s->bs, c, o->adapters);
     if (e == NV_OK && o->draft) { /* the model's rows of a step and as many rows of catching up */
         const nv_config *dc = &o->draft->config;
@@ -1104,7 +1108,7 @@ static void lp_reserve(nv_req *r, int want) {
  * from a budget of prefill_chunk rows in admission order. Takes the blocks the rows reach, a
  * decode row's drafts included (looked up after the lock is released: draft_rows). */
 static int plan_step(nv_sched *s) {
-    int budget = s->o.prefill_chunk, n = 0, B = s->pool.block_size;
+    int budget = s->o.prefill_chunk, n = 0, B = s->pool.block_size, drafts_left = s->draft_cap;
     for (int i = 0; i < s->n_running; i++) {
         nv_req *r = s->running[i];
         nv_batch_seq q = {0};
@@ -1131,7 +1135,9 @@ static int plan_step(nv_sched *s) {
             const int left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
             if (k > left) k = left;
             if (k > room) k = room;
+            if (k > drafts_left) k = drafts_left;
             r->spec_k = k > 0 ? k : 0;
+            drafts_left -= r->spec_k;
         }
         q.pos = r->pos;
         q.blocks = r->blocks;

@@ -219,7 +219,8 @@ typedef struct {
     int spec_ngram_min, spec_ngram_max;
     /* a request's prediction: up to pred_tokens of its tokens checked a step (0: predictions are not
      * drafted from); where the answer has left it, the answer's last n tokens find its place again
-     * (n as above), else the lookup drafts as it would (with spec_tokens or not; never a draft model) */
+     * (n as above), else the lookup drafts as it would (with spec_tokens or not; never a draft model);
+     * the drafts past spec_tokens go to at most 16 sequences a step (draft_cap) */
     int pred_tokens;
     /* a draft model (NULL: none): with spec_tokens > 0 the drafts are its greedy tokens instead of
      * the lookup's; its vocabulary must be the model's; its plans built; must outlive the scheduler */
@@ -283,6 +284,7 @@ typedef struct {
     nv_batch_seq *dseqs;
     nv_req **dreq;
     int dlimit;    /* positions the draft can hold: the smaller of the two contexts */
+    int draft_cap; /* draft rows a step may take in all (sizes the batch state beside max_batch and a chunk) */
     int draft_off; /* a draft pass failed: drafting stopped for good (logged once) */
 } nv_sched;
 
