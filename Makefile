@@ -50,8 +50,8 @@ build/$(1)/obj/%.o: %.c
 	$$(CC) $$(BASE) $$(WARN) $(2) $$(OBJ_EXTRA) -c $$< -o $$@
 
 build/$(1)/obj/src/serve/webui.o: src/serve/webui.html
-build/$(1)/obj/src/cli/main.o: build/version.h
-build/$(1)/obj/src/cli/main.o: BASE += -Ibuild
+build/$(1)/obj/src/cli/main.o build/$(1)/obj/src/cli/cmd_info.o: build/version.h
+build/$(1)/obj/src/cli/main.o build/$(1)/obj/src/cli/cmd_info.o: BASE += -Ibuild
 build/$(1)/obj/src/train/dist.o: $(MPI_STAMP)
 build/$(1)/obj/src/train/dist.o: BASE += $(MPI_CFLAGS)
 

@@ -401,7 +401,7 @@ static void test_info(void) {
     T_CHECK(t_nerve("version") == 0 && !strncmp(t_out, "nerve ", 6), "version: '%s'", t_out);
     T_CHECK(t_nerve("--versions") == 2, "an unknown command accepted");
     T_CHECK(t_nerve("info") == 0, "info failed: %s", t_err);
-    const char *want[] = {"cpu:", "cores:", "memory:", "AVX2", "AVX-512F", "AVX512-BF16", "AMX-TILE", "AMX-BF16", "AMX-INT8",
+    const char *want[] = {"nerve:", "cpu:", "cores:", "memory:", "AVX2", "AVX-512F", "AVX512-BF16", "AMX-TILE", "AMX-BF16", "AMX-INT8",
                           "amx:", "scalar"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         T_CHECK(strstr(t_out, want[i]) != NULL, "info lacks '%s'", want[i]);
