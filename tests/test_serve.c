@@ -1038,23 +1038,50 @@ static void test_eight_concurrent_greedy_equal_alone(void) {
     T_CHECK(wait_pool_idle(main_srv.port), "blocks still in use after the requests ended");
 }
 
-/* The body of a 200 answer without its id and created (which differ between any two answers) and
- * usage.completion_tokens_details (a prediction's drafts: how many depends on the lookup's n-grams). */
-static char *answer_core(int port, const char *path, const char *body) {
+/* body (a JSON object's text) with "prediction": {"type": "content", "content": pred} (pred NULL:
+ * none) POSTed to path: the answer without id, created and usage.completion_tokens_details, whose
+ * counts go to acc and rej (-1 when it has none; how many depends on the lookup's n-grams); its
+ * first choice's text to text (NULL: not asked). */
+static char *predicted_core(int port, const char *path, const char *body, const char *pred, int *acc, int *rej, char *text,
+                            size_t cap) {
+    char *with = NULL, *out = NULL; /* the body with the prediction */
+    if (pred) {
+        cJSON *b = cJSON_Parse(body), *p = cJSON_AddObjectToObject(b, "prediction");
+        cJSON_AddStringToObject(p, "type", "content");
+        cJSON_AddStringToObject(p, "content", pred);
+        with = cJSON_PrintUnformatted(b);
+        cJSON_Delete(b);
+    }
     resp r;
-    char *out = NULL;
-    if (http(port, "POST", path, NULL, body, &r) && r.status == 200) {
+    *acc = *rej = -1;
+    if (text) text[0] = '\0';
+    if (http(port, "POST", path, NULL, with ? with : body, &r) && r.status == 200) {
         cJSON *root = cJSON_Parse(r.body);
-        if (root) {
-            cJSON_DeleteItemFromObject(root, "id");
-            cJSON_DeleteItemFromObject(root, "created");
-            cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "usage"), "completion_tokens_details");
-            out = cJSON_PrintUnformatted(root);
-            cJSON_Delete(root);
+        cJSON_DeleteItemFromObject(root, "id");
+        cJSON_DeleteItemFromObject(root, "created");
+        cJSON *d = cJSON_DetachItemFromObject(cJSON_GetObjectItem(root, "usage"), "completion_tokens_details");
+        if (d) {
+            *acc = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "accepted_prediction_tokens"));
+            *rej = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "rejected_prediction_tokens"));
         }
+        cJSON_Delete(d);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+        const cJSON *t = cJSON_GetObjectItem(c0, "text");
+        if (!t) t = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content");
+        if (text && cJSON_IsString(t)) snprintf(text, cap, "%s", t->valuestring);
+        out = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
     }
     resp_free(&r);
+    free(with);
     return out;
+}
+
+/* The body of a 200 answer without its id and created (which differ between any two answers) and
+ * usage.completion_tokens_details. */
+static char *answer_core(int port, const char *path, const char *body) {
+    int acc, rej;
+    return predicted_core(port, path, body, NULL, &acc, &rej, NULL, 0);
 }
 
 /* Speculative decoding checks drafts without changing a bit of the answer: the same text,
@@ -1135,43 +1162,6 @@ static void check_drafts_change_nothing(const char *name, const char *drafts, do
 
 static void test_speculative_decoding(void) { check_drafts_change_nothing("spec", "--spec-tokens 6 --spec-lookup-min 1", 50); }
 
-/* body (a JSON object's text) with "prediction": {"type": "content", "content": pred} (pred NULL:
- * none) POSTed to path: the answer without id, created and usage.completion_tokens_details, whose
- * counts go to acc and rej (-1 when it has none); its first choice's text to text. */
-static char *predicted_core(int port, const char *path, const char *body, const char *pred, int *acc, int *rej, char *text,
-                            size_t cap) {
-    cJSON *b = cJSON_Parse(body);
-    if (pred) {
-        cJSON *p = cJSON_AddObjectToObject(b, "prediction");
-        cJSON_AddStringToObject(p, "type", "content");
-        cJSON_AddStringToObject(p, "content", pred);
-    }
-    char *sent = cJSON_PrintUnformatted(b), *out = NULL;
-    cJSON_Delete(b);
-    resp r;
-    *acc = *rej = -1;
-    text[0] = '\0';
-    if (http(port, "POST", path, NULL, sent, &r) && r.status == 200) {
-        cJSON *root = cJSON_Parse(r.body);
-        cJSON_DeleteItemFromObject(root, "id");
-        cJSON_DeleteItemFromObject(root, "created");
-        cJSON *d = cJSON_DetachItemFromObject(cJSON_GetObjectItem(root, "usage"), "completion_tokens_details");
-        if (d) {
-            *acc = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "accepted_prediction_tokens"));
-            *rej = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "rejected_prediction_tokens"));
-        }
-        cJSON_Delete(d);
-        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
-        const cJSON *t = cJSON_GetObjectItem(c0, "text");
-        if (!t) t = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content");
-        if (cJSON_IsString(t)) snprintf(text, cap, "%s", t->valuestring);
-        out = cJSON_PrintUnformatted(root);
-        cJSON_Delete(root);
-    }
-    resp_free(&r);
-    free(sent);
-    return out;
-}
 
 typedef struct {
     int port;

@@ -25,11 +25,15 @@ static int pad8(int n) { return (n + 7) & ~7; }
  * and one block of query (or output gradient) rows packed as RB x hd. Narrow heads' backward also: a
  * block's scores packed either way and six head-wide matrices transposed (hd x T8: K^T, q^T, dout^T,
  * and the outputs dq^T, dk^T, dv^T). */
-static size_t task_floats(const nv_config *c, int T) {
+static size_t every_head_floats(const nv_config *c, int T) {
     const int T8 = pad8(T), hd = c->head_dim;
-    size_t n = 2 * nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + 2 * (size_t)RB * T8 + (size_t)T8 * RB +
-               nv_bpack_floats(RB, hd);
-    if (hd < NARROW) n += nv_bpack_floats(T, RB) + nv_bpack_floats(RB, T) + 6 * (size_t)hd * T8;
+    return 2 * nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + 2 * (size_t)RB * T8 + (size_t)T8 * RB + nv_bpack_floats(RB, hd);
+}
+
+static size_t task_floats(const nv_config *c, int T) {
+    const int hd = c->head_dim;
+    size_t n = every_head_floats(c, T);
+    if (hd < NARROW) n += nv_bpack_floats(T, RB) + nv_bpack_floats(RB, T) + 6 * (size_t)hd * pad8(T);
     return n;
 }
 
@@ -45,8 +49,7 @@ typedef struct {
 static narrow_ws narrow_of(const nv_config *c, int T, float *task_ws) {
     const int T8 = pad8(T), hd = c->head_dim;
     const size_t mat = (size_t)hd * T8;
-    float *p = task_ws + 2 * nv_bpack_floats(hd, T) + nv_bpack_floats(T, hd) + 2 * (size_t)RB * T8 + (size_t)T8 * RB +
-               nv_bpack_floats(RB, hd);
+    float *p = task_ws + every_head_floats(c, T);
     narrow_ws w;
     w.packt = p, p += nv_bpack_floats(T, RB);
     w.pack = p, p += nv_bpack_floats(RB, T);
