@@ -113,93 +113,17 @@ static inline int server_stop_within(server *s, double wait_s) {
 /* A blocking TCP connection to 127.0.0.1:port with send/receive timeouts, or -1. */
 static inline int connect_to_within(int port, int timeout_s) { return nv_loopback_connect(port, timeout_s); }
 
-/* ---- a small HTTP/1.1 client over plain sockets ---------------------------------------------- */
+/* ---- the HTTP/1.1 client (base/net.h) ------------------------------------------------------------ */
 
-typedef struct {
-    int status;
-    char *head; /* status line and headers */
-    char *body; /* de-chunked */
-    size_t body_len;
-} resp;
+typedef nv_http_answer resp;
 
-static inline void resp_free(resp *r) {
-    free(r->head);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-
-static inline int send_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k <= 0) return 0;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 1;
-}
-
+static inline void resp_free(resp *r) { nv_http_answer_free(r); }
+static inline int send_all(int fd, const char *p, size_t n) { return nv_send_all(fd, p, n); }
 static inline char *build_request(const char *method, const char *path, const char *headers, const char *body, size_t *len) {
-    size_t blen = body ? strlen(body) : 0, cap = blen + 1024 + (headers ? strlen(headers) : 0);
-    char *req = malloc(cap);
-    int n = snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s", method, path,
-                     headers ? headers : "");
-    if (body) n += snprintf(req + n, cap - (size_t)n, "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
-    n += snprintf(req + n, cap - (size_t)n, "\r\n");
-    if (body) memcpy(req + n, body, blen);
-    *len = (size_t)n + blen;
-    return req;
+    return nv_http_request_text(method, path, headers, body, len);
 }
-
-static inline int parse_response(char *raw, size_t n, resp *r) {
-    char *sep = strstr(raw, "\r\n\r\n");
-    if (!sep || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) return 0;
-    size_t hl = (size_t)(sep - raw);
-    r->head = malloc(hl + 1);
-    memcpy(r->head, raw, hl);
-    r->head[hl] = '\0';
-    char *b = sep + 4;
-    size_t left = n - (size_t)(b - raw);
-    r->body = malloc(left + 1);
-    r->body_len = 0;
-    if (strcasestr(r->head, "Transfer-Encoding: chunked")) {
-        while (left > 0) {
-            char *end;
-            unsigned long sz = strtoul(b, &end, 16);
-            char *crlf = strstr(b, "\r\n");
-            if (!crlf || sz == 0) break;
-            b = crlf + 2;
-            left = n - (size_t)(b - raw);
-            if (sz > left) sz = left;
-            memcpy(r->body + r->body_len, b, sz);
-            r->body_len += sz;
-            b += sz;
-            if (left >= sz + 2) b += 2;
-            left = n > (size_t)(b - raw) ? n - (size_t)(b - raw) : 0;
-        }
-    } else {
-        memcpy(r->body, b, left);
-        r->body_len = left;
-    }
-    r->body[r->body_len] = '\0';
-    return 1;
-}
-
-static inline int read_all(int fd, char **out, size_t *n) {
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 + 1 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    buf[len] = '\0';
-    *out = buf;
-    *n = len;
-    return len > 0;
-}
+static inline int parse_response(char *raw, size_t n, resp *r) { return nv_http_answer_parse(raw, n, r); }
+static inline int read_all(int fd, char **out, size_t *n) { return nv_recv_all(fd, out, n); }
 
 /* Sends raw bytes and reads the whole answer. */
 static inline int http_raw(int port, const char *raw, size_t len, resp *r) {
@@ -218,28 +142,11 @@ static inline int http_raw(int port, const char *raw, size_t len, resp *r) {
 }
 
 static inline int http(int port, const char *method, const char *path, const char *headers, const char *body, resp *r) {
-    size_t len;
-    char *req = build_request(method, path, headers, body, &len);
-    int ok = http_raw(port, req, len, r);
-    free(req);
-    return ok;
+    return nv_loopback_http(port, 60, method, path, headers, body, r);
 }
 
 /* The value of a metric line "name value" in the server's /metrics (exact name, labels included), or -1. */
-static inline double metric(int port, const char *name) {
-    resp r;
-    double v = -1;
-    if (http(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200) {
-        size_t nl = strlen(name);
-        for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-            if (!strncmp(p, name, nl) && p[nl] == ' ') {
-                v = atof(p + nl + 1);
-                break;
-            }
-    }
-    resp_free(&r);
-    return v;
-}
+static inline double metric(int port, const char *name) { return nv_loopback_metric(port, name); }
 
 /* Waits up to 20 s until no request runs or waits and no KV block is in use or reserved, the SSD
  * writer's pins included (its queue empty); 0 when that did not come. */

@@ -171,22 +171,13 @@ static int child_stop(child *c) {
 
 /* ---- the HTTP client ------------------------------------------------------------------------------ */
 
+/* a request as base/net.h writes it, sent whole */
 static int send_req(int fd, const char *method, const char *path, const char *body) {
-    size_t blen = body ? strlen(body) : 0;
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     method, path, blen);
-    const char *parts[2] = {head, body ? body : ""};
-    size_t lens[2] = {(size_t)n, blen};
-    for (int i = 0; i < 2; i++)
-        for (size_t off = 0; off < lens[i];) {
-            ssize_t k = send(fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
-            if (k <= 0) return 0;
-            off += (size_t)k;
-        }
-    return 1;
+    size_t len;
+    char *req = nv_http_request_text(method, path, NULL, body, &len);
+    const int ok = req && nv_send_all(fd, req, len);
+    free(req);
+    return ok;
 }
 
 typedef struct {
@@ -321,28 +312,6 @@ static int stream_post(int port, const char *body, sresult *r) {
     free(raw.p);
     free(sse.p);
     return r->status == 200 && r->done;
-}
-
-/* The value of metric `name` (exact, labels included), or -1. */
-static double metric(int port, const char *name) {
-    int fd = nv_loopback_connect(port, 900);
-    if (fd < 0) return -1;
-    gbuf b = {0};
-    if (send_req(fd, "GET", "/metrics", NULL)) {
-        char buf[16384];
-        ssize_t k;
-        while ((k = recv(fd, buf, sizeof buf, 0)) > 0) gb_add(&b, buf, (size_t)k);
-    }
-    close(fd);
-    double v = -1;
-    size_t nl = strlen(name);
-    for (const char *p = b.p; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, name, nl) && p[nl] == ' ') {
-            v = atof(p + nl + 1);
-            break;
-        }
-    free(b.p);
-    return v;
 }
 
 /* ---- helpers -------------------------------------------------------------------------------------- */
@@ -837,7 +806,7 @@ int bench_prefix(int argc, char **argv, const bench_opts *o) {
             }
         }
         if (phase == 0) { /* every block on disk before the restart */
-            for (double t0 = nv_now(); nv_now() - t0 < 600 && metric(srv.port, "nerve_prefix_disk_write_queue_depth") != 0;)
+            for (double t0 = nv_now(); nv_now() - t0 < 600 && nv_loopback_metric(srv.port, "nerve_prefix_disk_write_queue_depth") != 0;)
                 sleep_s(0.05);
         }
         if (child_stop(&srv) != 0) {
@@ -1077,16 +1046,16 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
                 for (int side = 0; side < 2; side++) { /* off, then on: the same minutes for both */
                     child *srv = side ? &on : &off;
                     gbuf *texts = calloc(nt, sizeof *texts);
-                    double s0 = metric(srv->port, "nerve_steps_total"), d0 = metric(srv->port, "nerve_spec_draft_tokens_total");
-                    double a0 = metric(srv->port, "nerve_spec_accepted_tokens_total");
+                    double s0 = nv_loopback_metric(srv->port, "nerve_steps_total"), d0 = nv_loopback_metric(srv->port, "nerve_spec_draft_tokens_total");
+                    double a0 = nv_loopback_metric(srv->port, "nerve_spec_accepted_tokens_total");
                     long completion = 0;
                     const gbuf *preds = side && cases[ci].predicted ? prev : NULL;
                     wall[side] += spec_round(srv->port, n, requests, tokens, cases[ci].temperature, preds, texts, &completion, &ok);
                     done[side] += completion;
-                    steps[side] += metric(srv->port, "nerve_steps_total") - s0;
+                    steps[side] += nv_loopback_metric(srv->port, "nerve_steps_total") - s0;
                     if (side) {
-                        drafted += metric(srv->port, "nerve_spec_draft_tokens_total") - d0;
-                        accepted += metric(srv->port, "nerve_spec_accepted_tokens_total") - a0;
+                        drafted += nv_loopback_metric(srv->port, "nerve_spec_draft_tokens_total") - d0;
+                        accepted += nv_loopback_metric(srv->port, "nerve_spec_accepted_tokens_total") - a0;
                     }
                     if (!side) prev = texts;
                     else {

@@ -16,6 +16,21 @@
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
+
+/* Work run beside a server that cli_serve_run starts for it (`nerve batch`): the server listens on
+ * 127.0.0.1 at a free port, with api_key its only key and no chat page; run is called on a thread
+ * of its own once it listens, and its return is the exit code; SIGINT/SIGTERM are passed to
+ * interrupt (level 1 the first, 2 the second); the server then stops. */
+typedef struct {
+    const char *cmd; /* the command errors name */
+    const char *api_key;
+    void *ctx;
+    int (*run)(void *ctx, int port, int max_batch, int max_queue, float timeout_s);
+    void (*interrupt)(void *ctx, int level);
+} cli_serve_job;
+/* nerve serve's options and server; with job NULL, `nerve serve` itself. */
+int cli_serve_run(int argc, char **argv, const cli_serve_job *job);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_init(int argc, char **argv);

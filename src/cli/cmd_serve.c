@@ -5,7 +5,9 @@
  * 0; a second signal cancels at once. */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,7 @@
 #include "serve/http.h"
 #include "serve/sched.h"
 
-#define CMD "serve"
+static const char *CMD = "serve"; /* or the job's command (cli_serve_run) */
 #define GRACE_S 5.0
 
 static void usage(FILE *f) {
@@ -219,7 +221,40 @@ static int gather_api_keys(const char *const *given, int n_given, const char *ke
     return 1;
 }
 
-int cmd_serve(int argc, char **argv) {
+/* The job's thread: its exit code in *rc, then done. */
+typedef struct {
+    const cli_serve_job *job;
+    int port, max_batch, max_queue;
+    float timeout;
+    int rc;
+    atomic_int done;
+} job_run;
+
+static void *job_main(void *arg) {
+    job_run *j = arg;
+    j->rc = j->job->run(j->job->ctx, j->port, j->max_batch, j->max_queue, j->timeout);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* Runs the job beside the server until it ends, passing signals on to it (the signals blocked in
+ * every thread, taken here): its exit code, or 1 when its thread cannot start. */
+static int run_job(const cli_serve_job *job, int port, int max_batch, int max_queue, float timeout, const sigset_t *sigs) {
+    job_run j = {.job = job, .port = port, .max_batch = max_batch, .max_queue = max_queue, .timeout = timeout};
+    pthread_t t;
+    if (pthread_create(&t, NULL, job_main, &j) != 0) return cli_error(CMD, 1, "cannot start a thread");
+    int level = 0;
+    struct timespec tick = {0, 50 * 1000 * 1000};
+    while (!atomic_load(&j.done))
+        if (sigtimedwait(sigs, NULL, &tick) > 0 && level < 2) job->interrupt(job->ctx, ++level);
+    pthread_join(t, NULL);
+    return j.rc;
+}
+
+int cmd_serve(int argc, char **argv) { return cli_serve_run(argc, argv, NULL); }
+
+int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
+    if (job) CMD = job->cmd;
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *alias = NULL, *host = "127.0.0.1";
     const char *template_name = NULL, *template_file = NULL, *ssl_key = NULL, *ssl_cert = NULL, *key_file = NULL;
     const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
@@ -317,9 +352,13 @@ int cmd_serve(int argc, char **argv) {
             cache_dir = v;
         }
         else if (!strcmp(a, "--timeout")) { if (!cli_float(CMD, a, v, 0.001, 1e7, &timeout)) return 2; }
-        else return cli_error(CMD, 2, "unknown option '%s' (see nerve serve --help)", a);
+        else return cli_error(CMD, 2, "unknown option '%s' (see nerve %s --help)", a, CMD);
     }
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve serve --help)");
+    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve %s --help)", CMD);
+    if (job) { /* this process's own requests: this machine only, any free port, the job's key alone */
+        host = "127.0.0.1", port = 0, webui = 0, cors = 0;
+        given_keys[0] = job->api_key, n_given_keys = 1, key_file = NULL;
+    }
     if (cli_spec_check(CMD, &spec)) return 2;
     if (!ssl_key != !ssl_cert) return cli_error(CMD, 2, "--ssl-key-file and --ssl-cert-file go together (HTTPS needs both)");
     nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
@@ -497,6 +536,7 @@ int cmd_serve(int argc, char **argv) {
                        .n_api_keys = n_api_keys,
                        .cors = cors,
                        .webui = webui,
+                       .quiet_access = job != NULL,
                        .olla = olla_info(model_path, &model, olla_arch, olla_quant),
                        .max_body = (size_t)max_body,
                        .timeout_s = timeout,
@@ -549,21 +589,25 @@ int cmd_serve(int argc, char **argv) {
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
-            "nerve serve: listening on %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
+            "nerve %s: %s %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)%s\n",
-            key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
+            CMD, job ? "its requests to a server on" : "listening on", key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
             reasoning ? " (reasoning to reasoning_content)" : "",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
-            prefill_chunk, tuned_line, cache_line, spec_line, n_api_keys ? ", API key required" : "",
+            prefill_chunk, tuned_line, cache_line, spec_line, n_api_keys && !job ? ", API key required" : "",
             webui ? "; chat in a browser at /" : "");
     fflush(stderr);
 
-    int sig = 0;
-    while (sigwait(&sigs, &sig) != 0) {
+    int sig = 0, job_rc = 0;
+    if (job) {
+        job_rc = run_job(job, nv_http_port(http), max_batch, max_queue, timeout, &sigs);
+    } else {
+        while (sigwait(&sigs, &sig) != 0) {
+        }
+        fprintf(stderr, "nerve serve: %s: finishing running requests (up to %.0f s), then stopping\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM", GRACE_S);
     }
-    fprintf(stderr, "nerve serve: %s: finishing running requests (up to %.0f s), then stopping\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", GRACE_S);
     nv_http_quiesce(http);
     nv_sched_drain(&sched);
     double until = nv_now() + GRACE_S;
@@ -576,7 +620,7 @@ int cmd_serve(int argc, char **argv) {
         struct timespec ms10 = {0, 10 * 1000 * 1000};
         nanosleep(&ms10, NULL);
     }
-    rc = 0;
+    rc = job_rc;
 done:
     if (sched_ok) nv_sched_stop(&sched);
     if (http) nv_http_stop(http);
@@ -591,6 +635,6 @@ done:
     free(key_text);
     free(key_pem);
     free(cert_pem);
-    if (rc == 0) fprintf(stderr, "nerve serve: stopped\n");
+    if (rc == 0 && !job) fprintf(stderr, "nerve serve: stopped\n");
     return rc;
 }

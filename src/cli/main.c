@@ -15,6 +15,7 @@ static const struct {
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"chat", cmd_chat, "talk with a chat model in the terminal"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
+    {"batch", cmd_batch, "answer a file of OpenAI batch requests offline (continuous batching, in the input's order)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text, or write text files' tokens as a training shard"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)"},
     {"bench", cmd_bench, "measure the engines, training, generation and serving against peers"},

@@ -160,8 +160,7 @@ static void add_common_headers(nv_http *h, struct MHD_Response *resp, const char
     if (h->o.cors) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
 }
 
-static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const char *what) {
-    (void)c;
+static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *what) {
     static const char *const names[] = {"?", "/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/completions",
                                         "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/embeddings",
                                         "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
@@ -169,7 +168,7 @@ static void access_log(conn_ctx *cc, struct MHD_Connection *c, int status, const
                                         "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template", "/",
                                         "/api/chat", "/api/generate", "/api/tags", "/api/ps", "/api/show", "/api/embed",
                                         "/api/embeddings", "/api/version"};
-    nv_info("serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
+    nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
 
@@ -209,7 +208,7 @@ static enum MHD_Result respond(nv_http *h, struct MHD_Connection *c, conn_ctx *c
     add_common_headers(h, resp, ctype);
     if (hname) MHD_add_response_header(resp, hname, hval);
     enum MHD_Result ret = queue_counted(h, c, cc, status, resp);
-    if (status >= 400 || cc->route >= R_COMPLETIONS) access_log(cc, c, status, NULL);
+    if (status >= 400 || cc->route >= R_COMPLETIONS) access_log(h, cc, status, NULL);
     return ret;
 }
 
@@ -668,7 +667,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         add_common_headers(h, resp, st->pm.proto == P_OLLAMA ? "application/x-ndjson" : "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         enum MHD_Result ret = queue_counted(h, c, cc, 200, resp);
-        access_log(cc, c, 200, "stream");
+        access_log(h, cc, 200, "stream");
         return ret;
     }
 
@@ -684,7 +683,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             for (int j = 0; j < n; j++) free(lps[j].v), nv_buf_free(&text[j]);
             nv_api_request_free(&ar);
             api_meta_free(&pm);
-            access_log(cc, c, 499, "client closed the connection");
+            access_log(h, cc, 499, "client closed the connection");
             return MHD_NO;
         }
         oom |= text[i].oom || lps[i].oom;
@@ -925,7 +924,7 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
             nv_buf_free(&none);
             if (!done) {
                 release_all(h, r, n, 1);
-                access_log(cc, c, 499, "client closed the connection");
+                access_log(h, cc, 499, "client closed the connection");
                 ret = MHD_NO;
                 goto out;
             }

@@ -36,6 +36,7 @@ typedef struct {
     int n_api_keys;
     int cors;
     int webui; /* GET / answers the chat page (serve/webui.h); else 404 */
+    int quiet_access; /* each request's log line at debug level, not info (nerve batch's own server) */
     nv_olla_model_info olla; /* what Ollama's /api/tags and /api/show tell of the model */
     size_t max_body;
     double timeout_s;

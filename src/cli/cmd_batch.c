@@ -1,0 +1,609 @@
+/* nerve batch: a file of requests answered offline, as vLLM's run-batch and OpenAI's Batch API do.
+ * The input is OpenAI's batch input (JSON Lines of {"custom_id", "method": "POST", "url", "body"});
+ * every request goes to a server of this process's own (nerve serve's, on 127.0.0.1 at a free port
+ * with a random key: cli_serve_run), `--parallel` at a time, so continuous batching runs them
+ * together and each answer is exactly what `nerve serve` gives that body; the output is OpenAI's
+ * batch output ({"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}),
+ * a line per request in the input's order. The whole input is checked before the model loads. The
+ * output is written to OUT.partial and renamed over OUT at the end or on SIGINT/SIGTERM (with the
+ * requests answered by then), so an OUT is never half a line; --resume keeps the successful
+ * answers an OUT holds and runs the rest. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/file.h"
+#include "base/hash.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "base/timer.h"
+#include "cli/cli.h"
+#include "serve/api.h"
+
+#define CMD "batch"
+#define MAX_WORKERS 1024
+
+static const char *const batch_urls[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"};
+#define N_URLS (int)(sizeof batch_urls / sizeof *batch_urls)
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nerve batch -m MODEL [-z TOKENIZER] -i REQUESTS.jsonl -o RESULTS.jsonl [--parallel N] [--resume]\n"
+            "                   [nerve serve's model, engine, batching and cache options]\n"
+            "  -i, --input-file F   OpenAI's batch input: a JSON object a line, {\"custom_id\": a unique string,\n"
+            "                       \"method\": \"POST\", \"url\": one of /v1/chat/completions, /v1/completions,\n"
+            "                       /v1/embeddings, /v1/responses, \"body\": the request}; checked whole first\n"
+            "  -o, --output-file F  OpenAI's batch output, a line per request in the input's order: {\"id\",\n"
+            "                       \"custom_id\", \"response\": {\"status_code\", \"request_id\", \"body\": the\n"
+            "                       answer}, \"error\": null} (\"response\": null and an \"error\" when no answer came);\n"
+            "                       written whole at the end or on SIGINT/SIGTERM (F.partial until then)\n"
+            "  --parallel N         requests sent at once (default: twice --max-batch, so a freed slot has one waiting)\n"
+            "  --resume             F exists: keep its successful answers (status 2xx) and run the other requests\n"
+            "                       (without it an existing F is refused)\n"
+            "The requests run on a server of this process's own (127.0.0.1, a free port, a random key): every\n"
+            "option of nerve serve but --host, --port, --api-key(-file), --ssl-* and --cors applies (see\n"
+            "nerve serve --help). A request answered with an error status is written with it and counted; the\n"
+            "exit status is 0 when every request was answered, 1 when the run failed, 130 when interrupted.\n");
+}
+
+typedef struct {
+    char *custom_id;
+    const char *url;
+    char *body; /* the body's text exactly as the line has it */
+    int line_no;
+} batch_req;
+
+typedef struct {
+    batch_req *reqs;
+    int n, cap;
+    nv_map64 ids; /* nv_hash64(custom_id) (probed on by one where strings differ) -> index */
+} batch_set;
+
+static void set_free(batch_set *s) {
+    for (int i = 0; i < s->n; i++) free(s->reqs[i].custom_id), free(s->reqs[i].body);
+    free(s->reqs);
+    nv_map64_free(&s->ids);
+    memset(s, 0, sizeof *s);
+}
+
+/* The index of id in s, or -1; *slot the hash key it has or would take. */
+static int set_find(const batch_set *s, const char *id, uint64_t *slot) {
+    uint64_t h = nv_hash64(id, strlen(id), 17);
+    for (;; h++) {
+        const int32_t at = nv_map64_get(&s->ids, h);
+        if (at < 0 || !strcmp(s->reqs[at].custom_id, id)) {
+            *slot = h;
+            return at;
+        }
+    }
+}
+
+/* Where the value of the top-level key `key` of the JSON object text starts and its length (the
+ * text already parsed by cJSON); 0 when not found as written (an escaped key). */
+static const char *skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+static const char *skip_string(const char *p) { /* p at the opening quote: past the closing one */
+    for (p++; *p && *p != '"'; p++)
+        if (*p == '\\' && p[1]) p++;
+    return *p ? p + 1 : p;
+}
+static const char *skip_value(const char *p) {
+    if (*p == '"') return skip_string(p);
+    if (*p != '{' && *p != '[') {
+        while (*p && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') p++;
+        return p;
+    }
+    int depth = 0;
+    while (*p) {
+        if (*p == '"') {
+            p = skip_string(p);
+            continue;
+        }
+        if (*p == '{' || *p == '[') depth++;
+        else if ((*p == '}' || *p == ']') && --depth == 0) return p + 1;
+        p++;
+    }
+    return p;
+}
+static int member_span(const char *obj, const char *key, const char **start, size_t *len) {
+    const char *p = skip_ws(obj);
+    if (*p != '{') return 0;
+    const size_t kl = strlen(key);
+    for (p = skip_ws(p + 1); *p == '"';) {
+        const char *k = p + 1, *after = skip_string(p);
+        const int match = (size_t)(after - 1 - k) == kl && !memcmp(k, key, kl);
+        p = skip_ws(after);
+        if (*p != ':') return 0;
+        p = skip_ws(p + 1);
+        const char *v = p;
+        p = skip_value(p);
+        if (match) {
+            *start = v;
+            *len = (size_t)(p - v);
+            return 1;
+        }
+        p = skip_ws(p);
+        if (*p != ',') return 0;
+        p = skip_ws(p + 1);
+    }
+    return 0;
+}
+
+/* Splits text into lines (in place: NULs at the ends, a CR before them dropped); calls fn on each
+ * that is not blank with its 1-based number. */
+static int for_lines(char *text, int (*fn)(void *ctx, char *line, int no), void *ctx) {
+    int no = 0, rc = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        no++;
+        size_t l = strlen(line);
+        if (l && line[l - 1] == '\r') line[--l] = '\0';
+        const char *p = skip_ws(line);
+        if (*p && (rc = fn(ctx, line, no)) != 0) break;
+    }
+    return rc;
+}
+
+typedef struct {
+    const char *path;
+    batch_set *set;
+    int errors;
+} check_ctx;
+
+static void line_error(check_ctx *c, int no, const char *fmt, const char *arg) {
+    if (++c->errors > 10) return;
+    fprintf(stderr, "nerve " CMD ": %s:%d: ", c->path, no);
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+}
+
+/* One input line checked and, when well formed, added to the set. */
+static int check_line(void *ctx, char *line, int no) {
+    check_ctx *c = ctx;
+    cJSON *j = cJSON_Parse(line);
+    if (!cJSON_IsObject(j)) {
+        line_error(c, no, "%s", "not a JSON object");
+        cJSON_Delete(j);
+        return 0;
+    }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "custom_id"), *method = cJSON_GetObjectItemCaseSensitive(j, "method");
+    const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url"), *body = cJSON_GetObjectItemCaseSensitive(j, "body");
+    const char *u = NULL;
+    for (int i = 0; cJSON_IsString(url) && i < N_URLS; i++)
+        if (!strcmp(url->valuestring, batch_urls[i]) || !strcmp(url->valuestring, batch_urls[i] + 3)) u = batch_urls[i];
+    const cJSON *stream = cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "stream") : NULL;
+    uint64_t slot = 0;
+    int dup = -1;
+    if (!cJSON_IsString(id) || !id->valuestring[0]) line_error(c, no, "%s", "custom_id must be a non-empty string");
+    else if ((dup = set_find(c->set, id->valuestring, &slot)) >= 0) {
+        char other[32];
+        snprintf(other, sizeof other, "%d", c->set->reqs[dup].line_no);
+        line_error(c, no, "custom_id repeats line %s's (each request needs its own)", other);
+    } else if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST"))
+        line_error(c, no, "%s", "method must be \"POST\"");
+    else if (!u)
+        line_error(c, no, "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses%s", "");
+    else if (!cJSON_IsObject(body))
+        line_error(c, no, "%s", "body must be a JSON object (the request)");
+    else if (cJSON_IsTrue(stream))
+        line_error(c, no, "%s", "body.stream: a batch's answers are written whole; leave stream out");
+    else {
+        const char *start;
+        size_t len;
+        char *text = member_span(line, "body", &start, &len) ? strndup(start, len) : cJSON_PrintUnformatted(body);
+        batch_set *s = c->set;
+        if (s->n == s->cap) {
+            const int cap = s->cap ? s->cap * 2 : 1024;
+            batch_req *r = realloc(s->reqs, (size_t)cap * sizeof *r);
+            if (!r) {
+                free(text);
+                cJSON_Delete(j);
+                return cli_error(CMD, 1, "out of memory reading %s", c->path);
+            }
+            s->reqs = r, s->cap = cap;
+        }
+        char *cid = strdup(id->valuestring);
+        if (!text || !cid || nv_map64_put(&s->ids, slot, s->n) != NV_OK) {
+            free(text), free(cid);
+            cJSON_Delete(j);
+            return cli_error(CMD, 1, "out of memory reading %s", c->path);
+        }
+        s->reqs[s->n++] = (batch_req){.custom_id = cid, .url = u, .body = text, .line_no = no};
+    }
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* ---- resuming: the answers a former output holds -------------------------------------------------- */
+
+typedef struct {
+    const char *path;
+    const batch_set *set;
+    char *done; /* [set->n]: 1 where a 2xx answer is kept */
+    FILE *out;  /* the kept lines are copied here (NULL: only counted) */
+    int kept, dropped;
+} resume_ctx;
+
+static int resume_line(void *ctx, char *line, int no) {
+    resume_ctx *r = ctx;
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(j, "response");
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(resp, "status_code");
+    uint64_t slot;
+    const int at = cJSON_IsString(id) ? set_find(r->set, id->valuestring, &slot) : -1;
+    int rc = 0;
+    if (!cJSON_IsObject(j) || !cJSON_IsString(id) || !cJSON_HasObjectItem(j, "response"))
+        rc = cli_error(CMD, 1, "%s:%d: not a line of a batch's output (--resume keeps the answers an output holds)", r->path, no);
+    else if (at < 0)
+        rc = cli_error(CMD, 1, "%s:%d: custom_id '%.200s' is not among the input's requests: the output of another batch?", r->path,
+                       no, id->valuestring);
+    else if (cJSON_IsNumber(status) && status->valuedouble >= 200 && status->valuedouble < 300 && !r->done[at]) {
+        r->done[at] = 1, r->kept++;
+        if (r->out && fprintf(r->out, "%s\n", line) < 0) rc = cli_error(CMD, 1, "cannot write: %s", strerror(errno));
+    } else
+        r->dropped++;
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* ---- running ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const batch_set *set;
+    const char *out_path;
+    int parallel; /* 0: twice the server's --max-batch */
+    int tty;
+    /* the requests still to run: indices into set */
+    int *todo, n_todo;
+    char auth[128]; /* the Authorization header line */
+    const char *key;
+    int port;
+    float timeout;
+    pthread_mutex_t mu;
+    int next_take, next_write;
+    char **results; /* [n_todo] output lines, NULL until answered (then freed once written) */
+    FILE *out;
+    int write_error;
+    atomic_int stop; /* 1: take no more requests; 2: abandon those running */
+    int fds[MAX_WORKERS];
+    int answered, failed;
+    double prompt_tokens, completion_tokens;
+    double t0, last_shown;
+} batch_run;
+
+/* The usage counts an answer's body reports (chat/completions and embeddings, or the Responses API's). */
+static void add_usage(batch_run *b, const cJSON *body) {
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), *c = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
+    if (!p) p = cJSON_GetObjectItemCaseSensitive(u, "input_tokens");
+    if (!c) c = cJSON_GetObjectItemCaseSensitive(u, "output_tokens");
+    if (cJSON_IsNumber(p)) b->prompt_tokens += p->valuedouble;
+    if (cJSON_IsNumber(c)) b->completion_tokens += c->valuedouble;
+}
+
+/* The output line of request i, answered (status > 0, body its text) or not (why); NULL when out of memory. */
+static char *result_line(batch_run *b, const batch_req *r, int status, const char *body, const char *why, int *ok) {
+    char id[64], rid[64];
+    nv_api_new_id(id, sizeof id, "batch_req_");
+    cJSON *o = cJSON_CreateObject(), *ans = status > 0 ? cJSON_Parse(body) : NULL;
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "custom_id", r->custom_id);
+    *ok = status >= 200 && status < 300;
+    if (status > 0) {
+        const cJSON *aid = cJSON_GetObjectItemCaseSensitive(ans, "id");
+        if (cJSON_IsString(aid)) snprintf(rid, sizeof rid, "%.63s", aid->valuestring);
+        else nv_api_new_id(rid, sizeof rid, "req_");
+        if (*ok) add_usage(b, ans);
+        cJSON *resp = cJSON_AddObjectToObject(o, "response");
+        cJSON_AddNumberToObject(resp, "status_code", status);
+        cJSON_AddStringToObject(resp, "request_id", rid);
+        if (ans) cJSON_AddItemToObject(resp, "body", ans);
+        else cJSON_AddStringToObject(resp, "body", body); /* not JSON: kept as text */
+        cJSON_AddNullToObject(o, "error");
+    } else {
+        cJSON_AddNullToObject(o, "response");
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", "request_failed");
+        cJSON_AddStringToObject(e, "message", why);
+    }
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return line;
+}
+
+/* Sends request r and waits for its whole answer; a 429 (the server's queue full) is sent again.
+ * Returns its output line, or NULL when abandoned (a second signal) or out of memory. */
+static char *run_one(batch_run *b, int w, const batch_req *r, int *ok) {
+    for (int attempt = 0;; attempt++) {
+        size_t len;
+        char *req = nv_http_request_text("POST", r->url, b->auth, r->body, &len);
+        if (!req) return NULL;
+        const int fd = nv_loopback_connect(b->port, (int)b->timeout + 60);
+        pthread_mutex_lock(&b->mu);
+        const int abandoned = atomic_load(&b->stop) >= 2;
+        if (!abandoned) b->fds[w] = fd;
+        pthread_mutex_unlock(&b->mu);
+        nv_http_answer a = {0};
+        int got = 0;
+        if (fd >= 0 && !abandoned && nv_send_all(fd, req, len)) {
+            char *raw;
+            size_t n;
+            got = nv_recv_all(fd, &raw, &n) && nv_http_answer_parse(raw, n, &a);
+            free(raw);
+        }
+        free(req);
+        pthread_mutex_lock(&b->mu);
+        b->fds[w] = -1;
+        pthread_mutex_unlock(&b->mu);
+        if (fd >= 0) close(fd);
+        if (atomic_load(&b->stop) >= 2 || abandoned) {
+            nv_http_answer_free(&a);
+            return NULL;
+        }
+        if (got && a.status == 429 && !atomic_load(&b->stop)) { /* the queue is full: wait a little */
+            nv_http_answer_free(&a);
+            struct timespec ts = {0, (attempt < 20 ? 10 + attempt * 10 : 200) * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        char *line = result_line(b, r, got ? a.status : 0, got ? a.body : "", got ? "" : "no answer came from the server", ok);
+        nv_http_answer_free(&a);
+        return line;
+    }
+}
+
+/* Writes the answered lines that follow the written ones in order (under mu); final: every
+ * answered line, past those never answered. */
+static void write_ready(batch_run *b, int final) {
+    for (; b->next_write < b->n_todo; b->next_write++) {
+        char *line = b->results[b->next_write];
+        if (!line && !final) break;
+        if (!line) continue;
+        if (!b->write_error && fprintf(b->out, "%s\n", line) < 0) b->write_error = errno ? errno : EIO;
+        free(line);
+        b->results[b->next_write] = NULL;
+    }
+}
+
+static void show_progress(batch_run *b, int final) {
+    const double now = nv_now(), dt = now - b->t0;
+    if (!b->tty || (!final && now - b->last_shown < 0.5)) return;
+    b->last_shown = now;
+    fprintf(stderr, "\rnerve batch: %d/%d answered (%d with an error), %.0f completion tokens/s%s", b->answered, b->n_todo,
+            b->failed, dt > 0 ? b->completion_tokens / dt : 0.0, final ? "\n" : "   ");
+    fflush(stderr);
+}
+
+static void *worker_main(void *arg) {
+    batch_run *b = ((void **)arg)[0];
+    const int w = (int)(intptr_t)((void **)arg)[1];
+    for (;;) {
+        pthread_mutex_lock(&b->mu);
+        if (atomic_load(&b->stop) || b->next_take >= b->n_todo) {
+            pthread_mutex_unlock(&b->mu);
+            break;
+        }
+        const int i = b->next_take++;
+        pthread_mutex_unlock(&b->mu);
+        int ok = 0;
+        char *line = run_one(b, w, &b->set->reqs[b->todo[i]], &ok);
+        pthread_mutex_lock(&b->mu);
+        if (line) {
+            b->results[i] = line;
+            b->answered++;
+            b->failed += !ok;
+            write_ready(b, 0);
+            show_progress(b, 0);
+        }
+        pthread_mutex_unlock(&b->mu);
+    }
+    return NULL;
+}
+
+static int batch_job(void *ctx, int port, int max_batch, int max_queue, float timeout_s) {
+    batch_run *b = ctx;
+    b->port = port, b->timeout = timeout_s;
+    int workers = b->parallel ? b->parallel : 2 * max_batch;
+    if (workers > max_batch + max_queue) workers = max_batch + max_queue; /* more would only meet 429s */
+    if (workers > b->n_todo) workers = b->n_todo;
+    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+    if (workers < 1) workers = 1;
+    for (int w = 0; w < MAX_WORKERS; w++) b->fds[w] = -1;
+    pthread_t th[MAX_WORKERS];
+    void *args[MAX_WORKERS][2];
+    int started = 0;
+    b->t0 = nv_now();
+    for (int w = 0; w < workers; w++) {
+        args[w][0] = b, args[w][1] = (void *)(intptr_t)w;
+        if (pthread_create(&th[w], NULL, worker_main, args[w]) != 0) break;
+        started++;
+    }
+    if (!started) return cli_error(CMD, 1, "cannot start a thread");
+    for (int w = 0; w < started; w++) pthread_join(th[w], NULL);
+    write_ready(b, 1);
+    show_progress(b, 1);
+    return 0;
+}
+
+static void batch_interrupt(void *ctx, int level) {
+    batch_run *b = ctx;
+    atomic_store(&b->stop, level);
+    if (level == 1)
+        fprintf(stderr, "\nnerve batch: interrupted: finishing the requests running (a second signal abandons them)\n");
+    if (level < 2) return;
+    pthread_mutex_lock(&b->mu);
+    for (int w = 0; w < MAX_WORKERS; w++) /* the server sees each connection go and ends its request */
+        if (b->fds[w] >= 0) shutdown(b->fds[w], SHUT_RDWR);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* OUT.partial fsynced and renamed over OUT (its folder synced): 1, or 0 after saying why. */
+static int commit_output(FILE *f, const char *tmp, const char *path) {
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok) {
+        cli_error(CMD, 1, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return 0;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    FILE *d = fopen(dir, "r");
+    if (d) fsync(fileno(d)), fclose(d);
+    return 1;
+}
+
+int cmd_batch(int argc, char **argv) {
+    const char *in_path = NULL, *out_path = NULL;
+    int parallel = 0, resume = 0;
+    char **pass = calloc((size_t)argc + 1, sizeof *pass);
+    if (!pass) return cli_error(CMD, 1, "out of memory");
+    int n_pass = 0;
+    pass[n_pass++] = argv[0];
+    static const char *const not_here[] = {"--host",          "--port",         "--api-key",      "--api-key-file", "--ssl-key-file",
+                                           "--ssl-cert-file", "--ssl-keyfile",  "--ssl-certfile", "--cors"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            free(pass);
+            return 0;
+        }
+        for (size_t k = 0; k < sizeof not_here / sizeof *not_here; k++)
+            if (!strcmp(a, not_here[k])) {
+                free(pass);
+                return cli_error(CMD, 2, "%s: the batch's server is this process's own (127.0.0.1, a free port, a random key)", a);
+            }
+        if (cli_switch(a, "--resume", &resume, 1)) continue;
+        if (strcmp(a, "-i") && strcmp(a, "--input-file") && strcmp(a, "-o") && strcmp(a, "--output-file") && strcmp(a, "--parallel")) {
+            pass[n_pass++] = argv[i]; /* nerve serve's, checked by it */
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) {
+            free(pass);
+            return 2;
+        }
+        if (!strcmp(a, "-i") || !strcmp(a, "--input-file")) in_path = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output-file")) out_path = v;
+        else if (!cli_int(CMD, a, v, 1, MAX_WORKERS, &parallel)) {
+            free(pass);
+            return 2;
+        }
+    }
+    if (!in_path || !out_path) {
+        free(pass);
+        return cli_error(CMD, 2, "-i REQUESTS.jsonl and -o RESULTS.jsonl are required (see nerve batch --help)");
+    }
+
+    batch_set set = {0};
+    char *in_text = NULL, *out_text = NULL, *done = NULL, tmp[4200];
+    batch_run b = {.set = &set, .out_path = out_path, .parallel = parallel, .tty = isatty(STDERR_FILENO)};
+    int rc = 1;
+    FILE *out = NULL;
+    if (nv_map64_init(&set.ids, 1024) != NV_OK) goto end;
+    if (!cli_read_text(CMD, "-i", in_path, &in_text, NULL)) goto end; /* (a NUL byte refused) */
+    check_ctx cc = {.path = in_path, .set = &set};
+    if (for_lines(in_text, check_line, &cc) != 0) goto end;
+    if (cc.errors) {
+        if (cc.errors > 10) fprintf(stderr, "nerve " CMD ": %s: %d more lines like these\n", in_path, cc.errors - 10);
+        cli_error(CMD, 1, "%s: %d of its lines are not requests of a batch; nothing was run", in_path, cc.errors);
+        goto end;
+    }
+    if (!set.n) {
+        cli_error(CMD, 1, "%s holds no requests", in_path);
+        goto end;
+    }
+    if (!(done = calloc((size_t)set.n, 1))) goto end;
+    const int out_exists = nv_file_exists(out_path);
+    if (out_exists && !resume) {
+        cli_error(CMD, 1, "%s exists: --resume keeps its answers and runs the other requests, or choose another -o", out_path);
+        goto end;
+    }
+    snprintf(tmp, sizeof tmp, "%s.partial", out_path);
+    if (!(out = fopen(tmp, "w"))) {
+        cli_error(CMD, 1, "cannot write %s: %s", tmp, strerror(errno));
+        goto end;
+    }
+    resume_ctx rc_ctx = {.path = out_path, .set = &set, .done = done, .out = out};
+    if (out_exists) {
+        if (!cli_read_text(CMD, "-o", out_path, &out_text, NULL)) goto end;
+        if (for_lines(out_text, resume_line, &rc_ctx) != 0) goto end;
+        nv_info("batch: %s: %d answers kept, %d to run again", out_path, rc_ctx.kept, rc_ctx.dropped);
+    }
+    if (!(b.todo = malloc((size_t)set.n * sizeof *b.todo)) || !(b.results = calloc((size_t)set.n, sizeof *b.results))) goto end;
+    for (int i = 0; i < set.n; i++)
+        if (!done[i]) b.todo[b.n_todo++] = i;
+    b.out = out;
+    if (b.n_todo) {
+        char key[64];
+        nv_api_new_id(key, sizeof key, "nv-batch-");
+        snprintf(b.auth, sizeof b.auth, "Authorization: Bearer %s\r\n", key);
+        pthread_mutex_init(&b.mu, NULL);
+        cli_serve_job job = {.cmd = CMD, .api_key = key, .ctx = &b, .run = batch_job, .interrupt = batch_interrupt};
+        pass[n_pass] = NULL;
+        rc = cli_serve_run(n_pass, pass, &job);
+        pthread_mutex_destroy(&b.mu);
+        explicit_bzero(key, sizeof key);
+        explicit_bzero(b.auth, sizeof b.auth);
+        /* a server that did not start ran nothing: the former output stays as it was */
+        if (!b.answered && rc != 0) goto end;
+    } else
+        nv_info("batch: every request of %s has its answer in %s", in_path, out_path);
+    if (b.write_error) {
+        cli_error(CMD, 1, "cannot write %s: %s", tmp, strerror(b.write_error));
+        rc = 1;
+        goto end;
+    }
+    const int ok_out = commit_output(out, tmp, out_path);
+    out = NULL;
+    if (!ok_out) {
+        rc = 1;
+        goto end;
+    }
+    const double dt = b.t0 > 0 ? nv_now() - b.t0 : 0;
+    const int missing = b.n_todo - b.answered;
+    fprintf(stderr,
+            "nerve batch: %d request%s answered (%d with an error) in %.1f s: %.0f prompt and %.0f completion tokens, "
+            "%.0f completion tokens/s; %s%s\n",
+            b.answered, b.answered == 1 ? "" : "s", b.failed, dt, b.prompt_tokens, b.completion_tokens,
+            dt > 0 ? b.completion_tokens / dt : 0.0, out_path, rc_ctx.kept ? " (with the answers it held)" : "");
+    if (missing > 0 && atomic_load(&b.stop)) {
+        fprintf(stderr, "nerve batch: interrupted: %d request%s not run; --resume runs them\n", missing, missing == 1 ? "" : "s");
+        rc = 130;
+    } else if (missing > 0) {
+        cli_error(CMD, 1, "%d requests were not answered; --resume runs them", missing);
+        rc = 1;
+    }
+end:
+    if (out) {
+        fclose(out);
+        unlink(tmp);
+    }
+    for (int i = 0; b.results && i < set.n; i++) free(b.results[i]);
+    free(b.results);
+    free(b.todo);
+    free(done);
+    free(in_text);
+    free(out_text);
+    set_free(&set);
+    free(pass);
+    return rc;
+}
