@@ -17,6 +17,7 @@
 #include "train/ckpt.h"
 #include "train/optim.h"
 #include "train/tmodel.h"
+#include "base/mem.h"
 #include "t.h"
 
 static void make_batch(int n, int V, int *in, int *tg, uint64_t seed) {
@@ -571,6 +572,91 @@ static void test_checkpoints(void) {
     free(w);
 }
 
+
+/* NV_TMODEL_RELEASE_BASE: on every engine that packs its own copy, the frozen matrices' fp32 pages
+ * go (they read zeros after, in an anonymous block), the token embedding and norms stay, and the
+ * steps are the same bits as with the base kept; scalar, which multiplies by the caller's floats,
+ * keeps them. */
+static void test_released_base(void) {
+    const char *path = t_data("models/stories260K.bin");
+    nv_model src;
+    if (!path || nv_model_load(path, &src) != NV_OK) {
+        T_CHECK(!path, "%s", nv_errmsg());
+        return;
+    }
+    const nv_config *c = &src.config;
+    const size_t n = (size_t)src.n_params;
+    const nv_lora_shape s = {4, 8.0f, NV_LORA_ALL};
+    const int B = 2, T = 32;
+    int in[64], tg[64];
+    uint64_t st = 9;
+    for (int i = 0; i < B * T; i++) in[i] = (int)(nv_xorshift_u32(&st) % 400) + 3;
+    for (int i = 0; i < B * T; i++) tg[i] = i + 1 < B * T ? in[i + 1] : 3;
+    const nv_engine_id engines[] = {NV_ENGINE_SCALAR, NV_ENGINE_AVX2, NV_ENGINE_AVX512, NV_ENGINE_AVX512_BF16, NV_ENGINE_AMX_BF16};
+    T_CHECK(nv_engines_init(NULL, 0) == NV_OK, "%s", nv_errmsg());
+    int ran = 0;
+    for (size_t k = 0; k < sizeof engines / sizeof *engines; k++) {
+        const nv_engine_id e = engines[k];
+        if (!nv_engine_available(e)) continue;
+        /* the base in an anonymous block of whole pages, as a decomposed GGUF file's */
+        float *kept = nv_reserve_zeroed(n * sizeof(float)), *given = nv_reserve_zeroed(n * sizeof(float));
+        memcpy(kept, src.params, n * sizeof(float));
+        memcpy(given, src.params, n * sizeof(float));
+        nv_tmodel a, b;
+        T_CHECK(nv_tmodel_init_ex(&a, c, kept, 3, B, T, e, &s, NULL, 0) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_tmodel_init_ex(&b, c, given, 3, B, T, e, &s, NULL, NV_TMODEL_RELEASE_BASE) == NV_OK, "%s", nv_errmsg());
+        const int packs = e != NV_ENGINE_SCALAR;
+        ran += packs;
+        T_CHECK(!a.base_released && b.base_released == packs, "%s: released %d", nv_engine_name(e), b.base_released);
+        nv_weights w;
+        nv_weights_point(&w, c, given);
+        /* a whole page inside the first layer's w1 (172 x 64 floats) reads zeros where it went */
+        const float *page = (const float *)(((uintptr_t)w.w1 + 4095) & ~(uintptr_t)4095);
+        float sum = 0;
+        for (int i = 0; i < 1024; i++) sum += fabsf(page[i]);
+        T_CHECK(packs ? sum == 0 : sum > 0, "%s: the frozen w1 %s", nv_engine_name(e), packs ? "was kept" : "was let go");
+        T_CHECK(!memcmp(w.tok_emb, src.w.tok_emb, (size_t)c->vocab_size * c->dim * sizeof(float)) &&
+                    !memcmp(w.rms_att, src.w.rms_att, (size_t)c->n_layers * c->dim * sizeof(float)),
+                "%s: the embedding or the norms changed", nv_engine_name(e));
+        nv_adamw oa, ob;
+        nv_adamw_opts o;
+        nv_adamw_defaults(&o);
+        o.lr = 3e-3f;
+        o.total_steps = 3;
+        T_CHECK(nv_adamw_init(&oa, &o, NULL, a.n_train) == NV_OK && nv_adamw_init(&ob, &o, NULL, b.n_train) == NV_OK, "%s", nv_errmsg());
+        for (int step = 0; step < 3; step++) {
+            const float la = nv_tmodel_forward(&a, in, tg), lb = nv_tmodel_forward(&b, in, tg);
+            T_CHECK(la == lb, "%s: step %d's loss %.9g, with the base kept %.9g", nv_engine_name(e), step, lb, la);
+            nv_tmodel_backward(&a, 1.0f);
+            nv_tmodel_backward(&b, 1.0f);
+            float lr;
+            nv_tmodel_optimize(&a, &oa, &lr);
+            nv_tmodel_optimize(&b, &ob, &lr);
+        }
+        T_CHECK(!memcmp(a.lora_params, b.lora_params, (size_t)a.n_train * sizeof(float)), "%s: the adapters differ",
+                nv_engine_name(e));
+        /* a refresh (a resumed or data-parallel run's) leaves the frozen plans as they are */
+        nv_tmodel_refresh(&a);
+        nv_tmodel_refresh(&b);
+        T_CHECK(nv_tmodel_forward(&a, in, tg) == nv_tmodel_forward(&b, in, tg), "%s: the loss after a refresh differs",
+                nv_engine_name(e));
+        /* its plans cannot be built again from what is left */
+        T_CHECK(!packs || nv_model_build_plans(&b.m, e) == NV_EINVAL, "%s: plans rebuilt from released weights", nv_engine_name(e));
+        nv_adamw_free(&oa);
+        nv_adamw_free(&ob);
+        nv_tmodel_free(&a);
+        nv_tmodel_free(&b);
+        nv_reserve_free(kept, n * sizeof(float));
+        nv_reserve_free(given, n * sizeof(float));
+    }
+    T_CHECK(ran >= 1, "no engine that packs its weights ran");
+    nv_config big;
+    nv_config_preset("qwen3-0.6B", &big);
+    const double whole = nv_tmodel_memory_bytes(&big, 1, 64, &s, 0), given = nv_tmodel_memory_bytes(&big, 1, 64, &s, NV_TMODEL_RELEASE_BASE);
+    T_CHECK(given < 0.75 * whole, "qwen3-0.6B: released %.2f GB against %.2f GB", given / 1e9, whole / 1e9);
+    nv_model_free(&src);
+}
+
 int main(void) {
     T_RUN(test_shapes_and_targets);
     T_RUN(test_fd_all_targets_gqa);
@@ -581,6 +667,7 @@ int main(void) {
     T_RUN(test_engine_matches_fp32);
     T_RUN(test_merge_reference);
     T_RUN(test_training_moves_adapters_only);
+    T_RUN(test_released_base);
     T_RUN(test_gguf_round_trip);
     T_RUN(test_foreign_and_malformed_adapters);
     T_RUN(test_checkpoints);

@@ -2165,6 +2165,30 @@ static void test_lora_run(void) {
     T_CHECK(strlen(merged) > 40 && !strcmp(merged, t_out), "q8_0 base with the adapter '%s', merged '%s'", t_out, merged);
     snprintf(args, sizeof args, "generate -m %s/base_q8.gguf -z %s -t 0 -n 48", t_tmpdir(), tok);
     T_CHECK(t_nerve(args) == 0 && strcmp(merged, t_out) != 0, "the adapter changed nothing on the q8_0 base");
+    /* trained on that base, or on a llama2.c v1 file (used in place: a file's mapping), the frozen
+       matrices' fp32 pages are let go once the plans hold them, and the model is had again for the
+       merges (read again, or the file's pages): the run's model and best/ are the base merged by export
+       with the run's adapters, byte for byte */
+    snprintf(args, sizeof args, "export %s -o %s/base_v1.bin", base, t_tmpdir());
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "export v1: %s", err);
+    for (int kind = 0; kind < 2; kind++) {
+        char run[700], from[700];
+        snprintf(run, sizeof run, "%s/lora_run_%d", t_tmpdir(), kind);
+        snprintf(from, sizeof from, "%s/%s", t_tmpdir(), kind ? "base_v1.bin" : "base_q8.gguf");
+        snprintf(args, sizeof args,
+                 "train --init-from %s -z %s --data %s --steps 8 --batch 4 --seq 64 --lr 3e-3 --warmup 2 --eval-every 4 "
+                 "--eval-batches 2 --save-best --lora-rank 4 --quiet --out %s",
+                 from, tok, t_data("corpus/tinystories_valid_head.txt"), run);
+        T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA run on %s: %s", from, err);
+        for (int best = 0; best < 2; best++) {
+            char want[800];
+            snprintf(want, sizeof want, "%s/merged_%d_%d.bin", t_tmpdir(), kind, best);
+            snprintf(args, sizeof args, "export %s --lora %s%s/adapter.gguf -o %s", from, run, best ? "/best" : "", want);
+            T_CHECK(run_nerve(args, err, sizeof err) == 0, "export --lora: %s", err);
+            snprintf(path, sizeof path, "%s%s/model.bin", run, best ? "/best" : "");
+            T_CHECK(t_same_files(path, want), "%s is not %s merged with its adapters", path, from);
+        }
+    }
     /* a merged model older than the run's checkpoint (a run that died before its end) is not exported */
     snprintf(path, sizeof path, "%.600s/ckpt.bin", full);
     struct timespec later[2];

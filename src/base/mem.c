@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -61,4 +62,10 @@ void *nv_alloc_large(size_t align, size_t bytes, int huge) {
     void *p = aligned_alloc(align, bytes);
     if (huge) advise_huge(p, bytes);
     return p;
+}
+
+void nv_mem_release(const void *p, size_t bytes) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (p && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }

@@ -21,5 +21,9 @@ void *nv_alloc_large(size_t align, size_t bytes, int huge);
  * they watch.) */
 void *nv_reserve_zeroed(size_t bytes);
 void nv_reserve_free(void *p, size_t bytes);
+/* Gives the whole pages inside [p, p + bytes) back to the kernel (MADV_DONTNEED): memory that will
+ * not be read again. Read anyway, an anonymous page reads zeros, a private file mapping's the
+ * file's bytes. The pages at either end, shared with what lies beside, are kept. */
+void nv_mem_release(const void *p, size_t bytes);
 
 #endif

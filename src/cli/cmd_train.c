@@ -162,6 +162,30 @@ static int own_tokenizer(const nv_train_opts *o, const char *const *paths, int n
     return 0;
 }
 
+/* --experts N on a dense --init-from: every expert a copy of its FFN (sparse upcycling); m replaced. */
+static nv_err upcycle_init(nv_model *m, int experts, int used, uint64_t seed) {
+    nv_model up;
+    NV_TRY(nv_model_upcycle(m, experts, used, seed, &up));
+    nv_model_free(m);
+    *m = up;
+    return NV_OK;
+}
+
+/* How --init-from's model was made, to make it again (nv_train_opts.reload_init). */
+typedef struct {
+    const char *path;
+    int experts, experts_used;
+    uint64_t seed;
+} init_source;
+
+static nv_err reload_init(void *ctx, nv_model *out) {
+    const init_source *src = ctx;
+    NV_TRY(nv_model_load(src->path, out));
+    const nv_err e = src->experts ? upcycle_init(out, src->experts, src->experts_used, src->seed) : NV_OK;
+    if (e != NV_OK) nv_model_free(out);
+    return e;
+}
+
 static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
@@ -331,6 +355,7 @@ static int train(int argc, char **argv) {
         return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text: the data here is not only text (text "
                                  "files, folders, .jsonl files of {\"text\"} lines)");
     cli_paths init_paths; /* a folder (a run's, or Hugging Face's) names its model file and tokenizer */
+    init_source init_src;
     if (init_from) {
         const char *own_tok = tok_path;
         cli_model_paths(&init_from, &own_tok, &init_paths);
@@ -377,18 +402,18 @@ static int train(int argc, char **argv) {
             goto done;
         }
         if (experts) { /* sparse upcycling: every expert a copy of the dense FFN */
-            nv_model up;
-            if (nv_model_upcycle(&init, experts, experts_used, o.seed, &up) != NV_OK) {
+            if (upcycle_init(&init, experts, experts_used, o.seed) != NV_OK) {
                 rc = cli_error(CMD, init.config.n_experts ? 2 : 1, "--experts: %s: %s", init_from, nv_errmsg());
                 goto done;
             }
-            nv_model_free(&init);
-            init = up;
             nv_info("%s upcycled: %d experts of its FFN, %d a token (%.2fM parameters)", init_from, experts, experts_used,
                     (double)init.n_params / 1e6);
         }
         *c = init.config;
         o.init_params = init.params;
+        init_src = (init_source){init_from, experts, experts_used, o.seed};
+        o.init_file_backed = init.mapped.data && !init.params_owned; /* (a llama2.c v1 file, used in place) */
+        o.reload_init = reload_init, o.reload_ctx = &init_src; /* LoRA gives its frozen matrices' pages back */
     } else if (dim) {
         if (!layers || !heads) {
             rc = cli_error(CMD, 2, "--dim needs --layers and --heads");

@@ -419,6 +419,10 @@ static nv_err build_plan(nv_model *m, int idx, nv_plan **out, nv_engine_id e, fl
        flatten a whole row (the reason the down projection and classifier otherwise stay bf16) */
     if (qm && qm->q && nv_engine_int8(m->engine)) e = m->engine;
     if (err == NV_OK) err = plan_from(qm, idx, out, e, w, n, k, tmp);
+    if (err == NV_OK && m->release_floats && w != m->w.tok_emb && nv_plan_engine(*out) != NV_ENGINE_SCALAR) {
+        nv_mem_release(w, (size_t)n * k * sizeof(float));
+        m->released++;
+    }
     if (qm && err == NV_OK && m->drop_sources) nv_qmatrix_drop(qm);
     else if (qm) nv_qmatrix_release(qm);
     return err;
@@ -472,6 +476,7 @@ nv_err nv_model_build_plans(nv_model *m, nv_engine_id e) {
         m->sources_hash = nv_model_sources_hash(m);
         m->sources_hashed = 1;
     }
+    if (m->released) return nv_fail(NV_EINVAL, "plans: the model's fp32 matrices were given back when its plans were built");
     int d = c->dim, q = nv_config_q_dim(c), kv = nv_config_kv_dim(c), h = c->hidden_dim;
     nv_model_free_plans(m); /* built again: on another engine */
     m->plans = calloc((size_t)c->n_layers, sizeof *m->plans);

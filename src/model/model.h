@@ -139,6 +139,12 @@ typedef struct {
        source is freed as soon as its plan holds it, so sources and plans never all sit in memory
        together (nv_model_drop_quant_sources at the end, matrix by matrix). */
     int drop_sources;
+    /* Set by training with frozen weights (LoRA): a matrix's fp32 pages are given back
+       (nv_mem_release) once its plan packs its own copy of it (every engine but scalar), so the
+       weights are held once, as the plans, not twice; the token embedding (read row by row) stays.
+       released counts the matrices let go: their fp32 values must not be read after (zeros, where
+       the block is not a file's mapping). */
+    int release_floats, released;
     uint64_t sources_hash; /* nv_model_sources_hash's, recorded before a source is dropped */
     int sources_hashed;
 } nv_model;

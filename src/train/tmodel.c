@@ -107,17 +107,19 @@ static size_t lora_us_floats(const nv_config *c, int B, int T, int rank) {
     return (size_t)c->n_layers * NV_LAYER_MATRICES * (size_t)B * (size_t)T * (size_t)rank;
 }
 
-double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora, int recompute) {
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora, int flags) {
     const double n = (double)nv_config_param_count(c);
-    const double acts = 4.0 * ((double)acts_layout(c, B, T, kept_layers(c, recompute), &(nv_acts){0}, NULL) +
+    const double acts = 4.0 * ((double)acts_layout(c, B, T, kept_layers(c, flags & NV_TMODEL_RECOMPUTE), &(nv_acts){0}, NULL) +
                                (double)scratch_layout(c, B, T, NULL, NULL));
     /* weights, gradients, AdamW's two moments, the plans' packed copies (bf16 tiles and dx's
        transposed tiles, or fp32 panels: about 4 bytes a weight), activations and scratch */
     if (!lora || lora->rank <= 0) return 20.0 * n + acts;
-    /* adapters: the frozen weights (the caller's, used in place) and their plans; the adapters'
-       weights, gradients, moments and plans, and their activations */
-    const double na = (double)nv_lora_param_count(c, lora);
-    return 8.0 * n + 20.0 * na + acts + 4.0 * (double)lora_us_floats(c, B, T, lora->rank + 1);
+    /* adapters: the frozen weights (the caller's, used in place: given back where released but the
+       token embedding) and their plans; the adapters' weights, gradients, moments and plans, and their
+       activations */
+    const double na = (double)nv_lora_param_count(c, lora), emb = (double)c->vocab_size * c->dim;
+    const double base = flags & NV_TMODEL_RELEASE_BASE ? 4.0 * n + 4.0 * emb : 8.0 * n;
+    return base + 20.0 * na + acts + 4.0 * (double)lora_us_floats(c, B, T, lora->rank + 1);
 }
 
 static nv_plan *lora_plan(const nv_tmodel *tm, int l, int t, int half) {
@@ -219,9 +221,9 @@ nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init,
 }
 
 nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
-                         nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init, int recompute) {
+                         nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init, int flags) {
     memset(tm, 0, sizeof *tm);
-    tm->recompute = recompute != 0;
+    tm->recompute = (flags & NV_TMODEL_RECOMPUTE) != 0;
     if (B < 1 || T < 1 || T > c->seq_len)
         return nv_fail(NV_EINVAL, "batch %d x sequence %d does not fit the model's context of %d", B, T, c->seq_len);
     if ((long long)B * T > (1 << 26)) /* row indices are ints; 67M tokens a step is far past any memory here */
@@ -277,7 +279,9 @@ nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, u
         }
         free(cs);
     }
+    tm->m.release_floats = adapters && (flags & NV_TMODEL_RELEASE_BASE);
     nv_err e = nv_model_build_plans(&tm->m, engine);
+    tm->base_released = tm->m.released > 0;
     if (e == NV_OK && adapters) {
         tm->lora = *lora;
         e = lora_setup(tm, lora_init, seed, nv_plan_engine(tm->m.cls_plan));
@@ -381,7 +385,8 @@ static opt_matrix plan_matrix(const nv_tmodel *tm, int i) {
 }
 
 void nv_tmodel_refresh(nv_tmodel *tm) {
-    for (int i = 0; i < plan_matrix_count(&tm->m.config); i++) {
+    /* adapters: the base is frozen, its plans already what its weights are (which may be given back) */
+    for (int i = 0; !tm->lora_params && i < plan_matrix_count(&tm->m.config); i++) {
         const opt_matrix mt = plan_matrix(tm, i);
         if (mt.plan) nv_plan_refresh(mt.plan, tm->m.params + mt.off);
     }

@@ -83,6 +83,7 @@ typedef struct {
     float *lora_us;       /* [L][7][B*T][rank]: alpha/rank * x A^T of the last forward (targeted matrices) */
     float *lora_du;       /* [B*T][rank] backward temporary */
     float *sink;          /* the frozen norms' weight gradients, made and dropped */
+    int base_released;    /* NV_TMODEL_RELEASE_BASE let frozen matrices' fp32 pages go */
     /* what the optimizer trains and a checkpoint keeps: the model's block, or the adapters' */
     float *train_params, *train_grads;
     uint64_t n_train;
@@ -98,17 +99,25 @@ nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint
  * writes them; nv_model_own_params(&tm->m) first to change them, as the merge at a run's end does). */
 nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                            nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init);
-/* Either, with recompute: activation checkpointing at every layer. Only each layer's input is kept
- * (and the last one's output); the backward runs a layer's forward again just before its backward,
- * the same operations, so the loss and gradients are the same bits, for about a third more work and
- * the activations of one layer instead of all of them. */
+/* Either, with flags:
+ * - NV_TMODEL_RECOMPUTE: activation checkpointing at every layer. Only each layer's input is kept
+ *   (and the last one's output); the backward runs a layer's forward again just before its backward,
+ *   the same operations, so the loss and gradients are the same bits, for about a third more work and
+ *   the activations of one layer instead of all of them.
+ * - NV_TMODEL_RELEASE_BASE (with adapters): each frozen matrix's pages in init are given back to the
+ *   kernel once its plan holds its own copy (nv_model.release_floats; every engine but scalar), so the
+ *   base is held once, as its plans (bf16 tiles and dx's transposed tiles: 4 bytes a weight, not 8).
+ *   The caller must not read those matrices in init afterwards (tm->base_released says whether any
+ *   went): a merge reads the model again. The token embedding, norms and biases stay. */
+#define NV_TMODEL_RECOMPUTE 1
+#define NV_TMODEL_RELEASE_BASE 2
 nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
-                         nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init, int recompute);
+                         nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init, int flags);
 void nv_tmodel_free(nv_tmodel *tm);
 /* About the bytes a training model of this shape and batch holds (with AdamW's state; with
- * adapters, when lora is not NULL, theirs and no gradients for the base): for a check before
- * anything is allocated. */
-double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora, int recompute);
+ * adapters, when lora is not NULL, theirs and no gradients for the base), with nv_tmodel_init_ex's
+ * flags: for a check before anything is allocated. */
+double nv_tmodel_memory_bytes(const nv_config *c, int B, int T, const nv_lora_shape *lora, int flags);
 
 /* Forward over inputs [B*T]; with targets, returns the mean cross-entropy over the rows whose
  * target is not negative (0 when none; else 0 without targets). */

@@ -14,6 +14,7 @@
 #include "base/file.h"
 #include "base/hash.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "base/pool.h"
 #include "base/timer.h"
 #include "engine/peak.h"
@@ -440,6 +441,7 @@ static int read_chat_template(const char *dir, char *name, size_t cap, int *pack
 int nv_train_chat_template(const char *dir, char *name, size_t cap) { return read_chat_template(dir, name, cap, NULL); }
 
 /* What identifies the frozen weights a LoRA run adapts (its checkpoint keeps it). */
+/* (save_merged checks a model read again against it the same way) */
 static uint64_t base_hash(const nv_train_opts *o) {
     return o->init_params ? nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), 7) : 0;
 }
@@ -699,7 +701,8 @@ static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int w
    machine's processes take. */
 static nv_err check_memory(const nv_train_opts *o, double *need) {
     const int lora = o->lora.rank > 0;
-    *need = nv_tmodel_memory_bytes(&o->config, o->batch / nv_dist_size(), o->seq, &o->lora, o->recompute) *
+    const int flags = (o->recompute ? NV_TMODEL_RECOMPUTE : 0) | (lora && nv_train_can_release_init(o) ? NV_TMODEL_RELEASE_BASE : 0);
+    *need = nv_tmodel_memory_bytes(&o->config, o->batch / nv_dist_size(), o->seq, &o->lora, flags) *
             nv_dist_local_size();
     const double have = (double)nv_cpu_probe()->mem_total_bytes;
     const int too_big_here = have > 0 && *need > have;
@@ -829,12 +832,12 @@ static nv_err run_setup(train_run *r, nv_ckpt *ck) {
     /* a LoRA run's checkpoint holds the adapters; the frozen weights are --init-from's. Preference
        training scores its pairs with the starting model first, then takes up the checkpoint's. */
     const float *resumed = o->resume && r->lead && !r->pref ? ck->params : NULL;
+    const int flags = (o->recompute ? NV_TMODEL_RECOMPUTE : 0) | (r->lora && nv_train_can_release_init(o) ? NV_TMODEL_RELEASE_BASE : 0);
     if (r->lora)
-        e = nv_tmodel_init_ex(&r->tm, c, o->init_params, o->seed, r->local_batch, o->seq, o->engine, &o->lora, resumed,
-                              o->recompute);
+        e = nv_tmodel_init_ex(&r->tm, c, o->init_params, o->seed, r->local_batch, o->seq, o->engine, &o->lora, resumed, flags);
     else
         e = nv_tmodel_init_ex(&r->tm, c, resumed ? resumed : o->init_params, o->seed, r->local_batch, o->seq, o->engine,
-                              NULL, NULL, o->recompute);
+                              NULL, NULL, flags);
     if (e) return e;
     r->have_tm = 1;
     r->tm.router_aux_coef = c->n_experts && !r->lora ? o->router_aux_coef : 0.0f; /* adapters: the router is frozen */
@@ -1121,11 +1124,39 @@ static nv_err save_checkpoint(const train_run *r) {
     return NV_OK;
 }
 
+/* A LoRA run's model: the frozen weights with adapters p merged, written into dir (path: its name).
+   The weights are a copy of init_params, or where the run gave their fp32 pages back (the training
+   plans held them), the starting model made again (o->reload_init); the copy is freed after. */
+static nv_err save_merged(const train_run *r, const float *p, const char *dir, char path[4200]) {
+    const nv_train_opts *o = r->o;
+    nv_model m = {0};
+    nv_err e;
+    if (r->tm.base_released && !o->init_file_backed) {
+        e = o->reload_init(o->reload_ctx, &m);
+        if (e == NV_OK) e = nv_model_own_params(&m);
+    } else { /* (the pages given back of a file's mapping read the file again) */
+        e = nv_model_alloc(&m, &o->config);
+        const size_t n = e == NV_OK ? (size_t)m.n_params : 0, chunk = (size_t)16 << 20;
+        for (size_t at = 0; at < n; at += chunk) { /* a file's pages go again once copied: held once */
+            memcpy(m.params + at, o->init_params + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
+            if (o->init_file_backed) nv_mem_release(o->init_params + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
+        }
+    }
+    if (e == NV_OK && r->tm.base_released &&
+        (m.n_params != r->tm.m.n_params || nv_hash64(m.params, (size_t)m.n_params * sizeof(float), 7) != r->bhash))
+        e = nv_fail(NV_EINVAL, "the starting model read again is not the one the run adapted (was its file changed?)");
+    if (e == NV_OK) {
+        nv_lora_merge(&m, &o->lora, p, 1.0f);
+        e = save_model(&m, dir, o->out_dir, path);
+    }
+    nv_model_free(&m);
+    return e;
+}
+
 /* A LoRA run's best/ gets a model too, as its folder gets one: best/adapter.gguf (written at the best
    evaluation, perhaps by an earlier session of a resumed run) merged into the frozen weights, so
-   best/ generates and serves without --lora. m: the run's merged model, whose own copy of the
-   weights this overwrites. */
-static void save_best_merged(const train_run *r, nv_model *m) {
+   best/ generates and serves without --lora. */
+static void save_best_merged(const train_run *r) {
     const nv_train_opts *o = r->o;
     char adapter[4300], path[4200];
     snprintf(adapter, sizeof adapter, "%s/adapter.gguf", r->best_dir);
@@ -1134,40 +1165,33 @@ static void save_best_merged(const train_run *r, nv_model *m) {
     nv_err e = nv_gguf_load_lora(adapter, &o->config, &s, &p);
     if (e == NV_OK && (s.rank != o->lora.rank || s.targets != o->lora.targets || s.alpha != o->lora.alpha))
         e = nv_fail(NV_EFORMAT, "%s does not hold this run's adapters", adapter);
-    if (e == NV_OK) {
-        memcpy(m->params, o->init_params, (size_t)m->n_params * sizeof(float));
-        nv_lora_merge(m, &o->lora, p, 1.0f);
-        e = save_model(m, r->best_dir, o->out_dir, path);
-    }
+    if (e == NV_OK) e = save_merged(r, p, r->best_dir, path);
     free(p);
     if (e != NV_OK) nv_warn("the best model is not written (%s): use the base with --lora %s", nv_errmsg(), adapter);
 }
 
 /* The weights as they stand, ready for `nerve generate`, however the run ended; a LoRA run's
    adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training model
-   is done with: a copy of its frozen weights takes the update). */
+   is done with: its plans go first, and a copy of its frozen weights takes the update). */
 static void save_final(train_run *r) {
-    int save = 1;
+    char path[4200];
+    nv_err e;
     if (r->lora) { /* adapter.gguf was written with the last checkpoint */
         if (nv_file_exists(r->adapter_path)) nv_info("wrote %s", r->adapter_path);
-        /* the frozen weights are --init-from's own: merged into a copy, made mostly in the memory the
-           plans (no longer needed) held */
         nv_model_free_plans(&r->tm.m);
-        if (nv_model_own_params(&r->tm.m) == NV_OK) {
-            nv_lora_merge(&r->tm.m, &r->o->lora, r->tm.lora_params, 1.0f);
-        } else { /* never the base under the merged model's name: export and serve refuse a missing one */
+        if ((e = save_merged(r, r->tm.lora_params, r->o->out_dir, path)) != NV_OK) {
+            /* never the base under the merged model's name: export and serve refuse a missing one */
             nv_warn("the merged model is not written (%s): use the base with --lora %s", nv_errmsg(), r->adapter_path);
             remove_models(r->o->out_dir);
-            save = 0;
         }
     } else {
         unlink(r->adapter_path); /* an earlier run's, which would not go with this model */
+        e = save_model(&r->tm.m, r->o->out_dir, r->o->out_dir, path);
+        if (e != NV_OK) nv_info("%s not written: %s", path, nv_errmsg());
     }
-    char path[4200];
-    if (save && save_model(&r->tm.m, r->o->out_dir, r->o->out_dir, path) == NV_OK) nv_info("wrote %s", path);
-    else if (save) nv_info("%s not written: %s", path, nv_errmsg());
+    if (e == NV_OK) nv_info("wrote %s", path);
     if (!r->save_best_on || isnan(r->best.val)) return;
-    if (r->lora && save) save_best_merged(r, &r->tm.m);
+    if (r->lora && e == NV_OK) save_best_merged(r);
     nv_info("best %s %.4f, at step %ld: %s", best_metric_words[r->o->best_metric], (double)r->best.val, r->best.step, r->best_dir);
 }
 

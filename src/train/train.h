@@ -34,6 +34,15 @@ typedef struct {
     const float *init_params; /* fine-tuning start (n_params floats) or NULL for random init */
     nv_lora_shape lora;       /* rank > 0: train LoRA adapters on the frozen init_params (model/lora.h); the run
                                  folder then also gets adapter.gguf, and model.* holds the merged weights */
+    /* LoRA: a run gives the fp32 pages of init_params' matrices back once its plans hold them
+       (NV_TMODEL_RELEASE_BASE: the base then takes about half the memory) when they can be had again
+       for the merges at its end: init_file_backed, init_params are a read-only file mapping (a
+       llama2.c v1 file used in place), whose pages read the file again; or reload_init makes the
+       starting model again as it was loaded. The caller must then not read init_params' matrices
+       during the run. Neither: init_params stay whole. */
+    int init_file_backed;
+    nv_err (*reload_init)(void *ctx, nv_model *out);
+    void *reload_ctx;
     int batch, seq, accum, steps;
     uint64_t seed;
     nv_adamw_opts adamw;
@@ -82,6 +91,8 @@ typedef struct {
     float router_aux_coef; /* a mixture of experts: the load-balancing loss's weight (nv_tmodel's) */
     float router_z_coef;   /* and the router z-loss's (0: none) */
 } nv_train_opts;
+
+static inline int nv_train_can_release_init(const nv_train_opts *o) { return o->init_file_backed || o->reload_init; }
 
 void nv_train_defaults(nv_train_opts *o);
 /* Updates skipped in a row (a gradient norm that is not finite) after which a run stops as diverged. */
