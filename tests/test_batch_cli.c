@@ -149,13 +149,14 @@ static void test_batch_refuses(void) {
         "{\"custom_id\":\"d\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":\"a\"}\n"
         "{\"custom_id\":\"\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
         "{\"custom_id\":\"e\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"a\"}}\n"
-        "{\"custom_id\":\"e\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"b\"}}\n";
+        "{\"custom_id\":\"e\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"b\"}}\n"
+        "{\"custom_id\":\"f\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"b\"}} and more\n";
     t_write("bad.jsonl", bad, strlen(bad));
     int rc = run_batch("bad.jsonl", "bad_out.jsonl", NULL);
     T_CHECK(rc == 1 && strstr(t_err, "bad.jsonl:1: method") && strstr(t_err, "bad.jsonl:2: not a JSON") && strstr(t_err, "bad.jsonl:3: url") &&
                 strstr(t_err, "bad.jsonl:4: body.stream") && strstr(t_err, "bad.jsonl:5: body must") &&
                 strstr(t_err, "bad.jsonl:6: custom_id") && strstr(t_err, "bad.jsonl:8: custom_id repeats line 7") &&
-                strstr(t_err, "7 of its lines") && !strstr(t_err, "bad.jsonl:7"),
+                strstr(t_err, "bad.jsonl:9: not a JSON object") && strstr(t_err, "8 of its lines") && !strstr(t_err, "bad.jsonl:7"),
             "exit %d: %s", rc, t_err);
     T_CHECK(access(t_path("bad_out.jsonl"), F_OK) != 0 && access(t_path("bad_out.jsonl.partial"), F_OK) != 0, "an output was written");
     t_write("nul.jsonl", "{}\0{}\n", 6);

@@ -173,7 +173,7 @@ static void line_error(check_ctx *c, int no, const char *fmt, const char *arg) {
 /* One input line checked and, when well formed, added to the set. */
 static int check_line(void *ctx, char *line, int no) {
     check_ctx *c = ctx;
-    cJSON *j = cJSON_Parse(line);
+    cJSON *j = cJSON_ParseWithOpts(line, NULL, 1);
     if (!cJSON_IsObject(j)) {
         line_error(c, no, "%s", "not a JSON object");
         cJSON_Delete(j);
@@ -239,7 +239,7 @@ typedef struct {
 
 static int resume_line(void *ctx, char *line, int no) {
     resume_ctx *r = ctx;
-    cJSON *j = cJSON_Parse(line);
+    cJSON *j = cJSON_ParseWithOpts(line, NULL, 1);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
     const cJSON *resp = cJSON_GetObjectItemCaseSensitive(j, "response");
     const cJSON *status = cJSON_GetObjectItemCaseSensitive(resp, "status_code");
