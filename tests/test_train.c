@@ -217,6 +217,16 @@ static void resume_case(const char *tag, const char *extra) {
 static void test_resume_after_sigint_is_bit_exact(void) {
     if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
     resume_case("", ""); /* later cases use its "full" run */
+    resume_case("drop", "--dropout 0.2"); /* the masks are the step's and the micro-batch's, not the process's history */
+    /* dropout changes the training, not the evaluation: the same start, other losses after */
+    char ld[64][32], l0[64][32];
+    char drop_dir[700], plain_dir[700];
+    snprintf(drop_dir, sizeof drop_dir, "%s/dropfull", t_tmpdir());
+    snprintf(plain_dir, sizeof plain_dir, "%s/full", t_tmpdir());
+    const int nd = read_losses(drop_dir, ld, 64), n0 = read_losses(plain_dir, l0, 64);
+    T_CHECK(nd == 24 && n0 == 24 && strcmp(ld[0], l0[0]) != 0 && val_at(drop_dir, 0) == val_at(plain_dir, 0),
+            "dropout: first losses %s and %s, step 0's validation %g and %g", nd ? ld[0] : "-", n0 ? l0[0] : "-",
+            (double)val_at(drop_dir, 0), (double)val_at(plain_dir, 0));
     /* a weighted mixture (--data-weights) resumes to the same losses too, and says its shares */
     nv_buf text = {0};
     for (int i = 0; i < 400; i++) nv_buf_printf(&text, "The cat sat on the mat %d times.%s", i, i % 8 == 7 ? "\n\n" : " ");
@@ -1276,6 +1286,21 @@ static void check_close_runs(const char *dir_a, const char *dir_b, const char *k
                 dir_b);
 }
 
+/* train_args with flags and extra in one process and under launcher (two processes): the same
+   losses and gradient norms but for the order of the sums. */
+static void dp_case(const char *launcher, const char *flags, const char *extra, const char *tag) {
+    char all[400], one[600], two[600], args[4096], err[4096];
+    snprintf(all, sizeof all, "%s %s", flags, extra);
+    snprintf(one, sizeof one, "%s/dp_%s_one", t_tmpdir(), tag);
+    snprintf(two, sizeof two, "%s/dp_%s_two", t_tmpdir(), tag);
+    train_args(args, sizeof args, one, all);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "%s, one process: %s", tag, err);
+    train_args(args, sizeof args, two, all);
+    T_CHECK(run_launched(launcher, args, err, sizeof err) == 0, "%s, two processes: %s", tag, err);
+    check_close_runs(one, two, "\"loss\":", 24, 0, 1e-4);
+    check_close_runs(one, two, "\"grad_norm\":", 24, 0, 1e-3);
+}
+
 /* Data parallel: 2 processes taking half of each batch train what one process trains (the same
  * losses and gradient norms but for the order of the sums: a gradient scaled wrong shows in the
  * norms); a stop requested on one process stops both after the same step, and the job resumes bit
@@ -1311,16 +1336,9 @@ static void test_data_parallel_matches_one_process(void) {
     T_CHECK(text && strstr(text, "\"processes\":2"), "metrics do not say 2 processes");
     free(text);
     /* a mixture of experts: the same, the balance term off (it is each process's windows' own) */
-    char moe_flags[200], moe_one[600], moe_two[600];
-    snprintf(moe_flags, sizeof moe_flags, "%s --experts 4 --router-aux-coef 0", flags);
-    snprintf(moe_one, sizeof moe_one, "%s/dp_moe_one", t_tmpdir());
-    snprintf(moe_two, sizeof moe_two, "%s/dp_moe_two", t_tmpdir());
-    train_args(args, sizeof args, moe_one, moe_flags);
-    T_CHECK(run_nerve(args, err, sizeof err) == 0, "mixture, one process: %s", err);
-    train_args(args, sizeof args, moe_two, moe_flags);
-    T_CHECK(run_launched(guarded, args, err, sizeof err) == 0, "mixture, two processes: %s", err);
-    check_close_runs(moe_one, moe_two, "\"loss\":", 24, 0, 1e-4);
-    check_close_runs(moe_one, moe_two, "\"grad_norm\":", 24, 0, 1e-3);
+    dp_case(guarded, flags, "--experts 4 --router-aux-coef 0", "moe");
+    /* dropout: each process drops what one process drops on those rows */
+    dp_case(guarded, flags, "--dropout 0.2", "drop");
 
     /* SIGUSR1 (which mpirun would pass on to both at once) to one process only: both stop after the
        same step, process 0 saves; resumed, the uninterrupted job's losses bit for bit */

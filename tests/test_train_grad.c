@@ -115,6 +115,7 @@ static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss
  * and its gradient skip; seg: packed documents (nv_tmodel_set_segments), or NULL; l: the loss (NULL:
  * the mean cross-entropy) */
 static float fd_aux_coef, fd_z_coef; /* a mixture of experts' load-balancing and z-loss weights in the loss checked */
+static float fd_dropout;              /* dropout on the residual branches in the loss checked (its mask fixed) */
 
 /* 1 when the last forward routed every row as the one whose choices `sel` holds (a mixture of
    experts' loss jumps where a choice changes: a finite difference across one says nothing) */
@@ -130,6 +131,7 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
     perturb_init(&tm, 6);
     tm.router_aux_coef = fd_aux_coef, tm.router_z_coef = fd_z_coef;
     nv_tmodel_set_segments(&tm, seg);
+    T_CHECK(nv_tmodel_set_dropout(&tm, fd_dropout, 99, 3) == NV_OK, "%s", nv_errmsg());
     int in[64], tg[64];
     make_batch(B, T, c->vocab_size, in, tg, 77);
     for (int i = 0; ignore_every > 0 && i < B * T; i++)
@@ -861,6 +863,8 @@ static void threads_same_bits(const char *label) {
     threads_same_bits_of(with_gemma_block(c), label);
 }
 
+static float same_bits_dropout; /* threads_same_bits_of's and recompute_case's dropout */
+
 static void threads_same_bits_of(nv_config c, const char *label) {
     enum { B = 2, T = 35 };
     int in[B * T], tg[B * T];
@@ -880,6 +884,7 @@ static void threads_same_bits_of(nv_config c, const char *label) {
             }
             perturb_init(&tm, 8);
             tm.router_aux_coef = 0.1f, tm.router_z_coef = 0.01f;
+            nv_tmodel_set_dropout(&tm, same_bits_dropout, 5, 70);
             nv_tmodel_zero_grad(&tm);
             loss[t] = nv_tmodel_forward(&tm, in, tg);
             nv_tmodel_backward(&tm, 1.0f);
@@ -946,6 +951,7 @@ static void recompute_case(const char *label, const nv_config *c, int lora_rank,
             if (!lora_rank) perturb_init(&tm, 8);
             tm.router_aux_coef = 0.1f, tm.router_z_coef = 0.01f;
             nv_tmodel_set_segments(&tm, seg);
+            nv_tmodel_set_dropout(&tm, same_bits_dropout, 6, 0);
             nv_tmodel_zero_grad(&tm);
             for (int k = 0; k < 2; k++) { /* accumulated: the second backward adds to the first */
                 loss[r][k] = nv_tmodel_forward(&tm, in, tg);
@@ -1168,6 +1174,70 @@ static void test_nonfinite_gradient_skips_update(void) {
     nv_tmodel_free(&tm);
 }
 
+/* Dropout: with its mask fixed, every gradient matches finite differences (a plain block, Gemma's
+ * post-norms, Granite's multiplier, a mixture of experts); one or two threads and a recomputing
+ * backward give the same bits; layer 0's attention output joins the residual stream dropped in
+ * about p of its elements and the rest scaled by 1 / (1 - p); p 0 is the model without, bit for bit. */
+static void test_dropout(void) {
+    fd_dropout = 0.3f;
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    check_fd(&c, 2, 5);
+    const nv_config gemma = with_gemma_block(c);
+    fd_h = 3e-3f; /* its scaled embedding and soft caps bend within 1e-2 once the kept elements grow by 1 / (1 - p) */
+    check_fd(&gemma, 2, 5);
+    fd_h = 1e-2f;
+    nv_config g = c;
+    g.residual_scale = 0.22f;
+    check_fd(&g, 2, 5);
+    nv_config moe = c;
+    moe.n_experts = 3, moe.n_experts_used = 3; /* every expert a token: no choice flips */
+    check_fd(&moe, 2, 4);
+    fd_dropout = 0.0f;
+
+    same_bits_dropout = 0.25f;
+    threads_same_bits(" (dropout)");
+    nv_config plain = {32, 64, 3, 4, 2, 8, 61, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    recompute_case(" (dropout)", &plain, 0, NULL);
+    recompute_case(" (dropout, LoRA)", &plain, 4, NULL);
+    same_bits_dropout = 0.0f;
+
+    /* the mask's share and scale, against the same forward without dropout */
+    enum { B = 2, T = 35 };
+    const nv_config w = {64, 96, 2, 4, 2, 16, 61, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    int in[B * T], tg[B * T];
+    make_batch(B, T, w.vocab_size, in, tg, 17);
+    nv_tmodel tm;
+    if (nv_tmodel_init(&tm, &w, NULL, 21, B, T, nv_engine_best_fp32()) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    const size_t n = (size_t)B * T * w.dim;
+    float *plain_x2 = malloc(n * sizeof(float));
+    const float l0 = nv_tmodel_forward(&tm, in, tg);
+    memcpy(plain_x2, tm.a.x2, n * sizeof(float));
+    const float p = 0.3f;
+    T_CHECK(nv_tmodel_set_dropout(&tm, p, 1234, 0) == NV_OK, "%s", nv_errmsg());
+    const float lp = nv_tmodel_forward(&tm, in, tg);
+    size_t dropped = 0, scaled = 0, considered = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float branch = plain_x2[i] - tm.a.x[i], with = tm.a.x2[i] - tm.a.x[i]; /* x: the embedding, the same in both */
+        if (fabsf(branch) < 1e-3f) continue;
+        considered++;
+        dropped += fabsf(with) <= 1e-6f * fabsf(branch) + 1e-7f;
+        scaled += fabsf(with - branch / (1.0f - p)) <= 1e-4f * fabsf(branch) + 1e-6f;
+    }
+    const double share = (double)dropped / (double)considered;
+    T_CHECK(considered > n / 2 && fabs(share - p) < 0.04 && dropped + scaled == considered,
+            "of %zu elements %zu dropped (%.3f, p %.2f), %zu scaled by 1/(1-p)", considered, dropped, share, (double)p, scaled);
+    T_CHECK(lp != l0, "the loss with dropout %g is the loss without", (double)lp);
+    T_CHECK(nv_tmodel_set_dropout(&tm, 0.0f, 0, 0) == NV_OK && nv_tmodel_forward(&tm, in, tg) == l0, "p 0 is not the model without");
+    T_CHECK(nv_tmodel_set_dropout(&tm, 1.0f, 0, 0) == NV_EINVAL && nv_tmodel_set_dropout(&tm, -0.1f, 0, 0) == NV_EINVAL &&
+                nv_tmodel_set_dropout(&tm, NAN, 0, 0) == NV_EINVAL,
+            "a probability outside [0, 1) was taken");
+    free(plain_x2);
+    nv_tmodel_free(&tm);
+}
+
 int main(void) {
     T_RUN(test_lr_schedules);
     nv_engines_init(NULL, 0);
@@ -1193,6 +1263,7 @@ int main(void) {
     T_RUN(test_grad_norm_chunks);
     T_RUN(test_threads_same_bits);
     T_RUN(test_recompute_same_bits);
+    T_RUN(test_dropout);
     T_RUN(test_fused_optimizer_matches_two_passes);
     T_RUN(test_nonfinite_gradient_skips_update);
     return t_done();

@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
             "                   --data PATH... [-z TOKENIZER | --vocab N] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
-            "                   [--weight-decay W] [--decay-embeddings] [--clip C]\n"
+            "                   [--weight-decay W] [--decay-embeddings] [--clip C] [--dropout P]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
             "                   [--data-weights W1,W2,...] [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N] [--best-metric M]\n"
@@ -64,6 +64,10 @@ static void usage(FILE *f) {
             "          (default 64) sampled as nerve generate does; training goes on exactly as without\n"
             "  --eval-choice: multiple-choice tasks (as nerve perplexity --multiple-choice reads them) scored at\n"
             "          every evaluation: metrics' mc_acc and mc_acc_norm, the first --eval-choice-tasks N of them\n"
+            "  --dropout P: while training, drop each element of every layer's attention and FFN output with\n"
+            "          probability P before it joins the residual stream (the rest scaled by 1/(1-P)): against\n"
+            "          overfitting a small text (nanoGPT trains Shakespeare's characters with 0.2); evaluation,\n"
+            "          samples and the saved model have none. Default 0\n"
             "  --recompute: keep only each layer's input and run its forward again in the backward (activation\n"
             "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
             "  --epochs F: the run's length in passes over the training data instead of --steps: F x its windows\n"
@@ -293,6 +297,7 @@ static int train(int argc, char **argv) {
             if (nv_lr_schedule_parse(v, &o.adamw.schedule) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
         } else if (!strcmp(a, "--decay-frac")) ok = cli_float(CMD, a, v, 0, 1, &o.adamw.decay_frac), decay_given = 1;
         else if (!strcmp(a, "--weight-decay")) ok = cli_float(CMD, a, v, 0, 10, &o.adamw.weight_decay);
+        else if (!strcmp(a, "--dropout")) ok = cli_float(CMD, a, v, 0, 0.95, &o.dropout);
         else if (!strcmp(a, "--clip")) ok = cli_float(CMD, a, v, 0, 1e6, &o.adamw.grad_clip);
         else if (!strcmp(a, "--beta2")) ok = cli_float(CMD, a, v, 0, 0.999999, &o.adamw.beta2);
         else if (!strcmp(a, "--eval-choice")) choice_path = v;

@@ -327,6 +327,7 @@ void nv_tmodel_free(nv_tmodel *tm) {
     free(tm->lora_us);
     free(tm->lora_du);
     free(tm->sink);
+    free(tm->drop_buf);
     nv_model_free(&tm->m);
     free(tm->grads);
     free(tm->act_mem);
@@ -668,6 +669,66 @@ static void headnorm_forward(float *out, float *rstd, const float *x, const floa
     nv_rmsnorm_forward(out, rstd, x, w, rows * n_heads, hd, eps);
 }
 
+/* Dropout on a residual branch (nv_tmodel_set_dropout): element (row, col) of a [rows][d] array is
+ * kept when a hash of the site's key (the micro-batch's and the branch's), the row's number in the
+ * whole batch and the column is at or above thresh, and then scaled by inv = 1 / (1 - p). */
+typedef struct {
+    uint32_t key, thresh, row0;
+    int d;
+    float inv;
+} drop_site;
+
+static inline uint32_t mix32(uint32_t h) { /* murmur3's finalizer */
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    return h ^ (h >> 16);
+}
+static inline uint32_t drop_row_hash(const drop_site *ds, size_t row) { return mix32(ds->key ^ mix32((uint32_t)(ds->row0 + row) * 0x9e3779b1u)); }
+static inline float drop_mult(const drop_site *ds, uint32_t row_hash, int col) {
+    return mix32(row_hash + (uint32_t)col * 0x27d4eb2fu) >= ds->thresh ? ds->inv : 0.0f;
+}
+/* drop_mult of columns col..col+7 of the row whose hash is rh, on 8 lanes (the same integer steps). */
+static inline __m256 drop_mults_row(const drop_site *ds, uint32_t rh, int col) {
+    const __m256i c = _mm256_add_epi32(_mm256_set1_epi32(col), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i h = _mm256_add_epi32(_mm256_set1_epi32((int)rh), _mm256_mullo_epi32(c, _mm256_set1_epi32((int)0x27d4eb2fu)));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0x85ebca6bu));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0xc2b2ae35u));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    const __m256i keep = _mm256_cmpeq_epi32(_mm256_max_epu32(h, _mm256_set1_epi32((int)ds->thresh)), h); /* h >= thresh */
+    return _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_set1_ps(ds->inv));
+}
+
+/* Where a pass over the site's array stands: its row (and that row's hash) and column. */
+typedef struct {
+    size_t row;
+    int col;
+    uint32_t rh;
+} drop_cursor;
+
+static drop_cursor drop_cursor_at(const drop_site *ds, size_t i) {
+    const size_t row = i / (size_t)ds->d;
+    return (drop_cursor){row, (int)(i - row * (size_t)ds->d), drop_row_hash(ds, row)};
+}
+
+/* The multipliers (0 or inv) of the next n <= 8 elements, the cursor moved past them. */
+static inline __m256 drop_next8(const drop_site *ds, drop_cursor *at, int n) {
+    if (at->col + n <= ds->d) {
+        const __m256 m = drop_mults_row(ds, at->rh, at->col);
+        if ((at->col += n) == ds->d) at->col = 0, at->rh = drop_row_hash(ds, ++at->row);
+        return m;
+    }
+    float m[8] = {0}; /* the row ends among them */
+    for (int k = 0; k < n; k++) {
+        m[k] = drop_mult(ds, at->rh, at->col);
+        if (++at->col == ds->d) at->col = 0, at->rh = drop_row_hash(ds, ++at->row);
+    }
+    return _mm256_loadu_ps(m);
+}
+
 /* Element-wise passes (SwiGLU and its backward, residual adds), 8 lanes at a time, a range's last
  * lanes through masked loads: every element is the same operations wherever a range starts or ends,
  * so the pool's fixed ranges and a product's epilogue blocks give the same bits. */
@@ -690,13 +751,17 @@ typedef struct {
     float *out, *out2;
     const float *a, *b, *c;
     float s; /* EW_SCALE_ADD, EW_SCALE */
+    const drop_site *drop; /* EW_SCALE_ADD, EW_SCALE: a times the site's dropout multipliers first, or NULL */
 } ew_job;
 
 static void ew_range(const ew_job *j, size_t i0, size_t i1) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    drop_cursor at = j->drop && i0 < i1 ? drop_cursor_at(j->drop, i0) : (drop_cursor){0, 0, 0};
     for (size_t i = i0; i < i1; i += 8) {
         const int n = i1 - i < 8 ? (int)(i1 - i) : 8;
-        const __m256 a = nv_load8_n(j->a + i, n), b = nv_load8_n(j->b + i, n);
+        __m256 a = nv_load8_n(j->a + i, n);
+        const __m256 b = nv_load8_n(j->b + i, n);
+        if (j->drop) a = _mm256_mul_ps(a, drop_next8(j->drop, &at, n));
         switch (j->kind) {
         case EW_SWIGLU: /* out = silu(a) * b */
             nv_store8_n(j->out + i, _mm256_mul_ps(_mm256_div_ps(a, _mm256_add_ps(one, nv_exp256(_mm256_sub_ps(zero, a)))), b), n);
@@ -935,6 +1000,7 @@ typedef struct {
     const nv_tmodel *tm;
     moe_slot v;
     const float *x2, *dx; /* combine: the residual; backward: the layer output's gradient */
+    const drop_site *drop; /* combine: the FFN branch's dropout, or NULL */
     float *out;           /* combine: the layer's output; backward: the gradient of the FFN's input */
     const float *dxg;     /* backward's gather: each grouped row's input gradient */
     float *dyg, *dz;
@@ -961,6 +1027,10 @@ static void moe_combine_task(void *ctx, int task, int n_tasks) {
             for (int i = 0; i < d; i++) o[i] += wt * y[i];
         }
         const float rs = nv_config_residual_scale(c);
+        if (j->drop) {
+            const uint32_t rh = drop_row_hash(j->drop, (size_t)r);
+            for (int i = 0; i < d; i++) o[i] *= drop_mult(j->drop, rh, i);
+        }
         for (int i = 0; i < d; i++) o[i] = rs * o[i] + x2[i];
     }
 }
@@ -969,7 +1039,8 @@ static void moe_combine_task(void *ctx, int task, int n_tasks) {
  * each row's K experts (nv_moe_route, as inference), the rows grouped by expert (nv_moe_group, as
  * inference), each expert's SwiGLU once on its rows, and with out, out = x2 + each row's weighted sum. The
  * experts' outputs are kept (the weights' gradients need them), so a recomputing backward runs all of it. */
-static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, const float *xn2, const float *x2, float *out) {
+static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, const float *xn2, const float *x2, float *out,
+                        const drop_site *drop) {
     const nv_config *c = &tm->m.config;
     const nv_layer_plans *lp = &tm->m.plans[l];
     const int BT = tm->B * tm->T, d = c->dim, hid = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
@@ -999,7 +1070,7 @@ static void moe_forward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, cons
         nv_plan_run(ep[1], hg, cnt, v.y + (size_t)r0 * d);
     }
     if (!out) return;
-    moe_job mj = {.tm = tm, .v = v, .x2 = x2, .out = out};
+    moe_job mj = {.tm = tm, .v = v, .x2 = x2, .out = out, .drop = drop};
     nv_pool_run(moe_combine_task, &mj, pool_tasks((size_t)BT));
     /* the load-balancing loss: (E / K) sum_e f_e P_e, f_e = count_e / BT, P_e = mean p_e */
     double aux = 0.0;
@@ -1112,20 +1183,46 @@ static void moe_backward(nv_tmodel *tm, int l, int j, const scratch_ptrs *s, con
     if (!frozen) nv_gemm_dw(nv_plan_engine(lp->router), s->dz, xn2, BT, E, d, g->router + (size_t)l * E * d, acc);
 }
 
-/* A branch y joining the residual x: out = x + rs y (rs, Granite's multiplier: 1 but there; out may be y). */
-static ew_job residual_job(float *out, const float *y, const float *x, float rs, size_t n) {
-    return (ew_job){.kind = EW_SCALE_ADD, .n = n, .out = out, .a = y, .b = x, .s = rs};
+/* A branch y joining the residual x: out = x + rs drop(y) (rs, Granite's multiplier: 1 but there; drop
+   the site's dropout, or NULL; out may be y). */
+static ew_job residual_job(float *out, const float *y, const float *x, float rs, size_t n, const drop_site *drop) {
+    return (ew_job){.kind = EW_SCALE_ADD, .n = n, .out = out, .a = y, .b = x, .s = rs, .drop = drop};
 }
 
-/* A post-norm: out = x + rs rmsnorm(y) * w, y's statistics into rstd. */
-static void post_norm_add(float *out, float *rstd, const float *y, const float *w, const float *x, int rows, int d, float eps, float rs) {
+/* A post-norm: out = x + rs drop(rmsnorm(y) * w), y's statistics into rstd. */
+static void post_norm_add(float *out, float *rstd, const float *y, const float *w, const float *x, int rows, int d, float eps, float rs,
+                          const drop_site *drop) {
     nv_rmsnorm_forward(out, rstd, y, w, rows, d, eps);
-    ew_run(residual_job(out, out, x, rs, (size_t)rows * d));
+    ew_run(residual_job(out, out, x, rs, (size_t)rows * d, drop));
+}
+
+/* Layer l's attention (ffn 0) or FFN (1) branch's dropout in the last forward (its backward's), or
+   NULL without. */
+static const drop_site *drop_site_of(const nv_tmodel *tm, int l, int ffn, drop_site *ds) {
+    if (tm->drop_p_fwd <= 0.0f) return NULL;
+    const double t = (double)tm->drop_p_fwd * 4294967296.0;
+    *ds = (drop_site){.key = mix32(tm->drop_key_fwd ^ mix32((uint32_t)(2 * l + ffn + 1) * 0x632be5abu)),
+                      .thresh = t >= 4294967295.0 ? 0xffffffffu : (uint32_t)t,
+                      .row0 = tm->drop_row0_fwd,
+                      .d = tm->m.config.dim,
+                      .inv = 1.0f / (1.0f - tm->drop_p_fwd)};
+    return ds;
 }
 
 /* ---- whole model ----------------------------------------------------------------------- */
 
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
+
+nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, uint64_t key, uint64_t row0) {
+    if (!(p >= 0.0f && p < 1.0f)) return nv_fail(NV_EINVAL, "dropout %g: a probability in [0, 1)", (double)p);
+    if (p > 0.0f && !tm->drop_buf &&
+        !(tm->drop_buf = nv_alloc_large(64, (size_t)tm->B * tm->T * tm->m.config.dim * sizeof(float), 1)))
+        return nv_fail(NV_ENOMEM, "out of memory for dropout's gradient buffer");
+    tm->drop_p = p;
+    tm->drop_key = (uint32_t)(key ^ key >> 32);
+    tm->drop_row0 = (uint32_t)row0;
+    return NV_OK;
+}
 
 #define LAYER(ptr, l, per) ((ptr) + (size_t)(l) * (per))
 /* LAYER of a part a model may not have (OLMo 2's pre-norms): NULL then */
@@ -1148,7 +1245,7 @@ static float *pre_norm_forward(float *xn, float *rstd, int j, float *x, const fl
 static void pre_norm_back(float *dx, const float *dres, float *dw, const float *dxn, const float *x, const float *w, const float *rstd,
                           int rows, int d, float *normp) {
     if (!w) {
-        ew_run(residual_job(dx, dxn, dres, 1.0f, (size_t)rows * d));
+        ew_run(residual_job(dx, dxn, dres, 1.0f, (size_t)rows * d, NULL));
         return;
     }
     memcpy(dx, dres, (size_t)rows * d * sizeof(float));
@@ -1214,14 +1311,16 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     const float rs = nv_config_residual_scale(c);
     float *ya = post ? LAYER(a->ya, j, sd) : x2, *yf = post ? LAYER(a->yf, j, sd) : xout;
     const int late1 = !post && rs != 1.0f && lora_plan(tm, l, 3, 0), late2 = !post && rs != 1.0f && lora_plan(tm, l, 5, 0);
-    ew_rows res1 = {residual_job(x2, x2, x, rs, sd), (size_t)d};
+    drop_site da, df;
+    const drop_site *drop_a = drop_site_of(tm, l, 0, &da), *drop_f = drop_site_of(tm, l, 1, &df);
+    ew_rows res1 = {residual_job(x2, x2, x, rs, sd, drop_a), (size_t)d};
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, ao, BT, (float *const[]){ya}, post || late1 ? NULL : ew_epilogue, &res1);
     lora_forward(tm, l, 3, ao, ya);
-    if (post) post_norm_add(x2, LAYER(a->rstd_pa, j, BT), ya, w->post_att + (size_t)l * d, x, BT, d, c->norm_eps, rs);
+    if (post) post_norm_add(x2, LAYER(a->rstd_pa, j, BT), ya, w->post_att + (size_t)l * d, x, BT, d, c->norm_eps, rs, drop_a);
     if (late1) ew_run(res1.j);
     float *xn2 = pre_norm_forward(a->xn2, a->rstd2, j, x2, LAYER_OR_NULL(w->rms_ffn, l, d), BT, d, c->norm_eps);
     if (c->n_experts) { /* adapters: on the attention alone (nv_lora_validate) */
-        moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL);
+        moe_forward(tm, l, j, s, xn2, x2, with_out ? xout : NULL, drop_f);
         return;
     }
     ew_rows glu = {{.kind = c->ffn_gelu ? EW_GEGLU : EW_SWIGLU, .n = sh, .out = hg, .a = h1, .b = h3}, (size_t)hid}; /* n: for ew_run */
@@ -1236,10 +1335,10 @@ static void layer_forward(nv_tmodel *tm, int l, const scratch_ptrs *s, int with_
     /* recomputed for the backward: the layer's output is kept already (a post-norm's statistics are
        not: it runs to the end, writing the output's same bits again) */
     if (!with_out && !post) return;
-    ew_rows res2 = {residual_job(xout, xout, x2, rs, sd), (size_t)d};
+    ew_rows res2 = {residual_job(xout, xout, x2, rs, sd, drop_f), (size_t)d};
     nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hg, BT, (float *const[]){yf}, post || late2 ? NULL : ew_epilogue, &res2);
     lora_forward(tm, l, 5, hg, yf);
-    if (post) post_norm_add(xout, LAYER(a->rstd_pf, j, BT), yf, w->post_ffn + (size_t)l * d, x2, BT, d, c->norm_eps, rs);
+    if (post) post_norm_add(xout, LAYER(a->rstd_pf, j, BT), yf, w->post_ffn + (size_t)l * d, x2, BT, d, c->norm_eps, rs, drop_f);
     if (late2) ew_run(res2.j);
 }
 
@@ -1253,6 +1352,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     tm->inputs = inputs;
     tm->targets = targets;
     tm->seg_fwd = tm->seg;
+    tm->drop_p_fwd = tm->drop_p, tm->drop_key_fwd = tm->drop_key, tm->drop_row0_fwd = tm->drop_row0;
     tm->router_aux = tm->router_z = 0.0f; /* the mixture's layers add theirs */
 
     for (int r = 0; r < BT; r++) nv_embed(&tm->m, inputs[r], a->x + (size_t)r * d); /* Gemma's scaled by sqrt(dim) */
@@ -1298,11 +1398,14 @@ static const float *post_norm_back(const nv_tmodel *tm, const scratch_ptrs *s, f
 }
 
 /* The gradient of a branch's output from the residual's, dx: dx itself, or with Granite's multiplier rs
-   dx times rs, in s->dres (returned). */
-static const float *branch_grad(const scratch_ptrs *s, const float *dx, float rs, size_t n) {
-    if (rs == 1.0f) return dx;
-    ew_run((ew_job){.kind = EW_SCALE, .n = n, .out = s->dres, .a = dx, .b = dx, .s = rs});
-    return s->dres;
+   dx times rs, in s->dres (returned); with the branch's dropout, its multipliers too, in tm->drop_buf. */
+static const float *branch_grad(const nv_tmodel *tm, const scratch_ptrs *s, const float *dx, float rs, size_t n, int l, int ffn) {
+    drop_site ds;
+    const drop_site *drop = drop_site_of(tm, l, ffn, &ds);
+    if (rs == 1.0f && !drop) return dx;
+    float *out = drop ? tm->drop_buf : s->dres;
+    ew_run((ew_job){.kind = EW_SCALE, .n = n, .out = out, .a = dx, .b = dx, .s = rs, .drop = drop});
+    return out;
 }
 
 static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
@@ -1355,7 +1458,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
         /* FFN: x_out = x2 + W2 . (silu(W1 xn2) * W3 xn2) (gelu with ffn_gelu; the product normed first
            with post-norms; times Granite's multiplier), or a mixture's weighted sum of such */
-        const float *dffn_out = branch_grad(&s, s.dx, rs, sd);
+        const float *dffn_out = branch_grad(tm, &s, s.dx, rs, sd, l, 1);
         const float *dffn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_ffn + (size_t)l * d), dffn_out, LAYER(a->yf, j, sd),
                                                            w->post_ffn + (size_t)l * d, LAYER(a->rstd_pf, j, BT))
                                           : dffn_out;
@@ -1380,7 +1483,7 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
 
         /* attention: x2 = x + Wo . attn(q, k, v) (the product normed first with post-norms; times
            Granite's multiplier) */
-        const float *dattn_out = branch_grad(&s, s.dx2, rs, sd);
+        const float *dattn_out = branch_grad(tm, &s, s.dx2, rs, sd, l, 0);
         const float *dattn = c->post_norms ? post_norm_back(tm, &s, NORM_DW(g->post_att + (size_t)l * d), dattn_out, LAYER(a->ya, j, sd),
                                                             w->post_att + (size_t)l * d, LAYER(a->rstd_pa, j, BT))
                                            : dattn_out;

@@ -956,7 +956,7 @@ static void run_first_eval(train_run *r) {
 /* A step's gradient, summed over its micro-batches and the job's processes, and its loss: the
    windows first (with chat data the loss is the mean over the step's targets, whose count every
    process knows from the windows: it draws all of them), then forward and backward for each. */
-static nv_err step_gradients(train_run *r, step_figures *f) {
+static nv_err step_gradients(train_run *r, step_figures *f, long step) {
     const nv_train_opts *o = r->o;
     const nv_dataset *ds = r->ds;
     const size_t bt = r->bt, pairs_a = (size_t)o->batch / 2; /* preference data: a micro-batch's pairs */
@@ -975,7 +975,12 @@ static nv_err step_gradients(train_run *r, step_figures *f) {
         const int *tg = r->tg + a * bt + r->mine;
         nv_tmodel_set_segments(&r->tm, seg); /* packed turns attend to themselves */
         f->flops += nv_tmodel_step_flops(&r->tm, seg);
+        if (o->dropout > 0.0f) { /* this micro-batch's mask, whichever process holds its rows */
+            const uint64_t at[3] = {o->seed, (uint64_t)step, (uint64_t)a};
+            NV_TRY(nv_tmodel_set_dropout(&r->tm, o->dropout, nv_hash64(at, sizeof at, 0x64726f70), r->mine));
+        }
         const float l = nv_tmodel_forward(&r->tm, r->in + a * bt + r->mine, tg);
+        if (o->dropout > 0.0f) nv_tmodel_set_dropout(&r->tm, 0.0f, 0, 0); /* evaluation and samples see the whole model */
         f->router[0] += r->tm.router_aux / (double)o->accum;
         f->router[1] += r->tm.router_z / (double)o->accum;
         double tb0 = nv_now();
@@ -1358,7 +1363,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         const double t0 = nv_now();
         step_figures f = {0};
         f.ev = (eval_figures){NAN, {NAN, NAN}, {NAN, NAN}};
-        if ((e = step_gradients(r, &f))) break;
+        if ((e = step_gradients(r, &f, step))) break;
         if (nan_from > 0 && step + 1 >= nan_from) r->tm.train_grads[0] = NAN;
         step_update(r, &f);
         if (!f.no_targets) skip_streak = f.skipped ? skip_streak + 1 : 0;
