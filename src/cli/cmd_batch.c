@@ -66,7 +66,7 @@ typedef struct {
 typedef struct {
     batch_req *reqs;
     int n, cap;
-    nv_map64 ids; /* nv_hash64(custom_id) (probed on by one where strings differ) -> index */
+    nv_map64 ids; /* nv_hash64(custom_id), the next keys probed where ids collide -> index */
 } batch_set;
 
 static void set_free(batch_set *s) {
@@ -88,8 +88,7 @@ static int set_find(const batch_set *s, const char *id, uint64_t *slot) {
     }
 }
 
-/* Where the value of the top-level key `key` of the JSON object text starts and its length (the
- * text already parsed by cJSON); 0 when not found as written (an escaped key). */
+/* A JSON text's whitespace, string and value skipped (text cJSON has parsed already). */
 static const char *skip_ws(const char *p) {
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
     return p;
@@ -117,6 +116,8 @@ static const char *skip_value(const char *p) {
     }
     return p;
 }
+/* Where the value of the top-level key `key` of the JSON object text starts and its length: 1, or 0
+ * when not found as written (an escaped key: the caller prints cJSON's value instead). */
 static int member_span(const char *obj, const char *key, const char **start, size_t *len) {
     const char *p = skip_ws(obj);
     if (*p != '{') return 0;
@@ -285,18 +286,20 @@ typedef struct {
     double t0, last_shown;
 } batch_run;
 
-/* The usage counts an answer's body reports (chat/completions and embeddings, or the Responses API's). */
-static void add_usage(batch_run *b, const cJSON *body) {
+/* The prompt and completion tokens an answer's body reports (chat/completions and embeddings, or the
+ * Responses API's input and output tokens) into usage[0], usage[1]. */
+static void usage_of(const cJSON *body, double usage[2]) {
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), *c = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
     if (!p) p = cJSON_GetObjectItemCaseSensitive(u, "input_tokens");
     if (!c) c = cJSON_GetObjectItemCaseSensitive(u, "output_tokens");
-    if (cJSON_IsNumber(p)) b->prompt_tokens += p->valuedouble;
-    if (cJSON_IsNumber(c)) b->completion_tokens += c->valuedouble;
+    usage[0] = cJSON_IsNumber(p) ? p->valuedouble : 0.0;
+    usage[1] = cJSON_IsNumber(c) ? c->valuedouble : 0.0;
 }
 
-/* The output line of request i, answered (status > 0, body its text) or not (why); NULL when out of memory. */
-static char *result_line(batch_run *b, const batch_req *r, int status, const char *body, const char *why, int *ok) {
+/* The output line of request r, answered (status > 0, body its text) or not (why); *ok: a 2xx, whose
+ * usage goes to usage; NULL when out of memory. */
+static char *result_line(const batch_req *r, int status, const char *body, const char *why, int *ok, double usage[2]) {
     char id[64], rid[64];
     nv_api_new_id(id, sizeof id, "batch_req_");
     cJSON *o = cJSON_CreateObject(), *ans = status > 0 ? cJSON_Parse(body) : NULL;
@@ -307,7 +310,7 @@ static char *result_line(batch_run *b, const batch_req *r, int status, const cha
         const cJSON *aid = cJSON_GetObjectItemCaseSensitive(ans, "id");
         if (cJSON_IsString(aid)) snprintf(rid, sizeof rid, "%.63s", aid->valuestring);
         else nv_api_new_id(rid, sizeof rid, "req_");
-        if (*ok) add_usage(b, ans);
+        if (*ok) usage_of(ans, usage);
         cJSON *resp = cJSON_AddObjectToObject(o, "response");
         cJSON_AddNumberToObject(resp, "status_code", status);
         cJSON_AddStringToObject(resp, "request_id", rid);
@@ -327,7 +330,7 @@ static char *result_line(batch_run *b, const batch_req *r, int status, const cha
 
 /* Sends request r and waits for its whole answer; a 429 (the server's queue full) is sent again.
  * Returns its output line, or NULL when abandoned (a second signal) or out of memory. */
-static char *run_one(batch_run *b, int w, const batch_req *r, int *ok) {
+static char *run_one(batch_run *b, int w, const batch_req *r, int *ok, double usage[2]) {
     for (int attempt = 0;; attempt++) {
         size_t len;
         char *req = nv_http_request_text("POST", r->url, b->auth, r->body, &len);
@@ -360,7 +363,7 @@ static char *run_one(batch_run *b, int w, const batch_req *r, int *ok) {
             nanosleep(&ts, NULL);
             continue;
         }
-        char *line = result_line(b, r, got ? a.status : 0, got ? a.body : "", got ? "" : "no answer came from the server", ok);
+        char *line = result_line(r, got ? a.status : 0, got ? a.body : "", got ? "" : "no answer came from the server", ok, usage);
         nv_http_answer_free(&a);
         return line;
     }
@@ -400,12 +403,14 @@ static void *worker_main(void *arg) {
         const int i = b->next_take++;
         pthread_mutex_unlock(&b->mu);
         int ok = 0;
-        char *line = run_one(b, w, &b->set->reqs[b->todo[i]], &ok);
+        double usage[2] = {0, 0};
+        char *line = run_one(b, w, &b->set->reqs[b->todo[i]], &ok, usage);
         pthread_mutex_lock(&b->mu);
         if (line) {
             b->results[i] = line;
             b->answered++;
             b->failed += !ok;
+            b->prompt_tokens += usage[0], b->completion_tokens += usage[1];
             write_ready(b, 0);
             show_progress(b, 0);
         }

@@ -440,8 +440,8 @@ static int read_chat_template(const char *dir, char *name, size_t cap, int *pack
 
 int nv_train_chat_template(const char *dir, char *name, size_t cap) { return read_chat_template(dir, name, cap, NULL); }
 
-/* What identifies the frozen weights a LoRA run adapts (its checkpoint keeps it). */
-/* (save_merged checks a model read again against it the same way) */
+/* What identifies the frozen weights a LoRA run adapts (its checkpoint keeps it; save_merged checks
+   the weights it merges into against it). */
 static uint64_t base_hash(const nv_train_opts *o) {
     return o->init_params ? nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), 7) : 0;
 }
@@ -1147,7 +1147,7 @@ static nv_err save_merged(const train_run *r, const float *p, const char *dir, c
             if (o->init_file_backed) nv_mem_release(o->init_params + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
         }
     }
-    if (e == NV_OK && r->tm.base_released &&
+    if (e == NV_OK && (r->tm.base_released || o->init_file_backed) &&
         (m.n_params != r->tm.m.n_params || nv_hash64(m.params, (size_t)m.n_params * sizeof(float), 7) != r->bhash))
         e = nv_fail(NV_EINVAL, "the starting model read again is not the one the run adapted (was its file changed?)");
     if (e == NV_OK) {
