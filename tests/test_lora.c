@@ -57,6 +57,8 @@ static float *random_adapters(const nv_config *c, const nv_lora_shape *s, uint64
     return p;
 }
 
+static float fd_lora_dropout; /* the adapters' dropout in the loss checked (its mask fixed; no merged model to compare) */
+
 static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
     float *base = base_weights(c, 5), *adapters = random_adapters(c, s, 11, 0.4f);
     nv_tmodel tm;
@@ -70,6 +72,7 @@ static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
             (unsigned long long)tm.n_train);
     int in[64], tg[64];
     make_batch(B * T, c->vocab_size, in, tg, 77);
+    T_CHECK(nv_tmodel_set_dropout(&tm, 0.0f, fd_lora_dropout, 31, 0) == NV_OK, "%s", nv_errmsg());
     const float loss = nv_tmodel_forward(&tm, in, tg);
     T_CHECK(isfinite(loss) && loss > 0, "loss %f", loss);
     nv_tmodel_backward(&tm, 1.0f);
@@ -84,14 +87,14 @@ static void check_fd(const nv_config *c, const nv_lora_shape *s, int B, int T) {
     mm.params = merged;
     nv_lora_merge(&mm, s, adapters, 1.0f);
     nv_tmodel plain;
-    if (nv_tmodel_init(&plain, c, merged, 5, B, T, NV_ENGINE_SCALAR) == NV_OK) {
+    if (!fd_lora_dropout && nv_tmodel_init(&plain, c, merged, 5, B, T, NV_ENGINE_SCALAR) == NV_OK) {
         const float lp = nv_tmodel_forward(&plain, in, tg);
         T_CHECK(fabsf(lp - loss) <= 2e-5f * loss, "adapted loss %.7g, merged model's %.7g", loss, lp);
         nv_tmodel_free(&plain);
     }
     free(merged);
 
-    const float h = 1e-2f;
+    const float h = fd_lora_dropout > 0 ? 3e-3f : 1e-2f; /* the kept inputs, 1 / (1 - p) larger, bend sooner */
     int bad = 0, checked = 0, rerouted = 0;
     float worst_an = 0, worst_fd = 0;
     /* a mixture of experts: an entry whose +-h moves a token's choice of experts (a jump in the loss) is
@@ -159,6 +162,19 @@ static void test_fd_granite(void) {
     nv_config_set_granite(&c, 3.0, 0.4, 0.3, 1.5);
     const nv_lora_shape s = {3, 5.0f, NV_LORA_ALL};
     check_fd(&c, &s, 2, 5);
+}
+
+/* the adapters' dropout (PEFT's lora_dropout), each adapter's mask its own: with the masks fixed,
+ * every adapter's gradient, those reaching it through the dropped inputs of later ones included */
+static void test_fd_lora_dropout(void) {
+    fd_lora_dropout = 0.3f;
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    const nv_lora_shape s = {3, 5.0f, NV_LORA_ALL};
+    check_fd(&c, &s, 2, 5);
+    nv_config q = {12, 20, 2, 2, 1, 8, 19, 8, 10000.0f, 1e-5f, 0, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
+    const nv_lora_shape u = {2, 2.0f, NV_LORA_Q | NV_LORA_O | NV_LORA_DOWN};
+    check_fd(&q, &u, 2, 6);
+    fd_lora_dropout = 0.0f;
 }
 
 /* gate adapted without up (SwiGLU's inputs changed before it), QK-norm and a separate classifier */
@@ -661,6 +677,7 @@ int main(void) {
     T_RUN(test_shapes_and_targets);
     T_RUN(test_fd_all_targets_gqa);
     T_RUN(test_fd_granite);
+    T_RUN(test_fd_lora_dropout);
     T_RUN(test_fd_some_targets_qknorm);
     T_RUN(test_fd_qkv_bias);
     T_RUN(test_fd_moe_attention);

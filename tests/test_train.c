@@ -2233,7 +2233,9 @@ static void test_lora_run(void) {
     rc = run_nerve(args, err, sizeof err);
     T_CHECK(rc == 1 && strstr(err, "LoRA adapters"), "whole-model resume of a LoRA run: exit %d '%s'", rc, err);
     const char *bad[] = {"train --lora-rank 4", "train --lora-alpha 8", "train --lora-targets q",
-                         "train --init-from x.bin --lora-rank 0", "train --init-from x.bin --lora-rank 4 --lora-targets q,x"};
+                         "train --init-from x.bin --lora-rank 0", "train --init-from x.bin --lora-rank 4 --lora-targets q,x",
+                         "train --lora-dropout 0.1", "train --init-from x.bin --lora-rank 4 --lora-dropout 1",
+                         "train --dropout 0.99", "train --dropout -0.1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rc = run_nerve(bad[i], err, sizeof err);
         T_CHECK(rc == 2 && !strncmp(err, "nerve train:", 12) && strchr(err, '\n') == strrchr(err, '\n'), "'%s': exit %d '%s'",

@@ -131,7 +131,7 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
     perturb_init(&tm, 6);
     tm.router_aux_coef = fd_aux_coef, tm.router_z_coef = fd_z_coef;
     nv_tmodel_set_segments(&tm, seg);
-    T_CHECK(nv_tmodel_set_dropout(&tm, fd_dropout, 99, 3) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_tmodel_set_dropout(&tm, fd_dropout, 0.0f, 99, 3) == NV_OK, "%s", nv_errmsg());
     int in[64], tg[64];
     make_batch(B, T, c->vocab_size, in, tg, 77);
     for (int i = 0; ignore_every > 0 && i < B * T; i++)
@@ -884,7 +884,7 @@ static void threads_same_bits_of(nv_config c, const char *label) {
             }
             perturb_init(&tm, 8);
             tm.router_aux_coef = 0.1f, tm.router_z_coef = 0.01f;
-            nv_tmodel_set_dropout(&tm, same_bits_dropout, 5, 70);
+            nv_tmodel_set_dropout(&tm, same_bits_dropout, same_bits_dropout, 5, 70);
             nv_tmodel_zero_grad(&tm);
             loss[t] = nv_tmodel_forward(&tm, in, tg);
             nv_tmodel_backward(&tm, 1.0f);
@@ -951,7 +951,7 @@ static void recompute_case(const char *label, const nv_config *c, int lora_rank,
             if (!lora_rank) perturb_init(&tm, 8);
             tm.router_aux_coef = 0.1f, tm.router_z_coef = 0.01f;
             nv_tmodel_set_segments(&tm, seg);
-            nv_tmodel_set_dropout(&tm, same_bits_dropout, 6, 0);
+            nv_tmodel_set_dropout(&tm, same_bits_dropout, same_bits_dropout, 6, 0);
             nv_tmodel_zero_grad(&tm);
             for (int k = 0; k < 2; k++) { /* accumulated: the second backward adds to the first */
                 loss[r][k] = nv_tmodel_forward(&tm, in, tg);
@@ -1216,7 +1216,7 @@ static void test_dropout(void) {
     const float l0 = nv_tmodel_forward(&tm, in, tg);
     memcpy(plain_x2, tm.a.x2, n * sizeof(float));
     const float p = 0.3f;
-    T_CHECK(nv_tmodel_set_dropout(&tm, p, 1234, 0) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_tmodel_set_dropout(&tm, p, 0.0f, 1234, 0) == NV_OK, "%s", nv_errmsg());
     const float lp = nv_tmodel_forward(&tm, in, tg);
     size_t dropped = 0, scaled = 0, considered = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1230,9 +1230,9 @@ static void test_dropout(void) {
     T_CHECK(considered > n / 2 && fabs(share - p) < 0.04 && dropped + scaled == considered,
             "of %zu elements %zu dropped (%.3f, p %.2f), %zu scaled by 1/(1-p)", considered, dropped, share, (double)p, scaled);
     T_CHECK(lp != l0, "the loss with dropout %g is the loss without", (double)lp);
-    T_CHECK(nv_tmodel_set_dropout(&tm, 0.0f, 0, 0) == NV_OK && nv_tmodel_forward(&tm, in, tg) == l0, "p 0 is not the model without");
-    T_CHECK(nv_tmodel_set_dropout(&tm, 1.0f, 0, 0) == NV_EINVAL && nv_tmodel_set_dropout(&tm, -0.1f, 0, 0) == NV_EINVAL &&
-                nv_tmodel_set_dropout(&tm, NAN, 0, 0) == NV_EINVAL,
+    T_CHECK(nv_tmodel_set_dropout(&tm, 0.0f, 0.0f, 0, 0) == NV_OK && nv_tmodel_forward(&tm, in, tg) == l0, "p 0 is not the model without");
+    T_CHECK(nv_tmodel_set_dropout(&tm, 1.0f, 0.0f, 0, 0) == NV_EINVAL && nv_tmodel_set_dropout(&tm, -0.1f, 0.0f, 0, 0) == NV_EINVAL &&
+                nv_tmodel_set_dropout(&tm, NAN, 0.0f, 0, 0) == NV_EINVAL && nv_tmodel_set_dropout(&tm, 0.0f, 1.0f, 0, 0) == NV_EINVAL,
             "a probability outside [0, 1) was taken");
     free(plain_x2);
     nv_tmodel_free(&tm);

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "                   [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
-            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST]] [--recompute]\n"
+            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST] [--lora-dropout P]] [--recompute]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z; a folder:\n"
             "          every text file under it, in path order, hidden and binary ones left out), or chat\n"
@@ -106,7 +106,9 @@ static void usage(FILE *f) {
             "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
             "          weight: a few percent of the parameters, gradients and optimizer state; --lora-alpha scales\n"
             "          the update by alpha/rank (default 2 x rank); --lora-targets: q,k,v,o,gate,down,up, attn, ffn or\n"
-            "          all (default; attn for a mixture of experts, whose FFN takes none). The run folder then also\n"
+            "          all (default; attn for a mixture of experts, whose FFN takes none); --lora-dropout P (PEFT's\n"
+            "          lora_dropout, default 0) drops each adapter's input with probability P while training.\n"
+            "          The run folder then also\n"
             "          gets adapter.gguf (llama.cpp's adapter format, for\n"
             "          --lora) and model.* holds the weights merged with it\n"
             "  data parallel: mpirun -np N nerve train ... runs N processes (on this machine or several), each\n"
@@ -248,6 +250,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--lora-rank")) ok = cli_int(CMD, a, v, 1, 1024, &o.lora.rank);
         else if (!strcmp(a, "--lora-alpha")) ok = cli_float(CMD, a, v, 1e-6f, 1e6f, &lora_alpha);
         else if (!strcmp(a, "--lora-targets")) lora_targets = v;
+        else if (!strcmp(a, "--lora-dropout")) ok = cli_float(CMD, a, v, 0, 0.95, &o.lora_dropout);
         else if (!strcmp(a, "--dim")) ok = cli_int(CMD, a, v, 1, 1 << 16, &dim);
         else if (!strcmp(a, "--layers")) ok = cli_int(CMD, a, v, 1, 1024, &layers);
         else if (!strcmp(a, "--heads")) ok = cli_int(CMD, a, v, 1, 4096, &heads);
@@ -318,8 +321,9 @@ static int train(int argc, char **argv) {
         if (!ok) return 2;
     }
 
-    if ((lora_alpha > 0 || lora_targets) && !o.lora.rank)
-        return cli_error(CMD, 2, "%s goes with --lora-rank", lora_targets ? "--lora-targets" : "--lora-alpha");
+    if ((lora_alpha > 0 || lora_targets || o.lora_dropout > 0) && !o.lora.rank)
+        return cli_error(CMD, 2, "%s goes with --lora-rank",
+                         lora_targets ? "--lora-targets" : lora_alpha > 0 ? "--lora-alpha" : "--lora-dropout");
     if (o.lora.rank) {
         if (!init_from) return cli_error(CMD, 2, "--lora-rank adapts a trained model: give it with --init-from");
         o.lora.alpha = lora_alpha > 0 ? lora_alpha : 2.0f * (float)o.lora.rank;

@@ -184,18 +184,24 @@ static void scale_floats(float *y, size_t n, float k) {
 
 /* y += s (x A^T) B^T for layer l's matrix t when it has an adapter (s = alpha / rank); s x A^T is
  * kept for the backward. y += u B^T runs as the B^T plan's dx-style product. */
+static const float *lora_dropped_input(const nv_tmodel *tm, int l, int t, const float *x, int in);
+static void lora_dx_add(const nv_tmodel *tm, int l, int t, const nv_plan *pa, const float *du, int in, float *dx);
+
 static void lora_forward(nv_tmodel *tm, int l, int t, const float *x, float *y) {
     nv_plan *pa = lora_plan(tm, l, t, 0);
     if (!pa) return;
     const int BT = tm->B * tm->T;
+    int out, in;
+    nv_lora_dims(&tm->m.config, t, &out, &in);
     float *us = lora_us_of(tm, l, t);
-    nv_plan_run(pa, x, BT, us);
+    nv_plan_run(pa, lora_dropped_input(tm, l, t, x, in), BT, us);
     scale_floats(us, (size_t)BT * tm->lora.rank, tm->lora.alpha / (float)tm->lora.rank);
     nv_plan_run_dx_add(lora_plan(tm, l, t, 1), us, BT, y);
 }
 
 /* The adapter of layer l's matrix t (input x, output gradient dy), when it has one: with
- * du = s dy B, dA (+)= du^T x, dB^T (+)= (s x A^T)^T dy, and dx += du A. */
+ * du = s dy B, dA (+)= du^T x, dB^T (+)= (s x A^T)^T dy, and dx += du A (x and du A through the
+ * adapters' dropout, where it is on). */
 static void lora_backward(nv_tmodel *tm, nv_engine_id e, int l, int t, const float *x, const float *dy, float *dx, int acc) {
     nv_plan *pa = lora_plan(tm, l, t, 0);
     if (!pa) return;
@@ -205,9 +211,9 @@ static void lora_backward(nv_tmodel *tm, nv_engine_id e, int l, int t, const flo
     float *du = tm->lora_du, *ga = tm->lora_grads + nv_lora_offset(&tm->m.config, &tm->lora, l, t);
     nv_plan_run(lora_plan(tm, l, t, 1), dy, BT, du);
     scale_floats(du, (size_t)BT * r, tm->lora.alpha / (float)r);
-    nv_gemm_dw(e, du, x, BT, r, in, ga, acc);
+    nv_gemm_dw(e, du, lora_dropped_input(tm, l, t, x, in), BT, r, in, ga, acc);
     nv_gemm_dw(e, lora_us_of(tm, l, t), dy, BT, r, out, ga + (size_t)r * in, acc);
-    nv_plan_run_dx_add(pa, du, BT, dx);
+    lora_dx_add(tm, l, t, pa, du, in, dx);
 }
 
 nv_err nv_tmodel_init(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
@@ -328,6 +334,7 @@ void nv_tmodel_free(nv_tmodel *tm) {
     free(tm->lora_du);
     free(tm->sink);
     free(tm->drop_buf);
+    free(tm->lora_xd);
     nv_model_free(&tm->m);
     free(tm->grads);
     free(tm->act_mem);
@@ -1196,29 +1203,65 @@ static void post_norm_add(float *out, float *rstd, const float *y, const float *
     ew_run(residual_job(out, out, x, rs, (size_t)rows * d, drop));
 }
 
-/* Layer l's attention (ffn 0) or FFN (1) branch's dropout in the last forward (its backward's), or
-   NULL without. */
-static const drop_site *drop_site_of(const nv_tmodel *tm, int l, int ffn, drop_site *ds) {
-    if (tm->drop_p_fwd <= 0.0f) return NULL;
-    const double t = (double)tm->drop_p_fwd * 4294967296.0;
-    *ds = (drop_site){.key = mix32(tm->drop_key_fwd ^ mix32((uint32_t)(2 * l + ffn + 1) * 0x632be5abu)),
+/* A dropout site of the last forward (its backward's) with probability p over rows of d, its own
+   hash site mixed into the micro-batch's key; NULL when p is 0. */
+static const drop_site *site_of(const nv_tmodel *tm, float p, uint32_t site, int d, drop_site *ds) {
+    if (p <= 0.0f) return NULL;
+    const double t = (double)p * 4294967296.0;
+    *ds = (drop_site){.key = mix32(tm->drop_key_fwd ^ site),
                       .thresh = t >= 4294967295.0 ? 0xffffffffu : (uint32_t)t,
                       .row0 = tm->drop_row0_fwd,
-                      .d = tm->m.config.dim,
-                      .inv = 1.0f / (1.0f - tm->drop_p_fwd)};
+                      .d = d,
+                      .inv = 1.0f / (1.0f - p)};
     return ds;
+}
+
+/* Layer l's attention (ffn 0) or FFN (1) branch's dropout, or NULL without. */
+static const drop_site *drop_site_of(const nv_tmodel *tm, int l, int ffn, drop_site *ds) {
+    return site_of(tm, tm->drop_p_fwd, mix32((uint32_t)(2 * l + ffn + 1) * 0x632be5abu), tm->m.config.dim, ds);
+}
+
+/* The input of layer l's matrix t's adapter, in of them a row: x, or with the adapters' dropout x
+   masked into tm->lora_xd (its mask the same in the forward and the backward). */
+static const float *lora_dropped_input(const nv_tmodel *tm, int l, int t, const float *x, int in) {
+    drop_site ds;
+    const drop_site *drop = site_of(tm, tm->lora_drop_p_fwd, mix32((uint32_t)(l * NV_LAYER_MATRICES + t + 1) * 0x2545f491u), in, &ds);
+    if (!drop) return x;
+    ew_run((ew_job){.kind = EW_SCALE, .n = (size_t)tm->B * tm->T * in, .out = tm->lora_xd, .a = x, .b = x, .s = 1.0f, .drop = drop});
+    return tm->lora_xd;
+}
+
+/* dx += du A through the adapter's dropout (du A masked as its input was), into the values dx holds. */
+static void lora_dx_add(const nv_tmodel *tm, int l, int t, const nv_plan *pa, const float *du, int in, float *dx) {
+    drop_site ds;
+    const drop_site *drop = site_of(tm, tm->lora_drop_p_fwd, mix32((uint32_t)(l * NV_LAYER_MATRICES + t + 1) * 0x2545f491u), in, &ds);
+    const int BT = tm->B * tm->T;
+    if (!drop) {
+        nv_plan_run_dx_add(pa, du, BT, dx);
+        return;
+    }
+    nv_plan_run_dx(pa, du, BT, tm->lora_xd);
+    ew_run(residual_job(dx, tm->lora_xd, dx, 1.0f, (size_t)BT * in, drop));
 }
 
 /* ---- whole model ----------------------------------------------------------------------- */
 
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
 
-nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, uint64_t key, uint64_t row0) {
+nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, float p_lora, uint64_t key, uint64_t row0) {
     if (!(p >= 0.0f && p < 1.0f)) return nv_fail(NV_EINVAL, "dropout %g: a probability in [0, 1)", (double)p);
-    if (p > 0.0f && !tm->drop_buf &&
-        !(tm->drop_buf = nv_alloc_large(64, (size_t)tm->B * tm->T * tm->m.config.dim * sizeof(float), 1)))
+    if (!(p_lora >= 0.0f && p_lora < 1.0f)) return nv_fail(NV_EINVAL, "LoRA dropout %g: a probability in [0, 1)", (double)p_lora);
+    const nv_config *c = &tm->m.config;
+    const size_t BT = (size_t)tm->B * tm->T;
+    size_t widest = (size_t)c->dim;
+    if ((size_t)nv_config_q_dim(c) > widest) widest = (size_t)nv_config_q_dim(c);
+    if ((size_t)c->hidden_dim > widest) widest = (size_t)c->hidden_dim;
+    if (p > 0.0f && !tm->drop_buf && !(tm->drop_buf = nv_alloc_large(64, BT * c->dim * sizeof(float), 1)))
         return nv_fail(NV_ENOMEM, "out of memory for dropout's gradient buffer");
+    if (p_lora > 0.0f && tm->lora_params && !tm->lora_xd && !(tm->lora_xd = nv_alloc_large(64, BT * widest * sizeof(float), 1)))
+        return nv_fail(NV_ENOMEM, "out of memory for the adapters' dropout buffer");
     tm->drop_p = p;
+    tm->lora_drop_p = tm->lora_params ? p_lora : 0.0f;
     tm->drop_key = (uint32_t)(key ^ key >> 32);
     tm->drop_row0 = (uint32_t)row0;
     return NV_OK;
@@ -1352,7 +1395,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     tm->inputs = inputs;
     tm->targets = targets;
     tm->seg_fwd = tm->seg;
-    tm->drop_p_fwd = tm->drop_p, tm->drop_key_fwd = tm->drop_key, tm->drop_row0_fwd = tm->drop_row0;
+    tm->drop_p_fwd = tm->drop_p, tm->lora_drop_p_fwd = tm->lora_drop_p, tm->drop_key_fwd = tm->drop_key, tm->drop_row0_fwd = tm->drop_row0;
     tm->router_aux = tm->router_z = 0.0f; /* the mixture's layers add theirs */
 
     for (int r = 0; r < BT; r++) nv_embed(&tm->m, inputs[r], a->x + (size_t)r * d); /* Gemma's scaled by sqrt(dim) */

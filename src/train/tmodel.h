@@ -63,9 +63,10 @@ typedef struct {
     /* dropout (nv_tmodel_set_dropout): the probability, key and first row's number of the forwards
        that follow, and of the last forward (which its backward uses); the backward's masked
        branch gradient */
-    float drop_p, drop_p_fwd;
+    float drop_p, drop_p_fwd, lora_drop_p, lora_drop_p_fwd;
     uint32_t drop_key, drop_key_fwd, drop_row0, drop_row0_fwd;
     float *drop_buf;
+    float *lora_xd;     /* [B*T][widest adapter input]: an adapter's input with its dropout, or that input's gradient */
     float loss;        /* mean loss of the last forward over its rows with a target */
     int n_targets;     /* those rows (a negative target is none: chat data's prompts and padding) */
     /* a mixture of experts: the load-balancing loss's weight in the objective (set by the caller;
@@ -134,7 +135,7 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
  * its whole window up to itself. Used by every forward until set again; the caller keeps it alive
  * through the backward. */
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg);
-/* Dropout, training's regularisation, for the forwards that follow: each element of every layer's
+/* Dropout, training's regularisation, for the forwards that follow (p_lora: the adapters' own, below): each element of every layer's
  * attention and FFN branch output (after a post-norm, before Granite's multiplier; a mixture's
  * weighted sum) is dropped with probability p before it joins the residual stream, the others
  * scaled by 1 / (1 - p) (inverted dropout). Which, a hash of key (one per micro-batch), the layer
@@ -142,8 +143,10 @@ void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg);
  * where its rows start, so N processes drop what one would) and the column: the backward, a
  * recomputing backward and any split of the work over threads see the same mask, and a resumed run
  * the same as an uninterrupted one. p 0 (evaluation, sampling): none, the same bits as before any
- * was set. NV_EINVAL outside [0, 1); NV_ENOMEM for its [B*T][dim] gradient buffer. */
-nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, uint64_t key, uint64_t row0);
+ * was set. p_lora (adapters only, PEFT's lora_dropout): each adapter's input is dropped likewise,
+ * with a mask of its own per layer and matrix, before its A (the frozen product sees the whole
+ * input). NV_EINVAL outside [0, 1); NV_ENOMEM for their buffers. */
+nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, float p_lora, uint64_t key, uint64_t row0);
 /* The matmul FLOPs of one forward+backward of B*T rows packed as seg says (NULL: one document a
  * window, flops_per_step): attention counted over the keys each row sees, its document's earlier
  * rows within the layer's window. */

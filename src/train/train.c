@@ -975,12 +975,13 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
         const int *tg = r->tg + a * bt + r->mine;
         nv_tmodel_set_segments(&r->tm, seg); /* packed turns attend to themselves */
         f->flops += nv_tmodel_step_flops(&r->tm, seg);
-        if (o->dropout > 0.0f) { /* this micro-batch's mask, whichever process holds its rows */
+        const int dropping = o->dropout > 0.0f || o->lora_dropout > 0.0f;
+        if (dropping) { /* this micro-batch's masks, whichever process holds its rows */
             const uint64_t at[3] = {o->seed, (uint64_t)step, (uint64_t)a};
-            NV_TRY(nv_tmodel_set_dropout(&r->tm, o->dropout, nv_hash64(at, sizeof at, 0x64726f70), r->mine));
+            NV_TRY(nv_tmodel_set_dropout(&r->tm, o->dropout, o->lora_dropout, nv_hash64(at, sizeof at, 0x64726f70), r->mine));
         }
         const float l = nv_tmodel_forward(&r->tm, r->in + a * bt + r->mine, tg);
-        if (o->dropout > 0.0f) nv_tmodel_set_dropout(&r->tm, 0.0f, 0, 0); /* evaluation and samples see the whole model */
+        if (dropping) nv_tmodel_set_dropout(&r->tm, 0.0f, 0.0f, 0, 0); /* evaluation and samples see the whole model */
         f->router[0] += r->tm.router_aux / (double)o->accum;
         f->router[1] += r->tm.router_z / (double)o->accum;
         double tb0 = nv_now();

@@ -44,7 +44,8 @@ typedef struct {
     nv_err (*reload_init)(void *ctx, nv_model *out);
     void *reload_ctx;
     int batch, seq, accum, steps;
-    float dropout; /* on the residual branches while training (nv_tmodel_set_dropout); 0: none */
+    float dropout;      /* on the residual branches while training (nv_tmodel_set_dropout); 0: none */
+    float lora_dropout; /* on each adapter's input while training (PEFT's lora_dropout); 0: none */
     uint64_t seed;
     nv_adamw_opts adamw;
     int eval_every, eval_batches, ckpt_every;
