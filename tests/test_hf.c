@@ -1141,7 +1141,7 @@ static void test_peft_lora(void) {
     float *p = malloc(nv_lora_param_count(c, &s) * sizeof(float)), *back = NULL;
     nv_lora_init_nonzero(c, &s, p, 3, 0.05f);
     const char *dir = folder("peft");
-    T_CHECK(nv_hf_save_lora(c, &s, p, dir) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_hf_save_lora(c, &s, p, 0.05f, dir) == NV_OK, "%s", nv_errmsg());
     T_CHECK(nv_lora_load(dir, c, &back_s, &back) == NV_OK, "%s", nv_errmsg());
     T_CHECK(back && !memcmp(&back_s, &s, sizeof s) && !memcmp(back, p, nv_lora_param_count(c, &s) * sizeof(float)),
             "the adapter changed in the round trip");
@@ -1163,6 +1163,10 @@ static void test_peft_lora(void) {
     st_free(&f);
     char *cfg = slurp(dir, "adapter_config.json", NULL);
     T_CHECK(cfg && strstr(cfg, "\"LORA\"") && strstr(cfg, "\"q_proj\"") && strstr(cfg, "\"down_proj\""), "%s", cfg);
+    cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
+    const cJSON *ld = cJSON_GetObjectItemCaseSensitive(cj, "lora_dropout");
+    T_CHECK(cJSON_IsNumber(ld) && ld->valuedouble == 0.05, "lora_dropout: %s", cfg);
+    cJSON_Delete(cj);
     free(cfg);
     /* the GGUF form of the same adapter gives the same perplexity, by the folder, its config or its weights */
     char gguf[700], args[2400], *want = NULL;
@@ -1218,7 +1222,7 @@ static void test_peft_lora(void) {
     p = malloc(nv_lora_param_count(&q3, &s3) * sizeof(float));
     nv_lora_init_nonzero(&q3, &s3, p, 5, 0.1f);
     const char *d3 = folder("peft-qwen3");
-    T_CHECK(nv_hf_save_lora(&q3, &s3, p, d3) == NV_OK && nv_lora_load(d3, &q3, &back_s, &back) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_hf_save_lora(&q3, &s3, p, 0.0f, d3) == NV_OK && nv_lora_load(d3, &q3, &back_s, &back) == NV_OK, "%s", nv_errmsg());
     T_CHECK(back && !memcmp(&back_s, &s3, sizeof s3) && !memcmp(back, p, nv_lora_param_count(&q3, &s3) * sizeof(float)),
             "the qwen3 adapter changed in the round trip");
     free(back);

@@ -2066,7 +2066,7 @@ nv_err nv_hf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, f
     return NV_OK;
 }
 
-nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *dir) {
+nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, float lora_dropout, const char *dir) {
     NV_TRY(nv_lora_validate(c, s));
     const int r = s->rank, L = c->n_layers;
     int n_targets = 0;
@@ -2103,7 +2103,7 @@ nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *
         cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
         cJSON_AddNumberToObject(j, "r", r);
         cJSON_AddNumberToObject(j, "lora_alpha", shortest(s->alpha));
-        cJSON_AddNumberToObject(j, "lora_dropout", 0);
+        cJSON_AddNumberToObject(j, "lora_dropout", shortest(lora_dropout));
         cJSON_AddStringToObject(j, "bias", "none");
         cJSON_AddBoolToObject(j, "fan_in_fan_out", 0);
         cJSON_AddBoolToObject(j, "use_rslora", 0);

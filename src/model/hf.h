@@ -93,8 +93,9 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
  * layout (model/lora.h), as nv_gguf_load_lora. */
 int nv_hf_is_lora(const char *path);
 nv_err nv_hf_load_lora(const char *path, const nv_config *c, nv_lora_shape *s, float **params);
-/* Writes adapter_config.json and adapter_model.safetensors (F32) into dir, created if missing. */
-nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, const char *dir);
+/* Writes adapter_config.json (with lora_dropout, the dropout it was trained with) and
+ * adapter_model.safetensors (F32) into dir, created if missing. */
+nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *p, float lora_dropout, const char *dir);
 /* An adapter from either form: a PEFT folder (nv_hf_is_lora) or a GGUF file. */
 nv_err nv_lora_load(const char *path, const nv_config *c, nv_lora_shape *s, float **params);
 

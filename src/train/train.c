@@ -632,7 +632,7 @@ static void save_best(nv_tmodel *tm, const nv_train_opts *o, const char *best_di
         remove_models(best_dir); /* merged from the best adapters at the run's end (save_best_merged) */
         snprintf(path, sizeof path, "%s/adapter.gguf", best_dir);
         e = nv_gguf_save_lora(&o->config, &o->lora, tm->lora_params, path);
-        if (e == NV_OK) e = nv_hf_save_lora(&o->config, &o->lora, tm->lora_params, best_dir);
+        if (e == NV_OK) e = nv_hf_save_lora(&o->config, &o->lora, tm->lora_params, o->lora_dropout, best_dir);
     } else {
         e = save_model(&tm->m, best_dir, o->out_dir, path);
     }
@@ -1124,7 +1124,7 @@ static nv_err save_checkpoint(const train_run *r) {
        its end still leaves the ones its checkpoint holds, to use with --lora) */
     if (r->lora && nv_gguf_save_lora(&o->config, &o->lora, r->tm.lora_params, r->adapter_path) != NV_OK)
         nv_warn("%s not written: %s", r->adapter_path, nv_errmsg());
-    if (r->lora && nv_hf_save_lora(&o->config, &o->lora, r->tm.lora_params, o->out_dir) != NV_OK)
+    if (r->lora && nv_hf_save_lora(&o->config, &o->lora, r->tm.lora_params, o->lora_dropout, o->out_dir) != NV_OK)
         nv_warn("%s/adapter_model.safetensors not written: %s", o->out_dir, nv_errmsg());
     write_svg(r->svg_path, &r->tr, &r->va, o->steps);
     return NV_OK;
