@@ -382,12 +382,14 @@ static void write_ready(batch_run *b, int final) {
     }
 }
 
+/* How far the batch is: a terminal's line redrawn twice a second, a log's (stderr not a terminal) a
+ * line every 30 s (the summary ends either). */
 static void show_progress(batch_run *b, int final) {
     const double now = nv_now(), dt = now - b->t0;
-    if (!b->tty || (!final && now - b->last_shown < 0.5)) return;
+    if (final ? !b->tty : now - b->last_shown < (b->tty ? 0.5 : 30.0)) return;
     b->last_shown = now;
-    fprintf(stderr, "\rnerve batch: %d/%d answered (%d with an error), %.0f completion tokens/s%s", b->answered, b->n_todo,
-            b->failed, dt > 0 ? b->completion_tokens / dt : 0.0, final ? "\n" : "   ");
+    fprintf(stderr, "%snerve batch: %d/%d answered (%d with an error), %.0f completion tokens/s%s", b->tty ? "\r" : "", b->answered,
+            b->n_todo, b->failed, dt > 0 ? b->completion_tokens / dt : 0.0, final || !b->tty ? "\n" : "   ");
     fflush(stderr);
 }
 
@@ -431,7 +433,7 @@ static int batch_job(void *ctx, int port, int max_batch, int max_queue, float ti
     pthread_t th[MAX_WORKERS];
     void *args[MAX_WORKERS][2];
     int started = 0;
-    b->t0 = nv_now();
+    b->t0 = b->last_shown = nv_now();
     for (int w = 0; w < workers; w++) {
         args[w][0] = b, args[w][1] = (void *)(intptr_t)w;
         if (pthread_create(&th[w], NULL, worker_main, args[w]) != 0) break;
