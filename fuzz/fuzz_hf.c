@@ -65,7 +65,7 @@ static void check_peft(const void *st, size_t st_len) {
             if (make_folder("peft-again", again, sizeof again) == 0) {
                 nv_lora_shape s2;
                 float *p2 = NULL;
-                FZ_CHECK(nv_hf_save_lora(&adapter_model, &s, p, again) == NV_OK, "save: %s", nv_errmsg());
+                FZ_CHECK(nv_hf_save_lora(&adapter_model, &s, p, 0.0f, again) == NV_OK, "save: %s", nv_errmsg());
                 FZ_CHECK(nv_hf_load_lora(again, &adapter_model, &s2, &p2) == NV_OK && !memcmp(&s, &s2, sizeof s) &&
                              !memcmp(p, p2, (size_t)n * sizeof(float)),
                          "the adapter changed in the round trip: %s", nv_errmsg());

@@ -359,7 +359,7 @@ static void hf(void) {
     nv_lora_init_nonzero(&c, &ls, lp, 5, 0.1f);
     char adir[4096], apath[4200];
     snprintf(adir, sizeof adir, "%s/peft-tmp", root);
-    check(nv_hf_save_lora(&c, &ls, lp, adir));
+    check(nv_hf_save_lora(&c, &ls, lp, 0.0f, adir));
     char *st = NULL;
     size_t sl = 0;
     snprintf(apath, sizeof apath, "%s/adapter_model.safetensors", adir);
@@ -673,6 +673,31 @@ static void choice(void) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("choice", files[i][0], files[i][1], strlen(files[i][1]));
 }
 
+/* nerve batch's files: an input of each endpoint (a body with a number cJSON would print otherwise, an
+ * escaped "body" key, a CRLF line, a blank one), one with bad lines, and an output to resume from */
+static void batch(void) {
+    static const char *const files[][2] = {
+        {"input.jsonl",
+         "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\","
+         "\"messages\":[{\"role\":\"user\",\"content\":\"Hi {\\\"x\\\"}\"}],\"seed\":18446744073709551615}}\n"
+         "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/completions\",\"body\":{\"prompt\":[1,2,3],\"max_tokens\":4}}\r\n"
+         "\n"
+         "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/embeddings\",\"\\u0062ody\":{\"input\":\"x\"}}\n"
+         "{ \"body\" : {\"input\":\"y\",\"max_output_tokens\":2.50e1} , \"custom_id\":\"d\",\"url\":\"/v1/responses\",\"method\":\"POST\"}\n"},
+        {"bad.jsonl",
+         "{\"custom_id\":\"a\",\"method\":\"GET\",\"url\":\"/v1/completions\",\"body\":{}}\nnot json\n"
+         "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"stream\":true}}\n"
+         "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}} tail\n"
+         "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
+         "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"},
+        {"output.jsonl",
+         "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
+         "{\"id\":\"batch_req_1\",\"custom_id\":\"x\",\"response\":{\"status_code\":200,\"request_id\":\"r\",\"body\":{}},\"error\":null}\n"
+         "{\"id\":\"batch_req_2\",\"custom_id\":\"x\",\"response\":null,\"error\":{\"code\":\"request_failed\",\"message\":\"m\"}}\n"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("batch", files[i][0], files[i][1], strlen(files[i][1]));
+}
+
 /* grammars as text: the first byte picks GBNF (0), a regex (1) or choices (2), +128 a think block */
 static void gbnf(void) {
     static const char *const files[][2] = {
@@ -698,6 +723,7 @@ int main(int argc, char **argv) {
     ckpts();
     adapters();
     imatrices();
+    batch();
     api();
     chat();
     choice();

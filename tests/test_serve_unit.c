@@ -5,6 +5,7 @@
 
 #include "model/tokenizer.h"
 #include "serve/api.h"
+#include "serve/batchfile.h"
 #include "serve/chat.h"
 #include "serve/sched.h"
 #include "serve/tools.h"
@@ -1076,11 +1077,53 @@ static void test_api_embeddings(void) {
     nv_tokenizer_free(tok);
 }
 
+/* nerve batch's files (serve/batchfile.h): a body reaches the server as its line wrote it (a number
+ * cJSON would round, whitespace that is a control character), or as cJSON read it where an escaped key
+ * could be "body" itself; the url without /v1; each refusal's reason; a former output's lines. */
+static void test_batch_file(void) {
+    nv_batch_set s;
+    T_CHECK(nv_batch_set_init(&s) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_batch_add_line(&s, "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/completions\",\"body\":\x0e{\"seed\": 18446744073709551615}\x01}", 1) ==
+                NV_OK && s.n == 1,
+            "%s", nv_errmsg());
+    T_CHECK(s.n == 1 && !strcmp(s.reqs[0].body, "{\"seed\": 18446744073709551615}") && !strcmp(s.reqs[0].url, "/v1/completions"),
+            "body '%s', url %s", s.n ? s.reqs[0].body : "", s.n ? s.reqs[0].url : "");
+    T_CHECK(nv_batch_add_line(&s, "{\"\\u0062ody\":{\"a\":1},\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/embeddings\",\"body\":{\"a\":2}}", 2) ==
+                NV_OK && s.n == 2 && !strcmp(s.reqs[1].body, "{\"a\":1}"),
+            "escaped key: '%s'", s.n > 1 ? s.reqs[1].body : nv_errmsg());
+    static const struct {
+        const char *line, *why;
+    } bad[] = {
+        {"[1]", "not a JSON object"},
+        {"{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}", "repeats line 1's"},
+        {"{\"custom_id\":\"\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}", "custom_id"},
+        {"{\"custom_id\":\"c\",\"method\":\"PUT\",\"url\":\"/v1/completions\",\"body\":{}}", "method"},
+        {"{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/files\",\"body\":{}}", "url"},
+        {"{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":[]}", "body must"},
+        {"{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"stream\":true}}", "stream"},
+        {"{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}} {}", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        T_CHECK(nv_batch_add_line(&s, bad[i].line, 3) == NV_EINVAL && strstr(nv_errmsg(), bad[i].why) && s.n == 2, "'%s': %s",
+                bad[i].line, nv_errmsg());
+    int at, ok;
+    T_CHECK(nv_batch_output_line(&s, "{\"id\":\"x\",\"custom_id\":\"b\",\"response\":{\"status_code\":201},\"error\":null}", &at, &ok) ==
+                    NV_OK && at == 1 && ok == 1,
+            "2xx: %d %d", at, ok);
+    T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"a\",\"response\":null,\"error\":{}}", &at, &ok) == NV_OK && at == 0 && ok == 0,
+            "no answer: %d %d", at, ok);
+    T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"z\",\"response\":null}", &at, &ok) == NV_EINVAL && strstr(nv_errmsg(), "'z'"),
+            "%s", nv_errmsg());
+    T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"a\"}", &at, &ok) == NV_EINVAL, "no response accepted");
+    nv_batch_set_free(&s);
+}
+
 int main(void) {
     T_RUN(test_stop_holdback);
     T_RUN(test_utf8);
     T_RUN(test_ngram_draft);
     T_RUN(test_pred_draft);
+    T_RUN(test_batch_file);
     T_RUN(test_chat_templates);
     T_RUN(test_chat_history);
     T_RUN(test_chat_template_text);

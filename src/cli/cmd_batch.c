@@ -23,18 +23,16 @@
 #include <cjson/cJSON.h>
 
 #include "base/file.h"
-#include "base/hash.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "base/timer.h"
 #include "cli/cli.h"
 #include "serve/api.h"
+#include "serve/batchfile.h"
 
 #define CMD "batch"
 #define MAX_WORKERS 1024
 
-static const char *const batch_urls[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"};
-#define N_URLS (int)(sizeof batch_urls / sizeof *batch_urls)
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -57,174 +55,17 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    char *custom_id;
-    const char *url;
-    char *body; /* the body's text exactly as the line has it */
-    int line_no;
-} batch_req;
-
-typedef struct {
-    batch_req *reqs;
-    int n, cap;
-    nv_map64 ids; /* nv_hash64(custom_id), the next keys probed where ids collide -> index */
-} batch_set;
-
-static void set_free(batch_set *s) {
-    for (int i = 0; i < s->n; i++) free(s->reqs[i].custom_id), free(s->reqs[i].body);
-    free(s->reqs);
-    nv_map64_free(&s->ids);
-    memset(s, 0, sizeof *s);
-}
-
-/* The index of id in s, or -1; *slot the hash key it has or would take. */
-static int set_find(const batch_set *s, const char *id, uint64_t *slot) {
-    uint64_t h = nv_hash64(id, strlen(id), 17);
-    for (;; h++) {
-        const int32_t at = nv_map64_get(&s->ids, h);
-        if (at < 0 || !strcmp(s->reqs[at].custom_id, id)) {
-            *slot = h;
-            return at;
-        }
-    }
-}
-
-/* A JSON text's whitespace, string and value skipped (text cJSON has parsed already). */
-static const char *skip_ws(const char *p) {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    return p;
-}
-static const char *skip_string(const char *p) { /* p at the opening quote: past the closing one */
-    for (p++; *p && *p != '"'; p++)
-        if (*p == '\\' && p[1]) p++;
-    return *p ? p + 1 : p;
-}
-static const char *skip_value(const char *p) {
-    if (*p == '"') return skip_string(p);
-    if (*p != '{' && *p != '[') {
-        while (*p && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') p++;
-        return p;
-    }
-    int depth = 0;
-    while (*p) {
-        if (*p == '"') {
-            p = skip_string(p);
-            continue;
-        }
-        if (*p == '{' || *p == '[') depth++;
-        else if ((*p == '}' || *p == ']') && --depth == 0) return p + 1;
-        p++;
-    }
-    return p;
-}
-/* Where the value of the top-level key `key` of the JSON object text starts and its length: 1, or 0
- * when not found as written (an escaped key: the caller prints cJSON's value instead). */
-static int member_span(const char *obj, const char *key, const char **start, size_t *len) {
-    const char *p = skip_ws(obj);
-    if (*p != '{') return 0;
-    const size_t kl = strlen(key);
-    for (p = skip_ws(p + 1); *p == '"';) {
-        const char *k = p + 1, *after = skip_string(p);
-        const int match = (size_t)(after - 1 - k) == kl && !memcmp(k, key, kl);
-        p = skip_ws(after);
-        if (*p != ':') return 0;
-        p = skip_ws(p + 1);
-        const char *v = p;
-        p = skip_value(p);
-        if (match) {
-            *start = v;
-            *len = (size_t)(p - v);
-            return 1;
-        }
-        p = skip_ws(p);
-        if (*p != ',') return 0;
-        p = skip_ws(p + 1);
-    }
-    return 0;
-}
-
-/* Splits text into lines (in place: NULs at the ends, a CR before them dropped); calls fn on each
- * that is not blank with its 1-based number. */
-static int for_lines(char *text, int (*fn)(void *ctx, char *line, int no), void *ctx) {
-    int no = 0, rc = 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        no++;
-        size_t l = strlen(line);
-        if (l && line[l - 1] == '\r') line[--l] = '\0';
-        const char *p = skip_ws(line);
-        if (*p && (rc = fn(ctx, line, no)) != 0) break;
-    }
-    return rc;
-}
-
-typedef struct {
     const char *path;
-    batch_set *set;
+    nv_batch_set *set;
     int errors;
 } check_ctx;
 
-static void line_error(check_ctx *c, int no, const char *fmt, const char *arg) {
-    if (++c->errors > 10) return;
-    fprintf(stderr, "nerve " CMD ": %s:%d: ", c->path, no);
-    fprintf(stderr, fmt, arg);
-    fputc('\n', stderr);
-}
-
-/* One input line checked and, when well formed, added to the set. */
+/* One input line checked and, when well formed, added to the set; the first ten bad lines said. */
 static int check_line(void *ctx, char *line, int no) {
     check_ctx *c = ctx;
-    cJSON *j = cJSON_ParseWithOpts(line, NULL, 1);
-    if (!cJSON_IsObject(j)) {
-        line_error(c, no, "%s", "not a JSON object");
-        cJSON_Delete(j);
-        return 0;
-    }
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "custom_id"), *method = cJSON_GetObjectItemCaseSensitive(j, "method");
-    const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url"), *body = cJSON_GetObjectItemCaseSensitive(j, "body");
-    const char *u = NULL;
-    for (int i = 0; cJSON_IsString(url) && i < N_URLS; i++)
-        if (!strcmp(url->valuestring, batch_urls[i]) || !strcmp(url->valuestring, batch_urls[i] + 3)) u = batch_urls[i];
-    const cJSON *stream = cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "stream") : NULL;
-    uint64_t slot = 0;
-    int dup = -1;
-    if (!cJSON_IsString(id) || !id->valuestring[0]) line_error(c, no, "%s", "custom_id must be a non-empty string");
-    else if ((dup = set_find(c->set, id->valuestring, &slot)) >= 0) {
-        char other[32];
-        snprintf(other, sizeof other, "%d", c->set->reqs[dup].line_no);
-        line_error(c, no, "custom_id repeats line %s's (each request needs its own)", other);
-    } else if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST"))
-        line_error(c, no, "%s", "method must be \"POST\"");
-    else if (!u)
-        line_error(c, no, "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses%s", "");
-    else if (!cJSON_IsObject(body))
-        line_error(c, no, "%s", "body must be a JSON object (the request)");
-    else if (cJSON_IsTrue(stream))
-        line_error(c, no, "%s", "body.stream: a batch's answers are written whole; leave stream out");
-    else {
-        const char *start;
-        size_t len;
-        char *text = member_span(line, "body", &start, &len) ? strndup(start, len) : cJSON_PrintUnformatted(body);
-        batch_set *s = c->set;
-        if (s->n == s->cap) {
-            const int cap = s->cap ? s->cap * 2 : 1024;
-            batch_req *r = realloc(s->reqs, (size_t)cap * sizeof *r);
-            if (!r) {
-                free(text);
-                cJSON_Delete(j);
-                return cli_error(CMD, 1, "out of memory reading %s", c->path);
-            }
-            s->reqs = r, s->cap = cap;
-        }
-        char *cid = strdup(id->valuestring);
-        if (!text || !cid || nv_map64_put(&s->ids, slot, s->n) != NV_OK) {
-            free(text), free(cid);
-            cJSON_Delete(j);
-            return cli_error(CMD, 1, "out of memory reading %s", c->path);
-        }
-        s->reqs[s->n++] = (batch_req){.custom_id = cid, .url = u, .body = text, .line_no = no};
-    }
-    cJSON_Delete(j);
+    const nv_err e = nv_batch_add_line(c->set, line, no);
+    if (e == NV_ENOMEM) return cli_error(CMD, 1, "%s: %s", c->path, nv_errmsg());
+    if (e != NV_OK && ++c->errors <= 10) fprintf(stderr, "nerve " CMD ": %s:%d: %s\n", c->path, no, nv_errmsg());
     return 0;
 }
 
@@ -232,39 +73,29 @@ static int check_line(void *ctx, char *line, int no) {
 
 typedef struct {
     const char *path;
-    const batch_set *set;
+    const nv_batch_set *set;
     char *done; /* [set->n]: 1 where a 2xx answer is kept */
-    FILE *out;  /* the kept lines are copied here (NULL: only counted) */
+    FILE *out;  /* the kept lines are copied here */
     int kept, dropped;
 } resume_ctx;
 
 static int resume_line(void *ctx, char *line, int no) {
     resume_ctx *r = ctx;
-    cJSON *j = cJSON_ParseWithOpts(line, NULL, 1);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
-    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(j, "response");
-    const cJSON *status = cJSON_GetObjectItemCaseSensitive(resp, "status_code");
-    uint64_t slot;
-    const int at = cJSON_IsString(id) ? set_find(r->set, id->valuestring, &slot) : -1;
-    int rc = 0;
-    if (!cJSON_IsObject(j) || !cJSON_IsString(id) || !cJSON_HasObjectItem(j, "response"))
-        rc = cli_error(CMD, 1, "%s:%d: not a line of a batch's output (--resume keeps the answers an output holds)", r->path, no);
-    else if (at < 0)
-        rc = cli_error(CMD, 1, "%s:%d: custom_id '%.200s' is not among the input's requests: the output of another batch?", r->path,
-                       no, id->valuestring);
-    else if (cJSON_IsNumber(status) && status->valuedouble >= 200 && status->valuedouble < 300 && !r->done[at]) {
-        r->done[at] = 1, r->kept++;
-        if (r->out && fprintf(r->out, "%s\n", line) < 0) rc = cli_error(CMD, 1, "cannot write: %s", strerror(errno));
-    } else
+    int at, ok;
+    if (nv_batch_output_line(r->set, line, &at, &ok) != NV_OK)
+        return cli_error(CMD, 1, "%s:%d: %s (--resume keeps the answers an output holds)", r->path, no, nv_errmsg());
+    if (!ok || r->done[at]) {
         r->dropped++;
-    cJSON_Delete(j);
-    return rc;
+        return 0;
+    }
+    r->done[at] = 1, r->kept++;
+    return fprintf(r->out, "%s\n", line) < 0 ? cli_error(CMD, 1, "cannot write: %s", strerror(errno)) : 0;
 }
 
 /* ---- running ---------------------------------------------------------------------------------------- */
 
 typedef struct {
-    const batch_set *set;
+    const nv_batch_set *set;
     const char *out_path;
     int parallel; /* 0: twice the server's --max-batch */
     int tty;
@@ -299,7 +130,7 @@ static void usage_of(const cJSON *body, double usage[2]) {
 
 /* The output line of request r, answered (status > 0, body its text) or not (why); *ok: a 2xx, whose
  * usage goes to usage; NULL when out of memory. */
-static char *result_line(const batch_req *r, int status, const char *body, const char *why, int *ok, double usage[2]) {
+static char *result_line(const nv_batch_req *r, int status, const char *body, const char *why, int *ok, double usage[2]) {
     char id[64], rid[64];
     nv_api_new_id(id, sizeof id, "batch_req_");
     cJSON *o = cJSON_CreateObject(), *ans = status > 0 ? cJSON_Parse(body) : NULL;
@@ -330,7 +161,7 @@ static char *result_line(const batch_req *r, int status, const char *body, const
 
 /* Sends request r and waits for its whole answer; a 429 (the server's queue full) is sent again.
  * Returns its output line, or NULL when abandoned (a second signal) or out of memory. */
-static char *run_one(batch_run *b, int w, const batch_req *r, int *ok, double usage[2]) {
+static char *run_one(batch_run *b, int w, const nv_batch_req *r, int *ok, double usage[2]) {
     for (int attempt = 0;; attempt++) {
         size_t len;
         char *req = nv_http_request_text("POST", r->url, b->auth, r->body, &len);
@@ -520,15 +351,18 @@ int cmd_batch(int argc, char **argv) {
         return cli_error(CMD, 2, "-i REQUESTS.jsonl and -o RESULTS.jsonl are required (see nerve batch --help)");
     }
 
-    batch_set set = {0};
+    nv_batch_set set;
     char *in_text = NULL, *out_text = NULL, *done = NULL, tmp[4200];
     batch_run b = {.set = &set, .out_path = out_path, .parallel = parallel, .tty = isatty(STDERR_FILENO)};
     int rc = 1;
     FILE *out = NULL;
-    if (nv_map64_init(&set.ids, 1024) != NV_OK) goto end;
+    if (nv_batch_set_init(&set) != NV_OK) {
+        free(pass);
+        return cli_error(CMD, 1, "out of memory");
+    }
     if (!cli_read_text(CMD, "-i", in_path, &in_text, NULL)) goto end; /* (a NUL byte refused) */
     check_ctx cc = {.path = in_path, .set = &set};
-    if (for_lines(in_text, check_line, &cc) != 0) goto end;
+    if (nv_batch_for_lines(in_text, check_line, &cc) != 0) goto end;
     if (cc.errors) {
         if (cc.errors > 10) fprintf(stderr, "nerve " CMD ": %s: %d more lines like these\n", in_path, cc.errors - 10);
         cli_error(CMD, 1, "%s: %d of its lines are not requests of a batch; nothing was run", in_path, cc.errors);
@@ -552,7 +386,7 @@ int cmd_batch(int argc, char **argv) {
     resume_ctx rc_ctx = {.path = out_path, .set = &set, .done = done, .out = out};
     if (out_exists) {
         if (!cli_read_text(CMD, "-o", out_path, &out_text, NULL)) goto end;
-        if (for_lines(out_text, resume_line, &rc_ctx) != 0) goto end;
+        if (nv_batch_for_lines(out_text, resume_line, &rc_ctx) != 0) goto end;
         nv_info("batch: %s: %d answers kept, %d to run again", out_path, rc_ctx.kept, rc_ctx.dropped);
     }
     if (!(b.todo = malloc((size_t)set.n * sizeof *b.todo)) || !(b.results = calloc((size_t)set.n, sizeof *b.results))) goto end;
@@ -610,7 +444,7 @@ end:
     free(done);
     free(in_text);
     free(out_text);
-    set_free(&set);
+    nv_batch_set_free(&set);
     free(pass);
     return rc;
 }
