@@ -2,7 +2,8 @@
  * with a prefix cache (RAM tier in the pool, SSD tier on disk). Loads the model and tokenizer, starts the scheduler loop (serve/sched.h) and the HTTP front
  * (serve/http.h), then waits for SIGINT/SIGTERM: on the first it stops accepting, ends queued
  * requests (503), lets running ones finish for up to GRACE_S seconds, cancels the rest and exits
- * 0; a second signal cancels at once. */
+ * 0; a second signal cancels at once. cli_serve_run with a job (`nerve batch`) runs the job beside
+ * the server instead of waiting, passing the signals on to it, and stops the server when it ends. */
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
@@ -221,7 +222,7 @@ static int gather_api_keys(const char *const *given, int n_given, const char *ke
     return 1;
 }
 
-/* The job's thread: its exit code in *rc, then done. */
+/* The job's thread: its exit code in rc, then done. */
 typedef struct {
     const cli_serve_job *job;
     int port, max_batch, max_queue;
