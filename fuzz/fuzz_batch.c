@@ -1,4 +1,4 @@
-/* libFuzzer harness: nerve batch's files (serve/batchfile.h): each line of the input through
+/* libFuzzer harness: nerve batch's files (serve/batchfile.h; OpenAI's format or Anthropic's): each line of the input through
  * nv_batch_add_line as an input file's, then through nv_batch_output_line as a former output's.
  *
  * Checked: a refused line says why and leaves the set as it was; a kept request has a non-empty
@@ -26,10 +26,13 @@ static int add_cb(void *ctx, char *line, int no) {
     const nv_batch_req *r = &s->reqs[before];
     FZ_CHECK(r->custom_id[0] && nv_batch_find(s, r->custom_id) == before && r->line_no == no, "line %d: custom_id '%s'", no, r->custom_id);
     FZ_CHECK(!strncmp(r->url, "/v1/", 4), "line %d: url %s", no, r->url);
+    FZ_CHECK(r->anthropic == (s->kind == 2) && (!r->anthropic || !strcmp(r->url, "/v1/messages")), "line %d: kind %d, url %s", no,
+             s->kind, r->url);
     cJSON *whole = cJSON_ParseWithOpts(line, NULL, 1), *body = cJSON_Parse(r->body);
     FZ_CHECK(whole && body && cJSON_IsObject(body), "line %d: its body '%s' does not parse", no, r->body);
     /* printed, as cJSON_Compare looks each key up by name and so tells duplicate keys apart wrongly */
-    char *got = cJSON_PrintUnformatted(body), *want = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(whole, "body"));
+    char *got = cJSON_PrintUnformatted(body),
+         *want = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(whole, r->anthropic ? "params" : "body"));
     FZ_CHECK(got && want && !strcmp(got, want), "line %d: body '%s' is not the line's", no, r->body);
     free(got);
     free(want);

@@ -690,6 +690,10 @@ static void batch(void) {
          "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}} tail\n"
          "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
          "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"},
+        {"anthropic.jsonl",
+         "{\"custom_id\":\"m\",\"params\":{\"model\":\"x\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}}\n"
+         "{\"custom_id\":\"m\",\"result\":{\"type\":\"succeeded\",\"message\":{}}}\n"
+         "{\"custom_id\":\"n\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"},
         {"output.jsonl",
          "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
          "{\"id\":\"batch_req_1\",\"custom_id\":\"x\",\"response\":{\"status_code\":200,\"request_id\":\"r\",\"body\":{}},\"error\":null}\n"

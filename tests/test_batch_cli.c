@@ -285,10 +285,73 @@ static void test_batch_interrupt(void) {
     free_lines(lines, n);
 }
 
+/* Anthropic's Message Batches: {"custom_id", "params"} lines answered {"custom_id", "result": {"type":
+ * "succeeded", "message"}} as the server answers /v1/messages, or errored with the server's error; a
+ * file of both formats is refused; --resume keeps the succeeded results. */
+static void test_batch_anthropic(void) {
+    if (!model_path() || !tok_path()) return;
+    static const char *const params[] = {
+        "{\"model\":\"stories260K\",\"max_tokens\":20,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"temperature\":0}",
+        "{\"model\":\"nope\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+    };
+    FILE *f = fopen(t_path("a_in.jsonl"), "w");
+    for (int i = 0; i < 3; i++) fprintf(f, "{\"custom_id\":\"m%d\",\"params\":%s}\n", i, params[i]);
+    fclose(f);
+    int rc = run_batch("a_in.jsonl", "a_out.jsonl", NULL);
+    T_CHECK(rc == 0 && strstr(t_err, "3 requests answered (2 with an error)"), "exit %d: %s", rc, t_err);
+    int n = 0;
+    cJSON **lines = read_lines(t_path("a_out.jsonl"), &n);
+    T_CHECK(n == 3, "%d lines", n);
+    server srv;
+    if (n == 3 && server_spawn(&srv, "batch-anthropic", NULL, NULL, model_path(), tok_path(), SERVE_FLAGS, 30)) {
+        static const char *const want_type[] = {"succeeded", "errored", "errored"}, *const want_error[] = {"", "not_found_error",
+                                                                                                            "invalid_request_error"};
+        for (int i = 0; i < 3; i++) {
+            const cJSON *res = cJSON_GetObjectItemCaseSensitive(lines[i], "result");
+            char id[8];
+            snprintf(id, sizeof id, "m%d", i);
+            T_CHECK(!strcmp(str_of(lines[i], "custom_id"), id) && !strcmp(str_of(res, "type"), want_type[i]), "line %d: %s %s", i,
+                    str_of(lines[i], "custom_id"), str_of(res, "type"));
+            resp r;
+            T_CHECK(http(srv.port, "POST", "/v1/messages", NULL, params[i], &r), "POST /v1/messages");
+            if (i == 0) {
+                char *b = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(res, "message"));
+                char *got = answer_core(b ? b : ""), *want = answer_core(r.body ? r.body : "");
+                T_CHECK(r.status == 200 && !strcmp(got, want), "the batch's message\n%s\nis not the server's\n%s", got, want);
+                free(b), free(got), free(want);
+            } else {
+                const cJSON *err = cJSON_GetObjectItemCaseSensitive(res, "error");
+                T_CHECK(r.status >= 400 && !strcmp(str_of(err, "type"), want_error[i]) && str_of(err, "message")[0], "line %d: error %s",
+                        i, str_of(err, "type"));
+            }
+            resp_free(&r);
+        }
+        T_CHECK(server_stop_within(&srv, 20) == 0, "server exit");
+    }
+    /* resumed: the succeeded result is kept as it was, the errored ones run again */
+    char *before = cJSON_PrintUnformatted(n ? lines[0] : NULL);
+    free_lines(lines, n);
+    rc = run_batch("a_in.jsonl", "a_out.jsonl", "--resume");
+    T_CHECK(rc == 0 && strstr(t_err, "2 requests answered"), "resume: exit %d: %s", rc, t_err);
+    lines = read_lines(t_path("a_out.jsonl"), &n);
+    char *kept = n ? cJSON_PrintUnformatted(lines[0]) : NULL;
+    T_CHECK(n == 3 && before && kept && !strcmp(before, kept), "after --resume: %d lines, the first %s", n, kept ? kept : "-");
+    free(before), free(kept);
+    free_lines(lines, n);
+    /* one file, one format */
+    const char *mixed = "{\"custom_id\":\"a\",\"params\":{\"max_tokens\":2,\"messages\":[]}}\n"
+                        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n";
+    t_write("mixed.jsonl", mixed, strlen(mixed));
+    rc = run_batch("mixed.jsonl", "mixed_out.jsonl", NULL);
+    T_CHECK(rc == 1 && strstr(t_err, "mixed.jsonl:2: a line of OpenAI's batch format among Anthropic's"), "exit %d: %s", rc, t_err);
+}
+
 int main(void) {
     T_RUN(test_batch_answers_as_serve);
     T_RUN(test_batch_refuses);
     T_RUN(test_batch_resume);
     T_RUN(test_batch_interrupt);
+    T_RUN(test_batch_anthropic);
     return t_done();
 }

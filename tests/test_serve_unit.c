@@ -1115,6 +1115,23 @@ static void test_batch_file(void) {
     T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"z\",\"response\":null}", &at, &ok) == NV_EINVAL && strstr(nv_errmsg(), "'z'"),
             "%s", nv_errmsg());
     T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"a\"}", &at, &ok) == NV_EINVAL, "no response accepted");
+    T_CHECK(nv_batch_add_line(&s, "{\"custom_id\":\"m\",\"params\":{\"max_tokens\":2,\"messages\":[]}}", 4) == NV_EINVAL &&
+                strstr(nv_errmsg(), "Anthropic's batch format among OpenAI's"),
+            "%s", nv_errmsg());
+    nv_batch_set_free(&s);
+    /* Anthropic's: params as written, for /v1/messages; results read back by their type */
+    T_CHECK(nv_batch_set_init(&s) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_batch_add_line(&s, "{\"custom_id\":\"m\",\"params\":{\"max_tokens\":2, \"messages\":[]}}", 1) == NV_OK && s.n == 1 &&
+                s.reqs[0].anthropic && !strcmp(s.reqs[0].url, "/v1/messages") && !strcmp(s.reqs[0].body, "{\"max_tokens\":2, \"messages\":[]}"),
+            "%s", s.n ? s.reqs[0].body : nv_errmsg());
+    T_CHECK(nv_batch_add_line(&s, "{\"custom_id\":\"n\",\"params\":[]}", 2) == NV_EINVAL && strstr(nv_errmsg(), "params must"), "%s",
+            nv_errmsg());
+    T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"m\",\"result\":{\"type\":\"succeeded\",\"message\":{}}}", &at, &ok) == NV_OK &&
+                at == 0 && ok == 1,
+            "succeeded: %d %d", at, ok);
+    T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"m\",\"result\":{\"type\":\"errored\"}}", &at, &ok) == NV_OK && ok == 0,
+            "errored: %d", ok);
+    T_CHECK(nv_batch_output_line(&s, "{\"custom_id\":\"m\",\"response\":null}", &at, &ok) == NV_EINVAL, "an OpenAI line accepted");
     nv_batch_set_free(&s);
 }
 

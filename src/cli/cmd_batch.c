@@ -45,6 +45,9 @@ static void usage(FILE *f) {
             "                       \"custom_id\", \"response\": {\"status_code\", \"request_id\", \"body\": the\n"
             "                       answer}, \"error\": null} (\"response\": null and an \"error\" when no answer came);\n"
             "                       written whole at the end or on SIGINT/SIGTERM (F.partial until then)\n"
+            "                       Or Anthropic's Message Batches: {\"custom_id\", \"params\": the /v1/messages request}\n"
+            "                       lines, answered {\"custom_id\", \"result\": {\"type\": \"succeeded\", \"message\"} or\n"
+            "                       {\"type\": \"errored\", \"error\"}} (a file holds one format)\n"
             "  --parallel N         requests sent at once (default: twice --max-batch, so a freed slot has one waiting)\n"
             "  --resume             F exists: keep its successful answers (status 2xx) and run the other requests\n"
             "                       (without it an existing F is refused)\n"
@@ -134,6 +137,29 @@ static char *result_line(const nv_batch_req *r, int status, const char *body, co
     char id[64], rid[64];
     nv_api_new_id(id, sizeof id, "batch_req_");
     cJSON *o = cJSON_CreateObject(), *ans = status > 0 ? cJSON_Parse(body) : NULL;
+    if (r->anthropic) { /* Message Batches: {"custom_id", "result": {"type": "succeeded", "message"} or errored} */
+        *ok = status >= 200 && status < 300 && ans;
+        cJSON_AddStringToObject(o, "custom_id", r->custom_id);
+        cJSON *res = cJSON_AddObjectToObject(o, "result");
+        cJSON_AddStringToObject(res, "type", *ok ? "succeeded" : "errored");
+        if (*ok) {
+            usage_of(ans, usage);
+            cJSON_AddItemToObject(res, "message", ans);
+        } else { /* the server's Anthropic-shaped error's own object, or one saying what happened */
+            cJSON *err = cJSON_DetachItemFromObjectCaseSensitive(ans, "error");
+            if (!cJSON_IsObject(err)) {
+                cJSON_Delete(err);
+                err = cJSON_CreateObject();
+                cJSON_AddStringToObject(err, "type", "api_error");
+                cJSON_AddStringToObject(err, "message", status > 0 ? "the server's answer was not JSON" : why);
+            }
+            cJSON_AddItemToObject(res, "error", err);
+            cJSON_Delete(ans);
+        }
+        char *line = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        return line;
+    }
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "custom_id", r->custom_id);
     *ok = status >= 200 && status < 300;

@@ -108,20 +108,27 @@ int nv_batch_for_lines(char *text, int (*fn)(void *ctx, char *line, int no), voi
     return rc;
 }
 
-/* The line's object checked as a request: NV_OK with its endpoint and its id's slot, else the reason. */
-static nv_err check(const nv_batch_set *s, const cJSON *j, const char **url, uint64_t *slot) {
+/* The line's object checked as a request: NV_OK with its endpoint, its id's slot and its kind (1
+ * OpenAI's, 2 Anthropic's), else the reason. */
+static nv_err check(const nv_batch_set *s, const cJSON *j, const char **url, uint64_t *slot, int *kind) {
     if (!cJSON_IsObject(j)) return nv_fail(NV_EINVAL, "not a JSON object");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "custom_id"), *method = cJSON_GetObjectItemCaseSensitive(j, "method");
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "url"), *body = cJSON_GetObjectItemCaseSensitive(j, "body");
-    *url = NULL;
-    for (int i = 0; cJSON_IsString(u) && i < N_URLS; i++)
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(j, "params");
+    *kind = params && !u && !method && !body ? 2 : 1;
+    *url = *kind == 2 ? "/v1/messages" : NULL;
+    for (int i = 0; *kind == 1 && cJSON_IsString(u) && i < N_URLS; i++)
         if (!strcmp(u->valuestring, batch_urls[i]) || !strcmp(u->valuestring, batch_urls[i] + 3)) *url = batch_urls[i];
     if (!cJSON_IsString(id) || !id->valuestring[0]) return nv_fail(NV_EINVAL, "custom_id must be a non-empty string");
     const int dup = find_slot(s, id->valuestring, slot);
     if (dup >= 0) return nv_fail(NV_EINVAL, "custom_id repeats line %d's (each request needs its own)", s->reqs[dup].line_no);
-    if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST")) return nv_fail(NV_EINVAL, "method must be \"POST\"");
-    if (!*url) return nv_fail(NV_EINVAL, "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses");
-    if (!cJSON_IsObject(body)) return nv_fail(NV_EINVAL, "body must be a JSON object (the request)");
+    if (s->kind && s->kind != *kind)
+        return nv_fail(NV_EINVAL, "a line of %s batch format among %s's: a file holds one kind", *kind == 2 ? "Anthropic's" : "OpenAI's",
+                       s->kind == 2 ? "Anthropic's" : "OpenAI's");
+    if (*kind == 2) body = params;
+    else if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST")) return nv_fail(NV_EINVAL, "method must be \"POST\"");
+    else if (!*url) return nv_fail(NV_EINVAL, "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses");
+    if (!cJSON_IsObject(body)) return nv_fail(NV_EINVAL, "%s must be a JSON object (the request)", *kind == 2 ? "params" : "body");
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream")))
         return nv_fail(NV_EINVAL, "body.stream: a batch's answers are written whole; leave stream out");
     return NV_OK;
@@ -131,13 +138,14 @@ nv_err nv_batch_add_line(nv_batch_set *s, const char *line, int line_no) {
     cJSON *j = cJSON_ParseWithOpts(line, NULL, 1); /* nothing but the object on its line */
     const char *url = NULL;
     uint64_t slot = 0;
-    nv_err e = check(s, j, &url, &slot);
+    int kind = 0;
+    nv_err e = check(s, j, &url, &slot, &kind);
     char *text = NULL, *cid = NULL;
     if (e == NV_OK) {
-        const char *start;
+        const char *start, *key = kind == 2 ? "params" : "body";
         size_t len;
-        text = member_span(line, "body", &start, &len) ? strndup(start, len)
-                                                        : cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "body"));
+        text = member_span(line, key, &start, &len) ? strndup(start, len)
+                                                     : cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, key));
         cid = strdup(cJSON_GetObjectItemCaseSensitive(j, "custom_id")->valuestring);
         if (s->n == s->cap) {
             const int cap = s->cap ? s->cap * 2 : 1024;
@@ -147,8 +155,11 @@ nv_err nv_batch_add_line(nv_batch_set *s, const char *line, int line_no) {
         if (!text || !cid || s->n == s->cap || nv_map64_put(&s->ids, slot, s->n) != NV_OK)
             e = nv_fail(NV_ENOMEM, "out of memory for the batch's requests");
     }
-    if (e == NV_OK) s->reqs[s->n++] = (nv_batch_req){.custom_id = cid, .url = url, .body = text, .line_no = line_no};
-    else free(text), free(cid);
+    if (e == NV_OK) {
+        s->reqs[s->n++] = (nv_batch_req){.custom_id = cid, .url = url, .body = text, .line_no = line_no, .anthropic = kind == 2};
+        s->kind = kind;
+    } else
+        free(text), free(cid);
     cJSON_Delete(j);
     return e;
 }
@@ -157,12 +168,16 @@ nv_err nv_batch_output_line(const nv_batch_set *s, const char *line, int *index,
     cJSON *j = cJSON_ParseWithOpts(line, NULL, 1);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
     const cJSON *status = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "response"), "status_code");
+    const cJSON *result = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "result"), "type");
+    const int anthropic = s->kind == 2;
     nv_err e = NV_OK;
     *index = -1, *ok = 0;
-    if (!cJSON_IsObject(j) || !cJSON_IsString(id) || !cJSON_HasObjectItem(j, "response"))
+    if (!cJSON_IsObject(j) || !cJSON_IsString(id) || !cJSON_HasObjectItem(j, anthropic ? "result" : "response"))
         e = nv_fail(NV_EINVAL, "not a line of a batch's output");
     else if ((*index = nv_batch_find(s, id->valuestring)) < 0)
         e = nv_fail(NV_EINVAL, "custom_id '%.200s' is not among the input's requests: the output of another batch?", id->valuestring);
+    else if (anthropic)
+        *ok = cJSON_IsString(result) && !strcmp(result->valuestring, "succeeded");
     else
         *ok = cJSON_IsNumber(status) && status->valuedouble >= 200 && status->valuedouble < 300;
     cJSON_Delete(j);

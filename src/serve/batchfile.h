@@ -6,7 +6,11 @@
  * keeps it, its body as the line's own text (the bytes between the braces, so a number cJSON would
  * print otherwise reaches the server as written). Output: a line per answer, {"id", "custom_id",
  * "response": {"status_code", "request_id", "body"} | null, "error"}; nv_batch_output_line reads
- * one back (for --resume). */
+ * one back (for --resume).
+ *
+ * Or Anthropic's Message Batches, a file of one kind or the other: {"custom_id", "params": the
+ * /v1/messages request}, answered {"custom_id", "result": {"type": "succeeded", "message"} or
+ * {"type": "errored", "error"}}. */
 #ifndef NV_BATCHFILE_H
 #define NV_BATCHFILE_H
 
@@ -18,12 +22,14 @@ typedef struct {
     const char *url; /* one of the endpoints, with /v1 */
     char *body;      /* the body's text as the line has it */
     int line_no;
+    int anthropic;   /* a Message Batches line (its params the body of /v1/messages) */
 } nv_batch_req;
 
 typedef struct {
     nv_batch_req *reqs;
     int n, cap;
     nv_map64 ids; /* nv_hash64(custom_id), the next keys probed where ids collide -> index */
+    int kind;     /* the file's format, by its first request: 0 none yet, 1 OpenAI's, 2 Anthropic's */
 } nv_batch_set;
 
 nv_err nv_batch_set_init(nv_batch_set *s);
@@ -37,7 +43,7 @@ int nv_batch_find(const nv_batch_set *s, const char *custom_id);
 nv_err nv_batch_add_line(nv_batch_set *s, const char *line, int line_no);
 
 /* A line of a former output: NV_OK with *index the request of s it answers and *ok 1 when its
- * status is 2xx; NV_EINVAL (nv_errmsg says why) when it is not a batch output's line or answers a
+ * status is 2xx (Anthropic's: its result succeeded); NV_EINVAL (nv_errmsg says why) when it is not a batch output's line or answers a
  * custom_id s does not hold. */
 nv_err nv_batch_output_line(const nv_batch_set *s, const char *line, int *index, int *ok);
 
