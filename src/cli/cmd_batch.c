@@ -99,13 +99,11 @@ static int resume_line(void *ctx, char *line, int no) {
 
 typedef struct {
     const nv_batch_set *set;
-    const char *out_path;
     int parallel; /* 0: twice the server's --max-batch */
     int tty;
     /* the requests still to run: indices into set */
     int *todo, n_todo;
     char auth[128]; /* the Authorization header line */
-    const char *key;
     int port;
     float timeout;
     pthread_mutex_t mu;
@@ -134,8 +132,6 @@ static void usage_of(const cJSON *body, double usage[2]) {
 /* The output line of request r, answered (status > 0, body its text) or not (why); *ok: a 2xx, whose
  * usage goes to usage; NULL when out of memory. */
 static char *result_line(const nv_batch_req *r, int status, const char *body, const char *why, int *ok, double usage[2]) {
-    char id[64], rid[64];
-    nv_api_new_id(id, sizeof id, "batch_req_");
     cJSON *o = cJSON_CreateObject(), *ans = status > 0 ? cJSON_Parse(body) : NULL;
     if (r->anthropic) { /* Message Batches: {"custom_id", "result": {"type": "succeeded", "message"} or errored} */
         *ok = status >= 200 && status < 300 && ans;
@@ -160,6 +156,8 @@ static char *result_line(const nv_batch_req *r, int status, const char *body, co
         cJSON_Delete(o);
         return line;
     }
+    char id[64], rid[64];
+    nv_api_new_id(id, sizeof id, "batch_req_");
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "custom_id", r->custom_id);
     *ok = status >= 200 && status < 300;
@@ -379,7 +377,7 @@ int cmd_batch(int argc, char **argv) {
 
     nv_batch_set set;
     char *in_text = NULL, *out_text = NULL, *done = NULL, tmp[4200];
-    batch_run b = {.set = &set, .out_path = out_path, .parallel = parallel, .tty = isatty(STDERR_FILENO)};
+    batch_run b = {.set = &set, .parallel = parallel, .tty = isatty(STDERR_FILENO)};
     int rc = 1;
     FILE *out = NULL;
     if (nv_batch_set_init(&set) != NV_OK) {

@@ -1221,11 +1221,16 @@ static const drop_site *drop_site_of(const nv_tmodel *tm, int l, int ffn, drop_s
     return site_of(tm, tm->drop_p_fwd, mix32((uint32_t)(2 * l + ffn + 1) * 0x632be5abu), tm->m.config.dim, ds);
 }
 
+/* The dropout of layer l's matrix t's adapter, on its input of in a row, or NULL without. */
+static const drop_site *lora_site_of(const nv_tmodel *tm, int l, int t, int in, drop_site *ds) {
+    return site_of(tm, tm->lora_drop_p_fwd, mix32((uint32_t)(l * NV_LAYER_MATRICES + t + 1) * 0x2545f491u), in, ds);
+}
+
 /* The input of layer l's matrix t's adapter, in of them a row: x, or with the adapters' dropout x
    masked into tm->lora_xd (its mask the same in the forward and the backward). */
 static const float *lora_dropped_input(const nv_tmodel *tm, int l, int t, const float *x, int in) {
     drop_site ds;
-    const drop_site *drop = site_of(tm, tm->lora_drop_p_fwd, mix32((uint32_t)(l * NV_LAYER_MATRICES + t + 1) * 0x2545f491u), in, &ds);
+    const drop_site *drop = lora_site_of(tm, l, t, in, &ds);
     if (!drop) return x;
     ew_run((ew_job){.kind = EW_SCALE, .n = (size_t)tm->B * tm->T * in, .out = tm->lora_xd, .a = x, .b = x, .s = 1.0f, .drop = drop});
     return tm->lora_xd;
@@ -1234,7 +1239,7 @@ static const float *lora_dropped_input(const nv_tmodel *tm, int l, int t, const 
 /* dx += du A through the adapter's dropout (du A masked as its input was), into the values dx holds. */
 static void lora_dx_add(const nv_tmodel *tm, int l, int t, const nv_plan *pa, const float *du, int in, float *dx) {
     drop_site ds;
-    const drop_site *drop = site_of(tm, tm->lora_drop_p_fwd, mix32((uint32_t)(l * NV_LAYER_MATRICES + t + 1) * 0x2545f491u), in, &ds);
+    const drop_site *drop = lora_site_of(tm, l, t, in, &ds);
     const int BT = tm->B * tm->T;
     if (!drop) {
         nv_plan_run_dx_add(pa, du, BT, dx);

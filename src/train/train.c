@@ -696,13 +696,19 @@ static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int w
     return NV_OK;
 }
 
+/* nv_tmodel_init_ex's flags for this run: --recompute, and a LoRA run gives its frozen matrices' fp32
+   pages back where they can be had again for the merges (o->init_file_backed, o->reload_init). */
+static int tmodel_flags(const nv_train_opts *o) {
+    const int release = o->lora.rank > 0 && (o->init_file_backed || o->reload_init);
+    return (o->recompute ? NV_TMODEL_RECOMPUTE : 0) | (release ? NV_TMODEL_RELEASE_BASE : 0);
+}
+
 /* A run that cannot fit this machine's memory is refused before it allocates (and before the kernel
    kills it part way through setup), on every machine of the job if on any. need: what this
    machine's processes take. */
 static nv_err check_memory(const nv_train_opts *o, double *need) {
     const int lora = o->lora.rank > 0;
-    const int flags = (o->recompute ? NV_TMODEL_RECOMPUTE : 0) | (lora && nv_train_can_release_init(o) ? NV_TMODEL_RELEASE_BASE : 0);
-    *need = nv_tmodel_memory_bytes(&o->config, o->batch / nv_dist_size(), o->seq, &o->lora, flags) *
+    *need = nv_tmodel_memory_bytes(&o->config, o->batch / nv_dist_size(), o->seq, &o->lora, tmodel_flags(o)) *
             nv_dist_local_size();
     const double have = (double)nv_cpu_probe()->mem_total_bytes;
     const int too_big_here = have > 0 && *need > have;
@@ -832,7 +838,7 @@ static nv_err run_setup(train_run *r, nv_ckpt *ck) {
     /* a LoRA run's checkpoint holds the adapters; the frozen weights are --init-from's. Preference
        training scores its pairs with the starting model first, then takes up the checkpoint's. */
     const float *resumed = o->resume && r->lead && !r->pref ? ck->params : NULL;
-    const int flags = (o->recompute ? NV_TMODEL_RECOMPUTE : 0) | (r->lora && nv_train_can_release_init(o) ? NV_TMODEL_RELEASE_BASE : 0);
+    const int flags = tmodel_flags(o);
     if (r->lora)
         e = nv_tmodel_init_ex(&r->tm, c, o->init_params, o->seed, r->local_batch, o->seq, o->engine, &o->lora, resumed, flags);
     else
@@ -1144,8 +1150,9 @@ static nv_err save_merged(const train_run *r, const float *p, const char *dir, c
         e = nv_model_alloc(&m, &o->config);
         const size_t n = e == NV_OK ? (size_t)m.n_params : 0, chunk = (size_t)16 << 20;
         for (size_t at = 0; at < n; at += chunk) { /* a file's pages go again once copied: held once */
-            memcpy(m.params + at, o->init_params + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
-            if (o->init_file_backed) nv_mem_release(o->init_params + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
+            const size_t bytes = (n - at < chunk ? n - at : chunk) * sizeof(float);
+            memcpy(m.params + at, o->init_params + at, bytes);
+            if (o->init_file_backed) nv_mem_release(o->init_params + at, bytes);
         }
     }
     if (e == NV_OK && (r->tm.base_released || o->init_file_backed) &&

@@ -94,8 +94,6 @@ typedef struct {
     float router_z_coef;   /* and the router z-loss's (0: none) */
 } nv_train_opts;
 
-static inline int nv_train_can_release_init(const nv_train_opts *o) { return o->init_file_backed || o->reload_init; }
-
 void nv_train_defaults(nv_train_opts *o);
 /* Updates skipped in a row (a gradient norm that is not finite) after which a run stops as diverged. */
 #define NV_TRAIN_BUDGET_STEPS (1 << 30) /* steps before --time-budget decides: a bound never reached */
