@@ -4,7 +4,7 @@
 # stories260K with an API key on a free port, and a second one for tool calls on a
 # stories260K-shaped model with a 2,048-token context (`nerve init`: the tools' description
 # outgrows stories260K's 512), and runs scripts/sdk/check.mjs (chat, completions, logprobs,
-# structured outputs, tools, embeddings, the Responses API) and scripts/sdk/check_anthropic.mjs
+# structured outputs, tools, embeddings, the Responses API, the Files and Batch APIs) and scripts/sdk/check_anthropic.mjs
 # (/v1/messages whole and streamed, stop sequences, prefill, token counting, tool use, errors) and
 # scripts/sdk/check_ollama.mjs (/api/chat and /api/generate whole and streamed, the model list, errors).
 # Needs node and npm; not part of `make test` (it downloads).
@@ -19,7 +19,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; [ -n "$pid2" ] && kill "$pid2" 2
 (cd "$tmp" && npm init -y >/dev/null && npm install --silent openai@4 @anthropic-ai/sdk ollama >/dev/null)
 cp scripts/sdk/check.mjs scripts/sdk/check_anthropic.mjs scripts/sdk/check_ollama.mjs "$tmp/"
 NERVE_API_KEY=sdk-check build/nerve serve -m "$data/models/stories260K.bin" -z "$data/models/tok512.bin" --port 0 \
-    --no-prefix-cache 2>"$tmp/serve.log" &
+    --no-prefix-cache --files-dir "$tmp/files" 2>"$tmp/serve.log" &
 pid=$!
 for _ in $(seq 100); do grep -q 'listening on' "$tmp/serve.log" && break; sleep 0.1; done
 port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.log")

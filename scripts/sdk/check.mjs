@@ -3,7 +3,7 @@
 // log-probabilities, structured outputs, tool calls (against a second server, TOOLS_URL, whose
 // model has room for the tools' description), the Responses API, and the error bodies.
 // Usage: node check.mjs BASE_URL API_KEY TOOLS_URL
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import assert from 'node:assert/strict';
 
 const [baseURL, apiKey, toolsURL] = process.argv.slice(2);
@@ -182,4 +182,36 @@ await assert.rejects(client.chat.completions.create({ model, messages: [], max_t
 await assert.rejects(client.chat.completions.create({ model: 'gpt-4', messages: msg }),
                      (e) => e.status === 404 && e.code === 'model_not_found');
 await assert.rejects(new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 }).models.list(), (e) => e.status === 401);
+
+// the Files and Batch APIs (the server runs with --files-dir): the SDK's multipart upload, a batch
+// answered as the endpoint answers each body, its output file read back
+const lines = [0, 1, 2].map((i) => JSON.stringify({ custom_id: `c${i}`, method: 'POST', url: '/v1/chat/completions',
+  body: { model, messages: msg, max_tokens: 12 + i, temperature: 0 } })).join('\n') + '\n';
+const up = await client.files.create({ file: await toFile(Buffer.from(lines), 'requests.jsonl'), purpose: 'batch' });
+assert.equal(up.object, 'file');
+assert.equal(up.bytes, Buffer.byteLength(lines));
+assert.equal(up.filename, 'requests.jsonl');
+assert.equal(await (await client.files.content(up.id)).text(), lines);
+let batch = await client.batches.create({ input_file_id: up.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+for (let t = 0; !['completed', 'failed', 'expired', 'cancelled'].includes(batch.status) && t < 600; t++) {
+  await new Promise((r) => setTimeout(r, 100));
+  batch = await client.batches.retrieve(batch.id);
+}
+assert.equal(batch.status, 'completed');
+assert.deepEqual(batch.request_counts, { total: 3, completed: 3, failed: 0 });
+assert.equal(batch.error_file_id, null);
+const results = (await (await client.files.content(batch.output_file_id)).text()).trim().split('\n').map((l) => JSON.parse(l));
+assert.equal(results.length, 3);
+for (const r of results) {
+  const i = Number(r.custom_id.slice(1));
+  const alone = await client.chat.completions.create({ model, messages: msg, max_tokens: 12 + i, temperature: 0 });
+  assert.equal(r.response.status_code, 200);
+  assert.equal(r.response.body.choices[0].message.content, alone.choices[0].message.content);
+}
+const listed = [];
+for await (const b of client.batches.list({ limit: 10 })) listed.push(b.id);
+assert.ok(listed.includes(batch.id));
+await assert.rejects(client.batches.cancel(batch.id), (e) => e.status === 409);
+assert.equal((await client.files.del(up.id)).deleted, true);
+await assert.rejects(client.files.retrieve(up.id), (e) => e.status === 404);
 console.log('openai SDK check: ok (' + model + ')');

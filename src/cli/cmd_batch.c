@@ -9,18 +9,12 @@
  * requests answered by then), so an OUT is never half a line; --resume keeps the successful
  * answers an OUT holds and runs the rest. */
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <cjson/cJSON.h>
 
 #include "base/file.h"
 #include "base/log.h"
@@ -28,10 +22,9 @@
 #include "base/timer.h"
 #include "cli/cli.h"
 #include "serve/api.h"
-#include "serve/batchfile.h"
+#include "serve/batchrun.h"
 
 #define CMD "batch"
-#define MAX_WORKERS 1024
 
 
 static void usage(FILE *f) {
@@ -98,136 +91,22 @@ static int resume_line(void *ctx, char *line, int no) {
 /* ---- running ---------------------------------------------------------------------------------------- */
 
 typedef struct {
-    const nv_batch_set *set;
+    nv_batch_runner run;
     int parallel; /* 0: twice the server's --max-batch */
     int tty;
-    /* the requests still to run: indices into set */
-    int *todo, n_todo;
-    char auth[128]; /* the Authorization header line */
-    int port;
-    float timeout;
-    pthread_mutex_t mu;
-    int next_take, next_write;
+    int next_write;
     char **results; /* [n_todo] output lines, NULL until answered (then freed once written) */
     FILE *out;
     int write_error;
-    atomic_int stop; /* 1: take no more requests; 2: abandon those running */
-    int fds[MAX_WORKERS];
     int answered, failed;
     double prompt_tokens, completion_tokens;
     double t0, last_shown;
 } batch_run;
 
-/* The prompt and completion tokens an answer's body reports (chat/completions and embeddings, or the
- * Responses API's input and output tokens) into usage[0], usage[1]. */
-static void usage_of(const cJSON *body, double usage[2]) {
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), *c = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
-    if (!p) p = cJSON_GetObjectItemCaseSensitive(u, "input_tokens");
-    if (!c) c = cJSON_GetObjectItemCaseSensitive(u, "output_tokens");
-    usage[0] = cJSON_IsNumber(p) ? p->valuedouble : 0.0;
-    usage[1] = cJSON_IsNumber(c) ? c->valuedouble : 0.0;
-}
-
-/* The output line of request r, answered (status > 0, body its text) or not (why); *ok: a 2xx, whose
- * usage goes to usage; NULL when out of memory. */
-static char *result_line(const nv_batch_req *r, int status, const char *body, const char *why, int *ok, double usage[2]) {
-    cJSON *o = cJSON_CreateObject(), *ans = status > 0 ? cJSON_Parse(body) : NULL;
-    if (r->anthropic) { /* Message Batches: {"custom_id", "result": {"type": "succeeded", "message"} or errored} */
-        *ok = status >= 200 && status < 300 && ans;
-        cJSON_AddStringToObject(o, "custom_id", r->custom_id);
-        cJSON *res = cJSON_AddObjectToObject(o, "result");
-        cJSON_AddStringToObject(res, "type", *ok ? "succeeded" : "errored");
-        if (*ok) {
-            usage_of(ans, usage);
-            cJSON_AddItemToObject(res, "message", ans);
-        } else { /* the server's Anthropic-shaped error's own object, or one saying what happened */
-            cJSON *err = cJSON_DetachItemFromObjectCaseSensitive(ans, "error");
-            if (!cJSON_IsObject(err)) {
-                cJSON_Delete(err);
-                err = cJSON_CreateObject();
-                cJSON_AddStringToObject(err, "type", "api_error");
-                cJSON_AddStringToObject(err, "message", status > 0 ? "the server's answer was not JSON" : why);
-            }
-            cJSON_AddItemToObject(res, "error", err);
-            cJSON_Delete(ans);
-        }
-        char *line = cJSON_PrintUnformatted(o);
-        cJSON_Delete(o);
-        return line;
-    }
-    char id[64], rid[64];
-    nv_api_new_id(id, sizeof id, "batch_req_");
-    cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "custom_id", r->custom_id);
-    *ok = status >= 200 && status < 300;
-    if (status > 0) {
-        const cJSON *aid = cJSON_GetObjectItemCaseSensitive(ans, "id");
-        if (cJSON_IsString(aid)) snprintf(rid, sizeof rid, "%.63s", aid->valuestring);
-        else nv_api_new_id(rid, sizeof rid, "req_");
-        if (*ok) usage_of(ans, usage);
-        cJSON *resp = cJSON_AddObjectToObject(o, "response");
-        cJSON_AddNumberToObject(resp, "status_code", status);
-        cJSON_AddStringToObject(resp, "request_id", rid);
-        if (ans) cJSON_AddItemToObject(resp, "body", ans);
-        else cJSON_AddStringToObject(resp, "body", body); /* not JSON: kept as text */
-        cJSON_AddNullToObject(o, "error");
-    } else {
-        cJSON_AddNullToObject(o, "response");
-        cJSON *e = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(e, "code", "request_failed");
-        cJSON_AddStringToObject(e, "message", why);
-    }
-    char *line = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return line;
-}
-
-/* Sends request r and waits for its whole answer; a 429 (the server's queue full) is sent again.
- * Returns its output line, or NULL when abandoned (a second signal) or out of memory. */
-static char *run_one(batch_run *b, int w, const nv_batch_req *r, int *ok, double usage[2]) {
-    for (int attempt = 0;; attempt++) {
-        size_t len;
-        char *req = nv_http_request_text("POST", r->url, b->auth, r->body, &len);
-        if (!req) return NULL;
-        const int fd = nv_loopback_connect(b->port, (int)b->timeout + 60);
-        pthread_mutex_lock(&b->mu);
-        const int abandoned = atomic_load(&b->stop) >= 2;
-        if (!abandoned) b->fds[w] = fd;
-        pthread_mutex_unlock(&b->mu);
-        nv_http_answer a = {0};
-        int got = 0;
-        if (fd >= 0 && !abandoned && nv_send_all(fd, req, len)) {
-            char *raw;
-            size_t n;
-            got = nv_recv_all(fd, &raw, &n) && nv_http_answer_parse(raw, n, &a);
-            free(raw);
-        }
-        free(req);
-        pthread_mutex_lock(&b->mu);
-        b->fds[w] = -1;
-        pthread_mutex_unlock(&b->mu);
-        if (fd >= 0) close(fd);
-        if (atomic_load(&b->stop) >= 2 || abandoned) {
-            nv_http_answer_free(&a);
-            return NULL;
-        }
-        if (got && a.status == 429 && !atomic_load(&b->stop)) { /* the queue is full: wait a little */
-            nv_http_answer_free(&a);
-            struct timespec ts = {0, (attempt < 20 ? 10 + attempt * 10 : 200) * 1000000L};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        char *line = result_line(r, got ? a.status : 0, got ? a.body : "", got ? "" : "no answer came from the server", ok, usage);
-        nv_http_answer_free(&a);
-        return line;
-    }
-}
-
-/* Writes the answered lines that follow the written ones in order (under mu); final: every
- * answered line, past those never answered. */
+/* Writes the answered lines that follow the written ones in order (under the runner's lock); final:
+ * every answered line, past those never answered. */
 static void write_ready(batch_run *b, int final) {
-    for (; b->next_write < b->n_todo; b->next_write++) {
+    for (; b->next_write < b->run.n_todo; b->next_write++) {
         char *line = b->results[b->next_write];
         if (!line && !final) break;
         if (!line) continue;
@@ -244,58 +123,29 @@ static void show_progress(batch_run *b, int final) {
     if (final ? !b->tty : now - b->last_shown < (b->tty ? 0.5 : 30.0)) return;
     b->last_shown = now;
     fprintf(stderr, "%snerve batch: %d/%d answered (%d with an error), %.0f completion tokens/s%s", b->tty ? "\r" : "", b->answered,
-            b->n_todo, b->failed, dt > 0 ? b->completion_tokens / dt : 0.0, final || !b->tty ? "\n" : "   ");
+            b->run.n_todo, b->failed, dt > 0 ? b->completion_tokens / dt : 0.0, final || !b->tty ? "\n" : "   ");
     fflush(stderr);
 }
 
-static void *worker_main(void *arg) {
-    batch_run *b = ((void **)arg)[0];
-    const int w = (int)(intptr_t)((void **)arg)[1];
-    for (;;) {
-        pthread_mutex_lock(&b->mu);
-        if (atomic_load(&b->stop) || b->next_take >= b->n_todo) {
-            pthread_mutex_unlock(&b->mu);
-            break;
-        }
-        const int i = b->next_take++;
-        pthread_mutex_unlock(&b->mu);
-        int ok = 0;
-        double usage[2] = {0, 0};
-        char *line = run_one(b, w, &b->set->reqs[b->todo[i]], &ok, usage);
-        pthread_mutex_lock(&b->mu);
-        if (line) {
-            b->results[i] = line;
-            b->answered++;
-            b->failed += !ok;
-            b->prompt_tokens += usage[0], b->completion_tokens += usage[1];
-            write_ready(b, 0);
-            show_progress(b, 0);
-        }
-        pthread_mutex_unlock(&b->mu);
-    }
-    return NULL;
+static void on_result(void *ctx, int k, char *line, int status, int ok, const double usage[2]) {
+    (void)status;
+    batch_run *b = ctx;
+    b->results[k] = line;
+    b->answered++;
+    b->failed += !ok;
+    b->prompt_tokens += usage[0], b->completion_tokens += usage[1];
+    write_ready(b, 0);
+    show_progress(b, 0);
 }
 
 static int batch_job(void *ctx, int port, int max_batch, int max_queue, float timeout_s) {
     batch_run *b = ctx;
-    b->port = port, b->timeout = timeout_s;
+    b->run.port = port, b->run.timeout_s = timeout_s;
     int workers = b->parallel ? b->parallel : 2 * max_batch;
     if (workers > max_batch + max_queue) workers = max_batch + max_queue; /* more would only meet 429s */
-    if (workers > b->n_todo) workers = b->n_todo;
-    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
-    if (workers < 1) workers = 1;
-    for (int w = 0; w < MAX_WORKERS; w++) b->fds[w] = -1;
-    pthread_t th[MAX_WORKERS];
-    void *args[MAX_WORKERS][2];
-    int started = 0;
+    b->run.workers = workers;
     b->t0 = b->last_shown = nv_now();
-    for (int w = 0; w < workers; w++) {
-        args[w][0] = b, args[w][1] = (void *)(intptr_t)w;
-        if (pthread_create(&th[w], NULL, worker_main, args[w]) != 0) break;
-        started++;
-    }
-    if (!started) return cli_error(CMD, 1, "cannot start a thread");
-    for (int w = 0; w < started; w++) pthread_join(th[w], NULL);
+    if (nv_batch_run(&b->run) != 0) return cli_error(CMD, 1, "cannot start a thread");
     write_ready(b, 1);
     show_progress(b, 1);
     return 0;
@@ -303,14 +153,9 @@ static int batch_job(void *ctx, int port, int max_batch, int max_queue, float ti
 
 static void batch_interrupt(void *ctx, int level) {
     batch_run *b = ctx;
-    atomic_store(&b->stop, level);
     if (level == 1)
         fprintf(stderr, "\nnerve batch: interrupted: finishing the requests running (a second signal abandons them)\n");
-    if (level < 2) return;
-    pthread_mutex_lock(&b->mu);
-    for (int w = 0; w < MAX_WORKERS; w++) /* the server sees each connection go and ends its request */
-        if (b->fds[w] >= 0) shutdown(b->fds[w], SHUT_RDWR);
-    pthread_mutex_unlock(&b->mu);
+    nv_batch_run_stop(&b->run, level);
 }
 
 /* OUT.partial fsynced and renamed over OUT (its folder synced): 1, or 0 after saying why. */
@@ -365,7 +210,7 @@ int cmd_batch(int argc, char **argv) {
         }
         if (!strcmp(a, "-i") || !strcmp(a, "--input-file")) in_path = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output-file")) out_path = v;
-        else if (!cli_int(CMD, a, v, 1, MAX_WORKERS, &parallel)) {
+        else if (!cli_int(CMD, a, v, 1, NV_BATCH_MAX_WORKERS, &parallel)) {
             free(pass);
             return 2;
         }
@@ -377,7 +222,8 @@ int cmd_batch(int argc, char **argv) {
 
     nv_batch_set set;
     char *in_text = NULL, *out_text = NULL, *done = NULL, tmp[4200];
-    batch_run b = {.set = &set, .parallel = parallel, .tty = isatty(STDERR_FILENO)};
+    batch_run b = {.run = {.set = &set, .on_result = on_result}, .parallel = parallel, .tty = isatty(STDERR_FILENO)};
+    int *todo = NULL;
     int rc = 1;
     FILE *out = NULL;
     if (nv_batch_set_init(&set) != NV_OK) {
@@ -413,21 +259,20 @@ int cmd_batch(int argc, char **argv) {
         if (nv_batch_for_lines(out_text, resume_line, &rc_ctx) != 0) goto end;
         nv_info("batch: %s: %d answers kept, %d to run again", out_path, rc_ctx.kept, rc_ctx.dropped);
     }
-    if (!(b.todo = malloc((size_t)set.n * sizeof *b.todo)) || !(b.results = calloc((size_t)set.n, sizeof *b.results))) goto end;
+    if (!(todo = malloc((size_t)set.n * sizeof *todo)) || !(b.results = calloc((size_t)set.n, sizeof *b.results))) goto end;
     for (int i = 0; i < set.n; i++)
-        if (!done[i]) b.todo[b.n_todo++] = i;
+        if (!done[i]) todo[b.run.n_todo++] = i;
+    b.run.todo = todo, b.run.ctx = &b;
     b.out = out;
-    if (b.n_todo) {
+    if (b.run.n_todo) {
         char key[64];
         nv_api_new_id(key, sizeof key, "nv-batch-");
-        snprintf(b.auth, sizeof b.auth, "Authorization: Bearer %s\r\n", key);
-        pthread_mutex_init(&b.mu, NULL);
+        nv_batch_runner_init(&b.run, key);
         cli_serve_job job = {.cmd = CMD, .api_key = key, .ctx = &b, .run = batch_job, .interrupt = batch_interrupt};
         pass[n_pass] = NULL;
         rc = cli_serve_run(n_pass, pass, &job);
-        pthread_mutex_destroy(&b.mu);
+        nv_batch_runner_free(&b.run);
         explicit_bzero(key, sizeof key);
-        explicit_bzero(b.auth, sizeof b.auth);
         /* a server that did not start ran nothing: the former output stays as it was */
         if (!b.answered && rc != 0) goto end;
     } else
@@ -444,13 +289,13 @@ int cmd_batch(int argc, char **argv) {
         goto end;
     }
     const double dt = b.t0 > 0 ? nv_now() - b.t0 : 0;
-    const int missing = b.n_todo - b.answered;
+    const int missing = b.run.n_todo - b.answered;
     fprintf(stderr,
             "nerve batch: %d request%s answered (%d with an error) in %.1f s: %.0f prompt and %.0f completion tokens, "
             "%.0f completion tokens/s; %s%s\n",
             b.answered, b.answered == 1 ? "" : "s", b.failed, dt, b.prompt_tokens, b.completion_tokens,
             dt > 0 ? b.completion_tokens / dt : 0.0, out_path, rc_ctx.kept ? " (with the answers it held)" : "");
-    if (missing > 0 && atomic_load(&b.stop)) {
+    if (missing > 0 && atomic_load(&b.run.stop)) {
         fprintf(stderr, "nerve batch: interrupted: %d request%s not run; --resume runs them\n", missing, missing == 1 ? "" : "s");
         rc = 130;
     } else if (missing > 0) {
@@ -464,7 +309,7 @@ end:
     }
     for (int i = 0; b.results && i < set.n; i++) free(b.results[i]);
     free(b.results);
-    free(b.todo);
+    free(todo);
     free(done);
     free(in_text);
     free(out_text);

@@ -24,6 +24,7 @@
 #include "model/hf.h"
 #include "model/tokenizer.h"
 #include "serve/api.h"
+#include "serve/batchrun.h"
 #include "serve/chat.h"
 #include "serve/http.h"
 #include "serve/sched.h"
@@ -43,6 +44,7 @@ static void usage(FILE *f) {
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache auto|full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
+            "                   [--files-dir DIR [--files-max-bytes SIZE] [--batch-parallel N]]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face\n"
             "                       folder (config.json, safetensors; its tokenizer.json the default -z)\n"
@@ -124,7 +126,16 @@ static void usage(FILE *f) {
             "                       reclaimed when needed (default: as much as --kv-memory; 0 = keep none)\n"
             "  --kv-disk-cache SIZE prefix cache, SSD tier: cap on this model's block files (default 8G; 0 = off)\n"
             "  --kv-cache-dir DIR   SSD tier directory (default $XDG_CACHE_HOME/nerve/kv, else ~/.cache/nerve/kv)\n"
-            "  --no-prefix-cache    no prefix cache at all (every prompt is prefilled)\n");
+            "  --no-prefix-cache    no prefix cache at all (every prompt is prefilled)\n"
+            "  --files-dir DIR      OpenAI's Files and Batch APIs, kept in DIR (they outlive the server): POST /v1/files\n"
+            "                       (multipart: purpose, file), GET /v1/files[/{id}[/content]], DELETE /v1/files/{id};\n"
+            "                       POST /v1/batches {input_file_id, endpoint, completion_window: \"24h\"}, GET\n"
+            "                       /v1/batches[/{id}], POST /v1/batches/{id}/cancel. A batch runs in the background,\n"
+            "                       its requests queued behind everyone else's; a server stopped part way goes on with\n"
+            "                       it at the next start (default: off, those endpoints answer 404)\n"
+            "  --files-max-bytes SIZE\n"
+            "                       the uploaded files' bytes together (default 2G; a batch's results are kept past it)\n"
+            "  --batch-parallel N   a batch's requests at once (default: --max-batch)\n");
 }
 
 /* "512M", "2G", "64k", "1048576", "1.5G" (binary units; an optional trailing B or iB). */
@@ -269,7 +280,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     uint64_t responses_store = 64ull << 20;
     int prefix_cache = 1;
     cli_spec spec = CLI_SPEC_DEFAULTS;
-    const char *cache_dir = NULL;
+    const char *cache_dir = NULL, *files_dir = NULL;
+    uint64_t files_max = 2ull << 30;
+    int batch_parallel = 0;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
@@ -353,6 +366,13 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             cache_dir = v;
         }
         else if (!strcmp(a, "--timeout")) { if (!cli_float(CMD, a, v, 0.001, 1e7, &timeout)) return 2; }
+        else if (!strcmp(a, "--files-dir")) {
+            if (job) return cli_error(CMD, 2, "--files-dir: nerve batch runs its own file (-i); the Batch API is nerve serve's");
+            if (!*v) return cli_error(CMD, 2, "--files-dir needs a directory");
+            files_dir = v;
+        }
+        else if (!strcmp(a, "--files-max-bytes")) { if (!parse_size(a, v, &files_max)) return 2; }
+        else if (!strcmp(a, "--batch-parallel")) { if (!cli_int(CMD, a, v, 1, NV_BATCH_MAX_WORKERS, &batch_parallel)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve %s --help)", a, CMD);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve %s --help)", CMD);
@@ -434,7 +454,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     nv_tokenizer *tok = NULL;
     nv_metrics metrics;
     nv_sched sched;
-    nv_http *http = NULL;
+    nv_http *http = NULL, *own = NULL; /* own: the Batch API's server on 127.0.0.1 */
+    nv_files *files = NULL;
+    nv_batches *batches = NULL;
+    char own_key[64] = "";
+    const char *own_keys[1] = {own_key}; /* kept while its server runs */
     int rc = 1, sched_ok = 0;
     nv_metrics_init(&metrics);
     if (cli_load_model(model_path, &loras, 1, &model) != NV_OK) {
@@ -546,6 +570,22 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                        .responses_store = (size_t)responses_store,
                        .tls_key = key_pem,
                        .tls_cert = cert_pem};
+    if (files_dir) { /* the Files and Batch APIs: the batches' requests to a server of their own, queued last */
+        if (nv_files_open(&files, files_dir, files_max) != NV_OK || nv_batches_open(&batches, files) != NV_OK) {
+            cli_error(CMD, 1, "--files-dir %s: %s", files_dir, nv_errmsg());
+            goto done;
+        }
+        nv_http_opts oo = ho;
+        nv_api_new_id(own_key, sizeof own_key, "nv-batch-");
+        oo.host = "127.0.0.1", oo.port = 0, oo.api_keys = own_keys, oo.n_api_keys = 1, oo.cors = 0, oo.webui = 0;
+        oo.quiet_access = 1, oo.background = 1, oo.tls_key = oo.tls_cert = NULL;
+        if (nv_http_start(&own, &oo, &sched, &metrics, &ctx) != NV_OK ||
+            nv_batches_start(batches, nv_http_port(own), own_key, batch_parallel ? batch_parallel : max_batch, timeout) != NV_OK) {
+            cli_error(CMD, 1, "the Batch API's own server: %s", nv_errmsg());
+            goto done;
+        }
+        ho.files = files, ho.batches = batches;
+    }
     char adapters_line[48] = ""; /* before the HTTP threads can load adapters */
     if (adapters.live || lora_updates)
         snprintf(adapters_line, sizeof adapters_line, " with %d LoRA adapter%s%s", adapters.live, adapters.live == 1 ? "" : "s",
@@ -609,22 +649,29 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         fprintf(stderr, "nerve serve: %s: finishing running requests (up to %.0f s), then stopping\n",
                 sig == SIGINT ? "SIGINT" : "SIGTERM", GRACE_S);
     }
+    nv_batches_stop(batches, 1); /* a batch's requests still running finish; the rest wait for the next start */
     nv_http_quiesce(http);
+    if (own) nv_http_quiesce(own);
     nv_sched_drain(&sched);
     double until = nv_now() + GRACE_S;
     struct timespec tick = {0, 100 * 1000 * 1000};
-    while ((nv_sched_busy(&sched) || nv_http_active(http)) && nv_now() < until)
+    while ((nv_sched_busy(&sched) || nv_http_active(http) || (own && nv_http_active(own))) && nv_now() < until)
         if (sigtimedwait(&sigs, NULL, &tick) > 0) break; /* a second signal: cancel now */
     nv_sched_stop(&sched);
     /* let the connection threads send what the scheduler's last words were (bounded) */
-    for (double t = nv_now() + 1.0; nv_http_active(http) && nv_now() < t;) {
+    for (double t = nv_now() + 1.0; (nv_http_active(http) || (own && nv_http_active(own))) && nv_now() < t;) {
         struct timespec ms10 = {0, 10 * 1000 * 1000};
         nanosleep(&ms10, NULL);
     }
     rc = job_rc;
 done:
     if (sched_ok) nv_sched_stop(&sched);
+    nv_batches_stop(batches, 2);
+    nv_batches_close(batches); /* (its requests have their answers: the scheduler has stopped) */
     if (http) nv_http_stop(http);
+    if (own) nv_http_stop(own);
+    nv_files_close(files);
+    explicit_bzero(own_key, sizeof own_key);
     if (sched_ok) nv_sched_free(&sched);
     nv_adapters_free(&adapters);
     if (tok) nv_tokenizer_free(tok);

@@ -46,16 +46,28 @@ typedef enum {
     R_LCPP_COMPLETION, R_INFILL, R_PROPS, R_APPLY_TEMPLATE, /* llama.cpp's native API */
     R_WEBUI, /* GET /: the chat page */
     R_OLLA_CHAT, R_OLLA_GENERATE, R_OLLA_TAGS, R_OLLA_PS, R_OLLA_SHOW, R_OLLA_EMBED, R_OLLA_EMBEDDINGS,
-    R_OLLA_VERSION /* Ollama's API: its error shape */
+    R_OLLA_VERSION, /* Ollama's API: its error shape */
+    R_FILES, R_FILE, R_FILE_CONTENT, R_BATCHES, R_BATCH, R_BATCH_CANCEL /* OpenAI's Files and Batch APIs (--files-dir) */
 } route_id;
 
 typedef struct {
+    nv_http *h;
     route_id route;
     const char *method;
     nv_buf body;
     int too_big;
     int responded;
     double t0;
+    /* POST /v1/files: the multipart body streamed into the store */
+    struct MHD_PostProcessor *pp;
+    nv_file_upload *up;
+    char filename[256], purpose[64];
+    int purpose_len, files_seen;
+    char close_delim[112]; /* "--BOUNDARY--": the body's end; what follows is not fed to the processor */
+    char tail[112];        /* the last bytes fed, where a delimiter split between two reads begins */
+    size_t tail_len;
+    int closed;
+    nv_api_error up_err; /* the first thing wrong with the upload (status 0: nothing) */
 } conn_ctx;
 
 /* An answer split as it comes: its reasoning (--reasoning-format deepseek), its content, and the
@@ -167,7 +179,8 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/responses/{id}",
                                         "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template", "/",
                                         "/api/chat", "/api/generate", "/api/tags", "/api/ps", "/api/show", "/api/embed",
-                                        "/api/embeddings", "/api/version"};
+                                        "/api/embeddings", "/api/version", "/v1/files", "/v1/files/{id}",
+                                        "/v1/files/{id}/content", "/v1/batches", "/v1/batches/{id}", "/v1/batches/{id}/cancel"};
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -284,7 +297,43 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/api/embed")) return R_OLLA_EMBED;
     if (!strcmp(url, "/api/embeddings")) return R_OLLA_EMBEDDINGS;
     if (!strcmp(url, "/api/version")) return R_OLLA_VERSION;
+    if (!strcmp(url, "/files")) return R_FILES;
+    if (!strcmp(url, "/batches")) return R_BATCHES;
+    for (int k = 0; k < 2; k++) { /* /files/{id}[/content], /batches/{id}[/cancel] */
+        static const char *const base[2] = {"/files/", "/batches/"}, *const tail[2] = {"/content", "/cancel"};
+        const size_t bl = strlen(base[k]);
+        if (strncmp(url, base[k], bl) != 0 || !url[bl] || url[bl] == '/') continue;
+        const char *slash = strchr(url + bl, '/');
+        if (!slash) return k ? R_BATCH : R_FILE;
+        return !strcmp(slash, tail[k]) ? (k ? R_BATCH_CANCEL : R_FILE_CONTENT) : R_NONE;
+    }
     return R_NONE;
+}
+
+static int route_is_post(route_id r);
+
+/* The methods a route answers, as an Allow header lists them. */
+static const char *route_methods(route_id r) {
+    switch (r) {
+    case R_RESPONSE:
+    case R_FILE:
+        return "GET, DELETE";
+    case R_FILES:
+    case R_BATCHES:
+        return "GET, POST";
+    case R_BATCH_CANCEL:
+        return "POST";
+    default:
+        return route_is_post(r) ? "POST" : "GET";
+    }
+}
+
+static int method_allowed(route_id r, const char *method) {
+    const char *list = route_methods(r);
+    const size_t n = strlen(method);
+    for (const char *p = list; (p = strstr(p, method)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ',' || !p[n])) return 1;
+    return 0;
 }
 
 static int route_is_post(route_id r) {
@@ -544,7 +593,7 @@ static void release_all(nv_http *h, nv_req **r, int n, int cancel) {
  * is dropped. */
 static nv_submit submit_all(nv_http *h, nv_req **r, int n) {
     for (int i = 0; i < n; i++) {
-        nv_submit sub = atomic_load(&h->stopping) ? NV_SUBMIT_STOPPING : nv_sched_submit(h->s, r[i]);
+        nv_submit sub = atomic_load(&h->stopping) ? NV_SUBMIT_STOPPING : nv_sched_submit(h->s, r[i], h->o.background);
         if (sub == NV_SUBMIT_OK) continue;
         release_all(h, r, i, 1);
         for (int j = i; j < n; j++) nv_req_release(NULL, r[j]);
@@ -948,6 +997,195 @@ out:
     return ret;
 }
 
+/* ---- OpenAI's Files and Batch APIs (--files-dir) ----------------------------------------------------- */
+
+static const char *const purposes[] = {"batch", "fine-tune", "assistants", "vision", "user_data", "evals"};
+
+/* The id in url after base ("/files/", "/batches/"), up to the next '/'. */
+static void url_id(const char *url, const char *base, char *out, size_t cap) {
+    const char *start = strstr(url, base) + strlen(base), *slash = strchr(start, '/');
+    snprintf(out, cap, "%.*s", (int)(slash ? slash - start : (ptrdiff_t)strlen(start)), start);
+}
+
+/* ?limit=N within [1, most] (absent: dflt); -1 when it is not such a number. */
+static int limit_arg(struct MHD_Connection *c, int dflt, int most) {
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    if (!v) return dflt;
+    char *end;
+    const long n = strtol(v, &end, 10);
+    return *v && !*end && n >= 1 && n <= most ? (int)n : -1;
+}
+
+static enum MHD_Result files_off(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    return fail(h, c, cc, 404, "invalid_request_error", "not_found",
+                "The Files and Batch APIs are off: start nerve serve with --files-dir DIR (where files and batches are kept)");
+}
+
+/* One part of POST /v1/files's multipart body: "purpose", and "file" (its bytes into the store). */
+static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                                   const char *content_type, const char *transfer_encoding, const char *data, uint64_t off,
+                                   size_t size) {
+    (void)kind, (void)content_type, (void)transfer_encoding;
+    conn_ctx *cc = cls;
+    nv_http *h = cc->h;
+    if (cc->up_err.status) return MHD_YES; /* the rest is read and dropped */
+    if (!strcmp(key, "purpose")) {
+        if (cc->purpose_len + size >= sizeof cc->purpose) {
+            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "purpose", "purpose is too long");
+            return MHD_YES;
+        }
+        memcpy(cc->purpose + cc->purpose_len, data, size);
+        cc->purpose_len += (int)size;
+        cc->purpose[cc->purpose_len] = '\0';
+        return MHD_YES;
+    }
+    if (strcmp(key, "file") != 0) return MHD_YES; /* expires_after[...] and others: not kept */
+    if (off == 0 && !cc->up) { /* the file's first bytes */
+        if (cc->files_seen++) {
+            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "file", "Upload one file at a time");
+            return MHD_YES;
+        }
+        snprintf(cc->filename, sizeof cc->filename, "%s", filename && *filename ? filename : "upload");
+        if (nv_files_upload_begin(h->o.files, &cc->up) != NV_OK) {
+            nv_api_error_set(&cc->up_err, 500, "server_error", NULL, NULL, "%s", nv_errmsg());
+            return MHD_YES;
+        }
+    } else if (off == 0) {
+        nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "file", "Upload one file at a time");
+        return MHD_YES;
+    }
+    const nv_err e = size ? nv_files_upload_write(cc->up, data, size) : NV_OK;
+    if (e != NV_OK)
+        nv_api_error_set(&cc->up_err, e == NV_ERANGE ? 413 : 500, e == NV_ERANGE ? "invalid_request_error" : "server_error",
+                         e == NV_ERANGE ? "file_too_large" : NULL, e == NV_ERANGE ? "file" : NULL, "%s", nv_errmsg());
+    return MHD_YES;
+}
+
+/* "--BOUNDARY--" of a multipart Content-Type into out: 1, or 0 when it names no usable boundary. */
+static int close_delimiter(const char *ctype, char *out, size_t cap) {
+    const char *b = ctype ? strcasestr(ctype, "boundary=") : NULL;
+    if (!b) return 0;
+    b += 9;
+    const int quoted = *b == '"';
+    b += quoted;
+    size_t n = strcspn(b, quoted ? "\"" : "; \t");
+    if (n == 0 || n > 100) return 0;
+    snprintf(out, cap, "--%.*s--", (int)n, b);
+    return 1;
+}
+
+/* An upload's next bytes to the multipart processor, up to its close delimiter: what follows it (the
+ * epilogue, a line break some clients send, as the OpenAI SDK does) is dropped, as RFC 2046 says it
+ * may be; this libmicrohttpd's processor refuses any byte after the delimiter. 0 when the
+ * processor finds the body malformed. */
+static int upload_feed(conn_ctx *cc, const char *p, size_t n) {
+    if (cc->closed) return 1;
+    const size_t dl = strlen(cc->close_delim);
+    size_t feed = n;
+    char join[2 * sizeof cc->tail];
+    const size_t head = n < dl - 1 ? n : dl - 1; /* a delimiter begun in the tail ends within these */
+    memcpy(join, cc->tail, cc->tail_len);
+    memcpy(join + cc->tail_len, p, head);
+    const char *hit = memmem(join, cc->tail_len + head, cc->close_delim, dl);
+    if (hit) feed = (size_t)(hit - join) + dl - cc->tail_len;
+    else if ((hit = memmem(p, n, cc->close_delim, dl))) feed = (size_t)(hit - p) + dl;
+    cc->closed = hit != NULL;
+    /* the tail: the last dl - 1 bytes seen */
+    if (n >= dl - 1) {
+        memcpy(cc->tail, p + n - (dl - 1), dl - 1);
+        cc->tail_len = dl - 1;
+    } else {
+        const size_t keep = cc->tail_len + n > dl - 1 ? dl - 1 - n : cc->tail_len;
+        memmove(cc->tail, cc->tail + cc->tail_len - keep, keep);
+        memcpy(cc->tail + keep, p, n);
+        cc->tail_len = keep + n;
+    }
+    return feed == 0 || MHD_post_process(cc->pp, p, feed) == MHD_YES;
+}
+
+/* POST /v1/files, once its body is read: the file kept, or why not. */
+static enum MHD_Result upload_done(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_error e = cc->up_err;
+    int known = 0;
+    for (size_t k = 0; k < sizeof purposes / sizeof *purposes; k++) known |= !strcmp(cc->purpose, purposes[k]);
+    if (!e.status && !cc->files_seen)
+        nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "file",
+                         "No file: POST multipart/form-data with the fields purpose and file");
+    else if (!e.status && !known)
+        nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "purpose",
+                         "purpose must be one of batch, fine-tune, assistants, vision, user_data, evals%s%.40s%s",
+                         cc->purpose_len ? " (not '" : "", cc->purpose, cc->purpose_len ? "')" : "");
+    if (e.status) {
+        nv_files_upload_abort(cc->up);
+        cc->up = NULL;
+        return respond_error(h, c, cc, &e);
+    }
+    nv_file_info fi;
+    const nv_err err = nv_files_upload_commit(cc->up, cc->filename, cc->purpose, &fi);
+    cc->up = NULL;
+    if (err != NV_OK) return fail(h, c, cc, 500, "server_error", NULL, nv_errmsg());
+    nv_info("serve: file %s: %s, %lld bytes, purpose %s", fi.id, fi.filename, (long long)fi.bytes, fi.purpose);
+    return respond(h, c, cc, 200, "application/json", nv_file_json(&fi), NULL, NULL);
+}
+
+static enum MHD_Result files_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
+    if (!h->o.files) return files_off(h, c, cc);
+    if (cc->route == R_FILES && !strcmp(method, "POST")) return upload_done(h, c, cc);
+    if (cc->route == R_FILES) {
+        const char *purpose = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "purpose"),
+                   *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+                   *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+        const int limit = limit_arg(c, 10000, 10000);
+        if (limit < 0) return fail(h, c, cc, 400, "invalid_request_error", "invalid_request", "limit must be a number from 1 to 10000");
+        if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+            return fail(h, c, cc, 400, "invalid_request_error", "invalid_request", "order must be asc or desc");
+        return respond(h, c, cc, 200, "application/json",
+                       nv_files_list_json(h->o.files, purpose, limit, order && !strcmp(order, "asc"), after), NULL, NULL);
+    }
+    char id[64];
+    url_id(url, "/files/", id, sizeof id);
+    nv_file_info fi;
+    nv_api_error e;
+    nv_api_error_set(&e, 404, "invalid_request_error", "not_found", NULL, "No file found with id '%.60s'", id);
+    if (cc->route == R_FILE_CONTENT) {
+        const int fd = nv_files_open_content(h->o.files, id, &fi);
+        if (fd < 0) return respond_error(h, c, cc, &e);
+        struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)fi.bytes, fd); /* (closes fd) */
+        if (!resp) {
+            close(fd);
+            return MHD_NO;
+        }
+        add_common_headers(h, resp, "application/octet-stream");
+        return queue_counted(h, c, cc, 200, resp);
+    }
+    if (!strcmp(method, "DELETE")) {
+        if (!nv_files_delete(h->o.files, id)) return respond_error(h, c, cc, &e);
+        char *out = NULL;
+        if (asprintf(&out, "{\"id\":\"%s\",\"object\":\"file\",\"deleted\":true}", id) < 0) out = NULL;
+        return respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+    }
+    if (!nv_files_get(h->o.files, id, &fi)) return respond_error(h, c, cc, &e);
+    return respond(h, c, cc, 200, "application/json", nv_file_json(&fi), NULL, NULL);
+}
+
+static enum MHD_Result batches_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
+    if (!h->o.batches) return files_off(h, c, cc);
+    char *out = NULL, id[64] = "";
+    nv_api_error e;
+    int rc;
+    if (cc->route != R_BATCHES) url_id(url, "/batches/", id, sizeof id);
+    if (cc->route == R_BATCHES && !strcmp(method, "POST")) {
+        rc = nv_batches_create(h->o.batches, cc->body.data ? cc->body.data : "", cc->body.len, &out, &e);
+    } else if (cc->route == R_BATCHES) {
+        const int limit = limit_arg(c, 20, 100);
+        if (limit < 0) return fail(h, c, cc, 400, "invalid_request_error", "invalid_request", "limit must be a number from 1 to 100");
+        rc = nv_batches_list(h->o.batches, limit, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &out, &e);
+    } else {
+        rc = (cc->route == R_BATCH_CANCEL ? nv_batches_cancel : nv_batches_get)(h->o.batches, id, &out, &e);
+    }
+    return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+}
+
 /* ---- the access handler ---------------------------------------------------------------------- */
 
 /* A list of header names as a CORS preflight asks for them: letters, digits, '-', '_', commas and
@@ -961,7 +1199,6 @@ static int header_list_ok(const char *s) {
 
 static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url,
                                 const char *method) {
-    int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS") && h->o.cors && cc->route != R_NONE) {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         if (!resp) return MHD_NO;
@@ -980,10 +1217,10 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_api_error_set(&e, 404, "invalid_request_error", "not_found", NULL, "Not found: %s %.200s", method, url);
         return respond_error(h, c, cc, &e);
     }
-    const int want_post = route_is_post(cc->route), is_delete = !strcmp(method, "DELETE");
-    if ((want_post && !is_post) || (!want_post && !is_get && !(is_delete && cc->route == R_RESPONSE))) {
+    const int is_delete = !strcmp(method, "DELETE");
+    if (!method_allowed(cc->route, method)) {
         nv_api_error e;
-        const char *allow = want_post ? "POST" : cc->route == R_RESPONSE ? "GET, DELETE" : "GET";
+        const char *allow = route_methods(cc->route);
         nv_api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %.200s (use %s)",
                          method, url, allow);
         return respond(h, c, cc, 405, "application/json", error_json(c, cc, &e), MHD_HTTP_HEADER_ALLOW, allow);
@@ -1058,6 +1295,14 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_RESPONSE:
     case R_RESPONSE_ITEMS:
         return stored_response(h, c, cc, url, is_delete);
+    case R_FILES:
+    case R_FILE:
+    case R_FILE_CONTENT:
+        return files_api(h, c, cc, url, method);
+    case R_BATCHES:
+    case R_BATCH:
+    case R_BATCH_CANCEL:
+        return batches_api(h, c, cc, url, method);
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
         if (anthropic_route(cc->route)) return messages(h, c, cc);
@@ -1079,9 +1324,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = cc;
         atomic_fetch_add(&h->active, 1);
         cc->t0 = nv_now();
+        cc->h = h;
         cc->route = route_of(url);
         if (cc->route == R_WEBUI && !h->o.webui) cc->route = R_NONE; /* --no-webui */
         cc->method = method;
+        if (cc->route == R_FILES && !strcmp(method, "POST")) { /* an upload: streamed to the store, not held */
+            if (!auth_ok(h, c))
+                return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
+                            "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
+            if (!h->o.files) return files_off(h, c, cc);
+            const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+            if (!close_delimiter(ctype, cc->close_delim, sizeof cc->close_delim) ||
+                !(cc->pp = MHD_create_post_processor(c, 64 * 1024, upload_part, cc)))
+                return fail(h, c, cc, 400, "invalid_request_error", "invalid_request",
+                            "Upload the file as multipart/form-data with the fields purpose and file");
+            return MHD_YES;
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             char *end;
@@ -1104,6 +1362,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    if (*upload_size && cc->pp) {
+        if (!upload_feed(cc, upload, *upload_size) && !cc->up_err.status)
+            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", NULL, "The multipart body is malformed");
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cc->pp) { /* the body is whole: its last part ends as the processor goes */
+        MHD_destroy_post_processor(cc->pp);
+        cc->pp = NULL;
+    }
     if (*upload_size) {
         if (!cc->too_big && cc->body.len + *upload_size <= h->o.max_body) nv_buf_append(&cc->body, upload, *upload_size);
         else {
@@ -1123,6 +1391,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     conn_ctx *cc = *con_cls;
     if (!cc) return;
     atomic_fetch_sub(&h->active, 1);
+    if (cc->pp) MHD_destroy_post_processor(cc->pp);
+    nv_files_upload_abort(cc->up); /* an upload the client left */
     nv_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;

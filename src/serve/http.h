@@ -25,6 +25,8 @@
 #include <stddef.h>
 
 #include "serve/api.h"
+#include "serve/batches.h"
+#include "serve/files.h"
 #include "serve/metrics.h"
 #include "serve/ollama.h"
 #include "serve/sched.h"
@@ -37,12 +39,15 @@ typedef struct {
     int cors;
     int webui; /* GET / answers the chat page (serve/webui.h); else 404 */
     int quiet_access; /* each request's log line at debug level, not info (nerve batch's own server) */
+    int background;   /* its requests queue behind every other (the Batch API's server of its own) */
     nv_olla_model_info olla; /* what Ollama's /api/tags and /api/show tell of the model */
     size_t max_body;
     double timeout_s;
     const char *engine; /* shown in /metrics */
     int lora_updates;   /* /v1/load_lora_adapter and /v1/unload_lora_adapter are on (ctx->adapters must be set) */
     size_t responses_store; /* bytes of stored Responses (previous_response_id, GET /v1/responses/{id}); 0: none */
+    nv_files *files;     /* OpenAI's Files API (/v1/files) on this store; NULL: off (404) */
+    nv_batches *batches; /* and its Batch API (/v1/batches) */
     const char *tls_key, *tls_cert; /* PEM text of the private key and its certificate chain: HTTPS (NULL: HTTP);
                                        kept by the caller until nv_http_stop */
 } nv_http_opts;

@@ -20,6 +20,7 @@ struct nv_req {
     int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
     int adapter; /* nv_req_params' */
     unsigned adapter_gen;
+    int background; /* nv_sched_submit's: it waits behind the others */
     nv_adapters *pinned; /* the set its adapter is pinned in while it exists (NULL: none) */
     uint64_t root; /* the prefix cache's parent of its first block: 0, or its adapter's identity */
     char *stop[NV_MAX_STOP];
@@ -1653,7 +1654,13 @@ nv_err nv_sched_start(nv_sched *s) {
     return NV_OK;
 }
 
-nv_submit nv_sched_submit(nv_sched *s, nv_req *r) {
+static int waiting_background(const nv_sched *s) {
+    int n = 0;
+    for (const nv_req *r = s->wait_head; r; r = r->next) n += r->background;
+    return n;
+}
+
+nv_submit nv_sched_submit(nv_sched *s, nv_req *r, int background) {
     const nv_config *c = &s->model->config;
     long positions = (long)r->n_prompt + (r->max_tokens > 0 ? r->max_tokens - 1 : 0);
     if (positions > c->seq_len) positions = c->seq_len;
@@ -1662,16 +1669,21 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r) {
     nv_submit res = NV_SUBMIT_OK;
     if (s->stopping) res = NV_SUBMIT_STOPPING;
     else if (r->blocks_needed > s->pool.n_blocks) res = NV_SUBMIT_TOO_BIG;
-    else if (s->n_waiting >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
+    else if ((background ? s->n_waiting : s->n_waiting - waiting_background(s)) >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
     else if (r->adapter && !r->pinned && !nv_adapters_pin(s->o.adapters, r->adapter, r->adapter_gen))
         res = NV_SUBMIT_NO_ADAPTER; /* removed (or its slot given to another) since the request named it */
     if (res == NV_SUBMIT_OK) {
         if (r->adapter) r->pinned = s->o.adapters;
         r->root = r->adapter ? s->o.adapters->v[r->adapter - 1].hash : 0;
         r->refs++;
-        if (s->wait_tail) s->wait_tail->next = r;
-        else s->wait_head = r;
-        s->wait_tail = r;
+        nv_req **link = &s->wait_head, *prev = NULL;
+        if (!background) /* before the first background request: the others keep their order */
+            while (*link && !(*link)->background) prev = *link, link = &(*link)->next;
+        else link = s->wait_tail ? &s->wait_tail->next : &s->wait_head, prev = s->wait_tail;
+        r->background = background;
+        r->next = *link;
+        *link = r;
+        if (s->wait_tail == prev) s->wait_tail = r;
         s->n_waiting++;
         pthread_cond_signal(&s->cv);
     }

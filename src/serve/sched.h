@@ -4,6 +4,7 @@
  * Contract:
  * - Requests are submitted from any thread (nv_sched_submit) into a FIFO queue of at most
  *   max_queue entries; a full queue is refused (the HTTP layer answers 429 with Retry-After).
+ *   Background requests (the Batch API's) queue behind every other one.
  * - Every iteration the loop (1) retires cancelled, timed-out and (when stopping) shut-down
  *   requests, (2) admits queued requests in arrival order while fewer than max_batch run and
  *   the KV pool can *reserve* every block the request may ever need — ceil((prompt + max_tokens
@@ -304,7 +305,9 @@ long nv_sched_capacity(const nv_sched *s);
 
 /* A new request holding one reference (the caller's). */
 nv_err nv_req_create(nv_req **out, const nv_req_params *p);
-nv_submit nv_sched_submit(nv_sched *s, nv_req *r);
+/* background: the request waits behind every other one waiting (the server's own Batch API), and
+ * a full queue of them does not refuse the others: max_queue counts the others alone for those. */
+nv_submit nv_sched_submit(nv_sched *s, nv_req *r, int background);
 /* Waits up to wait_s seconds for new text or the end; appends new text to out and, when lps is
  * given, the log-probabilities of the tokens that text came from (with prompt_logprobs, first
  * one record per prompt token, once the prompt has run). */

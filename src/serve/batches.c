@@ -1,0 +1,735 @@
+#include "serve/batches.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "serve/batchrun.h"
+
+#define ID_LEN 30       /* "batch_" + 24 hex digits */
+#define MAX_ERRORS 100  /* a failed validation lists this many bad lines */
+#define WINDOW_S 86400L /* completion_window "24h" */
+
+enum { B_VALIDATING, B_FAILED, B_IN_PROGRESS, B_FINALIZING, B_COMPLETED, B_EXPIRED, B_CANCELLING, B_CANCELLED, B_N };
+static const char *const status_name[B_N] = {"validating", "failed",  "in_progress", "finalizing",
+                                             "completed",  "expired", "cancelling",  "cancelled"};
+/* the time field each status sets when it begins */
+static const char *const status_at[B_N] = {NULL, "failed_at", "in_progress_at", "finalizing_at",
+                                           "completed_at", "expired_at", "cancelling_at", "cancelled_at"};
+
+typedef struct {
+    char id[ID_LEN + 1];
+    cJSON *o; /* its Batch object */
+    uint64_t seq;
+} batch;
+
+struct nv_batches {
+    nv_files *files;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    batch *v; /* in the order they came (seq ascending) */
+    int n, cap;
+    uint64_t next_seq;
+    pthread_t thread;
+    int started;
+    int port, workers;
+    float timeout_s;
+    char key[128];
+    atomic_int stopping;  /* nv_batches_stop's level */
+    nv_batch_runner *run; /* the batch running now, and its id (under mu) */
+    char running[ID_LEN + 1];
+    atomic_int run_completed, run_failed; /* its counts as they come */
+};
+
+/* ---- the records ------------------------------------------------------------------------------------ */
+
+static int status_of(const cJSON *o) {
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "status");
+    for (int k = 0; cJSON_IsString(s) && k < B_N; k++)
+        if (!strcmp(s->valuestring, status_name[k])) return k;
+    return -1;
+}
+
+static double num_of(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static const char *str_of(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* o[key] = item (a number, a string, null), in the place the key had. */
+static void put(cJSON *o, const char *key, cJSON *item) {
+    if (!item) return;
+    if (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, item);
+    else cJSON_AddItemToObject(o, key, item);
+}
+
+static void set_status(cJSON *o, int st) {
+    put(o, "status", cJSON_CreateString(status_name[st]));
+    if (status_at[st]) put(o, status_at[st], cJSON_CreateNumber((double)time(NULL)));
+}
+
+static void set_counts(cJSON *o, int total, int completed, int failed) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "total", total);
+    cJSON_AddNumberToObject(c, "completed", completed);
+    cJSON_AddNumberToObject(c, "failed", failed);
+    put(o, "request_counts", c);
+}
+
+static void path_of(const char *dir, const char *id, const char *ext, char *out, size_t cap) {
+    snprintf(out, cap, "%.4096s/%.40s%.20s", dir, id, ext);
+}
+
+/* DIR/ID.json: the object and its order (under mu). */
+static nv_err save(nv_batches *b, const batch *x) {
+    const nv_err e = nv_files_save_record(nv_files_dir(b->files), x->id, x->o, x->seq);
+    if (e != NV_OK) nv_warn("serve: batch %s: %s", x->id, nv_errmsg());
+    return e;
+}
+
+static int find(const nv_batches *b, const char *id) {
+    if (!nv_id_well_formed(id, "batch_")) return -1;
+    for (int i = 0; i < b->n; i++)
+        if (!strcmp(b->v[i].id, id)) return i;
+    return -1;
+}
+
+static nv_err add(nv_batches *b, const char *id, cJSON *o, uint64_t seq) {
+    if (b->n == b->cap) {
+        const int cap = b->cap ? 2 * b->cap : 32;
+        batch *v = realloc(b->v, (size_t)cap * sizeof *v);
+        if (!v) return nv_fail(NV_ENOMEM, "out of memory");
+        b->v = v, b->cap = cap;
+    }
+    int at = b->n;
+    while (at > 0 && b->v[at - 1].seq > seq) at--;
+    memmove(b->v + at + 1, b->v + at, (size_t)(b->n - at) * sizeof *b->v);
+    snprintf(b->v[at].id, sizeof b->v[at].id, "%s", id);
+    b->v[at].o = o, b->v[at].seq = seq;
+    b->n++;
+    if (seq >= b->next_seq) b->next_seq = seq + 1;
+    return NV_OK;
+}
+
+/* One DIR/batch_*.json read back: its object (its order in *seq), or NULL when it is not one of ours. */
+static cJSON *load_one(const char *path, const char *id, uint64_t *seq) {
+    cJSON *o = nv_files_load_record(path, seq);
+    if (o && (strcmp(str_of(o, "id"), id) != 0 || status_of(o) < 0 || !nv_id_well_formed(str_of(o, "input_file_id"), "file-") ||
+              !str_of(o, "endpoint")[0] || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "created_at")) ||
+              !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "expires_at")) ||
+              !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "request_counts")))) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+nv_err nv_batches_open(nv_batches **out, nv_files *files) {
+    *out = NULL;
+    nv_batches *b = calloc(1, sizeof *b);
+    if (!b) return nv_fail(NV_ENOMEM, "out of memory");
+    b->files = files;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    const char *dir = nv_files_dir(files);
+    DIR *d = opendir(dir);
+    if (!d) {
+        nv_batches_close(b);
+        return nv_fail(NV_EIO, "cannot read the files' folder %s: %s", dir, strerror(errno));
+    }
+    nv_err e = NV_OK;
+    for (struct dirent *de; e == NV_OK && (de = readdir(d));) {
+        const char *name = de->d_name;
+        if (strlen(name) != ID_LEN + 5 || strcmp(name + ID_LEN, ".json") != 0) continue;
+        char id[ID_LEN + 1], path[4200];
+        snprintf(id, sizeof id, "%.30s", name);
+        if (!nv_id_well_formed(id, "batch_")) continue;
+        path_of(dir, id, ".json", path, sizeof path);
+        uint64_t seq;
+        cJSON *o = load_one(path, id, &seq);
+        if (!o) {
+            nv_warn("serve: %s is not a batch's whole record: not listed", path);
+            continue;
+        }
+        if ((e = add(b, id, o, seq)) != NV_OK) cJSON_Delete(o);
+    }
+    closedir(d);
+    if (e != NV_OK) {
+        nv_batches_close(b);
+        return e;
+    }
+    *out = b;
+    return NV_OK;
+}
+
+/* ---- running a batch ---------------------------------------------------------------------------- */
+
+typedef struct {
+    nv_batches *b;
+    nv_batch_runner run;
+    FILE *out, *err; /* the partials, appended to */
+    char *answered;  /* [set.n] */
+    long expires_at;
+    int expired, write_error;
+} run_ctx;
+
+static void on_result(void *ctx, int k, char *line, int status, int ok, const double usage[2]) {
+    (void)usage;
+    run_ctx *r = ctx;
+    nv_batches *b = r->b;
+    /* cut by the server's own shutdown: not an answer; it runs again at the next start */
+    if (atomic_load(&b->stopping) && (status == 0 || status == 503)) {
+        free(line);
+        return;
+    }
+    FILE *f = ok ? r->out : r->err;
+    if (!r->write_error && (fprintf(f, "%s\n", line) < 0 || fflush(f) != 0)) r->write_error = errno ? errno : EIO;
+    free(line);
+    r->answered[r->run.todo[k]] = 1;
+    atomic_fetch_add(ok ? &b->run_completed : &b->run_failed, 1);
+    if (time(NULL) > r->expires_at && !r->expired) {
+        r->expired = 1;
+        nv_batch_run_stop(&r->run, 1);
+    }
+}
+
+/* The input file read into set: 0, or -1 with the reasons in errors (OpenAI's {code, message,
+ * param, line} objects). */
+typedef struct {
+    nv_batch_set *set;
+    const char *endpoint;
+    cJSON *errors;
+    int n_bad;
+} check_ctx;
+
+static void add_error(cJSON *errors, const char *code, const char *msg, int line) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddNullToObject(e, "param");
+    if (line > 0) cJSON_AddNumberToObject(e, "line", line);
+    else cJSON_AddNullToObject(e, "line");
+    cJSON_AddItemToArray(errors, e);
+}
+
+static int check_line(void *ctx, char *line, int no) {
+    check_ctx *c = ctx;
+    const int before = c->set->n;
+    const nv_err e = nv_batch_add_line(c->set, line, no);
+    const char *code = "invalid_request", *msg = nv_errmsg();
+    char why[400];
+    if (e == NV_ENOMEM) return -1;
+    if (e == NV_OK && c->set->reqs[before].anthropic)
+        code = "invalid_request", msg = "an Anthropic Message Batches line: /v1/batches runs OpenAI's batch lines";
+    else if (e == NV_OK && strcmp(c->set->reqs[before].url, c->endpoint) != 0) {
+        snprintf(why, sizeof why, "the url %.100s is not the batch's endpoint %.40s", c->set->reqs[before].url, c->endpoint);
+        code = "mismatched_endpoint", msg = why;
+    } else if (e == NV_OK)
+        return 0;
+    if (++c->n_bad <= MAX_ERRORS) add_error(c->errors, code, msg, no);
+    return 0;
+}
+
+static int read_input(nv_batches *b, const char *file_id, const char *endpoint, nv_batch_set *set, cJSON *errors) {
+    nv_file_info fi;
+    const int fd = nv_files_open_content(b->files, file_id, &fi);
+    if (fd < 0) {
+        add_error(errors, "invalid_file", "the input file is no longer on the server", 0);
+        return -1;
+    }
+    char *text = malloc((size_t)fi.bytes + 1);
+    size_t got = 0;
+    while (text && got < (size_t)fi.bytes) {
+        const ssize_t r = read(fd, text + got, (size_t)fi.bytes - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!text || got != (size_t)fi.bytes) {
+        free(text);
+        add_error(errors, "invalid_file", text ? "the input file could not be read whole" : "out of memory", 0);
+        return -1;
+    }
+    text[got] = '\0';
+    if (memchr(text, '\0', got)) {
+        free(text);
+        add_error(errors, "invalid_file", "the input file holds a NUL byte: it is not JSON Lines", 0);
+        return -1;
+    }
+    check_ctx c = {.set = set, .endpoint = endpoint, .errors = errors};
+    const int rc = nv_batch_for_lines(text, check_line, &c);
+    free(text);
+    if (rc) {
+        add_error(errors, "server_error", "out of memory", 0);
+        return -1;
+    }
+    if (c.n_bad > MAX_ERRORS) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "and %d more bad lines", c.n_bad - MAX_ERRORS);
+        add_error(errors, "invalid_request", msg, 0);
+    }
+    if (!c.n_bad && !set->n) add_error(errors, "empty_file", "the input file holds no requests", 0);
+    return c.n_bad || !set->n ? -1 : 0;
+}
+
+/* Keeps the whole lines of partial path that answer requests of set not yet answered (marking
+ * them), dropping a torn or repeated one; the file written back when a line went. Returns the
+ * lines kept, or -1 when the file cannot be rewritten. */
+typedef struct {
+    const nv_batch_set *set;
+    char *answered;
+    nv_buf kept;
+    int n, dropped;
+} partial_ctx;
+
+static int partial_line(void *ctx, char *line, int no) {
+    (void)no;
+    partial_ctx *p = ctx;
+    int at, ok;
+    if (nv_batch_output_line(p->set, line, &at, &ok) != NV_OK || p->answered[at]) {
+        p->dropped++;
+        return 0;
+    }
+    p->answered[at] = 1, p->n++;
+    nv_buf_append(&p->kept, line, strlen(line));
+    nv_buf_append(&p->kept, "\n", 1);
+    return 0;
+}
+
+static int keep_partial(const char *path, const nv_batch_set *set, char *answered) {
+    char *text = NULL;
+    size_t len;
+    if (!nv_file_exists(path)) return 0;
+    if (nv_file_read_all(path, &text, &len) != NV_OK) return -1;
+    partial_ctx p = {.set = set, .answered = answered};
+    nv_batch_for_lines(text, partial_line, &p);
+    free(text);
+    int rc = p.kept.oom ? -1 : p.n;
+    if (rc >= 0 && p.dropped) {
+        nv_iov part = {p.kept.data ? p.kept.data : "", p.kept.len};
+        if (nv_file_write_atomic(path, &part, 1) != NV_OK) rc = -1;
+    }
+    nv_buf_free(&p.kept);
+    return rc;
+}
+
+/* An error line for a request never run: expired (OpenAI's batch_expired). */
+static int write_expired(FILE *f, const nv_batch_req *q) {
+    char id[64];
+    nv_api_new_id(id, sizeof id, "batch_req_");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "custom_id", q->custom_id);
+    cJSON_AddNullToObject(o, "response");
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "code", "batch_expired");
+    cJSON_AddStringToObject(e, "message", "This request could not be executed before the completion window expired.");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    const int ok = s && fprintf(f, "%s\n", s) >= 0;
+    free(s);
+    return ok;
+}
+
+/* Under mu: the record of id, or NULL. */
+static batch *get(nv_batches *b, const char *id) {
+    const int i = find(b, id);
+    return i < 0 ? NULL : &b->v[i];
+}
+
+/* The partials made files of the store and the batch ended with status st (its counts given). */
+static void finalize(nv_batches *b, const char *id, int st, int total, int completed, int failed, cJSON *errors) {
+    const char *dir = nv_files_dir(b->files);
+    pthread_mutex_lock(&b->mu);
+    batch *x = get(b, id);
+    if (x) {
+        set_status(x->o, B_FINALIZING);
+        set_counts(x->o, total, completed, failed);
+        save(b, x);
+    }
+    pthread_mutex_unlock(&b->mu);
+    char file_ids[2][NV_FILE_ID_LEN + 1] = {"", ""};
+    static const char *const ext[2] = {".output.partial", ".errors.partial"}, *const name[2] = {"_output.jsonl", "_error.jsonl"};
+    for (int k = 0; k < 2; k++) {
+        char path[4200], fname[64];
+        path_of(dir, id, ext[k], path, sizeof path);
+        struct stat st_;
+        if (stat(path, &st_) != 0) continue;
+        if (st_.st_size == 0) {
+            unlink(path);
+            continue;
+        }
+        snprintf(fname, sizeof fname, "%s%s", id, name[k]);
+        nv_file_info fi;
+        if (nv_files_adopt(b->files, path, fname, "batch_output", &fi) == NV_OK) snprintf(file_ids[k], sizeof file_ids[k], "%s", fi.id);
+        else nv_warn("serve: batch %s: its results stay in %s: %s", id, path, nv_errmsg());
+    }
+    pthread_mutex_lock(&b->mu);
+    if ((x = get(b, id))) {
+        put(x->o, "output_file_id", file_ids[0][0] ? cJSON_CreateString(file_ids[0]) : cJSON_CreateNull());
+        put(x->o, "error_file_id", file_ids[1][0] ? cJSON_CreateString(file_ids[1]) : cJSON_CreateNull());
+        if (errors) {
+            cJSON *eo = cJSON_CreateObject();
+            cJSON_AddStringToObject(eo, "object", "list");
+            cJSON_AddItemToObject(eo, "data", errors);
+            put(x->o, "errors", eo);
+            errors = NULL;
+        }
+        set_status(x->o, st);
+        save(b, x);
+    }
+    pthread_mutex_unlock(&b->mu);
+    cJSON_Delete(errors);
+    nv_info("serve: batch %s %s: %d of %d requests answered, %d with an error", id, status_name[st], completed + failed, total,
+            failed);
+}
+
+/* Runs batch id (whatever of it is left) to its end, or until the server stops. */
+static void process(nv_batches *b, const char *id) {
+    char input[NV_FILE_ID_LEN + 1], endpoint[64];
+    pthread_mutex_lock(&b->mu);
+    batch *x = get(b, id);
+    int st = x ? status_of(x->o) : -1;
+    if (x) {
+        snprintf(input, sizeof input, "%s", str_of(x->o, "input_file_id"));
+        snprintf(endpoint, sizeof endpoint, "%s", str_of(x->o, "endpoint"));
+    }
+    const long expires_at = x ? (long)num_of(x->o, "expires_at") : 0;
+    const int had_cancel = x && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x->o, "cancelling_at"));
+    pthread_mutex_unlock(&b->mu);
+    if (st < 0) return;
+    const char *dir = nv_files_dir(b->files);
+    char out_path[4200], err_path[4200];
+    path_of(dir, id, ".output.partial", out_path, sizeof out_path);
+    path_of(dir, id, ".errors.partial", err_path, sizeof err_path);
+
+    nv_batch_set set;
+    cJSON *errors = cJSON_CreateArray();
+    run_ctx r = {.b = b, .expires_at = expires_at};
+    int *todo = NULL, completed = 0, failed = 0;
+    if (!errors || nv_batch_set_init(&set) != NV_OK) {
+        cJSON_Delete(errors);
+        return;
+    }
+    if (read_input(b, input, endpoint, &set, errors) != 0) {
+        /* a batch that ran before its input went keeps what it answered */
+        finalize(b, id, B_FAILED, set.n, 0, 0, errors);
+        errors = NULL;
+        goto end;
+    }
+    if (!(r.answered = calloc((size_t)set.n, 1)) || !(todo = malloc((size_t)set.n * sizeof *todo))) goto end;
+    if ((completed = keep_partial(out_path, &set, r.answered)) < 0 || (failed = keep_partial(err_path, &set, r.answered)) < 0) {
+        nv_warn("serve: batch %s: cannot read its answers so far (%s): it waits for the next start", id, nv_errmsg());
+        goto end;
+    }
+    if (st == B_VALIDATING) {
+        pthread_mutex_lock(&b->mu);
+        if ((x = get(b, id)) && status_of(x->o) == B_VALIDATING) {
+            set_status(x->o, B_IN_PROGRESS);
+            set_counts(x->o, set.n, 0, 0);
+            save(b, x);
+        }
+        st = x ? status_of(x->o) : -1;
+        pthread_mutex_unlock(&b->mu);
+    }
+    if (st == B_FINALIZING) st = had_cancel ? B_CANCELLING : B_IN_PROGRESS; /* stopped while it ended: end it */
+    r.out = fopen(out_path, "a"), r.err = fopen(err_path, "a");
+    if (!r.out || !r.err) {
+        nv_warn("serve: batch %s: cannot write its answers in %s: %s", id, dir, strerror(errno));
+        goto end;
+    }
+    int n_todo = 0;
+    for (int i = 0; i < set.n; i++)
+        if (!r.answered[i]) todo[n_todo++] = i;
+    atomic_store(&b->run_completed, completed);
+    atomic_store(&b->run_failed, failed);
+    if (st == B_IN_PROGRESS && n_todo && time(NULL) <= expires_at) {
+        r.run = (nv_batch_runner){.set = &set, .todo = todo, .n_todo = n_todo, .port = b->port, .timeout_s = b->timeout_s,
+                                  .workers = b->workers, .on_result = on_result, .ctx = &r};
+        nv_batch_runner_init(&r.run, b->key);
+        pthread_mutex_lock(&b->mu);
+        const int go = !b->stopping && (x = get(b, id)) && status_of(x->o) == B_IN_PROGRESS;
+        if (go) b->run = &r.run, snprintf(b->running, sizeof b->running, "%s", id);
+        pthread_mutex_unlock(&b->mu);
+        if (go) {
+            nv_info("serve: batch %s: %d requests to %s%s", id, n_todo, endpoint, completed + failed ? " (the rest were answered before)" : "");
+            nv_batch_run(&r.run);
+        }
+        pthread_mutex_lock(&b->mu);
+        b->run = NULL, b->running[0] = '\0';
+        pthread_mutex_unlock(&b->mu);
+        nv_batch_runner_free(&r.run);
+    }
+    completed = atomic_load(&b->run_completed), failed = atomic_load(&b->run_failed);
+    if (fflush(r.out) != 0 || fsync(fileno(r.out)) != 0 || fflush(r.err) != 0 || fsync(fileno(r.err)) != 0)
+        r.write_error = errno ? errno : EIO;
+    pthread_mutex_lock(&b->mu);
+    const int stopping = b->stopping;
+    st = (x = get(b, id)) ? status_of(x->o) : -1;
+    pthread_mutex_unlock(&b->mu);
+    if (stopping || st < 0) goto end; /* stays as it is for the next start */
+    if (r.write_error) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "the answers could not be written: %s", strerror(r.write_error));
+        add_error(errors, "server_error", msg, 0);
+        st = B_FAILED;
+    } else if (st == B_CANCELLING) {
+        st = B_CANCELLED;
+    } else if (r.expired || time(NULL) > expires_at) {
+        for (int i = 0; i < set.n; i++)
+            if (!r.answered[i]) failed += 1, r.write_error |= !write_expired(r.err, &set.reqs[i]);
+        fflush(r.err);
+        st = B_EXPIRED;
+    } else {
+        st = B_COMPLETED;
+    }
+    fclose(r.out), fclose(r.err);
+    r.out = r.err = NULL;
+    finalize(b, id, st, set.n, completed, failed, st == B_FAILED ? errors : NULL);
+    if (st == B_FAILED) errors = NULL;
+end:
+    if (r.out) fclose(r.out);
+    if (r.err) fclose(r.err);
+    cJSON_Delete(errors);
+    free(r.answered);
+    free(todo);
+    nv_batch_set_free(&set);
+}
+
+/* Under mu: the oldest batch with work left, or -1. */
+static int next_pending(const nv_batches *b) {
+    for (int i = 0; i < b->n; i++) {
+        const int st = status_of(b->v[i].o);
+        if (st == B_VALIDATING || st == B_IN_PROGRESS || st == B_CANCELLING || st == B_FINALIZING) return i;
+    }
+    return -1;
+}
+
+static void *runner_main(void *arg) {
+    nv_batches *b = arg;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stopping) {
+        const int i = next_pending(b);
+        if (i < 0) {
+            pthread_cond_wait(&b->cv, &b->mu);
+            continue;
+        }
+        char id[ID_LEN + 1];
+        snprintf(id, sizeof id, "%s", b->v[i].id);
+        pthread_mutex_unlock(&b->mu);
+        process(b, id);
+        pthread_mutex_lock(&b->mu);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+nv_err nv_batches_start(nv_batches *b, int port, const char *api_key, int workers, float timeout_s) {
+    b->port = port, b->workers = workers, b->timeout_s = timeout_s;
+    snprintf(b->key, sizeof b->key, "%s", api_key);
+    if (pthread_create(&b->thread, NULL, runner_main, b) != 0) return nv_fail(NV_ENOMEM, "cannot start the batches' thread");
+    b->started = 1;
+    return NV_OK;
+}
+
+void nv_batches_stop(nv_batches *b, int level) {
+    if (!b) return;
+    pthread_mutex_lock(&b->mu);
+    if (atomic_load(&b->stopping) < level) atomic_store(&b->stopping, level);
+    if (b->run) nv_batch_run_stop(b->run, level); /* (its lock is never held while taking ours) */
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void nv_batches_close(nv_batches *b) {
+    if (!b) return;
+    if (b->started) {
+        nv_batches_stop(b, 1);
+        pthread_join(b->thread, NULL);
+    }
+    for (int i = 0; i < b->n; i++) cJSON_Delete(b->v[i].o);
+    free(b->v);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    explicit_bzero(b->key, sizeof b->key);
+    free(b);
+}
+
+/* ---- the endpoints ---------------------------------------------------------------------------------- */
+
+/* x's object as the API shows it (under mu): the running one's counts as they are now. */
+static cJSON *shown(nv_batches *b, const batch *x) {
+    cJSON *o = cJSON_Duplicate(x->o, 1);
+    if (o && !strcmp(b->running, x->id))
+        set_counts(o, (int)num_of(cJSON_GetObjectItemCaseSensitive(x->o, "request_counts"), "total"), atomic_load(&b->run_completed),
+                   atomic_load(&b->run_failed));
+    return o;
+}
+
+static int not_found(const char *id, nv_api_error *e) {
+    nv_api_error_set(e, 404, "invalid_request_error", "not_found", NULL, "No batch found with id '%.100s'", id);
+    return e->status;
+}
+
+static int answer(cJSON *o, char **out, nv_api_error *e) {
+    *out = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return *out ? 0 : nv_api_oom(e);
+}
+
+static int bad(nv_api_error *e, const char *param, const char *msg) {
+    nv_api_error_set(e, 400, "invalid_request_error", "invalid_request", param, "%s", msg);
+    return e->status;
+}
+
+/* metadata: at most 16 pairs of strings, keys of up to 64 characters, values of up to 512. */
+static int metadata_ok(const cJSON *m) {
+    int n = 0;
+    for (const cJSON *it = m ? m->child : NULL; it; it = it->next, n++)
+        if (!cJSON_IsString(it) || strlen(it->string) > 64 || strlen(it->valuestring) > 512) return 0;
+    return n <= 16;
+}
+
+int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, nv_api_error *e) {
+    static const char *const endpoints[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"};
+    cJSON *req = cJSON_ParseWithLength(body, len);
+    int rc = 0;
+    if (!cJSON_IsObject(req)) {
+        cJSON_Delete(req);
+        return bad(e, NULL, "The body must be a JSON object: {\"input_file_id\", \"endpoint\", \"completion_window\": \"24h\"}");
+    }
+    const cJSON *in = nv_api_field(req, "input_file_id"), *ep = nv_api_field(req, "endpoint"),
+                *win = nv_api_field(req, "completion_window"), *meta = nv_api_field(req, "metadata");
+    nv_file_info fi;
+    int k = 0;
+    while (cJSON_IsString(ep) && k < 4 && strcmp(ep->valuestring, endpoints[k]) != 0) k++;
+    if (!cJSON_IsString(in)) rc = bad(e, "input_file_id", "input_file_id (the id of a file uploaded with purpose \"batch\") is required");
+    else if (!nv_files_get(b->files, in->valuestring, &fi)) {
+        nv_api_error_set(e, 400, "invalid_request_error", "invalid_request", "input_file_id", "No file found with id '%.100s'",
+                         in->valuestring);
+        rc = e->status;
+    } else if (strcmp(fi.purpose, "batch") != 0)
+        rc = bad(e, "input_file_id", "The input file must be uploaded with purpose \"batch\"");
+    else if (!cJSON_IsString(ep) || k == 4)
+        rc = bad(e, "endpoint", "endpoint must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses");
+    else if (!cJSON_IsString(win) || strcmp(win->valuestring, "24h") != 0)
+        rc = bad(e, "completion_window", "completion_window must be \"24h\"");
+    else if (meta && (!cJSON_IsObject(meta) || !metadata_ok(meta)))
+        rc = bad(e, "metadata", "metadata must be an object of at most 16 strings (keys up to 64 characters, values up to 512)");
+    if (rc) {
+        cJSON_Delete(req);
+        return rc;
+    }
+    char id[64];
+    nv_api_new_id(id, sizeof id, "batch_");
+    const long now = (long)time(NULL);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "batch");
+    cJSON_AddStringToObject(o, "endpoint", endpoints[k]);
+    cJSON_AddNullToObject(o, "errors");
+    cJSON_AddStringToObject(o, "input_file_id", fi.id);
+    cJSON_AddStringToObject(o, "completion_window", "24h");
+    cJSON_AddStringToObject(o, "status", "validating");
+    cJSON_AddNullToObject(o, "output_file_id");
+    cJSON_AddNullToObject(o, "error_file_id");
+    cJSON_AddNumberToObject(o, "created_at", (double)now);
+    cJSON_AddNullToObject(o, "in_progress_at");
+    cJSON_AddNumberToObject(o, "expires_at", (double)(now + WINDOW_S));
+    for (int s = B_FINALIZING; s < B_N; s++)
+        if (status_at[s]) cJSON_AddNullToObject(o, status_at[s]);
+    cJSON_AddNullToObject(o, "failed_at");
+    set_counts(o, 0, 0, 0);
+    if (meta) cJSON_AddItemToObject(o, "metadata", cJSON_Duplicate(meta, 1));
+    else cJSON_AddNullToObject(o, "metadata");
+    cJSON_Delete(req);
+    pthread_mutex_lock(&b->mu);
+    const uint64_t seq = b->next_seq;
+    batch tmp = {.o = o, .seq = seq};
+    snprintf(tmp.id, sizeof tmp.id, "%.30s", id);
+    nv_err err = save(b, &tmp);
+    if (err == NV_OK) err = add(b, id, o, seq);
+    cJSON *copy = err == NV_OK ? cJSON_Duplicate(o, 1) : NULL;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    if (err != NV_OK) {
+        cJSON_Delete(o);
+        nv_api_error_set(e, 500, "server_error", NULL, NULL, "The batch could not be saved: %s", nv_errmsg());
+        return e->status;
+    }
+    return answer(copy, out, e);
+}
+
+int nv_batches_get(nv_batches *b, const char *id, char **out, nv_api_error *e) {
+    pthread_mutex_lock(&b->mu);
+    const batch *x = get(b, id);
+    cJSON *o = x ? shown(b, x) : NULL;
+    pthread_mutex_unlock(&b->mu);
+    if (!x) return not_found(id, e);
+    return answer(o, out, e);
+}
+
+int nv_batches_cancel(nv_batches *b, const char *id, char **out, nv_api_error *e) {
+    pthread_mutex_lock(&b->mu);
+    batch *x = get(b, id);
+    const int st = x ? status_of(x->o) : -1;
+    cJSON *o = NULL;
+    if (st == B_VALIDATING || st == B_IN_PROGRESS) {
+        set_status(x->o, B_CANCELLING);
+        save(b, x);
+        if (b->run && !strcmp(b->running, id)) nv_batch_run_stop(b->run, 1); /* those running finish */
+        pthread_cond_broadcast(&b->cv);
+    }
+    const int ok = x && st != B_FAILED && st != B_COMPLETED && st != B_EXPIRED && st != B_FINALIZING;
+    if (ok) o = shown(b, x);
+    pthread_mutex_unlock(&b->mu);
+    if (!x) return not_found(id, e);
+    if (!ok) {
+        nv_api_error_set(e, 409, "invalid_request_error", "invalid_request", NULL, "Cannot cancel a batch with status '%s'",
+                         status_name[st]);
+        return e->status;
+    }
+    return answer(o, out, e);
+}
+
+int nv_batches_list(nv_batches *b, int limit, const char *after, char **out, nv_api_error *e) {
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddStringToObject(o, "object", "list");
+    pthread_mutex_lock(&b->mu);
+    int start = b->n - 1;
+    if (after) {
+        const int at = find(b, after);
+        start = at < 0 ? -1 : at - 1;
+    }
+    int shown_n = 0, more = 0;
+    const char *first = NULL, *last = NULL;
+    for (int i = start; i >= 0; i--) {
+        if (shown_n == limit) {
+            more = 1;
+            break;
+        }
+        cJSON_AddItemToArray(data, shown(b, &b->v[i]));
+        if (!first) first = b->v[i].id;
+        last = b->v[i].id, shown_n++;
+    }
+    if (first) cJSON_AddStringToObject(o, "first_id", first), cJSON_AddStringToObject(o, "last_id", last);
+    else cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
+    pthread_mutex_unlock(&b->mu);
+    cJSON_AddBoolToObject(o, "has_more", more);
+    return answer(o, out, e);
+}

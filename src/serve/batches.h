@@ -1,0 +1,49 @@
+/* OpenAI's Batch API on the server itself (`nerve serve --files-dir DIR`): POST /v1/batches takes an
+ * uploaded file of requests (serve/files.h, purpose "batch"; the lines of serve/batchfile.h, every
+ * url the batch's endpoint), and a thread of the server's runs them, one batch at a time, through
+ * a server of its own on 127.0.0.1 whose requests queue behind everyone else's (serve/batchrun.h),
+ * so the answers are exactly what the API gives each body, and interactive requests go first.
+ *
+ * Contract:
+ * - A batch is DIR/ID.json (its Batch object and order; ids "batch_" and 24 hex digits), written
+ *   atomically at each change of status; its answers so far are appended to DIR/ID.output.partial
+ *   (2xx) and DIR/ID.errors.partial (the rest) as they come. A server stopped part way keeps the
+ *   batch in_progress: started again, it keeps every whole line of those (a torn last one dropped)
+ *   and runs the requests that have none; a request cut by the shutdown itself (503, or no answer)
+ *   is not written, so it runs again.
+ * - validating -> in_progress -> finalizing -> completed, or failed (the input has bad lines: errors
+ *   lists them with their line numbers, nothing runs), cancelling -> cancelled (POST .../cancel: no
+ *   more requests start, those running finish), expired (past expires_at, 24 h after creation:
+ *   the requests not run get an error line each, code batch_expired). At the end the partials
+ *   become files of the store (purpose batch_output; an empty one none): output_file_id and
+ *   error_file_id.
+ * - Every function is safe from any thread. */
+#ifndef NV_SERVE_BATCHES_H
+#define NV_SERVE_BATCHES_H
+
+#include <stddef.h>
+
+#include "serve/api.h"
+#include "serve/files.h"
+
+typedef struct nv_batches nv_batches;
+
+/* The batches DIR (the files' folder) holds, for files. */
+nv_err nv_batches_open(nv_batches **out, nv_files *files);
+/* Starts the thread that runs them against the server at 127.0.0.1:port (requests need api_key),
+ * workers requests at once, each waited for up to timeout_s and a minute. */
+nv_err nv_batches_start(nv_batches *b, int port, const char *api_key, int workers, float timeout_s);
+/* The server is stopping: level 1, no request starts after (those running finish); 2, those running
+ * are abandoned too. The batch stays in_progress for the next start. */
+void nv_batches_stop(nv_batches *b, int level);
+/* Joins the thread (after nv_batches_stop) and frees b. */
+void nv_batches_close(nv_batches *b);
+
+/* The endpoints: 0 with the JSON answer in *out (malloc'd), else the error in e (its status). */
+int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, nv_api_error *e);
+int nv_batches_get(nv_batches *b, const char *id, char **out, nv_api_error *e);
+int nv_batches_cancel(nv_batches *b, const char *id, char **out, nv_api_error *e);
+/* GET /v1/batches: newest first, after the id given (NULL: from the newest), at most limit. */
+int nv_batches_list(nv_batches *b, int limit, const char *after, char **out, nv_api_error *e);
+
+#endif

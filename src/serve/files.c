@@ -1,0 +1,384 @@
+#include "serve/files.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "serve/api.h"
+
+struct nv_files {
+    char dir[4096];
+    uint64_t max_bytes, used; /* used: the files' bytes and those of uploads under way */
+    uint64_t next_seq;
+    pthread_mutex_t mu;
+    nv_file_info *v; /* in the order they came (seq ascending) */
+    int n, cap;
+};
+
+struct nv_file_upload {
+    nv_files *f;
+    int fd;
+    uint64_t bytes;
+    char tmp[4200 + 80];
+};
+
+int nv_id_well_formed(const char *s, const char *prefix) {
+    const size_t pl = strlen(prefix);
+    if (!s || strncmp(s, prefix, pl) != 0) return 0;
+    s += pl;
+    for (int i = 0; i < 24; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return s[24] == '\0';
+}
+
+const char *nv_files_dir(const nv_files *f) { return f->dir; }
+
+void nv_files_usage(nv_files *f, int *n, uint64_t *bytes) {
+    pthread_mutex_lock(&f->mu);
+    *n = f->n;
+    *bytes = 0;
+    for (int i = 0; i < f->n; i++) *bytes += (uint64_t)f->v[i].bytes;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void path_of(const nv_files *f, const char *name, const char *ext, char *out, size_t cap) {
+    snprintf(out, cap, "%.4096s/%.64s%.8s", f->dir, name, ext);
+}
+
+static cJSON *info_object(const nv_file_info *i) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", i->id);
+    cJSON_AddStringToObject(o, "object", "file");
+    cJSON_AddNumberToObject(o, "bytes", (double)i->bytes);
+    cJSON_AddNumberToObject(o, "created_at", (double)i->created_at);
+    cJSON_AddNullToObject(o, "expires_at");
+    cJSON_AddStringToObject(o, "filename", i->filename);
+    cJSON_AddStringToObject(o, "purpose", i->purpose);
+    cJSON_AddStringToObject(o, "status", "processed");
+    cJSON_AddNullToObject(o, "status_details");
+    return o;
+}
+
+char *nv_file_json(const nv_file_info *i) {
+    cJSON *o = info_object(i);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+nv_err nv_files_save_record(const char *dir, const char *id, const cJSON *o, uint64_t seq) {
+    cJSON *copy = cJSON_Duplicate(o, 1);
+    if (copy) cJSON_AddNumberToObject(copy, "nerve_seq", (double)seq);
+    char *s = copy ? cJSON_PrintUnformatted(copy) : NULL;
+    cJSON_Delete(copy);
+    if (!s) return nv_fail(NV_ENOMEM, "out of memory");
+    char path[4200 + 80];
+    snprintf(path, sizeof path, "%.4096s/%.40s.json", dir, id);
+    nv_iov part = {s, strlen(s)};
+    const nv_err e = nv_file_write_atomic(path, &part, 1);
+    free(s);
+    return e;
+}
+
+cJSON *nv_files_load_record(const char *path, uint64_t *seq) {
+    char *text = NULL;
+    size_t len;
+    if (nv_file_read_all(path, &text, &len) != NV_OK) return NULL;
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *sq = cJSON_GetObjectItemCaseSensitive(o, "nerve_seq");
+    if (!cJSON_IsObject(o) || !cJSON_IsNumber(sq) || sq->valuedouble < 0) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    *seq = (uint64_t)sq->valuedouble;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "nerve_seq");
+    return o;
+}
+
+/* The object written beside the bytes: the File object and its order. */
+static nv_err save_info(const nv_files *f, const nv_file_info *i) {
+    cJSON *o = info_object(i);
+    const nv_err e = nv_files_save_record(f->dir, i->id, o, i->seq);
+    cJSON_Delete(o);
+    return e;
+}
+
+static int find(const nv_files *f, const char *id) {
+    if (!nv_id_well_formed(id, "file-")) return -1;
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->v[i].id, id)) return i;
+    return -1;
+}
+
+/* Adds i keeping seq order (under mu, or before the store is shared). */
+static nv_err add(nv_files *f, const nv_file_info *i) {
+    if (f->n == f->cap) {
+        const int cap = f->cap ? 2 * f->cap : 64;
+        nv_file_info *v = realloc(f->v, (size_t)cap * sizeof *v);
+        if (!v) return nv_fail(NV_ENOMEM, "out of memory");
+        f->v = v, f->cap = cap;
+    }
+    int at = f->n;
+    while (at > 0 && f->v[at - 1].seq > i->seq) at--;
+    memmove(f->v + at + 1, f->v + at, (size_t)(f->n - at) * sizeof *f->v);
+    f->v[at] = *i;
+    f->n++;
+    f->used += (uint64_t)i->bytes;
+    if (i->seq >= f->next_seq) f->next_seq = i->seq + 1;
+    return NV_OK;
+}
+
+/* One DIR/ID.json read back: 1 when it is a file's whole object and its bytes are there. */
+static int load_one(nv_files *f, const char *name, nv_file_info *out) {
+    char path[4200 + 80], id[64];
+    snprintf(id, sizeof id, "%.*s", (int)(strlen(name) - 5), name);
+    path_of(f, name, "", path, sizeof path);
+    uint64_t seq;
+    cJSON *o = nv_files_load_record(path, &seq);
+    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(o, "id"), *fn = cJSON_GetObjectItemCaseSensitive(o, "filename"),
+                *pu = cJSON_GetObjectItemCaseSensitive(o, "purpose"), *by = cJSON_GetObjectItemCaseSensitive(o, "bytes"),
+                *ca = cJSON_GetObjectItemCaseSensitive(o, "created_at");
+    int ok = cJSON_IsString(jid) && !strcmp(jid->valuestring, id) && cJSON_IsString(fn) && strlen(fn->valuestring) < sizeof out->filename &&
+             cJSON_IsString(pu) && strlen(pu->valuestring) < sizeof out->purpose && cJSON_IsNumber(by) && by->valuedouble >= 0 &&
+             cJSON_IsNumber(ca);
+    if (ok) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->id, sizeof out->id, "%.29s", id);
+        snprintf(out->filename, sizeof out->filename, "%s", fn->valuestring);
+        snprintf(out->purpose, sizeof out->purpose, "%s", pu->valuestring);
+        out->bytes = (int64_t)by->valuedouble;
+        out->created_at = (long)ca->valuedouble;
+        out->seq = seq;
+        struct stat st;
+        path_of(f, id, "", path, sizeof path);
+        ok = stat(path, &st) == 0 && S_ISREG(st.st_mode) && (int64_t)st.st_size == out->bytes;
+    }
+    cJSON_Delete(o);
+    return ok;
+}
+
+nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes) {
+    *out = NULL;
+    NV_TRY(nv_mkdirs(dir));
+    nv_files *f = calloc(1, sizeof *f);
+    if (!f) return nv_fail(NV_ENOMEM, "out of memory");
+    snprintf(f->dir, sizeof f->dir, "%s", dir);
+    f->max_bytes = max_bytes;
+    pthread_mutex_init(&f->mu, NULL);
+    DIR *d = opendir(dir);
+    if (!d) {
+        nv_files_close(f);
+        return nv_fail(NV_EIO, "cannot read the files' folder %s: %s", dir, strerror(errno));
+    }
+    nv_err e = NV_OK;
+    for (struct dirent *de; e == NV_OK && (de = readdir(d));) {
+        const char *name = de->d_name;
+        const size_t len = strlen(name);
+        char path[4200 + 80];
+        if (!strncmp(name, ".upload-", 8)) { /* an upload the server did not see end */
+            path_of(f, name, "", path, sizeof path);
+            unlink(path);
+            continue;
+        }
+        if (len != NV_FILE_ID_LEN + 5 || strcmp(name + NV_FILE_ID_LEN, ".json") != 0 || strncmp(name, "file-", 5) != 0) continue;
+        char id[NV_FILE_ID_LEN + 1];
+        snprintf(id, sizeof id, "%.*s", NV_FILE_ID_LEN, name);
+        if (!nv_id_well_formed(id, "file-")) continue;
+        nv_file_info i;
+        if (!load_one(f, name, &i)) {
+            nv_warn("serve: %s/%s is not a file's whole record (or its bytes are missing): not listed", dir, name);
+            continue;
+        }
+        e = add(f, &i);
+    }
+    closedir(d);
+    if (e != NV_OK) {
+        nv_files_close(f);
+        return e;
+    }
+    *out = f;
+    return NV_OK;
+}
+
+void nv_files_close(nv_files *f) {
+    if (!f) return;
+    pthread_mutex_destroy(&f->mu);
+    free(f->v);
+    free(f);
+}
+
+nv_err nv_files_upload_begin(nv_files *f, nv_file_upload **out) {
+    *out = NULL;
+    nv_file_upload *u = calloc(1, sizeof *u);
+    if (!u) return nv_fail(NV_ENOMEM, "out of memory");
+    char name[64];
+    nv_api_new_id(name, sizeof name, ".upload-");
+    path_of(f, name, "", u->tmp, sizeof u->tmp);
+    u->f = f;
+    u->fd = open(u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (u->fd < 0) {
+        const int en = errno;
+        free(u);
+        return nv_fail(NV_EIO, "cannot write in the files' folder %s: %s", f->dir, strerror(en));
+    }
+    *out = u;
+    return NV_OK;
+}
+
+nv_err nv_files_upload_write(nv_file_upload *u, const void *p, size_t n) {
+    nv_files *f = u->f;
+    pthread_mutex_lock(&f->mu);
+    const int room = f->used + n <= f->max_bytes;
+    if (room) f->used += n;
+    pthread_mutex_unlock(&f->mu);
+    if (!room)
+        return nv_fail(NV_ERANGE, "the server's files would pass its limit of %llu bytes (--files-max-bytes): delete some first",
+                       (unsigned long long)f->max_bytes);
+    u->bytes += n;
+    for (const char *s = p; n;) {
+        const ssize_t w = write(u->fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(w < 0 ? errno : ENOSPC));
+        s += w, n -= (size_t)w;
+    }
+    return NV_OK;
+}
+
+static void upload_end(nv_file_upload *u, int keep) {
+    if (u->fd >= 0) close(u->fd);
+    if (!keep) unlink(u->tmp);
+    pthread_mutex_lock(&u->f->mu);
+    u->f->used -= u->bytes; /* committed files count again through add */
+    pthread_mutex_unlock(&u->f->mu);
+    free(u);
+}
+
+void nv_files_upload_abort(nv_file_upload *u) {
+    if (u) upload_end(u, 0);
+}
+
+/* The bytes at tmp made file i (its id, seq and time given here): renamed, its object saved, listed. */
+static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i) {
+    char path[4200 + 80];
+    nv_api_new_id(i->id, sizeof i->id, "file-");
+    i->created_at = (long)time(NULL);
+    path_of(f, i->id, "", path, sizeof path);
+    if (rename(tmp, path) != 0) return nv_fail(NV_EIO, "cannot write %s: %s", path, strerror(errno));
+    pthread_mutex_lock(&f->mu);
+    i->seq = f->next_seq++;
+    pthread_mutex_unlock(&f->mu);
+    nv_err e = save_info(f, i);
+    if (e != NV_OK) {
+        unlink(path);
+        return e;
+    }
+    pthread_mutex_lock(&f->mu);
+    e = add(f, i);
+    pthread_mutex_unlock(&f->mu);
+    return e;
+}
+
+nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const char *purpose, nv_file_info *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->filename, sizeof out->filename, "%s", filename);
+    snprintf(out->purpose, sizeof out->purpose, "%s", purpose);
+    out->bytes = (int64_t)u->bytes;
+    nv_err e = fsync(u->fd) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(errno));
+    if (close(u->fd) != 0 && e == NV_OK) e = nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(errno));
+    u->fd = -1;
+    if (e == NV_OK) e = make_file(u->f, u->tmp, out);
+    upload_end(u, 0); /* after a rename the temporary name is gone; unlink only misses */
+    return e;
+}
+
+nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, nv_file_info *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->filename, sizeof out->filename, "%s", filename);
+    snprintf(out->purpose, sizeof out->purpose, "%s", purpose);
+    struct stat st;
+    if (stat(path, &st) != 0) return nv_fail(NV_EIO, "cannot read %s: %s", path, strerror(errno));
+    out->bytes = (int64_t)st.st_size;
+    return make_file(f, path, out);
+}
+
+int nv_files_get(nv_files *f, const char *id, nv_file_info *out) {
+    pthread_mutex_lock(&f->mu);
+    const int i = find(f, id);
+    if (i >= 0 && out) *out = f->v[i];
+    pthread_mutex_unlock(&f->mu);
+    return i >= 0;
+}
+
+int nv_files_open_content(nv_files *f, const char *id, nv_file_info *out) {
+    pthread_mutex_lock(&f->mu);
+    int fd = -1;
+    const int i = find(f, id);
+    if (i >= 0) { /* opened under the lock: a delete after it leaves this reader its bytes */
+        char path[4200 + 80];
+        path_of(f, id, "", path, sizeof path);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && out) *out = f->v[i];
+    }
+    pthread_mutex_unlock(&f->mu);
+    return fd;
+}
+
+int nv_files_delete(nv_files *f, const char *id) {
+    pthread_mutex_lock(&f->mu);
+    const int i = find(f, id);
+    if (i >= 0) {
+        char path[4200 + 80];
+        path_of(f, id, ".json", path, sizeof path); /* the object first: a crash between leaves bytes no one lists */
+        unlink(path);
+        path_of(f, id, "", path, sizeof path);
+        unlink(path);
+        f->used -= (uint64_t)f->v[i].bytes;
+        memmove(f->v + i, f->v + i + 1, (size_t)(f->n - i - 1) * sizeof *f->v);
+        f->n--;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return i >= 0;
+}
+
+char *nv_files_list_json(nv_files *f, const char *purpose, int limit, int asc, const char *after) {
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddStringToObject(o, "object", "list");
+    pthread_mutex_lock(&f->mu);
+    int start = asc ? 0 : f->n - 1;
+    const int step = asc ? 1 : -1;
+    if (after) { /* the one after that id in this order; an id no longer here lists nothing */
+        const int at = find(f, after);
+        start = at < 0 ? (asc ? f->n : -1) : at + step;
+    }
+    int shown = 0, more = 0;
+    const char *first = NULL, *last = NULL;
+    for (int i = start; i >= 0 && i < f->n; i += step) {
+        if (purpose && strcmp(f->v[i].purpose, purpose) != 0) continue;
+        if (shown == limit) {
+            more = 1;
+            break;
+        }
+        cJSON_AddItemToArray(data, info_object(&f->v[i]));
+        if (!first) first = f->v[i].id;
+        last = f->v[i].id;
+        shown++;
+    }
+    if (first) cJSON_AddStringToObject(o, "first_id", first), cJSON_AddStringToObject(o, "last_id", last);
+    else cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
+    pthread_mutex_unlock(&f->mu);
+    cJSON_AddBoolToObject(o, "has_more", more);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

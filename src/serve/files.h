@@ -1,0 +1,77 @@
+/* OpenAI's Files API's store (`nerve serve --files-dir DIR`): uploaded files and the Batch API's
+ * results, kept in a folder so they outlive the server.
+ *
+ * Contract:
+ * - A file is DIR/ID (its bytes) and DIR/ID.json (its File object and the order it came in); ids are
+ *   "file-" and 24 hex digits. Both are written whole before the file is listed (a temporary
+ *   DIR/.upload-* fsynced and renamed; the object atomically), so a crash leaves a file whole or
+ *   absent; nv_files_open lists what the folder holds, drops what an interrupted upload left, and
+ *   skips (with a warning) an object that is not one of ours or whose bytes are missing.
+ * - max_bytes bounds the bytes of every file and upload under way together: a write past it fails.
+ * - Every function is safe from any thread. An id from a request is checked before it names a path. */
+#ifndef NV_SERVE_FILES_H
+#define NV_SERVE_FILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+#define NV_FILE_ID_LEN 29 /* "file-" + 24 hex digits */
+
+typedef struct {
+    char id[NV_FILE_ID_LEN + 1];
+    char filename[256];
+    char purpose[32];
+    int64_t bytes;
+    long created_at;
+    uint64_t seq; /* the order files came in (created_at repeats within a second) */
+} nv_file_info;
+
+typedef struct nv_files nv_files;
+typedef struct nv_file_upload nv_file_upload;
+
+nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes);
+void nv_files_close(nv_files *f);
+const char *nv_files_dir(const nv_files *f);
+/* Files held and their bytes. */
+void nv_files_usage(nv_files *f, int *n, uint64_t *bytes);
+
+/* An upload: begin, write its bytes as they come, then commit (it becomes a file) or abort. */
+nv_err nv_files_upload_begin(nv_files *f, nv_file_upload **out);
+/* NV_ERANGE (nv_errmsg says the store's limit) when the bytes would pass max_bytes; NV_EIO. */
+nv_err nv_files_upload_write(nv_file_upload *u, const void *p, size_t n);
+/* Ends u either way. */
+nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const char *purpose, nv_file_info *out);
+void nv_files_upload_abort(nv_file_upload *u);
+
+/* The file at path (in the store's folder) made a file of the store, renamed to its id: the Batch
+ * API's results, kept even past max_bytes (a batch's answers are not thrown away). */
+nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, nv_file_info *out);
+
+/* 1 when id is a file of the store (its object in *out when out is not NULL), else 0. */
+int nv_files_get(nv_files *f, const char *id, nv_file_info *out);
+/* The file's bytes open for reading (the caller closes it), or -1 when there is no such file. */
+int nv_files_open_content(nv_files *f, const char *id, nv_file_info *out);
+/* 1 when the file was removed, 0 when there is no such file. */
+int nv_files_delete(nv_files *f, const char *id);
+
+/* The File object (malloc'd JSON; NULL when out of memory). */
+char *nv_file_json(const nv_file_info *i);
+/* GET /v1/files: the files of purpose (NULL: all), newest first unless asc, after the id given
+ * (NULL: from the first), at most limit; {"object": "list", "data", "first_id", "last_id",
+ * "has_more"}. NULL when out of memory. */
+char *nv_files_list_json(nv_files *f, const char *purpose, int limit, int asc, const char *after);
+
+/* The folder's records (a file's object, a batch's): DIR/ID.json holds object o and its order
+ * ("nerve_seq"), written atomically. */
+typedef struct cJSON cJSON;
+nv_err nv_files_save_record(const char *dir, const char *id, const cJSON *o, uint64_t seq);
+/* A record read back: its object with nerve_seq taken out into *seq, or NULL when it is not a JSON
+ * object with one. */
+cJSON *nv_files_load_record(const char *path, uint64_t *seq);
+
+/* 1 when s is an id of the form prefix + 24 lowercase hex digits. */
+int nv_id_well_formed(const char *s, const char *prefix);
+
+#endif

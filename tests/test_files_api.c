@@ -1,0 +1,526 @@
+/* OpenAI's Files and Batch APIs on nerve serve (--files-dir): uploads kept byte for byte across
+ * restarts, listed, read and deleted; every malformed upload refused with nothing kept; a batch's
+ * answers exactly what the server gives each body; bad input lines failing the batch with their
+ * numbers; a server stopped part way going on with the batch at its next start (a torn line
+ * dropped, every request answered once); cancel; and a batch's requests queued behind others. */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/buf.h"
+#include "t.h"
+#include "serve_util.h"
+
+#define FLAGS "--kv-memory 64M --kv-disk-cache 0 --chat-template chatml"
+#define KEY "Authorization: Bearer sk-files\r\n"
+
+static const char *model_path(void) { return t_data("models/stories260K.bin"); }
+static const char *tok_path(void) { return t_data("models/tok512.bin"); }
+
+static const char *str_of(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double num_of(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* POST /v1/files as multipart/form-data: the purpose field (NULL: none) and the file (NULL: none). */
+static int upload(int port, const char *purpose, const char *filename, const char *content, resp *r) {
+    nv_buf body = {0};
+    char part[512];
+    if (purpose) {
+        snprintf(part, sizeof part, "--XyZb\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n%s\r\n", purpose);
+        nv_buf_append(&body, part, strlen(part));
+    }
+    if (content) {
+        snprintf(part, sizeof part,
+                 "--XyZb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+                 filename);
+        nv_buf_append(&body, part, strlen(part));
+        nv_buf_append(&body, content, strlen(content));
+        nv_buf_append(&body, "\r\n", 2);
+    }
+    nv_buf_append(&body, "--XyZb--\r\n\r\n", 12); /* and an epilogue, as the OpenAI SDK sends one */
+    nv_buf raw = {0};
+    snprintf(part, sizeof part,
+             "POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" KEY
+             "Content-Type: multipart/form-data; boundary=XyZb\r\nContent-Length: %zu\r\n\r\n",
+             body.len);
+    nv_buf_append(&raw, part, strlen(part));
+    nv_buf_append(&raw, body.data, body.len);
+    const int ok = http_raw(port, raw.data, raw.len, r);
+    nv_buf_free(&body);
+    nv_buf_free(&raw);
+    return ok;
+}
+
+/* GET path's JSON answer (NULL unless 200). */
+static cJSON *get_json(int port, const char *path) {
+    resp r;
+    cJSON *j = NULL;
+    if (http(port, "GET", path, KEY, NULL, &r) && r.status == 200) j = cJSON_Parse(r.body);
+    resp_free(&r);
+    return j;
+}
+
+/* The id of the file content uploaded (purpose batch), or "" after a failed check. */
+static void upload_id(int port, const char *content, char id[64]) {
+    resp r;
+    id[0] = 0;
+    T_CHECK(upload(port, "batch", "in.jsonl", content, &r) && r.status == 200, "upload: %d %s", r.status, r.body ? r.body : "");
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    snprintf(id, 64, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    resp_free(&r);
+}
+
+static char *file_content(int port, const char *id) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/files/%s/content", id);
+    resp r;
+    char *s = NULL;
+    if (http(port, "GET", path, KEY, NULL, &r) && r.status == 200) s = strdup(r.body);
+    resp_free(&r);
+    return s;
+}
+
+/* POST /v1/batches for file id: the batch's id ("" after a failed check). */
+static void create_batch(int port, const char *file_id, const char *endpoint, char id[64]) {
+    char body[256];
+    snprintf(body, sizeof body, "{\"input_file_id\":\"%s\",\"endpoint\":\"%s\",\"completion_window\":\"24h\",\"metadata\":{\"k\":\"v\"}}",
+             file_id, endpoint);
+    resp r;
+    id[0] = 0;
+    T_CHECK(http(port, "POST", "/v1/batches", KEY, body, &r) && r.status == 200, "create: %d %s", r.status, r.body ? r.body : "");
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    T_CHECK(!strcmp(str_of(j, "status"), "validating") && !strcmp(str_of(j, "object"), "batch") &&
+                !strcmp(str_of(cJSON_GetObjectItemCaseSensitive(j, "metadata"), "k"), "v"),
+            "the new batch: %s", r.body ? r.body : "");
+    snprintf(id, 64, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    resp_free(&r);
+}
+
+/* Polls the batch until its status is one of the final ones (or until wait_s): its object. */
+static cJSON *wait_batch(int port, const char *id, const char *until, double wait_s) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/batches/%s", id);
+    cJSON *j = NULL;
+    for (double t0 = now_s(); now_s() - t0 < wait_s; sleep_ms(30)) {
+        cJSON_Delete(j);
+        j = get_json(port, path);
+        if (j && strstr(until, str_of(j, "status"))) break;
+    }
+    return j;
+}
+
+static double count_of(const cJSON *b, const char *k) { return num_of(cJSON_GetObjectItemCaseSensitive(b, "request_counts"), k); }
+
+/* Every line of text as JSON, into lines (at most cap); the count. */
+static int json_lines(const char *text, cJSON **lines, int cap) {
+    int n = 0;
+    for (const char *p = text; p && *p && n < cap;) {
+        const char *nl = strchr(p, '\n');
+        const size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        lines[n++] = cJSON_ParseWithLength(p, len);
+        p = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+/* ---- files ------------------------------------------------------------------------------------------ */
+
+static int names_in(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) n += !strncmp(de->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_files(void) {
+    if (!model_path() || !tok_path()) return;
+    const char *dir = t_path("store");
+    char args[1024];
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s' --files-max-bytes 4K", dir);
+    server s;
+    if (!server_spawn(&s, "files", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    resp r;
+    char ids[3][64];
+    static const char *const texts[3] = {"{\"a\":1}\n", "line one\nline two\n", "third \xc3\xa9\n"};
+    static const char *const purposes[3] = {"batch", "user_data", "batch"};
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "f%d.jsonl", i);
+        T_CHECK(upload(s.port, purposes[i], name, texts[i], &r) && r.status == 200, "upload %d: %d %s", i, r.status, r.body);
+        cJSON *j = cJSON_Parse(r.body ? r.body : "");
+        snprintf(ids[i], sizeof ids[i], "%s", str_of(j, "id"));
+        T_CHECK(!strncmp(ids[i], "file-", 5) && !strcmp(str_of(j, "object"), "file") && num_of(j, "bytes") == (double)strlen(texts[i]) &&
+                    !strcmp(str_of(j, "filename"), name) && !strcmp(str_of(j, "purpose"), purposes[i]) && num_of(j, "created_at") > 0,
+                "the File object: %s", r.body);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    /* the bytes as uploaded */
+    char *c1 = file_content(s.port, ids[1]);
+    T_CHECK(c1 && !strcmp(c1, texts[1]), "content: %s", c1 ? c1 : "-");
+    free(c1);
+    /* lists: newest first by default, a purpose, ascending order, limit and after */
+    cJSON *l = get_json(s.port, "/v1/files");
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 3 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), ids[2]) &&
+                !strcmp(str_of(l, "object"), "list") && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "the list");
+    cJSON_Delete(l);
+    l = get_json(s.port, "/v1/files?purpose=batch&order=asc&limit=1");
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 1 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), ids[0]) &&
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "purpose, order, limit");
+    cJSON_Delete(l);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/files?purpose=batch&order=asc&after=%s", ids[0]);
+    l = get_json(s.port, path);
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 1 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), ids[2]), "after");
+    cJSON_Delete(l);
+    /* refused, nothing kept: no purpose, an unknown one, no file, two files, past the store's room,
+       not multipart, no key; and ids that are not the store's */
+    static const char *const big_fmt = "%05000d";
+    char big[5100];
+    snprintf(big, sizeof big, big_fmt, 7);
+    struct {
+        const char *purpose, *content;
+        int status;
+    } bad[] = {{NULL, "x", 400}, {"weights", "x", 400}, {"batch", NULL, 400}, {"batch", big, 413}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        T_CHECK(upload(s.port, bad[k].purpose, "b.jsonl", bad[k].content, &r) && r.status == bad[k].status &&
+                    strstr(r.body, "\"error\""),
+                "bad upload %zu: %d %s", k, r.status, r.body);
+        resp_free(&r);
+    }
+    const char *two_body = "--XyZb\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+                           "--XyZb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\naa\r\n"
+                           "--XyZb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"b\"\r\n\r\nbb\r\n--XyZb--\r\n";
+    char two[1024];
+    snprintf(two, sizeof two,
+             "POST /v1/files HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" KEY
+             "Content-Type: multipart/form-data; boundary=XyZb\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(two_body), two_body);
+    T_CHECK(http_raw(s.port, two, strlen(two), &r) && r.status == 400 && strstr(r.body, "one file"), "two files: %d %s", r.status,
+            r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/v1/files", KEY, "{\"purpose\":\"batch\"}", &r) && r.status == 400 && strstr(r.body, "multipart"),
+            "JSON body: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/v1/files", NULL, NULL, &r) && r.status == 401, "no key: %d", r.status);
+    resp_free(&r);
+    static const char *const wrong[] = {"/v1/files/file-0123", "/v1/files/..%2F..%2Fetc", "/v1/files/file-0123456789abcdef01234567/content",
+                                        "/v1/files/batch_0123456789abcdef01234567"};
+    for (size_t k = 0; k < sizeof wrong / sizeof *wrong; k++) {
+        T_CHECK(http(s.port, "GET", wrong[k], KEY, NULL, &r) && r.status == 404, "%s: %d", wrong[k], r.status);
+        resp_free(&r);
+    }
+    T_CHECK(names_in(dir, ".upload-") == 0, "an upload's temporary left behind");
+    l = get_json(s.port, "/v1/files");
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 3, "the refused uploads were kept");
+    cJSON_Delete(l);
+    /* delete */
+    snprintf(path, sizeof path, "/v1/files/%s", ids[0]);
+    T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 200 && strstr(r.body, "\"deleted\":true"), "delete: %d %s",
+            r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", path, KEY, NULL, &r) && r.status == 404, "deleted: %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "PUT", path, KEY, "{}", &r) && r.status == 405, "PUT: %d", r.status);
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+    /* a restart lists what was kept; what is not a whole record is skipped, an upload's leftovers removed */
+    char junk[700];
+    snprintf(junk, sizeof junk, "%s/file-00000000000000000000000a.json", dir);
+    t_write("store/file-00000000000000000000000a.json", "{\"id\":", 6);
+    t_write("store/.upload-0123", "half", 4);
+    if (!server_spawn(&s, "files2", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    l = get_json(s.port, "/v1/files?order=asc");
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 2 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), ids[1]) &&
+                !strcmp(str_of(cJSON_GetArrayItem(data, 1), "id"), ids[2]),
+            "after the restart");
+    cJSON_Delete(l);
+    char *c2 = file_content(s.port, ids[2]);
+    T_CHECK(c2 && !strcmp(c2, texts[2]), "content after the restart: %s", c2 ? c2 : "-");
+    free(c2);
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "not a file's whole record") && names_in(dir, ".upload-") == 0, "the junk: %s", log);
+    free(log);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+    /* without --files-dir: 404 saying how to turn it on */
+    if (!server_spawn(&s, "nofiles", NULL, NULL, model_path(), tok_path(), FLAGS, 60)) return;
+    T_CHECK(upload(s.port, "batch", "a", "x", &r) && r.status == 404 && strstr(r.body, "--files-dir"), "off: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/v1/batches", NULL, NULL, &r) && r.status == 404 && strstr(r.body, "--files-dir"), "off: %d", r.status);
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+}
+
+/* ---- batches ---------------------------------------------------------------------------------------- */
+
+static const char *const bodies[] = {
+    "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":16,\"temperature\":0}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"A dog\"}],\"max_tokens\":12,\"temperature\":0.9,\"seed\":5}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4,\"temperature\":\"hot\"}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Sue and Tom\"}],\"max_tokens\":20,\"temperature\":0,\"n\":2}",
+};
+#define N_BODIES 4
+
+static char *input_text(int copies, const char *url) {
+    nv_buf b = {0};
+    char line[600];
+    for (int c = 0; c < copies; c++)
+        for (int i = 0; i < N_BODIES; i++) {
+            snprintf(line, sizeof line, "{\"custom_id\":\"q%d-%d\",\"method\":\"POST\",\"url\":\"%s\",\"body\":%s}\n", c, i, url, bodies[i]);
+            nv_buf_append(&b, line, strlen(line));
+        }
+    nv_buf_append(&b, "", 1);
+    return b.data;
+}
+
+/* The answer without what differs between two runs of a request (ids, time, cached tokens). */
+static char *core(const cJSON *body) {
+    cJSON *j = cJSON_Duplicate(body, 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "id");
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "created");
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "usage"), "prompt_tokens_details");
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+/* The batch's output and error files hold each custom_id of the input once, the 2xx in the output
+ * and the rest in the errors: the number of lines, or -1. */
+static int check_results(int port, const cJSON *b, int copies, int compare) {
+    cJSON *lines[256];
+    int n = 0, n_out = 0;
+    char *out = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "output_file_id")) ? file_content(port, str_of(b, "output_file_id")) : NULL;
+    char *err = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "error_file_id")) ? file_content(port, str_of(b, "error_file_id")) : NULL;
+    n_out = out ? json_lines(out, lines, 256) : 0;
+    n = n_out + (err ? json_lines(err, lines + n_out, 256 - n_out) : 0);
+    char seen[64][N_BODIES] = {{0}};
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int c = -1, k = -1;
+        const cJSON *resp_ = cJSON_GetObjectItemCaseSensitive(lines[i], "response");
+        const int status = (int)num_of(resp_, "status_code");
+        if (sscanf(str_of(lines[i], "custom_id"), "q%d-%d", &c, &k) != 2 || c < 0 || c >= copies || k < 0 || k >= N_BODIES || seen[c][k]++) {
+            bad++;
+            continue;
+        }
+        const int ok = status >= 200 && status < 300;
+        if ((i < n_out) != ok || (k == 2) == ok || !strncmp(str_of(lines[i], "id"), "batch_req_", 10) == 0) bad++;
+        if (compare && ok && c == 0) { /* what the server answers the body alone */
+            resp r;
+            T_CHECK(http(port, "POST", "/v1/chat/completions", KEY, bodies[k], &r) && r.status == 200, "direct %d", k);
+            cJSON *direct = cJSON_Parse(r.body ? r.body : "");
+            char *a = core(cJSON_GetObjectItemCaseSensitive(resp_, "body")), *d = core(direct);
+            T_CHECK(a && d && !strcmp(a, d), "request %d: the batch's answer\n%s\nis not the server's\n%s", k, a, d);
+            free(a), free(d);
+            cJSON_Delete(direct);
+            resp_free(&r);
+        }
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
+    free(out), free(err);
+    T_CHECK(!bad, "%d result lines are wrong", bad);
+    return bad ? -1 : n;
+}
+
+static void test_batch(void) {
+    if (!model_path() || !tok_path()) return;
+    char args[1024];
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s'", t_path("bstore"));
+    server s;
+    if (!server_spawn(&s, "batch", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    char *in = input_text(3, "/v1/chat/completions");
+    char fid[64], bid[64];
+    upload_id(s.port, in, fid);
+    free(in);
+    create_batch(s.port, fid, "/v1/chat/completions", bid);
+    cJSON *b = wait_batch(s.port, bid, "completed failed expired cancelled", 60);
+    T_CHECK(!strcmp(str_of(b, "status"), "completed") && count_of(b, "total") == 12 && count_of(b, "completed") == 9 &&
+                count_of(b, "failed") == 3 && num_of(b, "completed_at") >= num_of(b, "in_progress_at") && num_of(b, "in_progress_at") > 0,
+            "the batch: %s %g %g %g", str_of(b, "status"), count_of(b, "total"), count_of(b, "completed"), count_of(b, "failed"));
+    T_CHECK(check_results(s.port, b, 3, 1) == 12, "the results");
+    char out_id[64];
+    snprintf(out_id, sizeof out_id, "%s", str_of(b, "output_file_id"));
+    cJSON_Delete(b);
+    /* results are files of purpose batch_output */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/files/%s", out_id);
+    cJSON *f = get_json(s.port, path);
+    T_CHECK(!strcmp(str_of(f, "purpose"), "batch_output") && strstr(str_of(f, "filename"), bid), "the output file's object");
+    cJSON_Delete(f);
+    /* a large upload (the body read in many pieces) is kept byte for byte */
+    nv_buf large = {0};
+    for (int i = 0; large.len < 300000; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "line %d --XyZ -- XyZb\r\n", i);
+        nv_buf_append(&large, line, strlen(line));
+    }
+    nv_buf_append(&large, "", 1);
+    char lid[64];
+    upload_id(s.port, large.data, lid);
+    char *back = file_content(s.port, lid);
+    T_CHECK(back && !strcmp(back, large.data), "the large upload came back %s", back ? "changed" : "not at all");
+    free(back);
+    nv_buf_free(&large);
+    /* lines whose url is not the endpoint, or are not requests: failed, listed with their numbers */
+    const char *mixed = "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{}}\n"
+                        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
+                        "not json\n";
+    upload_id(s.port, mixed, fid);
+    create_batch(s.port, fid, "/v1/chat/completions", bid);
+    b = wait_batch(s.port, bid, "completed failed expired cancelled", 30);
+    const cJSON *errs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "errors"), "data");
+    T_CHECK(!strcmp(str_of(b, "status"), "failed") && cJSON_GetArraySize(errs) == 2 && num_of(cJSON_GetArrayItem(errs, 0), "line") == 2 &&
+                !strcmp(str_of(cJSON_GetArrayItem(errs, 0), "code"), "mismatched_endpoint") &&
+                num_of(cJSON_GetArrayItem(errs, 1), "line") == 3 && num_of(b, "failed_at") > 0,
+            "the bad lines: %s", str_of(b, "status"));
+    cJSON_Delete(b);
+    /* creation refused */
+    char body[300];
+    const char *const refused[] = {"{}", "[1]", "{\"input_file_id\":\"file-000000000000000000000000\",\"endpoint\":\"/v1/chat/completions\",\"completion_window\":\"24h\"}",
+                                   NULL, NULL, NULL, NULL};
+    char more[4][300];
+    snprintf(more[0], sizeof more[0], "{\"input_file_id\":\"%s\",\"endpoint\":\"/v1/moderations\",\"completion_window\":\"24h\"}", fid);
+    snprintf(more[1], sizeof more[1], "{\"input_file_id\":\"%s\",\"endpoint\":\"/v1/completions\",\"completion_window\":\"1h\"}", fid);
+    snprintf(more[2], sizeof more[2], "{\"input_file_id\":\"%s\",\"endpoint\":\"/v1/completions\",\"completion_window\":\"24h\",\"metadata\":{\"a\":1}}", fid);
+    snprintf(more[3], sizeof more[3], "{\"input_file_id\":\"%s\",\"endpoint\":\"/v1/completions\",\"completion_window\":\"24h\"}", out_id);
+    for (int k = 0; k < 7; k++) {
+        snprintf(body, sizeof body, "%s", k < 3 ? refused[k] : more[k - 3]);
+        resp r;
+        T_CHECK(http(s.port, "POST", "/v1/batches", KEY, body, &r) && r.status == 400 && strstr(r.body, "\"error\""), "refused %d: %d %s",
+                k, r.status, r.body);
+        resp_free(&r);
+    }
+    resp r;
+    T_CHECK(http(s.port, "GET", "/v1/batches/batch_000000000000000000000000", KEY, NULL, &r) && r.status == 404, "unknown: %d", r.status);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v1/batches/%s/cancel", bid);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 409, "cancel a failed batch: %d", r.status);
+    resp_free(&r);
+    cJSON *l = get_json(s.port, "/v1/batches?limit=1");
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 1 &&
+                !strcmp(str_of(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "data"), 0), "id"), bid) &&
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "the list");
+    cJSON_Delete(l);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+}
+
+/* A server stopped part way goes on at its next start; a torn line is dropped and runs again. */
+static void test_batch_restart(void) {
+    if (!model_path() || !tok_path()) return;
+    const char *dir = t_path("rstore");
+    char args[1024];
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s' --max-batch 2 --batch-parallel 6", dir);
+    server s;
+    if (!server_spawn(&s, "restart", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=10", model_path(), tok_path(), args, 60)) return;
+    char *in = input_text(8, "/v1/chat/completions");
+    char fid[64], bid[64];
+    upload_id(s.port, in, fid);
+    free(in);
+    create_batch(s.port, fid, "/v1/chat/completions", bid);
+    cJSON *b = NULL;
+    for (double t0 = now_s(); now_s() - t0 < 60; sleep_ms(20)) {
+        cJSON_Delete(b);
+        char path[128];
+        snprintf(path, sizeof path, "/v1/batches/%s", bid);
+        b = get_json(s.port, path);
+        if (count_of(b, "completed") + count_of(b, "failed") >= 4) break;
+    }
+    const double before = count_of(b, "completed") + count_of(b, "failed");
+    cJSON_Delete(b);
+    T_CHECK(before >= 4 && before < 32, "%g answered before the stop", before);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    /* what the stopped server left: the batch in progress, whole lines, and a line torn by a crash */
+    char rec[700], *text = NULL;
+    snprintf(rec, sizeof rec, "%s/%s.json", dir, bid);
+    nv_file_read_all(rec, &text, NULL);
+    T_CHECK(text && strstr(text, "\"in_progress\""), "the record: %s", text ? text : "-");
+    free(text);
+    snprintf(rec, sizeof rec, "%s/%s.output.partial", dir, bid);
+    char *partial = NULL;
+    nv_file_read_all(rec, &partial, NULL);
+    const char *nl = partial ? strchr(partial, '\n') : NULL;
+    T_CHECK(nl != NULL, "no whole answer in %s", rec);
+    FILE *f = fopen(rec, "a"); /* a line written twice, and a torn one */
+    if (f && nl) fwrite(partial, 1, (size_t)(nl - partial + 1), f);
+    if (f) fputs("{\"id\":\"batch_req_1\",\"custom_id\":\"q7-3\",\"respo", f), fclose(f);
+    free(partial);
+    if (!server_spawn(&s, "restart2", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    b = wait_batch(s.port, bid, "completed failed expired cancelled", 60);
+    T_CHECK(!strcmp(str_of(b, "status"), "completed") && count_of(b, "completed") == 24 && count_of(b, "failed") == 8, "after the restart: %s %g %g",
+            str_of(b, "status"), count_of(b, "completed"), count_of(b, "failed"));
+    T_CHECK(check_results(s.port, b, 8, 0) == 32, "every request answered once");
+    cJSON_Delete(b);
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "the rest were answered before"), "the restart ran the whole batch again: %s", log);
+    free(log);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+}
+
+/* Cancel: no request starts after, those running finish; a batch's requests wait behind others. */
+static void test_batch_cancel_priority(void) {
+    if (!model_path() || !tok_path()) return;
+    char args[1024];
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s' --max-batch 1 --batch-parallel 6", t_path("cstore"));
+    server s;
+    if (!server_spawn(&s, "cancel", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=15", model_path(), tok_path(), args, 60)) return;
+    char *in = input_text(10, "/v1/chat/completions");
+    char fid[64], bid[64], path[128];
+    upload_id(s.port, in, fid);
+    free(in);
+    create_batch(s.port, fid, "/v1/chat/completions", bid);
+    snprintf(path, sizeof path, "/v1/batches/%s", bid);
+    cJSON *b = NULL;
+    for (double t0 = now_s(); now_s() - t0 < 60; sleep_ms(20)) { /* running, with the queue full of its requests */
+        cJSON_Delete(b);
+        b = get_json(s.port, path);
+        if (count_of(b, "completed") + count_of(b, "failed") >= 2) break;
+    }
+    const double before = count_of(b, "completed") + count_of(b, "failed");
+    cJSON_Delete(b);
+    /* an interactive request overtakes the five of the batch waiting */
+    resp r;
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", KEY, bodies[0], &r) && r.status == 200, "interactive: %d", r.status);
+    resp_free(&r);
+    b = get_json(s.port, path);
+    const double after = count_of(b, "completed") + count_of(b, "failed");
+    cJSON_Delete(b);
+    T_CHECK(after - before <= 2, "the batch answered %g requests while one interactive request waited", after - before);
+    snprintf(path, sizeof path, "/v1/batches/%s/cancel", bid);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"cancelling\""), "cancel: %d %s", r.status,
+            r.body);
+    resp_free(&r);
+    b = wait_batch(s.port, bid, "cancelled completed", 60);
+    const double done = count_of(b, "completed") + count_of(b, "failed");
+    T_CHECK(!strcmp(str_of(b, "status"), "cancelled") && done < 40 && num_of(b, "cancelled_at") > 0, "cancelled: %s, %g answered",
+            str_of(b, "status"), done);
+    T_CHECK(check_results(s.port, b, 10, 0) == (int)done, "the answers before the cancel");
+    cJSON_Delete(b);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+}
+
+int main(void) {
+    T_RUN(test_files);
+    T_RUN(test_batch);
+    T_RUN(test_batch_restart);
+    T_RUN(test_batch_cancel_priority);
+    return t_done();
+}
