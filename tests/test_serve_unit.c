@@ -7,6 +7,7 @@
 #include "serve/api.h"
 #include "serve/batchfile.h"
 #include "serve/chat.h"
+#include "serve/files.h"
 #include "serve/sched.h"
 #include "serve/tools.h"
 #include "t.h"
@@ -1135,12 +1136,51 @@ static void test_batch_file(void) {
     nv_batch_set_free(&s);
 }
 
+/* A multipart body's end found however its bytes are split: the body counted up to the close
+ * delimiter, the epilogue after it not, near misses in the content not taken for it. */
+static void test_multipart_end(void) {
+    nv_multipart_end m;
+    T_CHECK(!nv_multipart_end_init(&m, "multipart/form-data") && !nv_multipart_end_init(&m, NULL) &&
+                !nv_multipart_end_init(&m, "multipart/form-data; boundary=") &&
+                !nv_multipart_end_init(&m, "multipart/form-data; boundary=\"\""),
+            "no boundary taken for one");
+    char long_b[160];
+    snprintf(long_b, sizeof long_b, "multipart/form-data; boundary=%0101d", 0);
+    T_CHECK(!nv_multipart_end_init(&m, long_b), "a boundary longer than 100 taken");
+    T_CHECK(nv_multipart_end_init(&m, "multipart/form-data; boundary=\"a b\"; x=1") && !strcmp(m.delim, "--a b--"), "quoted: %s", m.delim);
+    T_CHECK(nv_multipart_end_init(&m, "Multipart/Form-Data; BOUNDARY=XyZb; charset=x") && !strcmp(m.delim, "--XyZb--"), "%s", m.delim);
+    const char *body = "--XyZb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n"
+                       "near --XyZb- and --XyZ-- and -XyZb--x\r\n--XyZb--\r\n\r\nepilogue --XyZb-- again";
+    const size_t n = strlen(body), end = (size_t)(strstr(body, "\r\n--XyZb--") - body) + 10;
+    for (size_t cut = 0; cut <= n; cut++) { /* every split in two */
+        nv_multipart_end_init(&m, "multipart/form-data; boundary=XyZb");
+        const size_t got = nv_multipart_end_scan(&m, body, cut) + nv_multipart_end_scan(&m, body + cut, n - cut);
+        T_CHECK(got == end && m.closed, "split at %zu: %zu bytes of body, not %zu", cut, got, end);
+    }
+    uint32_t x = 12345;
+    for (int round = 0; round < 200; round++) { /* many pieces of 1..12 bytes */
+        nv_multipart_end_init(&m, "multipart/form-data; boundary=XyZb");
+        size_t got = 0;
+        for (size_t at = 0; at < n;) {
+            x = x * 1664525u + 1013904223u;
+            size_t k = 1 + (x >> 16) % 12;
+            if (k > n - at) k = n - at;
+            got += nv_multipart_end_scan(&m, body + at, k);
+            at += k;
+        }
+        T_CHECK(got == end, "round %d: %zu bytes of body, not %zu", round, got, end);
+    }
+    nv_multipart_end_init(&m, "multipart/form-data; boundary=XyZb");
+    T_CHECK(nv_multipart_end_scan(&m, body, end - 1) == end - 1 && !m.closed, "ended early");
+}
+
 int main(void) {
     T_RUN(test_stop_holdback);
     T_RUN(test_utf8);
     T_RUN(test_ngram_draft);
     T_RUN(test_pred_draft);
     T_RUN(test_batch_file);
+    T_RUN(test_multipart_end);
     T_RUN(test_chat_templates);
     T_RUN(test_chat_history);
     T_RUN(test_chat_template_text);

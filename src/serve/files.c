@@ -32,6 +32,43 @@ struct nv_file_upload {
     char tmp[4200 + 80];
 };
 
+int nv_multipart_end_init(nv_multipart_end *m, const char *content_type) {
+    memset(m, 0, sizeof *m);
+    const char *b = content_type ? strcasestr(content_type, "boundary=") : NULL;
+    if (!b) return 0;
+    b += 9;
+    const int quoted = *b == '"';
+    b += quoted;
+    const size_t n = strcspn(b, quoted ? "\"" : "; \t");
+    if (n == 0 || n > 100) return 0;
+    snprintf(m->delim, sizeof m->delim, "--%.*s--", (int)n, b);
+    m->len = n + 4;
+    return 1;
+}
+
+size_t nv_multipart_end_scan(nv_multipart_end *m, const char *p, size_t n) {
+    if (m->closed) return 0;
+    const size_t dl = m->len, head = n < dl - 1 ? n : dl - 1; /* a delimiter begun in the tail ends within head */
+    char join[2 * sizeof m->tail];
+    memcpy(join, m->tail, m->tail_len);
+    memcpy(join + m->tail_len, p, head);
+    size_t body = n;
+    const char *hit = memmem(join, m->tail_len + head, m->delim, dl);
+    if (hit) body = (size_t)(hit - join) + dl - m->tail_len;
+    else if ((hit = memmem(p, n, m->delim, dl))) body = (size_t)(hit - p) + dl;
+    m->closed = hit != NULL;
+    if (n >= dl - 1) { /* the tail: the last dl - 1 bytes seen */
+        memcpy(m->tail, p + n - (dl - 1), dl - 1);
+        m->tail_len = dl - 1;
+    } else {
+        const size_t keep = m->tail_len + n > dl - 1 ? dl - 1 - n : m->tail_len;
+        memmove(m->tail, m->tail + m->tail_len - keep, keep);
+        memcpy(m->tail + keep, p, n);
+        m->tail_len = keep + n;
+    }
+    return body;
+}
+
 int nv_id_well_formed(const char *s, const char *prefix) {
     const size_t pl = strlen(prefix);
     if (!s || strncmp(s, prefix, pl) != 0) return 0;

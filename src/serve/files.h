@@ -63,6 +63,23 @@ char *nv_file_json(const nv_file_info *i);
  * "has_more"}. NULL when out of memory. */
 char *nv_files_list_json(nv_files *f, const char *purpose, int limit, int asc, const char *after);
 
+/* The end of an upload's multipart body, its close delimiter "--BOUNDARY--", found in its bytes as
+ * they come however they are split: what follows it (the epilogue, a line break some clients send,
+ * as the OpenAI SDK does) may be dropped, as RFC 2046 allows; libmicrohttpd's processor refuses any
+ * byte after the delimiter. */
+typedef struct {
+    char delim[112];
+    size_t len;
+    char tail[112]; /* the last len - 1 bytes seen: where a delimiter split between two reads begins */
+    size_t tail_len;
+    int closed;
+} nv_multipart_end;
+/* From a Content-Type's boundary parameter (quoted or not): 1, or 0 when it names no usable one. */
+int nv_multipart_end_init(nv_multipart_end *m, const char *content_type);
+/* How many of the n bytes at p belong to the body: n, or up to the delimiter's end when it ends
+ * among them; 0 once it has ended. */
+size_t nv_multipart_end_scan(nv_multipart_end *m, const char *p, size_t n);
+
 /* The folder's records (a file's object, a batch's): DIR/ID.json holds object o and its order
  * ("nerve_seq"), written atomically. */
 typedef struct cJSON cJSON;

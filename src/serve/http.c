@@ -63,10 +63,7 @@ typedef struct {
     nv_file_upload *up;
     char filename[256], purpose[64];
     int purpose_len, files_seen;
-    char close_delim[112]; /* "--BOUNDARY--": the body's end; what follows is not fed to the processor */
-    char tail[112];        /* the last bytes fed, where a delimiter split between two reads begins */
-    size_t tail_len;
-    int closed;
+    nv_multipart_end end; /* what follows the body's close delimiter is not fed to the processor */
     nv_api_error up_err; /* the first thing wrong with the upload (status 0: nothing) */
 } conn_ctx;
 
@@ -1061,48 +1058,6 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
-/* "--BOUNDARY--" of a multipart Content-Type into out: 1, or 0 when it names no usable boundary. */
-static int close_delimiter(const char *ctype, char *out, size_t cap) {
-    const char *b = ctype ? strcasestr(ctype, "boundary=") : NULL;
-    if (!b) return 0;
-    b += 9;
-    const int quoted = *b == '"';
-    b += quoted;
-    size_t n = strcspn(b, quoted ? "\"" : "; \t");
-    if (n == 0 || n > 100) return 0;
-    snprintf(out, cap, "--%.*s--", (int)n, b);
-    return 1;
-}
-
-/* An upload's next bytes to the multipart processor, up to its close delimiter: what follows it (the
- * epilogue, a line break some clients send, as the OpenAI SDK does) is dropped, as RFC 2046 says it
- * may be; this libmicrohttpd's processor refuses any byte after the delimiter. 0 when the
- * processor finds the body malformed. */
-static int upload_feed(conn_ctx *cc, const char *p, size_t n) {
-    if (cc->closed) return 1;
-    const size_t dl = strlen(cc->close_delim);
-    size_t feed = n;
-    char join[2 * sizeof cc->tail];
-    const size_t head = n < dl - 1 ? n : dl - 1; /* a delimiter begun in the tail ends within these */
-    memcpy(join, cc->tail, cc->tail_len);
-    memcpy(join + cc->tail_len, p, head);
-    const char *hit = memmem(join, cc->tail_len + head, cc->close_delim, dl);
-    if (hit) feed = (size_t)(hit - join) + dl - cc->tail_len;
-    else if ((hit = memmem(p, n, cc->close_delim, dl))) feed = (size_t)(hit - p) + dl;
-    cc->closed = hit != NULL;
-    /* the tail: the last dl - 1 bytes seen */
-    if (n >= dl - 1) {
-        memcpy(cc->tail, p + n - (dl - 1), dl - 1);
-        cc->tail_len = dl - 1;
-    } else {
-        const size_t keep = cc->tail_len + n > dl - 1 ? dl - 1 - n : cc->tail_len;
-        memmove(cc->tail, cc->tail + cc->tail_len - keep, keep);
-        memcpy(cc->tail + keep, p, n);
-        cc->tail_len = keep + n;
-    }
-    return feed == 0 || MHD_post_process(cc->pp, p, feed) == MHD_YES;
-}
-
 /* POST /v1/files, once its body is read: the file kept, or why not. */
 static enum MHD_Result upload_done(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_error e = cc->up_err;
@@ -1334,7 +1289,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                             "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
             if (!h->o.files) return files_off(h, c, cc);
             const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-            if (!close_delimiter(ctype, cc->close_delim, sizeof cc->close_delim) ||
+            if (!nv_multipart_end_init(&cc->end, ctype) ||
                 !(cc->pp = MHD_create_post_processor(c, 64 * 1024, upload_part, cc)))
                 return fail(h, c, cc, 400, "invalid_request_error", "invalid_request",
                             "Upload the file as multipart/form-data with the fields purpose and file");
@@ -1363,7 +1318,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size && cc->pp) {
-        if (!upload_feed(cc, upload, *upload_size) && !cc->up_err.status)
+        const size_t body = nv_multipart_end_scan(&cc->end, upload, *upload_size);
+        if (body && MHD_post_process(cc->pp, upload, body) != MHD_YES && !cc->up_err.status)
             nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", NULL, "The multipart body is malformed");
         *upload_size = 0;
         return MHD_YES;
