@@ -2251,6 +2251,99 @@ static void test_lora_run(void) {
             "a model as adapter: exit %d '%s'", rc, t_err);
 }
 
+/* Distillation (--teacher): resumed after SIGINT to the same losses (the teacher's logits are the
+ * windows' own), plans built once; the KL term and the teacher's time logged; the student learns
+ * towards the teacher (its KL falls); the misuses refused in one line each. */
+static void test_distill_run(void) {
+    char teacher[600];
+    const char *tp = t_data("models/stories260K.bin");
+    if (!tp || !t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    snprintf(teacher, sizeof teacher, "%.599s", tp); /* (t_data's buffers are reused) */
+    char extra[2400], args[4096], err[4096], dir[700];
+    snprintf(extra, sizeof extra, "--teacher %s --distill-alpha 0.6 --distill-temp 2", teacher);
+    resume_case("kd", extra);
+    snprintf(dir, sizeof dir, "%s/kdfull", t_tmpdir());
+    char kl[64][32], ms[64][32];
+    const int nk = read_field(dir, "\"distill_kl\":", kl, 64), nm = read_field(dir, "\"ms_teacher\":", ms, 64);
+    T_CHECK(nk == 24 && nm == 24 && atof(kl[23]) < atof(kl[0]) && atof(ms[0]) > 0, "distill_kl %d steps (%s -> %s), ms_teacher %d",
+            nk, nk ? kl[0] : "-", nk ? kl[nk - 1] : "-", nm);
+    /* the objective is not the cross-entropy's: other losses than the plain run's after the first step */
+    char plain[64][32], kd[64][32];
+    char plain_dir[700];
+    snprintf(plain_dir, sizeof plain_dir, "%s/kdplain", t_tmpdir());
+    train_args(args, sizeof args, plain_dir, "");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "the plain run: %s", err);
+    const int np = read_losses(plain_dir, plain, 64), nkd = read_losses(dir, kd, 64);
+    T_CHECK(np == 24 && nkd == 24 && !strcmp(plain[0], kd[0]) && strcmp(plain[5], kd[5]) != 0,
+            "the first loss (same weights) %s / %s, the sixth %s / %s", np ? plain[0] : "-", nkd ? kd[0] : "-", np > 5 ? plain[5] : "-",
+            nkd > 5 ? kd[5] : "-");
+    snprintf(dir, sizeof dir, "%s/kdrep", t_tmpdir());
+    train_args(args, sizeof args, dir, extra);
+    char *q = strstr(args, " --quiet");
+    if (q) memset(q, ' ', 8);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "(kl ") && strstr(err, "the teacher's ") && strstr(err, "teacher: "),
+            "the progress and report lines: %s", err);
+    /* packed chat windows: the teacher sees each conversation alone, as the model does, so a model
+       distilled from itself (both fp32) starts with no divergence at all */
+    nv_buf chat = {0};
+    static const char *const who[] = {"Tom", "Sue", "the dog", "a bird", "Lily"};
+    for (int i = 0; i < 60; i++)
+        nv_buf_printf(&chat, "{\"messages\": [{\"role\": \"user\", \"content\": \"Where did %s go?\"}, {\"role\": "
+                             "\"assistant\", \"content\": \"%s went to the park %d times.\"}]}\n",
+                      who[i % 5], who[(i + 2) % 5], i);
+    const char *chat_path = t_write("kdchat.jsonl", chat.data, chat.len);
+    nv_buf_free(&chat);
+    snprintf(dir, sizeof dir, "%s/kdpack", t_tmpdir());
+    snprintf(extra, sizeof extra, "--init-from %s --teacher %s --distill-alpha 1 --engine avx2 --teacher-engine avx2 --data %s --pack "
+             "--seq 256", teacher, teacher, chat_path);
+    train_args_from(args, sizeof args, dir, extra);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "packed chat: %s", err);
+    const int nkp = read_field(dir, "\"distill_kl\":", kl, 64);
+    T_CHECK(nkp > 0 && atof(kl[0]) < 1e-5, "a model distilled from itself starts at KL %s", nkp ? kl[0] : "-");
+    /* refused: the flags without a teacher, a teacher of other tokens (another size; the same size,
+       other pieces), a context shorter than --seq */
+    nv_buf text = {0};
+    uint32_t x = 9;
+    for (int i = 0; i < 6000; i++) { /* words of random letters: enough pairs for 512 tokens */
+        char w[9];
+        const int n = 2 + i % 6;
+        for (int k = 0; k < n; k++) x = x * 1664525u + 1013904223u, w[k] = (char)('a' + (x >> 24) % 26);
+        w[n] = 0;
+        nv_buf_printf(&text, "%s%s", w, i % 12 == 11 ? ".\n" : " ");
+    }
+    const char *txt = t_write("other.txt", text.data, text.len);
+    nv_buf_free(&text);
+    char other_tok[700], big[700], cmd[2000];
+    snprintf(other_tok, sizeof other_tok, "%s/other512.bin", t_tmpdir());
+    snprintf(big, sizeof big, "%s/big-vocab.bin", t_tmpdir());
+    snprintf(cmd, sizeof cmd, "tokenizer train --vocab 512 %s -o %s", txt, other_tok);
+    T_CHECK(t_nerve(cmd) == 0, "tokenizer train: %s", t_err);
+    snprintf(cmd, sizeof cmd, "init --preset stories15M --seq-len 64 -o %s", big);
+    T_CHECK(t_nerve(cmd) == 0, "init: %s", t_err);
+    const char *gguf = t_data("gguf/tinyllamas-stories-260k-f32.gguf");
+    char e0[800], e1[800], e2[800];
+    snprintf(e1, sizeof e1, "--teacher %s", big);
+    snprintf(e2, sizeof e2, "--teacher %s --seq 600 --context 1024", teacher);
+    snprintf(e0, sizeof e0, "--teacher %s -z %s", gguf ? gguf : "x", other_tok);
+    const struct {
+        const char *extra, *why;
+        int rc;
+    } bad[4] = {{"--distill-alpha 0.3", "--distill-alpha goes with --teacher", 2},
+                {e1, "its vocabulary has 32000 tokens, the model's 512", 1},
+                {e2, "its context of 512 is shorter than --seq 600", 1},
+                {e0, "is not the run's tokenizer's", 1}};
+    for (int i = 0; i < 4; i++) {
+        if (i == 3 && !gguf) break;
+        snprintf(dir, sizeof dir, "%s/kdbad%d", t_tmpdir(), i);
+        train_args(args, sizeof args, dir, bad[i].extra);
+        const int rc = run_nerve(args, err, sizeof err);
+        T_CHECK(rc == bad[i].rc && strstr(err, bad[i].why), "'%s': exit %d: %s", bad[i].extra, rc, err);
+        char ck[800];
+        snprintf(ck, sizeof ck, "%s/ckpt.bin", dir);
+        T_CHECK(!nv_file_exists(ck), "'%s': a refused run wrote a checkpoint", bad[i].extra);
+    }
+}
+
 static void test_bad_training_args(void) {
     char err[4096], args[4096];
     const char *bad[] = {"train --steps 0", "train --batch x", "train --preset nope", "train --dim 30 --layers 2",
@@ -2302,6 +2395,7 @@ int main(void) {
     T_RUN(test_eval_choice_during_training);
     T_RUN(test_diverged_run_stops_and_keeps_good_weights);
     T_RUN(test_bad_training_args);
+    T_RUN(test_distill_run);
     T_RUN(test_lora_run);
     T_RUN(test_data_parallel_matches_one_process);
     T_RUN(test_chat_finetune_then_serve);

@@ -95,9 +95,9 @@ typedef struct {
 } fd_loss;
 
 static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss *l, float *seq_scale) {
-    const float ce = nv_tmodel_forward(tm, in, tg);
-    if (!l || !l->pairs) /* a mixture's balance and z terms */
-        return (double)ce + (double)tm->router_aux_coef * tm->router_aux + (double)tm->router_z_coef * tm->router_z;
+    nv_tmodel_forward(tm, in, tg);
+    if (!l || !l->pairs) /* a mixture's balance and z terms; distillation's objective */
+        return (double)tm->objective + (double)tm->router_aux_coef * tm->router_aux + (double)tm->router_z_coef * tm->router_z;
     double logp[8], total = 0;
     nv_tmodel_seq_logp(tm, logp);
     for (int i = 0; i < l->pairs; i++) {
@@ -116,6 +116,8 @@ static double loss_of(nv_tmodel *tm, const int *in, const int *tg, const fd_loss
  * the mean cross-entropy) */
 static float fd_aux_coef, fd_z_coef; /* a mixture of experts' load-balancing and z-loss weights in the loss checked */
 static float fd_dropout;              /* dropout on the residual branches in the loss checked (its mask fixed) */
+static const float *fd_teacher;       /* distillation: a teacher's logits for the batch, with its weight and temperature */
+static float fd_alpha, fd_temp;
 
 /* 1 when the last forward routed every row as the one whose choices `sel` holds (a mixture of
    experts' loss jumps where a choice changes: a finite difference across one says nothing) */
@@ -132,6 +134,7 @@ static void check_fd_loss(const nv_config *c, int B, int T, int ignore_every, co
     tm.router_aux_coef = fd_aux_coef, tm.router_z_coef = fd_z_coef;
     nv_tmodel_set_segments(&tm, seg);
     T_CHECK(nv_tmodel_set_dropout(&tm, fd_dropout, 0.0f, 99, 3) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_tmodel_set_teacher(&tm, fd_teacher, fd_alpha, fd_temp) == NV_OK, "%s", nv_errmsg());
     int in[64], tg[64];
     make_batch(B, T, c->vocab_size, in, tg, 77);
     for (int i = 0; ignore_every > 0 && i < B * T; i++)
@@ -345,6 +348,86 @@ static void test_fd_ignored_targets(void) {
     for (uint64_t i = 0; i < tm.m.n_params; i++) worst = fmaxf(worst, fabsf(tm.grads[i]));
     T_CHECK(worst == 0.0f, "no targets, yet a gradient of %g", worst);
     nv_tmodel_free(&tm);
+}
+
+/* Distillation: the objective (1 - alpha) CE + alpha temp^2 KL(teacher || model) at temperature temp
+ * matches finite differences (rows without a target skipped); its KL is the closed form's, zero
+ * against the model's own logits shifted, and alpha 0 is the cross-entropy's gradient. */
+static void test_fd_distill(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    const int B = 2, T = 5, V = c.vocab_size, BT = B * T;
+    float teacher[2 * 5 * 23];
+    nv_rng r;
+    nv_rng_seed(&r, 31);
+    for (int i = 0; i < BT * V; i++) teacher[i] = 3.0f * nv_rng_normal(&r);
+    static const float settings[][2] = {{0.5f, 1.0f}, {0.7f, 2.5f}, {1.0f, 0.7f}};
+    fd_teacher = teacher;
+    for (int k = 0; k < 3; k++) {
+        fd_alpha = settings[k][0], fd_temp = settings[k][1];
+        check_fd_segments(&c, B, T, 3, NULL);
+    }
+    fd_teacher = NULL;
+    nv_tmodel tm;
+    if (nv_tmodel_init(&tm, &c, NULL, 5, B, T, NV_ENGINE_SCALAR) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    perturb_init(&tm, 6);
+    int in[10], tg[10];
+    make_batch(B, T, V, in, tg, 77);
+    tg[4] = -1;
+    /* the KL term against a closed form in double */
+    nv_tmodel_forward(&tm, in, NULL);
+    float own[2 * 5 * 23];
+    memcpy(own, tm.a.logits, sizeof own);
+    const float temp = 1.7f;
+    T_CHECK(nv_tmodel_set_teacher(&tm, teacher, 0.4f, temp) == NV_OK, "%s", nv_errmsg());
+    nv_tmodel_forward(&tm, in, tg);
+    double kl = 0;
+    int rows = 0;
+    for (int row = 0; row < BT; row++) {
+        if (tg[row] < 0) continue;
+        double zq = 0, zr = 0, mq = -1e30, mr = -1e30;
+        for (int i = 0; i < V; i++) mq = fmax(mq, own[row * V + i] / temp), mr = fmax(mr, teacher[row * V + i] / temp);
+        for (int i = 0; i < V; i++) zq += exp(own[row * V + i] / temp - mq), zr += exp(teacher[row * V + i] / temp - mr);
+        for (int i = 0; i < V; i++) {
+            const double lr = teacher[row * V + i] / temp - mr - log(zr), lq = own[row * V + i] / temp - mq - log(zq);
+            kl += exp(lr) * (lr - lq);
+        }
+        rows++;
+    }
+    kl /= rows;
+    T_CHECK(fabs(tm.distill_kl - kl) < 1e-4 * kl && kl > 0.1, "KL %.7g, the closed form's %.7g", tm.distill_kl, kl);
+    T_CHECK(fabs(tm.objective - (0.6 * tm.loss + 0.4 * temp * temp * kl)) < 1e-4 * tm.objective, "objective %g", tm.objective);
+    /* against the model's own logits, shifted: no divergence */
+    for (int i = 0; i < BT * V; i++) own[i] += 5.0f;
+    nv_tmodel_set_teacher(&tm, own, 0.5f, 2.0f);
+    nv_tmodel_forward(&tm, in, tg);
+    T_CHECK(fabsf(tm.distill_kl) < 1e-5f, "KL against itself %g", tm.distill_kl);
+    /* alpha 0: the cross-entropy and its gradient */
+    nv_tmodel_set_teacher(&tm, teacher, 0.0f, 2.0f);
+    nv_tmodel_zero_grad(&tm);
+    const float l0 = nv_tmodel_forward(&tm, in, tg);
+    nv_tmodel_backward(&tm, 1.0f);
+    float *g0 = malloc(tm.m.n_params * sizeof(float));
+    memcpy(g0, tm.grads, tm.m.n_params * sizeof(float));
+    nv_tmodel_set_teacher(&tm, NULL, 0, 0);
+    nv_tmodel_zero_grad(&tm);
+    const float l1 = nv_tmodel_forward(&tm, in, tg);
+    nv_tmodel_backward(&tm, 1.0f);
+    float worst = 0, big = 0;
+    for (uint64_t i = 0; i < tm.m.n_params; i++) worst = fmaxf(worst, fabsf(g0[i] - tm.grads[i])), big = fmaxf(big, fabsf(tm.grads[i]));
+    T_CHECK(fabsf(l0 - l1) < 1e-5f * l1 && worst < 1e-4f * big, "alpha 0: loss %.7g vs %.7g, gradients %g apart (largest %g)", l0, l1,
+            worst, big);
+    free(g0);
+    T_CHECK(nv_tmodel_set_teacher(&tm, teacher, 1.5f, 1.0f) == NV_EINVAL && nv_tmodel_set_teacher(&tm, teacher, 0.5f, 0.0f) == NV_EINVAL,
+            "bad settings taken");
+    nv_tmodel_free(&tm);
+    c.logit_softcap = 30.0f;
+    if (nv_tmodel_init(&tm, &c, NULL, 5, B, T, NV_ENGINE_SCALAR) == NV_OK) {
+        T_CHECK(nv_tmodel_set_teacher(&tm, teacher, 0.5f, 1.0f) == NV_EINVAL, "a soft-capped model taken");
+        nv_tmodel_free(&tm);
+    }
 }
 
 static void test_fd_gqa_tied(void) {
@@ -1253,6 +1336,7 @@ int main(void) {
     T_RUN(test_fd_qkv_bias);
     T_RUN(test_fd_ignored_targets);
     T_RUN(test_fd_preference);
+    T_RUN(test_fd_distill);
     T_RUN(test_packed_documents);
     T_RUN(test_accumulation_equals_larger_batch);
     T_RUN(test_engines_match_fp32);

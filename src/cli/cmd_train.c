@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
             "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
+            "                   [--teacher MODEL [--distill-alpha A] [--distill-temp T] [--teacher-engine E]]\n"
             "                   --data PATH... [-z TOKENIZER | --vocab N] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C] [--dropout P]\n"
@@ -101,6 +102,12 @@ static void usage(FILE *f) {
             "          upcycling); --router-aux-coef C (default 0.01) weighs the load-balancing loss that keeps\n"
             "          the experts evenly used (metrics' router_aux: 1 when even); --router-z-coef C (default 0, ST-MoE\n"
             "          uses 0.001) the router z-loss that keeps its logits small (metrics' router_z)\n"
+            "  --teacher MODEL: knowledge distillation: a model of the same tokens (any format --init-from takes;\n"
+            "          a larger one, or the model itself before a change) whose distribution over the next token the\n"
+            "          model learns towards: each target's loss is (1 - A) x cross-entropy + A x T^2 x KL(teacher ||\n"
+            "          model) at temperature T (--distill-alpha A, default 0.5; --distill-temp T, default 1); the\n"
+            "          teacher runs each window before the model's forward on --teacher-engine (default: the\n"
+            "          fastest that probes well); loss and val stay the cross-entropy, metrics' distill_kl the KL\n"
             "  --init-from: a llama2.c model, a GGUF file (llama, qwen2, qwen3), a run folder or a Hugging Face\n"
             "          folder (config.json, safetensors) to fine-tune; its own tokenizer is the default -z\n"
             "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
@@ -177,6 +184,50 @@ static nv_err upcycle_init(nv_model *m, int experts, int used, uint64_t seed) {
     return NV_OK;
 }
 
+/* --teacher's model, its plans built on engine_name (NULL: the fastest that probes well), checked to
+   share the run's tokens: its own vocabulary (a GGUF file's, a folder's) token by token against tok;
+   0, or the exit code after saying why. own_trained: the run trains its own tokenizer, which no
+   teacher can share. */
+static int load_teacher(const char *path, const char *engine_name, const nv_tokenizer *tok, int own_trained, nv_model *out) {
+    if (own_trained)
+        return cli_error(CMD, 2, "--teacher needs the model's tokenizer to be the teacher's: give it with -z (or --init-from)");
+    nv_engine_id e = nv_engine_best();
+    if (engine_name && nv_engine_parse(engine_name, &e) != NV_OK) return cli_error(CMD, 2, "--teacher-engine: %s", nv_errmsg());
+    if (!nv_engine_available(e)) return cli_error(CMD, 1, "--teacher-engine %s is off: %s", engine_name, nv_engine_why_off(e));
+    const char *tpath = NULL;
+    cli_paths paths;
+    cli_model_paths(&path, &tpath, &paths);
+    const cli_loras none = {0};
+    if (cli_load_model(path, &none, 1, out) != NV_OK) return cli_error(CMD, 1, "--teacher: %s", nv_errmsg());
+    out->drop_sources = 1; /* inference only: each source goes as its plan takes it */
+    if (nv_model_build_plans(out, e) != NV_OK) return cli_error(CMD, 1, "--teacher: %s", nv_errmsg());
+    nv_model_drop_quant_sources(out);
+    if (paths.own_tok && tok) { /* a vocabulary of its own: the same tokens, in the same order */
+        nv_tokenizer *tt = NULL;
+        if (nv_tokenizer_load_for_model(tpath, out->config.vocab_size, &tt) != NV_OK)
+            return cli_error(CMD, 1, "--teacher: its vocabulary: %s", nv_errmsg());
+        const int vt = nv_tokenizer_vocab_size(tt), vr = nv_tokenizer_vocab_size(tok);
+        int differ = -1;
+        for (int i = 0; vt == vr && differ < 0 && i < vr; i++)
+            if (strcmp(nv_tokenizer_piece(tt, i), nv_tokenizer_piece(tok, i)) != 0) differ = i;
+        char here[64] = "", there[64] = "";
+        if (differ >= 0) {
+            snprintf(here, sizeof here, "%s", nv_tokenizer_piece(tok, differ));
+            snprintf(there, sizeof there, "%s", nv_tokenizer_piece(tt, differ));
+        }
+        nv_tokenizer_free(tt);
+        if (vt != vr)
+            return cli_error(CMD, 1, "--teacher %s has a vocabulary of %d tokens, the run's tokenizer %d: a teacher must share the "
+                                     "model's tokens", path, vt, vr);
+        if (differ >= 0)
+            return cli_error(CMD, 1, "--teacher %s has its own vocabulary and it is not the run's tokenizer's (token %d is '%s' "
+                                     "there, '%s' here): a teacher must share the model's tokens",
+                             path, differ, there, here);
+    }
+    nv_info("teacher: %s (%.2fM parameters, engine %s)", path, (double)out->n_params / 1e6, nv_engine_name(e));
+    return 0;
+}
+
 /* How --init-from's model was made, to make it again (nv_train_opts.reload_init). */
 typedef struct {
     const char *path;
@@ -196,6 +247,7 @@ static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
     const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL, *template_name = NULL;
+    const char *teacher_path = NULL, *teacher_engine = NULL, *distill_given = NULL;
     const char *data[MAX_DATA], *val_data[MAX_DATA];
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
@@ -244,6 +296,10 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "-z")) tok_path = v;
         else if (!strcmp(a, "--vocab")) ok = cli_int(CMD, a, v, NV_BPE_RESERVED + 1, NV_BPE_MAX_VOCAB, &vocab);
         else if (!strcmp(a, "--init-from")) init_from = v;
+        else if (!strcmp(a, "--teacher")) teacher_path = v;
+        else if (!strcmp(a, "--teacher-engine")) teacher_engine = v;
+        else if (!strcmp(a, "--distill-alpha")) ok = cli_float(CMD, a, v, 0, 1, &o.distill_alpha), distill_given = a;
+        else if (!strcmp(a, "--distill-temp")) ok = cli_float(CMD, a, v, 0.01f, 100, &o.distill_temp), distill_given = a;
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--out")) o.out_dir = v;
@@ -384,7 +440,7 @@ static int train(int argc, char **argv) {
     if (erc) return erc;
 
     nv_tokenizer *tok = NULL;
-    nv_model init = {0};
+    nv_model init = {0}, teacher = {0};
     nv_dataset ds = {0};
     int rc = 1;
     if (tok_path && nv_tokenizer_load(tok_path, 0, &tok) != NV_OK) {
@@ -618,6 +674,13 @@ static int train(int argc, char **argv) {
         }
         o.eval_choice = &choices;
     }
+    if (distill_given && !teacher_path) {
+        rc = cli_error(CMD, 2, "%s goes with --teacher MODEL", distill_given);
+        goto done;
+    }
+    if (teacher_path && (rc = load_teacher(teacher_path, teacher_engine, tok, own_tok_temp, &teacher)) != 0) goto done;
+    if (teacher_path) o.teacher = &teacher;
+    rc = 1;
     if (nv_train_run(&o, &ds) != NV_OK) {
         if (nv_dist_rank() == 0 || !nv_train_failed_together()) cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
@@ -628,6 +691,7 @@ done:
     nv_choice_free(&choices);
     nv_dataset_close(&ds);
     nv_model_free(&init);
+    nv_model_free(&teacher);
     if (tok) nv_tokenizer_free(tok);
     return rc;
 }

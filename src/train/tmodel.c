@@ -833,6 +833,9 @@ typedef struct {
     float div;               /* the product's logits divided by it first (nv_config_logit_div: Granite's, else 1) */
     float dscale;            /* dlogits_task */
     const float *seq_scale;  /* dlogits_task: [rows / T] per sequence instead of dscale, or NULL */
+    const float *teacher;    /* distillation: the teacher's logits [rows][V] (the rows' gradients made by the forward) */
+    float alpha, temp;
+    double kl[CE_TASKS];
     double partial[CE_TASKS];
     int counted[CE_TASKS];
 } ce_job;
@@ -868,13 +871,59 @@ static float capped_nll(ce_job *j, int r, float *lg) {
     return (float)-log((double)(e_t[0] * inv) + 1e-30);
 }
 
+/* A distilled row (lg the product's logits z, the teacher's t): its objective's gradient, (1 - alpha) *
+ * (p - onehot(target)) + alpha * temp * (q - r) with p = softmax(z), q and r the softmaxes of z / temp
+ * and t / temp, in place of z, for the backward to scale; returns -log p(target), KL(r || q) in *kl. */
+static float distill_row(const ce_job *j, int r, float *lg, double *kl) {
+    const int V = j->V, target = j->targets[r];
+    const float *t = j->teacher + (size_t)r * V;
+    const float it = 1.0f / j->temp, a = j->alpha;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 vzm = ninf, vtm = ninf;
+    for (int i = 0; i < V; i += 8) {
+        const int n = V - i < 8 ? V - i : 8;
+        const __m256 m = _mm256_castsi256_ps(nv_lane_mask8(n));
+        vzm = _mm256_max_ps(vzm, _mm256_blendv_ps(ninf, nv_load8_n(lg + i, n), m));
+        vtm = _mm256_max_ps(vtm, _mm256_blendv_ps(ninf, nv_load8_n(t + i, n), m));
+    }
+    const __m256 zm = _mm256_set1_ps(nv_hmax256(vzm)), tm_ = _mm256_set1_ps(nv_hmax256(vtm)), vit = _mm256_set1_ps(it);
+    __m256 sp = _mm256_setzero_ps(), sq = sp, sr = sp;
+    for (int i = 0; i < V; i += 8) {
+        const int n = V - i < 8 ? V - i : 8;
+        const __m256 m = _mm256_castsi256_ps(nv_lane_mask8(n));
+        const __m256 dz = _mm256_sub_ps(nv_load8_n(lg + i, n), zm), dt = _mm256_sub_ps(nv_load8_n(t + i, n), tm_);
+        sp = _mm256_add_ps(sp, _mm256_and_ps(nv_exp256(dz), m));
+        sq = _mm256_add_ps(sq, _mm256_and_ps(nv_exp256(_mm256_mul_ps(dz, vit)), m));
+        sr = _mm256_add_ps(sr, _mm256_and_ps(nv_exp256(_mm256_mul_ps(dt, vit)), m));
+    }
+    const float sum_p = nv_hsum256(sp), sum_q = nv_hsum256(sq), sum_r = nv_hsum256(sr);
+    const float nll = -(lg[target] - _mm256_cvtss_f32(zm) - logf(sum_p));
+    const __m256 ip = _mm256_set1_ps((1.0f - a) / sum_p), iq = _mm256_set1_ps(a * j->temp / sum_q), ir = _mm256_set1_ps(1.0f / sum_r),
+                 air = _mm256_set1_ps(a * j->temp / sum_r), lz = _mm256_set1_ps(logf(sum_q) - logf(sum_r));
+    __m256 vkl = _mm256_setzero_ps();
+    for (int i = 0; i < V; i += 8) {
+        const int n = V - i < 8 ? V - i : 8;
+        const __m256 m = _mm256_castsi256_ps(nv_lane_mask8(n));
+        const __m256 dz = _mm256_sub_ps(nv_load8_n(lg + i, n), zm), dt = _mm256_sub_ps(nv_load8_n(t + i, n), tm_);
+        const __m256 er = nv_exp256(_mm256_mul_ps(dt, vit));
+        /* g = (1 - a) p + a temp q - a temp r */
+        const __m256 g = _mm256_fnmadd_ps(er, air, _mm256_fmadd_ps(nv_exp256(_mm256_mul_ps(dz, vit)), iq, _mm256_mul_ps(nv_exp256(dz), ip)));
+        nv_store8_n(lg + i, g, n);
+        /* r (log r - log q) = r ((dt - dz) / temp + log sum_q - log sum_r) */
+        vkl = _mm256_add_ps(vkl, _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(er, ir), _mm256_fmadd_ps(_mm256_sub_ps(dt, dz), vit, lz)), m));
+    }
+    lg[target] -= 1.0f - a;
+    *kl = nv_hsum256(vkl);
+    return nll;
+}
+
 /* The softmax's exps in place (their scale to probabilities in pscale, applied by the backward's one
  * pass over the logits) and the summed -log p(target) of a contiguous block of rows. A row whose
  * target is negative has none: it is skipped and not counted. */
 static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     ce_job *j = ctx;
     int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
-    double total = 0.0;
+    double total = 0.0, kl_total = 0.0;
     int counted = 0;
     for (int r = r0; r < r1; r++) {
         j->nll[r] = 0.0f;
@@ -883,6 +932,12 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         float *lg = j->logits + (size_t)r * j->V;
         if (j->div != 1.0f) /* as inference: nv_logits_finish */
             for (int i = 0; i < j->V; i++) lg[i] /= j->div;
+        if (j->teacher) {
+            double kl;
+            total += j->nll[r] = distill_row(j, r, lg, &kl);
+            kl_total += kl;
+            continue;
+        }
         if (j->cap != 0.0f) {
             total += j->nll[r] = capped_nll(j, r, lg);
             continue;
@@ -912,6 +967,7 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         total += nll;
     }
     j->partial[task] = total;
+    j->kl[task] = kl_total;
     j->counted[task] = counted;
 }
 
@@ -942,6 +998,10 @@ static void dlogits_task(void *ctx, int task, int n_tasks) {
         const __m256 vd = _mm256_set1_ps(dscale);
         if (j->targets[r] < 0) { /* no target: no gradient */
             memset(lg, 0, (size_t)j->V * sizeof(float));
+            continue;
+        }
+        if (j->teacher) { /* the forward made the row's gradient: scaled only */
+            for (int i = 0; i < j->V; i++) lg[i] *= dscale;
             continue;
         }
         if (j->cap != 0.0f) {
@@ -1410,15 +1470,30 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     if (!targets) return 0.0f;
     /* cross-entropy; the logits become the softmax's exps for the backward */
     ce_job cj = {.logits = a->logits, .pscale = a->pscale, .nll = a->nll, .lmax = a->lmax, .targets = targets, .V = V, .rows = BT,
-                 .cap = c->logit_softcap, .div = nv_config_logit_div(c)};
+                 .cap = c->logit_softcap, .div = nv_config_logit_div(c), .teacher = tm->teacher, .alpha = tm->distill_alpha,
+                 .temp = tm->distill_temp};
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
-    double total = 0.0;
+    double total = 0.0, kl = 0.0;
     int counted = 0;
-    for (int i = 0; i < n_tasks; i++) total += cj.partial[i], counted += cj.counted[i]; /* fixed order: deterministic */
+    for (int i = 0; i < n_tasks; i++) total += cj.partial[i], kl += cj.kl[i], counted += cj.counted[i]; /* fixed order: deterministic */
     tm->n_targets = counted;
     tm->loss = counted ? (float)(total / counted) : 0.0f;
+    tm->distill_kl = counted && tm->teacher ? (float)(kl / counted) : 0.0f;
+    tm->objective = tm->teacher ? (1.0f - tm->distill_alpha) * tm->loss + tm->distill_alpha * tm->distill_temp * tm->distill_temp * tm->distill_kl
+                                : tm->loss;
+    tm->teacher_fwd = tm->teacher;
     return tm->loss;
+}
+
+nv_err nv_tmodel_set_teacher(nv_tmodel *tm, const float *teacher, float alpha, float temp) {
+    if (teacher && (!(alpha >= 0.0f && alpha <= 1.0f) || !(temp > 0.0f) || !isfinite(temp)))
+        return nv_fail(NV_EINVAL, "distillation: alpha must be in [0, 1] and the temperature positive (not %g, %g)", (double)alpha,
+                       (double)temp);
+    if (teacher && tm->m.config.logit_softcap != 0.0f)
+        return nv_fail(NV_EINVAL, "distillation: a model whose logits are soft-capped (Gemma 2's shape) is not supported");
+    tm->teacher = teacher, tm->distill_alpha = alpha, tm->distill_temp = temp;
+    return NV_OK;
 }
 
 void nv_tmodel_seq_logp(const nv_tmodel *tm, double *out) {
@@ -1485,7 +1560,8 @@ static void backward(nv_tmodel *tm, float grad_scale, const float *seq_scale) {
     /* dlogits = (p - onehot) * scale / (rows with a target), in place */
     ce_job dj = {.logits = a->logits, .pscale = a->pscale, .lmax = a->lmax, .targets = tm->targets, .V = V, .rows = BT, .T = T,
                  .cap = c->logit_softcap, .div = nv_config_logit_div(c),
-                 .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f, .seq_scale = seq_scale};
+                 .dscale = tm->n_targets ? grad_scale / (float)tm->n_targets : 0.0f, .seq_scale = seq_scale,
+                 .teacher = tm->teacher_fwd};
     nv_pool_run(dlogits_task, &dj, BT < CE_TASKS ? BT : CE_TASKS);
     nv_plan_run_dx(tm->m.cls_plan, a->logits, BT, s.dxn);
     if (!frozen) nv_gemm_dw(e, a->logits, a->xnf, BT, V, d, g->wcls, acc); /* == g->tok_emb when shared */

@@ -68,6 +68,13 @@ typedef struct {
     float *drop_buf;
     float *lora_xd;     /* [B*T][widest adapter input]: an adapter's input with its dropout, or that input's gradient */
     float loss;        /* mean loss of the last forward over its rows with a target */
+    /* distillation (nv_tmodel_set_teacher): the teacher's logits for the forwards that follow, its
+       weight and temperature; the last forward's teacher (its rows' gradients then made by it, for
+       its backward to scale); its mean KL divergence over its rows with a target, and the objective
+       its backward differentiates */
+    const float *teacher, *teacher_fwd;
+    float distill_alpha, distill_temp;
+    float distill_kl, objective;
     int n_targets;     /* those rows (a negative target is none: chat data's prompts and padding) */
     /* a mixture of experts: the load-balancing loss's weight in the objective (set by the caller;
        0: none), and the last forward's loss, the mean over layers of (E / K) * sum_e f_e P_e with
@@ -147,6 +154,14 @@ void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg);
  * with a mask of its own per layer and matrix, before its A (the frozen product sees the whole
  * input). NV_EINVAL outside [0, 1); NV_ENOMEM for their buffers. */
 nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, float p_lora, uint64_t key, uint64_t row0);
+/* Knowledge distillation (Hinton et al.) for the forwards that follow: teacher [B*T][V] holds a
+ * teacher model's logits for each row (the caller's, alive through the backward; NULL: off). A row
+ * with a target then contributes (1 - alpha) * -log p(target) + alpha * temp^2 * KL(r || q), r and
+ * q the teacher's and the model's softmax of their logits / temp; the backward differentiates that
+ * (the rows' mean), tm->loss stays the cross-entropy alone (comparable with a run without), and
+ * tm->distill_kl is the KL term's mean, tm->objective the whole. NV_EINVAL for alpha outside [0, 1],
+ * a temperature not positive, or a model whose logits are soft-capped. */
+nv_err nv_tmodel_set_teacher(nv_tmodel *tm, const float *teacher, float alpha, float temp);
 /* The matmul FLOPs of one forward+backward of B*T rows packed as seg says (NULL: one document a
  * window, flops_per_step): attention counted over the keys each row sees, its document's earlier
  * rows within the layer's window. */

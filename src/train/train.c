@@ -91,6 +91,8 @@ void nv_train_defaults(nv_train_opts *o) {
     o->engine = NV_ENGINE_SCALAR;
     o->pref = (nv_pref_opts){.kind = NV_PREF_DPO, .gamma = 0.5f};
     o->router_aux_coef = 0.01f; /* Switch Transformer's */
+    o->distill_alpha = 0.5f;
+    o->distill_temp = 1.0f;
 }
 
 typedef struct {
@@ -528,6 +530,12 @@ static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     h = nv_hash64(&o->pref, sizeof o->pref, h);
     if (o->init_params) h = nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), h);
     if (ds->weights) h = nv_hash64(ds->weights, (size_t)ds->n_src * sizeof(double), h);
+    if (o->teacher) { /* the teacher's shape and size, and how it is weighed */
+        const float kd[2] = {o->distill_alpha, o->distill_temp};
+        h = nv_hash64(&o->teacher->config, sizeof o->teacher->config, h);
+        h = nv_hash64(&o->teacher->n_params, sizeof o->teacher->n_params, h);
+        h = nv_hash64(kd, sizeof kd, h);
+    }
     for (int i = 0; i < ds->n_src; i++) {
         const nv_source *s = &ds->src[i];
         uint64_t probe[10] = {s->n_tokens, s->n_train};
@@ -657,6 +665,20 @@ static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int w
     if (o->batch % world)
         return nv_fail(NV_EINVAL, "--batch %d does not split evenly over %d processes: make it a multiple of %d", o->batch,
                        world, world);
+    if (o->teacher) {
+        const nv_config *tc = &o->teacher->config;
+        if (ds->pref) return nv_fail(NV_EINVAL, "--teacher does not go with preference data (a pair's loss has no teacher's share)");
+        if (tc->vocab_size != c->vocab_size)
+            return nv_fail(NV_EINVAL, "--teacher: its vocabulary has %d tokens, the model's %d: a teacher must share the "
+                                      "model's tokens", tc->vocab_size, c->vocab_size);
+        if (tc->seq_len < o->seq)
+            return nv_fail(NV_EINVAL, "--teacher: its context of %d is shorter than --seq %d", tc->seq_len, o->seq);
+        if (!(o->distill_alpha >= 0.0f && o->distill_alpha <= 1.0f) || !(o->distill_temp > 0.0f) || !isfinite(o->distill_temp))
+            return nv_fail(NV_EINVAL, "--distill-alpha %g, --distill-temp %g: want an alpha in [0, 1] and a positive temperature",
+                           (double)o->distill_alpha, (double)o->distill_temp);
+        if (c->logit_softcap != 0.0f)
+            return nv_fail(NV_EUNSUPPORTED, "--teacher: a model whose logits are soft-capped (Gemma 2's shape) is not supported");
+    }
     const int lora = o->lora.rank > 0, pref = ds->pref;
     if (lora && !o->init_params) return nv_fail(NV_EINVAL, "LoRA trains adapters on a model: give it with --init-from");
     if (lora) NV_TRY(nv_lora_validate(c, &o->lora));
@@ -708,7 +730,8 @@ static int tmodel_flags(const nv_train_opts *o) {
    machine's processes take. */
 static nv_err check_memory(const nv_train_opts *o, double *need) {
     const int lora = o->lora.rank > 0;
-    *need = nv_tmodel_memory_bytes(&o->config, o->batch / nv_dist_size(), o->seq, &o->lora, tmodel_flags(o)) *
+    *need = (nv_tmodel_memory_bytes(&o->config, o->batch / nv_dist_size(), o->seq, &o->lora, tmodel_flags(o)) +
+             (o->teacher ? 4.0 * o->batch / nv_dist_size() * o->seq * o->config.vocab_size : 0.0)) * /* its logits */
             nv_dist_local_size();
     const double have = (double)nv_cpu_probe()->mem_total_bytes;
     const int too_big_here = have > 0 && *need > have;
@@ -742,6 +765,9 @@ typedef struct {
     nv_adamw opt;
     nv_data_cursor cur;
     double *ref; /* DPO, IPO: the reference's log-probabilities, two a pair */
+    nv_state tstate;   /* distillation: the teacher's forward state, and its logits for a micro-batch's rows */
+    int have_tstate;
+    float *tlogits;
     /* a step's batches: every process draws the whole batch's windows (the data cursor stays the same
        everywhere) and trains on its rows */
     int *in, *tg, *seg;  /* seg: packed, where each row's turn starts */
@@ -812,6 +838,8 @@ static const char *steps_text(const train_run *r, long step, double elapsed, cha
 /* One step's figures. */
 typedef struct {
     double loss, router[2]; /* a mixture's balance and z-loss, the micro-batches' means */
+    double kl;              /* distillation: the KL term's mean over the micro-batches */
+    double t_teacher;       /* and the teacher's forwards' seconds (counted in t_forward too) */
     double psums[PREF_SUMS], flops;
     long targets, pairs; /* chat data's answer tokens, preference data's pairs with answers */
     double t_forward, t_backward, t_wait, t_optimizer, t_step;
@@ -825,7 +853,7 @@ typedef struct {
 /* Sums over the steps this process ran, for the efficiency report. */
 typedef struct {
     long steps;
-    double forward, backward, optimizer, wait, step, flops;
+    double forward, backward, optimizer, wait, step, flops, teacher;
     uint64_t windows0; /* the data cursor's windows when the run (or its resumption) began */
 } run_totals;
 
@@ -848,6 +876,13 @@ static nv_err run_setup(train_run *r, nv_ckpt *ck) {
     r->have_tm = 1;
     r->tm.router_aux_coef = c->n_experts && !r->lora ? o->router_aux_coef : 0.0f; /* adapters: the router is frozen */
     r->tm.router_z_coef = c->n_experts && !r->lora ? o->router_z_coef : 0.0f;
+    if (o->teacher) { /* a micro-batch's logits, made by the teacher before each forward */
+        NV_TRY(nv_state_init(&r->tstate, &o->teacher->config, o->seq, o->seq, 1));
+        r->have_tstate = 1;
+        if (!(r->tlogits = malloc((size_t)r->local_batch * o->seq * c->vocab_size * sizeof(float))))
+            return nv_fail(NV_ENOMEM, "out of memory for the teacher's logits");
+        NV_TRY(nv_tmodel_set_teacher(&r->tm, r->tlogits, o->distill_alpha, o->distill_temp));
+    }
     if (r->with_ref) NV_TRY(pref_reference(&r->tm, r->ds, &r->ref));
     if (r->pref && o->resume && r->lead) {
         memcpy(r->tm.train_params, ck->params, (size_t)r->tm.n_train * sizeof(float));
@@ -920,6 +955,8 @@ static void run_free(train_run *r) {
     free(r->pair_ids);
     free(r->seq_scale);
     free(r->ref);
+    if (r->have_tstate) nv_state_free(&r->tstate);
+    free(r->tlogits);
     free(r->tr.step);
     free(r->tr.loss);
     free(r->va.step);
@@ -959,6 +996,22 @@ static void run_first_eval(train_run *r) {
     else fprintf(stderr, "step 0/%s | val %.4f | mc %.2f%%\n", total, e0.val, 100 * e0.mc[1]);
 }
 
+/* The teacher's logits for this process's windows of a micro-batch (in: their tokens; seg: a packed
+   window's documents, each then run from position 0 as the model sees it alone), into r->tlogits. */
+static nv_err teacher_logits(train_run *r, const int *in, const int *seg) {
+    const nv_model *t = r->o->teacher;
+    const int T = r->o->seq, V = t->config.vocab_size;
+    for (int b = 0; b < r->local_batch; b++)
+        for (int s0 = 0; s0 < T;) {
+            int s1 = s0 + 1;
+            while (s1 < T && !(seg && seg[b * T + s1] == s1)) s1++; /* a document starts where its row is its start */
+            NV_TRY(nv_forward_rows(t, &r->tstate, in + b * T + s0, s1 - s0, 0, s1 - s0));
+            memcpy(r->tlogits + ((size_t)b * T + s0) * V, r->tstate.logits, (size_t)(s1 - s0) * V * sizeof(float));
+            s0 = s1;
+        }
+    return NV_OK;
+}
+
 /* A step's gradient, summed over its micro-batches and the job's processes, and its loss: the
    windows first (with chat data the loss is the mean over the step's targets, whose count every
    process knows from the windows: it draws all of them), then forward and backward for each. */
@@ -986,7 +1039,13 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
             const uint64_t at[3] = {o->seed, (uint64_t)step, (uint64_t)a};
             NV_TRY(nv_tmodel_set_dropout(&r->tm, o->dropout, o->lora_dropout, nv_hash64(at, sizeof at, 0x64726f70), r->mine));
         }
+        if (o->teacher) {
+            const double tt = nv_now();
+            NV_TRY(teacher_logits(r, r->in + a * bt + r->mine, seg));
+            f->t_teacher += nv_now() - tt;
+        }
         const float l = nv_tmodel_forward(&r->tm, r->in + a * bt + r->mine, tg);
+        f->kl += r->tm.distill_kl / (double)o->accum;
         if (dropping) nv_tmodel_set_dropout(&r->tm, 0.0f, 0.0f, 0, 0); /* evaluation and samples see the whole model */
         f->router[0] += r->tm.router_aux / (double)o->accum;
         f->router[1] += r->tm.router_z / (double)o->accum;
@@ -1013,6 +1072,10 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
         nv_dist_sum_f64(r->pref ? f->psums : &f->loss, r->pref ? PREF_SUMS : 1);
         nv_dist_sum_f64(&f->flops, 1);
         if (!ds->chat) f->loss /= r->world;
+        if (o->teacher) {
+            nv_dist_sum_f64(&f->kl, 1);
+            f->kl /= r->world;
+        }
         if (o->config.n_experts) {
             nv_dist_sum_f64(f->router, 2);
             f->router[0] /= r->world, f->router[1] /= r->world;
@@ -1051,6 +1114,7 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
     fprintf(m, ",\"lr\":%.6g", f->lr);
     json_num(m, "epoch", epochs_of(r->cur.windows, r->epoch_windows));
     json_num(m, "grad_norm", f->gnorm);
+    if (r->o->teacher) json_num(m, "distill_kl", f->kl);
     if (r->o->config.n_experts) { /* router_aux 1 when the experts share the tokens evenly */
         json_num(m, "router_aux", f->router[0]);
         json_num(m, "router_z", f->router[1]);
@@ -1064,6 +1128,7 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
             "\"ms_optimizer\":%.2f,\"ms_wait\":%.2f,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
             (double)r->bt * r->o->accum / dt, dt * 1e3, f->t_forward * 1e3, f->t_backward * 1e3, f->t_optimizer * 1e3,
             f->t_wait * 1e3, f->flops / dt / 1e12, (long long)r->tokens_seen, nv_plan_builds());
+    if (r->o->teacher) fprintf(m, ",\"ms_teacher\":%.2f", f->t_teacher * 1e3);
     fprintf(m, ",\"elapsed_s\":%.3f", f->elapsed);
     if (r->world > 1) fprintf(m, ",\"processes\":%d", r->world);
     if (f->skipped) fprintf(m, ",\"skipped\":true");
@@ -1085,12 +1150,17 @@ static void show_progress(const train_run *r, long step, const step_figures *f, 
     if (!isnan(le->pref[0])) /* preference data: the validation pairs the model prefers rightly */
         snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " (acc %.2f)", le->pref[0]);
     if (!isnan(le->mc[1])) snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | mc %.2f%%", 100 * le->mc[1]);
-    char line[512];
+    char kl[48] = "", teach[48] = "";
+    if (o->teacher) {
+        snprintf(kl, sizeof kl, " (kl %.4f)", f->kl);
+        snprintf(teach, sizeof teach, " incl. teacher %.0f", f->t_teacher * 1e3);
+    }
+    char line[600];
     snprintf(line, sizeof line,
-             "step %ld/%s (epoch %.2f) | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f, bwd %.0f, opt %.0f, "
+             "step %ld/%s (epoch %.2f) | loss %.4f%s%s | lr %.2e | %.0f tok/s | %.0f ms/step (fwd %.0f%s, bwd %.0f, opt %.0f, "
              "wait %.0f) | %.3f TFLOP/s | ETA %s",
-             step, total, epochs_of(r->cur.windows, r->epoch_windows), f->loss, vbuf, f->lr,
-             (double)r->bt * o->accum / dt, dt * 1e3, f->t_forward * 1e3, f->t_backward * 1e3, f->t_optimizer * 1e3,
+             step, total, epochs_of(r->cur.windows, r->epoch_windows), f->loss, kl, vbuf, f->lr,
+             (double)r->bt * o->accum / dt, dt * 1e3, f->t_forward * 1e3, teach, f->t_backward * 1e3, f->t_optimizer * 1e3,
              f->t_wait * 1e3, f->flops / dt / 1e12, eta);
     if (r->tty) fprintf(stderr, "\r\033[K%s", line);
     else if (!r->quiet && (last || step % 10 == 0 || !isnan(f->ev.val))) fprintf(stderr, "%s\n", line);
@@ -1230,12 +1300,14 @@ static void report_efficiency(const train_run *r, const run_totals *t, nv_engine
         snprintf(mem_text, sizeof mem_text, "; peak memory %.2f GB%s", (double)ru.ru_maxrss * 1024.0 / 1e9,
                  r->world > 1 ? " a process" : "");
     if (!r->lead) return;
+    char teacher_text[64] = "";
+    if (r->o->teacher) snprintf(teacher_text, sizeof teacher_text, ", the teacher's %.1f of it", 1e3 * t->teacher / n);
     fprintf(stderr,
-            "nerve: efficiency: %ld steps (%.2f epochs) in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%) + "
+            "nerve: efficiency: %ld steps (%.2f epochs) in %.1f s, %.0f tokens/s, %.1f ms/step = forward %.1f (%.0f%%%s) + "
             "backward %.1f (%.0f%%) + optimizer %.1f (%.0f%%) + waiting %.1f (%.0f%%); %.3f TFLOP/s achieved on %s%s%s; %ld "
             "plans built at setup, %ld since%s\n",
             t->steps, epochs_of(r->cur.windows - t->windows0, r->epoch_windows), wall, (double)r->bt * r->o->accum * n / t->step,
-            1e3 * t->step / n, 1e3 * t->forward / n, 100 * t->forward / t->step, 1e3 * t->backward / n,
+            1e3 * t->step / n, 1e3 * t->forward / n, 100 * t->forward / t->step, teacher_text, 1e3 * t->backward / n,
             100 * t->backward / t->step, 1e3 * t->optimizer / n, 100 * t->optimizer / t->step, 1e3 * t->wait / n,
             100 * t->wait / t->step, achieved / 1e12, nv_engine_name(used), r->procs, peak_text, builds_after_setup,
             nv_plan_builds() - builds_after_setup, mem_text);
@@ -1380,6 +1452,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         f.t_step = nv_now() - t0;
         r->tokens_seen += (int64_t)r->bt * o->accum;
         tot.forward += f.t_forward, tot.backward += f.t_backward, tot.optimizer += f.t_optimizer, tot.wait += f.t_wait;
+        tot.teacher += f.t_teacher;
         tot.step += f.t_step, tot.flops += f.flops;
         tot.steps++;
         if (tot.steps == 1) t_first_done = nv_now();

@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/choice.h"
 #include "model/lora.h"
+#include "model/model.h"
 #include "train/data.h"
 #include "train/optim.h"
 #include "train/pref.h"
@@ -90,6 +91,12 @@ typedef struct {
     const nv_choice_set *eval_choice;
     int eval_choice_tasks;
     int recompute; /* activation checkpointing (nv_tmodel_init_ex): the same bits, less memory, more time */
+    /* knowledge distillation (nv_tmodel_set_teacher): a teacher model of the same vocabulary (its
+       plans built, its context at least seq) whose logits for every training window (a packed window's
+       documents each on its own, as the model sees them) the model learns towards with weight
+       distill_alpha at temperature distill_temp; NULL: none. Not with preference data. */
+    const nv_model *teacher;
+    float distill_alpha, distill_temp;
     float router_aux_coef; /* a mixture of experts: the load-balancing loss's weight (nv_tmodel's) */
     float router_z_coef;   /* and the router z-loss's (0: none) */
 } nv_train_opts;
