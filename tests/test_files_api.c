@@ -107,17 +107,22 @@ static void create_batch(int port, const char *file_id, const char *endpoint, ch
     resp_free(&r);
 }
 
-/* Polls the batch until its status is one of the final ones (or until wait_s): its object. */
-static cJSON *wait_batch(int port, const char *id, const char *until, double wait_s) {
+/* Polls a batch (OpenAI's at /v1/batches, or Anthropic's at /v1/messages/batches: its
+   processing_status) until its status is one of until's words (or until wait_s): its object. */
+static cJSON *poll_batch(int port, const char *base, const char *field, const char *id, const char *until, double wait_s) {
     char path[128];
-    snprintf(path, sizeof path, "/v1/batches/%s", id);
+    snprintf(path, sizeof path, "%s/%s", base, id);
     cJSON *j = NULL;
     for (double t0 = now_s(); now_s() - t0 < wait_s; sleep_ms(30)) {
         cJSON_Delete(j);
         j = get_json(port, path);
-        if (j && strstr(until, str_of(j, "status"))) break;
+        if (j && str_of(j, field)[0] && strstr(until, str_of(j, field))) break;
     }
     return j;
+}
+
+static cJSON *wait_batch(int port, const char *id, const char *until, double wait_s) {
+    return poll_batch(port, "/v1/batches", "status", id, until, wait_s);
 }
 
 static double count_of(const cJSON *b, const char *k) { return num_of(cJSON_GetObjectItemCaseSensitive(b, "request_counts"), k); }
@@ -291,12 +296,14 @@ static char *input_text(int copies, const char *url) {
     return b.data;
 }
 
-/* The answer without what differs between two runs of a request (ids, time, cached tokens). */
+/* The answer without what differs between two runs of a request (ids, time, what the prefix cache held). */
 static char *core(const cJSON *body) {
     cJSON *j = cJSON_Duplicate(body, 1);
     cJSON_DeleteItemFromObjectCaseSensitive(j, "id");
     cJSON_DeleteItemFromObjectCaseSensitive(j, "created");
-    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "usage"), "prompt_tokens_details");
+    cJSON *usage = cJSON_GetObjectItemCaseSensitive(j, "usage");
+    static const char *const cached[] = {"prompt_tokens_details", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"};
+    for (int k = 0; k < 4; k++) cJSON_DeleteItemFromObjectCaseSensitive(usage, cached[k]); /* what the prefix cache held */
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return s;
@@ -517,10 +524,178 @@ static void test_batch_cancel_priority(void) {
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
 }
 
+/* ---- Anthropic's Message Batches ------------------------------------------------------------------- */
+
+static const char *const msg_params[] = {
+    "{\"model\":\"stories260K\",\"max_tokens\":14,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}]}",
+    "{\"model\":\"gpt-4\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+    "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+};
+
+/* POST /v1/messages/batches of copies x the three params (custom_id mK-I): the batch's id ("" after a failed check). */
+static void create_msg_batch(int port, int copies, char id[64]) {
+    nv_buf b = {0};
+    nv_buf_printf(&b, "{\"requests\":[");
+    for (int c = 0; c < copies; c++)
+        for (int i = 0; i < 3; i++) nv_buf_printf(&b, "%s{\"custom_id\":\"m%d-%d\",\"params\":%s}", c || i ? "," : "", c, i, msg_params[i]);
+    nv_buf_printf(&b, "]}");
+    resp r;
+    id[0] = 0;
+    T_CHECK(http(port, "POST", "/v1/messages/batches", KEY, b.data, &r) && r.status == 200, "create: %d %s", r.status, r.body ? r.body : "");
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    T_CHECK(!strcmp(str_of(j, "type"), "message_batch") && !strcmp(str_of(j, "processing_status"), "in_progress") &&
+                num_of(cJSON_GetObjectItemCaseSensitive(j, "request_counts"), "processing") == 3 * copies,
+            "the new batch: %s", r.body ? r.body : "");
+    snprintf(id, 64, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    resp_free(&r);
+    nv_buf_free(&b);
+}
+
+static cJSON *wait_msg_batch(int port, const char *id, double wait_s) {
+    return poll_batch(port, "/v1/messages/batches", "processing_status", id, "ended", wait_s);
+}
+
+static double msg_count(const cJSON *b, const char *k) { return num_of(cJSON_GetObjectItemCaseSensitive(b, "request_counts"), k); }
+
+/* The results of batch id: each custom_id's result type counted into types (succeeded, errored,
+   canceled, expired); the first copy's succeeded message compared with what /v1/messages answers. */
+static int msg_results(int port, const char *id, int copies, int types[4], int compare) {
+    char path[160];
+    snprintf(path, sizeof path, "/v1/messages/batches/%s/results", id);
+    resp r;
+    T_CHECK(http(port, "GET", path, KEY, NULL, &r) && r.status == 200, "results: %d", r.status);
+    cJSON *lines[256];
+    const int n = r.status == 200 ? json_lines(r.body, lines, 256) : 0;
+    resp_free(&r);
+    static const char *const names[4] = {"succeeded", "errored", "canceled", "expired"};
+    char seen[64][3] = {{0}};
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(lines[i], "result");
+        int c = -1, k = -1, t = 0;
+        while (t < 4 && strcmp(str_of(res, "type"), names[t]) != 0) t++;
+        if (sscanf(str_of(lines[i], "custom_id"), "m%d-%d", &c, &k) != 2 || c < 0 || c >= copies || k < 0 || k > 2 || seen[c][k]++ || t == 4 ||
+            (t < 2 && (t == 0) != (k == 0))) {
+            bad++;
+            continue;
+        }
+        types[t]++;
+        if (compare && t == 0 && c == 0) {
+            resp d;
+            T_CHECK(http(port, "POST", "/v1/messages", KEY, msg_params[0], &d) && d.status == 200, "/v1/messages");
+            cJSON *direct = cJSON_Parse(d.body ? d.body : "");
+            char *a = core(cJSON_GetObjectItemCaseSensitive(res, "message")), *w = core(direct);
+            T_CHECK(a && w && !strcmp(a, w), "the batch's message\n%s\nis not the server's\n%s", a, w);
+            free(a), free(w);
+            cJSON_Delete(direct);
+            resp_free(&d);
+        }
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
+    T_CHECK(!bad, "%d result lines are wrong", bad);
+    return n;
+}
+
+/* Message Batches: answered as /v1/messages answers each request; bad creations refused in
+ * Anthropic's error shape; OpenAI's endpoints do not see them nor Anthropic's OpenAI's; the list's
+ * cursors; a cancel's canceled results; results and deletion only once ended. */
+static void test_message_batches(void) {
+    if (!model_path() || !tok_path()) return;
+    char args[1024];
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s' --max-batch 1 --batch-parallel 1", t_path("mstore"));
+    server s;
+    if (!server_spawn(&s, "msgbatch", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=5", model_path(), tok_path(), args, 60)) return;
+    char ids[3][64];
+    create_msg_batch(s.port, 2, ids[0]);
+    cJSON *b = wait_msg_batch(s.port, ids[0], 60);
+    T_CHECK(msg_count(b, "succeeded") == 2 && msg_count(b, "errored") == 4 && msg_count(b, "processing") == 0 &&
+                strstr(str_of(b, "results_url"), ids[0]) && str_of(b, "ended_at")[0],
+            "the ended batch");
+    cJSON_Delete(b);
+    int types[4] = {0};
+    T_CHECK(msg_results(s.port, ids[0], 2, types, 1) == 6 && types[0] == 2 && types[1] == 4, "the results: %d %d", types[0], types[1]);
+    /* refused in Anthropic's shape */
+    static const char *const refused[] = {"{}", "{\"requests\":[]}", "{\"requests\":[{\"custom_id\":\"a b\",\"params\":{}}]}",
+                                          "{\"requests\":[{\"custom_id\":\"a\",\"params\":{}},{\"custom_id\":\"a\",\"params\":{}}]}",
+                                          "{\"requests\":[{\"custom_id\":\"a\",\"params\":[]}]}",
+                                          "{\"requests\":[{\"custom_id\":\"a\",\"params\":{\"stream\":true}}]}"};
+    resp r;
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        T_CHECK(http(s.port, "POST", "/v1/messages/batches", KEY, refused[k], &r) && r.status == 400 && strstr(r.body, "\"type\":\"error\""),
+                "refused %zu: %d %s", k, r.status, r.body);
+        resp_free(&r);
+    }
+    /* each API its own */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/batches/%s", ids[0]);
+    T_CHECK(http(s.port, "GET", path, KEY, NULL, &r) && r.status == 404, "OpenAI's endpoint saw it: %d", r.status);
+    resp_free(&r);
+    cJSON *l = get_json(s.port, "/v1/batches");
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 0, "OpenAI's list holds it");
+    cJSON_Delete(l);
+    /* a cancel part way: those never run canceled; no deletion, no results before the end */
+    create_msg_batch(s.port, 12, ids[1]);
+    for (double t0 = now_s(); now_s() - t0 < 60; sleep_ms(20)) {
+        snprintf(path, sizeof path, "/v1/messages/batches/%s", ids[1]);
+        b = get_json(s.port, path);
+        const double done = msg_count(b, "succeeded") + msg_count(b, "errored");
+        cJSON_Delete(b);
+        if (done >= 2) break;
+    }
+    snprintf(path, sizeof path, "/v1/messages/batches/%s", ids[1]);
+    T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 400, "deleted while running: %d", r.status);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v1/messages/batches/%s/results", ids[1]);
+    T_CHECK(http(s.port, "GET", path, KEY, NULL, &r) && r.status == 400, "results while running: %d", r.status);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v1/messages/batches/%s/cancel", ids[1]);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"canceling\""), "cancel: %d %s", r.status, r.body);
+    resp_free(&r);
+    b = wait_msg_batch(s.port, ids[1], 60);
+    const double canceled = msg_count(b, "canceled");
+    T_CHECK(canceled > 0 && msg_count(b, "succeeded") + msg_count(b, "errored") + canceled == 36 && str_of(b, "cancel_initiated_at")[0],
+            "canceled %g", canceled);
+    cJSON_Delete(b);
+    int t2[4] = {0};
+    T_CHECK(msg_results(s.port, ids[1], 12, t2, 0) == 36 && t2[2] == (int)canceled, "the results after the cancel: %d canceled", t2[2]);
+    /* the list, newest first, its cursors */
+    create_msg_batch(s.port, 1, ids[2]);
+    cJSON_Delete(wait_msg_batch(s.port, ids[2], 60));
+    l = get_json(s.port, "/v1/messages/batches?limit=2");
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 2 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), ids[2]) &&
+                !strcmp(str_of(cJSON_GetArrayItem(data, 1), "id"), ids[1]) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "the list");
+    cJSON_Delete(l);
+    snprintf(path, sizeof path, "/v1/messages/batches?after_id=%s", ids[1]);
+    l = get_json(s.port, path);
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 1 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), ids[0]), "after_id");
+    cJSON_Delete(l);
+    snprintf(path, sizeof path, "/v1/messages/batches?before_id=%s&limit=1", ids[0]);
+    l = get_json(s.port, path);
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 1 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), ids[1]) &&
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "before_id");
+    cJSON_Delete(l);
+    /* deleted once ended: its record and results gone */
+    snprintf(path, sizeof path, "/v1/messages/batches/%s", ids[0]);
+    T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 200 && strstr(r.body, "message_batch_deleted"), "delete: %d",
+            r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", path, KEY, NULL, &r) && r.status == 404 && strstr(r.body, "not_found_error"), "deleted: %d %s", r.status,
+            r.body);
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+}
+
 int main(void) {
     T_RUN(test_files);
     T_RUN(test_batch);
     T_RUN(test_batch_restart);
     T_RUN(test_batch_cancel_priority);
+    T_RUN(test_message_batches);
     return t_done();
 }

@@ -1,7 +1,8 @@
 // Drives a running `nerve serve` (stories260K, chatml) with the official Anthropic TypeScript SDK
 // and asserts what a client reads from /v1/messages: whole and streamed messages (the SDK's own
 // accumulation of the events), stop sequences, prefill, token counting, tool use against a second
-// server (TOOLS_URL) whose model has room for the tools, and the errors the SDK raises.
+// server (TOOLS_URL) whose model has room for the tools, the errors the SDK raises, and Message
+// Batches (the first server runs with --files-dir).
 // Usage: node check_anthropic.mjs BASE_URL API_KEY TOOLS_URL MODEL TOOLS_MODEL
 import Anthropic from '@anthropic-ai/sdk';
 import assert from 'node:assert/strict';
@@ -87,5 +88,30 @@ const after = await tools.messages.create({ ...ask, tool_choice: { type: 'auto' 
   ...ask.messages, { role: 'assistant', content: call.content },
   { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'Sunny, 21 C' }] }] });
 assert.equal(after.type, 'message');
+
+// Message Batches (the server runs with --files-dir): created inline, polled, results read back
+let mb = await client.messages.batches.create({ requests: [0, 1].map((i) => ({ custom_id: `r${i}`,
+  params: { model, max_tokens: 10 + i, temperature: 0, messages } })).concat([{ custom_id: 'bad', params: { model: 'nope', max_tokens: 5, messages } }]) });
+assert.equal(mb.type, 'message_batch');
+assert.equal(mb.request_counts.processing, 3);
+for (let t = 0; mb.processing_status !== 'ended' && t < 600; t++) {
+  await new Promise((r) => setTimeout(r, 100));
+  mb = await client.messages.batches.retrieve(mb.id);
+}
+assert.equal(mb.processing_status, 'ended');
+assert.deepEqual(mb.request_counts, { processing: 0, succeeded: 2, errored: 1, canceled: 0, expired: 0 });
+const got = {};
+for await (const r of await client.messages.batches.results(mb.id)) got[r.custom_id] = r.result;
+assert.equal(got.bad.type, 'errored');
+for (const i of [0, 1]) {
+  const alone = await client.messages.create({ model, max_tokens: 10 + i, temperature: 0, messages });
+  assert.equal(got[`r${i}`].type, 'succeeded');
+  assert.equal(got[`r${i}`].message.content[0].text, alone.content[0].text);
+}
+const ids = [];
+for await (const b of client.messages.batches.list({ limit: 10 })) ids.push(b.id);
+assert.ok(ids.includes(mb.id));
+assert.equal((await client.messages.batches.delete(mb.id)).type, 'message_batch_deleted');
+await assert.rejects(client.messages.batches.retrieve(mb.id), (e) => e.status === 404);
 
 console.log('sdk_check: the Anthropic SDK checks passed');

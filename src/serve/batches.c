@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,7 +17,7 @@
 #include "base/log.h"
 #include "serve/batchrun.h"
 
-#define ID_LEN 30       /* "batch_" + 24 hex digits */
+#define ID_LEN 33       /* "batch_" or (Anthropic's) "msgbatch_", + 24 hex digits */
 #define MAX_ERRORS 100  /* a failed validation lists this many bad lines */
 #define WINDOW_S 86400L /* completion_window "24h" */
 
@@ -101,8 +102,14 @@ static nv_err save(nv_batches *b, const batch *x) {
     return e;
 }
 
+/* 1 when id is one of ours: OpenAI's batch_, Anthropic's msgbatch_ (the same records; Anthropic's
+   hold their requests in DIR/ID.input.jsonl, not in a file of the store, and "nerve_kind"). */
+static int id_ok(const char *id) { return nv_id_well_formed(id, "batch_") || nv_id_well_formed(id, "msgbatch_"); }
+
+static int anthropic_of(const cJSON *o) { return !strcmp(str_of(o, "nerve_kind"), "anthropic"); }
+
 static int find(const nv_batches *b, const char *id) {
-    if (!nv_id_well_formed(id, "batch_")) return -1;
+    if (!id_ok(id)) return -1;
     for (int i = 0; i < b->n; i++)
         if (!strcmp(b->v[i].id, id)) return i;
     return -1;
@@ -128,7 +135,8 @@ static nv_err add(nv_batches *b, const char *id, cJSON *o, uint64_t seq) {
 /* One DIR/batch_*.json read back: its object (its order in *seq), or NULL when it is not one of ours. */
 static cJSON *load_one(const char *path, const char *id, uint64_t *seq) {
     cJSON *o = nv_files_load_record(path, seq);
-    if (o && (strcmp(str_of(o, "id"), id) != 0 || status_of(o) < 0 || !nv_id_well_formed(str_of(o, "input_file_id"), "file-") ||
+    if (o && (strcmp(str_of(o, "id"), id) != 0 || status_of(o) < 0 ||
+              (!anthropic_of(o) && !nv_id_well_formed(str_of(o, "input_file_id"), "file-")) ||
               !str_of(o, "endpoint")[0] || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "created_at")) ||
               !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "expires_at")) ||
               !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "request_counts")))) {
@@ -154,10 +162,11 @@ nv_err nv_batches_open(nv_batches **out, nv_files *files) {
     nv_err e = NV_OK;
     for (struct dirent *de; e == NV_OK && (de = readdir(d));) {
         const char *name = de->d_name;
-        if (strlen(name) != ID_LEN + 5 || strcmp(name + ID_LEN, ".json") != 0) continue;
+        const size_t len = strlen(name);
+        if (len < 5 || len > ID_LEN + 5 || strcmp(name + len - 5, ".json") != 0) continue;
         char id[ID_LEN + 1], path[4200];
-        snprintf(id, sizeof id, "%.30s", name);
-        if (!nv_id_well_formed(id, "batch_")) continue;
+        snprintf(id, sizeof id, "%.*s", (int)(len - 5), name);
+        if (!id_ok(id)) continue;
         path_of(dir, id, ".json", path, sizeof path);
         uint64_t seq;
         cJSON *o = load_one(path, id, &seq);
@@ -211,7 +220,7 @@ static void on_result(void *ctx, int k, char *line, int status, int ok, const do
  * param, line} objects). */
 typedef struct {
     nv_batch_set *set;
-    const char *endpoint;
+    const char *endpoint; /* OpenAI's: each line's url; NULL: Anthropic's lines */
     cJSON *errors;
     int n_bad;
 } check_ctx;
@@ -233,9 +242,10 @@ static int check_line(void *ctx, char *line, int no) {
     const char *code = "invalid_request", *msg = nv_errmsg();
     char why[400];
     if (e == NV_ENOMEM) return -1;
-    if (e == NV_OK && c->set->reqs[before].anthropic)
-        code = "invalid_request", msg = "an Anthropic Message Batches line: /v1/batches runs OpenAI's batch lines";
-    else if (e == NV_OK && strcmp(c->set->reqs[before].url, c->endpoint) != 0) {
+    if (e == NV_OK && c->set->reqs[before].anthropic != !c->endpoint)
+        code = "invalid_request", msg = c->endpoint ? "an Anthropic Message Batches line: /v1/batches runs OpenAI's batch lines"
+                                                    : "not an Anthropic Message Batches request";
+    else if (e == NV_OK && c->endpoint && strcmp(c->set->reqs[before].url, c->endpoint) != 0) {
         snprintf(why, sizeof why, "the url %.100s is not the batch's endpoint %.40s", c->set->reqs[before].url, c->endpoint);
         code = "mismatched_endpoint", msg = why;
     } else if (e == NV_OK)
@@ -244,9 +254,20 @@ static int check_line(void *ctx, char *line, int no) {
     return 0;
 }
 
-static int read_input(nv_batches *b, const char *file_id, const char *endpoint, nv_batch_set *set, cJSON *errors) {
-    nv_file_info fi;
-    const int fd = nv_files_open_content(b->files, file_id, &fi);
+/* The batch's requests into set: OpenAI's from the store's file_id, each line's url endpoint;
+   Anthropic's (endpoint NULL) from DIR/ID.input.jsonl. */
+static int read_input(nv_batches *b, const char *id, const char *file_id, const char *endpoint, nv_batch_set *set, cJSON *errors) {
+    nv_file_info fi = {0};
+    int fd;
+    if (endpoint) {
+        fd = nv_files_open_content(b->files, file_id, &fi);
+    } else {
+        char path[4200];
+        struct stat st;
+        path_of(nv_files_dir(b->files), id, ".input.jsonl", path, sizeof path);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && fstat(fd, &st) == 0) fi.bytes = st.st_size;
+    }
     if (fd < 0) {
         add_error(errors, "invalid_file", "the input file is no longer on the server", 0);
         return -1;
@@ -328,17 +349,23 @@ static int keep_partial(const char *path, const nv_batch_set *set, char *answere
     return rc;
 }
 
-/* An error line for a request never run: expired (OpenAI's batch_expired). */
-static int write_expired(FILE *f, const nv_batch_req *q) {
+/* The line of a request never run: OpenAI's error line (code batch_expired), or Anthropic's result of
+   type canceled or expired. */
+static int write_unrun(FILE *f, const nv_batch_req *q, int expired) {
     char id[64];
-    nv_api_new_id(id, sizeof id, "batch_req_");
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "custom_id", q->custom_id);
-    cJSON_AddNullToObject(o, "response");
-    cJSON *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "code", "batch_expired");
-    cJSON_AddStringToObject(e, "message", "This request could not be executed before the completion window expired.");
+    if (q->anthropic) {
+        cJSON_AddStringToObject(o, "custom_id", q->custom_id);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "result"), "type", expired ? "expired" : "canceled");
+    } else {
+        nv_api_new_id(id, sizeof id, "batch_req_");
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "custom_id", q->custom_id);
+        cJSON_AddNullToObject(o, "response");
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", "batch_expired");
+        cJSON_AddStringToObject(e, "message", "This request could not be executed before the completion window expired.");
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     const int ok = s && fprintf(f, "%s\n", s) >= 0;
@@ -352,17 +379,37 @@ static batch *get(nv_batches *b, const char *id) {
     return i < 0 ? NULL : &b->v[i];
 }
 
-/* The partials made files of the store and the batch ended with status st (its counts given). */
-static void finalize(nv_batches *b, const char *id, int st, int total, int completed, int failed, cJSON *errors) {
+/* Anthropic's results are one file: the errors partial's lines appended to the output's (0: done). */
+static int merge_partials(const char *dir, const char *id) {
+    char out_path[4200], err_path[4200], *text = NULL;
+    size_t len = 0;
+    path_of(dir, id, ".output.partial", out_path, sizeof out_path);
+    path_of(dir, id, ".errors.partial", err_path, sizeof err_path);
+    if (!nv_file_exists(err_path)) return 0;
+    if (nv_file_read_all(err_path, &text, &len) != NV_OK) return -1;
+    FILE *f = fopen(out_path, "a");
+    int ok = f && fwrite(text, 1, len, f) == len;
+    if (f) ok = fflush(f) == 0 && fsync(fileno(f)) == 0 && ok, ok = fclose(f) == 0 && ok;
+    free(text);
+    if (ok) unlink(err_path);
+    return ok ? 0 : -1;
+}
+
+/* The partials made files of the store and the batch ended with status st (its counts given; unrun:
+   Anthropic's requests never run, canceled or expired). */
+static void finalize(nv_batches *b, const char *id, int st, int total, int completed, int failed, int unrun, cJSON *errors) {
     const char *dir = nv_files_dir(b->files);
     pthread_mutex_lock(&b->mu);
     batch *x = get(b, id);
+    const int anth = x && anthropic_of(x->o);
     if (x) {
         set_status(x->o, B_FINALIZING);
         set_counts(x->o, total, completed, failed);
+        put(x->o, "nerve_unrun", cJSON_CreateNumber(unrun));
         save(b, x);
     }
     pthread_mutex_unlock(&b->mu);
+    if (anth && merge_partials(dir, id) != 0) nv_warn("serve: batch %s: its errored results stay in %s: %s", id, dir, strerror(errno));
     char file_ids[2][NV_FILE_ID_LEN + 1] = {"", ""};
     static const char *const ext[2] = {".output.partial", ".errors.partial"}, *const name[2] = {"_output.jsonl", "_error.jsonl"};
     for (int k = 0; k < 2; k++) {
@@ -374,7 +421,7 @@ static void finalize(nv_batches *b, const char *id, int st, int total, int compl
             unlink(path);
             continue;
         }
-        snprintf(fname, sizeof fname, "%s%s", id, name[k]);
+        snprintf(fname, sizeof fname, "%s%s", id, anth ? "_results.jsonl" : name[k]);
         nv_file_info fi;
         if (nv_files_adopt(b->files, path, fname, "batch_output", &fi) == NV_OK) snprintf(file_ids[k], sizeof file_ids[k], "%s", fi.id);
         else nv_warn("serve: batch %s: its results stay in %s: %s", id, path, nv_errmsg());
@@ -411,6 +458,7 @@ static void process(nv_batches *b, const char *id) {
     }
     const long expires_at = x ? (long)num_of(x->o, "expires_at") : 0;
     const int had_cancel = x && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x->o, "cancelling_at"));
+    const int anth = x && anthropic_of(x->o);
     pthread_mutex_unlock(&b->mu);
     if (st < 0) return;
     const char *dir = nv_files_dir(b->files);
@@ -421,14 +469,14 @@ static void process(nv_batches *b, const char *id) {
     nv_batch_set set;
     cJSON *errors = cJSON_CreateArray();
     run_ctx r = {.b = b, .expires_at = expires_at};
-    int *todo = NULL, completed = 0, failed = 0;
+    int *todo = NULL, completed = 0, failed = 0, unrun = 0;
     if (!errors || nv_batch_set_init(&set) != NV_OK) {
         cJSON_Delete(errors);
         return;
     }
-    if (read_input(b, input, endpoint, &set, errors) != 0) {
+    if (read_input(b, id, input, anth ? NULL : endpoint, &set, errors) != 0) {
         /* a batch that ran before its input went keeps what it answered */
-        finalize(b, id, B_FAILED, set.n, 0, 0, errors);
+        finalize(b, id, B_FAILED, set.n, 0, 0, 0, errors);
         errors = NULL;
         goto end;
     }
@@ -467,7 +515,8 @@ static void process(nv_batches *b, const char *id) {
         if (go) b->run = &r.run, snprintf(b->running, sizeof b->running, "%s", id);
         pthread_mutex_unlock(&b->mu);
         if (go) {
-            nv_info("serve: batch %s: %d requests to %s%s", id, n_todo, endpoint, completed + failed ? " (the rest were answered before)" : "");
+            nv_info("serve: batch %s: %d requests to %s%s", id, n_todo, anth ? "/v1/messages" : endpoint,
+                    completed + failed ? " (the rest were answered before)" : "");
             nv_batch_run(&r.run);
         }
         pthread_mutex_lock(&b->mu);
@@ -483,24 +532,30 @@ static void process(nv_batches *b, const char *id) {
     st = (x = get(b, id)) ? status_of(x->o) : -1;
     pthread_mutex_unlock(&b->mu);
     if (stopping || st < 0) goto end; /* stays as it is for the next start */
+    if (st == B_CANCELLING || r.expired || time(NULL) > expires_at) {
+        /* the requests never run: OpenAI's expired ones an error line each (counted failed), Anthropic's
+           canceled or expired ones a result each */
+        const int expired = st != B_CANCELLING;
+        for (int i = 0; i < set.n; i++)
+            if (!r.answered[i] && (anth || expired)) {
+                if (!write_unrun(r.err, &set.reqs[i], expired)) r.write_error = errno ? errno : EIO;
+                if (anth) unrun++;
+                else failed++;
+            }
+        if (fflush(r.err) != 0) r.write_error = errno ? errno : EIO;
+        st = expired ? B_EXPIRED : B_CANCELLED;
+    } else {
+        st = B_COMPLETED;
+    }
     if (r.write_error) {
         char msg[200];
         snprintf(msg, sizeof msg, "the answers could not be written: %s", strerror(r.write_error));
         add_error(errors, "server_error", msg, 0);
         st = B_FAILED;
-    } else if (st == B_CANCELLING) {
-        st = B_CANCELLED;
-    } else if (r.expired || time(NULL) > expires_at) {
-        for (int i = 0; i < set.n; i++)
-            if (!r.answered[i]) failed += 1, r.write_error |= !write_expired(r.err, &set.reqs[i]);
-        fflush(r.err);
-        st = B_EXPIRED;
-    } else {
-        st = B_COMPLETED;
     }
     fclose(r.out), fclose(r.err);
     r.out = r.err = NULL;
-    finalize(b, id, st, set.n, completed, failed, st == B_FAILED ? errors : NULL);
+    finalize(b, id, st, set.n, completed, failed, unrun, st == B_FAILED ? errors : NULL);
     if (st == B_FAILED) errors = NULL;
 end:
     if (r.out) fclose(r.out);
@@ -572,18 +627,74 @@ void nv_batches_close(nv_batches *b) {
 
 /* ---- the endpoints ---------------------------------------------------------------------------------- */
 
-/* x's object as the API shows it (under mu): the running one's counts as they are now. */
-static cJSON *shown(nv_batches *b, const batch *x) {
+/* An RFC 3339 time (Anthropic's) of o[key], seconds since 1970, or null when it has none. */
+static void add_time(cJSON *to, const char *name, const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) {
+        cJSON_AddNullToObject(to, name);
+        return;
+    }
+    const time_t t = (time_t)v->valuedouble;
+    struct tm tm;
+    char buf[40];
+    gmtime_r(&t, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddStringToObject(to, name, buf);
+}
+
+static int ended(int st) { return st == B_FAILED || st == B_COMPLETED || st == B_EXPIRED || st == B_CANCELLED; }
+
+/* x as Anthropic's MessageBatch, counts c (total, succeeded, errored), base the server's URL. */
+static cJSON *anth_object(const batch *x, const int c[3], const char *base) {
+    const cJSON *o = x->o;
+    const int st = status_of(o), unrun = (int)num_of(o, "nerve_unrun"), end = ended(st);
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddStringToObject(a, "id", x->id);
+    cJSON_AddStringToObject(a, "type", "message_batch");
+    cJSON_AddStringToObject(a, "processing_status", end ? "ended" : st == B_CANCELLING ? "canceling" : "in_progress");
+    cJSON *rc = cJSON_AddObjectToObject(a, "request_counts");
+    cJSON_AddNumberToObject(rc, "processing", end ? 0 : c[0] - c[1] - c[2]);
+    cJSON_AddNumberToObject(rc, "succeeded", c[1]);
+    cJSON_AddNumberToObject(rc, "errored", st == B_FAILED ? c[0] - c[1] : c[2]);
+    cJSON_AddNumberToObject(rc, "canceled", st == B_CANCELLED ? unrun : 0);
+    cJSON_AddNumberToObject(rc, "expired", st == B_EXPIRED ? unrun : 0);
+    add_time(a, "ended_at", o, end ? status_at[st] : "");
+    add_time(a, "created_at", o, "created_at");
+    add_time(a, "expires_at", o, "expires_at");
+    add_time(a, "cancel_initiated_at", o, "cancelling_at");
+    cJSON_AddNullToObject(a, "archived_at");
+    if (end) {
+        char url[600];
+        snprintf(url, sizeof url, "%.400s/v1/messages/batches/%s/results", base, x->id);
+        cJSON_AddStringToObject(a, "results_url", url);
+    } else {
+        cJSON_AddNullToObject(a, "results_url");
+    }
+    return a;
+}
+
+/* x's object as its API shows it (under mu): the running one's counts as they are now; base: the
+   server's URL (Anthropic's results_url). */
+static cJSON *shown(nv_batches *b, const batch *x, const char *base) {
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(x->o, "request_counts");
+    int c[3] = {(int)num_of(rc, "total"), (int)num_of(rc, "completed"), (int)num_of(rc, "failed")};
+    if (!strcmp(b->running, x->id)) c[1] = atomic_load(&b->run_completed), c[2] = atomic_load(&b->run_failed);
+    if (anthropic_of(x->o)) return anth_object(x, c, base);
     cJSON *o = cJSON_Duplicate(x->o, 1);
-    if (o && !strcmp(b->running, x->id))
-        set_counts(o, (int)num_of(cJSON_GetObjectItemCaseSensitive(x->o, "request_counts"), "total"), atomic_load(&b->run_completed),
-                   atomic_load(&b->run_failed));
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "nerve_unrun");
+    if (o) set_counts(o, c[0], c[1], c[2]);
     return o;
 }
 
 static int not_found(const char *id, nv_api_error *e) {
-    nv_api_error_set(e, 404, "invalid_request_error", "not_found", NULL, "No batch found with id '%.100s'", id);
+    nv_api_error_set(e, 404, "not_found_error", "not_found", NULL, "No batch found with id '%.100s'", id);
     return e->status;
+}
+
+/* Under mu: the record of id when it is one of that API's (Anthropic's or OpenAI's), or NULL. */
+static batch *get_kind(nv_batches *b, const char *id, int anthropic) {
+    batch *x = get(b, id);
+    return x && anthropic_of(x->o) == anthropic ? x : NULL;
 }
 
 static int answer(cJSON *o, char **out, nv_api_error *e) {
@@ -604,6 +715,9 @@ static int metadata_ok(const cJSON *m) {
         if (!cJSON_IsString(it) || strlen(it->string) > 64 || strlen(it->valuestring) > 512) return 0;
     return n <= 16;
 }
+
+static cJSON *new_record(const char *id, const char *endpoint, const char *input_file_id, const cJSON *meta);
+static int add_record(nv_batches *b, const char *id, cJSON *o, const char *base, char **out, nv_api_error *e);
 
 int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, nv_api_error *e) {
     static const char *const endpoints[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"};
@@ -637,13 +751,21 @@ int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, n
     }
     char id[64];
     nv_api_new_id(id, sizeof id, "batch_");
+    cJSON *o = new_record(id, endpoints[k], fi.id, meta);
+    cJSON_Delete(req);
+    return add_record(b, id, o, "", out, e);
+}
+
+/* A new batch's record: validating, in OpenAI's Batch shape (Anthropic's shown from it). */
+static cJSON *new_record(const char *id, const char *endpoint, const char *input_file_id, const cJSON *meta) {
     const long now = (long)time(NULL);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "batch");
-    cJSON_AddStringToObject(o, "endpoint", endpoints[k]);
+    cJSON_AddStringToObject(o, "endpoint", endpoint);
     cJSON_AddNullToObject(o, "errors");
-    cJSON_AddStringToObject(o, "input_file_id", fi.id);
+    if (input_file_id) cJSON_AddStringToObject(o, "input_file_id", input_file_id);
+    else cJSON_AddNullToObject(o, "input_file_id"), cJSON_AddStringToObject(o, "nerve_kind", "anthropic");
     cJSON_AddStringToObject(o, "completion_window", "24h");
     cJSON_AddStringToObject(o, "status", "validating");
     cJSON_AddNullToObject(o, "output_file_id");
@@ -657,36 +779,110 @@ int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, n
     set_counts(o, 0, 0, 0);
     if (meta) cJSON_AddItemToObject(o, "metadata", cJSON_Duplicate(meta, 1));
     else cJSON_AddNullToObject(o, "metadata");
-    cJSON_Delete(req);
+    return o;
+}
+
+/* Record o (taken) saved and listed, and the runner woken: its object as its API shows it in *out. */
+static int add_record(nv_batches *b, const char *id, cJSON *o, const char *base, char **out, nv_api_error *e) {
     pthread_mutex_lock(&b->mu);
     const uint64_t seq = b->next_seq;
     batch tmp = {.o = o, .seq = seq};
-    snprintf(tmp.id, sizeof tmp.id, "%.30s", id);
+    snprintf(tmp.id, sizeof tmp.id, "%.33s", id);
     nv_err err = save(b, &tmp);
     if (err == NV_OK) err = add(b, id, o, seq);
-    cJSON *copy = err == NV_OK ? cJSON_Duplicate(o, 1) : NULL;
+    cJSON *copy = err == NV_OK ? shown(b, &tmp, base) : NULL;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
     if (err != NV_OK) {
         cJSON_Delete(o);
-        nv_api_error_set(e, 500, "server_error", NULL, NULL, "The batch could not be saved: %s", nv_errmsg());
+        nv_api_error_set(e, 500, "api_error", NULL, NULL, "The batch could not be saved: %s", nv_errmsg());
         return e->status;
     }
     return answer(copy, out, e);
 }
 
-int nv_batches_get(nv_batches *b, const char *id, char **out, nv_api_error *e) {
+/* Anthropic's custom_id: 1 to 64 of letters, digits, '-' and '_'. */
+static int custom_id_ok(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (n >= 64 || !((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') || (s[n] >= '0' && s[n] <= '9') || s[n] == '-' ||
+                         s[n] == '_'))
+            return 0;
+    return n > 0;
+}
+
+int nv_batches_create_anthropic(nv_batches *b, const char *body, size_t len, const char *base, char **out, nv_api_error *e) {
+    cJSON *req = cJSON_ParseWithLength(body, len);
+    const cJSON *reqs = cJSON_IsObject(req) ? nv_api_field(req, "requests") : NULL;
+    const int n = cJSON_IsArray(reqs) ? cJSON_GetArraySize(reqs) : 0;
+    if (n < 1 || n > 100000) {
+        cJSON_Delete(req);
+        nv_api_error_set(e, 400, "invalid_request_error", NULL, "requests",
+                         "requests: a list of 1 to 100,000 {\"custom_id\", \"params\"} objects is required");
+        return e->status;
+    }
+    /* each request as a line of a Message Batches file, checked as nerve batch checks one */
+    nv_buf text = {0};
+    nv_batch_set set;
+    int rc = nv_batch_set_init(&set) == NV_OK ? 0 : nv_api_oom(e);
+    int k = 0;
+    for (const cJSON *it = reqs->child; !rc && it; it = it->next, k++) {
+        const cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "custom_id"), *params = cJSON_GetObjectItemCaseSensitive(it, "params");
+        if (!cJSON_IsString(cid) || !custom_id_ok(cid->valuestring) || !cJSON_IsObject(params)) {
+            nv_api_error_set(e, 400, "invalid_request_error", NULL, "requests",
+                             "requests[%d]: want {\"custom_id\": 1 to 64 letters, digits, '-' or '_', \"params\": a Messages request}", k);
+            rc = e->status;
+            break;
+        }
+        cJSON *line = cJSON_CreateObject();
+        cJSON_AddStringToObject(line, "custom_id", cid->valuestring);
+        cJSON_AddItemToObject(line, "params", cJSON_Duplicate(params, 1));
+        char *s = cJSON_PrintUnformatted(line);
+        cJSON_Delete(line);
+        const nv_err err = s ? nv_batch_add_line(&set, s, k + 1) : NV_ENOMEM;
+        if (err == NV_OK) {
+            nv_buf_append(&text, s, strlen(s));
+            nv_buf_append(&text, "\n", 1);
+        } else if (err == NV_ENOMEM) {
+            rc = nv_api_oom(e);
+        } else {
+            nv_api_error_set(e, 400, "invalid_request_error", NULL, "requests", "requests[%d]: %s", k, nv_errmsg());
+            rc = e->status;
+        }
+        free(s);
+    }
+    nv_batch_set_free(&set);
+    cJSON_Delete(req);
+    if (!rc && text.oom) rc = nv_api_oom(e);
+    char id[64], path[4200];
+    nv_api_new_id(id, sizeof id, "msgbatch_");
+    path_of(nv_files_dir(b->files), id, ".input.jsonl", path, sizeof path);
+    nv_iov part = {text.data, text.len};
+    if (!rc && nv_file_write_atomic(path, &part, 1) != NV_OK) {
+        nv_api_error_set(e, 500, "api_error", NULL, NULL, "The batch could not be saved: %s", nv_errmsg());
+        rc = e->status;
+    }
+    nv_buf_free(&text);
+    if (rc) return rc;
+    cJSON *o = new_record(id, "/v1/messages", NULL, NULL);
+    set_counts(o, n, 0, 0); /* Anthropic's counts them processing from the start */
+    rc = add_record(b, id, o, base, out, e);
+    if (rc) unlink(path);
+    return rc;
+}
+
+int nv_batches_get(nv_batches *b, int anthropic, const char *id, const char *base, char **out, nv_api_error *e) {
     pthread_mutex_lock(&b->mu);
-    const batch *x = get(b, id);
-    cJSON *o = x ? shown(b, x) : NULL;
+    const batch *x = get_kind(b, id, anthropic);
+    cJSON *o = x ? shown(b, x, base) : NULL;
     pthread_mutex_unlock(&b->mu);
     if (!x) return not_found(id, e);
     return answer(o, out, e);
 }
 
-int nv_batches_cancel(nv_batches *b, const char *id, char **out, nv_api_error *e) {
+int nv_batches_cancel(nv_batches *b, int anthropic, const char *id, const char *base, char **out, nv_api_error *e) {
     pthread_mutex_lock(&b->mu);
-    batch *x = get(b, id);
+    batch *x = get_kind(b, id, anthropic);
     const int st = x ? status_of(x->o) : -1;
     cJSON *o = NULL;
     if (st == B_VALIDATING || st == B_IN_PROGRESS) {
@@ -695,8 +891,9 @@ int nv_batches_cancel(nv_batches *b, const char *id, char **out, nv_api_error *e
         if (b->run && !strcmp(b->running, id)) nv_batch_run_stop(b->run, 1); /* those running finish */
         pthread_cond_broadcast(&b->cv);
     }
-    const int ok = x && st != B_FAILED && st != B_COMPLETED && st != B_EXPIRED && st != B_FINALIZING;
-    if (ok) o = shown(b, x);
+    /* Anthropic's cancel answers a batch that has ended as it is; OpenAI's refuses it */
+    const int ok = x && (anthropic || (st != B_FAILED && st != B_COMPLETED && st != B_EXPIRED && st != B_FINALIZING));
+    if (ok) o = shown(b, x, base);
     pthread_mutex_unlock(&b->mu);
     if (!x) return not_found(id, e);
     if (!ok) {
@@ -707,29 +904,88 @@ int nv_batches_cancel(nv_batches *b, const char *id, char **out, nv_api_error *e
     return answer(o, out, e);
 }
 
-int nv_batches_list(nv_batches *b, int limit, const char *after, char **out, nv_api_error *e) {
+int nv_batches_list(nv_batches *b, int anthropic, int limit, const char *after, const char *before, const char *base, char **out,
+                    nv_api_error *e) {
     cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
-    cJSON_AddStringToObject(o, "object", "list");
+    if (!anthropic) cJSON_AddStringToObject(o, "object", "list");
     pthread_mutex_lock(&b->mu);
-    int start = b->n - 1;
-    if (after) {
-        const int at = find(b, after);
-        start = at < 0 ? -1 : at - 1;
+    /* newest first; after an id: the older ones; before an id: the newer ones nearest it */
+    int hi = b->n - 1, lo = 0;
+    if (after || before) {
+        const int at = find(b, after ? after : before);
+        if (at < 0) hi = -1;
+        else if (after) hi = at - 1;
+        else lo = at + 1;
     }
-    int shown_n = 0, more = 0;
+    int kept = 0, more = 0;
+    if (before) { /* the limit nearest the cursor: skip the newest beyond them */
+        int count = 0;
+        for (int i = lo; i <= hi; i++) count += anthropic_of(b->v[i].o) == anthropic;
+        for (int skip = count - limit; skip > 0 && hi >= lo; hi--) skip -= anthropic_of(b->v[hi].o) == anthropic, more = 1;
+    }
     const char *first = NULL, *last = NULL;
-    for (int i = start; i >= 0; i--) {
-        if (shown_n == limit) {
+    for (int i = hi; i >= lo; i--) {
+        if (anthropic_of(b->v[i].o) != anthropic) continue;
+        if (kept == limit) {
             more = 1;
             break;
         }
-        cJSON_AddItemToArray(data, shown(b, &b->v[i]));
+        cJSON_AddItemToArray(data, shown(b, &b->v[i], base));
         if (!first) first = b->v[i].id;
-        last = b->v[i].id, shown_n++;
+        last = b->v[i].id, kept++;
     }
     if (first) cJSON_AddStringToObject(o, "first_id", first), cJSON_AddStringToObject(o, "last_id", last);
     else cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
     pthread_mutex_unlock(&b->mu);
     cJSON_AddBoolToObject(o, "has_more", more);
     return answer(o, out, e);
+}
+
+int nv_batches_delete(nv_batches *b, const char *id, char **out, nv_api_error *e) {
+    pthread_mutex_lock(&b->mu);
+    batch *x = get_kind(b, id, 1);
+    const int st = x ? status_of(x->o) : -1;
+    char results[NV_FILE_ID_LEN + 1] = "";
+    if (x && ended(st)) { /* its record, its requests and its results go */
+        char path[4200];
+        const char *dir = nv_files_dir(b->files);
+        snprintf(results, sizeof results, "%.29s", str_of(x->o, "output_file_id"));
+        path_of(dir, id, ".json", path, sizeof path);
+        unlink(path);
+        path_of(dir, id, ".input.jsonl", path, sizeof path);
+        unlink(path);
+        cJSON_Delete(x->o);
+        const int i = (int)(x - b->v);
+        memmove(b->v + i, b->v + i + 1, (size_t)(b->n - i - 1) * sizeof *b->v);
+        b->n--;
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (!x) return not_found(id, e);
+    if (!ended(st)) {
+        nv_api_error_set(e, 400, "invalid_request_error", NULL, NULL, "Message batch %.60s has not ended: cancel it first", id);
+        return e->status;
+    }
+    if (results[0]) nv_files_delete(b->files, results);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "type", "message_batch_deleted");
+    return answer(o, out, e);
+}
+
+int nv_batches_results(nv_batches *b, const char *id, int *fd, long long *bytes, nv_api_error *e) {
+    pthread_mutex_lock(&b->mu);
+    const batch *x = get_kind(b, id, 1);
+    const int st = x ? status_of(x->o) : -1;
+    char results[NV_FILE_ID_LEN + 1] = "";
+    if (x) snprintf(results, sizeof results, "%.29s", str_of(x->o, "output_file_id"));
+    pthread_mutex_unlock(&b->mu);
+    if (!x) return not_found(id, e);
+    if (!ended(st)) {
+        nv_api_error_set(e, 400, "invalid_request_error", NULL, NULL, "Message batch %.60s has not ended: its results are not ready", id);
+        return e->status;
+    }
+    nv_file_info fi = {0};
+    *fd = results[0] ? nv_files_open_content(b->files, results, &fi) : -1;
+    *bytes = fi.bytes;
+    return 0;
 }

@@ -17,6 +17,9 @@
  *   the requests not run get an error line each, code batch_expired). At the end the partials
  *   become files of the store (purpose batch_output; an empty one none): output_file_id and
  *   error_file_id.
+ * - Anthropic's Message Batches run the same way, their requests given inline and kept in
+ *   DIR/ID.input.jsonl; their results one file (succeeded, errored, and canceled or expired for
+ *   those never run).
  * - Every function is safe from any thread. */
 #ifndef NV_SERVE_BATCHES_H
 #define NV_SERVE_BATCHES_H
@@ -39,11 +42,24 @@ void nv_batches_stop(nv_batches *b, int level);
 /* Joins the thread (after nv_batches_stop) and frees b. */
 void nv_batches_close(nv_batches *b);
 
-/* The endpoints: 0 with the JSON answer in *out (malloc'd), else the error in e (its status). */
+/* The endpoints: 0 with the JSON answer in *out (malloc'd), else the error in e (its status).
+ * anthropic: Anthropic's Message Batches (/v1/messages/batches: msgbatch_ ids, MessageBatch objects,
+ * whose results_url is base + /v1/messages/batches/ID/results), else OpenAI's (/v1/batches); each
+ * sees its own batches only. */
 int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, nv_api_error *e);
-int nv_batches_get(nv_batches *b, const char *id, char **out, nv_api_error *e);
-int nv_batches_cancel(nv_batches *b, const char *id, char **out, nv_api_error *e);
-/* GET /v1/batches: newest first, after the id given (NULL: from the newest), at most limit. */
-int nv_batches_list(nv_batches *b, int limit, const char *after, char **out, nv_api_error *e);
+/* {"requests": [{"custom_id", "params"}...]}: each checked as nerve batch checks a Message Batches
+ * line (400 naming the first bad one), kept in DIR/ID.input.jsonl. */
+int nv_batches_create_anthropic(nv_batches *b, const char *body, size_t len, const char *base, char **out, nv_api_error *e);
+int nv_batches_get(nv_batches *b, int anthropic, const char *id, const char *base, char **out, nv_api_error *e);
+int nv_batches_cancel(nv_batches *b, int anthropic, const char *id, const char *base, char **out, nv_api_error *e);
+/* Newest first: after an id the older ones, before an id the newer ones nearest it (NULL: from the
+ * newest), at most limit. */
+int nv_batches_list(nv_batches *b, int anthropic, int limit, const char *after, const char *before, const char *base, char **out,
+                    nv_api_error *e);
+/* Anthropic's: an ended batch, its requests and results removed. */
+int nv_batches_delete(nv_batches *b, const char *id, char **out, nv_api_error *e);
+/* Anthropic's results (an ended batch's, a line per request in the order they ended: succeeded,
+ * errored, canceled or expired): *fd open on them (the caller closes it; -1: none), *bytes. */
+int nv_batches_results(nv_batches *b, const char *id, int *fd, long long *bytes, nv_api_error *e);
 
 #endif

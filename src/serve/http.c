@@ -47,7 +47,8 @@ typedef enum {
     R_WEBUI, /* GET /: the chat page */
     R_OLLA_CHAT, R_OLLA_GENERATE, R_OLLA_TAGS, R_OLLA_PS, R_OLLA_SHOW, R_OLLA_EMBED, R_OLLA_EMBEDDINGS,
     R_OLLA_VERSION, /* Ollama's API: its error shape */
-    R_FILES, R_FILE, R_FILE_CONTENT, R_BATCHES, R_BATCH, R_BATCH_CANCEL /* OpenAI's Files and Batch APIs (--files-dir) */
+    R_FILES, R_FILE, R_FILE_CONTENT, R_BATCHES, R_BATCH, R_BATCH_CANCEL, /* OpenAI's Files and Batch APIs (--files-dir) */
+    R_MSG_BATCHES, R_MSG_BATCH, R_MSG_BATCH_CANCEL, R_MSG_BATCH_RESULTS /* Anthropic's Message Batches (--files-dir) */
 } route_id;
 
 typedef struct {
@@ -177,12 +178,14 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/responses/{id}/input_items", "/completion", "/infill", "/props", "/apply-template", "/",
                                         "/api/chat", "/api/generate", "/api/tags", "/api/ps", "/api/show", "/api/embed",
                                         "/api/embeddings", "/api/version", "/v1/files", "/v1/files/{id}",
-                                        "/v1/files/{id}/content", "/v1/batches", "/v1/batches/{id}", "/v1/batches/{id}/cancel"};
+                                        "/v1/files/{id}/content", "/v1/batches", "/v1/batches/{id}", "/v1/batches/{id}/cancel",
+                                        "/v1/messages/batches", "/v1/messages/batches/{id}", "/v1/messages/batches/{id}/cancel",
+                                        "/v1/messages/batches/{id}/results"};
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
 
-static int anthropic_route(route_id r) { return r == R_MESSAGES || r == R_COUNT_TOKENS; }
+static int anthropic_route(route_id r) { return r == R_MESSAGES || r == R_COUNT_TOKENS || (r >= R_MSG_BATCHES && r <= R_MSG_BATCH_RESULTS); }
 static int ollama_route(route_id r) { return r >= R_OLLA_CHAT && r <= R_OLLA_VERSION; }
 
 /* Anthropic's SDKs send anthropic-version with every request: /v1/models answers them in their shape. */
@@ -294,6 +297,12 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/api/embed")) return R_OLLA_EMBED;
     if (!strcmp(url, "/api/embeddings")) return R_OLLA_EMBEDDINGS;
     if (!strcmp(url, "/api/version")) return R_OLLA_VERSION;
+    if (!strcmp(url, "/messages/batches")) return R_MSG_BATCHES;
+    if (!strncmp(url, "/messages/batches/", 18) && url[18] && url[18] != '/') {
+        const char *slash = strchr(url + 18, '/');
+        if (!slash) return R_MSG_BATCH;
+        return !strcmp(slash, "/cancel") ? R_MSG_BATCH_CANCEL : !strcmp(slash, "/results") ? R_MSG_BATCH_RESULTS : R_NONE;
+    }
     if (!strcmp(url, "/files")) return R_FILES;
     if (!strcmp(url, "/batches")) return R_BATCHES;
     for (int k = 0; k < 2; k++) { /* /files/{id}[/content], /batches/{id}[/cancel] */
@@ -314,11 +323,14 @@ static const char *route_methods(route_id r) {
     switch (r) {
     case R_RESPONSE:
     case R_FILE:
+    case R_MSG_BATCH:
         return "GET, DELETE";
     case R_FILES:
     case R_BATCHES:
+    case R_MSG_BATCHES:
         return "GET, POST";
     case R_BATCH_CANCEL:
+    case R_MSG_BATCH_CANCEL:
         return "POST";
     default:
         return route_is_post(r) ? "POST" : "GET";
@@ -1123,20 +1135,56 @@ static enum MHD_Result files_api(nv_http *h, struct MHD_Connection *c, conn_ctx 
     return respond(h, c, cc, 200, "application/json", nv_file_json(&fi), NULL, NULL);
 }
 
+/* The server's own URL as the client named it (Anthropic's results_url): its Host header when it is a
+   plain host[:port], else 127.0.0.1. */
+static void base_url(const nv_http *h, struct MHD_Connection *c, char *out, size_t cap) {
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    int ok = host && *host && strlen(host) < 256;
+    for (const char *p = host; ok && *p; p++) ok = isalnum((unsigned char)*p) || strchr(".-:[]", *p);
+    snprintf(out, cap, "%s://%s", h->o.tls_key ? "https" : "http", ok ? host : "127.0.0.1");
+}
+
+/* OpenAI's /v1/batches and Anthropic's /v1/messages/batches. */
 static enum MHD_Result batches_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
     if (!h->o.batches) return files_off(h, c, cc);
-    char *out = NULL, id[64] = "";
+    const int anth = cc->route >= R_MSG_BATCHES;
+    char *out = NULL, id[64] = "", base[300];
     nv_api_error e;
     int rc;
-    if (cc->route != R_BATCHES) url_id(url, "/batches/", id, sizeof id);
-    if (cc->route == R_BATCHES && !strcmp(method, "POST")) {
-        rc = nv_batches_create(h->o.batches, cc->body.data ? cc->body.data : "", cc->body.len, &out, &e);
-    } else if (cc->route == R_BATCHES) {
-        const int limit = limit_arg(c, 20, 100);
-        if (limit < 0) return fail(h, c, cc, 400, "invalid_request_error", "invalid_request", "limit must be a number from 1 to 100");
-        rc = nv_batches_list(h->o.batches, limit, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &out, &e);
+    base_url(h, c, base, sizeof base);
+    if (cc->route != R_BATCHES && cc->route != R_MSG_BATCHES) url_id(url, "/batches/", id, sizeof id);
+    if (cc->route == R_MSG_BATCH_RESULTS) {
+        int fd = -1;
+        long long bytes = 0;
+        if ((rc = nv_batches_results(h->o.batches, id, &fd, &bytes, &e))) return respond_error(h, c, cc, &e);
+        struct MHD_Response *resp = fd >= 0 ? MHD_create_response_from_fd((uint64_t)bytes, fd) /* (closes fd) */
+                                            : MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!resp) {
+            if (fd >= 0) close(fd);
+            return MHD_NO;
+        }
+        add_common_headers(h, resp, "application/x-jsonl");
+        return queue_counted(h, c, cc, 200, resp);
+    }
+    const char *body = cc->body.data ? cc->body.data : "";
+    if ((cc->route == R_BATCHES || cc->route == R_MSG_BATCHES) && !strcmp(method, "POST")) {
+        rc = anth ? nv_batches_create_anthropic(h->o.batches, body, cc->body.len, base, &out, &e)
+                  : nv_batches_create(h->o.batches, body, cc->body.len, &out, &e);
+    } else if (cc->route == R_BATCHES || cc->route == R_MSG_BATCHES) {
+        const int limit = limit_arg(c, 20, anth ? 1000 : 100);
+        if (limit < 0) {
+            nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "limit", "limit must be a number from 1 to %d",
+                             anth ? 1000 : 100);
+            return respond_error(h, c, cc, &e);
+        }
+        rc = nv_batches_list(h->o.batches, anth, limit,
+                             MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, anth ? "after_id" : "after"),
+                             anth ? MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before_id") : NULL, base, &out, &e);
+    } else if (cc->route == R_MSG_BATCH && !strcmp(method, "DELETE")) {
+        rc = nv_batches_delete(h->o.batches, id, &out, &e);
     } else {
-        rc = (cc->route == R_BATCH_CANCEL ? nv_batches_cancel : nv_batches_get)(h->o.batches, id, &out, &e);
+        rc = (cc->route == R_BATCH_CANCEL || cc->route == R_MSG_BATCH_CANCEL ? nv_batches_cancel : nv_batches_get)(h->o.batches, anth, id,
+                                                                                                                 base, &out, &e);
     }
     return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
 }
@@ -1257,6 +1305,10 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_BATCHES:
     case R_BATCH:
     case R_BATCH_CANCEL:
+    case R_MSG_BATCHES:
+    case R_MSG_BATCH:
+    case R_MSG_BATCH_CANCEL:
+    case R_MSG_BATCH_RESULTS:
         return batches_api(h, c, cc, url, method);
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");

@@ -12,7 +12,9 @@
  * - Routes: GET / (the chat page, serve/webui.h; never authenticated; off: 404), GET /health (never
  *   authenticated), GET /metrics, GET /v1/models,
  *   GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions (also without the
- *   /v1 prefix); OPTIONS for CORS preflight when cors is on. Wrong method: 405; unknown path:
+ *   /v1 prefix), the other APIs' (docs/serving.md lists them all; with files, OpenAI's Files and
+ *   Batch APIs and Anthropic's Message Batches, an upload streamed into the store as it comes, its
+ *   key checked first); OPTIONS for CORS preflight when cors is on. Wrong method: 405; unknown path:
  *   404; every error carries OpenAI's body {"error":{"message","type","param","code"}}.
  * - With api_keys set (any of them), everything but /health and CORS preflights needs
  *   "Authorization: Bearer KEY" (compared in time independent of where the keys differ), else
@@ -47,7 +49,7 @@ typedef struct {
     int lora_updates;   /* /v1/load_lora_adapter and /v1/unload_lora_adapter are on (ctx->adapters must be set) */
     size_t responses_store; /* bytes of stored Responses (previous_response_id, GET /v1/responses/{id}); 0: none */
     nv_files *files;     /* OpenAI's Files API (/v1/files) on this store; NULL: off (404) */
-    nv_batches *batches; /* and its Batch API (/v1/batches) */
+    nv_batches *batches; /* and its Batch API (/v1/batches), Anthropic's Message Batches (/v1/messages/batches) */
     const char *tls_key, *tls_cert; /* PEM text of the private key and its certificate chain: HTTPS (NULL: HTTP);
                                        kept by the caller until nv_http_stop */
 } nv_http_opts;
