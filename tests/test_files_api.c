@@ -4,6 +4,7 @@
  * numbers; a server stopped part way going on with the batch at its next start (a torn line
  * dropped, every request answered once); cancel; and a batch's requests queued behind others. */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -478,6 +479,35 @@ static void test_batch_restart(void) {
     cJSON_Delete(b);
     char *log = read_log(&s);
     T_CHECK(strstr(log, "the rest were answered before"), "the restart ran the whole batch again: %s", log);
+    free(log);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+    /* a batch whose answers so far cannot be read waits for the next start (said once), and the
+       server goes on: its record made from the finished one's, its output partial a folder */
+    char *rec_text = NULL;
+    snprintf(rec, sizeof rec, "%s/%s.json", dir, bid);
+    nv_file_read_all(rec, &rec_text, NULL);
+    cJSON *stuck = cJSON_Parse(rec_text ? rec_text : "");
+    free(rec_text);
+    const char *sid = "batch_00000000000000000000abcd";
+    cJSON_ReplaceItemInObjectCaseSensitive(stuck, "id", cJSON_CreateString(sid));
+    cJSON_ReplaceItemInObjectCaseSensitive(stuck, "status", cJSON_CreateString("in_progress"));
+    char *stuck_text = cJSON_PrintUnformatted(stuck);
+    cJSON_Delete(stuck);
+    char name[128];
+    snprintf(name, sizeof name, "rstore/%s.json", sid);
+    t_write(name, stuck_text ? stuck_text : "", stuck_text ? strlen(stuck_text) : 0);
+    free(stuck_text);
+    snprintf(rec, sizeof rec, "%s/%s.output.partial", dir, sid);
+    T_CHECK(mkdir(rec, 0755) == 0, "mkdir %s", rec);
+    if (!server_spawn(&s, "restart3", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    sleep_ms(1500);
+    resp r;
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", KEY, bodies[0], &r) && r.status == 200, "the server: %d", r.status);
+    resp_free(&r);
+    log = read_log(&s);
+    int said = 0;
+    for (const char *p = log; (p = strstr(p, "cannot read its answers so far")); p++) said++;
+    T_CHECK(said == 1, "the stuck batch was tried %d times", said);
     free(log);
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
 }

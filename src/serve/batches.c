@@ -32,6 +32,8 @@ typedef struct {
     char id[ID_LEN + 1];
     cJSON *o; /* its Batch object */
     uint64_t seq;
+    int held; /* it could not go on (its answers so far unreadable, a file not writable, memory): it
+                 waits for the next start rather than being tried again at once */
 } batch;
 
 struct nv_batches {
@@ -60,6 +62,8 @@ static int status_of(const cJSON *o) {
         if (!strcmp(s->valuestring, status_name[k])) return k;
     return -1;
 }
+
+static int ended(int st) { return st == B_FAILED || st == B_COMPLETED || st == B_EXPIRED || st == B_CANCELLED; }
 
 static double num_of(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -126,7 +130,7 @@ static nv_err add(nv_batches *b, const char *id, cJSON *o, uint64_t seq) {
     while (at > 0 && b->v[at - 1].seq > seq) at--;
     memmove(b->v + at + 1, b->v + at, (size_t)(b->n - at) * sizeof *b->v);
     snprintf(b->v[at].id, sizeof b->v[at].id, "%s", id);
-    b->v[at].o = o, b->v[at].seq = seq;
+    b->v[at].o = o, b->v[at].seq = seq, b->v[at].held = 0;
     b->n++;
     if (seq >= b->next_seq) b->next_seq = seq + 1;
     return NV_OK;
@@ -216,8 +220,7 @@ static void on_result(void *ctx, int k, char *line, int status, int ok, const do
     }
 }
 
-/* The input file read into set: 0, or -1 with the reasons in errors (OpenAI's {code, message,
- * param, line} objects). */
+/* What reading a batch's lines collects: the bad ones as OpenAI's {code, message, param, line}. */
 typedef struct {
     nv_batch_set *set;
     const char *endpoint; /* OpenAI's: each line's url; NULL: Anthropic's lines */
@@ -569,6 +572,7 @@ end:
 /* Under mu: the oldest batch with work left, or -1. */
 static int next_pending(const nv_batches *b) {
     for (int i = 0; i < b->n; i++) {
+        if (b->v[i].held) continue;
         const int st = status_of(b->v[i].o);
         if (st == B_VALIDATING || st == B_IN_PROGRESS || st == B_CANCELLING || st == B_FINALIZING) return i;
     }
@@ -589,6 +593,8 @@ static void *runner_main(void *arg) {
         pthread_mutex_unlock(&b->mu);
         process(b, id);
         pthread_mutex_lock(&b->mu);
+        const batch *x = get(b, id);
+        if (x && !atomic_load(&b->stopping) && !ended(status_of(x->o))) b->v[x - b->v].held = 1; /* it made no way */
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -641,8 +647,6 @@ static void add_time(cJSON *to, const char *name, const cJSON *o, const char *ke
     strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
     cJSON_AddStringToObject(to, name, buf);
 }
-
-static int ended(int st) { return st == B_FAILED || st == B_COMPLETED || st == B_EXPIRED || st == B_CANCELLED; }
 
 /* x as Anthropic's MessageBatch, counts c (total, succeeded, errored), base the server's URL. */
 static cJSON *anth_object(const batch *x, const int c[3], const char *base) {
