@@ -5,11 +5,14 @@
  * custom_id that finds it, an endpoint of the four, and a body that is the line's own body as JSON
  * (the text taken between its braces parses to what cJSON parsed there, compared as cJSON prints
  * them); an output line is either
- * refused with a message or names a request of the set. Inputs above 64 KB are skipped. */
+ * refused with a message or names a request of the set. And the whole input as an upload's multipart
+ * body (serve/files.h, boundary XyZb): its end found the same when it comes in pieces (their sizes
+ * drawn from its own bytes) as whole. Inputs above 64 KB are skipped. */
 #include <cjson/cJSON.h>
 
 #include "fuzz_util.h"
 #include "serve/batchfile.h"
+#include "serve/files.h"
 
 #define FZ_MAX_INPUT (64u << 10)
 
@@ -50,8 +53,26 @@ static int output_cb(void *ctx, char *line, int no) {
     return 0;
 }
 
+/* The bytes of data that a multipart scan counts as body, whole and in pieces of 1..16 bytes. */
+static void multipart_end(const uint8_t *data, size_t size) {
+    nv_multipart_end whole, parts;
+    if (!nv_multipart_end_init(&whole, "multipart/form-data; boundary=XyZb") ||
+        !nv_multipart_end_init(&parts, "multipart/form-data; boundary=XyZb"))
+        abort();
+    const size_t want = nv_multipart_end_scan(&whole, (const char *)data, size);
+    size_t got = 0;
+    for (size_t at = 0; at < size;) {
+        size_t k = 1 + data[at] % 16;
+        if (k > size - at) k = size - at;
+        got += nv_multipart_end_scan(&parts, (const char *)data + at, k);
+        at += k;
+    }
+    FZ_CHECK(got == want && whole.closed == parts.closed, "a multipart body's end: %zu bytes whole, %zu in pieces", want, got);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
+    multipart_end(data, size);
     char *text = malloc(size + 1), *again = malloc(size + 1);
     if (!text || !again) abort();
     memcpy(text, data, size);

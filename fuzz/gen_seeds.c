@@ -698,6 +698,9 @@ static void batch(void) {
          "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
          "{\"id\":\"batch_req_1\",\"custom_id\":\"x\",\"response\":{\"status_code\":200,\"request_id\":\"r\",\"body\":{}},\"error\":null}\n"
          "{\"id\":\"batch_req_2\",\"custom_id\":\"x\",\"response\":null,\"error\":{\"code\":\"request_failed\",\"message\":\"m\"}}\n"},
+        {"multipart.txt", /* an upload's body (boundary XyZb): near misses, the end, an epilogue */
+         "--XyZb\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--XyZb\r\nContent-Disposition: form-data; "
+         "name=\"file\"; filename=\"f\"\r\n\r\n{\"a\":1} --XyZb- -XyZb-- --XyZ--\r\n--XyZb--\r\n\r\nepilogue --XyZb--"},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("batch", files[i][0], files[i][1], strlen(files[i][1]));
 }
