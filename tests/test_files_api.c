@@ -367,6 +367,12 @@ static void test_batch(void) {
     char out_id[64];
     snprintf(out_id, sizeof out_id, "%s", str_of(b, "output_file_id"));
     cJSON_Delete(b);
+    /* /metrics counts the files and the batches by status */
+    resp mr;
+    T_CHECK(http(s.port, "GET", "/metrics", KEY, NULL, &mr) && mr.status == 200 && strstr(mr.body, "\nnerve_files 3\n") &&
+                strstr(mr.body, "\nnerve_batches{status=\"completed\"} 1\n") && strstr(mr.body, "\nnerve_batches{status=\"failed\"} 0\n"),
+            "metrics: %s", mr.body ? mr.body : "");
+    resp_free(&mr);
     /* results are files of purpose batch_output */
     char path[160];
     snprintf(path, sizeof path, "/v1/files/%s", out_id);

@@ -627,17 +627,25 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     else if (spec.tokens)
         snprintf(spec_line, sizeof spec_line, ", speculative decoding: up to %d drafts (lookup %d-%d)", spec.tokens,
                  spec.lookup_min, spec.lookup_max);
+    char files_line[4300] = "";
+    if (files) { /* what the Files and Batch APIs hold */
+        int n_files;
+        uint64_t file_bytes;
+        nv_files_usage(files, &n_files, &file_bytes);
+        snprintf(files_line, sizeof files_line, ", files and batches in %.4000s (%d file%s, %.1f MiB)", files_dir, n_files,
+                 n_files == 1 ? "" : "s", (double)file_bytes / 1048576.0);
+    }
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300];
     snprintf(shown, sizeof shown, fmt_host, host);
     fprintf(stderr,
             "nerve %s: %s %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
-            "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s)%s\n",
+            "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s%s)%s\n",
             CMD, job ? "its requests to a server on" : "listening on", key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
             reasoning ? " (reasoning to reasoning_content)" : "",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
-            prefill_chunk, tuned_line, cache_line, spec_line, n_api_keys && !job ? ", API key required" : "",
+            prefill_chunk, tuned_line, cache_line, spec_line, files_line, n_api_keys && !job ? ", API key required" : "",
             webui ? "; chat in a browser at /" : "");
     fflush(stderr);
 

@@ -631,6 +631,18 @@ void nv_batches_close(nv_batches *b) {
     free(b);
 }
 
+int nv_batches_counts(nv_batches *b, const char **names, int *counts, int cap) {
+    const int n = cap < B_N ? cap : B_N;
+    for (int k = 0; k < n; k++) names[k] = status_name[k], counts[k] = 0;
+    pthread_mutex_lock(&b->mu);
+    for (int i = 0; i < b->n; i++) {
+        const int st = status_of(b->v[i].o);
+        if (st >= 0 && st < n) counts[st]++;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return n;
+}
+
 /* ---- the endpoints ---------------------------------------------------------------------------------- */
 
 /* An RFC 3339 time (Anthropic's) of o[key], seconds since 1970, or null when it has none. */

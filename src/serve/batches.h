@@ -42,6 +42,10 @@ void nv_batches_stop(nv_batches *b, int level);
 /* Joins the thread (after nv_batches_stop) and frees b. */
 void nv_batches_close(nv_batches *b);
 
+/* How many batches are in each status: names[i] and counts[i] for the i < the returned number
+ * (at most cap) of statuses. */
+int nv_batches_counts(nv_batches *b, const char **names, int *counts, int cap);
+
 /* The endpoints: 0 with the JSON answer in *out (malloc'd), else the error in e (its status).
  * anthropic: Anthropic's Message Batches (/v1/messages/batches: msgbatch_ ids, MessageBatch objects,
  * whose results_url is base + /v1/messages/batches/ID/results), else OpenAI's (/v1/batches); each

@@ -262,6 +262,13 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
                 (unsigned long long)g->responses_kept);
         put_one(&b, "nerve_responses_stored_bytes", "gauge", "Bytes the kept responses take.", (unsigned long long)g->responses_bytes);
     }
+    if (g->files_on) {
+        put_one(&b, "nerve_files", "gauge", "Files the Files API keeps (--files-dir): uploads and batches' results.",
+                (unsigned long long)g->files_n);
+        put_one(&b, "nerve_files_bytes", "gauge", "Bytes of those files.", (unsigned long long)g->files_bytes);
+        head(&b, "nerve_batches", "gauge", "Batches (OpenAI's Batch API and Anthropic's Message Batches) in each status.");
+        for (int i = 0; i < g->batch_n; i++) nv_buf_printf(&b, "nerve_batches{status=\"%s\"} %d\n", g->batch_status[i], g->batches[i]);
+    }
     head(&b, "nerve_engine_available", "gauge", "1 when the engine probed well and is on.");
     for (int e = 0; e < NV_ENGINE_COUNT; e++)
         nv_buf_printf(&b, "nerve_engine_available{engine=\"%s\"} %d\n", nv_engine_name((nv_engine_id)e),

@@ -80,6 +80,13 @@ typedef struct {
     /* the Responses API's store (--responses-store; off: responses_on 0) */
     int responses_on;
     size_t responses_kept, responses_bytes;
+    /* the Files and Batch APIs (--files-dir; off: files_on 0): the files kept and their bytes, and
+       the batches (OpenAI's and Anthropic's) in each of batch_n statuses */
+    int files_on, files_n;
+    uint64_t files_bytes;
+    int batch_n;
+    const char *batch_status[8];
+    int batches[8];
 } nv_metrics_gauges;
 
 void nv_metrics_init(nv_metrics *m);
