@@ -47,7 +47,9 @@ static void usage(FILE *f) {
             "The requests run on a server of this process's own (127.0.0.1, a free port, a random key): every\n"
             "option of nerve serve but --host, --port, --api-key(-file), --ssl-* and --cors applies (see\n"
             "nerve serve --help). A request answered with an error status is written with it and counted; the\n"
-            "exit status is 0 when every request was answered, 1 when the run failed, 130 when interrupted.\n");
+            "exit status is 0 when every request was answered, 1 when the run failed, 130 when interrupted.\n"
+            "The same files run on a live server too: nerve serve --files-dir DIR answers OpenAI's Files and Batch\n"
+            "APIs and Anthropic's Message Batches, a batch's requests queued behind interactive ones.\n");
 }
 
 typedef struct {
