@@ -222,6 +222,21 @@ static void test_files(void) {
     T_CHECK(http_raw(s.port, two, strlen(two), &r) && r.status == 400 && strstr(r.body, "one file"), "two files: %d %s", r.status,
             r.body);
     resp_free(&r);
+    /* a part without a quoted name (the processor gives no key), a body cut before its close delimiter */
+    static const char *const odd_bodies[] = {
+        "--XyZb\r\nContent-Disposition: form-data\r\n\r\nbatch\r\n--XyZb--\r\n",
+        "--XyZb\r\nContent-Disposition: form-data; name=file; filename=\"a\"\r\n\r\naa\r\n--XyZb--\r\n",
+        "--XyZb\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--XyZb\r\nContent-Disposition: form-data; "
+        "name=\"file\"; filename=\"a\"\r\n\r\nthe first bytes of a file cut short"};
+    for (int k = 0; k < 3; k++) {
+        char raw[1024];
+        snprintf(raw, sizeof raw,
+                 "POST /v1/files HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" KEY
+                 "Content-Type: multipart/form-data; boundary=XyZb\r\nContent-Length: %zu\r\n\r\n%s",
+                 strlen(odd_bodies[k]), odd_bodies[k]);
+        T_CHECK(http_raw(s.port, raw, strlen(raw), &r) && r.status == 400, "odd body %d: %d %s", k, r.status, r.body ? r.body : "");
+        resp_free(&r);
+    }
     T_CHECK(http(s.port, "POST", "/v1/files", KEY, "{\"purpose\":\"batch\"}", &r) && r.status == 400 && strstr(r.body, "multipart"),
             "JSON body: %d %s", r.status, r.body);
     resp_free(&r);
@@ -493,6 +508,8 @@ static void test_batch_restart(void) {
     snprintf(rec, sizeof rec, "%s/%s.json", dir, bid);
     nv_file_read_all(rec, &rec_text, NULL);
     cJSON *stuck = cJSON_Parse(rec_text ? rec_text : "");
+    char stuck_json[8192];
+    snprintf(stuck_json, sizeof stuck_json, "%s", rec_text ? rec_text : "");
     free(rec_text);
     const char *sid = "batch_00000000000000000000abcd";
     cJSON_ReplaceItemInObjectCaseSensitive(stuck, "id", cJSON_CreateString(sid));
@@ -515,6 +532,43 @@ static void test_batch_restart(void) {
     for (const char *p = log; (p = strstr(p, "cannot read its answers so far")); p++) said++;
     T_CHECK(said == 1, "the stuck batch was tried %d times", said);
     free(log);
+    /* cancelled, it ends (without the answers it cannot read) */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/batches/%s/cancel", sid);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200, "cancel the stuck batch: %d", r.status);
+    resp_free(&r);
+    b = wait_batch(s.port, sid, "cancelled", 30);
+    T_CHECK(!strcmp(str_of(b, "status"), "cancelled"), "the stuck batch after its cancel: %s", str_of(b, "status"));
+    cJSON_Delete(b);
+    /* one server a folder */
+    server twin;
+    T_CHECK(!server_spawn(&twin, "restart-twin", NULL, NULL, model_path(), tok_path(), args, 30), "a second server on the folder started");
+    log = read_log(&twin);
+    T_CHECK(strstr(log, "another nerve serve keeps its files and batches in"), "the second server: %s", log);
+    free(log);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+    /* stopped while it ended: ended as it was ending, its answers made a file */
+    const char *fid2 = "batch_00000000000000000000abce";
+    stuck = cJSON_Parse(stuck_json);
+    cJSON_ReplaceItemInObjectCaseSensitive(stuck, "id", cJSON_CreateString(fid2));
+    cJSON_ReplaceItemInObjectCaseSensitive(stuck, "status", cJSON_CreateString("finalizing"));
+    cJSON_DeleteItemFromObjectCaseSensitive(stuck, "nerve_final");
+    cJSON_AddStringToObject(stuck, "nerve_final", "cancelled");
+    stuck_text = cJSON_PrintUnformatted(stuck);
+    cJSON_Delete(stuck);
+    snprintf(name, sizeof name, "rstore/%s.json", fid2);
+    t_write(name, stuck_text ? stuck_text : "", stuck_text ? strlen(stuck_text) : 0);
+    free(stuck_text);
+    const char *one = "{\"id\":\"batch_req_9\",\"custom_id\":\"q0-0\",\"response\":{\"status_code\":200,\"request_id\":\"x\",\"body\":{}},\"error\":null}\n";
+    snprintf(name, sizeof name, "rstore/%s.output.partial", fid2);
+    t_write(name, one, strlen(one));
+    if (!server_spawn(&s, "restart4", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    b = wait_batch(s.port, fid2, "cancelled completed", 30);
+    char *content = file_content(s.port, str_of(b, "output_file_id"));
+    T_CHECK(!strcmp(str_of(b, "status"), "cancelled") && content && !strcmp(content, one) && !cJSON_GetObjectItemCaseSensitive(b, "nerve_final"),
+            "the batch stopped while it ended: %s, %s", str_of(b, "status"), content ? content : "-");
+    free(content);
+    cJSON_Delete(b);
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
 }
 

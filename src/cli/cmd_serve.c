@@ -373,7 +373,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             files_dir = v;
         }
         else if (!strcmp(a, "--files-max-bytes")) { if (!parse_size(a, v, &files_max)) return 2; }
-        else if (!strcmp(a, "--batch-parallel")) { if (!cli_int(CMD, a, v, 1, NV_BATCH_MAX_WORKERS, &batch_parallel)) return 2; }
+        else if (!strcmp(a, "--batch-parallel")) { if (!cli_int(CMD, a, v, 1, 256, &batch_parallel)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve %s --help)", a, CMD);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve %s --help)", CMD);
@@ -571,18 +571,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                        .responses_store = (size_t)responses_store,
                        .tls_key = key_pem,
                        .tls_cert = cert_pem};
-    if (files_dir) { /* the Files and Batch APIs: the batches' requests to a server of their own, queued last */
+    if (files_dir) { /* the Files and Batch APIs (their batches run once both servers are up) */
         if (nv_files_open(&files, files_dir, files_max) != NV_OK || nv_batches_open(&batches, files) != NV_OK) {
             cli_error(CMD, 1, "--files-dir %s: %s", files_dir, nv_errmsg());
-            goto done;
-        }
-        nv_http_opts oo = ho;
-        nv_api_new_id(own_key, sizeof own_key, "nv-batch-");
-        oo.host = "127.0.0.1", oo.port = 0, oo.api_keys = own_keys, oo.n_api_keys = 1, oo.cors = 0, oo.webui = 0;
-        oo.quiet_access = 1, oo.background = 1, oo.tls_key = oo.tls_cert = NULL;
-        if (nv_http_start(&own, &oo, &sched, &metrics, &ctx) != NV_OK ||
-            nv_batches_start(batches, nv_http_port(own), own_key, batch_parallel ? batch_parallel : max_batch, timeout) != NV_OK) {
-            cli_error(CMD, 1, "the Batch API's own server: %s", nv_errmsg());
             goto done;
         }
         ho.files = files, ho.batches = batches;
@@ -594,6 +585,20 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     if (nv_http_start(&http, &ho, &sched, &metrics, &ctx) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
+    }
+    if (files) { /* the batches' requests go to a server of their own on 127.0.0.1, queued behind the others */
+        nv_http_opts oo = ho;
+        nv_api_new_id(own_key, sizeof own_key, "nv-batch-");
+        oo.host = "127.0.0.1", oo.port = 0, oo.api_keys = own_keys, oo.n_api_keys = 1, oo.cors = 0, oo.webui = 0;
+        oo.quiet_access = 1, oo.background = 1, oo.tls_key = oo.tls_cert = NULL, oo.files = NULL, oo.batches = NULL;
+        oo.timeout_s = 0;        /* a batch's request may wait long behind the others; max_tokens bounds its run */
+        oo.responses_store = 0;  /* (a batch's Responses are not kept for previous_response_id) */
+        const int parallel = batch_parallel ? batch_parallel : max_batch < 256 ? max_batch : 256; /* within its connection limit */
+        if (nv_http_start(&own, &oo, &sched, &metrics, &ctx) != NV_OK ||
+            nv_batches_start(batches, nv_http_port(own), own_key, parallel, 0.0f) != NV_OK) {
+            cli_error(CMD, 1, "the Batch API's own server: %s", nv_errmsg());
+            goto done;
+        }
     }
     char cache_line[4400] = ", no prefix cache", window_line[200] = "";
     if (sched.wring)
@@ -674,10 +679,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     }
     rc = job_rc;
 done:
+    nv_batches_stop(batches, 1); /* before the scheduler stops: its last 503s are not a batch's answers */
     if (sched_ok) nv_sched_stop(&sched);
     nv_batches_stop(batches, 2);
-    nv_batches_close(batches); /* (its requests have their answers: the scheduler has stopped) */
-    if (http) nv_http_stop(http);
+    if (http) nv_http_stop(http); /* no client reaches the batches after this */
+    nv_batches_close(batches);    /* (its requests have their answers: the scheduler has stopped) */
     if (own) nv_http_stop(own);
     nv_files_close(files);
     explicit_bzero(own_key, sizeof own_key);

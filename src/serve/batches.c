@@ -205,7 +205,7 @@ static void on_result(void *ctx, int k, char *line, int status, int ok, const do
     run_ctx *r = ctx;
     nv_batches *b = r->b;
     /* cut by the server's own shutdown: not an answer; it runs again at the next start */
-    if (atomic_load(&b->stopping) && (status == 0 || status == 503)) {
+    if (atomic_load(&b->stopping) && (status == 0 || status == 503 || status == 429)) {
         free(line);
         return;
     }
@@ -405,10 +405,11 @@ static void finalize(nv_batches *b, const char *id, int st, int total, int compl
     pthread_mutex_lock(&b->mu);
     batch *x = get(b, id);
     const int anth = x && anthropic_of(x->o);
-    if (x) {
+    if (x) { /* what it ends as, kept: a server stopped while it ends ends it so at its next start */
         set_status(x->o, B_FINALIZING);
         set_counts(x->o, total, completed, failed);
         put(x->o, "nerve_unrun", cJSON_CreateNumber(unrun));
+        put(x->o, "nerve_final", cJSON_CreateString(status_name[st]));
         save(b, x);
     }
     pthread_mutex_unlock(&b->mu);
@@ -417,15 +418,18 @@ static void finalize(nv_batches *b, const char *id, int st, int total, int compl
     static const char *const ext[2] = {".output.partial", ".errors.partial"}, *const name[2] = {"_output.jsonl", "_error.jsonl"};
     for (int k = 0; k < 2; k++) {
         char path[4200], fname[64];
+        nv_file_info fi;
         path_of(dir, id, ext[k], path, sizeof path);
+        snprintf(fname, sizeof fname, "%s%s", id, anth ? "_results.jsonl" : name[k]);
         struct stat st_;
-        if (stat(path, &st_) != 0) continue;
+        if (stat(path, &st_) != 0) { /* made a file before a stop that came before its record said so */
+            if (nv_files_find_name(b->files, fname, "batch_output", &fi)) snprintf(file_ids[k], sizeof file_ids[k], "%s", fi.id);
+            continue;
+        }
         if (st_.st_size == 0) {
             unlink(path);
             continue;
         }
-        snprintf(fname, sizeof fname, "%s%s", id, anth ? "_results.jsonl" : name[k]);
-        nv_file_info fi;
         if (nv_files_adopt(b->files, path, fname, "batch_output", &fi) == NV_OK) snprintf(file_ids[k], sizeof file_ids[k], "%s", fi.id);
         else nv_warn("serve: batch %s: its results stay in %s: %s", id, path, nv_errmsg());
     }
@@ -462,8 +466,21 @@ static void process(nv_batches *b, const char *id) {
     const long expires_at = x ? (long)num_of(x->o, "expires_at") : 0;
     const int had_cancel = x && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x->o, "cancelling_at"));
     const int anth = x && anthropic_of(x->o);
+    int final_st = -1, counts[4] = {0};
+    if (st == B_FINALIZING) { /* stopped while it ended: end it as it was ending */
+        const cJSON *rc = cJSON_GetObjectItemCaseSensitive(x->o, "request_counts"), *fin = cJSON_GetObjectItemCaseSensitive(x->o, "nerve_final");
+        counts[0] = (int)num_of(rc, "total"), counts[1] = (int)num_of(rc, "completed"), counts[2] = (int)num_of(rc, "failed");
+        counts[3] = (int)num_of(x->o, "nerve_unrun");
+        for (int k = 0; cJSON_IsString(fin) && k < B_N; k++)
+            if (!strcmp(fin->valuestring, status_name[k]) && ended(k)) final_st = k;
+        if (final_st < 0) final_st = had_cancel ? B_CANCELLED : B_COMPLETED;
+    }
     pthread_mutex_unlock(&b->mu);
     if (st < 0) return;
+    if (final_st >= 0) {
+        finalize(b, id, final_st, counts[0], counts[1], counts[2], counts[3], NULL);
+        return;
+    }
     const char *dir = nv_files_dir(b->files);
     char out_path[4200], err_path[4200];
     path_of(dir, id, ".output.partial", out_path, sizeof out_path);
@@ -485,6 +502,11 @@ static void process(nv_batches *b, const char *id) {
     }
     if (!(r.answered = calloc((size_t)set.n, 1)) || !(todo = malloc((size_t)set.n * sizeof *todo))) goto end;
     if ((completed = keep_partial(out_path, &set, r.answered)) < 0 || (failed = keep_partial(err_path, &set, r.answered)) < 0) {
+        if (st == B_CANCELLING) { /* cancelled all the same: what it answered stays where it is */
+            nv_warn("serve: batch %s: cannot read its answers so far (%s): cancelled without them", id, nv_errmsg());
+            finalize(b, id, B_CANCELLED, set.n, 0, 0, 0, NULL);
+            goto end;
+        }
         nv_warn("serve: batch %s: cannot read its answers so far (%s): it waits for the next start", id, nv_errmsg());
         goto end;
     }
@@ -498,7 +520,6 @@ static void process(nv_batches *b, const char *id) {
         st = x ? status_of(x->o) : -1;
         pthread_mutex_unlock(&b->mu);
     }
-    if (st == B_FINALIZING) st = had_cancel ? B_CANCELLING : B_IN_PROGRESS; /* stopped while it ended: end it */
     r.out = fopen(out_path, "a"), r.err = fopen(err_path, "a");
     if (!r.out || !r.err) {
         nv_warn("serve: batch %s: cannot write its answers in %s: %s", id, dir, strerror(errno));
@@ -520,7 +541,7 @@ static void process(nv_batches *b, const char *id) {
         if (go) {
             nv_info("serve: batch %s: %d requests to %s%s", id, n_todo, anth ? "/v1/messages" : endpoint,
                     completed + failed ? " (the rest were answered before)" : "");
-            nv_batch_run(&r.run);
+            if (nv_batch_run(&r.run) != 0) nv_warn("serve: batch %s: cannot start its threads", id);
         }
         pthread_mutex_lock(&b->mu);
         b->run = NULL, b->running[0] = '\0';
@@ -535,6 +556,13 @@ static void process(nv_batches *b, const char *id) {
     st = (x = get(b, id)) ? status_of(x->o) : -1;
     pthread_mutex_unlock(&b->mu);
     if (stopping || st < 0) goto end; /* stays as it is for the next start */
+    int unanswered = 0;
+    for (int i = 0; i < set.n; i++) unanswered += !r.answered[i];
+    if (st == B_IN_PROGRESS && unanswered && !r.expired && time(NULL) <= expires_at && !r.write_error) {
+        /* not every request ran (no thread could start, memory): they wait for the next start */
+        nv_warn("serve: batch %s: %d requests were not run; they wait for the next start", id, unanswered);
+        goto end;
+    }
     if (st == B_CANCELLING || r.expired || time(NULL) > expires_at) {
         /* the requests never run: OpenAI's expired ones an error line each (counted failed), Anthropic's
            canceled or expired ones a result each */
@@ -697,7 +725,10 @@ static cJSON *shown(nv_batches *b, const batch *x, const char *base) {
     if (!strcmp(b->running, x->id)) c[1] = atomic_load(&b->run_completed), c[2] = atomic_load(&b->run_failed);
     if (anthropic_of(x->o)) return anth_object(x, c, base);
     cJSON *o = cJSON_Duplicate(x->o, 1);
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "nerve_unrun");
+    for (cJSON *it = o ? o->child : NULL, *next; it; it = next) { /* the record's own fields are not the API's */
+        next = it->next;
+        if (!strncmp(it->string, "nerve_", 6)) cJSON_Delete(cJSON_DetachItemViaPointer(o, it));
+    }
     if (o) set_counts(o, c[0], c[1], c[2]);
     return o;
 }
@@ -903,6 +934,7 @@ int nv_batches_cancel(nv_batches *b, int anthropic, const char *id, const char *
     cJSON *o = NULL;
     if (st == B_VALIDATING || st == B_IN_PROGRESS) {
         set_status(x->o, B_CANCELLING);
+        x->held = 0; /* a batch waiting for the next start is cancelled now */
         save(b, x);
         if (b->run && !strcmp(b->running, id)) nv_batch_run_stop(b->run, 1); /* those running finish */
         pthread_cond_broadcast(&b->cv);

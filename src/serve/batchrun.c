@@ -98,7 +98,7 @@ static char *run_one(nv_batch_runner *b, int w, const nv_batch_req *q, int *stat
         size_t len;
         char *req = nv_http_request_text("POST", q->url, b->auth, q->body, &len);
         if (!req) return NULL;
-        const int fd = nv_loopback_connect(b->port, (int)b->timeout_s + 60);
+        const int fd = nv_loopback_connect(b->port, b->timeout_s > 0 ? (int)b->timeout_s + 60 : 0); /* 0: wait as long as it takes */
         pthread_mutex_lock(&b->mu);
         const int abandoned = atomic_load(&b->stop) >= 2;
         if (!abandoned) b->fds[w] = fd;
@@ -120,7 +120,9 @@ static char *run_one(nv_batch_runner *b, int w, const nv_batch_req *q, int *stat
             nv_http_answer_free(&a);
             return NULL;
         }
-        if (got && a.status == 429 && !atomic_load(&b->stop)) { /* the queue is full: wait a little */
+        /* the queue full, or no answer (a connection refused or cut): wait a little and send it again
+           (no answer, a few times) */
+        if (!atomic_load(&b->stop) && ((got && a.status == 429) || (!got && attempt < 3))) {
             nv_http_answer_free(&a);
             struct timespec ts = {0, (attempt < 20 ? 10 + attempt * 10 : 200) * 1000000L};
             nanosleep(&ts, NULL);

@@ -5,7 +5,8 @@
  *
  * Contract: nv_batch_run blocks until every request of todo has its answer or the runner is
  * stopped; each answer is handed to on_result (under the runner's lock, so results never
- * interleave) as the batch output's line. A 429 (the server's queue full) is sent again.
+ * interleave) as the batch output's line. A 429 (the server's queue full) is sent again, and a
+ * request no answer came for up to three times.
  * nv_batch_run_stop(1): no request is sent after; those running finish and are handed over.
  * nv_batch_run_stop(2): those running are abandoned too (their connections shut, the server
  * cancels them) and never handed over. */
@@ -30,7 +31,7 @@ typedef struct {
     const int *todo; /* indices into set */
     int n_todo;
     int port;
-    float timeout_s; /* the server's request timeout (a connection waits that and a minute more) */
+    float timeout_s; /* the server's request timeout (a connection waits that and a minute more; 0: none) */
     int workers;     /* requests at once (1..NV_BATCH_MAX_WORKERS) */
     nv_batch_result_fn on_result;
     void *ctx;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 
 struct nv_files {
     char dir[4096];
+    int lock_fd; /* DIR/.lock, held (flock) while the store is open: one server a folder */
     uint64_t max_bytes, used; /* used: the files' bytes and those of uploads under way */
     uint64_t next_seq;
     pthread_mutex_t mu;
@@ -210,13 +212,23 @@ nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes) {
     NV_TRY(nv_mkdirs(dir));
     nv_files *f = calloc(1, sizeof *f);
     if (!f) return nv_fail(NV_ENOMEM, "out of memory");
+    f->lock_fd = -1;
     snprintf(f->dir, sizeof f->dir, "%s", dir);
     f->max_bytes = max_bytes;
     pthread_mutex_init(&f->mu, NULL);
+    char lock_path[4200 + 80];
+    path_of(f, ".lock", "", lock_path, sizeof lock_path);
+    if ((f->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0 || flock(f->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        const int en = errno;
+        nv_files_close(f);
+        return en == EWOULDBLOCK ? nv_fail(NV_EIO, "another nerve serve keeps its files and batches in %s", dir)
+                                 : nv_fail(NV_EIO, "cannot lock %s: %s", lock_path, strerror(en));
+    }
     DIR *d = opendir(dir);
     if (!d) {
+        const int en = errno;
         nv_files_close(f);
-        return nv_fail(NV_EIO, "cannot read the files' folder %s: %s", dir, strerror(errno));
+        return nv_fail(NV_EIO, "cannot read the files' folder %s: %s", dir, strerror(en));
     }
     nv_err e = NV_OK;
     for (struct dirent *de; e == NV_OK && (de = readdir(d));) {
@@ -250,6 +262,7 @@ nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes) {
 
 void nv_files_close(nv_files *f) {
     if (!f) return;
+    if (f->lock_fd >= 0) close(f->lock_fd); /* (the lock goes with it) */
     pthread_mutex_destroy(&f->mu);
     free(f->v);
     free(f);
@@ -305,7 +318,8 @@ void nv_files_upload_abort(nv_file_upload *u) {
     if (u) upload_end(u, 0);
 }
 
-/* The bytes at tmp made file i (its id, seq and time given here): renamed, its object saved, listed. */
+/* The bytes at tmp made file i (its id, seq and time given here): renamed, its object saved, listed.
+   On failure the bytes go back to tmp (an adopted file's are a batch's only copy of its answers). */
 static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i) {
     char path[4200 + 80];
     nv_api_new_id(i->id, sizeof i->id, "file-");
@@ -317,7 +331,7 @@ static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i) {
     pthread_mutex_unlock(&f->mu);
     nv_err e = save_info(f, i);
     if (e != NV_OK) {
-        unlink(path);
+        rename(path, tmp);
         return e;
     }
     pthread_mutex_lock(&f->mu);
@@ -347,6 +361,16 @@ nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const
     if (stat(path, &st) != 0) return nv_fail(NV_EIO, "cannot read %s: %s", path, strerror(errno));
     out->bytes = (int64_t)st.st_size;
     return make_file(f, path, out);
+}
+
+int nv_files_find_name(nv_files *f, const char *filename, const char *purpose, nv_file_info *out) {
+    pthread_mutex_lock(&f->mu);
+    int at = -1;
+    for (int i = f->n - 1; i >= 0 && at < 0; i--)
+        if (!strcmp(f->v[i].filename, filename) && !strcmp(f->v[i].purpose, purpose)) at = i;
+    if (at >= 0 && out) *out = f->v[at];
+    pthread_mutex_unlock(&f->mu);
+    return at >= 0;
 }
 
 int nv_files_get(nv_files *f, const char *id, nv_file_info *out) {

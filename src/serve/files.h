@@ -49,6 +49,8 @@ void nv_files_upload_abort(nv_file_upload *u);
  * API's results, kept even past max_bytes (a batch's answers are not thrown away). */
 nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, nv_file_info *out);
 
+/* 1 when the store holds a file of that name and purpose (the newest such in *out), else 0. */
+int nv_files_find_name(nv_files *f, const char *filename, const char *purpose, nv_file_info *out);
 /* 1 when id is a file of the store (its object in *out when out is not NULL), else 0. */
 int nv_files_get(nv_files *f, const char *id, nv_file_info *out);
 /* The file's bytes open for reading (the caller closes it), or -1 when there is no such file. */

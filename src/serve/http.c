@@ -64,6 +64,7 @@ typedef struct {
     nv_file_upload *up;
     char filename[256], purpose[64];
     int purpose_len, files_seen;
+    uint64_t file_bytes; /* of the file part so far */
     nv_multipart_end end; /* what follows the body's close delimiter is not fed to the processor */
     nv_api_error up_err; /* the first thing wrong with the upload (status 0: nothing) */
 } conn_ctx;
@@ -953,8 +954,8 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     const double t0 = nv_now();
     for (int w0 = 0; w0 < in.n; w0 += wave) {
         const int n = in.n - w0 < wave ? in.n - w0 : wave;
-        const double left = h->o.timeout_s - (nv_now() - t0);
-        if (left <= 0) {
+        const double left = h->o.timeout_s > 0 ? h->o.timeout_s - (nv_now() - t0) : 0; /* 0: none */
+        if (h->o.timeout_s > 0 && left <= 0) {
             ret = finish_failed(h, c, cc, NV_FINISH_TIMEOUT);
             goto out;
         }
@@ -1038,6 +1039,11 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
     conn_ctx *cc = cls;
     nv_http *h = cc->h;
     if (cc->up_err.status) return MHD_YES; /* the rest is read and dropped */
+    if (!key) { /* a part without a quoted name */
+        nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", NULL,
+                         "Each part of the body needs a name: Content-Disposition: form-data; name=\"purpose\" or name=\"file\"");
+        return MHD_YES;
+    }
     if (!strcmp(key, "purpose")) {
         if (cc->purpose_len + size >= sizeof cc->purpose) {
             nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "purpose", "purpose is too long");
@@ -1049,6 +1055,7 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
         return MHD_YES;
     }
     if (strcmp(key, "file") != 0) return MHD_YES; /* expires_after[...] and others: not kept */
+    /* a part's first call has off 0, and so may the next when the first had no bytes */
     if (off == 0 && !cc->up) { /* the file's first bytes */
         if (cc->files_seen++) {
             nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "file", "Upload one file at a time");
@@ -1059,10 +1066,11 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
             nv_api_error_set(&cc->up_err, 500, "server_error", NULL, NULL, "%s", nv_errmsg());
             return MHD_YES;
         }
-    } else if (off == 0) {
+    } else if (off == 0 && cc->file_bytes > 0) {
         nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "file", "Upload one file at a time");
         return MHD_YES;
     }
+    cc->file_bytes += size;
     const nv_err e = size ? nv_files_upload_write(cc->up, data, size) : NV_OK;
     if (e != NV_OK)
         nv_api_error_set(&cc->up_err, e == NV_ERANGE ? 413 : 500, e == NV_ERANGE ? "invalid_request_error" : "server_error",
@@ -1075,7 +1083,10 @@ static enum MHD_Result upload_done(nv_http *h, struct MHD_Connection *c, conn_ct
     nv_api_error e = cc->up_err;
     int known = 0;
     for (size_t k = 0; k < sizeof purposes / sizeof *purposes; k++) known |= !strcmp(cc->purpose, purposes[k]);
-    if (!e.status && !cc->files_seen)
+    if (!e.status && !cc->end.closed)
+        nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", NULL,
+                         "The multipart body ends before its close delimiter (--BOUNDARY--): the upload is not whole");
+    else if (!e.status && !cc->files_seen)
         nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "file",
                          "No file: POST multipart/form-data with the fields purpose and file");
     else if (!e.status && !known)
@@ -1381,7 +1392,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (cc->pp) { /* the body is whole: its last part ends as the processor goes */
-        MHD_destroy_post_processor(cc->pp);
+        if (MHD_destroy_post_processor(cc->pp) != MHD_YES && !cc->up_err.status)
+            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", NULL, "The multipart body is malformed");
         cc->pp = NULL;
     }
     if (*upload_size) {

@@ -44,7 +44,7 @@ typedef struct {
     int background;   /* its requests queue behind every other (the Batch API's server of its own) */
     nv_olla_model_info olla; /* what Ollama's /api/tags and /api/show tell of the model */
     size_t max_body;
-    double timeout_s;
+    double timeout_s; /* a request's limit (0: none) */
     const char *engine; /* shown in /metrics */
     int lora_updates;   /* /v1/load_lora_adapter and /v1/unload_lora_adapter are on (ctx->adapters must be set) */
     size_t responses_store; /* bytes of stored Responses (previous_response_id, GET /v1/responses/{id}); 0: none */
