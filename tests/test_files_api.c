@@ -261,7 +261,44 @@ static void test_files(void) {
     resp_free(&r);
     T_CHECK(http(s.port, "PUT", path, KEY, "{}", &r) && r.status == 405, "PUT: %d", r.status);
     resp_free(&r);
+    /* expires_after (OpenAI's): an hour to 30 days after its creation, else refused */
+    static const char *const exp_fields[][2] = {{"created_at", "3600"}, {"created_at", "60"}, {"now", "3600"}, {"created_at", "1h"}};
+    char exp_id[64] = "";
+    for (int k = 0; k < 4; k++) {
+        char body[700], raw[1200];
+        snprintf(body, sizeof body,
+                 "--XyZb\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+                 "--XyZb\r\nContent-Disposition: form-data; name=\"expires_after[anchor]\"\r\n\r\n%s\r\n"
+                 "--XyZb\r\nContent-Disposition: form-data; name=\"expires_after[seconds]\"\r\n\r\n%s\r\n"
+                 "--XyZb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"e.jsonl\"\r\n\r\nx\r\n--XyZb--\r\n",
+                 exp_fields[k][0], exp_fields[k][1]);
+        snprintf(raw, sizeof raw,
+                 "POST /v1/files HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" KEY
+                 "Content-Type: multipart/form-data; boundary=XyZb\r\nContent-Length: %zu\r\n\r\n%s",
+                 strlen(body), body);
+        T_CHECK(http_raw(s.port, raw, strlen(raw), &r) && r.status == (k ? 400 : 200), "expires_after %s %s: %d %s", exp_fields[k][0],
+                exp_fields[k][1], r.status, r.body ? r.body : "");
+        if (k == 0) {
+            cJSON *j = cJSON_Parse(r.body ? r.body : "");
+            T_CHECK(num_of(j, "expires_at") == num_of(j, "created_at") + 3600, "expires_at %g, created_at %g", num_of(j, "expires_at"),
+                    num_of(j, "created_at"));
+            snprintf(exp_id, sizeof exp_id, "%s", str_of(j, "id"));
+            cJSON_Delete(j);
+        }
+        resp_free(&r);
+    }
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+    /* its time come (its record told so): removed at the next start, bytes and all */
+    char exp_rec[128], *exp_text = NULL;
+    snprintf(exp_rec, sizeof exp_rec, "store/%s.json", exp_id);
+    nv_file_read_all(t_path(exp_rec), &exp_text, NULL);
+    cJSON *exp_o = cJSON_Parse(exp_text ? exp_text : "");
+    free(exp_text);
+    cJSON_ReplaceItemInObjectCaseSensitive(exp_o, "expires_at", cJSON_CreateNumber(1000));
+    exp_text = cJSON_PrintUnformatted(exp_o);
+    cJSON_Delete(exp_o);
+    t_write(exp_rec, exp_text ? exp_text : "", exp_text ? strlen(exp_text) : 0);
+    free(exp_text);
     /* a restart lists what was kept; what is not a whole record is skipped, an upload's leftovers removed */
     char junk[700];
     snprintf(junk, sizeof junk, "%s/file-00000000000000000000000a.json", dir);
@@ -279,6 +316,8 @@ static void test_files(void) {
     free(c2);
     char *log = read_log(&s);
     T_CHECK(strstr(log, "not a file's whole record") && names_in(dir, ".upload-") == 0, "the junk: %s", log);
+    snprintf(exp_rec, sizeof exp_rec, "store/%s", exp_id);
+    T_CHECK(exp_id[0] && !nv_file_exists(t_path(exp_rec)), "the expired file's bytes are still there");
     free(log);
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
     /* without --files-dir: 404 saying how to turn it on */

@@ -82,8 +82,11 @@ int nv_id_well_formed(const char *s, const char *prefix) {
 
 const char *nv_files_dir(const nv_files *f) { return f->dir; }
 
+static void reap(nv_files *f);
+
 void nv_files_usage(nv_files *f, int *n, uint64_t *bytes) {
     pthread_mutex_lock(&f->mu);
+    reap(f);
     *n = f->n;
     *bytes = 0;
     for (int i = 0; i < f->n; i++) *bytes += (uint64_t)f->v[i].bytes;
@@ -100,7 +103,8 @@ static cJSON *info_object(const nv_file_info *i) {
     cJSON_AddStringToObject(o, "object", "file");
     cJSON_AddNumberToObject(o, "bytes", (double)i->bytes);
     cJSON_AddNumberToObject(o, "created_at", (double)i->created_at);
-    cJSON_AddNullToObject(o, "expires_at");
+    if (i->expires_at > 0) cJSON_AddNumberToObject(o, "expires_at", (double)i->expires_at);
+    else cJSON_AddNullToObject(o, "expires_at");
     cJSON_AddStringToObject(o, "filename", i->filename);
     cJSON_AddStringToObject(o, "purpose", i->purpose);
     cJSON_AddStringToObject(o, "status", "processed");
@@ -153,6 +157,25 @@ static nv_err save_info(const nv_files *f, const nv_file_info *i) {
     return e;
 }
 
+/* Removes file i (under mu): its object first (a crash between leaves bytes no one lists), then its bytes. */
+static void remove_at(nv_files *f, int i) {
+    char path[4200 + 80];
+    path_of(f, f->v[i].id, ".json", path, sizeof path);
+    unlink(path);
+    path_of(f, f->v[i].id, "", path, sizeof path);
+    unlink(path);
+    f->used -= (uint64_t)f->v[i].bytes;
+    memmove(f->v + i, f->v + i + 1, (size_t)(f->n - i - 1) * sizeof *f->v);
+    f->n--;
+}
+
+/* The files past their expires_at removed (under mu). */
+static void reap(nv_files *f) {
+    const long now = (long)time(NULL);
+    for (int i = f->n - 1; i >= 0; i--)
+        if (f->v[i].expires_at > 0 && now >= f->v[i].expires_at) remove_at(f, i);
+}
+
 static int find(const nv_files *f, const char *id) {
     if (!nv_id_well_formed(id, "file-")) return -1;
     for (int i = 0; i < f->n; i++)
@@ -198,6 +221,8 @@ static int load_one(nv_files *f, const char *name, nv_file_info *out) {
         snprintf(out->purpose, sizeof out->purpose, "%s", pu->valuestring);
         out->bytes = (int64_t)by->valuedouble;
         out->created_at = (long)ca->valuedouble;
+        const cJSON *ea = cJSON_GetObjectItemCaseSensitive(o, "expires_at");
+        out->expires_at = cJSON_IsNumber(ea) && ea->valuedouble > 0 ? (long)ea->valuedouble : 0;
         out->seq = seq;
         struct stat st;
         path_of(f, id, "", path, sizeof path);
@@ -256,6 +281,7 @@ nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes) {
         nv_files_close(f);
         return e;
     }
+    reap(f);
     *out = f;
     return NV_OK;
 }
@@ -320,10 +346,11 @@ void nv_files_upload_abort(nv_file_upload *u) {
 
 /* The bytes at tmp made file i (its id, seq and time given here): renamed, its object saved, listed.
    On failure the bytes go back to tmp (an adopted file's are a batch's only copy of its answers). */
-static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i) {
+static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i, long expires_after_s) {
     char path[4200 + 80];
     nv_api_new_id(i->id, sizeof i->id, "file-");
     i->created_at = (long)time(NULL);
+    i->expires_at = expires_after_s > 0 ? i->created_at + expires_after_s : 0;
     path_of(f, i->id, "", path, sizeof path);
     if (rename(tmp, path) != 0) return nv_fail(NV_EIO, "cannot write %s: %s", path, strerror(errno));
     pthread_mutex_lock(&f->mu);
@@ -340,7 +367,8 @@ static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i) {
     return e;
 }
 
-nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const char *purpose, nv_file_info *out) {
+nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const char *purpose, long expires_after_s,
+                              nv_file_info *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->filename, sizeof out->filename, "%s", filename);
     snprintf(out->purpose, sizeof out->purpose, "%s", purpose);
@@ -348,7 +376,7 @@ nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const cha
     nv_err e = fsync(u->fd) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(errno));
     if (close(u->fd) != 0 && e == NV_OK) e = nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(errno));
     u->fd = -1;
-    if (e == NV_OK) e = make_file(u->f, u->tmp, out);
+    if (e == NV_OK) e = make_file(u->f, u->tmp, out, expires_after_s);
     upload_end(u, 0); /* after a rename the temporary name is gone; unlink only misses */
     return e;
 }
@@ -360,11 +388,12 @@ nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const
     struct stat st;
     if (stat(path, &st) != 0) return nv_fail(NV_EIO, "cannot read %s: %s", path, strerror(errno));
     out->bytes = (int64_t)st.st_size;
-    return make_file(f, path, out);
+    return make_file(f, path, out, 0);
 }
 
 int nv_files_find_name(nv_files *f, const char *filename, const char *purpose, nv_file_info *out) {
     pthread_mutex_lock(&f->mu);
+    reap(f);
     int at = -1;
     for (int i = f->n - 1; i >= 0 && at < 0; i--)
         if (!strcmp(f->v[i].filename, filename) && !strcmp(f->v[i].purpose, purpose)) at = i;
@@ -375,6 +404,7 @@ int nv_files_find_name(nv_files *f, const char *filename, const char *purpose, n
 
 int nv_files_get(nv_files *f, const char *id, nv_file_info *out) {
     pthread_mutex_lock(&f->mu);
+    reap(f);
     const int i = find(f, id);
     if (i >= 0 && out) *out = f->v[i];
     pthread_mutex_unlock(&f->mu);
@@ -383,6 +413,7 @@ int nv_files_get(nv_files *f, const char *id, nv_file_info *out) {
 
 int nv_files_open_content(nv_files *f, const char *id, nv_file_info *out) {
     pthread_mutex_lock(&f->mu);
+    reap(f);
     int fd = -1;
     const int i = find(f, id);
     if (i >= 0) { /* opened under the lock: a delete after it leaves this reader its bytes */
@@ -397,17 +428,9 @@ int nv_files_open_content(nv_files *f, const char *id, nv_file_info *out) {
 
 int nv_files_delete(nv_files *f, const char *id) {
     pthread_mutex_lock(&f->mu);
+    reap(f);
     const int i = find(f, id);
-    if (i >= 0) {
-        char path[4200 + 80];
-        path_of(f, id, ".json", path, sizeof path); /* the object first: a crash between leaves bytes no one lists */
-        unlink(path);
-        path_of(f, id, "", path, sizeof path);
-        unlink(path);
-        f->used -= (uint64_t)f->v[i].bytes;
-        memmove(f->v + i, f->v + i + 1, (size_t)(f->n - i - 1) * sizeof *f->v);
-        f->n--;
-    }
+    if (i >= 0) remove_at(f, i);
     pthread_mutex_unlock(&f->mu);
     return i >= 0;
 }
@@ -416,6 +439,7 @@ char *nv_files_list_json(nv_files *f, const char *purpose, int limit, int asc, c
     cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
     cJSON_AddStringToObject(o, "object", "list");
     pthread_mutex_lock(&f->mu);
+    reap(f);
     int start = asc ? 0 : f->n - 1;
     const int step = asc ? 1 : -1;
     if (after) { /* the one after that id in this order; an id no longer here lists nothing */

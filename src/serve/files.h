@@ -8,6 +8,7 @@
  *   absent; nv_files_open lists what the folder holds, drops what an interrupted upload left, and
  *   skips (with a warning) an object that is not one of ours or whose bytes are missing.
  * - max_bytes bounds the bytes of every file and upload under way together: a write past it fails.
+ * - A file past its expires_at is removed the next time the store is read (as absent already).
  * - Every function is safe from any thread. An id from a request is checked before it names a path. */
 #ifndef NV_SERVE_FILES_H
 #define NV_SERVE_FILES_H
@@ -25,6 +26,7 @@ typedef struct {
     char purpose[32];
     int64_t bytes;
     long created_at;
+    long expires_at; /* when it goes (OpenAI's expires_after), 0: never */
     uint64_t seq; /* the order files came in (created_at repeats within a second) */
 } nv_file_info;
 
@@ -41,8 +43,9 @@ void nv_files_usage(nv_files *f, int *n, uint64_t *bytes);
 nv_err nv_files_upload_begin(nv_files *f, nv_file_upload **out);
 /* NV_ERANGE (nv_errmsg says the store's limit) when the bytes would pass max_bytes; NV_EIO. */
 nv_err nv_files_upload_write(nv_file_upload *u, const void *p, size_t n);
-/* Ends u either way. */
-nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const char *purpose, nv_file_info *out);
+/* Ends u either way; expires_after_s > 0: the file goes that long after its creation. */
+nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const char *purpose, long expires_after_s,
+                              nv_file_info *out);
 void nv_files_upload_abort(nv_file_upload *u);
 
 /* The file at path (in the store's folder) made a file of the store, renamed to its id: the Batch

@@ -64,6 +64,7 @@ typedef struct {
     nv_file_upload *up;
     char filename[256], purpose[64];
     int purpose_len, files_seen;
+    char exp_anchor[32], exp_seconds[32]; /* OpenAI's expires_after[anchor], [seconds] */
     uint64_t file_bytes; /* of the file part so far */
     nv_multipart_end end; /* what follows the body's close delimiter is not fed to the processor */
     nv_api_error up_err; /* the first thing wrong with the upload (status 0: nothing) */
@@ -1044,17 +1045,21 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
                          "Each part of the body needs a name: Content-Disposition: form-data; name=\"purpose\" or name=\"file\"");
         return MHD_YES;
     }
-    if (!strcmp(key, "purpose")) {
-        if (cc->purpose_len + size >= sizeof cc->purpose) {
-            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "purpose", "purpose is too long");
+    /* the short fields, gathered: purpose, expires_after's */
+    char *field = !strcmp(key, "purpose") ? cc->purpose : !strcmp(key, "expires_after[anchor]") ? cc->exp_anchor
+                : !strcmp(key, "expires_after[seconds]") ? cc->exp_seconds : NULL;
+    if (field) {
+        const size_t cap = field == cc->purpose ? sizeof cc->purpose : sizeof cc->exp_anchor, have = strlen(field);
+        if (have + size >= cap) {
+            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", key, "%s is too long", key);
             return MHD_YES;
         }
-        memcpy(cc->purpose + cc->purpose_len, data, size);
-        cc->purpose_len += (int)size;
-        cc->purpose[cc->purpose_len] = '\0';
+        memcpy(field + have, data, size);
+        field[have + size] = '\0';
+        cc->purpose_len = (int)strlen(cc->purpose);
         return MHD_YES;
     }
-    if (strcmp(key, "file") != 0) return MHD_YES; /* expires_after[...] and others: not kept */
+    if (strcmp(key, "file") != 0) return MHD_YES; /* other fields: not kept */
     /* a part's first call has off 0, and so may the next when the first had no bytes */
     if (off == 0 && !cc->up) { /* the file's first bytes */
         if (cc->files_seen++) {
@@ -1093,13 +1098,22 @@ static enum MHD_Result upload_done(nv_http *h, struct MHD_Connection *c, conn_ct
         nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "purpose",
                          "purpose must be one of batch, fine-tune, assistants, vision, user_data, evals%s%.40s%s",
                          cc->purpose_len ? " (not '" : "", cc->purpose, cc->purpose_len ? "')" : "");
+    /* expires_after: {anchor: created_at, seconds: 3600 to 2592000 (an hour to 30 days)}, OpenAI's bounds */
+    long expires_after = 0;
+    if (!e.status && (cc->exp_anchor[0] || cc->exp_seconds[0])) {
+        char *end;
+        expires_after = strtol(cc->exp_seconds, &end, 10);
+        if (strcmp(cc->exp_anchor, "created_at") != 0 || !cc->exp_seconds[0] || *end || expires_after < 3600 || expires_after > 2592000)
+            nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "expires_after",
+                             "expires_after: anchor must be created_at and seconds a number from 3600 to 2592000");
+    }
     if (e.status) {
         nv_files_upload_abort(cc->up);
         cc->up = NULL;
         return respond_error(h, c, cc, &e);
     }
     nv_file_info fi;
-    const nv_err err = nv_files_upload_commit(cc->up, cc->filename, cc->purpose, &fi);
+    const nv_err err = nv_files_upload_commit(cc->up, cc->filename, cc->purpose, expires_after, &fi);
     cc->up = NULL;
     if (err != NV_OK) return fail(h, c, cc, 500, "server_error", NULL, nv_errmsg());
     nv_info("serve: file %s: %s, %lld bytes, purpose %s", fi.id, fi.filename, (long long)fi.bytes, fi.purpose);
