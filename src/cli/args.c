@@ -290,24 +290,25 @@ int cli_spec_check(const char *cmd, cli_spec *o) {
     return 0;
 }
 
-int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_model *model, const nv_tokenizer *tok, nv_model *d) {
-    const char *path = o->draft, *dtok_path = NULL;
+int cli_load_companion(const char *cmd, const char *flag, const char *path, const char *engine_name, int threads, int vocab_size,
+                       const nv_tokenizer *tok, nv_model *d) {
+    const char *given = path, *dtok_path = NULL;
     cli_paths paths;
     cli_model_paths(&path, &dtok_path, &paths);
     nv_engine_id engine;
-    int rc = cli_engine(cmd, o->draft_engine, threads, CLI_ENGINE_FASTEST, &engine);
+    int rc = cli_engine(cmd, engine_name, threads, CLI_ENGINE_FASTEST, &engine);
     if (rc) return rc;
-    if (nv_model_load_quantized(path, d) != NV_OK) return cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());
-    const int V = model->config.vocab_size;
+    if (nv_model_load_quantized(path, d) != NV_OK) return cli_error(cmd, 1, "%s: %s", flag, nv_errmsg());
+    const int V = vocab_size;
     if (d->config.vocab_size != V) {
-        cli_error(cmd, 1, "--model-draft: %s has a vocabulary of %d tokens, the model %d: a draft must share the model's tokenizer",
-                  o->draft, d->config.vocab_size, V);
+        cli_error(cmd, 1, "%s: %s has a vocabulary of %d tokens, the model %d: it must share the model's tokenizer", flag, given,
+                  d->config.vocab_size, V);
         goto fail;
     }
-    if (paths.own_tok) { /* its own vocabulary: a GGUF file's, or the tokenizer.bin of a run folder */
+    if (paths.own_tok && tok) { /* its own vocabulary: a GGUF file's, or the tokenizer.bin of a run folder */
         nv_tokenizer *dt = NULL;
         if (nv_tokenizer_load_for_model(dtok_path, V, &dt) != NV_OK) {
-            cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());
+            cli_error(cmd, 1, "%s: %s", flag, nv_errmsg());
             goto fail;
         }
         int differ = -1;
@@ -317,14 +318,14 @@ int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_mod
         }
         nv_tokenizer_free(dt);
         if (differ >= 0) {
-            cli_error(cmd, 1, "--model-draft: %s's tokenizer differs from the model's (token %d): a draft must share the model's tokenizer",
-                      o->draft, differ);
+            cli_error(cmd, 1, "%s: %s's tokenizer differs from the model's (token %d): it must share the model's tokenizer", flag,
+                      given, differ);
             goto fail;
         }
     }
     d->drop_sources = 1; /* built once: each source goes as its plan takes it */
     if (nv_model_build_plans(d, engine) != NV_OK) {
-        cli_error(cmd, 1, "--model-draft: %s", nv_errmsg());
+        cli_error(cmd, 1, "%s: %s", flag, nv_errmsg());
         goto fail;
     }
     nv_model_drop_quant_sources(d);
@@ -332,4 +333,8 @@ int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_mod
 fail:
     nv_model_free(d);
     return 1;
+}
+
+int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_model *model, const nv_tokenizer *tok, nv_model *d) {
+    return cli_load_companion(cmd, "--model-draft", o->draft, o->draft_engine, threads, model->config.vocab_size, tok, d);
 }

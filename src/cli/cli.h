@@ -116,11 +116,15 @@ int cli_spec_flag(const char *cmd, const char *a, const char *v, cli_spec *o);
 /* 0, or 2 after printing why (min above max, lookup flags beside a draft model); fills in the
  * draft model's default draft length. */
 int cli_spec_check(const char *cmd, cli_spec *o);
-/* The draft model of o->draft for a model and its tokenizer: loaded for inference, its vocabulary
- * checked against the model's (the same size and, where the draft carries its own tokenizer — a
- * GGUF file or a run folder — the same pieces), its plans built on o->draft_engine (by default the
- * fastest engine that probes well: the draft's bits never change the answers). Returns 0, or the
- * exit code after printing why (d then empty). */
+/* A model beside the run's own (a speculative draft, a distillation teacher; flag names it in
+ * errors) at path: loaded for inference, its vocabulary checked against the model's (vocab_size
+ * tokens and, where it carries its own tokenizer — a GGUF file or a run folder — the same pieces as
+ * tok, when tok is given), its plans built on engine_name (NULL: the fastest engine that probes
+ * well). Returns 0, or the exit code after printing why (d then empty). */
+int cli_load_companion(const char *cmd, const char *flag, const char *path, const char *engine_name, int threads, int vocab_size,
+                       const nv_tokenizer *tok, nv_model *d);
+/* The draft model of o->draft for a model and its tokenizer (cli_load_companion, on o->draft_engine:
+ * the draft's bits never change the answers). */
 int cli_load_draft(const char *cmd, const cli_spec *o, int threads, const nv_model *model, const nv_tokenizer *tok, nv_model *d);
 
 /* The model and tokenizer paths of `-m MODEL [-z TOKENIZER]`. MODEL may be a `nerve train` run

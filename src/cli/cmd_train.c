@@ -184,48 +184,15 @@ static nv_err upcycle_init(nv_model *m, int experts, int used, uint64_t seed) {
     return NV_OK;
 }
 
-/* --teacher's model, its plans built on engine_name (NULL: the fastest that probes well), checked to
-   share the run's tokens: its own vocabulary (a GGUF file's, a folder's) token by token against tok;
-   0, or the exit code after saying why. own_trained: the run trains its own tokenizer, which no
-   teacher can share. */
-static int load_teacher(const char *path, const char *engine_name, const nv_tokenizer *tok, int own_trained, nv_model *out) {
+/* --teacher's model (cli_load_companion: the model's tokens, plans on engine_name); 0, or the exit
+   code after saying why. own_trained: the run trains its own tokenizer, which no teacher can share. */
+static int load_teacher(const char *path, const char *engine_name, int threads, int vocab_size, const nv_tokenizer *tok,
+                        int own_trained, nv_model *out) {
     if (own_trained)
         return cli_error(CMD, 2, "--teacher needs the model's tokenizer to be the teacher's: give it with -z (or --init-from)");
-    nv_engine_id e = nv_engine_best();
-    if (engine_name && nv_engine_parse(engine_name, &e) != NV_OK) return cli_error(CMD, 2, "--teacher-engine: %s", nv_errmsg());
-    if (!nv_engine_available(e)) return cli_error(CMD, 1, "--teacher-engine %s is off: %s", engine_name, nv_engine_why_off(e));
-    const char *tpath = NULL;
-    cli_paths paths;
-    cli_model_paths(&path, &tpath, &paths);
-    const cli_loras none = {0};
-    if (cli_load_model(path, &none, 1, out) != NV_OK) return cli_error(CMD, 1, "--teacher: %s", nv_errmsg());
-    out->drop_sources = 1; /* inference only: each source goes as its plan takes it */
-    if (nv_model_build_plans(out, e) != NV_OK) return cli_error(CMD, 1, "--teacher: %s", nv_errmsg());
-    nv_model_drop_quant_sources(out);
-    if (paths.own_tok && tok) { /* a vocabulary of its own: the same tokens, in the same order */
-        nv_tokenizer *tt = NULL;
-        if (nv_tokenizer_load_for_model(tpath, out->config.vocab_size, &tt) != NV_OK)
-            return cli_error(CMD, 1, "--teacher: its vocabulary: %s", nv_errmsg());
-        const int vt = nv_tokenizer_vocab_size(tt), vr = nv_tokenizer_vocab_size(tok);
-        int differ = -1;
-        for (int i = 0; vt == vr && differ < 0 && i < vr; i++)
-            if (strcmp(nv_tokenizer_piece(tt, i), nv_tokenizer_piece(tok, i)) != 0) differ = i;
-        char here[64] = "", there[64] = "";
-        if (differ >= 0) {
-            snprintf(here, sizeof here, "%s", nv_tokenizer_piece(tok, differ));
-            snprintf(there, sizeof there, "%s", nv_tokenizer_piece(tt, differ));
-        }
-        nv_tokenizer_free(tt);
-        if (vt != vr)
-            return cli_error(CMD, 1, "--teacher %s has a vocabulary of %d tokens, the run's tokenizer %d: a teacher must share the "
-                                     "model's tokens", path, vt, vr);
-        if (differ >= 0)
-            return cli_error(CMD, 1, "--teacher %s has its own vocabulary and it is not the run's tokenizer's (token %d is '%s' "
-                                     "there, '%s' here): a teacher must share the model's tokens",
-                             path, differ, there, here);
-    }
-    nv_info("teacher: %s (%.2fM parameters, engine %s)", path, (double)out->n_params / 1e6, nv_engine_name(e));
-    return 0;
+    const int rc = cli_load_companion(CMD, "--teacher", path, engine_name, threads, vocab_size, tok, out);
+    if (!rc) nv_info("teacher: %s (%.2fM parameters, engine %s)", path, (double)out->n_params / 1e6, nv_engine_name(nv_model_engine(out)));
+    return rc;
 }
 
 /* How --init-from's model was made, to make it again (nv_train_opts.reload_init). */
@@ -678,7 +645,8 @@ static int train(int argc, char **argv) {
         rc = cli_error(CMD, 2, "%s goes with --teacher MODEL", distill_given);
         goto done;
     }
-    if (teacher_path && (rc = load_teacher(teacher_path, teacher_engine, tok, own_tok_temp, &teacher)) != 0) goto done;
+    if (teacher_path && (rc = load_teacher(teacher_path, teacher_engine, threads, c->vocab_size, tok, own_tok_temp, &teacher)) != 0)
+        goto done;
     if (teacher_path) o.teacher = &teacher;
     rc = 1;
     if (nv_train_run(&o, &ds) != NV_OK) {
