@@ -820,11 +820,389 @@ static void test_message_batches(void) {
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
 }
 
+/* ---- OpenAI's fine-tuning jobs ---------------------------------------------------------------------- */
+
+/* Chat examples that all answer the same (a pattern the small model learns in a few steps). */
+static char *chat_examples(int n, int bad_line) {
+    nv_buf b = {0};
+    for (int i = 0; i < n; i++) {
+        char line[400];
+        if (i + 1 == bad_line) snprintf(line, sizeof line, "not json\n");
+        else
+            snprintf(line, sizeof line,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is friend %d?\"},{\"role\":\"assistant\",\"content\":\"The friend "
+                     "is Lily.\"}]}\n",
+                     i);
+        nv_buf_append(&b, line, strlen(line));
+    }
+    nv_buf_append(&b, "", 1);
+    return b.data;
+}
+
+/* POST /v1/fine_tuning/jobs: the status, the answer in *j (the caller frees it). */
+static int create_job(int port, const char *body, cJSON **j) {
+    resp r;
+    int st = http(port, "POST", "/v1/fine_tuning/jobs", KEY, body, &r) ? r.status : -1;
+    *j = cJSON_Parse(r.body ? r.body : "");
+    resp_free(&r);
+    return st;
+}
+
+static void upload_as(int port, const char *purpose, const char *content, char id[64]) {
+    resp r;
+    id[0] = 0;
+    T_CHECK(upload(port, purpose, "data.jsonl", content, &r) && r.status == 200, "upload: %d %s", r.status, r.body ? r.body : "");
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    snprintf(id, 64, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    resp_free(&r);
+}
+
+static cJSON *wait_job(int port, const char *id, const char *until, double wait_s) {
+    return poll_batch(port, "/v1/fine_tuning/jobs", "status", id, until, wait_s);
+}
+
+/* A job's events, oldest first (every one: pages of 7 followed by their cursors). */
+static int job_events(int port, const char *id, cJSON **out, int cap) {
+    int n = 0;
+    char after[64] = "", path[200];
+    for (int more = 1; more && n < cap;) {
+        snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/events?limit=7%s%s", id, after[0] ? "&after=" : "", after);
+        cJSON *l = get_json(port, path);
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(l, "data");
+        T_CHECK(cJSON_GetArraySize(data) <= 7, "a page of %d", cJSON_GetArraySize(data));
+        for (const cJSON *e = data ? data->child : NULL; e && n < cap; e = e->next) out[n++] = cJSON_Duplicate(e, 1);
+        more = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")) && cJSON_GetArraySize(data) > 0;
+        if (more) snprintf(after, sizeof after, "%s", str_of(cJSON_GetArrayItem(data, cJSON_GetArraySize(data) - 1), "id"));
+        cJSON_Delete(l);
+    }
+    for (int i = 0; i < n / 2; i++) { /* newest first as listed */
+        cJSON *t = out[i];
+        out[i] = out[n - 1 - i], out[n - 1 - i] = t;
+    }
+    return n;
+}
+
+/* The trainer's losses of a job, from its run folder. */
+static int job_losses(const char *dir, const char *id, double *loss, int cap) {
+    char path[700], *text = NULL;
+    snprintf(path, sizeof path, "%s/%s.run/run/metrics.jsonl", dir, id);
+    nv_file_read_all(path, &text, NULL);
+    cJSON *lines[256];
+    const int n = json_lines(text, lines, 256);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (k < cap && num_of(lines[i], "step") == k + 1) loss[k++] = num_of(lines[i], "loss");
+        cJSON_Delete(lines[i]);
+    }
+    free(text);
+    return k;
+}
+
+static char *chat_answer(int port, const char *model) {
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Who is friend 3?\"}],\"max_tokens\":8,\"temperature\":0}", model);
+    resp r;
+    char *out = NULL;
+    if (http(port, "POST", "/v1/chat/completions", KEY, body, &r) && r.status == 200) {
+        cJSON *j = cJSON_Parse(r.body);
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "message");
+        out = strdup(str_of(msg, "content"));
+        cJSON_Delete(j);
+    } else {
+        out = strdup(r.body ? r.body : "-");
+    }
+    resp_free(&r);
+    return out;
+}
+
+static void test_fine_tuning(void) {
+    if (!model_path() || !tok_path()) return;
+    const char *dir = t_path("ftstore");
+    char args[1024];
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s'", dir);
+    server s;
+    if (!server_spawn(&s, "ft", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=30", model_path(), tok_path(), args, 60)) return;
+    char chat[64], val[64], pref[64], bad[64], batch[64], body[1024];
+    char *text = chat_examples(24, 0);
+    upload_as(s.port, "fine-tune", text, chat);
+    upload_as(s.port, "fine-tune", text, val);
+    upload_as(s.port, "batch", text, batch);
+    free(text);
+    text = chat_examples(6, 2);
+    upload_as(s.port, "fine-tune", text, bad);
+    free(text);
+    nv_buf pb = {0};
+    for (int i = 0; i < 8; i++) {
+        const char *line = "{\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"Say a kind word.\"}]},\"preferred_output\":[{\"role\":"
+                           "\"assistant\",\"content\":\"You are kind.\"}],\"non_preferred_output\":[{\"role\":\"assistant\",\"content\":\"Go.\"}]}\n";
+        nv_buf_append(&pb, line, strlen(line));
+    }
+    nv_buf_append(&pb, "", 1);
+    upload_as(s.port, "fine-tune", pb.data, pref);
+    nv_buf_free(&pb);
+    /* refusals: 400 naming the parameter, and no job made */
+    struct {
+        const char *fmt, *param;
+    } refused[] = {
+        {"{\"training_file\":\"%s\"}", "model"},
+        {"{\"model\":\"gpt-4o-mini\",\"training_file\":\"%s\"}", "model"},
+        {"{\"model\":\"stories260K\"}", "training_file"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"file-000000000000000000000000\"}", "training_file"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":0}}", "hyperparameters.n_epochs"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"batch_size\":1.5}}", "hyperparameters.batch_size"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"lora_rank\":65}}", "hyperparameters.lora_rank"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"warmup\":3}}", "hyperparameters"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{},\"method\":{\"type\":\"supervised\",\"supervised\":{"
+         "\"hyperparameters\":{}}}}",
+         "hyperparameters"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"method\":{\"type\":\"reinforcement\"}}", "method.type"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"method\":{\"type\":\"dpo\"}}", "training_file"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"suffix\":\"a:b\"}", "suffix"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"seed\":-1}", "seed"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"integrations\":[{\"type\":\"wandb\"}]}", "integrations"},
+        {"{\"model\":\"stories260K\",\"training_file\":\"%s\",\"validation_file\":\"%s\"}", "validation_file"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        snprintf(body, sizeof body, refused[k].fmt, chat, batch);
+        cJSON *j;
+        const int st = create_job(s.port, body, &j);
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+        T_CHECK(st == 400 && !strcmp(str_of(err, "param"), refused[k].param), "refusal %zu: %d %s", k, st, str_of(err, "message"));
+        cJSON_Delete(j);
+    }
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\"}", batch); /* the purpose */
+    cJSON *j;
+    T_CHECK(create_job(s.port, body, &j) == 400, "a file of purpose batch");
+    cJSON_Delete(j);
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\"}", pref); /* pairs need dpo */
+    T_CHECK(create_job(s.port, body, &j) == 400 && strstr(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"), "dpo"), "pairs");
+    cJSON_Delete(j);
+    cJSON *l = get_json(s.port, "/v1/fine_tuning/jobs");
+    T_CHECK(l && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 0, "no job after the refusals");
+    cJSON_Delete(l);
+
+    /* a job: trained, served as ft:BASE:local:SUFFIX:ID, its events, result file and checkpoint */
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"validation_file\":\"%s\",\"suffix\":\"friends\",\"seed\":11,"
+             "\"metadata\":{\"k\":\"v\"},\"method\":{\"type\":\"supervised\",\"supervised\":{\"hyperparameters\":{\"n_epochs\":4,"
+             "\"batch_size\":2}}}}",
+             chat, val);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create");
+    char id1[64];
+    snprintf(id1, sizeof id1, "%s", str_of(j, "id"));
+    const cJSON *hp = cJSON_GetObjectItemCaseSensitive(j, "hyperparameters");
+    T_CHECK(!strncmp(id1, "ftjob-", 6) && !strcmp(str_of(j, "object"), "fine_tuning.job") && !strcmp(str_of(j, "status"), "queued") &&
+                num_of(hp, "n_epochs") == 4 && num_of(hp, "batch_size") == 2 && num_of(hp, "learning_rate_multiplier") == 1 &&
+                num_of(j, "seed") == 11 && !strcmp(str_of(cJSON_GetObjectItemCaseSensitive(j, "metadata"), "k"), "v") &&
+                cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "fine_tuned_model")) && !cJSON_GetObjectItemCaseSensitive(j, "nerve_args"),
+            "the new job");
+    cJSON_Delete(j);
+    j = wait_job(s.port, id1, "succeeded failed cancelled", 120);
+    char ft[200];
+    snprintf(ft, sizeof ft, "ft:stories260K:local:friends:%.8s", id1 + 6);
+    T_CHECK(!strcmp(str_of(j, "status"), "succeeded") && !strcmp(str_of(j, "fine_tuned_model"), ft) && num_of(j, "trained_tokens") > 0 &&
+                num_of(j, "finished_at") >= num_of(j, "created_at"),
+            "the job: %s %s %s", str_of(j, "status"), str_of(j, "fine_tuned_model"),
+            str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    const cJSON *rf = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "result_files"), 0);
+    char *csv = cJSON_IsString(rf) ? file_content(s.port, rf->valuestring) : NULL;
+    int rows = 0;
+    for (const char *p = csv; p && (p = strchr(p, '\n')); p++) rows++;
+    const char *last_row = csv && rows > 1 ? strstr(csv, "\n48,") : NULL; /* the last step's row has its validation loss */
+    T_CHECK(csv && !strncmp(csv, "step,train_loss,valid_loss,learning_rate\n", 41) && rows == 1 + 48 && last_row &&
+                strchr(last_row + 4, ',')[1] != ',',
+            "the result file: %d rows", rows);
+    free(csv);
+    cJSON_Delete(j);
+    double l1[64];
+    T_CHECK(job_losses(dir, id1, l1, 64) == 48 && l1[47] < 0.5 * l1[0], "the losses: %g -> %g", l1[0], l1[47]);
+    cJSON *ev[256];
+    const int ne = job_events(s.port, id1, ev, 256);
+    int metrics = 0, created = 0, done = 0;
+    for (int i = 0; i < ne; i++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(ev[i], "data");
+        if (!strcmp(str_of(ev[i], "type"), "metrics"))
+            metrics += num_of(d, "step") == metrics + 1 && num_of(d, "total_steps") == 48 && num_of(d, "train_loss") == l1[metrics];
+        created += i == 0 && strstr(str_of(ev[i], "message"), "Created fine-tuning job") != NULL;
+        done += i == ne - 1 && !strcmp(str_of(ev[i], "message"), "The job has successfully completed");
+        cJSON_Delete(ev[i]);
+    }
+    T_CHECK(metrics == 48 && created && done, "%d events: %d metrics in order, created %d, done %d", ne, metrics, created, done);
+    char path[300];
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/checkpoints", id1);
+    l = get_json(s.port, path);
+    const cJSON *ck = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "data"), 0);
+    T_CHECK(ck && num_of(ck, "step_number") == 48 && !strcmp(str_of(ck, "fine_tuned_model_checkpoint"), ft) &&
+                num_of(cJSON_GetObjectItemCaseSensitive(ck, "metrics"), "train_loss") == l1[47] &&
+                num_of(cJSON_GetObjectItemCaseSensitive(ck, "metrics"), "valid_loss") > 0,
+            "the checkpoint");
+    cJSON_Delete(l);
+    /* served beside the base: listed with its parent, answering as trained */
+    l = get_json(s.port, "/v1/models");
+    const cJSON *m1 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "data"), 1);
+    T_CHECK(!strcmp(str_of(m1, "id"), ft) && !strcmp(str_of(m1, "parent"), "stories260K"), "/v1/models");
+    cJSON_Delete(l);
+    char *base_says = chat_answer(s.port, "stories260K"), *ft_says = chat_answer(s.port, ft);
+    T_CHECK(strstr(ft_says, "friend is") && !strstr(base_says, "friend is"), "the base says '%s', the fine-tuned model '%s'", base_says, ft_says);
+    free(base_says), free(ft_says);
+
+    /* the same job paused, resumed, its server restarted part way, its file deleted: the same losses */
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"validation_file\":\"%s\",\"seed\":11,\"hyperparameters\":{\"n_epochs\":4,"
+             "\"batch_size\":2}}",
+             chat, val);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create 2");
+    char id2[64];
+    snprintf(id2, sizeof id2, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/files/%s", chat);
+    resp r;
+    T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 200, "delete the training file");
+    resp_free(&r);
+    double l2[64];
+    for (double t0 = now_s(); job_losses(dir, id2, l2, 64) < 6 && now_s() - t0 < 60;) sleep_ms(20);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/pause", id2);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200, "pause: %d %s", r.status, r.body);
+    resp_free(&r);
+    j = wait_job(s.port, id2, "paused succeeded failed", 60);
+    const int at_pause = job_losses(dir, id2, l2, 64);
+    T_CHECK(!strcmp(str_of(j, "status"), "paused") && at_pause < 48, "paused at %d: %s", at_pause, str_of(j, "status"));
+    cJSON_Delete(j);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 400, "a paused job paused again: %d", r.status);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/resume", id2);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"queued\""), "resume: %d", r.status);
+    resp_free(&r);
+    for (double t0 = now_s(); job_losses(dir, id2, l2, 64) < at_pause + 4 && now_s() - t0 < 60;) sleep_ms(20);
+    T_CHECK(server_stop_within(&s, 60) == 0, "server exit");
+    char rec[700], *saved = NULL;
+    snprintf(rec, sizeof rec, "%s/%s.json", dir, id2);
+    nv_file_read_all(rec, &saved, NULL);
+    T_CHECK(saved && (strstr(saved, "\"running\"") || strstr(saved, "\"validating_files\"")), "left training: %.300s", saved ? saved : "-");
+    free(saved);
+    const int at_stop = job_losses(dir, id2, l2, 64);
+    T_CHECK(at_stop < 48, "stopped at step %d of 48", at_stop);
+    if (!server_spawn(&s, "ft2", NULL, "NERVE_LOG=info", model_path(), tok_path(), args, 60)) return;
+    l = get_json(s.port, "/v1/models");
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 2, "the fine-tuned model served after the restart");
+    cJSON_Delete(l);
+    j = wait_job(s.port, id2, "succeeded failed cancelled", 120);
+    T_CHECK(!strcmp(str_of(j, "status"), "succeeded"), "after the restart: %s %s", str_of(j, "status"),
+            str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    cJSON_Delete(j);
+    int same = job_losses(dir, id2, l2, 64) == 48;
+    for (int i = 0; same && i < 48; i++) same = l2[i] == l1[i];
+    T_CHECK(same, "paused at %d, stopped at %d: the losses of the run never stopped", at_pause, at_stop);
+    char *tlog = NULL; /* it went on from its checkpoints, twice, not from the start */
+    snprintf(rec, sizeof rec, "%s/%s.run/train.log", dir, id2);
+    nv_file_read_all(rec, &tlog, NULL);
+    int resumes = 0;
+    for (const char *p = tlog; p && (p = strstr(p, "resuming ")); p++) resumes++;
+    T_CHECK(resumes == 2, "%d resumes in %s", resumes, rec);
+    free(tlog);
+    const int ne2 = job_events(s.port, id2, ev, 256);
+    int steps2 = 0, pauses = 0;
+    for (int i = 0; i < ne2; i++) {
+        if (!strcmp(str_of(ev[i], "type"), "metrics")) /* (a step told twice breaks the count) */
+            steps2 = num_of(cJSON_GetObjectItemCaseSensitive(ev[i], "data"), "step") == steps2 + 1 ? steps2 + 1 : -1000;
+        else pauses += strstr(str_of(ev[i], "message"), "paused at step") != NULL;
+        cJSON_Delete(ev[i]);
+    }
+    T_CHECK(steps2 == 48 && pauses == 1, "the resumed job's events: each step once, in order (%d), and its pause (%d)", steps2, pauses);
+
+    /* a file with a bad line: failed, the error naming the file and the line */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\"}", bad);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create 3");
+    char id3[64];
+    snprintf(id3, sizeof id3, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    j = wait_job(s.port, id3, "succeeded failed cancelled", 60);
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    char want[80];
+    snprintf(want, sizeof want, "%s:2:", bad);
+    T_CHECK(!strcmp(str_of(j, "status"), "failed") && !strcmp(str_of(err, "code"), "invalid_training_file") &&
+                strstr(str_of(err, "message"), want) && !strstr(str_of(err, "message"), dir) &&
+                cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "fine_tuned_model")),
+            "the failed job: %s %s", str_of(j, "status"), str_of(err, "message"));
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/cancel", id3);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 400, "cancel an ended job: %d", r.status);
+    resp_free(&r);
+
+    /* preference pairs by DPO; a job cancelled while queued behind it */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"method\":{\"type\":\"dpo\",\"dpo\":{\"hyperparameters\":{\"beta\":0.2,\"n_epochs\":2}}}}", pref);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create dpo");
+    char id4[64], id5[64];
+    snprintf(id4, sizeof id4, "%s", str_of(j, "id"));
+    T_CHECK(num_of(cJSON_GetObjectItemCaseSensitive(j, "hyperparameters"), "beta") == 0.2 &&
+                !strcmp(str_of(cJSON_GetObjectItemCaseSensitive(j, "method"), "type"), "dpo"),
+            "the dpo job");
+    cJSON_Delete(j);
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\"}", bad);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create 5");
+    snprintf(id5, sizeof id5, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/cancel", id5);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"cancelled\""), "cancel: %d %s", r.status, r.body);
+    resp_free(&r);
+    j = wait_job(s.port, id4, "succeeded failed cancelled", 120);
+    T_CHECK(!strcmp(str_of(j, "status"), "succeeded") && !strncmp(str_of(j, "fine_tuned_model"), "ft:stories260K:local::", 22),
+            "the dpo job: %s %s", str_of(j, "status"), str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s", id5);
+    j = get_json(s.port, path);
+    T_CHECK(!strcmp(str_of(j, "status"), "cancelled"), "the cancelled job stays cancelled: %s", str_of(j, "status"));
+    cJSON_Delete(j);
+    l = get_json(s.port, "/v1/fine_tuning/jobs?limit=2");
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 2 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), id5) &&
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "the list, newest first");
+    cJSON_Delete(l);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs?after=%s", id2);
+    l = get_json(s.port, path);
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 1 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), id1), "after");
+    cJSON_Delete(l);
+    T_CHECK(http(s.port, "GET", "/metrics", KEY, NULL, &r) && r.status == 200 &&
+                strstr(r.body, "\nnerve_fine_tuning_jobs{status=\"succeeded\"} 3\n") &&
+                strstr(r.body, "\nnerve_fine_tuning_jobs{status=\"failed\"} 1\n") &&
+                strstr(r.body, "\nnerve_fine_tuning_jobs{status=\"cancelled\"} 1\n"),
+            "/metrics: %s", r.body ? strstr(r.body, "nerve_fine_tuning_jobs{") : "-");
+    resp_free(&r);
+
+    /* a fine-tuned model deleted: gone from the list and from requests, and at the next start */
+    snprintf(path, sizeof path, "/v1/models/%s", ft);
+    T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 200 && strstr(r.body, "\"deleted\":true"), "delete: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 404, "deleted twice: %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(s.port, "DELETE", "/v1/models/stories260K", KEY, NULL, &r) && r.status == 403, "the base: %d", r.status);
+    resp_free(&r);
+    ft_says = chat_answer(s.port, ft);
+    T_CHECK(strstr(ft_says, "model_not_found") || strstr(ft_says, "does not exist"), "a request for it: %s", ft_says);
+    free(ft_says);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    if (!server_spawn(&s, "ft3", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    l = get_json(s.port, "/v1/models");
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 3, "served after the restart: the two left");
+    cJSON_Delete(l);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    /* off without --files-dir */
+    if (!server_spawn(&s, "ftoff", NULL, NULL, model_path(), tok_path(), FLAGS, 60)) return;
+    T_CHECK(http(s.port, "GET", "/v1/fine_tuning/jobs", "", NULL, &r) && r.status == 404 && strstr(r.body, "--files-dir"), "off: %d", r.status);
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+}
+
 int main(void) {
     T_RUN(test_files);
     T_RUN(test_batch);
     T_RUN(test_batch_restart);
     T_RUN(test_batch_cancel_priority);
     T_RUN(test_message_batches);
+    T_RUN(test_fine_tuning);
     return t_done();
 }

@@ -176,10 +176,10 @@ static void test_batch_rows_take_their_adapters(void) {
         /* refusals: the set is unchanged by each */
         T_CHECK(nv_adapters_add(&set, &base, "one", f2, 1.0f) != NV_OK && strstr(nv_errmsg(), "twice"), "%s", nv_errmsg());
         T_CHECK(nv_adapters_add(&set, &base, "", f2, 1.0f) != NV_OK, "an empty name");
-        char long_name[80];
-        memset(long_name, 'x', 64);
-        long_name[64] = 0;
-        T_CHECK(nv_adapters_add(&set, &base, long_name, f2, 1.0f) != NV_OK, "a name of 64 characters");
+        char long_name[NV_ADAPTER_NAME_CAP + 8];
+        memset(long_name, 'x', NV_ADAPTER_NAME_CAP);
+        long_name[NV_ADAPTER_NAME_CAP] = 0;
+        T_CHECK(nv_adapters_add(&set, &base, long_name, f2, 1.0f) != NV_OK, "a name of %d characters", NV_ADAPTER_NAME_CAP);
         T_CHECK(nv_adapters_add(&set, &base, "none", t_path("missing.gguf"), 1.0f) != NV_OK && strstr(nv_errmsg(), "missing.gguf"),
                 "%s", nv_errmsg());
         T_CHECK(nv_adapters_add(&set, &base, "nan", f2, NAN) != NV_OK, "a NaN scale");
@@ -211,7 +211,7 @@ static void test_batch_rows_take_their_adapters(void) {
                 "slot 2 again, generation %u then %u", gen1, gen2);
         T_CHECK(!nv_adapters_pin(&set, 2, gen1) && nv_adapters_pin(&set, 2, gen2), "pins by generation");
         nv_adapters_unpin(&set, 2);
-        char names[NV_MAX_ADAPTERS][64];
+        char names[NV_MAX_ADAPTERS][NV_ADAPTER_NAME_CAP];
         T_CHECK(nv_adapters_names(&set, names, NULL, NV_MAX_ADAPTERS) == 3 && !strcmp(names[0], "one") && !strcmp(names[1], "two") &&
                     !strcmp(names[2], "three"),
                 "names");

@@ -1632,6 +1632,18 @@ static void test_chat_finetune_then_serve(void) {
     }
     T_CHECK(skipped > 0 && trained > 0, "%d steps skipped, %d trained: the case did not mix them", skipped, trained);
     free(text);
+    /* --seq auto: the longest turn whole (a multiple of 16), so none is skipped or cut */
+    snprintf(path, sizeof path, "%s/chats_long.jsonl", t_tmpdir());
+    snprintf(short_dir, sizeof short_dir, "%s/chat_auto", t_tmpdir());
+    snprintf(short_args, sizeof short_args, "train --init-from %s -z %s --data %s --steps 4 --batch 2 --seq auto --eval-every 0 --out %s",
+             model, tok, path, short_dir);
+    const int auto_rc = run_nerve(short_args, err, sizeof err);
+    const char *said = strstr(err, "--seq auto: ");
+    int auto_seq = 0, longest_turn = 0;
+    if (said) sscanf(said, "--seq auto: %d (the longest turn is %d tokens)", &auto_seq, &longest_turn);
+    T_CHECK(auto_rc == 0 && longest_turn > 17 && auto_seq == (longest_turn - 1 + 15) / 16 * 16 && !strstr(err, "skipped") &&
+                !strstr(err, "are cut"),
+            "--seq auto: %d for a longest turn of %d: '%s'", auto_seq, longest_turn, err);
 
     /* the loss is the mean over the step's answer tokens however the step is cut: 2 micro-batches of
        4 windows (the same 8 windows; answers of 1 to 9 words, so the halves hold different numbers

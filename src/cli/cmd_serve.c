@@ -133,7 +133,11 @@ static void usage(FILE *f) {
             "                       /v1/batches[/{id}], POST /v1/batches/{id}/cancel; Anthropic's /v1/messages/batches\n"
             "                       (create, get, list, cancel, delete, results). A batch runs in the background,\n"
             "                       its requests queued behind everyone else's; a server stopped part way goes on with\n"
-            "                       it at the next start (default: off, those endpoints answer 404)\n"
+            "                       it at the next start; and the fine-tuning jobs API: POST /v1/fine_tuning/jobs {model,\n"
+            "                       training_file, ...} trains LoRA adapters on this model in a nerve train process of\n"
+            "                       its own (nice 10), then serves them as ft:MODEL:local:SUFFIX:ID; GET\n"
+            "                       /v1/fine_tuning/jobs[/{id}[/events|/checkpoints]], POST .../{cancel,pause,resume},\n"
+            "                       DELETE /v1/models/{ft:...} (default: off, those endpoints answer 404)\n"
             "  --files-max-bytes SIZE\n"
             "                       the uploaded files' bytes together (default 2G; a batch's results are kept past it)\n"
             "  --batch-parallel N   a batch's requests at once (default: --max-batch)\n");
@@ -417,11 +421,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         nv_path_name(*dir ? dir : ".", model_id, sizeof model_id);
     } else
         nv_path_name(model_path, model_id, sizeof model_id); /* a run folder: its name */
-    char module_names[NV_MAX_ADAPTERS][64];
+    char module_names[NV_MAX_ADAPTERS][NV_ADAPTER_NAME_CAP];
     for (int k = 0; k < n_modules; k++) { /* usage errors before anything loads */
         const size_t len = (size_t)(strchr(modules[k], '=') - modules[k]);
         if (len >= sizeof module_names[k])
-            return cli_error(CMD, 2, "--lora-modules: the name '%.*s' is longer than 63 characters", (int)len, modules[k]);
+            return cli_error(CMD, 2, "--lora-modules: the name '%.*s' is longer than %d characters", (int)len, modules[k], NV_ADAPTER_NAME_CAP - 1);
         memcpy(module_names[k], modules[k], len);
         module_names[k][len] = 0;
         if (nv_adapters_check_name(module_names[k]) != NV_OK) return cli_error(CMD, 2, "--lora-modules: %s", nv_errmsg());
@@ -458,6 +462,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     nv_http *http = NULL, *own = NULL; /* own: the Batch API's server on 127.0.0.1 */
     nv_files *files = NULL;
     nv_batches *batches = NULL;
+    nv_ftjobs *ftjobs = NULL;
     char own_key[64] = "";
     const char *own_keys[1] = {own_key}; /* kept while its server runs */
     int rc = 1, sched_ok = 0;
@@ -526,7 +531,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                         .spec_ngram_max = spec.lookup_max,
                         .draft = spec.draft ? &draft : NULL,
                         .draft_p_min = spec.draft_p_min,
-                        .adapters = n_modules || lora_updates ? &adapters : NULL};
+                        .adapters = n_modules || lora_updates || files_dir ? &adapters : NULL}; /* (fine-tuned models too) */
     if (swa_cache == NV_SWA_WINDOW && !nv_kv_layers_count(&model.config, NV_KV_LAYERS_WINDOWED))
         nv_warn("serve: --swa-cache window: %s has no sliding-window layers; every layer keeps every position", model_id);
     else if (swa_cache == NV_SWA_WINDOW && !nv_kv_layers_count(&model.config, NV_KV_LAYERS_FULL))
@@ -577,6 +582,23 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             goto done;
         }
         ho.files = files, ho.batches = batches;
+        /* the fine-tuning jobs: LoRA adapters trained by nerve train on the model as it was given */
+        char abs_model[4096];
+        nv_ftjobs_opts fo = {.model_id = model_id,
+                             .model_path = realpath(model_path, abs_model) ? abs_model : model_path,
+                             .tok_path = tok_path,
+                             .template_name = nv_chat_template_name(tmpl),
+                             .threads = threads,
+                             .unavailable = loras.n ? "the served model has adapters merged into it (--lora): serve the merged model "
+                                                      "(nerve export --lora) to fine-tune it"
+                                                    : NULL,
+                             .adapters = &adapters,
+                             .model = &model};
+        if (nv_ftjobs_open(&ftjobs, files, &fo) != NV_OK) {
+            cli_error(CMD, 1, "--files-dir %s: %s", files_dir, nv_errmsg());
+            goto done;
+        }
+        ho.ftjobs = ftjobs;
     }
     char adapters_line[48] = ""; /* before the HTTP threads can load adapters */
     if (adapters.live || lora_updates)
@@ -590,12 +612,12 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         nv_http_opts oo = ho;
         nv_api_new_id(own_key, sizeof own_key, "nv-batch-");
         oo.host = "127.0.0.1", oo.port = 0, oo.api_keys = own_keys, oo.n_api_keys = 1, oo.cors = 0, oo.webui = 0;
-        oo.quiet_access = 1, oo.background = 1, oo.tls_key = oo.tls_cert = NULL, oo.files = NULL, oo.batches = NULL;
+        oo.quiet_access = 1, oo.background = 1, oo.tls_key = oo.tls_cert = NULL, oo.files = NULL, oo.batches = NULL, oo.ftjobs = NULL;
         oo.timeout_s = 0;        /* a batch's request may wait long behind the others; max_tokens bounds its run */
         oo.responses_store = 0;  /* (a batch's Responses are not kept for previous_response_id) */
         const int parallel = batch_parallel ? batch_parallel : max_batch < 256 ? max_batch : 256; /* within its connection limit */
         if (nv_http_start(&own, &oo, &sched, &metrics, &ctx) != NV_OK ||
-            nv_batches_start(batches, nv_http_port(own), own_key, parallel, 0.0f) != NV_OK) {
+            nv_batches_start(batches, nv_http_port(own), own_key, parallel, 0.0f) != NV_OK || nv_ftjobs_start(ftjobs) != NV_OK) {
             cli_error(CMD, 1, "the Batch API's own server: %s", nv_errmsg());
             goto done;
         }
@@ -664,6 +686,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                 sig == SIGINT ? "SIGINT" : "SIGTERM", GRACE_S);
     }
     nv_batches_stop(batches, 1); /* a batch's requests still running finish; the rest wait for the next start */
+    nv_ftjobs_stop(ftjobs);      /* a trainer saves its checkpoint meanwhile */
     nv_http_quiesce(http);
     if (own) nv_http_quiesce(own);
     nv_sched_drain(&sched);
@@ -684,6 +707,7 @@ done:
     nv_batches_stop(batches, 2);
     if (http) nv_http_stop(http); /* no client reaches the batches after this */
     nv_batches_close(batches);    /* (its requests have their answers: the scheduler has stopped) */
+    nv_ftjobs_close(ftjobs);      /* (its trainer stopped; no client reaches it after nv_http_stop) */
     if (own) nv_http_stop(own);
     nv_files_close(files);
     explicit_bzero(own_key, sizeof own_key);

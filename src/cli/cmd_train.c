@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
             "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
             "                   [--teacher MODEL [--distill-alpha A] [--distill-temp T] [--teacher-engine E]]\n"
-            "                   --data PATH... [-z TOKENIZER | --vocab N] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S] [--accum A] [--lr LR]\n"
+            "                   --data PATH... [-z TOKENIZER | --vocab N] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S|auto] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
             "                   [--weight-decay W] [--decay-embeddings] [--clip C] [--dropout P]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
@@ -71,6 +71,8 @@ static void usage(FILE *f) {
             "          samples and the saved model have none. Default 0\n"
             "  --recompute: keep only each layer's input and run its forward again in the backward (activation\n"
             "          checkpointing): the same losses to the bit, about a third more time, one layer's activations\n"
+            "  --seq auto: with chat or preference data, the longest turn with its prompt (rounded up to a\n"
+            "          multiple of 16, at most the model's context), so no answer is cut; other data: 256\n"
             "  --epochs F: the run's length in passes over the training data instead of --steps: F x its windows\n"
             "          (its tokens / --seq; a chat file's turns) / (--batch x --accum) steps, rounded up\n"
             "  --time-budget S: the run's length in time instead: after a few steps (at least 5 and 5%% of S) the\n"
@@ -225,7 +227,7 @@ static int train(int argc, char **argv) {
     int gamma_given = 0, experts = 0, experts_used = 0, aux_given = 0;
     float val_frac = 0.05f, lora_alpha = 0, data_weights[MAX_DATA];
     int n_weights = 0; /* --data-weights */
-    int steps_given = 0;
+    int steps_given = 0, seq_auto = 0; /* --seq auto: chat data's longest turn */
     float epochs = 0; /* --epochs: the steps from the data's size */
     float time_budget = 0; /* --time-budget: the steps that fit, decided by the run */
     const char *lora_targets = NULL;
@@ -289,7 +291,8 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--epochs")) ok = cli_float(CMD, a, v, 1e-6, 1e6, &epochs);
         else if (!strcmp(a, "--time-budget")) ok = cli_float(CMD, a, v, 0.1f, 1e8f, &time_budget);
         else if (!strcmp(a, "--batch")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.batch);
-        else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq);
+        else if (!strcmp(a, "--seq") && !strcmp(v, "auto")) seq_auto = 1;
+        else if (!strcmp(a, "--seq")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.seq), seq_auto = 0;
         else if (!strcmp(a, "--accum")) ok = cli_int(CMD, a, v, 1, 1 << 16, &o.accum);
         else if (!strcmp(a, "--warmup")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.adamw.warmup_steps), warmup_given = 1;
         else if (!strcmp(a, "--eval-every")) ok = cli_int(CMD, a, v, 0, 1 << 30, &o.eval_every);
@@ -510,6 +513,7 @@ static int train(int argc, char **argv) {
                   nv_tokenizer_vocab_size(tok), init_from, c->vocab_size);
         goto done;
     }
+    if (seq_auto && o.seq > c->seq_len) o.seq = c->seq_len;
     if (o.seq > c->seq_len) {
         rc = cli_error(CMD, 2, "--seq %d exceeds the model's context of %d", o.seq, c->seq_len);
         goto done;
@@ -572,6 +576,15 @@ static int train(int argc, char **argv) {
         ds.pack = pack;
         o.chat_template = ds.templated ? nv_chat_template_name(tmpl) : NULL; /* prompt/completion text: none */
         uint64_t turns = 0, val_turns = 0, cut = 0, trainable = 0, longest = 0;
+        if (seq_auto) { /* the longest turn whole (a multiple of 16, for the kernels' tiles), within the context */
+            for (int i = 0; i < ds.n_src; i++)
+                for (uint64_t t = 0; t < ds.src[i].n_starts; t++)
+                    if (ds.src[i].starts[t + 1] - ds.src[i].starts[t] > longest) longest = ds.src[i].starts[t + 1] - ds.src[i].starts[t];
+            const uint64_t want = (longest > 1 ? longest - 1 + 15 : 16) / 16 * 16;
+            o.seq = want < (uint64_t)c->seq_len ? (int)want : c->seq_len;
+            if (nv_dist_rank() == 0) fprintf(stderr, "nerve: --seq auto: %d (the longest turn is %llu tokens)\n", o.seq, (unsigned long long)longest);
+            longest = 0;
+        }
         for (int i = 0; i < ds.n_src; i++)
             for (uint64_t t = 0; t < ds.src[i].n_starts; t++) {
                 const nv_source *s = &ds.src[i];

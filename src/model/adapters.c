@@ -87,7 +87,7 @@ nv_err nv_adapters_remove(nv_adapters *set, const char *name) {
     return i >= 0 ? NV_OK : nv_fail(NV_EINVAL, "no LoRA adapter is called '%.80s'", name);
 }
 
-int nv_adapters_names(nv_adapters *set, char (*names)[64], int *numbers, int cap) {
+int nv_adapters_names(nv_adapters *set, char (*names)[NV_ADAPTER_NAME_CAP], int *numbers, int cap) {
     int n = 0;
     pthread_mutex_lock(&set->mu);
     for (int i = 0; i < NV_MAX_ADAPTERS && n < cap; i++)
@@ -153,7 +153,8 @@ static nv_err build_plans(nv_adapter *ad, const nv_model *m, float *p, float k) 
 
 nv_err nv_adapters_check_name(const char *name) {
     const size_t len = strlen(name);
-    if (len < 1 || len > 63) return nv_fail(NV_EINVAL, "adapter name '%.80s': 1 to 63 characters", name);
+    if (len < 1 || len >= NV_ADAPTER_NAME_CAP)
+        return nv_fail(NV_EINVAL, "adapter name '%.80s': 1 to %d characters", name, NV_ADAPTER_NAME_CAP - 1);
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) return nv_fail(NV_EINVAL, "adapter name: no control characters");
     return NV_OK;

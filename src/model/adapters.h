@@ -36,11 +36,12 @@
 #include "model/model.h"
 
 #define NV_MAX_ADAPTERS 64
+#define NV_ADAPTER_NAME_CAP 128 /* a name's bytes and its NUL (a fine-tuned model's id: ft:BASE:local:SUFFIX:ID) */
 
 enum { NV_ADAPTER_FREE = 0, NV_ADAPTER_LOADING, NV_ADAPTER_LIVE, NV_ADAPTER_REMOVED };
 
 typedef struct {
-    char name[64];
+    char name[NV_ADAPTER_NAME_CAP];
     char *path;
     nv_lora_shape shape;
     float scale;       /* the user's factor on top of alpha / rank (1 for --lora-modules) */
@@ -66,7 +67,7 @@ typedef struct {
 void nv_adapters_init(nv_adapters *set, int max_rank);
 /* Removes every adapter (none may be pinned) and the lock. */
 void nv_adapters_free(nv_adapters *set);
-/* NV_OK for a name an adapter may take: 1..63 bytes, no control characters (it is logged and
+/* NV_OK for a name an adapter may take: 1..NV_ADAPTER_NAME_CAP - 1 bytes, no control characters (it is logged and
  * printed in responses). */
 nv_err nv_adapters_check_name(const char *name);
 /* Adds the adapter in path as `name` (nv_adapters_check_name). Refuses a name already in the set, a full
@@ -85,7 +86,7 @@ int nv_adapters_pin(nv_adapters *set, int k, unsigned gen);
 void nv_adapters_unpin(nv_adapters *set, int k);
 /* The live adapters' names, in slot order, into names (at most cap), and their numbers into
  * numbers when given; returns how many. */
-int nv_adapters_names(nv_adapters *set, char (*names)[64], int *numbers, int cap);
+int nv_adapters_names(nv_adapters *set, char (*names)[NV_ADAPTER_NAME_CAP], int *numbers, int cap);
 
 /* One step's rows grouped by adapter: order lists the adapted rows, those of adapter 1 first (in
  * row order), then adapter 2's, ...; units cut each adapter's run of order into pieces of at most

@@ -465,7 +465,7 @@ char *nv_anth_models(const nv_api_ctx *ctx, long created, const char *single) {
     time_t t = (time_t)created;
     strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
     if (single) return nv_api_print_free(model_object(single, at));
-    char ids[NV_MAX_ADAPTERS][64];
+    char ids[NV_MAX_ADAPTERS][NV_ADAPTER_NAME_CAP];
     const int n = nv_api_model_ids(ctx, ids);
     cJSON *list = cJSON_CreateObject();
     cJSON *data = cJSON_AddArrayToObject(list, "data");

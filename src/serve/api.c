@@ -1825,7 +1825,7 @@ static cJSON *model_object(const nv_api_ctx *ctx, long created, const char *adap
     return mo;
 }
 
-int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[64]) {
+int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[NV_ADAPTER_NAME_CAP]) {
     return ctx->adapters ? nv_adapters_names(ctx->adapters, ids, NULL, NV_MAX_ADAPTERS) : 0;
 }
 
@@ -1834,7 +1834,7 @@ char *nv_api_models(const nv_api_ctx *ctx, long created, const char *single) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    char ids[NV_MAX_ADAPTERS][64];
+    char ids[NV_MAX_ADAPTERS][NV_ADAPTER_NAME_CAP];
     const int n = nv_api_model_ids(ctx, ids);
     cJSON_AddItemToArray(data, model_object(ctx, created, NULL));
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, model_object(ctx, created, ids[i]));

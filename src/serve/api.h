@@ -238,7 +238,7 @@ char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion
  * the model of that id alone. */
 char *nv_api_models(const nv_api_ctx *ctx, long created, const char *single);
 /* The ids of the live adapters (at most NV_MAX_ADAPTERS), in slot order; returns how many. */
-int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[64]);
+int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[NV_ADAPTER_NAME_CAP]);
 /* The model an id names (0 the base, else an adapter's number, its generation in *gen when given),
  * -1 when none. */
 int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen);

@@ -28,21 +28,15 @@ static const char *const status_name[B_N] = {"validating", "failed",  "in_progre
 static const char *const status_at[B_N] = {NULL, "failed_at", "in_progress_at", "finalizing_at",
                                            "completed_at", "expired_at", "cancelling_at", "cancelled_at"};
 
-typedef struct {
-    char id[ID_LEN + 1];
-    cJSON *o; /* its Batch object */
-    uint64_t seq;
-    int held; /* it could not go on (its answers so far unreadable, a file not writable, memory): it
-                 waits for the next start rather than being tried again at once */
-} batch;
+/* A batch is an nv_rec: its Batch object; held: it could not go on (its answers so far unreadable, a
+   file not writable, memory): it waits for the next start rather than being tried again at once. */
+typedef nv_rec batch;
 
 struct nv_batches {
     nv_files *files;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    batch *v; /* in the order they came (seq ascending) */
-    int n, cap;
-    uint64_t next_seq;
+    nv_recs r; /* the batches */
     pthread_t thread;
     int started;
     int port, workers;
@@ -65,26 +59,10 @@ static int status_of(const cJSON *o) {
 
 static int ended(int st) { return st == B_FAILED || st == B_COMPLETED || st == B_EXPIRED || st == B_CANCELLED; }
 
-static double num_of(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
-}
-
-static const char *str_of(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-/* o[key] = item (a number, a string, null), in the place the key had. */
-static void put(cJSON *o, const char *key, cJSON *item) {
-    if (!item) return;
-    if (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, item);
-    else cJSON_AddItemToObject(o, key, item);
-}
 
 static void set_status(cJSON *o, int st) {
-    put(o, "status", cJSON_CreateString(status_name[st]));
-    if (status_at[st]) put(o, status_at[st], cJSON_CreateNumber((double)time(NULL)));
+    nv_rec_put(o, "status", cJSON_CreateString(status_name[st]));
+    if (status_at[st]) nv_rec_put(o, status_at[st], cJSON_CreateNumber((double)time(NULL)));
 }
 
 static void set_counts(cJSON *o, int total, int completed, int failed) {
@@ -92,7 +70,7 @@ static void set_counts(cJSON *o, int total, int completed, int failed) {
     cJSON_AddNumberToObject(c, "total", total);
     cJSON_AddNumberToObject(c, "completed", completed);
     cJSON_AddNumberToObject(c, "failed", failed);
-    put(o, "request_counts", c);
+    nv_rec_put(o, "request_counts", c);
 }
 
 static void path_of(const char *dir, const char *id, const char *ext, char *out, size_t cap) {
@@ -110,44 +88,15 @@ static nv_err save(nv_batches *b, const batch *x) {
    hold their requests in DIR/ID.input.jsonl, not in a file of the store, and "nerve_kind"). */
 static int id_ok(const char *id) { return nv_id_well_formed(id, "batch_") || nv_id_well_formed(id, "msgbatch_"); }
 
-static int anthropic_of(const cJSON *o) { return !strcmp(str_of(o, "nerve_kind"), "anthropic"); }
+static int anthropic_of(const cJSON *o) { return !strcmp(nv_rec_str(o, "nerve_kind"), "anthropic"); }
 
-static int find(const nv_batches *b, const char *id) {
-    if (!id_ok(id)) return -1;
-    for (int i = 0; i < b->n; i++)
-        if (!strcmp(b->v[i].id, id)) return i;
-    return -1;
-}
-
-static nv_err add(nv_batches *b, const char *id, cJSON *o, uint64_t seq) {
-    if (b->n == b->cap) {
-        const int cap = b->cap ? 2 * b->cap : 32;
-        batch *v = realloc(b->v, (size_t)cap * sizeof *v);
-        if (!v) return nv_fail(NV_ENOMEM, "out of memory");
-        b->v = v, b->cap = cap;
-    }
-    int at = b->n;
-    while (at > 0 && b->v[at - 1].seq > seq) at--;
-    memmove(b->v + at + 1, b->v + at, (size_t)(b->n - at) * sizeof *b->v);
-    snprintf(b->v[at].id, sizeof b->v[at].id, "%s", id);
-    b->v[at].o = o, b->v[at].seq = seq, b->v[at].held = 0;
-    b->n++;
-    if (seq >= b->next_seq) b->next_seq = seq + 1;
-    return NV_OK;
-}
-
-/* One DIR/batch_*.json read back: its object (its order in *seq), or NULL when it is not one of ours. */
-static cJSON *load_one(const char *path, const char *id, uint64_t *seq) {
-    cJSON *o = nv_files_load_record(path, seq);
-    if (o && (strcmp(str_of(o, "id"), id) != 0 || status_of(o) < 0 ||
-              (!anthropic_of(o) && !nv_id_well_formed(str_of(o, "input_file_id"), "file-")) ||
-              !str_of(o, "endpoint")[0] || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "created_at")) ||
-              !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "expires_at")) ||
-              !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "request_counts")))) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
+/* 1 when a DIR/batch_*.json's object is a batch's whole record. */
+static int valid(const cJSON *o, const char *id) {
+    (void)id;
+    return status_of(o) >= 0 && (anthropic_of(o) || nv_id_well_formed(nv_rec_str(o, "input_file_id"), "file-")) &&
+           nv_rec_str(o, "endpoint")[0] && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "created_at")) &&
+           cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "expires_at")) &&
+           cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "request_counts"));
 }
 
 nv_err nv_batches_open(nv_batches **out, nv_files *files) {
@@ -157,30 +106,7 @@ nv_err nv_batches_open(nv_batches **out, nv_files *files) {
     b->files = files;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
-    const char *dir = nv_files_dir(files);
-    DIR *d = opendir(dir);
-    if (!d) {
-        nv_batches_close(b);
-        return nv_fail(NV_EIO, "cannot read the files' folder %s: %s", dir, strerror(errno));
-    }
-    nv_err e = NV_OK;
-    for (struct dirent *de; e == NV_OK && (de = readdir(d));) {
-        const char *name = de->d_name;
-        const size_t len = strlen(name);
-        if (len < 5 || len > ID_LEN + 5 || strcmp(name + len - 5, ".json") != 0) continue;
-        char id[ID_LEN + 1], path[4200];
-        snprintf(id, sizeof id, "%.*s", (int)(len - 5), name);
-        if (!id_ok(id)) continue;
-        path_of(dir, id, ".json", path, sizeof path);
-        uint64_t seq;
-        cJSON *o = load_one(path, id, &seq);
-        if (!o) {
-            nv_warn("serve: %s is not a batch's whole record: not listed", path);
-            continue;
-        }
-        if ((e = add(b, id, o, seq)) != NV_OK) cJSON_Delete(o);
-    }
-    closedir(d);
+    const nv_err e = nv_recs_open(&b->r, nv_files_dir(files), id_ok, valid, "a batch's");
     if (e != NV_OK) {
         nv_batches_close(b);
         return e;
@@ -377,10 +303,7 @@ static int write_unrun(FILE *f, const nv_batch_req *q, int expired) {
 }
 
 /* Under mu: the record of id, or NULL. */
-static batch *get(nv_batches *b, const char *id) {
-    const int i = find(b, id);
-    return i < 0 ? NULL : &b->v[i];
-}
+static batch *get(nv_batches *b, const char *id) { return id_ok(id) ? nv_recs_get(&b->r, id) : NULL; }
 
 /* Anthropic's results are one file: the errors partial's lines appended to the output's (0: done). */
 static int merge_partials(const char *dir, const char *id) {
@@ -408,8 +331,8 @@ static void finalize(nv_batches *b, const char *id, int st, int total, int compl
     if (x) { /* what it ends as, kept: a server stopped while it ends ends it so at its next start */
         set_status(x->o, B_FINALIZING);
         set_counts(x->o, total, completed, failed);
-        put(x->o, "nerve_unrun", cJSON_CreateNumber(unrun));
-        put(x->o, "nerve_final", cJSON_CreateString(status_name[st]));
+        nv_rec_put(x->o, "nerve_unrun", cJSON_CreateNumber(unrun));
+        nv_rec_put(x->o, "nerve_final", cJSON_CreateString(status_name[st]));
         save(b, x);
     }
     pthread_mutex_unlock(&b->mu);
@@ -435,13 +358,13 @@ static void finalize(nv_batches *b, const char *id, int st, int total, int compl
     }
     pthread_mutex_lock(&b->mu);
     if ((x = get(b, id))) {
-        put(x->o, "output_file_id", file_ids[0][0] ? cJSON_CreateString(file_ids[0]) : cJSON_CreateNull());
-        put(x->o, "error_file_id", file_ids[1][0] ? cJSON_CreateString(file_ids[1]) : cJSON_CreateNull());
+        nv_rec_put(x->o, "output_file_id", file_ids[0][0] ? cJSON_CreateString(file_ids[0]) : cJSON_CreateNull());
+        nv_rec_put(x->o, "error_file_id", file_ids[1][0] ? cJSON_CreateString(file_ids[1]) : cJSON_CreateNull());
         if (errors) {
             cJSON *eo = cJSON_CreateObject();
             cJSON_AddStringToObject(eo, "object", "list");
             cJSON_AddItemToObject(eo, "data", errors);
-            put(x->o, "errors", eo);
+            nv_rec_put(x->o, "errors", eo);
             errors = NULL;
         }
         set_status(x->o, st);
@@ -460,17 +383,17 @@ static void process(nv_batches *b, const char *id) {
     batch *x = get(b, id);
     int st = x ? status_of(x->o) : -1;
     if (x) {
-        snprintf(input, sizeof input, "%s", str_of(x->o, "input_file_id"));
-        snprintf(endpoint, sizeof endpoint, "%s", str_of(x->o, "endpoint"));
+        snprintf(input, sizeof input, "%s", nv_rec_str(x->o, "input_file_id"));
+        snprintf(endpoint, sizeof endpoint, "%s", nv_rec_str(x->o, "endpoint"));
     }
-    const long expires_at = x ? (long)num_of(x->o, "expires_at") : 0;
+    const long expires_at = x ? (long)nv_rec_num(x->o, "expires_at") : 0;
     const int had_cancel = x && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x->o, "cancelling_at"));
     const int anth = x && anthropic_of(x->o);
     int final_st = -1, counts[4] = {0};
     if (st == B_FINALIZING) { /* stopped while it ended: end it as it was ending */
         const cJSON *rc = cJSON_GetObjectItemCaseSensitive(x->o, "request_counts"), *fin = cJSON_GetObjectItemCaseSensitive(x->o, "nerve_final");
-        counts[0] = (int)num_of(rc, "total"), counts[1] = (int)num_of(rc, "completed"), counts[2] = (int)num_of(rc, "failed");
-        counts[3] = (int)num_of(x->o, "nerve_unrun");
+        counts[0] = (int)nv_rec_num(rc, "total"), counts[1] = (int)nv_rec_num(rc, "completed"), counts[2] = (int)nv_rec_num(rc, "failed");
+        counts[3] = (int)nv_rec_num(x->o, "nerve_unrun");
         for (int k = 0; cJSON_IsString(fin) && k < B_N; k++)
             if (!strcmp(fin->valuestring, status_name[k]) && ended(k)) final_st = k;
         if (final_st < 0) final_st = had_cancel ? B_CANCELLED : B_COMPLETED;
@@ -599,9 +522,9 @@ end:
 
 /* Under mu: the oldest batch with work left, or -1. */
 static int next_pending(const nv_batches *b) {
-    for (int i = 0; i < b->n; i++) {
-        if (b->v[i].held) continue;
-        const int st = status_of(b->v[i].o);
+    for (int i = 0; i < b->r.n; i++) {
+        if (b->r.v[i].held) continue;
+        const int st = status_of(b->r.v[i].o);
         if (st == B_VALIDATING || st == B_IN_PROGRESS || st == B_CANCELLING || st == B_FINALIZING) return i;
     }
     return -1;
@@ -616,13 +539,13 @@ static void *runner_main(void *arg) {
             pthread_cond_wait(&b->cv, &b->mu);
             continue;
         }
-        char id[ID_LEN + 1];
-        snprintf(id, sizeof id, "%s", b->v[i].id);
+        char id[sizeof b->r.v->id];
+        snprintf(id, sizeof id, "%s", b->r.v[i].id);
         pthread_mutex_unlock(&b->mu);
         process(b, id);
         pthread_mutex_lock(&b->mu);
         const batch *x = get(b, id);
-        if (x && !atomic_load(&b->stopping) && !ended(status_of(x->o))) b->v[x - b->v].held = 1; /* it made no way */
+        if (x && !atomic_load(&b->stopping) && !ended(status_of(x->o))) b->r.v[x - b->r.v].held = 1; /* it made no way */
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -651,8 +574,7 @@ void nv_batches_close(nv_batches *b) {
         nv_batches_stop(b, 1);
         pthread_join(b->thread, NULL);
     }
-    for (int i = 0; i < b->n; i++) cJSON_Delete(b->v[i].o);
-    free(b->v);
+    nv_recs_free(&b->r);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     explicit_bzero(b->key, sizeof b->key);
@@ -663,8 +585,8 @@ int nv_batches_counts(nv_batches *b, const char **names, int *counts, int cap) {
     const int n = cap < B_N ? cap : B_N;
     for (int k = 0; k < n; k++) names[k] = status_name[k], counts[k] = 0;
     pthread_mutex_lock(&b->mu);
-    for (int i = 0; i < b->n; i++) {
-        const int st = status_of(b->v[i].o);
+    for (int i = 0; i < b->r.n; i++) {
+        const int st = status_of(b->r.v[i].o);
         if (st >= 0 && st < n) counts[st]++;
     }
     pthread_mutex_unlock(&b->mu);
@@ -691,7 +613,7 @@ static void add_time(cJSON *to, const char *name, const cJSON *o, const char *ke
 /* x as Anthropic's MessageBatch, counts c (total, succeeded, errored), base the server's URL. */
 static cJSON *anth_object(const batch *x, const int c[3], const char *base) {
     const cJSON *o = x->o;
-    const int st = status_of(o), unrun = (int)num_of(o, "nerve_unrun"), end = ended(st);
+    const int st = status_of(o), unrun = (int)nv_rec_num(o, "nerve_unrun"), end = ended(st);
     cJSON *a = cJSON_CreateObject();
     cJSON_AddStringToObject(a, "id", x->id);
     cJSON_AddStringToObject(a, "type", "message_batch");
@@ -721,14 +643,10 @@ static cJSON *anth_object(const batch *x, const int c[3], const char *base) {
    server's URL (Anthropic's results_url). */
 static cJSON *shown(nv_batches *b, const batch *x, const char *base) {
     const cJSON *rc = cJSON_GetObjectItemCaseSensitive(x->o, "request_counts");
-    int c[3] = {(int)num_of(rc, "total"), (int)num_of(rc, "completed"), (int)num_of(rc, "failed")};
+    int c[3] = {(int)nv_rec_num(rc, "total"), (int)nv_rec_num(rc, "completed"), (int)nv_rec_num(rc, "failed")};
     if (!strcmp(b->running, x->id)) c[1] = atomic_load(&b->run_completed), c[2] = atomic_load(&b->run_failed);
     if (anthropic_of(x->o)) return anth_object(x, c, base);
-    cJSON *o = cJSON_Duplicate(x->o, 1);
-    for (cJSON *it = o ? o->child : NULL, *next; it; it = next) { /* the record's own fields are not the API's */
-        next = it->next;
-        if (!strncmp(it->string, "nerve_", 6)) cJSON_Delete(cJSON_DetachItemViaPointer(o, it));
-    }
+    cJSON *o = nv_rec_public(x->o);
     if (o) set_counts(o, c[0], c[1], c[2]);
     return o;
 }
@@ -755,13 +673,6 @@ static int bad(nv_api_error *e, const char *param, const char *msg) {
     return e->status;
 }
 
-/* metadata: at most 16 pairs of strings, keys of up to 64 characters, values of up to 512. */
-static int metadata_ok(const cJSON *m) {
-    int n = 0;
-    for (const cJSON *it = m ? m->child : NULL; it; it = it->next, n++)
-        if (!cJSON_IsString(it) || strlen(it->string) > 64 || strlen(it->valuestring) > 512) return 0;
-    return n <= 16;
-}
 
 static cJSON *new_record(const char *id, const char *endpoint, const char *input_file_id, const cJSON *meta);
 static int add_record(nv_batches *b, const char *id, cJSON *o, const char *base, char **out, nv_api_error *e);
@@ -790,7 +701,7 @@ int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, n
         rc = bad(e, "endpoint", "endpoint must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses");
     else if (!cJSON_IsString(win) || strcmp(win->valuestring, "24h") != 0)
         rc = bad(e, "completion_window", "completion_window must be \"24h\"");
-    else if (meta && (!cJSON_IsObject(meta) || !metadata_ok(meta)))
+    else if (meta && (!cJSON_IsObject(meta) || !nv_rec_metadata_ok(meta)))
         rc = bad(e, "metadata", "metadata must be an object of at most 16 strings (keys up to 64 characters, values up to 512)");
     if (rc) {
         cJSON_Delete(req);
@@ -832,11 +743,11 @@ static cJSON *new_record(const char *id, const char *endpoint, const char *input
 /* Record o (taken) saved and listed, and the runner woken: its object as its API shows it in *out. */
 static int add_record(nv_batches *b, const char *id, cJSON *o, const char *base, char **out, nv_api_error *e) {
     pthread_mutex_lock(&b->mu);
-    const uint64_t seq = b->next_seq;
+    const uint64_t seq = b->r.next_seq;
     batch tmp = {.o = o, .seq = seq};
     snprintf(tmp.id, sizeof tmp.id, "%.33s", id);
     nv_err err = save(b, &tmp);
-    if (err == NV_OK) err = add(b, id, o, seq);
+    if (err == NV_OK) err = nv_recs_add(&b->r, id, o, seq);
     cJSON *copy = err == NV_OK ? shown(b, &tmp, base) : NULL;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
@@ -958,9 +869,10 @@ int nv_batches_list(nv_batches *b, int anthropic, int limit, const char *after, 
     if (!anthropic) cJSON_AddStringToObject(o, "object", "list");
     pthread_mutex_lock(&b->mu);
     /* newest first; after an id: the older ones; before an id: the newer ones nearest it */
-    int hi = b->n - 1, lo = 0;
+    int hi = b->r.n - 1, lo = 0;
     if (after || before) {
-        const int at = find(b, after ? after : before);
+        const batch *x = get(b, after ? after : before);
+        const int at = x ? (int)(x - b->r.v) : -1;
         if (at < 0) hi = -1;
         else if (after) hi = at - 1;
         else lo = at + 1;
@@ -968,19 +880,19 @@ int nv_batches_list(nv_batches *b, int anthropic, int limit, const char *after, 
     int kept = 0, more = 0;
     if (before) { /* the limit nearest the cursor: skip the newest beyond them */
         int count = 0;
-        for (int i = lo; i <= hi; i++) count += anthropic_of(b->v[i].o) == anthropic;
-        for (int skip = count - limit; skip > 0 && hi >= lo; hi--) skip -= anthropic_of(b->v[hi].o) == anthropic, more = 1;
+        for (int i = lo; i <= hi; i++) count += anthropic_of(b->r.v[i].o) == anthropic;
+        for (int skip = count - limit; skip > 0 && hi >= lo; hi--) skip -= anthropic_of(b->r.v[hi].o) == anthropic, more = 1;
     }
     const char *first = NULL, *last = NULL;
     for (int i = hi; i >= lo; i--) {
-        if (anthropic_of(b->v[i].o) != anthropic) continue;
+        if (anthropic_of(b->r.v[i].o) != anthropic) continue;
         if (kept == limit) {
             more = 1;
             break;
         }
-        cJSON_AddItemToArray(data, shown(b, &b->v[i], base));
-        if (!first) first = b->v[i].id;
-        last = b->v[i].id, kept++;
+        cJSON_AddItemToArray(data, shown(b, &b->r.v[i], base));
+        if (!first) first = b->r.v[i].id;
+        last = b->r.v[i].id, kept++;
     }
     if (first) cJSON_AddStringToObject(o, "first_id", first), cJSON_AddStringToObject(o, "last_id", last);
     else cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
@@ -997,15 +909,12 @@ int nv_batches_delete(nv_batches *b, const char *id, char **out, nv_api_error *e
     if (x && ended(st)) { /* its record, its requests and its results go */
         char path[4200];
         const char *dir = nv_files_dir(b->files);
-        snprintf(results, sizeof results, "%.29s", str_of(x->o, "output_file_id"));
+        snprintf(results, sizeof results, "%.29s", nv_rec_str(x->o, "output_file_id"));
         path_of(dir, id, ".json", path, sizeof path);
         unlink(path);
         path_of(dir, id, ".input.jsonl", path, sizeof path);
         unlink(path);
-        cJSON_Delete(x->o);
-        const int i = (int)(x - b->v);
-        memmove(b->v + i, b->v + i + 1, (size_t)(b->n - i - 1) * sizeof *b->v);
-        b->n--;
+        nv_recs_remove(&b->r, x);
     }
     pthread_mutex_unlock(&b->mu);
     if (!x) return not_found(id, e);
@@ -1025,7 +934,7 @@ int nv_batches_results(nv_batches *b, const char *id, int *fd, long long *bytes,
     const batch *x = get_kind(b, id, 1);
     const int st = x ? status_of(x->o) : -1;
     char results[NV_FILE_ID_LEN + 1] = "";
-    if (x) snprintf(results, sizeof results, "%.29s", str_of(x->o, "output_file_id"));
+    if (x) snprintf(results, sizeof results, "%.29s", nv_rec_str(x->o, "output_file_id"));
     pthread_mutex_unlock(&b->mu);
     if (!x) return not_found(id, e);
     if (!ended(st)) {

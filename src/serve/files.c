@@ -467,3 +467,97 @@ char *nv_files_list_json(nv_files *f, const char *purpose, int limit, int asc, c
     cJSON_Delete(o);
     return s;
 }
+
+double nv_rec_num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+const char *nv_rec_str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+void nv_rec_put(cJSON *o, const char *key, cJSON *item) {
+    if (!item) return;
+    if (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, item);
+    else cJSON_AddItemToObject(o, key, item);
+}
+
+cJSON *nv_rec_public(const cJSON *o) {
+    cJSON *c = cJSON_Duplicate(o, 1);
+    for (cJSON *it = c ? c->child : NULL, *next; it; it = next) {
+        next = it->next;
+        if (!strncmp(it->string, "nerve_", 6)) cJSON_Delete(cJSON_DetachItemViaPointer(c, it));
+    }
+    return c;
+}
+
+int nv_rec_metadata_ok(const cJSON *m) {
+    int n = 0;
+    for (const cJSON *it = m ? m->child : NULL; it; it = it->next, n++)
+        if (!cJSON_IsString(it) || strlen(it->string) > 64 || strlen(it->valuestring) > 512) return 0;
+    return n <= 16;
+}
+
+nv_err nv_recs_add(nv_recs *r, const char *id, cJSON *o, uint64_t seq) {
+    if (r->n == r->cap) {
+        const int cap = r->cap ? 2 * r->cap : 32;
+        nv_rec *v = realloc(r->v, (size_t)cap * sizeof *v);
+        if (!v) return nv_fail(NV_ENOMEM, "out of memory");
+        r->v = v, r->cap = cap;
+    }
+    int at = r->n;
+    while (at > 0 && r->v[at - 1].seq > seq) at--;
+    memmove(r->v + at + 1, r->v + at, (size_t)(r->n - at) * sizeof *r->v);
+    snprintf(r->v[at].id, sizeof r->v[at].id, "%s", id);
+    r->v[at].o = o, r->v[at].seq = seq, r->v[at].held = 0;
+    r->n++;
+    if (seq >= r->next_seq) r->next_seq = seq + 1;
+    return NV_OK;
+}
+
+nv_rec *nv_recs_get(nv_recs *r, const char *id) {
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->v[i].id, id)) return &r->v[i];
+    return NULL;
+}
+
+void nv_recs_remove(nv_recs *r, nv_rec *x) {
+    const int i = (int)(x - r->v);
+    cJSON_Delete(x->o);
+    memmove(r->v + i, r->v + i + 1, (size_t)(r->n - i - 1) * sizeof *r->v);
+    r->n--;
+}
+
+void nv_recs_free(nv_recs *r) {
+    for (int i = 0; i < r->n; i++) cJSON_Delete(r->v[i].o);
+    free(r->v);
+    memset(r, 0, sizeof *r);
+}
+
+nv_err nv_recs_open(nv_recs *r, const char *dir, int (*id_ok)(const char *id), int (*valid)(const cJSON *o, const char *id),
+                    const char *what) {
+    DIR *d = opendir(dir);
+    if (!d) return nv_fail(NV_EIO, "cannot read the files' folder %s: %s", dir, strerror(errno));
+    nv_err e = NV_OK;
+    for (struct dirent *de; e == NV_OK && (de = readdir(d));) {
+        const char *name = de->d_name;
+        const size_t len = strlen(name);
+        if (len < 5 || len - 5 >= sizeof r->v->id || strcmp(name + len - 5, ".json") != 0) continue;
+        char id[sizeof r->v->id], path[4200];
+        snprintf(id, sizeof id, "%.*s", (int)(len - 5), name);
+        if (!id_ok(id)) continue;
+        snprintf(path, sizeof path, "%.4096s/%s", dir, name);
+        uint64_t seq;
+        cJSON *o = nv_files_load_record(path, &seq);
+        if (!o || strcmp(nv_rec_str(o, "id"), id) != 0 || !valid(o, id)) {
+            nv_warn("serve: %s is not %s whole record: not listed", path, what);
+            cJSON_Delete(o);
+            continue;
+        }
+        if ((e = nv_recs_add(r, id, o, seq)) != NV_OK) cJSON_Delete(o);
+    }
+    closedir(d);
+    return e;
+}

@@ -93,6 +93,41 @@ nv_err nv_files_save_record(const char *dir, const char *id, const cJSON *o, uin
  * object with one. */
 cJSON *nv_files_load_record(const char *path, uint64_t *seq);
 
+/* A folder's records of one kind (batches, fine-tuning jobs) in the order they came (seq ascending):
+ * each its id, its object, its order, and held (the runner's own mark, not saved). */
+typedef struct {
+    char id[40];
+    cJSON *o;
+    uint64_t seq;
+    int held;
+} nv_rec;
+typedef struct {
+    nv_rec *v;
+    int n, cap;
+    uint64_t next_seq; /* the order the next new record takes */
+} nv_recs;
+/* Every DIR/ID.json whose id id_ok accepts and whose record valid(o, id) keeps (else skipped with a
+ * warning that it is not a whole `what` record); NV_EIO when DIR cannot be read. */
+nv_err nv_recs_open(nv_recs *r, const char *dir, int (*id_ok)(const char *id), int (*valid)(const cJSON *o, const char *id),
+                    const char *what);
+/* o (taken on success) as record id of order seq, in its place. */
+nv_err nv_recs_add(nv_recs *r, const char *id, cJSON *o, uint64_t seq);
+/* The record of id, or NULL. */
+nv_rec *nv_recs_get(nv_recs *r, const char *id);
+/* x (one of r's) taken out and freed. */
+void nv_recs_remove(nv_recs *r, nv_rec *x);
+void nv_recs_free(nv_recs *r);
+
+/* A record's fields: a number (0 when absent), a string ("" when absent); o[key] = item (taken; a
+ * number, a string, null, an object), in the place the key had; a copy without the record's own
+ * fields ("nerve_*": not the API's), NULL when out of memory. */
+double nv_rec_num(const cJSON *o, const char *key);
+const char *nv_rec_str(const cJSON *o, const char *key);
+void nv_rec_put(cJSON *o, const char *key, cJSON *item);
+cJSON *nv_rec_public(const cJSON *o);
+/* OpenAI's metadata: at most 16 pairs of strings, keys of up to 64 characters, values of up to 512. */
+int nv_rec_metadata_ok(const cJSON *m);
+
 /* 1 when s is an id of the form prefix + 24 lowercase hex digits. */
 int nv_id_well_formed(const char *s, const char *prefix);
 

@@ -48,7 +48,8 @@ typedef enum {
     R_OLLA_CHAT, R_OLLA_GENERATE, R_OLLA_TAGS, R_OLLA_PS, R_OLLA_SHOW, R_OLLA_EMBED, R_OLLA_EMBEDDINGS,
     R_OLLA_VERSION, /* Ollama's API: its error shape */
     R_FILES, R_FILE, R_FILE_CONTENT, R_BATCHES, R_BATCH, R_BATCH_CANCEL, /* OpenAI's Files and Batch APIs (--files-dir) */
-    R_MSG_BATCHES, R_MSG_BATCH, R_MSG_BATCH_CANCEL, R_MSG_BATCH_RESULTS /* Anthropic's Message Batches (--files-dir) */
+    R_MSG_BATCHES, R_MSG_BATCH, R_MSG_BATCH_CANCEL, R_MSG_BATCH_RESULTS, /* Anthropic's Message Batches (--files-dir) */
+    R_FT_JOBS, R_FT_JOB, R_FT_JOB_ACTION, R_FT_JOB_EVENTS, R_FT_JOB_CHECKPOINTS /* OpenAI's fine-tuning jobs (--files-dir) */
 } route_id;
 
 typedef struct {
@@ -182,7 +183,9 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/api/embeddings", "/api/version", "/v1/files", "/v1/files/{id}",
                                         "/v1/files/{id}/content", "/v1/batches", "/v1/batches/{id}", "/v1/batches/{id}/cancel",
                                         "/v1/messages/batches", "/v1/messages/batches/{id}", "/v1/messages/batches/{id}/cancel",
-                                        "/v1/messages/batches/{id}/results"};
+                                        "/v1/messages/batches/{id}/results", "/v1/fine_tuning/jobs", "/v1/fine_tuning/jobs/{id}",
+                                        "/v1/fine_tuning/jobs/{id}/{action}", "/v1/fine_tuning/jobs/{id}/events",
+                                        "/v1/fine_tuning/jobs/{id}/checkpoints"};
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -305,6 +308,14 @@ static route_id route_of(const char *url) {
         if (!slash) return R_MSG_BATCH;
         return !strcmp(slash, "/cancel") ? R_MSG_BATCH_CANCEL : !strcmp(slash, "/results") ? R_MSG_BATCH_RESULTS : R_NONE;
     }
+    if (!strcmp(url, "/fine_tuning/jobs")) return R_FT_JOBS;
+    if (!strncmp(url, "/fine_tuning/jobs/", 18) && url[18] && url[18] != '/') {
+        const char *slash = strchr(url + 18, '/');
+        if (!slash) return R_FT_JOB;
+        if (!strcmp(slash, "/events")) return R_FT_JOB_EVENTS;
+        if (!strcmp(slash, "/checkpoints")) return R_FT_JOB_CHECKPOINTS;
+        return !strcmp(slash, "/cancel") || !strcmp(slash, "/pause") || !strcmp(slash, "/resume") ? R_FT_JOB_ACTION : R_NONE;
+    }
     if (!strcmp(url, "/files")) return R_FILES;
     if (!strcmp(url, "/batches")) return R_BATCHES;
     for (int k = 0; k < 2; k++) { /* /files/{id}[/content], /batches/{id}[/cancel] */
@@ -326,13 +337,16 @@ static const char *route_methods(route_id r) {
     case R_RESPONSE:
     case R_FILE:
     case R_MSG_BATCH:
+    case R_MODEL:
         return "GET, DELETE";
     case R_FILES:
     case R_BATCHES:
     case R_MSG_BATCHES:
+    case R_FT_JOBS:
         return "GET, POST";
     case R_BATCH_CANCEL:
     case R_MSG_BATCH_CANCEL:
+    case R_FT_JOB_ACTION:
         return "POST";
     default:
         return route_is_post(r) ? "POST" : "GET";
@@ -1214,6 +1228,36 @@ static enum MHD_Result batches_api(nv_http *h, struct MHD_Connection *c, conn_ct
     return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
 }
 
+/* OpenAI's /v1/fine_tuning/jobs. */
+static enum MHD_Result ftjobs_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
+    if (!h->o.ftjobs)
+        return fail(h, c, cc, 404, "invalid_request_error", "not_found",
+                    "The fine-tuning jobs API is off: start nerve serve with --files-dir DIR (where files and jobs are kept)");
+    char *out = NULL, id[64] = "";
+    nv_api_error e;
+    int rc;
+    if (cc->route != R_FT_JOBS) url_id(url, "/fine_tuning/jobs/", id, sizeof id);
+    const int limit = limit_arg(c, 20, 100);
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    if (limit < 0 && (cc->route == R_FT_JOBS || cc->route == R_FT_JOB_EVENTS)) {
+        nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "limit", "limit must be a number from 1 to 100");
+        return respond_error(h, c, cc, &e);
+    }
+    if (cc->route == R_FT_JOBS && !strcmp(method, "POST"))
+        rc = nv_ftjobs_create(h->o.ftjobs, cc->body.data ? cc->body.data : "", cc->body.len, &out, &e);
+    else if (cc->route == R_FT_JOBS)
+        rc = nv_ftjobs_list(h->o.ftjobs, limit, after, &out, &e);
+    else if (cc->route == R_FT_JOB_EVENTS)
+        rc = nv_ftjobs_events(h->o.ftjobs, id, limit, after, &out, &e);
+    else if (cc->route == R_FT_JOB_CHECKPOINTS)
+        rc = nv_ftjobs_checkpoints(h->o.ftjobs, id, &out, &e);
+    else if (cc->route == R_FT_JOB_ACTION)
+        rc = nv_ftjobs_act(h->o.ftjobs, id, strrchr(url, '/') + 1, &out, &e);
+    else
+        rc = nv_ftjobs_get(h->o.ftjobs, id, &out, &e);
+    return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+}
+
 /* ---- the access handler ---------------------------------------------------------------------- */
 
 /* A list of header names as a CORS preflight asks for them: letters, digits, '-', '_', commas and
@@ -1281,6 +1325,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if ((g.files_on = h->o.files != NULL)) {
             nv_files_usage(h->o.files, &g.files_n, &g.files_bytes);
             g.batch_n = nv_batches_counts(h->o.batches, g.batch_status, g.batches, 8);
+            if (h->o.ftjobs) g.ftjob_n = nv_ftjobs_counts(h->o.ftjobs, g.ftjob_status, g.ftjobs, 8);
         }
         return respond(h, c, cc, 200, "text/plain; version=0.0.4; charset=utf-8", nv_metrics_render(h->m, &g), NULL, NULL);
     }
@@ -1290,6 +1335,20 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
                        NULL, NULL);
     case R_MODEL: {
         const char *id = strstr(url, "/models/") + 8; /* the whole rest: an id may hold '/' (an alias "org/name") */
+        if (is_delete) { /* a fine-tuned model's (OpenAI's DELETE /v1/models/{model}) */
+            char *out = NULL;
+            nv_api_error e;
+            if (!h->o.ftjobs || !nv_ftjobs_owns(h->o.ftjobs, id)) {
+                const int known = nv_api_model_find(&h->ctx, id, NULL) >= 0;
+                nv_api_error_set(&e, known ? 403 : 404, "invalid_request_error", known ? "model_not_deletable" : "model_not_found",
+                                 "model", known ? "The model '%.200s' is not a fine-tuned model of this server's: it cannot be deleted"
+                                                : "The model '%.200s' does not exist",
+                                 id);
+                return respond_error(h, c, cc, &e);
+            }
+            return nv_ftjobs_delete_model(h->o.ftjobs, id, &out, &e) ? respond_error(h, c, cc, &e)
+                                                                      : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+        }
         const int k = nv_api_model_find(&h->ctx, id, NULL);
         if (k < 0) {
             nv_api_error e;
@@ -1339,6 +1398,12 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_MSG_BATCH_CANCEL:
     case R_MSG_BATCH_RESULTS:
         return batches_api(h, c, cc, url, method);
+    case R_FT_JOBS:
+    case R_FT_JOB:
+    case R_FT_JOB_ACTION:
+    case R_FT_JOB_EVENTS:
+    case R_FT_JOB_CHECKPOINTS:
+        return ftjobs_api(h, c, cc, url, method);
     default:
         if (atomic_load(&h->stopping)) return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
         if (anthropic_route(cc->route)) return messages(h, c, cc);

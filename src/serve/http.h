@@ -29,6 +29,7 @@
 #include "serve/api.h"
 #include "serve/batches.h"
 #include "serve/files.h"
+#include "serve/finetune.h"
 #include "serve/metrics.h"
 #include "serve/ollama.h"
 #include "serve/sched.h"
@@ -49,6 +50,7 @@ typedef struct {
     int lora_updates;   /* /v1/load_lora_adapter and /v1/unload_lora_adapter are on (ctx->adapters must be set) */
     size_t responses_store; /* bytes of stored Responses (previous_response_id, GET /v1/responses/{id}); 0: none */
     nv_files *files;     /* OpenAI's Files API (/v1/files) on this store; NULL: off (404) */
+    nv_ftjobs *ftjobs;   /* and its fine-tuning jobs API (/v1/fine_tuning/jobs); NULL: off (404) */
     nv_batches *batches; /* and its Batch API (/v1/batches), Anthropic's Message Batches (/v1/messages/batches) */
     const char *tls_key, *tls_cert; /* PEM text of the private key and its certificate chain: HTTPS (NULL: HTTP);
                                        kept by the caller until nv_http_stop */

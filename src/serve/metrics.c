@@ -268,6 +268,9 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
         put_one(&b, "nerve_files_bytes", "gauge", "Bytes of those files.", (unsigned long long)g->files_bytes);
         head(&b, "nerve_batches", "gauge", "Batches (OpenAI's Batch API and Anthropic's Message Batches) in each status.");
         for (int i = 0; i < g->batch_n; i++) nv_buf_printf(&b, "nerve_batches{status=\"%s\"} %d\n", g->batch_status[i], g->batches[i]);
+        if (g->ftjob_n) head(&b, "nerve_fine_tuning_jobs", "gauge", "Fine-tuning jobs (OpenAI's fine-tuning API) in each status.");
+        for (int i = 0; i < g->ftjob_n; i++)
+            nv_buf_printf(&b, "nerve_fine_tuning_jobs{status=\"%s\"} %d\n", g->ftjob_status[i], g->ftjobs[i]);
     }
     head(&b, "nerve_engine_available", "gauge", "1 when the engine probed well and is on.");
     for (int e = 0; e < NV_ENGINE_COUNT; e++)

@@ -75,7 +75,7 @@ typedef struct {
     nv_disk_stats disk;
     /* LoRA adapters served per request: the live ones, with their queued and running sequences */
     int lora_on, lora_n;
-    char lora_name[NV_MAX_ADAPTERS][64];
+    char lora_name[NV_MAX_ADAPTERS][NV_ADAPTER_NAME_CAP];
     int lora_waiting[NV_MAX_ADAPTERS], lora_running[NV_MAX_ADAPTERS];
     /* the Responses API's store (--responses-store; off: responses_on 0) */
     int responses_on;
@@ -87,6 +87,9 @@ typedef struct {
     int batch_n;
     const char *batch_status[8];
     int batches[8];
+    int ftjob_n; /* the fine-tuning jobs in each of ftjob_n statuses (0: the API is off) */
+    const char *ftjob_status[8];
+    int ftjobs[8];
 } nv_metrics_gauges;
 
 void nv_metrics_init(nv_metrics *m);

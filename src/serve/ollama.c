@@ -471,7 +471,7 @@ static cJSON *details(const nv_olla_model_info *info, const char *parent) {
 }
 
 char *nv_olla_tags(const nv_api_ctx *ctx, const nv_olla_model_info *info, long started, int running) {
-    char ids[NV_MAX_ADAPTERS + 1][64];
+    char ids[NV_MAX_ADAPTERS + 1][NV_ADAPTER_NAME_CAP];
     snprintf(ids[0], sizeof ids[0], "%s", ctx->model_id);
     const int n = 1 + nv_api_model_ids(ctx, ids + 1);
     cJSON *root = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(root, "models");

@@ -1109,7 +1109,7 @@ static void step_update(train_run *r, step_figures *f) {
 static void write_metrics(const train_run *r, long step, const step_figures *f) {
     FILE *m = r->metrics;
     const double dt = f->t_step;
-    fprintf(m, "{\"step\":%ld", step);
+    fprintf(m, "{\"step\":%ld,\"total_steps\":%d", step, r->opt.o.total_steps);
     json_num(m, "loss", f->loss);
     fprintf(m, ",\"lr\":%.6g", f->lr);
     json_num(m, "epoch", epochs_of(r->cur.windows, r->epoch_windows));

@@ -1,0 +1,1048 @@
+#include "serve/finetune.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "base/timer.h"
+
+#define ID_LEN 30          /* "ftjob-" + 24 hex digits */
+#define BASE_LR 1e-3       /* the LoRA learning rate a multiplier of 1 gives */
+#define DEFAULT_RANK 8     /* the adapters' rank unless the job asks (nerve's hyperparameters.lora_rank) */
+#define TRAINER_NICE 10    /* the trainer's CPU priority below the server's */
+#define STOP_WAIT_S 60.0   /* a trainer asked to stop has this long to save its checkpoint */
+#define MAX_ARGS 48
+
+enum { J_QUEUED, J_VALIDATING, J_RUNNING, J_SUCCEEDED, J_FAILED, J_CANCELLED, J_PAUSED, J_N };
+static const char *const status_name[J_N] = {"queued", "validating_files", "running", "succeeded", "failed", "cancelled", "paused"};
+
+/* what the runner is asked to do with the trainer running */
+enum { W_NONE, W_CANCEL, W_PAUSE, W_STOP };
+
+typedef nv_rec job; /* its FineTuningJob object, and the record's own nerve_* fields */
+
+struct nv_ftjobs {
+    nv_files *files;
+    nv_ftjobs_opts o;
+    char *model_id, *model_path, *tok_path, *template_name, *unavailable; /* o's strings, owned */
+    char exe[4096];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    nv_recs r; /* the jobs */
+    pthread_t thread;
+    int started, stopping;
+    char running[ID_LEN + 1]; /* the job training now ("" none) and what it is asked (under mu) */
+    int want;
+};
+
+/* ---- the records ---------------------------------------------------------------------------------- */
+
+static int status_of(const cJSON *o) {
+    const char *s = nv_rec_str(o, "status");
+    for (int k = 0; k < J_N; k++)
+        if (!strcmp(s, status_name[k])) return k;
+    return -1;
+}
+
+static int ended(int st) { return st == J_SUCCEEDED || st == J_FAILED || st == J_CANCELLED; }
+
+static void path_of(const nv_ftjobs *j, const char *id, const char *rest, char *out, size_t cap) {
+    snprintf(out, cap, "%.4000s/%.40s%.60s", nv_files_dir(j->files), id, rest);
+}
+
+static int id_ok(const char *id) { return nv_id_well_formed(id, "ftjob-"); }
+
+static job *get(nv_ftjobs *j, const char *id) { return id_ok(id) ? nv_recs_get(&j->r, id) : NULL; }
+
+/* DIR/ID.json (under mu). */
+static nv_err save(nv_ftjobs *j, const job *x) {
+    const nv_err e = nv_files_save_record(nv_files_dir(j->files), x->id, x->o, x->seq);
+    if (e != NV_OK) nv_warn("serve: fine-tuning job %s: %s", x->id, nv_errmsg());
+    return e;
+}
+
+static void set_status(nv_ftjobs *j, job *x, int st) {
+    nv_rec_put(x->o, "status", cJSON_CreateString(status_name[st]));
+    if (ended(st)) nv_rec_put(x->o, "finished_at", cJSON_CreateNumber((double)time(NULL)));
+    if (st != J_RUNNING && st != J_VALIDATING) nv_rec_put(x->o, "estimated_finish", cJSON_CreateNull());
+    save(j, x);
+}
+
+/* An event of job id appended to its events.jsonl: type "message" or "metrics" (data taken, may be NULL). */
+static void event(nv_ftjobs *j, const char *id, const char *level, const char *type, cJSON *data, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void event(nv_ftjobs *j, const char *id, const char *level, const char *type, cJSON *data, const char *fmt, ...) {
+    char msg[1200], eid[64], path[4200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    nv_api_new_id(eid, sizeof eid, "ftevent-");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "object", "fine_tuning.job.event");
+    cJSON_AddStringToObject(e, "id", eid);
+    cJSON_AddNumberToObject(e, "created_at", (double)time(NULL));
+    cJSON_AddStringToObject(e, "level", level);
+    cJSON_AddStringToObject(e, "message", msg);
+    if (data) cJSON_AddItemToObject(e, "data", data);
+    else cJSON_AddObjectToObject(e, "data");
+    cJSON_AddStringToObject(e, "type", type);
+    char *line = cJSON_PrintUnformatted(e);
+    cJSON_Delete(e);
+    path_of(j, id, ".run/events.jsonl", path, sizeof path);
+    const int fd = line ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+    if (fd >= 0) {
+        const size_t n = strlen(line);
+        line[n] = '\n'; /* one write: a line is whole or absent */
+        if (write(fd, line, n + 1) != (ssize_t)(n + 1)) nv_warn("serve: fine-tuning job %s: cannot write %s", id, path);
+        close(fd);
+    }
+    free(line);
+}
+
+/* 1 when a DIR/ftjob-*.json's object is a job's whole record. */
+static int valid(const cJSON *o, const char *id) {
+    (void)id;
+    return status_of(o) >= 0 && nv_rec_str(o, "model")[0] && nv_id_well_formed(nv_rec_str(o, "training_file"), "file-") &&
+           cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "nerve_args"));
+}
+
+/* The adapters of a succeeded job served under its model's name (at open and when it ends). */
+static nv_err serve_model(nv_ftjobs *j, const char *id, const char *name) {
+    char path[4200];
+    path_of(j, id, ".run/run/adapter.gguf", path, sizeof path);
+    return nv_adapters_add(j->o.adapters, j->o.model, name, path, 1.0f);
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o) {
+    *out = NULL;
+    nv_ftjobs *j = calloc(1, sizeof *j);
+    if (!j) return nv_fail(NV_ENOMEM, "out of memory");
+    j->files = files;
+    j->o = *o;
+    j->o.model_id = j->model_id = dup_or_null(o->model_id);
+    j->o.model_path = j->model_path = dup_or_null(o->model_path);
+    j->o.tok_path = j->tok_path = dup_or_null(o->tok_path);
+    j->o.template_name = j->template_name = dup_or_null(o->template_name);
+    j->o.unavailable = j->unavailable = dup_or_null(o->unavailable);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    const ssize_t n = readlink("/proc/self/exe", j->exe, sizeof j->exe - 1);
+    if (n <= 0 || (size_t)n >= sizeof j->exe - 1) {
+        nv_ftjobs_close(j);
+        return nv_fail(NV_EIO, "cannot find this program's file (/proc/self/exe) to run the trainer with");
+    }
+    j->exe[n] = 0;
+    const nv_err e = nv_recs_open(&j->r, nv_files_dir(files), id_ok, valid, "a fine-tuning job's");
+    for (int i = 0; e == NV_OK && i < j->r.n; i++) {
+        job *x = &j->r.v[i];
+        const int st = status_of(x->o);
+        if (st == J_VALIDATING || st == J_RUNNING) { /* the server stopped it: it goes on from its checkpoint */
+            set_status(j, x, J_QUEUED);
+            event(j, x->id, "info", "message", NULL, "The server restarted: the job is queued to go on from its last checkpoint");
+        } else if (st == J_SUCCEEDED && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_deleted")) &&
+                   serve_model(j, x->id, nv_rec_str(x->o, "fine_tuned_model")) != NV_OK) {
+            nv_warn("serve: fine-tuned model %s (job %s) is not served: %s", nv_rec_str(x->o, "fine_tuned_model"), x->id, nv_errmsg());
+        }
+    }
+    if (e != NV_OK) {
+        nv_ftjobs_close(j);
+        return e;
+    }
+    *out = j;
+    return NV_OK;
+}
+
+/* ---- training a job ------------------------------------------------------------------------------ */
+
+/* An argument list built in one buffer. */
+typedef struct {
+    char *buf, **argv;
+    size_t cap, used;
+    int argc, full;
+} arg_list;
+
+static void arg(arg_list *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void arg(arg_list *l, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int w = l->full ? -1 : vsnprintf(l->buf + l->used, l->cap - l->used, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= l->cap - l->used || l->argc >= MAX_ARGS - 1) {
+        l->full = 1;
+        return;
+    }
+    l->argv[l->argc++] = l->buf + l->used;
+    l->argv[l->argc] = NULL;
+    l->used += (size_t)w + 1;
+}
+
+/* nerve train's arguments for job x (under mu): into argv (their text in buf); their number, -1 when
+   they do not fit. */
+static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, char *buf, size_t cap, char **argv) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(x->o, "nerve_args");
+    arg_list l = {.buf = buf, .argv = argv, .cap = cap};
+    arg(&l, "%s", j->exe);
+    arg(&l, "train");
+    arg(&l, "--init-from");
+    arg(&l, "%s", j->o.model_path);
+    if (j->o.tok_path) {
+        arg(&l, "-z");
+        arg(&l, "%s", j->o.tok_path);
+    }
+    arg(&l, "--data");
+    arg(&l, "%s/train.jsonl", jobdir);
+    if (nv_rec_str(x->o, "validation_file")[0]) {
+        arg(&l, "--val-data");
+        arg(&l, "%s/validation.jsonl", jobdir);
+    } else {
+        arg(&l, "--val-frac");
+        arg(&l, "0");
+    }
+    arg(&l, "--out");
+    arg(&l, "%s/run", jobdir);
+    arg(&l, "--chat-template");
+    arg(&l, "%s", j->o.template_name);
+    arg(&l, "--seq");
+    arg(&l, "auto");
+    arg(&l, "--lora-rank");
+    arg(&l, "%d", (int)nv_rec_num(a, "lora_rank"));
+    arg(&l, "--epochs");
+    arg(&l, "%d", (int)nv_rec_num(a, "n_epochs"));
+    arg(&l, "--batch");
+    arg(&l, "%d", (int)nv_rec_num(a, "batch_windows"));
+    arg(&l, "--lr");
+    arg(&l, "%.9g", nv_rec_num(a, "lr"));
+    arg(&l, "--seed");
+    arg(&l, "%.0f", nv_rec_num(x->o, "seed"));
+    if (nv_rec_num(a, "beta") > 0) {
+        arg(&l, "--pref-loss");
+        arg(&l, "dpo");
+        arg(&l, "--pref-beta");
+        arg(&l, "%.9g", nv_rec_num(a, "beta"));
+    }
+    if (j->o.threads > 0) {
+        arg(&l, "--threads");
+        arg(&l, "%d", j->o.threads);
+    }
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%.4100s/run/ckpt.bin", jobdir);
+    if (nv_file_exists(ckpt)) arg(&l, "--resume");
+    return l.full ? -1 : l.argc;
+}
+
+/* The trainer's last error line in its log ("nerve train: ..."), or a word on how it ended. */
+static void trainer_error(const char *log, int status, char *out, size_t cap) {
+    if (WIFSIGNALED(status)) snprintf(out, cap, "the trainer was stopped by signal %d", WTERMSIG(status));
+    else snprintf(out, cap, "the trainer failed (exit status %d)", WEXITSTATUS(status));
+    FILE *f = fopen(log, "r");
+    if (!f) return;
+    char line[2048];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = !strncmp(line, "nerve train: ", 13) ? line + 13 : !strncmp(line, "nerve: error: ", 14) ? line + 14 : NULL;
+        if (!p || !*p) continue;
+        snprintf(out, cap, "%.1000s", p);
+        out[strcspn(out, "\n")] = 0;
+    }
+    fclose(f);
+}
+
+/* In msg, the job's copy of a data file (jobdir + name) named by the file's id, as the client knows it. */
+static void name_data(char *msg, size_t cap, const char *jobdir, const char *name, const char *file_id) {
+    char path[4300], out[1024];
+    snprintf(path, sizeof path, "%.4200s%s", jobdir, name);
+    const char *at = strstr(msg, path);
+    if (!at || !*file_id) return;
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - msg), msg, file_id, at + strlen(path));
+    snprintf(msg, cap, "%s", out);
+}
+
+typedef struct {
+    long off;      /* how far metrics.jsonl was read */
+    long last;     /* the last step reported */
+    double loss, val, tokens, total, elapsed;
+    int has_val;
+} metrics_read;
+
+/* The trainer's new metrics lines: an event each (type metrics), the job's progress in x (under mu).
+ * Returns 1 when the first step has been seen. */
+static int read_metrics(nv_ftjobs *j, job *x, const char *path, metrics_read *m) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && st.st_size < m->off) m->off = 0; /* a resume cut it back: steps are compared */
+    fseek(f, m->off, SEEK_SET);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int seen = 0;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (line[n - 1] != '\n') break; /* not whole yet */
+        m->off += n;
+        cJSON *o = cJSON_Parse(line);
+        const long step = (long)nv_rec_num(o, "step");
+        if (o && step > m->last) {
+            m->last = step;
+            m->loss = nv_rec_num(o, "loss"), m->tokens = nv_rec_num(o, "tokens"), m->total = nv_rec_num(o, "total_steps");
+            m->elapsed = nv_rec_num(o, "elapsed_s");
+            const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddNumberToObject(d, "step", (double)step);
+            cJSON_AddNumberToObject(d, "train_loss", m->loss);
+            if (cJSON_IsNumber(val)) {
+                m->val = val->valuedouble, m->has_val = 1;
+                cJSON_AddNumberToObject(d, "valid_loss", m->val);
+            }
+            cJSON_AddNumberToObject(d, "total_steps", m->total);
+            cJSON_AddNumberToObject(d, "learning_rate", nv_rec_num(o, "lr"));
+            char vl[64] = "";
+            if (cJSON_IsNumber(val)) snprintf(vl, sizeof vl, ", validation loss=%.4f", m->val);
+            event(j, x->id, "info", "metrics", d, "Step %ld/%.0f: training loss=%.4f%s", step, m->total, m->loss, vl);
+            seen = 1;
+        }
+        cJSON_Delete(o);
+    }
+    free(line);
+    fclose(f);
+    if (seen && m->last > 0) {
+        nv_rec_put(x->o, "trained_tokens", cJSON_CreateNumber(m->tokens));
+        const double left = m->elapsed / (double)m->last * (m->total - (double)m->last);
+        nv_rec_put(x->o, "estimated_finish", cJSON_CreateNumber(floor((double)time(NULL) + (left > 0 ? left : 0))));
+    }
+    return m->last > 0;
+}
+
+/* The step metrics as OpenAI's result file (a CSV), made a file of the store: its id, or "" . */
+static void result_file(nv_ftjobs *j, const char *id, const char *metrics, char *file_id) {
+    file_id[0] = 0;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%.4000s/.ftresult-%.40s", nv_files_dir(j->files), id);
+    FILE *in = fopen(metrics, "r"), *out = fopen(tmp, "w");
+    if (!in || !out) {
+        if (in) fclose(in);
+        if (out) fclose(out);
+        return;
+    }
+    fprintf(out, "step,train_loss,valid_loss,learning_rate\n");
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, in) > 0) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
+        if (o && nv_rec_num(o, "step") > 0) {
+            fprintf(out, "%.0f,%.6g,", nv_rec_num(o, "step"), nv_rec_num(o, "loss"));
+            if (cJSON_IsNumber(val)) fprintf(out, "%.6g", val->valuedouble);
+            fprintf(out, ",%.6g\n", nv_rec_num(o, "lr"));
+        }
+        cJSON_Delete(o);
+    }
+    free(line);
+    fclose(in);
+    const int bad = fflush(out) != 0 || fsync(fileno(out)) != 0;
+    if (fclose(out) != 0 || bad) {
+        unlink(tmp);
+        return;
+    }
+    nv_file_info fi;
+    char name[80];
+    snprintf(name, sizeof name, "%.40s_step_metrics.csv", id);
+    if (nv_files_adopt(j->files, tmp, name, "fine-tune-results", &fi) != NV_OK) {
+        nv_warn("serve: fine-tuning job %s: its result file: %s", id, nv_errmsg());
+        unlink(tmp);
+        return;
+    }
+    snprintf(file_id, NV_FILE_ID_LEN + 1, "%s", fi.id);
+}
+
+/* What a succeeded run leaves beside its adapters and metrics: the merged model and the checkpoint
+   (a whole model's size each, not needed to serve the adapters). */
+static void drop_run_leftovers(const char *run) {
+    static const char *const names[] = {"ckpt.bin", "model.bin", "model.gguf"};
+    nv_remove_in_dir(run, names, sizeof names / sizeof *names);
+}
+
+/* Trains job id (not under mu) until its trainer exits. */
+static void process(nv_ftjobs *j, const char *id) {
+    char jobdir[4200], run[4300], log[4300], metrics[4300], args[16384], errmsg[1024] = "";
+    char *argv[MAX_ARGS];
+    path_of(j, id, ".run", jobdir, sizeof jobdir);
+    snprintf(run, sizeof run, "%s/run", jobdir);
+    snprintf(log, sizeof log, "%s/train.log", jobdir);
+    snprintf(metrics, sizeof metrics, "%.4200s/metrics.jsonl", run);
+    pthread_mutex_lock(&j->mu);
+    job *x = get(j, id);
+    const int resumed = nv_file_exists(metrics);
+    const int argc = x ? trainer_args(j, x, jobdir, args, sizeof args, argv) : -1;
+    if (x && argc > 0) {
+        set_status(j, x, J_VALIDATING);
+        snprintf(j->running, sizeof j->running, "%s", id);
+        j->want = W_NONE;
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!x) return;
+    if (argc <= 0) snprintf(errmsg, sizeof errmsg, "the trainer's arguments do not fit");
+    if (!errmsg[0]) {
+        if (resumed) event(j, id, "info", "message", NULL, "Resuming the job from its last checkpoint");
+        else event(j, id, "info", "message", NULL, "Validating training file: %s", nv_rec_str(x->o, "training_file"));
+    }
+    const int logfd = errmsg[0] ? -1 : open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int nullfd = errmsg[0] ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pid_t pid = -1;
+    if (!errmsg[0] && (logfd < 0 || nullfd < 0)) snprintf(errmsg, sizeof errmsg, "cannot open %.900s: %s", log, strerror(errno));
+    if (!errmsg[0]) {
+        pid = fork();
+        if (pid == 0) { /* the child: only calls safe after fork until exec */
+            /* the server's blocked and ignored signals are not the trainer's: it saves its checkpoint on SIGTERM */
+            struct sigaction dfl;
+            memset(&dfl, 0, sizeof dfl);
+            dfl.sa_handler = SIG_DFL;
+            sigaction(SIGPIPE, &dfl, NULL);
+            sigaction(SIGXFSZ, &dfl, NULL);
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            setpriority(PRIO_PROCESS, 0, TRAINER_NICE);
+            dup2(nullfd, 0);
+            dup2(logfd, 1);
+            dup2(logfd, 2);
+            closefrom(3);
+            execv(argv[0], argv);
+            _exit(127);
+        }
+        if (pid < 0) snprintf(errmsg, sizeof errmsg, "cannot start the trainer: %s", strerror(errno));
+    }
+    if (logfd >= 0) close(logfd);
+    if (nullfd >= 0) close(nullfd);
+    int status = 0, signalled = 0;
+    double signalled_at = 0;
+    metrics_read m = {0};
+    pthread_mutex_lock(&j->mu);
+    x = get(j, id);
+    if (resumed) { /* the steps already reported (their events written) */
+        metrics_read seen = {0};
+        FILE *f = fopen(metrics, "r");
+        char line[4096];
+        while (f && fgets(line, sizeof line, f)) {
+            cJSON *o = cJSON_Parse(line);
+            if ((long)nv_rec_num(o, "step") > seen.last) seen.last = (long)nv_rec_num(o, "step");
+            cJSON_Delete(o);
+        }
+        if (f) fclose(f);
+        m.last = seen.last;
+    }
+    while (pid > 0) {
+        const pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) break;
+        if (j->want != W_NONE && !signalled) kill(pid, SIGTERM), signalled = 1, signalled_at = nv_now();
+        else if (signalled && nv_now() - signalled_at > STOP_WAIT_S) kill(pid, SIGKILL); /* its last checkpoint stays */
+        if (read_metrics(j, x, metrics, &m) && status_of(x->o) == J_VALIDATING) {
+            set_status(j, x, J_RUNNING);
+            event(j, id, "info", "message", NULL, "Fine-tuning job started");
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 200 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&j->cv, &j->mu, &until);
+        x = get(j, id); /* (a job created meanwhile may have moved the list) */
+    }
+    read_metrics(j, x, metrics, &m);
+    const int want = j->want;
+    j->running[0] = 0;
+    pthread_mutex_unlock(&j->mu);
+    char adapter[4400];
+    snprintf(adapter, sizeof adapter, "%s/adapter.gguf", run);
+    const int exited_ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    int outcome; /* the status it ends in, or -1: it stays as it is for the next start */
+    const int finished = exited_ok && m.total > 0 && (double)m.last >= m.total && nv_file_exists(adapter);
+    if (want == W_CANCEL) outcome = J_CANCELLED;
+    else if (finished) outcome = J_SUCCEEDED; /* (it ended before it saw the stop) */
+    else if (want == W_STOP) outcome = -1;
+    else if (want == W_PAUSE) outcome = exited_ok ? J_PAUSED : J_FAILED;
+    else if (exited_ok && nv_file_exists(adapter)) outcome = J_SUCCEEDED;
+    else outcome = J_FAILED;
+    if (outcome == J_FAILED && !errmsg[0]) {
+        if (exited_ok) snprintf(errmsg, sizeof errmsg, "the trainer ended without writing its adapters (%.900s)", adapter);
+        else trainer_error(log, status, errmsg, sizeof errmsg);
+        pthread_mutex_lock(&j->mu);
+        x = get(j, id);
+        name_data(errmsg, sizeof errmsg, jobdir, "/train.jsonl", nv_rec_str(x->o, "training_file"));
+        name_data(errmsg, sizeof errmsg, jobdir, "/validation.jsonl", nv_rec_str(x->o, "validation_file"));
+        pthread_mutex_unlock(&j->mu);
+    }
+    char file_id[NV_FILE_ID_LEN + 1] = "";
+    pthread_mutex_lock(&j->mu);
+    x = get(j, id);
+    if (outcome == J_SUCCEEDED) {
+        char name[NV_ADAPTER_NAME_CAP];
+        snprintf(name, sizeof name, "%s", nv_rec_str(x->o, "nerve_fine_tuned_model"));
+        pthread_mutex_unlock(&j->mu); /* the adapters load outside the lock (requests go on meanwhile) */
+        const nv_err le = serve_model(j, id, name);
+        if (le != NV_OK) snprintf(errmsg, sizeof errmsg, "its adapters do not load: %s", nv_errmsg());
+        else result_file(j, id, metrics, file_id);
+        pthread_mutex_lock(&j->mu);
+        x = get(j, id);
+        if (le != NV_OK) outcome = J_FAILED;
+    }
+    if (outcome == J_SUCCEEDED) {
+        drop_run_leftovers(run);
+        nv_rec_put(x->o, "fine_tuned_model", cJSON_CreateString(nv_rec_str(x->o, "nerve_fine_tuned_model")));
+        cJSON *files = cJSON_CreateArray();
+        if (file_id[0]) cJSON_AddItemToArray(files, cJSON_CreateString(file_id));
+        nv_rec_put(x->o, "result_files", files);
+        event(j, id, "info", "message", NULL, "New fine-tuned model created: %s", nv_rec_str(x->o, "fine_tuned_model"));
+        event(j, id, "info", "message", NULL, "The job has successfully completed");
+        nv_info("serve: fine-tuning job %s succeeded: serving %s", id, nv_rec_str(x->o, "fine_tuned_model"));
+    } else {
+        nv_rec_put(x->o, "fine_tuned_model", cJSON_CreateNull());
+    }
+    if (outcome == J_FAILED) {
+        cJSON *err = cJSON_CreateObject();
+        const int data = m.last == 0; /* it never trained a step: the data, most often */
+        cJSON_AddStringToObject(err, "code", data ? "invalid_training_file" : "training_failed");
+        cJSON_AddStringToObject(err, "message", errmsg);
+        if (data) cJSON_AddStringToObject(err, "param", "training_file");
+        else cJSON_AddNullToObject(err, "param");
+        nv_rec_put(x->o, "error", err);
+        event(j, id, "error", "message", NULL, "The job failed: %s", errmsg);
+        nv_warn("serve: fine-tuning job %s failed: %s", id, errmsg);
+    } else if (outcome == J_CANCELLED) {
+        event(j, id, "info", "message", NULL, "The job was cancelled");
+    } else if (outcome == J_PAUSED) {
+        event(j, id, "info", "message", NULL, "The job was paused at step %ld", m.last);
+    }
+    if (outcome >= 0) set_status(j, x, outcome);
+    else save(j, x);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Under mu: the oldest queued job, or -1. */
+static int next_queued(const nv_ftjobs *j) {
+    for (int i = 0; i < j->r.n; i++)
+        if (status_of(j->r.v[i].o) == J_QUEUED) return i;
+    return -1;
+}
+
+static void *runner_main(void *arg) {
+    nv_ftjobs *j = arg;
+    pthread_mutex_lock(&j->mu);
+    while (!j->stopping) {
+        const int i = next_queued(j);
+        if (i < 0) {
+            pthread_cond_wait(&j->cv, &j->mu);
+            continue;
+        }
+        char id[sizeof j->r.v->id];
+        snprintf(id, sizeof id, "%s", j->r.v[i].id);
+        pthread_mutex_unlock(&j->mu);
+        process(j, id);
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+nv_err nv_ftjobs_start(nv_ftjobs *j) {
+    if (pthread_create(&j->thread, NULL, runner_main, j) != 0) return nv_fail(NV_ENOMEM, "cannot start the fine-tuning jobs' thread");
+    j->started = 1;
+    return NV_OK;
+}
+
+void nv_ftjobs_stop(nv_ftjobs *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    j->stopping = 1;
+    if (j->running[0]) j->want = W_STOP;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void nv_ftjobs_close(nv_ftjobs *j) {
+    if (!j) return;
+    if (j->started) {
+        nv_ftjobs_stop(j);
+        pthread_join(j->thread, NULL);
+    }
+    nv_recs_free(&j->r);
+    free(j->model_id), free(j->model_path), free(j->tok_path), free(j->template_name), free(j->unavailable);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+int nv_ftjobs_counts(nv_ftjobs *j, const char **names, int *counts, int cap) {
+    const int n = cap < J_N ? cap : J_N;
+    for (int k = 0; k < n; k++) names[k] = status_name[k], counts[k] = 0;
+    pthread_mutex_lock(&j->mu);
+    for (int i = 0; i < j->r.n; i++) {
+        const int st = status_of(j->r.v[i].o);
+        if (st >= 0 && st < n) counts[st]++;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+/* ---- the endpoints --------------------------------------------------------------------------------- */
+
+static int answer(cJSON *o, char **out, nv_api_error *e) {
+    *out = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return *out ? 0 : nv_api_oom(e);
+}
+
+static int bad(nv_api_error *e, const char *code, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int bad(nv_api_error *e, const char *code, const char *param, const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    nv_api_error_set(e, 400, "invalid_request_error", code, param, "%s", msg);
+    return e->status;
+}
+
+static int not_found(const char *id, nv_api_error *e) {
+    nv_api_error_set(e, 404, "invalid_request_error", "not_found", "fine_tuning_job_id", "No fine-tuning job found with id '%.100s'", id);
+    return e->status;
+}
+
+/* The kinds of training data a file's first line shows. */
+enum { DATA_CHAT, DATA_PREF };
+
+/* File id (purpose fine-tune): its kind from its first line, its examples (lines that are not blank). */
+static int data_file(nv_ftjobs *j, const char *id, const char *param, int *kind, long *examples, nv_api_error *e) {
+    nv_file_info fi;
+    if (!nv_files_get(j->files, id, &fi)) return bad(e, "invalid_request", param, "No file found with id '%.100s'", id);
+    if (strcmp(fi.purpose, "fine-tune") != 0)
+        return bad(e, "invalid_request", param, "The file %s must be uploaded with purpose \"fine-tune\" (it has \"%.32s\")", id, fi.purpose);
+    const int fd = nv_files_open_content(j->files, id, NULL);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return bad(e, "invalid_request", param, "No file found with id '%.100s'", id);
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lines = 0, no = 0;
+    int rc = 0;
+    while (!rc && (n = getline(&line, &cap, f)) > 0) {
+        no++;
+        size_t k = 0;
+        while (k < (size_t)n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
+        if (k == (size_t)n) continue;
+        if (lines++ == 0) { /* the first example says which kind the file is (the trainer checks every line) */
+            cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
+            const int pref = cJSON_GetObjectItemCaseSensitive(o, "preferred_output") || cJSON_GetObjectItemCaseSensitive(o, "chosen");
+            if (!cJSON_IsObject(o) ||
+                (!pref && !cJSON_GetObjectItemCaseSensitive(o, "messages") && !cJSON_GetObjectItemCaseSensitive(o, "prompt")))
+                rc = bad(e, "invalid_training_file", param,
+                         "The file %s, line %ld: not a fine-tuning example (a JSON object with \"messages\", or for dpo "
+                         "\"input\", \"preferred_output\" and \"non_preferred_output\")",
+                         id, no);
+            *kind = pref ? DATA_PREF : DATA_CHAT;
+            cJSON_Delete(o);
+        }
+    }
+    free(line);
+    fclose(f);
+    if (!rc && !lines) rc = bad(e, "invalid_training_file", param, "The file %s holds no examples", id);
+    *examples = lines;
+    return rc;
+}
+
+/* A hyperparameter: "auto" (or absent: *out stays) or a number within lo..hi (an integer when integer). */
+static int hyper(const cJSON *h, const char *key, double lo, double hi, int integer, double *out, nv_api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(h, key);
+    if (!v || cJSON_IsNull(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "auto"))) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) || (integer && v->valuedouble != floor(v->valuedouble))) {
+        char param[80];
+        snprintf(param, sizeof param, "hyperparameters.%s", key);
+        return bad(e, "invalid_request", param, "%s must be \"auto\" or %s from %g to %g", key, integer ? "an integer" : "a number", lo, hi);
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* The suffix: up to 64 of letters, digits, '-', '_' and '.'. */
+static int suffix_ok(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (n >= 64 || !((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') || (s[n] >= '0' && s[n] <= '9') || s[n] == '-' ||
+                         s[n] == '_' || s[n] == '.'))
+            return 0;
+    return 1;
+}
+
+/* The job as the API shows it (under mu). */
+static cJSON *shown(const job *x) { return nv_rec_public(x->o); }
+
+static cJSON *hyper_object(double epochs, double batch, double mult, double beta) {
+    cJSON *h = cJSON_CreateObject();
+    cJSON_AddNumberToObject(h, "batch_size", batch);
+    cJSON_AddNumberToObject(h, "learning_rate_multiplier", mult);
+    cJSON_AddNumberToObject(h, "n_epochs", epochs);
+    if (beta > 0) cJSON_AddNumberToObject(h, "beta", beta);
+    return h;
+}
+
+/* The data of a job: hard links to the uploaded files in its folder (copied where links are not). */
+static nv_err link_data(nv_ftjobs *j, const char *file_id, const char *jobdir, const char *name) {
+    char from[4200], to[4300];
+    snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), file_id);
+    snprintf(to, sizeof to, "%s/%s", jobdir, name);
+    if (link(from, to) == 0) return NV_OK;
+    char *bytes = NULL;
+    size_t n = 0;
+    NV_TRY(nv_file_read_all(from, &bytes, &n));
+    const nv_iov part = {bytes, n};
+    const nv_err e = nv_file_write_atomic(to, &part, 1);
+    free(bytes);
+    return e;
+}
+
+int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_api_error *e) {
+    cJSON *req = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(req)) {
+        cJSON_Delete(req);
+        return bad(e, "invalid_request", NULL, "The body must be a JSON object: {\"model\", \"training_file\", ...}");
+    }
+    const cJSON *model = nv_api_field(req, "model"), *tf = nv_api_field(req, "training_file"), *vf = nv_api_field(req, "validation_file"),
+                *hp = nv_api_field(req, "hyperparameters"), *method = nv_api_field(req, "method"), *suffix = nv_api_field(req, "suffix"),
+                *seed = nv_api_field(req, "seed"), *meta = nv_api_field(req, "metadata"), *integ = nv_api_field(req, "integrations");
+    const cJSON *mtype = method ? cJSON_GetObjectItemCaseSensitive(method, "type") : NULL;
+    const char *type = cJSON_IsString(mtype) ? mtype->valuestring : "supervised";
+    const int dpo = !strcmp(type, "dpo");
+    const cJSON *mconf = method ? cJSON_GetObjectItemCaseSensitive(method, type) : NULL;
+    const cJSON *mhp = mconf ? cJSON_GetObjectItemCaseSensitive(mconf, "hyperparameters") : NULL;
+    int kind = DATA_CHAT, vkind = DATA_CHAT, rc = 0;
+    long examples = 0, vexamples = 0;
+    if (j->o.unavailable) rc = bad(e, "invalid_request", "model", "Fine-tuning is not available on this server: %s", j->o.unavailable);
+    else if (!cJSON_IsString(model) || !*model->valuestring) rc = bad(e, "invalid_request", "model", "model (the model to fine-tune) is required");
+    else if (strcmp(model->valuestring, j->o.model_id) != 0)
+        rc = bad(e, "model_not_available", "model",
+                 nv_ftjobs_owns(j, model->valuestring)
+                     ? "Model %.200s is itself fine-tuned: fine-tune the base model %.200s on the data of both instead"
+                     : "Model %.200s is not available for fine-tuning: this server fine-tunes %.200s",
+                 model->valuestring, j->o.model_id);
+    else if (!cJSON_IsString(tf)) rc = bad(e, "invalid_request", "training_file", "training_file (the id of a file uploaded with purpose \"fine-tune\") is required");
+    else if (vf && !cJSON_IsNull(vf) && !cJSON_IsString(vf)) rc = bad(e, "invalid_request", "validation_file", "validation_file must be a file's id");
+    else if (method && (!cJSON_IsObject(method) || (mtype && !cJSON_IsString(mtype))))
+        rc = bad(e, "invalid_request", "method", "method must be an object {\"type\": \"supervised\" or \"dpo\", ...}");
+    else if (strcmp(type, "supervised") != 0 && !dpo)
+        rc = bad(e, "invalid_request", "method.type", "method.type %.40s is not supported here: supervised or dpo", type);
+    else if ((mconf && !cJSON_IsObject(mconf)) || (mhp && !cJSON_IsObject(mhp)) || (hp && !cJSON_IsNull(hp) && !cJSON_IsObject(hp)))
+        rc = bad(e, "invalid_request", mhp || mconf ? "method" : "hyperparameters", "hyperparameters must be an object");
+    else if (hp && !cJSON_IsNull(hp) && mhp)
+        rc = bad(e, "invalid_request", "hyperparameters", "Give the hyperparameters in method.%s.hyperparameters or in hyperparameters, not both", type);
+    else if (suffix && !cJSON_IsNull(suffix) && (!cJSON_IsString(suffix) || !suffix_ok(suffix->valuestring)))
+        rc = bad(e, "invalid_request", "suffix", "suffix must be up to 64 letters, digits, '-', '_' or '.'");
+    else if (seed && !cJSON_IsNull(seed) && (!cJSON_IsNumber(seed) || seed->valuedouble < 0 || seed->valuedouble > 2147483647.0 ||
+                                             seed->valuedouble != floor(seed->valuedouble)))
+        rc = bad(e, "invalid_request", "seed", "seed must be an integer from 0 to 2147483647");
+    else if (meta && !cJSON_IsNull(meta) && (!cJSON_IsObject(meta) || !nv_rec_metadata_ok(meta)))
+        rc = bad(e, "invalid_request", "metadata", "metadata must be an object of at most 16 strings (keys up to 64 characters, values up to 512)");
+    else if (integ && !cJSON_IsNull(integ) && (!cJSON_IsArray(integ) || cJSON_GetArraySize(integ) > 0))
+        rc = bad(e, "invalid_request", "integrations", "integrations are not supported here");
+    else if (!(rc = data_file(j, tf->valuestring, "training_file", &kind, &examples, e)) && cJSON_IsString(vf))
+        rc = data_file(j, vf->valuestring, "validation_file", &vkind, &vexamples, e);
+    if (!rc && (kind == DATA_PREF) != dpo)
+        rc = bad(e, "invalid_training_file", "training_file",
+                 dpo ? "The dpo method trains on preference pairs ({\"input\", \"preferred_output\", \"non_preferred_output\"} a line); "
+                       "%s holds other examples"
+                     : "%s holds preference pairs: they train with method {\"type\": \"dpo\"}",
+                 tf->valuestring);
+    if (!rc && cJSON_IsString(vf) && vkind != kind)
+        rc = bad(e, "invalid_validation_file", "validation_file", "The validation file's examples are not of the training file's kind");
+    /* the hyperparameters, "auto" resolved as OpenAI's: 3 epochs, fewer for a large file, more for a small one */
+    const cJSON *h = mhp ? mhp : hp;
+    double epochs = 3, batch = 1, mult = 1, beta = dpo ? 0.1 : 0, rank = DEFAULT_RANK;
+    if (examples * 3 < 100) epochs = fmin(25, floor(100.0 / (double)(examples ? examples : 1)));
+    else if (examples * 3 > 25000) epochs = fmax(1, floor(25000.0 / (double)examples));
+    batch = fmax(1, fmin(8, ceil(0.002 * (double)examples)));
+    const int max_rank = j->o.adapters->max_rank;
+    if (!rc && h && !cJSON_IsNull(h)) {
+        for (const cJSON *it = h->child; !rc && it; it = it->next)
+            if (strcmp(it->string, "n_epochs") && strcmp(it->string, "batch_size") && strcmp(it->string, "learning_rate_multiplier") &&
+                strcmp(it->string, "lora_rank") && (!dpo || strcmp(it->string, "beta")))
+                rc = bad(e, "invalid_request", "hyperparameters", "Unknown hyperparameter '%.60s' (n_epochs, batch_size, "
+                                                                  "learning_rate_multiplier%s, and nerve's lora_rank)",
+                         it->string, dpo ? ", beta" : "");
+        if (!rc) rc = hyper(h, "n_epochs", 1, 50, 1, &epochs, e);
+        if (!rc) rc = hyper(h, "batch_size", 1, 256, 1, &batch, e);
+        if (!rc) rc = hyper(h, "learning_rate_multiplier", 1e-6, 10, 0, &mult, e);
+        if (!rc && dpo) rc = hyper(h, "beta", 1e-6, 2, 0, &beta, e);
+        if (!rc) rc = hyper(h, "lora_rank", 1, max_rank, 1, &rank, e);
+    }
+    char id[64], ft_name[NV_ADAPTER_NAME_CAP];
+    nv_api_new_id(id, sizeof id, "ftjob-");
+    const char *sfx = cJSON_IsString(suffix) ? suffix->valuestring : "";
+    if (!rc && snprintf(ft_name, sizeof ft_name, "ft:%s:local:%s:%.8s", j->o.model_id, sfx, id + 6) >= (int)sizeof ft_name)
+        rc = bad(e, "invalid_request", "suffix", "The fine-tuned model's name ft:%.60s:local:%.64s:ID would pass %d characters: a shorter suffix",
+                 j->o.model_id, sfx, NV_ADAPTER_NAME_CAP - 1);
+    if (rc) {
+        cJSON_Delete(req);
+        return rc;
+    }
+    unsigned seed_value;
+    if (cJSON_IsNumber(seed)) seed_value = (unsigned)seed->valuedouble;
+    else {
+        char r[64];
+        nv_api_new_id(r, sizeof r, "");
+        seed_value = (unsigned)(strtoull(r + 16, NULL, 16) % 2147483647ull);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "fine_tuning.job");
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "model", j->o.model_id);
+    cJSON_AddNumberToObject(o, "created_at", (double)time(NULL));
+    cJSON_AddNullToObject(o, "finished_at");
+    cJSON_AddNullToObject(o, "fine_tuned_model");
+    cJSON_AddStringToObject(o, "organization_id", "local");
+    cJSON_AddArrayToObject(o, "result_files");
+    cJSON_AddStringToObject(o, "status", "queued");
+    cJSON_AddStringToObject(o, "training_file", tf->valuestring);
+    if (cJSON_IsString(vf)) cJSON_AddStringToObject(o, "validation_file", vf->valuestring);
+    else cJSON_AddNullToObject(o, "validation_file");
+    cJSON_AddItemToObject(o, "hyperparameters", hyper_object(epochs, batch, mult, beta));
+    cJSON_AddNullToObject(o, "trained_tokens");
+    cJSON_AddNullToObject(o, "error");
+    cJSON_AddNumberToObject(o, "seed", seed_value);
+    cJSON_AddNullToObject(o, "estimated_finish");
+    cJSON_AddNullToObject(o, "integrations");
+    if (cJSON_IsObject(meta)) cJSON_AddItemToObject(o, "metadata", cJSON_Duplicate(meta, 1));
+    else cJSON_AddNullToObject(o, "metadata");
+    if (sfx[0]) cJSON_AddStringToObject(o, "user_provided_suffix", sfx);
+    else cJSON_AddNullToObject(o, "user_provided_suffix");
+    cJSON *mo = cJSON_AddObjectToObject(o, "method");
+    cJSON_AddStringToObject(mo, "type", dpo ? "dpo" : "supervised");
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(mo, dpo ? "dpo" : "supervised"), "hyperparameters", hyper_object(epochs, batch, mult, beta));
+    cJSON *a = cJSON_AddObjectToObject(o, "nerve_args"); /* what the trainer is given */
+    cJSON_AddNumberToObject(a, "n_epochs", epochs);
+    cJSON_AddNumberToObject(a, "batch_windows", dpo ? 2 * batch : batch); /* nerve train counts a pair's two windows */
+    cJSON_AddNumberToObject(a, "lr", BASE_LR * mult);
+    cJSON_AddNumberToObject(a, "lora_rank", rank);
+    if (dpo) cJSON_AddNumberToObject(a, "beta", beta);
+    cJSON_AddStringToObject(o, "nerve_fine_tuned_model", ft_name); /* its name once it succeeds */
+    cJSON_Delete(req);
+    /* its folder and data before it is listed: a job is whole or absent */
+    char jobdir[4200];
+    path_of(j, id, ".run", jobdir, sizeof jobdir);
+    nv_err err = mkdir(jobdir, 0755) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot make %s: %s", jobdir, strerror(errno));
+    if (err == NV_OK) err = link_data(j, nv_rec_str(o, "training_file"), jobdir, "train.jsonl");
+    if (err == NV_OK && nv_rec_str(o, "validation_file")[0]) err = link_data(j, nv_rec_str(o, "validation_file"), jobdir, "validation.jsonl");
+    pthread_mutex_lock(&j->mu);
+    job tmp = {.o = o, .seq = j->r.next_seq};
+    snprintf(tmp.id, sizeof tmp.id, "%.30s", id);
+    if (err == NV_OK) event(j, id, "info", "message", NULL, "Created fine-tuning job: %s", id);
+    if (err == NV_OK) err = save(j, &tmp);
+    if (err == NV_OK) err = nv_recs_add(&j->r, id, o, tmp.seq);
+    cJSON *copy = err == NV_OK ? shown(&tmp) : NULL;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (err != NV_OK) {
+        const char *msg = nv_errmsg();
+        char path[4200];
+        path_of(j, id, ".json", path, sizeof path);
+        unlink(path);
+        static const char *const names[] = {"train.jsonl", "validation.jsonl", "events.jsonl"};
+        nv_remove_in_dir(jobdir, names, 3);
+        rmdir(jobdir);
+        cJSON_Delete(o);
+        nv_api_error_set(e, 500, "server_error", NULL, NULL, "The fine-tuning job could not be saved: %s", msg);
+        return e->status;
+    }
+    nv_info("serve: fine-tuning job %s queued: %.0f epochs of %ld examples, batch %.0f, LoRA rank %.0f", id, epochs, examples, batch, rank);
+    return answer(copy, out, e);
+}
+
+int nv_ftjobs_get(nv_ftjobs *j, const char *id, char **out, nv_api_error *e) {
+    pthread_mutex_lock(&j->mu);
+    const job *x = get(j, id);
+    cJSON *o = x ? shown(x) : NULL;
+    pthread_mutex_unlock(&j->mu);
+    return x ? answer(o, out, e) : not_found(id, e);
+}
+
+int nv_ftjobs_list(nv_ftjobs *j, int limit, const char *after, char **out, nv_api_error *e) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    pthread_mutex_lock(&j->mu);
+    int hi = j->r.n - 1;
+    if (after) {
+        const job *x = get(j, after);
+        hi = x ? (int)(x - j->r.v) - 1 : -1;
+    }
+    int kept = 0;
+    for (; hi >= 0 && kept < limit; hi--, kept++) cJSON_AddItemToArray(data, shown(&j->r.v[hi]));
+    pthread_mutex_unlock(&j->mu);
+    cJSON_AddBoolToObject(o, "has_more", hi >= 0);
+    return answer(o, out, e);
+}
+
+int nv_ftjobs_act(nv_ftjobs *j, const char *id, const char *action, char **out, nv_api_error *e) {
+    pthread_mutex_lock(&j->mu);
+    job *x = get(j, id);
+    if (!x) {
+        pthread_mutex_unlock(&j->mu);
+        return not_found(id, e);
+    }
+    const int st = status_of(x->o), training = !strcmp(j->running, id);
+    const int cancel = !strcmp(action, "cancel"), pause = !strcmp(action, "pause");
+    int rc = 0;
+    if (cancel ? ended(st) : pause ? st != J_QUEUED && st != J_VALIDATING && st != J_RUNNING : st != J_PAUSED) {
+        nv_api_error_set(e, 400, "invalid_request_error", "invalid_request", NULL, "The job %s is %s: it cannot be %s", id, status_name[st],
+                         cancel ? "cancelled" : pause ? "paused" : "resumed");
+        rc = e->status;
+    } else if (training) { /* the runner stops the trainer and writes the status */
+        j->want = cancel ? W_CANCEL : W_PAUSE;
+        pthread_cond_broadcast(&j->cv);
+    } else if (cancel || pause) {
+        set_status(j, x, cancel ? J_CANCELLED : J_PAUSED);
+        event(j, id, "info", "message", NULL, cancel ? "The job was cancelled" : "The job was paused");
+    } else {
+        set_status(j, x, J_QUEUED);
+        event(j, id, "info", "message", NULL, "The job was resumed: queued to go on from its last checkpoint");
+        pthread_cond_broadcast(&j->cv);
+    }
+    cJSON *o = rc ? NULL : shown(x);
+    pthread_mutex_unlock(&j->mu);
+    return rc ? rc : answer(o, out, e);
+}
+
+int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after, char **out, nv_api_error *e) {
+    char path[4200];
+    pthread_mutex_lock(&j->mu);
+    const int known = get(j, id) != NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (!known) return not_found(id, e);
+    path_of(j, id, ".run/events.jsonl", path, sizeof path);
+    cJSON *all = cJSON_CreateArray(); /* in the order written */
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while (f && (n = getline(&line, &cap, f)) > 0) {
+        if (line[n - 1] != '\n') break; /* torn */
+        cJSON *ev = cJSON_Parse(line);
+        if (cJSON_IsObject(ev)) cJSON_AddItemToArray(all, ev);
+        else cJSON_Delete(ev);
+    }
+    free(line);
+    if (f) fclose(f);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    int i = cJSON_GetArraySize(all) - 1;
+    if (after) {
+        while (i >= 0 && strcmp(nv_rec_str(cJSON_GetArrayItem(all, i), "id"), after) != 0) i--;
+        i--; /* past the cursor; an unknown one: none */
+    }
+    for (int kept = 0; i >= 0 && kept < limit; i--, kept++) cJSON_AddItemToArray(data, cJSON_Duplicate(cJSON_GetArrayItem(all, i), 1));
+    cJSON_AddBoolToObject(o, "has_more", i >= 0);
+    cJSON_Delete(all);
+    return answer(o, out, e);
+}
+
+int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, char **out, nv_api_error *e) {
+    char path[4200];
+    pthread_mutex_lock(&j->mu);
+    const job *x = get(j, id);
+    if (!x) {
+        pthread_mutex_unlock(&j->mu);
+        return not_found(id, e);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    if (status_of(x->o) == J_SUCCEEDED) {
+        path_of(j, id, ".run/run/metrics.jsonl", path, sizeof path);
+        metrics_read m = {0};
+        FILE *f = fopen(path, "r");
+        char line[4096];
+        while (f && fgets(line, sizeof line, f)) { /* the last step's figures, and the last validation loss */
+            cJSON *s = cJSON_Parse(line);
+            const cJSON *val = cJSON_GetObjectItemCaseSensitive(s, "val_loss");
+            if (s && nv_rec_num(s, "step") >= (double)m.last) m.last = (long)nv_rec_num(s, "step"), m.loss = nv_rec_num(s, "loss");
+            if (cJSON_IsNumber(val)) m.val = val->valuedouble, m.has_val = 1;
+            cJSON_Delete(s);
+        }
+        if (f) fclose(f);
+        char cid[64];
+        snprintf(cid, sizeof cid, "ftckpt_%s", id + 6);
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "object", "fine_tuning.job.checkpoint");
+        cJSON_AddStringToObject(c, "id", cid);
+        cJSON_AddNumberToObject(c, "created_at", nv_rec_num(x->o, "finished_at"));
+        cJSON_AddStringToObject(c, "fine_tuned_model_checkpoint", nv_rec_str(x->o, "fine_tuned_model"));
+        cJSON_AddNumberToObject(c, "step_number", (double)m.last);
+        cJSON *mm = cJSON_AddObjectToObject(c, "metrics");
+        cJSON_AddNumberToObject(mm, "step", (double)m.last);
+        cJSON_AddNumberToObject(mm, "train_loss", m.loss);
+        if (m.has_val) cJSON_AddNumberToObject(mm, "valid_loss", m.val), cJSON_AddNumberToObject(mm, "full_valid_loss", m.val);
+        cJSON_AddStringToObject(c, "fine_tuning_job_id", id);
+        cJSON_AddItemToArray(data, c);
+        cJSON_AddStringToObject(o, "first_id", cid), cJSON_AddStringToObject(o, "last_id", cid);
+    } else {
+        cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
+    }
+    pthread_mutex_unlock(&j->mu);
+    cJSON_AddBoolToObject(o, "has_more", 0);
+    return answer(o, out, e);
+}
+
+/* Under mu: the succeeded job whose model is called model, or NULL. */
+static job *owner(nv_ftjobs *j, const char *model) {
+    for (int i = 0; i < j->r.n; i++)
+        if (status_of(j->r.v[i].o) == J_SUCCEEDED && !strcmp(nv_rec_str(j->r.v[i].o, "fine_tuned_model"), model)) return &j->r.v[i];
+    return NULL;
+}
+
+int nv_ftjobs_owns(nv_ftjobs *j, const char *model) {
+    pthread_mutex_lock(&j->mu);
+    const int yes = owner(j, model) != NULL;
+    pthread_mutex_unlock(&j->mu);
+    return yes;
+}
+
+int nv_ftjobs_delete_model(nv_ftjobs *j, const char *model, char **out, nv_api_error *e) {
+    pthread_mutex_lock(&j->mu);
+    job *x = owner(j, model);
+    const int gone = x && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_deleted"));
+    if (!x || gone) {
+        pthread_mutex_unlock(&j->mu);
+        nv_api_error_set(e, 404, "invalid_request_error", "model_not_found", "model", "The model '%.200s' does not exist", model);
+        return e->status;
+    }
+    nv_rec_put(x->o, "nerve_deleted", cJSON_CreateTrue());
+    save(j, x);
+    char run[4200];
+    path_of(j, x->id, ".run/run", run, sizeof run);
+    event(j, x->id, "info", "message", NULL, "The fine-tuned model %s was deleted", model);
+    pthread_mutex_unlock(&j->mu);
+    nv_adapters_remove(j->o.adapters, model); /* (freed when its last request ends) */
+    static const char *const names[] = {"adapter.gguf", "adapter_model.safetensors", "adapter_config.json"};
+    nv_remove_in_dir(run, names, sizeof names / sizeof *names);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", model);
+    cJSON_AddStringToObject(o, "object", "model");
+    cJSON_AddBoolToObject(o, "deleted", 1);
+    return answer(o, out, e);
+}
