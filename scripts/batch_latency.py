@@ -6,46 +6,19 @@
 
 Starts `nerve serve --files-dir` on a free port (MODEL: default a stories15M-shaped model made by
 `nerve init`), and prints the figures docs/benchmarks.md records. Python's standard library only."""
-import argparse, json, os, re, statistics, subprocess, sys, tempfile, threading, time, urllib.request
+import json, os, statistics, sys, threading, time
 
-ap = argparse.ArgumentParser()
-ap.add_argument('--nerve', default='build/nerve')
-ap.add_argument('--model')
-ap.add_argument('--tok', default=os.path.join(os.environ.get('NERVE_DATA', '../shared/data'), 'tokenizers/tokenizer.bin'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_util
+from bench_util import Server
+
+ap = bench_util.parser()
 ap.add_argument('--requests', type=int, default=96)
 ap.add_argument('--tokens', type=int, default=96)
 ap.add_argument('--max-batch', type=int, default=8)
-ap.add_argument('--probes', type=int, default=8)
 a = ap.parse_args()
-tmp = tempfile.mkdtemp()
-model = a.model
-if not model:
-    model = os.path.join(tmp, 's15.bin')
-    subprocess.run([a.nerve, 'init', '--preset', 'stories15M', '-o', model], check=True, stderr=subprocess.DEVNULL)
-log = open(os.path.join(tmp, 'serve.log'), 'w+')
-srv = subprocess.Popen([a.nerve, 'serve', '-m', model, '-z', a.tok, '--port', '0', '--files-dir', os.path.join(tmp, 'files'),
-                        '--max-batch', str(a.max_batch), '--kv-disk-cache', '0', '--no-prefix-cache'], stderr=log)
-port = None
-for _ in range(600):
-    time.sleep(0.1)
-    log.seek(0)
-    m = re.search(r'listening on http://127.0.0.1:(\d+)', log.read())
-    if m:
-        port = int(m.group(1))
-        break
-if not port:
-    sys.exit('the server did not start: ' + open(log.name).read())
-base = f'http://127.0.0.1:{port}'
-
-def post(path, body, ctype='application/json'):
-    req = urllib.request.Request(base + path, data=body if isinstance(body, bytes) else json.dumps(body).encode(),
-                                 headers={'Content-Type': ctype})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
-
-def get(path):
-    with urllib.request.urlopen(base + path, timeout=60) as r:
-        return json.loads(r.read())
+srv = Server(a.nerve, a.model, a.tok, ['--files-dir', '{tmp}/files', '--max-batch', str(a.max_batch)])
+post, get = srv.post, srv.get
 
 def body(i, n):
     return {'prompt': f'Once upon a time {i}', 'max_tokens': n, 'temperature': 0, 'ignore_eos': True}
@@ -68,10 +41,7 @@ idle = probe()
 # a Batch API batch
 lines = ''.join(json.dumps({'custom_id': f'r{i}', 'method': 'POST', 'url': '/v1/completions', 'body': body(i, a.tokens)}) + '\n'
                 for i in range(a.requests)).encode()
-bnd = 'XyZbench'
-mp = (f'--{bnd}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--{bnd}\r\nContent-Disposition: form-data; '
-      f'name="file"; filename="b.jsonl"\r\n\r\n').encode() + lines + f'\r\n--{bnd}--\r\n'.encode()
-fid = post('/v1/files', mp, f'multipart/form-data; boundary={bnd}')['id']
+fid = srv.upload('batch', lines)
 t0 = time.time()
 bid = post('/v1/batches', {'input_file_id': fid, 'endpoint': '/v1/completions', 'completion_window': '24h'})['id']
 while get(f'/v1/batches/{bid}')['request_counts']['completed'] < a.max_batch:
@@ -103,8 +73,7 @@ beside_clients = probe(lambda: done[0] < a.requests - 2 * a.max_batch)
 for t in th:
     t.join()
 clients_s = time.time() - t0
-srv.terminate()
-srv.wait()
+srv.stop()
 toks = a.requests * a.tokens
 print(f'an interactive request (32 tokens), the median: idle {show(idle)}; beside a Batch API batch {show(beside_batch)}; '
       f'beside the same requests from {2 * a.max_batch} clients {show(beside_clients)}')

@@ -1076,7 +1076,21 @@ static void test_fine_tuning(void) {
     T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"queued\""), "resume: %d", r.status);
     resp_free(&r);
     for (double t0 = now_s(); job_losses(dir, id2, l2, 64) < at_pause + 4 && now_s() - t0 < 60;) sleep_ms(20);
-    T_CHECK(server_stop_within(&s, 60) == 0, "server exit");
+    /* the server killed outright: its trainer is told (the parent's death signal) and saves its checkpoint */
+    kill(s.pid, SIGKILL);
+    waitpid(s.pid, NULL, 0);
+    s.pid = 0;
+    char tlog_path[700], *tl = NULL;
+    snprintf(tlog_path, sizeof tlog_path, "%s/%s.run/train.log", dir, id2);
+    int stops = 0;
+    for (double t0 = now_s(); stops < 2 && now_s() - t0 < 30; sleep_ms(50)) { /* the pause's, and this one's */
+        free(tl), tl = NULL;
+        nv_file_read_all(tlog_path, &tl, NULL);
+        stops = 0;
+        for (const char *p = tl; p && (p = strstr(p, "stopped at step ")); p++) stops++;
+    }
+    free(tl);
+    T_CHECK(stops == 2, "the trainer of a killed server stopped with its checkpoint (%d stops in its log)", stops);
     char rec[700], *saved = NULL;
     snprintf(rec, sizeof rec, "%s/%s.json", dir, id2);
     nv_file_read_all(rec, &saved, NULL);
@@ -1107,7 +1121,7 @@ static void test_fine_tuning(void) {
     for (int i = 0; i < ne2; i++) {
         if (!strcmp(str_of(ev[i], "type"), "metrics")) /* (a step told twice breaks the count) */
             steps2 = num_of(cJSON_GetObjectItemCaseSensitive(ev[i], "data"), "step") == steps2 + 1 ? steps2 + 1 : -1000;
-        else pauses += strstr(str_of(ev[i], "message"), "paused at step") != NULL;
+        else pauses += !strcmp(str_of(ev[i], "message"), "The job was paused");
         cJSON_Delete(ev[i]);
     }
     T_CHECK(steps2 == 48 && pauses == 1, "the resumed job's events: each step once, in order (%d), and its pause (%d)", steps2, pauses);
@@ -1184,11 +1198,35 @@ static void test_fine_tuning(void) {
     ft_says = chat_answer(s.port, ft);
     T_CHECK(strstr(ft_says, "model_not_found") || strstr(ft_says, "does not exist"), "a request for it: %s", ft_says);
     free(ft_says);
-    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    /* a long job when the server stops: its trainer stops with its checkpoint, and the job goes on at
+       the next start; cancelled while it trains: cancelled at once, what it had written removed */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":50}}", val);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create 6");
+    char id6[64];
+    snprintf(id6, sizeof id6, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    double l6[64];
+    for (double t0 = now_s(); job_losses(dir, id6, l6, 64) < 3 && now_s() - t0 < 60;) sleep_ms(20);
+    T_CHECK(server_stop_within(&s, 60) == 0, "server exit");
+    snprintf(rec, sizeof rec, "%s/%s.run/run/ckpt.bin", dir, id6);
+    T_CHECK(nv_file_exists(rec), "the stopped job's checkpoint");
     if (!server_spawn(&s, "ft3", NULL, NULL, model_path(), tok_path(), args, 60)) return;
     l = get_json(s.port, "/v1/models");
     T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 3, "served after the restart: the two left");
     cJSON_Delete(l);
+    j = wait_job(s.port, id6, "running", 60);
+    T_CHECK(!strcmp(str_of(j, "status"), "running"), "the stopped job goes on: %s", str_of(j, "status"));
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/cancel", id6);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"cancelled\""), "cancel while training: %d %s", r.status,
+            r.body);
+    resp_free(&r);
+    for (double t0 = now_s(); nv_file_exists(rec) && now_s() - t0 < 30;) sleep_ms(20);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s", id6);
+    j = get_json(s.port, path);
+    T_CHECK(!strcmp(str_of(j, "status"), "cancelled") && !nv_file_exists(rec) && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "fine_tuned_model")),
+            "cancelled, its checkpoint removed: %s", str_of(j, "status"));
+    cJSON_Delete(j);
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
     /* off without --files-dir */
     if (!server_spawn(&s, "ftoff", NULL, NULL, model_path(), tok_path(), FLAGS, 60)) return;

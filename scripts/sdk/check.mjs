@@ -214,4 +214,37 @@ assert.ok(listed.includes(batch.id));
 await assert.rejects(client.batches.cancel(batch.id), (e) => e.status === 409);
 assert.equal((await client.files.del(up.id)).deleted, true);
 await assert.rejects(client.files.retrieve(up.id), (e) => e.status === 404);
+// the fine-tuning jobs API: a chat file, a job, its events and checkpoint, its model answering, deleted
+const examples = Array.from({ length: 24 }, (_, i) =>
+  JSON.stringify({ messages: [{ role: 'user', content: `Who is friend ${i}?` }, { role: 'assistant', content: 'The friend is Lily.' }] })).join('\n') + '\n';
+const tf = await client.files.create({ file: await toFile(Buffer.from(examples), 'chats.jsonl'), purpose: 'fine-tune' });
+let job = await client.fineTuning.jobs.create({ model, training_file: tf.id, suffix: 'sdk', seed: 3,
+  method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 4, batch_size: 2 } } } });
+assert.equal(job.object, 'fine_tuning.job');
+assert.equal(job.status, 'queued');
+for (let t = 0; !['succeeded', 'failed', 'cancelled'].includes(job.status) && t < 1200; t++) {
+  await new Promise((r) => setTimeout(r, 100));
+  job = await client.fineTuning.jobs.retrieve(job.id);
+}
+assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+assert.ok(job.fine_tuned_model.startsWith(`ft:${model}:local:sdk:`));
+assert.equal(job.hyperparameters.n_epochs, 4);
+const events = [];
+for await (const e of client.fineTuning.jobs.listEvents(job.id, { limit: 10 })) events.push(e);
+assert.equal(events.filter((e) => e.type === 'metrics').length, 48);
+assert.equal(events[0].message, 'The job has successfully completed');
+const ckpts = [];
+for await (const c of client.fineTuning.jobs.checkpoints.list(job.id)) ckpts.push(c);
+assert.equal(ckpts.length, 1);
+assert.equal(ckpts[0].step_number, 48);
+const jobs = [];
+for await (const j of client.fineTuning.jobs.list({ limit: 1 })) jobs.push(j.id);
+assert.ok(jobs.includes(job.id));
+const taught = await client.chat.completions.create({ model: job.fine_tuned_model, messages: [{ role: 'user', content: 'Who is friend 3?' }],
+  max_tokens: 8, temperature: 0 });
+assert.ok(taught.choices[0].message.content.includes('friend is'), taught.choices[0].message.content);
+assert.ok((await client.models.list()).data.some((m) => m.id === job.fine_tuned_model));
+await assert.rejects(client.fineTuning.jobs.cancel(job.id), (e) => e.status === 400);
+assert.equal((await client.models.del(job.fine_tuned_model)).deleted, true);
+await assert.rejects(client.fineTuning.jobs.create({ model: 'gpt-4o-mini', training_file: tf.id }), (e) => e.status === 400 && e.param === 'model');
 console.log('openai SDK check: ok (' + model + ')');

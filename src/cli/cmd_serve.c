@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache auto|full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
-            "                   [--files-dir DIR [--files-max-bytes SIZE] [--batch-parallel N]]\n"
+            "                   [--files-dir DIR [--files-max-bytes SIZE] [--batch-parallel N] [--fine-tune-nice N]]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face\n"
             "                       folder (config.json, safetensors; its tokenizer.json the default -z)\n"
@@ -140,7 +140,8 @@ static void usage(FILE *f) {
             "                       DELETE /v1/models/{ft:...} (default: off, those endpoints answer 404)\n"
             "  --files-max-bytes SIZE\n"
             "                       the uploaded files' bytes together (default 2G; a batch's results are kept past it)\n"
-            "  --batch-parallel N   a batch's requests at once (default: --max-batch)\n");
+            "  --batch-parallel N   a batch's requests at once (default: --max-batch)\n"
+            "  --fine-tune-nice N   a fine-tuning job's trainer runs at nice N, 0-19 (default 10: requests go first)\n");
 }
 
 /* "512M", "2G", "64k", "1048576", "1.5G" (binary units; an optional trailing B or iB). */
@@ -287,7 +288,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL, *files_dir = NULL;
     uint64_t files_max = 2ull << 30;
-    int batch_parallel = 0;
+    int batch_parallel = 0, ft_nice = 10;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
@@ -378,6 +379,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         }
         else if (!strcmp(a, "--files-max-bytes")) { if (!parse_size(a, v, &files_max)) return 2; }
         else if (!strcmp(a, "--batch-parallel")) { if (!cli_int(CMD, a, v, 1, 256, &batch_parallel)) return 2; }
+        else if (!strcmp(a, "--fine-tune-nice")) { if (!cli_int(CMD, a, v, 0, 19, &ft_nice)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve %s --help)", a, CMD);
     }
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve %s --help)", CMD);
@@ -589,6 +591,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                              .tok_path = tok_path,
                              .template_name = nv_chat_template_name(tmpl),
                              .threads = threads,
+                             .nice = ft_nice,
                              .unavailable = loras.n ? "the served model has adapters merged into it (--lora): serve the merged model "
                                                       "(nerve export --lora) to fine-tune it"
                                                     : NULL,

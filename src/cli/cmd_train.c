@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "                   [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
-            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST] [--lora-dropout P]] [--recompute]\n"
+            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST] [--lora-dropout P] [--no-merge]] [--recompute]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z; a folder:\n"
             "          every text file under it, in path order, hidden and binary ones left out), or chat\n"
@@ -117,6 +117,8 @@ static void usage(FILE *f) {
             "          the update by alpha/rank (default 2 x rank); --lora-targets: q,k,v,o,gate,down,up, attn, ffn or\n"
             "          all (default; attn for a mixture of experts, whose FFN takes none); --lora-dropout P (PEFT's\n"
             "          lora_dropout, default 0) drops each adapter's input with probability P while training.\n"
+            "          --no-merge: the run folder gets the adapters alone (no merged model: a model's size less on disk,\n"
+            "          and no time spent writing it at each stop).\n"
             "          The run folder then also\n"
             "          gets adapter.gguf (llama.cpp's adapter format, for\n"
             "          --lora) and model.* holds the weights merged with it\n"
@@ -248,6 +250,7 @@ static int train(int argc, char **argv) {
         if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
         if (!strcmp(a, "--pack")) { pack = 1; continue; }
         if (!strcmp(a, "--recompute")) { o.recompute = 1; continue; }
+        if (!strcmp(a, "--no-merge")) { o.lora_no_merge = 1; continue; }
         if (!strcmp(a, "--save-best")) { o.save_best = 1; continue; }
         if (!strcmp(a, "--data") || !strcmp(a, "--val-data")) {
             const int val = a[2] == 'v';
@@ -347,9 +350,9 @@ static int train(int argc, char **argv) {
         if (!ok) return 2;
     }
 
-    if ((lora_alpha > 0 || lora_targets || o.lora_dropout > 0) && !o.lora.rank)
+    if ((lora_alpha > 0 || lora_targets || o.lora_dropout > 0 || o.lora_no_merge) && !o.lora.rank)
         return cli_error(CMD, 2, "%s goes with --lora-rank",
-                         lora_targets ? "--lora-targets" : lora_alpha > 0 ? "--lora-alpha" : "--lora-dropout");
+                         lora_targets ? "--lora-targets" : lora_alpha > 0 ? "--lora-alpha" : o.lora_no_merge ? "--no-merge" : "--lora-dropout");
     if (o.lora.rank) {
         if (!init_from) return cli_error(CMD, 2, "--lora-rank adapts a trained model: give it with --init-from");
         o.lora.alpha = lora_alpha > 0 ? lora_alpha : 2.0f * (float)o.lora.rank;

@@ -93,7 +93,7 @@ int nv_adapters_names(nv_adapters *set, char (*names)[NV_ADAPTER_NAME_CAP], int 
     for (int i = 0; i < NV_MAX_ADAPTERS && n < cap; i++)
         if (set->v[i].state == NV_ADAPTER_LIVE) {
             if (numbers) numbers[n] = i + 1;
-            memcpy(names[n++], set->v[i].name, 64);
+            memcpy(names[n++], set->v[i].name, sizeof set->v[i].name);
         }
     pthread_mutex_unlock(&set->mu);
     return n;

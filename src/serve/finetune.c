@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -23,15 +24,12 @@
 #define ID_LEN 30          /* "ftjob-" + 24 hex digits */
 #define BASE_LR 1e-3       /* the LoRA learning rate a multiplier of 1 gives */
 #define DEFAULT_RANK 8     /* the adapters' rank unless the job asks (nerve's hyperparameters.lora_rank) */
-#define TRAINER_NICE 10    /* the trainer's CPU priority below the server's */
 #define STOP_WAIT_S 60.0   /* a trainer asked to stop has this long to save its checkpoint */
 #define MAX_ARGS 48
 
 enum { J_QUEUED, J_VALIDATING, J_RUNNING, J_SUCCEEDED, J_FAILED, J_CANCELLED, J_PAUSED, J_N };
 static const char *const status_name[J_N] = {"queued", "validating_files", "running", "succeeded", "failed", "cancelled", "paused"};
 
-/* what the runner is asked to do with the trainer running */
-enum { W_NONE, W_CANCEL, W_PAUSE, W_STOP };
 
 typedef nv_rec job; /* its FineTuningJob object, and the record's own nerve_* fields */
 
@@ -45,8 +43,8 @@ struct nv_ftjobs {
     nv_recs r; /* the jobs */
     pthread_t thread;
     int started, stopping;
-    char running[ID_LEN + 1]; /* the job training now ("" none) and what it is asked (under mu) */
-    int want;
+    char running[ID_LEN + 1]; /* the job training now ("" none), and whether its trainer is to stop (under mu) */
+    int want_stop;
 };
 
 /* ---- the records ---------------------------------------------------------------------------------- */
@@ -221,6 +219,7 @@ static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, ch
     arg(&l, "%s", j->o.template_name);
     arg(&l, "--seq");
     arg(&l, "auto");
+    arg(&l, "--no-merge"); /* the adapters are what the server loads */
     arg(&l, "--lora-rank");
     arg(&l, "%d", (int)nv_rec_num(a, "lora_rank"));
     arg(&l, "--epochs");
@@ -280,9 +279,9 @@ typedef struct {
     int has_val;
 } metrics_read;
 
-/* The trainer's new metrics lines: an event each (type metrics), the job's progress in x (under mu).
- * Returns 1 when the first step has been seen. */
-static int read_metrics(nv_ftjobs *j, job *x, const char *path, metrics_read *m) {
+/* The trainer's new metrics lines (not under mu: the runner alone writes a running job's steps): an
+ * event each (type metrics) for job id. Returns 1 when a step not seen before came. */
+static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_read *m) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     struct stat st;
@@ -313,19 +312,21 @@ static int read_metrics(nv_ftjobs *j, job *x, const char *path, metrics_read *m)
             cJSON_AddNumberToObject(d, "learning_rate", nv_rec_num(o, "lr"));
             char vl[64] = "";
             if (cJSON_IsNumber(val)) snprintf(vl, sizeof vl, ", validation loss=%.4f", m->val);
-            event(j, x->id, "info", "metrics", d, "Step %ld/%.0f: training loss=%.4f%s", step, m->total, m->loss, vl);
+            event(j, id, "info", "metrics", d, "Step %ld/%.0f: training loss=%.4f%s", step, m->total, m->loss, vl);
             seen = 1;
         }
         cJSON_Delete(o);
     }
     free(line);
     fclose(f);
-    if (seen && m->last > 0) {
-        nv_rec_put(x->o, "trained_tokens", cJSON_CreateNumber(m->tokens));
-        const double left = m->elapsed / (double)m->last * (m->total - (double)m->last);
-        nv_rec_put(x->o, "estimated_finish", cJSON_CreateNumber(floor((double)time(NULL) + (left > 0 ? left : 0))));
-    }
-    return m->last > 0;
+    return seen;
+}
+
+/* The job's progress from m (under mu). */
+static void show_progress(job *x, const metrics_read *m) {
+    nv_rec_put(x->o, "trained_tokens", cJSON_CreateNumber(m->tokens));
+    const double left = m->last > 0 ? m->elapsed / (double)m->last * (m->total - (double)m->last) : 0;
+    nv_rec_put(x->o, "estimated_finish", cJSON_CreateNumber(floor((double)time(NULL) + (left > 0 ? left : 0))));
 }
 
 /* The step metrics as OpenAI's result file (a CSV), made a file of the store: its id, or "" . */
@@ -370,149 +371,163 @@ static void result_file(nv_ftjobs *j, const char *id, const char *metrics, char 
     snprintf(file_id, NV_FILE_ID_LEN + 1, "%s", fi.id);
 }
 
-/* What a succeeded run leaves beside its adapters and metrics: the merged model and the checkpoint
-   (a whole model's size each, not needed to serve the adapters). */
-static void drop_run_leftovers(const char *run) {
-    static const char *const names[] = {"ckpt.bin", "model.bin", "model.gguf"};
-    nv_remove_in_dir(run, names, sizeof names / sizeof *names);
+/* What an ended run leaves beside its adapters and metrics: the checkpoint, a merged model (a whole
+   model's size each, not needed to serve the adapters), and the job's links to its data. */
+static void drop_run_leftovers(const char *jobdir) {
+    static const char *const run_names[] = {"ckpt.bin", "model.bin", "model.gguf"}, *const data[] = {"train.jsonl", "validation.jsonl"};
+    char run[4300];
+    snprintf(run, sizeof run, "%.4200s/run", jobdir);
+    nv_remove_in_dir(run, run_names, sizeof run_names / sizeof *run_names);
+    nv_remove_in_dir(jobdir, data, sizeof data / sizeof *data);
 }
 
-/* Trains job id (not under mu) until its trainer exits. */
+/* The trainer's process for argv, its output to logfd: at nice `nice`, in a session of its own (a
+   terminal's Ctrl-C is the server's to pass on), stopped (SIGTERM: it saves its checkpoint) when the
+   thread that started it ends (a server killed outright), its signals as a new process's. -1 when
+   fork fails (errno). */
+static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid != 0) return pid;
+    /* the child: only calls safe after fork until exec */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &dfl, NULL);
+    sigaction(SIGXFSZ, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127); /* the server ended before the line above */
+    setpriority(PRIO_PROCESS, 0, nice);
+    dup2(nullfd, 0);
+    dup2(logfd, 1);
+    dup2(logfd, 2);
+    closefrom(3);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+/* Trains job id (not under mu) until its trainer exits, if it is still queued. */
 static void process(nv_ftjobs *j, const char *id) {
-    char jobdir[4200], run[4300], log[4300], metrics[4300], args[16384], errmsg[1024] = "";
+    char jobdir[4200], run[4300], log[4300], metrics[4400], adapter[4400], args[16384], errmsg[1024] = "";
+    char train_id[NV_FILE_ID_LEN + 1], val_id[NV_FILE_ID_LEN + 1];
     char *argv[MAX_ARGS];
     path_of(j, id, ".run", jobdir, sizeof jobdir);
     snprintf(run, sizeof run, "%s/run", jobdir);
     snprintf(log, sizeof log, "%s/train.log", jobdir);
     snprintf(metrics, sizeof metrics, "%.4200s/metrics.jsonl", run);
+    snprintf(adapter, sizeof adapter, "%.4200s/adapter.gguf", run);
+    const int resumed = nv_file_exists(metrics);
+    metrics_read m = {0};
+    if (resumed) { /* the steps already told (a killed server may have missed some the trainer wrote) */
+        char events[4400];
+        path_of(j, id, ".run/events.jsonl", events, sizeof events);
+        FILE *f = fopen(events, "r");
+        char *line = NULL;
+        size_t cap = 0;
+        while (f && getline(&line, &cap, f) > 0) {
+            cJSON *o = cJSON_Parse(line);
+            const long step = (long)nv_rec_num(cJSON_GetObjectItemCaseSensitive(o, "data"), "step");
+            if (!strcmp(nv_rec_str(o, "type"), "metrics") && step > m.last) m.last = step;
+            cJSON_Delete(o);
+        }
+        free(line);
+        if (f) fclose(f);
+    }
     pthread_mutex_lock(&j->mu);
     job *x = get(j, id);
-    const int resumed = nv_file_exists(metrics);
-    const int argc = x ? trainer_args(j, x, jobdir, args, sizeof args, argv) : -1;
-    if (x && argc > 0) {
-        set_status(j, x, J_VALIDATING);
-        snprintf(j->running, sizeof j->running, "%s", id);
-        j->want = W_NONE;
+    if (!x || j->stopping || status_of(x->o) != J_QUEUED) { /* cancelled or paused since it was picked, or the server stops */
+        pthread_mutex_unlock(&j->mu);
+        return;
     }
-    pthread_mutex_unlock(&j->mu);
-    if (!x) return;
+    snprintf(train_id, sizeof train_id, "%s", nv_rec_str(x->o, "training_file"));
+    snprintf(val_id, sizeof val_id, "%s", nv_rec_str(x->o, "validation_file"));
+    const int argc = trainer_args(j, x, jobdir, args, sizeof args, argv);
+    snprintf(j->running, sizeof j->running, "%s", id);
+    j->want_stop = 0;
+    set_status(j, x, J_VALIDATING);
     if (argc <= 0) snprintf(errmsg, sizeof errmsg, "the trainer's arguments do not fit");
-    if (!errmsg[0]) {
-        if (resumed) event(j, id, "info", "message", NULL, "Resuming the job from its last checkpoint");
-        else event(j, id, "info", "message", NULL, "Validating training file: %s", nv_rec_str(x->o, "training_file"));
-    }
+    else if (resumed) event(j, id, "info", "message", NULL, "Resuming the job from its last checkpoint");
+    else event(j, id, "info", "message", NULL, "Validating training file: %s", train_id);
+    pthread_mutex_unlock(&j->mu);
     const int logfd = errmsg[0] ? -1 : open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     const int nullfd = errmsg[0] ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
     pid_t pid = -1;
     if (!errmsg[0] && (logfd < 0 || nullfd < 0)) snprintf(errmsg, sizeof errmsg, "cannot open %.900s: %s", log, strerror(errno));
-    if (!errmsg[0]) {
-        pid = fork();
-        if (pid == 0) { /* the child: only calls safe after fork until exec */
-            /* the server's blocked and ignored signals are not the trainer's: it saves its checkpoint on SIGTERM */
-            struct sigaction dfl;
-            memset(&dfl, 0, sizeof dfl);
-            dfl.sa_handler = SIG_DFL;
-            sigaction(SIGPIPE, &dfl, NULL);
-            sigaction(SIGXFSZ, &dfl, NULL);
-            sigset_t none;
-            sigemptyset(&none);
-            sigprocmask(SIG_SETMASK, &none, NULL);
-            setpriority(PRIO_PROCESS, 0, TRAINER_NICE);
-            dup2(nullfd, 0);
-            dup2(logfd, 1);
-            dup2(logfd, 2);
-            closefrom(3);
-            execv(argv[0], argv);
-            _exit(127);
-        }
-        if (pid < 0) snprintf(errmsg, sizeof errmsg, "cannot start the trainer: %s", strerror(errno));
-    }
+    if (!errmsg[0] && (pid = start_trainer(argv, logfd, nullfd, j->o.nice)) < 0)
+        snprintf(errmsg, sizeof errmsg, "cannot start the trainer: %s", strerror(errno));
     if (logfd >= 0) close(logfd);
     if (nullfd >= 0) close(nullfd);
     int status = 0, signalled = 0;
     double signalled_at = 0;
-    metrics_read m = {0};
-    pthread_mutex_lock(&j->mu);
-    x = get(j, id);
-    if (resumed) { /* the steps already reported (their events written) */
-        metrics_read seen = {0};
-        FILE *f = fopen(metrics, "r");
-        char line[4096];
-        while (f && fgets(line, sizeof line, f)) {
-            cJSON *o = cJSON_Parse(line);
-            if ((long)nv_rec_num(o, "step") > seen.last) seen.last = (long)nv_rec_num(o, "step");
-            cJSON_Delete(o);
-        }
-        if (f) fclose(f);
-        m.last = seen.last;
-    }
     while (pid > 0) {
         const pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid || (w < 0 && errno != EINTR)) break;
-        if (j->want != W_NONE && !signalled) kill(pid, SIGTERM), signalled = 1, signalled_at = nv_now();
+        const int seen = read_metrics(j, id, metrics, &m); /* (file reads outside the lock) */
+        pthread_mutex_lock(&j->mu);
+        x = get(j, id);
+        if ((j->want_stop || j->stopping) && !signalled) kill(pid, SIGTERM), signalled = 1, signalled_at = nv_now();
         else if (signalled && nv_now() - signalled_at > STOP_WAIT_S) kill(pid, SIGKILL); /* its last checkpoint stays */
-        if (read_metrics(j, x, metrics, &m) && status_of(x->o) == J_VALIDATING) {
-            set_status(j, x, J_RUNNING);
-            event(j, id, "info", "message", NULL, "Fine-tuning job started");
+        if (seen) {
+            show_progress(x, &m);
+            if (status_of(x->o) == J_VALIDATING) {
+                set_status(j, x, J_RUNNING);
+                event(j, id, "info", "message", NULL, "Fine-tuning job started");
+            }
         }
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 200 * 1000000L;
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&j->cv, &j->mu, &until);
-        x = get(j, id); /* (a job created meanwhile may have moved the list) */
-    }
-    read_metrics(j, x, metrics, &m);
-    const int want = j->want;
-    j->running[0] = 0;
-    pthread_mutex_unlock(&j->mu);
-    char adapter[4400];
-    snprintf(adapter, sizeof adapter, "%s/adapter.gguf", run);
-    const int exited_ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    int outcome; /* the status it ends in, or -1: it stays as it is for the next start */
-    const int finished = exited_ok && m.total > 0 && (double)m.last >= m.total && nv_file_exists(adapter);
-    if (want == W_CANCEL) outcome = J_CANCELLED;
-    else if (finished) outcome = J_SUCCEEDED; /* (it ended before it saw the stop) */
-    else if (want == W_STOP) outcome = -1;
-    else if (want == W_PAUSE) outcome = exited_ok ? J_PAUSED : J_FAILED;
-    else if (exited_ok && nv_file_exists(adapter)) outcome = J_SUCCEEDED;
-    else outcome = J_FAILED;
-    if (outcome == J_FAILED && !errmsg[0]) {
-        if (exited_ok) snprintf(errmsg, sizeof errmsg, "the trainer ended without writing its adapters (%.900s)", adapter);
-        else trainer_error(log, status, errmsg, sizeof errmsg);
-        pthread_mutex_lock(&j->mu);
-        x = get(j, id);
-        name_data(errmsg, sizeof errmsg, jobdir, "/train.jsonl", nv_rec_str(x->o, "training_file"));
-        name_data(errmsg, sizeof errmsg, jobdir, "/validation.jsonl", nv_rec_str(x->o, "validation_file"));
+        if (!j->want_stop && !j->stopping) pthread_cond_timedwait(&j->cv, &j->mu, &until);
         pthread_mutex_unlock(&j->mu);
     }
+    read_metrics(j, id, metrics, &m);
+    const int exited_ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    const int finished = exited_ok && m.total > 0 && (double)m.last >= m.total && nv_file_exists(adapter);
+    if (!finished && !errmsg[0]) {
+        if (exited_ok) snprintf(errmsg, sizeof errmsg, "the trainer stopped at step %ld of %.0f", m.last, m.total);
+        else trainer_error(log, status, errmsg, sizeof errmsg);
+        name_data(errmsg, sizeof errmsg, jobdir, "/train.jsonl", train_id);
+        name_data(errmsg, sizeof errmsg, jobdir, "/validation.jsonl", val_id);
+    }
+    /* how it ends: a status the API gave it while it trained stands (cancelled; paused, or queued
+       again by a resume: it goes on from its checkpoint); else succeeded when the trainer did all its
+       steps, kept for the next start when the server stopped it, else failed */
+    pthread_mutex_lock(&j->mu);
+    x = get(j, id);
+    const int now = status_of(x->o), by_api = now == J_CANCELLED || now == J_PAUSED || now == J_QUEUED;
+    int outcome = by_api ? (now == J_CANCELLED || !finished ? -1 : J_SUCCEEDED)
+                  : finished ? J_SUCCEEDED
+                  : j->stopping ? -1
+                                : J_FAILED;
+    char name[NV_ADAPTER_NAME_CAP];
+    snprintf(name, sizeof name, "%s", nv_rec_str(x->o, "nerve_fine_tuned_model"));
+    pthread_mutex_unlock(&j->mu);
     char file_id[NV_FILE_ID_LEN + 1] = "";
+    if (outcome == J_SUCCEEDED) { /* the adapters load outside the lock (requests go on meanwhile) */
+        if (serve_model(j, id, name) != NV_OK) {
+            snprintf(errmsg, sizeof errmsg, "its adapters do not load: %s", nv_errmsg());
+            outcome = J_FAILED;
+        } else {
+            result_file(j, id, metrics, file_id);
+        }
+    }
+    if (outcome == J_SUCCEEDED || outcome == J_FAILED || now == J_CANCELLED) drop_run_leftovers(jobdir);
     pthread_mutex_lock(&j->mu);
     x = get(j, id);
     if (outcome == J_SUCCEEDED) {
-        char name[NV_ADAPTER_NAME_CAP];
-        snprintf(name, sizeof name, "%s", nv_rec_str(x->o, "nerve_fine_tuned_model"));
-        pthread_mutex_unlock(&j->mu); /* the adapters load outside the lock (requests go on meanwhile) */
-        const nv_err le = serve_model(j, id, name);
-        if (le != NV_OK) snprintf(errmsg, sizeof errmsg, "its adapters do not load: %s", nv_errmsg());
-        else result_file(j, id, metrics, file_id);
-        pthread_mutex_lock(&j->mu);
-        x = get(j, id);
-        if (le != NV_OK) outcome = J_FAILED;
-    }
-    if (outcome == J_SUCCEEDED) {
-        drop_run_leftovers(run);
-        nv_rec_put(x->o, "fine_tuned_model", cJSON_CreateString(nv_rec_str(x->o, "nerve_fine_tuned_model")));
         cJSON *files = cJSON_CreateArray();
         if (file_id[0]) cJSON_AddItemToArray(files, cJSON_CreateString(file_id));
         nv_rec_put(x->o, "result_files", files);
-        event(j, id, "info", "message", NULL, "New fine-tuned model created: %s", nv_rec_str(x->o, "fine_tuned_model"));
+        nv_rec_put(x->o, "fine_tuned_model", cJSON_CreateString(name));
+        event(j, id, "info", "message", NULL, "New fine-tuned model created: %s", name);
         event(j, id, "info", "message", NULL, "The job has successfully completed");
-        nv_info("serve: fine-tuning job %s succeeded: serving %s", id, nv_rec_str(x->o, "fine_tuned_model"));
-    } else {
-        nv_rec_put(x->o, "fine_tuned_model", cJSON_CreateNull());
-    }
-    if (outcome == J_FAILED) {
+        nv_info("serve: fine-tuning job %s succeeded: serving %s", id, name);
+    } else if (outcome == J_FAILED) {
         cJSON *err = cJSON_CreateObject();
         const int data = m.last == 0; /* it never trained a step: the data, most often */
         cJSON_AddStringToObject(err, "code", data ? "invalid_training_file" : "training_failed");
@@ -522,13 +537,13 @@ static void process(nv_ftjobs *j, const char *id) {
         nv_rec_put(x->o, "error", err);
         event(j, id, "error", "message", NULL, "The job failed: %s", errmsg);
         nv_warn("serve: fine-tuning job %s failed: %s", id, errmsg);
-    } else if (outcome == J_CANCELLED) {
-        event(j, id, "info", "message", NULL, "The job was cancelled");
-    } else if (outcome == J_PAUSED) {
-        event(j, id, "info", "message", NULL, "The job was paused at step %ld", m.last);
+    } else if (now == J_PAUSED || now == J_QUEUED) {
+        event(j, id, "info", "message", NULL, "The trainer stopped at step %ld, its checkpoint saved", m.last);
     }
     if (outcome >= 0) set_status(j, x, outcome);
     else save(j, x);
+    j->running[0] = 0; /* (a cancel or pause until here found the job training: its status stood) */
+    pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -568,7 +583,6 @@ void nv_ftjobs_stop(nv_ftjobs *j) {
     if (!j) return;
     pthread_mutex_lock(&j->mu);
     j->stopping = 1;
-    if (j->running[0]) j->want = W_STOP;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
@@ -708,13 +722,16 @@ static nv_err link_data(nv_ftjobs *j, const char *file_id, const char *jobdir, c
     snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), file_id);
     snprintf(to, sizeof to, "%s/%s", jobdir, name);
     if (link(from, to) == 0) return NV_OK;
-    char *bytes = NULL;
-    size_t n = 0;
-    NV_TRY(nv_file_read_all(from, &bytes, &n));
-    const nv_iov part = {bytes, n};
-    const nv_err e = nv_file_write_atomic(to, &part, 1);
-    free(bytes);
-    return e;
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL; /* (a folder whose file system has no links) */
+    char buf[1 << 16];
+    size_t n;
+    int bad = !in || !out;
+    while (!bad && (n = fread(buf, 1, sizeof buf, in)) > 0) bad = fwrite(buf, 1, n, out) != n;
+    bad |= in && ferror(in);
+    if (in) fclose(in);
+    if (out) bad |= fclose(out) != 0;
+    if (bad) unlink(to);
+    return bad ? nv_fail(NV_EIO, "cannot copy %s to %s", from, to) : NV_OK;
 }
 
 int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_api_error *e) {
@@ -777,6 +794,7 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     else if (examples * 3 > 25000) epochs = fmax(1, floor(25000.0 / (double)examples));
     batch = fmax(1, fmin(8, ceil(0.002 * (double)examples)));
     const int max_rank = j->o.adapters->max_rank;
+    if (rank > max_rank) rank = max_rank;
     if (!rc && h && !cJSON_IsNull(h)) {
         for (const cJSON *it = h->child; !rc && it; it = it->next)
             if (strcmp(it->string, "n_epochs") && strcmp(it->string, "batch_size") && strcmp(it->string, "learning_rate_multiplier") &&
@@ -789,6 +807,19 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         if (!rc) rc = hyper(h, "learning_rate_multiplier", 1e-6, 10, 0, &mult, e);
         if (!rc && dpo) rc = hyper(h, "beta", 1e-6, 2, 0, &beta, e);
         if (!rc) rc = hyper(h, "lora_rank", 1, max_rank, 1, &rank, e);
+    }
+    if (!rc) { /* room to serve it once it succeeds: the adapters' slots, less those of jobs yet to end */
+        int pending = 0;
+        pthread_mutex_lock(&j->mu);
+        for (int i = 0; i < j->r.n; i++) pending += !ended(status_of(j->r.v[i].o));
+        pthread_mutex_unlock(&j->mu);
+        pthread_mutex_lock(&j->o.adapters->mu);
+        const int live = j->o.adapters->live;
+        pthread_mutex_unlock(&j->o.adapters->mu);
+        if (live + pending >= NV_MAX_ADAPTERS)
+            rc = bad(e, "invalid_request", NULL, "The server serves %d models beside its base and %d jobs are yet to end, of at most %d: delete "
+                                                 "a fine-tuned model (DELETE /v1/models/{model}) first",
+                     live, pending, NV_MAX_ADAPTERS);
     }
     char id[64], ft_name[NV_ADAPTER_NAME_CAP];
     nv_api_new_id(id, sizeof id, "ftjob-");
@@ -911,15 +942,12 @@ int nv_ftjobs_act(nv_ftjobs *j, const char *id, const char *action, char **out, 
         nv_api_error_set(e, 400, "invalid_request_error", "invalid_request", NULL, "The job %s is %s: it cannot be %s", id, status_name[st],
                          cancel ? "cancelled" : pause ? "paused" : "resumed");
         rc = e->status;
-    } else if (training) { /* the runner stops the trainer and writes the status */
-        j->want = cancel ? W_CANCEL : W_PAUSE;
-        pthread_cond_broadcast(&j->cv);
-    } else if (cancel || pause) {
-        set_status(j, x, cancel ? J_CANCELLED : J_PAUSED);
-        event(j, id, "info", "message", NULL, cancel ? "The job was cancelled" : "The job was paused");
-    } else {
-        set_status(j, x, J_QUEUED);
-        event(j, id, "info", "message", NULL, "The job was resumed: queued to go on from its last checkpoint");
+    } else { /* the status is the API's at once; a trainer running stops at its next step's end, saving its checkpoint */
+        set_status(j, x, cancel ? J_CANCELLED : pause ? J_PAUSED : J_QUEUED);
+        if (cancel) event(j, id, "info", "message", NULL, "The job was cancelled");
+        else if (!pause) event(j, id, "info", "message", NULL, "The job was resumed: queued to go on from its last checkpoint");
+        else event(j, id, "info", "message", NULL, "The job was paused");
+        if (training && (cancel || pause)) j->want_stop = 1;
         pthread_cond_broadcast(&j->cv);
     }
     cJSON *o = rc ? NULL : shown(x);

@@ -33,6 +33,7 @@ typedef struct {
     const char *tok_path;      /* its tokenizer (-z), NULL: the model's own */
     const char *template_name; /* the chat template the server renders requests with */
     int threads;               /* the trainer's --threads (0: its default, every core) */
+    int nice;                  /* the trainer's CPU priority below the server's (0-19) */
     const char *unavailable;   /* why the served model cannot be fine-tuned here (NULL: it can) */
     nv_adapters *adapters;     /* where fine-tuned models are served */
     const nv_model *model;     /* the served model (its plans built) */

@@ -1262,7 +1262,10 @@ static void save_final(train_run *r) {
     if (r->lora) { /* adapter.gguf was written with the last checkpoint */
         if (nv_file_exists(r->adapter_path)) nv_info("wrote %s", r->adapter_path);
         nv_model_free_plans(&r->tm.m);
-        if ((e = save_merged(r, r->tm.lora_params, r->o->out_dir, path)) != NV_OK) {
+        if (r->o->lora_no_merge) { /* the adapters alone (an earlier session's merged model would not go with them) */
+            remove_models(r->o->out_dir);
+            e = NV_EINVAL; /* (no model written, none to say) */
+        } else if ((e = save_merged(r, r->tm.lora_params, r->o->out_dir, path)) != NV_OK) {
             /* never the base under the merged model's name: export and serve refuse a missing one */
             nv_warn("the merged model is not written (%s): use the base with --lora %s", nv_errmsg(), r->adapter_path);
             remove_models(r->o->out_dir);

@@ -47,6 +47,7 @@ typedef struct {
     int batch, seq, accum, steps;
     float dropout;      /* on the residual branches while training (nv_tmodel_set_dropout); 0: none */
     float lora_dropout; /* on each adapter's input while training (PEFT's lora_dropout); 0: none */
+    int lora_no_merge;  /* a LoRA run writes its adapters alone, no merged model (--no-merge) */
     uint64_t seed;
     nv_adamw_opts adamw;
     int eval_every, eval_batches, ckpt_every;
