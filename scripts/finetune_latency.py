@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""An interactive request's latency while the server trains a fine-tuning job, its trainer at nice 10
-(the default) and at nice 0, and the trainer's speed in each.
+"""An interactive request's latency while the server trains a fine-tuning job: its trainer held while
+requests run (the default), beside them at nice 10, and beside them at nice 0; and the trainer's
+speed in each.
 
     scripts/finetune_latency.py [--nerve build/nerve] [--model MODEL] [--probes 8]
 
@@ -15,7 +16,6 @@ from bench_util import Server
 
 ap = bench_util.parser()
 ap.add_argument('--examples', type=int, default=200)
-ap.add_argument('--nice', default='10,0', help='the trainer niceness to compare, a comma-separated list')
 a = ap.parse_args()
 examples = ''.join(json.dumps({'messages': [{'role': 'user', 'content': f'Tell me about day {i} of the week.'},
                                             {'role': 'assistant', 'content': f'Day {i} was sunny and the children played in the park.'}]})
@@ -36,8 +36,10 @@ def show(xs):
     return f'{statistics.median(xs):.2f} s (max {max(xs):.2f})'
 
 
-for nice in [int(n) for n in a.nice.split(',')]:
-    srv = Server(a.nerve, a.model, a.tok, ['--files-dir', '{tmp}/files', '--fine-tune-nice', str(nice)])
+modes = [('held while requests run (the default)', []), ('beside them at nice 10', ['--no-fine-tune-yield']),
+         ('beside them at nice 0', ['--no-fine-tune-yield', '--fine-tune-nice', '0'])]
+for what, flags in modes:
+    srv = Server(a.nerve, a.model, a.tok, ['--files-dir', '{tmp}/files'] + flags)
     model = srv.get('/v1/models')['data'][0]['id']
     idle = probe(srv)
     fid = srv.upload('fine-tune', examples)
@@ -54,5 +56,5 @@ for nice in [int(n) for n in a.nice.split(',')]:
     alone = ((srv.get(f"/v1/fine_tuning/jobs/{job['id']}")['trained_tokens'] or 0) - alone_tok0) / (time.time() - alone_t0)
     srv.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel", {})
     srv.stop()
-    print(f'trainer at nice {nice}: an interactive request (32 tokens), the median: idle {show(idle)}, while the job trains '
+    print(f'trainer {what}: an interactive request (32 tokens), the median: idle {show(idle)}, while the job trains '
           f'{show(busy)}; the trainer {rate:.0f} tokens/s beside the requests, {alone:.0f} alone')

@@ -899,6 +899,17 @@ static int job_losses(const char *dir, const char *id, double *loss, int cap) {
     return k;
 }
 
+/* The steps a job's trainer has written. */
+static int job_steps(const char *dir, const char *id) {
+    char path[700], *text = NULL;
+    snprintf(path, sizeof path, "%s/%s.run/run/metrics.jsonl", dir, id);
+    nv_file_read_all(path, &text, NULL);
+    int n = 0;
+    for (const char *p = text; p && (p = strchr(p, '\n')); p++) n++;
+    free(text);
+    return n;
+}
+
 static char *chat_answer(int port, const char *model) {
     char body[512];
     snprintf(body, sizeof body,
@@ -1076,21 +1087,45 @@ static void test_fine_tuning(void) {
     T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"queued\""), "resume: %d", r.status);
     resp_free(&r);
     for (double t0 = now_s(); job_losses(dir, id2, l2, 64) < at_pause + 4 && now_s() - t0 < 60;) sleep_ms(20);
-    /* the server killed outright: its trainer is told (the parent's death signal) and saves its checkpoint */
+    /* the server killed outright while a request holds the trainer (stopped, the parent's death
+       signal pending): the next server finds it by the record's pid, lets it save its checkpoint and
+       go, then goes on with the job */
+    const int conn = connect_to_within(s.port, 5);
+    const char *req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY "Content-Type: application/json\r\n"
+                      "Content-Length: 52\r\n\r\n{\"prompt\":\"Once\",\"max_tokens\":200,\"ignore_eos\":true}";
+    T_CHECK(conn >= 0 && strlen(strstr(req, "\r\n\r\n") + 4) == 52 && send_all(conn, req, strlen(req)), "a long request");
+    char *saved_rec = NULL, stat_path[64];
+    char rec2[700];
+    snprintf(rec2, sizeof rec2, "%s/%s.json", dir, id2);
+    nv_file_read_all(rec2, &saved_rec, NULL);
+    cJSON *jr = cJSON_Parse(saved_rec ? saved_rec : "");
+    const int trainer = (int)num_of(jr, "nerve_pid");
+    cJSON_Delete(jr);
+    free(saved_rec);
+    snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", trainer);
+    char state = 0;
+    for (double t0 = now_s(); state != 'T' && now_s() - t0 < 10; sleep_ms(10)) { /* (a /proc file is read, not mapped) */
+        char st[512] = "";
+        FILE *sf = fopen(stat_path, "r");
+        if (sf && !fgets(st, sizeof st, sf)) st[0] = 0;
+        if (sf) fclose(sf);
+        const char *paren = strrchr(st, ')');
+        state = paren && paren[1] ? paren[2] : 0;
+    }
+    T_CHECK(trainer > 1 && state == 'T', "the trainer (pid %d) held while the request runs: state %c", trainer, state ? state : '-');
     kill(s.pid, SIGKILL);
     waitpid(s.pid, NULL, 0);
     s.pid = 0;
+    if (conn >= 0) close(conn);
+    sleep_ms(200);
+    T_CHECK(kill(trainer, 0) == 0, "the held trainer outlived its server");
     char tlog_path[700], *tl = NULL;
     snprintf(tlog_path, sizeof tlog_path, "%s/%s.run/train.log", dir, id2);
+    nv_file_read_all(tlog_path, &tl, NULL);
     int stops = 0;
-    for (double t0 = now_s(); stops < 2 && now_s() - t0 < 30; sleep_ms(50)) { /* the pause's, and this one's */
-        free(tl), tl = NULL;
-        nv_file_read_all(tlog_path, &tl, NULL);
-        stops = 0;
-        for (const char *p = tl; p && (p = strstr(p, "stopped at step ")); p++) stops++;
-    }
+    for (const char *p = tl; p && (p = strstr(p, "stopped at step ")); p++) stops++;
     free(tl);
-    T_CHECK(stops == 2, "the trainer of a killed server stopped with its checkpoint (%d stops in its log)", stops);
+    T_CHECK(stops == 1, "the held trainer has not stopped yet (%d stops in its log)", stops);
     char rec[700], *saved = NULL;
     snprintf(rec, sizeof rec, "%s/%s.json", dir, id2);
     nv_file_read_all(rec, &saved, NULL);
@@ -1098,7 +1133,13 @@ static void test_fine_tuning(void) {
     free(saved);
     const int at_stop = job_losses(dir, id2, l2, 64);
     T_CHECK(at_stop < 48, "stopped at step %d of 48", at_stop);
-    if (!server_spawn(&s, "ft2", NULL, "NERVE_LOG=info", model_path(), tok_path(), args, 60)) return;
+    if (!server_spawn(&s, "ft2", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=30", model_path(), tok_path(), args, 60)) return;
+    tl = NULL;
+    nv_file_read_all(tlog_path, &tl, NULL);
+    stops = 0;
+    for (const char *p = tl; p && (p = strstr(p, "stopped at step ")); p++) stops++;
+    free(tl);
+    T_CHECK(stops == 2 && kill(trainer, 0) != 0, "the last server's trainer stopped with its checkpoint before the job went on (%d stops)", stops);
     l = get_json(s.port, "/v1/models");
     T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 2, "the fine-tuned model served after the restart");
     cJSON_Delete(l);
@@ -1205,8 +1246,17 @@ static void test_fine_tuning(void) {
     char id6[64];
     snprintf(id6, sizeof id6, "%s", str_of(j, "id"));
     cJSON_Delete(j);
-    double l6[64];
-    for (double t0 = now_s(); job_losses(dir, id6, l6, 64) < 3 && now_s() - t0 < 60;) sleep_ms(20);
+    for (double t0 = now_s(); job_steps(dir, id6) < 3 && now_s() - t0 < 60;) sleep_ms(20);
+    /* requests go first: the trainer is held while one runs (40 steps of the server's, 30 ms each) */
+    const int steps_before = job_steps(dir, id6);
+    const double t_req = now_s();
+    T_CHECK(http(s.port, "POST", "/v1/completions", KEY, "{\"prompt\":\"Once\",\"max_tokens\":40,\"ignore_eos\":true}", &r) && r.status == 200,
+            "a request while the job trains: %d", r.status);
+    resp_free(&r);
+    const int steps_during = job_steps(dir, id6) - steps_before;
+    T_CHECK(steps_during <= 3, "the trainer made %d steps in the %.1f s a request ran", steps_during, now_s() - t_req);
+    for (double t0 = now_s(); job_steps(dir, id6) < steps_before + steps_during + 3 && now_s() - t0 < 60;) sleep_ms(20);
+    T_CHECK(job_steps(dir, id6) >= steps_before + steps_during + 3, "the trainer goes on once the server is quiet");
     T_CHECK(server_stop_within(&s, 60) == 0, "server exit");
     snprintf(rec, sizeof rec, "%s/%s.run/run/ckpt.bin", dir, id6);
     T_CHECK(nv_file_exists(rec), "the stopped job's checkpoint");

@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
             "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache auto|full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
-            "                   [--files-dir DIR [--files-max-bytes SIZE] [--batch-parallel N] [--fine-tune-nice N]]\n"
+            "                   [--files-dir DIR [--files-max-bytes SIZE] [--batch-parallel N] [--fine-tune-nice N] [--no-fine-tune-yield]]\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face\n"
             "                       folder (config.json, safetensors; its tokenizer.json the default -z)\n"
@@ -135,13 +135,15 @@ static void usage(FILE *f) {
             "                       its requests queued behind everyone else's; a server stopped part way goes on with\n"
             "                       it at the next start; and the fine-tuning jobs API: POST /v1/fine_tuning/jobs {model,\n"
             "                       training_file, ...} trains LoRA adapters on this model in a nerve train process of\n"
-            "                       its own (nice 10), then serves them as ft:MODEL:local:SUFFIX:ID; GET\n"
+            "                       its own (held while requests run), then serves them as ft:MODEL:local:SUFFIX:ID; GET\n"
             "                       /v1/fine_tuning/jobs[/{id}[/events|/checkpoints]], POST .../{cancel,pause,resume},\n"
             "                       DELETE /v1/models/{ft:...} (default: off, those endpoints answer 404)\n"
             "  --files-max-bytes SIZE\n"
             "                       the uploaded files' bytes together (default 2G; a batch's results are kept past it)\n"
             "  --batch-parallel N   a batch's requests at once (default: --max-batch)\n"
-            "  --fine-tune-nice N   a fine-tuning job's trainer runs at nice N, 0-19 (default 10: requests go first)\n");
+            "  --fine-tune-nice N   a fine-tuning job's trainer runs at nice N, 0-19 (default 10)\n"
+            "  --no-fine-tune-yield a fine-tuning job's trainer runs beside requests (default: it is held while\n"
+            "                       requests wait or run, training in the server's idle time)\n");
 }
 
 /* "512M", "2G", "64k", "1048576", "1.5G" (binary units; an optional trailing B or iB). */
@@ -185,6 +187,9 @@ static int read_pem(const char *flag, const char *path, const char *marker, char
 
 /* What Ollama's /api/tags and /api/show say of the model: its format, architecture, weight type,
    parameters and file size (arch and quant hold the texts). */
+/* Requests waiting or running: a fine-tuning job's trainer is held meanwhile. */
+static int sched_busy(void *sched) { return nv_sched_busy(sched) > 0; }
+
 static nv_olla_model_info olla_info(const char *path, const nv_model *m, char arch[64], char quant[32]) {
     nv_olla_model_info info = {.n_params = (long long)m->n_params, .family = "llama", .quantization = "F32",
                                .format = nv_hf_is_model(path) ? "safetensors" : "llama2.c"};
@@ -288,7 +293,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL, *files_dir = NULL;
     uint64_t files_max = 2ull << 30;
-    int batch_parallel = 0, ft_nice = 10;
+    int batch_parallel = 0, ft_nice = 10, ft_yield = 1;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
@@ -304,7 +309,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             cli_switch(a, "--no-prefix-cache", &prefix_cache, 0) ||
             cli_switch(a, "--no-webui", &webui, 0) ||
             cli_switch(a, "--no-tune", &no_tune, 1) ||
-            cli_switch(a, "--allow-lora-updates", &lora_updates, 1))
+            cli_switch(a, "--allow-lora-updates", &lora_updates, 1) ||
+            cli_switch(a, "--no-fine-tune-yield", &ft_yield, 0))
             continue;
         if (!strcmp(a, "--lora-modules")) { /* NAME=ADAPTER, then more such words until the next flag */
             if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -592,6 +598,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                              .template_name = nv_chat_template_name(tmpl),
                              .threads = threads,
                              .nice = ft_nice,
+                             .busy = sched_busy,
+                             .busy_ctx = &sched,
+                             .yield = ft_yield,
                              .unavailable = loras.n ? "the served model has adapters merged into it (--lora): serve the merged model "
                                                       "(nerve export --lora) to fine-tune it"
                                                     : NULL,

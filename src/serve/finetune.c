@@ -25,6 +25,8 @@
 #define BASE_LR 1e-3       /* the LoRA learning rate a multiplier of 1 gives */
 #define DEFAULT_RANK 8     /* the adapters' rank unless the job asks (nerve's hyperparameters.lora_rank) */
 #define STOP_WAIT_S 60.0   /* a trainer asked to stop has this long to save its checkpoint */
+#define QUIET_S 0.3        /* a held trainer goes on once the server has had no request this long */
+#define POLL_S 0.05        /* how often the runner looks at the server and the trainer */
 #define MAX_ARGS 48
 
 enum { J_QUEUED, J_VALIDATING, J_RUNNING, J_SUCCEEDED, J_FAILED, J_CANCELLED, J_PAUSED, J_N };
@@ -119,6 +121,31 @@ static int valid(const cJSON *o, const char *id) {
            cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "nerve_args"));
 }
 
+/* A trainer of job x that a server killed outright left behind (its pid in the record, its command
+   line naming the job's folder): continued, told to stop (it saves its checkpoint), waited for. */
+static void stop_orphan(nv_ftjobs *j, job *x) {
+    const double pid_n = nv_rec_num(x->o, "nerve_pid");
+    if (!(pid_n > 1 && pid_n < 4194304.0)) return;
+    const pid_t pid = (pid_t)pid_n;
+    char path[64], jobdir[4200], cmd[16384];
+    size_t n = 0;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    path_of(j, x->id, ".run", jobdir, sizeof jobdir);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC); /* (a /proc file says it is empty: read until it ends) */
+    for (ssize_t got; fd >= 0 && n < sizeof cmd && (got = read(fd, cmd + n, sizeof cmd - n)) > 0;) n += (size_t)got;
+    if (fd >= 0) close(fd);
+    if (memmem(cmd, n, jobdir, strlen(jobdir))) {
+        nv_warn("serve: fine-tuning job %s: its trainer (pid %d) outlived the last server: stopping it", x->id, (int)pid);
+        kill(pid, SIGCONT); /* (held when that server died) */
+        kill(pid, SIGTERM);
+        const double t0 = nv_now();
+        while (kill(pid, 0) == 0 && nv_now() - t0 < STOP_WAIT_S) usleep(20000);
+        if (kill(pid, 0) == 0) kill(pid, SIGKILL);
+        while (kill(pid, 0) == 0 && nv_now() - t0 < STOP_WAIT_S + 5) usleep(20000);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
+}
+
 /* The adapters of a succeeded job served under its model's name (at open and when it ends). */
 static nv_err serve_model(nv_ftjobs *j, const char *id, const char *name) {
     char path[4200];
@@ -150,6 +177,7 @@ nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o)
     const nv_err e = nv_recs_open(&j->r, nv_files_dir(files), id_ok, valid, "a fine-tuning job's");
     for (int i = 0; e == NV_OK && i < j->r.n; i++) {
         job *x = &j->r.v[i];
+        stop_orphan(j, x);
         const int st = status_of(x->o);
         if (st == J_VALIDATING || st == J_RUNNING) { /* the server stopped it: it goes on from its checkpoint */
             set_status(j, x, J_QUEUED);
@@ -461,15 +489,27 @@ static void process(nv_ftjobs *j, const char *id) {
         snprintf(errmsg, sizeof errmsg, "cannot start the trainer: %s", strerror(errno));
     if (logfd >= 0) close(logfd);
     if (nullfd >= 0) close(nullfd);
-    int status = 0, signalled = 0;
-    double signalled_at = 0;
+    int status = 0, signalled = 0, held = 0;
+    double signalled_at = 0, busy_at = 0;
+    if (pid > 0) { /* a server killed outright: the next one finds its trainer by this */
+        pthread_mutex_lock(&j->mu);
+        x = get(j, id);
+        nv_rec_put(x->o, "nerve_pid", cJSON_CreateNumber((double)pid));
+        save(j, x);
+        pthread_mutex_unlock(&j->mu);
+    }
     while (pid > 0) {
         const pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid || (w < 0 && errno != EINTR)) break;
         const int seen = read_metrics(j, id, metrics, &m); /* (file reads outside the lock) */
+        const int busy = j->o.yield && j->o.busy && j->o.busy(j->o.busy_ctx);
+        if (busy) busy_at = nv_now();
         pthread_mutex_lock(&j->mu);
         x = get(j, id);
-        if ((j->want_stop || j->stopping) && !signalled) kill(pid, SIGTERM), signalled = 1, signalled_at = nv_now();
+        const int stop = j->want_stop || j->stopping;
+        if (!signalled && busy && !stop && !held) kill(pid, SIGSTOP), held = 1; /* requests go first */
+        else if (held && (stop || nv_now() - busy_at >= QUIET_S)) kill(pid, SIGCONT), held = 0;
+        if (stop && !signalled) kill(pid, SIGTERM), signalled = 1, signalled_at = nv_now();
         else if (signalled && nv_now() - signalled_at > STOP_WAIT_S) kill(pid, SIGKILL); /* its last checkpoint stays */
         if (seen) {
             show_progress(x, &m);
@@ -480,7 +520,7 @@ static void process(nv_ftjobs *j, const char *id) {
         }
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 200 * 1000000L;
+        until.tv_nsec += (long)(POLL_S * 1e9);
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
         if (!j->want_stop && !j->stopping) pthread_cond_timedwait(&j->cv, &j->mu, &until);
         pthread_mutex_unlock(&j->mu);
@@ -540,6 +580,7 @@ static void process(nv_ftjobs *j, const char *id) {
     } else if (now == J_PAUSED || now == J_QUEUED) {
         event(j, id, "info", "message", NULL, "The trainer stopped at step %ld, its checkpoint saved", m.last);
     }
+    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
     if (outcome >= 0) set_status(j, x, outcome);
     else save(j, x);
     j->running[0] = 0; /* (a cancel or pause until here found the job training: its status stood) */

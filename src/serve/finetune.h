@@ -16,8 +16,12 @@
  *   POST .../cancel: cancelled; .../pause: the trainer stops at a step's end with its checkpoint
  *   (paused), .../resume queues it to go on from there (the losses those of a run never paused).
  *   One job trains at a time, the oldest queued first.
+ * - Requests go first: with yield, the trainer is stopped (SIGSTOP) while the server has requests
+ *   waiting or running and continued once it has had none for a moment (it also runs at a lower
+ *   CPU priority); training takes the server's idle time.
  * - A server stopped part way stops its trainer the same way: at the next start the job goes on from
- *   the checkpoint.
+ *   the checkpoint. A trainer a server killed outright left behind (its pid in the record) is stopped
+ *   at the next start, with its checkpoint, before the job goes on.
  * - DELETE /v1/models/{fine_tuned_model} unloads the model and removes its adapters; the job stays.
  * - Every function is safe from any thread. */
 #ifndef NV_SERVE_FINETUNE_H
@@ -34,6 +38,9 @@ typedef struct {
     const char *template_name; /* the chat template the server renders requests with */
     int threads;               /* the trainer's --threads (0: its default, every core) */
     int nice;                  /* the trainer's CPU priority below the server's (0-19) */
+    int (*busy)(void *ctx);    /* requests waiting or running (NULL: never busy) */
+    void *busy_ctx;
+    int yield;                 /* the trainer is held (SIGSTOP) while busy says so, going on once it is quiet */
     const char *unavailable;   /* why the served model cannot be fine-tuned here (NULL: it can) */
     nv_adapters *adapters;     /* where fine-tuned models are served */
     const nv_model *model;     /* the served model (its plans built) */
