@@ -32,7 +32,6 @@
 enum { J_QUEUED, J_VALIDATING, J_RUNNING, J_SUCCEEDED, J_FAILED, J_CANCELLED, J_PAUSED, J_N };
 static const char *const status_name[J_N] = {"queued", "validating_files", "running", "succeeded", "failed", "cancelled", "paused"};
 
-
 typedef nv_rec job; /* its FineTuningJob object, and the record's own nerve_* fields */
 
 struct nv_ftjobs {
@@ -45,8 +44,8 @@ struct nv_ftjobs {
     nv_recs r; /* the jobs */
     pthread_t thread;
     int started, stopping;
-    char running[ID_LEN + 1]; /* the job training now ("" none), and whether its trainer is to stop (under mu) */
-    int want_stop;
+    char running[ID_LEN + 1]; /* the job training now, "" none (under mu) */
+    int want_stop;            /* its trainer is to stop: the job was cancelled or paused (under mu) */
 };
 
 /* ---- the records ---------------------------------------------------------------------------------- */
@@ -122,19 +121,26 @@ static int valid(const cJSON *o, const char *id) {
 }
 
 /* A trainer of job x that a server killed outright left behind (its pid in the record, its command
-   line naming the job's folder): continued, told to stop (it saves its checkpoint), waited for. */
+   line naming the job's folder, ID.run/): continued, told to stop (it saves its checkpoint), waited for; the
+   pid taken out of the record. */
 static void stop_orphan(nv_ftjobs *j, job *x) {
-    const double pid_n = nv_rec_num(x->o, "nerve_pid");
-    if (!(pid_n > 1 && pid_n < 4194304.0)) return;
+    const cJSON *pid_item = cJSON_GetObjectItemCaseSensitive(x->o, "nerve_pid");
+    if (!pid_item) return;
+    const double pid_n = cJSON_IsNumber(pid_item) ? pid_item->valuedouble : 0;
+    if (!(pid_n > 1 && pid_n < 4194304.0)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
+        save(j, x);
+        return;
+    }
     const pid_t pid = (pid_t)pid_n;
-    char path[64], jobdir[4200], cmd[16384];
+    char path[64], mark[64], cmd[16384];
     size_t n = 0;
     snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-    path_of(j, x->id, ".run", jobdir, sizeof jobdir);
+    snprintf(mark, sizeof mark, "%s.run/", x->id); /* (however the folder was spelled: the job's own name) */
     const int fd = open(path, O_RDONLY | O_CLOEXEC); /* (a /proc file says it is empty: read until it ends) */
     for (ssize_t got; fd >= 0 && n < sizeof cmd && (got = read(fd, cmd + n, sizeof cmd - n)) > 0;) n += (size_t)got;
     if (fd >= 0) close(fd);
-    if (memmem(cmd, n, jobdir, strlen(jobdir))) {
+    if (memmem(cmd, n, mark, strlen(mark))) {
         nv_warn("serve: fine-tuning job %s: its trainer (pid %d) outlived the last server: stopping it", x->id, (int)pid);
         kill(pid, SIGCONT); /* (held when that server died) */
         kill(pid, SIGTERM);
@@ -144,6 +150,7 @@ static void stop_orphan(nv_ftjobs *j, job *x) {
         while (kill(pid, 0) == 0 && nv_now() - t0 < STOP_WAIT_S + 5) usleep(20000);
     }
     cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
+    save(j, x);
 }
 
 /* The adapters of a succeeded job served under its model's name (at open and when it ends). */
