@@ -223,9 +223,17 @@ static void test_refresh(void) {
 
 /* dx after a refresh (whole, or by pieces of rows as the optimizer does) gives the bits of a plan
  * built from the new weights: the tile engines keep W^T's tiles between calls and refresh them
- * with the weights. n = 33 leaves a half depth block of padding; k = 100 a partial column tile. */
+ * with the weights. n = 33 leaves a half depth block of padding, n = 8 and 7 (LoRA's ranks) less
+ * than a tile; k = 100 a partial column tile. */
+static void dx_after_refresh(int n);
 static void test_dx_after_refresh(void) {
-    const int m = 5, n = 33, k = 100;
+    dx_after_refresh(33);
+    dx_after_refresh(8);
+    dx_after_refresh(7);
+}
+
+static void dx_after_refresh(int n) {
+    const int m = 5, k = 100;
     float *w = malloc(sizeof(float) * n * k * 3), *dy = malloc(sizeof(float) * m * n);
     float *dxp = malloc(sizeof(float) * m * k), *dxq = malloc(sizeof(float) * m * k);
     uint64_t seed = 91;
@@ -244,7 +252,7 @@ static void test_dx_after_refresh(void) {
         nv_plan_run_dx(p, dy, m, dxp);
         T_CHECK(nv_plan_build(&q, E, wr, n, k) == NV_OK, "build");
         nv_plan_run_dx(q, dy, m, dxq);
-        T_CHECK(memcmp(dxp, dxq, sizeof(float) * m * k) == 0, "%s: dx differs from a fresh plan's",
+        T_CHECK(memcmp(dxp, dxq, sizeof(float) * m * k) == 0, "n %d, %s: dx differs from a fresh plan's", n,
                 round == 1 ? "after a whole refresh" : "after a refresh by rows");
         nv_plan_free(q);
     }

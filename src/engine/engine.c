@@ -405,14 +405,13 @@ static void bf16_tiles_of_rows(const float *w, size_t ldw, int n, int k, int KB,
 static void dx_tiles_of_rows(const float *w, int n, int k, int t0, int t1, uint16_t *U) {
     const int KB = rup(n, 32) / 32, ktiles = cdiv(k, 16);
     for (int t = t0; t < t1; t++) {
-        const int kb = t / 2, i0 = (t % 2) * 8;
-        for (int j = 0; j < 8; j++) {
-            const int o = t * 16 + 2 * j;
-            const float *r0 = o < n ? w + (size_t)o * k : NULL, *r1 = o + 1 < n ? w + (size_t)(o + 1) * k : NULL;
-            for (int ct = 0; ct < ktiles; ct++)
-                vnni_pair16(r0 ? r0 + ct * 16 : NULL, r1 ? r1 + ct * 16 : NULL, k - ct * 16,
-                            U + ((size_t)ct * KB + kb) * 512 + (size_t)(i0 + j) * 32);
-        }
+        const int kb = t / 2, i0 = (t % 2) * 8, pairs = imin(8, (n - t * 16 + 1) / 2); /* pairs past n stay zero */
+        for (int ct = 0; ct < ktiles; ct++) /* a tile's rows written together: 512 bytes in a row */
+            for (int j = 0; j < pairs; j++) {
+                const int o = t * 16 + 2 * j;
+                const float *r0 = w + (size_t)o * k, *r1 = o + 1 < n ? w + (size_t)(o + 1) * k : NULL;
+                vnni_pair16(r0 + ct * 16, r1 ? r1 + ct * 16 : NULL, k - ct * 16, U + ((size_t)ct * KB + kb) * 512 + (size_t)(i0 + j) * 32);
+            }
     }
 }
 
