@@ -1113,6 +1113,12 @@ static void test_fine_tuning(void) {
         state = paren && paren[1] ? paren[2] : 0;
     }
     T_CHECK(trainer > 1 && state == 'T', "the trainer (pid %d) held while the request runs: state %c", trainer, state ? state : '-');
+    char oom_path[64], oom[16] = "";
+    snprintf(oom_path, sizeof oom_path, "/proc/%d/oom_score_adj", trainer);
+    FILE *of = fopen(oom_path, "r");
+    if (of && !fgets(oom, sizeof oom, of)) oom[0] = 0;
+    if (of) fclose(of);
+    T_CHECK(atoi(oom) == 1000, "the trainer goes first when memory runs out: oom_score_adj '%s'", oom);
     kill(s.pid, SIGKILL);
     waitpid(s.pid, NULL, 0);
     s.pid = 0;

@@ -283,7 +283,9 @@ static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, ch
 
 /* The trainer's last error line in its log ("nerve train: ..."), or a word on how it ended. */
 static void trainer_error(const char *log, int status, char *out, size_t cap) {
-    if (WIFSIGNALED(status)) snprintf(out, cap, "the trainer was stopped by signal %d", WTERMSIG(status));
+    if (WIFSIGNALED(status))
+        snprintf(out, cap, "the trainer was stopped by signal %d%s", WTERMSIG(status),
+                 WTERMSIG(status) == SIGKILL ? " (the kernel's, when memory runs out: a smaller batch or lora_rank, or shorter examples)" : "");
     else snprintf(out, cap, "the trainer failed (exit status %d)", WEXITSTATUS(status));
     FILE *f = fopen(log, "r");
     if (!f) return;
@@ -418,8 +420,8 @@ static void drop_run_leftovers(const char *jobdir) {
 
 /* The trainer's process for argv, its output to logfd: at nice `nice`, in a session of its own (a
    terminal's Ctrl-C is the server's to pass on), stopped (SIGTERM: it saves its checkpoint) when the
-   thread that started it ends (a server killed outright), its signals as a new process's. -1 when
-   fork fails (errno). */
+   thread that started it ends (a server killed outright), its signals as a new process's, the first
+   the kernel ends when memory runs out (oom_score_adj 1000). -1 when fork fails (errno). */
 static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     const pid_t parent = getpid();
     const pid_t pid = fork();
@@ -437,6 +439,12 @@ static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127); /* the server ended before the line above */
     setpriority(PRIO_PROCESS, 0, nice);
+    const int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); /* short of memory, the kernel ends it, not the server */
+    if (oom >= 0) {
+        if (write(oom, "1000", 4) != 4) { /* (left as it was) */
+        }
+        close(oom);
+    }
     dup2(nullfd, 0);
     dup2(logfd, 1);
     dup2(logfd, 2);
