@@ -120,6 +120,17 @@ static int valid(const cJSON *o, const char *id) {
            cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "nerve_args"));
 }
 
+/* 1 while process pid runs (an exited one its parent has not reaped, a zombie, does not). */
+static int alive(pid_t pid) {
+    char path[64], st[512] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r"); /* (a /proc file is read, not mapped) */
+    if (f && !fgets(st, sizeof st, f)) st[0] = 0;
+    if (f) fclose(f);
+    const char *paren = strrchr(st, ')');
+    return paren && paren[1] && paren[2] && paren[2] != 'Z';
+}
+
 /* A trainer of job x that a server killed outright left behind (its pid in the record, its command
    line naming the job's folder, ID.run/): continued, told to stop (it saves its checkpoint), waited for; the
    pid taken out of the record. */
@@ -145,9 +156,9 @@ static void stop_orphan(nv_ftjobs *j, job *x) {
         kill(pid, SIGCONT); /* (held when that server died) */
         kill(pid, SIGTERM);
         const double t0 = nv_now();
-        while (kill(pid, 0) == 0 && nv_now() - t0 < STOP_WAIT_S) usleep(20000);
-        if (kill(pid, 0) == 0) kill(pid, SIGKILL);
-        while (kill(pid, 0) == 0 && nv_now() - t0 < STOP_WAIT_S + 5) usleep(20000);
+        while (alive(pid) && nv_now() - t0 < STOP_WAIT_S) usleep(20000);
+        if (alive(pid)) kill(pid, SIGKILL);
+        while (alive(pid) && nv_now() - t0 < STOP_WAIT_S + 5) usleep(20000);
     }
     cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
     save(j, x);
@@ -174,7 +185,11 @@ nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o)
     j->o.template_name = j->template_name = dup_or_null(o->template_name);
     j->o.unavailable = j->unavailable = dup_or_null(o->unavailable);
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
+    pthread_condattr_t ca; /* the runner's waits are timed by the monotonic clock: a clock set back does not stall it */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
     const ssize_t n = readlink("/proc/self/exe", j->exe, sizeof j->exe - 1);
     if (n <= 0 || (size_t)n >= sizeof j->exe - 1) {
         nv_ftjobs_close(j);
@@ -189,6 +204,10 @@ nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o)
         if (st == J_VALIDATING || st == J_RUNNING) { /* the server stopped it: it goes on from its checkpoint */
             set_status(j, x, J_QUEUED);
             event(j, x->id, "info", "message", NULL, "The server restarted: the job is queued to go on from its last checkpoint");
+        } else if (st == J_SUCCEEDED && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_deleted")) &&
+                   strcmp(nv_rec_str(x->o, "model"), j->o.model_id) != 0) {
+            nv_warn("serve: fine-tuned model %s (job %s) is not served: it adapts %s, and this server serves %s",
+                    nv_rec_str(x->o, "fine_tuned_model"), x->id, nv_rec_str(x->o, "model"), j->o.model_id);
         } else if (st == J_SUCCEEDED && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_deleted")) &&
                    serve_model(j, x->id, nv_rec_str(x->o, "fine_tuned_model")) != NV_OK) {
             nv_warn("serve: fine-tuned model %s (job %s) is not served: %s", nv_rec_str(x->o, "fine_tuned_model"), x->id, nv_errmsg());
@@ -281,22 +300,27 @@ static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, ch
     return l.full ? -1 : l.argc;
 }
 
-/* The trainer's last error line in its log ("nerve train: ..."), or a word on how it ended. */
-static void trainer_error(const char *log, int status, char *out, size_t cap) {
+/* The trainer's last error line in its log ("nerve train: ..."), or a word on how it ended: 1 when it
+   said why itself. */
+static int trainer_error(const char *log, int status, char *out, size_t cap) {
     if (WIFSIGNALED(status))
         snprintf(out, cap, "the trainer was stopped by signal %d%s", WTERMSIG(status),
                  WTERMSIG(status) == SIGKILL ? " (the kernel's, when memory runs out: a smaller batch or lora_rank, or shorter examples)" : "");
-    else snprintf(out, cap, "the trainer failed (exit status %d)", WEXITSTATUS(status));
+    else snprintf(out, cap, "the trainer failed (exit status %d%s)", WEXITSTATUS(status),
+                  WEXITSTATUS(status) == 127 ? ": it could not be started" : "");
     FILE *f = fopen(log, "r");
-    if (!f) return;
+    if (!f) return 0;
     char line[2048];
+    int said = 0;
     while (fgets(line, sizeof line, f)) {
         const char *p = !strncmp(line, "nerve train: ", 13) ? line + 13 : !strncmp(line, "nerve: error: ", 14) ? line + 14 : NULL;
         if (!p || !*p) continue;
         snprintf(out, cap, "%.1000s", p);
         out[strcspn(out, "\n")] = 0;
+        said = 1;
     }
     fclose(f);
+    return said;
 }
 
 /* In msg, the job's copy of a data file (jobdir + name) named by the file's id, as the client knows it. */
@@ -333,9 +357,10 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
         m->off += n;
         cJSON *o = cJSON_Parse(line);
         const long step = (long)nv_rec_num(o, "step");
+        if (o && nv_rec_num(o, "total_steps") > 0) m->total = nv_rec_num(o, "total_steps"); /* (told or not) */
         if (o && step > m->last) {
             m->last = step;
-            m->loss = nv_rec_num(o, "loss"), m->tokens = nv_rec_num(o, "tokens"), m->total = nv_rec_num(o, "total_steps");
+            m->loss = nv_rec_num(o, "loss"), m->tokens = nv_rec_num(o, "tokens");
             m->elapsed = nv_rec_num(o, "elapsed_s");
             const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
             cJSON *d = cJSON_CreateObject();
@@ -418,10 +443,11 @@ static void drop_run_leftovers(const char *jobdir) {
     nv_remove_in_dir(jobdir, data, sizeof data / sizeof *data);
 }
 
-/* The trainer's process for argv, its output to logfd: at nice `nice`, in a session of its own (a
-   terminal's Ctrl-C is the server's to pass on), stopped (SIGTERM: it saves its checkpoint) when the
-   thread that started it ends (a server killed outright), its signals as a new process's, the first
-   the kernel ends when memory runs out (oom_score_adj 1000). -1 when fork fails (errno). */
+/* The trainer's process for argv, its output to logfd: at nice `nice`, in a process group of its
+   own (a terminal's Ctrl-C is the server's to pass on), stopped (SIGTERM: it saves its checkpoint)
+   when the thread that started it ends (a server killed outright, held or not), its signals as a new
+   process's, the first the kernel ends when memory runs out (oom_score_adj 1000). -1 when fork
+   fails (errno). logfd and nullfd are above 2. */
 static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     const pid_t parent = getpid();
     const pid_t pid = fork();
@@ -432,10 +458,17 @@ static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     dfl.sa_handler = SIG_DFL;
     sigaction(SIGPIPE, &dfl, NULL);
     sigaction(SIGXFSZ, &dfl, NULL);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGHUP, &ign, NULL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    setsid();
+    /* a process group of its own in the server's session: a terminal's Ctrl-C is not its, and when the
+       server dies while it is held (SIGSTOP) the group is orphaned with a stopped member, so the kernel
+       continues it (SIGCONT; the SIGHUP that comes with it ignored) and the death signal stops it */
+    setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127); /* the server ended before the line above */
     setpriority(PRIO_PROCESS, 0, nice);
@@ -449,8 +482,16 @@ static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     dup2(logfd, 1);
     dup2(logfd, 2);
     closefrom(3);
-    execv(argv[0], argv);
+    execv("/proc/self/exe", argv); /* the server's own program, even when its file was replaced since */
     _exit(127);
+}
+
+/* fd moved above 0-2 (a server started with one of them closed would have had it given here), -1 stays. */
+static int above_stdio(int fd) {
+    if (fd < 0 || fd > 2) return fd;
+    const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    close(fd);
+    return moved;
 }
 
 /* Trains job id (not under mu) until its trainer exits, if it is still queued. */
@@ -496,8 +537,8 @@ static void process(nv_ftjobs *j, const char *id) {
     else if (resumed) event(j, id, "info", "message", NULL, "Resuming the job from its last checkpoint");
     else event(j, id, "info", "message", NULL, "Validating training file: %s", train_id);
     pthread_mutex_unlock(&j->mu);
-    const int logfd = errmsg[0] ? -1 : open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    const int nullfd = errmsg[0] ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int logfd = errmsg[0] ? -1 : above_stdio(open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    const int nullfd = errmsg[0] ? -1 : above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
     pid_t pid = -1;
     if (!errmsg[0] && (logfd < 0 || nullfd < 0)) snprintf(errmsg, sizeof errmsg, "cannot open %.900s: %s", log, strerror(errno));
     if (!errmsg[0] && (pid = start_trainer(argv, logfd, nullfd, j->o.nice)) < 0)
@@ -526,26 +567,27 @@ static void process(nv_ftjobs *j, const char *id) {
         else if (held && (stop || nv_now() - busy_at >= QUIET_S)) kill(pid, SIGCONT), held = 0;
         if (stop && !signalled) kill(pid, SIGTERM), signalled = 1, signalled_at = nv_now();
         else if (signalled && nv_now() - signalled_at > STOP_WAIT_S) kill(pid, SIGKILL); /* its last checkpoint stays */
-        if (seen) {
+        if (seen && (status_of(x->o) == J_VALIDATING || status_of(x->o) == J_RUNNING)) {
             show_progress(x, &m);
             if (status_of(x->o) == J_VALIDATING) {
                 set_status(j, x, J_RUNNING);
                 event(j, id, "info", "message", NULL, "Fine-tuning job started");
             }
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
+        struct timespec until; /* (woken early by a cancel, a pause or the server's stop) */
+        clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += (long)(POLL_S * 1e9);
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        if (!j->want_stop && !j->stopping) pthread_cond_timedwait(&j->cv, &j->mu, &until);
+        if (!(stop && !signalled)) pthread_cond_timedwait(&j->cv, &j->mu, &until);
         pthread_mutex_unlock(&j->mu);
     }
     read_metrics(j, id, metrics, &m);
     const int exited_ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     const int finished = exited_ok && m.total > 0 && (double)m.last >= m.total && nv_file_exists(adapter);
+    int said = 0; /* the trainer's own message: before its first step, most often about the data */
     if (!finished && !errmsg[0]) {
         if (exited_ok) snprintf(errmsg, sizeof errmsg, "the trainer stopped at step %ld of %.0f", m.last, m.total);
-        else trainer_error(log, status, errmsg, sizeof errmsg);
+        else said = trainer_error(log, status, errmsg, sizeof errmsg);
         name_data(errmsg, sizeof errmsg, jobdir, "/train.jsonl", train_id);
         name_data(errmsg, sizeof errmsg, jobdir, "/validation.jsonl", val_id);
     }
@@ -584,7 +626,7 @@ static void process(nv_ftjobs *j, const char *id) {
         nv_info("serve: fine-tuning job %s succeeded: serving %s", id, name);
     } else if (outcome == J_FAILED) {
         cJSON *err = cJSON_CreateObject();
-        const int data = m.last == 0; /* it never trained a step: the data, most often */
+        const int data = said && m.last == 0;
         cJSON_AddStringToObject(err, "code", data ? "invalid_training_file" : "training_failed");
         cJSON_AddStringToObject(err, "message", errmsg);
         if (data) cJSON_AddStringToObject(err, "param", "training_file");
@@ -603,10 +645,11 @@ static void process(nv_ftjobs *j, const char *id) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* Under mu: the oldest queued job, or -1. */
+/* Under mu: the oldest queued job of the model this server serves (the others wait for a server of
+   theirs), or -1; none while the model cannot be fine-tuned here. */
 static int next_queued(const nv_ftjobs *j) {
-    for (int i = 0; i < j->r.n; i++)
-        if (status_of(j->r.v[i].o) == J_QUEUED) return i;
+    for (int i = 0; i < j->r.n && !j->o.unavailable; i++)
+        if (status_of(j->r.v[i].o) == J_QUEUED && !strcmp(nv_rec_str(j->r.v[i].o, "model"), j->o.model_id)) return i;
     return -1;
 }
 
