@@ -899,17 +899,6 @@ static int job_losses(const char *dir, const char *id, double *loss, int cap) {
     return k;
 }
 
-/* A process's state letter from /proc (R, S, T, Z, ...), 0 when there is no such process. */
-static char proc_state(pid_t pid) {
-    char path[64], st[512] = "";
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r"); /* (a /proc file is read, not mapped) */
-    if (f && !fgets(st, sizeof st, f)) st[0] = 0;
-    if (f) fclose(f);
-    const char *paren = strrchr(st, ')');
-    return paren && paren[1] ? paren[2] : 0;
-}
-
 /* The steps a job's trainer has written. */
 static int job_steps(const char *dir, const char *id) {
     char path[700], *text = NULL;
@@ -1113,7 +1102,7 @@ static void test_fine_tuning(void) {
     cJSON_Delete(jr);
     free(saved_rec);
     char state = 0;
-    for (double t0 = now_s(); state != 'T' && now_s() - t0 < 10; sleep_ms(10)) state = proc_state(trainer);
+    for (double t0 = now_s(); state != 'T' && now_s() - t0 < 10; sleep_ms(10)) state = nv_proc_state(trainer);
     T_CHECK(trainer > 1 && state == 'T', "the trainer (pid %d) held while the request runs: state %c", trainer, state ? state : '-');
     char oom_path[64], oom[16] = "";
     snprintf(oom_path, sizeof oom_path, "/proc/%d/oom_score_adj", trainer);
@@ -1128,16 +1117,16 @@ static void test_fine_tuning(void) {
     char tlog_path[700], *tl = NULL;
     snprintf(tlog_path, sizeof tlog_path, "%s/%s.run/train.log", dir, id2);
     int stops = 0;
-    for (double t0 = now_s(); (stops < 2 || (proc_state(trainer) && proc_state(trainer) != 'Z')) && now_s() - t0 < 30; sleep_ms(50)) {
+    for (double t0 = now_s(); (stops < 2 || (nv_proc_state(trainer) && nv_proc_state(trainer) != 'Z')) && now_s() - t0 < 30; sleep_ms(50)) {
         free(tl), tl = NULL;
         nv_file_read_all(tlog_path, &tl, NULL);
         stops = 0;
         for (const char *p = tl; p && (p = strstr(p, "stopped at step ")); p++) stops++;
     }
     free(tl);
-    T_CHECK(stops == 2 && (!proc_state(trainer) || proc_state(trainer) == 'Z'),
+    T_CHECK(stops == 2 && (!nv_proc_state(trainer) || nv_proc_state(trainer) == 'Z'),
             "the held trainer of a killed server stopped with its checkpoint (%d stops in its log, state %c)", stops,
-            proc_state(trainer) ? proc_state(trainer) : '-');
+            nv_proc_state(trainer) ? nv_proc_state(trainer) : '-');
     char rec[700], *saved = NULL;
     snprintf(rec, sizeof rec, "%s/%s.json", dir, id2);
     nv_file_read_all(rec, &saved, NULL);
@@ -1151,7 +1140,7 @@ static void test_fine_tuning(void) {
         execl("/bin/sh", "sh", "-c", "while :; do sleep 1; done", "sh", mark, (char *)NULL);
         _exit(127);
     }
-    for (double t0 = now_s(); proc_state(standin) != 'S' && now_s() - t0 < 5;) sleep_ms(10);
+    for (double t0 = now_s(); nv_proc_state(standin) != 'S' && now_s() - t0 < 5;) sleep_ms(10);
     kill(standin, SIGSTOP);
     cJSON *edited = cJSON_Parse(saved ? saved : "");
     cJSON_ReplaceItemInObjectCaseSensitive(edited, "nerve_pid", cJSON_CreateNumber(standin));

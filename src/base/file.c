@@ -144,6 +144,16 @@ void nv_remove_in_dir(const char *dir, const char *const *names, size_t n) {
     rmdir(dir);
 }
 
+char nv_proc_state(int pid) {
+    char path[64], st[512] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r"); /* (a /proc file says it is empty: read, not mapped) */
+    if (f && !fgets(st, sizeof st, f)) st[0] = 0;
+    if (f) fclose(f);
+    const char *paren = strrchr(st, ')');
+    return paren && paren[1] ? paren[2] : 0;
+}
+
 int nv_file_is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);

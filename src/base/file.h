@@ -67,6 +67,9 @@ int nv_file_exists(const char *path);
 void nv_remove_in_dir(const char *dir, const char *const *names, size_t n);
 /* 1 when path names a folder (symbolic links followed). */
 int nv_file_is_dir(const char *path);
+/* Process pid's state letter as /proc/PID/stat gives it (R, S, T, Z, ...), 0 when there is no such
+   process. */
+char nv_proc_state(int pid);
 /* A path's last component without its extension, into out ("runs/demo/" -> "demo", "m/x.gguf" ->
  * "x"): the server's model id, a GGUF's general.name (export, and a training run's model.gguf). */
 void nv_path_name(const char *path, char *out, size_t cap);

@@ -122,13 +122,8 @@ static int valid(const cJSON *o, const char *id) {
 
 /* 1 while process pid runs (an exited one its parent has not reaped, a zombie, does not). */
 static int alive(pid_t pid) {
-    char path[64], st[512] = "";
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r"); /* (a /proc file is read, not mapped) */
-    if (f && !fgets(st, sizeof st, f)) st[0] = 0;
-    if (f) fclose(f);
-    const char *paren = strrchr(st, ')');
-    return paren && paren[1] && paren[2] && paren[2] != 'Z';
+    const char st = nv_proc_state((int)pid);
+    return st && st != 'Z';
 }
 
 /* A trainer of job x that a server killed outright left behind (its pid in the record, its command
