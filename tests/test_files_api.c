@@ -1269,14 +1269,15 @@ static void test_fine_tuning(void) {
     snprintf(id6, sizeof id6, "%s", str_of(j, "id"));
     cJSON_Delete(j);
     for (double t0 = now_s(); job_steps(dir, id6) < 3 && now_s() - t0 < 60;) sleep_ms(20);
-    /* requests go first: the trainer is held while one runs (40 steps of the server's, 30 ms each) */
+    /* requests go first: the trainer is held while one runs (40 steps of the server's, 30 ms each;
+       held within a poll of 50 ms, it makes a step or two, where it made 34 not held) */
     const int steps_before = job_steps(dir, id6);
     const double t_req = now_s();
     T_CHECK(http(s.port, "POST", "/v1/completions", KEY, "{\"prompt\":\"Once\",\"max_tokens\":40,\"ignore_eos\":true}", &r) && r.status == 200,
             "a request while the job trains: %d", r.status);
     resp_free(&r);
     const int steps_during = job_steps(dir, id6) - steps_before;
-    T_CHECK(steps_during <= 3, "the trainer made %d steps in the %.1f s a request ran", steps_during, now_s() - t_req);
+    T_CHECK(steps_during <= 6, "the trainer made %d steps in the %.1f s a request ran", steps_during, now_s() - t_req);
     for (double t0 = now_s(); job_steps(dir, id6) < steps_before + steps_during + 3 && now_s() - t0 < 60;) sleep_ms(20);
     T_CHECK(job_steps(dir, id6) >= steps_before + steps_during + 3, "the trainer goes on once the server is quiet");
     T_CHECK(server_stop_within(&s, 60) == 0, "server exit");
