@@ -70,11 +70,11 @@ static cJSON *get_json(int port, const char *path) {
     return j;
 }
 
-/* The id of the file content uploaded (purpose batch), or "" after a failed check. */
-static void upload_id(int port, const char *content, char id[64]) {
+/* The id of the file content uploaded with purpose, or "" after a failed check. */
+static void upload_id(int port, const char *purpose, const char *content, char id[64]) {
     resp r;
     id[0] = 0;
-    T_CHECK(upload(port, "batch", "in.jsonl", content, &r) && r.status == 200, "upload: %d %s", r.status, r.body ? r.body : "");
+    T_CHECK(upload(port, purpose, "in.jsonl", content, &r) && r.status == 200, "upload: %d %s", r.status, r.body ? r.body : "");
     cJSON *j = cJSON_Parse(r.body ? r.body : "");
     snprintf(id, 64, "%s", str_of(j, "id"));
     cJSON_Delete(j);
@@ -410,7 +410,7 @@ static void test_batch(void) {
     if (!server_spawn(&s, "batch", NULL, NULL, model_path(), tok_path(), args, 60)) return;
     char *in = input_text(3, "/v1/chat/completions");
     char fid[64], bid[64];
-    upload_id(s.port, in, fid);
+    upload_id(s.port, "batch", in, fid);
     free(in);
     create_batch(s.port, fid, "/v1/chat/completions", bid);
     cJSON *b = wait_batch(s.port, bid, "completed failed expired cancelled", 60);
@@ -442,7 +442,7 @@ static void test_batch(void) {
     }
     nv_buf_append(&large, "", 1);
     char lid[64];
-    upload_id(s.port, large.data, lid);
+    upload_id(s.port, "batch", large.data, lid);
     char *back = file_content(s.port, lid);
     T_CHECK(back && !strcmp(back, large.data), "the large upload came back %s", back ? "changed" : "not at all");
     free(back);
@@ -451,7 +451,7 @@ static void test_batch(void) {
     const char *mixed = "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{}}\n"
                         "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}\n"
                         "not json\n";
-    upload_id(s.port, mixed, fid);
+    upload_id(s.port, "batch", mixed, fid);
     create_batch(s.port, fid, "/v1/chat/completions", bid);
     b = wait_batch(s.port, bid, "completed failed expired cancelled", 30);
     const cJSON *errs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "errors"), "data");
@@ -501,7 +501,7 @@ static void test_batch_restart(void) {
     if (!server_spawn(&s, "restart", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=10", model_path(), tok_path(), args, 60)) return;
     char *in = input_text(8, "/v1/chat/completions");
     char fid[64], bid[64];
-    upload_id(s.port, in, fid);
+    upload_id(s.port, "batch", in, fid);
     free(in);
     create_batch(s.port, fid, "/v1/chat/completions", bid);
     cJSON *b = NULL;
@@ -620,7 +620,7 @@ static void test_batch_cancel_priority(void) {
     if (!server_spawn(&s, "cancel", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=15", model_path(), tok_path(), args, 60)) return;
     char *in = input_text(10, "/v1/chat/completions");
     char fid[64], bid[64], path[128];
-    upload_id(s.port, in, fid);
+    upload_id(s.port, "batch", in, fid);
     free(in);
     create_batch(s.port, fid, "/v1/chat/completions", bid);
     snprintf(path, sizeof path, "/v1/batches/%s", bid);
@@ -848,16 +848,6 @@ static int create_job(int port, const char *body, cJSON **j) {
     return st;
 }
 
-static void upload_as(int port, const char *purpose, const char *content, char id[64]) {
-    resp r;
-    id[0] = 0;
-    T_CHECK(upload(port, purpose, "data.jsonl", content, &r) && r.status == 200, "upload: %d %s", r.status, r.body ? r.body : "");
-    cJSON *j = cJSON_Parse(r.body ? r.body : "");
-    snprintf(id, 64, "%s", str_of(j, "id"));
-    cJSON_Delete(j);
-    resp_free(&r);
-}
-
 static cJSON *wait_job(int port, const char *id, const char *until, double wait_s) {
     return poll_batch(port, "/v1/fine_tuning/jobs", "status", id, until, wait_s);
 }
@@ -937,12 +927,12 @@ static void test_fine_tuning(void) {
     if (!server_spawn(&s, "ft", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=30", model_path(), tok_path(), args, 60)) return;
     char chat[64], val[64], pref[64], bad[64], batch[64], body[1024];
     char *text = chat_examples(24, 0);
-    upload_as(s.port, "fine-tune", text, chat);
-    upload_as(s.port, "fine-tune", text, val);
-    upload_as(s.port, "batch", text, batch);
+    upload_id(s.port, "fine-tune", text, chat);
+    upload_id(s.port, "fine-tune", text, val);
+    upload_id(s.port, "batch", text, batch);
     free(text);
     text = chat_examples(6, 2);
-    upload_as(s.port, "fine-tune", text, bad);
+    upload_id(s.port, "fine-tune", text, bad);
     free(text);
     nv_buf pb = {0};
     for (int i = 0; i < 8; i++) {
@@ -951,7 +941,7 @@ static void test_fine_tuning(void) {
         nv_buf_append(&pb, line, strlen(line));
     }
     nv_buf_append(&pb, "", 1);
-    upload_as(s.port, "fine-tune", pb.data, pref);
+    upload_id(s.port, "fine-tune", pb.data, pref);
     nv_buf_free(&pb);
     /* refusals: 400 naming the parameter, and no job made */
     struct {

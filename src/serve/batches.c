@@ -50,12 +50,7 @@ struct nv_batches {
 
 /* ---- the records ------------------------------------------------------------------------------------ */
 
-static int status_of(const cJSON *o) {
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "status");
-    for (int k = 0; cJSON_IsString(s) && k < B_N; k++)
-        if (!strcmp(s->valuestring, status_name[k])) return k;
-    return -1;
-}
+static int status_of(const cJSON *o) { return nv_rec_status(o, status_name, B_N); }
 
 static int ended(int st) { return st == B_FAILED || st == B_COMPLETED || st == B_EXPIRED || st == B_CANCELLED; }
 
@@ -582,13 +577,8 @@ void nv_batches_close(nv_batches *b) {
 }
 
 int nv_batches_counts(nv_batches *b, const char **names, int *counts, int cap) {
-    const int n = cap < B_N ? cap : B_N;
-    for (int k = 0; k < n; k++) names[k] = status_name[k], counts[k] = 0;
     pthread_mutex_lock(&b->mu);
-    for (int i = 0; i < b->r.n; i++) {
-        const int st = status_of(b->r.v[i].o);
-        if (st >= 0 && st < n) counts[st]++;
-    }
+    const int n = nv_recs_count_status(&b->r, status_name, B_N, names, counts, cap);
     pthread_mutex_unlock(&b->mu);
     return n;
 }

@@ -500,6 +500,23 @@ int nv_rec_metadata_ok(const cJSON *m) {
     return n <= 16;
 }
 
+int nv_rec_status(const cJSON *o, const char *const *names, int n) {
+    const char *s = nv_rec_str(o, "status");
+    for (int k = 0; k < n; k++)
+        if (!strcmp(s, names[k])) return k;
+    return -1;
+}
+
+int nv_recs_count_status(const nv_recs *r, const char *const *status_names, int n, const char **names, int *counts, int cap) {
+    const int m = cap < n ? cap : n;
+    for (int k = 0; k < m; k++) names[k] = status_names[k], counts[k] = 0;
+    for (int i = 0; i < r->n; i++) {
+        const int st = nv_rec_status(r->v[i].o, status_names, n);
+        if (st >= 0 && st < m) counts[st]++;
+    }
+    return m;
+}
+
 nv_err nv_recs_add(nv_recs *r, const char *id, cJSON *o, uint64_t seq) {
     if (r->n == r->cap) {
         const int cap = r->cap ? 2 * r->cap : 32;

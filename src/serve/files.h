@@ -110,6 +110,11 @@ typedef struct {
  * warning that it is not a whole `what` record); NV_EIO when DIR cannot be read. */
 nv_err nv_recs_open(nv_recs *r, const char *dir, int (*id_ok)(const char *id), int (*valid)(const cJSON *o, const char *id),
                     const char *what);
+/* The index of o's "status" in names[0..n), -1 when it is none of them. */
+int nv_rec_status(const cJSON *o, const char *const *names, int n);
+/* How many of r's records are in each of the first cap statuses of names[0..n): names[i] and
+   counts[i] for the i < the returned number. */
+int nv_recs_count_status(const nv_recs *r, const char *const *status_names, int n, const char **names, int *counts, int cap);
 /* o (taken on success) as record id of order seq, in its place. */
 nv_err nv_recs_add(nv_recs *r, const char *id, cJSON *o, uint64_t seq);
 /* The record of id, or NULL. */

@@ -50,12 +50,7 @@ struct nv_ftjobs {
 
 /* ---- the records ---------------------------------------------------------------------------------- */
 
-static int status_of(const cJSON *o) {
-    const char *s = nv_rec_str(o, "status");
-    for (int k = 0; k < J_N; k++)
-        if (!strcmp(s, status_name[k])) return k;
-    return -1;
-}
+static int status_of(const cJSON *o) { return nv_rec_status(o, status_name, J_N); }
 
 static int ended(int st) { return st == J_SUCCEEDED || st == J_FAILED || st == J_CANCELLED; }
 
@@ -695,13 +690,8 @@ void nv_ftjobs_close(nv_ftjobs *j) {
 }
 
 int nv_ftjobs_counts(nv_ftjobs *j, const char **names, int *counts, int cap) {
-    const int n = cap < J_N ? cap : J_N;
-    for (int k = 0; k < n; k++) names[k] = status_name[k], counts[k] = 0;
     pthread_mutex_lock(&j->mu);
-    for (int i = 0; i < j->r.n; i++) {
-        const int st = status_of(j->r.v[i].o);
-        if (st >= 0 && st < n) counts[st]++;
-    }
+    const int n = nv_recs_count_status(&j->r, status_name, J_N, names, counts, cap);
     pthread_mutex_unlock(&j->mu);
     return n;
 }
