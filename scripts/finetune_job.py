@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""One fine-tuning job end to end: `nerve serve --files-dir` on a free port, 200 chat examples of one
+pattern uploaded, a job of one epoch with the defaults, timed from POST /v1/fine_tuning/jobs to
+`succeeded` (its adapters loaded); then the trainer's efficiency line and the fine-tuned model's
+greedy answer to a prompt of the pattern, as docs/benchmarks.md records them.
+
+    scripts/finetune_job.py [--nerve build/nerve] [--model MODEL] [--tok TOKENIZER]
+
+MODEL: default a stories15M-shaped model made by `nerve init`. Python's standard library only."""
+import json, os, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_util
+from bench_util import Server
+
+a = bench_util.parser().parse_args()
+examples = ''.join(json.dumps({'messages': [{'role': 'user', 'content': f'Tell me about day {i} of the week.'},
+                                            {'role': 'assistant', 'content': f'Day {i} was sunny and the children played in the park.'}]})
+                   + '\n' for i in range(200)).encode()
+srv = Server(a.nerve, a.model, a.tok, ['--files-dir', '{tmp}/files'])
+model = srv.get('/v1/models')['data'][0]['id']
+fid = srv.upload('fine-tune', examples)
+t0 = time.time()
+job = srv.post('/v1/fine_tuning/jobs', {'model': model, 'training_file': fid, 'hyperparameters': {'n_epochs': 1}})
+while True:
+    j = srv.get(f"/v1/fine_tuning/jobs/{job['id']}")
+    if j['status'] in ('succeeded', 'failed', 'cancelled'):
+        break
+    time.sleep(0.2)
+wall = time.time() - t0
+last = [e for e in srv.get(f"/v1/fine_tuning/jobs/{job['id']}/events?limit=20")['data'] if e['type'] == 'metrics']
+print(f"{model}: {j['status']} in {wall:.1f} s, {last[0]['data']['step'] if last else 0} steps, "
+      f"last loss {last[0]['data']['train_loss'] if last else float('nan'):.2f}, {j['trained_tokens']} tokens")
+if j['status'] == 'succeeded':
+    ans = srv.post('/v1/chat/completions', {'model': j['fine_tuned_model'], 'max_tokens': 16, 'temperature': 0,
+                                            'messages': [{'role': 'user', 'content': 'Tell me about day 7 of the week.'}]})
+    print('the fine-tuned model answers:', repr(ans['choices'][0]['message']['content']))
+with open(os.path.join(srv.tmp, 'files', job['id'] + '.run', 'train.log')) as f:
+    print(''.join(l for l in f if 'efficiency' in l), end='')
+srv.stop()
