@@ -1021,16 +1021,18 @@ static void test_fine_tuning(void) {
     T_CHECK(job_losses(dir, id1, l1, 64) == 48 && l1[47] < 0.5 * l1[0], "the losses: %g -> %g", l1[0], l1[47]);
     cJSON *ev[256];
     const int ne = job_events(s.port, id1, ev, 256);
-    int metrics = 0, created = 0, done = 0;
+    int metrics = 0, created = 0, done = 0, ckpt_events = 0;
     for (int i = 0; i < ne; i++) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(ev[i], "data");
+        ckpt_events += !strncmp(str_of(ev[i], "message"), "Checkpoint created at step ", 27);
         if (!strcmp(str_of(ev[i], "type"), "metrics"))
             metrics += num_of(d, "step") == metrics + 1 && num_of(d, "total_steps") == 48 && num_of(d, "train_loss") == l1[metrics];
         created += i == 0 && strstr(str_of(ev[i], "message"), "Created fine-tuning job") != NULL;
         done += i == ne - 1 && !strcmp(str_of(ev[i], "message"), "The job has successfully completed");
         cJSON_Delete(ev[i]);
     }
-    T_CHECK(metrics == 48 && created && done, "%d events: %d metrics in order, created %d, done %d", ne, metrics, created, done);
+    T_CHECK(metrics == 48 && created && done && ckpt_events == 2, "%d events: %d metrics in order, created %d, done %d, %d checkpoints", ne,
+            metrics, created, done, ckpt_events);
     char path[300];
     snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/checkpoints", id1);
     l = get_json(s.port, path);
@@ -1039,7 +1041,37 @@ static void test_fine_tuning(void) {
                 num_of(cJSON_GetObjectItemCaseSensitive(ck, "metrics"), "train_loss") == l1[47] &&
                 num_of(cJSON_GetObjectItemCaseSensitive(ck, "metrics"), "valid_loss") > 0,
             "the checkpoint");
+    /* and its earlier epochs' models, the last two (steps 24 and 36 of 12 a pass), newest first, served */
+    const cJSON *ckd = cJSON_GetObjectItemCaseSensitive(l, "data");
+    char ck36[240], ck24[240], first_ck[80] = "";
+    snprintf(ck36, sizeof ck36, "%s:ckpt-step-36", ft);
+    snprintf(ck24, sizeof ck24, "%s:ckpt-step-24", ft);
+    const cJSON *c36 = cJSON_GetArrayItem(ckd, 1), *c24 = cJSON_GetArrayItem(ckd, 2);
+    T_CHECK(cJSON_GetArraySize(ckd) == 3 && num_of(c36, "step_number") == 36 && !strcmp(str_of(c36, "fine_tuned_model_checkpoint"), ck36) &&
+                num_of(cJSON_GetObjectItemCaseSensitive(c36, "metrics"), "train_loss") == l1[35] && num_of(c24, "step_number") == 24 &&
+                !strcmp(str_of(c24, "fine_tuned_model_checkpoint"), ck24) &&
+                num_of(cJSON_GetObjectItemCaseSensitive(c24, "metrics"), "train_loss") == l1[23] && strcmp(str_of(c36, "id"), str_of(c24, "id")) &&
+                !strcmp(str_of(l, "last_id"), str_of(c24, "id")) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "the earlier epochs' checkpoints: %d", cJSON_GetArraySize(ckd));
+    snprintf(first_ck, sizeof first_ck, "%s", str_of(ck, "id"));
     cJSON_Delete(l);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/checkpoints?limit=1", id1);
+    l = get_json(s.port, path);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 1 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "a page of one checkpoint");
+    cJSON_Delete(l);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/checkpoints?after=%s", id1, first_ck);
+    l = get_json(s.port, path);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 2 &&
+                num_of(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "data"), 0), "step_number") == 36,
+            "the checkpoints after the first");
+    cJSON_Delete(l);
+    char step_dir[700];
+    snprintf(step_dir, sizeof step_dir, "%s/%s.run/run/step-12", dir, id1);
+    T_CHECK(!nv_file_exists(step_dir), "the first epoch's model is not kept (the last two are)");
+    char *ck_says = chat_answer(s.port, ck36);
+    T_CHECK(strstr(ck_says, "friend is"), "the model of step 36 says '%s'", ck_says);
+    free(ck_says);
     /* served beside the base: listed with its parent, answering as trained */
     l = get_json(s.port, "/v1/models");
     const cJSON *m1 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "data"), 1);
@@ -1153,7 +1185,7 @@ static void test_fine_tuning(void) {
     T_CHECK(slog && strstr(slog, "outlived the last server"), "the server says it stopped a trainer left behind");
     free(slog);
     l = get_json(s.port, "/v1/models");
-    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 2, "the fine-tuned model served after the restart");
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 4, "the fine-tuned models served after the restart");
     cJSON_Delete(l);
     j = wait_job(s.port, id2, "succeeded failed cancelled", 120);
     T_CHECK(!strcmp(str_of(j, "status"), "succeeded"), "after the restart: %s %s", str_of(j, "status"),
@@ -1240,6 +1272,38 @@ static void test_fine_tuning(void) {
             "/metrics: %s", r.body ? strstr(r.body, "nerve_fine_tuning_jobs{") : "-");
     resp_free(&r);
 
+    /* a job going on from an earlier epoch's model: its adapters train on, their rank kept; the model
+       deleted while the job waits (it holds its own link to them), then refused as a start */
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"training_file\":\"%s\",\"hyperparameters\":{\"lora_rank\":4}}", ck24, val);
+    T_CHECK(create_job(s.port, body, &j) == 400 && !strcmp(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "param"), "hyperparameters.lora_rank"),
+            "another rank than the model's");
+    cJSON_Delete(j);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"training_file\":\"%s\",\"seed\":11,\"hyperparameters\":{\"n_epochs\":1,\"batch_size\":2}}",
+             ck24, val);
+    T_CHECK(create_job(s.port, body, &j) == 200 && !strcmp(str_of(j, "model"), ck24), "create from %s: %s", ck24,
+            str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    char id7[64];
+    snprintf(id7, sizeof id7, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/models/%s", ck24);
+    T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 200, "delete an earlier epoch's model: %d", r.status);
+    resp_free(&r);
+    T_CHECK(create_job(s.port, body, &j) == 400 && !strcmp(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "param"), "model"),
+            "a deleted model as the start");
+    cJSON_Delete(j);
+    j = wait_job(s.port, id7, "succeeded failed cancelled", 120);
+    double l7[16];
+    T_CHECK(!strcmp(str_of(j, "status"), "succeeded") && !strncmp(str_of(j, "fine_tuned_model"), "ft:stories260K:local::", 22) &&
+                job_losses(dir, id7, l7, 16) == 12 && l7[0] < 0.5 * l1[0],
+            "the job from step 24's model: %s, first loss %g (the base's %g)", str_of(j, "status"), l7[0], l1[0]);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/checkpoints", id1);
+    l = get_json(s.port, path);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 2, "the deleted model's checkpoint is not listed");
+    cJSON_Delete(l);
+    snprintf(step_dir, sizeof step_dir, "%s/%s.run/run/step-24", dir, id1);
+    T_CHECK(!nv_file_exists(step_dir), "its adapters removed");
+
     /* a fine-tuned model deleted: gone from the list and from requests, and at the next start */
     snprintf(path, sizeof path, "/v1/models/%s", ft);
     T_CHECK(http(s.port, "DELETE", path, KEY, NULL, &r) && r.status == 200 && strstr(r.body, "\"deleted\":true"), "delete: %d %s", r.status, r.body);
@@ -1275,11 +1339,19 @@ static void test_fine_tuning(void) {
     T_CHECK(nv_file_exists(rec), "the stopped job's checkpoint");
     if (!server_spawn(&s, "ft3", NULL, NULL, model_path(), tok_path(), args, 60)) return;
     l = get_json(s.port, "/v1/models");
-    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 3, "served after the restart: the two left");
+    /* the base; job 1's model of step 36 (its final one and step 24's deleted); job 2's three, the dpo
+       job's two (2 epochs), the job from step 24's one (1 epoch) */
+    int ck36_listed = 0;
+    for (const cJSON *m = cJSON_GetObjectItemCaseSensitive(l, "data")->child; m; m = m->next) ck36_listed += !strcmp(str_of(m, "id"), ck36);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 8 && ck36_listed,
+            "served after the restart: the eight left (%d)", cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")));
     cJSON_Delete(l);
     j = wait_job(s.port, id6, "running", 60);
     T_CHECK(!strcmp(str_of(j, "status"), "running"), "the stopped job goes on: %s", str_of(j, "status"));
     cJSON_Delete(j);
+    snprintf(step_dir, sizeof step_dir, "%s/%s.run/run/step-24", dir, id6); /* (an epoch is 24 steps) */
+    for (double t0 = now_s(); !nv_file_exists(step_dir) && now_s() - t0 < 60;) sleep_ms(20);
+    T_CHECK(nv_file_exists(step_dir), "the long job's first epoch's model");
     snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/cancel", id6);
     T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"cancelled\""), "cancel while training: %d %s", r.status,
             r.body);
@@ -1289,6 +1361,7 @@ static void test_fine_tuning(void) {
     j = get_json(s.port, path);
     T_CHECK(!strcmp(str_of(j, "status"), "cancelled") && !nv_file_exists(rec) && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "fine_tuned_model")),
             "cancelled, its checkpoint removed: %s", str_of(j, "status"));
+    T_CHECK(!nv_file_exists(step_dir), "and its epochs' models");
     cJSON_Delete(j);
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
     /* off without --files-dir */

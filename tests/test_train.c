@@ -2123,20 +2123,26 @@ static void test_lora_run(void) {
     char args[4096], err[4096], full[600], split[600], path[800];
     snprintf(full, sizeof full, "%s/lora_full", t_tmpdir());
     snprintf(split, sizeof split, "%s/lora_split", t_tmpdir());
-    lora_args(args, sizeof args, base, full, "");
+    lora_args(args, sizeof args, base, full, "--save-every 10");
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "LoRA run failed: %s", err);
     const float before = val_at(full, 0), after = val_at(full, 24);
     T_CHECK(isfinite(before) && after < before, "validation loss %.4f -> %.4f", before, after);
     snprintf(path, sizeof path, "%.600s/adapter.gguf", full);
     T_CHECK(nv_file_exists(path), "no adapter.gguf in the run folder");
 
-    lora_args(args, sizeof args, base, split, "");
+    lora_args(args, sizeof args, base, split, "--save-every 10");
     int done_before = 0;
     const int st = run_interrupted("", args, split, SIGINT, 0, &done_before);
     T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && done_before >= 9 && done_before < 24, "interrupt: status %d at step %d", st,
             done_before);
-    lora_args(args, sizeof args, base, split, "--resume");
+    lora_args(args, sizeof args, base, split, "--resume --save-every 10");
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "resume failed: %s", err);
+    for (int step = 10; step <= 30; step += 10) { /* --save-every's adapters, the same however the run was cut */
+        char pa[800], pb[800];
+        snprintf(pa, sizeof pa, "%.600s/step-%d/adapter.gguf", full, step);
+        snprintf(pb, sizeof pb, "%.600s/step-%d/adapter.gguf", split, step);
+        T_CHECK(step == 30 ? !nv_file_exists(pa) : t_same_files(pa, pb), "step %d's adapters", step);
+    }
     char a[64][32], b[64][32];
     int na = read_losses(full, a, 64), nb = read_losses(split, b, 64);
     T_CHECK(na == 24 && nb == 24, "steps logged: %d uninterrupted, %d interrupted+resumed", na, nb);
@@ -2261,6 +2267,101 @@ static void test_lora_run(void) {
     rc = t_nerve(args);
     T_CHECK(rc == 1 && strstr(t_err, "not an adapter") && strchr(t_err, '\n') == strrchr(t_err, '\n'),
             "a model as adapter: exit %d '%s'", rc, t_err);
+}
+
+/* --save-every N|epoch and --save-limit: step-N/ folders hold the weights after step N (with a
+ * constant rate, the model of a run that ended there, byte for byte), at each epoch's end with
+ * --epochs, none at the last step, the newest K kept; a new run removes an earlier one's. --lora-init
+ * starts the adapters from a run's: its first evaluation is that run's last, to the bit; its refusals. */
+static void test_save_every_and_lora_init(void) {
+    char base[1000], tok[1000];
+    if (!t_data("models/stories260K.bin") || !t_data("models/tok512.bin") || !t_data("corpus/tinystories_valid_head.txt")) return;
+    snprintf(base, sizeof base, "%s", t_data("models/stories260K.bin"));
+    snprintf(tok, sizeof tok, "%s", t_data("models/tok512.bin"));
+    char args[4096], err[4096], dir[600], six[600], path[800], want[800];
+    snprintf(dir, sizeof dir, "%s/save_every", t_tmpdir());
+    snprintf(six, sizeof six, "%s/save_every6", t_tmpdir());
+    train_args(args, sizeof args, dir, "--steps 10 --lr-schedule constant --save-every 3 --save-limit 2");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "run: %s", err);
+    train_args(args, sizeof args, six, "--steps 6 --lr-schedule constant");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "run of 6: %s", err);
+    snprintf(path, sizeof path, "%s/step-6/model.bin", dir);
+    snprintf(want, sizeof want, "%s/model.bin", six);
+    T_CHECK(t_same_files(path, want), "step-6/ holds the weights after step 6");
+    for (int step = 3; step <= 10; step++) {
+        snprintf(path, sizeof path, "%s/step-%d", dir, step);
+        T_CHECK(nv_file_exists(path) == (step == 6 || step == 9), "step-%d/ (the last two of 3, 6, 9 kept)", step);
+    }
+    snprintf(path, sizeof path, "%s/step-9/tokenizer.bin", dir);
+    T_CHECK(nv_file_exists(path), "a step's folder is a model folder");
+    snprintf(args, sizeof args, "generate -m %s/step-9 -n 8 -t 0", dir);
+    T_CHECK(t_nerve(args) == 0, "generate from step-9/: %s", t_err);
+    train_args(args, sizeof args, dir, "--steps 2"); /* a new run in the folder: the earlier one's gone */
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    unlink(path);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "a new run: %s", err);
+    snprintf(path, sizeof path, "%s/step-9", dir);
+    T_CHECK(!nv_file_exists(path), "a new run removes the earlier run's step-N/");
+
+    /* at each epoch's end: 10 chat turns, batch 4: windows 12, 20, 32 pass 10, 20, 30 at steps 3, 5, 8 (the last) */
+    snprintf(path, sizeof path, "%s/save_epochs.jsonl", t_tmpdir());
+    FILE *f = fopen(path, "w");
+    for (int i = 0; f && i < 10; i++)
+        fprintf(f, "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is friend %d?\"},{\"role\":\"assistant\",\"content\":"
+                   "\"Lily.\"}]}\n", i);
+    if (f) fclose(f);
+    snprintf(dir, sizeof dir, "%s/save_epochs", t_tmpdir());
+    snprintf(args, sizeof args,
+             "train --init-from %s -z %s --data %s --val-frac 0 --epochs 3 --batch 4 --seq auto --lora-rank 4 --no-merge "
+             "--save-every epoch --quiet --out %s",
+             base, tok, path, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "epochs run: %s", err);
+    for (int step = 1; step <= 8; step++) {
+        snprintf(path, sizeof path, "%s/step-%d/adapter.gguf", dir, step);
+        T_CHECK(nv_file_exists(path) == (step == 3 || step == 5), "step-%d/ (epochs end at 3, 5 and 8, the last)", step);
+    }
+
+    /* --lora-init: a LoRA run's adapters trained on */
+    char first[600], second[600];
+    snprintf(first, sizeof first, "%s/lora_init1", t_tmpdir());
+    snprintf(second, sizeof second, "%s/lora_init2", t_tmpdir());
+    lora_args(args, sizeof args, base, first, "--steps 8");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "first run: %s", err);
+    snprintf(path, sizeof path, "%s/adapter.gguf", first);
+    char extra[1000];
+    snprintf(extra, sizeof extra, "--steps 2 --lora-init %s", path);
+    lora_args(args, sizeof args, base, second, extra);
+    char *rank = strstr(args, "--lora-rank 4 --lora-targets q,v,o,down");
+    if (rank) memset(rank, ' ', strlen("--lora-rank 4 --lora-targets q,v,o,down")); /* (the file's shape) */
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "rank 4"), "from the first run's adapters: %s", err);
+    const float end1 = val_at(first, 8), start2 = val_at(second, 0), start1 = val_at(first, 0);
+    T_CHECK(isfinite(end1) && end1 == start2 && start2 != start1, "validation loss: first run %.6f -> %.6f, the second starts at %.6f", start1,
+            end1, start2);
+    struct {
+        const char *extra;
+        int rc;
+        const char *says;
+    } bad[] = {{"--lora-rank 8", 2, "--lora-rank must agree"},
+               {"--lora-alpha 3", 2, "--lora-alpha must agree"},
+               {"--lora-targets q", 2, "--lora-targets must agree"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(args, sizeof args, "train --init-from %s -z %s --lora-init %s %s --steps 1 --quiet --out %s/lora_init_bad", base, tok, path,
+                 bad[i].extra, t_tmpdir());
+        const int rc = run_nerve(args, err, sizeof err);
+        T_CHECK(rc == bad[i].rc && strstr(err, bad[i].says) && strchr(err, '\n') == strrchr(err, '\n'), "%s: exit %d '%s'", bad[i].extra, rc, err);
+    }
+    const char *refused[][2] = {{"train --lora-init x.gguf --steps 1", "give it with --init-from"},
+                                {"train --save-limit 2 --steps 1", "--save-limit goes with --save-every"},
+                                {"train --save-every 0 --steps 1", "--save-every"},
+                                {"train --save-every epochs --steps 1", "--save-every"}};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const int rc = run_nerve(refused[i][0], err, sizeof err);
+        T_CHECK(rc == 2 && strstr(err, refused[i][1]), "'%s': exit %d '%s'", refused[i][0], rc, err);
+    }
+    snprintf(args, sizeof args, "train --init-from %s -z %s --lora-init %s/missing.gguf --steps 1 --quiet --out %s/lora_init_bad", base, tok,
+             t_tmpdir(), t_tmpdir());
+    const int rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc == 1 && strstr(err, "--lora-init") && strchr(err, '\n') == strrchr(err, '\n'), "a missing adapter: exit %d '%s'", rc, err);
 }
 
 /* Distillation (--teacher): resumed after SIGINT to the same losses (the teacher's logits are the
@@ -2409,6 +2510,7 @@ int main(void) {
     T_RUN(test_bad_training_args);
     T_RUN(test_distill_run);
     T_RUN(test_lora_run);
+    T_RUN(test_save_every_and_lora_init);
     T_RUN(test_data_parallel_matches_one_process);
     T_RUN(test_chat_finetune_then_serve);
     T_RUN(test_prompt_completion_finetune);

@@ -11,6 +11,7 @@
 #include "base/timer.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "model/hf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "train/data.h"
@@ -32,10 +33,10 @@ static void usage(FILE *f) {
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
             "                   [--data-weights W1,W2,...] [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N] [--best-metric M]\n"
-            "                   [--ckpt-every N] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
+            "                   [--ckpt-every N] [--save-every N|epoch [--save-limit K]] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
-            "                   [--lora-rank R [--lora-alpha A] [--lora-targets LIST] [--lora-dropout P] [--no-merge]] [--recompute]\n"
+            "                   [--lora-rank R | --lora-init ADAPTER [--lora-alpha A] [--lora-targets LIST] [--lora-dropout P] [--no-merge]] [--recompute]\n"
             "  presets: %s\n"
             "  --data: llama2.c uint16 shards (.bin), uint32 shards (.u32), text files (tokenized with -z; a folder:\n"
             "          every text file under it, in path order, hidden and binary ones left out), or chat\n"
@@ -84,6 +85,10 @@ static void usage(FILE *f) {
             "  --data-weights: each --data file's share of the training windows (a mixture: 3,1 draws three\n"
             "          windows from the first for one from the second, whatever their sizes); by default a file's\n"
             "          share is its size\n"
+            "  --save-every N|epoch: every N steps, or at the end of every pass over the training data, the\n"
+            "          weights as they stand into the run folder's step-N/ (a model folder, as best/: a LoRA run's\n"
+            "          adapters), written whole or not at all; none at the last step (the run folder's own weights).\n"
+            "          --save-limit K keeps the newest K of them. A new run in the folder removes an earlier one's\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
             "  --save-best: whenever an evaluation's validation loss is the lowest so far (step 0's included), the\n"
@@ -118,7 +123,9 @@ static void usage(FILE *f) {
             "          all (default; attn for a mixture of experts, whose FFN takes none); --lora-dropout P (PEFT's\n"
             "          lora_dropout, default 0) drops each adapter's input with probability P while training.\n"
             "          --no-merge: the run folder gets the adapters alone (no merged model: a model's size less on disk,\n"
-            "          and no time spent writing it at each stop).\n"
+            "          and no time spent writing it at each stop). --lora-init ADAPTER (an adapter.gguf, or a PEFT\n"
+            "          folder) starts the adapters from an earlier run's to train them on (their rank, alpha and\n"
+            "          targets are the run's; a preference loss compares with the model they make).\n"
             "          The run folder then also\n"
             "          gets adapter.gguf (llama.cpp's adapter format, for\n"
             "          --lora) and model.* holds the weights merged with it\n"
@@ -128,6 +135,27 @@ static void usage(FILE *f) {
 }
 
 static int train(int argc, char **argv);
+
+/* --lora-init: the adapters a LoRA run starts from, for the model of config c; their shape is the
+   run's (a --lora-rank, --lora-alpha or --lora-targets given must agree). 0, or the exit status. */
+static int lora_start(const char *path, const nv_config *c, float alpha_given, const char *targets_given, nv_lora_shape *lora,
+                      float **params) {
+    nv_lora_shape s;
+    if (nv_lora_load(path, c, &s, params) != NV_OK) return cli_error(CMD, 1, "--lora-init: %s", nv_errmsg());
+    unsigned targets = s.targets;
+    if (targets_given && nv_lora_parse_targets(targets_given, &targets) != NV_OK) return cli_error(CMD, 2, "%s", nv_errmsg());
+    const char *differs = lora->rank && lora->rank != s.rank        ? "--lora-rank"
+                          : alpha_given > 0 && alpha_given != s.alpha ? "--lora-alpha"
+                          : targets != s.targets                     ? "--lora-targets"
+                                                                     : NULL;
+    if (differs) {
+        char t[64];
+        return cli_error(CMD, 2, "--lora-init %s holds adapters of rank %d, alpha %g, on %s: %s must agree (or leave it out)", path,
+                         s.rank, (double)s.alpha, nv_lora_targets_text(s.targets, t, sizeof t), differs);
+    }
+    *lora = s;
+    return 0;
+}
 
 /* Under mpirun every process runs this. A process that failed alone ends the whole job (the others
    would wait for it forever); a failure all reached together lets them all leave cleanly. */
@@ -232,7 +260,8 @@ static int train(int argc, char **argv) {
     int steps_given = 0, seq_auto = 0; /* --seq auto: chat data's longest turn */
     float epochs = 0; /* --epochs: the steps from the data's size */
     float time_budget = 0; /* --time-budget: the steps that fit, decided by the run */
-    const char *lora_targets = NULL;
+    const char *lora_targets = NULL, *lora_init_path = NULL;
+    float *lora_init = NULL; /* --lora-init's adapters */
     int vocab = 0; /* --vocab: the size of the tokenizer the run trains when given no -z */
     char own_tok[4200];
     int own_tok_temp = 0;
@@ -278,6 +307,10 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--lora-rank")) ok = cli_int(CMD, a, v, 1, 1024, &o.lora.rank);
         else if (!strcmp(a, "--lora-alpha")) ok = cli_float(CMD, a, v, 1e-6f, 1e6f, &lora_alpha);
         else if (!strcmp(a, "--lora-targets")) lora_targets = v;
+        else if (!strcmp(a, "--lora-init")) lora_init_path = v;
+        else if (!strcmp(a, "--save-every") && !strcmp(v, "epoch")) o.save_every = NV_TRAIN_SAVE_EPOCH;
+        else if (!strcmp(a, "--save-every")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.save_every);
+        else if (!strcmp(a, "--save-limit")) ok = cli_int(CMD, a, v, 1, 1 << 20, &o.save_limit);
         else if (!strcmp(a, "--lora-dropout")) ok = cli_float(CMD, a, v, 0, 0.95, &o.lora_dropout);
         else if (!strcmp(a, "--dim")) ok = cli_int(CMD, a, v, 1, 1 << 16, &dim);
         else if (!strcmp(a, "--layers")) ok = cli_int(CMD, a, v, 1, 1024, &layers);
@@ -350,11 +383,14 @@ static int train(int argc, char **argv) {
         if (!ok) return 2;
     }
 
-    if ((lora_alpha > 0 || lora_targets || o.lora_dropout > 0 || o.lora_no_merge) && !o.lora.rank)
-        return cli_error(CMD, 2, "%s goes with --lora-rank",
+    const int lora_on = o.lora.rank || lora_init_path; /* (--lora-init's file gives the shape) */
+    if ((lora_alpha > 0 || lora_targets || o.lora_dropout > 0 || o.lora_no_merge) && !lora_on)
+        return cli_error(CMD, 2, "%s goes with --lora-rank (or --lora-init)",
                          lora_targets ? "--lora-targets" : lora_alpha > 0 ? "--lora-alpha" : o.lora_no_merge ? "--no-merge" : "--lora-dropout");
+    if (o.save_limit && !o.save_every) return cli_error(CMD, 2, "--save-limit goes with --save-every");
+    if (lora_on && !init_from)
+        return cli_error(CMD, 2, "%s adapts a trained model: give it with --init-from", lora_init_path ? "--lora-init" : "--lora-rank");
     if (o.lora.rank) {
-        if (!init_from) return cli_error(CMD, 2, "--lora-rank adapts a trained model: give it with --init-from");
         o.lora.alpha = lora_alpha > 0 ? lora_alpha : 2.0f * (float)o.lora.rank;
         o.lora.targets = NV_LORA_ALL;
         if (lora_targets && nv_lora_parse_targets(lora_targets, &o.lora.targets) != NV_OK)
@@ -362,7 +398,7 @@ static int train(int argc, char **argv) {
     }
 
     if (cli_experts(CMD, experts, &experts_used)) return 2;
-    if (experts && o.lora.rank)
+    if (experts && lora_on)
         return cli_error(CMD, 2, "--experts upcycles the model to train it whole: drop --lora-rank");
     if ((steps_given != 0) + (epochs > 0) + (time_budget > 0) > 1)
         return cli_error(CMD, 2, "--steps, --epochs and --time-budget exclude each other (give the run's length once)");
@@ -373,9 +409,9 @@ static int train(int argc, char **argv) {
     }
     if (decay_given && o.adamw.schedule != NV_LR_WSD) return cli_error(CMD, 2, "--decay-frac goes with --lr-schedule wsd");
     if (sample_given && !o.sample_every) return cli_error(CMD, 2, "--sample-tokens and --sample-prompt go with --sample-every N");
-    if (o.sample_every && o.lora.rank)
+    if (o.sample_every && lora_on)
         return cli_error(CMD, 2, "--sample-every samples whole-model runs (a LoRA run's adapters are not in its plans)");
-    if (choice_path && o.lora.rank)
+    if (choice_path && lora_on)
         return cli_error(CMD, 2, "--eval-choice scores whole-model runs (a LoRA run's adapters are not in its plans): score "
                                  "the run's merged model afterwards with nerve perplexity --multiple-choice");
     if (o.eval_choice_tasks && !choice_path) return cli_error(CMD, 2, "--eval-choice-tasks goes with --eval-choice FILE");
@@ -485,7 +521,10 @@ static int train(int argc, char **argv) {
         rc = cli_error(CMD, 2, "--router-aux-coef and --router-z-coef weigh a mixture of experts' router losses: the model has no experts");
         goto done;
     }
-    if (c->n_experts && o.lora.rank) { /* adapters on a mixture: its attention's (its router stays as it is) */
+    if (lora_init_path && (rc = lora_start(lora_init_path, c, lora_alpha, lora_targets, &o.lora, &lora_init)) != 0) goto done;
+    rc = 1;
+    o.lora_init = lora_init;
+    if (c->n_experts && o.lora.rank && !lora_init) { /* adapters on a mixture: its attention's (its router stays as it is) */
         if (aux_given) {
             rc = cli_error(CMD, 2, "--router-aux-coef and --router-z-coef train the router: LoRA adapters leave it frozen");
             goto done;
@@ -676,6 +715,7 @@ done:
     nv_dataset_close(&ds);
     nv_model_free(&init);
     nv_model_free(&teacher);
+    free(lora_init);
     if (tok) nv_tokenizer_free(tok);
     return rc;
 }

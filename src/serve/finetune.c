@@ -20,6 +20,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "train/train.h"
 
 #define ID_LEN 30          /* "ftjob-" + 24 hex digits */
 #define BASE_LR 1e-3       /* the LoRA learning rate a multiplier of 1 gives */
@@ -28,6 +29,8 @@
 #define QUIET_S 0.3        /* a held trainer goes on once the server has had no request this long */
 #define POLL_S 0.05        /* how often the runner looks at the server and the trainer */
 #define MAX_ARGS 48
+#define CKPT_KEEP 2        /* earlier epochs' models served beside the final one (OpenAI keeps the last three epochs') */
+#define CKPT_SUFFIX ":ckpt-step-"
 
 enum { J_QUEUED, J_VALIDATING, J_RUNNING, J_SUCCEEDED, J_FAILED, J_CANCELLED, J_PAUSED, J_N };
 static const char *const status_name[J_N] = {"queued", "validating_files", "running", "succeeded", "failed", "cancelled", "paused"};
@@ -61,6 +64,20 @@ static void path_of(const nv_ftjobs *j, const char *id, const char *rest, char *
 static int id_ok(const char *id) { return nv_id_well_formed(id, "ftjob-"); }
 
 static job *get(nv_ftjobs *j, const char *id) { return id_ok(id) ? nv_recs_get(&j->r, id) : NULL; }
+
+/* The base model a job adapts (one that continues a fine-tuned model names that one as its model). */
+static const char *base_of(const cJSON *o) {
+    const char *b = nv_rec_str(o, "nerve_base_model");
+    return b[0] ? b : nv_rec_str(o, "model");
+}
+
+/* The models a job serves once it succeeded: its final one and up to CKPT_KEEP earlier epochs'. */
+static int models_of(const cJSON *o) {
+    const double epochs = nv_rec_num(cJSON_GetObjectItemCaseSensitive(o, "nerve_args"), "n_epochs");
+    return 1 + (int)fmin(CKPT_KEEP, fmax(0, epochs - 1));
+}
+
+static int deleted(const cJSON *o) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "nerve_deleted")); }
 
 /* DIR/ID.json (under mu). */
 static nv_err save(nv_ftjobs *j, const job *x) {
@@ -154,11 +171,44 @@ static void stop_orphan(nv_ftjobs *j, job *x) {
     save(j, x);
 }
 
-/* The adapters of a succeeded job served under its model's name (at open and when it ends). */
-static nv_err serve_model(nv_ftjobs *j, const char *id, const char *name) {
-    char path[4200];
-    path_of(j, id, ".run/run/adapter.gguf", path, sizeof path);
+/* The folder in a job's run folder that holds the adapters of its model at step (0: the final one). */
+static void model_dir(const nv_ftjobs *j, const char *id, long step, char *out, size_t cap) {
+    char rest[64];
+    if (step > 0) snprintf(rest, sizeof rest, ".run/run/step-%ld", step);
+    else snprintf(rest, sizeof rest, ".run/run");
+    path_of(j, id, rest, out, cap);
+}
+
+/* The adapters of a succeeded job's model at step (0: the final one) served as name. */
+static nv_err serve_model(nv_ftjobs *j, const char *id, long step, const char *name) {
+    char dir[4200], path[4300];
+    model_dir(j, id, step, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/adapter.gguf", dir);
     return nv_adapters_add(j->o.adapters, j->o.model, name, path, 1.0f);
+}
+
+/* The files of a job's model at step > 0 (an earlier epoch's folder, step-N/) removed, with the folder. */
+static void remove_step_model(const nv_ftjobs *j, const char *id, long step) {
+    static const char *const names[] = {"adapter.gguf", "adapter_model.safetensors", "adapter_config.json", "tokenizer.bin", "chat_template"};
+    char dir[4200];
+    model_dir(j, id, step, dir, sizeof dir);
+    nv_remove_in_dir(dir, names, sizeof names / sizeof *names);
+    rmdir(dir);
+}
+
+/* At open: a succeeded job's models (the final one and its earlier epochs'), those not deleted. */
+static void serve_job_models(nv_ftjobs *j, const job *x) {
+    const char *final_name = nv_rec_str(x->o, "fine_tuned_model");
+    if (!deleted(x->o) && serve_model(j, x->id, 0, final_name) != NV_OK)
+        nv_warn("serve: fine-tuned model %s (job %s) is not served: %s", final_name, x->id, nv_errmsg());
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints")) {
+        if (deleted(c)) continue;
+        const long step = (long)nv_rec_num(c, "step");
+        if (step <= 0 || serve_model(j, x->id, step, nv_rec_str(c, "model")) != NV_OK)
+            nv_warn("serve: fine-tuned model %s (job %s) is not served: %s", nv_rec_str(c, "model"), x->id,
+                    step <= 0 ? "its record names no step" : nv_errmsg());
+    }
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -194,13 +244,12 @@ nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o)
         if (st == J_VALIDATING || st == J_RUNNING) { /* the server stopped it: it goes on from its checkpoint */
             set_status(j, x, J_QUEUED);
             event(j, x->id, "info", "message", NULL, "The server restarted: the job is queued to go on from its last checkpoint");
-        } else if (st == J_SUCCEEDED && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_deleted")) &&
-                   strcmp(nv_rec_str(x->o, "model"), j->o.model_id) != 0) {
-            nv_warn("serve: fine-tuned model %s (job %s) is not served: it adapts %s, and this server serves %s",
-                    nv_rec_str(x->o, "fine_tuned_model"), x->id, nv_rec_str(x->o, "model"), j->o.model_id);
-        } else if (st == J_SUCCEEDED && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_deleted")) &&
-                   serve_model(j, x->id, nv_rec_str(x->o, "fine_tuned_model")) != NV_OK) {
-            nv_warn("serve: fine-tuned model %s (job %s) is not served: %s", nv_rec_str(x->o, "fine_tuned_model"), x->id, nv_errmsg());
+        } else if (st == J_SUCCEEDED && strcmp(base_of(x->o), j->o.model_id) != 0) {
+            if (!deleted(x->o))
+                nv_warn("serve: fine-tuned model %s (job %s) is not served: it adapts %s, and this server serves %s",
+                        nv_rec_str(x->o, "fine_tuned_model"), x->id, base_of(x->o), j->o.model_id);
+        } else if (st == J_SUCCEEDED) {
+            serve_job_models(j, x);
         }
     }
     if (e != NV_OK) {
@@ -266,8 +315,18 @@ static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, ch
     arg(&l, "--no-merge"); /* the adapters are what the server loads */
     arg(&l, "--lora-rank");
     arg(&l, "%d", (int)nv_rec_num(a, "lora_rank"));
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "lora_init"))) { /* a fine-tuned model's adapters go on training */
+        arg(&l, "--lora-init");
+        arg(&l, "%s/init-adapter.gguf", jobdir);
+    }
     arg(&l, "--epochs");
     arg(&l, "%d", (int)nv_rec_num(a, "n_epochs"));
+    if (models_of(x->o) > 1) { /* the earlier epochs' models (step-N/), the last CKPT_KEEP of them */
+        arg(&l, "--save-every");
+        arg(&l, "epoch");
+        arg(&l, "--save-limit");
+        arg(&l, "%d", models_of(x->o) - 1);
+    }
     arg(&l, "--batch");
     arg(&l, "%d", (int)nv_rec_num(a, "batch_windows"));
     arg(&l, "--lr");
@@ -423,14 +482,44 @@ static void result_file(nv_ftjobs *j, const char *id, const char *metrics, char 
     snprintf(file_id, NV_FILE_ID_LEN + 1, "%s", fi.id);
 }
 
-/* What an ended run leaves beside its adapters and metrics: the checkpoint, a merged model (a whole
-   model's size each, not needed to serve the adapters), and the job's links to its data. */
-static void drop_run_leftovers(const char *jobdir) {
-    static const char *const run_names[] = {"ckpt.bin", "model.bin", "model.gguf"}, *const data[] = {"train.jsonl", "validation.jsonl"};
+/* What an ended run of job id leaves beside its adapters and metrics: the checkpoint, a merged model
+   (a whole model's size each, not needed to serve the adapters), the job's links to its data and to
+   the adapters it started from, and unless it succeeded, its earlier epochs' models. */
+static void drop_run_leftovers(const nv_ftjobs *j, const char *id, const char *jobdir, int succeeded) {
+    static const char *const run_names[] = {"ckpt.bin", "model.bin", "model.gguf"},
+                             *const data[] = {"train.jsonl", "validation.jsonl", "init-adapter.gguf"};
     char run[4300];
     snprintf(run, sizeof run, "%.4200s/run", jobdir);
-    nv_remove_in_dir(run, run_names, sizeof run_names / sizeof *run_names);
+    long steps[64];
+    const int n = succeeded ? 0 : nv_train_snapshots(run, steps, 64);
+    for (int i = 0; i < n; i++) remove_step_model(j, id, steps[i]);
+    nv_remove_in_dir(run, run_names, sizeof run_names / sizeof *run_names); /* (the checkpoint last but one: a sign it is done) */
     nv_remove_in_dir(jobdir, data, sizeof data / sizeof *data);
+}
+
+/* A succeeded job's earlier epochs' models (its run's step-N/ folders, the last CKPT_KEEP) served as
+   NAME:ckpt-step-N, those that load: their records ({step, model, created_at}), the newest first. */
+static cJSON *serve_checkpoints(nv_ftjobs *j, const char *id, const char *name, const char *run) {
+    long steps[64];
+    const int n = nv_train_snapshots(run, steps, 64);
+    cJSON *list = cJSON_CreateArray();
+    for (int i = n - 1; i >= 0; i--) {
+        char model[NV_ADAPTER_NAME_CAP + 32], dir[4200];
+        snprintf(model, sizeof model, "%s" CKPT_SUFFIX "%ld", name, steps[i]);
+        if (n - 1 - i >= CKPT_KEEP || strlen(model) >= NV_ADAPTER_NAME_CAP || serve_model(j, id, steps[i], model) != NV_OK) {
+            if (n - 1 - i < CKPT_KEEP) nv_warn("serve: fine-tuning job %s: its model of step %ld is not served: %s", id, steps[i], nv_errmsg());
+            remove_step_model(j, id, steps[i]);
+            continue;
+        }
+        struct stat st;
+        model_dir(j, id, steps[i], dir, sizeof dir);
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "step", (double)steps[i]);
+        cJSON_AddStringToObject(c, "model", model);
+        cJSON_AddNumberToObject(c, "created_at", stat(dir, &st) == 0 ? (double)st.st_mtime : (double)time(NULL));
+        cJSON_AddItemToArray(list, c);
+    }
+    return list;
 }
 
 /* The trainer's process for argv, its output to logfd: at nice `nice`, in a process group of its
@@ -595,15 +684,17 @@ static void process(nv_ftjobs *j, const char *id) {
     snprintf(name, sizeof name, "%s", nv_rec_str(x->o, "nerve_fine_tuned_model"));
     pthread_mutex_unlock(&j->mu);
     char file_id[NV_FILE_ID_LEN + 1] = "";
+    cJSON *ckpts = NULL;
     if (outcome == J_SUCCEEDED) { /* the adapters load outside the lock (requests go on meanwhile) */
-        if (serve_model(j, id, name) != NV_OK) {
+        if (serve_model(j, id, 0, name) != NV_OK) {
             snprintf(errmsg, sizeof errmsg, "its adapters do not load: %s", nv_errmsg());
             outcome = J_FAILED;
         } else {
             result_file(j, id, metrics, file_id);
+            ckpts = serve_checkpoints(j, id, name, run);
         }
     }
-    if (outcome == J_SUCCEEDED || outcome == J_FAILED || now == J_CANCELLED) drop_run_leftovers(jobdir);
+    if (outcome == J_SUCCEEDED || outcome == J_FAILED || now == J_CANCELLED) drop_run_leftovers(j, id, jobdir, outcome == J_SUCCEEDED);
     pthread_mutex_lock(&j->mu);
     x = get(j, id);
     if (outcome == J_SUCCEEDED) {
@@ -611,6 +702,12 @@ static void process(nv_ftjobs *j, const char *id) {
         if (file_id[0]) cJSON_AddItemToArray(files, cJSON_CreateString(file_id));
         nv_rec_put(x->o, "result_files", files);
         nv_rec_put(x->o, "fine_tuned_model", cJSON_CreateString(name));
+        for (int i = cJSON_GetArraySize(ckpts) - 1; i >= 0; i--) { /* (oldest first, as they were made) */
+            const cJSON *c = cJSON_GetArrayItem(ckpts, i);
+            event(j, id, "info", "message", NULL, "Checkpoint created at step %.0f: %s", nv_rec_num(c, "step"), nv_rec_str(c, "model"));
+        }
+        nv_rec_put(x->o, "nerve_checkpoints", ckpts);
+        ckpts = NULL;
         event(j, id, "info", "message", NULL, "New fine-tuned model created: %s", name);
         event(j, id, "info", "message", NULL, "The job has successfully completed");
         nv_info("serve: fine-tuning job %s succeeded: serving %s", id, name);
@@ -627,6 +724,7 @@ static void process(nv_ftjobs *j, const char *id) {
     } else if (now == J_PAUSED || now == J_QUEUED) {
         event(j, id, "info", "message", NULL, "The trainer stopped at step %ld, its checkpoint saved", m.last);
     }
+    cJSON_Delete(ckpts);
     cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
     if (outcome >= 0) set_status(j, x, outcome);
     else save(j, x);
@@ -639,7 +737,7 @@ static void process(nv_ftjobs *j, const char *id) {
    theirs), or -1; none while the model cannot be fine-tuned here. */
 static int next_queued(const nv_ftjobs *j) {
     for (int i = 0; i < j->r.n && !j->o.unavailable; i++)
-        if (status_of(j->r.v[i].o) == J_QUEUED && !strcmp(nv_rec_str(j->r.v[i].o, "model"), j->o.model_id)) return i;
+        if (status_of(j->r.v[i].o) == J_QUEUED && !strcmp(base_of(j->r.v[i].o), j->o.model_id)) return i;
     return -1;
 }
 
@@ -800,10 +898,10 @@ static cJSON *hyper_object(double epochs, double batch, double mult, double beta
     return h;
 }
 
-/* The data of a job: hard links to the uploaded files in its folder (copied where links are not). */
-static nv_err link_data(nv_ftjobs *j, const char *file_id, const char *jobdir, const char *name) {
-    char from[4200], to[4300];
-    snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), file_id);
+/* What a job reads, a hard link in its folder to the file from (copied where links are not): the
+   uploaded data, and the adapters it goes on from. */
+static nv_err link_data(const char *from, const char *jobdir, const char *name) {
+    char to[4300];
     snprintf(to, sizeof to, "%s/%s", jobdir, name);
     if (link(from, to) == 0) return NV_OK;
     FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL; /* (a folder whose file system has no links) */
@@ -816,6 +914,28 @@ static nv_err link_data(nv_ftjobs *j, const char *file_id, const char *jobdir, c
     if (out) bad |= fclose(out) != 0;
     if (bad) unlink(to);
     return bad ? nv_fail(NV_EIO, "cannot copy %s to %s", from, to) : NV_OK;
+}
+
+static job *owner(nv_ftjobs *j, const char *model, long *step, cJSON **entry);
+
+/* A fine-tuned model of this server's base to go on from: the file of its adapters, their rank. */
+static int parent_of(nv_ftjobs *j, const char *model, char *adapter, size_t cap, double *rank, nv_api_error *e) {
+    long step = 0;
+    cJSON *entry = NULL;
+    pthread_mutex_lock(&j->mu);
+    const job *x = owner(j, model, &step, &entry);
+    const int ours = x && !strcmp(base_of(x->o), j->o.model_id), gone = x && deleted(entry);
+    char dir[4200];
+    if (ours && !gone) {
+        model_dir(j, x->id, step, dir, sizeof dir);
+        snprintf(adapter, cap, "%.4200s/adapter.gguf", dir);
+        *rank = nv_rec_num(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_args"), "lora_rank");
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (ours && !gone) return 0;
+    return bad(e, "model_not_available", "model",
+               gone ? "Model %.200s was deleted" : "Model %.200s is not available for fine-tuning: this server fine-tunes %.200s and the models fine-tuned from it",
+               model, j->o.model_id);
 }
 
 int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_api_error *e) {
@@ -836,12 +956,6 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     long examples = 0, vexamples = 0;
     if (j->o.unavailable) rc = bad(e, "invalid_request", "model", "Fine-tuning is not available on this server: %s", j->o.unavailable);
     else if (!cJSON_IsString(model) || !*model->valuestring) rc = bad(e, "invalid_request", "model", "model (the model to fine-tune) is required");
-    else if (strcmp(model->valuestring, j->o.model_id) != 0)
-        rc = bad(e, "model_not_available", "model",
-                 nv_ftjobs_owns(j, model->valuestring)
-                     ? "Model %.200s is itself fine-tuned: fine-tune the base model %.200s on the data of both instead"
-                     : "Model %.200s is not available for fine-tuning: this server fine-tunes %.200s",
-                 model->valuestring, j->o.model_id);
     else if (!cJSON_IsString(tf)) rc = bad(e, "invalid_request", "training_file", "training_file (the id of a file uploaded with purpose \"fine-tune\") is required");
     else if (vf && !cJSON_IsNull(vf) && !cJSON_IsString(vf)) rc = bad(e, "invalid_request", "validation_file", "validation_file must be a file's id");
     else if (method && (!cJSON_IsObject(method) || (mtype && !cJSON_IsString(mtype))))
@@ -863,6 +977,11 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         rc = bad(e, "invalid_request", "integrations", "integrations are not supported here");
     else if (!(rc = data_file(j, tf->valuestring, "training_file", &kind, &examples, e)) && cJSON_IsString(vf))
         rc = data_file(j, vf->valuestring, "validation_file", &vkind, &vexamples, e);
+    /* a fine-tuned model (or an earlier epoch's) goes on training from its adapters */
+    const int continues = !rc && strcmp(model->valuestring, j->o.model_id) != 0;
+    char parent_adapter[4300] = "";
+    double parent_rank = 0;
+    if (continues) rc = parent_of(j, model->valuestring, parent_adapter, sizeof parent_adapter, &parent_rank, e);
     if (!rc && (kind == DATA_PREF) != dpo)
         rc = bad(e, "invalid_training_file", "training_file",
                  dpo ? "The dpo method trains on preference pairs ({\"input\", \"preferred_output\", \"non_preferred_output\"} a line); "
@@ -873,12 +992,12 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         rc = bad(e, "invalid_validation_file", "validation_file", "The validation file's examples are not of the training file's kind");
     /* the hyperparameters, "auto" resolved as OpenAI's: 3 epochs, fewer for a large file, more for a small one */
     const cJSON *h = mhp ? mhp : hp;
-    double epochs = 3, batch = 1, mult = 1, beta = dpo ? 0.1 : 0, rank = DEFAULT_RANK;
+    double epochs = 3, batch = 1, mult = 1, beta = dpo ? 0.1 : 0, rank = continues ? parent_rank : DEFAULT_RANK;
     if (examples * 3 < 100) epochs = fmin(25, floor(100.0 / (double)(examples ? examples : 1)));
     else if (examples * 3 > 25000) epochs = fmax(1, floor(25000.0 / (double)examples));
     batch = fmax(1, fmin(8, ceil(0.002 * (double)examples)));
     const int max_rank = j->o.adapters->max_rank;
-    if (rank > max_rank) rank = max_rank;
+    if (rank > max_rank && !continues) rank = max_rank;
     if (!rc && h && !cJSON_IsNull(h)) {
         for (const cJSON *it = h->child; !rc && it; it = it->next)
             if (strcmp(it->string, "n_epochs") && strcmp(it->string, "batch_size") && strcmp(it->string, "learning_rate_multiplier") &&
@@ -892,25 +1011,17 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         if (!rc && dpo) rc = hyper(h, "beta", 1e-6, 2, 0, &beta, e);
         if (!rc) rc = hyper(h, "lora_rank", 1, max_rank, 1, &rank, e);
     }
-    if (!rc) { /* room to serve it once it succeeds: the adapters' slots, less those of jobs yet to end */
-        int pending = 0;
-        pthread_mutex_lock(&j->mu);
-        for (int i = 0; i < j->r.n; i++) pending += !ended(status_of(j->r.v[i].o));
-        pthread_mutex_unlock(&j->mu);
-        pthread_mutex_lock(&j->o.adapters->mu);
-        const int live = j->o.adapters->live;
-        pthread_mutex_unlock(&j->o.adapters->mu);
-        if (live + pending >= NV_MAX_ADAPTERS)
-            rc = bad(e, "invalid_request", NULL, "The server serves %d models beside its base and %d jobs are yet to end, of at most %d: delete "
-                                                 "a fine-tuned model (DELETE /v1/models/{model}) first",
-                     live, pending, NV_MAX_ADAPTERS);
-    }
+    if (!rc && continues && rank != parent_rank)
+        rc = bad(e, "invalid_request", "hyperparameters.lora_rank", "%.200s's adapters are of rank %.0f: its lora_rank goes on as it is",
+                 model->valuestring, parent_rank);
     char id[64], ft_name[NV_ADAPTER_NAME_CAP];
     nv_api_new_id(id, sizeof id, "ftjob-");
     const char *sfx = cJSON_IsString(suffix) ? suffix->valuestring : "";
-    if (!rc && snprintf(ft_name, sizeof ft_name, "ft:%s:local:%s:%.8s", j->o.model_id, sfx, id + 6) >= (int)sizeof ft_name)
-        rc = bad(e, "invalid_request", "suffix", "The fine-tuned model's name ft:%.60s:local:%.64s:ID would pass %d characters: a shorter suffix",
-                 j->o.model_id, sfx, NV_ADAPTER_NAME_CAP - 1);
+    /* (with room for an earlier epoch's :ckpt-step-N) */
+    const int name_len = snprintf(ft_name, sizeof ft_name, "ft:%s:local:%s:%.8s", j->o.model_id, sfx, id + 6);
+    if (!rc && name_len + (epochs > 1 ? (int)strlen(CKPT_SUFFIX) + 10 : 0) >= (int)sizeof ft_name)
+        rc = bad(e, "invalid_request", "suffix", "The fine-tuned model's name ft:%.60s:local:%.64s:ID%s would pass %d characters: a shorter suffix",
+                 j->o.model_id, sfx, epochs > 1 ? CKPT_SUFFIX "N" : "", NV_ADAPTER_NAME_CAP - 1);
     if (rc) {
         cJSON_Delete(req);
         return rc;
@@ -925,7 +1036,7 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "fine_tuning.job");
     cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "model", j->o.model_id);
+    cJSON_AddStringToObject(o, "model", model->valuestring);
     cJSON_AddNumberToObject(o, "created_at", (double)time(NULL));
     cJSON_AddNullToObject(o, "finished_at");
     cJSON_AddNullToObject(o, "fine_tuned_model");
@@ -954,17 +1065,32 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     cJSON_AddNumberToObject(a, "lr", BASE_LR * mult);
     cJSON_AddNumberToObject(a, "lora_rank", rank);
     if (dpo) cJSON_AddNumberToObject(a, "beta", beta);
+    if (continues) cJSON_AddTrueToObject(a, "lora_init"); /* from the job folder's init-adapter.gguf */
+    cJSON_AddStringToObject(o, "nerve_base_model", j->o.model_id);
     cJSON_AddStringToObject(o, "nerve_fine_tuned_model", ft_name); /* its name once it succeeds */
     cJSON_Delete(req);
     /* its folder and data before it is listed: a job is whole or absent */
     char jobdir[4200];
     path_of(j, id, ".run", jobdir, sizeof jobdir);
+    char from[4200];
     nv_err err = mkdir(jobdir, 0755) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot make %s: %s", jobdir, strerror(errno));
-    if (err == NV_OK) err = link_data(j, nv_rec_str(o, "training_file"), jobdir, "train.jsonl");
-    if (err == NV_OK && nv_rec_str(o, "validation_file")[0]) err = link_data(j, nv_rec_str(o, "validation_file"), jobdir, "validation.jsonl");
+    snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "training_file"));
+    if (err == NV_OK) err = link_data(from, jobdir, "train.jsonl");
+    snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "validation_file"));
+    if (err == NV_OK && nv_rec_str(o, "validation_file")[0]) err = link_data(from, jobdir, "validation.jsonl");
+    if (err == NV_OK && parent_adapter[0]) err = link_data(parent_adapter, jobdir, "init-adapter.gguf");
     pthread_mutex_lock(&j->mu);
     job tmp = {.o = o, .seq = j->r.next_seq};
     snprintf(tmp.id, sizeof tmp.id, "%.30s", id);
+    /* room to serve its models once it succeeds: the adapters' places, less those of jobs yet to end
+       (counted here, with the job added under the same lock: two creates at once cannot both take the last) */
+    int pending = models_of(o), live;
+    for (int i = 0; i < j->r.n; i++) pending += ended(status_of(j->r.v[i].o)) ? 0 : models_of(j->r.v[i].o);
+    pthread_mutex_lock(&j->o.adapters->mu);
+    live = j->o.adapters->live;
+    pthread_mutex_unlock(&j->o.adapters->mu);
+    const int full = err == NV_OK && live + pending > NV_MAX_ADAPTERS;
+    if (full) err = NV_EINVAL;
     if (err == NV_OK) event(j, id, "info", "message", NULL, "Created fine-tuning job: %s", id);
     if (err == NV_OK) err = save(j, &tmp);
     if (err == NV_OK) err = nv_recs_add(&j->r, id, o, tmp.seq);
@@ -976,10 +1102,16 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         char path[4200];
         path_of(j, id, ".json", path, sizeof path);
         unlink(path);
-        static const char *const names[] = {"train.jsonl", "validation.jsonl", "events.jsonl"};
-        nv_remove_in_dir(jobdir, names, 3);
+        static const char *const names[] = {"train.jsonl", "validation.jsonl", "init-adapter.gguf", "events.jsonl"};
+        nv_remove_in_dir(jobdir, names, sizeof names / sizeof *names);
         rmdir(jobdir);
+        const int models = models_of(o);
         cJSON_Delete(o);
+        if (full)
+            return bad(e, "invalid_request", NULL,
+                       "The server serves %d models beside its base and the jobs yet to end will serve %d more (this one %d), of at "
+                       "most %d: delete a fine-tuned model (DELETE /v1/models/{model}) first",
+                       live, pending - models, models, NV_MAX_ADAPTERS);
         nv_api_error_set(e, 500, "server_error", NULL, NULL, "The fine-tuning job could not be saved: %s", msg);
         return e->status;
     }
@@ -1073,85 +1205,127 @@ int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after,
     return answer(o, out, e);
 }
 
-int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, char **out, nv_api_error *e) {
-    char path[4200];
+/* A checkpoint object: job x's model at step (the metrics that step's line of the run's metrics.jsonl
+   holds, with the last validation loss up to it), called model, made at created. */
+static cJSON *checkpoint_object(const nv_ftjobs *j, const job *x, long step, const char *model, double created) {
+    char path[4200], cid[80];
+    path_of(j, x->id, ".run/run/metrics.jsonl", path, sizeof path);
+    metrics_read m = {0};
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) {
+        cJSON *o = cJSON_Parse(line);
+        const long at = (long)nv_rec_num(o, "step");
+        const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
+        if (o && at <= step && at >= m.last) m.last = at, m.loss = nv_rec_num(o, "loss");
+        if (at <= step && cJSON_IsNumber(val)) m.val = val->valuedouble, m.has_val = 1;
+        cJSON_Delete(o);
+    }
+    if (f) fclose(f);
+    if (!strcmp(model, nv_rec_str(x->o, "fine_tuned_model"))) snprintf(cid, sizeof cid, "ftckpt_%s", x->id + 6);
+    else snprintf(cid, sizeof cid, "ftckpt_%s_%ld", x->id + 6, step);
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "object", "fine_tuning.job.checkpoint");
+    cJSON_AddStringToObject(c, "id", cid);
+    cJSON_AddNumberToObject(c, "created_at", created);
+    cJSON_AddStringToObject(c, "fine_tuned_model_checkpoint", model);
+    cJSON_AddNumberToObject(c, "step_number", (double)m.last);
+    cJSON *mm = cJSON_AddObjectToObject(c, "metrics");
+    cJSON_AddNumberToObject(mm, "step", (double)m.last);
+    cJSON_AddNumberToObject(mm, "train_loss", m.loss);
+    if (m.has_val) cJSON_AddNumberToObject(mm, "valid_loss", m.val), cJSON_AddNumberToObject(mm, "full_valid_loss", m.val);
+    cJSON_AddStringToObject(c, "fine_tuning_job_id", x->id);
+    return c;
+}
+
+int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, int limit, const char *after, char **out, nv_api_error *e) {
     pthread_mutex_lock(&j->mu);
     const job *x = get(j, id);
     if (!x) {
         pthread_mutex_unlock(&j->mu);
         return not_found(id, e);
     }
+    /* a succeeded job's models not deleted, the newest first: the final one, then the earlier epochs' */
+    cJSON *all = cJSON_CreateArray();
+    if (status_of(x->o) == J_SUCCEEDED && !deleted(x->o))
+        cJSON_AddItemToArray(all, checkpoint_object(j, x, 1L << 40, nv_rec_str(x->o, "fine_tuned_model"), nv_rec_num(x->o, "finished_at")));
+    const cJSON *c, *earlier = status_of(x->o) == J_SUCCEEDED ? cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints") : NULL;
+    cJSON_ArrayForEach(c, earlier)
+        if (!deleted(c))
+            cJSON_AddItemToArray(all, checkpoint_object(j, x, (long)nv_rec_num(c, "step"), nv_rec_str(c, "model"), nv_rec_num(c, "created_at")));
+    pthread_mutex_unlock(&j->mu);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    if (status_of(x->o) == J_SUCCEEDED) {
-        path_of(j, id, ".run/run/metrics.jsonl", path, sizeof path);
-        metrics_read m = {0};
-        FILE *f = fopen(path, "r");
-        char line[4096];
-        while (f && fgets(line, sizeof line, f)) { /* the last step's figures, and the last validation loss */
-            cJSON *s = cJSON_Parse(line);
-            const cJSON *val = cJSON_GetObjectItemCaseSensitive(s, "val_loss");
-            if (s && nv_rec_num(s, "step") >= (double)m.last) m.last = (long)nv_rec_num(s, "step"), m.loss = nv_rec_num(s, "loss");
-            if (cJSON_IsNumber(val)) m.val = val->valuedouble, m.has_val = 1;
-            cJSON_Delete(s);
-        }
-        if (f) fclose(f);
-        char cid[64];
-        snprintf(cid, sizeof cid, "ftckpt_%s", id + 6);
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "object", "fine_tuning.job.checkpoint");
-        cJSON_AddStringToObject(c, "id", cid);
-        cJSON_AddNumberToObject(c, "created_at", nv_rec_num(x->o, "finished_at"));
-        cJSON_AddStringToObject(c, "fine_tuned_model_checkpoint", nv_rec_str(x->o, "fine_tuned_model"));
-        cJSON_AddNumberToObject(c, "step_number", (double)m.last);
-        cJSON *mm = cJSON_AddObjectToObject(c, "metrics");
-        cJSON_AddNumberToObject(mm, "step", (double)m.last);
-        cJSON_AddNumberToObject(mm, "train_loss", m.loss);
-        if (m.has_val) cJSON_AddNumberToObject(mm, "valid_loss", m.val), cJSON_AddNumberToObject(mm, "full_valid_loss", m.val);
-        cJSON_AddStringToObject(c, "fine_tuning_job_id", id);
-        cJSON_AddItemToArray(data, c);
-        cJSON_AddStringToObject(o, "first_id", cid), cJSON_AddStringToObject(o, "last_id", cid);
+    const int n = cJSON_GetArraySize(all);
+    int i = 0;
+    if (after) { /* past the cursor; an unknown one: none */
+        while (i < n && strcmp(nv_rec_str(cJSON_GetArrayItem(all, i), "id"), after) != 0) i++;
+        i++;
+    }
+    for (int kept = 0; i < n && kept < limit; i++, kept++) cJSON_AddItemToArray(data, cJSON_Duplicate(cJSON_GetArrayItem(all, i), 1));
+    const int listed = cJSON_GetArraySize(data);
+    if (listed) {
+        cJSON_AddStringToObject(o, "first_id", nv_rec_str(cJSON_GetArrayItem(data, 0), "id"));
+        cJSON_AddStringToObject(o, "last_id", nv_rec_str(cJSON_GetArrayItem(data, listed - 1), "id"));
     } else {
         cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
     }
-    pthread_mutex_unlock(&j->mu);
-    cJSON_AddBoolToObject(o, "has_more", 0);
+    cJSON_AddBoolToObject(o, "has_more", i < n);
+    cJSON_Delete(all);
     return answer(o, out, e);
 }
 
-/* Under mu: the succeeded job whose model is called model, or NULL. */
-static job *owner(nv_ftjobs *j, const char *model) {
-    for (int i = 0; i < j->r.n; i++)
-        if (status_of(j->r.v[i].o) == J_SUCCEEDED && !strcmp(nv_rec_str(j->r.v[i].o, "fine_tuned_model"), model)) return &j->r.v[i];
+/* Under mu: the succeeded job whose model (deleted or not) is called model: its final one (*step 0,
+   *entry its record) or an earlier epoch's (*step its step, *entry its record in nerve_checkpoints);
+   else NULL. */
+static job *owner(nv_ftjobs *j, const char *model, long *step, cJSON **entry) {
+    for (int i = 0; i < j->r.n; i++) {
+        job *x = &j->r.v[i];
+        if (status_of(x->o) != J_SUCCEEDED) continue;
+        if (!strcmp(nv_rec_str(x->o, "fine_tuned_model"), model)) {
+            *step = 0, *entry = x->o;
+            return x;
+        }
+        cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints")) if (!strcmp(nv_rec_str(c, "model"), model)) {
+            *step = (long)nv_rec_num(c, "step"), *entry = c;
+            return x;
+        }
+    }
     return NULL;
 }
 
 int nv_ftjobs_owns(nv_ftjobs *j, const char *model) {
+    long step;
+    cJSON *entry;
     pthread_mutex_lock(&j->mu);
-    const int yes = owner(j, model) != NULL;
+    const int yes = owner(j, model, &step, &entry) != NULL;
     pthread_mutex_unlock(&j->mu);
     return yes;
 }
 
 int nv_ftjobs_delete_model(nv_ftjobs *j, const char *model, char **out, nv_api_error *e) {
+    long step = 0;
+    cJSON *entry = NULL;
     pthread_mutex_lock(&j->mu);
-    job *x = owner(j, model);
-    const int gone = x && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_deleted"));
-    if (!x || gone) {
+    job *x = owner(j, model, &step, &entry);
+    if (!x || deleted(entry)) {
         pthread_mutex_unlock(&j->mu);
         nv_api_error_set(e, 404, "invalid_request_error", "model_not_found", "model", "The model '%.200s' does not exist", model);
         return e->status;
     }
-    nv_rec_put(x->o, "nerve_deleted", cJSON_CreateTrue());
+    nv_rec_put(entry, "nerve_deleted", cJSON_CreateTrue());
     save(j, x);
-    char run[4200];
-    path_of(j, x->id, ".run/run", run, sizeof run);
-    event(j, x->id, "info", "message", NULL, "The fine-tuned model %s was deleted", model);
+    char run[4200], id[sizeof x->id];
+    snprintf(id, sizeof id, "%s", x->id);
+    path_of(j, id, ".run/run", run, sizeof run);
+    event(j, id, "info", "message", NULL, "The fine-tuned model %s was deleted", model);
     pthread_mutex_unlock(&j->mu);
     nv_adapters_remove(j->o.adapters, model); /* (freed when its last request ends) */
     static const char *const names[] = {"adapter.gguf", "adapter_model.safetensors", "adapter_config.json"};
-    nv_remove_in_dir(run, names, sizeof names / sizeof *names);
+    if (step > 0) remove_step_model(j, id, step);
+    else nv_remove_in_dir(run, names, sizeof names / sizeof *names);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", model);
     cJSON_AddStringToObject(o, "object", "model");

@@ -22,6 +22,9 @@
  * - A server stopped part way stops its trainer the same way: at the next start the job goes on from
  *   the checkpoint. A trainer a server killed outright left behind (its pid in the record) is stopped
  *   at the next start, with its checkpoint, before the job goes on.
+ * - A job of more than one epoch also serves its last two earlier epochs' models, as
+ *   ft:...:ckpt-step-N (the trainer's --save-every epoch; its checkpoints list them); a job may
+ *   start from any model fine-tuned here (model: its name; its adapters go on training, their rank kept).
  * - DELETE /v1/models/{fine_tuned_model} unloads the model and removes its adapters; the job stays.
  * - Every function is safe from any thread. */
 #ifndef NV_SERVE_FINETUNE_H
@@ -71,9 +74,11 @@ int nv_ftjobs_list(nv_ftjobs *j, int limit, const char *after, char **out, nv_ap
 int nv_ftjobs_act(nv_ftjobs *j, const char *id, const char *action, char **out, nv_api_error *e);
 /* A job's events, newest first, after the event id given (NULL: from the newest), at most limit. */
 int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after, char **out, nv_api_error *e);
-/* A succeeded job's checkpoint (its model at the last step, with that step's metrics). */
-int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, char **out, nv_api_error *e);
-/* 1 when model names a fine-tuned model of a job (deleted or not), else 0. */
+/* A succeeded job's checkpoints, its models not deleted, newest first: the final one and up to two
+ * earlier epochs' (NAME:ckpt-step-N), each with its step's metrics; after the checkpoint id given
+ * (NULL: from the newest), at most limit. */
+int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, int limit, const char *after, char **out, nv_api_error *e);
+/* 1 when model names a fine-tuned model of a job (an earlier epoch's too; deleted or not), else 0. */
 int nv_ftjobs_owns(nv_ftjobs *j, const char *model);
 /* DELETE /v1/models/{model} of a fine-tuned model: unloaded, its adapters removed. */
 int nv_ftjobs_delete_model(nv_ftjobs *j, const char *model, char **out, nv_api_error *e);

@@ -1237,9 +1237,9 @@ static enum MHD_Result ftjobs_api(nv_http *h, struct MHD_Connection *c, conn_ctx
     nv_api_error e;
     int rc;
     if (cc->route != R_FT_JOBS) url_id(url, "/fine_tuning/jobs/", id, sizeof id);
-    const int limit = limit_arg(c, 20, 100);
+    const int limit = limit_arg(c, cc->route == R_FT_JOB_CHECKPOINTS ? 10 : 20, 100);
     const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    if (limit < 0 && (cc->route == R_FT_JOBS || cc->route == R_FT_JOB_EVENTS)) {
+    if (limit < 0 && (cc->route == R_FT_JOBS || cc->route == R_FT_JOB_EVENTS || cc->route == R_FT_JOB_CHECKPOINTS)) {
         nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "limit", "limit must be a number from 1 to 100");
         return respond_error(h, c, cc, &e);
     }
@@ -1250,7 +1250,7 @@ static enum MHD_Result ftjobs_api(nv_http *h, struct MHD_Connection *c, conn_ctx
     else if (cc->route == R_FT_JOB_EVENTS)
         rc = nv_ftjobs_events(h->o.ftjobs, id, limit, after, &out, &e);
     else if (cc->route == R_FT_JOB_CHECKPOINTS)
-        rc = nv_ftjobs_checkpoints(h->o.ftjobs, id, &out, &e);
+        rc = nv_ftjobs_checkpoints(h->o.ftjobs, id, limit, after, &out, &e);
     else if (cc->route == R_FT_JOB_ACTION)
         rc = nv_ftjobs_act(h->o.ftjobs, id, strrchr(url, '/') + 1, &out, &e);
     else

@@ -1,5 +1,7 @@
 #include "train/train.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -445,7 +447,10 @@ int nv_train_chat_template(const char *dir, char *name, size_t cap) { return rea
 /* What identifies the frozen weights a LoRA run adapts (its checkpoint keeps it; save_merged checks
    the weights it merges into against it). */
 static uint64_t base_hash(const nv_train_opts *o) {
-    return o->init_params ? nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), 7) : 0;
+    uint64_t h = o->init_params ? nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), 7) : 0;
+    if (o->lora_init) /* the adapters' start is part of the model a preference loss compares with */
+        h ^= nv_hash64(o->lora_init, nv_lora_param_count(&o->config, &o->lora) * sizeof(float), 11);
+    return h;
 }
 
 /* Refuses to overwrite a run without --resume, and a checkpoint written with other settings. */
@@ -623,28 +628,83 @@ static void write_serving_files(const char *dir, const nv_train_opts *o, const n
     }
 }
 
-/* The files a run writes into its best/ folder, removed when a new run starts in the folder (an
-   earlier run's best is not this one's), with the folder when nothing else is in it. */
-static void clear_best(const char *dir) {
+/* The files a run writes into a model folder of its own (best/, step-N/), removed when a new run
+   starts in the folder (an earlier run's are not this one's). */
+static void clear_model_dir(const char *dir) {
     static const char *const names[] = {"model.bin", "model.gguf", "adapter.gguf", "adapter_model.safetensors",
                                         "adapter_config.json", "tokenizer.bin", "chat_template"};
     nv_remove_in_dir(dir, names, sizeof names / sizeof names[0]);
 }
 
-/* The weights as they stand into best_dir (--save-best): the model, or a LoRA run's adapters
-   (adapter.gguf and PEFT's files); a failure is a warning and the run goes on. */
-static void save_best(nv_tmodel *tm, const nv_train_opts *o, const char *best_dir) {
+/* The weights as they stand into dir (best/, step-N/): the model, or a LoRA run's adapters
+   (adapter.gguf and PEFT's files). */
+static nv_err save_weights(nv_tmodel *tm, const nv_train_opts *o, const char *dir) {
     char path[4200];
     nv_err e;
     if (o->lora.rank > 0) {
-        remove_models(best_dir); /* merged from the best adapters at the run's end (save_best_merged) */
-        snprintf(path, sizeof path, "%s/adapter.gguf", best_dir);
+        remove_models(dir); /* (best/'s are merged from the best adapters at the run's end: save_best_merged) */
+        snprintf(path, sizeof path, "%s/adapter.gguf", dir);
         e = nv_gguf_save_lora(&o->config, &o->lora, tm->lora_params, path);
-        if (e == NV_OK) e = nv_hf_save_lora(&o->config, &o->lora, tm->lora_params, o->lora_dropout, best_dir);
+        if (e == NV_OK) e = nv_hf_save_lora(&o->config, &o->lora, tm->lora_params, o->lora_dropout, dir);
     } else {
-        e = save_model(&tm->m, best_dir, o->out_dir, path);
+        e = save_model(&tm->m, dir, o->out_dir, path);
     }
     if (e != NV_OK) nv_warn("%s not written: %s", path, nv_errmsg());
+    return e;
+}
+
+/* The step of a run folder's entry named step-N (--save-every's), else -1. */
+static long snapshot_step(const char *name) {
+    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9') return -1;
+    char *end;
+    const long n = strtol(name + 5, &end, 10);
+    return *end || n < 0 ? -1 : n;
+}
+
+static int cmp_long(const void *a, const void *b) {
+    const long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+int nv_train_snapshots(const char *run_dir, long *steps, int cap) {
+    DIR *d = opendir(run_dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        const long step = snapshot_step(de->d_name);
+        if (step >= 0 && n < cap) steps[n++] = step;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, cmp_long);
+    return n;
+}
+
+static void remove_model_dir(const char *dir) {
+    clear_model_dir(dir);
+    if (rmdir(dir) != 0 && errno != ENOENT) nv_warn("could not remove %s: %s", dir, strerror(errno));
+}
+
+/* The run folder's step-N/ folders but the newest keep (0: all of them), and any a stopped run left
+   half written (.step-N.part). */
+static void prune_snapshots(const char *out_dir, int keep) {
+    char path[4300];
+    DIR *d = opendir(out_dir);
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (!strncmp(de->d_name, ".step-", 6) && strstr(de->d_name, ".part")) {
+            snprintf(path, sizeof path, "%s/%s", out_dir, de->d_name);
+            remove_model_dir(path);
+        }
+    if (d) closedir(d);
+    long steps[4096];
+    const int cap = (int)(sizeof steps / sizeof *steps);
+    for (int round = 0; round < 64; round++) { /* (more than fit here: all removed in rounds, when keep is 0) */
+        const int n = nv_train_snapshots(out_dir, steps, cap);
+        for (int i = 0; i < n - keep; i++) {
+            snprintf(path, sizeof path, "%s/step-%ld", out_dir, steps[i]);
+            remove_model_dir(path);
+        }
+        if (keep > 0 || n < cap) break;
+    }
 }
 
 /* What a run refuses before it touches anything: every process checks the same settings alike. */
@@ -682,6 +742,10 @@ static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int w
     const int lora = o->lora.rank > 0, pref = ds->pref;
     if (lora && !o->init_params) return nv_fail(NV_EINVAL, "LoRA trains adapters on a model: give it with --init-from");
     if (lora) NV_TRY(nv_lora_validate(c, &o->lora));
+    if (o->lora_init && !lora) return nv_fail(NV_EINVAL, "adapters to start from go with a LoRA run");
+    if (o->save_limit < 0 || o->save_every < NV_TRAIN_SAVE_EPOCH || (o->save_limit > 0 && !o->save_every))
+        return nv_fail(NV_EINVAL, "--save-limit %d, --save-every %d: want a count >= 1 of the step-N folders --save-every writes",
+                       o->save_limit, o->save_every);
     if (pref && !o->init_params)
         return nv_fail(NV_EINVAL, "preference training improves an existing model: give it with --init-from");
     if (pref && (o->batch / world) % 2)
@@ -868,7 +932,8 @@ static nv_err run_setup(train_run *r, nv_ckpt *ck) {
     const float *resumed = o->resume && r->lead && !r->pref ? ck->params : NULL;
     const int flags = tmodel_flags(o);
     if (r->lora)
-        e = nv_tmodel_init_ex(&r->tm, c, o->init_params, o->seed, r->local_batch, o->seq, o->engine, &o->lora, resumed, flags);
+        e = nv_tmodel_init_ex(&r->tm, c, o->init_params, o->seed, r->local_batch, o->seq, o->engine, &o->lora,
+                              resumed ? resumed : o->lora_init, flags);
     else
         e = nv_tmodel_init_ex(&r->tm, c, resumed ? resumed : o->init_params, o->seed, r->local_batch, o->seq, o->engine,
                               NULL, NULL, flags);
@@ -973,7 +1038,7 @@ static eval_figures run_evaluate(train_run *r, long step) {
     if (best_eval_note(&r->best, (float)best_metric_of(&ev, r->o->best_metric), step, r->o->best_metric) && r->save_best_on &&
         r->lead) {
         if (r->tty) fprintf(stderr, "\r\033[K"); /* a warning would land in the progress line */
-        save_best(&r->tm, r->o, r->best_dir);
+        save_weights(&r->tm, r->o, r->best_dir);
     }
     return ev;
 }
@@ -1164,6 +1229,30 @@ static void show_progress(const train_run *r, long step, const step_figures *f, 
              f->t_wait * 1e3, f->flops / dt / 1e12, eta);
     if (r->tty) fprintf(stderr, "\r\033[K%s", line);
     else if (!r->quiet && (last || step % 10 == 0 || !isnan(f->ev.val))) fprintf(stderr, "%s\n", line);
+}
+
+/* --save-every: the weights after step into the run folder's step-N/, whole or absent (written into
+   .step-N.part, renamed into place), then the oldest past --save-limit removed; a failure is a warning
+   and the run goes on. */
+static void save_snapshot(train_run *r, long step) {
+    const nv_train_opts *o = r->o;
+    char part[4300], dir[4300];
+    snprintf(part, sizeof part, "%s/.step-%ld.part", o->out_dir, step);
+    snprintf(dir, sizeof dir, "%s/step-%ld", o->out_dir, step);
+    remove_model_dir(part);
+    nv_err e = nv_mkdirs(part);
+    if (e == NV_OK) e = save_weights(&r->tm, o, part);
+    if (e == NV_OK) {
+        write_serving_files(part, o, r->ds);
+        remove_model_dir(dir); /* (a run resumed from before it wrote this step's) */
+        if (rename(part, dir) != 0) e = nv_fail(NV_EIO, "cannot rename %s to %s: %s", part, dir, strerror(errno));
+    }
+    if (e != NV_OK) {
+        nv_warn("the weights of step %ld are not saved: %s", step, nv_errmsg());
+        remove_model_dir(part);
+        return;
+    }
+    if (o->save_limit > 0) prune_snapshots(o->out_dir, o->save_limit);
 }
 
 /* The checkpoint, atomically, with a LoRA run's adapters beside it and the loss curve. */
@@ -1368,7 +1457,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     snprintf(r->svg_path, sizeof r->svg_path, "%s/loss.svg", o->out_dir);
     snprintf(r->samples_path, sizeof r->samples_path, "%s/samples.txt", o->out_dir);
     if (r->lead) e = nv_mkdirs(o->out_dir);
-    if (r->lead && !o->resume && e == NV_OK) clear_best(r->best_dir);
+    if (r->lead && !o->resume && e == NV_OK) {
+        clear_model_dir(r->best_dir);
+        prune_snapshots(o->out_dir, 0);
+    }
     if (r->lead && r->save_best_on && e == NV_OK) e = nv_mkdirs(r->best_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
     /* Resume state is verified in full before anything is allocated or written (by process 0, which
@@ -1444,6 +1536,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     for (long step = step0; step < o->steps; step++) {
         const double t0 = nv_now();
+        const uint64_t windows_before = r->cur.windows;
         step_figures f = {0};
         f.ev = (eval_figures){NAN, {NAN, NAN}, {NAN, NAN}};
         if ((e = step_gradients(r, &f, step))) break;
@@ -1501,6 +1594,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         /* a signal or the time limit on any process stops them all, after the same step */
         const int stop = (int)nv_dist_max(diverged || early || nv_train_stop_requested ||
                                           (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s));
+        /* --save-every's weights (before the checkpoint: a run stopped between the two writes them again) */
+        const int epoch_end = r->epoch_windows > 0 && floor((double)r->cur.windows / r->epoch_windows) >
+                                                          floor((double)windows_before / r->epoch_windows);
+        if (r->lead && !last && !diverged &&
+            (o->save_every == NV_TRAIN_SAVE_EPOCH ? epoch_end : o->save_every > 0 && (step + 1) % o->save_every == 0))
+            save_snapshot(r, step + 1);
         if (r->lead && (last || stop || (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0)) &&
             (e = save_checkpoint(r)))
             break;

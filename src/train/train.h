@@ -8,7 +8,8 @@
  * adapter.gguf holds alone, in llama.cpp's adapter format) and, when one was
  * given, tokenizer.bin (a copy, so the folder is self-contained for `nerve generate`); after
  * training on chat data, chat_template (the template's name, for `nerve serve`); with save_best,
- * best/ (the same files for the weights of the best evaluation by best_metric).
+ * best/ (the same files for the weights of the best evaluation by best_metric); with save_every,
+ * step-N/ (the same for the weights after step N).
  * Resuming (same arguments, same folder) continues the exact loss sequence of an uninterrupted
  * run: every piece of state that influences the next step is in the checkpoint. */
 #ifndef NV_TRAIN_H
@@ -48,6 +49,8 @@ typedef struct {
     float dropout;      /* on the residual branches while training (nv_tmodel_set_dropout); 0: none */
     float lora_dropout; /* on each adapter's input while training (PEFT's lora_dropout); 0: none */
     int lora_no_merge;  /* a LoRA run writes its adapters alone, no merged model (--no-merge) */
+    const float *lora_init; /* a LoRA run's adapters at its start (lora's shape: an earlier run's, to train on);
+                               NULL: nv_lora_init's (B zero: the frozen model as it is) */
     uint64_t seed;
     nv_adamw_opts adamw;
     int eval_every, eval_batches, ckpt_every;
@@ -57,6 +60,11 @@ typedef struct {
        implies save_best. Both need eval_every, and the metric's source: validation data, preference
        data's held-out pairs, or eval_choice. */
     int save_best, early_stop;
+    /* save_every > 0: every that many steps, NV_TRAIN_SAVE_EPOCH: at the end of every pass over the
+       training data, the weights into the run folder's step-N/ (as best/ gets them: a model folder, a
+       LoRA run's adapters), none at the last step (the run folder's own); save_limit > 0: the newest
+       that many kept, older ones removed. A new run removes an earlier run's step-N/ folders. */
+    int save_every, save_limit;
     nv_best_metric best_metric;
     const char *out_dir;
     const char *tokenizer_path; /* copied into the run folder when set */
@@ -106,6 +114,7 @@ void nv_train_defaults(nv_train_opts *o);
 /* Updates skipped in a row (a gradient norm that is not finite) after which a run stops as diverged. */
 #define NV_TRAIN_BUDGET_STEPS (1 << 30) /* steps before --time-budget decides: a bound never reached */
 #define NV_TRAIN_DIVERGED_STEPS 5
+#define NV_TRAIN_SAVE_EPOCH (-1) /* save_every: at each epoch's end */
 /* Runs (or resumes) training. Returns NV_OK also when stopped by a signal after saving; a run
  * that diverged saves its checkpoint and model (the weights of the last good update) and returns
  * NV_ERANGE. */
@@ -115,6 +124,9 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *train);
  * all can leave cleanly and process 0's message is the one to show; 0 when this process may have
  * failed alone, and must end the job (nv_dist_abort) rather than leave the others waiting. */
 int nv_train_failed_together(void);
+/* The steps of a run folder's step-N/ folders (save_every's), ascending: their number (at most cap
+ * of them in steps), 0 when it has none or cannot be read. */
+int nv_train_snapshots(const char *run_dir, long *steps, int cap);
 /* The chat template a run folder records (its chat_template file, the name on one line), into name
  * (cap bytes; a longer line is cut); 0 when the folder has none. dir "" is the current folder. */
 int nv_train_chat_template(const char *dir, char *name, size_t cap);
