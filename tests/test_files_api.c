@@ -918,6 +918,26 @@ static char *chat_answer(int port, const char *model) {
     return out;
 }
 
+/* The state of every thread of process pid when they are all in one ('T': the process stopped whole),
+   else 0. (A stop reaches a process's threads one by one: the kernel continues an orphaned group's
+   stopped members only once their stop is whole.) */
+static char all_threads_state(int pid) {
+    char dir[64], state = 0;
+    snprintf(dir, sizeof dir, "/proc/%d/task", pid);
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        const char st = nv_proc_state(atoi(de->d_name)); /* (/proc/TID/stat is the thread's) */
+        if (!st || (state && st != state)) {
+            state = 0;
+            break;
+        }
+        state = st;
+    }
+    if (d) closedir(d);
+    return state;
+}
+
 static void test_fine_tuning(void) {
     if (!model_path() || !tok_path()) return;
     const char *dir = t_path("ftstore");
@@ -1124,7 +1144,7 @@ static void test_fine_tuning(void) {
     cJSON_Delete(jr);
     free(saved_rec);
     char state = 0;
-    for (double t0 = now_s(); state != 'T' && now_s() - t0 < 10; sleep_ms(10)) state = nv_proc_state(trainer);
+    for (double t0 = now_s(); state != 'T' && now_s() - t0 < 10; sleep_ms(10)) state = all_threads_state(trainer);
     T_CHECK(trainer > 1 && state == 'T', "the trainer (pid %d) held while the request runs: state %c", trainer, state ? state : '-');
     char oom_path[64], oom[16] = "";
     snprintf(oom_path, sizeof oom_path, "/proc/%d/oom_score_adj", trainer);
@@ -1337,7 +1357,33 @@ static void test_fine_tuning(void) {
     T_CHECK(server_stop_within(&s, 60) == 0, "server exit");
     snprintf(rec, sizeof rec, "%s/%s.run/run/ckpt.bin", dir, id6);
     T_CHECK(nv_file_exists(rec), "the stopped job's checkpoint");
+    /* job 1's record edited by hand: an earlier epoch's model whose entry is not whole, a rank out of range */
+    snprintf(path, sizeof path, "%s/%s.json", dir, id1);
+    char *rec1 = NULL;
+    nv_file_read_all(path, &rec1, NULL);
+    cJSON *o1 = cJSON_Parse(rec1 ? rec1 : "");
+    cJSON *bogus = cJSON_CreateObject();
+    cJSON_AddStringToObject(bogus, "model", "ft:bogus");
+    cJSON_AddStringToObject(bogus, "step", "x");
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(o1, "nerve_checkpoints"), bogus);
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(o1, "nerve_args"), "lora_rank", cJSON_CreateNumber(0));
+    char *text1 = cJSON_PrintUnformatted(o1);
+    FILE *f1 = fopen(path, "w");
+    if (f1 && text1) fputs(text1, f1);
+    if (f1) fclose(f1);
+    free(text1), free(rec1);
+    cJSON_Delete(o1);
     if (!server_spawn(&s, "ft3", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    T_CHECK(http(s.port, "DELETE", "/v1/models/ft:bogus", KEY, NULL, &r) && r.status == 404, "a model whose entry is not whole: %d", r.status);
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"training_file\":\"%s\"}", ck36, val);
+    T_CHECK(create_job(s.port, body, &j) == 400 && strstr(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"), "rank 0"),
+            "a start whose rank is out of range: %s", str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/checkpoints", id1);
+    l = get_json(s.port, path);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 1, "job 1's checkpoints: step 36's alone");
+    cJSON_Delete(l);
     l = get_json(s.port, "/v1/models");
     /* the base; job 1's model of step 36 (its final one and step 24's deleted); job 2's three, the dpo
        job's two (2 epochs), the job from step 24's one (1 epoch) */
@@ -1363,6 +1409,34 @@ static void test_fine_tuning(void) {
             "cancelled, its checkpoint removed: %s", str_of(j, "status"));
     T_CHECK(!nv_file_exists(step_dir), "and its epochs' models");
     cJSON_Delete(j);
+    /* cancelled while paused: what it had written removed at once */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":50}}", val);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create 8");
+    char id8[64];
+    snprintf(id8, sizeof id8, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    snprintf(step_dir, sizeof step_dir, "%s/%s.run/run/step-24", dir, id8);
+    for (double t0 = now_s(); !nv_file_exists(step_dir) && now_s() - t0 < 60;) sleep_ms(20);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/pause", id8);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200, "pause 8: %d", r.status);
+    resp_free(&r);
+    j = wait_job(s.port, id8, "paused", 60);
+    cJSON_Delete(j);
+    snprintf(rec, sizeof rec, "%s/%s.run/run/ckpt.bin", dir, id8);
+    int stopped = 0; /* the runner is done with it once it says its trainer stopped */
+    for (double t0 = now_s(); !stopped && now_s() - t0 < 30; sleep_ms(20)) {
+        cJSON *evs[256];
+        const int nev = job_events(s.port, id8, evs, 256);
+        for (int i = 0; i < nev; i++) {
+            stopped |= !strncmp(str_of(evs[i], "message"), "The trainer stopped at step", 27);
+            cJSON_Delete(evs[i]);
+        }
+    }
+    T_CHECK(nv_file_exists(step_dir) && nv_file_exists(rec), "the paused job's checkpoint and first epoch's model");
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/cancel", id8);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && !nv_file_exists(step_dir) && !nv_file_exists(rec),
+            "cancelled while paused: its checkpoint and epochs' models removed (%d)", r.status);
+    resp_free(&r);
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
     /* off without --files-dir */
     if (!server_spawn(&s, "ftoff", NULL, NULL, model_path(), tok_path(), FLAGS, 60)) return;

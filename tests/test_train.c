@@ -2296,6 +2296,26 @@ static void test_save_every_and_lora_init(void) {
     T_CHECK(nv_file_exists(path), "a step's folder is a model folder");
     snprintf(args, sizeof args, "generate -m %s/step-9 -n 8 -t 0", dir);
     T_CHECK(t_nerve(args) == 0, "generate from step-9/: %s", t_err);
+    /* resumed: the folders past its checkpoint (a run killed after writing them) and a half-written one go */
+    snprintf(path, sizeof path, "%s/step-12", dir);
+    T_CHECK(nv_mkdirs(path) == NV_OK, "mkdir");
+    snprintf(path, sizeof path, "%s/.step-4.part", dir);
+    T_CHECK(nv_mkdirs(path) == NV_OK, "mkdir");
+    train_args(args, sizeof args, dir, "--steps 12 --lr-schedule constant --save-every 3 --save-limit 2 --resume");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "resumed: %s", err);
+    snprintf(path, sizeof path, "%s/step-12", dir);
+    snprintf(want, sizeof want, "%s/.step-4.part", dir);
+    T_CHECK(!nv_file_exists(path) && !nv_file_exists(want), "the resumed run's folders past its checkpoint removed");
+    train_args(args, sizeof args, dir, "--steps 2"); /* refused (a checkpoint is there): the folder as it was */
+    T_CHECK(run_nerve(args, err, sizeof err) == 1 && strstr(err, "already holds a checkpoint"), "a new run over a run: %s", err);
+    snprintf(path, sizeof path, "%s/step-9", dir);
+    T_CHECK(nv_file_exists(path), "a refused run removes nothing");
+    /* a GGUF model (QK-norm): a step's folder holds its vocabulary, as the run folder's */
+    snprintf(want, sizeof want, "%s/save_every_gguf", t_tmpdir());
+    train_args(args, sizeof args, want, "--steps 3 --qk-norm --save-every 2");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "QK-norm run: %s", err);
+    snprintf(args, sizeof args, "generate -m %s/step-2/model.gguf -n 4 -t 0", want);
+    T_CHECK(t_nerve(args) == 0, "generate from step-2/model.gguf alone: %s", t_err);
     train_args(args, sizeof args, dir, "--steps 2"); /* a new run in the folder: the earlier one's gone */
     snprintf(path, sizeof path, "%s/ckpt.bin", dir);
     unlink(path);
@@ -2337,6 +2357,8 @@ static void test_save_every_and_lora_init(void) {
     const float end1 = val_at(first, 8), start2 = val_at(second, 0), start1 = val_at(first, 0);
     T_CHECK(isfinite(end1) && end1 == start2 && start2 != start1, "validation loss: first run %.6f -> %.6f, the second starts at %.6f", start1,
             end1, start2);
+    snprintf(want, sizeof want, "%s/model.bin", second);
+    T_CHECK(nv_file_exists(want) && !strstr(err, "not written"), "the second run's merged model: %s", err);
     struct {
         const char *extra;
         int rc;

@@ -88,7 +88,8 @@ static void usage(FILE *f) {
             "  --save-every N|epoch: every N steps, or at the end of every pass over the training data, the\n"
             "          weights as they stand into the run folder's step-N/ (a model folder, as best/: a LoRA run's\n"
             "          adapters), written whole or not at all; none at the last step (the run folder's own weights).\n"
-            "          --save-limit K keeps the newest K of them. A new run in the folder removes an earlier one's\n"
+            "          --save-limit K keeps the newest K of them. A new run in the folder removes an earlier run's\n"
+            "          step-N/ folders; a resumed one those past its checkpoint\n"
             "  --val-data: files for validation alone (the --data files then train whole); without it the last\n"
             "          --val-frac (default 0.05) of each --data file is held out\n"
             "  --save-best: whenever an evaluation's validation loss is the lowest so far (step 0's included), the\n"
@@ -399,7 +400,7 @@ static int train(int argc, char **argv) {
 
     if (cli_experts(CMD, experts, &experts_used)) return 2;
     if (experts && lora_on)
-        return cli_error(CMD, 2, "--experts upcycles the model to train it whole: drop --lora-rank");
+        return cli_error(CMD, 2, "--experts upcycles the model to train it whole: drop %s", lora_init_path ? "--lora-init" : "--lora-rank");
     if ((steps_given != 0) + (epochs > 0) + (time_budget > 0) > 1)
         return cli_error(CMD, 2, "--steps, --epochs and --time-budget exclude each other (give the run's length once)");
     if (time_budget > 0) { /* a bound the run's decision replaces */
@@ -524,12 +525,12 @@ static int train(int argc, char **argv) {
     if (lora_init_path && (rc = lora_start(lora_init_path, c, lora_alpha, lora_targets, &o.lora, &lora_init)) != 0) goto done;
     rc = 1;
     o.lora_init = lora_init;
-    if (c->n_experts && o.lora.rank && !lora_init) { /* adapters on a mixture: its attention's (its router stays as it is) */
+    if (c->n_experts && o.lora.rank) { /* adapters on a mixture: its attention's (its router stays as it is) */
         if (aux_given) {
             rc = cli_error(CMD, 2, "--router-aux-coef and --router-z-coef train the router: LoRA adapters leave it frozen");
             goto done;
         }
-        if (!lora_targets) o.lora.targets = NV_LORA_ATTN;
+        if (!lora_targets && !lora_init) o.lora.targets = NV_LORA_ATTN; /* (--lora-init's are the file's) */
     }
     if (!init_from) {
         if (own) {

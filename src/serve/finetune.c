@@ -79,6 +79,17 @@ static int models_of(const cJSON *o) {
 
 static int deleted(const cJSON *o) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "nerve_deleted")); }
 
+/* The step of a record's earlier epoch's model ({step, model, ...}), -1 when the entry is not whole
+   (a record edited by hand: it is then none of the job's models). */
+static long checkpoint_step(const cJSON *c) {
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(c, "step"), *model = cJSON_GetObjectItemCaseSensitive(c, "model");
+    if (!cJSON_IsNumber(step) || !(step->valuedouble >= 1 && step->valuedouble <= 1073741824.0) ||
+        step->valuedouble != floor(step->valuedouble) || !cJSON_IsString(model) || !model->valuestring[0] ||
+        strlen(model->valuestring) >= NV_ADAPTER_NAME_CAP)
+        return -1;
+    return (long)step->valuedouble;
+}
+
 /* DIR/ID.json (under mu). */
 static nv_err save(nv_ftjobs *j, const job *x) {
     const nv_err e = nv_files_save_record(nv_files_dir(j->files), x->id, x->o, x->seq);
@@ -196,6 +207,21 @@ static void remove_step_model(const nv_ftjobs *j, const char *id, long step) {
     rmdir(dir);
 }
 
+/* What an ended run of job id leaves beside its adapters and metrics: the checkpoint, a merged model
+   (a whole model's size each, not needed to serve the adapters), the job's links to its data and to
+   the adapters it started from, and unless it succeeded, its earlier epochs' models. */
+static void drop_run_leftovers(const nv_ftjobs *j, const char *id, const char *jobdir, int succeeded) {
+    static const char *const run_names[] = {"ckpt.bin", "model.bin", "model.gguf"},
+                             *const data[] = {"train.jsonl", "validation.jsonl", "init-adapter.gguf"};
+    char run[4300];
+    snprintf(run, sizeof run, "%.4200s/run", jobdir);
+    long steps[64];
+    const int n = succeeded ? 0 : nv_train_snapshots(run, steps, 64);
+    for (int i = 0; i < n; i++) remove_step_model(j, id, steps[i]);
+    nv_remove_in_dir(run, run_names, sizeof run_names / sizeof *run_names); /* (the checkpoint last but one: a sign it is done) */
+    nv_remove_in_dir(jobdir, data, sizeof data / sizeof *data);
+}
+
 /* At open: a succeeded job's models (the final one and its earlier epochs'), those not deleted. */
 static void serve_job_models(nv_ftjobs *j, const job *x) {
     const char *final_name = nv_rec_str(x->o, "fine_tuned_model");
@@ -204,10 +230,10 @@ static void serve_job_models(nv_ftjobs *j, const job *x) {
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints")) {
         if (deleted(c)) continue;
-        const long step = (long)nv_rec_num(c, "step");
+        const long step = checkpoint_step(c);
         if (step <= 0 || serve_model(j, x->id, step, nv_rec_str(c, "model")) != NV_OK)
             nv_warn("serve: fine-tuned model %s (job %s) is not served: %s", nv_rec_str(c, "model"), x->id,
-                    step <= 0 ? "its record names no step" : nv_errmsg());
+                    step <= 0 ? "its record of it is not whole" : nv_errmsg());
     }
 }
 
@@ -250,6 +276,11 @@ nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o)
                         nv_rec_str(x->o, "fine_tuned_model"), x->id, base_of(x->o), j->o.model_id);
         } else if (st == J_SUCCEEDED) {
             serve_job_models(j, x);
+        }
+        if (ended(status_of(x->o))) { /* what an ended job no longer needs (a server stopped before it cleared them) */
+            char jobdir[4200];
+            path_of(j, x->id, ".run", jobdir, sizeof jobdir);
+            drop_run_leftovers(j, x->id, jobdir, status_of(x->o) == J_SUCCEEDED);
         }
     }
     if (e != NV_OK) {
@@ -482,21 +513,6 @@ static void result_file(nv_ftjobs *j, const char *id, const char *metrics, char 
     snprintf(file_id, NV_FILE_ID_LEN + 1, "%s", fi.id);
 }
 
-/* What an ended run of job id leaves beside its adapters and metrics: the checkpoint, a merged model
-   (a whole model's size each, not needed to serve the adapters), the job's links to its data and to
-   the adapters it started from, and unless it succeeded, its earlier epochs' models. */
-static void drop_run_leftovers(const nv_ftjobs *j, const char *id, const char *jobdir, int succeeded) {
-    static const char *const run_names[] = {"ckpt.bin", "model.bin", "model.gguf"},
-                             *const data[] = {"train.jsonl", "validation.jsonl", "init-adapter.gguf"};
-    char run[4300];
-    snprintf(run, sizeof run, "%.4200s/run", jobdir);
-    long steps[64];
-    const int n = succeeded ? 0 : nv_train_snapshots(run, steps, 64);
-    for (int i = 0; i < n; i++) remove_step_model(j, id, steps[i]);
-    nv_remove_in_dir(run, run_names, sizeof run_names / sizeof *run_names); /* (the checkpoint last but one: a sign it is done) */
-    nv_remove_in_dir(jobdir, data, sizeof data / sizeof *data);
-}
-
 /* A succeeded job's earlier epochs' models (its run's step-N/ folders, the last CKPT_KEEP) served as
    NAME:ckpt-step-N, those that load: their records ({step, model, created_at}), the newest first. */
 static cJSON *serve_checkpoints(nv_ftjobs *j, const char *id, const char *name, const char *run) {
@@ -506,8 +522,11 @@ static cJSON *serve_checkpoints(nv_ftjobs *j, const char *id, const char *name, 
     for (int i = n - 1; i >= 0; i--) {
         char model[NV_ADAPTER_NAME_CAP + 32], dir[4200];
         snprintf(model, sizeof model, "%s" CKPT_SUFFIX "%ld", name, steps[i]);
-        if (n - 1 - i >= CKPT_KEEP || strlen(model) >= NV_ADAPTER_NAME_CAP || serve_model(j, id, steps[i], model) != NV_OK) {
-            if (n - 1 - i < CKPT_KEEP) nv_warn("serve: fine-tuning job %s: its model of step %ld is not served: %s", id, steps[i], nv_errmsg());
+        const int too_long = strlen(model) >= NV_ADAPTER_NAME_CAP;
+        if (n - 1 - i >= CKPT_KEEP || too_long || serve_model(j, id, steps[i], model) != NV_OK) {
+            if (n - 1 - i < CKPT_KEEP)
+                nv_warn("serve: fine-tuning job %s: its model of step %ld is not served: %s", id, steps[i],
+                        too_long ? "its name would be too long" : nv_errmsg());
             remove_step_model(j, id, steps[i]);
             continue;
         }
@@ -932,6 +951,11 @@ static int parent_of(nv_ftjobs *j, const char *model, char *adapter, size_t cap,
         *rank = nv_rec_num(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_args"), "lora_rank");
     }
     pthread_mutex_unlock(&j->mu);
+    if (ours && !gone && !(*rank >= 1 && *rank <= j->o.adapters->max_rank && *rank == floor(*rank)))
+        return bad(e, "model_not_available", "model", "Model %.200s's adapters (rank %g) cannot be trained on by this server (ranks 1 to %d)",
+                   model, *rank, j->o.adapters->max_rank);
+    if (ours && !gone && !nv_file_exists(adapter))
+        return bad(e, "model_not_available", "model", "Model %.200s's adapters are missing from the job's folder", model);
     if (ours && !gone) return 0;
     return bad(e, "model_not_available", "model",
                gone ? "Model %.200s was deleted" : "Model %.200s is not available for fine-tuning: this server fine-tunes %.200s and the models fine-tuned from it",
@@ -1078,7 +1102,8 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     if (err == NV_OK) err = link_data(from, jobdir, "train.jsonl");
     snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "validation_file"));
     if (err == NV_OK && nv_rec_str(o, "validation_file")[0]) err = link_data(from, jobdir, "validation.jsonl");
-    if (err == NV_OK && parent_adapter[0]) err = link_data(parent_adapter, jobdir, "init-adapter.gguf");
+    const int parent_gone = err == NV_OK && parent_adapter[0] && link_data(parent_adapter, jobdir, "init-adapter.gguf") != NV_OK;
+    if (parent_gone) err = NV_EIO; /* (deleted since it was looked up) */
     pthread_mutex_lock(&j->mu);
     job tmp = {.o = o, .seq = j->r.next_seq};
     snprintf(tmp.id, sizeof tmp.id, "%.30s", id);
@@ -1106,7 +1131,10 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         nv_remove_in_dir(jobdir, names, sizeof names / sizeof *names);
         rmdir(jobdir);
         const int models = models_of(o);
+        char parent_name[NV_ADAPTER_NAME_CAP];
+        snprintf(parent_name, sizeof parent_name, "%s", nv_rec_str(o, "model"));
         cJSON_Delete(o);
+        if (parent_gone) return bad(e, "model_not_available", "model", "Model %.200s was deleted", parent_name);
         if (full)
             return bad(e, "invalid_request", NULL,
                        "The server serves %d models beside its base and the jobs yet to end will serve %d more (this one %d), of at "
@@ -1168,6 +1196,11 @@ int nv_ftjobs_act(nv_ftjobs *j, const char *id, const char *action, char **out, 
     }
     cJSON *o = rc ? NULL : shown(x);
     pthread_mutex_unlock(&j->mu);
+    if (!rc && cancel && !training) { /* (one training is the runner's to clear once its trainer stopped) */
+        char jobdir[4200];
+        path_of(j, id, ".run", jobdir, sizeof jobdir);
+        drop_run_leftovers(j, id, jobdir, 0);
+    }
     return rc ? rc : answer(o, out, e);
 }
 
@@ -1205,37 +1238,31 @@ int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after,
     return answer(o, out, e);
 }
 
-/* A checkpoint object: job x's model at step (the metrics that step's line of the run's metrics.jsonl
-   holds, with the last validation loss up to it), called model, made at created. */
-static cJSON *checkpoint_object(const nv_ftjobs *j, const job *x, long step, const char *model, double created) {
-    char path[4200], cid[80];
-    path_of(j, x->id, ".run/run/metrics.jsonl", path, sizeof path);
-    metrics_read m = {0};
+#define MAX_LISTED 16 /* a job's models the checkpoints list shows at most (its final one and CKPT_KEEP earlier ones) */
+
+typedef struct {
+    long step;         /* its step (the final model: the last) */
+    char model[NV_ADAPTER_NAME_CAP];
+    double created_at;
+    metrics_read m;    /* the step's figures: m.last its step, m.loss, the last validation loss up to it */
+} listed_model;
+
+/* The figures of each listed model's step from the run's metrics.jsonl, read once. */
+static void models_metrics(const char *path, listed_model *v, int n) {
     FILE *f = fopen(path, "r");
     char line[4096];
     while (f && fgets(line, sizeof line, f)) {
         cJSON *o = cJSON_Parse(line);
         const long at = (long)nv_rec_num(o, "step");
         const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
-        if (o && at <= step && at >= m.last) m.last = at, m.loss = nv_rec_num(o, "loss");
-        if (at <= step && cJSON_IsNumber(val)) m.val = val->valuedouble, m.has_val = 1;
+        for (int i = 0; o && i < n; i++) {
+            metrics_read *m = &v[i].m;
+            if (at <= v[i].step && at >= m->last) m->last = at, m->loss = nv_rec_num(o, "loss");
+            if (at <= v[i].step && cJSON_IsNumber(val)) m->val = val->valuedouble, m->has_val = 1;
+        }
         cJSON_Delete(o);
     }
     if (f) fclose(f);
-    if (!strcmp(model, nv_rec_str(x->o, "fine_tuned_model"))) snprintf(cid, sizeof cid, "ftckpt_%s", x->id + 6);
-    else snprintf(cid, sizeof cid, "ftckpt_%s_%ld", x->id + 6, step);
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddStringToObject(c, "object", "fine_tuning.job.checkpoint");
-    cJSON_AddStringToObject(c, "id", cid);
-    cJSON_AddNumberToObject(c, "created_at", created);
-    cJSON_AddStringToObject(c, "fine_tuned_model_checkpoint", model);
-    cJSON_AddNumberToObject(c, "step_number", (double)m.last);
-    cJSON *mm = cJSON_AddObjectToObject(c, "metrics");
-    cJSON_AddNumberToObject(mm, "step", (double)m.last);
-    cJSON_AddNumberToObject(mm, "train_loss", m.loss);
-    if (m.has_val) cJSON_AddNumberToObject(mm, "valid_loss", m.val), cJSON_AddNumberToObject(mm, "full_valid_loss", m.val);
-    cJSON_AddStringToObject(c, "fine_tuning_job_id", x->id);
-    return c;
 }
 
 int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, int limit, const char *after, char **out, nv_api_error *e) {
@@ -1246,33 +1273,53 @@ int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, int limit, const char *a
         return not_found(id, e);
     }
     /* a succeeded job's models not deleted, the newest first: the final one, then the earlier epochs' */
-    cJSON *all = cJSON_CreateArray();
-    if (status_of(x->o) == J_SUCCEEDED && !deleted(x->o))
-        cJSON_AddItemToArray(all, checkpoint_object(j, x, 1L << 40, nv_rec_str(x->o, "fine_tuned_model"), nv_rec_num(x->o, "finished_at")));
+    listed_model v[MAX_LISTED];
+    int n = 0;
+    if (status_of(x->o) == J_SUCCEEDED && !deleted(x->o)) {
+        v[n] = (listed_model){.step = 1L << 40, .created_at = nv_rec_num(x->o, "finished_at")};
+        snprintf(v[n++].model, sizeof v->model, "%s", nv_rec_str(x->o, "fine_tuned_model"));
+    }
     const cJSON *c, *earlier = status_of(x->o) == J_SUCCEEDED ? cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints") : NULL;
-    cJSON_ArrayForEach(c, earlier)
-        if (!deleted(c))
-            cJSON_AddItemToArray(all, checkpoint_object(j, x, (long)nv_rec_num(c, "step"), nv_rec_str(c, "model"), nv_rec_num(c, "created_at")));
+    cJSON_ArrayForEach(c, earlier) {
+        if (deleted(c) || checkpoint_step(c) <= 0 || n == MAX_LISTED) continue;
+        v[n] = (listed_model){.step = checkpoint_step(c), .created_at = nv_rec_num(c, "created_at")};
+        snprintf(v[n++].model, sizeof v->model, "%s", nv_rec_str(c, "model"));
+    }
     pthread_mutex_unlock(&j->mu);
+    char path[4200];
+    path_of(j, id, ".run/run/metrics.jsonl", path, sizeof path);
+    models_metrics(path, v, n);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    const int n = cJSON_GetArraySize(all);
-    int i = 0;
-    if (after) { /* past the cursor; an unknown one: none */
-        while (i < n && strcmp(nv_rec_str(cJSON_GetArrayItem(all, i), "id"), after) != 0) i++;
-        i++;
+    char first[80] = "", last[80] = "";
+    int i = 0, past = !after; /* past the cursor: listed from there; an unknown one: none */
+    for (int kept = 0; i < n && kept < limit; i++) {
+        char cid[80];
+        if (i == 0 && v[0].step == 1L << 40) snprintf(cid, sizeof cid, "ftckpt_%s", id + 6);
+        else snprintf(cid, sizeof cid, "ftckpt_%s_%ld", id + 6, v[i].step);
+        if (!past) {
+            past = !strcmp(cid, after);
+            continue;
+        }
+        cJSON *ck = cJSON_CreateObject();
+        cJSON_AddStringToObject(ck, "object", "fine_tuning.job.checkpoint");
+        cJSON_AddStringToObject(ck, "id", cid);
+        cJSON_AddNumberToObject(ck, "created_at", v[i].created_at);
+        cJSON_AddStringToObject(ck, "fine_tuned_model_checkpoint", v[i].model);
+        cJSON_AddNumberToObject(ck, "step_number", (double)v[i].m.last);
+        cJSON *mm = cJSON_AddObjectToObject(ck, "metrics");
+        cJSON_AddNumberToObject(mm, "step", (double)v[i].m.last);
+        cJSON_AddNumberToObject(mm, "train_loss", v[i].m.loss);
+        if (v[i].m.has_val) cJSON_AddNumberToObject(mm, "valid_loss", v[i].m.val), cJSON_AddNumberToObject(mm, "full_valid_loss", v[i].m.val);
+        cJSON_AddStringToObject(ck, "fine_tuning_job_id", id);
+        cJSON_AddItemToArray(data, ck);
+        if (!kept++) snprintf(first, sizeof first, "%s", cid);
+        snprintf(last, sizeof last, "%s", cid);
     }
-    for (int kept = 0; i < n && kept < limit; i++, kept++) cJSON_AddItemToArray(data, cJSON_Duplicate(cJSON_GetArrayItem(all, i), 1));
-    const int listed = cJSON_GetArraySize(data);
-    if (listed) {
-        cJSON_AddStringToObject(o, "first_id", nv_rec_str(cJSON_GetArrayItem(data, 0), "id"));
-        cJSON_AddStringToObject(o, "last_id", nv_rec_str(cJSON_GetArrayItem(data, listed - 1), "id"));
-    } else {
-        cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
-    }
-    cJSON_AddBoolToObject(o, "has_more", i < n);
-    cJSON_Delete(all);
+    if (first[0]) cJSON_AddStringToObject(o, "first_id", first), cJSON_AddStringToObject(o, "last_id", last);
+    else cJSON_AddNullToObject(o, "first_id"), cJSON_AddNullToObject(o, "last_id");
+    cJSON_AddBoolToObject(o, "has_more", past && i < n);
     return answer(o, out, e);
 }
 
@@ -1288,9 +1335,12 @@ static job *owner(nv_ftjobs *j, const char *model, long *step, cJSON **entry) {
             return x;
         }
         cJSON *c;
-        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints")) if (!strcmp(nv_rec_str(c, "model"), model)) {
-            *step = (long)nv_rec_num(c, "step"), *entry = c;
-            return x;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints")) {
+            const long at = checkpoint_step(c);
+            if (at > 0 && !strcmp(nv_rec_str(c, "model"), model)) {
+                *step = at, *entry = c;
+                return x;
+            }
         }
     }
     return NULL;
@@ -1324,7 +1374,7 @@ int nv_ftjobs_delete_model(nv_ftjobs *j, const char *model, char **out, nv_api_e
     pthread_mutex_unlock(&j->mu);
     nv_adapters_remove(j->o.adapters, model); /* (freed when its last request ends) */
     static const char *const names[] = {"adapter.gguf", "adapter_model.safetensors", "adapter_config.json"};
-    if (step > 0) remove_step_model(j, id, step);
+    if (step > 0) remove_step_model(j, id, step); /* (owner gives a positive step for an earlier epoch's model alone) */
     else nv_remove_in_dir(run, names, sizeof names / sizeof *names);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", model);

@@ -447,10 +447,13 @@ int nv_train_chat_template(const char *dir, char *name, size_t cap) { return rea
 /* What identifies the frozen weights a LoRA run adapts (its checkpoint keeps it; save_merged checks
    the weights it merges into against it). */
 static uint64_t base_hash(const nv_train_opts *o) {
-    uint64_t h = o->init_params ? nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), 7) : 0;
-    if (o->lora_init) /* the adapters' start is part of the model a preference loss compares with */
-        h ^= nv_hash64(o->lora_init, nv_lora_param_count(&o->config, &o->lora) * sizeof(float), 11);
-    return h;
+    return o->init_params ? nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), 7) : 0;
+}
+
+/* What a checkpoint records of the model a run starts from: the base's hash, and the adapters'
+   start (--lora-init) with it, part of the model a preference loss compares with. */
+static uint64_t start_hash(const nv_train_opts *o, uint64_t base) {
+    return o->lora_init ? base ^ nv_hash64(o->lora_init, nv_lora_param_count(&o->config, &o->lora) * sizeof(float), 11) : base;
 }
 
 /* Refuses to overwrite a run without --resume, and a checkpoint written with other settings. */
@@ -496,8 +499,8 @@ static nv_err check_resume(const nv_train_opts *o, int pack, uint64_t bhash, con
     }
     if ((lora || bhash) && ck->h.base_hash != bhash) {
         nv_ckpt_close(ck);
-        return nv_fail(NV_EINVAL, "%s %s other weights than --init-from's: resume with the model the run started from",
-                       ckpt_path, lora ? "adapts" : "was trained against");
+        return nv_fail(NV_EINVAL, "%s %s other weights than --init-from's%s: resume with the model the run started from",
+                       ckpt_path, lora ? "adapts" : "was trained against", o->lora_init ? " with --lora-init's adapters" : "");
     }
     /* its best so far is by its own metric, which this run must follow (a file without a best follows any) */
     if (!isnan(ck->h.best_val_loss) && ck->h.best_metric != (int32_t)o->best_metric) {
@@ -534,6 +537,7 @@ static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     h = nv_hash64(&o->lora.alpha, sizeof o->lora.alpha, h);
     h = nv_hash64(&o->pref, sizeof o->pref, h);
     if (o->init_params) h = nv_hash64(o->init_params, nv_config_param_count(&o->config) * sizeof(float), h);
+    if (o->lora_init) h = nv_hash64(o->lora_init, nv_lora_param_count(&o->config, &o->lora) * sizeof(float), h);
     if (ds->weights) h = nv_hash64(ds->weights, (size_t)ds->n_src * sizeof(double), h);
     if (o->teacher) { /* the teacher's shape and size, and how it is weighed */
         const float kd[2] = {o->distill_alpha, o->distill_temp};
@@ -653,12 +657,14 @@ static nv_err save_weights(nv_tmodel *tm, const nv_train_opts *o, const char *di
     return e;
 }
 
-/* The step of a run folder's entry named step-N (--save-every's), else -1. */
-static long snapshot_step(const char *name) {
-    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9') return -1;
-    char *end;
+/* The step of a run folder's folder named step-N (--save-every's: N written as a step is), else -1. */
+static long snapshot_step(const char *dir, const char *name) {
+    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9' || (name[5] == '0' && name[6])) return -1;
+    char *end, path[4300];
+    errno = 0;
     const long n = strtol(name + 5, &end, 10);
-    return *end || n < 0 ? -1 : n;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return *end || errno || !nv_file_is_dir(path) ? -1 : n;
 }
 
 static int cmp_long(const void *a, const void *b) {
@@ -666,17 +672,34 @@ static int cmp_long(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int nv_train_snapshots(const char *run_dir, long *steps, int cap) {
+/* Every step-N/ folder's step, ascending (malloc'd, *n of them; NULL with 0 when none or unreadable). */
+static long *list_snapshots(const char *run_dir, int *n) {
+    long *steps = NULL;
+    int cap = 0;
+    *n = 0;
     DIR *d = opendir(run_dir);
-    if (!d) return 0;
-    int n = 0;
-    for (struct dirent *de; (de = readdir(d));) {
-        const long step = snapshot_step(de->d_name);
-        if (step >= 0 && n < cap) steps[n++] = step;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        const long step = snapshot_step(run_dir, de->d_name);
+        if (step < 0) continue;
+        if (*n == cap) {
+            long *grown = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (!grown) break;
+            steps = grown;
+        }
+        steps[(*n)++] = step;
     }
-    closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, cmp_long);
-    return n;
+    if (d) closedir(d);
+    if (*n) qsort(steps, (size_t)*n, sizeof *steps, cmp_long);
+    return steps;
+}
+
+int nv_train_snapshots(const char *run_dir, long *steps, int cap) {
+    int n;
+    long *all = list_snapshots(run_dir, &n);
+    const int from = n > cap ? n - cap : 0; /* the newest cap */
+    for (int i = from; i < n; i++) steps[i - from] = all[i];
+    free(all);
+    return n - from;
 }
 
 static void remove_model_dir(const char *dir) {
@@ -684,9 +707,9 @@ static void remove_model_dir(const char *dir) {
     if (rmdir(dir) != 0 && errno != ENOENT) nv_warn("could not remove %s: %s", dir, strerror(errno));
 }
 
-/* The run folder's step-N/ folders but the newest keep (0: all of them), and any a stopped run left
-   half written (.step-N.part). */
-static void prune_snapshots(const char *out_dir, int keep) {
+/* The run folder's step-N/ folders past step `past` (-1: all), and of the others all but the newest
+   keep (0: no limit); and any a stopped run left half written (.step-N.part). */
+static void prune_snapshots(const char *out_dir, long past, int keep) {
     char path[4300];
     DIR *d = opendir(out_dir);
     for (struct dirent *de; d && (de = readdir(d));)
@@ -695,16 +718,18 @@ static void prune_snapshots(const char *out_dir, int keep) {
             remove_model_dir(path);
         }
     if (d) closedir(d);
-    long steps[4096];
-    const int cap = (int)(sizeof steps / sizeof *steps);
-    for (int round = 0; round < 64; round++) { /* (more than fit here: all removed in rounds, when keep is 0) */
-        const int n = nv_train_snapshots(out_dir, steps, cap);
-        for (int i = 0; i < n - keep; i++) {
-            snprintf(path, sizeof path, "%s/step-%ld", out_dir, steps[i]);
-            remove_model_dir(path);
+    int n;
+    long *steps = list_snapshots(out_dir, &n);
+    int kept = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        if (steps[i] <= past && (keep <= 0 || kept < keep)) {
+            kept++;
+            continue;
         }
-        if (keep > 0 || n < cap) break;
+        snprintf(path, sizeof path, "%s/step-%ld", out_dir, steps[i]);
+        remove_model_dir(path);
     }
+    free(steps);
 }
 
 /* What a run refuses before it touches anything: every process checks the same settings alike. */
@@ -824,6 +849,7 @@ typedef struct {
     size_t bt;   /* tokens of a micro-batch, every process's */
     size_t mine; /* where this process's rows start in it */
     uint64_t bhash; /* what identifies the frozen weights a LoRA run adapts, or the reference a DPO/IPO run compares with */
+    uint64_t shash; /* bhash with --lora-init's adapters: what the checkpoint records */
     int have_tm;
     nv_tmodel tm;
     nv_adamw opt;
@@ -1241,9 +1267,9 @@ static void save_snapshot(train_run *r, long step) {
     snprintf(dir, sizeof dir, "%s/step-%ld", o->out_dir, step);
     remove_model_dir(part);
     nv_err e = nv_mkdirs(part);
+    if (e == NV_OK) write_serving_files(part, o, r->ds); /* (first: a GGUF model takes its vocabulary and template from them) */
     if (e == NV_OK) e = save_weights(&r->tm, o, part);
     if (e == NV_OK) {
-        write_serving_files(part, o, r->ds);
         remove_model_dir(dir); /* (a run resumed from before it wrote this step's) */
         if (rename(part, dir) != 0) e = nv_fail(NV_EIO, "cannot rename %s to %s: %s", part, dir, strerror(errno));
     }
@@ -1252,7 +1278,7 @@ static void save_snapshot(train_run *r, long step) {
         remove_model_dir(part);
         return;
     }
-    if (o->save_limit > 0) prune_snapshots(o->out_dir, o->save_limit);
+    if (o->save_limit > 0) prune_snapshots(o->out_dir, step, o->save_limit);
 }
 
 /* The checkpoint, atomically, with a LoRA run's adapters beside it and the loss curve. */
@@ -1266,7 +1292,7 @@ static nv_err save_checkpoint(const train_run *r) {
     h.data_rng = r->cur.rng;
     h.data_windows = r->cur.windows;
     h.n_params = r->tm.n_train;
-    h.base_hash = r->bhash; /* 0 unless LoRA or a preference loss with a reference */
+    h.base_hash = r->shash; /* 0 unless LoRA or a preference loss with a reference */
     if (r->lora) {
         h.lora_rank = o->lora.rank;
         h.lora_targets = o->lora.targets;
@@ -1457,20 +1483,26 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     snprintf(r->svg_path, sizeof r->svg_path, "%s/loss.svg", o->out_dir);
     snprintf(r->samples_path, sizeof r->samples_path, "%s/samples.txt", o->out_dir);
     if (r->lead) e = nv_mkdirs(o->out_dir);
-    if (r->lead && !o->resume && e == NV_OK) {
-        clear_model_dir(r->best_dir);
-        prune_snapshots(o->out_dir, 0);
-    }
-    if (r->lead && r->save_best_on && e == NV_OK) e = nv_mkdirs(r->best_dir);
     if (nv_dist_max(e != NV_OK)) return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", o->out_dir));
     /* Resume state is verified in full before anything is allocated or written (by process 0, which
        sends it to the others: only its machine needs the run folder). */
     nv_ckpt ck = {0};
     r->bhash = r->lora || r->with_ref ? base_hash(o) : 0;
-    if (r->lead) e = check_resume(o, ds->pack, r->bhash, r->ckpt_path, &ck);
+    r->shash = r->lora || r->with_ref ? start_hash(o, r->bhash) : 0;
+    if (r->lead) e = check_resume(o, ds->pack, r->shash, r->ckpt_path, &ck);
     if (nv_dist_max(e != NV_OK)) {
         nv_ckpt_close(&ck);
         return together(e ? e : nv_fail(NV_EINVAL, "process 0 could not start the run (its message says why)"));
+    }
+    /* (only once the run may start: a refused one leaves the folder as it was) an earlier run's
+       best/ and step-N/ go; a resumed run's step-N/ past its checkpoint (a run killed after writing
+       them) go, as its metrics past it do */
+    if (r->lead && !o->resume) clear_model_dir(r->best_dir);
+    if (r->lead) prune_snapshots(o->out_dir, o->resume ? (long)ck.h.step : -1, o->save_limit);
+    if (r->lead && r->save_best_on) e = nv_mkdirs(r->best_dir);
+    if (nv_dist_max(e != NV_OK)) {
+        nv_ckpt_close(&ck);
+        return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", r->best_dir));
     }
     double need;
     if ((e = check_memory(o, &need))) {
