@@ -214,7 +214,7 @@ assert.ok(listed.includes(batch.id));
 await assert.rejects(client.batches.cancel(batch.id), (e) => e.status === 409);
 assert.equal((await client.files.del(up.id)).deleted, true);
 await assert.rejects(client.files.retrieve(up.id), (e) => e.status === 404);
-// the fine-tuning jobs API: a chat file, a job, its events and checkpoint, its model answering, deleted
+// the fine-tuning jobs API: a chat file, a job, its events and checkpoints, one going on from an earlier epoch's model, its model answering, deleted
 const examples = Array.from({ length: 24 }, (_, i) =>
   JSON.stringify({ messages: [{ role: 'user', content: `Who is friend ${i}?` }, { role: 'assistant', content: 'The friend is Lily.' }] })).join('\n') + '\n';
 const tf = await client.files.create({ file: await toFile(Buffer.from(examples), 'chats.jsonl'), purpose: 'fine-tune' });
@@ -233,10 +233,20 @@ const events = [];
 for await (const e of client.fineTuning.jobs.listEvents(job.id, { limit: 10 })) events.push(e);
 assert.equal(events.filter((e) => e.type === 'metrics').length, 48);
 assert.equal(events[0].message, 'The job has successfully completed');
-const ckpts = [];
-for await (const c of client.fineTuning.jobs.checkpoints.list(job.id)) ckpts.push(c);
-assert.equal(ckpts.length, 1);
-assert.equal(ckpts[0].step_number, 48);
+const ckpts = []; // the final model and the two earlier epochs' (pages of one: the SDK follows the cursor)
+for await (const c of client.fineTuning.jobs.checkpoints.list(job.id, { limit: 1 })) ckpts.push(c);
+assert.deepEqual(ckpts.map((c) => c.step_number), [48, 36, 24]);
+assert.equal(ckpts[1].fine_tuned_model_checkpoint, `${job.fine_tuned_model}:ckpt-step-36`);
+// a job going on from an earlier epoch's model, which is then deleted
+let more = await client.fineTuning.jobs.create({ model: ckpts[2].fine_tuned_model_checkpoint, training_file: tf.id, seed: 3,
+  method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 1, batch_size: 2 } } } });
+assert.equal(more.model, ckpts[2].fine_tuned_model_checkpoint);
+for (let t = 0; !['succeeded', 'failed', 'cancelled'].includes(more.status) && t < 1200; t++) {
+  await new Promise((r) => setTimeout(r, 100));
+  more = await client.fineTuning.jobs.retrieve(more.id);
+}
+assert.equal(more.status, 'succeeded', JSON.stringify(more.error));
+assert.equal((await client.models.del(ckpts[2].fine_tuned_model_checkpoint)).deleted, true);
 const jobs = [];
 for await (const j of client.fineTuning.jobs.list({ limit: 1 })) jobs.push(j.id);
 assert.ok(jobs.includes(job.id));
