@@ -1437,6 +1437,47 @@ static void test_fine_tuning(void) {
     T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && !nv_file_exists(step_dir) && !nv_file_exists(rec),
             "cancelled while paused: its checkpoint and epochs' models removed (%d)", r.status);
     resp_free(&r);
+    /* a trainer killed outright by another than the server (the kernel, out of memory): the job goes
+       on, twice, each step told once; the third time it fails saying so */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":50}}", val);
+    T_CHECK(create_job(s.port, body, &j) == 200, "create 9");
+    char id9[64];
+    snprintf(id9, sizeof id9, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    int last_pid = 0;
+    for (int kill_no = 1; kill_no <= 3; kill_no++) {
+        int pid9 = 0;
+        snprintf(rec, sizeof rec, "%s/%s.json", dir, id9);
+        for (double t0 = now_s(); now_s() - t0 < 60; sleep_ms(20)) { /* a new trainer that has made a few steps */
+            char *text9 = NULL;
+            nv_file_read_all(rec, &text9, NULL);
+            cJSON *o9 = cJSON_Parse(text9 ? text9 : "");
+            pid9 = (int)num_of(o9, "nerve_pid");
+            cJSON_Delete(o9);
+            free(text9);
+            if (pid9 > 1 && pid9 != last_pid && job_steps(dir, id9) >= 5) break;
+        }
+        T_CHECK(pid9 > 1 && pid9 != last_pid, "trainer %d of job 9: pid %d", kill_no, pid9);
+        if (pid9 <= 1 || pid9 == last_pid) break;
+        kill(pid9, SIGKILL);
+        last_pid = pid9;
+        j = wait_job(s.port, id9, kill_no < 3 ? "queued" : "failed", 30);
+        T_CHECK(!strcmp(str_of(j, "status"), kill_no < 3 ? "queued" : "failed"), "killed %d: %s", kill_no, str_of(j, "status"));
+        if (kill_no == 3)
+            T_CHECK(strstr(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"), "signal 9") &&
+                        strstr(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"), "2 times"),
+                    "the third: %s", str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+        cJSON_Delete(j);
+    }
+    const int ne9 = job_events(s.port, id9, ev, 256);
+    int steps9 = 0, kills = 0;
+    for (int i = 0; i < ne9; i++) {
+        if (!strcmp(str_of(ev[i], "type"), "metrics"))
+            steps9 = num_of(cJSON_GetObjectItemCaseSensitive(ev[i], "data"), "step") == steps9 + 1 ? steps9 + 1 : -1000;
+        else kills += !strncmp(str_of(ev[i], "message"), "The trainer was killed at step", 30) && !strcmp(str_of(ev[i], "level"), "warn");
+        cJSON_Delete(ev[i]);
+    }
+    T_CHECK(steps9 > 5 && kills == 2, "job 9's events: each step once (%d), two kills gone on from (%d)", steps9, kills);
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
     /* off without --files-dir */
     if (!server_spawn(&s, "ftoff", NULL, NULL, model_path(), tok_path(), FLAGS, 60)) return;

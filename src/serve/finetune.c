@@ -29,6 +29,8 @@
 #define QUIET_S 0.3        /* a held trainer goes on once the server has had no request this long */
 #define POLL_S 0.05        /* how often the runner looks at the server and the trainer */
 #define MAX_ARGS 48
+#define KILLED_RETRIES 2   /* a trainer killed outright, not by the server (the kernel, short of memory), goes on this often */
+#define RETRY_WAIT_S 2.0   /* ... after this many seconds times the attempt: memory short a moment may be there again */
 #define CKPT_KEEP 2        /* earlier epochs' models served beside the final one (OpenAI keeps the last three epochs') */
 #define CKPT_SUFFIX ":ckpt-step-"
 
@@ -695,10 +697,20 @@ static void process(nv_ftjobs *j, const char *id) {
     pthread_mutex_lock(&j->mu);
     x = get(j, id);
     const int now = status_of(x->o), by_api = now == J_CANCELLED || now == J_PAUSED || now == J_QUEUED;
+    /* killed outright by another than the server (the kernel when memory runs out: the trainer goes
+       first, oom_score_adj): queued to go on from its last checkpoint, a few times */
+    const int retries = (int)nv_rec_num(x->o, "nerve_retries");
+    const int retry = !by_api && !finished && !j->stopping && pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+                      !signalled && retries >= 0 && retries < KILLED_RETRIES;
     int outcome = by_api ? (now == J_CANCELLED || !finished ? -1 : J_SUCCEEDED)
                   : finished ? J_SUCCEEDED
                   : j->stopping ? -1
-                                : J_FAILED;
+                  : retry ? J_QUEUED
+                          : J_FAILED;
+    if (outcome == J_FAILED && retries > 0) {
+        const size_t at = strlen(errmsg);
+        snprintf(errmsg + at, sizeof errmsg - at, " (after it went on from its checkpoint %d time%s)", retries, retries == 1 ? "" : "s");
+    }
     char name[NV_ADAPTER_NAME_CAP];
     snprintf(name, sizeof name, "%s", nv_rec_str(x->o, "nerve_fine_tuned_model"));
     pthread_mutex_unlock(&j->mu);
@@ -742,6 +754,13 @@ static void process(nv_ftjobs *j, const char *id) {
         nv_warn("serve: fine-tuning job %s failed: %s", id, errmsg);
     } else if (now == J_PAUSED || now == J_QUEUED) {
         event(j, id, "info", "message", NULL, "The trainer stopped at step %ld, its checkpoint saved", m.last);
+    } else if (retry) {
+        nv_rec_put(x->o, "nerve_retries", cJSON_CreateNumber(retries + 1));
+        event(j, id, "warn", "message", NULL,
+              "The trainer was killed at step %ld (signal 9: the kernel's, when memory runs out): the job goes on from its last "
+              "checkpoint in %.0f s (%d of %d times)",
+              m.last, RETRY_WAIT_S * (retries + 1), retries + 1, KILLED_RETRIES);
+        nv_warn("serve: fine-tuning job %s: its trainer was killed at step %ld: going on from its last checkpoint", id, m.last);
     }
     cJSON_Delete(ckpts);
     cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
@@ -749,6 +768,13 @@ static void process(nv_ftjobs *j, const char *id) {
     else save(j, x);
     j->running[0] = 0; /* (a cancel or pause until here found the job training: its status stood) */
     pthread_cond_broadcast(&j->cv);
+    for (const double until = nv_now() + RETRY_WAIT_S * (retries + 1); retry && !j->stopping && nv_now() < until;) {
+        struct timespec t; /* (the runner waits; the job is queued, so a cancel or pause meanwhile acts at once) */
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += 100000000L;
+        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+    }
     pthread_mutex_unlock(&j->mu);
 }
 
