@@ -532,6 +532,49 @@ static int check_chain(const char *what, const float *out, int rows, int cols, i
  * input order (dW continuing from its old value), however they block the depth, the rows and the
  * threads: shapes whose depths cross several depth blocks (and a last block a little over one),
  * and dW row counts past one row block, checked bit for bit against fmaf. */
+/* The 16-wide bf16 conversions (the bf16 engines' operands where AVX-512 is on) give
+ * nv_bf16_from_f32's bits for every kind of float: ties to even, subnormals (which VCVTNEPS2BF16
+ * would take as zero), infinities, NaNs of either sign and payload, the largest values (rounding up
+ * to infinity); with a column scale; every length 1..40 (the masked tail); and the VNNI pairs. */
+static void test_bf16_conversions_avx512(void) {
+    if (!nv_engine_available(NV_ENGINE_AVX512)) {
+        t_skip(nv_engine_why_off(NV_ENGINE_AVX512));
+        return;
+    }
+    enum { N = 4096 };
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u, 0x3f808000u,
+                                       0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f800000u, 0xff800000u,
+                                       0x7f800001u, 0x7fc00000u, 0xffbfffffu, 0x7fffffffu, 0x3f800000u, 0xbf7fffffu};
+    float *x = malloc(sizeof(float) * N), *scale = malloc(sizeof(float) * N);
+    uint16_t *got = malloc(sizeof(uint16_t) * (N + 64)), *pairs = malloc(sizeof(uint16_t) * 32);
+    uint64_t seed = 77;
+    for (int i = 0; i < N; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t u = (uint32_t)(seed >> 32);
+        if (i % 5 == 0) u = special[(seed >> 16) % (sizeof special / sizeof *special)];
+        if (i % 7 == 0) u &= 0x807fffffu; /* subnormals */
+        memcpy(&x[i], &u, 4);
+        scale[i] = (float)(1 + (int)(seed % 9)) * 0.37f;
+    }
+    int bad = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const float *cs = pass ? scale : NULL;
+        nv_avx512_row_to_bf16(x, cs, got, N);
+        for (int i = 0; i < N; i++) bad += got[i] != nv_bf16_from_f32(cs ? x[i] * cs[i] : x[i]);
+        for (int len = 1; len <= 40; len++) { /* the tail: nothing past len written */
+            for (int i = 0; i < 64; i++) got[i] = 0xabcd;
+            nv_avx512_row_to_bf16(x + len, cs ? cs + len : NULL, got, len);
+            for (int i = 0; i < 64; i++) bad += got[i] != (i < len ? nv_bf16_from_f32(cs ? x[len + i] * cs[len + i] : x[len + i]) : 0xabcd);
+        }
+    }
+    for (int at = 0; at + 32 <= N; at += 32) {
+        nv_avx512_vnni_pair16(x + at, x + at + 16, pairs);
+        for (int c = 0; c < 16; c++) bad += pairs[2 * c] != nv_bf16_from_f32(x[at + c]) || pairs[2 * c + 1] != nv_bf16_from_f32(x[at + 16 + c]);
+    }
+    T_CHECK(bad == 0, "%d conversions differ from nv_bf16_from_f32", bad);
+    free(x), free(scale), free(got), free(pairs);
+}
+
 static void test_fma_chains(void) {
     /* depths 288 and 576 end in a block over kc (with more rows than the few-rows order takes);
      * 600 x 7 x 330 splits dW's columns too; on 1, 2 and 3 threads */
@@ -1353,6 +1396,7 @@ int main(void) {
     t_run("scalar: products on the calling thread (nv_bpack)", test_bpack);
     for (int e = NV_ENGINE_AVX2; e < NV_ENGINE_COUNT; e++) run_engine_cases((nv_engine_id)e, "");
     T_RUN(test_avx512_bits_equal_avx2);
+    T_RUN(test_bf16_conversions_avx512);
     T_RUN(test_int8_kernels_agree);
     T_RUN(test_qdot_kernels_agree);
     T_RUN(test_qdot_super_kernels_agree);

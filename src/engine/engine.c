@@ -184,7 +184,7 @@ static inline __m128i bf16x8(__m256 v) {
 }
 
 /* dst[j] = bf16(src[j] (* colscale[j])) for j < k. */
-static void row_to_bf16(const float *src, const float *colscale, uint16_t *dst, int k) {
+static void row_to_bf16_avx2(const float *src, const float *colscale, uint16_t *dst, int k) {
     int j = 0;
     for (; j + 8 <= k; j += 8) {
         __m256 v = _mm256_loadu_ps(src + j);
@@ -230,15 +230,27 @@ static float row_to_int8(const float *src, int8_t *dst, int k, uint8_t flip) {
     return finite ? amax / 127.0f : NAN;
 }
 
+/* The whole case of vnni_pair16 below: both rows, 16 columns. */
+static void vnni_pair16_avx2(const float *r0, const float *r1, uint16_t *out) {
+    for (int h = 0; h < 16; h += 8) {
+        __m128i a = bf16x8(_mm256_loadu_ps(r0 + h)), b = bf16x8(_mm256_loadu_ps(r1 + h));
+        _mm_storeu_si128((__m128i *)(out + 2 * h), _mm_unpacklo_epi16(a, b));
+        _mm_storeu_si128((__m128i *)(out + 2 * h + 8), _mm_unpackhi_epi16(a, b));
+    }
+}
+
+/* The conversions of activations, gradients and weights into the bf16 engines' operands: 16 at a
+ * time where AVX-512 is on (nv_engines_init; the same bits either way). */
+static void (*row_to_bf16_fn)(const float *, const float *, uint16_t *, int) = row_to_bf16_avx2;
+static void (*vnni_pair16_fn)(const float *, const float *, uint16_t *) = vnni_pair16_avx2;
+
+static inline void row_to_bf16(const float *src, const float *colscale, uint16_t *dst, int k) { row_to_bf16_fn(src, colscale, dst, k); }
+
 /* 16 columns of two rows into VNNI pairs: out[2c + e] = bf16(row_e[c]); a NULL row or the columns
  * at and past nc are zero. */
 static void vnni_pair16(const float *r0, const float *r1, int nc, uint16_t *out) {
     if (r0 && r1 && nc >= 16) {
-        for (int h = 0; h < 16; h += 8) {
-            __m128i a = bf16x8(_mm256_loadu_ps(r0 + h)), b = bf16x8(_mm256_loadu_ps(r1 + h));
-            _mm_storeu_si128((__m128i *)(out + 2 * h), _mm_unpacklo_epi16(a, b));
-            _mm_storeu_si128((__m128i *)(out + 2 * h + 8), _mm_unpackhi_epi16(a, b));
-        }
+        vnni_pair16_fn(r0, r1, out);
         return;
     }
     for (int c = 0; c < 16; c++) {
@@ -2115,6 +2127,10 @@ static int avx2int8_plain_retry(nv_engine_id e, char *why, size_t len) {
 
 nv_err nv_engines_init(const char *allow, int threads) {
     const nv_cpu_info *cpu = nv_cpu_probe(); /* the AMX permission is asked for before any worker starts */
+    if (nv_cpu_has_avx512(cpu)) { /* (before any worker converts) */
+        row_to_bf16_fn = nv_avx512_row_to_bf16;
+        vnni_pair16_fn = nv_avx512_vnni_pair16;
+    }
     if (!pool_ready || threads > 0) {
         NV_TRY(nv_pool_init(threads));
         pool_ready = 1;
