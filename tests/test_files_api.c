@@ -1285,6 +1285,24 @@ static void test_fine_tuning(void) {
     data = cJSON_GetObjectItemCaseSensitive(l, "data");
     T_CHECK(cJSON_GetArraySize(data) == 1 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), id1), "after");
     cJSON_Delete(l);
+    /* OpenAI's metadata filter: job 1 alone has {"k": "v"} */
+    l = get_json(s.port, "/v1/fine_tuning/jobs?metadata%5Bk%5D=v");
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 1 && !strcmp(str_of(cJSON_GetArrayItem(data, 0), "id"), id1), "metadata[k]=v");
+    cJSON_Delete(l);
+    l = get_json(s.port, "/v1/fine_tuning/jobs?metadata[k]=w");
+    T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "data")) == 0, "metadata[k]=w");
+    cJSON_Delete(l);
+    l = get_json(s.port, "/v1/fine_tuning/jobs?metadata=null&limit=4");
+    data = cJSON_GetObjectItemCaseSensitive(l, "data");
+    int with_meta = 0;
+    for (const cJSON *x = data ? data->child : NULL; x; x = x->next) with_meta += !strcmp(str_of(x, "id"), id1);
+    T_CHECK(cJSON_GetArraySize(data) == 4 && !with_meta && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
+            "metadata=null: the four others");
+    cJSON_Delete(l);
+    T_CHECK(http(s.port, "GET", "/v1/fine_tuning/jobs?metadata%5Bk=v", KEY, NULL, &r) && r.status == 400 && strstr(r.body, "\"metadata\""),
+            "a malformed metadata filter: %d", r.status);
+    resp_free(&r);
     T_CHECK(http(s.port, "GET", "/metrics", KEY, NULL, &r) && r.status == 200 &&
                 strstr(r.body, "\nnerve_fine_tuning_jobs{status=\"succeeded\"} 3\n") &&
                 strstr(r.body, "\nnerve_fine_tuning_jobs{status=\"failed\"} 1\n") &&

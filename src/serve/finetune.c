@@ -1181,20 +1181,36 @@ int nv_ftjobs_get(nv_ftjobs *j, const char *id, char **out, nv_api_error *e) {
     return x ? answer(o, out, e) : not_found(id, e);
 }
 
-int nv_ftjobs_list(nv_ftjobs *j, int limit, const char *after, char **out, nv_api_error *e) {
+/* Whether job object o's metadata matches the filter: NULL any, JSON null none at all, else an object
+   of strings each of which the job's metadata holds. */
+static int metadata_matches(const cJSON *o, const cJSON *filter) {
+    if (!filter) return 1;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(o, "metadata");
+    if (cJSON_IsNull(filter)) return !cJSON_IsObject(meta) || !meta->child;
+    for (const cJSON *f = filter->child; f; f = f->next) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, f->string);
+        if (!cJSON_IsString(v) || !cJSON_IsString(f) || strcmp(v->valuestring, f->valuestring) != 0) return 0;
+    }
+    return 1;
+}
+
+int nv_ftjobs_list(nv_ftjobs *j, int limit, const char *after, const cJSON *metadata, char **out, nv_api_error *e) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     pthread_mutex_lock(&j->mu);
-    int hi = j->r.n - 1;
+    int hi = j->r.n - 1, kept = 0, more = 0;
     if (after) {
         const job *x = get(j, after);
         hi = x ? (int)(x - j->r.v) - 1 : -1;
     }
-    int kept = 0;
-    for (; hi >= 0 && kept < limit; hi--, kept++) cJSON_AddItemToArray(data, shown(&j->r.v[hi]));
+    for (; hi >= 0 && !more; hi--) {
+        if (!metadata_matches(j->r.v[hi].o, metadata)) continue;
+        if (kept++ < limit) cJSON_AddItemToArray(data, shown(&j->r.v[hi]));
+        else more = 1;
+    }
     pthread_mutex_unlock(&j->mu);
-    cJSON_AddBoolToObject(o, "has_more", hi >= 0);
+    cJSON_AddBoolToObject(o, "has_more", more);
     return answer(o, out, e);
 }
 

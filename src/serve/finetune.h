@@ -30,6 +30,8 @@
 #ifndef NV_SERVE_FINETUNE_H
 #define NV_SERVE_FINETUNE_H
 
+#include <cjson/cJSON.h>
+
 #include "model/adapters.h"
 #include "serve/api.h"
 #include "serve/files.h"
@@ -68,8 +70,10 @@ int nv_ftjobs_counts(nv_ftjobs *j, const char **names, int *counts, int cap);
 /* The endpoints: 0 with the JSON answer in *out (malloc'd), else the error in e (its status). */
 int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_api_error *e);
 int nv_ftjobs_get(nv_ftjobs *j, const char *id, char **out, nv_api_error *e);
-/* Newest first, after the job id given (NULL: from the newest), at most limit. */
-int nv_ftjobs_list(nv_ftjobs *j, int limit, const char *after, char **out, nv_api_error *e);
+/* Newest first, after the job id given (NULL: from the newest), at most limit; metadata (NULL: any)
+ * keeps the jobs whose metadata holds each of its strings (OpenAI's metadata[k]=v), JSON null those
+ * with none. */
+int nv_ftjobs_list(nv_ftjobs *j, int limit, const char *after, const cJSON *metadata, char **out, nv_api_error *e);
 /* action: "cancel", "pause" or "resume". */
 int nv_ftjobs_act(nv_ftjobs *j, const char *id, const char *action, char **out, nv_api_error *e);
 /* A job's events, newest first, after the event id given (NULL: from the newest), at most limit. */
