@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """One fine-tuning job end to end: `nerve serve --files-dir` on a free port, 200 chat examples of one
-pattern uploaded, a job of one epoch with the defaults, timed from POST /v1/fine_tuning/jobs to
-`succeeded` (its adapters loaded); then the trainer's efficiency line and the fine-tuned model's
-greedy answer to a prompt of the pattern, as docs/benchmarks.md records them.
+pattern uploaded, a job of --epochs (default one) with the defaults, timed from POST
+/v1/fine_tuning/jobs to `succeeded` (its adapters loaded); then its checkpoints (the earlier epochs'
+models), the trainer's efficiency line and the fine-tuned model's greedy answer to a prompt of the
+pattern, as docs/benchmarks.md records them.
 
-    scripts/finetune_job.py [--nerve build/nerve] [--model MODEL] [--tok TOKENIZER]
+    scripts/finetune_job.py [--nerve build/nerve] [--model MODEL] [--tok TOKENIZER] [--epochs N]
 
 MODEL: default a stories15M-shaped model made by `nerve init`. Python's standard library only."""
 import json, os, sys, time
@@ -13,7 +14,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util
 from bench_util import Server
 
-a = bench_util.parser().parse_args()
+p = bench_util.parser()
+p.add_argument('--epochs', type=int, default=1)
+a = p.parse_args()
 examples = ''.join(json.dumps({'messages': [{'role': 'user', 'content': f'Tell me about day {i} of the week.'},
                                             {'role': 'assistant', 'content': f'Day {i} was sunny and the children played in the park.'}]})
                    + '\n' for i in range(200)).encode()
@@ -21,7 +24,7 @@ srv = Server(a.nerve, a.model, a.tok, ['--files-dir', '{tmp}/files'])
 model = srv.get('/v1/models')['data'][0]['id']
 fid = srv.upload('fine-tune', examples)
 t0 = time.time()
-job = srv.post('/v1/fine_tuning/jobs', {'model': model, 'training_file': fid, 'hyperparameters': {'n_epochs': 1}})
+job = srv.post('/v1/fine_tuning/jobs', {'model': model, 'training_file': fid, 'hyperparameters': {'n_epochs': a.epochs}})
 while True:
     j = srv.get(f"/v1/fine_tuning/jobs/{job['id']}")
     if j['status'] in ('succeeded', 'failed', 'cancelled'):
@@ -32,6 +35,8 @@ last = [e for e in srv.get(f"/v1/fine_tuning/jobs/{job['id']}/events?limit=20")[
 print(f"{model}: {j['status']} in {wall:.1f} s, {last[0]['data']['step'] if last else 0} steps, "
       f"last loss {last[0]['data']['train_loss'] if last else float('nan'):.2f}, {j['trained_tokens']} tokens")
 if j['status'] == 'succeeded':
+    for c in srv.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints")['data']:
+        print(f"checkpoint: step {c['step_number']}, train loss {c['metrics']['train_loss']:.2f}: {c['fine_tuned_model_checkpoint']}")
     ans = srv.post('/v1/chat/completions', {'model': j['fine_tuned_model'], 'max_tokens': 16, 'temperature': 0,
                                             'messages': [{'role': 'user', 'content': 'Tell me about day 7 of the week.'}]})
     print('the fine-tuned model answers:', repr(ans['choices'][0]['message']['content']))

@@ -21,6 +21,8 @@
  *   int8 dx       the quantised weights (exact in bf16) times dy scaled per channel and rounded to
  *                 bf16: sum_a |dy_a| (hw_a + 3u|W_a|) + 2^-8 (1 + 2^-13) sum_a |dy_a| (|W_a| + hw_a). */
 #include <immintrin.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdint.h>
 
 #include "base/log.h"
@@ -528,14 +530,11 @@ static int check_chain(const char *what, const float *out, int rows, int cols, i
     return 1;
 }
 
-/* The fp32 engines compute every element of y, dx and dW as one chain of fused multiply-adds in
- * input order (dW continuing from its old value), however they block the depth, the rows and the
- * threads: shapes whose depths cross several depth blocks (and a last block a little over one),
- * and dW row counts past one row block, checked bit for bit against fmaf. */
 /* The 16-wide bf16 conversions (the bf16 engines' operands where AVX-512 is on) give
  * nv_bf16_from_f32's bits for every kind of float: ties to even, subnormals (which VCVTNEPS2BF16
  * would take as zero), infinities, NaNs of either sign and payload, the largest values (rounding up
- * to infinity); with a column scale; every length 1..40 (the masked tail); and the VNNI pairs. */
+ * to infinity); with a column scale; every length 1..40 (the masked tail, its source and scale
+ * ending at an unreadable page: nothing past k read or written); and the VNNI pairs. */
 static void test_bf16_conversions_avx512(void) {
     if (!nv_engine_available(NV_ENGINE_AVX512)) {
         t_skip(nv_engine_why_off(NV_ENGINE_AVX512));
@@ -546,6 +545,12 @@ static void test_bf16_conversions_avx512(void) {
                                        0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f800000u, 0xff800000u,
                                        0x7f800001u, 0x7fc00000u, 0xffbfffffu, 0x7fffffffu, 0x3f800000u, 0xbf7fffffu};
     float *x = malloc(sizeof(float) * N), *scale = malloc(sizeof(float) * N);
+    /* two pages each followed by an unreadable one: the tails end where reading on would fault */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *guard = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    T_CHECK(guard != MAP_FAILED && mprotect(guard + page, page, PROT_NONE) == 0 && mprotect(guard + 3 * page, page, PROT_NONE) == 0, "guard pages");
+    if (guard == MAP_FAILED) return;
+    float *edge = (float *)(guard + page), *edge_scale = (float *)(guard + 3 * page);
     uint16_t *got = malloc(sizeof(uint16_t) * (N + 64)), *pairs = malloc(sizeof(uint16_t) * 32);
     uint64_t seed = 77;
     for (int i = 0; i < N; i++) {
@@ -561,9 +566,11 @@ static void test_bf16_conversions_avx512(void) {
         const float *cs = pass ? scale : NULL;
         nv_avx512_row_to_bf16(x, cs, got, N);
         for (int i = 0; i < N; i++) bad += got[i] != nv_bf16_from_f32(cs ? x[i] * cs[i] : x[i]);
-        for (int len = 1; len <= 40; len++) { /* the tail: nothing past len written */
+        for (int len = 1; len <= 40; len++) { /* the tail: nothing past len read or written */
             for (int i = 0; i < 64; i++) got[i] = 0xabcd;
-            nv_avx512_row_to_bf16(x + len, cs ? cs + len : NULL, got, len);
+            memcpy(edge - len, x + len, (size_t)len * sizeof(float));
+            if (cs) memcpy(edge_scale - len, cs + len, (size_t)len * sizeof(float));
+            nv_avx512_row_to_bf16(edge - len, cs ? edge_scale - len : NULL, got, len);
             for (int i = 0; i < 64; i++) bad += got[i] != (i < len ? nv_bf16_from_f32(cs ? x[len + i] * cs[len + i] : x[len + i]) : 0xabcd);
         }
     }
@@ -573,8 +580,13 @@ static void test_bf16_conversions_avx512(void) {
     }
     T_CHECK(bad == 0, "%d conversions differ from nv_bf16_from_f32", bad);
     free(x), free(scale), free(got), free(pairs);
+    munmap(guard, 4 * page);
 }
 
+/* The fp32 engines compute every element of y, dx and dW as one chain of fused multiply-adds in
+ * input order (dW continuing from its old value), however they block the depth, the rows and the
+ * threads: shapes whose depths cross several depth blocks (and a last block a little over one),
+ * and dW row counts past one row block, checked bit for bit against fmaf. */
 static void test_fma_chains(void) {
     /* depths 288 and 576 end in a block over kc (with more rows than the few-rows order takes);
      * 600 x 7 x 330 splits dW's columns too; on 1, 2 and 3 threads */

@@ -1456,7 +1456,8 @@ static void test_fine_tuning(void) {
             "cancelled while paused: its checkpoint and epochs' models removed (%d)", r.status);
     resp_free(&r);
     /* a trainer killed outright by another than the server (the kernel, out of memory): the job goes
-       on, twice, each step told once; the third time it fails saying so */
+       on, twice (the first time from the checkpoint of step 200), each step told once; the third time
+       it fails saying so */
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":50}}", val);
     T_CHECK(create_job(s.port, body, &j) == 200, "create 9");
     char id9[64];
@@ -1473,7 +1474,9 @@ static void test_fine_tuning(void) {
             pid9 = (int)num_of(o9, "nerve_pid");
             cJSON_Delete(o9);
             free(text9);
-            if (pid9 > 1 && pid9 != last_pid && job_steps(dir, id9) >= 5) break;
+            char ckpt9[700];
+            snprintf(ckpt9, sizeof ckpt9, "%s/%s.run/run/ckpt.bin", dir, id9);
+            if (pid9 > 1 && pid9 != last_pid && job_steps(dir, id9) >= 5 && (kill_no > 1 || nv_file_exists(ckpt9))) break;
         }
         T_CHECK(pid9 > 1 && pid9 != last_pid, "trainer %d of job 9: pid %d", kill_no, pid9);
         if (pid9 <= 1 || pid9 == last_pid) break;
@@ -1488,14 +1491,16 @@ static void test_fine_tuning(void) {
         cJSON_Delete(j);
     }
     const int ne9 = job_events(s.port, id9, ev, 256);
-    int steps9 = 0, kills = 0;
+    int steps9 = 0, kills = 0, from_ckpt = 0;
     for (int i = 0; i < ne9; i++) {
+        from_ckpt += !strcmp(str_of(ev[i], "message"), "Resuming the job from its last checkpoint");
         if (!strcmp(str_of(ev[i], "type"), "metrics"))
             steps9 = num_of(cJSON_GetObjectItemCaseSensitive(ev[i], "data"), "step") == steps9 + 1 ? steps9 + 1 : -1000;
         else kills += !strncmp(str_of(ev[i], "message"), "The trainer was killed at step", 30) && !strcmp(str_of(ev[i], "level"), "warn");
         cJSON_Delete(ev[i]);
     }
-    T_CHECK(steps9 > 5 && kills == 2, "job 9's events: each step once (%d), two kills gone on from (%d)", steps9, kills);
+    T_CHECK(steps9 >= 200 && kills == 2 && from_ckpt >= 1, "job 9's events: each step once (%d), two kills gone on from (%d), from its checkpoint (%d)",
+            steps9, kills, from_ckpt);
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
     /* off without --files-dir */
     if (!server_spawn(&s, "ftoff", NULL, NULL, model_path(), tok_path(), FLAGS, 60)) return;

@@ -2127,10 +2127,6 @@ static int avx2int8_plain_retry(nv_engine_id e, char *why, size_t len) {
 
 nv_err nv_engines_init(const char *allow, int threads) {
     const nv_cpu_info *cpu = nv_cpu_probe(); /* the AMX permission is asked for before any worker starts */
-    if (nv_cpu_has_avx512(cpu)) { /* (before any worker converts) */
-        row_to_bf16_fn = nv_avx512_row_to_bf16;
-        vnni_pair16_fn = nv_avx512_vnni_pair16;
-    }
     if (!pool_ready || threads > 0) {
         NV_TRY(nv_pool_init(threads));
         pool_ready = 1;
@@ -2177,6 +2173,12 @@ nv_err nv_engines_init(const char *allow, int threads) {
             engine_why[i][0] = '\0';
             nv_debug("engine %s on%s", engine_names[i], emulate && i >= NV_ENGINE_AVX512 && i != NV_ENGINE_AVX2_INT8 ? " (emulated)" : "");
         }
+    }
+    /* the conversions 16 at a time once an AVX-512 engine passed its probe and self-test on the
+       hardware itself (set once, before any product of the program's runs) */
+    if (!emulate && (engine_on[NV_ENGINE_AVX512] || engine_on[NV_ENGINE_AVX512_BF16])) {
+        row_to_bf16_fn = nv_avx512_row_to_bf16;
+        vnni_pair16_fn = nv_avx512_vnni_pair16;
     }
     engines_ready = 1;
     return NV_OK;

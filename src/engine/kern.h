@@ -67,11 +67,11 @@ typedef struct {
 
 extern const nv_kern_fp32 nv_kern_avx2;
 extern const nv_kern_fp32 nv_kern_avx512;
+extern const nv_kern_fp32 nv_kern_avx512_emu; /* the avx512 kernel logic on pairs of AVX2 vectors */
 /* AVX-512 (kern_avx512.c): dst[j] = bf16(src[j] (* colscale[j])) for j < k, and 16 columns of two
  * rows as VNNI pairs (out[2c + e] = bf16(row_e[c])): nv_bf16_from_f32's bits, 16 at a time. */
 void nv_avx512_row_to_bf16(const float *src, const float *colscale, uint16_t *dst, int k);
 void nv_avx512_vnni_pair16(const float *r0, const float *r1, uint16_t *out);
-extern const nv_kern_fp32 nv_kern_avx512_emu; /* the avx512 kernel logic on pairs of AVX2 vectors */
 
 /* The int8 engines' product over block-quantized weights (kern_qdot_tmpl.h has the arithmetic):
  * activations quantized per depth block of kq (16 or 32) to signed bytes; weights in column tiles

@@ -31,6 +31,7 @@
 #define MAX_ARGS 48
 #define KILLED_RETRIES 2   /* a trainer killed outright, not by the server (the kernel, short of memory), goes on this often */
 #define RETRY_WAIT_S 2.0   /* ... after this many seconds times the attempt: memory short a moment may be there again */
+#define CKPT_EVERY 200     /* the trainer's checkpoints, steps apart (a stop saves one too): what a trainer killed outright loses */
 #define CKPT_KEEP 2        /* earlier epochs' models served beside the final one (OpenAI keeps the last three epochs') */
 #define CKPT_SUFFIX ":ckpt-step-"
 
@@ -376,6 +377,8 @@ static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, ch
         arg(&l, "--threads");
         arg(&l, "%d", j->o.threads);
     }
+    arg(&l, "--ckpt-every");
+    arg(&l, "%d", CKPT_EVERY);
     char ckpt[4200];
     snprintf(ckpt, sizeof ckpt, "%.4100s/run/ckpt.bin", jobdir);
     if (nv_file_exists(ckpt)) arg(&l, "--resume");
@@ -605,6 +608,9 @@ static void process(nv_ftjobs *j, const char *id) {
     snprintf(metrics, sizeof metrics, "%.4200s/metrics.jsonl", run);
     snprintf(adapter, sizeof adapter, "%.4200s/adapter.gguf", run);
     const int resumed = nv_file_exists(metrics);
+    char ckpt_path[4400];
+    snprintf(ckpt_path, sizeof ckpt_path, "%.4200s/ckpt.bin", run);
+    const int from_ckpt = nv_file_exists(ckpt_path);
     metrics_read m = {0};
     if (resumed) { /* the steps already told (a killed server may have missed some the trainer wrote) */
         char events[4400];
@@ -634,7 +640,8 @@ static void process(nv_ftjobs *j, const char *id) {
     j->want_stop = 0;
     set_status(j, x, J_VALIDATING);
     if (argc <= 0) snprintf(errmsg, sizeof errmsg, "the trainer's arguments do not fit");
-    else if (resumed) event(j, id, "info", "message", NULL, "Resuming the job from its last checkpoint");
+    else if (resumed && from_ckpt) event(j, id, "info", "message", NULL, "Resuming the job from its last checkpoint");
+    else if (resumed) event(j, id, "info", "message", NULL, "Starting the job again from its first step (no checkpoint was saved)");
     else event(j, id, "info", "message", NULL, "Validating training file: %s", train_id);
     pthread_mutex_unlock(&j->mu);
     const int logfd = errmsg[0] ? -1 : above_stdio(open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
@@ -699,9 +706,10 @@ static void process(nv_ftjobs *j, const char *id) {
     const int now = status_of(x->o), by_api = now == J_CANCELLED || now == J_PAUSED || now == J_QUEUED;
     /* killed outright by another than the server (the kernel when memory runs out: the trainer goes
        first, oom_score_adj): queued to go on from its last checkpoint, a few times */
-    const int retries = (int)nv_rec_num(x->o, "nerve_retries");
-    const int retry = !by_api && !finished && !j->stopping && pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
-                      !signalled && retries >= 0 && retries < KILLED_RETRIES;
+    const double tried = nv_rec_num(x->o, "nerve_retries");
+    const int retries = tried >= 0 && tried <= KILLED_RETRIES ? (int)tried : KILLED_RETRIES; /* (a record edited by hand: no more) */
+    int retry = !by_api && !finished && !j->stopping && pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+                      !signalled && retries < KILLED_RETRIES;
     int outcome = by_api ? (now == J_CANCELLED || !finished ? -1 : J_SUCCEEDED)
                   : finished ? J_SUCCEEDED
                   : j->stopping ? -1
@@ -709,7 +717,7 @@ static void process(nv_ftjobs *j, const char *id) {
                           : J_FAILED;
     if (outcome == J_FAILED && retries > 0) {
         const size_t at = strlen(errmsg);
-        snprintf(errmsg + at, sizeof errmsg - at, " (after it went on from its checkpoint %d time%s)", retries, retries == 1 ? "" : "s");
+        snprintf(errmsg + at, sizeof errmsg - at, " (after it was started again %d time%s)", retries, retries == 1 ? "" : "s");
     }
     char name[NV_ADAPTER_NAME_CAP];
     snprintf(name, sizeof name, "%s", nv_rec_str(x->o, "nerve_fine_tuned_model"));
@@ -728,6 +736,10 @@ static void process(nv_ftjobs *j, const char *id) {
     if (outcome == J_SUCCEEDED || outcome == J_FAILED || now == J_CANCELLED) drop_run_leftovers(j, id, jobdir, outcome == J_SUCCEEDED);
     pthread_mutex_lock(&j->mu);
     x = get(j, id);
+    /* a cancel or pause the API answered between the two locks (the job still training then) stands,
+       but for a job whose model is already served: that one succeeded */
+    const int late = status_of(x->o), late_cancel = late != now && late == J_CANCELLED && outcome != J_SUCCEEDED;
+    if (late != now && (late == J_CANCELLED || late == J_PAUSED) && outcome != J_SUCCEEDED) outcome = -1, retry = 0;
     if (outcome == J_SUCCEEDED) {
         cJSON *files = cJSON_CreateArray();
         if (file_id[0]) cJSON_AddItemToArray(files, cJSON_CreateString(file_id));
@@ -758,24 +770,26 @@ static void process(nv_ftjobs *j, const char *id) {
         nv_rec_put(x->o, "nerve_retries", cJSON_CreateNumber(retries + 1));
         event(j, id, "warn", "message", NULL,
               "The trainer was killed at step %ld (signal 9: the kernel's, when memory runs out): the job goes on from its last "
-              "checkpoint in %.0f s (%d of %d times)",
+              "checkpoint (or its first step, when none was saved) in %.0f s (%d of %d times)",
               m.last, RETRY_WAIT_S * (retries + 1), retries + 1, KILLED_RETRIES);
-        nv_warn("serve: fine-tuning job %s: its trainer was killed at step %ld: going on from its last checkpoint", id, m.last);
+        nv_warn("serve: fine-tuning job %s: its trainer was killed at step %ld: starting it again", id, m.last);
     }
     cJSON_Delete(ckpts);
     cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
     if (outcome >= 0) set_status(j, x, outcome);
     else save(j, x);
-    j->running[0] = 0; /* (a cancel or pause until here found the job training: its status stood) */
+    j->running[0] = 0; /* (a cancel or pause from here on finds the job no longer training) */
     pthread_cond_broadcast(&j->cv);
-    for (const double until = nv_now() + RETRY_WAIT_S * (retries + 1); retry && !j->stopping && nv_now() < until;) {
-        struct timespec t; /* (the runner waits; the job is queued, so a cancel or pause meanwhile acts at once) */
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += 100000000L;
-        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+    /* a job going on after its trainer was killed waits first, queued (a cancel or pause meanwhile ends
+       the wait; the jobs behind it wait too: one trains at a time) */
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(RETRY_WAIT_S * (retries + 1));
+    while (retry && !j->stopping && (x = get(j, id)) && status_of(x->o) == J_QUEUED &&
+           pthread_cond_timedwait(&j->cv, &j->mu, &deadline) != ETIMEDOUT) {
     }
     pthread_mutex_unlock(&j->mu);
+    if (late_cancel) drop_run_leftovers(j, id, jobdir, 0);
 }
 
 /* Under mu: the oldest queued job of the model this server serves (the others wait for a server of
@@ -1128,8 +1142,9 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     if (err == NV_OK) err = link_data(from, jobdir, "train.jsonl");
     snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "validation_file"));
     if (err == NV_OK && nv_rec_str(o, "validation_file")[0]) err = link_data(from, jobdir, "validation.jsonl");
-    const int parent_gone = err == NV_OK && parent_adapter[0] && link_data(parent_adapter, jobdir, "init-adapter.gguf") != NV_OK;
-    if (parent_gone) err = NV_EIO; /* (deleted since it was looked up) */
+    int parent_gone = 0;
+    if (err == NV_OK && parent_adapter[0] && (err = link_data(parent_adapter, jobdir, "init-adapter.gguf")) != NV_OK)
+        parent_gone = !nv_file_exists(parent_adapter); /* (deleted since it was looked up; else the error as any) */
     pthread_mutex_lock(&j->mu);
     job tmp = {.o = o, .seq = j->r.next_seq};
     snprintf(tmp.id, sizeof tmp.id, "%.30s", id);
@@ -1291,7 +1306,7 @@ typedef struct {
 
 /* The figures of each listed model's step from the run's metrics.jsonl, read once. */
 static void models_metrics(const char *path, listed_model *v, int n) {
-    FILE *f = fopen(path, "r");
+    FILE *f = n > 0 ? fopen(path, "r") : NULL;
     char line[4096];
     while (f && fgets(line, sizeof line, f)) {
         cJSON *o = cJSON_Parse(line);
@@ -1322,9 +1337,10 @@ int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, int limit, const char *a
         snprintf(v[n++].model, sizeof v->model, "%s", nv_rec_str(x->o, "fine_tuned_model"));
     }
     const cJSON *c, *earlier = status_of(x->o) == J_SUCCEEDED ? cJSON_GetObjectItemCaseSensitive(x->o, "nerve_checkpoints") : NULL;
-    cJSON_ArrayForEach(c, earlier) {
-        if (deleted(c) || checkpoint_step(c) <= 0 || n == MAX_LISTED) continue;
-        v[n] = (listed_model){.step = checkpoint_step(c), .created_at = nv_rec_num(c, "created_at")};
+    cJSON_ArrayForEach(c, earlier) { /* (a record edited by hand past MAX_LISTED: the first of them) */
+        const long step = checkpoint_step(c);
+        if (deleted(c) || step <= 0 || n == MAX_LISTED) continue;
+        v[n] = (listed_model){.step = step, .created_at = nv_rec_num(c, "created_at")};
         snprintf(v[n++].model, sizeof v->model, "%s", nv_rec_str(c, "model"));
     }
     pthread_mutex_unlock(&j->mu);

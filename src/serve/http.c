@@ -1228,34 +1228,37 @@ static enum MHD_Result batches_api(nv_http *h, struct MHD_Connection *c, conn_ct
     return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
 }
 
-/* OpenAI's /v1/fine_tuning/jobs. */
-/* OpenAI's metadata filter among a list's GET arguments: metadata[KEY]=VALUE (into an object), or
-   metadata=null (a JSON null: no metadata at all); bad when malformed. */
+/* OpenAI's metadata filter among a list's GET arguments: metadata[KEY]=VALUE (into an object, the
+   last of a key's values kept; checked whole afterwards, as a request's metadata is), or
+   metadata=null (a JSON null: no metadata at all); bad when malformed or mixed, failed when out of
+   memory. Other arguments are not its. */
 typedef struct {
     cJSON *filter;
-    int bad;
+    int bad, failed;
 } metadata_filter;
 
 static enum MHD_Result metadata_filter_arg(void *ctx, enum MHD_ValueKind kind, const char *key, const char *value) {
     (void)kind;
     metadata_filter *f = ctx;
-    if (strncmp(key, "metadata", 8) != 0) return MHD_YES;
     const size_t n = strlen(key);
-    if (!strcmp(key, "metadata") && value && !strcmp(value, "null") && !f->filter) {
-        f->filter = cJSON_CreateNull();
-        return MHD_YES;
+    if (!strcmp(key, "metadata")) { /* null, once or more, and nothing else */
+        f->bad |= !value || strcmp(value, "null") != 0 || (f->filter && !cJSON_IsNull(f->filter));
+        if (!f->bad && !f->filter) f->failed |= !(f->filter = cJSON_CreateNull());
+        return f->bad || f->failed ? MHD_NO : MHD_YES;
     }
-    f->bad = !(key[8] == '[' && n > 10 && n - 10 <= 64 && key[n - 1] == ']' && value && strlen(value) <= 512 &&
-               (!f->filter || (cJSON_IsObject(f->filter) && cJSON_GetArraySize(f->filter) < 16)));
-    if (!f->bad && !f->filter) f->filter = cJSON_CreateObject();
-    if (f->bad || !f->filter) return MHD_NO;
+    if (strncmp(key, "metadata[", 9) != 0) return MHD_YES;
+    f->bad |= key[n - 1] != ']' || n == 10 || n - 10 > 64 || !value || (f->filter && !cJSON_IsObject(f->filter)) ||
+              cJSON_GetArraySize(f->filter) > 64; /* (bounded here; 16 once the duplicates are gone) */
+    if (!f->bad && !f->filter) f->failed |= !(f->filter = cJSON_CreateObject());
+    if (f->bad || f->failed) return MHD_NO;
     char k[80];
     snprintf(k, sizeof k, "%.*s", (int)(n - 10), key + 9);
     cJSON_DeleteItemFromObjectCaseSensitive(f->filter, k);
-    cJSON_AddStringToObject(f->filter, k, value);
-    return MHD_YES;
+    f->failed |= !cJSON_AddStringToObject(f->filter, k, value);
+    return f->failed ? MHD_NO : MHD_YES;
 }
 
+/* OpenAI's /v1/fine_tuning/jobs. */
 static enum MHD_Result ftjobs_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
     if (!h->o.ftjobs)
         return fail(h, c, cc, 404, "invalid_request_error", "not_found",
@@ -1273,10 +1276,15 @@ static enum MHD_Result ftjobs_api(nv_http *h, struct MHD_Connection *c, conn_ctx
     if (cc->route == R_FT_JOBS && !strcmp(method, "POST"))
         rc = nv_ftjobs_create(h->o.ftjobs, cc->body.data ? cc->body.data : "", cc->body.len, &out, &e);
     else if (cc->route == R_FT_JOBS) {
-        metadata_filter f = {NULL, 0};
+        metadata_filter f = {NULL, 0, 0};
         MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, metadata_filter_arg, &f);
         cJSON *filter = f.filter;
-        if (f.bad) {
+        if (f.failed) {
+            cJSON_Delete(filter);
+            nv_api_oom(&e);
+            return respond_error(h, c, cc, &e);
+        }
+        if (f.bad || (cJSON_IsObject(filter) && !nv_rec_metadata_ok(filter))) {
             cJSON_Delete(filter);
             nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "metadata",
                              "metadata filters are metadata[KEY]=VALUE (at most 16, keys up to 64 characters, values up to 512), or metadata=null");

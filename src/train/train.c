@@ -659,7 +659,7 @@ static nv_err save_weights(nv_tmodel *tm, const nv_train_opts *o, const char *di
 
 /* The step of a run folder's folder named step-N (--save-every's: N written as a step is), else -1. */
 static long snapshot_step(const char *dir, const char *name) {
-    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9' || (name[5] == '0' && name[6])) return -1;
+    if (strncmp(name, "step-", 5) != 0 || name[5] < '1' || name[5] > '9') return -1; /* (no step 0, no leading zeros) */
     char *end, path[4300];
     errno = 0;
     const long n = strtol(name + 5, &end, 10);
@@ -1494,16 +1494,6 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         nv_ckpt_close(&ck);
         return together(e ? e : nv_fail(NV_EINVAL, "process 0 could not start the run (its message says why)"));
     }
-    /* (only once the run may start: a refused one leaves the folder as it was) an earlier run's
-       best/ and step-N/ go; a resumed run's step-N/ past its checkpoint (a run killed after writing
-       them) go, as its metrics past it do */
-    if (r->lead && !o->resume) clear_model_dir(r->best_dir);
-    if (r->lead) prune_snapshots(o->out_dir, o->resume ? (long)ck.h.step : -1, o->save_limit);
-    if (r->lead && r->save_best_on) e = nv_mkdirs(r->best_dir);
-    if (nv_dist_max(e != NV_OK)) {
-        nv_ckpt_close(&ck);
-        return together(e ? e : nv_fail(NV_EIO, "process 0 could not make %s", r->best_dir));
-    }
     double need;
     if ((e = check_memory(o, &need))) {
         nv_ckpt_close(&ck);
@@ -1511,6 +1501,13 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     }
     e = run_setup(r, &ck);
     nv_ckpt_close(&ck);
+    /* only now that the run starts (one refused leaves the folder as it was): an earlier run's best/
+       and step-N/ go; a resumed run's step-N/ past its checkpoint (a run killed after writing them)
+       go, as its metrics past it do */
+    if (e == NV_OK && r->lead && !o->resume) clear_model_dir(r->best_dir);
+    if (e == NV_OK && r->lead) prune_snapshots(o->out_dir, o->resume ? r->step0 : -1, o->save_limit);
+    if (e == NV_OK && r->lead && r->save_best_on) e = nv_mkdirs(r->best_dir);
+    if (nv_dist_max(e != NV_OK) && e == NV_OK) e = nv_fail(NV_EIO, "process 0 could not make %s", r->best_dir);
     if (e) {
         run_free(r);
         return e;

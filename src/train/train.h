@@ -124,8 +124,8 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *train);
  * all can leave cleanly and process 0's message is the one to show; 0 when this process may have
  * failed alone, and must end the job (nv_dist_abort) rather than leave the others waiting. */
 int nv_train_failed_together(void);
-/* The steps of a run folder's step-N/ folders (save_every's), ascending: their number (at most cap
- * of them in steps), 0 when it has none or cannot be read. */
+/* The steps of a run folder's step-N/ folders (save_every's), ascending: the newest cap of them into
+ * steps, their number; 0 when it has none or cannot be read. */
 int nv_train_snapshots(const char *run_dir, long *steps, int cap);
 /* The chat template a run folder records (its chat_template file, the name on one line), into name
  * (cap bytes; a longer line is cut); 0 when the folder has none. dir "" is the current folder. */
