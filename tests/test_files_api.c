@@ -1300,9 +1300,29 @@ static void test_fine_tuning(void) {
     T_CHECK(cJSON_GetArraySize(data) == 4 && !with_meta && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),
             "metadata=null: the four others");
     cJSON_Delete(l);
-    T_CHECK(http(s.port, "GET", "/v1/fine_tuning/jobs?metadata%5Bk=v", KEY, NULL, &r) && r.status == 400 && strstr(r.body, "\"metadata\""),
-            "a malformed metadata filter: %d", r.status);
-    resp_free(&r);
+    char many[1200] = "/v1/fine_tuning/jobs?metadata[k]=v", dup[1200] = "/v1/fine_tuning/jobs?metadata[k]=w";
+    for (int i = 0; i < 16; i++) snprintf(many + strlen(many), sizeof many - strlen(many), "&metadata[k%d]=v", i);
+    for (int i = 0; i < 20; i++) snprintf(dup + strlen(dup), sizeof dup - strlen(dup), "&metadata[k]=v"); /* (the last wins) */
+    struct {
+        const char *path;
+        int status, listed;
+    } filters[] = {{"/v1/fine_tuning/jobs?metadata%5Bk=v", 400, -1},
+                   {"/v1/fine_tuning/jobs?metadata[]=v", 400, -1},
+                   {"/v1/fine_tuning/jobs?metadata=x", 400, -1},
+                   {"/v1/fine_tuning/jobs?metadata=null&metadata[k]=v", 400, -1},
+                   {many, 400, -1},
+                   {dup, 200, 1},
+                   {"/v1/fine_tuning/jobs?metadataX=1&limit=2", 200, 2}};
+    for (size_t i = 0; i < sizeof filters / sizeof *filters; i++) {
+        T_CHECK(http(s.port, "GET", filters[i].path, KEY, NULL, &r) && r.status == filters[i].status &&
+                    (r.status != 400 || strstr(r.body, "\"metadata\"")),
+                "filter %zu: %d", i, r.status);
+        cJSON *fl = filters[i].listed >= 0 ? cJSON_Parse(r.body ? r.body : "") : NULL;
+        T_CHECK(filters[i].listed < 0 || cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(fl, "data")) == filters[i].listed,
+                "filter %zu lists %d", i, cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(fl, "data")));
+        cJSON_Delete(fl);
+        resp_free(&r);
+    }
     T_CHECK(http(s.port, "GET", "/metrics", KEY, NULL, &r) && r.status == 200 &&
                 strstr(r.body, "\nnerve_fine_tuning_jobs{status=\"succeeded\"} 3\n") &&
                 strstr(r.body, "\nnerve_fine_tuning_jobs{status=\"failed\"} 1\n") &&
