@@ -1,4 +1,5 @@
-"""What the latency scripts share: `nerve serve` started on a free port, and its API by urllib."""
+"""What the latency scripts share: `nerve serve` started on a free port, its API by urllib, and the
+fine-tuning scripts' chat examples."""
 import argparse, json, os, re, subprocess, sys, tempfile, time, urllib.request
 
 
@@ -9,6 +10,12 @@ def parser():  # the options every latency script takes
     ap.add_argument('--tok', default=os.path.join(os.environ.get('NERVE_DATA', '../shared/data'), 'tokenizers/tokenizer.bin'))
     ap.add_argument('--probes', type=int, default=8)
     return ap
+
+
+def day_examples(n):  # n chat examples of one pattern, OpenAI's fine-tuning format, as an upload's bytes
+    return ''.join(json.dumps({'messages': [{'role': 'user', 'content': f'Tell me about day {i} of the week.'},
+                                            {'role': 'assistant', 'content': f'Day {i} was sunny and the children played in the park.'}]})
+                   + '\n' for i in range(n)).encode()
 
 
 class Server:

@@ -8,7 +8,7 @@ pattern, as docs/benchmarks.md records them.
     scripts/finetune_job.py [--nerve build/nerve] [--model MODEL] [--tok TOKENIZER] [--epochs N]
 
 MODEL: default a stories15M-shaped model made by `nerve init`. Python's standard library only."""
-import json, os, sys, time
+import os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util
@@ -17,9 +17,7 @@ from bench_util import Server
 p = bench_util.parser()
 p.add_argument('--epochs', type=int, default=1)
 a = p.parse_args()
-examples = ''.join(json.dumps({'messages': [{'role': 'user', 'content': f'Tell me about day {i} of the week.'},
-                                            {'role': 'assistant', 'content': f'Day {i} was sunny and the children played in the park.'}]})
-                   + '\n' for i in range(200)).encode()
+examples = bench_util.day_examples(200)
 srv = Server(a.nerve, a.model, a.tok, ['--files-dir', '{tmp}/files'])
 model = srv.get('/v1/models')['data'][0]['id']
 fid = srv.upload('fine-tune', examples)

@@ -8,7 +8,7 @@ speed in each.
 Starts `nerve serve --files-dir` on a free port (MODEL: default a stories15M-shaped model made by
 `nerve init`), uploads chat examples, starts a job long enough to outlast the probes, and prints the
 figures docs/benchmarks.md records. Python's standard library only."""
-import json, os, statistics, sys, time
+import os, statistics, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util
@@ -17,9 +17,7 @@ from bench_util import Server
 ap = bench_util.parser()
 ap.add_argument('--examples', type=int, default=200)
 a = ap.parse_args()
-examples = ''.join(json.dumps({'messages': [{'role': 'user', 'content': f'Tell me about day {i} of the week.'},
-                                            {'role': 'assistant', 'content': f'Day {i} was sunny and the children played in the park.'}]})
-                   + '\n' for i in range(a.examples)).encode()
+examples = bench_util.day_examples(a.examples)
 
 
 def probe(srv):  # interactive requests' seconds, one after another
