@@ -918,6 +918,18 @@ static char *chat_answer(int port, const char *model) {
     return out;
 }
 
+/* The trainer's pid job id's record in dir keeps (0: none). */
+static int record_pid(const char *dir, const char *id) {
+    char path[700], *text = NULL;
+    snprintf(path, sizeof path, "%s/%s.json", dir, id);
+    nv_file_read_all(path, &text, NULL);
+    cJSON *o = cJSON_Parse(text ? text : "");
+    const int pid = (int)num_of(o, "nerve_pid");
+    cJSON_Delete(o);
+    free(text);
+    return pid;
+}
+
 /* The state of every thread of process pid when they are all in one ('T': the process stopped whole),
    else 0. (A stop reaches a process's threads one by one: the kernel continues an orphaned group's
    stopped members only once their stop is whole.) */
@@ -1135,14 +1147,7 @@ static void test_fine_tuning(void) {
     const char *req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY "Content-Type: application/json\r\n"
                       "Content-Length: 52\r\n\r\n{\"prompt\":\"Once\",\"max_tokens\":200,\"ignore_eos\":true}";
     T_CHECK(conn >= 0 && strlen(strstr(req, "\r\n\r\n") + 4) == 52 && send_all(conn, req, strlen(req)), "a long request");
-    char *saved_rec = NULL;
-    char rec2[700];
-    snprintf(rec2, sizeof rec2, "%s/%s.json", dir, id2);
-    nv_file_read_all(rec2, &saved_rec, NULL);
-    cJSON *jr = cJSON_Parse(saved_rec ? saved_rec : "");
-    const int trainer = (int)num_of(jr, "nerve_pid");
-    cJSON_Delete(jr);
-    free(saved_rec);
+    const int trainer = record_pid(dir, id2);
     char state = 0;
     for (double t0 = now_s(); state != 'T' && now_s() - t0 < 10; sleep_ms(10)) state = all_threads_state(trainer);
     T_CHECK(trainer > 1 && state == 'T', "the trainer (pid %d) held while the request runs: state %c", trainer, state ? state : '-');
@@ -1486,14 +1491,8 @@ static void test_fine_tuning(void) {
     int last_pid = 0;
     for (int kill_no = 1; kill_no <= 3; kill_no++) {
         int pid9 = 0;
-        snprintf(rec, sizeof rec, "%s/%s.json", dir, id9);
         for (double t0 = now_s(); now_s() - t0 < 60; sleep_ms(20)) { /* a new trainer that has made a few steps */
-            char *text9 = NULL;
-            nv_file_read_all(rec, &text9, NULL);
-            cJSON *o9 = cJSON_Parse(text9 ? text9 : "");
-            pid9 = (int)num_of(o9, "nerve_pid");
-            cJSON_Delete(o9);
-            free(text9);
+            pid9 = record_pid(dir, id9);
             char ckpt9[700];
             snprintf(ckpt9, sizeof ckpt9, "%s/%s.run/run/ckpt.bin", dir, id9);
             if (pid9 > 1 && pid9 != last_pid && job_steps(dir, id9) >= 5 && (kill_no > 1 || nv_file_exists(ckpt9))) break;

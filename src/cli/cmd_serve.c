@@ -185,11 +185,11 @@ static int read_pem(const char *flag, const char *path, const char *marker, char
     return 1;
 }
 
-/* What Ollama's /api/tags and /api/show say of the model: its format, architecture, weight type,
-   parameters and file size (arch and quant hold the texts). */
 /* Requests waiting or running: a fine-tuning job's trainer is held meanwhile. */
 static int sched_busy(void *sched) { return nv_sched_busy(sched) > 0; }
 
+/* What Ollama's /api/tags and /api/show say of the model: its format, architecture, weight type,
+   parameters and file size (arch and quant hold the texts). */
 static nv_olla_model_info olla_info(const char *path, const nv_model *m, char arch[64], char quant[32]) {
     nv_olla_model_info info = {.n_params = (long long)m->n_params, .family = "llama", .quantization = "F32",
                                .format = nv_hf_is_model(path) ? "safetensors" : "llama2.c"};

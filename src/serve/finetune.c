@@ -203,11 +203,9 @@ static nv_err serve_model(nv_ftjobs *j, const char *id, long step, const char *n
 
 /* The files of a job's model at step > 0 (an earlier epoch's folder, step-N/) removed, with the folder. */
 static void remove_step_model(const nv_ftjobs *j, const char *id, long step) {
-    static const char *const names[] = {"adapter.gguf", "adapter_model.safetensors", "adapter_config.json", "tokenizer.bin", "chat_template"};
-    char dir[4200];
-    model_dir(j, id, step, dir, sizeof dir);
-    nv_remove_in_dir(dir, names, sizeof names / sizeof *names);
-    rmdir(dir);
+    char run[4200];
+    model_dir(j, id, 0, run, sizeof run);
+    nv_train_remove_snapshot(run, step);
 }
 
 /* What an ended run of job id leaves beside its adapters and metrics: the checkpoint, a merged model

@@ -707,6 +707,12 @@ static void remove_model_dir(const char *dir) {
     if (rmdir(dir) != 0 && errno != ENOENT) nv_warn("could not remove %s: %s", dir, strerror(errno));
 }
 
+void nv_train_remove_snapshot(const char *run_dir, long step) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/step-%ld", run_dir, step);
+    remove_model_dir(path);
+}
+
 /* The run folder's step-N/ folders past step `past` (-1: all), and of the others all but the newest
    keep (0: no limit); and any a stopped run left half written (.step-N.part). */
 static void prune_snapshots(const char *out_dir, long past, int keep) {
@@ -726,8 +732,7 @@ static void prune_snapshots(const char *out_dir, long past, int keep) {
             kept++;
             continue;
         }
-        snprintf(path, sizeof path, "%s/step-%ld", out_dir, steps[i]);
-        remove_model_dir(path);
+        nv_train_remove_snapshot(out_dir, steps[i]);
     }
     free(steps);
 }

@@ -127,6 +127,8 @@ int nv_train_failed_together(void);
 /* The steps of a run folder's step-N/ folders (save_every's), ascending: the newest cap of them into
  * steps, their number; 0 when it has none or cannot be read. */
 int nv_train_snapshots(const char *run_dir, long *steps, int cap);
+/* Removes a run folder's step-N/ folder (its files, then it). */
+void nv_train_remove_snapshot(const char *run_dir, long step);
 /* The chat template a run folder records (its chat_template file, the name on one line), into name
  * (cap bytes; a longer line is cut); 0 when the folder has none. dir "" is the current folder. */
 int nv_train_chat_template(const char *dir, char *name, size_t cap);
