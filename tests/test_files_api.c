@@ -1313,6 +1313,8 @@ static void test_fine_tuning(void) {
         int status, listed;
     } filters[] = {{"/v1/fine_tuning/jobs?metadata%5Bk=v", 400, -1},
                    {"/v1/fine_tuning/jobs?metadata[]=v", 400, -1},
+                   {"/v1/fine_tuning/jobs?metadata[aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]=v", 400, -1},
+                   {"/v1/fine_tuning/jobs?metadata[aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]=v", 400, -1},
                    {"/v1/fine_tuning/jobs?metadata=x", 400, -1},
                    {"/v1/fine_tuning/jobs?metadata=null&metadata[k]=v", 400, -1},
                    {many, 400, -1},

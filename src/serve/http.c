@@ -1247,11 +1247,11 @@ static enum MHD_Result metadata_filter_arg(void *ctx, enum MHD_ValueKind kind, c
         return f->bad || f->failed ? MHD_NO : MHD_YES;
     }
     if (strncmp(key, "metadata[", 9) != 0) return MHD_YES;
-    f->bad |= key[n - 1] != ']' || n == 10 || n - 10 > 64 || !value || (f->filter && !cJSON_IsObject(f->filter)) ||
-              cJSON_GetArraySize(f->filter) > 64; /* (bounded here; 16 once the duplicates are gone) */
+    f->bad |= key[n - 1] != ']' || n == 10 || !value || (f->filter && !cJSON_IsObject(f->filter)) ||
+              cJSON_GetArraySize(f->filter) > 64; /* (bounded here; the sizes and 16 keys by nv_rec_metadata_ok, after) */
     if (!f->bad && !f->filter) f->failed |= !(f->filter = cJSON_CreateObject());
     if (f->bad || f->failed) return MHD_NO;
-    char k[80];
+    char k[80]; /* (a longer key cut here is still past the 64 that nv_rec_metadata_ok allows) */
     snprintf(k, sizeof k, "%.*s", (int)(n - 10), key + 9);
     cJSON_DeleteItemFromObjectCaseSensitive(f->filter, k);
     f->failed |= !cJSON_AddStringToObject(f->filter, k, value);
