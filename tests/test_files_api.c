@@ -874,7 +874,8 @@ static int job_events(int port, const char *id, cJSON **out, int cap) {
 }
 
 /* The trainer's losses of a job, from its run folder. */
-static int job_losses(const char *dir, const char *id, double *loss, int cap) {
+/* A field of a job's trainer's steps 1, 2, ... (-1 where a step has none): their number. */
+static int job_field(const char *dir, const char *id, const char *key, double *v, int cap) {
     char path[700], *text = NULL;
     snprintf(path, sizeof path, "%s/%s.run/run/metrics.jsonl", dir, id);
     nv_file_read_all(path, &text, NULL);
@@ -882,12 +883,14 @@ static int job_losses(const char *dir, const char *id, double *loss, int cap) {
     const int n = json_lines(text, lines, 256);
     int k = 0;
     for (int i = 0; i < n; i++) {
-        if (k < cap && num_of(lines[i], "step") == k + 1) loss[k++] = num_of(lines[i], "loss");
+        if (k < cap && num_of(lines[i], "step") == k + 1) v[k++] = num_of(lines[i], key);
         cJSON_Delete(lines[i]);
     }
     free(text);
     return k;
 }
+
+static int job_losses(const char *dir, const char *id, double *loss, int cap) { return job_field(dir, id, "loss", loss, cap); }
 
 /* The steps a job's trainer has written. */
 static int job_steps(const char *dir, const char *id) {
@@ -1043,14 +1046,28 @@ static void test_fine_tuning(void) {
     char *csv = cJSON_IsString(rf) ? file_content(s.port, rf->valuestring) : NULL;
     int rows = 0;
     for (const char *p = csv; p && (p = strchr(p, '\n')); p++) rows++;
-    const char *last_row = csv && rows > 1 ? strstr(csv, "\n48,") : NULL; /* the last step's row has its validation loss */
-    T_CHECK(csv && !strncmp(csv, "step,train_loss,valid_loss,learning_rate\n", 41) && rows == 1 + 48 && last_row &&
-                strchr(last_row + 4, ',')[1] != ',',
-            "the result file: %d rows", rows);
+    static const char header[] = "step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy,full_valid_loss,"
+                                 "full_valid_mean_token_accuracy,learning_rate\n";
+    /* the columns' figures present in a row: training alone at step 5, every one at step 12 (the first
+       epoch's end: a full evaluation, none of --eval-every's) but the held-out batches', all at step 48 */
+    const char *row5 = csv ? strstr(csv, "\n5,") : NULL, *row12 = csv ? strstr(csv, "\n12,") : NULL, *row48 = csv ? strstr(csv, "\n48,") : NULL;
+    char shape[3][16] = {"", "", ""};
+    const char *rowv[3] = {row5, row12, row48};
+    for (int r = 0; r < 3; r++)
+        for (const char *p = rowv[r] ? rowv[r] + 1 : NULL; p && *p != '\n' && strlen(shape[r]) < 15; p++)
+            if (*p == ',') shape[r][strlen(shape[r])] = p[1] == ',' || p[1] == '\n' ? '-' : 'x';
+    T_CHECK(csv && !strncmp(csv, header, sizeof header - 1) && rows == 1 + 48 && !strcmp(shape[0], "xx----x") &&
+                !strcmp(shape[1], "xx--xxx") && !strcmp(shape[2], "xxxxxxx"),
+            "the result file: %d rows, figures at step 5 '%s', 12 '%s', 48 '%s'", rows, shape[0], shape[1], shape[2]);
     free(csv);
     cJSON_Delete(j);
-    double l1[64];
+    double l1[64], acc1[64], full1[64], fullacc1[64];
     T_CHECK(job_losses(dir, id1, l1, 64) == 48 && l1[47] < 0.5 * l1[0], "the losses: %g -> %g", l1[0], l1[47]);
+    T_CHECK(job_field(dir, id1, "token_acc", acc1, 64) == 48 && acc1[47] > acc1[0] && job_field(dir, id1, "full_val_loss", full1, 64) == 48 &&
+                job_field(dir, id1, "full_val_token_acc", fullacc1, 64) == 48 && full1[11] > 0 && full1[35] > 0 && full1[47] > 0 &&
+                full1[10] == -1 && fullacc1[35] >= 0,
+            "the token accuracies %g -> %g; full validation at steps 11, 12, 36, 48: %g %g %g %g", acc1[0], acc1[47], full1[10], full1[11],
+            full1[35], full1[47]);
     cJSON *ev[256];
     const int ne = job_events(s.port, id1, ev, 256);
     int metrics = 0, created = 0, done = 0, ckpt_events = 0;
@@ -1058,7 +1075,9 @@ static void test_fine_tuning(void) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(ev[i], "data");
         ckpt_events += !strncmp(str_of(ev[i], "message"), "Checkpoint created at step ", 27);
         if (!strcmp(str_of(ev[i], "type"), "metrics"))
-            metrics += num_of(d, "step") == metrics + 1 && num_of(d, "total_steps") == 48 && num_of(d, "train_loss") == l1[metrics];
+            metrics += num_of(d, "step") == metrics + 1 && num_of(d, "total_steps") == 48 && num_of(d, "train_loss") == l1[metrics] &&
+                       num_of(d, "train_mean_token_accuracy") == acc1[metrics] && num_of(d, "full_valid_loss") == full1[metrics] &&
+                       (full1[metrics] < 0 || strstr(str_of(ev[i], "message"), ", full validation loss="));
         created += i == 0 && strstr(str_of(ev[i], "message"), "Created fine-tuning job") != NULL;
         done += i == ne - 1 && !strcmp(str_of(ev[i], "message"), "The job has successfully completed");
         cJSON_Delete(ev[i]);
@@ -1069,9 +1088,11 @@ static void test_fine_tuning(void) {
     snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/checkpoints", id1);
     l = get_json(s.port, path);
     const cJSON *ck = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "data"), 0);
-    T_CHECK(ck && num_of(ck, "step_number") == 48 && !strcmp(str_of(ck, "fine_tuned_model_checkpoint"), ft) &&
-                num_of(cJSON_GetObjectItemCaseSensitive(ck, "metrics"), "train_loss") == l1[47] &&
-                num_of(cJSON_GetObjectItemCaseSensitive(ck, "metrics"), "valid_loss") > 0,
+    const cJSON *ckm = cJSON_GetObjectItemCaseSensitive(ck, "metrics");
+    T_CHECK(ck && num_of(ck, "step_number") == 48 && !strcmp(str_of(ck, "fine_tuned_model_checkpoint"), ft) && num_of(ckm, "train_loss") == l1[47] &&
+                num_of(ckm, "train_mean_token_accuracy") == acc1[47] && num_of(ckm, "valid_loss") > 0 &&
+                num_of(ckm, "valid_mean_token_accuracy") >= 0 && num_of(ckm, "full_valid_loss") == full1[47] &&
+                num_of(ckm, "full_valid_mean_token_accuracy") == fullacc1[47],
             "the checkpoint");
     /* and its earlier epochs' models, the last two (steps 24 and 36 of 12 a pass), newest first, served */
     const cJSON *ckd = cJSON_GetObjectItemCaseSensitive(l, "data");
@@ -1080,7 +1101,10 @@ static void test_fine_tuning(void) {
     snprintf(ck24, sizeof ck24, "%s:ckpt-step-24", ft);
     const cJSON *c36 = cJSON_GetArrayItem(ckd, 1), *c24 = cJSON_GetArrayItem(ckd, 2);
     T_CHECK(cJSON_GetArraySize(ckd) == 3 && num_of(c36, "step_number") == 36 && !strcmp(str_of(c36, "fine_tuned_model_checkpoint"), ck36) &&
-                num_of(cJSON_GetObjectItemCaseSensitive(c36, "metrics"), "train_loss") == l1[35] && num_of(c24, "step_number") == 24 &&
+                num_of(cJSON_GetObjectItemCaseSensitive(c36, "metrics"), "train_loss") == l1[35] &&
+                num_of(cJSON_GetObjectItemCaseSensitive(c36, "metrics"), "full_valid_loss") == full1[35] &&
+                num_of(cJSON_GetObjectItemCaseSensitive(c36, "metrics"), "full_valid_mean_token_accuracy") == fullacc1[35] &&
+                num_of(c24, "step_number") == 24 &&
                 !strcmp(str_of(c24, "fine_tuned_model_checkpoint"), ck24) &&
                 num_of(cJSON_GetObjectItemCaseSensitive(c24, "metrics"), "train_loss") == l1[23] && strcmp(str_of(c36, "id"), str_of(c24, "id")) &&
                 !strcmp(str_of(l, "last_id"), str_of(c24, "id")) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "has_more")),

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/forward.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -797,37 +798,53 @@ static void test_finetune_stories260K_lowers_val_loss(void) {
 /* --val-data: its files validate whole and --data's train whole (token counts exact); the
  * validation loss of a starting model depends on --val-data's tokens alone; --val-frac beside it is
  * a usage error. */
-static void test_val_data_files(void) {
-    const char *m = t_data("models/stories260K.bin"), *tokp = t_data("models/tok512.bin");
-    const char *text_path = t_data("corpus/tinystories_valid_head.txt");
-    if (!m || !tokp || !text_path) return;
-    char model[600], tpath[600], args[4096], err[4096], dir[3][600], shard[3][600];
-    snprintf(model, sizeof model, "%s", m);
-    snprintf(tpath, sizeof tpath, "%s", tokp);
+/* The TinyStories text's first `chars` characters in tok512's tokens (a BOS first) into *ids
+ * (malloc'd); their number, or 0 (a failed check) when the files are not there or give fewer than
+ * `want`. */
+static int story_tokens(size_t chars, int want, int **ids) {
+    const char *tokp = t_data("models/tok512.bin"), *text_path = t_data("corpus/tinystories_valid_head.txt");
     nv_tokenizer *tok = NULL;
     char *text = NULL;
     size_t len = 0;
-    int *ids = NULL, n = 0;
-    if (nv_tokenizer_load(tpath, 512, &tok) != NV_OK || nv_file_read_all(text_path, &text, &len) != NV_OK) {
-        T_CHECK(0, "%s", nv_errmsg());
-        nv_tokenizer_free(tok);
-        return;
+    int n = 0;
+    *ids = NULL;
+    if (!tokp || !text_path) return 0;
+    if (nv_tokenizer_load(tokp, 512, &tok) == NV_OK && nv_file_read_all(text_path, &text, &len) == NV_OK) {
+        if (len > chars) text[chars] = '\0';
+        if (nv_tokenizer_encode(tok, text, 1, 0, ids, &n) != NV_OK) n = 0;
     }
-    if (len > 40000) text[40000] = '\0';
-    T_CHECK(nv_tokenizer_encode(tok, text, 1, 0, &ids, &n) == NV_OK && n >= 4000, "%d tokens", n);
+    T_CHECK(n >= want, "%d tokens: %s", n, nv_errmsg());
     free(text);
     nv_tokenizer_free(tok);
+    if (n >= want) return n;
+    free(*ids);
+    *ids = NULL;
+    return 0;
+}
+
+/* ids[0, n) as a uint16 shard file `name` of the test folder, its path into out. */
+static void u16_shard(const char *name, const int *ids, int n, char *out, size_t cap) {
+    uint16_t *u = malloc((size_t)n * sizeof *u);
+    for (int i = 0; u && i < n; i++) u[i] = (uint16_t)ids[i];
+    snprintf(out, cap, "%s", u ? t_write(name, u, (size_t)n * 2) : "");
+    free(u);
+}
+
+static void test_val_data_files(void) {
+    const char *m = t_data("models/stories260K.bin"), *tokp = t_data("models/tok512.bin");
+    int *ids;
+    if (!m || !tokp || !story_tokens(40000, 4000, &ids)) return;
+    char model[600], tpath[600], args[4096], err[4096], dir[3][600], shard[3][600];
+    snprintf(model, sizeof model, "%s", m);
+    snprintf(tpath, sizeof tpath, "%s", tokp);
     const int at[3] = {0, 2000, 3000}, count[3] = {2000, 600, 600}; /* A trains; B and C validate */
-    for (int k = 0; k < 3 && n >= 4000; k++) {
-        uint16_t u[2000];
-        for (int i = 0; i < count[k]; i++) u[i] = (uint16_t)ids[at[k] + i];
+    for (int k = 0; k < 3; k++) {
         char name[32];
         snprintf(name, sizeof name, "part%d.bin", k);
-        snprintf(shard[k], sizeof shard[k], "%s", t_write(name, u, (size_t)count[k] * 2));
+        u16_shard(name, ids + at[k], count[k], shard[k], sizeof shard[k]);
         snprintf(dir[k], sizeof dir[k], "%s/valdata%d", t_tmpdir(), k);
     }
     free(ids);
-    if (n < 4000) return;
     const int runs[3][2] = {{0, 1}, {2, 1}, {0, 2}}; /* (--data, --val-data) */
     float val[3];
     for (int r = 0; r < 3; r++) {
@@ -2103,13 +2120,123 @@ static void test_best_metric(void) {
     } bad[] = {{"--best-metric nope", "want val_loss, val_reward_acc", 2, 0},
                {"--best-metric mc_acc --save-best", "--eval-choice", 1, 0},
                {"--best-metric val_choice_acc", "goes with --save-best or --early-stop", 1, 0},
-               {"--best-metric val_reward_acc --save-best", "this run's data are not pairs", 1, 1}};
+               {"--best-metric val_reward_acc --save-best", "this run's data are not pairs", 1, 1},
+               {"--best-metric val_token_acc --save-best", "preference pairs are scored by their rewards", 1, 0},
+               {"--full-eval", "preference pairs are scored by their rewards", 1, 0},
+               {"--full-eval --val-frac 0", "--full-eval scores the whole validation split: give held-out data", 1, 1}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(dir, sizeof dir, "%s/best_bad%zu", t_tmpdir(), i);
         if (bad[i].text) train_args(args, sizeof args, dir, bad[i].extra);
         else snprintf(args, sizeof args, "%s --steps 2 %s --out %s", base, bad[i].extra, dir);
         T_CHECK(run_nerve(args, err, sizeof err) == bad[i].rc && strstr(err, bad[i].want), "%s: exit ?, '%s'", bad[i].extra, err);
     }
+}
+
+/* Every metrics.jsonl line of a run folder, parsed (up to max); their number. */
+static int metrics_lines(const char *dir, cJSON **out, int max) {
+    char path[800], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (nv_file_read_all(path, &text, NULL) != NV_OK) return 0;
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line && n < max; line = strtok(NULL, "\n")) out[n++] = cJSON_Parse(line);
+    free(text);
+    return n;
+}
+
+static double field_or_nan(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Token accuracy and --full-eval: a step's token_acc is a count of its 128 targets; --full-eval's
+ * loss and accuracy come at each epoch's end and the last step alone, and are those of the final
+ * model over every validation window once, as the inference forward makes them; --best-metric
+ * val_token_acc keeps the evaluation of the highest. */
+static void test_token_accuracy_and_full_eval(void) {
+    const char *m = t_data("models/stories260K.bin"), *tokp = t_data("models/tok512.bin");
+    enum { TRAIN = 300, VAL = 600, T = 64 };
+    int *ids;
+    if (!m || !tokp || !story_tokens(20000, TRAIN + VAL, &ids)) return;
+    char base[3000], args[4096], err[8192], dir[600], shard[2][600], path[800];
+    u16_shard("acc_train.bin", ids, TRAIN, shard[0], sizeof shard[0]);
+    u16_shard("acc_val.bin", ids + TRAIN, VAL, shard[1], sizeof shard[1]);
+    const int *val = ids + TRAIN;
+    snprintf(base, sizeof base, "train --init-from %s -z %s --data %s --val-data %s --batch 2 --seq %d --warmup 1 --engine avx2 --quiet", m,
+             tokp, shard[0], shard[1], T);
+    snprintf(dir, sizeof dir, "%s/token_acc", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 7 --lr 1e-3 --eval-every 3 --eval-batches 1 --full-eval --out %s", base, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "run: %s", err);
+    cJSON *line[16];
+    const int nl = metrics_lines(dir, line, 16);
+    T_CHECK(nl == 8, "%d metrics lines", nl);
+    int full_steps = 0, bad_full = 0, bad_acc = 0, evals = 0;
+    double prev_epoch = 0, full_loss = NAN, full_acc = NAN;
+    for (int i = 0; i < nl; i++) {
+        const int step = (int)field_or_nan(line[i], "step");
+        const double acc = field_or_nan(line[i], "token_acc"), epoch = field_or_nan(line[i], "epoch");
+        if (step > 0) /* a count of the step's 2 x 64 targets */
+            bad_acc += !(acc >= 0 && acc <= 1 && fabs(acc * 2 * T - round(acc * 2 * T)) < 1e-6);
+        const int want_full = step > 0 && (floor(epoch) > floor(prev_epoch) || step == 7);
+        if (step > 0) prev_epoch = epoch;
+        const int has_full = !isnan(field_or_nan(line[i], "full_val_loss")) && !isnan(field_or_nan(line[i], "full_val_token_acc"));
+        bad_full += want_full != has_full;
+        full_steps += has_full;
+        evals += !isnan(field_or_nan(line[i], "val_loss")) && field_or_nan(line[i], "val_token_acc") >= 0;
+        if (step == 7) full_loss = field_or_nan(line[i], "full_val_loss"), full_acc = field_or_nan(line[i], "full_val_token_acc");
+    }
+    /* 300 tokens hold 4.67 windows of 65: a pass every 2.33 steps of 2 */
+    T_CHECK(bad_acc == 0 && bad_full == 0 && full_steps == 3 && evals == 4,
+            "token_acc off %d times; full evaluations %d (%d misplaced); %d evaluations", bad_acc, full_steps, bad_full, evals);
+    for (int i = 0; i < nl; i++) cJSON_Delete(line[i]);
+
+    /* the final model over the 9 validation windows (599 tokens: 9 x 64 targets), one forward each */
+    nv_model model;
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    if (nv_model_load(path, &model) != NV_OK || nv_model_build_plans(&model, NV_ENGINE_AVX2) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        free(ids);
+        return;
+    }
+    nv_state st;
+    double nll = 0;
+    int right = 0, targets = 0;
+    const int V = model.config.vocab_size;
+    if (nv_state_init(&st, &model.config, T, T, 1) == NV_OK) {
+        for (int w = 0; (w + 1) * T < VAL; w++) {
+            if (nv_forward(&model, &st, val + w * T, T, 0) != NV_OK) break;
+            for (int t = 0; t < T; t++) {
+                const float *lg = st.logits + (size_t)t * V;
+                const int target = val[w * T + t + 1];
+                float mx = lg[0];
+                for (int v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+                double sum = 0;
+                for (int v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
+                nll += log(sum) + mx - lg[target];
+                right += lg[target] >= mx;
+                targets++;
+            }
+        }
+        nv_state_free(&st);
+    }
+    nv_model_free(&model);
+    free(ids);
+    T_CHECK(targets == 9 * T && fabs(nll / targets - full_loss) <= 1e-4 * full_loss && fabs(right - full_acc * targets) <= 1.5,
+            "the whole validation split: loss %.6f, accuracy %.6f (%d of %d) here; the trainer's %.6f, %.6f", nll / targets,
+            (double)right / targets, right, targets, full_loss, full_acc);
+
+    /* --best-metric val_token_acc: best/ at the first evaluation of the highest */
+    snprintf(dir, sizeof dir, "%s/token_acc_best", t_tmpdir());
+    snprintf(args, sizeof args, "%s --steps 4 --lr 3e-3 --eval-every 1 --eval-batches 2 --save-best --best-metric val_token_acc --out %s",
+             base, dir);
+    T_CHECK(run_nerve(args, err, sizeof err) == 0, "best run: %s", err);
+    double acc[16] = {0};
+    const int na = read_values(dir, "\"val_token_acc\":", acc, 16);
+    int best = 0;
+    for (int i = 1; i < na; i++)
+        if (acc[i] > acc[best]) best = i;
+    char want[96];
+    snprintf(want, sizeof want, "best held-out token accuracy %.4f, at step %d", acc[best], best);
+    T_CHECK(na == 5 && strstr(err, want), "%d evaluations; wanted '%s' in %s", na, want, err);
 }
 
 static void test_lora_run(void) {
@@ -2521,6 +2648,7 @@ int main(void) {
     T_RUN(test_val_data_files);
     T_RUN(test_save_best_and_early_stop);
     T_RUN(test_best_metric);
+    T_RUN(test_token_accuracy_and_full_eval);
     T_RUN(test_time_budget);
     T_RUN(test_own_tokenizer);
     T_RUN(test_epochs);

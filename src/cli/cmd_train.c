@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "                   [--weight-decay W] [--decay-embeddings] [--clip C] [--dropout P]\n"
             "                   [--beta2 B] [--seed S] [--out DIR] [--resume] [--eval-every N] [--eval-batches N]\n"
             "                   [--sample-every N [--sample-tokens N] [--sample-prompt TEXT]] [--eval-choice FILE [--eval-choice-tasks N]]\n"
-            "                   [--data-weights W1,W2,...] [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N] [--best-metric M]\n"
+            "                   [--data-weights W1,W2,...] [--val-frac F | --val-data PATH...] [--save-best] [--early-stop N] [--best-metric M] [--full-eval]\n"
             "                   [--ckpt-every N] [--save-every N|epoch [--save-limit K]] [--time-limit SECONDS] [--engine E] [--threads N] [--quiet]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3] [--pack]\n"
             "                   [--pref-loss dpo|ipo|simpo|orpo] [--pref-beta B] [--pref-sft-weight W] [--simpo-gamma G]\n"
@@ -97,7 +97,12 @@ static void usage(FILE *f) {
             "          its adapters); --early-stop N stops the run after N evaluations without a lower one (with\n"
             "          --save-best); the final weights stay in the run folder itself. --best-metric M follows\n"
             "          another figure instead, the highest being best: val_reward_acc or val_choice_acc (preference\n"
-            "          data), mc_acc or mc_acc_norm (--eval-choice); val_loss is the default\n"
+            "          data), mc_acc or mc_acc_norm (--eval-choice), val_token_acc (the share of the held-out tokens\n"
+            "          the model ranks first); val_loss is the default\n"
+            "  --full-eval: at the end of every pass over the training data and at the last step, the loss and\n"
+            "          token accuracy over the whole validation split, each window once (metrics.jsonl's\n"
+            "          full_val_loss, full_val_token_acc); an evaluation's own (--eval-every) is of --eval-batches\n"
+            "          batches\n"
             "  defaults: --preset stories260K, --data corpus/tinystories_train_first1000.txt and -z models/tok512.bin\n"
             "            from the shared data, --steps 1000 --batch 8 --seq 256 --lr 5e-4 --warmup 100 (a tenth of\n"
             "            --steps when that is less) --out runs/train\n"
@@ -282,6 +287,7 @@ static int train(int argc, char **argv) {
         if (!strcmp(a, "--recompute")) { o.recompute = 1; continue; }
         if (!strcmp(a, "--no-merge")) { o.lora_no_merge = 1; continue; }
         if (!strcmp(a, "--save-best")) { o.save_best = 1; continue; }
+        if (!strcmp(a, "--full-eval")) { o.full_eval = 1; continue; }
         if (!strcmp(a, "--data") || !strcmp(a, "--val-data")) {
             const int val = a[2] == 'v';
             if (i + 1 >= argc || argv[i + 1][0] == '-') return cli_error(CMD, 2, "%s needs at least one path", a);
@@ -336,7 +342,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--early-stop")) ok = cli_int(CMD, a, v, 1, 1 << 30, &o.early_stop);
         else if (!strcmp(a, "--best-metric")) {
             const int m = nv_best_metric_parse(v);
-            if (m < 0) return cli_error(CMD, 2, "--best-metric %s: want val_loss, val_reward_acc, val_choice_acc, mc_acc or mc_acc_norm", v);
+            if (m < 0) return cli_error(CMD, 2, "--best-metric %s: want val_loss, val_reward_acc, val_choice_acc, mc_acc, mc_acc_norm or val_token_acc", v);
             o.best_metric = (nv_best_metric)m;
         }
         else if (!strcmp(a, "--data-weights")) { /* W1,W2,...: one a --data file */

@@ -334,6 +334,7 @@ static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, ch
     if (nv_rec_str(x->o, "validation_file")[0]) {
         arg(&l, "--val-data");
         arg(&l, "%s/validation.jsonl", jobdir);
+        if (!(nv_rec_num(a, "beta") > 0)) arg(&l, "--full-eval"); /* full_valid_loss at each epoch's end (not pairs') */
     } else {
         arg(&l, "--val-frac");
         arg(&l, "0");
@@ -416,11 +417,42 @@ static void name_data(char *msg, size_t cap, const char *jobdir, const char *nam
     snprintf(msg, cap, "%s", out);
 }
 
+/* A step's figures from the trainer's metrics.jsonl, NAN where it has none: the training loss and
+   token accuracy, the last evaluation's, and the whole validation file's (--full-eval: at each epoch's
+   end and the last step). */
 typedef struct {
-    long off;      /* how far metrics.jsonl was read */
-    long last;     /* the last step reported */
-    double loss, val, tokens, total, elapsed;
-    int has_val;
+    double loss, acc, val, val_acc, full_val, full_acc;
+} step_metrics;
+
+#define NO_METRICS ((step_metrics){NAN, NAN, NAN, NAN, NAN, NAN})
+
+static double num_or_nan(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Line o's training figures into s; its evaluation's too, where it has one. */
+static void step_metrics_of(const cJSON *o, step_metrics *s) {
+    s->loss = num_or_nan(o, "loss"), s->acc = num_or_nan(o, "token_acc");
+    s->full_val = num_or_nan(o, "full_val_loss"), s->full_acc = num_or_nan(o, "full_val_token_acc");
+    if (!isnan(num_or_nan(o, "val_loss"))) s->val = num_or_nan(o, "val_loss"), s->val_acc = num_or_nan(o, "val_token_acc");
+}
+
+/* Under OpenAI's names, those s has, into d. */
+static void add_step_metrics(cJSON *d, const step_metrics *s) {
+    const struct {
+        const char *name;
+        double v;
+    } f[] = {{"train_loss", s->loss},     {"train_mean_token_accuracy", s->acc}, {"valid_loss", s->val},
+             {"valid_mean_token_accuracy", s->val_acc}, {"full_valid_loss", s->full_val}, {"full_valid_mean_token_accuracy", s->full_acc}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (isfinite(f[i].v)) cJSON_AddNumberToObject(d, f[i].name, f[i].v);
+}
+
+typedef struct {
+    long off;  /* how far metrics.jsonl was read */
+    long last; /* the last step reported */
+    double tokens, total, elapsed;
 } metrics_read;
 
 /* The trainer's new metrics lines (not under mu: the runner alone writes a running job's steps): an
@@ -443,21 +475,18 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
         if (o && nv_rec_num(o, "total_steps") > 0) m->total = nv_rec_num(o, "total_steps"); /* (told or not) */
         if (o && step > m->last) {
             m->last = step;
-            m->loss = nv_rec_num(o, "loss"), m->tokens = nv_rec_num(o, "tokens");
-            m->elapsed = nv_rec_num(o, "elapsed_s");
-            const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
+            m->tokens = nv_rec_num(o, "tokens"), m->elapsed = nv_rec_num(o, "elapsed_s");
+            step_metrics s = NO_METRICS; /* this line's alone: an event tells a validation loss at its step */
+            step_metrics_of(o, &s);
             cJSON *d = cJSON_CreateObject();
             cJSON_AddNumberToObject(d, "step", (double)step);
-            cJSON_AddNumberToObject(d, "train_loss", m->loss);
-            if (cJSON_IsNumber(val)) {
-                m->val = val->valuedouble, m->has_val = 1;
-                cJSON_AddNumberToObject(d, "valid_loss", m->val);
-            }
+            add_step_metrics(d, &s);
             cJSON_AddNumberToObject(d, "total_steps", m->total);
             cJSON_AddNumberToObject(d, "learning_rate", nv_rec_num(o, "lr"));
-            char vl[64] = "";
-            if (cJSON_IsNumber(val)) snprintf(vl, sizeof vl, ", validation loss=%.4f", m->val);
-            event(j, id, "info", "metrics", d, "Step %ld/%.0f: training loss=%.4f%s", step, m->total, m->loss, vl);
+            char vl[64] = "", fl[64] = "";
+            if (!isnan(s.val)) snprintf(vl, sizeof vl, ", validation loss=%.4f", s.val);
+            if (!isnan(s.full_val)) snprintf(fl, sizeof fl, ", full validation loss=%.4f", s.full_val);
+            event(j, id, "info", "metrics", d, "Step %ld/%.0f: training loss=%.4f%s%s", step, m->total, s.loss, vl, fl);
             seen = 1;
         }
         cJSON_Delete(o);
@@ -485,16 +514,24 @@ static void result_file(nv_ftjobs *j, const char *id, const char *metrics, char 
         if (out) fclose(out);
         return;
     }
-    fprintf(out, "step,train_loss,valid_loss,learning_rate\n");
+    /* OpenAI's columns, then the whole validation file's figures and the learning rate; a figure the
+       step has not is empty */
+    fprintf(out, "step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy,full_valid_loss,"
+                 "full_valid_mean_token_accuracy,learning_rate\n");
     char *line = NULL;
     size_t cap = 0;
     while (getline(&line, &cap, in) > 0) {
         cJSON *o = cJSON_Parse(line);
-        const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
         if (o && nv_rec_num(o, "step") > 0) {
-            fprintf(out, "%.0f,%.6g,", nv_rec_num(o, "step"), nv_rec_num(o, "loss"));
-            if (cJSON_IsNumber(val)) fprintf(out, "%.6g", val->valuedouble);
-            fprintf(out, ",%.6g\n", nv_rec_num(o, "lr"));
+            step_metrics s = NO_METRICS;
+            step_metrics_of(o, &s);
+            fprintf(out, "%.0f", nv_rec_num(o, "step"));
+            const double col[] = {s.loss, s.acc, s.val, s.val_acc, s.full_val, s.full_acc, num_or_nan(o, "lr")};
+            for (size_t i = 0; i < sizeof col / sizeof col[0]; i++) {
+                if (isfinite(col[i])) fprintf(out, ",%.6g", col[i]);
+                else fputc(',', out);
+            }
+            fputc('\n', out);
         }
         cJSON_Delete(o);
     }
@@ -1299,24 +1336,27 @@ typedef struct {
     long step;         /* its step (the final model: the last) */
     char model[NV_ADAPTER_NAME_CAP];
     double created_at;
-    metrics_read m;    /* the step's figures: m.last its step, m.loss, the last validation loss up to it */
+    long at;           /* the last step of metrics.jsonl up to it (its own) */
+    step_metrics m;    /* that step's figures, with the last evaluation's up to it */
 } listed_model;
 
 /* The figures of each listed model's step from the run's metrics.jsonl, read once. */
 static void models_metrics(const char *path, listed_model *v, int n) {
     FILE *f = n > 0 ? fopen(path, "r") : NULL;
-    char line[4096];
-    while (f && fgets(line, sizeof line, f)) {
+    char *line = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < n; i++) v[i].at = 0, v[i].m = NO_METRICS;
+    while (f && getline(&line, &cap, f) > 0) {
         cJSON *o = cJSON_Parse(line);
         const long at = (long)nv_rec_num(o, "step");
-        const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
-        for (int i = 0; o && i < n; i++) {
-            metrics_read *m = &v[i].m;
-            if (at <= v[i].step && at >= m->last) m->last = at, m->loss = nv_rec_num(o, "loss");
-            if (at <= v[i].step && cJSON_IsNumber(val)) m->val = val->valuedouble, m->has_val = 1;
-        }
+        for (int i = 0; o && i < n; i++)
+            if (at <= v[i].step && at >= v[i].at) {
+                v[i].at = at;
+                step_metrics_of(o, &v[i].m); /* the step's own figures, the last evaluation's up to it */
+            }
         cJSON_Delete(o);
     }
+    free(line);
     if (f) fclose(f);
 }
 
@@ -1363,11 +1403,10 @@ int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, int limit, const char *a
         cJSON_AddStringToObject(ck, "id", cid);
         cJSON_AddNumberToObject(ck, "created_at", v[i].created_at);
         cJSON_AddStringToObject(ck, "fine_tuned_model_checkpoint", v[i].model);
-        cJSON_AddNumberToObject(ck, "step_number", (double)v[i].m.last);
+        cJSON_AddNumberToObject(ck, "step_number", (double)v[i].at);
         cJSON *mm = cJSON_AddObjectToObject(ck, "metrics");
-        cJSON_AddNumberToObject(mm, "step", (double)v[i].m.last);
-        cJSON_AddNumberToObject(mm, "train_loss", v[i].m.loss);
-        if (v[i].m.has_val) cJSON_AddNumberToObject(mm, "valid_loss", v[i].m.val), cJSON_AddNumberToObject(mm, "full_valid_loss", v[i].m.val);
+        cJSON_AddNumberToObject(mm, "step", (double)v[i].at);
+        add_step_metrics(mm, &v[i].m);
         cJSON_AddStringToObject(ck, "fine_tuning_job_id", id);
         cJSON_AddItemToArray(data, ck);
         if (!kept++) snprintf(first, sizeof first, "%s", cid);

@@ -964,31 +964,31 @@ nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T,
     return NV_OK;
 }
 
-int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets) {
-    /* windows tile each source's validation split (a chat source's: its turns), in order across sources */
+/* A source's validation windows of T: its held-out turns (chat data), or its held-out text cut into
+   windows of T + 1 tokens overlapping by one. */
+static uint64_t val_windows_of(const nv_source *src, int T) {
+    const uint64_t len = src->n_tokens - src->n_train;
+    return src->starts ? src->n_starts - src->n_train_starts : len > (uint64_t)T ? (len - 1) / (uint64_t)T : 0;
+}
+
+uint64_t nv_data_val_windows(const nv_dataset *ds, int T) {
     uint64_t total = 0;
-    int ns = ds->n_src;
-    uint64_t *per = calloc((size_t)ns, sizeof *per);
-    if (!per) return 0;
-    for (int s = 0; s < ns; s++) {
-        const nv_source *src = &ds->src[s];
-        uint64_t len = src->n_tokens - src->n_train;
-        per[s] = src->starts ? src->n_starts - src->n_train_starts : len > (uint64_t)T ? (len - 1) / (uint64_t)T : 0;
-        total += per[s];
-    }
-    if (!total) {
-        free(per);
-        return 0;
-    }
+    for (int s = 0; s < ds->n_src; s++) total += val_windows_of(&ds->src[s], T);
+    return total;
+}
+
+int nv_data_val_batch(const nv_dataset *ds, uint64_t i, int B, int T, int *inputs, int *targets) {
+    /* windows tile each source's validation split (a chat source's: its turns), in order across sources */
+    const uint64_t total = nv_data_val_windows(ds, T);
+    if (!total) return 0;
     for (int b = 0; b < B; b++) {
-        uint64_t w = ((uint64_t)i * B + b) % total;
+        uint64_t w = (i * (uint64_t)B + (uint64_t)b) % total;
         int s = 0;
-        while (w >= per[s]) w -= per[s++];
+        while (w >= val_windows_of(&ds->src[s], T)) w -= val_windows_of(&ds->src[s++], T);
         const nv_source *src = &ds->src[s];
         fill_window(src, src->starts ? src->n_train_starts + w : src->n_train + w * (uint64_t)T, T, 0,
                     inputs + (size_t)b * T, targets + (size_t)b * T, NULL);
     }
-    free(per);
     return 1;
 }
 

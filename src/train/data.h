@@ -132,9 +132,13 @@ void nv_data_cursor_init(nv_data_cursor *c, uint64_t seed);
  * (nv_dataset_set_weights) a window's source is drawn by them first, and a weighted source too short
  * for a window is an error naming it. */
 nv_err nv_data_next_batch(const nv_dataset *ds, nv_data_cursor *c, int B, int T, int *inputs, int *targets, int *seg);
-/* Deterministic validation batch number i (0-based) of evenly spaced windows; returns 0 when
- * the validation split cannot hold a window. */
-int nv_data_val_batch(const nv_dataset *ds, int i, int B, int T, int *inputs, int *targets);
+/* The validation windows of T, every source's (a chat source's held-out turns; a text source's
+ * held-out tokens in windows of T + 1 overlapping by one). */
+uint64_t nv_data_val_windows(const nv_dataset *ds, int T);
+/* Validation batch number i (0-based): windows i * B .. i * B + B - 1 of those, in order across the
+ * sources, wrapping round to the first past the last; returns 0 when the validation split cannot hold
+ * a window. */
+int nv_data_val_batch(const nv_dataset *ds, uint64_t i, int B, int T, int *inputs, int *targets);
 
 /* Preference data: the pairs of every source, training and validation (global numbers: a source's
  * after the ones before it), and pair p's two windows: the preferred answer's into in/tg [0, T), the

@@ -838,12 +838,14 @@ typedef struct {
     double kl[CE_TASKS];
     double partial[CE_TASKS];
     int counted[CE_TASKS];
+    int correct[CE_TASKS]; /* rows whose target's logit is the row's largest */
 } ce_job;
 
 /* A soft-capped row (z the product's logits): logits cap * tanh(z / cap), whose tanh stays in lg for
  * the backward (the exps are made again from it there, the same operations: the same bits), the row's
- * max in lmax, 1/sum in pscale; returns -log p(target). */
-static float capped_nll(ce_job *j, int r, float *lg) {
+ * max in lmax, 1/sum in pscale; returns -log p(target), and in *top whether the target's logit is the
+ * largest. */
+static float capped_nll(ce_job *j, int r, float *lg, int *top) {
     const int V = j->V;
     const __m256 vin = _mm256_set1_ps(1.0f / j->cap), vcap = _mm256_set1_ps(j->cap);
     __m256 vmax = _mm256_set1_ps(-INFINITY);
@@ -865,6 +867,7 @@ static float capped_nll(ce_job *j, int r, float *lg) {
     const float inv = 1.0f / nv_hsum256(vsum);
     j->lmax[r] = maxv;
     j->pscale[r] = inv;
+    *top = j->cap * lg[j->targets[r]] >= maxv;
     /* the target's exp as the backward makes it */
     float e_t[8];
     _mm256_storeu_ps(e_t, nv_exp256(_mm256_fmsub_ps(vcap, _mm256_set1_ps(lg[j->targets[r]]), vm)));
@@ -873,8 +876,9 @@ static float capped_nll(ce_job *j, int r, float *lg) {
 
 /* A distilled row (lg the product's logits z, the teacher's t): its objective's gradient, (1 - alpha) *
  * (p - onehot(target)) + alpha * temp * (q - r) with p = softmax(z), q and r the softmaxes of z / temp
- * and t / temp, in place of z, for the backward to scale; returns -log p(target), KL(r || q) in *kl. */
-static float distill_row(const ce_job *j, int r, float *lg, double *kl) {
+ * and t / temp, in place of z, for the backward to scale; returns -log p(target), KL(r || q) in *kl,
+ * whether z's largest is the target's in *top. */
+static float distill_row(const ce_job *j, int r, float *lg, double *kl, int *top) {
     const int V = j->V, target = j->targets[r];
     const float *t = j->teacher + (size_t)r * V;
     const float it = 1.0f / j->temp, a = j->alpha;
@@ -898,6 +902,7 @@ static float distill_row(const ce_job *j, int r, float *lg, double *kl) {
     }
     const float sum_p = nv_hsum256(sp), sum_q = nv_hsum256(sq), sum_r = nv_hsum256(sr);
     const float nll = -(lg[target] - _mm256_cvtss_f32(zm) - logf(sum_p));
+    *top = lg[target] >= _mm256_cvtss_f32(zm);
     const __m256 ip = _mm256_set1_ps((1.0f - a) / sum_p), iq = _mm256_set1_ps(a * j->temp / sum_q), ir = _mm256_set1_ps(1.0f / sum_r),
                  air = _mm256_set1_ps(a * j->temp / sum_r), lz = _mm256_set1_ps(logf(sum_q) - logf(sum_r));
     __m256 vkl = _mm256_setzero_ps();
@@ -924,7 +929,7 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     ce_job *j = ctx;
     int r0 = (int)((long)j->rows * task / n_tasks), r1 = (int)((long)j->rows * (task + 1) / n_tasks);
     double total = 0.0, kl_total = 0.0;
-    int counted = 0;
+    int counted = 0, correct = 0;
     for (int r = r0; r < r1; r++) {
         j->nll[r] = 0.0f;
         if (j->targets[r] < 0) continue;
@@ -932,14 +937,17 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         float *lg = j->logits + (size_t)r * j->V;
         if (j->div != 1.0f) /* as inference: nv_logits_finish */
             for (int i = 0; i < j->V; i++) lg[i] /= j->div;
+        int top;
         if (j->teacher) {
             double kl;
-            total += j->nll[r] = distill_row(j, r, lg, &kl);
+            total += j->nll[r] = distill_row(j, r, lg, &kl, &top);
             kl_total += kl;
+            correct += top;
             continue;
         }
         if (j->cap != 0.0f) {
-            total += j->nll[r] = capped_nll(j, r, lg);
+            total += j->nll[r] = capped_nll(j, r, lg, &top);
+            correct += top;
             continue;
         }
         const int V = j->V, V8 = V & ~7;
@@ -948,6 +956,7 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
         float maxv = nv_hmax256(vmax);
         for (int i = V8; i < V; i++)
             if (lg[i] > maxv) maxv = lg[i];
+        correct += lg[j->targets[r]] >= maxv;
         const __m256 vm = _mm256_set1_ps(maxv);
         __m256 vsum = _mm256_setzero_ps();
         for (int i = 0; i < V8; i += 8) {
@@ -969,6 +978,7 @@ static void cross_entropy_task(void *ctx, int task, int n_tasks) {
     j->partial[task] = total;
     j->kl[task] = kl_total;
     j->counted[task] = counted;
+    j->correct[task] = correct;
 }
 
 /* A soft-capped row's dlogits from its tanh values t: (p - onehot(target)) * dscale * (1 - t^2), p's
@@ -1475,9 +1485,11 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets) {
     int n_tasks = BT < CE_TASKS ? BT : CE_TASKS;
     nv_pool_run(cross_entropy_task, &cj, n_tasks);
     double total = 0.0, kl = 0.0;
-    int counted = 0;
-    for (int i = 0; i < n_tasks; i++) total += cj.partial[i], kl += cj.kl[i], counted += cj.counted[i]; /* fixed order: deterministic */
+    int counted = 0, correct = 0;
+    for (int i = 0; i < n_tasks; i++) /* fixed order: deterministic */
+        total += cj.partial[i], kl += cj.kl[i], counted += cj.counted[i], correct += cj.correct[i];
     tm->n_targets = counted;
+    tm->n_correct = correct;
     tm->loss = counted ? (float)(total / counted) : 0.0f;
     tm->distill_kl = counted && tm->teacher ? (float)(kl / counted) : 0.0f;
     tm->objective = tm->teacher ? (1.0f - tm->distill_alpha) * tm->loss + tm->distill_alpha * tm->distill_temp * tm->distill_temp * tm->distill_kl

@@ -76,6 +76,7 @@ typedef struct {
     float distill_alpha, distill_temp;
     float distill_kl, objective;
     int n_targets;     /* those rows (a negative target is none: chat data's prompts and padding) */
+    int n_correct;     /* and of them, those whose target's logit is the row's largest (token accuracy) */
     /* a mixture of experts: the load-balancing loss's weight in the objective (set by the caller;
        0: none), and the last forward's loss, the mean over layers of (E / K) * sum_e f_e P_e with
        f_e the share of the window's tokens that chose expert e and P_e its mean router probability

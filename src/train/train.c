@@ -182,22 +182,29 @@ static void metrics_restore(const char *path, long last_step, series *tr, series
 }
 
 /* The validation loss over `batches` batches of B = tm->B x world windows (every process draws the
-   same ones and evaluates its rows), averaged over the job. */
-static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg) {
-    const int world = nv_dist_size();
-    const size_t mine = (size_t)nv_dist_rank() * tm->B * tm->T;
-    double sum[2] = {0, 0}; /* chat data: the summed losses and their targets */
+   same ones and evaluates its rows), averaged over the job, and the share of its targets the model
+   ranks first (token accuracy) in *acc. With batches < 0, every validation window once (the last
+   batch's windows past them without targets), the loss a mean over every target. */
+static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg, double *acc) {
+    const int world = nv_dist_size(), B = tm->B * world, T = tm->T, full = batches < 0;
+    const size_t mine = (size_t)nv_dist_rank() * tm->B * T;
+    const uint64_t windows = nv_data_val_windows(ds, T), count = full ? (windows + (uint64_t)B - 1) / (uint64_t)B : (uint64_t)batches;
+    double sum[3] = {0, 0, 0}; /* the losses (summed over targets: chat data, full), the targets, those ranked first */
     int n = 0;
     nv_tmodel_set_segments(tm, NULL); /* validation windows hold one turn each */
-    for (int i = 0; i < batches; i++) {
-        if (!nv_data_val_batch(ds, i, tm->B * world, tm->T, in, tg)) break;
+    for (uint64_t i = 0; i < count; i++) {
+        if (!nv_data_val_batch(ds, i, B, T, in, tg)) break;
+        for (uint64_t b = windows - i * (uint64_t)B; full && b < (uint64_t)B; b++) /* (a wrapped window, seen already) */
+            for (int t = 0; t < T; t++) tg[b * T + t] = -1;
         const float l = nv_tmodel_forward(tm, in + mine, tg + mine);
-        sum[0] += ds->chat ? (double)l * tm->n_targets : l;
+        sum[0] += ds->chat || full ? (double)l * tm->n_targets : l;
         sum[1] += tm->n_targets;
+        sum[2] += tm->n_correct;
         n++;
     }
-    nv_dist_sum_f64(sum, 2);
-    if (ds->chat) return sum[1] > 0 ? (float)(sum[0] / sum[1]) : NAN;
+    nv_dist_sum_f64(sum, 3);
+    *acc = sum[1] > 0 ? sum[2] / sum[1] : NAN;
+    if (ds->chat || full) return sum[1] > 0 ? (float)(sum[0] / sum[1]) : NAN;
     return n ? (float)(sum[0] / world / n) : NAN;
 }
 
@@ -312,18 +319,21 @@ static void json_num(FILE *f, const char *key, double v) {
     else fprintf(f, ",\"%s\":null", key);
 }
 
-/* One evaluation: the validation loss, preference data's accuracies (by the loss's rewards, by the
-   model's own choice) and the multiple-choice tasks' (acc, acc_norm); NAN where there are none. */
+/* One evaluation: the validation loss and token accuracy, preference data's accuracies (by the loss's
+   rewards, by the model's own choice), the multiple-choice tasks' (acc, acc_norm) and --full-eval's
+   loss and token accuracy over the whole validation split; NAN where there are none. */
 typedef struct {
     float val;
-    double pref[2], mc[2];
+    double acc, pref[2], mc[2], full[2];
 } eval_figures;
+
+#define NO_EVAL ((eval_figures){NAN, NAN, {NAN, NAN}, {NAN, NAN}, {NAN, NAN}})
 
 static eval_figures evaluate(nv_tmodel *tm, const nv_train_opts *o, const nv_dataset *ds, int *in, int *tg, uint64_t *ids,
                              const double *ref) {
-    eval_figures f = {NAN, {NAN, NAN}, {NAN, NAN}};
+    eval_figures f = NO_EVAL;
     f.val = ds->pref ? eval_pref(tm, ds, o->eval_batches, in, tg, ids, ref, &o->pref, f.pref)
-                     : eval_val(tm, ds, o->eval_batches, in, tg);
+                     : eval_val(tm, ds, o->eval_batches, in, tg, &f.acc);
     eval_choice(o, &tm->m, f.mc);
     return f;
 }
@@ -331,22 +341,25 @@ static eval_figures evaluate(nv_tmodel *tm, const nv_train_opts *o, const nv_dat
 /* Its figures into metrics.jsonl's line, those it has. */
 static void json_evals(FILE *f, const eval_figures *e) {
     if (!isnan(e->val)) json_num(f, "val_loss", e->val);
+    if (!isnan(e->acc)) json_num(f, "val_token_acc", e->acc);
     if (!isnan(e->pref[0])) json_num(f, "val_reward_acc", e->pref[0]), json_num(f, "val_choice_acc", e->pref[1]);
     if (!isnan(e->mc[1])) json_num(f, "mc_acc", e->mc[0]), json_num(f, "mc_acc_norm", e->mc[1]);
+    if (!isnan(e->full[0])) json_num(f, "full_val_loss", e->full[0]), json_num(f, "full_val_token_acc", e->full[1]);
 }
 
 /* The latest figures of each kind, for the progress line. */
 static void keep_evals(eval_figures *last, const eval_figures *e) {
-    if (!isnan(e->val)) last->val = e->val;
+    if (!isnan(e->val)) last->val = e->val, last->acc = e->acc;
     if (!isnan(e->pref[0])) last->pref[0] = e->pref[0], last->pref[1] = e->pref[1];
     if (!isnan(e->mc[1])) last->mc[0] = e->mc[0], last->mc[1] = e->mc[1];
 }
 
-static const char *const best_metric_names[NV_BEST_COUNT] = {"val_loss", "val_reward_acc", "val_choice_acc", "mc_acc", "mc_acc_norm"};
+static const char *const best_metric_names[NV_BEST_COUNT] = {"val_loss",    "val_reward_acc", "val_choice_acc",
+                                                             "mc_acc",      "mc_acc_norm",    "val_token_acc"};
 /* as the messages say them */
-static const char *const best_metric_words[NV_BEST_COUNT] = {"validation loss", "held-out reward accuracy",
+static const char *const best_metric_words[NV_BEST_COUNT] = {"validation loss",          "held-out reward accuracy",
                                                              "held-out choice accuracy", "multiple-choice accuracy",
-                                                             "multiple-choice accuracy (acc_norm)"};
+                                                             "multiple-choice accuracy (acc_norm)", "held-out token accuracy"};
 
 int nv_best_metric_parse(const char *name) {
     for (int i = 0; i < NV_BEST_COUNT; i++)
@@ -361,6 +374,7 @@ static double best_metric_of(const eval_figures *e, nv_best_metric m) {
     case NV_BEST_CHOICE_ACC: return e->pref[1];
     case NV_BEST_MC_ACC: return e->mc[0];
     case NV_BEST_MC_ACC_NORM: return e->mc[1];
+    case NV_BEST_TOKEN_ACC: return e->acc;
     default: return e->val;
     }
 }
@@ -790,13 +804,18 @@ static nv_err check_settings(const nv_train_opts *o, const nv_dataset *ds, int w
     if ((unsigned)bm >= NV_BEST_COUNT) return nv_fail(NV_EINVAL, "unknown best metric %d", (int)bm);
     if (bm != NV_BEST_VAL_LOSS && !o->save_best && o->early_stop <= 0)
         return nv_fail(NV_EINVAL, "--best-metric goes with --save-best or --early-stop");
-    const int held_out = bm == NV_BEST_VAL_LOSS || bm == NV_BEST_REWARD_ACC || bm == NV_BEST_CHOICE_ACC;
+    const int held_out = bm == NV_BEST_VAL_LOSS || bm == NV_BEST_REWARD_ACC || bm == NV_BEST_CHOICE_ACC || bm == NV_BEST_TOKEN_ACC;
     if ((o->save_best || o->early_stop > 0) && held_out && (o->eval_every <= 0 || ds->val_tokens == 0))
         return nv_fail(NV_EINVAL, "--save-best and --early-stop follow the %s: give held-out data (--val-frac or --val-data) "
                                   "and --eval-every N",
                        best_metric_words[bm]);
     if ((bm == NV_BEST_REWARD_ACC || bm == NV_BEST_CHOICE_ACC) && !pref)
         return nv_fail(NV_EINVAL, "--best-metric %s is preference data's: this run's data are not pairs", best_metric_names[bm]);
+    if (o->full_eval && (pref || ds->val_tokens == 0))
+        return nv_fail(NV_EINVAL, "--full-eval scores the whole validation split: %s",
+                       pref ? "preference pairs are scored by their rewards at every --eval-every" : "give held-out data (--val-frac or --val-data)");
+    if (bm == NV_BEST_TOKEN_ACC && pref)
+        return nv_fail(NV_EINVAL, "--best-metric val_token_acc: preference pairs are scored by their rewards (val_reward_acc)");
     if ((bm == NV_BEST_MC_ACC || bm == NV_BEST_MC_ACC_NORM) && (!o->eval_choice || o->eval_every <= 0))
         return nv_fail(NV_EINVAL, "--best-metric %s is the multiple-choice tasks': give --eval-choice FILE and --eval-every N",
                        best_metric_names[bm]);
@@ -937,6 +956,7 @@ typedef struct {
     double t_teacher;       /* and the teacher's forwards' seconds (counted in t_forward too) */
     double psums[PREF_SUMS], flops;
     long targets, pairs; /* chat data's answer tokens, preference data's pairs with answers */
+    double tok[2];       /* the targets the model ranked first, of all the step's targets (token accuracy) */
     double t_forward, t_backward, t_wait, t_optimizer, t_step;
     double elapsed; /* seconds since this process's run started, at the step's end */
     float lr;
@@ -1142,6 +1162,7 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
         }
         const float l = nv_tmodel_forward(&r->tm, r->in + a * bt + r->mine, tg);
         f->kl += r->tm.distill_kl / (double)o->accum;
+        f->tok[0] += r->tm.n_correct, f->tok[1] += r->tm.n_targets;
         if (dropping) nv_tmodel_set_dropout(&r->tm, 0.0f, 0.0f, 0, 0); /* evaluation and samples see the whole model */
         f->router[0] += r->tm.router_aux / (double)o->accum;
         f->router[1] += r->tm.router_z / (double)o->accum;
@@ -1167,6 +1188,7 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
         nv_dist_sum_f32(r->tm.train_grads, r->tm.n_train);
         nv_dist_sum_f64(r->pref ? f->psums : &f->loss, r->pref ? PREF_SUMS : 1);
         nv_dist_sum_f64(&f->flops, 1);
+        nv_dist_sum_f64(f->tok, 2);
         if (!ds->chat) f->loss /= r->world;
         if (o->teacher) {
             nv_dist_sum_f64(&f->kl, 1);
@@ -1207,6 +1229,7 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
     const double dt = f->t_step;
     fprintf(m, "{\"step\":%ld,\"total_steps\":%d", step, r->opt.o.total_steps);
     json_num(m, "loss", f->loss);
+    if (!r->pref && f->tok[1] > 0) json_num(m, "token_acc", f->tok[0] / f->tok[1]);
     fprintf(m, ",\"lr\":%.6g", f->lr);
     json_num(m, "epoch", epochs_of(r->cur.windows, r->epoch_windows));
     json_num(m, "grad_norm", f->gnorm);
@@ -1477,7 +1500,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     r->mine = (size_t)nv_dist_rank() * r->local_batch * o->seq;
     r->quiet = o->quiet || !r->lead;
     r->tty = isatty(STDERR_FILENO) && !r->quiet;
-    r->last_eval = (eval_figures){NAN, {NAN, NAN}, {NAN, NAN}};
+    r->last_eval = NO_EVAL;
     if (r->world > 1)
         snprintf(r->procs, sizeof r->procs, " x %d processes (%d thread%s each)", r->world, nv_pool_threads(),
                  nv_pool_threads() == 1 ? "" : "s");
@@ -1572,7 +1595,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         const double t0 = nv_now();
         const uint64_t windows_before = r->cur.windows;
         step_figures f = {0};
-        f.ev = (eval_figures){NAN, {NAN, NAN}, {NAN, NAN}};
+        f.ev = NO_EVAL;
         if ((e = step_gradients(r, &f, step))) break;
         if (nan_from > 0 && step + 1 >= nan_from) r->tm.train_grads[0] = NAN;
         step_update(r, &f);
@@ -1599,7 +1622,12 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         }
         r->last_loss = (float)f.loss;
         const int last = step + 1 == o->steps;
+        /* the step that ends a pass over the training data */
+        const int epoch_end = r->epoch_windows > 0 && floor((double)r->cur.windows / r->epoch_windows) >
+                                                          floor((double)windows_before / r->epoch_windows);
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) f.ev = run_evaluate(r, step + 1);
+        if (o->full_eval && (epoch_end || last))
+            f.ev.full[0] = eval_val(&r->tm, r->ds, -1, r->in, r->tg, &f.ev.full[1]);
         /* no better evaluation in --early-stop evaluations */
         const int early = o->early_stop > 0 && !isnan(best_metric_of(&f.ev, o->best_metric)) && r->best.since >= o->early_stop;
         f.elapsed = nv_now() - t_start;
@@ -1629,8 +1657,6 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         const int stop = (int)nv_dist_max(diverged || early || nv_train_stop_requested ||
                                           (o->time_limit_s > 0 && nv_now() - t_start >= o->time_limit_s));
         /* --save-every's weights (before the checkpoint: a run stopped between the two writes them again) */
-        const int epoch_end = r->epoch_windows > 0 && floor((double)r->cur.windows / r->epoch_windows) >
-                                                          floor((double)windows_before / r->epoch_windows);
         if (r->lead && !last && !diverged &&
             (o->save_every == NV_TRAIN_SAVE_EPOCH ? epoch_end : o->save_every > 0 && (step + 1) % o->save_every == 0))
             save_snapshot(r, step + 1);

@@ -25,9 +25,18 @@
 #include "train/pref.h"
 
 /* What --save-best and --early-stop follow: the validation loss (lower is better), preference data's
- * held-out accuracies (by the loss's rewards, by the model's own choice) or the multiple-choice
- * tasks' (acc, acc_norm), higher being better. */
-typedef enum { NV_BEST_VAL_LOSS = 0, NV_BEST_REWARD_ACC, NV_BEST_CHOICE_ACC, NV_BEST_MC_ACC, NV_BEST_MC_ACC_NORM, NV_BEST_COUNT } nv_best_metric;
+ * held-out accuracies (by the loss's rewards, by the model's own choice), the multiple-choice tasks'
+ * (acc, acc_norm) or the held-out token accuracy, higher being better. (The order is checkpoints'
+ * best_metric: new ones go at the end.) */
+typedef enum {
+    NV_BEST_VAL_LOSS = 0,
+    NV_BEST_REWARD_ACC,
+    NV_BEST_CHOICE_ACC,
+    NV_BEST_MC_ACC,
+    NV_BEST_MC_ACC_NORM,
+    NV_BEST_TOKEN_ACC,
+    NV_BEST_COUNT
+} nv_best_metric;
 /* The metric named as --best-metric and metrics.jsonl spell it (-1: none such). */
 int nv_best_metric_parse(const char *name);
 
@@ -65,6 +74,10 @@ typedef struct {
        LoRA run's adapters), none at the last step (the run folder's own); save_limit > 0: the newest
        that many kept, older ones removed. A new run removes an earlier run's step-N/ folders. */
     int save_every, save_limit;
+    /* full_eval: at the end of every pass over the training data and at the last step, the loss and
+       token accuracy over every validation window once (metrics.jsonl's full_val_loss and
+       full_val_token_acc; token data only) */
+    int full_eval;
     nv_best_metric best_metric;
     const char *out_dir;
     const char *tokenizer_path; /* copied into the run folder when set */
