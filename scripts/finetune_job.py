@@ -31,13 +31,13 @@ while True:
 wall = time.time() - t0
 last = [e for e in srv.get(f"/v1/fine_tuning/jobs/{job['id']}/events?limit=20")['data'] if e['type'] == 'metrics']
 print(f"{model}: {j['status']} in {wall:.1f} s, {last[0]['data']['step'] if last else 0} steps, "
-      f"last loss {last[0]['data']['train_loss'] if last else float('nan'):.2f} "
+      f"last loss {last[0]['data'].get('train_loss', float('nan')) if last else float('nan'):.2f} "
       f"(token accuracy {last[0]['data'].get('train_mean_token_accuracy', float('nan')) if last else float('nan'):.2f}), "
       f"{j['trained_tokens']} tokens")
 if j['status'] == 'succeeded':
     for c in srv.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints")['data']:
         mm = c['metrics']
-        print(f"checkpoint: step {c['step_number']}, train loss {mm['train_loss']:.2f}, "
+        print(f"checkpoint: step {c['step_number']}, train loss {mm.get('train_loss', float('nan')):.2f}, "
               f"token accuracy {mm.get('train_mean_token_accuracy', float('nan')):.2f}: {c['fine_tuned_model_checkpoint']}")
     ans = srv.post('/v1/chat/completions', {'model': j['fine_tuned_model'], 'max_tokens': 16, 'temperature': 0,
                                             'messages': [{'role': 'user', 'content': 'Tell me about day 7 of the week.'}]})

@@ -4,7 +4,7 @@
 # stories260K with an API key on a free port, and a second one for tool calls on a
 # stories260K-shaped model with a 2,048-token context (`nerve init`: the tools' description
 # outgrows stories260K's 512), and runs scripts/sdk/check.mjs (chat, completions, logprobs,
-# structured outputs, tools, embeddings, the Responses API, the Files, Batch and fine-tuning jobs APIs) and scripts/sdk/check_anthropic.mjs
+# structured outputs, tools, embeddings, the Responses API, the Files, Uploads, Batch and fine-tuning jobs APIs) and scripts/sdk/check_anthropic.mjs
 # (/v1/messages whole and streamed, stop sequences, prefill, token counting, tool use, errors) and
 # scripts/sdk/check_ollama.mjs (/api/chat and /api/generate whole and streamed, the model list, errors).
 # Needs node and npm; not part of `make test` (it downloads).

@@ -3,6 +3,7 @@
  * answers exactly what the server gives each body; bad input lines failing the batch with their
  * numbers; a server stopped part way going on with the batch at its next start (a torn line
  * dropped, every request answered once); cancel; and a batch's requests queued behind others. */
+#include <ctype.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <signal.h>
@@ -31,8 +32,10 @@ static double num_of(const cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
-/* POST /v1/files as multipart/form-data: the purpose field (NULL: none) and the file (NULL: none). */
-static int upload(int port, const char *purpose, const char *filename, const char *content, resp *r) {
+/* POST path as multipart/form-data: the purpose field (NULL: none) and content (NULL: none) as the
+   field `field` of filename. */
+static int post_multipart(int port, const char *path, const char *purpose, const char *field, const char *filename, const char *content,
+                          resp *r) {
     nv_buf body = {0};
     char part[512];
     if (purpose) {
@@ -41,8 +44,8 @@ static int upload(int port, const char *purpose, const char *filename, const cha
     }
     if (content) {
         snprintf(part, sizeof part,
-                 "--XyZb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\nContent-Type: application/octet-stream\r\n\r\n",
-                 filename);
+                 "--XyZb\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"%s\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+                 field, filename);
         nv_buf_append(&body, part, strlen(part));
         nv_buf_append(&body, content, strlen(content));
         nv_buf_append(&body, "\r\n", 2);
@@ -50,15 +53,20 @@ static int upload(int port, const char *purpose, const char *filename, const cha
     nv_buf_append(&body, "--XyZb--\r\n\r\n", 12); /* and an epilogue, as the OpenAI SDK sends one */
     nv_buf raw = {0};
     snprintf(part, sizeof part,
-             "POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" KEY
+             "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" KEY
              "Content-Type: multipart/form-data; boundary=XyZb\r\nContent-Length: %zu\r\n\r\n",
-             body.len);
+             path, body.len);
     nv_buf_append(&raw, part, strlen(part));
     nv_buf_append(&raw, body.data, body.len);
     const int ok = http_raw(port, raw.data, raw.len, r);
     nv_buf_free(&body);
     nv_buf_free(&raw);
     return ok;
+}
+
+/* POST /v1/files: the purpose field (NULL: none) and the file (NULL: none). */
+static int upload(int port, const char *purpose, const char *filename, const char *content, resp *r) {
+    return post_multipart(port, "/v1/files", purpose, "file", filename, content, r);
 }
 
 /* GET path's JSON answer (NULL unless 200). */
@@ -953,6 +961,176 @@ static char all_threads_state(int pid) {
     return state;
 }
 
+/* POST path with a JSON body (NULL: none): its status, its answer parsed into *j (the caller deletes it). */
+static int post_json(int port, const char *path, const char *body, cJSON **j) {
+    resp r;
+    const int st = http(port, "POST", path, KEY "Content-Type: application/json\r\n", body, &r) ? r.status : 0;
+    *j = cJSON_Parse(r.body ? r.body : "");
+    resp_free(&r);
+    return st;
+}
+
+/* A part of upload id: its id into part_id ("" when refused); the status. */
+static int add_part(int port, const char *id, const char *content, char part_id[64]) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/uploads/%s/parts", id);
+    resp r;
+    const int st = post_multipart(port, path, NULL, "data", "blob", content, &r) ? r.status : 0;
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    snprintf(part_id, 64, "%s", st == 200 ? str_of(j, "id") : "");
+    T_CHECK(st != 200 || (!strcmp(str_of(j, "object"), "upload.part") && !strcmp(str_of(j, "upload_id"), id) && !strncmp(part_id, "part_", 5)),
+            "the part: %s", r.body ? r.body : "");
+    cJSON_Delete(j);
+    resp_free(&r);
+    return st;
+}
+
+/* POST /v1/uploads for `bytes` bytes: the upload's id ("" after a failed check). */
+static void create_upload(int port, long bytes, const char *extra, char id[64]) {
+    char body[512];
+    snprintf(body, sizeof body, "{\"filename\":\"big.jsonl\",\"purpose\":\"batch\",\"bytes\":%ld,\"mime_type\":\"text/jsonl\"%s}", bytes,
+             extra);
+    cJSON *j;
+    const int st = post_json(port, "/v1/uploads", body, &j);
+    snprintf(id, 64, "%s", st == 200 ? str_of(j, "id") : "");
+    T_CHECK(st == 200 && !strncmp(id, "upload_", 7) && !strcmp(str_of(j, "object"), "upload") && !strcmp(str_of(j, "status"), "pending") &&
+                num_of(j, "bytes") == bytes && num_of(j, "expires_at") == num_of(j, "created_at") + 3600 &&
+                cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "file")) && !cJSON_GetObjectItemCaseSensitive(j, "nerve_parts"),
+            "create: %d", st);
+    cJSON_Delete(j);
+}
+
+/* POST /v1/uploads/id/action with body: the status, and the answer's status field or error param into what. */
+static int upload_action(int port, const char *id, const char *action, const char *body, char what[64], cJSON **keep) {
+    char path[160];
+    snprintf(path, sizeof path, "/v1/uploads/%s/%s", id, action);
+    cJSON *j;
+    const int st = post_json(port, path, body, &j);
+    snprintf(what, 64, "%s", st == 200 ? str_of(j, "status") : str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "param"));
+    if (keep) *keep = j;
+    else cJSON_Delete(j);
+    return st;
+}
+
+/* OpenAI's Uploads: a file sent in parts (out of order) becomes a file of the store, checked by its
+ * bytes and md5; the refusals; a restart keeps a pending upload's parts; parts count against the
+ * store's room; cancel and expiry remove them. */
+static void test_uploads(void) {
+    if (!model_path() || !tok_path()) return;
+    const char *dir = t_path("ustore");
+    char args[1024], id[64], p[4][64], what[64], body[512];
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s' --files-max-bytes 1K", dir);
+    server s;
+    if (!server_spawn(&s, "uploads", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    static const struct {
+        const char *body, *param;
+    } refused[] = {{"{\"purpose\":\"batch\",\"bytes\":3,\"mime_type\":\"text/plain\"}", "filename"},
+                   {"{\"filename\":\"a\",\"purpose\":\"nope\",\"bytes\":3,\"mime_type\":\"text/plain\"}", "purpose"},
+                   {"{\"filename\":\"a\",\"purpose\":\"batch\",\"bytes\":-1,\"mime_type\":\"text/plain\"}", "bytes"},
+                   {"{\"filename\":\"a\",\"purpose\":\"batch\",\"bytes\":1.5,\"mime_type\":\"text/plain\"}", "bytes"},
+                   {"{\"filename\":\"a\",\"purpose\":\"batch\",\"bytes\":9000000000,\"mime_type\":\"text/plain\"}", "bytes"},
+                   {"{\"filename\":\"a\",\"purpose\":\"batch\",\"bytes\":3}", "mime_type"},
+                   {"{\"filename\":\"a\",\"purpose\":\"batch\",\"bytes\":3,\"mime_type\":\"t\",\"expires_after\":{\"anchor\":\"created_at\","
+                    "\"seconds\":60}}",
+                    "expires_after"}};
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        cJSON *j;
+        const int st = post_json(s.port, "/v1/uploads", refused[k].body, &j);
+        T_CHECK(st == 400 && !strcmp(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "param"), refused[k].param), "refusal %zu: %d", k, st);
+        cJSON_Delete(j);
+    }
+    /* three parts sent C, A, B; completed as A B C with the right md5 (after a wrong one) */
+    static const char *const text[3] = {"{\"custom_id\":\"a\"}\n", "{\"custom_id\":\"b\"}\n", "{\"custom_id\":\"c\"}\n"};
+    const long total = (long)(strlen(text[0]) * 3);
+    create_upload(s.port, total, ",\"expires_after\":{\"anchor\":\"created_at\",\"seconds\":7200}", id);
+    T_CHECK(add_part(s.port, id, text[2], p[2]) == 200 && add_part(s.port, id, text[0], p[0]) == 200 && add_part(s.port, id, text[1], p[1]) == 200,
+            "the parts");
+    T_CHECK(add_part(s.port, "upload_000000000000000000000000", text[0], p[3]) == 404, "a part of no upload");
+    static const char *const bad_lists[] = {"{}", "{\"part_ids\":[\"%s\",\"%s\"]}", "{\"part_ids\":[\"%s\",\"%s\",\"%s\",\"%s\"]}",
+                                            "{\"part_ids\":[\"%s\",\"%s\",\"part_000000000000000000000000\"]}",
+                                            "{\"part_ids\":[\"%s\",\"%s\",\"%s\"],\"md5\":\"xyz\"}"};
+    for (size_t k = 0; k < sizeof bad_lists / sizeof *bad_lists; k++) {
+        snprintf(body, sizeof body, bad_lists[k], p[0], p[1], p[2], p[0]);
+        const int st = upload_action(s.port, id, "complete", body, what, NULL);
+        T_CHECK(st == 400 && (!strcmp(what, "part_ids") || (k == 4 && !strcmp(what, "md5"))), "list %zu: %d %s", k, st, what);
+    }
+    snprintf(body, sizeof body, "{\"part_ids\":[\"%s\",\"%s\",\"%s\"],\"md5\":\"00000000000000000000000000000000\"}", p[0], p[1], p[2]);
+    T_CHECK(upload_action(s.port, id, "complete", body, what, NULL) == 400 && !strcmp(what, "md5"), "a wrong md5: %s", what);
+    T_CHECK(names_in(dir, "part_") == 3, "the parts after a refusal: %d", names_in(dir, "part_"));
+    { /* md5 of the three lines, A B C */
+        char cmd[700], *sum = NULL;
+        snprintf(cmd, sizeof cmd, "printf '%%s%%s%%s' '%s' '%s' '%s' | md5sum | cut -c1-32 > '%s'", "{\"custom_id\":\"a\"}\n",
+                 "{\"custom_id\":\"b\"}\n", "{\"custom_id\":\"c\"}\n", t_path("md5.txt"));
+        T_CHECK(system(cmd) == 0 && nv_file_read_all(t_path("md5.txt"), &sum, NULL) == NV_OK && strlen(sum) >= 32, "md5sum");
+        for (int i = 0; sum && i < 32; i++) sum[i] = (char)toupper((unsigned char)sum[i]); /* (either case) */
+        if (sum) snprintf(body, sizeof body, "{\"part_ids\":[\"%s\",\"%s\",\"%s\"],\"md5\":\"%.32s\"}", p[0], p[1], p[2], sum);
+        free(sum);
+    }
+    cJSON *done = NULL;
+    T_CHECK(upload_action(s.port, id, "complete", body, what, &done) == 200 && !strcmp(what, "completed"), "complete: %s", what);
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(done, "file");
+    char fid[64];
+    snprintf(fid, sizeof fid, "%s", str_of(file, "id"));
+    char *content = file_content(s.port, fid), want[256];
+    snprintf(want, sizeof want, "%s%s%s", text[0], text[1], text[2]);
+    T_CHECK(content && !strcmp(content, want) && num_of(file, "bytes") == total && !strcmp(str_of(file, "filename"), "big.jsonl") &&
+                !strcmp(str_of(file, "purpose"), "batch") && num_of(file, "expires_at") == num_of(file, "created_at") + 7200 &&
+                names_in(dir, "part_") == 0,
+            "the file: %s; %d parts left", content ? content : "-", names_in(dir, "part_"));
+    free(content);
+    cJSON_Delete(done);
+    T_CHECK(add_part(s.port, id, text[0], p[3]) == 400 && upload_action(s.port, id, "cancel", NULL, what, NULL) == 400 &&
+                upload_action(s.port, id, "complete", body, what, NULL) == 400,
+            "a completed upload takes no part, cancel or second completion");
+    /* the upload's file serves a batch like any */
+    char bid[64];
+    create_batch(s.port, fid, "/v1/chat/completions", bid);
+    T_CHECK(bid[0], "a batch of the uploaded file");
+
+    /* the store's room (1 KiB, 57 bytes held by the file): parts count from their first byte */
+    char big[701];
+    memset(big, 'x', 700), big[700] = 0;
+    char id2[64];
+    create_upload(s.port, 2000, "", id2);
+    T_CHECK(add_part(s.port, id2, big, p[0]) == 200, "a part within the room");
+    T_CHECK(add_part(s.port, id2, big, p[1]) == 413 && names_in(dir, "part_") == 1, "a part past the room: %d left", names_in(dir, "part_"));
+    resp r;
+    T_CHECK(upload(s.port, "batch", "f.jsonl", big, &r) && r.status == 413, "a file past the room the part holds: %d", r.status);
+    resp_free(&r);
+    /* a restart keeps the pending upload, its part counted */
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    t_write("ustore/part_0123456789abcdef01234567", "zz", 2); /* a part no record lists */
+    if (!server_spawn(&s, "uploads2", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    T_CHECK(names_in(dir, "part_") == 1 && add_part(s.port, id2, big, p[1]) == 413, "after the restart: %d parts", names_in(dir, "part_"));
+    T_CHECK(upload_action(s.port, id2, "cancel", NULL, what, NULL) == 200 && !strcmp(what, "cancelled") && names_in(dir, "part_") == 0,
+            "cancel: %s, %d parts left", what, names_in(dir, "part_"));
+    T_CHECK(upload(s.port, "batch", "f.jsonl", big, &r) && r.status == 200, "the room back: %d", r.status);
+    resp_free(&r);
+    T_CHECK(upload_action(s.port, id2, "complete", "{\"part_ids\":[]}", what, NULL) == 400 &&
+                upload_action(s.port, "upload_000000000000000000000000", "cancel", NULL, what, NULL) == 404,
+            "a cancelled upload, an unknown one");
+    /* expiry: a pending upload whose hour has passed (its record edited) is expired, its parts gone */
+    char id3[64];
+    create_upload(s.port, 4, "", id3);
+    T_CHECK(add_part(s.port, id3, "ab", p[0]) == 200, "a part");
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    char rec[700], *saved = NULL;
+    snprintf(rec, sizeof rec, "ustore/%s.json", id3);
+    if (nv_file_read_all(t_path(rec), &saved, NULL) == NV_OK) {
+        cJSON *o = cJSON_Parse(saved);
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "expires_at", cJSON_CreateNumber(num_of(o, "created_at") - 1));
+        char *out = cJSON_PrintUnformatted(o);
+        t_write(rec, out, strlen(out));
+        free(out);
+        cJSON_Delete(o);
+    }
+    free(saved);
+    if (!server_spawn(&s, "uploads3", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    T_CHECK(add_part(s.port, id3, "cd", p[1]) == 400 && names_in(dir, "part_") == 0, "expired: %d parts left", names_in(dir, "part_"));
+    T_CHECK(upload_action(s.port, id3, "cancel", NULL, what, NULL) == 400, "an expired upload cancelled");
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+}
+
 static void test_fine_tuning(void) {
     if (!model_path() || !tok_path()) return;
     const char *dir = t_path("ftstore");
@@ -1560,6 +1738,7 @@ int main(void) {
     T_RUN(test_batch_restart);
     T_RUN(test_batch_cancel_priority);
     T_RUN(test_message_batches);
+    T_RUN(test_uploads);
     T_RUN(test_fine_tuning);
     return t_done();
 }

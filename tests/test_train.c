@@ -1316,6 +1316,14 @@ static void dp_case(const char *launcher, const char *flags, const char *extra, 
     T_CHECK(run_launched(launcher, args, err, sizeof err) == 0, "%s, two processes: %s", tag, err);
     check_close_runs(one, two, "\"loss\":", 24, 0, 1e-4);
     check_close_runs(one, two, "\"grad_norm\":", 24, 0, 1e-3);
+    check_close_runs(one, two, "\"token_acc\":", 24, 0, 0.02);
+    /* --full-eval's figures, each process scoring its share of every validation batch */
+    double fa[8], fb[8], aa[8], ab[8];
+    const int nfa = read_values(one, "\"full_val_loss\":", fa, 8), nfb = read_values(two, "\"full_val_loss\":", fb, 8);
+    const int naa = read_values(one, "\"full_val_token_acc\":", aa, 8), nab = read_values(two, "\"full_val_token_acc\":", ab, 8);
+    T_CHECK(!strstr(extra, "--full-eval") || (nfa >= 1 && nfa == nfb && naa == nfa && nab == nfa && fabs(fa[nfa - 1] - fb[nfa - 1]) <= 1e-4 * fa[nfa - 1] &&
+                                               fabs(aa[nfa - 1] - ab[nfa - 1]) <= 0.005),
+            "%s: full evaluations %d and %d: %g, %g", tag, nfa, nfb, nfa ? fa[nfa - 1] : 0.0, nfb ? fb[nfb - 1] : 0.0);
 }
 
 /* Data parallel: 2 processes taking half of each batch train what one process trains (the same
@@ -1355,7 +1363,7 @@ static void test_data_parallel_matches_one_process(void) {
     /* a mixture of experts: the same, the balance term off (it is each process's windows' own) */
     dp_case(guarded, flags, "--experts 4 --router-aux-coef 0", "moe");
     /* dropout: each process drops what one process drops on those rows */
-    dp_case(guarded, flags, "--dropout 0.2", "drop");
+    dp_case(guarded, flags, "--dropout 0.2 --full-eval", "drop");
 
     /* SIGUSR1 (which mpirun would pass on to both at once) to one process only: both stop after the
        same step, process 0 saves; resumed, the uninterrupted job's losses bit for bit */
@@ -2148,9 +2156,44 @@ static double field_or_nan(const cJSON *o, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* Token accuracy and --full-eval: a step's token_acc is a count of its 128 targets; --full-eval's
- * loss and accuracy come at each epoch's end and the last step alone, and are those of the final
- * model over every validation window once, as the inference forward makes them; --best-metric
+/* Model file path's mean loss over windows 0..n-1 of T + 1 tokens of toks (overlapping by one) into
+ * *nll, and how many of their targets have the largest logit of their row into *right, as the
+ * inference forward makes them (fp32): the number of targets, 0 when the model did not load. */
+static int reference_figures(const char *path, const int *toks, int n, int T, double *nll, int *right) {
+    nv_model model;
+    nv_state st;
+    double sum_nll = 0;
+    int targets = 0;
+    *right = 0;
+    if (nv_model_load(path, &model) != NV_OK || nv_model_build_plans(&model, NV_ENGINE_AVX2) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return 0;
+    }
+    const int V = model.config.vocab_size;
+    if (nv_state_init(&st, &model.config, T, T, 1) == NV_OK) {
+        for (int w = 0; w < n && nv_forward(&model, &st, toks + w * T, T, 0) == NV_OK; w++)
+            for (int t = 0; t < T; t++) {
+                const float *lg = st.logits + (size_t)t * V;
+                const int target = toks[w * T + t + 1];
+                float mx = lg[0];
+                for (int v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+                double sum = 0;
+                for (int v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
+                sum_nll += log(sum) + mx - lg[target];
+                *right += lg[target] >= mx;
+                targets++;
+            }
+        nv_state_free(&st);
+    }
+    nv_model_free(&model);
+    *nll = targets ? sum_nll / targets : NAN;
+    return targets;
+}
+
+/* Token accuracy and --full-eval: a step's token_acc is a count of its 128 targets; step 0's
+ * evaluation is the starting model's over the first batch; --full-eval's loss and accuracy come at
+ * each epoch's end and the last step alone, and are those of the final model over every validation
+ * window once, as the inference forward makes them; --best-metric
  * val_token_acc keeps the evaluation of the highest. */
 static void test_token_accuracy_and_full_eval(void) {
     const char *m = t_data("models/stories260K.bin"), *tokp = t_data("models/tok512.bin");
@@ -2170,7 +2213,7 @@ static void test_token_accuracy_and_full_eval(void) {
     const int nl = metrics_lines(dir, line, 16);
     T_CHECK(nl == 8, "%d metrics lines", nl);
     int full_steps = 0, bad_full = 0, bad_acc = 0, evals = 0;
-    double prev_epoch = 0, full_loss = NAN, full_acc = NAN;
+    double prev_epoch = 0, full_loss = NAN, full_acc = NAN, val0 = NAN, acc0 = NAN;
     for (int i = 0; i < nl; i++) {
         const int step = (int)field_or_nan(line[i], "step");
         const double acc = field_or_nan(line[i], "token_acc"), epoch = field_or_nan(line[i], "epoch");
@@ -2183,46 +2226,25 @@ static void test_token_accuracy_and_full_eval(void) {
         full_steps += has_full;
         evals += !isnan(field_or_nan(line[i], "val_loss")) && field_or_nan(line[i], "val_token_acc") >= 0;
         if (step == 7) full_loss = field_or_nan(line[i], "full_val_loss"), full_acc = field_or_nan(line[i], "full_val_token_acc");
+        if (step == 0) val0 = field_or_nan(line[i], "val_loss"), acc0 = field_or_nan(line[i], "val_token_acc");
     }
     /* 300 tokens hold 4.67 windows of 65: a pass every 2.33 steps of 2 */
     T_CHECK(bad_acc == 0 && bad_full == 0 && full_steps == 3 && evals == 4,
             "token_acc off %d times; full evaluations %d (%d misplaced); %d evaluations", bad_acc, full_steps, bad_full, evals);
     for (int i = 0; i < nl; i++) cJSON_Delete(line[i]);
 
-    /* the final model over the 9 validation windows (599 tokens: 9 x 64 targets), one forward each */
-    nv_model model;
+    /* the final model over the 9 validation windows (599 tokens: 9 x 64 targets), one forward each;
+       and the starting model over step 0's evaluation, the first batch (windows 0 and 1) */
+    double nll, nll0;
+    int right, right0;
     snprintf(path, sizeof path, "%s/model.bin", dir);
-    if (nv_model_load(path, &model) != NV_OK || nv_model_build_plans(&model, NV_ENGINE_AVX2) != NV_OK) {
-        T_CHECK(0, "%s", nv_errmsg());
-        free(ids);
-        return;
-    }
-    nv_state st;
-    double nll = 0;
-    int right = 0, targets = 0;
-    const int V = model.config.vocab_size;
-    if (nv_state_init(&st, &model.config, T, T, 1) == NV_OK) {
-        for (int w = 0; (w + 1) * T < VAL; w++) {
-            if (nv_forward(&model, &st, val + w * T, T, 0) != NV_OK) break;
-            for (int t = 0; t < T; t++) {
-                const float *lg = st.logits + (size_t)t * V;
-                const int target = val[w * T + t + 1];
-                float mx = lg[0];
-                for (int v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
-                double sum = 0;
-                for (int v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
-                nll += log(sum) + mx - lg[target];
-                right += lg[target] >= mx;
-                targets++;
-            }
-        }
-        nv_state_free(&st);
-    }
-    nv_model_free(&model);
+    const int targets = reference_figures(path, val, 9, T, &nll, &right), targets0 = reference_figures(m, val, 2, T, &nll0, &right0);
     free(ids);
-    T_CHECK(targets == 9 * T && fabs(nll / targets - full_loss) <= 1e-4 * full_loss && fabs(right - full_acc * targets) <= 1.5,
-            "the whole validation split: loss %.6f, accuracy %.6f (%d of %d) here; the trainer's %.6f, %.6f", nll / targets,
+    T_CHECK(targets == 9 * T && fabs(nll - full_loss) <= 1e-4 * full_loss && fabs(right - full_acc * targets) <= 1.5,
+            "the whole validation split: loss %.6f, accuracy %.6f (%d of %d) here; the trainer's %.6f, %.6f", nll,
             (double)right / targets, right, targets, full_loss, full_acc);
+    T_CHECK(targets0 == 2 * T && fabs(nll0 - val0) <= 1e-4 * val0 && fabs(right0 - acc0 * targets0) <= 1.5,
+            "step 0's evaluation: loss %.6f, accuracy %.6f here; the trainer's %.6f, %.6f", nll0, (double)right0 / targets0, val0, acc0);
 
     /* --best-metric val_token_acc: best/ at the first evaluation of the highest */
     snprintf(dir, sizeof dir, "%s/token_acc_best", t_tmpdir());

@@ -4,6 +4,7 @@
 // model has room for the tools' description), the Responses API, and the error bodies.
 // Usage: node check.mjs BASE_URL API_KEY TOOLS_URL
 import OpenAI, { toFile } from 'openai';
+import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
 
 const [baseURL, apiKey, toolsURL] = process.argv.slice(2);
@@ -217,7 +218,19 @@ await assert.rejects(client.files.retrieve(up.id), (e) => e.status === 404);
 // the fine-tuning jobs API: a chat file, a job, its events and checkpoints, one going on from an earlier epoch's model, its model answering, deleted
 const examples = Array.from({ length: 24 }, (_, i) =>
   JSON.stringify({ messages: [{ role: 'user', content: `Who is friend ${i}?` }, { role: 'assistant', content: 'The friend is Lily.' }] })).join('\n') + '\n';
-const tf = await client.files.create({ file: await toFile(Buffer.from(examples), 'chats.jsonl'), purpose: 'fine-tune' });
+// sent in two parts through the Uploads API (the second first), put together in order and checked by its md5
+const exBuf = Buffer.from(examples), half = Math.floor(exBuf.length / 2);
+const upl = await client.uploads.create({ bytes: exBuf.length, filename: 'chats.jsonl', mime_type: 'text/jsonl', purpose: 'fine-tune' });
+assert.equal(upl.status, 'pending');
+const part2 = await client.uploads.parts.create(upl.id, { data: await toFile(exBuf.subarray(half), 'part2') });
+const part1 = await client.uploads.parts.create(upl.id, { data: await toFile(exBuf.subarray(0, half), 'part1') });
+await assert.rejects(client.uploads.complete(upl.id, { part_ids: [part1.id] }), (e) => e.status === 400 && e.param === 'part_ids');
+const uploaded = await client.uploads.complete(upl.id, { part_ids: [part1.id, part2.id],
+  md5: createHash('md5').update(exBuf).digest('hex') });
+assert.equal(uploaded.status, 'completed');
+const tf = uploaded.file;
+assert.equal(tf.bytes, exBuf.length);
+assert.equal(await (await client.files.content(tf.id)).text(), examples);
 let job = await client.fineTuning.jobs.create({ model, training_file: tf.id, suffix: 'sdk', seed: 3,
   method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 4, batch_size: 2 } } } });
 assert.equal(job.object, 'fine_tuning.job');
@@ -236,6 +249,7 @@ assert.equal(events[0].message, 'The job has successfully completed');
 const ckpts = []; // the final model and the two earlier epochs' (pages of one: the SDK follows the cursor)
 for await (const c of client.fineTuning.jobs.checkpoints.list(job.id, { limit: 1 })) ckpts.push(c);
 assert.deepEqual(ckpts.map((c) => c.step_number), [48, 36, 24]);
+assert.ok(ckpts.every((c) => c.metrics.train_mean_token_accuracy >= 0 && c.metrics.train_mean_token_accuracy <= 1));
 assert.equal(ckpts[1].fine_tuned_model_checkpoint, `${job.fine_tuned_model}:ckpt-step-36`);
 // a job going on from an earlier epoch's model, which is then deleted
 let more = await client.fineTuning.jobs.create({ model: ckpts[2].fine_tuned_model_checkpoint, training_file: tf.id, seed: 3,

@@ -471,6 +471,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     nv_files *files = NULL;
     nv_batches *batches = NULL;
     nv_ftjobs *ftjobs = NULL;
+    nv_uploads *uploads = NULL;
     char own_key[64] = "";
     const char *own_keys[1] = {own_key}; /* kept while its server runs */
     int rc = 1, sched_ok = 0;
@@ -585,11 +586,12 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                        .tls_key = key_pem,
                        .tls_cert = cert_pem};
     if (files_dir) { /* the Files and Batch APIs (their batches run once both servers are up) */
-        if (nv_files_open(&files, files_dir, files_max) != NV_OK || nv_batches_open(&batches, files) != NV_OK) {
+        if (nv_files_open(&files, files_dir, files_max) != NV_OK || nv_batches_open(&batches, files) != NV_OK ||
+            nv_uploads_open(&uploads, files) != NV_OK) {
             cli_error(CMD, 1, "--files-dir %s: %s", files_dir, nv_errmsg());
             goto done;
         }
-        ho.files = files, ho.batches = batches;
+        ho.files = files, ho.batches = batches, ho.uploads = uploads;
         /* the fine-tuning jobs: LoRA adapters trained by nerve train on the model as it was given */
         char abs_model[4096];
         nv_ftjobs_opts fo = {.model_id = model_id,
@@ -624,7 +626,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         nv_http_opts oo = ho;
         nv_api_new_id(own_key, sizeof own_key, "nv-batch-");
         oo.host = "127.0.0.1", oo.port = 0, oo.api_keys = own_keys, oo.n_api_keys = 1, oo.cors = 0, oo.webui = 0;
-        oo.quiet_access = 1, oo.background = 1, oo.tls_key = oo.tls_cert = NULL, oo.files = NULL, oo.batches = NULL, oo.ftjobs = NULL;
+        oo.quiet_access = 1, oo.background = 1, oo.tls_key = oo.tls_cert = NULL, oo.files = NULL, oo.batches = NULL, oo.ftjobs = NULL, oo.uploads = NULL;
         oo.timeout_s = 0;        /* a batch's request may wait long behind the others; max_tokens bounds its run */
         oo.responses_store = 0;  /* (a batch's Responses are not kept for previous_response_id) */
         const int parallel = batch_parallel ? batch_parallel : max_batch < 256 ? max_batch : 256; /* within its connection limit */
@@ -720,6 +722,7 @@ done:
     if (http) nv_http_stop(http); /* no client reaches the batches after this */
     nv_batches_close(batches);    /* (its requests have their answers: the scheduler has stopped) */
     nv_ftjobs_close(ftjobs);      /* (its trainer stopped; no client reaches it after nv_http_stop) */
+    nv_uploads_close(uploads);
     if (own) nv_http_stop(own);
     nv_files_close(files);
     explicit_bzero(own_key, sizeof own_key);

@@ -348,7 +348,7 @@ static void finalize(nv_batches *b, const char *id, int st, int total, int compl
             unlink(path);
             continue;
         }
-        if (nv_files_adopt(b->files, path, fname, "batch_output", &fi) == NV_OK) snprintf(file_ids[k], sizeof file_ids[k], "%s", fi.id);
+        if (nv_files_adopt(b->files, path, fname, "batch_output", 0, &fi) == NV_OK) snprintf(file_ids[k], sizeof file_ids[k], "%s", fi.id);
         else nv_warn("serve: batch %s: its results stay in %s: %s", id, path, nv_errmsg());
     }
     pthread_mutex_lock(&b->mu);

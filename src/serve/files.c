@@ -381,14 +381,47 @@ nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const cha
     return e;
 }
 
-nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, nv_file_info *out) {
+nv_err nv_files_upload_keep(nv_file_upload *u, const char *path) {
+    nv_err e = fsync(u->fd) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(errno));
+    if (close(u->fd) != 0 && e == NV_OK) e = nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(errno));
+    u->fd = -1;
+    if (e == NV_OK && rename(u->tmp, path) != 0) e = nv_fail(NV_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (e == NV_OK) {
+        free(u); /* its bytes stay counted: nv_files_release */
+        return NV_OK;
+    }
+    upload_end(u, 0);
+    return e;
+}
+
+void nv_files_hold(nv_files *f, uint64_t bytes) {
+    pthread_mutex_lock(&f->mu);
+    f->used += bytes;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void nv_files_release(nv_files *f, uint64_t bytes) {
+    pthread_mutex_lock(&f->mu);
+    f->used -= bytes < f->used ? bytes : f->used;
+    pthread_mutex_unlock(&f->mu);
+}
+
+int nv_files_purpose_ok(const char *purpose) {
+    static const char *const purposes[] = {"batch", "fine-tune", "assistants", "vision", "user_data", "evals"};
+    for (size_t k = 0; k < sizeof purposes / sizeof *purposes; k++)
+        if (!strcmp(purpose, purposes[k])) return 1;
+    return 0;
+}
+
+nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, long expires_after_s,
+                      nv_file_info *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->filename, sizeof out->filename, "%s", filename);
     snprintf(out->purpose, sizeof out->purpose, "%s", purpose);
     struct stat st;
     if (stat(path, &st) != 0) return nv_fail(NV_EIO, "cannot read %s: %s", path, strerror(errno));
     out->bytes = (int64_t)st.st_size;
-    return make_file(f, path, out, 0);
+    return make_file(f, path, out, expires_after_s);
 }
 
 int nv_files_find_name(nv_files *f, const char *filename, const char *purpose, nv_file_info *out) {

@@ -49,8 +49,18 @@ nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const cha
 void nv_files_upload_abort(nv_file_upload *u);
 
 /* The file at path (in the store's folder) made a file of the store, renamed to its id: the Batch
- * API's results, kept even past max_bytes (a batch's answers are not thrown away). */
-nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, nv_file_info *out);
+ * API's results, a fine-tuning job's, an upload's parts put together; kept even past max_bytes (a
+ * batch's answers are not thrown away); expires_after_s as nv_files_upload_commit's. */
+nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, long expires_after_s,
+                      nv_file_info *out);
+/* Ends u keeping its bytes at path (in the store's folder, not a file of the store: an upload's part),
+ * fsynced and renamed; they stay counted against max_bytes until nv_files_release gives them back
+ * (nv_files_hold counts such bytes found when the server starts). */
+nv_err nv_files_upload_keep(nv_file_upload *u, const char *path);
+void nv_files_hold(nv_files *f, uint64_t bytes);
+void nv_files_release(nv_files *f, uint64_t bytes);
+/* 1 when purpose is one a file may have (batch, fine-tune, assistants, vision, user_data, evals). */
+int nv_files_purpose_ok(const char *purpose);
 
 /* 1 when the store holds a file of that name and purpose (the newest such in *out), else 0. */
 int nv_files_find_name(nv_files *f, const char *filename, const char *purpose, nv_file_info *out);

@@ -483,10 +483,11 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
             add_step_metrics(d, &s);
             cJSON_AddNumberToObject(d, "total_steps", m->total);
             cJSON_AddNumberToObject(d, "learning_rate", nv_rec_num(o, "lr"));
-            char vl[64] = "", fl[64] = "";
+            char tl[64] = "no answer token to learn", vl[64] = "", fl[64] = "";
+            if (!isnan(s.loss)) snprintf(tl, sizeof tl, "training loss=%.4f", s.loss);
             if (!isnan(s.val)) snprintf(vl, sizeof vl, ", validation loss=%.4f", s.val);
             if (!isnan(s.full_val)) snprintf(fl, sizeof fl, ", full validation loss=%.4f", s.full_val);
-            event(j, id, "info", "metrics", d, "Step %ld/%.0f: training loss=%.4f%s%s", step, m->total, s.loss, vl, fl);
+            event(j, id, "info", "metrics", d, "Step %ld/%.0f: %s%s%s", step, m->total, tl, vl, fl);
             seen = 1;
         }
         cJSON_Delete(o);
@@ -545,7 +546,7 @@ static void result_file(nv_ftjobs *j, const char *id, const char *metrics, char 
     nv_file_info fi;
     char name[80];
     snprintf(name, sizeof name, "%.40s_step_metrics.csv", id);
-    if (nv_files_adopt(j->files, tmp, name, "fine-tune-results", &fi) != NV_OK) {
+    if (nv_files_adopt(j->files, tmp, name, "fine-tune-results", 0, &fi) != NV_OK) {
         nv_warn("serve: fine-tuning job %s: its result file: %s", id, nv_errmsg());
         unlink(tmp);
         return;
@@ -1349,7 +1350,7 @@ static void models_metrics(const char *path, listed_model *v, int n) {
     while (f && getline(&line, &cap, f) > 0) {
         cJSON *o = cJSON_Parse(line);
         const long at = (long)nv_rec_num(o, "step");
-        for (int i = 0; o && i < n; i++)
+        for (int i = 0; o && at > 0 && i < n; i++) /* (step 0's evaluation is the base model's) */
             if (at <= v[i].step && at >= v[i].at) {
                 v[i].at = at;
                 step_metrics_of(o, &v[i].m); /* the step's own figures, the last evaluation's up to it */

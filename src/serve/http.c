@@ -49,7 +49,8 @@ typedef enum {
     R_OLLA_VERSION, /* Ollama's API: its error shape */
     R_FILES, R_FILE, R_FILE_CONTENT, R_BATCHES, R_BATCH, R_BATCH_CANCEL, /* OpenAI's Files and Batch APIs (--files-dir) */
     R_MSG_BATCHES, R_MSG_BATCH, R_MSG_BATCH_CANCEL, R_MSG_BATCH_RESULTS, /* Anthropic's Message Batches (--files-dir) */
-    R_FT_JOBS, R_FT_JOB, R_FT_JOB_ACTION, R_FT_JOB_EVENTS, R_FT_JOB_CHECKPOINTS /* OpenAI's fine-tuning jobs (--files-dir) */
+    R_FT_JOBS, R_FT_JOB, R_FT_JOB_ACTION, R_FT_JOB_EVENTS, R_FT_JOB_CHECKPOINTS, /* OpenAI's fine-tuning jobs (--files-dir) */
+    R_UPLOADS, R_UPLOAD_PARTS, R_UPLOAD_ACTION /* OpenAI's Uploads (--files-dir): a file in parts */
 } route_id;
 
 typedef struct {
@@ -60,7 +61,7 @@ typedef struct {
     int too_big;
     int responded;
     double t0;
-    /* POST /v1/files: the multipart body streamed into the store */
+    /* POST /v1/files, /v1/uploads/ID/parts: the multipart body streamed into the store */
     struct MHD_PostProcessor *pp;
     nv_file_upload *up;
     char filename[256], purpose[64];
@@ -185,7 +186,9 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/messages/batches", "/v1/messages/batches/{id}", "/v1/messages/batches/{id}/cancel",
                                         "/v1/messages/batches/{id}/results", "/v1/fine_tuning/jobs", "/v1/fine_tuning/jobs/{id}",
                                         "/v1/fine_tuning/jobs/{id}/{action}", "/v1/fine_tuning/jobs/{id}/events",
-                                        "/v1/fine_tuning/jobs/{id}/checkpoints"};
+                                        "/v1/fine_tuning/jobs/{id}/checkpoints", "/v1/uploads", "/v1/uploads/{id}/parts",
+                                        "/v1/uploads/{id}/{action}"};
+    _Static_assert(sizeof names / sizeof *names == R_UPLOAD_ACTION + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -316,6 +319,12 @@ static route_id route_of(const char *url) {
         if (!strcmp(slash, "/checkpoints")) return R_FT_JOB_CHECKPOINTS;
         return !strcmp(slash, "/cancel") || !strcmp(slash, "/pause") || !strcmp(slash, "/resume") ? R_FT_JOB_ACTION : R_NONE;
     }
+    if (!strcmp(url, "/uploads")) return R_UPLOADS;
+    if (!strncmp(url, "/uploads/", 9) && url[9] && url[9] != '/') {
+        const char *slash = strchr(url + 9, '/');
+        if (slash && !strcmp(slash, "/parts")) return R_UPLOAD_PARTS;
+        return slash && (!strcmp(slash, "/complete") || !strcmp(slash, "/cancel")) ? R_UPLOAD_ACTION : R_NONE;
+    }
     if (!strcmp(url, "/files")) return R_FILES;
     if (!strcmp(url, "/batches")) return R_BATCHES;
     for (int k = 0; k < 2; k++) { /* /files/{id}[/content], /batches/{id}[/cancel] */
@@ -347,6 +356,9 @@ static const char *route_methods(route_id r) {
     case R_BATCH_CANCEL:
     case R_MSG_BATCH_CANCEL:
     case R_FT_JOB_ACTION:
+    case R_UPLOADS:
+    case R_UPLOAD_PARTS:
+    case R_UPLOAD_ACTION:
         return "POST";
     default:
         return route_is_post(r) ? "POST" : "GET";
@@ -1024,7 +1036,6 @@ out:
 
 /* ---- OpenAI's Files and Batch APIs (--files-dir) ----------------------------------------------------- */
 
-static const char *const purposes[] = {"batch", "fine-tune", "assistants", "vision", "user_data", "evals"};
 
 /* The id in url after base ("/files/", "/batches/"), up to the next '/'. */
 static void url_id(const char *url, const char *base, char *out, size_t cap) {
@@ -1073,11 +1084,12 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
         cc->purpose_len = (int)strlen(cc->purpose);
         return MHD_YES;
     }
-    if (strcmp(key, "file") != 0) return MHD_YES; /* other fields: not kept */
+    const int part = cc->route == R_UPLOAD_PARTS; /* an upload's part: its bytes are the field data */
+    if (strcmp(key, part ? "data" : "file") != 0) return MHD_YES; /* other fields: not kept */
     /* a part's first call has off 0, and so may the next when the first had no bytes */
     if (off == 0 && !cc->up) { /* the file's first bytes */
         if (cc->files_seen++) {
-            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "file", "Upload one file at a time");
+            nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", key, "Upload one file at a time");
             return MHD_YES;
         }
         snprintf(cc->filename, sizeof cc->filename, "%s", filename && *filename ? filename : "upload");
@@ -1086,10 +1098,14 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
             return MHD_YES;
         }
     } else if (off == 0 && cc->file_bytes > 0) {
-        nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", "file", "Upload one file at a time");
+        nv_api_error_set(&cc->up_err, 400, "invalid_request_error", "invalid_request", key, "Upload one file at a time");
         return MHD_YES;
     }
     cc->file_bytes += size;
+    if (part && cc->file_bytes > NV_UPLOAD_PART_MAX) { /* refused as it comes, not once written */
+        nv_api_error_set(&cc->up_err, 413, "invalid_request_error", "part_too_large", "data", "A part is at most 64 MiB");
+        return MHD_YES;
+    }
     const nv_err e = size ? nv_files_upload_write(cc->up, data, size) : NV_OK;
     if (e != NV_OK)
         nv_api_error_set(&cc->up_err, e == NV_ERANGE ? 413 : 500, e == NV_ERANGE ? "invalid_request_error" : "server_error",
@@ -1098,17 +1114,25 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
 }
 
 /* POST /v1/files, once its body is read: the file kept, or why not. */
-static enum MHD_Result upload_done(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
-    nv_api_error e = cc->up_err;
-    int known = 0;
-    for (size_t k = 0; k < sizeof purposes / sizeof *purposes; k++) known |= !strcmp(cc->purpose, purposes[k]);
-    if (!e.status && !cc->end.closed)
-        nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", NULL,
+/* A streamed multipart body's first checks: whole, with its file field (file, or data for an upload's
+   part); what is wrong into e (its status 0: nothing). */
+static void streamed_checks(const conn_ctx *cc, nv_api_error *e) {
+    *e = cc->up_err;
+    const int part = cc->route == R_UPLOAD_PARTS;
+    if (!e->status && !cc->end.closed)
+        nv_api_error_set(e, 400, "invalid_request_error", "invalid_request", NULL,
                          "The multipart body ends before its close delimiter (--BOUNDARY--): the upload is not whole");
-    else if (!e.status && !cc->files_seen)
-        nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "file",
-                         "No file: POST multipart/form-data with the fields purpose and file");
-    else if (!e.status && !known)
+    else if (!e->status && !cc->files_seen)
+        nv_api_error_set(e, 400, "invalid_request_error", "invalid_request", part ? "data" : "file",
+                         part ? "No data: POST multipart/form-data with the field data (the part's bytes)"
+                              : "No file: POST multipart/form-data with the fields purpose and file");
+}
+
+static enum MHD_Result upload_done(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_api_error e;
+    streamed_checks(cc, &e);
+    const int known = nv_files_purpose_ok(cc->purpose);
+    if (!e.status && !known)
         nv_api_error_set(&e, 400, "invalid_request_error", "invalid_request", "purpose",
                          "purpose must be one of batch, fine-tune, assistants, vision, user_data, evals%s%.40s%s",
                          cc->purpose_len ? " (not '" : "", cc->purpose, cc->purpose_len ? "')" : "");
@@ -1132,6 +1156,29 @@ static enum MHD_Result upload_done(nv_http *h, struct MHD_Connection *c, conn_ct
     if (err != NV_OK) return fail(h, c, cc, 500, "server_error", NULL, nv_errmsg());
     nv_info("serve: file %s: %s, %lld bytes, purpose %s", fi.id, fi.filename, (long long)fi.bytes, fi.purpose);
     return respond(h, c, cc, 200, "application/json", nv_file_json(&fi), NULL, NULL);
+}
+
+/* OpenAI's Uploads: create, a part (its body streamed into the store as POST /v1/files's), complete, cancel. */
+static enum MHD_Result uploads_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url) {
+    if (!h->o.files || !h->o.uploads) return files_off(h, c, cc);
+    char id[64], *out = NULL;
+    if (cc->route != R_UPLOADS) url_id(url, "/uploads/", id, sizeof id);
+    nv_api_error e;
+    int rc;
+    const char *body = cc->body.data ? cc->body.data : "";
+    if (cc->route == R_UPLOADS) rc = nv_uploads_create(h->o.uploads, body, cc->body.len, &out, &e);
+    else if (cc->route == R_UPLOAD_PARTS) {
+        streamed_checks(cc, &e);
+        if (e.status) {
+            nv_files_upload_abort(cc->up);
+            rc = e.status;
+        } else {
+            rc = nv_uploads_add_part(h->o.uploads, id, cc->up, cc->file_bytes, &out, &e);
+        }
+        cc->up = NULL;
+    } else if (!strcmp(strrchr(url, '/'), "/complete")) rc = nv_uploads_complete(h->o.uploads, id, body, cc->body.len, &out, &e);
+    else rc = nv_uploads_cancel(h->o.uploads, id, &out, &e);
+    return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
 }
 
 static enum MHD_Result files_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
@@ -1436,6 +1483,10 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_FILE:
     case R_FILE_CONTENT:
         return files_api(h, c, cc, url, method);
+    case R_UPLOADS:
+    case R_UPLOAD_PARTS:
+    case R_UPLOAD_ACTION:
+        return uploads_api(h, c, cc, url);
     case R_BATCHES:
     case R_BATCH:
     case R_BATCH_CANCEL:
@@ -1475,16 +1526,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->route = route_of(url);
         if (cc->route == R_WEBUI && !h->o.webui) cc->route = R_NONE; /* --no-webui */
         cc->method = method;
-        if (cc->route == R_FILES && !strcmp(method, "POST")) { /* an upload: streamed to the store, not held */
+        if ((cc->route == R_FILES || cc->route == R_UPLOAD_PARTS) && !strcmp(method, "POST")) { /* streamed to the store, not held */
             if (!auth_ok(h, c))
                 return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
                             "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
-            if (!h->o.files) return files_off(h, c, cc);
+            if (!h->o.files || (cc->route == R_UPLOAD_PARTS && !h->o.uploads)) return files_off(h, c, cc);
             const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
             if (!nv_multipart_end_init(&cc->end, ctype) ||
                 !(cc->pp = MHD_create_post_processor(c, 64 * 1024, upload_part, cc)))
                 return fail(h, c, cc, 400, "invalid_request_error", "invalid_request",
-                            "Upload the file as multipart/form-data with the fields purpose and file");
+                            cc->route == R_FILES ? "Upload the file as multipart/form-data with the fields purpose and file"
+                                                 : "Send the part as multipart/form-data with the field data");
             return MHD_YES;
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);

@@ -33,6 +33,7 @@
 #include "serve/metrics.h"
 #include "serve/ollama.h"
 #include "serve/sched.h"
+#include "serve/uploads.h"
 
 typedef struct {
     const char *host; /* numeric address or name to bind */
@@ -51,6 +52,7 @@ typedef struct {
     size_t responses_store; /* bytes of stored Responses (previous_response_id, GET /v1/responses/{id}); 0: none */
     nv_files *files;     /* OpenAI's Files API (/v1/files) on this store; NULL: off (404) */
     nv_ftjobs *ftjobs;   /* and its fine-tuning jobs API (/v1/fine_tuning/jobs); NULL: off (404) */
+    nv_uploads *uploads; /* and its Uploads API (/v1/uploads: a file in parts); NULL: off (404) */
     nv_batches *batches; /* and its Batch API (/v1/batches), Anthropic's Message Batches (/v1/messages/batches) */
     const char *tls_key, *tls_cert; /* PEM text of the private key and its certificate chain: HTTPS (NULL: HTTP);
                                        kept by the caller until nv_http_stop */

@@ -544,7 +544,7 @@ static nv_err agree_on_setup(const nv_train_opts *o, const nv_dataset *ds) {
     uint64_t h = nv_hash64(&o->config, sizeof o->config, 1);
     const long settings[] = {o->batch, o->seq, o->accum, o->steps, o->eval_every, o->eval_batches, o->resume, ds->pack,
                              o->lora.rank, (long)o->lora.targets, ds->pref, o->early_stop, (long)o->best_metric,
-                             (long)(o->time_budget_s * 1e3)};
+                             (long)(o->time_budget_s * 1e3), o->full_eval};
     h = nv_hash64(settings, sizeof settings, h);
     h = nv_hash64(&o->seed, sizeof o->seed, h);
     h = nv_hash64(&o->adamw, sizeof o->adamw, h);
