@@ -1091,7 +1091,12 @@ static void test_uploads(void) {
     char big[701];
     memset(big, 'x', 700), big[700] = 0;
     char id2[64];
-    create_upload(s.port, 2000, "", id2);
+    cJSON *j2;
+    T_CHECK(post_json(s.port, "/v1/uploads", "{\"filename\":\"a\",\"purpose\":\"batch\",\"bytes\":2000,\"mime_type\":\"t\"}", &j2) == 413 &&
+                !strcmp(str_of(cJSON_GetObjectItemCaseSensitive(j2, "error"), "param"), "bytes"),
+            "an upload larger than the store");
+    cJSON_Delete(j2);
+    create_upload(s.port, 1000, "", id2);
     T_CHECK(add_part(s.port, id2, big, p[0]) == 200, "a part within the room");
     T_CHECK(add_part(s.port, id2, big, p[1]) == 413 && names_in(dir, "part_") == 1, "a part past the room: %d left", names_in(dir, "part_"));
     resp r;

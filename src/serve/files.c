@@ -394,6 +394,8 @@ nv_err nv_files_upload_keep(nv_file_upload *u, const char *path) {
     return e;
 }
 
+uint64_t nv_files_max_bytes(const nv_files *f) { return f->max_bytes; }
+
 void nv_files_hold(nv_files *f, uint64_t bytes) {
     pthread_mutex_lock(&f->mu);
     f->used += bytes;

@@ -1109,7 +1109,7 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
     const nv_err e = size ? nv_files_upload_write(cc->up, data, size) : NV_OK;
     if (e != NV_OK)
         nv_api_error_set(&cc->up_err, e == NV_ERANGE ? 413 : 500, e == NV_ERANGE ? "invalid_request_error" : "server_error",
-                         e == NV_ERANGE ? "file_too_large" : NULL, e == NV_ERANGE ? "file" : NULL, "%s", nv_errmsg());
+                         e == NV_ERANGE ? "file_too_large" : NULL, e == NV_ERANGE ? key : NULL, "%s", nv_errmsg());
     return MHD_YES;
 }
 
@@ -1531,6 +1531,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 return fail(h, c, cc, 401, "invalid_request_error", "invalid_api_key",
                             "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
             if (!h->o.files || (cc->route == R_UPLOAD_PARTS && !h->o.uploads)) return files_off(h, c, cc);
+            if (h->o.uploads) nv_uploads_reap(h->o.uploads); /* (an expired upload's parts give their room back) */
+            if (cc->route == R_UPLOAD_PARTS) { /* an upload that takes no part: refused before its body is read */
+                char id[64];
+                nv_api_error e;
+                url_id(url, "/uploads/", id, sizeof id);
+                if (nv_uploads_check(h->o.uploads, id, &e)) return respond_error(h, c, cc, &e);
+            }
             const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
             if (!nv_multipart_end_init(&cc->end, ctype) ||
                 !(cc->pp = MHD_create_post_processor(c, 64 * 1024, upload_part, cc)))

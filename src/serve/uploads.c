@@ -47,7 +47,9 @@ static int is_count(const cJSON *v, double most) {
 static int valid(const cJSON *o, const char *id) {
     (void)id;
     const cJSON *parts = cJSON_GetObjectItemCaseSensitive(o, "nerve_parts"), *p;
+    const double exp = nv_rec_num(o, "nerve_expires_after");
     int ok = !strcmp(nv_rec_str(o, "object"), "upload") && status_of(o) >= 0 &&
+             (exp == 0 || (is_count(cJSON_GetObjectItemCaseSensitive(o, "nerve_expires_after"), 2592000) && exp >= 3600)) &&
              is_count(cJSON_GetObjectItemCaseSensitive(o, "bytes"), (double)UPLOAD_MAX_BYTES) &&
              nv_files_purpose_ok(nv_rec_str(o, "purpose")) && nv_rec_str(o, "filename")[0] && nv_rec_num(o, "expires_at") > 0 &&
              (!parts || cJSON_IsArray(parts));
@@ -61,22 +63,26 @@ static void save(const nv_uploads *u, const nv_rec *x) {
         nv_warn("serve: upload %s: its record: %s", x->id, nv_errmsg());
 }
 
-/* The parts' bytes removed and given back to the store (under mu). */
-static void drop_parts(nv_uploads *u, cJSON *o) {
+/* The parts' files removed (parts: a record's nerve_parts, taken), their bytes given back to the
+   store when it counts them (release). */
+static void drop_parts(nv_uploads *u, cJSON *parts, int release) {
     const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(o, "nerve_parts")) {
+    cJSON_ArrayForEach(p, parts) {
         char path[4200];
         part_path(u, nv_rec_str(p, "id"), path, sizeof path);
         unlink(path);
-        nv_files_release(u->files, (uint64_t)nv_rec_num(p, "bytes"));
+        if (release) nv_files_release(u->files, (uint64_t)nv_rec_num(p, "bytes"));
     }
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "nerve_parts");
+    cJSON_Delete(parts);
 }
 
+/* An upload ended (under mu): its record saved without its parts first, then the parts removed (a
+   crash between leaves parts no record lists, which the next start removes). */
 static void set_status(nv_uploads *u, nv_rec *x, int st) {
-    if (st != U_PENDING) drop_parts(u, x->o);
+    cJSON *parts = cJSON_DetachItemFromObjectCaseSensitive(x->o, "nerve_parts");
     nv_rec_put(x->o, "status", cJSON_CreateString(status_names[st]));
     save(u, x);
+    drop_parts(u, parts, 1);
 }
 
 /* Pending uploads past their hour expire; ended ones go an hour after that (under mu). */
@@ -117,8 +123,8 @@ nv_err nv_uploads_open(nv_uploads **out, nv_files *files) {
     for (int i = 0; e == NV_OK && i < u->r.n; i++) {
         nv_rec *x = &u->r.v[i];
         cJSON *parts = cJSON_GetObjectItemCaseSensitive(x->o, "nerve_parts");
-        if (status_of(x->o) != U_PENDING) {
-            drop_parts(u, x->o); /* (a removal a crash cut short) */
+        if (status_of(x->o) != U_PENDING) { /* (an ended upload lists none: a record edited by hand) */
+            drop_parts(u, cJSON_DetachItemFromObjectCaseSensitive(x->o, "nerve_parts"), 0);
             continue;
         }
         for (int k = cJSON_GetArraySize(parts) - 1; k >= 0; k--) {
@@ -182,6 +188,7 @@ static int bad(nv_api_error *e, const char *param, const char *fmt, ...) {
    there is none, 409 while it is being completed, 400 once it has ended. */
 static nv_rec *pending(nv_uploads *u, const char *id, nv_api_error *e) {
     reap(u);
+    memset(e, 0, sizeof *e);
     nv_rec *x = id_ok(id) ? nv_recs_get(&u->r, id) : NULL;
     if (!x) nv_api_error_set(e, 404, "invalid_request_error", "not_found", "upload_id", "No upload found with id '%.60s'", id);
     else if (x->held) nv_api_error_set(e, 409, "invalid_request_error", "conflict", "upload_id", "Upload %s is being completed", id);
@@ -192,7 +199,21 @@ static nv_rec *pending(nv_uploads *u, const char *id, nv_api_error *e) {
     return NULL;
 }
 
+void nv_uploads_reap(nv_uploads *u) {
+    pthread_mutex_lock(&u->mu);
+    reap(u);
+    pthread_mutex_unlock(&u->mu);
+}
+
+int nv_uploads_check(nv_uploads *u, const char *id, nv_api_error *e) {
+    pthread_mutex_lock(&u->mu);
+    pending(u, id, e);
+    pthread_mutex_unlock(&u->mu);
+    return e->status;
+}
+
 int nv_uploads_create(nv_uploads *u, const char *body, size_t len, char **out, nv_api_error *e) {
+    nv_uploads_reap(u); /* (an expired upload's parts give their room back) */
     memset(e, 0, sizeof *e);
     cJSON *in = nv_api_body_object(body, len, e);
     if (!in) return e->status;
@@ -205,6 +226,10 @@ int nv_uploads_create(nv_uploads *u, const char *body, size_t len, char **out, n
         bad(e, "purpose", "purpose must be one of batch, fine-tune, assistants, vision, user_data, evals");
     else if (!is_count(bytes, (double)UPLOAD_MAX_BYTES))
         bad(e, "bytes", "bytes must be a whole number from 0 to %llu (8 GiB)", (unsigned long long)UPLOAD_MAX_BYTES);
+    else if (bytes->valuedouble > (double)nv_files_max_bytes(u->files))
+        nv_api_error_set(e, 413, "invalid_request_error", "file_too_large", "bytes",
+                         "%.0f bytes are more than the server keeps (--files-max-bytes %llu)", bytes->valuedouble,
+                         (unsigned long long)nv_files_max_bytes(u->files));
     else if (!cJSON_IsString(mime) || !mime->valuestring[0] || strlen(mime->valuestring) > 255)
         bad(e, "mime_type", "mime_type must be a string (the file's MIME type, as text/jsonl)");
     else if (exp) { /* the file's: {anchor: created_at, seconds: an hour to 30 days}, as POST /v1/files takes it */
@@ -234,24 +259,39 @@ int nv_uploads_create(nv_uploads *u, const char *body, size_t len, char **out, n
     cJSON_AddNumberToObject(o, "nerve_expires_after", (double)expires_after);
     cJSON_AddArrayToObject(o, "nerve_parts");
     cJSON_Delete(in);
+    char what[400];
+    snprintf(what, sizeof what, "%s, %.0f bytes, purpose %s", nv_rec_str(o, "filename"), nv_rec_num(o, "bytes"), nv_rec_str(o, "purpose"));
     pthread_mutex_lock(&u->mu);
     const uint64_t seq = u->r.next_seq;
     nv_err err = nv_files_save_record(nv_files_dir(u->files), id, o, seq);
-    if (err == NV_OK) err = nv_recs_add(&u->r, id, o, seq);
+    if (err == NV_OK && (err = nv_recs_add(&u->r, id, o, seq)) != NV_OK) {
+        char path[4200];
+        snprintf(path, sizeof path, "%.4096s/%s.json", nv_files_dir(u->files), id);
+        unlink(path);
+    }
     const int rc = err == NV_OK ? answer(o, out, e) : (nv_api_error_set(e, 500, "server_error", NULL, NULL, "%s", nv_errmsg()), e->status);
     pthread_mutex_unlock(&u->mu);
     if (err != NV_OK) cJSON_Delete(o);
-    else nv_info("serve: upload %s: %s, %.0f bytes, purpose %s", id, nv_rec_str(o, "filename"), nv_rec_num(o, "bytes"),
-                 nv_rec_str(o, "purpose"));
+    else nv_info("serve: upload %s: %s", id, what);
     return rc;
+}
+
+/* Under mu: e set when upload x cannot take a part of `bytes` more: it has UPLOAD_MAX_PARTS, or its
+   parts would pass 8 GiB. */
+static void room_for_part(const nv_rec *x, uint64_t bytes, nv_api_error *e) {
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(x->o, "nerve_parts"), *p;
+    double held = 0;
+    cJSON_ArrayForEach(p, parts) held += nv_rec_num(p, "bytes");
+    if (cJSON_GetArraySize(parts) >= UPLOAD_MAX_PARTS) bad(e, "upload_id", "Upload %s has %d parts, the most it may", x->id, UPLOAD_MAX_PARTS);
+    else if (held + (double)bytes > (double)UPLOAD_MAX_BYTES)
+        nv_api_error_set(e, 413, "invalid_request_error", "part_too_large", "data", "Upload %s's parts would pass 8 GiB", x->id);
 }
 
 int nv_uploads_add_part(nv_uploads *u, const char *id, nv_file_upload *part, uint64_t bytes, char **out, nv_api_error *e) {
     memset(e, 0, sizeof *e);
     pthread_mutex_lock(&u->mu);
     const nv_rec *x = pending(u, id, e);
-    if (x && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_parts")) >= UPLOAD_MAX_PARTS)
-        bad(e, "upload_id", "Upload %s has %d parts, the most it may", id, UPLOAD_MAX_PARTS);
+    if (x) room_for_part(x, bytes, e);
     pthread_mutex_unlock(&u->mu);
     if (!e->status && bytes > NV_UPLOAD_PART_MAX)
         nv_api_error_set(e, 413, "invalid_request_error", "part_too_large", "data", "A part is at most 64 MiB");
@@ -269,8 +309,9 @@ int nv_uploads_add_part(nv_uploads *u, const char *id, nv_file_upload *part, uin
     }
     const double now = (double)time(NULL);
     pthread_mutex_lock(&u->mu);
-    nv_rec *y = pending(u, id, e); /* (it may have ended meanwhile) */
-    if (y) {
+    nv_rec *y = pending(u, id, e); /* (it may have ended, or other parts come, meanwhile) */
+    if (y) room_for_part(y, bytes, e);
+    if (y && !e->status) {
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "id", part_id);
         cJSON_AddNumberToObject(p, "bytes", (double)bytes);
@@ -347,8 +388,9 @@ int nv_uploads_complete(nv_uploads *u, const char *id, const char *body, size_t 
                      strspn(md5->valuestring, "0123456789abcdefABCDEF") != 2 * MD5_DIGEST_SIZE))
         bad(e, "md5", "md5 must be the file's MD5 checksum, 32 hexadecimal digits");
     const int n = e->status ? 0 : cJSON_GetArraySize(ids);
-    char(*paths)[4200] = n ? calloc((size_t)n, sizeof *paths) : NULL;
-    if (n && !paths) nv_api_oom(e);
+    if (n > UPLOAD_MAX_PARTS) bad(e, "part_ids", "part_ids lists %d ids: an upload has at most %d parts", n, UPLOAD_MAX_PARTS);
+    char(*paths)[4200] = n && !e->status ? calloc((size_t)n, sizeof *paths) : NULL;
+    if (n && !paths && !e->status) nv_api_oom(e);
     char filename[256] = "", purpose[32] = "";
     long expires_after = 0;
     pthread_mutex_lock(&u->mu);
@@ -408,7 +450,8 @@ int nv_uploads_complete(nv_uploads *u, const char *id, const char *body, size_t 
         char *file = nv_file_json(&fi);
         nv_rec_put(x->o, "file", file ? cJSON_Parse(file) : cJSON_CreateNull());
         free(file);
-        set_status(u, x, U_COMPLETED); /* every part goes, listed or not */
+        set_status(u, x, U_COMPLETED); /* every part goes, listed or not (a crash since the file was made leaves the upload
+                                          pending: completed again, it makes a second file) */
         rc = answer(x->o, out, e);
     }
     pthread_mutex_unlock(&u->mu);

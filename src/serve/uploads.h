@@ -12,7 +12,8 @@
  *   md5 when one is given, become one file, the parts removed), cancelled (the parts removed), or
  *   expired (an hour after creation, not completed: the parts removed). An ended upload's record is
  *   removed an hour after it expired (or would have).
- * - A part is at most 64 MiB, an upload at most 8 GiB and 1,000 parts.
+ * - A part is at most 64 MiB, an upload (its declared bytes, its parts together) at most 8 GiB and
+ *   1,000 parts, and its bytes no more than the store's limit.
  * - A server started again finds its pending uploads whole (a part whose record was not written is
  *   removed) and their parts' bytes counted.
  * - Every function is safe from any thread. */
@@ -31,6 +32,12 @@ typedef struct nv_uploads nv_uploads;
 
 nv_err nv_uploads_open(nv_uploads **out, nv_files *files);
 void nv_uploads_close(nv_uploads *u);
+
+/* Pending uploads past their hour expired (their parts' room given back): before a file is written. */
+void nv_uploads_reap(nv_uploads *u);
+/* 0 when upload id takes parts (pending), else the error's status in e: a part's body is checked for
+ * it before it is read. */
+int nv_uploads_check(nv_uploads *u, const char *id, nv_api_error *e);
 
 /* The endpoints: 0 with the JSON answer in *out (malloc'd), else the error in e (its status). */
 /* POST /v1/uploads: {filename, purpose, bytes, mime_type, expires_after?} (expires_after the file's). */
