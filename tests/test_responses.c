@@ -632,13 +632,142 @@ static void test_server_stored(void) {
     T_CHECK(http(srv.port, "PUT", path, NULL, "{}", &g) && g.status == 405 && strstr(g.head, "GET, DELETE"), "PUT: %d %s", g.status, g.head);
     resp_free(&g);
     snprintf(path, sizeof path, "/v1/responses/%s/cancel", id2);
-    T_CHECK(http(srv.port, "POST", path, NULL, "{}", &g) && g.status == 404, "cancel: %d", g.status);
+    T_CHECK(http(srv.port, "POST", path, NULL, "{}", &g) && g.status == 400 && strstr(g.body, "'background': true"), "cancel: %d", g.status);
     resp_free(&g);
     int rc = server_stop_within(&srv, 20);
     T_CHECK(rc == 0, "server exit %d", rc);
 }
 
 /* --responses-store 0: nothing kept, previous_response_id refused as unsupported, store answered false. */
+/* A response's field as a string ("" when absent). */
+static const char *field_str(const cJSON *o, const char *k) { return cJSON_GetStringValue(cJSON_GetObjectItem(o, k)) ?: ""; }
+
+/* POST /v1/responses with body: the status, the id into id, the response's status into st. */
+static int post_response(const char *body, char id[64], char st[32]) {
+    resp r;
+    const int code = http(srv.port, "POST", "/v1/responses", NULL, body, &r) ? r.status : 0;
+    cJSON *w = cJSON_Parse(r.body ? r.body : "");
+    snprintf(id, 64, "%s", field_str(w, "id"));
+    snprintf(st, 32, "%s", code == 200 ? field_str(w, "status") : field_str(cJSON_GetObjectItem(w, "error"), "param"));
+    cJSON_Delete(w);
+    resp_free(&r);
+    return code;
+}
+
+/* GET /v1/responses/{id} (NULL unless 200). */
+static cJSON *get_response(const char *id) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/responses/%s", id);
+    resp g;
+    cJSON *w = http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 ? cJSON_Parse(g.body) : NULL;
+    resp_free(&g);
+    return w;
+}
+
+/* Polls response id until its status is none of queued and in_progress (up to wait_s): the last
+ * object read; *seen gets a bit for each status met (1 queued, 2 in_progress). */
+static cJSON *wait_response(const char *id, double wait_s, int *seen) {
+    cJSON *w = NULL;
+    for (double t0 = now_s(); now_s() - t0 < wait_s; sleep_ms(5)) {
+        cJSON_Delete(w);
+        w = get_response(id);
+        const char *st = field_str(w, "status");
+        *seen |= (strcmp(st, "queued") == 0) | (strcmp(st, "in_progress") == 0) << 1;
+        if (w && strcmp(st, "queued") && strcmp(st, "in_progress")) break;
+    }
+    return w;
+}
+
+/* background: true: answered at once, queued; the thread that waits for it keeps it in progress,
+ * then completed with the text the same request gives in the foreground; one still running cannot
+ * be continued; a cancel ends one cancelled, a DELETE leaves nothing of it; a server stops with one
+ * running. */
+static void test_server_background(void) {
+    const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
+    if (!tok || !model) return;
+    if (!server_spawn(&srv, "responses-bg", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=15", model, tok,
+                      "--kv-memory 64M --chat-template chatml", 30)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    char id[64], st[32], id2[64], body[512], path[256];
+    static const char req[] = "{\"input\":\"Once upon a time\",\"max_output_tokens\":40,\"temperature\":0%s}";
+    snprintf(body, sizeof body, req, ",\"background\":true");
+    T_CHECK(post_response(body, id, st) == 200 && !strcmp(st, "queued"), "created: %s", st);
+    cJSON *w = get_response(id);
+    T_CHECK(w && cJSON_IsTrue(cJSON_GetObjectItem(w, "background")) && cJSON_IsTrue(cJSON_GetObjectItem(w, "store")) &&
+                cJSON_GetArraySize(cJSON_GetObjectItem(w, "output")) == 0 && cJSON_IsNull(cJSON_GetObjectItem(w, "usage")),
+            "the response while it runs");
+    cJSON_Delete(w);
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"More.\",\"max_output_tokens\":4}", id);
+    T_CHECK(post_response(body, id2, st) == 400 && !strcmp(st, "previous_response_id"), "continued while running: %s", st);
+    int seen = 0;
+    w = wait_response(id, 30, &seen);
+    char text[2048] = "", fg[2048] = "";
+    output_text(w, text, sizeof text);
+    T_CHECK(w && !strcmp(field_str(w, "status"), "incomplete") && (seen & 2) && cJSON_GetObjectItem(w, "usage") &&
+                usage_of(w, "output_tokens", NULL) == 40 && *text,
+            "ended %s (seen %d): %s", field_str(w, "status"), seen, text);
+    cJSON_Delete(w);
+    resp r;
+    snprintf(body, sizeof body, req, "");
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200, "foreground: %d", r.status);
+    w = cJSON_Parse(r.body ? r.body : "");
+    output_text(w, fg, sizeof fg);
+    T_CHECK(!strcmp(text, fg), "background '%s', foreground '%s'", text, fg);
+    char fg_id[64];
+    snprintf(fg_id, sizeof fg_id, "%s", field_str(w, "id"));
+    cJSON_Delete(w), resp_free(&r);
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"More.\",\"max_output_tokens\":4}", id);
+    T_CHECK(post_response(body, id2, st) == 200, "continued once ended: %s", st);
+    snprintf(path, sizeof path, "/v1/responses/%s/input_items", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &r) && r.status == 200 && strstr(r.body, "Once upon a time"), "input_items: %d", r.status);
+    resp_free(&r);
+
+    /* cancelled while it runs: its request ends, the response says so; a second cancel answers it again */
+    snprintf(body, sizeof body, "{\"input\":\"Once upon a time\",\"max_output_tokens\":400,\"background\":true}");
+    T_CHECK(post_response(body, id, st) == 200, "the long one");
+    for (double t0 = now_s(); now_s() - t0 < 20; sleep_ms(5)) {
+        w = get_response(id);
+        const int running = !strcmp(field_str(w, "status"), "in_progress");
+        cJSON_Delete(w);
+        if (running) break;
+    }
+    snprintf(path, sizeof path, "/v1/responses/%s/cancel", id);
+    T_CHECK(http(srv.port, "POST", path, NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"status\":\"cancelled\""), "cancel: %d %s",
+            r.status, r.body);
+    resp_free(&r);
+    w = get_response(id);
+    T_CHECK(!strcmp(field_str(w, "status"), "cancelled"), "after the cancel: %s", field_str(w, "status"));
+    cJSON_Delete(w);
+    T_CHECK(http(srv.port, "POST", path, NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"status\":\"cancelled\""), "cancelled again");
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v1/responses/%s/cancel", fg_id);
+    T_CHECK(http(srv.port, "POST", path, NULL, NULL, &r) && r.status == 400, "a foreground response cancelled: %d", r.status);
+    resp_free(&r);
+    T_CHECK(http(srv.port, "POST", "/v1/responses/resp_000000000000000000000000/cancel", NULL, NULL, &r) && r.status == 404,
+            "an unknown one cancelled: %d", r.status);
+    resp_free(&r);
+    /* deleted while it runs: nothing of it comes back when its thread ends */
+    T_CHECK(post_response(body, id, st) == 200, "another long one");
+    snprintf(path, sizeof path, "/v1/responses/%s", id);
+    T_CHECK(http(srv.port, "DELETE", path, NULL, NULL, &r) && r.status == 200, "delete: %d", r.status);
+    resp_free(&r);
+    sleep_ms(300);
+    w = get_response(id);
+    T_CHECK(!w, "a deleted background response came back: %s", field_str(w, "status"));
+    cJSON_Delete(w);
+    /* refused: streamed, not stored */
+    T_CHECK(post_response("{\"input\":\"x\",\"background\":true,\"stream\":true}", id2, st) == 400 && !strcmp(st, "stream"), "streamed: %s", st);
+    T_CHECK(post_response("{\"input\":\"x\",\"background\":true,\"store\":false}", id2, st) == 400 && !strcmp(st, "background"),
+            "not stored: %s", st);
+    T_CHECK(post_response("{\"input\":\"x\",\"background\":1}", id2, st) == 400 && !strcmp(st, "background"), "not a boolean: %s", st);
+    /* the server stops with one running */
+    T_CHECK(post_response(body, id, st) == 200, "one more");
+    int rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
+}
+
 static void test_server_store_off(void) {
     const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
     if (!tok || !model) return;
@@ -661,6 +790,10 @@ static void test_server_store_off(void) {
     T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &g) && g.status == 400 && strstr(g.body, "unsupported_parameter"),
             "previous_response_id: %d %s", g.status, g.body);
     resp_free(&g), resp_free(&r);
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, "{\"input\":\"x\",\"background\":true}", &g) && g.status == 400 &&
+                strstr(g.body, "--responses-store 0"),
+            "background without a store: %d %s", g.status, g.body);
+    resp_free(&g);
     cJSON_Delete(w);
     int rc = server_stop_within(&srv, 20);
     T_CHECK(rc == 0, "server exit %d", rc);
@@ -675,5 +808,6 @@ int main(void) {
     T_RUN(test_server_calls);
     T_RUN(test_server_stored);
     T_RUN(test_server_store_off);
+    T_RUN(test_server_background);
     return t_done();
 }

@@ -166,6 +166,17 @@ assert.equal(items.length, 1);
 assert.equal(items[0].content[0].text, 'And then?');
 await client.responses.del(rtext.id);
 await assert.rejects(client.responses.retrieve(rtext.id), (e) => e.status === 404);
+// a background response: answered queued, polled until it ends, the text the foreground gives
+const bgReq = { model, input: 'Once upon a time', max_output_tokens: 24, temperature: 0 };
+let bg = await client.responses.create({ ...bgReq, background: true });
+assert.equal(bg.status, 'queued');
+assert.equal(bg.background, true);
+for (let t = 0; ['queued', 'in_progress'].includes(bg.status) && t < 600; t++) {
+  await new Promise((r) => setTimeout(r, 50));
+  bg = await client.responses.retrieve(bg.id);
+}
+assert.equal(textOf(bg), textOf(await client.responses.create(bgReq)));
+if (typeof client.responses.cancel === 'function') assert.equal((await client.responses.cancel(bg.id)).status, bg.status); // an ended one: as it ended
 
 // embeddings: the SDK asks for base64 by default and decodes it; float gives the same numbers
 const emb = await client.embeddings.create({ model, input: ['Once upon a time', 'The dog ran'] });

@@ -5,6 +5,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,8 @@ struct nv_http {
     atomic_int stopping;
     atomic_int active; /* requests received whose response has not completed */
     nv_resp_store *responses; /* stored Responses (NULL: --responses-store 0) */
+    pthread_mutex_t bg_mu;    /* the background responses running, or ended and not yet joined */
+    struct bg_resp *bg;
     atomic_int starting;      /* 1 inside MHD_start_daemon: */
     char start_error[256];    /* its last message then (why a TLS key was refused) */
 };
@@ -50,7 +53,8 @@ typedef enum {
     R_FILES, R_FILE, R_FILE_CONTENT, R_BATCHES, R_BATCH, R_BATCH_CANCEL, /* OpenAI's Files and Batch APIs (--files-dir) */
     R_MSG_BATCHES, R_MSG_BATCH, R_MSG_BATCH_CANCEL, R_MSG_BATCH_RESULTS, /* Anthropic's Message Batches (--files-dir) */
     R_FT_JOBS, R_FT_JOB, R_FT_JOB_ACTION, R_FT_JOB_EVENTS, R_FT_JOB_CHECKPOINTS, /* OpenAI's fine-tuning jobs (--files-dir) */
-    R_UPLOADS, R_UPLOAD_PARTS, R_UPLOAD_ACTION /* OpenAI's Uploads (--files-dir): a file in parts */
+    R_UPLOADS, R_UPLOAD_PARTS, R_UPLOAD_ACTION, /* OpenAI's Uploads (--files-dir): a file in parts */
+    R_RESPONSE_CANCEL /* a background response's cancel */
 } route_id;
 
 typedef struct {
@@ -187,8 +191,8 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/messages/batches/{id}/results", "/v1/fine_tuning/jobs", "/v1/fine_tuning/jobs/{id}",
                                         "/v1/fine_tuning/jobs/{id}/{action}", "/v1/fine_tuning/jobs/{id}/events",
                                         "/v1/fine_tuning/jobs/{id}/checkpoints", "/v1/uploads", "/v1/uploads/{id}/parts",
-                                        "/v1/uploads/{id}/{action}"};
-    _Static_assert(sizeof names / sizeof *names == R_UPLOAD_ACTION + 1, "a route without its name");
+                                        "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel"};
+    _Static_assert(sizeof names / sizeof *names == R_RESPONSE_CANCEL + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -291,6 +295,7 @@ static route_id route_of(const char *url) {
     if (!strncmp(url, "/responses/", 11) && url[11]) { /* a response's id, then nothing or /input_items */
         const char *slash = strchr(url + 11, '/');
         if (!slash) return R_RESPONSE;
+        if (slash > url + 11 && !strcmp(slash, "/cancel")) return R_RESPONSE_CANCEL;
         return slash > url + 11 && !strcmp(slash, "/input_items") ? R_RESPONSE_ITEMS : R_NONE;
     }
     if (!strcmp(url, "/load_lora_adapter")) return R_LORA_LOAD;
@@ -359,6 +364,7 @@ static const char *route_methods(route_id r) {
     case R_UPLOADS:
     case R_UPLOAD_PARTS:
     case R_UPLOAD_ACTION:
+    case R_RESPONSE_CANCEL:
         return "POST";
     default:
         return route_is_post(r) ? "POST" : "GET";
@@ -861,12 +867,187 @@ static enum MHD_Result ollama(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
     return generate(h, c, cc, ar, pm);
 }
 
+/* ---- background responses (background: true) ---------------------------------------------------- */
+
+#define BG_MAX 256 /* background responses running at once (a thread each) */
+
+/* A background response: its request runs while a thread of its own waits for it and keeps what it
+   answers in the store, where GET /v1/responses/{id} reads it (queued, in_progress, then completed,
+   incomplete, failed or cancelled). Under bg_mu: r (NULL once released), cancelled, deleted. */
+typedef struct bg_resp {
+    nv_http *h;
+    nv_req *r;
+    nv_resp_meta meta;
+    nv_api_tools *tools; /* the answer is read for calls */
+    int reasoning;
+    int cancelled, deleted; /* POST .../cancel; DELETE (nothing more is kept) */
+    atomic_int done;        /* the thread has ended: join it */
+    pthread_t thread;
+    struct bg_resp *next;
+} bg_resp;
+
+/* The response b ends with, kept in the store unless it was deleted (under bg_mu). */
+static void bg_keep(bg_resp *b, const char *status, const nv_api_error *e, const nv_resp_answer *a) {
+    if (b->deleted) return;
+    free(a ? nv_resp_response(&b->meta, a) : nv_resp_unfinished(&b->meta, status, e));
+}
+
+static void *bg_main(void *arg) {
+    bg_resp *b = arg;
+    nv_http *h = b->h;
+    nv_buf text = {0};
+    nv_req_status st;
+    int started = 0;
+    do {
+        nv_req_poll(h->s, b->r, 0.1, &text, NULL, &st);
+        if (!started && !st.done && st.prompt_s > 0) { /* its first token: in progress */
+            started = 1;
+            pthread_mutex_lock(&h->bg_mu);
+            if (!b->cancelled) bg_keep(b, "in_progress", NULL, NULL);
+            pthread_mutex_unlock(&h->bg_mu);
+        }
+    } while (!st.done);
+    nv_buf why = {0}, said = {0};
+    nv_tool_call *calls = NULL;
+    int n_calls = 0;
+    answer_split sp = split_init(h->ctx.reasoning, b->tools);
+    const int oom = text.oom || split_feed(&sp, text.data ? text.data : "", text.len, 1, &why, &said, &calls, &n_calls) < 0;
+    split_free(&sp);
+    pthread_mutex_lock(&h->bg_mu);
+    nv_req_release(h->s, b->r);
+    b->r = NULL;
+    nv_api_error e;
+    if (b->cancelled) bg_keep(b, "cancelled", NULL, NULL);
+    else if (oom) {
+        nv_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        bg_keep(b, "failed", &e, NULL);
+    } else if (st.finish == NV_FINISH_STOP || st.finish == NV_FINISH_LENGTH) {
+        const nv_resp_answer a = {.reasoning = why.data, .text = said.data ? said.data : "", .calls = calls, .n_calls = n_calls,
+                                  .incomplete = st.finish == NV_FINISH_LENGTH, .prompt_tokens = st.prompt_tokens,
+                                  .cached_tokens = st.cached_tokens, .output_tokens = st.completion_tokens};
+        bg_keep(b, NULL, NULL, &a);
+    } else {
+        finish_error(h, st.finish, &e);
+        bg_keep(b, "failed", &e, NULL);
+    }
+    pthread_mutex_unlock(&h->bg_mu);
+    nv_buf_free(&text), nv_buf_free(&why), nv_buf_free(&said), nv_tool_calls_free(calls, n_calls);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+/* The ended ones joined and freed (under bg_mu); with all, every one: those running cancelled first
+   and waited for (the server stops: its scheduler has ended their requests already). */
+static void bg_reap(nv_http *h, int all) {
+    for (bg_resp **p = &h->bg; *p;) {
+        bg_resp *b = *p;
+        if (!all && !atomic_load(&b->done)) {
+            p = &b->next;
+            continue;
+        }
+        if (b->r) nv_req_cancel(h->s, b->r);
+        pthread_mutex_unlock(&h->bg_mu); /* (its thread takes bg_mu to end) */
+        pthread_join(b->thread, NULL);
+        pthread_mutex_lock(&h->bg_mu);
+        *p = b->next;
+        nv_resp_meta_free(&b->meta);
+        nv_api_tools_free(b->tools);
+        free(b);
+    }
+}
+
+/* The background response id while its thread runs (under bg_mu), or NULL. */
+static bg_resp *bg_find(nv_http *h, const char *id) {
+    for (bg_resp *b = h->bg; b; b = b->next)
+        if (!atomic_load(&b->done) && !strcmp(b->meta.id, id)) return b;
+    return NULL;
+}
+
+/* POST /v1/responses with background: true: the request submitted, a thread to wait for it, and the
+   response answered at once, queued (and kept so). */
+static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, api_meta pm) {
+    ar.req.timeout_s = h->o.timeout_s;
+    nv_req *r = NULL;
+    const nv_err ce = nv_req_create(&r, &ar.req);
+    bg_resp *b = ce == NV_OK ? calloc(1, sizeof *b) : NULL;
+    if (!b) {
+        nv_req_release(NULL, r);
+        nv_api_request_free(&ar);
+        api_meta_free(&pm);
+        return ce != NV_OK ? create_failed(h, c, cc, ce) : fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+    }
+    b->h = h, b->r = r, b->meta = pm.resp, b->tools = ar.tools;
+    pm.resp = (nv_resp_meta){0}, ar.tools = NULL;
+    nv_api_request_free(&ar);
+    api_meta_free(&pm);
+    pthread_mutex_lock(&h->bg_mu);
+    bg_reap(h, 0);
+    int running = 0;
+    for (const bg_resp *q = h->bg; q; q = q->next) running++;
+    nv_submit sub = running >= BG_MAX ? NV_SUBMIT_QUEUE_FULL : submit_all(h, &b->r, 1);
+    if (running >= BG_MAX) nv_req_release(NULL, b->r);
+    char *queued = NULL;
+    if (sub == NV_SUBMIT_OK) {
+        queued = nv_resp_unfinished(&b->meta, "queued", NULL);
+        if (pthread_create(&b->thread, NULL, bg_main, b) == 0) {
+            b->next = h->bg, h->bg = b;
+            b = NULL;
+        } else {
+            release_all(h, &b->r, 1, 1);
+            nv_resp_store_delete(h->responses, b->meta.id);
+            free(queued);
+            queued = NULL;
+        }
+    }
+    pthread_mutex_unlock(&h->bg_mu);
+    if (b) {
+        nv_resp_meta_free(&b->meta);
+        nv_api_tools_free(b->tools);
+        free(b);
+        return sub != NV_SUBMIT_OK ? submit_failed(h, c, cc, sub) : fail(h, c, cc, 500, "server_error", NULL, "cannot start a thread");
+    }
+    return respond(h, c, cc, 200, "application/json", queued, NULL, NULL);
+}
+
+/* POST /v1/responses/{id}/cancel: a background response still running ends cancelled (its request
+   cancelled; answered once its thread has kept it); one that has ended is answered as it ended. */
+static enum MHD_Result background_cancel(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *id) {
+    pthread_mutex_lock(&h->bg_mu);
+    bg_resp *b = bg_find(h, id);
+    if (b) {
+        b->cancelled = 1;
+        if (b->r) nv_req_cancel(h->s, b->r);
+    }
+    pthread_mutex_unlock(&h->bg_mu);
+    for (double t0 = nv_now(); b && nv_now() - t0 < 10;) { /* (its thread ends within a poll of the cancel) */
+        pthread_mutex_lock(&h->bg_mu);
+        const int running = bg_find(h, id) != NULL;
+        pthread_mutex_unlock(&h->bg_mu);
+        if (!running) break;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    char *out = NULL;
+    nv_api_error err;
+    if (nv_resp_get(h->responses, id, &out, &err)) return respond_error(h, c, cc, &err);
+    cJSON *o = cJSON_Parse(out);
+    const int background = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "background"));
+    cJSON_Delete(o);
+    if (!background) {
+        free(out);
+        return fail(h, c, cc, 400, "invalid_request_error", "invalid_request",
+                    "Only a response created with 'background': true can be cancelled");
+    }
+    return respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+}
+
 /* OpenAI's /v1/responses, run as the chat request it translates to. */
 static enum MHD_Result responses(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_request ar;
     nv_api_error err;
     api_meta pm = {.proto = P_RESPONSES};
     if (nv_resp_parse(&h->ctx, h->responses, cc->body.data, cc->body.len, &ar, &pm.resp, &err)) return respond_error(h, c, cc, &err);
+    if (pm.resp.background) return background_response(h, c, cc, ar, pm);
     return generate(h, c, cc, ar, pm);
 }
 
@@ -882,7 +1063,18 @@ static enum MHD_Result stored_response(nv_http *h, struct MHD_Connection *c, con
         rc = nv_resp_input_items(h->responses, id, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
                                  MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
                                  MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &out, &err);
-    else rc = (is_delete ? nv_resp_delete : nv_resp_get)(h->responses, id, &out, &err);
+    else {
+        if (is_delete) { /* a background response still running: cancelled, and nothing of it kept after */
+            pthread_mutex_lock(&h->bg_mu);
+            bg_resp *b = bg_find(h, id);
+            if (b) {
+                b->cancelled = b->deleted = 1;
+                if (b->r) nv_req_cancel(h->s, b->r);
+            }
+            pthread_mutex_unlock(&h->bg_mu);
+        }
+        rc = (is_delete ? nv_resp_delete : nv_resp_get)(h->responses, id, &out, &err);
+    }
     return rc ? respond_error(h, c, cc, &err) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
 }
 
@@ -1479,6 +1671,12 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_RESPONSE:
     case R_RESPONSE_ITEMS:
         return stored_response(h, c, cc, url, is_delete);
+    case R_RESPONSE_CANCEL: {
+        char id[128];
+        const char *start = strstr(url, "/responses/") + 11;
+        snprintf(id, sizeof id, "%.*s", (int)(strchr(start, '/') - start), start);
+        return background_cancel(h, c, cc, id);
+    }
     case R_FILES:
     case R_FILE:
     case R_FILE_CONTENT:
@@ -1636,6 +1834,7 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
     h->m = m;
     h->ctx = *ctx;
     h->created = (long)time(NULL);
+    pthread_mutex_init(&h->bg_mu, NULL);
     if (o->responses_store && nv_resp_store_new(o->responses_store, &h->responses) != NV_OK) {
         free(h);
         freeaddrinfo(ai);
@@ -1692,6 +1891,10 @@ void nv_http_quiesce(nv_http *h) {
 void nv_http_stop(nv_http *h) {
     if (!h) return;
     MHD_stop_daemon(h->d);
+    pthread_mutex_lock(&h->bg_mu);
+    bg_reap(h, 1);
+    pthread_mutex_unlock(&h->bg_mu);
+    pthread_mutex_destroy(&h->bg_mu);
     nv_resp_store_free(h->responses);
     free(h);
 }

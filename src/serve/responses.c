@@ -296,6 +296,13 @@ static int previous_items(nv_resp_store *store, const cJSON *in, cJSON **out, nv
                    prev->valuestring);
     cJSON *items = cJSON_Parse(context), *r = cJSON_Parse(resp);
     free(context), free(resp);
+    const char *status = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "status"));
+    if (status && (!strcmp(status, "queued") || !strcmp(status, "in_progress"))) { /* a background response still running */
+        bad(err, NULL, "previous_response_id", "Previous response '%.100s' is %s: continue from it once it has ended", prev->valuestring,
+            !strcmp(status, "queued") ? "queued" : "in progress");
+        cJSON_Delete(items), cJSON_Delete(r);
+        return err->status;
+    }
     cJSON *output = cJSON_GetObjectItemCaseSensitive(r, "output");
     if (!cJSON_IsArray(items) || !cJSON_IsArray(output)) { /* what the store holds was written here: only memory fails */
         cJSON_Delete(items), cJSON_Delete(r);
@@ -373,10 +380,17 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     if (nv_api_field(in, "conversation"))
         return bad(err, "unsupported_parameter", "conversation",
                    "'conversation' is not supported: send the conversation in 'input', or continue a response with 'previous_response_id'");
-    const cJSON *bg = nv_api_field(in, "background");
-    if (bg && !cJSON_IsFalse(bg)) return bad(err, "unsupported_parameter", "background", "'background' responses are not supported");
-    const cJSON *store = nv_api_field(in, "store");
+    const cJSON *store = nv_api_field(in, "store"), *bg = nv_api_field(in, "background");
     if (store && !cJSON_IsBool(store)) return bad(err, NULL, "store", "'store' must be true or false");
+    if (bg && !cJSON_IsBool(bg)) return bad(err, NULL, "background", "'background' must be true or false");
+    if (cJSON_IsTrue(bg) && (!a->store || cJSON_IsFalse(store)))
+        return bad(err, "unsupported_parameter", "background",
+                   a->store ? "A background response is kept to be read later: 'store' must be true"
+                            : "'background' needs stored responses: this server keeps none (serve --responses-store 0)");
+    if (cJSON_IsTrue(bg) && cJSON_IsTrue(nv_api_field(in, "stream")))
+        return bad(err, "unsupported_parameter", "stream",
+                   "A background response is not streamed here: create it without 'stream' and poll GET /v1/responses/{id}");
+    a->meta->background = cJSON_IsTrue(bg);
     const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user"};
     for (int k = 0; k < 6; k++) /* the chat parser checks them */
         if (nv_api_field(in, copy[k])) cJSON_AddItemToObject(out, copy[k], cJSON_Duplicate(nv_api_field(in, copy[k]), 1));
@@ -441,6 +455,7 @@ static int translate_cb(const cJSON *in, cJSON *chat, void *arg, nv_api_error *e
     cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "previous_response_id",
                                            prev ? cJSON_CreateString(prev->valuestring) : cJSON_CreateNull());
     cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "store", cJSON_CreateBool(a->meta->keep != NULL));
+    cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "background", cJSON_CreateBool(a->meta->background));
     return 0;
 }
 
@@ -544,6 +559,18 @@ char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a) {
         cJSON_AddItemToArray(items, text_item(m, 0, k++, a->text ? a->text : "", a->incomplete && !a->n_calls ? "incomplete" : "completed"));
     for (int c = 0; c < a->n_calls; c++) cJSON_AddItemToArray(items, call_item(m, k++, &a->calls[c], a->calls[c].arguments, "completed"));
     cJSON *r = response_object(m, a->incomplete ? "incomplete" : "completed", items, a);
+    keep(m, r);
+    return nv_api_print_free(r);
+}
+
+char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api_error *e) {
+    cJSON *r = response_object(m, status, NULL, NULL);
+    if (e && e->status) {
+        cJSON *err = cJSON_CreateObject();
+        cJSON_AddStringToObject(err, "code", e->code ? e->code : e->type ? e->type : "server_error");
+        cJSON_AddStringToObject(err, "message", e->message);
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "error", err);
+    }
     keep(m, r);
     return nv_api_print_free(r);
 }

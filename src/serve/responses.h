@@ -73,6 +73,7 @@ typedef struct {
     nv_resp_store *keep; /* where the finished response is kept (NULL: it is not) */
     cJSON *context;      /* the items the model sees: the previous response's and this input */
     cJSON *input;        /* this request's input items, with ids */
+    int background;      /* background: true (kept: keep is set) */
 } nv_resp_meta;
 
 /* Parses a Responses body into out (a chat request; out->stream from 'stream') and meta (free
@@ -91,6 +92,10 @@ typedef struct {
 } nv_resp_answer;
 /* The whole response (kept in m->keep when there is one). */
 char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a);
+/* A response without an answer (kept as nv_resp_response keeps one): a background response
+ * "queued" or "in_progress", or ended "cancelled" or "failed" (e: its error, NULL or status 0 for
+ * none). */
+char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api_error *e);
 
 /* The event stream, appended to out (out->oom on failure). */
 typedef struct {
