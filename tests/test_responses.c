@@ -638,7 +638,6 @@ static void test_server_stored(void) {
     T_CHECK(rc == 0, "server exit %d", rc);
 }
 
-/* --responses-store 0: nothing kept, previous_response_id refused as unsupported, store answered false. */
 /* A response's field as a string ("" when absent). */
 static const char *field_str(const cJSON *o, const char *k) { return cJSON_GetStringValue(cJSON_GetObjectItem(o, k)) ?: ""; }
 
@@ -766,8 +765,33 @@ static void test_server_background(void) {
     T_CHECK(post_response(body, id, st) == 200, "one more");
     int rc = server_stop_within(&srv, 20);
     T_CHECK(rc == 0, "server exit %d", rc);
+    /* a store of 8 KiB keeps 2 KiB a response: a long answer ends failed, saying why, not queued for ever */
+    if (!server_spawn(&srv, "responses-bg-small", NULL, NULL, model, tok, "--kv-memory 64M --chat-template chatml --responses-store 8K", 30)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    snprintf(body, sizeof body, "{\"input\":\"Once upon a time\",\"max_output_tokens\":400,\"temperature\":0,\"background\":true}");
+    T_CHECK(post_response(body, id, st) == 200 && !strcmp(st, "queued"), "the long one: %s", st);
+    int seen2 = 0;
+    w = wait_response(id, 30, &seen2);
+    T_CHECK(!strcmp(field_str(w, "status"), "failed") &&
+                !strcmp(field_str(cJSON_GetObjectItem(w, "error"), "code"), "response_too_large"),
+            "too large to keep: %s %s", field_str(w, "status"), field_str(cJSON_GetObjectItem(w, "error"), "code"));
+    cJSON_Delete(w);
+    char longer[4000]; /* 2,500 bytes of metadata, which every response object repeats */
+    snprintf(longer, sizeof longer,
+             "{\"input\":\"x\",\"metadata\":{\"a\":\"%500s\",\"b\":\"%500s\",\"c\":\"%500s\",\"d\":\"%500s\",\"e\":\"%500s\"},"
+             "\"max_output_tokens\":4,\"background\":true}",
+             "", "", "", "", "");
+    resp r2;
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, longer, &r2) && r2.status == 400 && strstr(r2.body, "--responses-store"),
+            "a conversation too large to keep: %d %s", r2.status, r2.body);
+    resp_free(&r2);
+    rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
 }
 
+/* --responses-store 0: nothing kept, previous_response_id refused as unsupported, store answered false. */
 static void test_server_store_off(void) {
     const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
     if (!tok || !model) return;

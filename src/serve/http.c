@@ -886,10 +886,30 @@ typedef struct bg_resp {
     struct bg_resp *next;
 } bg_resp;
 
-/* The response b ends with, kept in the store unless it was deleted (under bg_mu). */
+/* 1 when the store holds response id as anything but queued or in progress. */
+static int kept_ended(nv_resp_store *s, const char *id) {
+    char *text = NULL;
+    if (nv_resp_store_copy(s, id, &text, NULL, NULL) != 1) return 0;
+    cJSON *o = cJSON_Parse(text);
+    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "status"));
+    const int ended = st && strcmp(st, "queued") != 0 && strcmp(st, "in_progress") != 0;
+    cJSON_Delete(o);
+    free(text);
+    return ended;
+}
+
+/* The response b is at, or ends with (a: its answer), kept in the store unless it was deleted
+   (under bg_mu). An end too large to keep (past a quarter of --responses-store with its answer)
+   is kept as failed, saying so, not left queued or in progress. */
 static void bg_keep(bg_resp *b, const char *status, const nv_api_error *e, const nv_resp_answer *a) {
     if (b->deleted) return;
     free(a ? nv_resp_response(&b->meta, a) : nv_resp_unfinished(&b->meta, status, e));
+    if (a && !kept_ended(b->h->responses, b->meta.id)) {
+        nv_api_error big;
+        nv_api_error_set(&big, 500, "server_error", "response_too_large", NULL,
+                         "The response is too large to keep: it passes a quarter of the server's --responses-store");
+        free(nv_resp_unfinished(&b->meta, "failed", &big));
+    }
 }
 
 static void *bg_main(void *arg) {
@@ -917,15 +937,16 @@ static void *bg_main(void *arg) {
     nv_req_release(h->s, b->r);
     b->r = NULL;
     nv_api_error e;
-    if (b->cancelled) bg_keep(b, "cancelled", NULL, NULL);
-    else if (oom) {
+    if (oom) {
         nv_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
         bg_keep(b, "failed", &e, NULL);
-    } else if (st.finish == NV_FINISH_STOP || st.finish == NV_FINISH_LENGTH) {
+    } else if (st.finish == NV_FINISH_STOP || st.finish == NV_FINISH_LENGTH) { /* (a cancel too late to stop it) */
         const nv_resp_answer a = {.reasoning = why.data, .text = said.data ? said.data : "", .calls = calls, .n_calls = n_calls,
                                   .incomplete = st.finish == NV_FINISH_LENGTH, .prompt_tokens = st.prompt_tokens,
                                   .cached_tokens = st.cached_tokens, .output_tokens = st.completion_tokens};
         bg_keep(b, NULL, NULL, &a);
+    } else if (b->cancelled) {
+        bg_keep(b, "cancelled", NULL, NULL);
     } else {
         finish_error(h, st.finish, &e);
         bg_keep(b, "failed", &e, NULL);
@@ -937,7 +958,8 @@ static void *bg_main(void *arg) {
 }
 
 /* The ended ones joined and freed (under bg_mu); with all, every one: those running cancelled first
-   and waited for (the server stops: its scheduler has ended their requests already). */
+   and waited for (the server stops: its scheduler has ended their requests already). Each is taken
+   off the list before bg_mu is let go for its join, and the walk starts again after. */
 static void bg_reap(nv_http *h, int all) {
     for (bg_resp **p = &h->bg; *p;) {
         bg_resp *b = *p;
@@ -945,14 +967,15 @@ static void bg_reap(nv_http *h, int all) {
             p = &b->next;
             continue;
         }
+        *p = b->next;
         if (b->r) nv_req_cancel(h->s, b->r);
         pthread_mutex_unlock(&h->bg_mu); /* (its thread takes bg_mu to end) */
         pthread_join(b->thread, NULL);
-        pthread_mutex_lock(&h->bg_mu);
-        *p = b->next;
         nv_resp_meta_free(&b->meta);
         nv_api_tools_free(b->tools);
         free(b);
+        pthread_mutex_lock(&h->bg_mu);
+        p = &h->bg;
     }
 }
 
@@ -984,12 +1007,15 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
     bg_reap(h, 0);
     int running = 0;
     for (const bg_resp *q = h->bg; q; q = q->next) running++;
-    nv_submit sub = running >= BG_MAX ? NV_SUBMIT_QUEUE_FULL : submit_all(h, &b->r, 1);
-    if (running >= BG_MAX) nv_req_release(NULL, b->r);
+    const int full = running >= BG_MAX;
+    nv_submit sub = full ? NV_SUBMIT_QUEUE_FULL : submit_all(h, &b->r, 1);
+    if (full) nv_req_release(NULL, b->r);
     char *queued = NULL;
+    int kept = 0;
     if (sub == NV_SUBMIT_OK) {
         queued = nv_resp_unfinished(&b->meta, "queued", NULL);
-        if (pthread_create(&b->thread, NULL, bg_main, b) == 0) {
+        kept = nv_resp_store_copy(h->responses, b->meta.id, NULL, NULL, NULL) == 1; /* (too large a conversation is not) */
+        if (kept && pthread_create(&b->thread, NULL, bg_main, b) == 0) {
             b->next = h->bg, h->bg = b;
             b = NULL;
         } else {
@@ -1004,7 +1030,14 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
         nv_resp_meta_free(&b->meta);
         nv_api_tools_free(b->tools);
         free(b);
-        return sub != NV_SUBMIT_OK ? submit_failed(h, c, cc, sub) : fail(h, c, cc, 500, "server_error", NULL, "cannot start a thread");
+        if (full)
+            return fail(h, c, cc, 429, "rate_limit_exceeded", "rate_limit_exceeded",
+                        "The server runs 256 background responses already: retry when one has ended");
+        if (sub != NV_SUBMIT_OK) return submit_failed(h, c, cc, sub);
+        return kept ? fail(h, c, cc, 500, "server_error", NULL, "cannot start a thread")
+                    : fail(h, c, cc, 400, "invalid_request_error", "invalid_request",
+                           "A background response is kept to be read later, and this conversation passes a quarter of the "
+                           "server's --responses-store");
     }
     return respond(h, c, cc, 200, "application/json", queued, NULL, NULL);
 }
