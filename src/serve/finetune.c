@@ -456,7 +456,8 @@ typedef struct {
 } metrics_read;
 
 /* The trainer's new metrics lines (not under mu: the runner alone writes a running job's steps): an
- * event each (type metrics) for job id. Returns 1 when a step not seen before came. */
+ * event each (type metrics) for job id, a step told once. Returns 1 when a step's line came, told
+ * before or not (a trainer started again from an earlier step trains: the job is running). */
 static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_read *m) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
@@ -473,6 +474,7 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
         cJSON *o = cJSON_Parse(line);
         const long step = (long)nv_rec_num(o, "step");
         if (o && nv_rec_num(o, "total_steps") > 0) m->total = nv_rec_num(o, "total_steps"); /* (told or not) */
+        seen |= o && step > 0;
         if (o && step > m->last) {
             m->last = step;
             m->tokens = nv_rec_num(o, "tokens"), m->elapsed = nv_rec_num(o, "elapsed_s");
@@ -488,7 +490,6 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
             if (!isnan(s.val)) snprintf(vl, sizeof vl, ", validation loss=%.4f", s.val);
             if (!isnan(s.full_val)) snprintf(fl, sizeof fl, ", full validation loss=%.4f", s.full_val);
             event(j, id, "info", "metrics", d, "Step %ld/%.0f: %s%s%s", step, m->total, tl, vl, fl);
-            seen = 1;
         }
         cJSON_Delete(o);
     }
