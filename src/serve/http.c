@@ -879,7 +879,6 @@ typedef struct bg_resp {
     nv_req *r;
     nv_resp_meta meta;
     nv_api_tools *tools; /* the answer is read for calls */
-    int reasoning;
     int cancelled, deleted; /* POST .../cancel; DELETE (nothing more is kept) */
     atomic_int done;        /* the thread has ended: join it */
     pthread_t thread;
