@@ -2267,6 +2267,53 @@ static void test_token_accuracy_and_full_eval(void) {
     T_CHECK(na == 5 && strstr(err, want), "%d evaluations; wanted '%s' in %s", na, want, err);
 }
 
+/* Chat turns run only as far as each micro-batch's furthest answer: the losses of whole windows
+ * (the test hook NERVE_TEST_WHOLE_WINDOWS) to 1e-5 but for the order of sums, full and LoRA
+ * fine-tunes, while metrics.jsonl's run_tokens shows the rows cut. */
+static void test_trimmed_windows(void) {
+    const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
+    if (!model || !tok) return;
+    static const char *const words[] = {"the", "cat", "saw", "a", "big", "red", "ball", "and", "ran", "to", "park", "Lily"};
+    char data[700], args[4096], err[8192], dir[2][700];
+    snprintf(data, sizeof data, "%s/trim.jsonl", t_tmpdir());
+    FILE *f = fopen(data, "w");
+    uint64_t x = 7;
+    for (int i = 0; f && i < 40; i++) { /* one long answer (the windows' length), the rest a few words */
+        fprintf(f, "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me story %d.\"},{\"role\":\"assistant\",\"content\":\"", i);
+        const int n = i == 0 ? 150 : 3 + i % 10;
+        for (int w = 0; w < n; w++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            fprintf(f, "%s%s", w ? " " : "", words[(x >> 33) % 12]);
+        }
+        fprintf(f, "\"}]}\n");
+    }
+    if (f) fclose(f);
+    static const char *const kinds[2] = {"", "--lora-rank 4 --no-merge"};
+    for (int k = 0; k < 2; k++) {
+        for (int run = 0; run < 2; run++) {
+            snprintf(dir[run], sizeof dir[run], "%s/trim%d%d", t_tmpdir(), k, run);
+            snprintf(args, sizeof args,
+                     "train --init-from %s -z %s --data %s --val-frac 0.1 --seq auto --batch 4 --steps 24 --lr 1e-3 --eval-every 12 "
+                     "--eval-batches 2 --engine avx2 --quiet %s --out %s",
+                     model, tok, data, kinds[k], dir[run]);
+            T_CHECK(run_launched(run ? "env NERVE_TEST_WHOLE_WINDOWS=1" : "", args, err, sizeof err) == 0, "%s run %d: %s", kinds[k], run, err);
+        }
+        check_close_runs(dir[0], dir[1], "\"loss\":", 24, 0, 1e-5);
+        double va[4], vb[4], ra[32], rb[32];
+        const int nva = read_values(dir[0], "\"val_loss\":", va, 4), nvb = read_values(dir[1], "\"val_loss\":", vb, 4);
+        T_CHECK(nva == 3 && nvb == 3 && fabs(va[2] - vb[2]) <= 1e-4 * vb[2], "%s: validation %g, whole windows %g", kinds[k], nva ? va[nva - 1] : 0.0,
+                nvb ? vb[nvb - 1] : 0.0);
+        const int nra = read_values(dir[0], "\"run_tokens\":", ra, 32), nrb = read_values(dir[1], "\"run_tokens\":", rb, 32);
+        int cut = 0, bad = 0;
+        for (int i = 0; i < nra && i < nrb; i++) {
+            cut += ra[i] < rb[i];
+            bad += ra[i] > rb[i] || rb[i] != rb[0] || (long)ra[i] % 64 != 0; /* 4 windows of a multiple of 16 */
+        }
+        T_CHECK(nra == 24 && nrb == 24 && cut >= 12 && !bad, "%s: run_tokens cut on %d steps of 24 (%d wrong): %g against %g", kinds[k], cut, bad,
+                nra ? ra[0] : 0.0, nrb ? rb[0] : 0.0);
+    }
+}
+
 static void test_lora_run(void) {
     char base[1000], tok[1000], base_gguf[1000]; /* t_data's buffers are reused */
     if (!t_data("models/stories260K.bin") || !t_data("models/tok512.bin") || !t_data("gguf/tinyllamas-stories-260k-f32.gguf") ||
@@ -2677,6 +2724,7 @@ int main(void) {
     T_RUN(test_save_best_and_early_stop);
     T_RUN(test_best_metric);
     T_RUN(test_token_accuracy_and_full_eval);
+    T_RUN(test_trimmed_windows);
     T_RUN(test_time_budget);
     T_RUN(test_own_tokenizer);
     T_RUN(test_epochs);

@@ -97,8 +97,8 @@ static size_t scratch_layout(const nv_config *c, int B, int T, scratch_ptrs *out
 }
 
 static scratch_ptrs scratch_of(const nv_tmodel *tm) {
-    scratch_ptrs s;
-    scratch_layout(&tm->m.config, tm->B, tm->T, &s, tm->scratch);
+    scratch_ptrs s; /* (laid out for T_cap, where the RoPE tables were filled, whatever the windows' length) */
+    scratch_layout(&tm->m.config, tm->B, tm->T_cap, &s, tm->scratch);
     return s;
 }
 
@@ -248,7 +248,7 @@ nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, u
         else nv_model_init_random(&tm->m, seed);
     }
     tm->B = B;
-    tm->T = T;
+    tm->T = tm->T_cap = T;
     if (!adapters) tm->grads = nv_calloc_large((size_t)tm->m.n_params, sizeof(float));
     const int kept = kept_layers(c, tm->recompute);
     size_t na = acts_layout(c, B, T, kept, &tm->a, NULL), ns = scratch_layout(c, B, T, NULL, NULL);
@@ -1322,6 +1322,8 @@ static void lora_dx_add(const nv_tmodel *tm, int l, int t, const nv_plan *pa, co
 /* ---- whole model ----------------------------------------------------------------------- */
 
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg) { tm->seg = seg; }
+
+void nv_tmodel_set_length(nv_tmodel *tm, int T) { tm->T = T >= 1 && T <= tm->T_cap ? T : tm->T_cap; }
 
 nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, float p_lora, uint64_t key, uint64_t row0) {
     if (!(p >= 0.0f && p < 1.0f)) return nv_fail(NV_EINVAL, "dropout %g: a probability in [0, 1)", (double)p);

@@ -52,6 +52,7 @@ typedef struct {
                           optimizer step: the next backward writes them */
     nv_weights g;      /* pointers into grads */
     int B, T;
+    int T_cap;          /* the T it was made for: nv_tmodel_set_length runs shorter windows in its buffers */
     nv_acts a;
     int recompute;     /* the layers' activations are not kept: the backward runs each layer's forward
                           again from its input, into one layer's slots (nv_tmodel_init_ex) */
@@ -143,6 +144,10 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
  * its whole window up to itself. Used by every forward until set again; the caller keeps it alive
  * through the backward. */
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg);
+/* The windows of the forwards and backwards that follow are T long (1..T_cap; else T_cap): rows
+ * b * T + t of their inputs and targets. Every buffer keeps its T_cap layout; a forward and its
+ * backward must see the same length. */
+void nv_tmodel_set_length(nv_tmodel *tm, int T);
 /* Dropout, training's regularisation, for the forwards that follow (p_lora: the adapters' own, below): each element of every layer's
  * attention and FFN branch output (after a post-norm, before Granite's multiplier; a mixture's
  * weighted sum) is dropped with probability p before it joins the residual stream, the others

@@ -872,6 +872,7 @@ typedef struct {
     int world, lead, local_batch, lora, pref, with_ref, save_best_on, quiet, tty;
     size_t bt;   /* tokens of a micro-batch, every process's */
     size_t mine; /* where this process's rows start in it */
+    int trim;    /* chat turns one a window: micro-batches cut after their furthest answer (trimmed_windows) */
     uint64_t bhash; /* what identifies the frozen weights a LoRA run adapts, or the reference a DPO/IPO run compares with */
     uint64_t shash; /* bhash with --lora-init's adapters: what the checkpoint records */
     int have_tm;
@@ -957,6 +958,7 @@ typedef struct {
     double psums[PREF_SUMS], flops;
     long targets, pairs; /* chat data's answer tokens, preference data's pairs with answers */
     double tok[2];       /* the targets the model ranked first, of all the step's targets (token accuracy) */
+    long run_tokens;     /* the window rows run (chat turns: cut after each micro-batch's furthest answer) */
     double t_forward, t_backward, t_wait, t_optimizer, t_step;
     double elapsed; /* seconds since this process's run started, at the step's end */
     float lr;
@@ -1128,6 +1130,28 @@ static nv_err teacher_logits(train_run *r, const int *in, const int *seg) {
     return NV_OK;
 }
 
+/* The length a micro-batch of `windows` chat turns of T (inputs in, targets tg) needs: its furthest
+   target's row + 1, rounded up to 16 (at least 16, at most T); its windows' rows moved to that stride
+   in place. The rows cut are padding after each turn's end (no target): causal attention keeps them
+   out of every row before them, so the turns' losses and gradients are the ones whole windows give,
+   but for the order of sums over rows. */
+static int trimmed_windows(int *in, int *tg, int windows, int T) {
+    int last = 0;
+    for (int b = 0; b < windows; b++)
+        for (int t = T - 1; t >= last; t--)
+            if (tg[(size_t)b * T + t] >= 0) {
+                last = t + 1;
+                break;
+            }
+    const int T2 = last < 16 ? 16 : (last + 15) / 16 * 16;
+    if (T2 >= T) return T;
+    for (int b = 1; b < windows; b++) {
+        memmove(in + (size_t)b * T2, in + (size_t)b * T, (size_t)T2 * sizeof *in);
+        memmove(tg + (size_t)b * T2, tg + (size_t)b * T, (size_t)T2 * sizeof *tg);
+    }
+    return T2;
+}
+
 /* A step's gradient, summed over its micro-batches and the job's processes, and its loss: the
    windows first (with chat data the loss is the mean over the step's targets, whose count every
    process knows from the windows: it draws all of them), then forward and backward for each. */
@@ -1146,21 +1170,25 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
     }
     for (int a = 0; a < o->accum; a++) {
         double ta = nv_now();
-        const int *seg = r->seg ? r->seg + a * bt + r->mine : NULL;
-        const int *tg = r->tg + a * bt + r->mine;
+        const int T = r->trim ? trimmed_windows(r->in + a * bt, r->tg + a * bt, o->batch, o->seq) : o->seq;
+        const size_t mine = (size_t)nv_dist_rank() * r->local_batch * T;
+        nv_tmodel_set_length(&r->tm, T);
+        f->run_tokens += (long)o->batch * T;
+        const int *seg = r->seg ? r->seg + a * bt + mine : NULL;
+        const int *tg = r->tg + a * bt + mine;
         nv_tmodel_set_segments(&r->tm, seg); /* packed turns attend to themselves */
         f->flops += nv_tmodel_step_flops(&r->tm, seg);
         const int dropping = o->dropout > 0.0f || o->lora_dropout > 0.0f;
         if (dropping) { /* this micro-batch's masks, whichever process holds its rows */
             const uint64_t at[3] = {o->seed, (uint64_t)step, (uint64_t)a};
-            NV_TRY(nv_tmodel_set_dropout(&r->tm, o->dropout, o->lora_dropout, nv_hash64(at, sizeof at, 0x64726f70), r->mine));
+            NV_TRY(nv_tmodel_set_dropout(&r->tm, o->dropout, o->lora_dropout, nv_hash64(at, sizeof at, 0x64726f70), mine));
         }
         if (o->teacher) {
             const double tt = nv_now();
-            NV_TRY(teacher_logits(r, r->in + a * bt + r->mine, seg));
+            NV_TRY(teacher_logits(r, r->in + a * bt + mine, seg));
             f->t_teacher += nv_now() - tt;
         }
-        const float l = nv_tmodel_forward(&r->tm, r->in + a * bt + r->mine, tg);
+        const float l = nv_tmodel_forward(&r->tm, r->in + a * bt + mine, tg);
         f->kl += r->tm.distill_kl / (double)o->accum;
         f->tok[0] += r->tm.n_correct, f->tok[1] += r->tm.n_targets;
         if (dropping) nv_tmodel_set_dropout(&r->tm, 0.0f, 0.0f, 0, 0); /* evaluation and samples see the whole model */
@@ -1168,7 +1196,7 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
         f->router[1] += r->tm.router_z / (double)o->accum;
         double tb0 = nv_now();
         if (r->pref) { /* the mean of the step's pairs' losses: each pair's answers weighted by its own */
-            pref_losses(&r->tm, tg, r->pair_ids + a * pairs_a + r->mine / (2 * (size_t)o->seq), r->ref, &o->pref,
+            pref_losses(&r->tm, tg, r->pair_ids + a * pairs_a + mine / (2 * (size_t)o->seq), r->ref, &o->pref,
                         f->pairs ? (double)f->pairs : 1.0, r->seq_scale, f->psums);
             nv_tmodel_backward_seq(&r->tm, r->seq_scale);
         } else if (ds->chat) { /* each micro-batch's share of the step's targets */
@@ -1180,6 +1208,7 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
         }
         f->t_forward += tb0 - ta;
         f->t_backward += nv_now() - tb0;
+        nv_tmodel_set_length(&r->tm, o->seq); /* (evaluations and samples: whole windows) */
     }
     if (!ds->chat) f->loss /= o->accum;
     /* the job's gradient: the sum of every process's (each already divided by the processes) */
@@ -1247,6 +1276,7 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
             "\"ms_optimizer\":%.2f,\"ms_wait\":%.2f,\"tflops\":%.4f,\"tokens\":%lld,\"plan_builds\":%ld",
             (double)r->bt * r->o->accum / dt, dt * 1e3, f->t_forward * 1e3, f->t_backward * 1e3, f->t_optimizer * 1e3,
             f->t_wait * 1e3, f->flops / dt / 1e12, (long long)r->tokens_seen, nv_plan_builds());
+    fprintf(m, ",\"run_tokens\":%ld", f->run_tokens);
     if (r->o->teacher) fprintf(m, ",\"ms_teacher\":%.2f", f->t_teacher * 1e3);
     fprintf(m, ",\"elapsed_s\":%.3f", f->elapsed);
     if (r->world > 1) fprintf(m, ",\"processes\":%d", r->world);
@@ -1498,6 +1528,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     r->save_best_on = o->save_best || o->early_stop > 0;
     r->bt = (size_t)o->batch * o->seq;
     r->mine = (size_t)nv_dist_rank() * r->local_batch * o->seq;
+    /* chat turns one a window, padded after their ends: a micro-batch runs only as far as its furthest
+       answer (the same length on every process: each draws all the windows); a test hook runs whole
+       windows, to compare */
+    r->trim = ds->chat && !ds->pack && !r->pref && !o->teacher && !getenv("NERVE_TEST_WHOLE_WINDOWS");
     r->quiet = o->quiet || !r->lead;
     r->tty = isatty(STDERR_FILENO) && !r->quiet;
     r->last_eval = NO_EVAL;
