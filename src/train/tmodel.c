@@ -321,7 +321,8 @@ double nv_tmodel_step_flops(const nv_tmodel *tm, const int *seg) {
         all += seen;
         in_window += seen < W ? seen : W;
     }
-    return tm->flops_dense + tm->flops_key * ((c->n_layers - windowed) * all + windowed * in_window);
+    /* (flops_dense is of T_cap rows a window: shorter windows run their share of it) */
+    return tm->flops_dense * T / tm->T_cap + tm->flops_key * ((c->n_layers - windowed) * all + windowed * in_window);
 }
 
 void nv_tmodel_free(nv_tmodel *tm) {
@@ -1329,7 +1330,7 @@ nv_err nv_tmodel_set_dropout(nv_tmodel *tm, float p, float p_lora, uint64_t key,
     if (!(p >= 0.0f && p < 1.0f)) return nv_fail(NV_EINVAL, "dropout %g: a probability in [0, 1)", (double)p);
     if (!(p_lora >= 0.0f && p_lora < 1.0f)) return nv_fail(NV_EINVAL, "LoRA dropout %g: a probability in [0, 1)", (double)p_lora);
     const nv_config *c = &tm->m.config;
-    const size_t BT = (size_t)tm->B * tm->T;
+    const size_t BT = (size_t)tm->B * tm->T_cap; /* (made once, for the longest windows) */
     size_t widest = (size_t)c->dim;
     if ((size_t)nv_config_q_dim(c) > widest) widest = (size_t)nv_config_q_dim(c);
     if ((size_t)c->hidden_dim > widest) widest = (size_t)c->hidden_dim;

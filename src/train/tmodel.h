@@ -145,8 +145,9 @@ float nv_tmodel_forward(nv_tmodel *tm, const int *inputs, const int *targets);
  * through the backward. */
 void nv_tmodel_set_segments(nv_tmodel *tm, const int *seg);
 /* The windows of the forwards and backwards that follow are T long (1..T_cap; else T_cap): rows
- * b * T + t of their inputs and targets. Every buffer keeps its T_cap layout; a forward and its
- * backward must see the same length. */
+ * b * T + t of their inputs and targets, the activations laid out for that T inside buffers made
+ * for T_cap (the scratch keeps its T_cap layout); a forward and its backward must see the same
+ * length. */
 void nv_tmodel_set_length(nv_tmodel *tm, int T);
 /* Dropout, training's regularisation, for the forwards that follow (p_lora: the adapters' own, below): each element of every layer's
  * attention and FFN branch output (after a post-norm, before Granite's multiplier; a mixture's

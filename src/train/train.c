@@ -871,7 +871,6 @@ typedef struct {
     const nv_dataset *ds;
     int world, lead, local_batch, lora, pref, with_ref, save_best_on, quiet, tty;
     size_t bt;   /* tokens of a micro-batch, every process's */
-    size_t mine; /* where this process's rows start in it */
     int trim;    /* chat turns one a window: micro-batches cut after their furthest answer (trimmed_windows) */
     uint64_t bhash; /* what identifies the frozen weights a LoRA run adapts, or the reference a DPO/IPO run compares with */
     uint64_t shash; /* bhash with --lora-init's adapters: what the checkpoint records */
@@ -1527,11 +1526,11 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     r->with_ref = r->pref && nv_pref_needs_reference(o->pref.kind);
     r->save_best_on = o->save_best || o->early_stop > 0;
     r->bt = (size_t)o->batch * o->seq;
-    r->mine = (size_t)nv_dist_rank() * r->local_batch * o->seq;
     /* chat turns one a window, padded after their ends: a micro-batch runs only as far as its furthest
        answer (the same length on every process: each draws all the windows); a test hook runs whole
        windows, to compare */
-    r->trim = ds->chat && !ds->pack && !r->pref && !o->teacher && !getenv("NERVE_TEST_WHOLE_WINDOWS");
+    r->trim = ds->chat && !ds->pack && !r->pref && !o->teacher && !o->config.n_experts && !getenv("NERVE_TEST_WHOLE_WINDOWS");
+    /* (a mixture's balance losses are means over every row of the windows, padding included) */
     r->quiet = o->quiet || !r->lead;
     r->tty = isatty(STDERR_FILENO) && !r->quiet;
     r->last_eval = NO_EVAL;
