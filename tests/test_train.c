@@ -2267,9 +2267,9 @@ static void test_token_accuracy_and_full_eval(void) {
     T_CHECK(na == 5 && strstr(err, want), "%d evaluations; wanted '%s' in %s", na, want, err);
 }
 
-/* Chat turns run only as far as each micro-batch's furthest answer: the losses of whole windows
- * (the test hook NERVE_TEST_WHOLE_WINDOWS) to 1e-5 but for the order of sums, full and LoRA
- * fine-tunes, while metrics.jsonl's run_tokens shows the rows cut. */
+/* Chat turns run only as far as each micro-batch's furthest answer, in training and in evaluations:
+ * the losses of whole windows (the test hook NERVE_TEST_WHOLE_WINDOWS) to 1e-5 but for the order
+ * of sums, full and LoRA fine-tunes, while metrics.jsonl's run_tokens shows the rows cut. */
 static void test_trimmed_windows(void) {
     const char *model = t_data("models/stories260K.bin"), *tok = t_data("models/tok512.bin");
     if (!model || !tok) return;
@@ -2294,15 +2294,19 @@ static void test_trimmed_windows(void) {
             snprintf(dir[run], sizeof dir[run], "%s/trim%d%d", t_tmpdir(), k, run);
             snprintf(args, sizeof args,
                      "train --init-from %s -z %s --data %s --val-frac 0.1 --seq auto --batch 4 --steps 24 --lr 1e-3 --eval-every 12 "
-                     "--eval-batches 2 --engine avx2 --quiet %s --out %s",
+                     "--eval-batches 2 --full-eval --engine avx2 --quiet %s --out %s",
                      model, tok, data, kinds[k], dir[run]);
             T_CHECK(run_launched(run ? "env NERVE_TEST_WHOLE_WINDOWS=1" : "", args, err, sizeof err) == 0, "%s run %d: %s", kinds[k], run, err);
         }
         check_close_runs(dir[0], dir[1], "\"loss\":", 24, 0, 1e-5);
         double va[4], vb[4], ra[32], rb[32];
         const int nva = read_values(dir[0], "\"val_loss\":", va, 4), nvb = read_values(dir[1], "\"val_loss\":", vb, 4);
-        T_CHECK(nva == 3 && nvb == 3 && fabs(va[2] - vb[2]) <= 1e-4 * vb[2], "%s: validation %g, whole windows %g", kinds[k], nva ? va[nva - 1] : 0.0,
-                nvb ? vb[nvb - 1] : 0.0);
+        T_CHECK(nva == 3 && nvb == 3 && fabs(va[0] - vb[0]) <= 1e-5 * vb[0] && fabs(va[2] - vb[2]) <= 1e-4 * vb[2],
+                "%s: validation %g, whole windows %g", kinds[k], nva ? va[nva - 1] : 0.0, nvb ? vb[nvb - 1] : 0.0);
+        double fa[8], fb[8]; /* (the evaluations' windows cut as training's are) */
+        const int nfa = read_values(dir[0], "\"full_val_loss\":", fa, 8), nfb = read_values(dir[1], "\"full_val_loss\":", fb, 8);
+        T_CHECK(nfa >= 1 && nfa == nfb && fabs(fa[nfa - 1] - fb[nfa - 1]) <= 1e-4 * fb[nfa - 1], "%s: full validation %g, whole windows %g",
+                kinds[k], nfa ? fa[nfa - 1] : 0.0, nfb ? fb[nfb - 1] : 0.0);
         const int nra = read_values(dir[0], "\"run_tokens\":", ra, 32), nrb = read_values(dir[1], "\"run_tokens\":", rb, 32);
         int cut = 0, bad = 0;
         for (int i = 0; i < nra && i < nrb; i++) {

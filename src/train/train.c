@@ -181,13 +181,35 @@ static void metrics_restore(const char *path, long last_step, series *tr, series
     free(text);
 }
 
+/* The length a micro-batch of `windows` chat turns of T (inputs in, targets tg) needs: its furthest
+   target's row + 1, rounded up to 16 (at least 16, at most T); its windows' rows moved to that stride
+   in place. The rows cut are padding after each turn's end (no target): causal attention keeps them
+   out of every row before them, so the turns' losses and gradients are the ones whole windows give,
+   but for the order of sums over rows. */
+static int trimmed_windows(int *in, int *tg, int windows, int T) {
+    int last = 0;
+    for (int b = 0; b < windows; b++)
+        for (int t = T - 1; t >= last; t--)
+            if (tg[(size_t)b * T + t] >= 0) {
+                last = t + 1;
+                break;
+            }
+    const int T2 = last < 16 ? 16 : (last + 15) / 16 * 16;
+    if (T2 >= T) return T;
+    for (int b = 1; b < windows; b++) {
+        memmove(in + (size_t)b * T2, in + (size_t)b * T, (size_t)T2 * sizeof *in);
+        memmove(tg + (size_t)b * T2, tg + (size_t)b * T, (size_t)T2 * sizeof *tg);
+    }
+    return T2;
+}
+
 /* The validation loss over `batches` batches of B = tm->B x world windows (every process draws the
    same ones and evaluates its rows), averaged over the job, and the share of its targets the model
    ranks first (token accuracy) in *acc. With batches < 0, every validation window once (the last
-   batch's windows past them without targets), the loss a mean over every target. */
-static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg, double *acc) {
+   batch's windows past them without targets), the loss a mean over every target. With trim (chat
+   turns), each batch runs only as far as its furthest answer, as training's micro-batches do. */
+static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in, int *tg, int trim, double *acc) {
     const int world = nv_dist_size(), B = tm->B * world, T = tm->T, full = batches < 0;
-    const size_t mine = (size_t)nv_dist_rank() * tm->B * T;
     const uint64_t windows = nv_data_val_windows(ds, T), count = full ? (windows + (uint64_t)B - 1) / (uint64_t)B : (uint64_t)batches;
     double sum[3] = {0, 0, 0}; /* the losses (summed over targets: chat data, full), the targets, those ranked first */
     int n = 0;
@@ -196,12 +218,16 @@ static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in,
         if (!nv_data_val_batch(ds, i, B, T, in, tg)) break;
         for (uint64_t b = windows - i * (uint64_t)B; full && b < (uint64_t)B; b++) /* (a wrapped window, seen already) */
             for (int t = 0; t < T; t++) tg[b * T + t] = -1;
+        const int Tb = trim ? trimmed_windows(in, tg, B, T) : T;
+        const size_t mine = (size_t)nv_dist_rank() * tm->B * Tb;
+        nv_tmodel_set_length(tm, Tb);
         const float l = nv_tmodel_forward(tm, in + mine, tg + mine);
         sum[0] += ds->chat || full ? (double)l * tm->n_targets : l;
         sum[1] += tm->n_targets;
         sum[2] += tm->n_correct;
         n++;
     }
+    nv_tmodel_set_length(tm, T);
     nv_dist_sum_f64(sum, 3);
     *acc = sum[1] > 0 ? sum[2] / sum[1] : NAN;
     if (ds->chat || full) return sum[1] > 0 ? (float)(sum[0] / sum[1]) : NAN;
@@ -330,10 +356,10 @@ typedef struct {
 #define NO_EVAL ((eval_figures){NAN, NAN, {NAN, NAN}, {NAN, NAN}, {NAN, NAN}})
 
 static eval_figures evaluate(nv_tmodel *tm, const nv_train_opts *o, const nv_dataset *ds, int *in, int *tg, uint64_t *ids,
-                             const double *ref) {
+                             const double *ref, int trim) {
     eval_figures f = NO_EVAL;
     f.val = ds->pref ? eval_pref(tm, ds, o->eval_batches, in, tg, ids, ref, &o->pref, f.pref)
-                     : eval_val(tm, ds, o->eval_batches, in, tg, &f.acc);
+                     : eval_val(tm, ds, o->eval_batches, in, tg, trim, &f.acc);
     eval_choice(o, &tm->m, f.mc);
     return f;
 }
@@ -1085,7 +1111,7 @@ static void run_free(train_run *r) {
 /* An evaluation: its figures kept for the progress line, and best/ written when its validation loss
    is the lowest so far. */
 static eval_figures run_evaluate(train_run *r, long step) {
-    const eval_figures ev = evaluate(&r->tm, r->o, r->ds, r->in, r->tg, r->pair_ids, r->ref);
+    const eval_figures ev = evaluate(&r->tm, r->o, r->ds, r->in, r->tg, r->pair_ids, r->ref, r->trim);
     keep_evals(&r->last_eval, &ev);
     if (best_eval_note(&r->best, (float)best_metric_of(&ev, r->o->best_metric), step, r->o->best_metric) && r->save_best_on &&
         r->lead) {
@@ -1127,28 +1153,6 @@ static nv_err teacher_logits(train_run *r, const int *in, const int *seg) {
             s0 = s1;
         }
     return NV_OK;
-}
-
-/* The length a micro-batch of `windows` chat turns of T (inputs in, targets tg) needs: its furthest
-   target's row + 1, rounded up to 16 (at least 16, at most T); its windows' rows moved to that stride
-   in place. The rows cut are padding after each turn's end (no target): causal attention keeps them
-   out of every row before them, so the turns' losses and gradients are the ones whole windows give,
-   but for the order of sums over rows. */
-static int trimmed_windows(int *in, int *tg, int windows, int T) {
-    int last = 0;
-    for (int b = 0; b < windows; b++)
-        for (int t = T - 1; t >= last; t--)
-            if (tg[(size_t)b * T + t] >= 0) {
-                last = t + 1;
-                break;
-            }
-    const int T2 = last < 16 ? 16 : (last + 15) / 16 * 16;
-    if (T2 >= T) return T;
-    for (int b = 1; b < windows; b++) {
-        memmove(in + (size_t)b * T2, in + (size_t)b * T, (size_t)T2 * sizeof *in);
-        memmove(tg + (size_t)b * T2, tg + (size_t)b * T, (size_t)T2 * sizeof *tg);
-    }
-    return T2;
 }
 
 /* A step's gradient, summed over its micro-batches and the job's processes, and its loss: the
@@ -1660,7 +1664,7 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
                                                           floor((double)windows_before / r->epoch_windows);
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) f.ev = run_evaluate(r, step + 1);
         if (o->full_eval && (epoch_end || last))
-            f.ev.full[0] = eval_val(&r->tm, r->ds, -1, r->in, r->tg, &f.ev.full[1]);
+            f.ev.full[0] = eval_val(&r->tm, r->ds, -1, r->in, r->tg, r->trim, &f.ev.full[1]);
         /* no better evaluation in --early-stop evaluations */
         const int early = o->early_stop > 0 && !isnan(best_metric_of(&f.ev, o->best_metric)) && r->best.since >= o->early_stop;
         f.elapsed = nv_now() - t_start;
