@@ -248,7 +248,7 @@ static void test_events(void) {
                 !strcmp(s.text, "Let me.") && !strcmp(s.reasoning, "hm") && !strcmp(s.args, call.arguments),
             "events: %s", out.data);
     /* the stream's final response is the whole response */
-    char *whole = nv_resp_response(&m, &a);
+    char *whole = nv_resp_response(&m, &a, NULL);
     cJSON *w = cJSON_Parse(whole);
     T_CHECK(s.final && cJSON_Compare(cJSON_GetObjectItem(w, "output"), cJSON_GetObjectItem(s.final, "output"), 1) &&
                 cJSON_Compare(cJSON_GetObjectItem(w, "usage"), cJSON_GetObjectItem(s.final, "usage"), 1),
@@ -282,7 +282,7 @@ static void test_events(void) {
     nv_resp_stream_end(&st, &ra, &out);
     nv_resp_stream_free(&st);
     sum(out.data, &s);
-    whole = nv_resp_response(&m, &ra);
+    whole = nv_resp_response(&m, &ra, NULL);
     w = cJSON_Parse(whole);
     T_CHECK(s.ok && !strcmp(s.types, "created in_progress output_item.added content_part.added reasoning_text.delta reasoning_text.done "
                                      "content_part.done output_item.done output_item.added content_part.added output_text.done "

@@ -818,7 +818,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             nv_resp_answer a = {.reasoning = ch[0].reasoning, .text = ch[0].text, .calls = calls[0], .n_calls = n_calls[0],
                                 .incomplete = rs[0].finish == NV_FINISH_LENGTH, .prompt_tokens = prompt,
                                 .cached_tokens = rs[0].cached_tokens, .output_tokens = completion};
-            body = nv_resp_response(&pm.resp, &a);
+            body = nv_resp_response(&pm.resp, &a, NULL);
         } else if (!oom && proto == P_OLLAMA) {
             nv_olla_answer a = {ch[0].reasoning, ch[0].text, calls[0], n_calls[0], rs[0].finish, prompt, completion,
                                 rs[0].prompt_s, rs[0].gen_s, ch[0].text};
@@ -885,29 +885,18 @@ typedef struct bg_resp {
     struct bg_resp *next;
 } bg_resp;
 
-/* 1 when the store holds response id as anything but queued or in progress. */
-static int kept_ended(nv_resp_store *s, const char *id) {
-    char *text = NULL;
-    if (nv_resp_store_copy(s, id, &text, NULL, NULL) != 1) return 0;
-    cJSON *o = cJSON_Parse(text);
-    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "status"));
-    const int ended = st && strcmp(st, "queued") != 0 && strcmp(st, "in_progress") != 0;
-    cJSON_Delete(o);
-    free(text);
-    return ended;
-}
-
 /* The response b is at, or ends with (a: its answer), kept in the store unless it was deleted
    (under bg_mu). An end too large to keep (past a quarter of --responses-store with its answer)
    is kept as failed, saying so, not left queued or in progress. */
 static void bg_keep(bg_resp *b, const char *status, const nv_api_error *e, const nv_resp_answer *a) {
     if (b->deleted) return;
-    free(a ? nv_resp_response(&b->meta, a) : nv_resp_unfinished(&b->meta, status, e));
-    if (a && !kept_ended(b->h->responses, b->meta.id)) {
+    int kept;
+    free(a ? nv_resp_response(&b->meta, a, &kept) : nv_resp_unfinished(&b->meta, status, e, &kept));
+    if (a && !kept) {
         nv_api_error big;
         nv_api_error_set(&big, 500, "server_error", "response_too_large", NULL,
                          "The response is too large to keep: it passes a quarter of the server's --responses-store");
-        free(nv_resp_unfinished(&b->meta, "failed", &big));
+        free(nv_resp_unfinished(&b->meta, "failed", &big, NULL));
     }
 }
 
@@ -1012,8 +1001,7 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
     char *queued = NULL;
     int kept = 0;
     if (sub == NV_SUBMIT_OK) {
-        queued = nv_resp_unfinished(&b->meta, "queued", NULL);
-        kept = nv_resp_store_copy(h->responses, b->meta.id, NULL, NULL, NULL) == 1; /* (too large a conversation is not) */
+        queued = nv_resp_unfinished(&b->meta, "queued", NULL, &kept); /* (too large a conversation is not kept) */
         if (kept && pthread_create(&b->thread, NULL, bg_main, b) == 0) {
             b->next = h->bg, h->bg = b;
             b = NULL;

@@ -72,13 +72,13 @@ static entry *unlink_at(nv_resp_store *s, entry **p) {
     return e;
 }
 
-void nv_resp_store_put(nv_resp_store *s, const char *id, char *response, char *context, char *input) {
+int nv_resp_store_put(nv_resp_store *s, const char *id, char *response, char *context, char *input) {
     entry *e = calloc(1, sizeof *e);
     const size_t bytes = sizeof *e + strlen(response) + strlen(context) + strlen(input);
     if (!e || bytes > s->cap / 4) { /* one conversation never pushes out every other */
         if (e) nv_warn("serve: response %s (%zu bytes with its conversation) is over a quarter of --responses-store: not kept", id, bytes);
         free(e), free(response), free(context), free(input);
-        return;
+        return 0;
     }
     snprintf(e->id, sizeof e->id, "%s", id);
     e->response = response, e->context = context, e->input = input, e->bytes = bytes;
@@ -95,6 +95,7 @@ void nv_resp_store_put(nv_resp_store *s, const char *id, char *response, char *c
     s->bytes += bytes;
     s->count++;
     pthread_mutex_unlock(&s->mu);
+    return 1;
 }
 
 int nv_resp_store_copy(nv_resp_store *s, const char *id, char **response, char **context, char **input) {

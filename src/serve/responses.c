@@ -538,19 +538,23 @@ static cJSON *response_object(const nv_resp_meta *m, const char *status, cJSON *
     return r;
 }
 
-/* A finished response into the store, with the items its model saw and its own input. */
-static void keep(const nv_resp_meta *m, const cJSON *response) {
-    if (!m->keep) return;
-    char *r = cJSON_PrintUnformatted(response), *c = cJSON_PrintUnformatted(m->context), *in = cJSON_PrintUnformatted(m->input);
-    if (r && c && in) {
-        nv_resp_store_put(m->keep, m->id, r, c, in);
-        return;
+/* A response into the store (when there is one), with the items its model saw and its own input;
+   *kept, when kept is not NULL: whether the store took it. */
+static void keep(const nv_resp_meta *m, const cJSON *response, int *kept) {
+    int done = 0;
+    if (m->keep) {
+        char *r = cJSON_PrintUnformatted(response), *c = cJSON_PrintUnformatted(m->context), *in = cJSON_PrintUnformatted(m->input);
+        if (r && c && in) {
+            done = nv_resp_store_put(m->keep, m->id, r, c, in);
+        } else {
+            nv_warn("serve: response %s not kept: out of memory", m->id);
+            free(r), free(c), free(in);
+        }
     }
-    nv_warn("serve: response %s not kept: out of memory", m->id);
-    free(r), free(c), free(in);
+    if (kept) *kept = done;
 }
 
-char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a) {
+char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a, int *kept) {
     cJSON *items = cJSON_CreateArray();
     int k = 0;
     if (a->reasoning && *a->reasoning) cJSON_AddItemToArray(items, text_item(m, 1, k++, a->reasoning, "completed"));
@@ -559,11 +563,11 @@ char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a) {
         cJSON_AddItemToArray(items, text_item(m, 0, k++, a->text ? a->text : "", a->incomplete && !a->n_calls ? "incomplete" : "completed"));
     for (int c = 0; c < a->n_calls; c++) cJSON_AddItemToArray(items, call_item(m, k++, &a->calls[c], a->calls[c].arguments, "completed"));
     cJSON *r = response_object(m, a->incomplete ? "incomplete" : "completed", items, a);
-    keep(m, r);
+    keep(m, r, kept);
     return nv_api_print_free(r);
 }
 
-char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api_error *e) {
+char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api_error *e, int *kept) {
     cJSON *r = response_object(m, status, NULL, NULL);
     if (e && e->status) {
         cJSON *err = cJSON_CreateObject();
@@ -571,7 +575,7 @@ char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api
         cJSON_AddStringToObject(err, "message", e->message);
         cJSON_ReplaceItemInObjectCaseSensitive(r, "error", err);
     }
-    keep(m, r);
+    keep(m, r, kept);
     return nv_api_print_free(r);
 }
 
@@ -702,7 +706,7 @@ void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out)
     close_item(s, s->open == 1 ? status : "completed", out);
     cJSON *f = cJSON_CreateObject(), *r = response_object(s->m, status, s->items, a);
     s->items = NULL;
-    keep(s->m, r);
+    keep(s->m, r, NULL);
     cJSON_AddItemToObject(f, "response", r);
     event(s, a->incomplete ? "response.incomplete" : "response.completed", f, out);
 }

@@ -50,7 +50,8 @@ nv_err nv_resp_store_new(size_t cap, nv_resp_store **out);
 void nv_resp_store_free(nv_resp_store *s);
 /* response: the response object's JSON; context: the items the model saw before its output (a JSON
  * list); input: the request's own input items, with ids (a JSON list). */
-void nv_resp_store_put(nv_resp_store *s, const char *id, char *response, char *context, char *input);
+/* 1 when it was kept, 0 when it was not (over a quarter of cap, or out of memory). */
+int nv_resp_store_put(nv_resp_store *s, const char *id, char *response, char *context, char *input);
 /* Copies of what is kept for id (NULL pointers: not wanted): 1, 0 when none is, -1 out of memory. */
 int nv_resp_store_copy(nv_resp_store *s, const char *id, char **response, char **context, char **input);
 int nv_resp_store_delete(nv_resp_store *s, const char *id); /* 1 when it was kept */
@@ -90,12 +91,13 @@ typedef struct {
     int incomplete; /* the answer ran out of room (max_output_tokens or the context) */
     int prompt_tokens, cached_tokens, output_tokens;
 } nv_resp_answer;
-/* The whole response (kept in m->keep when there is one). */
-char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a);
+/* The whole response (kept in m->keep when there is one; *kept, when kept is not NULL, says whether
+ * it was: one too large for the store is not). */
+char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a, int *kept);
 /* A response without an answer (kept as nv_resp_response keeps one): a background response
  * "queued" or "in_progress", or ended "cancelled" or "failed" (e: its error, NULL or status 0 for
  * none). */
-char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api_error *e);
+char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api_error *e, int *kept);
 
 /* The event stream, appended to out (out->oom on failure). */
 typedef struct {

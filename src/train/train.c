@@ -203,6 +203,15 @@ static int trimmed_windows(int *in, int *tg, int windows, int T) {
     return T2;
 }
 
+/* Before a forward of the job's `windows` windows of T at in/tg (every process's, B = tm->B each):
+   with trim, cut after their furthest answer (trimmed_windows); the model set to the length run
+   (into *run); where this process's rows start. */
+static size_t windows_to_run(nv_tmodel *tm, int *in, int *tg, int windows, int T, int trim, int *run) {
+    *run = trim ? trimmed_windows(in, tg, windows, T) : T;
+    nv_tmodel_set_length(tm, *run);
+    return (size_t)nv_dist_rank() * tm->B * *run;
+}
+
 /* The validation loss over `batches` batches of B = tm->B x world windows (every process draws the
    same ones and evaluates its rows), averaged over the job, and the share of its targets the model
    ranks first (token accuracy) in *acc. With batches < 0, every validation window once (the last
@@ -218,9 +227,8 @@ static float eval_val(nv_tmodel *tm, const nv_dataset *ds, int batches, int *in,
         if (!nv_data_val_batch(ds, i, B, T, in, tg)) break;
         for (uint64_t b = windows - i * (uint64_t)B; full && b < (uint64_t)B; b++) /* (a wrapped window, seen already) */
             for (int t = 0; t < T; t++) tg[b * T + t] = -1;
-        const int Tb = trim ? trimmed_windows(in, tg, B, T) : T;
-        const size_t mine = (size_t)nv_dist_rank() * tm->B * Tb;
-        nv_tmodel_set_length(tm, Tb);
+        int run;
+        const size_t mine = windows_to_run(tm, in, tg, B, T, trim, &run);
         const float l = nv_tmodel_forward(tm, in + mine, tg + mine);
         sum[0] += ds->chat || full ? (double)l * tm->n_targets : l;
         sum[1] += tm->n_targets;
@@ -1173,9 +1181,8 @@ static nv_err step_gradients(train_run *r, step_figures *f, long step) {
     }
     for (int a = 0; a < o->accum; a++) {
         double ta = nv_now();
-        const int T = r->trim ? trimmed_windows(r->in + a * bt, r->tg + a * bt, o->batch, o->seq) : o->seq;
-        const size_t mine = (size_t)nv_dist_rank() * r->local_batch * T;
-        nv_tmodel_set_length(&r->tm, T);
+        int T;
+        const size_t mine = windows_to_run(&r->tm, r->in + a * bt, r->tg + a * bt, o->batch, o->seq, r->trim, &T);
         f->run_tokens += (long)o->batch * T;
         const int *seg = r->seg ? r->seg + a * bt + mine : NULL;
         const int *tg = r->tg + a * bt + mine;
