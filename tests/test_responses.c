@@ -2,6 +2,7 @@
  * prompt tokens), its response objects and events have OpenAI's shapes, and a real `nerve serve`
  * answers /v1/responses whole and streamed with the text chat gives. */
 #include <cjson/cJSON.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +237,7 @@ static void test_events(void) {
     nv_resp_stream_call(&st, &call, &out);
     nv_resp_answer a = {.reasoning = "hm", .text = "Let me.", .calls = &call, .n_calls = 1, .prompt_tokens = 7, .cached_tokens = 4,
                         .output_tokens = 12};
-    nv_resp_stream_end(&st, &a, &out);
+    nv_resp_stream_end(&st, &a, &out, NULL);
     nv_resp_stream_free(&st);
     rstream s;
     sum(out.data, &s);
@@ -265,7 +266,7 @@ static void test_events(void) {
     nv_buf_free(&out);
     /* an empty answer still has its message; a limit makes the response incomplete */
     nv_resp_stream_start(&st, &m, &out);
-    nv_resp_stream_end(&st, &(nv_resp_answer){.incomplete = 1, .prompt_tokens = 3}, &out);
+    nv_resp_stream_end(&st, &(nv_resp_answer){.incomplete = 1, .prompt_tokens = 3}, &out, NULL);
     nv_resp_stream_free(&st);
     sum(out.data, &s);
     T_CHECK(s.ok && !strcmp(s.types, "created in_progress output_item.added content_part.added output_text.done content_part.done "
@@ -279,7 +280,7 @@ static void test_events(void) {
     nv_resp_answer ra = {.reasoning = "hm", .text = "", .prompt_tokens = 3, .output_tokens = 2};
     nv_resp_stream_start(&st, &m, &out);
     nv_resp_stream_text(&st, 1, "hm", &out);
-    nv_resp_stream_end(&st, &ra, &out);
+    nv_resp_stream_end(&st, &ra, &out, NULL);
     nv_resp_stream_free(&st);
     sum(out.data, &s);
     whole = nv_resp_response(&m, &ra, NULL);
@@ -298,7 +299,7 @@ static void test_events(void) {
     nv_resp_stream_text(&st, 0, "Once", &out);
     nv_api_error e;
     nv_api_error_set(&e, 408, "timeout_error", "timeout", NULL, "too slow");
-    nv_resp_stream_fail(&st, &e, &out);
+    nv_resp_stream_fail(&st, "failed", &e, &out);
     nv_resp_stream_free(&st);
     sum(out.data, &s);
     const cJSON *fo = cJSON_GetArrayItem(cJSON_GetObjectItem(s.final, "output"), 0);
@@ -677,6 +678,145 @@ static cJSON *wait_response(const char *id, double wait_s, int *seen) {
     return w;
 }
 
+/* Opens a stream of POST path with body, reads until its bytes hold needle (up to wait_s), then
+ * hangs up: what came (NULL when the needle did not). */
+static char *stream_until(const char *path, const char *body, const char *needle, double wait_s) {
+    size_t len;
+    char *req = build_request("POST", path, NULL, body, &len);
+    const int fd = req ? connect_to_within(srv.port, 10) : -1;
+    char *got = calloc(1, 65536);
+    int found = 0;
+    if (got && fd >= 0 && send_all(fd, req, len)) {
+        size_t n = 0;
+        for (double t0 = now_s(); !found && n < 65535 && now_s() - t0 < wait_s;) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, 100) <= 0) continue;
+            const ssize_t k = recv(fd, got + n, 65535 - n, 0);
+            if (k <= 0) break;
+            n += (size_t)k;
+            found = strstr(got, needle) != NULL;
+        }
+    }
+    if (fd >= 0) close(fd);
+    free(req);
+    if (!found) free(got);
+    return found ? got : NULL;
+}
+
+/* The events of sse from the one whose sequence_number is n on (NULL: none). */
+static const char *from_event(const char *sse, int n) {
+    char key[48];
+    snprintf(key, sizeof key, "\"sequence_number\":%d,", n);
+    const char *at = sse ? strstr(sse, key) : NULL;
+    while (at && at > sse && strncmp(at, "event: ", 7)) at--;
+    return at;
+}
+
+/* Background streams: POST with stream: true gives its events; GET ?stream=true replays the log
+ * whole, starting_after=N from event N+1, the same bytes; the last event's response is the one
+ * kept; a client that hangs up stops nothing and resumes where it left; a stream follows a cancel
+ * to its end; refusals. */
+static void background_streams(const char *fg_text) {
+    char id[64], path[256];
+    static const char body[] = "{\"input\":\"Once upon a time\",\"max_output_tokens\":40,\"temperature\":0,\"background\":true,\"stream\":true}";
+    resp r, g;
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200 && r.head && strstr(r.head, "text/event-stream"),
+            "stream: %d", r.status);
+    rstream s;
+    sum(r.body ? r.body : "", &s);
+    char text[2048] = "";
+    output_text(s.final, text, sizeof text);
+    T_CHECK(s.ok && !strncmp(s.types, "created queued in_progress output_item.added content_part.added output_text.delta ", 82) &&
+                strstr(s.types, "output_text.done content_part.done output_item.done incomplete ") && !strcmp(s.text, fg_text) &&
+                !strcmp(text, fg_text),
+            "events: %s / '%s'", s.types, s.text);
+    snprintf(id, sizeof id, "%s", field_str(s.final, "id"));
+    cJSON *w = get_response(id);
+    char *kept = cJSON_PrintUnformatted(w), *last = cJSON_PrintUnformatted(s.final);
+    T_CHECK(kept && last && !strcmp(kept, last), "kept %.200s, streamed %.200s", kept ? kept : "", last ? last : "");
+    free(kept), free(last), cJSON_Delete(w), cJSON_Delete(s.final);
+    /* replayed after its end: the same bytes; from an event on; past the last, nothing */
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && r.body && g.body && !strcmp(g.body, r.body), "replay: %d",
+            g.status);
+    resp_free(&g);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true&starting_after=5", id);
+    const char *sixth = from_event(r.body, 6);
+    T_CHECK(sixth && http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && g.body && !strcmp(g.body, sixth),
+            "from event 6: %.200s", g.body ? g.body : "");
+    resp_free(&g);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true&starting_after=100000", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && (!g.body || !*g.body), "past the end: %d", g.status);
+    resp_free(&g), resp_free(&r);
+    const char *bad[] = {"stream=yes", "stream=true&starting_after=-1", "stream=true&starting_after=x", "stream=true&starting_after="};
+    for (int k = 0; k < 4; k++) {
+        snprintf(path, sizeof path, "/v1/responses/%s?%s", id, bad[k]);
+        T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 400 && strstr(g.body, "invalid_value"), "%s: %d", bad[k], g.status);
+        resp_free(&g);
+    }
+
+    /* the client hangs up after event 6, a delta: the response runs on; resumed after event 5 while it runs, it is whole */
+    char *first = stream_until("/v1/responses", body, "\"sequence_number\":6,", 20);
+    const char *at = first ? strstr(first, "\"id\":\"resp_") : NULL;
+    snprintf(id, sizeof id, "%.*s", at ? (int)strcspn(at + 6, "\"") : 0, at ? at + 6 : "");
+    w = get_response(id);
+    T_CHECK(first && *id && w && strstr(first, "response.output_text.delta") &&
+                (!strcmp(field_str(w, "status"), "in_progress") || !strcmp(field_str(w, "status"), "queued")),
+            "hung up: %s %s", id, field_str(w, "status"));
+    cJSON_Delete(w);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true&starting_after=5", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && g.body && !strncmp(g.body, "event: ", 7) &&
+                strstr(g.body, "\"sequence_number\":6,"),
+            "resumed: %d", g.status);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &r) && r.status == 200 && g.body && r.body && !strcmp(from_event(r.body, 6) ?: "", g.body),
+            "the resumed events against the replay");
+    sum(r.body ? r.body : "", &s);
+    output_text(s.final, text, sizeof text);
+    T_CHECK(s.ok && !strcmp(s.text, fg_text) && !strcmp(text, fg_text) && !strcmp(field_str(s.final, "status"), "incomplete"),
+            "after a hang-up: '%s'", s.text);
+    cJSON_Delete(s.final);
+    free(first);
+    resp_free(&g), resp_free(&r);
+
+    /* a stream that follows a response cancelled: its end says so (response.failed, status cancelled) */
+    static const char long_body[] = "{\"input\":\"Once upon a time\",\"max_output_tokens\":400,\"background\":true,\"stream\":true}";
+    first = stream_until("/v1/responses", long_body, "response.output_text.delta", 20);
+    at = first ? strstr(first, "\"id\":\"resp_") : NULL;
+    snprintf(id, sizeof id, "%.*s", at ? (int)strcspn(at + 6, "\"") : 0, at ? at + 6 : "");
+    snprintf(path, sizeof path, "/v1/responses/%s/cancel", id);
+    T_CHECK(*id && http(srv.port, "POST", path, NULL, NULL, &g) && g.status == 200 && strstr(g.body, "\"status\":\"cancelled\""), "cancel");
+    resp_free(&g);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &r) && r.status == 200, "the cancelled one's events");
+    sum(r.body ? r.body : "", &s);
+    const size_t nt = strlen(s.types);
+    T_CHECK(s.ok && nt > 24 && !strcmp(s.types + nt - 24, "output_item.done failed ") &&
+                !strcmp(field_str(s.final, "status"), "cancelled") && cJSON_IsNull(cJSON_GetObjectItem(s.final, "error")),
+            "cancelled: %s", s.types);
+    w = get_response(id);
+    kept = cJSON_PrintUnformatted(w), last = cJSON_PrintUnformatted(s.final);
+    T_CHECK(kept && last && !strcmp(kept, last), "the cancelled one kept as streamed: %.200s", kept ? kept : "");
+    free(kept), free(last), cJSON_Delete(w), cJSON_Delete(s.final), free(first);
+    resp_free(&r);
+    /* deleted: its events go with it; a response not in the background has none; an unknown one is 404 */
+    snprintf(path, sizeof path, "/v1/responses/%s", id);
+    T_CHECK(http(srv.port, "DELETE", path, NULL, NULL, &g) && g.status == 200, "delete");
+    resp_free(&g);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 404, "deleted then streamed: %d", g.status);
+    resp_free(&g);
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, "{\"input\":\"x\",\"max_output_tokens\":2}", &r) && r.status == 200, "foreground");
+    w = cJSON_Parse(r.body ? r.body : "");
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", field_str(w, "id"));
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 400 && strstr(g.body, "\"param\":\"stream\""), "foreground streamed: %d %s",
+            g.status, g.body);
+    cJSON_Delete(w), resp_free(&g), resp_free(&r);
+    T_CHECK(http(srv.port, "GET", "/v1/responses/resp_000000000000000000000000?stream=true", NULL, NULL, &g) && g.status == 404, "unknown: %d",
+            g.status);
+    resp_free(&g);
+}
+
 /* background: true: answered at once, queued; the thread that waits for it keeps it in progress,
  * then completed with the text the same request gives in the foreground; one still running cannot
  * be continued; a cancel ends one cancelled, a DELETE leaves nothing of it; a server stops with one
@@ -714,6 +854,7 @@ static void test_server_background(void) {
     w = cJSON_Parse(r.body ? r.body : "");
     output_text(w, fg, sizeof fg);
     T_CHECK(!strcmp(text, fg), "background '%s', foreground '%s'", text, fg);
+    background_streams(fg);
     char fg_id[64];
     snprintf(fg_id, sizeof fg_id, "%s", field_str(w, "id"));
     cJSON_Delete(w), resp_free(&r);
@@ -756,8 +897,7 @@ static void test_server_background(void) {
     w = get_response(id);
     T_CHECK(!w, "a deleted background response came back: %s", field_str(w, "status"));
     cJSON_Delete(w);
-    /* refused: streamed, not stored */
-    T_CHECK(post_response("{\"input\":\"x\",\"background\":true,\"stream\":true}", id2, st) == 400 && !strcmp(st, "stream"), "streamed: %s", st);
+    /* refused: not stored */
     T_CHECK(post_response("{\"input\":\"x\",\"background\":true,\"store\":false}", id2, st) == 400 && !strcmp(st, "background"),
             "not stored: %s", st);
     T_CHECK(post_response("{\"input\":\"x\",\"background\":1}", id2, st) == 400 && !strcmp(st, "background"), "not a boolean: %s", st);
@@ -778,6 +918,11 @@ static void test_server_background(void) {
                 !strcmp(field_str(cJSON_GetObjectItem(w, "error"), "code"), "response_too_large"),
             "too large to keep: %s %s", field_str(w, "status"), field_str(cJSON_GetObjectItem(w, "error"), "code"));
     cJSON_Delete(w);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id); /* its events passed the store's room: dropped */
+    resp lg;
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &lg) && lg.status == 400 && strstr(lg.body, "\"param\":\"stream\""), "events kept: %d",
+            lg.status);
+    resp_free(&lg);
     char longer[4000]; /* 2,500 bytes of metadata, which every response object repeats */
     snprintf(longer, sizeof longer,
              "{\"input\":\"x\",\"metadata\":{\"a\":\"%500s\",\"b\":\"%500s\",\"c\":\"%500s\",\"d\":\"%500s\",\"e\":\"%500s\"},"

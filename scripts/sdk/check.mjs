@@ -177,6 +177,22 @@ for (let t = 0; ['queued', 'in_progress'].includes(bg.status) && t < 600; t++) {
 }
 assert.equal(textOf(bg), textOf(await client.responses.create(bgReq)));
 if (typeof client.responses.cancel === 'function') assert.equal((await client.responses.cancel(bg.id)).status, bg.status); // an ended one: as it ended
+// a background response streamed: the client leaves after event 5 (the stream closes, the response
+// runs on) and resumes after it; the events in order, the same text
+const evs = [];
+let bgId;
+for await (const ev of await client.responses.create({ ...bgReq, background: true, stream: true })) {
+  evs.push(ev);
+  if (ev.type === 'response.created') bgId = ev.response.id;
+  if (ev.sequence_number === 5) break;
+}
+assert.deepEqual(evs.slice(0, 3).map((e) => e.type), ['response.created', 'response.queued', 'response.in_progress']);
+for await (const ev of await client.responses.retrieve(bgId, { stream: true, starting_after: 5 })) evs.push(ev);
+assert.deepEqual(evs.map((e) => e.sequence_number), evs.map((_, i) => i));
+const bgLast = evs[evs.length - 1].response;
+assert.equal(bgLast.status, bg.status);
+assert.equal(textOf(bgLast), textOf(bg));
+assert.equal(evs.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join(''), textOf(bg));
 
 // embeddings: the SDK asks for base64 by default and decodes it; float gives the same numbers
 const emb = await client.embeddings.create({ model, input: ['Once upon a time', 'The dog ran'] });

@@ -1,6 +1,8 @@
 #include "serve/http.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -34,7 +36,8 @@ struct nv_http {
     atomic_int stopping;
     atomic_int active; /* requests received whose response has not completed */
     nv_resp_store *responses; /* stored Responses (NULL: --responses-store 0) */
-    pthread_mutex_t bg_mu;    /* the background responses running, or ended and not yet joined */
+    pthread_mutex_t bg_mu;    /* the background responses running, or ended and kept (their events) */
+    pthread_cond_t bg_cv;     /* a background response logged an event */
     struct bg_resp *bg;
     atomic_int starting;      /* 1 inside MHD_start_daemon: */
     char start_error[256];    /* its last message then (why a TLS key was refused) */
@@ -535,7 +538,7 @@ static void stream_poll(stream_ctx *st) {
                 nv_api_error e;
                 finish_error(st->h, rs.finish, &e);
                 if (st->pm.proto == P_ANTHROPIC) nv_anth_stream_error(&e, &st->out);
-                else if (st->pm.proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, &e, &st->out);
+                else if (st->pm.proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, "failed", &e, &st->out);
                 else sse_event(st, st->pm.proto == P_OLLAMA ? nv_olla_error_json(&e) : nv_api_error_json(&e));
                 stream_cancel_all(st);
                 if (st->pm.proto == P_OPENAI) nv_buf_puts(&st->out, "data: [DONE]\n\n");
@@ -555,7 +558,7 @@ static void stream_poll(stream_ctx *st) {
             } else if (st->pm.proto == P_RESPONSES) {
                 nv_resp_answer a = {.incomplete = rs.finish == NV_FINISH_LENGTH, .prompt_tokens = st->prompt_tokens,
                                     .cached_tokens = st->cached_tokens, .output_tokens = st->completion_tokens};
-                nv_resp_stream_end(&st->resp, &a, &st->out);
+                nv_resp_stream_end(&st->resp, &a, &st->out, NULL);
             } else if (st->pm.proto == P_LLAMACPP) { /* the whole response, its content already sent */
                 nv_lcpp_answer a = {"", rs.finish, rs.stop_index, rs.prompt_tokens, rs.completion_tokens, rs.cached_tokens,
                                     rs.prompt_s, rs.gen_s, NULL, 0, NULL}; /* the records went with their text */
@@ -585,20 +588,22 @@ static void stream_poll(stream_ctx *st) {
     st->finished = 1;
 }
 
+/* Copies what out holds past *off (at most max) to buf: the count, 0 when nothing is left (out
+   is then emptied). */
+static size_t out_drain(nv_buf *out, size_t *off, char *buf, size_t max) {
+    size_t n = out->len - *off < max ? out->len - *off : max;
+    memcpy(buf, out->data + *off, n);
+    *off += n;
+    if (*off == out->len) out->len = *off = 0;
+    return n;
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_ctx *st = cls;
     for (;;) {
         if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (st->out.len > st->off) {
-            size_t n = st->out.len - st->off < max ? st->out.len - st->off : max;
-            memcpy(buf, st->out.data + st->off, n);
-            st->off += n;
-            if (st->off == st->out.len) {
-                st->out.len = st->off = 0;
-            }
-            return (ssize_t)n;
-        }
+        if (st->out.len > st->off) return (ssize_t)out_drain(&st->out, &st->off, buf, max);
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         stream_poll(st);
         if (!st->finished && st->out.len == 0 && conn_gone(st->fd)) {
@@ -869,115 +874,255 @@ static enum MHD_Result ollama(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
 
 /* ---- background responses (background: true) ---------------------------------------------------- */
 
-#define BG_MAX 256 /* background responses running at once (a thread each) */
+#define BG_MAX 256        /* background responses running at once (a thread each) */
+#define BG_ENDED_MAX 1024 /* ended ones whose events are kept for GET ?stream=true */
+#define BG_KEEP_S 3600.0  /* how long after its end */
 
-/* A background response: its request runs while a thread of its own waits for it and keeps what it
-   answers in the store, where GET /v1/responses/{id} reads it (queued, in_progress, then completed,
-   incomplete, failed or cancelled). Under bg_mu: r (NULL once released), cancelled, deleted. */
+/* A background response: its request runs while a thread of its own waits for it, keeps what it
+   answers in the store as it goes (queued, in_progress, then completed, incomplete, failed or
+   cancelled: GET /v1/responses/{id} reads it there) and logs its stream's events, which any number
+   of streams follow (POST with stream: true, GET .../{id}?stream=true&starting_after=N) without
+   owning the request: a client that goes away stops nothing. The record, with its log, stays after
+   its end for BG_KEEP_S, while the logs of those ended fit in --responses-store and at most
+   BG_ENDED_MAX have ended, and while a stream reads it; DELETE drops it. Under bg_mu: everything
+   but thread and done; meta.keep is NULL once deleted (nothing more is kept). */
 typedef struct bg_resp {
     nv_http *h;
-    nv_req *r;
-    nv_resp_meta meta;
-    nv_api_tools *tools; /* the answer is read for calls */
-    int cancelled, deleted; /* POST .../cancel; DELETE (nothing more is kept) */
+    char id[48];
+    nv_req *r;              /* NULL once released */
+    nv_resp_meta meta;      /* (freed at its end) */
+    nv_api_tools *tools;    /* the answer is read for calls */
+    nv_resp_stream stream;  /* its events, made as a streamed response's are */
+    nv_buf log;             /* every event so far */
+    size_t *starts;         /* where event (sequence_number) k begins in log */
+    int n_events, cap_events;
+    int ended;              /* its last event is in the log (and its end in the store) */
+    double ended_at;
+    int readers;            /* streams following its log */
+    int cancelled, deleted; /* POST .../cancel; DELETE */
     atomic_int done;        /* the thread has ended: join it */
     pthread_t thread;
-    struct bg_resp *next;
+    struct bg_resp *next;   /* (newest first) */
 } bg_resp;
 
-/* The response b is at, or ends with (a: its answer), kept in the store unless it was deleted
-   (under bg_mu). An end too large to keep (past a quarter of --responses-store with its answer)
-   is kept as failed, saying so, not left queued or in progress. */
-static void bg_keep(bg_resp *b, const char *status, const nv_api_error *e, const nv_resp_answer *a) {
-    if (b->deleted) return;
-    int kept;
-    free(a ? nv_resp_response(&b->meta, a, &kept) : nv_resp_unfinished(&b->meta, status, e, &kept));
-    if (a && !kept) {
-        nv_api_error big;
-        nv_api_error_set(&big, 500, "server_error", "response_too_large", NULL,
-                         "The response is too large to keep: it passes a quarter of the server's --responses-store");
-        free(nv_resp_unfinished(&b->meta, "failed", &big, NULL));
+/* Appends ev's events (whole ones) to b's log, noting where each begins, and wakes its readers
+   (under bg_mu); end: the last is among them. */
+static void bg_log(bg_resp *b, nv_buf *ev, int end) {
+    const size_t at = b->log.len;
+    if (ev->oom) b->log.oom = 1;
+    else if (ev->len) nv_buf_append(&b->log, ev->data, ev->len);
+    for (size_t pos = at; !b->log.oom && pos < b->log.len;) {
+        if (b->n_events == b->cap_events) {
+            const int cap = b->cap_events ? 2 * b->cap_events : 64;
+            size_t *s = realloc(b->starts, (size_t)cap * sizeof *s);
+            if (!s) {
+                b->log.oom = 1;
+                break;
+            }
+            b->starts = s, b->cap_events = cap;
+        }
+        b->starts[b->n_events++] = pos;
+        const char *e = memmem(b->log.data + pos, b->log.len - pos, "\n\n", 2); /* (event JSON has no raw newline) */
+        pos = e ? (size_t)(e - b->log.data) + 2 : b->log.len;
+    }
+    if (end || b->log.oom) b->ended = 1, b->ended_at = nv_now();
+    nv_buf_free(ev);
+    pthread_cond_broadcast(&b->h->bg_cv);
+}
+
+/* The terminal events of b's stream (under bg_mu), its response kept as it ended. An end too large
+   to keep (past a quarter of --responses-store with its answer) is kept as failed, saying so, not
+   left queued or in progress (its stream has the whole answer). */
+static void bg_end(bg_resp *b, const nv_req_status *st, int oom, nv_buf *ev) {
+    nv_api_error e;
+    if (oom) {
+        nv_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        nv_resp_stream_fail(&b->stream, "failed", &e, ev);
+    } else if (st->finish == NV_FINISH_STOP || st->finish == NV_FINISH_LENGTH) { /* (a cancel too late to stop it) */
+        const nv_resp_answer a = {.incomplete = st->finish == NV_FINISH_LENGTH, .prompt_tokens = st->prompt_tokens,
+                                  .cached_tokens = st->cached_tokens, .output_tokens = st->completion_tokens};
+        int kept;
+        nv_resp_stream_end(&b->stream, &a, ev, &kept);
+        if (!kept && b->meta.keep) {
+            nv_api_error_set(&e, 500, "server_error", "response_too_large", NULL,
+                             "The response is too large to keep: it passes a quarter of the server's --responses-store");
+            free(nv_resp_unfinished(&b->meta, "failed", &e, NULL));
+        }
+    } else if (b->cancelled) {
+        nv_resp_stream_fail(&b->stream, "cancelled", NULL, ev);
+    } else {
+        finish_error(b->h, st->finish, &e);
+        nv_resp_stream_fail(&b->stream, "failed", &e, ev);
     }
 }
 
 static void *bg_main(void *arg) {
     bg_resp *b = arg;
     nv_http *h = b->h;
-    nv_buf text = {0};
-    nv_req_status st;
-    int started = 0;
-    do {
-        nv_req_poll(h->s, b->r, 0.1, &text, NULL, &st);
-        if (!started && !st.done && st.prompt_s > 0) { /* its first token: in progress */
-            started = 1;
-            pthread_mutex_lock(&h->bg_mu);
-            if (!b->cancelled) bg_keep(b, "in_progress", NULL, NULL);
-            pthread_mutex_unlock(&h->bg_mu);
-        }
-    } while (!st.done);
-    nv_buf why = {0}, said = {0};
-    nv_tool_call *calls = NULL;
-    int n_calls = 0;
     answer_split sp = split_init(h->ctx.reasoning, b->tools);
-    const int oom = text.oom || split_feed(&sp, text.data ? text.data : "", text.len, 1, &why, &said, &calls, &n_calls) < 0;
+    nv_req_status st;
+    int started = 0, ended = 0;
+    do {
+        nv_buf text = {0}, why = {0}, said = {0}, ev = {0};
+        nv_tool_call *calls = NULL;
+        int n_new = 0;
+        nv_req_poll(h->s, b->r, 0.1, &text, NULL, &st);
+        const int lost = text.oom || ((text.len || st.done) &&
+                                      split_feed(&sp, text.data ? text.data : "", text.len, st.done, &why, &said, &calls, &n_new) < 0);
+        pthread_mutex_lock(&h->bg_mu);
+        const int oom = lost || b->log.oom; /* (a log that could not grow ends it too) */
+        if (!ended) {
+            if (!started && !oom && (st.prompt_s > 0 || text.len || st.finish == NV_FINISH_STOP || st.finish == NV_FINISH_LENGTH)) {
+                started = 1; /* its first token: in progress */
+                nv_resp_stream_running(&b->stream, &ev);
+                if (!st.done && !b->cancelled) free(nv_resp_unfinished(&b->meta, "in_progress", NULL, NULL));
+            }
+            if (!oom && why.len) nv_resp_stream_text(&b->stream, 1, why.data, &ev);
+            if (!oom && said.len) nv_resp_stream_text(&b->stream, 0, said.data, &ev);
+            for (int k = 0; k < n_new && !oom; k++) nv_resp_stream_call(&b->stream, &calls[k], &ev);
+            if ((ended = oom || st.done)) bg_end(b, &st, oom, &ev);
+            if (oom && !st.done) nv_req_cancel(h->s, b->r); /* (polled on to its end) */
+            bg_log(b, &ev, ended);
+        }
+        if (st.done) {
+            nv_req_release(h->s, b->r);
+            b->r = NULL;
+            nv_resp_stream_free(&b->stream);
+            nv_resp_meta_free(&b->meta); /* (its log is what stays) */
+        }
+        pthread_mutex_unlock(&h->bg_mu);
+        nv_buf_free(&text), nv_buf_free(&why), nv_buf_free(&said), nv_buf_free(&ev), nv_tool_calls_free(calls, n_new);
+    } while (!st.done);
     split_free(&sp);
-    pthread_mutex_lock(&h->bg_mu);
-    nv_req_release(h->s, b->r);
-    b->r = NULL;
-    nv_api_error e;
-    if (oom) {
-        nv_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
-        bg_keep(b, "failed", &e, NULL);
-    } else if (st.finish == NV_FINISH_STOP || st.finish == NV_FINISH_LENGTH) { /* (a cancel too late to stop it) */
-        const nv_resp_answer a = {.reasoning = why.data, .text = said.data ? said.data : "", .calls = calls, .n_calls = n_calls,
-                                  .incomplete = st.finish == NV_FINISH_LENGTH, .prompt_tokens = st.prompt_tokens,
-                                  .cached_tokens = st.cached_tokens, .output_tokens = st.completion_tokens};
-        bg_keep(b, NULL, NULL, &a);
-    } else if (b->cancelled) {
-        bg_keep(b, "cancelled", NULL, NULL);
-    } else {
-        finish_error(h, st.finish, &e);
-        bg_keep(b, "failed", &e, NULL);
-    }
-    pthread_mutex_unlock(&h->bg_mu);
-    nv_buf_free(&text), nv_buf_free(&why), nv_buf_free(&said), nv_tool_calls_free(calls, n_calls);
     atomic_store(&b->done, 1);
     return NULL;
 }
 
-/* The ended ones joined and freed (under bg_mu); with all, every one: those running cancelled first
-   and waited for (the server stops: its scheduler has ended their requests already). Each is taken
-   off the list before bg_mu is let go for its join, and the walk starts again after. */
+/* Joins and frees *p (under bg_mu, let go for the join: its thread takes it to end). */
+static void bg_drop(nv_http *h, bg_resp **p) {
+    bg_resp *b = *p;
+    *p = b->next;
+    if (b->r) nv_req_cancel(h->s, b->r);
+    pthread_mutex_unlock(&h->bg_mu);
+    pthread_join(b->thread, NULL);
+    nv_resp_meta_free(&b->meta);
+    nv_api_tools_free(b->tools);
+    nv_buf_free(&b->log);
+    free(b->starts);
+    free(b);
+    pthread_mutex_lock(&h->bg_mu);
+}
+
+/* Drops, under bg_mu, the ended records no stream reads that were deleted or ended BG_KEEP_S ago,
+   then the oldest such while the ended ones' logs pass --responses-store or they are more than
+   BG_ENDED_MAX; with all, every one: those running cancelled first and waited for (the server
+   stops: its scheduler has ended their requests already, and no stream is left). */
 static void bg_reap(nv_http *h, int all) {
-    for (bg_resp **p = &h->bg; *p;) {
-        bg_resp *b = *p;
-        if (!all && !atomic_load(&b->done)) {
-            p = &b->next;
-            continue;
+    const double now = nv_now();
+    for (;;) {
+        bg_resp **victim = NULL, **oldest = NULL;
+        size_t bytes = 0;
+        int ended = 0;
+        for (bg_resp **p = &h->bg; *p && !victim; p = &(*p)->next) {
+            const bg_resp *b = *p;
+            if (all) victim = p;
+            if (!atomic_load(&b->done) || b->readers) continue;
+            if (b->deleted || now - b->ended_at > BG_KEEP_S) victim = p;
+            bytes += b->log.len, ended++;
+            oldest = p;
         }
-        *p = b->next;
-        if (b->r) nv_req_cancel(h->s, b->r);
-        pthread_mutex_unlock(&h->bg_mu); /* (its thread takes bg_mu to end) */
-        pthread_join(b->thread, NULL);
-        nv_resp_meta_free(&b->meta);
-        nv_api_tools_free(b->tools);
-        free(b);
-        pthread_mutex_lock(&h->bg_mu);
-        p = &h->bg;
+        if (!victim && (bytes > h->o.responses_store || ended > BG_ENDED_MAX)) victim = oldest;
+        if (!victim) return;
+        bg_drop(h, victim);
     }
 }
 
-/* The background response id while its thread runs (under bg_mu), or NULL. */
-static bg_resp *bg_find(nv_http *h, const char *id) {
+/* The background response id (under bg_mu): running only, or any whose record is kept and not
+   deleted; NULL when none. */
+static bg_resp *bg_find(nv_http *h, const char *id, int running) {
     for (bg_resp *b = h->bg; b; b = b->next)
-        if (!atomic_load(&b->done) && !strcmp(b->meta.id, id)) return b;
+        if (!b->deleted && !(running && b->ended) && !strcmp(b->id, id)) return b;
     return NULL;
 }
 
+/* A stream following a background response's log from event `next`. */
+typedef struct {
+    nv_http *h;
+    bg_resp *b;
+    int next;
+    int fd;
+    int finished;
+    nv_buf out;
+    size_t off;
+} bg_reader;
+
+static ssize_t bg_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    bg_reader *rd = cls;
+    bg_resp *b = rd->b;
+    for (;;) {
+        if (rd->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (rd->out.len > rd->off) return (ssize_t)out_drain(&rd->out, &rd->off, buf, max);
+        if (rd->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        pthread_mutex_lock(&rd->h->bg_mu);
+        if (rd->next >= b->n_events && !b->ended) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 100000000;
+            if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&rd->h->bg_cv, &rd->h->bg_mu, &until);
+        }
+        const int broken = b->log.oom;
+        if (!broken && rd->next < b->n_events) {
+            nv_buf_append(&rd->out, b->log.data + b->starts[rd->next], b->log.len - b->starts[rd->next]);
+            rd->next = b->n_events;
+        }
+        if (b->ended && rd->next >= b->n_events) rd->finished = 1;
+        pthread_mutex_unlock(&rd->h->bg_mu);
+        if (broken) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!rd->finished && rd->out.len == 0 && conn_gone(rd->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void bg_read_free(void *cls) {
+    bg_reader *rd = cls;
+    pthread_mutex_lock(&rd->h->bg_mu);
+    rd->b->readers--;
+    pthread_mutex_unlock(&rd->h->bg_mu);
+    nv_buf_free(&rd->out);
+    free(rd);
+}
+
+/* Answers with b's events past sequence number after (-1: all of them), as they come; b's
+   readers count holds it already (given back here on any failure). */
+static enum MHD_Result bg_follow(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, bg_resp *b, long after) {
+    bg_reader *rd = calloc(1, sizeof *rd);
+    struct MHD_Response *resp = NULL;
+    if (rd) {
+        *rd = (bg_reader){.h = h, .b = b, .next = (int)(after + 1), .fd = conn_fd(c)};
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, bg_read, rd, bg_read_free);
+    }
+    if (!resp) {
+        if (rd) bg_read_free(rd);
+        else {
+            pthread_mutex_lock(&h->bg_mu);
+            b->readers--;
+            pthread_mutex_unlock(&h->bg_mu);
+        }
+        return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+    }
+    add_common_headers(h, resp, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = queue_counted(h, c, cc, 200, resp);
+    access_log(h, cc, 200, "stream");
+    return ret;
+}
+
 /* POST /v1/responses with background: true: the request submitted, a thread to wait for it, and the
-   response answered at once, queued (and kept so). */
+   response answered at once, queued (and kept so), or with stream: true its events as they come. */
 static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, nv_api_request ar, api_meta pm) {
     ar.req.timeout_s = h->o.timeout_s;
+    const int stream = ar.stream;
     nv_req *r = NULL;
     const nv_err ce = nv_req_create(&r, &ar.req);
     bg_resp *b = ce == NV_OK ? calloc(1, sizeof *b) : NULL;
@@ -988,25 +1133,32 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
         return ce != NV_OK ? create_failed(h, c, cc, ce) : fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     }
     b->h = h, b->r = r, b->meta = pm.resp, b->tools = ar.tools;
+    snprintf(b->id, sizeof b->id, "%s", b->meta.id);
     pm.resp = (nv_resp_meta){0}, ar.tools = NULL;
     nv_api_request_free(&ar);
     api_meta_free(&pm);
     pthread_mutex_lock(&h->bg_mu);
     bg_reap(h, 0);
     int running = 0;
-    for (const bg_resp *q = h->bg; q; q = q->next) running++;
+    for (const bg_resp *q = h->bg; q; q = q->next) running += !q->ended;
     const int full = running >= BG_MAX;
     nv_submit sub = full ? NV_SUBMIT_QUEUE_FULL : submit_all(h, &b->r, 1);
     if (full) nv_req_release(NULL, b->r);
     char *queued = NULL;
     int kept = 0;
+    bg_resp *started = NULL;
     if (sub == NV_SUBMIT_OK) {
         queued = nv_resp_unfinished(&b->meta, "queued", NULL, &kept); /* (too large a conversation is not kept) */
-        if (kept && pthread_create(&b->thread, NULL, bg_main, b) == 0) {
+        nv_buf ev = {0};
+        nv_resp_stream_start(&b->stream, &b->meta, &ev);
+        bg_log(b, &ev, 0);
+        if (kept && !b->log.oom && pthread_create(&b->thread, NULL, bg_main, b) == 0) {
             b->next = h->bg, h->bg = b;
-            b = NULL;
+            b->readers = stream; /* (before bg_mu is let go: a reaper leaves it alone) */
+            started = b, b = NULL;
         } else {
             release_all(h, &b->r, 1, 1);
+            nv_resp_stream_free(&b->stream);
             nv_resp_store_delete(h->responses, b->meta.id);
             free(queued);
             queued = NULL;
@@ -1014,26 +1166,62 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
     }
     pthread_mutex_unlock(&h->bg_mu);
     if (b) {
+        const int oom = b->log.oom;
         nv_resp_meta_free(&b->meta);
         nv_api_tools_free(b->tools);
+        nv_buf_free(&b->log);
+        free(b->starts);
         free(b);
         if (full)
             return fail(h, c, cc, 429, "rate_limit_exceeded", "rate_limit_exceeded",
                         "The server runs 256 background responses already: retry when one has ended");
         if (sub != NV_SUBMIT_OK) return submit_failed(h, c, cc, sub);
-        return kept ? fail(h, c, cc, 500, "server_error", NULL, "cannot start a thread")
-                    : fail(h, c, cc, 400, "invalid_request_error", "invalid_request",
-                           "A background response is kept to be read later, and this conversation passes a quarter of the "
-                           "server's --responses-store");
+        if (!kept)
+            return fail(h, c, cc, 400, "invalid_request_error", "invalid_request",
+                        "A background response is kept to be read later, and this conversation passes a quarter of the "
+                        "server's --responses-store");
+        return fail(h, c, cc, 500, "server_error", NULL, oom ? "out of memory" : "cannot start a thread");
+    }
+    if (stream) {
+        free(queued);
+        return bg_follow(h, c, cc, started, -1);
     }
     return respond(h, c, cc, 200, "application/json", queued, NULL, NULL);
+}
+
+/* GET /v1/responses/{id}?stream=true[&starting_after=N]: a background response's events (those
+   after sequence number N), from its log, then as they come until it ends. */
+static enum MHD_Result background_stream(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *id) {
+    const char *after_text = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "starting_after");
+    long after = -1;
+    if (after_text) {
+        char *end = NULL;
+        errno = 0;
+        after = strtol(after_text, &end, 10);
+        if (!*after_text || *end || errno || after < 0 || after > INT_MAX - 1)
+            return fail(h, c, cc, 400, "invalid_request_error", "invalid_value",
+                        "'starting_after' must be an event's sequence_number: an integer >= 0");
+    }
+    pthread_mutex_lock(&h->bg_mu);
+    bg_reap(h, 0);
+    bg_resp *b = bg_find(h, id, 0);
+    if (b) b->readers++;
+    pthread_mutex_unlock(&h->bg_mu);
+    if (b) return bg_follow(h, c, cc, b, after);
+    char *out = NULL;
+    nv_api_error err;
+    if (nv_resp_get(h->responses, id, &out, &err)) return respond_error(h, c, cc, &err); /* (404) */
+    free(out);
+    nv_api_error_set(&err, 400, "invalid_request_error", "invalid_request", "stream",
+                     "This response's events are not kept: only a background response's are, for an hour after it ends");
+    return respond_error(h, c, cc, &err);
 }
 
 /* POST /v1/responses/{id}/cancel: a background response still running ends cancelled (its request
    cancelled; answered once its thread has kept it); one that has ended is answered as it ended. */
 static enum MHD_Result background_cancel(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *id) {
     pthread_mutex_lock(&h->bg_mu);
-    bg_resp *b = bg_find(h, id);
+    bg_resp *b = bg_find(h, id, 1);
     if (b) {
         b->cancelled = 1;
         if (b->r) nv_req_cancel(h->s, b->r);
@@ -1041,7 +1229,7 @@ static enum MHD_Result background_cancel(nv_http *h, struct MHD_Connection *c, c
     pthread_mutex_unlock(&h->bg_mu);
     for (double t0 = nv_now(); b && nv_now() - t0 < 10;) { /* (its thread ends within a poll of the cancel) */
         pthread_mutex_lock(&h->bg_mu);
-        const int running = bg_find(h, id) != NULL;
+        const int running = bg_find(h, id, 1) != NULL;
         pthread_mutex_unlock(&h->bg_mu);
         if (!running) break;
         struct timespec ts = {0, 5000000};
@@ -1084,14 +1272,21 @@ static enum MHD_Result stored_response(nv_http *h, struct MHD_Connection *c, con
                                  MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
                                  MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &out, &err);
     else {
-        if (is_delete) { /* a background response still running: cancelled, and nothing of it kept after */
+        if (is_delete) { /* a background response: cancelled if running, and nothing of it kept after, its log dropped */
             pthread_mutex_lock(&h->bg_mu);
-            bg_resp *b = bg_find(h, id);
+            bg_resp *b = bg_find(h, id, 0);
             if (b) {
                 b->cancelled = b->deleted = 1;
+                b->meta.keep = NULL;
                 if (b->r) nv_req_cancel(h->s, b->r);
             }
             pthread_mutex_unlock(&h->bg_mu);
+        } else {
+            const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+            if (stream && strcmp(stream, "false")) {
+                if (!strcmp(stream, "true")) return background_stream(h, c, cc, id);
+                return fail(h, c, cc, 400, "invalid_request_error", "invalid_value", "'stream' must be true or false");
+            }
         }
         rc = (is_delete ? nv_resp_delete : nv_resp_get)(h->responses, id, &out, &err);
     }
@@ -1855,6 +2050,7 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
     h->ctx = *ctx;
     h->created = (long)time(NULL);
     pthread_mutex_init(&h->bg_mu, NULL);
+    pthread_cond_init(&h->bg_cv, NULL);
     if (o->responses_store && nv_resp_store_new(o->responses_store, &h->responses) != NV_OK) {
         free(h);
         freeaddrinfo(ai);
@@ -1915,6 +2111,7 @@ void nv_http_stop(nv_http *h) {
     bg_reap(h, 1);
     pthread_mutex_unlock(&h->bg_mu);
     pthread_mutex_destroy(&h->bg_mu);
+    pthread_cond_destroy(&h->bg_cv);
     nv_resp_store_free(h->responses);
     free(h);
 }

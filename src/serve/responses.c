@@ -387,9 +387,6 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
         return bad(err, "unsupported_parameter", "background",
                    a->store ? "A background response is kept to be read later: 'store' must be true"
                             : "'background' needs stored responses: this server keeps none (serve --responses-store 0)");
-    if (cJSON_IsTrue(bg) && cJSON_IsTrue(nv_api_field(in, "stream")))
-        return bad(err, "unsupported_parameter", "stream",
-                   "A background response is not streamed here: create it without 'stream' and poll GET /v1/responses/{id}");
     a->meta->background = cJSON_IsTrue(bg);
     const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user"};
     for (int k = 0; k < 6; k++) /* the chat parser checks them */
@@ -617,18 +614,25 @@ static cJSON *with_item(cJSON *o, cJSON *item) {
     return o;
 }
 
+/* An event carrying the response as it stands, without output: response.created, .queued, .in_progress. */
+static void status_event(nv_resp_stream *s, const char *type, const char *status, nv_buf *out) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddItemToObject(f, "response", response_object(s->m, status, NULL, NULL));
+    event(s, type, f, out);
+}
+
 void nv_resp_stream_start(nv_resp_stream *s, const nv_resp_meta *m, nv_buf *out) {
     memset(s, 0, sizeof *s);
     s->m = m;
     s->items = cJSON_CreateArray();
     if (!s->items) out->oom = 1;
-    const char *types[] = {"response.created", "response.in_progress"};
-    for (int k = 0; k < 2; k++) {
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddItemToObject(f, "response", response_object(m, "in_progress", NULL, NULL));
-        event(s, types[k], f, out);
-    }
+    const char *status = m->background ? "queued" : "in_progress";
+    status_event(s, "response.created", status, out);
+    if (m->background) status_event(s, "response.queued", status, out);
+    else nv_resp_stream_running(s, out);
 }
+
+void nv_resp_stream_running(nv_resp_stream *s, nv_buf *out) { status_event(s, "response.in_progress", "in_progress", out); }
 
 /* {"item_id", "output_index", "content_index": 0} of the open item's part */
 static cJSON *part_at(const nv_resp_stream *s, const char *id) {
@@ -699,26 +703,29 @@ void nv_resp_stream_call(nv_resp_stream *s, const nv_tool_call *c, nv_buf *out) 
     s->index++;
 }
 
-void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out) {
+void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out, int *kept) {
     /* a message whenever there is text or nothing else, as in nv_resp_response */
     if (!s->answered) nv_resp_stream_text(s, 0, "", out);
     const char *status = a->incomplete ? "incomplete" : "completed";
     close_item(s, s->open == 1 ? status : "completed", out);
     cJSON *f = cJSON_CreateObject(), *r = response_object(s->m, status, s->items, a);
     s->items = NULL;
-    keep(s->m, r, NULL);
+    keep(s->m, r, kept);
     cJSON_AddItemToObject(f, "response", r);
     event(s, a->incomplete ? "response.incomplete" : "response.completed", f, out);
 }
 
-void nv_resp_stream_fail(nv_resp_stream *s, const nv_api_error *e, nv_buf *out) {
+void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_error *e, nv_buf *out) {
     close_item(s, "incomplete", out); /* what was said so far stays in the output */
-    cJSON *r = response_object(s->m, "failed", s->items, NULL);
+    cJSON *r = response_object(s->m, status, s->items, NULL);
     s->items = NULL;
-    cJSON *error = cJSON_CreateObject();
-    cJSON_AddStringToObject(error, "code", e->code ? e->code : "server_error");
-    cJSON_AddStringToObject(error, "message", e->message);
-    cJSON_ReplaceItemInObjectCaseSensitive(r, "error", error);
+    if (e) {
+        cJSON *error = cJSON_CreateObject();
+        cJSON_AddStringToObject(error, "code", e->code ? e->code : "server_error");
+        cJSON_AddStringToObject(error, "message", e->message);
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "error", error);
+    }
+    if (s->m->background) keep(s->m, r, NULL); /* (a request's own stream keeps only what finished) */
     cJSON *f = cJSON_CreateObject();
     cJSON_AddItemToObject(f, "response", r);
     event(s, "response.failed", f, out);

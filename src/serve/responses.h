@@ -20,8 +20,9 @@
  *   previous_response_id continues one: the model sees the items it saw then, its output, and this
  *   request's input, under this request's instructions (OpenAI's rule: the earlier instructions are
  *   not carried over); an id not kept is a 400 previous_response_not_found. Without a store,
- *   previous_response_id is refused and store answered false. conversation and background are
- *   refused. Errors are the OpenAI API's.
+ *   previous_response_id is refused and store answered false. background (with a store) runs the
+ *   request in the server (serve/http.c keeps it as it goes and streams its events); conversation
+ *   is refused. Errors are the OpenAI API's.
  * - Responses: {"id": "resp_...", "object": "response", "created_at", "status": "completed" or
  *   "incomplete" (with incomplete_details.reason "max_output_tokens"), "model", "output": [a
  *   reasoning item (--reasoning-format), a message item with one output_text part, a function_call
@@ -109,13 +110,20 @@ typedef struct {
     nv_buf text; /* its text so far, for its .done events */
     cJSON *items; /* the items done, for the final response */
 } nv_resp_stream;
+/* response.created, then response.in_progress; a background response's: response.created and
+ * response.queued (status "queued"), its response.in_progress sent by nv_resp_stream_running when
+ * its request begins. */
 void nv_resp_stream_start(nv_resp_stream *s, const nv_resp_meta *m, nv_buf *out);
+void nv_resp_stream_running(nv_resp_stream *s, nv_buf *out);
 void nv_resp_stream_text(nv_resp_stream *s, int reasoning, const char *text, nv_buf *out);
 void nv_resp_stream_call(nv_resp_stream *s, const nv_tool_call *c, nv_buf *out);
 /* Closes what is open and sends response.completed (or .incomplete), the response kept as
- * nv_resp_response keeps it; a holds the usage (its text and calls were streamed already). */
-void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out);
-void nv_resp_stream_fail(nv_resp_stream *s, const nv_api_error *e, nv_buf *out);
+ * nv_resp_response keeps it (*kept as there); a holds the usage (its text and calls were streamed
+ * already). */
+void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out, int *kept);
+/* Closes what is open ("incomplete") and sends response.failed with the response's status "failed"
+ * (e: its error) or "cancelled" (e NULL; error null); a background response's is kept. */
+void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_error *e, nv_buf *out);
 void nv_resp_stream_free(nv_resp_stream *s);
 
 #endif
