@@ -177,6 +177,33 @@ static void check_anthropic(nv_api_ctx *ctx, const char *data, size_t size) {
     }
 }
 
+/* The body as a conversation's create, its update and its items' add: each answers JSON or an
+ * error; what a create kept lists back as JSON. */
+static void check_conversation(nv_conv_store *convs, const char *data, size_t size) {
+    if (!convs) return;
+    char *out = NULL, id[64] = "";
+    nv_api_error err;
+    int rc = nv_conv_create(convs, data, size, &out, &err);
+    FZ_CHECK(rc == 0 ? out != NULL : rc == err.status && rc >= 400 && rc < 600 && !out, "conversation create %d", rc);
+    if (rc) return check_json(nv_api_error_json(&err), "conversation error");
+    cJSON *c = cJSON_Parse(out);
+    snprintf(id, sizeof id, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id")) ?: "");
+    cJSON_Delete(c);
+    check_json(out, "conversation");
+    FZ_CHECK(*id, "a conversation without an id");
+    for (int add = 0; add < 2; add++) {
+        out = NULL;
+        rc = add ? nv_conv_items_add(convs, id, data, size, &out, &err) : nv_conv_update(convs, id, data, size, &out, &err);
+        check_json(rc ? nv_api_error_json(&err) : out, "conversation answer");
+    }
+    out = NULL;
+    FZ_CHECK(nv_conv_items_list(convs, id, "100", "asc", NULL, &out, &err) == 0, "the items listed back");
+    check_json(out, "conversation items");
+    out = NULL;
+    FZ_CHECK(nv_conv_delete(convs, id, &out, &err) == 0, "deleted");
+    free(out);
+}
+
 /* The body as /v1/responses (chatml). */
 static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
     ctx->tmpl = NV_CHAT_CHATML;
@@ -190,7 +217,13 @@ static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
                                  "\"output_text\",\"text\":\"hi\"}]},{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"play\","
                                  "\"arguments\":\"{}\"}]}"),
                           strdup("[{\"type\":\"message\",\"role\":\"user\",\"content\":\"x\",\"id\":\"msg_1\"}]"), strdup("[]"));
-    int rc = nv_resp_parse(ctx, store, data, size, &r, &m, &err);
+    static nv_conv_store *convs; /* a conversation the body cannot name (its id is random): the lookup's refusal */
+    if (!convs && nv_conv_store_new(1 << 20, &convs) == NV_OK) {
+        char *made = NULL;
+        if (nv_conv_create(convs, "{\"items\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 41, &made, &err) == 0) free(made);
+    }
+    check_conversation(convs, data, size);
+    int rc = nv_resp_parse(ctx, store, convs, data, size, &r, &m, &err);
     if (rc != 0) {
         FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0', "responses status %d", rc);
         FZ_CHECK(r.prompt_ids == NULL && m.echo == NULL, "a failed Responses parse kept memory");
@@ -200,21 +233,21 @@ static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
     check_request(ctx, 1, &r);
     nv_tool_call call = {.id = "call_x", .name = "play", .arguments = "{}"};
     nv_resp_answer a = {.reasoning = "r", .text = "x", .calls = &call, .n_calls = 1, .prompt_tokens = r.req.n_prompt};
-    check_json(nv_resp_response(&m, &a), "Responses response");
+    check_json(nv_resp_response(&m, &a, NULL), "Responses response");
     nv_resp_stream st;
     nv_buf out = {0};
     nv_resp_stream_start(&st, &m, &out);
     nv_resp_stream_text(&st, 1, "r", &out);
     nv_resp_stream_text(&st, 0, "x", &out);
     nv_resp_stream_call(&st, &call, &out);
-    nv_resp_stream_end(&st, &a, &out);
+    nv_resp_stream_end(&st, &a, &out, NULL);
     nv_resp_stream_free(&st);
     FZ_CHECK(!out.oom && strstr(out.data, "event: response.completed\n"), "Responses events");
     nv_buf_free(&out);
     nv_resp_stream_start(&st, &m, &out);
     nv_resp_stream_text(&st, 0, "x", &out);
     nv_api_error_set(&err, 408, "timeout_error", "timeout", NULL, "late");
-    nv_resp_stream_fail(&st, &err, &out);
+    nv_resp_stream_fail(&st, "failed", &err, &out, NULL);
     nv_resp_stream_free(&st);
     FZ_CHECK(!out.oom && strstr(out.data, "event: response.failed\n"), "Responses failure event");
     nv_buf_free(&out);

@@ -14,7 +14,7 @@
 
 /* Parses a Responses body; 0 or the status (the error's message in why). */
 static int rparse(const nv_api_ctx *ctx, const char *body, nv_api_request *r, nv_resp_meta *m, nv_api_error *e) {
-    return nv_resp_parse(ctx, NULL, body, strlen(body), r, m, e);
+    return nv_resp_parse(ctx, NULL, NULL, body, strlen(body), r, m, e);
 }
 
 /* 1 when the Responses body and the chat body give the same prompt tokens. */
@@ -299,7 +299,7 @@ static void test_events(void) {
     nv_resp_stream_text(&st, 0, "Once", &out);
     nv_api_error e;
     nv_api_error_set(&e, 408, "timeout_error", "timeout", NULL, "too slow");
-    nv_resp_stream_fail(&st, "failed", &e, &out);
+    nv_resp_stream_fail(&st, "failed", &e, &out, NULL);
     nv_resp_stream_free(&st);
     sum(out.data, &s);
     const cJSON *fo = cJSON_GetArrayItem(cJSON_GetObjectItem(s.final, "output"), 0);
@@ -678,29 +678,47 @@ static cJSON *wait_response(const char *id, double wait_s, int *seen) {
     return w;
 }
 
+/* Sends method path (body: NULL for none) on a new connection: its socket, -1 when that failed. */
+static int open_stream(const char *method, const char *path, const char *body) {
+    size_t len;
+    char *req = build_request(method, path, NULL, body, &len);
+    int fd = req ? connect_to_within(srv.port, 10) : -1;
+    if (fd >= 0 && !send_all(fd, req, len)) close(fd), fd = -1;
+    free(req);
+    return fd;
+}
+
+/* Reads fd onto the end of got (cap bytes, kept NUL-ended) until got holds needle, or with needle
+ * NULL until the server closes the connection, up to wait_s: 1 when it did. */
+static int read_until(int fd, char *got, size_t cap, const char *needle, double wait_s) {
+    size_t n = strlen(got);
+    for (double t0 = now_s(); fd >= 0 && n < cap - 1 && now_s() - t0 < wait_s;) {
+        if (needle && strstr(got, needle)) return 1;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        const ssize_t k = recv(fd, got + n, cap - 1 - n, 0);
+        if (k <= 0) return !needle && k == 0;
+        n += (size_t)k;
+        got[n] = '\0';
+    }
+    return needle && strstr(got, needle);
+}
+
 /* Opens a stream of POST path with body, reads until its bytes hold needle (up to wait_s), then
  * hangs up: what came (NULL when the needle did not). */
 static char *stream_until(const char *path, const char *body, const char *needle, double wait_s) {
-    size_t len;
-    char *req = build_request("POST", path, NULL, body, &len);
-    const int fd = req ? connect_to_within(srv.port, 10) : -1;
+    const int fd = open_stream("POST", path, body);
     char *got = calloc(1, 65536);
-    int found = 0;
-    if (got && fd >= 0 && send_all(fd, req, len)) {
-        size_t n = 0;
-        for (double t0 = now_s(); !found && n < 65535 && now_s() - t0 < wait_s;) {
-            struct pollfd p = {fd, POLLIN, 0};
-            if (poll(&p, 1, 100) <= 0) continue;
-            const ssize_t k = recv(fd, got + n, 65535 - n, 0);
-            if (k <= 0) break;
-            n += (size_t)k;
-            found = strstr(got, needle) != NULL;
-        }
-    }
+    const int found = got && read_until(fd, got, 65536, needle, wait_s);
     if (fd >= 0) close(fd);
-    free(req);
     if (!found) free(got);
     return found ? got : NULL;
+}
+
+/* The id of the first response object in sse ("" when none). */
+static void sse_id(const char *sse, char id[64]) {
+    const char *at = sse ? strstr(sse, "\"id\":\"resp_") : NULL;
+    snprintf(id, 64, "%.*s", at ? (int)strcspn(at + 6, "\"") : 0, at ? at + 6 : "");
 }
 
 /* The events of sse from the one whose sequence_number is n on (NULL: none). */
@@ -757,8 +775,7 @@ static void background_streams(const char *fg_text) {
 
     /* the client hangs up after event 6, a delta: the response runs on; resumed after event 5 while it runs, it is whole */
     char *first = stream_until("/v1/responses", body, "\"sequence_number\":6,", 20);
-    const char *at = first ? strstr(first, "\"id\":\"resp_") : NULL;
-    snprintf(id, sizeof id, "%.*s", at ? (int)strcspn(at + 6, "\"") : 0, at ? at + 6 : "");
+    sse_id(first, id);
     w = get_response(id);
     T_CHECK(first && *id && w && strstr(first, "response.output_text.delta") &&
                 (!strcmp(field_str(w, "status"), "in_progress") || !strcmp(field_str(w, "status"), "queued")),
@@ -780,10 +797,9 @@ static void background_streams(const char *fg_text) {
     resp_free(&g), resp_free(&r);
 
     /* a stream that follows a response cancelled: its end says so (response.failed, status cancelled) */
-    static const char long_body[] = "{\"input\":\"Once upon a time\",\"max_output_tokens\":400,\"background\":true,\"stream\":true}";
+    static const char long_body[] = "{\"input\":\"Once upon a time\",\"max_output_tokens\":400,\"temperature\":0,\"background\":true,\"stream\":true}";
     first = stream_until("/v1/responses", long_body, "response.output_text.delta", 20);
-    at = first ? strstr(first, "\"id\":\"resp_") : NULL;
-    snprintf(id, sizeof id, "%.*s", at ? (int)strcspn(at + 6, "\"") : 0, at ? at + 6 : "");
+    sse_id(first, id);
     snprintf(path, sizeof path, "/v1/responses/%s/cancel", id);
     T_CHECK(*id && http(srv.port, "POST", path, NULL, NULL, &g) && g.status == 200 && strstr(g.body, "\"status\":\"cancelled\""), "cancel");
     resp_free(&g);
@@ -815,6 +831,47 @@ static void background_streams(const char *fg_text) {
     T_CHECK(http(srv.port, "GET", "/v1/responses/resp_000000000000000000000000?stream=true", NULL, NULL, &g) && g.status == 404, "unknown: %d",
             g.status);
     resp_free(&g);
+
+    /* three streams follow one response at once (its creator's, one from the start, one after event
+       3); a DELETE meanwhile: each goes on to the end, the response cancelled; then nothing of it is kept */
+    enum { CAP = 1 << 17 };
+    char *got[3] = {calloc(1, CAP), calloc(1, CAP), calloc(1, CAP)};
+    int fd[3] = {open_stream("POST", "/v1/responses", long_body), -1, -1};
+    T_CHECK(got[0] && got[1] && got[2] && read_until(fd[0], got[0], CAP, "\"sequence_number\":6,", 20), "the creator's stream");
+    sse_id(got[0], id);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id);
+    fd[1] = open_stream("GET", path, NULL);
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true&starting_after=3", id);
+    fd[2] = open_stream("GET", path, NULL);
+    for (int k = 1; k < 3; k++) T_CHECK(read_until(fd[k], got[k], CAP, "\"sequence_number\":8,", 20), "stream %d follows", k);
+    snprintf(path, sizeof path, "/v1/responses/%s", id);
+    T_CHECK(http(srv.port, "DELETE", path, NULL, NULL, &g) && g.status == 200, "deleted while followed: %d", g.status);
+    resp_free(&g);
+    for (int k = 0; k < 3; k++) {
+        T_CHECK(read_until(fd[k], got[k], CAP, NULL, 20) && strstr(got[k], "event: response.failed") && strstr(got[k], "\"status\":\"cancelled\"") &&
+                    (k == 2) == !strstr(got[k], "\"sequence_number\":3,") && strstr(got[k], "\"sequence_number\":4,"),
+                "stream %d: %.300s", k, got[k] ? got[k] + (strlen(got[k]) > 300 ? strlen(got[k]) - 300 : 0) : "");
+        if (fd[k] >= 0) close(fd[k]);
+        free(got[k]);
+    }
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 404, "deleted, then followed: %d", g.status);
+    resp_free(&g);
+}
+
+/* Whether GET /v1/responses/{id}?stream=true comes to say that response's events are not kept
+ * (within 5 s: they go at the first request after its thread is over). */
+static int events_dropped(const char *id) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id);
+    resp g = {0};
+    for (double t0 = now_s(); now_s() - t0 < 5; sleep_ms(20)) {
+        resp_free(&g);
+        if (!http(srv.port, "GET", path, NULL, NULL, &g) || g.status != 200) break;
+    }
+    const int dropped = g.status == 400 && g.body && strstr(g.body, "\"param\":\"stream\"");
+    resp_free(&g);
+    return dropped;
 }
 
 /* background: true: answered at once, queued; the thread that waits for it keeps it in progress,
@@ -901,12 +958,20 @@ static void test_server_background(void) {
     T_CHECK(post_response("{\"input\":\"x\",\"background\":true,\"store\":false}", id2, st) == 400 && !strcmp(st, "background"),
             "not stored: %s", st);
     T_CHECK(post_response("{\"input\":\"x\",\"background\":1}", id2, st) == 400 && !strcmp(st, "background"), "not a boolean: %s", st);
-    /* the server stops with one running */
-    T_CHECK(post_response(body, id, st) == 200, "one more");
+    /* the server stops with one running, a stream following it: the stream ends with it, failed */
+    snprintf(body, sizeof body, "{\"input\":\"Once upon a time\",\"max_output_tokens\":400,\"temperature\":0,\"background\":true,\"stream\":true}");
+    int sfd = open_stream("POST", "/v1/responses", body);
+    char *sgot = calloc(1, 1 << 17);
+    T_CHECK(sgot && read_until(sfd, sgot, 1 << 17, "response.output_text.delta", 20), "one more, followed");
     int rc = server_stop_within(&srv, 20);
     T_CHECK(rc == 0, "server exit %d", rc);
+    T_CHECK(sgot && read_until(sfd, sgot, 1 << 17, NULL, 5) && strstr(sgot, "event: response.failed") && strstr(sgot, "service_unavailable"),
+            "the stream at the stop: %.300s", sgot ? sgot + (strlen(sgot) > 300 ? strlen(sgot) - 300 : 0) : "");
+    if (sfd >= 0) close(sfd);
+    free(sgot);
     /* a store of 8 KiB keeps 2 KiB a response: a long answer ends failed, saying why, not queued for ever */
-    if (!server_spawn(&srv, "responses-bg-small", NULL, NULL, model, tok, "--kv-memory 64M --chat-template chatml --responses-store 8K", 30)) {
+    if (!server_spawn(&srv, "responses-bg-small", NULL, "NERVE_TEST_STEP_DELAY_MS=5", model, tok,
+                      "--kv-memory 64M --chat-template chatml --responses-store 8K", 30)) {
         T_CHECK(0, "the server did not start");
         return;
     }
@@ -918,11 +983,23 @@ static void test_server_background(void) {
                 !strcmp(field_str(cJSON_GetObjectItem(w, "error"), "code"), "response_too_large"),
             "too large to keep: %s %s", field_str(w, "status"), field_str(cJSON_GetObjectItem(w, "error"), "code"));
     cJSON_Delete(w);
-    snprintf(path, sizeof path, "/v1/responses/%s?stream=true", id); /* its events passed the store's room: dropped */
+    T_CHECK(events_dropped(id), "the events of one past the store's room kept");
     resp lg;
-    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &lg) && lg.status == 400 && strstr(lg.body, "\"param\":\"stream\""), "events kept: %d",
-            lg.status);
+    /* cancelled with 900 bytes of metadata and its output so far: too large to keep whole, kept cancelled without it */
+    char bigger[2048];
+    snprintf(bigger, sizeof bigger,
+             "{\"input\":\"Once upon a time\",\"metadata\":{\"a\":\"%450s\",\"b\":\"%450s\"},\"max_output_tokens\":400,"
+             "\"temperature\":0,\"background\":true,\"stream\":true}",
+             "", "");
+    char *seen_events = stream_until("/v1/responses", bigger, "\"sequence_number\":200,", 20);
+    sse_id(seen_events, id);
+    free(seen_events);
+    snprintf(path, sizeof path, "/v1/responses/%s/cancel", id);
+    T_CHECK(*id && http(srv.port, "POST", path, NULL, NULL, &lg) && lg.status == 200 && strstr(lg.body, "\"status\":\"cancelled\"") &&
+                strstr(lg.body, "\"output\":[]"),
+            "cancelled, too large: %d %.200s", lg.status, lg.body);
     resp_free(&lg);
+    T_CHECK(events_dropped(id), "the events of one cancelled, its stream gone, kept past the store's room");
     char longer[4000]; /* 2,500 bytes of metadata, which every response object repeats */
     snprintf(longer, sizeof longer,
              "{\"input\":\"x\",\"metadata\":{\"a\":\"%500s\",\"b\":\"%500s\",\"c\":\"%500s\",\"d\":\"%500s\",\"e\":\"%500s\"},"
@@ -933,6 +1010,244 @@ static void test_server_background(void) {
             "a conversation too large to keep: %d %s", r2.status, r2.body);
     resp_free(&r2);
     rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
+}
+
+/* The Conversations store without a server: create (items, metadata), refusals, get, update,
+ * items added, listed, paged, got and deleted, the byte cap (least recently used dropped first; a
+ * conversation past a quarter takes no more), the context a response reads and its appended items. */
+static void test_conversations_unit(void) {
+    nv_conv_store *s = NULL;
+    T_CHECK(nv_conv_store_new(64 * 1024, &s) == NV_OK, "new");
+    if (!s) return;
+    char *out = NULL, id[64] = "", item[64] = "";
+    nv_api_error e;
+#define CONV(call) ((out = NULL), (call))
+    T_CHECK(CONV(nv_conv_create(s, "", 0, &out, &e)) == 400 && !out, "an empty body taken");
+    const char *body = "{\"metadata\":{\"topic\":\"cats\"},\"items\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                       "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"hello\"}]}]}";
+    T_CHECK(CONV(nv_conv_create(s, body, strlen(body), &out, &e)) == 0 && out, "create: %s", e.message);
+    cJSON *o = cJSON_Parse(out ? out : "");
+    snprintf(id, sizeof id, "%s", field_str(o, "id"));
+    T_CHECK(!strncmp(id, "conv_", 5) && !strcmp(field_str(o, "object"), "conversation") && cJSON_GetNumberValue(cJSON_GetObjectItem(o, "created_at")) > 1.7e9 &&
+                !strcmp(field_str(cJSON_GetObjectItem(o, "metadata"), "topic"), "cats"),
+            "the conversation: %s", out);
+    cJSON_Delete(o), free(out);
+    /* refusals: each names its field */
+    static const struct {
+        const char *body, *param;
+    } bad[] = {{"{\"metadata\":[1]}", "metadata"},
+               {"{\"metadata\":{\"k\":1}}", "metadata"},
+               {"{\"items\":{}}", "items"},
+               {"{\"items\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "items[0]"},
+               {"{\"items\":[{\"role\":\"user\",\"content\":\"x\"},{\"type\":\"banana\"}]}", "items[1]"},
+               {"{\"items\":[{\"role\":\"user\",\"content\":\"x\",\"id\":\"msg_a\"},{\"role\":\"user\",\"content\":\"y\",\"id\":\"msg_a\"}]}", "items"},
+               {"[1]", NULL}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        T_CHECK(CONV(nv_conv_create(s, bad[k].body, strlen(bad[k].body), &out, &e)) == 400 && !out &&
+                    (!bad[k].param || !strcmp(e.param, bad[k].param)),
+                "%s: %s (%s)", bad[k].body, e.param, e.message);
+        free(out);
+    }
+    char many[4096] = "{\"items\":[";
+    for (int k = 0; k < 21; k++) strcat(many, k ? ",{\"role\":\"user\",\"content\":\"x\"}" : "{\"role\":\"user\",\"content\":\"x\"}");
+    strcat(many, "]}");
+    T_CHECK(CONV(nv_conv_create(s, many, strlen(many), &out, &e)) == 400 && !strcmp(e.param, "items"), "21 items: %s", e.param);
+    /* items: added (the list of those added, in order), listed newest first, paged, got, deleted */
+    const char *add = "{\"items\":[{\"role\":\"user\",\"content\":\"one\",\"id\":\"msg_one\"},{\"type\":\"function_call\",\"call_id\":\"c1\","
+                      "\"name\":\"f\",\"arguments\":\"{}\"},{\"type\":\"reasoning\",\"summary\":[]}]}";
+    T_CHECK(CONV(nv_conv_items_add(s, id, add, strlen(add), &out, &e)) == 0 && out && strstr(out, "\"first_id\":\"msg_one\"") &&
+                strstr(out, "\"last_id\":\"fc_") && !strstr(out, "reasoning"),
+            "added: %s", out ? out : e.message);
+    free(out);
+    T_CHECK(CONV(nv_conv_items_add(s, id, add, strlen(add), &out, &e)) == 400 && strstr(e.message, "msg_one"), "a duplicate id: %s", e.message);
+    T_CHECK(CONV(nv_conv_items_add(s, "conv_none", add, strlen(add), &out, &e)) == 404, "to none: %d", e.status);
+    T_CHECK(CONV(nv_conv_items_add(s, id, "{\"items\":[]}", 12, &out, &e)) == 400, "no items");
+    T_CHECK(CONV(nv_conv_items_list(s, id, NULL, NULL, NULL, &out, &e)) == 0 && out, "list");
+    o = cJSON_Parse(out ? out : "");
+    const cJSON *data = cJSON_GetObjectItem(o, "data");
+    T_CHECK(cJSON_GetArraySize(data) == 4 && !strcmp(field_str(cJSON_GetArrayItem(data, 0), "type"), "function_call") &&
+                !strcmp(field_str(cJSON_GetArrayItem(data, 1), "id"), "msg_one") &&
+                !strcmp(field_str(cJSON_GetArrayItem(data, 3), "role"), "user") && cJSON_IsFalse(cJSON_GetObjectItem(o, "has_more")),
+            "newest first: %s", out);
+    snprintf(item, sizeof item, "%s", field_str(cJSON_GetArrayItem(data, 2), "id")); /* the assistant's "hello" */
+    cJSON_Delete(o), free(out);
+    T_CHECK(CONV(nv_conv_items_list(s, id, "2", "asc", NULL, &out, &e)) == 0 && out && strstr(out, "\"has_more\":true") &&
+                strstr(out, "hello") && !strstr(out, "msg_one"),
+            "asc, 2: %s", out);
+    free(out);
+    T_CHECK(CONV(nv_conv_items_list(s, id, "2", "asc", item, &out, &e)) == 0 && out && strstr(out, "\"first_id\":\"msg_one\"") &&
+                strstr(out, "\"has_more\":false"),
+            "after: %s", out);
+    free(out);
+    T_CHECK(CONV(nv_conv_items_list(s, id, "0", NULL, NULL, &out, &e)) == 400 && !strcmp(e.param, "limit"), "limit 0");
+    T_CHECK(CONV(nv_conv_items_list(s, id, NULL, NULL, "msg_none", &out, &e)) == 400 && !strcmp(e.param, "after"), "after none");
+    T_CHECK(CONV(nv_conv_item_get(s, id, item, &out, &e)) == 0 && out && strstr(out, "\"text\":\"hello\"") && strstr(out, "output_text"),
+            "item: %s", out);
+    free(out);
+    T_CHECK(CONV(nv_conv_item_get(s, id, "msg_none", &out, &e)) == 404, "no such item");
+    T_CHECK(CONV(nv_conv_item_delete(s, id, item, &out, &e)) == 0 && out && strstr(out, "\"object\":\"conversation\""), "item deleted");
+    free(out);
+    T_CHECK(CONV(nv_conv_item_get(s, id, item, &out, &e)) == 404 && CONV(nv_conv_item_delete(s, id, item, &out, &e)) == 404, "gone");
+    /* metadata replaced; a bad one refused, the old one kept */
+    T_CHECK(CONV(nv_conv_update(s, id, "{\"metadata\":{\"topic\":\"dogs\"}}", 29, &out, &e)) == 0 && out && strstr(out, "dogs"), "update");
+    free(out);
+    T_CHECK(CONV(nv_conv_update(s, id, "{\"metadata\":\"x\"}", 16, &out, &e)) == 400 && CONV(nv_conv_update(s, id, "{}", 2, &out, &e)) == 400,
+            "bad updates");
+    T_CHECK(CONV(nv_conv_get(s, id, &out, &e)) == 0 && out && strstr(out, "dogs"), "kept: %s", out);
+    free(out);
+    /* the context a response reads, and what it adds */
+    cJSON *own = cJSON_Parse("[{\"type\":\"message\",\"id\":\"msg_one\",\"role\":\"user\",\"content\":[]}]"), *ctx = NULL;
+    T_CHECK(nv_conv_context(s, id, own, &ctx, &e) == 400 && !strcmp(e.param, "input") && !ctx, "an input item already in it");
+    cJSON_Delete(own);
+    own = cJSON_Parse("[{\"type\":\"message\",\"id\":\"msg_two\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"two\"}]}]");
+    T_CHECK(nv_conv_context(s, "conv_none", own, &ctx, &e) == 404 && !strcmp(e.param, "conversation"), "unknown");
+    T_CHECK(nv_conv_context(s, id, own, &ctx, &e) == 0 && cJSON_GetArraySize(ctx) == 3, "context: %d", cJSON_GetArraySize(ctx));
+    cJSON_Delete(ctx);
+    T_CHECK(nv_conv_append(s, id, own) == 1 && nv_conv_append(s, "conv_none", own) == 0, "append");
+    T_CHECK(CONV(nv_conv_items_list(s, id, "1", NULL, NULL, &out, &e)) == 0 && out && strstr(out, "msg_two"), "appended last: %s", out);
+    free(out);
+    /* the cap: 64 KiB; a conversation past 16 KiB takes no more; the least recently used go first */
+    char pad[8192], big[9000];
+    memset(pad, 'y', sizeof pad - 1);
+    pad[sizeof pad - 1] = '\0';
+    snprintf(big, sizeof big, "{\"items\":[{\"role\":\"user\",\"content\":\"%.7000s\"}]}", pad);
+    T_CHECK(CONV(nv_conv_items_add(s, id, big, strlen(big), &out, &e)) == 0, "7 KB added");
+    free(out);
+    T_CHECK(CONV(nv_conv_items_add(s, id, big, strlen(big), &out, &e)) == 0, "14 KB");
+    free(out);
+    T_CHECK(CONV(nv_conv_items_add(s, id, big, strlen(big), &out, &e)) == 400 && strstr(e.message, "--responses-store"), "past a quarter");
+    T_CHECK(nv_conv_append(s, id, own) == 1, "a small append still fits");
+    char ids[8][64];
+    for (int k = 0; k < 8; k++) {
+        T_CHECK(CONV(nv_conv_create(s, big, strlen(big), &out, &e)) == 0, "filler %d", k);
+        o = cJSON_Parse(out ? out : "");
+        snprintf(ids[k], sizeof ids[k], "%s", field_str(o, "id"));
+        cJSON_Delete(o), free(out);
+        if (k != 3) continue;
+        T_CHECK(CONV(nv_conv_get(s, id, &out, &e)) == 0, "used again"); /* the first: used after fillers 0-3 */
+        free(out);
+    }
+    size_t count = 0, bytes = 0;
+    nv_conv_store_stats(s, &count, &bytes);
+    T_CHECK(bytes <= 64 * 1024 && CONV(nv_conv_get(s, ids[0], &out, &e)) == 404 && CONV(nv_conv_get(s, ids[7], &out, &e)) == 0, "%zu in %zu bytes",
+            count, bytes);
+    free(out);
+    T_CHECK(CONV(nv_conv_get(s, id, &out, &e)) == 0, "the one used lately was dropped before older ones");
+    free(out);
+    T_CHECK(CONV(nv_conv_delete(s, id, &out, &e)) == 0 && out && strstr(out, "conversation.deleted") && strstr(out, "\"deleted\":true"), "delete");
+    free(out);
+    T_CHECK(CONV(nv_conv_delete(s, id, &out, &e)) == 404 && CONV(nv_conv_get(s, id, &out, &e)) == 404, "deleted twice");
+#undef CONV
+    cJSON_Delete(own);
+    nv_conv_store_free(s);
+}
+
+/* POST body to path: the answer parsed (NULL unless 200). */
+static cJSON *post_json(const char *path, const char *body) {
+    resp r;
+    cJSON *w = http(srv.port, "POST", path, NULL, body, &r) && r.status == 200 ? cJSON_Parse(r.body) : NULL;
+    resp_free(&r);
+    return w;
+}
+
+/* The first choice's text of a chat request (temperature 0), as JSON text (a string literal). */
+static char *chat_text(const char *messages, int max_tokens) {
+    char body[4096];
+    snprintf(body, sizeof body, "{\"messages\":%s,\"max_tokens\":%d,\"temperature\":0}", messages, max_tokens);
+    cJSON *c = post_json("/v1/chat/completions", body);
+    const cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0), "message"), "content");
+    char *s = t ? cJSON_PrintUnformatted(t) : NULL;
+    cJSON_Delete(c);
+    return s;
+}
+
+/* The status of method path (body: NULL for none), -1 when want (NULL: anything) is in neither
+ * its head nor its body. */
+static int answer(const char *method, const char *path, const char *body, const char *want) {
+    resp r;
+    int status = http(srv.port, method, path, NULL, body, &r) ? r.status : 0;
+    if (want && !(r.head && strstr(r.head, want)) && !(r.body && strstr(r.body, want))) status = -1;
+    resp_free(&r);
+    return status;
+}
+
+/* Conversations over HTTP: a response in a conversation sees its items, then the conversation
+ * holds that response's input and output, which the next response sees (each answer the chat
+ * request of the same messages gives); streamed responses add theirs too; refusals; the routes'
+ * methods; deleted, the conversation is gone. */
+static void test_server_conversations(void) {
+    const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
+    if (!tok || !model || !start("responses-conv", model, tok)) return;
+    char body[4096], path[256], id[64];
+    cJSON *c = post_json("/v1/conversations", "{\"items\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"metadata\":{\"k\":\"v\"}}");
+    snprintf(id, sizeof id, "%s", field_str(c, "id"));
+    cJSON_Delete(c);
+    T_CHECK(!strncmp(id, "conv_", 5), "created: %s", id);
+    snprintf(body, sizeof body, "{\"conversation\":\"%s\",\"input\":\"The end?\",\"max_output_tokens\":8,\"temperature\":0}", id);
+    cJSON *r1 = post_json("/v1/responses", body);
+    char text1[1024] = "";
+    output_text(r1, text1, sizeof text1);
+    char *want = chat_text("[{\"role\":\"user\",\"content\":\"Once upon a time\"},{\"role\":\"user\",\"content\":\"The end?\"}]", 8);
+    cJSON *t1 = cJSON_CreateString(text1);
+    char *got = cJSON_PrintUnformatted(t1);
+    T_CHECK(r1 && want && got && !strcmp(want, got) && !strcmp(field_str(cJSON_GetObjectItem(r1, "conversation"), "id"), id),
+            "first turn %s, the chat's %s", got ? got : "", want ? want : "");
+    /* the second turn sees the first's answer (the object form of conversation) */
+    snprintf(body, sizeof body, "{\"conversation\":{\"id\":\"%s\"},\"input\":\"And then?\",\"max_output_tokens\":8,\"temperature\":0,\"stream\":true}",
+             id);
+    resp r;
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == 200, "streamed: %d", r.status);
+    rstream s;
+    sum(r.body ? r.body : "", &s);
+    char msgs[3072];
+    snprintf(msgs, sizeof msgs,
+             "[{\"role\":\"user\",\"content\":\"Once upon a time\"},{\"role\":\"user\",\"content\":\"The end?\"},"
+             "{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":\"And then?\"}]",
+             got ? got : "\"\"");
+    char *want2 = chat_text(msgs, 8);
+    cJSON *t2 = cJSON_CreateString(s.text);
+    char *got2 = cJSON_PrintUnformatted(t2);
+    T_CHECK(s.ok && want2 && got2 && !strcmp(want2, got2), "second turn %s, the chat's %s", got2 ? got2 : "", want2 ? want2 : "");
+    free(want), free(got), free(want2), free(got2), cJSON_Delete(t1), cJSON_Delete(t2), cJSON_Delete(s.final), resp_free(&r);
+    /* the conversation's items: its first, then each turn's input and answer */
+    snprintf(path, sizeof path, "/v1/conversations/%s/items?order=asc", id);
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &r) && r.status == 200, "items: %d", r.status);
+    c = cJSON_Parse(r.body ? r.body : "");
+    const cJSON *data = cJSON_GetObjectItem(c, "data");
+    const char *roles[] = {"user", "user", "assistant", "user", "assistant"};
+    int ok = cJSON_GetArraySize(data) == 5;
+    for (int k = 0; k < 5 && ok; k++) ok = !strcmp(field_str(cJSON_GetArrayItem(data, k), "role"), roles[k]);
+    const cJSON *out1 = cJSON_GetArrayItem(cJSON_GetObjectItem(r1, "output"), 0);
+    T_CHECK(ok && !strcmp(field_str(cJSON_GetArrayItem(data, 2), "id"), field_str(out1, "id")), "items: %.600s", r.body);
+    cJSON_Delete(c), cJSON_Delete(r1), resp_free(&r);
+    /* refusals */
+    static const struct {
+        const char *body, *param;
+        int status;
+    } bad[] = {{"{\"conversation\":\"conv_000000000000000000000000\",\"input\":\"x\"}", "conversation", 404},
+               {"{\"conversation\":{\"id\":5},\"input\":\"x\"}", "conversation", 400},
+               {"{\"conversation\":\"%s\",\"previous_response_id\":\"resp_x\",\"input\":\"x\"}", "conversation", 400},
+               {"{\"conversation\":\"%s\",\"input\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "input[0]", 400}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        snprintf(body, sizeof body, bad[k].body, id);
+        T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, body, &r) && r.status == bad[k].status &&
+                    strstr(r.body, bad[k].param),
+                "%s: %d %s", body, r.status, r.body);
+        resp_free(&r);
+    }
+    snprintf(path, sizeof path, "/v1/conversations/%s/items/%s", id, "msg_x");
+    T_CHECK(answer("GET", path, NULL, NULL) == 404, "no such item");
+    T_CHECK(answer("PUT", path, "{}", "GET, DELETE") == 405, "PUT an item");
+    snprintf(path, sizeof path, "/v1/conversations/%s", id);
+    T_CHECK(answer("POST", path, "{\"metadata\":{\"k\":\"w\"}}", "\"k\":\"w\"") == 200, "update");
+    T_CHECK(answer("PATCH", path, "{}", "GET, POST, DELETE") == 405, "PATCH");
+    T_CHECK(answer("DELETE", path, NULL, "conversation.deleted") == 200, "delete");
+    T_CHECK(answer("GET", path, NULL, NULL) == 404, "gone");
+    snprintf(body, sizeof body, "{\"conversation\":\"%s\",\"input\":\"x\"}", id);
+    T_CHECK(answer("POST", "/v1/responses", body, NULL) == 404, "a response in a deleted one");
+    T_CHECK(answer("GET", "/v1/conversations", NULL, NULL) == 405, "GET /v1/conversations");
+    const int rc = server_stop_within(&srv, 20);
     T_CHECK(rc == 0, "server exit %d", rc);
 }
 
@@ -978,5 +1293,7 @@ int main(void) {
     T_RUN(test_server_stored);
     T_RUN(test_server_store_off);
     T_RUN(test_server_background);
+    T_RUN(test_conversations_unit);
+    T_RUN(test_server_conversations);
     return t_done();
 }

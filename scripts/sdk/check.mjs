@@ -194,6 +194,28 @@ assert.equal(bgLast.status, bg.status);
 assert.equal(textOf(bgLast), textOf(bg));
 assert.equal(evs.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join(''), textOf(bg));
 
+// the Conversations API (SDKs from v5 have it): a response in a conversation sees its items, and
+// its own input and answer are added to it
+if (client.conversations) {
+  const conv = await client.conversations.create({ items: [{ type: 'message', role: 'user', content: 'Once upon a time' }], metadata: { k: 'v' } });
+  assert.ok(conv.id.startsWith('conv_'));
+  const r1 = await client.responses.create({ model, conversation: conv.id, input: 'The end?', max_output_tokens: 8, temperature: 0 });
+  const c1 = await client.chat.completions.create({ model, max_tokens: 8, temperature: 0, messages: [
+    { role: 'user', content: 'Once upon a time' }, { role: 'user', content: 'The end?' }] });
+  assert.equal(textOf(r1), c1.choices[0].message.content);
+  assert.equal(r1.conversation.id, conv.id);
+  const its = [];
+  for await (const it of client.conversations.items.list(conv.id, { order: 'asc' })) its.push(it);
+  assert.deepEqual(its.map((i) => i.role), ['user', 'user', 'assistant']);
+  assert.equal((await client.conversations.items.retrieve(its[2].id, { conversation_id: conv.id })).id, r1.output[0].id);
+  const added = await client.conversations.items.create(conv.id, { items: [{ type: 'message', role: 'user', content: 'More.' }] });
+  assert.equal(added.data.length, 1);
+  await client.conversations.items.delete(its[0].id, { conversation_id: conv.id });
+  assert.equal((await client.conversations.update(conv.id, { metadata: { k: 'w' } })).metadata.k, 'w');
+  assert.equal((await client.conversations.delete(conv.id)).deleted, true);
+  await assert.rejects(client.conversations.retrieve(conv.id), (e) => e.status === 404);
+}
+
 // embeddings: the SDK asks for base64 by default and decodes it; float gives the same numbers
 const emb = await client.embeddings.create({ model, input: ['Once upon a time', 'The dog ran'] });
 assert.equal(emb.data.length, 2);

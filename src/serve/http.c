@@ -36,6 +36,7 @@ struct nv_http {
     atomic_int stopping;
     atomic_int active; /* requests received whose response has not completed */
     nv_resp_store *responses; /* stored Responses (NULL: --responses-store 0) */
+    nv_conv_store *convs;     /* Conversations (NULL: --responses-store 0) */
     pthread_mutex_t bg_mu;    /* the background responses running, or ended and kept (their events) */
     pthread_cond_t bg_cv;     /* a background response logged an event */
     struct bg_resp *bg;
@@ -57,7 +58,8 @@ typedef enum {
     R_MSG_BATCHES, R_MSG_BATCH, R_MSG_BATCH_CANCEL, R_MSG_BATCH_RESULTS, /* Anthropic's Message Batches (--files-dir) */
     R_FT_JOBS, R_FT_JOB, R_FT_JOB_ACTION, R_FT_JOB_EVENTS, R_FT_JOB_CHECKPOINTS, /* OpenAI's fine-tuning jobs (--files-dir) */
     R_UPLOADS, R_UPLOAD_PARTS, R_UPLOAD_ACTION, /* OpenAI's Uploads (--files-dir): a file in parts */
-    R_RESPONSE_CANCEL /* a background response's cancel */
+    R_RESPONSE_CANCEL, /* a background response's cancel */
+    R_CONVS, R_CONV, R_CONV_ITEMS, R_CONV_ITEM /* OpenAI's Conversations API */
 } route_id;
 
 typedef struct {
@@ -194,8 +196,10 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/messages/batches/{id}/results", "/v1/fine_tuning/jobs", "/v1/fine_tuning/jobs/{id}",
                                         "/v1/fine_tuning/jobs/{id}/{action}", "/v1/fine_tuning/jobs/{id}/events",
                                         "/v1/fine_tuning/jobs/{id}/checkpoints", "/v1/uploads", "/v1/uploads/{id}/parts",
-                                        "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel"};
-    _Static_assert(sizeof names / sizeof *names == R_RESPONSE_CANCEL + 1, "a route without its name");
+                                        "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel", "/v1/conversations",
+                                        "/v1/conversations/{id}", "/v1/conversations/{id}/items",
+                                        "/v1/conversations/{id}/items/{item}"};
+    _Static_assert(sizeof names / sizeof *names == R_CONV_ITEM + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -301,6 +305,14 @@ static route_id route_of(const char *url) {
         if (slash > url + 11 && !strcmp(slash, "/cancel")) return R_RESPONSE_CANCEL;
         return slash > url + 11 && !strcmp(slash, "/input_items") ? R_RESPONSE_ITEMS : R_NONE;
     }
+    if (!strcmp(url, "/conversations")) return R_CONVS;
+    if (!strncmp(url, "/conversations/", 15) && url[15] && url[15] != '/') { /* {id}, {id}/items, {id}/items/{item} */
+        const char *slash = strchr(url + 15, '/');
+        if (!slash) return R_CONV;
+        if (strncmp(slash, "/items", 6)) return R_NONE;
+        if (!slash[6]) return R_CONV_ITEMS;
+        return slash[6] == '/' && slash[7] && !strchr(slash + 7, '/') ? R_CONV_ITEM : R_NONE;
+    }
     if (!strcmp(url, "/load_lora_adapter")) return R_LORA_LOAD;
     if (!strcmp(url, "/unload_lora_adapter")) return R_LORA_UNLOAD;
     if (!strcmp(url, "/completion")) return R_LCPP_COMPLETION;
@@ -355,7 +367,11 @@ static const char *route_methods(route_id r) {
     case R_FILE:
     case R_MSG_BATCH:
     case R_MODEL:
+    case R_CONV_ITEM:
         return "GET, DELETE";
+    case R_CONV:
+        return "GET, POST, DELETE";
+    case R_CONV_ITEMS:
     case R_FILES:
     case R_BATCHES:
     case R_MSG_BATCHES:
@@ -368,6 +384,7 @@ static const char *route_methods(route_id r) {
     case R_UPLOAD_PARTS:
     case R_UPLOAD_ACTION:
     case R_RESPONSE_CANCEL:
+    case R_CONVS:
         return "POST";
     default:
         return route_is_post(r) ? "POST" : "GET";
@@ -538,7 +555,7 @@ static void stream_poll(stream_ctx *st) {
                 nv_api_error e;
                 finish_error(st->h, rs.finish, &e);
                 if (st->pm.proto == P_ANTHROPIC) nv_anth_stream_error(&e, &st->out);
-                else if (st->pm.proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, "failed", &e, &st->out);
+                else if (st->pm.proto == P_RESPONSES) nv_resp_stream_fail(&st->resp, "failed", &e, &st->out, NULL);
                 else sse_event(st, st->pm.proto == P_OLLAMA ? nv_olla_error_json(&e) : nv_api_error_json(&e));
                 stream_cancel_all(st);
                 if (st->pm.proto == P_OPENAI) nv_buf_puts(&st->out, "data: [DONE]\n\n");
@@ -885,7 +902,8 @@ static enum MHD_Result ollama(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
    owning the request: a client that goes away stops nothing. The record, with its log, stays after
    its end for BG_KEEP_S, while the logs of those ended fit in --responses-store and at most
    BG_ENDED_MAX have ended, and while a stream reads it; DELETE drops it. Under bg_mu: everything
-   but thread and done; meta.keep is NULL once deleted (nothing more is kept). */
+   but thread; meta.keep is NULL once deleted (nothing more is kept). Ended (r released), its
+   thread needs bg_mu no more. */
 typedef struct bg_resp {
     nv_http *h;
     char id[48];
@@ -900,7 +918,7 @@ typedef struct bg_resp {
     double ended_at;
     int readers;            /* streams following its log */
     int cancelled, deleted; /* POST .../cancel; DELETE */
-    atomic_int done;        /* the thread has ended: join it */
+    int joined;             /* its thread (which ends once r is released) has been joined */
     pthread_t thread;
     struct bg_resp *next;   /* (newest first) */
 } bg_resp;
@@ -931,29 +949,31 @@ static void bg_log(bg_resp *b, nv_buf *ev, int end) {
 }
 
 /* The terminal events of b's stream (under bg_mu), its response kept as it ended. An end too large
-   to keep (past a quarter of --responses-store with its answer) is kept as failed, saying so, not
-   left queued or in progress (its stream has the whole answer). */
+   to keep (past a quarter of --responses-store with its answer) is kept without its output: failed,
+   saying so, when it finished (its stream has the whole answer), else as it ended; never left
+   queued or in progress. */
 static void bg_end(bg_resp *b, const nv_req_status *st, int oom, nv_buf *ev) {
     nv_api_error e;
+    const nv_api_error *why = &e;
+    const char *status = "failed";
+    int kept = 0;
     if (oom) {
         nv_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
-        nv_resp_stream_fail(&b->stream, "failed", &e, ev);
+        nv_resp_stream_fail(&b->stream, status, &e, ev, &kept);
     } else if (st->finish == NV_FINISH_STOP || st->finish == NV_FINISH_LENGTH) { /* (a cancel too late to stop it) */
         const nv_resp_answer a = {.incomplete = st->finish == NV_FINISH_LENGTH, .prompt_tokens = st->prompt_tokens,
                                   .cached_tokens = st->cached_tokens, .output_tokens = st->completion_tokens};
-        int kept;
         nv_resp_stream_end(&b->stream, &a, ev, &kept);
-        if (!kept && b->meta.keep) {
-            nv_api_error_set(&e, 500, "server_error", "response_too_large", NULL,
-                             "The response is too large to keep: it passes a quarter of the server's --responses-store");
-            free(nv_resp_unfinished(&b->meta, "failed", &e, NULL));
-        }
+        nv_api_error_set(&e, 500, "server_error", "response_too_large", NULL,
+                         "The response is too large to keep: it passes a quarter of the server's --responses-store");
     } else if (b->cancelled) {
-        nv_resp_stream_fail(&b->stream, "cancelled", NULL, ev);
+        status = "cancelled", why = NULL;
+        nv_resp_stream_fail(&b->stream, status, NULL, ev, &kept);
     } else {
         finish_error(b->h, st->finish, &e);
-        nv_resp_stream_fail(&b->stream, "failed", &e, ev);
+        nv_resp_stream_fail(&b->stream, status, &e, ev, &kept);
     }
+    if (!kept && b->meta.keep) free(nv_resp_unfinished(&b->meta, status, why, NULL));
 }
 
 static void *bg_main(void *arg) {
@@ -994,17 +1014,21 @@ static void *bg_main(void *arg) {
         nv_buf_free(&text), nv_buf_free(&why), nv_buf_free(&said), nv_buf_free(&ev), nv_tool_calls_free(calls, n_new);
     } while (!st.done);
     split_free(&sp);
-    atomic_store(&b->done, 1);
+    nv_api_tools_free(b->tools); /* (read by split only; bg_drop joins before it frees) */
+    b->tools = NULL;
     return NULL;
 }
 
-/* Joins and frees *p (under bg_mu, let go for the join: its thread takes it to end). */
+/* Whether b has ended and released its request (under bg_mu): its thread is then at its end. */
+static int bg_over(const bg_resp *b) { return b->ended && !b->r; }
+
+/* Joins (unless done) and frees *p (under bg_mu, let go for the join: a thread still running takes it to end). */
 static void bg_drop(nv_http *h, bg_resp **p) {
     bg_resp *b = *p;
     *p = b->next;
     if (b->r) nv_req_cancel(h->s, b->r);
     pthread_mutex_unlock(&h->bg_mu);
-    pthread_join(b->thread, NULL);
+    if (!b->joined) pthread_join(b->thread, NULL);
     nv_resp_meta_free(&b->meta);
     nv_api_tools_free(b->tools);
     nv_buf_free(&b->log);
@@ -1019,6 +1043,8 @@ static void bg_drop(nv_http *h, bg_resp **p) {
    stops: its scheduler has ended their requests already, and no stream is left). */
 static void bg_reap(nv_http *h, int all) {
     const double now = nv_now();
+    for (bg_resp *b = h->bg; b; b = b->next) /* threads over joined at once: a record kept holds no thread */
+        if (bg_over(b) && !b->joined) pthread_join(b->thread, NULL), b->joined = 1;
     for (;;) {
         bg_resp **victim = NULL, **oldest = NULL;
         size_t bytes = 0;
@@ -1026,7 +1052,7 @@ static void bg_reap(nv_http *h, int all) {
         for (bg_resp **p = &h->bg; *p && !victim; p = &(*p)->next) {
             const bg_resp *b = *p;
             if (all) victim = p;
-            if (!atomic_load(&b->done) || b->readers) continue;
+            if (!bg_over(b) || b->readers) continue;
             if (b->deleted || now - b->ended_at > BG_KEEP_S) victim = p;
             bytes += b->log.len, ended++;
             oldest = p;
@@ -1067,7 +1093,7 @@ static ssize_t bg_read(void *cls, uint64_t pos, char *buf, size_t max) {
         pthread_mutex_lock(&rd->h->bg_mu);
         if (rd->next >= b->n_events && !b->ended) {
             struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
+            clock_gettime(CLOCK_MONOTONIC, &until); /* (bg_cv waits on it) */
             until.tv_nsec += 100000000;
             if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
             pthread_cond_timedwait(&rd->h->bg_cv, &rd->h->bg_mu, &until);
@@ -1088,14 +1114,16 @@ static void bg_read_free(void *cls) {
     bg_reader *rd = cls;
     pthread_mutex_lock(&rd->h->bg_mu);
     rd->b->readers--;
+    bg_reap(rd->h, 0); /* (the last reader of one deleted or past its time) */
     pthread_mutex_unlock(&rd->h->bg_mu);
     nv_buf_free(&rd->out);
     free(rd);
 }
 
 /* Answers with b's events past sequence number after (-1: all of them), as they come; b's
-   readers count holds it already (given back here on any failure). */
-static enum MHD_Result bg_follow(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, bg_resp *b, long after) {
+   readers count holds it already (given back here on any failure, when the response is cancelled
+   too if this stream was its creator's: no one would know its id). */
+static enum MHD_Result bg_follow(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, bg_resp *b, long after, int creator) {
     bg_reader *rd = calloc(1, sizeof *rd);
     struct MHD_Response *resp = NULL;
     if (rd) {
@@ -1103,12 +1131,11 @@ static enum MHD_Result bg_follow(nv_http *h, struct MHD_Connection *c, conn_ctx 
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, bg_read, rd, bg_read_free);
     }
     if (!resp) {
+        pthread_mutex_lock(&h->bg_mu);
+        if (creator && b->r) b->cancelled = 1, nv_req_cancel(h->s, b->r);
+        if (!rd) b->readers--;
+        pthread_mutex_unlock(&h->bg_mu);
         if (rd) bg_read_free(rd);
-        else {
-            pthread_mutex_lock(&h->bg_mu);
-            b->readers--;
-            pthread_mutex_unlock(&h->bg_mu);
-        }
         return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     }
     add_common_headers(h, resp, "text/event-stream");
@@ -1184,7 +1211,7 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
     }
     if (stream) {
         free(queued);
-        return bg_follow(h, c, cc, started, -1);
+        return bg_follow(h, c, cc, started, -1, 1);
     }
     return respond(h, c, cc, 200, "application/json", queued, NULL, NULL);
 }
@@ -1207,7 +1234,7 @@ static enum MHD_Result background_stream(nv_http *h, struct MHD_Connection *c, c
     bg_resp *b = bg_find(h, id, 0);
     if (b) b->readers++;
     pthread_mutex_unlock(&h->bg_mu);
-    if (b) return bg_follow(h, c, cc, b, after);
+    if (b) return bg_follow(h, c, cc, b, after, 0);
     char *out = NULL;
     nv_api_error err;
     if (nv_resp_get(h->responses, id, &out, &err)) return respond_error(h, c, cc, &err); /* (404) */
@@ -1254,7 +1281,8 @@ static enum MHD_Result responses(nv_http *h, struct MHD_Connection *c, conn_ctx 
     nv_api_request ar;
     nv_api_error err;
     api_meta pm = {.proto = P_RESPONSES};
-    if (nv_resp_parse(&h->ctx, h->responses, cc->body.data, cc->body.len, &ar, &pm.resp, &err)) return respond_error(h, c, cc, &err);
+    if (nv_resp_parse(&h->ctx, h->responses, h->convs, cc->body.data, cc->body.len, &ar, &pm.resp, &err))
+        return respond_error(h, c, cc, &err);
     if (pm.resp.background) return background_response(h, c, cc, ar, pm);
     return generate(h, c, cc, ar, pm);
 }
@@ -1280,6 +1308,7 @@ static enum MHD_Result stored_response(nv_http *h, struct MHD_Connection *c, con
                 b->meta.keep = NULL;
                 if (b->r) nv_req_cancel(h->s, b->r);
             }
+            bg_reap(h, 0);
             pthread_mutex_unlock(&h->bg_mu);
         } else {
             const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
@@ -1712,6 +1741,31 @@ static enum MHD_Result metadata_filter_arg(void *ctx, enum MHD_ValueKind kind, c
     return f->failed ? MHD_NO : MHD_YES;
 }
 
+/* OpenAI's /v1/conversations, /v1/conversations/{id}, .../items and .../items/{item}. */
+static enum MHD_Result conversations_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
+    if (!h->convs)
+        return fail(h, c, cc, 404, "invalid_request_error", "not_found", "This server keeps no conversations (serve --responses-store 0)");
+    char id[128] = "", item[128] = "", *out = NULL;
+    nv_api_error e;
+    if (cc->route != R_CONVS) url_id(url, "/conversations/", id, sizeof id);
+    if (cc->route == R_CONV_ITEM) url_id(url, "/items/", item, sizeof item);
+    const char *body = cc->body.data ? cc->body.data : "";
+    const int post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
+    int rc;
+    if (cc->route == R_CONVS) rc = nv_conv_create(h->convs, body, cc->body.len, &out, &e);
+    else if (cc->route == R_CONV)
+        rc = post  ? nv_conv_update(h->convs, id, body, cc->body.len, &out, &e)
+             : del ? nv_conv_delete(h->convs, id, &out, &e)
+                   : nv_conv_get(h->convs, id, &out, &e);
+    else if (cc->route == R_CONV_ITEMS)
+        rc = post ? nv_conv_items_add(h->convs, id, body, cc->body.len, &out, &e)
+                  : nv_conv_items_list(h->convs, id, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+                                       MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+                                       MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &out, &e);
+    else rc = (del ? nv_conv_item_delete : nv_conv_item_get)(h->convs, id, item, &out, &e);
+    return rc ? respond_error(h, c, cc, &e) : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+}
+
 /* OpenAI's /v1/fine_tuning/jobs. */
 static enum MHD_Result ftjobs_api(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
     if (!h->o.ftjobs)
@@ -1896,6 +1950,11 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_FILE:
     case R_FILE_CONTENT:
         return files_api(h, c, cc, url, method);
+    case R_CONVS:
+    case R_CONV:
+    case R_CONV_ITEMS:
+    case R_CONV_ITEM:
+        return conversations_api(h, c, cc, url, method);
     case R_UPLOADS:
     case R_UPLOAD_PARTS:
     case R_UPLOAD_ACTION:
@@ -2050,8 +2109,15 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
     h->ctx = *ctx;
     h->created = (long)time(NULL);
     pthread_mutex_init(&h->bg_mu, NULL);
-    pthread_cond_init(&h->bg_cv, NULL);
-    if (o->responses_store && nv_resp_store_new(o->responses_store, &h->responses) != NV_OK) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* a wall clock set back does not stretch a reader's wait */
+    pthread_cond_init(&h->bg_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (o->responses_store && (nv_resp_store_new(o->responses_store, &h->responses) != NV_OK ||
+                               nv_conv_store_new(o->responses_store, &h->convs) != NV_OK)) {
+        nv_resp_store_free(h->responses);
+        nv_conv_store_free(h->convs);
         free(h);
         freeaddrinfo(ai);
         return nv_fail(NV_ENOMEM, "out of memory");
@@ -2062,6 +2128,7 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
     const int tls = o->tls_key != NULL;
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         nv_resp_store_free(h->responses);
+        nv_conv_store_free(h->convs);
         free(h);
         freeaddrinfo(ai);
         return nv_fail(NV_EUNSUPPORTED, "HTTPS: this libmicrohttpd was built without TLS (GnuTLS)");
@@ -2082,6 +2149,7 @@ nv_err nv_http_start(nv_http **out, const nv_http_opts *o, nv_sched *s, nv_metri
         char why[300];
         snprintf(why, sizeof why, "%s", h->start_error);
         nv_resp_store_free(h->responses);
+        nv_conv_store_free(h->convs);
         free(h);
         if (tls && why[0])
             return nv_fail(NV_EINVAL, "cannot serve HTTPS on %s:%d: %s (--ssl-key-file, --ssl-cert-file: a PEM private key and its "
@@ -2113,5 +2181,6 @@ void nv_http_stop(nv_http *h) {
     pthread_mutex_destroy(&h->bg_mu);
     pthread_cond_destroy(&h->bg_cv);
     nv_resp_store_free(h->responses);
+    nv_conv_store_free(h->convs);
     free(h);
 }

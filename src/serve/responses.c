@@ -86,9 +86,10 @@ static int add_call(cJSON *msgs, const cJSON *item, const char *param, nv_api_er
     return 0;
 }
 
-/* The chat messages of items (a list): [0, base) the ones previous_response_id brings (named after
- * it in errors), the request's own input from base on (input[i - base]). */
-static int translate_input(const cJSON *in, const cJSON *items, int base, cJSON *out, nv_api_error *err) {
+/* The chat messages of items (a list): [0, base) the ones previous_response_id or the conversation
+ * brings (named prior in errors), the request's own from base on (named own[i - base]). */
+static int translate_input(const cJSON *in, const cJSON *items, int base, const char *prior, const char *own, cJSON *out,
+                           nv_api_error *err) {
     cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
     const cJSON *instr = nv_api_field(in, "instructions");
     if (!msgs) return nv_api_oom(err);
@@ -97,8 +98,8 @@ static int translate_input(const cJSON *in, const cJSON *items, int base, cJSON 
     int i = 0, rc = 0;
     for (const cJSON *item = items->child; item && !rc; item = item->next, i++) {
         char param[48];
-        if (i < base) snprintf(param, sizeof param, "previous_response_id");
-        else snprintf(param, sizeof param, "input[%d]", i - base);
+        if (i < base) snprintf(param, sizeof param, "%s", prior);
+        else snprintf(param, sizeof param, "%s[%d]", own, i - base);
         const char *t = type_of(item);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(item, "role");
         if (!cJSON_IsObject(item)) return bad(err, NULL, param, "'%s' must be an item object", param);
@@ -233,8 +234,11 @@ static cJSON *echo_of(const cJSON *in) {
     cJSON_AddBoolToObject(e, "store", 0);
     cJSON_AddStringToObject(e, "truncation", "disabled");
     cJSON_AddBoolToObject(e, "background", 0);
+    cJSON_AddNullToObject(e, "conversation");
     return e;
 }
+
+static void normalize_items(cJSON *list);
 
 /* The request's input as a list of items, each with a type and an id (a string: one user message). */
 static int own_items(const cJSON *in, cJSON **out, nv_api_error *err) {
@@ -252,6 +256,14 @@ static int own_items(const cJSON *in, cJSON **out, nv_api_error *err) {
         cJSON_AddItemToArray(parts, text_part("input_text", input->valuestring));
     }
     if (!list) return nv_api_oom(err);
+    normalize_items(list);
+    *out = list;
+    return 0;
+}
+
+/* Each item of list with a type and an id, a message's string content as a list of parts: as OpenAI
+ * lists input items. */
+static void normalize_items(cJSON *list) {
     for (cJSON *it = list->child; it; it = it->next) {
         if (!cJSON_IsObject(it)) continue;
         const char *t = type_of(it);
@@ -274,8 +286,6 @@ static int own_items(const cJSON *in, cJSON **out, nv_api_error *err) {
         nv_api_new_id(id, sizeof id, prefix);
         cJSON_AddStringToObject(it, "id", id);
     }
-    *out = list;
-    return 0;
 }
 
 /* The items previous_response_id continues from: what that response's model saw, then its output
@@ -370,16 +380,48 @@ static cJSON *kept_items(const cJSON *list) {
     return k;
 }
 
+int nv_resp_items_take(const cJSON *items, const char *param, cJSON **out, nv_api_error *err) {
+    cJSON *list = cJSON_Duplicate(items, 1), *in = cJSON_CreateObject(), *scratch = cJSON_CreateObject();
+    int rc = list && in && scratch ? 0 : nv_api_oom(err);
+    if (!rc) normalize_items(list);
+    if (!rc) rc = translate_input(in, list, 0, "", param, scratch, err); /* checked as a request's input is */
+    *out = rc ? NULL : kept_items(list);
+    if (!rc && !*out) rc = nv_api_oom(err);
+    cJSON_Delete(list), cJSON_Delete(in), cJSON_Delete(scratch);
+    return rc;
+}
+
 typedef struct {
     int reasoning;
     nv_resp_store *store;
+    nv_conv_store *convs;
     nv_resp_meta *meta;
 } translate_args;
 
-static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_error *err) {
-    if (nv_api_field(in, "conversation"))
+/* The items of the conversation the request names (a conversation's id, or {"id": ...}), *out NULL
+ * when it names none; the conversation noted in the meta, where the response's items go once it
+ * finishes. own: the request's own items (none of them may be in it already). */
+static int conversation_items(translate_args *a, const cJSON *in, const cJSON *own, cJSON **out, nv_api_error *err) {
+    const cJSON *conv = nv_api_field(in, "conversation");
+    *out = NULL;
+    if (!conv) return 0;
+    if (!a->convs)
         return bad(err, "unsupported_parameter", "conversation",
-                   "'conversation' is not supported: send the conversation in 'input', or continue a response with 'previous_response_id'");
+                   "'conversation' needs stored conversations: this server keeps none (serve --responses-store 0)");
+    if (nv_api_field(in, "previous_response_id"))
+        return bad(err, NULL, "conversation", "'conversation' and 'previous_response_id' cannot both be given");
+    const cJSON *id = cJSON_IsObject(conv) ? cJSON_GetObjectItemCaseSensitive(conv, "id") : conv;
+    if (!cJSON_IsString(id) || !*id->valuestring || strlen(id->valuestring) >= sizeof a->meta->conversation)
+        return bad(err, NULL, "conversation", "'conversation' must be a conversation's id, or {\"id\": ...}");
+    const int rc = nv_conv_context(a->convs, id->valuestring, own, out, err);
+    if (!rc) {
+        snprintf(a->meta->conversation, sizeof a->meta->conversation, "%s", id->valuestring);
+        a->meta->convs = a->convs;
+    }
+    return rc;
+}
+
+static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_error *err) {
     const cJSON *store = nv_api_field(in, "store"), *bg = nv_api_field(in, "background");
     if (store && !cJSON_IsBool(store)) return bad(err, NULL, "store", "'store' must be true or false");
     if (bg && !cJSON_IsBool(bg)) return bad(err, NULL, "background", "'background' must be true or false");
@@ -403,16 +445,19 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     int rc;
     if ((rc = translate_tools(in, out, err)) || (rc = translate_format(in, out, err))) return rc;
     cJSON *own = NULL, *context = NULL;
-    if ((rc = own_items(in, &own, err)) || (rc = previous_items(a->store, in, &context, err))) {
+    if ((rc = own_items(in, &own, err)) || (rc = conversation_items(a, in, own, &context, err)) ||
+        (!context && (rc = previous_items(a->store, in, &context, err)))) {
         cJSON_Delete(own);
         return rc;
     }
     if (!context) context = cJSON_CreateArray();
     const int base = cJSON_GetArraySize(context);
     for (const cJSON *it = own->child; it && context; it = it->next) cJSON_AddItemToArray(context, cJSON_Duplicate(it, 1));
-    rc = context ? translate_input(in, context, base, out, err) : nv_api_oom(err);
-    if (!rc && a->store && !cJSON_IsFalse(store)) { /* kept once it finishes, in the form kept_item gives */
-        a->meta->keep = a->store;
+    rc = context ? translate_input(in, context, base, a->meta->convs ? "conversation" : "previous_response_id", "input", out, err)
+                 : nv_api_oom(err);
+    const int keep = a->store && !cJSON_IsFalse(store);
+    if (!rc && (keep || a->meta->convs)) { /* kept, or added to the conversation, once it finishes, as kept_item gives them */
+        if (keep) a->meta->keep = a->store;
         a->meta->context = kept_items(context), a->meta->input = kept_items(own);
         if (!a->meta->context || !a->meta->input) rc = nv_api_oom(err);
     }
@@ -453,13 +498,16 @@ static int translate_cb(const cJSON *in, cJSON *chat, void *arg, nv_api_error *e
                                            prev ? cJSON_CreateString(prev->valuestring) : cJSON_CreateNull());
     cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "store", cJSON_CreateBool(a->meta->keep != NULL));
     cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "background", cJSON_CreateBool(a->meta->background));
+    cJSON *conv = a->meta->convs ? cJSON_CreateObject() : cJSON_CreateNull();
+    if (a->meta->convs) cJSON_AddStringToObject(conv, "id", a->meta->conversation);
+    cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "conversation", conv);
     return 0;
 }
 
-int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, const char *body, size_t len, nv_api_request *out,
-                  nv_resp_meta *meta, nv_api_error *err) {
+int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len,
+                  nv_api_request *out, nv_resp_meta *meta, nv_api_error *err) {
     memset(meta, 0, sizeof *meta);
-    translate_args a = {ctx->reasoning, store, meta};
+    translate_args a = {ctx->reasoning, store, convs, meta};
     const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
     int rc = nv_api_parse_translated(ctx, body, len, translate_cb, &a, &o, out, err);
     if (rc) {
@@ -551,6 +599,16 @@ static void keep(const nv_resp_meta *m, const cJSON *response, int *kept) {
     if (kept) *kept = done;
 }
 
+/* A finished response's input and output items added to its conversation (when it has one). */
+static void add_to_conversation(const nv_resp_meta *m, const cJSON *response) {
+    if (!m->convs) return;
+    cJSON *items = cJSON_Duplicate(m->input, 1), *out = kept_items(cJSON_GetObjectItemCaseSensitive(response, "output"));
+    while (items && out && out->child) cJSON_AddItemToArray(items, cJSON_DetachItemViaPointer(out, out->child));
+    if (items && out) nv_conv_append(m->convs, m->conversation, items);
+    else nv_warn("serve: conversation %s: the response's items not added: out of memory", m->conversation);
+    cJSON_Delete(items), cJSON_Delete(out);
+}
+
 char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a, int *kept) {
     cJSON *items = cJSON_CreateArray();
     int k = 0;
@@ -561,6 +619,7 @@ char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a, int *kept
     for (int c = 0; c < a->n_calls; c++) cJSON_AddItemToArray(items, call_item(m, k++, &a->calls[c], a->calls[c].arguments, "completed"));
     cJSON *r = response_object(m, a->incomplete ? "incomplete" : "completed", items, a);
     keep(m, r, kept);
+    add_to_conversation(m, r);
     return nv_api_print_free(r);
 }
 
@@ -711,11 +770,12 @@ void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out,
     cJSON *f = cJSON_CreateObject(), *r = response_object(s->m, status, s->items, a);
     s->items = NULL;
     keep(s->m, r, kept);
+    add_to_conversation(s->m, r);
     cJSON_AddItemToObject(f, "response", r);
     event(s, a->incomplete ? "response.incomplete" : "response.completed", f, out);
 }
 
-void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_error *e, nv_buf *out) {
+void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_error *e, nv_buf *out, int *kept) {
     close_item(s, "incomplete", out); /* what was said so far stays in the output */
     cJSON *r = response_object(s->m, status, s->items, NULL);
     s->items = NULL;
@@ -725,7 +785,8 @@ void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_err
         cJSON_AddStringToObject(error, "message", e->message);
         cJSON_ReplaceItemInObjectCaseSensitive(r, "error", error);
     }
-    if (s->m->background) keep(s->m, r, NULL); /* (a request's own stream keeps only what finished) */
+    if (kept) *kept = 0;
+    if (s->m->background) keep(s->m, r, kept); /* (a request's own stream keeps only what finished) */
     cJSON *f = cJSON_CreateObject();
     cJSON_AddItemToObject(f, "response", r);
     event(s, "response.failed", f, out);
@@ -761,22 +822,35 @@ int nv_resp_delete(nv_resp_store *s, const char *id, char **out, nv_api_error *e
 
 int nv_resp_input_items(nv_resp_store *s, const char *id, const char *limit, const char *order, const char *after, char **out,
                         nv_api_error *err) {
+    char *text = NULL;
+    const int got = s ? nv_resp_store_copy(s, id, NULL, NULL, &text) : 0;
+    if (got <= 0) return got < 0 ? nv_api_oom(err) : not_kept(s, id, err);
+    cJSON *items = cJSON_Parse(text);
+    free(text);
+    if (!items) return nv_api_oom(err);
+    char owner[160];
+    snprintf(owner, sizeof owner, "response '%.100s'", id);
+    return nv_resp_item_page(items, limit, order, after, owner, out, err);
+}
+
+int nv_resp_item_page(cJSON *items, const char *limit, const char *order, const char *after, const char *owner, char **out,
+                      nv_api_error *err) {
     long n = 20;
     if (limit) {
         char *end;
         n = strtol(limit, &end, 10);
-        if (!*limit || *end || n < 1 || n > 100)
+        if (!*limit || *end || n < 1 || n > 100) {
+            cJSON_Delete(items);
             return bad(err, NULL, "limit", "'limit' must be a whole number from 1 to 100, not '%.40s'", limit);
+        }
     }
-    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+    if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+        cJSON_Delete(items);
         return bad(err, NULL, "order", "'order' must be 'asc' or 'desc', not '%.40s'", order);
+    }
     const int asc = order && !strcmp(order, "asc");
-    char *text = NULL;
-    const int got = s ? nv_resp_store_copy(s, id, NULL, NULL, &text) : 0;
-    if (got <= 0) return got < 0 ? nv_api_oom(err) : not_kept(s, id, err);
-    cJSON *items = cJSON_Parse(text), *data = cJSON_CreateArray(), *o = cJSON_CreateObject();
-    free(text);
-    if (!items || !data || !o) {
+    cJSON *data = cJSON_CreateArray(), *o = cJSON_CreateObject();
+    if (!data || !o) {
         cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
         return nv_api_oom(err);
     }
@@ -796,7 +870,7 @@ int nv_resp_input_items(nv_resp_store *s, const char *id, const char *limit, con
     if (!found) {
         free(list);
         cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
-        return bad(err, NULL, "after", "'after': response '%.100s' has no input item '%.100s'", id, after);
+        return bad(err, NULL, "after", "'after': %s has no item '%.100s'", owner, after);
     }
     int taken = 0;
     for (; at >= 0 && at < total && taken < n; at += asc ? 1 : -1, taken++) cJSON_AddItemToArray(data, cJSON_Duplicate(list[at], 1));

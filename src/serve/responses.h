@@ -22,7 +22,9 @@
  *   not carried over); an id not kept is a 400 previous_response_not_found. Without a store,
  *   previous_response_id is refused and store answered false. background (with a store) runs the
  *   request in the server (serve/http.c keeps it as it goes and streams its events); conversation
- *   is refused. Errors are the OpenAI API's.
+ *   (an id or {"id"}; not with previous_response_id) puts that conversation's items before the
+ *   input, and a response that finishes (completed or incomplete) adds its input and output items
+ *   to it. Errors are the OpenAI API's.
  * - Responses: {"id": "resp_...", "object": "response", "created_at", "status": "completed" or
  *   "incomplete" (with incomplete_details.reason "max_output_tokens"), "model", "output": [a
  *   reasoning item (--reasoning-format), a message item with one output_text part, a function_call
@@ -43,6 +45,7 @@
 #define NV_SERVE_RESPONSES_H
 
 #include "serve/api.h"
+#include "serve/conversations.h"
 
 /* Stored responses: in memory, at most cap bytes (the oldest dropped first), safe to share between
  * threads. Texts given to put are taken. */
@@ -76,13 +79,25 @@ typedef struct {
     cJSON *context;      /* the items the model sees: the previous response's and this input */
     cJSON *input;        /* this request's input items, with ids */
     int background;      /* background: true (kept: keep is set) */
+    nv_conv_store *convs; /* the conversation's store when the request names one (its items then context's first) */
+    char conversation[48];
 } nv_resp_meta;
 
 /* Parses a Responses body into out (a chat request; out->stream from 'stream') and meta (free
  * with nv_resp_meta_free); store (NULL: none) holds the responses previous_response_id names and
  * keeps this one. Returns 0, or the error's status with err filled. */
-int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, const char *body, size_t len, nv_api_request *out,
-                  nv_resp_meta *meta, nv_api_error *err);
+int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len,
+                  nv_api_request *out, nv_resp_meta *meta, nv_api_error *err);
+
+/* items (a JSON list of input items; param: their name in errors, "items" -> "items[2].content")
+ * checked as a request's input is, into *out as a stored response keeps them (each with its type and
+ * an id, given or made; reasoning items left out). 0 or the error's status. */
+int nv_resp_items_take(const cJSON *items, const char *param, cJSON **out, nv_api_error *err);
+/* OpenAI's page of a list of items (taken): limit (text, 1-100, default 20), order "asc" or "desc"
+ * (the default), after an item's id (owner: what holds them, for its error). 0 with *out, or the
+ * error's status. */
+int nv_resp_item_page(cJSON *items, const char *limit, const char *order, const char *after, const char *owner, char **out,
+                      nv_api_error *err);
 void nv_resp_meta_free(nv_resp_meta *m);
 
 typedef struct {
@@ -122,8 +137,9 @@ void nv_resp_stream_call(nv_resp_stream *s, const nv_tool_call *c, nv_buf *out);
  * already). */
 void nv_resp_stream_end(nv_resp_stream *s, const nv_resp_answer *a, nv_buf *out, int *kept);
 /* Closes what is open ("incomplete") and sends response.failed with the response's status "failed"
- * (e: its error) or "cancelled" (e NULL; error null); a background response's is kept. */
-void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_error *e, nv_buf *out);
+ * (e: its error) or "cancelled" (e NULL; error null); a background response's is kept (*kept, when
+ * kept is not NULL, says whether it was). */
+void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_error *e, nv_buf *out, int *kept);
 void nv_resp_stream_free(nv_resp_stream *s);
 
 #endif
