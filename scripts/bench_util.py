@@ -19,15 +19,15 @@ def day_examples(n):  # n chat examples of one pattern, OpenAI's fine-tuning for
 
 
 class Server:
-    def __init__(self, nerve, model, tok, args):  # args: serve's options, '{tmp}' in them a folder of the run's own
+    def __init__(self, nerve, model, tok, args, prefix_cache=False):  # args: serve's options, '{tmp}' in them a folder of the run's own
         self.tmp = tempfile.mkdtemp()
         args = [x.replace('{tmp}', self.tmp) for x in args]
         if not model:  # a stories15M-shaped model of random weights
             model = os.path.join(self.tmp, 's15.bin')
             subprocess.run([nerve, 'init', '--preset', 'stories15M', '-o', model], check=True, stderr=subprocess.DEVNULL)
         self.log = open(os.path.join(self.tmp, 'serve.log'), 'w+')
-        self.proc = subprocess.Popen([nerve, 'serve', '-m', model, '-z', tok, '--port', '0', '--kv-disk-cache', '0',
-                                      '--no-prefix-cache'] + args, stderr=self.log)
+        self.proc = subprocess.Popen([nerve, 'serve', '-m', model, '-z', tok, '--port', '0', '--kv-disk-cache', '0']
+                                     + ([] if prefix_cache else ['--no-prefix-cache']) + args, stderr=self.log)
         port = None
         for _ in range(600):
             time.sleep(0.1)

@@ -1107,6 +1107,27 @@ static void test_conversations_unit(void) {
     T_CHECK(nv_conv_append(s, id, own) == 1 && nv_conv_append(s, "conv_none", own) == 0, "append");
     T_CHECK(CONV(nv_conv_items_list(s, id, "1", NULL, NULL, &out, &e)) == 0 && out && strstr(out, "msg_two"), "appended last: %s", out);
     free(out);
+    /* an append whose item's id it holds already (two requests at once): that item gets a new id */
+    T_CHECK(nv_conv_append(s, id, own) == 1 && CONV(nv_conv_items_list(s, id, "1", NULL, NULL, &out, &e)) == 0 && out &&
+                strstr(out, "\"first_id\":\"item_") && strstr(out, "two"),
+            "re-id: %s", out);
+    free(out);
+    /* an id that is not a string is made; what an add counts, the item's delete gives back */
+    size_t n0, b0, n1, b1;
+    nv_conv_store_stats(s, &n0, &b0);
+    const char *odd = "{\"items\":[{\"role\":\"user\",\"content\":\"z\",\"id\":null},{\"role\":\"user\",\"content\":\"zz\",\"id\":7}]}";
+    T_CHECK(CONV(nv_conv_items_add(s, id, odd, strlen(odd), &out, &e)) == 0 && out, "odd ids");
+    o = cJSON_Parse(out ? out : "");
+    char odd_ids[2][64];
+    for (int k = 0; k < 2; k++) snprintf(odd_ids[k], sizeof odd_ids[k], "%s", field_str(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "data"), k), "id"));
+    T_CHECK(!strncmp(odd_ids[0], "msg_", 4) && !strncmp(odd_ids[1], "msg_", 4) && strcmp(odd_ids[0], odd_ids[1]), "ids made: %s", out);
+    cJSON_Delete(o), free(out);
+    for (int k = 0; k < 2; k++) {
+        T_CHECK(CONV(nv_conv_item_delete(s, id, odd_ids[k], &out, &e)) == 0, "odd %d deleted", k);
+        free(out);
+    }
+    nv_conv_store_stats(s, &n1, &b1);
+    T_CHECK(n1 == n0 && b1 == b0, "bytes %zu after an add and its delete, %zu before", b1, b0);
     /* the cap: 64 KiB; a conversation past 16 KiB takes no more; the least recently used go first */
     char pad[8192], big[9000];
     memset(pad, 'y', sizeof pad - 1);
@@ -1138,6 +1159,11 @@ static void test_conversations_unit(void) {
     T_CHECK(CONV(nv_conv_delete(s, id, &out, &e)) == 0 && out && strstr(out, "conversation.deleted") && strstr(out, "\"deleted\":true"), "delete");
     free(out);
     T_CHECK(CONV(nv_conv_delete(s, id, &out, &e)) == 404 && CONV(nv_conv_get(s, id, &out, &e)) == 404, "deleted twice");
+    for (int k = 0; k < 8; k++) { /* (those the cap dropped: 404) */
+        if (CONV(nv_conv_delete(s, ids[k], &out, &e)) == 0) free(out);
+    }
+    nv_conv_store_stats(s, &count, &bytes);
+    T_CHECK(count == 0 && bytes == 0, "all deleted: %zu in %zu bytes", count, bytes);
 #undef CONV
     cJSON_Delete(own);
     nv_conv_store_free(s);
@@ -1210,14 +1236,17 @@ static void test_server_conversations(void) {
     char *got2 = cJSON_PrintUnformatted(t2);
     T_CHECK(s.ok && want2 && got2 && !strcmp(want2, got2), "second turn %s, the chat's %s", got2 ? got2 : "", want2 ? want2 : "");
     free(want), free(got), free(want2), free(got2), cJSON_Delete(t1), cJSON_Delete(t2), cJSON_Delete(s.final), resp_free(&r);
+    /* a response not stored adds its items all the same */
+    snprintf(body, sizeof body, "{\"conversation\":\"%s\",\"input\":\"Bye.\",\"max_output_tokens\":4,\"store\":false}", id);
+    T_CHECK(answer("POST", "/v1/responses", body, "\"store\":false") == 200, "store false");
     /* the conversation's items: its first, then each turn's input and answer */
     snprintf(path, sizeof path, "/v1/conversations/%s/items?order=asc", id);
     T_CHECK(http(srv.port, "GET", path, NULL, NULL, &r) && r.status == 200, "items: %d", r.status);
     c = cJSON_Parse(r.body ? r.body : "");
     const cJSON *data = cJSON_GetObjectItem(c, "data");
-    const char *roles[] = {"user", "user", "assistant", "user", "assistant"};
-    int ok = cJSON_GetArraySize(data) == 5;
-    for (int k = 0; k < 5 && ok; k++) ok = !strcmp(field_str(cJSON_GetArrayItem(data, k), "role"), roles[k]);
+    const char *roles[] = {"user", "user", "assistant", "user", "assistant", "user", "assistant"};
+    int ok = cJSON_GetArraySize(data) == 7 && strstr(r.body, "Bye.");
+    for (int k = 0; k < 7 && ok; k++) ok = !strcmp(field_str(cJSON_GetArrayItem(data, k), "role"), roles[k]);
     const cJSON *out1 = cJSON_GetArrayItem(cJSON_GetObjectItem(r1, "output"), 0);
     T_CHECK(ok && !strcmp(field_str(cJSON_GetArrayItem(data, 2), "id"), field_str(out1, "id")), "items: %.600s", r.body);
     cJSON_Delete(c), cJSON_Delete(r1), resp_free(&r);
@@ -1247,6 +1276,98 @@ static void test_server_conversations(void) {
     snprintf(body, sizeof body, "{\"conversation\":\"%s\",\"input\":\"x\"}", id);
     T_CHECK(answer("POST", "/v1/responses", body, NULL) == 404, "a response in a deleted one");
     T_CHECK(answer("GET", "/v1/conversations", NULL, NULL) == 405, "GET /v1/conversations");
+    const int rc = server_stop_within(&srv, 20);
+    T_CHECK(rc == 0, "server exit %d", rc);
+}
+
+/* The prompt tokens of a chat request of messages (a JSON list), or -1 when it is refused. */
+static int chat_prompt_of(const char *messages) {
+    char body[8192];
+    snprintf(body, sizeof body, "{\"messages\":%s,\"max_tokens\":1,\"temperature\":0}", messages);
+    cJSON *c = post_json("/v1/chat/completions", body);
+    const int n = c ? (int)usage_of(c, "prompt_tokens", NULL) : -1;
+    cJSON_Delete(c);
+    return n;
+}
+
+/* truncation "auto": a conversation longer than the context drops its oldest items, the fewest
+ * that leave max_output_tokens of room (the chat request of the items kept has the same prompt,
+ * one item fewer dropped would not fit); "disabled" (the default) refuses it; a conversation keeps
+ * every item. */
+static void test_server_truncation(void) {
+    const char *tok = t_data("models/tok512.bin"), *model = t_data("models/stories260K.bin");
+    if (!tok || !model || !start("responses-trunc", model, tok)) return;
+    static const char *const turn[] = {"user", "assistant"};
+    char items[6][700], list[8192] = "[", input[8192];
+    for (int k = 0; k < 6; k++) { /* about 110 tokens each: six pass the 512 of stories260K */
+        snprintf(items[k], sizeof items[k], "{\"role\":\"%s\",\"content\":\"%d: Lily and Tom went to the park with a red ball and a big dog. "
+                 "They ran and played in the sun. Then the dog saw a cat and ran after it, and Lily laughed.\"}", turn[k % 2], k);
+        strcat(list, k ? "," : "");
+        strcat(list, items[k]);
+    }
+    strcat(list, "]");
+    snprintf(input, sizeof input, "{\"input\":%s,\"max_output_tokens\":16,\"temperature\":0}", list);
+    resp r;
+    T_CHECK(http(srv.port, "POST", "/v1/responses", NULL, input, &r) && r.status == 400 && strstr(r.body, "context_length_exceeded"),
+            "disabled: %d", r.status);
+    resp_free(&r);
+    snprintf(input, sizeof input, "{\"input\":%s,\"max_output_tokens\":16,\"temperature\":0,\"truncation\":\"auto\"}", list);
+    cJSON *w = post_json("/v1/responses", input);
+    const int got = w ? (int)usage_of(w, "input_tokens", NULL) : -1;
+    int fits = -1, tokens[6];
+    for (int d = 0; d < 6; d++) { /* the chat request of the items past the first d */
+        char kept[8192] = "[";
+        for (int k = d; k < 6; k++) strcat(kept, k > d ? "," : ""), strcat(kept, items[k]);
+        strcat(kept, "]");
+        tokens[d] = chat_prompt_of(kept);
+        if (fits < 0 && tokens[d] > 0 && tokens[d] + 16 <= 512) fits = d;
+    }
+    T_CHECK(w && fits > 0 && got == tokens[fits] && !strcmp(field_str(w, "truncation"), "auto") && cJSON_GetArraySize(cJSON_GetObjectItem(w, "output")),
+            "auto: %d prompt tokens; the chat's with %d dropped %d, with %d dropped %d", got, fits, fits >= 0 ? tokens[fits] : -1,
+            fits - 1, fits > 0 ? tokens[fits - 1] : -1);
+    cJSON_Delete(w);
+    /* no max_output_tokens: a quarter of the context kept for the answer */
+    snprintf(input, sizeof input, "{\"input\":%s,\"temperature\":0,\"truncation\":\"auto\",\"max_output_tokens\":null}", list);
+    w = post_json("/v1/responses", input);
+    const int got2 = w ? (int)usage_of(w, "input_tokens", NULL) : -1;
+    int fits2 = -1;
+    for (int d = 0; d < 6 && fits2 < 0; d++)
+        if (tokens[d] > 0 && tokens[d] + 128 <= 512) fits2 = d;
+    T_CHECK(w && fits2 >= 0 && got2 == tokens[fits2], "a quarter kept: %d tokens, want %d", got2, fits2 >= 0 ? tokens[fits2] : -1);
+    cJSON_Delete(w);
+    T_CHECK(answer("POST", "/v1/responses", "{\"input\":\"x\",\"truncation\":\"middle\"}", "\"param\":\"truncation\"") == 400, "a bad truncation");
+    /* one item alone past the context: nothing to drop, the request's own error */
+    char huge[8192];
+    snprintf(huge, sizeof huge, "{\"input\":\"%.*s\",\"truncation\":\"auto\"}", 3000,
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. "
+             "Lily and Tom went to the park with a red ball and a big dog. Lily and Tom went to the park with a red ball and a big dog. ");
+    T_CHECK(answer("POST", "/v1/responses", huge, "context_length_exceeded") == 400, "one item past the context");
+    /* a conversation: truncated for the model, whole in the store */
+    char conv_body[8192];
+    snprintf(conv_body, sizeof conv_body, "{\"items\":%s}", list);
+    cJSON *c = post_json("/v1/conversations", conv_body);
+    char id[64], path[160];
+    snprintf(id, sizeof id, "%s", field_str(c, "id"));
+    cJSON_Delete(c);
+    snprintf(input, sizeof input, "{\"conversation\":\"%s\",\"input\":\"The end.\",\"max_output_tokens\":8,\"truncation\":\"auto\"}", id);
+    w = post_json("/v1/responses", input);
+    T_CHECK(w && usage_of(w, "input_tokens", NULL) + 8 <= 512, "in a conversation: %g", w ? usage_of(w, "input_tokens", NULL) : -1);
+    cJSON_Delete(w);
+    snprintf(path, sizeof path, "/v1/conversations/%s/items?limit=100", id);
+    resp g;
+    T_CHECK(http(srv.port, "GET", path, NULL, NULL, &g) && g.status == 200 && strstr(g.body, "0: Lily") && strstr(g.body, "The end."),
+            "the conversation kept whole: %.200s", g.body);
+    resp_free(&g);
     const int rc = server_stop_within(&srv, 20);
     T_CHECK(rc == 0, "server exit %d", rc);
 }
@@ -1295,5 +1416,6 @@ int main(void) {
     T_RUN(test_server_background);
     T_RUN(test_conversations_unit);
     T_RUN(test_server_conversations);
+    T_RUN(test_server_truncation);
     return t_done();
 }

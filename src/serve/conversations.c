@@ -61,11 +61,31 @@ void nv_conv_store_stats(nv_conv_store *s, size_t *count, size_t *bytes) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The bytes of j's JSON text; 0 when out of memory (no JSON value prints empty). */
 static size_t json_bytes(const cJSON *j) {
     char *t = cJSON_PrintUnformatted(j);
     const size_t n = t ? strlen(t) : 0;
     free(t);
     return n;
+}
+
+static const char *id_of(const cJSON *item) { return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "id")); }
+
+static int by_text(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The ids of list's items, sorted (*n of them; NULL with *n 0 when none or out of memory: -1). */
+static const char **sorted_ids(const cJSON *list, int *n) {
+    const int cap = cJSON_GetArraySize(list);
+    const char **v = cap ? malloc((size_t)cap * sizeof *v) : NULL;
+    *n = 0;
+    if (cap && !v) {
+        *n = -1;
+        return NULL;
+    }
+    for (const cJSON *it = list->child; it; it = it->next)
+        if (id_of(it)) v[(*n)++] = id_of(it);
+    if (*n > 1) qsort(v, (size_t)*n, sizeof *v, by_text);
+    return v;
 }
 
 static void unlink_conv(nv_conv_store *s, conv *c) {
@@ -117,7 +137,7 @@ static int bad(nv_api_error *err, const char *param, const char *msg) {
 static cJSON *item_in(const conv *c, const char *item_id, int *index) {
     int i = 0;
     for (cJSON *it = c->items->child; it; it = it->next, i++) {
-        const char *iid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "id"));
+        const char *iid = id_of(it);
         if (iid && !strcmp(iid, item_id)) {
             if (index) *index = i;
             return it;
@@ -126,21 +146,32 @@ static cJSON *item_in(const conv *c, const char *item_id, int *index) {
     return NULL;
 }
 
-/* The first id among items that c holds already, or NULL. */
-static const char *duplicate_id(const conv *c, const cJSON *items) {
-    for (const cJSON *it = items->child; it; it = it->next) {
-        const char *iid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "id"));
-        if (iid && item_in(c, iid, NULL)) return iid;
-        for (const cJSON *o = items->child; iid && o != it; o = o->next) /* (and twice among them) */
-            if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "id")) ?: "", iid)) return iid;
+/* The first id among items that c holds already or that two of them share, copied to out (cap
+ * bytes): 1 when there is one, 0 none, -1 out of memory. Sorted, not pairwise: a conversation may
+ * hold many items, and this runs under the store's lock. */
+static int duplicate_id(const conv *c, const cJSON *items, char *out, size_t cap) {
+    int n_have, n_new, found = 0;
+    const char **have = sorted_ids(c->items, &n_have), **mine = sorted_ids(items, &n_new);
+    if (n_have < 0 || n_new < 0) found = -1;
+    for (int k = 0; found == 0 && k < n_new; k++) {
+        if ((k && !strcmp(mine[k], mine[k - 1])) || (n_have && bsearch(&mine[k], have, (size_t)n_have, sizeof *have, by_text))) {
+            snprintf(out, cap, "%s", mine[k]);
+            found = 1;
+        }
     }
-    return NULL;
+    free(have), free(mine);
+    return found;
 }
 
 /* Adds a copy of items to c (under mu): 1, 0 when that would take c past a quarter of the cap, -1
  * out of memory. */
 static int add_items(nv_conv_store *s, conv *c, const cJSON *items) {
-    const size_t more = json_bytes(items);
+    size_t more = 0;
+    for (const cJSON *it = items->child; it; it = it->next) { /* as an item's delete takes them back */
+        const size_t n = json_bytes(it);
+        if (!n) return -1;
+        more += n;
+    }
     if (c->bytes + more > s->cap / 4) return 0;
     cJSON *copy = cJSON_Duplicate(items, 1);
     if (!copy) return -1;
@@ -191,8 +222,9 @@ int nv_conv_create(nv_conv_store *s, const char *body, size_t len, char **out, n
     if (!rc) rc = take_items(root, 0, &items, err);
     cJSON_Delete(root);
     if (!rc && !(c->items = cJSON_CreateArray())) rc = nv_api_oom(err);
-    const char *dup = !rc && items ? duplicate_id(c, items) : NULL;
-    if (dup) rc = bad(err, "items", "Two items have the same id");
+    char dup_id[128];
+    const int dup = !rc && items ? duplicate_id(c, items, dup_id, sizeof dup_id) : 0;
+    if (dup) rc = dup < 0 ? nv_api_oom(err) : bad(err, "items", "Two items have the same id");
     if (rc) {
         cJSON_Delete(items);
         if (c) conv_free(c);
@@ -234,14 +266,15 @@ int nv_conv_update(nv_conv_store *s, const char *id, const char *body, size_t le
     if (rc) return rc;
     pthread_mutex_lock(&s->mu);
     conv *c = find(s, id);
-    if (c) {
-        const size_t was = json_bytes(c->metadata), now = json_bytes(md);
+    const size_t now = c ? json_bytes(md) : 0;
+    if (c && now) {
+        const size_t was = json_bytes(c->metadata); /* (0 when out of memory: counted over, never under) */
         cJSON_Delete(c->metadata);
         c->metadata = md, md = NULL;
         c->bytes += now - was, s->bytes += now - was; /* (wraps back: the sum stays right) */
         make_room(s, c);
     }
-    *out = c ? conv_json(c) : NULL;
+    *out = c && now ? conv_json(c) : NULL;
     pthread_mutex_unlock(&s->mu);
     cJSON_Delete(md);
     return !c ? not_found(err, "Conversation", id) : *out ? 0 : nv_api_oom(err);
@@ -272,14 +305,14 @@ int nv_conv_items_add(nv_conv_store *s, const char *id, const char *body, size_t
     if (rc) return rc;
     pthread_mutex_lock(&s->mu);
     conv *c = find(s, id);
-    const char *dup = c ? duplicate_id(c, items) : NULL;
     char dup_id[128];
-    snprintf(dup_id, sizeof dup_id, "%s", dup ? dup : "");
+    const int dup = c ? duplicate_id(c, items, dup_id, sizeof dup_id) : 0;
     const int added = c && !dup ? add_items(s, c, items) : 0;
     pthread_mutex_unlock(&s->mu);
     if (!c || dup || added <= 0) {
         cJSON_Delete(items);
         if (!c) return not_found(err, "Conversation", id);
+        if (dup < 0) return nv_api_oom(err);
         if (dup) {
             nv_api_error_set(err, 400, "invalid_request_error", "invalid_request", "items", "Duplicate item found with id '%.100s'", dup_id);
             return err->status;
@@ -317,7 +350,7 @@ int nv_conv_item_delete(nv_conv_store *s, const char *id, const char *item, char
     int index = -1;
     cJSON *it = c ? item_in(c, item, &index) : NULL;
     if (it) {
-        const size_t gone = json_bytes(it);
+        const size_t gone = json_bytes(it); /* (0 when out of memory: counted over, never under) */
         cJSON_DeleteItemFromArray(c->items, index);
         c->bytes -= gone, s->bytes -= gone;
     }
@@ -329,27 +362,46 @@ int nv_conv_item_delete(nv_conv_store *s, const char *id, const char *item, char
 int nv_conv_context(nv_conv_store *s, const char *id, const cJSON *own, cJSON **items, nv_api_error *err) {
     pthread_mutex_lock(&s->mu);
     const conv *c = find(s, id);
-    const char *dup = c ? duplicate_id(c, own) : NULL;
     char dup_id[128];
-    snprintf(dup_id, sizeof dup_id, "%s", dup ? dup : "");
+    const int dup = c ? duplicate_id(c, own, dup_id, sizeof dup_id) : 0;
     *items = c && !dup ? cJSON_Duplicate(c->items, 1) : NULL;
     pthread_mutex_unlock(&s->mu);
     if (!c) {
         nv_api_error_set(err, 404, "invalid_request_error", "not_found", "conversation", "Conversation with id '%.100s' not found.", id);
         return err->status;
     }
-    if (dup) {
+    if (dup > 0) {
         nv_api_error_set(err, 400, "invalid_request_error", "invalid_request", "input", "Duplicate item found with id '%.100s'", dup_id);
         return err->status;
     }
     return *items ? 0 : nv_api_oom(err);
 }
 
+/* The first of items whose id is dup gets a new one. */
+static void renew_id(cJSON *items, const char *dup) {
+    for (cJSON *it = items->child; it; it = it->next)
+        if (id_of(it) && !strcmp(id_of(it), dup)) {
+            char fresh[48];
+            nv_api_new_id(fresh, sizeof fresh, "item_");
+            cJSON_ReplaceItemInObjectCaseSensitive(it, "id", cJSON_CreateString(fresh));
+            return;
+        }
+}
+
 int nv_conv_append(nv_conv_store *s, const char *id, const cJSON *items) {
+    cJSON *copy = cJSON_Duplicate(items, 1);
+    if (!copy) {
+        nv_warn("serve: conversation %s: the response's items not added (out of memory)", id);
+        return 0;
+    }
     pthread_mutex_lock(&s->mu);
     conv *c = find(s, id);
-    const int added = c ? add_items(s, c, items) : 0;
+    char dup_id[128];
+    int dup = 0, added = 0;
+    while (c && (dup = duplicate_id(c, copy, dup_id, sizeof dup_id)) > 0) renew_id(copy, dup_id); /* (an id another request added meanwhile) */
+    if (c) added = dup < 0 ? -1 : add_items(s, c, copy);
     pthread_mutex_unlock(&s->mu);
+    cJSON_Delete(copy);
     if (added <= 0)
         nv_warn("serve: conversation %s: the response's items not added (%s)", id,
                 !c ? "the conversation is gone" : added < 0 ? "out of memory" : "it would pass a quarter of --responses-store");

@@ -1043,7 +1043,7 @@ static void bg_drop(nv_http *h, bg_resp **p) {
    stops: its scheduler has ended their requests already, and no stream is left). */
 static void bg_reap(nv_http *h, int all) {
     const double now = nv_now();
-    for (bg_resp *b = h->bg; b; b = b->next) /* threads over joined at once: a record kept holds no thread */
+    for (bg_resp *b = h->bg; b; b = b->next) /* threads over joined: a record kept holds no thread */
         if (bg_over(b) && !b->joined) pthread_join(b->thread, NULL), b->joined = 1;
     for (;;) {
         bg_resp **victim = NULL, **oldest = NULL;
@@ -1262,6 +1262,9 @@ static enum MHD_Result background_cancel(nv_http *h, struct MHD_Connection *c, c
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
+    pthread_mutex_lock(&h->bg_mu);
+    bg_reap(h, 0);
+    pthread_mutex_unlock(&h->bg_mu);
     char *out = NULL;
     nv_api_error err;
     if (nv_resp_get(h->responses, id, &out, &err)) return respond_error(h, c, cc, &err);

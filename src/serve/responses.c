@@ -275,7 +275,8 @@ static void normalize_items(cJSON *list) {
             cJSON_AddItemToArray(parts, text_part(r && !strcmp(r, "assistant") ? "output_text" : "input_text", content->valuestring));
             cJSON_ReplaceItemInObjectCaseSensitive(it, "content", parts);
         }
-        if (cJSON_GetObjectItemCaseSensitive(it, "id")) continue;
+        const char *given = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "id"));
+        if (given && *given && strlen(given) <= 100) continue; /* (else one is made: an item is found by its id) */
         const char *prefix = !t                                 ? "item_"
                              : !strcmp(t, "message")              ? "msg_"
                              : !strcmp(t, "function_call")        ? "fc_"
@@ -284,6 +285,7 @@ static void normalize_items(cJSON *list) {
                                                                   : "item_";
         char id[48];
         nv_api_new_id(id, sizeof id, prefix);
+        cJSON_DeleteItemFromObjectCaseSensitive(it, "id");
         cJSON_AddStringToObject(it, "id", id);
     }
 }
@@ -372,7 +374,7 @@ static cJSON *kept_item(const cJSON *it) {
 }
 
 static cJSON *kept_items(const cJSON *list) {
-    cJSON *k = cJSON_CreateArray();
+    cJSON *k = list ? cJSON_CreateArray() : NULL;
     for (const cJSON *it = list->child; it && k; it = it->next) {
         cJSON *x = kept_item(it);
         if (x) cJSON_AddItemToArray(k, x);
@@ -396,6 +398,10 @@ typedef struct {
     nv_resp_store *store;
     nv_conv_store *convs;
     nv_resp_meta *meta;
+    int truncate;     /* truncation: "auto" */
+    int drop;         /* the items dropped from the context's start (truncation) */
+    int n_items;      /* the items of the context before any was dropped */
+    long max_output;  /* max_output_tokens (0: not given) */
 } translate_args;
 
 /* The items of the conversation the request names (a conversation's id, or {"id": ...}), *out NULL
@@ -430,11 +436,16 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
                    a->store ? "A background response is kept to be read later: 'store' must be true"
                             : "'background' needs stored responses: this server keeps none (serve --responses-store 0)");
     a->meta->background = cJSON_IsTrue(bg);
+    const cJSON *trunc = nv_api_field(in, "truncation");
+    if (trunc && (!cJSON_IsString(trunc) || (strcmp(trunc->valuestring, "auto") && strcmp(trunc->valuestring, "disabled"))))
+        return bad(err, NULL, "truncation", "'truncation' must be 'auto' or 'disabled'");
+    a->truncate = trunc && !strcmp(trunc->valuestring, "auto");
     const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user"};
     for (int k = 0; k < 6; k++) /* the chat parser checks them */
         if (nv_api_field(in, copy[k])) cJSON_AddItemToObject(out, copy[k], cJSON_Duplicate(nv_api_field(in, copy[k]), 1));
     const cJSON *mot = nv_api_field(in, "max_output_tokens");
     if (mot) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mot, 0));
+    a->max_output = cJSON_IsNumber(mot) && mot->valuedouble >= 1 ? (long)(mot->valuedouble < 1e9 ? mot->valuedouble : 1e9) : 0;
     const cJSON *md = nv_api_field(in, "metadata");
     if (md && !cJSON_IsObject(md)) return bad(err, NULL, "metadata", "'metadata' must be an object");
     const cJSON *r = nv_api_field(in, "reasoning");
@@ -451,8 +462,15 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
         return rc;
     }
     if (!context) context = cJSON_CreateArray();
-    const int base = cJSON_GetArraySize(context);
+    int base = cJSON_GetArraySize(context);
     for (const cJSON *it = own->child; it && context; it = it->next) cJSON_AddItemToArray(context, cJSON_Duplicate(it, 1));
+    a->n_items = context ? cJSON_GetArraySize(context) : 0;
+    for (int k = 0; context && context->child && context->child->next; k++) { /* truncation: the oldest first, never the last */
+        const char *t = type_of(context->child);
+        if (k >= a->drop && !(k && t && !strcmp(t, "function_call_output"))) break; /* (a call's output goes with its call) */
+        cJSON_Delete(cJSON_DetachItemViaPointer(context, context->child));
+        base--; /* (below 0: own items dropped; their names still count from the first) */
+    }
     rc = context ? translate_input(in, context, base, a->meta->convs ? "conversation" : "previous_response_id", "input", out, err)
                  : nv_api_oom(err);
     const int keep = a->store && !cJSON_IsFalse(store);
@@ -501,15 +519,49 @@ static int translate_cb(const cJSON *in, cJSON *chat, void *arg, nv_api_error *e
     cJSON *conv = a->meta->convs ? cJSON_CreateObject() : cJSON_CreateNull();
     if (a->meta->convs) cJSON_AddStringToObject(conv, "id", a->meta->conversation);
     cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "conversation", conv);
+    cJSON_ReplaceItemInObjectCaseSensitive(a->meta->echo, "truncation", cJSON_CreateString(a->truncate ? "auto" : "disabled"));
     return 0;
+}
+
+/* Whether a parsed request's prompt leaves too little room for its answer under truncation "auto":
+   max_output_tokens (at most half the context), or a quarter of the context when not given. */
+static int short_of_room(const nv_api_ctx *ctx, const translate_args *a, const nv_api_request *r) {
+    const long limit = ctx->capacity + 1 < ctx->seq_len ? ctx->capacity + 1 : ctx->seq_len;
+    const long want = a->max_output ? (a->max_output < ctx->seq_len / 2 ? a->max_output : ctx->seq_len / 2) : ctx->seq_len / 4;
+    return r->req.n_prompt + want > limit;
+}
+
+/* nv_resp_parse's parse, dropping the context's first `drop` items. */
+static int parse_dropping(const nv_api_ctx *ctx, const char *body, size_t len, translate_args *a, int drop, nv_api_request *out,
+                          nv_api_error *err) {
+    nv_resp_meta_free(a->meta);
+    a->drop = drop;
+    const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
+    return nv_api_parse_translated(ctx, body, len, translate_cb, a, &o, out, err);
 }
 
 int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len,
                   nv_api_request *out, nv_resp_meta *meta, nv_api_error *err) {
     memset(meta, 0, sizeof *meta);
-    translate_args a = {ctx->reasoning, store, convs, meta};
-    const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
-    int rc = nv_api_parse_translated(ctx, body, len, translate_cb, &a, &o, out, err);
+    translate_args a = {.reasoning = ctx->reasoning, .store = store, .convs = convs, .meta = meta};
+    int rc = parse_dropping(ctx, body, len, &a, 0, out, err);
+    const int over = rc ? err->code && !strcmp(err->code, "context_length_exceeded") : short_of_room(ctx, &a, out);
+    if (a.truncate && over && a.n_items > 1) { /* truncation "auto": the fewest of the oldest items dropped that make room */
+        const nv_api_error first = *err;
+        const int whole = rc;
+        int lo = 1, hi = a.n_items - 1, best = -1;
+        while (lo <= hi) { /* (dropping more never lengthens the prompt) */
+            const int mid = lo + (hi - lo) / 2;
+            if (!rc) nv_api_request_free(out);
+            rc = parse_dropping(ctx, body, len, &a, mid, out, err);
+            const int fits = !rc && !short_of_room(ctx, &a, out);
+            if (fits) best = mid, hi = mid - 1;
+            else lo = mid + 1;
+        }
+        if (!rc) nv_api_request_free(out);
+        rc = best > 0 ? parse_dropping(ctx, body, len, &a, best, out, err) : parse_dropping(ctx, body, len, &a, a.n_items - 1, out, err);
+        if (rc && whole) *err = first; /* (nothing dropped makes it fit: the request's own error) */
+    }
     if (rc) {
         rename_param(err);
         nv_resp_meta_free(meta);
