@@ -1013,6 +1013,39 @@ static void test_server_background(void) {
     T_CHECK(rc == 0, "server exit %d", rc);
 }
 
+/* truncation "auto" in the parser, with a KV pool's share (1,000 positions) far below the context
+ * (4096): the room kept for the answer is a quarter of what one request can hold; parallel calls
+ * dropped take their outputs with them (the chat request of what stays has the same prompt); when
+ * no drop makes the prompt fit, the request's own error. */
+static void test_truncation_unit(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 1000, 0, 64, NULL}; /* (the tools' description alone: about 400 tokens) */
+    char longer[1024] = "", r[8192], c[4096], why[256];
+    for (int k = 0; k < 40; k++) strcat(longer, "Lily and Tom play. ");
+    snprintf(r, sizeof r,
+             "{%s,\"truncation\":\"auto\",\"input\":[{\"role\":\"user\",\"content\":\"%s\"},"
+             "{\"type\":\"function_call\",\"call_id\":\"call_a\",\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"%s\\\"}\"},"
+             "{\"type\":\"function_call\",\"call_id\":\"call_b\",\"name\":\"play\",\"arguments\":\"{}\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"call_a\",\"output\":\"vroom\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"call_b\",\"output\":\"no\"},{\"role\":\"user\",\"content\":\"Go on.\"}]}",
+             R_TOOLS, longer, longer);
+    snprintf(c, sizeof c,
+             "{%s,\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call_b\",\"type\":\"function\","
+             "\"function\":{\"name\":\"play\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_b\",\"content\":\"no\"},"
+             "{\"role\":\"user\",\"content\":\"Go on.\"}]}",
+             C_TOOLS);
+    T_CHECK(same_as_chat(&ctx, r, c, why, sizeof why), "the calls dropped with their outputs: %s", why);
+    nv_api_request q;
+    nv_resp_meta m;
+    nv_api_error e;
+    snprintf(r, sizeof r, "{\"truncation\":\"auto\",\"instructions\":\"%s %s %s %s %s\",\"input\":[{\"role\":\"user\",\"content\":\"a\"},"
+             "{\"role\":\"user\",\"content\":\"b\"}]}", longer, longer, longer, longer, longer);
+    T_CHECK(rparse(&ctx, r, &q, &m, &e) == 400 && !strcmp(e.code ? e.code : "", "context_length_exceeded"), "instructions past the pool: %d %s",
+            e.status, e.message);
+    nv_tokenizer_free(tok);
+}
+
 /* The Conversations store without a server: create (items, metadata), refusals, get, update,
  * items added, listed, paged, got and deleted, the byte cap (least recently used dropped first; a
  * conversation past a quarter takes no more), the context a response reads and its appended items. */
@@ -1326,6 +1359,18 @@ static void test_server_truncation(void) {
             "auto: %d prompt tokens; the chat's with %d dropped %d, with %d dropped %d", got, fits, fits >= 0 ? tokens[fits] : -1,
             fits - 1, fits > 0 ? tokens[fits - 1] : -1);
     cJSON_Delete(w);
+    /* /v1/responses/input_tokens counts what the request would give the model: truncated as it would be; past the context, counted */
+    cJSON *n = post_json("/v1/responses/input_tokens", input);
+    T_CHECK(n && !strcmp(field_str(n, "object"), "response.input_tokens") && cJSON_GetNumberValue(cJSON_GetObjectItem(n, "input_tokens")) == got,
+            "input_tokens, truncated: %g against %d", n ? cJSON_GetNumberValue(cJSON_GetObjectItem(n, "input_tokens")) : -1, got);
+    cJSON_Delete(n);
+    snprintf(input, sizeof input, "{\"input\":%s,\"max_output_tokens\":16}", list);
+    n = post_json("/v1/responses/input_tokens", input);
+    T_CHECK(n && cJSON_GetNumberValue(cJSON_GetObjectItem(n, "input_tokens")) > 512, "input_tokens, whole: %g",
+            n ? cJSON_GetNumberValue(cJSON_GetObjectItem(n, "input_tokens")) : -1);
+    cJSON_Delete(n);
+    T_CHECK(answer("GET", "/v1/responses/input_tokens", NULL, "POST") == 405, "GET input_tokens");
+    T_CHECK(answer("POST", "/v1/responses/input_tokens", "{\"input\":[]}", "\"param\":\"input\"") == 400, "input_tokens of nothing");
     /* no max_output_tokens: a quarter of the context kept for the answer */
     snprintf(input, sizeof input, "{\"input\":%s,\"temperature\":0,\"truncation\":\"auto\",\"max_output_tokens\":null}", list);
     w = post_json("/v1/responses", input);
@@ -1415,6 +1460,7 @@ int main(void) {
     T_RUN(test_server_store_off);
     T_RUN(test_server_background);
     T_RUN(test_conversations_unit);
+    T_RUN(test_truncation_unit);
     T_RUN(test_server_conversations);
     T_RUN(test_server_truncation);
     return t_done();

@@ -130,6 +130,9 @@ const rtext = await client.responses.create({ model, input: 'Once upon a time', 
                                               max_output_tokens: 20, temperature: 0 });
 const ctext = await client.chat.completions.create({ model, max_tokens: 20, temperature: 0,
   messages: [{ role: 'system', content: 'Tell a story.' }, { role: 'user', content: 'Once upon a time' }] });
+if (client.responses.inputTokens) // (SDKs that have it): the prompt tokens the same request gives, without generating
+  assert.equal((await client.responses.inputTokens.count({ model, input: 'Once upon a time', instructions: 'Tell a story.' })).input_tokens,
+               rtext.usage.input_tokens);
 assert.equal(rtext.object, 'response');
 assert.equal(textOf(rtext), ctext.choices[0].message.content, 'the Responses text differs from chat');
 assert.equal(rtext.status, 'incomplete');

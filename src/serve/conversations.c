@@ -230,9 +230,15 @@ int nv_conv_create(nv_conv_store *s, const char *body, size_t len, char **out, n
         if (c) conv_free(c);
         return rc;
     }
+    const size_t md_bytes = json_bytes(c->metadata);
+    if (!md_bytes) { /* (counted, it must not be 0: an update takes it back) */
+        cJSON_Delete(items);
+        conv_free(c);
+        return nv_api_oom(err);
+    }
     nv_api_new_id(c->id, sizeof c->id, "conv_");
     c->created = (long)time(NULL);
-    c->bytes = sizeof *c + json_bytes(c->metadata);
+    c->bytes = sizeof *c + md_bytes;
     pthread_mutex_lock(&s->mu);
     push_front(s, c);
     s->bytes += c->bytes, s->count++;
@@ -377,15 +383,18 @@ int nv_conv_context(nv_conv_store *s, const char *id, const cJSON *own, cJSON **
     return *items ? 0 : nv_api_oom(err);
 }
 
-/* The first of items whose id is dup gets a new one. */
-static void renew_id(cJSON *items, const char *dup) {
+/* The first of items whose id is dup gets a new one: 1, 0 when none did (out of memory). */
+static int renew_id(cJSON *items, const char *dup) {
     for (cJSON *it = items->child; it; it = it->next)
         if (id_of(it) && !strcmp(id_of(it), dup)) {
             char fresh[48];
             nv_api_new_id(fresh, sizeof fresh, "item_");
-            cJSON_ReplaceItemInObjectCaseSensitive(it, "id", cJSON_CreateString(fresh));
-            return;
+            cJSON *v = cJSON_CreateString(fresh);
+            if (v && cJSON_ReplaceItemInObjectCaseSensitive(it, "id", v)) return 1;
+            cJSON_Delete(v);
+            return 0;
         }
+    return 0;
 }
 
 int nv_conv_append(nv_conv_store *s, const char *id, const cJSON *items) {
@@ -398,7 +407,11 @@ int nv_conv_append(nv_conv_store *s, const char *id, const cJSON *items) {
     conv *c = find(s, id);
     char dup_id[128];
     int dup = 0, added = 0;
-    while (c && (dup = duplicate_id(c, copy, dup_id, sizeof dup_id)) > 0) renew_id(copy, dup_id); /* (an id another request added meanwhile) */
+    while (c && (dup = duplicate_id(c, copy, dup_id, sizeof dup_id)) > 0) /* (an id another request added meanwhile) */
+        if (!renew_id(copy, dup_id)) {
+            dup = -1;
+            break;
+        }
     if (c) added = dup < 0 ? -1 : add_items(s, c, copy);
     pthread_mutex_unlock(&s->mu);
     cJSON_Delete(copy);

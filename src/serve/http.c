@@ -59,7 +59,8 @@ typedef enum {
     R_FT_JOBS, R_FT_JOB, R_FT_JOB_ACTION, R_FT_JOB_EVENTS, R_FT_JOB_CHECKPOINTS, /* OpenAI's fine-tuning jobs (--files-dir) */
     R_UPLOADS, R_UPLOAD_PARTS, R_UPLOAD_ACTION, /* OpenAI's Uploads (--files-dir): a file in parts */
     R_RESPONSE_CANCEL, /* a background response's cancel */
-    R_CONVS, R_CONV, R_CONV_ITEMS, R_CONV_ITEM /* OpenAI's Conversations API */
+    R_CONVS, R_CONV, R_CONV_ITEMS, R_CONV_ITEM, /* OpenAI's Conversations API */
+    R_RESPONSE_TOKENS /* POST /v1/responses/input_tokens */
 } route_id;
 
 typedef struct {
@@ -198,8 +199,8 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/fine_tuning/jobs/{id}/checkpoints", "/v1/uploads", "/v1/uploads/{id}/parts",
                                         "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel", "/v1/conversations",
                                         "/v1/conversations/{id}", "/v1/conversations/{id}/items",
-                                        "/v1/conversations/{id}/items/{item}"};
-    _Static_assert(sizeof names / sizeof *names == R_CONV_ITEM + 1, "a route without its name");
+                                        "/v1/conversations/{id}/items/{item}", "/v1/responses/input_tokens"};
+    _Static_assert(sizeof names / sizeof *names == R_RESPONSE_TOKENS + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -299,6 +300,7 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/messages")) return R_MESSAGES;
     if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/responses")) return R_RESPONSES;
+    if (!strcmp(url, "/responses/input_tokens")) return R_RESPONSE_TOKENS; /* (not a response's id: those are resp_...) */
     if (!strncmp(url, "/responses/", 11) && url[11]) { /* a response's id, then nothing or /input_items */
         const char *slash = strchr(url + 11, '/');
         if (!slash) return R_RESPONSE;
@@ -403,7 +405,7 @@ static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
            r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD || r == R_LCPP_COMPLETION ||
            r == R_INFILL || r == R_APPLY_TEMPLATE || r == R_OLLA_CHAT || r == R_OLLA_GENERATE || r == R_OLLA_SHOW ||
-           r == R_OLLA_EMBED || r == R_OLLA_EMBEDDINGS;
+           r == R_OLLA_EMBED || r == R_OLLA_EMBEDDINGS || r == R_RESPONSE_TOKENS;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -1943,6 +1945,13 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_RESPONSE:
     case R_RESPONSE_ITEMS:
         return stored_response(h, c, cc, url, is_delete);
+    case R_RESPONSE_TOKENS: {
+        char *out = NULL;
+        nv_api_error e;
+        return nv_resp_input_tokens(&h->ctx, h->responses, h->convs, cc->body.data, cc->body.len, &out, &e)
+                   ? respond_error(h, c, cc, &e)
+                   : respond(h, c, cc, 200, "application/json", out, NULL, NULL);
+    }
     case R_RESPONSE_CANCEL: {
         char id[128];
         const char *start = strstr(url, "/responses/") + 11;

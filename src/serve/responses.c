@@ -375,7 +375,7 @@ static cJSON *kept_item(const cJSON *it) {
 
 static cJSON *kept_items(const cJSON *list) {
     cJSON *k = list ? cJSON_CreateArray() : NULL;
-    for (const cJSON *it = list->child; it && k; it = it->next) {
+    for (const cJSON *it = k ? list->child : NULL; it; it = it->next) {
         cJSON *x = kept_item(it);
         if (x) cJSON_AddItemToArray(k, x);
     }
@@ -398,6 +398,7 @@ typedef struct {
     nv_resp_store *store;
     nv_conv_store *convs;
     nv_resp_meta *meta;
+    int count_only;   /* the prompt alone, to count it (POST /v1/responses/input_tokens) */
     int truncate;     /* truncation: "auto" */
     int drop;         /* the items dropped from the context's start (truncation) */
     int n_items;      /* the items of the context before any was dropped */
@@ -465,14 +466,23 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     int base = cJSON_GetArraySize(context);
     for (const cJSON *it = own->child; it && context; it = it->next) cJSON_AddItemToArray(context, cJSON_Duplicate(it, 1));
     a->n_items = context ? cJSON_GetArraySize(context) : 0;
-    for (int k = 0; context && context->child && context->child->next; k++) { /* truncation: the oldest first, never the last */
-        const char *t = type_of(context->child);
-        if (k >= a->drop && !(k && t && !strcmp(t, "function_call_output"))) break; /* (a call's output goes with its call) */
-        cJSON_Delete(cJSON_DetachItemViaPointer(context, context->child));
-        base--; /* (below 0: own items dropped; their names still count from the first) */
+    cJSON *gone = a->drop ? cJSON_CreateArray() : NULL; /* truncation: the oldest first, never the last */
+    for (int k = 0; k < a->drop && gone && context->child && context->child->next; k++, base--) /* (base below 0: own items dropped) */
+        cJSON_AddItemToArray(gone, cJSON_DetachItemViaPointer(context, context->child));
+    for (cJSON *it = gone ? context->child : NULL, *next; it && it->next; it = next) { /* a call's output goes with its call */
+        next = it->next;
+        const char *t = type_of(it), *call = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "call_id"));
+        for (const cJSON *g = gone->child; call && t && !strcmp(t, "function_call_output") && g; g = g->next)
+            if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(g, "call_id")) ?: "", call) && type_of(g) &&
+                !strcmp(type_of(g), "function_call")) {
+                cJSON_Delete(cJSON_DetachItemViaPointer(context, it)); /* (names no longer matter: the first parse checked every item) */
+                break;
+            }
     }
-    rc = context ? translate_input(in, context, base, a->meta->convs ? "conversation" : "previous_response_id", "input", out, err)
-                 : nv_api_oom(err);
+    if (a->drop && !gone) rc = nv_api_oom(err);
+    cJSON_Delete(gone);
+    if (!rc) rc = context ? translate_input(in, context, base, a->meta->convs ? "conversation" : "previous_response_id", "input", out, err)
+                          : nv_api_oom(err);
     const int keep = a->store && !cJSON_IsFalse(store);
     if (!rc && (keep || a->meta->convs)) { /* kept, or added to the conversation, once it finishes, as kept_item gives them */
         if (keep) a->meta->keep = a->store;
@@ -524,10 +534,11 @@ static int translate_cb(const cJSON *in, cJSON *chat, void *arg, nv_api_error *e
 }
 
 /* Whether a parsed request's prompt leaves too little room for its answer under truncation "auto":
-   max_output_tokens (at most half the context), or a quarter of the context when not given. */
+   max_output_tokens (at most half of what one request can hold: the context, or the KV pool's
+   share when smaller), or a quarter of that when not given. */
 static int short_of_room(const nv_api_ctx *ctx, const translate_args *a, const nv_api_request *r) {
-    const long limit = ctx->capacity + 1 < ctx->seq_len ? ctx->capacity + 1 : ctx->seq_len;
-    const long want = a->max_output ? (a->max_output < ctx->seq_len / 2 ? a->max_output : ctx->seq_len / 2) : ctx->seq_len / 4;
+    const long limit = ctx->capacity + 1 < ctx->seq_len ? ctx->capacity + 1 : ctx->seq_len; /* what one request can hold */
+    const long want = a->max_output ? (a->max_output < limit / 2 ? a->max_output : limit / 2) : limit / 4;
     return r->req.n_prompt + want > limit;
 }
 
@@ -536,31 +547,33 @@ static int parse_dropping(const nv_api_ctx *ctx, const char *body, size_t len, t
                           nv_api_error *err) {
     nv_resp_meta_free(a->meta);
     a->drop = drop;
-    const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1};
+    const nv_api_parse_opts o = {.max_stop = 4, .max_tokens_cap = 1, .count_only = a->count_only};
     return nv_api_parse_translated(ctx, body, len, translate_cb, a, &o, out, err);
 }
 
-int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len,
-                  nv_api_request *out, nv_resp_meta *meta, nv_api_error *err) {
+static int parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len, int count_only,
+                 nv_api_request *out, nv_resp_meta *meta, nv_api_error *err) {
     memset(meta, 0, sizeof *meta);
-    translate_args a = {.reasoning = ctx->reasoning, .store = store, .convs = convs, .meta = meta};
+    translate_args a = {.reasoning = ctx->reasoning, .store = store, .convs = convs, .meta = meta, .count_only = count_only};
     int rc = parse_dropping(ctx, body, len, &a, 0, out, err);
     const int over = rc ? err->code && !strcmp(err->code, "context_length_exceeded") : short_of_room(ctx, &a, out);
     if (a.truncate && over && a.n_items > 1) { /* truncation "auto": the fewest of the oldest items dropped that make room */
         const nv_api_error first = *err;
-        const int whole = rc;
-        int lo = 1, hi = a.n_items - 1, best = -1;
-        while (lo <= hi) { /* (dropping more never lengthens the prompt) */
+        const int whole = rc, n = a.n_items;
+        int lo = 1, hi = n - 1, best = -1, most = -1, other = 0; /* most: the largest count that parsed */
+        if (!rc) nv_api_request_free(out);
+        while (lo <= hi && !other) { /* (dropping more never lengthens the prompt) */
             const int mid = lo + (hi - lo) / 2;
-            if (!rc) nv_api_request_free(out);
             rc = parse_dropping(ctx, body, len, &a, mid, out, err);
+            other = rc && !(err->code && !strcmp(err->code, "context_length_exceeded")); /* (that error stands) */
             const int fits = !rc && !short_of_room(ctx, &a, out);
+            if (!rc) most = mid > most ? mid : most, nv_api_request_free(out);
             if (fits) best = mid, hi = mid - 1;
             else lo = mid + 1;
         }
-        if (!rc) nv_api_request_free(out);
-        rc = best > 0 ? parse_dropping(ctx, body, len, &a, best, out, err) : parse_dropping(ctx, body, len, &a, a.n_items - 1, out, err);
-        if (rc && whole) *err = first; /* (nothing dropped makes it fit: the request's own error) */
+        const int pick = best > 0 ? best : most > 0 ? most : whole ? -1 : 0; /* none enough: the most room there was */
+        if (!other && pick >= 0) rc = parse_dropping(ctx, body, len, &a, pick, out, err);
+        else if (!other) *err = first, rc = whole; /* (nothing dropped makes it parse: the request's own error) */
     }
     if (rc) {
         rename_param(err);
@@ -571,6 +584,25 @@ int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *co
     meta->created = (long)time(NULL);
     snprintf(meta->model, sizeof meta->model, "%s", out->model);
     return 0;
+}
+
+int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len,
+                  nv_api_request *out, nv_resp_meta *meta, nv_api_error *err) {
+    return parse(ctx, store, convs, body, len, 0, out, meta, err);
+}
+
+int nv_resp_input_tokens(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len, char **out,
+                         nv_api_error *err) {
+    nv_api_request r;
+    nv_resp_meta m;
+    const int rc = parse(ctx, store, convs, body, len, 1, &r, &m, err);
+    if (rc) return rc;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "response.input_tokens");
+    cJSON_AddNumberToObject(o, "input_tokens", r.req.n_prompt);
+    nv_api_request_free(&r);
+    nv_resp_meta_free(&m);
+    return (*out = nv_api_print_free(o)) ? 0 : nv_api_oom(err);
 }
 
 /* ---- output items and the response ------------------------------------------------------------- */

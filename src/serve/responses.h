@@ -89,6 +89,12 @@ typedef struct {
 int nv_resp_parse(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len,
                   nv_api_request *out, nv_resp_meta *meta, nv_api_error *err);
 
+/* POST /v1/responses/input_tokens: the prompt tokens the request body (a Responses request) would
+ * have, truncation included, its length not checked against the context: {"object":
+ * "response.input_tokens", "input_tokens"}. 0 with *out, or the error's status. */
+int nv_resp_input_tokens(const nv_api_ctx *ctx, nv_resp_store *store, nv_conv_store *convs, const char *body, size_t len, char **out,
+                         nv_api_error *err);
+
 /* items (a JSON list of input items; param: their name in errors, "items" -> "items[2].content")
  * checked as a request's input is, into *out as a stored response keeps them (each with its type and
  * an id, given or made; reasoning items left out). 0 or the error's status. */
