@@ -1283,6 +1283,8 @@ static void test_server_conversations(void) {
     const cJSON *out1 = cJSON_GetArrayItem(cJSON_GetObjectItem(r1, "output"), 0);
     T_CHECK(ok && !strcmp(field_str(cJSON_GetArrayItem(data, 2), "id"), field_str(out1, "id")), "items: %.600s", r.body);
     cJSON_Delete(c), cJSON_Delete(r1), resp_free(&r);
+    T_CHECK(metric(srv.port, "nerve_conversations") == 1 && metric(srv.port, "nerve_conversations_bytes") > 500, "metrics: %g conversations, %g bytes",
+            metric(srv.port, "nerve_conversations"), metric(srv.port, "nerve_conversations_bytes"));
     /* refusals */
     static const struct {
         const char *body, *param;
@@ -1305,7 +1307,7 @@ static void test_server_conversations(void) {
     T_CHECK(answer("POST", path, "{\"metadata\":{\"k\":\"w\"}}", "\"k\":\"w\"") == 200, "update");
     T_CHECK(answer("PATCH", path, "{}", "GET, POST, DELETE") == 405, "PATCH");
     T_CHECK(answer("DELETE", path, NULL, "conversation.deleted") == 200, "delete");
-    T_CHECK(answer("GET", path, NULL, NULL) == 404, "gone");
+    T_CHECK(answer("GET", path, NULL, NULL) == 404 && metric(srv.port, "nerve_conversations") == 0, "gone");
     snprintf(body, sizeof body, "{\"conversation\":\"%s\",\"input\":\"x\"}", id);
     T_CHECK(answer("POST", "/v1/responses", body, NULL) == 404, "a response in a deleted one");
     T_CHECK(answer("GET", "/v1/conversations", NULL, NULL) == 405, "GET /v1/conversations");

@@ -1881,6 +1881,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         g.model_id = h->ctx.model_id;
         g.engine = h->o.engine;
         if ((g.responses_on = h->responses != NULL)) nv_resp_store_stats(h->responses, &g.responses_kept, &g.responses_bytes);
+        if (h->convs) nv_conv_store_stats(h->convs, &g.conversations, &g.conversations_bytes);
         if ((g.files_on = h->o.files != NULL)) {
             nv_files_usage(h->o.files, &g.files_n, &g.files_bytes);
             g.batch_n = nv_batches_counts(h->o.batches, g.batch_status, g.batches, 8);

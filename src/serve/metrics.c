@@ -261,6 +261,9 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
         put_one(&b, "nerve_responses_stored", "gauge", "Responses API responses kept for previous_response_id (--responses-store).",
                 (unsigned long long)g->responses_kept);
         put_one(&b, "nerve_responses_stored_bytes", "gauge", "Bytes the kept responses take.", (unsigned long long)g->responses_bytes);
+        put_one(&b, "nerve_conversations", "gauge", "Conversations the Conversations API keeps (--responses-store).",
+                (unsigned long long)g->conversations);
+        put_one(&b, "nerve_conversations_bytes", "gauge", "Bytes their items take, as JSON.", (unsigned long long)g->conversations_bytes);
     }
     if (g->files_on) {
         put_one(&b, "nerve_files", "gauge", "Files the Files API keeps (--files-dir): uploads and batches' results.",

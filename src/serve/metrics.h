@@ -80,6 +80,7 @@ typedef struct {
     /* the Responses API's store (--responses-store; off: responses_on 0) */
     int responses_on;
     size_t responses_kept, responses_bytes;
+    size_t conversations, conversations_bytes; /* the Conversations API's (with the store) */
     /* the Files and Batch APIs (--files-dir; off: files_on 0): the files kept and their bytes, and
        the batches (OpenAI's and Anthropic's) in each of batch_n statuses */
     int files_on, files_n;
