@@ -1024,6 +1024,14 @@ static void *bg_main(void *arg) {
 /* Whether b has ended and released its request (under bg_mu): its thread is then at its end. */
 static int bg_over(const bg_resp *b) { return b->ended && !b->r; }
 
+static void bg_free(bg_resp *b) {
+    nv_resp_meta_free(&b->meta);
+    nv_api_tools_free(b->tools);
+    nv_buf_free(&b->log);
+    free(b->starts);
+    free(b);
+}
+
 /* Joins (unless done) and frees *p (under bg_mu, let go for the join: a thread still running takes it to end). */
 static void bg_drop(nv_http *h, bg_resp **p) {
     bg_resp *b = *p;
@@ -1031,11 +1039,7 @@ static void bg_drop(nv_http *h, bg_resp **p) {
     if (b->r) nv_req_cancel(h->s, b->r);
     pthread_mutex_unlock(&h->bg_mu);
     if (!b->joined) pthread_join(b->thread, NULL);
-    nv_resp_meta_free(&b->meta);
-    nv_api_tools_free(b->tools);
-    nv_buf_free(&b->log);
-    free(b->starts);
-    free(b);
+    bg_free(b);
     pthread_mutex_lock(&h->bg_mu);
 }
 
@@ -1196,11 +1200,7 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
     pthread_mutex_unlock(&h->bg_mu);
     if (b) {
         const int oom = b->log.oom;
-        nv_resp_meta_free(&b->meta);
-        nv_api_tools_free(b->tools);
-        nv_buf_free(&b->log);
-        free(b->starts);
-        free(b);
+        bg_free(b);
         if (full)
             return fail(h, c, cc, 429, "rate_limit_exceeded", "rate_limit_exceeded",
                         "The server runs 256 background responses already: retry when one has ended");

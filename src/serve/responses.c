@@ -707,14 +707,17 @@ char *nv_resp_response(const nv_resp_meta *m, const nv_resp_answer *a, int *kept
     return nv_api_print_free(r);
 }
 
+/* The response object's error: {"code", "message"} of e (its type when it has no code). */
+static void set_error(cJSON *r, const nv_api_error *e) {
+    cJSON *err = cJSON_CreateObject();
+    cJSON_AddStringToObject(err, "code", e->code ? e->code : e->type ? e->type : "server_error");
+    cJSON_AddStringToObject(err, "message", e->message);
+    cJSON_ReplaceItemInObjectCaseSensitive(r, "error", err);
+}
+
 char *nv_resp_unfinished(const nv_resp_meta *m, const char *status, const nv_api_error *e, int *kept) {
     cJSON *r = response_object(m, status, NULL, NULL);
-    if (e && e->status) {
-        cJSON *err = cJSON_CreateObject();
-        cJSON_AddStringToObject(err, "code", e->code ? e->code : e->type ? e->type : "server_error");
-        cJSON_AddStringToObject(err, "message", e->message);
-        cJSON_ReplaceItemInObjectCaseSensitive(r, "error", err);
-    }
+    if (e && e->status) set_error(r, e);
     keep(m, r, kept);
     return nv_api_print_free(r);
 }
@@ -863,12 +866,7 @@ void nv_resp_stream_fail(nv_resp_stream *s, const char *status, const nv_api_err
     close_item(s, "incomplete", out); /* what was said so far stays in the output */
     cJSON *r = response_object(s->m, status, s->items, NULL);
     s->items = NULL;
-    if (e) {
-        cJSON *error = cJSON_CreateObject();
-        cJSON_AddStringToObject(error, "code", e->code ? e->code : "server_error");
-        cJSON_AddStringToObject(error, "message", e->message);
-        cJSON_ReplaceItemInObjectCaseSensitive(r, "error", error);
-    }
+    if (e) set_error(r, e);
     if (kept) *kept = 0;
     if (s->m->background) keep(s->m, r, kept); /* (a request's own stream keeps only what finished) */
     cJSON *f = cJSON_CreateObject();
