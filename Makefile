@@ -120,13 +120,13 @@ clean:
 	rm -rf build
 
 # ---- fuzzing (clang + libFuzzer; never part of `make test`) ---------------------------------------
-#   make fuzz        build/fuzz/fuzz_{model,tokenizer,hf,ckpt,api,chat,gbnf,choice,batch}: libFuzzer + ASan + UBSan (docs/fuzzing.md)
+#   make fuzz        build/fuzz/fuzz_{model,tokenizer,hf,ckpt,api,chat,gbnf,choice,batch,jinja}: libFuzzer + ASan + UBSan (docs/fuzzing.md)
 #   make fuzz-run    runs each for FUZZ_SECONDS (default 60) on a fresh copy of fuzz/corpus/NAME
 #   make fuzz-seeds  regenerates fuzz/corpus from fuzz/gen_seeds.c
 # clang ignores `#pragma GCC target`, so the files whose kernels gcc compiles under that pragma get
 # the same features on their command line (their code only runs after the engine probe says so).
 FUZZ_CC      ?= clang
-FUZZ_NAMES   := model tokenizer hf ckpt api chat gbnf choice batch
+FUZZ_NAMES   := model tokenizer hf ckpt api chat gbnf choice batch jinja
 FUZZ_SECONDS ?= 60
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined
 FUZZ_FLAGS   := $(FUZZ_SAN) -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \

@@ -1,7 +1,7 @@
 /* Writes the fuzzers' seed corpus (make fuzz-seeds): tiny valid inputs of every format, a few
  * kilobytes each, so that mutation starts from the structure the parsers expect.
  *
- *   gen_seeds DIR   writes DIR/{model,tokenizer,hf,ckpt,api,chat,gbnf,choice}/... (GGUF seeds through tests/gguf_write.h) */
+ *   gen_seeds DIR   writes DIR/{model,tokenizer,hf,ckpt,api,chat,gbnf,choice,jinja}/... (GGUF seeds through tests/gguf_write.h) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 
 #include "base/file.h"
 #include "model/imatrix.h"
+#include "serve/chat.h"
 #include "model/model.h"
 #include "base/buf.h"
 #include "train/ckpt.h"
@@ -718,6 +719,25 @@ static void gbnf(void) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("gbnf", files[i][0], files[i][1], 1 + strlen(files[i][1] + 1));
 }
 
+/* chat templates: nerve's own Jinja forms (what a GGUF file or a folder carries), and the language's corners */
+static void jinja(void) {
+    char name[64];
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_SMOLLM3; t++) {
+        snprintf(name, sizeof name, "%s.jinja", nv_chat_template_name((nv_chat_template)t));
+        const char *text = nv_chat_template_jinja((nv_chat_template)t);
+        put("jinja", name, text, strlen(text));
+    }
+    static const char *const files[][2] = {
+        {"macro.jinja", "{% macro m(a, b='x') %}{{ a ~ b }}{% endmacro %}{% for k, v in {'p': 1}.items() %}{{ m(k, b=v) }}{% endfor %}"},
+        {"loop.jinja", "{%- for m in messages if m.role != 'system' -%}\n  {{ loop.index }}{{ m.content[1:] | trim | upper }}"
+                       "{% if loop.last %}{% break %}{% endif %}\n{%- else %}none{% endfor %}{# c #}{% raw %}{{ x }}{% endraw %}"},
+        {"filters.jinja", "{{ tools | tojson(indent=2) }}{{ messages | map(attribute='role') | unique | sort | join(',') }}"
+                          "{{ messages[2].tool_calls | selectattr('id', 'defined') | list | length }}{{ (n ** 3) // 2 % 5 }}"
+                          "{{ ns }}{% set ns = namespace(x=[1, 2][::-1]) %}{{ ns.x | string }}{{ raise_exception('no') if n > 9 }}"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) put("jinja", files[i][0], files[i][1], strlen(files[i][1]));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: gen_seeds DIR\n");
@@ -735,5 +755,6 @@ int main(int argc, char **argv) {
     chat();
     choice();
     gbnf();
+    jinja();
     return 0;
 }

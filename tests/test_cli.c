@@ -311,13 +311,24 @@ static void test_chat(void) {
     free(first);
     snprintf(args, sizeof args, "chat -m %s -z %s --ctx 16 -p 'a b c d e f g h i j k l m n o p q r s t u v w x y z'", m, z);
     T_CHECK(t_nerve(args) == 1 && strstr(t_err, "more than the context"), "-p too long: %s", t_err);
-    /* --chat-template-file: a Jinja text recognised by its markers, as serve's; another one refused in one line */
+    /* --chat-template-file: a Jinja text recognised by its markers, as serve's; another one run as Jinja (the same
+       prompt, so the same answer, as the plain template's text with the BOS it writes); one that does not parse
+       refused in one line naming its line */
     const char *jt = t_write("chatml.jinja", "{% for m in messages %}{{ '<|im_start|>' + m.role }}{% endfor %}", 64);
-    const char *ju = t_write("other.jinja", "{{ messages[0].content }}", 25);
+    const char *ju = t_write("other.jinja", "{{ bos_token }}{{ messages[0].content }}", 40);
+    const char *jbad = t_write("bad.jinja", "{{ bos_token }}\n{% if %}", 24);
     snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 4 --chat-template-file %s -p Hi", m, z, jt);
     T_CHECK(t_nerve(args) == 0, "--chat-template-file: %s", t_err);
-    snprintf(args, sizeof args, "chat -m %s -z %s --chat-template-file %s -p Hi", m, z, ju);
-    T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1 && strstr(t_err, "not a template nerve renders"), "%s", t_err);
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 8 --chat-template plain -p 'Once upon a time'", m, z);
+    T_CHECK(t_nerve(args) == 0, "plain: %s", t_err);
+    char *plain = strdup(t_out);
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 8 --chat-template-file %s -p 'Once upon a time'", m, z, ju);
+    T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, plain) && strstr(t_err, "run as Jinja"), "run: '%s' against '%s': %s", t_out, plain, t_err);
+    snprintf(args, sizeof args, "chat -m %s -z %s -t 0 -n 8 --chat-template plain --jinja -p 'Once upon a time'", m, z);
+    T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, plain), "--jinja: '%s' against '%s': %s", t_out, plain, t_err);
+    free(plain);
+    snprintf(args, sizeof args, "chat -m %s -z %s --chat-template-file %s -p Hi", m, z, jbad);
+    T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1 && strstr(t_err, "bad.jinja") && strstr(t_err, "line 2"), "%s", t_err);
     snprintf(args, sizeof args, "serve -m %s -z %s --chat-template-file /nonexistent/t.jinja", m, z);
     T_CHECK(t_nerve(args) == 1 && count_lines(t_err) == 1 && strstr(t_err, "--chat-template-file"), "serve: %s", t_err);
     snprintf(args, sizeof args, "chat -m %s -z %s --chat-template jinja", m, z);

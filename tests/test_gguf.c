@@ -946,14 +946,16 @@ static void test_kquant_writers(void) {
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--pure"), "--pure to a Hugging Face folder: %s", t_err);
 }
 
-/* nerve serve takes the chat template a GGUF model declares (recognised by its markers) unless
- * --chat-template says otherwise. */
+/* nerve serve takes the chat template a GGUF model declares (recognised by its markers, else run as
+ * Jinja) unless --chat-template says otherwise. */
 static void test_serve_declared_template(void) {
     struct {
         const char *tmpl, *args, *want;
     } cases[] = {{"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "", "chat template chatml"},
                  {"{{ bos_token }}[INST] {{ m.content }} [/INST]", "", "chat template llama2"},
-                 {"{{ m.content }}", "", "chat template plain"},
+                 /* none nerve knows: run as Jinja; one that does not parse: plain, with a warning */
+                 {"{{ m.content }}", "", "chat template the model's own, run as Jinja"},
+                 {"{{ m.content ", "", "chat template plain"},
                  {"{{bos_token}}{{ns.system_prompt}}{{'<\xef\xbd\x9c" "User\xef\xbd\x9c>' + message['content']}}{{'<\xef\xbd\x9c"
                   "Assistant\xef\xbd\x9c>' + content}}", "", "chat template deepseek (reasoning to reasoning_content)"},
                  {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", "--reasoning-format none", "chat template deepseek, KV"},

@@ -179,6 +179,38 @@ char *cli_declared_template_text(const char *model_path) {
     return text;
 }
 
+int cli_chat_template(const char *cmd, const char *model_path, const char *name, const char *file, int jinja, nv_chat_template *tmpl,
+                      nv_jinja **prog) {
+    *prog = NULL;
+    *tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
+    if (name && file) return cli_error(cmd, 2, "--chat-template and --chat-template-file: one or the other");
+    if (name && nv_chat_template_parse(name, tmpl) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
+    if (name && !jinja) return 0;
+    char *text = NULL;
+    size_t n = 0;
+    const char *from = file ? file : name ? "--chat-template" : model_path;
+    if (name) text = strdup(nv_chat_template_jinja(*tmpl));
+    else if (file && nv_file_read_all(file, &text, &n) != NV_OK) return cli_error(cmd, 1, "--chat-template-file: %s", nv_errmsg());
+    else if (!file) text = cli_declared_template_text(model_path);
+    if (!text) {
+        if (jinja && !name) nv_warn("%s declares no chat template: --jinja has none to run (plain)", model_path);
+        return 0;
+    }
+    n = strlen(text);
+    const int known = template_of_text(from, text, n, tmpl, 0);
+    int rc = 0;
+    if (!known || jinja) {
+        if (!known) *tmpl = NV_CHAT_PLAIN; /* its stop: the vocabulary's end of text; its calls: Hermes's */
+        if (nv_jinja_parse(text, n, prog) != NV_OK) {
+            if (file || jinja) rc = cli_error(cmd, 1, "%s: %s", from, nv_errmsg());
+            else nv_warn("%s: its chat template cannot be run (%s): plain instead (see --chat-template)", model_path, nv_errmsg());
+        } else if (!known)
+            nv_info("%s: its chat template is none nerve knows by its markers: run as Jinja", from);
+    }
+    free(text);
+    return rc;
+}
+
 int cli_declared_template(const char *model_path, nv_chat_template *out) {
     char *t = cli_declared_template_text(model_path);
     const int found = t && template_of_text(model_path, t, strlen(t), out, 1);

@@ -37,7 +37,8 @@ static void usage(FILE *f) {
             "  --chat-template T   plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini or phi4\n"
             "                      (default: what the model declares, as serve: a chat run's, a GGUF file's or a folder's;\n"
             "                      else plain)\n"
-            "  --chat-template-file F  a Jinja template, recognised as one of those by its markers\n"
+            "  --chat-template-file F  a Jinja template: one of those when its markers say which, else run\n"
+            "  --jinja             run the model's own template (or the file) as Jinja even when it is one of those\n"
             "  --system TEXT       a system message first\n"
             "  --system-file F     the system message from a file (its last line break dropped)\n"
             "  -p TEXT             one message, answered, then the end (no input read): for scripts\n"
@@ -78,6 +79,7 @@ static int history_push(history *h, const char *role, const char *text, size_t l
 
 /* Drops messages [from, from + k). */
 static void history_drop(history *h, int from, int k) {
+    if (k <= 0) return;
     for (int i = from; i < from + k; i++) free((void *)h->m[i].content);
     memmove(h->m + from, h->m + from + k, (size_t)(h->n - from - k) * sizeof *h->m);
     h->n -= k;
@@ -121,7 +123,7 @@ int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *template_name = NULL, *system_text = NULL;
     const char *system_file = NULL;
     const char *one = NULL, *template_file = NULL; /* -p: a single message */
-    int max_answer = 512, ctx_arg = 0, threads = 0, top_k = 40, no_think = 0;
+    int max_answer = 512, ctx_arg = 0, threads = 0, top_k = 40, no_think = 0, run_jinja = 0;
     float temperature = 0.7f, top_p = 0.95f, min_p = 0.05f;
     uint64_t seed = 0;
     cli_loras loras = {0};
@@ -131,7 +133,7 @@ int cmd_chat(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (cli_switch(a, "--no-think", &no_think, 1)) continue;
+        if (cli_switch(a, "--no-think", &no_think, 1) || cli_switch(a, "--jinja", &run_jinja, 1)) continue;
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
@@ -157,12 +159,13 @@ int cmd_chat(int argc, char **argv) {
     if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve chat --help)");
     if (system_text && system_file) return cli_error(CMD, 2, "--system and --system-file both give the system message: one or the other");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
-    const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
+    nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template) */
+    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
+    const int trc = cli_template_flags(CMD, template_name, NULL, &tmpl);
     if (trc) return trc;
     if (seed == 0) seed = (uint64_t)time(NULL);
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
-    if (!template_name && !template_file && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_PLAIN;
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine);
     if (erc) return erc;
@@ -197,6 +200,7 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     nv_model_drop_quant_sources(&model);
+    if (cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja)) goto done;
     if (system_text && history_push(&h, "system", system_text, strlen(system_text))) goto oom;
     const char *stop = nv_chat_template_stop(tmpl);
     const int tty = !one && isatty(STDIN_FILENO);
@@ -205,8 +209,8 @@ int cmd_chat(int argc, char **argv) {
     sigaction(SIGINT, &sa, &old_sa);
     if (tty)
         fprintf(stderr, "nerve chat: %s, chat template %s, engine %s, context %d; /reset starts over, /exit ends\n", model_path,
-                nv_chat_template_name(tmpl), nv_engine_name(engine), ctx);
-    const nv_chat_opts opts = {.no_think = no_think};
+                jinja ? "jinja" : nv_chat_template_name(tmpl), nv_engine_name(engine), ctx);
+    const nv_chat_opts opts = {.no_think = no_think, .jinja = jinja};
     for (;;) {
         interrupted = 0;
         int got;
@@ -332,6 +336,7 @@ done:
     nv_state_free(&state);
     nv_sampler_free(&sampler);
     if (tok) nv_tokenizer_free(tok);
+    nv_jinja_free(jinja);
     nv_model_free(&model);
     return rc;
 }

@@ -81,7 +81,10 @@ static void usage(FILE *f) {
             "                       (llama.cpp's flags; vLLM's --ssl-keyfile, --ssl-certfile too)\n"
             "  --chat-template T    one of the names above (default: what the model declares: a GGUF file's or a folder's\n"
             "                       chat template recognised by its markers, a chat run's own; else plain)\n"
-            "  --chat-template-file F  a Jinja template (llama.cpp's flag): recognised as one of those by its markers\n"
+            "  --chat-template-file F  a Jinja template (llama.cpp's flag): one of those when its markers say which,\n"
+            "                       else run as Jinja (the model's own template too, when none of those)\n"
+            "  --jinja              run the model's own template (or the file) as Jinja even when it is one of those:\n"
+            "                       the prompt exactly as its template writes it; stops and tool calls as that one's\n"
             "  --reasoning-format F none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
             "                       goes to message.reasoning_content (delta.reasoning_content streamed); default\n"
             "                       deepseek with the deepseek chat template, else none\n"
@@ -294,7 +297,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL, *files_dir = NULL;
     uint64_t files_max = 2ull << 30;
-    int batch_parallel = 0, ft_nice = 10, ft_yield = 1;
+    int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = 0;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
@@ -311,7 +314,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             cli_switch(a, "--no-webui", &webui, 0) ||
             cli_switch(a, "--no-tune", &no_tune, 1) ||
             cli_switch(a, "--allow-lora-updates", &lora_updates, 1) ||
-            cli_switch(a, "--no-fine-tune-yield", &ft_yield, 0))
+            cli_switch(a, "--no-fine-tune-yield", &ft_yield, 0) ||
+            cli_switch(a, "--jinja", &run_jinja, 1))
             continue;
         if (!strcmp(a, "--lora-modules")) { /* NAME=ADAPTER, then more such words until the next flag */
             if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -396,10 +400,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     }
     if (cli_spec_check(CMD, &spec)) return 2;
     if (!ssl_key != !ssl_cert) return cli_error(CMD, 2, "--ssl-key-file and --ssl-cert-file go together (HTTPS needs both)");
-    nv_chat_template tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
-    const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
+    nv_chat_template tmpl = NV_CHAT_PLAIN;
+    nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template) */
+    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
+    const int trc = cli_template_flags(CMD, template_name, NULL, &tmpl);
     if (trc) return trc;
-    int tmpl_given = template_name != NULL || template_file != NULL;
     int step_delay_ms = 0;
     const char *delay = getenv("NERVE_TEST_STEP_DELAY_MS");
     if (delay && *delay) step_delay_ms = atoi(delay);
@@ -446,8 +451,6 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     }
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
-    if (!tmpl_given && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_PLAIN;
-    if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK; /* R1 models answer after a think block */
     nv_engine_id engine;
     int erc = cli_engine(CMD, engine_name, threads, CLI_ENGINE_FASTEST, &engine); /* the fastest engine that probes well */
     if (erc) return erc;
@@ -488,6 +491,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
+    if ((rc = cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja)) != 0) goto done;
+    rc = 1;
+    if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK; /* R1 models answer after a think block */
     /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
        the tool-call parser, as llama.cpp's preserved tokens */
     if (nv_chat_tool_token(tmpl)) nv_tokenizer_show(tok, nv_chat_tool_token(tmpl));
@@ -564,6 +570,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     nv_api_ctx ctx = {.model_id = model_id,
                       .tok = tok,
                       .tmpl = tmpl,
+                      .jinja = jinja,
                       .reasoning = reasoning,
                       .seq_len = c->seq_len,
                       .vocab_size = c->vocab_size,
@@ -678,12 +685,15 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                  n_files == 1 ? "" : "s", (double)file_bytes / 1048576.0);
     }
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
-    char shown[300];
+    char shown[300], tmpl_shown[64];
     snprintf(shown, sizeof shown, fmt_host, host);
+    snprintf(tmpl_shown, sizeof tmpl_shown, "%s%s%s%s", jinja ? "the model's own, run as Jinja" : nv_chat_template_name(tmpl),
+             jinja && tmpl != NV_CHAT_PLAIN ? " (stops and tool calls as " : "", jinja && tmpl != NV_CHAT_PLAIN ? nv_chat_template_name(tmpl) : "",
+             jinja && tmpl != NV_CHAT_PLAIN ? ")" : "");
     fprintf(stderr,
             "nerve %s: %s %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s%s)%s\n",
-            CMD, job ? "its requests to a server on" : "listening on", key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, nv_chat_template_name(tmpl),
+            CMD, job ? "its requests to a server on" : "listening on", key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, tmpl_shown,
             reasoning ? " (reasoning to reasoning_content)" : "",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
@@ -730,6 +740,7 @@ done:
     if (sched_ok) nv_sched_free(&sched);
     nv_adapters_free(&adapters);
     if (tok) nv_tokenizer_free(tok);
+    nv_jinja_free(jinja);
     nv_model_free(&model);
     nv_model_free(&draft);
     nv_metrics_free(&metrics);

@@ -835,6 +835,13 @@ void nv_api_messages_free(nv_api_messages *msgs) {
     memset(msgs, 0, sizeof *msgs);
 }
 
+/* A rendering's failure: the model's Jinja template refusing the messages (its raise_exception, an
+ * error or a limit) is the request's 400, anything else the server's 500. */
+static void template_error(nv_err e, nv_api_error *err) {
+    if (e == NV_EINVAL) nv_api_error_set(err, E400, NULL, "messages", "%s", nv_errmsg());
+    else nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
+}
+
 /* The rendering's options a chat request sets besides its tools: vLLM's chat_template_kwargs
  * ({"enable_thinking": false} turns Qwen3's reasoning off) and continue_final_message (the last
  * message, an assistant's answer begun, is continued). */
@@ -855,6 +862,7 @@ static int chat_opts(const cJSON *root, const nv_api_messages *msgs, nv_chat_opt
     }
     o->no_think = !thinking;
     o->continue_final = cont;
+    o->kwargs = kw;
     return 0;
 }
 
@@ -864,10 +872,11 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     if (rc) return rc;
     const nv_chat_msg *m = msgs.m;
     const int n = msgs.n;
-    nv_chat_opts opts = {.tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0};
+    nv_chat_opts opts = {.tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0, .jinja = ctx->jinja};
     rc = chat_opts(root, &msgs, &opts, err);
-    if (!rc && nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt) != NV_OK) {
-        nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
+    nv_err e = NV_OK;
+    if (!rc && (e = nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt)) != NV_OK) {
+        template_error(e, err);
         rc = err->status;
     } else if (!rc && out->req.n_prompt == 0) {
         nv_api_error_set(err, E400, NULL, "messages", "'messages' give no tokens (this vocabulary has no BOS to start from)");
@@ -1464,14 +1473,15 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
         cJSON_Delete(root);
         return rc;
     }
-    nv_chat_opts opts = {0};
+    nv_chat_opts opts = {.jinja = ctx->jinja};
     if (!(rc = chat_opts(root, &msgs, &opts, err)))
         rc = nv_api_tool_texts(nv_api_field(root, "tools"), nv_chat_tool_style(ctx->tmpl), &tools, &n_tools, err);
     opts.tools = (const char *const *)tools;
     opts.n_tools = n_tools;
     nv_buf text = {0};
-    if (!rc && nv_chat_render_text(ctx->tmpl, ctx->tok, msgs.m, msgs.n, &opts, &text) != NV_OK) {
-        nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
+    nv_err e = NV_OK;
+    if (!rc && (e = nv_chat_render_text(ctx->tmpl, ctx->tok, msgs.m, msgs.n, &opts, &text)) != NV_OK) {
+        template_error(e, err);
         rc = err->status;
     }
     nv_api_tool_texts_free(tools, n_tools);

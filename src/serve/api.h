@@ -45,6 +45,7 @@ typedef struct {
     int reasoning; /* --reasoning-format deepseek: a chat answer's <think>...</think> goes to reasoning_content */
     int dim;       /* the model's width: an embedding's length */
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
+    const nv_jinja *jinja; /* the model's template, run (nv_chat_opts.jinja); NULL: tmpl's renderer */
 } nv_api_ctx;
 
 

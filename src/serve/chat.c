@@ -612,9 +612,109 @@ static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m
     else render_plain(text, m, n, o);
 }
 
+/* transformers' variables for o->jinja (see nv_chat_opts) */
+static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, int gen_prompt) {
+    cJSON *v = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(v, "messages");
+    for (int i = 0; i < n; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddItemToArray(msgs, x);
+        cJSON_AddStringToObject(x, "role", is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool" : m[i].role);
+        cJSON_AddStringToObject(x, "content", m[i].content ? m[i].content : "");
+        if (m[i].tool_call_id) cJSON_AddStringToObject(x, "tool_call_id", m[i].tool_call_id);
+        if (!m[i].n_calls) continue;
+        cJSON *calls = cJSON_AddArrayToObject(x, "tool_calls");
+        for (int k = 0; k < m[i].n_calls; k++) {
+            const nv_chat_call *c = &m[i].calls[k];
+            cJSON *call = cJSON_CreateObject(), *f = cJSON_CreateObject(), *args = cJSON_Parse(c->arguments ? c->arguments : "");
+            cJSON_AddItemToArray(calls, call);
+            if (c->id) cJSON_AddStringToObject(call, "id", c->id);
+            cJSON_AddStringToObject(call, "type", "function");
+            cJSON_AddItemToObject(call, "function", f);
+            cJSON_AddStringToObject(f, "name", c->name ? c->name : "");
+            if (args && cJSON_IsObject(args)) cJSON_AddItemToObject(f, "arguments", args); /* an object, as templates expect */
+            else cJSON_Delete(args), cJSON_AddStringToObject(f, "arguments", c->arguments ? c->arguments : "");
+        }
+    }
+    if (o->n_tools) {
+        cJSON *tools = cJSON_AddArrayToObject(v, "tools");
+        for (int i = 0; i < o->n_tools; i++) {
+            cJSON *t = cJSON_Parse(o->tools[i]);
+            if (t) cJSON_AddItemToArray(tools, t);
+        }
+    } else
+        cJSON_AddNullToObject(v, "tools");
+    const int b = nv_tokenizer_bos(tok), e = nv_tokenizer_eos(tok);
+    cJSON_AddStringToObject(v, "bos_token", b >= 0 ? nv_tokenizer_special_text(tok, b) : "");
+    cJSON_AddStringToObject(v, "eos_token", e >= 0 ? nv_tokenizer_special_text(tok, e) : "");
+    cJSON_AddBoolToObject(v, "add_generation_prompt", gen_prompt);
+    if (o->no_think) cJSON_AddFalseToObject(v, "enable_thinking");
+    for (const cJSON *k = o->kwargs ? o->kwargs->child : NULL; k; k = k->next) {
+        if (!k->string || !strcmp(k->string, "messages")) continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(v, k->string);
+        cJSON_AddItemToObject(v, k->string, cJSON_Duplicate(k, 1));
+    }
+    return v;
+}
+
+/* The text o->jinja renders of m[0..n); continue_final cuts it after the last message's content (its
+ * last place in the text), as vLLM does. */
+static nv_err jinja_text(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, int gen_prompt, nv_buf *text) {
+    const int cont = continues(m, n, o);
+    cJSON *vars = jinja_vars(tok, m, n, o, gen_prompt && !cont);
+    const size_t at = text->len;
+    nv_err e = vars ? nv_jinja_render(o->jinja, vars, text) : nv_fail(NV_ENOMEM, "chat: out of memory");
+    cJSON_Delete(vars);
+    if (e != NV_OK) return e == NV_ENOMEM ? e : nv_fail(NV_EINVAL, "%s", nv_errmsg());
+    const char *last = m[n - 1].content;
+    if (cont && last && *last && text->data) {
+        const size_t k = strlen(last);
+        for (size_t i = text->len - at; i >= k; i--)
+            if (!memcmp(text->data + at + i - k, last, k)) {
+                text->len = at + i;
+                text->data[text->len] = 0;
+                break;
+            }
+    }
+    return NV_OK;
+}
+
+/* text's ids with the vocabulary's BOS and EOS, where a template spells them, as those tokens (a
+ * SentencePiece vocabulary's encoding reads "<s>" as text; transformers and llama.cpp read it as BOS) */
+static nv_err encode_spelled(const nv_tokenizer *tok, const char *text, nv_ids *out) {
+    const int id[2] = {nv_tokenizer_bos(tok), nv_tokenizer_eos(tok)};
+    const char *spelled[2] = {id[0] >= 0 ? nv_tokenizer_special_text(tok, id[0]) : NULL, id[1] >= 0 ? nv_tokenizer_special_text(tok, id[1]) : NULL};
+    while (*text) {
+        const char *at = NULL;
+        int which = -1;
+        for (int k = 0; k < 2; k++) {
+            const char *hit = spelled[k] && *spelled[k] ? strstr(text, spelled[k]) : NULL;
+            if (hit && (!at || hit < at)) at = hit, which = k;
+        }
+        const size_t n = at ? (size_t)(at - text) : strlen(text);
+        if (n) {
+            char *piece = strndup(text, n);
+            nv_err e = piece ? nv_tokenizer_encode_into(tok, piece, 0, 0, out) : nv_fail(NV_ENOMEM, "chat: out of memory");
+            free(piece);
+            NV_TRY(e);
+        }
+        if (!at) break;
+        NV_TRY(nv_ids_push(out, &id[which], 1));
+        text = at + strlen(spelled[which]);
+    }
+    return NV_OK;
+}
+
 /* gen_prompt 0: without the assistant's header after the last message (OLMo 2's; the other
    templates' callers always want it). */
 static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out, int gen_prompt) {
+    if (o->jinja) { /* the text as it is: BOS only where the template writes bos_token */
+        nv_buf text = {0};
+        nv_err e = jinja_text(out->tok, m, n, o, gen_prompt, &text);
+        if (e == NV_OK && text.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
+        if (e == NV_OK) e = out->ids ? encode_spelled(out->tok, text.data ? text.data : "", out->ids) : sink_put(out, text.data ? text.data : "", 0, 0);
+        nv_buf_free(&text);
+        return e;
+    }
     if (t == NV_CHAT_LLAMA2) return render_llama2(m, n, o, out);
     if (t == NV_CHAT_MISTRAL) return render_mistral(m, n, o, out);
     nv_buf text = {0};
@@ -663,7 +763,7 @@ nv_err nv_chat_render_history(nv_chat_template t, const nv_tokenizer *tok, const
         return nv_fail(NV_EINVAL, "chat: a conversation so far ends with the assistant's answer");
     nv_chat_opts closed = *o;
     closed.continue_final = 0;
-    if (t == NV_CHAT_PLAIN) {
+    if (t == NV_CHAT_PLAIN && !o->jinja) {
         nv_buf text = {0};
         render_plain(&text, m, n - 1, &closed);
         nv_buf_puts(&text, m[n - 1].content);
@@ -709,7 +809,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         return nv_fail(NV_EINVAL, "chat: a turn ends with the assistant's answer");
     /* llama2 shows an assistant message that ends the messages as an answer to continue: one right
        after another would be trained as its continuation */
-    if (t == NV_CHAT_LLAMA2 && n >= 2 && !strcmp(m[n - 2].role, "assistant"))
+    if (t == NV_CHAT_LLAMA2 && !o->jinja && n >= 2 && !strcmp(m[n - 2].role, "assistant"))
         return nv_fail(NV_EFORMAT, "chat: the llama2 template cannot hold two assistant messages in a row");
     int *prompt = NULL, np = 0;
     NV_TRY(nv_chat_render_opts(t, tok, m, n - 1, o, &prompt, &np));
@@ -717,7 +817,28 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
     nv_buf answer = {0}; /* the answer's text and what ends it (text templates) */
     nv_err e = NV_OK;
     const nv_chat_msg *a = &m[n - 1];
-    if (t == NV_CHAT_LLAMA2) { /* the last answer is continued (no EOS): then the EOS that ends it */
+    if (o->jinja) { /* the whole conversation as the template ends it; the answer: what follows the prompt's text */
+        nv_chat_opts whole = *o;
+        whole.continue_final = 0;
+        nv_buf p = {0};
+        e = jinja_text(tok, m, n - 1, o, 1, &p);
+        if (e == NV_OK) e = jinja_text(tok, m, n, &whole, 0, &answer);
+        if (e == NV_OK && (p.oom || answer.oom)) e = nv_fail(NV_ENOMEM, "chat: out of memory");
+        if (e == NV_OK && (answer.len < p.len || memcmp(answer.data, p.data, p.len)))
+            e = nv_fail(NV_EUNSUPPORTED, "chat: the chat template does not render an answer after the prompt it gives");
+        if (e == NV_OK) { /* the answer up to what stops the server's generation (the template's stop, else EOS), if it is there */
+            const char *stop = nv_chat_template_stop(t), *eos = nv_tokenizer_eos(tok) >= 0 ? nv_tokenizer_special_text(tok, nv_tokenizer_eos(tok)) : NULL;
+            const char *from = answer.data + p.len + strlen(a->content ? a->content : ""), *end = NULL;
+            if (from > answer.data + answer.len) from = answer.data + p.len;
+            if (stop && *stop) end = strstr(from, stop);
+            if (end) end += strlen(stop);
+            else if (eos && *eos && (end = strstr(from, eos))) end += strlen(eos);
+            if (end) answer.len = (size_t)(end - answer.data), answer.data[answer.len] = 0;
+            e = encode_spelled(tok, answer.data, &out);
+        }
+        if (e == NV_OK) nv_buf_consume(&answer, p.len);
+        nv_buf_free(&p);
+    } else if (t == NV_CHAT_LLAMA2) { /* the last answer is continued (no EOS): then the EOS that ends it */
         const sink to_ids = {.tok = tok, .ids = &out};
         e = render_llama2(m, n, o, &to_ids);
         if (e == NV_OK) e = nv_tokenizer_encode_into(tok, "", 0, 1, &out);
@@ -769,13 +890,14 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
            prompt; a vocabulary with a dummy-space prefix cannot encode a piece on its own */
         free(out.v);
         out = (nv_ids){0};
-        if (t == NV_CHAT_LLAMA2 || !nv_tokenizer_byte_level(tok)) {
+        if ((t == NV_CHAT_LLAMA2 && !o->jinja) || !nv_tokenizer_byte_level(tok)) {
             e = nv_fail(NV_EUNSUPPORTED, "chat: the answer's first token merges with the prompt's last");
         } else {
             out.v = prompt, out.n = out.cap = np;
             prompt = NULL;
-            e = nv_tokenizer_encode_into(tok, answer.data ? answer.data : "", 0, t == NV_CHAT_PLAIN || t == NV_CHAT_MISTRAL || t == NV_CHAT_OLMO2,
-                                         &out);
+            e = o->jinja ? encode_spelled(tok, answer.data ? answer.data : "", &out)
+                         : nv_tokenizer_encode_into(tok, answer.data ? answer.data : "", 0,
+                                                    t == NV_CHAT_PLAIN || t == NV_CHAT_MISTRAL || t == NV_CHAT_OLMO2, &out);
             k = np;
         }
     }

@@ -64,6 +64,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "model/tokenizer.h"
+#include "serve/jinja.h"
 
 typedef enum { NV_CHAT_PLAIN = 0, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3, NV_CHAT_GEMMA,
                NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2, NV_CHAT_SMOLLM3 } nv_chat_template;
@@ -94,6 +95,16 @@ typedef struct {
      * llama3 render it without what ends a turn and without a new assistant header (llama2 and
      * plain always continue it). vLLM's continue_final_message; the Anthropic API's prefill. */
     int continue_final;
+    /* The model's own Jinja template, run (src/serve/jinja.c) in place of the named template's
+     * renderer, which then gives only what the answer stops at and its tool calls' format. The
+     * variables are transformers': messages (OpenAI's shape; an assistant's calls with their
+     * arguments as objects), tools (their JSON, or none), bos_token and eos_token (their text),
+     * add_generation_prompt, enable_thinking (false with no_think) and kwargs' members (a request's
+     * chat_template_kwargs). Its text is encoded as it is, BOS where the template writes it
+     * (transformers' add_special_tokens false); continue_final cuts it after the last message's
+     * content. A template's error (raise_exception among them) is NV_EINVAL with its message. */
+    const nv_jinja *jinja;
+    const struct cJSON *kwargs;
 } nv_chat_opts;
 
 /* The tool calls' wire format of a template. */

@@ -388,7 +388,7 @@ char *nv_lcpp_props(const nv_api_ctx *ctx, int slots) {
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) cJSON_AddNumberToObject(params, defaults[i].key, defaults[i].v);
     cJSON_AddNumberToObject(root, "total_slots", slots);
     cJSON_AddStringToObject(root, "model_alias", ctx->model_id);
-    cJSON_AddStringToObject(root, "chat_template", nv_chat_template_name(ctx->tmpl));
+    cJSON_AddStringToObject(root, "chat_template", ctx->jinja ? "jinja" : nv_chat_template_name(ctx->tmpl));
     cJSON *mod = cJSON_AddObjectToObject(root, "modalities");
     cJSON_AddFalseToObject(mod, "vision");
     cJSON_AddFalseToObject(mod, "audio");

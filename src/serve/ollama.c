@@ -412,7 +412,7 @@ static int add_context(cJSON *o, const nv_olla_meta *m, const char *answer) {
     if (m->system) msgs[n++] = (nv_chat_msg){.role = "system", .content = m->system};
     msgs[n++] = (nv_chat_msg){.role = "user", .content = m->prompt};
     msgs[n++] = (nv_chat_msg){.role = "assistant", .content = answer ? answer : ""};
-    const nv_chat_opts opts = {.no_think = m->no_think};
+    const nv_chat_opts opts = {.no_think = m->no_think, .jinja = m->ctx->jinja};
     int *ids = NULL, k = 0;
     if (nv_chat_render_history(m->ctx->tmpl, m->ctx->tok, msgs, n, &opts, &ids, &k) != NV_OK) {
         nv_warn("serve: /api/generate: no context for the answer: %s", nv_errmsg());

@@ -83,7 +83,7 @@ static int py_printable(uint32_t cp) {
 /* A str: single quotes unless it holds one and no double quote; backslash escapes for that quote,
    the backslash and \n \r \t, and \xhh \uhhhh \Uhhhhhhhh for what is not printable (a byte that is
    not UTF-8, which the API refuses before, as \xhh). */
-static void py_repr_str(nv_buf *b, const char *s) {
+void nv_py_repr_str(nv_buf *b, const char *s) {
     const char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
     nv_buf_append(b, &q, 1);
     for (size_t i = 0, n = strlen(s), k; i < n; i += k) {
@@ -106,7 +106,7 @@ static void py_repr_str(nv_buf *b, const char *s) {
 
 /* A float as Python's repr: the shortest digits that read back as v, positional for decimal
    exponents -4 to 15 (with ".0" when whole), else d.ddde+XX. */
-static void py_repr_float(nv_buf *b, double v) {
+void nv_py_repr_float(nv_buf *b, double v) {
     if (isinf(v) || isnan(v)) { /* json.loads reads a literal out of range as inf */
         nv_buf_puts(b, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
         return;
@@ -148,20 +148,20 @@ static void py_repr(nv_buf *b, const cJSON *v) {
         for (const cJSON *c = v->child; c; c = c->next) {
             if (c != v->child) nv_buf_puts(b, ", ");
             if (obj) {
-                py_repr_str(b, c->string);
+                nv_py_repr_str(b, c->string);
                 nv_buf_puts(b, ": ");
             }
             py_repr(b, c);
         }
         nv_buf_puts(b, obj ? "}" : "]");
     } else if (cJSON_IsString(v)) {
-        py_repr_str(b, v->valuestring);
+        nv_py_repr_str(b, v->valuestring);
     } else if (cJSON_IsNumber(v)) {
         /* whole values within 2^53 as ints: cJSON keeps no literal, and json.loads makes ints of the
            literals without a point or an exponent that such values mostly come from */
         const double d = v->valuedouble;
         if (d == floor(d) && fabs(d) < 0x1p53) nv_buf_printf(b, "%.0f", d == 0 ? 0.0 : d);
-        else py_repr_float(b, d);
+        else nv_py_repr_float(b, d);
     } else {
         nv_buf_puts(b, cJSON_IsTrue(v) ? "True" : cJSON_IsFalse(v) ? "False" : "None");
     }

@@ -36,6 +36,9 @@ void nv_py_json(nv_buf *b, const cJSON *v, int indent);
  * False, None; whole numbers as ints), which a Jinja template run by Python writes for `v | string`
  * (SmolLM3's xml_tools). */
 void nv_py_repr(nv_buf *b, const cJSON *v);
+/* Python's repr of a str (s, NUL-terminated UTF-8) and of a float. */
+void nv_py_repr_str(nv_buf *b, const char *s);
+void nv_py_repr_float(nv_buf *b, double v);
 /* The JSON escape of byte c into out ('"', '\\', control characters; \n style where there is one,
  * else \u00XX), its length; 0 when c is written as itself. */
 size_t nv_json_escape(unsigned c, char out[8]);

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The Jinja cases nerve's template engine (src/serve/jinja.c) is tested on, and what jinja2 gives them.
+
+Each case is a template rendered with the variables below in transformers' environment (sandboxed,
+trim_blocks, lstrip_blocks, loop controls, its tojson, raise_exception): its text, or, for the
+error cases, that it fails (the message nerve must give holds the string beside it).
+tests/test_jinja.c renders tests/jinja_cases.json with nerve's engine; this script checks that
+file against jinja2 itself (needs python3-jinja2), or with --write makes it.
+
+usage: jinja_check.py CASES.json [--write]"""
+import json
+import sys
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+def env():
+    e = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def raise_exception(message):
+        raise ValueError(message)
+
+    e.filters["tojson"] = tojson
+    e.globals["raise_exception"] = raise_exception
+    return e
+
+
+MSGS = [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "Hi ünï"},
+        {"role": "assistant", "content": "Hello!", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": [True, None, 2.5]}}}]},
+        {"role": "tool", "content": "42"}, {"role": "user", "content": "  bye  "}]
+V = {"messages": MSGS, "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": True,
+     "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}],
+     "n": 7, "x": 2.5, "s": "Hello, World", "e": "", "l": [3, 1, 2], "d": {"b": 2, "a": 1}, "none": None}
+T = [
+ # whitespace rules
+ "A\n{% if true %}\n  B\n{% endif %}\nC",
+ "  {% if true %}x{% endif %}  \n{{ 'y' }}",
+ "a  {%- if true -%}  b  {%- endif -%}  c",
+ "a  {{- 'b' -}}  c\n",
+ "{% for i in range(3) %}\n    {{ i }}\n{% endfor %}\n",
+ "{%+ if true %}x{% endif %}\n  {%+ if true %}y{% endif +%}\nz",
+ "{# comment #}\nA{#- c -#}  B\n  {# c2 #}\nC",
+ "{% raw %}{{ not }}{% endraw %}|{%- raw -%}  {% x %}  {%- endraw %}|",
+ "line1\r\n{% if true %}\r\nx\r\n{% endif %}\r\nend",
+ # expressions
+ "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }}",
+ "{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1] + [2, 3] }} {{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 10 / 4 }}",
+ "{{ n > 3 and n < 10 }} {{ not n }} {{ n == 7.0 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ none is none }} {{ e or 'empty' }} {{ s and 'yes' }}",
+ "{{ 'in' if 'ell' in s else 'out' }} {{ 3 in l }} {{ 'a' in d }} {{ 'z' not in d }} {{ 'x' if false }}|",
+ "{{ l }} {{ d }} {{ none }} {{ true }} {{ [1, 'a', none, 2.0, {'k': 'v'}] }} {{ (1, 2) }} {{ \"it's\" }} {{ ['it\\'s', \"q\\\"\"] }}",
+ "{{ s[0] }}{{ s[-1] }}{{ s[1:4] }}{{ s[::-1] }}{{ l[1:] }}{{ l[:-1] }}{{ l[::2] }}{{ 'ünï'[1] }}{{ 'ünïcode'[1:3] }}{{ l[10] is defined }}",
+ "{{ messages[0].content }}|{{ messages[0]['role'] }}|{{ messages[2].tool_calls[0].function.name }}|{{ messages[1].missing is defined }}|{{ d.a }}{{ d['b'] }}",
+ "{{ 'a' 'b' }} {{ \"x\\ty\\n\" }} {{ '\\u00e9\\x41\\101' }} {{ 'back\\\\slash' }} {{ 'keep\\d' }}",
+ # statements
+ "{% set a = 1 %}{% if a == 1 %}one{% elif a == 2 %}two{% else %}other{% endif %}{% if false %}x{% elif true %}el{% endif %}",
+ "{% set x = 'outer' %}{% for i in l %}{% set x = 'inner' %}{{ x }}{% endfor %}{{ x }}",
+ "{% set ns = namespace(c=0, s='') %}{% for i in l %}{% set ns.c = ns.c + i %}{% set ns.s = ns.s ~ i %}{% endfor %}{{ ns.c }} {{ ns.s }}",
+ "{% for i in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}",
+ "{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}|{% for k in d %}{{ k }}{% endfor %}|{% for c in 'aé' %}[{{ c }}]{% endfor %}",
+ "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i > 4 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+ "{% for m in messages if m.role == 'user' %}{{ loop.index }}/{{ loop.length }}:{{ m.content }};{% endfor %}",
+ "{% for i in [] %}x{% else %}empty{% endfor %}{% for i in none or [] %}{% endfor %}",
+ "{% set b %}block {{ n }}{% endset %}[{{ b }}]{% set t = (1, 2) %}{{ t[1] }}",
+ "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} {{ greet(punct='.', name='C') }}",
+ "{% macro rec(k) %}{% if k > 0 %}{{ k }}{{ rec(k - 1) }}{% endif %}{% endmacro %}{{ rec(5) }}",
+ "{% macro m() %}{{ n }}{% endmacro %}{% set n = 8 %}{{ m() }}",
+ # filters
+ "{{ '  pad ' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ s | upper }}|{{ s | lower }}|{{ 'hello world' | title }}|{{ 'hELLO' | capitalize }}",
+ "{{ l | length }} {{ s | length }} {{ 'ünï' | length }} {{ d | count }} {{ undefined_thing | length }} {{ l | first }} {{ l | last }} {{ l | sort }} {{ l | sort(reverse=true) }}",
+ "{{ l | join(', ') }}|{{ l | join }}|{{ messages | map(attribute='role') | join(',') }}|{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+ "{{ messages | rejectattr('role', 'in', ['system', 'tool']) | map(attribute='role') | list }}|{{ l | select('odd') | list }}|{{ l | reject('even') | list }}",
+ "{{ messages | selectattr('tool_calls', 'defined') | list | length }}|{{ messages | selectattr('tool_calls') | list | length }}",
+ "{{ missing | default('dflt') }} {{ e | default('dflt') }} {{ e | default('dflt', true) }} {{ none | d('x') }}",
+ "{{ d | tojson }} {{ l | tojson }} {{ tools | tojson }} {{ 'q\"\\\\\\n\\t\\u0001é' | tojson }} {{ none | tojson }} {{ 2.5 | tojson }}",
+ "{{ tools | tojson(indent=2) }}\n{{ d | tojson(indent=4) }}\n{{ [] | tojson(indent=2) }}{{ {} | tojson(indent=2) }}{{ d | tojson(sort_keys=true) }}{{ d | tojson(separators=(',', ':')) }}",
+ "{{ d | items | list }} {{ d | dictsort }} {{ l | reverse | list }} {{ 'abc' | reverse }} {{ [3, 1, 3, 2] | unique | list }} {{ l | min }} {{ l | max }} {{ l | sum }}",
+ "{{ 'a-b-c' | replace('-', '+') }} {{ 'aaa' | replace('a', 'b', 2) }} {{ 3.7 | int }} {{ '42' | int }} {{ 'x' | int }} {{ '2.5' | float }} {{ -3 | abs }} {{ 2.567 | round(2) }} {{ 2.5 | round }}",
+ "{{ 'a\nb\n\nc' | indent(2) }}|{{ 'a\nb' | indent(2, true) }}|{{ 'a b  c' | wordcount }}|{{ n | string }}{{ l | string }}|{{ '<&>' | e }}|{{ 'x' | safe }}",
+ "{{ ['B', 'a', 'C'] | sort }} {{ ['B', 'a', 'C'] | sort(case_sensitive=true) }} {{ messages | sort(attribute='role') | map(attribute='role') | join(',') }}",
+ # tests
+ "{{ n is odd }} {{ n is even }} {{ n is divisibleby 7 }} {{ n is number }} {{ x is float }} {{ n is integer }} {{ true is boolean }} {{ s is string }} {{ d is mapping }} {{ l is iterable }} {{ l is sequence }}",
+ "{{ none is none }} {{ missing is undefined }} {{ n is defined }} {{ false is false }} {{ true is true }} {{ 1 is true }} {{ n is eq 7 }} {{ n is ne 7 }} {{ n is gt 3 }} {{ n is lt 3 }} {{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 2 is in l }} {{ n is not none }}",
+ # string methods
+ "{{ s.strip() }}|{{ '  x  '.lstrip() }}|{{ '  x  '.rstrip() }}|{{ 'xyx'.strip('x') }}|{{ s.split(', ') }}|{{ ' a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}|{{ s.startswith('Hell') }}|{{ s.endswith(('x', 'ld')) }}",
+ "{{ s.upper() }}|{{ s.lower() }}|{{ s.replace('l', 'L') }}|{{ s.find('o') }}|{{ s.count('l') }}|{{ '-'.join(['a', 'b']) }}|{{ 'a\\nb'.splitlines() }}|{{ '12'.isdigit() }}|{{ s.title() }}|{{ 'ünï-x'.find('x') }}",
+ "{{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 5) }} {{ d.keys() | list }} {{ d.values() | list }} {{ d.items() | list }}",
+ "{% set parts = messages[0].content.split(' ') %}{{ parts[-1] }} {{ messages[4].content | trim }}",
+ # HF-style chat template shapes
+ "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] | trim + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] | trim + eos_token }}{% endif %}{% endfor %}",
+ "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n        {{- 'alt' }}\n    {%- endif %}\n    {{- '<|' + message['role'] + '|>\\n' + message['content'] | trim + '\\n' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|assistant|>\\n' }}\n{%- endif %}\n",
+ "{%- for message in messages %}\n  {%- if message.tool_calls %}\n    {%- for tool_call in message.tool_calls %}\n      {%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}\n<tool_call>\n{\"name\": \"{{ tool_call.name }}\", \"arguments\": {{ tool_call.arguments | tojson }}}\n</tool_call>\n    {%- endfor %}\n  {%- endif %}\n{%- endfor %}",
+ "{%- set today = 'x' -%}\n{%- if tools is not none -%}\n{%- for t in tools %}\n{{- t | tojson(indent=4) }}\n{{- \"\\n\\n\" }}\n{%- endfor %}\n{%- endif %}",
+]
+ERR = [
+ ("{{ raise_exception('Conversation roles must alternate') }}", "Conversation roles must alternate"),
+ ("{% if %}", None), ("{% for x in %}{% endfor %}", None), ("{% if true %}unclosed", "endif"), ("{{ 'unterminated }}", None),
+ ("{% foo %}", "unknown tag"), ("{{ missing.attr }}", "undefined"), ("{{ 1 + 'a' }}", "unsupported"), ("{{ 1 / 0 }}", "division"),
+ ("{{ x | nosuchfilter }}", "nosuchfilter"), ("{{ x is nosuchtest }}", "nosuchtest"), ("{{ l.append(1) }}", "immutable"),
+ ("{% set d.a = 1 %}", "namespace"), ("{{ undefined_fn() }}", "undefined"),
+ ("{% endfor %}", None), ("{{ }}", None),
+ ("{% for a, b in [1] %}{% endfor %}", "unpack"), ("{{ none | tojson }}{{ missing | tojson }}", "JSON"),
+]
+
+# what nerve refuses that jinja2 would run (for long, or at length): its limits on work, nesting and size
+LIMITS = [
+ ("{% for i in range(100000000) %}{% endfor %}", "range"), ("{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}", "deep"),
+ ("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "steps"),
+ ("{{ 'x' * 100000000 }}", "16 MB"), ("{{ 9223372036854775807 + 1 }}", "overflow"),
+ ("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "16 MB"),
+ ("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}", "nested"),
+ ("{{ " + "(" * 300 + "1" + ")" * 300 + " }}", "nested"),
+]
+
+
+def cases():
+    e = env()
+    out = []
+    for t in T:
+        out.append({"template": t, "expected": e.from_string(t).render(**V)})
+    for t, message in ERR:
+        try:
+            e.from_string(t).render(**V)
+            raise SystemExit(f"jinja_check: jinja2 renders an error case: {t!r}")
+        except SystemExit:
+            raise
+        except Exception:  # the error jinja2 gives is its own; nerve's message is checked by the test
+            pass
+        out.append({"template": t, "error": message or ""})
+    out += [{"template": t, "error": message, "limit": True} for t, message in LIMITS]
+    return {"variables": V, "cases": out}
+
+
+def main():
+    path = sys.argv[1]
+    made = cases()
+    if "--write" in sys.argv[2:]:
+        json.dump(made, open(path, "w"), ensure_ascii=False, indent=1)
+        print(f"jinja_check: wrote {len(made['cases'])} cases")
+        return
+    kept = json.load(open(path))
+    same = sum(1 for a, b in zip(made["cases"], kept["cases"]) if a == b)
+    ok = same == len(made["cases"]) == len(kept["cases"]) and made["variables"] == kept["variables"]
+    print(f"jinja_check: {same}/{len(kept['cases'])} cases as jinja2 gives them")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

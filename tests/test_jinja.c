@@ -1,0 +1,321 @@
+/* The Jinja engine (src/serve/jinja.c) that runs models' own chat templates: the language against
+ * jinja2's answers (tests/jinja_cases.json, checked against jinja2 itself by scripts/jinja_check.py),
+ * nerve's own templates' Jinja forms against their C renderers (text and ids), a training turn,
+ * the variables a request passes, and untrusted templates' errors and limits. */
+#include <cjson/cJSON.h>
+
+#include "serve/chat.h"
+#include "serve/jinja.h"
+#include "serve/api.h"
+#include "t.h"
+#include "serve_util.h"
+
+/* renders text with vars (JSON text, NULL: none): NV_OK and *out, or the error */
+static nv_err render(const char *text, const char *vars, char **out) {
+    *out = NULL;
+    nv_jinja *j;
+    nv_err e = nv_jinja_parse(text, strlen(text), &j);
+    if (e != NV_OK) return e;
+    cJSON *v = vars ? cJSON_Parse(vars) : NULL;
+    nv_buf b = {0};
+    e = nv_jinja_render(j, v, &b);
+    cJSON_Delete(v);
+    nv_jinja_free(j);
+    if (e == NV_OK) *out = b.data ? nv_buf_take(&b) : strdup("");
+    nv_buf_free(&b);
+    return e;
+}
+
+/* Every case renders what jinja2 gave it, or fails with the message it names. */
+static void test_jinja_cases(void) {
+    char *text = NULL;
+    size_t n = 0;
+    if (nv_file_read_all("tests/jinja_cases.json", &text, &n) != NV_OK) {
+        T_CHECK(0, "tests/jinja_cases.json: %s", nv_errmsg());
+        return;
+    }
+    cJSON *all = cJSON_Parse(text), *vars = cJSON_GetObjectItem(all, "variables"), *c;
+    int cases = 0, limits = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(all, "cases")) {
+        const char *t = cJSON_GetObjectItem(c, "template")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "expected"), *err = cJSON_GetObjectItem(c, "error");
+        nv_jinja *j;
+        nv_buf b = {0};
+        nv_err e = nv_jinja_parse(t, strlen(t), &j);
+        if (e == NV_OK) e = nv_jinja_render(j, vars, &b), nv_jinja_free(j);
+        if (want)
+            T_CHECK(e == NV_OK && !strcmp(b.data ? b.data : "", want->valuestring), "%s\n  gave: %s\n  want: %s", t,
+                    e == NV_OK ? (b.data ? b.data : "") : nv_errmsg(), want->valuestring);
+        else
+            T_CHECK(e != NV_OK && strstr(nv_errmsg(), err->valuestring) && strstr(nv_errmsg(), "chat template: line "),
+                    "%s: %s (want an error with '%s')", t, e == NV_OK ? "rendered" : nv_errmsg(), err->valuestring);
+        limits += cJSON_IsTrue(cJSON_GetObjectItem(c, "limit"));
+        cases++;
+        nv_buf_free(&b);
+    }
+    T_CHECK(cases >= 70 && limits >= 5, "%d cases, %d of limits", cases, limits);
+    cJSON_Delete(all);
+    free(text);
+}
+
+/* The cases' expectations are jinja2's (python3-jinja2, as transformers runs templates). */
+static void test_jinja_cases_are_jinja2s(void) {
+    if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0) return t_skip("no python3-jinja2 (scripts/deps.sh)");
+    FILE *p = popen("/usr/bin/python3 scripts/jinja_check.py tests/jinja_cases.json 2>&1", "r");
+    char out[4096] = "";
+    const size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    const int rc = p ? pclose(p) : -1;
+    T_CHECK(rc == 0 && strstr(out, "cases as jinja2 gives them"), "jinja_check.py (exit %d): %s", rc, out);
+}
+
+/* The language's corners the cases cannot show: the line an error names, a template's own
+ * whitespace, the generation marker, variables that are absent, and what a program keeps. */
+static void test_jinja_corners(void) {
+    char *out;
+    T_CHECK(render("a\nb\n{{ x.y }}", NULL, &out) == NV_EFORMAT && strstr(nv_errmsg(), "line 3: 'y' of an undefined value"), "%s", nv_errmsg());
+    T_CHECK(render("{% for %}", NULL, &out) == NV_EFORMAT && strstr(nv_errmsg(), "line 1:"), "%s", nv_errmsg());
+    T_CHECK(render("{% generation %}g{{ 1 }}{% endgeneration %}|", NULL, &out) == NV_OK && !strcmp(out, "g1|"), "%s", out ? out : nv_errmsg());
+    free(out);
+    T_CHECK(render("{{ messages }}[{{ nothing }}]{{ nothing is defined }}", NULL, &out) == NV_OK && !strcmp(out, "[]False"), "%s",
+            out ? out : nv_errmsg());
+    free(out);
+    T_CHECK(render("x\n", NULL, &out) == NV_OK && !strcmp(out, "x"), "one last line break dropped: '%s'", out ? out : "");
+    free(out);
+    T_CHECK(render("", NULL, &out) == NV_OK && !strcmp(out, ""), "empty");
+    free(out);
+    /* a program renders again and again the same, its variables its own each time */
+    nv_jinja *j;
+    const char *t = "{% set ns = namespace(k=0) %}{% for m in messages %}{% set ns.k = ns.k + 1 %}{% endfor %}{{ ns.k }}";
+    T_CHECK(nv_jinja_parse(t, strlen(t), &j) == NV_OK, "%s", nv_errmsg());
+    for (int i = 0; i < 3; i++) {
+        cJSON *v = cJSON_Parse("{\"messages\": [1, 2, 3]}");
+        nv_buf b = {0};
+        T_CHECK(nv_jinja_render(j, v, &b) == NV_OK && b.data && !strcmp(b.data, "3"), "render %d: %s", i, b.data ? b.data : nv_errmsg());
+        nv_buf_free(&b);
+        cJSON_Delete(v);
+    }
+    nv_jinja_free(j);
+    /* bytes that are not text, and NULs, in a template: rendered as they are or refused, never read past */
+    static const char odd[] = "\xff\xfe{{ '\xc3' }}\x01";
+    T_CHECK(render(odd, NULL, &out) == NV_OK && !strcmp(out, "\xff\xfe\xc3\x01"), "odd bytes");
+    free(out);
+    T_CHECK(render("{{ 'abc", NULL, &out) == NV_EFORMAT && strstr(nv_errmsg(), "not closed"), "%s", nv_errmsg());
+    T_CHECK(render("{{ 1 }", NULL, &out) == NV_EFORMAT, "an unclosed tag");
+    T_CHECK(render("{# c", NULL, &out) == NV_EFORMAT, "an unclosed comment");
+    T_CHECK(render("{% raw %}x", NULL, &out) == NV_EFORMAT, "an unclosed raw");
+}
+
+static const char *const TOOLS[] = {
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather, «now»\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"n\": {\"type\": \"number\", \"minimum\": 0.5}}, "
+    "\"required\": [\"city\"]}}}",
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}}",
+};
+
+/* nerve's own templates, run as Jinja (their exported forms), give the ids their C renderers give:
+ * text, BOS and special tokens alike, with and without tools, calls and their results. */
+static void test_jinja_nerve_templates(void) {
+    const char *z = t_data("models/tok512.bin");
+    if (!z) return;
+    nv_tokenizer *tok;
+    if (nv_tokenizer_load(z, 512, &tok) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    const nv_chat_call calls[] = {{"get_weather", "{\"city\": \"Paris\", \"n\": 2.5}", "c1"}, {"get_time", "{}", "c2"}};
+    const nv_chat_msg c0[] = {{"user", "Hello", NULL, 0, NULL}};
+    const nv_chat_msg c1[] = {{"system", "Be brief.", NULL, 0, NULL}, {"user", "Hi there", NULL, 0, NULL}};
+    const nv_chat_msg c2[] = {{"user", "A", NULL, 0, NULL}, {"assistant", "B", NULL, 0, NULL}, {"user", "C", NULL, 0, NULL}};
+    const nv_chat_msg c3[] = {{"developer", "  Spaces  \n", NULL, 0, NULL}, {"user", "\tTabbed\n", NULL, 0, NULL}};
+    const nv_chat_msg c4[] = {{"user", "Weather?", NULL, 0, NULL},
+                              {"assistant", "Checking.", calls, 2, NULL},
+                              {"tool", "sunny", NULL, 0, "c1"},
+                              {"tool", "noon", NULL, 0, "c2"},
+                              {"assistant", "Sunny at noon.", NULL, 0, NULL},
+                              {"user", "Thanks", NULL, 0, NULL}};
+    const nv_chat_msg c5[] = {{"user", "ends with an answer", NULL, 0, NULL}, {"assistant", "the answer", NULL, 0, NULL}};
+    const struct {
+        const nv_chat_msg *m;
+        int n, tools;
+    } convs[] = {{c0, 1, 0}, {c1, 2, 0}, {c2, 3, 0}, {c3, 2, 0}, {c4, 6, 1}, {c0, 1, 1}, {c1, 2, 1}, {c5, 2, 0}};
+    int compared = 0;
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_SMOLLM3; t++) {
+        /* the tools' text as the server gives a template's renderer */
+        char **tools = NULL;
+        int n_tools = 0;
+        nv_api_error err;
+        cJSON *tj = cJSON_CreateArray();
+        for (int k = 0; k < 2; k++) cJSON_AddItemToArray(tj, cJSON_Parse(TOOLS[k]));
+        T_CHECK(nv_api_tool_texts(tj, nv_chat_tool_style((nv_chat_template)t), &tools, &n_tools, &err) == 0 && n_tools == 2, "%s", err.message);
+        cJSON_Delete(tj);
+        const char *text = nv_chat_template_jinja((nv_chat_template)t);
+        nv_jinja *j;
+        if (nv_jinja_parse(text, strlen(text), &j) != NV_OK) {
+            T_CHECK(0, "%s: %s", nv_chat_template_name((nv_chat_template)t), nv_errmsg());
+            continue;
+        }
+        for (size_t k = 0; k < sizeof convs / sizeof *convs; k++) {
+            for (int think = 0; think < 2; think++) {
+                nv_chat_opts o = {.no_think = think, .tools = convs[k].tools ? (const char *const *)tools : NULL, .n_tools = convs[k].tools ? 2 : 0};
+                int *a = NULL, na = 0, *b = NULL, nb = 0;
+                nv_buf ta = {0}, tb = {0};
+                const nv_err ea = nv_chat_render_opts((nv_chat_template)t, tok, convs[k].m, convs[k].n, &o, &a, &na);
+                const nv_err eta = nv_chat_render_text((nv_chat_template)t, tok, convs[k].m, convs[k].n, &o, &ta);
+                o.jinja = j;
+                const nv_err eb = nv_chat_render_opts((nv_chat_template)t, tok, convs[k].m, convs[k].n, &o, &b, &nb);
+                const nv_err etb = nv_chat_render_text((nv_chat_template)t, tok, convs[k].m, convs[k].n, &o, &tb);
+                T_CHECK(ea == NV_OK && eb == NV_OK && eta == NV_OK && etb == NV_OK && na == nb && !memcmp(a, b, (size_t)na * sizeof *a) &&
+                            ta.data && tb.data && !strcmp(ta.data, tb.data),
+                        "%s, conversation %zu%s: ids %d and %d\n  nerve: %s\n  jinja: %s", nv_chat_template_name((nv_chat_template)t), k,
+                        think ? " (no think)" : "", na, nb, ta.data ? ta.data : nv_errmsg(), tb.data ? tb.data : nv_errmsg());
+                compared++;
+                free(a), free(b);
+                nv_buf_free(&ta), nv_buf_free(&tb);
+            }
+        }
+        /* an answer to continue (vLLM's continue_final_message): the text up to its end */
+        if (t == NV_CHAT_CHATML || t == NV_CHAT_LLAMA3 || t == NV_CHAT_PLAIN) {
+            nv_chat_opts o = {.continue_final = 1};
+            nv_buf ta = {0}, tb = {0};
+            nv_chat_render_text((nv_chat_template)t, tok, c5, 2, &o, &ta);
+            o.jinja = j;
+            T_CHECK(nv_chat_render_text((nv_chat_template)t, tok, c5, 2, &o, &tb) == NV_OK && ta.data && tb.data && !strcmp(ta.data, tb.data),
+                    "%s continued:\n  nerve: %s\n  jinja: %s", nv_chat_template_name((nv_chat_template)t), ta.data ? ta.data : "",
+                    tb.data ? tb.data : nv_errmsg());
+            nv_buf_free(&ta), nv_buf_free(&tb);
+        }
+        /* a training turn: the same ids, the answer where nerve's renderer puts it */
+        if (t == NV_CHAT_CHATML || t == NV_CHAT_LLAMA3 || t == NV_CHAT_GEMMA || t == NV_CHAT_PHI3) {
+            nv_chat_opts o = {0};
+            int *a = NULL, na = 0, pa = 0, *b = NULL, nb = 0, pb = 0;
+            const nv_err ea = nv_chat_render_turn((nv_chat_template)t, tok, c4, 5, &o, &a, &na, &pa);
+            o.jinja = j;
+            const nv_err eb = nv_chat_render_turn((nv_chat_template)t, tok, c4, 5, &o, &b, &nb, &pb);
+            T_CHECK(ea == NV_OK && eb == NV_OK && na == nb && pa == pb && !memcmp(a, b, (size_t)na * sizeof *a), "%s turn: %d/%d and %d/%d (%s)",
+                    nv_chat_template_name((nv_chat_template)t), pa, na, pb, nb, nv_errmsg());
+            free(a), free(b);
+        }
+        nv_jinja_free(j);
+        nv_api_tool_texts_free(tools, n_tools);
+    }
+    T_CHECK(compared == 13 * 16, "%d renderings compared", compared);
+    nv_tokenizer_free(tok);
+}
+
+/* What a template is given: the calls' arguments as objects (their text when not JSON), tools as
+ * objects, the BOS and EOS text, a request's chat_template_kwargs; its raise_exception and its
+ * errors are the caller's NV_EINVAL with the template's message. */
+static void test_jinja_variables(void) {
+    const char *z = t_data("models/tok512.bin");
+    if (!z) return;
+    nv_tokenizer *tok;
+    if (nv_tokenizer_load(z, 512, &tok) != NV_OK) return;
+    const char *t = "{{ bos_token }}|{{ eos_token }}|{% for m in messages %}{{ m.role }}:{{ m.content }}"
+                    "{% for c in m.tool_calls or [] %}[{{ c.id }} {{ c.type }} {{ c.function.name }} {{ c.function.arguments is mapping }} "
+                    "{{ c.function.arguments.city or c.function.arguments }}]{% endfor %}{% if m.tool_call_id %}({{ m.tool_call_id }}){% endif %};"
+                    "{% endfor %}|{{ tools | map(attribute='function.name') | join(',') if tools else 'no tools' }}|{{ flavour }}|"
+                    "{{ enable_thinking is defined }}|{{ add_generation_prompt }}";
+    nv_jinja *j;
+    T_CHECK(nv_jinja_parse(t, strlen(t), &j) == NV_OK, "%s", nv_errmsg());
+    const nv_chat_call calls[] = {{"get_weather", "{\"city\": \"Paris\"}", "c1"}, {"get_time", "not json", NULL}};
+    const nv_chat_msg m[] = {{"developer", "d", NULL, 0, NULL}, {"user", "u", NULL, 0, NULL}, {"assistant", "", calls, 2, NULL},
+                             {"function", "r", NULL, 0, "c1"}};
+    cJSON *kw = cJSON_Parse("{\"flavour\": \"mint\", \"messages\": \"not these\"}");
+    nv_chat_opts o = {.jinja = j, .tools = TOOLS, .n_tools = 2, .kwargs = kw, .no_think = 1};
+    nv_buf b = {0};
+    T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, m, 4, &o, &b) == NV_OK && b.data &&
+                !strcmp(b.data, "<s>|</s>|system:d;user:u;assistant:[c1 function get_weather True Paris][ function get_time False not json];"
+                                "tool:r(c1);|get_weather,get_time|mint|True|True"),
+            "%s", b.data ? b.data : nv_errmsg());
+    nv_buf_free(&b);
+    /* the ids: the text's, BOS where the template wrote it and nowhere else */
+    int *ids = NULL, n = 0;
+    o = (nv_chat_opts){.jinja = j};
+    T_CHECK(nv_chat_render_opts(NV_CHAT_PLAIN, tok, m + 1, 1, &o, &ids, &n) == NV_OK && n > 2 && ids[0] == nv_tokenizer_bos(tok) &&
+                ids[1] != nv_tokenizer_bos(tok),
+            "ids %d: %d %d", n, n ? ids[0] : -1, n > 1 ? ids[1] : -1);
+    free(ids);
+    nv_jinja_free(j);
+    const char *r = "{% if messages[0].role != 'user' %}{{ raise_exception('the first message must be the user\\'s') }}{% endif %}x";
+    T_CHECK(nv_jinja_parse(r, strlen(r), &j) == NV_OK, "%s", nv_errmsg());
+    o = (nv_chat_opts){.jinja = j};
+    T_CHECK(nv_chat_render_opts(NV_CHAT_PLAIN, tok, m, 2, &o, &ids, &n) == NV_EINVAL && strstr(nv_errmsg(), "the first message must be the user's"),
+            "%s", nv_errmsg());
+    T_CHECK(nv_chat_render_opts(NV_CHAT_PLAIN, tok, m + 1, 1, &o, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    free(ids);
+    nv_jinja_free(j);
+    cJSON_Delete(kw);
+    nv_tokenizer_free(tok);
+}
+
+/* 1 when the server answers path (POST body, or GET without one) with status and a body holding want */
+static int answers(int port, const char *path, const char *body, int status, const char *want) {
+    resp r;
+    memset(&r, 0, sizeof r);
+    const int ok = http(port, body ? "POST" : "GET", path, NULL, body, &r) && r.status == status && r.body && strstr(r.body, want);
+    if (!ok) fprintf(stderr, "    %s: %d %s\n", path, r.status, r.body ? r.body : "");
+    resp_free(&r);
+    return ok;
+}
+
+/* The server with a template it does not know (--chat-template-file): the prompt its Jinja renders
+ * (a request's chat_template_kwargs among its variables), a raise_exception a 400 carrying its
+ * message; --jinja runs a known one as Jinja, the same prompt as its renderer's. */
+static void test_jinja_serve(void) {
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    if (!m || !z) return;
+    static const char tmpl[] =
+        "{{- bos_token }}{%- for m in messages %}\n"
+        "  {%- if m.role == 'system' %}{{ raise_exception('System messages are not supported.') }}{% endif %}\n"
+        "  {{- '### ' + m.role | capitalize + ':\\n' + m.content | trim + '\\n' }}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}{{- '### Assistant:' + (' ' + greeting if greeting is defined else '') + '\\n' }}{% endif %}\n";
+    const char *file = t_write("mine.jinja", tmpl, strlen(tmpl));
+    char args[4400];
+    snprintf(args, sizeof args, "--chat-template-file '%s' --kv-memory 16M --no-prefix-cache", file);
+    server s;
+    if (!server_spawn(&s, "jinja_serve", NULL, NULL, m, z, args, 30)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    T_CHECK(answers(s.port, "/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \" Once upon \"}]}", 200,
+                    "\"prompt\":\"<s>### User:\\nOnce upon\\n### Assistant:\\n\""),
+            "the prompt");
+    T_CHECK(answers(s.port, "/apply-template",
+                    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"greeting\": \"Hello!\"}}", 200,
+                    "### Assistant: Hello!\\n"),
+            "kwargs");
+    const char *sys = "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 4}";
+    T_CHECK(answers(s.port, "/v1/chat/completions", sys, 400, "\"message\":\"chat template: line 2: raise_exception: System messages are not supported.\"") &&
+                answers(s.port, "/v1/chat/completions", sys, 400, "\"type\":\"invalid_request_error\",\"param\":\"messages\""),
+            "raise");
+    T_CHECK(answers(s.port, "/v1/chat/completions",
+                    "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], \"max_tokens\": 4, \"temperature\": 0}", 200,
+                    "\"completion_tokens\":4"),
+            "an answer");
+    T_CHECK(answers(s.port, "/props", NULL, 200, "\"chat_template\":\"jinja\""), "props");
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "run as Jinja") != NULL, "%s", log);
+    free(log);
+    T_CHECK(server_stop_within(&s, 30) == 0, "stop");
+    /* --jinja: chatml's own Jinja form, run */
+    if (!server_spawn(&s, "jinja_chatml", NULL, NULL, m, z, "--chat-template chatml --jinja --kv-memory 16M --no-prefix-cache", 30)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    T_CHECK(answers(s.port, "/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}", 200,
+                    "\"prompt\":\"<s><|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n\""),
+            "--jinja");
+    T_CHECK(server_stop_within(&s, 30) == 0, "stop");
+}
+
+int main(void) {
+    T_RUN(test_jinja_cases);
+    T_RUN(test_jinja_cases_are_jinja2s);
+    T_RUN(test_jinja_corners);
+    T_RUN(test_jinja_nerve_templates);
+    T_RUN(test_jinja_variables);
+    T_RUN(test_jinja_serve);
+    return t_done();
+}
