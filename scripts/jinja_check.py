@@ -57,6 +57,7 @@ T = [
  # statements
  "{% set a = 1 %}{% if a == 1 %}one{% elif a == 2 %}two{% else %}other{% endif %}{% if false %}x{% elif true %}el{% endif %}",
  "{% set x = 'outer' %}{% for i in l %}{% set x = 'inner' %}{{ x }}{% endfor %}{{ x }}",
+ "{% for i in [1, 2] %}{{ x is defined }}{% set x = i %}{% endfor %}|{% set y = 0 %}{% for i in [1, 2] %}{% set y = y + i %}{{ y }}{% endfor %}{{ y }}",
  "{% set ns = namespace(c=0, s='') %}{% for i in l %}{% set ns.c = ns.c + i %}{% set ns.s = ns.s ~ i %}{% endfor %}{{ ns.c }} {{ ns.s }}",
  "{% for i in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}",
  "{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}|{% for k in d %}{{ k }}{% endfor %}|{% for c in 'aé' %}[{{ c }}]{% endfor %}",
@@ -93,6 +94,19 @@ T = [
  "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n        {{- 'alt' }}\n    {%- endif %}\n    {{- '<|' + message['role'] + '|>\\n' + message['content'] | trim + '\\n' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|assistant|>\\n' }}\n{%- endif %}\n",
  "{%- for message in messages %}\n  {%- if message.tool_calls %}\n    {%- for tool_call in message.tool_calls %}\n      {%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}\n<tool_call>\n{\"name\": \"{{ tool_call.name }}\", \"arguments\": {{ tool_call.arguments | tojson }}}\n</tool_call>\n    {%- endfor %}\n  {%- endif %}\n{%- endfor %}",
  "{%- set today = 'x' -%}\n{%- if tools is not none -%}\n{%- for t in tools %}\n{{- t | tojson(indent=4) }}\n{{- \"\\n\\n\" }}\n{%- endfor %}\n{%- endif %}",
+ # what the first review of the engine found
+ "{{ {'a': {'b': 1}} | tojson }}|{{ {'k': [1, {'z': 2}]}['k'][1]['z'] }}|{% set d2 = {'x': {'y': 1}} %}{{ d2.x.y }}",
+ "{{ 3 > 2 > 1 }} {{ 1 < 2 < 2 }} {{ 1 == 1 != 2 }} {{ 'a' in 'abc' in 'xabcx' }} {{ 1 in nothing }} {{ 'q' not in nothing }}",
+ "{{ 0 is sameas false }} {{ none is sameas none }} {{ l is sameas l }} {{ true is sameas true }} {{ 1 is sameas 1.0 }}",
+ "{{ 'é«x' | tojson(true) }} {{ {'k': '😀'} | tojson(ensure_ascii=true) }} {{ d | tojson(false, 2) }} {{ l | tojson(indent=1) }}",
+ "{{ ' a b  '.split(none, 1) }} {{ ' a  b c '.split(maxsplit=1) }} {{ '\u00a0x\u3000' | trim }}|{{ '\u2028 y \u0085'.strip() }}|{{ 'a\u00a0b'.split() }}",
+ "{{ 'aaa'.rfind('aa') }} {{ 'aaa'.find('aa') }} {{ 'aaa'.count('aa') }} {{ 'abc'.find('') }} {{ 'abc'.rfind('') }} {{ 'abc'.count('') }} {{ 'a-é-b'.rfind('-') }}",
+ "{{ [1, 2, 3][1::9223372036854775807] }} {{ 'abc'[::-9223372036854775807] }} {{ '' * 9223372036854775807 }}|{{ [] * 9223372036854775807 }}",
+ "{{ range(100000) | reverse | max }} {{ range(100000) | reverse | sort | first }} {{ range(10, 0, -3) | list }} {{ range(0, 10, 4) | list }}",
+ "{% set s = 'a' * 8000000 %}{{ s.count('a' * 4000000 ~ 'b') }} {{ (s ~ 'b').find('ab') }}",
+ "{{ [3, 1, 2] | sort(true) }} {{ ['b', 'A', 'a', 'B'] | sort }} {{ [{'n': 2, 'k': 'x'}, {'n': 1, 'k': 'y'}, {'n': 2, 'k': 'z'}] | sort(attribute='n') | map(attribute='k') | join }}",
+ "{{ [1, 3, 3, 2] | max }} {{ ['b', 'B'] | max }} {{ ['b', 'B'] | min }} {{ {'b': 1, 'A': 2, 'a': 3} | dictsort }} {{ {'b': 1, 'a': 2} | dictsort(reverse=true) }}",
+ "{% set ns = namespace(d={}) %}{% for i in range(40) %}{% set ns.d = dict(ns.d, k=i) %}{% endfor %}{% set big = {'k0': 0, 'k1': 1, 'k2': 2, 'k3': 3, 'k4': 4, 'k5': 5, 'k6': 6, 'k7': 7, 'k8': 8, 'k9': 9, 'k10': 10, 'k11': 11, 'k12': 12, 'k13': 13, 'k14': 14, 'k15': 15, 'k16': 16, 'k17': 17, 'k10': 'again'} %}{{ big.k10 }} {{ big | length }} {{ big.k17 }} {{ 'k16' in big }} {{ big.k99 is defined }}",
 ]
 ERR = [
  ("{{ raise_exception('Conversation roles must alternate') }}", "Conversation roles must alternate"),
@@ -107,10 +121,14 @@ ERR = [
 # what nerve refuses that jinja2 would run (for long, or at length): its limits on work, nesting and size
 LIMITS = [
  ("{% for i in range(100000000) %}{% endfor %}", "range"), ("{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}", "deep"),
- ("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "steps"),
+ ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps"),
  ("{{ 'x' * 100000000 }}", "16 MB"), ("{{ 9223372036854775807 + 1 }}", "overflow"),
  ("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "16 MB"),
  ("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}", "nested"),
+ ("{{ x" + ".a" * 3000 + " }}", "nested"), ("{{ 1" + " ~ 1" * 3000 + " }}", "nested"), ("{{ 'x'" + " | trim" * 3000 + " }}", "nested"),
+ ("{% set ns = namespace(a=0, b=0) %}{% for i in range(2000) %}{% set ns.a = [ns.a] %}{% set ns.b = [ns.b, 0] %}{% endfor %}{{ ns.a < ns.b }}", "nested"),
+ ("{% set s = 'a' * 16000000 %}{% for i in range(100000) %}{% if s | length %}{% endif %}{% endfor %}", "steps"),
+ ("{{ range(100000) | unique | list | length }}", "steps"),
  ("{{ " + "(" * 300 + "1" + ")" * 300 + " }}", "nested"),
 ]
 

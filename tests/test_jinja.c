@@ -225,7 +225,7 @@ static void test_jinja_variables(void) {
     nv_chat_opts o = {.jinja = j, .tools = TOOLS, .n_tools = 2, .kwargs = kw, .no_think = 1};
     nv_buf b = {0};
     T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, m, 4, &o, &b) == NV_OK && b.data &&
-                !strcmp(b.data, "<s>|</s>|system:d;user:u;assistant:[c1 function get_weather True Paris][ function get_time False not json];"
+                !strcmp(b.data, "<s>|</s>|system:d;user:u;assistant:None[c1 function get_weather True Paris][ function get_time False not json];"
                                 "tool:r(c1);|get_weather,get_time|mint|True|True"),
             "%s", b.data ? b.data : nv_errmsg());
     nv_buf_free(&b);
@@ -243,6 +243,29 @@ static void test_jinja_variables(void) {
     T_CHECK(nv_chat_render_opts(NV_CHAT_PLAIN, tok, m, 2, &o, &ids, &n) == NV_EINVAL && strstr(nv_errmsg(), "the first message must be the user's"),
             "%s", nv_errmsg());
     T_CHECK(nv_chat_render_opts(NV_CHAT_PLAIN, tok, m + 1, 1, &o, &ids, &n) == NV_OK, "%s", nv_errmsg());
+    free(ids);
+    nv_jinja_free(j);
+    /* continue_final_message, transformers' way: after the text without its white space where the template trims
+       it; a template that does not show it refused; a training turn of empty messages through a template of
+       nothing but them */
+    const char *trim = "{% for m in messages %}<{{ m.content | trim }}>{% endfor %}", *roles = "{% for m in messages %}{{ m.role }}{% endfor %}";
+    const nv_chat_msg begun[] = {{"user", "Give JSON", NULL, 0, NULL}, {"assistant", " Sure:\n", NULL, 0, NULL}};
+    T_CHECK(nv_jinja_parse(trim, strlen(trim), &j) == NV_OK, "%s", nv_errmsg());
+    o = (nv_chat_opts){.jinja = j, .continue_final = 1};
+    T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, begun, 2, &o, &b) == NV_OK && b.data && !strcmp(b.data, "<Give JSON><Sure:"), "%s",
+            b.data ? b.data : nv_errmsg());
+    nv_buf_free(&b);
+    const nv_chat_msg empty[] = {{"user", "", NULL, 0, NULL}, {"assistant", "", NULL, 0, NULL}};
+    int np = 0;
+    T_CHECK(nv_chat_render_turn(NV_CHAT_PLAIN, tok, empty, 2, &(nv_chat_opts){.jinja = j}, &ids, &n, &np) == NV_OK && np <= n, "%s", nv_errmsg());
+    free(ids);
+    nv_jinja_free(j);
+    T_CHECK(nv_jinja_parse(roles, strlen(roles), &j) == NV_OK, "%s", nv_errmsg());
+    o.jinja = j;
+    T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, begun, 2, &o, &b) == NV_EINVAL && strstr(nv_errmsg(), "does not show the final message"),
+            "%s", nv_errmsg());
+    nv_buf_free(&b);
+    T_CHECK(nv_chat_render_turn(NV_CHAT_PLAIN, tok, empty, 2, &(nv_chat_opts){.jinja = j}, &ids, &n, &np) == NV_OK, "%s", nv_errmsg());
     free(ids);
     nv_jinja_free(j);
     cJSON_Delete(kw);

@@ -619,7 +619,8 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
         cJSON *x = cJSON_CreateObject();
         cJSON_AddItemToArray(msgs, x);
         cJSON_AddStringToObject(x, "role", is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool" : m[i].role);
-        cJSON_AddStringToObject(x, "content", m[i].content ? m[i].content : "");
+        if (!m[i].content || (!*m[i].content && m[i].n_calls)) cJSON_AddNullToObject(x, "content"); /* a call's none, as clients send it */
+        else cJSON_AddStringToObject(x, "content", m[i].content);
         if (m[i].tool_call_id) cJSON_AddStringToObject(x, "tool_call_id", m[i].tool_call_id);
         if (!m[i].n_calls) continue;
         cJSON *calls = cJSON_AddArrayToObject(x, "tool_calls");
@@ -648,16 +649,35 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
     cJSON_AddStringToObject(v, "eos_token", e >= 0 ? nv_tokenizer_special_text(tok, e) : "");
     cJSON_AddBoolToObject(v, "add_generation_prompt", gen_prompt);
     if (o->no_think) cJSON_AddFalseToObject(v, "enable_thinking");
+    static const char *const ours[] = {"tools", "bos_token", "eos_token", "add_generation_prompt", "enable_thinking"};
     for (const cJSON *k = o->kwargs ? o->kwargs->child : NULL; k; k = k->next) {
         if (!k->string || !strcmp(k->string, "messages")) continue;
-        cJSON_DeleteItemFromObjectCaseSensitive(v, k->string);
+        for (size_t i = 0; i < sizeof ours / sizeof *ours; i++) /* a kwarg takes the place of one of ours */
+            if (!strcmp(k->string, ours[i])) cJSON_DeleteItemFromObjectCaseSensitive(v, ours[i]);
         cJSON_AddItemToObject(v, k->string, cJSON_Duplicate(k, 1));
     }
     return v;
 }
 
-/* The text o->jinja renders of m[0..n); continue_final cuts it after the last message's content (its
- * last place in the text), as vLLM does. */
+/* Where content ends in text[from..n), as transformers finds the final message for
+ * continue_final_message: the last place of its text without white space around it, then after
+ * the whole of it where the template kept it so, else after that text; -1 when it is not there. */
+static long content_end(const char *text, size_t n, size_t from, const char *content) {
+    const size_t len = strlen(content);
+    size_t a = 0, b = len;
+    while (a < b && isspace((unsigned char)content[a])) a++;
+    while (b > a && isspace((unsigned char)content[b - 1])) b--;
+    if (a == b) return (long)n; /* nothing to find: the text as it is */
+    const char *last = NULL;
+    for (const char *p = text + from, *hit; p < text + n && (hit = memmem(p, (size_t)(text + n - p), content + a, b - a)); p = hit + 1)
+        last = hit;
+    if (!last) return -1;
+    const size_t loc = (size_t)(last - text);
+    return (long)(loc + (a == 0 && loc + len <= n && !memcmp(text + loc, content, len) ? len : b - a));
+}
+
+/* The text o->jinja renders of m[0..n); continue_final cuts it after the last message's content
+ * (content_end: transformers' way; a template that does not show it is refused). */
 static nv_err jinja_text(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, int gen_prompt, nv_buf *text) {
     const int cont = continues(m, n, o);
     cJSON *vars = jinja_vars(tok, m, n, o, gen_prompt && !cont);
@@ -665,15 +685,11 @@ static nv_err jinja_text(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
     nv_err e = vars ? nv_jinja_render(o->jinja, vars, text) : nv_fail(NV_ENOMEM, "chat: out of memory");
     cJSON_Delete(vars);
     if (e != NV_OK) return e == NV_ENOMEM ? e : nv_fail(NV_EINVAL, "%s", nv_errmsg());
-    const char *last = m[n - 1].content;
-    if (cont && last && *last && text->data) {
-        const size_t k = strlen(last);
-        for (size_t i = text->len - at; i >= k; i--)
-            if (!memcmp(text->data + at + i - k, last, k)) {
-                text->len = at + i;
-                text->data[text->len] = 0;
-                break;
-            }
+    if (cont && text->data) {
+        const long end = content_end(text->data, text->len, at, m[n - 1].content ? m[n - 1].content : "");
+        if (end < 0) return nv_fail(NV_EINVAL, "continue_final_message: the chat template does not show the final message's text");
+        text->len = (size_t)end;
+        text->data[text->len] = 0;
     }
     return NV_OK;
 }
@@ -683,13 +699,15 @@ static nv_err jinja_text(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
 static nv_err encode_spelled(const nv_tokenizer *tok, const char *text, nv_ids *out) {
     const int id[2] = {nv_tokenizer_bos(tok), nv_tokenizer_eos(tok)};
     const char *spelled[2] = {id[0] >= 0 ? nv_tokenizer_special_text(tok, id[0]) : NULL, id[1] >= 0 ? nv_tokenizer_special_text(tok, id[1]) : NULL};
+    const char *next[2] = {NULL, NULL}; /* each one's next place (searched again only once passed) */
+    int gone[2] = {!spelled[0] || !*spelled[0], !spelled[1] || !*spelled[1]};
     while (*text) {
-        const char *at = NULL;
         int which = -1;
         for (int k = 0; k < 2; k++) {
-            const char *hit = spelled[k] && *spelled[k] ? strstr(text, spelled[k]) : NULL;
-            if (hit && (!at || hit < at)) at = hit, which = k;
+            if (!gone[k] && (!next[k] || next[k] < text)) next[k] = strstr(text, spelled[k]), gone[k] = !next[k];
+            if (!gone[k] && (which < 0 || next[k] < next[which])) which = k;
         }
+        const char *at = which >= 0 ? next[which] : NULL;
         const size_t n = at ? (size_t)(at - text) : strlen(text);
         if (n) {
             char *piece = strndup(text, n);
@@ -824,18 +842,18 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         e = jinja_text(tok, m, n - 1, o, 1, &p);
         if (e == NV_OK) e = jinja_text(tok, m, n, &whole, 0, &answer);
         if (e == NV_OK && (p.oom || answer.oom)) e = nv_fail(NV_ENOMEM, "chat: out of memory");
-        if (e == NV_OK && (answer.len < p.len || memcmp(answer.data, p.data, p.len)))
+        if (e == NV_OK && (answer.len < p.len || (p.len && memcmp(answer.data, p.data, p.len))))
             e = nv_fail(NV_EUNSUPPORTED, "chat: the chat template does not render an answer after the prompt it gives");
-        if (e == NV_OK) { /* the answer up to what stops the server's generation (the template's stop, else EOS), if it is there */
+        if (e == NV_OK && answer.data) { /* the answer up to what stops the server's generation (the template's stop, else EOS), if it is there */
             const char *stop = nv_chat_template_stop(t), *eos = nv_tokenizer_eos(tok) >= 0 ? nv_tokenizer_special_text(tok, nv_tokenizer_eos(tok)) : NULL;
-            const char *from = answer.data + p.len + strlen(a->content ? a->content : ""), *end = NULL;
-            if (from > answer.data + answer.len) from = answer.data + p.len;
+            const long after = content_end(answer.data, answer.len, p.len, a->content ? a->content : "");
+            const char *from = answer.data + (after >= 0 ? (size_t)after : p.len), *end = NULL;
             if (stop && *stop) end = strstr(from, stop);
             if (end) end += strlen(stop);
             else if (eos && *eos && (end = strstr(from, eos))) end += strlen(eos);
             if (end) answer.len = (size_t)(end - answer.data), answer.data[answer.len] = 0;
-            e = encode_spelled(tok, answer.data, &out);
         }
+        if (e == NV_OK) e = encode_spelled(tok, answer.data ? answer.data : "", &out);
         if (e == NV_OK) nv_buf_consume(&answer, p.len);
         nv_buf_free(&p);
     } else if (t == NV_CHAT_LLAMA2) { /* the last answer is continued (no EOS): then the EOS that ends it */

@@ -20,11 +20,13 @@
  * memory (the arena), and any one string or range. */
 #define J_MAX_STEPS 5000000L
 #define J_MAX_PARSE_DEPTH 200
+#define J_MAX_EVAL_DEPTH 1000
 #define J_MAX_CALL_DEPTH 64
 #define J_MAX_VALUE_DEPTH 512
 #define J_MAX_MEMORY ((size_t)256 << 20)
 #define J_MAX_STRING ((size_t)16 << 20)
 #define J_MAX_RANGE 1000000
+#define J_MAX_RANGE_CALL 100000 /* range()'s, as transformers' sandbox (MAX_RANGE) */
 
 /* ---- arena and errors ---- */
 
@@ -37,6 +39,9 @@ typedef struct jblock {
 typedef struct {
     jblock *blocks;
     size_t total;
+    long work;      /* steps: nodes evaluated, and scans and copies by their length (charge) */
+    int depth;      /* the render's recursion: expressions, statements, macro calls */
+    nv_buf *held;   /* a malloc'd buffer an error must free (sink_take's) */
     jmp_buf jb;
     nv_err code;
     int line;
@@ -56,7 +61,15 @@ static _Noreturn void __attribute__((format(printf, 3, 4))) jfail(jctx *c, nv_er
     longjmp(c->jb, 1);
 }
 
+/* work in steps: a byte scanned or copied is 1/64 of one, an element compared or visited one */
+static void charge(jctx *c, size_t units) {
+    c->work += (long)(units > (size_t)J_MAX_STEPS ? (size_t)J_MAX_STEPS : units);
+    if (c->work > J_MAX_STEPS) jfail(c, NV_ERANGE, "the template ran past %ld steps", J_MAX_STEPS);
+}
+#define BYTES(n) ((size_t)(n) >> 6)
+
 static void *jalloc(jctx *c, size_t n) {
+    charge(c, BYTES(n));
     n = (n + 15) & ~(size_t)15;
     jblock *b = c->blocks;
     if (!b || b->cap - b->used < n) {
@@ -75,6 +88,7 @@ static void *jalloc(jctx *c, size_t n) {
 }
 
 static void jctx_free(jctx *c) {
+    if (c->held) nv_buf_free(c->held), c->held = NULL;
     while (c->blocks) {
         jblock *n = c->blocks->next;
         free(c->blocks);
@@ -119,8 +133,11 @@ struct jdict {
     int n, cap;
     const jstr **k;
     jval *v;
-    int ns; /* a namespace(): its attributes may be set */
+    int ns;      /* a namespace(): its attributes may be set */
+    int *slot;   /* past DICT_INDEXED keys, an open-addressed index of them (entry + 1; 0: empty) */
+    int n_slot;  /* its size, a power of two at least twice n */
 };
+#define DICT_INDEXED 16
 
 static const jval UNDEF = {.t = V_UNDEF};
 static const jval NONE = {.t = V_NONE};
@@ -163,11 +180,35 @@ static jdict *dict_new(jctx *c) {
     d->v = jalloc(c, sizeof *d->v * 8);
     return d;
 }
+static size_t key_hash(const char *k, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
 static int dict_find(const jdict *d, const char *k, size_t n) {
+    if (d->slot) {
+        for (size_t h = key_hash(k, n) & (size_t)(d->n_slot - 1);; h = (h + 1) & (size_t)(d->n_slot - 1)) {
+            const int e = d->slot[h];
+            if (!e) return -1;
+            if (d->k[e - 1]->n == n && !memcmp(d->k[e - 1]->s, k, n)) return e - 1;
+        }
+    }
     for (int i = 0; i < d->n; i++)
         if (d->k[i]->n == n && !memcmp(d->k[i]->s, k, n)) return i;
     return -1;
 }
+static void dict_slot(jdict *d, int i) {
+    size_t h = key_hash(d->k[i]->s, d->k[i]->n) & (size_t)(d->n_slot - 1);
+    while (d->slot[h]) h = (h + 1) & (size_t)(d->n_slot - 1);
+    d->slot[h] = i + 1;
+}
+
+static void dict_clear(jdict *d) {
+    d->n = 0;
+    if (d->slot) memset(d->slot, 0, sizeof *d->slot * (size_t)d->n_slot);
+}
+
 static void dict_set(jctx *c, jdict *d, const jstr *k, jval v) {
     const int i = dict_find(d, k->s, k->n);
     if (i >= 0) {
@@ -182,6 +223,14 @@ static void dict_set(jctx *c, jdict *d, const jstr *k, jval v) {
         d->k = nk, d->v = nv, d->cap *= 2;
     }
     d->k[d->n] = k, d->v[d->n++] = v;
+    if (d->n >= DICT_INDEXED && (!d->slot || 2 * d->n > d->n_slot)) { /* (re)build the index */
+        int n_slot = 64;
+        while (n_slot < 4 * d->n) n_slot *= 2;
+        d->slot = jalloc(c, sizeof *d->slot * (size_t)n_slot);
+        d->n_slot = n_slot;
+        for (int i = 0; i < d->n; i++) dict_slot(d, i);
+    } else if (d->slot)
+        dict_slot(d, d->n - 1);
 }
 static void dict_setc(jctx *c, jdict *d, const char *k, jval v) {
     const int i = dict_find(d, k, strlen(k));
@@ -234,11 +283,10 @@ static jval sink_val(jctx *c, const jsink *s) { return vstr(c, s->p ? s->p : "",
 
 /* what one of tools.c's Python printers wrote into b, then b freed */
 static void sink_take(jctx *c, jsink *s, nv_buf *b) {
-    if (b->oom) {
-        nv_buf_free(b);
-        jfail(c, NV_ENOMEM, "out of memory");
-    }
+    c->held = b; /* freed by jctx_free if what follows fails */
+    if (b->oom) jfail(c, NV_ENOMEM, "out of memory");
     sink_put(c, s, b->data ? b->data : "", b->len);
+    c->held = NULL;
     nv_buf_free(b);
 }
 
@@ -297,17 +345,24 @@ typedef struct {
     int indent; /* < 0: none */
     const char *item_sep, *key_sep;
     int sort_keys;
+    int ascii; /* ensure_ascii: what is not ASCII as \uXXXX (pairs of them past U+FFFF) */
 } json_style;
 
-static void put_json_str(jctx *c, jsink *s, const char *p, size_t n) {
+static void put_json_str(jctx *c, jsink *s, const char *p, size_t n, int ascii) {
     sink_puts(c, s, "\"");
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
-        char e[8];
-        const size_t k = nv_json_escape((unsigned char)p[i], e);
+        char e[16];
+        size_t k = nv_json_escape((unsigned char)p[i], e), len = 1;
+        uint32_t cp;
+        if (!k && ascii && (unsigned char)p[i] >= 0x80 && (len = nv_utf8_get(p + i, p + n, &cp))) {
+            if (cp < 0x10000) k = (size_t)snprintf(e, sizeof e, "\\u%04x", cp);
+            else k = (size_t)snprintf(e, sizeof e, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF));
+        }
         if (!k) continue;
         sink_put(c, s, p + run, i - run);
         sink_put(c, s, e, k);
+        i += len - 1;
         run = i + 1;
     }
     sink_put(c, s, p + run, n - run);
@@ -338,7 +393,7 @@ static void put_json(jctx *c, jsink *s, jval v, const json_style *st, int level)
         else if (isinf(v.u.f)) sink_puts(c, s, v.u.f < 0 ? "-Infinity" : "Infinity");
         else put_float(c, s, v.u.f);
         return;
-    case V_STR: put_json_str(c, s, v.u.s->s, v.u.s->n); return;
+    case V_STR: put_json_str(c, s, v.u.s->s, v.u.s->n, st->ascii); return;
     case V_LIST:
         if (!v.u.l->n) {
             sink_puts(c, s, "[]");
@@ -361,18 +416,17 @@ static void put_json(jctx *c, jsink *s, jval v, const json_style *st, int level)
         }
         int *order = jalloc(c, sizeof *order * (size_t)d->n);
         for (int i = 0; i < d->n; i++) order[i] = i;
-        if (st->sort_keys) { /* insertion sort by key: dicts here are small */
-            for (int i = 1; i < d->n; i++)
-                for (int j = i; j > 0 && key_cmp(&d->k[order[j - 1]], &d->k[order[j]]) > 0; j--) {
-                    const int t = order[j];
-                    order[j] = order[j - 1], order[j - 1] = t;
-                }
+        if (st->sort_keys) { /* the keys sorted (they are unique: any sort is Python's) */
+            const jstr **keys = jalloc(c, sizeof *keys * (size_t)d->n);
+            memcpy(keys, d->k, sizeof *keys * (size_t)d->n);
+            qsort(keys, (size_t)d->n, sizeof *keys, key_cmp);
+            for (int i = 0; i < d->n; i++) order[i] = dict_find(d, keys[i]->s, keys[i]->n);
         }
         sink_puts(c, s, "{");
         for (int i = 0; i < d->n; i++) {
             if (i) sink_puts(c, s, st->item_sep);
             if (st->indent >= 0) json_newline(c, s, st, level + 1);
-            put_json_str(c, s, d->k[order[i]]->s, d->k[order[i]]->n);
+            put_json_str(c, s, d->k[order[i]]->s, d->k[order[i]]->n, st->ascii);
             sink_puts(c, s, st->key_sep);
             put_json(c, s, d->v[order[i]], st, level + 1);
         }
@@ -485,18 +539,19 @@ static const jstr *lex_string(lexer *L) {
 
 /* The tokens of one tag, up to its end; returns 1 when the end had '-' (strip what follows). */
 static int lex_tag(lexer *L, int var) {
+    int nest = 0; /* brackets open: a '}}' or '%}' inside them is not the tag's end */
     while (1) {
         while (L->pos < L->n && is_ws(L->src[L->pos])) L->line += L->src[L->pos++] == '\n';
         if (L->pos >= L->n) L->c->line = L->line, jfail(L->c, NV_EFORMAT, "a tag is not closed");
         const char *p = L->src + L->pos;
         const size_t left = L->n - L->pos;
         const char close = var ? '}' : '%';
-        if ((p[0] == '-' || p[0] == '+') && left >= 3 && p[1] == close && p[2] == '}') {
+        if (!nest && (p[0] == '-' || p[0] == '+') && left >= 3 && p[1] == close && p[2] == '}') {
             emit(L, var ? T_VEND : T_BEND);
             L->pos += 3;
             return p[0] == '-' ? 1 : 2; /* 2: '+', trim_blocks off */
         }
-        if (left >= 2 && p[0] == close && p[1] == '}') {
+        if (!nest && left >= 2 && p[0] == close && p[1] == '}') {
             emit(L, var ? T_VEND : T_BEND);
             L->pos += 2;
             return 0;
@@ -546,6 +601,8 @@ static int lex_tag(lexer *L, int var) {
                 L->c->line = L->line, jfail(L->c, NV_EFORMAT, "unexpected character '%c'", p[0]);
             emit(L, T_OP)->op = op;
             L->pos += k;
+            if (op == '(' || op == '[' || op == '{') nest++;
+            else if ((op == ')' || op == ']' || op == '}') && nest) nest--;
         }
     }
 }
@@ -646,7 +703,7 @@ enum {
 #define OP_TUPLE 1 /* E_LIST's op: a tuple */
 
 struct jnode {
-    int kind, op, line, n;
+    int kind, op, line, n, cap;
     const jstr *s;      /* name, text, attribute, filter or test */
     jnode **kid;        /* children (NULL where optional and absent) */
     const jstr **kw;    /* calls: the keyword of each argument, NULL for positional ones */
@@ -669,12 +726,16 @@ static jnode *node(parser *P, int kind, int n) {
 }
 
 static void add_kid(parser *P, jnode *x, jnode *k, const jstr *kw) {
-    jnode **nk = jalloc(P->c, sizeof *nk * (size_t)(x->n + 1));
-    const jstr **nw = jalloc(P->c, sizeof *nw * (size_t)(x->n + 1));
-    if (x->n) memcpy(nk, x->kid, sizeof *nk * (size_t)x->n);
-    if (x->n && x->kw) memcpy(nw, x->kw, sizeof *nw * (size_t)x->n);
-    nk[x->n] = k, nw[x->n] = kw;
-    x->kid = nk, x->kw = nw, x->n++;
+    if (x->n >= x->cap || !x->kw) { /* grown by doubling (a node made with n kids has no room yet) */
+        const int cap = x->n < 4 ? 8 : 2 * x->n;
+        jnode **nk = jalloc(P->c, sizeof *nk * (size_t)cap);
+        const jstr **nw = jalloc(P->c, sizeof *nw * (size_t)cap);
+        if (x->n) memcpy(nk, x->kid, sizeof *nk * (size_t)x->n);
+        if (x->n && x->kw) memcpy(nw, x->kw, sizeof *nw * (size_t)x->n);
+        x->kid = nk, x->kw = nw, x->cap = cap;
+    }
+    x->kid[x->n] = k, x->kw[x->n] = kw;
+    x->n++;
 }
 
 static _Noreturn void perr(parser *P, const char *what) {
@@ -911,18 +972,28 @@ static jnode *parse_level(parser *P, int level) {
         x = bin(P, op, x, parse_level(P, level + 1));
     }
 }
+/* a < b, a in b, ...; chained as Python's: a < b < c is a < b and b < c */
 static jnode *parse_compare(parser *P) {
-    jnode *x = parse_level(P, 0);
+    jnode *x = parse_level(P, 0), *chain = NULL;
     while (1) {
         const jtok *t = P->t;
+        int op;
         if (t->t == T_OP && (t->op == OP_EQ || t->op == OP_NE || t->op == '<' || t->op == '>' || t->op == OP_LE || t->op == OP_GE))
-            P->t++, x = bin(P, t->op, x, parse_level(P, 0));
+            op = t->op, P->t++;
         else if (is_name(t, "in"))
-            P->t++, x = bin(P, OP_IN, x, parse_level(P, 0));
+            op = OP_IN, P->t++;
         else if (is_name(t, "not") && is_name(t + 1, "in"))
-            P->t += 2, x = bin(P, OP_NOTIN, x, parse_level(P, 0));
+            op = OP_NOTIN, P->t += 2;
         else
-            return x;
+            return chain ? chain : x;
+        jnode *c = bin(P, op, x, parse_level(P, 0));
+        if (chain) {
+            jnode *a = node(P, E_AND, 2);
+            a->kid[0] = chain, a->kid[1] = c;
+            chain = a;
+        } else
+            chain = c;
+        x = c->kid[1];
     }
 }
 static jnode *parse_not(parser *P) {
@@ -1157,7 +1228,6 @@ typedef struct frame {
 
 typedef struct {
     jctx c;
-    long steps;
     int calls;
     frame *root;
     jsink *out;
@@ -1168,8 +1238,14 @@ enum { FN_RANGE = 1, FN_NAMESPACE, FN_DICT, FN_RAISE, FN_STRFTIME };
 
 static void step(render *r, const jnode *x) {
     r->c.line = x->line;
-    if (++r->steps > J_MAX_STEPS) jfail(&r->c, NV_ERANGE, "the template ran past %ld steps", J_MAX_STEPS);
+    charge(&r->c, 1);
 }
+
+/* one level deeper in the render (leave() after): a template's nesting, however its tree leans */
+static void enter_eval(render *r) {
+    if (++r->c.depth > J_MAX_EVAL_DEPTH) jfail(&r->c, NV_ERANGE, "nested past %d levels", J_MAX_EVAL_DEPTH);
+}
+static void leave(render *r) { r->c.depth--; }
 
 static const char *type_name(jval v) {
     static const char *const n[] = {"undefined", "none", "bool", "int", "float", "str", "list", "dict", "macro", "function"};
@@ -1193,11 +1269,12 @@ static double num(jval v) { return v.t == V_FLOAT ? v.u.f : (double)v.u.i; }
 
 static int equal(render *r, jval a, jval b, int depth) {
     if (depth > J_MAX_VALUE_DEPTH) jfail(&r->c, NV_ERANGE, "a value nested past %d levels", J_MAX_VALUE_DEPTH);
+    charge(&r->c, 1);
     if (is_num(a) && is_num(b)) return a.t != V_FLOAT && b.t != V_FLOAT ? a.u.i == b.u.i : num(a) == num(b);
     if (a.t != b.t) return 0;
     switch (a.t) {
     case V_UNDEF: case V_NONE: return 1;
-    case V_STR: return a.u.s->n == b.u.s->n && !memcmp(a.u.s->s, b.u.s->s, a.u.s->n);
+    case V_STR: return a.u.s->n == b.u.s->n && (charge(&r->c, BYTES(a.u.s->n)), !memcmp(a.u.s->s, b.u.s->s, a.u.s->n));
     case V_LIST:
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return 0;
         for (int i = 0; i < a.u.l->n; i++)
@@ -1217,24 +1294,28 @@ static int equal(render *r, jval a, jval b, int depth) {
 }
 
 /* <0, 0, >0 as Python orders numbers, strings and lists; anything else is an error */
-static int order(render *r, jval a, jval b) {
+static int order_at(render *r, jval a, jval b, int depth) {
+    if (depth > J_MAX_VALUE_DEPTH) jfail(&r->c, NV_ERANGE, "a value nested past %d levels", J_MAX_VALUE_DEPTH);
+    charge(&r->c, 1);
     if (is_num(a) && is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT) return (a.u.i > b.u.i) - (a.u.i < b.u.i);
         return (num(a) > num(b)) - (num(a) < num(b));
     }
     if (a.t == V_STR && b.t == V_STR) {
         const size_t n = a.u.s->n < b.u.s->n ? a.u.s->n : b.u.s->n;
+        charge(&r->c, BYTES(n));
         const int k = memcmp(a.u.s->s, b.u.s->s, n);
         return k ? k : (a.u.s->n > b.u.s->n) - (a.u.s->n < b.u.s->n);
     }
     if (a.t == V_LIST && b.t == V_LIST) {
         for (int i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
-            if (!equal(r, a.u.l->v[i], b.u.l->v[i], 0)) return order(r, a.u.l->v[i], b.u.l->v[i]);
+            if (!equal(r, a.u.l->v[i], b.u.l->v[i], depth + 1)) return order_at(r, a.u.l->v[i], b.u.l->v[i], depth + 1);
         }
         return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
     }
     jfail(&r->c, NV_EFORMAT, "'<' not supported between %s and %s", type_name(a), type_name(b));
 }
+static int order(render *r, jval a, jval b) { return order_at(r, a, b, 0); }
 
 static jval str_of(render *r, jval v) {
     if (v.t == V_STR) return v;
@@ -1253,13 +1334,14 @@ static jval concat(render *r, const char *a, size_t na, const char *b, size_t nb
 }
 
 /* code points: their count, and the byte offset of each (off[n] = the length) */
-static size_t cp_count(const jstr *s) {
+static size_t cp_count(render *r, const jstr *s) {
+    charge(&r->c, BYTES(s->n));
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++) k += ((unsigned char)s->s[i] & 0xC0) != 0x80;
     return k;
 }
 static size_t *cp_offsets(render *r, const jstr *s, size_t *n) {
-    *n = cp_count(s);
+    *n = cp_count(r, s);
     size_t *off = jalloc(&r->c, sizeof *off * (*n + 1)), k = 0;
     for (size_t i = 0; i < s->n; i++)
         if (((unsigned char)s->s[i] & 0xC0) != 0x80) off[k++] = i;
@@ -1308,10 +1390,18 @@ static jval get_item(render *r, jval obj, jval key) {
             const int64_t i = py_index(key.u.i, obj.u.l->n);
             return i >= 0 && i < obj.u.l->n ? obj.u.l->v[i] : UNDEF;
         }
-        size_t n;
-        const size_t *off = cp_offsets(r, obj.u.s, &n);
-        const int64_t i = py_index(key.u.i, (int64_t)n);
-        return i >= 0 && i < (int64_t)n ? vstr(&r->c, obj.u.s->s + off[i], off[i + 1] - off[i]) : UNDEF;
+        const jstr *s = obj.u.s;
+        const int64_t i = py_index(key.u.i, key.u.i < 0 ? (int64_t)cp_count(r, s) : 0);
+        if (i < 0) return UNDEF;
+        charge(&r->c, BYTES(s->n));
+        int64_t k = -1; /* code points begun so far */
+        for (size_t b = 0; b < s->n; b++) /* the i-th code point's bytes, found without a table */
+            if (((unsigned char)s->s[b] & 0xC0) != 0x80 && ++k == i) {
+                size_t e = b + 1;
+                while (e < s->n && ((unsigned char)s->s[e] & 0xC0) == 0x80) e++;
+                return vstr(&r->c, s->s + b, e - b);
+            }
+        return UNDEF;
     }
     return UNDEF;
 }
@@ -1343,9 +1433,11 @@ static jval slice(render *r, jval obj, jval a, jval b, jval st) {
     jlist *l = obj.t == V_LIST ? list_new(&r->c, 0) : NULL;
     if (l) l->tuple = obj.u.l->tuple;
     jsink s = {0};
-    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+    for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
         if (l) list_push(&r->c, l, obj.u.l->v[i]);
         else sink_put(&r->c, &s, obj.u.s->s + off[i], off[i + 1] - off[i]);
+        if (step > 0 ? hi - i <= step : i - hi <= -step) break; /* (i += step could overflow) */
+        i += step;
     }
     return l ? vlist(l) : sink_val(&r->c, &s);
 }
@@ -1405,7 +1497,32 @@ static const jstr *want_str(render *r, jval v, const char *what) {
     return v.u.s;
 }
 
+/* x op y for op + - *, an error past int64 (Python's integers do not overflow; these stop) */
+static int64_t int_op(render *r, int op, int64_t x, int64_t y) {
+    int64_t z;
+    const int over = op == '+' ? __builtin_add_overflow(x, y, &z) : op == '-' ? __builtin_sub_overflow(x, y, &z) : __builtin_mul_overflow(x, y, &z);
+    if (over) jfail(&r->c, NV_ERANGE, "an integer overflowed");
+    return z;
+}
+
 static int py_space(unsigned char ch) { return is_ws((char)ch) || (ch >= 0x1c && ch <= 0x1f); }
+
+/* the length of the white space character (Python's str.isspace) at p, before end; 0 if none */
+static size_t space_at(const char *p, const char *end) {
+    if (py_space((unsigned char)*p)) return 1;
+    uint32_t cp;
+    const size_t k = (unsigned char)*p >= 0x80 ? nv_utf8_get(p, end, &cp) : 0;
+    return k && (cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+                 cp == 0x202F || cp == 0x205F || cp == 0x3000)
+               ? k
+               : 0;
+}
+/* the same for the character that ends at end, after start */
+static size_t space_before(const char *start, const char *end) {
+    const char *p = end - 1;
+    while (p > start && end - p < 4 && ((unsigned char)*p & 0xC0) == 0x80) p--;
+    return space_at(p, end) == (size_t)(end - p) ? (size_t)(end - p) : 0;
+}
 
 /* str.strip/lstrip/rstrip: whitespace, or the characters of chars (single bytes and whole code points) */
 static jval strip(render *r, const jstr *s, jval chars, int left, int right) {
@@ -1414,20 +1531,22 @@ static jval strip(render *r, const jstr *s, jval chars, int left, int right) {
     if (chars.t != V_STR && chars.t != V_NONE && chars.t != V_UNDEF) jfail(&r->c, NV_EFORMAT, "strip's argument must be a string");
     if (cs) {
         while (left && a < b) {
+            charge(&r->c, BYTES(cs->n) + 1);
             size_t k = 1;
             while (a + k < b && ((unsigned char)s->s[a + k] & 0xC0) == 0x80) k++;
             if (!memmem(cs->s, cs->n, s->s + a, k)) break;
             a += k;
         }
         while (right && b > a) {
+            charge(&r->c, BYTES(cs->n) + 1);
             size_t k = 1;
             while (b - k > a && ((unsigned char)s->s[b - k] & 0xC0) == 0x80) k++;
             if (!memmem(cs->s, cs->n, s->s + b - k, k)) break;
             b -= k;
         }
     } else {
-        while (left && a < b && py_space((unsigned char)s->s[a])) a++;
-        while (right && b > a && py_space((unsigned char)s->s[b - 1])) b--;
+        for (size_t k; left && a < b && (k = space_at(s->s + a, s->s + b));) a += k;
+        for (size_t k; right && b > a && (k = space_before(s->s + a, s->s + b));) b -= k;
     }
     return vstr(&r->c, s->s + a, b - a);
 }
@@ -1472,17 +1591,16 @@ static jval split(render *r, const jstr *s, jval sep, int64_t maxsplit) {
         return vlist(l);
     }
     if (sep.t != V_NONE && sep.t != V_UNDEF) jfail(&r->c, NV_EFORMAT, "split's separator must be a string");
-    while (1) { /* runs of whitespace; none at the ends */
-        while (i < s->n && py_space((unsigned char)s->s[i])) i++;
+    const char *end = s->s + s->n;
+    while (1) { /* runs of white space; none at the ends (the rest past maxsplit keeps its end's) */
+        for (size_t k; i < s->n && (k = space_at(s->s + i, end));) i += k;
         if (i >= s->n) break;
-        size_t j = i;
         if (maxsplit >= 0 && l->n >= maxsplit) {
-            size_t e = s->n;
-            while (e > i && py_space((unsigned char)s->s[e - 1])) e--;
-            list_push(&r->c, l, vstr(&r->c, s->s + i, e - i));
+            list_push(&r->c, l, vstr(&r->c, s->s + i, s->n - i));
             break;
         }
-        while (j < s->n && !py_space((unsigned char)s->s[j])) j++;
+        size_t j = i;
+        while (j < s->n && !space_at(s->s + j, end)) j++;
         list_push(&r->c, l, vstr(&r->c, s->s + i, j - i));
         i = j;
     }
@@ -1546,18 +1664,15 @@ static jval method(render *r, jval obj, const jstr *name, const jargs *a) {
                            a->n > 2 ? want_int(r, arg(a, 2, "count", vint(-1)), "replace's count") : -1);
         if (name_is(name, "find") || name_is(name, "rfind") || name_is(name, "count") || name_is(name, "index")) {
             const jstr *sub = want_str(r, a0, "its argument");
+            charge(&r->c, BYTES(s->n) + 1);
             int64_t count = 0, at = -1;
-            for (size_t i = 0; i + sub->n <= s->n;) {
-                if (!memcmp(s->s + i, sub->s, sub->n)) {
-                    if (at < 0 || name_is(name, "rfind")) at = (int64_t)i;
-                    count++;
-                    if (!sub->n) {
-                        i++;
-                        continue;
-                    }
-                    i += sub->n;
-                } else
-                    i++;
+            if (!sub->n) /* Python: the empty string is at every place, the end's too */
+                count = (int64_t)cp_count(r, s) + 1, at = name_is(name, "rfind") ? (int64_t)s->n : 0;
+            for (const char *p = s->s, *hit; sub->n && (hit = memmem(p, s->n - (size_t)(p - s->s), sub->s, sub->n)); p = hit + sub->n) {
+                if (at < 0 || name_is(name, "rfind")) at = hit - s->s;
+                count++;
+                if (!name_is(name, "count") && !name_is(name, "rfind")) break;
+                if (name_is(name, "rfind")) hit -= sub->n - 1; /* (overlapping: the last place it begins) */
             }
             if (name_is(name, "count")) return vint(count);
             if (at >= 0) { /* a byte offset: as code points */
@@ -1655,10 +1770,12 @@ static jval call_fn(render *r, int fn, const jargs *a) {
         } else
             jfail(&r->c, NV_EFORMAT, "range: expected an argument");
         if (!st) jfail(&r->c, NV_EFORMAT, "range: the step cannot be zero");
-        const int64_t n = st > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0) : (lo > hi ? (lo - hi - st - 1) / -st : 0);
-        if (n > J_MAX_RANGE) jfail(&r->c, NV_ERANGE, "range past %d items", J_MAX_RANGE);
+        /* the count, in unsigned arithmetic: hi - lo may pass int64's range */
+        const uint64_t span = st > 0 ? (hi > lo ? (uint64_t)hi - (uint64_t)lo : 0) : (lo > hi ? (uint64_t)lo - (uint64_t)hi : 0);
+        const uint64_t each = st > 0 ? (uint64_t)st : (uint64_t)0 - (uint64_t)st, n = span / each + (span % each != 0);
+        if (n > J_MAX_RANGE_CALL) jfail(&r->c, NV_ERANGE, "range past %d items", J_MAX_RANGE_CALL);
         jlist *l = list_new(&r->c, (int)n);
-        for (int64_t i = 0; i < n; i++) list_push(&r->c, l, vint(lo + i * st));
+        for (int64_t i = 0; i < (int64_t)n; i++) list_push(&r->c, l, vint(lo + i * st));
         return vlist(l);
     }
     if (fn == FN_NAMESPACE || fn == FN_DICT) {
@@ -1716,15 +1833,22 @@ static int test(render *r, const jstr *name, jval v, const jargs *a) {
         const int64_t d = want_int(r, a0, "divisibleby's argument");
         return d && want_int(r, v, "divisibleby's value") % d == 0;
     }
-    if (name_is(name, "eq") || name_is(name, "equalto") || name_is(name, "==") || name_is(name, "sameas"))
-        return name_is(name, "sameas") && (v.t == V_LIST || v.t == V_DICT) ? v.t == a0.t && v.u.l == a0.u.l : equal(r, v, a0, 0);
+    if (name_is(name, "sameas")) /* identity: the same object, or the same type and value */
+        return v.t == a0.t && (v.t == V_LIST ? v.u.l == a0.u.l : v.t == V_DICT ? v.u.d == a0.u.d : equal(r, v, a0, 0));
+    if (name_is(name, "eq") || name_is(name, "equalto") || name_is(name, "=="))
+        return equal(r, v, a0, 0);
     if (name_is(name, "ne") || name_is(name, "!=")) return !equal(r, v, a0, 0);
     if (name_is(name, "lt") || name_is(name, "lessthan") || name_is(name, "<")) return order(r, v, a0) < 0;
     if (name_is(name, "le") || name_is(name, "<=")) return order(r, v, a0) <= 0;
     if (name_is(name, "gt") || name_is(name, "greaterthan") || name_is(name, ">")) return order(r, v, a0) > 0;
     if (name_is(name, "ge") || name_is(name, ">=")) return order(r, v, a0) >= 0;
     if (name_is(name, "in")) {
-        if (a0.t == V_STR) return v.t == V_STR && memmem(a0.u.s->s, a0.u.s->n, v.u.s->s, v.u.s->n) != NULL;
+        if (a0.t == V_UNDEF) return 0; /* an undefined value iterates as nothing */
+        if (a0.t == V_STR) {
+            if (v.t != V_STR) jfail(&r->c, NV_EFORMAT, "'in <string>' requires a string, not a %s", type_name(v));
+            charge(&r->c, BYTES(a0.u.s->n));
+            return memmem(a0.u.s->s, a0.u.s->n, v.u.s->s, v.u.s->n) != NULL;
+        }
         if (a0.t == V_DICT) return v.t == V_STR && dict_find(a0.u.d, v.u.s->s, v.u.s->n) >= 0;
         if (a0.t == V_LIST) {
             for (int i = 0; i < a0.u.l->n; i++)
@@ -1783,10 +1907,28 @@ static int sort_cmp(render *r, jval a, jval b, const jstr *attr, int case_sensit
     return order(r, a, b);
 }
 
+/* v[0..n) sorted by sort_cmp, stably (Python's sorted; reversed too), key0: by pairs' first items */
+static void sort_values(render *r, jval *v, int n, const jstr *at, int cs, int rev, int key0) {
+    jval *tmp = n > 1 ? jalloc(&r->c, sizeof *tmp * (size_t)n) : NULL;
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            const int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                const int c = sort_cmp(r, key0 ? v[i].u.l->v[0] : v[i], key0 ? v[j].u.l->v[0] : v[j], at, cs);
+                tmp[k++] = (rev ? -c : c) <= 0 ? v[i++] : v[j++];
+            }
+            while (i < mid) tmp[k++] = v[i++];
+            while (j < hi) tmp[k++] = v[j++];
+        }
+        memcpy(v, tmp, sizeof *v * (size_t)n);
+    }
+}
+
 static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
     const jval a0 = arg(a, 0, NULL, UNDEF);
     if (name_is(name, "length") || name_is(name, "count")) {
-        if (v.t == V_STR) return vint((int64_t)cp_count(v.u.s));
+        if (v.t == V_STR) return vint((int64_t)cp_count(r, v.u.s));
         if (v.t == V_LIST) return vint(v.u.l->n);
         if (v.t == V_DICT) return vint(v.u.d->n);
         if (v.t == V_UNDEF) return vint(0);
@@ -1829,14 +1971,7 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
         jval l = method(r, v, str_new(&r->c, "items", 5), &(jargs){0});
         if (name_is(name, "dictsort")) {
             const int cs = truthy(arg(a, 0, "case_sensitive", vbool(0))), rev = truthy(arg(a, 2, "reverse", vbool(0)));
-            jlist *s = l.u.l;
-            for (int i = 1; i < s->n; i++)
-                for (int j = i; j > 0; j--) {
-                    int k = sort_cmp(r, s->v[j - 1].u.l->v[0], s->v[j].u.l->v[0], NULL, cs);
-                    if ((rev ? -k : k) <= 0) break;
-                    const jval t = s->v[j];
-                    s->v[j] = s->v[j - 1], s->v[j - 1] = t;
-                }
+            sort_values(r, l.u.l->v, l.u.l->n, NULL, cs, rev, 1);
         }
         return l;
     }
@@ -1864,14 +1999,15 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
                        cnt.t == V_NONE ? -1 : want_int(r, cnt, "replace's count"));
     }
     if (name_is(name, "tojson")) {
-        json_style st = {.indent = -1, .item_sep = ", ", .key_sep = ": "};
-        const jval ind = arg(a, 0, "indent", NONE);
+        /* transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
+        json_style st = {.indent = -1, .item_sep = ", ", .key_sep = ": ", .ascii = truthy(arg(a, 0, "ensure_ascii", vbool(0)))};
+        const jval ind = arg(a, 1, "indent", NONE);
         if (ind.t != V_NONE) st.indent = (int)want_int(r, ind, "tojson's indent"), st.item_sep = ",";
         if (st.indent > 64) st.indent = 64;
-        const jval seps = arg(a, -1, "separators", NONE);
+        const jval seps = arg(a, 2, "separators", NONE);
         if (seps.t == V_LIST && seps.u.l->n == 2)
             st.item_sep = want_str(r, seps.u.l->v[0], "a separator")->s, st.key_sep = want_str(r, seps.u.l->v[1], "a separator")->s;
-        st.sort_keys = truthy(arg(a, -1, "sort_keys", vbool(0)));
+        st.sort_keys = truthy(arg(a, 3, "sort_keys", vbool(0)));
         jsink s = {0};
         put_json(&r->c, &s, v, &st, 0);
         return sink_val(&r->c, &s);
@@ -1897,17 +2033,17 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
             }
             return vlist(out);
         }
-        for (int i = 0; i < in->n; i++) { /* a stable insertion sort */
-            list_push(&r->c, out, in->v[i]);
-            for (int j = out->n - 1; j > 0; j--) {
-                const int k = sort_cmp(r, out->v[j - 1], out->v[j], at, cs);
-                if ((rev ? -k : k) <= 0) break;
-                const jval t = out->v[j];
-                out->v[j] = out->v[j - 1], out->v[j - 1] = t;
+        if (!is_sort) { /* the first least or greatest, as Python's min and max */
+            jval best = in->n ? in->v[0] : UNDEF;
+            for (int i = 1; i < in->n; i++) {
+                const int c = sort_cmp(r, in->v[i], best, at, cs);
+                if (name_is(name, "min") ? c < 0 : c > 0) best = in->v[i];
             }
+            return best;
         }
-        if (is_sort) return vlist(out);
-        return out->n ? out->v[name_is(name, "min") ? 0 : out->n - 1] : UNDEF;
+        for (int i = 0; i < in->n; i++) list_push(&r->c, out, in->v[i]);
+        sort_values(r, out->v, out->n, at, cs, rev, 0);
+        return vlist(out);
     }
     if (name_is(name, "indent")) {
         const jval w = arg(a, 0, "width", vint(4));
@@ -1942,7 +2078,7 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
     if (name_is(name, "abs")) {
         if (v.t == V_FLOAT) return vfloat(fabs(v.u.f));
         const int64_t i = want_int(r, v, "abs's value");
-        return vint(i < 0 ? -i : i);
+        return vint(int_op(r, '*', i, i < 0 ? -1 : 1));
     }
     if (name_is(name, "int")) {
         const jval def = arg(a, 0, "default", vint(0));
@@ -1979,14 +2115,14 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
         for (int i = 0; i < in->n; i++) {
             const jval x = attr.t == V_STR ? attr_path(r, in->v[i], attr.u.s) : in->v[i];
             if (!is_num(x) || !is_num(acc)) jfail(&r->c, NV_EFORMAT, "sum of a %s", type_name(x));
-            acc = acc.t == V_FLOAT || x.t == V_FLOAT ? vfloat(num(acc) + num(x)) : vint(acc.u.i + x.u.i);
+            acc = acc.t == V_FLOAT || x.t == V_FLOAT ? vfloat(num(acc) + num(x)) : vint(int_op(r, '+', acc.u.i, x.u.i));
         }
         return acc;
     }
     if (name_is(name, "wordcount")) return vint(split(r, str_of(r, v).u.s, NONE, -1).u.l->n);
     if (name_is(name, "center")) {
         const jstr *s = str_of(r, v).u.s;
-        const int64_t w = want_int(r, arg(a, 0, "width", vint(80)), "center's width"), n = (int64_t)cp_count(s);
+        const int64_t w = want_int(r, arg(a, 0, "width", vint(80)), "center's width"), n = (int64_t)cp_count(r, s);
         if (w <= n) return (jval){.t = V_STR, .u.s = s};
         const int64_t left = (w - n) / 2 + ((w - n) & w & 1);
         jsink o = {0};
@@ -1998,17 +2134,11 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
     jfail(&r->c, NV_EFORMAT, "no filter named '%.*s'", (int)name->n, name->s);
 }
 
-/* x op y for op + - *, an error past int64 (Python's integers do not overflow; these stop) */
-static int64_t int_op(render *r, int op, int64_t x, int64_t y) {
-    int64_t z;
-    const int over = op == '+' ? __builtin_add_overflow(x, y, &z) : op == '-' ? __builtin_sub_overflow(x, y, &z) : __builtin_mul_overflow(x, y, &z);
-    if (over) jfail(&r->c, NV_ERANGE, "an integer overflowed");
-    return z;
-}
 
 static jval repeat(render *r, jval s, int64_t n) {
     const int64_t each = s.t == V_LIST ? s.u.l->n : (int64_t)s.u.s->n, most = s.t == V_LIST ? J_MAX_RANGE : (int64_t)J_MAX_STRING;
-    if (n > 0 && each > most / n) jfail(&r->c, NV_ERANGE, "%s", s.t == V_LIST ? "a list past its limit" : "a string past its limit (16 MB)");
+    if (n <= 0 || !each) return s.t == V_LIST ? vlist(list_new(&r->c, 0)) : vstr(&r->c, "", 0);
+    if (each > most / n) jfail(&r->c, NV_ERANGE, "%s", s.t == V_LIST ? "a list past its limit" : "a string past its limit (16 MB)");
     jsink o = {0};
     jlist *l = s.t == V_LIST ? list_new(&r->c, 0) : NULL;
     for (int64_t i = 0; i < n; i++) {
@@ -2095,7 +2225,7 @@ static frame *push_frame(render *r, frame *parent) {
     return f;
 }
 
-static jval eval(render *r, const jnode *x) {
+static jval eval_node(render *r, const jnode *x) {
     step(r, x);
     switch (x->kind) {
     case E_LIT: return x->lit;
@@ -2174,6 +2304,13 @@ static jval eval(render *r, const jnode *x) {
     }
 }
 
+static jval eval(render *r, const jnode *x) {
+    enter_eval(r);
+    const jval v = eval_node(r, x);
+    leave(r);
+    return v;
+}
+
 /* renders body into a new string in scope f */
 static jval capture(render *r, const jnode *body, frame *f) {
     jsink s = {0}, *saved = r->out;
@@ -2241,7 +2378,7 @@ static void exec_for(render *r, const jnode *x) {
     const jstr *loop_name = str_new(&r->c, "loop", 4);
     for (int i = 0; i < items->n; i++) {
         step(r, x);
-        f->vars->n = 0;
+        dict_clear(f->vars);
         const int n = items->n;
         dict_setc(&r->c, loop, "index", vint(i + 1));
         dict_setc(&r->c, loop, "index0", vint(i));
@@ -2270,6 +2407,7 @@ static void exec_for(render *r, const jnode *x) {
 
 /* runs body's statements in scope f; a break or continue stops it and is left in *flow */
 static void exec_body(render *r, const jnode *body, frame *f, int *flow) {
+    enter_eval(r);
     frame *saved = r->cur;
     r->cur = f;
     for (int i = 0; i < body->n && !*flow; i++) {
@@ -2312,6 +2450,7 @@ static void exec_body(render *r, const jnode *body, frame *f, int *flow) {
         r->cur = f;
     }
     r->cur = saved;
+    leave(r);
 }
 
 nv_err nv_jinja_render(const nv_jinja *j, const cJSON *vars, nv_buf *out) {
