@@ -1136,6 +1136,39 @@ static void test_uploads(void) {
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
 }
 
+/* A server that runs its chat template as Jinja (--chat-template-file, one nerve has no renderer of)
+ * trains its jobs' data with that template: the job's run renders with it and keeps it. */
+static void test_fine_tuning_jinja(void) {
+    if (!model_path() || !tok_path()) return;
+    const char *dir = t_path("ftjstore");
+    static const char tmpl[] = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% endif %}";
+    const char *file = t_write("ft.jinja", tmpl, strlen(tmpl));
+    char args[2048], chat[64], body[512], path[800], id[64];
+    snprintf(args, sizeof args, "--kv-memory 64M --kv-disk-cache 0 --api-key sk-files --files-dir '%s' --chat-template-file '%s'", dir, file);
+    server s;
+    if (!server_spawn(&s, "ftj", NULL, NULL, model_path(), tok_path(), args, 60)) {
+        T_CHECK(0, "the server did not start");
+        return;
+    }
+    char *text = chat_examples(24, 0);
+    upload_id(s.port, "fine-tune", text, chat);
+    free(text);
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":1}}", chat);
+    cJSON *j;
+    T_CHECK(create_job(s.port, body, &j) == 200, "create");
+    snprintf(id, sizeof id, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    j = wait_job(s.port, id, "succeeded", 120);
+    T_CHECK(!strcmp(str_of(j, "status"), "succeeded"), "the job: %s", str_of(j, "status"));
+    cJSON_Delete(j);
+    char *kept = NULL;
+    snprintf(path, sizeof path, "%s/%s.run/run/chat_template.jinja", dir, id);
+    T_CHECK(nv_file_read_all(path, &kept, NULL) == NV_OK && !strcmp(kept, tmpl), "the job's template: %s", kept ? kept : "(none)");
+    free(kept);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+}
+
 static void test_fine_tuning(void) {
     if (!model_path() || !tok_path()) return;
     const char *dir = t_path("ftstore");
@@ -1745,5 +1778,6 @@ int main(void) {
     T_RUN(test_message_batches);
     T_RUN(test_uploads);
     T_RUN(test_fine_tuning);
+    T_RUN(test_fine_tuning_jinja);
     return t_done();
 }

@@ -4,6 +4,7 @@
  * the variables a request passes, and untrusted templates' errors and limits. */
 #include <cjson/cJSON.h>
 
+#include "model/gguf.h"
 #include "serve/chat.h"
 #include "serve/jinja.h"
 #include "serve/api.h"
@@ -333,6 +334,84 @@ static void test_jinja_serve(void) {
     T_CHECK(server_stop_within(&s, 30) == 0, "stop");
 }
 
+/* 1 when `nerve serve -m run` renders a user message of text as the prompt want (JSON-escaped) */
+static int run_prompt(const char *name, const char *run, const char *text, const char *want) {
+    server s;
+    if (!server_spawn(&s, name, NULL, NULL, run, NULL, "--kv-memory 16M --no-prefix-cache", 30)) return 0;
+    char body[512], prompt[512];
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}", text);
+    snprintf(prompt, sizeof prompt, "\"prompt\":\"%s\"", want);
+    const int ok = answers(s.port, "/apply-template", body, 200, prompt);
+    return server_stop_within(&s, 30) == 0 && ok;
+}
+
+/* nerve train with a template of the user's (--chat-template-file): its data rendered by it, the run
+ * folder keeping it (chat_template names "jinja", chat_template.jinja holds it), which serve runs, a
+ * run that goes on from that folder trains with it too, and an export carries it. */
+static void test_jinja_train(void) {
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    if (!m || !z) return;
+    static const char tmpl[] = "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}Q: {{ m.content }}\n"
+                               "{% elif m.role == 'assistant' %}A: {{ m.content }}{{ eos_token }}\n{% endif %}{% endfor %}"
+                               "{% if add_generation_prompt %}A:{% endif %}";
+    const char *file = t_write("qa.jinja", tmpl, strlen(tmpl));
+    char data[600], run[600], run2[600], args[8192], path[700];
+    snprintf(data, sizeof data, "%s/qa.jsonl", t_tmpdir());
+    FILE *f = fopen(data, "w");
+    for (int i = 0; f && i < 24; i++)
+        fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"Is %d odd?\"}, {\"role\": \"assistant\", \"content\": \"%s\"}]}\n", i,
+                i % 2 ? "Yes." : "No.");
+    if (f) fclose(f);
+    snprintf(run, sizeof run, "%s/qa_run", t_tmpdir());
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --chat-template-file %s --steps 2 --batch 2 --seq 64 --quiet --out %s", m,
+             z, data, file, run);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "rendered with the jinja template"), "train: %s", t_err);
+    char *text = NULL;
+    snprintf(path, sizeof path, "%s/chat_template", run);
+    T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK && !strcmp(text, "jinja\n"), "chat_template: %s", text ? text : "(none)");
+    free(text), text = NULL;
+    snprintf(path, sizeof path, "%s/chat_template.jinja", run);
+    T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK && !strcmp(text, tmpl), "chat_template.jinja: %s", text ? text : "(none)");
+    free(text);
+    T_CHECK(run_prompt("jinja_run", run, "Is 3 odd?", "<s>Q: Is 3 odd?\\nA:"), "the run's template");
+    /* its answers' perplexity, rendered as it trained: the same held-out answers, the same tokens */
+    snprintf(args, sizeof args, "perplexity -m %s -f %s --val-frac 0.25 --json", run, data);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "\"answers\":6"), "perplexity: %s %s", t_out, t_err);
+    /* fine-tuned again from the run folder: its template, run */
+    snprintf(run2, sizeof run2, "%s/qa_run2", t_tmpdir());
+    snprintf(args, sizeof args, "train --init-from %s --data %s --steps 2 --batch 2 --seq 64 --quiet --out %s", run, data, run2);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "rendered with the jinja template (the starting model's)"), "train again: %s", t_err);
+    text = NULL;
+    snprintf(path, sizeof path, "%s/chat_template.jinja", run2);
+    T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK && !strcmp(text, tmpl), "again: %s", text ? text : "(none)");
+    free(text);
+    /* exported: GGUF's tokenizer.chat_template is the template */
+    snprintf(path, sizeof path, "%s/qa.gguf", t_tmpdir());
+    snprintf(args, sizeof args, "export %s -o %s", run, path);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    nv_gguf g;
+    size_t n = 0;
+    if (nv_gguf_open(path, &g) == NV_OK) {
+        const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
+        T_CHECK(t && n == strlen(tmpl) && !memcmp(t, tmpl, n), "the GGUF file's template: %.*s", t ? (int)n : 6, t ? t : "(none)");
+        nv_gguf_close(&g);
+    } else
+        T_CHECK(0, "%s", nv_errmsg());
+    /* --jinja: a template whose markers say ChatML, run as it is written, in training and then in serving */
+    static const char marked[] = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role | upper }}: {{ m.content }}\n{% endfor %}"
+                                 "{% if add_generation_prompt %}<|im_start|>ASSISTANT:{% endif %}";
+    const char *marked_file = t_write("marked.jinja", marked, strlen(marked));
+    snprintf(run2, sizeof run2, "%s/qa_run3", t_tmpdir());
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --chat-template-file %s --jinja --steps 1 --batch 2 --seq 64 --quiet --out %s",
+             m, z, data, marked_file, run2);
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "rendered with the jinja template"), "train --jinja: %s", t_err);
+    T_CHECK(run_prompt("jinja_run3", run2, "Hi", "<s><|im_start|>USER: Hi\\n<|im_start|>ASSISTANT:"),
+            "the run's template, run though its markers say ChatML");
+    /* without chat data, refused */
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --chat-template-file %s --steps 1", m, z, t_data("corpus/tinystories_valid_head.txt"), file);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--chat-template-file goes with chat data"), "%s", t_err);
+}
+
 int main(void) {
     T_RUN(test_jinja_cases);
     T_RUN(test_jinja_cases_are_jinja2s);
@@ -340,5 +419,6 @@ int main(void) {
     T_RUN(test_jinja_nerve_templates);
     T_RUN(test_jinja_variables);
     T_RUN(test_jinja_serve);
+    T_RUN(test_jinja_train);
     return t_done();
 }

@@ -113,6 +113,12 @@ int cli_engine(const char *cmd, const char *name, int threads, cli_engine_defaul
     return 0;
 }
 
+/* The folder of a model file (its run folder when `nerve train` wrote it). */
+static void folder_of(const char *model_path, char *dir, size_t cap) {
+    const char *slash = strrchr(model_path, '/');
+    snprintf(dir, cap, "%.*s", slash ? (int)(slash - model_path + (slash == model_path)) : 0, model_path);
+}
+
 /* A model's Jinja chat template (not run) recognised by its markers. */
 static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out, int warn);
 
@@ -162,9 +168,10 @@ static int template_of_text(const char *model_path, const char *t, size_t n, nv_
 
 char *cli_declared_template_text(const char *model_path) {
     char dir[4200], name[41];
-    const char *slash = strrchr(model_path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - model_path + (slash == model_path)) : 0, model_path);
+    folder_of(model_path, dir, sizeof dir);
     if (nv_train_chat_template(dir, name, sizeof name)) { /* a chat run's, beside its model */
+        char *own = nv_train_chat_template_jinja(dir); /* one it ran as Jinja */
+        if (own) return own;
         nv_chat_template t;
         if (nv_chat_template_parse(name, &t) == NV_OK) return strdup(nv_chat_template_jinja(t));
         nv_warn("%s%schat_template names no chat template nerve knows ('%s'): ignored", dir, *dir ? "/" : "", name);
@@ -180,9 +187,13 @@ char *cli_declared_template_text(const char *model_path) {
 }
 
 int cli_chat_template(const char *cmd, const char *model_path, const char *name, const char *file, int jinja, nv_chat_template *tmpl,
-                      nv_jinja **prog) {
+                      nv_jinja **prog, char **text_out) {
     *prog = NULL;
-    *tmpl = NV_CHAT_PLAIN; /* llama2.c checkpoints declare no template */
+    if (text_out) *text_out = NULL;
+    char dir[4200], run[16];
+    folder_of(model_path, dir, sizeof dir);
+    if (!name && !file && nv_train_chat_template(dir, run, sizeof run) && !strcmp(run, "jinja"))
+        jinja = 1; /* a run that trained with a Jinja template chats with it, whatever its markers say */
     if (name && file) return cli_error(cmd, 2, "--chat-template and --chat-template-file: one or the other");
     if (name && nv_chat_template_parse(name, tmpl) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
     if (name && !jinja) return 0;
@@ -207,7 +218,8 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
         } else if (!known)
             nv_info("%s: its chat template is none nerve knows by its markers: run as Jinja", from);
     }
-    free(text);
+    if (*prog && text_out) *text_out = text;
+    else free(text);
     return rc;
 }
 

@@ -165,14 +165,16 @@ int cli_declared_template(const char *model_path, nv_chat_template *out);
 /* --chat-template-file FILE (llama.cpp's flag): a Jinja template, not run, recognised as above.
  * 0, or the exit code after printing why (unreadable, or none of them). */
 int cli_template_file(const char *cmd, const char *path, nv_chat_template *out);
-/* What serve and chat render with: --chat-template NAME (nerve's renderer of it), else
+/* What serve, chat and train render with: --chat-template NAME (nerve's renderer of it), else
  * --chat-template-file F or the model's own template (cli_declared_template_text), nerve's renderer
  * when its markers say which (as cli_declared_template), else run as Jinja (*prog; the caller frees
- * it) with *tmpl plain (EOS stops the answer; tool calls in Hermes's form); jinja (--jinja): run it
- * even when recognised, *tmpl the recognised one for stops and calls. A file or --jinja's template
+ * it) with *tmpl plain (EOS stops the answer; tool calls in Hermes's form); jinja (--jinja, or a run
+ * folder that trained with a Jinja template): run it even when recognised, *tmpl the recognised one
+ * for stops and calls; *tmpl is left as it was when nothing is declared. text_out (may be NULL): the
+ * program's text (malloc'd) when there is one. A file or --jinja's template
  * that does not parse is refused (1); the model's own is then warned of and plain. 0, or the exit code. */
 int cli_chat_template(const char *cmd, const char *model_path, const char *name, const char *file, int jinja, nv_chat_template *tmpl,
-                      nv_jinja **prog);
+                      nv_jinja **prog, char **text_out);
 /* --chat-template NAME or --chat-template-file FILE (either may be NULL, not both) into *out. 0, or
  * the exit code after printing why. */
 int cli_template_flags(const char *cmd, const char *name, const char *file, nv_chat_template *out);

@@ -200,7 +200,7 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     nv_model_drop_quant_sources(&model);
-    if (cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja)) goto done;
+    if (cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, NULL)) goto done;
     if (system_text && history_push(&h, "system", system_text, strlen(system_text))) goto oom;
     const char *stop = nv_chat_template_stop(tmpl);
     const int tty = !one && isatty(STDIN_FILENO);

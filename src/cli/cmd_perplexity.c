@@ -412,7 +412,8 @@ done:
    each turn rendered with the template and run from its start, the answers' tokens alone scored
    (their -log p given everything before them in the turn); with val_frac, the held-out turns only. */
 static int chat_score(const char *model_path, const char *tok_path, const cli_loras *loras, nv_engine_id engine,
-                      const char *const *files, int n_files, float val_frac, nv_chat_template tmpl, int threads, int json) {
+                      const char *const *files, int n_files, float val_frac, nv_chat_template tmpl, const nv_jinja *jinja, int threads,
+                      int json) {
     scored_model q = {0};
     nv_tokenizer *tok = NULL;
     nv_dataset ds = {0};
@@ -420,7 +421,7 @@ static int chat_score(const char *model_path, const char *tok_path, const cli_lo
     if (scored_open(&q, model_path, loras, engine) != NV_OK) return cli_error(CMD, 1, "%s", nv_errmsg());
     const nv_config c = q.m.config;
     if (nv_tokenizer_load_for_model(tok_path, c.vocab_size, &tok) != NV_OK ||
-        nv_dataset_open_chat(&ds, files, n_files, tok, c.vocab_size, val_frac, tmpl) != NV_OK || scored_ready(&q, c.seq_len) != NV_OK) {
+        nv_dataset_open_jinja(&ds, files, n_files, tok, c.vocab_size, val_frac, tmpl, jinja) != NV_OK || scored_ready(&q, c.seq_len) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
@@ -582,10 +583,14 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     nv_engine_id engine, base_engine = NV_ENGINE_SCALAR;
     int erc = cli_engine(cmd, engine_name, threads, CLI_ENGINE_FP32, &engine);
     if (erc) return erc;
-    if (chat_files) {
-        if (!template_name && !cli_declared_template(model_path, &tmpl)) tmpl = NV_CHAT_CHATML; /* the model's own, as train */
-        return chat_score(model_path, tok_path, &loras, engine, files, n_files, val_frac, tmpl, threads ? threads : nv_cpu_probe()->cores,
-                          json);
+    if (chat_files) { /* the model's own template, as train renders it (run as Jinja when nerve has no renderer of it) */
+        nv_jinja *jinja = NULL;
+        int rc = cli_chat_template(cmd, model_path, template_name, NULL, 0, &tmpl, &jinja, NULL);
+        if (!rc)
+            rc = chat_score(model_path, tok_path, &loras, engine, files, n_files, val_frac, tmpl, jinja, threads ? threads : nv_cpu_probe()->cores,
+                            json);
+        nv_jinja_free(jinja);
+        return rc;
     }
     if (base_path) {
         const char *unused_tok = "";

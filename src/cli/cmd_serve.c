@@ -401,7 +401,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     if (cli_spec_check(CMD, &spec)) return 2;
     if (!ssl_key != !ssl_cert) return cli_error(CMD, 2, "--ssl-key-file and --ssl-cert-file go together (HTTPS needs both)");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
-    nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template) */
+    nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template), and its text */
+    char *jinja_text = NULL;
     if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
     const int trc = cli_template_flags(CMD, template_name, NULL, &tmpl);
     if (trc) return trc;
@@ -491,7 +492,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
-    if ((rc = cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja)) != 0) goto done;
+    if ((rc = cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0) goto done;
     rc = 1;
     if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK; /* R1 models answer after a think block */
     /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
@@ -606,6 +607,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                              .model_path = realpath(model_path, abs_model) ? abs_model : model_path,
                              .tok_path = tok_path,
                              .template_name = nv_chat_template_name(tmpl),
+                             .template_jinja = jinja_text,
                              .threads = threads,
                              .nice = ft_nice,
                              .busy = sched_busy,
@@ -741,6 +743,7 @@ done:
     nv_adapters_free(&adapters);
     if (tok) nv_tokenizer_free(tok);
     nv_jinja_free(jinja);
+    free(jinja_text);
     nv_model_free(&model);
     nv_model_free(&draft);
     nv_metrics_free(&metrics);

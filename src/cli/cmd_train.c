@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "          every text file under it, in path order, hidden and binary ones left out), or chat\n"
             "          data (.jsonl, OpenAI's chat fine-tuning format: {\"messages\": [...]} a line; only the assistant's\n"
             "          answers are trained on, each conversation rendered with --chat-template, default the one the\n"
-            "          --init-from model declares, else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
+            "          --init-from model declares (its own Jinja run when nerve has no renderer of it, or with --jinja;\n"
+            "          --chat-template-file F as serve's), else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
             "          step when turns are short; each attends to itself alone)\n"
             "          Text (files, folders, .jsonl text lines) without -z (and --init-from): the run trains its own BPE\n"
@@ -252,8 +253,11 @@ static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
     const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL, *template_name = NULL;
-    const char *teacher_path = NULL, *teacher_engine = NULL, *distill_given = NULL;
+    const char *teacher_path = NULL, *teacher_engine = NULL, *distill_given = NULL, *template_file = NULL;
     const char *data[MAX_DATA], *val_data[MAX_DATA];
+    nv_jinja *jinja = NULL; /* the chat template run as Jinja (cli_chat_template), and its text */
+    char *jinja_text = NULL;
+    int run_jinja = 0;
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0, sample_given = 0;
@@ -284,6 +288,7 @@ static int train(int argc, char **argv) {
         if (!strcmp(a, "--separate-classifier")) { separate = 1; continue; }
         if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
         if (!strcmp(a, "--pack")) { pack = 1; continue; }
+        if (!strcmp(a, "--jinja")) { run_jinja = 1; continue; }
         if (!strcmp(a, "--recompute")) { o.recompute = 1; continue; }
         if (!strcmp(a, "--no-merge")) { o.lora_no_merge = 1; continue; }
         if (!strcmp(a, "--save-best")) { o.save_best = 1; continue; }
@@ -310,6 +315,7 @@ static int train(int argc, char **argv) {
         else if (!strcmp(a, "--distill-temp")) ok = cli_float(CMD, a, v, 0.01f, 100, &o.distill_temp), distill_given = a;
         else if (!strcmp(a, "--engine")) engine_name = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
+        else if (!strcmp(a, "--chat-template-file")) template_file = v;
         else if (!strcmp(a, "--out")) o.out_dir = v;
         else if (!strcmp(a, "--lora-rank")) ok = cli_int(CMD, a, v, 1, 1024, &o.lora.rank);
         else if (!strcmp(a, "--lora-alpha")) ok = cli_float(CMD, a, v, 1e-6f, 1e6f, &lora_alpha);
@@ -580,13 +586,23 @@ static int train(int argc, char **argv) {
     for (int i = 0; i < n_val; i++) data[n_data + i] = val_data[i];
     int chat_files = 0; /* refused before the data is read */
     for (int i = 0; i < n_data + n_val; i++) chat_files += nv_data_jsonl_is_turns(data[i]);
-    if ((template_name || pack) && !chat_files) {
-        rc = cli_error(CMD, 2, "%s goes with chat data (a .jsonl file in --data)", pack ? "--pack" : "--chat-template");
+    if ((template_name || template_file || run_jinja || pack) && !chat_files) {
+        rc = cli_error(CMD, 2, "%s goes with chat data (a .jsonl file in --data)",
+                       pack ? "--pack" : template_name ? "--chat-template" : template_file ? "--chat-template-file" : "--jinja");
         goto done;
     }
-    /* fine-tuning a chat model: the template it declares (a GGUF file's, or a chat run's) */
-    const int declared = chat_files && !template_name && init_from && cli_declared_template(init_from, &tmpl);
-    if (nv_dataset_open_chat(&ds, data, n_data + n_val, tok, c->vocab_size, n_val ? 0.0f : val_frac, tmpl) != NV_OK) {
+    /* fine-tuning a chat model: the template it declares (a GGUF file's, a folder's, or a chat run's), nerve's
+       renderer of it when its markers say which, else run as Jinja, as serve renders it */
+    int declared = 0;
+    if (chat_files && (init_from || template_file || (template_name && run_jinja))) {
+        char *t = init_from && !template_name && !template_file ? cli_declared_template_text(init_from) : NULL;
+        declared = t != NULL;
+        free(t);
+        if ((rc = cli_chat_template(CMD, init_from ? init_from : "", template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0)
+            goto done;
+        rc = 1;
+    }
+    if (nv_dataset_open_jinja(&ds, data, n_data + n_val, tok, c->vocab_size, n_val ? 0.0f : val_frac, tmpl, jinja) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
@@ -623,7 +639,8 @@ static int train(int argc, char **argv) {
     }
     if (ds.chat) {
         ds.pack = pack;
-        o.chat_template = ds.templated ? nv_chat_template_name(tmpl) : NULL; /* prompt/completion text: none */
+        o.chat_template = !ds.templated ? NULL : jinja ? "jinja" : nv_chat_template_name(tmpl); /* prompt/completion text: none */
+        o.chat_template_jinja = jinja ? jinja_text : NULL;
         uint64_t turns = 0, val_turns = 0, cut = 0, trainable = 0, longest = 0;
         if (seq_auto) { /* the longest turn whole (a multiple of 16, for the kernels' tiles), within the context */
             for (int i = 0; i < ds.n_src; i++)
@@ -723,6 +740,8 @@ done:
     nv_model_free(&init);
     nv_model_free(&teacher);
     free(lora_init);
+    nv_jinja_free(jinja);
+    free(jinja_text);
     if (tok) nv_tokenizer_free(tok);
     return rc;
 }

@@ -44,6 +44,7 @@ struct nv_ftjobs {
     nv_files *files;
     nv_ftjobs_opts o;
     char *model_id, *model_path, *tok_path, *template_name, *unavailable; /* o's strings, owned */
+    char template_file[4200]; /* the server's Jinja template, kept for the trainer ("": none) */
     char exe[4096];
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -263,6 +264,15 @@ nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o)
         return nv_fail(NV_EIO, "cannot find this program's file (/proc/self/exe) to run the trainer with");
     }
     j->exe[n] = 0;
+    j->o.template_jinja = NULL;
+    if (o->template_jinja) { /* the trainer renders the jobs' data as the server renders requests */
+        snprintf(j->template_file, sizeof j->template_file, "%s/.chat_template.jinja", nv_files_dir(files));
+        nv_iov part = {o->template_jinja, strlen(o->template_jinja)};
+        if (nv_file_write_atomic(j->template_file, &part, 1) != NV_OK) {
+            nv_ftjobs_close(j);
+            return nv_fail(NV_EIO, "%s", nv_errmsg());
+        }
+    }
     const nv_err e = nv_recs_open(&j->r, nv_files_dir(files), id_ok, valid, "a fine-tuning job's");
     for (int i = 0; e == NV_OK && i < j->r.n; i++) {
         job *x = &j->r.v[i];
@@ -341,8 +351,14 @@ static int trainer_args(const nv_ftjobs *j, const job *x, const char *jobdir, ch
     }
     arg(&l, "--out");
     arg(&l, "%s/run", jobdir);
-    arg(&l, "--chat-template");
-    arg(&l, "%s", j->o.template_name);
+    if (j->template_file[0]) { /* the server's Jinja template, run as the server runs it */
+        arg(&l, "--chat-template-file");
+        arg(&l, "%s", j->template_file);
+        arg(&l, "--jinja");
+    } else {
+        arg(&l, "--chat-template");
+        arg(&l, "%s", j->o.template_name);
+    }
     arg(&l, "--seq");
     arg(&l, "auto");
     arg(&l, "--no-merge"); /* the adapters are what the server loads */

@@ -41,6 +41,7 @@ typedef struct {
     const char *model_path;    /* the served model, as nerve train --init-from takes it */
     const char *tok_path;      /* its tokenizer (-z), NULL: the model's own */
     const char *template_name; /* the chat template the server renders requests with */
+    const char *template_jinja; /* its Jinja text when the server runs one (a job trains with it), else NULL */
     int threads;               /* the trainer's --threads (0: its default, every core) */
     int nice;                  /* the trainer's CPU priority below the server's (0-19) */
     int (*busy)(void *ctx);    /* requests waiting or running (NULL: never busy) */

@@ -441,9 +441,9 @@ static nv_err line_tools(const nv_source *s, const cJSON *obj, nv_chat_template 
    for the caller to count). */
 static nv_err render_answer(const nv_source *s, const nv_tokenizer *tok, nv_chat_template tmpl, const nv_api_messages *m,
                             int n, char **tools, int n_tools, long line_no, int **ids, int *n_ids, int *n_prompt) {
-    nv_chat_opts o = {.tools = (const char *const *)tools, .n_tools = n_tools};
+    nv_chat_opts o = {.tools = (const char *const *)tools, .n_tools = n_tools, .jinja = s->jinja};
     nv_err e = nv_chat_render_turn(tmpl, tok, m->m, n, &o, ids, n_ids, n_prompt);
-    if (e == NV_EFORMAT) e = nv_fail(NV_EFORMAT, "%s:%ld: %s", s->path, line_no, nv_errmsg()); /* the template's reason, with the line */
+    if (e == NV_EFORMAT || e == NV_EINVAL) e = nv_fail(NV_EFORMAT, "%s:%ld: %s", s->path, line_no, nv_errmsg()); /* the template's reason, with the line */
     return e;
 }
 
@@ -762,6 +762,11 @@ nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv
 
 nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                             float val_frac, nv_chat_template tmpl) {
+    return nv_dataset_open_jinja(ds, paths, n, tok, vocab_size, val_frac, tmpl, NULL);
+}
+
+nv_err nv_dataset_open_jinja(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
+                             float val_frac, nv_chat_template tmpl, const nv_jinja *jinja) {
     memset(ds, 0, sizeof *ds);
     if (n < 1) return nv_fail(NV_EINVAL, "no training data given (--data PATH)");
     if (!(val_frac >= 0.0f && val_frac < 1.0f)) return nv_fail(NV_EINVAL, "validation fraction must be in [0, 1)");
@@ -770,6 +775,7 @@ nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, con
     ds->n_src = n;
     for (int i = 0; i < n; i++) {
         nv_source *s = &ds->src[i];
+        s->jinja = jinja;
         if (snprintf(s->path, sizeof s->path, "%s", paths[i]) >= (int)sizeof s->path) {
             nv_dataset_close(ds);
             return nv_fail(NV_EINVAL, "data path too long: %.80s...", paths[i]);

@@ -51,6 +51,7 @@ typedef struct {
     uint8_t pairs;      /* preference data: turns 2p (the preferred answer) and 2p + 1 (the other) are pair p */
     uint8_t completions; /* prompt/completion lines: 1 where their texts are joined as they are, no template */
     uint8_t templated;   /* some turn was rendered with the chat template */
+    const nv_jinja *jinja; /* the chat template run as Jinja (nv_dataset_open_jinja), NULL: tmpl's renderer */
 } nv_source;
 
 typedef struct {
@@ -102,6 +103,10 @@ nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv
 /* The same, chat data rendered with tmpl. */
 nv_err nv_dataset_open_chat(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                             float val_frac, nv_chat_template tmpl);
+/* The same, chat data rendered by the Jinja template jinja (nv_chat_opts.jinja; it outlives the
+ * dataset's loading), tmpl giving its stop. */
+nv_err nv_dataset_open_jinja(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
+                             float val_frac, nv_chat_template tmpl, const nv_jinja *jinja);
 /* Makes sources [first_val, n_src) validation data whole and the ones before them training data
  * whole (nerve train --val-data), in place of the val_frac split. */
 void nv_dataset_split_at(nv_dataset *ds, int first_val);

@@ -492,6 +492,14 @@ static int read_chat_template(const char *dir, char *name, size_t cap, int *pack
 
 int nv_train_chat_template(const char *dir, char *name, size_t cap) { return read_chat_template(dir, name, cap, NULL); }
 
+char *nv_train_chat_template_jinja(const char *dir) {
+    char name[16], path[4200], *text = NULL;
+    if (!read_chat_template(dir, name, sizeof name, NULL) || strcmp(name, "jinja") != 0) return NULL;
+    snprintf(path, sizeof path, "%s%schat_template.jinja", dir, *dir ? "/" : "");
+    if (nv_file_read_all(path, &text, NULL) != NV_OK) return NULL;
+    return text;
+}
+
 /* What identifies the frozen weights a LoRA run adapts (its checkpoint keeps it; save_merged checks
    the weights it merges into against it). */
 static uint64_t base_hash(const nv_train_opts *o) {
@@ -650,10 +658,13 @@ static nv_err save_model(const nv_model *m, const char *dir, const char *run_dir
         if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, m->config.vocab_size, &tok) != NV_OK) tok = NULL;
         char tmpl_name[64];
         nv_chat_template tmpl;
-        const char *jinja = nv_train_chat_template(dir, tmpl_name, sizeof tmpl_name) && nv_chat_template_parse(tmpl_name, &tmpl) == NV_OK
+        char *own = nv_train_chat_template_jinja(dir); /* a chat run's template travels with its model */
+        const char *jinja = own ? own
+                            : nv_train_chat_template(dir, tmpl_name, sizeof tmpl_name) && nv_chat_template_parse(tmpl_name, &tmpl) == NV_OK
                                 ? nv_chat_template_jinja(tmpl)
-                                : NULL; /* a chat run's template travels with its model */
+                                : NULL;
         saved = nv_gguf_save(m, tok, name, gguf, NV_GGUF_F32, jinja, NULL);
+        free(own);
         nv_tokenizer_free(tok);
     }
     if (saved == NV_OK) unlink(v1 ? gguf : bin);
@@ -673,6 +684,13 @@ static void write_serving_files(const char *dir, const nv_train_opts *o, const n
     } else {
         unlink(path);
     }
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if (o->chat_template && o->chat_template_jinja) {
+        nv_iov part = {o->chat_template_jinja, strlen(o->chat_template_jinja)};
+        if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
+    } else {
+        unlink(path);
+    }
     if (o->tokenizer_path) {
         snprintf(path, sizeof path, "%s/tokenizer.bin", dir);
         if (strcmp(o->tokenizer_path, path) != 0 && copy_tokenizer(o->tokenizer_path, path) != NV_OK)
@@ -684,7 +702,7 @@ static void write_serving_files(const char *dir, const nv_train_opts *o, const n
    starts in the folder (an earlier run's are not this one's). */
 static void clear_model_dir(const char *dir) {
     static const char *const names[] = {"model.bin", "model.gguf", "adapter.gguf", "adapter_model.safetensors",
-                                        "adapter_config.json", "tokenizer.bin", "chat_template"};
+                                        "adapter_config.json", "tokenizer.bin", "chat_template", "chat_template.jinja"};
     nv_remove_in_dir(dir, names, sizeof names / sizeof names[0]);
 }
 

@@ -83,6 +83,8 @@ typedef struct {
     const char *tokenizer_path; /* copied into the run folder when set */
     const char *chat_template;  /* the template chat data was rendered with: the run folder's chat_template
                                    file, which `nerve serve -m RUN_DIR` takes up; NULL: none */
+    const char *chat_template_jinja; /* its Jinja text when the run ran one (chat_template "jinja"): the
+                                        folder's chat_template.jinja */
     int resume;
     nv_engine_id engine;
     int quiet;                 /* no live progress line */
@@ -145,6 +147,9 @@ void nv_train_remove_snapshot(const char *run_dir, long step);
 /* The chat template a run folder records (its chat_template file, the name on one line), into name
  * (cap bytes; a longer line is cut); 0 when the folder has none. dir "" is the current folder. */
 int nv_train_chat_template(const char *dir, char *name, size_t cap);
+/* The Jinja template a run folder's chat_template names as "jinja" (its chat_template.jinja; malloc'd),
+ * NULL when it names another or none. */
+char *nv_train_chat_template_jinja(const char *dir);
 /* Set by the SIGINT/SIGTERM/SIGUSR1 handler that nv_train_run installs; exposed for tests. */
 extern volatile int nv_train_stop_requested;
 
