@@ -185,6 +185,16 @@ static void test_bench_grammar(void) {
     const char *figs[] = {"mask_ms", "token_by_token_ms", "allowed", "vocab", "one_token_us"};
     check_bench("grammar", figs, 5);
 }
+/* every template's Jinja form renders its renderer's text, and both are timed */
+static void test_bench_template(void) {
+    if (!t_data("models/tok512.bin")) return;
+    const char *figs[] = {"renderer_us", "jinja_us", "ratio", "same_text", "bytes", "messages"};
+    check_bench("template", figs, 6);
+    int rc = -1;
+    char *out = run_bench("template", &rc);
+    T_CHECK(out && rc == 0 && strstr(out, "\"same_text\":1") && !strstr(out, "\"same_text\":0"), "%s", out ? out : "");
+    free(out);
+}
 static void test_bench_generate(void) {
     const char *figs[] = {"tokens_per_s|gb_per_s"};
     check_bench("generate", figs, 1);
@@ -396,6 +406,7 @@ int main(void) {
     T_RUN(test_bench_accuracy);
     T_RUN(test_bench_accuracy_kv_dtype);
     T_RUN(test_bench_grammar);
+    T_RUN(test_bench_template);
     T_RUN(test_bench_generate);
     T_RUN(test_bench_generate_cases);
     T_RUN(test_bench_generate_model_file);

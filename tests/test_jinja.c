@@ -246,6 +246,7 @@ static void test_jinja_variables(void) {
     T_CHECK(nv_chat_render_opts(NV_CHAT_PLAIN, tok, m + 1, 1, &o, &ids, &n) == NV_OK, "%s", nv_errmsg());
     free(ids);
     nv_jinja_free(j);
+    int np = 0;
     /* continue_final_message, transformers' way: after the text without its white space where the template trims
        it; a template that does not show it refused; a training turn of empty messages through a template of
        nothing but them */
@@ -256,8 +257,12 @@ static void test_jinja_variables(void) {
     T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, begun, 2, &o, &b) == NV_OK && b.data && !strcmp(b.data, "<Give JSON><Sure:"), "%s",
             b.data ? b.data : nv_errmsg());
     nv_buf_free(&b);
+    /* an answer the template ends with neither its stop nor EOS is trained with EOS after it */
+    const int turn_ok = nv_chat_render_turn(NV_CHAT_PLAIN, tok, begun, 2, &(nv_chat_opts){.jinja = j}, &ids, &n, &np) == NV_OK;
+    T_CHECK(turn_ok && n > np && ids[n - 1] == nv_tokenizer_eos(tok) && ids[n - 2] != nv_tokenizer_eos(tok), "the answer's end: %d of %d",
+            turn_ok ? ids[n - 1] : -1, n);
+    free(ids);
     const nv_chat_msg empty[] = {{"user", "", NULL, 0, NULL}, {"assistant", "", NULL, 0, NULL}};
-    int np = 0;
     T_CHECK(nv_chat_render_turn(NV_CHAT_PLAIN, tok, empty, 2, &(nv_chat_opts){.jinja = j}, &ids, &n, &np) == NV_OK && np <= n, "%s", nv_errmsg());
     free(ids);
     nv_jinja_free(j);
@@ -407,6 +412,22 @@ static void test_jinja_train(void) {
     T_CHECK(t_nerve(args) == 0 && strstr(t_err, "rendered with the jinja template"), "train --jinja: %s", t_err);
     T_CHECK(run_prompt("jinja_run3", run2, "Hi", "<s><|im_start|>USER: Hi\\n<|im_start|>ASSISTANT:"),
             "the run's template, run though its markers say ChatML");
+    /* resumed with another Jinja template: refused, naming the one it trained with */
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --chat-template-file %s --jinja --steps 3 --batch 2 --seq 64 --quiet --out %s --resume",
+             m, z, data, file, run2);
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "trained with another chat template, run as Jinja"), "resume: %s", t_err);
+    /* a run folder whose chat_template names jinja without its chat_template.jinja: refused in one line */
+    snprintf(path, sizeof path, "%s/chat_template.jinja", run2);
+    unlink(path);
+    snprintf(args, sizeof args, "chat -m %s -p Hi -n 2", run2);
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "chat_template names jinja, but") && strstr(t_err, "cannot be read"), "%s", t_err);
+    /* a template whose generation prompt is not how its answers begin cannot be trained on as served: the line named */
+    static const char apart[] = "{% for m in messages %}{{ 'Answer: ' if m.role == 'assistant' else 'Q: ' }}{{ m.content }}\n{% endfor %}"
+                                "{% if add_generation_prompt %}A:{% endif %}";
+    const char *apart_file = t_write("apart.jinja", apart, strlen(apart));
+    snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --chat-template-file %s --steps 1 --batch 2 --seq 64 --quiet --out %s/qa_apart",
+             m, z, data, apart_file, t_tmpdir());
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "qa.jsonl:1: the chat template's generation prompt"), "%s", t_err);
     /* without chat data, refused */
     snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --chat-template-file %s --steps 1", m, z, t_data("corpus/tinystories_valid_head.txt"), file);
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--chat-template-file goes with chat data"), "%s", t_err);

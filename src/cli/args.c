@@ -192,8 +192,14 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
     if (text_out) *text_out = NULL;
     char dir[4200], run[16];
     folder_of(model_path, dir, sizeof dir);
-    if (!name && !file && nv_train_chat_template(dir, run, sizeof run) && !strcmp(run, "jinja"))
+    if (!name && !file && nv_train_chat_template(dir, run, sizeof run) && !strcmp(run, "jinja")) {
         jinja = 1; /* a run that trained with a Jinja template chats with it, whatever its markers say */
+        char *own = nv_train_chat_template_jinja(dir);
+        if (!own)
+            return cli_error(cmd, 1, "%s%schat_template names jinja, but %s%schat_template.jinja cannot be read", dir, *dir ? "/" : "", dir,
+                             *dir ? "/" : "");
+        free(own);
+    }
     if (name && file) return cli_error(cmd, 2, "--chat-template and --chat-template-file: one or the other");
     if (name && nv_chat_template_parse(name, tmpl) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
     if (name && !jinja) return 0;
@@ -204,7 +210,7 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
     else if (file && nv_file_read_all(file, &text, &n) != NV_OK) return cli_error(cmd, 1, "--chat-template-file: %s", nv_errmsg());
     else if (!file) text = cli_declared_template_text(model_path);
     if (!text) {
-        if (jinja && !name) nv_warn("%s declares no chat template: --jinja has none to run (plain)", model_path);
+        if (jinja && !name) nv_warn("%s declares no chat template: --jinja has none to run", model_path);
         return 0;
     }
     n = strlen(text);

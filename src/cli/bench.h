@@ -43,6 +43,7 @@ int bench_serve(int argc, char **argv, const bench_opts *o);  /* bench_serve.c *
 int bench_prefix(int argc, char **argv, const bench_opts *o);
 int bench_spec(int argc, char **argv, const bench_opts *o);   /* bench_serve.c */
 int bench_grammar(int argc, char **argv, const bench_opts *o); /* bench_grammar.c */
+int bench_template(int argc, char **argv, const bench_opts *o); /* bench_template.c */
 
 /* Helpers of the engine and model benches (bench_engine.c). */
 /* The thread counts to measure: --threads N alone, else 1 and every core. Returns how many. */

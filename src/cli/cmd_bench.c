@@ -25,6 +25,7 @@ static const struct {
     {"spec", bench_spec, "speculative decoding (prompt lookup, or --model-draft): tokens/s with and without drafts on a trained model, acceptance, identical texts"},
     {"prefix", bench_prefix, "TTFT of a 2,000-token shared prefix + 50 new tokens: cold, RAM hit, disk hit after a restart"},
     {"grammar", bench_grammar, "constrained decoding: the token mask per JSON state vs asking token by token (-z TOKENIZER)"},
+    {"template", bench_template, "chat templates run as Jinja vs nerve's own renderers of them, per conversation length (-z TOKENIZER)"},
 };
 
 static void appendf(char *buf, size_t cap, size_t *n, const char *fmt, ...) {

@@ -65,7 +65,7 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, o
             nv_chat_template t;
             const int ours = nv_chat_template_of_jinja(chat_template, strlen(chat_template), &t);
             nv_warn("export: a llama2.c file has no place for the chat template: serve %s with --chat-template %s", out,
-                    ours ? nv_chat_template_name(t) : "NAME (or export GGUF or a Hugging Face folder, which keep it)");
+                    ours ? nv_chat_template_name(t) : "NAME, or --chat-template-file with the template's Jinja (or export GGUF or a Hugging Face folder, which keep it)");
         }
         return nv_model_save_v1(m, out) == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
     }

@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "                Chat data (.jsonl: conversations, or prompt/completion lines) is scored as training\n"
             "                validates it: each turn from its start, its answer tokens alone\n"
             "  --chat-template T  chat data's template (default: the model's own, as nerve train's, else chatml)\n"
+            "  --chat-template-file F, --jinja  a Jinja template, run as nerve train and serve run them\n"
             "  --engine E    the engine (default: the fastest exact fp32 one, as generate)\n"
             "  --threads N   threads for the engines (default: one per core)\n"
             "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
@@ -471,7 +472,7 @@ static int chat_score(const char *model_path, const char *tok_path, const cli_lo
         goto done;
     }
     fprintf(stderr, "nerve perplexity: %llu answers, %llu answer tokens scored", (unsigned long long)turns, (unsigned long long)q.nll.n);
-    if (ds.templated) fprintf(stderr, ", rendered with the %s template", nv_chat_template_name(tmpl));
+    if (ds.templated) fprintf(stderr, ", rendered with the %s template", jinja ? "jinja" : nv_chat_template_name(tmpl));
     if (skipped) fprintf(stderr, "; %llu longer than the context of %d left out", (unsigned long long)skipped, c.seq_len);
     fprintf(stderr, "\n");
     if (json) {
@@ -507,7 +508,8 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     const char *imatrix_out = "imatrix.gguf", *cmd = imatrix_mode ? "imatrix" : CMD; /* errors name the command run */
     const char *files[MAX_FILES], *in_files[MAX_FILES];
     const char *choice_path = NULL, *template_name = NULL;
-    int n_files = 0, n_in = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0;
+    int n_files = 0, n_in = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0, run_jinja = 0;
+    const char *template_file = NULL;
     float val_frac = 0;
     cli_loras loras = {0};
     for (int i = 1; i < argc; i++) {
@@ -518,6 +520,10 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         }
         if (!strcmp(a, "--json") && !imatrix_mode) {
             json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--jinja") && !imatrix_mode) {
+            run_jinja = 1;
             continue;
         }
         const int lf = cli_lora_flag(cmd, argc, argv, &i, &loras);
@@ -544,6 +550,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         else if (!strcmp(a, "--tasks")) { if (!cli_int(cmd, a, v, 1, 1 << 30, &max_tasks)) return 2; }
         else if (!strcmp(a, "--kl-base-engine")) base_engine_name = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
+        else if (!strcmp(a, "--chat-template-file") && !imatrix_mode) template_file = v;
         else if (!strcmp(a, "--threads")) { if (!cli_int(cmd, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(cmd, 2, "unknown option '%s' (see nerve %s --help)", a, cmd);
     }
@@ -575,7 +582,8 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (chat_files && imatrix_mode) return cli_error(cmd, 2, "an importance matrix is collected on text, not chat data (.jsonl)");
     if (chat_files && (ctx || max_chunks || base_path))
         return cli_error(cmd, 2, "chat data is scored a turn at a time: --ctx, --chunks and --kl-base do not go with it");
-    if (template_name && !chat_files) return cli_error(cmd, 2, "--chat-template goes with chat data (.jsonl)");
+    if ((template_name || template_file || run_jinja) && !chat_files)
+        return cli_error(cmd, 2, "%s goes with chat data (.jsonl)", template_name ? "--chat-template" : template_file ? "--chat-template-file" : "--jinja");
     nv_chat_template tmpl = NV_CHAT_CHATML; /* as nerve train's default */
     if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
     cli_paths paths, base_paths;
@@ -585,7 +593,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (erc) return erc;
     if (chat_files) { /* the model's own template, as train renders it (run as Jinja when nerve has no renderer of it) */
         nv_jinja *jinja = NULL;
-        int rc = cli_chat_template(cmd, model_path, template_name, NULL, 0, &tmpl, &jinja, NULL);
+        int rc = cli_chat_template(cmd, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, NULL);
         if (!rc)
             rc = chat_score(model_path, tok_path, &loras, engine, files, n_files, val_frac, tmpl, jinja, threads ? threads : nv_cpu_probe()->cores,
                             json);

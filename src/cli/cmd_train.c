@@ -43,7 +43,8 @@ static void usage(FILE *f) {
             "          data (.jsonl, OpenAI's chat fine-tuning format: {\"messages\": [...]} a line; only the assistant's\n"
             "          answers are trained on, each conversation rendered with --chat-template, default the one the\n"
             "          --init-from model declares (its own Jinja run when nerve has no renderer of it, or with --jinja;\n"
-            "          --chat-template-file F as serve's), else chatml, which the run folder keeps for nerve serve -m RUN_DIR);\n"
+            "          --chat-template-file F as serve's), else chatml, which the run folder keeps for nerve serve -m RUN_DIR\n"
+            "          (with a Jinja template: chat_template.jinja, run by serve, a run going on from it, perplexity);\n"
             "          --pack fills each window with the turns that follow instead of padding (more answer tokens a\n"
             "          step when turns are short; each attends to itself alone)\n"
             "          Text (files, folders, .jsonl text lines) without -z (and --init-from): the run trains its own BPE\n"
@@ -594,6 +595,10 @@ static int train(int argc, char **argv) {
     /* fine-tuning a chat model: the template it declares (a GGUF file's, a folder's, or a chat run's), nerve's
        renderer of it when its markers say which, else run as Jinja, as serve renders it */
     int declared = 0;
+    if (run_jinja && !init_from && !template_file && !template_name) {
+        rc = cli_error(CMD, 2, "--jinja needs a template to run: --chat-template-file F, --chat-template NAME or an --init-from model's own");
+        goto done;
+    }
     if (chat_files && (init_from || template_file || (template_name && run_jinja))) {
         char *t = init_from && !template_name && !template_file ? cli_declared_template_text(init_from) : NULL;
         declared = t != NULL;

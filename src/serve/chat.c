@@ -830,7 +830,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
     if (t == NV_CHAT_LLAMA2 && !o->jinja && n >= 2 && !strcmp(m[n - 2].role, "assistant"))
         return nv_fail(NV_EFORMAT, "chat: the llama2 template cannot hold two assistant messages in a row");
     int *prompt = NULL, np = 0;
-    NV_TRY(nv_chat_render_opts(t, tok, m, n - 1, o, &prompt, &np));
+    if (!o->jinja) NV_TRY(nv_chat_render_opts(t, tok, m, n - 1, o, &prompt, &np)); /* (o->jinja: from the prompt's text below) */
     nv_ids out = {0};
     nv_buf answer = {0}; /* the answer's text and what ends it (text templates) */
     nv_err e = NV_OK;
@@ -839,20 +839,27 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
         nv_chat_opts whole = *o;
         whole.continue_final = 0;
         nv_buf p = {0};
+        nv_ids pids = {0};
         e = jinja_text(tok, m, n - 1, o, 1, &p);
         if (e == NV_OK) e = jinja_text(tok, m, n, &whole, 0, &answer);
         if (e == NV_OK && (p.oom || answer.oom)) e = nv_fail(NV_ENOMEM, "chat: out of memory");
         if (e == NV_OK && (answer.len < p.len || (p.len && memcmp(answer.data, p.data, p.len))))
-            e = nv_fail(NV_EUNSUPPORTED, "chat: the chat template does not render an answer after the prompt it gives");
-        if (e == NV_OK && answer.data) { /* the answer up to what stops the server's generation (the template's stop, else EOS), if it is there */
+            e = nv_fail(NV_EFORMAT, "the chat template's generation prompt is not how it begins the answer it renders: it cannot be "
+                                    "trained on as the server would prompt it");
+        if (e == NV_OK) { /* the answer up to what stops the server's generation (the template's stop, else EOS); EOS after it when
+                             neither follows, so that the model learns to stop */
             const char *stop = nv_chat_template_stop(t), *eos = nv_tokenizer_eos(tok) >= 0 ? nv_tokenizer_special_text(tok, nv_tokenizer_eos(tok)) : NULL;
-            const long after = content_end(answer.data, answer.len, p.len, a->content ? a->content : "");
-            const char *from = answer.data + (after >= 0 ? (size_t)after : p.len), *end = NULL;
+            const long after = answer.data ? content_end(answer.data, answer.len, p.len, a->content ? a->content : "") : -1;
+            const char *from = answer.data ? answer.data + (after >= 0 ? (size_t)after : p.len) : "", *end = NULL;
             if (stop && *stop) end = strstr(from, stop);
             if (end) end += strlen(stop);
             else if (eos && *eos && (end = strstr(from, eos))) end += strlen(eos);
             if (end) answer.len = (size_t)(end - answer.data), answer.data[answer.len] = 0;
+            else if (eos && *eos) nv_buf_puts(&answer, eos);
+            if (answer.oom) e = nv_fail(NV_ENOMEM, "chat: out of memory");
         }
+        if (e == NV_OK) e = encode_spelled(tok, p.data ? p.data : "", &pids); /* the prompt's ids, as the server feeds them */
+        prompt = pids.v, np = pids.n;
         if (e == NV_OK) e = encode_spelled(tok, answer.data ? answer.data : "", &out);
         if (e == NV_OK) nv_buf_consume(&answer, p.len);
         nv_buf_free(&p);

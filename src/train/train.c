@@ -522,7 +522,15 @@ static nv_err check_resume(const nv_train_opts *o, int pack, uint64_t bhash, con
     char had[33];
     int packed = 0;
     if (o->chat_template && read_chat_template(o->out_dir, had, sizeof had, &packed)) {
-        if (strcmp(had, o->chat_template) != 0)
+        if (!strcmp(had, "jinja")) { /* the same Jinja text, byte for byte */
+            char *text = nv_train_chat_template_jinja(o->out_dir);
+            const int same = text && o->chat_template_jinja && !strcmp(text, o->chat_template_jinja);
+            free(text);
+            if (!same)
+                return nv_fail(NV_EINVAL, "%s was trained with another chat template, run as Jinja (%s/chat_template.jinja): resume with "
+                                          "--chat-template-file %s/chat_template.jinja --jinja",
+                               o->out_dir, o->out_dir, o->out_dir);
+        } else if (strcmp(had, o->chat_template) != 0)
             return nv_fail(NV_EINVAL, "%s was trained with the %s chat template: resume with --chat-template %s", o->out_dir,
                            had, had);
         /* the windows' makeup is part of where the data stands */
@@ -675,18 +683,19 @@ static nv_err save_model(const nv_model *m, const char *dir, const char *run_dir
    (none after a run on text: an earlier chat run's is removed) and a copy of the tokenizer. */
 static void write_serving_files(const char *dir, const nv_train_opts *o, const nv_dataset *ds) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/chat_template", dir);
-    if (o->chat_template) {
-        char line[64];
-        snprintf(line, sizeof line, "%s\n%s", o->chat_template, ds->pack ? "packed\n" : "");
-        nv_iov part = {line, strlen(line)};
-        if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
-    } else {
-        unlink(path);
-    }
+    int named = 1; /* chat_template may name jinja: its text is written first */
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     if (o->chat_template && o->chat_template_jinja) {
         nv_iov part = {o->chat_template_jinja, strlen(o->chat_template_jinja)};
+        if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg()), named = 0;
+    } else {
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/chat_template", dir);
+    if (o->chat_template && named) {
+        char line[64];
+        snprintf(line, sizeof line, "%s\n%s", o->chat_template, ds->pack ? "packed\n" : "");
+        nv_iov part = {line, strlen(line)};
         if (nv_file_write_atomic(path, &part, 1) != NV_OK) nv_warn("could not write %s: %s", path, nv_errmsg());
     } else {
         unlink(path);
