@@ -50,6 +50,8 @@ int bench_template(int argc, char **argv, const bench_opts *o); /* bench_templat
 int bench_thread_list(const bench_opts *o, int *out);
 /* Whether engine e (an nv_engine_id) gets rows: --engine E alone, else every engine but scalar. */
 int bench_engine_wanted(const bench_opts *o, int e);
+/* A bench's one option, -z TOKENIZER, into *tok_path (left as it was when absent): 0, or the exit code. */
+int bench_tokenizer_arg(const char *cmd, int argc, char **argv, const char **tok_path);
 /* Appends ok:false and why to a row. */
 void row_fail(bench_row *r, const char *why);
 /* Median seconds of fn(ctx) after one warm-up call, over at least min_reps calls and min_s seconds

@@ -45,6 +45,16 @@ int bench_engine_wanted(const bench_opts *o, int e) {
     return e != NV_ENGINE_SCALAR; /* the reference is measured only when asked for by name */
 }
 
+int bench_tokenizer_arg(const char *cmd, int argc, char **argv, const char **tok_path) {
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
+        if (!strcmp(argv[i - 1], "-z")) *tok_path = v;
+        else return cli_error(cmd, 2, "unknown option '%s' (-z TOKENIZER)", argv[i - 1]);
+    }
+    return 0;
+}
+
 void row_fail(bench_row *r, const char *why) {
     size_t cap = sizeof r->json;
     if (r->jn < cap) {

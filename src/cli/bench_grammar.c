@@ -40,12 +40,8 @@ static void run_check(void *p) {
 
 int bench_grammar(int argc, char **argv, const bench_opts *o) {
     const char *tok_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(argv[i - 1], "-z")) tok_path = v;
-        else return cli_error(CMD, 2, "unknown option '%s' (-z TOKENIZER)", argv[i - 1]);
-    }
+    const int arc = bench_tokenizer_arg(CMD, argc, argv, &tok_path);
+    if (arc) return arc;
     char path[4096];
     if (!tok_path) {
         if (!nv_data_path("tokenizers/tokenizer.bin", path, sizeof path)) {
