@@ -36,8 +36,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
             "                   [--engine E] [--threads N] [--api-key KEY | --api-key-file F] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
-            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3]\n"
-            "                   [--reasoning-format none|deepseek]\n"
+            "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
+            "                    --chat-template-file F] [--jinja] [--reasoning-format none|deepseek]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
