@@ -388,9 +388,12 @@ static void test_jinja_train(void) {
     T_CHECK(t_nerve(args) == 0 && strstr(t_err, "rendered with the jinja template (the starting model's)"), "train again: %s", t_err);
     text = NULL;
     snprintf(path, sizeof path, "%s/chat_template.jinja", run2);
-    T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK && !strcmp(text, tmpl), "again: %s", text ? text : "(none)");
+    /* (marked, as it left its first run's folder: NV_CHAT_RUN_AS_JINJA) */
+    T_CHECK(nv_file_read_all(path, &text, NULL) == NV_OK && !strncmp(text, NV_CHAT_RUN_AS_JINJA, strlen(NV_CHAT_RUN_AS_JINJA)) &&
+                !strcmp(text + strlen(NV_CHAT_RUN_AS_JINJA), tmpl),
+            "again: %s", text ? text : "(none)");
     free(text);
-    /* exported: GGUF's tokenizer.chat_template is the template */
+    /* exported: GGUF's tokenizer.chat_template is the template, marked to be run as Jinja */
     snprintf(path, sizeof path, "%s/qa.gguf", t_tmpdir());
     snprintf(args, sizeof args, "export %s -o %s", run, path);
     T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
@@ -398,7 +401,9 @@ static void test_jinja_train(void) {
     size_t n = 0;
     if (nv_gguf_open(path, &g) == NV_OK) {
         const char *t = nv_gguf_string(&g, "tokenizer.chat_template", &n);
-        T_CHECK(t && n == strlen(tmpl) && !memcmp(t, tmpl, n), "the GGUF file's template: %.*s", t ? (int)n : 6, t ? t : "(none)");
+        const size_t k = strlen(NV_CHAT_RUN_AS_JINJA);
+        T_CHECK(t && n == k + strlen(tmpl) && !memcmp(t, NV_CHAT_RUN_AS_JINJA, k) && !memcmp(t + k, tmpl, n - k), "the GGUF file's template: %.*s",
+                t ? (int)n : 6, t ? t : "(none)");
         nv_gguf_close(&g);
     } else
         T_CHECK(0, "%s", nv_errmsg());
@@ -412,6 +417,12 @@ static void test_jinja_train(void) {
     T_CHECK(t_nerve(args) == 0 && strstr(t_err, "rendered with the jinja template"), "train --jinja: %s", t_err);
     T_CHECK(run_prompt("jinja_run3", run2, "Hi", "<s><|im_start|>USER: Hi\\n<|im_start|>ASSISTANT:"),
             "the run's template, run though its markers say ChatML");
+    /* exported, it is still run as it was written: the mark in its text tells serve so */
+    char gguf3[700];
+    snprintf(gguf3, sizeof gguf3, "%s/qa3.gguf", t_tmpdir());
+    snprintf(args, sizeof args, "export %s -z %s -o %s", run2, z, gguf3);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    T_CHECK(run_prompt("jinja_gguf3", gguf3, "Hi", "<s><|im_start|>USER: Hi\\n<|im_start|>ASSISTANT:"), "the exported file's template, run");
     /* resumed with another Jinja template: refused, naming the one it trained with */
     snprintf(args, sizeof args, "train --init-from %s -z %s --data %s --chat-template-file %s --jinja --steps 3 --batch 2 --seq 64 --quiet --out %s --resume",
              m, z, data, file, run2);

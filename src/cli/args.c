@@ -170,7 +170,7 @@ char *cli_declared_template_text(const char *model_path) {
     char dir[4200], name[41];
     folder_of(model_path, dir, sizeof dir);
     if (nv_train_chat_template(dir, name, sizeof name)) { /* a chat run's, beside its model */
-        char *own = nv_train_chat_template_jinja(dir); /* one it ran as Jinja */
+        char *own = nv_chat_jinja_marked(nv_train_chat_template_jinja(dir)); /* one it ran as Jinja, marked so wherever it goes */
         if (own) return own;
         nv_chat_template t;
         if (nv_chat_template_parse(name, &t) == NV_OK) return strdup(nv_chat_template_jinja(t));
@@ -214,6 +214,7 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
         return 0;
     }
     n = strlen(text);
+    if (!strncmp(text, NV_CHAT_RUN_AS_JINJA, sizeof NV_CHAT_RUN_AS_JINJA - 1)) jinja = 1; /* a run's, exported */
     const int known = template_of_text(from, text, n, tmpl, 0);
     int rc = 0;
     if (!known || jinja) {

@@ -1207,6 +1207,16 @@ const char *nv_chat_template_jinja(nv_chat_template t) {
     return NULL;
 }
 
+char *nv_chat_jinja_marked(char *text) {
+    static const char mark[] = NV_CHAT_RUN_AS_JINJA;
+    if (!text || !strncmp(text, mark, sizeof mark - 1)) return text;
+    const size_t n = strlen(text);
+    char *out = malloc(sizeof mark + n);
+    if (out) memcpy(out, mark, sizeof mark - 1), memcpy(out + sizeof mark - 1, text, n + 1);
+    free(text);
+    return out;
+}
+
 int nv_chat_template_of_jinja(const char *text, size_t n, nv_chat_template *out) {
     for (int i = 0; i < N_TEMPLATES; i++) {
         const char *j = nv_chat_template_jinja((nv_chat_template)i);

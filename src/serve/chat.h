@@ -129,6 +129,12 @@ const char *nv_chat_template_name(nv_chat_template t);
  * true and enable_thinking it renders nv_chat_render_text's text (continue_final_message: the
  * consumer's own cut after the last message). `nerve export` writes it for a chat run. */
 const char *nv_chat_template_jinja(nv_chat_template t);
+/* What opens a template a run trained with as Jinja when it leaves the run folder (an export, the
+ * run's own model.gguf): a Jinja comment (it renders nothing in any engine) that tells nerve to run
+ * the template as Jinja whatever its markers say, as the run folder's chat_template does. */
+#define NV_CHAT_RUN_AS_JINJA "{#- nerve: run as Jinja -#}\n"
+/* text (malloc'd; taken) with NV_CHAT_RUN_AS_JINJA before it, unless it has it (malloc'd), NULL when text is. */
+char *nv_chat_jinja_marked(char *text);
 /* 1 and *out when text (n bytes) is exactly one of those Jinja forms. */
 int nv_chat_template_of_jinja(const char *text, size_t n, nv_chat_template *out);
 /* The stop string the template implies, or NULL. */

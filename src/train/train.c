@@ -666,7 +666,7 @@ static nv_err save_model(const nv_model *m, const char *dir, const char *run_dir
         if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, m->config.vocab_size, &tok) != NV_OK) tok = NULL;
         char tmpl_name[64];
         nv_chat_template tmpl;
-        char *own = nv_train_chat_template_jinja(dir); /* a chat run's template travels with its model */
+        char *own = nv_chat_jinja_marked(nv_train_chat_template_jinja(dir)); /* a chat run's template travels with its model */
         const char *jinja = own ? own
                             : nv_train_chat_template(dir, tmpl_name, sizeof tmpl_name) && nv_chat_template_parse(tmpl_name, &tmpl) == NV_OK
                                 ? nv_chat_template_jinja(tmpl)
