@@ -380,10 +380,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       .vocab_size = FZ_VOCAB,
                       .capacity = FZ_CAPACITY,
                       .dim = 64};
-    const nv_chat_template passes[] = {NV_CHAT_PLAIN, NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2};
-    for (int pass = 0; pass < 4; pass++) {
+    /* a template run as Jinja (serve --chat-template-file): the request's messages, calls, tools and
+       chat_template_kwargs all reach it */
+    static nv_jinja *prog;
+    if (!prog) {
+        static const char t[] = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for c in m.tool_calls or [] %}"
+                                "[{{ c.function.name }} {{ c.function.arguments | tojson }}]{% endfor %}{% endfor %}{{ tools | tojson }}"
+                                "{{ extra | default('') }}{% if add_generation_prompt %}<assistant>{% endif %}";
+        FZ_CHECK(nv_jinja_parse(t, sizeof t - 1, &prog) == NV_OK, "the harness's template: %s", nv_errmsg());
+    }
+    const nv_chat_template passes[] = {NV_CHAT_PLAIN, NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_PLAIN};
+    for (int pass = 0; pass < 5; pass++) {
         int chat = pass > 0;
         ctx.tmpl = passes[pass];
+        ctx.jinja = pass == 4 ? prog : NULL;
         nv_api_request r;
         nv_api_error err;
         int rc = nv_api_parse(&ctx, chat, (const char *)data, size, &r, &err);
@@ -400,6 +410,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_request(&ctx, chat, &r);
         nv_api_request_free(&r);
     }
+    ctx.jinja = NULL;
     check_anthropic(&ctx, (const char *)data, size);
     check_responses(&ctx, (const char *)data, size);
     check_llamacpp(&ctx, (const char *)data, size);
@@ -419,10 +430,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     /* as /apply-template under each template: an object with the prompt's text, or an error */
-    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_DEEPSEEK; t++) {
+    for (int t = NV_CHAT_PLAIN; t <= NV_CHAT_DEEPSEEK + 1; t++) { /* (+1: the Jinja template) */
         char *out = NULL;
         nv_api_error err;
-        ctx.tmpl = (nv_chat_template)t;
+        ctx.tmpl = t > NV_CHAT_DEEPSEEK ? NV_CHAT_PLAIN : (nv_chat_template)t;
+        ctx.jinja = t > NV_CHAT_DEEPSEEK ? prog : NULL;
         int rc = nv_api_apply_template(&ctx, (const char *)data, size, &out, &err);
         if (rc != 0) {
             FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0' && out == NULL, "apply-template status %d", rc);
@@ -435,6 +447,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(out);
         }
     }
+    ctx.jinja = NULL;
     /* and as /v1/embeddings: every input checked, the answer for zero vectors valid JSON */
     nv_api_embed em;
     nv_api_error err;
