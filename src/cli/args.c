@@ -119,29 +119,14 @@ static void folder_of(const char *model_path, char *dir, size_t cap) {
     snprintf(dir, cap, "%.*s", slash ? (int)(slash - model_path + (slash == model_path)) : 0, model_path);
 }
 
-/* A model's Jinja chat template (not run) recognised by its markers. */
-static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out, int warn);
-
-int cli_template_file(const char *cmd, const char *path, nv_chat_template *out) {
-    char *text = NULL;
-    size_t n = 0;
-    if (nv_file_read_all(path, &text, &n) != NV_OK) return cli_error(cmd, 1, "--chat-template-file: %s", nv_errmsg());
-    const int known = template_of_text(path, text, n, out, 0);
-    free(text);
-    return known ? 0
-                 : cli_error(cmd, 1, "--chat-template-file %s: not a template nerve renders (ChatML's, Llama 3's, DeepSeek-R1's, "
-                                     "Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, SmolLM3's, Gemma's, Granite's, Mistral's or Llama 2's [INST]); name one with "
-                                     "--chat-template",
-                             path);
-}
-
 int cli_template_flags(const char *cmd, const char *name, const char *file, nv_chat_template *out) {
     if (name && file) return cli_error(cmd, 2, "--chat-template and --chat-template-file: one or the other");
     if (name && nv_chat_template_parse(name, out) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
-    return file ? cli_template_file(cmd, file, out) : 0;
+    return 0;
 }
 
-static int template_of_text(const char *model_path, const char *t, size_t n, nv_chat_template *out, int warn) {
+/* A Jinja chat template recognised by its markers as one of nerve's: 1 and *out, else 0. */
+static int template_of_text(const char *t, size_t n, nv_chat_template *out) {
     if (nv_chat_template_of_jinja(t, n, out)) return 1; /* one nerve wrote */
     if (memmem(t, n, "<|im_start|>", 12) && memmem(t, n, "Knowledge Cutoff Date", 21) && memmem(t, n, "Reasoning Mode", 14))
         *out = NV_CHAT_SMOLLM3; /* SmolLM3's ChatML, with its metadata */
@@ -155,14 +140,7 @@ static int template_of_text(const char *model_path, const char *t, size_t n, nv_
     else if (memmem(t, n, "<|start_of_role|>", 17)) *out = NV_CHAT_GRANITE;
     else if (memmem(t, n, "[AVAILABLE_TOOLS]", 17) || memmem(t, n, "[TOOL_CALLS]", 12)) *out = NV_CHAT_MISTRAL;
     else if (memmem(t, n, "[INST]", 6)) *out = NV_CHAT_LLAMA2;
-    else {
-        if (warn)
-            nv_warn("%s: its chat template is none of ChatML, Llama 3's, DeepSeek's, Phi-3's, Phi-4's, Phi-4-mini's, OLMo 2's, SmolLM3's, Gemma's, Granite's, "
-                    "Mistral's or Llama-2's [INST] "
-                    "(see --chat-template)",
-                    model_path);
-        return 0;
-    }
+    else return 0;
     return 1;
 }
 
@@ -190,32 +168,32 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
                       nv_jinja **prog, char **text_out) {
     *prog = NULL;
     if (text_out) *text_out = NULL;
-    char dir[4200], run[16];
+    const int frc = cli_template_flags(cmd, name, file, tmpl);
+    if (frc) return frc;
+    if (name && !jinja) return 0;
+    char dir[4200], run[16], *text = NULL;
+    size_t n = 0;
     folder_of(model_path, dir, sizeof dir);
-    if (!name && !file && nv_train_chat_template(dir, run, sizeof run) && !strcmp(run, "jinja")) {
-        jinja = 1; /* a run that trained with a Jinja template chats with it, whatever its markers say */
-        char *own = nv_train_chat_template_jinja(dir);
-        if (!own)
+    const char *from = file ? file : name ? "--chat-template" : model_path;
+    if (name) {
+        text = strdup(nv_chat_template_jinja(*tmpl));
+    } else if (file) {
+        if (nv_file_read_all(file, &text, &n) != NV_OK) return cli_error(cmd, 1, "--chat-template-file: %s", nv_errmsg());
+    } else if (nv_train_chat_template(dir, run, sizeof run) && !strcmp(run, "jinja")) { /* marked: run as Jinja, below */
+        if (!(text = nv_chat_jinja_marked(nv_train_chat_template_jinja(dir))))
             return cli_error(cmd, 1, "%s%schat_template names jinja, but %s%schat_template.jinja cannot be read", dir, *dir ? "/" : "", dir,
                              *dir ? "/" : "");
-        free(own);
+    } else {
+        text = cli_declared_template_text(model_path);
     }
-    if (name && file) return cli_error(cmd, 2, "--chat-template and --chat-template-file: one or the other");
-    if (name && nv_chat_template_parse(name, tmpl) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
-    if (name && !jinja) return 0;
-    char *text = NULL;
-    size_t n = 0;
-    const char *from = file ? file : name ? "--chat-template" : model_path;
-    if (name) text = strdup(nv_chat_template_jinja(*tmpl));
-    else if (file && nv_file_read_all(file, &text, &n) != NV_OK) return cli_error(cmd, 1, "--chat-template-file: %s", nv_errmsg());
-    else if (!file) text = cli_declared_template_text(model_path);
     if (!text) {
         if (jinja && !name) nv_warn("%s declares no chat template: --jinja has none to run", model_path);
         return 0;
     }
     n = strlen(text);
-    if (!strncmp(text, NV_CHAT_RUN_AS_JINJA, sizeof NV_CHAT_RUN_AS_JINJA - 1)) jinja = 1; /* a run's, exported */
-    const int known = template_of_text(from, text, n, tmpl, 0);
+    /* a run's own, in its folder or exported: run as Jinja whatever its markers say */
+    if (!strncmp(text, NV_CHAT_RUN_AS_JINJA, sizeof NV_CHAT_RUN_AS_JINJA - 1)) jinja = 1;
+    const int known = template_of_text(text, n, tmpl);
     int rc = 0;
     if (!known || jinja) {
         if (!known) *tmpl = NV_CHAT_PLAIN; /* its stop: the vocabulary's end of text; its calls: Hermes's */
@@ -225,16 +203,9 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
         } else if (!known)
             nv_info("%s: its chat template is none nerve knows by its markers: run as Jinja", from);
     }
-    if (*prog && text_out) *text_out = text;
+    if (text_out) *text_out = text;
     else free(text);
     return rc;
-}
-
-int cli_declared_template(const char *model_path, nv_chat_template *out) {
-    char *t = cli_declared_template_text(model_path);
-    const int found = t && template_of_text(model_path, t, strlen(t), out, 1);
-    free(t);
-    return found;
 }
 
 void cli_model_paths(const char **model, const char **tok, cli_paths *buf) {

@@ -158,25 +158,19 @@ nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_mo
  * as nv_chat_template_jinja writes it, else a Hugging Face folder's tokenizer_config.json's, else a
  * GGUF file's tokenizer.chat_template. */
 char *cli_declared_template_text(const char *model_path);
-/* The same, as one of nerve's templates: nerve's own Jinja forms exactly, others (not run)
- * recognised by their markers as ChatML, Llama 3's, DeepSeek's or Llama-2's [INST] (another one: a
- * warning). Returns 0 when it declares none. */
-int cli_declared_template(const char *model_path, nv_chat_template *out);
-/* --chat-template-file FILE (llama.cpp's flag): a Jinja template, not run, recognised as above.
- * 0, or the exit code after printing why (unreadable, or none of them). */
-int cli_template_file(const char *cmd, const char *path, nv_chat_template *out);
 /* What serve, chat and train render with: --chat-template NAME (nerve's renderer of it), else
  * --chat-template-file F or the model's own template (cli_declared_template_text), nerve's renderer
- * when its markers say which (as cli_declared_template), else run as Jinja (*prog; the caller frees
+ * when its markers say which, else run as Jinja (*prog; the caller frees
  * it) with *tmpl plain (EOS stops the answer; tool calls in Hermes's form); jinja (--jinja, or a run
  * folder that trained with a Jinja template): run it even when recognised, *tmpl the recognised one
  * for stops and calls; *tmpl is left as it was when nothing is declared. text_out (may be NULL): the
- * program's text (malloc'd) when there is one. A file or --jinja's template
- * that does not parse is refused (1); the model's own is then warned of and plain. 0, or the exit code. */
+ * template's text as found (malloc'd; a file's, --jinja's or the model's own, run or not), NULL when
+ * none. A file or --jinja's template that does not parse is refused (1); the model's own is then
+ * warned of and plain. 0, or the exit code. */
 int cli_chat_template(const char *cmd, const char *model_path, const char *name, const char *file, int jinja, nv_chat_template *tmpl,
                       nv_jinja **prog, char **text_out);
-/* --chat-template NAME or --chat-template-file FILE (either may be NULL, not both) into *out. 0, or
- * the exit code after printing why. */
+/* --chat-template NAME and --chat-template-file FILE checked (either may be NULL, not both; NAME
+ * into *out), before anything loads. 0, or the exit code after printing why. */
 int cli_template_flags(const char *cmd, const char *name, const char *file, nv_chat_template *out);
 
 #endif

@@ -160,8 +160,7 @@ int cmd_chat(int argc, char **argv) {
     if (system_text && system_file) return cli_error(CMD, 2, "--system and --system-file both give the system message: one or the other");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
     nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template) */
-    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
-    const int trc = cli_template_flags(CMD, template_name, NULL, &tmpl);
+    const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
     if (seed == 0) seed = (uint64_t)time(NULL);
     cli_paths paths;

@@ -585,7 +585,8 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if ((template_name || template_file || run_jinja) && !chat_files)
         return cli_error(cmd, 2, "%s goes with chat data (.jsonl)", template_name ? "--chat-template" : template_file ? "--chat-template-file" : "--jinja");
     nv_chat_template tmpl = NV_CHAT_CHATML; /* as nerve train's default */
-    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) return cli_error(cmd, 2, "%s", nv_errmsg());
+    const int trc = cli_template_flags(cmd, template_name, template_file, &tmpl);
+    if (trc) return trc;
     cli_paths paths, base_paths;
     cli_model_paths(&model_path, &tok_path, &paths);
     nv_engine_id engine, base_engine = NV_ENGINE_SCALAR;

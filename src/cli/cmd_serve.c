@@ -403,8 +403,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     nv_chat_template tmpl = NV_CHAT_PLAIN;
     nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template), and its text */
     char *jinja_text = NULL;
-    if (template_name && template_file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
-    const int trc = cli_template_flags(CMD, template_name, NULL, &tmpl);
+    const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
     int step_delay_ms = 0;
     const char *delay = getenv("NERVE_TEST_STEP_DELAY_MS");
@@ -607,7 +606,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                              .model_path = realpath(model_path, abs_model) ? abs_model : model_path,
                              .tok_path = tok_path,
                              .template_name = nv_chat_template_name(tmpl),
-                             .template_jinja = jinja_text,
+                             .template_jinja = jinja ? jinja_text : NULL,
                              .threads = threads,
                              .nice = ft_nice,
                              .busy = sched_busy,

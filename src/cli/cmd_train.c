@@ -576,10 +576,8 @@ static int train(int argc, char **argv) {
         goto done;
     }
     nv_chat_template tmpl = NV_CHAT_CHATML;
-    if (template_name && nv_chat_template_parse(template_name, &tmpl) != NV_OK) {
-        rc = cli_error(CMD, 2, "%s", nv_errmsg());
-        goto done;
-    }
+    if ((rc = cli_template_flags(CMD, template_name, template_file, &tmpl)) != 0) goto done;
+    rc = 1;
     if (n_val && val_frac_given) {
         rc = cli_error(CMD, 2, "--val-data and --val-frac exclude each other (with --val-data the --data files train whole)");
         goto done;
@@ -601,12 +599,10 @@ static int train(int argc, char **argv) {
         goto done;
     }
     if (chat_files && (init_from || template_file || (template_name && run_jinja))) {
-        char *t = init_from && !template_name && !template_file ? cli_declared_template_text(init_from) : NULL;
-        declared = t != NULL;
-        free(t);
         if ((rc = cli_chat_template(CMD, init_from ? init_from : "", template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0)
             goto done;
         rc = 1;
+        declared = init_from && !template_name && !template_file && jinja_text;
     }
     if (nv_dataset_open_jinja(&ds, data, n_data + n_val, tok, c->vocab_size, n_val ? 0.0f : val_frac, tmpl, jinja) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
@@ -646,7 +642,7 @@ static int train(int argc, char **argv) {
     if (ds.chat) {
         ds.pack = pack;
         o.chat_template = !ds.templated ? NULL : jinja ? "jinja" : nv_chat_template_name(tmpl); /* prompt/completion text: none */
-        o.chat_template_jinja = jinja ? jinja_text : NULL;
+        o.chat_template_jinja = jinja ? jinja_text : NULL; /* (the text of a template nerve renders itself: not kept) */
         uint64_t turns = 0, val_turns = 0, cut = 0, trainable = 0, longest = 0;
         if (seq_auto) { /* the longest turn whole (a multiple of 16, for the kernels' tiles), within the context */
             for (int i = 0; i < ds.n_src; i++)

@@ -1641,6 +1641,23 @@ static jval join(render *r, jlist *l, const jstr *sep) {
     return sink_val(&r->c, &o);
 }
 
+/* a dict's keys (what 0), values (1) or (key, value) tuples (2), in order */
+static jval dict_entries(render *r, const jdict *d, int what) {
+    jlist *l = list_new(&r->c, d->n);
+    for (int i = 0; i < d->n; i++) {
+        const jval k = {.t = V_STR, .u.s = d->k[i]};
+        if (what == 2) {
+            jlist *pair = list_new(&r->c, 2);
+            pair->tuple = 1;
+            list_push(&r->c, pair, k);
+            list_push(&r->c, pair, d->v[i]);
+            list_push(&r->c, l, vlist(pair));
+        } else
+            list_push(&r->c, l, what ? d->v[i] : k);
+    }
+    return vlist(l);
+}
+
 /* a string's, a dict's or a list's method */
 static jval method(render *r, jval obj, const jstr *name, const jargs *a) {
     const jval a0 = arg(a, 0, NULL, UNDEF), a1 = arg(a, 1, NULL, UNDEF);
@@ -1721,21 +1738,8 @@ static jval method(render *r, jval obj, const jstr *name, const jargs *a) {
         }
     } else if (obj.t == V_DICT) {
         const jdict *d = obj.u.d;
-        if (name_is(name, "items") || name_is(name, "keys") || name_is(name, "values")) {
-            jlist *l = list_new(&r->c, d->n);
-            for (int i = 0; i < d->n; i++) {
-                const jval k = {.t = V_STR, .u.s = d->k[i]};
-                if (name_is(name, "items")) {
-                    jlist *pair = list_new(&r->c, 2);
-                    pair->tuple = 1;
-                    list_push(&r->c, pair, k);
-                    list_push(&r->c, pair, d->v[i]);
-                    list_push(&r->c, l, vlist(pair));
-                } else
-                    list_push(&r->c, l, name_is(name, "keys") ? k : d->v[i]);
-            }
-            return vlist(l);
-        }
+        if (name_is(name, "items")) return dict_entries(r, d, 2);
+        if (name_is(name, "keys") || name_is(name, "values")) return dict_entries(r, d, name_is(name, "values"));
         if (name_is(name, "get")) {
             const jval v = a0.t == V_STR ? get_attr(r, obj, a0.u.s->s, a0.u.s->n) : UNDEF;
             return v.t == V_UNDEF ? arg(a, 1, "default", NONE) : v;
@@ -1811,6 +1815,23 @@ static jval call_value(render *r, jval f, const jargs *a, const char *what) {
     jfail(&r->c, NV_EFORMAT, "'%s' is a %s, not callable", what, type_name(f));
 }
 
+/* v in seq: a substring, a dict's key, a list's item */
+static int contains(render *r, jval seq, jval v) {
+    if (seq.t == V_UNDEF) return 0; /* an undefined value iterates as nothing */
+    if (seq.t == V_STR) {
+        if (v.t != V_STR) jfail(&r->c, NV_EFORMAT, "'in <string>' requires a string, not a %s", type_name(v));
+        charge(&r->c, BYTES(seq.u.s->n));
+        return memmem(seq.u.s->s, seq.u.s->n, v.u.s->s, v.u.s->n) != NULL;
+    }
+    if (seq.t == V_DICT) return v.t == V_STR && dict_find(seq.u.d, v.u.s->s, v.u.s->n) >= 0;
+    if (seq.t == V_LIST) {
+        for (int i = 0; i < seq.u.l->n; i++)
+            if (equal(r, v, seq.u.l->v[i], 0)) return 1;
+        return 0;
+    }
+    jfail(&r->c, NV_EFORMAT, "'in' a %s", type_name(seq));
+}
+
 /* the test named name of v (Jinja's builtin tests) */
 static int test(render *r, const jstr *name, jval v, const jargs *a) {
     const jval a0 = arg(a, 0, NULL, UNDEF);
@@ -1842,21 +1863,7 @@ static int test(render *r, const jstr *name, jval v, const jargs *a) {
     if (name_is(name, "le") || name_is(name, "<=")) return order(r, v, a0) <= 0;
     if (name_is(name, "gt") || name_is(name, "greaterthan") || name_is(name, ">")) return order(r, v, a0) > 0;
     if (name_is(name, "ge") || name_is(name, ">=")) return order(r, v, a0) >= 0;
-    if (name_is(name, "in")) {
-        if (a0.t == V_UNDEF) return 0; /* an undefined value iterates as nothing */
-        if (a0.t == V_STR) {
-            if (v.t != V_STR) jfail(&r->c, NV_EFORMAT, "'in <string>' requires a string, not a %s", type_name(v));
-            charge(&r->c, BYTES(a0.u.s->n));
-            return memmem(a0.u.s->s, a0.u.s->n, v.u.s->s, v.u.s->n) != NULL;
-        }
-        if (a0.t == V_DICT) return v.t == V_STR && dict_find(a0.u.d, v.u.s->s, v.u.s->n) >= 0;
-        if (a0.t == V_LIST) {
-            for (int i = 0; i < a0.u.l->n; i++)
-                if (equal(r, v, a0.u.l->v[i], 0)) return 1;
-            return 0;
-        }
-        jfail(&r->c, NV_EFORMAT, "'in' a %s", type_name(a0));
-    }
+    if (name_is(name, "in")) return contains(r, a0, v);
     if (name_is(name, "lower") || name_is(name, "upper")) {
         const jstr *s = want_str(r, v, "its value");
         for (size_t i = 0; i < s->n; i++)
@@ -1968,7 +1975,7 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
     if (name_is(name, "items") || name_is(name, "dictsort")) {
         if (v.t == V_UNDEF) return vlist(list_new(&r->c, 0));
         if (v.t != V_DICT) jfail(&r->c, NV_EFORMAT, "%s of a %s", name->s, type_name(v));
-        jval l = method(r, v, str_new(&r->c, "items", 5), &(jargs){0});
+        jval l = dict_entries(r, v.u.d, 2);
         if (name_is(name, "dictsort")) {
             const int cs = truthy(arg(a, 0, "case_sensitive", vbool(0))), rev = truthy(arg(a, 2, "reverse", vbool(0)));
             sort_values(r, l.u.l->v, l.u.l->n, NULL, cs, rev, 1);
@@ -2162,10 +2169,7 @@ static jval binop(render *r, int op, jval a, jval b) {
     if (op == '>') return vbool(order(r, a, b) > 0);
     if (op == OP_LE) return vbool(order(r, a, b) <= 0);
     if (op == OP_GE) return vbool(order(r, a, b) >= 0);
-    if (op == OP_IN || op == OP_NOTIN) {
-        const jstr *in = str_new(&r->c, "in", 2);
-        return vbool(test(r, in, a, &(jargs){.n = 1, .v = &b, .kw = (const jstr *[]){NULL}}) == (op == OP_IN));
-    }
+    if (op == OP_IN || op == OP_NOTIN) return vbool(contains(r, b, a) == (op == OP_IN));
     if (op == '+') {
         if (a.t == V_STR && b.t == V_STR) return concat(r, a.u.s->s, a.u.s->n, b.u.s->s, b.u.s->n);
         if (a.t == V_LIST && b.t == V_LIST) {
