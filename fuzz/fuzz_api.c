@@ -33,6 +33,7 @@
 #include "serve/llamacpp.h"
 #include "serve/ollama.h"
 #include "serve/api.h"
+#include "serve/rerank.h"
 #include "serve/responses.h"
 #include "serve/tools.h"
 
@@ -465,6 +466,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_json(zero ? nv_api_embed_response(&ctx, em.model, zero, em.n, em.base64, 1) : NULL, "embeddings body");
         free(zero);
         nv_api_embed_free(&em);
+    }
+    /* and as /v1/rerank, /v2/rerank and /v1/score, with a template prompt and with the chat template's
+       (the vocabulary's "the" and "a" as the scored tokens) */
+    static nv_rerank rk[2];
+    if (!rk[0].n_tok) {
+        FZ_CHECK(nv_rerank_init(&rk[0], tok, 0, "the,a", "Q: {query} D: {document} I: {instruction}", NULL) == NV_OK, "rerank: %s", nv_errmsg());
+        FZ_CHECK(nv_rerank_init(&rk[1], tok, 0, "the,a", NULL, NULL) == NV_OK, "rerank: %s", nv_errmsg());
+    }
+    for (int k = 0; k < 6; k++) {
+        nv_rerank_req rr;
+        ctx.tmpl = k & 1 ? NV_CHAT_CHATML : NV_CHAT_PLAIN;
+        rc = nv_rerank_parse(&ctx, &rk[k & 1], (nv_rerank_api)(k / 2), (const char *)data, size, &rr, &err);
+        if (rc != 0) {
+            FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] != '\0' && rr.ids == NULL, "rerank status %d", rc);
+            check_json(nv_api_error_json(&err), "error body");
+            continue;
+        }
+        FZ_CHECK(rr.n >= 1 && rr.n <= NV_RERANK_MAX_DOCS && rr.top_n >= 1 && rr.top_n <= rr.n, "rerank: %d pairs, top %d", rr.n, rr.top_n);
+        float *rel = calloc((size_t)rr.n, sizeof(float));
+        for (int i = 0; i < rr.n; i++) {
+            FZ_CHECK(rr.n_ids[i] >= 1 && rr.n_ids[i] <= FZ_SEQ_LEN && rr.n_ids[i] <= FZ_CAPACITY && rr.docs[i], "pair %d: %d ids", i, rr.n_ids[i]);
+            for (int t = 0; t < rr.n_ids[i]; t++) FZ_CHECK(rr.ids[i][t] >= 0 && rr.ids[i][t] < FZ_VOCAB, "pair %d: id out of range", i);
+            if (rel) rel[i] = (float)((i * 37) % 11) / 10.0f;
+        }
+        check_json(rel ? nv_rerank_response(&rr, rel, 1) : NULL, "rerank body");
+        free(rel);
+        nv_rerank_req_free(&rr);
     }
     return 0;
 }

@@ -51,14 +51,21 @@ static inline float gw_value(int k, uint64_t i) { return (float)((int)((i * 7 + 
 
 /* Tests may set this: a linear RoPE scaling factor written as llama.rope.scaling.{type,factor}. */
 static float gw_rope_scale;
+/* with a vocabulary: tokenizer.chat_template.rerank's text too (llama.cpp's named template), NULL: none */
+static const char *gw_rerank_template;
+/* a reranker's classification head too (cls.output.weight, F32): gw_cls_rows rows (up to 3), row r the token
+ * embedding's row gw_cls_tokens[r] (Qwen3-Reranker's yes and no rows of a tied classifier); 0: none */
+static int gw_cls_rows, gw_cls_tokens[3];
+/* and with gw_cls_biased, cls.output.bias (F32): row r's bias r == 0 ? 1 : 0 */
+static int gw_cls_biased;
 
 /* chat_template: tokenizer.chat_template's text (needs vocab), or NULL for none */
 static inline size_t gguf_write_model_ex(const char *path, const char *arch, uint32_t version, int vocab, const char *chat_template) {
     nv_buf w = {0};
     nv_buf_append(&w, "GGUF", 4);
     gw_u32(&w, version);
-    gw_u64(&w, GW_NT);
-    gw_u64(&w, (vocab ? (chat_template ? 12 : 11) : 8) + (gw_rope_scale != 0.0f ? 2 : 0));
+    gw_u64(&w, GW_NT + (gw_cls_rows > 0) + (gw_cls_rows > 0 && gw_cls_biased));
+    gw_u64(&w, (vocab ? (chat_template ? 12 : 11) + (gw_rerank_template != NULL) : 8) + (gw_rope_scale != 0.0f ? 2 : 0));
     if (gw_rope_scale != 0.0f) {
         gw_str(&w, "llama.rope.scaling.type");
         gw_u32(&w, 8);
@@ -91,6 +98,11 @@ static inline size_t gguf_write_model_ex(const char *path, const char *arch, uin
             gw_u32(&w, 8);
             gw_str(&w, chat_template);
         }
+        if (gw_rerank_template) {
+            gw_str(&w, "tokenizer.chat_template.rerank");
+            gw_u32(&w, 8);
+            gw_str(&w, gw_rerank_template);
+        }
         gw_str(&w, "tokenizer.ggml.scores");
         gw_u32(&w, 9);
         gw_u32(&w, 6);
@@ -113,6 +125,22 @@ static inline size_t gguf_write_model_ex(const char *path, const char *arch, uin
         gw_u32(&w, gw_tensors[k].type);
         gw_u64(&w, off);
         off += (gw_bytes(&gw_tensors[k]) + 31) / 32 * 32;
+    }
+    if (gw_cls_rows > 0) {
+        gw_str(&w, "cls.output.weight");
+        gw_u32(&w, 2);
+        gw_u64(&w, GW_DIM);
+        gw_u64(&w, (uint64_t)gw_cls_rows);
+        gw_u32(&w, 0);
+        gw_u64(&w, off);
+        off += ((uint64_t)gw_cls_rows * GW_DIM * 4 + 31) / 32 * 32;
+        if (gw_cls_biased) {
+            gw_str(&w, "cls.output.bias");
+            gw_u32(&w, 1);
+            gw_u64(&w, (uint64_t)gw_cls_rows);
+            gw_u32(&w, 0);
+            gw_u64(&w, off);
+        }
     }
     while (w.len % 32) nv_buf_append(&w, "", 1);
     for (size_t k = 0; k < GW_NT; k++) {
@@ -139,6 +167,16 @@ static inline size_t gguf_write_model_ex(const char *path, const char *arch, uin
             }
         }
         while (w.len % 32) nv_buf_append(&w, "", 1);
+    }
+    for (int r = 0; r < gw_cls_rows; r++)
+        for (int j = 0; j < GW_DIM; j++) {
+            const float v = gw_value(0, (uint64_t)gw_cls_tokens[r] * GW_DIM + (uint64_t)j); /* token_embd is tensor 0 */
+            nv_buf_append(&w, &v, 4);
+        }
+    while (w.len % 32) nv_buf_append(&w, "", 1);
+    for (int r = 0; gw_cls_rows > 0 && gw_cls_biased && r < gw_cls_rows; r++) {
+        const float v = r == 0 ? 1.0f : 0.0f;
+        nv_buf_append(&w, &v, 4);
     }
     FILE *f = fopen(path, "wb");
     fwrite(w.data, 1, w.len, f);

@@ -164,6 +164,18 @@ char *cli_declared_template_text(const char *model_path) {
     return text;
 }
 
+char *cli_gguf_named_template(const char *model_path, const char *name) {
+    nv_gguf g;
+    if (nv_gguf_open(model_path, &g) != NV_OK) return NULL;
+    char key[96];
+    size_t n = 0;
+    snprintf(key, sizeof key, "tokenizer.chat_template.%s", name);
+    const char *t = nv_gguf_string(&g, key, &n);
+    char *text = t ? strndup(t, n) : NULL;
+    nv_gguf_close(&g);
+    return text;
+}
+
 int cli_chat_template(const char *cmd, const char *model_path, const char *name, const char *file, int jinja, nv_chat_template *tmpl,
                       nv_jinja **prog, char **text_out) {
     *prog = NULL;

@@ -158,6 +158,8 @@ nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_mo
  * as nv_chat_template_jinja writes it, else a Hugging Face folder's tokenizer_config.json's, else a
  * GGUF file's tokenizer.chat_template. */
 char *cli_declared_template_text(const char *model_path);
+/* A GGUF model's named template tokenizer.chat_template.NAME (malloc'd), NULL when it has none. */
+char *cli_gguf_named_template(const char *model_path, const char *name);
 /* What serve, chat and train render with: --chat-template NAME (nerve's renderer of it), else
  * --chat-template-file F or the model's own template (cli_declared_template_text), nerve's renderer
  * when its markers say which, else run as Jinja (*prog; the caller frees

@@ -60,6 +60,9 @@ static int output_template(const template_flags *f, const char *input, char **te
 
 static int write_out(const nv_model *m, const char *out, const char *tok_path, out_format fmt, uint32_t type,
                      const char *chat_template, const nv_imatrix *im) {
+    if (m->cls_head) /* a GGUF reranker's: the export keeps the language model alone */
+        nv_warn("export: %s gets no classification head (cls.output): it reranks by its tokens' logits (--rerank-tokens), not by the head",
+                out);
     if (fmt == OUT_LLAMA2C) {
         if (chat_template) {
             nv_chat_template t;

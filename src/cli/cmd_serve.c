@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "                   [--engine E] [--threads N] [--api-key KEY | --api-key-file F] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
             "                    --chat-template-file F] [--jinja] [--reasoning-format none|deepseek]\n"
+            "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
@@ -85,6 +86,15 @@ static void usage(FILE *f) {
             "                       else run as Jinja (the model's own template too, when none of those)\n"
             "  --jinja              run the model's own template (or the file) as Jinja even when it is one of those:\n"
             "                       the prompt exactly as its template writes it; stops and tool calls as that one's\n"
+            "  --rerank-tokens YES[,NO]\n"
+            "                       the tokens whose probabilities at a rerank prompt's end give a document's\n"
+            "                       relevance to the query (/v1/rerank, /v2/rerank, /v1/score): sigmoid(logit YES -\n"
+            "                       logit NO) (default yes,no: Qwen3-Reranker's; each must be one token)\n"
+            "  --rerank-template F  a rerank prompt with {query}, {document} and {instruction} in it (default: a GGUF's\n"
+            "                       own rerank template, else the chat template on a judging system prompt and a user\n"
+            "                       message '<Instruct>: I\\n<Query>: Q\\n<Document>: D', thinking off)\n"
+            "  --rerank-instruction TEXT\n"
+            "                       what {instruction} says (default: Qwen3-Reranker's web search instruction)\n"
             "  --reasoning-format F none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
             "                       goes to message.reasoning_content (delta.reasoning_content streamed); default\n"
             "                       deepseek with the deepseek chat template, else none\n"
@@ -298,6 +308,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const char *cache_dir = NULL, *files_dir = NULL;
     uint64_t files_max = 2ull << 30;
     int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = 0;
+    const char *rerank_tokens = NULL, *rerank_file = NULL, *rerank_instruction = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
@@ -353,6 +364,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         else if (!strcmp(a, "--ssl-cert-file") || !strcmp(a, "--ssl-certfile")) ssl_cert = v;
         else if (!strcmp(a, "--chat-template")) template_name = v;
         else if (!strcmp(a, "--chat-template-file")) template_file = v;
+        else if (!strcmp(a, "--rerank-tokens")) rerank_tokens = v;
+        else if (!strcmp(a, "--rerank-template")) rerank_file = v;
+        else if (!strcmp(a, "--rerank-instruction")) rerank_instruction = v;
         else if (!strcmp(a, "--reasoning-format")) {
             if (strcmp(v, "none") && strcmp(v, "deepseek"))
                 return cli_error(CMD, 2, "--reasoning-format takes none or deepseek, not '%s'", v);
@@ -401,6 +415,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     if (cli_spec_check(CMD, &spec)) return 2;
     if (!ssl_key != !ssl_cert) return cli_error(CMD, 2, "--ssl-key-file and --ssl-cert-file go together (HTTPS needs both)");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
+    nv_rerank rerank = {0};
     nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template), and its text */
     char *jinja_text = NULL;
     const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
@@ -493,6 +508,25 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     }
     if ((rc = cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0) goto done;
     rc = 1;
+    { /* reranking: --rerank-template's prompt, else a GGUF's own rerank template (llama.cpp's), else the chat template */
+        char *rerank_text = NULL;
+        size_t rerank_len = 0;
+        if (rerank_file && nv_file_read_all(rerank_file, &rerank_text, &rerank_len) != NV_OK) {
+            cli_error(CMD, 1, "--rerank-template: %s", nv_errmsg());
+            goto done;
+        }
+        if (!rerank_file && (rerank_text = cli_gguf_named_template(model_path, "rerank")) &&
+            (!strstr(rerank_text, "{query}") || !strstr(rerank_text, "{document}"))) {
+            nv_warn("%s: its rerank template holds no {query} and {document}: ignored (the chat template makes rerank prompts)", model_path);
+            free(rerank_text), rerank_text = NULL;
+        }
+        const nv_err re = nv_rerank_init(&rerank, tok, model.n_cls_head, rerank_tokens, rerank_text, rerank_instruction);
+        free(rerank_text);
+        if (re != NV_OK) {
+            cli_error(CMD, 1, "%s%s", rerank_file && !strstr(nv_errmsg(), "--rerank") ? "--rerank-template: " : "", nv_errmsg());
+            goto done;
+        }
+    }
     if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK; /* R1 models answer after a think block */
     /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
        the tool-call parser, as llama.cpp's preserved tokens */
@@ -591,6 +625,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                        .engine = nv_engine_name(nv_model_engine(&model)),
                        .lora_updates = lora_updates,
                        .responses_store = (size_t)responses_store,
+                       .rerank = &rerank,
                        .tls_key = key_pem,
                        .tls_cert = cert_pem};
     if (files_dir) { /* the Files and Batch APIs (their batches run once both servers are up) */
@@ -743,6 +778,7 @@ done:
     if (tok) nv_tokenizer_free(tok);
     nv_jinja_free(jinja);
     free(jinja_text);
+    nv_rerank_free(&rerank);
     nv_model_free(&model);
     nv_model_free(&draft);
     nv_metrics_free(&metrics);

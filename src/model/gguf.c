@@ -933,7 +933,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
         const int qkv_bias = qwen2 && nl > 16 && !memcmp(nm, "blk.", 4) &&
                              (!memcmp(nm + nl - 12, ".attn_q.bias", 12) || !memcmp(nm + nl - 12, ".attn_k.bias", 12) ||
                               !memcmp(nm + nl - 12, ".attn_v.bias", 12));
-        if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias)
+        const int cls_bias = nl == 15 && !memcmp(nm, "cls.output.bias", 15); /* a reranker's head's (take_cls_head) */
+        if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias && !cls_bias)
             return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is a bias, which this model does not have", g->path,
                            nv_gguf_shown(nm, nl, shown_arch, sizeof shown_arch));
     }
@@ -1277,6 +1278,33 @@ nv_err nv_gguf_read_config(const char *path, nv_config *c) {
     return e;
 }
 
+/* llama.cpp's classification head of a reranker (cls.output.weight [dim][rows], cls.output.bias
+ * [rows]), as fp32 in m->cls_head; none is NV_OK. */
+#define MAX_CLS_ROWS 64
+static nv_err take_cls_head(const nv_gguf *g, nv_model *m) {
+    const nv_gguf_tensor *w = nv_gguf_tensor_find(g, "cls.output.weight"), *b = nv_gguf_tensor_find(g, "cls.output.bias");
+    if (!w) return b ? nv_fail(NV_EFORMAT, "%s: cls.output.bias without cls.output.weight", g->path) : NV_OK;
+    const int d = m->config.dim;
+    const uint64_t rows = w->n_dims == 1 ? 1 : w->dims[1];
+    if (w->n_dims > 2 || w->dims[0] != (uint64_t)d || rows < 1 || rows > MAX_CLS_ROWS)
+        return nv_fail(NV_EFORMAT, "%s: cls.output.weight is not [%d][1..%d]", g->path, d, MAX_CLS_ROWS);
+    if (b && (b->n_dims != 1 || b->dims[0] != rows))
+        return nv_fail(NV_EFORMAT, "%s: cls.output.bias does not have cls.output.weight's %d rows", g->path, (int)rows);
+    if (!w->bytes || (b && !b->bytes))
+        return nv_fail(NV_EUNSUPPORTED, "%s: cls.output has type %s: not converted", g->path, nv_gguf_type_name(w->bytes ? b->type : w->type));
+    float *head = calloc(rows * (uint64_t)(d + 1), sizeof *head);
+    if (!head) return nv_fail(NV_ENOMEM, "out of memory for the classification head");
+    nv_err e = nv_gguf_dequant(w->type, w->data, rows * (uint64_t)d, head);
+    if (e == NV_OK && b) e = nv_gguf_dequant(b->type, b->data, rows, head + rows * (uint64_t)d);
+    if (e != NV_OK) {
+        free(head);
+        return nv_fail(NV_EFORMAT, "%s: cls.output: %s", g->path, nv_errmsg());
+    }
+    m->cls_head = head;
+    m->n_cls_head = (int)rows;
+    return NV_OK;
+}
+
 static nv_err load_model(const char *path, nv_model *m, int pending) {
     memset(m, 0, sizeof *m);
     nv_gguf g;
@@ -1289,7 +1317,7 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
     if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK ||
-                       (neox && (e = nv_model_qk_reorder(m, 0)) != NV_OK)))
+                       (neox && (e = nv_model_qk_reorder(m, 0)) != NV_OK) || (e = take_cls_head(&g, m)) != NV_OK))
         nv_model_free(m);
     if (e == NV_OK && m->quant) { /* the raw sources point into the mapping: the model keeps it */
         m->source_map = g.map;

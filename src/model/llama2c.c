@@ -591,5 +591,6 @@ void nv_model_free(nv_model *m) {
     free(m->quant);
     if (m->params_owned) nv_reserve_free(m->params, (size_t)m->n_params * sizeof(float));
     nv_file_unmap(&m->mapped);
+    free(m->cls_head);
     memset(m, 0, sizeof *m);
 }

@@ -147,6 +147,11 @@ typedef struct {
     int release_floats, released;
     uint64_t sources_hash; /* nv_model_sources_hash's, recorded before a source is dropped */
     int sources_hashed;
+    /* A GGUF reranker's classification head (llama.cpp's cls.output.weight and .bias: Qwen3-Reranker's
+       "yes" and "no" rows of its classifier), on the final norm's output: [n_cls_head][dim] then
+       n_cls_head biases (zero without cls.output.bias); NULL: none */
+    float *cls_head;
+    int n_cls_head;
 } nv_model;
 
 /* Points w at the parts of a params block laid out in version-1 order. */

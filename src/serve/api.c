@@ -1116,9 +1116,7 @@ int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen) {
     return k ? k : -1;
 }
 
-/* 'model', when given, must name the served model or one of its adapters (whose number and
- * generation go to *adapter and *gen; 0 for the base model or none given); the id goes to id. */
-static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, char id[NV_API_MODEL_ID],
+int nv_api_check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, char id[NV_API_MODEL_ID],
                        nv_api_error *err) {
     const cJSON *model = nv_api_field(root, "model");
     *adapter = 0;
@@ -1142,7 +1140,7 @@ static int check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, u
 static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *po, nv_api_request *out,
                       nv_api_error *err) {
     int rc, given;
-    if ((rc = check_model(ctx, root, &out->req.adapter, &out->req.adapter_gen, out->model, err))) return rc;
+    if ((rc = nv_api_check_model(ctx, root, &out->req.adapter, &out->req.adapter_gen, out->model, err))) return rc;
     if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
     const cJSON *so = nv_api_field(root, "stream_options");
     if (so) {
@@ -1905,7 +1903,7 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     memset(err, 0, sizeof *err);
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
-    int rc = check_model(ctx, root, &out->adapter, &out->adapter_gen, out->model, err);
+    int rc = nv_api_check_model(ctx, root, &out->adapter, &out->adapter_gen, out->model, err);
     const cJSON *input = nv_api_field(root, "input"), *fmt = nv_api_field(root, "encoding_format"), *dims = nv_api_field(root, "dimensions");
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))

@@ -134,6 +134,11 @@ int nv_api_copy_field(const cJSON *in, cJSON *out, const char *key, const char *
 /* The fill-in-the-middle markers of a code model's vocabulary (prefix, suffix, middle): Qwen2.5-Coder's,
  * StarCoder's or DeepSeek-Coder's; 0 when it has none. */
 int nv_api_fim_tokens(const nv_tokenizer *tok, int ids[3]);
+/* 'model', when given, must name the served model or one of its adapters (whose number and
+ * generation go to *adapter and *gen; 0 for the base model or none given); the id goes to id.
+ * 0, or the error's status. */
+int nv_api_check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, char id[NV_API_MODEL_ID],
+                       nv_api_error *err);
 /* The 500 of an allocation that failed, in err; returns its status. */
 int nv_api_oom(nv_api_error *err);
 /* A fresh random id: prefix and 24 hex digits (chatcmpl-..., msg_..., resp_...). */

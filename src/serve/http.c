@@ -22,6 +22,7 @@
 #include "serve/anthropic.h"
 #include "serve/llamacpp.h"
 #include "serve/ollama.h"
+#include "serve/rerank.h"
 #include "serve/responses.h"
 #include "serve/webui.h"
 
@@ -60,7 +61,8 @@ typedef enum {
     R_UPLOADS, R_UPLOAD_PARTS, R_UPLOAD_ACTION, /* OpenAI's Uploads (--files-dir): a file in parts */
     R_RESPONSE_CANCEL, /* a background response's cancel */
     R_CONVS, R_CONV, R_CONV_ITEMS, R_CONV_ITEM, /* OpenAI's Conversations API */
-    R_RESPONSE_TOKENS /* POST /v1/responses/input_tokens */
+    R_RESPONSE_TOKENS, /* POST /v1/responses/input_tokens */
+    R_RERANK, R_RERANK_V2, R_SCORE /* /rerank and /v1/rerank (Jina's, vLLM's), /v2/rerank (Cohere's), /score and /v1/score (vLLM's) */
 } route_id;
 
 typedef struct {
@@ -199,8 +201,9 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/fine_tuning/jobs/{id}/checkpoints", "/v1/uploads", "/v1/uploads/{id}/parts",
                                         "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel", "/v1/conversations",
                                         "/v1/conversations/{id}", "/v1/conversations/{id}/items",
-                                        "/v1/conversations/{id}/items/{item}", "/v1/responses/input_tokens"};
-    _Static_assert(sizeof names / sizeof *names == R_RESPONSE_TOKENS + 1, "a route without its name");
+                                        "/v1/conversations/{id}/items/{item}", "/v1/responses/input_tokens", "/v1/rerank",
+                                        "/v2/rerank", "/v1/score"};
+    _Static_assert(sizeof names / sizeof *names == R_SCORE + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -289,7 +292,10 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/props")) return R_PROPS;
     if (!strcmp(url, "/apply-template")) return R_APPLY_TEMPLATE;
+    if (!strcmp(url, "/v2/rerank")) return R_RERANK_V2;
     if (!strncmp(url, "/v1/", 4)) url += 3;
+    if (!strcmp(url, "/rerank")) return R_RERANK;
+    if (!strcmp(url, "/score")) return R_SCORE;
     if (!strcmp(url, "/models")) return R_MODELS;
     if (!strncmp(url, "/models/", 8) && url[8]) return R_MODEL;
     if (!strcmp(url, "/completions")) return R_COMPLETIONS;
@@ -405,7 +411,8 @@ static int route_is_post(route_id r) {
     return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_EMBEDDINGS || r == R_MESSAGES ||
            r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD || r == R_LCPP_COMPLETION ||
            r == R_INFILL || r == R_APPLY_TEMPLATE || r == R_OLLA_CHAT || r == R_OLLA_GENERATE || r == R_OLLA_SHOW ||
-           r == R_OLLA_EMBED || r == R_OLLA_EMBEDDINGS || r == R_RESPONSE_TOKENS;
+           r == R_OLLA_EMBED || r == R_OLLA_EMBEDDINGS || r == R_RESPONSE_TOKENS || r == R_RERANK || r == R_RERANK_V2 ||
+           r == R_SCORE;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -1396,7 +1403,71 @@ static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ct
     return status == 200 ? respond(h, c, cc, 200, "text/plain; charset=utf-8", strdup(msg), NULL, NULL) : respond_error(h, c, cc, &err);
 }
 
-/* /v1/embeddings, and Ollama's /api/embed and /api/embeddings in their shapes. */
+/* What run_prompts keeps of a finished prompt-only request (i: its place among all of them):
+ * 0 when it has nothing (it failed). */
+typedef int (*prompt_take)(nv_http *h, nv_req *r, int i, void *arg);
+
+/* Prompt-only requests (base's parameters, each its own prompt, base's adapter pinned by the
+ * caller) run in waves of up to NV_MAX_CHOICES at once (no more than the queue holds; batched by
+ * the scheduler like any others), all within one --timeout; take keeps each one's result. 1 and
+ * the prompt tokens run, or 0 with the response (an error) sent as *ret. */
+static int run_prompts(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_req_params *base, int *const *ids,
+                       const int *n_ids, int n_all, prompt_take take, void *arg, long *prompt_tokens, enum MHD_Result *ret) {
+    const int fd = conn_fd(c), wave = h->s->o.max_queue < NV_MAX_CHOICES ? h->s->o.max_queue : NV_MAX_CHOICES;
+    const double t0 = nv_now();
+    *prompt_tokens = 0;
+    for (int w0 = 0; w0 < n_all; w0 += wave) {
+        const int n = n_all - w0 < wave ? n_all - w0 : wave;
+        const double left = h->o.timeout_s > 0 ? h->o.timeout_s - (nv_now() - t0) : 0; /* 0: none */
+        if (h->o.timeout_s > 0 && left <= 0) {
+            *ret = finish_failed(h, c, cc, NV_FINISH_TIMEOUT);
+            return 0;
+        }
+        nv_req *r[NV_MAX_CHOICES] = {0};
+        nv_req_status rs[NV_MAX_CHOICES];
+        for (int made = 0; made < n; made++) {
+            nv_req_params p = *base;
+            p.prompt = ids[w0 + made], p.n_prompt = n_ids[w0 + made], p.timeout_s = left;
+            nv_err ce = nv_req_create(&r[made], &p);
+            if (ce == NV_OK) continue;
+            for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
+            *ret = create_failed(h, c, cc, ce);
+            return 0;
+        }
+        nv_submit sub = submit_all(h, r, n);
+        if (sub != NV_SUBMIT_OK) {
+            *ret = submit_failed(h, c, cc, sub);
+            return 0;
+        }
+        int failed = -1;
+        for (int i = 0; i < n; i++) {
+            nv_buf none = {0};
+            const int done = wait_done(h, r[i], fd, &none, NULL, &rs[i]);
+            nv_buf_free(&none);
+            if (!done) {
+                release_all(h, r, n, 1);
+                access_log(h, cc, 499, "client closed the connection");
+                *ret = MHD_NO;
+                return 0;
+            }
+            if (failed < 0 && !take(h, r[i], w0 + i, arg)) failed = i;
+            *prompt_tokens += rs[i].prompt_tokens;
+        }
+        release_all(h, r, n, 0);
+        if (failed >= 0) {
+            *ret = finish_failed(h, c, cc, rs[failed].finish == NV_FINISH_LENGTH ? NV_FINISH_ERROR : rs[failed].finish);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int take_embedding(nv_http *h, nv_req *r, int i, void *vecs) {
+    return nv_req_embedding(h->s, r, (float *)vecs + (size_t)i * h->ctx.dim, h->ctx.dim);
+}
+
+/* /v1/embeddings, and Ollama's /api/embed and /api/embeddings in their shapes: each input a
+ * prompt-only request that keeps its embedding; the answer lists them in input order. */
 static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
     nv_api_embed in;
     nv_api_error err;
@@ -1410,68 +1481,54 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
         nv_api_embed_free(&in);
         return submit_failed(h, c, cc, NV_SUBMIT_NO_ADAPTER);
     }
-    const int dim = h->ctx.dim, fd = conn_fd(c);
+    const int dim = h->ctx.dim;
     float *vecs = malloc((size_t)in.n * dim * sizeof(float));
     enum MHD_Result ret;
-    if (!vecs) {
-        ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
-        goto out;
-    }
     long prompt_tokens = 0;
-    const int wave = h->s->o.max_queue < NV_MAX_CHOICES ? h->s->o.max_queue : NV_MAX_CHOICES;
-    const double t0 = nv_now();
-    for (int w0 = 0; w0 < in.n; w0 += wave) {
-        const int n = in.n - w0 < wave ? in.n - w0 : wave;
-        const double left = h->o.timeout_s > 0 ? h->o.timeout_s - (nv_now() - t0) : 0; /* 0: none */
-        if (h->o.timeout_s > 0 && left <= 0) {
-            ret = finish_failed(h, c, cc, NV_FINISH_TIMEOUT);
-            goto out;
-        }
-        nv_req *r[NV_MAX_CHOICES] = {0};
-        nv_req_status rs[NV_MAX_CHOICES];
-        for (int made = 0; made < n; made++) {
-            nv_req_params p = {.prompt = in.ids[w0 + made], .n_prompt = in.n_ids[w0 + made], .max_tokens = 0,
-                               .timeout_s = left, .vocab_size = h->ctx.vocab_size, .embed = 1,
-                               .adapter = in.adapter, .adapter_gen = in.adapter_gen};
-            nv_err ce = nv_req_create(&r[made], &p);
-            if (ce == NV_OK) continue;
-            for (int i = 0; i < made; i++) nv_req_release(NULL, r[i]);
-            ret = create_failed(h, c, cc, ce);
-            goto out;
-        }
-        nv_submit sub = submit_all(h, r, n);
-        if (sub != NV_SUBMIT_OK) {
-            ret = submit_failed(h, c, cc, sub);
-            goto out;
-        }
-        int failed = -1;
-        for (int i = 0; i < n; i++) {
-            nv_buf none = {0};
-            const int done = wait_done(h, r[i], fd, &none, NULL, &rs[i]);
-            nv_buf_free(&none);
-            if (!done) {
-                release_all(h, r, n, 1);
-                access_log(h, cc, 499, "client closed the connection");
-                ret = MHD_NO;
-                goto out;
-            }
-            if (failed < 0 && !nv_req_embedding(h->s, r[i], vecs + (size_t)(w0 + i) * dim, dim)) failed = i;
-            prompt_tokens += rs[i].prompt_tokens;
-        }
-        release_all(h, r, n, 0);
-        if (failed >= 0) {
-            ret = finish_failed(h, c, cc, rs[failed].finish == NV_FINISH_LENGTH ? NV_FINISH_ERROR : rs[failed].finish);
-            goto out;
-        }
-    }
-    ret = respond(h, c, cc, 200, "application/json",
-                  olla ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
-                       : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
-                  NULL, NULL);
-out:
+    const nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .embed = 1, .adapter = in.adapter,
+                                .adapter_gen = in.adapter_gen};
+    if (!vecs) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, take_embedding, vecs, &prompt_tokens, &ret))
+        ret = respond(h, c, cc, 200, "application/json",
+                      olla ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
+                           : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
+                      NULL, NULL);
     if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
     nv_api_embed_free(&in);
     free(vecs);
+    return ret;
+}
+
+static int take_relevance(nv_http *h, nv_req *r, int i, void *relevance) {
+    float logits[NV_MAX_SCORE];
+    if (!nv_req_scores(h->s, r, logits)) return 0;
+    ((float *)relevance)[i] = nv_rerank_relevance(h->o.rerank, logits);
+    return 1;
+}
+
+/* /rerank, /v1/rerank, /v2/rerank, /score and /v1/score: each (query, document) pair a prompt-only
+ * request scoring its "yes" and "no" tokens (serve/rerank.h). */
+static enum MHD_Result rerank(nv_http *h, struct MHD_Connection *c, conn_ctx *cc) {
+    nv_rerank_req in;
+    nv_api_error err;
+    const nv_rerank_api api = cc->route == R_SCORE ? NV_RERANK_SCORE : cc->route == R_RERANK_V2 ? NV_RERANK_COHERE : NV_RERANK_JINA;
+    if (nv_rerank_parse(&h->ctx, h->o.rerank, api, cc->body.data, cc->body.len, &in, &err)) return respond_error(h, c, cc, &err);
+    if (in.adapter && !nv_adapters_pin(h->ctx.adapters, in.adapter, in.adapter_gen)) {
+        nv_rerank_req_free(&in);
+        return submit_failed(h, c, cc, NV_SUBMIT_NO_ADAPTER);
+    }
+    float *relevance = malloc((size_t)in.n * sizeof *relevance);
+    enum MHD_Result ret;
+    long prompt_tokens = 0;
+    nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .n_score = h->o.rerank->n_tok,
+                          .adapter = in.adapter, .adapter_gen = in.adapter_gen};
+    memcpy(base.score_tok, h->o.rerank->tok, sizeof base.score_tok);
+    if (!relevance) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, take_relevance, relevance, &prompt_tokens, &ret))
+        ret = respond(h, c, cc, 200, "application/json", nv_rerank_response(&in, relevance, (int)prompt_tokens), NULL, NULL);
+    if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
+    nv_rerank_req_free(&in);
+    free(relevance);
     return ret;
 }
 
@@ -1992,6 +2049,7 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (cc->route == R_RESPONSES) return responses(h, c, cc);
         if (cc->route == R_LCPP_COMPLETION || cc->route == R_INFILL) return native(h, c, cc);
         if (cc->route == R_OLLA_CHAT || cc->route == R_OLLA_GENERATE) return ollama(h, c, cc);
+        if (cc->route == R_RERANK || cc->route == R_RERANK_V2 || cc->route == R_SCORE) return rerank(h, c, cc);
         return cc->route == R_EMBEDDINGS || cc->route == R_OLLA_EMBED || cc->route == R_OLLA_EMBEDDINGS ? embeddings(h, c, cc)
                                                                                                       : completions(h, c, cc);
     }

@@ -32,6 +32,7 @@
 #include "serve/finetune.h"
 #include "serve/metrics.h"
 #include "serve/ollama.h"
+#include "serve/rerank.h"
 #include "serve/sched.h"
 #include "serve/uploads.h"
 
@@ -53,6 +54,8 @@ typedef struct {
     nv_files *files;     /* OpenAI's Files API (/v1/files) on this store; NULL: off (404) */
     nv_ftjobs *ftjobs;   /* and its fine-tuning jobs API (/v1/fine_tuning/jobs); NULL: off (404) */
     nv_uploads *uploads; /* and its Uploads API (/v1/uploads: a file in parts); NULL: off (404) */
+    const nv_rerank *rerank; /* /rerank, /v1/rerank, /v2/rerank, /score, /v1/score (NULL: they answer that this
+                                server does not rerank) */
     nv_batches *batches; /* and its Batch API (/v1/batches), Anthropic's Message Batches (/v1/messages/batches) */
     const char *tls_key, *tls_cert; /* PEM text of the private key and its certificate chain: HTTPS (NULL: HTTP);
                                        kept by the caller until nv_http_stop */

@@ -18,6 +18,8 @@ struct nv_req {
     int n_prompt, max_tokens;
     int ignore_eos, min_tokens; /* nv_req_params' */
     int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
+    int score_tok[NV_MAX_SCORE]; /* nv_req_params' */
+    int n_score;
     int adapter; /* nv_req_params' */
     unsigned adapter_gen;
     int background; /* nv_sched_submit's: it waits behind the others */
@@ -97,6 +99,8 @@ struct nv_req {
     /* an embedding (embed): the sum over the prompt's rows of the final norm's output (loop thread) */
     double *embed_sum; /* [dim] */
     int embed_rows;
+    float scores[NV_MAX_SCORE]; /* a scoring request's logits (loop thread), kept once its last row has run */
+    int scored;
     /* the prefix cache (the loop thread's own; n_cached is also read under the lock) */
     uint64_t *hashes;              /* [blocks_needed] chain hashes of the full blocks */
     int n_lookup;                  /* prompt blocks a lookup may reuse (hashed at the first lookup), -1 before */
@@ -305,6 +309,12 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     }
     if (e == NV_OK && p->embed && p->max_tokens != 0) e = nv_fail(NV_EINVAL, "request: an embedding runs the prompt only");
     r->embed = p->embed;
+    if (e == NV_OK && (p->n_score < 0 || p->n_score > NV_MAX_SCORE || (p->n_score && (p->max_tokens != 0 || p->embed))))
+        e = nv_fail(NV_EINVAL, "request: scoring runs the prompt only, for 1 to %d tokens", NV_MAX_SCORE);
+    for (int i = 0; e == NV_OK && i < p->n_score; i++)
+        if (p->score_tok[i] < 0 || p->score_tok[i] >= p->vocab_size)
+            e = nv_fail(NV_EINVAL, "request: the scored token %d is outside the vocabulary", p->score_tok[i]);
+    if (e == NV_OK) memcpy(r->score_tok, p->score_tok, sizeof r->score_tok), r->n_score = p->n_score;
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
     if (e == NV_OK && p->lazy_grammar && !p->grammar &&
         (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK)
@@ -1123,7 +1133,7 @@ static int plan_step(nv_sched *s) {
             if (r->pos < snap && r->pos + q.n > snap) q.n = (int)(snap - r->pos);
             budget -= q.n;
             q.tokens = r->prompt + r->pos;
-            q.logits = r->pos + q.n == r->n_prompt && r->max_tokens > 0;
+            q.logits = r->pos + q.n == r->n_prompt && (r->max_tokens > 0 || r->n_score);
         } else {
             q.n = 1;
             q.tokens = &r->last;
@@ -1447,6 +1457,12 @@ static void sample_rows(nv_sched *s, int i) {
     const int n = c->vocab_size, first = q->n - q->logits; /* the first row with logits */
     int prev = r->last;
     r->n_outs = r->outs_fail = 0;
+    if (r->n_score) { /* a scoring request: its last row's logits of its tokens (or its head's: head_scores), nothing sampled */
+        const float *logits = q->logits && !s->model->cls_head ? nv_batch_logits_at(&s->bs, c, i, 0) : NULL;
+        for (int k = 0; logits && k < r->n_score; k++) r->scores[k] = logits[r->score_tok[k]];
+        r->scored |= logits != NULL;
+        return;
+    }
     for (int j = 0; j < q->logits; j++) {
         float *logits = nv_batch_logits_at(&s->bs, c, i, j);
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
@@ -1534,6 +1550,26 @@ static void embed_rows(nv_sched *s, int n) {
     }
 }
 
+/* A model with a classification head (a GGUF reranker's): each scoring request's last row through
+ * the final norm and the head (loop thread). */
+static void head_scores(nv_sched *s, int n) {
+    const nv_model *m = s->model;
+    const int d = m->config.dim;
+    if (!m->cls_head) return;
+    for (int i = 0, row = 0; i < n; row += s->seqs[i].n, i++) {
+        nv_req *r = s->step_req[i];
+        if (!r->n_score || !s->seqs[i].logits) continue;
+        nv_rmsnorm(s->embed_tmp, s->bs.r.x + (size_t)(row + s->seqs[i].n - 1) * d, m->w.rms_final, d, m->config.norm_eps);
+        for (int k = 0; k < r->n_score && k < m->n_cls_head; k++) {
+            const float *w = m->cls_head + (size_t)k * d;
+            double sum = m->cls_head[(size_t)m->n_cls_head * d + k];
+            for (int j = 0; j < d; j++) sum += (double)w[j] * s->embed_tmp[j];
+            r->scores[k] = (float)sum;
+        }
+        r->scored = 1;
+    }
+}
+
 int nv_req_embedding(nv_sched *s, nv_req *r, float *out, int dim) {
     pthread_mutex_lock(&s->mu);
     int ok = r->done && r->finish == NV_FINISH_LENGTH && r->embed_sum && r->embed_rows == r->n_prompt && dim == s->model->config.dim;
@@ -1543,6 +1579,14 @@ int nv_req_embedding(nv_sched *s, nv_req *r, float *out, int dim) {
         norm = sqrt(norm);
         for (int j = 0; j < dim; j++) out[j] = (float)(norm > 0 ? r->embed_sum[j] / norm : 0.0);
     }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+int nv_req_scores(nv_sched *s, nv_req *r, float *out) {
+    pthread_mutex_lock(&s->mu);
+    const int ok = r->done && r->finish == NV_FINISH_LENGTH && r->n_score && r->scored;
+    if (ok) memcpy(out, r->scores, (size_t)r->n_score * sizeof *out);
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -1573,6 +1617,7 @@ static void *sched_loop(void *arg) {
         else {
             prompt_logprobs(s, n);
             embed_rows(s, n);
+            head_scores(s, n);
             sample_job sj = {s, n};
             nv_pool_run(sample_task, &sj, n);
         }
@@ -1585,7 +1630,7 @@ static void *sched_loop(void *arg) {
                 r->fin = NV_FINISH_ERROR;
                 continue;
             }
-            if (!q->logits) {
+            if (!q->logits || r->n_score) {
                 r->pos += q->n;
                 if (r->max_tokens == 0 && r->pos >= r->n_prompt && !r->fin) r->fin = NV_FINISH_LENGTH; /* prompt only */
                 continue;

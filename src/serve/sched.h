@@ -127,6 +127,8 @@ typedef struct {
     int oom;
 } nv_lp_list;
 
+#define NV_MAX_SCORE 2
+
 typedef struct {
     const int *prompt; /* copied */
     int n_prompt;
@@ -179,6 +181,11 @@ typedef struct {
     int embed; /* with max_tokens 0: the prompt's embedding (the mean over its tokens of the final
                   norm's output, unit length) is kept for nv_req_embedding; computed in full (no
                   prefix-cache hits, whose rows are not run) */
+    /* with max_tokens 0: the logits of these tokens at the prompt's last position are kept for
+       nv_req_scores (a reranker's "yes" and "no"); a model with a classification head
+       (nv_model.cls_head) keeps its first n_score outputs there instead; 0 of them: none */
+    int score_tok[NV_MAX_SCORE];
+    int n_score;
 } nv_req_params;
 
 typedef struct {
@@ -315,6 +322,9 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list 
 void nv_req_cancel(nv_sched *s, nv_req *r);
 /* An embed request's embedding (dim floats) once it is done and finished "length"; 0 otherwise. */
 int nv_req_embedding(nv_sched *s, nv_req *r, float *out, int dim);
+/* A scoring request's logits (nv_req_params.score_tok, n_score of them) once it is done and
+ * finished "length"; 0 otherwise. */
+int nv_req_scores(nv_sched *s, nv_req *r, float *out);
 /* Drops the caller's reference (frees the request when it was the last). For a request never
  * submitted, s may be NULL. */
 void nv_req_release(nv_sched *s, nv_req *r);
