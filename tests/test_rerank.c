@@ -246,7 +246,7 @@ static void test_rerank_serve(void) {
     static const char tmpl[] = "Q: {query}\nStory: {document}\nAnswer:";
     const char *file = t_write("rerank.txt", tmpl, strlen(tmpl));
     char args[4400];
-    snprintf(args, sizeof args, "--rerank-tokens the,a --rerank-template '%s' --kv-memory 16M", file);
+    snprintf(args, sizeof args, "--rerank-tokens the,a --rerank-template '%s' --kv-memory 16M --kv-disk-cache 0", file);
     server s;
     if (!server_spawn(&s, "rerank_serve", NULL, NULL, m, z, args, 30)) {
         T_CHECK(0, "the server did not start");
@@ -292,6 +292,14 @@ static void test_rerank_serve(void) {
         const cJSON *sc = cJSON_GetObjectItem(cJSON_GetArrayItem(data, i), "score");
         T_CHECK(cJSON_IsNumber(sc) && fabs(sc->valuedouble - rel[i]) < 1e-6, "score %d", i);
     }
+    cJSON_Delete(j);
+    /* a long query: the first pair runs alone, so the others find its blocks in the prefix cache */
+    const double cached0 = metric(s.port, "nerve_prefix_cached_tokens_total");
+    j = post_json(s.port, "/v1/rerank",
+                  "{\"query\": \"Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
+                  "friends and her dog, and one day she found a big red ball under a tree\", \"documents\": [\"a\", \"b\", \"c\", \"d\"]}");
+    const double cached = metric(s.port, "nerve_prefix_cached_tokens_total") - cached0;
+    T_CHECK(j && cached >= 3 * 32, "%.0f prompt tokens from the prefix cache", cached);
     cJSON_Delete(j);
     T_CHECK(server_stop_within(&s, 30) == 0, "stop");
     /* the default tokens are not in tok512's vocabulary: a 400 saying what to do */

@@ -1409,15 +1409,18 @@ typedef int (*prompt_take)(nv_http *h, nv_req *r, int i, void *arg);
 
 /* Prompt-only requests (base's parameters, each its own prompt, base's adapter pinned by the
  * caller) run in waves of up to NV_MAX_CHOICES at once (no more than the queue holds; batched by
- * the scheduler like any others), all within one --timeout; take keeps each one's result. 1 and
- * the prompt tokens run, or 0 with the response (an error) sent as *ret. */
+ * the scheduler like any others), all within one --timeout; take keeps each one's result. With
+ * lead, the first runs alone: prompts that open alike (a rerank's query before each document)
+ * then find its blocks in the prefix cache instead of each computing them. 1 and the prompt
+ * tokens run, or 0 with the response (an error) sent as *ret. */
 static int run_prompts(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_req_params *base, int *const *ids,
-                       const int *n_ids, int n_all, prompt_take take, void *arg, long *prompt_tokens, enum MHD_Result *ret) {
+                       const int *n_ids, int n_all, int lead, prompt_take take, void *arg, long *prompt_tokens,
+                       enum MHD_Result *ret) {
     const int fd = conn_fd(c), wave = h->s->o.max_queue < NV_MAX_CHOICES ? h->s->o.max_queue : NV_MAX_CHOICES;
     const double t0 = nv_now();
     *prompt_tokens = 0;
-    for (int w0 = 0; w0 < n_all; w0 += wave) {
-        const int n = n_all - w0 < wave ? n_all - w0 : wave;
+    for (int w0 = 0, n; w0 < n_all; w0 += n) {
+        n = lead && w0 == 0 && n_all > 1 ? 1 : n_all - w0 < wave ? n_all - w0 : wave;
         const double left = h->o.timeout_s > 0 ? h->o.timeout_s - (nv_now() - t0) : 0; /* 0: none */
         if (h->o.timeout_s > 0 && left <= 0) {
             *ret = finish_failed(h, c, cc, NV_FINISH_TIMEOUT);
@@ -1488,7 +1491,7 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     const nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .embed = 1, .adapter = in.adapter,
                                 .adapter_gen = in.adapter_gen};
     if (!vecs) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
-    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, take_embedding, vecs, &prompt_tokens, &ret))
+    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, 0, take_embedding, vecs, &prompt_tokens, &ret))
         ret = respond(h, c, cc, 200, "application/json",
                       olla ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
                            : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
@@ -1524,7 +1527,7 @@ static enum MHD_Result rerank(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
                           .adapter = in.adapter, .adapter_gen = in.adapter_gen};
     memcpy(base.score_tok, h->o.rerank->tok, sizeof base.score_tok);
     if (!relevance) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
-    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, take_relevance, relevance, &prompt_tokens, &ret))
+    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, 1, take_relevance, relevance, &prompt_tokens, &ret))
         ret = respond(h, c, cc, 200, "application/json", nv_rerank_response(&in, relevance, (int)prompt_tokens), NULL, NULL);
     if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
     nv_rerank_req_free(&in);
